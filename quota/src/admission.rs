@@ -1,0 +1,301 @@
+//! Admission decisions: does a change of usage fit a quota, and what a
+//! workload review asks of which quotas. Pure: quotas in, decisions out.
+
+use crate::keys::cash_target;
+use crate::object::{Charge, Quota};
+use crate::quantity::Quantity;
+use crate::resources::{self, ResourceList};
+use crate::workload::{ChargeMode, Workload};
+use std::fmt;
+
+/// One key that does not fit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shortfall {
+    pub quota: String,
+    pub key: String,
+    pub asked: Quantity,
+    pub left: Quantity,
+    pub hard: Quantity,
+}
+
+impl fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let left = self.left.max(Quantity::ZERO);
+        write!(
+            f,
+            "bizrq {}: {} asks {}, {} left of {}",
+            self.quota, self.key, self.asked, left, self.hard
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Denial {
+    #[error("{}", join(.0))]
+    Short(Vec<Shortfall>),
+    #[error("bizrq {quota}: {key} is exhausted, {used} used of {hard}; {asked_key} asks {asked}")]
+    CashExhausted {
+        quota: String,
+        key: String,
+        used: Quantity,
+        hard: Quantity,
+        asked_key: String,
+        asked: Quantity,
+    },
+}
+
+fn join(s: &[Shortfall]) -> String {
+    s.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Whether adding `delta` to `quota` keeps every key of its hard within
+/// bounds. Only increases are checked: a decrease always passes, even when
+/// the quota is already over. Cash keys deny when spent, for any increase
+/// of the resource they budget.
+pub fn check_fits(quota: &Quota, delta: &ResourceList) -> Result<(), Denial> {
+    let hard = &quota.spec.hard;
+    let used = &quota.status.used;
+    let mut short = Vec::new();
+    for (key, d) in delta {
+        if d.nanos() <= 0 {
+            continue;
+        }
+        if let Some(h) = hard.get(key) {
+            let u = resources::get(used, key);
+            if u.saturating_add(*d) > *h {
+                short.push(Shortfall {
+                    quota: quota.name().to_string(),
+                    key: key.clone(),
+                    asked: *d,
+                    left: h.saturating_sub(u),
+                    hard: *h,
+                });
+            }
+        }
+    }
+    if !short.is_empty() {
+        return Err(Denial::Short(short));
+    }
+    for (key, h) in hard {
+        let Some(target) = cash_target(key) else {
+            continue;
+        };
+        let asked = resources::get(delta, target);
+        let u = resources::get(used, key);
+        if asked.nanos() > 0 && u >= *h {
+            return Err(Denial::CashExhausted {
+                quota: quota.name().to_string(),
+                key: key.clone(),
+                used: u,
+                hard: *h,
+                asked_key: target.to_string(),
+                asked,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Record `charge` for workload `wref`, charging only the difference from
+/// what it already holds. Returns whether anything changed (a retried
+/// request finds its charge already in place and changes nothing).
+pub fn charge(quota: &mut Quota, wref: &str, mut charge: Charge) -> Result<bool, Denial> {
+    quota.status.refresh(&quota.spec);
+    let old = quota.status.workloads.get(wref);
+    if let Some(old) = old {
+        if old.same_as(&charge) {
+            return Ok(false);
+        }
+        charge.since = old.since.clone();
+    }
+    let old_usage = old.map(Charge::usage).unwrap_or_default();
+    let delta = resources::diff(&charge.usage(), &old_usage);
+    check_fits(quota, &delta)?;
+    quota.status.workloads.insert(wref.to_string(), charge);
+    quota.status.refresh(&quota.spec);
+    Ok(true)
+}
+
+/// Drop the charge of `wref`. Always allowed.
+pub fn release(quota: &mut Quota, wref: &str) -> bool {
+    let changed = quota.status.workloads.remove(wref).is_some();
+    if changed {
+        quota.status.refresh(&quota.spec);
+    }
+    changed
+}
+
+/// What a workload review asks of one quota.
+#[derive(Clone, Debug)]
+pub enum Step<'a> {
+    /// Charge the workload's pod sets (the difference from what it holds).
+    Charge {
+        quota: &'a str,
+        workload: &'a Workload,
+    },
+    /// Only check that this usage would fit (CronJob).
+    Check { quota: &'a str, usage: ResourceList },
+    /// Give back what the workload holds.
+    Release { quota: &'a str },
+}
+
+/// Steps for a CREATE (old = None), UPDATE, or DELETE (new = None): charge
+/// the quota the new object is bound to, then release the one the old
+/// object was bound to if it moved. Charges come first so a denied move
+/// leaves the old charge in place.
+pub fn plan<'a>(old: Option<&'a Workload>, new: Option<&'a Workload>) -> Vec<Step<'a>> {
+    let mut steps = Vec::new();
+    let new_quota = new.and_then(|w| w.quota());
+    if let (Some(q), Some(w)) = (new_quota, new) {
+        match w.mode {
+            ChargeMode::Charge => steps.push(Step::Charge {
+                quota: q,
+                workload: w,
+            }),
+            ChargeMode::CheckOnly => steps.push(Step::Check {
+                quota: q,
+                usage: w.usage(),
+            }),
+        }
+    }
+    if let Some(old) = old {
+        if let Some(q) = old.quota() {
+            if Some(q) != new_quota && old.mode == ChargeMode::Charge {
+                steps.push(Step::Release { quota: q });
+            }
+        }
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::QuotaSpec;
+    use crate::workload::PodSet;
+
+    fn list(pairs: &[(&str, &str)]) -> ResourceList {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+            .collect()
+    }
+    fn quota(name: &str, hard: &[(&str, &str)]) -> Quota {
+        Quota::new(
+            name,
+            QuotaSpec {
+                parent: String::new(),
+                hard: list(hard),
+                max: Default::default(),
+            },
+        )
+    }
+    fn charge_of(per_pod: &[(&str, &str)], count: i64) -> Charge {
+        Charge {
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count,
+                per_pod: list(per_pod),
+                qos: None,
+            }],
+            hpa: None,
+            since: "2026-01-01T00:00:00.000Z".into(),
+            uid: "u".into(),
+        }
+    }
+
+    #[test]
+    fn denial_names_quota_key_asked_and_left() {
+        let mut q = quota("nlp-team", &[("requests.nvidia.com/gpu.A100", "16")]);
+        charge(
+            &mut q,
+            "a",
+            charge_of(&[("requests.nvidia.com/gpu.A100", "1")], 10),
+        )
+        .unwrap();
+        let err = charge(
+            &mut q,
+            "b",
+            charge_of(&[("requests.nvidia.com/gpu.A100", "1")], 8),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bizrq nlp-team: requests.nvidia.com/gpu.A100 asks 8, 6 left of 16"
+        );
+    }
+
+    #[test]
+    fn model_and_generic_keys_both_bind() {
+        // limits.cpu: 10 and limits.cpu.A4: 4 — after 4 cores of A4, no more
+        // A4, yet 6 cores of another model fit.
+        let mut q = quota("g", &[("limits.cpu", "10"), ("limits.cpu.A4", "4")]);
+        let a4 = [("limits.cpu", "4"), ("limits.cpu.A4", "4")];
+        charge(&mut q, "w1", charge_of(&a4, 1)).unwrap();
+        assert!(charge(
+            &mut q,
+            "w2",
+            charge_of(&[("limits.cpu", "1"), ("limits.cpu.A4", "1")], 1)
+        )
+        .is_err());
+        charge(
+            &mut q,
+            "w3",
+            charge_of(&[("limits.cpu", "6"), ("limits.cpu.A1", "6")], 1),
+        )
+        .unwrap();
+        assert_eq!(q.status.used["limits.cpu"], "10".parse().unwrap());
+        assert!(charge(&mut q, "w4", charge_of(&[("limits.cpu", "1")], 1)).is_err());
+    }
+
+    #[test]
+    fn update_charges_difference_and_decrease_always_passes() {
+        let mut q = quota("g", &[("pods", "5")]);
+        charge(&mut q, "w", charge_of(&[("pods", "1")], 4)).unwrap();
+        charge(&mut q, "w", charge_of(&[("pods", "1")], 5)).unwrap();
+        assert!(charge(&mut q, "w", charge_of(&[("pods", "1")], 6)).is_err());
+        // Lower hard below used: a decrease still passes, any increase fails.
+        q.spec.hard = list(&[("pods", "2")]);
+        charge(&mut q, "w", charge_of(&[("pods", "1")], 3)).unwrap();
+        assert!(charge(&mut q, "x", charge_of(&[("pods", "1")], 1)).is_err());
+    }
+
+    #[test]
+    fn retried_charge_changes_nothing() {
+        let mut q = quota("g", &[("pods", "5")]);
+        assert!(charge(&mut q, "w", charge_of(&[("pods", "1")], 5)).unwrap());
+        assert!(!charge(&mut q, "w", charge_of(&[("pods", "1")], 5)).unwrap());
+        assert_eq!(q.status.used["pods"], Quantity::from_units(5));
+    }
+
+    #[test]
+    fn exhausted_cash_denies_new_gpu_work_only() {
+        let mut q = quota(
+            "g",
+            &[
+                ("cash/requests.nvidia.com/gpu", "100"),
+                ("requests.cpu", "100"),
+            ],
+        );
+        q.status.add_accrued(
+            "cash/requests.nvidia.com/gpu",
+            100 * crate::quantity::NANO * crate::cash::MS_PER_HOUR * crate::cash::PER_MILLE,
+        );
+        q.status.refresh(&q.spec.clone());
+        let err = charge(
+            &mut q,
+            "w",
+            charge_of(&[("requests.nvidia.com/gpu", "1")], 1),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("bizrq g: cash/requests.nvidia.com/gpu is exhausted, 100 used of 100"),
+            "{err}"
+        );
+        charge(&mut q, "cpu-only", charge_of(&[("requests.cpu", "1")], 1)).unwrap();
+    }
+}

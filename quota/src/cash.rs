@@ -1,0 +1,147 @@
+//! Cash: budgets of resource × hours. Accrual is exact: accumulators hold
+//! nano-units × milliseconds × per-mille price, so accruing [a,c) equals
+//! accruing [a,b) and then [b,c), whatever the split.
+
+use crate::quantity::{div_ceil, Quantity};
+use crate::resources::{self, ResourceList};
+use crate::usage::QosClass;
+use std::collections::BTreeMap;
+
+pub const MS_PER_HOUR: i128 = 3_600_000;
+/// Price unit: 1000 ‰ = charged at face value.
+pub const PER_MILLE: i128 = 1000;
+
+/// Price multipliers per QoS class in per-mille (seed 002's tiers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Prices {
+    pub guaranteed: i128,
+    pub burstable: i128,
+    pub best_effort: i128,
+}
+
+impl Default for Prices {
+    fn default() -> Self {
+        Prices {
+            guaranteed: PER_MILLE,
+            burstable: PER_MILLE,
+            best_effort: PER_MILLE,
+        }
+    }
+}
+
+impl Prices {
+    pub fn for_class(&self, qos: Option<QosClass>) -> i128 {
+        match qos {
+            Some(QosClass::Guaranteed) | None => self.guaranteed,
+            Some(QosClass::Burstable) => self.burstable,
+            Some(QosClass::BestEffort) => self.best_effort,
+        }
+    }
+}
+
+/// Something that held `usage` from `start_ms` until `end_ms` (or still does).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interval {
+    pub usage: ResourceList,
+    pub qos: Option<QosClass>,
+    pub start_ms: i64,
+    pub end_ms: Option<i64>,
+}
+
+/// What the intervals cost within the window [from, to), per cash key.
+/// `cash_keys` pairs each cash key with the usage key it accrues from.
+pub fn accrue(
+    intervals: &[Interval],
+    cash_keys: &[(String, String)],
+    from_ms: i64,
+    to_ms: i64,
+    prices: &Prices,
+) -> BTreeMap<String, i128> {
+    let mut out = BTreeMap::new();
+    for iv in intervals {
+        let start = iv.start_ms.max(from_ms);
+        let end = iv.end_ms.unwrap_or(to_ms).min(to_ms);
+        if end <= start {
+            continue;
+        }
+        let ms = (end - start) as i128;
+        let price = prices.for_class(iv.qos);
+        for (ck, uk) in cash_keys {
+            let q = resources::get(&iv.usage, uk);
+            if q.is_zero() {
+                continue;
+            }
+            let e = out.entry(ck.clone()).or_insert(0i128);
+            *e = e.saturating_add(q.nanos().saturating_mul(ms).saturating_mul(price));
+        }
+    }
+    out
+}
+
+/// Accumulator → resource-hours, rounded up to the nano-unit.
+pub fn to_quantity(accrued: i128) -> Quantity {
+    Quantity::from_nanos(div_ceil(accrued, MS_PER_HOUR * PER_MILLE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpus(n: i64) -> ResourceList {
+        [(
+            "requests.nvidia.com/gpu".to_string(),
+            Quantity::from_units(n),
+        )]
+        .into()
+    }
+    fn keys() -> Vec<(String, String)> {
+        vec![(
+            "cash/requests.nvidia.com/gpu".into(),
+            "requests.nvidia.com/gpu".into(),
+        )]
+    }
+
+    #[test]
+    fn ten_cards_for_an_hour_is_ten_card_hours() {
+        let iv = Interval {
+            usage: gpus(10),
+            qos: None,
+            start_ms: 0,
+            end_ms: None,
+        };
+        let acc = accrue(&[iv], &keys(), 0, 3_600_000, &Prices::default());
+        assert_eq!(
+            to_quantity(acc["cash/requests.nvidia.com/gpu"]),
+            Quantity::from_units(10)
+        );
+    }
+
+    #[test]
+    fn intervals_clip_to_the_window_and_prices_scale() {
+        let ivs = [
+            Interval {
+                usage: gpus(2),
+                qos: Some(QosClass::BestEffort),
+                start_ms: -1000,
+                end_ms: Some(1_800_000),
+            },
+            Interval {
+                usage: gpus(4),
+                qos: Some(QosClass::Guaranteed),
+                start_ms: 5_000_000,
+                end_ms: None,
+            },
+        ];
+        let prices = Prices {
+            best_effort: 500,
+            ..Prices::default()
+        };
+        let acc = accrue(&ivs, &keys(), 0, 3_600_000, &prices);
+        // 2 cards × 0.5 h × 0.5 = 0.5 card-hour; the second starts after the window.
+        assert_eq!(
+            to_quantity(acc["cash/requests.nvidia.com/gpu"]),
+            "500m".parse().unwrap()
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! Resource keys of a quota: standard (`requests.cpu`, `pods`), model-qualified
+//! (`limits.cpu.A4`, `requests.nvidia.com/gpu.A100`) and cash (`cash/…`).
+
+use serde::{Deserialize, Serialize};
+
+pub const CASH_PREFIX: &str = "cash/";
+pub const QUOTA_LABEL: &str = "biz.group.resource.quota";
+pub const CPU_TYPE_LABEL: &str = "biz.group.resource.quota/cpu-type";
+pub const GPU_TYPE_LABEL: &str = "biz.group.resource.quota/gpu-type";
+pub const MEMORY_TYPE_LABEL: &str = "biz.group.resource.quota/memory-type";
+
+/// Which extended resources are GPUs (and so take the gpu-type label).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyConfig {
+    pub gpu_resources: Vec<String>,
+}
+
+impl Default for KeyConfig {
+    fn default() -> Self {
+        KeyConfig {
+            gpu_resources: vec![
+                "nvidia.com/gpu".into(),
+                "amd.com/gpu".into(),
+                "gpu.intel.com/i915".into(),
+                "habana.ai/gaudi".into(),
+                "huawei.com/Ascend910".into(),
+            ],
+        }
+    }
+}
+
+impl KeyConfig {
+    pub fn is_gpu(&self, resource: &str) -> bool {
+        self.gpu_resources.iter().any(|g| g == resource)
+    }
+
+    /// Which model label qualifies a resource, if any.
+    pub fn model_label(&self, resource: &str) -> Option<&'static str> {
+        match resource {
+            "cpu" => Some(CPU_TYPE_LABEL),
+            "memory" => Some(MEMORY_TYPE_LABEL),
+            r if self.is_gpu(r) => Some(GPU_TYPE_LABEL),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a key counts requests, limits or pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    Requests,
+    Limits,
+    Pods,
+}
+
+/// A parsed key. `base` is the standard key without model (`limits.cpu`),
+/// `resource` the pod resource it counts (`cpu`, `nvidia.com/gpu`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Key {
+    pub cash: bool,
+    pub class: Class,
+    pub base: String,
+    pub resource: String,
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("unknown resource key '{0}': expected pods, cpu, memory, ephemeral-storage, requests.<resource>, limits.<resource>, a model-qualified key such as limits.cpu.A4, or cash/<key>")]
+    Unknown(String),
+    #[error("resource key '{key}': '{resource}' cannot be qualified by a model (only cpu, memory and the configured GPU resources can)")]
+    NoModel { key: String, resource: String },
+    #[error(
+        "resource key '{key}': model '{model}' must be letters, digits, '-' or '_' (at most 63)"
+    )]
+    BadModel { key: String, model: String },
+}
+
+impl Key {
+    pub fn parse(text: &str, cfg: &KeyConfig) -> Result<Key, KeyError> {
+        let (cash, rest) = match text.strip_prefix(CASH_PREFIX) {
+            Some(r) => (true, r),
+            None => (false, text),
+        };
+        let unknown = || KeyError::Unknown(text.to_string());
+        if rest == "pods" {
+            return Ok(Key {
+                cash,
+                class: Class::Pods,
+                base: "pods".into(),
+                resource: "pods".into(),
+                model: None,
+            });
+        }
+        let (class, prefix, res) = if let Some(r) = rest.strip_prefix("requests.") {
+            (Class::Requests, "requests.", r)
+        } else if let Some(r) = rest.strip_prefix("limits.") {
+            (Class::Limits, "limits.", r)
+        } else {
+            // plain cpu / memory / ephemeral-storage alias requests.*
+            (Class::Requests, "", rest)
+        };
+        if res.is_empty() {
+            return Err(unknown());
+        }
+        // Split a trailing `.MODEL` when what stands before it is a resource
+        // that takes a model; otherwise the dot belongs to the resource name
+        // (e.g. `nvidia.com/mig-1g.5gb`).
+        let (resource, model) = match res.rsplit_once('.') {
+            Some((r, m)) if cfg.model_label(r).is_some() && !r.ends_with('/') => (r, Some(m)),
+            _ => (res, None),
+        };
+        let native = matches!(resource, "cpu" | "memory" | "ephemeral-storage")
+            || resource.starts_with("hugepages-");
+        if !is_resource_name(resource) || (!native && !resource.contains('/')) {
+            return Err(unknown());
+        }
+        if prefix.is_empty() && !matches!(resource, "cpu" | "memory" | "ephemeral-storage") {
+            return Err(unknown());
+        }
+        if let Some(m) = model {
+            if cfg.model_label(resource).is_none() {
+                return Err(KeyError::NoModel {
+                    key: text.into(),
+                    resource: resource.into(),
+                });
+            }
+            if !is_model_name(m) {
+                return Err(KeyError::BadModel {
+                    key: text.into(),
+                    model: m.into(),
+                });
+            }
+        }
+        Ok(Key {
+            cash,
+            class,
+            base: format!("{prefix}{resource}"),
+            resource: resource.to_string(),
+            model: model.map(str::to_string),
+        })
+    }
+
+    /// The key without the cash prefix (what a cash key accrues from).
+    pub fn usage_key(&self) -> String {
+        match &self.model {
+            Some(m) => format!("{}.{m}", self.base),
+            None => self.base.clone(),
+        }
+    }
+}
+
+/// `cash/requests.nvidia.com/gpu` → `requests.nvidia.com/gpu`.
+pub fn cash_target(key: &str) -> Option<&str> {
+    key.strip_prefix(CASH_PREFIX)
+}
+
+pub fn is_model_name(m: &str) -> bool {
+    !m.is_empty()
+        && m.len() <= 63
+        && m.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Kubernetes resource names: `cpu`, `hugepages-2Mi`, `nvidia.com/gpu`.
+fn is_resource_name(r: &str) -> bool {
+    let name_ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            && s.as_bytes()[0].is_ascii_alphanumeric()
+            && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
+    };
+    match r.split_once('/') {
+        Some((domain, name)) => {
+            !domain.is_empty()
+                && domain.len() <= 253
+                && domain.split('.').all(name_ok)
+                && name_ok(name)
+        }
+        None => name_ok(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Key, KeyError> {
+        Key::parse(s, &KeyConfig::default())
+    }
+
+    #[test]
+    fn standard_keys() {
+        let k = parse("requests.cpu").unwrap();
+        assert_eq!(
+            (k.class, k.base.as_str(), k.model),
+            (Class::Requests, "requests.cpu", None)
+        );
+        assert_eq!(parse("cpu").unwrap().base, "cpu");
+        assert_eq!(parse("memory").unwrap().resource, "memory");
+        assert_eq!(parse("pods").unwrap().class, Class::Pods);
+        assert_eq!(
+            parse("limits.ephemeral-storage").unwrap().class,
+            Class::Limits
+        );
+        let k = parse("requests.example.com/fpga").unwrap();
+        assert_eq!(k.resource, "example.com/fpga");
+    }
+
+    #[test]
+    fn model_keys() {
+        let k = parse("requests.nvidia.com/gpu.A100").unwrap();
+        assert_eq!(k.base, "requests.nvidia.com/gpu");
+        assert_eq!(k.model.as_deref(), Some("A100"));
+        assert_eq!(k.usage_key(), "requests.nvidia.com/gpu.A100");
+        let k = parse("limits.cpu.A4").unwrap();
+        assert_eq!(
+            (k.base.as_str(), k.model.as_deref()),
+            ("limits.cpu", Some("A4"))
+        );
+        let k = parse("limits.memory.A4").unwrap();
+        assert_eq!(k.resource, "memory");
+        let k = parse("cpu.A4").unwrap();
+        assert_eq!(k.base, "cpu");
+        // A MIG profile keeps its dot: not a GPU resource in the config.
+        let k = parse("requests.nvidia.com/mig-1g.5gb").unwrap();
+        assert_eq!(
+            (k.resource.as_str(), k.model),
+            ("nvidia.com/mig-1g.5gb", None)
+        );
+    }
+
+    #[test]
+    fn cash_keys() {
+        let k = parse("cash/requests.nvidia.com/gpu").unwrap();
+        assert!(k.cash);
+        assert_eq!(k.usage_key(), "requests.nvidia.com/gpu");
+        assert_eq!(cash_target("cash/limits.cpu"), Some("limits.cpu"));
+        assert!(parse("cash/requests.nvidia.com/gpu.T4").unwrap().cash);
+    }
+
+    #[test]
+    fn rejects_unknown() {
+        for bad in [
+            "foo",
+            "requests.",
+            "nvidia.com/gpu",
+            "limits",
+            "cash/",
+            "requests.cpu..A4",
+            "storage.A4",
+            "requests.ephemeral-storage.X",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} should be rejected");
+        }
+        assert!(matches!(
+            parse("requests.cpu.A 4"),
+            Err(KeyError::Unknown(_) | KeyError::BadModel { .. })
+        ));
+    }
+}

@@ -1,0 +1,22 @@
+//! bizrq's quota engine: the pure part of the product. No I/O, no async, no
+//! clock — time and state come in as arguments, decisions go out as values.
+//! It also compiles for wasm32 so the portal can reuse it in the browser.
+
+pub mod admission;
+pub mod cash;
+pub mod keys;
+pub mod object;
+pub mod quantity;
+pub mod resources;
+pub mod time;
+pub mod tree;
+pub mod usage;
+pub mod workload;
+
+pub use admission::{Denial, Shortfall};
+pub use keys::KeyConfig;
+pub use object::{Charge, Quota, QuotaSpec, QuotaStatus};
+pub use quantity::Quantity;
+pub use resources::ResourceList;
+pub use tree::TreeError;
+pub use workload::{Adapter, Workload};

@@ -1,0 +1,262 @@
+//! The `BizGroupResourceQuota` object: spec, status and the ledgers kept in
+//! status (carve-outs of children, charges of workloads, cash accumulators).
+//! `used` and `selfUsed` are always derived from the ledgers by `refresh`.
+
+use crate::cash::{self, Prices};
+use crate::keys::cash_target;
+use crate::quantity::Quantity;
+use crate::resources::{self, ResourceList};
+use crate::time;
+use crate::workload::PodSet;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const API_GROUP: &str = "bizrq.io";
+pub const API_VERSION: &str = "v1";
+pub const KIND: &str = "BizGroupResourceQuota";
+pub const PLURAL: &str = "bizgroupresourcequotas";
+pub const SHORT_NAME: &str = "bizrq";
+
+pub fn api_version() -> String {
+    format!("{API_GROUP}/{API_VERSION}")
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QuotaSpec {
+    /// "" for a root of the tree.
+    #[serde(default)]
+    pub parent: String,
+    /// Guaranteed quota, carved out of the parent.
+    #[serde(default)]
+    pub hard: ResourceList,
+    /// Optional ceiling including borrowed capacity.
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    pub max: ResourceList,
+}
+
+/// What a workload holds in a quota: its pod sets and, for an HPA target,
+/// the HPA's `maxReplicas`, which is what is charged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Charge {
+    pub pod_sets: Vec<PodSet>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hpa: Option<HpaCharge>,
+    /// When it was first charged (RFC 3339).
+    pub since: String,
+    /// The admission request that last changed it.
+    #[serde(default)]
+    pub uid: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HpaCharge {
+    pub name: String,
+    pub max_replicas: i64,
+}
+
+impl Charge {
+    /// Count of a pod set as charged: an HPA's maxReplicas reserves room for
+    /// the single scalable set.
+    pub fn charged_count(&self, set: &PodSet) -> i64 {
+        match &self.hpa {
+            Some(h) if self.pod_sets.len() == 1 => set.count.max(h.max_replicas),
+            _ => set.count,
+        }
+    }
+
+    pub fn usage(&self) -> ResourceList {
+        let mut out = ResourceList::new();
+        for s in &self.pod_sets {
+            resources::add_into(&mut out, &s.usage(self.charged_count(s)));
+        }
+        out
+    }
+
+    /// Same charge in quota terms (ignores when and by which request).
+    pub fn same_as(&self, other: &Charge) -> bool {
+        self.pod_sets == other.pod_sets && self.hpa == other.hpa
+    }
+}
+
+/// A child's carve-out as recorded in its parent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Carve {
+    pub hard: ResourceList,
+    pub since: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaStatus {
+    #[serde(default)]
+    pub hard: ResourceList,
+    /// selfUsed + Σ children's hard (+ cash spent), for the keys of hard.
+    #[serde(default)]
+    pub used: ResourceList,
+    /// Usage of workloads bound directly to this node.
+    #[serde(default)]
+    pub self_used: ResourceList,
+    /// End of the last cash accrual window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reconcile_time: Option<String>,
+    /// Carve-outs of children, by child name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub children: BTreeMap<String, Carve>,
+    /// Charges of bound workloads, by workload reference
+    /// (`group/Kind/namespace/name`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub workloads: BTreeMap<String, Charge>,
+    /// Exact cash accumulators per cash key, in nano-units × milliseconds ×
+    /// per-mille price (integers as strings, so nothing is rounded).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cash_accrued: BTreeMap<String, String>,
+}
+
+impl QuotaStatus {
+    pub fn accrued(&self, cash_key: &str) -> i128 {
+        self.cash_accrued
+            .get(cash_key)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn add_accrued(&mut self, cash_key: &str, amount: i128) {
+        if amount == 0 {
+            return;
+        }
+        let v = self.accrued(cash_key).saturating_add(amount);
+        self.cash_accrued
+            .insert(cash_key.to_string(), v.to_string());
+    }
+
+    /// Everything bound directly here, on all keys (not only those of hard).
+    pub fn self_usage(&self) -> ResourceList {
+        resources::sum(
+            self.workloads
+                .values()
+                .map(|c| c.usage())
+                .collect::<Vec<_>>()
+                .iter(),
+        )
+    }
+
+    /// Recompute `hard`, `selfUsed` and `used` from spec and ledgers.
+    pub fn refresh(&mut self, spec: &QuotaSpec) {
+        let mut own = self.self_usage();
+        for key in spec.hard.keys() {
+            if cash_target(key).is_some() {
+                own.insert(key.clone(), cash::to_quantity(self.accrued(key)));
+            }
+        }
+        let mut all = own.clone();
+        for c in self.children.values() {
+            resources::add_into(&mut all, &c.hard);
+        }
+        self.hard = spec.hard.clone();
+        self.self_used = resources::project(&own, &spec.hard);
+        self.used = resources::project(&all, &spec.hard);
+    }
+
+    /// Standalone cash accrual: every charged workload held its usage since
+    /// the later of its charge and the last window's end. Called before any
+    /// change to the ledger, so within a window the usage was constant.
+    pub fn accrue_ledger(&mut self, spec: &QuotaSpec, now_ms: i64, prices: &Prices) {
+        let last = self
+            .last_reconcile_time
+            .as_deref()
+            .and_then(time::parse_rfc3339);
+        if let Some(last) = last {
+            if now_ms <= last {
+                return;
+            }
+            let cash_keys: Vec<(String, String)> = spec
+                .hard
+                .keys()
+                .filter_map(|k| cash_target(k).map(|t| (k.clone(), t.to_string())))
+                .collect();
+            if !cash_keys.is_empty() {
+                let mut intervals = Vec::new();
+                for c in self.workloads.values() {
+                    let since = time::parse_rfc3339(&c.since).unwrap_or(last);
+                    for s in &c.pod_sets {
+                        intervals.push(cash::Interval {
+                            usage: s.usage(c.charged_count(s)),
+                            qos: s.qos,
+                            start_ms: since,
+                            end_ms: None,
+                        });
+                    }
+                }
+                for (ck, amount) in cash::accrue(&intervals, &cash_keys, last, now_ms, prices) {
+                    self.add_accrued(&ck, amount);
+                }
+            }
+        }
+        self.last_reconcile_time = Some(time::format_rfc3339(now_ms));
+        self.refresh(spec);
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A quota in the CRD's shape, as the JSON API and the cluster exchange it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Quota {
+    #[serde(default = "api_version")]
+    pub api_version: String,
+    #[serde(default = "kind")]
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: QuotaSpec,
+    #[serde(default)]
+    pub status: QuotaStatus,
+}
+
+fn kind() -> String {
+    KIND.to_string()
+}
+
+impl Quota {
+    pub fn new(name: &str, spec: QuotaSpec) -> Quota {
+        let mut q = Quota {
+            api_version: api_version(),
+            kind: kind(),
+            metadata: ObjectMeta {
+                name: name.to_string(),
+                ..Default::default()
+            },
+            spec,
+            status: QuotaStatus::default(),
+        };
+        q.status.refresh(&q.spec);
+        q
+    }
+
+    pub fn name(&self) -> &str {
+        &self.metadata.name
+    }
+
+    /// What is left of `key`: hard − used (negative when over quota).
+    pub fn left(&self, key: &str) -> Quantity {
+        resources::get(&self.spec.hard, key).saturating_sub(resources::get(&self.status.used, key))
+    }
+}

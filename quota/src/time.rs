@@ -1,0 +1,117 @@
+//! RFC 3339 timestamps (UTC, milliseconds) without a clock: the caller says
+//! what time it is.
+
+/// Milliseconds since the Unix epoch → `2026-11-21T21:26:44.123Z`.
+pub fn format_rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let milli = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z",
+        sod / 3600,
+        (sod / 60) % 60,
+        sod % 60
+    )
+}
+
+/// Parses `YYYY-MM-DDTHH:MM:SS[.fff…](Z|±HH:MM)` into epoch milliseconds.
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
+    };
+    let (y, mo, d, h, mi, se) = (
+        num(0..4)?,
+        num(5..7)?,
+        num(8..10)?,
+        num(11..13)?,
+        num(14..16)?,
+        num(17..19)?,
+    );
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut ms = 0;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let n = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 {
+            return None;
+        }
+        let digits = &frac[..n];
+        ms = format!("{:0<3}", &digits[..n.min(3)]).parse::<i64>().ok()?;
+        rest = &frac[n..];
+    }
+    let offset_min = match rest {
+        "Z" | "z" => 0,
+        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) && &o[3..4] == ":" => {
+            let sign = if o.starts_with('-') { -1 } else { 1 };
+            sign * (o[1..3].parse::<i64>().ok()? * 60 + o[4..6].parse::<i64>().ok()?)
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(y, mo, d);
+    Some(((days * 86_400 + h * 3600 + mi * 60 + se) - offset_min * 60) * 1000 + ms)
+}
+
+// Howard Hinnant's civil-date algorithms.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_known_values() {
+        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00.000Z");
+        let t = parse_rfc3339("2026-11-21T21:26:44.123Z").unwrap();
+        assert_eq!(format_rfc3339(t), "2026-11-21T21:26:44.123Z");
+        assert_eq!(
+            parse_rfc3339("2024-02-29T00:00:00Z").unwrap() % 86_400_000,
+            0
+        );
+        assert_eq!(
+            parse_rfc3339("2026-01-01T02:00:00+02:00"),
+            parse_rfc3339("2026-01-01T00:00:00Z")
+        );
+        assert_eq!(parse_rfc3339("not a time"), None);
+        for ms in [-1, 1, 951_782_400_000, 4_102_444_800_999] {
+            assert_eq!(parse_rfc3339(&format_rfc3339(ms)), Some(ms));
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! Tree rules (SPEC §2): a child's hard covers its parent's keys and is carved
+//! out of the parent's remainder; lowering is always allowed; only leaves go.
+
+use crate::admission::Shortfall;
+use crate::keys::{cash_target, Key, KeyConfig};
+use crate::object::{Carve, Quota, QuotaSpec};
+use crate::resources::{self, ResourceList};
+use std::collections::BTreeSet;
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TreeError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("bizrq {child}: parent '{parent}' does not exist")]
+    ParentMissing { child: String, parent: String },
+    #[error("bizrq {name}: spec.parent cannot change after creation (was '{from}', asked '{to}')")]
+    ParentImmutable {
+        name: String,
+        from: String,
+        to: String,
+    },
+    #[error("bizrq {name}: parent chain {chain} forms a cycle")]
+    Cycle { name: String, chain: String },
+    #[error("bizrq {child}: hard must contain every key of parent {parent}'s hard; missing {}", .keys.join(", "))]
+    MissingKeys {
+        child: String,
+        parent: String,
+        keys: Vec<String>,
+    },
+    #[error("bizrq {name}: cannot add {} to hard while children {} lack it; add it to them first", .keys.join(", "), .children.join(", "))]
+    ChildrenLackKeys {
+        name: String,
+        keys: Vec<String>,
+        children: Vec<String>,
+    },
+    #[error("bizrq {child} does not fit in its parent: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "), child = .1)]
+    DoesNotFit(Vec<Shortfall>, String),
+    #[error("bizrq {name}: only leaves can be deleted; children: {}", .children.join(", "))]
+    NotALeaf { name: String, children: Vec<String> },
+}
+
+/// DNS-1123 subdomain, as Kubernetes requires of object names.
+pub fn validate_name(name: &str) -> Result<(), TreeError> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
+    if ok {
+        Ok(())
+    } else {
+        Err(TreeError::Invalid(format!(
+            "'{name}' is not a valid quota name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253"
+        )))
+    }
+}
+
+/// Checks a spec on its own: names, keys, non-negative amounts, max ≥ hard.
+pub fn validate_spec(name: &str, spec: &QuotaSpec, cfg: &KeyConfig) -> Result<(), TreeError> {
+    validate_name(name)?;
+    if !spec.parent.is_empty() {
+        validate_name(&spec.parent)?;
+        if spec.parent == name {
+            return Err(TreeError::Cycle {
+                name: name.into(),
+                chain: format!("{name} → {name}"),
+            });
+        }
+    }
+    let invalid = |m: String| TreeError::Invalid(format!("bizrq {name}: {m}"));
+    for (field, list) in [("hard", &spec.hard), ("max", &spec.max)] {
+        for (k, v) in list {
+            Key::parse(k, cfg).map_err(|e| invalid(format!("spec.{field}: {e}")))?;
+            if v.is_negative() {
+                return Err(invalid(format!("spec.{field}.{k} is negative ({v})")));
+            }
+        }
+    }
+    for (k, m) in &spec.max {
+        if cash_target(k).is_some() {
+            return Err(invalid(format!("spec.max.{k}: cash cannot be borrowed")));
+        }
+        match spec.hard.get(k) {
+            Some(h) if m < h => {
+                return Err(invalid(format!(
+                    "spec.max.{k} ({m}) is below spec.hard.{k} ({h})"
+                )));
+            }
+            None => {
+                return Err(invalid(format!(
+                    "spec.max.{k} has no spec.hard.{k} to extend"
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The ancestors of `parent` must not include `name` (defensive: parents are
+/// immutable and must exist, so a cycle can only come from bad data).
+pub fn check_no_cycle<'a>(
+    name: &str,
+    parent: &str,
+    parent_of: impl Fn(&str) -> Option<&'a str>,
+) -> Result<(), TreeError> {
+    let mut chain = vec![name.to_string()];
+    let mut cur = parent.to_string();
+    while !cur.is_empty() {
+        chain.push(cur.clone());
+        if cur == name || chain.len() > 10_000 {
+            return Err(TreeError::Cycle {
+                name: name.into(),
+                chain: chain.join(" → "),
+            });
+        }
+        cur = parent_of(&cur).unwrap_or("").to_string();
+    }
+    Ok(())
+}
+
+/// A child's hard must contain every key of its parent's hard.
+pub fn check_covers(
+    child: &str,
+    child_hard: &ResourceList,
+    parent: &Quota,
+) -> Result<(), TreeError> {
+    let missing: Vec<String> = parent
+        .spec
+        .hard
+        .keys()
+        .filter(|k| !child_hard.contains_key(*k))
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(TreeError::MissingKeys {
+            child: child.into(),
+            parent: parent.name().into(),
+            keys: missing,
+        })
+    }
+}
+
+/// A node that gains keys must not leave its children without them.
+pub fn check_children_cover(
+    name: &str,
+    new_hard: &ResourceList,
+    children: &[(&str, &ResourceList)],
+) -> Result<(), TreeError> {
+    let mut keys = BTreeSet::new();
+    let mut lacking = BTreeSet::new();
+    for (child, hard) in children {
+        for k in new_hard.keys().filter(|k| !hard.contains_key(*k)) {
+            keys.insert(k.clone());
+            lacking.insert(child.to_string());
+        }
+    }
+    if keys.is_empty() {
+        Ok(())
+    } else {
+        Err(TreeError::ChildrenLackKeys {
+            name: name.into(),
+            keys: keys.into_iter().collect(),
+            children: lacking.into_iter().collect(),
+        })
+    }
+}
+
+/// Carve `new_hard` for `child` out of `parent`: checks that the child covers
+/// the parent's keys and that every raise fits the parent's remainder
+/// (hard − used), then records the carve-out in the parent's status.
+/// Lowering never fails. Returns whether the parent changed.
+pub fn carve(
+    parent: &mut Quota,
+    child: &str,
+    new_hard: &ResourceList,
+    since: &str,
+) -> Result<bool, TreeError> {
+    check_covers(child, new_hard, parent)?;
+    parent.status.refresh(&parent.spec);
+    let old = parent
+        .status
+        .children
+        .get(child)
+        .map(|c| c.hard.clone())
+        .unwrap_or_default();
+    if old == *new_hard && parent.status.children.contains_key(child) {
+        return Ok(false);
+    }
+    let delta = resources::diff(new_hard, &old);
+    let mut short = Vec::new();
+    for (key, d) in &delta {
+        let Some(h) = parent.spec.hard.get(key) else {
+            continue;
+        };
+        if d.nanos() <= 0 {
+            continue;
+        }
+        let u = resources::get(&parent.status.used, key);
+        if u.saturating_add(*d) > *h {
+            short.push(Shortfall {
+                quota: parent.name().into(),
+                key: key.clone(),
+                asked: *d,
+                left: h.saturating_sub(u),
+                hard: *h,
+            });
+        }
+    }
+    if !short.is_empty() {
+        return Err(TreeError::DoesNotFit(short, child.into()));
+    }
+    let since = parent
+        .status
+        .children
+        .get(child)
+        .map(|c| c.since.clone())
+        .unwrap_or_else(|| since.to_string());
+    parent.status.children.insert(
+        child.to_string(),
+        Carve {
+            hard: new_hard.clone(),
+            since,
+        },
+    );
+    parent.status.refresh(&parent.spec);
+    Ok(true)
+}
+
+/// Return a deleted child's carve-out to its parent.
+pub fn uncarve(parent: &mut Quota, child: &str) -> bool {
+    let changed = parent.status.children.remove(child).is_some();
+    if changed {
+        parent.status.refresh(&parent.spec);
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(pairs: &[(&str, &str)]) -> ResourceList {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+            .collect()
+    }
+    fn spec(parent: &str, hard: &[(&str, &str)]) -> QuotaSpec {
+        QuotaSpec {
+            parent: parent.into(),
+            hard: list(hard),
+            max: Default::default(),
+        }
+    }
+
+    #[test]
+    fn carve_checks_remainder_and_lowering_always_passes() {
+        let mut root = Quota::new(
+            "ai",
+            spec("", &[("requests.nvidia.com/gpu", "16"), ("pods", "100")]),
+        );
+        let t = "2026-01-01T00:00:00.000Z";
+        carve(
+            &mut root,
+            "cv",
+            &list(&[("requests.nvidia.com/gpu", "10"), ("pods", "10")]),
+            t,
+        )
+        .unwrap();
+        let err = carve(
+            &mut root,
+            "nlp",
+            &list(&[("requests.nvidia.com/gpu", "8"), ("pods", "10")]),
+            t,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bizrq nlp does not fit in its parent: bizrq ai: requests.nvidia.com/gpu asks 8, 6 left of 16"
+        );
+        carve(
+            &mut root,
+            "nlp",
+            &list(&[("requests.nvidia.com/gpu", "6"), ("pods", "10")]),
+            t,
+        )
+        .unwrap();
+        carve(
+            &mut root,
+            "cv",
+            &list(&[("requests.nvidia.com/gpu", "1"), ("pods", "10")]),
+            t,
+        )
+        .unwrap();
+        assert_eq!(
+            root.status.used["requests.nvidia.com/gpu"],
+            "7".parse().unwrap()
+        );
+        uncarve(&mut root, "cv");
+        assert_eq!(root.status.used["pods"], "10".parse().unwrap());
+    }
+
+    #[test]
+    fn child_must_cover_parent_keys() {
+        let mut root = Quota::new("ai", spec("", &[("limits.cpu", "10"), ("pods", "5")]));
+        let err = carve(&mut root, "cv", &list(&[("limits.cpu", "1")]), "t").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bizrq cv: hard must contain every key of parent ai's hard; missing pods"
+        );
+    }
+
+    #[test]
+    fn spec_validation() {
+        let cfg = KeyConfig::default();
+        assert!(validate_spec("ok", &spec("", &[("limits.cpu.A4", "4")]), &cfg).is_ok());
+        for (name, s) in [
+            ("Bad_Name", spec("", &[])),
+            ("self", spec("self", &[])),
+            ("neg", spec("", &[("pods", "-1")])),
+            ("key", spec("", &[("gpus", "1")])),
+        ] {
+            assert!(validate_spec(name, &s, &cfg).is_err(), "{name}");
+        }
+        let mut s = spec("", &[("pods", "5")]);
+        s.max = list(&[("pods", "4")]);
+        assert!(validate_spec("m", &s, &cfg)
+            .unwrap_err()
+            .to_string()
+            .contains("below"));
+    }
+
+    #[test]
+    fn cycles_are_found() {
+        let parents = [("a", "b"), ("b", "c"), ("c", "a")];
+        let of = |n: &str| parents.iter().find(|(c, _)| *c == n).map(|(_, p)| *p);
+        assert!(check_no_cycle("a", "b", of).is_err());
+        assert!(check_no_cycle("x", "", of).is_ok());
+    }
+}
