@@ -1,0 +1,170 @@
+//! Invariants of the engine under arbitrary inputs.
+
+use proptest::prelude::*;
+use quota::admission;
+use quota::cash::{self, Interval, Prices};
+use quota::object::{Charge, Quota, QuotaSpec};
+use quota::quantity::{Format, Quantity, MAX_NANOS};
+use quota::resources::{self, ResourceList};
+use quota::tree;
+use quota::workload::PodSet;
+use std::collections::BTreeMap;
+
+const KEYS: [&str; 3] = ["requests.nvidia.com/gpu", "limits.cpu", "pods"];
+const T: &str = "2026-01-01T00:00:00.000Z";
+
+fn list(vals: &[i64]) -> ResourceList {
+    KEYS.iter()
+        .zip(vals)
+        .map(|(k, v)| (k.to_string(), Quantity::from_units(*v)))
+        .collect()
+}
+
+fn charge(per_pod: &[i64], count: i64) -> Charge {
+    Charge {
+        pod_sets: vec![PodSet {
+            name: "main".into(),
+            count,
+            per_pod: list(per_pod),
+            qos: None,
+        }],
+        hpa: None,
+        since: T.into(),
+        uid: String::new(),
+    }
+}
+
+fn format() -> impl Strategy<Value = Format> {
+    prop_oneof![
+        Just(Format::DecimalSi),
+        Just(Format::BinarySi),
+        Just(Format::DecimalExponent)
+    ]
+}
+
+proptest! {
+    #[test]
+    fn quantity_prints_and_parses_back(nanos in -MAX_NANOS..=MAX_NANOS, f in format()) {
+        let q = Quantity::from_nanos(nanos).with_format(f);
+        let printed = q.to_string();
+        let back: Quantity = printed.parse().unwrap();
+        prop_assert_eq!(back.nanos(), nanos, "{}", printed);
+    }
+
+    #[test]
+    fn written_quantities_parse_print_parse(int in 0u64..1_000_000, frac in proptest::option::of(0u32..1000), suffix in prop::sample::select(vec!["", "m", "k", "M", "G", "Ki", "Mi", "Gi", "Ti", "e3", "e-3", "E6"])) {
+        let text = match frac { Some(f) => format!("{int}.{f}{suffix}"), None => format!("{int}{suffix}") };
+        let q: Quantity = text.parse().unwrap();
+        let again: Quantity = q.to_string().parse().unwrap();
+        prop_assert_eq!(q, again);
+    }
+
+    /// Whatever sequence of charges, releases and retries arrives, used never
+    /// exceeds hard and always equals the sum of what is held.
+    #[test]
+    fn no_over_admission(hard in prop::collection::vec(0i64..40, 3),
+                         ops in prop::collection::vec((0usize..6, prop::collection::vec(0i64..5, 3), 0i64..6, any::<bool>()), 1..60)) {
+        let mut q = Quota::new("q", QuotaSpec { parent: String::new(), hard: list(&hard), max: Default::default() });
+        let mut held: BTreeMap<String, ResourceList> = BTreeMap::new();
+        for (w, per_pod, count, release) in ops {
+            let wref = format!("w{w}");
+            if release {
+                admission::release(&mut q, &wref);
+                held.remove(&wref);
+            } else {
+                let c = charge(&per_pod, count);
+                if admission::charge(&mut q, &wref, c.clone()).is_ok() {
+                    held.insert(wref, c.usage());
+                }
+            }
+            let total = resources::sum(held.values());
+            for k in KEYS {
+                prop_assert!(resources::get(&q.status.used, k) <= resources::get(&q.spec.hard, k), "{k} over hard");
+                prop_assert_eq!(resources::get(&q.status.used, k), resources::get(&total, k));
+            }
+        }
+    }
+
+    /// used == selfUsed + Σ children's hard at every node, and no parent is
+    /// ever carved beyond its hard, under creates, resizes, deletes, charges.
+    #[test]
+    fn carve_outs_balance(ops in prop::collection::vec((0u8..4, 0usize..8, 0usize..8, prop::collection::vec(0i64..30, 3)), 1..80)) {
+        let mut nodes: Vec<Quota> = vec![Quota::new("n0", QuotaSpec { parent: String::new(), hard: list(&[100, 100, 100]), max: Default::default() })];
+        // Lowering hard is allowed below used; such nodes may be over.
+        let mut lowered: std::collections::BTreeSet<String> = Default::default();
+        let idx = |nodes: &Vec<Quota>, name: &str| nodes.iter().position(|n| n.name() == name);
+        for (op, a, b, vals) in ops {
+            let a = a % nodes.len();
+            match op {
+                0 => { // create a child of a
+                    let name = format!("n{}", nodes.len() + b * 100);
+                    if idx(&nodes, &name).is_some() { continue; }
+                    let hard = list(&vals);
+                    if tree::carve(&mut nodes[a], &name, &hard, T).is_ok() {
+                        let parent = nodes[a].name().to_string();
+                        nodes.push(Quota::new(&name, QuotaSpec { parent, hard, max: Default::default() }));
+                    }
+                }
+                1 => { // resize a (not the root)
+                    if a == 0 { continue; }
+                    let p = idx(&nodes, &nodes[a].spec.parent.clone()).unwrap();
+                    let hard = list(&vals);
+                    let name = nodes[a].name().to_string();
+                    if tree::carve(&mut nodes[p], &name, &hard, T).is_ok() {
+                        if KEYS.iter().any(|k| resources::get(&hard, k) < resources::get(&nodes[a].spec.hard, k)) {
+                            lowered.insert(name.clone());
+                        }
+                        nodes[a].spec.hard = hard;
+                        let spec = nodes[a].spec.clone();
+                        nodes[a].status.refresh(&spec);
+                    }
+                }
+                2 => { // delete a if leaf
+                    if a == 0 || nodes.iter().any(|n| n.spec.parent == nodes[a].name()) { continue; }
+                    let p = idx(&nodes, &nodes[a].spec.parent.clone()).unwrap();
+                    let name = nodes[a].name().to_string();
+                    tree::uncarve(&mut nodes[p], &name);
+                    nodes.remove(a);
+                }
+                _ => { let _ = admission::charge(&mut nodes[a], &format!("w{b}"), charge(&vals[..], 1)); }
+            }
+            for n in &nodes {
+                let mut expect = resources::project(&n.status.self_usage(), &n.spec.hard);
+                for c in nodes.iter().filter(|c| c.spec.parent == n.name()) {
+                    resources::add_into(&mut expect, &c.spec.hard);
+                }
+                for k in KEYS {
+                    prop_assert_eq!(resources::get(&n.status.used, k), resources::get(&expect, k), "{} {}", n.name(), k);
+                    if !lowered.contains(n.name()) {
+                        prop_assert!(resources::get(&n.status.used, k) <= resources::get(&n.spec.hard, k), "{} over on {}", n.name(), k);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Accruing [a,c) equals accruing [a,b) then [b,c), to the last unit.
+    #[test]
+    fn accrual_is_additive(ivs in prop::collection::vec((0i64..9, 0i64..10_000_000, proptest::option::of(0i64..10_000_000), 0u8..3), 0..20),
+                           a in 0i64..5_000_000, split in 0i64..5_000_000, len in 0i64..10_000_000) {
+        let b = a + split.min(len);
+        let c = a + len;
+        let intervals: Vec<Interval> = ivs.iter().map(|(n, s, e, qos)| Interval {
+            usage: list(&[*n, *n * 3, 1]),
+            qos: Some([quota::usage::QosClass::Guaranteed, quota::usage::QosClass::Burstable, quota::usage::QosClass::BestEffort][*qos as usize]),
+            start_ms: *s,
+            end_ms: e.map(|e| e.max(*s)),
+        }).collect();
+        let keys: Vec<(String, String)> = KEYS.iter().map(|k| (format!("cash/{k}"), k.to_string())).collect();
+        let prices = Prices { guaranteed: 1000, burstable: 700, best_effort: 333 };
+        let whole = cash::accrue(&intervals, &keys, a, c, &prices);
+        let mut parts = cash::accrue(&intervals, &keys, a, b, &prices);
+        for (k, v) in cash::accrue(&intervals, &keys, b, c, &prices) {
+            *parts.entry(k).or_insert(0) += v;
+        }
+        parts.retain(|_, v| *v != 0);
+        let mut whole = whole;
+        whole.retain(|_, v| *v != 0);
+        prop_assert_eq!(whole, parts);
+    }
+}
