@@ -87,6 +87,10 @@ impl Charge {
 pub struct Carve {
     pub hard: ResourceList,
     pub since: String,
+    /// The request that created the child, so a failed create removes only
+    /// its own carve-out and never a concurrent winner's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -214,17 +214,18 @@ pub fn carve(
     if !short.is_empty() {
         return Err(TreeError::DoesNotFit(short, child.into()));
     }
-    let since = parent
+    let (since, uid) = parent
         .status
         .children
         .get(child)
-        .map(|c| c.since.clone())
-        .unwrap_or_else(|| since.to_string());
+        .map(|c| (c.since.clone(), c.uid.clone()))
+        .unwrap_or_else(|| (since.to_string(), String::new()));
     parent.status.children.insert(
         child.to_string(),
         Carve {
             hard: new_hard.clone(),
             since,
+            uid,
         },
     );
     parent.status.refresh(&parent.spec);

@@ -1,1 +1,46 @@
-fn main() {}
+use bizrq::config::{init_tracing, Cli, Command};
+use clap::Parser;
+use std::io::Write;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            init_tracing(args.log_format);
+            let running = bizrq::start(&args).await?;
+            if let Some(token) = &running.generated_token {
+                eprintln!("bizrq: generated an admin token for the JSON API (shown once, store it): {token}");
+            }
+            if running.self_signed_cert.is_some() {
+                tracing::info!("webhook uses a self-signed certificate (pass --tls-cert/--tls-key for a real one)");
+            }
+            tracing::info!(http = %running.http_addr, webhook = %running.webhook_addr, database = %args.database_url, "bizrq serving");
+            // One machine-readable line for scripts and tests.
+            println!(
+                "bizrq ready http={} webhook={}",
+                running.http_addr, running.webhook_addr
+            );
+            std::io::stdout().flush()?;
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            running.shutdown().await;
+        }
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

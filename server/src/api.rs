@@ -1,0 +1,229 @@
+//! The JSON API: quota objects in the CRD's shape, and a dry-run check of a
+//! workload. Everything goes through the service layer.
+
+use crate::http::{ApiError, AppState};
+use crate::service::{Persist, ServiceError};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use quota::object::{api_version, QuotaSpec, KIND};
+use quota::workload::{adapter_for_kind, group_of, ChargeMode};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteParams {
+    /// `All` decides without writing, as Kubernetes' `dryRun=All`.
+    #[serde(default)]
+    dry_run: Option<String>,
+    /// For DELETE: only if the object is still at this version.
+    #[serde(default)]
+    resource_version: Option<String>,
+}
+
+impl WriteParams {
+    fn dry(&self) -> Result<bool, ApiError> {
+        match self.dry_run.as_deref() {
+            None | Some("") => Ok(false),
+            Some("All") => Ok(true),
+            Some(o) => Err(ApiError::BadRequest(format!(
+                "dryRun must be 'All', not '{o}'"
+            ))),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct QuotaInput {
+    api_version: Option<String>,
+    kind: Option<String>,
+    metadata: MetaInput,
+    spec: QuotaSpec,
+    /// Status is ours; accepted (so a GET can be edited and PUT back) and ignored.
+    #[serde(default)]
+    #[allow(dead_code)]
+    status: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MetaInput {
+    name: String,
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    uid: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    creation_timestamp: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+fn parse_quota(body: &[u8]) -> Result<QuotaInput, ApiError> {
+    let input: QuotaInput = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("invalid {KIND}: {e}")))?;
+    if let Some(v) = input.api_version.as_deref().filter(|v| *v != api_version()) {
+        return Err(ApiError::BadRequest(format!(
+            "apiVersion '{v}' is not served; use {}",
+            api_version()
+        )));
+    }
+    if let Some(k) = input.kind.as_deref().filter(|k| *k != KIND) {
+        return Err(ApiError::BadRequest(format!("kind '{k}' is not {KIND}")));
+    }
+    Ok(input)
+}
+
+fn parse_version(v: Option<&str>) -> Result<Option<i64>, ApiError> {
+    v.filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<i64>().map_err(|_| {
+                ApiError::BadRequest(format!("resourceVersion '{s}' is not one of ours"))
+            })
+        })
+        .transpose()
+}
+
+pub async fn list(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let items: Vec<quota::Quota> = app
+        .service
+        .store
+        .list()
+        .await
+        .map_err(ServiceError::from)?
+        .into_iter()
+        .map(|s| s.quota)
+        .collect();
+    Ok(Json(serde_json::json!({
+        "apiVersion": api_version(),
+        "kind": format!("{KIND}List"),
+        "items": items,
+    }))
+    .into_response())
+}
+
+pub async fn get(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.get(&name).await?.quota).into_response())
+}
+
+pub async fn create(
+    State(app): State<AppState>,
+    Query(p): Query<WriteParams>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let input = parse_quota(&body)?;
+    let q = app
+        .service
+        .create_quota(
+            &input.metadata.name,
+            input.spec,
+            Persist::Here,
+            "",
+            p.dry()?,
+        )
+        .await?;
+    Ok((StatusCode::CREATED, Json(q)).into_response())
+}
+
+pub async fn replace(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(p): Query<WriteParams>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let input = parse_quota(&body)?;
+    if input.metadata.name != name {
+        return Err(ApiError::BadRequest(format!(
+            "metadata.name '{}' does not match the URL's '{name}'",
+            input.metadata.name
+        )));
+    }
+    let version = parse_version(input.metadata.resource_version.as_deref())?;
+    let q = app
+        .service
+        .update_quota(&name, input.spec, version, Persist::Here, p.dry()?)
+        .await?;
+    Ok(Json(q).into_response())
+}
+
+pub async fn delete(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(p): Query<WriteParams>,
+) -> Result<Response, ApiError> {
+    let version = parse_version(p.resource_version.as_deref())?;
+    app.service
+        .delete_quota(&name, version, Persist::Here, p.dry()?)
+        .await?;
+    Ok(
+        Json(serde_json::json!({ "status": "Success", "details": { "name": name, "kind": KIND } }))
+            .into_response(),
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TypeMeta {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+}
+
+/// Would this workload be admitted? Answers with the decision and the usage
+/// it would be charged, without charging.
+pub async fn check(State(app): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let svc = &app.service;
+    let tm: TypeMeta = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("invalid workload: {e}")))?;
+    let adapter = adapter_for_kind(group_of(&tm.api_version), &tm.kind).ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "kind '{}' of '{}' is not a workload kind bizrq governs",
+            tm.kind, tm.api_version
+        ))
+    })?;
+    let body =
+        std::str::from_utf8(&body).map_err(|_| ApiError::BadRequest("body is not UTF-8".into()))?;
+    let w = adapter
+        .read(body, &svc.keys)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let usage = w.usage();
+    let Some(quota) = w.quota() else {
+        return Ok(Json(serde_json::json!({
+            "allowed": true, "governed": false, "usage": usage,
+            "message": format!("not bound to a quota (no {} label)", quota::keys::QUOTA_LABEL),
+        }))
+        .into_response());
+    };
+    let wref = adapter.workload_ref(&w.meta.namespace, &w.meta.name);
+    let decision = match w.mode {
+        ChargeMode::Charge => {
+            svc.charge_workload(quota, &wref, w.pod_sets.clone(), "check", true)
+                .await
+        }
+        ChargeMode::CheckOnly => svc.check_usage(quota, &usage).await,
+    };
+    let (allowed, message) = match decision {
+        Ok(()) => (true, format!("fits in bizrq {quota}")),
+        Err(e @ (ServiceError::Denied(_) | ServiceError::NotFound(_))) => (false, e.to_string()),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Json(serde_json::json!({
+        "allowed": allowed, "governed": true, "quota": quota, "message": message,
+        "usage": usage, "warnings": w.warnings,
+    }))
+    .into_response())
+}

@@ -1,0 +1,128 @@
+//! Command line and environment.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use quota::cash::Prices;
+use quota::KeyConfig;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bizrq",
+    version,
+    about = "Hierarchical GPU quotas for Kubernetes: portal, admission webhook and controller"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve the portal, the JSON API and the admission webhook.
+    Serve(Box<ServeArgs>),
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Portal, JSON API, /metrics and health (plain HTTP).
+    #[arg(long, env = "BIZRQ_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+    /// Admission webhook (HTTPS).
+    #[arg(long, env = "BIZRQ_WEBHOOK_LISTEN", default_value = "127.0.0.1:8443")]
+    pub webhook_listen: SocketAddr,
+    /// sqlite://FILE (created if missing) or postgres://USER@HOST/DB.
+    #[arg(long, env = "DATABASE_URL", default_value = "sqlite://bizrq.db")]
+    pub database_url: String,
+    /// Bearer token for the JSON API; generated and printed once if unset.
+    #[arg(long, env = "BIZRQ_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// PEM certificate for the webhook; self-signed when absent.
+    #[arg(long, env = "BIZRQ_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for the webhook.
+    #[arg(long, env = "BIZRQ_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Seconds between full resyncs (carve-out repair, cash accrual).
+    #[arg(long, env = "BIZRQ_RESYNC_SECONDS", default_value_t = 300)]
+    pub resync_seconds: u64,
+    /// Extended resources that are GPUs (take the gpu-type model label).
+    #[arg(
+        long,
+        env = "BIZRQ_GPU_RESOURCES",
+        value_delimiter = ',',
+        default_value = "nvidia.com/gpu,amd.com/gpu,gpu.intel.com/i915,habana.ai/gaudi,huawei.com/Ascend910"
+    )]
+    pub gpu_resources: Vec<String>,
+    /// Cash price of Guaranteed pods, per mille (1000 = face value).
+    #[arg(long, env = "BIZRQ_PRICE_GUARANTEED", default_value_t = 1000)]
+    pub price_guaranteed: u32,
+    /// Cash price of Burstable pods, per mille.
+    #[arg(long, env = "BIZRQ_PRICE_BURSTABLE", default_value_t = 1000)]
+    pub price_burstable: u32,
+    /// Cash price of BestEffort pods, per mille.
+    #[arg(long, env = "BIZRQ_PRICE_BEST_EFFORT", default_value_t = 1000)]
+    pub price_best_effort: u32,
+    /// Log format.
+    #[arg(long, env = "BIZRQ_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl ServeArgs {
+    pub fn key_config(&self) -> KeyConfig {
+        KeyConfig {
+            gpu_resources: self
+                .gpu_resources
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+        }
+    }
+
+    pub fn prices(&self) -> Prices {
+        Prices {
+            guaranteed: self.price_guaranteed as i128,
+            burstable: self.price_burstable as i128,
+            best_effort: self.price_best_effort as i128,
+        }
+    }
+
+    /// Defaults for embedding (tests, benches): ephemeral ports.
+    pub fn for_tests(database_url: &str) -> ServeArgs {
+        let cli = Cli::parse_from([
+            "bizrq",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--webhook-listen",
+            "127.0.0.1:0",
+            "--database-url",
+            database_url,
+            "--admin-token",
+            "test-token",
+        ]);
+        match cli.command {
+            Command::Serve(a) => *a,
+        }
+    }
+}
+
+pub fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("BIZRQ_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}

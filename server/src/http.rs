@@ -1,0 +1,166 @@
+//! HTTP wiring: routers, shared state, the error → response mapping, auth,
+//! health, metrics and the portal page.
+
+use crate::service::{Service, ServiceError};
+use crate::{api, webhook};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use std::sync::Arc;
+
+/// API bodies are quota objects or one workload: 1 MiB is generous.
+pub const API_BODY_LIMIT: usize = 1 << 20;
+/// An AdmissionReview carries object and oldObject, each up to etcd's
+/// 1.5 MiB request limit, plus envelope.
+pub const WEBHOOK_BODY_LIMIT: usize = 4 << 20;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub service: Arc<Service>,
+    /// SHA-256 of the admin bearer token.
+    pub token_sha256: Arc<String>,
+}
+
+/// Errors of the JSON API: one variant, one status code; internal details
+/// are logged, never sent.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+}
+
+impl ApiError {
+    fn status_and_reason(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
+            ApiError::Service(e) => match e {
+                ServiceError::Denied(_) => (StatusCode::FORBIDDEN, "QuotaExceeded"),
+                ServiceError::Tree(_) => (StatusCode::UNPROCESSABLE_ENTITY, "TreeRule"),
+                ServiceError::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
+                ServiceError::AlreadyExists(_) => (StatusCode::CONFLICT, "AlreadyExists"),
+                ServiceError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
+                ServiceError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
+                ServiceError::Contention(_) => (StatusCode::SERVICE_UNAVAILABLE, "Contention"),
+                ServiceError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal"),
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, reason) = self.status_and_reason();
+        let message = if status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %self, "internal error");
+            "internal error; see the bizrq logs".to_string()
+        } else {
+            self.to_string()
+        };
+        let body = serde_json::json!({ "error": { "status": status.as_u16(), "reason": reason, "message": message } });
+        let mut resp = (status, axum::Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+async fn require_token(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| crate::util::sha256_hex(t.trim()));
+    match given {
+        Some(h) if crate::util::constant_time_eq(h.as_bytes(), app.token_sha256.as_bytes()) => {
+            next.run(req).await
+        }
+        _ => ApiError::Unauthorized.into_response(),
+    }
+}
+
+/// Portal, JSON API, health and metrics (plain HTTP; put TLS in front, or
+/// use the webhook port's TLS, in production).
+pub fn http_router(app: AppState) -> Router {
+    let api = Router::new()
+        .route("/api/v1/quotas", get(api::list).post(api::create))
+        .route(
+            "/api/v1/quotas/{name}",
+            get(api::get).put(api::replace).delete(api::delete),
+        )
+        .route("/api/v1/check", post(api::check))
+        .layer(middleware::from_fn_with_state(app.clone(), require_token));
+    Router::new()
+        .route("/", get(portal))
+        .route("/style.css", get(style))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .merge(api)
+        .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
+        .with_state(app)
+}
+
+/// The admission webhook (served over HTTPS).
+pub fn webhook_router(app: AppState) -> Router {
+    Router::new()
+        .route("/validate/quotas", post(webhook::quotas))
+        .route("/validate/workloads", post(webhook::workloads))
+        .route("/validate/scale", post(webhook::scale))
+        .route("/validate/hpa", post(webhook::hpa))
+        .route("/healthz", get(healthz))
+        .layer(DefaultBodyLimit::max(WEBHOOK_BODY_LIMIT))
+        .with_state(app)
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(app): State<AppState>) -> Response {
+    match app.service.store.ping().await {
+        Ok(()) => "ok".into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready");
+            (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
+        }
+    }
+}
+
+async fn metrics(State(app): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.service.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn style() -> Response {
+    ([(header::CONTENT_TYPE, "text/css")], app::STYLE).into_response()
+}
+
+async fn portal(State(app): State<AppState>) -> Result<Html<String>, ApiError> {
+    let quotas: Vec<quota::Quota> = app
+        .service
+        .store
+        .list()
+        .await
+        .map_err(ServiceError::from)?
+        .into_iter()
+        .map(|s| s.quota)
+        .collect();
+    Ok(Html(app::render_tree_page(&quotas)))
+}

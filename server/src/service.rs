@@ -1,0 +1,646 @@
+//! The service layer: the one way in. The JSON API, the webhook, the portal
+//! and the resync loop all change quotas through these methods, which apply
+//! the `quota` crate's rules and write with compare-and-swap and retries.
+
+use crate::metrics::Metrics;
+use crate::store::{QuotaStore, StoreError, Stored};
+use crate::util::{new_uid, now_ms};
+use quota::admission::{self, Denial};
+use quota::cash::Prices;
+use quota::object::{Charge, HpaCharge, Quota, QuotaSpec};
+use quota::resources::{self, ResourceList};
+use quota::tree::{self, TreeError};
+use quota::workload::PodSet;
+use quota::KeyConfig;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Mutex, MutexGuard};
+
+/// Compare-and-swap attempts before giving up (fail closed). Within one
+/// process writers of a quota are queued by a lock, so conflicts only come
+/// from other replicas.
+pub const MAX_ATTEMPTS: u32 = 12;
+/// How long a carve-out may wait for its child to appear before the resync
+/// returns it to the parent (a create that crashed half-way).
+pub const CARVE_TTL_MS: i64 = 120_000;
+const LOCK_STRIPES: usize = 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Denied(#[from] Denial),
+    #[error(transparent)]
+    Tree(#[from] TreeError),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error(
+        "bizrq {0}: too many concurrent changes, gave up after {MAX_ATTEMPTS} attempts; try again"
+    )]
+    Contention(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(n) => ServiceError::NotFound(format!("bizrq {n} not found")),
+            StoreError::AlreadyExists(n) => {
+                ServiceError::AlreadyExists(format!("bizrq {n} already exists"))
+            }
+            StoreError::Conflict(n) => ServiceError::Conflict(format!(
+                "bizrq {n} was changed by someone else; read it again"
+            )),
+            StoreError::Backend(m) => ServiceError::Internal(m),
+        }
+    }
+}
+
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+pub struct Service {
+    pub store: Arc<dyn QuotaStore>,
+    pub keys: KeyConfig,
+    pub prices: Prices,
+    pub metrics: Arc<Metrics>,
+    /// Standalone mode: cash accrues from the charge ledger (no pods to see).
+    pub accrue_from_ledger: bool,
+    clock: Clock,
+    locks: Vec<Mutex<()>>,
+}
+
+/// Whether a quota object is written here (standalone API) or by the API
+/// server after our admission answer (webhook).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persist {
+    Here,
+    ByApiServer,
+}
+
+impl Service {
+    pub fn new(
+        store: Arc<dyn QuotaStore>,
+        keys: KeyConfig,
+        prices: Prices,
+        metrics: Arc<Metrics>,
+    ) -> Service {
+        Service {
+            store,
+            keys,
+            prices,
+            metrics,
+            accrue_from_ledger: true,
+            clock: Arc::new(now_ms),
+            locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    pub fn with_clock(mut self, clock: Clock) -> Service {
+        self.clock = clock;
+        self
+    }
+
+    pub fn now(&self) -> i64 {
+        (self.clock)()
+    }
+
+    async fn lock(&self, name: &str) -> MutexGuard<'_, ()> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        name.hash(&mut h);
+        self.locks[(h.finish() as usize) % LOCK_STRIPES]
+            .lock()
+            .await
+    }
+
+    pub async fn get(&self, name: &str) -> Result<Stored, ServiceError> {
+        self.store
+            .get(name)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("bizrq {name} not found")))
+    }
+
+    /// Read-modify-write of one quota's status with compare-and-swap. `f`
+    /// says whether it changed anything; a dry run never writes. Conflicts
+    /// re-read and retry with jittered backoff, at most `MAX_ATTEMPTS` times.
+    pub async fn update_status<T>(
+        &self,
+        name: &str,
+        dry_run: bool,
+        mut f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
+    ) -> Result<T, ServiceError> {
+        let _guard = self.lock(name).await;
+        for attempt in 1..=MAX_ATTEMPTS {
+            let current = self.get(name).await?;
+            let mut q = current.quota.clone();
+            if self.accrue_from_ledger {
+                q.status.accrue_ledger(&q.spec, self.now(), &self.prices);
+            }
+            let (changed, out) = f(&mut q)?;
+            if !changed || dry_run {
+                return Ok(out);
+            }
+            match self.store.replace_status(&current, &q.status).await {
+                Ok(_) => return Ok(out),
+                Err(StoreError::Conflict(_)) => {
+                    self.metrics.cas_conflicts.inc();
+                    backoff(attempt).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.metrics.cas_exhausted.inc();
+        Err(ServiceError::Contention(name.to_string()))
+    }
+
+    // ---- quota objects -------------------------------------------------
+
+    /// Create a quota: rules checked, carved out of the parent first (so two
+    /// concurrent children can never both take the last unit), then stored.
+    pub async fn create_quota(
+        &self,
+        name: &str,
+        spec: QuotaSpec,
+        persist: Persist,
+        uid: &str,
+        dry_run: bool,
+    ) -> Result<Quota, ServiceError> {
+        tree::validate_spec(name, &spec, &self.keys)?;
+        if persist == Persist::Here && self.store.get(name).await?.is_some() {
+            return Err(ServiceError::AlreadyExists(format!(
+                "bizrq {name} already exists"
+            )));
+        }
+        let token = if uid.is_empty() {
+            new_uid()
+        } else {
+            uid.to_string()
+        };
+        if !spec.parent.is_empty() {
+            self.check_ancestry(name, &spec.parent).await?;
+            let since = quota::time::format_rfc3339(self.now());
+            let (hard, child, token2) = (spec.hard.clone(), name.to_string(), token.clone());
+            self.update_status(&spec.parent, dry_run, move |p| {
+                if let Some(c) = p.status.children.get(&child) {
+                    if c.uid != token2 {
+                        return Err(ServiceError::Conflict(format!(
+                            "bizrq {child} is already carved out of {} by another request; retry in a moment",
+                            p.name()
+                        )));
+                    }
+                }
+                let changed = tree::carve(p, &child, &hard, &since)?;
+                if let Some(c) = p.status.children.get_mut(&child) {
+                    c.uid = token2.clone();
+                }
+                Ok((changed, ()))
+            })
+            .await
+            .map_err(|e| match e {
+                ServiceError::NotFound(_) => TreeError::ParentMissing {
+                    child: name.into(),
+                    parent: spec.parent.clone(),
+                }
+                .into(),
+                e => e,
+            })?;
+        }
+        let mut quota = Quota::new(name, spec);
+        if persist == Persist::ByApiServer || dry_run {
+            return Ok(quota);
+        }
+        quota.metadata.uid = Some(token.clone());
+        match self.store.create(&quota).await {
+            Ok(stored) => Ok(stored.quota),
+            Err(e) => {
+                if !quota.spec.parent.is_empty() {
+                    self.uncarve_if_ours(&quota.spec.parent, name, &token).await;
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    async fn uncarve_if_ours(&self, parent: &str, child: &str, token: &str) {
+        let res = self
+            .update_status(parent, false, |p| {
+                let ours = p.status.children.get(child).is_some_and(|c| c.uid == token);
+                Ok((ours && tree::uncarve(p, child), ()))
+            })
+            .await;
+        if let Err(e) = res {
+            tracing::warn!(parent, child, error = %e, "could not return a carve-out; the resync will");
+        }
+    }
+
+    /// Parents are immutable and must exist, so a cycle needs bad data; walk
+    /// the chain anyway rather than trust it.
+    async fn check_ancestry(&self, name: &str, parent: &str) -> Result<(), ServiceError> {
+        let mut chain: Vec<String> = vec![name.to_string()];
+        let mut cur = parent.to_string();
+        while !cur.is_empty() {
+            if chain.contains(&cur) || chain.len() > 10_000 {
+                chain.push(cur);
+                return Err(TreeError::Cycle {
+                    name: name.into(),
+                    chain: chain.join(" → "),
+                }
+                .into());
+            }
+            let Some(p) = self.store.get(&cur).await? else {
+                return Err(TreeError::ParentMissing {
+                    child: chain.last().cloned().unwrap_or_default(),
+                    parent: cur,
+                }
+                .into());
+            };
+            chain.push(cur);
+            cur = p.quota.spec.parent.clone();
+        }
+        Ok(())
+    }
+
+    /// Change a quota's spec. Raises are carved out of the parent first;
+    /// lowering always passes. `expected_version` makes it a strict
+    /// compare-and-swap for the caller; without it, conflicts with status
+    /// writes are retried here.
+    pub async fn update_quota(
+        &self,
+        name: &str,
+        spec: QuotaSpec,
+        expected_version: Option<i64>,
+        persist: Persist,
+        dry_run: bool,
+    ) -> Result<Quota, ServiceError> {
+        tree::validate_spec(name, &spec, &self.keys)?;
+        let current = self.get(name).await?;
+        if let Some(v) = expected_version {
+            if v != current.version {
+                return Err(ServiceError::Conflict(format!(
+                    "bizrq {name} is at resourceVersion {}, not {v}; read it again",
+                    current.version
+                )));
+            }
+        }
+        let old = current.quota.spec.clone();
+        if spec.parent != old.parent {
+            return Err(TreeError::ParentImmutable {
+                name: name.into(),
+                from: old.parent,
+                to: spec.parent,
+            }
+            .into());
+        }
+        let added: ResourceList = spec
+            .hard
+            .iter()
+            .filter(|(k, _)| !old.hard.contains_key(*k))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        if !added.is_empty() {
+            let children = self.store.children(name).await?;
+            let hards: Vec<(&str, &ResourceList)> = children
+                .iter()
+                .map(|c| (c.quota.name(), &c.quota.spec.hard))
+                .collect();
+            tree::check_children_cover(name, &added, &hards)?;
+        }
+        let carved = !old.parent.is_empty() && old.hard != spec.hard;
+        if carved {
+            let since = quota::time::format_rfc3339(self.now());
+            let (hard, child) = (spec.hard.clone(), name.to_string());
+            self.update_status(&old.parent, dry_run, move |p| {
+                Ok((tree::carve(p, &child, &hard, &since)?, ()))
+            })
+            .await?;
+        }
+        if persist == Persist::ByApiServer || dry_run {
+            let mut q = current.quota.clone();
+            q.spec = spec;
+            q.status.refresh(&q.spec);
+            return Ok(q);
+        }
+        let result = self.replace_spec(name, &spec, expected_version).await;
+        if result.is_err() && carved {
+            // Put the parent's carve-out back as it was; lowering again
+            // always passes, and the resync repairs anything left.
+            let (hard, child) = (old.hard.clone(), name.to_string());
+            let since = quota::time::format_rfc3339(self.now());
+            let _ = self
+                .update_status(&old.parent, false, move |p| {
+                    Ok((tree::carve(p, &child, &hard, &since).unwrap_or(false), ()))
+                })
+                .await;
+        }
+        result
+    }
+
+    async fn replace_spec(
+        &self,
+        name: &str,
+        spec: &QuotaSpec,
+        expected_version: Option<i64>,
+    ) -> Result<Quota, ServiceError> {
+        let _guard = self.lock(name).await;
+        for attempt in 1..=MAX_ATTEMPTS {
+            let current = self.get(name).await?;
+            if expected_version.is_some_and(|v| v != current.version) && attempt == 1 {
+                return Err(ServiceError::Conflict(format!(
+                    "bizrq {name} changed; read it again"
+                )));
+            }
+            let mut q = current.quota.clone();
+            if self.accrue_from_ledger {
+                q.status.accrue_ledger(&q.spec, self.now(), &self.prices);
+            }
+            q.spec = spec.clone();
+            q.status.refresh(&q.spec);
+            match self.store.replace(&current, &q).await {
+                Ok(s) => return Ok(s.quota),
+                Err(StoreError::Conflict(_)) if expected_version.is_none() => {
+                    self.metrics.cas_conflicts.inc();
+                    backoff(attempt).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.metrics.cas_exhausted.inc();
+        Err(ServiceError::Contention(name.to_string()))
+    }
+
+    /// Delete a leaf and return its carve-out to the parent.
+    pub async fn delete_quota(
+        &self,
+        name: &str,
+        expected_version: Option<i64>,
+        persist: Persist,
+        dry_run: bool,
+    ) -> Result<(), ServiceError> {
+        let current = self.get(name).await?;
+        if expected_version.is_some_and(|v| v != current.version) {
+            return Err(ServiceError::Conflict(format!(
+                "bizrq {name} is at resourceVersion {}, not {}; read it again",
+                current.version,
+                expected_version.unwrap_or_default()
+            )));
+        }
+        let parent = current.quota.spec.parent.clone();
+        let mut children: BTreeSet<String> = self
+            .store
+            .children(name)
+            .await?
+            .iter()
+            .map(|c| c.quota.name().to_string())
+            .collect();
+        children.extend(current.quota.status.children.keys().cloned());
+        if !children.is_empty() {
+            return Err(TreeError::NotALeaf {
+                name: name.into(),
+                children: children.into_iter().collect(),
+            }
+            .into());
+        }
+        if dry_run {
+            return Ok(());
+        }
+        if persist == Persist::Here {
+            let _guard = self.lock(name).await;
+            let mut current = current;
+            for attempt in 1..=MAX_ATTEMPTS {
+                match self.store.delete(&current).await {
+                    Ok(()) => break,
+                    Err(StoreError::Conflict(_))
+                        if expected_version.is_none() && attempt < MAX_ATTEMPTS =>
+                    {
+                        backoff(attempt).await;
+                        current = self.get(name).await?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        if !parent.is_empty() {
+            let child = name.to_string();
+            match self
+                .update_status(&parent, false, |p| Ok((tree::uncarve(p, &child), ())))
+                .await
+            {
+                Ok(()) | Err(ServiceError::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(%parent, child = name, error = %e, "could not return a carve-out; the resync will")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ---- workloads -----------------------------------------------------
+
+    /// Charge a workload's pod sets to a quota (the difference from what it
+    /// holds there). Keeps an HPA reservation already in place.
+    pub async fn charge_workload(
+        &self,
+        quota_name: &str,
+        wref: &str,
+        pod_sets: Vec<PodSet>,
+        uid: &str,
+        dry_run: bool,
+    ) -> Result<(), ServiceError> {
+        let since = quota::time::format_rfc3339(self.now());
+        self.update_status(quota_name, dry_run, |q| {
+            let hpa = q.status.workloads.get(wref).and_then(|c| c.hpa.clone());
+            let c = Charge {
+                pod_sets: pod_sets.clone(),
+                hpa,
+                since: since.clone(),
+                uid: uid.to_string(),
+            };
+            Ok((admission::charge(q, wref, c)?, ()))
+        })
+        .await
+        .map_err(|e| missing_quota(e, quota_name))
+    }
+
+    /// Check that usage would fit without charging it (CronJob).
+    pub async fn check_usage(
+        &self,
+        quota_name: &str,
+        usage: &ResourceList,
+    ) -> Result<(), ServiceError> {
+        self.update_status(quota_name, true, |q| {
+            q.status.refresh(&q.spec);
+            admission::check_fits(q, usage)?;
+            Ok((false, ()))
+        })
+        .await
+        .map_err(|e| missing_quota(e, quota_name))
+    }
+
+    /// Give back what a workload holds. Always allowed; a quota that is gone
+    /// holds nothing.
+    pub async fn release_workload(
+        &self,
+        quota_name: &str,
+        wref: &str,
+        dry_run: bool,
+    ) -> Result<(), ServiceError> {
+        match self
+            .update_status(quota_name, dry_run, |q| {
+                Ok((admission::release(q, wref), ()))
+            })
+            .await
+        {
+            Err(ServiceError::NotFound(_)) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// A scale subresource change: the held charge at the new replica count.
+    /// Returns false when the workload holds no charge (not governed).
+    pub async fn scale_workload(
+        &self,
+        wref: &str,
+        replicas: i64,
+        uid: &str,
+        dry_run: bool,
+    ) -> Result<bool, ServiceError> {
+        let Some(quota_name) = self.store.workload_quota(wref).await? else {
+            return Ok(false);
+        };
+        self.update_status(&quota_name, dry_run, |q| {
+            let Some(held) = q.status.workloads.get(wref).cloned() else {
+                return Ok((false, false));
+            };
+            if held.pod_sets.len() != 1 {
+                return Ok((false, false));
+            }
+            let mut c = held;
+            c.pod_sets[0].count = replicas;
+            c.uid = uid.to_string();
+            Ok((admission::charge(q, wref, c)?, true))
+        })
+        .await
+    }
+
+    /// An HPA targeting a held workload reserves `maxReplicas` (or stops
+    /// reserving, with `None`). Returns false when the target is not governed.
+    pub async fn set_hpa(
+        &self,
+        wref: &str,
+        hpa: Option<HpaCharge>,
+        hpa_name: &str,
+        uid: &str,
+        dry_run: bool,
+    ) -> Result<bool, ServiceError> {
+        let Some(quota_name) = self.store.workload_quota(wref).await? else {
+            return Ok(false);
+        };
+        self.update_status(&quota_name, dry_run, |q| {
+            let Some(held) = q.status.workloads.get(wref).cloned() else {
+                return Ok((false, false));
+            };
+            let mut c = held;
+            match &hpa {
+                Some(h) => c.hpa = Some(h.clone()),
+                // Only the HPA that made the reservation lifts it.
+                None if c.hpa.as_ref().is_some_and(|h| h.name == hpa_name) => c.hpa = None,
+                None => return Ok((false, true)),
+            }
+            c.uid = uid.to_string();
+            Ok((admission::charge(q, wref, c)?, true))
+        })
+        .await
+    }
+
+    // ---- resync --------------------------------------------------------
+
+    /// Periodic full resync in standalone mode: make every parent's carve-out
+    /// ledger match its children (dropping carve-outs of creates that never
+    /// finished, after `CARVE_TTL_MS`), accrue cash, refresh used.
+    pub async fn resync(&self) -> Result<usize, ServiceError> {
+        let started = std::time::Instant::now();
+        let all = self.store.list().await?;
+        let mut children: BTreeMap<String, BTreeMap<String, ResourceList>> = BTreeMap::new();
+        for s in &all {
+            if !s.quota.spec.parent.is_empty() {
+                children
+                    .entry(s.quota.spec.parent.clone())
+                    .or_default()
+                    .insert(s.quota.name().to_string(), s.quota.spec.hard.clone());
+            }
+        }
+        let mut written = 0;
+        for s in &all {
+            let name = s.quota.name().to_string();
+            let kids = children.remove(&name).unwrap_or_default();
+            let now = self.now();
+            let since = quota::time::format_rfc3339(now);
+            let changed = self
+                .update_status(&name, false, |q| {
+                    let before = q.status.clone();
+                    q.status.children.retain(|child, carve| {
+                        kids.contains_key(child)
+                            || quota::time::parse_rfc3339(&carve.since)
+                                .is_some_and(|t| now - t < CARVE_TTL_MS)
+                    });
+                    for (child, hard) in &kids {
+                        let e = q.status.children.entry(child.clone()).or_insert_with(|| {
+                            quota::object::Carve {
+                                hard: ResourceList::new(),
+                                since: since.clone(),
+                                uid: String::new(),
+                            }
+                        });
+                        e.hard = hard.clone();
+                    }
+                    q.status.refresh(&q.spec);
+                    Ok((q.status != before || self.accrue_from_ledger, ()))
+                })
+                .await;
+            match changed {
+                Ok(()) => written += 1,
+                Err(ServiceError::NotFound(_)) => {}
+                Err(e) => tracing::warn!(quota = %name, error = %e, "resync failed for one quota"),
+            }
+        }
+        self.metrics
+            .reconcile_duration
+            .observe(started.elapsed().as_secs_f64());
+        Ok(written)
+    }
+}
+
+fn missing_quota(e: ServiceError, quota_name: &str) -> ServiceError {
+    match e {
+        ServiceError::NotFound(_) => ServiceError::NotFound(format!(
+            "bizrq {quota_name} does not exist (named by the label {})",
+            quota::keys::QUOTA_LABEL
+        )),
+        e => e,
+    }
+}
+
+async fn backoff(attempt: u32) {
+    let base = 1u64 << attempt.min(6);
+    let jitter = rand::random::<u64>() % (base + 1);
+    tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+}
+
+/// The usage a quota holds on all keys (for reports and tests).
+pub fn held_usage(q: &Quota) -> ResourceList {
+    resources::sum(
+        q.status
+            .workloads
+            .values()
+            .map(Charge::usage)
+            .collect::<Vec<_>>()
+            .iter(),
+    )
+}

@@ -1,0 +1,56 @@
+//! Where quota objects live. One abstraction, two homes: SQL (standalone) and
+//! the cluster's CRD (cluster mode). Every write is a compare-and-swap on the
+//! object's version; a stale writer gets `Conflict` and must re-read.
+
+pub mod sql;
+
+use async_trait::async_trait;
+use quota::{Quota, QuotaStatus};
+
+/// A quota as read from the store, with the version its next write must name.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    pub quota: Quota,
+    pub version: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("bizrq {0} not found")]
+    NotFound(String),
+    #[error("bizrq {0} already exists")]
+    AlreadyExists(String),
+    #[error("bizrq {0} was changed by someone else; read it again")]
+    Conflict(String),
+    #[error("store: {0}")]
+    Backend(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+#[async_trait]
+pub trait QuotaStore: Send + Sync + 'static {
+    async fn get(&self, name: &str) -> Result<Option<Stored>, StoreError>;
+    async fn list(&self) -> Result<Vec<Stored>, StoreError>;
+    async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError>;
+    /// Create a new object (spec and initial status). `AlreadyExists` if taken.
+    async fn create(&self, quota: &Quota) -> Result<Stored, StoreError>;
+    /// Replace spec and status, if `current.version` is still the latest.
+    async fn replace(&self, current: &Stored, quota: &Quota) -> Result<Stored, StoreError>;
+    /// Replace status only (the status subresource), compare-and-swap.
+    async fn replace_status(
+        &self,
+        current: &Stored,
+        status: &QuotaStatus,
+    ) -> Result<Stored, StoreError>;
+    /// Delete, if `current.version` is still the latest.
+    async fn delete(&self, current: &Stored) -> Result<(), StoreError>;
+    /// Which quota holds the charge of a workload reference, if any.
+    async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError>;
+    /// Whether the backend answers (for /readyz).
+    async fn ping(&self) -> Result<(), StoreError>;
+}

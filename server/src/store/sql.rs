@@ -1,0 +1,310 @@
+//! The SQL store (SQLite or PostgreSQL through sqlx `Any`): spec and status
+//! as JSON text, a version column for compare-and-swap, and the workload
+//! bindings written in the same transaction as the status that holds them.
+
+use super::{QuotaStore, StoreError, Stored};
+use async_trait::async_trait;
+use quota::object::{ObjectMeta, Quota, QuotaSpec, QuotaStatus};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Executor, Row};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Clone)]
+pub struct SqlStore {
+    read: AnyPool,
+    /// SQLite has one writer; a one-connection pool queues writers in
+    /// process instead of letting them spin on SQLITE_BUSY. PostgreSQL
+    /// shares one pool for both.
+    write: AnyPool,
+    pub backend: Backend,
+}
+
+const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
+
+impl SqlStore {
+    /// Connects, creating a SQLite file if missing, and applies migrations.
+    pub async fn connect(url: &str) -> anyhow::Result<SqlStore> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else {
+            anyhow::bail!("unsupported database URL '{url}': use sqlite://FILE or postgres://...");
+        };
+        let store = match backend {
+            Backend::Sqlite => {
+                let url = if url.contains('?') || url.contains(":memory:") {
+                    url.to_string()
+                } else {
+                    format!("{url}?mode=rwc")
+                };
+                let opts = |n| {
+                    AnyPoolOptions::new()
+                        .max_connections(n)
+                        .acquire_timeout(Duration::from_secs(30))
+                        .after_connect(|conn, _| {
+                            Box::pin(async move {
+                                for pragma in [
+                                    "PRAGMA journal_mode = WAL",
+                                    "PRAGMA synchronous = NORMAL",
+                                    "PRAGMA busy_timeout = 10000",
+                                ] {
+                                    conn.execute(pragma).await?;
+                                }
+                                Ok(())
+                            })
+                        })
+                };
+                let write = opts(1).connect(&url).await?;
+                SQLITE_MIGRATIONS.run(&write).await?;
+                let read = opts(4).connect(&url).await?;
+                SqlStore {
+                    read,
+                    write,
+                    backend,
+                }
+            }
+            Backend::Postgres => {
+                let pool = AnyPoolOptions::new()
+                    .max_connections(16)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect(url)
+                    .await?;
+                POSTGRES_MIGRATIONS.run(&pool).await?;
+                SqlStore {
+                    read: pool.clone(),
+                    write: pool,
+                    backend,
+                }
+            }
+        };
+        Ok(store)
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.write
+    }
+
+    pub async fn setting(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT value FROM settings WHERE key = $1")
+            .bind(key)
+            .fetch_optional(&self.read)
+            .await?;
+        Ok(row.map(|r| r.get::<String, _>(0)))
+    }
+
+    pub async fn set_setting(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO settings (key, value) VALUES ($1, $2) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .bind(key)
+        .bind(value)
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
+    async fn write_object(
+        &self,
+        current: &Stored,
+        spec: &QuotaSpec,
+        status: &QuotaStatus,
+    ) -> Result<Stored, StoreError> {
+        let name = current.quota.name();
+        let spec_json = to_json(spec)?;
+        let status_json = to_json(status)?;
+        let mut tx = self.write.begin().await?;
+        let done = sqlx::query("UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4")
+            .bind(&spec_json)
+            .bind(&status_json)
+            .bind(name)
+            .bind(current.version)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Err(match self.get(name).await? {
+                Some(_) => StoreError::Conflict(name.to_string()),
+                None => StoreError::NotFound(name.to_string()),
+            });
+        }
+        let before: BTreeSet<&String> = current.quota.status.workloads.keys().collect();
+        let after: BTreeSet<&String> = status.workloads.keys().collect();
+        for gone in before.difference(&after) {
+            sqlx::query("DELETE FROM workload_bindings WHERE workload = $1 AND quota = $2")
+                .bind(gone.as_str())
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for added in after.difference(&before) {
+            sqlx::query(
+                "INSERT INTO workload_bindings (workload, quota) VALUES ($1, $2) \
+                 ON CONFLICT (workload) DO UPDATE SET quota = excluded.quota",
+            )
+            .bind(added.as_str())
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        let mut quota = current.quota.clone();
+        quota.spec = spec.clone();
+        quota.status = status.clone();
+        let version = current.version + 1;
+        quota.metadata.resource_version = Some(version.to_string());
+        Ok(Stored { quota, version })
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Backend(e.to_string()))
+}
+
+fn from_row(row: &AnyRow) -> Result<Stored, StoreError> {
+    let name: String = row.try_get("name")?;
+    let bad = |what: &str, e: serde_json::Error| {
+        StoreError::Backend(format!("bizrq {name}: stored {what} is unreadable: {e}"))
+    };
+    let spec: QuotaSpec =
+        serde_json::from_str(&row.try_get::<String, _>("spec")?).map_err(|e| bad("spec", e))?;
+    let status: QuotaStatus =
+        serde_json::from_str(&row.try_get::<String, _>("status")?).map_err(|e| bad("status", e))?;
+    let version: i64 = row.try_get("version")?;
+    let mut quota = Quota::new(&name, spec);
+    quota.status = status;
+    quota.metadata = ObjectMeta {
+        name,
+        resource_version: Some(version.to_string()),
+        uid: Some(row.try_get("uid")?),
+        creation_timestamp: Some(row.try_get("created_at")?),
+        ..Default::default()
+    };
+    Ok(Stored { quota, version })
+}
+
+#[async_trait]
+impl QuotaStore for SqlStore {
+    async fn get(&self, name: &str) -> Result<Option<Stored>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM quotas WHERE name = $1"))
+            .bind(name)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
+    async fn list(&self) -> Result<Vec<Stored>, StoreError> {
+        let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM quotas ORDER BY name"))
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM quotas WHERE parent = $1 ORDER BY name"
+        ))
+        .bind(name)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    async fn create(&self, quota: &Quota) -> Result<Stored, StoreError> {
+        let uid = quota
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(crate::util::new_uid);
+        let created = quota
+            .metadata
+            .creation_timestamp
+            .clone()
+            .unwrap_or_else(|| quota::time::format_rfc3339(crate::util::now_ms()));
+        let res = sqlx::query("INSERT INTO quotas (name, parent, spec, status, version, uid, created_at) VALUES ($1, $2, $3, $4, 1, $5, $6)")
+            .bind(quota.name())
+            .bind(&quota.spec.parent)
+            .bind(to_json(&quota.spec)?)
+            .bind(to_json(&quota.status)?)
+            .bind(&uid)
+            .bind(&created)
+            .execute(&self.write)
+            .await;
+        match res {
+            Ok(_) => {}
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                return Err(StoreError::AlreadyExists(quota.name().to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let mut q = quota.clone();
+        q.metadata.resource_version = Some("1".into());
+        q.metadata.uid = Some(uid);
+        q.metadata.creation_timestamp = Some(created);
+        Ok(Stored {
+            quota: q,
+            version: 1,
+        })
+    }
+
+    async fn replace(&self, current: &Stored, quota: &Quota) -> Result<Stored, StoreError> {
+        self.write_object(current, &quota.spec, &quota.status).await
+    }
+
+    async fn replace_status(
+        &self,
+        current: &Stored,
+        status: &QuotaStatus,
+    ) -> Result<Stored, StoreError> {
+        self.write_object(current, &current.quota.spec, status)
+            .await
+    }
+
+    async fn delete(&self, current: &Stored) -> Result<(), StoreError> {
+        let name = current.quota.name();
+        let mut tx = self.write.begin().await?;
+        let done = sqlx::query("DELETE FROM quotas WHERE name = $1 AND version = $2")
+            .bind(name)
+            .bind(current.version)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Err(match self.get(name).await? {
+                Some(_) => StoreError::Conflict(name.to_string()),
+                None => StoreError::NotFound(name.to_string()),
+            });
+        }
+        sqlx::query("DELETE FROM workload_bindings WHERE quota = $1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT quota FROM workload_bindings WHERE workload = $1")
+            .bind(workload)
+            .fetch_optional(&self.read)
+            .await?;
+        Ok(row.map(|r| r.get::<String, _>(0)))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").fetch_one(&self.read).await?;
+        Ok(())
+    }
+}
