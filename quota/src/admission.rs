@@ -44,11 +44,24 @@ pub enum Denial {
     },
 }
 
-fn join(s: &[Shortfall]) -> String {
-    s.iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+/// `bizrq q: k1 asks 8, 6 left of 16; k2 asks …` — one quota named once.
+pub fn join(s: &[Shortfall]) -> String {
+    let mut out = String::new();
+    for (i, x) in s.iter().enumerate() {
+        if i == 0 || s[i - 1].quota != x.quota {
+            if i > 0 {
+                out.push_str("; ");
+            }
+            out.push_str(&x.to_string());
+        } else {
+            let left = x.left.max(Quantity::ZERO);
+            out.push_str(&format!(
+                "; {} asks {}, {left} left of {}",
+                x.key, x.asked, x.hard
+            ));
+        }
+    }
+    out
 }
 
 /// Whether adding `delta` to `quota` keeps every key of its hard within

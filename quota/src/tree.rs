@@ -33,7 +33,7 @@ pub enum TreeError {
         keys: Vec<String>,
         children: Vec<String>,
     },
-    #[error("bizrq {child} does not fit in its parent: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "), child = .1)]
+    #[error("bizrq {child} does not fit in its parent: {}", crate::admission::join(.0), child = .1)]
     DoesNotFit(Vec<Shortfall>, String),
     #[error("bizrq {name}: only leaves can be deleted; children: {}", .children.join(", "))]
     NotALeaf { name: String, children: Vec<String> },

@@ -1,0 +1,170 @@
+//! No charge lost or doubled, no quota over-admitted: many conflicting
+//! admissions from two server processes sharing one PostgreSQL database.
+
+use crate::common::*;
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+const HARD: i64 = 40;
+
+#[tokio::test]
+async fn two_replicas_never_over_admit() {
+    let db = fresh_postgres().await;
+    let a = Arc::new(Server::start(&db).await);
+    let b = Arc::new(Server::start(&db).await);
+    a.create_quota(
+        "pool",
+        "",
+        json!({"requests.nvidia.com/gpu": HARD.to_string(), "pods": "1000"}),
+    )
+    .await;
+
+    // 160 distinct one-card Deployments, alternating replicas, 32 in flight;
+    // each also sent twice (an API-server retry) to the other replica.
+    let sem = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..160 {
+        for (j, server) in [&a, &b].into_iter().enumerate() {
+            if j == 1 && i % 4 != 0 {
+                continue;
+            }
+            let server = if i % 2 == 0 {
+                server.clone()
+            } else {
+                [&b, &a][j].clone()
+            };
+            let sem = sem.clone();
+            tasks.spawn(async move {
+                let _p = sem.acquire().await.unwrap();
+                let name = format!("d{i}");
+                let r = server
+                    .review(
+                        "/validate/workloads",
+                        &review(
+                            "deployment-create.json",
+                            &format!("uid-{i}"),
+                            Some(deployment(&name, "pool", 1, 1)),
+                            None,
+                        ),
+                    )
+                    .await;
+                (name, r)
+            });
+        }
+    }
+    let mut admitted = BTreeSet::new();
+    let mut contention = 0;
+    while let Some(res) = tasks.join_next().await {
+        let (name, r) = res.unwrap();
+        if r["allowed"] == true {
+            admitted.insert(name);
+        } else {
+            let msg = r["status"]["message"].as_str().unwrap().to_string();
+            match r["status"]["code"].as_i64() {
+                Some(403) => assert!(
+                    msg.starts_with("bizrq pool: requests.nvidia.com/gpu asks 1,"),
+                    "{msg}"
+                ),
+                Some(429) => contention += 1,
+                other => panic!("unexpected denial {other:?}: {msg}"),
+            }
+        }
+    }
+    let q = a.quota("pool").await;
+    let held: BTreeSet<String> = q["status"]["workloads"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.rsplit('/').next().unwrap().to_string())
+        .collect();
+    eprintln!(
+        "concurrency: {} admitted of {HARD}, {contention} refused for contention",
+        admitted.len()
+    );
+    assert!(
+        admitted.len() as i64 <= HARD,
+        "over-admitted: {}",
+        admitted.len()
+    );
+    assert_eq!(
+        held, admitted,
+        "every admitted workload is charged exactly once, nothing else is"
+    );
+    assert_eq!(
+        q["status"]["used"]["requests.nvidia.com/gpu"],
+        admitted.len().to_string()
+    );
+    assert!(
+        admitted.len() as i64 >= HARD - contention,
+        "room was left unused: {} admitted, {contention} contention",
+        admitted.len()
+    );
+
+    // Releases and new charges racing on both replicas still balance.
+    let mut tasks = tokio::task::JoinSet::new();
+    let admitted_v: Vec<String> = admitted.iter().cloned().collect();
+    for (k, name) in admitted_v.iter().enumerate().filter(|(k, _)| k % 2 == 0) {
+        let server = if k % 4 == 0 { a.clone() } else { b.clone() };
+        let old = deployment(name, "pool", 1, 1);
+        let name = name.clone();
+        tasks.spawn(async move {
+            let r = server
+                .review(
+                    "/validate/workloads",
+                    &review(
+                        "deployment-delete.json",
+                        &format!("del-{name}"),
+                        None,
+                        Some(old),
+                    ),
+                )
+                .await;
+            assert_eq!(r["allowed"], true);
+            (name, false)
+        });
+    }
+    for i in 0..40 {
+        let server = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.spawn(async move {
+            let name = format!("n{i}");
+            let r = server
+                .review(
+                    "/validate/workloads",
+                    &review(
+                        "deployment-create.json",
+                        &format!("uid-n{i}"),
+                        Some(deployment(&name, "pool", 1, 1)),
+                        None,
+                    ),
+                )
+                .await;
+            (name, r["allowed"] == true)
+        });
+    }
+    let mut expect: BTreeSet<String> = admitted_v
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| k % 2 == 1)
+        .map(|(_, n)| n.clone())
+        .collect();
+    while let Some(res) = tasks.join_next().await {
+        let (name, added) = res.unwrap();
+        if added {
+            expect.insert(name);
+        }
+    }
+    let q = b.quota("pool").await;
+    let held: BTreeSet<String> = q["status"]["workloads"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.rsplit('/').next().unwrap().to_string())
+        .collect();
+    assert_eq!(held, expect);
+    assert!(expect.len() as i64 <= HARD);
+    assert_eq!(
+        q["status"]["used"]["requests.nvidia.com/gpu"],
+        expect.len().to_string()
+    );
+}

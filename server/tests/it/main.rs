@@ -1,0 +1,6 @@
+//! Integration tests: one binary, real server processes, real databases.
+
+mod api;
+mod common;
+mod concurrency;
+mod webhook;
