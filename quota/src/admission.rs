@@ -33,15 +33,20 @@ impl fmt::Display for Shortfall {
 pub enum Denial {
     #[error("{}", join(.0))]
     Short(Vec<Shortfall>),
-    #[error("bizrq {quota}: {key} is exhausted, {used} used of {hard}; {asked_key} asks {asked}")]
-    CashExhausted {
-        quota: String,
-        key: String,
-        used: Quantity,
-        hard: Quantity,
-        asked_key: String,
-        asked: Quantity,
-    },
+    #[error("{0}")]
+    CashExhausted(Box<CashShortfall>),
+}
+
+/// A cash budget that is spent while the request asks for its resource.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bizrq {quota}: {key} is exhausted, {used} used of {hard}; {asked_key} asks {asked}")]
+pub struct CashShortfall {
+    pub quota: String,
+    pub key: String,
+    pub used: Quantity,
+    pub hard: Quantity,
+    pub asked_key: String,
+    pub asked: Quantity,
 }
 
 /// `bizrq q: k1 asks 8, 6 left of 16; k2 asks …` — one quota named once.
@@ -64,20 +69,17 @@ pub fn join(s: &[Shortfall]) -> String {
     out
 }
 
-/// Whether adding `delta` to `quota` keeps every key of its hard within
-/// bounds. Only increases are checked: a decrease always passes, even when
-/// the quota is already over. Cash keys deny when spent, for any increase
-/// of the resource they budget.
-pub fn check_fits(quota: &Quota, delta: &ResourceList) -> Result<(), Denial> {
-    let hard = &quota.spec.hard;
-    let used = &quota.status.used;
+/// The keys of `quota`'s hard that an increase of `delta` would push past
+/// hard. Decreases never fall short. The one home of "does it fit", for
+/// workload charges and for children's carve-outs alike.
+pub fn shortfalls(quota: &Quota, delta: &ResourceList) -> Vec<Shortfall> {
     let mut short = Vec::new();
     for (key, d) in delta {
         if d.nanos() <= 0 {
             continue;
         }
-        if let Some(h) = hard.get(key) {
-            let u = resources::get(used, key);
+        if let Some(h) = quota.spec.hard.get(key) {
+            let u = resources::get(&quota.status.used, key);
             if u.saturating_add(*d) > *h {
                 short.push(Shortfall {
                     quota: quota.name().to_string(),
@@ -89,24 +91,33 @@ pub fn check_fits(quota: &Quota, delta: &ResourceList) -> Result<(), Denial> {
             }
         }
     }
+    short
+}
+
+/// Whether adding `delta` to `quota` keeps every key of its hard within
+/// bounds. Only increases are checked: a decrease always passes, even when
+/// the quota is already over. Cash keys deny when spent, for any increase
+/// of the resource they budget.
+pub fn check_fits(quota: &Quota, delta: &ResourceList) -> Result<(), Denial> {
+    let short = shortfalls(quota, delta);
     if !short.is_empty() {
         return Err(Denial::Short(short));
     }
-    for (key, h) in hard {
+    for (key, h) in &quota.spec.hard {
         let Some(target) = cash_target(key) else {
             continue;
         };
         let asked = resources::get(delta, target);
-        let u = resources::get(used, key);
+        let u = resources::get(&quota.status.used, key);
         if asked.nanos() > 0 && u >= *h {
-            return Err(Denial::CashExhausted {
+            return Err(Denial::CashExhausted(Box::new(CashShortfall {
                 quota: quota.name().to_string(),
                 key: key.clone(),
                 used: u,
                 hard: *h,
                 asked_key: target.to_string(),
                 asked,
-            });
+            })));
         }
     }
     Ok(())

@@ -192,25 +192,7 @@ pub fn carve(
         return Ok(false);
     }
     let delta = resources::diff(new_hard, &old);
-    let mut short = Vec::new();
-    for (key, d) in &delta {
-        let Some(h) = parent.spec.hard.get(key) else {
-            continue;
-        };
-        if d.nanos() <= 0 {
-            continue;
-        }
-        let u = resources::get(&parent.status.used, key);
-        if u.saturating_add(*d) > *h {
-            short.push(Shortfall {
-                quota: parent.name().into(),
-                key: key.clone(),
-                asked: *d,
-                left: h.saturating_sub(u),
-                hard: *h,
-            });
-        }
-    }
+    let short = crate::admission::shortfalls(parent, &delta);
     if !short.is_empty() {
         return Err(TreeError::DoesNotFit(short, child.into()));
     }

@@ -1,1 +1,357 @@
-fn main() {}
+//! Admission benchmark (prints figures; not a timed test).
+//!
+//!   cargo bench -p bizrq --bench admission                 # full run
+//!   cargo bench -p bizrq --bench admission -- --quotas 10000 --seconds 20 --rate 1000 --clients 64
+//!   cargo test  -p bizrq --bench admission -- --smoke      # seconds-long smoke run (CI)
+//!   ... -- --database-url postgres://postgres@127.0.0.1:5432/bench   # on PostgreSQL
+//!
+//! Part 1 measures the pure decision (parse the review, adapter → pod sets,
+//! plan, charge) with no I/O; part 2 the whole path: HTTPS, AdmissionReview
+//! JSON, the service layer and the SQL store's compare-and-swap, against a
+//! tree of `--quotas` quotas, first paced at `--rate` reviews/s (latency),
+//! then as fast as `--clients` clients go (throughput). The clients run in
+//! the same process as the server, so they share its two cores.
+
+use bizrq::config::ServeArgs;
+use quota::object::{Quota, QuotaSpec};
+use quota::workload::adapter_for_kind;
+use quota::KeyConfig;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Opts {
+    smoke: bool,
+    quotas: usize,
+    seconds: u64,
+    rate: u64,
+    clients: usize,
+    database_url: Option<String>,
+}
+
+fn opts() -> Opts {
+    let args: Vec<String> = std::env::args().collect();
+    let val = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let smoke = args.iter().any(|a| a == "--smoke");
+    Opts {
+        smoke,
+        quotas: val("--quotas")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if smoke { 300 } else { 10_000 }),
+        seconds: val("--seconds")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if smoke { 2 } else { 15 }),
+        rate: val("--rate")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if smoke { 200 } else { 1000 }),
+        clients: val("--clients").and_then(|v| v.parse().ok()).unwrap_or(64),
+        database_url: val("--database-url"),
+    }
+}
+
+fn fixture() -> Value {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let review: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("deployment-create.json")).unwrap())
+            .unwrap();
+    let deployment: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("deployment.json")).unwrap())
+            .unwrap();
+    let mut r = review;
+    r["request"]["object"] = deployment;
+    r
+}
+
+/// A CREATE review of a one-replica, one-card Deployment bound to `quota`.
+fn review_body(base: &Value, quota: &str, n: u64) -> Vec<u8> {
+    let mut r = base.clone();
+    let name = format!("bench-{n}");
+    r["request"]["uid"] = format!("bench-uid-{n}").into();
+    r["request"]["name"] = name.clone().into();
+    let o = &mut r["request"]["object"];
+    o["metadata"]["name"] = name.into();
+    o["metadata"]["labels"]["biz.group.resource.quota"] = quota.into();
+    o["spec"]["replicas"] = 1.into();
+    serde_json::to_vec(&r).unwrap()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn report(label: &str, mut lat: Vec<Duration>, elapsed: Duration) {
+    lat.sort();
+    println!(
+        "{label:<44} {:>8} ops  {:>9.0} ops/s  p50 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms",
+        lat.len(),
+        lat.len() as f64 / elapsed.as_secs_f64(),
+        percentile(&lat, 0.50).as_secs_f64() * 1e3,
+        percentile(&lat, 0.99).as_secs_f64() * 1e3,
+        lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+    );
+}
+
+/// Part 1: the pure decision, no I/O.
+fn pure(o: &Opts) {
+    let base = fixture();
+    let cfg = KeyConfig::default();
+    let n = if o.smoke { 2_000 } else { 100_000 };
+    let bodies: Vec<Vec<u8>> = (0..64).map(|i| review_body(&base, "team", i)).collect();
+    let mut q = Quota::new(
+        "team",
+        QuotaSpec {
+            parent: "dept".into(),
+            hard: [
+                ("requests.nvidia.com/gpu", "1e6"),
+                ("requests.nvidia.com/gpu.A100", "1e6"),
+                ("limits.cpu", "1e7"),
+                ("pods", "1e6"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+            .collect(),
+            max: Default::default(),
+        },
+    );
+    #[derive(serde::Deserialize)]
+    struct R<'a> {
+        #[serde(borrow)]
+        request: Req<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Req<'a> {
+        #[serde(borrow)]
+        object: &'a serde_json::value::RawValue,
+    }
+    let mut lat = Vec::with_capacity(n);
+    let started = Instant::now();
+    for i in 0..n {
+        let t = Instant::now();
+        let body = &bodies[i % bodies.len()];
+        let r: R = serde_json::from_slice(body).unwrap();
+        let a = adapter_for_kind("apps", "Deployment").unwrap();
+        let w = a.read(r.request.object.get(), &cfg).unwrap();
+        for step in quota::admission::plan(None, Some(&w)) {
+            if let quota::admission::Step::Charge { workload, .. } = step {
+                let c = quota::object::Charge {
+                    pod_sets: workload.pod_sets.clone(),
+                    hpa: None,
+                    since: "2026-11-21T00:00:00.000Z".into(),
+                    uid: String::new(),
+                };
+                // A quota holding ~64 workloads, as a busy team's would.
+                quota::admission::charge(&mut q, &format!("apps/Deployment/nlp/w{}", i % 64), c)
+                    .unwrap();
+            }
+        }
+        lat.push(t.elapsed());
+    }
+    report(
+        "pure decision (parse+adapt+plan+charge)",
+        lat,
+        started.elapsed(),
+    );
+}
+
+/// Part 2: over HTTPS against a running server.
+async fn https(o: &Opts) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = o
+        .database_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
+    let mut args = ServeArgs::for_tests(&url);
+    args.resync_seconds = 3600;
+    let running = bizrq::start(&args).await.expect("start server");
+    let svc = running.service.clone();
+
+    // Tree: root → departments → teams, `quotas` in all.
+    let t = Instant::now();
+    let huge = |n: &str| -> quota::ResourceList {
+        [
+            ("requests.nvidia.com/gpu", n),
+            ("requests.nvidia.com/gpu.A100", n),
+            ("limits.cpu", n),
+            ("pods", n),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect()
+    };
+    let depts = ((o.quotas as f64).sqrt() as usize).max(1);
+    svc.create_quota(
+        "root",
+        QuotaSpec {
+            parent: String::new(),
+            hard: huge("1e9"),
+            max: Default::default(),
+        },
+        bizrq::service::Persist::Here,
+        "",
+        false,
+    )
+    .await
+    .unwrap();
+    let mut leaves = Vec::new();
+    let mut made = 1;
+    'outer: for d in 0..depts {
+        let dept = format!("dept-{d}");
+        svc.create_quota(
+            &dept,
+            QuotaSpec {
+                parent: "root".into(),
+                hard: huge("1e6"),
+                max: Default::default(),
+            },
+            bizrq::service::Persist::Here,
+            "",
+            false,
+        )
+        .await
+        .unwrap();
+        made += 1;
+        for tm in 0..depts {
+            if made >= o.quotas {
+                break 'outer;
+            }
+            let team = format!("team-{d}-{tm}");
+            svc.create_quota(
+                &team,
+                QuotaSpec {
+                    parent: dept.clone(),
+                    hard: huge("1e4"),
+                    max: Default::default(),
+                },
+                bizrq::service::Persist::Here,
+                "",
+                false,
+            )
+            .await
+            .unwrap();
+            leaves.push(team);
+            made += 1;
+        }
+    }
+    println!(
+        "tree: {made} quotas ({} leaves) built in {:.1} s on {}",
+        leaves.len(),
+        t.elapsed().as_secs_f64(),
+        if url.starts_with("sqlite") {
+            "SQLite"
+        } else {
+            "PostgreSQL"
+        }
+    );
+
+    let base = Arc::new(fixture());
+    let leaves = Arc::new(leaves);
+    let endpoint = format!("https://{}/validate/workloads", running.webhook_addr);
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .pool_max_idle_per_host(o.clients)
+        .build()
+        .unwrap();
+    let counter = Arc::new(AtomicU64::new(0));
+
+    // Paced: `rate` reviews/s spread over the clients; latency is measured
+    // from the scheduled send time, so queueing delay is not hidden.
+    for (label, paced) in [
+        (
+            format!("HTTPS paced at {}/s, {} clients", o.rate, o.clients),
+            true,
+        ),
+        (format!("HTTPS flat out, {} clients", o.clients), false),
+    ] {
+        let deadline = Instant::now() + Duration::from_secs(o.seconds);
+        let started = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in 0..o.clients {
+            let (client, endpoint, base, leaves, counter) = (
+                client.clone(),
+                endpoint.clone(),
+                base.clone(),
+                leaves.clone(),
+                counter.clone(),
+            );
+            let period = Duration::from_secs_f64(o.clients as f64 / o.rate as f64);
+            tasks.spawn(async move {
+                let mut lat = Vec::new();
+                let mut denied = 0u64;
+                let mut tick = tokio::time::interval_at(
+                    tokio::time::Instant::now() + period.mul_f64(c as f64 / 64.0),
+                    period,
+                );
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                while Instant::now() < deadline {
+                    let scheduled = if paced {
+                        tick.tick().await.into_std()
+                    } else {
+                        Instant::now()
+                    };
+                    let n = counter.fetch_add(1, Ordering::Relaxed);
+                    let quota = &leaves[(n as usize * 7919) % leaves.len()];
+                    let body = review_body(&base, quota, n);
+                    let resp = client
+                        .post(&endpoint)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await
+                        .unwrap();
+                    let v: Value = resp.json().await.unwrap();
+                    if v["response"]["allowed"] != json!(true) {
+                        denied += 1;
+                    }
+                    lat.push(scheduled.elapsed());
+                }
+                (lat, denied)
+            });
+        }
+        let mut all = Vec::new();
+        let mut denied = 0;
+        while let Some(r) = tasks.join_next().await {
+            let (l, d) = r.unwrap();
+            all.extend(l);
+            denied += d;
+        }
+        report(&label, all, started.elapsed());
+        if denied > 0 {
+            println!("  ({denied} denied)");
+        }
+    }
+    let m = running.service.metrics.render();
+    let conflicts = m
+        .lines()
+        .find(|l| l.starts_with("bizrq_cas_conflicts_total"))
+        .unwrap_or("");
+    println!("  {conflicts}");
+    running.shutdown().await;
+}
+
+fn main() {
+    let o = opts();
+    println!(
+        "bizrq admission benchmark ({} build{})",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        if o.smoke { ", smoke" } else { "" }
+    );
+    pure(&o);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(https(&o));
+}

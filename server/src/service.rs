@@ -134,11 +134,26 @@ impl Service {
         &self,
         name: &str,
         dry_run: bool,
+        f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
+    ) -> Result<T, ServiceError> {
+        self.modify(name, dry_run, None, f).await
+    }
+
+    /// The one compare-and-swap loop. `f` may change spec (written with
+    /// status) or only status (the status subresource). With
+    /// `expected_version` the caller's version must still be current and a
+    /// conflict is returned instead of retried.
+    async fn modify<T>(
+        &self,
+        name: &str,
+        dry_run: bool,
+        expected_version: Option<i64>,
         mut f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
         let _guard = self.lock(name).await;
         for attempt in 1..=MAX_ATTEMPTS {
             let current = self.get(name).await?;
+            check_version(name, expected_version, current.version)?;
             let mut q = current.quota.clone();
             if self.accrue_from_ledger {
                 q.status.accrue_ledger(&q.spec, self.now(), &self.prices);
@@ -147,9 +162,14 @@ impl Service {
             if !changed || dry_run {
                 return Ok(out);
             }
-            match self.store.replace_status(&current, &q.status).await {
+            let written = if q.spec != current.quota.spec {
+                self.store.replace(&current, &q).await
+            } else {
+                self.store.replace_status(&current, &q.status).await
+            };
+            match written {
                 Ok(_) => return Ok(out),
-                Err(StoreError::Conflict(_)) => {
+                Err(StoreError::Conflict(_)) if expected_version.is_none() => {
                     self.metrics.cas_conflicts.inc();
                     backoff(attempt).await;
                 }
@@ -281,14 +301,7 @@ impl Service {
     ) -> Result<Quota, ServiceError> {
         tree::validate_spec(name, &spec, &self.keys)?;
         let current = self.get(name).await?;
-        if let Some(v) = expected_version {
-            if v != current.version {
-                return Err(ServiceError::Conflict(format!(
-                    "bizrq {name} is at resourceVersion {}, not {v}; read it again",
-                    current.version
-                )));
-            }
-        }
+        check_version(name, expected_version, current.version)?;
         let old = current.quota.spec.clone();
         if spec.parent != old.parent {
             return Err(TreeError::ParentImmutable {
@@ -348,31 +361,13 @@ impl Service {
         spec: &QuotaSpec,
         expected_version: Option<i64>,
     ) -> Result<Quota, ServiceError> {
-        let _guard = self.lock(name).await;
-        for attempt in 1..=MAX_ATTEMPTS {
-            let current = self.get(name).await?;
-            if expected_version.is_some_and(|v| v != current.version) && attempt == 1 {
-                return Err(ServiceError::Conflict(format!(
-                    "bizrq {name} changed; read it again"
-                )));
-            }
-            let mut q = current.quota.clone();
-            if self.accrue_from_ledger {
-                q.status.accrue_ledger(&q.spec, self.now(), &self.prices);
-            }
+        self.modify(name, false, expected_version, |q| {
             q.spec = spec.clone();
             q.status.refresh(&q.spec);
-            match self.store.replace(&current, &q).await {
-                Ok(s) => return Ok(s.quota),
-                Err(StoreError::Conflict(_)) if expected_version.is_none() => {
-                    self.metrics.cas_conflicts.inc();
-                    backoff(attempt).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        self.metrics.cas_exhausted.inc();
-        Err(ServiceError::Contention(name.to_string()))
+            Ok((true, ()))
+        })
+        .await?;
+        Ok(self.get(name).await?.quota)
     }
 
     /// Delete a leaf and return its carve-out to the parent.
@@ -384,13 +379,7 @@ impl Service {
         dry_run: bool,
     ) -> Result<(), ServiceError> {
         let current = self.get(name).await?;
-        if expected_version.is_some_and(|v| v != current.version) {
-            return Err(ServiceError::Conflict(format!(
-                "bizrq {name} is at resourceVersion {}, not {}; read it again",
-                current.version,
-                expected_version.unwrap_or_default()
-            )));
-        }
+        check_version(name, expected_version, current.version)?;
         let parent = current.quota.spec.parent.clone();
         let mut children: BTreeSet<String> = self
             .store
@@ -614,6 +603,16 @@ impl Service {
             .reconcile_duration
             .observe(started.elapsed().as_secs_f64());
         Ok(written)
+    }
+}
+
+/// A caller that named a version must be looking at the current one.
+fn check_version(name: &str, expected: Option<i64>, current: i64) -> Result<(), ServiceError> {
+    match expected {
+        Some(v) if v != current => Err(ServiceError::Conflict(format!(
+            "bizrq {name} is at resourceVersion {current}, not {v}; read it again"
+        ))),
+        _ => Ok(()),
     }
 }
 

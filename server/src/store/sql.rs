@@ -116,6 +116,15 @@ impl SqlStore {
         Ok(())
     }
 
+    /// A guarded write touched no row: the object moved on, or is gone.
+    async fn lost_race(&self, name: &str) -> StoreError {
+        match self.get(name).await {
+            Ok(Some(_)) => StoreError::Conflict(name.to_string()),
+            Ok(None) => StoreError::NotFound(name.to_string()),
+            Err(e) => e,
+        }
+    }
+
     async fn write_object(
         &self,
         current: &Stored,
@@ -135,10 +144,7 @@ impl SqlStore {
             .await?;
         if done.rows_affected() == 0 {
             tx.rollback().await?;
-            return Err(match self.get(name).await? {
-                Some(_) => StoreError::Conflict(name.to_string()),
-                None => StoreError::NotFound(name.to_string()),
-            });
+            return Err(self.lost_race(name).await);
         }
         let before: BTreeSet<&String> = current.quota.status.workloads.keys().collect();
         let after: BTreeSet<&String> = status.workloads.keys().collect();
@@ -282,10 +288,7 @@ impl QuotaStore for SqlStore {
             .await?;
         if done.rows_affected() == 0 {
             tx.rollback().await?;
-            return Err(match self.get(name).await? {
-                Some(_) => StoreError::Conflict(name.to_string()),
-                None => StoreError::NotFound(name.to_string()),
-            });
+            return Err(self.lost_race(name).await);
         }
         sqlx::query("DELETE FROM workload_bindings WHERE quota = $1")
             .bind(name)
