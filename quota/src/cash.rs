@@ -65,7 +65,6 @@ pub fn accrue(
         if end <= start {
             continue;
         }
-        let ms = (end - start) as i128;
         let price = prices.for_class(iv.qos);
         for (ck, uk) in cash_keys {
             let q = resources::get(&iv.usage, uk);
@@ -73,10 +72,19 @@ pub fn accrue(
                 continue;
             }
             let e = out.entry(ck.clone()).or_insert(0i128);
-            *e = e.saturating_add(q.nanos().saturating_mul(ms).saturating_mul(price));
+            *e = e.saturating_add(cost(q, end - start, price));
         }
     }
     out
+}
+
+/// What holding `q` for `ms` milliseconds at `price` per mille costs, in
+/// accumulator units (nano-units × ms × per mille). Negative spans cost 0.
+pub fn cost(q: Quantity, ms: i64, price: i128) -> i128 {
+    if ms <= 0 {
+        return 0;
+    }
+    q.nanos().saturating_mul(ms as i128).saturating_mul(price)
 }
 
 /// Accumulator → resource-hours, rounded up to the nano-unit.

@@ -139,30 +139,49 @@ impl QuotaStatus {
 
     /// Everything bound directly here, on all keys (not only those of hard).
     pub fn self_usage(&self) -> ResourceList {
-        resources::sum(
-            self.workloads
-                .values()
-                .map(|c| c.usage())
-                .collect::<Vec<_>>()
-                .iter(),
-        )
+        let mut out = ResourceList::new();
+        for c in self.workloads.values() {
+            resources::add_into(&mut out, &c.usage());
+        }
+        out
     }
 
-    /// Recompute `hard`, `selfUsed` and `used` from spec and ledgers.
-    pub fn refresh(&mut self, spec: &QuotaSpec) {
-        let mut own = self.self_usage();
-        for key in spec.hard.keys() {
-            if cash_target(key).is_some() {
-                own.insert(key.clone(), cash::to_quantity(self.accrued(key)));
+    /// What the bound workloads hold of one key.
+    pub fn held(&self, key: &str) -> Quantity {
+        let mut total = Quantity::ZERO;
+        for c in self.workloads.values() {
+            for s in &c.pod_sets {
+                if let Some(q) = s.per_pod.get(key) {
+                    total = total.saturating_add(q.saturating_mul(c.charged_count(s) as i128));
+                }
             }
         }
-        let mut all = own.clone();
-        for c in self.children.values() {
-            resources::add_into(&mut all, &c.hard);
+        total
+    }
+
+    /// Recompute `hard`, `selfUsed` and `used` from spec and ledgers, key by
+    /// key of hard (the only keys status reports), without building each
+    /// workload's usage.
+    pub fn refresh(&mut self, spec: &QuotaSpec) {
+        let mut self_used = ResourceList::new();
+        let mut used = ResourceList::new();
+        for key in spec.hard.keys() {
+            let own = if cash_target(key).is_some() {
+                cash::to_quantity(self.accrued(key))
+            } else {
+                self.held(key)
+            };
+            let carved = self.children.values().fold(Quantity::ZERO, |acc, c| {
+                acc.saturating_add(resources::get(&c.hard, key))
+            });
+            self_used.insert(key.clone(), own);
+            used.insert(key.clone(), own.saturating_add(carved));
         }
-        self.hard = spec.hard.clone();
-        self.self_used = resources::project(&own, &spec.hard);
-        self.used = resources::project(&all, &spec.hard);
+        if self.hard != spec.hard {
+            self.hard = spec.hard.clone();
+        }
+        self.self_used = self_used;
+        self.used = used;
     }
 
     /// Standalone cash accrual: every charged workload held its usage since
@@ -177,27 +196,25 @@ impl QuotaStatus {
             if now_ms <= last {
                 return;
             }
-            let cash_keys: Vec<(String, String)> = spec
-                .hard
-                .keys()
-                .filter_map(|k| cash_target(k).map(|t| (k.clone(), t.to_string())))
-                .collect();
-            if !cash_keys.is_empty() {
-                let mut intervals = Vec::new();
+            for ck in spec.hard.keys() {
+                let Some(target) = cash_target(ck) else {
+                    continue;
+                };
+                let mut amount = 0i128;
                 for c in self.workloads.values() {
-                    let since = time::parse_rfc3339(&c.since).unwrap_or(last);
+                    let start = time::parse_rfc3339(&c.since).unwrap_or(last).max(last);
                     for s in &c.pod_sets {
-                        intervals.push(cash::Interval {
-                            usage: s.usage(c.charged_count(s)),
-                            qos: s.qos,
-                            start_ms: since,
-                            end_ms: None,
-                        });
+                        if let Some(q) = s.per_pod.get(target) {
+                            let held = q.saturating_mul(c.charged_count(s) as i128);
+                            amount = amount.saturating_add(cash::cost(
+                                held,
+                                now_ms - start,
+                                prices.for_class(s.qos),
+                            ));
+                        }
                     }
                 }
-                for (ck, amount) in cash::accrue(&intervals, &cash_keys, last, now_ms, prices) {
-                    self.add_accrued(&ck, amount);
-                }
+                self.add_accrued(ck, amount);
             }
         }
         self.last_reconcile_time = Some(time::format_rfc3339(now_ms));

@@ -168,3 +168,35 @@ proptest! {
         prop_assert_eq!(whole, parts);
     }
 }
+
+proptest! {
+    /// Standalone accrual from the charge ledger: accruing at b then c is
+    /// accruing at c once, and equals the interval accrual of the same holds.
+    #[test]
+    fn ledger_accrual_is_additive_and_matches_intervals(
+        charges in prop::collection::vec((0i64..8, 0i64..4, 0i64..3_600_000), 1..10),
+        b in 1i64..10_000_000, c_extra in 0i64..10_000_000)
+    {
+        let spec = QuotaSpec { parent: String::new(), hard: [("cash/requests.nvidia.com/gpu".to_string(), Quantity::from_units(1_000_000))].into(), max: Default::default() };
+        let mut q = Quota::new("q", spec.clone());
+        q.status.last_reconcile_time = Some(quota::time::format_rfc3339(0));
+        let mut intervals = Vec::new();
+        for (i, (gpus, count, since)) in charges.iter().enumerate() {
+            let mut c = charge(&[*gpus, 0, 0], *count);
+            c.since = quota::time::format_rfc3339(*since);
+            intervals.push(Interval { usage: c.usage(), qos: None, start_ms: *since, end_ms: None });
+            q.status.workloads.insert(format!("w{i}"), c);
+        }
+        let c = b + c_extra;
+        let mut split = q.clone();
+        split.status.accrue_ledger(&spec, b, &Prices::default());
+        split.status.accrue_ledger(&spec, c, &Prices::default());
+        let mut once = q.clone();
+        once.status.accrue_ledger(&spec, c, &Prices::default());
+        let key = "cash/requests.nvidia.com/gpu";
+        prop_assert_eq!(split.status.accrued(key), once.status.accrued(key));
+        let keys = vec![(key.to_string(), "requests.nvidia.com/gpu".to_string())];
+        let expect = cash::accrue(&intervals, &keys, 0, c, &Prices::default()).get(key).copied().unwrap_or(0);
+        prop_assert_eq!(once.status.accrued(key), expect);
+    }
+}

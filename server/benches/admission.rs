@@ -16,7 +16,7 @@ use bizrq::config::ServeArgs;
 use quota::object::{Quota, QuotaSpec};
 use quota::workload::adapter_for_kind;
 use quota::KeyConfig;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,15 +70,49 @@ fn fixture() -> Value {
 
 /// A CREATE review of a one-replica, one-card Deployment bound to `quota`.
 fn review_body(base: &Value, quota: &str, n: u64) -> Vec<u8> {
-    let mut r = base.clone();
-    let name = format!("bench-{n}");
-    r["request"]["uid"] = format!("bench-uid-{n}").into();
-    r["request"]["name"] = name.clone().into();
-    let o = &mut r["request"]["object"];
-    o["metadata"]["name"] = name.into();
-    o["metadata"]["labels"]["biz.group.resource.quota"] = quota.into();
-    o["spec"]["replicas"] = 1.into();
-    serde_json::to_vec(&r).unwrap()
+    Template::new(base).render(quota, n)
+}
+
+/// The review pre-serialised around its three variable parts, so the load
+/// generator spends its time sending, not building JSON.
+struct Template {
+    parts: Vec<String>,
+}
+
+impl Template {
+    fn new(base: &Value) -> Template {
+        let mut r = base.clone();
+        r["request"]["uid"] = "@@UID@@".into();
+        r["request"]["name"] = "@@NAME@@".into();
+        let o = &mut r["request"]["object"];
+        o["metadata"]["name"] = "@@NAME@@".into();
+        o["metadata"]["labels"]["biz.group.resource.quota"] = "@@QUOTA@@".into();
+        o["spec"]["replicas"] = 1.into();
+        let text = serde_json::to_string(&r).unwrap();
+        let mut parts = Vec::new();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("@@") {
+            parts.push(rest[..i].to_string());
+            let j = rest[i + 2..].find("@@").unwrap() + i + 4;
+            parts.push(rest[i..j].to_string());
+            rest = &rest[j..];
+        }
+        parts.push(rest.to_string());
+        Template { parts }
+    }
+
+    fn render(&self, quota: &str, n: u64) -> Vec<u8> {
+        let mut out = String::with_capacity(8192);
+        for p in &self.parts {
+            match p.as_str() {
+                "@@UID@@" => out.push_str(&format!("bench-uid-{n}")),
+                "@@NAME@@" => out.push_str(&format!("bench-{n}")),
+                "@@QUOTA@@" => out.push_str(quota),
+                other => out.push_str(other),
+            }
+        }
+        out.into_bytes()
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -252,7 +286,7 @@ async fn https(o: &Opts) {
         }
     );
 
-    let base = Arc::new(fixture());
+    let base = Arc::new(Template::new(&fixture()));
     let leaves = Arc::new(leaves);
     let endpoint = format!("https://{}/validate/workloads", running.webhook_addr);
     let client = reqwest::Client::builder()
@@ -299,7 +333,7 @@ async fn https(o: &Opts) {
                     };
                     let n = counter.fetch_add(1, Ordering::Relaxed);
                     let quota = &leaves[(n as usize * 7919) % leaves.len()];
-                    let body = review_body(&base, quota, n);
+                    let body = base.render(quota, n);
                     let resp = client
                         .post(&endpoint)
                         .header("content-type", "application/json")
@@ -307,8 +341,8 @@ async fn https(o: &Opts) {
                         .send()
                         .await
                         .unwrap();
-                    let v: Value = resp.json().await.unwrap();
-                    if v["response"]["allowed"] != json!(true) {
+                    let text = resp.text().await.unwrap();
+                    if !text.contains("\"allowed\":true") {
                         denied += 1;
                     }
                     lat.push(scheduled.elapsed());

@@ -75,6 +75,10 @@ pub struct Service {
     pub accrue_from_ledger: bool,
     clock: Clock,
     locks: Vec<Mutex<()>>,
+    /// Last version written or read by this process, per quota. Used only
+    /// as the starting point of a compare-and-swap: a stale entry loses the
+    /// swap and is re-read, so no decision is committed on stale data.
+    cache: std::sync::Mutex<std::collections::HashMap<String, Stored>>,
 }
 
 /// Whether a quota object is written here (standalone API) or by the API
@@ -100,6 +104,7 @@ impl Service {
             accrue_from_ledger: true,
             clock: Arc::new(now_ms),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            cache: Default::default(),
         }
     }
 
@@ -151,8 +156,18 @@ impl Service {
         mut f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
         let _guard = self.lock(name).await;
+        let mut use_cache = expected_version.is_none();
         for attempt in 1..=MAX_ATTEMPTS {
-            let current = self.get(name).await?;
+            let cached = if use_cache { self.cached(name) } else { None };
+            let from_cache = cached.is_some();
+            let current = match cached {
+                Some(c) => c,
+                None => {
+                    let fresh = self.get(name).await.inspect_err(|_| self.forget(name))?;
+                    self.remember(&fresh);
+                    fresh
+                }
+            };
             check_version(name, expected_version, current.version)?;
             let mut q = current.quota.clone();
             if self.accrue_from_ledger {
@@ -160,6 +175,12 @@ impl Service {
             }
             let (changed, out) = f(&mut q)?;
             if !changed || dry_run {
+                if from_cache {
+                    // Nothing will be swapped to prove the cache right:
+                    // decide again on a fresh read.
+                    use_cache = false;
+                    continue;
+                }
                 return Ok(out);
             }
             let written = if q.spec != current.quota.spec {
@@ -168,16 +189,41 @@ impl Service {
                 self.store.replace_status(&current, &q.status).await
             };
             match written {
-                Ok(_) => return Ok(out),
-                Err(StoreError::Conflict(_)) if expected_version.is_none() => {
-                    self.metrics.cas_conflicts.inc();
-                    backoff(attempt).await;
+                Ok(stored) => {
+                    self.remember(&stored);
+                    return Ok(out);
                 }
-                Err(e) => return Err(e.into()),
+                Err(StoreError::Conflict(_)) if expected_version.is_none() => {
+                    self.forget(name);
+                    self.metrics.cas_conflicts.inc();
+                    if !from_cache {
+                        backoff(attempt).await;
+                    }
+                }
+                Err(e) => {
+                    self.forget(name);
+                    return Err(e.into());
+                }
             }
         }
         self.metrics.cas_exhausted.inc();
         Err(ServiceError::Contention(name.to_string()))
+    }
+
+    fn cached(&self, name: &str) -> Option<Stored> {
+        self.cache.lock().ok()?.get(name).cloned()
+    }
+
+    fn remember(&self, stored: &Stored) {
+        if let Ok(mut c) = self.cache.lock() {
+            c.insert(stored.quota.name().to_string(), stored.clone());
+        }
+    }
+
+    fn forget(&self, name: &str) {
+        if let Ok(mut c) = self.cache.lock() {
+            c.remove(name);
+        }
     }
 
     // ---- quota objects -------------------------------------------------

@@ -268,21 +268,20 @@ fn raw_meta_name(raw: &RawValue) -> (String, String) {
 /// Namespace and name of the object under review (the request's own fields
 /// first; generated names appear in the object).
 fn target(req: &Request) -> (String, String) {
+    let given = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+    if let (Some(ns), Some(name)) = (given(&req.namespace), given(&req.name)) {
+        return (ns, name);
+    }
+    // Only then read the object's metadata (cluster-scoped objects have no
+    // namespace; a generated name is in the object).
     let from_obj = req
         .object
         .as_deref()
         .or(req.old_object.as_deref())
         .map(raw_meta_name)
         .unwrap_or_default();
-    let ns = req
-        .namespace
-        .clone()
-        .filter(|s| !s.is_empty())
-        .unwrap_or(from_obj.0);
-    let name = req
-        .name
-        .clone()
-        .filter(|s| !s.is_empty())
+    let ns = given(&req.namespace).unwrap_or(from_obj.0);
+    let name = given(&req.name)
         .or(Some(from_obj.1).filter(|s| !s.is_empty()))
         .unwrap_or_else(|| req.uid.clone());
     (ns, name)

@@ -59,6 +59,9 @@ impl SqlStore {
                                     "PRAGMA journal_mode = WAL",
                                     "PRAGMA synchronous = NORMAL",
                                     "PRAGMA busy_timeout = 10000",
+                                    // Checkpoints run in the background (below),
+                                    // not inside an admission's commit.
+                                    "PRAGMA wal_autocheckpoint = 0",
                                 ] {
                                     conn.execute(pragma).await?;
                                 }
@@ -134,38 +137,43 @@ impl SqlStore {
         let name = current.quota.name();
         let spec_json = to_json(spec)?;
         let status_json = to_json(status)?;
-        let mut tx = self.write.begin().await?;
-        let done = sqlx::query("UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4")
+        let before: BTreeSet<&String> = current.quota.status.workloads.keys().collect();
+        let after: BTreeSet<&String> = status.workloads.keys().collect();
+        let update = sqlx::query("UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4")
             .bind(&spec_json)
             .bind(&status_json)
             .bind(name)
-            .bind(current.version)
-            .execute(&mut *tx)
-            .await?;
-        if done.rows_affected() == 0 {
-            tx.rollback().await?;
-            return Err(self.lost_race(name).await);
-        }
-        let before: BTreeSet<&String> = current.quota.status.workloads.keys().collect();
-        let after: BTreeSet<&String> = status.workloads.keys().collect();
-        for gone in before.difference(&after) {
-            sqlx::query("DELETE FROM workload_bindings WHERE workload = $1 AND quota = $2")
-                .bind(gone.as_str())
+            .bind(current.version);
+        if before == after {
+            // No binding changes: one statement, no explicit transaction.
+            if update.execute(&self.write).await?.rows_affected() == 0 {
+                return Err(self.lost_race(name).await);
+            }
+        } else {
+            let mut tx = self.write.begin().await?;
+            if update.execute(&mut *tx).await?.rows_affected() == 0 {
+                tx.rollback().await?;
+                return Err(self.lost_race(name).await);
+            }
+            for gone in before.difference(&after) {
+                sqlx::query("DELETE FROM workload_bindings WHERE workload = $1 AND quota = $2")
+                    .bind(gone.as_str())
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            for added in after.difference(&before) {
+                sqlx::query(
+                    "INSERT INTO workload_bindings (workload, quota) VALUES ($1, $2) \
+                     ON CONFLICT (workload) DO UPDATE SET quota = excluded.quota",
+                )
+                .bind(added.as_str())
                 .bind(name)
                 .execute(&mut *tx)
                 .await?;
+            }
+            tx.commit().await?;
         }
-        for added in after.difference(&before) {
-            sqlx::query(
-                "INSERT INTO workload_bindings (workload, quota) VALUES ($1, $2) \
-                 ON CONFLICT (workload) DO UPDATE SET quota = excluded.quota",
-            )
-            .bind(added.as_str())
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
         let mut quota = current.quota.clone();
         quota.spec = spec.clone();
         quota.status = status.clone();
@@ -204,9 +212,11 @@ fn from_row(row: &AnyRow) -> Result<Stored, StoreError> {
 #[async_trait]
 impl QuotaStore for SqlStore {
     async fn get(&self, name: &str) -> Result<Option<Stored>, StoreError> {
+        // On the writer: a read-modify-write stays on one connection, whose
+        // page cache is never invalidated by another writer.
         let row = sqlx::query(&format!("SELECT {COLUMNS} FROM quotas WHERE name = $1"))
             .bind(name)
-            .fetch_optional(&self.read)
+            .fetch_optional(&self.write)
             .await?;
         row.as_ref().map(from_row).transpose()
     }
