@@ -11,8 +11,8 @@ CREATE TABLE quotas (
 );
 CREATE INDEX quotas_parent ON quotas (parent);
 
--- Which quota holds a workload's charge, kept in the same transaction as the
--- status that holds it, so scale and HPA reviews find their workload.
+-- Which quota holds a workload's charge, so scale and HPA reviews find
+-- their workload (kept by trigger from status.workloads, see 0002).
 CREATE TABLE workload_bindings (
     workload  TEXT PRIMARY KEY,
     quota     TEXT NOT NULL

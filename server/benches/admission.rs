@@ -9,10 +9,15 @@
 //! plan, charge) with no I/O; part 2 the whole path: HTTPS, AdmissionReview
 //! JSON, the service layer and the SQL store's compare-and-swap, against a
 //! tree of `--quotas` quotas, first paced at `--rate` reviews/s (latency),
-//! then as fast as `--clients` clients go (throughput). The clients run in
-//! the same process as the server, so they share its two cores.
+//! then as fast as `--clients` clients go (throughput). The server is the
+//! real `bizrq` binary in its own process; the load generator shares the
+//! machine's two cores with it, so the server's own CPU per admission is
+//! reported too.
 
-use bizrq::config::ServeArgs;
+use bizrq::metrics::Metrics;
+use bizrq::service::{Persist, Service};
+use bizrq::store::sql::SqlStore;
+use quota::cash::Prices;
 use quota::object::{Quota, QuotaSpec};
 use quota::workload::adapter_for_kind;
 use quota::KeyConfig;
@@ -196,21 +201,34 @@ fn pure(o: &Opts) {
     );
 }
 
-/// Part 2: over HTTPS against a running server.
-async fn https(o: &Opts) {
-    let dir = tempfile::tempdir().unwrap();
-    let url = o
-        .database_url
-        .clone()
-        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
-    let mut args = ServeArgs::for_tests(&url);
-    args.resync_seconds = 3600;
-    let running = bizrq::start(&args).await.expect("start server");
-    let svc = running.service.clone();
+/// CPU seconds (user + system) a process has used, from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let hz = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .unwrap_or(100.0);
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
+    (ticks(11) + ticks(12)) / hz
+}
 
-    // Tree: root → departments → teams, `quotas` in all.
+async fn build_tree(url: &str, quotas: usize) -> Vec<String> {
+    let store = SqlStore::connect(url).await.expect("database");
+    let svc = Service::new(
+        Arc::new(store.clone()),
+        KeyConfig::default(),
+        Prices::default(),
+        Arc::new(Metrics::default()),
+    );
     let t = Instant::now();
-    let huge = |n: &str| -> quota::ResourceList {
+    let hard = |n: &str| -> quota::ResourceList {
         [
             ("requests.nvidia.com/gpu", n),
             ("requests.nvidia.com/gpu.A100", n),
@@ -221,60 +239,36 @@ async fn https(o: &Opts) {
         .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
         .collect()
     };
-    let depts = ((o.quotas as f64).sqrt() as usize).max(1);
-    svc.create_quota(
-        "root",
-        QuotaSpec {
-            parent: String::new(),
-            hard: huge("1e9"),
-            max: Default::default(),
-        },
-        bizrq::service::Persist::Here,
-        "",
-        false,
-    )
-    .await
-    .unwrap();
+    let spec = |parent: &str, n: &str| QuotaSpec {
+        parent: parent.into(),
+        hard: hard(n),
+        max: Default::default(),
+    };
+    svc.create_quota("root", spec("", "1e9"), Persist::Here, "", false)
+        .await
+        .unwrap();
+    let depts = ((quotas as f64).sqrt() as usize).max(1);
     let mut leaves = Vec::new();
     let mut made = 1;
     'outer: for d in 0..depts {
         let dept = format!("dept-{d}");
-        svc.create_quota(
-            &dept,
-            QuotaSpec {
-                parent: "root".into(),
-                hard: huge("1e6"),
-                max: Default::default(),
-            },
-            bizrq::service::Persist::Here,
-            "",
-            false,
-        )
-        .await
-        .unwrap();
+        svc.create_quota(&dept, spec("root", "1e6"), Persist::Here, "", false)
+            .await
+            .unwrap();
         made += 1;
         for tm in 0..depts {
-            if made >= o.quotas {
+            if made >= quotas {
                 break 'outer;
             }
             let team = format!("team-{d}-{tm}");
-            svc.create_quota(
-                &team,
-                QuotaSpec {
-                    parent: dept.clone(),
-                    hard: huge("1e4"),
-                    max: Default::default(),
-                },
-                bizrq::service::Persist::Here,
-                "",
-                false,
-            )
-            .await
-            .unwrap();
+            svc.create_quota(&team, spec(&dept, "1e4"), Persist::Here, "", false)
+                .await
+                .unwrap();
             leaves.push(team);
             made += 1;
         }
     }
+    store.close().await;
     println!(
         "tree: {made} quotas ({} leaves) built in {:.1} s on {}",
         leaves.len(),
@@ -285,10 +279,51 @@ async fn https(o: &Opts) {
             "PostgreSQL"
         }
     );
+    leaves
+}
+
+/// Part 2: over HTTPS against a `bizrq` process, as the API server calls it.
+async fn https(o: &Opts) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = o
+        .database_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
+    let leaves = Arc::new(build_tree(&url, o.quotas).await);
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bizrq"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--webhook-listen",
+            "127.0.0.1:0",
+            "--admin-token",
+            "bench",
+            "--resync-seconds",
+            "3600",
+        ])
+        .args(["--database-url", &url])
+        .env("BIZRQ_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn bizrq");
+    let pid = child.id().unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+    let ready = lines.next_line().await.unwrap().expect("bizrq exited");
+    let addr = |k: &str| {
+        ready
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(k))
+            .unwrap()
+            .to_string()
+    };
+    let (http_addr, webhook_addr) = (addr("http="), addr("webhook="));
 
     let base = Arc::new(Template::new(&fixture()));
-    let leaves = Arc::new(leaves);
-    let endpoint = format!("https://{}/validate/workloads", running.webhook_addr);
+    let endpoint = format!("https://{webhook_addr}/validate/workloads");
     let client = reqwest::Client::builder()
         .danger_accept_invalid_certs(true)
         .pool_max_idle_per_host(o.clients)
@@ -307,6 +342,7 @@ async fn https(o: &Opts) {
     ] {
         let deadline = Instant::now() + Duration::from_secs(o.seconds);
         let started = Instant::now();
+        let cpu_before = cpu_seconds(pid);
         let mut tasks = tokio::task::JoinSet::new();
         for c in 0..o.clients {
             let (client, endpoint, base, leaves, counter) = (
@@ -357,21 +393,37 @@ async fn https(o: &Opts) {
             all.extend(l);
             denied += d;
         }
+        let ops = all.len();
         report(&label, all, started.elapsed());
+        let cpu = cpu_seconds(pid) - cpu_before;
+        println!(
+            "  server process CPU: {:.0} µs per admission ({:.0} % of one core)",
+            cpu * 1e6 / ops.max(1) as f64,
+            cpu * 100.0 / started.elapsed().as_secs_f64()
+        );
         if denied > 0 {
             println!("  ({denied} denied)");
         }
     }
-    let m = running.service.metrics.render();
-    let conflicts = m
+    let metrics = client
+        .get(format!("http://{http_addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for l in metrics
         .lines()
-        .find(|l| l.starts_with("bizrq_cas_conflicts_total"))
-        .unwrap_or("");
-    println!("  {conflicts}");
-    running.shutdown().await;
+        .filter(|l| l.starts_with("bizrq_cas_conflicts_total"))
+    {
+        println!("  {l}");
+    }
+    let _ = child.kill().await;
 }
 
 fn main() {
+    bizrq::tls::install_crypto_provider();
     let o = opts();
     println!(
         "bizrq admission benchmark ({} build{})",

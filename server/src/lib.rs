@@ -81,6 +81,8 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         args.prices(),
         metrics,
     ));
+    let warmed = service.warm_cache().await?;
+    tracing::debug!(quotas = warmed, "cache warmed");
     let state = AppState {
         service: service.clone(),
         token_sha256: Arc::new(token_sha256),

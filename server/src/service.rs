@@ -78,7 +78,7 @@ pub struct Service {
     /// Last version written or read by this process, per quota. Used only
     /// as the starting point of a compare-and-swap: a stale entry loses the
     /// swap and is re-read, so no decision is committed on stale data.
-    cache: std::sync::Mutex<std::collections::HashMap<String, Stored>>,
+    cache: std::sync::Mutex<std::collections::HashMap<String, Arc<Stored>>>,
 }
 
 /// Whether a quota object is written here (standalone API) or by the API
@@ -163,8 +163,8 @@ impl Service {
             let current = match cached {
                 Some(c) => c,
                 None => {
-                    let fresh = self.get(name).await.inspect_err(|_| self.forget(name))?;
-                    self.remember(&fresh);
+                    let fresh = Arc::new(self.get(name).await.inspect_err(|_| self.forget(name))?);
+                    self.remember(fresh.clone());
                     fresh
                 }
             };
@@ -189,8 +189,9 @@ impl Service {
                 self.store.replace_status(&current, &q.status).await
             };
             match written {
-                Ok(stored) => {
-                    self.remember(&stored);
+                Ok(version) => {
+                    q.metadata.resource_version = Some(version.to_string());
+                    self.remember(Arc::new(Stored { quota: q, version }));
                     return Ok(out);
                 }
                 Err(StoreError::Conflict(_)) if expected_version.is_none() => {
@@ -210,13 +211,24 @@ impl Service {
         Err(ServiceError::Contention(name.to_string()))
     }
 
-    fn cached(&self, name: &str) -> Option<Stored> {
+    /// Load every quota into the cache, so the first admission against a
+    /// quota does not pay for a read. Returns how many.
+    pub async fn warm_cache(&self) -> Result<usize, ServiceError> {
+        let all = self.store.list().await?;
+        let n = all.len();
+        for s in all {
+            self.remember(Arc::new(s));
+        }
+        Ok(n)
+    }
+
+    fn cached(&self, name: &str) -> Option<Arc<Stored>> {
         self.cache.lock().ok()?.get(name).cloned()
     }
 
-    fn remember(&self, stored: &Stored) {
+    fn remember(&self, stored: Arc<Stored>) {
         if let Ok(mut c) = self.cache.lock() {
-            c.insert(stored.quota.name().to_string(), stored.clone());
+            c.insert(stored.quota.name().to_string(), stored);
         }
     }
 

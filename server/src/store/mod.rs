@@ -40,13 +40,15 @@ pub trait QuotaStore: Send + Sync + 'static {
     /// Create a new object (spec and initial status). `AlreadyExists` if taken.
     async fn create(&self, quota: &Quota) -> Result<Stored, StoreError>;
     /// Replace spec and status, if `current.version` is still the latest.
-    async fn replace(&self, current: &Stored, quota: &Quota) -> Result<Stored, StoreError>;
+    /// Returns the new version.
+    async fn replace(&self, current: &Stored, quota: &Quota) -> Result<i64, StoreError>;
     /// Replace status only (the status subresource), compare-and-swap.
+    /// Returns the new version.
     async fn replace_status(
         &self,
         current: &Stored,
         status: &QuotaStatus,
-    ) -> Result<Stored, StoreError>;
+    ) -> Result<i64, StoreError>;
     /// Delete, if `current.version` is still the latest.
     async fn delete(&self, current: &Stored) -> Result<(), StoreError>;
     /// Which quota holds the charge of a workload reference, if any.

@@ -1,13 +1,13 @@
 //! The SQL store (SQLite or PostgreSQL through sqlx `Any`): spec and status
 //! as JSON text, a version column for compare-and-swap, and the workload
-//! bindings written in the same transaction as the status that holds them.
+//! bindings kept by a trigger in the same statement as the status that
+//! holds them.
 
 use super::{QuotaStore, StoreError, Stored};
 use async_trait::async_trait;
 use quota::object::{ObjectMeta, Quota, QuotaSpec, QuotaStatus};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Executor, Row};
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -95,6 +95,11 @@ impl SqlStore {
         Ok(store)
     }
 
+    pub async fn close(&self) {
+        self.write.close().await;
+        self.read.close().await;
+    }
+
     pub fn pool(&self) -> &AnyPool {
         &self.write
     }
@@ -133,53 +138,22 @@ impl SqlStore {
         current: &Stored,
         spec: &QuotaSpec,
         status: &QuotaStatus,
-    ) -> Result<Stored, StoreError> {
+    ) -> Result<i64, StoreError> {
         let name = current.quota.name();
         let spec_json = to_json(spec)?;
         let status_json = to_json(status)?;
-        let before: BTreeSet<&String> = current.quota.status.workloads.keys().collect();
-        let after: BTreeSet<&String> = status.workloads.keys().collect();
-        let update = sqlx::query("UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4")
+        // One statement: the bindings follow by trigger (migration 0002).
+        let done = sqlx::query("UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4")
             .bind(&spec_json)
             .bind(&status_json)
             .bind(name)
-            .bind(current.version);
-        if before == after {
-            // No binding changes: one statement, no explicit transaction.
-            if update.execute(&self.write).await?.rows_affected() == 0 {
-                return Err(self.lost_race(name).await);
-            }
-        } else {
-            let mut tx = self.write.begin().await?;
-            if update.execute(&mut *tx).await?.rows_affected() == 0 {
-                tx.rollback().await?;
-                return Err(self.lost_race(name).await);
-            }
-            for gone in before.difference(&after) {
-                sqlx::query("DELETE FROM workload_bindings WHERE workload = $1 AND quota = $2")
-                    .bind(gone.as_str())
-                    .bind(name)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            for added in after.difference(&before) {
-                sqlx::query(
-                    "INSERT INTO workload_bindings (workload, quota) VALUES ($1, $2) \
-                     ON CONFLICT (workload) DO UPDATE SET quota = excluded.quota",
-                )
-                .bind(added.as_str())
-                .bind(name)
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
+            .bind(current.version)
+            .execute(&self.write)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(self.lost_race(name).await);
         }
-        let mut quota = current.quota.clone();
-        quota.spec = spec.clone();
-        quota.status = status.clone();
-        let version = current.version + 1;
-        quota.metadata.resource_version = Some(version.to_string());
-        Ok(Stored { quota, version })
+        Ok(current.version + 1)
     }
 }
 
@@ -275,7 +249,7 @@ impl QuotaStore for SqlStore {
         })
     }
 
-    async fn replace(&self, current: &Stored, quota: &Quota) -> Result<Stored, StoreError> {
+    async fn replace(&self, current: &Stored, quota: &Quota) -> Result<i64, StoreError> {
         self.write_object(current, &quota.spec, &quota.status).await
     }
 
@@ -283,28 +257,21 @@ impl QuotaStore for SqlStore {
         &self,
         current: &Stored,
         status: &QuotaStatus,
-    ) -> Result<Stored, StoreError> {
+    ) -> Result<i64, StoreError> {
         self.write_object(current, &current.quota.spec, status)
             .await
     }
 
     async fn delete(&self, current: &Stored) -> Result<(), StoreError> {
         let name = current.quota.name();
-        let mut tx = self.write.begin().await?;
         let done = sqlx::query("DELETE FROM quotas WHERE name = $1 AND version = $2")
             .bind(name)
             .bind(current.version)
-            .execute(&mut *tx)
+            .execute(&self.write)
             .await?;
         if done.rows_affected() == 0 {
-            tx.rollback().await?;
             return Err(self.lost_race(name).await);
         }
-        sqlx::query("DELETE FROM workload_bindings WHERE quota = $1")
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
         Ok(())
     }
 

@@ -201,6 +201,14 @@ async fn scenario(db: &str) {
     );
     assert_eq!(s.used("nlp-team", "requests.nvidia.com/gpu").await, "0");
     assert_eq!(s.used("cv-team", "requests.nvidia.com/gpu").await, "2");
+    // The workload's binding followed it: a scale review now charges cv-team.
+    let mut scale_mover = fixture("scale-update.json");
+    scale_mover["request"]["uid"] = "uid-m3".into();
+    scale_mover["request"]["name"] = "mover".into();
+    scale_mover["request"]["object"]["spec"]["replicas"] = 3.into();
+    assert_eq!(s.review("/validate/scale", &scale_mover).await["allowed"], true);
+    assert_eq!(s.used("cv-team", "requests.nvidia.com/gpu").await, "6");
+    assert_eq!(s.used("nlp-team", "requests.nvidia.com/gpu").await, "0");
 
     // Quota objects: a child that does not fit its parent is refused with
     // the key and the numbers.
