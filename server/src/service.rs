@@ -610,7 +610,8 @@ impl Service {
 
     /// Periodic full resync in standalone mode: make every parent's carve-out
     /// ledger match its children (dropping carve-outs of creates that never
-    /// finished, after `CARVE_TTL_MS`), accrue cash, refresh used.
+    /// finished, after `CARVE_TTL_MS`), accrue cash, refresh used. Returns
+    /// how many quotas it had to write.
     pub async fn resync(&self) -> Result<usize, ServiceError> {
         let started = std::time::Instant::now();
         let all = self.store.list().await?;
@@ -629,9 +630,9 @@ impl Service {
             let kids = children.remove(&name).unwrap_or_default();
             let now = self.now();
             let since = quota::time::format_rfc3339(now);
-            let changed = self
+            let listed = &s.quota.status;
+            let result = self
                 .update_status(&name, false, |q| {
-                    let before = q.status.clone();
                     q.status.children.retain(|child, carve| {
                         kids.contains_key(child)
                             || quota::time::parse_rfc3339(&carve.since)
@@ -648,11 +649,20 @@ impl Service {
                         e.hard = hard.clone();
                     }
                     q.status.refresh(&q.spec);
-                    Ok((q.status != before || self.accrue_from_ledger, ()))
+                    // Write only what a reader would see change: carve-outs,
+                    // usage, or cash spent. An unwritten accrual is not
+                    // lost; the next window starts where this one did.
+                    let st = &q.status;
+                    let changed = st.children != listed.children
+                        || st.used != listed.used
+                        || st.self_used != listed.self_used
+                        || st.hard != listed.hard
+                        || st.cash_accrued != listed.cash_accrued;
+                    Ok((changed, changed))
                 })
                 .await;
-            match changed {
-                Ok(()) => written += 1,
+            match result {
+                Ok(changed) => written += changed as usize,
                 Err(ServiceError::NotFound(_)) => {}
                 Err(e) => tracing::warn!(quota = %name, error = %e, "resync failed for one quota"),
             }

@@ -3,4 +3,5 @@
 mod api;
 mod common;
 mod concurrency;
+mod resync;
 mod webhook;

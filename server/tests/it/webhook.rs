@@ -206,7 +206,10 @@ async fn scenario(db: &str) {
     scale_mover["request"]["uid"] = "uid-m3".into();
     scale_mover["request"]["name"] = "mover".into();
     scale_mover["request"]["object"]["spec"]["replicas"] = 3.into();
-    assert_eq!(s.review("/validate/scale", &scale_mover).await["allowed"], true);
+    assert_eq!(
+        s.review("/validate/scale", &scale_mover).await["allowed"],
+        true
+    );
     assert_eq!(s.used("cv-team", "requests.nvidia.com/gpu").await, "6");
     assert_eq!(s.used("nlp-team", "requests.nvidia.com/gpu").await, "0");
 
