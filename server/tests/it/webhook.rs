@@ -238,6 +238,15 @@ async fn scenario(db: &str) {
     assert_eq!(code, 400);
     assert!(text.contains("use admission.k8s.io/v1"), "{text}");
 
+    // Bodies over the webhook's limit are refused before they are read.
+    let (code, _) = s
+        .post_review_raw(
+            "/validate/workloads",
+            vec![b' '; bizrq::http::WEBHOOK_BODY_LIMIT + 1024],
+        )
+        .await;
+    assert_eq!(code, 413);
+
     // Metrics saw the decisions.
     let (_, metrics) = s.get_text("/metrics").await;
     assert!(
