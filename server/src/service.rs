@@ -173,11 +173,17 @@ impl Service {
             if self.accrue_from_ledger {
                 q.status.accrue_ledger(&q.spec, self.now(), &self.prices);
             }
-            let (changed, out) = f(&mut q)?;
+            // A refusal, or a decision that writes nothing, has no swap to
+            // prove the cached copy current: decide again on a fresh read.
+            let (changed, out) = match f(&mut q) {
+                Err(_) if from_cache => {
+                    use_cache = false;
+                    continue;
+                }
+                r => r?,
+            };
             if !changed || dry_run {
                 if from_cache {
-                    // Nothing will be swapped to prove the cache right:
-                    // decide again on a fresh read.
                     use_cache = false;
                     continue;
                 }

@@ -168,3 +168,56 @@ async fn two_replicas_never_over_admit() {
         expect.len().to_string()
     );
 }
+
+/// A replica that has not seen another replica's release must not keep
+/// denying from what it remembers.
+#[tokio::test]
+async fn a_release_on_one_replica_is_seen_by_the_other() {
+    let db = fresh_postgres().await;
+    let a = Server::start(&db).await;
+    let b = Server::start(&db).await;
+    a.create_quota("pool", "", json!({"requests.nvidia.com/gpu": "2"}))
+        .await;
+    let d1 = deployment("d1", "pool", 1, 2);
+    let r = a
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "c1", Some(d1.clone()), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true);
+    // a now knows the pool is full.
+    let r = a
+        .review(
+            "/validate/workloads",
+            &review(
+                "deployment-create.json",
+                "c2",
+                Some(deployment("d2", "pool", 1, 2)),
+                None,
+            ),
+        )
+        .await;
+    assert_eq!(r["allowed"], false);
+    // b releases d1; a must see the room at once.
+    let r = b
+        .review(
+            "/validate/workloads",
+            &review("deployment-delete.json", "del1", None, Some(d1)),
+        )
+        .await;
+    assert_eq!(r["allowed"], true);
+    let r = a
+        .review(
+            "/validate/workloads",
+            &review(
+                "deployment-create.json",
+                "c3",
+                Some(deployment("d2", "pool", 1, 2)),
+                None,
+            ),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    assert_eq!(b.used("pool", "requests.nvidia.com/gpu").await, "2");
+}
