@@ -95,15 +95,7 @@ fn parse_version(v: Option<&str>) -> Result<Option<i64>, ApiError> {
 }
 
 pub async fn list(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let items: Vec<quota::Quota> = app
-        .service
-        .store
-        .list()
-        .await
-        .map_err(ServiceError::from)?
-        .into_iter()
-        .map(|s| s.quota)
-        .collect();
+    let items = app.service.list().await?;
     Ok(Json(serde_json::json!({
         "apiVersion": api_version(),
         "kind": format!("{KIND}List"),

@@ -153,14 +153,6 @@ async fn style() -> Response {
 }
 
 async fn portal(State(app): State<AppState>) -> Result<Html<String>, ApiError> {
-    let quotas: Vec<quota::Quota> = app
-        .service
-        .store
-        .list()
-        .await
-        .map_err(ServiceError::from)?
-        .into_iter()
-        .map(|s| s.quota)
-        .collect();
+    let quotas = app.service.list().await?;
     Ok(Html(app::render_tree_page(&quotas)))
 }

@@ -132,6 +132,17 @@ impl Service {
             .ok_or_else(|| ServiceError::NotFound(format!("bizrq {name} not found")))
     }
 
+    /// Every quota, fresh from the store, by name.
+    pub async fn list(&self) -> Result<Vec<Quota>, ServiceError> {
+        Ok(self
+            .store
+            .list()
+            .await?
+            .into_iter()
+            .map(|s| s.quota)
+            .collect())
+    }
+
     /// Read-modify-write of one quota's status with compare-and-swap. `f`
     /// says whether it changed anything; a dry run never writes. Conflicts
     /// re-read and retry with jittered backoff, at most `MAX_ATTEMPTS` times.
