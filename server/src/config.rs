@@ -21,6 +21,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve the portal, the JSON API and the admission webhook.
     Serve(Box<ServeArgs>),
+    /// Print the BizGroupResourceQuota CustomResourceDefinition as YAML.
+    Crd,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -111,6 +113,7 @@ impl ServeArgs {
         ]);
         match cli.command {
             Command::Serve(a) => *a,
+            Command::Crd => unreachable!("parsed a serve command"),
         }
     }
 }

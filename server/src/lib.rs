@@ -2,6 +2,7 @@
 //! layer, with the quota objects in SQL (standalone) — see `start`.
 
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod http;
 pub mod metrics;

@@ -6,6 +6,7 @@ use std::io::Write;
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Crd => print!("{}", bizrq::cluster::crd::crd_yaml()),
         Command::Serve(args) => {
             init_tracing(args.log_format);
             let running = bizrq::start(&args).await?;

@@ -1,0 +1,3 @@
+//! Cluster mode: the quota objects as a Kubernetes custom resource.
+
+pub mod crd;
