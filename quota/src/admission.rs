@@ -228,6 +228,7 @@ mod tests {
             hpa: None,
             since: "2026-01-01T00:00:00.000Z".into(),
             uid: "u".into(),
+            admitted: None,
         }
     }
 

@@ -40,10 +40,11 @@ impl Prices {
     }
 }
 
-/// Something that held `usage` from `start_ms` until `end_ms` (or still does).
+/// Something that held `usage` from `start_ms` until `end_ms` (or still
+/// does). Borrows its usage: many pods share their pod set's.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Interval {
-    pub usage: ResourceList,
+pub struct Interval<'a> {
+    pub usage: &'a ResourceList,
     pub qos: Option<QosClass>,
     pub start_ms: i64,
     pub end_ms: Option<i64>,
@@ -52,7 +53,7 @@ pub struct Interval {
 /// What the intervals cost within the window [from, to), per cash key.
 /// `cash_keys` pairs each cash key with the usage key it accrues from.
 pub fn accrue(
-    intervals: &[Interval],
+    intervals: &[Interval<'_>],
     cash_keys: &[(String, String)],
     from_ms: i64,
     to_ms: i64,
@@ -67,7 +68,7 @@ pub fn accrue(
         }
         let price = prices.for_class(iv.qos);
         for (ck, uk) in cash_keys {
-            let q = resources::get(&iv.usage, uk);
+            let q = resources::get(iv.usage, uk);
             if q.is_zero() {
                 continue;
             }
@@ -112,8 +113,9 @@ mod tests {
 
     #[test]
     fn ten_cards_for_an_hour_is_ten_card_hours() {
+        let u = gpus(10);
         let iv = Interval {
-            usage: gpus(10),
+            usage: &u,
             qos: None,
             start_ms: 0,
             end_ms: None,
@@ -127,15 +129,16 @@ mod tests {
 
     #[test]
     fn intervals_clip_to_the_window_and_prices_scale() {
+        let (two, four) = (gpus(2), gpus(4));
         let ivs = [
             Interval {
-                usage: gpus(2),
+                usage: &two,
                 qos: Some(QosClass::BestEffort),
                 start_ms: -1000,
                 end_ms: Some(1_800_000),
             },
             Interval {
-                usage: gpus(4),
+                usage: &four,
                 qos: Some(QosClass::Guaranteed),
                 start_ms: 5_000_000,
                 end_ms: None,

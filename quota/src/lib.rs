@@ -7,6 +7,7 @@ pub mod cash;
 pub mod keys;
 pub mod object;
 pub mod quantity;
+pub mod reconcile;
 pub mod resources;
 pub mod time;
 pub mod tree;

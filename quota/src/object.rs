@@ -48,6 +48,10 @@ pub struct Charge {
     /// The admission request that last changed it.
     #[serde(default)]
     pub uid: String,
+    /// When an admission last changed it (RFC 3339). A reconcile keeps an
+    /// entry this recent even when its cache does not show the change yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -31,6 +31,7 @@ fn charge(per_pod: &[i64], count: i64) -> Charge {
         hpa: None,
         since: T.into(),
         uid: String::new(),
+        admitted: None,
     }
 }
 
@@ -149,8 +150,9 @@ proptest! {
                            a in 0i64..5_000_000, split in 0i64..5_000_000, len in 0i64..10_000_000) {
         let b = a + split.min(len);
         let c = a + len;
-        let intervals: Vec<Interval> = ivs.iter().map(|(n, s, e, qos)| Interval {
-            usage: list(&[*n, *n * 3, 1]),
+        let usages: Vec<ResourceList> = ivs.iter().map(|(n, ..)| list(&[*n, *n * 3, 1])).collect();
+        let intervals: Vec<Interval> = ivs.iter().zip(&usages).map(|((_, s, e, qos), usage)| Interval {
+            usage,
             qos: Some([quota::usage::QosClass::Guaranteed, quota::usage::QosClass::Burstable, quota::usage::QosClass::BestEffort][*qos as usize]),
             start_ms: *s,
             end_ms: e.map(|e| e.max(*s)),
@@ -180,13 +182,14 @@ proptest! {
         let spec = QuotaSpec { parent: String::new(), hard: [("cash/requests.nvidia.com/gpu".to_string(), Quantity::from_units(1_000_000))].into(), max: Default::default() };
         let mut q = Quota::new("q", spec.clone());
         q.status.last_reconcile_time = Some(quota::time::format_rfc3339(0));
-        let mut intervals = Vec::new();
+        let mut usages = Vec::new();
         for (i, (gpus, count, since)) in charges.iter().enumerate() {
             let mut c = charge(&[*gpus, 0, 0], *count);
             c.since = quota::time::format_rfc3339(*since);
-            intervals.push(Interval { usage: c.usage(), qos: None, start_ms: *since, end_ms: None });
+            usages.push((c.usage(), *since));
             q.status.workloads.insert(format!("w{i}"), c);
         }
+        let intervals: Vec<Interval> = usages.iter().map(|(usage, since)| Interval { usage, qos: None, start_ms: *since, end_ms: None }).collect();
         let c = b + c_extra;
         let mut split = q.clone();
         split.status.accrue_ledger(&spec, b, &Prices::default());

@@ -186,6 +186,7 @@ fn pure(o: &Opts) {
                     hpa: None,
                     since: "2026-11-21T00:00:00.000Z".into(),
                     uid: String::new(),
+                    admitted: None,
                 };
                 // A quota holding ~64 workloads, as a busy team's would.
                 quota::admission::charge(&mut q, &format!("apps/Deployment/nlp/w{}", i % 64), c)

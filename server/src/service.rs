@@ -525,6 +525,7 @@ impl Service {
                 hpa,
                 since: since.clone(),
                 uid: uid.to_string(),
+                admitted: Some(since.clone()),
             };
             Ok((admission::charge(q, wref, c)?, ()))
         })
@@ -578,6 +579,7 @@ impl Service {
         let Some(quota_name) = self.store.workload_quota(wref).await? else {
             return Ok(false);
         };
+        let now = quota::time::format_rfc3339(self.now());
         self.update_status(&quota_name, dry_run, |q| {
             let Some(held) = q.status.workloads.get(wref).cloned() else {
                 return Ok((false, false));
@@ -588,6 +590,7 @@ impl Service {
             let mut c = held;
             c.pod_sets[0].count = replicas;
             c.uid = uid.to_string();
+            c.admitted = Some(now.clone());
             Ok((admission::charge(q, wref, c)?, true))
         })
         .await
@@ -606,6 +609,7 @@ impl Service {
         let Some(quota_name) = self.store.workload_quota(wref).await? else {
             return Ok(false);
         };
+        let now = quota::time::format_rfc3339(self.now());
         self.update_status(&quota_name, dry_run, |q| {
             let Some(held) = q.status.workloads.get(wref).cloned() else {
                 return Ok((false, false));
@@ -618,6 +622,7 @@ impl Service {
                 None => return Ok((false, true)),
             }
             c.uid = uid.to_string();
+            c.admitted = Some(now.clone());
             Ok((admission::charge(q, wref, c)?, true))
         })
         .await

@@ -1,0 +1,325 @@
+//! The controller's decision: what a quota's status should be, given what
+//! the cluster shows. Pure: the quota, the workloads bound to it as the
+//! controller's cache sees them, and its pods' runs in; the new status out.
+//!
+//! The cache lags the admission webhook: a charge admitted a moment ago may
+//! belong to an object the cache has not seen (or has seen only in its old
+//! form). Such a charge is a reservation: it is kept, as admitted, until
+//! `ttl_ms` after its admission, and only then does the cache's view win.
+
+use crate::cash::{self, Interval, Prices};
+use crate::keys::cash_target;
+use crate::object::{Charge, HpaCharge, Quota};
+use crate::time;
+use crate::workload::PodSet;
+use std::collections::BTreeMap;
+
+/// How long an admitted charge outranks the controller's cache.
+pub const RESERVATION_TTL_MS: i64 = 120_000;
+
+/// A workload bound to the quota, as observed: its pod sets from its spec,
+/// and the reservation of an HPA that targets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    pub pod_sets: Vec<PodSet>,
+    pub hpa: Option<HpaCharge>,
+}
+
+/// What a reconcile changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Anything a reader of status would see differently.
+    pub changed: bool,
+    /// Charges dropped: their workloads are gone and their admission is old.
+    pub dropped: Vec<String>,
+    /// Charges kept only as reservations (admitted, not yet observed as such).
+    pub reserved: Vec<String>,
+}
+
+fn admitted_within(c: &Charge, now_ms: i64, ttl_ms: i64) -> bool {
+    c.admitted
+        .as_deref()
+        .and_then(time::parse_rfc3339)
+        .is_some_and(|t| now_ms - t < ttl_ms)
+}
+
+/// Bring `q`'s status to what the cluster shows at `now_ms`:
+/// - the charge of each observed workload becomes its observed pod sets,
+///   unless an admission changed it less than `ttl_ms` ago (kept as is);
+/// - a charge whose workload is not observed is kept while its admission is
+///   younger than `ttl_ms`, then dropped;
+/// - cash accrues from `runs` over `[lastReconcileTime, now)`, and
+///   `lastReconcileTime` moves to `now` with it, so a retried reconcile
+///   (the status write lost its compare-and-swap) accrues the same window
+///   again from the same start, never twice.
+pub fn reconcile(
+    q: &mut Quota,
+    observed: BTreeMap<String, Observed>,
+    runs: &[Interval<'_>],
+    now_ms: i64,
+    ttl_ms: i64,
+    prices: &Prices,
+) -> Outcome {
+    let before = q.status.clone();
+    let mut out = Outcome::default();
+    let now = time::format_rfc3339(now_ms);
+    let mut held = std::mem::take(&mut q.status.workloads);
+    let mut next = BTreeMap::new();
+    for (wref, obs) in observed {
+        let charge = match held.remove(&wref) {
+            Some(c) if admitted_within(&c, now_ms, ttl_ms) => {
+                if c.pod_sets != obs.pod_sets || c.hpa != obs.hpa {
+                    out.reserved.push(wref.clone());
+                }
+                c
+            }
+            Some(mut c) => {
+                c.pod_sets = obs.pod_sets;
+                c.hpa = obs.hpa;
+                c.admitted = None;
+                c
+            }
+            None => Charge {
+                pod_sets: obs.pod_sets,
+                hpa: obs.hpa,
+                since: now.clone(),
+                uid: String::new(),
+                admitted: None,
+            },
+        };
+        next.insert(wref, charge);
+    }
+    for (wref, c) in held {
+        if admitted_within(&c, now_ms, ttl_ms) {
+            out.reserved.push(wref.clone());
+            next.insert(wref, c);
+        } else {
+            out.dropped.push(wref);
+        }
+    }
+    q.status.workloads = next;
+
+    let last = q
+        .status
+        .last_reconcile_time
+        .as_deref()
+        .and_then(time::parse_rfc3339);
+    if let Some(last) = last.filter(|l| *l < now_ms) {
+        let keys: Vec<(String, String)> = q
+            .spec
+            .hard
+            .keys()
+            .filter_map(|k| cash_target(k).map(|t| (k.clone(), t.to_string())))
+            .collect();
+        if !keys.is_empty() {
+            for (k, amount) in cash::accrue(runs, &keys, last, now_ms, prices) {
+                q.status.add_accrued(&k, amount);
+            }
+        }
+    }
+    if last.is_none_or(|l| l < now_ms) {
+        q.status.last_reconcile_time = Some(now);
+    }
+    q.status.refresh(&q.spec);
+
+    let (a, b) = (&q.status, &before);
+    out.changed = a.workloads != b.workloads
+        || a.used != b.used
+        || a.self_used != b.self_used
+        || a.hard != b.hard
+        || a.cash_accrued != b.cash_accrued;
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::QuotaSpec;
+    use crate::quantity::Quantity;
+    use crate::resources::{self, ResourceList};
+
+    const T0: i64 = 1_800_000_000_000;
+
+    fn gpus(n: i64) -> ResourceList {
+        [(
+            "requests.nvidia.com/gpu".to_string(),
+            Quantity::from_units(n),
+        )]
+        .into()
+    }
+    fn sets(count: i64) -> Vec<PodSet> {
+        vec![PodSet {
+            name: "main".into(),
+            count,
+            per_pod: gpus(1),
+            qos: None,
+        }]
+    }
+    fn quota() -> Quota {
+        let mut hard = gpus(100);
+        hard.insert(
+            "cash/requests.nvidia.com/gpu".into(),
+            Quantity::from_units(1000),
+        );
+        let mut q = Quota::new(
+            "q",
+            QuotaSpec {
+                parent: String::new(),
+                hard,
+                max: Default::default(),
+            },
+        );
+        q.status.last_reconcile_time = Some(time::format_rfc3339(T0));
+        q
+    }
+    fn admitted(count: i64, at: i64) -> Charge {
+        Charge {
+            pod_sets: sets(count),
+            hpa: None,
+            since: time::format_rfc3339(at),
+            uid: "u".into(),
+            admitted: Some(time::format_rfc3339(at)),
+        }
+    }
+    fn obs(count: i64) -> Observed {
+        Observed {
+            pod_sets: sets(count),
+            hpa: None,
+        }
+    }
+    fn used(q: &Quota) -> Quantity {
+        resources::get(&q.status.used, "requests.nvidia.com/gpu")
+    }
+
+    #[test]
+    fn fresh_admissions_outrank_the_cache_until_the_ttl() {
+        let mut q = quota();
+        // Admitted 5 replicas just now; the cache still shows the old 2.
+        q.status.workloads.insert("w".into(), admitted(5, T0));
+        // Admitted, not yet in the cache at all.
+        q.status.workloads.insert("new".into(), admitted(3, T0));
+        // Old charge whose workload is gone.
+        q.status
+            .workloads
+            .insert("gone".into(), admitted(4, T0 - 10 * RESERVATION_TTL_MS));
+        let out = reconcile(
+            &mut q,
+            [("w".to_string(), obs(2))].into(),
+            &[],
+            T0 + 1000,
+            RESERVATION_TTL_MS,
+            &Prices::default(),
+        );
+        assert_eq!(out.dropped, vec!["gone".to_string()]);
+        assert_eq!(out.reserved, vec!["w".to_string(), "new".to_string()]);
+        assert_eq!(used(&q), Quantity::from_units(8), "5 + 3 held, 4 released");
+
+        // Past the TTL the cache wins: w at 2, new never appeared.
+        let out = reconcile(
+            &mut q,
+            [("w".to_string(), obs(2))].into(),
+            &[],
+            T0 + RESERVATION_TTL_MS + 1,
+            RESERVATION_TTL_MS,
+            &Prices::default(),
+        );
+        assert_eq!(out.dropped, vec!["new".to_string()]);
+        assert_eq!(used(&q), Quantity::from_units(2));
+        assert_eq!(q.status.workloads["w"].admitted, None);
+    }
+
+    #[test]
+    fn workloads_seen_without_admission_are_charged() {
+        let mut q = quota();
+        let out = reconcile(
+            &mut q,
+            [("a".to_string(), obs(7))].into(),
+            &[],
+            T0 + 1,
+            RESERVATION_TTL_MS,
+            &Prices::default(),
+        );
+        assert!(out.changed);
+        assert_eq!(used(&q), Quantity::from_units(7));
+    }
+
+    #[test]
+    fn cash_from_pod_runs_including_a_pod_deleted_in_between() {
+        let mut q = quota();
+        let one = gpus(1);
+        let runs = [
+            // Running the whole hour.
+            Interval {
+                usage: &one,
+                qos: None,
+                start_ms: T0 - 1000,
+                end_ms: None,
+            },
+            // Deleted half an hour in: its last stretch is still charged.
+            Interval {
+                usage: &one,
+                qos: None,
+                start_ms: T0 - 1000,
+                end_ms: Some(T0 + 1_800_000),
+            },
+        ];
+        reconcile(
+            &mut q,
+            BTreeMap::new(),
+            &runs,
+            T0 + 3_600_000,
+            RESERVATION_TTL_MS,
+            &Prices::default(),
+        );
+        let spent = resources::get(&q.status.used, "cash/requests.nvidia.com/gpu");
+        assert_eq!(spent, "1500m".parse().unwrap());
+        // Reconciling again at the same instant accrues nothing more.
+        let out = reconcile(
+            &mut q,
+            BTreeMap::new(),
+            &runs,
+            T0 + 3_600_000,
+            RESERVATION_TTL_MS,
+            &Prices::default(),
+        );
+        assert!(!out.changed);
+        assert_eq!(
+            resources::get(&q.status.used, "cash/requests.nvidia.com/gpu"),
+            spent
+        );
+    }
+
+    #[test]
+    fn a_retry_from_the_same_status_accrues_the_same_window_once() {
+        let q0 = quota();
+        let one = gpus(1);
+        let runs = [Interval {
+            usage: &one,
+            qos: None,
+            start_ms: T0,
+            end_ms: None,
+        }];
+        let mut first = q0.clone();
+        reconcile(
+            &mut first,
+            BTreeMap::new(),
+            &runs,
+            T0 + 3_600_000,
+            RESERVATION_TTL_MS,
+            &Prices::default(),
+        );
+        // The write lost its compare-and-swap; the retry starts from the
+        // stored status again, a little later.
+        let mut retry = q0.clone();
+        reconcile(
+            &mut retry,
+            BTreeMap::new(),
+            &runs,
+            T0 + 3_600_500,
+            RESERVATION_TTL_MS,
+            &Prices::default(),
+        );
+        let spent = |q: &Quota| q.status.accrued("cash/requests.nvidia.com/gpu");
+        assert!(spent(&retry) > spent(&first) && spent(&retry) < 2 * spent(&first));
+    }
+}
