@@ -1,3 +1,4 @@
 //! Cluster mode: the quota objects as a Kubernetes custom resource.
 
 pub mod crd;
+pub mod store;

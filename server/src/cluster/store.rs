@@ -1,0 +1,426 @@
+//! The cluster-backed `QuotaStore`: quota objects are `BizGroupResourceQuota`
+//! custom resources. Spec is written to the object, status to its status
+//! subresource, each carrying the `resourceVersion` it was computed from, so
+//! the API server is the compare-and-swap: a 409 becomes `Conflict` and the
+//! service re-reads (a direct GET, never the cache) and retries. Lists and
+//! workload lookups come from a watch-fed reflector cache.
+
+use super::crd::BizGroupResourceQuota;
+use crate::store::{QuotaStore, StoreError, Stored};
+use async_trait::async_trait;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use kube::runtime::reflector;
+use kube::Client;
+use quota::object::{Quota, QuotaStatus};
+
+pub struct ClusterStore {
+    api: Api<BizGroupResourceQuota>,
+    cache: reflector::Store<BizGroupResourceQuota>,
+}
+
+impl ClusterStore {
+    /// `cache` is fed by a reflector over the same resource (see
+    /// `cache_feed`); until it has synced, lists are empty.
+    pub fn new(client: Client, cache: reflector::Store<BizGroupResourceQuota>) -> ClusterStore {
+        ClusterStore {
+            api: Api::all(client),
+            cache,
+        }
+    }
+
+    fn cached(&self) -> Vec<std::sync::Arc<BizGroupResourceQuota>> {
+        self.cache.state()
+    }
+}
+
+fn to_stored(k: &BizGroupResourceQuota) -> Result<Stored, StoreError> {
+    let name = k.metadata.name.clone().unwrap_or_default();
+    let rv = k.metadata.resource_version.as_deref().unwrap_or("");
+    let version = rv.parse::<i64>().map_err(|_| {
+        StoreError::Backend(format!(
+            "bizrq {name}: resourceVersion '{rv}' is not a number"
+        ))
+    })?;
+    let quota = k
+        .to_quota()
+        .map_err(|e| StoreError::Backend(format!("bizrq {name}: unreadable object: {e}")))?;
+    Ok(Stored { quota, version })
+}
+
+fn to_object(q: &Quota, version: Option<i64>) -> Result<BizGroupResourceQuota, StoreError> {
+    let mut k =
+        BizGroupResourceQuota::from_quota(q).map_err(|e| StoreError::Backend(e.to_string()))?;
+    k.metadata.resource_version = version.map(|v| v.to_string());
+    Ok(k)
+}
+
+fn map_err(name: &str, e: kube::Error) -> StoreError {
+    match &e {
+        kube::Error::Api(s) if s.is_already_exists() => StoreError::AlreadyExists(name.into()),
+        kube::Error::Api(s) if s.is_conflict() => StoreError::Conflict(name.into()),
+        kube::Error::Api(s) if s.is_not_found() => StoreError::NotFound(name.into()),
+        _ => StoreError::Backend(format!("bizrq {name}: {e}")),
+    }
+}
+
+#[async_trait]
+impl QuotaStore for ClusterStore {
+    async fn get(&self, name: &str) -> Result<Option<Stored>, StoreError> {
+        // Fresh from the API server: the service reads only when its own
+        // copy is missing or has just lost a compare-and-swap.
+        match self.api.get_opt(name).await.map_err(|e| map_err(name, e))? {
+            Some(k) => Ok(Some(to_stored(&k)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<Stored>, StoreError> {
+        let mut all = self
+            .cached()
+            .iter()
+            .map(|k| to_stored(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        all.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
+        Ok(all)
+    }
+
+    async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError> {
+        let mut kids = self
+            .cached()
+            .iter()
+            .filter(|k| k.spec.parent == name)
+            .map(|k| to_stored(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        kids.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
+        Ok(kids)
+    }
+
+    async fn create(&self, quota: &Quota) -> Result<Stored, StoreError> {
+        let name = quota.name();
+        let mut fresh = quota.clone();
+        fresh.metadata.uid = None;
+        fresh.metadata.creation_timestamp = None;
+        let created = self
+            .api
+            .create(&PostParams::default(), &to_object(&fresh, None)?)
+            .await
+            .map_err(|e| map_err(name, e))?;
+        // The API server drops status on create; write it through its
+        // subresource, from the version just created.
+        let created = to_stored(&created)?;
+        let version = self.replace_status(&created, &quota.status).await?;
+        let mut q = created.quota;
+        q.status = quota.status.clone();
+        q.metadata.resource_version = Some(version.to_string());
+        Ok(Stored { quota: q, version })
+    }
+
+    async fn replace(&self, current: &Stored, quota: &Quota) -> Result<i64, StoreError> {
+        let name = quota.name();
+        let mut version = current.version;
+        if quota.spec != current.quota.spec {
+            let written = self
+                .api
+                .replace(
+                    name,
+                    &PostParams::default(),
+                    &to_object(quota, Some(version))?,
+                )
+                .await
+                .map_err(|e| map_err(name, e))?;
+            version = to_stored(&written)?.version;
+        }
+        let at = Stored {
+            quota: quota.clone(),
+            version,
+        };
+        self.replace_status(&at, &quota.status).await
+    }
+
+    async fn replace_status(
+        &self,
+        current: &Stored,
+        status: &QuotaStatus,
+    ) -> Result<i64, StoreError> {
+        let name = current.quota.name();
+        let mut q = current.quota.clone();
+        q.status = status.clone();
+        let written = self
+            .api
+            .replace_status(
+                name,
+                &PostParams::default(),
+                &to_object(&q, Some(current.version))?,
+            )
+            .await
+            .map_err(|e| map_err(name, e))?;
+        Ok(to_stored(&written)?.version)
+    }
+
+    async fn delete(&self, current: &Stored) -> Result<(), StoreError> {
+        let name = current.quota.name();
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: Some(current.version.to_string()),
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        self.api
+            .delete(name, &dp)
+            .await
+            .map_err(|e| map_err(name, e))?;
+        Ok(())
+    }
+
+    async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .cached()
+            .iter()
+            .find(|k| {
+                k.status
+                    .as_ref()
+                    .is_some_and(|s| s.0.workloads.contains_key(workload))
+            })
+            .and_then(|k| k.metadata.name.clone()))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.api
+            .list(&ListParams::default().limit(1))
+            .await
+            .map_err(|e| map_err("list", e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The API server played by a `tower_test` mock: each test asserts the
+    //! exact requests the store makes and answers them.
+
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::service::Service;
+    use http::{Method, Request, Response};
+    use kube::client::Body;
+    use serde_json::{json, Value};
+    use std::sync::Arc;
+
+    type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+    fn mock() -> (Client, Handle) {
+        let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        (Client::new(svc, "default"), handle)
+    }
+
+    fn object(name: &str, rv: &str, used_gpu: &str) -> Value {
+        json!({
+            "apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuota",
+            "metadata": {"name": name, "resourceVersion": rv, "uid": "u-1", "creationTimestamp": "2026-11-21T10:00:00Z"},
+            "spec": {"parent": "", "hard": {"requests.nvidia.com/gpu": "16"}},
+            "status": {"hard": {"requests.nvidia.com/gpu": "16"}, "used": {"requests.nvidia.com/gpu": used_gpu}, "selfUsed": {"requests.nvidia.com/gpu": used_gpu}}
+        })
+    }
+
+    fn conflict(name: &str) -> Response<Body> {
+        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+            "message": format!("Operation cannot be fulfilled on bizgroupresourcequotas.bizrq.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again")});
+        Response::builder()
+            .status(409)
+            .body(Body::from(serde_json::to_vec(&status).unwrap()))
+            .unwrap()
+    }
+
+    fn ok(v: &Value) -> Response<Body> {
+        Response::builder()
+            .status(200)
+            .body(Body::from(serde_json::to_vec(v).unwrap()))
+            .unwrap()
+    }
+
+    async fn expect(
+        handle: &mut Handle,
+        method: Method,
+        path: &str,
+    ) -> (Value, tower_test::mock::SendResponse<Response<Body>>) {
+        let (req, send) = handle.next_request().await.expect("a request");
+        assert_eq!(req.method(), method);
+        assert_eq!(req.uri().path(), path);
+        let bytes = http_body_util::BodyExt::collect(req.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap()
+        };
+        (body, send)
+    }
+
+    const PATH: &str = "/apis/bizrq.io/v1/bizgroupresourcequotas";
+
+    #[tokio::test]
+    async fn status_write_carries_the_resource_version_and_409_is_a_conflict() {
+        let (client, mut handle) = mock();
+        let (cache, _writer) = reflector::store();
+        let store = ClusterStore::new(client, cache);
+        let current = to_stored(&serde_json::from_value(object("nlp", "7", "0")).unwrap()).unwrap();
+        let mut status = current.quota.status.clone();
+        status
+            .used
+            .insert("requests.nvidia.com/gpu".into(), "4".parse().unwrap());
+        let server = tokio::spawn(async move {
+            let (body, send) =
+                expect(&mut handle, Method::PUT, &format!("{PATH}/nlp/status")).await;
+            assert_eq!(body["metadata"]["resourceVersion"], "7");
+            assert_eq!(body["status"]["used"]["requests.nvidia.com/gpu"], "4");
+            send.send_response(conflict("nlp"));
+        });
+        let err = store.replace_status(&current, &status).await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::Conflict(ref n) if n == "nlp"),
+            "{err:?}"
+        );
+        server.await.unwrap();
+    }
+
+    /// The service's compare-and-swap over the cluster: a 409 leads to a
+    /// fresh GET and a retry from the new resourceVersion.
+    #[tokio::test]
+    async fn a_conflict_is_re_read_and_retried() {
+        let (client, mut handle) = mock();
+        let (cache, _writer) = reflector::store();
+        let store = ClusterStore::new(client, cache);
+        let mut svc = Service::new(
+            Arc::new(store),
+            Default::default(),
+            Default::default(),
+            Arc::new(Metrics::default()),
+        );
+        svc.accrue_from_ledger = false;
+        let server = tokio::spawn(async move {
+            let (_, send) = expect(&mut handle, Method::GET, &format!("{PATH}/nlp")).await;
+            send.send_response(ok(&object("nlp", "7", "0")));
+            let (body, send) =
+                expect(&mut handle, Method::PUT, &format!("{PATH}/nlp/status")).await;
+            assert_eq!(body["metadata"]["resourceVersion"], "7");
+            send.send_response(conflict("nlp"));
+            // Someone else charged 10 meanwhile.
+            let (_, send) = expect(&mut handle, Method::GET, &format!("{PATH}/nlp")).await;
+            let mut theirs = object("nlp", "8", "10");
+            theirs["status"]["workloads"] = json!({"apps/Deployment/ml/other": {"podSets": [{"name": "main", "count": 10, "perPod": {"requests.nvidia.com/gpu": "1"}}], "since": "2026-11-21T10:00:00.000Z"}});
+            send.send_response(ok(&theirs));
+            let (body, send) =
+                expect(&mut handle, Method::PUT, &format!("{PATH}/nlp/status")).await;
+            assert_eq!(body["metadata"]["resourceVersion"], "8");
+            assert_eq!(
+                body["status"]["used"]["requests.nvidia.com/gpu"], "14",
+                "charged on top of the fresh read"
+            );
+            let mut written = body.clone();
+            written["metadata"]["resourceVersion"] = "9".into();
+            send.send_response(ok(&written));
+        });
+        let per_pod: quota::ResourceList =
+            [("requests.nvidia.com/gpu".to_string(), "1".parse().unwrap())].into();
+        let sets = vec![quota::workload::PodSet {
+            name: "main".into(),
+            count: 4,
+            per_pod,
+            qos: None,
+        }];
+        svc.charge_workload("nlp", "apps/Deployment/ml/mine", sets, "uid", false)
+            .await
+            .unwrap();
+        server.await.unwrap();
+        assert_eq!(svc.metrics.cas_conflicts.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn create_posts_then_writes_status_and_delete_names_its_version() {
+        let (client, mut handle) = mock();
+        let (cache, _writer) = reflector::store();
+        let store = ClusterStore::new(client, cache);
+        let q = Quota::new(
+            "cv",
+            quota::QuotaSpec {
+                parent: String::new(),
+                hard: [("pods".to_string(), "5".parse().unwrap())].into(),
+                max: Default::default(),
+            },
+        );
+        let server = tokio::spawn(async move {
+            let (body, send) = expect(&mut handle, Method::POST, PATH).await;
+            assert_eq!(body["metadata"]["name"], "cv");
+            assert!(body["metadata"]["resourceVersion"].is_null());
+            let mut created = body.clone();
+            created["metadata"]["resourceVersion"] = "100".into();
+            created.as_object_mut().unwrap().remove("status");
+            send.send_response(ok(&created));
+            let (body, send) = expect(&mut handle, Method::PUT, &format!("{PATH}/cv/status")).await;
+            assert_eq!(body["metadata"]["resourceVersion"], "100");
+            assert_eq!(body["status"]["used"]["pods"], "0");
+            let mut written = body.clone();
+            written["metadata"]["resourceVersion"] = "101".into();
+            send.send_response(ok(&written));
+            let (body, send) = expect(&mut handle, Method::DELETE, &format!("{PATH}/cv")).await;
+            assert_eq!(body["preconditions"]["resourceVersion"], "101");
+            send.send_response(ok(
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}),
+            ));
+        });
+        let stored = store.create(&q).await.unwrap();
+        assert_eq!(stored.version, 101);
+        store.delete(&stored).await.unwrap();
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn lists_and_workload_lookups_come_from_the_watch_cache() {
+        let (client, _handle) = mock();
+        let (cache, mut writer) = reflector::store();
+        let mut child: BizGroupResourceQuota =
+            serde_json::from_value(object("cv", "3", "0")).unwrap();
+        child.spec.parent = "ai".into();
+        child.status.as_mut().unwrap().0.workloads.insert(
+            "apps/Deployment/ml/web".into(),
+            quota::object::Charge {
+                pod_sets: vec![],
+                hpa: None,
+                since: String::new(),
+                uid: String::new(),
+                admitted: None,
+            },
+        );
+        let root: BizGroupResourceQuota = serde_json::from_value(object("ai", "2", "0")).unwrap();
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(child));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(root));
+        let store = ClusterStore::new(client, cache);
+        let names: Vec<String> = store
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.quota.name().to_string())
+            .collect();
+        assert_eq!(names, ["ai", "cv"]);
+        assert_eq!(store.children("ai").await.unwrap().len(), 1);
+        assert_eq!(
+            store
+                .workload_quota("apps/Deployment/ml/web")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("cv")
+        );
+        assert_eq!(
+            store
+                .workload_quota("apps/Deployment/ml/none")
+                .await
+                .unwrap(),
+            None
+        );
+    }
+}
