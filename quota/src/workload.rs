@@ -251,14 +251,15 @@ fn read_replicated(json: &str, cfg: &KeyConfig) -> Result<Workload, String> {
     }
 }
 
-/// A ReplicaSet owned by a Deployment is the Deployment's business.
+/// A ReplicaSet with a controller (a Deployment, an Argo Rollout, …) is
+/// its controller's business; only a ReplicaSet of its own is governed.
 fn read_replicaset(json: &str, cfg: &KeyConfig) -> Result<Workload, String> {
     let mut w = read_replicated(json, cfg)?;
     w.governed = !w
         .meta
         .owner_references
         .iter()
-        .any(|o| o.kind == "Deployment" && o.controller == Some(true));
+        .any(|o| o.controller == Some(true));
     Ok(w)
 }
 
@@ -529,7 +530,7 @@ mod tests {
     }
 
     #[test]
-    fn replicaset_owned_by_deployment_is_not_governed() {
+    fn replicaset_with_a_controller_is_not_governed() {
         let w = read(
             "apps",
             "ReplicaSet",
@@ -538,6 +539,24 @@ mod tests {
             ),
         );
         assert_eq!(w.quota(), None);
+        // An Argo Rollout's ReplicaSets are the Rollout's: not charged twice.
+        let w = read(
+            "apps",
+            "ReplicaSet",
+            &format!(
+                r#"{{"metadata":{{"labels":{{"biz.group.resource.quota":"nlp"}},"ownerReferences":[{{"apiVersion":"argoproj.io/v1alpha1","kind":"Rollout","name":"r","controller":true}}]}},"spec":{{"replicas":2,"template":{TPL}}}}}"#
+            ),
+        );
+        assert_eq!(w.quota(), None);
+        // A ReplicaSet of its own is governed.
+        let w = read(
+            "apps",
+            "ReplicaSet",
+            &format!(
+                r#"{{"metadata":{{"labels":{{"biz.group.resource.quota":"nlp"}}}},"spec":{{"replicas":2,"template":{TPL}}}}}"#
+            ),
+        );
+        assert_eq!(w.quota(), Some("nlp"));
     }
 
     #[test]
