@@ -6,6 +6,7 @@ pub mod admission;
 pub mod cash;
 pub mod keys;
 pub mod object;
+pub mod pods;
 pub mod quantity;
 pub mod reconcile;
 pub mod resources;

@@ -81,15 +81,32 @@ pub struct Adapter {
     pub resource: &'static str,
     /// Has a `scale` subresource whose replicas drive the single pod set.
     pub scalable: bool,
+    /// An object of this kind that has a controller owner is its owner's
+    /// business, not governed itself (a ReplicaSet under a Deployment or a
+    /// Rollout).
+    pub defers_to_controller: bool,
     read: fn(&str, &KeyConfig) -> Result<Workload, String>,
 }
 
 impl Adapter {
     pub fn read(&self, json: &str, cfg: &KeyConfig) -> Result<Workload, AdapterError> {
-        (self.read)(json, cfg).map_err(|message| AdapterError::Parse {
+        let mut w = (self.read)(json, cfg).map_err(|message| AdapterError::Parse {
             kind: self.kind.to_string(),
             message,
-        })
+        })?;
+        let controlled = w
+            .meta
+            .owner_references
+            .iter()
+            .any(|o| o.controller == Some(true));
+        w.governed = self.governed(controlled);
+        Ok(w)
+    }
+
+    /// Whether an object of this kind is governed, given whether it has a
+    /// controller owner.
+    pub fn governed(&self, has_controller: bool) -> bool {
+        !(self.defers_to_controller && has_controller)
     }
 
     /// Reference to an object of this kind, the key of its charge.
@@ -104,6 +121,7 @@ pub static ADAPTERS: &[Adapter] = &[
         kind: "Deployment",
         resource: "deployments",
         scalable: true,
+        defers_to_controller: false,
         read: read_replicated,
     },
     Adapter {
@@ -111,6 +129,7 @@ pub static ADAPTERS: &[Adapter] = &[
         kind: "StatefulSet",
         resource: "statefulsets",
         scalable: true,
+        defers_to_controller: false,
         read: read_replicated,
     },
     Adapter {
@@ -118,13 +137,15 @@ pub static ADAPTERS: &[Adapter] = &[
         kind: "ReplicaSet",
         resource: "replicasets",
         scalable: true,
-        read: read_replicaset,
+        defers_to_controller: true,
+        read: read_replicated,
     },
     Adapter {
         group: "argoproj.io",
         kind: "Rollout",
         resource: "rollouts",
         scalable: true,
+        defers_to_controller: false,
         read: read_replicated,
     },
     Adapter {
@@ -132,6 +153,7 @@ pub static ADAPTERS: &[Adapter] = &[
         kind: "Job",
         resource: "jobs",
         scalable: false,
+        defers_to_controller: false,
         read: read_job,
     },
     Adapter {
@@ -139,6 +161,7 @@ pub static ADAPTERS: &[Adapter] = &[
         kind: "CronJob",
         resource: "cronjobs",
         scalable: false,
+        defers_to_controller: false,
         read: read_cronjob,
     },
     Adapter {
@@ -146,6 +169,7 @@ pub static ADAPTERS: &[Adapter] = &[
         kind: "TFJob",
         resource: "tfjobs",
         scalable: false,
+        defers_to_controller: false,
         read: read_kubeflow,
     },
     Adapter {
@@ -153,6 +177,7 @@ pub static ADAPTERS: &[Adapter] = &[
         kind: "PyTorchJob",
         resource: "pytorchjobs",
         scalable: false,
+        defers_to_controller: false,
         read: read_kubeflow,
     },
     Adapter {
@@ -160,6 +185,7 @@ pub static ADAPTERS: &[Adapter] = &[
         kind: "MPIJob",
         resource: "mpijobs",
         scalable: false,
+        defers_to_controller: false,
         read: read_kubeflow,
     },
     Adapter {
@@ -167,6 +193,7 @@ pub static ADAPTERS: &[Adapter] = &[
         kind: "Job",
         resource: "jobs",
         scalable: false,
+        defers_to_controller: false,
         read: read_volcano,
     },
 ];
@@ -249,18 +276,6 @@ fn read_replicated(json: &str, cfg: &KeyConfig) -> Result<Workload, String> {
             Ok(w)
         }
     }
-}
-
-/// A ReplicaSet with a controller (a Deployment, an Argo Rollout, …) is
-/// its controller's business; only a ReplicaSet of its own is governed.
-fn read_replicaset(json: &str, cfg: &KeyConfig) -> Result<Workload, String> {
-    let mut w = read_replicated(json, cfg)?;
-    w.governed = !w
-        .meta
-        .owner_references
-        .iter()
-        .any(|o| o.controller == Some(true));
-    Ok(w)
 }
 
 #[derive(Default, Deserialize)]

@@ -1,0 +1,365 @@
+//! Pods, for the controller's cash accounting: which governed workload a pod
+//! belongs to (up its owner references), when it held its resources, and a
+//! ledger of pod runs kept across reconciles, so a pod deleted between two
+//! reconciles still pays for its last stretch.
+
+use crate::cash::Interval;
+use crate::keys::KeyConfig;
+use crate::resources::ResourceList;
+use crate::time::parse_rfc3339;
+use crate::usage::{nullable, pod_usage, qos_class, Models, PodSpec, QosClass};
+use crate::workload::{adapter_for_kind, group_of, AdapterError};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// A controller owner reference: `apiVersion`, `kind`, `name`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+}
+
+/// What the controller needs of a pod.
+#[derive(Clone, Debug)]
+pub struct PodFacts {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub owner: Option<Owner>,
+    pub spec: PodSpec,
+    /// When it was bound to a node (PodScheduled), or started.
+    pub scheduled_ms: Option<i64>,
+    /// When its last container finished (Succeeded or Failed).
+    pub finished_ms: Option<i64>,
+}
+
+impl PodFacts {
+    /// What the pod holds, in quota keys, with its workload's models.
+    pub fn usage(&self, models: &Models, cfg: &KeyConfig) -> ResourceList {
+        pod_usage(&self.spec, models, cfg)
+    }
+
+    pub fn qos(&self) -> QosClass {
+        qos_class(&self.spec)
+    }
+}
+
+#[derive(Deserialize)]
+struct Pod {
+    #[serde(default)]
+    metadata: crate::usage::ObjectMeta,
+    #[serde(default, deserialize_with = "nullable")]
+    spec: PodSpec,
+    #[serde(default, deserialize_with = "nullable")]
+    status: PodStatus,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodStatus {
+    #[serde(default)]
+    phase: String,
+    start_time: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    conditions: Vec<Condition>,
+    #[serde(default, deserialize_with = "nullable")]
+    container_statuses: Vec<ContainerStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Condition {
+    #[serde(rename = "type")]
+    kind: String,
+    status: String,
+    last_transition_time: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ContainerStatus {
+    #[serde(default)]
+    state: Option<ContainerState>,
+}
+
+#[derive(Deserialize)]
+struct ContainerState {
+    terminated: Option<Terminated>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Terminated {
+    finished_at: Option<String>,
+}
+
+pub fn read_pod(json: &str) -> Result<PodFacts, AdapterError> {
+    let p: Pod = serde_json::from_str(json).map_err(|e| AdapterError::Parse {
+        kind: "Pod".into(),
+        message: e.to_string(),
+    })?;
+    let scheduled = p
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.kind == "PodScheduled" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_deref())
+        .or(p.status.start_time.as_deref())
+        .and_then(parse_rfc3339);
+    let finished = if matches!(p.status.phase.as_str(), "Succeeded" | "Failed") {
+        p.status
+            .container_statuses
+            .iter()
+            .filter_map(|c| {
+                c.state
+                    .as_ref()?
+                    .terminated
+                    .as_ref()?
+                    .finished_at
+                    .as_deref()
+            })
+            .filter_map(parse_rfc3339)
+            .max()
+    } else {
+        None
+    };
+    let owner = p
+        .metadata
+        .owner_references
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| Owner {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+        });
+    Ok(PodFacts {
+        uid: p.metadata.uid,
+        namespace: p.metadata.namespace,
+        name: p.metadata.name,
+        owner,
+        spec: p.spec,
+        scheduled_ms: scheduled,
+        finished_ms: finished,
+    })
+}
+
+/// The governed workload a pod belongs to: walk up controller owners
+/// (`controller_of` answers from the controller's caches) to the first
+/// object of a known kind that is governed by its own right. A ReplicaSet
+/// under a Deployment resolves to the Deployment; a Job under a CronJob to
+/// the Job (Jobs are what is charged). Returns the workload reference.
+pub fn owning_workload(
+    namespace: &str,
+    owner: Option<&Owner>,
+    controller_of: impl Fn(&Owner) -> Option<Owner>,
+) -> Option<String> {
+    let mut current = owner?.clone();
+    for _ in 0..8 {
+        let up = controller_of(&current);
+        if let Some(adapter) = adapter_for_kind(group_of(&current.api_version), &current.kind) {
+            if adapter.governed(up.is_some()) {
+                return Some(adapter.workload_ref(namespace, &current.name));
+            }
+        }
+        current = up?;
+    }
+    None
+}
+
+/// One pod's run as the controller recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRun {
+    pub quota: String,
+    pub usage: ResourceList,
+    pub qos: Option<QosClass>,
+    pub start_ms: i64,
+    pub end_ms: Option<i64>,
+}
+
+/// Pod runs by pod uid. A run stays until a status write has accrued it to
+/// its end (`settle`), so a pod deleted between two reconciles is charged
+/// for its last stretch, and a reconcile whose write lost its
+/// compare-and-swap finds every run still there for the retry.
+#[derive(Clone, Debug, Default)]
+pub struct PodLedger {
+    runs: BTreeMap<String, PodRun>,
+}
+
+impl PodLedger {
+    /// A pod as observed (added or updated). An end already known is kept.
+    pub fn observe(&mut self, uid: &str, mut run: PodRun) {
+        if let Some(old) = self.runs.get(uid) {
+            run.end_ms = match (old.end_ms, run.end_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        self.runs.insert(uid.to_string(), run);
+    }
+
+    /// The pod is gone: its run ends at `at_ms` unless it ended earlier.
+    pub fn deleted(&mut self, uid: &str, at_ms: i64) {
+        if let Some(r) = self.runs.get_mut(uid) {
+            r.end_ms = Some(r.end_ms.map_or(at_ms, |e| e.min(at_ms)));
+        }
+    }
+
+    /// The runs of one quota, for `reconcile`.
+    pub fn intervals(&self, quota: &str) -> Vec<Interval<'_>> {
+        self.runs
+            .values()
+            .filter(|r| r.quota == quota)
+            .map(|r| Interval {
+                usage: &r.usage,
+                qos: r.qos,
+                start_ms: r.start_ms,
+                end_ms: r.end_ms,
+            })
+            .collect()
+    }
+
+    /// After `quota`'s status was written with `lastReconcileTime` =
+    /// `up_to_ms`: runs of that quota that ended by then are fully paid.
+    pub fn settle(&mut self, quota: &str, up_to_ms: i64) {
+        self.runs
+            .retain(|_, r| r.quota != quota || r.end_ms.is_none_or(|e| e > up_to_ms));
+    }
+
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cash::{self, Prices};
+    use crate::quantity::Quantity;
+
+    const POD: &str = r#"{
+      "apiVersion": "v1", "kind": "Pod",
+      "metadata": {"name": "train-7d9f-abc", "namespace": "nlp", "uid": "p-1",
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "train-7d9f", "uid": "rs-1", "controller": true, "blockOwnerDeletion": true}]},
+      "spec": {"nodeName": "gpu-17", "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": "4", "cpu": "8", "memory": "64Gi"}}}]},
+      "status": {"phase": "Succeeded", "startTime": "2026-11-21T10:00:05Z",
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-21T10:00:00Z"}],
+        "containerStatuses": [{"name": "t", "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-11-21T12:30:00Z"}}}]}
+    }"#;
+
+    fn owner(api: &str, kind: &str, name: &str) -> Owner {
+        Owner {
+            api_version: api.into(),
+            kind: kind.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn reads_a_pod_as_the_api_server_returns_it() {
+        let p = read_pod(POD).unwrap();
+        assert_eq!(p.uid, "p-1");
+        assert_eq!(
+            p.scheduled_ms,
+            parse_rfc3339("2026-11-21T10:00:00Z"),
+            "scheduled, not started"
+        );
+        assert_eq!(p.finished_ms, parse_rfc3339("2026-11-21T12:30:00Z"));
+        let models = Models {
+            gpu: Some("A100".into()),
+            ..Default::default()
+        };
+        let u = p.usage(&models, &KeyConfig::default());
+        assert_eq!(u["requests.nvidia.com/gpu.A100"], Quantity::from_units(4));
+        assert_eq!(p.qos(), QosClass::Guaranteed);
+    }
+
+    #[test]
+    fn owners_resolve_to_the_governed_workload() {
+        let rs = owner("apps/v1", "ReplicaSet", "train-7d9f");
+        let deploy = owner("apps/v1", "Deployment", "train");
+        let up = |o: &Owner| (o.kind == "ReplicaSet").then(|| deploy.clone());
+        assert_eq!(
+            owning_workload("nlp", Some(&rs), up).as_deref(),
+            Some("apps/Deployment/nlp/train")
+        );
+        // A ReplicaSet of its own is the workload.
+        assert_eq!(
+            owning_workload("nlp", Some(&rs), |_| None).as_deref(),
+            Some("apps/ReplicaSet/nlp/train-7d9f")
+        );
+        // A Job under a CronJob: the Job is what is charged.
+        let job = owner("batch/v1", "Job", "nightly-2900");
+        let cron = owner("batch/v1", "CronJob", "nightly");
+        assert_eq!(
+            owning_workload("ml", Some(&job), |_| Some(cron.clone())).as_deref(),
+            Some("batch/Job/ml/nightly-2900")
+        );
+        // Kubeflow and Volcano own their pods directly.
+        let tf = owner("kubeflow.org/v1", "TFJob", "bert");
+        assert_eq!(
+            owning_workload("ml", Some(&tf), |_| None).as_deref(),
+            Some("kubeflow.org/TFJob/ml/bert")
+        );
+        // A bare pod or an unknown owner is not governed.
+        assert_eq!(owning_workload("ml", None, |_| None), None);
+        assert_eq!(
+            owning_workload("ml", Some(&owner("v1", "Node", "n")), |_| None),
+            None
+        );
+    }
+
+    #[test]
+    fn a_pod_deleted_between_reconciles_pays_its_last_stretch_once() {
+        let gpus: ResourceList = [(
+            "requests.nvidia.com/gpu".to_string(),
+            Quantity::from_units(2),
+        )]
+        .into();
+        let keys = vec![(
+            "cash/requests.nvidia.com/gpu".to_string(),
+            "requests.nvidia.com/gpu".to_string(),
+        )];
+        let run = PodRun {
+            quota: "q".into(),
+            usage: gpus,
+            qos: None,
+            start_ms: 0,
+            end_ms: None,
+        };
+        let mut ledger = PodLedger::default();
+        ledger.observe("p", run.clone());
+        ledger.observe(
+            "other",
+            PodRun {
+                quota: "other".into(),
+                ..run.clone()
+            },
+        );
+        let h = cash::MS_PER_HOUR as i64;
+        // Reconcile at 1 h: one hour paid.
+        let first = cash::accrue(&ledger.intervals("q"), &keys, 0, h, &Prices::default());
+        ledger.settle("q", h);
+        // Deleted at 1.5 h, before the next reconcile at 2 h.
+        ledger.deleted("p", h + h / 2);
+        ledger.observe("p", run.clone()); // a late update from the cache changes nothing
+        ledger.deleted("p", 2 * h);
+        let second = cash::accrue(&ledger.intervals("q"), &keys, h, 2 * h, &Prices::default());
+        let total = first["cash/requests.nvidia.com/gpu"] + second["cash/requests.nvidia.com/gpu"];
+        assert_eq!(
+            cash::to_quantity(total),
+            Quantity::from_units(3),
+            "2 cards × 1.5 h"
+        );
+        ledger.settle("q", 2 * h);
+        assert!(
+            ledger.intervals("q").is_empty(),
+            "fully paid runs are dropped"
+        );
+        assert_eq!(ledger.len(), 1, "other quotas' runs stay");
+    }
+}
