@@ -567,8 +567,37 @@ impl Service {
         }
     }
 
-    /// A scale subresource change: the held charge at the new replica count.
-    /// Returns false when the workload holds no charge (not governed).
+    /// Change the charge a workload already holds (found through its
+    /// binding) and charge the difference. `change` returns false when it
+    /// does not apply. Returns false when the workload holds no charge (not
+    /// governed).
+    async fn change_held(
+        &self,
+        wref: &str,
+        uid: &str,
+        dry_run: bool,
+        change: impl Fn(&mut Charge) -> bool,
+    ) -> Result<bool, ServiceError> {
+        let Some(quota_name) = self.store.workload_quota(wref).await? else {
+            return Ok(false);
+        };
+        let now = quota::time::format_rfc3339(self.now());
+        self.update_status(&quota_name, dry_run, |q| {
+            let Some(mut c) = q.status.workloads.get(wref).cloned() else {
+                return Ok((false, false));
+            };
+            if !change(&mut c) {
+                return Ok((false, true));
+            }
+            c.uid = uid.to_string();
+            c.admitted = Some(now.clone());
+            Ok((admission::charge(q, wref, c)?, true))
+        })
+        .await
+    }
+
+    /// A scale subresource change: the held charge at the new replica count
+    /// (for workloads of a single pod set). Returns false when not governed.
     pub async fn scale_workload(
         &self,
         wref: &str,
@@ -576,22 +605,12 @@ impl Service {
         uid: &str,
         dry_run: bool,
     ) -> Result<bool, ServiceError> {
-        let Some(quota_name) = self.store.workload_quota(wref).await? else {
-            return Ok(false);
-        };
-        let now = quota::time::format_rfc3339(self.now());
-        self.update_status(&quota_name, dry_run, |q| {
-            let Some(held) = q.status.workloads.get(wref).cloned() else {
-                return Ok((false, false));
-            };
-            if held.pod_sets.len() != 1 {
-                return Ok((false, false));
+        self.change_held(wref, uid, dry_run, |c| {
+            if c.pod_sets.len() != 1 {
+                return false;
             }
-            let mut c = held;
             c.pod_sets[0].count = replicas;
-            c.uid = uid.to_string();
-            c.admitted = Some(now.clone());
-            Ok((admission::charge(q, wref, c)?, true))
+            true
         })
         .await
     }
@@ -606,24 +625,17 @@ impl Service {
         uid: &str,
         dry_run: bool,
     ) -> Result<bool, ServiceError> {
-        let Some(quota_name) = self.store.workload_quota(wref).await? else {
-            return Ok(false);
-        };
-        let now = quota::time::format_rfc3339(self.now());
-        self.update_status(&quota_name, dry_run, |q| {
-            let Some(held) = q.status.workloads.get(wref).cloned() else {
-                return Ok((false, false));
-            };
-            let mut c = held;
-            match &hpa {
-                Some(h) => c.hpa = Some(h.clone()),
-                // Only the HPA that made the reservation lifts it.
-                None if c.hpa.as_ref().is_some_and(|h| h.name == hpa_name) => c.hpa = None,
-                None => return Ok((false, true)),
+        self.change_held(wref, uid, dry_run, |c| match &hpa {
+            Some(h) => {
+                c.hpa = Some(h.clone());
+                true
             }
-            c.uid = uid.to_string();
-            c.admitted = Some(now.clone());
-            Ok((admission::charge(q, wref, c)?, true))
+            // Only the HPA that made the reservation lifts it.
+            None if c.hpa.as_ref().is_some_and(|h| h.name == hpa_name) => {
+                c.hpa = None;
+                true
+            }
+            None => false,
         })
         .await
     }
