@@ -279,9 +279,4 @@ impl Quota {
     pub fn name(&self) -> &str {
         &self.metadata.name
     }
-
-    /// What is left of `key`: hard − used (negative when over quota).
-    pub fn left(&self, key: &str) -> Quantity {
-        resources::get(&self.spec.hard, key).saturating_sub(resources::get(&self.status.used, key))
-    }
 }

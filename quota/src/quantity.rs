@@ -57,10 +57,6 @@ impl Quantity {
         Self::from_nanos(units as i128 * NANO)
     }
 
-    pub const fn from_millis(millis: i64) -> Self {
-        Self::from_nanos(millis as i128 * 1_000_000)
-    }
-
     pub const fn nanos(&self) -> i128 {
         self.nanos
     }
@@ -80,11 +76,6 @@ impl Quantity {
 
     pub fn is_negative(&self) -> bool {
         self.nanos < 0
-    }
-
-    /// Whole units, rounded up (how many cards or pods this amounts to).
-    pub fn ceil_units(&self) -> i128 {
-        div_ceil(self.nanos, NANO)
     }
 
     pub fn saturating_add(self, other: Quantity) -> Quantity {

@@ -8,7 +8,7 @@ use crate::util::{new_uid, now_ms};
 use quota::admission::{self, Denial};
 use quota::cash::Prices;
 use quota::object::{Charge, HpaCharge, Quota, QuotaSpec};
-use quota::resources::{self, ResourceList};
+use quota::resources::ResourceList;
 use quota::tree::{self, TreeError};
 use quota::workload::PodSet;
 use quota::KeyConfig;
@@ -732,16 +732,4 @@ async fn backoff(attempt: u32) {
     let base = 1u64 << attempt.min(6);
     let jitter = rand::random::<u64>() % (base + 1);
     tokio::time::sleep(Duration::from_millis(base + jitter)).await;
-}
-
-/// The usage a quota holds on all keys (for reports and tests).
-pub fn held_usage(q: &Quota) -> ResourceList {
-    resources::sum(
-        q.status
-            .workloads
-            .values()
-            .map(Charge::usage)
-            .collect::<Vec<_>>()
-            .iter(),
-    )
 }

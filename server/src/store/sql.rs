@@ -100,10 +100,6 @@ impl SqlStore {
         self.read.close().await;
     }
 
-    pub fn pool(&self) -> &AnyPool {
-        &self.write
-    }
-
     pub async fn setting(&self, key: &str) -> Result<Option<String>, StoreError> {
         let row = sqlx::query("SELECT value FROM settings WHERE key = $1")
             .bind(key)
