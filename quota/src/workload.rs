@@ -85,6 +85,8 @@ pub struct Adapter {
     /// business, not governed itself (a ReplicaSet under a Deployment or a
     /// Rollout).
     pub defers_to_controller: bool,
+    /// Whether admitting the kind charges it or only checks it fits.
+    pub mode: ChargeMode,
     read: fn(&str, &KeyConfig) -> Result<Workload, String>,
 }
 
@@ -94,13 +96,35 @@ impl Adapter {
             kind: self.kind.to_string(),
             message,
         })?;
+        self.classify(&mut w);
+        Ok(w)
+    }
+
+    /// Only what binds an object to a quota — its metadata — without its
+    /// pod sets: all admission needs of an old object it releases.
+    pub fn read_binding(&self, json: &str) -> Result<Workload, AdapterError> {
+        #[derive(Deserialize)]
+        struct Meta {
+            #[serde(default)]
+            metadata: ObjectMeta,
+        }
+        let m: Meta = parse(json).map_err(|message| AdapterError::Parse {
+            kind: self.kind.to_string(),
+            message,
+        })?;
+        let mut w = workload(m.metadata, Vec::new());
+        self.classify(&mut w);
+        Ok(w)
+    }
+
+    fn classify(&self, w: &mut Workload) {
         let controlled = w
             .meta
             .owner_references
             .iter()
             .any(|o| o.controller == Some(true));
         w.governed = self.governed(controlled);
-        Ok(w)
+        w.mode = self.mode;
     }
 
     /// Whether an object of this kind is governed, given whether it has a
@@ -122,6 +146,7 @@ pub static ADAPTERS: &[Adapter] = &[
         resource: "deployments",
         scalable: true,
         defers_to_controller: false,
+        mode: ChargeMode::Charge,
         read: read_replicated,
     },
     Adapter {
@@ -130,6 +155,7 @@ pub static ADAPTERS: &[Adapter] = &[
         resource: "statefulsets",
         scalable: true,
         defers_to_controller: false,
+        mode: ChargeMode::Charge,
         read: read_replicated,
     },
     Adapter {
@@ -138,6 +164,7 @@ pub static ADAPTERS: &[Adapter] = &[
         resource: "replicasets",
         scalable: true,
         defers_to_controller: true,
+        mode: ChargeMode::Charge,
         read: read_replicated,
     },
     Adapter {
@@ -146,6 +173,7 @@ pub static ADAPTERS: &[Adapter] = &[
         resource: "rollouts",
         scalable: true,
         defers_to_controller: false,
+        mode: ChargeMode::Charge,
         read: read_replicated,
     },
     Adapter {
@@ -154,6 +182,7 @@ pub static ADAPTERS: &[Adapter] = &[
         resource: "jobs",
         scalable: false,
         defers_to_controller: false,
+        mode: ChargeMode::Charge,
         read: read_job,
     },
     Adapter {
@@ -162,6 +191,7 @@ pub static ADAPTERS: &[Adapter] = &[
         resource: "cronjobs",
         scalable: false,
         defers_to_controller: false,
+        mode: ChargeMode::CheckOnly,
         read: read_cronjob,
     },
     Adapter {
@@ -170,6 +200,7 @@ pub static ADAPTERS: &[Adapter] = &[
         resource: "tfjobs",
         scalable: false,
         defers_to_controller: false,
+        mode: ChargeMode::Charge,
         read: read_kubeflow,
     },
     Adapter {
@@ -178,6 +209,7 @@ pub static ADAPTERS: &[Adapter] = &[
         resource: "pytorchjobs",
         scalable: false,
         defers_to_controller: false,
+        mode: ChargeMode::Charge,
         read: read_kubeflow,
     },
     Adapter {
@@ -186,6 +218,7 @@ pub static ADAPTERS: &[Adapter] = &[
         resource: "mpijobs",
         scalable: false,
         defers_to_controller: false,
+        mode: ChargeMode::Charge,
         read: read_kubeflow,
     },
     Adapter {
@@ -194,6 +227,7 @@ pub static ADAPTERS: &[Adapter] = &[
         resource: "jobs",
         scalable: false,
         defers_to_controller: false,
+        mode: ChargeMode::Charge,
         read: read_volcano,
     },
 ];
@@ -339,9 +373,7 @@ fn read_cronjob(json: &str, cfg: &KeyConfig) -> Result<Workload, String> {
     o.spec.job_template.spec.suspend = None;
     let spec = &o.spec.job_template.spec;
     let set = pod_set("run", spec.active(), &spec.template, &o.metadata, cfg);
-    let mut w = workload(o.metadata, vec![set]);
-    w.mode = ChargeMode::CheckOnly;
-    Ok(w)
+    Ok(workload(o.metadata, vec![set]))
 }
 
 #[derive(Deserialize)]
@@ -663,6 +695,19 @@ mod tests {
         );
         let h = read_hpa(r#"{"metadata":{"name":"h","namespace":"ml"},"spec":{"scaleTargetRef":{"apiVersion":"apps/v1","kind":"Deployment","name":"web"},"minReplicas":1,"maxReplicas":10}}"#).unwrap();
         assert_eq!((h.target_group.as_str(), h.max_replicas), ("apps", 10));
+    }
+
+    #[test]
+    fn binding_reads_only_metadata() {
+        // An old object is read for its binding alone: its spec is not parsed.
+        let a = adapter_for_kind("batch", "CronJob").unwrap();
+        let w = a
+            .read_binding(r#"{"metadata":{"name":"n","labels":{"biz.group.resource.quota":"ml"}},"spec":{"jobTemplate":{"spec":{"template":{"spec":{"containers":[{"resources":{"requests":{"cpu":"lots"}}}]}}}}}}"#)
+            .unwrap();
+        assert_eq!(
+            (w.quota(), w.mode, w.pod_sets.len()),
+            (Some("ml"), ChargeMode::CheckOnly, 0)
+        );
     }
 
     #[test]

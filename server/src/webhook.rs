@@ -298,6 +298,17 @@ fn read(
         .map_err(|e| ServiceError::BadRequest(e.to_string()))
 }
 
+/// The old object of an UPDATE or DELETE: only its binding is needed.
+fn read_old(
+    adapter: &Adapter,
+    raw: &Option<Box<RawValue>>,
+) -> Result<Option<Workload>, ServiceError> {
+    raw.as_deref()
+        .map(|r| adapter.read_binding(r.get()))
+        .transpose()
+        .map_err(|e| ServiceError::BadRequest(e.to_string()))
+}
+
 async fn review_workload(svc: &Service, req: &Request) -> Result<Verdict, ServiceError> {
     let Some(adapter) = adapter_for_kind(&req.kind.group, &req.kind.kind) else {
         return Ok(Verdict::allow().warn([format!(
@@ -313,7 +324,7 @@ async fn review_workload(svc: &Service, req: &Request) -> Result<Verdict, Servic
     let dry = req.dry();
     match req.operation.as_str() {
         "DELETE" => {
-            let old = read(adapter, &req.old_object, svc)?;
+            let old = read_old(adapter, &req.old_object)?;
             let mut holders: Vec<String> = old
                 .as_ref()
                 .and_then(|w| w.quota())
@@ -333,7 +344,7 @@ async fn review_workload(svc: &Service, req: &Request) -> Result<Verdict, Servic
         "CREATE" | "UPDATE" => {
             let new = read(adapter, &req.object, svc)?;
             let old = if req.operation == "UPDATE" {
-                read(adapter, &req.old_object, svc)?
+                read_old(adapter, &req.old_object)?
             } else {
                 None
             };
