@@ -123,6 +123,13 @@ pub fn check_fits(quota: &Quota, delta: &ResourceList) -> Result<(), Denial> {
     Ok(())
 }
 
+/// Whether `usage` would fit `quota` now, without charging it (a CronJob's
+/// one run, a dry check). Derives usage from the ledgers first.
+pub fn check(quota: &mut Quota, usage: &ResourceList) -> Result<(), Denial> {
+    quota.status.refresh(&quota.spec);
+    check_fits(quota, usage)
+}
+
 /// Record `charge` for workload `wref`, charging only the difference from
 /// what it already holds. Returns whether anything changed (a retried
 /// request finds its charge already in place and changes nothing).

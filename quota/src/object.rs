@@ -141,6 +141,18 @@ impl QuotaStatus {
             .insert(cash_key.to_string(), v.to_string());
     }
 
+    /// Whether a reader would see `self` differ from `other`: anything but
+    /// `lastReconcileTime` (an accrual window that moved without cash spent
+    /// is not worth a write; the next window starts where this one did).
+    pub fn differs_visibly(&self, other: &QuotaStatus) -> bool {
+        self.hard != other.hard
+            || self.used != other.used
+            || self.self_used != other.self_used
+            || self.children != other.children
+            || self.workloads != other.workloads
+            || self.cash_accrued != other.cash_accrued
+    }
+
     /// Everything bound directly here, on all keys (not only those of hard).
     pub fn self_usage(&self) -> ResourceList {
         let mut out = ResourceList::new();

@@ -122,12 +122,7 @@ pub fn reconcile(
     }
     q.status.refresh(&q.spec);
 
-    let (a, b) = (&q.status, &before);
-    out.changed = a.workloads != b.workloads
-        || a.used != b.used
-        || a.self_used != b.self_used
-        || a.hard != b.hard
-        || a.cash_accrued != b.cash_accrued;
+    out.changed = q.status.differs_visibly(&before);
     out
 }
 

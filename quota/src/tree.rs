@@ -5,7 +5,7 @@ use crate::admission::Shortfall;
 use crate::keys::{cash_target, Key, KeyConfig};
 use crate::object::{Carve, Quota, QuotaSpec};
 use crate::resources::{self, ResourceList};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TreeError {
@@ -212,6 +212,34 @@ pub fn carve(
     );
     parent.status.refresh(&parent.spec);
     Ok(true)
+}
+
+/// How long a carve-out may wait for its child to appear before a resync
+/// returns it to the parent (a create that crashed half-way).
+pub const CARVE_TTL_MS: i64 = 120_000;
+
+/// Make a parent's carve-outs match its existing children (name → hard):
+/// each child's carve-out is its hard; a carve-out without a child is kept
+/// while younger than `CARVE_TTL_MS` (its create may be in flight), then
+/// returned. Refreshes the parent's usage.
+pub fn repair_carves(parent: &mut Quota, children: &BTreeMap<String, ResourceList>, now_ms: i64) {
+    parent.status.children.retain(|child, carve| {
+        children.contains_key(child)
+            || crate::time::parse_rfc3339(&carve.since).is_some_and(|t| now_ms - t < CARVE_TTL_MS)
+    });
+    for (child, hard) in children {
+        let carve = parent
+            .status
+            .children
+            .entry(child.clone())
+            .or_insert_with(|| Carve {
+                hard: ResourceList::new(),
+                since: crate::time::format_rfc3339(now_ms),
+                uid: String::new(),
+            });
+        carve.hard = hard.clone();
+    }
+    parent.status.refresh(&parent.spec);
 }
 
 /// Return a deleted child's carve-out to its parent.

@@ -22,9 +22,7 @@ use tokio::sync::{Mutex, MutexGuard};
 /// process writers of a quota are queued by a lock, so conflicts only come
 /// from other replicas.
 pub const MAX_ATTEMPTS: u32 = 12;
-/// How long a carve-out may wait for its child to appear before the resync
-/// returns it to the parent (a create that crashed half-way).
-pub const CARVE_TTL_MS: i64 = 120_000;
+pub use quota::tree::CARVE_TTL_MS;
 const LOCK_STRIPES: usize = 1024;
 
 #[derive(Debug, thiserror::Error)]
@@ -540,8 +538,7 @@ impl Service {
         usage: &ResourceList,
     ) -> Result<(), ServiceError> {
         self.update_status(quota_name, true, |q| {
-            q.status.refresh(&q.spec);
-            admission::check_fits(q, usage)?;
+            admission::check(q, usage)?;
             Ok((false, ()))
         })
         .await
@@ -663,35 +660,12 @@ impl Service {
             let name = s.quota.name().to_string();
             let kids = children.remove(&name).unwrap_or_default();
             let now = self.now();
-            let since = quota::time::format_rfc3339(now);
             let listed = &s.quota.status;
             let result = self
                 .update_status(&name, false, |q| {
-                    q.status.children.retain(|child, carve| {
-                        kids.contains_key(child)
-                            || quota::time::parse_rfc3339(&carve.since)
-                                .is_some_and(|t| now - t < CARVE_TTL_MS)
-                    });
-                    for (child, hard) in &kids {
-                        let e = q.status.children.entry(child.clone()).or_insert_with(|| {
-                            quota::object::Carve {
-                                hard: ResourceList::new(),
-                                since: since.clone(),
-                                uid: String::new(),
-                            }
-                        });
-                        e.hard = hard.clone();
-                    }
-                    q.status.refresh(&q.spec);
-                    // Write only what a reader would see change: carve-outs,
-                    // usage, or cash spent. An unwritten accrual is not
-                    // lost; the next window starts where this one did.
-                    let st = &q.status;
-                    let changed = st.children != listed.children
-                        || st.used != listed.used
-                        || st.self_used != listed.self_used
-                        || st.hard != listed.hard
-                        || st.cash_accrued != listed.cash_accrued;
+                    tree::repair_carves(q, &kids, now);
+                    // Write only what a reader would see change.
+                    let changed = q.status.differs_visibly(listed);
                     Ok((changed, changed))
                 })
                 .await;
