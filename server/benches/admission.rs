@@ -314,14 +314,7 @@ async fn https(o: &Opts) {
     let mut lines =
         tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
     let ready = lines.next_line().await.unwrap().expect("bizrq exited");
-    let addr = |k: &str| {
-        ready
-            .split_whitespace()
-            .find_map(|f| f.strip_prefix(k))
-            .unwrap()
-            .to_string()
-    };
-    let (http_addr, webhook_addr) = (addr("http="), addr("webhook="));
+    let (http_addr, webhook_addr) = bizrq::parse_ready_line(&ready).expect("a ready line");
 
     let base = Arc::new(Template::new(&fixture()));
     let endpoint = format!("https://{webhook_addr}/validate/workloads");

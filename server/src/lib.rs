@@ -24,6 +24,23 @@ use tokio::task::JoinHandle;
 
 const TOKEN_SETTING: &str = "admin_token_sha256";
 
+/// The one line `bizrq serve` prints on stdout when it listens, for scripts
+/// and tests: `bizrq ready http=ADDR webhook=ADDR`.
+pub fn ready_line(http: SocketAddr, webhook: SocketAddr) -> String {
+    format!("bizrq ready http={http} webhook={webhook}")
+}
+
+/// The HTTP and webhook addresses of a `ready_line`.
+pub fn parse_ready_line(line: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let field = |k: &str| {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(k))?
+            .parse()
+            .ok()
+    };
+    Some((field("http=")?, field("webhook=")?))
+}
+
 /// A started server: where it listens, and how to stop it.
 pub struct Running {
     pub http_addr: SocketAddr,

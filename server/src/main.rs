@@ -19,8 +19,8 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!(http = %running.http_addr, webhook = %running.webhook_addr, database = %args.database_url, "bizrq serving");
             // One machine-readable line for scripts and tests.
             println!(
-                "bizrq ready http={} webhook={}",
-                running.http_addr, running.webhook_addr
+                "{}",
+                bizrq::ready_line(running.http_addr, running.webhook_addr)
             );
             std::io::stdout().flush()?;
             shutdown_signal().await;

@@ -117,15 +117,9 @@ impl Server {
             .expect("bizrq did not get ready in 60 s")
             .unwrap()
             .expect("bizrq exited before it was ready");
-        // bizrq ready http=ADDR webhook=ADDR
-        let field = |k: &str| {
-            line.split_whitespace()
-                .find_map(|f| f.strip_prefix(k))
-                .unwrap_or_else(|| panic!("no {k} in {line:?}"))
-                .to_string()
-        };
-        let http = format!("http://{}", field("http="));
-        let webhook = format!("https://{}", field("webhook="));
+        let (http, webhook) =
+            bizrq::parse_ready_line(&line).unwrap_or_else(|| panic!("not a ready line: {line:?}"));
+        let (http, webhook) = (format!("http://{http}"), format!("https://{webhook}"));
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let client = reqwest::Client::builder()
