@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The bizrq image: one static-ish binary on a distroless base, non-root.
+# The bizrq image: one binary on a distroless base, running as non-root.
 #
 #   docker build -t ghcr.io/bizrq/bizrq:0.1.0 .
 #
@@ -21,8 +21,9 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && install -D -m 0755 target/release/bizrq /out/bizrq
 
 # --- runtime -----------------------------------------------------------------
-# distroless/cc: glibc and libgcc only, which is all the binary links against
-# (TLS is rustls, SQLite is compiled in). No shell, no package manager.
+# distroless/cc: glibc, libgcc and CA certificates; the binary links only
+# against glibc and libgcc (TLS is rustls, SQLite is compiled in). No shell,
+# no package manager.
 # :nonroot runs as uid/gid 65532, as the Kubernetes manifests require.
 FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.title="bizrq" \
