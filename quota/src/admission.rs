@@ -14,18 +14,43 @@ pub struct Shortfall {
     pub quota: String,
     pub key: String,
     pub asked: Quantity,
+    /// hard − used (shown as 0 when negative).
     pub left: Quantity,
     pub hard: Quantity,
+    /// Set when the key can be borrowed (it has a `max`): how far.
+    pub borrowing: Option<Borrowing>,
+}
+
+/// The borrowing side of a shortfall (§5): the ceiling, and how much more
+/// than `left` could still be had on loan — under `max` and, when a parent
+/// was asked, out of what it can lend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Borrowing {
+    pub max: Quantity,
+    pub to_borrow: Quantity,
+}
+
+impl Shortfall {
+    /// `k asks 8, 6 left of 16`, and when borrowing ` (max 24, 2 to borrow)`.
+    fn write_key(&self, out: &mut impl fmt::Write) -> fmt::Result {
+        let left = self.left.max(Quantity::ZERO);
+        write!(
+            out,
+            "{} asks {}, {left} left of {}",
+            self.key, self.asked, self.hard
+        )?;
+        if let Some(b) = &self.borrowing {
+            let to_borrow = b.to_borrow.max(Quantity::ZERO);
+            write!(out, " (max {}, {to_borrow} to borrow)", b.max)?;
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Display for Shortfall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let left = self.left.max(Quantity::ZERO);
-        write!(
-            f,
-            "bizrq {}: {} asks {}, {} left of {}",
-            self.quota, self.key, self.asked, left, self.hard
-        )
+        write!(f, "bizrq {}: ", self.quota)?;
+        self.write_key(f)
     }
 }
 
@@ -53,18 +78,15 @@ pub struct CashShortfall {
 pub fn join(s: &[Shortfall]) -> String {
     let mut out = String::new();
     for (i, x) in s.iter().enumerate() {
-        if i == 0 || s[i - 1].quota != x.quota {
-            if i > 0 {
-                out.push_str("; ");
-            }
-            out.push_str(&x.to_string());
-        } else {
-            let left = x.left.max(Quantity::ZERO);
-            out.push_str(&format!(
-                "; {} asks {}, {left} left of {}",
-                x.key, x.asked, x.hard
-            ));
+        if i > 0 {
+            out.push_str("; ");
         }
+        if i == 0 || s[i - 1].quota != x.quota {
+            out.push_str("bizrq ");
+            out.push_str(&x.quota);
+            out.push_str(": ");
+        }
+        let _ = x.write_key(&mut out);
     }
     out
 }
@@ -73,22 +95,59 @@ pub fn join(s: &[Shortfall]) -> String {
 /// hard. Decreases never fall short. The one home of "does it fit", for
 /// workload charges and for children's carve-outs alike.
 pub fn shortfalls(quota: &Quota, delta: &ResourceList) -> Vec<Shortfall> {
+    shortfalls_within(quota, delta, &ResourceList::new())
+}
+
+/// The ceiling admission holds a key of `quota` to (None: not limited): its
+/// hard, or — for a key that has a `max` and that `limits` names — the
+/// limit, capped by max and never below hard, since admission within hard
+/// is always honoured (§5). A borrower's limits are `borrow::limits`
+/// (hard + loan); passing `spec.max` itself asks "would it fit if
+/// everything up to max were lent".
+pub fn ceiling(quota: &Quota, key: &str, limits: &ResourceList) -> Option<Quantity> {
+    let hard = *quota.spec.hard.get(key)?;
+    if limits.is_empty() {
+        return Some(hard);
+    }
+    Some(match (limits.get(key), quota.spec.max.get(key)) {
+        (Some(l), Some(m)) => hard.max((*l).min(*m)),
+        _ => hard,
+    })
+}
+
+/// `shortfalls` against `ceiling(quota, key, limits)` instead of hard. A key
+/// held to a borrowing limit says how much more could be borrowed.
+pub fn shortfalls_within(
+    quota: &Quota,
+    delta: &ResourceList,
+    limits: &ResourceList,
+) -> Vec<Shortfall> {
     let mut short = Vec::new();
     for (key, d) in delta {
         if d.nanos() <= 0 {
             continue;
         }
-        if let Some(h) = quota.spec.hard.get(key) {
-            let u = resources::get(&quota.status.used, key);
-            if u.saturating_add(*d) > *h {
-                short.push(Shortfall {
-                    quota: quota.name().to_string(),
-                    key: key.clone(),
-                    asked: *d,
-                    left: h.saturating_sub(u),
-                    hard: *h,
-                });
-            }
+        let Some(ceiling) = ceiling(quota, key, limits) else {
+            continue;
+        };
+        let u = resources::get(&quota.status.used, key);
+        if u.saturating_add(*d) > ceiling {
+            let h = resources::get(&quota.spec.hard, key);
+            let borrowing = match (limits.contains_key(key), quota.spec.max.get(key)) {
+                (true, Some(m)) => Some(Borrowing {
+                    max: *m,
+                    to_borrow: ceiling.saturating_sub(u.max(h)),
+                }),
+                _ => None,
+            };
+            short.push(Shortfall {
+                quota: quota.name().to_string(),
+                key: key.clone(),
+                asked: *d,
+                left: h.saturating_sub(u),
+                hard: h,
+                borrowing,
+            });
         }
     }
     short
@@ -99,7 +158,17 @@ pub fn shortfalls(quota: &Quota, delta: &ResourceList) -> Vec<Shortfall> {
 /// the quota is already over. Cash keys deny when spent, for any increase
 /// of the resource they budget.
 pub fn check_fits(quota: &Quota, delta: &ResourceList) -> Result<(), Denial> {
-    let short = shortfalls(quota, delta);
+    check_fits_within(quota, delta, &ResourceList::new())
+}
+
+/// `check_fits` with keys held to `ceiling(quota, key, limits)`. Cash is
+/// never borrowed: a spent budget denies whatever the limits.
+pub fn check_fits_within(
+    quota: &Quota,
+    delta: &ResourceList,
+    limits: &ResourceList,
+) -> Result<(), Denial> {
+    let short = shortfalls_within(quota, delta, limits);
     if !short.is_empty() {
         return Err(Denial::Short(short));
     }
@@ -126,14 +195,34 @@ pub fn check_fits(quota: &Quota, delta: &ResourceList) -> Result<(), Denial> {
 /// Whether `usage` would fit `quota` now, without charging it (a CronJob's
 /// one run, a dry check). Derives usage from the ledgers first.
 pub fn check(quota: &mut Quota, usage: &ResourceList) -> Result<(), Denial> {
+    check_within(quota, usage, &ResourceList::new())
+}
+
+/// `check` against a borrower's limits (see `ceiling`).
+pub fn check_within(
+    quota: &mut Quota,
+    usage: &ResourceList,
+    limits: &ResourceList,
+) -> Result<(), Denial> {
     quota.status.refresh(&quota.spec);
-    check_fits(quota, usage)
+    check_fits_within(quota, usage, limits)
 }
 
 /// Record `charge` for workload `wref`, charging only the difference from
 /// what it already holds. Returns whether anything changed (a retried
 /// request finds its charge already in place and changes nothing).
-pub fn charge(quota: &mut Quota, wref: &str, mut charge: Charge) -> Result<bool, Denial> {
+pub fn charge(quota: &mut Quota, wref: &str, charge: Charge) -> Result<bool, Denial> {
+    charge_within(quota, wref, charge, &ResourceList::new())
+}
+
+/// `charge` against a borrower's limits (see `ceiling`): how a child that
+/// its parent lent capacity to (`borrow::lend`) is charged beyond hard.
+pub fn charge_within(
+    quota: &mut Quota,
+    wref: &str,
+    mut charge: Charge,
+    limits: &ResourceList,
+) -> Result<bool, Denial> {
     quota.status.refresh(&quota.spec);
     let old = quota.status.workloads.get(wref);
     if let Some(old) = old {
@@ -144,7 +233,7 @@ pub fn charge(quota: &mut Quota, wref: &str, mut charge: Charge) -> Result<bool,
     }
     let old_usage = old.map(Charge::usage).unwrap_or_default();
     let delta = resources::diff(&charge.usage(), &old_usage);
-    check_fits(quota, &delta)?;
+    check_fits_within(quota, &delta, limits)?;
     quota.status.workloads.insert(wref.to_string(), charge);
     quota.status.refresh(&quota.spec);
     Ok(true)
