@@ -3,6 +3,7 @@
 //! It also compiles for wasm32 so the portal can reuse it in the browser.
 
 pub mod admission;
+pub mod borrow;
 pub mod cash;
 pub mod keys;
 pub mod object;
@@ -15,7 +16,8 @@ pub mod tree;
 pub mod usage;
 pub mod workload;
 
-pub use admission::{Denial, Shortfall};
+pub use admission::{Borrowing, Denial, Shortfall};
+pub use borrow::{Loan, LoanRequest, Standing};
 pub use keys::KeyConfig;
 pub use object::{Charge, Quota, QuotaSpec, QuotaStatus};
 pub use quantity::Quantity;

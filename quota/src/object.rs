@@ -1,7 +1,9 @@
 //! The `BizGroupResourceQuota` object: spec, status and the ledgers kept in
 //! status (carve-outs of children, charges of workloads, cash accumulators).
-//! `used` and `selfUsed` are always derived from the ledgers by `refresh`.
+//! `used` and `selfUsed` are always derived from the ledgers by `refresh`,
+//! and so are the borrowing reports `lent` and `borrowed` (§5).
 
+use crate::borrow::Loan;
 use crate::cash::{self, Prices};
 use crate::keys::cash_target;
 use crate::quantity::Quantity;
@@ -33,6 +35,20 @@ pub struct QuotaSpec {
     /// Optional ceiling including borrowed capacity.
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     pub max: ResourceList,
+}
+
+impl QuotaSpec {
+    /// What `used` takes beyond hard on the keys of max: what a node with
+    /// that usage borrows from its parent (§5). Empty without a max.
+    pub fn borrowed(&self, used: &ResourceList) -> ResourceList {
+        self.max
+            .keys()
+            .filter_map(|k| {
+                let over = resources::get(used, k).saturating_sub(resources::get(&self.hard, k));
+                (over.nanos() > 0).then(|| (k.clone(), over))
+            })
+            .collect()
+    }
 }
 
 /// What a workload holds in a quota: its pod sets and, for an HPA target,
@@ -122,6 +138,18 @@ pub struct QuotaStatus {
     /// per-mille price (integers as strings, so nothing is rounded).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cash_accrued: BTreeMap<String, String>,
+    /// Loans granted to children beyond their hard, by child name (§5). A
+    /// child's loan lives here, in the lender, so two children borrowing at
+    /// once serialise on this object's compare-and-swap.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub loans: BTreeMap<String, Loan>,
+    /// Σ loans: what this node has lent its children (derived).
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    pub lent: ResourceList,
+    /// used − hard where positive, on the keys of spec.max: what this node
+    /// uses beyond its guarantee, on loan from its parent (derived).
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    pub borrowed: ResourceList,
 }
 
 impl QuotaStatus {
@@ -151,6 +179,9 @@ impl QuotaStatus {
             || self.children != other.children
             || self.workloads != other.workloads
             || self.cash_accrued != other.cash_accrued
+            || self.loans != other.loans
+            || self.lent != other.lent
+            || self.borrowed != other.borrowed
     }
 
     /// Everything bound directly here, on all keys (not only those of hard).
@@ -177,7 +208,9 @@ impl QuotaStatus {
 
     /// Recompute `hard`, `selfUsed` and `used` from spec and ledgers, key by
     /// key of hard (the only keys status reports), without building each
-    /// workload's usage.
+    /// workload's usage; then the borrowing reports `borrowed` and `lent`.
+    /// Loans do not enter `used`: a loan is lent out of idle guarantee that
+    /// `used` already counts (a child's hard) or out of the uncarved rest.
     pub fn refresh(&mut self, spec: &QuotaSpec) {
         let mut self_used = ResourceList::new();
         let mut used = ResourceList::new();
@@ -196,8 +229,12 @@ impl QuotaStatus {
         if self.hard != spec.hard {
             self.hard = spec.hard.clone();
         }
+        self.borrowed = spec.borrowed(&used);
         self.self_used = self_used;
         self.used = used;
+        if !(self.loans.is_empty() && self.lent.is_empty()) {
+            self.lent = resources::sum(self.loans.values().map(|l| &l.amount));
+        }
     }
 
     /// Standalone cash accrual: every charged workload held its usage since

@@ -1,0 +1,732 @@
+//! Borrowing (SPEC §5, seed 001): a node may use more than its guaranteed
+//! `hard`, up to `spec.max`, on loan from its parent — out of its siblings'
+//! idle guarantee and the parent's uncarved remainder.
+//!
+//! The loan is recorded in the parent (`status.loans[child]`), not in the
+//! child, so two children borrowing at once serialise on the parent's
+//! compare-and-swap and can never both take the last idle unit. A borrowing
+//! admission is therefore two writes, parent first, as a carve-out is:
+//!
+//! 1. `needed(child, delta)`: within hard → `None`, charge the child as
+//!    always (the parent is never consulted); beyond `max` → denied; else a
+//!    `LoanRequest`.
+//! 2. `lend(parent, &request, &children, now)` in the parent's CAS: grants
+//!    (raises the child's loan to at least what it wants) only out of idle
+//!    capacity.
+//! 3. `admission::charge_within(child, wref, charge, &limits(child, loan))`
+//!    in the child's CAS, the loan read from the parent step 2 wrote.
+//!
+//! A loan granted whose charge then fails is left in place: it is a
+//! reservation that `repair_loans` shrinks once it is older than
+//! `LOAN_TTL_MS`. A loan only reserves: every borrowing admission goes
+//! through `lend` again, which checks the capacity it wants is still idle.
+//!
+//! Borrowing is within one parent: a child never borrows from its
+//! grandparent through its parent, and a parent lends only out of its own
+//! `hard` (not out of what it borrowed itself).
+//!
+//! The siblings' figures come from their stored statuses and may be a little
+//! stale. That is safe: a lender's admissions within its own hard are
+//! honoured without asking anyone (they may over-commit the parent; reclaim
+//! then takes the loan back), and a loan never needs a sibling's consent —
+//! what must never happen is two borrowers taking the same idle unit, and
+//! both loans are written to the same parent object under its CAS.
+
+use crate::admission::{Borrowing, Denial, Shortfall};
+use crate::object::Quota;
+use crate::quantity::Quantity;
+use crate::resources::{self, ResourceList};
+use crate::time;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How long a loan raised or renewed by `lend` is left alone by
+/// `repair_loans`: long enough for the child's charge, which follows the
+/// parent's write, to land.
+pub const LOAN_TTL_MS: i64 = 120_000;
+
+/// A child's loan, as recorded in its parent's `status.loans`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Loan {
+    /// What the child may use beyond its hard, per key.
+    pub amount: ResourceList,
+    /// When first granted (RFC 3339).
+    pub since: String,
+    /// When last raised or renewed (RFC 3339); `since` when empty. Repair
+    /// leaves a loan this recent alone: its charge may be in flight.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub raised: String,
+}
+
+impl Loan {
+    fn raised_ms(&self) -> Option<i64> {
+        let t = if self.raised.is_empty() {
+            &self.since
+        } else {
+            &self.raised
+        };
+        time::parse_rfc3339(t)
+    }
+
+    fn younger_than(&self, now_ms: i64, age_ms: i64) -> bool {
+        self.raised_ms().is_some_and(|t| now_ms - t < age_ms)
+    }
+}
+
+/// A child of a parent as lending and reclaim see it, read from the child's
+/// status (which may be a little stale; see the module comment).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Standing {
+    pub hard: ResourceList,
+    pub used: ResourceList,
+    /// Σ of the loans this child granted its own children.
+    pub lent: ResourceList,
+    /// used − hard where positive, on the keys of the child's max.
+    pub borrowed: ResourceList,
+}
+
+impl Standing {
+    /// Read from the child's stored object. `lent` and `borrowed` are
+    /// recomputed from spec and ledgers rather than trusted.
+    pub fn of(child: &Quota) -> Standing {
+        Standing {
+            hard: child.spec.hard.clone(),
+            used: child.status.used.clone(),
+            lent: resources::sum(child.status.loans.values().map(|l| &l.amount)),
+            borrowed: child.spec.borrowed(&child.status.used),
+        }
+    }
+
+    /// Standings of the given children by name.
+    pub fn of_all<'a>(children: impl IntoIterator<Item = &'a Quota>) -> BTreeMap<String, Standing> {
+        children
+            .into_iter()
+            .map(|q| (q.name().to_string(), Standing::of(q)))
+            .collect()
+    }
+}
+
+/// What a child asks of its parent to admit a delta beyond its hard; only the
+/// keys that need a loan. Carries what the denial message needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoanRequest {
+    pub child: String,
+    /// The loan the child needs in total, per key: used + asked − hard.
+    pub want: ResourceList,
+    /// What the admission asks, per key.
+    pub asked: ResourceList,
+    /// The child's used, hard and max when it asked.
+    pub used: ResourceList,
+    pub hard: ResourceList,
+    pub max: ResourceList,
+}
+
+impl LoanRequest {
+    /// The denial when only `room` more (per key, beyond the child's current
+    /// borrowing) can be lent; a root, which has no one to borrow from,
+    /// passes an empty list.
+    pub fn denial(&self, room: &ResourceList) -> Denial {
+        Denial::Short(
+            self.want
+                .keys()
+                .filter(|k| resources::get(room, k) < self.more(k))
+                .map(|k| self.shortfall(k, resources::get(room, k)))
+                .collect(),
+        )
+    }
+
+    /// How much more than it borrows now the child needs on key `k`.
+    fn more(&self, k: &str) -> Quantity {
+        let (u, h) = (resources::get(&self.used, k), resources::get(&self.hard, k));
+        resources::get(&self.want, k).saturating_sub(u.saturating_sub(h).max(Quantity::ZERO))
+    }
+
+    fn shortfall(&self, k: &str, to_borrow: Quantity) -> Shortfall {
+        let (u, h) = (resources::get(&self.used, k), resources::get(&self.hard, k));
+        let m = resources::get(&self.max, k);
+        Shortfall {
+            quota: self.child.clone(),
+            key: k.to_string(),
+            asked: resources::get(&self.asked, k),
+            left: h.saturating_sub(u),
+            hard: h,
+            borrowing: Some(Borrowing {
+                max: m,
+                to_borrow: to_borrow
+                    .min(m.saturating_sub(u.max(h)))
+                    .max(Quantity::ZERO),
+            }),
+        }
+    }
+}
+
+/// The loan `child` would need beyond its hard to admit `delta`: `Ok(None)`
+/// when every increase fits within hard (admit as always, without the
+/// parent), `Ok(Some(request))` when some key needs a loan and every key
+/// fits under `max`, and the denial otherwise — a key without `max` that
+/// does not fit its hard, a key past `max`
+/// (`bizrq a: requests.cpu asks 7, 2 left of 6 (max 10, 4 to borrow)`),
+/// or a spent cash budget. Reads `status.used` as stored (refreshed).
+pub fn needed(child: &Quota, delta: &ResourceList) -> Result<Option<LoanRequest>, Denial> {
+    crate::admission::check_fits_within(child, delta, &child.spec.max)?;
+    let mut req = LoanRequest {
+        child: child.name().to_string(),
+        want: ResourceList::new(),
+        asked: ResourceList::new(),
+        used: ResourceList::new(),
+        hard: ResourceList::new(),
+        max: ResourceList::new(),
+    };
+    for (k, d) in delta {
+        let Some(h) = child.spec.hard.get(k) else {
+            continue;
+        };
+        let u = resources::get(&child.status.used, k);
+        let want = u.saturating_add(*d).saturating_sub(*h);
+        if d.nanos() <= 0 || want.nanos() <= 0 {
+            continue;
+        }
+        req.want.insert(k.clone(), want);
+        req.asked.insert(k.clone(), *d);
+        req.used.insert(k.clone(), u);
+        req.hard.insert(k.clone(), *h);
+        req.max
+            .insert(k.clone(), resources::get(&child.spec.max, k));
+    }
+    Ok((!req.want.is_empty()).then_some(req))
+}
+
+/// A child's admission limits while it holds `loan`: hard + loan, capped by
+/// max, on the keys of its max (see `admission::ceiling`). `loan` is the
+/// child's loan as its `lend` left it (`loan_of` the parent it wrote).
+pub fn limits(child: &Quota, loan: &ResourceList) -> ResourceList {
+    child
+        .spec
+        .max
+        .iter()
+        .map(|(k, m)| {
+            let h = resources::get(&child.spec.hard, k);
+            (k.clone(), h.saturating_add(resources::get(loan, k)).min(*m))
+        })
+        .collect()
+}
+
+/// The loan `parent` has granted `child` (empty if none).
+pub fn loan_of(parent: &Quota, child: &str) -> ResourceList {
+    parent
+        .status
+        .loans
+        .get(child)
+        .map(|l| l.amount.clone())
+        .unwrap_or_default()
+}
+
+/// How much of the parent's hard a child holds or may use without asking,
+/// on one key. `used` is None for a child whose status is not known (its
+/// create is in flight): it is assumed to use its whole hard.
+/// - A child with a loan on the key may use hard + loan (or more, if its
+///   hard was lowered beneath its usage).
+/// - Otherwise it holds what it uses, plus what it lent its own children up
+///   to its hard: capacity a grandchild borrows is taken, but a child's
+///   internal over-commitment is its own to reclaim, within its hard.
+fn claim(hard: Quantity, used: Option<Quantity>, lent: Quantity, loan: Quantity) -> Quantity {
+    let Some(used) = used else {
+        return hard.saturating_add(loan);
+    };
+    let base = used.max(used.saturating_add(lent).min(hard));
+    if loan.nanos() > 0 {
+        base.max(hard.saturating_add(loan))
+    } else {
+        base
+    }
+}
+
+/// Everything the parent holds on `key` except `except`'s claim: its own
+/// workloads and every other child's claim.
+fn claimed_by_others(
+    parent: &Quota,
+    except: &str,
+    key: &str,
+    children: &BTreeMap<String, Standing>,
+) -> Quantity {
+    let names: BTreeSet<&String> = parent
+        .status
+        .children
+        .keys()
+        .chain(parent.status.loans.keys())
+        .chain(children.keys())
+        .filter(|n| n.as_str() != except)
+        .collect();
+    let mut total = resources::get(&parent.status.self_used, key);
+    for name in names {
+        let standing = children.get(name);
+        let carved = parent
+            .status
+            .children
+            .get(name)
+            .map(|c| resources::get(&c.hard, key))
+            .unwrap_or(Quantity::ZERO);
+        let hard = standing.map_or(carved, |s| carved.max(resources::get(&s.hard, key)));
+        let loan = parent
+            .status
+            .loans
+            .get(name)
+            .map(|l| resources::get(&l.amount, key))
+            .unwrap_or(Quantity::ZERO);
+        total = total.saturating_add(claim(
+            hard,
+            standing.map(|s| resources::get(&s.used, key)),
+            standing.map_or(Quantity::ZERO, |s| resources::get(&s.lent, key)),
+            loan,
+        ));
+    }
+    total
+}
+
+/// Lend `req.child` what it wants, in `parent` (call inside the parent's
+/// compare-and-swap). `children` holds the standing of every child of the
+/// parent as stored (the borrower's own entry is ignored: the request has
+/// its figures). Granted only if, on every key of the request the parent
+/// limits,
+///
+///   parent.selfUsed + Σ other children's claims + max(used, hard + want) ≤ parent.hard
+///
+/// where a child's claim is what it uses (with its own lending) or, holding
+/// a loan, hard + loan — loans already granted stay reserved for their
+/// holders. Keys the parent does not limit are lent freely, as they are
+/// carved freely. On success the child's loan on each key of the request
+/// becomes `want`, or what it was if larger, but no more than is still
+/// idle: every loan `lend` writes is fully backed, so the child may be
+/// charged against hard + loan (`limits`) by each of its admissions in
+/// flight, together. A loan changed or renewed is safe from `repair_loans`
+/// for `LOAN_TTL_MS`; a loan already right and renewed less than half that
+/// long ago is not written again. Returns whether the parent changed. The
+/// denial names the child, the key, what it asked and how much could be
+/// borrowed.
+pub fn lend(
+    parent: &mut Quota,
+    req: &LoanRequest,
+    children: &BTreeMap<String, Standing>,
+    now_ms: i64,
+) -> Result<bool, Denial> {
+    parent.status.refresh(&parent.spec);
+    let carved = parent
+        .status
+        .children
+        .get(&req.child)
+        .map(|c| c.hard.clone())
+        .unwrap_or_default();
+    let mut short = Vec::new();
+    // Per limited key, the largest loan the child could hold now.
+    let mut backed = ResourceList::new();
+    for (key, want) in &req.want {
+        let Some(cap) = parent.spec.hard.get(key) else {
+            continue;
+        };
+        let hard = resources::get(&req.hard, key).max(resources::get(&carved, key));
+        let used = resources::get(&req.used, key);
+        let others = claimed_by_others(parent, &req.child, key, children);
+        if others.saturating_add(used.max(hard.saturating_add(*want))) > *cap {
+            // What more than it borrows now the child could have.
+            let room = cap.saturating_sub(others).saturating_sub(hard.max(used));
+            short.push(req.shortfall(key, room));
+        }
+        backed.insert(key.clone(), cap.saturating_sub(others).saturating_sub(hard));
+    }
+    if !short.is_empty() {
+        return Err(Denial::Short(short));
+    }
+
+    let now = time::format_rfc3339(now_ms);
+    let loan = parent
+        .status
+        .loans
+        .entry(req.child.clone())
+        .or_insert_with(|| Loan {
+            amount: ResourceList::new(),
+            since: now.clone(),
+            raised: String::new(),
+        });
+    let mut changed = false;
+    for (key, want) in &req.want {
+        let current = resources::get(&loan.amount, key);
+        // A loan granted earlier may no longer be backed (a lender took its
+        // guarantee back): keep only what is, so hard + loan stays a safe
+        // limit for every admission of the child now in flight.
+        let kept = backed.get(key).map_or(current, |b| current.min(*b));
+        let next = (*want).max(kept);
+        if next != current {
+            loan.amount.insert(key.clone(), next);
+            changed = true;
+        }
+    }
+    let stale = !loan.younger_than(now_ms, LOAN_TTL_MS / 2);
+    if changed || stale {
+        loan.raised = now;
+        parent.status.refresh(&parent.spec);
+    }
+    Ok(changed || stale)
+}
+
+/// Shrink each loan of `parent` to what its child borrows now
+/// (max(0, used − hard), never more than the loan) and drop empty loans and
+/// loans of children that are gone — except loans raised or renewed less
+/// than `LOAN_TTL_MS` ago, whose charge may be in flight. `children` must
+/// hold every existing child of the parent. Refreshes the parent; returns
+/// whether any loan changed.
+pub fn repair_loans(
+    parent: &mut Quota,
+    children: &BTreeMap<String, Standing>,
+    now_ms: i64,
+) -> bool {
+    let mut changed = false;
+    parent.status.loans.retain(|child, loan| {
+        if loan.younger_than(now_ms, LOAN_TTL_MS) {
+            return true;
+        }
+        let Some(s) = children.get(child) else {
+            changed = true;
+            return false;
+        };
+        let before = loan.amount.clone();
+        loan.amount = before
+            .iter()
+            .filter_map(|(k, amount)| {
+                let over = resources::get(&s.used, k).saturating_sub(resources::get(&s.hard, k));
+                let keep = (*amount).min(over);
+                (keep.nanos() > 0).then(|| (k.clone(), keep))
+            })
+            .collect();
+        changed |= loan.amount != before;
+        !loan.amount.is_empty()
+    });
+    parent.status.refresh(&parent.spec);
+    changed
+}
+
+/// Drop a child's loan (the child was deleted, with `tree::uncarve`).
+pub fn drop_loan(parent: &mut Quota, child: &str) -> bool {
+    let changed = parent.status.loans.remove(child).is_some();
+    if changed {
+        parent.status.refresh(&parent.spec);
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission;
+    use crate::object::{Charge, QuotaSpec};
+    use crate::workload::PodSet;
+
+    pub(crate) const T0: i64 = 1_800_000_000_000;
+    const CPU: &str = "requests.cpu";
+
+    fn cpu(n: i64) -> ResourceList {
+        [(CPU.to_string(), Quantity::from_units(n))].into()
+    }
+    fn node(name: &str, parent: &str, hard: i64, max: Option<i64>) -> Quota {
+        Quota::new(
+            name,
+            QuotaSpec {
+                parent: parent.into(),
+                hard: cpu(hard),
+                max: max.map(cpu).unwrap_or_default(),
+            },
+        )
+    }
+    fn pods(n: i64, each: i64) -> Charge {
+        Charge {
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: n,
+                per_pod: cpu(each),
+                qos: None,
+            }],
+            hpa: None,
+            since: time::format_rfc3339(T0),
+            uid: String::new(),
+            admitted: None,
+        }
+    }
+    /// Parent p (hard `p`) with children carved out of it.
+    fn family(p: i64, kids: &[(&str, i64, Option<i64>)]) -> (Quota, Vec<Quota>) {
+        let mut parent = node("p", "", p, None);
+        let mut out = Vec::new();
+        for (name, hard, max) in kids {
+            crate::tree::carve(&mut parent, name, &cpu(*hard), "2026-01-01T00:00:00Z").unwrap();
+            out.push(node(name, "p", *hard, *max));
+        }
+        (parent, out)
+    }
+    /// The whole borrowing admission: needed, lend, charge within limits.
+    fn admit(
+        parent: &mut Quota,
+        kids: &mut [Quota],
+        who: usize,
+        wref: &str,
+        c: Charge,
+        now: i64,
+    ) -> Result<bool, Denial> {
+        let old = kids[who]
+            .status
+            .workloads
+            .get(wref)
+            .map(Charge::usage)
+            .unwrap_or_default();
+        let delta = resources::diff(&c.usage(), &old);
+        match needed(&kids[who], &delta)? {
+            None => admission::charge(&mut kids[who], wref, c),
+            Some(req) => {
+                lend(parent, &req, &Standing::of_all(kids.iter()), now)?;
+                let l = limits(&kids[who], &loan_of(parent, kids[who].name()));
+                admission::charge_within(&mut kids[who], wref, c, &l)
+            }
+        }
+    }
+
+    #[test]
+    fn within_hard_never_asks_the_parent() {
+        let (_, kids) = family(18, &[("a", 6, Some(10))]);
+        assert_eq!(needed(&kids[0], &cpu(6)).unwrap(), None);
+        // A child that is borrowing cpu already admits pods within its hard
+        // without a loan; only more cpu needs one.
+        let mut a = kids[0].clone();
+        a.spec.hard.insert("pods".into(), Quantity::from_units(10));
+        admission::charge_within(&mut a, "w", pods(1, 8), &cpu(8)).unwrap();
+        assert_eq!(a.status.borrowed, cpu(2));
+        let pods_only: ResourceList = [("pods".to_string(), Quantity::from_units(3))].into();
+        assert_eq!(needed(&a, &pods_only).unwrap(), None);
+        assert_eq!(needed(&a, &cpu(1)).unwrap().unwrap().want, cpu(3));
+    }
+
+    #[test]
+    fn beyond_hard_asks_for_exactly_the_excess() {
+        let (_, mut kids) = family(18, &[("a", 6, Some(10))]);
+        admission::charge(&mut kids[0], "job", pods(2, 2)).unwrap();
+        let req = needed(&kids[0], &cpu(4)).unwrap().unwrap();
+        assert_eq!(req.want, cpu(2));
+        assert_eq!(req.asked, cpu(4));
+    }
+
+    #[test]
+    fn exceeding_max_is_denied_with_what_could_be_borrowed() {
+        let (_, mut kids) = family(18, &[("team-a", 6, Some(10))]);
+        admission::charge(&mut kids[0], "job", pods(2, 2)).unwrap();
+        let err = needed(&kids[0], &cpu(7)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bizrq team-a: requests.cpu asks 7, 2 left of 6 (max 10, 4 to borrow)"
+        );
+        // A key without max is held to its hard, as before.
+        let (_, kids) = family(18, &[("b", 6, None)]);
+        let err = needed(&kids[0], &cpu(7)).unwrap_err();
+        assert_eq!(err.to_string(), "bizrq b: requests.cpu asks 7, 6 left of 6");
+    }
+
+    #[test]
+    fn lends_idle_guarantee_and_says_how_much_is_left_when_short() {
+        // p 10 = a 4 + b 4 + c 2; c idle, b uses 3: 3 idle in all.
+        let (mut p, mut kids) = family(
+            10,
+            &[("team-a", 4, Some(10)), ("b", 4, None), ("c", 2, None)],
+        );
+        admission::charge(&mut kids[1], "w", pods(1, 3)).unwrap();
+        admission::charge(&mut kids[0], "w", pods(1, 4)).unwrap();
+        let err = admit(&mut p, &mut kids, 0, "x", pods(1, 4), T0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bizrq team-a: requests.cpu asks 4, 0 left of 4 (max 10, 3 to borrow)"
+        );
+        assert!(p.status.loans.is_empty(), "a refused loan leaves no trace");
+        admit(&mut p, &mut kids, 0, "x", pods(1, 3), T0).unwrap();
+        assert_eq!(loan_of(&p, "team-a"), cpu(3));
+        assert_eq!(p.status.lent, cpu(3));
+        assert_eq!(kids[0].status.borrowed, cpu(3));
+        assert_eq!(kids[0].status.used, cpu(7));
+    }
+
+    #[test]
+    fn two_borrowers_cannot_take_the_last_idle_unit() {
+        // p 10 = a 4 + b 4 + c 2; c idle: 2 units to lend.
+        let (mut p, mut kids) = family(10, &[("a", 4, Some(8)), ("b", 4, Some(8)), ("c", 2, None)]);
+        admission::charge(&mut kids[0], "w", pods(1, 4)).unwrap();
+        admission::charge(&mut kids[1], "w", pods(1, 4)).unwrap();
+        // Both ask at once, from the same view of their siblings.
+        let view = Standing::of_all(kids.iter());
+        let ra = needed(&kids[0], &cpu(2)).unwrap().unwrap();
+        let rb = needed(&kids[1], &cpu(1)).unwrap().unwrap();
+        // The parent's CAS orders them: the first wins, the second sees the
+        // first's loan reserved although neither has charged yet.
+        assert!(lend(&mut p, &ra, &view, T0).unwrap());
+        let err = lend(&mut p, &rb, &view, T0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bizrq b: requests.cpu asks 1, 0 left of 4 (max 8, 0 to borrow)"
+        );
+    }
+
+    #[test]
+    fn a_loan_reserves_for_its_holder_and_is_rechecked_when_used() {
+        let (mut p, mut kids) = family(10, &[("a", 4, Some(8)), ("b", 6, None)]);
+        admission::charge(&mut kids[0], "w", pods(1, 4)).unwrap();
+        admit(&mut p, &mut kids, 0, "x", pods(1, 3), T0).unwrap();
+        admission::release(&mut kids[0], "x");
+        // b takes its guarantee back, as it always may.
+        admission::charge(&mut kids[1], "w", pods(1, 6)).unwrap();
+        // a's loan of 3 is still recorded, but is no longer backed: a new
+        // borrowing admission is refused.
+        assert_eq!(loan_of(&p, "a"), cpu(3));
+        assert!(admit(&mut p, &mut kids, 0, "x", pods(1, 1), T0 + 1).is_err());
+    }
+
+    #[test]
+    fn two_admissions_of_one_child_cannot_ride_a_loan_no_longer_backed() {
+        // p 6 = a 0 + b 5 + 1 spare. a borrowed 3 and gave them back; then
+        // b took 4 within its hard: 2 idle, though a's loan still says 3.
+        let (mut p, mut kids) = family(6, &[("a", 0, Some(3)), ("b", 5, None)]);
+        admit(&mut p, &mut kids, 0, "x", pods(1, 3), T0).unwrap();
+        admission::release(&mut kids[0], "x");
+        admission::charge(&mut kids[1], "w", pods(1, 4)).unwrap();
+        // Two admissions of a at once, 1 and 2: each alone fits the 2 idle.
+        let view = Standing::of_all(kids.iter());
+        let r1 = needed(&kids[0], &cpu(1)).unwrap().unwrap();
+        let r2 = needed(&kids[0], &cpu(2)).unwrap().unwrap();
+        lend(&mut p, &r1, &view, T0 + 1).unwrap();
+        lend(&mut p, &r2, &view, T0 + 1).unwrap();
+        assert_eq!(loan_of(&p, "a"), cpu(2), "trimmed to what is idle");
+        let l = limits(&kids[0], &loan_of(&p, "a"));
+        admission::charge_within(&mut kids[0], "y", pods(1, 1), &l).unwrap();
+        assert!(admission::charge_within(&mut kids[0], "z", pods(1, 2), &l).is_err());
+    }
+
+    #[test]
+    fn lending_is_idempotent_and_renews_only_when_old() {
+        let (mut p, mut kids) = family(10, &[("a", 4, Some(8)), ("b", 6, None)]);
+        admission::charge(&mut kids[0], "w", pods(1, 4)).unwrap();
+        let req = needed(&kids[0], &cpu(2)).unwrap().unwrap();
+        let view = Standing::of_all(kids.iter());
+        assert!(lend(&mut p, &req, &view, T0).unwrap());
+        assert!(
+            !lend(&mut p, &req, &view, T0 + 1000).unwrap(),
+            "a retry writes nothing"
+        );
+        assert!(
+            lend(&mut p, &req, &view, T0 + LOAN_TTL_MS / 2).unwrap(),
+            "renewed"
+        );
+        assert_eq!(p.status.loans["a"].since, time::format_rfc3339(T0));
+        assert_eq!(
+            p.status.loans["a"].raised,
+            time::format_rfc3339(T0 + LOAN_TTL_MS / 2)
+        );
+    }
+
+    #[test]
+    fn repair_shrinks_loans_to_what_is_borrowed_but_not_young_ones() {
+        let (mut p, mut kids) = family(10, &[("a", 4, Some(8)), ("b", 6, None)]);
+        admission::charge(&mut kids[0], "w", pods(1, 4)).unwrap();
+        admit(&mut p, &mut kids, 0, "x", pods(1, 3), T0).unwrap();
+        admission::charge(&mut kids[0], "x", pods(1, 1)).unwrap();
+        let view = Standing::of_all(kids.iter());
+        // A moment later the loan is left alone, whatever the child shows.
+        assert!(!repair_loans(&mut p, &view, T0 + LOAN_TTL_MS - 1));
+        assert_eq!(loan_of(&p, "a"), cpu(3));
+        // Past the TTL it shrinks to what a borrows now: 5 − 4.
+        assert!(repair_loans(&mut p, &view, T0 + LOAN_TTL_MS));
+        assert_eq!(loan_of(&p, "a"), cpu(1));
+        assert_eq!(p.status.lent, cpu(1));
+        // Back within hard: the loan goes; and stays gone.
+        admission::release(&mut kids[0], "x");
+        let view = Standing::of_all(kids.iter());
+        assert!(repair_loans(&mut p, &view, T0 + LOAN_TTL_MS));
+        assert!(p.status.loans.is_empty() && p.status.lent.is_empty());
+        assert!(!repair_loans(&mut p, &view, T0 + LOAN_TTL_MS));
+    }
+
+    #[test]
+    fn repair_drops_loans_of_children_that_are_gone() {
+        let (mut p, mut kids) = family(10, &[("a", 4, Some(8)), ("b", 6, None)]);
+        admission::charge(&mut kids[0], "w", pods(1, 4)).unwrap();
+        admit(&mut p, &mut kids, 0, "x", pods(1, 3), T0).unwrap();
+        let only_b = Standing::of_all(kids[1..].iter());
+        assert!(!repair_loans(&mut p, &only_b, T0 + 1));
+        assert!(repair_loans(&mut p, &only_b, T0 + LOAN_TTL_MS));
+        assert!(p.status.loans.is_empty());
+        assert!(!drop_loan(&mut p, "a"));
+    }
+
+    #[test]
+    fn a_child_not_yet_seen_is_assumed_to_use_its_hard() {
+        // c's create is in flight: carved, but no status to read.
+        let (mut p, mut kids) = family(10, &[("a", 4, Some(8)), ("b", 2, None), ("c", 4, None)]);
+        admission::charge(&mut kids[0], "w", pods(1, 4)).unwrap();
+        let view = Standing::of_all(kids[..2].iter());
+        let req = needed(&kids[0], &cpu(3)).unwrap().unwrap();
+        assert!(
+            lend(&mut p, &req, &view, T0).is_err(),
+            "only b's 2 are idle"
+        );
+        let req = needed(&kids[0], &cpu(2)).unwrap().unwrap();
+        assert!(lend(&mut p, &req, &view, T0).is_ok());
+    }
+
+    #[test]
+    fn capacity_a_grandchild_borrowed_is_not_lent_again() {
+        // p 10 = a 5 + b 5. b lent 3 of its uncarved rest to its child bb,
+        // which uses them: b is idle on paper (used 2 = bb's hard) but holds 5.
+        let (mut p, mut kids) = family(10, &[("a", 5, Some(10)), ("b", 5, None)]);
+        admission::charge(&mut kids[0], "w", pods(1, 5)).unwrap();
+        crate::tree::carve(&mut kids[1], "bb", &cpu(2), "2026-01-01T00:00:00Z").unwrap();
+        kids[1].status.loans.insert(
+            "bb".into(),
+            Loan {
+                amount: cpu(3),
+                since: time::format_rfc3339(T0),
+                raised: String::new(),
+            },
+        );
+        let spec = kids[1].spec.clone();
+        kids[1].status.refresh(&spec);
+        assert_eq!(kids[1].status.used, cpu(2));
+        assert_eq!(kids[1].status.lent, cpu(3));
+        let view = Standing::of_all(kids.iter());
+        let req = needed(&kids[0], &cpu(1)).unwrap().unwrap();
+        assert!(lend(&mut p, &req, &view, T0).is_err());
+    }
+
+    #[test]
+    fn a_root_has_no_one_to_borrow_from() {
+        let mut root = node("root", "", 4, Some(8));
+        admission::charge(&mut root, "w", pods(1, 4)).unwrap();
+        let req = needed(&root, &cpu(1)).unwrap().unwrap();
+        assert_eq!(
+            req.denial(&ResourceList::new()).to_string(),
+            "bizrq root: requests.cpu asks 1, 0 left of 4 (max 8, 0 to borrow)"
+        );
+    }
+
+    #[test]
+    fn limits_are_hard_plus_loan_capped_by_max() {
+        let (_, kids) = family(18, &[("a", 6, Some(10))]);
+        assert_eq!(limits(&kids[0], &cpu(2)), cpu(8));
+        assert_eq!(limits(&kids[0], &cpu(9)), cpu(10));
+        assert_eq!(limits(&kids[0], &ResourceList::new()), cpu(6));
+    }
+
+    #[test]
+    fn unchanged_statuses_serialise_as_before() {
+        let q = node("a", "p", 6, None);
+        let json = serde_json::to_value(&q.status).unwrap();
+        for field in ["loans", "lent", "borrowed"] {
+            assert!(json.get(field).is_none(), "{field} in {json}");
+        }
+        // Old stored JSON still reads.
+        let old: crate::object::QuotaStatus =
+            serde_json::from_str(r#"{"hard":{"requests.cpu":"6"},"used":{"requests.cpu":"0"},"selfUsed":{"requests.cpu":"0"}}"#)
+                .unwrap();
+        assert!(old.loans.is_empty());
+    }
+}
