@@ -720,13 +720,13 @@ mod tests {
     fn unchanged_statuses_serialise_as_before() {
         let q = node("a", "p", 6, None);
         let json = serde_json::to_value(&q.status).unwrap();
-        for field in ["loans", "lent", "borrowed"] {
+        for field in ["loans", "lent", "borrowed", "reclaim"] {
             assert!(json.get(field).is_none(), "{field} in {json}");
         }
         // Old stored JSON still reads.
         let old: crate::object::QuotaStatus =
             serde_json::from_str(r#"{"hard":{"requests.cpu":"6"},"used":{"requests.cpu":"0"},"selfUsed":{"requests.cpu":"0"}}"#)
                 .unwrap();
-        assert!(old.loans.is_empty());
+        assert!(old.loans.is_empty() && old.reclaim.is_empty());
     }
 }

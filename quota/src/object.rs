@@ -7,6 +7,7 @@ use crate::borrow::Loan;
 use crate::cash::{self, Prices};
 use crate::keys::cash_target;
 use crate::quantity::Quantity;
+use crate::reclaim::Mark;
 use crate::resources::{self, ResourceList};
 use crate::time;
 use crate::workload::PodSet;
@@ -150,6 +151,10 @@ pub struct QuotaStatus {
     /// uses beyond its guarantee, on loan from its parent (derived).
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     pub borrowed: ResourceList,
+    /// Workloads of this node marked for reclaim, by workload reference:
+    /// what will be done to each and when (§5, delayed reclaim).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reclaim: BTreeMap<String, Mark>,
 }
 
 impl QuotaStatus {
@@ -182,6 +187,7 @@ impl QuotaStatus {
             || self.loans != other.loans
             || self.lent != other.lent
             || self.borrowed != other.borrowed
+            || self.reclaim != other.reclaim
     }
 
     /// Everything bound directly here, on all keys (not only those of hard).

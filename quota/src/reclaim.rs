@@ -1,0 +1,811 @@
+//! Reclaim (SPEC §5, seeds 001 and 004): when a lender needs back what its
+//! siblings borrowed, pick whole workloads of the borrowers to shrink or
+//! stop, warn their owners, and act only after a grace period — unless the
+//! pressure went away meanwhile.
+//!
+//! Pure, one parent at a time. The controller, for each parent:
+//! 1. reads the children's standings (`borrow::Standing`) and, per child,
+//!    the usage of its pods that are unschedulable for want of resources;
+//! 2. `need(parent, children, pending)`: what must come back;
+//! 3. `plan(borrowers, need)`: which workloads, and how (`Victim`s);
+//! 4. per borrower, `reconcile_marks(quota, status.reclaim, plan, now,
+//!    grace)`: writes the marks back (CAS on the borrower), notifies the
+//!    owners of `marked`, then executes `due` (patch the workload: scale
+//!    or suspend) and tells the owners of `cleared` the reclaim is off.
+
+use crate::borrow::Standing;
+use crate::keys::cash_target;
+use crate::object::Quota;
+use crate::quantity::{div_ceil, Quantity};
+use crate::resources::{self, ResourceList};
+use crate::time;
+use crate::workload::PodSet;
+use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+
+/// Annotation on a workload: the fewest replicas it can run with (elastic
+/// training, seed 001: "3~6 replicas are all acceptable"). Reclaim scales
+/// such a workload down towards it before stopping anything.
+pub const MIN_REPLICAS_ANNOTATION: &str = "bizrq.io/min-replicas";
+
+/// Label or annotation `"true"` on a workload: an online service, reclaimed
+/// after batch work of the same priority. (A PriorityClass at or above a
+/// configured value marks online services too; that is the caller's rule.)
+pub const ONLINE_LABEL: &str = "bizrq.io/online";
+
+/// How long a marked workload keeps running before it is reclaimed, unless
+/// configured otherwise.
+pub const DEFAULT_GRACE_MS: i64 = 300_000;
+
+/// `bizrq.io/min-replicas` of a workload, if set to a count.
+pub fn min_replicas(annotations: &BTreeMap<String, String>) -> Option<i64> {
+    annotations
+        .get(MIN_REPLICAS_ANNOTATION)
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|n| *n >= 0)
+}
+
+/// Whether labels or annotations mark a workload online.
+pub fn is_online(
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> bool {
+    [labels, annotations].iter().any(|m| {
+        m.get(ONLINE_LABEL)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    })
+}
+
+/// What reclaim does to a workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Action {
+    /// Set the replicas (a Job's parallelism) of its single pod set.
+    ScaleTo(i64),
+    /// Suspend it (`spec.suspend: true`); everything it runs is freed.
+    Suspend,
+}
+
+impl Action {
+    /// Whether it stops the workload altogether.
+    pub fn stops(&self) -> bool {
+        matches!(self, Action::Suspend | Action::ScaleTo(0))
+    }
+}
+
+/// A workload marked for reclaim, in its quota's `status.reclaim`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mark {
+    pub action: Action,
+    /// What the action frees, as planned.
+    pub frees: ResourceList,
+    /// When the owners were first warned (RFC 3339).
+    pub marked: String,
+    /// When it will be reclaimed if still needed (RFC 3339).
+    pub due: String,
+}
+
+/// How a workload of its kind can be stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// Job-like: suspended (its parallelism can also be lowered).
+    Suspend,
+    /// Has replicas: scaled down, to zero to stop it.
+    Scale,
+    /// Neither: reclaim leaves it alone.
+    Never,
+}
+
+/// A workload of a borrower that reclaim may take from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// `group/Kind/namespace/name`, as in `status.workloads`.
+    pub workload_ref: String,
+    pub stop: Stop,
+    /// PriorityClass value of its pods (0 without one).
+    pub priority: i32,
+    /// An online service (see `is_online`): after batch work of its priority.
+    pub online: bool,
+    pub created_ms: i64,
+    /// What it runs now: count × per-pod usage.
+    pub pod_sets: Vec<PodSet>,
+    /// `bizrq.io/min-replicas`: it is elastic down to this many, if it has
+    /// a single pod set (multi-set kinds are stopped whole).
+    pub min_replicas: Option<i64>,
+    /// Already marked in its quota's `status.reclaim`: chosen before the
+    /// unmarked of the same phase, so a warned victim is not swapped each
+    /// round for a newer workload (which would restart its grace forever).
+    pub marked: bool,
+}
+
+impl Candidate {
+    fn usage(&self) -> ResourceList {
+        let mut out = ResourceList::new();
+        for s in &self.pod_sets {
+            resources::add_into(&mut out, &s.usage(s.count));
+        }
+        out
+    }
+
+    /// (pod set, current count, floor) when it can shrink without stopping.
+    /// Shrinking stops at one replica even for a minimum of 0: going to
+    /// zero is stopping, done in the stop phase, in the kind's own way.
+    fn elastic(&self) -> Option<(&PodSet, i64, i64)> {
+        let floor = self.min_replicas?.max(1);
+        match self.pod_sets.as_slice() {
+            [set] if floor < set.count => Some((set, set.count, floor)),
+            _ => None,
+        }
+    }
+
+    fn stop_action(&self) -> Action {
+        match self.stop {
+            Stop::Suspend => Action::Suspend,
+            _ => Action::ScaleTo(0),
+        }
+    }
+}
+
+/// A child that borrows from the parent under pressure, its debt, and its
+/// workloads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Borrower {
+    pub quota: String,
+    /// What it uses beyond its hard (`Standing::borrowed`): reclaim takes no
+    /// more from it than this, but for the rest of the last whole workload.
+    pub borrowed: ResourceList,
+    pub workloads: Vec<Candidate>,
+}
+
+/// A workload to reclaim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Victim {
+    pub quota: String,
+    pub workload_ref: String,
+    pub action: Action,
+    pub frees: ResourceList,
+}
+
+fn positive(list: &ResourceList) -> ResourceList {
+    list.iter()
+        .filter(|(_, v)| v.nanos() > 0)
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
+}
+
+/// (a) Pressure in quota terms: how far the parent's subtree uses more than
+/// the parent can give — parent.selfUsed + Σ children's used beyond
+/// max(parent.hard, parent.used) — capped by what the children borrow, per
+/// non-cash key of the parent's hard. A parent over its own hard (lowered,
+/// or itself borrowing from above) is its own parent's matter: its children
+/// answer only for what their borrowing adds beyond their siblings' idle
+/// guarantee and the parent's remainder. A child's own children are judged
+/// at that child (each level reclaims its own loans). `children` must hold
+/// every child.
+pub fn quota_pressure(parent: &Quota, children: &BTreeMap<String, Standing>) -> ResourceList {
+    let mut out = ResourceList::new();
+    for (k, hard) in &parent.spec.hard {
+        if cash_target(k).is_some() {
+            continue;
+        }
+        let mut total = resources::get(&parent.status.self_used, k);
+        let mut borrowed = Quantity::ZERO;
+        for s in children.values() {
+            total = total.saturating_add(resources::get(&s.used, k));
+            borrowed = borrowed.saturating_add(resources::get(&s.borrowed, k));
+        }
+        let ceiling = (*hard).max(resources::get(&parent.status.used, k));
+        let over = total.saturating_sub(ceiling).min(borrowed);
+        if over.nanos() > 0 {
+            out.insert(k.clone(), over);
+        }
+    }
+    out
+}
+
+/// (b) Pressure in physical terms (seed 001): children within their
+/// guarantee whose pods cannot be scheduled — the cluster is full — while
+/// siblings borrow. `pending` is, per child, the usage of its pods that are
+/// unschedulable for want of resources (not for a node selector or a
+/// taint). Per key, what is pending in children not borrowing that key
+/// (used ≤ hard), capped by what the children borrow.
+pub fn physical_pressure(
+    children: &BTreeMap<String, Standing>,
+    pending: &BTreeMap<String, ResourceList>,
+) -> ResourceList {
+    let mut wanted = ResourceList::new();
+    for (child, usage) in pending {
+        let Some(s) = children.get(child) else {
+            continue;
+        };
+        for (k, q) in usage {
+            let Some(h) = s.hard.get(k) else {
+                continue;
+            };
+            if q.nanos() > 0 && resources::get(&s.used, k) <= *h {
+                let e = wanted.entry(k.clone()).or_insert(Quantity::ZERO);
+                *e = e.saturating_add(*q);
+            }
+        }
+    }
+    let borrowed = resources::sum(children.values().map(|s| &s.borrowed));
+    wanted
+        .into_iter()
+        .filter_map(|(k, w)| {
+            let n = w.min(resources::get(&borrowed, &k));
+            (n.nanos() > 0).then_some((k, n))
+        })
+        .collect()
+}
+
+/// What reclaim must take back from the parent's borrowers: per key, the
+/// larger of the quota and the physical pressure (two views of one
+/// shortage, not two shortages).
+pub fn need(
+    parent: &Quota,
+    children: &BTreeMap<String, Standing>,
+    pending: &BTreeMap<String, ResourceList>,
+) -> ResourceList {
+    let mut out = quota_pressure(parent, children);
+    for (k, v) in physical_pressure(children, pending) {
+        let e = out.entry(k).or_insert(Quantity::ZERO);
+        *e = (*e).max(v);
+    }
+    out
+}
+
+/// Whether taking `frees` from a borrower still owing `debt` helps `need`.
+fn helps(frees: &ResourceList, need: &ResourceList, debt: &ResourceList) -> bool {
+    need.iter().any(|(k, n)| {
+        n.nanos() > 0 && resources::get(debt, k).nanos() > 0 && resources::get(frees, k).nanos() > 0
+    })
+}
+
+fn take(need: &mut ResourceList, debt: &mut ResourceList, frees: &ResourceList) {
+    for list in [need, debt] {
+        for (k, v) in list.iter_mut() {
+            *v = v
+                .saturating_sub(resources::get(frees, k))
+                .max(Quantity::ZERO);
+        }
+        list.retain(|_, v| v.nanos() > 0);
+    }
+}
+
+/// Pods of `set` to remove so that `need` (as far as `debt` goes) is met.
+fn pods_needed(set: &PodSet, need: &ResourceList, debt: &ResourceList) -> i64 {
+    let mut pods = 0i128;
+    for (k, n) in need {
+        let per = resources::get(&set.per_pod, k);
+        let owed = (*n).min(resources::get(debt, k));
+        if per.nanos() > 0 && owed.nanos() > 0 {
+            pods = pods.max(div_ceil(owed.nanos(), per.nanos()));
+        }
+    }
+    pods.min(i64::MAX as i128) as i64
+}
+
+/// Which workloads of the borrowers to reclaim to cover `need`, in order:
+///
+/// - candidates are taken lowest priority first, batch before online,
+///   newest first (already-marked ones first), ties by reference;
+/// - first every elastic workload is scaled down — only as far as still
+///   needed, never below its minimum nor to zero — and only then are
+///   workloads stopped whole: Jobs suspended, others scaled to zero; kinds
+///   that can be neither are left alone;
+/// - a workload is taken only if it frees a key that is still needed and
+///   that its borrower still owes: no borrower gives back more than it
+///   borrowed, except for the rest of a whole workload;
+/// - it stops as soon as the need is covered on every key.
+///
+/// A workload scaled down and then stopped appears once, with the stop.
+/// Deterministic: the same borrowers in any order give the same plan.
+pub fn plan(borrowers: &[Borrower], need: &ResourceList) -> Vec<Victim> {
+    let mut need = positive(need);
+    let mut debt: Vec<ResourceList> = borrowers.iter().map(|b| positive(&b.borrowed)).collect();
+    let mut order: Vec<(usize, usize)> = borrowers
+        .iter()
+        .enumerate()
+        .flat_map(|(bi, b)| {
+            b.workloads
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.stop != Stop::Never)
+                .map(move |(ci, _)| (bi, ci))
+        })
+        .collect();
+    order.sort_by_key(|&(bi, ci)| {
+        let c = &borrowers[bi].workloads[ci];
+        (
+            !c.marked,
+            c.priority,
+            c.online,
+            Reverse(c.created_ms),
+            c.workload_ref.as_str(),
+            borrowers[bi].quota.as_str(),
+        )
+    });
+
+    let mut victims: Vec<Victim> = Vec::new();
+    let mut scaled: BTreeMap<(usize, usize), (usize, i64)> = BTreeMap::new();
+    for &(bi, ci) in &order {
+        if need.is_empty() {
+            return victims;
+        }
+        let c = &borrowers[bi].workloads[ci];
+        let Some((set, count, floor)) = c.elastic() else {
+            continue;
+        };
+        let to = (count - pods_needed(set, &need, &debt[bi])).max(floor);
+        if to >= count {
+            continue;
+        }
+        let frees = set.usage(count - to);
+        if !helps(&frees, &need, &debt[bi]) {
+            continue;
+        }
+        take(&mut need, &mut debt[bi], &frees);
+        scaled.insert((bi, ci), (victims.len(), to));
+        victims.push(Victim {
+            quota: borrowers[bi].quota.clone(),
+            workload_ref: c.workload_ref.clone(),
+            action: Action::ScaleTo(to),
+            frees,
+        });
+    }
+    for &(bi, ci) in &order {
+        if need.is_empty() {
+            break;
+        }
+        let c = &borrowers[bi].workloads[ci];
+        let left = match scaled.get(&(bi, ci)) {
+            Some(&(_, to)) => c.pod_sets[0].usage(to),
+            None => c.usage(),
+        };
+        if left.is_empty() || !helps(&left, &need, &debt[bi]) {
+            continue;
+        }
+        take(&mut need, &mut debt[bi], &left);
+        match scaled.get(&(bi, ci)) {
+            Some(&(at, _)) => {
+                let v = &mut victims[at];
+                v.action = c.stop_action();
+                resources::add_into(&mut v.frees, &left);
+            }
+            None => victims.push(Victim {
+                quota: borrowers[bi].quota.clone(),
+                workload_ref: c.workload_ref.clone(),
+                action: c.stop_action(),
+                frees: left,
+            }),
+        }
+    }
+    victims
+}
+
+/// What `reconcile_marks` decided for one borrower.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MarkOutcome {
+    /// The borrower's new `status.reclaim`.
+    pub marks: BTreeMap<String, Mark>,
+    /// Newly marked, or marked before and now planned differently: warn
+    /// the owners (with the mark's due time).
+    pub marked: Vec<Victim>,
+    /// Grace is over and still needed: execute now. They are no longer in
+    /// `marks`; a workload planned again later is marked afresh.
+    pub due: Vec<Victim>,
+    /// Marks dropped because the plan no longer needs them (the pressure
+    /// went away, or the workload did): tell the owners it is off.
+    pub cleared: Vec<String>,
+    /// Whether `marks` differs from the ledger passed in.
+    pub changed: bool,
+}
+
+/// Delayed reclaim for borrower `quota`, given its current marks and the
+/// parent's current plan (victims of other quotas are ignored):
+/// - a victim without a mark is marked, due `grace_ms` from now;
+/// - a marked victim whose action changed keeps its due time, unless it now
+///   stops a workload that was only to shrink: that is a new warning, with
+///   a new grace (at most once per workload, so never postponed forever);
+/// - a marked victim past its due time is due (and leaves the ledger);
+/// - a mark the plan no longer has is cleared.
+///
+/// Write `marks` back (CAS on the borrower) before executing `due`: a lost
+/// write then at worst re-marks a victim, never acts twice without grace.
+pub fn reconcile_marks(
+    quota: &str,
+    marks: &BTreeMap<String, Mark>,
+    plan: &[Victim],
+    now_ms: i64,
+    grace_ms: i64,
+) -> MarkOutcome {
+    let mut out = MarkOutcome::default();
+    let now = time::format_rfc3339(now_ms);
+    let fresh = |v: &Victim| Mark {
+        action: v.action,
+        frees: v.frees.clone(),
+        marked: now.clone(),
+        due: time::format_rfc3339(now_ms.saturating_add(grace_ms)),
+    };
+    for v in plan.iter().filter(|v| v.quota == quota) {
+        match marks.get(&v.workload_ref) {
+            None => {
+                out.marks.insert(v.workload_ref.clone(), fresh(v));
+                out.marked.push(v.clone());
+            }
+            Some(m) => {
+                let due = time::parse_rfc3339(&m.due).unwrap_or(now_ms);
+                let escalates = v.action.stops() && !m.action.stops();
+                if escalates {
+                    out.marks.insert(v.workload_ref.clone(), fresh(v));
+                    out.marked.push(v.clone());
+                } else if now_ms >= due {
+                    out.due.push(v.clone());
+                } else {
+                    if m.action != v.action || m.frees != v.frees {
+                        out.marked.push(v.clone());
+                    }
+                    out.marks.insert(
+                        v.workload_ref.clone(),
+                        Mark {
+                            action: v.action,
+                            frees: v.frees.clone(),
+                            ..m.clone()
+                        },
+                    );
+                }
+            }
+        }
+    }
+    out.cleared = marks
+        .keys()
+        .filter(|w| {
+            !plan
+                .iter()
+                .any(|v| v.quota == quota && &v.workload_ref == *w)
+        })
+        .cloned()
+        .collect();
+    out.changed = out.marks != *marks;
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CPU: &str = "requests.cpu";
+    const GPU: &str = "requests.nvidia.com/gpu";
+    const T0: i64 = 1_800_000_000_000;
+
+    fn list(pairs: &[(&str, i64)]) -> ResourceList {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity::from_units(*v)))
+            .collect()
+    }
+    fn cand(wref: &str, stop: Stop, count: i64, per_pod: &[(&str, i64)]) -> Candidate {
+        Candidate {
+            workload_ref: wref.into(),
+            stop,
+            priority: 0,
+            online: false,
+            created_ms: T0,
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count,
+                per_pod: list(per_pod),
+                qos: None,
+            }],
+            min_replicas: None,
+            marked: false,
+        }
+    }
+    fn borrower(quota: &str, borrowed: &[(&str, i64)], workloads: Vec<Candidate>) -> Borrower {
+        Borrower {
+            quota: quota.into(),
+            borrowed: list(borrowed),
+            workloads,
+        }
+    }
+    fn refs(v: &[Victim]) -> Vec<(&str, Action)> {
+        v.iter()
+            .map(|v| (v.workload_ref.as_str(), v.action))
+            .collect()
+    }
+
+    #[test]
+    fn order_is_priority_then_batch_then_newest() {
+        let mut hi = cand("hi", Stop::Suspend, 1, &[(CPU, 1)]);
+        hi.priority = 10;
+        let mut online = cand("online", Stop::Scale, 1, &[(CPU, 1)]);
+        online.online = true;
+        let old = cand("old", Stop::Suspend, 1, &[(CPU, 1)]);
+        let mut new = cand("new", Stop::Suspend, 1, &[(CPU, 1)]);
+        new.created_ms = T0 + 1;
+        let b = borrower("a", &[(CPU, 10)], vec![hi, online, old, new]);
+        let p = plan(std::slice::from_ref(&b), &list(&[(CPU, 4)]));
+        assert_eq!(
+            refs(&p),
+            [
+                ("new", Action::Suspend),
+                ("old", Action::Suspend),
+                ("online", Action::ScaleTo(0)),
+                ("hi", Action::Suspend)
+            ]
+        );
+        // Stops as soon as covered.
+        assert_eq!(plan(&[b], &list(&[(CPU, 2)])).len(), 2);
+    }
+
+    #[test]
+    fn elastic_workloads_shrink_before_anything_stops() {
+        let cheap = cand("cheap", Stop::Suspend, 1, &[(CPU, 2)]);
+        let mut elastic = cand("elastic", Stop::Suspend, 6, &[(CPU, 1)]);
+        elastic.priority = 100;
+        elastic.min_replicas = Some(3);
+        let b = borrower("a", &[(CPU, 10)], vec![cheap, elastic]);
+        // 2 needed: the elastic job gives 2 of its 3 spare pods, the cheaper
+        // job keeps running.
+        let p = plan(std::slice::from_ref(&b), &list(&[(CPU, 2)]));
+        assert_eq!(refs(&p), [("elastic", Action::ScaleTo(4))]);
+        assert_eq!(p[0].frees, list(&[(CPU, 2)]));
+        // 4 needed: down to its minimum (3), then the cheap job stops.
+        let p = plan(std::slice::from_ref(&b), &list(&[(CPU, 4)]));
+        assert_eq!(
+            refs(&p),
+            [("elastic", Action::ScaleTo(3)), ("cheap", Action::Suspend)]
+        );
+        // 8 needed: everything; the elastic job is stopped after all, once.
+        let p = plan(&[b], &list(&[(CPU, 8)]));
+        assert_eq!(
+            refs(&p),
+            [("elastic", Action::Suspend), ("cheap", Action::Suspend)]
+        );
+        assert_eq!(p[0].frees, list(&[(CPU, 6)]));
+    }
+
+    #[test]
+    fn shrinking_stops_at_one_replica_and_a_job_is_then_suspended() {
+        let mut job = cand("job", Stop::Suspend, 3, &[(CPU, 1)]);
+        job.min_replicas = Some(0);
+        let b = borrower("a", &[(CPU, 3)], vec![job]);
+        assert_eq!(
+            refs(&plan(std::slice::from_ref(&b), &list(&[(CPU, 2)]))),
+            [("job", Action::ScaleTo(1))]
+        );
+        assert_eq!(
+            refs(&plan(&[b], &list(&[(CPU, 3)]))),
+            [("job", Action::Suspend)]
+        );
+    }
+
+    #[test]
+    fn no_borrower_gives_back_more_than_it_borrowed() {
+        // a borrowed 1 and b 3; 4 needed. a gives one whole workload (2,
+        // more than its 1: a whole workload must go), then nothing more.
+        let a = borrower(
+            "a",
+            &[(CPU, 1)],
+            vec![
+                cand("a/1", Stop::Suspend, 1, &[(CPU, 2)]),
+                cand("a/2", Stop::Suspend, 1, &[(CPU, 2)]),
+            ],
+        );
+        let mut b2 = cand("b/2", Stop::Scale, 3, &[(CPU, 1)]);
+        b2.priority = 5;
+        let b = borrower("b", &[(CPU, 3)], vec![b2]);
+        let p = plan(&[a, b], &list(&[(CPU, 4)]));
+        assert_eq!(
+            refs(&p),
+            [("a/1", Action::Suspend), ("b/2", Action::ScaleTo(0))]
+        );
+    }
+
+    #[test]
+    fn only_workloads_that_free_a_needed_key_are_taken() {
+        let a = borrower(
+            "a",
+            &[(GPU, 2), (CPU, 8)],
+            vec![
+                cand("cpu-only", Stop::Suspend, 4, &[(CPU, 2)]),
+                cand("gpu", Stop::Suspend, 2, &[(CPU, 1), (GPU, 1)]),
+                cand("fixed", Stop::Never, 2, &[(GPU, 1)]),
+            ],
+        );
+        let p = plan(&[a], &list(&[(GPU, 2)]));
+        assert_eq!(refs(&p), [("gpu", Action::Suspend)]);
+        assert_eq!(p[0].frees, list(&[(CPU, 2), (GPU, 2)]));
+    }
+
+    #[test]
+    fn the_plan_does_not_depend_on_input_order() {
+        let mk = |q: &str| {
+            borrower(
+                q,
+                &[(CPU, 3)],
+                vec![
+                    cand(&format!("{q}/x"), Stop::Suspend, 1, &[(CPU, 2)]),
+                    cand(&format!("{q}/y"), Stop::Scale, 2, &[(CPU, 1)]),
+                ],
+            )
+        };
+        let (a, b) = (mk("a"), mk("b"));
+        let mut b_rev = b.clone();
+        b_rev.workloads.reverse();
+        assert_eq!(
+            plan(&[a.clone(), b.clone()], &list(&[(CPU, 5)])),
+            plan(&[b_rev, a], &list(&[(CPU, 5)]))
+        );
+    }
+
+    #[test]
+    fn marked_victims_stay_chosen_over_newer_workloads() {
+        let mut old = cand("old", Stop::Suspend, 1, &[(CPU, 2)]);
+        old.marked = true;
+        let mut new = cand("new", Stop::Suspend, 1, &[(CPU, 2)]);
+        new.created_ms = T0 + 1;
+        let p = plan(
+            &[borrower("a", &[(CPU, 2)], vec![new, old])],
+            &list(&[(CPU, 2)]),
+        );
+        assert_eq!(refs(&p), [("old", Action::Suspend)]);
+    }
+
+    #[test]
+    fn quota_pressure_is_what_borrowing_adds_beyond_the_parent() {
+        use crate::object::QuotaSpec;
+        let mut p = Quota::new(
+            "p",
+            QuotaSpec {
+                parent: String::new(),
+                hard: list(&[(CPU, 18), ("cash/requests.cpu", 5)]),
+                max: Default::default(),
+            },
+        );
+        for (name, hard) in [("a", 6), ("b", 12)] {
+            crate::tree::carve(
+                &mut p,
+                name,
+                &list(&[(CPU, hard), ("cash/requests.cpu", 0)]),
+                "t",
+            )
+            .unwrap();
+        }
+        let standing = |hard: i64, used: i64, borrowed: i64| Standing {
+            hard: list(&[(CPU, hard)]),
+            used: list(&[(CPU, used)]),
+            lent: ResourceList::new(),
+            borrowed: list(&[(CPU, borrowed)]),
+        };
+        // a borrows 2 of b's idle guarantee: no pressure.
+        let kids: BTreeMap<String, Standing> = [
+            ("a".into(), standing(6, 8, 2)),
+            ("b".into(), standing(12, 10, 0)),
+        ]
+        .into();
+        assert!(quota_pressure(&p, &kids).is_empty());
+        // b takes all of its guarantee back: 2 over, all of it a's loan.
+        let kids: BTreeMap<String, Standing> = [
+            ("a".into(), standing(6, 8, 2)),
+            ("b".into(), standing(12, 12, 0)),
+        ]
+        .into();
+        assert_eq!(quota_pressure(&p, &kids), list(&[(CPU, 2)]));
+        // Over without anyone borrowing (b has no max; its hard was lowered
+        // under its usage) is an over-quota alert, not reclaim's business.
+        let kids: BTreeMap<String, Standing> = [
+            ("a".into(), standing(6, 6, 0)),
+            ("b".into(), standing(10, 14, 0)),
+        ]
+        .into();
+        assert!(quota_pressure(&p, &kids).is_empty());
+    }
+
+    #[test]
+    fn physical_pressure_counts_only_children_within_their_guarantee() {
+        let s = |hard: i64, used: i64| Standing {
+            hard: list(&[(CPU, hard)]),
+            used: list(&[(CPU, used)]),
+            lent: ResourceList::new(),
+            borrowed: list(&[(CPU, (used - hard).max(0))]),
+        };
+        let kids: BTreeMap<String, Standing> =
+            [("a".into(), s(6, 8)), ("b".into(), s(12, 8))].into();
+        // b's 5 pending, a borrows 2: 2 to take back.
+        let pending: BTreeMap<String, ResourceList> = [("b".into(), list(&[(CPU, 5)]))].into();
+        assert_eq!(physical_pressure(&kids, &pending), list(&[(CPU, 2)]));
+        // a's own pending pods are on loan: nothing owed to a borrower.
+        let pending: BTreeMap<String, ResourceList> = [("a".into(), list(&[(CPU, 5)]))].into();
+        assert!(physical_pressure(&kids, &pending).is_empty());
+    }
+
+    fn victim(wref: &str, action: Action, cpu: i64) -> Victim {
+        Victim {
+            quota: "a".into(),
+            workload_ref: wref.into(),
+            action,
+            frees: list(&[(CPU, cpu)]),
+        }
+    }
+
+    #[test]
+    fn marks_wait_for_grace_then_fall_due_or_clear() {
+        let grace = 60_000;
+        let p = vec![victim("job", Action::Suspend, 4)];
+        let r = reconcile_marks("a", &BTreeMap::new(), &p, T0, grace);
+        assert_eq!(r.marked, p);
+        assert!(r.due.is_empty() && r.changed);
+        assert_eq!(r.marks["job"].due, time::format_rfc3339(T0 + grace));
+        // Victims of other quotas are not this ledger's business.
+        let other = vec![Victim {
+            quota: "b".into(),
+            ..p[0].clone()
+        }];
+        assert!(reconcile_marks("a", &BTreeMap::new(), &other, T0, grace)
+            .marks
+            .is_empty());
+        // Within grace: nothing new.
+        let r2 = reconcile_marks("a", &r.marks, &p, T0 + grace - 1, grace);
+        assert!(r2.marked.is_empty() && r2.due.is_empty() && !r2.changed);
+        // Grace over: due, and out of the ledger.
+        let r3 = reconcile_marks("a", &r.marks, &p, T0 + grace, grace);
+        assert_eq!(r3.due, p);
+        assert!(r3.marks.is_empty() && r3.changed);
+        // Pressure gone before grace: cleared.
+        let r4 = reconcile_marks("a", &r.marks, &[], T0 + 1, grace);
+        assert_eq!(r4.cleared, vec!["job".to_string()]);
+        assert!(r4.marks.is_empty() && r4.due.is_empty());
+    }
+
+    #[test]
+    fn a_mark_restarts_its_grace_only_when_a_shrink_becomes_a_stop() {
+        let grace = 60_000;
+        let first = vec![victim("w", Action::ScaleTo(4), 2)];
+        let m = reconcile_marks("a", &BTreeMap::new(), &first, T0, grace).marks;
+        // Shrinking further: owners told again, same due time.
+        let more = vec![victim("w", Action::ScaleTo(3), 3)];
+        let r = reconcile_marks("a", &m, &more, T0 + 10, grace);
+        assert_eq!(r.marked, more);
+        assert_eq!(r.marks["w"].due, m["w"].due);
+        // Stopping it: a new warning, a new grace.
+        let stop = vec![victim("w", Action::ScaleTo(0), 6)];
+        let r = reconcile_marks("a", &r.marks, &stop, T0 + 20, grace);
+        assert_eq!(r.marks["w"].due, time::format_rfc3339(T0 + 20 + grace));
+        // ... once: from then on the due time holds.
+        let r = reconcile_marks("a", &r.marks, &stop, T0 + 20 + grace, grace);
+        assert_eq!(r.due, stop);
+    }
+
+    #[test]
+    fn annotations_and_labels() {
+        let a: BTreeMap<String, String> = [(MIN_REPLICAS_ANNOTATION.into(), "3".into())].into();
+        assert_eq!(min_replicas(&a), Some(3));
+        let bad: BTreeMap<String, String> = [(MIN_REPLICAS_ANNOTATION.into(), "-1".into())].into();
+        assert_eq!(min_replicas(&bad), None);
+        let l: BTreeMap<String, String> = [(ONLINE_LABEL.into(), "True".into())].into();
+        assert!(is_online(&l, &BTreeMap::new()));
+        assert!(is_online(&BTreeMap::new(), &l));
+        assert!(!is_online(&BTreeMap::new(), &a));
+    }
+
+    #[test]
+    fn mark_serialises_compactly() {
+        let m = Mark {
+            action: Action::ScaleTo(3),
+            frees: list(&[(CPU, 2)]),
+            marked: "2027-01-15T08:00:00.000Z".into(),
+            due: "2027-01-15T08:05:00.000Z".into(),
+        };
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(
+            json,
+            r#"{"action":{"scaleTo":3},"frees":{"requests.cpu":"2"},"marked":"2027-01-15T08:00:00.000Z","due":"2027-01-15T08:05:00.000Z"}"#
+        );
+        let s: Mark =
+            serde_json::from_str(&json.replace(r#"{"scaleTo":3}"#, r#""suspend""#)).unwrap();
+        assert_eq!(s.action, Action::Suspend);
+    }
+}
