@@ -1,5 +1,6 @@
 //! The controller's memory in SQL: usage samples for the portal's charts,
-//! kept at falling resolution so they stay bounded.
+//! kept at falling resolution so they stay bounded, and the pod ledger, so a
+//! restart still charges pods that ended while the controller was away.
 //!
 //! Samples are one row per quota and instant (`usage_samples`, migration
 //! 0003): a chart reads every key of one quota over a time range, which is
@@ -11,6 +12,8 @@ use super::sql::{to_json, SqlStore};
 use super::StoreError;
 use futures::TryStreamExt;
 use quota::keys::cash_target;
+use quota::pods::PodRun;
+use quota::usage::QosClass;
 use quota::{Quantity, Quota, QuotaStatus, ResourceList};
 use sqlx::any::AnyRow;
 use sqlx::Row;
@@ -252,6 +255,25 @@ impl Fold {
         }
         self.used.add(s.at_ms, s.used);
         self.self_used.add(s.at_ms, s.self_used);
+    }
+}
+
+fn qos_text(q: QosClass) -> &'static str {
+    match q {
+        QosClass::Guaranteed => "Guaranteed",
+        QosClass::Burstable => "Burstable",
+        QosClass::BestEffort => "BestEffort",
+    }
+}
+
+fn qos_from_text(uid: &str, s: &str) -> Result<QosClass, StoreError> {
+    match s {
+        "Guaranteed" => Ok(QosClass::Guaranteed),
+        "Burstable" => Ok(QosClass::Burstable),
+        "BestEffort" => Ok(QosClass::BestEffort),
+        other => Err(StoreError::Backend(format!(
+            "pod run {uid}: stored QoS class '{other}' is unknown"
+        ))),
     }
 }
 
@@ -523,6 +545,89 @@ impl SqlStore {
         tx.commit().await?;
         Ok((folded, rows.len() as u64))
     }
+
+    /// Writes pod runs by uid (insert or replace) and then removes `deletes`,
+    /// all in one transaction: a uid in both ends up removed.
+    pub async fn save_pod_runs(
+        &self,
+        upserts: &[(String, PodRun)],
+        deletes: &[String],
+    ) -> Result<(), StoreError> {
+        // The last run given for a uid wins; one statement may not touch a
+        // row twice on PostgreSQL.
+        let by_uid: BTreeMap<&str, &PodRun> = upserts
+            .iter()
+            .map(|(uid, run)| (uid.as_str(), run))
+            .collect();
+        let rows = by_uid
+            .into_iter()
+            .map(|(uid, run)| Ok((uid, run, to_json(&run.usage)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+
+        let mut tx = self.write.begin().await?;
+        for chunk in rows.chunks(BATCH_ROWS) {
+            let sql = format!(
+                "INSERT INTO pod_runs (uid, quota, usage, qos, start_ms, end_ms) VALUES {} \
+                 ON CONFLICT (uid) DO UPDATE SET quota = excluded.quota, usage = excluded.usage, \
+                 qos = excluded.qos, start_ms = excluded.start_ms, end_ms = excluded.end_ms",
+                values_list(chunk.len(), 6)
+            );
+            let mut query = sqlx::query(&sql);
+            for (uid, run, usage) in chunk {
+                query = query
+                    .bind(*uid)
+                    .bind(run.quota.as_str())
+                    .bind(usage.as_str())
+                    .bind(run.qos.map(qos_text))
+                    .bind(run.start_ms)
+                    .bind(run.end_ms);
+            }
+            query.execute(&mut *tx).await?;
+        }
+        for chunk in deletes.chunks(BATCH_ROWS) {
+            let sql = format!(
+                "DELETE FROM pod_runs WHERE uid IN ({})",
+                params_list(1, chunk.len())
+            );
+            let mut query = sqlx::query(&sql);
+            for uid in chunk {
+                query = query.bind(uid.as_str());
+            }
+            query.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every stored pod run, by uid.
+    pub async fn load_pod_runs(&self) -> Result<Vec<(String, PodRun)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT uid, quota, usage, qos, start_ms, end_ms FROM pod_runs ORDER BY uid",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let uid: String = row.try_get("uid")?;
+                let usage: String = row.try_get("usage")?;
+                let usage = serde_json::from_str(&usage).map_err(|e| {
+                    StoreError::Backend(format!("pod run {uid}: stored usage is unreadable: {e}"))
+                })?;
+                let qos = row
+                    .try_get::<Option<String>, _>("qos")?
+                    .map(|s| qos_from_text(&uid, &s))
+                    .transpose()?;
+                let run = PodRun {
+                    quota: row.try_get("quota")?,
+                    usage,
+                    qos,
+                    start_ms: row.try_get("start_ms")?,
+                    end_ms: row.try_get("end_ms")?,
+                };
+                Ok((uid, run))
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -611,6 +716,7 @@ mod tests {
         samples_in_range_oldest_first,
         compaction_folds_and_is_idempotent,
         ten_thousand_quotas_in_one_call,
+        pod_runs_round_trip,
     );
 
     const GPU: &str = "requests.nvidia.com/gpu";
@@ -926,5 +1032,92 @@ mod tests {
             vec![(T, "8".into()), (T + 2 * MINUTE_MS, "9".into())]
         );
         assert_eq!(got[1].used, second[4242].status.used);
+    }
+
+    async fn pod_runs_round_trip(store: &SqlStore) {
+        let run = |quota: &str, usage: &[(&str, &str)], qos, start_ms, end_ms| PodRun {
+            quota: quota.into(),
+            usage: list(usage),
+            qos,
+            start_ms,
+            end_ms,
+        };
+        let mut runs = vec![
+            (
+                "uid-1".to_string(),
+                run(
+                    "a",
+                    &[
+                        (GPU, "2"),
+                        ("requests.memory", "16Gi"),
+                        ("requests.cpu", "500m"),
+                    ],
+                    Some(QosClass::Guaranteed),
+                    1_000,
+                    None,
+                ),
+            ),
+            ("uid-2".to_string(), run("b", &[], None, 2_000, Some(3_000))),
+            (
+                "uid-3".to_string(),
+                run(
+                    "a",
+                    &[("requests.cpu", "1n")],
+                    Some(QosClass::Burstable),
+                    -5,
+                    Some(i64::MAX),
+                ),
+            ),
+            (
+                "uid-4".to_string(),
+                run("b", &[(GPU, "8")], Some(QosClass::BestEffort), 0, Some(0)),
+            ),
+        ];
+        store.save_pod_runs(&runs, &[]).await.unwrap();
+        assert_eq!(store.load_pod_runs().await.unwrap(), runs);
+        let loaded = store.load_pod_runs().await.unwrap();
+        assert_eq!(loaded[0].1.usage["requests.memory"].to_string(), "16Gi");
+
+        // Upsert (uid-1 ended, moved), insert uid-5, delete uid-2 and an
+        // unknown uid.
+        runs[0].1.end_ms = Some(9_000);
+        runs[0].1.quota = "c".into();
+        let new = (
+            "uid-5".to_string(),
+            run("c", &[(GPU, "1")], None, 7_000, None),
+        );
+        store
+            .save_pod_runs(
+                &[runs[0].clone(), new.clone()],
+                &["uid-2".into(), "uid-unknown".into()],
+            )
+            .await
+            .unwrap();
+        runs.remove(1);
+        runs.push(new);
+        assert_eq!(store.load_pod_runs().await.unwrap(), runs);
+
+        // A uid both written and deleted ends up deleted.
+        store
+            .save_pod_runs(&[runs[0].clone()], &[runs[0].0.clone()])
+            .await
+            .unwrap();
+        runs.remove(0);
+        assert_eq!(store.load_pod_runs().await.unwrap(), runs);
+
+        // Thousands at once (a restart), then all gone at once.
+        let many: Vec<(String, PodRun)> = (0..3_000)
+            .map(|i| {
+                let end = (i % 2 == 0).then_some(i + 10);
+                (format!("pod-{i:05}"), run("d", &[(GPU, "1")], None, i, end))
+            })
+            .collect();
+        store.save_pod_runs(&many, &[]).await.unwrap();
+        let all = store.load_pod_runs().await.unwrap();
+        assert_eq!(all.len(), runs.len() + many.len());
+        assert_eq!(&all[..many.len()], &many[..]);
+        let uids: Vec<String> = many.iter().map(|(u, _)| u.clone()).collect();
+        store.save_pod_runs(&[], &uids).await.unwrap();
+        assert_eq!(store.load_pod_runs().await.unwrap(), runs);
     }
 }
