@@ -2,6 +2,7 @@
 //! the cluster's CRD (cluster mode). Every write is a compare-and-swap on the
 //! object's version; a stale writer gets `Conflict` and must re-read.
 
+pub mod history;
 pub mod sql;
 
 use async_trait::async_trait;

@@ -21,11 +21,11 @@ pub enum Backend {
 
 #[derive(Clone)]
 pub struct SqlStore {
-    read: AnyPool,
+    pub(super) read: AnyPool,
     /// SQLite has one writer; a one-connection pool queues writers in
     /// process instead of letting them spin on SQLITE_BUSY. PostgreSQL
     /// shares one pool for both.
-    write: AnyPool,
+    pub(super) write: AnyPool,
     pub backend: Backend,
 }
 
@@ -153,7 +153,7 @@ impl SqlStore {
     }
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
+pub(super) fn to_json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| StoreError::Backend(e.to_string()))
 }
 
