@@ -221,9 +221,38 @@ impl PodLedger {
 
     /// After `quota`'s status was written with `lastReconcileTime` =
     /// `up_to_ms`: runs of that quota that ended by then are fully paid.
-    pub fn settle(&mut self, quota: &str, up_to_ms: i64) {
-        self.runs
-            .retain(|_, r| r.quota != quota || r.end_ms.is_none_or(|e| e > up_to_ms));
+    /// Returns the uids dropped.
+    pub fn settle(&mut self, quota: &str, up_to_ms: i64) -> Vec<String> {
+        let mut paid = Vec::new();
+        self.runs.retain(|uid, r| {
+            let keep = r.quota != quota || r.end_ms.is_none_or(|e| e > up_to_ms);
+            if !keep {
+                paid.push(uid.clone());
+            }
+            keep
+        });
+        paid
+    }
+
+    /// A pod's run, if recorded.
+    pub fn get(&self, uid: &str) -> Option<&PodRun> {
+        self.runs.get(uid)
+    }
+
+    /// Record a run as given (restored from disk, or restarted under another
+    /// quota), replacing what was there.
+    pub fn replace(&mut self, uid: &str, run: PodRun) {
+        self.runs.insert(uid.to_string(), run);
+    }
+
+    /// The runs of one quota.
+    pub fn runs_of<'a>(&'a self, quota: &'a str) -> impl Iterator<Item = &'a PodRun> + 'a {
+        self.runs.values().filter(move |r| r.quota == quota)
+    }
+
+    /// Every pod uid with a run.
+    pub fn uids(&self) -> impl Iterator<Item = &String> {
+        self.runs.keys()
     }
 
     pub fn len(&self) -> usize {

@@ -122,7 +122,10 @@ pub fn reconcile(
     }
     q.status.refresh(&q.spec);
 
-    out.changed = q.status.differs_visibly(&before);
+    // The first accrual window must be written down, or the next
+    // reconcile would find none again and never accrue.
+    out.changed = q.status.differs_visibly(&before)
+        || (before.last_reconcile_time.is_none() && q.status.last_reconcile_time.is_some());
     out
 }
 
