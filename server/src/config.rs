@@ -72,6 +72,38 @@ pub struct ServeArgs {
     /// Cash price of BestEffort pods, per mille.
     #[arg(long, env = "BIZRQ_PRICE_BEST_EFFORT", default_value_t = 1000)]
     pub price_best_effort: u32,
+    /// Kubeconfig of the cluster to run in. With it (or KUBECONFIG, or a
+    /// service account inside a pod) quota objects are the cluster's CRD and
+    /// the controller runs; without, bizrq is standalone on SQL.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Stay standalone even when a cluster is reachable.
+    #[arg(long, env = "BIZRQ_STANDALONE")]
+    pub standalone: bool,
+    /// Namespace of the controller's Lease (cluster mode).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "bizrq-system")]
+    pub namespace: String,
+    /// This replica's identity in leader election and Events.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Name of the controller's Lease.
+    #[arg(long, env = "BIZRQ_LEASE_NAME", default_value = "bizrq-controller")]
+    pub lease_name: String,
+    /// Controller workers reconciling quotas in parallel.
+    #[arg(long, env = "BIZRQ_WORKERS", default_value_t = 5)]
+    pub workers: usize,
+    /// Grace period between marking a borrower's workload for reclaim and
+    /// reclaiming it (unless the pressure goes away meanwhile).
+    #[arg(long, env = "BIZRQ_RECLAIM_GRACE_SECONDS", default_value_t = 300)]
+    pub reclaim_grace_seconds: u64,
+    /// Seconds between API discoveries (workload CRDs installed later).
+    #[arg(
+        long,
+        env = "BIZRQ_DISCOVERY_SECONDS",
+        default_value_t = 60,
+        hide = true
+    )]
+    pub discovery_seconds: u64,
     /// Log format.
     #[arg(long, env = "BIZRQ_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -110,6 +142,7 @@ impl ServeArgs {
             database_url,
             "--admin-token",
             "test-token",
+            "--standalone",
         ]);
         match cli.command {
             Command::Serve(a) => *a,

@@ -1,5 +1,6 @@
 //! The bizrq server: portal, JSON API and admission webhook over one service
-//! layer, with the quota objects in SQL (standalone) — see `start`.
+//! layer, with the quota objects in SQL (standalone) or in the cluster as
+//! CRDs, where the Lease holder also runs the controller — see `start`.
 
 pub mod api;
 pub mod cluster;
@@ -12,6 +13,8 @@ pub mod tls;
 pub mod util;
 pub mod webhook;
 
+use crate::cluster::controller::{Controller, ControllerConfig, History};
+use crate::cluster::leader::LeaseConfig;
 use crate::config::ServeArgs;
 use crate::http::AppState;
 use crate::metrics::Metrics;
@@ -54,11 +57,19 @@ pub struct Running {
     http_shutdown: tokio::sync::watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     resync_task: JoinHandle<()>,
+    /// Cluster mode: the Lease to give up on shutdown.
+    lease: Option<(kube::Client, LeaseConfig)>,
 }
 
 impl Running {
     pub async fn shutdown(self) {
         self.resync_task.abort();
+        if let Some((client, lease)) = &self.lease {
+            let api = kube::Api::namespaced(client.clone(), &lease.namespace);
+            if let Err(e) = cluster::leader::release(&api, lease).await {
+                tracing::debug!(error = %e, "could not release the lease");
+            }
+        }
         let _ = self.http_shutdown.send(true);
         self.webhook_handle
             .graceful_shutdown(Some(Duration::from_secs(10)));
@@ -88,17 +99,62 @@ async fn admin_token(
     Ok((h, Some(token)))
 }
 
+/// The cluster to run in, if any: `--kubeconfig`/`KUBECONFIG`, or the
+/// service account of the pod we run in. `--standalone` wins.
+pub async fn cluster_client(args: &ServeArgs) -> anyhow::Result<Option<kube::Client>> {
+    if args.standalone {
+        return Ok(None);
+    }
+    let config = if let Some(path) = &args.kubeconfig {
+        let kc = kube::config::Kubeconfig::read_from(path)
+            .map_err(|e| anyhow::anyhow!("cannot read kubeconfig {}: {e}", path.display()))?;
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| anyhow::anyhow!("kubeconfig {}: {e}", path.display()))?
+    } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        kube::Config::incluster().map_err(|e| anyhow::anyhow!("in-cluster config: {e}"))?
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(kube::Client::try_from(config)?))
+}
+
 pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     tls::install_crypto_provider();
-    let store = SqlStore::connect(&args.database_url).await?;
-    let (token_sha256, generated_token) = admin_token(&store, args.admin_token.as_deref()).await?;
+    let client = cluster_client(args).await?;
+    start_with(args, client, None).await
+}
+
+/// Start standalone (`client` None) or in the cluster `client` talks to.
+/// `clock` (tests) replaces the wall clock for every decision.
+pub async fn start_with(
+    args: &ServeArgs,
+    client: Option<kube::Client>,
+    clock: Option<service::Clock>,
+) -> anyhow::Result<Running> {
+    tls::install_crypto_provider();
+    let sql = Arc::new(SqlStore::connect(&args.database_url).await?);
+    let (token_sha256, generated_token) = admin_token(&sql, args.admin_token.as_deref()).await?;
     let metrics = Arc::new(Metrics::default());
-    let service = Arc::new(Service::new(
-        Arc::new(store),
-        args.key_config(),
-        args.prices(),
-        metrics,
-    ));
+    let identity = args
+        .pod_name
+        .clone()
+        .unwrap_or_else(|| format!("bizrq-{}", util::hex(&rand::random::<[u8; 4]>())));
+    let store: Arc<dyn store::QuotaStore> = match &client {
+        None => sql.clone(),
+        Some(c) => Arc::new(cluster::store::ClusterStore::start(c.clone()).await),
+    };
+    let mut service = Service::new(store, args.key_config(), args.prices(), metrics.clone());
+    if let Some(clock) = clock {
+        service = service.with_clock(clock);
+    }
+    if let Some(c) = &client {
+        // Pods are seen: cash accrues from their run time, by the controller.
+        service.accrue_from_ledger = false;
+        service.events =
+            cluster::events::Events::start(c.clone(), identity.clone(), metrics.clone());
+    }
+    let service = Arc::new(service);
     let warmed = service.warm_cache().await?;
     tracing::debug!(quotas = warmed, "cache warmed");
     let state = AppState {
@@ -147,18 +203,49 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         }
     });
 
-    let resync = service.clone();
     let every = Duration::from_secs(args.resync_seconds.max(1));
-    let resync_task = tokio::spawn(async move {
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        loop {
-            tick.tick().await;
-            match resync.resync().await {
-                Ok(n) => tracing::debug!(quotas = n, "resync done"),
-                Err(e) => tracing::warn!(error = %e, "resync failed"),
-            }
+    let (resync_task, lease) = match client {
+        None => {
+            let resync = service.clone();
+            let history: Arc<dyn History> = sql.clone();
+            let sampler = tokio::spawn(cluster::controller::sample_forever(
+                service.clone(),
+                history,
+                Duration::from_secs(60),
+            ));
+            let task = tokio::spawn(async move {
+                let _sampler = AbortOnDrop(sampler);
+                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                loop {
+                    tick.tick().await;
+                    match resync.resync().await {
+                        Ok(n) => tracing::debug!(quotas = n, "resync done"),
+                        Err(e) => tracing::warn!(error = %e, "resync failed"),
+                    }
+                }
+            });
+            (task, None)
         }
-    });
+        Some(client) => {
+            let lease = LeaseConfig::new(&args.namespace, &args.lease_name, &identity);
+            let cfg = ControllerConfig {
+                workers: args.workers.max(1),
+                resync: every,
+                reclaim_grace: Duration::from_secs(args.reclaim_grace_seconds),
+                discovery_every: Duration::from_secs(args.discovery_seconds.max(1)),
+                ..ControllerConfig::default()
+            };
+            let history: Arc<dyn History> = sql.clone();
+            let task = tokio::spawn(lead_and_control(
+                client.clone(),
+                lease.clone(),
+                service.clone(),
+                history,
+                cfg,
+            ));
+            (task, Some((client, lease)))
+        }
+    };
 
     Ok(Running {
         http_addr,
@@ -170,5 +257,70 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         http_shutdown,
         tasks: vec![http_task, webhook_task],
         resync_task,
+        lease,
     })
+}
+
+/// Aborts a task when dropped (with the task that owns it).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Campaign for the Lease; while leading, run the controller (restarted
+/// if it fails), and stop it the moment the Lease is lost.
+async fn lead_and_control(
+    client: kube::Client,
+    lease: LeaseConfig,
+    service: Arc<Service>,
+    history: Arc<dyn History>,
+    cfg: ControllerConfig,
+) {
+    let (tx, mut leading) = tokio::sync::watch::channel(false);
+    let clock = service.clock();
+    let campaign = tokio::spawn(cluster::leader::campaign(client.clone(), lease, clock, tx));
+    let mut running: Option<JoinHandle<anyhow::Result<()>>> = None;
+    let mut check = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        let lead = *leading.borrow_and_update();
+        service.metrics.leader.set(lead as i64);
+        if let Some(t) = running.take_if(|t| t.is_finished()) {
+            match t.await {
+                Ok(Err(e)) => tracing::error!(error = %e, "controller stopped; restarting it"),
+                Err(e) if e.is_panic() => {
+                    tracing::error!(error = %e, "controller panicked; restarting it")
+                }
+                _ => {}
+            }
+        }
+        match (lead, running.is_some()) {
+            (true, false) => {
+                let c = Controller::new(
+                    client.clone(),
+                    service.clone(),
+                    Some(history.clone()),
+                    service.events.clone(),
+                    cfg.clone(),
+                );
+                running = Some(tokio::spawn(c.run()));
+            }
+            (false, true) => {
+                if let Some(t) = running.take() {
+                    t.abort();
+                }
+            }
+            _ => {}
+        }
+        tokio::select! {
+            r = leading.changed() => if r.is_err() { break },
+            _ = check.tick() => {}
+        }
+    }
+    if let Some(t) = running.take() {
+        t.abort();
+    }
+    campaign.abort();
 }

@@ -1,15 +1,27 @@
 //! Prometheus metrics: admission latency and decisions, CAS conflicts,
-//! resync duration.
+//! resync and reconcile durations, the controller's queue, leadership,
+//! watch errors and reclaim.
 
 use prometheus_client::encoding::{text::encode, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointLabels {
     pub endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -27,6 +39,16 @@ pub struct Metrics {
     pub cas_conflicts: Counter,
     pub cas_exhausted: Counter,
     pub reconcile_duration: Histogram,
+    /// One quota's reconcile (controller).
+    pub quota_reconcile_duration: Histogram,
+    pub reconciles: Family<ResultLabels, Counter>,
+    pub queue_depth: Gauge,
+    pub leader: Gauge,
+    pub watch_errors: Family<KindLabels, Counter>,
+    pub reclaim_actions: Family<ResultLabels, Counter>,
+    pub events_dropped: Counter,
+    /// What the controller tracks: governed workloads, pods, pod runs.
+    pub tracked: Family<KindLabels, Gauge>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -64,11 +86,67 @@ impl Default for Metrics {
         );
         registry.register(
             "reconcile_duration_seconds",
-            "Duration of a full resync",
+            "Duration of a full resync (every quota)",
             reconcile_duration.clone(),
+        );
+        let quota_reconcile_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        let reconciles = Family::<ResultLabels, Counter>::default();
+        let queue_depth = Gauge::default();
+        let leader = Gauge::default();
+        let watch_errors = Family::<KindLabels, Counter>::default();
+        let reclaim_actions = Family::<ResultLabels, Counter>::default();
+        let events_dropped = Counter::default();
+        registry.register(
+            "quota_reconcile_duration_seconds",
+            "Duration of one quota's reconcile by the controller",
+            quota_reconcile_duration.clone(),
+        );
+        registry.register(
+            "reconciles",
+            "Quota reconciles by result (written, unchanged, error)",
+            reconciles.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Quotas waiting in the controller's work queue",
+            queue_depth.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the controller Lease",
+            leader.clone(),
+        );
+        registry.register(
+            "watch_errors",
+            "Watch stream errors by kind (each is retried with backoff)",
+            watch_errors.clone(),
+        );
+        registry.register(
+            "reclaim_actions",
+            "Reclaim marks, executions and clears",
+            reclaim_actions.clone(),
+        );
+        registry.register(
+            "events_dropped",
+            "Kubernetes Events not published because the queue was full",
+            events_dropped.clone(),
+        );
+        let tracked = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "controller_tracked",
+            "Objects the controller tracks: governed workloads, pods, unpaid pod runs",
+            tracked.clone(),
         );
         Metrics {
             registry,
+            tracked,
+            quota_reconcile_duration,
+            reconciles,
+            queue_depth,
+            leader,
+            watch_errors,
+            reclaim_actions,
+            events_dropped,
             admission_duration,
             decisions,
             cas_conflicts,
@@ -79,6 +157,34 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    pub fn count_reconcile(&self, result: &str) {
+        self.reconciles
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    pub fn count_reclaim(&self, result: &str) {
+        self.reclaim_actions
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    pub fn set_tracked(&self, kind: &str, n: usize) {
+        self.tracked
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .set(n as i64);
+    }
+
+    pub fn count_watch_error(&self, kind: &str) {
+        self.watch_errors
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .inc();
+    }
+
     pub fn observe_admission(&self, endpoint: &str, decision: &str, seconds: f64) {
         self.admission_duration
             .get_or_create(&EndpointLabels {

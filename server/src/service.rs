@@ -6,9 +6,10 @@ use crate::metrics::Metrics;
 use crate::store::{QuotaStore, StoreError, Stored};
 use crate::util::{new_uid, now_ms};
 use quota::admission::{self, Denial};
+use quota::borrow;
 use quota::cash::Prices;
 use quota::object::{Charge, HpaCharge, Quota, QuotaSpec};
-use quota::resources::ResourceList;
+use quota::resources::{self, ResourceList};
 use quota::tree::{self, TreeError};
 use quota::workload::PodSet;
 use quota::KeyConfig;
@@ -24,6 +25,8 @@ use tokio::sync::{Mutex, MutexGuard};
 pub const MAX_ATTEMPTS: u32 = 12;
 pub use quota::tree::CARVE_TTL_MS;
 const LOCK_STRIPES: usize = 1024;
+/// Borrowing admissions: rounds of (lend in the parent, charge the child).
+const BORROW_ROUNDS: usize = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -71,6 +74,8 @@ pub struct Service {
     pub metrics: Arc<Metrics>,
     /// Standalone mode: cash accrues from the charge ledger (no pods to see).
     pub accrue_from_ledger: bool,
+    /// Kubernetes Events (cluster mode; a no-op standalone).
+    pub events: crate::cluster::events::Events,
     clock: Clock,
     locks: Vec<Mutex<()>>,
     /// Last version written or read by this process, per quota. Used only
@@ -100,6 +105,7 @@ impl Service {
             prices,
             metrics,
             accrue_from_ledger: true,
+            events: Default::default(),
             clock: Arc::new(now_ms),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             cache: Default::default(),
@@ -109,6 +115,10 @@ impl Service {
     pub fn with_clock(mut self, clock: Clock) -> Service {
         self.clock = clock;
         self
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.clock.clone()
     }
 
     pub fn now(&self) -> i64 {
@@ -235,6 +245,11 @@ impl Service {
             self.remember(Arc::new(s));
         }
         Ok(n)
+    }
+
+    /// The version of `name` this process last wrote or read, if any.
+    pub fn cached_version(&self, name: &str) -> Option<i64> {
+        self.cached(name).map(|s| s.version)
     }
 
     fn cached(&self, name: &str) -> Option<Arc<Stored>> {
@@ -491,7 +506,11 @@ impl Service {
         if !parent.is_empty() {
             let child = name.to_string();
             match self
-                .update_status(&parent, false, |p| Ok((tree::uncarve(p, &child), ())))
+                .update_status(&parent, false, |p| {
+                    let uncarved = tree::uncarve(p, &child);
+                    let unlent = borrow::drop_loan(p, &child);
+                    Ok((uncarved || unlent, ()))
+                })
                 .await
             {
                 Ok(()) | Err(ServiceError::NotFound(_)) => {}
@@ -515,20 +534,89 @@ impl Service {
         uid: &str,
         dry_run: bool,
     ) -> Result<(), ServiceError> {
-        let since = quota::time::format_rfc3339(self.now());
-        self.update_status(quota_name, dry_run, |q| {
-            let hpa = q.status.workloads.get(wref).and_then(|c| c.hpa.clone());
-            let c = Charge {
+        self.admit(quota_name, wref, dry_run, |old, now| {
+            Some(Charge {
                 pod_sets: pod_sets.clone(),
-                hpa,
-                since: since.clone(),
+                hpa: old.and_then(|c| c.hpa.clone()),
+                since: now.to_string(),
                 uid: uid.to_string(),
-                admitted: Some(since.clone()),
-            };
-            Ok((admission::charge(q, wref, c)?, ()))
+                admitted: Some(now.to_string()),
+            })
         })
         .await
+        .map(|_| ())
         .map_err(|e| missing_quota(e, quota_name))
+    }
+
+    /// Charge `wref` in `quota_name` what `build` makes of its current
+    /// charge (None: nothing to change). Within hard it is one
+    /// compare-and-swap on the quota. Beyond hard, a quota with `max`
+    /// borrows (§5): the loan is granted in its parent's status first (a
+    /// compare-and-swap there, so two children never take the same idle
+    /// unit), then the charge is made within hard + loan. Bounded rounds:
+    /// a race that spends the room between the two answers with a denial.
+    /// Returns whether a charge applied (`build` gave one).
+    async fn admit(
+        &self,
+        quota_name: &str,
+        wref: &str,
+        dry_run: bool,
+        build: impl Fn(Option<&Charge>, &str) -> Option<Charge>,
+    ) -> Result<bool, ServiceError> {
+        let now_ms = self.now();
+        let now = quota::time::format_rfc3339(now_ms);
+        let mut limits = ResourceList::new();
+        let mut last_denial = None;
+        for _round in 0..BORROW_ROUNDS {
+            let mut request: Option<(String, borrow::LoanRequest)> = None;
+            let result = self
+                .update_status(quota_name, dry_run, |q| {
+                    let old = q.status.workloads.get(wref);
+                    let Some(c) = build(old, &now) else {
+                        return Ok((false, false));
+                    };
+                    let delta =
+                        resources::diff(&c.usage(), &old.map(Charge::usage).unwrap_or_default());
+                    request = None;
+                    match admission::charge_within(q, wref, c, &limits) {
+                        Ok(changed) => Ok((changed, true)),
+                        Err(d) => {
+                            if !q.spec.max.is_empty() && !q.spec.parent.is_empty() {
+                                // Beyond hard (or the loan held): may it borrow?
+                                if let Some(req) = borrow::needed(q, &delta)? {
+                                    request = Some((q.spec.parent.clone(), req));
+                                }
+                            }
+                            Err(d.into())
+                        }
+                    }
+                })
+                .await;
+            let denial = match result {
+                Ok(applied) => return Ok(applied),
+                Err(ServiceError::Denied(d)) => d,
+                Err(e) => return Err(e),
+            };
+            let Some((parent, req)) = request else {
+                return Err(denial.into());
+            };
+            let children = quota::borrow::Standing::of_all(
+                self.store.children(&parent).await?.iter().map(|s| &s.quota),
+            );
+            let child = quota_name.to_string();
+            let loan = self
+                .update_status(&parent, dry_run, |p| {
+                    let changed = borrow::lend(p, &req, &children, now_ms)?;
+                    Ok((changed, borrow::loan_of(p, &child)))
+                })
+                .await?;
+            let fresh = self.get(quota_name).await?;
+            limits = borrow::limits(&fresh.quota, &loan);
+            last_denial = Some(denial);
+        }
+        Err(last_denial
+            .map(ServiceError::Denied)
+            .unwrap_or_else(|| ServiceError::Contention(quota_name.to_string())))
     }
 
     /// Check that usage would fit without charging it (CronJob).
@@ -578,19 +666,19 @@ impl Service {
         let Some(quota_name) = self.store.workload_quota(wref).await? else {
             return Ok(false);
         };
-        let now = quota::time::format_rfc3339(self.now());
-        self.update_status(&quota_name, dry_run, |q| {
-            let Some(mut c) = q.status.workloads.get(wref).cloned() else {
-                return Ok((false, false));
-            };
+        let held = std::sync::atomic::AtomicBool::new(false);
+        self.admit(&quota_name, wref, dry_run, |old, now| {
+            let mut c = old?.clone();
+            held.store(true, std::sync::atomic::Ordering::Relaxed);
             if !change(&mut c) {
-                return Ok((false, true));
+                return None;
             }
             c.uid = uid.to_string();
-            c.admitted = Some(now.clone());
-            Ok((admission::charge(q, wref, c)?, true))
+            c.admitted = Some(now.to_string());
+            Some(c)
         })
-        .await
+        .await?;
+        Ok(held.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// A scale subresource change: the held charge at the new replica count
@@ -647,23 +735,30 @@ impl Service {
         let started = std::time::Instant::now();
         let all = self.store.list().await?;
         let mut children: BTreeMap<String, BTreeMap<String, ResourceList>> = BTreeMap::new();
+        let mut standings: BTreeMap<String, BTreeMap<String, borrow::Standing>> = BTreeMap::new();
         for s in &all {
             if !s.quota.spec.parent.is_empty() {
                 children
                     .entry(s.quota.spec.parent.clone())
                     .or_default()
                     .insert(s.quota.name().to_string(), s.quota.spec.hard.clone());
+                standings
+                    .entry(s.quota.spec.parent.clone())
+                    .or_default()
+                    .insert(s.quota.name().to_string(), borrow::Standing::of(&s.quota));
             }
         }
         let mut written = 0;
         for s in &all {
             let name = s.quota.name().to_string();
             let kids = children.remove(&name).unwrap_or_default();
+            let kid_standings = standings.remove(&name).unwrap_or_default();
             let now = self.now();
             let listed = &s.quota.status;
             let result = self
                 .update_status(&name, false, |q| {
                     tree::repair_carves(q, &kids, now);
+                    borrow::repair_loans(q, &kid_standings, now);
                     // Write only what a reader would see change.
                     let changed = q.status.differs_visibly(listed);
                     Ok((changed, changed))

@@ -2,6 +2,7 @@
 //! AdmissionReview out. Each object is parsed once, straight into what its
 //! adapter needs; decisions come from the service layer.
 
+use crate::cluster::events::{denied_quota, quota_ref, workload_ref, Events, Notice};
 use crate::http::AppState;
 use crate::service::{Persist, Service, ServiceError};
 use axum::body::Bytes;
@@ -229,6 +230,9 @@ async fn handle(app: &AppState, endpoint: Endpoint, body: &[u8]) -> Response {
             name = req.name.as_deref().unwrap_or(""), namespace = req.namespace.as_deref().unwrap_or(""),
             message = %verdict.message, "denied");
     }
+    if !verdict.allowed && verdict.code == 403 && !req.dry() && app.service.events.enabled() {
+        publish_denial(&app.service.events, &req, &verdict.message);
+    }
     let decision = if verdict.allowed { "allowed" } else { "denied" };
     app.service.metrics.observe_admission(
         endpoint.name(),
@@ -240,6 +244,44 @@ async fn handle(app: &AppState, endpoint: Endpoint, body: &[u8]) -> Response {
         review_json(&req.uid, &verdict),
     )
         .into_response()
+}
+
+/// A denial as Kubernetes Events: on the quota (its owners watch it) and
+/// on the workload when it already exists (`kubectl describe` shows it).
+fn publish_denial(events: &Events, req: &Request, message: &str) {
+    let Some(quota) = denied_quota(message) else {
+        return;
+    };
+    events.emit(Notice {
+        regarding: quota_ref(quota),
+        warning: true,
+        reason: "AdmissionDenied",
+        action: "Admit",
+        note: format!(
+            "{} {}/{}: {message}",
+            req.operation,
+            req.kind.kind,
+            req.name.as_deref().unwrap_or("")
+        ),
+    });
+    if req.operation != "CREATE" {
+        let (ns, name) = target(req);
+        let api_version = if req.kind.group.is_empty() {
+            req.kind.version.clone()
+        } else {
+            format!("{}/{}", req.kind.group, req.kind.version)
+        };
+        let wref = format!("{}/{}/{ns}/{name}", req.kind.group, req.kind.kind);
+        if let Some(r) = workload_ref(&api_version, &wref) {
+            events.emit(Notice {
+                regarding: r,
+                warning: true,
+                reason: "QuotaExceeded",
+                action: "Admit",
+                note: message.to_string(),
+            });
+        }
+    }
 }
 
 pub async fn decide(svc: &Service, endpoint: Endpoint, req: &Request) -> Verdict {

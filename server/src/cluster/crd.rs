@@ -74,6 +74,10 @@ impl JsonSchema for Status {
                 "lastReconcileTime": { "type": "string", "format": "date-time", "description": "end of the last cash accrual window" },
                 "children": ledger("carve-out of each child, by child name"),
                 "workloads": ledger("charge of each bound workload (pod sets, HPA reservation), by group/Kind/namespace/name"),
+                "loans": ledger("loans granted to children beyond their hard, by child name: amount, since, raised"),
+                "lent": list("sum of the loans granted to children"),
+                "borrowed": list("used beyond hard on the keys of spec.max: on loan from the parent"),
+                "reclaim": ledger("workloads marked for reclaim, by group/Kind/namespace/name: action, frees, marked, due"),
                 "cashAccrued": {
                     "type": "object",
                     "additionalProperties": { "type": "string" },
@@ -105,6 +109,39 @@ pub fn crd_yaml() -> String {
 mod tests {
     use super::*;
     use kube::Resource;
+
+    /// A structural schema prunes what it does not name: every field a
+    /// status can carry must be in it, or the API server drops it.
+    #[test]
+    fn the_status_schema_names_every_status_field() {
+        let full: quota::QuotaStatus = serde_json::from_value(serde_json::json!({
+            "hard": {"pods": "1"}, "used": {"pods": "1"}, "selfUsed": {"pods": "1"},
+            "lastReconcileTime": "2026-11-21T10:00:00Z",
+            "children": {"c": {"hard": {"pods": "1"}, "since": "2026-11-21T10:00:00Z", "uid": "u"}},
+            "workloads": {"apps/Deployment/ns/w": {"podSets": [], "since": "2026-11-21T10:00:00Z", "uid": "u"}},
+            "cashAccrued": {"cash/pods": "1"},
+            "loans": {"c": {"amount": {"pods": "1"}, "since": "2026-11-21T10:00:00Z"}},
+            "lent": {"pods": "1"}, "borrowed": {"pods": "1"},
+            "reclaim": {"apps/Deployment/ns/w": {"action": "suspend", "frees": {"pods": "1"}, "marked": "2026-11-21T10:00:00Z", "due": "2026-11-21T10:05:00Z"}}
+        }))
+        .unwrap();
+        let fields = serde_json::to_value(&full).unwrap();
+        let crd = serde_json::to_value(<BizGroupResourceQuota as kube::CustomResourceExt>::crd())
+            .unwrap();
+        let props = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+            ["status"]["properties"];
+        for k in fields.as_object().unwrap().keys() {
+            assert!(
+                props.get(k).is_some(),
+                "status.{k} is missing from the CRD schema"
+            );
+        }
+        assert_eq!(
+            fields.as_object().unwrap().len(),
+            11,
+            "a new status field: add it to the schema"
+        );
+    }
 
     #[test]
     fn names_match_the_engine() {

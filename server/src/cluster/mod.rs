@@ -1,4 +1,10 @@
-//! Cluster mode: the quota objects as a Kubernetes custom resource.
+//! Cluster mode: the quota objects as a Kubernetes custom resource, the
+//! reconcile controller, leader election and Kubernetes Events.
 
+pub mod controller;
 pub mod crd;
+pub mod events;
+pub mod leader;
+pub mod queue;
 pub mod store;
+pub mod view;

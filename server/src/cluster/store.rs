@@ -28,6 +28,35 @@ impl ClusterStore {
         }
     }
 
+    /// A store over `client` with its own watch-fed cache, started here;
+    /// waits (up to 30 s) for the first complete list so lists are whole.
+    pub async fn start(client: Client) -> ClusterStore {
+        use futures::StreamExt;
+        use kube::runtime::{watcher, WatchStreamExt};
+        let (reader, writer) = reflector::store();
+        let api: Api<BizGroupResourceQuota> = Api::all(client.clone());
+        let feed = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
+            .default_backoff();
+        tokio::spawn(async move {
+            let mut feed = std::pin::pin!(feed);
+            while let Some(ev) = feed.next().await {
+                if let Err(e) = ev {
+                    tracing::debug!(error = %e, "quota cache watch error; retrying");
+                }
+            }
+        });
+        if tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            reader.wait_until_ready(),
+        )
+        .await
+        .is_err()
+        {
+            tracing::warn!("quota cache not synced after 30 s; serving anyway (lists may be partial until it is)");
+        }
+        ClusterStore::new(client, reader)
+    }
+
     fn cached(&self) -> Vec<std::sync::Arc<BizGroupResourceQuota>> {
         self.cache.state()
     }

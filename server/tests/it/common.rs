@@ -84,7 +84,7 @@ pub fn review(fixture_name: &str, uid: &str, object: Option<Value>, old: Option<
 }
 
 pub struct Server {
-    _child: Child,
+    _child: Option<Child>,
     pub http: String,
     pub webhook: String,
     client: reqwest::Client,
@@ -105,6 +105,8 @@ impl Server {
             ])
             .args(["--database-url", database_url])
             .env("BIZRQ_LOG", "warn")
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -128,10 +130,24 @@ impl Server {
             .build()
             .unwrap();
         Server {
-            _child: child,
+            _child: Some(child),
             http,
             webhook,
             client,
+        }
+    }
+
+    /// A server started in this process (`bizrq::start_with`).
+    pub fn in_process(running: &bizrq::Running) -> Server {
+        Server {
+            _child: None,
+            http: format!("http://{}", running.http_addr),
+            webhook: format!("https://{}", running.webhook_addr),
+            client: reqwest::Client::builder()
+                .danger_accept_invalid_certs(true)
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
         }
     }
 

@@ -1,7 +1,10 @@
 //! Integration tests: one binary, real server processes, real databases.
 
 mod api;
+mod cluster;
 mod common;
 mod concurrency;
+mod fakeapi;
 mod resync;
+mod scenario;
 mod webhook;

@@ -1,0 +1,906 @@
+//! The controller's picture of the cluster, and its decisions about which
+//! quotas an event touches. Pure: watch events go in (already parsed), the
+//! names of the quotas to reconcile come out; no I/O, no clock (times are
+//! passed in). `snapshot` gives `quota::reconcile` what it needs.
+
+use quota::cash::Interval;
+use quota::object::HpaCharge;
+use quota::pods::{owning_workload, Owner, PodFacts, PodLedger, PodRun};
+use quota::reconcile::Observed;
+use quota::usage::Models;
+use quota::workload::{adapter_for_kind, group_of, Adapter, ChargeMode, PodSet, Workload};
+use quota::KeyConfig;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// An object of a watched kind: namespace, group, kind, name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ObjKey {
+    namespace: String,
+    group: String,
+    kind: String,
+    name: String,
+}
+
+/// What reclaim needs to know of a workload besides its pod sets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadInfo {
+    pub created_ms: Option<i64>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Highest `spec.priority` seen among its pods (PriorityClass value).
+    pub priority: i32,
+}
+
+/// A governed workload as the watch shows it.
+#[derive(Clone, Debug)]
+struct Seen {
+    quota: String,
+    pod_sets: Vec<PodSet>,
+    models: Models,
+    info: WorkloadInfo,
+}
+
+/// A pod the controller keeps: its facts, the workload its owners resolve
+/// to (governed or not yet known), and its priority.
+#[derive(Clone, Debug)]
+struct PodEntry {
+    facts: PodFacts,
+    labels: BTreeMap<String, String>,
+    priority: i32,
+    workload: String,
+    /// Whether it is unschedulable right now (seed 001's physical pressure).
+    unschedulable: bool,
+    /// Deleted before its owners resolved: kept (a tombstone) so that its
+    /// run is still recorded, ending then, once they do.
+    deleted_ms: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct HpaSeen {
+    target: String,
+    charge: HpaCharge,
+}
+
+/// Everything one reconcile of one quota needs, copied out of the view.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub observed: BTreeMap<String, Observed>,
+    pub runs: Vec<PodRun>,
+}
+
+impl Snapshot {
+    pub fn intervals(&self) -> Vec<Interval<'_>> {
+        self.runs
+            .iter()
+            .map(|r| Interval {
+                usage: &r.usage,
+                qos: r.qos,
+                start_ms: r.start_ms,
+                end_ms: r.end_ms,
+            })
+            .collect()
+    }
+}
+
+#[derive(Default)]
+pub struct View {
+    cfg: KeyConfig,
+    workloads: HashMap<String, Seen>,
+    /// Controller owner of every object of a workload kind that has one.
+    owners: HashMap<ObjKey, Owner>,
+    /// HPAs by (namespace, name).
+    hpas: HashMap<(String, String), HpaSeen>,
+    pods: HashMap<String, PodEntry>,
+    /// Pod uids by the workload reference their owners resolve to.
+    by_workload: HashMap<String, HashSet<String>>,
+    pub ledger: PodLedger,
+    /// Kinds ("group/Kind") whose initial list is complete.
+    synced: HashSet<String>,
+    /// Pod-run changes not yet persisted: uid → run (None: settled/forgotten).
+    dirty_runs: HashMap<String, Option<PodRun>>,
+}
+
+/// `group/Kind` of a workload reference `group/Kind/ns/name`.
+pub fn kind_of_ref(wref: &str) -> &str {
+    let mut parts = wref.splitn(3, '/');
+    let g = parts.next().unwrap_or("");
+    let k = parts.next().unwrap_or("");
+    &wref[..g.len() + 1 + k.len()]
+}
+
+pub fn kind_key(group: &str, kind: &str) -> String {
+    format!("{group}/{kind}")
+}
+
+fn add(set: &mut BTreeSet<String>, q: Option<&str>) {
+    if let Some(q) = q.filter(|q| !q.is_empty()) {
+        set.insert(q.to_string());
+    }
+}
+
+impl View {
+    pub fn new(cfg: KeyConfig) -> View {
+        View {
+            cfg,
+            ..View::default()
+        }
+    }
+
+    pub fn mark_synced(&mut self, group: &str, kind: &str) {
+        self.synced.insert(kind_key(group, kind));
+    }
+
+    pub fn is_synced(&self, kind: &str) -> bool {
+        self.synced.contains(kind)
+    }
+
+    pub fn quota_of(&self, wref: &str) -> Option<&str> {
+        self.workloads.get(wref).map(|s| s.quota.as_str())
+    }
+
+    pub fn workload_count(&self) -> usize {
+        self.workloads.len()
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Every workload reference known for `kind` ("group/Kind"), for
+    /// finding deletions missed across a relist.
+    pub fn refs_of_kind(&self, kind: &str) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .workloads
+            .keys()
+            .filter(|r| kind_of_ref(r) == kind)
+            .cloned()
+            .collect();
+        out.extend(
+            self.owners
+                .keys()
+                .filter(|k| kind_key(&k.group, &k.kind) == kind)
+                .map(|k| format!("{}/{}/{}/{}", k.group, k.kind, k.namespace, k.name)),
+        );
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// A workload object was added or changed. Returns the quotas touched:
+    /// the one it was bound to and the one it is bound to now, and those of
+    /// pods whose owner chain this object completes.
+    pub fn apply_workload(
+        &mut self,
+        adapter: &Adapter,
+        w: Workload,
+        created_ms: Option<i64>,
+        now_ms: i64,
+    ) -> BTreeSet<String> {
+        let meta = &w.meta;
+        let key = ObjKey {
+            namespace: meta.namespace.clone(),
+            group: adapter.group.to_string(),
+            kind: adapter.kind.to_string(),
+            name: meta.name.clone(),
+        };
+        let controller = meta
+            .owner_references
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| Owner {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+            });
+        let owner_changed = match controller {
+            Some(o) => self.owners.insert(key.clone(), o.clone()) != Some(o),
+            None => self.owners.remove(&key).is_some(),
+        };
+        let wref = adapter.workload_ref(&meta.namespace, &meta.name);
+        let mut touched = BTreeSet::new();
+        let bound = if w.mode == ChargeMode::Charge {
+            w.quota().map(str::to_string)
+        } else {
+            None
+        };
+        let old = self.workloads.remove(&wref);
+        add(&mut touched, old.as_ref().map(|s| s.quota.as_str()));
+        let mut models_changed = old.is_none();
+        if let Some(q) = bound {
+            let models = Models::from_labels(&meta.labels, &BTreeMap::new());
+            models_changed |= old
+                .as_ref()
+                .is_some_and(|o| o.models != models || o.quota != q);
+            let priority = old.as_ref().map_or(0, |o| o.info.priority);
+            add(&mut touched, Some(&q));
+            self.workloads.insert(
+                wref.clone(),
+                Seen {
+                    quota: q,
+                    pod_sets: w.pod_sets,
+                    models,
+                    info: WorkloadInfo {
+                        created_ms,
+                        labels: w.meta.labels.clone(),
+                        annotations: w.meta.annotations.clone(),
+                        priority,
+                    },
+                },
+            );
+        }
+        if owner_changed || models_changed || old.is_some() != self.workloads.contains_key(&wref) {
+            touched.extend(self.reresolve(&wref, now_ms));
+        }
+        touched
+    }
+
+    /// A workload object is gone (`adapter`'s kind, `namespace/name`).
+    pub fn delete_workload(
+        &mut self,
+        adapter: &Adapter,
+        namespace: &str,
+        name: &str,
+        now_ms: i64,
+    ) -> BTreeSet<String> {
+        let key = ObjKey {
+            namespace: namespace.to_string(),
+            group: adapter.group.to_string(),
+            kind: adapter.kind.to_string(),
+            name: name.to_string(),
+        };
+        self.owners.remove(&key);
+        let wref = adapter.workload_ref(namespace, name);
+        let mut touched = BTreeSet::new();
+        if let Some(old) = self.workloads.remove(&wref) {
+            touched.insert(old.quota);
+        }
+        touched.extend(self.reresolve(&wref, now_ms));
+        touched
+    }
+
+    /// Pods attached to `wref`: resolve their owners again (the chain or
+    /// the binding changed) and record their runs under the new answer.
+    fn reresolve(&mut self, wref: &str, now_ms: i64) -> BTreeSet<String> {
+        let uids: Vec<String> = self
+            .by_workload
+            .get(wref)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        let mut touched = BTreeSet::new();
+        for uid in uids {
+            if let Some(p) = self.pods.remove(&uid) {
+                touched.extend(self.place_pod(p, now_ms));
+            }
+        }
+        touched
+    }
+
+    fn controller_of(&self, namespace: &str, o: &Owner) -> Option<Owner> {
+        self.owners
+            .get(&ObjKey {
+                namespace: namespace.to_string(),
+                group: group_of(&o.api_version).to_string(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+            })
+            .cloned()
+    }
+
+    /// A pod was added or changed. Returns the quota whose cash its run
+    /// changes (new run, start or end moved), if any.
+    pub fn apply_pod(
+        &mut self,
+        facts: PodFacts,
+        labels: BTreeMap<String, String>,
+        priority: i32,
+        unschedulable: bool,
+        now_ms: i64,
+    ) -> BTreeSet<String> {
+        let uid = facts.uid.clone();
+        let was_unschedulable = self.pods.get(&uid).is_some_and(|p| p.unschedulable);
+        if let Some(old) = self.pods.remove(&uid) {
+            if let Some(s) = self.by_workload.get_mut(&old.workload) {
+                s.remove(&uid);
+            }
+        }
+        let Some(workload) = owning_workload(&facts.namespace, facts.owner.as_ref(), |o| {
+            self.controller_of(&facts.namespace, o)
+        }) else {
+            return BTreeSet::new();
+        };
+        let entry = PodEntry {
+            facts,
+            labels,
+            priority,
+            workload,
+            unschedulable,
+            deleted_ms: None,
+        };
+        let mut touched = self.place_pod(entry, now_ms);
+        if was_unschedulable != unschedulable {
+            // Physical pressure appeared or went away: the parent decides.
+            if let Some(q) = self
+                .pods
+                .get(&uid)
+                .and_then(|p| self.workloads.get(&p.workload))
+            {
+                touched.insert(q.quota.clone());
+            }
+        }
+        touched
+    }
+
+    /// Index a pod under the workload its owners resolve to now, and
+    /// record its run if that workload is governed.
+    fn place_pod(&mut self, mut p: PodEntry, now_ms: i64) -> BTreeSet<String> {
+        let uid = p.facts.uid.clone();
+        if let Some(w) = owning_workload(&p.facts.namespace, p.facts.owner.as_ref(), |o| {
+            self.controller_of(&p.facts.namespace, o)
+        }) {
+            if let Some(s) = self.by_workload.get_mut(&p.workload) {
+                s.remove(&uid);
+            }
+            p.workload = w;
+        }
+        self.by_workload
+            .entry(p.workload.clone())
+            .or_default()
+            .insert(uid.clone());
+        let mut touched = BTreeSet::new();
+        let previous = self.ledger.get(&uid).cloned();
+        match self.workloads.get_mut(&p.workload) {
+            Some(seen) => {
+                seen.info.priority = seen.info.priority.max(p.priority);
+                if let Some(start) = p.facts.scheduled_ms {
+                    let end = match (p.facts.finished_ms, p.deleted_ms) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    let models = Models::from_labels(&seen.info.labels, &p.labels);
+                    let run = PodRun {
+                        quota: seen.quota.clone(),
+                        usage: p.facts.usage(&models, &self.cfg),
+                        qos: Some(p.facts.qos()),
+                        start_ms: start,
+                        end_ms: end,
+                    };
+                    if let Some(prev) = previous.as_ref().filter(|r| r.quota != run.quota) {
+                        // Moved to another quota: the old one pays up to
+                        // now (its run kept under its own key until paid),
+                        // the new one from now.
+                        let mut old = prev.clone();
+                        old.end_ms = Some(old.end_ms.map_or(now_ms, |e| e.min(now_ms)));
+                        let old_key = format!("{uid}@{}", prev.quota);
+                        self.ledger.replace(&old_key, old.clone());
+                        self.dirty_runs.insert(old_key, Some(old));
+                        touched.insert(prev.quota.clone());
+                        let mut moved = run;
+                        moved.start_ms = moved.start_ms.max(now_ms);
+                        moved.end_ms = None;
+                        self.ledger.replace(&uid, moved);
+                    } else {
+                        self.ledger.observe(&uid, run);
+                    }
+                }
+            }
+            None => {
+                if previous.is_some() {
+                    // No longer governed: its run ends now.
+                    self.ledger.deleted(&uid, now_ms);
+                }
+            }
+        }
+        let now_run = self.ledger.get(&uid).cloned();
+        if now_run != previous {
+            self.dirty_runs.insert(uid.clone(), now_run.clone());
+            for r in previous.iter().chain(now_run.iter()) {
+                touched.insert(r.quota.clone());
+            }
+        }
+        if p.deleted_ms.is_some() && self.ledger.get(&uid).is_some() {
+            // A tombstone whose run is recorded has served its purpose.
+            if let Some(s) = self.by_workload.get_mut(&p.workload) {
+                s.remove(&uid);
+            }
+            return touched;
+        }
+        self.pods.insert(uid, p);
+        touched
+    }
+
+    /// A pod is gone at `now_ms`: its run ends then (unless it ended
+    /// earlier), and its quota must accrue the last stretch.
+    pub fn delete_pod(&mut self, uid: &str, now_ms: i64) -> BTreeSet<String> {
+        let mut touched = BTreeSet::new();
+        if let Some(mut p) = self.pods.remove(uid) {
+            if p.unschedulable {
+                if let Some(w) = self.workloads.get(&p.workload) {
+                    touched.insert(w.quota.clone());
+                }
+            }
+            if self.ledger.get(uid).is_none()
+                && p.facts.scheduled_ms.is_some()
+                && !self.workloads.contains_key(&p.workload)
+            {
+                // Its owners have not resolved yet (the pod watch ran
+                // ahead of the workload watches): keep a tombstone.
+                p.deleted_ms = Some(now_ms);
+                p.unschedulable = false;
+                self.pods.insert(uid.to_string(), p);
+                return touched;
+            }
+            if let Some(s) = self.by_workload.get_mut(&p.workload) {
+                s.remove(uid);
+                if s.is_empty() {
+                    self.by_workload.remove(&p.workload);
+                }
+            }
+        }
+        self.ledger.deleted(uid, now_ms);
+        if let Some(r) = self.ledger.get(uid).cloned() {
+            touched.insert(r.quota.clone());
+            self.dirty_runs.insert(uid.to_string(), Some(r));
+        }
+        touched
+    }
+
+    /// Pods known from an earlier life (the persisted ledger) that the
+    /// first complete pod list did not show: deleted while nobody watched.
+    /// Their runs end at `at_ms` (the last moment they were known alive).
+    pub fn end_missing_pods(&mut self, listed: &HashSet<String>, at_ms: i64) -> BTreeSet<String> {
+        let missing: Vec<String> = self
+            .ledger
+            .uids()
+            .filter(|u| !listed.contains(*u))
+            .cloned()
+            .collect();
+        let mut touched = BTreeSet::new();
+        for uid in missing {
+            self.ledger.deleted(&uid, at_ms);
+            if let Some(r) = self.ledger.get(&uid).cloned() {
+                touched.insert(r.quota.clone());
+                self.dirty_runs.insert(uid, Some(r));
+            }
+        }
+        touched
+    }
+
+    /// Live pods (tombstones excluded), for relists.
+    pub fn pod_uids(&self) -> HashSet<String> {
+        self.pods
+            .iter()
+            .filter(|(_, p)| p.deleted_ms.is_none())
+            .map(|(u, _)| u.clone())
+            .collect()
+    }
+
+    /// Forget tombstones older than `max_age_ms` whose owners never
+    /// resolved to a governed workload. Returns how many.
+    pub fn prune_tombstones(&mut self, now_ms: i64, max_age_ms: i64) -> usize {
+        let old: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.deleted_ms.is_some_and(|d| now_ms - d > max_age_ms))
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in &old {
+            if let Some(p) = self.pods.remove(uid) {
+                if let Some(s) = self.by_workload.get_mut(&p.workload) {
+                    s.remove(uid);
+                }
+            }
+        }
+        old.len()
+    }
+
+    pub fn run_count(&self) -> usize {
+        self.ledger.len()
+    }
+
+    /// An HPA was added or changed: the quota of its target.
+    pub fn apply_hpa(&mut self, h: quota::workload::Hpa) -> BTreeSet<String> {
+        let key = (h.meta.namespace.clone(), h.meta.name.clone());
+        let target = adapter_for_kind(&h.target_group, &h.target_kind)
+            .filter(|a| a.scalable)
+            .map(|a| a.workload_ref(&h.meta.namespace, &h.target_name));
+        let mut touched = BTreeSet::new();
+        if let Some(old) = self.hpas.remove(&key) {
+            add(&mut touched, self.quota_of(&old.target));
+        }
+        if let Some(target) = target {
+            add(&mut touched, self.quota_of(&target));
+            self.hpas.insert(
+                key,
+                HpaSeen {
+                    target,
+                    charge: HpaCharge {
+                        name: h.meta.name.clone(),
+                        max_replicas: h.max_replicas,
+                    },
+                },
+            );
+        }
+        touched
+    }
+
+    pub fn delete_hpa(&mut self, namespace: &str, name: &str) -> BTreeSet<String> {
+        let mut touched = BTreeSet::new();
+        if let Some(old) = self.hpas.remove(&(namespace.to_string(), name.to_string())) {
+            add(&mut touched, self.quota_of(&old.target));
+        }
+        touched
+    }
+
+    /// The HPAs known, as `(namespace, name)`, for relists.
+    pub fn hpa_keys(&self) -> Vec<(String, String)> {
+        self.hpas.keys().cloned().collect()
+    }
+
+    /// What one reconcile of `quota` needs: its workloads as observed (with
+    /// the reservation of an HPA on each) and its pods' runs.
+    pub fn snapshot(&self, quota: &str) -> Snapshot {
+        let mut observed = BTreeMap::new();
+        for (wref, s) in self.workloads.iter().filter(|(_, s)| s.quota == quota) {
+            let hpa = self
+                .hpas
+                .values()
+                .filter(|h| &h.target == wref)
+                .map(|h| h.charge.clone())
+                .min_by(|a, b| a.name.cmp(&b.name));
+            observed.insert(
+                wref.clone(),
+                Observed {
+                    pod_sets: s.pod_sets.clone(),
+                    hpa,
+                },
+            );
+        }
+        Snapshot {
+            observed,
+            runs: self.ledger.runs_of(quota).cloned().collect(),
+        }
+    }
+
+    /// The governed workloads bound to `quota`, for reclaim.
+    pub fn workloads_of(&self, quota: &str) -> Vec<(String, Vec<PodSet>, WorkloadInfo)> {
+        let mut out: Vec<_> = self
+            .workloads
+            .iter()
+            .filter(|(_, s)| s.quota == quota)
+            .map(|(r, s)| (r.clone(), s.pod_sets.clone(), s.info.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Usage of the unschedulable pods of workloads bound to `quota`.
+    pub fn unschedulable_usage(&self, quota: &str) -> quota::ResourceList {
+        let mut out = quota::ResourceList::new();
+        for p in self.pods.values().filter(|p| p.unschedulable) {
+            if let Some(seen) = self.workloads.get(&p.workload).filter(|s| s.quota == quota) {
+                let models = Models::from_labels(&seen.info.labels, &p.labels);
+                quota::resources::add_into(&mut out, &p.facts.usage(&models, &self.cfg));
+            }
+        }
+        out
+    }
+
+    /// After a status write accrued `quota` up to `up_to_ms`: drop runs
+    /// paid in full (and remember to forget them on disk).
+    pub fn settle(&mut self, quota: &str, up_to_ms: i64) {
+        for uid in self.ledger.settle(quota, up_to_ms) {
+            self.dirty_runs.insert(uid, None);
+        }
+    }
+
+    /// Load runs persisted by an earlier life.
+    pub fn restore_runs(&mut self, runs: Vec<(String, PodRun)>) {
+        for (uid, run) in runs {
+            self.ledger.replace(&uid, run);
+        }
+    }
+
+    /// Changes whose persisting failed: to be tried again, unless a newer
+    /// change of the same run came meanwhile.
+    pub fn redirty(&mut self, up: Vec<(String, PodRun)>, del: Vec<String>) {
+        for (uid, r) in up {
+            self.dirty_runs.entry(uid).or_insert(Some(r));
+        }
+        for uid in del {
+            self.dirty_runs.entry(uid).or_insert(None);
+        }
+    }
+
+    /// Pod-run changes to persist (upserts, deletes), emptied.
+    pub fn take_dirty_runs(&mut self) -> (Vec<(String, PodRun)>, Vec<String>) {
+        let mut up = Vec::new();
+        let mut del = Vec::new();
+        for (uid, r) in self.dirty_runs.drain() {
+            match r {
+                Some(r) => up.push((uid, r)),
+                None => del.push(uid),
+            }
+        }
+        (up, del)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quota::pods::read_pod;
+    use quota::Quantity;
+
+    const T: i64 = 1_800_000_000_000;
+
+    fn deployment(
+        name: &str,
+        quota: &str,
+        replicas: i64,
+        gpus: i64,
+    ) -> (&'static Adapter, Workload) {
+        let a = adapter_for_kind("apps", "Deployment").unwrap();
+        let json = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"nlp","uid":"d-{name}","labels":{{"biz.group.resource.quota":"{quota}","biz.group.resource.quota/gpu-type":"A100"}}}},
+               "spec":{{"replicas":{replicas},"template":{{"spec":{{"containers":[{{"name":"c","resources":{{"limits":{{"nvidia.com/gpu":"{gpus}"}}}}}}]}}}}}}}}"#
+        );
+        (a, a.read(&json, &KeyConfig::default()).unwrap())
+    }
+
+    fn replicaset(name: &str, deployment: &str) -> (&'static Adapter, Workload) {
+        let a = adapter_for_kind("apps", "ReplicaSet").unwrap();
+        let json = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"nlp","uid":"rs-{name}","labels":{{"biz.group.resource.quota":"ignored"}},
+                 "ownerReferences":[{{"apiVersion":"apps/v1","kind":"Deployment","name":"{deployment}","uid":"x","controller":true}}]}},
+               "spec":{{"replicas":1,"template":{{"spec":{{"containers":[{{"name":"c"}}]}}}}}}}}"#
+        );
+        (a, a.read(&json, &KeyConfig::default()).unwrap())
+    }
+
+    fn pod(uid: &str, rs: &str, scheduled: &str, phase: &str) -> PodFacts {
+        let json = format!(
+            r#"{{"metadata":{{"name":"{uid}","namespace":"nlp","uid":"{uid}",
+                 "ownerReferences":[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"{rs}","uid":"y","controller":true}}]}},
+               "spec":{{"containers":[{{"name":"c","resources":{{"limits":{{"nvidia.com/gpu":"2"}}}}}}]}},
+               "status":{{"phase":"{phase}","conditions":[{{"type":"PodScheduled","status":"True","lastTransitionTime":"{scheduled}"}}]}}}}"#
+        );
+        read_pod(&json).unwrap()
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_workload_touches_its_old_and_new_quota() {
+        let mut v = View::default();
+        let (a, w) = deployment("train", "nlp-team", 2, 1);
+        assert_eq!(v.apply_workload(a, w, None, T), set(&["nlp-team"]));
+        let (a, w) = deployment("train", "cv-team", 2, 1);
+        assert_eq!(
+            v.apply_workload(a, w, None, T),
+            set(&["cv-team", "nlp-team"]),
+            "a move reconciles both"
+        );
+        assert_eq!(v.snapshot("nlp-team").observed.len(), 0);
+        let s = v.snapshot("cv-team");
+        assert_eq!(s.observed["apps/Deployment/nlp/train"].pod_sets[0].count, 2);
+        assert_eq!(v.delete_workload(a, "nlp", "train", T), set(&["cv-team"]));
+        assert!(v.snapshot("cv-team").observed.is_empty());
+    }
+
+    #[test]
+    fn owned_replicasets_are_owner_links_not_workloads() {
+        let mut v = View::default();
+        let (a, w) = replicaset("train-7d9f", "train");
+        assert!(v.apply_workload(a, w, None, T).is_empty());
+        assert_eq!(
+            v.workload_count(),
+            0,
+            "a ReplicaSet under a Deployment is not governed"
+        );
+    }
+
+    #[test]
+    fn pods_resolve_through_owners_in_any_event_order() {
+        let mut v = View::default();
+        // The pod arrives first, then its ReplicaSet, then its Deployment.
+        let t0 = "2026-11-21T10:00:00Z";
+        assert!(v
+            .apply_pod(
+                pod("p1", "train-7d9f", t0, "Running"),
+                BTreeMap::new(),
+                0,
+                false,
+                T
+            )
+            .is_empty());
+        let (a, w) = replicaset("train-7d9f", "train");
+        v.apply_workload(a, w, None, T);
+        let (a, w) = deployment("train", "nlp-team", 1, 2);
+        assert_eq!(v.apply_workload(a, w, None, T), set(&["nlp-team"]));
+        let s = v.snapshot("nlp-team");
+        assert_eq!(
+            s.runs.len(),
+            1,
+            "the pod's run is recorded once its chain resolves"
+        );
+        assert_eq!(
+            s.runs[0].usage["requests.nvidia.com/gpu.A100"],
+            Quantity::from_units(2),
+            "with the workload's models"
+        );
+        assert_eq!(s.runs[0].start_ms, quota::time::parse_rfc3339(t0).unwrap());
+        // A status update that changes nothing touches nothing.
+        assert!(v
+            .apply_pod(
+                pod("p1", "train-7d9f", t0, "Running"),
+                BTreeMap::new(),
+                0,
+                false,
+                T
+            )
+            .is_empty());
+        // Deleted: its quota accrues the last stretch.
+        assert_eq!(v.delete_pod("p1", T + 5), set(&["nlp-team"]));
+        assert_eq!(v.snapshot("nlp-team").runs[0].end_ms, Some(T + 5));
+        v.settle("nlp-team", T + 10);
+        assert!(v.snapshot("nlp-team").runs.is_empty());
+        let (up, del) = v.take_dirty_runs();
+        assert!(
+            up.is_empty() && del == vec!["p1".to_string()],
+            "{up:?} {del:?}"
+        );
+    }
+
+    #[test]
+    fn a_label_removed_ends_the_runs_of_its_pods() {
+        let mut v = View::default();
+        let (a, w) = replicaset("train-7d9f", "train");
+        v.apply_workload(a, w, None, T);
+        let (a, w) = deployment("train", "nlp-team", 1, 2);
+        v.apply_workload(a, w, None, T);
+        v.apply_pod(
+            pod("p1", "train-7d9f", "2026-11-21T10:00:00Z", "Running"),
+            BTreeMap::new(),
+            0,
+            false,
+            T,
+        );
+        let mut w = deployment("train", "x", 1, 2).1;
+        w.meta.labels.remove(quota::keys::QUOTA_LABEL);
+        assert_eq!(v.apply_workload(a, w, None, T + 7), set(&["nlp-team"]));
+        assert_eq!(v.snapshot("nlp-team").runs[0].end_ms, Some(T + 7));
+    }
+
+    #[test]
+    fn hpas_reserve_on_their_target() {
+        let mut v = View::default();
+        let (a, w) = deployment("web", "nlp-team", 2, 1);
+        v.apply_workload(a, w, None, T);
+        let h = quota::workload::read_hpa(
+            r#"{"metadata":{"name":"web","namespace":"nlp"},"spec":{"scaleTargetRef":{"apiVersion":"apps/v1","kind":"Deployment","name":"web"},"maxReplicas":6}}"#,
+        )
+        .unwrap();
+        assert_eq!(v.apply_hpa(h), set(&["nlp-team"]));
+        let s = v.snapshot("nlp-team");
+        assert_eq!(
+            s.observed["apps/Deployment/nlp/web"]
+                .hpa
+                .as_ref()
+                .unwrap()
+                .max_replicas,
+            6
+        );
+        assert_eq!(v.delete_hpa("nlp", "web"), set(&["nlp-team"]));
+        assert!(v.snapshot("nlp-team").observed["apps/Deployment/nlp/web"]
+            .hpa
+            .is_none());
+    }
+
+    #[test]
+    fn pods_missing_after_a_restart_end_at_the_watermark() {
+        let mut v = View::default();
+        let run = PodRun {
+            quota: "nlp-team".into(),
+            usage: BTreeMap::new(),
+            qos: None,
+            start_ms: T,
+            end_ms: None,
+        };
+        v.restore_runs(vec![("gone".into(), run.clone()), ("alive".into(), run)]);
+        let listed: HashSet<String> = ["alive".to_string()].into();
+        assert_eq!(v.end_missing_pods(&listed, T + 60_000), set(&["nlp-team"]));
+        let s = v.snapshot("nlp-team");
+        let ends: Vec<_> = s.runs.iter().map(|r| r.end_ms).collect();
+        assert!(ends.contains(&Some(T + 60_000)) && ends.contains(&None));
+    }
+
+    #[test]
+    fn kind_of_a_reference() {
+        assert_eq!(kind_of_ref("apps/Deployment/nlp/train"), "apps/Deployment");
+        assert_eq!(
+            kind_of_ref("batch.volcano.sh/Job/ml/x"),
+            "batch.volcano.sh/Job"
+        );
+    }
+}
+#[cfg(test)]
+mod order_tests {
+    use super::*;
+    use quota::pods::read_pod;
+
+    fn obj(kind: &str, json: &str) -> (&'static Adapter, Workload) {
+        let a = adapter_for_kind("apps", kind).unwrap();
+        (a, a.read(json, &KeyConfig::default()).unwrap())
+    }
+    const D: &str = r#"{"metadata":{"name":"train","namespace":"nlp","labels":{"biz.group.resource.quota":"q"}},"spec":{"replicas":2,"template":{"spec":{"containers":[{"name":"c"}]}}}}"#;
+    const RS: &str = r#"{"metadata":{"name":"train-7d9f","namespace":"nlp","ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"train","controller":true}]},"spec":{"replicas":1,"template":{"spec":{"containers":[{"name":"c"}]}}}}"#;
+    fn pod(uid: &str) -> PodFacts {
+        read_pod(&format!(r#"{{"metadata":{{"name":"{uid}","namespace":"nlp","uid":"{uid}","ownerReferences":[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"train-7d9f","controller":true}}]}},"spec":{{"containers":[{{"name":"c","resources":{{"limits":{{"nvidia.com/gpu":"2"}}}}}}]}},"status":{{"phase":"Running","conditions":[{{"type":"PodScheduled","status":"True","lastTransitionTime":"2026-11-21T10:00:00Z"}}]}}}}"#)).unwrap()
+    }
+
+    #[test]
+    fn every_arrival_order_records_both_pods() {
+        // 0 = Deployment, 1 = ReplicaSet, 2 = pod a, 3 = pod b
+        let orders = [
+            [0, 1, 2, 3],
+            [2, 3, 1, 0],
+            [2, 1, 3, 0],
+            [1, 2, 0, 3],
+            [3, 0, 2, 1],
+            [2, 0, 3, 1],
+        ];
+        for order in orders {
+            let mut v = View::default();
+            for step in order {
+                match step {
+                    0 => {
+                        let (a, w) = obj("Deployment", D);
+                        v.apply_workload(a, w, None, 0);
+                    }
+                    1 => {
+                        let (a, w) = obj("ReplicaSet", RS);
+                        v.apply_workload(a, w, None, 0);
+                    }
+                    2 => {
+                        v.apply_pod(pod("a"), BTreeMap::new(), 0, false, 0);
+                    }
+                    _ => {
+                        v.apply_pod(pod("b"), BTreeMap::new(), 0, false, 0);
+                    }
+                }
+            }
+            assert_eq!(v.snapshot("q").runs.len(), 2, "order {order:?}");
+        }
+    }
+
+    #[test]
+    fn a_pod_deleted_before_its_owners_resolve_still_pays() {
+        let mut v = View::default();
+        v.apply_pod(pod("a"), BTreeMap::new(), 0, false, 0);
+        assert!(v.delete_pod("a", 3_600_000).is_empty());
+        let (a, w) = obj("ReplicaSet", RS);
+        v.apply_workload(a, w, None, 3_700_000);
+        let (a, w) = obj("Deployment", D);
+        assert_eq!(
+            v.apply_workload(a, w, None, 3_800_000),
+            ["q".to_string()].into()
+        );
+        let runs = v.snapshot("q").runs;
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].end_ms, Some(3_600_000), "ends when it was deleted");
+        assert_eq!(
+            v.pod_count(),
+            0,
+            "the tombstone is gone once its run is recorded"
+        );
+        // A tombstone that never resolves is forgotten eventually.
+        v.apply_pod(pod("b"), BTreeMap::new(), 0, false, 0);
+        let mut orphan = pod("c");
+        orphan.owner.as_mut().unwrap().name = "other".into();
+        v.apply_pod(orphan, BTreeMap::new(), 0, false, 0);
+        v.delete_pod("c", 10);
+        assert_eq!(v.prune_tombstones(10 + 600_001, 600_000), 1);
+    }
+}

@@ -1,0 +1,360 @@
+//! Cluster mode end to end, in process: the real server (HTTPS webhook,
+//! JSON API, controller under leader election) over `kube::Client` talking
+//! to the in-memory API server of `fakeapi`. A controlled clock drives
+//! accrual and reservation expiry.
+
+use crate::common::{deployment, review, Server};
+use crate::fakeapi::{FakeApi, PYTORCHJOB};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const T0: i64 = 1_795_255_200_000; // 2026-11-21T10:00:00Z
+pub const HOUR: i64 = 3_600_000;
+
+pub struct Cluster {
+    pub fake: FakeApi,
+    pub server: Server,
+    pub clock: Arc<AtomicI64>,
+    pub running: bizrq::Running,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub async fn start() -> Cluster {
+        let fake = FakeApi::new();
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = bizrq::config::ServeArgs::for_tests(&crate::common::fresh_sqlite(&dir));
+        args.pod_name = Some("bizrq-0".into());
+        args.discovery_seconds = 1;
+        args.resync_seconds = 3600;
+        let clock = Arc::new(AtomicI64::new(T0));
+        let c = clock.clone();
+        let running = bizrq::start_with(
+            &args,
+            Some(fake.client()),
+            Some(Arc::new(move || c.load(Ordering::SeqCst))),
+        )
+        .await
+        .expect("server starts in cluster mode");
+        let server = Server::in_process(&running);
+        Cluster {
+            fake,
+            server,
+            clock,
+            running,
+            _dir: dir,
+        }
+    }
+
+    pub fn set_clock(&self, ms: i64) {
+        self.clock.store(ms, Ordering::SeqCst);
+    }
+
+    /// Wait (up to 20 s) until `f` holds of the quota as the API server has it.
+    pub async fn until(&self, quota: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        for _ in 0..400 {
+            if let Some(q) = self
+                .fake
+                .get("bizrq.io", "bizgroupresourcequotas", "", quota)
+            {
+                if f(&q) {
+                    return q;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{quota}: {what} never happened; last: {}",
+            self.fake
+                .get("bizrq.io", "bizgroupresourcequotas", "", quota)
+                .unwrap_or_default()
+        );
+    }
+
+    /// Wait until a line of `/metrics` starts with `line`.
+    pub async fn until_metric(&self, line: &str) {
+        for _ in 0..400 {
+            let (_, text) = self.server.get_text("/metrics").await;
+            if text.lines().any(|l| l.starts_with(line)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (_, text) = self.server.get_text("/metrics").await;
+        panic!("metric never showed {line:?}:\n{text}");
+    }
+
+    pub async fn until_requested(&self, what: &str, f: impl Fn(&str) -> bool) {
+        for _ in 0..400 {
+            if self.fake.requests().iter().any(|r| f(r)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("never requested: {what}\n{:#?}", self.fake.requests());
+    }
+}
+
+pub fn used<'a>(q: &'a Value, key: &str) -> &'a str {
+    q["status"]["used"][key].as_str().unwrap_or("0")
+}
+
+/// A ReplicaSet of `deployment` and its pods, scheduled at `at`.
+pub fn replicaset(ns: &str, deployment: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": format!("{deployment}-7d9f"), "namespace": ns,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment, "uid": "x", "controller": true}]},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}}}})
+}
+
+pub fn pod(
+    ns: &str,
+    name: &str,
+    owner_kind: &str,
+    owner: &str,
+    gpus: i64,
+    scheduled: &str,
+) -> Value {
+    let api = if owner_kind == "Job" {
+        "batch/v1"
+    } else {
+        "apps/v1"
+    };
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": format!("pod-{name}"),
+            "ownerReferences": [{"apiVersion": api, "kind": owner_kind, "name": owner, "uid": "y", "controller": true}]},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "c", "resources": {
+            "requests": {"nvidia.com/gpu": gpus.to_string(), "cpu": "1"},
+            "limits": {"nvidia.com/gpu": gpus.to_string(), "cpu": "1"}}}]},
+        "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}]}})
+}
+
+const STATUS_PATH: &str = "/apis/bizrq.io/v1/bizgroupresourcequotas/nlp-team/status";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_keeps_status_true_over_the_api_boundary() {
+    let c = Cluster::start().await;
+    let s = &c.server;
+    // Quotas through the JSON API: in cluster mode they are CRD objects.
+    s.create_quota(
+        "ai-platform",
+        "",
+        json!({"requests.nvidia.com/gpu": "16", "cash/requests.nvidia.com/gpu": "100"}),
+    )
+    .await;
+    s.create_quota(
+        "nlp-team",
+        "ai-platform",
+        json!({"requests.nvidia.com/gpu": "8", "cash/requests.nvidia.com/gpu": "50"}),
+    )
+    .await;
+    let root = c.fake.quota("ai-platform");
+    assert_eq!(
+        used(&root, "requests.nvidia.com/gpu"),
+        "8",
+        "carved: {root}"
+    );
+
+    // The controller runs once this replica holds the Lease.
+    c.until_requested("lease create", |r| {
+        r.starts_with("POST /apis/coordination.k8s.io/v1/namespaces/bizrq-system/leases")
+    })
+    .await;
+    let lease = c
+        .fake
+        .get(
+            "coordination.k8s.io",
+            "leases",
+            "bizrq-system",
+            "bizrq-controller",
+        )
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "bizrq-0");
+    // It watches what the cluster serves, and nothing it does not.
+    for path in [
+        "/api/v1/pods",
+        "/apis/apps/v1/deployments",
+        "/apis/batch/v1/jobs",
+        "/apis/autoscaling/v2/horizontalpodautoscalers",
+        "/apis/bizrq.io/v1/bizgroupresourcequotas",
+    ] {
+        c.until_requested(path, |r| {
+            r.starts_with(&format!("GET {path}?")) && r.contains("watch=true")
+        })
+        .await;
+    }
+    assert!(
+        !c.fake
+            .requests()
+            .iter()
+            .any(|r| r.contains("/apis/kubeflow.org/")),
+        "no calls for a kind whose CRD is missing"
+    );
+
+    // Admission: 2 replicas × 2 GPUs.
+    let d = deployment("train", "nlp-team", 2, 2);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "u-1", Some(d.clone()), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    c.until("nlp-team", "charged", |q| {
+        used(q, "requests.nvidia.com/gpu") == "4"
+    })
+    .await;
+
+    // The API server stores it; its ReplicaSet and pods start at T0.
+    c.fake.put(d);
+    c.fake.put(replicaset("nlp", "train"));
+    c.fake.put(pod(
+        "nlp",
+        "train-1",
+        "ReplicaSet",
+        "train-7d9f",
+        2,
+        "2026-11-21T10:00:00Z",
+    ));
+    c.fake.put(pod(
+        "nlp",
+        "train-2",
+        "ReplicaSet",
+        "train-7d9f",
+        2,
+        "2026-11-21T10:00:00Z",
+    ));
+    // The controller has seen both pods run (its watches are live streams,
+    // so the test waits for them before moving the clock).
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 2")
+        .await;
+    // The first reconcile opens the accrual window; the fresh admission
+    // is kept as admitted (a reservation) for now.
+    c.until("nlp-team", "window opened", |q| {
+        q["status"]["lastReconcileTime"] == "2026-11-21T10:00:00.000Z"
+    })
+    .await;
+
+    // A status write that loses its compare-and-swap is re-read and retried.
+    c.fake.conflict_next(STATUS_PATH, 1);
+    let before = c.fake.requests().len();
+    // One pod is deleted after 1 h, the other at 1.5 h: 2×1 + 2×1.5 = 5
+    // card-hours, including both last stretches.
+    c.set_clock(T0 + HOUR);
+    c.fake.remove("", "pods", "nlp", "train-2");
+    let q = c
+        .until("nlp-team", "1 h accrued", |q| {
+            used(q, "cash/requests.nvidia.com/gpu") == "4"
+        })
+        .await;
+    assert!(
+        q["status"]["workloads"]["apps/Deployment/nlp/train"]["admitted"].is_null(),
+        "observed by now, no longer a reservation: {q}"
+    );
+    let after: Vec<String> = c.fake.requests()[before..].to_vec();
+    let puts: Vec<usize> = after
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.starts_with(&format!("PUT {STATUS_PATH}")))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(puts.len() >= 2, "a retry after the 409: {after:#?}");
+    assert!(
+        after[puts[0]..puts[1]]
+            .iter()
+            .any(|r| r.starts_with("GET /apis/bizrq.io/v1/bizgroupresourcequotas/nlp-team")),
+        "a fresh GET between the 409 and the retry: {after:#?}"
+    );
+    c.set_clock(T0 + HOUR + HOUR / 2);
+    c.fake.remove("", "pods", "nlp", "train-1");
+    let q = c
+        .until("nlp-team", "1.5 h accrued", |q| {
+            used(q, "cash/requests.nvidia.com/gpu") == "5"
+        })
+        .await;
+    assert_eq!(q["status"]["lastReconcileTime"], "2026-11-21T11:30:00.000Z");
+
+    // A workload admitted but never seen by the watch is kept while its
+    // reservation is young, and dropped after.
+    c.set_clock(T0 + 2 * HOUR);
+    let e = deployment("eval", "nlp-team", 1, 2);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "u-2", Some(e), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    c.until("nlp-team", "eval charged", |q| {
+        used(q, "requests.nvidia.com/gpu") == "6"
+    })
+    .await;
+    // The Deployment goes away without a review (e.g. deleted while the
+    // webhook was down): its observed charge is dropped at once.
+    c.fake.remove("apps", "deployments", "nlp", "train");
+    c.until("nlp-team", "train dropped", |q| {
+        used(q, "requests.nvidia.com/gpu") == "2"
+    })
+    .await;
+    c.set_clock(T0 + 2 * HOUR + 5 * 60_000);
+    // Any event touching the quota reconciles it (or the periodic resync).
+    let mut q = c.fake.quota("nlp-team");
+    q["metadata"]["labels"] = json!({"touched": "yes"});
+    c.fake.put(q);
+    c.until("nlp-team", "expired reservation dropped", |q| {
+        used(q, "requests.nvidia.com/gpu") == "0"
+    })
+    .await;
+
+    // A workload CRD installed later is discovered and watched.
+    c.fake.install(PYTORCHJOB);
+    c.until_requested("pytorchjobs watch", |r| {
+        r.starts_with("GET /apis/kubeflow.org/v1/pytorchjobs?") && r.contains("watch=true")
+    })
+    .await;
+
+    // A denial is an Event on the quota.
+    let big = deployment("huge", "nlp-team", 9, 1);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "u-3", Some(big), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], false);
+    for _ in 0..100 {
+        if !c.fake.list("events.k8s.io", "events").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let events = c.fake.list("events.k8s.io", "events");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "AdmissionDenied" && e["regarding"]["name"] == "nlp-team"),
+        "{events:#?}"
+    );
+
+    // The API reads the cluster too.
+    let (st, list) = s.api(Method::GET, "/api/v1/quotas", None).await;
+    assert_eq!(st, reqwest::StatusCode::OK);
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(2), "{list}");
+    c.running.shutdown().await;
+    let lease = c
+        .fake
+        .get(
+            "coordination.k8s.io",
+            "leases",
+            "bizrq-system",
+            "bizrq-controller",
+        )
+        .unwrap();
+    assert!(
+        lease["spec"]["holderIdentity"].is_null(),
+        "released on shutdown: {lease}"
+    );
+}
