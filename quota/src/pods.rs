@@ -10,7 +10,7 @@ use crate::time::parse_rfc3339;
 use crate::usage::{nullable, pod_usage, qos_class, Models, PodSpec, QosClass};
 use crate::workload::{adapter_for_kind, group_of, AdapterError};
 use serde::Deserialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// A controller owner reference: `apiVersion`, `kind`, `name`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -183,18 +183,40 @@ pub struct PodRun {
 /// compare-and-swap finds every run still there for the retry.
 #[derive(Clone, Debug, Default)]
 pub struct PodLedger {
-    runs: BTreeMap<String, PodRun>,
+    runs: HashMap<String, PodRun>,
+    /// Uids by quota, so one quota's runs are found without a scan.
+    by_quota: HashMap<String, BTreeSet<String>>,
 }
 
 impl PodLedger {
+    fn index(&mut self, uid: &str, old_quota: Option<&str>, new_quota: &str) {
+        if old_quota == Some(new_quota) {
+            return;
+        }
+        if let Some(q) = old_quota {
+            if let Some(set) = self.by_quota.get_mut(q) {
+                set.remove(uid);
+                if set.is_empty() {
+                    self.by_quota.remove(q);
+                }
+            }
+        }
+        self.by_quota
+            .entry(new_quota.to_string())
+            .or_default()
+            .insert(uid.to_string());
+    }
+
     /// A pod as observed (added or updated). An end already known is kept.
     pub fn observe(&mut self, uid: &str, mut run: PodRun) {
-        if let Some(old) = self.runs.get(uid) {
+        let old_quota = self.runs.get(uid).map(|old| {
             run.end_ms = match (old.end_ms, run.end_ms) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-        }
+            old.quota.clone()
+        });
+        self.index(uid, old_quota.as_deref(), &run.quota);
         self.runs.insert(uid.to_string(), run);
     }
 
@@ -207,9 +229,7 @@ impl PodLedger {
 
     /// The runs of one quota, for `reconcile`.
     pub fn intervals(&self, quota: &str) -> Vec<Interval<'_>> {
-        self.runs
-            .values()
-            .filter(|r| r.quota == quota)
+        self.runs_of(quota)
             .map(|r| Interval {
                 usage: &r.usage,
                 qos: r.qos,
@@ -223,14 +243,24 @@ impl PodLedger {
     /// `up_to_ms`: runs of that quota that ended by then are fully paid.
     /// Returns the uids dropped.
     pub fn settle(&mut self, quota: &str, up_to_ms: i64) -> Vec<String> {
+        let Some(uids) = self.by_quota.get_mut(quota) else {
+            return Vec::new();
+        };
+        let runs = &mut self.runs;
         let mut paid = Vec::new();
-        self.runs.retain(|uid, r| {
-            let keep = r.quota != quota || r.end_ms.is_none_or(|e| e > up_to_ms);
-            if !keep {
+        uids.retain(|uid| {
+            let done = runs
+                .get(uid)
+                .is_none_or(|r| r.end_ms.is_some_and(|e| e <= up_to_ms));
+            if done {
+                runs.remove(uid);
                 paid.push(uid.clone());
             }
-            keep
+            !done
         });
+        if uids.is_empty() {
+            self.by_quota.remove(quota);
+        }
         paid
     }
 
@@ -242,12 +272,18 @@ impl PodLedger {
     /// Record a run as given (restored from disk, or restarted under another
     /// quota), replacing what was there.
     pub fn replace(&mut self, uid: &str, run: PodRun) {
+        let old_quota = self.runs.get(uid).map(|r| r.quota.clone());
+        self.index(uid, old_quota.as_deref(), &run.quota);
         self.runs.insert(uid.to_string(), run);
     }
 
     /// The runs of one quota.
-    pub fn runs_of<'a>(&'a self, quota: &'a str) -> impl Iterator<Item = &'a PodRun> + 'a {
-        self.runs.values().filter(move |r| r.quota == quota)
+    pub fn runs_of<'a>(&'a self, quota: &str) -> impl Iterator<Item = &'a PodRun> + 'a {
+        self.by_quota
+            .get(quota)
+            .into_iter()
+            .flatten()
+            .filter_map(|uid| self.runs.get(uid))
     }
 
     /// Every pod uid with a run.

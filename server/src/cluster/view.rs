@@ -98,6 +98,20 @@ pub struct View {
     synced: HashSet<String>,
     /// Pod-run changes not yet persisted: uid → run (None: settled/forgotten).
     dirty_runs: HashMap<String, Option<PodRun>>,
+    /// Indexes, so a reconcile of one quota never scans the cluster:
+    /// governed workloads by quota, HPAs by target, unschedulable pods.
+    by_quota: HashMap<String, BTreeSet<String>>,
+    hpa_targets: HashMap<String, BTreeSet<(String, String)>>,
+    unschedulable: HashSet<String>,
+}
+
+fn unindex<K: std::hash::Hash + Eq, V: Ord>(index: &mut HashMap<K, BTreeSet<V>>, key: &K, v: &V) {
+    if let Some(set) = index.get_mut(key) {
+        set.remove(v);
+        if set.is_empty() {
+            index.remove(key);
+        }
+    }
 }
 
 /// `group/Kind` of a workload reference `group/Kind/ns/name`.
@@ -119,6 +133,34 @@ fn add(set: &mut BTreeSet<String>, q: Option<&str>) {
 }
 
 impl View {
+    fn put_workload(&mut self, wref: String, seen: Seen) {
+        self.by_quota
+            .entry(seen.quota.clone())
+            .or_default()
+            .insert(wref.clone());
+        self.workloads.insert(wref, seen);
+    }
+
+    fn take_workload(&mut self, wref: &str) -> Option<Seen> {
+        let seen = self.workloads.remove(wref)?;
+        unindex(&mut self.by_quota, &seen.quota, &wref.to_string());
+        Some(seen)
+    }
+
+    fn put_hpa(&mut self, key: (String, String), h: HpaSeen) {
+        self.hpa_targets
+            .entry(h.target.clone())
+            .or_default()
+            .insert(key.clone());
+        self.hpas.insert(key, h);
+    }
+
+    fn take_hpa(&mut self, key: &(String, String)) -> Option<HpaSeen> {
+        let h = self.hpas.remove(key)?;
+        unindex(&mut self.hpa_targets, &h.target, key);
+        Some(h)
+    }
+
     pub fn new(cfg: KeyConfig) -> View {
         View {
             cfg,
@@ -203,7 +245,7 @@ impl View {
         } else {
             None
         };
-        let old = self.workloads.remove(&wref);
+        let old = self.take_workload(&wref);
         add(&mut touched, old.as_ref().map(|s| s.quota.as_str()));
         let mut models_changed = old.is_none();
         if let Some(q) = bound {
@@ -213,7 +255,7 @@ impl View {
                 .is_some_and(|o| o.models != models || o.quota != q);
             let priority = old.as_ref().map_or(0, |o| o.info.priority);
             add(&mut touched, Some(&q));
-            self.workloads.insert(
+            self.put_workload(
                 wref.clone(),
                 Seen {
                     quota: q,
@@ -251,7 +293,7 @@ impl View {
         self.owners.remove(&key);
         let wref = adapter.workload_ref(namespace, name);
         let mut touched = BTreeSet::new();
-        if let Some(old) = self.workloads.remove(&wref) {
+        if let Some(old) = self.take_workload(&wref) {
             touched.insert(old.quota);
         }
         touched.extend(self.reresolve(&wref, now_ms));
@@ -404,6 +446,11 @@ impl View {
             }
             return touched;
         }
+        if p.unschedulable {
+            self.unschedulable.insert(uid.clone());
+        } else {
+            self.unschedulable.remove(&uid);
+        }
         self.pods.insert(uid, p);
         touched
     }
@@ -412,6 +459,7 @@ impl View {
     /// earlier), and its quota must accrue the last stretch.
     pub fn delete_pod(&mut self, uid: &str, now_ms: i64) -> BTreeSet<String> {
         let mut touched = BTreeSet::new();
+        self.unschedulable.remove(uid);
         if let Some(mut p) = self.pods.remove(uid) {
             if p.unschedulable {
                 if let Some(w) = self.workloads.get(&p.workload) {
@@ -504,12 +552,12 @@ impl View {
             .filter(|a| a.scalable)
             .map(|a| a.workload_ref(&h.meta.namespace, &h.target_name));
         let mut touched = BTreeSet::new();
-        if let Some(old) = self.hpas.remove(&key) {
+        if let Some(old) = self.take_hpa(&key) {
             add(&mut touched, self.quota_of(&old.target));
         }
         if let Some(target) = target {
             add(&mut touched, self.quota_of(&target));
-            self.hpas.insert(
+            self.put_hpa(
                 key,
                 HpaSeen {
                     target,
@@ -525,7 +573,7 @@ impl View {
 
     pub fn delete_hpa(&mut self, namespace: &str, name: &str) -> BTreeSet<String> {
         let mut touched = BTreeSet::new();
-        if let Some(old) = self.hpas.remove(&(namespace.to_string(), name.to_string())) {
+        if let Some(old) = self.take_hpa(&(namespace.to_string(), name.to_string())) {
             add(&mut touched, self.quota_of(&old.target));
         }
         touched
@@ -540,13 +588,12 @@ impl View {
     /// the reservation of an HPA on each) and its pods' runs.
     pub fn snapshot(&self, quota: &str) -> Snapshot {
         let mut observed = BTreeMap::new();
-        for (wref, s) in self.workloads.iter().filter(|(_, s)| s.quota == quota) {
+        for (wref, s) in self.workloads_in(quota) {
             let hpa = self
-                .hpas
-                .values()
-                .filter(|h| &h.target == wref)
-                .map(|h| h.charge.clone())
-                .min_by(|a, b| a.name.cmp(&b.name));
+                .hpa_targets
+                .get(wref)
+                .and_then(|keys| keys.iter().filter_map(|k| self.hpas.get(k)).next())
+                .map(|h| h.charge.clone());
             observed.insert(
                 wref.clone(),
                 Observed {
@@ -561,22 +608,33 @@ impl View {
         }
     }
 
+    fn workloads_in<'a>(
+        &'a self,
+        quota: &str,
+    ) -> impl Iterator<Item = (&'a String, &'a Seen)> + 'a {
+        self.by_quota
+            .get(quota)
+            .into_iter()
+            .flatten()
+            .filter_map(|w| self.workloads.get_key_value(w))
+    }
+
     /// The governed workloads bound to `quota`, for reclaim.
     pub fn workloads_of(&self, quota: &str) -> Vec<(String, Vec<PodSet>, WorkloadInfo)> {
-        let mut out: Vec<_> = self
-            .workloads
-            .iter()
-            .filter(|(_, s)| s.quota == quota)
+        self.workloads_in(quota)
             .map(|(r, s)| (r.clone(), s.pod_sets.clone(), s.info.clone()))
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
+            .collect()
     }
 
     /// Usage of the unschedulable pods of workloads bound to `quota`.
     pub fn unschedulable_usage(&self, quota: &str) -> quota::ResourceList {
         let mut out = quota::ResourceList::new();
-        for p in self.pods.values().filter(|p| p.unschedulable) {
+        for p in self
+            .unschedulable
+            .iter()
+            .filter_map(|u| self.pods.get(u))
+            .filter(|p| p.unschedulable)
+        {
             if let Some(seen) = self.workloads.get(&p.workload).filter(|s| s.quota == quota) {
                 let models = Models::from_labels(&seen.info.labels, &p.labels);
                 quota::resources::add_into(&mut out, &p.facts.usage(&models, &self.cfg));
