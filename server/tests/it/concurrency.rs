@@ -221,3 +221,106 @@ async fn a_release_on_one_replica_is_seen_by_the_other() {
     assert_eq!(r["allowed"], true, "{r}");
     assert_eq!(b.used("pool", "requests.nvidia.com/gpu").await, "2");
 }
+
+/// Borrowing under load: two children with `max` borrow the parent's idle
+/// capacity through two replicas at once. No idle unit is lent twice: the
+/// loans live in the parent's status and are compare-and-swapped there.
+#[tokio::test]
+async fn two_replicas_never_lend_the_same_idle_unit() {
+    let db = fresh_postgres().await;
+    let a = Arc::new(Server::start(&db).await);
+    let b = Arc::new(Server::start(&db).await);
+    a.create_quota(
+        "pool",
+        "",
+        json!({"requests.nvidia.com/gpu": "20", "pods": "1000"}),
+    )
+    .await;
+    for child in ["user-a", "user-b"] {
+        let (s, v) = a
+            .api(
+                reqwest::Method::POST,
+                "/api/v1/quotas",
+                Some(
+                    json!({"metadata": {"name": child}, "spec": {"parent": "pool",
+                    "hard": {"requests.nvidia.com/gpu": "5", "pods": "100"},
+                    "max": {"requests.nvidia.com/gpu": "20"}}}),
+                ),
+            )
+            .await;
+        assert_eq!(s, reqwest::StatusCode::CREATED, "{v}");
+    }
+    // 2 × 30 one-card Deployments: each child alone could take all 20.
+    let sem = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..60 {
+        let server = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let quota = if (i / 2) % 2 == 0 { "user-a" } else { "user-b" };
+        let sem = sem.clone();
+        tasks.spawn(async move {
+            let _p = sem.acquire().await.unwrap();
+            let name = format!("d{i}");
+            let r = server
+                .review(
+                    "/validate/workloads",
+                    &review(
+                        "deployment-create.json",
+                        &format!("uid-{i}"),
+                        Some(deployment(&name, quota, 1, 1)),
+                        None,
+                    ),
+                )
+                .await;
+            (quota, r)
+        });
+    }
+    let mut admitted: std::collections::BTreeMap<&str, i64> = Default::default();
+    while let Some(res) = tasks.join_next().await {
+        let (quota, r) = res.unwrap();
+        if r["allowed"] == true {
+            *admitted.entry(quota).or_default() += 1;
+        } else {
+            let code = r["status"]["code"].as_i64();
+            assert!(matches!(code, Some(403) | Some(429)), "{r}");
+        }
+    }
+    let total: i64 = admitted.values().sum();
+    assert!(total <= 20, "over-admitted: {admitted:?}");
+    assert!(
+        total >= 15,
+        "borrowing works under contention: {admitted:?}"
+    );
+    let pool = a.quota("pool").await;
+    let mut claimed = 0i64;
+    for child in ["user-a", "user-b"] {
+        let q = a.quota(child).await;
+        let used: i64 = q["status"]["used"]["requests.nvidia.com/gpu"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(
+            used,
+            admitted.get(child).copied().unwrap_or(0),
+            "ledger == admitted for {child}: {q}"
+        );
+        assert_eq!(
+            q["status"]["workloads"].as_object().unwrap().len() as i64,
+            used
+        );
+        let loan: i64 = pool["status"]["loans"][child]["amount"]["requests.nvidia.com/gpu"]
+            .as_str()
+            .unwrap_or("0")
+            .parse()
+            .unwrap();
+        assert!(
+            used <= 5 + loan,
+            "{child} uses {used} with a loan of {loan}: {pool}"
+        );
+        claimed += used.min(5) + loan;
+    }
+    assert!(
+        claimed <= 20,
+        "loans never exceed the idle capacity: {pool}"
+    );
+}
