@@ -15,8 +15,9 @@
 #     bizrq pods mount.
 #  4. caBundle = the CA, patched into every webhook entry of the
 #     ValidatingWebhookConfiguration bizrq.
-#  5. A rolling restart of deployment/bizrq when it was already running
-#     (bizrq reads its certificate at start), so a renewal takes effect.
+#  5. A rolling restart of deployment/bizrq when it was already running,
+#     so a renewal takes effect at once (bizrq also re-reads the mounted
+#     certificate every 30 s, once the kubelet has updated the Secret).
 #
 # Re-run it to renew (before the serving certificate expires: it prints the
 # date). It is idempotent. The CA key lives only in the Secret

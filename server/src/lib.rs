@@ -56,6 +56,7 @@ pub struct Running {
     webhook_handle: axum_server::Handle<SocketAddr>,
     http_shutdown: tokio::sync::watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    cert_reload: Option<JoinHandle<()>>,
     resync_task: JoinHandle<()>,
     /// Cluster mode: the Lease to give up on shutdown.
     lease: Option<(kube::Client, LeaseConfig)>,
@@ -64,6 +65,9 @@ pub struct Running {
 impl Running {
     pub async fn shutdown(self) {
         self.resync_task.abort();
+        if let Some(t) = &self.cert_reload {
+            t.abort();
+        }
         if let Some((client, lease)) = &self.lease {
             let api = kube::Api::namespaced(client.clone(), &lease.namespace);
             if let Err(e) = cluster::leader::release(&api, lease).await {
@@ -162,8 +166,18 @@ pub async fn start_with(
         token_sha256: Arc::new(token_sha256),
     };
 
+    let mut cert_reload = None;
     let (tls_config, self_signed_cert) = match (&args.tls_cert, &args.tls_key) {
-        (Some(c), Some(k)) => (tls::load(c, k).await?, None),
+        (Some(c), Some(k)) => {
+            let config = tls::load(c, k).await?;
+            cert_reload = Some(tokio::spawn(tls::reload_on_change(
+                config.clone(),
+                c.clone(),
+                k.clone(),
+                Duration::from_secs(30),
+            )));
+            (config, None)
+        }
         _ => {
             let (c, pem) = tls::self_signed().await?;
             (c, Some(pem))
@@ -256,6 +270,7 @@ pub async fn start_with(
         webhook_handle,
         http_shutdown,
         tasks: vec![http_task, webhook_task],
+        cert_reload,
         resync_task,
         lease,
     })
