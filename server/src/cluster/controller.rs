@@ -177,6 +177,10 @@ impl Controller {
 
     fn enqueue(&self, touched: BTreeSet<String>) {
         self.queue.extend(touched);
+        self.gauges();
+    }
+
+    fn gauges(&self) {
         self.service
             .metrics
             .queue_depth
@@ -640,6 +644,7 @@ impl Controller {
             let started = std::time::Instant::now();
             let result = self.reconcile(&name).await;
             self.queue.done(&name);
+            self.gauges();
             self.service
                 .metrics
                 .quota_reconcile_duration
@@ -687,6 +692,7 @@ impl Controller {
         let standings = Standing::of_all(kids.iter().map(|s| &s.quota));
         let prices = self.service.prices;
         let mut exhausted: Vec<String> = Vec::new();
+        let mut paid_to: Option<i64> = None;
         let result = self
             .service
             .update_status(name, false, |q| {
@@ -700,6 +706,10 @@ impl Controller {
                     }
                 }
                 let before = q.status.clone();
+                paid_to = before
+                    .last_reconcile_time
+                    .as_deref()
+                    .and_then(quota::time::parse_rfc3339);
                 let intervals = snap.intervals();
                 let out = quota::reconcile::reconcile(
                     q,
@@ -729,6 +739,10 @@ impl Controller {
         if written || !has_cash {
             // Accrued up to `now` (or nothing to accrue): ended runs are paid.
             self.view.lock().unwrap().settle(name, now);
+        } else if let Some(paid_to) = paid_to {
+            // Nothing written: runs that ended by the window's stored start
+            // were paid by an earlier write.
+            self.view.lock().unwrap().settle(name, paid_to);
         }
         for key in exhausted {
             self.events.emit(Notice {

@@ -24,13 +24,19 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> Cluster {
-        let fake = FakeApi::new();
-        let dir = tempfile::tempdir().unwrap();
+        Cluster::start_on(FakeApi::new(), tempfile::tempdir().unwrap(), T0).await
+    }
+
+    /// A replica over `fake`, its SQL database in `dir`, its clock at `at`.
+    pub async fn start_on(fake: FakeApi, dir: tempfile::TempDir, at: i64) -> Cluster {
+        if std::env::var_os("BIZRQ_LOG").is_some() {
+            bizrq::config::init_tracing(bizrq::config::LogFormat::Text);
+        }
         let mut args = bizrq::config::ServeArgs::for_tests(&crate::common::fresh_sqlite(&dir));
         args.pod_name = Some("bizrq-0".into());
         args.discovery_seconds = 1;
         args.resync_seconds = 3600;
-        let clock = Arc::new(AtomicI64::new(T0));
+        let clock = Arc::new(AtomicI64::new(at));
         let c = clock.clone();
         let running = bizrq::start_with(
             &args,
@@ -357,4 +363,101 @@ async fn the_controller_keeps_status_true_over_the_api_boundary() {
         lease["spec"]["holderIdentity"].is_null(),
         "released on shutdown: {lease}"
     );
+}
+
+/// Pod runs outlive the controller: a pod deleted while no controller runs
+/// still pays, up to the last moment the previous one was watching.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_runs_survive_a_restart() {
+    let fake = FakeApi::new();
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::common::fresh_sqlite(&dir);
+    let c = Cluster::start_on(fake.clone(), dir, T0).await;
+    c.server
+        .create_quota(
+            "team",
+            "",
+            json!({"requests.nvidia.com/gpu": "8", "cash/requests.nvidia.com/gpu": "100"}),
+        )
+        .await;
+    let d = deployment("train", "team", 1, 2);
+    let r = c
+        .server
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "u-1", Some(d.clone()), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    fake.put(d);
+    fake.put(replicaset("nlp", "train"));
+    fake.put(pod(
+        "nlp",
+        "train-1",
+        "ReplicaSet",
+        "train-7d9f",
+        2,
+        "2026-11-21T10:00:00Z",
+    ));
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 1")
+        .await;
+    c.until("team", "window opened", |q| {
+        q["status"]["lastReconcileTime"] == "2026-11-21T10:00:00.000Z"
+    })
+    .await;
+    // The controller watches on for an hour; its ledger and watermark are
+    // persisted (every 5 s).
+    c.set_clock(T0 + HOUR);
+    let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
+    let mut persisted = false;
+    for _ in 0..200 {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT value FROM settings WHERE key = 'controller_watermark_ms'")
+                .fetch_optional(&pool)
+                .await
+                .unwrap();
+        let runs: (i64,) = sqlx::query_as("SELECT count(*) FROM pod_runs")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if runs.0 == 1 && row.is_some_and(|(v,)| v == (T0 + HOUR).to_string()) {
+            persisted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(persisted, "pod run and watermark persisted");
+    pool.close().await;
+    // It stops; meanwhile the pod is deleted and nobody sees it go.
+    let Cluster {
+        running, _dir: dir, ..
+    } = c;
+    running.shutdown().await;
+    fake.remove("", "pods", "nlp", "train-1");
+    // A new controller, two hours later: the run is restored, ends at the
+    // watermark and is paid exactly once — 1 h × 2 cards, not 3 h, not 0,
+    // not twice (whether or not the first controller had already accrued
+    // its last hour) — and then leaves the ledger and the database.
+    let c = Cluster::start_on(fake.clone(), dir, T0 + 3 * HOUR).await;
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 0")
+        .await;
+    let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
+    let mut gone = false;
+    for _ in 0..200 {
+        let runs: (i64,) = sqlx::query_as("SELECT count(*) FROM pod_runs")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if runs.0 == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        gone,
+        "the paid run is deleted from the database (it was loaded)"
+    );
+    let q = c.fake.quota("team");
+    assert_eq!(used(&q, "cash/requests.nvidia.com/gpu"), "2", "{q}");
 }
