@@ -1,6 +1,8 @@
 //! bizrq's portal UI (Leptos). Components render on the server (`ssr`); every
 //! page works as plain HTML with JavaScript disabled.
 
+pub mod charts;
+
 use quota::resources;
 use quota::Quota;
 

@@ -1,0 +1,1612 @@
+//! The portal's charts: pure functions from usage samples to inline SVG drawn
+//! with plotters, and the exact cash forecast the burn-down shows.
+//!
+//! Quantities stay exact (`i128` nano-units, integer milliseconds) through
+//! every decision; they become `f64` only on their way to a pixel. The SVG
+//! has no XML declaration, a `viewBox` and `width="100%"`, so it can be
+//! inlined in a page and scale with it; the same input gives the same bytes.
+
+use plotters::coord::combinators::WithKeyPoints;
+use plotters::coord::types::{RangedCoordf64, RangedCoordi64};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use quota::keys::{self, Key, KeyConfig};
+use quota::quantity::NANO;
+use quota::{resources, Quantity, ResourceList};
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::ops::Range;
+
+const MS_PER_MIN: i64 = 60_000;
+const MS_PER_HOUR: i64 = 3_600_000;
+const MS_PER_DAY: i64 = 86_400_000;
+
+/// How far back the burn-down looks to measure the burn rate.
+pub const FORECAST_WINDOW_MS: i64 = 24 * MS_PER_HOUR;
+
+/// One stored usage sample of a quota (the server converts its own rows).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    pub at_ms: i64,
+    pub hard: ResourceList,
+    pub used: ResourceList,
+    pub self_used: ResourceList,
+}
+
+/// How a key's amounts are shown: nano-units per display unit, and the
+/// unit's name. Bytes show as GiB; cash keys are resource-hours.
+pub fn unit_of(key: &str) -> (i128, &'static str) {
+    const GIB: i128 = 1 << 30;
+    let cfg = KeyConfig::default();
+    let resource = Key::parse(key, &cfg)
+        .map(|k| k.resource)
+        .unwrap_or_default();
+    let (per, unit, cash_unit) = match resource.as_str() {
+        "cpu" => (1, "cores", "core-hours"),
+        "memory" | "ephemeral-storage" => (GIB, "GiB", "GiB-hours"),
+        r if r.starts_with("hugepages-") => (GIB, "GiB", "GiB-hours"),
+        "pods" => (1, "pods", "pod-hours"),
+        r if cfg.is_gpu(r) => (1, "cards", "card-hours"),
+        _ => (1, "units", "unit-hours"),
+    };
+    let cash = key.starts_with(keys::CASH_PREFIX);
+    (per * NANO, if cash { cash_unit } else { unit })
+}
+
+// ---------------------------------------------------------------------------
+// Forecast
+
+/// When a cash budget runs out at the recent burn rate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Forecast {
+    pub key: String,
+    pub now_ms: i64,
+    /// hard − spent at the latest sample (`as_of_ms`); negative when overspent.
+    pub remaining: Quantity,
+    pub as_of_ms: Option<i64>,
+    /// Spent from `burn_from_ms` to `as_of_ms`: the rate is exactly
+    /// `burned / (as_of_ms − burn_from_ms)`.
+    pub burned: Quantity,
+    pub burn_from_ms: Option<i64>,
+    /// `burned` per hour, rounded down to the nano-unit (for display).
+    pub burn_per_hour: Quantity,
+    /// None when nothing is burning (or the burn cannot be measured).
+    pub exhausted_at_ms: Option<i64>,
+    pub days_left: Option<f64>,
+}
+
+impl Forecast {
+    /// One sentence for the overview, e.g. "cash/requests.nvidia.com/gpu runs
+    /// out in 3.2 days (2026-11-24), burning 12.5 card-hours/h".
+    pub fn describe(&self) -> String {
+        let k = &self.key;
+        let (per, unit) = unit_of(k);
+        let rem = self.remaining.nanos();
+        if self.as_of_ms.is_none() {
+            return format!("{k}: no usage recorded yet");
+        }
+        if rem < 0 {
+            return format!(
+                "{k} has run out: {} {unit} over budget",
+                decimal(-rem, per, 2)
+            );
+        }
+        if rem == 0 {
+            return format!("{k} has run out: budget spent");
+        }
+        match self.exhausted_at_ms {
+            Some(at) => {
+                let days = decimal(
+                    at.saturating_sub(self.now_ms).max(0) as i128,
+                    MS_PER_DAY as i128,
+                    1,
+                );
+                let noun = if days == "1" { "day" } else { "days" };
+                format!(
+                    "{k} runs out in {days} {noun} ({}), burning {} {unit}/h",
+                    date(at),
+                    decimal(self.burn_per_hour.nanos(), per, 2)
+                )
+            }
+            None => format!("{k}: {} {unit} left, not burning", decimal(rem, per, 2)),
+        }
+    }
+}
+
+/// Forecasts when `cash_key` runs out, from the burn over the last
+/// `window_ms` before `now_ms`.
+///
+/// The rate is the first/last difference of the spent counter, not a
+/// least-squares fit: cash spent is an exact cumulative counter (accrued to
+/// the nano-unit), so the difference over the window *is* the window's
+/// average burn, with no noise to fit away; a fit would only re-weight the
+/// middle of the window and need sums of squares that risk overflowing. If
+/// the window holds one sample, the sample just before it is the start; a
+/// drop in spent (a budget period reset) starts the window after the drop.
+pub fn forecast(samples: &[Sample], cash_key: &str, now_ms: i64, window_ms: i64) -> Forecast {
+    let mut f = Forecast {
+        key: cash_key.to_string(),
+        now_ms,
+        remaining: Quantity::ZERO,
+        as_of_ms: None,
+        burned: Quantity::ZERO,
+        burn_from_ms: None,
+        burn_per_hour: Quantity::ZERO,
+        exhausted_at_ms: None,
+        days_left: None,
+    };
+    // (at, hard, spent) up to now, in time order.
+    let pts: Vec<(i64, i128, i128)> = sorted(samples)
+        .into_iter()
+        .filter(|s| s.at_ms <= now_ms)
+        .map(|s| {
+            (
+                s.at_ms,
+                resources::get(&s.hard, cash_key).nanos(),
+                resources::get(&s.used, cash_key).nanos(),
+            )
+        })
+        .collect();
+    let Some(&(t_last, hard, spent)) = pts.last() else {
+        return f;
+    };
+    let remaining = hard.saturating_sub(spent);
+    f.as_of_ms = Some(t_last);
+    f.remaining = Quantity::from_nanos(remaining);
+    if remaining <= 0 {
+        f.exhausted_at_ms = Some(now_ms);
+        f.days_left = Some(0.0);
+        return f;
+    }
+    let Some(i0) = burn_start(&pts, now_ms.saturating_sub(window_ms)) else {
+        return f;
+    };
+    let (t0, _, s0) = pts[i0];
+    let (burned, span) = (spent - s0, (t_last - t0) as i128);
+    f.burned = Quantity::from_nanos(burned);
+    f.burn_from_ms = Some(t0);
+    f.burn_per_hour = Quantity::from_nanos(mul_div_floor(burned, MS_PER_HOUR as i128, span));
+    if burned > 0 {
+        // remaining / (burned / span), in whole milliseconds after the sample.
+        let ms = mul_div_floor(remaining, span, burned);
+        let at = (t_last as i128).saturating_add(ms).min(i64::MAX as i128) as i64;
+        f.exhausted_at_ms = Some(at);
+        f.days_left = Some(at.saturating_sub(now_ms).max(0) as f64 / MS_PER_DAY as f64);
+    }
+    f
+}
+
+/// Index of the sample the burn is measured from, or None when fewer than
+/// two usable samples lie in the window.
+fn burn_start(pts: &[(i64, i128, i128)], from_ms: i64) -> Option<usize> {
+    let last = pts.len().checked_sub(1)?;
+    let mut i0 = pts.partition_point(|p| p.0 < from_ms);
+    if i0 > last {
+        return None; // nothing recorded in the window: the burn is unknown
+    }
+    if i0 == last {
+        i0 = last.checked_sub(1)?;
+    }
+    if let Some(j) = (i0 + 1..=last).rev().find(|&j| pts[j].2 < pts[j - 1].2) {
+        i0 = j;
+    }
+    (i0 < last && pts[i0].0 < pts[last].0).then_some(i0)
+}
+
+/// ⌊a·b/c⌋ for c > 0, exact while a·b fits in i128 and close beyond.
+fn mul_div_floor(a: i128, b: i128, c: i128) -> i128 {
+    match a.checked_mul(b) {
+        Some(p) => p.div_euclid(c),
+        None => a
+            .div_euclid(c)
+            .saturating_mul(b)
+            .saturating_add(a.rem_euclid(c).saturating_mul(b) / c),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Charts
+
+/// Used over time with hard as a step line; breaks the lines across gaps.
+pub fn usage_chart(samples: &[Sample], key: &str, width: u32, height: u32) -> String {
+    let title = format!("{key}: used and hard");
+    let pts = sorted(samples);
+    if pts.is_empty() {
+        return message_svg("chart-usage", &title, "no data yet", width, height);
+    }
+    let (per, unit) = unit_of(key);
+    let times: Vec<i64> = pts.iter().map(|s| s.at_ms).collect();
+    let used: Vec<(i64, f64)> = pts
+        .iter()
+        .map(|s| (s.at_ms, to_f64(resources::get(&s.used, key).nanos(), per)))
+        .collect();
+    let hard: Vec<Option<i128>> = pts
+        .iter()
+        .map(|s| s.hard.get(key).map(Quantity::nanos))
+        .collect();
+    let (t0, t1) = time_span(times[0], times[times.len() - 1]);
+    let top = used
+        .iter()
+        .map(|p| p.1)
+        .chain(hard.iter().flatten().map(|h| to_f64(*h, per)))
+        .fold(0.0, f64::max);
+    let legend = [("used", Swatch::Area(USED)), ("hard", Swatch::Line(HARD))];
+    render(
+        "chart-usage",
+        &title,
+        None,
+        width,
+        height,
+        &legend,
+        |root, top_px| {
+            let mut chart = time_chart(root, top_px, t0..t1, 0.0..headroom(top), unit)?;
+            let cols = chart.plotting_area().dim_in_pixel().0 as usize;
+            for seg in segments(&times) {
+                draw_line_with_area(
+                    &mut chart,
+                    &decimate(&used[seg.clone()], t0, t1, cols),
+                    USED,
+                    0.0,
+                )?;
+                for run in hard_steps(&times[seg.clone()], &hard[seg], per) {
+                    draw_line(&mut chart, &run, HARD)?;
+                }
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Remaining cash budget over time, with a dashed forecast from the latest
+/// sample to the exhaustion date at the burn of the last 24 hours.
+pub fn burn_down_chart(
+    samples: &[Sample],
+    cash_key: &str,
+    now_ms: i64,
+    width: u32,
+    height: u32,
+) -> String {
+    let title = format!("{cash_key}: remaining budget");
+    let pts: Vec<&Sample> = sorted(samples)
+        .into_iter()
+        .filter(|s| s.at_ms <= now_ms)
+        .collect();
+    if pts.is_empty() {
+        return message_svg("chart-burn-down", &title, "no data yet", width, height);
+    }
+    let f = forecast(samples, cash_key, now_ms, FORECAST_WINDOW_MS);
+    let (per, unit) = unit_of(cash_key);
+    let times: Vec<i64> = pts.iter().map(|s| s.at_ms).collect();
+    let rem: Vec<(i64, f64)> = pts
+        .iter()
+        .map(|s| {
+            let left = resources::get(&s.hard, cash_key)
+                .nanos()
+                .saturating_sub(resources::get(&s.used, cash_key).nanos());
+            (s.at_ms, to_f64(left, per))
+        })
+        .collect();
+    let (t_first, t_last) = (times[0], times[times.len() - 1]);
+    let last = rem[rem.len() - 1];
+    // Show at most as much future as there is history (a day at least), so
+    // a far-off date does not squash the history into a sliver.
+    let horizon = (t_last - t_first).max(MS_PER_DAY);
+    // Where the forecast ends and how it is labelled. Labels sit where the
+    // descending lines are not: at the top beside a date line, or below-left
+    // of the line's end.
+    let (forecast_line, mark, t_end) = match f.exhausted_at_ms {
+        _ if f.remaining.nanos() <= 0 => (
+            None,
+            Mark::Date(now_ms, "exhausted".to_string()),
+            now_ms + horizon / 20,
+        ),
+        Some(at) if at.saturating_sub(now_ms) <= horizon => {
+            let end = at.max(now_ms);
+            (
+                Some(vec![last, (end, 0.0)]),
+                Mark::Date(end, format!("runs out {}", date(at))),
+                end + (end - t_first) / 20,
+            )
+        }
+        Some(at) => {
+            let end = now_ms + horizon;
+            let v = last.1 * (1.0 - (end - t_last) as f64 / (at - t_last) as f64);
+            (
+                Some(vec![last, (end, v)]),
+                Mark::End((end, v), format!("runs out {} →", date(at)), VPos::Top),
+                end,
+            )
+        }
+        None => {
+            let end = now_ms + horizon / 10;
+            (
+                Some(vec![last, (end, last.1)]),
+                Mark::End((end, last.1), "not burning".into(), VPos::Bottom),
+                end,
+            )
+        }
+    };
+    let (t0, t1) = time_span(t_first, t_end.max(t_last));
+    let lo = rem.iter().map(|p| p.1).fold(0.0, f64::min);
+    let hi = rem.iter().map(|p| p.1).fold(0.0, f64::max);
+    let y = if lo < 0.0 {
+        lo * 1.1..headroom(hi)
+    } else {
+        0.0..headroom(hi)
+    };
+    let legend = [
+        ("remaining", Swatch::Area(USED)),
+        ("forecast (24 h burn)", Swatch::Dashed(WARN)),
+    ];
+    let summary = f.describe();
+    render(
+        "chart-burn-down",
+        &title,
+        Some(&summary),
+        width,
+        height,
+        &legend,
+        |root, top_px| {
+            let mut chart = time_chart(root, top_px, t0..t1, y.clone(), unit)?;
+            let cols = chart.plotting_area().dim_in_pixel().0 as usize;
+            if y.start < 0.0 {
+                draw_line(&mut chart, &[(t0, 0.0), (t1, 0.0)], FG)?;
+            }
+            chart.draw_series(DashedLineSeries::new(
+                vec![(now_ms, y.start), (now_ms, y.end)],
+                3,
+                3,
+                MUTED.stroke_width(1),
+            ))?;
+            chart.draw_series(std::iter::once(
+                EmptyElement::at((now_ms, y.end))
+                    + Text::new(
+                        "now",
+                        (4, 2),
+                        font(LABEL, MUTED).pos(Pos::new(HPos::Left, VPos::Top)),
+                    ),
+            ))?;
+            for seg in segments(&times) {
+                draw_line_with_area(&mut chart, &decimate(&rem[seg], t0, t1, cols), USED, 0.0)?;
+            }
+            if let Some(line) = forecast_line {
+                chart.draw_series(DashedLineSeries::new(line, 6, 4, WARN.stroke_width(2)))?;
+            }
+            match mark {
+                Mark::Date(at, label) => {
+                    chart.draw_series(DashedLineSeries::new(
+                        vec![(at, y.start), (at, y.end)],
+                        3,
+                        3,
+                        WARN.stroke_width(1),
+                    ))?;
+                    chart.draw_series(std::iter::once(
+                        EmptyElement::at((at, 0.0)) + Circle::new((0, 0), 4, WARN.filled()),
+                    ))?;
+                    chart.draw_series(std::iter::once(
+                        EmptyElement::at((at, y.end))
+                            + Text::new(
+                                label,
+                                (-4, 18),
+                                font(LABEL, FG).pos(Pos::new(HPos::Right, VPos::Top)),
+                            ),
+                    ))?;
+                }
+                Mark::End(at, label, v) => {
+                    let dy = if matches!(v, VPos::Top) { 6 } else { -6 };
+                    chart.draw_series(std::iter::once(
+                        EmptyElement::at(at)
+                            + Circle::new((0, 0), 4, WARN.filled())
+                            + Text::new(
+                                label,
+                                (-6, dy),
+                                font(LABEL, FG).pos(Pos::new(HPos::Right, v)),
+                            ),
+                    ))?;
+                }
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Horizontal bars of the models under a generic key (`A100`, `V100`, … under
+/// `requests.nvidia.com/gpu`): used against hard where a model has one, plus
+/// what the generic key counts that no model accounts for.
+pub fn model_breakdown_chart(
+    used: &ResourceList,
+    hard: &ResourceList,
+    generic_key: &str,
+    width: u32,
+    height: u32,
+) -> String {
+    let (per, unit) = unit_of(generic_key);
+    let generic_used = resources::get(used, generic_key).nanos();
+    let generic_hard = hard.get(generic_key).map(Quantity::nanos);
+    let title = match generic_hard {
+        Some(h) => format!(
+            "{generic_key} by model: {} / {} {unit}",
+            decimal(generic_used, per, 2),
+            decimal(h, per, 2)
+        ),
+        None => format!(
+            "{generic_key} by model: {} {unit} used",
+            decimal(generic_used, per, 2)
+        ),
+    };
+    let prefix = format!("{generic_key}.");
+    let model_of = |k: &'_ str| -> Option<String> {
+        k.strip_prefix(&prefix)
+            .filter(|m| keys::is_model_name(m))
+            .map(str::to_string)
+    };
+    let mut models: BTreeMap<String, (i128, Option<i128>)> = BTreeMap::new();
+    for (k, q) in used {
+        if let Some(m) = model_of(k) {
+            models.entry(m).or_default().0 = q.nanos();
+        }
+    }
+    for (k, q) in hard {
+        if let Some(m) = model_of(k) {
+            models.entry(m).or_default().1 = Some(q.nanos());
+        }
+    }
+    let modelled: i128 = models.values().map(|v| v.0).sum();
+    let mut rows: Vec<(String, i128, Option<i128>)> =
+        models.into_iter().map(|(m, (u, h))| (m, u, h)).collect();
+    if used.contains_key(generic_key) || hard.contains_key(generic_key) {
+        rows.push((
+            "other/unqualified".into(),
+            (generic_used - modelled).max(0),
+            None,
+        ));
+    }
+    if rows.is_empty() {
+        return message_svg("chart-models", &title, "no data yet", width, height);
+    }
+    let n = rows.len();
+    let top = rows
+        .iter()
+        .map(|r| r.1.max(r.2.unwrap_or(0)))
+        .max()
+        .unwrap_or(0);
+    // Room on the right for the value labels.
+    let x_max = if top > 0 { to_f64(top, per) * 1.3 } else { 1.0 };
+    let names: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+    let label_px = names.iter().map(|s| text_w(s, LABEL)).max().unwrap_or(0) + 14;
+    // Rows are 100 y-units tall; row i is centred at 100·(n − i) − 50 so
+    // the first model is at the top. (Integer y: plotters' f64 axis does not
+    // take a label formatter once its key points are given.)
+    let centre = |i: usize| 100 * (n - i) as i64 - 50;
+    let legend = [("used", Swatch::Bar(OK)), ("hard", Swatch::Bar(TRACK))];
+    render(
+        "chart-models",
+        &title,
+        None,
+        width,
+        height,
+        &legend,
+        |root, top_px| {
+            let centres: Vec<i64> = (0..n).map(centre).collect();
+            let mut chart = ChartBuilder::on(root)
+                .margin_top(top_px)
+                .margin_right(16)
+                .margin_left(8)
+                .margin_bottom(6)
+                .x_label_area_size(40)
+                .y_label_area_size(label_px.clamp(40, 220) as u32)
+                .build_cartesian_2d(0.0..x_max, (0..100 * n as i64).with_key_points(centres))?;
+            let name_at = |v: &i64| {
+                let i = n as i64 - 1 - v.div_euclid(100);
+                usize::try_from(i)
+                    .ok()
+                    .and_then(|i| names.get(i))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .bold_line_style(GRID)
+                .light_line_style(TRANSPARENT)
+                .axis_style(MUTED)
+                .label_style(font(LABEL, MUTED))
+                .axis_desc_style(font(LABEL, FG))
+                .x_labels(6)
+                .x_label_formatter(&|v| fmt_tick_value(*v))
+                .y_label_formatter(&name_at)
+                .x_desc(unit)
+                .draw()?;
+            for (i, (_, u, h)) in rows.iter().enumerate() {
+                let y = centre(i);
+                let uf = to_f64(*u, per);
+                if let Some(h) = h {
+                    chart.draw_series(std::iter::once(Rectangle::new(
+                        [(0.0, y - 30), (to_f64(*h, per), y + 30)],
+                        TRACK.filled(),
+                    )))?;
+                }
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(0.0, y - 30), (uf, y + 30)],
+                    bar_colour(*u, *h).filled(),
+                )))?;
+                // The hard tick goes on top, so an overrun bar still shows it.
+                if let Some(h) = h {
+                    let hf = to_f64(*h, per);
+                    chart.draw_series(std::iter::once(PathElement::new(
+                        vec![(hf, y - 40), (hf, y + 40)],
+                        FG.stroke_width(2),
+                    )))?;
+                }
+                let label = match h {
+                    Some(h) => format!("{} / {}", decimal(*u, per, 2), decimal(*h, per, 2)),
+                    None => decimal(*u, per, 2),
+                };
+                let end = uf.max(h.map_or(0.0, |h| to_f64(h, per)));
+                chart.draw_series(std::iter::once(
+                    EmptyElement::at((end, y))
+                        + Text::new(
+                            label,
+                            (6, 0),
+                            font(LABEL, FG).pos(Pos::new(HPos::Left, VPos::Center)),
+                        ),
+                ))?;
+            }
+            Ok(())
+        },
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Drawing helpers
+
+type Area<'b> = DrawingArea<SVGBackend<'b>, Shift>;
+type TimeChart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<WithKeyPoints<RangedCoordi64>, RangedCoordf64>>;
+type Drawn<T = ()> = Result<T, Box<dyn Error>>;
+
+// The console palette (style/bizrq.css).
+const FG: RGBColor = RGBColor(0x1d, 0x23, 0x30);
+const MUTED: RGBColor = RGBColor(0x66, 0x70, 0x85);
+const GRID: RGBColor = RGBColor(0xe4, 0xe7, 0xec);
+const TRACK: RGBColor = RGBColor(0xd0, 0xd5, 0xdd);
+const USED: RGBColor = RGBColor(0x2e, 0x90, 0xfa);
+const HARD: RGBColor = RGBColor(0xd9, 0x2d, 0x20);
+const OK: RGBColor = RGBColor(0x12, 0xb7, 0x6a);
+const WARN: RGBColor = RGBColor(0xf7, 0x90, 0x09);
+const BAD: RGBColor = RGBColor(0xd9, 0x2d, 0x20);
+
+const MIN_W: u32 = 240;
+const MIN_H: u32 = 160;
+
+/// How the burn-down marks the forecast: a date line with its label at the
+/// top, or a label at the end of the forecast line (above or below it).
+enum Mark {
+    Date(i64, String),
+    End((i64, f64), String, VPos),
+}
+
+enum Swatch {
+    Line(RGBColor),
+    Dashed(RGBColor),
+    Area(RGBColor),
+    Bar(RGBColor),
+}
+
+/// Plotters writes a font of size `s` as `s / 1.24` px: these print whole.
+const LABEL: f64 = 13.64; // 11 px
+const TITLE: f64 = 17.36; // 14 px
+
+fn font(size: f64, colour: RGBColor) -> TextStyle<'static> {
+    let style = ("sans-serif", size).into_font();
+    TextStyle {
+        font: style,
+        color: colour.to_backend_color(),
+        pos: Pos::new(HPos::Left, VPos::Top),
+    }
+}
+
+/// Rough width in pixels of `text` at plotters font `size` (no font metrics
+/// without ttf; the SVG backend writes size / 1.24 px).
+fn text_w(text: &str, size: f64) -> i32 {
+    (text.chars().count() as f64 * size / 1.24 * 0.56).ceil() as i32
+}
+
+/// Draws the frame (background, title, legend) and then `body`, and wraps
+/// the result as inline SVG. A drawing error becomes a message, not a panic.
+fn render(
+    class: &str,
+    title: &str,
+    summary: Option<&str>,
+    width: u32,
+    height: u32,
+    legend: &[(&str, Swatch)],
+    body: impl FnOnce(&Area<'_>, u32) -> Drawn,
+) -> String {
+    let (w, h) = (width.max(MIN_W), height.max(MIN_H));
+    let mut buf = String::new();
+    let drawn: Drawn = (|| {
+        let root = SVGBackend::with_string(&mut buf, (w, h)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let top = header(&root, w, title, legend)?;
+        body(&root, top)?;
+        root.present()?;
+        Ok(())
+    })();
+    match drawn {
+        Ok(()) => {
+            let body = buf.split_once('\n').map_or("", |(_, rest)| rest);
+            let label = match summary {
+                Some(s) => format!("{title}. {s}"),
+                None => title.to_string(),
+            };
+            format!("{}{body}", svg_open(class, &label, w, h))
+        }
+        Err(e) => message_svg(
+            class,
+            title,
+            &format!("chart could not be drawn: {e}"),
+            w,
+            h,
+        ),
+    }
+}
+
+fn svg_open(class: &str, title: &str, w: u32, h: u32) -> String {
+    let t = escape(title);
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart {class}\" viewBox=\"0 0 {w} {h}\" width=\"100%\" role=\"img\" aria-label=\"{t}\">\n<title>{t}</title>\n"
+    )
+}
+
+/// A chart-sized frame holding the title and a message ("no data yet").
+fn message_svg(class: &str, title: &str, message: &str, width: u32, height: u32) -> String {
+    let (w, h) = (width.max(MIN_W), height.max(MIN_H));
+    format!(
+        "{}<rect x=\"0\" y=\"0\" width=\"{w}\" height=\"{h}\" fill=\"#FFFFFF\"/>\n\
+         <text x=\"12\" y=\"10\" dy=\"0.76em\" font-family=\"sans-serif\" font-size=\"14.5\" font-weight=\"bold\" fill=\"#1D2330\">{}</text>\n\
+         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"13\" fill=\"#667085\">{}</text>\n</svg>\n",
+        svg_open(class, &format!("{title}: {message}"), w, h),
+        escape(title),
+        w / 2,
+        h / 2,
+        escape(message)
+    )
+}
+
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Title on the left and legend on the right, or the legend on a second
+/// row when they would overlap; returns the height they take.
+fn header(root: &Area<'_>, w: u32, title: &str, legend: &[(&str, Swatch)]) -> Drawn<u32> {
+    // Shrink a long title (whole px) until it fits the width.
+    let fits = |size: f64| (text_w(title, size) as f64 * 1.1) as i32 + 24 <= w as i32;
+    let size = [TITLE, 16.12, 14.88, LABEL, 12.4]
+        .into_iter()
+        .find(|&s| fits(s))
+        .unwrap_or(12.4);
+    let bold = ("sans-serif", size).into_font().style(FontStyle::Bold);
+    root.draw(&Text::new(title.to_string(), (12, 10), bold.color(&FG)))?;
+    let entry_w = |label: &str| 16 + 5 + text_w(label, LABEL) + 14;
+    let legend_w: i32 = legend.iter().map(|(l, _)| entry_w(l)).sum();
+    let title_w = (text_w(title, size) as f64 * 1.1) as i32;
+    let (mut x, y, top) = if 12 + title_w + 24 + legend_w <= w as i32 - 12 {
+        (w as i32 - legend_w, 18, 38)
+    } else {
+        (12, 44, 62)
+    };
+    for (label, swatch) in legend {
+        match swatch {
+            Swatch::Line(c) => root.draw(&PathElement::new(
+                vec![(x, y), (x + 16, y)],
+                c.stroke_width(2),
+            ))?,
+            Swatch::Dashed(c) => {
+                root.draw(&PathElement::new(
+                    vec![(x, y), (x + 6, y)],
+                    c.stroke_width(2),
+                ))?;
+                root.draw(&PathElement::new(
+                    vec![(x + 10, y), (x + 16, y)],
+                    c.stroke_width(2),
+                ))?;
+            }
+            Swatch::Area(c) => {
+                root.draw(&Rectangle::new(
+                    [(x, y - 5), (x + 16, y + 5)],
+                    c.mix(0.15).filled(),
+                ))?;
+                root.draw(&PathElement::new(
+                    vec![(x, y - 5), (x + 16, y - 5)],
+                    c.stroke_width(2),
+                ))?;
+            }
+            Swatch::Bar(c) => {
+                root.draw(&Rectangle::new([(x, y - 5), (x + 16, y + 5)], c.filled()))?
+            }
+        }
+        root.draw(&Text::new(
+            label.to_string(),
+            (x + 21, y),
+            font(LABEL, FG).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
+        x += entry_w(label);
+    }
+    Ok(top)
+}
+
+/// A chart with time (UTC) on x, ticked at calendar boundaries, and the
+/// key's unit on y.
+fn time_chart<'a, 'b>(
+    root: &'a Area<'b>,
+    top: u32,
+    t: Range<i64>,
+    y: Range<f64>,
+    unit: &str,
+) -> Drawn<TimeChart<'a, 'b>> {
+    const Y_LABELS: u32 = 64;
+    let plot_w = root.dim_in_pixel().0.saturating_sub(Y_LABELS + 24) as usize;
+    let (ticks, step) = time_ticks(t.start, t.end, (plot_w / 64).clamp(3, 12));
+    let mut chart = ChartBuilder::on(root)
+        .margin_top(top)
+        .margin_right(24)
+        .margin_left(8)
+        .margin_bottom(6)
+        .x_label_area_size(40)
+        .y_label_area_size(Y_LABELS)
+        .build_cartesian_2d(t.clone().with_key_points(ticks), y)?;
+    let x_desc = match step {
+        Step::Ms(s) if s < MS_PER_DAY => format!("time (UTC), from {}", date(t.start)),
+        _ => "date (UTC)".to_string(),
+    };
+    chart
+        .configure_mesh()
+        .bold_line_style(GRID)
+        .light_line_style(TRANSPARENT)
+        .axis_style(MUTED)
+        .label_style(font(LABEL, MUTED))
+        .axis_desc_style(font(LABEL, FG))
+        .y_labels(6)
+        .x_label_formatter(&|t| tick_label(*t, step))
+        .y_label_formatter(&|v| fmt_tick_value(*v))
+        .x_desc(x_desc)
+        .y_desc(unit)
+        .draw()?;
+    Ok(chart)
+}
+
+fn draw_line(chart: &mut TimeChart<'_, '_>, pts: &[(i64, f64)], colour: RGBColor) -> Drawn {
+    match pts {
+        [] => {}
+        [p] => {
+            chart.draw_series(std::iter::once(Circle::new(*p, 3, colour.filled())))?;
+        }
+        _ => {
+            chart.draw_series(LineSeries::new(pts.iter().copied(), colour.stroke_width(2)))?;
+        }
+    }
+    Ok(())
+}
+
+fn draw_line_with_area(
+    chart: &mut TimeChart<'_, '_>,
+    pts: &[(i64, f64)],
+    colour: RGBColor,
+    base: f64,
+) -> Drawn {
+    if let (Some(first), Some(last)) = (pts.first(), pts.last()) {
+        if pts.len() > 1 {
+            let mut poly = pts.to_vec();
+            poly.push((last.0, base));
+            poly.push((first.0, base));
+            chart.draw_series(std::iter::once(Polygon::new(
+                poly,
+                colour.mix(0.15).filled(),
+            )))?;
+        }
+    }
+    draw_line(chart, pts, colour)
+}
+
+/// The hard line as steps: each value holds until the next sample changes
+/// it. Splits where the key had no hard (unlimited then).
+fn hard_steps(times: &[i64], hard: &[Option<i128>], per: i128) -> Vec<Vec<(i64, f64)>> {
+    let mut runs = Vec::new();
+    let mut run: Vec<(i64, f64)> = Vec::new();
+    let mut prev: Option<i128> = None;
+    for (&t, &h) in times.iter().zip(hard) {
+        match (prev, h) {
+            (_, None) => {
+                if let Some(p) = prev {
+                    run.push((t, to_f64(p, per)));
+                }
+                runs.push(std::mem::take(&mut run));
+            }
+            (None, Some(h)) => run.push((t, to_f64(h, per))),
+            (Some(p), Some(h)) if p != h => {
+                run.push((t, to_f64(p, per)));
+                run.push((t, to_f64(h, per)));
+            }
+            _ => {}
+        }
+        prev = h;
+    }
+    if let (Some(p), Some(&t)) = (prev, times.last()) {
+        if run.last().map(|l| l.0) != Some(t) {
+            run.push((t, to_f64(p, per)));
+        }
+    }
+    runs.push(run);
+    runs.retain(|r| !r.is_empty());
+    runs
+}
+
+fn bar_colour(used: i128, hard: Option<i128>) -> RGBColor {
+    match hard {
+        Some(h) if used > h => BAD,
+        Some(h) if used * 5 >= h * 4 && h > 0 => WARN,
+        _ => OK,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Series shaping
+
+fn sorted(samples: &[Sample]) -> Vec<&Sample> {
+    let mut v: Vec<&Sample> = samples.iter().collect();
+    v.sort_by_key(|s| s.at_ms);
+    v
+}
+
+fn to_f64(nanos: i128, per: i128) -> f64 {
+    nanos as f64 / per as f64
+}
+
+/// An x span that is never empty: a single instant gets an hour around it.
+fn time_span(t0: i64, t1: i64) -> (i64, i64) {
+    if t1 > t0 {
+        (t0, t1)
+    } else {
+        (t0 - MS_PER_HOUR / 2, t0 + MS_PER_HOUR / 2)
+    }
+}
+
+fn headroom(top: f64) -> f64 {
+    if top > 0.0 {
+        top * 1.1
+    } else {
+        1.0
+    }
+}
+
+/// Splits time-ordered samples where a step is a gap: longer than three
+/// times the local cadence (the upper median of up to four steps on either
+/// side). The server keeps minute, hourly and daily samples by age, so one
+/// global cadence would either break every hourly step or hide a two-hour
+/// outage; the local median follows each tier, and its upper half keeps the
+/// step where minute samples give way to hourly ones from counting as a gap.
+fn segments(times: &[i64]) -> Vec<Range<usize>> {
+    let steps: Vec<i64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut near = Vec::with_capacity(8);
+    for (i, &d) in steps.iter().enumerate() {
+        near.clear();
+        near.extend_from_slice(&steps[i.saturating_sub(4)..i]);
+        near.extend_from_slice(&steps[i + 1..(i + 5).min(steps.len())]);
+        if near.is_empty() {
+            continue;
+        }
+        near.sort_unstable();
+        let cadence = near[near.len() / 2].max(MS_PER_MIN);
+        if d > cadence.saturating_mul(3) {
+            out.push(start..i + 1);
+            start = i + 1;
+        }
+    }
+    if !times.is_empty() {
+        out.push(start..times.len());
+    }
+    out
+}
+
+/// At most four points per pixel column (first, lowest, highest, last), so
+/// a long series stays small without losing a peak.
+fn decimate(pts: &[(i64, f64)], t0: i64, t1: i64, cols: usize) -> Vec<(i64, f64)> {
+    if pts.len() <= 4 * cols.max(1) || t1 <= t0 {
+        return pts.to_vec();
+    }
+    let col = |t: i64| (t - t0) as i128 * cols as i128 / (t1 - t0) as i128;
+    let mut out = Vec::with_capacity(4 * cols);
+    let mut i = 0;
+    while i < pts.len() {
+        let c = col(pts[i].0);
+        let (mut j, mut lo, mut hi) = (i, i, i);
+        while j < pts.len() && col(pts[j].0) == c {
+            if pts[j].1 < pts[lo].1 {
+                lo = j;
+            }
+            if pts[j].1 > pts[hi].1 {
+                hi = j;
+            }
+            j += 1;
+        }
+        let mut keep = [i, lo, hi, j - 1];
+        keep.sort_unstable();
+        let mut last = usize::MAX;
+        for k in keep {
+            if k != last {
+                out.push(pts[k]);
+                last = k;
+            }
+        }
+        i = j;
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Numbers, dates and ticks
+
+/// `nanos / per` in decimal, at most `places` decimals (rounded half away
+/// from zero), trailing zeros dropped. Exact: integers only.
+fn decimal(nanos: i128, per: i128, places: u32) -> String {
+    let scale = 10i128.pow(places);
+    let r = nanos
+        .saturating_abs()
+        .saturating_mul(scale)
+        .saturating_add(per / 2)
+        / per;
+    let sign = if nanos < 0 && r != 0 { "-" } else { "" };
+    let (int, frac) = (r / scale, r % scale);
+    if frac == 0 {
+        return format!("{sign}{int}");
+    }
+    let frac = format!("{frac:0width$}", width = places as usize);
+    format!("{sign}{int}.{}", frac.trim_end_matches('0'))
+}
+
+fn fmt_tick_value(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.2}");
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        if s == "-0" {
+            "0".into()
+        } else {
+            s.into()
+        }
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Ms(i64),
+    Months(i64),
+}
+
+/// Ticks for [t0, t1]: the finest calendar step giving at most `max` ticks,
+/// on UTC boundaries (weeks start on Monday, months on the 1st).
+fn time_ticks(t0: i64, t1: i64, max: usize) -> (Vec<i64>, Step) {
+    const STEPS: [i64; 15] = [
+        MS_PER_MIN,
+        2 * MS_PER_MIN,
+        5 * MS_PER_MIN,
+        10 * MS_PER_MIN,
+        15 * MS_PER_MIN,
+        30 * MS_PER_MIN,
+        MS_PER_HOUR,
+        2 * MS_PER_HOUR,
+        3 * MS_PER_HOUR,
+        6 * MS_PER_HOUR,
+        12 * MS_PER_HOUR,
+        MS_PER_DAY,
+        2 * MS_PER_DAY,
+        7 * MS_PER_DAY,
+        14 * MS_PER_DAY,
+    ];
+    let span = t1.saturating_sub(t0).max(1);
+    for s in STEPS {
+        if ((span / s) as usize) < max {
+            // 1970-01-01 was a Thursday: weeks count from Monday 1969-12-29.
+            let origin = if s >= 7 * MS_PER_DAY {
+                -3 * MS_PER_DAY
+            } else {
+                0
+            };
+            let first = (t0 - origin).div_euclid(s) * s + origin;
+            let first = if first < t0 { first + s } else { first };
+            let ticks = (0..)
+                .map(|k| first + k * s)
+                .take_while(|&t| t <= t1)
+                .collect();
+            return (ticks, Step::Ms(s));
+        }
+    }
+    let month_index = |t: i64| {
+        let (y, m, _) = civil_from_days(t.div_euclid(MS_PER_DAY));
+        y * 12 + m as i64 - 1
+    };
+    let (m0, m1) = (month_index(t0), month_index(t1));
+    let k = [1, 2, 3, 6, 12, 24, 60, 120, 600]
+        .into_iter()
+        .find(|k| (((m1 - m0) / k) as usize) < max)
+        .unwrap_or(1200);
+    let start = m0.div_euclid(k) * k;
+    let ticks = (0..)
+        .map(|i| start + i * k)
+        .map(|mi| {
+            days_from_civil(mi.div_euclid(12), (mi.rem_euclid(12) + 1) as u32, 1) * MS_PER_DAY
+        })
+        .skip_while(|&t| t < t0)
+        .take_while(|&t| t <= t1)
+        .collect();
+    (ticks, Step::Months(k))
+}
+
+fn tick_label(t: i64, step: Step) -> String {
+    let (y, m, d) = civil_from_days(t.div_euclid(MS_PER_DAY));
+    let sod = t.rem_euclid(MS_PER_DAY) / MS_PER_MIN;
+    let day = format!("{} {d}", MONTHS[m as usize - 1]);
+    match step {
+        Step::Ms(s) if s < MS_PER_DAY && sod != 0 => format!("{:02}:{:02}", sod / 60, sod % 60),
+        Step::Ms(_) => day,
+        Step::Months(_) => format!("{} {y}", MONTHS[m as usize - 1]),
+    }
+}
+
+/// `YYYY-MM-DD` (UTC) of a millisecond timestamp.
+fn date(ms: i64) -> String {
+    let (y, m, d) = civil_from_days(ms.div_euclid(MS_PER_DAY));
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+// Howard Hinnant's civil calendar algorithms (proleptic Gregorian, UTC).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GPU: &str = "requests.nvidia.com/gpu";
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+    /// 2026-11-21T00:00:00Z
+    const T0: i64 = 1_795_219_200_000;
+
+    fn q(s: &str) -> Quantity {
+        s.parse().unwrap()
+    }
+
+    fn list(items: &[(&str, Quantity)]) -> ResourceList {
+        items.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    /// A cash sample: `budget` card-hours, `spent_nanos` spent.
+    fn cash(at_ms: i64, budget: i64, spent_nanos: i128) -> Sample {
+        Sample {
+            at_ms,
+            hard: list(&[(CASH, Quantity::from_units(budget))]),
+            used: list(&[(CASH, Quantity::from_nanos(spent_nanos))]),
+            self_used: ResourceList::new(),
+        }
+    }
+
+    /// Minute samples over `hours` of a steady burn of `rate` card-hours/h,
+    /// ending with `left` card-hours of the budget remaining.
+    fn steady_burn(hours: i64, rate: i64, left: i64) -> Vec<Sample> {
+        let minutes = hours * 60;
+        let budget = rate * hours + left;
+        (0..=minutes)
+            .map(|m| {
+                // Per-minute spend is not a whole nano-unit: floor it, as a
+                // meter would, and let first/last difference stay exact.
+                let spent = m as i128 * rate as i128 * NANO / 60;
+                cash(T0 + m * MS_PER_MIN, budget, spent)
+            })
+            .collect()
+    }
+
+    fn usage(at_ms: i64, used: &str, hard: Option<&str>) -> Sample {
+        Sample {
+            at_ms,
+            hard: hard.map(|h| list(&[(GPU, q(h))])).unwrap_or_default(),
+            used: list(&[(GPU, q(used))]),
+            self_used: ResourceList::new(),
+        }
+    }
+
+    #[test]
+    fn units_follow_the_resource() {
+        assert_eq!(unit_of("requests.cpu"), (NANO, "cores"));
+        assert_eq!(unit_of("limits.cpu.A4"), (NANO, "cores"));
+        assert_eq!(unit_of("requests.memory"), ((1 << 30) * NANO, "GiB"));
+        assert_eq!(unit_of("limits.ephemeral-storage").1, "GiB");
+        assert_eq!(unit_of(GPU), (NANO, "cards"));
+        assert_eq!(unit_of("requests.nvidia.com/gpu.A100").1, "cards");
+        assert_eq!(unit_of("pods").1, "pods");
+        assert_eq!(unit_of(CASH), (NANO, "card-hours"));
+        assert_eq!(unit_of("cash/requests.cpu").1, "core-hours");
+        assert_eq!(unit_of("cash/requests.memory").1, "GiB-hours");
+        assert_eq!(unit_of("requests.example.com/fpga").1, "units");
+    }
+
+    #[test]
+    fn steady_burn_of_ten_per_hour_with_a_hundred_left_lasts_ten_hours() {
+        let now = T0 + 24 * MS_PER_HOUR;
+        let f = forecast(&steady_burn(24, 10, 100), CASH, now, FORECAST_WINDOW_MS);
+        assert_eq!(f.remaining, Quantity::from_units(100));
+        assert_eq!(f.burn_per_hour, Quantity::from_units(10));
+        assert_eq!(f.burned, Quantity::from_units(240));
+        assert_eq!(f.burn_from_ms, Some(T0));
+        assert_eq!(f.exhausted_at_ms, Some(now + 10 * MS_PER_HOUR));
+        assert_eq!(f.days_left, Some(10.0 / 24.0));
+        assert_eq!(
+            f.describe(),
+            "cash/requests.nvidia.com/gpu runs out in 0.4 days (2026-11-22), burning 10 card-hours/h"
+        );
+    }
+
+    #[test]
+    fn the_rate_comes_from_the_window_only() {
+        // 5/h for the first two days, then 10/h for the last day.
+        let mut s: Vec<Sample> = Vec::new();
+        let mut spent = 0i128;
+        for h in 0..=72 {
+            s.push(cash(T0 + h * MS_PER_HOUR, 1000, spent));
+            spent += if h < 48 { 5 } else { 10 } * NANO;
+        }
+        let now = T0 + 72 * MS_PER_HOUR;
+        let f = forecast(&s, CASH, now, FORECAST_WINDOW_MS);
+        assert_eq!(f.burn_per_hour, Quantity::from_units(10));
+        // 1000 − (48·5 + 24·10) = 520 left at 10/h: 52 h.
+        assert_eq!(f.exhausted_at_ms, Some(now + 52 * MS_PER_HOUR));
+        assert_eq!(
+            f.describe(),
+            "cash/requests.nvidia.com/gpu runs out in 2.2 days (2026-11-26), burning 10 card-hours/h"
+        );
+    }
+
+    #[test]
+    fn fractional_rates_stay_exact() {
+        // 1 card-hour over 3 h: 0.333… per hour; 2 left → exactly 6 h.
+        let s = vec![
+            cash(T0, 10, 7 * NANO),
+            cash(T0 + 3 * MS_PER_HOUR, 10, 8 * NANO),
+        ];
+        let f = forecast(&s, CASH, T0 + 3 * MS_PER_HOUR, FORECAST_WINDOW_MS);
+        assert_eq!(f.burn_per_hour, Quantity::from_nanos(333_333_333));
+        assert_eq!(f.exhausted_at_ms, Some(T0 + 9 * MS_PER_HOUR));
+    }
+
+    #[test]
+    fn no_burn_means_no_exhaustion_date() {
+        let s: Vec<Sample> = (0..=24)
+            .map(|h| cash(T0 + h * MS_PER_HOUR, 100, 40 * NANO))
+            .collect();
+        let f = forecast(&s, CASH, T0 + 24 * MS_PER_HOUR, FORECAST_WINDOW_MS);
+        assert_eq!(f.remaining, Quantity::from_units(60));
+        assert_eq!(f.burn_per_hour, Quantity::ZERO);
+        assert_eq!((f.exhausted_at_ms, f.days_left), (None, None));
+        assert_eq!(
+            f.describe(),
+            "cash/requests.nvidia.com/gpu: 60 card-hours left, not burning"
+        );
+    }
+
+    #[test]
+    fn a_spent_budget_is_exhausted_now() {
+        let now = T0 + 2 * MS_PER_HOUR;
+        let s = vec![
+            cash(T0, 100, 90 * NANO),
+            cash(T0 + MS_PER_HOUR, 100, 120 * NANO),
+        ];
+        let f = forecast(&s, CASH, now, FORECAST_WINDOW_MS);
+        assert_eq!(f.remaining, Quantity::from_units(-20));
+        assert_eq!((f.exhausted_at_ms, f.days_left), (Some(now), Some(0.0)));
+        assert_eq!(
+            f.describe(),
+            "cash/requests.nvidia.com/gpu has run out: 20 card-hours over budget"
+        );
+        let exact = forecast(&[cash(T0, 100, 100 * NANO)], CASH, now, FORECAST_WINDOW_MS);
+        assert_eq!(exact.exhausted_at_ms, Some(now));
+    }
+
+    #[test]
+    fn unmeasurable_burns_give_no_date() {
+        let now = T0 + MS_PER_HOUR;
+        assert_eq!(
+            forecast(&[], CASH, now, FORECAST_WINDOW_MS).describe(),
+            "cash/requests.nvidia.com/gpu: no usage recorded yet"
+        );
+        // One sample: a level, not a rate.
+        let one = forecast(&[cash(T0, 100, 5 * NANO)], CASH, now, FORECAST_WINDOW_MS);
+        assert_eq!(one.exhausted_at_ms, None);
+        // Nothing in the last day: the burn is unknown, not zero-or-old.
+        let stale = vec![cash(T0, 100, 0), cash(T0 + MS_PER_HOUR, 100, 10 * NANO)];
+        let f = forecast(&stale, CASH, T0 + 3 * MS_PER_DAY, FORECAST_WINDOW_MS);
+        assert_eq!(
+            (f.exhausted_at_ms, f.remaining),
+            (None, Quantity::from_units(90))
+        );
+        // Samples after `now` are ignored.
+        let f = forecast(&stale, CASH, T0 + MS_PER_MIN, FORECAST_WINDOW_MS);
+        assert_eq!(f.remaining, Quantity::from_units(100));
+    }
+
+    #[test]
+    fn a_sparse_window_reaches_back_one_sample() {
+        // Daily samples: the 24 h window holds only the last one.
+        let s = vec![cash(T0, 100, 0), cash(T0 + MS_PER_DAY, 100, 48 * NANO)];
+        let f = forecast(&s, CASH, T0 + MS_PER_DAY + MS_PER_HOUR, FORECAST_WINDOW_MS);
+        assert_eq!(f.burn_per_hour, Quantity::from_units(2));
+        assert_eq!(f.exhausted_at_ms, Some(T0 + MS_PER_DAY + 26 * MS_PER_HOUR));
+    }
+
+    #[test]
+    fn a_reset_counter_measures_from_the_reset() {
+        let s = vec![
+            cash(T0, 100, 80 * NANO),
+            cash(T0 + MS_PER_HOUR, 100, 0),
+            cash(T0 + 3 * MS_PER_HOUR, 100, 10 * NANO),
+        ];
+        let f = forecast(&s, CASH, T0 + 3 * MS_PER_HOUR, FORECAST_WINDOW_MS);
+        assert_eq!(f.burn_per_hour, Quantity::from_units(5));
+        assert_eq!(f.exhausted_at_ms, Some(T0 + 21 * MS_PER_HOUR));
+    }
+
+    #[test]
+    fn gaps_split_lines_but_tiers_do_not() {
+        let m = MS_PER_MIN;
+        // Minute samples with a two-hour outage.
+        let mut t: Vec<i64> = (0..10).map(|i| i * m).collect();
+        t.extend((0..10).map(|i| 2 * MS_PER_HOUR + i * m));
+        assert_eq!(segments(&t), vec![0..10, 10..20]);
+        // Hourly peaks giving way to minute samples: one line.
+        let mut t: Vec<i64> = (0..10).map(|i| i * MS_PER_HOUR).collect();
+        t.extend((1..=10).map(|i| 10 * MS_PER_HOUR + i * m));
+        assert_eq!(segments(&t), vec![0..20]);
+        // Daily → hourly → minute, with one missing hourly peak: one line.
+        let mut t: Vec<i64> = (0..6).map(|i| i * MS_PER_DAY).collect();
+        t.extend(
+            (1..8)
+                .filter(|&i| i != 4)
+                .map(|i| 5 * MS_PER_DAY + i * MS_PER_HOUR),
+        );
+        t.extend((1..8).map(|i| 5 * MS_PER_DAY + 8 * MS_PER_HOUR + i * m));
+        assert_eq!(segments(&t), vec![0..t.len()]);
+        assert_eq!(segments(&[5]), vec![0..1]);
+        assert!(segments(&[]).is_empty());
+    }
+
+    #[test]
+    fn hard_is_a_step_line_broken_where_unset() {
+        let per = NANO;
+        let runs = hard_steps(
+            &[0, 10, 20, 30, 40, 50],
+            &[
+                Some(4 * per),
+                Some(4 * per),
+                Some(8 * per),
+                None,
+                Some(2 * per),
+                Some(2 * per),
+            ],
+            per,
+        );
+        assert_eq!(
+            runs,
+            vec![
+                vec![(0, 4.0), (20, 4.0), (20, 8.0), (30, 8.0)],
+                vec![(40, 2.0), (50, 2.0)],
+            ]
+        );
+    }
+
+    #[test]
+    fn ticks_land_on_calendar_boundaries() {
+        let (ticks, step) = time_ticks(T0 + 7 * MS_PER_MIN, T0 + 6 * MS_PER_HOUR, 8);
+        assert_eq!(step, Step::Ms(MS_PER_HOUR));
+        assert_eq!(ticks[0], T0 + MS_PER_HOUR);
+        assert_eq!(tick_label(ticks[0], step), "01:00");
+        let (ticks, step) = time_ticks(T0 - 3 * MS_PER_HOUR, T0 + 20 * MS_PER_HOUR, 8);
+        assert_eq!(step, Step::Ms(3 * MS_PER_HOUR));
+        assert_eq!(tick_label(ticks[1], step), "Nov 21");
+        // Weeks start on Monday: 2026-11-23.
+        let (ticks, step) = time_ticks(T0, T0 + 50 * MS_PER_DAY, 8);
+        assert_eq!(step, Step::Ms(7 * MS_PER_DAY));
+        assert_eq!(date(ticks[0]), "2026-11-23");
+        assert_eq!(tick_label(ticks[0], step), "Nov 23");
+        let (ticks, step) = time_ticks(T0, T0 + 400 * MS_PER_DAY, 8);
+        assert_eq!(step, Step::Months(2));
+        assert_eq!(tick_label(ticks[0], step), "Jan 2027");
+        assert_eq!(date(ticks[1]), "2027-03-01");
+    }
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(decimal(12_500_000_000, NANO, 1), "12.5");
+        assert_eq!(decimal(10 * NANO, NANO, 2), "10");
+        assert_eq!(decimal(-1_250_000_000, NANO, 1), "-1.3");
+        assert_eq!(decimal(3 * (1 << 29) * NANO, (1 << 30) * NANO, 2), "1.5");
+        assert_eq!(decimal(1, NANO, 2), "0");
+        assert_eq!(date(T0), "2026-11-21");
+        assert_eq!(days_from_civil(2026, 11, 21) * MS_PER_DAY, T0);
+    }
+
+    fn week_of_gpu_usage() -> Vec<Sample> {
+        (0..7 * 24)
+            .map(|h| {
+                let used = format!("{}", 2 + (h % 24) / 4);
+                let hard = if h < 72 { "6" } else { "8" };
+                usage(T0 + h * MS_PER_HOUR, &used, Some(hard))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn usage_chart_is_labelled_and_inline() {
+        let svg = usage_chart(&week_of_gpu_usage(), GPU, 800, 300);
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 800 300\" width=\"100%\""), "{}", &svg[..200]);
+        assert!(!svg.contains("<?xml"));
+        assert!(svg.ends_with("</svg>\n"));
+        assert_eq!(svg.matches("<svg").count(), 1);
+        for text in [
+            "requests.nvidia.com/gpu: used and hard",
+            ">\ncards\n</text>",
+            ">\ndate (UTC)\n</text>",
+            ">\nused\n</text>",
+            ">\nhard\n</text>",
+            ">\nNov 23\n</text>",
+        ] {
+            assert!(svg.contains(text), "missing {text}");
+        }
+        // The hard line steps from 6 to 8 cards on day 4.
+        assert!(svg.contains("stroke=\"#D92D20\""));
+        assert!(svg.contains("<polygon"));
+    }
+
+    #[test]
+    fn usage_chart_handles_empty_single_and_gaps() {
+        let empty = usage_chart(&[], GPU, 800, 300);
+        assert!(empty.contains(">no data yet</text>"));
+        assert!(empty.contains("viewBox=\"0 0 800 300\""));
+        let one = usage_chart(&[usage(T0, "3", Some("8"))], GPU, 800, 300);
+        assert!(one.contains("<circle"), "a lone sample shows as a dot");
+        assert!(
+            one.contains(">\ntime (UTC), from 2026-11-20\n</text>")
+                || one.contains(">\ntime (UTC), from 2026-11-21\n</text>")
+        );
+        let mut gappy: Vec<Sample> = (0..30)
+            .map(|i| usage(T0 + i * MS_PER_MIN, "2", Some("4")))
+            .collect();
+        gappy.extend((0..30).map(|i| usage(T0 + 3 * MS_PER_HOUR + i * MS_PER_MIN, "3", None)));
+        let svg = usage_chart(&gappy, GPU, 800, 300);
+        assert_eq!(
+            svg.matches("<polygon").count(),
+            2,
+            "one area per side of the gap"
+        );
+        // Memory is drawn in GiB.
+        let mem = vec![Sample {
+            at_ms: T0,
+            hard: ResourceList::new(),
+            used: list(&[("requests.memory", q("64Gi"))]),
+            self_used: ResourceList::new(),
+        }];
+        assert!(usage_chart(&mem, "requests.memory", 800, 300).contains(">\nGiB\n</text>"));
+    }
+
+    #[test]
+    fn burn_down_shows_the_forecast_date() {
+        let now = T0 + 24 * MS_PER_HOUR;
+        let svg = burn_down_chart(&steady_burn(24, 10, 100), CASH, now, 800, 300);
+        for text in [
+            ">\ncash/requests.nvidia.com/gpu: remaining budget\n</text>",
+            ">\ncard-hours\n</text>",
+            ">\nremaining\n</text>",
+            ">\nforecast (24 h burn)\n</text>",
+            ">\nruns out 2026-11-22\n</text>",
+            ">\nnow\n</text>",
+            "runs out in 0.4 days (2026-11-22), burning 10 card-hours/h",
+        ] {
+            assert!(svg.contains(text), "missing {text}");
+        }
+        let idle: Vec<Sample> = (0..=24)
+            .map(|h| cash(T0 + h * MS_PER_HOUR, 100, 40 * NANO))
+            .collect();
+        assert!(burn_down_chart(&idle, CASH, now, 800, 300).contains(">\nnot burning\n</text>"));
+        let spent = vec![cash(T0, 100, 150 * NANO)];
+        assert!(burn_down_chart(&spent, CASH, now, 800, 300).contains(">\nexhausted\n</text>"));
+        // A date beyond the shown horizon is named at the edge.
+        let slow = vec![cash(now - MS_PER_HOUR, 10_000, 0), cash(now, 10_000, NANO)];
+        assert!(burn_down_chart(&slow, CASH, now, 800, 300)
+            .contains(">\nruns out 2028-01-12 →\n</text>"));
+        assert!(burn_down_chart(&[], CASH, now, 800, 300).contains(">no data yet</text>"));
+    }
+
+    #[test]
+    fn model_breakdown_lists_models_and_the_rest() {
+        let used = list(&[
+            (GPU, q("14")),
+            ("requests.nvidia.com/gpu.A100", q("7")),
+            ("requests.nvidia.com/gpu.V100", q("3")),
+            ("requests.nvidia.com/gpu.T4", q("1")),
+            ("requests.cpu", q("40")),
+        ]);
+        let hard = list(&[
+            (GPU, q("20")),
+            ("requests.nvidia.com/gpu.A100", q("8")),
+            ("requests.nvidia.com/gpu.V100", q("2")),
+        ]);
+        let svg = model_breakdown_chart(&used, &hard, GPU, 800, 260);
+        for text in [
+            ">\nrequests.nvidia.com/gpu by model: 14 / 20 cards\n</text>",
+            ">\nA100\n</text>",
+            ">\nV100\n</text>",
+            ">\nT4\n</text>",
+            ">\nother/unqualified\n</text>",
+            ">\n7 / 8\n</text>",
+            ">\n3 / 2\n</text>",
+            ">\n3\n</text>",
+            ">\ncards\n</text>",
+            ">\nused\n</text>",
+            ">\nhard\n</text>",
+        ] {
+            assert!(svg.contains(text), "missing {text}");
+        }
+        assert!(svg.contains("fill=\"#D92D20\""), "V100 is over its hard");
+        assert!(!svg.contains(">requests.cpu"));
+        let none = model_breakdown_chart(&ResourceList::new(), &ResourceList::new(), GPU, 800, 260);
+        assert!(none.contains(">no data yet</text>"));
+    }
+
+    #[test]
+    fn charts_are_deterministic() {
+        let s = week_of_gpu_usage();
+        assert_eq!(
+            usage_chart(&s, GPU, 800, 300),
+            usage_chart(&s, GPU, 800, 300)
+        );
+        let b = steady_burn(24, 10, 100);
+        let now = T0 + 24 * MS_PER_HOUR;
+        assert_eq!(
+            burn_down_chart(&b, CASH, now, 800, 300),
+            burn_down_chart(&b, CASH, now, 800, 300)
+        );
+    }
+
+    #[test]
+    fn ten_thousand_points_render_quickly_and_small() {
+        let s: Vec<Sample> = (0..10_000)
+            .map(|i| {
+                usage(
+                    T0 + i * MS_PER_MIN,
+                    &format!("{}", 3 + (i * 7919) % 5),
+                    Some("8"),
+                )
+            })
+            .collect();
+        let start = std::time::Instant::now();
+        let svg = usage_chart(&s, GPU, 800, 300);
+        let took = start.elapsed();
+        println!("10,000-point usage chart: {took:?}, {} bytes", svg.len());
+        let cash: Vec<Sample> = steady_burn(166, 10, 100);
+        let start = std::time::Instant::now();
+        let svg = burn_down_chart(&cash, CASH, T0 + 166 * MS_PER_HOUR, 800, 300);
+        println!(
+            "{}-point burn-down: {:?}, {} bytes",
+            cash.len(),
+            start.elapsed(),
+            svg.len()
+        );
+    }
+}
+
+#[cfg(test)]
+mod samples_out {
+    /// `CHARTS_OUT=dir cargo test -p app write_sample_charts -- --ignored`
+    /// writes the test charts as files, to look at them in a browser.
+    #[test]
+    #[ignore]
+    fn write_sample_charts() {
+        use super::*;
+        let dir = std::env::var("CHARTS_OUT").unwrap_or_else(|_| "target/charts".into());
+        std::fs::create_dir_all(&dir).unwrap();
+        let t0: i64 = 1_795_219_200_000;
+        let gpu = "requests.nvidia.com/gpu";
+        let week: Vec<Sample> = (0..7 * 24 * 60)
+            .map(|m| {
+                let h = m / 60;
+                let wave = ((m as f64 / 300.0).sin() * 2.5 + 4.0).round() as i64;
+                let hard = if h < 72 { 6 } else { 8 };
+                Sample {
+                    at_ms: t0 + m * MS_PER_MIN,
+                    hard: [(gpu.to_string(), Quantity::from_units(hard))].into(),
+                    used: [(gpu.to_string(), Quantity::from_units(wave))].into(),
+                    self_used: ResourceList::new(),
+                }
+            })
+            .filter(|s| !(s.at_ms > t0 + 100 * MS_PER_HOUR && s.at_ms < t0 + 104 * MS_PER_HOUR))
+            .collect();
+        let cash = "cash/requests.nvidia.com/gpu";
+        let burn: Vec<Sample> = (0..=5 * 24)
+            .map(|h| Sample {
+                at_ms: t0 + h * MS_PER_HOUR,
+                hard: [(cash.to_string(), Quantity::from_units(2000))].into(),
+                used: [(cash.to_string(), Quantity::from_units(h * 12 + (h % 7)))].into(),
+                self_used: ResourceList::new(),
+            })
+            .collect();
+        let used: ResourceList = [
+            (gpu, "14"),
+            ("requests.nvidia.com/gpu.A100", "7"),
+            ("requests.nvidia.com/gpu.V100", "3"),
+            ("requests.nvidia.com/gpu.T4", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect();
+        let hard: ResourceList = [
+            (gpu, "20"),
+            ("requests.nvidia.com/gpu.A100", "8"),
+            ("requests.nvidia.com/gpu.V100", "2"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect();
+        let now = t0 + 5 * MS_PER_DAY + 30 * MS_PER_MIN;
+        let charts = [
+            ("usage.svg", usage_chart(&week, gpu, 800, 300)),
+            ("burn-down.svg", burn_down_chart(&burn, cash, now, 800, 300)),
+            (
+                "models.svg",
+                model_breakdown_chart(&used, &hard, gpu, 800, 240),
+            ),
+            ("empty.svg", usage_chart(&[], gpu, 800, 300)),
+            ("narrow.svg", usage_chart(&week, gpu, 360, 240)),
+        ];
+        for (name, svg) in charts {
+            println!("{name}: {} bytes", svg.len());
+            std::fs::write(format!("{dir}/{name}"), svg).unwrap();
+        }
+    }
+}
