@@ -11,6 +11,7 @@ use crate::usage::{nullable, pod_usage, qos_class, Models, PodSpec, QosClass};
 use crate::workload::{adapter_for_kind, group_of, AdapterError};
 use serde::Deserialize;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// A controller owner reference: `apiVersion`, `kind`, `name`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,7 +28,9 @@ pub struct PodFacts {
     pub namespace: String,
     pub name: String,
     pub owner: Option<Owner>,
-    pub spec: PodSpec,
+    /// Shared: the pods of one template have equal specs, and a controller
+    /// keeping half a million pods keeps one copy of each (see `View`).
+    pub spec: Arc<PodSpec>,
     /// When it was bound to a node (PodScheduled), or started.
     pub scheduled_ms: Option<i64>,
     /// When its last container finished (Succeeded or Failed).
@@ -138,7 +141,7 @@ pub fn read_pod(json: &str) -> Result<PodFacts, AdapterError> {
         namespace: p.metadata.namespace,
         name: p.metadata.name,
         owner,
-        spec: p.spec,
+        spec: Arc::new(p.spec),
         scheduled_ms: scheduled,
         finished_ms: finished,
     })
@@ -171,7 +174,8 @@ pub fn owning_workload(
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodRun {
     pub quota: String,
-    pub usage: ResourceList,
+    /// Shared between the runs of pods with the same usage.
+    pub usage: Arc<ResourceList>,
     pub qos: Option<QosClass>,
     pub start_ms: i64,
     pub end_ms: Option<i64>,
@@ -391,7 +395,7 @@ mod tests {
         )];
         let run = PodRun {
             quota: "q".into(),
-            usage: gpus,
+            usage: Arc::new(gpus),
             qos: None,
             start_ms: 0,
             end_ms: None,

@@ -54,7 +54,7 @@ pub struct PodTemplate {
     pub spec: PodSpec,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSpec {
     #[serde(default, deserialize_with = "nullable")]
@@ -67,7 +67,7 @@ pub struct PodSpec {
     pub priority_class_name: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Container {
     #[serde(default)]
@@ -78,7 +78,7 @@ pub struct Container {
     pub restart_policy: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 pub struct Resources {
     #[serde(default, deserialize_with = "nullable")]
     pub requests: BTreeMap<String, Quantity>,

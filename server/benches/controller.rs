@@ -153,7 +153,8 @@ fn main() {
                             kind: "ReplicaSet".into(),
                             name: format!("{name}-1"),
                         }),
-                        spec: spec.clone(),
+                        // Each pod arrives parsed on its own, as from a watch.
+                        spec: std::sync::Arc::new(spec.clone()),
                         scheduled_ms: Some(T0 - 3_600_000),
                         finished_ms: None,
                     };

@@ -8,9 +8,11 @@ use quota::object::HpaCharge;
 use quota::pods::{owning_workload, Owner, PodFacts, PodLedger, PodRun};
 use quota::reconcile::Observed;
 use quota::usage::Models;
+use quota::usage::PodSpec;
 use quota::workload::{adapter_for_kind, group_of, Adapter, ChargeMode, PodSet, Workload};
-use quota::KeyConfig;
+use quota::{KeyConfig, ResourceList};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 /// An object of a watched kind: namespace, group, kind, name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -103,6 +105,20 @@ pub struct View {
     by_quota: HashMap<String, BTreeSet<String>>,
     hpa_targets: HashMap<String, BTreeSet<(String, String)>>,
     unschedulable: HashSet<String>,
+    /// One copy of each distinct pod spec and pod usage: the pods of a
+    /// template are equal, and half a million copies would not fit.
+    specs: HashSet<Arc<PodSpec>>,
+    usages: HashSet<Arc<ResourceList>>,
+}
+
+/// The shared copy of `value` in `pool`.
+fn intern<T: std::hash::Hash + Eq>(pool: &mut HashSet<Arc<T>>, value: T) -> Arc<T> {
+    if let Some(v) = pool.get(&value) {
+        return v.clone();
+    }
+    let v = Arc::new(value);
+    pool.insert(v.clone());
+    v
 }
 
 fn unindex<K: std::hash::Hash + Eq, V: Ord>(index: &mut HashMap<K, BTreeSet<V>>, key: &K, v: &V) {
@@ -332,13 +348,20 @@ impl View {
     /// changes (new run, start or end moved), if any.
     pub fn apply_pod(
         &mut self,
-        facts: PodFacts,
+        mut facts: PodFacts,
         labels: BTreeMap<String, String>,
         priority: i32,
         unschedulable: bool,
         now_ms: i64,
     ) -> BTreeSet<String> {
         let uid = facts.uid.clone();
+        facts.spec = match self.specs.get(&facts.spec) {
+            Some(shared) => shared.clone(),
+            None => {
+                self.specs.insert(facts.spec.clone());
+                facts.spec
+            }
+        };
         let was_unschedulable = self.pods.get(&uid).is_some_and(|p| p.unschedulable);
         if let Some(old) = self.pods.remove(&uid) {
             if let Some(s) = self.by_workload.get_mut(&old.workload) {
@@ -401,7 +424,7 @@ impl View {
                     let models = Models::from_labels(&seen.info.labels, &p.labels);
                     let run = PodRun {
                         quota: seen.quota.clone(),
-                        usage: p.facts.usage(&models, &self.cfg),
+                        usage: intern(&mut self.usages, p.facts.usage(&models, &self.cfg)),
                         qos: Some(p.facts.qos()),
                         start_ms: start,
                         end_ms: end,
@@ -523,8 +546,11 @@ impl View {
     }
 
     /// Forget tombstones older than `max_age_ms` whose owners never
-    /// resolved to a governed workload. Returns how many.
+    /// resolved to a governed workload, and shared specs and usages nothing
+    /// uses any more. Returns how many tombstones.
     pub fn prune_tombstones(&mut self, now_ms: i64, max_age_ms: i64) -> usize {
+        self.specs.retain(|s| Arc::strong_count(s) > 1);
+        self.usages.retain(|u| Arc::strong_count(u) > 1);
         let old: Vec<String> = self
             .pods
             .iter()
@@ -627,8 +653,8 @@ impl View {
     }
 
     /// Usage of the unschedulable pods of workloads bound to `quota`.
-    pub fn unschedulable_usage(&self, quota: &str) -> quota::ResourceList {
-        let mut out = quota::ResourceList::new();
+    pub fn unschedulable_usage(&self, quota: &str) -> ResourceList {
+        let mut out = ResourceList::new();
         for p in self
             .unschedulable
             .iter()
@@ -653,7 +679,14 @@ impl View {
 
     /// Load runs persisted by an earlier life.
     pub fn restore_runs(&mut self, runs: Vec<(String, PodRun)>) {
-        for (uid, run) in runs {
+        for (uid, mut run) in runs {
+            run.usage = match self.usages.get(&run.usage) {
+                Some(shared) => shared.clone(),
+                None => {
+                    self.usages.insert(run.usage.clone());
+                    run.usage
+                }
+            };
             self.ledger.replace(&uid, run);
         }
     }
@@ -861,7 +894,7 @@ mod tests {
         let mut v = View::default();
         let run = PodRun {
             quota: "nlp-team".into(),
-            usage: BTreeMap::new(),
+            usage: Default::default(),
             qos: None,
             start_ms: T,
             end_ms: None,

@@ -1041,7 +1041,7 @@ mod tests {
     async fn pod_runs_round_trip(store: &SqlStore) {
         let run = |quota: &str, usage: &[(&str, &str)], qos, start_ms, end_ms| PodRun {
             quota: quota.into(),
-            usage: list(usage),
+            usage: list(usage).into(),
             qos,
             start_ms,
             end_ms,
