@@ -612,23 +612,32 @@ pub struct Hold {
 }
 
 /// Hold `children`'s carve-outs in `parent` for transfer `id`. Refused when
-/// one is held by another transfer, or not recorded. Holding again is a
-/// no-op. Returns whether the parent changed.
+/// one is held by another transfer, or not recorded. Holding again the
+/// same is a no-op; an undecided hold left by an earlier attempt takes the
+/// new targets; a decided one stays as it is. Returns whether the parent
+/// changed.
 pub fn hold(
     parent: &mut Quota,
     id: &str,
     children: &BTreeMap<String, ResourceList>,
     now_ms: i64,
 ) -> Result<bool, TransferError> {
-    if parent.status.transfers.contains_key(id) {
-        return Ok(false);
+    if let Some(h) = parent.status.transfers.get(id) {
+        if h.decision.is_some() || h.children == *children {
+            return Ok(false);
+        }
     }
     for child in children.keys() {
-        if let Some(by) = crate::tree::holder(parent, child) {
+        let other = parent
+            .status
+            .transfers
+            .iter()
+            .find(|(by, h)| by.as_str() != id && h.children.contains_key(child));
+        if let Some((by, _)) = other {
             return Err(TransferError::Held {
                 parent: parent.name().into(),
                 child: child.clone(),
-                by: by.into(),
+                by: by.clone(),
             });
         }
         if !parent.status.children.contains_key(child) {

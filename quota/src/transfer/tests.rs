@@ -509,6 +509,29 @@ fn holds_exclude_others_and_edits_and_repair() {
 }
 
 #[test]
+fn holding_again_keeps_a_decision_and_refreshes_targets() {
+    let mut t = org();
+    let p = plan_of(&t, Some("det"), "seg", &[(GPU, "3")]).unwrap();
+    let cv = t.0.get_mut("cv").unwrap();
+    let holds = p.holds();
+    assert!(hold(cv, "1", &holds["cv"], 0).unwrap());
+    assert!(!hold(cv, "1", &holds["cv"], 0).unwrap(), "the same again");
+    let mut other = holds["cv"].clone();
+    other.insert("det".into(), list(&[(GPU, "8")]));
+    assert!(
+        hold(cv, "1", &other, 0).unwrap(),
+        "an undecided hold takes new targets"
+    );
+    assert_eq!(cv.status.transfers["1"].children, other);
+    abort(cv, "1", "no").unwrap();
+    assert!(
+        !hold(cv, "1", &holds["cv"], 0).unwrap(),
+        "a decided hold stays"
+    );
+    assert_eq!(cv.status.transfers["1"].children, other);
+}
+
+#[test]
 fn approvers_are_owners_of_the_common_ancestor() {
     let t = org();
     assert_eq!(approvers_scope(&t.0, Some("det"), "seg").unwrap(), "cv");
