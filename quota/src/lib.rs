@@ -13,6 +13,7 @@ pub mod reclaim;
 pub mod reconcile;
 pub mod resources;
 pub mod time;
+pub mod transfer;
 pub mod tree;
 pub mod usage;
 pub mod workload;

@@ -2,6 +2,7 @@
 //! status (carve-outs of children, charges of workloads, cash accumulators).
 //! `used` and `selfUsed` are always derived from the ledgers by `refresh`,
 //! and so are the borrowing reports `lent` and `borrowed` (§5).
+//! Transfers in flight hold carve-outs here too (`transfers`, §6).
 
 use crate::borrow::Loan;
 use crate::cash::{self, Prices};
@@ -10,6 +11,7 @@ use crate::quantity::Quantity;
 use crate::reclaim::Mark;
 use crate::resources::{self, ResourceList};
 use crate::time;
+use crate::transfer::Hold;
 use crate::workload::PodSet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -155,6 +157,12 @@ pub struct QuotaStatus {
     /// what will be done to each and when (§5, delayed reclaim).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reclaim: BTreeMap<String, Mark>,
+    /// Transfers in flight through this node, by transfer id: the
+    /// carve-outs of children each one is changing, held so that nothing
+    /// else changes them meanwhile, and — at the transfer's common ancestor
+    /// — its decision, taken once (§6, `transfer`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub transfers: BTreeMap<String, Hold>,
 }
 
 impl QuotaStatus {
@@ -188,6 +196,7 @@ impl QuotaStatus {
             || self.lent != other.lent
             || self.borrowed != other.borrowed
             || self.reclaim != other.reclaim
+            || self.transfers != other.transfers
     }
 
     /// Everything bound directly here, on all keys (not only those of hard).

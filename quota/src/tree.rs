@@ -37,6 +37,12 @@ pub enum TreeError {
     DoesNotFit(Vec<Shortfall>, String),
     #[error("bizrq {name}: only leaves can be deleted; children: {}", .children.join(", "))]
     NotALeaf { name: String, children: Vec<String> },
+    #[error("bizrq {child}: transfer {transfer} is moving quota through it (its carve-out in {parent} is held); try again when the transfer is done")]
+    Held {
+        child: String,
+        parent: String,
+        transfer: String,
+    },
 }
 
 /// DNS-1123 subdomain, as Kubernetes requires of object names.
@@ -191,6 +197,7 @@ pub fn carve(
     if old == *new_hard && parent.status.children.contains_key(child) {
         return Ok(false);
     }
+    check_not_held(parent, child, new_hard)?;
     let delta = resources::diff(new_hard, &old);
     let short = crate::admission::shortfalls(parent, &delta);
     if !short.is_empty() {
@@ -214,6 +221,51 @@ pub fn carve(
     Ok(true)
 }
 
+/// A carve-out held by a transfer in flight (`transfer::Hold`) changes only
+/// as that transfer plans: key by key, to its current value or to the
+/// transfer's target. So the transfer's own spec writes pass (in cluster
+/// mode they come back through the webhook), and nobody else's do.
+pub fn check_not_held(
+    parent: &Quota,
+    child: &str,
+    new_hard: &ResourceList,
+) -> Result<(), TreeError> {
+    let current = parent
+        .status
+        .children
+        .get(child)
+        .map(|c| &c.hard)
+        .cloned()
+        .unwrap_or_default();
+    for (id, hold) in &parent.status.transfers {
+        let Some(target) = hold.children.get(child) else {
+            continue;
+        };
+        let planned = new_hard.keys().chain(current.keys()).all(|k| {
+            let asked = new_hard.get(k);
+            asked == current.get(k) || (asked.is_some() && asked == target.get(k))
+        });
+        if !planned {
+            return Err(TreeError::Held {
+                child: child.into(),
+                parent: parent.name().into(),
+                transfer: id.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The transfer holding `child`'s carve-out in `parent`, if any.
+pub fn holder<'a>(parent: &'a Quota, child: &str) -> Option<&'a str> {
+    parent
+        .status
+        .transfers
+        .iter()
+        .find(|(_, h)| h.children.contains_key(child))
+        .map(|(id, _)| id.as_str())
+}
+
 /// How long a carve-out may wait for its child to appear before a resync
 /// returns it to the parent (a create that crashed half-way).
 pub const CARVE_TTL_MS: i64 = 120_000;
@@ -221,13 +273,25 @@ pub const CARVE_TTL_MS: i64 = 120_000;
 /// Make a parent's carve-outs match its existing children (name → hard):
 /// each child's carve-out is its hard; a carve-out without a child is kept
 /// while younger than `CARVE_TTL_MS` (its create may be in flight), then
-/// returned. Refreshes the parent's usage.
+/// returned. A carve-out held by a transfer in flight is left as it is: it
+/// differs from its child's hard by design until the transfer's next step
+/// (see `transfer`). Refreshes the parent's usage.
 pub fn repair_carves(parent: &mut Quota, children: &BTreeMap<String, ResourceList>, now_ms: i64) {
+    let held: BTreeSet<String> = parent
+        .status
+        .transfers
+        .values()
+        .flat_map(|h| h.children.keys().cloned())
+        .collect();
     parent.status.children.retain(|child, carve| {
         children.contains_key(child)
+            || held.contains(child)
             || crate::time::parse_rfc3339(&carve.since).is_some_and(|t| now_ms - t < CARVE_TTL_MS)
     });
     for (child, hard) in children {
+        if held.contains(child) {
+            continue;
+        }
         let carve = parent
             .status
             .children

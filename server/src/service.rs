@@ -10,6 +10,7 @@ use quota::borrow;
 use quota::cash::Prices;
 use quota::object::{Charge, HpaCharge, Quota, QuotaSpec};
 use quota::resources::{self, ResourceList};
+use quota::transfer::TransferError;
 use quota::tree::{self, TreeError};
 use quota::workload::PodSet;
 use quota::KeyConfig;
@@ -33,7 +34,7 @@ pub enum ServiceError {
     #[error(transparent)]
     Denied(#[from] Denial),
     #[error(transparent)]
-    Tree(#[from] TreeError),
+    Tree(TreeError),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -48,6 +49,32 @@ pub enum ServiceError {
     Contention(String),
     #[error("{0}")]
     Internal(String),
+}
+
+impl From<TreeError> for ServiceError {
+    fn from(e: TreeError) -> Self {
+        match e {
+            // Not a broken rule: the change must wait for a transfer.
+            TreeError::Held { .. } => ServiceError::Conflict(e.to_string()),
+            e => ServiceError::Tree(e),
+        }
+    }
+}
+
+impl From<TransferError> for ServiceError {
+    fn from(e: TransferError) -> Self {
+        match e {
+            TransferError::NotFound(n) => ServiceError::NotFound(format!("bizrq {n} not found")),
+            TransferError::DoesNotFit(short) => ServiceError::Denied(Denial::Short(short)),
+            TransferError::Held { .. }
+            | TransferError::InFlux { .. }
+            | TransferError::Moved(_)
+            | TransferError::NotHeld { .. } => ServiceError::Conflict(e.to_string()),
+            TransferError::Invalid(_)
+            | TransferError::MissingKey { .. }
+            | TransferError::Insufficient { .. } => ServiceError::BadRequest(e.to_string()),
+        }
+    }
 }
 
 impl From<StoreError> for ServiceError {
@@ -167,7 +194,7 @@ impl Service {
     /// status) or only status (the status subresource). With
     /// `expected_version` the caller's version must still be current and a
     /// conflict is returned instead of retried.
-    async fn modify<T>(
+    pub(crate) async fn modify<T>(
         &self,
         name: &str,
         dry_run: bool,
@@ -418,6 +445,14 @@ impl Service {
             let since = quota::time::format_rfc3339(self.now());
             let (hard, child) = (spec.hard.clone(), name.to_string());
             self.update_status(&old.parent, dry_run, move |p| {
+                if tree::holder(p, &child).is_some() {
+                    // A transfer owns this carve-out until it is done: only
+                    // its own planned value passes (in cluster mode, its
+                    // spec write comes back here through the webhook), and
+                    // the transfer moves the carve-out in its own order.
+                    tree::check_not_held(p, &child, &hard)?;
+                    return Ok((false, ()));
+                }
                 Ok((tree::carve(p, &child, &hard, &since)?, ()))
             })
             .await?;
@@ -483,6 +518,20 @@ impl Service {
                 children: children.into_iter().collect(),
             }
             .into());
+        }
+        if !parent.is_empty() {
+            // A transfer moving quota through this leaf holds its carve-out
+            // until it is done; the leaf goes after that.
+            if let Some(p) = self.store.get(&parent).await? {
+                if let Some(id) = tree::holder(&p.quota, name) {
+                    return Err(TreeError::Held {
+                        child: name.into(),
+                        parent,
+                        transfer: id.into(),
+                    }
+                    .into());
+                }
+            }
         }
         if dry_run {
             return Ok(());

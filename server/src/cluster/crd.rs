@@ -78,6 +78,7 @@ impl JsonSchema for Status {
                 "lent": list("sum of the loans granted to children"),
                 "borrowed": list("used beyond hard on the keys of spec.max: on loan from the parent"),
                 "reclaim": ledger("workloads marked for reclaim, by group/Kind/namespace/name: action, frees, marked, due"),
+                "transfers": ledger("transfers in flight that hold children's carve-outs, by transfer id: children (their hard once done), since, decision (at the common ancestor)"),
                 "cashAccrued": {
                     "type": "object",
                     "additionalProperties": { "type": "string" },
@@ -122,7 +123,8 @@ mod tests {
             "cashAccrued": {"cash/pods": "1"},
             "loans": {"c": {"amount": {"pods": "1"}, "since": "2026-11-21T10:00:00Z"}},
             "lent": {"pods": "1"}, "borrowed": {"pods": "1"},
-            "reclaim": {"apps/Deployment/ns/w": {"action": "suspend", "frees": {"pods": "1"}, "marked": "2026-11-21T10:00:00Z", "due": "2026-11-21T10:05:00Z"}}
+            "reclaim": {"apps/Deployment/ns/w": {"action": "suspend", "frees": {"pods": "1"}, "marked": "2026-11-21T10:00:00Z", "due": "2026-11-21T10:05:00Z"}},
+            "transfers": {"7": {"children": {"c": {"pods": "2"}}, "since": "2026-11-21T10:00:00Z", "decision": {"outcome": "committed"}}}
         }))
         .unwrap();
         let fields = serde_json::to_value(&full).unwrap();
@@ -138,7 +140,7 @@ mod tests {
         }
         assert_eq!(
             fields.as_object().unwrap().len(),
-            11,
+            12,
             "a new status field: add it to the schema"
         );
     }

@@ -4,6 +4,7 @@
 
 pub mod history;
 pub mod sql;
+pub mod transfers;
 
 use async_trait::async_trait;
 use quota::{Quota, QuotaStatus};

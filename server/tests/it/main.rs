@@ -7,4 +7,5 @@ mod concurrency;
 mod fakeapi;
 mod resync;
 mod scenario;
+mod transfers;
 mod webhook;

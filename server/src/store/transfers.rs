@@ -1,0 +1,538 @@
+//! The `transfers` table (migration 0005): requests, decisions and the
+//! progress of their execution. Every change of a row's status is one
+//! guarded `UPDATE … WHERE status = …`, so two replicas acting on the same
+//! transfer cannot both move it: the loser touches no row and says so.
+
+use super::sql::{to_json, SqlStore};
+use super::StoreError;
+use quota::transfer::{Decision, Plan};
+use quota::ResourceList;
+use serde::{Deserialize, Serialize};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TransferStatus {
+    /// Waiting for an approver (until `expires_at`).
+    Requested,
+    /// Approved, not running: waiting for another transfer holding the same
+    /// quotas, or (a loan's return) for room. The sweep runs it.
+    Approved,
+    /// Refused by an approver, or by the re-validation at approval.
+    Rejected,
+    /// Nobody decided before `expires_at`.
+    Expired,
+    /// Running (an executor holds the lease, or crashed holding it).
+    Executing,
+    Done,
+    /// Stopped after its commit because a quota on the way was changed
+    /// behind its holds (see `result`).
+    Failed,
+}
+
+impl TransferStatus {
+    pub const ALL: [TransferStatus; 7] = [
+        TransferStatus::Requested,
+        TransferStatus::Approved,
+        TransferStatus::Rejected,
+        TransferStatus::Expired,
+        TransferStatus::Executing,
+        TransferStatus::Done,
+        TransferStatus::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferStatus::Requested => "requested",
+            TransferStatus::Approved => "approved",
+            TransferStatus::Rejected => "rejected",
+            TransferStatus::Expired => "expired",
+            TransferStatus::Executing => "executing",
+            TransferStatus::Done => "done",
+            TransferStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TransferStatus> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    /// No further change will happen.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            TransferStatus::Rejected
+                | TransferStatus::Expired
+                | TransferStatus::Done
+                | TransferStatus::Failed
+        )
+    }
+}
+
+impl std::fmt::Display for TransferStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One transfer as stored. Times are epoch milliseconds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Transfer {
+    pub id: i64,
+    /// None: from the parent of `to_quota`.
+    pub from_quota: Option<String>,
+    pub to_quota: String,
+    pub amounts: ResourceList,
+    pub reason: String,
+    pub requested_by: String,
+    pub requested_at: i64,
+    pub expires_at: i64,
+    pub status: TransferStatus,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<i64>,
+    pub decision_note: Option<String>,
+    /// Set when the execution starts changing quotas, never changed after.
+    pub plan: Option<Plan>,
+    /// The decision taken at the common ancestor, once it is known here.
+    pub outcome: Option<Outcome>,
+    /// Why it was rejected or failed; the plan's warnings when done.
+    pub result: Option<String>,
+    pub finished_at: Option<i64>,
+    pub lease_until: Option<i64>,
+    /// A loan: given back (by transfer `reverted_by`) at this time.
+    pub revert_at: Option<i64>,
+    /// This transfer gives back loan #`reverts`.
+    pub reverts: Option<i64>,
+    pub reverted_by: Option<i64>,
+}
+
+impl Transfer {
+    /// The id the quota ledgers know it by (`status.transfers`).
+    pub fn key(&self) -> String {
+        self.id.to_string()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    Committed,
+    Aborted,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Committed => "committed",
+            Outcome::Aborted => "aborted",
+        }
+    }
+
+    pub fn of(d: &Decision) -> Outcome {
+        match d {
+            Decision::Committed => Outcome::Committed,
+            Decision::Aborted { .. } => Outcome::Aborted,
+        }
+    }
+}
+
+/// Which transfers `list` returns, newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TransferFilter {
+    /// Any of these (empty: all).
+    #[serde(default)]
+    pub statuses: Vec<TransferStatus>,
+    /// From or to this quota.
+    #[serde(default)]
+    pub quota: Option<String>,
+    #[serde(default)]
+    pub requested_by: Option<String>,
+    /// Only ids below this (paging).
+    #[serde(default)]
+    pub before_id: Option<i64>,
+    /// At most this many (default 100, at most 1,000).
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+/// A row to insert.
+pub struct NewTransfer<'a> {
+    pub from_quota: Option<&'a str>,
+    pub to_quota: &'a str,
+    pub amounts: &'a ResourceList,
+    pub reason: &'a str,
+    pub requested_by: &'a str,
+    pub requested_at: i64,
+    pub expires_at: i64,
+    pub revert_at: Option<i64>,
+}
+
+const COLUMNS: &str = "id, from_quota, to_quota, amounts, reason, requested_by, requested_at, \
+     expires_at, status, decided_by, decided_at, decision_note, plan, outcome, result, \
+     finished_at, lease_until, revert_at, reverts, reverted_by";
+
+fn from_row(row: &AnyRow) -> Result<Transfer, StoreError> {
+    let id: i64 = row.try_get("id")?;
+    let bad = |what: &str, e: String| {
+        StoreError::Backend(format!("transfer {id}: stored {what} is unreadable: {e}"))
+    };
+    let status: String = row.try_get("status")?;
+    let outcome: Option<String> = row.try_get("outcome")?;
+    let plan: Option<String> = row.try_get("plan")?;
+    Ok(Transfer {
+        id,
+        from_quota: row.try_get("from_quota")?,
+        to_quota: row.try_get("to_quota")?,
+        amounts: serde_json::from_str(&row.try_get::<String, _>("amounts")?)
+            .map_err(|e| bad("amounts", e.to_string()))?,
+        reason: row.try_get("reason")?,
+        requested_by: row.try_get("requested_by")?,
+        requested_at: row.try_get("requested_at")?,
+        expires_at: row.try_get("expires_at")?,
+        status: TransferStatus::parse(&status).ok_or_else(|| bad("status", status.clone()))?,
+        decided_by: row.try_get("decided_by")?,
+        decided_at: row.try_get("decided_at")?,
+        decision_note: row.try_get("decision_note")?,
+        plan: plan
+            .map(|p| serde_json::from_str(&p))
+            .transpose()
+            .map_err(|e| bad("plan", e.to_string()))?,
+        outcome: match outcome.as_deref() {
+            None => None,
+            Some("committed") => Some(Outcome::Committed),
+            Some("aborted") => Some(Outcome::Aborted),
+            Some(o) => return Err(bad("outcome", o.to_string())),
+        },
+        result: row.try_get("result")?,
+        finished_at: row.try_get("finished_at")?,
+        lease_until: row.try_get("lease_until")?,
+        revert_at: row.try_get("revert_at")?,
+        reverts: row.try_get("reverts")?,
+        reverted_by: row.try_get("reverted_by")?,
+    })
+}
+
+impl SqlStore {
+    pub async fn insert_transfer(&self, t: &NewTransfer<'_>) -> Result<Transfer, StoreError> {
+        let row = sqlx::query(&format!(
+            "INSERT INTO transfers (from_quota, to_quota, amounts, reason, requested_by, \
+             requested_at, expires_at, status, revert_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'requested', $8) RETURNING {COLUMNS}"
+        ))
+        .bind(t.from_quota)
+        .bind(t.to_quota)
+        .bind(to_json(t.amounts)?)
+        .bind(t.reason)
+        .bind(t.requested_by)
+        .bind(t.requested_at)
+        .bind(t.expires_at)
+        .bind(t.revert_at)
+        .fetch_one(&self.write)
+        .await?;
+        from_row(&row)
+    }
+
+    pub async fn transfer(&self, id: i64) -> Result<Option<Transfer>, StoreError> {
+        // On the writer, as quota reads are: a row just moved is seen moved.
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM transfers WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.write)
+            .await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
+    pub async fn transfers(&self, f: &TransferFilter) -> Result<Vec<Transfer>, StoreError> {
+        let mut sql = format!("SELECT {COLUMNS} FROM transfers WHERE 1 = 1");
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            format!("${n}")
+        };
+        if !f.statuses.is_empty() {
+            let ps: Vec<String> = f.statuses.iter().map(|_| next()).collect();
+            sql.push_str(&format!(" AND status IN ({})", ps.join(", ")));
+        }
+        if f.quota.is_some() {
+            let (a, b) = (next(), next());
+            sql.push_str(&format!(" AND (from_quota = {a} OR to_quota = {b})"));
+        }
+        if f.requested_by.is_some() {
+            sql.push_str(&format!(" AND requested_by = {}", next()));
+        }
+        if f.before_id.is_some() {
+            sql.push_str(&format!(" AND id < {}", next()));
+        }
+        sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", next()));
+        let mut q = sqlx::query(&sql);
+        for s in &f.statuses {
+            q = q.bind(s.as_str());
+        }
+        if let Some(quota) = &f.quota {
+            q = q.bind(quota.as_str()).bind(quota.as_str());
+        }
+        if let Some(by) = &f.requested_by {
+            q = q.bind(by.as_str());
+        }
+        if let Some(id) = f.before_id {
+            q = q.bind(id);
+        }
+        q = q.bind(f.limit.unwrap_or(100).clamp(1, 1000));
+        let rows = q.fetch_all(&self.read).await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    /// requested → executing, by `actor`, if still requested and not expired
+    /// at `now`; the caller then owns it until `lease_until`.
+    pub async fn approve_transfer(
+        &self,
+        id: i64,
+        actor: &str,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<bool, StoreError> {
+        self.changed(
+            sqlx::query(
+                "UPDATE transfers SET status = 'executing', decided_by = $1, decided_at = $2, \
+                 lease_until = $3 WHERE id = $4 AND status = 'requested' AND expires_at > $2",
+            )
+            .bind(actor)
+            .bind(now)
+            .bind(lease_until)
+            .bind(id),
+        )
+        .await
+    }
+
+    /// requested → rejected by `actor`.
+    pub async fn reject_transfer(
+        &self,
+        id: i64,
+        actor: &str,
+        note: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        self.changed(
+            sqlx::query(
+                "UPDATE transfers SET status = 'rejected', decided_by = $1, decided_at = $2, \
+                 decision_note = $3, finished_at = $2 WHERE id = $4 AND status = 'requested'",
+            )
+            .bind(actor)
+            .bind(now)
+            .bind(note)
+            .bind(id),
+        )
+        .await
+    }
+
+    /// requested → expired for every request due by `now`; how many.
+    pub async fn expire_transfers(&self, now: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "UPDATE transfers SET status = 'expired', finished_at = $1 \
+             WHERE status = 'requested' AND expires_at <= $1",
+        )
+        .bind(now)
+        .execute(&self.write)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Take (or renew) the lease of an approved or executing transfer whose
+    /// lease is free or already ours (`held` = the lease we hold, if any).
+    pub async fn lease_transfer(
+        &self,
+        id: i64,
+        now: i64,
+        held: Option<i64>,
+        lease_until: i64,
+    ) -> Result<bool, StoreError> {
+        self.changed(
+            sqlx::query(
+                "UPDATE transfers SET status = 'executing', lease_until = $1 \
+                 WHERE id = $2 AND status IN ('approved', 'executing') \
+                 AND (lease_until IS NULL OR lease_until < $3 OR lease_until = $4)",
+            )
+            .bind(lease_until)
+            .bind(id)
+            .bind(now)
+            .bind(held.unwrap_or(i64::MIN)),
+        )
+        .await
+    }
+
+    /// Transfers with work left that nobody holds the lease of at `now`:
+    /// approved or executing ones, and final ones with holds to let go.
+    pub async fn transfers_to_run(&self, now: i64) -> Result<Vec<i64>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id FROM transfers WHERE \
+             (status IN ('approved', 'executing') AND (lease_until IS NULL OR lease_until < $1)) \
+             OR (status IN ('done', 'rejected', 'failed') AND lease_until < $1) ORDER BY id",
+        )
+        .bind(now)
+        .fetch_all(&self.write)
+        .await?;
+        rows.iter()
+            .map(|r| r.try_get::<i64, _>(0).map_err(Into::into))
+            .collect()
+    }
+
+    /// Record the plan, once, before the first quota changes.
+    pub async fn set_transfer_plan(&self, id: i64, plan: &Plan) -> Result<bool, StoreError> {
+        self.changed(
+            sqlx::query(
+                "UPDATE transfers SET plan = $1 \
+                 WHERE id = $2 AND status = 'executing' AND plan IS NULL",
+            )
+            .bind(to_json(plan)?)
+            .bind(id),
+        )
+        .await
+    }
+
+    /// Record the decision taken at the common ancestor, once.
+    pub async fn set_transfer_outcome(
+        &self,
+        id: i64,
+        outcome: Outcome,
+    ) -> Result<bool, StoreError> {
+        self.changed(
+            sqlx::query(
+                "UPDATE transfers SET outcome = $1 \
+                 WHERE id = $2 AND status = 'executing' AND outcome IS NULL",
+            )
+            .bind(outcome.as_str())
+            .bind(id),
+        )
+        .await
+    }
+
+    /// executing → a final status, with what to say about it. The lease
+    /// stays until `clear_transfer_lease`: holds may remain to let go.
+    pub async fn finish_transfer(
+        &self,
+        id: i64,
+        status: TransferStatus,
+        result: Option<&str>,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        self.changed(
+            sqlx::query(
+                "UPDATE transfers SET status = $1, result = $2, finished_at = $3 \
+                 WHERE id = $4 AND status = 'executing'",
+            )
+            .bind(status.as_str())
+            .bind(result)
+            .bind(now)
+            .bind(id),
+        )
+        .await
+    }
+
+    /// Nothing is left to do for this transfer.
+    pub async fn clear_transfer_lease(&self, id: i64) -> Result<bool, StoreError> {
+        self.changed(sqlx::query("UPDATE transfers SET lease_until = NULL WHERE id = $1").bind(id))
+            .await
+    }
+
+    /// Take over a final transfer whose lease `held` ran out (its holds are
+    /// still to let go).
+    pub async fn take_final_lease(
+        &self,
+        id: i64,
+        held: i64,
+        lease_until: i64,
+    ) -> Result<bool, StoreError> {
+        self.changed(
+            sqlx::query(
+                "UPDATE transfers SET lease_until = $1 WHERE id = $2 AND lease_until = $3 \
+                 AND status IN ('done', 'rejected', 'failed')",
+            )
+            .bind(lease_until)
+            .bind(id)
+            .bind(held),
+        )
+        .await
+    }
+
+    /// executing → approved, to run again later from the start (plan and
+    /// outcome cleared): it waits for other transfers' holds, or (a loan's
+    /// return) for room. `note` says which.
+    pub async fn park_transfer(&self, id: i64, note: &str) -> Result<bool, StoreError> {
+        self.changed(
+            sqlx::query(
+                "UPDATE transfers SET status = 'approved', result = $1, lease_until = NULL, \
+                 plan = NULL, outcome = NULL WHERE id = $2 AND status = 'executing'",
+            )
+            .bind(note)
+            .bind(id),
+        )
+        .await
+    }
+
+    /// Loans due to be given back at `now`.
+    pub async fn loans_due(&self, now: i64) -> Result<Vec<Transfer>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM transfers WHERE status = 'done' AND revert_at IS NOT NULL \
+             AND revert_at <= $1 AND reverted_by IS NULL ORDER BY id"
+        ))
+        .bind(now)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    /// The transfer giving back `loan`, approved by `actor`, in one
+    /// transaction with the loan's `reverted_by`; None if another sweep
+    /// made it first.
+    pub async fn insert_return(
+        &self,
+        loan: &Transfer,
+        from_quota: &str,
+        to_quota: &str,
+        actor: &str,
+        now: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut tx = self.write.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO transfers (from_quota, to_quota, amounts, reason, requested_by, \
+             requested_at, expires_at, status, decided_by, decided_at, reverts) \
+             VALUES ($1, $2, $3, $4, $5, $6, $6, 'approved', $5, $6, $7) RETURNING id",
+        )
+        .bind(from_quota)
+        .bind(to_quota)
+        .bind(to_json(&loan.amounts)?)
+        .bind(format!("return of loan #{}", loan.id))
+        .bind(actor)
+        .bind(now)
+        .bind(loan.id)
+        .fetch_one(&mut *tx)
+        .await;
+        let id: i64 = match inserted {
+            Ok(row) => row.try_get(0)?,
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let marked = sqlx::query(
+            "UPDATE transfers SET reverted_by = $1 WHERE id = $2 AND reverted_by IS NULL",
+        )
+        .bind(id)
+        .bind(loan.id)
+        .execute(&mut *tx)
+        .await?;
+        if marked.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        tx.commit().await?;
+        Ok(Some(id))
+    }
+
+    async fn changed<'q>(
+        &self,
+        q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    ) -> Result<bool, StoreError> {
+        Ok(q.execute(&self.write).await?.rows_affected() == 1)
+    }
+}

@@ -1,0 +1,777 @@
+//! Quota transfers (SPEC §6): requests, approval, and an execution that
+//! changes every quota on the way or none, correct under concurrency and
+//! crashes. The rules and the plan are `quota::transfer`'s; this module runs
+//! them against the store, one compare-and-swap per object, through the
+//! service's one CAS loop. Who may approve is the caller's to check
+//! (`quota::transfer::approvers_scope` says whose subtree it is).
+//!
+//! # Lifecycle
+//!
+//! A row in `transfers` (migration 0005) goes `requested` → (`approve`)
+//! `executing` → `done`; or `requested` → `rejected` (`reject`) | `expired`
+//! (`expire_due`); or `executing` → `rejected` when the re-validation at
+//! approval refuses it (the result says why; no quota changed), or
+//! `approved` when it must wait for another transfer through the same
+//! quotas (the sweep runs it later). `failed` is reserved for a transfer
+//! whose quotas were changed behind its holds after it committed (only
+//! possible by going around bizrq, e.g. editing the CRD with the webhook
+//! off); what it had taken then sits in the common ancestor's remainder.
+//!
+//! # Execution protocol
+//!
+//! An executor owns a row while its lease (`lease_until`, renewed at each
+//! phase) runs; `recover` (at startup and at every sweep) takes over rows
+//! whose lease ran out, so a crashed executor's transfer is finished by
+//! another, from where it stopped.
+//!
+//! 1. **Hold.** In the parent of every quota on the way (and at the LCA,
+//!    which also records the decision) the transfer's id is written into
+//!    `status.transfers` with the carve-outs it is about to change. A
+//!    carve-out held by another transfer refuses: everything taken is let
+//!    go and the row waits as `approved` (holding nothing while waiting,
+//!    two transfers cannot deadlock). While held, a carve-out changes only
+//!    as the transfer plans: edits and deletes of those quotas are refused
+//!    (409), and the resync's carve-out repair leaves them alone.
+//! 2. **Plan.** With the holds in place the quotas on the way are read
+//!    again and the plan is made from them (re-validation: the room may be
+//!    gone since the request). A refusal lets go of the holds and rejects
+//!    the transfer with the reason. The plan is stored in the row before any
+//!    quota changes; an executor that finds one follows it, never re-plans.
+//! 3. **Give.** Bottom-up from the source, each quota's hard is lowered,
+//!    then its parent's carve-out of it (`Plan::giving`).
+//! 4. **Decide.** One CAS on the LCA's status, the linearisation point:
+//!    if the receiving side's raise fits its remainder, the giving side's
+//!    carve-out is lowered and the receiving side's raised in that one
+//!    write, with `Committed` recorded in the hold; otherwise only
+//!    `Aborted` and the reason are recorded. Recorded in the LCA, the
+//!    decision is taken once, whichever executor gets there, and copied to
+//!    the row (`outcome`). Two transfers after the same room serialise on
+//!    this write: the second finds the room gone and is rejected.
+//! 5. **Receive** (committed): top-down, each parent's carve-out of the
+//!    child below is raised, then the child's hard (`Plan::receiving`).
+//!    **Undo** (aborted): the giving steps reversed, top-down.
+//! 6. **Let go** of the holds, then the row becomes `done` (or `rejected`
+//!    with the reason).
+//!
+//! Every step is one write to one object, guarded by the plan's values: it
+//! writes only if it finds the `before` values, does nothing if it finds
+//! the `after` values (a retry, or another executor's work), and refuses
+//! otherwise. So a recovery simply runs the whole remaining protocol again.
+//! In cluster mode a hard is written through the API server and so through
+//! the quota webhook, whose carve-out check lets exactly the planned values
+//! through a held carve-out.
+//!
+//! # What a reader sees mid-way, and why no capacity is created or lost
+//!
+//! Between steps a reader sees some quotas changed and others not: the
+//! source lowered before the destination is raised, and a carve-out ahead
+//! of (or behind) its child's hard by the amount. The order keeps two
+//! things true after every write:
+//! - every carve-out is at least its child's hard: a child never holds
+//!   guarantee its parent does not count as handed out (on the way up the
+//!   child is lowered first; on the way down the parent raises first);
+//! - no quota but the destination (and the LCA, when quota is given back
+//!   to it) shows more room than before: an intermediate quota's own hard
+//!   and its carve-out of the child below move in the order that makes it
+//!   look *fuller* in between, never emptier, so nothing concurrent can
+//!   take room that is about to be used.
+//!
+//! Hence Σ of carve-outs at every parent stays within what that parent was
+//! itself given, whatever interleaves; the amount is at all times either
+//! with the giving side, in flight (held by a carve-out ahead of its child,
+//! unusable by anyone), or with the receiving side. When all steps are
+//! done, every carve-out equals its child's hard again and `used = selfUsed
+//! + Σ children's hard` holds everywhere.
+//!
+//! # Loans
+//!
+//! A transfer with `revert_at` is a loan: once `done`, the sweep gives it
+//! back at that time by a transfer of the same amounts the other way (to
+//! the source's quota, or back to the parent's remainder), approved by
+//! `bizrq`, linked both ways (`reverts`, `reverted_by`). The return is a
+//! transfer like any other, with one difference: when it does not fit —
+//! the destination quota's hard was lowered below the amount meanwhile, or
+//! the LCA is over-committed — it is not rejected but waits (`approved`,
+//! the reason in `result`) and is tried again at every sweep until it fits.
+//! A return may leave the borrower below its used (lowering is always
+//! allowed; the plan warns). Loans carry no cash keys.
+
+use crate::service::{Service, ServiceError};
+use crate::store::sql::SqlStore;
+use crate::store::transfers::{NewTransfer, Outcome};
+pub use crate::store::transfers::{Transfer, TransferFilter, TransferStatus};
+use quota::object::Quota;
+use quota::resources::ResourceList;
+use quota::transfer::{self, Decision, Plan, Step};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long an executor owns a transfer without renewing its lease. Each
+/// phase is a handful of single-object writes: far shorter.
+pub const LEASE_MS: i64 = 30_000;
+/// Requests expire after this by default (the caller may choose).
+pub const DEFAULT_TTL_MS: i64 = 7 * 24 * 3_600_000;
+/// Who approves the return of a loan.
+pub const SYSTEM_ACTOR: &str = "bizrq";
+/// Attempts to take the holds before waiting for the sweep.
+const HOLD_ATTEMPTS: u32 = 6;
+
+/// What a requester asks for.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TransferRequest {
+    /// None: from the parent of `to` (its uncarved remainder).
+    #[serde(default)]
+    pub from: Option<String>,
+    pub to: String,
+    pub amounts: ResourceList,
+    pub reason: String,
+    /// A loan: given back at this time (epoch milliseconds).
+    #[serde(default)]
+    pub revert_at: Option<i64>,
+}
+
+/// Where a test stops an execution, as a crash would: nothing after it
+/// runs, the lease is kept until it runs out.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashPoint {
+    AfterHolds,
+    AfterGiving,
+    AfterCommit,
+    AfterReceiving,
+    AfterEnd,
+}
+
+pub struct TransferService {
+    exec: Executor,
+}
+
+/// What runs transfers: cheap to clone, so a run goes on in its own task
+/// even when the request that started it is dropped half-way.
+#[derive(Clone)]
+struct Executor {
+    service: Arc<Service>,
+    store: Arc<SqlStore>,
+    crash: Arc<std::sync::Mutex<Option<CrashPoint>>>,
+}
+
+/// Why an execution stopped before its end.
+enum Halt {
+    /// Crashed (tests), or another executor has the row.
+    Stopped,
+    Error(ServiceError),
+}
+
+impl From<ServiceError> for Halt {
+    fn from(e: ServiceError) -> Self {
+        Halt::Error(e)
+    }
+}
+
+impl From<crate::store::StoreError> for Halt {
+    fn from(e: crate::store::StoreError) -> Self {
+        Halt::Error(e.into())
+    }
+}
+
+impl TransferService {
+    pub fn new(service: Arc<Service>, store: Arc<SqlStore>) -> TransferService {
+        TransferService {
+            exec: Executor {
+                service,
+                store,
+                crash: Default::default(),
+            },
+        }
+    }
+
+    /// Stop the next executions at `point`, as a crash would (tests).
+    #[doc(hidden)]
+    pub fn crash_at(&self, point: Option<CrashPoint>) {
+        *self.exec.crash.lock().unwrap() = point;
+    }
+
+    /// Ask to move `req.amounts` from `req.from` (or the parent) to `req.to`.
+    /// Checked against the tree as it is now, so a request that could not be
+    /// approved is refused at once, with the key and the amount.
+    pub async fn request(
+        &self,
+        req: TransferRequest,
+        actor: &str,
+        now_ms: i64,
+        ttl_ms: i64,
+    ) -> Result<Transfer, ServiceError> {
+        if actor.trim().is_empty() {
+            return Err(ServiceError::BadRequest(
+                "a transfer needs a requester".into(),
+            ));
+        }
+        if req.reason.trim().is_empty() {
+            return Err(ServiceError::BadRequest(
+                "a transfer needs a reason, for the approver and the audit log".into(),
+            ));
+        }
+        if ttl_ms <= 0 {
+            return Err(ServiceError::BadRequest(format!(
+                "a request must stay open for some time, not {ttl_ms} ms"
+            )));
+        }
+        if let Some(at) = req.revert_at {
+            if at <= now_ms {
+                return Err(ServiceError::BadRequest(
+                    "a loan must be given back in the future".into(),
+                ));
+            }
+            transfer::check_loan(&req.amounts)?;
+        }
+        self.exec
+            .plan_now(req.from.as_deref(), &req.to, &req.amounts)
+            .await?;
+        Ok(self
+            .exec
+            .store
+            .insert_transfer(&NewTransfer {
+                from_quota: req.from.as_deref(),
+                to_quota: &req.to,
+                amounts: &req.amounts,
+                reason: req.reason.trim(),
+                requested_by: actor,
+                requested_at: now_ms,
+                expires_at: now_ms.saturating_add(ttl_ms),
+                revert_at: req.revert_at,
+            })
+            .await?)
+    }
+
+    /// Approve a request and execute it. Returns the transfer as it ends:
+    /// `done`, `rejected` (re-validation refused it; `result` says why and
+    /// no quota changed), or `approved` (waiting for another transfer
+    /// through the same quotas; the sweep runs it). The caller has checked
+    /// that `actor` may approve (an admin, or an owner of the LCA).
+    pub async fn approve(
+        &self,
+        id: i64,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Transfer, ServiceError> {
+        let lease = self.exec.service.now().max(now_ms) + LEASE_MS;
+        if !self
+            .exec
+            .store
+            .approve_transfer(id, actor, now_ms, lease)
+            .await?
+        {
+            let t = self.get(id).await?;
+            if t.status == TransferStatus::Requested && t.expires_at <= now_ms {
+                self.exec.store.expire_transfers(now_ms).await?;
+                return Err(ServiceError::Conflict(format!(
+                    "transfer {id} expired at {}; request it again",
+                    quota::time::format_rfc3339(t.expires_at)
+                )));
+            }
+            return Err(ServiceError::Conflict(format!(
+                "transfer {id} is {}, not waiting for approval",
+                t.status
+            )));
+        }
+        self.exec.spawn(id, Some(lease)).await
+    }
+
+    /// Refuse a request, with a note for the requester.
+    pub async fn reject(
+        &self,
+        id: i64,
+        actor: &str,
+        note: &str,
+        now_ms: i64,
+    ) -> Result<Transfer, ServiceError> {
+        if !self
+            .exec
+            .store
+            .reject_transfer(id, actor, note, now_ms)
+            .await?
+        {
+            let t = self.get(id).await?;
+            return Err(ServiceError::Conflict(format!(
+                "transfer {id} is {}, not waiting for approval",
+                t.status
+            )));
+        }
+        self.get(id).await
+    }
+
+    /// Expire the requests nobody decided by `now_ms`; how many.
+    pub async fn expire_due(&self, now_ms: i64) -> Result<u64, ServiceError> {
+        Ok(self.exec.store.expire_transfers(now_ms).await?)
+    }
+
+    pub async fn list(&self, filter: &TransferFilter) -> Result<Vec<Transfer>, ServiceError> {
+        Ok(self.exec.store.transfers(filter).await?)
+    }
+
+    pub async fn get(&self, id: i64) -> Result<Transfer, ServiceError> {
+        self.exec
+            .store
+            .transfer(id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("transfer {id} not found")))
+    }
+
+    /// Run every approved or executing transfer nobody is running (lease
+    /// free or run out): transfers waiting for holds, and those a crash
+    /// stopped half-way, which continue where they stopped. Returns how
+    /// many ended (done, rejected or failed).
+    pub async fn recover(&self) -> Result<usize, ServiceError> {
+        let now = self.exec.service.now();
+        let mut ended = 0;
+        for id in self.exec.store.transfers_to_run(now).await? {
+            match self.exec.spawn(id, None).await {
+                Ok(t) if t.status.is_final() => ended += 1,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(transfer = id, error = %e, "transfer not finished; the next sweep tries again")
+                }
+            }
+        }
+        Ok(ended)
+    }
+
+    /// Give back the loans due at `now_ms`; how many returns ended done.
+    pub async fn return_loans(&self, now_ms: i64) -> Result<usize, ServiceError> {
+        let mut done = 0;
+        for loan in self.exec.store.loans_due(now_ms).await? {
+            let Some(plan) = &loan.plan else { continue };
+            // Back the way it came: to the source's quota, or to the parent.
+            let Some(id) = self
+                .exec
+                .store
+                .insert_return(&loan, &loan.to_quota, &plan.source, SYSTEM_ACTOR, now_ms)
+                .await?
+            else {
+                continue;
+            };
+            match self.exec.spawn(id, None).await {
+                Ok(t) if t.status == TransferStatus::Done => done += 1,
+                Ok(t) => {
+                    tracing::info!(loan = loan.id, transfer = id, status = %t.status, result = ?t.result, "a loan's return waits")
+                }
+                Err(e) => {
+                    tracing::warn!(loan = loan.id, transfer = id, error = %e, "a loan's return did not finish")
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// The periodic pass: expire requests, run what is pending or was
+    /// interrupted, give back loans due.
+    pub async fn sweep(&self, now_ms: i64) -> Result<(), ServiceError> {
+        self.expire_due(now_ms).await?;
+        self.recover().await?;
+        self.return_loans(now_ms).await?;
+        Ok(())
+    }
+}
+
+impl Executor {
+    /// Run transfer `id` in its own task (`lease`: already taken by the
+    /// caller) and wait for it.
+    async fn spawn(&self, id: i64, lease: Option<i64>) -> Result<Transfer, ServiceError> {
+        let me = self.clone();
+        let run = tokio::spawn(async move { me.run(id, lease).await });
+        match run.await {
+            Ok(r) => r,
+            Err(e) => Err(ServiceError::Internal(format!("transfer {id}: {e}"))),
+        }
+    }
+
+    async fn run(&self, id: i64, lease: Option<i64>) -> Result<Transfer, ServiceError> {
+        let mut lease = lease;
+        match self.execute(id, &mut lease).await {
+            Ok(()) | Err(Halt::Stopped) => {}
+            Err(Halt::Error(e)) => {
+                tracing::warn!(transfer = id, error = %e, "transfer interrupted; recovery finishes it");
+                return Err(e);
+            }
+        }
+        self.store
+            .transfer(id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("transfer {id} not found")))
+    }
+
+    fn crashed(&self, at: CrashPoint) -> Result<(), Halt> {
+        if *self.crash.lock().unwrap() == Some(at) {
+            return Err(Halt::Stopped);
+        }
+        Ok(())
+    }
+
+    /// Take or renew the lease; stop if another executor has the row.
+    async fn renew(&self, id: i64, lease: &mut Option<i64>) -> Result<(), Halt> {
+        let now = self.service.now();
+        let until = now + LEASE_MS;
+        if !self.store.lease_transfer(id, now, *lease, until).await? {
+            return Err(Halt::Stopped);
+        }
+        *lease = Some(until);
+        Ok(())
+    }
+
+    async fn execute(&self, id: i64, lease: &mut Option<i64>) -> Result<(), Halt> {
+        let t = self
+            .store
+            .transfer(id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("transfer {id} not found")))?;
+        if t.status.is_final() {
+            return self.let_go_after_end(&t).await;
+        }
+        self.renew(id, lease).await?;
+        let t = self
+            .store
+            .transfer(id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("transfer {id} not found")))?;
+        let key = t.key();
+        let plan = match &t.plan {
+            Some(p) => p.clone(),
+            None => match self.prepare(&t).await? {
+                Prepared::Plan(p) => {
+                    self.crashed(CrashPoint::AfterHolds)?;
+                    if !self.store.set_transfer_plan(id, &p).await? {
+                        return Err(Halt::Stopped);
+                    }
+                    p
+                }
+                Prepared::Refused(reason) if t.reverts.is_some() => {
+                    // A loan's return waits for room instead of giving up.
+                    self.store.park_transfer(id, &reason).await?;
+                    return Ok(());
+                }
+                Prepared::Refused(reason) => {
+                    // Nothing held, nothing changed.
+                    self.finish(&t, TransferStatus::Rejected, Some(&reason))
+                        .await?;
+                    self.store.clear_transfer_lease(id).await?;
+                    return Ok(());
+                }
+                Prepared::Busy(why) => {
+                    self.store.park_transfer(id, &why).await?;
+                    return Ok(());
+                }
+            },
+        };
+        self.renew(id, lease).await?;
+        let decision = match t.outcome {
+            Some(_) => self.decided(&t, &plan).await?,
+            None => {
+                let mut refused = None;
+                for step in plan.giving() {
+                    match self.step(&step, &key).await {
+                        Ok(()) => {}
+                        Err(e) if permanent(&e) => {
+                            refused = Some(e.to_string());
+                            break;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                self.crashed(CrashPoint::AfterGiving)?;
+                let (lca, k, p) = (plan.lca.clone(), key.clone(), plan.clone());
+                let decision = self
+                    .service
+                    .update_status(&lca, false, move |q| {
+                        let (changed, d) = match &refused {
+                            None => transfer::commit(q, &k, &p)?,
+                            Some(reason) => transfer::abort(q, &k, reason)?,
+                        };
+                        Ok((changed, d))
+                    })
+                    .await?;
+                self.store
+                    .set_transfer_outcome(id, Outcome::of(&decision))
+                    .await?;
+                decision
+            }
+        };
+        self.crashed(CrashPoint::AfterCommit)?;
+        self.renew(id, lease).await?;
+        let steps = match decision {
+            Decision::Committed => plan.receiving(),
+            Decision::Aborted { .. } => plan.undo_giving(),
+        };
+        let mut failure: Option<String> = None;
+        for step in steps {
+            match self.step(&step, &key).await {
+                Ok(()) => {}
+                Err(e) if permanent(&e) => {
+                    failure = Some(e.to_string());
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.crashed(CrashPoint::AfterReceiving)?;
+        // The row ends first, keeping its lease: a final row with a lease
+        // still has holds to let go, which recovery does if we stop here.
+        match (&decision, failure) {
+            (_, Some(why)) => {
+                tracing::error!(transfer = id, error = %why, "transfer failed after its decision; the resync squares the carve-outs");
+                self.finish(&t, TransferStatus::Failed, Some(&why)).await?;
+            }
+            (Decision::Committed, None) => {
+                let warnings = (!plan.warnings.is_empty()).then(|| plan.warnings.join("\n"));
+                self.finish(&t, TransferStatus::Done, warnings.as_deref())
+                    .await?;
+            }
+            (Decision::Aborted { reason }, None) if t.reverts.is_some() => {
+                // A loan's return waits for room instead of giving up; it
+                // starts afresh, so its holds (and decision) go first.
+                self.release(&plan, &key).await?;
+                self.store.park_transfer(id, reason).await?;
+                return Ok(());
+            }
+            (Decision::Aborted { reason }, None) => {
+                self.finish(&t, TransferStatus::Rejected, Some(reason))
+                    .await?;
+            }
+        }
+        self.crashed(CrashPoint::AfterEnd)?;
+        self.release(&plan, &key).await?;
+        self.store.clear_transfer_lease(id).await?;
+        Ok(())
+    }
+
+    /// A final transfer whose holds were not all let go (its executor
+    /// stopped after the row ended).
+    async fn let_go_after_end(&self, t: &Transfer) -> Result<(), Halt> {
+        let now = self.service.now();
+        let Some(held) = t.lease_until.filter(|l| *l < now) else {
+            return Err(Halt::Stopped);
+        };
+        if !self
+            .store
+            .take_final_lease(t.id, held, now + LEASE_MS)
+            .await?
+        {
+            return Err(Halt::Stopped);
+        }
+        if let Some(plan) = &t.plan {
+            self.release(plan, &t.key()).await?;
+        }
+        self.store.clear_transfer_lease(t.id).await?;
+        Ok(())
+    }
+
+    async fn finish(
+        &self,
+        t: &Transfer,
+        status: TransferStatus,
+        result: Option<&str>,
+    ) -> Result<(), Halt> {
+        let now = self.service.now();
+        self.store
+            .finish_transfer(t.id, status, result, now)
+            .await?;
+        tracing::info!(transfer = t.id, from = ?t.from_quota, to = %t.to_quota, %status, result = ?result, "transfer ended");
+        Ok(())
+    }
+
+    /// The decision a previous run recorded: in the LCA's hold while it is
+    /// there, else (holds let go, only the row left to finish) the row's.
+    async fn decided(&self, t: &Transfer, plan: &Plan) -> Result<Decision, Halt> {
+        let lca = self.service.get(&plan.lca).await?;
+        let held = lca
+            .quota
+            .status
+            .transfers
+            .get(&t.key())
+            .and_then(|h| h.decision.clone());
+        Ok(match (held, t.outcome) {
+            (Some(d), _) => d,
+            (None, Some(Outcome::Committed)) => Decision::Committed,
+            (None, _) => Decision::Aborted {
+                reason: t
+                    .result
+                    .clone()
+                    .unwrap_or_else(|| format!("refused at {}", plan.lca)),
+            },
+        })
+    }
+
+    /// One guarded write of the plan (see `quota::transfer::apply`).
+    async fn step(&self, step: &Step, key: &str) -> Result<(), ServiceError> {
+        let (s, k) = (step.clone(), key.to_string());
+        self.service
+            .modify(step.quota(), false, None, move |q| {
+                Ok((transfer::apply(q, &s, &k)?, ()))
+            })
+            .await
+    }
+
+    /// Let go of every hold, the LCA's last (it carries the decision).
+    async fn release(&self, plan: &Plan, key: &str) -> Result<(), ServiceError> {
+        let mut parents: Vec<String> = plan.holds().into_keys().collect();
+        parents.sort_by_key(|p| *p == plan.lca);
+        for parent in parents {
+            let k = key.to_string();
+            match self
+                .service
+                .update_status(&parent, false, move |q| Ok((transfer::release(q, &k), ())))
+                .await
+            {
+                Ok(()) | Err(ServiceError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The quotas on the way from `from` (or `to`'s parent) to `to`, with
+    /// all their ancestors, fresh from the store.
+    async fn family(
+        &self,
+        from: Option<&str>,
+        to: &str,
+    ) -> Result<BTreeMap<String, Quota>, ServiceError> {
+        let mut out = BTreeMap::new();
+        let mut todo: Vec<String> = from.into_iter().map(str::to_string).collect();
+        todo.push(to.to_string());
+        while let Some(name) = todo.pop() {
+            if name.is_empty() || out.contains_key(&name) || out.len() > 10_000 {
+                continue;
+            }
+            let Some(s) = self.service.store.get(&name).await? else {
+                continue; // `transfer::path` names what is missing
+            };
+            todo.push(s.quota.spec.parent.clone());
+            out.insert(name, s.quota);
+        }
+        Ok(out)
+    }
+
+    /// A plan against the tree as it is now (nothing held).
+    async fn plan_now(
+        &self,
+        from: Option<&str>,
+        to: &str,
+        amounts: &ResourceList,
+    ) -> Result<Plan, ServiceError> {
+        let family = self.family(from, to).await?;
+        Ok(transfer::plan(
+            &family,
+            from,
+            to,
+            amounts,
+            &self.service.keys,
+        )?)
+    }
+
+    /// Steps 1–2 of the protocol: hold, then plan from fresh state.
+    async fn prepare(&self, t: &Transfer) -> Result<Prepared, Halt> {
+        let key = t.key();
+        let mut busy = String::new();
+        for attempt in 0..HOLD_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(20 << attempt.min(5))).await;
+            }
+            let first = match self
+                .plan_now(t.from_quota.as_deref(), &t.to_quota, &t.amounts)
+                .await
+            {
+                Ok(p) => p,
+                Err(e) if refusal(&e) => return Ok(Prepared::Refused(e.to_string())),
+                Err(e @ ServiceError::Conflict(_)) => {
+                    busy = e.to_string();
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let holds = first.holds();
+            let mut taken = Vec::new();
+            let mut conflict = None;
+            for (parent, children) in &holds {
+                let (k, c, now) = (key.clone(), children.clone(), self.service.now());
+                match self
+                    .service
+                    .update_status(parent, false, move |q| {
+                        Ok((transfer::hold(q, &k, &c, now)?, ()))
+                    })
+                    .await
+                {
+                    Ok(()) => taken.push(parent.clone()),
+                    Err(e @ (ServiceError::Conflict(_) | ServiceError::NotFound(_))) => {
+                        conflict = Some(e);
+                        break;
+                    }
+                    Err(e) => {
+                        self.let_go(&taken, &key).await;
+                        return Err(e.into());
+                    }
+                }
+            }
+            if let Some(e) = conflict {
+                self.let_go(&taken, &key).await;
+                busy = e.to_string();
+                continue;
+            }
+            // Held: nothing on the way can change now but by this transfer.
+            match self
+                .plan_now(t.from_quota.as_deref(), &t.to_quota, &t.amounts)
+                .await
+            {
+                Ok(p) if p.holds() == holds => return Ok(Prepared::Plan(p)),
+                Ok(_) => {
+                    // Moved between the first look and the holds: again.
+                    self.let_go(&taken, &key).await;
+                    busy = format!("the quotas of transfer {key} changed while it started");
+                }
+                Err(e) => {
+                    self.let_go(&taken, &key).await;
+                    if refusal(&e) {
+                        return Ok(Prepared::Refused(e.to_string()));
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(Prepared::Busy(format!("waiting: {busy}")))
+    }
+
+    async fn let_go(&self, parents: &[String], key: &str) {
+        for parent in parents {
+            let k = key.to_string();
+            if let Err(e) = self
+                .service
+                .update_status(parent, false, move |q| Ok((transfer::release(q, &k), ())))
+                .await
+            {
+                tracing::warn!(%parent, transfer = key, error = %e, "could not let go of a hold; recovery will");
+            }
+        }
+    }
+}
+
+enum Prepared {
+    Plan(Plan),
+    /// Re-validation refused it: nothing changed, nothing held.
+    Refused(String),
+    /// Other transfers hold quotas on the way: nothing held; try later.
+    Busy(String),
+}
+
+/// A step that can never succeed by trying again: its quota moved or went.
+fn permanent(e: &ServiceError) -> bool {
+    matches!(e, ServiceError::Conflict(_) | ServiceError::NotFound(_))
+}
+
+/// A plan refused by the rules (not by contention or the store).
+fn refusal(e: &ServiceError) -> bool {
+    matches!(
+        e,
+        ServiceError::Denied(_) | ServiceError::BadRequest(_) | ServiceError::NotFound(_)
+    )
+}
