@@ -4,6 +4,7 @@
 //! passed in). `snapshot` gives `quota::reconcile` what it needs.
 
 use quota::cash::Interval;
+use quota::keys::{CPU_TYPE_LABEL, GPU_TYPE_LABEL, MEMORY_TYPE_LABEL};
 use quota::object::HpaCharge;
 use quota::pods::{owning_workload, Owner, PodFacts, PodLedger, PodRun};
 use quota::reconcile::Observed;
@@ -42,14 +43,38 @@ struct Seen {
     info: WorkloadInfo,
 }
 
+/// What the controller keeps of a pod, compactly (half a million of them
+/// must fit): shared namespace, owner, spec and workload reference.
+#[derive(Clone, Debug)]
+struct Facts {
+    namespace: Arc<str>,
+    owner: Option<Arc<Owner>>,
+    spec: Arc<PodSpec>,
+    scheduled_ms: Option<i64>,
+    finished_ms: Option<i64>,
+}
+
+impl Facts {
+    fn usage(&self, models: &Models, cfg: &KeyConfig) -> ResourceList {
+        quota::usage::pod_usage(&self.spec, models, cfg)
+    }
+
+    fn qos(&self) -> quota::usage::QosClass {
+        quota::usage::qos_class(&self.spec)
+    }
+}
+
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
 /// A pod the controller keeps: its facts, the workload its owners resolve
 /// to (governed or not yet known), and its priority.
 #[derive(Clone, Debug)]
 struct PodEntry {
-    facts: PodFacts,
-    labels: BTreeMap<String, String>,
+    facts: Facts,
+    /// The pod's own labels, when it has any that matter (model labels).
+    labels: Option<Box<BTreeMap<String, String>>>,
     priority: i32,
-    workload: String,
+    workload: Arc<str>,
     /// Whether it is unschedulable right now (seed 001's physical pressure).
     unschedulable: bool,
     /// Deleted before its owners resolved: kept (a tombstone) so that its
@@ -94,7 +119,7 @@ pub struct View {
     hpas: HashMap<(String, String), HpaSeen>,
     pods: HashMap<String, PodEntry>,
     /// Pod uids by the workload reference their owners resolve to.
-    by_workload: HashMap<String, HashSet<String>>,
+    by_workload: HashMap<Arc<str>, HashSet<String>>,
     pub ledger: PodLedger,
     /// Kinds ("group/Kind") whose initial list is complete.
     synced: HashSet<String>,
@@ -109,6 +134,18 @@ pub struct View {
     /// template are equal, and half a million copies would not fit.
     specs: HashSet<Arc<PodSpec>>,
     usages: HashSet<Arc<ResourceList>>,
+    strs: HashSet<Arc<str>>,
+    owner_refs: HashSet<Arc<Owner>>,
+}
+
+/// The shared copy of a string in `pool`.
+fn intern_str(pool: &mut HashSet<Arc<str>>, value: &str) -> Arc<str> {
+    if let Some(v) = pool.get(value) {
+        return v.clone();
+    }
+    let v: Arc<str> = Arc::from(value);
+    pool.insert(v.clone());
+    v
 }
 
 /// The shared copy of `value` in `pool`.
@@ -327,7 +364,7 @@ impl View {
         let mut touched = BTreeSet::new();
         for uid in uids {
             if let Some(p) = self.pods.remove(&uid) {
-                touched.extend(self.place_pod(p, now_ms));
+                touched.extend(self.place_pod(uid, p, now_ms));
             }
         }
         touched
@@ -354,25 +391,45 @@ impl View {
         unschedulable: bool,
         now_ms: i64,
     ) -> BTreeSet<String> {
-        let uid = facts.uid.clone();
-        facts.spec = match self.specs.get(&facts.spec) {
+        let uid = std::mem::take(&mut facts.uid);
+        let spec = match self.specs.get(&facts.spec) {
             Some(shared) => shared.clone(),
             None => {
                 self.specs.insert(facts.spec.clone());
                 facts.spec
             }
         };
+        let owner = facts.owner.map(|o| match self.owner_refs.get(&o) {
+            Some(shared) => shared.clone(),
+            None => {
+                let o = Arc::new(o);
+                self.owner_refs.insert(o.clone());
+                o
+            }
+        });
+        let facts = Facts {
+            namespace: intern_str(&mut self.strs, &facts.namespace),
+            owner,
+            spec,
+            scheduled_ms: facts.scheduled_ms,
+            finished_ms: facts.finished_ms,
+        };
+        let labels = [CPU_TYPE_LABEL, GPU_TYPE_LABEL, MEMORY_TYPE_LABEL]
+            .iter()
+            .any(|k| labels.contains_key(*k))
+            .then(|| Box::new(labels));
         let was_unschedulable = self.pods.get(&uid).is_some_and(|p| p.unschedulable);
         if let Some(old) = self.pods.remove(&uid) {
             if let Some(s) = self.by_workload.get_mut(&old.workload) {
                 s.remove(&uid);
             }
         }
-        let Some(workload) = owning_workload(&facts.namespace, facts.owner.as_ref(), |o| {
+        let Some(workload) = owning_workload(&facts.namespace, facts.owner.as_deref(), |o| {
             self.controller_of(&facts.namespace, o)
         }) else {
             return BTreeSet::new();
         };
+        let workload = intern_str(&mut self.strs, &workload);
         let entry = PodEntry {
             facts,
             labels,
@@ -381,13 +438,13 @@ impl View {
             unschedulable,
             deleted_ms: None,
         };
-        let mut touched = self.place_pod(entry, now_ms);
+        let mut touched = self.place_pod(uid.clone(), entry, now_ms);
         if was_unschedulable != unschedulable {
             // Physical pressure appeared or went away: the parent decides.
             if let Some(q) = self
                 .pods
                 .get(&uid)
-                .and_then(|p| self.workloads.get(&p.workload))
+                .and_then(|p| self.workloads.get(&*p.workload))
             {
                 touched.insert(q.quota.clone());
             }
@@ -397,15 +454,16 @@ impl View {
 
     /// Index a pod under the workload its owners resolve to now, and
     /// record its run if that workload is governed.
-    fn place_pod(&mut self, mut p: PodEntry, now_ms: i64) -> BTreeSet<String> {
-        let uid = p.facts.uid.clone();
-        if let Some(w) = owning_workload(&p.facts.namespace, p.facts.owner.as_ref(), |o| {
+    fn place_pod(&mut self, uid: String, mut p: PodEntry, now_ms: i64) -> BTreeSet<String> {
+        if let Some(w) = owning_workload(&p.facts.namespace, p.facts.owner.as_deref(), |o| {
             self.controller_of(&p.facts.namespace, o)
         }) {
-            if let Some(s) = self.by_workload.get_mut(&p.workload) {
-                s.remove(&uid);
+            if *p.workload != *w {
+                if let Some(s) = self.by_workload.get_mut(&p.workload) {
+                    s.remove(&uid);
+                }
+                p.workload = intern_str(&mut self.strs, &w);
             }
-            p.workload = w;
         }
         self.by_workload
             .entry(p.workload.clone())
@@ -413,7 +471,7 @@ impl View {
             .insert(uid.clone());
         let mut touched = BTreeSet::new();
         let previous = self.ledger.get(&uid).cloned();
-        match self.workloads.get_mut(&p.workload) {
+        match self.workloads.get_mut(&*p.workload) {
             Some(seen) => {
                 seen.info.priority = seen.info.priority.max(p.priority);
                 if let Some(start) = p.facts.scheduled_ms {
@@ -421,7 +479,10 @@ impl View {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
-                    let models = Models::from_labels(&seen.info.labels, &p.labels);
+                    let models = Models::from_labels(
+                        &seen.info.labels,
+                        p.labels.as_deref().unwrap_or(&NO_LABELS),
+                    );
                     let run = PodRun {
                         quota: seen.quota.clone(),
                         usage: intern(&mut self.usages, p.facts.usage(&models, &self.cfg)),
@@ -485,13 +546,13 @@ impl View {
         self.unschedulable.remove(uid);
         if let Some(mut p) = self.pods.remove(uid) {
             if p.unschedulable {
-                if let Some(w) = self.workloads.get(&p.workload) {
+                if let Some(w) = self.workloads.get(&*p.workload) {
                     touched.insert(w.quota.clone());
                 }
             }
             if self.ledger.get(uid).is_none()
                 && p.facts.scheduled_ms.is_some()
-                && !self.workloads.contains_key(&p.workload)
+                && !self.workloads.contains_key(&*p.workload)
             {
                 // Its owners have not resolved yet (the pod watch ran
                 // ahead of the workload watches): keep a tombstone.
@@ -551,6 +612,8 @@ impl View {
     pub fn prune_tombstones(&mut self, now_ms: i64, max_age_ms: i64) -> usize {
         self.specs.retain(|s| Arc::strong_count(s) > 1);
         self.usages.retain(|u| Arc::strong_count(u) > 1);
+        self.strs.retain(|u| Arc::strong_count(u) > 1);
+        self.owner_refs.retain(|u| Arc::strong_count(u) > 1);
         let old: Vec<String> = self
             .pods
             .iter()
@@ -661,8 +724,15 @@ impl View {
             .filter_map(|u| self.pods.get(u))
             .filter(|p| p.unschedulable)
         {
-            if let Some(seen) = self.workloads.get(&p.workload).filter(|s| s.quota == quota) {
-                let models = Models::from_labels(&seen.info.labels, &p.labels);
+            if let Some(seen) = self
+                .workloads
+                .get(&*p.workload)
+                .filter(|s| s.quota == quota)
+            {
+                let models = Models::from_labels(
+                    &seen.info.labels,
+                    p.labels.as_deref().unwrap_or(&NO_LABELS),
+                );
                 quota::resources::add_into(&mut out, &p.facts.usage(&models, &self.cfg));
             }
         }
