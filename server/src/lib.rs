@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod portal;
 pub mod service;
 pub mod store;
 pub mod tls;

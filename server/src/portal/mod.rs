@@ -1,0 +1,3 @@
+//! The portal's accounts and authorisation.
+
+pub mod authz;
