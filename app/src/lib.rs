@@ -1,7 +1,12 @@
 //! bizrq's portal UI (Leptos). Components render on the server (`ssr`); every
 //! page works as plain HTML with JavaScript disabled.
 
+pub mod accounts;
+pub mod audit;
 pub mod charts;
+pub mod layout;
+
+pub use layout::{Flash, Section, Viewer};
 
 use quota::resources;
 use quota::Quota;
@@ -99,55 +104,45 @@ fn KeyBar(k: KeyUsage) -> impl IntoView {
 
 #[cfg(feature = "ssr")]
 #[component]
-fn TreePage(rows: Vec<TreeRow>) -> impl IntoView {
-    let count = rows.len();
-    let body = if rows.is_empty() {
-        view! { <p class="empty">"No quotas yet. Create one with POST /api/v1/quotas."</p> }
-            .into_any()
-    } else {
-        view! {
-            <table>
-                <thead><tr><th>"Quota"</th><th>"Workloads"</th><th>"Usage (used / hard)"</th></tr></thead>
-                <tbody>
-                    {rows
-                        .into_iter()
-                        .map(|r| {
-                            let indent = format!("padding-left:{}rem", 0.6 + 1.2 * r.depth as f32);
-                            view! {
-                                <tr>
-                                    <td class="name" style=indent>{r.name}</td>
-                                    <td class="num">{r.workloads}</td>
-                                    <td><div class="keys">{r.keys.into_iter().map(|k| view! { <KeyBar k=k/> }).collect_view()}</div></td>
-                                </tr>
-                            }
-                        })
-                        .collect_view()}
-                </tbody>
-            </table>
-        }
-        .into_any()
-    };
-    view! {
-        <html lang="en">
-            <head>
-                <meta charset="utf-8"/>
-                <meta name="viewport" content="width=device-width, initial-scale=1"/>
-                <title>"bizrq — quota tree"</title>
-                <link rel="stylesheet" href="/style.css"/>
-            </head>
-            <body>
-                <header><h1>"bizrq"</h1><span>{format!("quota tree · {count} quotas")}</span></header>
-                <main>{body}</main>
-            </body>
-        </html>
+fn TreeTable(rows: Vec<TreeRow>) -> impl IntoView {
+    if rows.is_empty() {
+        return view! { <p class="empty">"No quotas to show: none exist yet, or none is shared with you."</p> }
+            .into_any();
     }
+    view! {
+        <table>
+            <thead><tr><th>"Quota"</th><th>"Workloads"</th><th>"Usage (used / hard)"</th></tr></thead>
+            <tbody>
+                {rows
+                    .into_iter()
+                    .map(|r| {
+                        let indent = format!("padding-left:{}rem", 0.6 + 1.2 * r.depth as f32);
+                        let id = r.name.clone();
+                        view! {
+                            <tr id=id>
+                                <td class="name" style=indent>{r.name}</td>
+                                <td class="num">{r.workloads}</td>
+                                <td><div class="keys">{r.keys.into_iter().map(|k| view! { <KeyBar k=k/> }).collect_view()}</div></td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
+    }
+    .into_any()
 }
 
-/// The quota tree as a whole HTML document.
+/// The quota tree (the quotas the viewer may see) as a whole HTML document.
 #[cfg(feature = "ssr")]
-pub fn render_tree_page(quotas: &[Quota]) -> String {
+pub fn render_tree_page(viewer: Viewer, section: Section, quotas: &[Quota]) -> String {
     let rows = tree_rows(quotas);
-    let owner = Owner::new();
-    let html = owner.with(|| view! { <TreePage rows=rows/> }.to_html());
-    format!("<!DOCTYPE html>{html}")
+    let title = format!("Quota tree · {} quotas", rows.len());
+    layout::document(move || {
+        view! {
+            <layout::Layout viewer=Some(viewer) title=title section=section flash=None>
+                <TreeTable rows=rows/>
+            </layout::Layout>
+        }
+    })
 }

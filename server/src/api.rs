@@ -1,7 +1,12 @@
 //! The JSON API: quota objects in the CRD's shape, and a dry-run check of a
-//! workload. Everything goes through the service layer.
+//! workload. Everything goes through the service layer; every route is
+//! authorised with `portal::authz` (the caller is a [`Principal`]): quotas
+//! the caller may not see answer 404 as if they did not exist, changes it
+//! may not make answer 403. Changes are written to the audit log.
 
 use crate::http::{ApiError, AppState};
+use crate::portal::audit::{action, quota_json};
+use crate::portal::authz::{self, Principal, Tree};
 use crate::service::{Persist, ServiceError};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -94,8 +99,31 @@ fn parse_version(v: Option<&str>) -> Result<Option<i64>, ApiError> {
         .transpose()
 }
 
-pub async fn list(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let items = app.service.list().await?;
+/// The tree's shape, for deciding what a non-admin may do (admins need none).
+async fn tree_for(app: &AppState, p: &Principal) -> Result<Tree, ApiError> {
+    if p.is_admin {
+        return Ok(Tree::default());
+    }
+    Ok(Tree::from_quotas(&app.service.list().await?))
+}
+
+/// The answer for a quota the caller may not see: the same as for one that
+/// does not exist, so existence does not leak.
+fn not_found(name: &str) -> ApiError {
+    ApiError::Service(ServiceError::NotFound(format!("bizrq {name} not found")))
+}
+
+/// 404 unless `p` may see `name`.
+fn require_view(p: &Principal, name: &str, tree: &Tree) -> Result<(), ApiError> {
+    if authz::can_view(p, name, tree) {
+        Ok(())
+    } else {
+        Err(not_found(name))
+    }
+}
+
+pub async fn list(State(app): State<AppState>, p: Principal) -> Result<Response, ApiError> {
+    let items = authz::visible(&p, app.service.list().await?);
     Ok(Json(serde_json::json!({
         "apiVersion": api_version(),
         "kind": format!("{KIND}List"),
@@ -106,36 +134,71 @@ pub async fn list(State(app): State<AppState>) -> Result<Response, ApiError> {
 
 pub async fn get(
     State(app): State<AppState>,
+    p: Principal,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
+    require_view(&p, &name, &tree_for(&app, &p).await?)?;
     Ok(Json(app.service.get(&name).await?.quota).into_response())
 }
 
+/// Creating a child of X needs ownership of X or an ancestor (roots: admins).
+/// Refused before anything else, so a refusal says nothing of X.
 pub async fn create(
     State(app): State<AppState>,
+    principal: Principal,
     Query(p): Query<WriteParams>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let input = parse_quota(&body)?;
+    let parent = input.spec.parent.clone();
+    let tree = tree_for(&app, &principal).await?;
+    if !authz::can_manage_children(&principal, &parent, &tree) {
+        return Err(ApiError::Forbidden(if parent.is_empty() {
+            "only admins may create root quotas".to_string()
+        } else {
+            format!("you may not create children of bizrq {parent}: that takes an owner of it or of an ancestor")
+        }));
+    }
+    let dry = p.dry()?;
     let q = app
         .service
-        .create_quota(
-            &input.metadata.name,
-            input.spec,
-            Persist::Here,
-            "",
-            p.dry()?,
-        )
+        .create_quota(&input.metadata.name, input.spec, Persist::Here, "", dry)
         .await?;
+    if !dry {
+        app.audit(
+            &principal,
+            action::QUOTA_CREATE,
+            q.name(),
+            None,
+            Some(quota_json(&q)),
+            "",
+        )
+        .await;
+    }
     Ok((StatusCode::CREATED, Json(q)).into_response())
+}
+
+/// Changing X's spec needs ownership of an ancestor of X: an owner of X may
+/// not raise its own hard.
+fn require_edit(p: &Principal, name: &str, tree: &Tree) -> Result<(), ApiError> {
+    require_view(p, name, tree)?;
+    if authz::can_edit_hard(p, name, tree) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "you may not change or delete bizrq {name}: that takes an owner of its parent (or an ancestor) or an admin"
+        )))
+    }
 }
 
 pub async fn replace(
     State(app): State<AppState>,
+    principal: Principal,
     Path(name): Path<String>,
     Query(p): Query<WriteParams>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    require_edit(&principal, &name, &tree_for(&app, &principal).await?)?;
     let input = parse_quota(&body)?;
     if input.metadata.name != name {
         return Err(ApiError::BadRequest(format!(
@@ -144,22 +207,50 @@ pub async fn replace(
         )));
     }
     let version = parse_version(input.metadata.resource_version.as_deref())?;
+    let dry = p.dry()?;
+    let before = app.service.get(&name).await?.quota;
     let q = app
         .service
-        .update_quota(&name, input.spec, version, Persist::Here, p.dry()?)
+        .update_quota(&name, input.spec, version, Persist::Here, dry)
         .await?;
+    if !dry {
+        app.audit(
+            &principal,
+            action::QUOTA_UPDATE,
+            &name,
+            Some(quota_json(&before)),
+            Some(quota_json(&q)),
+            "",
+        )
+        .await;
+    }
     Ok(Json(q).into_response())
 }
 
 pub async fn delete(
     State(app): State<AppState>,
+    principal: Principal,
     Path(name): Path<String>,
     Query(p): Query<WriteParams>,
 ) -> Result<Response, ApiError> {
+    require_edit(&principal, &name, &tree_for(&app, &principal).await?)?;
     let version = parse_version(p.resource_version.as_deref())?;
+    let dry = p.dry()?;
+    let before = app.service.get(&name).await?.quota;
     app.service
-        .delete_quota(&name, version, Persist::Here, p.dry()?)
+        .delete_quota(&name, version, Persist::Here, dry)
         .await?;
+    if !dry {
+        app.audit(
+            &principal,
+            action::QUOTA_DELETE,
+            &name,
+            Some(quota_json(&before)),
+            None,
+            "",
+        )
+        .await;
+    }
     Ok(
         Json(serde_json::json!({ "status": "Success", "details": { "name": name, "kind": KIND } }))
             .into_response(),
@@ -176,8 +267,13 @@ struct TypeMeta {
 }
 
 /// Would this workload be admitted? Answers with the decision and the usage
-/// it would be charged, without charging.
-pub async fn check(State(app): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+/// it would be charged, without charging. A quota the caller may not see
+/// answers as one that does not exist.
+pub async fn check(
+    State(app): State<AppState>,
+    principal: Principal,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let svc = &app.service;
     let tm: TypeMeta = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("invalid workload: {e}")))?;
@@ -200,6 +296,13 @@ pub async fn check(State(app): State<AppState>, body: Bytes) -> Result<Response,
         }))
         .into_response());
     };
+    if !authz::can_view(&principal, quota, &tree_for(&app, &principal).await?) {
+        return Ok(Json(serde_json::json!({
+            "allowed": false, "governed": true, "quota": quota,
+            "message": not_found(quota).to_string(), "usage": usage, "warnings": w.warnings,
+        }))
+        .into_response());
+    }
     let wref = adapter.workload_ref(&w.meta.namespace, &w.meta.name);
     let decision = match w.mode {
         ChargeMode::Charge => {

@@ -46,6 +46,22 @@ pub struct ServeArgs {
     /// Bearer token for the JSON API; generated and printed once if unset.
     #[arg(long, env = "BIZRQ_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// Password of the `admin` user created on first start (when there is
+    /// no user yet); generated and printed once if unset. Ignored later.
+    #[arg(long, env = "BIZRQ_ADMIN_PASSWORD", hide_env_values = true)]
+    pub admin_password: Option<String>,
+    /// Always mark the portal's session cookie Secure (TLS is terminated in
+    /// front of bizrq). Without it, the cookie is Secure when the request
+    /// carries `X-Forwarded-Proto: https`.
+    #[arg(long, env = "BIZRQ_SECURE_COOKIES")]
+    pub secure_cookies: bool,
+    /// Rate-limit logins by the last `X-Forwarded-For` address (set by your
+    /// ingress) instead of the peer address.
+    #[arg(long, env = "BIZRQ_TRUST_FORWARDED_FOR")]
+    pub trust_forwarded_for: bool,
+    /// A portal session ends after this many minutes without activity.
+    #[arg(long, env = "BIZRQ_SESSION_IDLE_MINUTES", default_value_t = 480)]
+    pub session_idle_minutes: u64,
     /// PEM certificate for the webhook; self-signed when absent.
     #[arg(long, env = "BIZRQ_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -118,6 +134,14 @@ impl ServeArgs {
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
                 .collect(),
+        }
+    }
+
+    pub fn portal_config(&self) -> crate::portal::PortalConfig {
+        crate::portal::PortalConfig {
+            secure_cookies: self.secure_cookies,
+            trust_forwarded_for: self.trust_forwarded_for,
+            session_idle: std::time::Duration::from_secs(self.session_idle_minutes.max(1) * 60),
         }
     }
 

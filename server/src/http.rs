@@ -1,12 +1,14 @@
-//! HTTP wiring: routers, shared state, the error → response mapping, auth,
-//! health, metrics and the portal page.
+//! HTTP wiring: routers, shared state, the error → response mapping,
+//! health and metrics. Authentication and the portal's pages are in
+//! `portal`.
 
+use crate::portal::{self, Portal};
 use crate::service::{Service, ServiceError};
 use crate::{api, webhook};
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
-use axum::response::{Html, IntoResponse, Response};
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use std::sync::Arc;
@@ -22,6 +24,8 @@ pub struct AppState {
     pub service: Arc<Service>,
     /// SHA-256 of the admin bearer token.
     pub token_sha256: Arc<String>,
+    /// Accounts, sessions and the audit log (always SQL).
+    pub portal: Arc<Portal>,
 }
 
 /// Errors of the JSON API: one variant, one status code; internal details
@@ -34,6 +38,9 @@ pub enum ApiError {
     BadRequest(String),
     #[error("missing or invalid bearer token")]
     Unauthorized,
+    /// Authenticated, but not allowed (see `portal::authz`).
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 impl ApiError {
@@ -41,6 +48,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
             ApiError::Service(e) => match e {
                 ServiceError::Denied(_) => (StatusCode::FORBIDDEN, "QuotaExceeded"),
                 ServiceError::Tree(_) => (StatusCode::UNPROCESSABLE_ENTITY, "TreeRule"),
@@ -74,21 +82,6 @@ impl IntoResponse for ApiError {
     }
 }
 
-async fn require_token(State(app): State<AppState>, req: Request, next: Next) -> Response {
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| crate::util::sha256_hex(t.trim()));
-    match given {
-        Some(h) if crate::util::constant_time_eq(h.as_bytes(), app.token_sha256.as_bytes()) => {
-            next.run(req).await
-        }
-        _ => ApiError::Unauthorized.into_response(),
-    }
-}
-
 /// Portal, JSON API, health and metrics (plain HTTP; put TLS in front, or
 /// use the webhook port's TLS, in production).
 pub fn http_router(app: AppState) -> Router {
@@ -99,14 +92,22 @@ pub fn http_router(app: AppState) -> Router {
             get(api::get).put(api::replace).delete(api::delete),
         )
         .route("/api/v1/check", post(api::check))
-        .layer(middleware::from_fn_with_state(app.clone(), require_token));
+        .route_layer(middleware::from_fn_with_state(
+            app.clone(),
+            portal::auth::authenticate,
+        ));
+    // Layers run outside in: the last added first. Sessions must be loaded
+    // before the CSRF check reads the session's token.
     Router::new()
-        .route("/", get(portal))
         .route("/style.css", get(style))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .merge(portal::router())
         .merge(api)
+        .layer(middleware::from_fn(portal::auth::require_csrf))
+        .layer(app.portal.session_layer())
+        .layer(middleware::from_fn(portal::auth::secure_cookie_behind_tls))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
         .with_state(app)
 }
@@ -150,9 +151,4 @@ async fn metrics(State(app): State<AppState>) -> Response {
 
 async fn style() -> Response {
     ([(header::CONTENT_TYPE, "text/css")], app::STYLE).into_response()
-}
-
-async fn portal(State(app): State<AppState>) -> Result<Html<String>, ApiError> {
-    let quotas = app.service.list().await?;
-    Ok(Html(app::render_tree_page(&quotas)))
 }

@@ -13,6 +13,10 @@ async fn main() -> anyhow::Result<()> {
             if let Some(token) = &running.generated_token {
                 eprintln!("bizrq: generated an admin token for the JSON API (shown once, store it): {token}");
             }
+            if let Some(password) = &running.generated_admin_password {
+                // On stdout, before the ready line, like a first-start banner.
+                println!("bizrq: created user 'admin' with a generated password (shown once, store it): {password}");
+            }
             if running.self_signed_cert.is_some() {
                 tracing::info!("webhook uses a self-signed certificate (pass --tls-cert/--tls-key for a real one)");
             }

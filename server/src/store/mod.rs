@@ -2,8 +2,13 @@
 //! the cluster's CRD (cluster mode). Every write is a compare-and-swap on the
 //! object's version; a stale writer gets `Conflict` and must re-read.
 
+pub mod accounts;
+pub mod audit;
 pub mod history;
+pub mod sessions;
 pub mod sql;
+#[cfg(test)]
+pub(crate) mod testdb;
 pub mod transfers;
 
 use async_trait::async_trait;

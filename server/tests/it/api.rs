@@ -197,8 +197,16 @@ async fn tree_rules_and_bad_input() {
         "bad input changed nothing"
     );
 
-    // The portal page lists the tree.
-    let (st, html) = s.get_text("/").await;
+    // The portal page lists the tree, after a login.
+    assert_eq!(
+        Browser::new(&s).get("/").await.status,
+        StatusCode::SEE_OTHER
+    );
+    let page = Browser::logged_in(&s, "admin", ADMIN_PASSWORD)
+        .await
+        .get("/")
+        .await;
+    let (st, html) = (page.status, page.body);
     assert_eq!(st, StatusCode::OK);
     assert!(
         html.starts_with("<!DOCTYPE html>")

@@ -9,6 +9,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 pub const TOKEN: &str = "test-token";
+/// The bootstrap admin's password in the servers these tests start.
+pub const ADMIN_PASSWORD: &str = "admin-password-for-tests";
 
 /// PostgreSQL for tests. Required: a missing server fails the test.
 pub fn postgres_base() -> String {
@@ -85,6 +87,8 @@ pub fn review(fixture_name: &str, uid: &str, object: Option<Value>, old: Option<
 
 pub struct Server {
     _child: Option<Child>,
+    /// The database it was started on ("" when started in process).
+    pub database_url: String,
     pub http: String,
     pub webhook: String,
     client: reqwest::Client,
@@ -92,8 +96,26 @@ pub struct Server {
 
 impl Server {
     pub async fn start(database_url: &str) -> Server {
+        Server::start_with(database_url, &[], Some(ADMIN_PASSWORD))
+            .await
+            .0
+    }
+
+    /// A server with extra `serve` arguments and the bootstrap admin's
+    /// password (None: generated); also returns the stdout lines printed
+    /// before the ready line.
+    pub async fn start_with(
+        database_url: &str,
+        extra: &[&str],
+        admin_password: Option<&str>,
+    ) -> (Server, Vec<String>) {
         bizrq::tls::install_crypto_provider();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bizrq"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bizrq"));
+        match admin_password {
+            Some(p) => cmd.env("BIZRQ_ADMIN_PASSWORD", p),
+            None => cmd.env_remove("BIZRQ_ADMIN_PASSWORD"),
+        };
+        let mut child = cmd
             .args([
                 "serve",
                 "--listen",
@@ -104,6 +126,7 @@ impl Server {
                 TOKEN,
             ])
             .args(["--database-url", database_url])
+            .args(extra)
             .env("BIZRQ_LOG", "warn")
             .env_remove("KUBECONFIG")
             .env_remove("KUBERNETES_SERVICE_HOST")
@@ -114,13 +137,18 @@ impl Server {
             .expect("spawn bizrq");
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-            .await
-            .expect("bizrq did not get ready in 60 s")
-            .unwrap()
-            .expect("bizrq exited before it was ready");
-        let (http, webhook) =
-            bizrq::parse_ready_line(&line).unwrap_or_else(|| panic!("not a ready line: {line:?}"));
+        let mut before = Vec::new();
+        let (http, webhook) = loop {
+            let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+                .await
+                .expect("bizrq did not get ready in 60 s")
+                .unwrap()
+                .expect("bizrq exited before it was ready");
+            match bizrq::parse_ready_line(&line) {
+                Some(addrs) => break addrs,
+                None => before.push(line),
+            }
+        };
         let (http, webhook) = (format!("http://{http}"), format!("https://{webhook}"));
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
@@ -129,18 +157,23 @@ impl Server {
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap();
-        Server {
-            _child: Some(child),
-            http,
-            webhook,
-            client,
-        }
+        (
+            Server {
+                _child: Some(child),
+                database_url: database_url.to_string(),
+                http,
+                webhook,
+                client,
+            },
+            before,
+        )
     }
 
     /// A server started in this process (`bizrq::start_with`).
     pub fn in_process(running: &bizrq::Running) -> Server {
         Server {
             _child: None,
+            database_url: String::new(),
             http: format!("http://{}", running.http_addr),
             webhook: format!("https://{}", running.webhook_addr),
             client: reqwest::Client::builder()
@@ -254,5 +287,177 @@ impl Server {
             .as_str()
             .unwrap_or("0")
             .to_string()
+    }
+}
+
+/// A browser of the portal: keeps the session cookie, follows no redirect
+/// (so tests see the 303s), and sends the CSRF token of the last page it
+/// read with every form.
+pub struct Browser {
+    pub base: String,
+    client: reqwest::Client,
+    cookie: std::sync::Mutex<Option<String>>,
+    csrf: std::sync::Mutex<Option<String>>,
+}
+
+/// What a browser got back.
+pub struct Page {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+impl Page {
+    pub fn location(&self) -> Option<&str> {
+        self.headers.get("location").and_then(|v| v.to_str().ok())
+    }
+
+    /// The session cookie's Set-Cookie line, if the response set one.
+    pub fn session_cookie(&self) -> Option<String> {
+        self.headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|c| c.starts_with("bizrq_session="))
+            .map(str::to_string)
+    }
+}
+
+/// The value of `<input … name="NAME" value="…">` in a page.
+pub fn hidden_field(html: &str, name: &str) -> Option<String> {
+    let at = html.find(&format!("name=\"{name}\""))?;
+    let rest = &html[at..];
+    let v = rest.find("value=\"")? + "value=\"".len();
+    let end = rest[v..].find('"')?;
+    Some(rest[v..v + end].to_string())
+}
+
+impl Browser {
+    pub fn new(server: &Server) -> Browser {
+        Browser {
+            base: server.http.clone(),
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            cookie: Default::default(),
+            csrf: Default::default(),
+        }
+    }
+
+    /// A browser logged in as `username` (asserting the login's redirect).
+    pub async fn logged_in(server: &Server, username: &str, password: &str) -> Browser {
+        let b = Browser::new(server);
+        let p = b.login(username, password).await;
+        assert_eq!(
+            p.status,
+            StatusCode::SEE_OTHER,
+            "login of {username}: {}",
+            p.body
+        );
+        b
+    }
+
+    pub fn csrf(&self) -> Option<String> {
+        self.csrf.lock().unwrap().clone()
+    }
+
+    pub fn forget_csrf(&self) {
+        *self.csrf.lock().unwrap() = None;
+    }
+
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        build: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Page {
+        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(c) = self.cookie.lock().unwrap().clone() {
+            req = req.header("cookie", format!("bizrq_session={c}"));
+        }
+        let r = build(req).send().await.unwrap();
+        let status = r.status();
+        let headers = r.headers().clone();
+        let body = r.text().await.unwrap();
+        let page = Page {
+            status,
+            headers,
+            body,
+        };
+        if let Some(set) = page.session_cookie() {
+            let value = set["bizrq_session=".len()..]
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .to_string();
+            let removed = set.to_ascii_lowercase().contains("max-age=0");
+            *self.cookie.lock().unwrap() = (!removed && !value.is_empty()).then_some(value);
+        }
+        if let Some(t) = hidden_field(&page.body, "csrf") {
+            *self.csrf.lock().unwrap() = Some(t);
+        }
+        page
+    }
+
+    pub async fn get(&self, path: &str) -> Page {
+        self.request(Method::GET, path, |r| r).await
+    }
+
+    /// POSTs a form, adding the CSRF token of the last page read.
+    pub async fn post(&self, path: &str, fields: &[(&str, &str)]) -> Page {
+        let mut form: Vec<(String, String)> = fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if let Some(t) = self.csrf() {
+            form.push(("csrf".into(), t));
+        }
+        self.request(Method::POST, path, |r| r.form(&form)).await
+    }
+
+    /// POSTs a form as is (no CSRF token added).
+    pub async fn post_raw(&self, path: &str, fields: &[(&str, &str)]) -> Page {
+        let form = fields.to_vec();
+        self.request(Method::POST, path, |r| r.form(&form)).await
+    }
+
+    pub async fn login(&self, username: &str, password: &str) -> Page {
+        let p = self.get("/login").await;
+        assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+        let p = self
+            .post("/login", &[("username", username), ("password", password)])
+            .await;
+        if p.status == StatusCode::SEE_OTHER {
+            // Pick up the session's new CSRF token.
+            self.get("/tokens").await;
+        }
+        p
+    }
+
+    /// A JSON API call with the session cookie (and the CSRF header).
+    pub async fn api(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let csrf = self.csrf();
+        let p = self
+            .request(method, path, |mut r| {
+                if let Some(t) = csrf {
+                    r = r.header("x-csrf-token", t);
+                }
+                if let Some(b) = body {
+                    r = r.json(&b);
+                }
+                r
+            })
+            .await;
+        (
+            p.status,
+            serde_json::from_str(&p.body).unwrap_or(Value::String(p.body)),
+        )
     }
 }

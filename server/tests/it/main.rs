@@ -5,6 +5,7 @@ mod cluster;
 mod common;
 mod concurrency;
 mod fakeapi;
+mod portal;
 mod resync;
 mod scenario;
 mod transfers;

@@ -1,0 +1,234 @@
+//! Account pages: login, users and roles (admins), personal API tokens.
+
+use crate::layout::{Flash, Viewer};
+
+#[cfg(feature = "ssr")]
+use crate::layout::{document, CsrfField, Layout, Section};
+#[cfg(feature = "ssr")]
+use leptos::prelude::*;
+
+/// A user as the users page lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserRow {
+    pub username: String,
+    pub is_admin: bool,
+    pub disabled: bool,
+    pub created: String,
+    /// (quota, role) pairs.
+    pub bindings: Vec<(String, String)>,
+    /// The viewer itself: it may not disable itself or drop its own admin.
+    pub is_self: bool,
+}
+
+/// A personal API token as the tokens page lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenRow {
+    pub id: i64,
+    pub name: String,
+    pub created: String,
+    pub last_used: Option<String>,
+    pub revoked: Option<String>,
+}
+
+/// The login page. `csrf` is the anonymous session's token; `next` where
+/// to go after logging in.
+#[cfg(feature = "ssr")]
+pub fn render_login_page(
+    csrf: String,
+    username: String,
+    next: String,
+    flash: Option<Flash>,
+) -> String {
+    document(move || {
+        view! {
+            <Layout viewer=None title="Log in".into() section=Section::None flash=flash>
+                <form class="card narrow" method="post" action="/login">
+                    <CsrfField csrf=csrf/>
+                    <input type="hidden" name="next" value=next/>
+                    <label>"Username"<input name="username" value=username autocomplete="username" required autofocus/></label>
+                    <label>"Password"<input name="password" type="password" autocomplete="current-password" required/></label>
+                    <button type="submit">"Log in"</button>
+                </form>
+            </Layout>
+        }
+    })
+}
+
+#[cfg(feature = "ssr")]
+#[component]
+fn UserActions(u: UserRow, csrf: String) -> impl IntoView {
+    let base = format!("/users/{}", u.username);
+    let (disable_label, disable_value) = if u.disabled {
+        ("Enable", "false")
+    } else {
+        ("Disable", "true")
+    };
+    let (admin_label, admin_value) = if u.is_admin {
+        ("Revoke admin", "false")
+    } else {
+        ("Make admin", "true")
+    };
+    let self_lock = u.is_self;
+    view! {
+        <div class="actions">
+            <form method="post" action=format!("{base}/disabled")>
+                <CsrfField csrf=csrf.clone()/>
+                <input type="hidden" name="disabled" value=disable_value/>
+                <button type="submit" disabled=self_lock>{disable_label}</button>
+            </form>
+            <form method="post" action=format!("{base}/admin")>
+                <CsrfField csrf=csrf.clone()/>
+                <input type="hidden" name="admin" value=admin_value/>
+                <button type="submit" disabled=self_lock>{admin_label}</button>
+            </form>
+            <form method="post" action=format!("{base}/password")>
+                <CsrfField csrf=csrf.clone()/>
+                <input name="password" type="password" placeholder="new password" autocomplete="new-password" required minlength="12"/>
+                <button type="submit">"Set password"</button>
+            </form>
+            <form method="post" action=format!("{base}/roles")>
+                <CsrfField csrf=csrf/>
+                <input name="quota" placeholder="quota" required/>
+                <select name="role">
+                    <option value="member">"member"</option>
+                    <option value="owner">"owner"</option>
+                </select>
+                <button type="submit">"Bind"</button>
+            </form>
+        </div>
+    }
+}
+
+/// The users and roles page (admins).
+#[cfg(feature = "ssr")]
+pub fn render_users_page(viewer: Viewer, users: Vec<UserRow>, flash: Option<Flash>) -> String {
+    let csrf = viewer.csrf.clone();
+    let rows = users
+        .into_iter()
+        .map(|u| {
+            let csrf = csrf.clone();
+            let unbind = u
+                .bindings
+                .iter()
+                .map(|(quota, role)| {
+                    let action = format!("/users/{}/roles/delete", u.username);
+                    view! {
+                        <form class="binding" method="post" action=action>
+                            <CsrfField csrf=csrf.clone()/>
+                            <input type="hidden" name="quota" value=quota.clone()/>
+                            <span class=format!("role {role}")>{role.clone()}</span>
+                            " "<a href=format!("/tree#{quota}")>{quota.clone()}</a>
+                            <button type="submit" class="link" title="remove this binding">"×"</button>
+                        </form>
+                    }
+                })
+                .collect_view();
+            let status = match (u.disabled, u.is_admin) {
+                (true, _) => "disabled",
+                (false, true) => "admin",
+                (false, false) => "active",
+            };
+            let (disabled, username) = (u.disabled, u.username.clone());
+            let created = u.created.clone();
+            view! {
+                <tr class:disabled=disabled>
+                    <td class="name">{username}</td>
+                    <td><span class=format!("badge {status}")>{status}</span></td>
+                    <td>{unbind}</td>
+                    <td class="num">{created}</td>
+                    <td><UserActions u=u csrf=csrf/></td>
+                </tr>
+            }
+        })
+        .collect_view();
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title="Users and roles".into() section=Section::Users flash=flash>
+                <form class="card inline" method="post" action="/users">
+                    <CsrfField csrf=csrf/>
+                    <label>"Username"<input name="username" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" title="lower-case letters, digits, '.', '_' and '-'"/></label>
+                    <label>"Password"<input name="password" type="password" required minlength="12" autocomplete="new-password"/></label>
+                    <label class="check"><input type="checkbox" name="admin" value="true"/>"admin"</label>
+                    <button type="submit">"Create user"</button>
+                </form>
+                <p class="hint">"A binding gives a role on a quota and its whole subtree: "<b>"owner"</b>" manages the children (within the quota's hard, never the quota's own hard), "<b>"member"</b>" reads."</p>
+                <table>
+                    <thead><tr><th>"User"</th><th>"Status"</th><th>"Roles"</th><th>"Created"</th><th>"Actions"</th></tr></thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </Layout>
+        }
+    })
+}
+
+/// The personal API tokens page. `new_token` is (name, token) right after
+/// creation: the only time the token is shown.
+#[cfg(feature = "ssr")]
+pub fn render_tokens_page(
+    viewer: Viewer,
+    tokens: Vec<TokenRow>,
+    new_token: Option<(String, String)>,
+    flash: Option<Flash>,
+) -> String {
+    let csrf = viewer.csrf.clone();
+    let shown = new_token.map(|(name, token)| {
+        view! {
+            <div class="card created">
+                <p>"New token "<b>{name}</b>" — copy it now, it is not shown again:"</p>
+                <pre class="token">{token}</pre>
+                <p class="hint">"Use it as "<code>"Authorization: Bearer TOKEN"</code>" on the JSON API (/api/v1/…)."</p>
+            </div>
+        }
+    });
+    let body = if tokens.is_empty() {
+        view! { <p class="empty">"No tokens yet."</p> }.into_any()
+    } else {
+        let rows = tokens
+            .into_iter()
+            .map(|t| {
+                let state = match &t.revoked {
+                    Some(at) => {
+                        view! { <span class="badge disabled">{format!("revoked {at}")}</span> }
+                            .into_any()
+                    }
+                    None => view! {
+                        <form method="post" action=format!("/tokens/{}/revoke", t.id)>
+                            <CsrfField csrf=csrf.clone()/>
+                            <button type="submit">"Revoke"</button>
+                        </form>
+                    }
+                    .into_any(),
+                };
+                view! {
+                    <tr class:disabled=t.revoked.is_some()>
+                        <td class="name">{t.name}</td>
+                        <td class="num">{t.created}</td>
+                        <td class="num">{t.last_used.unwrap_or_else(|| "never".into())}</td>
+                        <td>{state}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <table>
+                <thead><tr><th>"Name"</th><th>"Created"</th><th>"Last used"</th><th></th></tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+        }
+        .into_any()
+    };
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title="API tokens".into() section=Section::Tokens flash=flash>
+                {shown}
+                <form class="card inline" method="post" action="/tokens">
+                    <CsrfField csrf=csrf/>
+                    <label>"Name"<input name="name" required maxlength="100" placeholder="e.g. ci-pipeline"/></label>
+                    <button type="submit">"Create token"</button>
+                </form>
+                <p class="hint">"A token acts as you, with your roles, on the JSON API. Revoke one you no longer use."</p>
+                {body}
+            </Layout>
+        }
+    })
+}

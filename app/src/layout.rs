@@ -1,0 +1,131 @@
+//! The page frame every portal page shares: header with the navigation,
+//! the signed-in user and the logout form, a flash message, then the page.
+//!
+//! A page handler renders its body inside [`Layout`] and wraps the whole in
+//! [`document`]:
+//!
+//! ```ignore
+//! app::layout::document(move || view! {
+//!     <Layout viewer=Some(viewer) title="Quota tree".into() section=Section::Tree flash=None>
+//!         <p>"…"</p>
+//!     </Layout>
+//! })
+//! ```
+//!
+//! Every `<form method="post">` must carry [`CsrfField`] (the server
+//! refuses a state-changing POST without it, 403).
+
+#[cfg(feature = "ssr")]
+use leptos::prelude::*;
+
+/// The signed-in user as the frame shows it, with the session's CSRF token
+/// for the forms of the page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Viewer {
+    pub username: String,
+    pub is_admin: bool,
+    pub csrf: String,
+}
+
+/// Which entry of the navigation is the current page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Section {
+    Overview,
+    Tree,
+    Transfers,
+    Audit,
+    Users,
+    Tokens,
+    /// A page outside the navigation (login, errors).
+    None,
+}
+
+/// The navigation: (section, label, href, admins only).
+pub const NAV: [(Section, &str, &str, bool); 6] = [
+    (Section::Overview, "Overview", "/", false),
+    (Section::Tree, "Tree", "/tree", false),
+    (Section::Transfers, "Transfers", "/transfers", false),
+    (Section::Audit, "Audit", "/audit", false),
+    (Section::Users, "Users", "/users", true),
+    (Section::Tokens, "Tokens", "/tokens", false),
+];
+
+/// A one-line message above the page: what just happened, or what went wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Flash {
+    Ok(String),
+    Error(String),
+}
+
+/// The hidden CSRF field every POST form carries.
+#[cfg(feature = "ssr")]
+#[component]
+pub fn CsrfField(csrf: String) -> impl IntoView {
+    view! { <input type="hidden" name="csrf" value=csrf/> }
+}
+
+#[cfg(feature = "ssr")]
+#[component]
+pub fn FlashLine(flash: Option<Flash>) -> impl IntoView {
+    flash.map(|f| match f {
+        Flash::Ok(t) => view! { <p class="flash ok" role="status">{t}</p> }.into_any(),
+        Flash::Error(t) => view! { <p class="flash error" role="alert">{t}</p> }.into_any(),
+    })
+}
+
+/// The frame of a page. Without a viewer (the login page) there is no
+/// navigation.
+#[cfg(feature = "ssr")]
+#[component]
+pub fn Layout(
+    viewer: Option<Viewer>,
+    title: String,
+    section: Section,
+    flash: Option<Flash>,
+    children: Children,
+) -> impl IntoView {
+    let nav = viewer.map(|v| {
+        let links = NAV
+            .iter()
+            .filter(|(_, _, _, admin_only)| v.is_admin || !admin_only)
+            .map(|(s, label, href, _)| {
+                let current = (*s == section).then_some("page");
+                view! { <a href=*href aria-current=current>{*label}</a> }
+            })
+            .collect_view();
+        view! {
+            <nav>{links}</nav>
+            <form class="whoami" method="post" action="/logout">
+                <span>{v.username}{v.is_admin.then_some(" (admin)")}</span>
+                <CsrfField csrf=v.csrf/>
+                <button type="submit">"Log out"</button>
+            </form>
+        }
+    });
+    view! {
+        <html lang="en">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <title>{format!("{title} · bizrq")}</title>
+                <link rel="stylesheet" href="/style.css"/>
+            </head>
+            <body>
+                <header><a class="brand" href="/">"bizrq"</a>{nav}</header>
+                <main>
+                    <h2>{title}</h2>
+                    <FlashLine flash=flash/>
+                    {children()}
+                </main>
+            </body>
+        </html>
+    }
+}
+
+/// Renders a whole HTML document (with its doctype) from a view.
+#[cfg(feature = "ssr")]
+pub fn document<V: IntoView + 'static>(f: impl FnOnce() -> V) -> String {
+    let owner = Owner::new();
+    let html = owner.with(|| f().to_html());
+    format!("<!DOCTYPE html>{html}")
+}

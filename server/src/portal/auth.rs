@@ -1,0 +1,560 @@
+//! Who is asking, and proving it: bearer tokens and sessions into a
+//! [`Principal`]; login (rate limited), logout; CSRF on every state-changing
+//! request made with a session cookie.
+//!
+//! For handlers:
+//! - JSON API: take a [`Principal`] argument. The API router's
+//!   [`authenticate`] layer has already answered 401 when there is none.
+//! - Pages: take a [`Viewer`]: the session's principal and CSRF token, or a
+//!   303 redirect to `/login` when nobody is logged in.
+
+use super::authz::{Credential, Principal};
+use crate::http::{ApiError, AppState, API_BODY_LIMIT};
+use crate::store::accounts::User;
+use crate::store::sessions::USER_ID_KEY;
+use crate::store::sql::SqlStore;
+use crate::store::StoreError;
+use app::layout::Flash;
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Form;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use tower_sessions::Session;
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "bizrq_session";
+/// The session key of the CSRF token; forms carry it as the field `csrf`,
+/// scripts as the header `X-CSRF-Token`.
+pub const CSRF_KEY: &str = "csrf";
+pub const CSRF_FIELD: &str = "csrf";
+pub const CSRF_HEADER: &str = "x-csrf-token";
+const FLASH_KEY: &str = "flash";
+const SEEN_KEY: &str = "seen_ms";
+/// A session in use is written (and so extended) at most this often.
+const SEEN_EVERY_MS: i64 = 5 * 60_000;
+
+/// Failed logins allowed per username and client address within the window;
+/// the next attempt is refused (429) without checking the password.
+pub const LOGIN_MAX_FAILURES: usize = 5;
+pub const LOGIN_WINDOW_MS: i64 = 15 * 60_000;
+/// The one message for an unknown user, a wrong password and a disabled
+/// account, so a login attempt reveals nothing.
+pub const LOGIN_FAILED: &str = "Wrong username or password.";
+
+/// Argon2id hash (PHC string) of a password, off the async threads.
+pub async fn hash_password(password: String) -> anyhow::Result<String> {
+    Ok(tokio::task::spawn_blocking(move || password_auth::generate_hash(password)).await?)
+}
+
+/// Checks a password against a hash, or against a fixed dummy hash when
+/// there is no user, so both take the same time.
+async fn verify_password(password: String, hash: Option<String>) -> bool {
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    tokio::task::spawn_blocking(move || {
+        let hash = hash.unwrap_or_else(|| {
+            DUMMY
+                .get_or_init(|| password_auth::generate_hash("bizrq: no such user"))
+                .clone()
+        });
+        password_auth::verify_password(password, &hash).is_ok()
+    })
+    .await
+    .unwrap_or(false)
+}
+
+/// A new random token: CSRF tokens and personal API tokens.
+pub fn random_token(prefix: &str) -> String {
+    format!("{prefix}{}", crate::util::hex(&rand::random::<[u8; 24]>()))
+}
+
+/// The principal of a user (with its bindings); None when disabled.
+pub async fn principal_of(
+    sql: &SqlStore,
+    user: User,
+    via: Credential,
+) -> Result<Option<Principal>, StoreError> {
+    if user.disabled {
+        return Ok(None);
+    }
+    Ok(Some(Principal {
+        bindings: sql.bindings_of(user.id).await?,
+        user_id: Some(user.id),
+        username: user.username,
+        is_admin: user.is_admin,
+        via,
+    }))
+}
+
+/// A bearer token: the admin token, or a live personal token of an
+/// enabled user.
+async fn from_bearer(app: &AppState, token: &str) -> Result<Option<Principal>, StoreError> {
+    let h = crate::util::sha256_hex(token);
+    if crate::util::constant_time_eq(h.as_bytes(), app.token_sha256.as_bytes()) {
+        return Ok(Some(Principal::admin_token()));
+    }
+    let sql = &app.portal.sql;
+    let Some(t) = sql.live_token(&h).await? else {
+        return Ok(None);
+    };
+    let Some(user) = sql.user_by_id(t.user_id).await? else {
+        return Ok(None);
+    };
+    let p = principal_of(sql, user, Credential::Token(t.id)).await?;
+    if p.is_some() {
+        sql.touch_token(t.id, crate::util::now_ms()).await?;
+    }
+    Ok(p)
+}
+
+/// The session's user, if one is logged in (and still enabled).
+async fn from_session(app: &AppState, session: &Session) -> Result<Option<Principal>, StoreError> {
+    let id: Option<i64> = session.get(USER_ID_KEY).await.map_err(session_error)?;
+    let Some(id) = id else { return Ok(None) };
+    match app.portal.sql.user_by_id(id).await? {
+        Some(user) => principal_of(&app.portal.sql, user, Credential::Session).await,
+        None => Ok(None),
+    }
+}
+
+fn session_error(e: tower_sessions::session::Error) -> StoreError {
+    StoreError::Backend(format!("session: {e}"))
+}
+
+/// Who is asking: `Authorization: Bearer` wins (a wrong token is 401 even
+/// with a session); otherwise the session cookie.
+pub async fn resolve(parts: &Parts, app: &AppState) -> Result<Option<Principal>, ApiError> {
+    if let Some(v) = parts.headers.get(header::AUTHORIZATION) {
+        let token = v
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(ApiError::Unauthorized)?;
+        return from_bearer(app, token).await.map_err(internal);
+    }
+    match parts.extensions.get::<Session>() {
+        Some(s) => from_session(app, s).await.map_err(internal),
+        None => Ok(None),
+    }
+}
+
+fn internal(e: StoreError) -> ApiError {
+    ApiError::Service(e.into())
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        if let Some(p) = parts.extensions.get::<Principal>() {
+            return Ok(p.clone());
+        }
+        let p = resolve(parts, app).await?.ok_or(ApiError::Unauthorized)?;
+        parts.extensions.insert(p.clone());
+        Ok(p)
+    }
+}
+
+/// The JSON API's guard: 401 unless a principal can be resolved, which is
+/// then handed to the handler's [`Principal`] argument.
+pub async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    match Principal::from_request_parts(&mut parts, &app).await {
+        Ok(_) => next.run(Request::from_parts(parts, body)).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The signed-in user of a page, from the session only, with the CSRF token
+/// its forms carry. Nobody logged in: a redirect to the login page.
+pub struct Viewer {
+    pub principal: Principal,
+    pub csrf: String,
+    pub session: Session,
+}
+
+impl Viewer {
+    /// What the page frame (`app::layout::Layout`) shows.
+    pub fn page(&self) -> app::Viewer {
+        app::Viewer {
+            username: self.principal.username.clone(),
+            is_admin: self.principal.is_admin,
+            csrf: self.csrf.clone(),
+        }
+    }
+
+    /// Shown on the next page this session renders (after a redirect).
+    pub async fn set_flash(&self, flash: Flash) {
+        let v = match flash {
+            Flash::Ok(t) => ("ok", t),
+            Flash::Error(t) => ("error", t),
+        };
+        if let Err(e) = self.session.insert(FLASH_KEY, v).await {
+            tracing::warn!(error = %e, "could not keep a flash message");
+        }
+    }
+
+    /// The flash message left for this page, once.
+    pub async fn take_flash(&self) -> Option<Flash> {
+        let v: Option<(String, String)> = self.session.remove(FLASH_KEY).await.ok().flatten();
+        v.map(|(kind, text)| match kind.as_str() {
+            "ok" => Flash::Ok(text),
+            _ => Flash::Error(text),
+        })
+    }
+
+    /// Admins only: 403 for everyone else.
+    pub fn require_admin(&self) -> Result<(), super::PageError> {
+        if self.principal.is_admin {
+            Ok(())
+        } else {
+            Err(super::PageError::Forbidden(
+                "only admins may use this page".into(),
+            ))
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Viewer {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
+        let to_login = |parts: &Parts| {
+            let next = parts
+                .uri
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/");
+            let target = if next == "/" {
+                "/login".to_string()
+            } else {
+                format!(
+                    "/login?{}",
+                    serde_urlencoded::to_string([("next", next)]).unwrap_or_default()
+                )
+            };
+            Redirect::to(&target).into_response()
+        };
+        let Some(session) = parts.extensions.get::<Session>().cloned() else {
+            return Err(to_login(parts));
+        };
+        let principal = match from_session(app, &session).await {
+            Ok(Some(p)) => p,
+            Ok(None) => return Err(to_login(parts)),
+            Err(e) => return Err(super::PageError::from(e).into_response()),
+        };
+        let csrf = csrf_token(&session)
+            .await
+            .map_err(|e| super::PageError::from(e).into_response())?;
+        // Activity extends the session: written at most every few minutes.
+        let now = crate::util::now_ms();
+        let seen: Option<i64> = session.get(SEEN_KEY).await.ok().flatten();
+        if seen.is_none_or(|s| now - s > SEEN_EVERY_MS) {
+            let _ = session.insert(SEEN_KEY, now).await;
+        }
+        Ok(Viewer {
+            principal,
+            csrf,
+            session,
+        })
+    }
+}
+
+/// The session's CSRF token, created on first use.
+pub async fn csrf_token(session: &Session) -> Result<String, StoreError> {
+    if let Some(t) = session
+        .get::<String>(CSRF_KEY)
+        .await
+        .map_err(session_error)?
+    {
+        return Ok(t);
+    }
+    let t = random_token("");
+    session.insert(CSRF_KEY, &t).await.map_err(session_error)?;
+    Ok(t)
+}
+
+fn is_form(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
+}
+
+/// CSRF protection for every state-changing request (anything but GET,
+/// HEAD, OPTIONS) that relies on the session cookie: the session's token
+/// must come back as the form field `csrf` or the header `X-CSRF-Token`,
+/// else 403. JSON API calls with a bearer token are exempt (a browser never
+/// adds that header on its own), and so are API calls without a logged-in
+/// session, which the API's own guard answers with 401.
+pub async fn require_csrf(req: Request, next: Next) -> Response {
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(req).await;
+    }
+    let api = req.uri().path().starts_with("/api/");
+    if api && req.headers().contains_key(header::AUTHORIZATION) {
+        return next.run(req).await;
+    }
+    let session = req.extensions().get::<Session>().cloned();
+    let expected = match &session {
+        Some(s) => s.get::<String>(CSRF_KEY).await.ok().flatten(),
+        None => None,
+    };
+    if api {
+        let logged_in = match &session {
+            Some(s) => s.get::<i64>(USER_ID_KEY).await.ok().flatten().is_some(),
+            None => false,
+        };
+        if !logged_in {
+            return next.run(req).await;
+        }
+    }
+    let mut req = req;
+    let mut given = req
+        .headers()
+        .get(CSRF_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if given.is_none() && is_form(req.headers()) {
+        let (parts, body) = req.into_parts();
+        let bytes = match axum::body::to_bytes(body, API_BODY_LIMIT).await {
+            Ok(b) => b,
+            Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "form too large").into_response(),
+        };
+        given = serde_urlencoded::from_bytes::<Vec<(String, String)>>(&bytes)
+            .ok()
+            .and_then(|fields| {
+                fields
+                    .into_iter()
+                    .find(|(k, _)| k == CSRF_FIELD)
+                    .map(|(_, v)| v)
+            });
+        req = Request::from_parts(parts, axum::body::Body::from(bytes));
+    }
+    match (expected, given) {
+        (Some(e), Some(g)) if crate::util::constant_time_eq(e.as_bytes(), g.as_bytes()) => {
+            next.run(req).await
+        }
+        _ if api => ApiError::Forbidden(
+            "missing or wrong X-CSRF-Token header for a session-authenticated request".into(),
+        )
+        .into_response(),
+        _ => super::PageError::Forbidden(
+            "This form is stale or was not sent from bizrq (CSRF check failed). Go back, reload the page and try again."
+                .into(),
+        )
+        .into_response(),
+    }
+}
+
+/// Marks the session cookie `Secure` when the request came over HTTPS
+/// through a proxy (`X-Forwarded-Proto: https`), even without
+/// `--secure-cookies`. A forged header only makes the cookie stricter.
+pub async fn secure_cookie_behind_tls(req: Request, next: Next) -> Response {
+    let https = req
+        .headers()
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("https")
+        });
+    let mut resp = next.run(req).await;
+    if !https {
+        return resp;
+    }
+    let cookies: Vec<HeaderValue> = resp
+        .headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .cloned()
+        .collect();
+    if cookies.is_empty() {
+        return resp;
+    }
+    resp.headers_mut().remove(header::SET_COOKIE);
+    for c in cookies {
+        let s = c.to_str().unwrap_or("");
+        let ours = s.starts_with(&format!("{SESSION_COOKIE}="));
+        let has_secure = s
+            .split(';')
+            .any(|a| a.trim().eq_ignore_ascii_case("secure"));
+        let v = if ours && !has_secure {
+            HeaderValue::from_str(&format!("{s}; Secure")).unwrap_or(c)
+        } else {
+            c
+        };
+        resp.headers_mut().append(header::SET_COOKIE, v);
+    }
+    resp
+}
+
+/// The client's address for rate limiting: the peer, or with
+/// `--trust-forwarded-for` the last `X-Forwarded-For` entry (the one our
+/// ingress added; earlier entries are the client's to forge).
+pub fn client_addr(parts: &Parts, trust_forwarded_for: bool) -> String {
+    if trust_forwarded_for {
+        let last = parts
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|s| s.trim().parse::<std::net::IpAddr>().ok())
+            .next_back();
+        if let Some(ip) = last {
+            return ip.to_string();
+        }
+    }
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// A `next` that stays on this site: a path, never `//host` or a URL.
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.into(),
+        _ => "/".into(),
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub struct LoginQuery {
+    next: Option<String>,
+}
+
+/// GET /login: the form (and an anonymous session holding its CSRF token).
+pub async fn login_page(
+    State(app): State<AppState>,
+    session: Session,
+    axum::extract::Query(q): axum::extract::Query<LoginQuery>,
+) -> Response {
+    if let Ok(Some(_)) = from_session(&app, &session).await {
+        return Redirect::to(&safe_next(q.next.as_deref())).into_response();
+    }
+    match csrf_token(&session).await {
+        Ok(csrf) => Html(app::accounts::render_login_page(
+            csrf,
+            String::new(),
+            safe_next(q.next.as_deref()),
+            None,
+        ))
+        .into_response(),
+        Err(e) => super::PageError::from(e).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct LoginForm {
+    username: String,
+    password: String,
+    #[serde(default)]
+    next: Option<String>,
+}
+
+/// POST /login. Each attempt is first recorded as a failure (so parallel
+/// attempts cannot slip past the limit), then the password is checked, and
+/// a success clears the failures of that username and address.
+pub async fn login(
+    State(app): State<AppState>,
+    session: Session,
+    parts: Parts,
+    Form(f): Form<LoginForm>,
+) -> Response {
+    match login_inner(&app, &session, &parts, f).await {
+        Ok(r) => r,
+        Err(e) => super::PageError::from(e).into_response(),
+    }
+}
+
+async fn login_inner(
+    app: &AppState,
+    session: &Session,
+    parts: &Parts,
+    f: LoginForm,
+) -> Result<Response, StoreError> {
+    let sql = &app.portal.sql;
+    let username = f.username.trim().to_lowercase();
+    let next = safe_next(f.next.as_deref());
+    let client = client_addr(parts, app.portal.config.trust_forwarded_for);
+    let now = crate::util::now_ms();
+    let again = |status: StatusCode, flash: Flash| {
+        let (username, next) = (username.clone(), next.clone());
+        async move {
+            let csrf = csrf_token(session).await?;
+            let mut r = (
+                status,
+                Html(app::accounts::render_login_page(
+                    csrf,
+                    username,
+                    next,
+                    Some(flash),
+                )),
+            )
+                .into_response();
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                r.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(LOGIN_WINDOW_MS / 1000),
+                );
+            }
+            Ok::<_, StoreError>(r)
+        }
+    };
+    sql.add_login_failure(&username, &client, now).await?;
+    let recent = sql
+        .login_failures(&username, &client, now - LOGIN_WINDOW_MS)
+        .await?;
+    if recent.len() > LOGIN_MAX_FAILURES {
+        let oldest = recent.first().copied().unwrap_or(now);
+        let minutes = ((oldest + LOGIN_WINDOW_MS - now).max(0) + 59_999) / 60_000;
+        tracing::warn!(username = %username, client = %client, "login refused: too many failures");
+        return again(
+            StatusCode::TOO_MANY_REQUESTS,
+            Flash::Error(format!(
+                "Too many failed logins for this username from your address. Try again in {} minute{}.",
+                minutes.max(1),
+                if minutes > 1 { "s" } else { "" }
+            )),
+        )
+        .await;
+    }
+    let user = sql.user_by_name(&username).await?;
+    let ok = verify_password(f.password, user.as_ref().map(|u| u.password_hash.clone())).await;
+    let user = user.filter(|u| ok && !u.disabled);
+    let Some(user) = user else {
+        return again(StatusCode::UNAUTHORIZED, Flash::Error(LOGIN_FAILED.into())).await;
+    };
+    sql.clear_login_failures(&username, &client).await?;
+    // A new session id at login (no fixation) and a new CSRF token.
+    session.cycle_id().await.map_err(session_error)?;
+    session
+        .insert(USER_ID_KEY, user.id)
+        .await
+        .map_err(session_error)?;
+    session
+        .insert(CSRF_KEY, random_token(""))
+        .await
+        .map_err(session_error)?;
+    session.insert(SEEN_KEY, now).await.map_err(session_error)?;
+    Ok(Redirect::to(&next).into_response())
+}
+
+/// POST /logout: the session is deleted, the cookie removed.
+pub async fn logout(session: Session) -> Response {
+    if let Err(e) = session.flush().await {
+        tracing::warn!(error = %e, "could not delete a session at logout");
+    }
+    Redirect::to("/login").into_response()
+}

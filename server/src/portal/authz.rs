@@ -1,0 +1,396 @@
+//! Who may do what on the quota tree. Pure functions of a [`Principal`] and
+//! the tree's shape ([`Tree`]: names → parents); no I/O. Every page and
+//! every JSON API route asks these, so a rule lives in one place.
+//!
+//! - **admin**: everything.
+//! - **owner** of X: sees X's subtree; creates, edits and deletes X's
+//!   descendants (each carved from its parent's hard by the tree rules),
+//!   but may not change X's own spec: raising one's own hard is for the
+//!   owner of an ancestor, or an admin.
+//! - **member** of X: sees X's subtree, changes nothing.
+//!
+//! A binding on X reaches X and every descendant of X; nothing above X.
+
+use quota::Quota;
+use std::collections::{BTreeSet, HashMap};
+
+/// A role on a quota's subtree. Ordered: `Owner` is more than `Member`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    Member,
+    Owner,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Member => "member",
+            Role::Owner => "owner",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "member" => Some(Role::Member),
+            "owner" => Some(Role::Owner),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A role on one quota (and so on its subtree).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Binding {
+    pub quota: String,
+    pub role: Role,
+}
+
+/// How a principal proved who it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Credential {
+    /// A portal session (cookie).
+    Session,
+    /// A personal API token; its id.
+    Token(i64),
+    /// The bootstrap admin token (`--admin-token`).
+    AdminToken,
+}
+
+/// Who is asking: a user with its bindings, or the admin token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// None for the admin token, which is no user.
+    pub user_id: Option<i64>,
+    /// The username; `admin-token` for the admin token. Written to the
+    /// audit log as the actor.
+    pub username: String,
+    pub is_admin: bool,
+    pub bindings: Vec<Binding>,
+    pub via: Credential,
+}
+
+/// The audit actor of the admin token.
+pub const ADMIN_TOKEN_ACTOR: &str = "admin-token";
+
+impl Principal {
+    /// The bootstrap admin token: an admin with no user behind it.
+    pub fn admin_token() -> Principal {
+        Principal {
+            user_id: None,
+            username: ADMIN_TOKEN_ACTOR.to_string(),
+            is_admin: true,
+            bindings: Vec::new(),
+            via: Credential::AdminToken,
+        }
+    }
+
+    /// The name written to the audit log.
+    pub fn actor(&self) -> &str {
+        &self.username
+    }
+}
+
+/// The tree's shape: each quota's parent ("" for a root).
+#[derive(Clone, Debug, Default)]
+pub struct Tree {
+    parent: HashMap<String, String>,
+}
+
+impl Tree {
+    pub fn new<N: Into<String>, P: Into<String>>(pairs: impl IntoIterator<Item = (N, P)>) -> Tree {
+        Tree {
+            parent: pairs
+                .into_iter()
+                .map(|(n, p)| (n.into(), p.into()))
+                .collect(),
+        }
+    }
+
+    pub fn from_quotas<'a>(quotas: impl IntoIterator<Item = &'a Quota>) -> Tree {
+        Tree::new(
+            quotas
+                .into_iter()
+                .map(|q| (q.name().to_string(), q.spec.parent.clone())),
+        )
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.parent.contains_key(name)
+    }
+
+    /// The parent of a quota; None for a root or an unknown name.
+    pub fn parent(&self, name: &str) -> Option<&str> {
+        self.parent
+            .get(name)
+            .map(String::as_str)
+            .filter(|p| !p.is_empty())
+    }
+
+    /// The quota itself, then its parent, and so on up to a root. Bounded
+    /// by the tree's size, so a corrupt cycle cannot loop forever.
+    pub fn lineage<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        let mut next = Some(name);
+        let mut steps = self.parent.len() + 1;
+        std::iter::from_fn(move || {
+            let cur = next?;
+            steps = steps.checked_sub(1)?;
+            next = self.parent(cur);
+            Some(cur)
+        })
+    }
+
+    /// Every quota name.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.parent.keys().map(String::as_str)
+    }
+}
+
+/// The strongest role `p` holds on `quota` through a binding on it or on an
+/// ancestor. Admins hold no role as such (see the `can_*` functions).
+pub fn role_on(p: &Principal, quota: &str, tree: &Tree) -> Option<Role> {
+    if p.bindings.is_empty() {
+        return None;
+    }
+    tree.lineage(quota)
+        .filter_map(|q| {
+            p.bindings
+                .iter()
+                .filter(|b| b.quota == q)
+                .map(|b| b.role)
+                .max()
+        })
+        .max()
+}
+
+/// May `p` see `quota` (its spec, status, audit entries)?
+pub fn can_view(p: &Principal, quota: &str, tree: &Tree) -> bool {
+    p.is_admin || role_on(p, quota, tree).is_some()
+}
+
+/// May `p` create, edit and delete children of `parent` (within the
+/// parent's hard, which the tree rules enforce)? Owners of `parent` or of
+/// an ancestor may; only admins may create roots (`parent` "").
+pub fn can_manage_children(p: &Principal, parent: &str, tree: &Tree) -> bool {
+    if p.is_admin {
+        return true;
+    }
+    !parent.is_empty() && role_on(p, parent, tree) == Some(Role::Owner)
+}
+
+/// May `p` change `quota`'s spec (its hard, its max) or delete it? Only an
+/// admin or the owner of a strict ancestor: an owner of `quota` itself may
+/// not raise its own hard.
+pub fn can_edit_hard(p: &Principal, quota: &str, tree: &Tree) -> bool {
+    if p.is_admin {
+        return true;
+    }
+    tree.parent(quota)
+        .is_some_and(|parent| can_manage_children(p, parent, tree))
+}
+
+/// May `p` delete `quota`? The same as changing its spec.
+pub fn can_delete(p: &Principal, quota: &str, tree: &Tree) -> bool {
+    can_edit_hard(p, quota, tree)
+}
+
+/// May `p` give `role` on `quota` to someone (or take it away)? Admins
+/// may give anything. An owner may give what it holds, below itself:
+/// `member` anywhere in its subtree, `owner` on strict descendants only.
+pub fn can_grant(p: &Principal, quota: &str, role: Role, tree: &Tree) -> bool {
+    match role {
+        Role::Member => can_manage_children(p, quota, tree),
+        Role::Owner => can_edit_hard(p, quota, tree),
+    }
+}
+
+/// The names of the quotas `p` may see.
+pub fn visible_names(p: &Principal, tree: &Tree) -> BTreeSet<String> {
+    tree.names()
+        .filter(|q| can_view(p, q, tree))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The quotas of `all` that `p` may see, in their order.
+pub fn visible(p: &Principal, all: Vec<Quota>) -> Vec<Quota> {
+    if p.is_admin {
+        return all;
+    }
+    let tree = Tree::from_quotas(&all);
+    all.into_iter()
+        .filter(|q| can_view(p, q.name(), &tree))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ai ─┬─ nlp ─┬─ nlp-a ── nlp-a1
+    ///     │       └─ nlp-b
+    ///     └─ cv ──── cv-a
+    /// ops (a second root)
+    fn tree() -> Tree {
+        Tree::new([
+            ("ai", ""),
+            ("nlp", "ai"),
+            ("nlp-a", "nlp"),
+            ("nlp-a1", "nlp-a"),
+            ("nlp-b", "nlp"),
+            ("cv", "ai"),
+            ("cv-a", "cv"),
+            ("ops", ""),
+        ])
+    }
+
+    fn user(bindings: &[(&str, Role)]) -> Principal {
+        Principal {
+            user_id: Some(7),
+            username: "u".into(),
+            is_admin: false,
+            bindings: bindings
+                .iter()
+                .map(|(q, r)| Binding {
+                    quota: q.to_string(),
+                    role: *r,
+                })
+                .collect(),
+            via: Credential::Session,
+        }
+    }
+
+    fn admin() -> Principal {
+        Principal {
+            is_admin: true,
+            ..user(&[])
+        }
+    }
+
+    const ALL: [&str; 8] = ["ai", "nlp", "nlp-a", "nlp-a1", "nlp-b", "cv", "cv-a", "ops"];
+
+    fn allowed(f: impl Fn(&str) -> bool) -> Vec<&'static str> {
+        ALL.into_iter().filter(|q| f(q)).collect()
+    }
+
+    #[test]
+    fn lineage_walks_up_to_the_root_and_survives_cycles() {
+        let t = tree();
+        assert_eq!(
+            t.lineage("nlp-a1").collect::<Vec<_>>(),
+            ["nlp-a1", "nlp-a", "nlp", "ai"]
+        );
+        assert_eq!(t.lineage("ghost").collect::<Vec<_>>(), ["ghost"]);
+        let cyclic = Tree::new([("a", "b"), ("b", "a")]);
+        assert!(cyclic.lineage("a").count() <= 3);
+    }
+
+    #[test]
+    fn admin_may_do_everything_including_roots() {
+        let (t, p) = (tree(), admin());
+        assert_eq!(allowed(|q| can_view(&p, q, &t)), ALL);
+        assert_eq!(allowed(|q| can_edit_hard(&p, q, &t)), ALL);
+        assert!(can_manage_children(&p, "", &t), "admins create roots");
+        assert!(can_grant(&p, "ai", Role::Owner, &t));
+        assert!(can_view(&p, "ghost", &t));
+    }
+
+    #[test]
+    fn owner_sees_and_manages_its_subtree_only() {
+        let (t, p) = (tree(), user(&[("nlp", Role::Owner)]));
+        assert_eq!(
+            allowed(|q| can_view(&p, q, &t)),
+            ["nlp", "nlp-a", "nlp-a1", "nlp-b"]
+        );
+        assert_eq!(
+            allowed(|q| can_manage_children(&p, q, &t)),
+            ["nlp", "nlp-a", "nlp-a1", "nlp-b"]
+        );
+        assert!(!can_manage_children(&p, "", &t), "only admins create roots");
+    }
+
+    #[test]
+    fn owner_may_not_change_its_own_hard_but_may_change_its_childrens() {
+        let (t, p) = (tree(), user(&[("nlp", Role::Owner)]));
+        assert_eq!(
+            allowed(|q| can_edit_hard(&p, q, &t)),
+            ["nlp-a", "nlp-a1", "nlp-b"]
+        );
+        assert!(!can_delete(&p, "nlp", &t));
+        assert!(can_delete(&p, "nlp-b", &t));
+        // Owning the root gives no one the root's own spec.
+        let root_owner = user(&[("ai", Role::Owner)]);
+        assert!(!can_edit_hard(&root_owner, "ai", &t));
+        assert!(can_edit_hard(&root_owner, "nlp", &t));
+    }
+
+    #[test]
+    fn member_sees_its_subtree_and_changes_nothing() {
+        let (t, p) = (tree(), user(&[("cv", Role::Member)]));
+        assert_eq!(allowed(|q| can_view(&p, q, &t)), ["cv", "cv-a"]);
+        assert!(allowed(|q| can_manage_children(&p, q, &t)).is_empty());
+        assert!(allowed(|q| can_edit_hard(&p, q, &t)).is_empty());
+        assert!(!can_view(&p, "nlp", &t), "a member of cv cannot see nlp");
+        assert!(!can_view(&p, "ai", &t), "nor cv's parent");
+    }
+
+    #[test]
+    fn the_strongest_binding_on_the_lineage_wins() {
+        let t = tree();
+        let p = user(&[("nlp-a", Role::Member), ("nlp", Role::Owner)]);
+        assert_eq!(role_on(&p, "nlp-a1", &t), Some(Role::Owner));
+        let p = user(&[("nlp", Role::Member), ("nlp-a", Role::Owner)]);
+        assert_eq!(role_on(&p, "nlp-b", &t), Some(Role::Member));
+        assert_eq!(role_on(&p, "nlp-a1", &t), Some(Role::Owner));
+        assert!(can_edit_hard(&p, "nlp-a1", &t));
+        assert!(!can_edit_hard(&p, "nlp-a", &t));
+        assert_eq!(role_on(&p, "cv", &t), None);
+    }
+
+    #[test]
+    fn grants_stay_below_the_granter() {
+        let (t, p) = (tree(), user(&[("nlp", Role::Owner)]));
+        assert!(can_grant(&p, "nlp", Role::Member, &t));
+        assert!(
+            !can_grant(&p, "nlp", Role::Owner, &t),
+            "no second owner of itself"
+        );
+        assert!(can_grant(&p, "nlp-a", Role::Owner, &t));
+        assert!(!can_grant(&p, "cv", Role::Member, &t));
+        let m = user(&[("cv", Role::Member)]);
+        assert!(!can_grant(&m, "cv-a", Role::Member, &t));
+    }
+
+    #[test]
+    fn visible_filters_and_keeps_order() {
+        let quotas: Vec<Quota> = ALL
+            .iter()
+            .map(|n| {
+                let parent = tree().parent(n).unwrap_or("").to_string();
+                Quota::new(
+                    n,
+                    quota::QuotaSpec {
+                        parent,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        let names = |v: Vec<Quota>| v.iter().map(|q| q.name().to_string()).collect::<Vec<_>>();
+        let member = user(&[("cv", Role::Member)]);
+        assert_eq!(names(visible(&member, quotas.clone())), ["cv", "cv-a"]);
+        assert_eq!(names(visible(&admin(), quotas.clone())), ALL);
+        assert!(visible(&user(&[]), quotas.clone()).is_empty());
+        assert_eq!(
+            visible_names(&member, &tree())
+                .into_iter()
+                .collect::<Vec<_>>(),
+            ["cv", "cv-a"]
+        );
+    }
+}

@@ -1,0 +1,206 @@
+//! The portal's accounts and authorisation, and its pages.
+//!
+//! - [`authz`]: who may do what (pure functions over the quota tree).
+//! - [`auth`]: who is asking: [`authz::Principal`] from a bearer token or a
+//!   session, the page extractor [`auth::Viewer`], login and logout, login
+//!   rate limiting, CSRF.
+//! - [`audit`]: appending to the audit log, the audit page and CSV export.
+//! - [`pages`]: the quota tree page, users and roles, API tokens.
+//!
+//! The portal's tables always live in SQL ([`SqlStore`]), also in cluster
+//! mode where the quota objects live in the cluster.
+
+pub mod audit;
+pub mod auth;
+pub mod authz;
+pub mod pages;
+
+use crate::http::AppState;
+use crate::store::sessions::SqlSessionStore;
+use crate::store::sql::SqlStore;
+use crate::store::StoreError;
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tower_sessions::cookie::SameSite;
+use tower_sessions::{Expiry, SessionManagerLayer};
+
+/// The username of the account created on first start.
+pub const BOOTSTRAP_ADMIN: &str = "admin";
+
+/// How the portal's cookies and client addresses are treated.
+#[derive(Clone, Debug)]
+pub struct PortalConfig {
+    /// Always mark the session cookie `Secure` (behind a TLS-terminating
+    /// ingress). Without it, the cookie is `Secure` when the request says
+    /// it came over HTTPS (`X-Forwarded-Proto: https`).
+    pub secure_cookies: bool,
+    /// Take the client address for login rate limiting from the last entry
+    /// of `X-Forwarded-For` (set by our own ingress), not the peer.
+    pub trust_forwarded_for: bool,
+    /// A session ends after this long without activity.
+    pub session_idle: Duration,
+}
+
+impl Default for PortalConfig {
+    fn default() -> Self {
+        PortalConfig {
+            secure_cookies: false,
+            trust_forwarded_for: false,
+            session_idle: Duration::from_secs(8 * 3600),
+        }
+    }
+}
+
+pub struct Portal {
+    pub sql: Arc<SqlStore>,
+    pub config: PortalConfig,
+}
+
+impl Portal {
+    pub fn new(sql: Arc<SqlStore>, config: PortalConfig) -> Portal {
+        Portal { sql, config }
+    }
+
+    /// tower-sessions over our SQL store: an HttpOnly, SameSite=Strict
+    /// cookie holding only the session id, ended after `session_idle`.
+    pub fn session_layer(&self) -> SessionManagerLayer<SqlSessionStore> {
+        let idle = time::Duration::seconds(self.config.session_idle.as_secs() as i64);
+        SessionManagerLayer::new(SqlSessionStore::new(self.sql.clone()))
+            .with_name(auth::SESSION_COOKIE)
+            .with_http_only(true)
+            .with_same_site(SameSite::Strict)
+            .with_secure(self.config.secure_cookies)
+            .with_path("/")
+            .with_expiry(Expiry::OnInactivity(idle))
+    }
+}
+
+/// The portal's pages and forms (state-changing ones are POST, CSRF-checked
+/// by [`auth::require_csrf`] on the whole HTTP router).
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(pages::overview))
+        .route("/tree", get(pages::tree))
+        .route("/login", get(auth::login_page).post(auth::login))
+        .route("/logout", post(auth::logout))
+        .route("/users", get(pages::users).post(pages::create_user))
+        .route("/users/{name}/disabled", post(pages::set_disabled))
+        .route("/users/{name}/admin", post(pages::set_admin))
+        .route("/users/{name}/password", post(pages::set_password))
+        .route("/users/{name}/roles", post(pages::add_role))
+        .route("/users/{name}/roles/delete", post(pages::remove_role))
+        .route("/tokens", get(pages::tokens).post(pages::create_token))
+        .route("/tokens/{id}/revoke", post(pages::revoke_token))
+        .route("/audit", get(audit::page))
+        .route("/audit.csv", get(audit::csv))
+}
+
+/// On first start (no user at all), create the admin account with the given
+/// password, or a generated one that is returned to be shown once. Another
+/// replica creating it at the same time wins quietly.
+pub async fn bootstrap_admin(
+    sql: &SqlStore,
+    password: Option<&str>,
+    now_ms: i64,
+) -> anyhow::Result<Option<String>> {
+    if sql.count_users().await? > 0 {
+        return Ok(None);
+    }
+    let (password, generated) = match password.filter(|p| !p.is_empty()) {
+        Some(p) => (p.to_string(), None),
+        None => {
+            let p = crate::util::hex(&rand::random::<[u8; 12]>());
+            (p.clone(), Some(p))
+        }
+    };
+    let hash = auth::hash_password(password).await?;
+    match sql.create_user(BOOTSTRAP_ADMIN, &hash, true, now_ms).await {
+        Ok(user) => {
+            let entry = audit::entry(
+                now_ms,
+                "bizrq",
+                audit::action::USER_CREATE,
+                &audit::user_target(BOOTSTRAP_ADMIN),
+                None,
+                Some(audit::user_json(&user)),
+                "bootstrap admin on first start",
+            );
+            sql.append_audit(&entry).await?;
+            Ok(generated)
+        }
+        Err(StoreError::AlreadyExists(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes expired sessions and old login failures, every `every`.
+pub fn spawn_janitor(sql: Arc<SqlStore>, every: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            let now = crate::util::now_ms();
+            match sql.delete_expired_sessions(now).await {
+                Ok(n) if n > 0 => tracing::debug!(sessions = n, "expired sessions deleted"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not delete expired sessions"),
+            }
+            if let Err(e) = sql.prune_login_failures(now - auth::LOGIN_WINDOW_MS).await {
+                tracing::warn!(error = %e, "could not prune login failures");
+            }
+        }
+    })
+}
+
+/// Errors of the pages: one variant, one status, shown as a small page.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for PageError {
+    fn from(e: StoreError) -> Self {
+        PageError::Internal(e.to_string())
+    }
+}
+
+impl From<crate::service::ServiceError> for PageError {
+    fn from(e: crate::service::ServiceError) -> Self {
+        use crate::service::ServiceError as S;
+        match e {
+            S::NotFound(m) => PageError::NotFound(m),
+            S::Internal(m) => PageError::Internal(m),
+            other => PageError::Invalid(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let (status, message) = match &self {
+            PageError::Forbidden(m) => (StatusCode::FORBIDDEN, m.clone()),
+            PageError::NotFound(m) => (StatusCode::NOT_FOUND, m.clone()),
+            PageError::Invalid(m) => (StatusCode::UNPROCESSABLE_ENTITY, m.clone()),
+            PageError::Internal(m) => {
+                tracing::error!(error = %m, "portal internal error");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal error; see the bizrq logs".to_string(),
+                )
+            }
+        };
+        (status, Html(pages::error_page(status, message))).into_response()
+    }
+}

@@ -1,0 +1,561 @@
+//! Portal pages: the quota tree, users and roles (admins), API tokens.
+//! Forms post here; each answers with a redirect and a flash message on
+//! success (303), or the page again with the error (422), 403 or 404.
+
+use super::audit::{action, user_json, user_target};
+use super::auth::{hash_password, random_token, Viewer};
+use super::authz::{visible, Role};
+use super::PageError;
+use crate::http::AppState;
+use crate::store::accounts::User;
+use crate::store::StoreError;
+use app::layout::{Flash, Section};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Form;
+use serde::Deserialize;
+use serde_json::json;
+
+/// Passwords set in the portal are at least this long.
+pub const MIN_PASSWORD: usize = 12;
+/// Personal API tokens start with this, so a leaked one is recognisable.
+pub const TOKEN_PREFIX: &str = "bzq_";
+
+/// A small page for an error (no navigation: the viewer may be unknown).
+pub fn error_page(status: StatusCode, message: String) -> String {
+    use leptos::prelude::*;
+    let title = format!(
+        "{} {}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    );
+    app::layout::document(move || {
+        view! {
+            <app::layout::Layout viewer=None title=title section=Section::None flash=Some(Flash::Error(message))>
+                <p><a href="/">"Back to bizrq"</a></p>
+            </app::layout::Layout>
+        }
+    })
+}
+
+async fn tree_page(
+    app: &AppState,
+    viewer: Viewer,
+    section: Section,
+) -> Result<Response, PageError> {
+    let quotas = visible(&viewer.principal, app.service.list().await?);
+    Ok(Html(app::render_tree_page(viewer.page(), section, &quotas)).into_response())
+}
+
+/// GET / — for now the tree of the quotas the viewer may see.
+pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
+    tree_page(&app, viewer, Section::Overview).await
+}
+
+/// GET /tree
+pub async fn tree(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
+    tree_page(&app, viewer, Section::Tree).await
+}
+
+fn created(ms: i64) -> String {
+    quota::time::format_rfc3339(ms)[..16].replace('T', " ")
+}
+
+/// Lower-case letters, digits, '.', '_' and '-', starting with a letter or
+/// digit, at most 64.
+pub fn valid_username(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(c))
+}
+
+async fn users_page(
+    app: &AppState,
+    viewer: &Viewer,
+    flash: Option<Flash>,
+    status: StatusCode,
+) -> Result<Response, PageError> {
+    let sql = &app.portal.sql;
+    let bindings = sql.all_bindings().await?;
+    let me = viewer.principal.user_id;
+    let rows = sql
+        .users()
+        .await?
+        .into_iter()
+        .map(|u| app::accounts::UserRow {
+            bindings: bindings
+                .iter()
+                .filter(|b| b.user_id == u.id)
+                .map(|b| (b.binding.quota.clone(), b.binding.role.to_string()))
+                .collect(),
+            is_self: Some(u.id) == me,
+            created: created(u.created_at_ms),
+            username: u.username,
+            is_admin: u.is_admin,
+            disabled: u.disabled,
+        })
+        .collect();
+    Ok((
+        status,
+        Html(app::accounts::render_users_page(viewer.page(), rows, flash)),
+    )
+        .into_response())
+}
+
+/// GET /users (admins)
+pub async fn users(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
+    viewer.require_admin()?;
+    let flash = viewer.take_flash().await;
+    users_page(&app, &viewer, flash, StatusCode::OK).await
+}
+
+/// The users page again with an error (422), for a form that was refused.
+async fn refused(app: &AppState, viewer: &Viewer, message: String) -> Result<Response, PageError> {
+    users_page(
+        app,
+        viewer,
+        Some(Flash::Error(message)),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await
+}
+
+async fn done(viewer: &Viewer, to: &str, message: String) -> Result<Response, PageError> {
+    viewer.set_flash(Flash::Ok(message)).await;
+    Ok(Redirect::to(to).into_response())
+}
+
+async fn user_named(app: &AppState, name: &str) -> Result<User, PageError> {
+    app.portal
+        .sql
+        .user_by_name(name)
+        .await?
+        .ok_or_else(|| PageError::NotFound(format!("no user '{name}'")))
+}
+
+#[derive(Deserialize)]
+pub struct CreateUserForm {
+    username: String,
+    password: String,
+    #[serde(default)]
+    admin: Option<String>,
+}
+
+/// POST /users (admins): a new account.
+pub async fn create_user(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Form(f): Form<CreateUserForm>,
+) -> Result<Response, PageError> {
+    viewer.require_admin()?;
+    let username = f.username.trim().to_lowercase();
+    if !valid_username(&username) {
+        return refused(&app, &viewer, format!("'{username}' is not a valid username: use 1–64 lower-case letters, digits, '.', '_' or '-'")).await;
+    }
+    if f.password.chars().count() < MIN_PASSWORD {
+        return refused(
+            &app,
+            &viewer,
+            format!("the password must have at least {MIN_PASSWORD} characters"),
+        )
+        .await;
+    }
+    let is_admin = f.admin.as_deref() == Some("true");
+    let hash = hash_password(f.password)
+        .await
+        .map_err(|e| PageError::Internal(e.to_string()))?;
+    let user = match app
+        .portal
+        .sql
+        .create_user(&username, &hash, is_admin, app.service.now())
+        .await
+    {
+        Ok(u) => u,
+        Err(StoreError::AlreadyExists(_)) => {
+            return refused(&app, &viewer, format!("user '{username}' already exists")).await
+        }
+        Err(e) => return Err(e.into()),
+    };
+    app.audit(
+        &viewer.principal,
+        action::USER_CREATE,
+        &user_target(&username),
+        None,
+        Some(user_json(&user)),
+        "",
+    )
+    .await;
+    done(&viewer, "/users", format!("created user {username}")).await
+}
+
+#[derive(Deserialize)]
+pub struct FlagForm {
+    #[serde(alias = "disabled", alias = "admin")]
+    value: String,
+}
+
+fn parse_flag(v: &str) -> Result<bool, PageError> {
+    match v {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        o => Err(PageError::Invalid(format!("'{o}' is not true or false"))),
+    }
+}
+
+/// POST /users/{name}/disabled (admins): `disabled=true|false`. A disabled
+/// user's sessions end and its tokens stop working.
+pub async fn set_disabled(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Form(f): Form<FlagForm>,
+) -> Result<Response, PageError> {
+    viewer.require_admin()?;
+    let disabled = parse_flag(&f.value)?;
+    let user = user_named(&app, &name).await?;
+    if Some(user.id) == viewer.principal.user_id && disabled {
+        return refused(&app, &viewer, "you cannot disable yourself".into()).await;
+    }
+    app.portal.sql.set_user_disabled(user.id, disabled).await?;
+    let after = User {
+        disabled,
+        ..user.clone()
+    };
+    let act = if disabled {
+        action::USER_DISABLE
+    } else {
+        action::USER_ENABLE
+    };
+    app.audit(
+        &viewer.principal,
+        act,
+        &user_target(&name),
+        Some(user_json(&user)),
+        Some(user_json(&after)),
+        "",
+    )
+    .await;
+    done(
+        &viewer,
+        "/users",
+        format!("{name} {}", if disabled { "disabled" } else { "enabled" }),
+    )
+    .await
+}
+
+/// POST /users/{name}/admin (admins): `admin=true|false`.
+pub async fn set_admin(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Form(f): Form<FlagForm>,
+) -> Result<Response, PageError> {
+    viewer.require_admin()?;
+    let is_admin = parse_flag(&f.value)?;
+    let user = user_named(&app, &name).await?;
+    if Some(user.id) == viewer.principal.user_id && !is_admin {
+        return refused(
+            &app,
+            &viewer,
+            "you cannot revoke your own admin role".into(),
+        )
+        .await;
+    }
+    app.portal.sql.set_user_admin(user.id, is_admin).await?;
+    let after = User {
+        is_admin,
+        ..user.clone()
+    };
+    app.audit(
+        &viewer.principal,
+        action::USER_ADMIN,
+        &user_target(&name),
+        Some(user_json(&user)),
+        Some(user_json(&after)),
+        "",
+    )
+    .await;
+    done(
+        &viewer,
+        "/users",
+        format!(
+            "{name} is {}an admin",
+            if is_admin { "" } else { "no longer " }
+        ),
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+pub struct PasswordForm {
+    password: String,
+}
+
+/// POST /users/{name}/password (admins): a new password; the user's
+/// sessions end.
+pub async fn set_password(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Form(f): Form<PasswordForm>,
+) -> Result<Response, PageError> {
+    viewer.require_admin()?;
+    let user = user_named(&app, &name).await?;
+    if f.password.chars().count() < MIN_PASSWORD {
+        return refused(
+            &app,
+            &viewer,
+            format!("the password must have at least {MIN_PASSWORD} characters"),
+        )
+        .await;
+    }
+    let hash = hash_password(f.password)
+        .await
+        .map_err(|e| PageError::Internal(e.to_string()))?;
+    app.portal.sql.set_password_hash(user.id, &hash).await?;
+    app.audit(
+        &viewer.principal,
+        action::USER_PASSWORD,
+        &user_target(&name),
+        None,
+        None,
+        "password set by an admin",
+    )
+    .await;
+    if Some(user.id) == viewer.principal.user_id {
+        // Our own sessions ended with the old password.
+        return Ok(Redirect::to("/login").into_response());
+    }
+    done(&viewer, "/users", format!("password of {name} set")).await
+}
+
+#[derive(Deserialize)]
+pub struct RoleForm {
+    quota: String,
+    #[serde(default)]
+    role: Option<String>,
+}
+
+/// POST /users/{name}/roles (admins): bind `role` (owner|member) on
+/// `quota`, replacing the role the user had there.
+pub async fn add_role(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Form(f): Form<RoleForm>,
+) -> Result<Response, PageError> {
+    viewer.require_admin()?;
+    let user = user_named(&app, &name).await?;
+    let quota = f.quota.trim().to_string();
+    let Some(role) = f.role.as_deref().and_then(Role::parse) else {
+        return refused(&app, &viewer, "the role must be owner or member".into()).await;
+    };
+    if let Err(e) = app.service.get(&quota).await {
+        return refused(&app, &viewer, e.to_string()).await;
+    }
+    let before = app
+        .portal
+        .sql
+        .set_binding(user.id, &quota, role, app.service.now())
+        .await?;
+    app.audit(
+        &viewer.principal,
+        action::ROLE_ADD,
+        &quota,
+        before.map(|r| json!({"user": name, "quota": quota, "role": r.as_str()})),
+        Some(json!({"user": name, "quota": quota, "role": role.as_str()})),
+        &format!("{name} is {role} of {quota}"),
+    )
+    .await;
+    done(
+        &viewer,
+        "/users",
+        format!("{name} is now {role} of {quota}"),
+    )
+    .await
+}
+
+/// POST /users/{name}/roles/delete (admins): remove the binding on `quota`.
+pub async fn remove_role(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Form(f): Form<RoleForm>,
+) -> Result<Response, PageError> {
+    viewer.require_admin()?;
+    let user = user_named(&app, &name).await?;
+    let quota = f.quota.trim().to_string();
+    let before = app
+        .portal
+        .sql
+        .bindings_of(user.id)
+        .await?
+        .into_iter()
+        .find(|b| b.quota == quota);
+    let Some(before) = before else {
+        return Err(PageError::NotFound(format!(
+            "{name} has no role on {quota}"
+        )));
+    };
+    app.portal.sql.remove_binding(user.id, &quota).await?;
+    app.audit(
+        &viewer.principal,
+        action::ROLE_REMOVE,
+        &quota,
+        Some(json!({"user": name, "quota": quota, "role": before.role.as_str()})),
+        None,
+        &format!("{name} is no longer {} of {quota}", before.role),
+    )
+    .await;
+    done(
+        &viewer,
+        "/users",
+        format!("{name} is no longer {} of {quota}", before.role),
+    )
+    .await
+}
+
+async fn tokens_page(
+    app: &AppState,
+    viewer: &Viewer,
+    new_token: Option<(String, String)>,
+    flash: Option<Flash>,
+) -> Result<Response, PageError> {
+    let Some(user_id) = viewer.principal.user_id else {
+        return Err(PageError::Forbidden(
+            "the admin token has no personal tokens".into(),
+        ));
+    };
+    let rows = app
+        .portal
+        .sql
+        .tokens_of(user_id)
+        .await?
+        .into_iter()
+        .map(|t| app::accounts::TokenRow {
+            id: t.id,
+            name: t.name,
+            created: created(t.created_at_ms),
+            last_used: t.last_used_ms.map(created),
+            revoked: t.revoked_at_ms.map(created),
+        })
+        .collect();
+    Ok(Html(app::accounts::render_tokens_page(
+        viewer.page(),
+        rows,
+        new_token,
+        flash,
+    ))
+    .into_response())
+}
+
+/// GET /tokens: the viewer's own tokens.
+pub async fn tokens(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
+    let flash = viewer.take_flash().await;
+    tokens_page(&app, &viewer, None, flash).await
+}
+
+#[derive(Deserialize)]
+pub struct TokenForm {
+    name: String,
+}
+
+/// POST /tokens: a new personal token, shown once on the page it answers
+/// with (only its SHA-256 is kept).
+pub async fn create_token(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Form(f): Form<TokenForm>,
+) -> Result<Response, PageError> {
+    let Some(user_id) = viewer.principal.user_id else {
+        return Err(PageError::Forbidden(
+            "the admin token has no personal tokens".into(),
+        ));
+    };
+    let name = f.name.trim().to_string();
+    if name.is_empty() || name.chars().count() > 100 {
+        return Err(PageError::Invalid(
+            "a token needs a name of 1–100 characters".into(),
+        ));
+    }
+    let token = random_token(TOKEN_PREFIX);
+    let t = app
+        .portal
+        .sql
+        .create_token(
+            user_id,
+            &name,
+            &crate::util::sha256_hex(&token),
+            app.service.now(),
+        )
+        .await?;
+    app.audit(
+        &viewer.principal,
+        action::TOKEN_CREATE,
+        &user_target(&viewer.principal.username),
+        None,
+        Some(json!({"id": t.id, "name": name})),
+        &format!("token '{name}'"),
+    )
+    .await;
+    tokens_page(&app, &viewer, Some((name, token)), None).await
+}
+
+/// POST /tokens/{id}/revoke: revoke one of the viewer's own tokens.
+pub async fn revoke_token(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(id): Path<i64>,
+) -> Result<Response, PageError> {
+    let Some(user_id) = viewer.principal.user_id else {
+        return Err(PageError::Forbidden(
+            "the admin token has no personal tokens".into(),
+        ));
+    };
+    let Some(t) = app
+        .portal
+        .sql
+        .revoke_token(user_id, id, app.service.now())
+        .await?
+    else {
+        return Err(PageError::NotFound(format!("you have no live token {id}")));
+    };
+    app.audit(
+        &viewer.principal,
+        action::TOKEN_REVOKE,
+        &user_target(&viewer.principal.username),
+        Some(json!({"id": t.id, "name": t.name})),
+        None,
+        &format!("token '{}'", t.name),
+    )
+    .await;
+    done(&viewer, "/tokens", format!("token '{}' revoked", t.name)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usernames_are_plain_lower_case_names() {
+        for ok in ["admin", "alice", "a.b-c_d", "7", "x".repeat(64).as_str()] {
+            assert!(valid_username(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "Alice",
+            "-x",
+            ".x",
+            "a b",
+            "a/b",
+            "é",
+            "x".repeat(65).as_str(),
+        ] {
+            assert!(!valid_username(bad), "{bad}");
+        }
+    }
+}

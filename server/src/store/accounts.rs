@@ -1,0 +1,650 @@
+//! The portal's accounts in SQL (migration 0004): users, their role
+//! bindings on quotas, personal API tokens and failed logins. Decisions
+//! (who may do what, when a login is refused) are made in `portal`; this
+//! module only reads and writes rows.
+
+use super::sql::SqlStore;
+use super::StoreError;
+use crate::portal::authz::{Binding, Role};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub id: i64,
+    pub username: String,
+    /// PHC string (argon2id).
+    pub password_hash: String,
+    pub is_admin: bool,
+    pub disabled: bool,
+    pub created_at_ms: i64,
+}
+
+/// A personal API token as listed (the token itself is never stored).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiToken {
+    pub id: i64,
+    pub user_id: i64,
+    pub name: String,
+    pub created_at_ms: i64,
+    pub last_used_ms: Option<i64>,
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// A role binding with its user's name, for the users page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserBinding {
+    pub user_id: i64,
+    pub binding: Binding,
+}
+
+const USER_COLUMNS: &str = "id, username, password_hash, is_admin, disabled, created_at_ms";
+const TOKEN_COLUMNS: &str = "id, user_id, name, created_at_ms, last_used_ms, revoked_at_ms";
+/// A token's last use is written at most this often, not on every request.
+const TOUCH_EVERY_MS: i64 = 60_000;
+
+fn flag(b: bool) -> i16 {
+    b as i16
+}
+
+fn user_from_row(row: &AnyRow) -> Result<User, StoreError> {
+    Ok(User {
+        id: row.try_get("id")?,
+        username: row.try_get("username")?,
+        password_hash: row.try_get("password_hash")?,
+        is_admin: row.try_get::<i64, _>("is_admin")? != 0,
+        disabled: row.try_get::<i64, _>("disabled")? != 0,
+        created_at_ms: row.try_get("created_at_ms")?,
+    })
+}
+
+fn token_from_row(row: &AnyRow) -> Result<ApiToken, StoreError> {
+    Ok(ApiToken {
+        id: row.try_get("id")?,
+        user_id: row.try_get("user_id")?,
+        name: row.try_get("name")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+        last_used_ms: row.try_get("last_used_ms")?,
+        revoked_at_ms: row.try_get("revoked_at_ms")?,
+    })
+}
+
+fn binding_from_row(row: &AnyRow) -> Result<UserBinding, StoreError> {
+    let role: String = row.try_get("role")?;
+    Ok(UserBinding {
+        user_id: row.try_get("user_id")?,
+        binding: Binding {
+            quota: row.try_get("quota")?,
+            role: Role::parse(&role)
+                .ok_or_else(|| StoreError::Backend(format!("unknown role '{role}' stored")))?,
+        },
+    })
+}
+
+impl SqlStore {
+    pub async fn count_users(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT COUNT(*) FROM users")
+            .fetch_one(&self.read)
+            .await?;
+        Ok(row.try_get::<i64, _>(0)?)
+    }
+
+    /// `AlreadyExists` when the username is taken.
+    pub async fn create_user(
+        &self,
+        username: &str,
+        password_hash: &str,
+        is_admin: bool,
+        now_ms: i64,
+    ) -> Result<User, StoreError> {
+        let res = sqlx::query(&format!(
+            "INSERT INTO users (username, password_hash, is_admin, disabled, created_at_ms) \
+             VALUES ($1, $2, $3, 0, $4) RETURNING {USER_COLUMNS}"
+        ))
+        .bind(username)
+        .bind(password_hash)
+        .bind(flag(is_admin))
+        .bind(now_ms)
+        .fetch_one(&self.write)
+        .await;
+        match res {
+            Ok(row) => user_from_row(&row),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(StoreError::AlreadyExists(format!("user {username}")))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn user_by_name(&self, username: &str) -> Result<Option<User>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {USER_COLUMNS} FROM users WHERE username = $1"
+        ))
+        .bind(username)
+        .fetch_optional(&self.read)
+        .await?;
+        row.as_ref().map(user_from_row).transpose()
+    }
+
+    pub async fn user_by_id(&self, id: i64) -> Result<Option<User>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {USER_COLUMNS} FROM users WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(user_from_row).transpose()
+    }
+
+    /// Every user, by name.
+    pub async fn users(&self) -> Result<Vec<User>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {USER_COLUMNS} FROM users ORDER BY username"
+        ))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(user_from_row).collect()
+    }
+
+    pub async fn set_user_admin(&self, id: i64, is_admin: bool) -> Result<(), StoreError> {
+        sqlx::query("UPDATE users SET is_admin = $1 WHERE id = $2")
+            .bind(flag(is_admin))
+            .bind(id)
+            .execute(&self.write)
+            .await?;
+        Ok(())
+    }
+
+    /// Disabling also ends the user's sessions (its tokens stop working
+    /// because every request checks the user).
+    pub async fn set_user_disabled(&self, id: i64, disabled: bool) -> Result<(), StoreError> {
+        sqlx::query("UPDATE users SET disabled = $1 WHERE id = $2")
+            .bind(flag(disabled))
+            .bind(id)
+            .execute(&self.write)
+            .await?;
+        if disabled {
+            self.delete_sessions_of(id).await?;
+        }
+        Ok(())
+    }
+
+    /// A new password ends the user's other sessions.
+    pub async fn set_password_hash(&self, id: i64, hash: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
+            .bind(hash)
+            .bind(id)
+            .execute(&self.write)
+            .await?;
+        self.delete_sessions_of(id).await
+    }
+
+    pub async fn bindings_of(&self, user_id: i64) -> Result<Vec<Binding>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT user_id, quota, role FROM role_bindings WHERE user_id = $1 ORDER BY quota",
+        )
+        .bind(user_id)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| binding_from_row(r).map(|b| b.binding))
+            .collect()
+    }
+
+    /// Every binding of every user.
+    pub async fn all_bindings(&self) -> Result<Vec<UserBinding>, StoreError> {
+        let rows = sqlx::query("SELECT user_id, quota, role FROM role_bindings ORDER BY quota")
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(binding_from_row).collect()
+    }
+
+    /// The users bound to a quota itself (not through an ancestor), with
+    /// their role: who to notify about it, who to show as its owners.
+    pub async fn bindings_on(&self, quota: &str) -> Result<Vec<(User, Role)>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {}, b.role AS role FROM role_bindings b JOIN users u ON u.id = b.user_id \
+             WHERE b.quota = $1 ORDER BY u.username",
+            USER_COLUMNS
+                .split(", ")
+                .map(|c| format!("u.{c} AS {c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .bind(quota)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let role: String = r.try_get("role")?;
+                let role = Role::parse(&role)
+                    .ok_or_else(|| StoreError::Backend(format!("unknown role '{role}' stored")))?;
+                Ok((user_from_row(r)?, role))
+            })
+            .collect()
+    }
+
+    /// Binds a user to a quota with a role, replacing the role it had there.
+    /// Returns the role it replaced.
+    pub async fn set_binding(
+        &self,
+        user_id: i64,
+        quota: &str,
+        role: Role,
+        now_ms: i64,
+    ) -> Result<Option<Role>, StoreError> {
+        let before = self
+            .bindings_of(user_id)
+            .await?
+            .into_iter()
+            .find(|b| b.quota == quota)
+            .map(|b| b.role);
+        sqlx::query(
+            "INSERT INTO role_bindings (user_id, quota, role, created_at_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (user_id, quota) DO UPDATE SET role = excluded.role",
+        )
+        .bind(user_id)
+        .bind(quota)
+        .bind(role.as_str())
+        .bind(now_ms)
+        .execute(&self.write)
+        .await?;
+        Ok(before)
+    }
+
+    /// Removes a user's binding on a quota; whether there was one.
+    pub async fn remove_binding(&self, user_id: i64, quota: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM role_bindings WHERE user_id = $1 AND quota = $2")
+            .bind(user_id)
+            .bind(quota)
+            .execute(&self.write)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    pub async fn create_token(
+        &self,
+        user_id: i64,
+        name: &str,
+        token_sha256: &str,
+        now_ms: i64,
+    ) -> Result<ApiToken, StoreError> {
+        let row = sqlx::query(&format!(
+            "INSERT INTO api_tokens (user_id, name, token_sha256, created_at_ms) \
+             VALUES ($1, $2, $3, $4) RETURNING {TOKEN_COLUMNS}"
+        ))
+        .bind(user_id)
+        .bind(name)
+        .bind(token_sha256)
+        .bind(now_ms)
+        .fetch_one(&self.write)
+        .await?;
+        token_from_row(&row)
+    }
+
+    /// A user's tokens, newest first (revoked ones too).
+    pub async fn tokens_of(&self, user_id: i64) -> Result<Vec<ApiToken>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE user_id = $1 ORDER BY id DESC"
+        ))
+        .bind(user_id)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(token_from_row).collect()
+    }
+
+    /// The live (not revoked) token with this hash.
+    pub async fn live_token(&self, token_sha256: &str) -> Result<Option<ApiToken>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_sha256 = $1 AND revoked_at_ms IS NULL"
+        ))
+        .bind(token_sha256)
+        .fetch_optional(&self.read)
+        .await?;
+        row.as_ref().map(token_from_row).transpose()
+    }
+
+    /// Records a use of a token (at most once a minute per token).
+    pub async fn touch_token(&self, id: i64, now_ms: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE api_tokens SET last_used_ms = $1 \
+             WHERE id = $2 AND (last_used_ms IS NULL OR last_used_ms < $3)",
+        )
+        .bind(now_ms)
+        .bind(id)
+        .bind(now_ms - TOUCH_EVERY_MS)
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
+    /// Revokes one of a user's tokens; the token as it was, if it was live.
+    pub async fn revoke_token(
+        &self,
+        user_id: i64,
+        id: i64,
+        now_ms: i64,
+    ) -> Result<Option<ApiToken>, StoreError> {
+        let row = sqlx::query(&format!(
+            "UPDATE api_tokens SET revoked_at_ms = $1 \
+             WHERE id = $2 AND user_id = $3 AND revoked_at_ms IS NULL RETURNING {TOKEN_COLUMNS}"
+        ))
+        .bind(now_ms)
+        .bind(id)
+        .bind(user_id)
+        .fetch_optional(&self.write)
+        .await?;
+        row.as_ref().map(token_from_row).transpose()
+    }
+
+    /// Failed logins for a username from a client since an instant.
+    pub async fn login_failures(
+        &self,
+        username: &str,
+        client: &str,
+        since_ms: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT at_ms FROM login_failures WHERE username = $1 AND client = $2 AND at_ms >= $3 \
+             ORDER BY at_ms",
+        )
+        .bind(username)
+        .bind(client)
+        .bind(since_ms)
+        .fetch_all(&self.write)
+        .await?;
+        rows.iter().map(|r| Ok(r.try_get::<i64, _>(0)?)).collect()
+    }
+
+    pub async fn add_login_failure(
+        &self,
+        username: &str,
+        client: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO login_failures (username, client, at_ms) VALUES ($1, $2, $3)")
+            .bind(username)
+            .bind(client)
+            .bind(now_ms)
+            .execute(&self.write)
+            .await?;
+        Ok(())
+    }
+
+    /// A successful login forgets the failures before it.
+    pub async fn clear_login_failures(
+        &self,
+        username: &str,
+        client: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM login_failures WHERE username = $1 AND client = $2")
+            .bind(username)
+            .bind(client)
+            .execute(&self.write)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes failures older than an instant; how many.
+    pub async fn prune_login_failures(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM login_failures WHERE at_ms < $1")
+            .bind(before_ms)
+            .execute(&self.write)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::audit::{AuditFilter, AuditRecord};
+    use crate::store::sessions::SqlSessionStore;
+    use crate::store::testdb::on_both_databases;
+    use std::sync::Arc;
+    use tower_sessions::session::{Id, Record};
+    use tower_sessions::SessionStore;
+
+    on_both_databases!(
+        users_bindings_and_tokens,
+        sessions_load_save_expire,
+        audit_filters_and_is_append_only,
+        login_failures_count_and_prune,
+    );
+
+    async fn users_bindings_and_tokens(sql: &SqlStore) {
+        assert_eq!(sql.count_users().await.unwrap(), 0);
+        let a = sql.create_user("alice", "h1", false, 5).await.unwrap();
+        assert!(matches!(
+            sql.create_user("alice", "h2", true, 6).await,
+            Err(StoreError::AlreadyExists(_))
+        ));
+        let b = sql.create_user("bob", "h3", true, 7).await.unwrap();
+        assert_ne!(a.id, b.id);
+        assert_eq!(sql.user_by_name("alice").await.unwrap(), Some(a.clone()));
+        assert_eq!(sql.user_by_id(b.id).await.unwrap().unwrap().username, "bob");
+        assert!(sql.user_by_name("carol").await.unwrap().is_none());
+        sql.set_user_admin(a.id, true).await.unwrap();
+        sql.set_user_disabled(a.id, true).await.unwrap();
+        sql.set_password_hash(a.id, "h9").await.unwrap();
+        let a2 = sql.user_by_id(a.id).await.unwrap().unwrap();
+        assert!(a2.is_admin && a2.disabled && a2.password_hash == "h9");
+        assert_eq!(
+            sql.users()
+                .await
+                .unwrap()
+                .iter()
+                .map(|u| u.username.as_str())
+                .collect::<Vec<_>>(),
+            ["alice", "bob"]
+        );
+
+        // One role per user and quota; setting again replaces it.
+        assert_eq!(
+            sql.set_binding(a.id, "nlp", Role::Member, 1).await.unwrap(),
+            None
+        );
+        assert_eq!(
+            sql.set_binding(a.id, "nlp", Role::Owner, 2).await.unwrap(),
+            Some(Role::Member)
+        );
+        sql.set_binding(a.id, "cv", Role::Member, 3).await.unwrap();
+        sql.set_binding(b.id, "nlp", Role::Member, 3).await.unwrap();
+        let bind = |q: &str, role| Binding {
+            quota: q.into(),
+            role,
+        };
+        assert_eq!(
+            sql.bindings_of(a.id).await.unwrap(),
+            [bind("cv", Role::Member), bind("nlp", Role::Owner)]
+        );
+        let on_nlp = sql.bindings_on("nlp").await.unwrap();
+        assert_eq!(
+            on_nlp
+                .iter()
+                .map(|(u, r)| (u.username.as_str(), *r))
+                .collect::<Vec<_>>(),
+            [("alice", Role::Owner), ("bob", Role::Member)]
+        );
+        assert_eq!(sql.all_bindings().await.unwrap().len(), 3);
+        assert!(sql.remove_binding(a.id, "cv").await.unwrap());
+        assert!(!sql.remove_binding(a.id, "cv").await.unwrap());
+
+        // Tokens: found by hash while live, touched at most once a minute.
+        let t = sql.create_token(b.id, "ci", "sha-1", 100).await.unwrap();
+        assert_eq!(
+            (t.user_id, t.last_used_ms, t.revoked_at_ms),
+            (b.id, None, None)
+        );
+        assert_eq!(sql.live_token("sha-1").await.unwrap().unwrap().id, t.id);
+        assert!(sql.live_token("sha-2").await.unwrap().is_none());
+        sql.touch_token(t.id, 1_000).await.unwrap();
+        sql.touch_token(t.id, 30_000).await.unwrap();
+        assert_eq!(
+            sql.tokens_of(b.id).await.unwrap()[0].last_used_ms,
+            Some(1_000)
+        );
+        sql.touch_token(t.id, 70_000).await.unwrap();
+        assert_eq!(
+            sql.tokens_of(b.id).await.unwrap()[0].last_used_ms,
+            Some(70_000)
+        );
+        assert!(
+            sql.revoke_token(a.id, t.id, 5).await.unwrap().is_none(),
+            "not alice's"
+        );
+        assert_eq!(
+            sql.revoke_token(b.id, t.id, 5).await.unwrap().unwrap().name,
+            "ci"
+        );
+        assert!(
+            sql.revoke_token(b.id, t.id, 6).await.unwrap().is_none(),
+            "once"
+        );
+        assert!(sql.live_token("sha-1").await.unwrap().is_none());
+        assert_eq!(sql.tokens_of(b.id).await.unwrap()[0].revoked_at_ms, Some(5));
+    }
+
+    fn record(user: Option<i64>, expiry_ms: i64) -> Record {
+        let mut data = std::collections::HashMap::new();
+        if let Some(u) = user {
+            data.insert(crate::store::sessions::USER_ID_KEY.to_string(), u.into());
+        }
+        data.insert("csrf".to_string(), "t".into());
+        Record {
+            id: Id::default(),
+            data,
+            expiry_date: time::OffsetDateTime::from_unix_timestamp_nanos(
+                expiry_ms as i128 * 1_000_000,
+            )
+            .unwrap(),
+        }
+    }
+
+    async fn sessions_load_save_expire(sql: &SqlStore) {
+        let store = SqlSessionStore::new(Arc::new(sql.clone()));
+        let now = crate::util::now_ms();
+        let mut live = record(Some(1), now + 60_000);
+        store.create(&mut live).await.unwrap();
+        assert_eq!(store.load(&live.id).await.unwrap(), Some(live.clone()));
+        // A colliding id on create gets a fresh one, not the other's row.
+        let mut twin = record(Some(2), now + 60_000);
+        twin.id = live.id;
+        store.create(&mut twin).await.unwrap();
+        assert_ne!(twin.id, live.id);
+        assert_eq!(store.load(&live.id).await.unwrap(), Some(live.clone()));
+        // Save updates.
+        live.data.insert("csrf".into(), "u".into());
+        store.save(&live).await.unwrap();
+        assert_eq!(
+            store.load(&live.id).await.unwrap().unwrap().data["csrf"],
+            "u"
+        );
+        // Expired: never loaded, and swept.
+        let mut old = record(None, now - 1);
+        store.create(&mut old).await.unwrap();
+        assert_eq!(store.load(&old.id).await.unwrap(), None);
+        assert_eq!(sql.delete_expired_sessions(now).await.unwrap(), 1);
+        // A user's sessions end together.
+        assert_eq!(sql.session_count_of(1, now).await.unwrap(), 1);
+        sql.delete_sessions_of(1).await.unwrap();
+        assert_eq!(store.load(&live.id).await.unwrap(), None);
+        assert!(store.load(&twin.id).await.unwrap().is_some());
+        store.delete(&twin.id).await.unwrap();
+        assert_eq!(store.load(&twin.id).await.unwrap(), None);
+    }
+
+    async fn audit_filters_and_is_append_only(sql: &SqlStore) {
+        let e = |at, actor: &str, action: &str, target: &str| AuditRecord {
+            id: 0,
+            at_ms: at,
+            actor: actor.into(),
+            action: action.into(),
+            target: target.into(),
+            before: None,
+            after: Some(r#"{"x":1}"#.into()),
+            detail: String::new(),
+        };
+        for r in [
+            e(10, "alice", "quota.create", "nlp-a"),
+            e(20, "admin", "quota.update", "nlp"),
+            e(30, "alice", "quota.delete", "nlp-a"),
+            e(40, "admin", "user.create", "user:bob"),
+        ] {
+            sql.append_audit(&r).await.unwrap();
+        }
+        let ats = |f: AuditFilter| async move {
+            sql.audit(&f, 100)
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.at_ms)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ats(AuditFilter::default()).await, [40, 30, 20, 10]);
+        let f = |g: fn(&mut AuditFilter)| {
+            let mut f = AuditFilter::default();
+            g(&mut f);
+            f
+        };
+        assert_eq!(ats(f(|f| f.actor = Some("alice".into()))).await, [30, 10]);
+        assert_eq!(ats(f(|f| f.target = Some("nlp".into()))).await, [20]);
+        assert_eq!(
+            ats(f(|f| f.action = Some("user.create".into()))).await,
+            [40]
+        );
+        assert_eq!(
+            ats(f(|f| {
+                f.from_ms = Some(20);
+                f.to_ms = Some(40);
+            }))
+            .await,
+            [30, 20]
+        );
+        assert_eq!(
+            ats(f(
+                |f| f.targets_in = Some(vec!["nlp-a".into(), "user:bob".into()])
+            ))
+            .await,
+            [40, 30, 10]
+        );
+        assert!(ats(f(|f| f.targets_in = Some(vec![]))).await.is_empty());
+        let newest = sql.audit(&AuditFilter::default(), 1).await.unwrap();
+        assert_eq!(newest.len(), 1);
+        assert_eq!(newest[0].after.as_deref(), Some(r#"{"x":1}"#));
+        assert_eq!(
+            ats(f(|f| f.before_id = Some(3))).await,
+            [20, 10],
+            "paging back by id"
+        );
+        for stmt in ["UPDATE audit_log SET actor = 'x'", "DELETE FROM audit_log"] {
+            let err = sqlx::query(stmt).execute(&sql.write).await.unwrap_err();
+            assert!(err.to_string().contains("append-only"), "{stmt}: {err}");
+        }
+        assert_eq!(ats(AuditFilter::default()).await.len(), 4);
+    }
+
+    async fn login_failures_count_and_prune(sql: &SqlStore) {
+        for at in [10, 20, 30] {
+            sql.add_login_failure("carol", "1.2.3.4", at).await.unwrap();
+        }
+        sql.add_login_failure("carol", "5.6.7.8", 25).await.unwrap();
+        assert_eq!(
+            sql.login_failures("carol", "1.2.3.4", 15).await.unwrap(),
+            [20, 30]
+        );
+        assert_eq!(sql.prune_login_failures(21).await.unwrap(), 2);
+        assert_eq!(
+            sql.login_failures("carol", "1.2.3.4", 0).await.unwrap(),
+            [30]
+        );
+        sql.clear_login_failures("carol", "1.2.3.4").await.unwrap();
+        assert!(sql
+            .login_failures("carol", "1.2.3.4", 0)
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            sql.login_failures("carol", "5.6.7.8", 0).await.unwrap(),
+            [25]
+        );
+    }
+}

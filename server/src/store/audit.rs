@@ -1,0 +1,144 @@
+//! The audit log in SQL (`audit_log`, migration 0004): appended to, read
+//! by filter, never changed (triggers refuse UPDATE and DELETE).
+
+use super::sql::SqlStore;
+use super::StoreError;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+/// One entry of the audit log.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditRecord {
+    /// Assigned by the database on append; increasing.
+    pub id: i64,
+    pub at_ms: i64,
+    /// A username, or `admin-token`.
+    pub actor: String,
+    /// What was done, e.g. `quota.update` (see `portal::audit::action`).
+    pub action: String,
+    /// A quota name for quota and role changes, `user:NAME` for accounts.
+    pub target: String,
+    /// JSON of the object before and after (None: there was none).
+    pub before: Option<String>,
+    pub after: Option<String>,
+    pub detail: String,
+}
+
+/// Which entries to read; every field narrows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    pub actor: Option<String>,
+    pub target: Option<String>,
+    pub action: Option<String>,
+    /// At or after (ms).
+    pub from_ms: Option<i64>,
+    /// Before (ms).
+    pub to_ms: Option<i64>,
+    /// Entries with a smaller id (paging back from the newest).
+    pub before_id: Option<i64>,
+    /// Only entries on these targets (what a non-admin may see); None: all.
+    pub targets_in: Option<Vec<String>>,
+}
+
+/// Bind parameters per `IN (...)` chunk; far below either database's limit.
+const IN_CHUNK: usize = 5_000;
+
+fn from_row(row: &AnyRow) -> Result<AuditRecord, StoreError> {
+    Ok(AuditRecord {
+        id: row.try_get("id")?,
+        at_ms: row.try_get("at_ms")?,
+        actor: row.try_get("actor")?,
+        action: row.try_get("action")?,
+        target: row.try_get("target")?,
+        before: row.try_get("before")?,
+        after: row.try_get("after")?,
+        detail: row.try_get("detail")?,
+    })
+}
+
+impl SqlStore {
+    /// Appends an entry (its `id` is ignored and assigned); returns the id.
+    pub async fn append_audit(&self, e: &AuditRecord) -> Result<i64, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO audit_log (at_ms, actor, action, target, before, after, detail) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        )
+        .bind(e.at_ms)
+        .bind(&e.actor)
+        .bind(&e.action)
+        .bind(&e.target)
+        .bind(e.before.as_deref())
+        .bind(e.after.as_deref())
+        .bind(&e.detail)
+        .fetch_one(&self.write)
+        .await?;
+        Ok(row.try_get::<i64, _>(0)?)
+    }
+
+    /// Entries matching `f`, newest first, at most `limit`.
+    pub async fn audit(&self, f: &AuditFilter, limit: i64) -> Result<Vec<AuditRecord>, StoreError> {
+        enum Param<'a> {
+            Text(&'a str),
+            Int(i64),
+        }
+        if f.targets_in.as_ref().is_some_and(|t| t.is_empty()) {
+            return Ok(Vec::new());
+        }
+        let mut clauses: Vec<String> = Vec::new();
+        let mut params: Vec<Param> = Vec::new();
+        for (col, v) in [
+            ("actor =", &f.actor),
+            ("target =", &f.target),
+            ("action =", &f.action),
+        ] {
+            if let Some(v) = v {
+                params.push(Param::Text(v));
+                clauses.push(format!("{col} ${}", params.len()));
+            }
+        }
+        for (cond, v) in [
+            ("at_ms >=", f.from_ms),
+            ("at_ms <", f.to_ms),
+            ("id <", f.before_id),
+        ] {
+            if let Some(v) = v {
+                params.push(Param::Int(v));
+                clauses.push(format!("{cond} ${}", params.len()));
+            }
+        }
+        // A long target list is split into OR-ed IN lists of bounded size.
+        if let Some(targets) = &f.targets_in {
+            let mut ors = Vec::new();
+            for chunk in targets.chunks(IN_CHUNK) {
+                let mut ps = Vec::new();
+                for t in chunk {
+                    params.push(Param::Text(t));
+                    ps.push(format!("${}", params.len()));
+                }
+                ors.push(format!("target IN ({})", ps.join(", ")));
+            }
+            clauses.push(format!("({})", ors.join(" OR ")));
+        }
+        params.push(Param::Int(limit));
+        let sql = format!(
+            "SELECT id, at_ms, actor, action, target, before, after, detail FROM audit_log {} \
+             ORDER BY id DESC LIMIT ${}",
+            if clauses.is_empty() {
+                String::new()
+            } else {
+                format!("WHERE {}", clauses.join(" AND "))
+            },
+            params.len()
+        );
+        let mut q = sqlx::query(&sql);
+        for p in params {
+            q = match p {
+                Param::Text(t) => q.bind(t),
+                Param::Int(i) => q.bind(i),
+            };
+        }
+        let rows = q.fetch_all(&self.read).await?;
+        rows.iter().map(from_row).collect()
+    }
+}

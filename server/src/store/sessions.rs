@@ -1,0 +1,158 @@
+//! tower-sessions' `SessionStore` over our SQL store (`sessions`, migration
+//! 0004). The sqlx stores of tower-sessions need a concrete pool; ours is
+//! `Any` over SQLite or PostgreSQL, so this is the small store of our own.
+
+use super::sql::SqlStore;
+use super::StoreError;
+use async_trait::async_trait;
+use sqlx::Row;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tower_sessions::session::{Id, Record};
+use tower_sessions::session_store::{self, SessionStore};
+
+/// The session key under which the portal keeps the signed-in user's id;
+/// copied to the `user_id` column so a user's sessions can be ended.
+pub const USER_ID_KEY: &str = "user_id";
+
+#[derive(Clone)]
+pub struct SqlSessionStore {
+    sql: Arc<SqlStore>,
+}
+
+impl std::fmt::Debug for SqlSessionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlSessionStore")
+            .field("backend", &self.sql.backend)
+            .finish()
+    }
+}
+
+impl SqlSessionStore {
+    pub fn new(sql: Arc<SqlStore>) -> SqlSessionStore {
+        SqlSessionStore { sql }
+    }
+}
+
+fn backend(e: impl std::fmt::Display) -> session_store::Error {
+    session_store::Error::Backend(e.to_string())
+}
+
+fn expiry_ms(record: &Record) -> i64 {
+    (record.expiry_date.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+fn user_id(record: &Record) -> Option<i64> {
+    record.data.get(USER_ID_KEY).and_then(|v| v.as_i64())
+}
+
+fn encode(record: &Record) -> session_store::Result<String> {
+    serde_json::to_string(&record.data).map_err(|e| session_store::Error::Encode(e.to_string()))
+}
+
+#[async_trait]
+impl SessionStore for SqlSessionStore {
+    /// Inserts under a fresh id, drawing another on the (unlikely) collision
+    /// with an existing session rather than overwriting it.
+    async fn create(&self, record: &mut Record) -> session_store::Result<()> {
+        let data = encode(record)?;
+        loop {
+            let res = sqlx::query(
+                "INSERT INTO sessions (id, user_id, data, expiry_ms) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(record.id.to_string())
+            .bind(user_id(record))
+            .bind(&data)
+            .bind(expiry_ms(record))
+            .execute(&self.sql.write)
+            .await;
+            match res {
+                Ok(_) => return Ok(()),
+                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                    record.id = Id::default();
+                }
+                Err(e) => return Err(backend(e)),
+            }
+        }
+    }
+
+    async fn save(&self, record: &Record) -> session_store::Result<()> {
+        sqlx::query(
+            "INSERT INTO sessions (id, user_id, data, expiry_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, data = excluded.data, \
+             expiry_ms = excluded.expiry_ms",
+        )
+        .bind(record.id.to_string())
+        .bind(user_id(record))
+        .bind(encode(record)?)
+        .bind(expiry_ms(record))
+        .execute(&self.sql.write)
+        .await
+        .map_err(backend)?;
+        Ok(())
+    }
+
+    /// Expired sessions are never loaded, whether or not they were deleted.
+    async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
+        let row =
+            sqlx::query("SELECT data, expiry_ms FROM sessions WHERE id = $1 AND expiry_ms > $2")
+                .bind(id.to_string())
+                .bind(crate::util::now_ms())
+                .fetch_optional(&self.sql.read)
+                .await
+                .map_err(backend)?;
+        let Some(row) = row else { return Ok(None) };
+        let data: String = row.try_get("data").map_err(backend)?;
+        let expiry: i64 = row.try_get("expiry_ms").map_err(backend)?;
+        let data: HashMap<String, serde_json::Value> =
+            serde_json::from_str(&data).map_err(|e| session_store::Error::Decode(e.to_string()))?;
+        let expiry_date =
+            time::OffsetDateTime::from_unix_timestamp_nanos(expiry as i128 * 1_000_000)
+                .map_err(|e| session_store::Error::Decode(e.to_string()))?;
+        Ok(Some(Record {
+            id: *id,
+            data,
+            expiry_date,
+        }))
+    }
+
+    async fn delete(&self, id: &Id) -> session_store::Result<()> {
+        sqlx::query("DELETE FROM sessions WHERE id = $1")
+            .bind(id.to_string())
+            .execute(&self.sql.write)
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+}
+
+impl SqlStore {
+    /// Deletes sessions that expired before an instant; how many.
+    pub async fn delete_expired_sessions(&self, now_ms: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM sessions WHERE expiry_ms <= $1")
+            .bind(now_ms)
+            .execute(&self.write)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Ends every session of a user (disabled, or a new password).
+    pub async fn delete_sessions_of(&self, user_id: i64) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM sessions WHERE user_id = $1")
+            .bind(user_id)
+            .execute(&self.write)
+            .await?;
+        Ok(())
+    }
+
+    /// How many live sessions a user has (tests, the users page).
+    pub async fn session_count_of(&self, user_id: i64, now_ms: i64) -> Result<i64, StoreError> {
+        let row =
+            sqlx::query("SELECT COUNT(*) FROM sessions WHERE user_id = $1 AND expiry_ms > $2")
+                .bind(user_id)
+                .bind(now_ms)
+                .fetch_one(&self.read)
+                .await?;
+        Ok(row.try_get::<i64, _>(0)?)
+    }
+}

@@ -1,0 +1,1117 @@
+//! The portal's accounts and authorisation, through real server processes
+//! on SQLite and PostgreSQL: a table of role × route × expected status over
+//! every page and API route, login rate limiting, token revocation, session
+//! cookies, the audit log, and the bootstrap admin.
+
+use crate::common::*;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+const ALICE_PW: &str = "alice-password-1234";
+const BOB_PW: &str = "bob-password-12345";
+
+fn quota(name: &str, parent: &str, gpu: &str, pods: &str) -> Value {
+    json!({"metadata": {"name": name}, "spec": {"parent": parent, "hard": {"requests.nvidia.com/gpu": gpu, "pods": pods}}})
+}
+
+/// ai (16 GPUs) ─┬─ nlp (8) ── nlp-a (2)
+///               └─ cv (4)
+/// alice owns nlp, bob is a member of cv; each has a personal token.
+struct Org {
+    admin: Browser,
+    alice: Browser,
+    bob: Browser,
+    alice_token: String,
+    bob_token: String,
+}
+
+/// The token a tokens page shows once, after creating it.
+fn shown_token(html: &str) -> String {
+    let start = html.find("bzq_").expect("a new token on the page");
+    html[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+async fn create_token(b: &Browser, name: &str) -> String {
+    b.get("/tokens").await;
+    let p = b.post("/tokens", &[("name", name)]).await;
+    assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+    shown_token(&p.body)
+}
+
+async fn create_user(admin: &Browser, name: &str, password: &str) {
+    admin.get("/users").await;
+    let p = admin
+        .post("/users", &[("username", name), ("password", password)])
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "create {name}: {}", p.body);
+}
+
+async fn bind(admin: &Browser, user: &str, quota: &str, role: &str) {
+    let p = admin
+        .post(
+            &format!("/users/{user}/roles"),
+            &[("quota", quota), ("role", role)],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "bind {user}: {}", p.body);
+}
+
+async fn org(s: &Server) -> Org {
+    s.create_quota(
+        "ai",
+        "",
+        json!({"requests.nvidia.com/gpu": "16", "pods": "100"}),
+    )
+    .await;
+    s.create_quota(
+        "nlp",
+        "ai",
+        json!({"requests.nvidia.com/gpu": "8", "pods": "40"}),
+    )
+    .await;
+    s.create_quota(
+        "cv",
+        "ai",
+        json!({"requests.nvidia.com/gpu": "4", "pods": "20"}),
+    )
+    .await;
+    s.create_quota(
+        "nlp-a",
+        "nlp",
+        json!({"requests.nvidia.com/gpu": "2", "pods": "10"}),
+    )
+    .await;
+    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    create_user(&admin, "alice", ALICE_PW).await;
+    create_user(&admin, "bob", BOB_PW).await;
+    bind(&admin, "alice", "nlp", "owner").await;
+    bind(&admin, "bob", "cv", "member").await;
+    let alice = Browser::logged_in(s, "alice", ALICE_PW).await;
+    let bob = Browser::logged_in(s, "bob", BOB_PW).await;
+    let alice_token = create_token(&alice, "alice-ci").await;
+    let bob_token = create_token(&bob, "bob-ci").await;
+    Org {
+        admin,
+        alice,
+        bob,
+        alice_token,
+        bob_token,
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Who {
+    Anonymous,
+    /// The bootstrap admin, logged in (pages; API with its session).
+    Admin,
+    /// `--admin-token` as a bearer token.
+    AdminToken,
+    /// alice, owner of nlp: pages with her session, API with her token.
+    OwnerNlp,
+    /// bob, member of cv: likewise.
+    MemberCv,
+}
+
+#[derive(Clone, Debug)]
+enum Call {
+    Get(&'static str),
+    /// A form POST with the session's CSRF token.
+    Form(&'static str, Vec<(&'static str, &'static str)>),
+    /// A form POST without any CSRF token.
+    FormNoCsrf(&'static str, Vec<(&'static str, &'static str)>),
+    /// The JSON API (bearer token, or the admin's session + CSRF header).
+    Api(Method, &'static str, Option<Value>),
+}
+
+async fn run(s: &Server, o: &Org, who: Who, call: &Call) -> (StatusCode, String) {
+    let anon = Browser::new(s);
+    let browser = match who {
+        Who::Anonymous | Who::AdminToken => &anon,
+        Who::Admin => &o.admin,
+        Who::OwnerNlp => &o.alice,
+        Who::MemberCv => &o.bob,
+    };
+    let token = match who {
+        Who::AdminToken => Some(TOKEN),
+        Who::OwnerNlp => Some(o.alice_token.as_str()),
+        Who::MemberCv => Some(o.bob_token.as_str()),
+        Who::Anonymous | Who::Admin => None,
+    };
+    match call {
+        Call::Get(path) => {
+            let p = browser.get(path).await;
+            let loc = p.location().unwrap_or_default().to_string();
+            (p.status, if loc.is_empty() { p.body } else { loc })
+        }
+        Call::Form(path, fields) => {
+            if matches!(who, Who::Anonymous) {
+                anon.get("/login").await;
+            }
+            let p = browser.post(path, fields).await;
+            (p.status, p.location().unwrap_or(&p.body).to_string())
+        }
+        Call::FormNoCsrf(path, fields) => {
+            let p = browser.post_raw(path, fields).await;
+            (p.status, p.body)
+        }
+        Call::Api(method, path, body) => match (who, token) {
+            (Who::Admin, _) => {
+                let (st, v) = browser.api(method.clone(), path, body.clone()).await;
+                (st, v.to_string())
+            }
+            (_, token) => {
+                let (st, v) = s
+                    .api_with(
+                        method.clone(),
+                        path,
+                        body.as_ref().map(|b| serde_json::to_vec(b).unwrap()),
+                        token,
+                    )
+                    .await;
+                (st, v.to_string())
+            }
+        },
+    }
+}
+
+/// Every page and API route, by role.
+async fn role_route_table(s: &Server) {
+    use Call::*;
+    use Who::*;
+    let o = org(s).await;
+    let child_of = |parent: &str, gpu: &str| Some(quota("x-new", parent, gpu, "1"));
+    let put =
+        |name: &str, parent: &str, gpu: &str, pods: &str| Some(quota(name, parent, gpu, pods));
+    let nlp_deploy = deployment("train", "nlp", 1, 1);
+    let cv_deploy = deployment("train", "cv", 1, 1);
+    let unbound = {
+        let mut d = deployment("free", "nlp", 1, 1);
+        d["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("biz.group.resource.quota");
+        d
+    };
+    const OK: StatusCode = StatusCode::OK;
+    const CREATED: StatusCode = StatusCode::CREATED;
+    const SEE_OTHER: StatusCode = StatusCode::SEE_OTHER;
+    const UNAUTH: StatusCode = StatusCode::UNAUTHORIZED;
+    const FORBIDDEN: StatusCode = StatusCode::FORBIDDEN;
+    const NOT_FOUND: StatusCode = StatusCode::NOT_FOUND;
+    const INVALID: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;
+    let q = "/api/v1/quotas";
+    let dry = "/api/v1/quotas?dryRun=All";
+    let rows: Vec<(Who, Call, StatusCode)> = vec![
+        // Open to all: style, health, metrics, the login form.
+        (Anonymous, Get("/style.css"), OK),
+        (Anonymous, Get("/healthz"), OK),
+        (Anonymous, Get("/readyz"), OK),
+        (Anonymous, Get("/metrics"), OK),
+        (Anonymous, Get("/login"), OK),
+        // Pages need a login.
+        (Anonymous, Get("/"), SEE_OTHER),
+        (Anonymous, Get("/tree"), SEE_OTHER),
+        (Anonymous, Get("/users"), SEE_OTHER),
+        (Anonymous, Get("/tokens"), SEE_OTHER),
+        (Anonymous, Get("/audit"), SEE_OTHER),
+        (Anonymous, Get("/audit.csv"), SEE_OTHER),
+        (
+            Anonymous,
+            Form(
+                "/users",
+                vec![("username", "eve"), ("password", "eve-password-123")],
+            ),
+            SEE_OTHER,
+        ),
+        (Anonymous, Form("/tokens", vec![("name", "t")]), SEE_OTHER),
+        // CSRF: every state-changing form without the token is 403.
+        (
+            Anonymous,
+            FormNoCsrf(
+                "/login",
+                vec![("username", "admin"), ("password", ADMIN_PASSWORD)],
+            ),
+            FORBIDDEN,
+        ),
+        (Admin, FormNoCsrf("/logout", vec![]), FORBIDDEN),
+        (
+            Admin,
+            FormNoCsrf(
+                "/users",
+                vec![("username", "eve"), ("password", "eve-password-123")],
+            ),
+            FORBIDDEN,
+        ),
+        (
+            Admin,
+            FormNoCsrf("/users/bob/admin", vec![("admin", "true")]),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            FormNoCsrf("/tokens", vec![("name", "t")]),
+            FORBIDDEN,
+        ),
+        (OwnerNlp, FormNoCsrf("/tokens/1/revoke", vec![]), FORBIDDEN),
+        // Pages by role.
+        (Admin, Get("/"), OK),
+        (Admin, Get("/tree"), OK),
+        (Admin, Get("/users"), OK),
+        (Admin, Get("/tokens"), OK),
+        (Admin, Get("/audit"), OK),
+        (Admin, Get("/audit.csv"), OK),
+        (Admin, Get("/login"), SEE_OTHER),
+        (OwnerNlp, Get("/"), OK),
+        (OwnerNlp, Get("/tree"), OK),
+        (OwnerNlp, Get("/users"), FORBIDDEN),
+        (OwnerNlp, Get("/tokens"), OK),
+        (OwnerNlp, Get("/audit"), OK),
+        (OwnerNlp, Get("/audit.csv"), OK),
+        (MemberCv, Get("/"), OK),
+        (MemberCv, Get("/users"), FORBIDDEN),
+        (MemberCv, Get("/audit"), OK),
+        (Admin, Get("/audit?from=yesterday"), INVALID),
+        // Users and roles: admins only.
+        (
+            OwnerNlp,
+            Form(
+                "/users",
+                vec![("username", "eve"), ("password", "eve-password-123")],
+            ),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Form(
+                "/users/bob/roles",
+                vec![("quota", "nlp"), ("role", "member")],
+            ),
+            FORBIDDEN,
+        ),
+        (
+            MemberCv,
+            Form("/users/bob/admin", vec![("admin", "true")]),
+            FORBIDDEN,
+        ),
+        (
+            MemberCv,
+            Form("/users/bob/disabled", vec![("disabled", "false")]),
+            FORBIDDEN,
+        ),
+        (
+            MemberCv,
+            Form(
+                "/users/bob/password",
+                vec![("password", "bob-password-99999")],
+            ),
+            FORBIDDEN,
+        ),
+        (
+            MemberCv,
+            Form("/users/bob/roles/delete", vec![("quota", "cv")]),
+            FORBIDDEN,
+        ),
+        (
+            Admin,
+            Form("/users", vec![("username", "eve"), ("password", "short")]),
+            INVALID,
+        ),
+        (
+            Admin,
+            Form(
+                "/users",
+                vec![("username", "Eve!"), ("password", "eve-password-123")],
+            ),
+            INVALID,
+        ),
+        (
+            Admin,
+            Form(
+                "/users",
+                vec![("username", "bob"), ("password", "bob-password-12345")],
+            ),
+            INVALID,
+        ),
+        (
+            Admin,
+            Form(
+                "/users",
+                vec![("username", "eve"), ("password", "eve-password-123")],
+            ),
+            SEE_OTHER,
+        ),
+        (
+            Admin,
+            Form(
+                "/users/eve/roles",
+                vec![("quota", "ghost"), ("role", "member")],
+            ),
+            INVALID,
+        ),
+        (
+            Admin,
+            Form("/users/eve/roles", vec![("quota", "cv"), ("role", "king")]),
+            INVALID,
+        ),
+        (
+            Admin,
+            Form(
+                "/users/eve/roles",
+                vec![("quota", "cv"), ("role", "member")],
+            ),
+            SEE_OTHER,
+        ),
+        (
+            Admin,
+            Form("/users/eve/roles/delete", vec![("quota", "cv")]),
+            SEE_OTHER,
+        ),
+        (
+            Admin,
+            Form("/users/eve/roles/delete", vec![("quota", "cv")]),
+            NOT_FOUND,
+        ),
+        (
+            Admin,
+            Form("/users/eve/admin", vec![("admin", "true")]),
+            SEE_OTHER,
+        ),
+        (
+            Admin,
+            Form("/users/eve/disabled", vec![("disabled", "true")]),
+            SEE_OTHER,
+        ),
+        (
+            Admin,
+            Form(
+                "/users/eve/password",
+                vec![("password", "eve-password-456")],
+            ),
+            SEE_OTHER,
+        ),
+        (
+            Admin,
+            Form("/users/nobody/admin", vec![("admin", "true")]),
+            NOT_FOUND,
+        ),
+        (
+            Admin,
+            Form("/users/admin/disabled", vec![("disabled", "true")]),
+            INVALID,
+        ),
+        (
+            Admin,
+            Form("/users/admin/admin", vec![("admin", "false")]),
+            INVALID,
+        ),
+        // Tokens: one's own only.
+        (OwnerNlp, Form("/tokens", vec![("name", "")]), INVALID),
+        (OwnerNlp, Form("/tokens/999/revoke", vec![]), NOT_FOUND),
+        // JSON API: authentication.
+        (Anonymous, Api(Method::GET, q, None), UNAUTH),
+        (
+            Anonymous,
+            Api(Method::POST, q, child_of("nlp", "1")),
+            UNAUTH,
+        ),
+        (
+            Anonymous,
+            Api(Method::POST, "/api/v1/check", Some(nlp_deploy.clone())),
+            UNAUTH,
+        ),
+        (AdminToken, Api(Method::GET, q, None), OK),
+        (Admin, Api(Method::GET, q, None), OK),
+        (OwnerNlp, Api(Method::GET, q, None), OK),
+        (MemberCv, Api(Method::GET, q, None), OK),
+        // Reading: what one may not see does not exist.
+        (
+            MemberCv,
+            Api(Method::GET, "/api/v1/quotas/nlp", None),
+            NOT_FOUND,
+        ),
+        (
+            MemberCv,
+            Api(Method::GET, "/api/v1/quotas/ai", None),
+            NOT_FOUND,
+        ),
+        (MemberCv, Api(Method::GET, "/api/v1/quotas/cv", None), OK),
+        (OwnerNlp, Api(Method::GET, "/api/v1/quotas/nlp", None), OK),
+        (OwnerNlp, Api(Method::GET, "/api/v1/quotas/nlp-a", None), OK),
+        (
+            OwnerNlp,
+            Api(Method::GET, "/api/v1/quotas/cv", None),
+            NOT_FOUND,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::GET, "/api/v1/quotas/ghost", None),
+            NOT_FOUND,
+        ),
+        (AdminToken, Api(Method::GET, "/api/v1/quotas/cv", None), OK),
+        // Creating: owners under their subtree, within its hard.
+        (
+            OwnerNlp,
+            Api(Method::POST, dry, child_of("nlp", "1")),
+            CREATED,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, dry, child_of("nlp-a", "1")),
+            CREATED,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, dry, child_of("nlp", "7")),
+            INVALID,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, dry, child_of("cv", "1")),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, dry, child_of("ai", "1")),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, dry, child_of("", "1")),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, dry, child_of("ghost", "1")),
+            FORBIDDEN,
+        ),
+        (
+            MemberCv,
+            Api(Method::POST, dry, child_of("cv", "1")),
+            FORBIDDEN,
+        ),
+        (
+            AdminToken,
+            Api(Method::POST, dry, child_of("", "1")),
+            CREATED,
+        ),
+        (Admin, Api(Method::POST, dry, child_of("cv", "1")), CREATED),
+        // Changing a spec: an ancestor's owner, never the quota's own.
+        (
+            OwnerNlp,
+            Api(
+                Method::PUT,
+                "/api/v1/quotas/nlp?dryRun=All",
+                put("nlp", "ai", "9", "40"),
+            ),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Api(
+                Method::PUT,
+                "/api/v1/quotas/nlp?dryRun=All",
+                put("nlp", "ai", "7", "40"),
+            ),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Api(
+                Method::PUT,
+                "/api/v1/quotas/nlp-a?dryRun=All",
+                put("nlp-a", "nlp", "3", "10"),
+            ),
+            OK,
+        ),
+        (
+            OwnerNlp,
+            Api(
+                Method::PUT,
+                "/api/v1/quotas/cv?dryRun=All",
+                put("cv", "ai", "1", "20"),
+            ),
+            NOT_FOUND,
+        ),
+        (
+            MemberCv,
+            Api(
+                Method::PUT,
+                "/api/v1/quotas/cv?dryRun=All",
+                put("cv", "ai", "1", "20"),
+            ),
+            FORBIDDEN,
+        ),
+        (
+            AdminToken,
+            Api(
+                Method::PUT,
+                "/api/v1/quotas/nlp?dryRun=All",
+                put("nlp", "ai", "9", "40"),
+            ),
+            OK,
+        ),
+        // Deleting: likewise.
+        (
+            OwnerNlp,
+            Api(Method::DELETE, "/api/v1/quotas/nlp-a?dryRun=All", None),
+            OK,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::DELETE, "/api/v1/quotas/nlp?dryRun=All", None),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::DELETE, "/api/v1/quotas/cv?dryRun=All", None),
+            NOT_FOUND,
+        ),
+        (
+            MemberCv,
+            Api(Method::DELETE, "/api/v1/quotas/cv?dryRun=All", None),
+            FORBIDDEN,
+        ),
+        (
+            AdminToken,
+            Api(Method::DELETE, "/api/v1/quotas/nlp-a?dryRun=All", None),
+            OK,
+        ),
+        // The dry-run check answers 200; what it may say is checked below.
+        (
+            OwnerNlp,
+            Api(Method::POST, "/api/v1/check", Some(nlp_deploy.clone())),
+            OK,
+        ),
+        (
+            MemberCv,
+            Api(Method::POST, "/api/v1/check", Some(nlp_deploy.clone())),
+            OK,
+        ),
+        (
+            MemberCv,
+            Api(Method::POST, "/api/v1/check", Some(cv_deploy.clone())),
+            OK,
+        ),
+        (
+            MemberCv,
+            Api(Method::POST, "/api/v1/check", Some(unbound.clone())),
+            OK,
+        ),
+        // Logging out.
+        (MemberCv, Form("/logout", vec![]), SEE_OTHER),
+        (MemberCv, Get("/"), SEE_OTHER),
+    ];
+    let mut wrong = Vec::new();
+    for (who, call, want) in &rows {
+        let (got, body) = run(s, &o, *who, call).await;
+        if got != *want {
+            let body: String = body.chars().take(300).collect();
+            wrong.push(format!("{who:?} {call:?}: want {want}, got {got}: {body}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} rows wrong:\n{}",
+        wrong.len(),
+        rows.len(),
+        wrong.join("\n")
+    );
+
+    // What the statuses stand for.
+    let names = |v: &Value| -> Vec<String> {
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (_, v) = s.api_with(Method::GET, q, None, Some(&o.alice_token)).await;
+    assert_eq!(names(&v), ["nlp", "nlp-a"], "an owner lists its subtree");
+    let (_, v) = s.api(Method::GET, q, None).await;
+    assert_eq!(
+        names(&v),
+        ["ai", "cv", "nlp", "nlp-a"],
+        "the admin token lists all"
+    );
+    let check = |token: String, body: Value| async move {
+        s.api_with(
+            Method::POST,
+            "/api/v1/check",
+            Some(serde_json::to_vec(&body).unwrap()),
+            Some(&token),
+        )
+        .await
+        .1
+    };
+    let v = check(o.bob_token.clone(), nlp_deploy.clone()).await;
+    assert_eq!(
+        (v["allowed"].clone(), v["message"].clone()),
+        (json!(false), json!("bizrq nlp not found")),
+        "a member of cv learns nothing of nlp: {v}"
+    );
+    let v = check(o.bob_token.clone(), json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "labels": {"biz.group.resource.quota": "nope"}}, "spec": nlp_deploy["spec"].clone()})).await;
+    assert_eq!(
+        v["message"], "bizrq nope not found",
+        "the same answer as for a quota that does not exist"
+    );
+    let v = check(o.alice_token.clone(), nlp_deploy.clone()).await;
+    assert_eq!(v["allowed"], true, "{v}");
+    let bob_home = o.bob.get("/").await;
+    assert_eq!(
+        bob_home.status,
+        StatusCode::SEE_OTHER,
+        "bob logged out above"
+    );
+    let bob = Browser::logged_in(s, "bob", BOB_PW).await;
+    let home = bob.get("/").await.body;
+    assert!(
+        home.contains(">cv<") && !home.contains(">nlp<") && !home.contains(">ai<"),
+        "{home}"
+    );
+    let home = o.admin.get("/").await.body;
+    assert!(
+        home.contains(">Users<") && home.contains(">nlp<"),
+        "admins see all and the users page"
+    );
+    assert!(
+        !o.alice.get("/").await.body.contains(">Users<"),
+        "no users link for non-admins"
+    );
+    let (st, v) = o.admin.api(Method::POST, dry, child_of("cv", "1")).await;
+    assert_eq!(st, CREATED, "the admin's session with its CSRF header: {v}");
+    o.admin.forget_csrf();
+    let (st, v) = o.admin.api(Method::POST, dry, child_of("cv", "1")).await;
+    assert_eq!(
+        (st, v["error"]["reason"].as_str()),
+        (FORBIDDEN, Some("Forbidden")),
+        "a session without the CSRF header: {v}"
+    );
+}
+
+/// Changes through the API and the portal are audited with actor, before
+/// and after; each viewer reads only entries on what it can see.
+async fn audit_log(s: &Server) {
+    let o = org(s).await;
+    let (st, v) = s
+        .api_with(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(serde_json::to_vec(&quota("nlp-b", "nlp", "1", "2")).unwrap()),
+            Some(&o.alice_token),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, _) = s
+        .api(
+            Method::PUT,
+            "/api/v1/quotas/cv",
+            Some(quota("cv", "ai", "3", "20")),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, _) = s
+        .api_with(
+            Method::DELETE,
+            "/api/v1/quotas/nlp-b",
+            None,
+            Some(&o.alice_token),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, _) = s
+        .api_with(
+            Method::POST,
+            "/api/v1/quotas?dryRun=All",
+            Some(serde_json::to_vec(&quota("nlp-c", "nlp", "1", "2")).unwrap()),
+            Some(&o.alice_token),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+
+    let csv = o.admin.get("/audit.csv").await;
+    assert_eq!(csv.status, StatusCode::OK);
+    assert!(csv.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    let lines: Vec<&str> = csv.body.split("\r\n").filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines[0], "id,at,actor,action,target,before,after,detail");
+    let find = |action: &str, target: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(&format!(",{action},{target},")))
+            .unwrap_or_else(|| panic!("no {action} of {target} in\n{}", csv.body))
+            .to_string()
+    };
+    let created = find("quota.create", "nlp-b");
+    assert!(created.contains(",alice,"), "{created}");
+    assert!(
+        created.contains(r#"""parent"":""nlp"""#),
+        "after holds the spec, quoted: {created}"
+    );
+    let updated = find("quota.update", "cv");
+    assert!(updated.contains(",admin-token,"), "{updated}");
+    assert!(
+        updated.contains(r#"""requests.nvidia.com/gpu"":""4"""#)
+            && updated.contains(r#"""requests.nvidia.com/gpu"":""3"""#),
+        "before and after: {updated}"
+    );
+    find("quota.delete", "nlp-b");
+    find("role.add", "nlp");
+    find("user.create", "user:alice");
+    find("user.create", "user:admin");
+    find("token.create", "user:bob");
+    assert!(
+        !csv.body.contains("nlp-c"),
+        "a dry run changes nothing and is not audited"
+    );
+    assert!(!csv.body.contains("argon2"), "no password hash in the log");
+
+    // Filters, on the page and in the export.
+    let by_alice = o
+        .admin
+        .get("/audit.csv?actor=alice&action=quota.create")
+        .await
+        .body;
+    assert_eq!(
+        by_alice.split("\r\n").filter(|l| !l.is_empty()).count(),
+        2,
+        "{by_alice}"
+    );
+    let page = o.admin.get("/audit?target=cv").await.body;
+    assert!(
+        page.contains("quota.update") && !page.contains("nlp-b"),
+        "{page}"
+    );
+    let none = o.admin.get("/audit.csv?from=2999-01-01").await.body;
+    assert_eq!(none, "id,at,actor,action,target,before,after,detail\r\n");
+    let since = o
+        .admin
+        .get("/audit.csv?from=2000-01-01T00:00&to=2999-01-01")
+        .await
+        .body;
+    assert_eq!(since, csv.body);
+
+    // Non-admins: entries on quotas they see, and on their own account.
+    let bob = o.bob.get("/audit.csv").await.body;
+    assert!(
+        bob.contains(",quota.update,cv,") && bob.contains(",token.create,user:bob,"),
+        "{bob}"
+    );
+    assert!(!bob.contains("nlp") && !bob.contains("user:alice"), "{bob}");
+    let alice = o.alice.get("/audit").await.body;
+    assert!(
+        alice.contains("role.add") && !alice.contains(">cv<"),
+        "{alice}"
+    );
+
+    // Append-only in the database itself.
+    sqlx::any::install_default_drivers();
+    let db = sqlx::AnyPool::connect(&s.database_url).await.unwrap();
+    let err = sqlx::query("UPDATE audit_log SET actor = 'nobody'")
+        .execute(&db)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    let err = sqlx::query("DELETE FROM audit_log")
+        .execute(&db)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    db.close().await;
+}
+
+/// Five failed logins per username and address in 15 minutes; the sixth
+/// attempt is refused without a password check, even a right one.
+async fn login_rate_limit(s: &Server) {
+    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    create_user(&admin, "carol", "carol-password-123").await;
+    let b = Browser::new(s);
+    let mut messages = Vec::new();
+    for i in 0..5 {
+        // Unknown users and wrong passwords answer alike.
+        let (user, pw) = if i % 2 == 0 {
+            ("carol", "wrong-password")
+        } else {
+            ("carol", "also-wrong")
+        };
+        let p = b.login(user, pw).await;
+        assert_eq!(p.status, StatusCode::UNAUTHORIZED, "attempt {i}");
+        messages.push(p.body.contains("Wrong username or password."));
+    }
+    assert!(messages.iter().all(|m| *m));
+    let unknown = b.login("nobody", "whatever").await;
+    assert_eq!(unknown.status, StatusCode::UNAUTHORIZED);
+    assert!(unknown.body.contains("Wrong username or password."));
+    let p = b.login("carol", "carol-password-123").await;
+    assert_eq!(p.status, StatusCode::TOO_MANY_REQUESTS, "{}", p.body);
+    assert!(p.body.contains("Too many failed logins"), "{}", p.body);
+    assert!(p.headers.contains_key("retry-after"));
+    assert_eq!(
+        b.get("/").await.status,
+        StatusCode::SEE_OTHER,
+        "not logged in"
+    );
+    // The limit is per username: others still log in from here.
+    let other = Browser::new(s);
+    assert_eq!(
+        other.login("admin", ADMIN_PASSWORD).await.status,
+        StatusCode::SEE_OTHER
+    );
+    // Case does not dodge it.
+    assert_eq!(
+        b.login("CAROL", "carol-password-123").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+/// A revoked token, or the token of a disabled user, is refused at once.
+async fn token_revocation(s: &Server) {
+    let o = org(s).await;
+    let call = |t: String| async move {
+        s.api_with(Method::GET, "/api/v1/quotas/nlp", None, Some(&t))
+            .await
+            .0
+    };
+    assert_eq!(call(o.alice_token.clone()).await, StatusCode::OK);
+    let second = create_token(&o.alice, "second").await;
+    assert_eq!(call(second.clone()).await, StatusCode::OK);
+    let page = o.alice.get("/tokens").await.body;
+    assert!(!page.contains("bzq_"), "a token is shown only once");
+    assert!(page.contains("alice-ci") && page.contains("second"));
+    let first_id = {
+        let at = page.find("alice-ci").unwrap();
+        let rest = &page[at..];
+        let a = rest.find("/tokens/").unwrap() + "/tokens/".len();
+        rest[a..].split('/').next().unwrap().to_string()
+    };
+    // Bob cannot revoke Alice's token.
+    o.bob.get("/tokens").await;
+    let p = o.bob.post(&format!("/tokens/{first_id}/revoke"), &[]).await;
+    assert_eq!(p.status, StatusCode::NOT_FOUND);
+    assert_eq!(call(o.alice_token.clone()).await, StatusCode::OK);
+    let p = o
+        .alice
+        .post(&format!("/tokens/{first_id}/revoke"), &[])
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    assert_eq!(call(o.alice_token.clone()).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        call(second.clone()).await,
+        StatusCode::OK,
+        "only that token"
+    );
+    let page = o.alice.get("/tokens").await.body;
+    assert!(page.contains("revoked"), "{page}");
+    // Disabling a user stops its tokens and ends its sessions.
+    o.admin.get("/users").await;
+    let p = o
+        .admin
+        .post("/users/alice/disabled", &[("disabled", "true")])
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    assert_eq!(call(second.clone()).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(o.alice.get("/").await.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        Browser::new(s).login("alice", ALICE_PW).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let p = o
+        .admin
+        .post("/users/alice/disabled", &[("disabled", "false")])
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    assert_eq!(call(second).await, StatusCode::OK, "enabled again");
+    // Last use is recorded.
+    let page = o.alice.get("/tokens").await.body;
+    assert_eq!(
+        page.matches("never").count(),
+        0,
+        "both tokens were used: {page}"
+    );
+}
+
+fn attrs(set_cookie: &str) -> Vec<String> {
+    set_cookie
+        .split(';')
+        .skip(1)
+        .map(|a| a.trim().to_ascii_lowercase())
+        .collect()
+}
+
+/// HttpOnly, SameSite=Strict, Path=/; Secure behind HTTPS; a new id at
+/// login; gone at logout.
+async fn session_cookie_flags(s: &Server) {
+    let b = Browser::new(s);
+    let p = b.get("/login").await;
+    let anon = p.session_cookie().expect("the login form's session");
+    let a = attrs(&anon);
+    assert!(a.contains(&"httponly".into()), "{anon}");
+    assert!(a.contains(&"samesite=strict".into()), "{anon}");
+    assert!(a.contains(&"path=/".into()), "{anon}");
+    assert!(
+        !a.contains(&"secure".into()),
+        "plain HTTP without --secure-cookies: {anon}"
+    );
+    let p = b
+        .post(
+            "/login",
+            &[("username", "admin"), ("password", ADMIN_PASSWORD)],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    assert_eq!(p.location(), Some("/"));
+    let logged = p.session_cookie().expect("a new session at login");
+    let id = |c: &str| c.split(';').next().unwrap().to_string();
+    assert_ne!(id(&anon), id(&logged), "the session id changes at login");
+    assert!(attrs(&logged).contains(&"httponly".into()));
+    // The old (anonymous) id is not logged in.
+    let old = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = old
+        .get(format!("{}/", s.http))
+        .header("cookie", id(&anon))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let r = old
+        .get(format!("{}/", s.http))
+        .header("cookie", id(&logged))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // Behind a TLS-terminating proxy.
+    let r = old
+        .get(format!("{}/login", s.http))
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .unwrap();
+    let c = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(attrs(&c).contains(&"secure".into()), "{c}");
+    // Logout deletes the session, whoever still holds the cookie.
+    b.get("/tokens").await;
+    let p = b.post("/logout", &[]).await;
+    assert_eq!(
+        (p.status, p.location()),
+        (StatusCode::SEE_OTHER, Some("/login"))
+    );
+    let removal = p.session_cookie().expect("the cookie is removed");
+    assert!(
+        removal.to_ascii_lowercase().contains("max-age=0"),
+        "{removal}"
+    );
+    let r = old
+        .get(format!("{}/", s.http))
+        .header("cookie", id(&logged))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    // Login redirects back, but only within the site.
+    let p = b.get("/audit?actor=x").await;
+    assert_eq!(p.location(), Some("/login?next=%2Faudit%3Factor%3Dx"));
+    b.get("/login").await;
+    let p = b
+        .post(
+            "/login",
+            &[
+                ("username", "admin"),
+                ("password", ADMIN_PASSWORD),
+                ("next", "//evil.example/"),
+            ],
+        )
+        .await;
+    assert_eq!(p.location(), Some("/"));
+}
+
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use crate::common::*;
+            #[tokio::test]
+            async fn sqlite() {
+                let dir = tempfile::tempdir().unwrap();
+                let s = Server::start(&fresh_sqlite(&dir)).await;
+                super::$name(&s).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                let s = Server::start(&fresh_postgres().await).await;
+                super::$name(&s).await;
+            }
+        }
+    )*};
+}
+
+on_both!(
+    role_route_table,
+    audit_log,
+    login_rate_limit,
+    token_revocation,
+    session_cookie_flags,
+);
+
+/// `--secure-cookies` marks the cookie Secure on plain HTTP too.
+#[tokio::test]
+async fn secure_cookies_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = Server::start_with(
+        &fresh_sqlite(&dir),
+        &["--secure-cookies"],
+        Some(ADMIN_PASSWORD),
+    )
+    .await;
+    let p = Browser::new(&s).get("/login").await;
+    let c = p.session_cookie().unwrap();
+    assert!(attrs(&c).contains(&"secure".into()), "{c}");
+}
+
+/// First start: `admin` with a generated password, printed once on stdout;
+/// a restart prints nothing and the password still works.
+async fn bootstrap_admin(url: &str) {
+    let password = {
+        let (s, lines) = Server::start_with(url, &[], None).await;
+        let line = lines
+            .iter()
+            .find(|l| l.contains("generated password"))
+            .unwrap_or_else(|| panic!("no password line in {lines:?}"));
+        let password = line.rsplit(' ').next().unwrap().to_string();
+        assert!(password.len() >= 20, "{line}");
+        assert_eq!(
+            Browser::new(&s).login("admin", &password).await.status,
+            StatusCode::SEE_OTHER
+        );
+        password
+    };
+    let (s, lines) = Server::start_with(url, &[], Some("ignored-after-first-start")).await;
+    assert!(lines.is_empty(), "{lines:?}");
+    assert_eq!(
+        Browser::new(&s).login("admin", &password).await.status,
+        StatusCode::SEE_OTHER
+    );
+    // The admin token still acts as admin.
+    assert_eq!(
+        s.api(Method::GET, "/api/v1/quotas", None).await.0,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn bootstrap_admin_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    bootstrap_admin(&fresh_sqlite(&dir)).await;
+}
+
+#[tokio::test]
+async fn bootstrap_admin_postgres() {
+    bootstrap_admin(&fresh_postgres().await).await;
+}
