@@ -72,6 +72,8 @@ static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 struct PodEntry {
     facts: Facts,
     /// The pod's own labels, when it has any that matter (model labels).
+    /// Boxed: 8 bytes for the usual pod without any, not a 24-byte map.
+    #[allow(clippy::box_collection)]
     labels: Option<Box<BTreeMap<String, String>>>,
     priority: i32,
     workload: Arc<str>,
