@@ -140,6 +140,17 @@ impl History for crate::store::sql::SqlStore {
     }
 }
 
+/// What a watch reports to its handler (see `Controller::drive`).
+enum Change<'a> {
+    Apply(&'a DynamicObject),
+    Delete(&'a DynamicObject),
+    /// A complete (re)list: the keys it showed, and whether it is the first.
+    Listed {
+        listed: HashSet<String>,
+        first: bool,
+    },
+}
+
 /// How one reconcile ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Reconciled {
@@ -308,22 +319,26 @@ impl Controller {
 
     // ---- watches -------------------------------------------------------
 
-    async fn watch_workloads(
-        self: Arc<Self>,
-        adapter: &'static Adapter,
-        ar: ApiResource,
+    /// Drive one watch: apply and delete events go to `on`, and after each
+    /// complete (re)list `on` gets the keys it listed, so objects deleted
+    /// while the watch was down are found. The first complete list of a
+    /// startup watch (`gate`) opens the controller's initial-sync gate.
+    async fn drive(
+        &self,
+        api: Api<DynamicObject>,
+        label: &str,
         gate: bool,
+        key: impl Fn(&DynamicObject) -> String,
+        mut on: impl FnMut(Change<'_>, i64),
     ) {
-        let label = kind_key(adapter.group, adapter.kind);
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
         let mut stream = watcher(api).boxed();
         let mut listing: Option<HashSet<String>> = None;
-        let mut first = gate;
+        let mut first = true;
         while let Some(ev) = stream.next().await {
             let ev = match ev {
                 Ok(ev) => ev,
                 Err(e) => {
-                    self.service.metrics.count_watch_error(&label);
+                    self.service.metrics.count_watch_error(label);
                     tracing::debug!(kind = %label, error = %e, "watch error; retrying");
                     continue;
                 }
@@ -332,50 +347,70 @@ impl Controller {
             match ev {
                 Event::Init => listing = Some(HashSet::new()),
                 Event::InitApply(obj) | Event::Apply(obj) => {
-                    let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
                     if let Some(l) = listing.as_mut() {
-                        l.insert(key);
+                        l.insert(key(&obj));
                     }
-                    self.apply_workload(adapter, &obj, now);
+                    on(Change::Apply(&obj), now);
                 }
-                Event::Delete(obj) => {
-                    let ns = obj.namespace().unwrap_or_default();
-                    let touched = self.view.lock().unwrap().delete_workload(
-                        adapter,
-                        &ns,
-                        &obj.name_any(),
-                        now,
-                    );
-                    self.enqueue(touched);
-                }
+                Event::Delete(obj) => on(Change::Delete(&obj), now),
                 Event::InitDone => {
                     let listed = listing.take().unwrap_or_default();
-                    let touched = {
-                        let mut v = self.view.lock().unwrap();
-                        let mut touched = BTreeSet::new();
-                        for wref in v.refs_of_kind(&label) {
-                            let mut parts = wref.splitn(4, '/').skip(2);
-                            let (Some(ns), Some(name)) = (parts.next(), parts.next()) else {
-                                continue;
-                            };
-                            if !listed.contains(&format!("{ns}/{name}")) {
-                                touched.extend(v.delete_workload(adapter, ns, name, now));
-                            }
-                        }
-                        v.mark_synced(adapter.group, adapter.kind);
-                        touched
-                    };
-                    self.enqueue(touched);
-                    if first {
-                        first = false;
+                    on(Change::Listed { listed, first }, now);
+                    if first && gate {
                         self.initial_sync_done();
-                    } else if !gate {
-                        // A kind picked up later: quotas may hold charges of it.
-                        self.enqueue_all().await;
                     }
+                    first = false;
                 }
             }
         }
+    }
+
+    async fn watch_workloads(
+        self: Arc<Self>,
+        adapter: &'static Adapter,
+        ar: ApiResource,
+        gate: bool,
+    ) {
+        let label = kind_key(adapter.group, adapter.kind);
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let ns_name =
+            |o: &DynamicObject| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+        self.drive(api, &label, gate, ns_name, |change, now| match change {
+            Change::Apply(obj) => self.apply_workload(adapter, obj, now),
+            Change::Delete(obj) => {
+                let ns = obj.namespace().unwrap_or_default();
+                let touched =
+                    self.view
+                        .lock()
+                        .unwrap()
+                        .delete_workload(adapter, &ns, &obj.name_any(), now);
+                self.enqueue(touched);
+            }
+            Change::Listed { listed, first } => {
+                let touched = {
+                    let mut v = self.view.lock().unwrap();
+                    let mut touched = BTreeSet::new();
+                    for wref in v.refs_of_kind(&label) {
+                        let mut parts = wref.splitn(4, '/').skip(2);
+                        let (Some(ns), Some(name)) = (parts.next(), parts.next()) else {
+                            continue;
+                        };
+                        if !listed.contains(&format!("{ns}/{name}")) {
+                            touched.extend(v.delete_workload(adapter, ns, name, now));
+                        }
+                    }
+                    v.mark_synced(adapter.group, adapter.kind);
+                    touched
+                };
+                self.enqueue(touched);
+                if first && !gate {
+                    // A kind picked up later: quotas may hold charges of it.
+                    let me = self.clone();
+                    tokio::spawn(async move { me.enqueue_all().await });
+                }
+            }
+        })
+        .await;
     }
 
     fn apply_workload(&self, adapter: &'static Adapter, obj: &DynamicObject, now: i64) {
@@ -452,59 +487,35 @@ impl Controller {
     }
 
     async fn watch_pods(self: Arc<Self>, watermark: i64) {
-        let ar = ApiResource::erase::<Pod>(&());
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
-        let mut stream = watcher(api).boxed();
-        let mut listing: Option<HashSet<String>> = None;
-        let mut first = true;
-        while let Some(ev) = stream.next().await {
-            let ev = match ev {
-                Ok(ev) => ev,
-                Err(e) => {
-                    self.service.metrics.count_watch_error("Pod");
-                    tracing::debug!(error = %e, "pod watch error; retrying");
-                    continue;
-                }
-            };
-            let now = self.now();
-            match ev {
-                Event::Init => listing = Some(HashSet::new()),
-                Event::InitApply(obj) | Event::Apply(obj) => {
-                    if let Some(l) = listing.as_mut() {
-                        l.insert(obj.uid().unwrap_or_default());
-                    }
-                    self.apply_pod(&obj, now);
-                }
-                Event::Delete(obj) => {
-                    let uid = obj.uid().unwrap_or_default();
-                    let touched = self.view.lock().unwrap().delete_pod(&uid, now);
-                    self.enqueue(touched);
-                }
-                Event::InitDone => {
-                    let listed = listing.take().unwrap_or_default();
-                    let touched = {
-                        let mut v = self.view.lock().unwrap();
-                        let mut touched = BTreeSet::new();
-                        for uid in v.pod_uids() {
-                            if !listed.contains(&uid) {
-                                touched.extend(v.delete_pod(&uid, now));
-                            }
-                        }
-                        if first {
-                            // Runs an earlier life persisted for pods that
-                            // are gone now: deleted while nobody watched.
-                            touched.extend(v.end_missing_pods(&listed, watermark));
-                        }
-                        touched
-                    };
-                    self.enqueue(touched);
-                    if first {
-                        first = false;
-                        self.initial_sync_done();
-                    }
-                }
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &ApiResource::erase::<Pod>(&()));
+        let uid = |o: &DynamicObject| o.uid().unwrap_or_default();
+        self.drive(api, "Pod", true, uid, |change, now| match change {
+            Change::Apply(obj) => self.apply_pod(obj, now),
+            Change::Delete(obj) => {
+                let touched = self.view.lock().unwrap().delete_pod(&uid(obj), now);
+                self.enqueue(touched);
             }
-        }
+            Change::Listed { listed, first } => {
+                let touched = {
+                    let mut v = self.view.lock().unwrap();
+                    let mut touched = BTreeSet::new();
+                    for uid in v.pod_uids() {
+                        if !listed.contains(&uid) {
+                            touched.extend(v.delete_pod(&uid, now));
+                        }
+                    }
+                    if first {
+                        // Runs an earlier life persisted for pods that
+                        // are gone now: deleted while nobody watched.
+                        touched.extend(v.end_missing_pods(&listed, watermark));
+                    }
+                    touched
+                };
+                self.enqueue(touched);
+            }
+        })
+        .await;
     }
 
     fn apply_pod(&self, obj: &DynamicObject, now: i64) {
@@ -555,28 +566,17 @@ impl Controller {
     async fn watch_hpas(self: Arc<Self>) {
         let ar = ApiResource::erase::<HorizontalPodAutoscaler>(&());
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
-        let mut stream = watcher(api).boxed();
-        let mut listing: Option<HashSet<(String, String)>> = None;
-        let mut first = true;
-        while let Some(ev) = stream.next().await {
-            let ev = match ev {
-                Ok(ev) => ev,
-                Err(e) => {
-                    self.service
-                        .metrics
-                        .count_watch_error("HorizontalPodAutoscaler");
-                    tracing::debug!(error = %e, "HPA watch error; retrying");
-                    continue;
-                }
-            };
-            match ev {
-                Event::Init => listing = Some(HashSet::new()),
-                Event::InitApply(obj) | Event::Apply(obj) => {
-                    if let Some(l) = listing.as_mut() {
-                        l.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
-                    }
-                    let Ok(json) = serde_json::to_string(&obj) else {
-                        continue;
+        let ns_name =
+            |o: &DynamicObject| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+        self.drive(
+            api,
+            "HorizontalPodAutoscaler",
+            true,
+            ns_name,
+            |change, _now| match change {
+                Change::Apply(obj) => {
+                    let Ok(json) = serde_json::to_string(obj) else {
+                        return;
                     };
                     match read_hpa(&json) {
                         Ok(h) => {
@@ -586,31 +586,27 @@ impl Controller {
                         Err(e) => tracing::debug!(error = %e, "unreadable HPA ignored"),
                     }
                 }
-                Event::Delete(obj) => {
+                Change::Delete(obj) => {
                     let ns = obj.namespace().unwrap_or_default();
                     let touched = self.view.lock().unwrap().delete_hpa(&ns, &obj.name_any());
                     self.enqueue(touched);
                 }
-                Event::InitDone => {
-                    let listed = listing.take().unwrap_or_default();
+                Change::Listed { listed, .. } => {
                     let touched = {
                         let mut v = self.view.lock().unwrap();
                         let mut touched = BTreeSet::new();
                         for (ns, name) in v.hpa_keys() {
-                            if !listed.contains(&(ns.clone(), name.clone())) {
+                            if !listed.contains(&format!("{ns}/{name}")) {
                                 touched.extend(v.delete_hpa(&ns, &name));
                             }
                         }
                         touched
                     };
                     self.enqueue(touched);
-                    if first {
-                        first = false;
-                        self.initial_sync_done();
-                    }
                 }
-            }
-        }
+            },
+        )
+        .await;
     }
 
     async fn discovery_loop(self: Arc<Self>, mut watched: HashSet<String>) {
