@@ -450,7 +450,15 @@ fn request_form(p: &Principal, scope: &Scope, typed: RequestForm) -> Option<Requ
         .filter(|q| visible.iter().any(|v| v == q.name()))
         .flat_map(|q| q.spec.hard.keys().cloned())
         .collect();
+    // A fresh form gives from the first quota owned; one sent back keeps
+    // what was chosen ("" = more from the parent).
+    let fresh = typed == RequestForm::default();
     Some(RequestForm {
+        from: if fresh {
+            owned[0].clone()
+        } else {
+            typed.from.clone()
+        },
         sources: owned,
         destinations: visible,
         keys: keys.into_iter().collect(),
