@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod audit;
 pub mod charts;
 pub mod layout;
+pub mod transfers;
 
 pub use layout::{Flash, Section, Viewer};
 

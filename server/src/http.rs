@@ -4,6 +4,7 @@
 
 use crate::portal::{self, Portal};
 use crate::service::{Service, ServiceError};
+use crate::transfers::TransferService;
 use crate::{api, webhook};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -26,6 +27,9 @@ pub struct AppState {
     pub token_sha256: Arc<String>,
     /// Accounts, sessions and the audit log (always SQL).
     pub portal: Arc<Portal>,
+    /// Quota transfers (requests, approvals, execution), for the portal's
+    /// pages and the JSON API.
+    pub transfers: Arc<TransferService>,
 }
 
 /// Errors of the JSON API: one variant, one status code; internal details
@@ -92,6 +96,7 @@ pub fn http_router(app: AppState) -> Router {
             get(api::get).put(api::replace).delete(api::delete),
         )
         .route("/api/v1/check", post(api::check))
+        .merge(portal::transfers::api())
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             portal::auth::authenticate,

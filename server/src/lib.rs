@@ -190,6 +190,7 @@ pub async fn start_with(
         service: service.clone(),
         token_sha256: Arc::new(token_sha256),
         portal: Arc::new(portal::Portal::new(sql.clone(), args.portal_config())),
+        transfers: transfers.clone(),
     };
     let portal_janitor = portal::spawn_janitor(sql.clone(), Duration::from_secs(600));
 

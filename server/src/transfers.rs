@@ -96,6 +96,7 @@
 //! A return may leave the borrower below its used (lowering is always
 //! allowed; the plan warns). Loans carry no cash keys.
 
+use crate::portal::audit::{self, action};
 use crate::service::{Service, ServiceError};
 use crate::store::sql::SqlStore;
 use crate::store::transfers::{NewTransfer, Outcome};
@@ -265,7 +266,7 @@ impl TransferService {
         {
             let t = self.get(id).await?;
             if t.status == TransferStatus::Requested && t.expires_at <= now_ms {
-                self.exec.store.expire_transfers(now_ms).await?;
+                self.expire_due(now_ms).await?;
                 return Err(ServiceError::Conflict(format!(
                     "transfer {id} expired at {}; request it again",
                     quota::time::format_rfc3339(t.expires_at)
@@ -302,9 +303,31 @@ impl TransferService {
         self.get(id).await
     }
 
-    /// Expire the requests nobody decided by `now_ms`; how many.
+    /// Expire the requests nobody decided by `now_ms`; how many. Each
+    /// expiry is audited (actor `bizrq`) by the one caller whose UPDATE
+    /// expired it.
     pub async fn expire_due(&self, now_ms: i64) -> Result<u64, ServiceError> {
-        Ok(self.exec.store.expire_transfers(now_ms).await?)
+        let expired = self.exec.store.expire_transfers(now_ms).await?;
+        for t in &expired {
+            let before = Transfer {
+                status: TransferStatus::Requested,
+                finished_at: None,
+                ..t.clone()
+            };
+            self.exec
+                .audit(
+                    action::TRANSFER_EXPIRE,
+                    Some(&before),
+                    t,
+                    &format!(
+                        "{}; nobody decided by {}",
+                        audit::transfer_summary(t),
+                        quota::time::format_rfc3339(t.expires_at)
+                    ),
+                )
+                .await;
+        }
+        Ok(expired.len() as u64)
     }
 
     pub async fn list(&self, filter: &TransferFilter) -> Result<Vec<Transfer>, ServiceError> {
@@ -352,6 +375,20 @@ impl TransferService {
             else {
                 continue;
             };
+            if let Some(ret) = self.exec.store.transfer(id).await? {
+                self.exec
+                    .audit(
+                        action::TRANSFER_RETURN,
+                        None,
+                        &ret,
+                        &format!(
+                            "{}; gives back loan #{}",
+                            audit::transfer_summary(&ret),
+                            loan.id
+                        ),
+                    )
+                    .await;
+            }
             match self.exec.spawn(id, None).await {
                 Ok(t) if t.status == TransferStatus::Done => done += 1,
                 Ok(t) => {
@@ -376,6 +413,23 @@ impl TransferService {
 }
 
 impl Executor {
+    /// Appends an audit entry for what the system did to a transfer. Never
+    /// fails the caller: a write error is logged.
+    async fn audit(&self, act: &str, before: Option<&Transfer>, after: &Transfer, detail: &str) {
+        let e = audit::entry(
+            self.service.now(),
+            SYSTEM_ACTOR,
+            act,
+            &audit::transfer_target(after),
+            before.map(audit::transfer_json),
+            Some(audit::transfer_json(after)),
+            detail,
+        );
+        if let Err(err) = self.store.append_audit(&e).await {
+            tracing::error!(error = %err, transfer = after.id, action = act, "could not write an audit entry");
+        }
+    }
+
     /// Run transfer `id` in its own task (`lease`: already taken by the
     /// caller) and wait for it.
     async fn spawn(&self, id: i64, lease: Option<i64>) -> Result<Transfer, ServiceError> {

@@ -12,6 +12,7 @@ use super::PageError;
 use crate::http::AppState;
 use crate::store::accounts::User;
 use crate::store::audit::{AuditFilter, AuditRecord};
+use crate::store::transfers::Transfer;
 use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
@@ -33,9 +34,16 @@ pub mod action {
     pub const ROLE_REMOVE: &str = "role.remove";
     pub const TOKEN_CREATE: &str = "token.create";
     pub const TOKEN_REVOKE: &str = "token.revoke";
+    pub const TRANSFER_REQUEST: &str = "transfer.request";
+    pub const TRANSFER_APPROVE: &str = "transfer.approve";
+    pub const TRANSFER_REJECT: &str = "transfer.reject";
+    /// By `bizrq`: nobody decided in time.
+    pub const TRANSFER_EXPIRE: &str = "transfer.expire";
+    /// By `bizrq`: a loan's return, started when it is due.
+    pub const TRANSFER_RETURN: &str = "transfer.return";
 
     /// Every action, for the page's filter (other pages add theirs here).
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 17] = [
         QUOTA_CREATE,
         QUOTA_UPDATE,
         QUOTA_DELETE,
@@ -48,6 +56,11 @@ pub mod action {
         ROLE_REMOVE,
         TOKEN_CREATE,
         TOKEN_REVOKE,
+        TRANSFER_REQUEST,
+        TRANSFER_APPROVE,
+        TRANSFER_REJECT,
+        TRANSFER_EXPIRE,
+        TRANSFER_RETURN,
     ];
 }
 
@@ -63,6 +76,41 @@ pub fn quota_json(q: &Quota) -> Value {
         "metadata": { "name": q.name(), "resourceVersion": q.metadata.resource_version },
         "spec": q.spec,
     })
+}
+
+/// The target of a transfer's entries: the quota whose owner asked for it
+/// (the source, or the destination when it asks more from its parent), so
+/// the requester reads the entries of its own requests.
+pub fn transfer_target(t: &Transfer) -> String {
+    t.from_quota.clone().unwrap_or_else(|| t.to_quota.clone())
+}
+
+/// What the log keeps of a transfer: who asked what and where it stands
+/// (the plan stays on the transfer's page).
+pub fn transfer_json(t: &Transfer) -> Value {
+    json!({
+        "id": t.id,
+        "from": t.from_quota,
+        "to": t.to_quota,
+        "amounts": t.amounts,
+        "reason": t.reason,
+        "requestedBy": t.requested_by,
+        "status": t.status,
+        "decidedBy": t.decided_by,
+        "decisionNote": t.decision_note,
+        "result": t.result,
+        "revertAt": t.revert_at.map(quota::time::format_rfc3339),
+    })
+}
+
+/// One line for a transfer: `#7 nlp → cv: requests.nvidia.com/gpu 2`.
+pub fn transfer_summary(t: &Transfer) -> String {
+    let amounts: Vec<String> = t.amounts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let from = match &t.from_quota {
+        Some(f) => f.clone(),
+        None => format!("the parent of {}", t.to_quota),
+    };
+    format!("#{} {from} → {}: {}", t.id, t.to_quota, amounts.join(", "))
 }
 
 /// What the log keeps of a user (never the password hash).

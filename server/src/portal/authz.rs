@@ -209,6 +209,27 @@ pub fn can_grant(p: &Principal, quota: &str, role: Role, tree: &Tree) -> bool {
     }
 }
 
+/// May `p` see a transfer from `from` (None: from `to`'s parent) to `to`?
+/// Those who see either end do (the parent's viewers see `to` too).
+pub fn can_view_transfer(p: &Principal, from: Option<&str>, to: &str, tree: &Tree) -> bool {
+    p.is_admin || from.is_some_and(|f| can_view(p, f, tree)) || can_view(p, to, tree)
+}
+
+/// May `p` ask for a transfer? It must own what pays: `from` (or an
+/// ancestor of it), whatever the destination; asking `to`'s parent for
+/// more (`from` None) takes an owner of `to`. Admins may ask anything.
+pub fn can_request_transfer(p: &Principal, from: Option<&str>, to: &str, tree: &Tree) -> bool {
+    p.is_admin || role_on(p, from.unwrap_or(to), tree) == Some(Role::Owner)
+}
+
+/// May `p` approve or reject a transfer whose ends meet at `lca`? An admin,
+/// or an owner of `lca` or of an ancestor of it (`quota::transfer::
+/// approvers_scope`): whoever could move the amount by editing the quotas
+/// under `lca` itself. `lca` None (its quotas are gone): admins only.
+pub fn can_decide_transfer(p: &Principal, lca: Option<&str>, tree: &Tree) -> bool {
+    p.is_admin || lca.is_some_and(|l| role_on(p, l, tree) == Some(Role::Owner))
+}
+
 /// The names of the quotas `p` may see.
 pub fn visible_names(p: &Principal, tree: &Tree) -> BTreeSet<String> {
     tree.names()
@@ -364,6 +385,47 @@ mod tests {
         assert!(!can_grant(&p, "cv", Role::Member, &t));
         let m = user(&[("cv", Role::Member)]);
         assert!(!can_grant(&m, "cv-a", Role::Member, &t));
+    }
+
+    #[test]
+    fn transfers_are_asked_by_the_payer_and_decided_at_the_common_ancestor() {
+        let t = tree();
+        let owner = user(&[("nlp", Role::Owner)]);
+        let member = user(&[("cv", Role::Member)]);
+        // Giving out of what one owns, to anyone; not out of another's.
+        assert!(can_request_transfer(&owner, Some("nlp"), "cv", &t));
+        assert!(can_request_transfer(&owner, Some("nlp-a"), "nlp-b", &t));
+        assert!(!can_request_transfer(&owner, Some("cv"), "nlp", &t));
+        assert!(!can_request_transfer(&member, Some("cv"), "nlp", &t));
+        // More from the parent: an owner of the destination.
+        assert!(can_request_transfer(&owner, None, "nlp", &t));
+        assert!(!can_request_transfer(&owner, None, "cv", &t));
+        assert!(!can_request_transfer(&member, None, "cv", &t));
+        assert!(can_request_transfer(&admin(), Some("cv"), "ops", &t));
+        // Deciding: owners of the LCA or above, never a mere end.
+        assert!(
+            !can_decide_transfer(&owner, Some("ai"), &t),
+            "nlp→cv meets at ai"
+        );
+        assert!(
+            can_decide_transfer(&owner, Some("nlp"), &t),
+            "nlp-a→nlp-b meets at nlp"
+        );
+        assert!(can_decide_transfer(&owner, Some("nlp-a"), &t));
+        assert!(!can_decide_transfer(&member, Some("cv"), &t));
+        assert!(can_decide_transfer(
+            &user(&[("ai", Role::Owner)]),
+            Some("nlp"),
+            &t
+        ));
+        assert!(!can_decide_transfer(&owner, None, &t));
+        assert!(can_decide_transfer(&admin(), None, &t));
+        // Seeing: either end.
+        assert!(can_view_transfer(&owner, Some("nlp"), "cv", &t));
+        assert!(can_view_transfer(&member, Some("nlp"), "cv", &t));
+        assert!(can_view_transfer(&member, None, "cv-a", &t));
+        assert!(!can_view_transfer(&member, Some("nlp"), "nlp-b", &t));
+        assert!(!can_view_transfer(&owner, None, "cv", &t));
     }
 
     #[test]

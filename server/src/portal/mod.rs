@@ -6,6 +6,7 @@
 //!   rate limiting, CSRF.
 //! - [`audit`]: appending to the audit log, the audit page and CSV export.
 //! - [`pages`]: the quota tree page, users and roles, API tokens.
+//! - [`transfers`]: transfer pages and JSON API, authorised and audited.
 //!
 //! The portal's tables always live in SQL ([`SqlStore`]), also in cluster
 //! mode where the quota objects live in the cluster.
@@ -14,6 +15,7 @@ pub mod audit;
 pub mod auth;
 pub mod authz;
 pub mod pages;
+pub mod transfers;
 
 use crate::http::AppState;
 use crate::store::sessions::SqlSessionStore;
@@ -98,6 +100,7 @@ pub fn router() -> Router<AppState> {
         .route("/tokens/{id}/revoke", post(pages::revoke_token))
         .route("/audit", get(audit::page))
         .route("/audit.csv", get(audit::csv))
+        .merge(transfers::pages())
 }
 
 /// On first start (no user at all), create the admin account with the given

@@ -327,16 +327,18 @@ impl SqlStore {
         .await
     }
 
-    /// requested → expired for every request due by `now`; how many.
-    pub async fn expire_transfers(&self, now: i64) -> Result<u64, StoreError> {
-        let done = sqlx::query(
+    /// requested → expired for every request due by `now`; the rows this
+    /// call expired (one UPDATE: replicas sweeping at once each get theirs,
+    /// so each expiry is reported, and audited, once).
+    pub async fn expire_transfers(&self, now: i64) -> Result<Vec<Transfer>, StoreError> {
+        let rows = sqlx::query(&format!(
             "UPDATE transfers SET status = 'expired', finished_at = $1 \
-             WHERE status = 'requested' AND expires_at <= $1",
-        )
+             WHERE status = 'requested' AND expires_at <= $1 RETURNING {COLUMNS}"
+        ))
         .bind(now)
-        .execute(&self.write)
+        .fetch_all(&self.write)
         .await?;
-        Ok(done.rows_affected())
+        rows.iter().map(from_row).collect()
     }
 
     /// Take (or renew) the lease of an approved or executing transfer whose

@@ -14,6 +14,12 @@ fn quota(name: &str, parent: &str, gpu: &str, pods: &str) -> Value {
     json!({"metadata": {"name": name}, "spec": {"parent": parent, "hard": {"requests.nvidia.com/gpu": gpu, "pods": pods}}})
 }
 
+const GPU: &str = "requests.nvidia.com/gpu";
+
+fn transfer(from: Option<&str>, to: &str, gpu: &str) -> Value {
+    json!({"from": from, "to": to, "amounts": {GPU: gpu}, "reason": "a test"})
+}
+
 /// ai (16 GPUs) ─┬─ nlp (8) ── nlp-a (2)
 ///               └─ cv (4)
 /// alice owns nlp, bob is a member of cv; each has a personal token.
@@ -204,6 +210,32 @@ async fn role_route_table(s: &Server) {
     const INVALID: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;
     let q = "/api/v1/quotas";
     let dry = "/api/v1/quotas?dryRun=All";
+    // Transfers #1 nlp → cv, #2 nlp-a → nlp (inside nlp), #3 nlp → cv,
+    // all asked by alice; #4, #5 by her forms, #6 by her token below.
+    for (from, to) in [("nlp", "cv"), ("nlp-a", "nlp"), ("nlp", "cv")] {
+        let (st, v) = s
+            .api_with(
+                Method::POST,
+                "/api/v1/transfers",
+                Some(serde_json::to_vec(&transfer(Some(from), to, "1")).unwrap()),
+                Some(&o.alice_token),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    const BAD: StatusCode = StatusCode::BAD_REQUEST;
+    const CONFLICT: StatusCode = StatusCode::CONFLICT;
+    let gpu_form = |from: &'static str, to: &'static str, amount: &'static str| {
+        vec![
+            ("from", from),
+            ("to", to),
+            ("key", GPU),
+            ("amount", amount),
+            ("reason", "a test"),
+        ]
+    };
+    let t = "/api/v1/transfers";
+    let ask = |from: Option<&str>, to: &str, gpu: &str| Some(transfer(from, to, gpu));
     let rows: Vec<(Who, Call, StatusCode)> = vec![
         // Open to all: style, health, metrics, the login form.
         (Anonymous, Get("/style.css"), OK),
@@ -600,6 +632,218 @@ async fn role_route_table(s: &Server) {
             Api(Method::POST, "/api/v1/check", Some(unbound.clone())),
             OK,
         ),
+        // Transfer pages: logged in; CSRF on every form.
+        (Anonymous, Get("/transfers"), SEE_OTHER),
+        (Anonymous, Get("/transfers/1"), SEE_OTHER),
+        (
+            Anonymous,
+            Form("/transfers", gpu_form("nlp", "cv", "1")),
+            SEE_OTHER,
+        ),
+        (Anonymous, Form("/transfers/1/approve", vec![]), SEE_OTHER),
+        (Anonymous, Form("/transfers/1/reject", vec![]), SEE_OTHER),
+        (
+            OwnerNlp,
+            FormNoCsrf("/transfers", gpu_form("nlp", "cv", "1")),
+            FORBIDDEN,
+        ),
+        (Admin, FormNoCsrf("/transfers/1/approve", vec![]), FORBIDDEN),
+        (Admin, FormNoCsrf("/transfers/1/reject", vec![]), FORBIDDEN),
+        (Admin, Get("/transfers"), OK),
+        (OwnerNlp, Get("/transfers"), OK),
+        (MemberCv, Get("/transfers"), OK),
+        (Admin, Get("/transfers?status=done&quota=nlp"), OK),
+        (Admin, Get("/transfers?status=bogus"), INVALID),
+        // Seeing one: either end.
+        (Admin, Get("/transfers/2"), OK),
+        (OwnerNlp, Get("/transfers/1"), OK),
+        (MemberCv, Get("/transfers/1"), OK),
+        (MemberCv, Get("/transfers/2"), NOT_FOUND),
+        (Admin, Get("/transfers/999"), NOT_FOUND),
+        // Requesting: out of what one owns (#4), or more from the parent
+        // of what one owns (#5).
+        (
+            OwnerNlp,
+            Form("/transfers", gpu_form("nlp", "cv", "1")),
+            SEE_OTHER,
+        ),
+        (
+            OwnerNlp,
+            Form("/transfers", gpu_form("", "nlp", "1")),
+            SEE_OTHER,
+        ),
+        (
+            OwnerNlp,
+            Form("/transfers", gpu_form("nlp", "cv", "100")),
+            INVALID,
+        ),
+        (
+            OwnerNlp,
+            Form("/transfers", gpu_form("nlp", "cv", "lots")),
+            INVALID,
+        ),
+        (
+            OwnerNlp,
+            Form("/transfers", gpu_form("cv", "nlp", "1")),
+            NOT_FOUND,
+        ),
+        (
+            OwnerNlp,
+            Form("/transfers", gpu_form("", "cv", "1")),
+            NOT_FOUND,
+        ),
+        (
+            MemberCv,
+            Form("/transfers", gpu_form("cv", "nlp", "1")),
+            FORBIDDEN,
+        ),
+        (
+            MemberCv,
+            Form("/transfers", gpu_form("", "cv", "1")),
+            FORBIDDEN,
+        ),
+        // Deciding: admins and owners where both ends meet.
+        (MemberCv, Form("/transfers/1/approve", vec![]), FORBIDDEN),
+        (OwnerNlp, Form("/transfers/1/approve", vec![]), FORBIDDEN),
+        (OwnerNlp, Form("/transfers/1/reject", vec![]), FORBIDDEN),
+        (MemberCv, Form("/transfers/2/approve", vec![]), NOT_FOUND),
+        (OwnerNlp, Form("/transfers/5/approve", vec![]), FORBIDDEN),
+        (OwnerNlp, Form("/transfers/2/approve", vec![]), SEE_OTHER),
+        (OwnerNlp, Form("/transfers/2/approve", vec![]), INVALID),
+        (
+            Admin,
+            Form("/transfers/3/reject", vec![("note", "not now")]),
+            SEE_OTHER,
+        ),
+        (Admin, Form("/transfers/3/approve", vec![]), INVALID),
+        (Admin, Form("/transfers/1/approve", vec![]), SEE_OTHER),
+        (Admin, Form("/transfers/999/approve", vec![]), NOT_FOUND),
+        // Transfers through the JSON API, the same rules.
+        (Anonymous, Api(Method::GET, t, None), UNAUTH),
+        (
+            Anonymous,
+            Api(Method::POST, t, ask(Some("nlp"), "cv", "1")),
+            UNAUTH,
+        ),
+        (
+            Anonymous,
+            Api(Method::GET, "/api/v1/transfers/1", None),
+            UNAUTH,
+        ),
+        (
+            Anonymous,
+            Api(Method::POST, "/api/v1/transfers/4/approve", None),
+            UNAUTH,
+        ),
+        (
+            Anonymous,
+            Api(Method::POST, "/api/v1/transfers/4/reject", None),
+            UNAUTH,
+        ),
+        (AdminToken, Api(Method::GET, t, None), OK),
+        (Admin, Api(Method::GET, t, None), OK),
+        (OwnerNlp, Api(Method::GET, t, None), OK),
+        (
+            MemberCv,
+            Api(Method::GET, "/api/v1/transfers?status=done,requested", None),
+            OK,
+        ),
+        (
+            MemberCv,
+            Api(Method::GET, "/api/v1/transfers?status=nope", None),
+            BAD,
+        ),
+        (OwnerNlp, Api(Method::GET, "/api/v1/transfers/1", None), OK),
+        (MemberCv, Api(Method::GET, "/api/v1/transfers/1", None), OK),
+        (
+            MemberCv,
+            Api(Method::GET, "/api/v1/transfers/2", None),
+            NOT_FOUND,
+        ),
+        (
+            AdminToken,
+            Api(Method::GET, "/api/v1/transfers/2", None),
+            OK,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, t, ask(Some("nlp"), "cv", "1")),
+            CREATED,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, t, ask(Some("nlp"), "cv", "100")),
+            BAD,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, t, ask(None, "nlp", "100")),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, t, ask(Some("cv"), "nlp", "1")),
+            NOT_FOUND,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, t, Some(json!({"to": "cv"}))),
+            BAD,
+        ),
+        (
+            MemberCv,
+            Api(Method::POST, t, ask(Some("cv"), "nlp", "1")),
+            FORBIDDEN,
+        ),
+        (
+            MemberCv,
+            Api(Method::POST, "/api/v1/transfers/6/approve", None),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, "/api/v1/transfers/6/approve", None),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::POST, "/api/v1/transfers/6/reject", None),
+            FORBIDDEN,
+        ),
+        (
+            MemberCv,
+            Api(Method::POST, "/api/v1/transfers/2/reject", None),
+            NOT_FOUND,
+        ),
+        (
+            AdminToken,
+            Api(Method::POST, "/api/v1/transfers/6/approve", None),
+            OK,
+        ),
+        (
+            AdminToken,
+            Api(Method::POST, "/api/v1/transfers/6/approve", None),
+            CONFLICT,
+        ),
+        (
+            AdminToken,
+            Api(Method::POST, "/api/v1/transfers/6/reject", None),
+            CONFLICT,
+        ),
+        (
+            Admin,
+            Api(
+                Method::POST,
+                "/api/v1/transfers/4/reject",
+                Some(json!({"note": "no"})),
+            ),
+            OK,
+        ),
+        (
+            AdminToken,
+            Api(Method::POST, "/api/v1/transfers/999/approve", None),
+            NOT_FOUND,
+        ),
         // Logging out.
         (MemberCv, Form("/logout", vec![]), SEE_OTHER),
         (MemberCv, Get("/"), SEE_OTHER),
@@ -823,6 +1067,284 @@ async fn audit_log(s: &Server) {
         .unwrap_err();
     assert!(err.to_string().contains("append-only"), "{err}");
     db.close().await;
+}
+
+fn gpus(q: &Value) -> &str {
+    q["spec"]["hard"][GPU].as_str().unwrap_or("?")
+}
+
+/// Polls a page until it contains `text` (the sweep runs every second).
+async fn eventually(b: &Browser, path: &str, text: &str) -> String {
+    for _ in 0..100 {
+        let p = b.get(path).await;
+        if p.body.contains(text) {
+            return p.body;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{path} never showed {text:?}");
+}
+
+/// Through the portal's forms: an owner asks to move 2 GPUs from nlp to
+/// its sibling cv; neither it nor a member of cv may approve; the owner of
+/// the common parent does, and both quotas change, audited. An owner
+/// decides moves inside its own subtree. Refusals name key and amount;
+/// requests nobody decides expire. (Run with a sweep every second.)
+async fn transfer_flow(s: &Server) {
+    // ai-platform (16) ─┬─ nlp (8) ── nlp-a (2)
+    //                   └─ cv (4)
+    for (name, parent, gpu) in [
+        ("ai-platform", "", "16"),
+        ("nlp", "ai-platform", "8"),
+        ("cv", "ai-platform", "4"),
+        ("nlp-a", "nlp", "2"),
+    ] {
+        s.create_quota(name, parent, json!({ GPU: gpu })).await;
+    }
+    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    create_user(&admin, "alice", ALICE_PW).await;
+    create_user(&admin, "bob", BOB_PW).await;
+    create_user(&admin, "carol", "carol-password-123").await;
+    bind(&admin, "alice", "nlp", "owner").await;
+    bind(&admin, "bob", "cv", "member").await;
+    bind(&admin, "carol", "ai-platform", "owner").await;
+    let alice = Browser::logged_in(s, "alice", ALICE_PW).await;
+    let bob = Browser::logged_in(s, "bob", BOB_PW).await;
+    let carol = Browser::logged_in(s, "carol", "carol-password-123").await;
+
+    // The form offers what alice owns; bob owns nothing and gets no form.
+    let page = alice.get("/transfers").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains(r#"<option value="nlp""#),
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.body.contains(r#"<option value="cv""#),
+        "{}",
+        page.body
+    );
+    assert!(!bob
+        .get("/transfers")
+        .await
+        .body
+        .contains("Request a transfer"));
+
+    // A refusal names the key and the amount, and keeps what was typed.
+    let p = alice
+        .post(
+            "/transfers",
+            &[
+                ("from", "nlp"),
+                ("to", "cv"),
+                ("key", GPU),
+                ("amount", "100"),
+                ("reason", "big run"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", p.body);
+    assert!(
+        p.body
+            .contains("bizrq nlp: requests.nvidia.com/gpu gives 100, its hard is only 8"),
+        "{}",
+        p.body
+    );
+    assert!(p.body.contains("big run"), "the form comes back as typed");
+    let p = alice
+        .post(
+            "/transfers",
+            &[
+                ("from", ""),
+                ("to", "nlp"),
+                ("key", GPU),
+                ("amount", "10"),
+                ("reason", "more"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", p.body);
+    assert!(
+        p.body
+            .contains("requests.nvidia.com/gpu asks 10, 4 left of 16"),
+        "{}",
+        p.body
+    );
+
+    // The request.
+    let p = alice
+        .post(
+            "/transfers",
+            &[
+                ("from", "nlp"),
+                ("to", "cv"),
+                ("key", GPU),
+                ("amount", "2"),
+                ("key", ""),
+                ("amount", ""),
+                ("reason", "cv's detection sprint"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let at = p.location().unwrap().to_string();
+    assert_eq!(at, "/transfers/1");
+    let page = alice.get(&at).await.body;
+    assert!(
+        page.contains("transfer #1 requested") && page.contains("requested"),
+        "{page}"
+    );
+    assert!(page.contains("owners of ai-platform"), "{page}");
+    assert!(
+        !page.contains("/transfers/1/approve"),
+        "alice may not approve her own: {page}"
+    );
+
+    // Neither the requester nor a member of the receiver may approve.
+    let p = alice.post("/transfers/1/approve", &[]).await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN, "{}", p.body);
+    let page = bob.get(&at).await;
+    assert_eq!(page.status, StatusCode::OK, "bob sees what touches cv");
+    assert!(!page.body.contains("/transfers/1/approve"));
+    let p = bob.post("/transfers/1/approve", &[]).await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN, "{}", p.body);
+    assert_eq!(gpus(&s.quota("nlp").await), "8", "nothing moved yet");
+
+    // The owner of the common parent approves: both quotas change.
+    let page = carol.get(&at).await.body;
+    assert!(
+        page.contains("/transfers/1/approve") && page.contains("/transfers/1/reject"),
+        "{page}"
+    );
+    let p = carol.post("/transfers/1/approve", &[]).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let page = carol.get(&at).await.body;
+    assert!(page.contains("transfer #1 approved and done"), "{page}");
+    assert!(
+        page.contains("receives") && page.contains("gives"),
+        "the plan: {page}"
+    );
+    assert!(!page.contains("/transfers/1/approve"), "decided: {page}");
+    assert_eq!(gpus(&s.quota("nlp").await), "6");
+    assert_eq!(gpus(&s.quota("cv").await), "6");
+
+    // An owner decides moves that meet inside its own subtree: more from
+    // nlp for nlp-a.
+    let p = alice
+        .post(
+            "/transfers",
+            &[
+                ("from", ""),
+                ("to", "nlp-a"),
+                ("key", GPU),
+                ("amount", "1"),
+                ("reason", "eval"),
+            ],
+        )
+        .await;
+    assert_eq!(p.location(), Some("/transfers/2"), "{}", p.body);
+    assert!(alice
+        .get("/transfers/2")
+        .await
+        .body
+        .contains("/transfers/2/approve"));
+    let p = alice.post("/transfers/2/approve", &[]).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    assert_eq!(gpus(&s.quota("nlp-a").await), "3");
+    assert_eq!(gpus(&s.quota("nlp").await), "6", "nlp's remainder paid");
+
+    // Rejected with a note, by an admin.
+    let p = alice
+        .post(
+            "/transfers",
+            &[
+                ("from", "nlp"),
+                ("to", "cv"),
+                ("key", GPU),
+                ("amount", "1"),
+                ("reason", "again"),
+            ],
+        )
+        .await;
+    assert_eq!(p.location(), Some("/transfers/3"));
+    admin.get("/transfers/3").await;
+    let p = admin
+        .post("/transfers/3/reject", &[("note", "cv has enough")])
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let page = alice.get("/transfers/3").await.body;
+    assert!(
+        page.contains("rejected") && page.contains("cv has enough"),
+        "{page}"
+    );
+    assert_eq!(gpus(&s.quota("cv").await), "6");
+
+    // Nobody decides: it expires (the request's deadline moved into the
+    // past, as a week would).
+    let p = alice
+        .post(
+            "/transfers",
+            &[
+                ("from", "nlp"),
+                ("to", "cv"),
+                ("key", GPU),
+                ("amount", "1"),
+                ("reason", "late"),
+            ],
+        )
+        .await;
+    assert_eq!(p.location(), Some("/transfers/4"));
+    sqlx::any::install_default_drivers();
+    let db = sqlx::AnyPool::connect(&s.database_url).await.unwrap();
+    sqlx::query("UPDATE transfers SET expires_at = 1 WHERE id = 4")
+        .execute(&db)
+        .await
+        .unwrap();
+    db.close().await;
+    let page = eventually(&alice, "/transfers/4", "status expired").await;
+    assert!(!page.contains("/transfers/4/approve"), "{page}");
+    let list = alice.get("/transfers?status=expired").await.body;
+    assert!(
+        list.contains("/transfers/4") && !list.contains(r#"href="/transfers/1""#),
+        "{list}"
+    );
+    let p = carol.post("/transfers/4/approve", &[]).await;
+    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", p.body);
+    assert!(p.body.contains("transfer 4 is expired"), "{}", p.body);
+
+    // The audit log: request, approval, rejection and expiry, each once.
+    let csv = admin.get("/audit.csv").await.body;
+    let entries = |action: &str| -> Vec<&str> {
+        csv.split("\r\n")
+            .filter(|l| l.contains(&format!(",{action},")))
+            .collect()
+    };
+    assert_eq!(entries("transfer.request").len(), 4, "{csv}");
+    let approvals = entries("transfer.approve");
+    assert_eq!(approvals.len(), 2, "{csv}");
+    assert!(
+        approvals
+            .iter()
+            .any(|l| l.contains(",carol,transfer.approve,nlp,") && l.contains("#1 nlp → cv")),
+        "{csv}"
+    );
+    assert!(
+        approvals
+            .iter()
+            .any(|l| l.contains(",alice,transfer.approve,nlp-a,")),
+        "{csv}"
+    );
+    assert!(entries("transfer.request")
+        .iter()
+        .any(|l| l.contains(",alice,transfer.request,nlp,")));
+    assert_eq!(entries("transfer.reject").len(), 1, "{csv}");
+    let expired = entries("transfer.expire");
+    assert_eq!(expired.len(), 1, "{csv}");
+    assert!(expired[0].contains(",bizrq,transfer.expire,nlp,"), "{csv}");
+    // Alice reads the entries of her requests (they are on nlp).
+    let mine = alice.get("/audit?action=transfer.approve").await.body;
+    assert!(mine.contains("carol"), "{mine}");
 }
 
 /// Five failed logins per username and address in 15 minutes; the sixth
@@ -1059,6 +1581,34 @@ on_both!(
     token_revocation,
     session_cookie_flags,
 );
+
+mod transfer_flow {
+    use crate::common::*;
+    const SWEEP_EVERY_SECOND: &[&str] = &["--resync-seconds", "1"];
+
+    #[tokio::test]
+    async fn sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, _) = Server::start_with(
+            &fresh_sqlite(&dir),
+            SWEEP_EVERY_SECOND,
+            Some(ADMIN_PASSWORD),
+        )
+        .await;
+        super::transfer_flow(&s).await;
+    }
+
+    #[tokio::test]
+    async fn postgres() {
+        let (s, _) = Server::start_with(
+            &fresh_postgres().await,
+            SWEEP_EVERY_SECOND,
+            Some(ADMIN_PASSWORD),
+        )
+        .await;
+        super::transfer_flow(&s).await;
+    }
+}
 
 /// `--secure-cookies` marks the cookie Secure on plain HTTP too.
 #[tokio::test]

@@ -1,0 +1,324 @@
+//! Transfer pages: the list with its filters and the request form, and one
+//! transfer with its plan, outcome and (for those allowed) the decision.
+
+use crate::layout::{Flash, Viewer};
+
+#[cfg(feature = "ssr")]
+use crate::layout::{document, CsrfField, Layout, Section};
+#[cfg(feature = "ssr")]
+use leptos::prelude::*;
+
+/// Key/amount rows the request form offers (no JavaScript to add more).
+pub const AMOUNT_ROWS: usize = 4;
+
+/// A transfer as the list shows it; times already formatted (UTC).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransferRow {
+    pub id: i64,
+    /// None: more from the parent of `to`.
+    pub from: Option<String>,
+    pub to: String,
+    /// (key, amount)
+    pub amounts: Vec<(String, String)>,
+    pub reason: String,
+    pub requested_by: String,
+    pub requested_at: String,
+    pub expires_at: String,
+    pub status: String,
+    /// A loan: given back at this time.
+    pub revert_at: Option<String>,
+}
+
+/// The list's filters as typed (echoed back into the form).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransferQuery {
+    pub status: String,
+    pub quota: String,
+}
+
+/// The request form: what the viewer may choose, and what it typed (a
+/// refused request is shown again as it was).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestForm {
+    /// Quotas the viewer may give from (it owns them).
+    pub sources: Vec<String>,
+    /// Quotas to suggest as destinations (those the viewer sees).
+    pub destinations: Vec<String>,
+    /// Keys to suggest.
+    pub keys: Vec<String>,
+    /// "" = more from the parent of `to`.
+    pub from: String,
+    pub to: String,
+    /// (key, amount), up to [`AMOUNT_ROWS`].
+    pub rows: Vec<(String, String)>,
+    pub reason: String,
+    pub revert_at: String,
+}
+
+/// One quota the plan changes: its hard (and its parent's carve-out of it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanRow {
+    /// "gives" or "receives".
+    pub side: &'static str,
+    pub quota: String,
+    pub parent: String,
+    pub before: String,
+    pub after: String,
+}
+
+/// One transfer in full.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransferDetail {
+    pub row: TransferRow,
+    /// Who may approve besides admins: owners of this quota or above.
+    pub lca: Option<String>,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<String>,
+    pub decision_note: Option<String>,
+    /// Why it was rejected or failed; the plan's warnings when done.
+    pub result: Option<String>,
+    pub finished_at: Option<String>,
+    pub plan: Vec<PlanRow>,
+    pub reverts: Option<i64>,
+    pub reverted_by: Option<i64>,
+    /// The viewer may approve or reject it now.
+    pub may_decide: bool,
+}
+
+#[cfg(feature = "ssr")]
+fn amounts_text(amounts: &[(String, String)]) -> String {
+    amounts
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(feature = "ssr")]
+#[component]
+fn Status(status: String) -> impl IntoView {
+    view! { <span class=format!("badge status {status}")>{status.clone()}</span> }
+}
+
+#[cfg(feature = "ssr")]
+#[component]
+fn Source(from: Option<String>, to: String) -> impl IntoView {
+    match from {
+        Some(f) => view! { <span class="name">{f}</span> }.into_any(),
+        None => view! { <span class="muted">{format!("parent of {to}")}</span> }.into_any(),
+    }
+}
+
+#[cfg(feature = "ssr")]
+#[component]
+fn RequestFormView(form: RequestForm, csrf: String) -> impl IntoView {
+    let sources = form
+        .sources
+        .iter()
+        .map(|s| {
+            let selected = *s == form.from;
+            view! { <option value=s.clone() selected=selected>{s.clone()}</option> }
+        })
+        .collect_view();
+    let destinations = form
+        .destinations
+        .iter()
+        .map(|d| view! { <option value=d.clone()></option> })
+        .collect_view();
+    let keys = form
+        .keys
+        .iter()
+        .map(|k| view! { <option value=k.clone()></option> })
+        .collect_view();
+    let rows = (0..AMOUNT_ROWS)
+        .map(|i| {
+            let (k, v) = form.rows.get(i).cloned().unwrap_or_default();
+            let first = i == 0;
+            view! {
+                <div class="amount">
+                    <input name="key" list="transfer-keys" value=k placeholder="key, e.g. requests.nvidia.com/gpu" aria-label=format!("key {}", i + 1) required=first/>
+                    <input name="amount" value=v placeholder="amount" aria-label=format!("amount {}", i + 1) required=first/>
+                </div>
+            }
+        })
+        .collect_view();
+    let from_parent = form.from.is_empty();
+    view! {
+        <form class="card request" method="post" action="/transfers">
+            <CsrfField csrf=csrf/>
+            <h3>"Request a transfer"</h3>
+            <div class="inline">
+                <label>"From"
+                    <select name="from">
+                        {sources}
+                        <option value="" selected=from_parent>"more from the parent of the destination"</option>
+                    </select>
+                </label>
+                <label>"To"<input name="to" list="transfer-quotas" value=form.to required/></label>
+                <label>"Loan: give back at (UTC, optional)"<input name="revert_at" type="datetime-local" value=form.revert_at/></label>
+            </div>
+            <datalist id="transfer-quotas">{destinations}</datalist>
+            <datalist id="transfer-keys">{keys}</datalist>
+            <div class="amounts">{rows}</div>
+            <label>"Reason (for the approver and the audit log)"<textarea name="reason" rows="2" required>{form.reason}</textarea></label>
+            <p class="hint">"An admin, or an owner of the lowest common ancestor of both ends, approves. Requests expire after 7 days. A loan cannot carry card-hours."</p>
+            <button type="submit">"Request"</button>
+        </form>
+    }
+}
+
+/// The transfers the viewer may see, filters, and (when it owns a quota)
+/// the request form.
+#[cfg(feature = "ssr")]
+pub fn render_transfers_page(
+    viewer: Viewer,
+    rows: Vec<TransferRow>,
+    query: TransferQuery,
+    statuses: Vec<String>,
+    form: Option<RequestForm>,
+    flash: Option<Flash>,
+) -> String {
+    let csrf = viewer.csrf.clone();
+    let options = statuses
+        .into_iter()
+        .map(|s| {
+            let selected = s == query.status;
+            view! { <option value=s.clone() selected=selected>{s.clone()}</option> }
+        })
+        .collect_view();
+    let body = if rows.is_empty() {
+        view! { <p class="empty">"No transfers match."</p> }.into_any()
+    } else {
+        let rows = rows
+            .into_iter()
+            .map(|r| {
+                let href = format!("/transfers/{}", r.id);
+                view! {
+                    <tr>
+                        <td class="num"><a href=href>{format!("#{}", r.id)}</a></td>
+                        <td><Status status=r.status/></td>
+                        <td><Source from=r.from to=r.to.clone()/></td>
+                        <td class="name">{r.to}</td>
+                        <td class="key">{amounts_text(&r.amounts)}</td>
+                        <td>{r.reason}{r.revert_at.map(|at| view! { <div class="hint">{format!("loan until {at}")}</div> })}</td>
+                        <td>{r.requested_by}</td>
+                        <td class="num">{r.requested_at}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <table class="transfers">
+                <thead><tr><th>"#"</th><th>"Status"</th><th>"From"</th><th>"To"</th><th>"Amounts"</th><th>"Reason"</th><th>"By"</th><th>"Requested (UTC)"</th></tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+        }
+        .into_any()
+    };
+    let form = form.map(|f| view! { <RequestFormView form=f csrf=csrf/> });
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title="Transfers".into() section=Section::Transfers flash=flash>
+                <form class="card inline" method="get" action="/transfers">
+                    <label>"Status"
+                        <select name="status">
+                            <option value="" selected=query.status.is_empty()>"any"</option>
+                            {options}
+                        </select>
+                    </label>
+                    <label>"Quota (from or to)"<input name="quota" value=query.quota/></label>
+                    <button type="submit">"Filter"</button>
+                </form>
+                {body}
+                {form}
+            </Layout>
+        }
+    })
+}
+
+#[cfg(feature = "ssr")]
+#[component]
+fn Field(label: &'static str, value: Option<String>) -> impl IntoView {
+    value.map(|v| view! { <dt>{label}</dt><dd>{v}</dd> })
+}
+
+/// One transfer: what was asked, what the plan changes, how it ended, and
+/// the Approve / Reject forms for those who may decide.
+#[cfg(feature = "ssr")]
+pub fn render_transfer_page(viewer: Viewer, d: TransferDetail, flash: Option<Flash>) -> String {
+    let csrf = viewer.csrf.clone();
+    let id = d.row.id;
+    let title = format!("Transfer #{id}");
+    let from = d
+        .row
+        .from
+        .clone()
+        .unwrap_or_else(|| format!("the parent of {}", d.row.to));
+    let plan = (!d.plan.is_empty()).then(|| {
+        let rows = d
+            .plan
+            .into_iter()
+            .map(|p| {
+                view! {
+                    <tr>
+                        <td>{p.side}</td>
+                        <td class="name">{p.quota}</td>
+                        <td>{p.parent}</td>
+                        <td class="key">{p.before}</td>
+                        <td class="key">{p.after}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <h3>"Plan"</h3>
+            <table class="plan">
+                <thead><tr><th>"Side"</th><th>"Quota"</th><th>"Parent (carve-out)"</th><th>"Hard before"</th><th>"Hard after"</th></tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+        }
+    });
+    let decide = d.may_decide.then(|| {
+        view! {
+            <div class="card decide">
+                <form method="post" action=format!("/transfers/{id}/approve")>
+                    <CsrfField csrf=csrf.clone()/>
+                    <button type="submit">"Approve"</button>
+                </form>
+                <form method="post" action=format!("/transfers/{id}/reject")>
+                    <CsrfField csrf=csrf/>
+                    <input name="note" placeholder="note for the requester" aria-label="note"/>
+                    <button type="submit" class="reject">"Reject"</button>
+                </form>
+            </div>
+        }
+    });
+    let link = |id: Option<i64>| id.map(|i| format!("#{i}"));
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title=title section=Section::Transfers flash=flash>
+                <p><a href="/transfers">"← All transfers"</a></p>
+                <dl class="card facts">
+                    <dt>"Status"</dt><dd><Status status=d.row.status/></dd>
+                    <dt>"From"</dt><dd class="name">{from}</dd>
+                    <dt>"To"</dt><dd class="name">{d.row.to}</dd>
+                    <dt>"Amounts"</dt><dd class="key">{amounts_text(&d.row.amounts)}</dd>
+                    <dt>"Reason"</dt><dd>{d.row.reason}</dd>
+                    <dt>"Requested"</dt><dd>{format!("by {} at {} UTC", d.row.requested_by, d.row.requested_at)}</dd>
+                    <dt>"Expires"</dt><dd>{format!("{} UTC", d.row.expires_at)}</dd>
+                    <Field label="Loan: given back at" value=d.row.revert_at/>
+                    <Field label="Approvers" value=d.lca.map(|l| format!("admins, owners of {l} or above"))/>
+                    <Field label="Decided by" value=d.decided_by/>
+                    <Field label="Decided at" value=d.decided_at/>
+                    <Field label="Note" value=d.decision_note/>
+                    <Field label="Result" value=d.result/>
+                    <Field label="Finished" value=d.finished_at/>
+                    <Field label="Gives back loan" value=link(d.reverts)/>
+                    <Field label="Given back by" value=link(d.reverted_by)/>
+                </dl>
+                {decide}
+                {plan}
+            </Layout>
+        }
+    })
+}
