@@ -120,6 +120,14 @@ pub struct ServeArgs {
         hide = true
     )]
     pub discovery_seconds: u64,
+    /// Standalone only: on a database without quotas, seed a sample
+    /// organisation (quotas, workloads, users, a pending transfer and four
+    /// weeks of usage history). Does nothing on a database with quotas.
+    #[arg(long, env = "BIZRQ_DEMO")]
+    pub demo: bool,
+    /// Password of every demo user; generated and printed once if unset.
+    #[arg(long, env = "BIZRQ_DEMO_PASSWORD", hide_env_values = true)]
+    pub demo_password: Option<String>,
     /// Log format.
     #[arg(long, env = "BIZRQ_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod cluster;
 pub mod config;
+pub mod demo;
 pub mod http;
 pub mod metrics;
 pub mod portal;
@@ -61,6 +62,8 @@ pub struct Running {
     pub generated_admin_password: Option<String>,
     /// PEM of the webhook certificate when it was self-signed.
     pub self_signed_cert: Option<String>,
+    /// What `--demo` did, when it was given.
+    pub demo: Option<demo::Outcome>,
     webhook_handle: axum_server::Handle<SocketAddr>,
     http_shutdown: tokio::sync::watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -148,6 +151,12 @@ pub async fn start_with(
     clock: Option<service::Clock>,
 ) -> anyhow::Result<Running> {
     tls::install_crypto_provider();
+    if args.demo && client.is_some() {
+        anyhow::bail!(
+            "--demo (BIZRQ_DEMO) seeds a standalone database only; in a cluster the quotas are \
+             the cluster's objects. Run with --standalone, or without --demo"
+        );
+    }
     let sql = Arc::new(SqlStore::connect(&args.database_url).await?);
     let (token_sha256, generated_token) = admin_token(&sql, args.admin_token.as_deref()).await?;
     let generated_admin_password =
@@ -186,6 +195,13 @@ pub async fn start_with(
             tracing::warn!(error = %e, "transfers not recovered at startup; the sweep retries")
         }
     }
+    // Before the sampler starts: history is written oldest first.
+    let demo = if args.demo {
+        let outcome = demo::seed(&service, &sql, &transfers, args.demo_password.as_deref()).await?;
+        Some(outcome)
+    } else {
+        None
+    };
     let state = AppState {
         service: service.clone(),
         token_sha256: Arc::new(token_sha256),
@@ -324,6 +340,7 @@ pub async fn start_with(
         generated_token,
         generated_admin_password,
         self_signed_cert,
+        demo,
         webhook_handle,
         http_shutdown,
         tasks: vec![http_task, webhook_task],

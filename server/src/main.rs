@@ -17,6 +17,26 @@ async fn main() -> anyhow::Result<()> {
                 // On stdout, before the ready line, like a first-start banner.
                 println!("bizrq: created user 'admin' with a generated password (shown once, store it): {password}");
             }
+            match &running.demo {
+                Some(bizrq::demo::Outcome::AlreadyPopulated(n)) => {
+                    println!("bizrq: --demo: the database already holds {n} quotas; nothing seeded")
+                }
+                Some(bizrq::demo::Outcome::Seeded(s)) => {
+                    println!(
+                        "bizrq: --demo seeded {} quotas, {} workloads, {} usage samples and transfer #{} (pending)",
+                        s.quotas, s.workloads, s.samples, s.transfer_id
+                    );
+                    let users: Vec<&str> = s.users.iter().map(|(u, ..)| u.as_str()).collect();
+                    println!("bizrq: demo users: {}", users.join(", "));
+                    match &s.generated_password {
+                        Some(p) => println!(
+                            "bizrq: every demo user's password (shown once, or set BIZRQ_DEMO_PASSWORD): {p}"
+                        ),
+                        None => println!("bizrq: demo users log in with BIZRQ_DEMO_PASSWORD"),
+                    }
+                }
+                None => {}
+            }
             if running.self_signed_cert.is_some() {
                 tracing::info!("webhook uses a self-signed certificate (pass --tls-cert/--tls-key for a real one)");
             }

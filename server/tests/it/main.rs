@@ -4,6 +4,7 @@ mod api;
 mod cluster;
 mod common;
 mod concurrency;
+mod demo;
 mod fakeapi;
 mod portal;
 mod resync;

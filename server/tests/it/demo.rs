@@ -1,0 +1,166 @@
+//! `serve --demo`: a sample organisation seeded through the service layer
+//! on an empty database, and left alone on a database with quotas.
+
+use crate::common::*;
+use bizrq::demo::{Outcome, HISTORY_MS, ROOT};
+use bizrq::store::history::HOUR_MS;
+use bizrq::store::sql::SqlStore;
+use bizrq::store::transfers::{TransferFilter, TransferStatus};
+use quota::resources;
+use reqwest::StatusCode;
+
+const PASSWORD: &str = "demo-password-for-tests";
+
+fn demo_args(url: &str) -> bizrq::config::ServeArgs {
+    let mut args = bizrq::config::ServeArgs::for_tests(url);
+    args.demo = true;
+    args.demo_password = Some(PASSWORD.into());
+    args.admin_password = Some(ADMIN_PASSWORD.into());
+    args
+}
+
+async fn seeds_a_living_organisation_once(url: &str) {
+    let started = std::time::Instant::now();
+    let running = bizrq::start_with(&demo_args(url), None, None)
+        .await
+        .unwrap();
+    let Some(Outcome::Seeded(seeded)) = running.demo.clone() else {
+        panic!("an empty database is seeded, got {:?}", running.demo);
+    };
+    eprintln!("demo seeded in {:?}: {seeded:?}", started.elapsed());
+    let now = running.service.now();
+
+    // The tree: root → 3 departments → 10 teams, every rule holding.
+    let all = running.service.list().await.unwrap();
+    assert_eq!(all.len(), 14);
+    assert_eq!(seeded.quotas, 14);
+    let root = all.iter().find(|q| q.name() == ROOT).unwrap();
+    assert!(root.spec.parent.is_empty());
+    for q in &all {
+        let children: Vec<_> = all.iter().filter(|c| c.spec.parent == q.name()).collect();
+        for key in q.spec.hard.keys() {
+            let carved = children.iter().fold(quota::Quantity::ZERO, |acc, c| {
+                acc.saturating_add(resources::get(&c.spec.hard, key))
+            });
+            assert_eq!(
+                resources::get(&q.status.used, key),
+                resources::get(&q.status.self_used, key).saturating_add(carved),
+                "{}: used == selfUsed + Σ children's hard on {key}",
+                q.name()
+            );
+            if quota::keys::cash_target(key).is_none() {
+                assert!(
+                    resources::get(&q.status.used, key) <= resources::get(&q.spec.hard, key),
+                    "{} within hard on {key}",
+                    q.name()
+                );
+            }
+            for c in &children {
+                assert!(c.spec.hard.contains_key(key), "{} has {key}", c.name());
+            }
+        }
+    }
+    let nlp = all.iter().find(|q| q.name() == "nlp").unwrap();
+    let a100 = "requests.nvidia.com/gpu.A100";
+    let (used, hard) = (
+        resources::get(&nlp.status.used, a100).nanos(),
+        resources::get(&nlp.spec.hard, a100).nanos(),
+    );
+    assert!(used * 100 > hard * 80, "nlp is over 80 % of its A100s");
+    assert!(!nlp.spec.max.is_empty(), "nlp may borrow");
+
+    // Four weeks of history, ending at today's status.
+    let sql = SqlStore::connect(url).await.unwrap();
+    let samples = sql.samples("nlp", 0, i64::MAX).await.unwrap();
+    let (first, last) = (samples.first().unwrap(), samples.last().unwrap());
+    assert!(last.at_ms - first.at_ms >= HISTORY_MS - HOUR_MS, "28 days");
+    assert!(samples.len() >= 28 * 24, "hourly: {}", samples.len());
+    let cash = "cash/requests.nvidia.com/gpu";
+    let fresh = running.service.get("nlp").await.unwrap().quota;
+    assert_eq!(
+        resources::get(&last.used, cash),
+        resources::get(&fresh.status.used, cash)
+    );
+    assert!(resources::get(&first.used, cash) < resources::get(&last.used, cash));
+    let points: Vec<app::charts::Sample> = samples
+        .iter()
+        .map(|s| app::charts::Sample {
+            at_ms: s.at_ms,
+            hard: s.hard.clone(),
+            used: s.used.clone(),
+            self_used: s.self_used.clone(),
+        })
+        .collect();
+    let forecast = app::charts::forecast(&points, cash, now, app::charts::FORECAST_WINDOW_MS);
+    let days = forecast.days_left.expect("nlp burns card-hours");
+    assert!(
+        days > 2.0 && days <= 10.0,
+        "nlp runs out within ten days: {days}"
+    );
+
+    // One pending transfer between sibling teams.
+    let pending = running
+        .transfers
+        .list(&TransferFilter {
+            statuses: vec![TransferStatus::Requested],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].from_quota.as_deref(), Some("speech"));
+    assert_eq!(pending[0].to_quota, "vision");
+
+    // The demo users log in.
+    let server = Server::in_process(&running);
+    for user in ["owner-research", "member-nlp"] {
+        let page = Browser::new(&server).login(user, PASSWORD).await;
+        assert_eq!(
+            page.status,
+            StatusCode::SEE_OTHER,
+            "{user} logs in: {}",
+            page.body
+        );
+    }
+    let users = sql.users().await.unwrap().len();
+    running.shutdown().await;
+
+    // Again: nothing changes.
+    let again = bizrq::start_with(&demo_args(url), None, None)
+        .await
+        .unwrap();
+    assert_eq!(again.demo, Some(Outcome::AlreadyPopulated(14)));
+    let specs = |qs: &[quota::Quota]| {
+        qs.iter()
+            .map(|q| (q.name().to_string(), q.spec.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(specs(&again.service.list().await.unwrap()), specs(&all));
+    assert_eq!(sql.users().await.unwrap().len(), users);
+    assert_eq!(
+        again
+            .transfers
+            .list(&TransferFilter::default())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        sql.samples("nlp", 0, now).await.unwrap().len(),
+        samples.len()
+    );
+    again.shutdown().await;
+    sql.close().await;
+}
+
+#[tokio::test]
+async fn demo_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    seeds_a_living_organisation_once(&fresh_sqlite(&dir)).await;
+}
+
+#[tokio::test]
+async fn demo_on_postgres() {
+    seeds_a_living_organisation_once(&fresh_postgres().await).await;
+}
