@@ -640,82 +640,9 @@ mod tests {
     use quota::QuotaSpec;
     use std::time::Instant;
 
-    /// A store on a fresh database, and how to throw the database away.
-    struct TestDb {
-        store: SqlStore,
-        postgres: Option<(String, String)>,
-        _dir: Option<tempfile::TempDir>,
-    }
+    use crate::store::testdb::on_both_databases;
 
-    async fn sqlite() -> TestDb {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("bizrq.db").display());
-        TestDb {
-            store: SqlStore::connect(&url).await.unwrap(),
-            postgres: None,
-            _dir: Some(dir),
-        }
-    }
-
-    /// Required, as in the integration tests: a missing server fails.
-    async fn postgres() -> TestDb {
-        use sqlx::Connection;
-        let base = std::env::var("BIZRQ_TEST_POSTGRES")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-        let mut conn = sqlx::postgres::PgConnection::connect(&format!("{base}/postgres"))
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL is required for these tests ({base}): {e}"));
-        let db = format!("bizrq_t_{}", crate::util::new_uid().replace('-', ""));
-        sqlx::query(&format!("CREATE DATABASE {db}"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        TestDb {
-            store: SqlStore::connect(&format!("{base}/{db}")).await.unwrap(),
-            postgres: Some((base, db)),
-            _dir: None,
-        }
-    }
-
-    impl TestDb {
-        /// Drops a PostgreSQL database after a passing test (a failing one
-        /// leaves it for inspection).
-        async fn finish(self) {
-            use sqlx::Connection;
-            self.store.close().await;
-            if let Some((base, db)) = self.postgres {
-                let mut conn = sqlx::postgres::PgConnection::connect(&format!("{base}/postgres"))
-                    .await
-                    .unwrap();
-                sqlx::query(&format!("DROP DATABASE {db}"))
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-            }
-        }
-    }
-
-    /// Each behaviour runs on SQLite and on PostgreSQL.
-    macro_rules! on_both {
-        ($($name:ident),* $(,)?) => {$(
-            mod $name {
-                #[tokio::test]
-                async fn sqlite() {
-                    let db = super::sqlite().await;
-                    super::$name(&db.store).await;
-                    db.finish().await;
-                }
-                #[tokio::test]
-                async fn postgres() {
-                    let db = super::postgres().await;
-                    super::$name(&db.store).await;
-                    db.finish().await;
-                }
-            }
-        )*};
-    }
-
-    on_both!(
+    on_both_databases!(
         record_skips_unchanged_and_keeps_hourly,
         samples_in_range_oldest_first,
         compaction_folds_and_is_idempotent,

@@ -47,10 +47,11 @@ impl TestDb {
             let mut conn = sqlx::postgres::PgConnection::connect(&format!("{base}/postgres"))
                 .await
                 .unwrap();
-            sqlx::query(&format!("DROP DATABASE {db}"))
+            // FORCE: a pool's connection may still be closing. Best effort:
+            // CI drops every leftover bizrq_t_* database before a run.
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
                 .execute(&mut conn)
-                .await
-                .unwrap();
+                .await;
         }
     }
 }
