@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod audit;
 pub mod charts;
 pub mod layout;
+pub mod quotas;
 pub mod transfers;
 
 pub use layout::{Flash, Section, Viewer};
@@ -26,6 +27,55 @@ pub struct KeyUsage {
     pub hard: String,
     /// used/hard in whole percent (over 100 when over quota).
     pub percent: u32,
+    /// A model-qualified key (`limits.cpu.A4`), shown under its generic key.
+    pub model: bool,
+}
+
+/// used/hard in whole percent (100 for usage of a zero hard).
+pub fn percent(used: quota::Quantity, hard: quota::Quantity) -> u32 {
+    if hard.nanos() > 0 {
+        (used.nanos().max(0) * 100 / hard.nanos()).min(u32::MAX as i128) as u32
+    } else if used.nanos() > 0 {
+        100
+    } else {
+        0
+    }
+}
+
+/// Whether a key names one model of a resource (`requests.nvidia.com/gpu.A100`).
+pub fn is_model_key(key: &str) -> bool {
+    quota::keys::Key::parse(key, &quota::KeyConfig::default()).is_ok_and(|k| k.model.is_some())
+}
+
+/// The generic key a model-qualified key counts toward, with its cash
+/// prefix kept (`cash/limits.cpu.A4` → `cash/limits.cpu`).
+pub fn generic_key(key: &str) -> Option<String> {
+    let k = quota::keys::Key::parse(key, &quota::KeyConfig::default()).ok()?;
+    k.model.as_ref()?;
+    Some(if k.cash {
+        format!("{}{}", quota::keys::CASH_PREFIX, k.base)
+    } else {
+        k.base
+    })
+}
+
+/// Used against hard for every key of a quota's hard. Keys sort so that a
+/// model key follows its generic key (`limits.cpu`, `limits.cpu.A4`).
+pub fn key_usages(q: &Quota) -> Vec<KeyUsage> {
+    q.spec
+        .hard
+        .iter()
+        .map(|(k, h)| {
+            let used = resources::get(&q.status.used, k);
+            KeyUsage {
+                key: k.clone(),
+                used: used.to_string(),
+                hard: h.to_string(),
+                percent: percent(used, *h),
+                model: is_model_key(k),
+            }
+        })
+        .collect()
 }
 
 /// One node of the tree, in depth-first order.
@@ -35,6 +85,18 @@ pub struct TreeRow {
     pub depth: usize,
     pub workloads: usize,
     pub keys: Vec<KeyUsage>,
+    /// Uses more than its hard on some key, on loan (§5).
+    pub borrowing: bool,
+    /// Descendants folded away under this row (a link opens them).
+    pub hidden_below: usize,
+    /// Shown only as an ancestor of a row the search found.
+    pub context: bool,
+}
+
+impl TreeRow {
+    pub fn max_percent(&self) -> u32 {
+        self.keys.iter().map(|k| k.percent).max().unwrap_or(0)
+    }
 }
 
 /// Quotas in depth-first order (children under their parent, by name),
@@ -58,27 +120,10 @@ pub fn tree_rows(quotas: &[Quota]) -> Vec<TreeRow> {
             name: q.name().to_string(),
             depth,
             workloads: q.status.workloads.len(),
-            keys: q
-                .spec
-                .hard
-                .iter()
-                .map(|(k, h)| {
-                    let used = resources::get(&q.status.used, k);
-                    let percent = if h.nanos() > 0 {
-                        (used.nanos().max(0) * 100 / h.nanos()).min(u32::MAX as i128) as u32
-                    } else if used.nanos() > 0 {
-                        100
-                    } else {
-                        0
-                    };
-                    KeyUsage {
-                        key: k.clone(),
-                        used: used.to_string(),
-                        hard: h.to_string(),
-                        percent,
-                    }
-                })
-                .collect(),
+            keys: key_usages(q),
+            borrowing: q.status.borrowed.values().any(|v| v.nanos() > 0),
+            hidden_below: 0,
+            context: false,
         });
         if let Some(children) = kids.get(q.name()) {
             stack.extend(children.iter().rev().map(|c| (*c, depth + 1)));
@@ -87,17 +132,143 @@ pub fn tree_rows(quotas: &[Quota]) -> Vec<TreeRow> {
     out
 }
 
+/// Which rows the tree page shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TreeQuery {
+    /// Part of a name (case-insensitive).
+    pub search: String,
+    pub filter: TreeFilter,
+    /// Only this quota's subtree.
+    pub under: Option<String>,
+    /// Fold rows deeper than this (None: as [`FOLD_ABOVE`] decides).
+    pub depth: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TreeFilter {
+    #[default]
+    All,
+    /// Some key at 80 % or more.
+    Hot,
+    /// Some key over 100 %.
+    Over,
+    Borrowing,
+}
+
+impl TreeFilter {
+    pub const ALL: [(TreeFilter, &'static str, &'static str); 4] = [
+        (TreeFilter::All, "", "all quotas"),
+        (TreeFilter::Hot, "hot", "≥ 80 % used"),
+        (TreeFilter::Over, "over", "over hard"),
+        (TreeFilter::Borrowing, "borrowing", "borrowing"),
+    ];
+
+    pub fn parse(s: &str) -> TreeFilter {
+        TreeFilter::ALL
+            .iter()
+            .find(|(_, v, _)| *v == s)
+            .map(|(f, _, _)| *f)
+            .unwrap_or_default()
+    }
+
+    pub fn as_str(self) -> &'static str {
+        TreeFilter::ALL
+            .iter()
+            .find(|(f, _, _)| *f == self)
+            .map(|(_, v, _)| *v)
+            .unwrap_or("")
+    }
+
+    fn keeps(self, r: &TreeRow) -> bool {
+        match self {
+            TreeFilter::All => true,
+            TreeFilter::Hot => r.max_percent() >= 80,
+            TreeFilter::Over => r.max_percent() > 100,
+            TreeFilter::Borrowing => r.borrowing,
+        }
+    }
+}
+
+/// A tree larger than this is folded below [`FOLD_DEPTH`] unless a search,
+/// a filter or a depth says otherwise, so a thousand nodes stay readable.
+pub const FOLD_ABOVE: usize = 200;
+pub const FOLD_DEPTH: usize = 2;
+
+/// The rows `query` selects from depth-first `rows`: a subtree, the rows a
+/// search or filter finds (with their ancestors as context, so the shape
+/// still reads), or the whole tree folded below a depth.
+pub fn select_rows(mut rows: Vec<TreeRow>, query: &TreeQuery) -> Vec<TreeRow> {
+    if let Some(under) = &query.under {
+        let Some(i) = rows.iter().position(|r| &r.name == under) else {
+            return Vec::new();
+        };
+        let base = rows[i].depth;
+        let end = rows[i + 1..]
+            .iter()
+            .position(|r| r.depth <= base)
+            .map_or(rows.len(), |n| i + 1 + n);
+        rows = rows.drain(i..end).collect();
+        rows.iter_mut().for_each(|r| r.depth -= base);
+    }
+    let needle = query.search.trim().to_lowercase();
+    if !needle.is_empty() || query.filter != TreeFilter::All {
+        let mut keep = vec![false; rows.len()];
+        let mut hit = vec![false; rows.len()];
+        let mut ancestors: Vec<usize> = Vec::new();
+        for (i, r) in rows.iter().enumerate() {
+            while ancestors.last().is_some_and(|&a| rows[a].depth >= r.depth) {
+                ancestors.pop();
+            }
+            if r.name.to_lowercase().contains(&needle) && query.filter.keeps(r) {
+                hit[i] = true;
+                keep[i] = true;
+                for &a in &ancestors {
+                    keep[a] = true;
+                }
+            }
+            ancestors.push(i);
+        }
+        return rows
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| keep[*i])
+            .map(|(i, mut r)| {
+                r.context = !hit[i];
+                r
+            })
+            .collect();
+    }
+    let depth = query
+        .depth
+        .or((rows.len() > FOLD_ABOVE).then_some(FOLD_DEPTH));
+    let Some(depth) = depth else {
+        return rows;
+    };
+    let mut out: Vec<TreeRow> = Vec::new();
+    for r in rows {
+        if r.depth > depth {
+            if let Some(last) = out.last_mut() {
+                last.hidden_below += 1;
+            }
+        } else {
+            out.push(r);
+        }
+    }
+    out
+}
+
 #[cfg(feature = "ssr")]
 #[component]
-fn KeyBar(k: KeyUsage) -> impl IntoView {
+pub fn KeyBar(k: KeyUsage) -> impl IntoView {
     let class = match k.percent {
         p if p > 100 => "bar over",
         p if p >= 80 => "bar warn",
         _ => "bar",
     };
     let width = format!("width:{}%", k.percent.min(100));
+    let key_class = if k.model { "key model" } else { "key" };
     view! {
-        <span class="key">{k.key}</span>
+        <span class=key_class>{k.key}</span>
         <span class=class><i style=width></i></span>
         <span class="num">{format!("{} / {} ({}%)", k.used, k.hard, k.percent)}</span>
     }
@@ -107,21 +278,28 @@ fn KeyBar(k: KeyUsage) -> impl IntoView {
 #[component]
 fn TreeTable(rows: Vec<TreeRow>) -> impl IntoView {
     if rows.is_empty() {
-        return view! { <p class="empty">"No quotas to show: none exist yet, or none is shared with you."</p> }
+        return view! { <p class="empty">"No quotas to show: none matches, none exists yet, or none is shared with you."</p> }
             .into_any();
     }
     view! {
-        <table>
+        <table class="tree">
             <thead><tr><th>"Quota"</th><th>"Workloads"</th><th>"Usage (used / hard)"</th></tr></thead>
             <tbody>
                 {rows
                     .into_iter()
                     .map(|r| {
-                        let indent = format!("padding-left:{}rem", 0.6 + 1.2 * r.depth as f32);
+                        let indent = format!("padding-left:{}rem", 0.6 + 1.1 * r.depth as f32);
+                        let href = format!("/quotas/{}", r.name);
+                        let folded = (r.hidden_below > 0).then(|| {
+                            let more = format!("/tree?under={}", r.name);
+                            view! { <a class="more" href=more>{format!("+{} below", r.hidden_below)}</a> }
+                        });
+                        let class = if r.context { "context" } else { "" };
                         let id = r.name.clone();
+                        let borrowing = r.borrowing.then(|| view! { <span class="badge borrow">"borrowing"</span> });
                         view! {
-                            <tr id=id>
-                                <td class="name" style=indent>{r.name}</td>
+                            <tr id=id class=class>
+                                <td class="name" style=indent><a href=href>{r.name}</a>{borrowing}{folded}</td>
                                 <td class="num">{r.workloads}</td>
                                 <td><div class="keys">{r.keys.into_iter().map(|k| view! { <KeyBar k=k/> }).collect_view()}</div></td>
                             </tr>
@@ -134,16 +312,153 @@ fn TreeTable(rows: Vec<TreeRow>) -> impl IntoView {
     .into_any()
 }
 
-/// The quota tree (the quotas the viewer may see) as a whole HTML document.
+/// The quota tree (the quotas the viewer may see) as a whole HTML document,
+/// with a search and filter form (a plain GET).
 #[cfg(feature = "ssr")]
-pub fn render_tree_page(viewer: Viewer, section: Section, quotas: &[Quota]) -> String {
-    let rows = tree_rows(quotas);
-    let title = format!("Quota tree · {} quotas", rows.len());
+pub fn render_tree_page(viewer: Viewer, quotas: &[Quota], query: TreeQuery) -> String {
+    let all = tree_rows(quotas);
+    let total = all.len();
+    let rows = select_rows(all, &query);
+    let shown = rows.iter().filter(|r| !r.context).count();
+    let title = match &query.under {
+        Some(u) => format!("Quota tree · under {u}"),
+        None => format!("Quota tree · {total} quotas"),
+    };
+    let folded = rows.iter().any(|r| r.hidden_below > 0);
+    let filter = query.filter;
+    let options = TreeFilter::ALL
+        .iter()
+        .map(|(f, v, label)| view! { <option value=*v selected=*f == filter>{*label}</option> })
+        .collect_view();
+    let under = query.under.clone().map(|u| {
+        view! { <input type="hidden" name="under" value=u/> }
+    });
+    let search = query.search.clone();
+    let summary = if folded {
+        format!(
+            "{shown} of {total} shown; deeper levels folded: open a '+N below' link, or search."
+        )
+    } else {
+        format!("{shown} of {total} shown")
+    };
     layout::document(move || {
         view! {
-            <layout::Layout viewer=Some(viewer) title=title section=section flash=None>
+            <layout::Layout viewer=Some(viewer) title=title section=Section::Tree flash=None>
+                <form class="card inline filters" method="get" action="/tree">
+                    <label>"Name contains"<input type="search" name="q" value=search/></label>
+                    <label>"Show"<select name="filter">{options}</select></label>
+                    {under}
+                    <button type="submit">"Apply"</button>
+                    <a href="/tree">"Reset"</a>
+                    <span class="hint">{summary}</span>
+                </form>
                 <TreeTable rows=rows/>
             </layout::Layout>
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, depth: usize, percent: u32) -> TreeRow {
+        TreeRow {
+            name: name.into(),
+            depth,
+            workloads: 0,
+            keys: vec![KeyUsage {
+                key: "pods".into(),
+                used: "0".into(),
+                hard: "1".into(),
+                percent,
+                model: false,
+            }],
+            borrowing: false,
+            hidden_below: 0,
+            context: false,
+        }
+    }
+
+    /// ai ─┬─ nlp ── nlp-a
+    ///     └─ cv
+    fn rows() -> Vec<TreeRow> {
+        vec![
+            row("ai", 0, 10),
+            row("nlp", 1, 90),
+            row("nlp-a", 2, 50),
+            row("cv", 1, 10),
+        ]
+    }
+
+    fn names(rows: &[TreeRow]) -> Vec<(&str, usize, bool, usize)> {
+        rows.iter()
+            .map(|r| (r.name.as_str(), r.depth, r.context, r.hidden_below))
+            .collect()
+    }
+
+    #[test]
+    fn a_search_keeps_the_ancestors_of_what_it_finds_as_context() {
+        let q = TreeQuery {
+            search: "P-A".into(),
+            ..Default::default()
+        };
+        let got = select_rows(rows(), &q);
+        assert_eq!(
+            names(&got),
+            [
+                ("ai", 0, true, 0),
+                ("nlp", 1, true, 0),
+                ("nlp-a", 2, false, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_filter_finds_hot_quotas() {
+        let q = TreeQuery {
+            filter: TreeFilter::Hot,
+            ..Default::default()
+        };
+        let got = select_rows(rows(), &q);
+        assert_eq!(names(&got), [("ai", 0, true, 0), ("nlp", 1, false, 0)]);
+    }
+
+    #[test]
+    fn a_subtree_starts_at_depth_zero_and_folding_counts_what_it_hides() {
+        let q = TreeQuery {
+            under: Some("nlp".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            names(&select_rows(rows(), &q)),
+            [("nlp", 0, false, 0), ("nlp-a", 1, false, 0)]
+        );
+        let q = TreeQuery {
+            depth: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(
+            names(&select_rows(rows(), &q)),
+            [
+                ("ai", 0, false, 0),
+                ("nlp", 1, false, 1),
+                ("cv", 1, false, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn model_keys_know_their_generic_key() {
+        assert_eq!(
+            generic_key("requests.nvidia.com/gpu.A100").as_deref(),
+            Some("requests.nvidia.com/gpu")
+        );
+        assert_eq!(
+            generic_key("cash/limits.cpu.A4").as_deref(),
+            Some("cash/limits.cpu")
+        );
+        assert_eq!(generic_key("limits.cpu"), None);
+        assert!(!is_model_key("requests.nvidia.com/gpu"));
+    }
 }

@@ -4,10 +4,10 @@
 //! the caller may not see answer 404 as if they did not exist, changes it
 //! may not make answer 403. Changes are written to the audit log.
 
+use crate::changes::{self, not_found, tree_for, ChangeError};
 use crate::http::{ApiError, AppState};
-use crate::portal::audit::{action, quota_json};
-use crate::portal::authz::{self, Principal, Tree};
-use crate::service::{Persist, ServiceError};
+use crate::portal::authz::{self, Principal};
+use crate::service::ServiceError;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -99,26 +99,12 @@ fn parse_version(v: Option<&str>) -> Result<Option<i64>, ApiError> {
         .transpose()
 }
 
-/// The tree's shape, for deciding what a non-admin may do (admins need none).
-async fn tree_for(app: &AppState, p: &Principal) -> Result<Tree, ApiError> {
-    if p.is_admin {
-        return Ok(Tree::default());
-    }
-    Ok(Tree::from_quotas(&app.service.list().await?))
-}
-
-/// The answer for a quota the caller may not see: the same as for one that
-/// does not exist, so existence does not leak.
-fn not_found(name: &str) -> ApiError {
-    ApiError::Service(ServiceError::NotFound(format!("bizrq {name} not found")))
-}
-
-/// 404 unless `p` may see `name`.
-fn require_view(p: &Principal, name: &str, tree: &Tree) -> Result<(), ApiError> {
-    if authz::can_view(p, name, tree) {
-        Ok(())
-    } else {
-        Err(not_found(name))
+impl From<ChangeError> for ApiError {
+    fn from(e: ChangeError) -> Self {
+        match e {
+            ChangeError::Forbidden(m) => ApiError::Forbidden(m),
+            ChangeError::Service(e) => ApiError::Service(e),
+        }
     }
 }
 
@@ -137,7 +123,7 @@ pub async fn get(
     p: Principal,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    require_view(&p, &name, &tree_for(&app, &p).await?)?;
+    changes::require_view(&p, &name, &tree_for(&app, &p).await?)?;
     Ok(Json(app.service.get(&name).await?.quota).into_response())
 }
 
@@ -150,45 +136,9 @@ pub async fn create(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let input = parse_quota(&body)?;
-    let parent = input.spec.parent.clone();
-    let tree = tree_for(&app, &principal).await?;
-    if !authz::can_manage_children(&principal, &parent, &tree) {
-        return Err(ApiError::Forbidden(if parent.is_empty() {
-            "only admins may create root quotas".to_string()
-        } else {
-            format!("you may not create children of bizrq {parent}: that takes an owner of it or of an ancestor")
-        }));
-    }
     let dry = p.dry()?;
-    let q = app
-        .service
-        .create_quota(&input.metadata.name, input.spec, Persist::Here, "", dry)
-        .await?;
-    if !dry {
-        app.audit(
-            &principal,
-            action::QUOTA_CREATE,
-            q.name(),
-            None,
-            Some(quota_json(&q)),
-            "",
-        )
-        .await;
-    }
+    let q = changes::create(&app, &principal, &input.metadata.name, input.spec, dry).await?;
     Ok((StatusCode::CREATED, Json(q)).into_response())
-}
-
-/// Changing X's spec needs ownership of an ancestor of X: an owner of X may
-/// not raise its own hard.
-fn require_edit(p: &Principal, name: &str, tree: &Tree) -> Result<(), ApiError> {
-    require_view(p, name, tree)?;
-    if authz::can_edit_hard(p, name, tree) {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden(format!(
-            "you may not change or delete bizrq {name}: that takes an owner of its parent (or an ancestor) or an admin"
-        )))
-    }
 }
 
 pub async fn replace(
@@ -198,7 +148,6 @@ pub async fn replace(
     Query(p): Query<WriteParams>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    require_edit(&principal, &name, &tree_for(&app, &principal).await?)?;
     let input = parse_quota(&body)?;
     if input.metadata.name != name {
         return Err(ApiError::BadRequest(format!(
@@ -208,22 +157,7 @@ pub async fn replace(
     }
     let version = parse_version(input.metadata.resource_version.as_deref())?;
     let dry = p.dry()?;
-    let before = app.service.get(&name).await?.quota;
-    let q = app
-        .service
-        .update_quota(&name, input.spec, version, Persist::Here, dry)
-        .await?;
-    if !dry {
-        app.audit(
-            &principal,
-            action::QUOTA_UPDATE,
-            &name,
-            Some(quota_json(&before)),
-            Some(quota_json(&q)),
-            "",
-        )
-        .await;
-    }
+    let q = changes::update(&app, &principal, &name, input.spec, version, dry).await?;
     Ok(Json(q).into_response())
 }
 
@@ -233,24 +167,9 @@ pub async fn delete(
     Path(name): Path<String>,
     Query(p): Query<WriteParams>,
 ) -> Result<Response, ApiError> {
-    require_edit(&principal, &name, &tree_for(&app, &principal).await?)?;
     let version = parse_version(p.resource_version.as_deref())?;
     let dry = p.dry()?;
-    let before = app.service.get(&name).await?.quota;
-    app.service
-        .delete_quota(&name, version, Persist::Here, dry)
-        .await?;
-    if !dry {
-        app.audit(
-            &principal,
-            action::QUOTA_DELETE,
-            &name,
-            Some(quota_json(&before)),
-            None,
-            "",
-        )
-        .await;
-    }
+    changes::delete(&app, &principal, &name, version, dry).await?;
     Ok(
         Json(serde_json::json!({ "status": "Success", "details": { "name": name, "kind": KIND } }))
             .into_response(),

@@ -3,6 +3,7 @@
 //! CRDs, where the Lease holder also runs the controller — see `start`.
 
 pub mod api;
+pub mod changes;
 pub mod cluster;
 pub mod config;
 pub mod demo;

@@ -5,8 +5,9 @@
 //!   session, the page extractor [`auth::Viewer`], login and logout, login
 //!   rate limiting, CSRF.
 //! - [`audit`]: appending to the audit log, the audit page and CSV export.
-//! - [`pages`]: the quota tree page, users and roles, API tokens.
 //! - [`transfers`]: transfer pages and JSON API, authorised and audited.
+//! - [`quotas`]: overview, tree, quota detail, create / edit / delete forms.
+//! - [`pages`]: users and roles, API tokens.
 //!
 //! The portal's tables always live in SQL ([`SqlStore`]), also in cluster
 //! mode where the quota objects live in the cluster.
@@ -15,6 +16,7 @@ pub mod audit;
 pub mod auth;
 pub mod authz;
 pub mod pages;
+pub mod quotas;
 pub mod transfers;
 
 use crate::http::AppState;
@@ -86,8 +88,18 @@ impl Portal {
 /// by [`auth::require_csrf`] on the whole HTTP router).
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/", get(pages::overview))
-        .route("/tree", get(pages::tree))
+        .route("/", get(quotas::overview))
+        .route("/tree", get(quotas::tree))
+        .route("/quotas/{name}", get(quotas::detail))
+        .route(
+            "/quotas/{name}/children/new",
+            get(quotas::new_child_form).post(quotas::create_child),
+        )
+        .route(
+            "/quotas/{name}/edit",
+            get(quotas::edit_page).post(quotas::edit),
+        )
+        .route("/quotas/{name}/delete", post(quotas::delete))
         .route("/login", get(auth::login_page).post(auth::login))
         .route("/logout", post(auth::logout))
         .route("/users", get(pages::users).post(pages::create_user))

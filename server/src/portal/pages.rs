@@ -1,10 +1,11 @@
-//! Portal pages: the quota tree, users and roles (admins), API tokens.
+//! Portal pages: users and roles (admins), API tokens (the quota pages are
+//! in [`super::quotas`]).
 //! Forms post here; each answers with a redirect and a flash message on
 //! success (303), or the page again with the error (422), 403 or 404.
 
 use super::audit::{action, user_json, user_target};
 use super::auth::{hash_password, random_token, Viewer};
-use super::authz::{visible, Role};
+use super::authz::Role;
 use super::PageError;
 use crate::http::AppState;
 use crate::store::accounts::User;
@@ -37,25 +38,6 @@ pub fn error_page(status: StatusCode, message: String) -> String {
             </app::layout::Layout>
         }
     })
-}
-
-async fn tree_page(
-    app: &AppState,
-    viewer: Viewer,
-    section: Section,
-) -> Result<Response, PageError> {
-    let quotas = visible(&viewer.principal, app.service.list().await?);
-    Ok(Html(app::render_tree_page(viewer.page(), section, &quotas)).into_response())
-}
-
-/// GET / — for now the tree of the quotas the viewer may see.
-pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
-    tree_page(&app, viewer, Section::Overview).await
-}
-
-/// GET /tree
-pub async fn tree(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
-    tree_page(&app, viewer, Section::Tree).await
 }
 
 fn created(ms: i64) -> String {

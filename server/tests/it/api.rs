@@ -204,7 +204,7 @@ async fn tree_rules_and_bad_input() {
     );
     let page = Browser::logged_in(&s, "admin", ADMIN_PASSWORD)
         .await
-        .get("/")
+        .get("/tree")
         .await;
     let (st, html) = (page.status, page.body);
     assert_eq!(st, StatusCode::OK);

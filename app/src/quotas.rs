@@ -1,0 +1,371 @@
+//! Quota pages: the overview (my quotas, burn and forecast), one quota's
+//! detail, and the create / edit forms. The server gathers the data and
+//! decides what the viewer may do; these only render it.
+
+use crate::layout::{Flash, Viewer};
+use crate::KeyUsage;
+
+#[cfg(feature = "ssr")]
+use crate::layout::{document, CsrfField, Layout, Section};
+#[cfg(feature = "ssr")]
+use crate::KeyBar;
+#[cfg(feature = "ssr")]
+use leptos::prelude::*;
+
+/// One of the viewer's quotas on the overview.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OverviewCard {
+    pub name: String,
+    /// "admin", "owner" or "member".
+    pub role: String,
+    pub keys: Vec<KeyUsage>,
+    pub workloads: usize,
+    pub children: usize,
+    /// One line per cash key: spent, burn and exhaustion date.
+    pub forecasts: Vec<String>,
+}
+
+/// One key of a quota on its detail page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyDetail {
+    pub usage: KeyUsage,
+    pub self_used: String,
+    pub max: Option<String>,
+}
+
+/// A workload bound to a quota, as charged in its status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadRow {
+    /// `group/Kind/namespace/name`.
+    pub reference: String,
+    /// e.g. "worker: 4 × requests.nvidia.com/gpu=1, requests.cpu=8".
+    pub pod_sets: Vec<String>,
+    /// What it holds in total.
+    pub charge: String,
+    pub since: String,
+}
+
+/// Everything the detail page shows of one quota.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuotaDetail {
+    pub name: String,
+    pub parent: String,
+    pub keys: Vec<KeyDetail>,
+    /// Inline SVG: one model breakdown per generic key that has models.
+    pub breakdowns: Vec<String>,
+    /// (heading, [(what, amount)]) for borrowed, lent, loans, reclaim marks,
+    /// transfers in flight; empty sections are left out.
+    pub extras: Vec<(String, Vec<(String, String)>)>,
+    /// (child name, its hard as one line).
+    pub children: Vec<(String, String)>,
+    pub workloads: Vec<WorkloadRow>,
+    /// Inline SVG: usage per key over time, burn-down per cash key.
+    pub charts: Vec<String>,
+    pub forecasts: Vec<String>,
+    pub resource_version: String,
+    pub can_edit: bool,
+    pub can_create_child: bool,
+    /// May delete, and it is a leaf.
+    pub can_delete: bool,
+    /// May delete, but it has children.
+    pub delete_blocked: bool,
+}
+
+/// One key row of the create / edit form.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FormKey {
+    pub key: String,
+    pub hard: String,
+    pub max: String,
+    /// What is left of it in the parent (a hint), if known.
+    pub left: Option<String>,
+    /// The parent has it: the child must keep it.
+    pub required: bool,
+}
+
+/// The create-child or edit form, as first shown or as submitted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuotaForm {
+    /// Editing this quota (None: creating a child of `parent`).
+    pub editing: Option<String>,
+    pub parent: String,
+    pub name: String,
+    pub keys: Vec<FormKey>,
+    /// Extra keys the parent does not have (blank rows to fill in).
+    pub extra: Vec<FormKey>,
+    pub resource_version: String,
+}
+
+/// Blank rows offered for keys beyond the parent's.
+pub const EXTRA_ROWS: usize = 2;
+
+#[cfg(feature = "ssr")]
+fn svg(s: String) -> impl IntoView {
+    view! { <figure class="chart" inner_html=s></figure> }
+}
+
+#[cfg(feature = "ssr")]
+fn quota_link(name: &str) -> impl IntoView {
+    let href = format!("/quotas/{name}");
+    view! { <a href=href>{name.to_string()}</a> }
+}
+
+/// The overview: the viewer's quotas with usage, burn and forecasts.
+#[cfg(feature = "ssr")]
+pub fn render_overview_page(
+    viewer: Viewer,
+    cards: Vec<OverviewCard>,
+    flash: Option<Flash>,
+) -> String {
+    let title = "Overview".to_string();
+    let body = if cards.is_empty() {
+        view! { <p class="empty">"No quota is shared with you yet. An admin can give you a role on one on the Users page."</p> }.into_any()
+    } else {
+        cards
+            .into_iter()
+            .map(|c| {
+                let forecasts = if c.forecasts.is_empty() {
+                    view! { <p class="hint">"No card-hour budget (cash key) on this quota."</p> }.into_any()
+                } else {
+                    view! { <ul class="forecasts">{c.forecasts.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ul> }.into_any()
+                };
+                view! {
+                    <section class="card quota-card">
+                        <h3>{quota_link(&c.name)}" "<span class=format!("role {}", c.role)>{c.role.clone()}</span></h3>
+                        <p class="hint">{format!("{} workloads · {} children", c.workloads, c.children)}</p>
+                        <div class="keys">{c.keys.into_iter().map(|k| view! { <KeyBar k=k/> }).collect_view()}</div>
+                        <h4>"Burn and forecast"</h4>
+                        {forecasts}
+                    </section>
+                }
+            })
+            .collect_view()
+            .into_any()
+    };
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title=title section=Section::Overview flash=flash>
+                <div class="overview">{body}</div>
+                <section class="card alerts">
+                    <h3>"Alerts"</h3>
+                    <p class="hint">"Usage alerts (80 % and 100 % of hard, cash running out) arrive with email alerts (issue 5); none are raised yet."</p>
+                </section>
+            </Layout>
+        }
+    })
+}
+
+#[cfg(feature = "ssr")]
+fn pairs_table(rows: Vec<(String, String)>) -> impl IntoView {
+    view! {
+        <table class="pairs">
+            <tbody>{rows.into_iter().map(|(a, b)| view! { <tr><td class="key">{a}</td><td class="num">{b}</td></tr> }).collect_view()}</tbody>
+        </table>
+    }
+}
+
+/// One quota: keys, model breakdown, status extras, children, workloads,
+/// charts, and the actions the viewer may take.
+#[cfg(feature = "ssr")]
+pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) -> String {
+    let csrf = viewer.csrf.clone();
+    let title = format!("Quota {}", d.name);
+    let name = d.name.clone();
+    let parent = (!d.parent.is_empty()).then(|| {
+        view! { <p class="hint">"Parent: "{quota_link(&d.parent)}</p> }
+    });
+    let mut actions = Vec::new();
+    if d.can_edit {
+        actions.push(
+            view! { <a class="button" href=format!("/quotas/{name}/edit")>"Edit hard / max"</a> }
+                .into_any(),
+        );
+    }
+    if d.can_create_child {
+        actions.push(
+            view! { <a class="button" href=format!("/quotas/{name}/children/new")>"New child"</a> }
+                .into_any(),
+        );
+    }
+    if d.can_delete {
+        let rv = d.resource_version.clone();
+        actions.push(
+            view! {
+                <form class="delete" method="post" action=format!("/quotas/{name}/delete")>
+                    <CsrfField csrf=csrf.clone()/>
+                    <input type="hidden" name="resourceVersion" value=rv/>
+                    <label class="check"><input type="checkbox" name="confirm" value="yes" required/>"return its hard to the parent"</label>
+                    <button type="submit" class="danger">"Delete"</button>
+                </form>
+            }
+            .into_any(),
+        );
+    }
+    if d.delete_blocked {
+        actions.push(view! { <span class="hint">"Only leaves can be deleted: delete its children first."</span> }.into_any());
+    }
+    let keys = view! {
+        <table class="keys-table">
+            <thead><tr><th>"Key"</th><th>"Usage"</th><th>"Hard"</th><th>"Used"</th><th>"Self used"</th><th>"Max"</th></tr></thead>
+            <tbody>
+                {d.keys.into_iter().map(|k| {
+                    let class = if k.usage.model { "model" } else { "" };
+                    let (hard, used) = (k.usage.hard.clone(), k.usage.used.clone());
+                    let pct = k.usage.percent;
+                    let bar_class = match pct { p if p > 100 => "bar over", p if p >= 80 => "bar warn", _ => "bar" };
+                    let width = format!("width:{}%", pct.min(100));
+                    view! {
+                        <tr class=class>
+                            <td class="key">{k.usage.key}</td>
+                            <td><span class=bar_class><i style=width></i></span><span class="num">{format!("{pct}%")}</span></td>
+                            <td class="num">{hard}</td>
+                            <td class="num">{used}</td>
+                            <td class="num">{k.self_used}</td>
+                            <td class="num">{k.max.unwrap_or_default()}</td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+    };
+    let breakdowns = (!d.breakdowns.is_empty()).then(|| {
+        view! {
+            <h3>"By model"</h3>
+            <div class="charts">{d.breakdowns.into_iter().map(svg).collect_view()}</div>
+        }
+    });
+    let extras = d
+        .extras
+        .into_iter()
+        .map(|(h, rows)| view! { <div class="card"><h4>{h}</h4>{pairs_table(rows)}</div> })
+        .collect_view();
+    let children = if d.children.is_empty() {
+        view! { <p class="hint">"No children."</p> }.into_any()
+    } else {
+        view! {
+            <table>
+                <thead><tr><th>"Child"</th><th>"Hard"</th></tr></thead>
+                <tbody>{d.children.into_iter().map(|(c, hard)| view! { <tr><td class="name">{quota_link(&c)}</td><td class="num">{hard}</td></tr> }).collect_view()}</tbody>
+            </table>
+        }
+        .into_any()
+    };
+    let workloads = if d.workloads.is_empty() {
+        view! { <p class="hint">"No workloads bound to this quota."</p> }.into_any()
+    } else {
+        view! {
+            <table>
+                <thead><tr><th>"Workload"</th><th>"Pod sets"</th><th>"Charge"</th><th>"Since"</th></tr></thead>
+                <tbody>{d.workloads.into_iter().map(|w| view! {
+                    <tr>
+                        <td class="key">{w.reference}</td>
+                        <td>{w.pod_sets.into_iter().map(|p| view! { <div class="num">{p}</div> }).collect_view()}</td>
+                        <td class="num">{w.charge}</td>
+                        <td class="num">{w.since}</td>
+                    </tr>
+                }).collect_view()}</tbody>
+            </table>
+        }
+        .into_any()
+    };
+    let forecasts = (!d.forecasts.is_empty()).then(|| {
+        view! { <ul class="forecasts">{d.forecasts.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ul> }
+    });
+    let charts = if d.charts.is_empty() {
+        view! { <p class="hint">"No usage recorded yet: charts appear once the sampler has recorded this quota."</p> }.into_any()
+    } else {
+        view! { <div class="charts">{d.charts.into_iter().map(svg).collect_view()}</div> }
+            .into_any()
+    };
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title=title section=Section::Tree flash=flash>
+                {parent}
+                <div class="actions">{actions}</div>
+                <h3>"Keys"</h3>
+                {keys}
+                {breakdowns}
+                <div class="extras">{extras}</div>
+                <h3>"Charts · last 7 days"</h3>
+                {forecasts}
+                {charts}
+                <h3>"Children"</h3>
+                {children}
+                <h3>"Bound workloads"</h3>
+                {workloads}
+            </Layout>
+        }
+    })
+}
+
+#[cfg(feature = "ssr")]
+fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
+    let (hard_name, max_name) = match extra {
+        None => (format!("hard:{}", k.key), format!("max:{}", k.key)),
+        Some(i) => (format!("newhard:{i}"), format!("newmax:{i}")),
+    };
+    let key_cell = match extra {
+        None => view! { <td class="key">{k.key.clone()}{k.required.then_some(" *")}</td> }.into_any(),
+        Some(i) => view! { <td><input name=format!("newkey:{i}") value=k.key.clone() placeholder="e.g. limits.cpu.A4" aria-label="key"/></td> }.into_any(),
+    };
+    let left = k.left.clone().unwrap_or_default();
+    view! {
+        <tr>
+            {key_cell}
+            <td><input name=hard_name value=k.hard inputmode="decimal" aria-label="hard" required=k.required/></td>
+            <td><input name=max_name value=k.max inputmode="decimal" aria-label="max" placeholder="none"/></td>
+            <td class="num">{left}</td>
+        </tr>
+    }
+}
+
+/// The create-child or edit form; `flash` carries the refusal, naming the
+/// key and the amount.
+#[cfg(feature = "ssr")]
+pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> String {
+    let csrf = viewer.csrf.clone();
+    let (title, action, back, submit) = match &f.editing {
+        Some(n) => (
+            format!("Edit {n}"),
+            format!("/quotas/{n}/edit"),
+            format!("/quotas/{n}"),
+            "Save",
+        ),
+        None => (
+            format!("New child of {}", f.parent),
+            format!("/quotas/{}/children/new", f.parent),
+            format!("/quotas/{}", f.parent),
+            "Create",
+        ),
+    };
+    let name_field = match &f.editing {
+        Some(_) => view! { <input type="hidden" name="resourceVersion" value=f.resource_version.clone()/> }.into_any(),
+        None => view! {
+            <label>"Name"<input name="name" value=f.name.clone() required pattern="[a-z0-9]([a-z0-9.-]*[a-z0-9])?" maxlength="253" autofocus/></label>
+        }
+        .into_any(),
+    };
+    let rows = f.keys.into_iter().map(|k| key_row(k, None)).collect_view();
+    let extra = f
+        .extra
+        .into_iter()
+        .enumerate()
+        .map(|(i, k)| key_row(k, Some(i)))
+        .collect_view();
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title=title section=Section::Tree flash=flash>
+                <form class="card quota-form" method="post" action=action>
+                    <CsrfField csrf=csrf/>
+                    {name_field}
+                    <table>
+                        <thead><tr><th>"Key"</th><th>"Hard"</th><th>"Max (borrowing ceiling)"</th><th>"Left in parent"</th></tr></thead>
+                        <tbody>{rows}{extra}</tbody>
+                    </table>
+                    <p class="hint">"* the parent has this key, so the child must carry it. Amounts are Kubernetes quantities (500m, 16Gi, 4); an empty hard drops the key. The server checks the tree rules: a child's hard must fit in what its parent has left."</p>
+                    <div class="actions"><button type="submit">{submit}</button><a href=back>"Cancel"</a></div>
+                </form>
+            </Layout>
+        }
+    })
+}

@@ -1,0 +1,140 @@
+//! Quota changes made by a person: authorised with `portal::authz`, made
+//! through the service (which holds every tree rule), then audited. The JSON
+//! API and the portal's forms both come through here, so who may change what
+//! and what the audit log records live in one place.
+
+use crate::http::AppState;
+use crate::portal::audit::{action, quota_json};
+use crate::portal::authz::{self, Principal, Tree};
+use crate::service::{Persist, ServiceError};
+use quota::{Quota, QuotaSpec};
+
+/// Why a change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The caller may see the quota but not make this change (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Refused by the service: not found (also for quotas the caller may
+    /// not see), a broken tree rule, a stale version…
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+}
+
+/// The tree's shape, for deciding what a non-admin may do (admins need none).
+pub async fn tree_for(app: &AppState, p: &Principal) -> Result<Tree, ServiceError> {
+    if p.is_admin {
+        return Ok(Tree::default());
+    }
+    Ok(Tree::from_quotas(&app.service.list().await?))
+}
+
+/// The answer for a quota the caller may not see: the same as for one that
+/// does not exist, so existence does not leak.
+pub fn not_found(name: &str) -> ServiceError {
+    ServiceError::NotFound(format!("bizrq {name} not found"))
+}
+
+/// Not found unless `p` may see `name`.
+pub fn require_view(p: &Principal, name: &str, tree: &Tree) -> Result<(), ChangeError> {
+    if authz::can_view(p, name, tree) {
+        Ok(())
+    } else {
+        Err(not_found(name).into())
+    }
+}
+
+/// Creating a child of X needs ownership of X or an ancestor (roots:
+/// admins). Refused before anything about X is looked at.
+pub fn require_manage_children(
+    p: &Principal,
+    parent: &str,
+    tree: &Tree,
+) -> Result<(), ChangeError> {
+    if authz::can_manage_children(p, parent, tree) {
+        return Ok(());
+    }
+    Err(ChangeError::Forbidden(if parent.is_empty() {
+        "only admins may create root quotas".to_string()
+    } else {
+        format!("you may not create children of bizrq {parent}: that takes an owner of it or of an ancestor")
+    }))
+}
+
+/// Changing or deleting X needs sight of X and ownership of an ancestor of
+/// X: an owner of X may not raise its own hard.
+pub fn require_edit(p: &Principal, name: &str, tree: &Tree) -> Result<(), ChangeError> {
+    require_view(p, name, tree)?;
+    if authz::can_edit_hard(p, name, tree) {
+        Ok(())
+    } else {
+        Err(ChangeError::Forbidden(format!(
+            "you may not change or delete bizrq {name}: that takes an owner of its parent (or an ancestor) or an admin"
+        )))
+    }
+}
+
+/// Create a quota under `spec.parent`.
+pub async fn create(
+    app: &AppState,
+    p: &Principal,
+    name: &str,
+    spec: QuotaSpec,
+    dry: bool,
+) -> Result<Quota, ChangeError> {
+    require_manage_children(p, &spec.parent, &tree_for(app, p).await?)?;
+    let q = app
+        .service
+        .create_quota(name, spec, Persist::Here, "", dry)
+        .await?;
+    if !dry {
+        let after = Some(quota_json(&q));
+        app.audit(p, action::QUOTA_CREATE, q.name(), None, after, "")
+            .await;
+    }
+    Ok(q)
+}
+
+/// Replace a quota's spec; with `version`, only if it is still current.
+pub async fn update(
+    app: &AppState,
+    p: &Principal,
+    name: &str,
+    spec: QuotaSpec,
+    version: Option<i64>,
+    dry: bool,
+) -> Result<Quota, ChangeError> {
+    require_edit(p, name, &tree_for(app, p).await?)?;
+    let before = app.service.get(name).await?.quota;
+    let q = app
+        .service
+        .update_quota(name, spec, version, Persist::Here, dry)
+        .await?;
+    if !dry {
+        let (before, after) = (Some(quota_json(&before)), Some(quota_json(&q)));
+        app.audit(p, action::QUOTA_UPDATE, name, before, after, "")
+            .await;
+    }
+    Ok(q)
+}
+
+/// Delete a leaf; with `version`, only if it is still current.
+pub async fn delete(
+    app: &AppState,
+    p: &Principal,
+    name: &str,
+    version: Option<i64>,
+    dry: bool,
+) -> Result<(), ChangeError> {
+    require_edit(p, name, &tree_for(app, p).await?)?;
+    let before = app.service.get(name).await?.quota;
+    app.service
+        .delete_quota(name, version, Persist::Here, dry)
+        .await?;
+    if !dry {
+        let before = Some(quota_json(&before));
+        app.audit(p, action::QUOTA_DELETE, name, before, None, "")
+            .await;
+    }
+    Ok(())
+}

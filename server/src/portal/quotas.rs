@@ -1,0 +1,679 @@
+//! Quota pages: overview, tree, detail, and the create / edit / delete
+//! forms. Reading is authorised here with `authz`; changes go through
+//! [`crate::changes`], the same authorised and audited path as the JSON API,
+//! and the service checks the tree rules. A refused form comes back with
+//! the service's message, which names the key and the amount.
+
+use super::auth::Viewer;
+use super::authz::{self, Role, Tree};
+use super::PageError;
+use crate::changes::{self, ChangeError};
+use crate::http::AppState;
+use crate::service::ServiceError;
+use crate::store::history::{Sample as StoredSample, DAY_MS};
+use app::charts::{self, Sample};
+use app::layout::Flash;
+use app::quotas::{
+    FormKey, KeyDetail, OverviewCard, QuotaDetail, QuotaForm, WorkloadRow, EXTRA_ROWS,
+};
+use app::{generic_key, key_usages, TreeFilter, TreeQuery};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Form;
+use quota::keys::cash_target;
+use quota::{resources, Quantity, Quota, QuotaSpec, ResourceList};
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Charts on the detail page cover this much history.
+const CHART_SPAN_MS: i64 = 7 * DAY_MS;
+const CHART_W: u32 = 640;
+const CHART_H: u32 = 240;
+
+fn chart_samples(rows: Vec<StoredSample>) -> Vec<Sample> {
+    rows.into_iter()
+        .map(|s| Sample {
+            at_ms: s.at_ms,
+            hard: s.hard,
+            used: s.used,
+            self_used: s.self_used,
+        })
+        .collect()
+}
+
+async fn samples(app: &AppState, name: &str, span_ms: i64) -> Result<Vec<Sample>, PageError> {
+    let now = app.service.now();
+    let rows = app.portal.sql.samples(name, now - span_ms, now).await?;
+    Ok(chart_samples(rows))
+}
+
+/// One line per cash key of `q`: what is left and when it runs out at the
+/// burn of the last 24 hours.
+fn forecasts(q: &Quota, samples: &[Sample], now: i64) -> Vec<String> {
+    q.spec
+        .hard
+        .keys()
+        .filter(|k| cash_target(k).is_some())
+        .map(|k| charts::forecast(samples, k, now, charts::FORECAST_WINDOW_MS).describe())
+        .collect()
+}
+
+fn list_line(l: &ResourceList) -> String {
+    l.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// GET / — the viewer's quotas (their bindings', or the roots for an
+/// admin) with usage, card-hour burn and forecasts.
+pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
+    let all = app.service.list().await?;
+    let names: BTreeSet<&str> = all.iter().map(|q| q.name()).collect();
+    let p = &viewer.principal;
+    let mine: Vec<(&Quota, String)> = if p.is_admin {
+        all.iter()
+            .filter(|q| !names.contains(q.spec.parent.as_str()))
+            .map(|q| (q, "admin".to_string()))
+            .collect()
+    } else {
+        let roles: BTreeMap<&str, Role> = p
+            .bindings
+            .iter()
+            .map(|b| (b.quota.as_str(), b.role))
+            .collect();
+        all.iter()
+            .filter_map(|q| roles.get(q.name()).map(|r| (q, r.to_string())))
+            .collect()
+    };
+    let now = app.service.now();
+    let mut cards = Vec::with_capacity(mine.len());
+    for (q, role) in mine {
+        let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
+        let s = if has_cash {
+            samples(&app, q.name(), charts::FORECAST_WINDOW_MS + DAY_MS).await?
+        } else {
+            Vec::new()
+        };
+        cards.push(OverviewCard {
+            name: q.name().to_string(),
+            role,
+            keys: key_usages(q),
+            workloads: q.status.workloads.len(),
+            children: all.iter().filter(|c| c.spec.parent == q.name()).count(),
+            forecasts: forecasts(q, &s, now),
+        });
+    }
+    let flash = viewer.take_flash().await;
+    Ok(Html(app::quotas::render_overview_page(
+        viewer.page(),
+        cards,
+        flash,
+    ))
+    .into_response())
+}
+
+#[derive(Deserialize, Default)]
+pub struct TreeParams {
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    filter: String,
+    #[serde(default)]
+    under: Option<String>,
+    #[serde(default)]
+    depth: Option<usize>,
+}
+
+/// GET /tree — the quotas the viewer may see, searchable and filterable.
+pub async fn tree(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Query(t): Query<TreeParams>,
+) -> Result<Response, PageError> {
+    let quotas = authz::visible(&viewer.principal, app.service.list().await?);
+    let query = TreeQuery {
+        search: t.q,
+        filter: TreeFilter::parse(&t.filter),
+        under: t.under.filter(|u| !u.is_empty()),
+        depth: t.depth,
+    };
+    Ok(Html(app::render_tree_page(viewer.page(), &quotas, query)).into_response())
+}
+
+/// The quota `name` and the tree, if the viewer may see it (else 404, as
+/// for a quota that does not exist).
+async fn visible_quota(
+    app: &AppState,
+    viewer: &Viewer,
+    name: &str,
+) -> Result<(Quota, i64, Vec<Quota>, Tree), PageError> {
+    let all = app.service.list().await?;
+    let tree = Tree::from_quotas(&all);
+    if !authz::can_view(&viewer.principal, name, &tree) {
+        return Err(PageError::NotFound(format!("bizrq {name} not found")));
+    }
+    let stored = app.service.get(name).await?;
+    Ok((stored.quota, stored.version, all, tree))
+}
+
+fn workload_rows(q: &Quota) -> Vec<WorkloadRow> {
+    q.status
+        .workloads
+        .iter()
+        .map(|(reference, c)| WorkloadRow {
+            reference: reference.clone(),
+            pod_sets: c
+                .pod_sets
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{}: {} × {}",
+                        s.name,
+                        c.charged_count(s),
+                        list_line(&s.per_pod)
+                    )
+                })
+                .collect(),
+            charge: list_line(&c.usage()),
+            since: c.since.clone(),
+        })
+        .collect()
+}
+
+fn extras(q: &Quota) -> Vec<(String, Vec<(String, String)>)> {
+    let st = &q.status;
+    let mut out = Vec::new();
+    let amounts = |l: &ResourceList| {
+        l.iter()
+            .filter(|(_, v)| !v.is_zero())
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect::<Vec<_>>()
+    };
+    let borrowed = amounts(&st.borrowed);
+    if !borrowed.is_empty() {
+        out.push(("Borrowed beyond hard".to_string(), borrowed));
+    }
+    let lent = amounts(&st.lent);
+    if !lent.is_empty() {
+        out.push(("Lent to children".to_string(), lent));
+    }
+    if !st.loans.is_empty() {
+        let loans = st
+            .loans
+            .iter()
+            .map(|(child, l)| {
+                (
+                    child.clone(),
+                    format!("{} since {}", list_line(&l.amount), l.since),
+                )
+            })
+            .collect();
+        out.push(("Loans".to_string(), loans));
+    }
+    if !st.reclaim.is_empty() {
+        let marks = st
+            .reclaim
+            .iter()
+            .map(|(w, m)| {
+                let what = match m.action {
+                    quota::Action::ScaleTo(n) => format!("scale to {n}"),
+                    quota::Action::Suspend => "suspend".to_string(),
+                };
+                (
+                    w.clone(),
+                    format!("{what} (frees {}) at {}", list_line(&m.frees), m.due),
+                )
+            })
+            .collect();
+        out.push(("Marked for reclaim".to_string(), marks));
+    }
+    if !st.transfers.is_empty() {
+        let holds = st
+            .transfers
+            .iter()
+            .map(|(id, h)| {
+                let children: Vec<&str> = h.children.keys().map(String::as_str).collect();
+                (
+                    id.clone(),
+                    format!("holds {} since {}", children.join(", "), h.since),
+                )
+            })
+            .collect();
+        out.push(("Transfers in flight".to_string(), holds));
+    }
+    out
+}
+
+/// Model breakdowns: one chart per generic (non-cash) key of hard that has
+/// model keys in hard or in what the bound workloads hold.
+fn breakdowns(q: &Quota) -> Vec<String> {
+    let mut used = q.status.self_usage();
+    used.extend(q.status.used.iter().map(|(k, v)| (k.clone(), *v)));
+    let generics: BTreeSet<String> = q
+        .spec
+        .hard
+        .keys()
+        .chain(used.keys())
+        .filter(|k| cash_target(k).is_none())
+        .filter_map(|k| generic_key(k))
+        .filter(|g| q.spec.hard.contains_key(g))
+        .collect();
+    generics
+        .iter()
+        .map(|g| charts::model_breakdown_chart(&used, &q.spec.hard, g, CHART_W, CHART_H))
+        .collect()
+}
+
+/// GET /quotas/{name}
+pub async fn detail(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+) -> Result<Response, PageError> {
+    let (q, version, all, tree) = visible_quota(&app, &viewer, &name).await?;
+    let p = &viewer.principal;
+    let now = app.service.now();
+    let s = samples(&app, &name, CHART_SPAN_MS).await?;
+    let charts = if s.is_empty() {
+        Vec::new()
+    } else {
+        q.spec
+            .hard
+            .keys()
+            .map(|k| match cash_target(k) {
+                Some(_) => charts::burn_down_chart(&s, k, now, CHART_W, CHART_H),
+                None => charts::usage_chart(&s, k, CHART_W, CHART_H),
+            })
+            .collect()
+    };
+    let children: Vec<(String, String)> = all
+        .iter()
+        .filter(|c| c.spec.parent == name)
+        .map(|c| (c.name().to_string(), list_line(&c.spec.hard)))
+        .collect();
+    let may_delete = authz::can_delete(p, &name, &tree);
+    let d = QuotaDetail {
+        parent: q.spec.parent.clone(),
+        keys: key_usages(&q)
+            .into_iter()
+            .map(|u| KeyDetail {
+                self_used: resources::get(&q.status.self_used, &u.key).to_string(),
+                max: q.spec.max.get(&u.key).map(Quantity::to_string),
+                usage: u,
+            })
+            .collect(),
+        breakdowns: breakdowns(&q),
+        extras: extras(&q),
+        workloads: workload_rows(&q),
+        forecasts: forecasts(&q, &s, now),
+        charts,
+        resource_version: version.to_string(),
+        can_edit: authz::can_edit_hard(p, &name, &tree),
+        can_create_child: authz::can_manage_children(p, &name, &tree),
+        can_delete: may_delete && children.is_empty(),
+        delete_blocked: may_delete && !children.is_empty(),
+        children,
+        name,
+    };
+    let flash = viewer.take_flash().await;
+    Ok(Html(app::quotas::render_detail_page(viewer.page(), d, flash)).into_response())
+}
+
+/// What is left in `parent` of each key (hard − used), for the form's hints.
+fn left_in(parent: Option<&Quota>, key: &str) -> Option<String> {
+    let p = parent?;
+    let hard = p.spec.hard.get(key)?;
+    Some(
+        hard.saturating_sub(resources::get(&p.status.used, key))
+            .to_string(),
+    )
+}
+
+fn blank_extra() -> Vec<FormKey> {
+    vec![FormKey::default(); EXTRA_ROWS]
+}
+
+/// A submitted form: what to render again, and the spec it asks for (or
+/// why it cannot be read).
+struct Submitted {
+    form: QuotaForm,
+    spec: Result<QuotaSpec, String>,
+    version: Option<i64>,
+}
+
+/// Reads `hard:KEY`, `max:KEY`, `newkey:N` / `newhard:N` / `newmax:N`,
+/// `name` and `resourceVersion`. An empty hard drops the key.
+fn read_form(
+    fields: Vec<(String, String)>,
+    mut form: QuotaForm,
+    parent: Option<&Quota>,
+) -> Submitted {
+    let mut hard: BTreeMap<String, String> = BTreeMap::new();
+    let mut max: BTreeMap<String, String> = BTreeMap::new();
+    let mut extra: BTreeMap<usize, FormKey> = BTreeMap::new();
+    let mut version = None;
+    for (k, v) in fields {
+        let v = v.trim().to_string();
+        if k == "name" {
+            form.name = v;
+        } else if k == "resourceVersion" {
+            version = v.parse::<i64>().ok();
+            form.resource_version = v;
+        } else if let Some(key) = k.strip_prefix("hard:") {
+            hard.insert(key.to_string(), v);
+        } else if let Some(key) = k.strip_prefix("max:") {
+            max.insert(key.to_string(), v);
+        } else if let Some((what, i)) = k.split_once(':') {
+            let Ok(i) = i.parse::<usize>() else { continue };
+            if i >= EXTRA_ROWS {
+                continue;
+            }
+            let row = extra.entry(i).or_default();
+            match what {
+                "newkey" => row.key = v,
+                "newhard" => row.hard = v,
+                "newmax" => row.max = v,
+                _ => {}
+            }
+        }
+    }
+    let required: BTreeSet<&String> = parent
+        .map(|p| p.spec.hard.keys().collect())
+        .unwrap_or_default();
+    form.keys = hard
+        .iter()
+        .map(|(k, h)| FormKey {
+            key: k.clone(),
+            hard: h.clone(),
+            max: max.get(k).cloned().unwrap_or_default(),
+            left: left_in(parent, k),
+            required: required.contains(k),
+        })
+        .collect();
+    form.extra = (0..EXTRA_ROWS)
+        .map(|i| extra.remove(&i).unwrap_or_default())
+        .collect();
+    let mut spec = QuotaSpec {
+        parent: form.parent.clone(),
+        ..Default::default()
+    };
+    let rows = form
+        .keys
+        .iter()
+        .chain(form.extra.iter().filter(|r| !r.key.is_empty()));
+    let parse = |key: &str, v: &str, what: &str| -> Result<Option<Quantity>, String> {
+        if v.is_empty() {
+            return Ok(None);
+        }
+        v.parse::<Quantity>().map(Some).map_err(|_| {
+            format!("{key}: {what} '{v}' is not a quantity (write e.g. 500m, 16Gi or 4)")
+        })
+    };
+    let read = (|| {
+        for r in rows {
+            if let Some(h) = parse(&r.key, &r.hard, "hard")? {
+                spec.hard.insert(r.key.clone(), h);
+            }
+            if let Some(m) = parse(&r.key, &r.max, "max")? {
+                spec.max.insert(r.key.clone(), m);
+            }
+        }
+        Ok(())
+    })();
+    Submitted {
+        form,
+        spec: read.map(|()| spec),
+        version,
+    }
+}
+
+/// The form again with what went wrong, answering `status`.
+fn refused_form(viewer: &Viewer, form: QuotaForm, message: String, status: StatusCode) -> Response {
+    let html = app::quotas::render_form_page(viewer.page(), form, Some(Flash::Error(message)));
+    (status, Html(html)).into_response()
+}
+
+/// A refused change: 403 and 404 as pages of their own; anything the
+/// person can fix (a tree rule, a name taken, a stale form) on the form.
+fn form_status(e: ChangeError) -> Result<(StatusCode, String), PageError> {
+    match e {
+        ChangeError::Forbidden(m) => Err(PageError::Forbidden(m)),
+        ChangeError::Service(e) => match e {
+            ServiceError::NotFound(_) | ServiceError::Internal(_) => Err(e.into()),
+            ServiceError::AlreadyExists(m) | ServiceError::Conflict(m) => {
+                Ok((StatusCode::CONFLICT, m))
+            }
+            e => Ok((StatusCode::UNPROCESSABLE_ENTITY, e.to_string())),
+        },
+    }
+}
+
+fn page_error(e: ChangeError) -> PageError {
+    match e {
+        ChangeError::Forbidden(m) => PageError::Forbidden(m),
+        ChangeError::Service(e) => e.into(),
+    }
+}
+
+/// GET /quotas/{name}/children/new — keys pre-filled with the parent's,
+/// since a child must carry every key of its parent.
+pub async fn new_child_form(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(parent): Path<String>,
+) -> Result<Response, PageError> {
+    let tree = changes::tree_for(&app, &viewer.principal).await?;
+    changes::require_manage_children(&viewer.principal, &parent, &tree).map_err(page_error)?;
+    let p = app.service.get(&parent).await?.quota;
+    let form = QuotaForm {
+        editing: None,
+        parent: parent.clone(),
+        keys: p
+            .spec
+            .hard
+            .keys()
+            .map(|k| FormKey {
+                key: k.clone(),
+                left: left_in(Some(&p), k),
+                required: true,
+                ..Default::default()
+            })
+            .collect(),
+        extra: blank_extra(),
+        ..Default::default()
+    };
+    Ok(Html(app::quotas::render_form_page(viewer.page(), form, None)).into_response())
+}
+
+/// POST /quotas/{name}/children/new
+pub async fn create_child(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(parent): Path<String>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Result<Response, PageError> {
+    let p = &viewer.principal;
+    let tree = changes::tree_for(&app, p).await?;
+    changes::require_manage_children(p, &parent, &tree).map_err(page_error)?;
+    let parent_q = app.service.get(&parent).await?.quota;
+    let base = QuotaForm {
+        parent: parent.clone(),
+        ..Default::default()
+    };
+    let sub = read_form(fields, base, Some(&parent_q));
+    let spec = match sub.spec {
+        Ok(s) => s,
+        Err(m) => {
+            return Ok(refused_form(
+                &viewer,
+                sub.form,
+                m,
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ))
+        }
+    };
+    let name = sub.form.name.clone();
+    match changes::create(&app, p, &name, spec, false).await {
+        Ok(q) => {
+            viewer
+                .set_flash(Flash::Ok(format!("created {} under {parent}", q.name())))
+                .await;
+            Ok(Redirect::to(&format!("/quotas/{}", q.name())).into_response())
+        }
+        Err(e) => {
+            let (status, m) = form_status(e)?;
+            Ok(refused_form(&viewer, sub.form, m, status))
+        }
+    }
+}
+
+fn edit_form(q: &Quota, version: i64, parent: Option<&Quota>) -> QuotaForm {
+    let required: BTreeSet<&String> = parent
+        .map(|p| p.spec.hard.keys().collect())
+        .unwrap_or_default();
+    QuotaForm {
+        editing: Some(q.name().to_string()),
+        parent: q.spec.parent.clone(),
+        name: q.name().to_string(),
+        keys: q
+            .spec
+            .hard
+            .iter()
+            .map(|(k, h)| FormKey {
+                key: k.clone(),
+                hard: h.to_string(),
+                max: q
+                    .spec
+                    .max
+                    .get(k)
+                    .map(Quantity::to_string)
+                    .unwrap_or_default(),
+                left: left_in(parent, k),
+                required: required.contains(k),
+            })
+            .collect(),
+        extra: blank_extra(),
+        resource_version: version.to_string(),
+    }
+}
+
+async fn parent_of(app: &AppState, q: &Quota) -> Option<Quota> {
+    if q.spec.parent.is_empty() {
+        return None;
+    }
+    app.service.get(&q.spec.parent).await.ok().map(|s| s.quota)
+}
+
+/// GET /quotas/{name}/edit — an owner of `name` itself may not (403): raising
+/// one's own hard takes the owner of an ancestor, or an admin.
+pub async fn edit_page(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+) -> Result<Response, PageError> {
+    let tree = changes::tree_for(&app, &viewer.principal).await?;
+    changes::require_edit(&viewer.principal, &name, &tree).map_err(page_error)?;
+    let stored = app.service.get(&name).await?;
+    let parent = parent_of(&app, &stored.quota).await;
+    let form = edit_form(&stored.quota, stored.version, parent.as_ref());
+    Ok(Html(app::quotas::render_form_page(viewer.page(), form, None)).into_response())
+}
+
+/// POST /quotas/{name}/edit — with the form's resourceVersion: a form
+/// opened before someone else's change is refused (409) and shown again
+/// with the current values.
+pub async fn edit(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Result<Response, PageError> {
+    let p = &viewer.principal;
+    let tree = changes::tree_for(&app, p).await?;
+    changes::require_edit(p, &name, &tree).map_err(page_error)?;
+    let current = app.service.get(&name).await?;
+    let parent = parent_of(&app, &current.quota).await;
+    let base = QuotaForm {
+        editing: Some(name.clone()),
+        parent: current.quota.spec.parent.clone(),
+        name: name.clone(),
+        ..Default::default()
+    };
+    let sub = read_form(fields, base, parent.as_ref());
+    let spec = match sub.spec {
+        Ok(s) => s,
+        Err(m) => {
+            return Ok(refused_form(
+                &viewer,
+                sub.form,
+                m,
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ))
+        }
+    };
+    match changes::update(&app, p, &name, spec, sub.version, false).await {
+        Ok(_) => {
+            viewer.set_flash(Flash::Ok(format!("saved {name}"))).await;
+            Ok(Redirect::to(&format!("/quotas/{name}")).into_response())
+        }
+        Err(ChangeError::Service(ServiceError::Conflict(m))) if m.contains("resourceVersion") => {
+            let fresh = app.service.get(&name).await?;
+            let form = edit_form(&fresh.quota, fresh.version, parent.as_ref());
+            let m = format!("Someone else changed {name} after you opened this form; these are its current values: check them and save again. ({m})");
+            Ok(refused_form(&viewer, form, m, StatusCode::CONFLICT))
+        }
+        Err(e) => {
+            let (status, m) = form_status(e)?;
+            Ok(refused_form(&viewer, sub.form, m, status))
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct DeleteForm {
+    #[serde(default)]
+    confirm: String,
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: String,
+}
+
+/// POST /quotas/{name}/delete — leaves only, confirmed with `confirm=yes`;
+/// the carve-out returns to the parent.
+pub async fn delete(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Form(f): Form<DeleteForm>,
+) -> Result<Response, PageError> {
+    let p = &viewer.principal;
+    let tree = changes::tree_for(&app, p).await?;
+    changes::require_edit(p, &name, &tree).map_err(page_error)?;
+    if f.confirm != "yes" {
+        return Err(PageError::Invalid(format!(
+            "deleting {name} needs confirming: tick the box next to Delete"
+        )));
+    }
+    let parent = app.service.get(&name).await?.quota.spec.parent;
+    let version = f.resource_version.trim().parse::<i64>().ok();
+    changes::delete(&app, p, &name, version, false)
+        .await
+        .map_err(page_error)?;
+    viewer
+        .set_flash(Flash::Ok(format!(
+            "deleted {name}; its hard went back to {}",
+            if parent.is_empty() {
+                "nobody (it was a root)"
+            } else {
+                &parent
+            }
+        )))
+        .await;
+    let to = if parent.is_empty() {
+        "/tree".to_string()
+    } else {
+        format!("/quotas/{parent}")
+    };
+    Ok(Redirect::to(&to).into_response())
+}
