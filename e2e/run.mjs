@@ -21,7 +21,7 @@ const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const ARTIFACTS = join(here, 'artifacts');
 const TOKEN = 'e2e-admin-token';
 const ADMIN_PASSWORD = 'e2e-admin-password-0123';
-const USER_PASSWORD = 'e2e-user-password-0123';
+const DEMO_PASSWORD = 'e2e-demo-password-0123';
 
 rmSync(ARTIFACTS, { recursive: true, force: true });
 mkdirSync(ARTIFACTS, { recursive: true });
@@ -32,9 +32,9 @@ function startServer() {
     'serve', '--standalone',
     '--listen', '127.0.0.1:0', '--webhook-listen', '127.0.0.1:0',
     '--database-url', `sqlite://${join(dir, 'bizrq.db')}`,
-    '--admin-token', TOKEN,
+    '--admin-token', TOKEN, '--demo',
   ], {
-    env: { ...process.env, BIZRQ_ADMIN_PASSWORD: ADMIN_PASSWORD, BIZRQ_LOG: 'warn' },
+    env: { ...process.env, BIZRQ_ADMIN_PASSWORD: ADMIN_PASSWORD, BIZRQ_DEMO_PASSWORD: DEMO_PASSWORD, BIZRQ_LOG: 'warn' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   return new Promise((resolve, reject) => {
@@ -49,17 +49,6 @@ function startServer() {
       }
     });
   });
-}
-
-async function api(base, method, path, body) {
-  const r = await fetch(base + path, {
-    method,
-    headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await r.text();
-  if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${text}`);
-  return text ? JSON.parse(text) : null;
 }
 
 let n = 0;
@@ -88,7 +77,6 @@ async function submit(selector) {
 }
 
 async function login(base, username, password) {
-  await page.goto(`${base}/logout`).catch(() => {});
   await page.context().clearCookies();
   await page.goto(`${base}/login`);
   await page.fill('input[name=username]', username);
@@ -108,10 +96,8 @@ try {
   const context = await browser.newContext({ javaScriptEnabled: false, viewport: { width: 1280, height: 900 } });
   page = await context.newPage();
 
-  // The organisation, set up through the JSON API.
-  await api(base, 'POST', '/api/v1/quotas', { metadata: { name: 'ai-platform' }, spec: { parent: '', hard: { 'requests.nvidia.com/gpu': '32', 'cash/requests.nvidia.com/gpu': '1000' } } });
-  await api(base, 'POST', '/api/v1/quotas', { metadata: { name: 'nlp' }, spec: { parent: 'ai-platform', hard: { 'requests.nvidia.com/gpu': '16', 'cash/requests.nvidia.com/gpu': '400' } } });
-  await api(base, 'POST', '/api/v1/quotas', { metadata: { name: 'cv' }, spec: { parent: 'ai-platform', hard: { 'requests.nvidia.com/gpu': '8', 'cash/requests.nvidia.com/gpu': '200' } } });
+  // The demo organisation (`--demo`): a tree, users, a pending transfer and
+  // four weeks of usage history, so the charts have data.
 
   await step('login-as-admin', async () => {
     await login(base, 'admin', ADMIN_PASSWORD);
@@ -119,18 +105,68 @@ try {
     expect(await page.isVisible('text=nlp'), 'the tree shows nlp');
   });
 
-  await step('admin-creates-an-owner', async () => {
-    await page.goto(`${base}/users`);
-    await page.fill('form[action="/users"] input[name=username]', 'olivia');
-    await page.fill('form[action="/users"] input[name=password]', USER_PASSWORD);
-    await submit('form[action="/users"] button[type=submit]');
-    expect(await page.isVisible('text=olivia'), 'olivia is listed');
-    await page.fill('form[action="/users/olivia/roles"] input[name=quota]', 'nlp');
-    await page.selectOption('form[action="/users/olivia/roles"] select[name=role]', 'owner');
-    await submit('form[action="/users/olivia/roles"] button[type=submit]');
+  await step('child-that-does-not-fit-is-refused', async () => {
+    await page.goto(`${base}/quotas/nlp/children/new`);
+    await page.fill('input[name=name]', 'nlp-eval');
+    for (const input of await page.$$('input[name^="hard:"]')) await input.fill('0');
+    await page.fill('input[name="hard:requests.nvidia.com/gpu.A100"]', '100');
+    await submit('form.quota-form button[type=submit]');
+    const text = await page.innerText('body');
+    expect(/requests\.nvidia\.com\/gpu\.A100 asks 100, \d+ left of 32/.test(text), `the refusal names the key and the amount: ${text.slice(0, 600)}`);
   });
 
-  // Steps for the quota and transfer pages are added with those pages.
+  await step('create-a-child-quota', async () => {
+    await page.fill('input[name="hard:requests.nvidia.com/gpu.A100"]', '1');
+    await page.fill('input[name="hard:requests.nvidia.com/gpu"]', '1');
+    await submit('form.quota-form button[type=submit]');
+    expect(page.url().endsWith('/quotas/nlp-eval'), `on the new quota's page: ${page.url()}`);
+  });
+
+  await step('see-a-chart', async () => {
+    await page.goto(`${base}/quotas/nlp`);
+    const charts = await page.$$('svg.chart');
+    expect(charts.length >= 2, `the detail page draws its charts (${charts.length})`);
+    expect((await page.innerText('body')).includes('runs out in'), 'the burn-down forecast is stated');
+  });
+
+  let transferUrl;
+  await step('owner-requests-a-transfer', async () => {
+    await login(base, 'owner-research', DEMO_PASSWORD);
+    await page.goto(`${base}/transfers`);
+    await page.selectOption('form.request select[name=from]', 'speech');
+    await page.fill('form.request input[name=to]', 'vision');
+    const keys = await page.$$('form.request input[name=key]');
+    const amounts = await page.$$('form.request input[name=amount]');
+    await keys[0].fill('requests.nvidia.com/gpu.V100');
+    await amounts[0].fill('2');
+    await page.fill('form.request textarea[name=reason]', 'e2e: vision needs two V100 for a week');
+    await submit('form.request button[type=submit]');
+    transferUrl = page.url();
+    expect(/\/transfers\/\d+$/.test(transferUrl), `on the new transfer: ${transferUrl} ${(await page.innerText('body')).slice(0, 600)}`);
+  });
+
+  await step('admin-approves-it', async () => {
+    await login(base, 'admin', ADMIN_PASSWORD);
+    await page.goto(transferUrl);
+    await submit('form[action$="/approve"] button[type=submit]');
+    await page.goto(transferUrl);
+    const text = await page.innerText('body');
+    expect(/\bdone\b/.test(text), `the transfer is done: ${text.slice(0, 600)}`);
+  });
+
+  await step('audit-shows-the-approval', async () => {
+    await page.goto(`${base}/audit`);
+    const text = await page.innerText('body');
+    expect(text.includes('transfer.approve'), 'the approval is in the audit log');
+    expect(text.includes('transfer.request'), 'the request is in the audit log');
+    expect(text.includes('quota.create'), 'the child quota creation is in the audit log');
+  });
+
+  await step('phone-width-tree', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(`${base}/tree`);
+    expect(await page.isVisible('text=acme'), 'the tree renders on a phone');
+  });
 } catch (e) {
   failed = true;
   console.error(e);

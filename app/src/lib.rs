@@ -59,6 +59,43 @@ pub fn generic_key(key: &str) -> Option<String> {
     })
 }
 
+/// A quantity as a person reads it: cash with one decimal in its unit
+/// (`5,760.0 card-hours` rather than `5760044929445n`), memory in Gi when
+/// whole, anything else in its Kubernetes form unless that form is a
+/// nano/micro fraction, then as a decimal.
+pub fn display_quantity(key: &str, q: quota::Quantity) -> String {
+    let (per, unit) = charts::unit_of(key);
+    let v = q.nanos();
+    let decimal = |places: u32| {
+        let scale = 10i128.pow(places);
+        let scaled = (v * scale + per / 2).div_euclid(per);
+        let (whole, frac) = (scaled.div_euclid(scale), scaled.rem_euclid(scale));
+        let mut w = whole.abs().to_string();
+        let mut i = w.len() as isize - 3;
+        while i > 0 {
+            w.insert(i as usize, ',');
+            i -= 3;
+        }
+        let sign = if whole < 0 { "-" } else { "" };
+        if places == 0 {
+            format!("{sign}{w}")
+        } else {
+            format!("{sign}{w}.{frac:0width$}", width = places as usize)
+        }
+    };
+    if key.starts_with(quota::keys::CASH_PREFIX) {
+        return format!("{} {unit}", decimal(1));
+    }
+    let k8s = q.to_string();
+    if unit == "GiB" && v % per == 0 && !k8s.ends_with("Gi") {
+        return format!("{}Gi", v / per);
+    }
+    if k8s.ends_with('n') || k8s.ends_with('u') {
+        return decimal(3);
+    }
+    k8s
+}
+
 /// Used against hard for every key of a quota's hard. Keys sort so that a
 /// model key follows its generic key (`limits.cpu`, `limits.cpu.A4`).
 pub fn key_usages(q: &Quota) -> Vec<KeyUsage> {
@@ -69,8 +106,8 @@ pub fn key_usages(q: &Quota) -> Vec<KeyUsage> {
             let used = resources::get(&q.status.used, k);
             KeyUsage {
                 key: k.clone(),
-                used: used.to_string(),
-                hard: h.to_string(),
+                used: display_quantity(k, used),
+                hard: display_quantity(k, *h),
                 percent: percent(used, *h),
                 model: is_model_key(k),
             }
@@ -356,6 +393,28 @@ pub fn render_tree_page(viewer: Viewer, quotas: &[Quota], query: TreeQuery) -> S
             </layout::Layout>
         }
     })
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::display_quantity;
+
+    #[test]
+    fn quantities_read_well() {
+        let q = |s: &str| s.parse::<quota::Quantity>().unwrap();
+        assert_eq!(
+            display_quantity("cash/requests.nvidia.com/gpu", q("5760044929445n")),
+            "5,760.0 card-hours"
+        );
+        assert_eq!(
+            display_quantity("requests.memory", q("1099511627776")),
+            "1024Gi"
+        );
+        assert_eq!(display_quantity("requests.memory", q("832Gi")), "832Gi");
+        assert_eq!(display_quantity("requests.cpu", q("500m")), "500m");
+        assert_eq!(display_quantity("requests.cpu", q("1500000n")), "0.002");
+        assert_eq!(display_quantity("requests.nvidia.com/gpu", q("27")), "27");
+    }
 }
 
 #[cfg(test)]
