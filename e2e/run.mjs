@@ -145,6 +145,14 @@ try {
     expect(/\/transfers\/\d+$/.test(transferUrl), `on the new transfer: ${transferUrl} ${(await page.innerText('body')).slice(0, 600)}`);
   });
 
+  await step('owner-invites-a-member', async () => {
+    await page.goto(`${base}/quotas/speech`);
+    await page.fill('form[action="/quotas/speech/members"] input[name=username]', 'member-nlp');
+    await submit('form[action="/quotas/speech/members"] button[type=submit]');
+    const text = await page.innerText('body');
+    expect(text.includes('member-nlp is now member of speech'), `the invitation is confirmed: ${text.slice(0, 400)}`);
+  });
+
   await step('admin-approves-it', async () => {
     await login(base, 'admin', ADMIN_PASSWORD);
     await page.goto(transferUrl);

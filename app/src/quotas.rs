@@ -69,6 +69,11 @@ pub struct QuotaDetail {
     pub can_delete: bool,
     /// May delete, but it has children.
     pub delete_blocked: bool,
+    /// Who holds a role here: (user, role, whether the viewer may remove it).
+    pub members: Vec<(String, String, bool)>,
+    /// May bind users here: as member; as owner too.
+    pub can_invite_member: bool,
+    pub can_invite_owner: bool,
 }
 
 /// One key row of the create / edit form.
@@ -268,6 +273,38 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
         }
         .into_any()
     };
+    let members_list = if d.members.is_empty() {
+        view! { <p class="hint">"Nobody holds a role on this quota itself (roles on ancestors reach it too)."</p> }.into_any()
+    } else {
+        let rows = d
+            .members
+            .into_iter()
+            .map(|(user, role, removable)| {
+                let remove = removable.then(|| {
+                    view! {
+                        <form class="binding" method="post" action=format!("/quotas/{name}/members/delete")>
+                            <CsrfField csrf=csrf.clone()/>
+                            <input type="hidden" name="username" value=user.clone()/>
+                            <button type="submit" class="link" title="remove">"×"</button>
+                        </form>
+                    }
+                });
+                view! { <tr><td class="name">{user}</td><td><span class=format!("role {role}")>{role.clone()}</span></td><td>{remove}</td></tr> }
+            })
+            .collect_view();
+        view! { <table><thead><tr><th>"User"</th><th>"Role"</th><th></th></tr></thead><tbody>{rows}</tbody></table> }.into_any()
+    };
+    let invite = d.can_invite_member.then(|| {
+        let owner = d.can_invite_owner.then(|| view! { <option value="owner">"owner"</option> });
+        view! {
+            <form class="card inline" method="post" action=format!("/quotas/{name}/members")>
+                <CsrfField csrf=csrf.clone()/>
+                <label>"User"<input name="username" required placeholder="an existing user"/></label>
+                <label>"Role"<select name="role"><option value="member">"member"</option>{owner}</select></label>
+                <button type="submit">"Invite"</button>
+            </form>
+        }
+    });
     let forecasts = (!d.forecasts.is_empty()).then(|| {
         view! { <ul class="forecasts">{d.forecasts.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ul> }
     });
@@ -293,6 +330,9 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 {children}
                 <h3>"Bound workloads"</h3>
                 {workloads}
+                <h3>"Members"</h3>
+                {members_list}
+                {invite}
             </Layout>
         }
     })

@@ -100,6 +100,8 @@ pub fn router() -> Router<AppState> {
             get(quotas::edit_page).post(quotas::edit),
         )
         .route("/quotas/{name}/delete", post(quotas::delete))
+        .route("/quotas/{name}/members", post(quotas::add_member))
+        .route("/quotas/{name}/members/delete", post(quotas::remove_member))
         .route("/login", get(auth::login_page).post(auth::login))
         .route("/logout", post(auth::logout))
         .route("/users", get(pages::users).post(pages::create_user))

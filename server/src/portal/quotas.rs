@@ -294,13 +294,31 @@ pub async fn detail(
         .map(|c| (c.name().to_string(), list_line(&c.spec.hard)))
         .collect();
     let may_delete = authz::can_delete(p, &name, &tree);
+    let members = app
+        .portal
+        .sql
+        .bindings_on(&name)
+        .await?
+        .into_iter()
+        .map(|(user, role)| {
+            let removable = authz::can_grant(p, &name, role, &tree);
+            (user.username, role.as_str().to_string(), removable)
+        })
+        .collect();
     let d = QuotaDetail {
         parent: q.spec.parent.clone(),
         keys: key_usages(&q)
             .into_iter()
             .map(|u| KeyDetail {
-                self_used: resources::get(&q.status.self_used, &u.key).to_string(),
-                max: q.spec.max.get(&u.key).map(Quantity::to_string),
+                self_used: app::display_quantity(
+                    &u.key,
+                    resources::get(&q.status.self_used, &u.key),
+                ),
+                max: q
+                    .spec
+                    .max
+                    .get(&u.key)
+                    .map(|m| app::display_quantity(&u.key, *m)),
                 usage: u,
             })
             .collect(),
@@ -314,6 +332,9 @@ pub async fn detail(
         can_create_child: authz::can_manage_children(p, &name, &tree),
         can_delete: may_delete && children.is_empty(),
         delete_blocked: may_delete && !children.is_empty(),
+        members,
+        can_invite_member: authz::can_grant(p, &name, Role::Member, &tree),
+        can_invite_owner: authz::can_grant(p, &name, Role::Owner, &tree),
         children,
         name,
     };
@@ -676,4 +697,100 @@ pub async fn delete(
         format!("/quotas/{parent}")
     };
     Ok(Redirect::to(&to).into_response())
+}
+
+#[derive(serde::Deserialize)]
+pub struct MemberForm {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    role: Option<String>,
+}
+
+/// An owner invites a user onto its subtree (SPEC §6): `member` anywhere in
+/// it, `owner` below itself (`authz::can_grant`); admins anything. Audited
+/// like the admin's `/users` binding.
+pub async fn add_member(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Form(f): Form<MemberForm>,
+) -> Result<Response, PageError> {
+    let (_, _, _, tree) = visible_quota(&app, &viewer, &name).await?;
+    let Some(role) = f.role.as_deref().and_then(Role::parse) else {
+        return Err(PageError::Invalid(
+            "the role must be owner or member".into(),
+        ));
+    };
+    if !authz::can_grant(&viewer.principal, &name, role, &tree) {
+        return Err(PageError::Forbidden(format!(
+            "you may not make anyone {role} of {name}"
+        )));
+    }
+    let username = f.username.trim().to_lowercase();
+    let Some(user) = app.portal.sql.user_by_name(&username).await? else {
+        return Err(PageError::Invalid(format!("there is no user {username}")));
+    };
+    let before = app
+        .portal
+        .sql
+        .set_binding(user.id, &name, role, app.service.now())
+        .await?;
+    app.audit(
+        &viewer.principal,
+        crate::portal::audit::action::ROLE_ADD,
+        &name,
+        before.map(|r| serde_json::json!({"user": username, "quota": name, "role": r.as_str()})),
+        Some(serde_json::json!({"user": username, "quota": name, "role": role.as_str()})),
+        &format!("{username} is {role} of {name}"),
+    )
+    .await;
+    viewer
+        .set_flash(Flash::Ok(format!("{username} is now {role} of {name}")))
+        .await;
+    Ok(Redirect::to(&format!("/quotas/{name}")).into_response())
+}
+
+/// Take a user's role on this quota away (same rule as giving it).
+pub async fn remove_member(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Form(f): Form<MemberForm>,
+) -> Result<Response, PageError> {
+    let (_, _, _, tree) = visible_quota(&app, &viewer, &name).await?;
+    let username = f.username.trim().to_lowercase();
+    let held = app
+        .portal
+        .sql
+        .bindings_on(&name)
+        .await?
+        .into_iter()
+        .find(|(u, _)| u.username == username);
+    let Some((user, role)) = held else {
+        return Err(PageError::NotFound(format!(
+            "{username} has no role on {name}"
+        )));
+    };
+    if !authz::can_grant(&viewer.principal, &name, role, &tree) {
+        return Err(PageError::Forbidden(format!(
+            "you may not take {role} of {name} away"
+        )));
+    }
+    app.portal.sql.remove_binding(user.id, &name).await?;
+    app.audit(
+        &viewer.principal,
+        crate::portal::audit::action::ROLE_REMOVE,
+        &name,
+        Some(serde_json::json!({"user": username, "quota": name, "role": role.as_str()})),
+        None,
+        &format!("{username} is no longer {role} of {name}"),
+    )
+    .await;
+    viewer
+        .set_flash(Flash::Ok(format!(
+            "{username} is no longer {role} of {name}"
+        )))
+        .await;
+    Ok(Redirect::to(&format!("/quotas/{name}")).into_response())
 }

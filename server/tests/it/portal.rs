@@ -866,6 +866,118 @@ async fn role_route_table(s: &Server) {
         (MemberCv, Get("/quotas/cv"), OK),
         (MemberCv, Get("/quotas/nlp"), NOT_FOUND),
         (MemberCv, Get("/tree"), OK),
+        // Inviting onto a subtree (SPEC §6): an owner gives `member` on
+        // what it owns and `owner` strictly below it; members give nothing.
+        (
+            Anonymous,
+            Form(
+                "/quotas/nlp/members",
+                vec![("username", "bob"), ("role", "member")],
+            ),
+            SEE_OTHER,
+        ),
+        (
+            OwnerNlp,
+            FormNoCsrf(
+                "/quotas/nlp/members",
+                vec![("username", "bob"), ("role", "member")],
+            ),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Form(
+                "/quotas/nlp/members",
+                vec![("username", "bob"), ("role", "member")],
+            ),
+            SEE_OTHER,
+        ),
+        (
+            OwnerNlp,
+            Form(
+                "/quotas/nlp/members",
+                vec![("username", "bob"), ("role", "owner")],
+            ),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Form(
+                "/quotas/nlp-a/members",
+                vec![("username", "bob"), ("role", "owner")],
+            ),
+            SEE_OTHER,
+        ),
+        (
+            OwnerNlp,
+            Form(
+                "/quotas/nlp/members",
+                vec![("username", "nobody"), ("role", "member")],
+            ),
+            INVALID,
+        ),
+        (
+            OwnerNlp,
+            Form(
+                "/quotas/nlp/members",
+                vec![("username", "bob"), ("role", "king")],
+            ),
+            INVALID,
+        ),
+        (
+            OwnerNlp,
+            Form(
+                "/quotas/cv/members",
+                vec![("username", "alice"), ("role", "member")],
+            ),
+            NOT_FOUND,
+        ),
+        (
+            MemberCv,
+            Form(
+                "/quotas/cv/members",
+                vec![("username", "alice"), ("role", "member")],
+            ),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Form("/quotas/nlp-a/members/delete", vec![("username", "bob")]),
+            SEE_OTHER,
+        ),
+        (
+            OwnerNlp,
+            Form("/quotas/nlp/members/delete", vec![("username", "bob")]),
+            SEE_OTHER,
+        ),
+        (
+            OwnerNlp,
+            Form("/quotas/nlp/members/delete", vec![("username", "bob")]),
+            NOT_FOUND,
+        ),
+        (
+            OwnerNlp,
+            Form("/quotas/nlp/members/delete", vec![("username", "alice")]),
+            FORBIDDEN,
+        ),
+        (
+            MemberCv,
+            Form("/quotas/cv/members/delete", vec![("username", "bob")]),
+            FORBIDDEN,
+        ),
+        (
+            Admin,
+            Form(
+                "/quotas/cv/members",
+                vec![("username", "alice"), ("role", "owner")],
+            ),
+            SEE_OTHER,
+        ),
+        (
+            Admin,
+            Form("/quotas/cv/members/delete", vec![("username", "alice")]),
+            SEE_OTHER,
+        ),
         // The forms: children by owners of the parent or an ancestor; a
         // spec by owners of an ancestor, never the quota's own.
         (Admin, Get("/quotas/nlp/children/new"), OK),
