@@ -135,13 +135,32 @@ impl QuotaStore for ClusterStore {
             .await
             .map_err(|e| map_err(name, e))?;
         // The API server drops status on create; write it through its
-        // subresource, from the version just created.
-        let created = to_stored(&created)?;
-        let version = self.replace_status(&created, &quota.status).await?;
-        let mut q = created.quota;
-        q.status = quota.status.clone();
-        q.metadata.resource_version = Some(version.to_string());
-        Ok(Stored { quota: q, version })
+        // subresource, from the version just created. The controller may
+        // reconcile the new object first (its status is derived from the
+        // ledgers, so either write is as good): on a conflict, re-read, and
+        // keep a status someone already wrote.
+        let mut current = to_stored(&created)?;
+        for _ in 0..5 {
+            match self.replace_status(&current, &quota.status).await {
+                Ok(version) => {
+                    let mut q = current.quota;
+                    q.status = quota.status.clone();
+                    q.metadata.resource_version = Some(version.to_string());
+                    return Ok(Stored { quota: q, version });
+                }
+                Err(StoreError::Conflict(_)) => {
+                    let Some(fresh) = self.get(name).await? else {
+                        return Err(StoreError::NotFound(name.into()));
+                    };
+                    if !fresh.quota.status.hard.is_empty() {
+                        return Ok(fresh);
+                    }
+                    current = fresh;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Conflict(name.into()))
     }
 
     async fn replace(&self, current: &Stored, quota: &Quota) -> Result<i64, StoreError> {
@@ -289,6 +308,33 @@ mod tests {
     }
 
     const PATH: &str = "/apis/bizrq.io/v1/bizgroupresourcequotas";
+
+    /// The controller may write a new quota's status before the creator
+    /// does: the creator's 409 is not a failed create.
+    #[tokio::test]
+    async fn a_create_whose_status_the_controller_wrote_first_succeeds() {
+        let (client, mut handle) = mock();
+        let (cache, _writer) = reflector::store();
+        let store = ClusterStore::new(client, cache);
+        let q = to_stored(&serde_json::from_value(object("nlp", "1", "0")).unwrap())
+            .unwrap()
+            .quota;
+        let server = tokio::spawn(async move {
+            let (_, send) = expect(&mut handle, Method::POST, PATH).await;
+            let mut created = object("nlp", "5", "0");
+            created.as_object_mut().unwrap().remove("status");
+            send.send_response(ok(&created));
+            let (body, send) =
+                expect(&mut handle, Method::PUT, &format!("{PATH}/nlp/status")).await;
+            assert_eq!(body["metadata"]["resourceVersion"], "5");
+            send.send_response(conflict("nlp"));
+            let (_, send) = expect(&mut handle, Method::GET, &format!("{PATH}/nlp")).await;
+            send.send_response(ok(&object("nlp", "6", "0")));
+        });
+        let stored = store.create(&q).await.expect("created");
+        assert_eq!(stored.version, 6, "the controller's status is kept");
+        server.await.unwrap();
+    }
 
     #[tokio::test]
     async fn status_write_carries_the_resource_version_and_409_is_a_conflict() {
