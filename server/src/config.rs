@@ -128,6 +128,30 @@ pub struct ServeArgs {
     /// Password of every demo user; generated and printed once if unset.
     #[arg(long, env = "BIZRQ_DEMO_PASSWORD", hide_env_values = true)]
     pub demo_password: Option<String>,
+    /// SMTP server for alert email. Without it nothing is sent: messages
+    /// wait in the outbox until a start with a host.
+    #[arg(long, env = "BIZRQ_SMTP_HOST")]
+    pub smtp_host: Option<String>,
+    /// SMTP port.
+    #[arg(long, env = "BIZRQ_SMTP_PORT", default_value_t = 587)]
+    pub smtp_port: u16,
+    /// starttls (required STARTTLS), tls (TLS from the start, e.g. port 465)
+    /// or plain (no TLS: a local relay only).
+    #[arg(long, env = "BIZRQ_SMTP_SECURITY", value_enum, default_value_t = crate::mail::SmtpSecurity::Starttls)]
+    pub smtp_security: crate::mail::SmtpSecurity,
+    /// SMTP user name (with --smtp-password); no authentication if unset.
+    #[arg(long, env = "BIZRQ_SMTP_USERNAME", hide_env_values = true)]
+    pub smtp_username: Option<String>,
+    /// SMTP password.
+    #[arg(long, env = "BIZRQ_SMTP_PASSWORD", hide_env_values = true)]
+    pub smtp_password: Option<String>,
+    /// The From of alert email.
+    #[arg(
+        long,
+        env = "BIZRQ_SMTP_FROM",
+        default_value = "bizrq <bizrq@localhost>"
+    )]
+    pub smtp_from: String,
     /// Log format.
     #[arg(long, env = "BIZRQ_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod http;
+pub mod mail;
 pub mod metrics;
 pub mod portal;
 pub mod service;
@@ -72,6 +73,8 @@ pub struct Running {
     resync_task: JoinHandle<()>,
     /// Deletes expired sessions and old login failures.
     portal_janitor: JoinHandle<()>,
+    /// Sends the email outbox (every replica; rows are leased).
+    mail_sender: JoinHandle<()>,
     /// Cluster mode: the Lease to give up on shutdown.
     lease: Option<(kube::Client, LeaseConfig)>,
 }
@@ -80,6 +83,8 @@ impl Running {
     pub async fn shutdown(self) {
         self.resync_task.abort();
         self.portal_janitor.abort();
+        // A send cut short leaves its lease; the row goes out after it ends.
+        self.mail_sender.abort();
         if let Some(t) = &self.cert_reload {
             t.abort();
         }
@@ -210,6 +215,16 @@ pub async fn start_with(
         transfers: transfers.clone(),
     };
     let portal_janitor = portal::spawn_janitor(sql.clone(), Duration::from_secs(600));
+    let mailer = match mail::SmtpConfig::from_args(args) {
+        Some(c) => Some(mail::Mailer::new(&c)?),
+        None => {
+            tracing::info!("no --smtp-host: alert email waits in the outbox");
+            None
+        }
+    };
+    let mail_sender = tokio::spawn(
+        mail::Sender::new(sql.clone(), mailer, metrics.clone(), service.clock()).run(mail::POLL),
+    );
 
     let mut cert_reload = None;
     let (tls_config, self_signed_cert) = match (&args.tls_cert, &args.tls_key) {
@@ -348,6 +363,7 @@ pub async fn start_with(
         cert_reload,
         resync_task,
         portal_janitor,
+        mail_sender,
         lease,
     })
 }

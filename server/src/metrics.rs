@@ -1,6 +1,6 @@
 //! Prometheus metrics: admission latency and decisions, CAS conflicts,
 //! resync and reconcile durations, the controller's queue, leadership,
-//! watch errors and reclaim.
+//! watch errors, reclaim and the email outbox.
 
 use prometheus_client::encoding::{text::encode, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
@@ -49,6 +49,12 @@ pub struct Metrics {
     pub events_dropped: Counter,
     /// What the controller tracks: governed workloads, pods, pod runs.
     pub tracked: Family<KindLabels, Gauge>,
+    /// Email accepted by the SMTP server.
+    pub mail_sent: Counter,
+    /// Send attempts that failed (each is retried with backoff).
+    pub mail_failures: Counter,
+    /// Outbox rows not yet accepted by the SMTP server.
+    pub mail_queue_depth: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -137,8 +143,29 @@ impl Default for Metrics {
             "Objects the controller tracks: governed workloads, pods, unpaid pod runs",
             tracked.clone(),
         );
+        let mail_sent = Counter::default();
+        let mail_failures = Counter::default();
+        let mail_queue_depth = Gauge::default();
+        registry.register(
+            "mail_sent",
+            "Emails accepted by the SMTP server",
+            mail_sent.clone(),
+        );
+        registry.register(
+            "mail_failures",
+            "Email send attempts that failed and will be retried",
+            mail_failures.clone(),
+        );
+        registry.register(
+            "mail_queue_depth",
+            "Emails in the outbox not yet accepted by the SMTP server",
+            mail_queue_depth.clone(),
+        );
         Metrics {
             registry,
+            mail_sent,
+            mail_failures,
+            mail_queue_depth,
             tracked,
             quota_reconcile_duration,
             reconciles,

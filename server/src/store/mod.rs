@@ -5,6 +5,7 @@
 pub mod accounts;
 pub mod audit;
 pub mod history;
+pub mod outbox;
 pub mod sessions;
 pub mod sql;
 #[cfg(test)]

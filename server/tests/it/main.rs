@@ -6,6 +6,7 @@ mod common;
 mod concurrency;
 mod demo;
 mod fakeapi;
+mod mail;
 mod portal;
 mod resync;
 mod scenario;

@@ -1,0 +1,312 @@
+//! The email outbox against a real SMTP server (aiosmtpd with
+//! tests/smtp_sink.py), on SQLite and PostgreSQL.
+
+use bizrq::mail::{message_id, Mailer, Sender, SmtpConfig, SmtpSecurity, LEASE_MS};
+use bizrq::metrics::Metrics;
+use bizrq::store::outbox::NewMail;
+use bizrq::store::sql::SqlStore;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::process::{Child, Command};
+
+/// aiosmtpd writing each accepted message to `dir` as JSON.
+struct Smtp {
+    _child: Child,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start_smtp(port: u16, dir: &Path) -> Smtp {
+    let tests = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let child = Command::new("python3")
+        .args(["-m", "aiosmtpd", "-n", "-l"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["-c", "smtp_sink.Sink"])
+        .arg(dir)
+        .env("PYTHONPATH", tests)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 with aiosmtpd is required (pip install aiosmtpd)");
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return Smtp { _child: child };
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("aiosmtpd did not listen on port {port} (is it installed? pip install aiosmtpd)");
+}
+
+fn received(dir: &Path) -> Vec<Value> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json") {
+            out.push(serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap());
+        }
+    }
+    out
+}
+
+fn mailer(port: u16) -> Mailer {
+    Mailer::new(&SmtpConfig {
+        host: "127.0.0.1".into(),
+        port,
+        security: SmtpSecurity::Plain,
+        username: None,
+        password: None,
+        from: "bizrq <bizrq@example.org>".into(),
+    })
+    .unwrap()
+}
+
+fn mail(key: &str) -> NewMail {
+    NewMail {
+        idempotency_key: key.into(),
+        recipient: "Ada <ada@example.org>".into(),
+        subject: format!("nlp-team at 80 % of nvidia.com/gpu ({key})"),
+        text_body: "nlp-team uses 8 of 10 nvidia.com/gpu.\nhttp://bizrq/quotas/nlp-team\n".into(),
+        html_body: "<p>nlp-team uses <b>8 of 10</b> nvidia.com/gpu.</p>".into(),
+    }
+}
+
+/// A clock the test moves.
+fn clock(start: i64) -> (Arc<AtomicI64>, bizrq::service::Clock) {
+    let t = Arc::new(AtomicI64::new(start));
+    let c = t.clone();
+    (t, Arc::new(move || c.load(Ordering::SeqCst)))
+}
+
+const T0: i64 = 1_800_000_000_000;
+
+async fn delivers_once_with_both_parts(url: &str) {
+    let store = Arc::new(SqlStore::connect(url).await.unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _smtp = start_smtp(port, dir.path()).await;
+    assert!(store.enqueue_mail(&mail("alert:7:80"), T0).await.unwrap());
+    // The alert engine's retry of the same alert queues nothing new.
+    assert!(!store.enqueue_mail(&mail("alert:7:80"), T0).await.unwrap());
+    let metrics = Arc::new(Metrics::default());
+    let (_t, c) = clock(T0);
+    let sender = Sender::new(store.clone(), Some(mailer(port)), metrics.clone(), c);
+    let pass = sender.pass().await.unwrap();
+    assert_eq!((pass.claimed, pass.sent, pass.failed), (1, 1, 0));
+    assert_eq!(sender.pass().await.unwrap().claimed, 0);
+
+    let got = received(dir.path());
+    assert_eq!(got.len(), 1, "{got:?}");
+    let m = &got[0];
+    assert_eq!(m["rcpt_tos"], serde_json::json!(["ada@example.org"]));
+    assert_eq!(m["mail_from"], "bizrq@example.org");
+    assert_eq!(m["message_id"], "<alert=3A7=3A80@bizrq>");
+    assert_eq!(m["message_id"], message_id("alert:7:80").as_str());
+    assert_eq!(
+        m["subject"],
+        "nlp-team at 80 % of nvidia.com/gpu (alert:7:80)"
+    );
+    assert_eq!(m["content_type"], "multipart/alternative");
+    // Lines end in CRLF on the wire.
+    let part = |k: &str| m[k].as_str().unwrap().replace("\r\n", "\n");
+    assert_eq!(part("text"), mail("x").text_body);
+    assert_eq!(part("html").trim_end(), mail("x").html_body);
+
+    let row = store.mail_by_key("alert:7:80").await.unwrap().unwrap();
+    assert_eq!(row.sent_at, Some(T0));
+    assert_eq!((row.attempts, row.lease_until), (0, None));
+    assert_eq!(store.mail_queue_depth().await.unwrap(), 0);
+    let text = metrics.render();
+    assert!(text.contains("bizrq_mail_sent_total 1"), "{text}");
+    assert!(text.contains("bizrq_mail_queue_depth 0"), "{text}");
+    store.close().await;
+}
+
+async fn outage_is_retried_with_backoff_then_delivered_once(url: &str) {
+    let store = Arc::new(SqlStore::connect(url).await.unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(); // nothing listens yet
+    store.enqueue_mail(&mail("down-1"), T0).await.unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let (t, c) = clock(T0);
+    let sender = Sender::new(store.clone(), Some(mailer(port)), metrics.clone(), c);
+
+    let mut waits = Vec::new();
+    for attempt in 1..=3 {
+        let pass = sender.pass().await.unwrap();
+        assert_eq!((pass.sent, pass.failed), (0, 1), "attempt {attempt}");
+        let row = store.mail_by_key("down-1").await.unwrap().unwrap();
+        assert_eq!(row.attempts, attempt);
+        assert_eq!((row.sent_at, row.lease_until), (None, None));
+        assert!(row.last_error.as_deref().unwrap().contains("SMTP server"));
+        let now = t.load(Ordering::SeqCst);
+        let wait = row.next_attempt_at - now;
+        let full = 30_000 << (attempt - 1);
+        assert!(
+            wait <= full && wait >= full - full / 5,
+            "wait {wait} after {attempt}"
+        );
+        waits.push(wait);
+        // Not due before its time.
+        t.store(row.next_attempt_at - 1, Ordering::SeqCst);
+        assert_eq!(sender.pass().await.unwrap().claimed, 0);
+        t.store(row.next_attempt_at, Ordering::SeqCst);
+    }
+    assert!(waits[0] < waits[1] && waits[1] < waits[2], "{waits:?}");
+    assert_eq!(store.mail_queue_depth().await.unwrap(), 1);
+    assert!(metrics.render().contains("bizrq_mail_failures_total 3"));
+
+    let _smtp = start_smtp(port, dir.path()).await;
+    let pass = sender.pass().await.unwrap();
+    assert_eq!((pass.sent, pass.failed), (1, 0));
+    assert_eq!(sender.pass().await.unwrap().claimed, 0);
+    let got = received(dir.path());
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["message_id"], "<down-1@bizrq>");
+    let row = store.mail_by_key("down-1").await.unwrap().unwrap();
+    assert!(row.sent_at.is_some());
+    assert_eq!(row.attempts, 3);
+    store.close().await;
+}
+
+async fn two_senders_deliver_each_row_once(url: &str) {
+    let setup = SqlStore::connect(url).await.unwrap();
+    let now = bizrq::util::now_ms();
+    for i in 0..50 {
+        setup
+            .enqueue_mail(&mail(&format!("many-{i}")), now)
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _smtp = start_smtp(port, dir.path()).await;
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        // Each replica with its own pool, as two processes.
+        let store = Arc::new(SqlStore::connect(url).await.unwrap());
+        let sender = Sender::new(
+            store,
+            Some(mailer(port)),
+            Arc::new(Metrics::default()),
+            Arc::new(bizrq::util::now_ms),
+        );
+        replicas.push(tokio::spawn(async move {
+            let mut sent = 0;
+            let mut idle = 0;
+            while idle < 3 {
+                let p = sender.pass().await.unwrap();
+                assert_eq!(p.failed, 0);
+                sent += p.sent;
+                idle = if p.claimed == 0 { idle + 1 } else { 0 };
+                tokio::task::yield_now().await;
+            }
+            sent
+        }));
+    }
+    let mut total = 0;
+    for r in replicas {
+        total += r.await.unwrap();
+    }
+    assert_eq!(total, 50);
+    let got = received(dir.path());
+    let mut ids: HashMap<String, usize> = HashMap::new();
+    for m in &got {
+        *ids.entry(m["message_id"].as_str().unwrap().into())
+            .or_default() += 1;
+    }
+    assert_eq!(got.len(), 50);
+    assert_eq!(ids.len(), 50);
+    assert!(ids.values().all(|n| *n == 1));
+    assert_eq!(setup.mail_queue_depth().await.unwrap(), 0);
+    setup.close().await;
+}
+
+async fn a_lease_left_by_a_dead_sender_expires_then_one_delivery(url: &str) {
+    let store = Arc::new(SqlStore::connect(url).await.unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _smtp = start_smtp(port, dir.path()).await;
+    store.enqueue_mail(&mail("dead-1"), T0).await.unwrap();
+    store.enqueue_mail(&mail("dead-2"), T0).await.unwrap();
+
+    // Replica A claims both and dies before sending.
+    let claimed = store.claim_mail(T0, T0 + LEASE_MS, 10).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    // Nobody else (not A restarted either) claims them while the lease holds.
+    assert!(store
+        .claim_mail(T0, T0 + LEASE_MS, 10)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Replica A dies after the server accepted dead-2, before marking it.
+    let m = mailer(port);
+    let dead2 = claimed
+        .iter()
+        .find(|r| r.idempotency_key == "dead-2")
+        .unwrap();
+    m.send(dead2).await.unwrap();
+
+    let (t, c) = clock(T0 + 1000);
+    let b = Sender::new(store.clone(), Some(m), Arc::new(Metrics::default()), c);
+    assert_eq!(b.pass().await.unwrap().claimed, 0, "leased rows wait");
+    t.store(T0 + LEASE_MS, Ordering::SeqCst);
+    assert_eq!(
+        b.pass().await.unwrap().claimed,
+        0,
+        "until the lease is over"
+    );
+    t.store(T0 + LEASE_MS + 1, Ordering::SeqCst);
+    let pass = b.pass().await.unwrap();
+    assert_eq!((pass.claimed, pass.sent), (2, 2));
+    assert_eq!(b.pass().await.unwrap().claimed, 0);
+
+    let got = received(dir.path());
+    let ids: Vec<&str> = got
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap())
+        .collect();
+    // dead-1: claimed but never sent: delivered once.
+    assert_eq!(ids.iter().filter(|i| **i == "<dead-1@bizrq>").count(), 1);
+    // dead-2: the at-least-once window: accepted, not marked, resent with
+    // the same Message-ID, by which the receiver drops the copy.
+    assert_eq!(ids.iter().filter(|i| **i == "<dead-2@bizrq>").count(), 2);
+    assert_eq!(got.len(), 3);
+    assert_eq!(store.mail_queue_depth().await.unwrap(), 0);
+    store.close().await;
+}
+
+macro_rules! on_both_databases {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$name(&crate::common::fresh_sqlite(&dir)).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name(&crate::common::fresh_postgres().await).await;
+            }
+        }
+    )*};
+}
+
+on_both_databases!(
+    delivers_once_with_both_parts,
+    outage_is_retried_with_backoff_then_delivered_once,
+    two_senders_deliver_each_row_once,
+    a_lease_left_by_a_dead_sender_expires_then_one_delivery,
+);
