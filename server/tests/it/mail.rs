@@ -310,3 +310,35 @@ on_both_databases!(
     two_senders_deliver_each_row_once,
     a_lease_left_by_a_dead_sender_expires_then_one_delivery,
 );
+
+/// `bizrq serve` with `--smtp-host` sends what waits in the outbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_sends_the_outbox() {
+    let db = tempfile::tempdir().unwrap();
+    let url = crate::common::fresh_sqlite(&db);
+    let store = SqlStore::connect(&url).await.unwrap();
+    store
+        .enqueue_mail(&mail("wired-1"), bizrq::util::now_ms())
+        .await
+        .unwrap();
+    store.close().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _smtp = start_smtp(port, dir.path()).await;
+    let mut args = bizrq::config::ServeArgs::for_tests(&url);
+    args.smtp_host = Some("127.0.0.1".into());
+    args.smtp_port = port;
+    args.smtp_security = SmtpSecurity::Plain;
+    let running = bizrq::start_with(&args, None, None).await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        got = received(dir.path());
+        if !got.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["message_id"], "<wired-1@bizrq>");
+    running.shutdown().await;
+}
