@@ -303,9 +303,11 @@ async fn https(o: &Opts) {
             "bench",
             "--resync-seconds",
             "3600",
+            "--standalone",
         ])
         .args(["--database-url", &url])
         .env("BIZRQ_LOG", "warn")
+        .env("BIZRQ_ADMIN_PASSWORD", "bench-admin-password")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -313,8 +315,17 @@ async fn https(o: &Opts) {
     let pid = child.id().unwrap();
     let mut lines =
         tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
-    let ready = lines.next_line().await.unwrap().expect("bizrq exited");
-    let (http_addr, webhook_addr) = bizrq::parse_ready_line(&ready).expect("a ready line");
+    // Lines before it (a generated password on a first start) are skipped.
+    let (http_addr, webhook_addr) = loop {
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("bizrq exited before it was ready");
+        if let Some(addrs) = bizrq::parse_ready_line(&line) {
+            break addrs;
+        }
+    };
 
     let base = Arc::new(Template::new(&fixture()));
     let endpoint = format!("https://{webhook_addr}/validate/workloads");
