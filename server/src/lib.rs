@@ -2,6 +2,7 @@
 //! layer, with the quota objects in SQL (standalone) or in the cluster as
 //! CRDs, where the Lease holder also runs the controller — see `start`.
 
+pub mod alerts;
 pub mod api;
 pub mod changes;
 pub mod cluster;
