@@ -6,6 +6,8 @@
 //! level); the database keeps it unique among open alerts, so a condition
 //! that holds fires once, resolves when it clears and fires again when it
 //! recurs.
+//!
+//! [`engine`] is the imperative shell: it loads, calls these and stores.
 
 use app::charts::Forecast;
 use quota::object::Quota;
@@ -297,6 +299,77 @@ pub fn evaluate(conditions: Vec<Condition>, open: &[OpenAlert]) -> Evaluation {
     }
 }
 
+/// One evaluation over many quotas: `open` holds every open alert by
+/// quota, `forecasts` the cash forecasts by quota and key.
+pub fn evaluate_quotas(
+    quotas: &[Quota],
+    rules: &BTreeMap<String, Vec<Rule>>,
+    open: &BTreeMap<String, Vec<OpenAlert>>,
+    forecasts: &BTreeMap<String, BTreeMap<String, Forecast>>,
+    now_ms: i64,
+) -> Evaluation {
+    let none = BTreeMap::new();
+    let mut out = Evaluation::default();
+    let mut seen = BTreeSet::new();
+    for q in quotas {
+        let name = q.name();
+        seen.insert(name);
+        let rules = rules.get(name).map(Vec::as_slice).unwrap_or_default();
+        let cs = conditions(q, rules, forecasts.get(name).unwrap_or(&none), now_ms);
+        let e = evaluate(cs, open.get(name).map(Vec::as_slice).unwrap_or_default());
+        out.open.extend(e.open);
+        out.resolve.extend(e.resolve);
+    }
+    // A deleted quota's conditions are gone with it.
+    for (name, alerts) in open {
+        if !seen.contains(name.as_str()) {
+            out.resolve.extend(evaluate(Vec::new(), alerts).resolve);
+        }
+    }
+    out
+}
+
+/// The alert for a transfer event, on the receiving quota.
+pub fn transfer_condition(kind: Kind, t: &crate::store::transfers::Transfer) -> Condition {
+    let amounts: Vec<String> = t.amounts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let from = t.from_quota.as_deref().unwrap_or("its parent");
+    let what = match kind {
+        Kind::TransferApproved => "approved",
+        Kind::TransferRejected => "rejected",
+        _ => "requested",
+    };
+    let by = match kind {
+        Kind::TransferRequested => format!(" by {}", t.requested_by),
+        _ => t
+            .decided_by
+            .as_deref()
+            .map(|d| format!(" by {d}"))
+            .unwrap_or_default(),
+    };
+    Condition {
+        kind,
+        quota: t.to_quota.clone(),
+        key: format!("#{}", t.id),
+        level: if kind == Kind::TransferRejected {
+            Level::Warning
+        } else {
+            Level::Info
+        },
+        message: format!(
+            "Transfer #{} of {} from {from} to {} {what}{by}",
+            t.id,
+            amounts.join(", "),
+            t.to_quota
+        ),
+        numbers: json!({
+            "transfer": t.id,
+            "amounts": t.amounts.iter().map(|(k, v)| (k.clone(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            "reason": t.reason,
+            "note": t.decision_note,
+        }),
+    }
+}
+
 /// An email: subject, plain text and HTML.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Email {
@@ -356,6 +429,8 @@ fn escape(s: &str) -> String {
         .replace('"', "&quot;")
         .replace('\'', "&#39;")
 }
+
+pub mod engine;
 
 #[cfg(test)]
 mod tests;
