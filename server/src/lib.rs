@@ -185,10 +185,10 @@ pub async fn start_with(
     let service = Arc::new(service);
     let warmed = service.warm_cache().await?;
     tracing::debug!(quotas = warmed, "cache warmed");
-    let transfers = Arc::new(transfers::TransferService::new(
-        service.clone(),
-        sql.clone(),
-    ));
+    let transfers = Arc::new(
+        transfers::TransferService::new(service.clone(), sql.clone())
+            .with_public_url(&args.public_url),
+    );
     // Finish what a previous run of this (or another) replica left half-way.
     match transfers.recover().await {
         Ok(0) => {}
@@ -276,8 +276,16 @@ pub async fn start_with(
                 history,
                 Duration::from_secs(60),
             ));
+            let alerting = tokio::spawn(alerts::engine::evaluate_forever(
+                service.clone(),
+                sql.clone(),
+                args.public_url.clone(),
+                alerts::engine::EVERY,
+            ));
+            let (alert_sql, public_url) = (sql.clone(), args.public_url.clone());
             let task = tokio::spawn(async move {
                 let _sampler = AbortOnDrop(sampler);
+                let _alerting = AbortOnDrop(alerting);
                 let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
                 loop {
                     tick.tick().await;
@@ -290,6 +298,7 @@ pub async fn start_with(
                         Ok(n) => tracing::debug!(quotas = n, "resync done"),
                         Err(e) => tracing::warn!(error = %e, "resync failed"),
                     }
+                    alerts::engine::evaluate_now(&resync, &alert_sql, &public_url).await;
                 }
             });
             (task, None)
@@ -324,9 +333,17 @@ pub async fn start_with(
                 history,
                 cfg,
             ));
-            // One task to abort on shutdown, taking both with it.
+            // On every replica too: opening an alert is idempotent across them.
+            let alerting = tokio::spawn(alerts::engine::evaluate_forever(
+                service.clone(),
+                sql.clone(),
+                args.public_url.clone(),
+                alerts::engine::EVERY,
+            ));
+            // One task to abort on shutdown, taking all with it.
             let task = tokio::spawn(async move {
                 let _sweeper = AbortOnDrop(sweeper);
+                let _alerting = AbortOnDrop(alerting);
                 let mut control = AbortOnDrop(control);
                 let _ = (&mut control.0).await;
             });

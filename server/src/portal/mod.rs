@@ -12,6 +12,7 @@
 //! The portal's tables always live in SQL ([`SqlStore`]), also in cluster
 //! mode where the quota objects live in the cluster.
 
+pub mod alerts;
 pub mod audit;
 pub mod auth;
 pub mod authz;
@@ -112,6 +113,7 @@ pub fn router() -> Router<AppState> {
         .route("/users/{name}/roles/delete", post(pages::remove_role))
         .route("/tokens", get(pages::tokens).post(pages::create_token))
         .route("/tokens/{id}/revoke", post(pages::revoke_token))
+        .route("/alerts", get(alerts::page))
         .route("/audit", get(audit::page))
         .route("/audit.csv", get(audit::csv))
         .merge(transfers::pages())

@@ -249,6 +249,7 @@ async fn role_route_table(s: &Server) {
         (Anonymous, Get("/users"), SEE_OTHER),
         (Anonymous, Get("/tokens"), SEE_OTHER),
         (Anonymous, Get("/audit"), SEE_OTHER),
+        (Anonymous, Get("/alerts"), SEE_OTHER),
         (Anonymous, Get("/audit.csv"), SEE_OTHER),
         (
             Anonymous,
@@ -306,6 +307,10 @@ async fn role_route_table(s: &Server) {
         (MemberCv, Get("/users"), FORBIDDEN),
         (MemberCv, Get("/audit"), OK),
         (Admin, Get("/audit?from=yesterday"), INVALID),
+        (Admin, Get("/alerts"), OK),
+        (OwnerNlp, Get("/alerts?quota=nlp&kind=threshold"), OK),
+        (MemberCv, Get("/alerts"), OK),
+        (MemberCv, Get("/alerts?kind=bogus"), INVALID),
         // Users and roles: admins only.
         (
             OwnerNlp,
@@ -2031,7 +2036,10 @@ async fn quota_pages(s: &Server) {
             && home.contains("burning 10 card-hours/h"),
         "the overview forecasts the budget: {home}"
     );
-    assert!(home.contains("arrive with email alerts"));
+    assert!(
+        home.contains("All alerts (") && home.contains("href=\"/alerts\""),
+        "the overview has its alert section: {home}"
+    );
 }
 
 /// A thousand quotas: the tree folds below two levels, stays small, and
