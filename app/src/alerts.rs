@@ -112,3 +112,136 @@ pub fn render_alerts_page(
         }
     })
 }
+
+/// One stored rule of a quota, as the rules page shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleRow {
+    /// A key, or "*" for every key without its own rule.
+    pub key: String,
+    pub warn_percent: i64,
+    pub crit_percent: i64,
+    pub forecast_horizon_hours: Option<i64>,
+}
+
+/// GET /quotas/{name}/alerts: the quota's rules, and (for its owners and
+/// admins) the form to set or remove one. `keys` are the quota's keys.
+#[cfg(feature = "ssr")]
+pub fn render_rules_page(
+    viewer: Viewer,
+    quota: String,
+    rules: Vec<RuleRow>,
+    keys: Vec<String>,
+    can_edit: bool,
+    flash: Option<Flash>,
+) -> String {
+    use crate::layout::CsrfField;
+    let action = format!("/quotas/{quota}/alerts");
+    let csrf = viewer.csrf.clone();
+    let rows = if rules.is_empty() {
+        view! { <p class="empty">"No rules: every key warns at 80 % and is critical at 100 % of hard; no forecast alert."</p> }.into_any()
+    } else {
+        let rows = rules
+            .into_iter()
+            .map(|r| {
+                let remove = can_edit.then(|| {
+                    view! {
+                        <form method="post" action=action.clone()>
+                            <CsrfField csrf=csrf.clone()/>
+                            <input type="hidden" name="key" value=r.key.clone()/>
+                            <input type="hidden" name="delete" value="1"/>
+                            <button type="submit">"Remove"</button>
+                        </form>
+                    }
+                });
+                view! {
+                    <tr>
+                        <td><code>{r.key.clone()}</code></td>
+                        <td class="num">{format!("{} %", r.warn_percent)}</td>
+                        <td class="num">{format!("{} %", r.crit_percent)}</td>
+                        <td class="num">{r.forecast_horizon_hours.map(|h| format!("{h} h")).unwrap_or_else(|| "—".into())}</td>
+                        <td>{remove}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <table class="rules">
+                <thead><tr><th>"Key"</th><th>"Warn at"</th><th>"Critical at"</th><th>"Forecast horizon"</th><th></th></tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+        }
+        .into_any()
+    };
+    let form = can_edit.then(|| {
+        let options = std::iter::once("*".to_string())
+            .chain(keys)
+            .map(|k| view! { <option value=k.clone()>{k.clone()}</option> })
+            .collect_view();
+        view! {
+            <form class="card inline" method="post" action=action.clone()>
+                <CsrfField csrf=viewer.csrf.clone()/>
+                <label>"Key"<select name="key">{options}</select></label>
+                <label>"Warn at %"<input name="warn_percent" type="number" min="1" value="80"/></label>
+                <label>"Critical at %"<input name="crit_percent" type="number" min="1" value="100"/></label>
+                <label>"Forecast horizon (hours, cash keys)"<input name="forecast_horizon_hours" type="number" min="1" placeholder="none"/></label>
+                <button type="submit">"Save rule"</button>
+            </form>
+        }
+    });
+    let title = format!("Alert rules of {quota}");
+    let back = format!("/quotas/{quota}");
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title=title section=Section::Alerts flash=flash>
+                <p><a href=back>"← the quota"</a></p>
+                {rows}
+                {form}
+            </Layout>
+        }
+    })
+}
+
+/// The viewer's alert settings on the account page.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccountAlerts {
+    pub email: String,
+    /// (kind, muted, daily digest).
+    pub kinds: Vec<(String, bool, bool)>,
+}
+
+/// GET /account: the viewer's email address and alert preferences.
+#[cfg(feature = "ssr")]
+pub fn render_account_page(viewer: Viewer, a: AccountAlerts, flash: Option<Flash>) -> String {
+    use crate::layout::CsrfField;
+    let rows = a
+        .kinds
+        .into_iter()
+        .map(|(kind, muted, digest)| {
+            let m = format!("mute.{kind}");
+            let d = format!("digest.{kind}");
+            view! {
+                <tr>
+                    <td><code>{kind}</code></td>
+                    <td><input type="checkbox" name=m value="1" checked=muted/></td>
+                    <td><input type="checkbox" name=d value="1" checked=digest/></td>
+                </tr>
+            }
+        })
+        .collect_view();
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer.clone()) title="Account".into() section=Section::None flash=flash>
+                <form class="card" method="post" action="/account">
+                    <CsrfField csrf=viewer.csrf.clone()/>
+                    <label>"Email for alerts"<input name="email" type="email" value=a.email/></label>
+                    <table class="prefs">
+                        <thead><tr><th>"Alert kind"</th><th>"No email"</th><th>"Daily digest"</th></tr></thead>
+                        <tbody>{rows}</tbody>
+                    </table>
+                    <p class="hint">"The daily digest choice is stored; digests are not sent yet."</p>
+                    <button type="submit">"Save"</button>
+                </form>
+            </Layout>
+        }
+    })
+}

@@ -114,6 +114,14 @@ pub fn router() -> Router<AppState> {
         .route("/tokens", get(pages::tokens).post(pages::create_token))
         .route("/tokens/{id}/revoke", post(pages::revoke_token))
         .route("/alerts", get(alerts::page))
+        .route(
+            "/quotas/{name}/alerts",
+            get(alerts::rules_page).post(alerts::save_rule),
+        )
+        .route(
+            "/account",
+            get(alerts::account_page).post(alerts::save_account),
+        )
         .route("/audit", get(audit::page))
         .route("/audit.csv", get(audit::csv))
         .merge(transfers::pages())
