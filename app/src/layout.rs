@@ -103,7 +103,7 @@ pub fn Layout(
         view! {
             <nav>{links}</nav>
             <form class="whoami" method="post" action="/logout">
-                <span>{v.username}{v.is_admin.then_some(" (admin)")}</span>
+                <span><a href="/account" title="your email and alert preferences">{v.username}</a>{v.is_admin.then_some(" (admin)")}</span>
                 <CsrfField csrf=v.csrf/>
                 <button type="submit">"Log out"</button>
             </form>

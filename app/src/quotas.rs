@@ -184,6 +184,11 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 .into_any(),
         );
     }
+    // Everyone who sees the quota sees its rules; owners change them there.
+    actions.push(
+        view! { <a class="button" href=format!("/quotas/{name}/alerts")>"Alert rules"</a> }
+            .into_any(),
+    );
     if d.can_create_child {
         actions.push(
             view! { <a class="button" href=format!("/quotas/{name}/children/new")>"New child"</a> }

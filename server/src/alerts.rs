@@ -320,9 +320,11 @@ pub fn evaluate_quotas(
         out.open.extend(e.open);
         out.resolve.extend(e.resolve);
     }
-    // A deleted quota's conditions are gone with it.
+    // A deleted quota's conditions are gone with it. No quota at all is
+    // more likely a cache not filled yet than an empty tree: resolving
+    // everything then would send every alert again on the next sweep.
     for (name, alerts) in open {
-        if !seen.contains(name.as_str()) {
+        if !quotas.is_empty() && !seen.contains(name.as_str()) {
             out.resolve.extend(evaluate(Vec::new(), alerts).resolve);
         }
     }

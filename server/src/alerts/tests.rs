@@ -249,3 +249,25 @@ fn ten_thousand_quotas_evaluate_well_under_a_second() {
     assert_eq!(e.open.len(), 4 * 909);
     assert!(took < std::time::Duration::from_millis(500), "{took:?}");
 }
+
+#[test]
+fn alerts_of_a_deleted_quota_resolve_but_not_on_an_empty_list() {
+    let open: BTreeMap<String, Vec<OpenAlert>> = [(
+        "gone".to_string(),
+        vec![OpenAlert {
+            id: 3,
+            kind: Kind::Threshold,
+            fingerprint: "threshold|gone|requests.nvidia.com/gpu|warning".into(),
+        }],
+    )]
+    .into();
+    let e = evaluate_quotas(
+        &[quota("1")],
+        &BTreeMap::new(),
+        &open,
+        &BTreeMap::new(),
+        NOW,
+    );
+    assert_eq!(e.resolve, [3]);
+    assert!(evaluate_quotas(&[], &BTreeMap::new(), &open, &BTreeMap::new(), NOW).is_empty());
+}

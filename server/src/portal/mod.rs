@@ -109,6 +109,7 @@ pub fn router() -> Router<AppState> {
         .route("/users/{name}/disabled", post(pages::set_disabled))
         .route("/users/{name}/admin", post(pages::set_admin))
         .route("/users/{name}/password", post(pages::set_password))
+        .route("/users/{name}/email", post(pages::set_email))
         .route("/users/{name}/roles", post(pages::add_role))
         .route("/users/{name}/roles/delete", post(pages::remove_role))
         .route("/tokens", get(pages::tokens).post(pages::create_token))

@@ -337,6 +337,16 @@ impl SqlStore {
         })
     }
 
+    /// Every user's email address, by user id (users without one left out).
+    pub async fn user_emails(&self) -> Result<BTreeMap<i64, String>, StoreError> {
+        let rows = sqlx::query("SELECT id, email FROM users WHERE email IS NOT NULL")
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("email")?)))
+            .collect()
+    }
+
     /// Sets (or with None clears) a user's email address.
     pub async fn set_user_email(
         &self,

@@ -382,6 +382,26 @@ async fn role_route_table(s: &Server) {
             FORBIDDEN,
         ),
         (Admin, Get("/account"), OK),
+        (
+            Admin,
+            Form("/users/bob/email", vec![("email", "bob@example.com")]),
+            SEE_OTHER,
+        ),
+        (
+            Admin,
+            Form("/users/bob/email", vec![("email", "bob")]),
+            INVALID,
+        ),
+        (
+            OwnerNlp,
+            Form("/users/bob/email", vec![("email", "x@example.com")]),
+            FORBIDDEN,
+        ),
+        (
+            Admin,
+            FormNoCsrf("/users/bob/email", vec![("email", "")]),
+            FORBIDDEN,
+        ),
         // Users and roles: admins only.
         (
             OwnerNlp,
