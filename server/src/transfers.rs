@@ -339,6 +339,9 @@ impl TransferService {
     pub async fn expire_due(&self, now_ms: i64) -> Result<u64, ServiceError> {
         let expired = self.exec.store.expire_transfers(now_ms).await?;
         for t in &expired {
+            if let Err(e) = alerts::engine::transfer_expired(&self.exec.store, t, now_ms).await {
+                tracing::warn!(error = %e, transfer = t.id, "resolving an expired request's alert failed");
+            }
             let before = Transfer {
                 status: TransferStatus::Requested,
                 finished_at: None,

@@ -117,6 +117,27 @@ pub async fn transfer_event(
     Ok(())
 }
 
+/// A request nobody decided in time: its alert resolves, no email.
+pub async fn transfer_expired(sql: &SqlStore, t: &Transfer, now_ms: i64) -> Result<(), StoreError> {
+    let requested = transfer_condition(Kind::TransferRequested, t).fingerprint();
+    let resolve: Vec<i64> = sql
+        .open_alerts()
+        .await?
+        .into_iter()
+        .filter(|a| a.fingerprint == requested)
+        .map(|a| a.id)
+        .collect();
+    if !resolve.is_empty() {
+        let e = Evaluation {
+            open: Vec::new(),
+            resolve,
+        };
+        sql.apply_evaluation(&e, &BTreeMap::new(), "", now_ms)
+            .await?;
+    }
+    Ok(())
+}
+
 async fn store(
     sql: &SqlStore,
     e: &Evaluation,

@@ -658,6 +658,13 @@ async fn transfer_events_raise_alerts_to_owners_and_admins(w: World) {
         .iter()
         .any(|a| a.kind == Kind::TransferApproved && a.key == format!("#{id}")));
     assert!(w.sql.open_alerts().await.unwrap().is_empty());
+
+    // Nobody decides: the request's alert resolves when it expires.
+    w.request(Some("det"), "seg", "1").await;
+    assert_eq!(w.sql.open_alerts().await.unwrap().len(), 1);
+    w.advance(25 * HOUR);
+    assert_eq!(w.transfers.expire_due(w.now()).await.unwrap(), 1);
+    assert!(w.sql.open_alerts().await.unwrap().is_empty());
 }
 
 on_both!(

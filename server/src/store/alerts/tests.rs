@@ -240,4 +240,33 @@ on_both_databases!(
     two_evaluators_at_once_open_the_alert_once,
     rules_are_stored_per_quota_and_key,
     a_transfer_alert_reaches_the_admins_and_outlives_a_sweep,
+    ten_thousand_quotas_sweep_quickly,
 );
+
+/// 10 000 quotas, 1 in 10 past 80 %: the first sweep opens their alerts
+/// and queues their emails; a sweep with nothing new is a few reads.
+async fn ten_thousand_quotas_sweep_quickly(s: &SqlStore) {
+    people(s).await;
+    let all: Vec<Quota> = std::iter::once(quota("org", "", 0))
+        .chain(
+            (0..10_000)
+                .map(|i| quota(&format!("team-{i}"), "org", if i % 10 == 0 { 9 } else { 1 })),
+        )
+        .collect();
+    let started = std::time::Instant::now();
+    let first = engine::evaluate_all(s, &all, T, URL).await.unwrap();
+    let opening = started.elapsed();
+    assert_eq!(first.opened, 1_000);
+    let started = std::time::Instant::now();
+    let again = engine::evaluate_all(s, &all, T + 30_000, URL)
+        .await
+        .unwrap();
+    let steady = started.elapsed();
+    assert_eq!(again, Default::default());
+    println!(
+        "{:?}: 10000 quotas, opening 1000 alerts with their emails {opening:?}; a sweep with nothing new {steady:?}",
+        s.backend
+    );
+    assert!(steady < std::time::Duration::from_secs(1), "{steady:?}");
+    assert_eq!(s.outbox().await.unwrap().len(), 1_000);
+}
