@@ -340,13 +340,26 @@ pub fn transfer_condition(kind: Kind, t: &crate::store::transfers::Transfer) -> 
         Kind::TransferRejected => "rejected",
         _ => "requested",
     };
+    let revalidated = t
+        .decision_note
+        .as_deref()
+        .is_none_or(|n| n.trim().is_empty())
+        && t.result.is_some();
     let by = match kind {
         Kind::TransferRequested => format!(" by {}", t.requested_by),
+        // Approved by a person, refused by re-validation against the tree.
+        Kind::TransferRejected if revalidated => " on re-validation".to_string(),
         _ => t
             .decided_by
             .as_deref()
             .map(|d| format!(" by {d}"))
             .unwrap_or_default(),
+    };
+    // A rejection says why: the decider's note, or what re-validation found.
+    let why = match (kind, t.decision_note.as_deref(), t.result.as_deref()) {
+        (Kind::TransferRejected, Some(n), _) if !n.trim().is_empty() => format!(": {}", n.trim()),
+        (Kind::TransferRejected, _, Some(r)) => format!(": {r}"),
+        _ => String::new(),
     };
     Condition {
         kind,
@@ -358,16 +371,18 @@ pub fn transfer_condition(kind: Kind, t: &crate::store::transfers::Transfer) -> 
             Level::Info
         },
         message: format!(
-            "Transfer #{} of {} from {from} to {} {what}{by}",
+            "Transfer #{} of {} from {from} to {} {what}{by}{}",
             t.id,
             amounts.join(", "),
-            t.to_quota
+            t.to_quota,
+            why
         ),
         numbers: json!({
             "transfer": t.id,
             "amounts": t.amounts.iter().map(|(k, v)| (k.clone(), v.to_string())).collect::<BTreeMap<_, _>>(),
             "reason": t.reason,
             "note": t.decision_note,
+            "result": t.result,
         }),
     }
 }

@@ -305,7 +305,12 @@ impl TransferService {
         if let Ok(t) = self.get(id).await {
             self.alert(alerts::Kind::TransferApproved, &t).await;
         }
-        self.exec.spawn(id, Some(lease)).await
+        let t = self.exec.spawn(id, Some(lease)).await?;
+        // Re-validation refused it after all: say so, as for a rejection.
+        if t.status == TransferStatus::Rejected {
+            self.alert(alerts::Kind::TransferRejected, &t).await;
+        }
+        Ok(t)
     }
 
     /// Refuse a request, with a note for the requester.

@@ -238,6 +238,12 @@ async fn a_refused_approval_changes_nothing(w: World) {
     );
     assert_eq!(w.all_gpus().await, before);
     w.assert_consistent().await;
+    let rejected = w.sql.alerts(&Default::default(), 1).await.unwrap();
+    assert_eq!(
+        rejected[0].message,
+        format!("Transfer #{id} of 2 {GPU} from its parent to seg rejected on re-validation: bizrq cv: {GPU} asks 2, 0 left of 16"),
+        "re-validation's refusal is an alert too"
+    );
 
     // Refused at the request already, naming key and amount.
     let err = w.try_request(None, "seg", "1", None).await.unwrap_err();
