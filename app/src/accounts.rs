@@ -18,6 +18,8 @@ pub struct UserRow {
     pub bindings: Vec<(String, String)>,
     /// The viewer itself: it may not disable itself or drop its own admin.
     pub is_self: bool,
+    /// Where its alerts are emailed ("" for none).
+    pub email: String,
 }
 
 /// A personal API token as the tokens page lists it.
@@ -85,6 +87,11 @@ fn UserActions(u: UserRow, csrf: String) -> impl IntoView {
                 <CsrfField csrf=csrf.clone()/>
                 <input name="password" type="password" placeholder="new password" autocomplete="new-password" required minlength="12"/>
                 <button type="submit">"Set password"</button>
+            </form>
+            <form method="post" action=format!("{base}/email")>
+                <CsrfField csrf=csrf.clone()/>
+                <input name="email" type="email" placeholder="email for alerts" value=u.email.clone()/>
+                <button type="submit">"Set email"</button>
             </form>
             <form method="post" action=format!("{base}/roles")>
                 <CsrfField csrf=csrf/>

@@ -25,6 +25,8 @@ pub struct Viewer {
     pub username: String,
     pub is_admin: bool,
     pub csrf: String,
+    /// Open alerts the viewer may see: a badge on the Alerts link.
+    pub open_alerts: usize,
 }
 
 /// Which entry of the navigation is the current page.
@@ -33,6 +35,7 @@ pub enum Section {
     Overview,
     Tree,
     Transfers,
+    Alerts,
     Audit,
     Users,
     Tokens,
@@ -41,10 +44,11 @@ pub enum Section {
 }
 
 /// The navigation: (section, label, href, admins only).
-pub const NAV: [(Section, &str, &str, bool); 6] = [
+pub const NAV: [(Section, &str, &str, bool); 7] = [
     (Section::Overview, "Overview", "/", false),
     (Section::Tree, "Tree", "/tree", false),
     (Section::Transfers, "Transfers", "/transfers", false),
+    (Section::Alerts, "Alerts", "/alerts", false),
     (Section::Audit, "Audit", "/audit", false),
     (Section::Users, "Users", "/users", true),
     (Section::Tokens, "Tokens", "/tokens", false),
@@ -90,13 +94,16 @@ pub fn Layout(
             .filter(|(_, _, _, admin_only)| v.is_admin || !admin_only)
             .map(|(s, label, href, _)| {
                 let current = (*s == section).then_some("page");
-                view! { <a href=*href aria-current=current>{*label}</a> }
+                let badge = (*s == Section::Alerts && v.open_alerts > 0).then(|| {
+                    view! { " "<span class="badge" title="open alerts">{v.open_alerts}</span> }
+                });
+                view! { <a href=*href aria-current=current>{*label}{badge}</a> }
             })
             .collect_view();
         view! {
             <nav>{links}</nav>
             <form class="whoami" method="post" action="/logout">
-                <span>{v.username}{v.is_admin.then_some(" (admin)")}</span>
+                <span><a href="/account" title="your email and alert preferences">{v.username}</a>{v.is_admin.then_some(" (admin)")}</span>
                 <CsrfField csrf=v.csrf/>
                 <button type="submit">"Log out"</button>
             </form>

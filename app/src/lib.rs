@@ -2,6 +2,7 @@
 //! page works as plain HTML with JavaScript disabled.
 
 pub mod accounts;
+pub mod alerts;
 pub mod audit;
 pub mod charts;
 pub mod layout;

@@ -120,6 +120,7 @@ fn quota_link(name: &str) -> impl IntoView {
 pub fn render_overview_page(
     viewer: Viewer,
     cards: Vec<OverviewCard>,
+    alerts: Vec<crate::alerts::AlertRow>,
     flash: Option<Flash>,
 ) -> String {
     let title = "Overview".to_string();
@@ -151,10 +152,7 @@ pub fn render_overview_page(
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Overview flash=flash>
                 <div class="overview">{body}</div>
-                <section class="card alerts">
-                    <h3>"Alerts"</h3>
-                    <p class="hint">"Usage alerts (80 % and 100 % of hard, cash running out) arrive with email alerts (issue 5); none are raised yet."</p>
-                </section>
+                {crate::alerts::overview_section(alerts)}
             </Layout>
         }
     })
@@ -186,6 +184,11 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 .into_any(),
         );
     }
+    // Everyone who sees the quota sees its rules; owners change them there.
+    actions.push(
+        view! { <a class="button" href=format!("/quotas/{name}/alerts")>"Alert rules"</a> }
+            .into_any(),
+    );
     if d.can_create_child {
         actions.push(
             view! { <a class="button" href=format!("/quotas/{name}/children/new")>"New child"</a> }

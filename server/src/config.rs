@@ -40,6 +40,13 @@ pub struct ServeArgs {
     /// Admission webhook (HTTPS).
     #[arg(long, env = "BIZRQ_WEBHOOK_LISTEN", default_value = "127.0.0.1:8443")]
     pub webhook_listen: SocketAddr,
+    /// Where users reach the portal: the base of links in alert emails.
+    #[arg(
+        long,
+        env = "BIZRQ_PUBLIC_URL",
+        default_value = "http://127.0.0.1:3000"
+    )]
+    pub public_url: String,
     /// sqlite://FILE (created if missing) or postgres://USER@HOST/DB.
     #[arg(long, env = "DATABASE_URL", default_value = "sqlite://bizrq.db")]
     pub database_url: String,

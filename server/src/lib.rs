@@ -2,6 +2,7 @@
 //! layer, with the quota objects in SQL (standalone) or in the cluster as
 //! CRDs, where the Lease holder also runs the controller — see `start`.
 
+pub mod alerts;
 pub mod api;
 pub mod changes;
 pub mod cluster;
@@ -189,10 +190,10 @@ pub async fn start_with(
     let service = Arc::new(service);
     let warmed = service.warm_cache().await?;
     tracing::debug!(quotas = warmed, "cache warmed");
-    let transfers = Arc::new(transfers::TransferService::new(
-        service.clone(),
-        sql.clone(),
-    ));
+    let transfers = Arc::new(
+        transfers::TransferService::new(service.clone(), sql.clone())
+            .with_public_url(&args.public_url),
+    );
     // Finish what a previous run of this (or another) replica left half-way.
     match transfers.recover().await {
         Ok(0) => {}
@@ -290,8 +291,16 @@ pub async fn start_with(
                 history,
                 Duration::from_secs(60),
             ));
+            let alerting = tokio::spawn(alerts::engine::evaluate_forever(
+                service.clone(),
+                sql.clone(),
+                args.public_url.clone(),
+                alerts::engine::EVERY,
+            ));
+            let (alert_sql, public_url) = (sql.clone(), args.public_url.clone());
             let task = tokio::spawn(async move {
                 let _sampler = AbortOnDrop(sampler);
+                let _alerting = AbortOnDrop(alerting);
                 let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
                 loop {
                     tick.tick().await;
@@ -304,6 +313,7 @@ pub async fn start_with(
                         Ok(n) => tracing::debug!(quotas = n, "resync done"),
                         Err(e) => tracing::warn!(error = %e, "resync failed"),
                     }
+                    alerts::engine::evaluate_now(&resync, &alert_sql, &public_url).await;
                 }
             });
             (task, None)
@@ -338,9 +348,17 @@ pub async fn start_with(
                 history,
                 cfg,
             ));
-            // One task to abort on shutdown, taking both with it.
+            // On every replica too: opening an alert is idempotent across them.
+            let alerting = tokio::spawn(alerts::engine::evaluate_forever(
+                service.clone(),
+                sql.clone(),
+                args.public_url.clone(),
+                alerts::engine::EVERY,
+            ));
+            // One task to abort on shutdown, taking all with it.
             let task = tokio::spawn(async move {
                 let _sweeper = AbortOnDrop(sweeper);
+                let _alerting = AbortOnDrop(alerting);
                 let mut control = AbortOnDrop(control);
                 let _ = (&mut control.0).await;
             });

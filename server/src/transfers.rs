@@ -96,6 +96,7 @@
 //! A return may leave the borrower below its used (lowering is always
 //! allowed; the plan warns). Loans carry no cash keys.
 
+use crate::alerts;
 use crate::portal::audit::{self, action};
 use crate::service::{Service, ServiceError};
 use crate::store::sql::SqlStore;
@@ -147,6 +148,8 @@ pub enum CrashPoint {
 
 pub struct TransferService {
     exec: Executor,
+    /// The portal's address, for links in the alerts' emails.
+    public_url: String,
 }
 
 /// What runs transfers: cheap to clone, so a run goes on in its own task
@@ -185,7 +188,27 @@ impl TransferService {
                 store,
                 crash: Default::default(),
             },
+            public_url: "http://127.0.0.1:3000".into(),
         }
+    }
+
+    /// Links in the emails of transfer alerts point at `url`.
+    pub fn with_public_url(mut self, url: &str) -> TransferService {
+        self.public_url = url.to_string();
+        self
+    }
+
+    /// Requested, approved, rejected: an alert to the receiving quota's
+    /// owners and the admins. A failure is logged; the decision stands.
+    async fn alert(&self, kind: alerts::Kind, t: &Transfer) {
+        alerts::engine::on_transfer(
+            &self.exec.store,
+            &self.exec.service,
+            kind,
+            t,
+            &self.public_url,
+        )
+        .await;
     }
 
     /// Stop the next executions at `point`, as a crash would (tests).
@@ -230,7 +253,7 @@ impl TransferService {
         self.exec
             .plan_now(req.from.as_deref(), &req.to, &req.amounts)
             .await?;
-        Ok(self
+        let t = self
             .exec
             .store
             .insert_transfer(&NewTransfer {
@@ -243,7 +266,9 @@ impl TransferService {
                 expires_at: now_ms.saturating_add(ttl_ms),
                 revert_at: req.revert_at,
             })
-            .await?)
+            .await?;
+        self.alert(alerts::Kind::TransferRequested, &t).await;
+        Ok(t)
     }
 
     /// Approve a request and execute it. Returns the transfer as it ends:
@@ -277,7 +302,15 @@ impl TransferService {
                 t.status
             )));
         }
-        self.exec.spawn(id, Some(lease)).await
+        if let Ok(t) = self.get(id).await {
+            self.alert(alerts::Kind::TransferApproved, &t).await;
+        }
+        let t = self.exec.spawn(id, Some(lease)).await?;
+        // Re-validation refused it after all: say so, as for a rejection.
+        if t.status == TransferStatus::Rejected {
+            self.alert(alerts::Kind::TransferRejected, &t).await;
+        }
+        Ok(t)
     }
 
     /// Refuse a request, with a note for the requester.
@@ -300,7 +333,9 @@ impl TransferService {
                 t.status
             )));
         }
-        self.get(id).await
+        let t = self.get(id).await?;
+        self.alert(alerts::Kind::TransferRejected, &t).await;
+        Ok(t)
     }
 
     /// Expire the requests nobody decided by `now_ms`; how many. Each
@@ -309,6 +344,9 @@ impl TransferService {
     pub async fn expire_due(&self, now_ms: i64) -> Result<u64, ServiceError> {
         let expired = self.exec.store.expire_transfers(now_ms).await?;
         for t in &expired {
+            if let Err(e) = alerts::engine::transfer_expired(&self.exec.store, t, now_ms).await {
+                tracing::warn!(error = %e, transfer = t.id, "resolving an expired request's alert failed");
+            }
             let before = Transfer {
                 status: TransferStatus::Requested,
                 finished_at: None,

@@ -41,9 +41,10 @@ pub mod action {
     pub const TRANSFER_EXPIRE: &str = "transfer.expire";
     /// By `bizrq`: a loan's return, started when it is due.
     pub const TRANSFER_RETURN: &str = "transfer.return";
+    pub const ALERT_RULE: &str = "alert.rule";
 
     /// Every action, for the page's filter (other pages add theirs here).
-    pub const ALL: [&str; 17] = [
+    pub const ALL: [&str; 18] = [
         QUOTA_CREATE,
         QUOTA_UPDATE,
         QUOTA_DELETE,
@@ -61,6 +62,7 @@ pub mod action {
         TRANSFER_REJECT,
         TRANSFER_EXPIRE,
         TRANSFER_RETURN,
+        ALERT_RULE,
     ];
 }
 

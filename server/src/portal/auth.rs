@@ -176,6 +176,8 @@ pub struct Viewer {
     pub principal: Principal,
     pub csrf: String,
     pub session: Session,
+    /// Open alerts on the quotas the viewer may see (the nav's badge).
+    pub open_alerts: usize,
 }
 
 impl Viewer {
@@ -185,6 +187,7 @@ impl Viewer {
             username: self.principal.username.clone(),
             is_admin: self.principal.is_admin,
             csrf: self.csrf.clone(),
+            open_alerts: self.open_alerts,
         }
     }
 
@@ -257,10 +260,19 @@ impl FromRequestParts<AppState> for Viewer {
         if seen.is_none_or(|s| now - s > SEEN_EVERY_MS) {
             let _ = session.insert(SEEN_KEY, now).await;
         }
+        // A badge is not worth failing a page for.
+        let open_alerts = match super::alerts::open_for(app, &principal).await {
+            Ok(a) => a.len(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot count open alerts");
+                0
+            }
+        };
         Ok(Viewer {
             principal,
             csrf,
             session,
+            open_alerts,
         })
     }
 }

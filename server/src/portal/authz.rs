@@ -194,6 +194,12 @@ pub fn can_edit_hard(p: &Principal, quota: &str, tree: &Tree) -> bool {
         .is_some_and(|parent| can_manage_children(p, parent, tree))
 }
 
+/// May `p` set `quota`'s alert rules? Its owners (also through an
+/// ancestor) and admins: thresholds change who is told, not what is held.
+pub fn can_set_alert_rules(p: &Principal, quota: &str, tree: &Tree) -> bool {
+    p.is_admin || role_on(p, quota, tree) == Some(Role::Owner)
+}
+
 /// May `p` delete `quota`? The same as changing its spec.
 pub fn can_delete(p: &Principal, quota: &str, tree: &Tree) -> bool {
     can_edit_hard(p, quota, tree)

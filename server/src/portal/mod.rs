@@ -12,6 +12,7 @@
 //! The portal's tables always live in SQL ([`SqlStore`]), also in cluster
 //! mode where the quota objects live in the cluster.
 
+pub mod alerts;
 pub mod audit;
 pub mod auth;
 pub mod authz;
@@ -108,10 +109,20 @@ pub fn router() -> Router<AppState> {
         .route("/users/{name}/disabled", post(pages::set_disabled))
         .route("/users/{name}/admin", post(pages::set_admin))
         .route("/users/{name}/password", post(pages::set_password))
+        .route("/users/{name}/email", post(pages::set_email))
         .route("/users/{name}/roles", post(pages::add_role))
         .route("/users/{name}/roles/delete", post(pages::remove_role))
         .route("/tokens", get(pages::tokens).post(pages::create_token))
         .route("/tokens/{id}/revoke", post(pages::revoke_token))
+        .route("/alerts", get(alerts::page))
+        .route(
+            "/quotas/{name}/alerts",
+            get(alerts::rules_page).post(alerts::save_rule),
+        )
+        .route(
+            "/account",
+            get(alerts::account_page).post(alerts::save_account),
+        )
         .route("/audit", get(audit::page))
         .route("/audit.csv", get(audit::csv))
         .merge(transfers::pages())

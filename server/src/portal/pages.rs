@@ -63,6 +63,7 @@ async fn users_page(
 ) -> Result<Response, PageError> {
     let sql = &app.portal.sql;
     let bindings = sql.all_bindings().await?;
+    let emails = sql.user_emails().await?;
     let me = viewer.principal.user_id;
     let rows = sql
         .users()
@@ -75,6 +76,7 @@ async fn users_page(
                 .map(|b| (b.binding.quota.clone(), b.binding.role.to_string()))
                 .collect(),
             is_self: Some(u.id) == me,
+            email: emails.get(&u.id).cloned().unwrap_or_default(),
             created: created(u.created_at_ms),
             username: u.username,
             is_admin: u.is_admin,
@@ -313,6 +315,35 @@ pub async fn set_password(
         return Ok(Redirect::to("/login").into_response());
     }
     done(&viewer, "/users", format!("password of {name} set")).await
+}
+
+#[derive(Deserialize)]
+pub struct EmailForm {
+    #[serde(default)]
+    email: String,
+}
+
+/// POST /users/{name}/email (admins): where the user's alerts go ("" for
+/// nowhere).
+pub async fn set_email(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Form(f): Form<EmailForm>,
+) -> Result<Response, PageError> {
+    viewer.require_admin()?;
+    let user = user_named(&app, &name).await?;
+    let email = f.email.trim();
+    if !email.is_empty() && (!email.contains('@') || email.contains(char::is_whitespace)) {
+        return Err(PageError::Invalid(format!(
+            "'{email}' is not an email address"
+        )));
+    }
+    app.portal
+        .sql
+        .set_user_email(user.id, Some(email).filter(|e| !e.is_empty()))
+        .await?;
+    done(&viewer, "/users", format!("email of {name} set")).await
 }
 
 #[derive(Deserialize)]

@@ -3,6 +3,7 @@
 //! object's version; a stale writer gets `Conflict` and must re-read.
 
 pub mod accounts;
+pub mod alerts;
 pub mod audit;
 pub mod history;
 pub mod outbox;

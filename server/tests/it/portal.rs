@@ -249,6 +249,7 @@ async fn role_route_table(s: &Server) {
         (Anonymous, Get("/users"), SEE_OTHER),
         (Anonymous, Get("/tokens"), SEE_OTHER),
         (Anonymous, Get("/audit"), SEE_OTHER),
+        (Anonymous, Get("/alerts"), SEE_OTHER),
         (Anonymous, Get("/audit.csv"), SEE_OTHER),
         (
             Anonymous,
@@ -306,6 +307,101 @@ async fn role_route_table(s: &Server) {
         (MemberCv, Get("/users"), FORBIDDEN),
         (MemberCv, Get("/audit"), OK),
         (Admin, Get("/audit?from=yesterday"), INVALID),
+        (Admin, Get("/alerts"), OK),
+        (OwnerNlp, Get("/alerts?quota=nlp&kind=threshold"), OK),
+        (MemberCv, Get("/alerts"), OK),
+        (MemberCv, Get("/alerts?kind=bogus"), INVALID),
+        // Alert rules: owners of the quota or above, and admins, may set them.
+        (Anonymous, Get("/quotas/nlp/alerts"), SEE_OTHER),
+        (OwnerNlp, Get("/quotas/nlp/alerts"), OK),
+        (OwnerNlp, Get("/quotas/cv/alerts"), NOT_FOUND),
+        (MemberCv, Get("/quotas/cv/alerts"), OK),
+        (
+            OwnerNlp,
+            Form(
+                "/quotas/nlp/alerts",
+                vec![("key", "*"), ("warn_percent", "50"), ("crit_percent", "90")],
+            ),
+            SEE_OTHER,
+        ),
+        (
+            OwnerNlp,
+            FormNoCsrf("/quotas/nlp/alerts", vec![("key", "*")]),
+            FORBIDDEN,
+        ),
+        (
+            OwnerNlp,
+            Form("/quotas/nlp/alerts", vec![("key", "bogus")]),
+            INVALID,
+        ),
+        (
+            OwnerNlp,
+            Form(
+                "/quotas/nlp/alerts",
+                vec![("key", "*"), ("warn_percent", "95"), ("crit_percent", "90")],
+            ),
+            INVALID,
+        ),
+        (
+            OwnerNlp,
+            Form("/quotas/cv/alerts", vec![("key", "*")]),
+            NOT_FOUND,
+        ),
+        (
+            MemberCv,
+            Form("/quotas/cv/alerts", vec![("key", "*")]),
+            FORBIDDEN,
+        ),
+        (
+            Admin,
+            Form(
+                "/quotas/cv/alerts",
+                vec![("key", "*"), ("forecast_horizon_hours", "72")],
+            ),
+            SEE_OTHER,
+        ),
+        // Everyone's own email and alert preferences.
+        (Anonymous, Get("/account"), SEE_OTHER),
+        (MemberCv, Get("/account"), OK),
+        (
+            MemberCv,
+            Form(
+                "/account",
+                vec![("email", "carl@example.com"), ("mute.threshold", "1")],
+            ),
+            SEE_OTHER,
+        ),
+        (
+            MemberCv,
+            Form("/account", vec![("email", "not an address")]),
+            INVALID,
+        ),
+        (
+            MemberCv,
+            FormNoCsrf("/account", vec![("email", "")]),
+            FORBIDDEN,
+        ),
+        (Admin, Get("/account"), OK),
+        (
+            Admin,
+            Form("/users/bob/email", vec![("email", "bob@example.com")]),
+            SEE_OTHER,
+        ),
+        (
+            Admin,
+            Form("/users/bob/email", vec![("email", "bob")]),
+            INVALID,
+        ),
+        (
+            OwnerNlp,
+            Form("/users/bob/email", vec![("email", "x@example.com")]),
+            FORBIDDEN,
+        ),
+        (
+            Admin,
+            FormNoCsrf("/users/bob/email", vec![("email", "")]),
+            FORBIDDEN,
+        ),
         // Users and roles: admins only.
         (
             OwnerNlp,
@@ -2031,7 +2127,10 @@ async fn quota_pages(s: &Server) {
             && home.contains("burning 10 card-hours/h"),
         "the overview forecasts the budget: {home}"
     );
-    assert!(home.contains("arrive with email alerts"));
+    assert!(
+        home.contains("All alerts (") && home.contains("href=\"/alerts\""),
+        "the overview has its alert section: {home}"
+    );
 }
 
 /// A thousand quotas: the tree folds below two levels, stays small, and
@@ -2121,7 +2220,85 @@ macro_rules! on_both {
     )*};
 }
 
+/// Alerts in the portal: a transfer request raises one at once, shown on
+/// the overview, counted in the nav, listed on /alerts for those who may
+/// see the quota; rules and preferences are saved and shown again.
+async fn alerts_in_the_portal(s: &Server) {
+    let o = org(s).await;
+    let p = o
+        .alice
+        .post(
+            "/transfers",
+            &[
+                ("from", "nlp-a"),
+                ("to", "nlp"),
+                ("key", GPU),
+                ("amount", "1"),
+                ("reason", "a test"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let home = o.alice.get("/").await.body;
+    assert!(
+        home.contains("of 1 requests.nvidia.com/gpu from nlp-a to nlp requested by alice"),
+        "the overview shows the open alert: {home}"
+    );
+    assert!(
+        home.contains(r#"title="open alerts" class="badge">1</span>"#),
+        "the nav counts it: {home}"
+    );
+    let page = o.alice.get("/alerts?kind=transfer_requested").await.body;
+    assert!(page.contains("requested by alice"), "{page}");
+    let page = o.alice.get("/alerts?kind=threshold").await.body;
+    assert!(
+        !page.contains("requested by alice"),
+        "filtered by kind: {page}"
+    );
+    let bobs = o.bob.get("/alerts").await.body;
+    assert!(
+        !bobs.contains("requested by alice"),
+        "bob may not see nlp: {bobs}"
+    );
+
+    o.alice.get("/quotas/nlp/alerts").await;
+    let p = o
+        .alice
+        .post(
+            "/quotas/nlp/alerts",
+            &[("key", GPU), ("warn_percent", "55"), ("crit_percent", "95")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let rules = o.alice.get("/quotas/nlp/alerts").await.body;
+    assert!(rules.contains("55 %") && rules.contains("95 %"), "{rules}");
+
+    o.alice.get("/account").await;
+    let p = o
+        .alice
+        .post(
+            "/account",
+            &[("email", "alice@example.com"), ("mute.cash_forecast", "1")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let account = o.alice.get("/account").await.body;
+    assert!(
+        account.contains(r#"value="alice@example.com""#),
+        "{account}"
+    );
+    let tag = |name: &str| {
+        let at = account.find(&format!("name=\"{name}\"")).unwrap();
+        let start = account[..at].rfind('<').unwrap();
+        let end = at + account[at..].find('>').unwrap();
+        account[start..end].to_string()
+    };
+    assert!(tag("mute.cash_forecast").contains("checked"), "{account}");
+    assert!(!tag("mute.threshold").contains("checked"), "{account}");
+}
+
 on_both!(
+    alerts_in_the_portal,
     role_route_table,
     quota_pages,
     audit_log,

@@ -27,6 +27,7 @@ fn list(pairs: &[(&str, &str)]) -> ResourceList {
 }
 
 struct World {
+    sql: Arc<SqlStore>,
     svc: Arc<Service>,
     transfers: TransferService,
     clock: Arc<AtomicI64>,
@@ -57,8 +58,9 @@ impl World {
             )
             .with_clock(Arc::new(move || c.load(Ordering::SeqCst))),
         );
-        let transfers = TransferService::new(svc.clone(), sql);
+        let transfers = TransferService::new(svc.clone(), sql.clone());
         let w = World {
+            sql,
             svc,
             transfers,
             clock,
@@ -236,6 +238,12 @@ async fn a_refused_approval_changes_nothing(w: World) {
     );
     assert_eq!(w.all_gpus().await, before);
     w.assert_consistent().await;
+    let rejected = w.sql.alerts(&Default::default(), 1).await.unwrap();
+    assert_eq!(
+        rejected[0].message,
+        format!("Transfer #{id} of 2 {GPU} from its parent to seg rejected on re-validation: bizrq cv: {GPU} asks 2, 0 left of 16"),
+        "re-validation's refusal is an alert too"
+    );
 
     // Refused at the request already, naming key and amount.
     let err = w.try_request(None, "seg", "1", None).await.unwrap_err();
@@ -592,7 +600,81 @@ macro_rules! on_both {
     };
 }
 
+// ---- alerts -----------------------------------------------------------------
+
+async fn transfer_events_raise_alerts_to_owners_and_admins(w: World) {
+    use bizrq::alerts::Kind;
+    use bizrq::portal::authz::Role;
+    let owner = w.sql.create_user("olga", "x", false, T0).await.unwrap();
+    w.sql
+        .set_user_email(owner.id, Some("olga@example.com"))
+        .await
+        .unwrap();
+    w.sql
+        .set_binding(owner.id, "cv", Role::Owner, T0)
+        .await
+        .unwrap();
+    let admin = w.sql.create_user("root", "x", true, T0).await.unwrap();
+    w.sql
+        .set_user_email(admin.id, Some("root@example.com"))
+        .await
+        .unwrap();
+
+    let id = w.request(Some("det"), "seg", "1").await;
+    let open = w.sql.open_alerts().await.unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(
+        (open[0].kind, open[0].quota.as_str()),
+        (Kind::TransferRequested, "seg")
+    );
+    assert!(
+        open[0].message.starts_with(&format!(
+            "Transfer #{id} of 1 {GPU} from det to seg requested by alice"
+        )),
+        "{}",
+        open[0].message
+    );
+    // seg has no owner: cv's owner, and the admin.
+    let to: Vec<String> = w
+        .sql
+        .outbox()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.recipient)
+        .collect();
+    assert_eq!(to, ["olga@example.com", "root@example.com"]);
+
+    w.transfers
+        .reject(id, "root", "not now", w.now())
+        .await
+        .unwrap();
+    assert!(
+        w.sql.open_alerts().await.unwrap().is_empty(),
+        "the decision resolves the request"
+    );
+    let all = w.sql.alerts(&Default::default(), 10).await.unwrap();
+    assert_eq!(all[0].kind, Kind::TransferRejected);
+    assert_eq!(w.sql.outbox().await.unwrap().len(), 4);
+
+    let id = w.request(Some("det"), "seg", "1").await;
+    w.transfers.approve(id, "root", w.now()).await.unwrap();
+    let all = w.sql.alerts(&Default::default(), 10).await.unwrap();
+    assert!(all
+        .iter()
+        .any(|a| a.kind == Kind::TransferApproved && a.key == format!("#{id}")));
+    assert!(w.sql.open_alerts().await.unwrap().is_empty());
+
+    // Nobody decides: the request's alert resolves when it expires.
+    w.request(Some("det"), "seg", "1").await;
+    assert_eq!(w.sql.open_alerts().await.unwrap().len(), 1);
+    w.advance(25 * HOUR);
+    assert_eq!(w.transfers.expire_due(w.now()).await.unwrap(), 1);
+    assert!(w.sql.open_alerts().await.unwrap().is_empty());
+}
+
 on_both!(
+    transfer_events_raise_alerts_to_owners_and_admins,
     approved_transfers_move_quota,
     a_refused_approval_changes_nothing,
     competing_approvals_one_wins,

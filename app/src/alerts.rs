@@ -1,0 +1,247 @@
+//! Alerts in the portal: the overview's section and the alerts page (open
+//! alerts and history, filtered by quota and kind). The server picks the
+//! alerts the viewer may see; these only render them.
+
+use crate::layout::{Flash, Viewer};
+
+#[cfg(feature = "ssr")]
+use crate::layout::{document, Layout, Section};
+#[cfg(feature = "ssr")]
+use leptos::prelude::*;
+
+/// One alert as the portal shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlertRow {
+    pub id: i64,
+    /// e.g. "threshold", "over_quota", "transfer_requested".
+    pub kind: String,
+    pub quota: String,
+    /// "info", "warning" or "critical".
+    pub level: String,
+    pub message: String,
+    /// UTC, e.g. "2026-11-22 01:02".
+    pub opened: String,
+    pub resolved: Option<String>,
+}
+
+/// The filters as typed (echoed back into the form).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AlertQuery {
+    pub quota: String,
+    pub kind: String,
+}
+
+#[cfg(feature = "ssr")]
+fn alert_table(rows: Vec<AlertRow>, empty: &'static str) -> AnyView {
+    if rows.is_empty() {
+        return view! { <p class="empty">{empty}</p> }.into_any();
+    }
+    let rows = rows
+        .into_iter()
+        .map(|r| {
+            let href = format!("/quotas/{}", r.quota);
+            view! {
+                <tr class=format!("alert {}", r.level)>
+                    <td><span class=format!("level {}", r.level)>{r.level.clone()}</span></td>
+                    <td><a href=href>{r.quota}</a></td>
+                    <td><code>{r.kind}</code></td>
+                    <td>{r.message}</td>
+                    <td class="num">{r.opened}</td>
+                    <td class="num">{r.resolved.unwrap_or_default()}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <table class="alerts">
+            <thead><tr><th>"Level"</th><th>"Quota"</th><th>"Kind"</th><th>"What"</th><th>"Opened (UTC)"</th><th>"Resolved (UTC)"</th></tr></thead>
+            <tbody>{rows}</tbody>
+        </table>
+    }
+    .into_any()
+}
+
+/// The overview's section: the open alerts on quotas the viewer can see.
+#[cfg(feature = "ssr")]
+pub fn overview_section(open: Vec<AlertRow>) -> impl IntoView {
+    let count = open.len();
+    view! {
+        <section class="card alerts">
+            <h3>"Alerts"</h3>
+            {alert_table(open, "No open alerts on your quotas.")}
+            <p><a href="/alerts">{format!("All alerts ({count} open) →")}</a></p>
+        </section>
+    }
+}
+
+/// GET /alerts: open alerts first, then the history.
+#[cfg(feature = "ssr")]
+pub fn render_alerts_page(
+    viewer: Viewer,
+    open: Vec<AlertRow>,
+    resolved: Vec<AlertRow>,
+    query: AlertQuery,
+    kinds: Vec<String>,
+    flash: Option<Flash>,
+) -> String {
+    let options = kinds
+        .into_iter()
+        .map(|k| {
+            let selected = k == query.kind;
+            view! { <option value=k.clone() selected=selected>{k.clone()}</option> }
+        })
+        .collect_view();
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title="Alerts".into() section=Section::Alerts flash=flash>
+                <form class="card inline" method="get" action="/alerts">
+                    <label>"Quota"<input name="quota" value=query.quota/></label>
+                    <label>"Kind"
+                        <select name="kind">
+                            <option value="" selected=query.kind.is_empty()>"any"</option>
+                            {options}
+                        </select>
+                    </label>
+                    <button type="submit">"Filter"</button>
+                </form>
+                <h3>"Open"</h3>
+                {alert_table(open, "No open alerts match.")}
+                <h3>"Resolved"</h3>
+                {alert_table(resolved, "No resolved alerts match.")}
+            </Layout>
+        }
+    })
+}
+
+/// One stored rule of a quota, as the rules page shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleRow {
+    /// A key, or "*" for every key without its own rule.
+    pub key: String,
+    pub warn_percent: i64,
+    pub crit_percent: i64,
+    pub forecast_horizon_hours: Option<i64>,
+}
+
+/// GET /quotas/{name}/alerts: the quota's rules, and (for its owners and
+/// admins) the form to set or remove one. `keys` are the quota's keys.
+#[cfg(feature = "ssr")]
+pub fn render_rules_page(
+    viewer: Viewer,
+    quota: String,
+    rules: Vec<RuleRow>,
+    keys: Vec<String>,
+    can_edit: bool,
+    flash: Option<Flash>,
+) -> String {
+    use crate::layout::CsrfField;
+    let action = format!("/quotas/{quota}/alerts");
+    let csrf = viewer.csrf.clone();
+    let rows = if rules.is_empty() {
+        view! { <p class="empty">"No rules: every key warns at 80 % and is critical at 100 % of hard; no forecast alert."</p> }.into_any()
+    } else {
+        let rows = rules
+            .into_iter()
+            .map(|r| {
+                let remove = can_edit.then(|| {
+                    view! {
+                        <form method="post" action=action.clone()>
+                            <CsrfField csrf=csrf.clone()/>
+                            <input type="hidden" name="key" value=r.key.clone()/>
+                            <input type="hidden" name="delete" value="1"/>
+                            <button type="submit">"Remove"</button>
+                        </form>
+                    }
+                });
+                view! {
+                    <tr>
+                        <td><code>{r.key.clone()}</code></td>
+                        <td class="num">{format!("{} %", r.warn_percent)}</td>
+                        <td class="num">{format!("{} %", r.crit_percent)}</td>
+                        <td class="num">{r.forecast_horizon_hours.map(|h| format!("{h} h")).unwrap_or_else(|| "—".into())}</td>
+                        <td>{remove}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <table class="rules">
+                <thead><tr><th>"Key"</th><th>"Warn at"</th><th>"Critical at"</th><th>"Forecast horizon"</th><th></th></tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+        }
+        .into_any()
+    };
+    let form = can_edit.then(|| {
+        let options = std::iter::once("*".to_string())
+            .chain(keys)
+            .map(|k| view! { <option value=k.clone()>{k.clone()}</option> })
+            .collect_view();
+        view! {
+            <form class="card inline" method="post" action=action.clone()>
+                <CsrfField csrf=viewer.csrf.clone()/>
+                <label>"Key"<select name="key">{options}</select></label>
+                <label>"Warn at %"<input name="warn_percent" type="number" min="1" value="80"/></label>
+                <label>"Critical at %"<input name="crit_percent" type="number" min="1" value="100"/></label>
+                <label>"Forecast horizon (hours, cash keys)"<input name="forecast_horizon_hours" type="number" min="1" placeholder="none"/></label>
+                <button type="submit">"Save rule"</button>
+            </form>
+        }
+    });
+    let title = format!("Alert rules of {quota}");
+    let back = format!("/quotas/{quota}");
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title=title section=Section::Alerts flash=flash>
+                <p><a href=back>"← the quota"</a></p>
+                {rows}
+                {form}
+            </Layout>
+        }
+    })
+}
+
+/// The viewer's alert settings on the account page.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccountAlerts {
+    pub email: String,
+    /// (kind, muted, daily digest).
+    pub kinds: Vec<(String, bool, bool)>,
+}
+
+/// GET /account: the viewer's email address and alert preferences.
+#[cfg(feature = "ssr")]
+pub fn render_account_page(viewer: Viewer, a: AccountAlerts, flash: Option<Flash>) -> String {
+    use crate::layout::CsrfField;
+    let rows = a
+        .kinds
+        .into_iter()
+        .map(|(kind, muted, digest)| {
+            let m = format!("mute.{kind}");
+            let d = format!("digest.{kind}");
+            view! {
+                <tr>
+                    <td><code>{kind}</code></td>
+                    <td><input type="checkbox" name=m value="1" checked=muted/></td>
+                    <td><input type="checkbox" name=d value="1" checked=digest/></td>
+                </tr>
+            }
+        })
+        .collect_view();
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer.clone()) title="Account".into() section=Section::None flash=flash>
+                <form class="card" method="post" action="/account">
+                    <CsrfField csrf=viewer.csrf.clone()/>
+                    <label>"Email for alerts"<input name="email" type="email" value=a.email/></label>
+                    <table class="prefs">
+                        <thead><tr><th>"Alert kind"</th><th>"No email"</th><th>"Daily digest"</th></tr></thead>
+                        <tbody>{rows}</tbody>
+                    </table>
+                    <p class="hint">"The daily digest choice is stored; digests are not sent yet."</p>
+                    <button type="submit">"Save"</button>
+                </form>
+            </Layout>
+        }
+    })
+}

@@ -1,0 +1,453 @@
+//! Alerts (SPEC §7), the pure part: from a quota, its rules and the alerts
+//! open on it, which alerts open and which resolve; and the email an alert
+//! sends. No I/O and no clock: time and samples come in as arguments.
+//!
+//! An alert is identified while open by its fingerprint (kind, quota, key,
+//! level); the database keeps it unique among open alerts, so a condition
+//! that holds fires once, resolves when it clears and fires again when it
+//! recurs.
+//!
+//! [`engine`] is the imperative shell: it loads, calls these and stores.
+
+use app::charts::Forecast;
+use quota::object::Quota;
+use quota::{resources, Quantity};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const DEFAULT_WARN_PERCENT: i64 = 80;
+pub const DEFAULT_CRIT_PERCENT: i64 = 100;
+const MS_PER_HOUR: i64 = 3_600_000;
+const MS_PER_DAY: i64 = 86_400_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Threshold,
+    OverQuota,
+    CashForecast,
+    ReclaimPending,
+    TransferRequested,
+    TransferApproved,
+    TransferRejected,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 7] = [
+        Kind::Threshold,
+        Kind::OverQuota,
+        Kind::CashForecast,
+        Kind::ReclaimPending,
+        Kind::TransferRequested,
+        Kind::TransferApproved,
+        Kind::TransferRejected,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Threshold => "threshold",
+            Kind::OverQuota => "over_quota",
+            Kind::CashForecast => "cash_forecast",
+            Kind::ReclaimPending => "reclaim_pending",
+            Kind::TransferRequested => "transfer_requested",
+            Kind::TransferApproved => "transfer_approved",
+            Kind::TransferRejected => "transfer_rejected",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// Kinds whose alerts follow a condition of the quota's status; the
+    /// others are events (a transfer decided) and are not resolved by an
+    /// evaluation.
+    pub fn is_condition(self) -> bool {
+        matches!(
+            self,
+            Kind::Threshold | Kind::OverQuota | Kind::CashForecast | Kind::ReclaimPending
+        )
+    }
+
+    /// Transfers are the admins' business too; the rest go to owners only.
+    pub fn notifies_admins(self) -> bool {
+        !self.is_condition()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Info => "info",
+            Level::Warning => "warning",
+            Level::Critical => "critical",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Level> {
+        [Level::Info, Level::Warning, Level::Critical]
+            .into_iter()
+            .find(|l| l.as_str() == s)
+    }
+}
+
+/// A quota's rule for one key, or for every key without its own ('*').
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub key: String,
+    pub warn_percent: i64,
+    pub crit_percent: i64,
+    pub forecast_horizon_hours: Option<i64>,
+}
+
+impl Rule {
+    pub fn default_for(key: &str) -> Rule {
+        Rule {
+            key: key.to_string(),
+            warn_percent: DEFAULT_WARN_PERCENT,
+            crit_percent: DEFAULT_CRIT_PERCENT,
+            forecast_horizon_hours: None,
+        }
+    }
+}
+
+/// The rule that applies to `key`: its own, else '*', else the defaults.
+pub fn rule_for<'a>(rules: &'a [Rule], key: &str) -> std::borrow::Cow<'a, Rule> {
+    rules
+        .iter()
+        .find(|r| r.key == key)
+        .or_else(|| rules.iter().find(|r| r.key == "*"))
+        .map(std::borrow::Cow::Borrowed)
+        .unwrap_or_else(|| std::borrow::Cow::Owned(Rule::default_for(key)))
+}
+
+/// An alert to open (or that should stay open).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Condition {
+    pub kind: Kind,
+    pub quota: String,
+    pub key: String,
+    pub level: Level,
+    pub message: String,
+    pub numbers: serde_json::Value,
+}
+
+impl Condition {
+    pub fn fingerprint(&self) -> String {
+        fingerprint(self.kind, &self.quota, &self.key, self.level)
+    }
+}
+
+pub fn fingerprint(kind: Kind, quota: &str, key: &str, level: Level) -> String {
+    format!("{}|{quota}|{key}|{}", kind.as_str(), level.as_str())
+}
+
+/// An open alert as stored, as far as evaluation needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenAlert {
+    pub id: i64,
+    pub kind: Kind,
+    pub fingerprint: String,
+}
+
+/// What one evaluation changes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Evaluation {
+    pub open: Vec<Condition>,
+    /// Ids of open alerts whose condition has cleared.
+    pub resolve: Vec<i64>,
+}
+
+impl Evaluation {
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty() && self.resolve.is_empty()
+    }
+}
+
+/// The conditions that hold for `quota` now. `forecasts` holds the cash
+/// forecast of each cash key whose rule has a horizon (the caller computes
+/// it from the stored samples).
+pub fn conditions(
+    quota: &Quota,
+    rules: &[Rule],
+    forecasts: &BTreeMap<String, Forecast>,
+    now_ms: i64,
+) -> Vec<Condition> {
+    let name = quota.name();
+    let mut out = Vec::new();
+    for (key, &hard) in &quota.spec.hard {
+        let used = resources::get(&quota.status.used, key);
+        let rule = rule_for(rules, key);
+        let numbers = |percent: Option<i64>| {
+            json!({
+                "used": used.to_string(),
+                "hard": hard.to_string(),
+                "percent": percent,
+                "usedPercent": percent_of(used, hard),
+            })
+        };
+        if used > hard {
+            out.push(Condition {
+                kind: Kind::OverQuota,
+                quota: name.to_string(),
+                key: key.clone(),
+                level: Level::Critical,
+                message: format!("{key} of {name} is over quota: {used} used of {hard}"),
+                numbers: numbers(None),
+            });
+        }
+        if hard.nanos() > 0 {
+            for (level, percent) in [
+                (Level::Warning, rule.warn_percent),
+                (Level::Critical, rule.crit_percent),
+            ] {
+                if reaches(used, hard, percent) {
+                    let what = if key.starts_with(quota::keys::CASH_PREFIX) {
+                        "spent"
+                    } else {
+                        "used"
+                    };
+                    out.push(Condition {
+                        kind: Kind::Threshold,
+                        quota: name.to_string(),
+                        key: key.clone(),
+                        level,
+                        message: format!(
+                            "{key} of {name} reached {percent} %: {used} {what} of {hard}"
+                        ),
+                        numbers: numbers(Some(percent)),
+                    });
+                }
+            }
+        }
+        if let (Some(hours), Some(f)) = (rule.forecast_horizon_hours, forecasts.get(key)) {
+            if let Some(at) = f.exhausted_at_ms {
+                let left = at.saturating_sub(now_ms).max(0);
+                if f.remaining.nanos() > 0 && left <= hours.saturating_mul(MS_PER_HOUR) {
+                    let tenths = (left as i128 * 10) / MS_PER_DAY as i128;
+                    out.push(Condition {
+                        kind: Kind::CashForecast,
+                        quota: name.to_string(),
+                        key: key.clone(),
+                        level: Level::Warning,
+                        message: format!(
+                            "{key} of {name} runs out in {}.{} days",
+                            tenths / 10,
+                            tenths % 10
+                        ),
+                        numbers: json!({
+                            "remaining": f.remaining.to_string(),
+                            "exhaustedAtMs": at,
+                            "burnPerHour": f.burn_per_hour.to_string(),
+                            "horizonHours": hours,
+                        }),
+                    });
+                }
+            }
+        }
+    }
+    if !quota.status.reclaim.is_empty() {
+        let workloads: Vec<&String> = quota.status.reclaim.keys().collect();
+        let due = quota.status.reclaim.values().map(|m| m.due.as_str()).min();
+        out.push(Condition {
+            kind: Kind::ReclaimPending,
+            quota: name.to_string(),
+            key: String::new(),
+            level: Level::Warning,
+            message: format!(
+                "{name} borrows capacity its lenders need back: {} workload(s) marked for reclaim{}",
+                workloads.len(),
+                due.map(|d| format!(", first due {d}")).unwrap_or_default()
+            ),
+            numbers: json!({ "workloads": workloads, "due": due }),
+        });
+    }
+    out
+}
+
+/// `used ≥ percent % of hard`, exactly.
+fn reaches(used: Quantity, hard: Quantity, percent: i64) -> bool {
+    used.nanos().saturating_mul(100) >= hard.nanos().saturating_mul(percent as i128)
+}
+
+/// ⌊used · 100 / hard⌋, for display only.
+fn percent_of(used: Quantity, hard: Quantity) -> Option<i128> {
+    (hard.nanos() > 0).then(|| used.nanos().saturating_mul(100) / hard.nanos())
+}
+
+/// What changes for one quota: conditions without an open alert open;
+/// open condition alerts whose condition no longer holds resolve.
+pub fn evaluate(conditions: Vec<Condition>, open: &[OpenAlert]) -> Evaluation {
+    let holding: BTreeSet<String> = conditions.iter().map(Condition::fingerprint).collect();
+    let opened: BTreeSet<&str> = open.iter().map(|a| a.fingerprint.as_str()).collect();
+    Evaluation {
+        open: conditions
+            .into_iter()
+            .filter(|c| !opened.contains(c.fingerprint().as_str()))
+            .collect(),
+        resolve: open
+            .iter()
+            .filter(|a| a.kind.is_condition() && !holding.contains(&a.fingerprint))
+            .map(|a| a.id)
+            .collect(),
+    }
+}
+
+/// One evaluation over many quotas: `open` holds every open alert by
+/// quota, `forecasts` the cash forecasts by quota and key.
+pub fn evaluate_quotas(
+    quotas: &[Quota],
+    rules: &BTreeMap<String, Vec<Rule>>,
+    open: &BTreeMap<String, Vec<OpenAlert>>,
+    forecasts: &BTreeMap<String, BTreeMap<String, Forecast>>,
+    now_ms: i64,
+) -> Evaluation {
+    let none = BTreeMap::new();
+    let mut out = Evaluation::default();
+    let mut seen = BTreeSet::new();
+    for q in quotas {
+        let name = q.name();
+        seen.insert(name);
+        let rules = rules.get(name).map(Vec::as_slice).unwrap_or_default();
+        let cs = conditions(q, rules, forecasts.get(name).unwrap_or(&none), now_ms);
+        let e = evaluate(cs, open.get(name).map(Vec::as_slice).unwrap_or_default());
+        out.open.extend(e.open);
+        out.resolve.extend(e.resolve);
+    }
+    // A deleted quota's conditions are gone with it. No quota at all is
+    // more likely a cache not filled yet than an empty tree: resolving
+    // everything then would send every alert again on the next sweep.
+    for (name, alerts) in open {
+        if !quotas.is_empty() && !seen.contains(name.as_str()) {
+            out.resolve.extend(evaluate(Vec::new(), alerts).resolve);
+        }
+    }
+    out
+}
+
+/// The alert for a transfer event, on the receiving quota.
+pub fn transfer_condition(kind: Kind, t: &crate::store::transfers::Transfer) -> Condition {
+    let amounts: Vec<String> = t.amounts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let from = t.from_quota.as_deref().unwrap_or("its parent");
+    let what = match kind {
+        Kind::TransferApproved => "approved",
+        Kind::TransferRejected => "rejected",
+        _ => "requested",
+    };
+    let revalidated = t
+        .decision_note
+        .as_deref()
+        .is_none_or(|n| n.trim().is_empty())
+        && t.result.is_some();
+    let by = match kind {
+        Kind::TransferRequested => format!(" by {}", t.requested_by),
+        // Approved by a person, refused by re-validation against the tree.
+        Kind::TransferRejected if revalidated => " on re-validation".to_string(),
+        _ => t
+            .decided_by
+            .as_deref()
+            .map(|d| format!(" by {d}"))
+            .unwrap_or_default(),
+    };
+    // A rejection says why: the decider's note, or what re-validation found.
+    let why = match (kind, t.decision_note.as_deref(), t.result.as_deref()) {
+        (Kind::TransferRejected, Some(n), _) if !n.trim().is_empty() => format!(": {}", n.trim()),
+        (Kind::TransferRejected, _, Some(r)) => format!(": {r}"),
+        _ => String::new(),
+    };
+    Condition {
+        kind,
+        quota: t.to_quota.clone(),
+        key: format!("#{}", t.id),
+        level: if kind == Kind::TransferRejected {
+            Level::Warning
+        } else {
+            Level::Info
+        },
+        message: format!(
+            "Transfer #{} of {} from {from} to {} {what}{by}{}",
+            t.id,
+            amounts.join(", "),
+            t.to_quota,
+            why
+        ),
+        numbers: json!({
+            "transfer": t.id,
+            "amounts": t.amounts.iter().map(|(k, v)| (k.clone(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            "reason": t.reason,
+            "note": t.decision_note,
+            "result": t.result,
+        }),
+    }
+}
+
+/// An email: subject, plain text and HTML.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Email {
+    pub subject: String,
+    pub text: String,
+    pub html: String,
+}
+
+/// The email for an alert: what happened, the numbers, a link to the quota.
+pub fn email(c: &Condition, public_url: &str) -> Email {
+    let link = format!("{}/quotas/{}", public_url.trim_end_matches('/'), c.quota);
+    let mut numbers: Vec<(String, String)> = c
+        .numbers
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| {
+                    let v = v
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| v.to_string());
+                    (k.clone(), v)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    numbers.sort();
+    let subject = format!("[bizrq {}] {}", c.level.as_str(), c.message);
+    let mut text = format!("{}\n\n", c.message);
+    for (k, v) in &numbers {
+        text.push_str(&format!("  {k}: {v}\n"));
+    }
+    text.push_str(&format!("\nQuota: {link}\n"));
+    let rows: String = numbers
+        .iter()
+        .map(|(k, v)| format!("<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v)))
+        .collect();
+    let html = format!(
+        "<!DOCTYPE html><html><body><p>{}</p><table>{rows}</table>\
+         <p><a href=\"{}\">Open {} in bizrq</a></p></body></html>",
+        escape(&c.message),
+        escape(&link),
+        escape(&c.quota)
+    );
+    Email {
+        subject,
+        text,
+        html,
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+pub mod engine;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+use super::*;
+use app::charts::{forecast, Sample};
+use quota::{Mark, QuotaSpec};
+
+const GPU: &str = "requests.nvidia.com/gpu";
+const CASH: &str = "cash/requests.nvidia.com/gpu";
+const NOW: i64 = 1_800_000_000_000;
+
+fn q(s: &str) -> Quantity {
+    s.parse().unwrap()
+}
+
+fn quota(used_gpu: &str) -> Quota {
+    let mut spec = QuotaSpec::default();
+    spec.hard.insert(GPU.into(), q("10"));
+    let mut quota = Quota::new("nlp-team", spec);
+    quota.status.used.insert(GPU.into(), q(used_gpu));
+    quota
+}
+
+/// One round of the engine with the database reduced to a list of open
+/// alerts: returns what opened this round.
+fn round(
+    quota: &Quota,
+    rules: &[Rule],
+    open: &mut Vec<OpenAlert>,
+    next_id: &mut i64,
+) -> Vec<Condition> {
+    let e = evaluate(conditions(quota, rules, &BTreeMap::new(), NOW), open);
+    open.retain(|a| !e.resolve.contains(&a.id));
+    for c in &e.open {
+        *next_id += 1;
+        open.push(OpenAlert {
+            id: *next_id,
+            kind: c.kind,
+            fingerprint: c.fingerprint(),
+        });
+    }
+    e.open
+}
+
+fn fingerprints(cs: &[Condition]) -> Vec<String> {
+    cs.iter().map(Condition::fingerprint).collect()
+}
+
+#[test]
+fn a_crossing_fires_once_resolves_when_it_clears_and_fires_again_when_it_recurs() {
+    let (mut open, mut id) = (Vec::new(), 0);
+    assert!(
+        round(&quota("7999m"), &[], &mut open, &mut id).is_empty(),
+        "79.99 % is under 80 %"
+    );
+    let fired = round(&quota("8"), &[], &mut open, &mut id);
+    assert_eq!(
+        fingerprints(&fired),
+        ["threshold|nlp-team|requests.nvidia.com/gpu|warning"]
+    );
+    assert_eq!(fired[0].numbers["used"], "8");
+    assert_eq!(fired[0].numbers["hard"], "10");
+    // Still over 80 %: the open alert suppresses a repeat.
+    assert!(round(&quota("9"), &[], &mut open, &mut id).is_empty());
+    assert_eq!(open.len(), 1);
+    // Clears: resolved.
+    assert!(round(&quota("5"), &[], &mut open, &mut id).is_empty());
+    assert!(open.is_empty());
+    // Recurs: fires again, as a new alert.
+    let again = round(&quota("8500m"), &[], &mut open, &mut id);
+    assert_eq!(again.len(), 1);
+    assert_eq!(open[0].id, 2);
+}
+
+#[test]
+fn critical_at_100_percent_and_over_quota_above_hard() {
+    let (mut open, mut id) = (Vec::new(), 0);
+    let at_hard = round(&quota("10"), &[], &mut open, &mut id);
+    assert_eq!(
+        fingerprints(&at_hard),
+        [
+            "threshold|nlp-team|requests.nvidia.com/gpu|warning",
+            "threshold|nlp-team|requests.nvidia.com/gpu|critical",
+        ]
+    );
+    let over = round(&quota("10001m"), &[], &mut open, &mut id);
+    assert_eq!(
+        fingerprints(&over),
+        ["over_quota|nlp-team|requests.nvidia.com/gpu|critical"]
+    );
+    assert!(
+        over[0].message.contains("over quota"),
+        "{}",
+        over[0].message
+    );
+    // Back to exactly hard: over quota resolves, the thresholds stay.
+    assert!(round(&quota("10"), &[], &mut open, &mut id).is_empty());
+    assert_eq!(open.len(), 2);
+}
+
+#[test]
+fn rules_per_key_override_the_wildcard_and_the_defaults() {
+    let rules = [Rule {
+        key: "*".into(),
+        warn_percent: 50,
+        crit_percent: 90,
+        forecast_horizon_hours: None,
+    }];
+    let fired = conditions(&quota("5"), &rules, &BTreeMap::new(), NOW);
+    assert_eq!(
+        fingerprints(&fired),
+        ["threshold|nlp-team|requests.nvidia.com/gpu|warning"]
+    );
+    let rules = [
+        rules[0].clone(),
+        Rule {
+            key: GPU.into(),
+            warn_percent: 60,
+            crit_percent: 95,
+            forecast_horizon_hours: None,
+        },
+    ];
+    assert!(conditions(&quota("5"), &rules, &BTreeMap::new(), NOW).is_empty());
+}
+
+#[test]
+fn a_cash_key_is_judged_on_its_spend() {
+    let mut spec = QuotaSpec::default();
+    spec.hard.insert(CASH.into(), q("100"));
+    let mut quota = Quota::new("nlp-team", spec);
+    quota.status.used.insert(CASH.into(), q("80"));
+    let fired = conditions(&quota, &[], &BTreeMap::new(), NOW);
+    assert_eq!(
+        fingerprints(&fired),
+        ["threshold|nlp-team|cash/requests.nvidia.com/gpu|warning"]
+    );
+    assert!(
+        fired[0].message.contains("80 spent of 100"),
+        "{}",
+        fired[0].message
+    );
+}
+
+#[test]
+fn reclaim_pending_while_status_reclaim_is_not_empty() {
+    let mut quota = quota("1");
+    quota.status.reclaim.insert(
+        "default/Job/train".into(),
+        Mark {
+            action: quota::Action::Suspend,
+            frees: Default::default(),
+            marked: "2026-11-22T00:00:00Z".into(),
+            due: "2026-11-22T00:10:00Z".into(),
+        },
+    );
+    let (mut open, mut id) = (Vec::new(), 0);
+    let fired = round(&quota, &[], &mut open, &mut id);
+    assert_eq!(fingerprints(&fired), ["reclaim_pending|nlp-team||warning"]);
+    quota.status.reclaim.clear();
+    assert!(round(&quota, &[], &mut open, &mut id).is_empty());
+    assert!(open.is_empty(), "cleared reclaim resolves");
+}
+
+#[test]
+fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
+    let mut spec = QuotaSpec::default();
+    spec.hard.insert(CASH.into(), q("1000"));
+    let mut quota = Quota::new("nlp-team", spec.clone());
+    quota.status.used.insert(CASH.into(), q("100"));
+    // 100 card-hours burnt in the last day: 900 left → 9 days at that rate.
+    let sample = |at_ms: i64, spent: &str| Sample {
+        at_ms,
+        hard: spec.hard.clone(),
+        used: [(CASH.to_string(), q(spent))].into(),
+        self_used: Default::default(),
+    };
+    let samples = [sample(NOW - MS_PER_DAY, "0"), sample(NOW, "100")];
+    let forecasts: BTreeMap<String, Forecast> =
+        [(CASH.to_string(), forecast(&samples, CASH, NOW, MS_PER_DAY))].into();
+    let rule = |hours| Rule {
+        key: CASH.into(),
+        warn_percent: 80,
+        crit_percent: 100,
+        forecast_horizon_hours: Some(hours),
+    };
+    let fired = conditions(&quota, &[rule(10 * 24)], &forecasts, NOW);
+    assert_eq!(
+        fingerprints(&fired),
+        ["cash_forecast|nlp-team|cash/requests.nvidia.com/gpu|warning"]
+    );
+    assert_eq!(
+        fired[0].message,
+        "cash/requests.nvidia.com/gpu of nlp-team runs out in 9.0 days"
+    );
+    assert!(conditions(&quota, &[rule(8 * 24)], &forecasts, NOW).is_empty());
+    // No horizon, no forecast alert.
+    assert!(conditions(&quota, &[], &forecasts, NOW).is_empty());
+}
+
+#[test]
+fn transfer_alerts_are_not_resolved_by_an_evaluation() {
+    let open = [OpenAlert {
+        id: 7,
+        kind: Kind::TransferRequested,
+        fingerprint: "transfer_requested|x|#1|info".into(),
+    }];
+    assert!(evaluate(Vec::new(), &open).is_empty());
+}
+
+#[test]
+fn the_email_has_the_message_the_numbers_and_a_link() {
+    let c = &conditions(&quota("9"), &[], &BTreeMap::new(), NOW)[0];
+    let m = email(c, "https://bizrq.example/");
+    assert_eq!(
+        m.subject,
+        "[bizrq warning] requests.nvidia.com/gpu of nlp-team reached 80 %: 9 used of 10"
+    );
+    assert!(m.text.contains("  used: 9\n"), "{}", m.text);
+    assert!(
+        m.text.contains("https://bizrq.example/quotas/nlp-team"),
+        "{}",
+        m.text
+    );
+    assert!(
+        m.html
+            .contains("<a href=\"https://bizrq.example/quotas/nlp-team\">"),
+        "{}",
+        m.html
+    );
+}
+
+#[test]
+fn ten_thousand_quotas_evaluate_well_under_a_second() {
+    let quotas: Vec<Quota> = (0..10_000)
+        .map(|i| {
+            let mut q = quota(&format!("{}", i % 11));
+            q.metadata.name = format!("team-{i}");
+            q
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let e = evaluate_quotas(
+        &quotas,
+        &BTreeMap::new(),
+        &BTreeMap::new(),
+        &BTreeMap::new(),
+        NOW,
+    );
+    let took = started.elapsed();
+    println!("evaluated 10000 quotas in {took:?}");
+    // used 8, 9, 10 warn; 10 also critical: (3 + 1) of every 11.
+    assert_eq!(e.open.len(), 4 * 909);
+    assert!(took < std::time::Duration::from_millis(500), "{took:?}");
+}
+
+#[test]
+fn alerts_of_a_deleted_quota_resolve_but_not_on_an_empty_list() {
+    let open: BTreeMap<String, Vec<OpenAlert>> = [(
+        "gone".to_string(),
+        vec![OpenAlert {
+            id: 3,
+            kind: Kind::Threshold,
+            fingerprint: "threshold|gone|requests.nvidia.com/gpu|warning".into(),
+        }],
+    )]
+    .into();
+    let e = evaluate_quotas(
+        &[quota("1")],
+        &BTreeMap::new(),
+        &open,
+        &BTreeMap::new(),
+        NOW,
+    );
+    assert_eq!(e.resolve, [3]);
+    assert!(evaluate_quotas(&[], &BTreeMap::new(), &open, &BTreeMap::new(), NOW).is_empty());
+}
