@@ -342,3 +342,106 @@ async fn the_server_sends_the_outbox() {
     assert_eq!(got[0]["message_id"], "<wired-1@bizrq>");
     running.shutdown().await;
 }
+
+/// Issue 5 end to end: a quota crossing 80 % of a key emails its owner
+/// once, with the numbers and a link; while it stays crossed nothing more is
+/// sent; when the condition clears and recurs, it fires (and mails) again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_threshold_crossing_emails_the_owner_once_and_again_when_it_recurs() {
+    use crate::common::{deployment, review, Server};
+    let db = tempfile::tempdir().unwrap();
+    let url = crate::common::fresh_sqlite(&db);
+    let store = SqlStore::connect(&url).await.unwrap();
+    let ada = store
+        .create_user("ada", "not-a-login", false, bizrq::util::now_ms())
+        .await
+        .unwrap();
+    store
+        .set_user_email(ada.id, Some("ada@example.org"))
+        .await
+        .unwrap();
+    store
+        .set_binding(
+            ada.id,
+            "team",
+            bizrq::portal::authz::Role::Owner,
+            bizrq::util::now_ms(),
+        )
+        .await
+        .unwrap();
+    store.close().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _smtp = start_smtp(port, dir.path()).await;
+    let mut args = bizrq::config::ServeArgs::for_tests(&url);
+    args.smtp_host = Some("127.0.0.1".into());
+    args.smtp_port = port;
+    args.smtp_security = SmtpSecurity::Plain;
+    args.resync_seconds = 1; // standalone evaluates alerts after each resync
+    let running = bizrq::start_with(&args, None, None).await.unwrap();
+    let s = Server::in_process(&running);
+    s.create_quota(
+        "team",
+        "",
+        serde_json::json!({"requests.nvidia.com/gpu": "10"}),
+    )
+    .await;
+
+    let wait_for = |n: usize| {
+        let dir = dir.path().to_path_buf();
+        async move {
+            for _ in 0..300 {
+                let got = received(&dir);
+                if got.len() >= n {
+                    return got;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("fewer than {n} emails arrived: {:?}", received(&dir));
+        }
+    };
+
+    // 8 of 10 cards: the 80 % warning.
+    let d = deployment("train", "team", 8, 1);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "c-1", Some(d.clone()), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let got = wait_for(1).await;
+    let m = &got[0];
+    assert_eq!(m["rcpt_tos"], serde_json::json!(["ada@example.org"]), "{m}");
+    let text = m["text"].as_str().unwrap();
+    assert!(m["subject"].as_str().unwrap().contains("team"), "{m}");
+    assert!(
+        text.contains("8") && text.contains("10"),
+        "the numbers: {text}"
+    );
+    assert!(text.contains("/quotas/team"), "a link to the quota: {text}");
+    // Still crossed over several evaluations and sender polls: no repeat.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(received(dir.path()).len(), 1, "one email per crossing");
+
+    // It clears (the workload goes), then recurs: a second email.
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-delete.json", "c-2", None, Some(d.clone())),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    tokio::time::sleep(Duration::from_secs(3)).await; // an evaluation resolves it
+    assert_eq!(received(dir.path()).len(), 1, "clearing sends nothing");
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "c-3", Some(d), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let got = wait_for(2).await;
+    assert_eq!(got.len(), 2, "fires again when it recurs");
+    running.shutdown().await;
+}
