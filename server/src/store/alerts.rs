@@ -3,6 +3,7 @@
 //! transaction; an alert already open (the same fingerprint, possibly opened
 //! by another replica a moment ago) is skipped together with its emails.
 
+use super::outbox::{self, NewMail};
 use super::sql::SqlStore;
 use super::StoreError;
 use crate::alerts::{email, Condition, Evaluation, Kind, Level, OpenAlert, Rule};
@@ -41,19 +42,6 @@ pub struct AlertFilter {
     pub kind: Option<Kind>,
     /// Some(true): open only; Some(false): resolved only.
     pub open: Option<bool>,
-}
-
-/// One recipient's email, ready for the outbox.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OutboxRow {
-    pub id: i64,
-    pub idempotency_key: String,
-    pub recipient: String,
-    pub subject: String,
-    pub text_body: String,
-    pub html_body: String,
-    pub next_attempt_at: i64,
-    pub sent_at: Option<i64>,
 }
 
 /// A user's choice for one kind.
@@ -283,47 +271,18 @@ impl SqlStore {
             opened.push(id);
             let mail = email(c, public_url);
             for to in recipients.get(&c.fingerprint()).into_iter().flatten() {
-                sqlx::query(
-                    "INSERT INTO outbox (idempotency_key, recipient, subject, text_body, html_body, \
-                     created_at, next_attempt_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                     ON CONFLICT (idempotency_key) DO NOTHING",
-                )
-                .bind(format!("alert-{id}-{to}"))
-                .bind(to)
-                .bind(&mail.subject)
-                .bind(&mail.text)
-                .bind(&mail.html)
-                .bind(now_ms)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await?;
+                let queued = NewMail {
+                    idempotency_key: format!("alert-{id}-{to}"),
+                    recipient: to.clone(),
+                    subject: mail.subject.clone(),
+                    text_body: mail.text.clone(),
+                    html_body: mail.html.clone(),
+                };
+                outbox::enqueue(&mut *tx, &queued, now_ms).await?;
             }
         }
         tx.commit().await?;
         Ok(opened)
-    }
-
-    pub async fn outbox(&self) -> Result<Vec<OutboxRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, idempotency_key, recipient, subject, text_body, html_body, \
-             next_attempt_at, sent_at FROM outbox ORDER BY id",
-        )
-        .fetch_all(&self.read)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(OutboxRow {
-                    id: r.try_get("id")?,
-                    idempotency_key: r.try_get("idempotency_key")?,
-                    recipient: r.try_get("recipient")?,
-                    subject: r.try_get("subject")?,
-                    text_body: r.try_get("text_body")?,
-                    html_body: r.try_get("html_body")?,
-                    next_attempt_at: r.try_get("next_attempt_at")?,
-                    sent_at: r.try_get("sent_at")?,
-                })
-            })
-            .collect()
     }
 
     pub async fn user_email(&self, user_id: i64) -> Result<Option<String>, StoreError> {

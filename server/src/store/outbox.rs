@@ -174,6 +174,14 @@ impl SqlStore {
         Ok(r.try_get(0)?)
     }
 
+    /// Every row, oldest first.
+    pub async fn outbox(&self) -> Result<Vec<OutboxRow>, StoreError> {
+        let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM outbox ORDER BY id"))
+            .fetch_all(&self.read)
+            .await?;
+        Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+    }
+
     pub async fn mail_by_key(&self, key: &str) -> Result<Option<OutboxRow>, StoreError> {
         let r = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM outbox WHERE idempotency_key = $1"
