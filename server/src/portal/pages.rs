@@ -5,7 +5,7 @@
 
 use super::audit::{action, user_json, user_target};
 use super::auth::{hash_password, random_token, Viewer};
-use super::authz::Role;
+use super::authz::{Principal, Role};
 use super::PageError;
 use crate::http::AppState;
 use crate::store::accounts::User;
@@ -370,20 +370,7 @@ pub async fn add_role(
     if let Err(e) = app.service.get(&quota).await {
         return refused(&app, &viewer, e.to_string()).await;
     }
-    let before = app
-        .portal
-        .sql
-        .set_binding(user.id, &quota, role, app.service.now())
-        .await?;
-    app.audit(
-        &viewer.principal,
-        action::ROLE_ADD,
-        &quota,
-        before.map(|r| json!({"user": name, "quota": quota, "role": r.as_str()})),
-        Some(json!({"user": name, "quota": quota, "role": role.as_str()})),
-        &format!("{name} is {role} of {quota}"),
-    )
-    .await;
+    grant(&app, &viewer.principal, &user, &quota, role).await?;
     done(
         &viewer,
         "/users",
@@ -414,16 +401,7 @@ pub async fn remove_role(
             "{name} has no role on {quota}"
         )));
     };
-    app.portal.sql.remove_binding(user.id, &quota).await?;
-    app.audit(
-        &viewer.principal,
-        action::ROLE_REMOVE,
-        &quota,
-        Some(json!({"user": name, "quota": quota, "role": before.role.as_str()})),
-        None,
-        &format!("{name} is no longer {} of {quota}", before.role),
-    )
-    .await;
+    revoke(&app, &viewer.principal, &user, &quota, before.role).await?;
     done(
         &viewer,
         "/users",
@@ -547,6 +525,55 @@ pub async fn revoke_token(
     )
     .await;
     done(&viewer, "/tokens", format!("token '{}' revoked", t.name)).await
+}
+
+/// Bind `user` as `role` on `quota`, audited (whoever may: the admin page
+/// and an owner's quota page both come here).
+pub(crate) async fn grant(
+    app: &AppState,
+    by: &Principal,
+    user: &User,
+    quota: &str,
+    role: Role,
+) -> Result<(), PageError> {
+    let name = &user.username;
+    let before = app
+        .portal
+        .sql
+        .set_binding(user.id, quota, role, app.service.now())
+        .await?;
+    app.audit(
+        by,
+        action::ROLE_ADD,
+        quota,
+        before.map(|r| json!({"user": name, "quota": quota, "role": r.as_str()})),
+        Some(json!({"user": name, "quota": quota, "role": role.as_str()})),
+        &format!("{name} is {role} of {quota}"),
+    )
+    .await;
+    Ok(())
+}
+
+/// Take `user`'s `role` on `quota` away, audited.
+pub(crate) async fn revoke(
+    app: &AppState,
+    by: &Principal,
+    user: &User,
+    quota: &str,
+    role: Role,
+) -> Result<(), PageError> {
+    let name = &user.username;
+    app.portal.sql.remove_binding(user.id, quota).await?;
+    app.audit(
+        by,
+        action::ROLE_REMOVE,
+        quota,
+        Some(json!({"user": name, "quota": quota, "role": role.as_str()})),
+        None,
+        &format!("{name} is no longer {role} of {quota}"),
+    )
+    .await;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -733,20 +733,7 @@ pub async fn add_member(
     let Some(user) = app.portal.sql.user_by_name(&username).await? else {
         return Err(PageError::Invalid(format!("there is no user {username}")));
     };
-    let before = app
-        .portal
-        .sql
-        .set_binding(user.id, &name, role, app.service.now())
-        .await?;
-    app.audit(
-        &viewer.principal,
-        crate::portal::audit::action::ROLE_ADD,
-        &name,
-        before.map(|r| serde_json::json!({"user": username, "quota": name, "role": r.as_str()})),
-        Some(serde_json::json!({"user": username, "quota": name, "role": role.as_str()})),
-        &format!("{username} is {role} of {name}"),
-    )
-    .await;
+    super::pages::grant(&app, &viewer.principal, &user, &name, role).await?;
     viewer
         .set_flash(Flash::Ok(format!("{username} is now {role} of {name}")))
         .await;
@@ -779,16 +766,7 @@ pub async fn remove_member(
             "you may not take {role} of {name} away"
         )));
     }
-    app.portal.sql.remove_binding(user.id, &name).await?;
-    app.audit(
-        &viewer.principal,
-        crate::portal::audit::action::ROLE_REMOVE,
-        &name,
-        Some(serde_json::json!({"user": username, "quota": name, "role": role.as_str()})),
-        None,
-        &format!("{username} is no longer {role} of {name}"),
-    )
-    .await;
+    super::pages::revoke(&app, &viewer.principal, &user, &name, role).await?;
     viewer
         .set_flash(Flash::Ok(format!(
             "{username} is no longer {role} of {name}"
