@@ -172,18 +172,15 @@ pub fn check_fits_within(
     if !short.is_empty() {
         return Err(Denial::Short(short));
     }
-    for (key, h) in &quota.spec.hard {
-        let Some(target) = cash_target(key) else {
-            continue;
-        };
+    for key in quota.status.exhausted_cash_keys(&quota.spec) {
+        let target = cash_target(key).expect("a cash key");
         let asked = resources::get(delta, target);
-        let u = resources::get(&quota.status.used, key);
-        if asked.nanos() > 0 && u >= *h {
+        if asked.nanos() > 0 {
             return Err(Denial::CashExhausted(Box::new(CashShortfall {
                 quota: quota.name().to_string(),
-                key: key.clone(),
-                used: u,
-                hard: *h,
+                key: key.to_string(),
+                used: resources::get(&quota.status.used, key),
+                hard: resources::get(&quota.spec.hard, key),
                 asked_key: target.to_string(),
                 asked,
             })));

@@ -182,6 +182,18 @@ impl QuotaStatus {
             .insert(cash_key.to_string(), v.to_string());
     }
 
+    /// Cash keys of `spec` whose budget is spent (`used ≥ hard`): new work
+    /// that needs their resource is refused, running work is not stopped.
+    pub fn exhausted_cash_keys<'a>(
+        &'a self,
+        spec: &'a QuotaSpec,
+    ) -> impl Iterator<Item = &'a str> + 'a {
+        spec.hard
+            .iter()
+            .filter(|(k, h)| cash_target(k).is_some() && resources::get(&self.used, k) >= **h)
+            .map(|(k, _)| k.as_str())
+    }
+
     /// Whether a reader would see `self` differ from `other`: anything but
     /// `lastReconcileTime` (an accrual window that moved without cash spent
     /// is not worth a write; the next window starts where this one did).

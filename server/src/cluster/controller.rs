@@ -1078,16 +1078,11 @@ fn list(r: &ResourceList) -> String {
 
 /// Cash keys that reached their budget in this reconcile.
 fn newly_exhausted(before: &quota::QuotaStatus, q: &quota::Quota) -> Vec<String> {
-    q.spec
-        .hard
-        .iter()
-        .filter(|(k, _)| k.starts_with(CASH_PREFIX))
-        .filter(|(k, hard)| {
-            let now = quota::resources::get(&q.status.used, k);
-            let was = quota::resources::get(&before.used, k);
-            now >= **hard && was < **hard
-        })
-        .map(|(k, _)| k.clone())
+    let was: HashSet<&str> = before.exhausted_cash_keys(&q.spec).collect();
+    q.status
+        .exhausted_cash_keys(&q.spec)
+        .filter(|k| !was.contains(k))
+        .map(str::to_string)
         .collect()
 }
 
