@@ -98,6 +98,19 @@ pub enum Stop {
     Never,
 }
 
+impl Stop {
+    /// How reclaim stops a workload of `adapter`'s kind.
+    pub fn of(adapter: &crate::workload::Adapter) -> Stop {
+        if !adapter.suspend_path.is_empty() {
+            Stop::Suspend
+        } else if adapter.scalable {
+            Stop::Scale
+        } else {
+            Stop::Never
+        }
+    }
+}
+
 /// A workload of a borrower that reclaim may take from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Candidate {

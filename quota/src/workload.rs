@@ -87,6 +87,9 @@ pub struct Adapter {
     pub defers_to_controller: bool,
     /// Whether admitting the kind charges it or only checks it fits.
     pub mode: ChargeMode,
+    /// Where its spec holds a `suspend` flag that stops all its pods
+    /// (empty: the kind cannot be suspended). Reclaim suspends such kinds.
+    pub suspend_path: &'static [&'static str],
     read: fn(&str, &KeyConfig) -> Result<Workload, String>,
 }
 
@@ -147,6 +150,7 @@ pub static ADAPTERS: &[Adapter] = &[
         scalable: true,
         defers_to_controller: false,
         mode: ChargeMode::Charge,
+        suspend_path: &[],
         read: read_replicated,
     },
     Adapter {
@@ -156,6 +160,7 @@ pub static ADAPTERS: &[Adapter] = &[
         scalable: true,
         defers_to_controller: false,
         mode: ChargeMode::Charge,
+        suspend_path: &[],
         read: read_replicated,
     },
     Adapter {
@@ -165,6 +170,7 @@ pub static ADAPTERS: &[Adapter] = &[
         scalable: true,
         defers_to_controller: true,
         mode: ChargeMode::Charge,
+        suspend_path: &[],
         read: read_replicated,
     },
     Adapter {
@@ -174,6 +180,7 @@ pub static ADAPTERS: &[Adapter] = &[
         scalable: true,
         defers_to_controller: false,
         mode: ChargeMode::Charge,
+        suspend_path: &[],
         read: read_replicated,
     },
     Adapter {
@@ -183,6 +190,7 @@ pub static ADAPTERS: &[Adapter] = &[
         scalable: false,
         defers_to_controller: false,
         mode: ChargeMode::Charge,
+        suspend_path: &["spec", "suspend"],
         read: read_job,
     },
     Adapter {
@@ -192,6 +200,7 @@ pub static ADAPTERS: &[Adapter] = &[
         scalable: false,
         defers_to_controller: false,
         mode: ChargeMode::CheckOnly,
+        suspend_path: &["spec", "suspend"],
         read: read_cronjob,
     },
     Adapter {
@@ -201,6 +210,7 @@ pub static ADAPTERS: &[Adapter] = &[
         scalable: false,
         defers_to_controller: false,
         mode: ChargeMode::Charge,
+        suspend_path: &["spec", "runPolicy", "suspend"],
         read: read_kubeflow,
     },
     Adapter {
@@ -210,6 +220,7 @@ pub static ADAPTERS: &[Adapter] = &[
         scalable: false,
         defers_to_controller: false,
         mode: ChargeMode::Charge,
+        suspend_path: &["spec", "runPolicy", "suspend"],
         read: read_kubeflow,
     },
     Adapter {
@@ -219,6 +230,7 @@ pub static ADAPTERS: &[Adapter] = &[
         scalable: false,
         defers_to_controller: false,
         mode: ChargeMode::Charge,
+        suspend_path: &["spec", "runPolicy", "suspend"],
         read: read_kubeflow,
     },
     Adapter {
@@ -228,6 +240,7 @@ pub static ADAPTERS: &[Adapter] = &[
         scalable: false,
         defers_to_controller: false,
         mode: ChargeMode::Charge,
+        suspend_path: &[],
         read: read_volcano,
     },
 ];

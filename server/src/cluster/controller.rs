@@ -31,7 +31,7 @@ use quota::pods::read_pod;
 use quota::pods::PodRun;
 use quota::reclaim::{self, Action, Borrower, Candidate, Stop, Victim};
 use quota::reconcile::{Observed, RESERVATION_TTL_MS};
-use quota::workload::{read_hpa, Adapter, ADAPTERS};
+use quota::workload::{adapter_for_kind, read_hpa, Adapter, ADAPTERS};
 use quota::{tree, ResourceList};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -818,7 +818,7 @@ impl Controller {
                         .workloads_of(name)
                         .into_iter()
                         .map(|(wref, pod_sets, info)| Candidate {
-                            stop: stop_of(&wref),
+                            stop: adapter_of(&wref).map_or(Stop::Never, Stop::of),
                             priority: info.priority,
                             online: reclaim::is_online(&info.labels, &info.annotations),
                             created_ms: info.created_ms.unwrap_or(0),
@@ -935,22 +935,16 @@ impl Controller {
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &ar);
         let pp = PatchParams::default();
         let result = match v.action {
-            Action::Suspend if ar.group == "kubeflow.org" => api
-                .patch(
-                    name,
-                    &pp,
-                    &Patch::Merge(serde_json::json!({"spec": {"runPolicy": {"suspend": true}}})),
-                )
-                .await
-                .map(|_| ()),
-            Action::Suspend => api
-                .patch(
-                    name,
-                    &pp,
-                    &Patch::Merge(serde_json::json!({"spec": {"suspend": true}})),
-                )
-                .await
-                .map(|_| ()),
+            Action::Suspend => {
+                // The kind's own suspend flag, e.g. spec.suspend or
+                // spec.runPolicy.suspend (quota::workload's adapter table).
+                let path = adapter_of(&v.workload_ref).map_or(&[][..], |a| a.suspend_path);
+                let patch = path.iter().rev().fold(
+                    serde_json::Value::Bool(true),
+                    |inner, k| serde_json::json!({ *k: inner }),
+                );
+                api.patch(name, &pp, &Patch::Merge(patch)).await.map(|_| ())
+            }
             Action::ScaleTo(n) => api
                 .patch_scale(
                     name,
@@ -1045,20 +1039,10 @@ pub async fn sample_forever(service: Arc<Service>, h: Arc<dyn History>, every: D
     }
 }
 
-/// How a workload kind is stopped by reclaim.
-fn stop_of(wref: &str) -> Stop {
-    let kind = kind_of_ref(wref);
-    match kind {
-        "batch/Job" => Stop::Suspend,
-        k if k.starts_with("kubeflow.org/") => Stop::Suspend,
-        k => {
-            let (group, kind) = k.split_once('/').unwrap_or(("", k));
-            match quota::workload::adapter_for_kind(group, kind) {
-                Some(a) if a.scalable => Stop::Scale,
-                _ => Stop::Never,
-            }
-        }
-    }
+/// The adapter of the workload `wref` (`group/Kind/ns/name`).
+fn adapter_of(wref: &str) -> Option<&'static Adapter> {
+    let (group, kind) = kind_of_ref(wref).split_once('/')?;
+    adapter_for_kind(group, kind)
 }
 
 fn describe(a: &Action) -> String {
