@@ -26,7 +26,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Client, ResourceExt};
 use quota::borrow::{self, Standing};
-use quota::keys::CASH_PREFIX;
+use quota::keys::cash_target;
 use quota::pods::read_pod;
 use quota::pods::PodRun;
 use quota::reclaim::{self, Action, Borrower, Candidate, Stop, Victim};
@@ -686,6 +686,10 @@ impl Controller {
             .map(|s| (s.quota.name().to_string(), s.quota.spec.hard.clone()))
             .collect();
         let standings = Standing::of_all(kids.iter().map(|s| &s.quota));
+        // Reclaim is weighed only where a child may borrow or is marked.
+        let reclaim_kids = kids
+            .iter()
+            .any(|k| !k.quota.spec.max.is_empty() || !k.quota.status.reclaim.is_empty());
         let prices = self.service.prices;
         let mut exhausted: Vec<String> = Vec::new();
         let mut paid_to: Option<i64> = None;
@@ -719,15 +723,21 @@ impl Controller {
                 borrow::repair_loans(q, &standings, now);
                 let changed = out.changed || q.status.differs_visibly(&before);
                 exhausted = newly_exhausted(&before, q);
-                let has_cash = q.spec.hard.keys().any(|k| k.starts_with(CASH_PREFIX));
+                let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
                 let borrowing = !q.spec.max.is_empty() || !q.status.reclaim.is_empty();
+                // Reclaim among the children weighs this quota as written.
+                let weighed = reclaim_kids.then(|| q.clone());
                 Ok((
                     changed,
-                    (changed, has_cash, (q.spec.parent.clone(), borrowing)),
+                    (
+                        changed,
+                        has_cash,
+                        (q.spec.parent.clone(), borrowing, weighed),
+                    ),
                 ))
             })
             .await;
-        let (written, has_cash, (parent, borrowing)) = match result {
+        let (written, has_cash, (parent, borrowing, weighed)) = match result {
             Ok(r) => r,
             Err(ServiceError::NotFound(_)) => return Ok(Reconciled::Gone),
             Err(e) => return Err(e),
@@ -764,8 +774,8 @@ impl Controller {
         {
             self.enqueue(BTreeSet::from([parent]));
         }
-        if !kids.is_empty() {
-            if let Err(e) = self.reclaim(name, &kids, now).await {
+        if let Some(q) = weighed {
+            if let Err(e) = self.reclaim(&q, &kids, now).await {
                 tracing::warn!(quota = %name, error = %e, "reclaim step failed; next reconcile retries");
             }
         }
@@ -783,16 +793,10 @@ impl Controller {
     /// period unless the pressure went away.
     async fn reclaim(
         &self,
-        parent: &str,
+        p: &quota::Quota,
         kids: &[crate::store::Stored],
         now: i64,
     ) -> Result<(), ServiceError> {
-        let marked_before = kids.iter().any(|k| !k.quota.status.reclaim.is_empty());
-        let may_borrow = kids.iter().any(|k| !k.quota.spec.max.is_empty());
-        if !marked_before && !may_borrow {
-            return Ok(());
-        }
-        let p = self.service.get(parent).await?.quota;
         let standings = Standing::of_all(kids.iter().map(|s| &s.quota));
         let (pending, borrowers) = {
             let v = self.view.lock().unwrap();
@@ -837,7 +841,7 @@ impl Controller {
                 .collect();
             (pending, borrowers)
         };
-        let need = reclaim::need(&p, &standings, &pending);
+        let need = reclaim::need(p, &standings, &pending);
         let plan = if need.values().any(|q| q.nanos() > 0) {
             reclaim::plan(&borrowers, &need)
         } else {
