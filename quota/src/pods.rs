@@ -21,6 +21,20 @@ pub struct Owner {
     pub name: String,
 }
 
+impl Owner {
+    /// The controller owner reference of an object, if it has one.
+    pub fn controller_of(meta: &crate::usage::ObjectMeta) -> Option<Owner> {
+        meta.owner_references
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| Owner {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+            })
+    }
+}
+
 /// What the controller needs of a pod.
 #[derive(Clone, Debug)]
 pub struct PodFacts {
@@ -126,16 +140,7 @@ pub fn read_pod(json: &str) -> Result<PodFacts, AdapterError> {
     } else {
         None
     };
-    let owner = p
-        .metadata
-        .owner_references
-        .iter()
-        .find(|o| o.controller == Some(true))
-        .map(|o| Owner {
-            api_version: o.api_version.clone(),
-            kind: o.kind.clone(),
-            name: o.name.clone(),
-        });
+    let owner = Owner::controller_of(&p.metadata);
     Ok(PodFacts {
         uid: p.metadata.uid,
         namespace: p.metadata.namespace,

@@ -280,15 +280,7 @@ impl View {
             kind: adapter.kind.to_string(),
             name: meta.name.clone(),
         };
-        let controller = meta
-            .owner_references
-            .iter()
-            .find(|o| o.controller == Some(true))
-            .map(|o| Owner {
-                api_version: o.api_version.clone(),
-                kind: o.kind.clone(),
-                name: o.name.clone(),
-            });
+        let controller = Owner::controller_of(meta);
         let owner_changed = match controller {
             Some(o) => self.owners.insert(key.clone(), o.clone()) != Some(o),
             None => self.owners.remove(&key).is_some(),
