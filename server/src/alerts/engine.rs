@@ -99,14 +99,7 @@ pub async fn transfer_event(
         resolve: Vec::new(),
     };
     if kind != Kind::TransferRequested {
-        let requested = transfer_condition(Kind::TransferRequested, t).fingerprint();
-        e.resolve = sql
-            .open_alerts()
-            .await?
-            .into_iter()
-            .filter(|a| a.fingerprint == requested)
-            .map(|a| a.id)
-            .collect();
+        e.resolve = open_requested(sql, t).await?;
     }
     let quotas = service.list().await.unwrap_or_default();
     let parents: BTreeMap<&str, &str> = quotas
@@ -117,16 +110,21 @@ pub async fn transfer_event(
     Ok(())
 }
 
-/// A request nobody decided in time: its alert resolves, no email.
-pub async fn transfer_expired(sql: &SqlStore, t: &Transfer, now_ms: i64) -> Result<(), StoreError> {
+/// The open "transfer requested" alert of `t` (its id, if open).
+async fn open_requested(sql: &SqlStore, t: &Transfer) -> Result<Vec<i64>, StoreError> {
     let requested = transfer_condition(Kind::TransferRequested, t).fingerprint();
-    let resolve: Vec<i64> = sql
+    Ok(sql
         .open_alerts()
         .await?
         .into_iter()
         .filter(|a| a.fingerprint == requested)
         .map(|a| a.id)
-        .collect();
+        .collect())
+}
+
+/// A request nobody decided in time: its alert resolves, no email.
+pub async fn transfer_expired(sql: &SqlStore, t: &Transfer, now_ms: i64) -> Result<(), StoreError> {
+    let resolve = open_requested(sql, t).await?;
     if !resolve.is_empty() {
         let e = Evaluation {
             open: Vec::new(),
