@@ -369,6 +369,20 @@ pub fn lend(
     Ok(changed || stale)
 }
 
+/// Repair a parent's ledgers of its children from the children as stored
+/// (every existing child): each carve-out follows its child's hard
+/// (`tree::repair_carves`), each loan shrinks to what its child borrows
+/// (`repair_loans`). The one repair both the standalone resync and the
+/// controller run.
+pub fn repair_children(parent: &mut Quota, children: &[&Quota], now_ms: i64) {
+    let hards: BTreeMap<String, ResourceList> = children
+        .iter()
+        .map(|c| (c.name().to_string(), c.spec.hard.clone()))
+        .collect();
+    crate::tree::repair_carves(parent, &hards, now_ms);
+    repair_loans(parent, &Standing::of_all(children.iter().copied()), now_ms);
+}
+
 /// Shrink each loan of `parent` to what its child borrows now
 /// (max(0, used − hard), never more than the loan) and drop empty loans and
 /// loans of children that are gone — except loans raised or renewed less

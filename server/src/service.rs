@@ -783,31 +783,24 @@ impl Service {
     pub async fn resync(&self) -> Result<usize, ServiceError> {
         let started = std::time::Instant::now();
         let all = self.store.list().await?;
-        let mut children: BTreeMap<String, BTreeMap<String, ResourceList>> = BTreeMap::new();
-        let mut standings: BTreeMap<String, BTreeMap<String, borrow::Standing>> = BTreeMap::new();
+        let mut children: BTreeMap<&str, Vec<&Quota>> = BTreeMap::new();
         for s in &all {
             if !s.quota.spec.parent.is_empty() {
                 children
-                    .entry(s.quota.spec.parent.clone())
+                    .entry(&s.quota.spec.parent)
                     .or_default()
-                    .insert(s.quota.name().to_string(), s.quota.spec.hard.clone());
-                standings
-                    .entry(s.quota.spec.parent.clone())
-                    .or_default()
-                    .insert(s.quota.name().to_string(), borrow::Standing::of(&s.quota));
+                    .push(&s.quota);
             }
         }
         let mut written = 0;
         for s in &all {
             let name = s.quota.name().to_string();
-            let kids = children.remove(&name).unwrap_or_default();
-            let kid_standings = standings.remove(&name).unwrap_or_default();
+            let kids = children.remove(name.as_str()).unwrap_or_default();
             let now = self.now();
             let listed = &s.quota.status;
             let result = self
                 .update_status(&name, false, |q| {
-                    tree::repair_carves(q, &kids, now);
-                    borrow::repair_loans(q, &kid_standings, now);
+                    borrow::repair_children(q, &kids, now);
                     // Write only what a reader would see change.
                     let changed = q.status.differs_visibly(listed);
                     Ok((changed, changed))

@@ -32,7 +32,7 @@ use quota::pods::PodRun;
 use quota::reclaim::{self, Action, Borrower, Candidate, Stop, Victim};
 use quota::reconcile::{Observed, RESERVATION_TTL_MS};
 use quota::workload::{adapter_for_kind, read_hpa, Adapter, ADAPTERS};
-use quota::{tree, ResourceList};
+use quota::ResourceList;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -681,11 +681,7 @@ impl Controller {
         let snap = self.view.lock().unwrap().snapshot(name);
         let authoritative = self.authoritative();
         let kids = self.service.store.children(name).await?;
-        let children: BTreeMap<String, ResourceList> = kids
-            .iter()
-            .map(|s| (s.quota.name().to_string(), s.quota.spec.hard.clone()))
-            .collect();
-        let standings = Standing::of_all(kids.iter().map(|s| &s.quota));
+        let kid_quotas: Vec<&quota::Quota> = kids.iter().map(|s| &s.quota).collect();
         // Reclaim is weighed only where a child may borrow or is marked.
         let reclaim_kids = kids
             .iter()
@@ -719,8 +715,7 @@ impl Controller {
                     RESERVATION_TTL_MS,
                     &prices,
                 );
-                tree::repair_carves(q, &children, now);
-                borrow::repair_loans(q, &standings, now);
+                borrow::repair_children(q, &kid_quotas, now);
                 let changed = out.changed || q.status.differs_visibly(&before);
                 exhausted = newly_exhausted(&before, q);
                 let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
