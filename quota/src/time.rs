@@ -16,6 +16,11 @@ pub fn format_rfc3339(ms: i64) -> String {
     )
 }
 
+/// `YYYY-MM-DD HH:MM` (UTC), for people: pages and email.
+pub fn format_minute(ms: i64) -> String {
+    format_rfc3339(ms)[..16].replace('T', " ")
+}
+
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fff…](Z|±HH:MM)` into epoch milliseconds.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
     let b = s.as_bytes();

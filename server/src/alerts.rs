@@ -439,6 +439,79 @@ pub fn email(c: &Condition, public_url: &str) -> Email {
     }
 }
 
+/// Where a day's digest ends: the last `hour`:00 UTC at or before `now_ms`.
+/// Alerts opened before it go into the digest sent from then on.
+pub fn digest_cutoff(now_ms: i64, hour: u8) -> i64 {
+    const DAY: i64 = 86_400_000;
+    let offset = i64::from(hour.min(23)) * 3_600_000;
+    (now_ms - offset).div_euclid(DAY) * DAY + offset
+}
+
+/// One email for a user's waiting alerts (oldest first): each with its
+/// level, quota, message, when it opened and, if so, when it resolved.
+pub fn digest_email(
+    alerts: &[crate::store::alerts::Alert],
+    cutoff_ms: i64,
+    public_url: &str,
+) -> Email {
+    let day = &quota::time::format_rfc3339(cutoff_ms)[..10];
+    let url = public_url.trim_end_matches('/');
+    let open = alerts.iter().filter(|a| a.resolved_at.is_none()).count();
+    let subject = format!(
+        "[bizrq digest] {} alert{} ({open} still open) up to {day}",
+        alerts.len(),
+        if alerts.len() == 1 { "" } else { "s" }
+    );
+    let utc = |ms| format!("{} UTC", quota::time::format_minute(ms));
+    let when = |a: &crate::store::alerts::Alert| {
+        let opened = utc(a.opened_at);
+        match a.resolved_at {
+            Some(r) if r != a.opened_at => format!("opened {opened}, resolved {}", utc(r)),
+            Some(_) => opened,
+            None => format!("opened {opened}, still open"),
+        }
+    };
+    let mut text = format!(
+        "Your bizrq alerts of the kinds you take as a daily digest, up to {}:\n\n",
+        utc(cutoff_ms)
+    );
+    let mut rows = String::new();
+    for a in alerts {
+        let link = format!("{url}/quotas/{}", a.quota);
+        text.push_str(&format!(
+            "- [{}] {}\n  {}\n  {link}\n",
+            a.level.as_str(),
+            a.message,
+            when(a)
+        ));
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td><a href=\"{}\">{}</a></td><td>{}</td><td>{}</td></tr>",
+            escape(a.level.as_str()),
+            escape(&link),
+            escape(&a.quota),
+            escape(&a.message),
+            escape(&when(a))
+        ));
+    }
+    text.push_str(&format!(
+        "\nAll alerts: {url}/alerts\nYour settings: {url}/account\n"
+    ));
+    let html = format!(
+        "<!DOCTYPE html><html><body><p>Your bizrq alerts of the kinds you take as a daily \
+         digest, up to {}:</p><table><tr><th>Level</th><th>Quota</th><th>Alert</th><th>When</th></tr>\
+         {rows}</table><p><a href=\"{}/alerts\">All alerts</a> · \
+         <a href=\"{}/account\">Your settings</a></p></body></html>",
+        escape(&utc(cutoff_ms)),
+        escape(url),
+        escape(url)
+    );
+    Email {
+        subject,
+        text,
+        html,
+    }
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")

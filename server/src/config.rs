@@ -159,6 +159,10 @@ pub struct ServeArgs {
         default_value = "bizrq <bizrq@localhost>"
     )]
     pub smtp_from: String,
+    /// Hour of the day (UTC, 0-23) at which daily alert digests go out,
+    /// with every alert of a digest kind opened since the last one.
+    #[arg(long, env = "BIZRQ_DIGEST_HOUR", default_value_t = 8, value_parser = clap::value_parser!(u8).range(0..=23))]
+    pub digest_hour: u8,
     /// Log format.
     #[arg(long, env = "BIZRQ_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -296,6 +296,7 @@ pub async fn start_with(
                 sql.clone(),
                 args.public_url.clone(),
                 alerts::engine::EVERY,
+                args.digest_hour,
             ));
             let (alert_sql, public_url) = (sql.clone(), args.public_url.clone());
             let task = tokio::spawn(async move {
@@ -354,6 +355,7 @@ pub async fn start_with(
                 sql.clone(),
                 args.public_url.clone(),
                 alerts::engine::EVERY,
+                args.digest_hour,
             ));
             // One task to abort on shutdown, taking all with it.
             let task = tokio::spawn(async move {

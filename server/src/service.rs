@@ -103,6 +103,9 @@ pub struct Service {
     pub accrue_from_ledger: bool,
     /// Kubernetes Events (cluster mode; a no-op standalone).
     pub events: crate::cluster::events::Events,
+    /// Quotas written since the alert engine last looked (SPEC §7: alerts
+    /// are evaluated after every status change).
+    pub changed: Arc<crate::alerts::engine::Changed>,
     clock: Clock,
     locks: Vec<Mutex<()>>,
     /// Last version written or read by this process, per quota. Used only
@@ -133,6 +136,7 @@ impl Service {
             metrics,
             accrue_from_ledger: true,
             events: Default::default(),
+            changed: Default::default(),
             clock: Arc::new(now_ms),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             cache: Default::default(),
@@ -235,6 +239,7 @@ impl Service {
                 }
                 return Ok(out);
             }
+            let before_write = self.now();
             let written = if q.spec != current.quota.spec {
                 self.store.replace(&current, &q).await
             } else {
@@ -243,7 +248,9 @@ impl Service {
             match written {
                 Ok(version) => {
                     q.metadata.resource_version = Some(version.to_string());
-                    self.remember(Arc::new(Stored { quota: q, version }));
+                    let stored = Arc::new(Stored { quota: q, version });
+                    self.remember(stored.clone());
+                    self.changed.mark(name, before_write, Some(stored));
                     return Ok(out);
                 }
                 Err(StoreError::Conflict(_)) if expected_version.is_none() => {
@@ -352,8 +359,13 @@ impl Service {
             return Ok(quota);
         }
         quota.metadata.uid = Some(token.clone());
+        let before_write = self.now();
         match self.store.create(&quota).await {
-            Ok(stored) => Ok(stored.quota),
+            Ok(stored) => {
+                self.changed
+                    .mark(name, before_write, Some(Arc::new(stored.clone())));
+                Ok(stored.quota)
+            }
             Err(e) => {
                 if !quota.spec.parent.is_empty() {
                     self.uncarve_if_ours(&quota.spec.parent, name, &token).await;
@@ -540,8 +552,12 @@ impl Service {
             let _guard = self.lock(name).await;
             let mut current = current;
             for attempt in 1..=MAX_ATTEMPTS {
+                let before_write = self.now();
                 match self.store.delete(&current).await {
-                    Ok(()) => break,
+                    Ok(()) => {
+                        self.changed.mark(name, before_write, None);
+                        break;
+                    }
                     Err(StoreError::Conflict(_))
                         if expected_version.is_none() && attempt < MAX_ATTEMPTS =>
                     {

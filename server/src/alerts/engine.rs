@@ -7,7 +7,7 @@ use super::{evaluate_quotas, transfer_condition, Evaluation, Kind, OpenAlert};
 use crate::service::Service;
 use crate::store::sql::SqlStore;
 use crate::store::transfers::Transfer;
-use crate::store::StoreError;
+use crate::store::{StoreError, Stored};
 use app::charts::{forecast, Sample, FORECAST_WINDOW_MS};
 use quota::Quota;
 use std::collections::BTreeMap;
@@ -16,6 +16,14 @@ use std::time::Duration;
 
 /// How often every quota is evaluated.
 pub const EVERY: Duration = Duration::from_secs(30);
+/// After a write, how long to wait for more before evaluating: a burst of
+/// admissions is one evaluation.
+pub const SETTLE: Duration = Duration::from_millis(250);
+/// A sweep reads quotas from a list that may lag a little behind the
+/// newest writes (cluster mode: the watch cache). It counts as having seen
+/// them this much before it listed them, so it never reopens an alert that
+/// a fresher evaluation resolved meanwhile (nor resolves one opened).
+pub const SWEEP_SLACK_MS: i64 = 5_000;
 
 /// What one sweep did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -24,10 +32,52 @@ pub struct Swept {
     pub resolved: usize,
 }
 
-/// Evaluates every quota and stores what changed.
+/// A quota as a write left it: the stored object (None: deleted) and the
+/// time just before the write, when it was at the latest that current.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub quota: Option<Arc<Stored>>,
+    pub at_ms: i64,
+}
+
+/// Quotas this process wrote since the alert engine last looked: every
+/// status change is evaluated within `SETTLE`, from the object written, at
+/// no extra read.
+#[derive(Default)]
+pub struct Changed {
+    seen: std::sync::Mutex<BTreeMap<String, Seen>>,
+    notify: tokio::sync::Notify,
+}
+
+impl Changed {
+    /// `name` was written (`quota`; None: deleted) by a write started at `at_ms`.
+    pub fn mark(&self, name: &str, at_ms: i64, quota: Option<Arc<Stored>>) {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.insert(name.to_string(), Seen { quota, at_ms });
+        }
+        self.notify.notify_one();
+    }
+
+    /// What was written since the last call.
+    pub fn take(&self) -> BTreeMap<String, Seen> {
+        self.seen
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default()
+    }
+
+    /// Until something is marked (at once if something was, unseen).
+    pub async fn wait(&self) {
+        self.notify.notified().await
+    }
+}
+
+/// Evaluates every quota and stores what changed. `observed_at`: when
+/// `quotas` were at the latest current.
 pub async fn evaluate_all(
     sql: &SqlStore,
     quotas: &[Quota],
+    observed_at: i64,
     now_ms: i64,
     public_url: &str,
 ) -> Result<Swept, StoreError> {
@@ -36,8 +86,86 @@ pub async fn evaluate_all(
     for a in sql.open_alerts().await? {
         open.entry(a.quota.clone()).or_default().push(a.as_open());
     }
-    // Forecasts only where a rule asks for one: a query per such quota.
-    let mut forecasts = BTreeMap::new();
+    let forecasts = forecasts(sql, quotas, &rules, now_ms).await?;
+    let e = evaluate_quotas(quotas, &rules, &open, &forecasts, now_ms);
+    if e.is_empty() {
+        return Ok(Swept::default());
+    }
+    let parents: BTreeMap<String, String> = quotas
+        .iter()
+        .map(|q| (q.name().to_string(), q.spec.parent.clone()))
+        .collect();
+    store(sql, &e, &parents, observed_at, now_ms, public_url).await
+}
+
+/// Evaluates the quotas just written (`Changed::take`), from the objects
+/// written: no list, no read of a quota unless an alert opens (its
+/// ancestors, for the recipients).
+pub async fn evaluate_changed(
+    service: &Service,
+    sql: &SqlStore,
+    changed: BTreeMap<String, Seen>,
+    public_url: &str,
+) -> Result<Swept, StoreError> {
+    let Some(observed_at) = changed.values().map(|s| s.at_ms).min() else {
+        return Ok(Swept::default());
+    };
+    let now_ms = service.now();
+    let rules = sql.all_alert_rules().await?;
+    let mut open: BTreeMap<String, Vec<OpenAlert>> = BTreeMap::new();
+    let mut gone = Vec::new();
+    for a in sql.open_alerts().await? {
+        match changed.get(&a.quota) {
+            Some(Seen { quota: Some(_), .. }) => {
+                open.entry(a.quota.clone()).or_default().push(a.as_open())
+            }
+            // Deleted: its conditions went with it.
+            Some(Seen { quota: None, .. }) => gone.push(a.as_open()),
+            None => {}
+        }
+    }
+    let quotas: Vec<Quota> = changed
+        .values()
+        .filter_map(|s| s.quota.as_ref().map(|s| s.quota.clone()))
+        .collect();
+    let forecasts = forecasts(sql, &quotas, &rules, now_ms).await?;
+    let mut e = evaluate_quotas(&quotas, &rules, &open, &forecasts, now_ms);
+    e.resolve.extend(super::evaluate(Vec::new(), &gone).resolve);
+    if e.is_empty() {
+        return Ok(Swept::default());
+    }
+    let mut parents = BTreeMap::new();
+    for c in &e.open {
+        ancestors(service, &c.quota, &mut parents).await;
+    }
+    store(sql, &e, &parents, observed_at, now_ms, public_url).await
+}
+
+/// Fills `parents` with `quota`'s line up to its root, read from the store
+/// (a quota that cannot be read ends the line).
+async fn ancestors(service: &Service, quota: &str, parents: &mut BTreeMap<String, String>) {
+    let mut at = quota.to_string();
+    while !parents.contains_key(&at) {
+        let Ok(s) = service.get(&at).await else {
+            return;
+        };
+        let parent = s.quota.spec.parent.clone();
+        parents.insert(at, parent.clone());
+        if parent.is_empty() {
+            return;
+        }
+        at = parent;
+    }
+}
+
+/// Cash forecasts where a rule asks for one: a query per such quota.
+async fn forecasts(
+    sql: &SqlStore,
+    quotas: &[Quota],
+    rules: &BTreeMap<String, Vec<super::Rule>>,
+    now_ms: i64,
+) -> Result<BTreeMap<String, BTreeMap<String, app::charts::Forecast>>, StoreError> {
+    let mut out = BTreeMap::new();
     for q in quotas {
         let Some(rs) = rules.get(q.name()) else {
             continue;
@@ -69,17 +197,9 @@ pub async fn evaluate_all(
             .into_iter()
             .map(|k| (k.clone(), forecast(&samples, k, now_ms, FORECAST_WINDOW_MS)))
             .collect();
-        forecasts.insert(q.name().to_string(), by_key);
+        out.insert(q.name().to_string(), by_key);
     }
-    let e = evaluate_quotas(quotas, &rules, &open, &forecasts, now_ms);
-    if e.is_empty() {
-        return Ok(Swept::default());
-    }
-    let parents: BTreeMap<&str, &str> = quotas
-        .iter()
-        .map(|q| (q.name(), q.spec.parent.as_str()))
-        .collect();
-    store(sql, &e, &parents, now_ms, public_url).await
+    Ok(out)
 }
 
 /// Records a transfer event (requested, approved, rejected) as an alert
@@ -101,12 +221,9 @@ pub async fn transfer_event(
     if kind != Kind::TransferRequested {
         e.resolve = open_requested(sql, t).await?;
     }
-    let quotas = service.list().await.unwrap_or_default();
-    let parents: BTreeMap<&str, &str> = quotas
-        .iter()
-        .map(|q| (q.name(), q.spec.parent.as_str()))
-        .collect();
-    store(sql, &e, &parents, now_ms, public_url).await?;
+    let mut parents = BTreeMap::new();
+    ancestors(service, &t.to_quota, &mut parents).await;
+    store(sql, &e, &parents, now_ms, now_ms, public_url).await?;
     Ok(())
 }
 
@@ -130,7 +247,7 @@ pub async fn transfer_expired(sql: &SqlStore, t: &Transfer, now_ms: i64) -> Resu
             open: Vec::new(),
             resolve,
         };
-        sql.apply_evaluation(&e, &BTreeMap::new(), "", now_ms)
+        sql.apply_evaluation(&e, &BTreeMap::new(), "", now_ms, now_ms)
             .await?;
     }
     Ok(())
@@ -139,7 +256,8 @@ pub async fn transfer_expired(sql: &SqlStore, t: &Transfer, now_ms: i64) -> Resu
 async fn store(
     sql: &SqlStore,
     e: &Evaluation,
-    parents: &BTreeMap<&str, &str>,
+    parents: &BTreeMap<String, String>,
+    observed_at: i64,
     now_ms: i64,
     public_url: &str,
 ) -> Result<Swept, StoreError> {
@@ -148,21 +266,21 @@ async fn store(
         let chain = chain(&c.quota, parents);
         recipients.insert(c.fingerprint(), sql.alert_recipients(&chain, c.kind).await?);
     }
-    let opened = sql
-        .apply_evaluation(e, &recipients, public_url, now_ms)
+    let applied = sql
+        .apply_evaluation(e, &recipients, public_url, observed_at, now_ms)
         .await?;
     Ok(Swept {
-        opened: opened.len(),
-        resolved: e.resolve.len(),
+        opened: applied.opened.len(),
+        resolved: applied.resolved,
     })
 }
 
 /// The quota and its ancestors, nearest first (a cycle stops the walk).
-fn chain<'a>(quota: &'a str, parents: &BTreeMap<&'a str, &'a str>) -> Vec<&'a str> {
+fn chain<'a>(quota: &'a str, parents: &'a BTreeMap<String, String>) -> Vec<&'a str> {
     let mut out = vec![quota];
     let mut at = quota;
-    while let Some(&p) = parents.get(at) {
-        if p.is_empty() || out.contains(&p) {
+    while let Some(p) = parents.get(at) {
+        if p.is_empty() || out.contains(&p.as_str()) {
             break;
         }
         out.push(p);
@@ -171,31 +289,76 @@ fn chain<'a>(quota: &'a str, parents: &BTreeMap<&'a str, &'a str>) -> Vec<&'a st
     out
 }
 
-/// Evaluates all quotas every `every`, forever.
+/// Evaluates what this process writes within `SETTLE`, and all quotas
+/// every `every` (writes of other replicas, the controller's, time-driven
+/// conditions such as forecasts), forever.
 pub async fn evaluate_forever(
     service: Arc<Service>,
     sql: Arc<SqlStore>,
     public_url: String,
     every: Duration,
+    digest_hour: u8,
 ) {
-    let mut tick = tokio::time::interval(every.max(Duration::from_secs(1)));
+    let every = every.max(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(every);
     loop {
-        tick.tick().await;
-        evaluate_now(&service, &sql, &public_url).await;
+        tokio::select! {
+            _ = tick.tick() => {
+                evaluate_now(&service, &sql, &public_url).await;
+                if let Err(e) = queue_digests(&sql, service.now(), digest_hour, &public_url).await {
+                    tracing::warn!(error = %e, "queueing alert digests failed");
+                }
+            }
+            _ = service.changed.wait() => {
+                tokio::time::sleep(SETTLE).await;
+                let changed = service.changed.take();
+                if !changed.is_empty() {
+                    log(evaluate_changed(&service, &sql, changed, &public_url).await);
+                }
+            }
+        }
     }
 }
 
-/// One sweep, logged rather than failed: the next one retries.
+/// One sweep over all quotas, logged rather than failed: the next one
+/// retries.
 pub async fn evaluate_now(service: &Service, sql: &SqlStore, public_url: &str) {
+    let observed_at = service.now() - SWEEP_SLACK_MS;
     match service.list().await {
-        Ok(all) => match evaluate_all(sql, &all, service.now(), public_url).await {
-            Ok(s) if s != Swept::default() => {
-                tracing::info!(opened = s.opened, resolved = s.resolved, "alerts evaluated")
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "evaluating alerts failed"),
-        },
+        Ok(all) => log(evaluate_all(sql, &all, observed_at, service.now(), public_url).await),
         Err(e) => tracing::warn!(error = %e, "cannot list quotas for alerts"),
+    }
+}
+
+/// Queues the digest of every user with alerts waiting from before the
+/// last digest hour. On every replica: a row is claimed once (see
+/// `SqlStore::queue_digest`). Returns how many digests it queued.
+pub async fn queue_digests(
+    sql: &SqlStore,
+    now_ms: i64,
+    digest_hour: u8,
+    public_url: &str,
+) -> Result<usize, StoreError> {
+    let cutoff = super::digest_cutoff(now_ms, digest_hour);
+    let mut queued = 0;
+    for user in sql.digest_users(cutoff).await? {
+        if sql.queue_digest(user, cutoff, public_url, now_ms).await? {
+            queued += 1;
+        }
+    }
+    if queued > 0 {
+        tracing::info!(queued, "alert digests queued");
+    }
+    Ok(queued)
+}
+
+fn log(r: Result<Swept, StoreError>) {
+    match r {
+        Ok(s) if s != Swept::default() => {
+            tracing::info!(opened = s.opened, resolved = s.resolved, "alerts evaluated")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "evaluating alerts failed"),
     }
 }
 

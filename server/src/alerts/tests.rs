@@ -271,3 +271,59 @@ fn alerts_of_a_deleted_quota_resolve_but_not_on_an_empty_list() {
     assert_eq!(e.resolve, [3]);
     assert!(evaluate_quotas(&[], &BTreeMap::new(), &open, &BTreeMap::new(), NOW).is_empty());
 }
+
+#[test]
+fn the_digest_cutoff_is_the_last_digest_hour() {
+    const H: i64 = 3_600_000;
+    // 1_800_000_000_000 is 2027-01-15T08:00:00Z.
+    let eight = 1_800_000_000_000;
+    assert_eq!(digest_cutoff(eight, 8), eight);
+    assert_eq!(digest_cutoff(eight + 1, 8), eight);
+    assert_eq!(digest_cutoff(eight - 1, 8), eight - 24 * H);
+    assert_eq!(digest_cutoff(eight, 0), eight - 8 * H);
+    assert_eq!(digest_cutoff(eight + 16 * H, 23), eight + 15 * H);
+}
+
+#[test]
+fn the_digest_lists_each_alert_with_its_times_and_link() {
+    use crate::store::alerts::Alert;
+    let a = |id, quota: &str, message: &str, resolved_at| Alert {
+        id,
+        fingerprint: format!("f{id}"),
+        kind: Kind::Threshold,
+        quota: quota.into(),
+        key: "requests.nvidia.com/gpu".into(),
+        level: Level::Warning,
+        message: message.into(),
+        numbers: serde_json::json!({}),
+        opened_at: 1_800_000_000_000,
+        resolved_at,
+    };
+    let e = digest_email(
+        &[
+            a(
+                1,
+                "nlp",
+                "nlp: requests.nvidia.com/gpu at 80 % (8 of 10)",
+                None,
+            ),
+            a(2, "cv<x>", "cv: at 90 %", Some(1_800_000_600_000)),
+        ],
+        1_800_086_400_000,
+        "https://bizrq.example/",
+    );
+    assert_eq!(
+        e.subject,
+        "[bizrq digest] 2 alerts (1 still open) up to 2027-01-16"
+    );
+    assert!(e
+        .text
+        .contains("nlp: requests.nvidia.com/gpu at 80 % (8 of 10)"));
+    assert!(e.text.contains("https://bizrq.example/quotas/nlp\n"));
+    assert!(e.text.contains("opened 2027-01-15 08:00 UTC, still open"));
+    assert!(e
+        .text
+        .contains("opened 2027-01-15 08:00 UTC, resolved 2027-01-15 08:10 UTC"));
+    assert!(e.html.contains("cv&lt;x&gt;"), "escaped: {}", e.html);
+    assert!(e.text.contains("https://bizrq.example/account"));
+}

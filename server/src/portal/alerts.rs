@@ -20,7 +20,7 @@ use serde::Deserialize;
 const HISTORY_ROWS: i64 = 200;
 
 fn when(ms: i64) -> String {
-    quota::time::format_rfc3339(ms)[..16].replace('T', " ")
+    quota::time::format_minute(ms)
 }
 
 pub fn row(a: Alert) -> AlertRow {

@@ -399,7 +399,7 @@ async fn api_reject(
 // ---- Pages ----
 
 fn when(ms: i64) -> String {
-    quota::time::format_rfc3339(ms)[..16].replace('T', " ")
+    quota::time::format_minute(ms)
 }
 
 fn amounts(list: &ResourceList) -> Vec<(String, String)> {

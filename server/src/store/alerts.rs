@@ -44,6 +44,23 @@ pub struct AlertFilter {
     pub open: Option<bool>,
 }
 
+/// A user an alert goes to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recipient {
+    pub user_id: i64,
+    pub email: String,
+    /// In the daily digest rather than an email of its own.
+    pub digest: bool,
+}
+
+/// What `apply_evaluation` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Ids of the alerts it opened.
+    pub opened: Vec<i64>,
+    pub resolved: usize,
+}
+
 /// A user's choice for one kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pref {
@@ -191,54 +208,60 @@ impl SqlStore {
     /// Who is emailed about an alert of `kind` on the first quota of
     /// `chain` (the quota, then its ancestors, nearest first): the owners
     /// of the nearest quota that has owners, and the admins for transfers;
-    /// without users who muted the kind or have no email address.
+    /// without users who muted the kind or have no email address. Each says
+    /// whether the user takes this kind as a daily digest.
     pub async fn alert_recipients(
         &self,
         chain: &[&str],
         kind: Kind,
-    ) -> Result<Vec<String>, StoreError> {
-        let mut out = Vec::new();
+    ) -> Result<Vec<Recipient>, StoreError> {
+        // Per user: email, and the kind's mute and digest choices.
+        const USER: &str = "u.id AS id, u.email AS email, \
+             (SELECT COUNT(*) FROM alert_prefs p WHERE p.user_id = u.id AND p.kind = $1 AND p.muted = 1) AS muted, \
+             (SELECT COUNT(*) FROM alert_prefs p WHERE p.user_id = u.id AND p.kind = $1 AND p.digest = 1) AS digest";
+        let mut rows = Vec::new();
         for quota in chain {
-            let rows = sqlx::query(
-                "SELECT u.email AS email, \
-                 (SELECT COUNT(*) FROM alert_prefs p WHERE p.user_id = u.id AND p.kind = $2 AND p.muted = 1) AS muted \
-                 FROM role_bindings b JOIN users u ON u.id = b.user_id \
-                 WHERE b.quota = $1 AND b.role = 'owner' AND u.disabled = 0 ORDER BY u.username",
-            )
-            .bind(*quota)
+            let owners = sqlx::query(&format!(
+                "SELECT {USER} FROM role_bindings b JOIN users u ON u.id = b.user_id \
+                 WHERE b.quota = $2 AND b.role = 'owner' AND u.disabled = 0 ORDER BY u.username"
+            ))
             .bind(kind.as_str())
+            .bind(*quota)
             .fetch_all(&self.read)
             .await?;
-            if rows.is_empty() {
-                continue;
+            if !owners.is_empty() {
+                rows.extend(owners);
+                break;
             }
-            for r in &rows {
-                let email: Option<String> = r.try_get("email")?;
-                let muted: i64 = r.try_get("muted")?;
-                if let Some(e) = email.filter(|e| !e.trim().is_empty()) {
-                    if muted == 0 {
-                        out.push(e);
-                    }
-                }
-            }
-            break;
         }
         if kind.notifies_admins() {
-            let rows = sqlx::query(
-                "SELECT u.email AS email FROM users u WHERE u.is_admin = 1 AND u.disabled = 0 \
-                 AND u.email IS NOT NULL AND u.email <> '' AND NOT EXISTS \
-                 (SELECT 1 FROM alert_prefs p WHERE p.user_id = u.id AND p.kind = $1 AND p.muted = 1) \
-                 ORDER BY u.username",
-            )
-            .bind(kind.as_str())
-            .fetch_all(&self.read)
-            .await?;
-            for r in &rows {
-                out.push(r.try_get("email")?);
-            }
+            rows.extend(
+                sqlx::query(&format!(
+                    "SELECT {USER} FROM users u WHERE u.is_admin = 1 AND u.disabled = 0 \
+                     ORDER BY u.username"
+                ))
+                .bind(kind.as_str())
+                .fetch_all(&self.read)
+                .await?,
+            );
         }
-        out.sort();
-        out.dedup();
+        let mut out: Vec<Recipient> = Vec::new();
+        for r in &rows {
+            let email: Option<String> = r.try_get("email")?;
+            let Some(email) = email.filter(|e| !e.trim().is_empty()) else {
+                continue;
+            };
+            if r.try_get::<i64, _>("muted")? > 0 {
+                continue;
+            }
+            out.push(Recipient {
+                user_id: r.try_get("id")?,
+                email,
+                digest: r.try_get::<i64, _>("digest")? > 0,
+            });
+        }
+        out.sort_by(|a, b| (&a.email, a.user_id).cmp(&(&b.email, b.user_id)));
+        out.dedup_by_key(|r| r.user_id);
         Ok(out)
     }
 
@@ -246,34 +269,62 @@ impl SqlStore {
     /// with one outbox row per recipient (`recipients` by fingerprint), and
     /// resolves the cleared ones. An alert already open is left alone and
     /// queues nothing, so replicas evaluating at once send one email.
-    /// Event kinds (transfers) are stored resolved at once: they are news,
-    /// not a condition. Returns the ids of the alerts this call opened.
+    ///
+    /// `observed_at`: when the evaluated quotas were at the latest current.
+    /// An evaluation older than a change it did not see is stale there: it
+    /// does not reopen an alert resolved at or after `observed_at`, nor
+    /// resolve one opened after it (a fresher evaluation did that, and the
+    /// next one decides again).
+    ///
+    /// Event kinds (transfers decided) are stored resolved at once: they
+    /// are news, not a condition.
     pub async fn apply_evaluation(
         &self,
         e: &Evaluation,
-        recipients: &BTreeMap<String, Vec<String>>,
+        recipients: &BTreeMap<String, Vec<Recipient>>,
         public_url: &str,
+        observed_at: i64,
         now_ms: i64,
-    ) -> Result<Vec<i64>, StoreError> {
+    ) -> Result<Applied, StoreError> {
         let mut tx = self.write.begin().await?;
+        let mut applied = Applied::default();
         for id in &e.resolve {
-            sqlx::query("UPDATE alerts SET resolved_at = $1 WHERE id = $2 AND resolved_at IS NULL")
-                .bind(now_ms)
-                .bind(*id)
-                .execute(&mut *tx)
-                .await?;
+            let done = sqlx::query(
+                "UPDATE alerts SET resolved_at = $1 WHERE id = $2 AND resolved_at IS NULL \
+                 AND opened_at <= $3",
+            )
+            .bind(now_ms)
+            .bind(*id)
+            .bind(observed_at)
+            .execute(&mut *tx)
+            .await?;
+            applied.resolved += done.rows_affected() as usize;
         }
-        let mut opened = Vec::new();
         for c in &e.open {
+            if c.kind.is_condition() && resolved_since(&mut tx, c, observed_at).await? {
+                continue;
+            }
             let Some(id) = insert_alert(&mut tx, c, now_ms).await? else {
                 continue;
             };
-            opened.push(id);
+            applied.opened.push(id);
             let mail = email(c, public_url);
             for to in recipients.get(&c.fingerprint()).into_iter().flatten() {
+                if to.digest {
+                    sqlx::query(
+                        "INSERT INTO alert_digest (user_id, alert_id, created_at) \
+                         VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(to.user_id)
+                    .bind(id)
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                    continue;
+                }
                 let queued = NewMail {
-                    idempotency_key: format!("alert-{id}-{to}"),
-                    recipient: to.clone(),
+                    idempotency_key: format!("alert-{id}-{}", to.email),
+                    recipient: to.email.clone(),
                     subject: mail.subject.clone(),
                     text_body: mail.text.clone(),
                     html_body: mail.html.clone(),
@@ -282,7 +333,107 @@ impl SqlStore {
             }
         }
         tx.commit().await?;
-        Ok(opened)
+        Ok(applied)
+    }
+
+    /// Users with digest rows waiting from before `cutoff_ms`.
+    pub async fn digest_users(&self, cutoff_ms: i64) -> Result<Vec<i64>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT user_id FROM alert_digest WHERE batch IS NULL AND created_at < $1 \
+             ORDER BY user_id",
+        )
+        .bind(cutoff_ms)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| Ok(r.try_get::<i64, _>("user_id")?))
+            .collect()
+    }
+
+    /// Queues `user_id`'s digest: claims the rows waiting from before
+    /// `cutoff_ms` and queues one email with them, in one transaction.
+    /// The digest's key (its Message-ID) is the user and the first row's id:
+    /// replicas racing build the same key, and a claim whose email is
+    /// already queued rolls back, so a row is in exactly one sent digest.
+    /// A user without an email address (or disabled) loses the claim: the
+    /// rows are done. Returns whether an email was queued.
+    pub async fn queue_digest(
+        &self,
+        user_id: i64,
+        cutoff_ms: i64,
+        public_url: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.write.begin().await?;
+        let first: Option<i64> = sqlx::query(
+            "SELECT MIN(id) AS first FROM alert_digest WHERE user_id = $1 AND batch IS NULL \
+             AND created_at < $2",
+        )
+        .bind(user_id)
+        .bind(cutoff_ms)
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get("first")?;
+        let Some(first) = first else {
+            return Ok(false);
+        };
+        let key = format!("digest-{user_id}-{first}");
+        let claimed = sqlx::query(
+            "UPDATE alert_digest SET batch = $1 WHERE user_id = $2 AND batch IS NULL \
+             AND created_at < $3",
+        )
+        .bind(&key)
+        .bind(user_id)
+        .bind(cutoff_ms)
+        .execute(&mut *tx)
+        .await?;
+        if claimed.rows_affected() == 0 {
+            return Ok(false);
+        }
+        let alerts: Vec<Alert> = sqlx::query(&format!(
+            "SELECT {} FROM alert_digest d JOIN alerts a ON a.id = d.alert_id \
+             WHERE d.batch = $1 ORDER BY a.opened_at, a.id",
+            ALERT_COLUMNS
+                .split(", ")
+                .map(|c| format!("a.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .bind(&key)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(alert_from_row)
+        .collect::<Result<_, _>>()?;
+        let to: Option<String> = sqlx::query(
+            "SELECT email FROM users WHERE id = $1 AND disabled = 0 AND email IS NOT NULL \
+             AND email <> ''",
+        )
+        .bind(user_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(|r| r.try_get("email"))
+        .transpose()?;
+        let Some(to) = to else {
+            tx.commit().await?;
+            return Ok(false);
+        };
+        let mail = crate::alerts::digest_email(&alerts, cutoff_ms, public_url);
+        let queued = NewMail {
+            idempotency_key: key,
+            recipient: to,
+            subject: mail.subject,
+            text_body: mail.text,
+            html_body: mail.html,
+        };
+        if !outbox::enqueue(&mut *tx, &queued, now_ms).await? {
+            // Rows that came in late under a key already sent: back they go,
+            // for a digest of their own.
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     pub async fn user_email(&self, user_id: i64) -> Result<Option<String>, StoreError> {
@@ -359,6 +510,22 @@ impl SqlStore {
         .await?;
         Ok(())
     }
+}
+
+/// Whether `c`'s alert was resolved at or after `observed_at`.
+async fn resolved_since(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    c: &Condition,
+    observed_at: i64,
+) -> Result<bool, StoreError> {
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS n FROM alerts WHERE fingerprint = $1 AND resolved_at >= $2",
+    )
+    .bind(c.fingerprint())
+    .bind(observed_at)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(row.try_get::<i64, _>("n")? > 0)
 }
 
 /// Inserts an alert unless one with its fingerprint is open: the id, or

@@ -21,6 +21,18 @@ fn quota(name: &str, parent: &str, used: i64) -> Quota {
     q
 }
 
+fn mailed(user_id: i64, email: &str) -> Recipient {
+    Recipient {
+        user_id,
+        email: email.into(),
+        digest: false,
+    }
+}
+
+fn emails(r: Vec<Recipient>) -> Vec<String> {
+    r.into_iter().map(|r| r.email).collect()
+}
+
 /// Alice owns org (with an email), Bob owns nothing, Carol is an admin.
 async fn people(s: &SqlStore) {
     let alice = s.create_user("alice", "x", false, T).await.unwrap();
@@ -39,7 +51,7 @@ async fn people(s: &SqlStore) {
 async fn a_crossing_writes_the_alert_and_its_email_in_one_go(s: &SqlStore) {
     people(s).await;
     let all = [quota("org", "", 0), quota("nlp-team", "org", 9)];
-    let swept = engine::evaluate_all(s, &all, T, URL).await.unwrap();
+    let swept = engine::evaluate_all(s, &all, T, T, URL).await.unwrap();
     assert_eq!(swept.opened, 1);
     let open = s.open_alerts().await.unwrap();
     assert_eq!(open.len(), 1);
@@ -63,21 +75,23 @@ async fn a_crossing_writes_the_alert_and_its_email_in_one_go(s: &SqlStore) {
 
     // Again: nothing new.
     assert_eq!(
-        engine::evaluate_all(s, &all, T + 1, URL).await.unwrap(),
+        engine::evaluate_all(s, &all, T + 1, T + 1, URL)
+            .await
+            .unwrap(),
         Default::default()
     );
     assert_eq!(s.outbox().await.unwrap().len(), 1);
     // Clears, recurs: a second alert and a second email.
     let low = [quota("org", "", 0), quota("nlp-team", "org", 1)];
     assert_eq!(
-        engine::evaluate_all(s, &low, T + 2, URL)
+        engine::evaluate_all(s, &low, T + 2, T + 2, URL)
             .await
             .unwrap()
             .resolved,
         1
     );
     assert_eq!(
-        engine::evaluate_all(s, &all, T + 3, URL)
+        engine::evaluate_all(s, &all, T + 3, T + 3, URL)
             .await
             .unwrap()
             .opened,
@@ -104,7 +118,10 @@ async fn a_muted_kind_sends_no_email(s: &SqlStore) {
     .unwrap();
     let all = [quota("org", "", 9)];
     assert_eq!(
-        engine::evaluate_all(s, &all, T, URL).await.unwrap().opened,
+        engine::evaluate_all(s, &all, T, T, URL)
+            .await
+            .unwrap()
+            .opened,
         1
     );
     assert!(s.outbox().await.unwrap().is_empty());
@@ -121,19 +138,19 @@ async fn two_evaluators_at_once_open_the_alert_once(s: &SqlStore) {
     people(s).await;
     let q = quota("org", "", 9);
     let e = evaluate(conditions(&q, &[], &Default::default(), T), &[]);
-    let recipients: BTreeMap<String, Vec<String>> = e
+    let recipients: BTreeMap<String, Vec<Recipient>> = e
         .open
         .iter()
-        .map(|c| (c.fingerprint(), vec!["alice@example.com".to_string()]))
+        .map(|c| (c.fingerprint(), vec![mailed(1, "alice@example.com")]))
         .collect();
     let runs = (0..4).map(|i| {
         let (s, e, r) = (s.clone(), e.clone(), recipients.clone());
-        tokio::spawn(async move { s.apply_evaluation(&e, &r, URL, T + i).await.unwrap() })
+        tokio::spawn(async move { s.apply_evaluation(&e, &r, URL, T + i, T + i).await.unwrap() })
     });
     let opened: usize = futures::future::join_all(runs)
         .await
         .into_iter()
-        .map(|r| r.unwrap().len())
+        .map(|r| r.unwrap().opened.len())
         .sum();
     assert_eq!(opened, 1);
     assert_eq!(s.open_alerts().await.unwrap().len(), 1);
@@ -166,7 +183,7 @@ async fn rules_are_stored_per_quota_and_key(s: &SqlStore) {
     );
     // 9 of 10 with warn at 60 % and crit at 90 %: both fire.
     assert_eq!(
-        engine::evaluate_all(s, &[quota("org", "", 9)], T, URL)
+        engine::evaluate_all(s, &[quota("org", "", 9)], T, T, URL)
             .await
             .unwrap()
             .opened,
@@ -201,10 +218,13 @@ async fn a_transfer_alert_reaches_the_admins_and_outlives_a_sweep(s: &SqlStore) 
         reverted_by: None,
     };
     let requested = crate::alerts::transfer_condition(Kind::TransferRequested, &t);
-    let to = |c: &crate::alerts::Condition| -> BTreeMap<String, Vec<String>> {
+    let to = |c: &crate::alerts::Condition| -> BTreeMap<String, Vec<Recipient>> {
         [(
             c.fingerprint(),
-            vec!["alice@example.com".into(), "carol@example.com".into()],
+            vec![
+                mailed(1, "alice@example.com"),
+                mailed(3, "carol@example.com"),
+            ],
         )]
         .into()
     };
@@ -212,29 +232,148 @@ async fn a_transfer_alert_reaches_the_admins_and_outlives_a_sweep(s: &SqlStore) 
         open: vec![requested.clone()],
         resolve: vec![],
     };
-    s.apply_evaluation(&e, &to(&requested), URL, T)
+    s.apply_evaluation(&e, &to(&requested), URL, T, T)
         .await
         .unwrap();
     assert_eq!(s.open_alerts().await.unwrap().len(), 1);
     assert_eq!(
-        s.alert_recipients(&["org"], Kind::TransferApproved)
-            .await
-            .unwrap(),
+        emails(
+            s.alert_recipients(&["org"], Kind::TransferApproved)
+                .await
+                .unwrap()
+        ),
         ["alice@example.com", "carol@example.com"]
     );
     assert_eq!(
-        s.alert_recipients(&["org"], Kind::Threshold).await.unwrap(),
+        emails(s.alert_recipients(&["org"], Kind::Threshold).await.unwrap()),
         ["alice@example.com"]
     );
     assert_eq!(s.outbox().await.unwrap().len(), 2);
     // A sweep does not resolve it: it is not a status condition.
-    engine::evaluate_all(s, &[quota("org", "", 0)], T + 1, URL)
+    engine::evaluate_all(s, &[quota("org", "", 0)], T + 1, T + 1, URL)
         .await
         .unwrap();
     assert_eq!(s.open_alerts().await.unwrap().len(), 1);
 }
 
+/// Replica B (fresh) resolves an alert; replica A's evaluation, from a
+/// view older than that, arrives late: it must not reopen (a second email
+/// for one crossing). Likewise a view older than an opening never resolves it.
+async fn a_stale_evaluation_neither_reopens_nor_resolves(s: &SqlStore) {
+    people(s).await;
+    let held = [quota("org", "", 9)];
+    let clear = [quota("org", "", 1)];
+    async fn sweep(s: &SqlStore, q: &[Quota], observed: i64, now: i64) -> engine::Swept {
+        engine::evaluate_all(s, q, observed, now, URL)
+            .await
+            .unwrap()
+    }
+    assert_eq!(sweep(s, &held, T, T).await.opened, 1);
+    assert_eq!(sweep(s, &clear, T + 10, T + 10).await.resolved, 1);
+    // Seen at T + 5 (still crossed then), applied at T + 20: stale.
+    assert_eq!(sweep(s, &held, T + 5, T + 20).await, Default::default());
+    assert_eq!(s.outbox().await.unwrap().len(), 1, "no second email");
+    // Seen after the resolution: a real recurrence, a real second email.
+    assert_eq!(sweep(s, &held, T + 30, T + 30).await.opened, 1);
+    assert_eq!(s.outbox().await.unwrap().len(), 2);
+    // Seen at T + 25, before that opening: does not resolve it.
+    assert_eq!(sweep(s, &clear, T + 25, T + 40).await, Default::default());
+    assert_eq!(s.open_alerts().await.unwrap().len(), 1);
+    assert_eq!(sweep(s, &clear, T + 41, T + 41).await.resolved, 1);
+}
+
+/// Alice takes thresholds as a digest: a quota over hard mails her the
+/// over-quota alert at once; its two threshold alerts wait for the digest
+/// hour, then go out together in one email, once, whoever queues it.
+async fn a_digest_kind_waits_for_one_daily_email(s: &SqlStore) {
+    people(s).await;
+    let alice = s.user_by_name("alice").await.unwrap().unwrap();
+    let digest = Pref {
+        muted: false,
+        digest: true,
+    };
+    s.set_alert_pref(alice.id, Kind::Threshold, digest)
+        .await
+        .unwrap();
+    const HOUR: i64 = 3_600_000;
+    // T is 08:00 UTC: the digest hour below.
+    assert_eq!(crate::alerts::digest_cutoff(T, 8), T);
+    let swept = engine::evaluate_all(s, &[quota("org", "", 11)], T, T, URL)
+        .await
+        .unwrap();
+    assert_eq!(swept.opened, 3, "warning, critical, over quota");
+    let out = s.outbox().await.unwrap();
+    assert_eq!(out.len(), 1);
+    assert!(out[0].subject.contains("over quota"), "{}", out[0].subject);
+    // Not before the next digest hour.
+    assert_eq!(engine::queue_digests(s, T, 8, URL).await.unwrap(), 0);
+    assert_eq!(
+        engine::queue_digests(s, T + 23 * HOUR, 8, URL)
+            .await
+            .unwrap(),
+        0
+    );
+    // Then from several replicas at once: one digest.
+    let runs = (0..4).map(|_| {
+        let s = s.clone();
+        tokio::spawn(async move {
+            engine::queue_digests(&s, T + 24 * HOUR + 1, 8, URL)
+                .await
+                .unwrap()
+        })
+    });
+    let queued: usize = futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .sum();
+    assert_eq!(queued, 1);
+    let out = s.outbox().await.unwrap();
+    assert_eq!(out.len(), 2);
+    let d = out
+        .iter()
+        .find(|m| m.idempotency_key.starts_with("digest-"))
+        .unwrap();
+    assert_eq!(d.recipient, "alice@example.com");
+    assert!(d.subject.contains("2 alerts"), "{}", d.subject);
+    assert_eq!(
+        d.text_body.matches("http://bizrq.test/quotas/org").count(),
+        2
+    );
+    assert!(
+        d.text_body.contains("at 80 %") || d.text_body.contains("80"),
+        "{}",
+        d.text_body
+    );
+    // Done: nothing more, a day later either.
+    assert_eq!(
+        engine::queue_digests(s, T + 48 * HOUR, 8, URL)
+            .await
+            .unwrap(),
+        0
+    );
+    // A new crossing (a child without owners: org's owner hears) goes into
+    // the next day's digest, its own email.
+    let two = [quota("org", "", 11), quota("team", "org", 9)];
+    engine::evaluate_all(s, &two, T + 49 * HOUR, T + 49 * HOUR, URL)
+        .await
+        .unwrap();
+    assert_eq!(s.outbox().await.unwrap().len(), 2);
+    assert_eq!(
+        engine::queue_digests(s, T + 72 * HOUR, 8, URL)
+            .await
+            .unwrap(),
+        1
+    );
+    let out = s.outbox().await.unwrap();
+    assert_eq!(out.len(), 3);
+    assert!(out[2].subject.contains("1 alert "), "{}", out[2].subject);
+    assert!(out[2].text_body.contains("/quotas/team"));
+}
+
 on_both_databases!(
+    a_stale_evaluation_neither_reopens_nor_resolves,
+    a_digest_kind_waits_for_one_daily_email,
     a_crossing_writes_the_alert_and_its_email_in_one_go,
     a_muted_kind_sends_no_email,
     two_evaluators_at_once_open_the_alert_once,
@@ -254,11 +393,11 @@ async fn ten_thousand_quotas_sweep_quickly(s: &SqlStore) {
         )
         .collect();
     let started = std::time::Instant::now();
-    let first = engine::evaluate_all(s, &all, T, URL).await.unwrap();
+    let first = engine::evaluate_all(s, &all, T, T, URL).await.unwrap();
     let opening = started.elapsed();
     assert_eq!(first.opened, 1_000);
     let started = std::time::Instant::now();
-    let again = engine::evaluate_all(s, &all, T + 30_000, URL)
+    let again = engine::evaluate_all(s, &all, T + 30_000, T + 30_000, URL)
         .await
         .unwrap();
     let steady = started.elapsed();
