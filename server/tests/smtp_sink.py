@@ -2,8 +2,15 @@
 written to DIR as one JSON file (envelope, headers, text and HTML parts).
 
     python3 -m aiosmtpd -n -l 127.0.0.1:PORT -c smtp_sink.Sink DIR
+
+Hold mode, for tests that kill a client mid-send: while a file named
+`hold` exists in DIR, each RCPT first writes a marker file `held` in DIR,
+then waits until `hold` is removed before answering. A client killed while
+held never completes its transaction, so nothing is recorded for it; later
+connections are served (and recorded) as usual.
 """
 
+import asyncio
 import email
 import email.policy
 import json
@@ -20,6 +27,18 @@ class Sink:
         if len(args) != 1:
             parser.error("smtp_sink.Sink takes one argument: the directory")
         return cls(args[0])
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        hold = os.path.join(self.directory, "hold")
+        if os.path.exists(hold):
+            with open(os.path.join(self.directory, "held"), "w") as f:
+                f.write(address)
+            while os.path.exists(hold):
+                await asyncio.sleep(0.05)
+        # What aiosmtpd does without this hook.
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
         msg = email.message_from_bytes(envelope.content, policy=email.policy.default)

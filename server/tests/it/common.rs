@@ -86,7 +86,7 @@ pub fn review(fixture_name: &str, uid: &str, object: Option<Value>, old: Option<
 }
 
 pub struct Server {
-    _child: Option<Child>,
+    child: Option<Child>,
     /// The database it was started on ("" when started in process).
     pub database_url: String,
     pub http: String,
@@ -159,7 +159,7 @@ impl Server {
             .unwrap();
         (
             Server {
-                _child: Some(child),
+                child: Some(child),
                 database_url: database_url.to_string(),
                 http,
                 webhook,
@@ -169,10 +169,20 @@ impl Server {
         )
     }
 
+    /// SIGKILL the spawned process (no graceful shutdown) and wait until it
+    /// has exited. Panics for a server started in process.
+    pub async fn kill(&mut self) {
+        let child = self
+            .child
+            .as_mut()
+            .expect("kill: this server was not spawned as a process");
+        child.kill().await.expect("SIGKILL bizrq");
+    }
+
     /// A server started in this process (`bizrq::start_with`).
     pub fn in_process(running: &bizrq::Running) -> Server {
         Server {
-            _child: None,
+            child: None,
             database_url: String::new(),
             http: format!("http://{}", running.http_addr),
             webhook: format!("https://{}", running.webhook_addr),

@@ -447,3 +447,88 @@ async fn a_threshold_crossing_emails_the_owner_once_and_again_when_it_recurs() {
     assert_eq!(got.len(), 2, "fires again when it recurs");
     running.shutdown().await;
 }
+
+/// A real `bizrq serve` process SIGKILLed in the middle of an SMTP send
+/// (after its claim, during RCPT, so the server never accepted the message)
+/// and then restarted on the same database delivers the email exactly once.
+///
+/// The dead process's claim is a lease of `LEASE_MS` from when it claimed:
+/// the restarted process leaves the row alone until the lease is over, then
+/// claims and sends it; no second copy follows. This shows the "once" side
+/// of the outbox for a kill before the SMTP server's 250. The at-least-once
+/// window is a kill after that 250 and before the row is marked sent: the
+/// email is then sent again with the same Message-ID (by which the receiver
+/// can drop the copy); `a_lease_left_by_a_dead_sender_expires_then_one_delivery`
+/// covers that case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_killed_mid_send_and_restarted_delivers_the_email_once() {
+    use crate::common::{Server, ADMIN_PASSWORD};
+    let db = tempfile::tempdir().unwrap();
+    let url = crate::common::fresh_sqlite(&db);
+    let store = SqlStore::connect(&url).await.unwrap();
+    store
+        .enqueue_mail(&mail("killed-1"), bizrq::util::now_ms())
+        .await
+        .unwrap();
+    store.close().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let hold = dir.path().join("hold");
+    let held = dir.path().join("held");
+    std::fs::write(&hold, "").unwrap();
+    let port = free_port();
+    let _smtp = start_smtp(port, dir.path()).await;
+    let port = port.to_string();
+    let smtp_args = [
+        "--smtp-host",
+        "127.0.0.1",
+        "--smtp-port",
+        &port,
+        "--smtp-security",
+        "plain",
+    ];
+
+    // No claim (and so no lease) can start before this instant.
+    let first_start = bizrq::util::now_ms();
+    let (mut first, _) = Server::start_with(&url, &smtp_args, Some(ADMIN_PASSWORD)).await;
+    let mut waited = 0;
+    while !held.exists() {
+        assert!(waited < 600, "the first process never reached RCPT in 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += 1;
+    }
+    // Mid-send: claimed, connected, envelope half sent. No graceful shutdown.
+    first.kill().await;
+    std::fs::remove_file(&hold).unwrap();
+    // Let the sink finish the orphaned RCPT on the dead connection.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(received(dir.path()).is_empty(), "nothing was accepted");
+
+    let (_second, _) = Server::start_with(&url, &smtp_args, Some(ADMIN_PASSWORD)).await;
+    let mut got = Vec::new();
+    for _ in 0..900 {
+        got = received(dir.path());
+        if !got.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let delivered_after = bizrq::util::now_ms() - first_start;
+    assert_eq!(got.len(), 1, "delivered once after restart: {got:?}");
+    assert_eq!(got[0]["message_id"], "<killed-1@bizrq>");
+    assert!(
+        delivered_after >= LEASE_MS,
+        "the restarted process waited for the dead one's lease: \
+         delivered {delivered_after} ms after the first start"
+    );
+
+    // Over more than one poll of the sender: still one.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let got = received(dir.path());
+    assert_eq!(got.len(), 1, "no second copy: {got:?}");
+    let store = SqlStore::connect(&url).await.unwrap();
+    assert_eq!(store.mail_queue_depth().await.unwrap(), 0);
+    let row = store.mail_by_key("killed-1").await.unwrap().unwrap();
+    assert!(row.sent_at.is_some());
+    store.close().await;
+}
