@@ -97,6 +97,7 @@ pub fn http_router(app: AppState) -> Router {
         )
         .route("/api/v1/check", post(api::check))
         .merge(portal::transfers::api())
+        .merge(portal::alerts::api())
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             portal::auth::authenticate,

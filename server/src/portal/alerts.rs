@@ -7,7 +7,7 @@ use super::auth::Viewer;
 use super::authz::{self as authz, visible_names, Principal, Tree};
 use super::PageError;
 use crate::alerts::Kind;
-use crate::http::AppState;
+use crate::http::{ApiError, AppState};
 use crate::store::alerts::{Alert, AlertFilter, Pref};
 use app::alerts::{AccountAlerts, AlertQuery, AlertRow, RuleRow};
 use app::layout::Flash;
@@ -35,32 +35,50 @@ pub fn row(a: Alert) -> AlertRow {
     }
 }
 
-/// Of `alerts`, those on quotas `p` may see (admins: all, also on quotas
-/// since deleted).
-async fn visible_alerts(
+/// The quotas whose alerts `p` may see: None for admins (all, also on
+/// quotas since deleted).
+async fn alert_scope(
     app: &AppState,
     p: &Principal,
-    alerts: Vec<Alert>,
-) -> Result<Vec<Alert>, PageError> {
+) -> Result<Option<Vec<String>>, crate::service::ServiceError> {
     if p.is_admin {
-        return Ok(alerts);
+        return Ok(None);
     }
     let all = app.service.list().await?;
-    let names = visible_names(p, &Tree::from_quotas(&all));
-    Ok(alerts
-        .into_iter()
-        .filter(|a| names.contains(&a.quota))
-        .collect())
+    Ok(Some(
+        visible_names(p, &Tree::from_quotas(&all))
+            .into_iter()
+            .collect(),
+    ))
 }
 
 /// The open alerts the viewer may see, newest first (overview, badge).
 pub async fn open_for(app: &AppState, p: &Principal) -> Result<Vec<AlertRow>, PageError> {
-    let open = app.portal.sql.open_alerts().await?;
-    Ok(visible_alerts(app, p, open)
+    let f = AlertFilter {
+        open: Some(true),
+        quotas_in: alert_scope(app, p).await?,
+        ..AlertFilter::default()
+    };
+    Ok(app
+        .portal
+        .sql
+        .alerts(&f, i64::MAX)
         .await?
         .into_iter()
         .map(row)
         .collect())
+}
+
+fn parse_kind(k: &str) -> Result<Option<Kind>, String> {
+    match k.trim() {
+        "" => Ok(None),
+        k => Kind::parse(k).map(Some).ok_or_else(|| {
+            format!(
+                "unknown alert kind '{k}': one of {}",
+                Kind::ALL.map(Kind::as_str).join(", ")
+            )
+        }),
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -77,27 +95,19 @@ pub async fn page(
     viewer: Viewer,
     Query(q): Query<AlertParams>,
 ) -> Result<Response, PageError> {
-    let kind = match q.kind.trim() {
-        "" => None,
-        k => Some(Kind::parse(k).ok_or_else(|| {
-            PageError::Invalid(format!(
-                "unknown alert kind '{k}': one of {}",
-                Kind::ALL.map(Kind::as_str).join(", ")
-            ))
-        })?),
-    };
+    let kind = parse_kind(&q.kind).map_err(PageError::Invalid)?;
     let quota = Some(q.quota.trim().to_string()).filter(|s| !s.is_empty());
+    let scope = alert_scope(&app, &viewer.principal).await?;
     let filter = |open| AlertFilter {
         quota: quota.clone(),
         kind,
         open: Some(open),
+        quotas_in: scope.clone(),
+        before: None,
     };
     let sql = &app.portal.sql;
     let open = sql.alerts(&filter(true), i64::MAX).await?;
     let resolved = sql.alerts(&filter(false), HISTORY_ROWS).await?;
-    let p = &viewer.principal;
-    let open = visible_alerts(&app, p, open).await?;
-    let resolved = visible_alerts(&app, p, resolved).await?;
     let flash = viewer.take_flash().await;
     Ok(Html(app::alerts::render_alerts_page(
         viewer.page(),
@@ -295,8 +305,29 @@ async fn user_id(app: &AppState, viewer: &Viewer) -> Result<i64, PageError> {
         .ok_or_else(|| PageError::Forbidden("the account page is for users, not tokens".into()))
 }
 
+/// An email address as typed: None for "" (no email), else it must look
+/// like one.
+pub fn parse_email(typed: &str) -> Result<Option<&str>, PageError> {
+    let email = typed.trim();
+    if email.is_empty() {
+        return Ok(None);
+    }
+    let (local, domain) = email.split_once('@').unwrap_or_default();
+    if local.is_empty()
+        || domain.is_empty()
+        || email.contains(char::is_whitespace)
+        || email.contains(['<', '>', ',', ';'])
+        || email.len() > 254
+    {
+        return Err(PageError::Invalid(format!(
+            "'{email}' is not an email address"
+        )));
+    }
+    Ok(Some(email))
+}
+
 /// POST /account — email (empty: none) and, per kind, mute.KIND and
-/// digest.KIND checkboxes.
+/// digest.KIND checkboxes. Each change is audited.
 pub async fn save_account(
     State(app): State<AppState>,
     viewer: Viewer,
@@ -309,24 +340,190 @@ pub async fn save_account(
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.trim())
     };
-    let email = get("email").unwrap_or_default();
-    if !email.is_empty() && (!email.contains('@') || email.contains(char::is_whitespace)) {
-        return Err(PageError::Invalid(format!(
-            "'{email}' is not an email address"
-        )));
-    }
+    let email = parse_email(get("email").unwrap_or_default())?;
     let sql = &app.portal.sql;
-    sql.set_user_email(id, Some(email).filter(|e| !e.is_empty()))
-        .await?;
+    let target = super::audit::user_target(&viewer.principal.username);
+    let was = sql.user_email(id).await?;
+    if was.as_deref() != email {
+        sql.set_user_email(id, email).await?;
+        app.audit(
+            &viewer.principal,
+            super::audit::action::USER_EMAIL,
+            &target,
+            Some(serde_json::json!({ "email": was })),
+            Some(serde_json::json!({ "email": email })),
+            "alert email address changed on /account",
+        )
+        .await;
+    }
+    let before = sql.alert_prefs(id).await?;
+    let mut changed = Vec::new();
     for k in Kind::ALL {
         let pref = Pref {
             muted: get(&format!("mute.{}", k.as_str())).is_some(),
             digest: get(&format!("digest.{}", k.as_str())).is_some(),
         };
-        sql.set_alert_pref(id, k, pref).await?;
+        if before.get(&k).copied().unwrap_or_default() != pref {
+            sql.set_alert_pref(id, k, pref).await?;
+            changed.push(k);
+        }
+    }
+    if !changed.is_empty() {
+        let prefs = |m: &std::collections::BTreeMap<Kind, Pref>| {
+            serde_json::Value::Object(
+                changed
+                    .iter()
+                    .map(|k| {
+                        let p = m.get(k).copied().unwrap_or_default();
+                        (
+                            k.as_str().to_string(),
+                            serde_json::json!({ "muted": p.muted, "digest": p.digest }),
+                        )
+                    })
+                    .collect(),
+            )
+        };
+        let after = sql.alert_prefs(id).await?;
+        app.audit(
+            &viewer.principal,
+            super::audit::action::ALERT_PREFS,
+            &target,
+            Some(prefs(&before)),
+            Some(prefs(&after)),
+            &format!(
+                "alert preferences changed: {}",
+                changed
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+        .await;
     }
     viewer
         .set_flash(Flash::Ok("your alert settings are saved".into()))
         .await;
     Ok(Redirect::to("/account").into_response())
+}
+
+// ---- JSON API ----
+
+/// The alert API, behind the API's bearer-token authentication.
+pub fn api() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/api/v1/alerts", axum::routing::get(api_list))
+        .route("/api/v1/alerts/{id}", axum::routing::get(api_get))
+}
+
+/// Query of GET /api/v1/alerts.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct ApiParams {
+    #[serde(default)]
+    quota: String,
+    #[serde(default)]
+    kind: String,
+    /// open, resolved or all (default).
+    #[serde(default)]
+    state: String,
+    /// 1 to 1000, default 100.
+    limit: Option<i64>,
+    /// Paging: alerts older than this id (the previous page's `next`).
+    before: Option<i64>,
+}
+
+const API_MAX_LIMIT: i64 = 1000;
+
+/// An alert as the API shows it.
+pub fn alert_json(a: &Alert) -> serde_json::Value {
+    serde_json::json!({
+        "id": a.id,
+        "kind": a.kind.as_str(),
+        "quota": a.quota,
+        "key": a.key,
+        "level": a.level.as_str(),
+        "message": a.message,
+        "numbers": a.numbers,
+        "state": if a.resolved_at.is_some() { "resolved" } else { "open" },
+        "openedAt": quota::time::format_rfc3339(a.opened_at),
+        "resolvedAt": a.resolved_at.map(quota::time::format_rfc3339),
+    })
+}
+
+/// GET /api/v1/alerts?quota=&kind=&state=&limit=&before= — newest first,
+/// on the quotas the caller may see; `next` is the `before` of the next
+/// page (null on the last).
+pub async fn api_list(
+    State(app): State<AppState>,
+    p: Principal,
+    q: Result<Query<ApiParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let kind = parse_kind(&q.kind).map_err(ApiError::BadRequest)?;
+    let open = match q.state.trim() {
+        "" | "all" => None,
+        "open" => Some(true),
+        "resolved" => Some(false),
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "unknown state '{other}': open, resolved or all"
+            )))
+        }
+    };
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=API_MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit {limit} is out of range: 1 to {API_MAX_LIMIT}"
+        )));
+    }
+    let f = AlertFilter {
+        quota: Some(q.quota.trim().to_string()).filter(|s| !s.is_empty()),
+        kind,
+        open,
+        quotas_in: alert_scope(&app, &p).await?,
+        before: q.before,
+    };
+    let items = app
+        .portal
+        .sql
+        .alerts(&f, limit)
+        .await
+        .map_err(crate::service::ServiceError::from)?;
+    let next = (items.len() as i64 == limit)
+        .then(|| items.last().map(|a| a.id))
+        .flatten();
+    Ok(axum::Json(serde_json::json!({
+        "items": items.iter().map(alert_json).collect::<Vec<_>>(),
+        "next": next,
+    }))
+    .into_response())
+}
+
+/// GET /api/v1/alerts/{id} — one alert (404 when it is not the caller's
+/// to see, as when it does not exist).
+pub async fn api_get(
+    State(app): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let missing = || {
+        ApiError::Service(crate::service::ServiceError::NotFound(format!(
+            "alert {id} not found"
+        )))
+    };
+    let n: i64 = id.parse().map_err(|_| missing())?;
+    let a = app
+        .portal
+        .sql
+        .alert(n)
+        .await
+        .map_err(crate::service::ServiceError::from)?
+        .ok_or_else(missing)?;
+    if let Some(names) = alert_scope(&app, &p).await? {
+        if !names.contains(&a.quota) {
+            return Err(missing());
+        }
+    }
+    Ok(axum::Json(alert_json(&a)).into_response())
 }

@@ -42,9 +42,13 @@ pub mod action {
     /// By `bizrq`: a loan's return, started when it is due.
     pub const TRANSFER_RETURN: &str = "transfer.return";
     pub const ALERT_RULE: &str = "alert.rule";
+    /// A user's email address, set by the user (/account) or an admin.
+    pub const USER_EMAIL: &str = "user.email";
+    /// A user's alert preferences (mute, digest per kind).
+    pub const ALERT_PREFS: &str = "alert.prefs";
 
     /// Every action, for the page's filter (other pages add theirs here).
-    pub const ALL: [&str; 18] = [
+    pub const ALL: [&str; 20] = [
         QUOTA_CREATE,
         QUOTA_UPDATE,
         QUOTA_DELETE,
@@ -63,6 +67,8 @@ pub mod action {
         TRANSFER_EXPIRE,
         TRANSFER_RETURN,
         ALERT_RULE,
+        USER_EMAIL,
+        ALERT_PREFS,
     ];
 }
 

@@ -333,16 +333,20 @@ pub async fn set_email(
 ) -> Result<Response, PageError> {
     viewer.require_admin()?;
     let user = user_named(&app, &name).await?;
-    let email = f.email.trim();
-    if !email.is_empty() && (!email.contains('@') || email.contains(char::is_whitespace)) {
-        return Err(PageError::Invalid(format!(
-            "'{email}' is not an email address"
-        )));
+    let email = super::alerts::parse_email(&f.email)?;
+    let was = app.portal.sql.user_email(user.id).await?;
+    app.portal.sql.set_user_email(user.id, email).await?;
+    if was.as_deref() != email {
+        app.audit(
+            &viewer.principal,
+            super::audit::action::USER_EMAIL,
+            &super::audit::user_target(&name),
+            Some(serde_json::json!({ "email": was })),
+            Some(serde_json::json!({ "email": email })),
+            "alert email address set by an admin",
+        )
+        .await;
     }
-    app.portal
-        .sql
-        .set_user_email(user.id, Some(email).filter(|e| !e.is_empty()))
-        .await?;
     done(&viewer, "/users", format!("email of {name} set")).await
 }
 

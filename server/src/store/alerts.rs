@@ -42,6 +42,10 @@ pub struct AlertFilter {
     pub kind: Option<Kind>,
     /// Some(true): open only; Some(false): resolved only.
     pub open: Option<bool>,
+    /// Only on these quotas (what a non-admin may see).
+    pub quotas_in: Option<Vec<String>>,
+    /// Paging: only alerts older than this id.
+    pub before: Option<i64>,
 }
 
 /// A user an alert goes to.
@@ -171,8 +175,11 @@ impl SqlStore {
         .await
     }
 
-    /// Alerts matching `f`, newest first, at most `limit`.
+    /// Alerts matching `f`, newest first (by id), at most `limit`.
     pub async fn alerts(&self, f: &AlertFilter, limit: i64) -> Result<Vec<Alert>, StoreError> {
+        if f.quotas_in.as_ref().is_some_and(|q| q.is_empty()) {
+            return Ok(Vec::new());
+        }
         let mut sql = format!("SELECT {ALERT_COLUMNS} FROM alerts WHERE 1 = 1");
         let mut n = 0;
         let mut arg = || {
@@ -185,15 +192,19 @@ impl SqlStore {
         if f.kind.is_some() {
             sql.push_str(&format!(" AND kind = {}", arg()));
         }
+        if f.before.is_some() {
+            sql.push_str(&format!(" AND id < {}", arg()));
+        }
+        if let Some(names) = &f.quotas_in {
+            let list: Vec<String> = names.iter().map(|_| arg()).collect();
+            sql.push_str(&format!(" AND quota IN ({})", list.join(", ")));
+        }
         match f.open {
             Some(true) => sql.push_str(" AND resolved_at IS NULL"),
             Some(false) => sql.push_str(" AND resolved_at IS NOT NULL"),
             None => {}
         }
-        sql.push_str(&format!(
-            " ORDER BY opened_at DESC, id DESC LIMIT {}",
-            arg()
-        ));
+        sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", arg()));
         let mut q = sqlx::query(&sql);
         if let Some(quota) = &f.quota {
             q = q.bind(quota);
@@ -201,8 +212,23 @@ impl SqlStore {
         if let Some(kind) = f.kind {
             q = q.bind(kind.as_str());
         }
+        if let Some(before) = f.before {
+            q = q.bind(before);
+        }
+        for name in f.quotas_in.iter().flatten() {
+            q = q.bind(name);
+        }
         let rows = q.bind(limit).fetch_all(&self.read).await?;
         rows.iter().map(alert_from_row).collect()
+    }
+
+    /// One alert by id.
+    pub async fn alert(&self, id: i64) -> Result<Option<Alert>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {ALERT_COLUMNS} FROM alerts WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(alert_from_row).transpose()
     }
 
     /// Who is emailed about an alert of `kind` on the first quota of

@@ -554,6 +554,24 @@ async fn role_route_table(s: &Server) {
         (Admin, Api(Method::GET, q, None), OK),
         (OwnerNlp, Api(Method::GET, q, None), OK),
         (MemberCv, Api(Method::GET, q, None), OK),
+        // Alerts: everyone signed in lists those they may see.
+        (Anonymous, Api(Method::GET, "/api/v1/alerts", None), UNAUTH),
+        (AdminToken, Api(Method::GET, "/api/v1/alerts", None), OK),
+        (
+            MemberCv,
+            Api(Method::GET, "/api/v1/alerts?state=open", None),
+            OK,
+        ),
+        (
+            OwnerNlp,
+            Api(Method::GET, "/api/v1/alerts/999", None),
+            NOT_FOUND,
+        ),
+        (
+            MemberCv,
+            Api(Method::POST, "/api/v1/alerts", Some(json!({}))),
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
         // Reading: what one may not see does not exist.
         (
             MemberCv,
@@ -2295,6 +2313,105 @@ async fn alerts_in_the_portal(s: &Server) {
     };
     assert!(tag("mute.cash_forecast").contains("checked"), "{account}");
     assert!(!tag("mute.threshold").contains("checked"), "{account}");
+    // Both changes are in the audit log, with before and after.
+    let audit = o.admin.get("/audit.csv?target=user:alice").await.body;
+    assert!(audit.contains("user.email"), "{audit}");
+    assert!(audit.contains("alice@example.com"), "{audit}");
+    assert!(
+        audit.contains("alert.prefs") && audit.contains("cash_forecast"),
+        "{audit}"
+    );
+    // Saving the same settings again changes and audits nothing.
+    o.alice
+        .post(
+            "/account",
+            &[("email", "alice@example.com"), ("mute.cash_forecast", "1")],
+        )
+        .await;
+    let again = o.admin.get("/audit.csv?target=user:alice").await.body;
+    assert_eq!(again.lines().count(), audit.lines().count(), "{again}");
+
+    alerts_api(s, &o).await;
+}
+
+/// GET /api/v1/alerts: what the caller may see, filters and paging, clear
+/// errors; a write is evaluated at once (no sweep runs in the test's time).
+async fn alerts_api(s: &Server, o: &Org) {
+    let alice = |path: String| {
+        let t = o.alice_token.clone();
+        async move { s.api_with(Method::GET, &path, None, Some(&t)).await }
+    };
+    let (st, v) = alice("/api/v1/alerts".into()).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{v}");
+    let requested = &items[0];
+    assert_eq!(requested["kind"], "transfer_requested");
+    assert_eq!(requested["quota"], "nlp");
+    assert_eq!(requested["state"], "open");
+    assert!(requested["openedAt"].as_str().unwrap().ends_with('Z'));
+    let id = requested["id"].as_i64().unwrap();
+    let (st, one) = alice(format!("/api/v1/alerts/{id}")).await;
+    assert_eq!((st, &one), (StatusCode::OK, requested));
+    // Bob (member of cv) sees none of nlp's, not even by id.
+    let bob = |path: String| {
+        let t = o.bob_token.clone();
+        async move { s.api_with(Method::GET, &path, None, Some(&t)).await }
+    };
+    let (_, v) = bob("/api/v1/alerts".into()).await;
+    assert_eq!(v["items"], json!([]), "{v}");
+    let (st, v) = bob(format!("/api/v1/alerts/{id}")).await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    let (st, _) = s.api_with(Method::GET, "/api/v1/alerts", None, None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    // Clear errors.
+    for (query, says) in [
+        ("state=bogus", "unknown state 'bogus'"),
+        ("kind=bogus", "unknown alert kind 'bogus'"),
+        ("limit=0", "limit 0 is out of range"),
+        ("limit=1000000", "out of range"),
+        ("colour=red", "unknown field"),
+        ("before=x", "before"),
+    ] {
+        let (st, v) = s
+            .api(Method::GET, &format!("/api/v1/alerts?{query}"), None)
+            .await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{query}: {v}");
+        let m = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(m.contains(says), "{query}: {m}");
+    }
+    let (st, _) = s.api(Method::GET, "/api/v1/alerts/x", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+
+    // 6 cards on nlp, which carves 2 out for nlp-a: 8 of 8 used. Warning
+    // and critical open within moments of the admission: a write is
+    // evaluated by itself, not by the next sweep.
+    let d = deployment("train", "nlp", 6, 1);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "api-1", Some(d), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let mut threshold = Vec::new();
+    for _ in 0..100 {
+        let (_, v) = alice("/api/v1/alerts?kind=threshold&state=open".into()).await;
+        threshold = v["items"].as_array().unwrap().clone();
+        if threshold.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(threshold.len(), 2, "{threshold:?}");
+    assert_eq!(threshold[0]["numbers"]["used"], "8", "{threshold:?}");
+    // Paging: one at a time, newest first, then the rest.
+    let (_, p1) = alice("/api/v1/alerts?limit=1".into()).await;
+    let next = p1["next"].as_i64().expect("a next page");
+    let (_, p2) = alice(format!("/api/v1/alerts?limit=10&before={next}")).await;
+    assert_eq!(p2["items"].as_array().unwrap().len(), 2, "{p2}");
+    assert_eq!(p2["next"], Value::Null);
+    assert!(p2["items"][0]["id"].as_i64().unwrap() < next);
 }
 
 on_both!(
