@@ -17,3 +17,8 @@ CREATE INDEX alert_digest_waiting ON alert_digest (batch, created_at);
 -- A stale evaluation must not reopen what a fresher one resolved: it looks
 -- up the fingerprint's latest resolution.
 CREATE INDEX alerts_fingerprint ON alerts (fingerprint, resolved_at);
+
+-- A transfer is requested, approved or rejected once: its alert exists once
+-- too, whichever replica (or recovery after a crash) reports it.
+CREATE UNIQUE INDEX alerts_transfer_once ON alerts (fingerprint)
+    WHERE kind IN ('transfer_requested', 'transfer_approved', 'transfer_rejected');

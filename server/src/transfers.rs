@@ -389,7 +389,14 @@ impl TransferService {
         let mut ended = 0;
         for id in self.exec.store.transfers_to_run(now).await? {
             match self.exec.spawn(id, None).await {
-                Ok(t) if t.status.is_final() => ended += 1,
+                Ok(t) if t.status.is_final() => {
+                    ended += 1;
+                    // Re-validation refused it: as after an approval, say so
+                    // (once: a transfer's alert of a kind exists once).
+                    if t.status == TransferStatus::Rejected {
+                        self.alert(alerts::Kind::TransferRejected, &t).await;
+                    }
+                }
                 Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(transfer = id, error = %e, "transfer not finished; the next sweep tries again")

@@ -285,6 +285,31 @@ async fn a_refused_approval_changes_nothing(w: World) {
         t.result.as_deref(),
         Some("bizrq ai: requests.nvidia.com/gpu asks 1, 0 left of 30")
     );
+    // Refused by recovery, not by a person: the rejection is reported once,
+    // also when recovery runs again or another replica reports it too.
+    let rejected = || async {
+        let f = bizrq::store::alerts::AlertFilter {
+            kind: Some(bizrq::alerts::Kind::TransferRejected),
+            ..Default::default()
+        };
+        let all = w.sql.alerts(&f, 100).await.unwrap();
+        all.into_iter()
+            .filter(|a| a.key == format!("#{id}"))
+            .collect::<Vec<_>>()
+    };
+    let once = rejected().await;
+    assert_eq!(once.len(), 1, "{once:?}");
+    assert!(once[0].message.contains("on re-validation"), "{once:?}");
+    w.transfers.recover().await.unwrap();
+    bizrq::alerts::engine::on_transfer(
+        &w.sql,
+        &w.svc,
+        bizrq::alerts::Kind::TransferRejected,
+        &t,
+        "http://bizrq.test",
+    )
+    .await;
+    assert_eq!(rejected().await.len(), 1);
     let mut after = w.all_gpus().await;
     after.retain(|(n, _)| n != "ai");
     let mut expected = before.clone();
