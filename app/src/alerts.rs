@@ -207,6 +207,8 @@ pub struct AccountAlerts {
     pub email: String,
     /// (kind, muted, daily digest).
     pub kinds: Vec<(String, bool, bool)>,
+    /// When digests go out (hour, UTC).
+    pub digest_hour: u8,
 }
 
 /// GET /account: the viewer's email address and alert preferences.
@@ -238,7 +240,12 @@ pub fn render_account_page(viewer: Viewer, a: AccountAlerts, flash: Option<Flash
                         <thead><tr><th>"Alert kind"</th><th>"No email"</th><th>"Daily digest"</th></tr></thead>
                         <tbody>{rows}</tbody>
                     </table>
-                    <p class="hint">"The daily digest choice is stored; digests are not sent yet."</p>
+                    <p class="hint">{format!(
+                        "A kind taken as a daily digest sends no email per alert: its alerts come \
+                         together in one email a day at {:02}:00 UTC. \"No email\" wins over the digest. \
+                         The portal shows every alert either way.",
+                        a.digest_hour
+                    )}</p>
                     <button type="submit">"Save"</button>
                 </form>
             </Layout>

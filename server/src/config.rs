@@ -185,6 +185,7 @@ impl ServeArgs {
             secure_cookies: self.secure_cookies,
             trust_forwarded_for: self.trust_forwarded_for,
             session_idle: std::time::Duration::from_secs(self.session_idle_minutes.max(1) * 60),
+            digest_hour: self.digest_hour,
         }
     }
 

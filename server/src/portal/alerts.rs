@@ -290,7 +290,11 @@ pub async fn account_page(
     let flash = viewer.take_flash().await;
     Ok(Html(app::alerts::render_account_page(
         viewer.page(),
-        AccountAlerts { email, kinds },
+        AccountAlerts {
+            email,
+            kinds,
+            digest_hour: app.portal.config.digest_hour,
+        },
         flash,
     ))
     .into_response())

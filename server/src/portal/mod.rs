@@ -49,6 +49,8 @@ pub struct PortalConfig {
     pub trust_forwarded_for: bool,
     /// A session ends after this long without activity.
     pub session_idle: Duration,
+    /// When daily alert digests go out (hour, UTC), as the account page says.
+    pub digest_hour: u8,
 }
 
 impl Default for PortalConfig {
@@ -57,6 +59,7 @@ impl Default for PortalConfig {
             secure_cookies: false,
             trust_forwarded_for: false,
             session_idle: Duration::from_secs(8 * 3600),
+            digest_hour: 8,
         }
     }
 }
