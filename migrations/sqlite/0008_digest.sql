@@ -14,11 +14,19 @@ CREATE TABLE alert_digest (
 );
 CREATE INDEX alert_digest_waiting ON alert_digest (batch, created_at);
 
--- A stale evaluation must not reopen what a fresher one resolved: it looks
--- up the fingerprint's latest resolution.
-CREATE INDEX alerts_fingerprint ON alerts (fingerprint, resolved_at);
+-- When the view of the evaluation that opened / resolved an alert was
+-- current (epoch ms; NULL on older rows: opened_at / resolved_at stand in).
+-- An evaluation with an older view neither reopens nor resolves it.
+ALTER TABLE alerts ADD COLUMN opened_seen_at BIGINT NULL;
+ALTER TABLE alerts ADD COLUMN resolved_seen_at BIGINT NULL;
+CREATE INDEX alerts_fingerprint ON alerts (fingerprint);
 
 -- A transfer is requested, approved or rejected once: its alert exists once
 -- too, whichever replica (or recovery after a crash) reports it.
+DELETE FROM alerts
+    WHERE kind IN ('transfer_requested', 'transfer_approved', 'transfer_rejected')
+    AND id NOT IN (SELECT MIN(id) FROM alerts
+        WHERE kind IN ('transfer_requested', 'transfer_approved', 'transfer_rejected')
+        GROUP BY fingerprint);
 CREATE UNIQUE INDEX alerts_transfer_once ON alerts (fingerprint)
     WHERE kind IN ('transfer_requested', 'transfer_approved', 'transfer_rejected');

@@ -391,8 +391,14 @@ impl TransferService {
             match self.exec.spawn(id, None).await {
                 Ok(t) if t.status.is_final() => {
                     ended += 1;
-                    // Re-validation refused it: as after an approval, say so
-                    // (once: a transfer's alert of a kind exists once).
+                    // The approver may have died before reporting the
+                    // approval (its "requested" alert would stay open), and
+                    // re-validation may refuse it now: report both. A
+                    // transfer's alert of a kind exists once, so a report
+                    // made already is not repeated.
+                    if t.decided_by.as_deref().is_some_and(|d| d != SYSTEM_ACTOR) {
+                        self.alert(alerts::Kind::TransferApproved, &t).await;
+                    }
                     if t.status == TransferStatus::Rejected {
                         self.alert(alerts::Kind::TransferRejected, &t).await;
                     }

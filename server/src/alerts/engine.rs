@@ -5,6 +5,7 @@
 
 use super::{evaluate_quotas, transfer_condition, Evaluation, Kind, OpenAlert};
 use crate::service::Service;
+use crate::store::alerts::Observed;
 use crate::store::sql::SqlStore;
 use crate::store::transfers::Transfer;
 use crate::store::{StoreError, Stored};
@@ -66,6 +67,17 @@ impl Changed {
             .unwrap_or_default()
     }
 
+    /// Puts back a batch whose evaluation failed; what was marked since
+    /// is newer and stays.
+    pub fn restore(&self, batch: BTreeMap<String, Seen>) {
+        if let Ok(mut seen) = self.seen.lock() {
+            for (name, s) in batch {
+                seen.entry(name).or_insert(s);
+            }
+        }
+        self.notify.notify_one();
+    }
+
     /// Until something is marked (at once if something was, unseen).
     pub async fn wait(&self) {
         self.notify.notified().await
@@ -95,7 +107,15 @@ pub async fn evaluate_all(
         .iter()
         .map(|q| (q.name().to_string(), q.spec.parent.clone()))
         .collect();
-    store(sql, &e, &parents, observed_at, now_ms, public_url).await
+    store(
+        sql,
+        &e,
+        &parents,
+        &Observed::at(observed_at),
+        now_ms,
+        public_url,
+    )
+    .await
 }
 
 /// Evaluates the quotas just written (`Changed::take`), from the objects
@@ -107,8 +127,13 @@ pub async fn evaluate_changed(
     changed: BTreeMap<String, Seen>,
     public_url: &str,
 ) -> Result<Swept, StoreError> {
-    let Some(observed_at) = changed.values().map(|s| s.at_ms).min() else {
+    let Some(oldest) = changed.values().map(|s| s.at_ms).min() else {
         return Ok(Swept::default());
+    };
+    // Each quota as of its own write.
+    let observed = Observed {
+        default: oldest,
+        by_quota: changed.iter().map(|(n, s)| (n.clone(), s.at_ms)).collect(),
     };
     let now_ms = service.now();
     let rules = sql.all_alert_rules().await?;
@@ -138,7 +163,7 @@ pub async fn evaluate_changed(
     for c in &e.open {
         ancestors(service, &c.quota, &mut parents).await;
     }
-    store(sql, &e, &parents, observed_at, now_ms, public_url).await
+    store(sql, &e, &parents, &observed, now_ms, public_url).await
 }
 
 /// Fills `parents` with `quota`'s line up to its root, read from the store
@@ -223,7 +248,7 @@ pub async fn transfer_event(
     }
     let mut parents = BTreeMap::new();
     ancestors(service, &t.to_quota, &mut parents).await;
-    store(sql, &e, &parents, now_ms, now_ms, public_url).await?;
+    store(sql, &e, &parents, &Observed::at(now_ms), now_ms, public_url).await?;
     Ok(())
 }
 
@@ -247,7 +272,7 @@ pub async fn transfer_expired(sql: &SqlStore, t: &Transfer, now_ms: i64) -> Resu
             open: Vec::new(),
             resolve,
         };
-        sql.apply_evaluation(&e, &BTreeMap::new(), "", now_ms, now_ms)
+        sql.apply_evaluation(&e, &BTreeMap::new(), "", &Observed::at(now_ms), now_ms)
             .await?;
     }
     Ok(())
@@ -257,7 +282,7 @@ async fn store(
     sql: &SqlStore,
     e: &Evaluation,
     parents: &BTreeMap<String, String>,
-    observed_at: i64,
+    observed: &Observed,
     now_ms: i64,
     public_url: &str,
 ) -> Result<Swept, StoreError> {
@@ -267,7 +292,7 @@ async fn store(
         recipients.insert(c.fingerprint(), sql.alert_recipients(&chain, c.kind).await?);
     }
     let applied = sql
-        .apply_evaluation(e, &recipients, public_url, observed_at, now_ms)
+        .apply_evaluation(e, &recipients, public_url, observed, now_ms)
         .await?;
     Ok(Swept {
         opened: applied.opened.len(),
@@ -313,7 +338,13 @@ pub async fn evaluate_forever(
                 tokio::time::sleep(SETTLE).await;
                 let changed = service.changed.take();
                 if !changed.is_empty() {
-                    log(evaluate_changed(&service, &sql, changed, &public_url).await);
+                    let batch = changed.clone();
+                    let done = evaluate_changed(&service, &sql, changed, &public_url).await;
+                    if done.is_err() {
+                        // Again after `SETTLE`, with anything newer marked since.
+                        service.changed.restore(batch);
+                    }
+                    log(done);
                 }
             }
         }

@@ -316,13 +316,9 @@ pub fn parse_email(typed: &str) -> Result<Option<&str>, PageError> {
     if email.is_empty() {
         return Ok(None);
     }
-    let (local, domain) = email.split_once('@').unwrap_or_default();
-    if local.is_empty()
-        || domain.is_empty()
-        || email.contains(char::is_whitespace)
-        || email.contains(['<', '>', ',', ';'])
-        || email.len() > 254
-    {
+    // As the mailer will read it (`mail.rs`): an address it cannot parse
+    // would wait in the outbox forever.
+    if email.len() > 254 || email.parse::<lettre::Address>().is_err() {
         return Err(PageError::Invalid(format!(
             "'{email}' is not an email address"
         )));
@@ -530,4 +526,23 @@ pub async fn api_get(
         }
     }
     Ok(axum::Json(alert_json(&a)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_email;
+
+    #[test]
+    fn an_email_is_read_as_the_mailer_reads_it() {
+        assert_eq!(parse_email("").unwrap(), None);
+        assert_eq!(parse_email("  ").unwrap(), None);
+        assert_eq!(
+            parse_email(" ada@example.org ").unwrap(),
+            Some("ada@example.org")
+        );
+        for bad in ["ada", "a@b@c", "a b@c.org", "<a@b.org>", "a@", "@b.org"] {
+            let e = parse_email(bad).unwrap_err().to_string();
+            assert!(e.contains("is not an email address"), "{bad}: {e}");
+        }
+    }
 }

@@ -57,6 +57,28 @@ pub struct Recipient {
     pub digest: bool,
 }
 
+/// When an evaluation's view of each quota was current: `by_quota` where
+/// known (a write's object: the moment before the write), else `default`
+/// (a sweep: before its list).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    pub default: i64,
+    pub by_quota: BTreeMap<String, i64>,
+}
+
+impl Observed {
+    pub fn at(at_ms: i64) -> Observed {
+        Observed {
+            default: at_ms,
+            by_quota: BTreeMap::new(),
+        }
+    }
+
+    pub fn of(&self, quota: &str) -> i64 {
+        self.by_quota.get(quota).copied().unwrap_or(self.default)
+    }
+}
+
 /// What `apply_evaluation` did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
@@ -296,11 +318,12 @@ impl SqlStore {
     /// resolves the cleared ones. An alert already open is left alone and
     /// queues nothing, so replicas evaluating at once send one email.
     ///
-    /// `observed_at`: when the evaluated quotas were at the latest current.
-    /// An evaluation older than a change it did not see is stale there: it
-    /// does not reopen an alert resolved at or after `observed_at`, nor
-    /// resolve one opened after it (a fresher evaluation did that, and the
-    /// next one decides again).
+    /// `observed`: when the evaluation's view of each quota was current,
+    /// kept with what it opens and resolves. A view older than the one that
+    /// last changed an alert is stale there: it does not reopen an alert
+    /// whose resolution came from a view as new as its own or newer, nor
+    /// resolve one opened from a newer view (the next evaluation decides
+    /// again).
     ///
     /// Event kinds (transfers decided) are stored resolved at once: they
     /// are news, not a condition.
@@ -309,28 +332,37 @@ impl SqlStore {
         e: &Evaluation,
         recipients: &BTreeMap<String, Vec<Recipient>>,
         public_url: &str,
-        observed_at: i64,
+        observed: &Observed,
         now_ms: i64,
     ) -> Result<Applied, StoreError> {
         let mut tx = self.write.begin().await?;
         let mut applied = Applied::default();
         for id in &e.resolve {
+            let Some(quota) = sqlx::query("SELECT quota FROM alerts WHERE id = $1")
+                .bind(*id)
+                .fetch_optional(&mut *tx)
+                .await?
+            else {
+                continue;
+            };
+            let seen = observed.of(&quota.try_get::<String, _>("quota")?);
             let done = sqlx::query(
-                "UPDATE alerts SET resolved_at = $1 WHERE id = $2 AND resolved_at IS NULL \
-                 AND opened_at <= $3",
+                "UPDATE alerts SET resolved_at = $1, resolved_seen_at = $2 WHERE id = $3 \
+                 AND resolved_at IS NULL AND COALESCE(opened_seen_at, opened_at) <= $2",
             )
             .bind(now_ms)
+            .bind(seen)
             .bind(*id)
-            .bind(observed_at)
             .execute(&mut *tx)
             .await?;
             applied.resolved += done.rows_affected() as usize;
         }
         for c in &e.open {
-            if c.kind.is_condition() && resolved_since(&mut tx, c, observed_at).await? {
+            let seen = observed.of(&c.quota);
+            if c.kind.is_condition() && resolved_since(&mut tx, c, seen).await? {
                 continue;
             }
-            let Some(id) = insert_alert(&mut tx, c, now_ms).await? else {
+            let Some(id) = insert_alert(&mut tx, c, seen, now_ms).await? else {
                 continue;
             };
             applied.opened.push(id);
@@ -538,14 +570,16 @@ impl SqlStore {
     }
 }
 
-/// Whether `c`'s alert was resolved at or after `observed_at`.
+/// Whether `c`'s alert was resolved from a view as new as `observed_at`
+/// or newer.
 async fn resolved_since(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     c: &Condition,
     observed_at: i64,
 ) -> Result<bool, StoreError> {
     let row = sqlx::query(
-        "SELECT COUNT(*) AS n FROM alerts WHERE fingerprint = $1 AND resolved_at >= $2",
+        "SELECT COUNT(*) AS n FROM alerts WHERE fingerprint = $1 \
+         AND COALESCE(resolved_seen_at, resolved_at) >= $2",
     )
     .bind(c.fingerprint())
     .bind(observed_at)
@@ -559,13 +593,15 @@ async fn resolved_since(
 async fn insert_alert(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     c: &Condition,
+    seen_at: i64,
     now_ms: i64,
 ) -> Result<Option<i64>, StoreError> {
     let resolved_at =
         (!c.kind.is_condition() && c.kind != Kind::TransferRequested).then_some(now_ms);
     let row = sqlx::query(
-        "INSERT INTO alerts (fingerprint, kind, quota, key, level, message, numbers, opened_at, resolved_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING id",
+        "INSERT INTO alerts (fingerprint, kind, quota, key, level, message, numbers, opened_at, \
+         resolved_at, opened_seen_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING RETURNING id",
     )
     .bind(c.fingerprint())
     .bind(c.kind.as_str())
@@ -576,6 +612,7 @@ async fn insert_alert(
     .bind(c.numbers.to_string())
     .bind(now_ms)
     .bind(resolved_at)
+    .bind(seen_at)
     .fetch_optional(&mut **tx)
     .await?;
     Ok(match row {

@@ -145,7 +145,11 @@ async fn two_evaluators_at_once_open_the_alert_once(s: &SqlStore) {
         .collect();
     let runs = (0..4).map(|i| {
         let (s, e, r) = (s.clone(), e.clone(), recipients.clone());
-        tokio::spawn(async move { s.apply_evaluation(&e, &r, URL, T + i, T + i).await.unwrap() })
+        tokio::spawn(async move {
+            s.apply_evaluation(&e, &r, URL, &Observed::at(T + i), T + i)
+                .await
+                .unwrap()
+        })
     });
     let opened: usize = futures::future::join_all(runs)
         .await
@@ -232,7 +236,7 @@ async fn a_transfer_alert_reaches_the_admins_and_outlives_a_sweep(s: &SqlStore) 
         open: vec![requested.clone()],
         resolve: vec![],
     };
-    s.apply_evaluation(&e, &to(&requested), URL, T, T)
+    s.apply_evaluation(&e, &to(&requested), URL, &Observed::at(T), T)
         .await
         .unwrap();
     assert_eq!(s.open_alerts().await.unwrap().len(), 1);
@@ -280,6 +284,43 @@ async fn a_stale_evaluation_neither_reopens_nor_resolves(s: &SqlStore) {
     assert_eq!(sweep(s, &clear, T + 25, T + 40).await, Default::default());
     assert_eq!(s.open_alerts().await.unwrap().len(), 1);
     assert_eq!(sweep(s, &clear, T + 41, T + 41).await.resolved, 1);
+}
+
+/// A batch of writes is judged per quota, each as of its own write: an
+/// older write of another quota in the batch does not make org's fresh
+/// view stale.
+async fn each_quota_is_judged_as_of_its_own_write(s: &SqlStore) {
+    people(s).await;
+    let sweep = |q: Quota, at: i64| async move {
+        engine::evaluate_all(s, &[q], at, at, URL).await.unwrap()
+    };
+    assert_eq!(sweep(quota("org", "", 9), T).await.opened, 1);
+    assert_eq!(sweep(quota("org", "", 1), T + 10).await.resolved, 1);
+    let held = quota("org", "", 9);
+    let e = evaluate(conditions(&held, &[], &Default::default(), T + 30), &[]);
+    let observed = Observed {
+        default: T + 5,
+        by_quota: [("org".to_string(), T + 20)].into(),
+    };
+    let applied = s
+        .apply_evaluation(&e, &BTreeMap::new(), URL, &observed, T + 30)
+        .await
+        .unwrap();
+    assert_eq!(applied.opened.len(), 1, "org's view (T + 20) is newer");
+    let stale = Observed {
+        default: T + 5,
+        by_quota: BTreeMap::new(),
+    };
+    let open = s.open_alerts().await.unwrap();
+    let e = Evaluation {
+        open: Vec::new(),
+        resolve: open.iter().map(|a| a.id).collect(),
+    };
+    let applied = s
+        .apply_evaluation(&e, &BTreeMap::new(), URL, &stale, T + 40)
+        .await
+        .unwrap();
+    assert_eq!(applied.resolved, 0, "a view older than the opening");
 }
 
 /// Alice takes thresholds as a digest: a quota over hard mails her the
@@ -373,6 +414,7 @@ async fn a_digest_kind_waits_for_one_daily_email(s: &SqlStore) {
 
 on_both_databases!(
     a_stale_evaluation_neither_reopens_nor_resolves,
+    each_quota_is_judged_as_of_its_own_write,
     a_digest_kind_waits_for_one_daily_email,
     a_crossing_writes_the_alert_and_its_email_in_one_go,
     a_muted_kind_sends_no_email,
