@@ -197,6 +197,37 @@ pub fn needed(child: &Quota, delta: &ResourceList) -> Result<Option<LoanRequest>
     Ok((!req.want.is_empty()).then_some(req))
 }
 
+/// Admission of one charge with borrowing (§5): `charge_within` the
+/// child's hard, or, once its parent answered a request (`loan`: the loan
+/// `lend` left, possibly none), within hard + loan. On a denial, the loan
+/// that would make room when the child may borrow (it has `max` and a
+/// parent) and every key fits under `max`; a key past `max` is the denial
+/// then. The difference is worked out only for a child that may borrow.
+pub fn charge_or_request(
+    child: &mut Quota,
+    wref: &str,
+    charge: crate::object::Charge,
+    loan: Option<&ResourceList>,
+) -> Result<bool, (Denial, Option<LoanRequest>)> {
+    let may_borrow = !child.spec.max.is_empty() && !child.spec.parent.is_empty();
+    let delta = may_borrow.then(|| {
+        let old = child.status.workloads.get(wref);
+        let old = old.map(crate::object::Charge::usage).unwrap_or_default();
+        resources::diff(&charge.usage(), &old)
+    });
+    let within = loan.map(|l| limits(child, l)).unwrap_or_default();
+    match crate::admission::charge_within(child, wref, charge, &within) {
+        Ok(changed) => Ok(changed),
+        Err(d) => match delta {
+            None => Err((d, None)),
+            Some(delta) => match needed(child, &delta) {
+                Ok(req) => Err((d, req)),
+                Err(past_max) => Err((past_max, None)),
+            },
+        },
+    }
+}
+
 /// A child's admission limits while it holds `loan`: hard + loan, capped by
 /// max, on the keys of its max (see `admission::ceiling`). `loan` is the
 /// child's loan as its `lend` left it (`loan_of` the parent it wrote).

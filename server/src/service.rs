@@ -9,7 +9,7 @@ use quota::admission::{self, Denial};
 use quota::borrow;
 use quota::cash::Prices;
 use quota::object::{Charge, HpaCharge, Quota, QuotaSpec};
-use quota::resources::{self, ResourceList};
+use quota::resources::ResourceList;
 use quota::transfer::TransferError;
 use quota::tree::{self, TreeError};
 use quota::workload::PodSet;
@@ -626,32 +626,24 @@ impl Service {
         quota_name: &str,
         wref: &str,
         dry_run: bool,
-        build: impl Fn(Option<&Charge>, &str) -> Option<Charge>,
+        mut build: impl FnMut(Option<&Charge>, &str) -> Option<Charge>,
     ) -> Result<bool, ServiceError> {
         let now_ms = self.now();
         let now = quota::time::format_rfc3339(now_ms);
-        let mut limits = ResourceList::new();
+        // The parent's answer to the last loan request (None: none asked).
+        let mut loan: Option<ResourceList> = None;
         let mut last_denial = None;
         for _round in 0..BORROW_ROUNDS {
             let mut request: Option<(String, borrow::LoanRequest)> = None;
             let result = self
                 .update_status(quota_name, dry_run, |q| {
-                    let old = q.status.workloads.get(wref);
-                    let Some(c) = build(old, &now) else {
+                    let Some(c) = build(q.status.workloads.get(wref), &now) else {
                         return Ok((false, false));
                     };
-                    let delta =
-                        resources::diff(&c.usage(), &old.map(Charge::usage).unwrap_or_default());
-                    request = None;
-                    match admission::charge_within(q, wref, c, &limits) {
+                    match borrow::charge_or_request(q, wref, c, loan.as_ref()) {
                         Ok(changed) => Ok((changed, true)),
-                        Err(d) => {
-                            if !q.spec.max.is_empty() && !q.spec.parent.is_empty() {
-                                // Beyond hard (or the loan held): may it borrow?
-                                if let Some(req) = borrow::needed(q, &delta)? {
-                                    request = Some((q.spec.parent.clone(), req));
-                                }
-                            }
+                        Err((d, req)) => {
+                            request = req.map(|r| (q.spec.parent.clone(), r));
                             Err(d.into())
                         }
                     }
@@ -669,14 +661,13 @@ impl Service {
                 self.store.children(&parent).await?.iter().map(|s| &s.quota),
             );
             let child = quota_name.to_string();
-            let loan = self
-                .update_status(&parent, dry_run, |p| {
+            loan = Some(
+                self.update_status(&parent, dry_run, |p| {
                     let changed = borrow::lend(p, &req, &children, now_ms)?;
                     Ok((changed, borrow::loan_of(p, &child)))
                 })
-                .await?;
-            let fresh = self.get(quota_name).await?;
-            limits = borrow::limits(&fresh.quota, &loan);
+                .await?,
+            );
             last_denial = Some(denial);
         }
         Err(last_denial
@@ -731,10 +722,10 @@ impl Service {
         let Some(quota_name) = self.store.workload_quota(wref).await? else {
             return Ok(false);
         };
-        let held = std::sync::atomic::AtomicBool::new(false);
+        let mut held = false;
         self.admit(&quota_name, wref, dry_run, |old, now| {
             let mut c = old?.clone();
-            held.store(true, std::sync::atomic::Ordering::Relaxed);
+            held = true;
             if !change(&mut c) {
                 return None;
             }
@@ -743,7 +734,7 @@ impl Service {
             Some(c)
         })
         .await?;
-        Ok(held.load(std::sync::atomic::Ordering::Relaxed))
+        Ok(held)
     }
 
     /// A scale subresource change: the held charge at the new replica count
