@@ -76,6 +76,8 @@ pub struct Running {
     portal_janitor: JoinHandle<()>,
     /// Sends the email outbox (every replica; rows are leased).
     mail_sender: JoinHandle<()>,
+    /// Evaluates alerts and queues digests (every replica).
+    alerting: JoinHandle<()>,
     /// Cluster mode: the Lease to give up on shutdown.
     lease: Option<(kube::Client, LeaseConfig)>,
 }
@@ -86,6 +88,7 @@ impl Running {
         self.portal_janitor.abort();
         // A send cut short leaves its lease; the row goes out after it ends.
         self.mail_sender.abort();
+        self.alerting.abort();
         if let Some(t) = &self.cert_reload {
             t.abort();
         }
@@ -226,6 +229,15 @@ pub async fn start_with(
     let mail_sender = tokio::spawn(
         mail::Sender::new(sql.clone(), mailer, metrics.clone(), service.clock()).run(mail::POLL),
     );
+    // On every replica, both modes: each evaluates what it writes at once,
+    // and all quotas every 30 s; opening an alert is idempotent across them.
+    let alerting = tokio::spawn(alerts::engine::evaluate_forever(
+        service.clone(),
+        sql.clone(),
+        args.public_url.clone(),
+        alerts::engine::EVERY,
+        args.digest_hour,
+    ));
 
     let mut cert_reload = None;
     let (tls_config, self_signed_cert) = match (&args.tls_cert, &args.tls_key) {
@@ -291,17 +303,8 @@ pub async fn start_with(
                 history,
                 Duration::from_secs(60),
             ));
-            let alerting = tokio::spawn(alerts::engine::evaluate_forever(
-                service.clone(),
-                sql.clone(),
-                args.public_url.clone(),
-                alerts::engine::EVERY,
-                args.digest_hour,
-            ));
-            let (alert_sql, public_url) = (sql.clone(), args.public_url.clone());
             let task = tokio::spawn(async move {
                 let _sampler = AbortOnDrop(sampler);
-                let _alerting = AbortOnDrop(alerting);
                 let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
                 loop {
                     tick.tick().await;
@@ -314,7 +317,6 @@ pub async fn start_with(
                         Ok(n) => tracing::debug!(quotas = n, "resync done"),
                         Err(e) => tracing::warn!(error = %e, "resync failed"),
                     }
-                    alerts::engine::evaluate_now(&resync, &alert_sql, &public_url).await;
                 }
             });
             (task, None)
@@ -349,18 +351,9 @@ pub async fn start_with(
                 history,
                 cfg,
             ));
-            // On every replica too: opening an alert is idempotent across them.
-            let alerting = tokio::spawn(alerts::engine::evaluate_forever(
-                service.clone(),
-                sql.clone(),
-                args.public_url.clone(),
-                alerts::engine::EVERY,
-                args.digest_hour,
-            ));
             // One task to abort on shutdown, taking all with it.
             let task = tokio::spawn(async move {
                 let _sweeper = AbortOnDrop(sweeper);
-                let _alerting = AbortOnDrop(alerting);
                 let mut control = AbortOnDrop(control);
                 let _ = (&mut control.0).await;
             });
@@ -384,6 +377,7 @@ pub async fn start_with(
         resync_task,
         portal_janitor,
         mail_sender,
+        alerting,
         lease,
     })
 }
