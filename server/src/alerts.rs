@@ -301,8 +301,8 @@ pub fn evaluate(conditions: Vec<Condition>, open: &[OpenAlert]) -> Evaluation {
 
 /// One evaluation over many quotas: `open` holds every open alert by
 /// quota, `forecasts` the cash forecasts by quota and key.
-pub fn evaluate_quotas(
-    quotas: &[Quota],
+pub fn evaluate_quotas<Q: std::borrow::Borrow<Quota>>(
+    quotas: &[Q],
     rules: &BTreeMap<String, Vec<Rule>>,
     open: &BTreeMap<String, Vec<OpenAlert>>,
     forecasts: &BTreeMap<String, BTreeMap<String, Forecast>>,
@@ -312,6 +312,7 @@ pub fn evaluate_quotas(
     let mut out = Evaluation::default();
     let mut seen = BTreeSet::new();
     for q in quotas {
+        let q = q.borrow();
         let name = q.name();
         seen.insert(name);
         let rules = rules.get(name).map(Vec::as_slice).unwrap_or_default();

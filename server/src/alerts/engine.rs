@@ -5,7 +5,7 @@
 
 use super::{evaluate_quotas, transfer_condition, Evaluation, Kind, OpenAlert};
 use crate::service::Service;
-use crate::store::alerts::Observed;
+use crate::store::alerts::{AlertFilter, Observed};
 use crate::store::sql::SqlStore;
 use crate::store::transfers::Transfer;
 use crate::store::{StoreError, Stored};
@@ -136,22 +136,25 @@ pub async fn evaluate_changed(
         by_quota: changed.iter().map(|(n, s)| (n.clone(), s.at_ms)).collect(),
     };
     let now_ms = service.now();
-    let rules = sql.all_alert_rules().await?;
+    let names: Vec<String> = changed.keys().cloned().collect();
+    let rules = sql.alert_rules_of(&names).await?;
     let mut open: BTreeMap<String, Vec<OpenAlert>> = BTreeMap::new();
     let mut gone = Vec::new();
-    for a in sql.open_alerts().await? {
+    let of_changed = AlertFilter {
+        open: Some(true),
+        quotas_in: Some(names),
+        ..AlertFilter::default()
+    };
+    for a in sql.alerts(&of_changed, i64::MAX).await? {
         match changed.get(&a.quota) {
-            Some(Seen { quota: Some(_), .. }) => {
-                open.entry(a.quota.clone()).or_default().push(a.as_open())
-            }
-            // Deleted: its conditions went with it.
             Some(Seen { quota: None, .. }) => gone.push(a.as_open()),
-            None => {}
+            // Deleted: its conditions went with it.
+            _ => open.entry(a.quota.clone()).or_default().push(a.as_open()),
         }
     }
-    let quotas: Vec<Quota> = changed
+    let quotas: Vec<&Quota> = changed
         .values()
-        .filter_map(|s| s.quota.as_ref().map(|s| s.quota.clone()))
+        .filter_map(|s| s.quota.as_ref().map(|s| &s.quota))
         .collect();
     let forecasts = forecasts(sql, &quotas, &rules, now_ms).await?;
     let mut e = evaluate_quotas(&quotas, &rules, &open, &forecasts, now_ms);
@@ -184,14 +187,15 @@ async fn ancestors(service: &Service, quota: &str, parents: &mut BTreeMap<String
 }
 
 /// Cash forecasts where a rule asks for one: a query per such quota.
-async fn forecasts(
+async fn forecasts<Q: std::borrow::Borrow<Quota>>(
     sql: &SqlStore,
-    quotas: &[Quota],
+    quotas: &[Q],
     rules: &BTreeMap<String, Vec<super::Rule>>,
     now_ms: i64,
 ) -> Result<BTreeMap<String, BTreeMap<String, app::charts::Forecast>>, StoreError> {
     let mut out = BTreeMap::new();
     for q in quotas {
+        let q = q.borrow();
         let Some(rs) = rules.get(q.name()) else {
             continue;
         };
@@ -255,13 +259,7 @@ pub async fn transfer_event(
 /// The open "transfer requested" alert of `t` (its id, if open).
 async fn open_requested(sql: &SqlStore, t: &Transfer) -> Result<Vec<i64>, StoreError> {
     let requested = transfer_condition(Kind::TransferRequested, t).fingerprint();
-    Ok(sql
-        .open_alerts()
-        .await?
-        .into_iter()
-        .filter(|a| a.fingerprint == requested)
-        .map(|a| a.id)
-        .collect())
+    sql.open_alert_ids(&requested).await
 }
 
 /// A request nobody decided in time: its alert resolves, no email.

@@ -269,7 +269,9 @@ fn alerts_of_a_deleted_quota_resolve_but_not_on_an_empty_list() {
         NOW,
     );
     assert_eq!(e.resolve, [3]);
-    assert!(evaluate_quotas(&[], &BTreeMap::new(), &open, &BTreeMap::new(), NOW).is_empty());
+    assert!(
+        evaluate_quotas::<Quota>(&[], &BTreeMap::new(), &open, &BTreeMap::new(), NOW).is_empty()
+    );
 }
 
 #[test]

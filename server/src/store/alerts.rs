@@ -159,6 +159,31 @@ impl SqlStore {
         Ok(out)
     }
 
+    /// The rules of `quotas`, by quota.
+    pub async fn alert_rules_of(
+        &self,
+        quotas: &[String],
+    ) -> Result<BTreeMap<String, Vec<Rule>>, StoreError> {
+        let mut out: BTreeMap<String, Vec<Rule>> = BTreeMap::new();
+        if quotas.is_empty() {
+            return Ok(out);
+        }
+        let params: Vec<String> = (1..=quotas.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT {RULE_COLUMNS} FROM alert_rules WHERE quota IN ({}) ORDER BY quota, key",
+            params.join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for name in quotas {
+            q = q.bind(name);
+        }
+        for r in &q.fetch_all(&self.read).await? {
+            let (quota, rule) = rule_from_row(r)?;
+            out.entry(quota).or_default().push(rule);
+        }
+        Ok(out)
+    }
+
     pub async fn set_alert_rule(&self, quota: &str, rule: &Rule) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO alert_rules (quota, key, warn_percent, crit_percent, forecast_horizon_hours) \
@@ -242,6 +267,18 @@ impl SqlStore {
         }
         let rows = q.bind(limit).fetch_all(&self.read).await?;
         rows.iter().map(alert_from_row).collect()
+    }
+
+    /// The ids of the open alerts with `fingerprint` (one at most).
+    pub async fn open_alert_ids(&self, fingerprint: &str) -> Result<Vec<i64>, StoreError> {
+        let rows =
+            sqlx::query("SELECT id FROM alerts WHERE fingerprint = $1 AND resolved_at IS NULL")
+                .bind(fingerprint)
+                .fetch_all(&self.read)
+                .await?;
+        rows.iter()
+            .map(|r| Ok(r.try_get::<i64, _>("id")?))
+            .collect()
     }
 
     /// One alert by id.
@@ -337,15 +374,27 @@ impl SqlStore {
     ) -> Result<Applied, StoreError> {
         let mut tx = self.write.begin().await?;
         let mut applied = Applied::default();
+        // Whose alerts they are matters only when views differ by quota.
+        let mut quota_of: BTreeMap<i64, String> = BTreeMap::new();
+        if !observed.by_quota.is_empty() && !e.resolve.is_empty() {
+            let params: Vec<String> = (1..=e.resolve.len()).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT id, quota FROM alerts WHERE id IN ({})",
+                params.join(", ")
+            );
+            let mut q = sqlx::query(&sql);
+            for id in &e.resolve {
+                q = q.bind(*id);
+            }
+            for r in q.fetch_all(&mut *tx).await? {
+                quota_of.insert(r.try_get("id")?, r.try_get("quota")?);
+            }
+        }
         for id in &e.resolve {
-            let Some(quota) = sqlx::query("SELECT quota FROM alerts WHERE id = $1")
-                .bind(*id)
-                .fetch_optional(&mut *tx)
-                .await?
-            else {
-                continue;
-            };
-            let seen = observed.of(&quota.try_get::<String, _>("quota")?);
+            // Unknown: the oldest view of the evaluation, the cautious one.
+            let seen = quota_of
+                .get(id)
+                .map_or(observed.default, |q| observed.of(q));
             let done = sqlx::query(
                 "UPDATE alerts SET resolved_at = $1, resolved_seen_at = $2 WHERE id = $3 \
                  AND resolved_at IS NULL AND COALESCE(opened_seen_at, opened_at) <= $2",
