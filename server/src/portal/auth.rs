@@ -176,8 +176,10 @@ pub struct Viewer {
     pub principal: Principal,
     pub csrf: String,
     pub session: Session,
-    /// Open alerts on the quotas the viewer may see (the nav's badge).
-    pub open_alerts: usize,
+    /// Open alerts on the quotas the viewer may see: the nav's badge
+    /// counts them, the overview lists them. Read for pages (GET) only; a
+    /// form post redirects.
+    pub open_alerts: Vec<app::alerts::AlertRow>,
 }
 
 impl Viewer {
@@ -187,7 +189,7 @@ impl Viewer {
             username: self.principal.username.clone(),
             is_admin: self.principal.is_admin,
             csrf: self.csrf.clone(),
-            open_alerts: self.open_alerts,
+            open_alerts: self.open_alerts.len(),
         }
     }
 
@@ -261,12 +263,15 @@ impl FromRequestParts<AppState> for Viewer {
             let _ = session.insert(SEEN_KEY, now).await;
         }
         // A badge is not worth failing a page for.
-        let open_alerts = match super::alerts::open_for(app, &principal).await {
-            Ok(a) => a.len(),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot count open alerts");
-                0
-            }
+        let open_alerts = if parts.method != axum::http::Method::GET {
+            Vec::new()
+        } else {
+            super::alerts::open_for(app, &principal)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "cannot read open alerts");
+                    Vec::new()
+                })
         };
         Ok(Viewer {
             principal,

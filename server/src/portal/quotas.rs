@@ -105,12 +105,11 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
             forecasts: forecasts(q, &s, now),
         });
     }
-    let alerts = super::alerts::open_for(&app, p).await?;
     let flash = viewer.take_flash().await;
     Ok(Html(app::quotas::render_overview_page(
         viewer.page(),
         cards,
-        alerts,
+        viewer.open_alerts.clone(),
         flash,
     ))
     .into_response())
