@@ -13,6 +13,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use quota::keys::{self, Key, KeyConfig};
 use quota::quantity::NANO;
+use quota::time::{civil_from_days, days_from_civil};
 use quota::{resources, Quantity, ResourceList};
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -1053,9 +1054,7 @@ fn time_ticks(t0: i64, t1: i64, max: usize) -> (Vec<i64>, Step) {
     let start = m0.div_euclid(k) * k;
     let ticks = (0..)
         .map(|i| start + i * k)
-        .map(|mi| {
-            days_from_civil(mi.div_euclid(12), (mi.rem_euclid(12) + 1) as u32, 1) * MS_PER_DAY
-        })
+        .map(|mi| days_from_civil(mi.div_euclid(12), mi.rem_euclid(12) + 1, 1) * MS_PER_DAY)
         .skip_while(|&t| t < t0)
         .take_while(|&t| t <= t1)
         .collect();
@@ -1077,30 +1076,6 @@ fn tick_label(t: i64, step: Step) -> String {
 fn date(ms: i64) -> String {
     let (y, m, d) = civil_from_days(ms.div_euclid(MS_PER_DAY));
     format!("{y:04}-{m:02}-{d:02}")
-}
-
-// Howard Hinnant's civil calendar algorithms (proleptic Gregorian, UTC).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

@@ -73,8 +73,10 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     Some(((days * 86_400 + h * 3600 + mi * 60 + se) - offset_min * 60) * 1000 + ms)
 }
 
-// Howard Hinnant's civil-date algorithms.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+// Howard Hinnant's civil-date algorithms (proleptic Gregorian, UTC).
+
+/// Days since 1970-01-01 of year `y`, month `m` (1-12), day `d`.
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
@@ -84,7 +86,8 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
+/// (year, month 1-12, day) of `z` days since 1970-01-01.
+pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
