@@ -19,10 +19,6 @@ use serde::Deserialize;
 /// Resolved alerts shown on the page, newest first.
 const HISTORY_ROWS: i64 = 200;
 
-fn when(ms: i64) -> String {
-    quota::time::format_minute(ms)
-}
-
 pub fn row(a: Alert) -> AlertRow {
     AlertRow {
         id: a.id,
@@ -30,8 +26,8 @@ pub fn row(a: Alert) -> AlertRow {
         quota: a.quota,
         level: a.level.as_str().to_string(),
         message: a.message,
-        opened: when(a.opened_at),
-        resolved: a.resolved_at.map(when),
+        opened: quota::time::format_minute(a.opened_at),
+        resolved: a.resolved_at.map(quota::time::format_minute),
     }
 }
 
@@ -276,7 +272,7 @@ pub async fn account_page(
     State(app): State<AppState>,
     viewer: Viewer,
 ) -> Result<Response, PageError> {
-    let id = user_id(&app, &viewer).await?;
+    let id = user_id(&viewer)?;
     let sql = &app.portal.sql;
     let email = sql.user_email(id).await?.unwrap_or_default();
     let prefs = sql.alert_prefs(id).await?;
@@ -300,13 +296,38 @@ pub async fn account_page(
     .into_response())
 }
 
-async fn user_id(app: &AppState, viewer: &Viewer) -> Result<i64, PageError> {
-    app.portal
-        .sql
-        .user_by_name(&viewer.principal.username)
-        .await?
-        .map(|u| u.id)
+fn user_id(viewer: &Viewer) -> Result<i64, PageError> {
+    viewer
+        .principal
+        .user_id
         .ok_or_else(|| PageError::Forbidden("the account page is for users, not tokens".into()))
+}
+
+/// Sets the alert email of `username` (`user_id`) as `actor` asked, audited
+/// with before and after when it changed.
+pub async fn set_email(
+    app: &AppState,
+    actor: &Principal,
+    user_id: i64,
+    username: &str,
+    email: Option<&str>,
+    detail: &str,
+) -> Result<(), PageError> {
+    let sql = &app.portal.sql;
+    let was = sql.user_email(user_id).await?;
+    if was.as_deref() != email {
+        sql.set_user_email(user_id, email).await?;
+        app.audit(
+            actor,
+            super::audit::action::USER_EMAIL,
+            &super::audit::user_target(username),
+            Some(serde_json::json!({ "email": was })),
+            Some(serde_json::json!({ "email": email })),
+            detail,
+        )
+        .await;
+    }
+    Ok(())
 }
 
 /// An email address as typed: None for "" (no email), else it must look
@@ -333,7 +354,7 @@ pub async fn save_account(
     viewer: Viewer,
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
-    let id = user_id(&app, &viewer).await?;
+    let id = user_id(&viewer)?;
     let get = |name: &str| {
         fields
             .iter()
@@ -341,21 +362,18 @@ pub async fn save_account(
             .map(|(_, v)| v.trim())
     };
     let email = parse_email(get("email").unwrap_or_default())?;
+    let p = &viewer.principal;
+    set_email(
+        &app,
+        p,
+        id,
+        &p.username,
+        email,
+        "alert email address changed on /account",
+    )
+    .await?;
     let sql = &app.portal.sql;
-    let target = super::audit::user_target(&viewer.principal.username);
-    let was = sql.user_email(id).await?;
-    if was.as_deref() != email {
-        sql.set_user_email(id, email).await?;
-        app.audit(
-            &viewer.principal,
-            super::audit::action::USER_EMAIL,
-            &target,
-            Some(serde_json::json!({ "email": was })),
-            Some(serde_json::json!({ "email": email })),
-            "alert email address changed on /account",
-        )
-        .await;
-    }
+    let target = super::audit::user_target(&p.username);
     let before = sql.alert_prefs(id).await?;
     let mut changed = Vec::new();
     for k in Kind::ALL {

@@ -40,10 +40,6 @@ pub fn error_page(status: StatusCode, message: String) -> String {
     })
 }
 
-fn created(ms: i64) -> String {
-    quota::time::format_rfc3339(ms)[..16].replace('T', " ")
-}
-
 /// Lower-case letters, digits, '.', '_' and '-', starting with a letter or
 /// digit, at most 64.
 pub fn valid_username(name: &str) -> bool {
@@ -77,7 +73,7 @@ async fn users_page(
                 .collect(),
             is_self: Some(u.id) == me,
             email: emails.get(&u.id).cloned().unwrap_or_default(),
-            created: created(u.created_at_ms),
+            created: quota::time::format_minute(u.created_at_ms),
             username: u.username,
             is_admin: u.is_admin,
             disabled: u.disabled,
@@ -334,19 +330,8 @@ pub async fn set_email(
     viewer.require_admin()?;
     let user = user_named(&app, &name).await?;
     let email = super::alerts::parse_email(&f.email)?;
-    let was = app.portal.sql.user_email(user.id).await?;
-    app.portal.sql.set_user_email(user.id, email).await?;
-    if was.as_deref() != email {
-        app.audit(
-            &viewer.principal,
-            super::audit::action::USER_EMAIL,
-            &super::audit::user_target(&name),
-            Some(serde_json::json!({ "email": was })),
-            Some(serde_json::json!({ "email": email })),
-            "alert email address set by an admin",
-        )
-        .await;
-    }
+    let by_admin = "alert email address set by an admin";
+    super::alerts::set_email(&app, &viewer.principal, user.id, &name, email, by_admin).await?;
     done(&viewer, "/users", format!("email of {name} set")).await
 }
 
@@ -434,9 +419,9 @@ async fn tokens_page(
         .map(|t| app::accounts::TokenRow {
             id: t.id,
             name: t.name,
-            created: created(t.created_at_ms),
-            last_used: t.last_used_ms.map(created),
-            revoked: t.revoked_at_ms.map(created),
+            created: quota::time::format_minute(t.created_at_ms),
+            last_used: t.last_used_ms.map(quota::time::format_minute),
+            revoked: t.revoked_at_ms.map(quota::time::format_minute),
         })
         .collect();
     Ok(Html(app::accounts::render_tokens_page(

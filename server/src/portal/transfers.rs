@@ -398,10 +398,6 @@ async fn api_reject(
 
 // ---- Pages ----
 
-fn when(ms: i64) -> String {
-    quota::time::format_minute(ms)
-}
-
 fn amounts(list: &ResourceList) -> Vec<(String, String)> {
     list.iter()
         .map(|(k, v)| (k.clone(), v.to_string()))
@@ -416,10 +412,10 @@ fn row(t: &Transfer) -> TransferRow {
         amounts: amounts(&t.amounts),
         reason: t.reason.clone(),
         requested_by: t.requested_by.clone(),
-        requested_at: when(t.requested_at),
-        expires_at: when(t.expires_at),
+        requested_at: quota::time::format_minute(t.requested_at),
+        expires_at: quota::time::format_minute(t.expires_at),
         status: t.status.to_string(),
-        revert_at: t.revert_at.map(when),
+        revert_at: t.revert_at.map(quota::time::format_minute),
     }
 }
 
@@ -609,7 +605,7 @@ async fn page_request(
                 .set_flash(Flash::Ok(format!(
                     "transfer #{} requested; it waits for approval until {} UTC",
                     t.id,
-                    when(t.expires_at)
+                    quota::time::format_minute(t.expires_at)
                 )))
                 .await;
             Ok(Redirect::to(&format!("/transfers/{}", t.id)).into_response())
@@ -659,10 +655,10 @@ async fn detail_page(
         row: row(&t),
         lca: scope.lca(&t),
         decided_by: t.decided_by.clone(),
-        decided_at: t.decided_at.map(when),
+        decided_at: t.decided_at.map(quota::time::format_minute),
         decision_note: t.decision_note.clone().filter(|n| !n.is_empty()),
         result: t.result.clone(),
-        finished_at: t.finished_at.map(when),
+        finished_at: t.finished_at.map(quota::time::format_minute),
         plan: plan_rows(&t),
         reverts: t.reverts,
         reverted_by: t.reverted_by,
