@@ -88,6 +88,33 @@ pub fn cost(q: Quantity, ms: i64, price: i128) -> i128 {
     q.nanos().saturating_mul(ms as i128).saturating_mul(price)
 }
 
+/// What `count` pods of `set` cost on `target` (a cash key's resource) over
+/// `ms`, at the price of the set's QoS class.
+pub fn set_cost(
+    set: &crate::workload::PodSet,
+    count: i64,
+    target: &str,
+    ms: i64,
+    prices: &Prices,
+) -> i128 {
+    match set.per_pod.get(target) {
+        Some(q) => cost(
+            q.saturating_mul(count as i128),
+            ms,
+            prices.for_class(set.qos),
+        ),
+        None => 0,
+    }
+}
+
+/// What `charge` costs on `target` over `ms`, its pod sets counted as
+/// charged (an HPA's reservation included).
+pub fn charge_cost(charge: &crate::object::Charge, target: &str, ms: i64, prices: &Prices) -> i128 {
+    charge.pod_sets.iter().fold(0i128, |sum, s| {
+        sum.saturating_add(set_cost(s, charge.charged_count(s), target, ms, prices))
+    })
+}
+
 /// Accumulator → resource-hours, rounded up to the nano-unit.
 pub fn to_quantity(accrued: i128) -> Quantity {
     Quantity::from_nanos(div_ceil(accrued, MS_PER_HOUR * PER_MILLE))

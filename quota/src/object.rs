@@ -283,16 +283,8 @@ impl QuotaStatus {
                 let mut amount = 0i128;
                 for c in self.workloads.values() {
                     let start = time::parse_rfc3339(&c.since).unwrap_or(last).max(last);
-                    for s in &c.pod_sets {
-                        if let Some(q) = s.per_pod.get(target) {
-                            let held = q.saturating_mul(c.charged_count(s) as i128);
-                            amount = amount.saturating_add(cash::cost(
-                                held,
-                                now_ms - start,
-                                prices.for_class(s.qos),
-                            ));
-                        }
-                    }
+                    let cost = cash::charge_cost(c, target, now_ms - start, prices);
+                    amount = amount.saturating_add(cost);
                 }
                 self.add_accrued(ck, amount);
             }

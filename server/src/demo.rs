@@ -605,10 +605,7 @@ fn hour_cost(service: &Service, pod_sets: &[PodSet], cash_key: &str) -> i128 {
     };
     pod_sets
         .iter()
-        .map(|s| {
-            let held = resources::get(&s.per_pod, target).saturating_mul(s.count as i128);
-            quota::cash::cost(held, HOUR_MS, service.prices.for_class(s.qos))
-        })
+        .map(|s| quota::cash::set_cost(s, s.count, target, HOUR_MS, &service.prices))
         .sum()
 }
 
