@@ -144,13 +144,20 @@ pub fn shortfalls_within(
                 quota: quota.name().to_string(),
                 key: key.clone(),
                 asked: *d,
-                left: h.saturating_sub(u),
+                left: left(quota, key).unwrap_or_default(),
                 hard: h,
                 borrowing,
             });
         }
     }
     short
+}
+
+/// What is left of `key` in `quota`: hard − used, never negative; None
+/// when its hard does not name the key.
+pub fn left(quota: &Quota, key: &str) -> Option<Quantity> {
+    let hard = quota.spec.hard.get(key)?;
+    Some(hard.saturating_sub(resources::get(&quota.status.used, key)))
 }
 
 /// Whether adding `delta` to `quota` keeps every key of its hard within

@@ -345,12 +345,7 @@ pub async fn detail(
 
 /// What is left in `parent` of each key (hard − used), for the form's hints.
 fn left_in(parent: Option<&Quota>, key: &str) -> Option<String> {
-    let p = parent?;
-    let hard = p.spec.hard.get(key)?;
-    Some(
-        hard.saturating_sub(resources::get(&p.status.used, key))
-            .to_string(),
-    )
+    quota::admission::left(parent?, key).map(|l| l.to_string())
 }
 
 fn blank_extra() -> Vec<FormKey> {
