@@ -342,12 +342,7 @@ pub fn lend(
     now_ms: i64,
 ) -> Result<bool, Denial> {
     parent.status.refresh(&parent.spec);
-    let carved = parent
-        .status
-        .children
-        .get(&req.child)
-        .map(|c| c.hard.clone())
-        .unwrap_or_default();
+    let carved = parent.status.carved(&req.child);
     let mut short = Vec::new();
     // Per limited key, the largest loan the child could hold now.
     let mut backed = ResourceList::new();

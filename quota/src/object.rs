@@ -267,6 +267,14 @@ impl QuotaStatus {
     /// Standalone cash accrual: every charged workload held its usage since
     /// the later of its charge and the last window's end. Called before any
     /// change to the ledger, so within a window the usage was constant.
+    /// The carve-out `child` holds here (empty: none).
+    pub fn carved(&self, child: &str) -> ResourceList {
+        self.children
+            .get(child)
+            .map(|c| c.hard.clone())
+            .unwrap_or_default()
+    }
+
     pub fn accrue_ledger(&mut self, spec: &QuotaSpec, now_ms: i64, prices: &Prices) {
         let last = self
             .last_reconcile_time

@@ -713,12 +713,7 @@ pub fn apply(q: &mut Quota, step: &Step, id: &str) -> Result<bool, TransferError
         Step::Carve {
             child, from, to, ..
         } => {
-            let current = q
-                .status
-                .children
-                .get(child)
-                .map(|c| c.hard.clone())
-                .unwrap_or_default();
+            let current = q.status.carved(child);
             match found(&current, from, to) {
                 Found::To => Ok(false),
                 Found::Other(k, e, f) => Err(moved(format!("carve-out of {child}"), k, e, f)),
@@ -752,12 +747,7 @@ pub fn commit(lca: &mut Quota, id: &str, plan: &Plan) -> Result<(bool, Decision)
     }
     let mut moved = None;
     for c in plan.at_lca() {
-        let current = lca
-            .status
-            .children
-            .get(&c.quota)
-            .map(|x| x.hard.clone())
-            .unwrap_or_default();
+        let current = lca.status.carved(&c.quota);
         if let Found::Other(k, e, f) = found(&current, &c.before, &c.before) {
             moved = Some(format!(
                 "bizrq {}: carve-out of {} {k} is {f}, transfer {id} expected {e}; it was changed meanwhile",

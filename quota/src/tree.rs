@@ -188,12 +188,7 @@ pub fn carve(
 ) -> Result<bool, TreeError> {
     check_covers(child, new_hard, parent)?;
     parent.status.refresh(&parent.spec);
-    let old = parent
-        .status
-        .children
-        .get(child)
-        .map(|c| c.hard.clone())
-        .unwrap_or_default();
+    let old = parent.status.carved(child);
     if old == *new_hard && parent.status.children.contains_key(child) {
         return Ok(false);
     }
@@ -230,13 +225,7 @@ pub fn check_not_held(
     child: &str,
     new_hard: &ResourceList,
 ) -> Result<(), TreeError> {
-    let current = parent
-        .status
-        .children
-        .get(child)
-        .map(|c| &c.hard)
-        .cloned()
-        .unwrap_or_default();
+    let current = parent.status.carved(child);
     for (id, hold) in &parent.status.transfers {
         let Some(target) = hold.children.get(child) else {
             continue;
