@@ -186,6 +186,18 @@ pub struct PodRun {
     pub end_ms: Option<i64>,
 }
 
+impl PodRun {
+    /// The run as `cash::accrue` reads it.
+    pub fn interval(&self) -> Interval<'_> {
+        Interval {
+            usage: &self.usage,
+            qos: self.qos,
+            start_ms: self.start_ms,
+            end_ms: self.end_ms,
+        }
+    }
+}
+
 /// Pod runs by pod uid. A run stays until a status write has accrued it to
 /// its end (`settle`), so a pod deleted between two reconciles is charged
 /// for its last stretch, and a reconcile whose write lost its
@@ -238,14 +250,7 @@ impl PodLedger {
 
     /// The runs of one quota, for `reconcile`.
     pub fn intervals(&self, quota: &str) -> Vec<Interval<'_>> {
-        self.runs_of(quota)
-            .map(|r| Interval {
-                usage: &r.usage,
-                qos: r.qos,
-                start_ms: r.start_ms,
-                end_ms: r.end_ms,
-            })
-            .collect()
+        self.runs_of(quota).map(PodRun::interval).collect()
     }
 
     /// After `quota`'s status was written with `lastReconcileTime` =

@@ -99,15 +99,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub fn intervals(&self) -> Vec<Interval<'_>> {
-        self.runs
-            .iter()
-            .map(|r| Interval {
-                usage: &r.usage,
-                qos: r.qos,
-                start_ms: r.start_ms,
-                end_ms: r.end_ms,
-            })
-            .collect()
+        self.runs.iter().map(PodRun::interval).collect()
     }
 }
 
@@ -357,9 +349,21 @@ impl View {
             .unwrap_or_default();
         let mut touched = BTreeSet::new();
         for uid in uids {
-            if let Some(p) = self.pods.remove(&uid) {
-                touched.extend(self.place_pod(uid, p, now_ms));
+            let Some(mut p) = self.pods.remove(&uid) else {
+                continue;
+            };
+            // Its owners changed: the workload they resolve to now.
+            if let Some(w) = owning_workload(&p.facts.namespace, p.facts.owner.as_deref(), |o| {
+                self.controller_of(&p.facts.namespace, o)
+            }) {
+                if *p.workload != *w {
+                    if let Some(s) = self.by_workload.get_mut(&p.workload) {
+                        s.remove(&uid);
+                    }
+                    p.workload = intern_str(&mut self.strs, &w);
+                }
             }
+            touched.extend(self.place_pod(uid, p, now_ms));
         }
         touched
     }
@@ -446,19 +450,9 @@ impl View {
         touched
     }
 
-    /// Index a pod under the workload its owners resolve to now, and
-    /// record its run if that workload is governed.
-    fn place_pod(&mut self, uid: String, mut p: PodEntry, now_ms: i64) -> BTreeSet<String> {
-        if let Some(w) = owning_workload(&p.facts.namespace, p.facts.owner.as_deref(), |o| {
-            self.controller_of(&p.facts.namespace, o)
-        }) {
-            if *p.workload != *w {
-                if let Some(s) = self.by_workload.get_mut(&p.workload) {
-                    s.remove(&uid);
-                }
-                p.workload = intern_str(&mut self.strs, &w);
-            }
-        }
+    /// Index a pod under its workload (`p.workload`, resolved by the
+    /// caller), and record its run if that workload is governed.
+    fn place_pod(&mut self, uid: String, p: PodEntry, now_ms: i64) -> BTreeSet<String> {
         self.by_workload
             .entry(p.workload.clone())
             .or_default()
