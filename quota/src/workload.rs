@@ -142,6 +142,29 @@ impl Adapter {
     }
 }
 
+/// The parts of a workload reference `group/Kind/namespace/name`, as
+/// `Adapter::workload_ref` writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkloadRef<'a> {
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+impl<'a> WorkloadRef<'a> {
+    /// None for a string that is not a workload reference.
+    pub fn parse(wref: &'a str) -> Option<WorkloadRef<'a>> {
+        let mut parts = wref.splitn(4, '/');
+        Some(WorkloadRef {
+            group: parts.next()?,
+            kind: parts.next()?,
+            namespace: parts.next()?,
+            name: parts.next()?,
+        })
+    }
+}
+
 pub static ADAPTERS: &[Adapter] = &[
     Adapter {
         group: "apps",

@@ -31,7 +31,7 @@ use quota::pods::read_pod;
 use quota::pods::PodRun;
 use quota::reclaim::{self, Action, Borrower, Candidate, Stop, Victim};
 use quota::reconcile::{Observed, RESERVATION_TTL_MS};
-use quota::workload::{adapter_for_kind, read_hpa, Adapter, ADAPTERS};
+use quota::workload::{adapter_for_kind, read_hpa, Adapter, WorkloadRef, ADAPTERS};
 use quota::ResourceList;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -391,12 +391,11 @@ impl Controller {
                     let mut v = self.view.lock().unwrap();
                     let mut touched = BTreeSet::new();
                     for wref in v.refs_of_kind(&label) {
-                        let mut parts = wref.splitn(4, '/').skip(2);
-                        let (Some(ns), Some(name)) = (parts.next(), parts.next()) else {
+                        let Some(w) = WorkloadRef::parse(&wref) else {
                             continue;
                         };
-                        if !listed.contains(&format!("{ns}/{name}")) {
-                            touched.extend(v.delete_workload(adapter, ns, name, now));
+                        if !listed.contains(&format!("{}/{}", w.namespace, w.name)) {
+                            touched.extend(v.delete_workload(adapter, w.namespace, w.name, now));
                         }
                     }
                     v.mark_synced(adapter.group, adapter.kind);
@@ -927,8 +926,12 @@ impl Controller {
         let Some(ar) = self.installed.lock().unwrap().get(&kind).cloned() else {
             return Ok(()); // the kind is gone, and the workload with it
         };
-        let mut parts = v.workload_ref.splitn(4, '/').skip(2);
-        let (Some(ns), Some(name)) = (parts.next(), parts.next()) else {
+        let Some(WorkloadRef {
+            namespace: ns,
+            name,
+            ..
+        }) = WorkloadRef::parse(&v.workload_ref)
+        else {
             return Ok(());
         };
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &ar);

@@ -99,13 +99,12 @@ pub fn quota_ref(name: &str) -> ObjectReference {
 
 /// A workload by its reference `group/Kind/ns/name` and `apiVersion`.
 pub fn workload_ref(api_version: &str, wref: &str) -> Option<ObjectReference> {
-    let mut parts = wref.splitn(4, '/');
-    let (_, kind, ns, name) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let w = quota::workload::WorkloadRef::parse(wref)?;
     Some(ObjectReference {
         api_version: Some(api_version.into()),
-        kind: Some(kind.into()),
-        namespace: Some(ns.into()),
-        name: Some(name.into()),
+        kind: Some(w.kind.into()),
+        namespace: Some(w.namespace.into()),
+        name: Some(w.name.into()),
         ..ObjectReference::default()
     })
 }
