@@ -126,11 +126,7 @@ async fn rules_context(
     viewer: &Viewer,
     name: &str,
 ) -> Result<(quota::Quota, bool), PageError> {
-    let all = app.service.list().await?;
-    let tree = Tree::from_quotas(&all);
-    if !authz::can_view(&viewer.principal, name, &tree) {
-        return Err(PageError::NotFound(format!("bizrq {name} not found")));
-    }
+    let (all, tree) = super::quotas::visible_tree(app, viewer, name).await?;
     let q = all
         .into_iter()
         .find(|q| q.name() == name)

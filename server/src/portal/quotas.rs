@@ -143,18 +143,28 @@ pub async fn tree(
     Ok(Html(app::render_tree_page(viewer.page(), &quotas, query)).into_response())
 }
 
-/// The quota `name` and the tree, if the viewer may see it (else 404, as
+/// All quotas and the tree, if the viewer may see `name` (else 404, as
 /// for a quota that does not exist).
+pub async fn visible_tree(
+    app: &AppState,
+    viewer: &Viewer,
+    name: &str,
+) -> Result<(Vec<Quota>, Tree), PageError> {
+    let all = app.service.list().await?;
+    let tree = Tree::from_quotas(&all);
+    if !authz::can_view(&viewer.principal, name, &tree) || !tree.contains(name) {
+        return Err(PageError::NotFound(format!("bizrq {name} not found")));
+    }
+    Ok((all, tree))
+}
+
+/// `visible_tree`, and the quota with the version its edit form names.
 async fn visible_quota(
     app: &AppState,
     viewer: &Viewer,
     name: &str,
 ) -> Result<(Quota, i64, Vec<Quota>, Tree), PageError> {
-    let all = app.service.list().await?;
-    let tree = Tree::from_quotas(&all);
-    if !authz::can_view(&viewer.principal, name, &tree) {
-        return Err(PageError::NotFound(format!("bizrq {name} not found")));
-    }
+    let (all, tree) = visible_tree(app, viewer, name).await?;
     let stored = app.service.get(name).await?;
     Ok((stored.quota, stored.version, all, tree))
 }
@@ -712,7 +722,7 @@ pub async fn add_member(
     Path(name): Path<String>,
     Form(f): Form<MemberForm>,
 ) -> Result<Response, PageError> {
-    let (_, _, _, tree) = visible_quota(&app, &viewer, &name).await?;
+    let (_, tree) = visible_tree(&app, &viewer, &name).await?;
     let Some(role) = f.role.as_deref().and_then(Role::parse) else {
         return Err(PageError::Invalid(
             "the role must be owner or member".into(),
@@ -741,7 +751,7 @@ pub async fn remove_member(
     Path(name): Path<String>,
     Form(f): Form<MemberForm>,
 ) -> Result<Response, PageError> {
-    let (_, _, _, tree) = visible_quota(&app, &viewer, &name).await?;
+    let (_, tree) = visible_tree(&app, &viewer, &name).await?;
     let username = f.username.trim().to_lowercase();
     let held = app
         .portal

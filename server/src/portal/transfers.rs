@@ -123,10 +123,12 @@ impl Scope {
 }
 
 /// The transfers `p` may see, newest first.
+/// `scope`: the tree, when the caller has it (else read for non-admins).
 async fn list(
     app: &AppState,
     p: &Principal,
     mut filter: TransferFilter,
+    scope: Option<&Scope>,
 ) -> Result<Vec<Transfer>, TransferOpError> {
     let want = filter.limit.unwrap_or(100).clamp(1, 1000) as usize;
     if p.is_admin {
@@ -134,7 +136,14 @@ async fn list(
     }
     // Filtered after reading: read as many as one page may hold.
     filter.limit = Some(1000);
-    let scope = Scope::load(app).await?;
+    let loaded;
+    let scope = match scope {
+        Some(s) => s,
+        None => {
+            loaded = Scope::load(app).await?;
+            &loaded
+        }
+    };
     let mut out: Vec<Transfer> = app
         .transfers
         .list(&filter)
@@ -338,7 +347,7 @@ async fn api_list(
     Query(q): Query<ListParams>,
 ) -> Result<Response, ApiError> {
     let filter = q.filter().map_err(ApiError::BadRequest)?;
-    let items = list(&app, &p, filter).await?;
+    let items = list(&app, &p, filter, None).await?;
     Ok(Json(serde_json::json!({ "items": items })).into_response())
 }
 
@@ -477,8 +486,8 @@ async fn list_page(
         limit: Some(LIST_ROWS),
         ..Default::default()
     };
-    let rows = list(app, &viewer.principal, filter).await?;
     let scope = Scope::load(app).await?;
+    let rows = list(app, &viewer.principal, filter, Some(&scope)).await?;
     let form = request_form(&viewer.principal, &scope, typed);
     Ok((
         status,
