@@ -137,7 +137,9 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let input = parse_quota(&body)?;
     let dry = p.dry()?;
-    let q = changes::create(&app, &principal, &input.metadata.name, input.spec, dry).await?;
+    let tree = tree_for(&app, &principal).await?;
+    let name = &input.metadata.name;
+    let q = changes::create(&app, &principal, &tree, name, input.spec, dry).await?;
     Ok((StatusCode::CREATED, Json(q)).into_response())
 }
 
@@ -157,7 +159,8 @@ pub async fn replace(
     }
     let version = parse_version(input.metadata.resource_version.as_deref())?;
     let dry = p.dry()?;
-    let q = changes::update(&app, &principal, &name, input.spec, version, dry).await?;
+    let tree = tree_for(&app, &principal).await?;
+    let q = changes::update(&app, &principal, &tree, &name, input.spec, version, dry).await?;
     Ok(Json(q).into_response())
 }
 
@@ -169,7 +172,8 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     let version = parse_version(p.resource_version.as_deref())?;
     let dry = p.dry()?;
-    changes::delete(&app, &principal, &name, version, dry).await?;
+    let tree = tree_for(&app, &principal).await?;
+    changes::delete(&app, &principal, &tree, &name, version, dry).await?;
     Ok(
         Json(serde_json::json!({ "status": "Success", "details": { "name": name, "kind": KIND } }))
             .into_response(),

@@ -74,15 +74,16 @@ pub fn require_edit(p: &Principal, name: &str, tree: &Tree) -> Result<(), Change
     }
 }
 
-/// Create a quota under `spec.parent`.
+/// Create a quota under `spec.parent`. `tree`: `tree_for(app, p)`.
 pub async fn create(
     app: &AppState,
     p: &Principal,
+    tree: &Tree,
     name: &str,
     spec: QuotaSpec,
     dry: bool,
 ) -> Result<Quota, ChangeError> {
-    require_manage_children(p, &spec.parent, &tree_for(app, p).await?)?;
+    require_manage_children(p, &spec.parent, tree)?;
     let q = app
         .service
         .create_quota(name, spec, Persist::Here, "", dry)
@@ -99,12 +100,13 @@ pub async fn create(
 pub async fn update(
     app: &AppState,
     p: &Principal,
+    tree: &Tree,
     name: &str,
     spec: QuotaSpec,
     version: Option<i64>,
     dry: bool,
 ) -> Result<Quota, ChangeError> {
-    require_edit(p, name, &tree_for(app, p).await?)?;
+    require_edit(p, name, tree)?;
     let before = app.service.get(name).await?.quota;
     let q = app
         .service
@@ -118,23 +120,25 @@ pub async fn update(
     Ok(q)
 }
 
-/// Delete a leaf; with `version`, only if it is still current.
+/// Delete a leaf; with `version`, only if it is still current. Returns the
+/// quota as it was.
 pub async fn delete(
     app: &AppState,
     p: &Principal,
+    tree: &Tree,
     name: &str,
     version: Option<i64>,
     dry: bool,
-) -> Result<(), ChangeError> {
-    require_edit(p, name, &tree_for(app, p).await?)?;
+) -> Result<Quota, ChangeError> {
+    require_edit(p, name, tree)?;
     let before = app.service.get(name).await?.quota;
     app.service
         .delete_quota(name, version, Persist::Here, dry)
         .await?;
     if !dry {
-        let before = Some(quota_json(&before));
-        app.audit(p, action::QUOTA_DELETE, name, before, None, "")
+        let was = Some(quota_json(&before));
+        app.audit(p, action::QUOTA_DELETE, name, was, None, "")
             .await;
     }
-    Ok(())
+    Ok(before)
 }

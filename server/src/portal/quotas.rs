@@ -542,7 +542,7 @@ pub async fn create_child(
         }
     };
     let name = sub.form.name.clone();
-    match changes::create(&app, p, &name, spec, false).await {
+    match changes::create(&app, p, &tree, &name, spec, false).await {
         Ok(q) => {
             viewer
                 .set_flash(Flash::Ok(format!("created {} under {parent}", q.name())))
@@ -640,7 +640,7 @@ pub async fn edit(
             ))
         }
     };
-    match changes::update(&app, p, &name, spec, sub.version, false).await {
+    match changes::update(&app, p, &tree, &name, spec, sub.version, false).await {
         Ok(_) => {
             viewer.set_flash(Flash::Ok(format!("saved {name}"))).await;
             Ok(Redirect::to(&format!("/quotas/{name}")).into_response())
@@ -682,11 +682,12 @@ pub async fn delete(
             "deleting {name} needs confirming: tick the box next to Delete"
         )));
     }
-    let parent = app.service.get(&name).await?.quota.spec.parent;
     let version = f.resource_version.trim().parse::<i64>().ok();
-    changes::delete(&app, p, &name, version, false)
+    let parent = changes::delete(&app, p, &tree, &name, version, false)
         .await
-        .map_err(page_error)?;
+        .map_err(page_error)?
+        .spec
+        .parent;
     viewer
         .set_flash(Flash::Ok(format!(
             "deleted {name}; its hard went back to {}",
