@@ -4,7 +4,7 @@
 //! preferences (/account).
 
 use super::auth::Viewer;
-use super::authz::{self as authz, visible_names, Principal, Tree};
+use super::authz::{self as authz, Principal};
 use super::PageError;
 use crate::alerts::Kind;
 use crate::http::{ApiError, AppState};
@@ -31,28 +31,11 @@ pub fn row(a: Alert) -> AlertRow {
     }
 }
 
-/// The quotas whose alerts `p` may see: None for admins (all, also on
-/// quotas since deleted).
-async fn alert_scope(
-    app: &AppState,
-    p: &Principal,
-) -> Result<Option<Vec<String>>, crate::service::ServiceError> {
-    if p.is_admin {
-        return Ok(None);
-    }
-    let all = app.service.list().await?;
-    Ok(Some(
-        visible_names(p, &Tree::from_quotas(&all))
-            .into_iter()
-            .collect(),
-    ))
-}
-
 /// The open alerts the viewer may see, newest first (overview, badge).
 pub async fn open_for(app: &AppState, p: &Principal) -> Result<Vec<AlertRow>, PageError> {
     let f = AlertFilter {
         open: Some(true),
-        quotas_in: alert_scope(app, p).await?,
+        quotas_in: super::visible_scope(app, p).await?,
         ..AlertFilter::default()
     };
     Ok(app
@@ -93,7 +76,7 @@ pub async fn page(
 ) -> Result<Response, PageError> {
     let kind = parse_kind(&q.kind).map_err(PageError::Invalid)?;
     let quota = Some(q.quota.trim().to_string()).filter(|s| !s.is_empty());
-    let scope = alert_scope(&app, &viewer.principal).await?;
+    let scope = super::visible_scope(&app, &viewer.principal).await?;
     let filter = |open| AlertFilter {
         quota: quota.clone(),
         kind,
@@ -495,7 +478,7 @@ pub async fn api_list(
         quota: Some(q.quota.trim().to_string()).filter(|s| !s.is_empty()),
         kind,
         open,
-        quotas_in: alert_scope(&app, &p).await?,
+        quotas_in: super::visible_scope(&app, &p).await?,
         before: q.before,
     };
     let items = app
@@ -534,7 +517,7 @@ pub async fn api_get(
         .await
         .map_err(crate::service::ServiceError::from)?
         .ok_or_else(missing)?;
-    if let Some(names) = alert_scope(&app, &p).await? {
+    if let Some(names) = super::visible_scope(&app, &p).await? {
         if !names.contains(&a.quota) {
             return Err(missing());
         }

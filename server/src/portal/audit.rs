@@ -7,7 +7,7 @@
 //! the quota lives in the cluster, so one transaction cannot hold both).
 
 use super::auth::Viewer;
-use super::authz::{visible_names, Principal, Tree};
+use super::authz::Principal;
 use super::PageError;
 use crate::http::AppState;
 use crate::store::accounts::User;
@@ -258,9 +258,7 @@ async fn scoped(
     p: &Principal,
     mut f: AuditFilter,
 ) -> Result<AuditFilter, PageError> {
-    if !p.is_admin {
-        let tree = Tree::from_quotas(&app.service.list().await?);
-        let mut targets: Vec<String> = visible_names(p, &tree).into_iter().collect();
+    if let Some(mut targets) = super::visible_scope(app, p).await? {
         targets.push(user_target(&p.username));
         f.targets_in = Some(targets);
     }

@@ -18,7 +18,7 @@
 
 use super::audit::{action, transfer_json, transfer_summary, transfer_target};
 use super::auth::Viewer;
-use super::authz::{self, Principal, Role, Tree};
+use super::authz::{self, Principal, Tree};
 use super::PageError;
 use crate::http::{ApiError, AppState};
 use crate::service::ServiceError;
@@ -442,7 +442,7 @@ fn request_form(p: &Principal, scope: &Scope, typed: RequestForm) -> Option<Requ
     let owned: Vec<String> = scope
         .quotas
         .keys()
-        .filter(|q| p.is_admin || authz::role_on(p, q, &scope.tree) == Some(Role::Owner))
+        .filter(|q| authz::can_request_transfer(p, Some(q), q, &scope.tree))
         .cloned()
         .collect();
     if owned.is_empty() {
