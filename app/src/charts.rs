@@ -1044,7 +1044,7 @@ fn time_ticks(t0: i64, t1: i64, max: usize) -> (Vec<i64>, Step) {
     }
     let month_index = |t: i64| {
         let (y, m, _) = civil_from_days(t.div_euclid(MS_PER_DAY));
-        y * 12 + m as i64 - 1
+        y * 12 + m - 1
     };
     let (m0, m1) = (month_index(t0), month_index(t1));
     let k = [1, 2, 3, 6, 12, 24, 60, 120, 600]

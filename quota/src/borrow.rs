@@ -208,7 +208,7 @@ pub fn charge_or_request(
     wref: &str,
     charge: crate::object::Charge,
     loan: Option<&ResourceList>,
-) -> Result<bool, (Denial, Option<LoanRequest>)> {
+) -> Result<bool, (Denial, Option<Box<LoanRequest>>)> {
     let may_borrow = !child.spec.max.is_empty() && !child.spec.parent.is_empty();
     let delta = may_borrow.then(|| {
         let old = child.status.workloads.get(wref);
@@ -221,7 +221,7 @@ pub fn charge_or_request(
         Err(d) => match delta {
             None => Err((d, None)),
             Some(delta) => match needed(child, &delta) {
-                Ok(req) => Err((d, req)),
+                Ok(req) => Err((d, req.map(Box::new))),
                 Err(past_max) => Err((past_max, None)),
             },
         },

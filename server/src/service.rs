@@ -643,7 +643,7 @@ impl Service {
                     match borrow::charge_or_request(q, wref, c, loan.as_ref()) {
                         Ok(changed) => Ok((changed, true)),
                         Err((d, req)) => {
-                            request = req.map(|r| (q.spec.parent.clone(), r));
+                            request = req.map(|r| (q.spec.parent.clone(), *r));
                             Err(d.into())
                         }
                     }
