@@ -230,7 +230,7 @@ pub async fn start_with(
         mail::Sender::new(sql.clone(), mailer, metrics.clone(), service.clock()).run(mail::POLL),
     );
     // On every replica, both modes: each evaluates what it writes at once,
-    // and all quotas every 30 s; opening an alert is idempotent across them.
+    // and all quotas at start and every 5 min; opening an alert is idempotent across them.
     let alerting = tokio::spawn(alerts::engine::evaluate_forever(
         service.clone(),
         sql.clone(),
