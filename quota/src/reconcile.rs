@@ -6,16 +6,31 @@
 //! belong to an object the cache has not seen (or has seen only in its old
 //! form). Such a charge is a reservation: it is kept, as admitted, until
 //! `ttl_ms` after its admission, and only then does the cache's view win.
+//! A reservation only ever holds room, never frees it: a charge an
+//! admission lowered (a scale-down, a smaller template) yields at once to a
+//! larger one the cache still shows, so a review that lowers a charge —
+//! genuine but not yet in effect, or forged — frees nothing that runs.
 
 use crate::cash::{self, Interval, Prices};
 use crate::keys::cash_target;
 use crate::object::{Charge, HpaCharge, Quota};
+use crate::resources::{self, ResourceList};
 use crate::time;
 use crate::workload::PodSet;
 use std::collections::BTreeMap;
 
 /// How long an admitted charge outranks the controller's cache.
 pub const RESERVATION_TTL_MS: i64 = 120_000;
+
+/// Prefix of the pod sets a reconcile adds to a reservation that neither
+/// covers what the cache shows nor is covered by it (say, a model changed
+/// and not yet seen): both are held until one of them wins.
+pub const OBSERVED_PREFIX: &str = "observed:";
+
+/// Whether `a` holds at least `b` of every key.
+pub fn covers(a: &ResourceList, b: &ResourceList) -> bool {
+    resources::diff(b, a).values().all(|q| q.nanos() <= 0)
+}
 
 /// A workload bound to the quota, as observed: its pod sets from its spec,
 /// and the reservation of an HPA that targets it.
@@ -67,11 +82,34 @@ pub fn reconcile(
     let mut next = BTreeMap::new();
     for (wref, obs) in observed {
         let charge = match held.remove(&wref) {
-            Some(c) if admitted_within(&c, now_ms, ttl_ms) => {
-                if c.pod_sets != obs.pod_sets || c.hpa != obs.hpa {
+            Some(mut c) if admitted_within(&c, now_ms, ttl_ms) => {
+                // What an earlier reconcile added: decide from the admission.
+                c.pod_sets.retain(|s| !s.name.starts_with(OBSERVED_PREFIX));
+                let seen = Charge {
+                    pod_sets: obs.pod_sets.clone(),
+                    hpa: obs.hpa.clone(),
+                    ..c.clone()
+                };
+                let (admitted, running) = (c.usage(), seen.usage());
+                if covers(&admitted, &running) {
+                    if !c.same_as(&seen) {
+                        out.reserved.push(wref.clone());
+                    }
+                    c
+                } else if covers(&running, &admitted) {
+                    // Lowered by a review, yet the cache shows more.
+                    c.pod_sets = obs.pod_sets;
+                    c.hpa = obs.hpa;
+                    c.admitted = None;
+                    c
+                } else {
                     out.reserved.push(wref.clone());
+                    c.pod_sets.extend(obs.pod_sets.into_iter().map(|mut s| {
+                        s.name = format!("{OBSERVED_PREFIX}{}", s.name);
+                        s
+                    }));
+                    c
                 }
-                c
             }
             Some(mut c) => {
                 c.pod_sets = obs.pod_sets;
@@ -224,6 +262,80 @@ mod tests {
         assert_eq!(out.dropped, vec!["new".to_string()]);
         assert_eq!(used(&q), Quantity::from_units(2));
         assert_eq!(q.status.workloads["w"].admitted, None);
+    }
+
+    #[test]
+    fn a_lowered_reservation_yields_to_what_still_runs() {
+        let mut q = quota();
+        // A review scaled w from 5 to 1 just now; the cache still shows 5
+        // (forged, or not yet in effect).
+        q.status.workloads.insert("w".into(), admitted(1, T0));
+        let out = reconcile(
+            &mut q,
+            [("w".to_string(), obs(5))].into(),
+            &[],
+            T0 + 1000,
+            RESERVATION_TTL_MS,
+            &Prices::default(),
+        );
+        assert!(out.reserved.is_empty());
+        assert_eq!(used(&q), Quantity::from_units(5));
+        assert_eq!(q.status.workloads["w"].admitted, None);
+        // Once the cache shows the scale-down, it is charged at 1.
+        reconcile(
+            &mut q,
+            [("w".to_string(), obs(1))].into(),
+            &[],
+            T0 + 2000,
+            RESERVATION_TTL_MS,
+            &Prices::default(),
+        );
+        assert_eq!(used(&q), Quantity::from_units(1));
+    }
+
+    #[test]
+    fn a_reservation_of_another_model_holds_both_until_one_wins() {
+        let mut q = quota();
+        q.spec
+            .hard
+            .insert("requests.cpu".into(), Quantity::from_units(100));
+        let mut cpu = admitted(0, T0);
+        cpu.pod_sets[0].per_pod = [("requests.cpu".to_string(), Quantity::from_units(1))].into();
+        cpu.pod_sets[0].count = 3;
+        q.status.workloads.insert("w".into(), cpu.clone());
+        let cpu_used = |q: &Quota| resources::get(&q.status.used, "requests.cpu");
+        // Admitted as 3 CPUs; the cache still shows 2 GPUs: both held.
+        for at in [T0 + 1000, T0 + 2000] {
+            let out = reconcile(
+                &mut q,
+                [("w".to_string(), obs(2))].into(),
+                &[],
+                at,
+                RESERVATION_TTL_MS,
+                &Prices::default(),
+            );
+            assert_eq!(out.reserved, vec!["w".to_string()]);
+            assert_eq!(used(&q), Quantity::from_units(2));
+            assert_eq!(cpu_used(&q), Quantity::from_units(3));
+        }
+        // The cache catches up: only the admission is left.
+        reconcile(
+            &mut q,
+            [(
+                "w".to_string(),
+                Observed {
+                    pod_sets: cpu.pod_sets.clone(),
+                    hpa: None,
+                },
+            )]
+            .into(),
+            &[],
+            T0 + 3000,
+            RESERVATION_TTL_MS,
+            &Prices::default(),
+        );
+        assert_eq!(used(&q), Quantity::ZERO);
+        assert_eq!(cpu_used(&q), Quantity::from_units(3));
     }
 
     #[test]

@@ -75,6 +75,47 @@ pub struct ServeArgs {
     /// PEM private key for the webhook.
     #[arg(long, env = "BIZRQ_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// CA bundle (PEM) that signs the API server's client certificate: the
+    /// webhook then requires and verifies a client certificate (mTLS).
+    #[arg(long, env = "BIZRQ_WEBHOOK_CLIENT_CA")]
+    pub webhook_client_ca: Option<PathBuf>,
+    /// With --webhook-client-ca: DNS names (subjectAltName) of which the
+    /// client certificate must carry one; any name the CA signed when empty.
+    #[arg(long, env = "BIZRQ_WEBHOOK_CLIENT_NAMES", value_delimiter = ',')]
+    pub webhook_client_names: Vec<String>,
+    /// Bearer token the webhook requires (`Authorization: Bearer …`), for
+    /// callers that cannot present a client certificate.
+    #[arg(long, env = "BIZRQ_WEBHOOK_TOKEN", hide_env_values = true)]
+    pub webhook_token: Option<String>,
+    /// Serve the webhook on a non-loopback address without a client CA or a
+    /// token (reviews change quotas: rely on a NetworkPolicy and the
+    /// controller's re-checks; see docs/webhook-trust.md).
+    #[arg(long, env = "BIZRQ_WEBHOOK_ALLOW_UNAUTHENTICATED")]
+    pub webhook_allow_unauthenticated: bool,
+    /// Open connections on the portal/API port; more are closed at accept.
+    #[arg(long, env = "BIZRQ_MAX_CONNECTIONS", default_value_t = 512)]
+    pub max_connections: usize,
+    /// Open connections on the webhook port (counted apart from the portal's).
+    #[arg(long, env = "BIZRQ_WEBHOOK_MAX_CONNECTIONS", default_value_t = 256)]
+    pub webhook_max_connections: usize,
+    /// Seconds a client has to send a request's headers (both ports; also
+    /// how long an idle HTTP/1 keep-alive connection is kept).
+    #[arg(long, env = "BIZRQ_HEADER_READ_TIMEOUT_SECONDS", default_value_t = 10)]
+    pub header_read_timeout_seconds: u64,
+    /// Seconds without a byte either way before a portal connection is closed.
+    #[arg(long, env = "BIZRQ_IDLE_TIMEOUT_SECONDS", default_value_t = 60)]
+    pub idle_timeout_seconds: u64,
+    /// Seconds without a byte either way before a webhook connection is
+    /// closed (longer than the API server's 90 s idle pool timeout).
+    #[arg(
+        long,
+        env = "BIZRQ_WEBHOOK_IDLE_TIMEOUT_SECONDS",
+        default_value_t = 120
+    )]
+    pub webhook_idle_timeout_seconds: u64,
+    /// Seconds a client has to finish the webhook's TLS handshake.
+    #[arg(long, env = "BIZRQ_TLS_HANDSHAKE_TIMEOUT_SECONDS", default_value_t = 5)]
+    pub tls_handshake_timeout_seconds: u64,
     /// Seconds between full resyncs (carve-out repair, cash accrual).
     #[arg(long, env = "BIZRQ_RESYNC_SECONDS", default_value_t = 300)]
     pub resync_seconds: u64,

@@ -118,16 +118,54 @@ pub fn http_router(app: AppState) -> Router {
         .with_state(app)
 }
 
-/// The admission webhook (served over HTTPS).
-pub fn webhook_router(app: AppState) -> Router {
-    Router::new()
+/// The admission webhook (served over HTTPS). With `token`, the reviews
+/// require `Authorization: Bearer <token>` (the API server sends it from its
+/// admission kubeconfig); a client certificate, when configured, is checked
+/// by TLS before any of this runs.
+pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
+    let mut reviews = Router::new()
         .route("/validate/quotas", post(webhook::quotas))
         .route("/validate/workloads", post(webhook::workloads))
         .route("/validate/scale", post(webhook::scale))
-        .route("/validate/hpa", post(webhook::hpa))
+        .route("/validate/hpa", post(webhook::hpa));
+    if let Some(t) = token.filter(|t| !t.is_empty()) {
+        let expected = (
+            Arc::new(crate::util::sha256_hex(t)),
+            app.service.metrics.clone(),
+        );
+        reviews = reviews.route_layer(middleware::from_fn_with_state(
+            expected,
+            require_webhook_token,
+        ));
+    }
+    reviews
         .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(WEBHOOK_BODY_LIMIT))
         .with_state(app)
+}
+
+/// The webhook's bearer token, compared by hash (as the admin token is).
+async fn require_webhook_token(
+    State((expected, metrics)): State<(Arc<String>, Arc<crate::metrics::Metrics>)>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    if given.is_some_and(|t| crate::util::sha256_hex(t) == *expected) {
+        return next.run(req).await;
+    }
+    metrics.webhook_unauthorized.inc();
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        "bizrq webhook: missing or wrong bearer token",
+    )
+        .into_response()
 }
 
 async fn healthz() -> &'static str {

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod http;
+pub mod listen;
 pub mod mail;
 pub mod metrics;
 pub mod portal;
@@ -67,7 +68,7 @@ pub struct Running {
     pub self_signed_cert: Option<String>,
     /// What `--demo` did, when it was given.
     pub demo: Option<demo::Outcome>,
-    webhook_handle: axum_server::Handle<SocketAddr>,
+    /// Stops both listeners (each lets its connections finish, 10 s at most).
     http_shutdown: tokio::sync::watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     cert_reload: Option<JoinHandle<()>>,
@@ -99,8 +100,6 @@ impl Running {
             }
         }
         let _ = self.http_shutdown.send(true);
-        self.webhook_handle
-            .graceful_shutdown(Some(Duration::from_secs(10)));
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
         }
@@ -161,6 +160,7 @@ pub async fn start_with(
     clock: Option<service::Clock>,
 ) -> anyhow::Result<Running> {
     tls::install_crypto_provider();
+    check_webhook_exposure(args)?;
     if args.demo && client.is_some() {
         anyhow::bail!(
             "--demo (BIZRQ_DEMO) seeds a standalone database only; in a cluster the quotas are \
@@ -240,19 +240,24 @@ pub async fn start_with(
     ));
 
     let mut cert_reload = None;
+    let clients: tls::ClientAuth = match &args.webhook_client_ca {
+        Some(ca) => Some(tls::client_verifier(ca, &args.webhook_client_names)?),
+        None => None,
+    };
     let (tls_config, self_signed_cert) = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => {
-            let config = tls::load(c, k).await?;
+            let config = tls::load(c, k, &clients).await?;
             cert_reload = Some(tokio::spawn(tls::reload_on_change(
                 config.clone(),
                 c.clone(),
                 k.clone(),
                 Duration::from_secs(30),
+                clients.clone(),
             )));
             (config, None)
         }
         _ => {
-            let (c, pem) = tls::self_signed().await?;
+            let (c, pem) = tls::self_signed(&clients).await?;
             (c, Some(pem))
         }
     };
@@ -261,36 +266,32 @@ pub async fn start_with(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
     let http_addr = http_listener.local_addr()?;
-    let webhook_listener = std::net::TcpListener::bind(args.webhook_listen)
+    let webhook_listener = tokio::net::TcpListener::bind(args.webhook_listen)
+        .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.webhook_listen))?;
-    webhook_listener.set_nonblocking(true)?;
     let webhook_addr = webhook_listener.local_addr()?;
 
-    let (http_shutdown, mut rx) = tokio::sync::watch::channel(false);
-    let http_app = http::http_router(state.clone());
-    let http_task = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = rx.wait_for(|v| *v).await;
-        };
-        // The peer address is the client for login rate limiting.
-        let app = http_app.into_make_service_with_connect_info::<SocketAddr>();
-        if let Err(e) = axum::serve(http_listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "HTTP server failed");
-        }
-    });
-
-    let webhook_handle = axum_server::Handle::new();
-    let webhook_app = http::webhook_router(state);
-    let server =
-        axum_server::from_tcp_rustls(webhook_listener, tls_config)?.handle(webhook_handle.clone());
-    let webhook_task = tokio::spawn(async move {
-        if let Err(e) = server.serve(webhook_app.into_make_service()).await {
-            tracing::error!(error = %e, "webhook server failed");
-        }
-    });
+    // Two listeners, each with its own connection pool and timeouts, so
+    // that no load on the portal takes what the API server needs.
+    let (http_shutdown, rx) = tokio::sync::watch::channel(false);
+    let http_task = listen::serve(
+        "http",
+        http_listener,
+        http::http_router(state.clone()),
+        None,
+        http_limits(args),
+        metrics.clone(),
+        rx.clone(),
+    );
+    let webhook_task = listen::serve(
+        "webhook",
+        webhook_listener,
+        http::webhook_router(state, args.webhook_token.as_deref()),
+        Some(tls_config),
+        webhook_limits(args),
+        metrics.clone(),
+        rx,
+    );
 
     let every = Duration::from_secs(args.resync_seconds.max(1));
     let (resync_task, lease) = match client {
@@ -370,7 +371,6 @@ pub async fn start_with(
         generated_admin_password,
         self_signed_cert,
         demo,
-        webhook_handle,
         http_shutdown,
         tasks: vec![http_task, webhook_task],
         cert_reload,
@@ -380,6 +380,63 @@ pub async fn start_with(
         alerting,
         lease,
     })
+}
+
+/// Reviews change quotas, so a webhook others can reach must know its
+/// caller: a client certificate (`--webhook-client-ca`), a bearer token
+/// (`--webhook-token`), or a loopback address. Otherwise refuse to start,
+/// unless the operator accepts it in so many words.
+pub fn check_webhook_exposure(args: &ServeArgs) -> anyhow::Result<()> {
+    let authenticated = args.webhook_client_ca.is_some()
+        || args.webhook_token.as_deref().is_some_and(|t| !t.is_empty());
+    if authenticated || args.webhook_listen.ip().is_loopback() {
+        return Ok(());
+    }
+    if args.webhook_allow_unauthenticated {
+        tracing::warn!(
+            webhook = %args.webhook_listen,
+            "the webhook accepts reviews from anyone who can reach it (--webhook-allow-unauthenticated)"
+        );
+        return Ok(());
+    }
+    anyhow::bail!(
+        "the webhook would listen on {} without authentication, and an AdmissionReview \
+         changes quotas: anyone who can reach that address could release or take capacity. \
+         Give --webhook-client-ca (BIZRQ_WEBHOOK_CLIENT_CA: the CA of the API server's client \
+         certificate), or --webhook-token (BIZRQ_WEBHOOK_TOKEN), or listen on a loopback \
+         address; or, behind a NetworkPolicy you trust, --webhook-allow-unauthenticated \
+         (see docs/webhook-trust.md)",
+        args.webhook_listen
+    )
+}
+
+fn seconds(s: u64) -> Duration {
+    Duration::from_secs(s.max(1))
+}
+
+/// Portal, JSON API and metrics: people and scrapers, many and slow.
+fn http_limits(args: &ServeArgs) -> listen::Limits {
+    listen::Limits {
+        max_connections: args.max_connections,
+        header_read: seconds(args.header_read_timeout_seconds),
+        idle: seconds(args.idle_timeout_seconds),
+        request: Duration::from_secs(60),
+        tls_handshake: seconds(args.tls_handshake_timeout_seconds),
+        max_streams: 64,
+    }
+}
+
+/// The webhook: a few API servers, over long-lived HTTP/2 connections.
+fn webhook_limits(args: &ServeArgs) -> listen::Limits {
+    listen::Limits {
+        max_connections: args.webhook_max_connections,
+        header_read: seconds(args.header_read_timeout_seconds),
+        idle: seconds(args.webhook_idle_timeout_seconds),
+        // The longest an API server waits for a webhook (timeoutSeconds ≤ 30).
+        request: Duration::from_secs(30),
+        tls_handshake: seconds(args.tls_handshake_timeout_seconds),
+        max_streams: 32,
+    }
 }
 
 /// Aborts a task when dropped (with the task that owns it).

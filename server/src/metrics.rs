@@ -1,6 +1,7 @@
 //! Prometheus metrics: admission latency and decisions, CAS conflicts,
 //! resync and reconcile durations, the controller's queue, leadership,
-//! watch errors, reclaim and the email outbox.
+//! watch errors, reclaim, the email outbox, deferred releases, re-checks
+//! and the listeners' connections.
 
 use prometheus_client::encoding::{text::encode, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
@@ -30,6 +31,17 @@ pub struct DecisionLabels {
     pub decision: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    pub listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedLabels {
+    pub listener: String,
+    pub reason: String,
+}
+
 type HistogramFamily = Family<EndpointLabels, Histogram, fn() -> Histogram>;
 
 pub struct Metrics {
@@ -55,6 +67,19 @@ pub struct Metrics {
     pub mail_failures: Counter,
     /// Outbox rows not yet accepted by the SMTP server.
     pub mail_queue_depth: Gauge,
+    /// Workload releases a DELETE could not write at once (retried in the
+    /// background; the DELETE was allowed).
+    pub deferred_releases: Counter,
+    /// Deferred releases still not written after every retry.
+    pub deferred_releases_abandoned: Counter,
+    /// Quotas re-checked against the cluster after a review lowered a charge.
+    pub rechecks: Counter,
+    /// Webhook requests refused for a missing or wrong bearer token.
+    pub webhook_unauthorized: Counter,
+    /// Open connections per listener.
+    pub open_connections: Family<ListenerLabels, Gauge>,
+    /// Connections closed by a limit or a timeout, per listener and reason.
+    pub connections_closed: Family<ClosedLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -161,8 +186,50 @@ impl Default for Metrics {
             "Emails in the outbox not yet accepted by the SMTP server",
             mail_queue_depth.clone(),
         );
+        let deferred_releases = Counter::default();
+        let deferred_releases_abandoned = Counter::default();
+        let rechecks = Counter::default();
+        let webhook_unauthorized = Counter::default();
+        let open_connections = Family::<ListenerLabels, Gauge>::default();
+        let connections_closed = Family::<ClosedLabels, Counter>::default();
+        registry.register(
+            "deferred_releases",
+            "Workload releases a DELETE could not write at once, retried in the background (the DELETE was allowed)",
+            deferred_releases.clone(),
+        );
+        registry.register(
+            "deferred_releases_abandoned",
+            "Deferred releases still failing after every retry (left to the controller's reconcile)",
+            deferred_releases_abandoned.clone(),
+        );
+        registry.register(
+            "rechecks",
+            "Quotas re-checked against the cluster after an admission review lowered a charge",
+            rechecks.clone(),
+        );
+        registry.register(
+            "webhook_unauthorized",
+            "Webhook requests refused for a missing or wrong bearer token",
+            webhook_unauthorized.clone(),
+        );
+        registry.register(
+            "open_connections",
+            "Open connections by listener (http, webhook)",
+            open_connections.clone(),
+        );
+        registry.register(
+            "connections_closed",
+            "Connections closed by a limit or timeout, by listener and reason (limit, idle, header_timeout, tls_handshake_timeout, tls_error)",
+            connections_closed.clone(),
+        );
         Metrics {
             registry,
+            deferred_releases,
+            deferred_releases_abandoned,
+            rechecks,
+            webhook_unauthorized,
+            open_connections,
+            connections_closed,
             mail_sent,
             mail_failures,
             mail_queue_depth,
@@ -204,6 +271,23 @@ impl Metrics {
         self.tracked
             .get_or_create(&KindLabels { kind: kind.into() })
             .set(n as i64);
+    }
+
+    pub fn connections(&self, listener: &str) -> Gauge {
+        self.open_connections
+            .get_or_create(&ListenerLabels {
+                listener: listener.into(),
+            })
+            .clone()
+    }
+
+    pub fn count_connection_closed(&self, listener: &str, reason: &str) {
+        self.connections_closed
+            .get_or_create(&ClosedLabels {
+                listener: listener.into(),
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     pub fn count_watch_error(&self, kind: &str) {

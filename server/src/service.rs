@@ -106,6 +106,9 @@ pub struct Service {
     /// Quotas written since the alert engine last looked (SPEC §7: alerts
     /// are evaluated after every status change).
     pub changed: Arc<crate::alerts::engine::Changed>,
+    /// Quotas whose charges a review lowered, for the controller to confirm
+    /// against the cluster (see `Recheck`).
+    pub recheck: Arc<Recheck>,
     clock: Clock,
     locks: Vec<Mutex<()>>,
     /// Last version written or read by this process, per quota. Used only
@@ -137,6 +140,7 @@ impl Service {
             accrue_from_ledger: true,
             events: Default::default(),
             changed: Default::default(),
+            recheck: Default::default(),
             clock: Arc::new(now_ms),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             cache: Default::default(),
@@ -599,18 +603,24 @@ impl Service {
         uid: &str,
         dry_run: bool,
     ) -> Result<(), ServiceError> {
+        let mut lowered = false;
         self.admit(quota_name, wref, dry_run, |old, now| {
-            Some(Charge {
+            let c = Charge {
                 pod_sets: pod_sets.clone(),
                 hpa: old.and_then(|c| c.hpa.clone()),
                 since: now.to_string(),
                 uid: uid.to_string(),
                 admitted: Some(now.to_string()),
-            })
+            };
+            lowered = old.is_some_and(|o| lowers(&c, o));
+            Some(c)
         })
         .await
-        .map(|_| ())
-        .map_err(|e| missing_quota(e, quota_name))
+        .map_err(|e| missing_quota(e, quota_name))?;
+        if lowered && !dry_run {
+            self.recheck.mark(quota_name);
+        }
+        Ok(())
     }
 
     /// Charge `wref` in `quota_name` what `build` makes of its current
@@ -690,7 +700,7 @@ impl Service {
     }
 
     /// Give back what a workload holds. Always allowed; a quota that is gone
-    /// holds nothing.
+    /// holds nothing. The controller confirms it against the cluster.
     pub async fn release_workload(
         &self,
         quota_name: &str,
@@ -699,13 +709,92 @@ impl Service {
     ) -> Result<(), ServiceError> {
         match self
             .update_status(quota_name, dry_run, |q| {
-                Ok((admission::release(q, wref), ()))
+                let released = admission::release(q, wref);
+                Ok((released, released))
             })
             .await
         {
+            Ok(released) => {
+                if released && !dry_run {
+                    self.recheck.mark(quota_name);
+                }
+                Ok(())
+            }
             Err(ServiceError::NotFound(_)) => Ok(()),
-            r => r,
+            Err(e) => Err(e),
         }
+    }
+
+    /// A DELETE is never refused: release `wref` from `quota` (None: from
+    /// the quota it is bound to, which could not be read) in the background,
+    /// with bounded retries and backoff. Only a charge admitted before
+    /// `deleted_at` is released: a newer one belongs to an object created
+    /// again under the same name. What still fails after the retries is left
+    /// to the controller, whose reconcile drops charges of objects that are
+    /// gone (cluster mode).
+    pub fn defer_release(
+        self: &Arc<Self>,
+        quota: Option<String>,
+        wref: &str,
+        deleted_at: i64,
+        error: &ServiceError,
+    ) {
+        self.metrics.deferred_releases.inc();
+        tracing::warn!(workload = wref, quota = quota.as_deref().unwrap_or("(binding unknown)"), error = %error,
+            "release deferred: the DELETE is allowed and the release retried in the background");
+        let (svc, wref) = (self.clone(), wref.to_string());
+        tokio::spawn(async move {
+            let mut wait = RELEASE_FIRST_WAIT;
+            for attempt in 1..=RELEASE_RETRIES {
+                let jitter = rand::random::<u64>() % (wait.as_millis() as u64 / 2 + 1);
+                tokio::time::sleep(wait + Duration::from_millis(jitter)).await;
+                match svc
+                    .release_deferred(quota.as_deref(), &wref, deleted_at)
+                    .await
+                {
+                    Ok(()) => {
+                        tracing::info!(workload = %wref, attempt, "deferred release written");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(workload = %wref, attempt, error = %e, "deferred release failed again")
+                    }
+                }
+                wait = (wait * 2).min(RELEASE_MAX_WAIT);
+            }
+            svc.metrics.deferred_releases_abandoned.inc();
+            tracing::error!(workload = %wref, "deferred release still failing after {RELEASE_RETRIES} attempts; the controller's reconcile drops the charge of an object that is gone");
+        });
+    }
+
+    async fn release_deferred(
+        &self,
+        quota: Option<&str>,
+        wref: &str,
+        deleted_at: i64,
+    ) -> Result<(), ServiceError> {
+        let holders: Vec<String> = match quota {
+            Some(q) => vec![q.to_string()],
+            None => self.store.workload_quota(wref).await?.into_iter().collect(),
+        };
+        for name in holders {
+            let result = self
+                .update_status(&name, false, |q| {
+                    let newer = q.status.workloads.get(wref).is_some_and(|c| {
+                        c.admitted
+                            .as_deref()
+                            .and_then(quota::time::parse_rfc3339)
+                            .is_some_and(|t| t > deleted_at)
+                    });
+                    Ok((!newer && admission::release(q, wref), ()))
+                })
+                .await;
+            match result {
+                Ok(()) | Err(ServiceError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Change the charge a workload already holds (found through its
@@ -722,18 +811,23 @@ impl Service {
         let Some(quota_name) = self.store.workload_quota(wref).await? else {
             return Ok(false);
         };
-        let mut held = false;
+        let (mut held, mut lowered) = (false, false);
         self.admit(&quota_name, wref, dry_run, |old, now| {
-            let mut c = old?.clone();
+            let old = old?;
+            let mut c = old.clone();
             held = true;
             if !change(&mut c) {
                 return None;
             }
             c.uid = uid.to_string();
             c.admitted = Some(now.to_string());
+            lowered = lowers(&c, old);
             Some(c)
         })
         .await?;
+        if lowered && !dry_run {
+            self.recheck.mark(&quota_name);
+        }
         Ok(held)
     }
 
@@ -843,6 +937,81 @@ fn missing_quota(e: ServiceError, quota_name: &str) -> ServiceError {
             quota::keys::QUOTA_LABEL
         )),
         e => e,
+    }
+}
+
+/// Whether `new` charges less than `old` of some key (a scale-down, a
+/// smaller template, an HPA lifted).
+fn lowers(new: &Charge, old: &Charge) -> bool {
+    !quota::reconcile::covers(&new.usage(), &old.usage())
+}
+
+/// Retries of a release a DELETE could not write at once: 8 waits from
+/// 0.5 s doubling to 30 s, about a minute and a half in all.
+const RELEASE_RETRIES: u32 = 8;
+const RELEASE_FIRST_WAIT: Duration = Duration::from_millis(500);
+const RELEASE_MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// How long after a review lowered a quota's charges the controller
+/// confirms them: time for the API server to persist a genuine change and
+/// for the controller's watch to show it, so only what still exists is
+/// restored.
+pub const RECHECK_DELAY: Duration = Duration::from_secs(3);
+
+/// Quotas whose charges a review lowered (a DELETE, a scale-down, a
+/// relabel, an HPA lifted), each due for a re-check `RECHECK_DELAY` later.
+/// Any caller that reaches the webhook can send such a review; the
+/// controller reconciles the quota from what the cluster shows, which
+/// restores the charge of an object that still exists. In the controller's
+/// process (the Lease holder) this is the path; a write by another replica
+/// reaches the controller through its quota watch, as a version it did not
+/// write. One entry per quota at most.
+#[derive(Default)]
+pub struct Recheck {
+    due: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
+    notify: tokio::sync::Notify,
+}
+
+impl Recheck {
+    pub fn mark(&self, quota: &str) {
+        let at = tokio::time::Instant::now() + RECHECK_DELAY;
+        if let Ok(mut due) = self.due.lock() {
+            // The earliest stays: a stream of lowerings cannot postpone it.
+            due.entry(quota.to_string()).or_insert(at);
+        }
+        self.notify.notify_one();
+    }
+
+    /// Wait until some quotas are due; return them (each once).
+    pub async fn next(&self) -> Vec<String> {
+        loop {
+            let notified = self.notify.notified();
+            let earliest = self.due.lock().ok().and_then(|d| d.values().min().copied());
+            match earliest {
+                None => notified.await,
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at) => {}
+                        _ = notified => {}
+                    }
+                }
+            }
+            let now = tokio::time::Instant::now();
+            let Ok(mut due) = self.due.lock() else {
+                continue;
+            };
+            let ready: Vec<String> = due
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(n, _)| n.clone())
+                .collect();
+            for n in &ready {
+                due.remove(n);
+            }
+            if !ready.is_empty() {
+                return ready;
+            }
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use quota::workload::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use std::sync::Arc;
 use std::time::Instant;
 
 pub const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
@@ -284,7 +285,7 @@ fn publish_denial(events: &Events, req: &Request, message: &str) {
     }
 }
 
-pub async fn decide(svc: &Service, endpoint: Endpoint, req: &Request) -> Verdict {
+pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Verdict {
     let result = match endpoint {
         Endpoint::Quotas => review_quota(svc, req).await,
         Endpoint::Workloads if req.sub_resource.as_deref() == Some("scale") => {
@@ -351,7 +352,7 @@ fn read_old(
         .map_err(|e| ServiceError::BadRequest(e.to_string()))
 }
 
-async fn review_workload(svc: &Service, req: &Request) -> Result<Verdict, ServiceError> {
+async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, ServiceError> {
     let Some(adapter) = adapter_for_kind(&req.kind.group, &req.kind.kind) else {
         return Ok(Verdict::allow().warn([format!(
             "bizrq: kind {}/{} is not governed by bizrq",
@@ -366,21 +367,7 @@ async fn review_workload(svc: &Service, req: &Request) -> Result<Verdict, Servic
     let dry = req.dry();
     match req.operation.as_str() {
         "DELETE" => {
-            let old = read_old(adapter, &req.old_object)?;
-            let mut holders: Vec<String> = old
-                .as_ref()
-                .and_then(|w| w.quota())
-                .map(str::to_string)
-                .into_iter()
-                .collect();
-            if let Some(q) = svc.store.workload_quota(&wref).await? {
-                if !holders.contains(&q) {
-                    holders.push(q);
-                }
-            }
-            for q in holders {
-                svc.release_workload(&q, &wref, dry).await?;
-            }
+            release_deleted(svc, adapter, req, &wref).await;
             Ok(Verdict::allow())
         }
         "CREATE" | "UPDATE" => {
@@ -408,6 +395,40 @@ async fn review_workload(svc: &Service, req: &Request) -> Result<Verdict, Servic
             Ok(Verdict::allow().warn(warnings))
         }
         _ => Ok(Verdict::allow()),
+    }
+}
+
+/// A DELETE is never refused (the webhook configuration and the docs
+/// promise it): what cannot be released now is released in the background
+/// (`Service::defer_release`), and an unreadable old object still releases
+/// the charge the workload is bound to.
+async fn release_deleted(svc: &Arc<Service>, adapter: &Adapter, req: &Request, wref: &str) {
+    let dry = req.dry();
+    let deleted_at = svc.now();
+    let mut holders: Vec<String> = match read_old(adapter, &req.old_object) {
+        Ok(old) => old
+            .as_ref()
+            .and_then(|w| w.quota())
+            .map(str::to_string)
+            .into_iter()
+            .collect(),
+        Err(e) => {
+            tracing::warn!(uid = %req.uid, workload = wref, error = %e, "DELETE with an unreadable oldObject; releasing by binding");
+            Vec::new()
+        }
+    };
+    match svc.store.workload_quota(wref).await {
+        Ok(Some(q)) if !holders.contains(&q) => holders.push(q),
+        Ok(_) => {}
+        Err(e) if !dry => svc.defer_release(None, wref, deleted_at, &e.into()),
+        Err(_) => {}
+    }
+    for q in holders {
+        match svc.release_workload(&q, wref, dry).await {
+            Ok(()) => {}
+            Err(e) if !dry => svc.defer_release(Some(q), wref, deleted_at, &e),
+            Err(_) => {}
+        }
     }
 }
 
@@ -464,7 +485,19 @@ async fn review_hpa(svc: &Service, req: &Request) -> Result<Verdict, ServiceErro
             .await?;
     }
     if let Some(wref) = old_ref.filter(|r| Some(r) != new_ref.as_ref()) {
-        svc.set_hpa(&wref, None, &name, &req.uid, req.dry()).await?;
+        let lifted = svc.set_hpa(&wref, None, &name, &req.uid, req.dry()).await;
+        match lifted {
+            Ok(_) => {}
+            // Deleting an HPA only lowers a charge: never refused. In a
+            // cluster the controller's reconcile lifts the reservation
+            // once its HPA watch shows the HPA gone.
+            Err(e) if req.operation == "DELETE" => {
+                svc.metrics.deferred_releases.inc();
+                tracing::warn!(uid = %req.uid, hpa = %name, workload = %wref, error = %e,
+                    "HPA reservation not lifted now; the DELETE is allowed and the reconcile lifts it");
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(Verdict::allow())
 }

@@ -255,6 +255,7 @@ impl Controller {
             tasks.spawn(self.clone().worker());
         }
         tasks.spawn(self.clone().resync_loop());
+        tasks.spawn(self.clone().recheck_loop());
         tasks.spawn(self.clone().discovery_loop(watched));
         if self.history.is_some() {
             tasks.spawn(self.clone().flush_loop());
@@ -959,6 +960,19 @@ impl Controller {
         match result {
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
             r => r,
+        }
+    }
+
+    /// Quotas whose charges a review lowered in this process, reconciled
+    /// from what the cluster shows a moment later (`service::Recheck`): a
+    /// forged DELETE or scale-down of an object that still runs is undone
+    /// within seconds. Writes by other replicas come through the quota
+    /// watch instead, as versions this process did not write.
+    async fn recheck_loop(self: Arc<Self>) {
+        loop {
+            let due = self.service.recheck.next().await;
+            self.service.metrics.rechecks.inc_by(due.len() as u64);
+            self.enqueue(due.into_iter().collect());
         }
     }
 
