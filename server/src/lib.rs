@@ -435,7 +435,8 @@ fn webhook_limits(args: &ServeArgs) -> listen::Limits {
         // The longest an API server waits for a webhook (timeoutSeconds ≤ 30).
         request: Duration::from_secs(30),
         tls_handshake: seconds(args.tls_handshake_timeout_seconds),
-        max_streams: 32,
+        // An API server multiplexes its calls over few connections.
+        max_streams: 100,
     }
 }
 
