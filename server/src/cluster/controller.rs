@@ -688,6 +688,7 @@ impl Controller {
         let prices = self.service.prices;
         let mut exhausted: Vec<String> = Vec::new();
         let mut paid_to: Option<i64> = None;
+        let mut uid: Option<String> = None;
         let result = self
             .service
             .update_status(name, false, |q| {
@@ -717,6 +718,7 @@ impl Controller {
                 borrow::repair_children(q, &kid_quotas, now);
                 let changed = out.changed || q.status.differs_visibly(&before);
                 exhausted = newly_exhausted(&before, q);
+                uid = q.metadata.uid.clone();
                 let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
                 let borrowing = !q.spec.max.is_empty() || !q.status.reclaim.is_empty();
                 // Reclaim among the children weighs this quota as written.
@@ -746,7 +748,7 @@ impl Controller {
         }
         for key in exhausted {
             self.events.emit(Notice {
-                regarding: quota_ref(name),
+                regarding: quota_ref(name, uid.clone()),
                 warning: true,
                 reason: "CashExhausted",
                 action: "Reconcile",
