@@ -909,7 +909,8 @@ impl Controller {
             .get(&kind)
             .map(|ar| ar.api_version.clone())
             .unwrap_or_default();
-        if let Some(r) = workload_ref(&api_version, wref) {
+        if let Some(mut r) = workload_ref(&api_version, wref) {
+            r.uid = self.view.lock().unwrap().workload_uid(wref);
             self.events.emit(Notice {
                 regarding: r,
                 warning,
