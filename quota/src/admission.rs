@@ -63,8 +63,11 @@ pub enum Denial {
 }
 
 /// A cash budget that is spent while the request asks for its resource.
+/// The amounts read in the key's unit, rounded (`4.06 card-hours used of
+/// 3`); the exact ones are in the quota's status.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("bizrq {quota}: {key} is exhausted, {used} used of {hard}; {asked_key} asks {asked}")]
+#[error("bizrq {quota}: {key} is exhausted, {} used of {}; {asked_key} asks {asked}",
+    crate::readable::cash(key, *used), crate::readable::decimal(*hard))]
 pub struct CashShortfall {
     pub quota: String,
     pub key: String,
@@ -417,8 +420,9 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            err.to_string()
-                .starts_with("bizrq g: cash/requests.nvidia.com/gpu is exhausted, 100 used of 100"),
+            err.to_string().starts_with(
+                "bizrq g: cash/requests.nvidia.com/gpu is exhausted, 100 card-hours used of 100"
+            ),
             "{err}"
         );
         charge(&mut q, "cpu-only", charge_of(&[("requests.cpu", "1")], 1)).unwrap();

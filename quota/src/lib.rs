@@ -9,6 +9,7 @@ pub mod keys;
 pub mod object;
 pub mod pods;
 pub mod quantity;
+pub mod readable;
 pub mod reclaim;
 pub mod reconcile;
 pub mod resources;

@@ -6,8 +6,9 @@
 
 use crate::borrow::Loan;
 use crate::cash::{self, Prices};
-use crate::keys::cash_target;
+use crate::keys::{cash_target, KeyConfig};
 use crate::quantity::Quantity;
+use crate::readable::{self, Summary};
 use crate::reclaim::Mark;
 use crate::resources::{self, ResourceList};
 use crate::time;
@@ -163,9 +164,25 @@ pub struct QuotaStatus {
     /// — its decision, taken once (§6, `transfer`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub transfers: BTreeMap<String, Hold>,
+    /// For people: what `kubectl get` shows (derived by `summarize` when
+    /// the status is written to the cluster; never read back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Summary>,
+    /// For people: each cash key's balance in its unit, rounded
+    /// (`0.42 of 1000 card-hours used, 999.58 left`). The exact amounts
+    /// stay in `used` and `cashAccrued`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub readable: BTreeMap<String, String>,
 }
 
 impl QuotaStatus {
+    /// Derive `summary` and `readable` from spec and status, as written.
+    pub fn summarize(&mut self, spec: &QuotaSpec, cfg: &KeyConfig) {
+        let (summary, readable) = readable::summarize(spec, self, cfg);
+        self.summary = Some(summary);
+        self.readable = readable;
+    }
+
     pub fn accrued(&self, cash_key: &str) -> i128 {
         self.cash_accrued
             .get(cash_key)
@@ -196,7 +213,8 @@ impl QuotaStatus {
 
     /// Whether a reader would see `self` differ from `other`: anything but
     /// `lastReconcileTime` (an accrual window that moved without cash spent
-    /// is not worth a write; the next window starts where this one did).
+    /// is not worth a write; the next window starts where this one did) and
+    /// the summaries derived from the rest.
     pub fn differs_visibly(&self, other: &QuotaStatus) -> bool {
         self.hard != other.hard
             || self.used != other.used

@@ -178,7 +178,11 @@ pub async fn start_with(
         .unwrap_or_else(|| format!("bizrq-{}", util::hex(&rand::random::<[u8; 4]>())));
     let store: Arc<dyn store::QuotaStore> = match &client {
         None => sql.clone(),
-        Some(c) => Arc::new(cluster::store::ClusterStore::start(c.clone()).await),
+        Some(c) => Arc::new(
+            cluster::store::ClusterStore::start(c.clone())
+                .await
+                .with_keys(args.key_config()),
+        ),
     };
     let mut service = Service::new(store, args.key_config(), args.prices(), metrics.clone());
     if let Some(clock) = clock {

@@ -59,6 +59,8 @@ pub struct Metrics {
     pub watch_errors: Family<KindLabels, Counter>,
     pub reclaim_actions: Family<ResultLabels, Counter>,
     pub events_dropped: Counter,
+    /// Kubernetes Events the API server refused or that could not be sent.
+    pub events_failed: Counter,
     /// What the controller tracks: governed workloads, pods, pod runs.
     pub tracked: Family<KindLabels, Gauge>,
     /// Email accepted by the SMTP server.
@@ -127,6 +129,7 @@ impl Default for Metrics {
         let watch_errors = Family::<KindLabels, Counter>::default();
         let reclaim_actions = Family::<ResultLabels, Counter>::default();
         let events_dropped = Counter::default();
+        let events_failed = Counter::default();
         registry.register(
             "quota_reconcile_duration_seconds",
             "Duration of one quota's reconcile by the controller",
@@ -161,6 +164,11 @@ impl Default for Metrics {
             "events_dropped",
             "Kubernetes Events not published because the queue was full",
             events_dropped.clone(),
+        );
+        registry.register(
+            "events_failed",
+            "Kubernetes Events the API server refused or that could not be sent (each logged at warn)",
+            events_failed.clone(),
         );
         let tracked = Family::<KindLabels, Gauge>::default();
         registry.register(
@@ -241,6 +249,7 @@ impl Default for Metrics {
             watch_errors,
             reclaim_actions,
             events_dropped,
+            events_failed,
             admission_duration,
             decisions,
             cas_conflicts,

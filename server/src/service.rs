@@ -290,6 +290,11 @@ impl Service {
         self.cached(name).map(|s| s.version)
     }
 
+    /// The uid of a quota this replica has seen (cluster mode), for Events.
+    pub fn cached_uid(&self, name: &str) -> Option<String> {
+        self.cached(name).and_then(|s| s.quota.metadata.uid.clone())
+    }
+
     fn cached(&self, name: &str) -> Option<Arc<Stored>> {
         self.cache.lock().ok()?.get(name).cloned()
     }

@@ -2,13 +2,14 @@
 //! AdmissionReview out. Each object is parsed once, straight into what its
 //! adapter needs; decisions come from the service layer.
 
-use crate::cluster::events::{denied_quota, quota_ref, workload_ref, Events, Notice};
+use crate::cluster::events::{self, Refusal};
 use crate::http::AppState;
 use crate::service::{Persist, Service, ServiceError};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::core::v1::ObjectReference;
 use quota::object::{HpaCharge, QuotaSpec, KIND};
 use quota::workload::{
     adapter_for_kind, adapter_for_resource, read_hpa, read_scale_replicas, Adapter, Workload,
@@ -41,6 +42,8 @@ pub struct Gvk {
 pub struct Gvr {
     #[serde(default)]
     pub group: String,
+    #[serde(default)]
+    pub version: String,
     #[serde(default)]
     pub resource: String,
 }
@@ -81,6 +84,8 @@ pub struct Verdict {
     pub code: u16,
     pub message: String,
     pub warnings: Vec<String>,
+    /// Set when a quota or tree rule refused: what the Events say.
+    pub refusal: Option<Refusal>,
 }
 
 impl Verdict {
@@ -106,6 +111,7 @@ impl Verdict {
             ServiceError::Contention(_) => 429,
             ServiceError::Internal(_) => 500,
         };
+        let refusal = events::refusal(&e);
         if code == 500 {
             tracing::error!(error = %e, "admission failed; denying");
         }
@@ -120,6 +126,7 @@ impl Verdict {
             code,
             message,
             warnings: Vec::new(),
+            refusal,
         }
     }
 }
@@ -231,8 +238,13 @@ async fn handle(app: &AppState, endpoint: Endpoint, body: &[u8]) -> Response {
             name = req.name.as_deref().unwrap_or(""), namespace = req.namespace.as_deref().unwrap_or(""),
             message = %verdict.message, "denied");
     }
-    if !verdict.allowed && verdict.code == 403 && !req.dry() && app.service.events.enabled() {
-        publish_denial(&app.service.events, &req, &verdict.message);
+    if let Some(refusal) = verdict.refusal.as_ref().filter(|_| !req.dry()) {
+        if app.service.events.enabled() {
+            let uid_of = |q: &str| app.service.cached_uid(q);
+            for n in denial_notices(endpoint, &req, refusal, &verdict.message, uid_of) {
+                app.service.events.emit(n);
+            }
+        }
     }
     let decision = if verdict.allowed { "allowed" } else { "denied" };
     app.service.metrics.observe_admission(
@@ -247,41 +259,66 @@ async fn handle(app: &AppState, endpoint: Endpoint, body: &[u8]) -> Response {
         .into_response()
 }
 
-/// A denial as Kubernetes Events: on the quota (its owners watch it) and
-/// on the workload when it already exists (`kubectl describe` shows it).
-fn publish_denial(events: &Events, req: &Request, message: &str) {
-    let Some(quota) = denied_quota(message) else {
-        return;
+/// A denial as Kubernetes Events: on the object under review — the
+/// workload, the scale subresource's parent, the HPA or the quota — and on
+/// each quota whose limit refused it (its owners watch it).
+fn denial_notices(
+    endpoint: Endpoint,
+    req: &Request,
+    refusal: &Refusal,
+    message: &str,
+    uid_of: impl Fn(&str) -> Option<String>,
+) -> Vec<events::Notice> {
+    let scale = endpoint == Endpoint::Scale || req.sub_resource.as_deref() == Some("scale");
+    let action = match req.operation.as_str() {
+        _ if scale => "Scale",
+        "CREATE" => "Create",
+        "DELETE" => "Delete",
+        _ => "Update",
     };
-    events.emit(Notice {
-        regarding: quota_ref(quota),
-        warning: true,
-        reason: "AdmissionDenied",
-        action: "Admit",
-        note: format!(
-            "{} {}/{}: {message}",
-            req.operation,
-            req.kind.kind,
-            req.name.as_deref().unwrap_or("")
-        ),
-    });
-    if req.operation != "CREATE" {
-        let (ns, name) = target(req);
-        let api_version = if req.kind.group.is_empty() {
-            req.kind.version.clone()
-        } else {
-            format!("{}/{}", req.kind.group, req.kind.version)
-        };
-        let wref = format!("{}/{}/{ns}/{name}", req.kind.group, req.kind.kind);
-        if let Some(r) = workload_ref(&api_version, &wref) {
-            events.emit(Notice {
-                regarding: r,
-                warning: true,
-                reason: "QuotaExceeded",
-                action: "Admit",
-                note: message.to_string(),
-            });
-        }
+    events::denial_notices(
+        &subject(endpoint, req, scale),
+        action,
+        refusal,
+        message,
+        uid_of,
+    )
+}
+
+/// The object a review is about. A scale review's object is a `Scale`; the
+/// object it scales is the request's resource. The uid comes from the old
+/// object (a Scale carries its parent's); a refused CREATE has none, its
+/// object never exists.
+fn subject(endpoint: Endpoint, req: &Request, scale: bool) -> ObjectReference {
+    let join = |group: &str, version: &str| match group {
+        "" => version.to_string(),
+        g => format!("{g}/{version}"),
+    };
+    let (api_version, kind) = if endpoint == Endpoint::Quotas {
+        (quota::object::api_version(), KIND.to_string())
+    } else if scale {
+        let kind = adapter_for_resource(&req.resource.group, &req.resource.resource)
+            .map(|a| a.kind.to_string())
+            .unwrap_or_else(|| req.resource.resource.clone());
+        (join(&req.resource.group, &req.resource.version), kind)
+    } else {
+        (
+            join(&req.kind.group, &req.kind.version),
+            req.kind.kind.clone(),
+        )
+    };
+    let (namespace, name) = target(req);
+    let uid = match req.operation.as_str() {
+        "CREATE" => None,
+        _ => req.old_object.as_deref().map(|r| raw_meta(r).uid),
+    };
+    ObjectReference {
+        api_version: Some(api_version),
+        kind: Some(kind),
+        namespace: Some(namespace).filter(|ns| !ns.is_empty()),
+        name: Some(name),
+        uid: uid.filter(|u| !u.is_empty()),
+        ..ObjectReference::default()
     }
 }
 
@@ -298,14 +335,19 @@ pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Ve
     result.unwrap_or_else(Verdict::from_error)
 }
 
-fn raw_meta_name(raw: &RawValue) -> (String, String) {
+fn raw_meta(raw: &RawValue) -> quota::usage::ObjectMeta {
     #[derive(Deserialize, Default)]
     struct M {
         #[serde(default)]
         metadata: quota::usage::ObjectMeta,
     }
     let m: M = serde_json::from_str(raw.get()).unwrap_or_default();
-    (m.metadata.namespace, m.metadata.name)
+    m.metadata
+}
+
+fn raw_meta_name(raw: &RawValue) -> (String, String) {
+    let m = raw_meta(raw);
+    (m.namespace, m.name)
 }
 
 /// Namespace and name of the object under review (the request's own fields
@@ -553,4 +595,182 @@ async fn review_quota(svc: &Service, req: &Request) -> Result<Verdict, ServiceEr
         _ => {}
     }
     Ok(Verdict::allow())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::events::{
+        quota_ref, Notice, ADMISSION_DENIED, CASH_EXHAUSTED, QUOTA_EXCEEDED, TREE_RULE_VIOLATED,
+    };
+    use serde_json::json;
+
+    fn request(v: serde_json::Value) -> Request {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn refused_by(quota: &str, reason: &'static str) -> Refusal {
+        Refusal {
+            reason,
+            quotas: vec![quota.to_string()],
+        }
+    }
+
+    fn uid_of(q: &str) -> Option<String> {
+        Some(format!("uid-of-{q}"))
+    }
+
+    fn deployment(uid: Option<&str>) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("apps/v1".into()),
+            kind: Some("Deployment".into()),
+            namespace: Some("nlp".into()),
+            name: Some("train".into()),
+            uid: uid.map(str::to_string),
+            ..ObjectReference::default()
+        }
+    }
+
+    const MSG: &str = "bizrq nlp-team: requests.nvidia.com/gpu asks 12, 8 left of 16";
+
+    /// A refused `kubectl scale` regards the Deployment (the scale
+    /// subresource's parent, with its uid), not a `Scale`.
+    #[test]
+    fn a_refused_scale_is_told_on_the_deployment() {
+        let req = request(json!({
+            "uid": "r-1",
+            "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "subResource": "scale", "name": "train", "namespace": "nlp", "operation": "UPDATE",
+            "object": {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {"name": "train", "namespace": "nlp", "uid": "d-1"}, "spec": {"replicas": 9}},
+            "oldObject": {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {"name": "train", "namespace": "nlp", "uid": "d-1"}, "spec": {"replicas": 2}}
+        }));
+        let refusal = refused_by("nlp-team", QUOTA_EXCEEDED);
+        for endpoint in [Endpoint::Workloads, Endpoint::Scale] {
+            let out = denial_notices(endpoint, &req, &refusal, MSG, uid_of);
+            assert_eq!(
+                out,
+                [
+                    Notice {
+                        regarding: quota_ref("nlp-team", Some("uid-of-nlp-team".into())),
+                        warning: true,
+                        reason: ADMISSION_DENIED,
+                        action: "Scale",
+                        note: format!("Scale of Deployment nlp/train refused: {MSG}"),
+                    },
+                    Notice {
+                        regarding: deployment(Some("d-1")),
+                        warning: true,
+                        reason: QUOTA_EXCEEDED,
+                        action: "Scale",
+                        note: MSG.into(),
+                    }
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_update_regards_the_workload_by_its_old_uid() {
+        let req = request(json!({
+            "uid": "r-2",
+            "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "name": "train", "namespace": "nlp", "operation": "UPDATE",
+            "object": {"metadata": {"name": "train", "namespace": "nlp", "uid": "d-1"}},
+            "oldObject": {"metadata": {"name": "train", "namespace": "nlp", "uid": "d-1"}}
+        }));
+        let out = denial_notices(
+            Endpoint::Workloads,
+            &req,
+            &refused_by("cv", CASH_EXHAUSTED),
+            MSG,
+            uid_of,
+        );
+        assert_eq!(out[0].regarding.name.as_deref(), Some("cv"));
+        assert_eq!(out[1].regarding, deployment(Some("d-1")));
+        assert_eq!((out[1].reason, out[1].action), (CASH_EXHAUSTED, "Update"));
+    }
+
+    /// A refused CREATE never makes the object: the Event regards it by
+    /// kind, namespace and name, without the uid the API server had
+    /// assigned to the object it then dropped.
+    #[test]
+    fn a_refused_create_regards_the_workload_without_uid() {
+        let req = request(json!({
+            "uid": "r-3",
+            "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "name": "train", "namespace": "nlp", "operation": "CREATE",
+            "object": {"metadata": {"name": "train", "namespace": "nlp", "uid": "never-stored"}}
+        }));
+        let out = denial_notices(
+            Endpoint::Workloads,
+            &req,
+            &refused_by("nlp-team", QUOTA_EXCEEDED),
+            MSG,
+            uid_of,
+        );
+        assert_eq!(out[1].regarding, deployment(None));
+        assert_eq!(out[1].action, "Create");
+    }
+
+    /// A quota UPDATE or DELETE refused by a tree rule regards the quota
+    /// itself (cluster-scoped: no namespace), never a workload.
+    #[test]
+    fn a_refused_quota_delete_regards_the_quota_only() {
+        let req = request(json!({
+            "uid": "r-4",
+            "kind": {"group": "bizrq.io", "version": "v1", "kind": "BizGroupResourceQuota"},
+            "resource": {"group": "bizrq.io", "version": "v1", "resource": "bizgroupresourcequotas"},
+            "name": "ai", "operation": "DELETE",
+            "oldObject": {"metadata": {"name": "ai", "uid": "q-ai"}, "spec": {"hard": {}}}
+        }));
+        let refusal = Refusal {
+            reason: TREE_RULE_VIOLATED,
+            quotas: vec![],
+        };
+        let msg = "bizrq ai: only leaves can be deleted; children: nlp";
+        let out = denial_notices(Endpoint::Quotas, &req, &refusal, msg, uid_of);
+        assert_eq!(
+            out,
+            [Notice {
+                regarding: quota_ref("ai", Some("q-ai".into())),
+                warning: true,
+                reason: TREE_RULE_VIOLATED,
+                action: "Delete",
+                note: msg.into(),
+            }]
+        );
+    }
+
+    /// "bizrq nlp does not fit in its parent: bizrq ai: …": the new quota
+    /// (by name) and its parent, whose remainder was too small.
+    #[test]
+    fn a_child_that_does_not_fit_is_told_on_it_and_its_parent() {
+        let req = request(json!({
+            "uid": "r-5",
+            "kind": {"group": "bizrq.io", "version": "v1", "kind": "BizGroupResourceQuota"},
+            "resource": {"group": "bizrq.io", "version": "v1", "resource": "bizgroupresourcequotas"},
+            "name": "nlp", "operation": "CREATE",
+            "object": {"metadata": {"name": "nlp"}, "spec": {"parent": "ai", "hard": {}}}
+        }));
+        let msg = "bizrq nlp does not fit in its parent: bizrq ai: requests.nvidia.com/gpu asks 8, 6 left of 16";
+        let out = denial_notices(
+            Endpoint::Quotas,
+            &req,
+            &refused_by("ai", QUOTA_EXCEEDED),
+            msg,
+            uid_of,
+        );
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1].regarding, quota_ref("nlp", None));
+        assert_eq!(out[0].regarding, quota_ref("ai", Some("uid-of-ai".into())));
+        assert_eq!(
+            out[0].note,
+            format!("Create of BizGroupResourceQuota nlp refused: {msg}")
+        );
+    }
 }

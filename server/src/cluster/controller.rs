@@ -689,6 +689,7 @@ impl Controller {
         let prices = self.service.prices;
         let mut exhausted: Vec<String> = Vec::new();
         let mut paid_to: Option<i64> = None;
+        let mut uid: Option<String> = None;
         let result = self
             .service
             .update_status(name, false, |q| {
@@ -718,6 +719,7 @@ impl Controller {
                 borrow::repair_children(q, &kid_quotas, now);
                 let changed = out.changed || q.status.differs_visibly(&before);
                 exhausted = newly_exhausted(&before, q);
+                uid = q.metadata.uid.clone();
                 let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
                 let borrowing = !q.spec.max.is_empty() || !q.status.reclaim.is_empty();
                 // Reclaim among the children weighs this quota as written.
@@ -747,7 +749,7 @@ impl Controller {
         }
         for key in exhausted {
             self.events.emit(Notice {
-                regarding: quota_ref(name),
+                regarding: quota_ref(name, uid.clone()),
                 warning: true,
                 reason: "CashExhausted",
                 action: "Reconcile",
@@ -908,7 +910,8 @@ impl Controller {
             .get(&kind)
             .map(|ar| ar.api_version.clone())
             .unwrap_or_default();
-        if let Some(r) = workload_ref(&api_version, wref) {
+        if let Some(mut r) = workload_ref(&api_version, wref) {
+            r.uid = self.view.lock().unwrap().workload_uid(wref);
             self.events.emit(Notice {
                 regarding: r,
                 warning,

@@ -1,17 +1,31 @@
 //! The `BizGroupResourceQuota` CRD, generated from these Rust types.
 //! `bizrq crd` prints it; `deploy/crd.yaml` is the committed copy, kept equal
 //! by a test. The object's JSON is exactly `quota::Quota`'s, so converting
-//! between the two is a serde round trip.
+//! between the two is a serde round trip. Columns, validations and what
+//! only a real API server can check: docs/events-and-crd.md.
 
 use kube::CustomResource;
 use quota::object::{Quota, QuotaStatus};
 use quota::ResourceList;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 use std::borrow::Cow;
 
-/// Guaranteed quota carved out of the parent (`hard`), and an optional
-/// ceiling including borrowed capacity (`max`).
+/// A Kubernetes quantity without a sign (`16`, `500m`, `1.5Gi`, `1e3`),
+/// as apimachinery's grammar writes it. The webhook parses the rest.
+pub const QUANTITY_PATTERN: &str = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+/// A DNS-1123 subdomain, as bizrq requires of quota names. In a cluster
+/// a name is also at most 63 long: workloads name their quota in a label
+/// value.
+pub const NAME_PATTERN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// Keys one quota may hold in `hard` (or `max`). Bounds the cost the API
+/// server estimates for the rules that iterate over them.
+pub const MAX_KEYS: u64 = 256;
+
+/// Spec of a BizGroupResourceQuota: its place in the tree (`parent`), its
+/// guarantee (`hard`) and how far it may borrow (`max`).
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "bizrq.io",
@@ -20,24 +34,43 @@ use std::borrow::Cow;
     plural = "bizgroupresourcequotas",
     shortname = "bizrq",
     status = "Status",
-    printcolumn = r#"{"name":"Parent","type":"string","jsonPath":".spec.parent"}"#,
+    doc = "A business group's quota in a tree of quotas (bizrq). spec.hard is its guarantee, carved out of its parent's: amounts per resource key, per CPU/GPU model, and card-hour budgets (cash/ keys). spec.max lets it borrow idle capacity from its parent up to a ceiling. Workloads labelled biz.group.resource.quota=<name> are charged to it by bizrq's admission webhook, which refuses what does not fit; bizrq writes status (usage, ledgers, loans, reclaim marks, a readable summary).",
+    validation = (
+        "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",
+        "metadata.name must be usable as the label value biz.group.resource.quota=<name>: at most 63 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+    ),
+    validation = (
+        "!has(self.spec) || !has(self.spec.parent) || self.spec.parent != self.metadata.name",
+        "a quota cannot be its own parent"
+    ),
+    printcolumn = r#"{"name":"Parent","type":"string","jsonPath":".spec.parent","description":"The parent quota (empty for a root)"}"#,
+    printcolumn = r#"{"name":"GPU","type":"string","jsonPath":".status.summary.gpu","description":"GPU cards used/hard"}"#,
+    printcolumn = r#"{"name":"Card-hours Left","type":"string","jsonPath":".status.summary.cardHoursLeft","description":"GPU card-hours left of the cash budget"}"#,
+    printcolumn = r#"{"name":"Borrowing","type":"string","jsonPath":".status.summary.borrowing","description":"Used beyond hard, on loan from the parent"}"#,
+    printcolumn = r#"{"name":"Reclaim","type":"integer","jsonPath":".status.summary.reclaimPending","description":"Workloads marked to be reclaimed"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = spec_rules)]
 pub struct BizGroupResourceQuotaSpec {
-    /// Name of the parent quota; "" for a root of the tree. Cannot change.
+    /// Name of the parent quota; "" for a root of the tree. Cannot change
+    /// after creation.
     #[serde(default)]
+    #[schemars(schema_with = "parent")]
     pub parent: String,
-    /// Guaranteed amounts per key: standard keys (requests.cpu, limits.memory,
-    /// requests.nvidia.com/gpu, pods), model-qualified keys
-    /// (limits.cpu.A4, requests.nvidia.com/gpu.A100) and cash keys
-    /// (cash/requests.nvidia.com/gpu, in resource-hours).
+    /// Guaranteed amounts per key, carved out of the parent: standard keys
+    /// (requests.cpu, limits.memory, requests.nvidia.com/gpu, pods),
+    /// model-qualified keys (limits.cpu.A4, requests.nvidia.com/gpu.A100)
+    /// and cash keys (cash/requests.nvidia.com/gpu: a budget of
+    /// resource-hours, e.g. GPU card-hours). A child's hard holds every key
+    /// of its parent's.
     #[serde(default)]
-    #[schemars(schema_with = "resource_list")]
+    #[schemars(schema_with = "spec_list")]
     pub hard: ResourceList,
-    /// Optional ceilings including capacity borrowed from siblings (≥ hard).
+    /// Optional ceilings including capacity borrowed from the parent, per
+    /// key of hard (at least hard; cash keys cannot be borrowed).
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
-    #[schemars(schema_with = "resource_list")]
+    #[schemars(schema_with = "spec_list")]
     pub max: ResourceList,
 }
 
@@ -46,15 +79,55 @@ pub struct BizGroupResourceQuotaSpec {
 #[serde(transparent)]
 pub struct Status(pub QuotaStatus);
 
-fn quantity() -> serde_json::Value {
-    serde_json::json!({
-        "anyOf": [{ "type": "integer" }, { "type": "string" }],
-        "x-kubernetes-int-or-string": true
+/// Rules on the spec alone, checked by the API server even for a write
+/// that bypasses the webhook. `max ≥ hard` per key is left to the webhook:
+/// on int-or-string values the API server estimates a CEL `quantity()`
+/// call at the size of a whole request, past the cost budget.
+fn spec_rules(s: &mut Schema) {
+    s.insert(
+        "x-kubernetes-validations".into(),
+        json!([
+            {
+                "rule": "!has(self.max) || self.max.all(k, has(self.hard) && k in self.hard)",
+                "message": "every key of spec.max needs the same key in spec.hard (max is a ceiling over hard)"
+            },
+            {
+                "rule": "!has(self.max) || self.max.all(k, !k.startsWith('cash/'))",
+                "message": "spec.max cannot hold a cash/ key: card-hour budgets cannot be borrowed"
+            }
+        ]),
+    );
+}
+
+fn parent(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "maxLength": 253,
+        "pattern": format!("^$|{NAME_PATTERN}"),
+        "x-kubernetes-validations": [
+            { "rule": "self == oldSelf", "message": "spec.parent cannot change after creation" }
+        ]
     })
 }
 
-fn resource_list(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "object", "additionalProperties": quantity() })
+/// A quantity as bizrq writes it in status.
+fn quantity() -> Value {
+    json!({ "x-kubernetes-int-or-string": true })
+}
+
+/// A map of key → quantity in spec: bounded in size, each amount a
+/// quantity that is not negative.
+fn spec_list(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "maxProperties": MAX_KEYS,
+        // `pattern` checks a string, `minimum` an integer; neither costs CEL.
+        "additionalProperties": {
+            "x-kubernetes-int-or-string": true,
+            "pattern": QUANTITY_PATTERN,
+            "minimum": 0
+        }
+    })
 }
 
 impl JsonSchema for Status {
@@ -63,16 +136,18 @@ impl JsonSchema for Status {
     }
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        let list = |description: &str| serde_json::json!({ "type": "object", "additionalProperties": quantity(), "description": description });
-        let ledger = |description: &str| serde_json::json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": description });
+        let list = |description: &str| json!({ "type": "object", "additionalProperties": quantity(), "description": description });
+        let ledger = |description: &str| json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": description });
+        let text = |description: &str| json!({ "type": "string", "description": description });
         json_schema!({
             "type": "object",
+            "description": "Written by bizrq only. used and selfUsed are derived from the ledgers (children, workloads, cashAccrued); summary and readable are for people.",
             "properties": {
                 "hard": list("spec.hard as last applied"),
-                "used": list("selfUsed + the hard of every child (+ cash spent), for the keys of hard"),
-                "selfUsed": list("usage of the workloads bound directly to this quota"),
+                "used": list("selfUsed + the hard of every child (+ cash spent, in resource-hours), for the keys of hard; exact"),
+                "selfUsed": list("usage of the workloads bound directly to this quota; exact"),
                 "lastReconcileTime": { "type": "string", "format": "date-time", "description": "end of the last cash accrual window" },
-                "children": ledger("carve-out of each child, by child name"),
+                "children": ledger("carve-out of each child, by child name: hard, since, uid of the creating request"),
                 "workloads": ledger("charge of each bound workload (pod sets, HPA reservation), by group/Kind/namespace/name"),
                 "loans": ledger("loans granted to children beyond their hard, by child name: amount, since, raised"),
                 "lent": list("sum of the loans granted to children"),
@@ -83,6 +158,21 @@ impl JsonSchema for Status {
                     "type": "object",
                     "additionalProperties": { "type": "string" },
                     "description": "exact cash accumulators: nano-units × milliseconds × per-mille price"
+                },
+                "summary": {
+                    "type": "object",
+                    "description": "what kubectl get shows, derived from the rest at each status write",
+                    "properties": {
+                        "gpu": text("GPU cards used/hard over the GPU keys of hard (e.g. 12/16)"),
+                        "cardHoursLeft": text("GPU card-hours left of the cash budget, rounded (exact: hard and used of the cash/ keys)"),
+                        "borrowing": text("used beyond hard, on loan from the parent, key=amount, comma-separated; absent when nothing is borrowed"),
+                        "reclaimPending": { "type": "integer", "description": "workloads marked for reclaim (see reclaim)" }
+                    }
+                },
+                "readable": {
+                    "type": "object",
+                    "additionalProperties": { "type": "string" },
+                    "description": "each cash key's balance in its unit, rounded (e.g. 0.42 of 1000 card-hours used, 999.58 left); the exact amounts are in used"
                 }
             }
         })
@@ -124,7 +214,9 @@ mod tests {
             "loans": {"c": {"amount": {"pods": "1"}, "since": "2026-11-21T10:00:00Z"}},
             "lent": {"pods": "1"}, "borrowed": {"pods": "1"},
             "reclaim": {"apps/Deployment/ns/w": {"action": "suspend", "frees": {"pods": "1"}, "marked": "2026-11-21T10:00:00Z", "due": "2026-11-21T10:05:00Z"}},
-            "transfers": {"7": {"children": {"c": {"pods": "2"}}, "since": "2026-11-21T10:00:00Z", "decision": {"outcome": "committed"}}}
+            "transfers": {"7": {"children": {"c": {"pods": "2"}}, "since": "2026-11-21T10:00:00Z", "decision": {"outcome": "committed"}}},
+            "summary": {"gpu": "1/2", "cardHoursLeft": "3", "borrowing": "pods=1", "reclaimPending": 1},
+            "readable": {"cash/pods": "1 of 4 pod-hours used, 3 left"}
         }))
         .unwrap();
         let fields = serde_json::to_value(&full).unwrap();
@@ -140,9 +232,16 @@ mod tests {
         }
         assert_eq!(
             fields.as_object().unwrap().len(),
-            12,
+            14,
             "a new status field: add it to the schema"
         );
+        let summary = serde_json::to_value(full.summary.unwrap()).unwrap();
+        for k in summary.as_object().unwrap().keys() {
+            assert!(
+                props["summary"]["properties"].get(k).is_some(),
+                "status.summary.{k} is missing from the CRD schema"
+            );
+        }
     }
 
     #[test]
@@ -188,7 +287,201 @@ mod tests {
             .flatten()
             .map(|c| c.name.as_str())
             .collect();
-        assert_eq!(cols, ["Parent", "Age"]);
+        assert_eq!(
+            cols,
+            [
+                "Parent",
+                "GPU",
+                "Card-hours Left",
+                "Borrowing",
+                "Reclaim",
+                "Age"
+            ]
+        );
+    }
+
+    fn schema() -> Value {
+        let crd = serde_json::to_value(<BizGroupResourceQuota as kube::CustomResourceExt>::crd())
+            .unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    }
+
+    fn rules(node: &Value) -> Vec<String> {
+        node["x-kubernetes-validations"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|r| r["rule"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `kubectl explain` reads these: the object says what it is, and every
+    /// field it names says what it holds.
+    #[test]
+    fn the_crd_describes_the_object_and_every_field() {
+        let root = schema();
+        let about = root["description"].as_str().unwrap();
+        assert!(about.starts_with("A business group's quota"), "{about}");
+        assert!(!about.contains("Auto-generated"));
+        fn walk(path: &str, node: &Value) {
+            for (k, v) in node["properties"].as_object().into_iter().flatten() {
+                let p = format!("{path}.{k}");
+                assert!(
+                    v["description"].as_str().is_some_and(|d| !d.is_empty()),
+                    "{p} has no description"
+                );
+                walk(&p, v);
+            }
+        }
+        walk("", &root);
+    }
+
+    /// What needs only the object itself is enforced by the API server, so
+    /// a write that bypasses the webhook still cannot store it.
+    #[test]
+    fn the_schema_carries_the_rules_a_bypassing_write_must_meet() {
+        let root = schema();
+        let root_rules = rules(&root);
+        assert!(root_rules
+            .iter()
+            .any(|r| r.contains("self.metadata.name.matches(")));
+        assert!(root_rules
+            .iter()
+            .any(|r| r.contains("self.spec.parent != self.metadata.name")));
+        let spec = &root["properties"]["spec"];
+        assert_eq!(
+            rules(spec),
+            [
+                "!has(self.max) || self.max.all(k, has(self.hard) && k in self.hard)",
+                "!has(self.max) || self.max.all(k, !k.startsWith('cash/'))"
+            ]
+        );
+        let parent = &spec["properties"]["parent"];
+        assert_eq!(rules(parent), ["self == oldSelf"]);
+        assert_eq!(parent["maxLength"], 253);
+        for list in ["hard", "max"] {
+            let l = &spec["properties"][list];
+            assert_eq!(l["maxProperties"], MAX_KEYS, "{list}");
+            let v = &l["additionalProperties"];
+            assert_eq!(v["x-kubernetes-int-or-string"], true, "{list}");
+            assert_eq!(v["pattern"], QUANTITY_PATTERN, "{list}");
+            assert_eq!(v["minimum"].as_f64(), Some(0.0), "{list}");
+        }
+    }
+
+    /// CEL failures of `object` (with `old` for an update), evaluated as
+    /// the API server would, by kube-cel.
+    fn refusals(object: &Value, old: Option<&Value>) -> Vec<String> {
+        match kube_cel::Validator::new().validate(&schema(), object, old) {
+            Ok(()) => Vec::new(),
+            Err(e) => e
+                .into_vec()
+                .into_iter()
+                .map(|e| {
+                    // Only a rule that ran and said no counts; a rule the
+                    // evaluator could not run would hide a broken rule.
+                    assert_eq!(e.kind, kube_cel::ErrorKind::ValidationFailure, "{e:?}");
+                    e.message
+                })
+                .collect(),
+        }
+    }
+
+    fn quota_object(name: &str, spec: Value) -> Value {
+        json!({"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuota",
+            "metadata": {"name": name}, "spec": spec})
+    }
+
+    /// The rules pass real quotas and refuse each kind of nonsense a write
+    /// that bypasses the webhook could bring.
+    #[test]
+    fn the_rules_refuse_nonsense_and_pass_real_quotas() {
+        let good = json!({"parent": "ai", "hard": {"requests.nvidia.com/gpu": "16", "pods": 10,
+            "cash/requests.nvidia.com/gpu": "1000"}, "max": {"requests.nvidia.com/gpu": "24"}});
+        assert_eq!(
+            refusals(&quota_object("nlp-team", good.clone()), None),
+            Vec::<String>::new()
+        );
+        let root = json!({"parent": "", "hard": {"pods": 0}});
+        assert_eq!(
+            refusals(&quota_object("ai", root), None),
+            Vec::<String>::new()
+        );
+        let refused = |name: &str, spec: Value, why: &str| {
+            let r = refusals(&quota_object(name, spec), None);
+            assert!(
+                r.iter().any(|m| m.contains(why)),
+                "{name}: {r:?} lacks {why:?}"
+            );
+        };
+        refused(
+            "nlp-team",
+            json!({"parent": "ai", "hard": {"pods": 1}, "max": {"requests.cpu": 2}}),
+            "every key of spec.max",
+        );
+        refused(
+            "nlp-team",
+            json!({"parent": "ai", "hard": {"cash/pods": 1}, "max": {"cash/pods": 2}}),
+            "cannot hold a cash/ key",
+        );
+        refused(
+            "nlp-team",
+            json!({"parent": "nlp-team", "hard": {}}),
+            "own parent",
+        );
+        refused(&"a".repeat(64), json!({"hard": {}}), "at most 63");
+        refused("Nlp_Team", json!({"hard": {}}), "at most 63");
+        let moved = quota_object("nlp-team", json!({"parent": "cv", "hard": {"pods": 10}}));
+        let before = quota_object("nlp-team", good);
+        let r = refusals(&moved, Some(&before));
+        assert!(
+            r.iter().any(|m| m.contains("spec.parent cannot change")),
+            "{r:?}"
+        );
+    }
+
+    /// The quotas `deploy/examples/` tells people to apply pass the rules.
+    #[test]
+    fn the_example_quotas_pass_the_rules() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/quotas.yaml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut seen = 0;
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let obj = Value::deserialize(doc).unwrap();
+            if obj["kind"] == quota::object::KIND {
+                assert_eq!(refusals(&obj, None), Vec::<String>::new(), "{obj}");
+                seen += 1;
+            }
+        }
+        assert!(seen > 0);
+    }
+
+    /// The pattern must accept every quantity bizrq writes and that a
+    /// person may write, and refuse signs and garbage.
+    #[test]
+    fn the_quantity_pattern_agrees_with_the_parser() {
+        let re = regex::Regex::new(QUANTITY_PATTERN).unwrap();
+        for ok in [
+            "16", "500m", "1.5Gi", "1e3", ".5", "2.", "100Mi", "4060278n", "3E-2", "+1",
+        ] {
+            assert!(re.is_match(ok), "{ok}");
+            let q: quota::Quantity = ok.parse().unwrap();
+            assert!(re.is_match(&q.to_string()), "{ok} prints as {q}");
+        }
+        for bad in ["-1", "1.5 Gi", "", "abc", "1Gb", "0x10", "1e"] {
+            assert!(!re.is_match(bad), "{bad}");
+        }
+        let name = regex::Regex::new(NAME_PATTERN).unwrap();
+        for ok in ["nlp-team", "a", "a.b-c", "0"] {
+            assert!(name.is_match(ok), "{ok}");
+            quota::tree::validate_name(ok).unwrap();
+        }
+        for bad in ["-a", "a-", "A", "a..b", "a_b", ""] {
+            assert!(!name.is_match(bad), "{bad}");
+        }
     }
 
     #[test]

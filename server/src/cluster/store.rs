@@ -12,10 +12,13 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::reflector;
 use kube::Client;
 use quota::object::{Quota, QuotaStatus};
+use quota::KeyConfig;
 
 pub struct ClusterStore {
     api: Api<BizGroupResourceQuota>,
     cache: reflector::Store<BizGroupResourceQuota>,
+    /// Which resources are GPUs, for the status summary.
+    keys: KeyConfig,
 }
 
 impl ClusterStore {
@@ -25,7 +28,13 @@ impl ClusterStore {
         ClusterStore {
             api: Api::all(client),
             cache,
+            keys: KeyConfig::default(),
         }
+    }
+
+    pub fn with_keys(mut self, keys: KeyConfig) -> ClusterStore {
+        self.keys = keys;
+        self
     }
 
     /// A store over `client` with its own watch-fed cache, started here;
@@ -76,9 +85,17 @@ fn to_stored(k: &BizGroupResourceQuota) -> Result<Stored, StoreError> {
     Ok(Stored { quota, version })
 }
 
-fn to_object(q: &Quota, version: Option<i64>) -> Result<BizGroupResourceQuota, StoreError> {
+/// The object to write: the summaries for people are derived here, in the
+/// same write as the status they summarise.
+fn to_object(
+    q: &Quota,
+    version: Option<i64>,
+    keys: &KeyConfig,
+) -> Result<BizGroupResourceQuota, StoreError> {
+    let mut q = q.clone();
+    q.status.summarize(&q.spec, keys);
     let mut k =
-        BizGroupResourceQuota::from_quota(q).map_err(|e| StoreError::Backend(e.to_string()))?;
+        BizGroupResourceQuota::from_quota(&q).map_err(|e| StoreError::Backend(e.to_string()))?;
     k.metadata.resource_version = version.map(|v| v.to_string());
     Ok(k)
 }
@@ -131,7 +148,10 @@ impl QuotaStore for ClusterStore {
         fresh.metadata.creation_timestamp = None;
         let created = self
             .api
-            .create(&PostParams::default(), &to_object(&fresh, None)?)
+            .create(
+                &PostParams::default(),
+                &to_object(&fresh, None, &self.keys)?,
+            )
             .await
             .map_err(|e| map_err(name, e))?;
         // The API server drops status on create; write it through its
@@ -172,7 +192,7 @@ impl QuotaStore for ClusterStore {
                 .replace(
                     name,
                     &PostParams::default(),
-                    &to_object(quota, Some(version))?,
+                    &to_object(quota, Some(version), &self.keys)?,
                 )
                 .await
                 .map_err(|e| map_err(name, e))?;
@@ -198,7 +218,7 @@ impl QuotaStore for ClusterStore {
             .replace_status(
                 name,
                 &PostParams::default(),
-                &to_object(&q, Some(current.version))?,
+                &to_object(&q, Some(current.version), &self.keys)?,
             )
             .await
             .map_err(|e| map_err(name, e))?;
@@ -308,6 +328,53 @@ mod tests {
     }
 
     const PATH: &str = "/apis/bizrq.io/v1/bizgroupresourcequotas";
+
+    /// `kubectl get bizrq` reads its columns from status.summary, and
+    /// people read cash in card-hours: both ride in the one status write
+    /// (one compare-and-swap), derived from what it writes.
+    #[tokio::test]
+    async fn the_status_write_carries_the_summary_and_readable_cash() {
+        let (client, mut handle) = mock();
+        let (cache, _writer) = reflector::store();
+        let store = ClusterStore::new(client, cache).with_keys(quota::KeyConfig::default());
+        let mut current =
+            to_stored(&serde_json::from_value(object("nlp", "7", "0")).unwrap()).unwrap();
+        current.quota.spec.hard.insert(
+            "cash/requests.nvidia.com/gpu".into(),
+            "1000".parse().unwrap(),
+        );
+        let mut status = current.quota.status.clone();
+        status
+            .used
+            .insert("requests.nvidia.com/gpu".into(), "12".parse().unwrap());
+        status.used.insert(
+            "cash/requests.nvidia.com/gpu".into(),
+            "422200u".parse().unwrap(),
+        );
+        let server = tokio::spawn(async move {
+            let (body, send) =
+                expect(&mut handle, Method::PUT, &format!("{PATH}/nlp/status")).await;
+            let mut written = body.clone();
+            written["metadata"]["resourceVersion"] = json!("8");
+            send.send_response(ok(&written));
+            body
+        });
+        assert_eq!(store.replace_status(&current, &status).await.unwrap(), 8);
+        let body = server.await.unwrap();
+        assert_eq!(body["metadata"]["resourceVersion"], "7");
+        assert_eq!(
+            body["status"]["used"]["cash/requests.nvidia.com/gpu"],
+            "422200u"
+        );
+        assert_eq!(
+            body["status"]["summary"],
+            json!({"gpu": "12/16", "cardHoursLeft": "999.58", "reclaimPending": 0})
+        );
+        assert_eq!(
+            body["status"]["readable"],
+            json!({"cash/requests.nvidia.com/gpu": "0.422 of 1000 card-hours used, 999.58 left"})
+        );
+    }
 
     /// The controller may write a new quota's status before the creator
     /// does: the creator's 409 is not a failed create.

@@ -32,6 +32,8 @@ pub struct WorkloadInfo {
     pub annotations: BTreeMap<String, String>,
     /// Highest `spec.priority` seen among its pods (PriorityClass value).
     pub priority: i32,
+    /// The object's uid, so Events about it show in `kubectl describe`.
+    pub uid: String,
 }
 
 /// A governed workload as the watch shows it.
@@ -305,6 +307,7 @@ impl View {
                         labels: w.meta.labels.clone(),
                         annotations: w.meta.annotations.clone(),
                         priority,
+                        uid: w.meta.uid.clone(),
                     },
                 },
             );
@@ -697,6 +700,14 @@ impl View {
     }
 
     /// The governed workloads bound to `quota`, for reclaim.
+    /// The uid of a workload the watch shows, if it shows one.
+    pub fn workload_uid(&self, wref: &str) -> Option<String> {
+        self.workloads
+            .get(wref)
+            .map(|s| s.info.uid.clone())
+            .filter(|u| !u.is_empty())
+    }
+
     pub fn workloads_of(&self, quota: &str) -> Vec<(String, Vec<PodSet>, WorkloadInfo)> {
         self.workloads_in(quota)
             .map(|(r, s)| (r.clone(), s.pod_sets.clone(), s.info.clone()))
@@ -818,6 +829,20 @@ mod tests {
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Events about a workload carry its uid (`kubectl describe` matches
+    /// on it); a workload the watch has not shown has none.
+    #[test]
+    fn a_workload_is_known_by_its_uid() {
+        let mut v = View::default();
+        let (a, w) = deployment("train", "nlp-team", 2, 1);
+        v.apply_workload(a, w, None, T);
+        assert_eq!(
+            v.workload_uid("apps/Deployment/nlp/train").as_deref(),
+            Some("d-train")
+        );
+        assert_eq!(v.workload_uid("apps/Deployment/nlp/other"), None);
     }
 
     #[test]

@@ -1,0 +1,275 @@
+//! Quantities as people read them: `4.06 card-hours` rather than
+//! `4060278n`. For display only — rounded (exactly, in integers) to two
+//! decimals, or three significant digits below one; the canonical exact
+//! quantity stays where it is. Pure, so the portal can reuse it.
+
+use crate::keys::{cash_target, Class, Key, KeyConfig};
+use crate::object::{QuotaSpec, QuotaStatus};
+use crate::quantity::{Quantity, NANO};
+use crate::resources;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `16`, `4.06`, `0.422`, `0.00406`, `-1.5`: two decimals from one up,
+/// three significant digits below; halves round away from zero.
+pub fn decimal(q: Quantity) -> String {
+    let n = q.nanos();
+    let sign = if n < 0 { "-" } else { "" };
+    let abs = n.unsigned_abs();
+    if abs == 0 {
+        return "0".into();
+    }
+    // The step to round to, in nano-units.
+    let step: u128 = if abs >= NANO as u128 {
+        10_000_000
+    } else {
+        let mut scale = 1u128;
+        while scale * 10 <= abs {
+            scale *= 10;
+        }
+        (scale / 100).max(1)
+    };
+    let rounded = (abs + step / 2) / step * step;
+    let whole = rounded / NANO as u128;
+    let frac = rounded % NANO as u128;
+    if frac == 0 {
+        return format!("{sign}{whole}");
+    }
+    let digits = format!("{frac:09}");
+    format!("{sign}{whole}.{}", digits.trim_end_matches('0'))
+}
+
+/// The unit a cash key counts in: `card-hours` for devices such as GPUs,
+/// `core-hours`, `pod-hours`, `byte-hours` for memory and storage.
+pub fn cash_unit(cash_key: &str) -> &'static str {
+    let target = cash_target(cash_key).unwrap_or(cash_key);
+    let resource = target
+        .strip_prefix("requests.")
+        .or_else(|| target.strip_prefix("limits."))
+        .unwrap_or(target);
+    if resource.contains('/') {
+        "card-hours"
+    } else if resource == "cpu" || resource.starts_with("cpu.") {
+        "core-hours"
+    } else if resource == "pods" {
+        "pod-hours"
+    } else if resource.starts_with("memory")
+        || resource.starts_with("ephemeral-storage")
+        || resource.starts_with("hugepages-")
+    {
+        "byte-hours"
+    } else {
+        "resource-hours"
+    }
+}
+
+/// `4.06 card-hours`.
+pub fn cash(cash_key: &str, q: Quantity) -> String {
+    format!("{} {}", decimal(q), cash_unit(cash_key))
+}
+
+/// `0.422 of 1000 card-hours used, 999.58 left` (left is never below 0).
+pub fn cash_balance(cash_key: &str, used: Quantity, hard: Quantity) -> String {
+    let left = hard.saturating_sub(used).max(Quantity::ZERO);
+    format!(
+        "{} of {} {} used, {} left",
+        decimal(used),
+        decimal(hard),
+        cash_unit(cash_key),
+        decimal(left)
+    )
+}
+
+/// What `kubectl get bizrq` shows first (the CRD's printer columns).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// GPU cards `used/hard` over the quota's GPU keys (`12/16`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    /// Card-hours left on its GPU cash keys, rounded (`812.5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_hours_left: Option<String>,
+    /// What it uses beyond hard, on loan from its parent
+    /// (`requests.nvidia.com/gpu=4`); absent when nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing: Option<String>,
+    /// Workloads marked for reclaim.
+    #[serde(default)]
+    pub reclaim_pending: u32,
+}
+
+/// The summary of a quota and a readable balance per cash key, from its
+/// spec and (refreshed) status. GPU keys are the generic ones
+/// (`requests.nvidia.com/gpu`), else the model keys, of the configured
+/// GPU resources.
+pub fn summarize(
+    spec: &QuotaSpec,
+    status: &QuotaStatus,
+    cfg: &KeyConfig,
+) -> (Summary, BTreeMap<String, String>) {
+    let gpu_keys = |cash: bool, model: bool| -> Vec<&String> {
+        spec.hard
+            .keys()
+            .filter(|k| {
+                Key::parse(k, cfg).is_ok_and(|p| {
+                    p.cash == cash
+                        && p.class == Class::Requests
+                        && p.model.is_some() == model
+                        && cfg.is_gpu(&p.resource)
+                })
+            })
+            .collect()
+    };
+    let pick = |cash: bool| {
+        let generic = gpu_keys(cash, false);
+        if generic.is_empty() {
+            gpu_keys(cash, true)
+        } else {
+            generic
+        }
+    };
+    let total = |keys: &[&String], list: &resources::ResourceList| {
+        keys.iter().fold(Quantity::ZERO, |acc, k| {
+            acc.saturating_add(resources::get(list, k))
+        })
+    };
+    let cards = pick(false);
+    let gpu = (!cards.is_empty()).then(|| {
+        format!(
+            "{}/{}",
+            decimal(total(&cards, &status.used)),
+            decimal(total(&cards, &spec.hard))
+        )
+    });
+    let card_cash = pick(true);
+    let card_hours_left = (!card_cash.is_empty()).then(|| {
+        let left = total(&card_cash, &spec.hard).saturating_sub(total(&card_cash, &status.used));
+        decimal(left.max(Quantity::ZERO))
+    });
+    let borrowing = (!status.borrowed.is_empty()).then(|| {
+        status
+            .borrowed
+            .iter()
+            .map(|(k, q)| format!("{k}={}", decimal(*q)))
+            .collect::<Vec<_>>()
+            .join(",")
+    });
+    let readable = spec
+        .hard
+        .iter()
+        .filter(|(k, _)| cash_target(k).is_some())
+        .map(|(k, h)| {
+            (
+                k.clone(),
+                cash_balance(k, resources::get(&status.used, k), *h),
+            )
+        })
+        .collect();
+    let summary = Summary {
+        gpu,
+        card_hours_left,
+        borrowing,
+        reclaim_pending: status.reclaim.len().try_into().unwrap_or(u32::MAX),
+    };
+    (summary, readable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(s: &str) -> Quantity {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn decimals_read_like_people_write_them() {
+        for (text, shown) in [
+            ("16", "16"),
+            ("0", "0"),
+            ("4060278n", "0.00406"),
+            ("422200u", "0.422"),
+            ("3m", "0.003"),
+            ("1.005", "1.01"),
+            ("1234.5678", "1234.57"),
+            ("999995m", "1000"),
+            ("1n", "0.000000001"),
+            ("-1.5", "-1.5"),
+            ("9223372036854775807", "9223372036854775807"),
+        ] {
+            assert_eq!(decimal(q(text)), shown, "{text}");
+        }
+    }
+
+    #[test]
+    fn cash_keys_name_their_unit() {
+        assert_eq!(
+            cash("cash/requests.nvidia.com/gpu", q("4060278n")),
+            "0.00406 card-hours"
+        );
+        assert_eq!(cash_unit("cash/requests.nvidia.com/gpu.A100"), "card-hours");
+        assert_eq!(cash_unit("cash/limits.cpu.A4"), "core-hours");
+        assert_eq!(cash_unit("cash/requests.memory"), "byte-hours");
+        assert_eq!(cash_unit("cash/pods"), "pod-hours");
+        assert_eq!(
+            cash_balance("cash/requests.nvidia.com/gpu", q("422200u"), q("1000")),
+            "0.422 of 1000 card-hours used, 999.58 left"
+        );
+        assert_eq!(
+            cash_balance("cash/requests.nvidia.com/gpu", q("5"), q("3")),
+            "5 of 3 card-hours used, 0 left"
+        );
+    }
+
+    #[test]
+    fn summary_shows_gpu_cards_card_hours_borrowing_and_reclaim() {
+        let list = |pairs: &[(&str, &str)]| -> resources::ResourceList {
+            pairs.iter().map(|(k, v)| (k.to_string(), q(v))).collect()
+        };
+        let spec = QuotaSpec {
+            parent: "ai".into(),
+            hard: list(&[
+                ("requests.nvidia.com/gpu", "16"),
+                ("requests.nvidia.com/gpu.A100", "8"),
+                ("cash/requests.nvidia.com/gpu", "1000"),
+                ("requests.cpu", "64"),
+            ]),
+            max: list(&[("requests.nvidia.com/gpu", "24")]),
+        };
+        let mut status = QuotaStatus {
+            used: list(&[
+                ("requests.nvidia.com/gpu", "20"),
+                ("requests.nvidia.com/gpu.A100", "8"),
+                ("cash/requests.nvidia.com/gpu", "187500m"),
+                ("requests.cpu", "10"),
+            ]),
+            ..QuotaStatus::default()
+        };
+        status.borrowed = spec.borrowed(&status.used);
+        let (s, readable) = summarize(&spec, &status, &KeyConfig::default());
+        assert_eq!(
+            s,
+            Summary {
+                gpu: Some("20/16".into()),
+                card_hours_left: Some("812.5".into()),
+                borrowing: Some("requests.nvidia.com/gpu=4".into()),
+                reclaim_pending: 0,
+            }
+        );
+        assert_eq!(
+            readable,
+            BTreeMap::from([(
+                "cash/requests.nvidia.com/gpu".to_string(),
+                "187.5 of 1000 card-hours used, 812.5 left".to_string()
+            )])
+        );
+        let cpu_only = QuotaSpec {
+            hard: list(&[("requests.cpu", "4")]),
+            ..QuotaSpec::default()
+        };
+        let (s, readable) = summarize(&cpu_only, &QuotaStatus::default(), &KeyConfig::default());
+        assert_eq!(s, Summary::default());
+        assert!(readable.is_empty());
+    }
+}
