@@ -679,7 +679,8 @@ impl Controller {
         let now = self.now();
         let snap = self.view.lock().unwrap().snapshot(name);
         let authoritative = self.authoritative();
-        let kids = self.service.store.children(name).await?;
+        let listed = self.service.store.children(name).await?;
+        let kids = self.service.confirm_children(name, listed).await?;
         let kid_quotas: Vec<&quota::Quota> = kids.iter().map(|s| &s.quota).collect();
         // Reclaim is weighed only where a child may borrow or is marked.
         let reclaim_kids = kids
