@@ -826,32 +826,31 @@ impl Service {
         .await
     }
 
-    /// The children of `parent` a repair may trust, from a list that can
-    /// lag behind the API server (the controller's watch cache). A listed
-    /// child that holds no carve-out in the parent is the one case where
-    /// lag does harm: a delete not yet seen would get its carve-out back
-    /// and keep it. Those few are read fresh, and dropped when gone.
+    /// The children of `parent` for its repair, from a list that can lag
+    /// behind the API server (the controller's watch cache). A listed child
+    /// that holds no carve-out in the parent is the one case where lag does
+    /// harm: a delete not yet seen would get its carve-out back and keep it.
+    /// Those few are read fresh, and dropped when gone; see `Confirmed`.
     pub async fn confirm_children(
         &self,
         parent: &str,
         listed: Vec<Stored>,
-    ) -> Result<Vec<Stored>, ServiceError> {
-        let carved: BTreeSet<String> = match self.cached(parent) {
-            Some(p) => p.quota.status.children.keys().cloned().collect(),
-            None => match self.store.get(parent).await? {
-                Some(p) => p.quota.status.children.into_keys().collect(),
-                None => return Ok(listed),
-            },
-        };
+    ) -> Result<(Vec<Stored>, Confirmed), ServiceError> {
+        let carved: BTreeSet<String> = self
+            .cached(parent)
+            .map(|p| p.quota.status.children.keys().cloned().collect())
+            .unwrap_or_default();
         let mut kept = Vec::with_capacity(listed.len());
+        let mut confirmed = Confirmed::default();
         for kid in listed {
             if carved.contains(kid.quota.name()) {
                 kept.push(kid);
             } else if let Some(fresh) = self.store.get(kid.quota.name()).await? {
+                confirmed.0.insert(fresh.quota.name().to_string());
                 kept.push(fresh);
             }
         }
-        Ok(kept)
+        Ok((kept, confirmed))
     }
 
     // ---- resync --------------------------------------------------------
@@ -906,6 +905,23 @@ fn check_version(name: &str, expected: Option<i64>, current: i64) -> Result<(), 
             "bizrq {name} is at resourceVersion {current}, not {v}; read it again"
         ))),
         _ => Ok(()),
+    }
+}
+
+/// Children of a parent read fresh by `Service::confirm_children`.
+#[derive(Debug, Default)]
+pub struct Confirmed(BTreeSet<String>);
+
+impl Confirmed {
+    /// The children a repair of `parent`, as it is about to be written, may
+    /// trust: those it holds a carve-out for, and those confirmed to exist.
+    /// A child without either is left out (no carve-out is made for it this
+    /// time; the next reconcile confirms it).
+    pub fn for_repair<'a>(&self, parent: &Quota, kids: &'a [Stored]) -> Vec<&'a Quota> {
+        kids.iter()
+            .map(|s| &s.quota)
+            .filter(|k| parent.status.children.contains_key(k.name()) || self.0.contains(k.name()))
+            .collect()
     }
 }
 

@@ -680,8 +680,7 @@ impl Controller {
         let snap = self.view.lock().unwrap().snapshot(name);
         let authoritative = self.authoritative();
         let listed = self.service.store.children(name).await?;
-        let kids = self.service.confirm_children(name, listed).await?;
-        let kid_quotas: Vec<&quota::Quota> = kids.iter().map(|s| &s.quota).collect();
+        let (kids, confirmed) = self.service.confirm_children(name, listed).await?;
         // Reclaim is weighed only where a child may borrow or is marked.
         let reclaim_kids = kids
             .iter()
@@ -715,7 +714,7 @@ impl Controller {
                     RESERVATION_TTL_MS,
                     &prices,
                 );
-                borrow::repair_children(q, &kid_quotas, now);
+                borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
                 let changed = out.changed || q.status.differs_visibly(&before);
                 exhausted = newly_exhausted(&before, q);
                 let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());

@@ -1114,10 +1114,13 @@ impl Webhook {
                 .filter(|o| !o.is_null())
                 .collect();
             let empty = json!({});
-            let any = objects
-                .iter()
-                .any(|o| selects(sel, o["metadata"].get("labels").unwrap_or(&empty)));
-            if !any && !(objects.is_empty() && selects(sel, &empty)) {
+            let labels = |o: &Value| o["metadata"].get("labels").cloned().unwrap_or(json!({}));
+            let selected = if objects.is_empty() {
+                selects(sel, &empty)
+            } else {
+                objects.iter().any(|o| selects(sel, &labels(o)))
+            };
+            if !selected {
                 return false;
             }
         }
