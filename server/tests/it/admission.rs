@@ -513,3 +513,63 @@ async fn a_child_created_on_one_replica_is_admitted_by_the_other() {
     a.running.shutdown().await;
     b.running.shutdown().await;
 }
+
+/// The API server stores bizrq's create but the answer is lost (a
+/// timeout): the object carrying bizrq's token is its own, so the create
+/// succeeded and its carve-out stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_answer_is_lost_is_known_by_its_token() {
+    let c = Cluster::start().await;
+    let s = &c.server;
+    s.create_quota("ai", "", json!({GPU: "16"})).await;
+    c.fake
+        .lose_answer_next("/apis/bizrq.io/v1/bizgroupresourcequotas", 1);
+    s.create_quota("nlp", "ai", json!({GPU: "6"})).await;
+    assert!(c
+        .fake
+        .get("bizrq.io", "bizgroupresourcequotas", "", "nlp")
+        .is_some());
+    assert_eq!(carve(&c, "ai", "nlp"), (Some("6".into()), "6".into()));
+    c.running.shutdown().await;
+}
+
+/// A create that crashed between its carve-out and its object leaves a
+/// carve-out under its token: a new create of the name is told why it
+/// waits, and succeeds once the repair has returned the stale carve-out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carve_out_left_by_a_crashed_create_blocks_the_name_until_repaired() {
+    let c = Cluster::start().await;
+    let s = &c.server;
+    s.create_quota("ai", "", json!({GPU: "16"})).await;
+    let mut ai = c.fake.quota("ai");
+    ai["status"]["children"]["nlp"] =
+        json!({"hard": {GPU: "6"}, "since": "2026-11-21T10:00:00.000Z", "uid": "crashed"});
+    ai["status"]["used"][GPU] = json!("6");
+    c.fake.put(ai);
+    c.until("ai", "the backdoor write seen", |q| {
+        q["status"]["children"]["nlp"]["uid"] == "crashed"
+    })
+    .await;
+    let body = json!({"metadata": {"name": "nlp"}, "spec": {"parent": "ai", "hard": {GPU: "6"}}});
+    let (st, v) = s
+        .api(Method::POST, "/api/v1/quotas", Some(body.clone()))
+        .await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(
+            "bizrq nlp is being created by another request, which already carved it out of ai"
+        ) && msg.ends_with("after 120 s if it never finishes"),
+        "{msg}"
+    );
+    assert_eq!(carve(&c, "ai", "nlp"), (Some("6".into()), "6".into()));
+    // Past CARVE_TTL_MS the controller's repair returns it.
+    c.set_clock(T0 + bizrq::service::CARVE_TTL_MS + 1);
+    let mut touch = c.fake.quota("ai");
+    touch["metadata"]["labels"] = json!({"touched": "1"});
+    c.fake.put(touch);
+    settles(&c, "ai", "nlp", "0").await;
+    s.create_quota("nlp", "ai", json!({GPU: "6"})).await;
+    assert_eq!(carve(&c, "ai", "nlp"), (Some("6".into()), "6".into()));
+    c.running.shutdown().await;
+}

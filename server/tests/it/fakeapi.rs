@@ -166,6 +166,9 @@ struct State {
     requests: Vec<String>,
     /// Answer the next N writes to these paths with 409.
     conflicts: HashMap<String, usize>,
+    /// Make the next write to these paths, then answer 504 as if the
+    /// connection had timed out after the write.
+    lost_answers: HashMap<String, usize>,
     /// The loaded ValidatingWebhookConfiguration, if any.
     webhooks: Arc<Vec<Webhook>>,
     /// Every AdmissionReview sent: `{"webhook": name, "request": …}`.
@@ -279,6 +282,16 @@ impl FakeApi {
             .lock()
             .unwrap()
             .conflicts
+            .insert(path.to_string(), n);
+    }
+
+    /// Make the next `n` writes to `path`, then answer each with 504 as a
+    /// timeout would: the client cannot tell whether the write was made.
+    pub fn lose_answer_next(&self, path: &str, n: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .lost_answers
             .insert(path.to_string(), n);
     }
 
@@ -764,7 +777,16 @@ impl tower::Service<Request<Body>> for FakeApi {
                     Err(refused) => return Ok(refused),
                 }
             }
+            let write = method != Method::GET;
             let mut resp = me.handle(method, &path, &query, body, dry);
+            if write {
+                let mut g = me.state.lock().unwrap();
+                if let Some(n) = g.lost_answers.get_mut(&path).filter(|n| **n > 0) {
+                    *n -= 1;
+                    let msg = "Timeout: request did not complete within the allotted timeout";
+                    return Ok(once(504, &status(504, "Timeout", msg)));
+                }
+            }
             for w in warnings {
                 if let Ok(v) = http::HeaderValue::from_str(&format!("299 - {w:?}")) {
                     resp.headers_mut().append("warning", v);
