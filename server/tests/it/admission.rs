@@ -573,3 +573,44 @@ async fn a_carve_out_left_by_a_crashed_create_blocks_the_name_until_repaired() {
     assert_eq!(carve(&c, "ai", "nlp"), (Some("6".into()), "6".into()));
     c.running.shutdown().await;
 }
+
+/// An HPA reserves its maxReplicas through `hpa.bizrq.io` (Fail); its
+/// delete goes to `hpa-deletes.bizrq.io` (Ignore) and lifts the reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hpa_writes_reach_the_hpa_webhooks() {
+    use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+    let c = Cluster::start().await;
+    c.server
+        .create_quota("nlp-team", "", json!({GPU: "8"}))
+        .await;
+    let kubectl = c.kubectl("alice");
+    let d: Deployment = serde_json::from_value(deployment("train", "nlp-team", 1, 2)).unwrap();
+    Api::<Deployment>::namespaced(kubectl.clone(), "nlp")
+        .create(&PostParams::default(), &d)
+        .await
+        .unwrap();
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(kubectl, "nlp");
+    let hpa = |max: i64| -> HorizontalPodAutoscaler {
+        serde_json::from_value(json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "train", "namespace": "nlp"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "train"},
+                "minReplicas": 1, "maxReplicas": max}}))
+        .unwrap()
+    };
+    // 5 × 2 GPUs cannot be reserved in 8.
+    let (code, _, message) = refusal(hpas.create(&PostParams::default(), &hpa(5)).await);
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.starts_with("admission webhook \"hpa.bizrq.io\" denied the request: "),
+        "{message}"
+    );
+    hpas.create(&PostParams::default(), &hpa(4)).await.unwrap();
+    assert_eq!(c.fake.quota("nlp-team")["status"]["used"][GPU], "8");
+    hpas.delete("train", &DeleteParams::default())
+        .await
+        .unwrap();
+    let r = c.fake.reviews().last().unwrap().clone();
+    assert_eq!(r["webhook"], "hpa-deletes.bizrq.io");
+    assert_eq!(c.fake.quota("nlp-team")["status"]["used"][GPU], "2");
+    c.running.shutdown().await;
+}
