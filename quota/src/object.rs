@@ -110,6 +110,7 @@ impl Charge {
 #[serde(rename_all = "camelCase")]
 pub struct Carve {
     pub hard: ResourceList,
+    /// When the carve-out took this amount.
     pub since: String,
     /// The request that created the child, so a failed create removes only
     /// its own carve-out and never a concurrent winner's.

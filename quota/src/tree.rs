@@ -198,17 +198,19 @@ pub fn carve(
     if !short.is_empty() {
         return Err(TreeError::DoesNotFit(short, child.into()));
     }
-    let (since, uid) = parent
+    let uid = parent
         .status
         .children
         .get(child)
-        .map(|c| (c.since.clone(), c.uid.clone()))
-        .unwrap_or_else(|| (since.to_string(), String::new()));
+        .map(|c| c.uid.clone())
+        .unwrap_or_default();
+    // `since` is when the carve-out took this amount: `repair_carves`
+    // leaves it alone for a while, as the child's own write may follow.
     parent.status.children.insert(
         child.to_string(),
         Carve {
             hard: new_hard.clone(),
-            since,
+            since: since.to_string(),
             uid,
         },
     );
@@ -260,11 +262,15 @@ pub fn holder<'a>(parent: &'a Quota, child: &str) -> Option<&'a str> {
 pub const CARVE_TTL_MS: i64 = 120_000;
 
 /// Make a parent's carve-outs match its existing children (name → hard):
-/// each child's carve-out is its hard; a carve-out without a child is kept
-/// while younger than `CARVE_TTL_MS` (its create may be in flight), then
-/// returned. A carve-out held by a transfer in flight is left as it is: it
-/// differs from its child's hard by design until the transfer's next step
-/// (see `transfer`). Refreshes the parent's usage.
+/// each child's carve-out is its hard. A carve-out set less than
+/// `CARVE_TTL_MS` ago is left as it is: its child's create or spec change
+/// comes after it (carve first, then write the child) and may be in flight,
+/// or not yet in the caller's view of the children; shrinking a raise in
+/// flight would hand the raised amount to a sibling. Older, a carve-out
+/// without a child (a create that crashed half-way) is returned. A
+/// carve-out held by a transfer in flight is left as it is: it differs from
+/// its child's hard by design until the transfer's next step (see
+/// `transfer`). Refreshes the parent's usage.
 pub fn repair_carves(parent: &mut Quota, children: &BTreeMap<String, ResourceList>, now_ms: i64) {
     let held: BTreeSet<String> = parent
         .status
@@ -272,25 +278,33 @@ pub fn repair_carves(parent: &mut Quota, children: &BTreeMap<String, ResourceLis
         .values()
         .flat_map(|h| h.children.keys().cloned())
         .collect();
+    let young =
+        |c: &Carve| crate::time::parse_rfc3339(&c.since).is_some_and(|t| now_ms - t < CARVE_TTL_MS);
     parent.status.children.retain(|child, carve| {
-        children.contains_key(child)
-            || held.contains(child)
-            || crate::time::parse_rfc3339(&carve.since).is_some_and(|t| now_ms - t < CARVE_TTL_MS)
+        children.contains_key(child) || held.contains(child) || young(carve)
     });
     for (child, hard) in children {
         if held.contains(child) {
             continue;
         }
-        let carve = parent
-            .status
-            .children
-            .entry(child.clone())
-            .or_insert_with(|| Carve {
-                hard: ResourceList::new(),
-                since: crate::time::format_rfc3339(now_ms),
-                uid: String::new(),
-            });
-        carve.hard = hard.clone();
+        match parent.status.children.get_mut(child) {
+            Some(c) if young(c) => {}
+            Some(c) => c.hard = hard.clone(),
+            // A child without a carve-out (created before bizrq admitted
+            // quotas, or a lost write) gets one; dated as settled, not in
+            // flight, so a repair that finds the child gone takes it back
+            // at once (it may be a delete this view has not seen yet).
+            None => {
+                parent.status.children.insert(
+                    child.clone(),
+                    Carve {
+                        hard: hard.clone(),
+                        since: crate::time::format_rfc3339(now_ms - CARVE_TTL_MS),
+                        uid: String::new(),
+                    },
+                );
+            }
+        }
     }
     parent.status.refresh(&parent.spec);
 }
@@ -367,6 +381,33 @@ mod tests {
         );
         uncarve(&mut root, "cv");
         assert_eq!(root.status.used["pods"], "10".parse().unwrap());
+    }
+
+    /// A raise is carved before the child's spec is written: a repair in
+    /// between (or one reading a stale child) must not take it back.
+    #[test]
+    fn repair_leaves_a_carve_out_set_moments_ago_and_fixes_an_old_one() {
+        let gpu = "requests.nvidia.com/gpu";
+        let mut root = Quota::new("ai", spec("", &[(gpu, "16")]));
+        let t0 = crate::time::parse_rfc3339("2026-01-01T00:00:00.000Z").unwrap();
+        let at = |ms: i64| crate::time::format_rfc3339(ms);
+        carve(&mut root, "nlp", &list(&[(gpu, "6")]), &at(t0)).unwrap();
+        carve(&mut root, "nlp", &list(&[(gpu, "10")]), &at(t0 + 600_000)).unwrap();
+        assert_eq!(root.status.children["nlp"].since, at(t0 + 600_000));
+        let kids = BTreeMap::from([("nlp".to_string(), list(&[(gpu, "6")]))]);
+        repair_carves(&mut root, &kids, t0 + 601_000);
+        assert_eq!(root.status.used[gpu], "10".parse().unwrap());
+        // Never written after all: returned once the carve-out is old.
+        repair_carves(&mut root, &kids, t0 + 600_000 + CARVE_TTL_MS);
+        assert_eq!(root.status.used[gpu], "6".parse().unwrap());
+        // A carve-out the repair made for a child it saw is not in flight:
+        // when the child turns out to be gone, it is returned at once.
+        let now = t0 + 700_000;
+        let kids = BTreeMap::from([("cv".to_string(), list(&[(gpu, "3")]))]);
+        repair_carves(&mut root, &kids, now);
+        assert_eq!(root.status.used[gpu], "3".parse().unwrap());
+        repair_carves(&mut root, &BTreeMap::new(), now + 1);
+        assert_eq!(root.status.used[gpu], "0".parse().unwrap());
     }
 
     #[test]

@@ -14,18 +14,23 @@ use quota::transfer::TransferError;
 use quota::tree::{self, TreeError};
 use quota::workload::PodSet;
 use quota::KeyConfig;
-use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// Compare-and-swap attempts before giving up (fail closed). Within one
 /// process writers of a quota are queued by a lock, so conflicts only come
 /// from other replicas.
 pub const MAX_ATTEMPTS: u32 = 12;
 pub use quota::tree::CARVE_TTL_MS;
-const LOCK_STRIPES: usize = 1024;
+/// The annotation by which a quota bizrq creates itself names its create:
+/// for a child, the carve-out made in the parent (the parent's
+/// `status.children[name].uid`).
+/// In cluster mode the API server sends that create back to bizrq's own
+/// webhook, possibly on another replica: the token tells the webhook that
+/// the carve-out is this create's, not a concurrent one's (docs/cluster-mode.md).
+pub const CREATE_TOKEN_ANNOTATION: &str = "bizrq.io/create-token";
 /// Borrowing admissions: rounds of (lend in the parent, charge the child).
 const BORROW_ROUNDS: usize = 3;
 
@@ -110,7 +115,7 @@ pub struct Service {
     /// against the cluster (see `Recheck`).
     pub recheck: Arc<Recheck>,
     clock: Clock,
-    locks: Vec<Mutex<()>>,
+    locks: NameLocks,
     /// Last version written or read by this process, per quota. Used only
     /// as the starting point of a compare-and-swap: a stale entry loses the
     /// swap and is re-read, so no decision is committed on stale data.
@@ -142,7 +147,7 @@ impl Service {
             changed: Default::default(),
             recheck: Default::default(),
             clock: Arc::new(now_ms),
-            locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            locks: NameLocks::default(),
             cache: Default::default(),
         }
     }
@@ -160,12 +165,8 @@ impl Service {
         (self.clock)()
     }
 
-    async fn lock(&self, name: &str) -> MutexGuard<'_, ()> {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        name.hash(&mut h);
-        self.locks[(h.finish() as usize) % LOCK_STRIPES]
-            .lock()
-            .await
+    async fn lock(&self, name: &str) -> NameGuard<'_> {
+        self.locks.lock(name).await
     }
 
     pub async fn get(&self, name: &str) -> Result<Stored, ServiceError> {
@@ -315,35 +316,49 @@ impl Service {
 
     /// Create a quota: rules checked, carved out of the parent first (so two
     /// concurrent children can never both take the last unit), then stored.
+    ///
+    /// The carve-out carries a token (`token`, or a fresh one): the parent's
+    /// `status.children[name].uid`. A create made here writes the token on
+    /// the object as `CREATE_TOKEN_ANNOTATION`; in cluster mode the API server
+    /// sends that create to the webhook (`Persist::ByApiServer`, with the
+    /// annotation as `token`), which finds the carve-out under the same token
+    /// and passes it unchanged. A carve-out under another token is another
+    /// create's, in flight or crashed (dropped after `CARVE_TTL_MS`).
     pub async fn create_quota(
         &self,
         name: &str,
         spec: QuotaSpec,
         persist: Persist,
-        uid: &str,
+        token: &str,
         dry_run: bool,
     ) -> Result<Quota, ServiceError> {
         tree::validate_spec(name, &spec, &self.keys)?;
-        if persist == Persist::Here && self.store.get(name).await?.is_some() {
-            return Err(ServiceError::AlreadyExists(format!(
-                "bizrq {name} already exists"
-            )));
+        // Under review the object is not stored yet; one that is means a
+        // second create of the name (the API server admits before it looks).
+        if self.store.get(name).await?.is_some() {
+            return Err(already_exists(name));
         }
-        let token = if uid.is_empty() {
+        let token = if token.is_empty() {
             new_uid()
         } else {
-            uid.to_string()
+            token.to_string()
         };
         if !spec.parent.is_empty() {
             self.check_ancestry(name, &spec.parent).await?;
             let since = quota::time::format_rfc3339(self.now());
             let (hard, child, token2) = (spec.hard.clone(), name.to_string(), token.clone());
             self.update_status(&spec.parent, dry_run, move |p| {
+                // One without a token was made by a repair for a child of
+                // this name, which is gone (checked above): it is stale.
                 if let Some(c) = p.status.children.get(&child) {
-                    if c.uid != token2 {
+                    if !c.uid.is_empty() && c.uid != token2 {
                         return Err(ServiceError::Conflict(format!(
-                            "bizrq {child} is already carved out of {} by another request; retry in a moment",
-                            p.name()
+                            "bizrq {child} is being created by another request, which already \
+                             carved it out of {} (since {}); retry once that create is done, or \
+                             after {} s if it never finishes",
+                            p.name(),
+                            c.since,
+                            CARVE_TTL_MS / 1000
                         )));
                     }
                 }
@@ -368,8 +383,21 @@ impl Service {
             return Ok(quota);
         }
         quota.metadata.uid = Some(token.clone());
+        quota
+            .metadata
+            .annotations
+            .insert(CREATE_TOKEN_ANNOTATION.to_string(), token.clone());
         let before_write = self.now();
-        match self.store.create(&quota).await {
+        let result = match self.store.create(&quota).await {
+            Ok(stored) => Ok(stored),
+            // The answer may be lost after the write (a timeout, a retry
+            // that met our own object): the object carrying our token is ours.
+            Err(e) => match self.store.get(name).await {
+                Ok(Some(s)) if created_by(&s.quota, &token) => Ok(s),
+                _ => Err(e),
+            },
+        };
+        match result {
             Ok(stored) => {
                 self.changed
                     .mark(name, before_write, Some(Arc::new(stored.clone())));
@@ -384,6 +412,8 @@ impl Service {
         }
     }
 
+    /// Return `child`'s carve-out to `parent` if it is still the one made
+    /// under `token` (a later create of the same name carves under its own).
     async fn uncarve_if_ours(&self, parent: &str, child: &str, token: &str) {
         let res = self
             .update_status(parent, false, |p| {
@@ -540,6 +570,9 @@ impl Service {
             }
             .into());
         }
+        // The token of the carve-out this leaf holds: only that one is
+        // returned below (see `uncarve_if_ours`).
+        let mut carve_token = None;
         if !parent.is_empty() {
             // A transfer moving quota through this leaf holds its carve-out
             // until it is done; the leaf goes after that.
@@ -552,6 +585,7 @@ impl Service {
                     }
                     .into());
                 }
+                carve_token = p.quota.status.children.get(name).map(|c| c.uid.clone());
             }
         }
         if dry_run {
@@ -578,9 +612,20 @@ impl Service {
             }
         }
         if !parent.is_empty() {
+            // In cluster mode the webhook has returned it already, during the
+            // delete above, and the name may since have been created again
+            // with a carve-out of its own: return only the one seen before,
+            // or one a repair made (no token) while the leaf still existed.
             let child = name.to_string();
             match self
                 .update_status(&parent, false, |p| {
+                    let ours = match p.status.children.get(&child) {
+                        Some(c) => c.uid.is_empty() || Some(&c.uid) == carve_token.as_ref(),
+                        None => true,
+                    };
+                    if !ours {
+                        return Ok((false, ()));
+                    }
                     let uncarved = tree::uncarve(p, &child);
                     let unlent = borrow::drop_loan(p, &child);
                     Ok((uncarved || unlent, ()))
@@ -880,6 +925,33 @@ impl Service {
         .await
     }
 
+    /// The children of `parent` for its repair, from a list that can lag
+    /// behind the API server (the controller's watch cache). A listed child
+    /// that holds no carve-out in the parent is the one case where lag does
+    /// harm: a delete not yet seen would get its carve-out back and keep it.
+    /// Those few are read fresh, and dropped when gone; see `Confirmed`.
+    pub async fn confirm_children(
+        &self,
+        parent: &str,
+        listed: Vec<Stored>,
+    ) -> Result<(Vec<Stored>, Confirmed), ServiceError> {
+        let carved: BTreeSet<String> = self
+            .cached(parent)
+            .map(|p| p.quota.status.children.keys().cloned().collect())
+            .unwrap_or_default();
+        let mut kept = Vec::with_capacity(listed.len());
+        let mut confirmed = Confirmed::default();
+        for kid in listed {
+            if carved.contains(kid.quota.name()) {
+                kept.push(kid);
+            } else if let Some(fresh) = self.store.get(kid.quota.name()).await? {
+                confirmed.0.insert(fresh.quota.name().to_string());
+                kept.push(fresh);
+            }
+        }
+        Ok((kept, confirmed))
+    }
+
     // ---- resync --------------------------------------------------------
 
     /// Periodic full resync in standalone mode: make every parent's carve-out
@@ -933,6 +1005,36 @@ fn check_version(name: &str, expected: Option<i64>, current: i64) -> Result<(), 
         ))),
         _ => Ok(()),
     }
+}
+
+/// Children of a parent read fresh by `Service::confirm_children`.
+#[derive(Debug, Default)]
+pub struct Confirmed(BTreeSet<String>);
+
+impl Confirmed {
+    /// The children a repair of `parent`, as it is about to be written, may
+    /// trust: those it holds a carve-out for, and those confirmed to exist.
+    /// A child without either is left out (no carve-out is made for it this
+    /// time; the next reconcile confirms it).
+    pub fn for_repair<'a>(&self, parent: &Quota, kids: &'a [Stored]) -> Vec<&'a Quota> {
+        kids.iter()
+            .map(|s| &s.quota)
+            .filter(|k| parent.status.children.contains_key(k.name()) || self.0.contains(k.name()))
+            .collect()
+    }
+}
+
+fn already_exists(name: &str) -> ServiceError {
+    ServiceError::AlreadyExists(format!("bizrq {name} already exists"))
+}
+
+/// Whether `q` is the object of the create that carved under `token`.
+fn created_by(q: &Quota, token: &str) -> bool {
+    q.metadata
+        .annotations
+        .get(CREATE_TOKEN_ANNOTATION)
+        .map(String::as_str)
+        == Some(token)
 }
 
 fn missing_quota(e: ServiceError, quota_name: &str) -> ServiceError {
@@ -1024,4 +1126,45 @@ async fn backoff(attempt: u32) {
     let base = 1u64 << attempt.min(6);
     let jitter = rand::random::<u64>() % (base + 1);
     tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+}
+
+/// One writer per quota name in this process. Exact names rather than
+/// hashed stripes: in cluster mode a spec write holds its quota's lock while
+/// the API server calls our own webhook, which locks the parent, and two
+/// names sharing a stripe would wait on each other until the webhook timed out.
+#[derive(Default)]
+struct NameLocks(std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>);
+
+struct NameGuard<'a> {
+    guard: Option<OwnedMutexGuard<()>>,
+    name: String,
+    locks: &'a NameLocks,
+}
+
+impl NameLocks {
+    async fn lock(&self, name: &str) -> NameGuard<'_> {
+        let m = {
+            let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(name.to_string()).or_default().clone()
+        };
+        NameGuard {
+            guard: Some(m.lock_owned().await),
+            name: name.to_string(),
+            locks: self,
+        }
+    }
+}
+
+impl Drop for NameGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        // The last one out removes the entry; a waiter holds a clone.
+        let mut map = self.locks.0.lock().unwrap_or_else(|e| e.into_inner());
+        if map
+            .get(&self.name)
+            .is_some_and(|m| Arc::strong_count(m) == 1)
+        {
+            map.remove(&self.name);
+        }
+    }
 }

@@ -4,7 +4,7 @@
 
 use crate::cluster::events::{self, Refusal};
 use crate::http::AppState;
-use crate::service::{Persist, Service, ServiceError};
+use crate::service::{Persist, Service, ServiceError, CREATE_TOKEN_ANNOTATION};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -86,6 +86,9 @@ pub struct Verdict {
     pub warnings: Vec<String>,
     /// Set when a quota or tree rule refused: what the Events say.
     pub refusal: Option<Refusal>,
+    /// The Status reason, when the code alone does not say it (409 is
+    /// Conflict unless it is AlreadyExists). The API server hands it on.
+    pub reason: Option<&'static str>,
 }
 
 impl Verdict {
@@ -115,6 +118,7 @@ impl Verdict {
         if code == 500 {
             tracing::error!(error = %e, "admission failed; denying");
         }
+        let reason = matches!(e, ServiceError::AlreadyExists(_)).then_some("AlreadyExists");
         let message = match e {
             ServiceError::Internal(_) => {
                 "bizrq: internal error while deciding; denied (see bizrq logs)".to_string()
@@ -127,6 +131,7 @@ impl Verdict {
             message,
             warnings: Vec::new(),
             refusal,
+            reason,
         }
     }
 }
@@ -166,14 +171,14 @@ pub fn review_json(uid: &str, v: &Verdict) -> Vec<u8> {
             status: (!v.allowed).then_some(StatusOut {
                 code: v.code,
                 message: &v.message,
-                reason: match v.code {
+                reason: v.reason.unwrap_or(match v.code {
                     403 => "Forbidden",
                     404 => "NotFound",
                     409 => "Conflict",
                     429 => "TooManyRequests",
                     400 => "BadRequest",
                     _ => "InternalError",
-                },
+                }),
             }),
             warnings: &v.warnings,
         },
@@ -576,7 +581,15 @@ async fn review_quota(svc: &Service, req: &Request) -> Result<Verdict, ServiceEr
             } else {
                 obj.metadata.name
             };
-            svc.create_quota(&name, obj.spec, Persist::ByApiServer, &req.uid, dry)
+            // bizrq's own create names the carve-out it already made;
+            // anyone else's create carves under this review's uid.
+            let token = obj
+                .metadata
+                .annotations
+                .get(CREATE_TOKEN_ANNOTATION)
+                .filter(|t| !t.is_empty())
+                .unwrap_or(&req.uid);
+            svc.create_quota(&name, obj.spec, Persist::ByApiServer, token, dry)
                 .await?;
         }
         "UPDATE" => {

@@ -501,10 +501,12 @@ fn holds_exclude_others_and_edits_and_repair() {
     let mut kids = BTreeMap::new();
     kids.insert("det".to_string(), list(&[(GPU, "10"), ("pods", "50")]));
     kids.insert("seg".to_string(), list(&[(GPU, "4"), ("pods", "50")]));
-    tree::repair_carves(cv, &kids, 0);
+    // (Long after the carve-outs were set: young ones are left anyway.)
+    let later = crate::time::parse_rfc3339(T).unwrap() + tree::CARVE_TTL_MS;
+    tree::repair_carves(cv, &kids, later);
     assert_eq!(cv.status.children["det"].hard[GPU], q("7"));
     release(cv, "1");
-    tree::repair_carves(cv, &kids, 0);
+    tree::repair_carves(cv, &kids, later);
     assert_eq!(cv.status.children["det"].hard[GPU], q("10"));
 }
 

@@ -680,8 +680,8 @@ impl Controller {
         let now = self.now();
         let snap = self.view.lock().unwrap().snapshot(name);
         let authoritative = self.authoritative();
-        let kids = self.service.store.children(name).await?;
-        let kid_quotas: Vec<&quota::Quota> = kids.iter().map(|s| &s.quota).collect();
+        let listed = self.service.store.children(name).await?;
+        let (kids, confirmed) = self.service.confirm_children(name, listed).await?;
         // Reclaim is weighed only where a child may borrow or is marked.
         let reclaim_kids = kids
             .iter()
@@ -716,7 +716,7 @@ impl Controller {
                     RESERVATION_TTL_MS,
                     &prices,
                 );
-                borrow::repair_children(q, &kid_quotas, now);
+                borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
                 let changed = out.changed || q.status.differs_visibly(&before);
                 exhausted = newly_exhausted(&before, q);
                 uid = q.metadata.uid.clone();

@@ -1,7 +1,9 @@
 //! Cluster mode end to end, in process: the real server (HTTPS webhook,
 //! JSON API, controller under leader election) over `kube::Client` talking
-//! to the in-memory API server of `fakeapi`. A controlled clock drives
-//! accrual and reservation expiry.
+//! to the in-memory API server of `fakeapi`, which sends every write the
+//! shipped `deploy/base/webhook.yaml` matches — bizrq's own included — to
+//! that webhook, over TLS verified against the test's CA. A controlled
+//! clock drives accrual and reservation expiry.
 
 use crate::common::{deployment, review, Server};
 use crate::fakeapi::{FakeApi, PYTORCHJOB};
@@ -29,11 +31,27 @@ impl Cluster {
 
     /// A replica over `fake`, its SQL database in `dir`, its clock at `at`.
     pub async fn start_on(fake: FakeApi, dir: tempfile::TempDir, at: i64) -> Cluster {
+        Cluster::replica(fake, dir, at, "bizrq-0", true).await
+    }
+
+    /// A replica named `pod` over `fake`; with `serving`, the webhook
+    /// Service of the shipped configuration routes to it.
+    pub async fn replica(
+        fake: FakeApi,
+        dir: tempfile::TempDir,
+        at: i64,
+        pod: &str,
+        serving: bool,
+    ) -> Cluster {
         if std::env::var_os("BIZRQ_LOG").is_some() {
             bizrq::config::init_tracing(bizrq::config::LogFormat::Text);
         }
         let mut args = bizrq::config::ServeArgs::for_tests(&crate::common::fresh_sqlite(&dir));
-        args.pod_name = Some("bizrq-0".into());
+        let ca = webhook_certificate(dir.path());
+        args.tls_cert = Some(dir.path().join("tls.crt"));
+        args.tls_key = Some(dir.path().join("tls.key"));
+        args.pod_name = Some(pod.into());
+        args.admin_password = Some(crate::common::ADMIN_PASSWORD.into());
         args.discovery_seconds = 1;
         args.resync_seconds = 3600;
         let clock = Arc::new(AtomicI64::new(at));
@@ -45,6 +63,9 @@ impl Cluster {
         )
         .await
         .expect("server starts in cluster mode");
+        if serving {
+            fake.admit_with(&shipped_webhooks(), &ca, running.webhook_addr);
+        }
         let server = Server::in_process(&running);
         Cluster {
             fake,
@@ -53,6 +74,24 @@ impl Cluster {
             running,
             _dir: dir,
         }
+    }
+
+    /// Route the webhook Service of the shipped configuration to this
+    /// replica (the other replica stops serving, or is not ready).
+    pub fn serve_webhooks(&self) {
+        let ca = std::fs::read_to_string(self.ca_path()).unwrap();
+        self.fake
+            .admit_with(&shipped_webhooks(), &ca, self.running.webhook_addr);
+    }
+
+    /// The CA that signed this replica's webhook certificate.
+    pub fn ca_path(&self) -> std::path::PathBuf {
+        self._dir.path().join("ca.crt")
+    }
+
+    /// A person's kubectl against this cluster.
+    pub fn kubectl(&self, user: &str) -> kube::Client {
+        self.fake.client_as(user)
     }
 
     pub fn set_clock(&self, ms: i64) {
@@ -102,6 +141,31 @@ impl Cluster {
         }
         panic!("never requested: {what}\n{:#?}", self.fake.requests());
     }
+}
+
+/// The ValidatingWebhookConfiguration bizrq ships.
+pub fn shipped_webhooks() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/webhook.yaml");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A CA (`ca.crt`, returned) and the webhook's certificate for the Service
+/// name the API server calls (`tls.crt`, `tls.key`), written into `dir`.
+pub fn webhook_certificate(dir: &std::path::Path) -> String {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["bizrq.bizrq-system.svc".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    ca.pem()
 }
 
 pub fn used<'a>(q: &'a Value, key: &str) -> &'a str {

@@ -2,8 +2,22 @@
 //! service at its HTTP boundary): discovery, list, watch (a live stream of
 //! JSON lines from a resourceVersion), get, create, replace with
 //! `resourceVersion` compare-and-swap (409 on a stale one), the status and
-//! scale subresources, JSON merge patch and delete. Every request is
-//! recorded, so tests assert the exact calls the controller makes.
+//! scale subresources, JSON merge patch, delete and `dryRun=All`. Every
+//! request is recorded, so tests assert the exact calls the controller makes.
+//!
+//! Validating admission as kube-apiserver runs it: once a
+//! ValidatingWebhookConfiguration is loaded (`admit_with`, the shipped
+//! `deploy/base/webhook.yaml`), every write through the HTTP boundary —
+//! bizrq's own included — whose operation, resource and subresource a rule
+//! matches, and whose namespace and object the selectors select, is sent as
+//! an `admission.k8s.io/v1` AdmissionReview over HTTPS to the webhook's
+//! service, verified against the configuration's caBundle, before it is
+//! stored (and, for a create, before the name is checked). A denial is the
+//! client's answer (`admission webhook "NAME" denied the request: …`, with
+//! the webhook's code and reason); a call that fails or times out refuses
+//! the write under `failurePolicy: Fail` and is skipped under `Ignore`.
+//! `put` and `remove` are the test's backdoor: an object as stored after an
+//! admission the test made itself, with no webhook called.
 
 use axum::body::Bytes;
 use futures::StreamExt;
@@ -152,11 +166,23 @@ struct State {
     requests: Vec<String>,
     /// Answer the next N writes to these paths with 409.
     conflicts: HashMap<String, usize>,
+    /// Make the next write to these paths, then answer 504 as if the
+    /// connection had timed out after the write.
+    lost_answers: HashMap<String, usize>,
+    /// The loaded ValidatingWebhookConfiguration, if any.
+    webhooks: Arc<Vec<Webhook>>,
+    /// Every AdmissionReview sent: `{"webhook": name, "request": …}`.
+    reviews: Vec<Value>,
 }
+
+/// bizrq's service account: who `client()` is.
+pub const BIZRQ_USER: &str = "system:serviceaccount:bizrq-system:bizrq";
 
 #[derive(Clone, Default)]
 pub struct FakeApi {
     state: Arc<Mutex<State>>,
+    /// Who this handle's requests come from (empty: `BIZRQ_USER`).
+    user: Arc<String>,
 }
 
 fn status(code: u16, reason: &str, message: &str) -> Value {
@@ -212,8 +238,23 @@ impl FakeApi {
         f
     }
 
+    /// A client as bizrq's service account.
     pub fn client(&self) -> kube::Client {
         kube::Client::new(self.clone(), "default")
+    }
+
+    /// A client as a person (kubectl as `user`): the same API server.
+    pub fn client_as(&self, user: &str) -> kube::Client {
+        let me = FakeApi {
+            state: self.state.clone(),
+            user: Arc::new(user.to_string()),
+        };
+        kube::Client::new(me, "default")
+    }
+
+    /// Every AdmissionReview request sent so far, with its webhook's name.
+    pub fn reviews(&self) -> Vec<Value> {
+        self.state.lock().unwrap().reviews.clone()
     }
 
     /// Serve a kind (a CRD installed).
@@ -241,6 +282,16 @@ impl FakeApi {
             .lock()
             .unwrap()
             .conflicts
+            .insert(path.to_string(), n);
+    }
+
+    /// Make the next `n` writes to `path`, then answer each with 504 as a
+    /// timeout would: the client cannot tell whether the write was made.
+    pub fn lose_answer_next(&self, path: &str, n: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .lost_answers
             .insert(path.to_string(), n);
     }
 
@@ -398,17 +449,23 @@ impl FakeApi {
         None
     }
 
+    fn record(&self, method: &Method, path: &str, query: &str) {
+        self.state.lock().unwrap().requests.push(format!(
+            "{method} {path}{}{query}",
+            if query.is_empty() { "" } else { "?" }
+        ));
+    }
+
+    /// Serve one request; with `dry` (dryRun=All) a write is checked and
+    /// answered as it would be, and nothing is stored.
     fn handle(
         &self,
         method: Method,
         path: &str,
         query: &str,
         body: Option<Value>,
+        dry: bool,
     ) -> Response<RespBody> {
-        self.state.lock().unwrap().requests.push(format!(
-            "{method} {path}{}{query}",
-            if query.is_empty() { "" } else { "?" }
-        ));
         if method == Method::GET {
             if let Some(d) = self.discovery(path) {
                 let code = d["code"].as_u64().unwrap_or(200) as u16;
@@ -418,11 +475,7 @@ impl FakeApi {
         let Some(t) = Self::parse(path) else {
             return once(404, &status(404, "NotFound", path));
         };
-        let params: HashMap<String, String> = query
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let params = query_params(query);
         let mut g = self.state.lock().unwrap();
         if !g.colls.contains_key(&t.coll) {
             return once(
@@ -541,8 +594,10 @@ impl FakeApi {
                 if coll.def.status {
                     obj.as_object_mut().unwrap().remove("status");
                 }
-                coll.objects.insert((ns, name), obj.clone());
-                Self::emit(coll, rv, "ADDED", obj.clone());
+                if !dry {
+                    coll.objects.insert((ns, name), obj.clone());
+                    Self::emit(coll, rv, "ADDED", obj.clone());
+                }
                 once(201, &obj)
             }
             (m @ (Method::PUT | Method::PATCH), Some(name)) => {
@@ -557,42 +612,20 @@ impl FakeApi {
                     );
                 };
                 let body = body.unwrap_or(Value::Null);
-                let mut next = current.clone();
                 let sub = t.sub.as_deref();
-                if m == Method::PUT {
-                    let sent_rv = body["metadata"]["resourceVersion"].as_str().unwrap_or("");
-                    if !sent_rv.is_empty()
-                        && sent_rv
-                            != current["metadata"]["resourceVersion"]
-                                .as_str()
-                                .unwrap_or("")
-                    {
-                        return once(409, &status(409, "Conflict", &format!("Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again", coll.def.plural)));
-                    }
-                    match sub {
-                        Some("status") => next["status"] = body["status"].clone(),
-                        Some("scale") => {
-                            next["spec"]["replicas"] = body["spec"]["replicas"].clone()
-                        }
-                        _ => {
-                            next = body.clone();
-                            if coll.def.status {
-                                next["status"] = current["status"].clone();
-                            }
-                            next["metadata"]["uid"] = current["metadata"]["uid"].clone();
-                            next["metadata"]["creationTimestamp"] =
-                                current["metadata"]["creationTimestamp"].clone();
-                        }
-                    }
-                } else {
-                    match sub {
-                        Some("scale") => {
-                            if let Some(r) = body["spec"]["replicas"].as_i64() {
-                                next["spec"]["replicas"] = json!(r);
-                            }
-                        }
-                        _ => merge(&mut next, &body),
-                    }
+                if m == Method::PUT && stale(&body, &current) {
+                    return once(409, &status(409, "Conflict", &format!("Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again", coll.def.plural)));
+                }
+                let mut next = updated(&coll.def, &current, &m, sub, &body);
+                if dry {
+                    return once(
+                        200,
+                        &if sub == Some("scale") {
+                            scale_of(&next)
+                        } else {
+                            next
+                        },
+                    );
                 }
                 next["metadata"]["resourceVersion"] = json!(rv.to_string());
                 coll.objects.insert((ns, name), next.clone());
@@ -630,6 +663,17 @@ impl FakeApi {
                             ),
                         );
                     }
+                    if dry {
+                        let key = (
+                            o["metadata"]["namespace"]
+                                .as_str()
+                                .unwrap_or("")
+                                .to_string(),
+                            name.clone(),
+                        );
+                        coll.objects.insert(key, o.clone());
+                        return once(200, &o);
+                    }
                     o["metadata"]["resourceVersion"] = json!(rv.to_string());
                     Self::emit(coll, rv, "DELETED", o.clone());
                     once(200, &o)
@@ -642,6 +686,55 @@ impl FakeApi {
             (m, _) => once(405, &status(405, "MethodNotAllowed", m.as_str())),
         }
     }
+}
+
+fn query_params(query: &str) -> HashMap<String, String> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A PUT naming a resourceVersion other than the current one.
+fn stale(body: &Value, current: &Value) -> bool {
+    let sent = body["metadata"]["resourceVersion"].as_str().unwrap_or("");
+    !sent.is_empty()
+        && sent
+            != current["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("")
+}
+
+/// The object a PUT or PATCH of `current` (or of its subresource `sub`)
+/// leaves, before its new resourceVersion.
+fn updated(def: &KindDef, current: &Value, m: &Method, sub: Option<&str>, body: &Value) -> Value {
+    let mut next = current.clone();
+    if m == Method::PUT {
+        match sub {
+            Some("status") => next["status"] = body["status"].clone(),
+            Some("scale") => next["spec"]["replicas"] = body["spec"]["replicas"].clone(),
+            _ => {
+                next = body.clone();
+                if def.status {
+                    next["status"] = current["status"].clone();
+                }
+                next["metadata"]["uid"] = current["metadata"]["uid"].clone();
+                next["metadata"]["creationTimestamp"] =
+                    current["metadata"]["creationTimestamp"].clone();
+            }
+        }
+    } else {
+        match sub {
+            Some("scale") => {
+                if let Some(r) = body["spec"]["replicas"].as_i64() {
+                    next["spec"]["replicas"] = json!(r);
+                }
+            }
+            _ => merge(&mut next, body),
+        }
+    }
+    next
 }
 
 fn scale_of(o: &Value) -> Value {
@@ -673,7 +766,533 @@ impl tower::Service<Request<Body>> for FakeApi {
                 .unwrap_or_default();
             let body =
                 (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap_or(Value::Null));
-            Ok(me.handle(method, &path, &query, body))
+            me.record(&method, &path, &query);
+            let dry = query_params(&query)
+                .get("dryRun")
+                .is_some_and(|d| d == "All");
+            let mut warnings = Vec::new();
+            if let Some(attrs) = me.attributes(&method, &path, body.as_ref()) {
+                match me.admit(&attrs, dry).await {
+                    Ok(w) => warnings = w,
+                    Err(refused) => return Ok(refused),
+                }
+            }
+            let write = method != Method::GET;
+            let mut resp = me.handle(method, &path, &query, body, dry);
+            if write {
+                let mut g = me.state.lock().unwrap();
+                if let Some(n) = g.lost_answers.get_mut(&path).filter(|n| **n > 0) {
+                    *n -= 1;
+                    let msg = "Timeout: request did not complete within the allotted timeout";
+                    return Ok(once(504, &status(504, "Timeout", msg)));
+                }
+            }
+            for w in warnings {
+                if let Ok(v) = http::HeaderValue::from_str(&format!("299 - {w:?}")) {
+                    resp.headers_mut().append("warning", v);
+                }
+            }
+            Ok(resp)
         })
     }
+}
+
+// ---- validating admission ------------------------------------------------
+
+/// What kube-apiserver knows of a write when it runs validating admission.
+struct Attrs {
+    operation: &'static str,
+    group: String,
+    version: String,
+    resource: String,
+    sub: Option<String>,
+    /// The kind of `object` (a Scale for the scale subresource).
+    kind: Value,
+    namespaced: bool,
+    namespace: String,
+    name: String,
+    object: Value,
+    old_object: Value,
+    /// DeleteOptions as sent (preconditions), for a DELETE.
+    delete_options: Value,
+}
+
+/// One webhook of the loaded ValidatingWebhookConfiguration.
+struct Webhook {
+    name: String,
+    rules: Vec<Value>,
+    namespace_selector: Option<Value>,
+    object_selector: Option<Value>,
+    /// `failurePolicy: Fail` (the default); else Ignore.
+    fail: bool,
+    side_effects: String,
+    url: String,
+    client: reqwest::Client,
+}
+
+impl FakeApi {
+    /// Load a ValidatingWebhookConfiguration (YAML, as shipped) with
+    /// `ca_pem` injected as every webhook's caBundle (what cert-manager's CA
+    /// injector or gen-certs.sh does). A `clientConfig.service` resolves to
+    /// `endpoint` (the Service's one ready endpoint); TLS is verified
+    /// against the caBundle for the name `<service>.<namespace>.svc`. Loading
+    /// again replaces the configuration (a new endpoint, a new CA).
+    pub fn admit_with(&self, config_yaml: &str, ca_pem: &str, endpoint: std::net::SocketAddr) {
+        let mut config: Value =
+            serde_yaml_ng::from_str(config_yaml).expect("webhook configuration is YAML");
+        assert_eq!(config["apiVersion"], "admissionregistration.k8s.io/v1");
+        assert_eq!(config["kind"], "ValidatingWebhookConfiguration");
+        let hooks = config["webhooks"]
+            .as_array_mut()
+            .expect("webhooks is a list");
+        let mut loaded = Vec::new();
+        for hook in hooks {
+            hook["clientConfig"]["caBundle"] = json!(base64_encode(ca_pem.as_bytes()));
+            loaded.push(Webhook::load(hook, endpoint));
+        }
+        self.state.lock().unwrap().webhooks = Arc::new(loaded);
+    }
+
+    fn username(&self) -> String {
+        if self.user.is_empty() {
+            BIZRQ_USER.to_string()
+        } else {
+            self.user.to_string()
+        }
+    }
+
+    /// The admission attributes of a write, or None when the request
+    /// fails before admission (no such object, a stale resourceVersion or
+    /// precondition, an injected conflict) or is not a write.
+    fn attributes(&self, method: &Method, path: &str, body: Option<&Value>) -> Option<Attrs> {
+        let operation = match *method {
+            Method::POST => "CREATE",
+            Method::PUT | Method::PATCH => "UPDATE",
+            Method::DELETE => "DELETE",
+            _ => return None,
+        };
+        let t = Self::parse(path)?;
+        let g = self.state.lock().unwrap();
+        if operation == "UPDATE" && g.conflicts.get(path).is_some_and(|n| *n > 0) {
+            return None;
+        }
+        let coll = g.colls.get(&t.coll)?;
+        let def = coll.def.clone();
+        let ns = t.namespace.clone().unwrap_or_default();
+        let body = body.cloned().unwrap_or(Value::Null);
+        let gvk = |g: &str, v: &str, k: &str| json!({"group": g, "version": v, "kind": k});
+        let mut kind = gvk(def.group, def.version, def.kind);
+        let current = |name: &str| coll.objects.get(&(ns.clone(), name.to_string())).cloned();
+        let mut delete_options = Value::Null;
+        let (name, object, old_object) = match (operation, &t.name) {
+            ("CREATE", None) => {
+                let mut obj = body;
+                if def.namespaced {
+                    obj["metadata"]["namespace"] = json!(ns);
+                }
+                // The status of a kind with a status subresource is dropped
+                // before admission.
+                if def.status {
+                    if let Some(o) = obj.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+                let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+                (name, obj, Value::Null)
+            }
+            ("UPDATE", Some(name)) => {
+                let current = current(name)?;
+                if *method == Method::PUT && stale(&body, &current) {
+                    return None;
+                }
+                let next = updated(&def, &current, method, t.sub.as_deref(), &body);
+                if t.sub.as_deref() == Some("scale") {
+                    kind = gvk("autoscaling", "v1", "Scale");
+                    (name.clone(), scale_of(&next), scale_of(&current))
+                } else {
+                    (name.clone(), next, current)
+                }
+            }
+            ("DELETE", Some(name)) => {
+                let current = current(name)?;
+                let want = body["preconditions"]["resourceVersion"].as_str();
+                if want.is_some_and(|w| Some(w) != current["metadata"]["resourceVersion"].as_str())
+                {
+                    return None;
+                }
+                delete_options = body;
+                (name.clone(), Value::Null, current)
+            }
+            _ => return None,
+        };
+        Some(Attrs {
+            operation,
+            group: def.group.to_string(),
+            version: def.version.to_string(),
+            resource: def.plural.to_string(),
+            sub: t.sub.clone(),
+            kind,
+            namespaced: def.namespaced,
+            namespace: ns,
+            name,
+            object,
+            old_object,
+            delete_options,
+        })
+    }
+
+    /// Validating admission of one write: every matching webhook is called
+    /// (at once, as kube-apiserver does); Ok with their warnings, or the
+    /// answer that refuses the write.
+    async fn admit(&self, a: &Attrs, dry: bool) -> Result<Vec<String>, Response<RespBody>> {
+        let hooks = self.state.lock().unwrap().webhooks.clone();
+        let matched: Vec<&Webhook> = hooks.iter().filter(|h| h.matches(a)).collect();
+        if dry {
+            if let Some(h) = matched
+                .iter()
+                .find(|h| !matches!(h.side_effects.as_str(), "None" | "NoneOnDryRun"))
+            {
+                let msg = format!("admission webhook {:?} does not support dry run", h.name);
+                return Err(once(400, &status(400, "BadRequest", &msg)));
+            }
+        }
+        let reviews: Vec<Value> = matched.iter().map(|_| self.review(a, dry)).collect();
+        {
+            let mut g = self.state.lock().unwrap();
+            for (h, r) in matched.iter().zip(&reviews) {
+                g.reviews
+                    .push(json!({"webhook": h.name, "request": r["request"]}));
+            }
+        }
+        let answers =
+            futures::future::join_all(matched.iter().zip(&reviews).map(|(h, r)| h.call(r))).await;
+        let mut warnings = Vec::new();
+        for (h, answer) in matched.iter().zip(answers) {
+            match answer {
+                Ok(resp) => {
+                    if let Some(w) = resp["warnings"].as_array() {
+                        warnings.extend(w.iter().filter_map(|w| w.as_str().map(str::to_string)));
+                    }
+                    if resp["allowed"] != true {
+                        return Err(denied(&h.name, &resp["status"]));
+                    }
+                }
+                Err(e) if h.fail => {
+                    let msg = format!(
+                        "Internal error occurred: failed calling webhook {:?}: {e}",
+                        h.name
+                    );
+                    return Err(once(500, &status(500, "InternalError", &msg)));
+                }
+                // failurePolicy: Ignore — the write proceeds.
+                Err(_) => {}
+            }
+        }
+        Ok(warnings)
+    }
+
+    /// The AdmissionReview kube-apiserver sends for `a`.
+    fn review(&self, a: &Attrs, dry: bool) -> Value {
+        let resource = json!({"group": a.group, "version": a.version, "resource": a.resource});
+        let username = self.username();
+        let groups = match username.strip_prefix("system:serviceaccount:") {
+            Some(rest) => {
+                let ns = rest.split(':').next().unwrap_or("");
+                json!([
+                    "system:serviceaccounts",
+                    format!("system:serviceaccounts:{ns}"),
+                    "system:authenticated"
+                ])
+            }
+            None => json!(["system:authenticated"]),
+        };
+        let mut options = match a.operation {
+            "CREATE" => json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}),
+            "UPDATE" => json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"}),
+            _ => {
+                let mut o = a.delete_options.clone();
+                if !o.is_object() {
+                    o = json!({});
+                }
+                o["apiVersion"] = json!("meta.k8s.io/v1");
+                o["kind"] = json!("DeleteOptions");
+                o
+            }
+        };
+        if dry {
+            options["dryRun"] = json!(["All"]);
+        }
+        let mut request = json!({
+            "uid": bizrq::util::new_uid(),
+            "kind": a.kind, "resource": resource,
+            "requestKind": a.kind, "requestResource": resource,
+            "name": a.name,
+            "operation": a.operation,
+            "userInfo": {"username": username, "uid": format!("uid-{username}"), "groups": groups},
+            "object": a.object, "oldObject": a.old_object,
+            "dryRun": dry,
+            "options": options,
+        });
+        if let Some(sub) = &a.sub {
+            request["subResource"] = json!(sub);
+            request["requestSubResource"] = json!(sub);
+        }
+        if a.namespaced {
+            request["namespace"] = json!(a.namespace);
+        }
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    }
+}
+
+/// A webhook's denial as kube-apiserver hands it to the client: the
+/// webhook's code (400 at least) and reason, its message prefixed.
+fn denied(webhook: &str, st: &Value) -> Response<RespBody> {
+    let code = st["code"].as_u64().unwrap_or(0).max(400) as u16;
+    let reason = st["reason"].as_str().unwrap_or("");
+    let by = format!("admission webhook {webhook:?} denied the request");
+    let message = match st["message"].as_str().filter(|m| !m.is_empty()) {
+        Some(m) => format!("{by}: {m}"),
+        None if !reason.is_empty() => format!("{by}: {reason}"),
+        None => format!("{by} without explanation"),
+    };
+    once(code, &status(code, reason, &message))
+}
+
+impl Webhook {
+    fn load(hook: &Value, endpoint: std::net::SocketAddr) -> Webhook {
+        let name = hook["name"].as_str().expect("webhook name").to_string();
+        assert!(
+            hook["admissionReviewVersions"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|v| v == "v1")),
+            "{name}: admissionReviewVersions must include v1"
+        );
+        let side_effects = hook["sideEffects"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: sideEffects is required in v1"))
+            .to_string();
+        let timeout = hook["timeoutSeconds"].as_u64().unwrap_or(10);
+        let cc = &hook["clientConfig"];
+        let (host, url) = match cc["url"].as_str() {
+            Some(u) => {
+                let parsed = reqwest::Url::parse(u).expect("clientConfig.url");
+                (parsed.host_str().unwrap_or("").to_string(), u.to_string())
+            }
+            None => {
+                let svc = &cc["service"];
+                let host = format!(
+                    "{}.{}.svc",
+                    svc["name"].as_str().expect("service name"),
+                    svc["namespace"].as_str().expect("service namespace")
+                );
+                let port = svc["port"].as_u64().unwrap_or(443);
+                let path = svc["path"].as_str().unwrap_or("/");
+                let url = format!("https://{host}:{port}{path}");
+                (host, url)
+            }
+        };
+        let url = format!("{url}?timeout={timeout}s");
+        let pem = base64_decode(cc["caBundle"].as_str().expect("caBundle"));
+        let ca = reqwest::Certificate::from_pem(&pem).expect("caBundle holds a PEM certificate");
+        let client = reqwest::Client::builder()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca)
+            // The Service's name resolves to its endpoint; a port in the
+            // URL other than the default 443 is kept.
+            .resolve(&host, endpoint)
+            .timeout(std::time::Duration::from_secs(timeout))
+            .build()
+            .expect("webhook client");
+        let selector = |k: &str| Some(hook[k].clone()).filter(|v| v.is_object());
+        Webhook {
+            rules: hook["rules"].as_array().cloned().unwrap_or_default(),
+            namespace_selector: selector("namespaceSelector"),
+            object_selector: selector("objectSelector"),
+            fail: hook["failurePolicy"].as_str().unwrap_or("Fail") == "Fail",
+            side_effects,
+            url,
+            client,
+            name,
+        }
+    }
+
+    fn matches(&self, a: &Attrs) -> bool {
+        if !self.rules.iter().any(|r| rule_matches(r, a)) {
+            return false;
+        }
+        // A namespaceSelector never filters cluster-scoped objects; the API
+        // server labels every namespace with its own name.
+        if let Some(sel) = self.namespace_selector.as_ref().filter(|_| a.namespaced) {
+            let labels = json!({"kubernetes.io/metadata.name": a.namespace});
+            if !selects(sel, &labels) {
+                return false;
+            }
+        }
+        // The object selector is matched against the new and the old object:
+        // either one selected sends the request.
+        if let Some(sel) = &self.object_selector {
+            let objects: Vec<&Value> = [&a.object, &a.old_object]
+                .into_iter()
+                .filter(|o| !o.is_null())
+                .collect();
+            let empty = json!({});
+            let labels = |o: &Value| o["metadata"].get("labels").cloned().unwrap_or(json!({}));
+            let selected = if objects.is_empty() {
+                selects(sel, &empty)
+            } else {
+                objects.iter().any(|o| selects(sel, &labels(o)))
+            };
+            if !selected {
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn call(&self, review: &Value) -> Result<Value, String> {
+        let r = self
+            .client
+            .post(&self.url)
+            .json(review)
+            .send()
+            .await
+            .map_err(|e| {
+                // The innermost cause, as Go's net/http prints it.
+                let mut cause: &dyn std::error::Error = &e;
+                while let Some(next) = cause.source() {
+                    cause = next;
+                }
+                format!("failed to call webhook: Post {:?}: {cause}", self.url)
+            })?;
+        let code = r.status();
+        if !code.is_success() {
+            let text = r.text().await.unwrap_or_default();
+            return Err(format!(
+                "failed to call webhook: the server responded with {code}: {text}"
+            ));
+        }
+        let v: Value = r
+            .json()
+            .await
+            .map_err(|e| format!("received invalid webhook response: {e}"))?;
+        if v["apiVersion"] != "admission.k8s.io/v1" || v["kind"] != "AdmissionReview" {
+            return Err(format!(
+                "received invalid webhook response: expected admission.k8s.io/v1 AdmissionReview, got {}/{}",
+                v["apiVersion"], v["kind"]
+            ));
+        }
+        if v["response"]["uid"] != review["request"]["uid"] {
+            return Err(format!(
+                "received invalid webhook response: expected response.uid={}, got {}",
+                review["request"]["uid"], v["response"]["uid"]
+            ));
+        }
+        Ok(v["response"].clone())
+    }
+}
+
+/// One rule of a webhook (`RuleWithOperations`): operations, apiGroups,
+/// apiVersions, resources (`res`, `res/sub`, `*`, `*/sub`, `*/*`), scope.
+fn rule_matches(rule: &Value, a: &Attrs) -> bool {
+    let has = |field: &str, v: &str| {
+        rule[field]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|x| x == "*" || x == v))
+    };
+    let resource = rule["resources"].as_array().is_some_and(|l| {
+        l.iter().filter_map(Value::as_str).any(|r| {
+            if r == "*/*" {
+                return true;
+            }
+            let (res, sub) = match r.split_once('/') {
+                Some((res, sub)) => (res, Some(sub)),
+                None => (r, None),
+            };
+            let res_ok = res == "*" || res == a.resource;
+            match (sub, a.sub.as_deref()) {
+                (None, None) => res_ok,
+                (Some(s), Some(asub)) => res_ok && (s == "*" || s == asub),
+                _ => false,
+            }
+        })
+    });
+    let scope = match rule["scope"].as_str().unwrap_or("*") {
+        "Cluster" => !a.namespaced,
+        "Namespaced" => a.namespaced,
+        _ => true,
+    };
+    has("operations", a.operation)
+        && has("apiGroups", &a.group)
+        && has("apiVersions", &a.version)
+        && resource
+        && scope
+}
+
+/// A LabelSelector (matchLabels, matchExpressions) applied to labels.
+fn selects(sel: &Value, labels: &Value) -> bool {
+    let get = |k: &str| labels.get(k).and_then(Value::as_str);
+    let by_labels = sel["matchLabels"]
+        .as_object()
+        .is_none_or(|m| m.iter().all(|(k, v)| get(k) == v.as_str()));
+    let by_expr = sel["matchExpressions"].as_array().is_none_or(|l| {
+        l.iter().all(|e| {
+            let key = e["key"].as_str().unwrap_or("");
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            match e["operator"].as_str().unwrap_or("") {
+                "In" => get(key).is_some_and(|v| values.contains(&v)),
+                "NotIn" => get(key).is_none_or(|v| !values.contains(&v)),
+                "Exists" => get(key).is_some(),
+                "DoesNotExist" => get(key).is_none(),
+                op => panic!("unknown selector operator {op}"),
+            }
+        })
+    });
+    by_labels && by_expr
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
+    {
+        let v = B64
+            .iter()
+            .position(|b| *b == c)
+            .expect("caBundle is base64") as u32;
+        acc = acc << 6 | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    out
 }

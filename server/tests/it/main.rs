@@ -1,5 +1,6 @@
 //! Integration tests: one binary, real server processes, real databases.
 
+mod admission;
 mod api;
 mod cluster;
 mod common;

@@ -1,6 +1,7 @@
-//! The seeds' stories, replayed through the webhook (HTTPS
-//! AdmissionReviews) and the controller (watching the in-memory API
-//! server), in cluster mode.
+//! The seeds' stories in cluster mode: quotas made through bizrq's JSON
+//! API, workloads created as kubectl creates them — both through the
+//! emulated API server, which sends them to bizrq's webhooks as the shipped
+//! configuration says — and the controller watching what was stored.
 //!
 //! Seed 000: model-qualified keys (`limits.cpu` 10 with `limits.cpu.A4` 4),
 //! the tree rules, and cash (CPU-core-hours) running out.
@@ -11,29 +12,9 @@
 //! the grace period.
 
 use crate::cluster::{pod, used, Cluster, HOUR, T0};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{json, Value};
 use std::time::Duration;
-
-/// An AdmissionReview for `obj` as the API server would send it.
-fn review_of(obj: &Value, operation: &str, uid: &str) -> Value {
-    let api_version = obj["apiVersion"].as_str().unwrap();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let kind = obj["kind"].as_str().unwrap();
-    let resource = match kind {
-        "Deployment" => "deployments",
-        "Job" => "jobs",
-        "BizGroupResourceQuota" => "bizgroupresourcequotas",
-        other => panic!("no resource for {other}"),
-    };
-    let gvk = json!({"group": group, "version": version, "kind": kind});
-    let gvr = json!({"group": group, "version": version, "resource": resource});
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": uid, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-        "name": obj["metadata"]["name"], "namespace": obj["metadata"]["namespace"],
-        "operation": operation, "userInfo": {"username": "alice"},
-        "object": obj, "oldObject": null, "dryRun": false,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}})
-}
 
 fn quota(name: &str, parent: &str, hard: Value, max: Option<Value>) -> Value {
     let mut spec = json!({"parent": parent, "hard": hard});
@@ -70,20 +51,33 @@ fn job(ns: &str, name: &str, quota: &str, parallelism: i64, cpu: &str) -> Value 
                 "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}})
 }
 
-async fn admit(c: &Cluster, obj: &Value, uid: &str) -> Value {
-    c.server
-        .review(
-            &format!(
-                "/validate/{}",
-                if obj["kind"] == "BizGroupResourceQuota" {
-                    "quotas"
-                } else {
-                    "workloads"
-                }
-            ),
-            &review_of(obj, "CREATE", uid),
-        )
-        .await
+/// Create `obj` as `kubectl create` does. Returns what kubectl saw:
+/// `{"allowed": true}`, or the API server's refusal as
+/// `{"allowed": false, "status": {"code", "reason", "message"}}`.
+async fn admit(c: &Cluster, obj: &Value) -> Value {
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = obj["kind"].as_str().unwrap();
+    let plural = match kind {
+        "Deployment" => "deployments",
+        "Job" => "jobs",
+        "BizGroupResourceQuota" => "bizgroupresourcequotas",
+        other => panic!("no resource for {other}"),
+    };
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let client = c.kubectl("alice");
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client, ns, &ar),
+        None => Api::all_with(client, &ar),
+    };
+    let o: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    match api.create(&PostParams::default(), &o).await {
+        Ok(_) => json!({"allowed": true}),
+        Err(kube::Error::Api(st)) => json!({"allowed": false,
+            "status": {"code": st.code, "reason": st.reason, "message": st.message}}),
+        Err(e) => panic!("kubectl create {kind}: {e}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,12 +91,7 @@ async fn seed_000_model_keys_tree_rules_and_cash() {
     )
     .await;
     // A child must carry every key of its parent.
-    let r = admit(
-        &c,
-        &quota("ai", "vivo", json!({"limits.cpu": "10"}), None),
-        "q-1",
-    )
-    .await;
+    let r = admit(&c, &quota("ai", "vivo", json!({"limits.cpu": "10"}), None)).await;
     assert_eq!(r["allowed"], false);
     assert!(
         r["status"]["message"]
@@ -127,7 +116,7 @@ async fn seed_000_model_keys_tree_rules_and_cash() {
         "2",
         json!({"biz.group.resource.quota/cpu-type": "A4"}),
     );
-    assert_eq!(admit(&c, &a4, "w-1").await["allowed"], true);
+    assert_eq!(admit(&c, &a4).await["allowed"], true);
     let q = c
         .until("ai", "A4 charged", |q| used(q, "limits.cpu.A4") == "4")
         .await;
@@ -141,11 +130,11 @@ async fn seed_000_model_keys_tree_rules_and_cash() {
         "1",
         json!({"biz.group.resource.quota/cpu-type": "A4"}),
     );
-    let r = admit(&c, &more, "w-2").await;
+    let r = admit(&c, &more).await;
     assert_eq!(r["allowed"], false);
     assert_eq!(
         r["status"]["message"],
-        "bizrq ai: limits.cpu.A4 asks 1, 0 left of 4"
+        "admission webhook \"workloads.bizrq.io\" denied the request: bizrq ai: limits.cpu.A4 asks 1, 0 left of 4"
     );
     // … yet 6 cores of another model fit.
     let other = deployment(
@@ -156,8 +145,17 @@ async fn seed_000_model_keys_tree_rules_and_cash() {
         "2",
         json!({"biz.group.resource.quota/cpu-type": "X86"}),
     );
-    assert_eq!(admit(&c, &other, "w-3").await["allowed"], true);
+    assert_eq!(admit(&c, &other).await["allowed"], true);
     c.until("ai", "10 cores", |q| used(q, "limits.cpu") == "10")
+        .await;
+    // The X86 work is done: kubectl deletes it, the webhook releases it.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(c.kubectl("alice"), "ai");
+    deployments
+        .delete("x86", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ai", "X86 released", |q| used(q, "limits.cpu") == "4")
         .await;
 
     // Cash: 100 core-hours. The A4 Deployment's two pods (2 cores each)
@@ -194,17 +192,19 @@ async fn seed_000_model_keys_tree_rules_and_cash() {
     assert_eq!(q["status"]["hard"]["cash/limits.cpu"], "100");
     // New work that needs CPU is denied; running work is not touched.
     let late = deployment("ai", "late", "ai", 0, "1", json!({}));
-    let r = admit(&c, &late, "w-4").await;
+    let r = admit(&c, &late).await;
     assert_eq!(
         r["allowed"], true,
         "a workload asking nothing is not stopped by cash: {r}"
     );
     let scaled = deployment("ai", "late2", "ai", 1, "100m", json!({}));
-    let r = admit(&c, &scaled, "w-5").await;
+    let r = admit(&c, &scaled).await;
     assert_eq!(r["allowed"], false);
     let msg = r["status"]["message"].as_str().unwrap();
     assert!(
-        msg.starts_with("bizrq ai: cash/limits.cpu is exhausted"),
+        msg.starts_with(
+            "admission webhook \"workloads.bizrq.io\" denied the request: bizrq ai: cash/limits.cpu is exhausted"
+        ),
         "{msg}"
     );
     assert!(
@@ -256,8 +256,8 @@ async fn seed_001_borrowing_and_ordered_reclaim() {
     // 1. A's Job (2 × 2 cores) and B's Job-1 (1 × 3) fit their guarantees.
     let job_a = job("ns-a", "job", "user-a", 2, "2");
     let job1 = job("ns-b", "job-1", "user-b", 1, "3");
-    assert_eq!(admit(&c, &job_a, "a-1").await["allowed"], true);
-    assert_eq!(admit(&c, &job1, "b-1").await["allowed"], true);
+    assert_eq!(admit(&c, &job_a).await["allowed"], true);
+    assert_eq!(admit(&c, &job1).await["allowed"], true);
     // 2. A's NoteBook (2 × 2): 8 > 6, borrowed from B's idle guarantee.
     let notebook = deployment(
         "ns-a",
@@ -267,7 +267,7 @@ async fn seed_001_borrowing_and_ordered_reclaim() {
         "2",
         json!({"bizrq.io/online": "true"}),
     );
-    let r = admit(&c, &notebook, "a-2").await;
+    let r = admit(&c, &notebook).await;
     assert_eq!(r["allowed"], true, "{r}");
     let a = c
         .until("user-a", "borrowing", |q| used(q, "requests.cpu") == "8")
@@ -279,12 +279,7 @@ async fn seed_001_borrowing_and_ordered_reclaim() {
         "{pool}"
     );
     // Beyond max is refused, saying so.
-    let r = admit(
-        &c,
-        &deployment("ns-a", "more", "user-a", 3, "1", json!({})),
-        "a-3",
-    )
-    .await;
+    let r = admit(&c, &deployment("ns-a", "more", "user-a", 3, "1", json!({}))).await;
     assert_eq!(r["allowed"], false);
     assert!(
         r["status"]["message"].as_str().unwrap().contains("max 10"),
@@ -292,7 +287,7 @@ async fn seed_001_borrowing_and_ordered_reclaim() {
     );
     // 3. B's Job-2 (1 × 5) is within B's own guarantee: always admitted.
     let job2 = job("ns-b", "job-2", "user-b", 1, "5");
-    assert_eq!(admit(&c, &job2, "b-2").await["allowed"], true);
+    assert_eq!(admit(&c, &job2).await["allowed"], true);
     c.until("user-b", "job-2 charged", |q| {
         used(q, "requests.cpu") == "8"
     })
@@ -381,13 +376,24 @@ async fn seed_001_borrowing_and_ordered_reclaim() {
         .requests()
         .iter()
         .any(|r| r.starts_with("PATCH /apis/batch/v1/namespaces/ns-a/jobs/job")));
-    let events = c.fake.list("events.k8s.io", "events");
+    // Events are published in the background, after the write they tell of.
+    let told = |reason: &str| {
+        c.fake
+            .list("events.k8s.io", "events")
+            .iter()
+            .any(|e| e["reason"] == reason && e["regarding"]["name"] == "job")
+    };
     for reason in ["ReclaimPending", "Reclaimed"] {
+        for _ in 0..100 {
+            if told(reason) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         assert!(
-            events
-                .iter()
-                .any(|e| e["reason"] == reason && e["regarding"]["name"] == "job"),
-            "{reason}: {events:#?}"
+            told(reason),
+            "{reason}: {:#?}",
+            c.fake.list("events.k8s.io", "events")
         );
     }
 }
