@@ -10,5 +10,6 @@ mod mail;
 mod portal;
 mod resync;
 mod scenario;
+mod security_portal;
 mod transfers;
 mod webhook;
