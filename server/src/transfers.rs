@@ -331,6 +331,13 @@ impl TransferService {
         note: &str,
         now_ms: i64,
     ) -> Result<Transfer, ServiceError> {
+        // The note is mailed with the rejection, like a request's reason.
+        let length = note.chars().count();
+        if length > MAX_REASON_CHARS {
+            return Err(ServiceError::BadRequest(format!(
+                "a rejection's note has at most {MAX_REASON_CHARS} characters, not {length}"
+            )));
+        }
         if !self
             .exec
             .store

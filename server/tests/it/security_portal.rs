@@ -623,6 +623,18 @@ async fn transfer_requests_are_capped(s: &Server) {
         .as_str()
         .unwrap()
         .contains("20 transfer requests waiting"));
+    let (st, v) = s
+        .api(
+            Method::POST,
+            &format!("/api/v1/transfers/{}/reject", ids[0]),
+            Some(json!({ "note": "n".repeat(2001) })),
+        )
+        .await;
+    assert_eq!(
+        st,
+        StatusCode::BAD_REQUEST,
+        "a rejection's note is bounded too: {v}"
+    );
     // Decided ones no longer count as open, but still count for the hour.
     for id in &ids[..15] {
         let (st, v) = s
