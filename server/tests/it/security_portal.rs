@@ -157,8 +157,10 @@ async fn a_login_flood_neither_exhausts_memory_nor_stalls_admissions() {
         peak / 1024
     );
     assert_eq!(admitted, n, "every admission answered and allowed");
+    // Well below the API server's 10 s webhook timeout, with slack for a
+    // machine shared with builds (unloaded: a few hundred ms).
     assert!(
-        slowest < Duration::from_secs(2),
+        slowest < Duration::from_secs(3),
         "admissions kept answering: slowest {slowest:?}"
     );
     assert!(busy > 0, "the overflow is refused, not queued");
