@@ -551,7 +551,7 @@ async fn login_inner(
     // Cheap checks first: the address's bucket, then the lengths, before
     // anything is stored or hashed.
     if let Err(secs) = app.portal.attempts.attempt(&client, now) {
-        tracing::warn!(client = %client, "login refused: too many attempts from this address");
+        tracing::debug!(client = %client, "login refused: too many attempts from this address");
         return again(
             StatusCode::TOO_MANY_REQUESTS,
             Flash::Error(format!(
