@@ -239,3 +239,23 @@ pub fn render_tokens_page(
         }
     })
 }
+
+/// The form to change one's own password.
+#[cfg(feature = "ssr")]
+pub fn render_password_page(viewer: Viewer, flash: Option<Flash>) -> String {
+    let csrf = viewer.csrf.clone();
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title="Change password".into() section=Section::None flash=flash>
+                <form class="card narrow" method="post" action="/account/password">
+                    <CsrfField csrf=csrf/>
+                    <label>"Current password"<input name="current" type="password" autocomplete="current-password" required/></label>
+                    <label>"New password"<input name="new" type="password" autocomplete="new-password" required minlength="12"/></label>
+                    <label>"New password again"<input name="confirm" type="password" autocomplete="new-password" required minlength="12"/></label>
+                    <button type="submit">"Change password"</button>
+                </form>
+                <p class="hint">"A new password ends your other sessions and revokes your API tokens (anyone who knew the old password may have made them); this session goes on."</p>
+            </Layout>
+        }
+    })
+}

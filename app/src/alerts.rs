@@ -248,6 +248,7 @@ pub fn render_account_page(viewer: Viewer, a: AccountAlerts, flash: Option<Flash
                     )}</p>
                     <button type="submit">"Save"</button>
                 </form>
+                <p><a href="/account/password">"Change your password"</a></p>
             </Layout>
         }
     })

@@ -130,6 +130,26 @@ pub fn Layout(
 }
 
 /// Renders a whole HTML document (with its doctype) from a view.
+/// Text escaped for HTML (`&`, `<`, `>`, quotes). Leptos 0.8's SSR
+/// renderer writes the children of `<textarea>` as they are (tachys marks
+/// it as an element whose children are not escaped), so text put into a
+/// textarea must be escaped here, or `</textarea><script>` gets through.
+/// The browser decodes the entities back into the textarea's value.
+pub fn escape_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(feature = "ssr")]
 pub fn document<V: IntoView + 'static>(f: impl FnOnce() -> V) -> String {
     let owner = Owner::new();

@@ -160,7 +160,7 @@ fn RequestFormView(form: RequestForm, csrf: String) -> impl IntoView {
             <datalist id="transfer-quotas">{destinations}</datalist>
             <datalist id="transfer-keys">{keys}</datalist>
             <div class="amounts">{rows}</div>
-            <label>"Reason (for the approver and the audit log)"<textarea name="reason" rows="2" required>{form.reason}</textarea></label>
+            <label>"Reason (for the approver and the audit log)"<textarea name="reason" rows="2" required maxlength="2000">{crate::layout::escape_text(&form.reason)}</textarea></label>
             <p class="hint">"An admin, or an owner of the lowest common ancestor of both ends, approves. Requests expire after 7 days. A loan cannot carry card-hours."</p>
             <button type="submit">"Request"</button>
         </form>

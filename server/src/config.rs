@@ -69,6 +69,13 @@ pub struct ServeArgs {
     /// A portal session ends after this many minutes without activity.
     #[arg(long, env = "BIZRQ_SESSION_IDLE_MINUTES", default_value_t = 480)]
     pub session_idle_minutes: u64,
+    /// Threads hashing and checking portal passwords (argon2, 19 MiB each);
+    /// logins beyond them and a short queue are answered 503.
+    #[arg(long, env = "BIZRQ_PASSWORD_HASH_THREADS", default_value_t = 2)]
+    pub password_hash_threads: usize,
+    /// Login and password-change attempts per client address and minute.
+    #[arg(long, env = "BIZRQ_LOGIN_ATTEMPTS_PER_MINUTE", default_value_t = 30)]
+    pub login_attempts_per_minute: u32,
     /// PEM certificate for the webhook; self-signed when absent.
     #[arg(long, env = "BIZRQ_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -227,6 +234,8 @@ impl ServeArgs {
             trust_forwarded_for: self.trust_forwarded_for,
             session_idle: std::time::Duration::from_secs(self.session_idle_minutes.max(1) * 60),
             digest_hour: self.digest_hour,
+            password_hash_threads: self.password_hash_threads,
+            login_attempts_per_minute: self.login_attempts_per_minute,
         }
     }
 

@@ -45,6 +45,12 @@ pub enum ApiError {
     /// Authenticated, but not allowed (see `portal::authz`).
     #[error("{0}")]
     Forbidden(String),
+    /// The body is over the limit (413).
+    #[error("{0}")]
+    TooLarge(String),
+    /// Too many requests (429); retry after so many seconds.
+    #[error("{0}")]
+    TooMany(String, u64),
 }
 
 impl ApiError {
@@ -53,6 +59,8 @@ impl ApiError {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
+            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
+            ApiError::TooMany(..) => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
             ApiError::Service(e) => match e {
                 ServiceError::Denied(_) => (StatusCode::FORBIDDEN, "QuotaExceeded"),
                 ServiceError::Tree(_) => (StatusCode::UNPROCESSABLE_ENTITY, "TreeRule"),
@@ -78,6 +86,10 @@ impl IntoResponse for ApiError {
         };
         let body = serde_json::json!({ "error": { "status": status.as_u16(), "reason": reason, "message": message } });
         let mut resp = (status, axum::Json(body)).into_response();
+        if let ApiError::TooMany(_, secs) = &self {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+        }
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -115,6 +127,8 @@ pub fn http_router(app: AppState) -> Router {
         .layer(app.portal.session_layer())
         .layer(middleware::from_fn(portal::auth::secure_cookie_behind_tls))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
+        .layer(middleware::from_fn(portal::edge::reject_control_chars))
+        .layer(middleware::from_fn(portal::edge::security_headers))
         .with_state(app)
 }
 

@@ -116,6 +116,8 @@ pub const LEASE_MS: i64 = 30_000;
 pub const DEFAULT_TTL_MS: i64 = 7 * 24 * 3_600_000;
 /// Who approves the return of a loan.
 pub const SYSTEM_ACTOR: &str = "bizrq";
+/// The longest reason a transfer request may give.
+pub const MAX_REASON_CHARS: usize = 2_000;
 /// Attempts to take the holds before waiting for the sweep.
 const HOLD_ATTEMPTS: u32 = 6;
 
@@ -219,7 +221,9 @@ impl TransferService {
 
     /// Ask to move `req.amounts` from `req.from` (or the parent) to `req.to`.
     /// Checked against the tree as it is now, so a request that could not be
-    /// approved is refused at once, with the key and the amount.
+    /// approved is refused at once, with the key and the amount. The reason
+    /// is mailed to owners and admins, so it is bounded
+    /// ([`MAX_REASON_CHARS`]).
     pub async fn request(
         &self,
         req: TransferRequest,
@@ -236,6 +240,12 @@ impl TransferService {
             return Err(ServiceError::BadRequest(
                 "a transfer needs a reason, for the approver and the audit log".into(),
             ));
+        }
+        let length = req.reason.trim().chars().count();
+        if length > MAX_REASON_CHARS {
+            return Err(ServiceError::BadRequest(format!(
+                "a transfer's reason has at most {MAX_REASON_CHARS} characters, not {length}"
+            )));
         }
         if ttl_ms <= 0 {
             return Err(ServiceError::BadRequest(format!(
@@ -321,6 +331,13 @@ impl TransferService {
         note: &str,
         now_ms: i64,
     ) -> Result<Transfer, ServiceError> {
+        // The note is mailed with the rejection, like a request's reason.
+        let length = note.chars().count();
+        if length > MAX_REASON_CHARS {
+            return Err(ServiceError::BadRequest(format!(
+                "a rejection's note has at most {MAX_REASON_CHARS} characters, not {length}"
+            )));
+        }
         if !self
             .exec
             .store

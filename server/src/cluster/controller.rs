@@ -68,6 +68,10 @@ pub trait History: Send + Sync + 'static {
     ) -> Result<usize, StoreError>;
     /// Downsampling and retention of old samples.
     async fn compact_samples(&self, now_ms: i64) -> Result<(), StoreError>;
+    /// A quota was deleted: its role bindings and alert rules go with it.
+    async fn forget_quota(&self, _name: &str, _now_ms: i64) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -136,6 +140,10 @@ impl History for crate::store::sql::SqlStore {
     async fn compact_samples(&self, now_ms: i64) -> Result<(), StoreError> {
         let stats = crate::store::sql::SqlStore::compact_samples(self, now_ms).await?;
         tracing::debug!(?stats, "usage samples compacted");
+        Ok(())
+    }
+    async fn forget_quota(&self, name: &str, now_ms: i64) -> Result<(), StoreError> {
+        crate::store::sql::SqlStore::forget_quota(self, name, now_ms).await?;
         Ok(())
     }
 }
@@ -465,6 +473,12 @@ impl Controller {
                     self.enqueue(touched);
                 }
                 Ok(Event::Delete(q)) => {
+                    if let Some(h) = &self.history {
+                        let name = q.name_any();
+                        if let Err(e) = h.forget_quota(&name, self.service.now()).await {
+                            tracing::warn!(quota = %name, error = %e, "could not remove the roles and alert rules of a deleted quota");
+                        }
+                    }
                     if !q.spec.parent.is_empty() {
                         self.enqueue(BTreeSet::from([q.spec.parent.clone()]));
                     }

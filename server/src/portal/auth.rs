@@ -9,6 +9,7 @@
 //!   303 redirect to `/login` when nobody is logged in.
 
 use super::authz::{Credential, Principal};
+use super::limits::{BUSY_RETRY_SECS, MAX_PASSWORD_BYTES};
 use crate::http::{ApiError, AppState, API_BODY_LIMIT};
 use crate::store::accounts::User;
 use crate::store::sessions::USER_ID_KEY;
@@ -23,7 +24,6 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
 use serde::Deserialize;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 use tower_sessions::Session;
 
 /// The session cookie's name.
@@ -46,25 +46,11 @@ pub const LOGIN_WINDOW_MS: i64 = 15 * 60_000;
 /// account, so a login attempt reveals nothing.
 pub const LOGIN_FAILED: &str = "Wrong username or password.";
 
-/// Argon2id hash (PHC string) of a password, off the async threads.
+/// Argon2id hash (PHC string) of a password, off the async threads. For
+/// start-up only (bootstrap admin, demo); requests use the bounded
+/// [`super::limits::PasswordHasher`] of the portal.
 pub async fn hash_password(password: String) -> anyhow::Result<String> {
     Ok(tokio::task::spawn_blocking(move || password_auth::generate_hash(password)).await?)
-}
-
-/// Checks a password against a hash, or against a fixed dummy hash when
-/// there is no user, so both take the same time.
-async fn verify_password(password: String, hash: Option<String>) -> bool {
-    static DUMMY: OnceLock<String> = OnceLock::new();
-    tokio::task::spawn_blocking(move || {
-        let hash = hash.unwrap_or_else(|| {
-            DUMMY
-                .get_or_init(|| password_auth::generate_hash("bizrq: no such user"))
-                .clone()
-        });
-        password_auth::verify_password(password, &hash).is_ok()
-    })
-    .await
-    .unwrap_or(false)
 }
 
 /// A new random token: CSRF tokens and personal API tokens.
@@ -438,12 +424,45 @@ pub fn client_addr(parts: &Parts, trust_forwarded_for: bool) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// A `next` that stays on this site: a path, never `//host` or a URL.
-fn safe_next(next: Option<&str>) -> String {
+/// The longest `next` kept after login.
+const MAX_NEXT: usize = 2048;
+
+/// A `next` that stays on this site: a local path starting with a single
+/// `/`, with no `//`, no backslash and no control character or whitespace,
+/// also once percent-decoded (browsers drop tabs and newlines from a
+/// `Location`, so `/\t/evil.example` would be `//evil.example`), and
+/// bounded in length. Anything else goes to `/`.
+pub fn safe_next(next: Option<&str>) -> String {
+    let local = |p: &str| {
+        p.starts_with('/')
+            && !p.contains("//")
+            && !p.contains('\\')
+            && !p.chars().any(|c| c.is_control() || c.is_whitespace())
+    };
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.into(),
+        Some(n) if n.len() <= MAX_NEXT && local(n) && local(&percent_decode(n)) => n.into(),
         _ => "/".into(),
     }
+}
+
+/// `%XX` sequences decoded (invalid ones kept), as a browser may.
+pub fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[derive(Deserialize, Default)]
@@ -506,8 +525,10 @@ async fn login_inner(
     let next = safe_next(f.next.as_deref());
     let client = client_addr(parts, app.portal.config.trust_forwarded_for);
     let now = crate::util::now_ms();
-    let again = |status: StatusCode, flash: Flash| {
-        let (username, next) = (username.clone(), next.clone());
+    // A username no account can have is not echoed back whole.
+    let shown: String = username.chars().take(64).collect();
+    let again = |status: StatusCode, flash: Flash, retry_after: Option<u64>| {
+        let (username, next) = (shown.clone(), next.clone());
         async move {
             let csrf = csrf_token(session).await?;
             let mut r = (
@@ -520,15 +541,45 @@ async fn login_inner(
                 )),
             )
                 .into_response();
-            if status == StatusCode::TOO_MANY_REQUESTS {
-                r.headers_mut().insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(LOGIN_WINDOW_MS / 1000),
-                );
+            if let Some(secs) = retry_after {
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
             Ok::<_, StoreError>(r)
         }
     };
+    // Cheap checks first: the address's bucket, then the lengths, before
+    // anything is stored or hashed.
+    if let Err(secs) = app.portal.attempts.attempt(&client, now) {
+        tracing::debug!(client = %client, "login refused: too many attempts from this address");
+        return again(
+            StatusCode::TOO_MANY_REQUESTS,
+            Flash::Error(format!(
+                "Too many login attempts from your address. Try again in {secs} seconds."
+            )),
+            Some(secs),
+        )
+        .await;
+    }
+    if f.password.len() > MAX_PASSWORD_BYTES {
+        return again(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Flash::Error(format!(
+                "A password has at most {MAX_PASSWORD_BYTES} bytes."
+            )),
+            None,
+        )
+        .await;
+    }
+    if !super::pages::valid_username(&username) {
+        // No account has such a name: nothing to record or check.
+        return again(
+            StatusCode::UNAUTHORIZED,
+            Flash::Error(LOGIN_FAILED.into()),
+            None,
+        )
+        .await;
+    }
     sql.add_login_failure(&username, &client, now).await?;
     let recent = sql
         .login_failures(&username, &client, now - LOGIN_WINDOW_MS)
@@ -544,14 +595,37 @@ async fn login_inner(
                 minutes.max(1),
                 if minutes > 1 { "s" } else { "" }
             )),
+            Some((LOGIN_WINDOW_MS / 1000) as u64),
         )
         .await;
     }
     let user = sql.user_by_name(&username).await?;
-    let ok = verify_password(f.password, user.as_ref().map(|u| u.password_hash.clone())).await;
+    let ok = match app
+        .portal
+        .hasher
+        .verify(f.password, user.as_ref().map(|u| u.password_hash.clone()))
+        .await
+    {
+        Ok(ok) => ok,
+        Err(busy) => {
+            // Not the user's fault: this attempt does not count.
+            sql.clear_login_failure(&username, &client, now).await?;
+            return again(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Flash::Error(format!("{busy}.")),
+                Some(BUSY_RETRY_SECS),
+            )
+            .await;
+        }
+    };
     let user = user.filter(|u| ok && !u.disabled);
     let Some(user) = user else {
-        return again(StatusCode::UNAUTHORIZED, Flash::Error(LOGIN_FAILED.into())).await;
+        return again(
+            StatusCode::UNAUTHORIZED,
+            Flash::Error(LOGIN_FAILED.into()),
+            None,
+        )
+        .await;
     };
     sql.clear_login_failures(&username, &client).await?;
     // A new session id at login (no fixation) and a new CSRF token.

@@ -215,6 +215,14 @@ pub fn can_grant(p: &Principal, quota: &str, role: Role, tree: &Tree) -> bool {
     }
 }
 
+/// May `p` set `user`'s role on `quota` to `new` when it holds `held`
+/// there now? Both the role given and the one replaced must be `p`'s to
+/// grant: an owner of X cannot turn a co-owner of X into a member (that
+/// takes an admin or an owner of an ancestor of X).
+pub fn can_replace(p: &Principal, quota: &str, held: Option<Role>, new: Role, tree: &Tree) -> bool {
+    can_grant(p, quota, new, tree) && held.is_none_or(|old| can_grant(p, quota, old, tree))
+}
+
 /// May `p` see a transfer from `from` (None: from `to`'s parent) to `to`?
 /// Those who see either end do (the parent's viewers see `to` too).
 pub fn can_view_transfer(p: &Principal, from: Option<&str>, to: &str, tree: &Tree) -> bool {
@@ -303,6 +311,24 @@ mod tests {
 
     fn allowed(f: impl Fn(&str) -> bool) -> Vec<&'static str> {
         ALL.into_iter().filter(|q| f(q)).collect()
+    }
+
+    #[test]
+    fn an_owner_replaces_only_roles_it_could_grant() {
+        let t = tree();
+        let nlp_owner = user(&[("nlp", Role::Owner)]);
+        let ai_owner = user(&[("ai", Role::Owner)]);
+        use Role::*;
+        assert!(can_replace(&nlp_owner, "nlp", None, Member, &t));
+        assert!(can_replace(&nlp_owner, "nlp-a", Some(Member), Owner, &t));
+        assert!(can_replace(&nlp_owner, "nlp-a", Some(Owner), Member, &t));
+        assert!(
+            !can_replace(&nlp_owner, "nlp", Some(Owner), Member, &t),
+            "no demoting a co-owner"
+        );
+        assert!(!can_replace(&nlp_owner, "nlp", Some(Member), Owner, &t));
+        assert!(can_replace(&ai_owner, "nlp", Some(Owner), Member, &t));
+        assert!(can_replace(&admin(), "ai", Some(Owner), Member, &t));
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub mod alerts;
 pub mod audit;
 pub mod auth;
 pub mod authz;
+pub mod edge;
+pub mod limits;
 pub mod pages;
 pub mod quotas;
 pub mod transfers;
@@ -51,6 +53,10 @@ pub struct PortalConfig {
     pub session_idle: Duration,
     /// When daily alert digests go out (hour, UTC), as the account page says.
     pub digest_hour: u8,
+    /// Threads hashing and checking passwords (argon2: 19 MiB each).
+    pub password_hash_threads: usize,
+    /// Login and password-change attempts per client address and minute.
+    pub login_attempts_per_minute: u32,
 }
 
 impl Default for PortalConfig {
@@ -60,6 +66,8 @@ impl Default for PortalConfig {
             trust_forwarded_for: false,
             session_idle: Duration::from_secs(8 * 3600),
             digest_hour: 8,
+            password_hash_threads: 2,
+            login_attempts_per_minute: 30,
         }
     }
 }
@@ -67,11 +75,24 @@ impl Default for PortalConfig {
 pub struct Portal {
     pub sql: Arc<SqlStore>,
     pub config: PortalConfig,
+    /// Every password hash and check of the portal goes through this.
+    pub hasher: limits::PasswordHasher,
+    /// Logins and password changes per client address, before hashing.
+    pub attempts: limits::AddressLimiter,
+    /// Transfer requests are admitted one at a time, so the per-user caps
+    /// cannot be passed by sending many at once.
+    pub transfer_gate: tokio::sync::Mutex<()>,
 }
 
 impl Portal {
     pub fn new(sql: Arc<SqlStore>, config: PortalConfig) -> Portal {
-        Portal { sql, config }
+        Portal {
+            hasher: limits::PasswordHasher::new(config.password_hash_threads),
+            attempts: limits::AddressLimiter::new(config.login_attempts_per_minute),
+            transfer_gate: tokio::sync::Mutex::new(()),
+            sql,
+            config,
+        }
     }
 
     /// tower-sessions over our SQL store: an HttpOnly, SameSite=Strict
@@ -125,6 +146,10 @@ pub fn router() -> Router<AppState> {
         .route(
             "/account",
             get(alerts::account_page).post(alerts::save_account),
+        )
+        .route(
+            "/account/password",
+            get(pages::password_page).post(pages::change_password),
         )
         .route("/audit", get(audit::page))
         .route("/audit.csv", get(audit::csv))
@@ -210,8 +235,20 @@ pub enum PageError {
     NotFound(String),
     #[error("{0}")]
     Invalid(String),
+    /// 429: too many attempts; retry after so many seconds.
+    #[error("{0}")]
+    TooMany(String, u64),
+    /// 503: busy (password hashing); retry after so many seconds.
+    #[error("{0}")]
+    Busy(String, u64),
     #[error("{0}")]
     Internal(String),
+}
+
+impl From<limits::Busy> for PageError {
+    fn from(e: limits::Busy) -> Self {
+        PageError::Busy(e.to_string(), limits::BUSY_RETRY_SECS)
+    }
 }
 
 impl From<StoreError> for PageError {
@@ -237,6 +274,8 @@ impl IntoResponse for PageError {
             PageError::Forbidden(m) => (StatusCode::FORBIDDEN, m.clone()),
             PageError::NotFound(m) => (StatusCode::NOT_FOUND, m.clone()),
             PageError::Invalid(m) => (StatusCode::UNPROCESSABLE_ENTITY, m.clone()),
+            PageError::TooMany(m, _) => (StatusCode::TOO_MANY_REQUESTS, m.clone()),
+            PageError::Busy(m, _) => (StatusCode::SERVICE_UNAVAILABLE, m.clone()),
             PageError::Internal(m) => {
                 tracing::error!(error = %m, "portal internal error");
                 (
@@ -245,6 +284,11 @@ impl IntoResponse for PageError {
                 )
             }
         };
-        (status, Html(pages::error_page(status, message))).into_response()
+        let mut resp = (status, Html(pages::error_page(status, message))).into_response();
+        if let PageError::TooMany(_, secs) | PageError::Busy(_, secs) = &self {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, (*secs).into());
+        }
+        resp
     }
 }

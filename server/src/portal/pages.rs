@@ -4,8 +4,9 @@
 //! success (303), or the page again with the error (422), 403 or 404.
 
 use super::audit::{action, user_json, user_target};
-use super::auth::{hash_password, random_token, Viewer};
+use super::auth::{client_addr, random_token, Viewer};
 use super::authz::{Principal, Role};
+use super::limits::MAX_PASSWORD_BYTES;
 use super::PageError;
 use crate::http::AppState;
 use crate::store::accounts::User;
@@ -38,6 +39,22 @@ pub fn error_page(status: StatusCode, message: String) -> String {
             </app::layout::Layout>
         }
     })
+}
+
+/// A new password's length: at least [`MIN_PASSWORD`] characters, at most
+/// [`MAX_PASSWORD_BYTES`] bytes.
+pub fn check_new_password(password: &str) -> Result<(), String> {
+    if password.chars().count() < MIN_PASSWORD {
+        return Err(format!(
+            "the password must have at least {MIN_PASSWORD} characters"
+        ));
+    }
+    if password.len() > MAX_PASSWORD_BYTES {
+        return Err(format!(
+            "the password may have at most {MAX_PASSWORD_BYTES} bytes"
+        ));
+    }
+    Ok(())
 }
 
 /// Lower-case letters, digits, '.', '_' and '-', starting with a letter or
@@ -136,18 +153,11 @@ pub async fn create_user(
     if !valid_username(&username) {
         return refused(&app, &viewer, format!("'{username}' is not a valid username: use 1–64 lower-case letters, digits, '.', '_' or '-'")).await;
     }
-    if f.password.chars().count() < MIN_PASSWORD {
-        return refused(
-            &app,
-            &viewer,
-            format!("the password must have at least {MIN_PASSWORD} characters"),
-        )
-        .await;
+    if let Err(m) = check_new_password(&f.password) {
+        return refused(&app, &viewer, m).await;
     }
     let is_admin = f.admin.as_deref() == Some("true");
-    let hash = hash_password(f.password)
-        .await
-        .map_err(|e| PageError::Internal(e.to_string()))?;
+    let hash = app.portal.hasher.hash(f.password).await?;
     let user = match app
         .portal
         .sql
@@ -285,25 +295,22 @@ pub async fn set_password(
 ) -> Result<Response, PageError> {
     viewer.require_admin()?;
     let user = user_named(&app, &name).await?;
-    if f.password.chars().count() < MIN_PASSWORD {
-        return refused(
-            &app,
-            &viewer,
-            format!("the password must have at least {MIN_PASSWORD} characters"),
-        )
-        .await;
+    if let Err(m) = check_new_password(&f.password) {
+        return refused(&app, &viewer, m).await;
     }
-    let hash = hash_password(f.password)
-        .await
-        .map_err(|e| PageError::Internal(e.to_string()))?;
-    app.portal.sql.set_password_hash(user.id, &hash).await?;
+    let hash = app.portal.hasher.hash(f.password).await?;
+    let revoked = app
+        .portal
+        .sql
+        .set_password_hash(user.id, &hash, app.service.now())
+        .await?;
     app.audit(
         &viewer.principal,
         action::USER_PASSWORD,
         &user_target(&name),
         None,
         None,
-        "password set by an admin",
+        &format!("password set by an admin; sessions ended, {revoked} API token(s) revoked"),
     )
     .await;
     if Some(user.id) == viewer.principal.user_id {
@@ -311,6 +318,125 @@ pub async fn set_password(
         return Ok(Redirect::to("/login").into_response());
     }
     done(&viewer, "/users", format!("password of {name} set")).await
+}
+
+/// GET /account/password: the form to change one's own password.
+pub async fn password_page(viewer: Viewer) -> Result<Response, PageError> {
+    if viewer.principal.user_id.is_none() {
+        return Err(PageError::Forbidden(
+            "the admin token has no password".into(),
+        ));
+    }
+    let flash = viewer.take_flash().await;
+    Ok(Html(app::accounts::render_password_page(viewer.page(), flash)).into_response())
+}
+
+#[derive(Deserialize)]
+pub struct ChangePasswordForm {
+    current: String,
+    new: String,
+    confirm: String,
+}
+
+/// POST /account/password: a user changes its own password. Limited like
+/// a login (the address's bucket, then the failure count per username and
+/// address, a wrong current password counting as a failed login); on
+/// success every other session of the user ends, its API tokens are
+/// revoked, and this session continues under a new id.
+pub async fn change_password(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    parts: axum::http::request::Parts,
+    Form(f): Form<ChangePasswordForm>,
+) -> Result<Response, PageError> {
+    let Some(user_id) = viewer.principal.user_id else {
+        return Err(PageError::Forbidden(
+            "the admin token has no password".into(),
+        ));
+    };
+    let sql = &app.portal.sql;
+    let again = |m: String| {
+        let page = app::accounts::render_password_page(viewer.page(), Some(Flash::Error(m)));
+        Ok((StatusCode::UNPROCESSABLE_ENTITY, Html(page)).into_response())
+    };
+    let client = client_addr(&parts, app.portal.config.trust_forwarded_for);
+    let now = crate::util::now_ms();
+    if let Err(secs) = app.portal.attempts.attempt(&client, now) {
+        return Err(PageError::TooMany(
+            format!("Too many password attempts from your address. Try again in {secs} seconds."),
+            secs,
+        ));
+    }
+    if f.current.len() > MAX_PASSWORD_BYTES {
+        return again("the current password is wrong".into());
+    }
+    if let Err(m) = check_new_password(&f.new) {
+        return again(m);
+    }
+    if f.new != f.confirm {
+        return again("the new password and its confirmation differ".into());
+    }
+    let username = viewer.principal.username.clone();
+    sql.add_login_failure(&username, &client, now).await?;
+    let recent = sql
+        .login_failures(&username, &client, now - super::auth::LOGIN_WINDOW_MS)
+        .await?;
+    if recent.len() > super::auth::LOGIN_MAX_FAILURES {
+        return Err(PageError::TooMany(
+            "Too many wrong passwords for this account from your address; try again in 15 minutes."
+                .into(),
+            (super::auth::LOGIN_WINDOW_MS / 1000) as u64,
+        ));
+    }
+    let user = sql
+        .user_by_id(user_id)
+        .await?
+        .ok_or_else(|| PageError::NotFound("your account is gone".into()))?;
+    let verified = app
+        .portal
+        .hasher
+        .verify(f.current, Some(user.password_hash.clone()))
+        .await;
+    match verified {
+        Ok(true) => {}
+        Ok(false) => return again("the current password is wrong".into()),
+        Err(busy) => {
+            sql.clear_login_failure(&username, &client, now).await?;
+            return Err(busy.into());
+        }
+    }
+    sql.clear_login_failures(&username, &client).await?;
+    let hash = app.portal.hasher.hash(f.new).await?;
+    // This session goes on under a new id (created when the response is
+    // written); every stored session of the user ends with the old password.
+    viewer
+        .session
+        .cycle_id()
+        .await
+        .map_err(|e| PageError::Internal(format!("session: {e}")))?;
+    let revoked = sql.set_password_hash(user_id, &hash, now).await?;
+    app.audit(
+        &viewer.principal,
+        action::USER_PASSWORD,
+        &user_target(&username),
+        None,
+        None,
+        &format!(
+            "password changed by the user; other sessions ended, {revoked} API token(s) revoked"
+        ),
+    )
+    .await;
+    let tokens = if revoked > 0 {
+        format!(" and your {revoked} API token(s) revoked")
+    } else {
+        String::new()
+    };
+    done(
+        &viewer,
+        "/account/password",
+        format!("password changed; your other sessions were ended{tokens}"),
+    )
+    .await
 }
 
 #[derive(Deserialize)]
@@ -541,6 +667,38 @@ pub(crate) async fn grant(
     )
     .await;
     Ok(())
+}
+
+/// Like [`grant`], but only if `user`'s role on `quota` is still
+/// `expected` (what the caller was allowed to replace); false if it
+/// changed meanwhile, and then nothing was written.
+pub(crate) async fn grant_replacing(
+    app: &AppState,
+    by: &Principal,
+    user: &User,
+    quota: &str,
+    role: Role,
+    expected: Option<Role>,
+) -> Result<bool, PageError> {
+    let name = &user.username;
+    if !app
+        .portal
+        .sql
+        .set_binding_if(user.id, quota, role, expected, app.service.now())
+        .await?
+    {
+        return Ok(false);
+    }
+    app.audit(
+        by,
+        action::ROLE_ADD,
+        quota,
+        expected.map(|r| json!({"user": name, "quota": quota, "role": r.as_str()})),
+        Some(json!({"user": name, "quota": quota, "role": role.as_str()})),
+        &format!("{name} is {role} of {quota}"),
+    )
+    .await;
+    Ok(true)
 }
 
 /// Take `user`'s `role` on `quota` away, audited.

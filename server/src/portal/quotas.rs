@@ -738,7 +738,27 @@ pub async fn add_member(
     let Some(user) = app.portal.sql.user_by_name(&username).await? else {
         return Err(PageError::Invalid(format!("there is no user {username}")));
     };
-    super::pages::grant(&app, &viewer.principal, &user, &name, role).await?;
+    // The role replaced counts as much as the one given: an owner may not
+    // demote a co-owner it could not have made owner.
+    let held = app
+        .portal
+        .sql
+        .bindings_on(&name)
+        .await?
+        .into_iter()
+        .find(|(u, _)| u.id == user.id)
+        .map(|(_, r)| r);
+    if !authz::can_replace(&viewer.principal, &name, held, role, &tree) {
+        return Err(PageError::Forbidden(format!(
+            "{username} is {} of {name}; only an admin or an owner above {name} may change that",
+            held.map(|r| r.as_str()).unwrap_or("nothing")
+        )));
+    }
+    if !super::pages::grant_replacing(&app, &viewer.principal, &user, &name, role, held).await? {
+        return Err(PageError::Invalid(format!(
+            "{username}'s role on {name} changed meanwhile; look again and retry"
+        )));
+    }
     viewer
         .set_flash(Flash::Ok(format!("{username} is now {role} of {name}")))
         .await;

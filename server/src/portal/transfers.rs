@@ -63,15 +63,25 @@ pub enum TransferOpError {
     NotFound(String),
     #[error("{0}")]
     Forbidden(String),
+    /// A per-user cap on requests (429); retry after so many seconds.
+    #[error("{0}")]
+    TooMany(String, u64),
     #[error(transparent)]
     Service(#[from] ServiceError),
 }
+
+/// Requests a user may have waiting for a decision at once.
+pub const MAX_OPEN_REQUESTS: i64 = 20;
+/// Requests a user may make in an hour.
+pub const MAX_REQUESTS_PER_HOUR: i64 = 30;
+const HOUR_MS: i64 = 3_600_000;
 
 impl From<TransferOpError> for ApiError {
     fn from(e: TransferOpError) -> Self {
         match e {
             TransferOpError::NotFound(m) => ApiError::Service(ServiceError::NotFound(m)),
             TransferOpError::Forbidden(m) => ApiError::Forbidden(m),
+            TransferOpError::TooMany(m, secs) => ApiError::TooMany(m, secs),
             TransferOpError::Service(e) => ApiError::Service(e),
         }
     }
@@ -82,6 +92,7 @@ impl From<TransferOpError> for PageError {
         match e {
             TransferOpError::NotFound(m) => PageError::NotFound(m),
             TransferOpError::Forbidden(m) => PageError::Forbidden(m),
+            TransferOpError::TooMany(m, secs) => PageError::TooMany(m, secs),
             TransferOpError::Service(e) => e.into(),
         }
     }
@@ -180,17 +191,56 @@ async fn request(
 ) -> Result<Transfer, TransferOpError> {
     let scope = Scope::load(app).await?;
     let payer = req.from.as_deref().unwrap_or(&req.to);
-    if !p.is_admin && !authz::can_view(p, payer, &scope.tree) {
-        // As for a quota that does not exist.
-        return Err(TransferOpError::NotFound(format!(
-            "bizrq {payer} not found"
-        )));
+    // Both ends answer as a quota that does not exist unless the requester
+    // sees them: a request can then neither probe which names exist nor
+    // mail the owners of quotas the requester knows nothing of. (The payer
+    // first: a caller that may not give out of it learns nothing more.)
+    let unseen = |end: &str| {
+        (!p.is_admin && !authz::can_view(p, end, &scope.tree))
+            .then(|| TransferOpError::NotFound(format!("bizrq {end} not found")))
+    };
+    if let Some(e) = unseen(payer) {
+        return Err(e);
     }
     if !authz::can_request_transfer(p, req.from.as_deref(), &req.to, &scope.tree) {
         return Err(TransferOpError::Forbidden(match &req.from {
             Some(f) => format!("only an owner of {f} may give quota out of it"),
             None => format!("only an owner of {} may ask its parent for more", req.to),
         }));
+    }
+    if let Some(e) = unseen(&req.to) {
+        return Err(e);
+    }
+    // One request at a time in this process, so the caps below hold.
+    let _gate = app.portal.transfer_gate.lock().await;
+    if !p.is_admin {
+        let now = app.service.now();
+        let (open, recent, first) = app
+            .portal
+            .sql
+            .requests_by(p.actor(), now - HOUR_MS)
+            .await
+            .map_err(ServiceError::from)?;
+        if open >= MAX_OPEN_REQUESTS {
+            return Err(TransferOpError::TooMany(
+                format!(
+                    "you have {open} transfer requests waiting for a decision, the most allowed; \
+                     wait for them to be decided or expire"
+                ),
+                3600,
+            ));
+        }
+        if recent >= MAX_REQUESTS_PER_HOUR {
+            let secs = (first.unwrap_or(now) + HOUR_MS - now).max(1000) / 1000;
+            return Err(TransferOpError::TooMany(
+                format!(
+                    "you made {recent} transfer requests in the last hour, the most allowed; \
+                     try again in {} minutes",
+                    (secs + 59) / 60
+                ),
+                secs as u64,
+            ));
+        }
     }
     let t = app
         .transfers

@@ -167,14 +167,36 @@ impl SqlStore {
         Ok(())
     }
 
-    /// A new password ends the user's other sessions.
-    pub async fn set_password_hash(&self, id: i64, hash: &str) -> Result<(), StoreError> {
+    /// A new password, in one transaction with its consequences: every
+    /// session of the user ends and its live API tokens are revoked (whoever
+    /// knew the old password may have made them). How many tokens were
+    /// revoked.
+    pub async fn set_password_hash(
+        &self,
+        id: i64,
+        hash: &str,
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.write.begin().await?;
         sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
             .bind(hash)
             .bind(id)
-            .execute(&self.write)
+            .execute(&mut *tx)
             .await?;
-        self.delete_sessions_of(id).await
+        sqlx::query("DELETE FROM sessions WHERE user_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let revoked = sqlx::query(
+            "UPDATE api_tokens SET revoked_at_ms = $1 WHERE user_id = $2 AND revoked_at_ms IS NULL",
+        )
+        .bind(now_ms)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(revoked)
     }
 
     pub async fn bindings_of(&self, user_id: i64) -> Result<Vec<Binding>, StoreError> {
@@ -248,6 +270,128 @@ impl SqlStore {
         .execute(&self.write)
         .await?;
         Ok(before)
+    }
+
+    /// Binds a user to a quota with a role only if its role there is still
+    /// `expected` (None: no binding), so a check of the role replaced
+    /// cannot be raced. Whether it was written.
+    pub async fn set_binding_if(
+        &self,
+        user_id: i64,
+        quota: &str,
+        role: Role,
+        expected: Option<Role>,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let done = match expected {
+            None => {
+                sqlx::query(
+                    "INSERT INTO role_bindings (user_id, quota, role, created_at_ms) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (user_id, quota) DO NOTHING",
+                )
+                .bind(user_id)
+                .bind(quota)
+                .bind(role.as_str())
+                .bind(now_ms)
+                .execute(&self.write)
+                .await?
+            }
+            Some(old) => {
+                sqlx::query(
+                    "UPDATE role_bindings SET role = $1 WHERE user_id = $2 AND quota = $3 AND role = $4",
+                )
+                .bind(role.as_str())
+                .bind(user_id)
+                .bind(quota)
+                .bind(old.as_str())
+                .execute(&self.write)
+                .await?
+            }
+        };
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// A quota is gone: its role bindings and alert rules go with it, each
+    /// removal audited (actor `bizrq`), in one transaction, so a later quota
+    /// of the same name starts with none. Standalone, a trigger on `quotas`
+    /// does the same in the deleting transaction (migration 0009); this is
+    /// for cluster mode, where the controller observes the deletion. How
+    /// many bindings and rules were removed.
+    pub async fn forget_quota(&self, quota: &str, now_ms: i64) -> Result<(u64, u64), StoreError> {
+        let mut tx = self.write.begin().await?;
+        let rows = sqlx::query(
+            "SELECT u.username AS username, b.role AS role FROM role_bindings b \
+             JOIN users u ON u.id = b.user_id WHERE b.quota = $1 ORDER BY u.username",
+        )
+        .bind(quota)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut entries = Vec::new();
+        for r in &rows {
+            let (user, role): (String, String) = (r.try_get("username")?, r.try_get("role")?);
+            entries.push(crate::portal::audit::entry(
+                now_ms,
+                "bizrq",
+                crate::portal::audit::action::ROLE_REMOVE,
+                quota,
+                Some(serde_json::json!({"user": user, "quota": quota, "role": role})),
+                None,
+                &format!("{user} is no longer {role} of {quota}: the quota was deleted"),
+            ));
+        }
+        let rules = sqlx::query(
+            "SELECT key, warn_percent, crit_percent, forecast_horizon_hours FROM alert_rules \
+             WHERE quota = $1 ORDER BY key",
+        )
+        .bind(quota)
+        .fetch_all(&mut *tx)
+        .await?;
+        for r in &rules {
+            let key: String = r.try_get("key")?;
+            let before = serde_json::json!({
+                "quota": quota,
+                "key": key,
+                "warn_percent": r.try_get::<i64, _>("warn_percent")?,
+                "crit_percent": r.try_get::<i64, _>("crit_percent")?,
+                "forecast_horizon_hours": r.try_get::<Option<i64>, _>("forecast_horizon_hours")?,
+            });
+            entries.push(crate::portal::audit::entry(
+                now_ms,
+                "bizrq",
+                crate::portal::audit::action::ALERT_RULE,
+                quota,
+                Some(before),
+                None,
+                &format!("alert rule for {key} on {quota} removed: the quota was deleted"),
+            ));
+        }
+        for e in &entries {
+            sqlx::query(
+                "INSERT INTO audit_log (at_ms, actor, action, target, before, after, detail) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(e.at_ms)
+            .bind(&e.actor)
+            .bind(&e.action)
+            .bind(&e.target)
+            .bind(e.before.as_deref())
+            .bind(e.after.as_deref())
+            .bind(&e.detail)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let bindings = sqlx::query("DELETE FROM role_bindings WHERE quota = $1")
+            .bind(quota)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        let rules = sqlx::query("DELETE FROM alert_rules WHERE quota = $1")
+            .bind(quota)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok((bindings, rules))
     }
 
     /// Removes a user's binding on a quota; whether there was one.
@@ -369,6 +513,25 @@ impl SqlStore {
         Ok(())
     }
 
+    /// Takes back the failure recorded for an attempt that could not be
+    /// checked (the password hasher was busy).
+    pub async fn clear_login_failure(
+        &self,
+        username: &str,
+        client: &str,
+        at_ms: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "DELETE FROM login_failures WHERE username = $1 AND client = $2 AND at_ms = $3",
+        )
+        .bind(username)
+        .bind(client)
+        .bind(at_ms)
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
     /// A successful login forgets the failures before it.
     pub async fn clear_login_failures(
         &self,
@@ -424,7 +587,7 @@ mod tests {
         assert!(sql.user_by_name("carol").await.unwrap().is_none());
         sql.set_user_admin(a.id, true).await.unwrap();
         sql.set_user_disabled(a.id, true).await.unwrap();
-        sql.set_password_hash(a.id, "h9").await.unwrap();
+        sql.set_password_hash(a.id, "h9", 1).await.unwrap();
         let a2 = sql.user_by_id(a.id).await.unwrap().unwrap();
         assert!(a2.is_admin && a2.disabled && a2.password_hash == "h9");
         assert_eq!(
@@ -550,6 +713,15 @@ mod tests {
         assert!(store.load(&twin.id).await.unwrap().is_some());
         store.delete(&twin.id).await.unwrap();
         assert_eq!(store.load(&twin.id).await.unwrap(), None);
+        // A request in flight saving a deleted session does not bring it back.
+        store.save(&twin).await.unwrap();
+        assert_eq!(store.load(&twin.id).await.unwrap(), None);
+        store.save(&live).await.unwrap();
+        assert_eq!(
+            store.load(&live.id).await.unwrap(),
+            None,
+            "ended with its user"
+        );
     }
 
     async fn audit_filters_and_is_append_only(sql: &SqlStore) {

@@ -76,19 +76,20 @@ impl SessionStore for SqlSessionStore {
         }
     }
 
+    /// Updates a session that still exists, and nothing else. tower-sessions
+    /// calls `save` only for a session it loaded (new ones go to `create`),
+    /// so a missing row means it was deleted meanwhile — a logout, a new
+    /// password, a disabled user — and a request still in flight must not
+    /// bring it back.
     async fn save(&self, record: &Record) -> session_store::Result<()> {
-        sqlx::query(
-            "INSERT INTO sessions (id, user_id, data, expiry_ms) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, data = excluded.data, \
-             expiry_ms = excluded.expiry_ms",
-        )
-        .bind(record.id.to_string())
-        .bind(user_id(record))
-        .bind(encode(record)?)
-        .bind(expiry_ms(record))
-        .execute(&self.sql.write)
-        .await
-        .map_err(backend)?;
+        sqlx::query("UPDATE sessions SET user_id = $1, data = $2, expiry_ms = $3 WHERE id = $4")
+            .bind(user_id(record))
+            .bind(encode(record)?)
+            .bind(expiry_ms(record))
+            .bind(record.id.to_string())
+            .execute(&self.sql.write)
+            .await
+            .map_err(backend)?;
         Ok(())
     }
 

@@ -216,6 +216,32 @@ fn from_row(row: &AnyRow) -> Result<Transfer, StoreError> {
 }
 
 impl SqlStore {
+    /// How many requests `actor` has open (waiting for a decision), how
+    /// many it made since an instant and when the first of those was: the
+    /// per-user caps on requests.
+    pub async fn requests_by(
+        &self,
+        actor: &str,
+        since_ms: i64,
+    ) -> Result<(i64, i64, Option<i64>), StoreError> {
+        let row = sqlx::query(
+            "SELECT \
+               COALESCE(SUM(CASE WHEN status = 'requested' THEN 1 ELSE 0 END), 0), \
+               COALESCE(SUM(CASE WHEN requested_at >= $2 THEN 1 ELSE 0 END), 0), \
+               MIN(CASE WHEN requested_at >= $2 THEN requested_at END) \
+             FROM transfers WHERE requested_by = $1 AND reverts IS NULL",
+        )
+        .bind(actor)
+        .bind(since_ms)
+        .fetch_one(&self.read)
+        .await?;
+        Ok((
+            row.try_get::<i64, _>(0)?,
+            row.try_get::<i64, _>(1)?,
+            row.try_get::<Option<i64>, _>(2)?,
+        ))
+    }
+
     pub async fn insert_transfer(&self, t: &NewTransfer<'_>) -> Result<Transfer, StoreError> {
         let row = sqlx::query(&format!(
             "INSERT INTO transfers (from_quota, to_quota, amounts, reason, requested_by, \

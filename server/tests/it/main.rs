@@ -13,6 +13,7 @@ mod mail;
 mod portal;
 mod resync;
 mod scenario;
+mod security_portal;
 mod slowloris;
 mod transfers;
 mod trust;

@@ -211,14 +211,21 @@ async fn role_route_table(s: &Server) {
     let q = "/api/v1/quotas";
     let dry = "/api/v1/quotas?dryRun=All";
     // Transfers #1 nlp → cv, #2 nlp-a → nlp (inside nlp), #3 nlp → cv,
-    // all asked by alice; #4, #5 by her forms, #6 by her token below.
+    // alice asks #2, the admin token the others (alice cannot see cv, so
+    // she cannot name it); #4 by the admin's form, #5 by alice's form, #6
+    // by the admin token below.
     for (from, to) in [("nlp", "cv"), ("nlp-a", "nlp"), ("nlp", "cv")] {
+        let token = if to == "cv" {
+            TOKEN
+        } else {
+            o.alice_token.as_str()
+        };
         let (st, v) = s
             .api_with(
                 Method::POST,
                 "/api/v1/transfers",
                 Some(serde_json::to_vec(&transfer(Some(from), to, "1")).unwrap()),
-                Some(&o.alice_token),
+                Some(token),
             )
             .await;
         assert_eq!(st, StatusCode::CREATED, "{v}");
@@ -382,6 +389,45 @@ async fn role_route_table(s: &Server) {
             FORBIDDEN,
         ),
         (Admin, Get("/account"), OK),
+        // One's own password.
+        (Anonymous, Get("/account/password"), SEE_OTHER),
+        (MemberCv, Get("/account/password"), OK),
+        (
+            MemberCv,
+            FormNoCsrf(
+                "/account/password",
+                vec![
+                    ("current", BOB_PW),
+                    ("new", "x-new-password-1"),
+                    ("confirm", "x-new-password-1"),
+                ],
+            ),
+            FORBIDDEN,
+        ),
+        (
+            MemberCv,
+            Form(
+                "/account/password",
+                vec![
+                    ("current", "not-bobs-password"),
+                    ("new", "x-new-password-1"),
+                    ("confirm", "x-new-password-1"),
+                ],
+            ),
+            INVALID,
+        ),
+        (
+            OwnerNlp,
+            Form(
+                "/account/password",
+                vec![
+                    ("current", ALICE_PW),
+                    ("new", "x-new-password-1"),
+                    ("confirm", "x-other-password"),
+                ],
+            ),
+            INVALID,
+        ),
         (
             Admin,
             Form("/users/bob/email", vec![("email", "bob@example.com")]),
@@ -774,10 +820,16 @@ async fn role_route_table(s: &Server) {
         (MemberCv, Get("/transfers/1"), OK),
         (MemberCv, Get("/transfers/2"), NOT_FOUND),
         (Admin, Get("/transfers/999"), NOT_FOUND),
-        // Requesting: out of what one owns (#4), or more from the parent
-        // of what one owns (#5).
+        // Requesting: out of what one owns (#4, by an admin: the owner of
+        // nlp cannot see cv, which answers as a quota that does not
+        // exist), or more from the parent of what one owns (#5).
         (
             OwnerNlp,
+            Form("/transfers", gpu_form("nlp", "cv", "1")),
+            NOT_FOUND,
+        ),
+        (
+            Admin,
             Form("/transfers", gpu_form("nlp", "cv", "1")),
             SEE_OTHER,
         ),
@@ -787,7 +839,7 @@ async fn role_route_table(s: &Server) {
             SEE_OTHER,
         ),
         (
-            OwnerNlp,
+            Admin,
             Form("/transfers", gpu_form("nlp", "cv", "100")),
             INVALID,
         ),
@@ -882,10 +934,20 @@ async fn role_route_table(s: &Server) {
         (
             OwnerNlp,
             Api(Method::POST, t, ask(Some("nlp"), "cv", "1")),
-            CREATED,
+            NOT_FOUND,
         ),
         (
             OwnerNlp,
+            Api(Method::POST, t, ask(Some("nlp"), "nope", "1")),
+            NOT_FOUND,
+        ),
+        (
+            AdminToken,
+            Api(Method::POST, t, ask(Some("nlp"), "cv", "1")),
+            CREATED,
+        ),
+        (
+            AdminToken,
             Api(Method::POST, t, ask(Some("nlp"), "cv", "100")),
             BAD,
         ),
@@ -1550,6 +1612,8 @@ async fn transfer_flow(s: &Server) {
     create_user(&admin, "bob", BOB_PW).await;
     create_user(&admin, "carol", "carol-password-123").await;
     bind(&admin, "alice", "nlp", "owner").await;
+    // A transfer names both ends, so alice must see cv to give to it.
+    bind(&admin, "alice", "cv", "member").await;
     bind(&admin, "bob", "cv", "member").await;
     bind(&admin, "carol", "ai-platform", "owner").await;
     let alice = Browser::logged_in(s, "alice", ALICE_PW).await;
@@ -1564,9 +1628,10 @@ async fn transfer_flow(s: &Server) {
         "{}",
         page.body
     );
+    let from = &page.body[page.body.find(r#"<select name="from">"#).unwrap()..];
     assert!(
-        !page.body.contains(r#"<option value="cv""#),
-        "{}",
+        !from[..from.find("</select>").unwrap()].contains(r#"<option value="cv""#),
+        "alice gives only what she owns: {}",
         page.body
     );
     assert!(!bob
