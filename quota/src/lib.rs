@@ -12,6 +12,7 @@ pub mod quantity;
 pub mod reclaim;
 pub mod reconcile;
 pub mod resources;
+pub mod review;
 pub mod time;
 pub mod transfer;
 pub mod tree;

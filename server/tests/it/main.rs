@@ -5,6 +5,7 @@ mod cluster;
 mod common;
 mod concurrency;
 mod demo;
+mod edges;
 mod fakeapi;
 mod mail;
 mod portal;
