@@ -143,22 +143,54 @@ fn check_len(field: &str, value: &str, max: usize) -> Result<(), String> {
     }
 }
 
+/// A namespace is a DNS-1123 label (empty: not namespaced); a name is
+/// a path segment, as Kubernetes has them for every kind.
+fn check_names(
+    ns_field: &str,
+    namespace: &str,
+    name_field: &str,
+    name: &str,
+) -> Result<(), String> {
+    check_len(ns_field, namespace, MAX_NAMESPACE)?;
+    check_len(name_field, name, MAX_NAME)?;
+    let label = namespace
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !namespace.starts_with('-')
+        && !namespace.ends_with('-');
+    if !label {
+        return Err(format!(
+            "{ns_field} {namespace:?} is not a namespace: lowercase letters, digits and '-'"
+        ));
+    }
+    if name.contains(['/', '%']) || name == "." || name == ".." {
+        return Err(format!(
+            "{name_field} {name:?} is not a name: it may not contain '/' or '%', nor be '.' or '..'"
+        ));
+    }
+    Ok(())
+}
+
 /// A workload's namespace and name, as they make its reference (the key
 /// of its charge): no longer than Kubernetes allows, so a hostile name
-/// never reaches the database's index.
+/// never reaches the database's index, and without a '/', so the
+/// reference reads back as the namespace and name that made it.
 pub fn check_target(namespace: &str, name: &str) -> Result<(), String> {
-    check_len("namespace", namespace, MAX_NAMESPACE)?;
-    check_len("name", name, MAX_NAME)
+    check_names("namespace", namespace, "name", name)
 }
 
 fn check_meta(meta: &ObjectMeta) -> Result<(), Fault> {
-    check_len("metadata.namespace", &meta.namespace, MAX_NAMESPACE)
-        .and_then(|()| check_len("metadata.name", &meta.name, MAX_NAME))
-        .map_err(|problem| Fault::Bad {
-            object: String::new(),
-            subject: None,
-            problem,
-        })
+    check_names(
+        "metadata.namespace",
+        &meta.namespace,
+        "metadata.name",
+        &meta.name,
+    )
+    .map_err(|problem| Fault::Bad {
+        object: String::new(),
+        subject: None,
+        problem,
+    })
 }
 
 /// One workload kind.
@@ -737,7 +769,14 @@ pub fn read_hpa(json: &str) -> Result<Hpa, AdapterError> {
     })?;
     let target = &h.spec.scale_target_ref;
     check_target(&h.metadata.namespace, &h.metadata.name)
-        .and_then(|()| check_len("spec.scaleTargetRef.name", &target.name, MAX_NAME))
+        .and_then(|()| {
+            check_names(
+                "metadata.namespace",
+                &h.metadata.namespace,
+                "spec.scaleTargetRef.name",
+                &target.name,
+            )
+        })
         .and_then(|()| check_len("spec.scaleTargetRef.kind", &target.kind, MAX_KIND))
         .and_then(|()| check_count("spec.maxReplicas", h.spec.max_replicas))
         .map_err(|p| AdapterError::Invalid(format!("bizrq: {KIND}: {p}")))?;
@@ -1052,6 +1091,32 @@ mod tests {
         assert!(WorkloadRef::parse(&a.workload_ref("ml", &long)).is_none());
         assert!(WorkloadRef::parse(&format!("apps/{}/ml/d", "K".repeat(64))).is_none());
         assert!(WorkloadRef::parse("apps/Deployment/ml/d").is_some());
+    }
+
+    /// Found by fuzzing (admission_review): a namespace "/nlp" made the
+    /// reference "apps/Deployment//nlp/d", which reads back as namespace ""
+    /// and name "nlp/d": a charge filed under another workload's name.
+    #[test]
+    fn a_name_or_namespace_that_would_not_read_back_is_refused() {
+        let a = adapter_for_kind("batch.volcano.sh", "Job").unwrap();
+        for (ns, name) in [
+            ("/nlp", "d"),
+            ("nlp", "a/b"),
+            ("nlp", "50%"),
+            ("Nlp", "d"),
+            ("-x", "d"),
+            ("nlp", ".."),
+        ] {
+            let err = a.checked_ref(ns, name).unwrap_err().to_string();
+            assert!(err.starts_with("bizrq: Job: "), "{err}");
+            let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"{ns}"}}}}"#);
+            assert!(refusal(a, &json).contains("is not a"), "{ns} {name}");
+        }
+        for (ns, name) in [("nlp", "d"), ("", "d"), ("ml-2", "Train.v1:x")] {
+            let wref = a.checked_ref(ns, name).unwrap();
+            let back = WorkloadRef::parse(&wref).map(|r| (r.namespace, r.name));
+            assert_eq!(back, Some((ns, name)));
+        }
     }
 
     #[test]
