@@ -260,8 +260,9 @@ fn read_old(
         .map_err(|e| ServiceError::BadRequest(e.to_string()))
 }
 
-/// The reference of a workload named by the request: names longer than
-/// Kubernetes allows are refused before anything is stored under them.
+/// The reference of a workload named by the request: a name Kubernetes
+/// would not take (too long, a '/' in it) is refused before anything is
+/// stored under it.
 fn checked_ref(adapter: &Adapter, ns: &str, name: &str) -> Result<String, ServiceError> {
     adapter
         .checked_ref(ns, name)
