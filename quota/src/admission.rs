@@ -4,8 +4,9 @@
 use crate::keys::cash_target;
 use crate::object::{Charge, Quota};
 use crate::quantity::Quantity;
+use crate::quantity::MAX_NANOS;
 use crate::resources::{self, ResourceList};
-use crate::workload::{ChargeMode, Workload};
+use crate::workload::{ChargeMode, Workload, MAX_REPLICAS};
 use std::fmt;
 
 /// One key that does not fit.
@@ -60,6 +61,9 @@ pub enum Denial {
     Short(Vec<Shortfall>),
     #[error("{0}")]
     CashExhausted(Box<CashShortfall>),
+    /// A charge no workload could hold (see `check_charge`).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// A cash budget that is spent while the request asks for its resource.
@@ -230,6 +234,7 @@ pub fn charge_within(
     mut charge: Charge,
     limits: &ResourceList,
 ) -> Result<bool, Denial> {
+    check_charge(wref, &charge)?;
     quota.status.refresh(&quota.spec);
     let old = quota.status.workloads.get(wref);
     if let Some(old) = old {
@@ -244,6 +249,44 @@ pub fn charge_within(
     quota.status.workloads.insert(wref.to_string(), charge);
     quota.status.refresh(&quota.spec);
     Ok(true)
+}
+
+/// A charge is refused unless each count is within `MAX_REPLICAS`, each
+/// per-pod amount is non-negative, and all it comes to is at most
+/// `MAX_NANOS` a key: then releasing it gives back exactly what charging
+/// it took, and sums of billions of charges stay exact in i128. The
+/// adapters refuse such objects first, with the field named; this holds
+/// for counts that arrive later (a scale, an HPA's maxReplicas) too.
+pub fn check_charge(wref: &str, charge: &Charge) -> Result<(), Denial> {
+    let bad = |problem: String| Err(Denial::Invalid(format!("bizrq: {wref}: {problem}")));
+    let counts = charge.pod_sets.iter().map(|s| (s.name.as_str(), s.count));
+    let hpa = charge.hpa.iter().map(|h| ("maxReplicas", h.max_replicas));
+    for (name, n) in counts.chain(hpa) {
+        if !(0..=MAX_REPLICAS).contains(&n) {
+            return bad(format!(
+                "{name:?} counts {n} pods; 0 to {MAX_REPLICAS} allowed"
+            ));
+        }
+    }
+    for set in &charge.pod_sets {
+        if let Some((k, v)) = set
+            .per_pod
+            .iter()
+            .find(|(_, v)| v.is_negative() || v.nanos() > MAX_NANOS)
+        {
+            return bad(format!("a {:?} pod asks {v} of {k}", set.name));
+        }
+    }
+    if let Some((k, v)) = charge
+        .usage()
+        .into_iter()
+        .find(|(_, v)| v.nanos() > MAX_NANOS)
+    {
+        return bad(format!(
+            "its pods come to {v} of {k}, more than a quota accounts"
+        ));
+    }
+    Ok(())
 }
 
 /// Drop the charge of `wref`. Always allowed.

@@ -13,6 +13,7 @@ pub mod readable;
 pub mod reclaim;
 pub mod reconcile;
 pub mod resources;
+pub mod review;
 pub mod time;
 pub mod transfer;
 pub mod tree;

@@ -7,7 +7,7 @@ use crate::cash::Interval;
 use crate::keys::KeyConfig;
 use crate::resources::ResourceList;
 use crate::time::parse_rfc3339;
-use crate::usage::{nullable, pod_usage, qos_class, Models, PodSpec, QosClass};
+use crate::usage::{check_amounts, nullable, pod_usage, qos_class, Models, PodSpec, QosClass};
 use crate::workload::{adapter_for_kind, group_of, AdapterError};
 use serde::Deserialize;
 use std::collections::{BTreeSet, HashMap};
@@ -114,6 +114,14 @@ pub fn read_pod(json: &str) -> Result<PodFacts, AdapterError> {
     let p: Pod = serde_json::from_str(json).map_err(|e| AdapterError::Parse {
         kind: "Pod".into(),
         message: e.to_string(),
+    })?;
+    // The API server refuses such pods; a negative amount must never lower
+    // what a quota accrues, whatever sent it.
+    check_amounts(&p.spec).map_err(|b| {
+        AdapterError::Invalid(format!(
+            "bizrq: {} of Pod {}/{}: {}",
+            b.subject, p.metadata.namespace, p.metadata.name, b.problem
+        ))
     })?;
     let scheduled = p
         .status
@@ -355,6 +363,16 @@ mod tests {
         let u = p.usage(&models, &KeyConfig::default());
         assert_eq!(u["requests.nvidia.com/gpu.A100"], Quantity::from_units(4));
         assert_eq!(p.qos(), QosClass::Guaranteed);
+    }
+
+    #[test]
+    fn a_pod_with_a_negative_amount_is_refused() {
+        let pod = POD.replace(r#""nvidia.com/gpu": "4""#, r#""nvidia.com/gpu": "-4""#);
+        let err = read_pod(&pod).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "bizrq: container \"t\" of Pod nlp/train-7d9f-abc: limits nvidia.com/gpu is negative (-4)"
+        );
     }
 
     #[test]

@@ -186,6 +186,13 @@ pub fn carve(
     new_hard: &ResourceList,
     since: &str,
 ) -> Result<bool, TreeError> {
+    // A negative carve-out would lower the parent's used (and free room
+    // that its other children hold); `validate_spec` refuses it first.
+    if let Some((k, v)) = new_hard.iter().find(|(_, v)| v.is_negative()) {
+        return Err(TreeError::Invalid(format!(
+            "bizrq {child}: spec.hard.{k} is negative ({v})"
+        )));
+    }
     check_covers(child, new_hard, parent)?;
     parent.status.refresh(&parent.spec);
     let old = parent.status.carved(child);
@@ -287,9 +294,17 @@ pub fn repair_carves(parent: &mut Quota, children: &BTreeMap<String, ResourceLis
         if held.contains(child) {
             continue;
         }
+        // A child written past validation (a cluster object created while
+        // the webhook was away) counts a negative amount as none: it never
+        // lowers its parent's used.
+        let hard: ResourceList = hard
+            .iter()
+            .filter(|(_, v)| !v.is_negative())
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
         match parent.status.children.get_mut(child) {
             Some(c) if young(c) => {}
-            Some(c) => c.hard = hard.clone(),
+            Some(c) => c.hard = hard,
             // A child without a carve-out (created before bizrq admitted
             // quotas, or a lost write) gets one; dated as settled, not in
             // flight, so a repair that finds the child gone takes it back
@@ -298,7 +313,7 @@ pub fn repair_carves(parent: &mut Quota, children: &BTreeMap<String, ResourceLis
                 parent.status.children.insert(
                     child.clone(),
                     Carve {
-                        hard: hard.clone(),
+                        hard,
                         since: crate::time::format_rfc3339(now_ms - CARVE_TTL_MS),
                         uid: String::new(),
                     },
@@ -438,6 +453,27 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("below"));
+    }
+
+    #[test]
+    fn a_negative_carve_out_never_lowers_its_parents_used() {
+        let gpu = "requests.nvidia.com/gpu";
+        let mut root = Quota::new("ai", spec("", &[(gpu, "16")]));
+        let t = "2026-01-01T00:00:00.000Z";
+        carve(&mut root, "cv", &list(&[(gpu, "10")]), t).unwrap();
+        let err = carve(&mut root, "evil", &list(&[(gpu, "-100")]), t).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bizrq evil: spec.hard.requests.nvidia.com/gpu is negative (-100)"
+        );
+        // A child that skipped validation: repaired as holding nothing.
+        let kids = [
+            ("cv".to_string(), list(&[(gpu, "10")])),
+            ("evil".to_string(), list(&[(gpu, "-100")])),
+        ]
+        .into();
+        repair_carves(&mut root, &kids, 0);
+        assert_eq!(root.status.used[gpu], "10".parse().unwrap());
     }
 
     #[test]

@@ -102,6 +102,52 @@ impl Container {
     }
 }
 
+/// An amount a pod spec may not hold, and where: no request, limit or
+/// overhead is negative (a negative one would lower `used`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadAmount {
+    /// `container "worker"`, `init container #0`, `pod overhead`.
+    pub subject: String,
+    /// `requests nvidia.com/gpu is negative (-100)`.
+    pub problem: String,
+}
+
+/// Refuses a negative request, limit or overhead. Each amount is already
+/// at most `quantity::MAX_NANOS` (the parser's bound); what they sum to is
+/// bounded where pods are counted (`workload`).
+pub fn check_amounts(spec: &PodSpec) -> Result<(), BadAmount> {
+    let kinds = [
+        ("container", &spec.containers),
+        ("init container", &spec.init_containers),
+    ];
+    for (what, containers) in kinds {
+        for (i, c) in containers.iter().enumerate() {
+            let subject = || match c.name.as_str() {
+                "" => format!("{what} #{i}"),
+                name => format!("{what} {name:?}"),
+            };
+            for (field, list) in [
+                ("requests", &c.resources.requests),
+                ("limits", &c.resources.limits),
+            ] {
+                if let Some((k, v)) = list.iter().find(|(_, v)| v.is_negative()) {
+                    return Err(BadAmount {
+                        subject: subject(),
+                        problem: format!("{field} {k} is negative ({v})"),
+                    });
+                }
+            }
+        }
+    }
+    if let Some((k, v)) = spec.overhead.iter().find(|(_, v)| v.is_negative()) {
+        return Err(BadAmount {
+            subject: "pod overhead".into(),
+            problem: format!("{k} is negative ({v})"),
+        });
+    }
+    Ok(())
+}
+
 /// Pod-level requests or limits: containers and restartable (sidecar) init
 /// containers summed, each ordinary init container taking the max with the
 /// sidecars started before it, then pod overhead.

@@ -3,8 +3,12 @@
 //! admission and reconcile look adapters up by group/kind or resource.
 
 use crate::keys::{KeyConfig, QUOTA_LABEL};
+use crate::quantity::MAX_NANOS;
 use crate::resources::{self, ResourceList};
-use crate::usage::{nullable, pod_usage, qos_class, Models, ObjectMeta, PodTemplate, QosClass};
+use crate::usage::{
+    check_amounts, nullable, pod_usage, qos_class, BadAmount, Models, ObjectMeta, PodTemplate,
+    QosClass,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -67,10 +71,126 @@ impl Workload {
     }
 }
 
+/// Kubernetes replica counts are int32. The bound keeps a count times a
+/// per-pod amount (at most `MAX_NANOS`) inside i128.
+pub const MAX_REPLICAS: i64 = i32::MAX as i64;
+/// Longest object name Kubernetes accepts (a DNS-1123 subdomain).
+pub const MAX_NAME: usize = 253;
+/// Longest namespace (a DNS-1123 label), and longest kind.
+pub const MAX_NAMESPACE: usize = 63;
+pub const MAX_KIND: usize = 63;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdapterError {
     #[error("cannot read {kind}: {message}")]
     Parse { kind: String, message: String },
+    /// Read, but holding what no workload may: a negative or unaccountably
+    /// large amount or count, a name longer than Kubernetes allows.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Why an adapter refused an object, before the kind is known to say so.
+enum Fault {
+    Parse(String),
+    Bad {
+        /// `ns/name`, or empty when the name itself is at fault.
+        object: String,
+        /// Where in it (`container "worker"`); None: the object as a whole.
+        subject: Option<String>,
+        problem: String,
+    },
+}
+
+impl Fault {
+    fn bad(meta: &ObjectMeta, subject: Option<String>, problem: String) -> Fault {
+        Fault::Bad {
+            object: object_name(meta),
+            subject,
+            problem,
+        }
+    }
+}
+
+fn object_name(meta: &ObjectMeta) -> String {
+    match (meta.namespace.as_str(), meta.name.as_str()) {
+        ("", name) => name.to_string(),
+        (ns, "") => format!("{ns}/(no name yet)"),
+        (ns, name) => format!("{ns}/{name}"),
+    }
+}
+
+/// `field` at `n`: refused when negative (it would lower `used`) or beyond
+/// any replica count Kubernetes allows.
+fn check_count(field: &str, n: i64) -> Result<i64, String> {
+    if n < 0 {
+        Err(format!("{field} is negative ({n})"))
+    } else if n > MAX_REPLICAS {
+        Err(format!("{field} is {n}; at most {MAX_REPLICAS}"))
+    } else {
+        Ok(n)
+    }
+}
+
+fn check_len(field: &str, value: &str, max: usize) -> Result<(), String> {
+    if value.len() > max {
+        Err(format!(
+            "{field} is {} characters long; Kubernetes allows at most {max}",
+            value.len()
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// A namespace is a DNS-1123 label (empty: not namespaced); a name is
+/// a path segment, as Kubernetes has them for every kind.
+fn check_names(
+    ns_field: &str,
+    namespace: &str,
+    name_field: &str,
+    name: &str,
+) -> Result<(), String> {
+    check_len(ns_field, namespace, MAX_NAMESPACE)?;
+    check_len(name_field, name, MAX_NAME)?;
+    let label = namespace
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !namespace.starts_with('-')
+        && !namespace.ends_with('-');
+    if !label {
+        return Err(format!(
+            "{ns_field} {namespace:?} is not a namespace: lowercase letters, digits and '-'"
+        ));
+    }
+    if name.contains(['/', '%']) || name == "." || name == ".." {
+        return Err(format!(
+            "{name_field} {name:?} is not a name: it may not contain '/' or '%', nor be '.' or '..'"
+        ));
+    }
+    Ok(())
+}
+
+/// A workload's namespace and name, as they make its reference (the key
+/// of its charge): no longer than Kubernetes allows, so a hostile name
+/// never reaches the database's index, and without a '/', so the
+/// reference reads back as the namespace and name that made it.
+pub fn check_target(namespace: &str, name: &str) -> Result<(), String> {
+    check_names("namespace", namespace, "name", name)
+}
+
+fn check_meta(meta: &ObjectMeta) -> Result<(), Fault> {
+    check_names(
+        "metadata.namespace",
+        &meta.namespace,
+        "metadata.name",
+        &meta.name,
+    )
+    .map_err(|problem| Fault::Bad {
+        object: String::new(),
+        subject: None,
+        problem,
+    })
 }
 
 /// One workload kind.
@@ -90,17 +210,49 @@ pub struct Adapter {
     /// Where its spec holds a `suspend` flag that stops all its pods
     /// (empty: the kind cannot be suspended). Reclaim suspends such kinds.
     pub suspend_path: &'static [&'static str],
-    read: fn(&str, &KeyConfig) -> Result<Workload, String>,
+    read: fn(&str, &KeyConfig) -> Result<Workload, Fault>,
 }
 
 impl Adapter {
+    /// The object's pod sets, refused when any count or amount is negative
+    /// or what its pods come to is more than a quota could account.
     pub fn read(&self, json: &str, cfg: &KeyConfig) -> Result<Workload, AdapterError> {
-        let mut w = (self.read)(json, cfg).map_err(|message| AdapterError::Parse {
-            kind: self.kind.to_string(),
-            message,
-        })?;
+        let mut w = (self.read)(json, cfg).map_err(|f| self.refusal(f))?;
+        if let Some((k, v)) = w.usage().into_iter().find(|(_, v)| v.nanos() > MAX_NANOS) {
+            let problem = format!(
+                "its pods come to {v} of {k}; at most {} units",
+                MAX_NANOS / crate::quantity::NANO
+            );
+            return Err(self.refusal(Fault::bad(&w.meta, None, problem)));
+        }
         self.classify(&mut w);
         Ok(w)
+    }
+
+    fn refusal(&self, f: Fault) -> AdapterError {
+        match f {
+            Fault::Parse(message) => AdapterError::Parse {
+                kind: self.kind.to_string(),
+                message,
+            },
+            Fault::Bad {
+                object,
+                subject,
+                problem,
+            } => {
+                let of = subject.map(|s| format!("{s} of ")).unwrap_or_default();
+                let sep = if object.is_empty() { "" } else { " " };
+                AdapterError::Invalid(format!("bizrq: {of}{}{sep}{object}: {problem}", self.kind))
+            }
+        }
+    }
+
+    /// `workload_ref` of a namespace and name taken from outside (an
+    /// admission request), refused when longer than Kubernetes allows.
+    pub fn checked_ref(&self, namespace: &str, name: &str) -> Result<String, AdapterError> {
+        check_target(namespace, name)
+            .map_err(|p| AdapterError::Invalid(format!("bizrq: {}: {p}", self.kind)))?;
+        Ok(self.workload_ref(namespace, name))
     }
 
     /// Only what binds an object to a quota — its metadata — without its
@@ -153,15 +305,20 @@ pub struct WorkloadRef<'a> {
 }
 
 impl<'a> WorkloadRef<'a> {
-    /// None for a string that is not a workload reference.
+    /// None for a string that is not a workload reference, or whose parts
+    /// are longer than Kubernetes allows.
     pub fn parse(wref: &'a str) -> Option<WorkloadRef<'a>> {
         let mut parts = wref.splitn(4, '/');
-        Some(WorkloadRef {
+        let r = WorkloadRef {
             group: parts.next()?,
             kind: parts.next()?,
             namespace: parts.next()?,
             name: parts.next()?,
-        })
+        };
+        let fits = r.group.len() <= MAX_NAME
+            && r.kind.len() <= MAX_KIND
+            && check_target(r.namespace, r.name).is_ok();
+        fits.then_some(r)
     }
 }
 
@@ -287,20 +444,43 @@ fn parse<'a, T: Deserialize<'a>>(json: &'a str) -> Result<T, String> {
     serde_json::from_str(json).map_err(|e| e.to_string())
 }
 
+/// Parses an object and checks its name, for the read functions below.
+fn parse_object<'a, T: Deserialize<'a>>(
+    json: &'a str,
+    meta: impl Fn(&T) -> &ObjectMeta,
+) -> Result<T, Fault> {
+    let o: T = parse(json).map_err(Fault::Parse)?;
+    check_meta(meta(&o))?;
+    Ok(o)
+}
+
+/// `count` pods of `tpl` (`count` as the object holds it in `field`),
+/// refused when the count or an amount is negative or too large.
 fn pod_set(
     name: &str,
-    count: i64,
+    (field, count): (&str, i64),
     tpl: &PodTemplate,
     meta: &ObjectMeta,
     cfg: &KeyConfig,
-) -> PodSet {
+) -> Result<PodSet, Fault> {
+    let count = check_count(field, count).map_err(|p| Fault::bad(meta, None, p))?;
+    check_amounts(&tpl.spec)
+        .map_err(|BadAmount { subject, problem }| Fault::bad(meta, Some(subject), problem))?;
     let models = Models::from_labels(&meta.labels, &tpl.metadata.labels);
-    PodSet {
-        name: name.to_string(),
-        count: count.max(0),
-        per_pod: pod_usage(&tpl.spec, &models, cfg),
-        qos: Some(qos_class(&tpl.spec)),
+    let per_pod = pod_usage(&tpl.spec, &models, cfg);
+    if let Some((k, v)) = per_pod.iter().find(|(_, v)| v.nanos() > MAX_NANOS) {
+        let problem = format!(
+            "one pod comes to {v} of {k}; at most {} units",
+            MAX_NANOS / crate::quantity::NANO
+        );
+        return Err(Fault::bad(meta, Some(format!("pod set {name:?}")), problem));
     }
+    Ok(PodSet {
+        name: name.to_string(),
+        count,
+        per_pod,
+        qos: Some(qos_class(&tpl.spec)),
+    })
 }
 
 fn workload(meta: ObjectMeta, pod_sets: Vec<PodSet>) -> Workload {
@@ -330,12 +510,12 @@ struct ReplicatedSpec {
 }
 
 /// Deployment, StatefulSet, ReplicaSet, Argo Rollout: replicas × template.
-fn read_replicated(json: &str, cfg: &KeyConfig) -> Result<Workload, String> {
-    let o: Replicated = parse(json)?;
+fn read_replicated(json: &str, cfg: &KeyConfig) -> Result<Workload, Fault> {
+    let o: Replicated = parse_object(json, |o: &Replicated| &o.metadata)?;
     let replicas = o.spec.replicas.unwrap_or(1);
     match &o.spec.template {
         Some(tpl) => {
-            let set = pod_set("main", replicas, tpl, &o.metadata, cfg);
+            let set = pod_set("main", ("spec.replicas", replicas), tpl, &o.metadata, cfg)?;
             Ok(workload(o.metadata, vec![set]))
         }
         None => {
@@ -360,13 +540,19 @@ struct JobSpec {
 
 impl JobSpec {
     /// Pods running at once: parallelism, never more than completions;
-    /// a suspended Job runs none.
-    fn active(&self) -> i64 {
+    /// a suspended Job runs none. `at`: where the spec is (for errors).
+    fn active(&self, at: &str, meta: &ObjectMeta) -> Result<i64, Fault> {
+        let check = |field: &str, n: Option<i64>| {
+            n.map(|n| check_count(&format!("{at}.{field}"), n))
+                .transpose()
+                .map_err(|p| Fault::bad(meta, None, p))
+        };
+        let p = check("parallelism", self.parallelism)?.unwrap_or(1);
+        let c = check("completions", self.completions)?;
         if self.suspend == Some(true) {
-            return 0;
+            return Ok(0);
         }
-        let p = self.parallelism.unwrap_or(1);
-        self.completions.map_or(p, |c| p.min(c))
+        Ok(c.map_or(p, |c| p.min(c)))
     }
 }
 
@@ -378,9 +564,16 @@ struct Job {
     spec: JobSpec,
 }
 
-fn read_job(json: &str, cfg: &KeyConfig) -> Result<Workload, String> {
-    let o: Job = parse(json)?;
-    let set = pod_set("main", o.spec.active(), &o.spec.template, &o.metadata, cfg);
+fn read_job(json: &str, cfg: &KeyConfig) -> Result<Workload, Fault> {
+    let o: Job = parse_object(json, |o: &Job| &o.metadata)?;
+    let active = o.spec.active("spec", &o.metadata)?;
+    let set = pod_set(
+        "main",
+        ("spec.parallelism", active),
+        &o.spec.template,
+        &o.metadata,
+        cfg,
+    )?;
     Ok(workload(o.metadata, vec![set]))
 }
 
@@ -403,12 +596,20 @@ struct JobTemplate {
     spec: JobSpec,
 }
 
-fn read_cronjob(json: &str, cfg: &KeyConfig) -> Result<Workload, String> {
-    let mut o: CronJob = parse(json)?;
+fn read_cronjob(json: &str, cfg: &KeyConfig) -> Result<Workload, Fault> {
+    let mut o: CronJob = parse_object(json, |o: &CronJob| &o.metadata)?;
     // One run of the Job is what must fit, suspended or not.
     o.spec.job_template.spec.suspend = None;
     let spec = &o.spec.job_template.spec;
-    let set = pod_set("run", spec.active(), &spec.template, &o.metadata, cfg);
+    let at = "spec.jobTemplate.spec";
+    let active = spec.active(at, &o.metadata)?;
+    let set = pod_set(
+        "run",
+        (&format!("{at}.parallelism"), active),
+        &spec.template,
+        &o.metadata,
+        cfg,
+    )?;
     Ok(workload(o.metadata, vec![set]))
 }
 
@@ -444,22 +645,22 @@ struct RunPolicy {
 }
 
 /// TFJob, PyTorchJob, MPIJob: one pod set per replica type.
-fn read_kubeflow(json: &str, cfg: &KeyConfig) -> Result<Workload, String> {
-    let o: Kubeflow = parse(json)?;
+fn read_kubeflow(json: &str, cfg: &KeyConfig) -> Result<Workload, Fault> {
+    let o: Kubeflow = parse_object(json, |o: &Kubeflow| &o.metadata)?;
     let suspended = o.spec.run_policy.as_ref().and_then(|r| r.suspend) == Some(true);
     let sets = o
         .spec
         .tf_replica_specs
         .iter()
         .map(|(name, r)| {
-            let n = if suspended {
-                0
-            } else {
-                r.replicas.unwrap_or(1)
-            };
-            pod_set(name, n, &r.template, &o.metadata, cfg)
+            let field = format!("replicas of {name:?}");
+            let n = r.replicas.unwrap_or(1);
+            // Checked even when suspended: resuming must not bring it in.
+            check_count(&field, n).map_err(|p| Fault::bad(&o.metadata, None, p))?;
+            let n = if suspended { 0 } else { n };
+            pod_set(name, (&field, n), &r.template, &o.metadata, cfg)
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     Ok(workload(o.metadata, sets))
 }
 
@@ -484,8 +685,8 @@ struct VolcanoTask {
     template: PodTemplate,
 }
 
-fn read_volcano(json: &str, cfg: &KeyConfig) -> Result<Workload, String> {
-    let o: VolcanoJob = parse(json)?;
+fn read_volcano(json: &str, cfg: &KeyConfig) -> Result<Workload, Fault> {
+    let o: VolcanoJob = parse_object(json, |o: &VolcanoJob| &o.metadata)?;
     let sets = o
         .spec
         .tasks
@@ -497,15 +698,16 @@ fn read_volcano(json: &str, cfg: &KeyConfig) -> Result<Workload, String> {
             } else {
                 t.name.clone()
             };
+            let field = format!("replicas of task {name:?}");
             pod_set(
                 &name,
-                t.replicas.unwrap_or(1),
+                (&field, t.replicas.unwrap_or(1)),
                 &t.template,
                 &o.metadata,
                 cfg,
             )
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     Ok(workload(o.metadata, sets))
 }
 
@@ -525,7 +727,8 @@ pub fn read_scale_replicas(json: &str) -> Result<i64, AdapterError> {
         kind: "Scale".into(),
         message,
     })?;
-    Ok(s.spec.replicas.max(0))
+    check_count("spec.replicas", s.spec.replicas)
+        .map_err(|p| AdapterError::Invalid(format!("bizrq: Scale: {p}")))
 }
 
 /// What admission needs of a HorizontalPodAutoscaler (v1 or v2).
@@ -559,16 +762,30 @@ pub fn read_hpa(json: &str) -> Result<Hpa, AdapterError> {
         kind: String,
         name: String,
     }
+    const KIND: &str = "HorizontalPodAutoscaler";
     let h: H = parse(json).map_err(|message| AdapterError::Parse {
-        kind: "HorizontalPodAutoscaler".into(),
+        kind: KIND.into(),
         message,
     })?;
+    let target = &h.spec.scale_target_ref;
+    check_target(&h.metadata.namespace, &h.metadata.name)
+        .and_then(|()| {
+            check_names(
+                "metadata.namespace",
+                &h.metadata.namespace,
+                "spec.scaleTargetRef.name",
+                &target.name,
+            )
+        })
+        .and_then(|()| check_len("spec.scaleTargetRef.kind", &target.kind, MAX_KIND))
+        .and_then(|()| check_count("spec.maxReplicas", h.spec.max_replicas))
+        .map_err(|p| AdapterError::Invalid(format!("bizrq: {KIND}: {p}")))?;
     Ok(Hpa {
-        meta: h.metadata,
         target_group: group_of(&h.spec.scale_target_ref.api_version).to_string(),
         target_kind: h.spec.scale_target_ref.kind,
         target_name: h.spec.scale_target_ref.name,
-        max_replicas: h.spec.max_replicas.max(0),
+        max_replicas: h.spec.max_replicas,
+        meta: h.metadata,
     })
 }
 
@@ -744,6 +961,184 @@ mod tests {
             (w.quota(), w.mode, w.pod_sets.len()),
             (Some("ml"), ChargeMode::CheckOnly, 0)
         );
+    }
+
+    /// One object of each adapter's kind: `tpl` as its pod template and
+    /// `n` as the count its spec holds.
+    fn each_kind(tpl: &str, n: &str) -> Vec<(&'static Adapter, String)> {
+        let meta = r#""metadata":{"name":"bert","namespace":"ml"}"#;
+        ADAPTERS
+            .iter()
+            .map(|a| {
+                let spec = match (a.group, a.kind) {
+                    ("batch", "Job") => format!(r#"{{"parallelism":{n},"template":{tpl}}}"#),
+                    ("batch", "CronJob") => {
+                        format!(r#"{{"jobTemplate":{{"spec":{{"parallelism":{n},"template":{tpl}}}}}}}"#)
+                    }
+                    ("kubeflow.org", _) => format!(
+                        r#"{{"pytorchReplicaSpecs":{{"Worker":{{"replicas":{n},"template":{tpl}}}}}}}"#
+                    ),
+                    ("batch.volcano.sh", _) => {
+                        format!(r#"{{"tasks":[{{"name":"w","replicas":{n},"template":{tpl}}}]}}"#)
+                    }
+                    _ => format!(r#"{{"replicas":{n},"template":{tpl}}}"#),
+                };
+                (a, format!(r#"{{{meta},"spec":{spec}}}"#))
+            })
+            .collect()
+    }
+
+    fn refusal(a: &Adapter, json: &str) -> String {
+        match a.read(json, &KeyConfig::default()) {
+            Err(AdapterError::Invalid(m)) => m,
+            other => panic!("{} {}: {other:?}", a.group, a.kind),
+        }
+    }
+
+    #[test]
+    fn a_negative_request_is_refused_naming_the_container_and_key() {
+        let tpl = r#"{"spec":{"containers":[{"name":"worker","resources":{"requests":{"nvidia.com/gpu":"-100"}}}]}}"#;
+        for (a, json) in each_kind(tpl, "2") {
+            assert_eq!(
+                refusal(a, &json),
+                format!(
+                    "bizrq: container \"worker\" of {} ml/bert: requests nvidia.com/gpu is negative (-100)",
+                    a.kind
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn a_negative_limit_init_container_or_overhead_is_refused() {
+        for (tpl, says) in [
+            (
+                r#"{"spec":{"containers":[{"resources":{"limits":{"cpu":"-1"}}}]}}"#,
+                "container #0 of",
+            ),
+            (
+                r#"{"spec":{"containers":[],"initContainers":[{"name":"setup","resources":{"limits":{"memory":"-1Gi"}}}]}}"#,
+                "init container \"setup\" of",
+            ),
+            (
+                r#"{"spec":{"containers":[],"overhead":{"cpu":"-250m"}}}"#,
+                "pod overhead of",
+            ),
+        ] {
+            for (a, json) in each_kind(tpl, "1") {
+                let m = refusal(a, &json);
+                assert!(m.contains(says) && m.contains("is negative (-"), "{m}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_negative_or_huge_count_is_refused() {
+        for n in ["-1", "2147483648"] {
+            for (a, json) in each_kind(TPL, n) {
+                let m = refusal(a, &json);
+                assert!(
+                    m.starts_with(&format!("bizrq: {} ml/bert: ", a.kind)),
+                    "{m}"
+                );
+                assert!(m.contains(n), "{m}");
+            }
+        }
+        // Completions too, and a suspended Job's counts all the same.
+        let job = adapter_for_kind("batch", "Job").unwrap();
+        let m = refusal(
+            job,
+            &format!(r#"{{"spec":{{"suspend":true,"completions":-3,"template":{TPL}}}}}"#),
+        );
+        assert!(m.ends_with("spec.completions is negative (-3)"), "{m}");
+    }
+
+    #[test]
+    fn what_no_quota_could_account_is_refused() {
+        // Each amount parses (2^63 - 1 units), but one pod of two such
+        // containers, or many pods of one, comes to more.
+        let big = r#"{"resources":{"requests":{"cpu":"9223372036854775807"}}}"#;
+        let two = format!(r#"{{"spec":{{"containers":[{big},{big}]}}}}"#);
+        for (a, json) in each_kind(&two, "1") {
+            assert!(refusal(a, &json).contains("one pod comes to"));
+        }
+        let one = format!(r#"{{"spec":{{"containers":[{big}]}}}}"#);
+        for (a, json) in each_kind(&one, "3") {
+            assert!(refusal(a, &json).contains("its pods come to"));
+        }
+    }
+
+    #[test]
+    fn names_longer_than_kubernetes_allows_are_refused() {
+        let a = adapter_for_kind("apps", "Deployment").unwrap();
+        let long = "n".repeat(254);
+        let json = format!(r#"{{"metadata":{{"name":"{long}"}},"spec":{{"template":{TPL}}}}}"#);
+        assert_eq!(
+            refusal(a, &json),
+            "bizrq: Deployment: metadata.name is 254 characters long; Kubernetes allows at most 253"
+        );
+        let json = format!(
+            r#"{{"metadata":{{"name":"d","namespace":"{}"}}}}"#,
+            "s".repeat(64)
+        );
+        assert!(refusal(a, &json).contains("metadata.namespace is 64 characters"));
+        assert!(a.checked_ref("ml", &long).is_err());
+        assert!(a.checked_ref(&"s".repeat(64), "d").is_err());
+        assert_eq!(
+            a.checked_ref("ml", &"n".repeat(253)).unwrap(),
+            a.workload_ref("ml", &"n".repeat(253))
+        );
+        assert!(WorkloadRef::parse(&a.workload_ref("ml", &long)).is_none());
+        assert!(WorkloadRef::parse(&format!("apps/{}/ml/d", "K".repeat(64))).is_none());
+        assert!(WorkloadRef::parse("apps/Deployment/ml/d").is_some());
+    }
+
+    /// Found by fuzzing (admission_review): a namespace "/nlp" made the
+    /// reference "apps/Deployment//nlp/d", which reads back as namespace ""
+    /// and name "nlp/d": a charge filed under another workload's name.
+    #[test]
+    fn a_name_or_namespace_that_would_not_read_back_is_refused() {
+        let a = adapter_for_kind("batch.volcano.sh", "Job").unwrap();
+        for (ns, name) in [
+            ("/nlp", "d"),
+            ("nlp", "a/b"),
+            ("nlp", "50%"),
+            ("Nlp", "d"),
+            ("-x", "d"),
+            ("nlp", ".."),
+        ] {
+            let err = a.checked_ref(ns, name).unwrap_err().to_string();
+            assert!(err.starts_with("bizrq: Job: "), "{err}");
+            let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"{ns}"}}}}"#);
+            assert!(refusal(a, &json).contains("is not a"), "{ns} {name}");
+        }
+        for (ns, name) in [("nlp", "d"), ("", "d"), ("ml-2", "Train.v1:x")] {
+            let wref = a.checked_ref(ns, name).unwrap();
+            let back = WorkloadRef::parse(&wref).map(|r| (r.namespace, r.name));
+            assert_eq!(back, Some((ns, name)));
+        }
+    }
+
+    #[test]
+    fn a_negative_scale_or_hpa_is_refused() {
+        let err = read_scale_replicas(r#"{"spec":{"replicas":-5}}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bizrq: Scale: spec.replicas is negative (-5)"
+        );
+        let err = read_hpa(
+            r#"{"spec":{"scaleTargetRef":{"kind":"Deployment","name":"web"},"maxReplicas":-1}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bizrq: HorizontalPodAutoscaler: spec.maxReplicas is negative (-1)"
+        );
+        let long = "w".repeat(254);
+        let hpa = format!(
+            r#"{{"spec":{{"scaleTargetRef":{{"kind":"Deployment","name":"{long}"}},"maxReplicas":1}}}}"#
+        );
+        assert!(read_hpa(&hpa).is_err());
     }
 
     #[test]

@@ -48,7 +48,12 @@ pub struct ServeArgs {
     )]
     pub public_url: String,
     /// sqlite://FILE (created if missing) or postgres://USER@HOST/DB.
-    #[arg(long, env = "DATABASE_URL", default_value = "sqlite://bizrq.db")]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "sqlite://bizrq.db",
+        hide_env_values = true
+    )]
     pub database_url: String,
     /// Bearer token for the JSON API; generated and printed once if unset.
     #[arg(long, env = "BIZRQ_ADMIN_TOKEN", hide_env_values = true)]
@@ -269,6 +274,41 @@ impl ServeArgs {
     }
 }
 
+/// A database URL fit for logs and errors: the password of its user part
+/// and any `password=` parameter replaced by `***`.
+pub fn redacted_url(url: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (url, None),
+    };
+    let mut out = match head.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let authority = match authority.rsplit_once('@') {
+                Some((user, host)) => match user.split_once(':') {
+                    Some((name, _)) => format!("{name}:***@{host}"),
+                    None => authority.to_string(),
+                },
+                None => authority.to_string(),
+            };
+            format!("{scheme}://{authority}{path}")
+        }
+        None => head.to_string(),
+    };
+    if let Some(q) = query {
+        let params: Vec<String> = q
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => p.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
 pub fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("BIZRQ_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
@@ -279,4 +319,39 @@ pub fn init_tracing(format: LogFormat) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::redacted_url;
+
+    #[test]
+    fn a_database_password_never_reaches_the_log() {
+        for (url, shown) in [
+            (
+                "postgres://bizrq:s3cr%40t@db:5432/bizrq?sslmode=require",
+                "postgres://bizrq:***@db:5432/bizrq?sslmode=require",
+            ),
+            (
+                "postgres://bizrq@db/bizrq?password=s3cret&sslmode=disable",
+                "postgres://bizrq@db/bizrq?password=***&sslmode=disable",
+            ),
+            ("postgres://u:p:q@h/d", "postgres://u:***@h/d"),
+            ("sqlite://bizrq.db", "sqlite://bizrq.db"),
+        ] {
+            assert_eq!(redacted_url(url), shown);
+        }
+    }
+
+    #[test]
+    fn help_does_not_show_the_database_url_from_the_environment() {
+        use clap::CommandFactory;
+        let cli = super::Cli::command();
+        let serve = cli.find_subcommand("serve").expect("serve");
+        let arg = serve
+            .get_arguments()
+            .find(|a| a.get_env() == Some(std::ffi::OsStr::new("DATABASE_URL")))
+            .expect("--database-url reads DATABASE_URL");
+        assert!(arg.is_hide_env_values_set());
+    }
 }

@@ -19,63 +19,7 @@ use serde_json::value::RawValue;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
-
-#[derive(Deserialize)]
-struct Review {
-    #[serde(default, rename = "apiVersion")]
-    api_version: String,
-    request: Option<Request>,
-}
-
-#[derive(Default, Deserialize)]
-pub struct Gvk {
-    #[serde(default)]
-    pub group: String,
-    #[serde(default)]
-    pub version: String,
-    #[serde(default)]
-    pub kind: String,
-}
-
-#[derive(Default, Deserialize)]
-pub struct Gvr {
-    #[serde(default)]
-    pub group: String,
-    #[serde(default)]
-    pub version: String,
-    #[serde(default)]
-    pub resource: String,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Request {
-    pub uid: String,
-    #[serde(default)]
-    pub kind: Gvk,
-    #[serde(default)]
-    pub resource: Gvr,
-    #[serde(default)]
-    pub sub_resource: Option<String>,
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub namespace: Option<String>,
-    pub operation: String,
-    #[serde(default)]
-    pub object: Option<Box<RawValue>>,
-    #[serde(default)]
-    pub old_object: Option<Box<RawValue>>,
-    #[serde(default)]
-    pub dry_run: Option<bool>,
-}
-
-impl Request {
-    fn dry(&self) -> bool {
-        self.dry_run == Some(true)
-    }
-}
+pub use quota::review::{Gvk, Gvr, Request, REVIEW_API_VERSION};
 
 /// An admission answer before it is wrapped in a review.
 #[derive(Debug, Default)]
@@ -224,18 +168,9 @@ fn bad_request(msg: String) -> Response {
 
 async fn handle(app: &AppState, endpoint: Endpoint, body: &[u8]) -> Response {
     let started = Instant::now();
-    let review: Review = match serde_json::from_slice(body) {
+    let req = match quota::review::decode(body) {
         Ok(r) => r,
-        Err(e) => return bad_request(format!("malformed AdmissionReview: {e}")),
-    };
-    if review.api_version != REVIEW_API_VERSION {
-        return bad_request(format!(
-            "AdmissionReview apiVersion '{}' is not served; use {REVIEW_API_VERSION}",
-            review.api_version
-        ));
-    }
-    let Some(req) = review.request else {
-        return bad_request("AdmissionReview has no request".into());
+        Err(e) => return bad_request(e),
     };
     let verdict = decide(&app.service, endpoint, &req).await;
     if !verdict.allowed {
@@ -350,31 +285,8 @@ fn raw_meta(raw: &RawValue) -> quota::usage::ObjectMeta {
     m.metadata
 }
 
-fn raw_meta_name(raw: &RawValue) -> (String, String) {
-    let m = raw_meta(raw);
-    (m.namespace, m.name)
-}
-
-/// Namespace and name of the object under review (the request's own fields
-/// first; generated names appear in the object).
 fn target(req: &Request) -> (String, String) {
-    let given = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
-    if let (Some(ns), Some(name)) = (given(&req.namespace), given(&req.name)) {
-        return (ns, name);
-    }
-    // Only then read the object's metadata (cluster-scoped objects have no
-    // namespace; a generated name is in the object).
-    let from_obj = req
-        .object
-        .as_deref()
-        .or(req.old_object.as_deref())
-        .map(raw_meta_name)
-        .unwrap_or_default();
-    let ns = given(&req.namespace).unwrap_or(from_obj.0);
-    let name = given(&req.name)
-        .or(Some(from_obj.1).filter(|s| !s.is_empty()))
-        .unwrap_or_else(|| req.uid.clone());
-    (ns, name)
+    req.target()
 }
 
 fn read(
@@ -399,6 +311,15 @@ fn read_old(
         .map_err(|e| ServiceError::BadRequest(e.to_string()))
 }
 
+/// The reference of a workload named by the request: a name Kubernetes
+/// would not take (too long, a '/' in it) is refused before anything is
+/// stored under it.
+fn checked_ref(adapter: &Adapter, ns: &str, name: &str) -> Result<String, ServiceError> {
+    adapter
+        .checked_ref(ns, name)
+        .map_err(|e| ServiceError::BadRequest(e.to_string()))
+}
+
 async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, ServiceError> {
     let Some(adapter) = adapter_for_kind(&req.kind.group, &req.kind.kind) else {
         return Ok(Verdict::allow().warn([format!(
@@ -410,7 +331,7 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
         return Ok(Verdict::allow()); // status and other subresources hold no spec
     }
     let (ns, name) = target(req);
-    let wref = adapter.workload_ref(&ns, &name);
+    let wref = checked_ref(adapter, &ns, &name)?;
     let dry = req.dry();
     match req.operation.as_str() {
         "DELETE" => {
@@ -494,7 +415,7 @@ async fn review_scale(svc: &Service, req: &Request) -> Result<Verdict, ServiceEr
         read_scale_replicas(raw.get()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
     let (ns, name) = target(req);
     svc.scale_workload(
-        &adapter.workload_ref(&ns, &name),
+        &checked_ref(adapter, &ns, &name)?,
         replicas,
         &req.uid,
         req.dry(),
@@ -511,6 +432,8 @@ async fn review_hpa(svc: &Service, req: &Request) -> Result<Verdict, ServiceErro
             .map_err(|e| ServiceError::BadRequest(e.to_string()))
     };
     let (ns, name) = target(req);
+    quota::workload::check_target(&ns, &name)
+        .map_err(|p| ServiceError::BadRequest(format!("bizrq: HorizontalPodAutoscaler: {p}")))?;
     let target_ref = |h: &quota::workload::Hpa| {
         adapter_for_kind(&h.target_group, &h.target_kind)
             .map(|a| a.workload_ref(&ns, &h.target_name))

@@ -364,15 +364,18 @@ pub async fn evaluate_forever(
     digest_hour: u8,
 ) {
     let every = every.max(Duration::from_secs(1));
-    let mut tick = tokio::time::interval(every);
+    let start = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval_at(start + every, every);
+    let start_up = wait_out_slack(&service, service.now());
+    let mut start_up = std::pin::pin!(start_up);
+    let mut started = false;
     loop {
         tokio::select! {
-            _ = tick.tick() => {
-                evaluate_now(&service, &sql, &public_url).await;
-                if let Err(e) = queue_digests(&sql, service.now(), digest_hour, &public_url).await {
-                    tracing::warn!(error = %e, "queueing alert digests failed");
-                }
+            _ = &mut start_up, if !started => {
+                started = true;
+                sweep(&service, &sql, &public_url, digest_hour).await;
             }
+            _ = tick.tick() => sweep(&service, &sql, &public_url, digest_hour).await,
             _ = service.changed.wait() => {
                 tokio::time::sleep(SETTLE).await;
                 let changed = service.changed.take();
@@ -387,6 +390,27 @@ pub async fn evaluate_forever(
                 }
             }
         }
+    }
+}
+
+async fn sweep(service: &Service, sql: &SqlStore, public_url: &str, digest_hour: u8) {
+    evaluate_now(service, sql, public_url).await;
+    if let Err(e) = queue_digests(sql, service.now(), digest_hour, public_url).await {
+        tracing::warn!(error = %e, "queueing alert digests failed");
+    }
+}
+
+/// Until the clock has passed `started_ms + SWEEP_SLACK_MS` (in real time
+/// at most that long, for a clock that stands still). A sweep counts its
+/// view as `SWEEP_SLACK_MS` older than its list; run at once on start, that
+/// view would predate what the previous process evaluated, and a condition
+/// whose evaluation died with its replica (within `SETTLE` of its write)
+/// would be taken for stale and wait 5 min for the next sweep. After the
+/// wait, the first sweep's view is at least as new as this process.
+async fn wait_out_slack(service: &Service, started_ms: i64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(SWEEP_SLACK_MS as u64);
+    while service.now() < started_ms + SWEEP_SLACK_MS && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -444,4 +468,70 @@ pub async fn on_transfer(
     if let Err(e) = transfer_event(sql, service, kind, t, public_url).await {
         tracing::warn!(error = %e, transfer = t.id, kind = kind.as_str(), "recording a transfer alert failed");
     }
+}
+
+#[cfg(test)]
+mod start_up {
+    use super::*;
+    use crate::store::testdb::on_both_databases;
+    use crate::store::QuotaStore;
+    use quota::{Quantity, QuotaSpec};
+
+    const GPU: &str = "requests.nvidia.com/gpu";
+    const T: i64 = 1_800_000_000_000;
+    const URL: &str = "http://bizrq.test";
+
+    fn org(used: i64) -> Quota {
+        let spec = QuotaSpec {
+            hard: [(GPU.to_string(), Quantity::from_units(10))].into(),
+            ..QuotaSpec::default()
+        };
+        let mut q = Quota::new("org", spec);
+        q.status.used.insert(GPU.into(), Quantity::from_units(used));
+        q
+    }
+
+    /// org's alert was resolved from a view at T − 1 s; a write at T
+    /// crossed the threshold again and its replica died before evaluating
+    /// it. A fresh process must open the alert with its start-up sweep,
+    /// not 5 min later.
+    async fn a_crossing_whose_evaluation_died_opens_at_the_next_start(db: &SqlStore) {
+        let (held, clear) = ([org(9)], [org(1)]);
+        let opened = evaluate_all(db, &held, T - 3_000, T - 3_000, URL).await;
+        assert_eq!(opened.unwrap().opened, 1);
+        let resolved = evaluate_all(db, &clear, T - 1_000, T - 1_000, URL).await;
+        assert_eq!(resolved.unwrap().resolved, 1);
+        db.create(&held[0]).await.unwrap();
+
+        // The new process: its clock runs 20 times faster than real time.
+        let begun = std::time::Instant::now();
+        let clock: crate::service::Clock =
+            Arc::new(move || T + begun.elapsed().as_millis() as i64 * 20);
+        let service = Service::new(
+            Arc::new(db.clone()),
+            quota::KeyConfig::default(),
+            quota::cash::Prices::default(),
+            Default::default(),
+        )
+        .with_clock(clock);
+        let engine = tokio::spawn(evaluate_forever(
+            Arc::new(service),
+            Arc::new(db.clone()),
+            URL.into(),
+            EVERY,
+            0,
+        ));
+        let open = loop {
+            let open = db.open_alerts().await.unwrap();
+            if !open.is_empty() || begun.elapsed() > Duration::from_secs(3) {
+                break open;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        engine.abort();
+        assert_eq!(open.len(), 1, "the start-up sweep opened it");
+        assert_eq!(open[0].quota, "org");
+    }
+
+    on_both_databases!(a_crossing_whose_evaluation_died_opens_at_the_next_start);
 }

@@ -40,7 +40,10 @@ impl SqlStore {
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             Backend::Postgres
         } else {
-            anyhow::bail!("unsupported database URL '{url}': use sqlite://FILE or postgres://...");
+            anyhow::bail!(
+                "unsupported database URL '{}': use sqlite://FILE or postgres://...",
+                crate::config::redacted_url(url)
+            );
         };
         let store = match backend {
             Backend::Sqlite => {

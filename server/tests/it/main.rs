@@ -7,6 +7,7 @@ mod common;
 mod concurrency;
 mod deferred;
 mod demo;
+mod edges;
 mod fakeapi;
 mod forged;
 mod mail;
