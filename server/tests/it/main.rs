@@ -1,6 +1,7 @@
 //! Integration tests: one binary, real server processes, real databases.
 
 mod api;
+mod bodies;
 mod cluster;
 mod common;
 mod concurrency;
