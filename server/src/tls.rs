@@ -402,7 +402,7 @@ mod tests {
         assert!(!handshake(config.clone(), &server_ca, Some(&wildcard)).await);
         let mut p = rcgen::CertificateParams::new(vec![
             "kube-apiserver.bizrq.io".to_string(),
-            "*.example".to_string(),
+            "*.other.example".to_string(),
         ])
         .unwrap();
         p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];

@@ -3,10 +3,10 @@
 //! past it (the pod's OOM kill would take the webhook with it), and
 //! admissions keep answering meanwhile.
 
-use crate::common::{deployment, fresh_sqlite, review, Server, TOKEN};
+use crate::common::{deployment, fresh_sqlite, review, Browser, Server, TOKEN};
 use serde_json::json;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A line of /proc/PID/status, in KiB.
 fn status_kib(pid: u32, field: &str) -> u64 {
@@ -97,4 +97,64 @@ async fn stalled_request_bodies_keep_memory_bounded_and_admissions_answering() {
             .any(|l| l.starts_with("bizrq_body_budget_exhausted_total{listener=\"http\"}")),
         "some requests were turned away: {metrics}"
     );
+}
+
+/// Without a session token to compare with, the CSRF check fails whatever
+/// the body holds: the answer comes before the body does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_without_a_session_is_refused_before_its_body_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = bizrq::config::ServeArgs::for_tests(&fresh_sqlite(&dir));
+    let running = bizrq::start_with(&args, None, None).await.unwrap();
+    let mut c = tokio::net::TcpStream::connect(running.http_addr)
+        .await
+        .unwrap();
+    c.write_all(
+        b"POST /login HTTP/1.1\r\nHost: bizrq\r\n\
+          Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000000\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(3), c.read_exact(&mut head))
+        .await
+        .expect("answered without waiting for the body")
+        .unwrap();
+    assert_eq!(&head, b"HTTP/1.1 403");
+    running.shutdown().await;
+}
+
+/// A login form is a few hundred bytes: someone not logged in gets at
+/// most 16 KiB of form read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_form_from_someone_not_logged_in_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = bizrq::config::ServeArgs::for_tests(&fresh_sqlite(&dir));
+    let running = bizrq::start_with(&args, None, None).await.unwrap();
+    let b = Browser::new(&Server::in_process(&running));
+    assert_eq!(b.get("/login").await.status, reqwest::StatusCode::OK);
+    let padding = "x".repeat(20 * 1024);
+    let p = b
+        .post(
+            "/login",
+            &[
+                ("username", "admin"),
+                ("password", "wrong"),
+                ("padding", &padding),
+            ],
+        )
+        .await;
+    assert_eq!(
+        p.status,
+        reqwest::StatusCode::PAYLOAD_TOO_LARGE,
+        "{}",
+        p.body
+    );
+    // The same form without the padding reaches the login.
+    let p = b
+        .post("/login", &[("username", "admin"), ("password", "wrong")])
+        .await;
+    assert_ne!(p.status, reqwest::StatusCode::PAYLOAD_TOO_LARGE);
+    assert_ne!(p.status, reqwest::StatusCode::FORBIDDEN, "{}", p.body);
+    running.shutdown().await;
 }

@@ -237,8 +237,7 @@ fn client_names_without_a_client_ca_are_refused() {
         "--webhook-client-names",
         "kube-apiserver.bizrq.io",
     ])
-    .err()
-    .expect("names without a CA are an error");
+    .expect_err("names without a CA are an error");
     assert!(e.to_string().contains("--webhook-client-ca"), "{e}");
     bizrq::config::Cli::try_parse_from([
         "bizrq",
