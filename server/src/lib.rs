@@ -434,7 +434,8 @@ pub fn check_webhook_exposure(args: &ServeArgs) -> anyhow::Result<()> {
     if args.webhook_allow_unauthenticated {
         tracing::warn!(
             webhook = %args.webhook_listen,
-            "the webhook accepts reviews from anyone who can reach it (--webhook-allow-unauthenticated)"
+            "the webhook accepts reviews from anyone who can reach it (--webhook-allow-unauthenticated): \
+             no quota guarantee against them; only a NetworkPolicy keeps them out"
         );
         return Ok(());
     }
@@ -442,7 +443,8 @@ pub fn check_webhook_exposure(args: &ServeArgs) -> anyhow::Result<()> {
         "the webhook would listen on {} without authentication, and an AdmissionReview \
          changes quotas: anyone who can reach that address could release or take capacity. \
          Give --webhook-client-ca (BIZRQ_WEBHOOK_CLIENT_CA: the CA of the API server's client \
-         certificate), or --webhook-token (BIZRQ_WEBHOOK_TOKEN), or listen on a loopback \
+         certificate), or --webhook-token / --webhook-token-file (BIZRQ_WEBHOOK_TOKEN, \
+         BIZRQ_WEBHOOK_TOKEN_FILE), or listen on a loopback \
          address; or, behind a NetworkPolicy you trust, --webhook-allow-unauthenticated \
          (see docs/webhook-trust.md)",
         args.webhook_listen
