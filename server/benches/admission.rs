@@ -299,6 +299,11 @@ async fn https(o: &Opts) {
             "127.0.0.1:0",
             "--webhook-listen",
             "127.0.0.1:0",
+            "--probe-listen",
+            "127.0.0.1:0",
+            // One process stands in for every API server: no per-address cap.
+            "--webhook-max-connections-per-ip",
+            "0",
             "--admin-token",
             "bench",
             "--resync-seconds",

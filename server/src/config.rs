@@ -40,6 +40,11 @@ pub struct ServeArgs {
     /// Admission webhook (HTTPS).
     #[arg(long, env = "BIZRQ_WEBHOOK_LISTEN", default_value = "127.0.0.1:8443")]
     pub webhook_listen: SocketAddr,
+    /// /healthz and /readyz (plain HTTP) with a small pool of their own, so
+    /// that a full portal pool never fails the kubelet's probes. The portal
+    /// port serves them too.
+    #[arg(long, env = "BIZRQ_PROBE_LISTEN", default_value = "127.0.0.1:3001")]
+    pub probe_listen: SocketAddr,
     /// Where users reach the portal: the base of links in alert emails.
     #[arg(
         long,
@@ -92,13 +97,29 @@ pub struct ServeArgs {
     #[arg(long, env = "BIZRQ_WEBHOOK_CLIENT_CA")]
     pub webhook_client_ca: Option<PathBuf>,
     /// With --webhook-client-ca: DNS names (subjectAltName) of which the
-    /// client certificate must carry one; any name the CA signed when empty.
-    #[arg(long, env = "BIZRQ_WEBHOOK_CLIENT_NAMES", value_delimiter = ',')]
+    /// client certificate must carry one (a certificate with a wildcard
+    /// name is refused); any certificate the CA signed when empty.
+    #[arg(
+        long,
+        env = "BIZRQ_WEBHOOK_CLIENT_NAMES",
+        value_delimiter = ',',
+        requires = "webhook_client_ca"
+    )]
     pub webhook_client_names: Vec<String>,
     /// Bearer token the webhook requires (`Authorization: Bearer …`), for
-    /// callers that cannot present a client certificate.
-    #[arg(long, env = "BIZRQ_WEBHOOK_TOKEN", hide_env_values = true)]
+    /// callers that cannot present a client certificate. Surrounding
+    /// whitespace is ignored.
+    #[arg(
+        long,
+        env = "BIZRQ_WEBHOOK_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "webhook_token_file"
+    )]
     pub webhook_token: Option<String>,
+    /// A file holding the webhook's bearer token (e.g. a mounted Secret),
+    /// read at start; surrounding whitespace (a final newline) is ignored.
+    #[arg(long, env = "BIZRQ_WEBHOOK_TOKEN_FILE")]
+    pub webhook_token_file: Option<PathBuf>,
     /// Serve the webhook on a non-loopback address without a client CA or a
     /// token (reviews change quotas: rely on a NetworkPolicy and the
     /// controller's re-checks; see docs/webhook-trust.md).
@@ -107,9 +128,33 @@ pub struct ServeArgs {
     /// Open connections on the portal/API port; more are closed at accept.
     #[arg(long, env = "BIZRQ_MAX_CONNECTIONS", default_value_t = 512)]
     pub max_connections: usize,
-    /// Open connections on the webhook port (counted apart from the portal's).
+    /// Open connections on the webhook port (counted apart from the
+    /// portal's) past their TLS handshake; as many handshakes again may be
+    /// in progress.
     #[arg(long, env = "BIZRQ_WEBHOOK_MAX_CONNECTIONS", default_value_t = 256)]
     pub webhook_max_connections: usize,
+    /// Open portal/API connections from one address (0: no cap). Behind an
+    /// ingress or a proxy every client comes from its few addresses: raise
+    /// it or give 0 there.
+    #[arg(long, env = "BIZRQ_MAX_CONNECTIONS_PER_IP", default_value_t = 64)]
+    pub max_connections_per_ip: usize,
+    /// Open webhook connections from one address, handshakes included (0:
+    /// no cap). The API servers are a few addresses with a few connections
+    /// each.
+    #[arg(
+        long,
+        env = "BIZRQ_WEBHOOK_MAX_CONNECTIONS_PER_IP",
+        default_value_t = 32
+    )]
+    pub webhook_max_connections_per_ip: usize,
+    /// MiB of request bodies the portal/API handlers may hold at once; a
+    /// request beyond it is answered 503.
+    #[arg(long, env = "BIZRQ_BODY_BUDGET_MIB", default_value_t = 64)]
+    pub body_budget_mib: usize,
+    /// MiB of AdmissionReview bodies the webhook may hold at once (its own
+    /// budget, untouched by the portal's).
+    #[arg(long, env = "BIZRQ_WEBHOOK_BODY_BUDGET_MIB", default_value_t = 64)]
+    pub webhook_body_budget_mib: usize,
     /// Seconds a client has to send a request's headers (both ports; also
     /// how long an idle HTTP/1 keep-alive connection is kept).
     #[arg(long, env = "BIZRQ_HEADER_READ_TIMEOUT_SECONDS", default_value_t = 10)]
@@ -125,8 +170,9 @@ pub struct ServeArgs {
         default_value_t = 120
     )]
     pub webhook_idle_timeout_seconds: u64,
-    /// Seconds a client has to finish the webhook's TLS handshake.
-    #[arg(long, env = "BIZRQ_TLS_HANDSHAKE_TIMEOUT_SECONDS", default_value_t = 5)]
+    /// Seconds a client has to finish the webhook's TLS handshake (an API
+    /// server's takes milliseconds).
+    #[arg(long, env = "BIZRQ_TLS_HANDSHAKE_TIMEOUT_SECONDS", default_value_t = 2)]
     pub tls_handshake_timeout_seconds: u64,
     /// Seconds between full resyncs (carve-out repair, cash accrual).
     #[arg(long, env = "BIZRQ_RESYNC_SECONDS", default_value_t = 300)]
@@ -260,6 +306,8 @@ impl ServeArgs {
             "--listen",
             "127.0.0.1:0",
             "--webhook-listen",
+            "127.0.0.1:0",
+            "--probe-listen",
             "127.0.0.1:0",
             "--database-url",
             database_url,

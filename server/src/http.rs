@@ -132,6 +132,17 @@ pub fn http_router(app: AppState) -> Router {
         .with_state(app)
 }
 
+/// The kubelet's probes on their own listener (`--probe-listen`): with its
+/// own small pool, a portal pool full of slow clients does not fail them
+/// and take the pod, webhook included, out of its Service.
+pub fn probe_router(app: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(0))
+        .with_state(app)
+}
+
 /// The admission webhook (served over HTTPS). With `token`, the reviews
 /// require `Authorization: Bearer <token>` (the API server sends it from its
 /// admission kubeconfig); a client certificate, when configured, is checked
@@ -142,7 +153,7 @@ pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
         .route("/validate/workloads", post(webhook::workloads))
         .route("/validate/scale", post(webhook::scale))
         .route("/validate/hpa", post(webhook::hpa));
-    if let Some(t) = token.filter(|t| !t.is_empty()) {
+    if let Some(t) = token.map(str::trim).filter(|t| !t.is_empty()) {
         let expected = (
             Arc::new(crate::util::sha256_hex(t)),
             app.service.metrics.clone(),

@@ -56,6 +56,8 @@ pub fn parse_ready_line(line: &str) -> Option<(SocketAddr, SocketAddr)> {
 pub struct Running {
     pub http_addr: SocketAddr,
     pub webhook_addr: SocketAddr,
+    /// /healthz and /readyz on a pool of their own.
+    pub probe_addr: SocketAddr,
     pub service: Arc<Service>,
     /// Quota transfers: requests, approvals, their execution (§6).
     pub transfers: Arc<transfers::TransferService>,
@@ -161,6 +163,7 @@ pub async fn start_with(
 ) -> anyhow::Result<Running> {
     tls::install_crypto_provider();
     check_webhook_exposure(args)?;
+    let webhook_token = webhook_token(args)?;
     if args.demo && client.is_some() {
         anyhow::bail!(
             "--demo (BIZRQ_DEMO) seeds a standalone database only; in a cluster the quotas are \
@@ -245,7 +248,20 @@ pub async fn start_with(
 
     let mut cert_reload = None;
     let clients: tls::ClientAuth = match &args.webhook_client_ca {
-        Some(ca) => Some(tls::client_verifier(ca, &args.webhook_client_names)?),
+        Some(ca) => {
+            if args
+                .webhook_client_names
+                .iter()
+                .all(|n| n.trim().is_empty())
+            {
+                tracing::warn!(
+                    ca = %ca.display(),
+                    "--webhook-client-ca without --webhook-client-names: every client certificate \
+                     this CA signed may call the webhook; name the API servers' identity"
+                );
+            }
+            Some(tls::client_verifier(ca, &args.webhook_client_names)?)
+        }
         None => None,
     };
     let (tls_config, self_signed_cert) = match (&args.tls_cert, &args.tls_key) {
@@ -274,6 +290,15 @@ pub async fn start_with(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.webhook_listen))?;
     let webhook_addr = webhook_listener.local_addr()?;
+    let probe_listener = tokio::net::TcpListener::bind(args.probe_listen)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {} (--probe-listen): {e}",
+                args.probe_listen
+            )
+        })?;
+    let probe_addr = probe_listener.local_addr()?;
 
     // Two listeners, each with its own connection pool and timeouts, so
     // that no load on the portal takes what the API server needs.
@@ -287,10 +312,19 @@ pub async fn start_with(
         metrics.clone(),
         rx.clone(),
     );
+    let probe_task = listen::serve(
+        "probe",
+        probe_listener,
+        http::probe_router(state.clone()),
+        None,
+        probe_limits(args),
+        metrics.clone(),
+        rx.clone(),
+    );
     let webhook_task = listen::serve(
         "webhook",
         webhook_listener,
-        http::webhook_router(state, args.webhook_token.as_deref()),
+        http::webhook_router(state, webhook_token.as_deref()),
         Some(tls_config),
         webhook_limits(args),
         metrics.clone(),
@@ -369,6 +403,7 @@ pub async fn start_with(
     Ok(Running {
         http_addr,
         webhook_addr,
+        probe_addr,
         service,
         transfers,
         generated_token,
@@ -376,7 +411,7 @@ pub async fn start_with(
         self_signed_cert,
         demo,
         http_shutdown,
-        tasks: vec![http_task, webhook_task],
+        tasks: vec![http_task, webhook_task, probe_task],
         cert_reload,
         resync_task,
         portal_janitor,
@@ -392,14 +427,19 @@ pub async fn start_with(
 /// unless the operator accepts it in so many words.
 pub fn check_webhook_exposure(args: &ServeArgs) -> anyhow::Result<()> {
     let authenticated = args.webhook_client_ca.is_some()
-        || args.webhook_token.as_deref().is_some_and(|t| !t.is_empty());
+        || args.webhook_token_file.is_some()
+        || args
+            .webhook_token
+            .as_deref()
+            .is_some_and(|t| !t.trim().is_empty());
     if authenticated || args.webhook_listen.ip().is_loopback() {
         return Ok(());
     }
     if args.webhook_allow_unauthenticated {
         tracing::warn!(
             webhook = %args.webhook_listen,
-            "the webhook accepts reviews from anyone who can reach it (--webhook-allow-unauthenticated)"
+            "the webhook accepts reviews from anyone who can reach it (--webhook-allow-unauthenticated): \
+             no quota guarantee against them; only a NetworkPolicy keeps them out"
         );
         return Ok(());
     }
@@ -407,11 +447,37 @@ pub fn check_webhook_exposure(args: &ServeArgs) -> anyhow::Result<()> {
         "the webhook would listen on {} without authentication, and an AdmissionReview \
          changes quotas: anyone who can reach that address could release or take capacity. \
          Give --webhook-client-ca (BIZRQ_WEBHOOK_CLIENT_CA: the CA of the API server's client \
-         certificate), or --webhook-token (BIZRQ_WEBHOOK_TOKEN), or listen on a loopback \
+         certificate), or --webhook-token / --webhook-token-file (BIZRQ_WEBHOOK_TOKEN, \
+         BIZRQ_WEBHOOK_TOKEN_FILE), or listen on a loopback \
          address; or, behind a NetworkPolicy you trust, --webhook-allow-unauthenticated \
          (see docs/webhook-trust.md)",
         args.webhook_listen
     )
+}
+
+/// The webhook's bearer token: `--webhook-token`, or the content of
+/// `--webhook-token-file`, without surrounding whitespace (a Secret's file
+/// often ends in a newline the API server never sends).
+pub fn webhook_token(args: &ServeArgs) -> anyhow::Result<Option<String>> {
+    if let Some(path) = &args.webhook_token_file {
+        let t = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("cannot read --webhook-token-file {}: {e}", path.display())
+        })?;
+        let t = t.trim();
+        if t.is_empty() {
+            anyhow::bail!(
+                "--webhook-token-file {} is empty: the webhook would take any caller",
+                path.display()
+            );
+        }
+        return Ok(Some(t.to_string()));
+    }
+    Ok(args
+        .webhook_token
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_string))
 }
 
 fn seconds(s: u64) -> Duration {
@@ -422,11 +488,31 @@ fn seconds(s: u64) -> Duration {
 fn http_limits(args: &ServeArgs) -> listen::Limits {
     listen::Limits {
         max_connections: args.max_connections,
+        max_per_peer: args.max_connections_per_ip,
+        body_budget: args.body_budget_mib.saturating_mul(MIB),
         header_read: seconds(args.header_read_timeout_seconds),
         idle: seconds(args.idle_timeout_seconds),
         request: Duration::from_secs(60),
         tls_handshake: seconds(args.tls_handshake_timeout_seconds),
-        max_streams: 64,
+        // A browser needs a few at once; each may hold a request body.
+        max_streams: 8,
+    }
+}
+
+const MIB: usize = 1 << 20;
+
+/// The kubelet's probes: a few connections, bodiless requests, answered at
+/// once.
+fn probe_limits(args: &ServeArgs) -> listen::Limits {
+    listen::Limits {
+        max_connections: 8,
+        max_per_peer: 0,
+        body_budget: 64 * 1024,
+        header_read: seconds(args.header_read_timeout_seconds),
+        idle: Duration::from_secs(10),
+        request: Duration::from_secs(10),
+        tls_handshake: seconds(args.tls_handshake_timeout_seconds),
+        max_streams: 2,
     }
 }
 
@@ -434,6 +520,8 @@ fn http_limits(args: &ServeArgs) -> listen::Limits {
 fn webhook_limits(args: &ServeArgs) -> listen::Limits {
     listen::Limits {
         max_connections: args.webhook_max_connections,
+        max_per_peer: args.webhook_max_connections_per_ip,
+        body_budget: args.webhook_body_budget_mib.saturating_mul(MIB),
         header_read: seconds(args.header_read_timeout_seconds),
         idle: seconds(args.webhook_idle_timeout_seconds),
         // The longest an API server waits for a webhook (timeoutSeconds ≤ 30).

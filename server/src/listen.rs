@@ -1,14 +1,25 @@
-//! The two listeners (portal/API over HTTP, webhook over HTTPS) and what
-//! each grants a client: a connection slot out of its own pool, a TLS
-//! handshake bounded in time, headers bounded in time, a request bounded in
-//! time, and a connection closed after a spell without a byte either way.
+//! The listeners (portal/API over HTTP, webhook over HTTPS, probes over
+//! HTTP) and what each grants a client: a connection slot out of its own
+//! pool, at most so many connections per peer address, a TLS handshake
+//! bounded in time (and counted apart, so that a client which never
+//! authenticates holds no slot of an authenticated one; a newer handshake
+//! evicts the oldest rather than waiting for it), headers
+//! bounded in time, a request bounded in time, a share of the listener's
+//! budget of buffered body bytes, and a connection closed after a spell
+//! without a byte either way.
 //!
 //! Why each bound: a client that opens connections and sends nothing (or
-//! one header byte at a time) costs a socket, a task and buffers for as long
-//! as we let it. The pools are per listener so that portal load, however
-//! slow or idle, never takes a slot the API server needs for admissions.
-//! Over its pool a listener accepts and closes at once (the client sees a
-//! reset, not a hang, and the kernel's backlog stays short).
+//! one header byte at a time, or a body it never finishes) costs a socket, a
+//! task and buffers for as long as we let it. The pools are per listener so
+//! that portal load, however slow or idle, never takes a slot the API server
+//! needs for admissions, nor one the kubelet's probes need. Over a limit a
+//! listener accepts and closes at once (the client sees the connection
+//! closed, a FIN, not a hang, and the kernel's backlog stays short).
+//!
+//! Memory, at worst, per listener: `max_connections` × (`MAX_BUF` of
+//! HTTP/1 headers or `H2_WINDOW` of unread HTTP/2 data) in hyper, plus
+//! `body_budget` bytes of bodies being read by handlers; a request whose
+//! body would go beyond the budget is answered 503.
 
 use crate::metrics::Metrics;
 use axum::extract::ConnectInfo;
@@ -16,19 +27,21 @@ use axum::http::{Request, StatusCode};
 use axum::response::IntoResponse;
 use axum::Router;
 use axum_server::tls_rustls::RustlsConfig;
+use futures::StreamExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tower::ServiceExt;
@@ -36,8 +49,16 @@ use tower::ServiceExt;
 /// What one listener grants its clients.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// Open connections; one more is closed at accept.
+    /// Open connections; one more is closed at accept. On a TLS listener
+    /// these are connections past their handshake; as many handshakes may
+    /// be in progress besides, and one more evicts the oldest.
     pub max_connections: usize,
+    /// Open connections (handshakes included) from one peer address; one
+    /// more is closed at accept. 0: no cap.
+    pub max_per_peer: usize,
+    /// Bytes of request bodies that handlers may hold at once, over all the
+    /// listener's requests; a request that would go beyond it gets 503.
+    pub body_budget: usize,
     /// From the first byte of a request (or of an idle keep-alive wait) to
     /// the end of its headers (HTTP/1).
     pub header_read: Duration,
@@ -56,7 +77,10 @@ pub struct Limits {
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Read buffer cap of an HTTP/1 connection: headers beyond it are refused.
 const MAX_BUF: usize = 64 * 1024;
-/// HTTP/2 flow-control windows: what one connection may make us buffer.
+/// HTTP/2 flow-control windows: what one connection may send us before a
+/// handler reads it (hyper buffers it meanwhile). A handler that reads
+/// opens the window again, so what handlers hold is bounded by the
+/// listener's `body_budget`, not by this.
 const H2_WINDOW: u32 = 256 * 1024;
 
 /// Serve `router` on `listener` (over TLS with `tls`) until `shutdown`
@@ -73,6 +97,13 @@ pub fn serve(
 ) -> JoinHandle<()> {
     let max = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
     let slots = Arc::new(Semaphore::new(max));
+    // A TLS client is a handshake until it has authenticated, and only then
+    // takes one of `slots`.
+    let handshakes = Arc::new(Handshakes::new(max));
+    let peers = Arc::new(Peers::default());
+    let budget = Arc::new(Semaphore::new(
+        limits.body_budget.clamp(1, Semaphore::MAX_PERMITS),
+    ));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -100,10 +131,24 @@ pub fn serve(
                 },
                 _ = stopped(&mut shutdown) => break,
             };
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                metrics.count_connection_closed(name, "limit");
+            let Some(from_peer) = peers.enter(peer.ip(), limits.max_per_peer) else {
+                metrics.count_connection_closed(name, "peer_limit");
                 drop(stream);
                 continue;
+            };
+            let first = if tls.is_some() {
+                let (handshake, evicted) = handshakes.begin();
+                if evicted {
+                    metrics.count_connection_closed(name, "handshake_evicted");
+                }
+                First::Handshake(handshake)
+            } else {
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    metrics.count_connection_closed(name, "limit");
+                    drop(stream);
+                    continue;
+                };
+                First::Slot(slot)
             };
             let _ = stream.set_nodelay(true);
             let conn = Conn {
@@ -114,20 +159,166 @@ pub fn serve(
                 limits: limits.clone(),
                 metrics: metrics.clone(),
                 shutdown: shutdown.clone(),
+                budget: budget.clone(),
             };
-            let tls = tls.as_ref().map(|c| c.get_inner());
+            let tls = tls.as_ref().map(|c| (c.get_inner(), slots.clone()));
             tokio::spawn(async move {
                 let open = conn.metrics.connections(name);
                 open.inc();
-                conn.run(stream, tls).await;
+                conn.run(stream, tls, first).await;
                 open.dec();
-                drop(slot);
+                drop(from_peer);
             });
         }
         drop(listener);
         // Every slot back: every connection has ended.
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, slots.acquire_many(max as u32)).await;
     })
+}
+
+/// What a connection holds from accept: a slot, or (TLS) a place among
+/// the handshakes.
+enum First {
+    Slot(OwnedSemaphorePermit),
+    Handshake(Handshake),
+}
+
+/// TLS handshakes in progress, at most `max`. One more evicts the oldest
+/// rather than being refused: a client that connects and never finishes
+/// its handshake then holds its place only until `max` newer connections
+/// arrive, and an API server's handshake (milliseconds) is not locked out
+/// by connections that sit silent until the handshake timeout.
+struct Handshakes {
+    max: usize,
+    next: AtomicU64,
+    open: Mutex<std::collections::VecDeque<(u64, Arc<tokio::sync::Notify>)>>,
+}
+
+/// One handshake in progress; `evicted` fires when a newer one takes its
+/// place. Leaves the set when dropped.
+struct Handshake {
+    set: Arc<Handshakes>,
+    id: u64,
+    evicted: Arc<tokio::sync::Notify>,
+}
+
+impl Handshakes {
+    fn new(max: usize) -> Handshakes {
+        Handshakes {
+            max: max.max(1),
+            next: AtomicU64::new(0),
+            open: Mutex::new(Default::default()),
+        }
+    }
+
+    /// A place for one more handshake, and whether the oldest was evicted
+    /// to make it.
+    fn begin(self: &Arc<Self>) -> (Handshake, bool) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let evicted = Arc::new(tokio::sync::Notify::new());
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut any = false;
+        while open.len() >= self.max {
+            if let Some((_, oldest)) = open.pop_front() {
+                oldest.notify_one();
+                any = true;
+            }
+        }
+        open.push_back((id, evicted.clone()));
+        let h = Handshake {
+            set: self.clone(),
+            id,
+            evicted,
+        };
+        (h, any)
+    }
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        let mut open = self.set.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = open.iter().position(|(id, _)| *id == self.id) {
+            open.remove(i);
+        }
+    }
+}
+
+/// Open connections per peer address.
+#[derive(Default)]
+struct Peers {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl Peers {
+    /// Count one more connection from `ip`, unless it has `max` already
+    /// (0: no cap). The count drops with the returned guard.
+    fn enter(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<PeerGuard> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if max > 0 && *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerGuard {
+            peers: self.clone(),
+            ip,
+        })
+    }
+}
+
+struct PeerGuard {
+    peers: Arc<Peers>,
+    ip: IpAddr,
+}
+
+impl Drop for PeerGuard {
+    fn drop(&mut self) {
+        let mut open = self.peers.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// The body bytes one request has taken out of its listener's budget,
+/// given back when the request is answered.
+#[derive(Default)]
+struct Share {
+    held: Mutex<Option<OwnedSemaphorePermit>>,
+    /// A chunk did not fit: the request is answered 503.
+    refused: AtomicBool,
+}
+
+/// `body` read through `budget`: every chunk takes its size out of the
+/// budget before a handler sees it, and a chunk that does not fit ends the
+/// body with an error.
+fn budgeted(body: Incoming, budget: Arc<Semaphore>, share: Arc<Share>) -> axum::body::Body {
+    let chunks = axum::body::Body::new(body)
+        .into_data_stream()
+        .map(move |chunk| {
+            let chunk = chunk.map_err(axum::BoxError::from)?;
+            let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
+            match budget.clone().try_acquire_many_owned(n) {
+                Ok(p) => {
+                    let mut held = share.held.lock().unwrap_or_else(|e| e.into_inner());
+                    match held.as_mut() {
+                        Some(h) => h.merge(p),
+                        None => *held = Some(p),
+                    }
+                    Ok(chunk)
+                }
+                Err(_) => {
+                    share.refused.store(true, Ordering::Relaxed);
+                    Err(axum::BoxError::from(
+                        "the server's budget of request bodies is spent",
+                    ))
+                }
+            }
+        });
+    axum::body::Body::from_stream(chunks)
 }
 
 /// Resolves once `shutdown` is true (or its sender is gone).
@@ -143,21 +334,42 @@ struct Conn {
     limits: Limits,
     metrics: Arc<Metrics>,
     shutdown: watch::Receiver<bool>,
+    budget: Arc<Semaphore>,
 }
 
 impl Conn {
-    async fn run(self, stream: tokio::net::TcpStream, tls: Option<Arc<rustls::ServerConfig>>) {
+    /// `first`: what the connection took at accept; with TLS, a finished
+    /// handshake then needs one of `slots`.
+    async fn run(
+        self,
+        stream: tokio::net::TcpStream,
+        tls: Option<(Arc<rustls::ServerConfig>, Arc<Semaphore>)>,
+        first: First,
+    ) {
         let activity = Arc::new(Activity::new());
         let io = Tracked {
             inner: stream,
             activity: activity.clone(),
         };
-        match tls {
-            None => self.drive(io, activity).await,
-            Some(config) => {
+        match (tls, first) {
+            (Some((config, slots)), First::Handshake(handshake)) => {
                 let accept = tokio_rustls::TlsAcceptor::from(config).accept(io);
-                match tokio::time::timeout(self.limits.tls_handshake, accept).await {
-                    Ok(Ok(tls)) => self.drive(tls, activity).await,
+                let done = tokio::select! {
+                    r = tokio::time::timeout(self.limits.tls_handshake, accept) => r,
+                    _ = handshake.evicted.notified() => {
+                        tracing::debug!(listener = self.name, peer = %self.peer, "TLS handshake evicted by a newer one");
+                        return;
+                    }
+                };
+                drop(handshake);
+                match done {
+                    Ok(Ok(tls)) => {
+                        let Ok(_slot) = slots.try_acquire_owned() else {
+                            self.metrics.count_connection_closed(self.name, "limit");
+                            return;
+                        };
+                        self.drive(tls, activity).await
+                    }
                     Ok(Err(e)) => {
                         self.metrics.count_connection_closed(self.name, "tls_error");
                         tracing::debug!(listener = self.name, peer = %self.peer, error = %e, "TLS handshake failed")
@@ -169,6 +381,13 @@ impl Conn {
                     }
                 }
             }
+            (_, first) => {
+                self.drive(io, activity).await;
+                // The slot is held for the connection's whole life.
+                if let First::Slot(slot) = first {
+                    drop(slot);
+                }
+            }
         }
     }
 
@@ -177,17 +396,39 @@ impl Conn {
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let (router, peer, request) = (self.router.clone(), self.peer, self.limits.request);
-        let service = tower::service_fn(move |mut req: Request<Incoming>| {
-            let router = router.clone();
+        let (budget, metrics, name) = (self.budget.clone(), self.metrics.clone(), self.name);
+        let service = tower::service_fn(move |req: Request<Incoming>| {
+            let (router, budget, metrics) = (router.clone(), budget.clone(), metrics.clone());
             async move {
+                let (mut parts, body) = req.into_parts();
                 // The portal rate-limits logins by peer address.
-                req.extensions_mut().insert(ConnectInfo(peer));
+                parts.extensions.insert(ConnectInfo(peer));
+                let share = Arc::new(Share::default());
+                let req = Request::from_parts(parts, budgeted(body, budget, share.clone()));
                 let response = match tokio::time::timeout(request, router.oneshot(req)).await {
                     Ok(Ok(r)) => r,
                     Ok(Err(never)) => match never {},
                     Err(_) => (StatusCode::REQUEST_TIMEOUT, "request not completed in time")
                         .into_response(),
                 };
+                let response = if share.refused.load(Ordering::Relaxed) {
+                    metrics
+                        .body_budget_exhausted
+                        .get_or_create(&crate::metrics::ListenerLabels {
+                            listener: name.into(),
+                        })
+                        .inc();
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [(axum::http::header::RETRY_AFTER, "1")],
+                        "bizrq is reading too many request bodies at once; try again",
+                    )
+                        .into_response()
+                } else {
+                    response
+                };
+                // The bytes this request held go back with it.
+                drop(share);
                 Ok::<_, Infallible>(response)
             }
         });

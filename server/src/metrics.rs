@@ -74,8 +74,14 @@ pub struct Metrics {
     pub deferred_releases: Counter,
     /// Deferred releases still not written after every retry.
     pub deferred_releases_abandoned: Counter,
+    /// Deferred releases not started: the cap of tasks at once was reached
+    /// (left to the controller's reconcile).
+    pub deferred_releases_over_cap: Counter,
     /// Quotas re-checked against the cluster after a review lowered a charge.
     pub rechecks: Counter,
+    /// Requests answered 503 because the listener's budget of buffered body
+    /// bytes was spent.
+    pub body_budget_exhausted: Family<ListenerLabels, Counter>,
     /// Webhook requests refused for a missing or wrong bearer token.
     pub webhook_unauthorized: Counter,
     /// Open connections per listener.
@@ -196,6 +202,8 @@ impl Default for Metrics {
         );
         let deferred_releases = Counter::default();
         let deferred_releases_abandoned = Counter::default();
+        let deferred_releases_over_cap = Counter::default();
+        let body_budget_exhausted = Family::<ListenerLabels, Counter>::default();
         let rechecks = Counter::default();
         let webhook_unauthorized = Counter::default();
         let open_connections = Family::<ListenerLabels, Gauge>::default();
@@ -209,6 +217,16 @@ impl Default for Metrics {
             "deferred_releases_abandoned",
             "Deferred releases still failing after every retry (left to the controller's reconcile)",
             deferred_releases_abandoned.clone(),
+        );
+        registry.register(
+            "deferred_releases_over_cap",
+            "Deferred releases not started because the cap of background releases was reached (left to the controller's reconcile)",
+            deferred_releases_over_cap.clone(),
+        );
+        registry.register(
+            "body_budget_exhausted",
+            "Requests answered 503 because the listener's budget of buffered request-body bytes was spent",
+            body_budget_exhausted.clone(),
         );
         registry.register(
             "rechecks",
@@ -227,13 +245,15 @@ impl Default for Metrics {
         );
         registry.register(
             "connections_closed",
-            "Connections closed by a limit or timeout, by listener and reason (limit, idle, header_timeout, tls_handshake_timeout, tls_error)",
+            "Connections closed by a limit or timeout, by listener and reason (limit, peer_limit, handshake_evicted, idle, header_timeout, tls_handshake_timeout, tls_error)",
             connections_closed.clone(),
         );
         Metrics {
             registry,
             deferred_releases,
             deferred_releases_abandoned,
+            deferred_releases_over_cap,
+            body_budget_exhausted,
             rechecks,
             webhook_unauthorized,
             open_connections,

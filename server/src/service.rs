@@ -114,6 +114,8 @@ pub struct Service {
     /// Quotas whose charges a review lowered, for the controller to confirm
     /// against the cluster (see `Recheck`).
     pub recheck: Arc<Recheck>,
+    /// Releases a DELETE left to the background, one per (quota, workload).
+    deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
     locks: NameLocks,
     /// Last version written or read by this process, per quota. Used only
@@ -146,6 +148,7 @@ impl Service {
             events: Default::default(),
             changed: Default::default(),
             recheck: Default::default(),
+            deferred: Default::default(),
             clock: Arc::new(now_ms),
             locks: NameLocks::default(),
             cache: Default::default(),
@@ -637,6 +640,9 @@ impl Service {
                     tracing::warn!(%parent, child = name, error = %e, "could not return a carve-out; the resync will")
                 }
             }
+            // A forged DELETE review frees the carve-out of a child that
+            // still exists; the parent's reconcile carves it again.
+            self.recheck.mark(&parent);
         }
         Ok(())
     }
@@ -775,32 +781,91 @@ impl Service {
         }
     }
 
+    /// A DELETE's release of `wref` from `quota_name`, as
+    /// `release_workload`, noting in `seen` the `uid` of the charge it found
+    /// (the admission that last changed it) at its first read, so that
+    /// when the write fails or is cut short a deferred release takes that
+    /// charge and not the one of an object created again under the name.
+    pub async fn release_for_delete(
+        &self,
+        quota_name: &str,
+        wref: &str,
+        dry_run: bool,
+        seen: &mut Option<Seen>,
+    ) -> Result<(), ServiceError> {
+        let result = self
+            .update_status(quota_name, dry_run, |q| {
+                if seen.is_none() {
+                    *seen = Some(Seen {
+                        uid: q.status.workloads.get(wref).map(|c| c.uid.clone()),
+                    });
+                }
+                let released = admission::release(q, wref);
+                Ok((released, released))
+            })
+            .await;
+        match result {
+            Ok(released) => {
+                if released && !dry_run {
+                    self.recheck.mark(quota_name);
+                }
+                Ok(())
+            }
+            Err(ServiceError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A DELETE is never refused: release `wref` from `quota` (None: from
     /// the quota it is bound to, which could not be read) in the background,
-    /// with bounded retries and backoff. Only a charge admitted before
-    /// `deleted_at` is released: a newer one belongs to an object created
-    /// again under the same name. What still fails after the retries is left
-    /// to the controller, whose reconcile drops charges of objects that are
-    /// gone (cluster mode).
+    /// with bounded retries and backoff. With `seen` (the charge as the
+    /// DELETE found it) only that charge is released: another one belongs
+    /// to an object created again under the same name, or to a change
+    /// after the DELETE. Without it, only a charge admitted before
+    /// `deleted_at` is (a comparison of clocks that may be two replicas'),
+    /// and the quota is re-checked. One task per (quota, workload), at most
+    /// `MAX_DEFERRED` at once; what is over the cap or still fails after
+    /// the retries is left to the controller, whose reconcile drops charges
+    /// of objects that are gone (cluster mode).
     pub fn defer_release(
         self: &Arc<Self>,
         quota: Option<String>,
         wref: &str,
+        seen: Option<Seen>,
         deleted_at: i64,
         error: &ServiceError,
     ) {
+        let key = (quota.clone().unwrap_or_default(), wref.to_string());
+        {
+            let mut pending = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+            if pending.contains(&key) {
+                return;
+            }
+            if pending.len() >= MAX_DEFERRED {
+                self.metrics.deferred_releases_over_cap.inc();
+                tracing::warn!(workload = wref, error = %error,
+                    "release not written and {MAX_DEFERRED} deferred releases already pending; the controller's reconcile drops the charge of an object that is gone");
+                return;
+            }
+            pending.insert(key.clone());
+        }
         self.metrics.deferred_releases.inc();
         tracing::warn!(workload = wref, quota = quota.as_deref().unwrap_or("(binding unknown)"), error = %error,
             "release deferred: the DELETE is allowed and the release retried in the background");
         let (svc, wref) = (self.clone(), wref.to_string());
         tokio::spawn(async move {
+            let _pending = Pending(svc.deferred.clone(), key);
             let mut wait = RELEASE_FIRST_WAIT;
             for attempt in 1..=RELEASE_RETRIES {
                 let jitter = rand::random::<u64>() % (wait.as_millis() as u64 / 2 + 1);
                 tokio::time::sleep(wait + Duration::from_millis(jitter)).await;
-                match svc
-                    .release_deferred(quota.as_deref(), &wref, deleted_at)
+                let attempt_once =
+                    svc.release_deferred(quota.as_deref(), &wref, seen.as_ref(), deleted_at);
+                // A hanging store must not hold the task (and its place
+                // under the cap) for ever.
+                match tokio::time::timeout(RELEASE_ATTEMPT_TIMEOUT, attempt_once)
                     .await
+                    .unwrap_or_else(|_| Err(ServiceError::Internal("timed out".into())))
                 {
                     Ok(()) => {
                         tracing::info!(workload = %wref, attempt, "deferred release written");
@@ -821,6 +886,7 @@ impl Service {
         &self,
         quota: Option<&str>,
         wref: &str,
+        seen: Option<&Seen>,
         deleted_at: i64,
     ) -> Result<(), ServiceError> {
         let holders: Vec<String> = match quota {
@@ -830,17 +896,29 @@ impl Service {
         for name in holders {
             let result = self
                 .update_status(&name, false, |q| {
-                    let newer = q.status.workloads.get(wref).is_some_and(|c| {
-                        c.admitted
+                    let Some(c) = q.status.workloads.get(wref) else {
+                        return Ok((false, false));
+                    };
+                    let other = match seen {
+                        Some(s) => s.uid.as_deref() != Some(c.uid.as_str()),
+                        None => c
+                            .admitted
                             .as_deref()
                             .and_then(quota::time::parse_rfc3339)
-                            .is_some_and(|t| t > deleted_at)
-                    });
-                    Ok((!newer && admission::release(q, wref), ()))
+                            .is_some_and(|t| t > deleted_at),
+                    };
+                    let released = !other && admission::release(q, wref);
+                    Ok((released, released))
                 })
                 .await;
             match result {
-                Ok(()) | Err(ServiceError::NotFound(_)) => {}
+                // Whatever was decided here, the cluster has the last word.
+                Ok(released) => {
+                    if released || seen.is_none() {
+                        self.recheck.mark(&name);
+                    }
+                }
+                Err(ServiceError::NotFound(_)) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -1053,11 +1131,38 @@ fn lowers(new: &Charge, old: &Charge) -> bool {
     !quota::reconcile::covers(&new.usage(), &old.usage())
 }
 
+/// The charge a DELETE found: the `uid` of the admission that last changed
+/// it (None: there was none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub uid: Option<String>,
+}
+
+/// Deferred releases running at once; beyond, the reconcile drops the
+/// charges (a store down for long makes many, each holding a task).
+pub const MAX_DEFERRED: usize = 1024;
+
+/// Takes a deferred release off the pending set when its task ends.
+struct Pending(
+    Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
+    (String, String),
+);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.1);
+    }
+}
+
 /// Retries of a release a DELETE could not write at once: 8 waits from
 /// 0.5 s doubling to 30 s, about a minute and a half in all.
 const RELEASE_RETRIES: u32 = 8;
 const RELEASE_FIRST_WAIT: Duration = Duration::from_millis(500);
 const RELEASE_MAX_WAIT: Duration = Duration::from_secs(30);
+const RELEASE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long after a review lowered a quota's charges the controller
 /// confirms them: time for the API server to persist a genuine change and

@@ -67,7 +67,10 @@ pub fn client_verifier(ca: &Path, names: &[String]) -> anyhow::Result<Arc<dyn Cl
 }
 
 /// The CA's verdict, then one of the allowed names: a CA shared with other
-/// clients (a cluster's own CA) must not let all of them in.
+/// clients (a cluster's own CA) must not let all of them in. A certificate
+/// with a wildcard name is refused outright: `*.bizrq.io` would otherwise
+/// match `kube-apiserver.bizrq.io`, and nobody mints a wildcard for the
+/// API servers' identity.
 #[derive(Debug)]
 struct NamedClients {
     inner: Arc<dyn ClientCertVerifier>,
@@ -99,6 +102,11 @@ impl ClientCertVerifier for NamedClients {
         let cert = webpki::EndEntityCert::try_from(end_entity).map_err(|_| {
             rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding)
         })?;
+        if cert.valid_dns_names().any(|n| n.contains('*')) {
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName,
+            ));
+        }
         if self
             .names
             .iter()
@@ -373,6 +381,37 @@ mod tests {
         assert!(!handshake(config.clone(), &server_ca, Some(&other_name)).await);
         assert!(!handshake(config.clone(), &server_ca, Some(&other_ca)).await);
         assert!(!handshake(config, &server_ca, None).await);
+    }
+
+    /// `*.bizrq.io` would match the allowed name; a certificate with a
+    /// wildcard name is refused when names are configured, even one that
+    /// also carries the allowed name.
+    #[tokio::test]
+    async fn a_client_certificate_with_a_wildcard_name_is_refused() {
+        install_crypto_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let server_ca = Ca::new();
+        let (c, k) = server_ca.leaf("webhook.example", false);
+        let client_ca = Ca::new();
+        let ca_file = dir.path().join("client-ca.crt");
+        std::fs::write(&ca_file, client_ca.cert.pem()).unwrap();
+        let clients =
+            Some(client_verifier(&ca_file, &["kube-apiserver.bizrq.io".to_string()]).unwrap());
+        let config = Arc::new(server_config(c.as_bytes(), k.as_bytes(), &clients).unwrap());
+        let wildcard = client_ca.leaf("*.bizrq.io", true);
+        assert!(!handshake(config.clone(), &server_ca, Some(&wildcard)).await);
+        let mut p = rcgen::CertificateParams::new(vec![
+            "kube-apiserver.bizrq.io".to_string(),
+            "*.other.example".to_string(),
+        ])
+        .unwrap();
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let both = p.signed_by(&key, &client_ca.cert, &client_ca.key).unwrap();
+        let both = (both.pem(), key.serialize_pem());
+        assert!(!handshake(config.clone(), &server_ca, Some(&both)).await);
+        let allowed = client_ca.leaf("kube-apiserver.bizrq.io", true);
+        assert!(handshake(config, &server_ca, Some(&allowed)).await);
     }
 
     #[test]

@@ -369,7 +369,9 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
 /// A DELETE is never refused (the webhook configuration and the docs
 /// promise it): what cannot be released now is released in the background
 /// (`Service::defer_release`), and an unreadable old object still releases
-/// the charge the workload is bound to.
+/// the charge the workload is bound to. The release in the request is cut
+/// at `RELEASE_IN_REQUEST`, below the API server's wait for the webhook,
+/// so a hanging store defers it rather than dropping it with the request.
 async fn release_deleted(svc: &Arc<Service>, adapter: &Adapter, req: &Request, wref: &str) {
     let dry = req.dry();
     let deleted_at = svc.now();
@@ -385,19 +387,37 @@ async fn release_deleted(svc: &Arc<Service>, adapter: &Adapter, req: &Request, w
             Vec::new()
         }
     };
-    match svc.store.workload_quota(wref).await {
-        Ok(Some(q)) if !holders.contains(&q) => holders.push(q),
-        Ok(_) => {}
-        Err(e) if !dry => svc.defer_release(None, wref, deleted_at, &e.into()),
-        Err(_) => {}
+    let deadline = tokio::time::Instant::now() + RELEASE_IN_REQUEST;
+    match tokio::time::timeout_at(deadline, svc.store.workload_quota(wref)).await {
+        Ok(Ok(Some(q))) if !holders.contains(&q) => holders.push(q),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) if !dry => svc.defer_release(None, wref, None, deleted_at, &e.into()),
+        Err(_) if !dry => svc.defer_release(None, wref, None, deleted_at, &timed_out()),
+        _ => {}
     }
     for q in holders {
-        match svc.release_workload(&q, wref, dry).await {
-            Ok(()) => {}
-            Err(e) if !dry => svc.defer_release(Some(q), wref, deleted_at, &e),
-            Err(_) => {}
+        let mut seen = None;
+        let release = svc.release_for_delete(&q, wref, dry, &mut seen);
+        let error = match tokio::time::timeout_at(deadline, release).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e,
+            Err(_) => timed_out(),
+        };
+        if !dry {
+            svc.defer_release(Some(q), wref, seen, deleted_at, &error);
         }
     }
+}
+
+/// How long a DELETE's release may take in the request: below the 5 s the
+/// webhook configuration gives the API server to wait.
+const RELEASE_IN_REQUEST: std::time::Duration = std::time::Duration::from_secs(3);
+
+fn timed_out() -> ServiceError {
+    ServiceError::Internal(format!(
+        "the store did not answer within {} s",
+        RELEASE_IN_REQUEST.as_secs()
+    ))
 }
 
 async fn review_scale(svc: &Service, req: &Request) -> Result<Verdict, ServiceError> {

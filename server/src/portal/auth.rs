@@ -289,6 +289,10 @@ fn is_form(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
 }
 
+/// The largest form read from someone not logged in (a login form is a
+/// few hundred bytes).
+const ANONYMOUS_FORM_LIMIT: usize = 16 * 1024;
+
 /// CSRF protection for every state-changing request (anything but GET,
 /// HEAD, OPTIONS) that relies on the session cookie: the session's token
 /// must come back as the form field `csrf` or the header `X-CSRF-Token`,
@@ -308,14 +312,12 @@ pub async fn require_csrf(req: Request, next: Next) -> Response {
         Some(s) => s.get::<String>(CSRF_KEY).await.ok().flatten(),
         None => None,
     };
-    if api {
-        let logged_in = match &session {
-            Some(s) => s.get::<i64>(USER_ID_KEY).await.ok().flatten().is_some(),
-            None => false,
-        };
-        if !logged_in {
-            return next.run(req).await;
-        }
+    let logged_in = match &session {
+        Some(s) => s.get::<i64>(USER_ID_KEY).await.ok().flatten().is_some(),
+        None => false,
+    };
+    if api && !logged_in {
+        return next.run(req).await;
     }
     let mut req = req;
     let mut given = req
@@ -323,9 +325,16 @@ pub async fn require_csrf(req: Request, next: Next) -> Response {
         .get(CSRF_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if given.is_none() && is_form(req.headers()) {
+    // Without a token to compare with, the check fails whatever the body
+    // holds: do not read it. A form of someone not logged in is a login.
+    if given.is_none() && is_form(req.headers()) && expected.is_some() {
+        let limit = if logged_in {
+            API_BODY_LIMIT
+        } else {
+            ANONYMOUS_FORM_LIMIT
+        };
         let (parts, body) = req.into_parts();
-        let bytes = match axum::body::to_bytes(body, API_BODY_LIMIT).await {
+        let bytes = match axum::body::to_bytes(body, limit).await {
             Ok(b) => b,
             Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "form too large").into_response(),
         };

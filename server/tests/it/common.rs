@@ -122,6 +122,8 @@ impl Server {
                 "127.0.0.1:0",
                 "--webhook-listen",
                 "127.0.0.1:0",
+                "--probe-listen",
+                "127.0.0.1:0",
                 "--admin-token",
                 TOKEN,
             ])
@@ -167,6 +169,14 @@ impl Server {
             },
             before,
         )
+    }
+
+    /// The process id of a spawned server.
+    pub fn pid(&self) -> u32 {
+        self.child
+            .as_ref()
+            .and_then(|c| c.id())
+            .expect("pid: this server was not spawned as a process")
     }
 
     /// SIGKILL the spawned process (no graceful shutdown) and wait until it

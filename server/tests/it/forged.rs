@@ -162,3 +162,44 @@ async fn a_forged_delete_sent_to_a_replica_that_does_not_lead_is_undone() {
     other.shutdown().await;
     leader.running.shutdown().await;
 }
+
+/// A forged DELETE review of a child quota that still exists returns its
+/// carve-out to the parent; the parent's reconcile, due a moment later,
+/// carves it again from the children the cluster shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_delete_of_a_child_quota_that_still_exists_is_undone_within_10_s() {
+    let c = Cluster::start().await;
+    c.server.create_quota("org", "", json!({ GPU: "24" })).await;
+    c.server
+        .create_quota("team", "org", json!({ GPU: "8" }))
+        .await;
+    c.until("org", "team carved", |q| {
+        q["status"]["children"]["team"].is_object()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let team = c.fake.quota("team");
+    let mut forged = crate::common::fixture("quota-create.json");
+    forged["request"]["uid"] = "forged-quota-delete".into();
+    forged["request"]["operation"] = "DELETE".into();
+    forged["request"]["name"] = "team".into();
+    forged["request"]["object"] = serde_json::Value::Null;
+    forged["request"]["oldObject"] = team;
+    forged["request"]["options"] = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+    let r = c.server.review("/validate/quotas", &forged).await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let forged_at = Instant::now();
+    let org = c
+        .until("org", "team carved again", |q| {
+            q["status"]["children"]["team"].is_object()
+        })
+        .await;
+    // The parent was marked for a re-check (nothing else here lowers).
+    c.until_metric("bizrq_rechecks_total 1").await;
+    assert!(
+        forged_at.elapsed() < Duration::from_secs(10),
+        "undone after {:?}: {org}",
+        forged_at.elapsed()
+    );
+    c.running.shutdown().await;
+}

@@ -2,6 +2,7 @@
 
 mod admission;
 mod api;
+mod bodies;
 mod cluster;
 mod common;
 mod concurrency;

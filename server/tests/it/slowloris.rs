@@ -14,6 +14,9 @@ async fn start(max_http: usize) -> (bizrq::Running, Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let mut args = bizrq::config::ServeArgs::for_tests(&fresh_sqlite(&dir));
     args.max_connections = max_http;
+    // Many clients from one address here: the per-address cap is tested
+    // on its own.
+    args.max_connections_per_ip = 0;
     args.header_read_timeout_seconds = 1;
     args.idle_timeout_seconds = 2;
     args.webhook_idle_timeout_seconds = 2;
@@ -184,5 +187,166 @@ async fn half_open_and_dribbling_connections_are_closed_after_the_timeout() {
         "bizrq_connections_closed_total{listener=\"http\",reason=\"header_timeout\"}"
     )
     .is_some_and(|n| n >= 1.0));
+    running.shutdown().await;
+}
+
+/// A connection from `ip` (a loopback address other than 127.0.0.1: a
+/// second client machine) to `addr`.
+async fn connect_from(ip: &str, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(format!("{ip}:0").parse().unwrap())?;
+    socket.connect(addr).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probes_answer_while_the_portal_pool_is_full() {
+    let (running, _s, _dir) = start(20).await;
+    let _held = connect_many(running.http_addr, 40).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        metric(&running, "bizrq_open_connections{listener=\"http\"}"),
+        Some(20.0),
+        "the portal pool is full"
+    );
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    assert!(
+        c.get(format!("http://{}/healthz", running.http_addr))
+            .send()
+            .await
+            .is_err(),
+        "the portal port turns clients away"
+    );
+    for path in ["/healthz", "/readyz"] {
+        let r = c
+            .get(format!("http://{}{path}", running.probe_addr))
+            .send()
+            .await
+            .expect("the probe port answers");
+        assert_eq!(r.status(), reqwest::StatusCode::OK, "{path}");
+    }
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_take_the_whole_portal_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = bizrq::config::ServeArgs::for_tests(&fresh_sqlite(&dir));
+    args.max_connections = 40;
+    args.max_connections_per_ip = 10;
+    let running = bizrq::start_with(&args, None, None).await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..30 {
+        if let Ok(c) = connect_from("127.0.0.2", running.http_addr).await {
+            held.push(c);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        metric(&running, "bizrq_open_connections{listener=\"http\"}"),
+        Some(10.0)
+    );
+    assert_eq!(
+        metric(
+            &running,
+            "bizrq_connections_closed_total{listener=\"http\",reason=\"peer_limit\"}"
+        ),
+        Some(20.0)
+    );
+    // Another address still gets in.
+    let (status, _) = Server::in_process(&running).get_text("/healthz").await;
+    assert_eq!(status, reqwest::StatusCode::OK);
+    running.shutdown().await;
+}
+
+/// Connections that never start TLS cannot lock the API servers out: a
+/// new handshake evicts the oldest pending one, and none holds a slot of
+/// the authenticated connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_cannot_lock_new_api_server_connections_out_of_the_webhook() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = bizrq::config::ServeArgs::for_tests(&fresh_sqlite(&dir));
+    args.webhook_max_connections = 8;
+    args.webhook_max_connections_per_ip = 0;
+    // Long enough that the timeout alone would not free the pool.
+    args.tls_handshake_timeout_seconds = 30;
+    let running = bizrq::start_with(&args, None, None).await.unwrap();
+    let s = Server::in_process(&running);
+    s.create_quota("team", "", json!({"requests.nvidia.com/gpu": "1000"}))
+        .await;
+    let mut held = Vec::new();
+    for _ in 0..50 {
+        if let Ok(c) = connect_from("127.0.0.2", running.webhook_addr).await {
+            held.push(c);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 0..5 {
+        // A new connection each time, as an API server that reconnects.
+        let fresh = Server::in_process(&running);
+        let started = Instant::now();
+        let d = deployment(&format!("w{i}"), "team", 1, 1);
+        let r = fresh
+            .review(
+                "/validate/workloads",
+                &review("deployment-create.json", &format!("u-{i}"), Some(d), None),
+            )
+            .await;
+        assert_eq!(r["allowed"], true, "{r}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // The silent ones keep coming.
+        for _ in 0..10 {
+            if let Ok(c) = connect_from("127.0.0.2", running.webhook_addr).await {
+                held.push(c);
+            }
+        }
+    }
+    assert!(metric(
+        &running,
+        "bizrq_connections_closed_total{listener=\"webhook\",reason=\"handshake_evicted\"}"
+    )
+    .is_some_and(|n| n >= 40.0));
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_is_capped_on_the_webhook() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = bizrq::config::ServeArgs::for_tests(&fresh_sqlite(&dir));
+    args.webhook_max_connections_per_ip = 4;
+    let running = bizrq::start_with(&args, None, None).await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        if let Ok(c) = connect_from("127.0.0.2", running.webhook_addr).await {
+            held.push(c);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        metric(
+            &running,
+            "bizrq_connections_closed_total{listener=\"webhook\",reason=\"peer_limit\"}"
+        ),
+        Some(6.0)
+    );
+    // Closed with a FIN: the client reads the end of the stream.
+    let mut over = connect_from("127.0.0.2", running.webhook_addr)
+        .await
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(2), over.read(&mut buf))
+        .await
+        .expect("closed at once");
+    assert!(matches!(n, Ok(0)), "{n:?}");
+    // The API servers' address is not this one.
+    let (status, _) = Server::in_process(&running)
+        .post_review_raw(
+            "/validate/workloads",
+            serde_json::to_vec(&review("deployment-create.json", "u-1", None, None)).unwrap(),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 200);
     running.shutdown().await;
 }

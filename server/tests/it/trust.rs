@@ -181,3 +181,71 @@ async fn with_a_client_ca_only_the_api_servers_certificate_gets_a_review_in() {
     assert_eq!(r.status().as_u16(), 200);
     running.shutdown().await;
 }
+
+/// A Secret's file usually ends in a newline, which the API server never
+/// sends: the token is trimmed, from the flag and from the file alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_with_a_final_newline_matches_from_the_flag_and_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "s3cret\n").unwrap();
+    let mut from_file = args(&dir);
+    from_file.webhook_token_file = Some(file);
+    from_file.webhook_listen = "0.0.0.0:0".parse().unwrap();
+    let other_dir = tempfile::tempdir().unwrap();
+    let mut from_flag = args(&other_dir);
+    from_flag.webhook_token = Some("s3cret\n".into());
+    for a in [from_file, from_flag] {
+        let running = bizrq::start_with(&a, None, None).await.unwrap();
+        let mut addr = running.webhook_addr;
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        let r = client(None)
+            .post(format!("https://{addr}/validate/workloads"))
+            .header("content-type", "application/json")
+            .bearer_auth("s3cret")
+            .body(create_review("u-1"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{:?}", a.webhook_token_file);
+        let r = client(None)
+            .post(format!("https://{addr}/validate/workloads"))
+            .header("content-type", "application/json")
+            .body(create_review("u-2"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 401);
+        running.shutdown().await;
+    }
+    // An empty file would take anyone: refused at start.
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let third_dir = tempfile::tempdir().unwrap();
+    let mut a = args(&third_dir);
+    a.webhook_token_file = Some(empty);
+    let e = bizrq::start_with(&a, None, None).await.err().unwrap();
+    assert!(e.to_string().contains("is empty"), "{e}");
+}
+
+#[test]
+fn client_names_without_a_client_ca_are_refused() {
+    use clap::Parser;
+    let e = bizrq::config::Cli::try_parse_from([
+        "bizrq",
+        "serve",
+        "--webhook-client-names",
+        "kube-apiserver.bizrq.io",
+    ])
+    .expect_err("names without a CA are an error");
+    assert!(e.to_string().contains("--webhook-client-ca"), "{e}");
+    bizrq::config::Cli::try_parse_from([
+        "bizrq",
+        "serve",
+        "--webhook-client-names",
+        "kube-apiserver.bizrq.io",
+        "--webhook-client-ca",
+        "/etc/bizrq/tls/ca.crt",
+    ])
+    .expect("with the CA they parse");
+}
