@@ -189,11 +189,6 @@ impl Server {
         child.kill().await.expect("SIGKILL bizrq");
     }
 
-    /// The spawned process's id (None for a server started in process).
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().and_then(|c| c.id())
-    }
-
     /// A server started in this process (`bizrq::start_with`).
     pub fn in_process(running: &bizrq::Running) -> Server {
         Server {

@@ -95,7 +95,7 @@ async fn a_login_flood_neither_exhausts_memory_nor_stalls_admissions() {
     .await;
     s.create_quota("team", "", json!({GPU: "100000", "pods": "100000"}))
         .await;
-    let pid = s.pid().unwrap();
+    let pid = s.pid();
     let before = vm_hwm_kib(pid);
     let flood_until = Instant::now() + Duration::from_secs(8);
     let mut floods = Vec::new();
