@@ -33,15 +33,20 @@ LABEL org.opencontainers.image.title="bizrq" \
 COPY --from=build /out/bizrq /usr/local/bin/bizrq
 # A container must listen beyond its own loopback (the binary's defaults are
 # 127.0.0.1). The Kubernetes Deployment sets the same values explicitly.
+# Off loopback the webhook must know its caller: give it a client CA
+# (BIZRQ_WEBHOOK_CLIENT_CA, as deploy/ does) or a token
+# (BIZRQ_WEBHOOK_TOKEN[_FILE]), or it refuses to start (docs/webhook-trust.md).
 ENV BIZRQ_LISTEN=0.0.0.0:3000 \
-    BIZRQ_WEBHOOK_LISTEN=0.0.0.0:8443
+    BIZRQ_WEBHOOK_LISTEN=0.0.0.0:8443 \
+    BIZRQ_PROBE_LISTEN=0.0.0.0:3001
 # Standalone `docker run` keeps its SQLite file (sqlite://bizrq.db, relative)
 # in the nonroot user's home; in Kubernetes DATABASE_URL points at PostgreSQL
 # and the root filesystem is read-only.
 WORKDIR /home/nonroot
 USER 65532:65532
 # 3000: portal, JSON API, /metrics, /healthz, /readyz (HTTP).
+# 3001: /healthz and /readyz for the kubelet, on their own small pool (HTTP).
 # 8443: admission webhook (HTTPS).
-EXPOSE 3000 8443
+EXPOSE 3000 3001 8443
 ENTRYPOINT ["/usr/local/bin/bizrq"]
 CMD ["serve"]

@@ -30,7 +30,7 @@ function startServer() {
   const dir = mkdtempSync(join(tmpdir(), 'bizrq-e2e-'));
   const child = spawn(BIN, [
     'serve', '--standalone',
-    '--listen', '127.0.0.1:0', '--webhook-listen', '127.0.0.1:0',
+    '--listen', '127.0.0.1:0', '--webhook-listen', '127.0.0.1:0', '--probe-listen', '127.0.0.1:0',
     '--database-url', `sqlite://${join(dir, 'bizrq.db')}`,
     '--admin-token', TOKEN, '--demo',
   ], {
