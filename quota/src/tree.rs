@@ -417,7 +417,8 @@ mod tests {
         assert_eq!(root.status.used[gpu], "6".parse().unwrap());
         // A carve-out the repair made for a child it saw is not in flight:
         // when the child turns out to be gone, it is returned at once.
-        let now = t0 + 700_000;
+        // (Later than the repair above, so nlp's carve-out is old and goes.)
+        let now = t0 + 600_000 + CARVE_TTL_MS + 1;
         let kids = BTreeMap::from([("cv".to_string(), list(&[(gpu, "3")]))]);
         repair_carves(&mut root, &kids, now);
         assert_eq!(root.status.used[gpu], "3".parse().unwrap());
