@@ -123,11 +123,14 @@ pub fn http_router(app: AppState) -> Router {
         .route("/metrics", get(metrics))
         .merge(portal::router())
         .merge(api)
+        // Inside the CSRF check: a body is read for control characters only
+        // once the CSRF check (which reads at most 16 KiB of a form before
+        // login) let it through.
+        .layer(middleware::from_fn(portal::edge::reject_control_chars))
         .layer(middleware::from_fn(portal::auth::require_csrf))
         .layer(app.portal.session_layer())
         .layer(middleware::from_fn(portal::auth::secure_cookie_behind_tls))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
-        .layer(middleware::from_fn(portal::edge::reject_control_chars))
         .layer(middleware::from_fn(portal::edge::security_headers))
         .with_state(app)
 }

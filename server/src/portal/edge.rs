@@ -140,7 +140,10 @@ pub async fn reject_control_chars(req: Request, next: Next) -> Response {
         .to_ascii_lowercase();
     let form = kind.starts_with("application/x-www-form-urlencoded");
     let json = kind.starts_with("application/json");
-    if !form && !json {
+    // An API call without credentials is refused by `authenticate` before
+    // any handler reads its body: nothing to buffer for an anonymous client.
+    let anonymous_api = api && !req.headers().contains_key(header::AUTHORIZATION);
+    if (!form && !json) || anonymous_api {
         return too_large_as_json(api, next.run(req).await).await;
     }
     let (parts, body) = req.into_parts();
