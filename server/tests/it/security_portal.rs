@@ -9,28 +9,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-const GPU: &str = "requests.nvidia.com/gpu";
 const ALICE_PW: &str = "alice-password-1234";
 const CAROL_PW: &str = "carol-password-1234";
-
-async fn create_user(admin: &Browser, name: &str, password: &str) {
-    admin.get("/users").await;
-    let p = admin
-        .post("/users", &[("username", name), ("password", password)])
-        .await;
-    assert_eq!(p.status, StatusCode::SEE_OTHER, "create {name}: {}", p.body);
-}
-
-async fn bind(admin: &Browser, user: &str, quota: &str, role: &str) {
-    admin.get("/users").await;
-    let p = admin
-        .post(
-            &format!("/users/{user}/roles"),
-            &[("quota", quota), ("role", role)],
-        )
-        .await;
-    assert_eq!(p.status, StatusCode::SEE_OTHER, "bind {user}: {}", p.body);
-}
 
 /// ai (16) ─┬─ nlp (8) ── nlp-a (2)
 ///          └─ cv (4)
@@ -43,18 +23,6 @@ async fn tree(s: &Server) {
     ] {
         s.create_quota(name, parent, json!({ GPU: gpu })).await;
     }
-}
-
-/// The token a tokens page shows once, after creating it.
-async fn create_token(b: &Browser, name: &str) -> String {
-    b.get("/tokens").await;
-    let p = b.post("/tokens", &[("name", name)]).await;
-    assert_eq!(p.status, StatusCode::OK, "{}", p.body);
-    let start = p.body.find("bzq_").expect("a new token on the page");
-    p.body[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect()
 }
 
 /// The highest resident set size of a process so far, in KiB.
@@ -785,25 +753,6 @@ async fn too_large_bodies_answer_json_on_the_api(s: &Server) {
     assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{v}");
     assert_eq!(v["error"]["status"], 413, "{v}");
     assert_eq!(v["error"]["reason"], "RequestEntityTooLarge");
-}
-
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use crate::common::*;
-            #[tokio::test]
-            async fn sqlite() {
-                let dir = tempfile::tempdir().unwrap();
-                let s = Server::start(&fresh_sqlite(&dir)).await;
-                super::$name(&s).await;
-            }
-            #[tokio::test]
-            async fn postgres() {
-                let s = Server::start(&fresh_postgres().await).await;
-                super::$name(&s).await;
-            }
-        }
-    )*};
 }
 
 on_both!(
