@@ -2,11 +2,9 @@
 
 use super::*;
 
-/// Alerts in the portal: a transfer request raises one at once, shown on
-/// the overview, counted in the nav, listed on /alerts for those who may
-/// see the quota; rules and preferences are saved and shown again.
-async fn alerts_in_the_portal(s: &Server) {
-    let o = org(s).await;
+/// Alice (owner of nlp) asks for a GPU from nlp-a, which raises a
+/// `transfer_requested` alert on nlp at once.
+async fn asks_for_a_gpu_from_nlp_a(o: &Org) {
     let p = o
         .alice
         .post(
@@ -21,6 +19,27 @@ async fn alerts_in_the_portal(s: &Server) {
         )
         .await;
     assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+}
+
+/// Alice sets warning at 55 % and critical at 95 % of nlp's GPUs.
+async fn sets_nlp_alert_rules(o: &Org) {
+    o.alice.get("/quotas/nlp/alerts").await;
+    let p = o
+        .alice
+        .post(
+            "/quotas/nlp/alerts",
+            &[("key", GPU), ("warn_percent", "55"), ("crit_percent", "95")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+}
+
+/// A transfer request raises an alert at once: shown on the overview,
+/// counted in the nav, listed on /alerts (filtered by kind) for those who
+/// may see the quota, and for no one else.
+async fn a_transfer_request_shows_an_alert_to_those_who_may_see_it(s: &Server) {
+    let o = org(s).await;
+    asks_for_a_gpu_from_nlp_a(&o).await;
     let home = o.alice.get("/").await.body;
     assert!(
         home.contains("of 1 requests.nvidia.com/gpu from nlp-a to nlp requested by alice"),
@@ -42,19 +61,20 @@ async fn alerts_in_the_portal(s: &Server) {
         !bobs.contains("requested by alice"),
         "bob may not see nlp: {bobs}"
     );
+}
 
-    o.alice.get("/quotas/nlp/alerts").await;
-    let p = o
-        .alice
-        .post(
-            "/quotas/nlp/alerts",
-            &[("key", GPU), ("warn_percent", "55"), ("crit_percent", "95")],
-        )
-        .await;
-    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+/// An owner's alert rules are saved and shown again on the rules page.
+async fn alert_rules_are_saved_and_shown_again(s: &Server) {
+    let o = org(s).await;
+    sets_nlp_alert_rules(&o).await;
     let rules = o.alice.get("/quotas/nlp/alerts").await.body;
     assert!(rules.contains("55 %") && rules.contains("95 %"), "{rules}");
+}
 
+/// A user's email and alert preferences are saved, shown again and audited
+/// with before and after; saving the same again audits nothing.
+async fn alert_preferences_are_saved_and_audited_once(s: &Server) {
+    let o = org(s).await;
     o.alice.get("/account").await;
     let p = o
         .alice
@@ -94,13 +114,14 @@ async fn alerts_in_the_portal(s: &Server) {
         .await;
     let again = o.admin.get("/audit.csv?target=user:alice").await.body;
     assert_eq!(again.lines().count(), audit.lines().count(), "{again}");
-
-    alerts_api(s, &o).await;
 }
 
 /// GET /api/v1/alerts: what the caller may see, filters and paging, clear
 /// errors; a write is evaluated at once (no sweep runs in the test's time).
-async fn alerts_api(s: &Server, o: &Org) {
+async fn the_alerts_api_lists_what_the_caller_may_see(s: &Server) {
+    let o = org(s).await;
+    asks_for_a_gpu_from_nlp_a(&o).await;
+    sets_nlp_alert_rules(&o).await;
     let alice = |path: String| {
         let t = o.alice_token.clone();
         async move { s.api_with(Method::GET, &path, None, Some(&t)).await }
@@ -178,4 +199,9 @@ async fn alerts_api(s: &Server, o: &Org) {
     assert!(p2["items"][0]["id"].as_i64().unwrap() < next);
 }
 
-on_both!(alerts_in_the_portal);
+on_both!(
+    a_transfer_request_shows_an_alert_to_those_who_may_see_it,
+    alert_rules_are_saved_and_shown_again,
+    alert_preferences_are_saved_and_audited_once,
+    the_alerts_api_lists_what_the_caller_may_see,
+);

@@ -2,11 +2,29 @@
 
 use super::*;
 
-/// The quota forms end to end: a child that fits is created and audited; one
-/// that does not is refused on the form with the key and the amounts; a
-/// stale edit form says someone else changed the quota; the detail page and
-/// the overview draw charts and forecasts once samples exist.
-async fn quota_pages(s: &Server) {
+/// Alice (owner of nlp) creates nlp-small (2 GPUs, at most 4) on the
+/// child form.
+async fn creates_nlp_small(o: &Org) -> Page {
+    let ok = o
+        .alice
+        .post(
+            "/quotas/nlp/children/new",
+            &[
+                ("name", "nlp-small"),
+                ("hard:requests.nvidia.com/gpu", "2"),
+                ("hard:pods", "5"),
+                ("max:requests.nvidia.com/gpu", "4"),
+            ],
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
+    ok
+}
+
+/// The child form offers the parent's keys; a child that does not fit is
+/// refused on the form, naming the key and the amounts, keeping what was
+/// typed, and nothing is created.
+async fn a_child_that_does_not_fit_is_refused_on_the_form(s: &Server) {
     let o = org(s).await;
     let form = o.alice.get("/quotas/nlp/children/new").await;
     assert_eq!(form.status, StatusCode::OK);
@@ -40,20 +58,13 @@ async fn quota_pages(s: &Server) {
     );
     let (st, _) = s.api(Method::GET, "/api/v1/quotas/nlp-big", None).await;
     assert_eq!(st, StatusCode::NOT_FOUND);
+}
 
-    let ok = o
-        .alice
-        .post(
-            "/quotas/nlp/children/new",
-            &[
-                ("name", "nlp-small"),
-                ("hard:requests.nvidia.com/gpu", "2"),
-                ("hard:pods", "5"),
-                ("max:requests.nvidia.com/gpu", "4"),
-            ],
-        )
-        .await;
-    assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
+/// A child that fits is created, flashed on its page and audited like the
+/// API.
+async fn a_child_that_fits_is_created_and_audited(s: &Server) {
+    let o = org(s).await;
+    let ok = creates_nlp_small(&o).await;
     assert_eq!(ok.location(), Some("/quotas/nlp-small"));
     let q = s.quota("nlp-small").await;
     assert_eq!(q["spec"]["hard"]["requests.nvidia.com/gpu"], "2");
@@ -69,8 +80,13 @@ async fn quota_pages(s: &Server) {
             .any(|l| l.contains(",alice,quota.create,nlp-small,")),
         "audited like the API: {csv}"
     );
+}
 
-    // A stale edit form: someone else changed it meanwhile.
+/// An edit form whose quota someone else changed meanwhile says so, shows
+/// the current values and changes nothing.
+async fn a_stale_edit_form_says_someone_else_changed_the_quota(s: &Server) {
+    let o = org(s).await;
+    creates_nlp_small(&o).await;
     let edit = o.alice.get("/quotas/nlp-small/edit").await.body;
     let version = hidden_field(&edit, "resourceVersion").expect("a version on the form");
     let (st, _) = s
@@ -102,8 +118,12 @@ async fn quota_pages(s: &Server) {
         s.quota("nlp-small").await["spec"]["hard"]["requests.nvidia.com/gpu"],
         "3"
     );
+}
 
-    // Charts and forecasts once the sampler has recorded usage.
+/// The detail page and the overview draw charts and forecasts once the
+/// sampler has recorded usage, and nothing before.
+async fn charts_and_forecasts_appear_once_usage_is_sampled(s: &Server) {
+    let o = org(s).await;
     s.create_quota(
         "ml",
         "",
@@ -222,4 +242,9 @@ async fn thousand_quota_tree() {
     assert!(!found.contains(">proj-7-3-4<"));
 }
 
-on_both!(quota_pages);
+on_both!(
+    a_child_that_does_not_fit_is_refused_on_the_form,
+    a_child_that_fits_is_created_and_audited,
+    a_stale_edit_form_says_someone_else_changed_the_quota,
+    charts_and_forecasts_appear_once_usage_is_sampled,
+);
