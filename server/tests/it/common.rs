@@ -376,6 +376,11 @@ impl Browser {
         b
     }
 
+    /// The bootstrap admin, logged in.
+    pub async fn admin(server: &Server) -> Browser {
+        Browser::logged_in(server, "admin", ADMIN_PASSWORD).await
+    }
+
     pub fn csrf(&self) -> Option<String> {
         self.csrf.lock().unwrap().clone()
     }
@@ -546,3 +551,37 @@ macro_rules! on_both {
     )*};
 }
 pub(crate) use on_both;
+
+/// Calls `probe` every `every` until it yields a value, at most `tries`
+/// times; `None` if it never did.
+pub async fn poll_until<T, Fut>(
+    tries: u32,
+    every: Duration,
+    mut probe: impl FnMut() -> Fut,
+) -> Option<T>
+where
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..tries {
+        if let Some(v) = probe().await {
+            return Some(v);
+        }
+        tokio::time::sleep(every).await;
+    }
+    None
+}
+
+/// A clock the test moves: the handle to set it, and the service's view.
+pub fn test_clock(
+    start: i64,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicI64>,
+    bizrq::service::Clock,
+) {
+    let t = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(start));
+    let c = t.clone();
+    (
+        t,
+        std::sync::Arc::new(move || c.load(std::sync::atomic::Ordering::SeqCst)),
+    )
+}

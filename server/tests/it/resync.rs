@@ -7,7 +7,7 @@ use bizrq::service::{Persist, Service, CARVE_TTL_MS};
 use bizrq::store::sql::SqlStore;
 use quota::object::{Carve, QuotaSpec};
 use quota::workload::PodSet;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 #[tokio::test]
@@ -15,15 +15,14 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqlStore::connect(&fresh_sqlite(&dir)).await.unwrap();
     let t0 = 1_800_000_000_000i64;
-    let clock = Arc::new(AtomicI64::new(t0));
-    let c = clock.clone();
+    let (clock, c) = test_clock(t0);
     let svc = Service::new(
         Arc::new(store),
         Default::default(),
         Default::default(),
         Arc::new(Metrics::default()),
     )
-    .with_clock(Arc::new(move || c.load(Ordering::SeqCst)));
+    .with_clock(c);
     let hard = resources(&[
         ("requests.nvidia.com/gpu", "16"),
         ("cash/requests.nvidia.com/gpu", "100"),

@@ -39,8 +39,7 @@ impl World {
 
     async fn at(url: &str, dir: Option<tempfile::TempDir>) -> World {
         let sql = Arc::new(SqlStore::connect(url).await.unwrap());
-        let clock = Arc::new(AtomicI64::new(T0));
-        let c = clock.clone();
+        let (clock, c) = test_clock(T0);
         let svc = Arc::new(
             Service::new(
                 sql.clone(),
@@ -48,7 +47,7 @@ impl World {
                 Default::default(),
                 Arc::new(Metrics::default()),
             )
-            .with_clock(Arc::new(move || c.load(Ordering::SeqCst))),
+            .with_clock(c),
         );
         let transfers = TransferService::new(svc.clone(), sql.clone());
         let w = World {

@@ -5,8 +5,8 @@ use super::*;
 
 /// Five failed logins per username and address in 15 minutes; the sixth
 /// attempt is refused without a password check, even a right one.
-async fn login_rate_limit(s: &Server) {
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+async fn the_sixth_failed_login_is_refused_without_a_password_check(s: &Server) {
+    let admin = Browser::admin(s).await;
     create_user(&admin, "carol", "carol-password-123").await;
     let b = Browser::new(s);
     let mut messages = Vec::new();
@@ -48,7 +48,7 @@ async fn login_rate_limit(s: &Server) {
 }
 
 /// A revoked token, or the token of a disabled user, is refused at once.
-async fn token_revocation(s: &Server) {
+async fn a_revoked_or_disabled_users_token_is_refused_at_once(s: &Server) {
     let o = org(s).await;
     let call = |t: String| async move {
         s.api_with(Method::GET, "/api/v1/quotas/nlp", None, Some(&t))
@@ -123,7 +123,7 @@ fn attrs(set_cookie: &str) -> Vec<String> {
 
 /// HttpOnly, SameSite=Strict, Path=/; Secure behind HTTPS; a new id at
 /// login; gone at logout.
-async fn session_cookie_flags(s: &Server) {
+async fn the_session_cookie_is_strict_and_renewed_at_login(s: &Server) {
     let b = Browser::new(s);
     let p = b.get("/login").await;
     let anon = p.session_cookie().expect("the login form's session");
@@ -211,11 +211,15 @@ async fn session_cookie_flags(s: &Server) {
     assert_eq!(p.location(), Some("/"));
 }
 
-on_both!(login_rate_limit, token_revocation, session_cookie_flags);
+on_both!(
+    the_sixth_failed_login_is_refused_without_a_password_check,
+    a_revoked_or_disabled_users_token_is_refused_at_once,
+    the_session_cookie_is_strict_and_renewed_at_login
+);
 
 /// `--secure-cookies` marks the cookie Secure on plain HTTP too.
 #[tokio::test]
-async fn secure_cookies_flag() {
+async fn secure_cookies_marks_the_cookie_secure_on_plain_http() {
     let dir = tempfile::tempdir().unwrap();
     let (s, _) = Server::start_with(
         &fresh_sqlite(&dir),

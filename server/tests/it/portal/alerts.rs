@@ -179,15 +179,14 @@ async fn the_alerts_api_lists_what_the_caller_may_see(s: &Server) {
         )
         .await;
     assert_eq!(r["allowed"], true, "{r}");
-    let mut threshold = Vec::new();
-    for _ in 0..100 {
+    let both_open = || async {
         let (_, v) = alice("/api/v1/alerts?kind=threshold&state=open".into()).await;
-        threshold = v["items"].as_array().unwrap().clone();
-        if threshold.len() == 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+        let items = v["items"].as_array().unwrap().clone();
+        (items.len() == 2).then_some(items)
+    };
+    let threshold = poll_until(100, Duration::from_millis(100), both_open)
+        .await
+        .unwrap_or_default();
     assert_eq!(threshold.len(), 2, "{threshold:?}");
     assert_eq!(threshold[0]["numbers"]["used"], "8", "{threshold:?}");
     // Paging: one at a time, newest first, then the rest.

@@ -2,10 +2,9 @@
 
 use super::*;
 
-/// Changes through the API and the portal are audited with actor, before
-/// and after; each viewer reads only entries on what it can see.
-async fn audit_log(s: &Server) {
-    let o = org(s).await;
+/// Through the API: alice creates nlp-b and deletes it, the admin token
+/// changes cv's hard, alice dry-runs nlp-c.
+async fn makes_audited_changes(s: &Server, o: &Org) {
     let (st, v) = s
         .api_with(
             Method::POST,
@@ -41,7 +40,13 @@ async fn audit_log(s: &Server) {
         )
         .await;
     assert_eq!(st, StatusCode::CREATED);
+}
 
+/// Changes through the API and the portal are in the CSV export with
+/// actor, before and after; a dry run is not, and no password hash is.
+async fn changes_are_audited_with_actor_before_and_after(s: &Server) {
+    let o = org(s).await;
+    makes_audited_changes(s, &o).await;
     let csv = o.admin.get("/audit.csv").await;
     assert_eq!(csv.status, StatusCode::OK);
     assert!(csv.headers["content-type"]
@@ -80,8 +85,13 @@ async fn audit_log(s: &Server) {
         "a dry run changes nothing and is not audited"
     );
     assert!(!csv.body.contains("argon2"), "no password hash in the log");
+}
 
-    // Filters, on the page and in the export.
+/// The audit page and export filter by actor, action, target and time.
+async fn the_audit_log_filters_by_actor_action_target_and_time(s: &Server) {
+    let o = org(s).await;
+    makes_audited_changes(s, &o).await;
+    let csv = o.admin.get("/audit.csv").await;
     let by_alice = o
         .admin
         .get("/audit.csv?actor=alice&action=quota.create")
@@ -105,8 +115,13 @@ async fn audit_log(s: &Server) {
         .await
         .body;
     assert_eq!(since, csv.body);
+}
 
-    // Non-admins: entries on quotas they see, and on their own account.
+/// A non-admin reads entries on the quotas it sees and on its own account,
+/// nothing else.
+async fn non_admins_read_only_entries_on_what_they_see(s: &Server) {
+    let o = org(s).await;
+    makes_audited_changes(s, &o).await;
     let bob = o.bob.get("/audit.csv").await.body;
     assert!(
         bob.contains(",quota.update,cv,") && bob.contains(",token.create,user:bob,"),
@@ -118,8 +133,12 @@ async fn audit_log(s: &Server) {
         alice.contains("role.add") && !alice.contains(">cv<"),
         "{alice}"
     );
+}
 
-    // Append-only in the database itself.
+/// The database itself refuses to change or delete audit entries.
+async fn the_audit_log_is_append_only_in_the_database(s: &Server) {
+    let o = org(s).await;
+    makes_audited_changes(s, &o).await;
     sqlx::any::install_default_drivers();
     let db = sqlx::AnyPool::connect(&s.database_url).await.unwrap();
     let err = sqlx::query("UPDATE audit_log SET actor = 'nobody'")
@@ -135,4 +154,9 @@ async fn audit_log(s: &Server) {
     db.close().await;
 }
 
-on_both!(audit_log);
+on_both!(
+    changes_are_audited_with_actor_before_and_after,
+    the_audit_log_filters_by_actor_action_target_and_time,
+    non_admins_read_only_entries_on_what_they_see,
+    the_audit_log_is_append_only_in_the_database,
+);

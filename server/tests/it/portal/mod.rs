@@ -13,6 +13,7 @@ mod transfers;
 use crate::common::*;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 const ALICE_PW: &str = "alice-password-1234";
 const BOB_PW: &str = "bob-password-12345";
@@ -61,7 +62,7 @@ async fn org(s: &Server) -> Org {
         json!({"requests.nvidia.com/gpu": "2", "pods": "10"}),
     )
     .await;
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(s).await;
     create_user(&admin, "alice", ALICE_PW).await;
     create_user(&admin, "bob", BOB_PW).await;
     bind(&admin, "alice", "nlp", "owner").await;

@@ -177,7 +177,7 @@ async fn charts_and_forecasts_appear_once_usage_is_sampled(s: &Server) {
 /// A thousand quotas: the tree folds below two levels, stays small, and
 /// answers quickly; a search finds a deep node with its ancestors.
 #[tokio::test]
-async fn thousand_quota_tree() {
+async fn a_thousand_quota_tree_folds_and_finds_deep_nodes() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(&fresh_sqlite(&dir)).await;
     s.create_quota(
@@ -218,7 +218,7 @@ async fn thousand_quota_tree() {
         }
     }
     assert_eq!(n, 1011);
-    let admin = Browser::logged_in(&s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(&s).await;
     let t0 = std::time::Instant::now();
     let page = admin.get("/tree").await;
     let folded = t0.elapsed();

@@ -132,7 +132,7 @@ async fn run(s: &Server, o: &Org, who: Who, call: &Call) -> (StatusCode, String)
 
 /// Every page and API route answers each role with the status its row
 /// says; then what those statuses stand for (who sees what).
-async fn role_route_table(s: &Server) {
+async fn each_route_answers_each_role_as_its_row_says(s: &Server) {
     use Who::*;
     let o = org(s).await;
     let child_of = |parent: &str, gpu: &str| Some(quota("x-new", parent, gpu, "1"));
@@ -520,4 +520,4 @@ async fn role_route_table(s: &Server) {
     );
 }
 
-on_both!(role_route_table);
+on_both!(each_route_answers_each_role_as_its_row_says);

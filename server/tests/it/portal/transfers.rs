@@ -8,14 +8,13 @@ fn gpus(q: &Value) -> &str {
 
 /// Polls a page until it contains `text` (the sweep runs every second).
 async fn eventually(b: &Browser, path: &str, text: &str) -> String {
-    for _ in 0..100 {
-        let p = b.get(path).await;
-        if p.body.contains(text) {
-            return p.body;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("{path} never showed {text:?}");
+    let shown = || async {
+        let body = b.get(path).await.body;
+        body.contains(text).then_some(body)
+    };
+    poll_until(100, Duration::from_millis(100), shown)
+        .await
+        .unwrap_or_else(|| panic!("{path} never showed {text:?}"))
 }
 
 /// Through the portal's forms: an owner asks to move 2 GPUs from nlp to
@@ -23,7 +22,7 @@ async fn eventually(b: &Browser, path: &str, text: &str) -> String {
 /// the common parent does, and both quotas change, audited. An owner
 /// decides moves inside its own subtree. Refusals name key and amount;
 /// requests nobody decides expire. (Run with a sweep every second.)
-async fn transfer_flow(s: &Server) {
+async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
     // ai-platform (16) ─┬─ nlp (8) ── nlp-a (2)
     //                   └─ cv (4)
     for (name, parent, gpu) in [
@@ -34,7 +33,7 @@ async fn transfer_flow(s: &Server) {
     ] {
         s.create_quota(name, parent, json!({ GPU: gpu })).await;
     }
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(s).await;
     create_user(&admin, "alice", ALICE_PW).await;
     create_user(&admin, "bob", BOB_PW).await;
     create_user(&admin, "carol", "carol-password-123").await;
@@ -283,7 +282,7 @@ async fn transfer_flow(s: &Server) {
     assert!(mine.contains("carol"), "{mine}");
 }
 
-mod transfer_flow {
+mod transfers_are_asked_decided_and_expired_on_the_forms {
     use crate::common::*;
     const SWEEP_EVERY_SECOND: &[&str] = &["--resync-seconds", "1"];
 
@@ -296,7 +295,7 @@ mod transfer_flow {
             Some(ADMIN_PASSWORD),
         )
         .await;
-        super::transfer_flow(&s).await;
+        super::transfers_are_asked_decided_and_expired_on_the_forms(&s).await;
     }
 
     #[tokio::test]
@@ -307,6 +306,6 @@ mod transfer_flow {
             Some(ADMIN_PASSWORD),
         )
         .await;
-        super::transfer_flow(&s).await;
+        super::transfers_are_asked_decided_and_expired_on_the_forms(&s).await;
     }
 }

@@ -7,7 +7,7 @@ use super::*;
 /// password reset lands meanwhile. The request's session write at its end
 /// must not bring the ended session back.
 async fn sessions_stay_ended(s: &Server) {
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(s).await;
     create_user(&admin, "alice", ALICE_PW).await;
     admin.get("/users").await;
     admin.post("/users/alice/admin", &[("admin", "true")]).await;
@@ -62,7 +62,7 @@ async fn sessions_stay_ended(s: &Server) {
 
 /// A reset by an admin also revokes the user's API tokens, and says so.
 async fn a_password_reset_revokes_tokens(s: &Server) {
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(s).await;
     create_user(&admin, "alice", ALICE_PW).await;
     let alice = Browser::logged_in(s, "alice", ALICE_PW).await;
     let token = create_token(&alice, "ci").await;
@@ -91,7 +91,7 @@ async fn a_password_reset_revokes_tokens(s: &Server) {
 /// wrong guesses count as failed logins), the new one given twice; its
 /// other sessions end, its tokens are revoked, this session goes on.
 async fn a_user_changes_its_own_password(s: &Server) {
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(s).await;
     create_user(&admin, "alice", ALICE_PW).await;
     let alice = Browser::logged_in(s, "alice", ALICE_PW).await;
     let elsewhere = Browser::logged_in(s, "alice", ALICE_PW).await;

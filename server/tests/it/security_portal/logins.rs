@@ -124,7 +124,7 @@ async fn a_login_flood_neither_exhausts_memory_nor_stalls_admissions() {
         (peak - before) / 1024
     );
     // The flood over, the admin logs in as ever.
-    Browser::logged_in(&s, "admin", ADMIN_PASSWORD).await;
+    Browser::admin(&s).await;
 }
 
 /// With the default limit, one address gets 30 login attempts a minute;
@@ -187,7 +187,7 @@ async fn huge_credentials_are_refused_before_they_are_stored() {
     assert!(p.body.contains("at most 1024 bytes"), "{}", p.body);
     assert_eq!(login_failure_rows(&url).await, 0);
     // Nor can an admin set such a password.
-    let admin = Browser::logged_in(&s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(&s).await;
     admin.get("/users").await;
     let p = admin
         .post(

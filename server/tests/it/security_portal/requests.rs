@@ -12,7 +12,7 @@ fn ask(from: &str, to: &str, reason: &str) -> Value {
 /// requests open and make 30 an hour.
 async fn transfer_requests_are_capped(s: &Server) {
     tree(s).await;
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(s).await;
     create_user(&admin, "alice", ALICE_PW).await;
     bind(&admin, "alice", "nlp", "owner").await;
     let alice = Browser::logged_in(s, "alice", ALICE_PW).await;
@@ -122,7 +122,7 @@ async fn transfer_requests_are_capped(s: &Server) {
 /// inline attributes).
 async fn responses_carry_security_headers(s: &Server) {
     tree(s).await;
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(s).await;
     for path in [
         "/",
         "/tree",
@@ -153,7 +153,7 @@ async fn responses_carry_security_headers(s: &Server) {
 /// A reason sent back into the request form's textarea is escaped.
 async fn textarea_content_is_escaped(s: &Server) {
     tree(s).await;
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(s).await;
     admin.get("/transfers").await;
     let evil = "</textarea><script>alert(1)</script>";
     let p = admin
@@ -199,7 +199,7 @@ async fn control_characters_are_refused_at_the_edge(s: &Server) {
     assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
     let (st, v) = s.api(Method::GET, "/api/v1/quotas/a%00b", None).await;
     assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(s).await;
     let p = admin.get("/audit?actor=%00").await;
     assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(p.body.contains("control character"), "{}", p.body);

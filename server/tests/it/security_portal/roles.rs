@@ -6,7 +6,7 @@ use super::*;
 /// co-owner of nlp into a member (that takes an admin or an owner above).
 async fn an_owner_cannot_demote_a_co_owner(s: &Server) {
     tree(s).await;
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(s).await;
     create_user(&admin, "alice", ALICE_PW).await;
     create_user(&admin, "carol", CAROL_PW).await;
     create_user(&admin, "dave", "dave-password-1234").await;
@@ -61,7 +61,7 @@ async fn an_owner_cannot_demote_a_co_owner(s: &Server) {
 /// roles and no alert rules; the removals are audited.
 async fn a_deleted_quota_takes_its_roles_and_rules_along(s: &Server) {
     tree(s).await;
-    let admin = Browser::logged_in(s, "admin", ADMIN_PASSWORD).await;
+    let admin = Browser::admin(s).await;
     create_user(&admin, "carol", CAROL_PW).await;
     bind(&admin, "carol", "cv", "owner").await;
     admin.get("/quotas/cv/alerts").await;
@@ -128,17 +128,16 @@ async fn a_quota_deleted_in_the_cluster_takes_its_roles_and_rules_along() {
     .unwrap();
     c.fake
         .remove("bizrq.io", "bizgroupresourcequotas", "", "cv");
-    let mut gone = false;
-    for _ in 0..200 {
-        if sql.bindings_on("cv").await.unwrap().is_empty()
-            && sql.alert_rules("cv").await.unwrap().is_empty()
-        {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(gone, "the controller removed cv's roles and rules");
+    let removed = || async {
+        (sql.bindings_on("cv").await.unwrap().is_empty()
+            && sql.alert_rules("cv").await.unwrap().is_empty())
+        .then_some(())
+    };
+    let gone = poll_until(200, Duration::from_millis(50), removed).await;
+    assert!(
+        gone.is_some(),
+        "the controller removed cv's roles and rules"
+    );
     let audit = sql
         .audit(
             &bizrq::store::audit::AuditFilter {
