@@ -104,8 +104,14 @@ async fn a_revoked_or_disabled_users_token_is_refused_at_once(s: &Server) {
         .await;
     assert_eq!(p.status, StatusCode::SEE_OTHER);
     assert_eq!(call(second).await, StatusCode::OK, "enabled again");
-    // Last use is recorded.
-    let page = o.alice.get("/tokens").await.body;
+    // Last use is recorded. (Disabling ended alice's session: read the
+    // page in a new one, or it would be the login redirect's empty body.)
+    let alice = Browser::logged_in(s, "alice", ALICE_PW).await;
+    let page = alice.get("/tokens").await.body;
+    assert!(
+        page.contains("alice-ci") && page.contains("second"),
+        "{page}"
+    );
     assert_eq!(
         page.matches("never").count(),
         0,
