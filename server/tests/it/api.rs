@@ -202,10 +202,7 @@ async fn tree_rules_and_bad_input() {
         Browser::new(&s).get("/").await.status,
         StatusCode::SEE_OTHER
     );
-    let page = Browser::logged_in(&s, "admin", ADMIN_PASSWORD)
-        .await
-        .get("/tree")
-        .await;
+    let page = Browser::admin(&s).await.get("/tree").await;
     let (st, html) = (page.status, page.body);
     assert_eq!(st, StatusCode::OK);
     assert!(

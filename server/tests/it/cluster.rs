@@ -5,7 +5,7 @@
 //! that webhook, over TLS verified against the test's CA. A controlled
 //! clock drives accrual and reservation expiry.
 
-use crate::common::{deployment, review, Server};
+use crate::common::{deployment, review, test_clock, Server};
 use crate::fakeapi::{FakeApi, PYTORCHJOB};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -54,15 +54,10 @@ impl Cluster {
         args.admin_password = Some(crate::common::ADMIN_PASSWORD.into());
         args.discovery_seconds = 1;
         args.resync_seconds = 3600;
-        let clock = Arc::new(AtomicI64::new(at));
-        let c = clock.clone();
-        let running = bizrq::start_with(
-            &args,
-            Some(fake.client()),
-            Some(Arc::new(move || c.load(Ordering::SeqCst))),
-        )
-        .await
-        .expect("server starts in cluster mode");
+        let (clock, c) = test_clock(at);
+        let running = bizrq::start_with(&args, Some(fake.client()), Some(c))
+            .await
+            .expect("server starts in cluster mode");
         if serving {
             fake.admit_with(&shipped_webhooks(), &ca, running.webhook_addr);
         }

@@ -9,6 +9,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 pub const TOKEN: &str = "test-token";
+/// The resource key most tests count.
+pub const GPU: &str = "requests.nvidia.com/gpu";
 /// The bootstrap admin's password in the servers these tests start.
 pub const ADMIN_PASSWORD: &str = "admin-password-for-tests";
 
@@ -379,6 +381,11 @@ impl Browser {
         b
     }
 
+    /// The bootstrap admin, logged in.
+    pub async fn admin(server: &Server) -> Browser {
+        Browser::logged_in(server, "admin", ADMIN_PASSWORD).await
+    }
+
     pub fn csrf(&self) -> Option<String> {
         self.csrf.lock().unwrap().clone()
     }
@@ -480,4 +487,106 @@ impl Browser {
             serde_json::from_str(&p.body).unwrap_or(Value::String(p.body)),
         )
     }
+}
+
+/// A resource list from `(key, quantity)` pairs.
+pub fn resources(pairs: &[(&str, &str)]) -> quota::ResourceList {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect()
+}
+
+/// Creates a portal user through the admin's users page.
+pub async fn create_user(admin: &Browser, name: &str, password: &str) {
+    admin.get("/users").await;
+    let p = admin
+        .post("/users", &[("username", name), ("password", password)])
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "create {name}: {}", p.body);
+}
+
+/// Gives `user` a role on `quota` through the admin's users page.
+pub async fn bind(admin: &Browser, user: &str, quota: &str, role: &str) {
+    admin.get("/users").await;
+    let p = admin
+        .post(
+            &format!("/users/{user}/roles"),
+            &[("quota", quota), ("role", role)],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "bind {user}: {}", p.body);
+}
+
+/// The token a tokens page shows once, after creating it.
+pub fn shown_token(html: &str) -> String {
+    let start = html.find("bzq_").expect("a new token on the page");
+    html[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// Creates a personal API token on the tokens page and returns it.
+pub async fn create_token(b: &Browser, name: &str) -> String {
+    b.get("/tokens").await;
+    let p = b.post("/tokens", &[("name", name)]).await;
+    assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+    shown_token(&p.body)
+}
+
+/// For each `story(&Server)` named, a module with two tests running it
+/// against a fresh server: `sqlite` and `postgres`.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use crate::common::*;
+            #[tokio::test]
+            async fn sqlite() {
+                let dir = tempfile::tempdir().unwrap();
+                let s = Server::start(&fresh_sqlite(&dir)).await;
+                super::$name(&s).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                let s = Server::start(&fresh_postgres().await).await;
+                super::$name(&s).await;
+            }
+        }
+    )*};
+}
+pub(crate) use on_both;
+
+/// Calls `probe` every `every` until it yields a value, at most `tries`
+/// times; `None` if it never did.
+pub async fn poll_until<T, Fut>(
+    tries: u32,
+    every: Duration,
+    mut probe: impl FnMut() -> Fut,
+) -> Option<T>
+where
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..tries {
+        if let Some(v) = probe().await {
+            return Some(v);
+        }
+        tokio::time::sleep(every).await;
+    }
+    None
+}
+
+/// A clock the test moves: the handle to set it, and the service's view.
+pub fn test_clock(
+    start: i64,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicI64>,
+    bizrq::service::Clock,
+) {
+    let t = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(start));
+    let c = t.clone();
+    (
+        t,
+        std::sync::Arc::new(move || c.load(std::sync::atomic::Ordering::SeqCst)),
+    )
 }

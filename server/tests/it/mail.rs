@@ -1,6 +1,7 @@
 //! The email outbox against a real SMTP server (aiosmtpd with
 //! tests/smtp_sink.py), on SQLite and PostgreSQL.
 
+use crate::common::test_clock;
 use bizrq::mail::{message_id, Mailer, Sender, SmtpConfig, SmtpSecurity, LEASE_MS};
 use bizrq::metrics::Metrics;
 use bizrq::store::outbox::NewMail;
@@ -8,7 +9,7 @@ use bizrq::store::sql::SqlStore;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::process::{Child, Command};
@@ -82,13 +83,6 @@ fn mail(key: &str) -> NewMail {
     }
 }
 
-/// A clock the test moves.
-fn clock(start: i64) -> (Arc<AtomicI64>, bizrq::service::Clock) {
-    let t = Arc::new(AtomicI64::new(start));
-    let c = t.clone();
-    (t, Arc::new(move || c.load(Ordering::SeqCst)))
-}
-
 const T0: i64 = 1_800_000_000_000;
 
 async fn delivers_once_with_both_parts(url: &str) {
@@ -100,7 +94,7 @@ async fn delivers_once_with_both_parts(url: &str) {
     // The alert engine's retry of the same alert queues nothing new.
     assert!(!store.enqueue_mail(&mail("alert:7:80"), T0).await.unwrap());
     let metrics = Arc::new(Metrics::default());
-    let (_t, c) = clock(T0);
+    let (_t, c) = test_clock(T0);
     let sender = Sender::new(store.clone(), Some(mailer(port)), metrics.clone(), c);
     let pass = sender.pass().await.unwrap();
     assert_eq!((pass.claimed, pass.sent, pass.failed), (1, 1, 0));
@@ -139,7 +133,7 @@ async fn outage_is_retried_with_backoff_then_delivered_once(url: &str) {
     let port = free_port(); // nothing listens yet
     store.enqueue_mail(&mail("down-1"), T0).await.unwrap();
     let metrics = Arc::new(Metrics::default());
-    let (t, c) = clock(T0);
+    let (t, c) = test_clock(T0);
     let sender = Sender::new(store.clone(), Some(mailer(port)), metrics.clone(), c);
 
     let mut waits = Vec::new();
@@ -259,7 +253,7 @@ async fn a_lease_left_by_a_dead_sender_expires_then_one_delivery(url: &str) {
         .unwrap();
     m.send(dead2).await.unwrap();
 
-    let (t, c) = clock(T0 + 1000);
+    let (t, c) = test_clock(T0 + 1000);
     let b = Sender::new(store.clone(), Some(m), Arc::new(Metrics::default()), c);
     assert_eq!(b.pass().await.unwrap().claimed, 0, "leased rows wait");
     t.store(T0 + LEASE_MS, Ordering::SeqCst);

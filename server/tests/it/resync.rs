@@ -7,37 +7,29 @@ use bizrq::service::{Persist, Service, CARVE_TTL_MS};
 use bizrq::store::sql::SqlStore;
 use quota::object::{Carve, QuotaSpec};
 use quota::workload::PodSet;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-fn list(pairs: &[(&str, &str)]) -> quota::ResourceList {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
-        .collect()
-}
 
 #[tokio::test]
 async fn resync_repairs_carve_outs_and_accrues_cash() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqlStore::connect(&fresh_sqlite(&dir)).await.unwrap();
     let t0 = 1_800_000_000_000i64;
-    let clock = Arc::new(AtomicI64::new(t0));
-    let c = clock.clone();
+    let (clock, c) = test_clock(t0);
     let svc = Service::new(
         Arc::new(store),
         Default::default(),
         Default::default(),
         Arc::new(Metrics::default()),
     )
-    .with_clock(Arc::new(move || c.load(Ordering::SeqCst)));
-    let hard = list(&[
+    .with_clock(c);
+    let hard = resources(&[
         ("requests.nvidia.com/gpu", "16"),
         ("cash/requests.nvidia.com/gpu", "100"),
     ]);
     let spec = |parent: &str, gpu: &str, cash: &str| QuotaSpec {
         parent: parent.into(),
-        hard: list(&[
+        hard: resources(&[
             ("requests.nvidia.com/gpu", gpu),
             ("cash/requests.nvidia.com/gpu", cash),
         ]),
@@ -67,7 +59,7 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
         q.status.children.insert(
             "ghost".into(),
             Carve {
-                hard: list(&[("requests.nvidia.com/gpu", "8")]),
+                hard: resources(&[("requests.nvidia.com/gpu", "8")]),
                 since: ts(t0 - CARVE_TTL_MS - 1),
                 uid: "x".into(),
             },
@@ -75,7 +67,7 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
         q.status.children.insert(
             "pending".into(),
             Carve {
-                hard: list(&[("requests.nvidia.com/gpu", "2")]),
+                hard: resources(&[("requests.nvidia.com/gpu", "2")]),
                 since: ts(t0 + 5_400_000 - 1_000),
                 uid: "y".into(),
             },
@@ -92,7 +84,7 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
     );
 
     // A workload holding 2 cards for an hour and a half.
-    let per_pod = list(&[("requests.nvidia.com/gpu", "1")]);
+    let per_pod = resources(&[("requests.nvidia.com/gpu", "1")]);
     let sets = vec![PodSet {
         name: "main".into(),
         count: 2,

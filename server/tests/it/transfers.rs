@@ -11,20 +11,12 @@ use bizrq::transfers::{
     CrashPoint, TransferFilter, TransferRequest, TransferService, TransferStatus, LEASE_MS,
 };
 use quota::object::QuotaSpec;
-use quota::{Quantity, ResourceList};
+use quota::Quantity;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-const GPU: &str = "requests.nvidia.com/gpu";
 const T0: i64 = 1_800_000_000_000;
 const HOUR: i64 = 3_600_000;
-
-fn list(pairs: &[(&str, &str)]) -> ResourceList {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
-        .collect()
-}
 
 struct World {
     sql: Arc<SqlStore>,
@@ -47,8 +39,7 @@ impl World {
 
     async fn at(url: &str, dir: Option<tempfile::TempDir>) -> World {
         let sql = Arc::new(SqlStore::connect(url).await.unwrap());
-        let clock = Arc::new(AtomicI64::new(T0));
-        let c = clock.clone();
+        let (clock, c) = test_clock(T0);
         let svc = Arc::new(
             Service::new(
                 sql.clone(),
@@ -56,7 +47,7 @@ impl World {
                 Default::default(),
                 Arc::new(Metrics::default()),
             )
-            .with_clock(Arc::new(move || c.load(Ordering::SeqCst))),
+            .with_clock(c),
         );
         let transfers = TransferService::new(svc.clone(), sql.clone());
         let w = World {
@@ -93,7 +84,7 @@ impl World {
         };
         let spec = QuotaSpec {
             parent: parent.into(),
-            hard: list(&[(GPU, gpus), ("pods", pods)]),
+            hard: resources(&[(GPU, gpus), ("pods", pods)]),
             max: Default::default(),
         };
         self.svc
@@ -128,7 +119,7 @@ impl World {
         let req = TransferRequest {
             from: from.map(str::to_string),
             to: to.into(),
-            amounts: list(&[(GPU, gpus)]),
+            amounts: resources(&[(GPU, gpus)]),
             reason: "training deadline".into(),
             revert_at,
         };
@@ -599,7 +590,7 @@ async fn a_loan_returns_on_its_own(w: World) {
     let req = TransferRequest {
         from: Some("det".into()),
         to: "seg".into(),
-        amounts: list(&[("cash/requests.nvidia.com/gpu", "1")]),
+        amounts: resources(&[("cash/requests.nvidia.com/gpu", "1")]),
         reason: "x".into(),
         revert_at: Some(w.now() + HOUR),
     };

@@ -1,0 +1,511 @@
+//! Validating admission as kube-apiserver runs it (see the module above).
+
+use super::serve::{scale_of, stale, updated};
+use super::*;
+
+/// What kube-apiserver knows of a write when it runs validating admission.
+pub(super) struct Attrs {
+    operation: &'static str,
+    group: String,
+    version: String,
+    resource: String,
+    sub: Option<String>,
+    /// The kind of `object` (a Scale for the scale subresource).
+    kind: Value,
+    namespaced: bool,
+    namespace: String,
+    name: String,
+    object: Value,
+    old_object: Value,
+    /// DeleteOptions as sent (preconditions), for a DELETE.
+    delete_options: Value,
+}
+
+/// One webhook of the loaded ValidatingWebhookConfiguration.
+pub(super) struct Webhook {
+    name: String,
+    rules: Vec<Value>,
+    namespace_selector: Option<Value>,
+    object_selector: Option<Value>,
+    /// `failurePolicy: Fail` (the default); else Ignore.
+    fail: bool,
+    side_effects: String,
+    url: String,
+    client: reqwest::Client,
+}
+
+impl FakeApi {
+    /// Load a ValidatingWebhookConfiguration (YAML, as shipped) with
+    /// `ca_pem` injected as every webhook's caBundle (what cert-manager's CA
+    /// injector or gen-certs.sh does). A `clientConfig.service` resolves to
+    /// `endpoint` (the Service's one ready endpoint); TLS is verified
+    /// against the caBundle for the name `<service>.<namespace>.svc`. Loading
+    /// again replaces the configuration (a new endpoint, a new CA).
+    pub fn admit_with(&self, config_yaml: &str, ca_pem: &str, endpoint: std::net::SocketAddr) {
+        let mut config: Value =
+            serde_yaml_ng::from_str(config_yaml).expect("webhook configuration is YAML");
+        assert_eq!(config["apiVersion"], "admissionregistration.k8s.io/v1");
+        assert_eq!(config["kind"], "ValidatingWebhookConfiguration");
+        let hooks = config["webhooks"]
+            .as_array_mut()
+            .expect("webhooks is a list");
+        let mut loaded = Vec::new();
+        for hook in hooks {
+            hook["clientConfig"]["caBundle"] = json!(base64_encode(ca_pem.as_bytes()));
+            loaded.push(Webhook::load(hook, endpoint));
+        }
+        self.state.lock().unwrap().webhooks = Arc::new(loaded);
+    }
+
+    fn username(&self) -> String {
+        if self.user.is_empty() {
+            BIZRQ_USER.to_string()
+        } else {
+            self.user.to_string()
+        }
+    }
+
+    /// The admission attributes of a write, or None when the request
+    /// fails before admission (no such object, a stale resourceVersion or
+    /// precondition, an injected conflict) or is not a write.
+    pub(super) fn attributes(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Option<Attrs> {
+        let operation = match *method {
+            Method::POST => "CREATE",
+            Method::PUT | Method::PATCH => "UPDATE",
+            Method::DELETE => "DELETE",
+            _ => return None,
+        };
+        let t = Self::parse(path)?;
+        let g = self.state.lock().unwrap();
+        if operation == "UPDATE" && g.conflicts.get(path).is_some_and(|n| *n > 0) {
+            return None;
+        }
+        let coll = g.colls.get(&t.coll)?;
+        let def = coll.def.clone();
+        let ns = t.namespace.clone().unwrap_or_default();
+        let body = body.cloned().unwrap_or(Value::Null);
+        let gvk = |g: &str, v: &str, k: &str| json!({"group": g, "version": v, "kind": k});
+        let mut kind = gvk(def.group, def.version, def.kind);
+        let current = |name: &str| coll.objects.get(&(ns.clone(), name.to_string())).cloned();
+        let mut delete_options = Value::Null;
+        let (name, object, old_object) = match (operation, &t.name) {
+            ("CREATE", None) => {
+                let mut obj = body;
+                if def.namespaced {
+                    obj["metadata"]["namespace"] = json!(ns);
+                }
+                // The status of a kind with a status subresource is dropped
+                // before admission.
+                if def.status {
+                    if let Some(o) = obj.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+                let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+                (name, obj, Value::Null)
+            }
+            ("UPDATE", Some(name)) => {
+                let current = current(name)?;
+                if *method == Method::PUT && stale(&body, &current) {
+                    return None;
+                }
+                let next = updated(&def, &current, method, t.sub.as_deref(), &body);
+                if t.sub.as_deref() == Some("scale") {
+                    kind = gvk("autoscaling", "v1", "Scale");
+                    (name.clone(), scale_of(&next), scale_of(&current))
+                } else {
+                    (name.clone(), next, current)
+                }
+            }
+            ("DELETE", Some(name)) => {
+                let current = current(name)?;
+                let want = body["preconditions"]["resourceVersion"].as_str();
+                if want.is_some_and(|w| Some(w) != current["metadata"]["resourceVersion"].as_str())
+                {
+                    return None;
+                }
+                delete_options = body;
+                (name.clone(), Value::Null, current)
+            }
+            _ => return None,
+        };
+        Some(Attrs {
+            operation,
+            group: def.group.to_string(),
+            version: def.version.to_string(),
+            resource: def.plural.to_string(),
+            sub: t.sub.clone(),
+            kind,
+            namespaced: def.namespaced,
+            namespace: ns,
+            name,
+            object,
+            old_object,
+            delete_options,
+        })
+    }
+
+    /// Validating admission of one write: every matching webhook is called
+    /// (at once, as kube-apiserver does); Ok with their warnings, or the
+    /// answer that refuses the write.
+    pub(super) async fn admit(
+        &self,
+        a: &Attrs,
+        dry: bool,
+    ) -> Result<Vec<String>, Response<RespBody>> {
+        let hooks = self.state.lock().unwrap().webhooks.clone();
+        let matched: Vec<&Webhook> = hooks.iter().filter(|h| h.matches(a)).collect();
+        if dry {
+            if let Some(h) = matched
+                .iter()
+                .find(|h| !matches!(h.side_effects.as_str(), "None" | "NoneOnDryRun"))
+            {
+                let msg = format!("admission webhook {:?} does not support dry run", h.name);
+                return Err(once(400, &status(400, "BadRequest", &msg)));
+            }
+        }
+        let reviews: Vec<Value> = matched.iter().map(|_| self.review(a, dry)).collect();
+        {
+            let mut g = self.state.lock().unwrap();
+            for (h, r) in matched.iter().zip(&reviews) {
+                g.reviews
+                    .push(json!({"webhook": h.name, "request": r["request"]}));
+            }
+        }
+        let answers =
+            futures::future::join_all(matched.iter().zip(&reviews).map(|(h, r)| h.call(r))).await;
+        let mut warnings = Vec::new();
+        for (h, answer) in matched.iter().zip(answers) {
+            match answer {
+                Ok(resp) => {
+                    if let Some(w) = resp["warnings"].as_array() {
+                        warnings.extend(w.iter().filter_map(|w| w.as_str().map(str::to_string)));
+                    }
+                    if resp["allowed"] != true {
+                        return Err(denied(&h.name, &resp["status"]));
+                    }
+                }
+                Err(e) if h.fail => {
+                    let msg = format!(
+                        "Internal error occurred: failed calling webhook {:?}: {e}",
+                        h.name
+                    );
+                    return Err(once(500, &status(500, "InternalError", &msg)));
+                }
+                // failurePolicy: Ignore — the write proceeds.
+                Err(_) => {}
+            }
+        }
+        Ok(warnings)
+    }
+
+    /// The AdmissionReview kube-apiserver sends for `a`.
+    fn review(&self, a: &Attrs, dry: bool) -> Value {
+        let resource = json!({"group": a.group, "version": a.version, "resource": a.resource});
+        let username = self.username();
+        let groups = match username.strip_prefix("system:serviceaccount:") {
+            Some(rest) => {
+                let ns = rest.split(':').next().unwrap_or("");
+                json!([
+                    "system:serviceaccounts",
+                    format!("system:serviceaccounts:{ns}"),
+                    "system:authenticated"
+                ])
+            }
+            None => json!(["system:authenticated"]),
+        };
+        let mut options = match a.operation {
+            "CREATE" => json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}),
+            "UPDATE" => json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"}),
+            _ => {
+                let mut o = a.delete_options.clone();
+                if !o.is_object() {
+                    o = json!({});
+                }
+                o["apiVersion"] = json!("meta.k8s.io/v1");
+                o["kind"] = json!("DeleteOptions");
+                o
+            }
+        };
+        if dry {
+            options["dryRun"] = json!(["All"]);
+        }
+        let mut request = json!({
+            "uid": bizrq::util::new_uid(),
+            "kind": a.kind, "resource": resource,
+            "requestKind": a.kind, "requestResource": resource,
+            "name": a.name,
+            "operation": a.operation,
+            "userInfo": {"username": username, "uid": format!("uid-{username}"), "groups": groups},
+            "object": a.object, "oldObject": a.old_object,
+            "dryRun": dry,
+            "options": options,
+        });
+        if let Some(sub) = &a.sub {
+            request["subResource"] = json!(sub);
+            request["requestSubResource"] = json!(sub);
+        }
+        if a.namespaced {
+            request["namespace"] = json!(a.namespace);
+        }
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    }
+}
+
+/// A webhook's denial as kube-apiserver hands it to the client: the
+/// webhook's code (400 at least) and reason, its message prefixed.
+fn denied(webhook: &str, st: &Value) -> Response<RespBody> {
+    let code = st["code"].as_u64().unwrap_or(0).max(400) as u16;
+    let reason = st["reason"].as_str().unwrap_or("");
+    let by = format!("admission webhook {webhook:?} denied the request");
+    let message = match st["message"].as_str().filter(|m| !m.is_empty()) {
+        Some(m) => format!("{by}: {m}"),
+        None if !reason.is_empty() => format!("{by}: {reason}"),
+        None => format!("{by} without explanation"),
+    };
+    once(code, &status(code, reason, &message))
+}
+
+impl Webhook {
+    fn load(hook: &Value, endpoint: std::net::SocketAddr) -> Webhook {
+        let name = hook["name"].as_str().expect("webhook name").to_string();
+        assert!(
+            hook["admissionReviewVersions"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|v| v == "v1")),
+            "{name}: admissionReviewVersions must include v1"
+        );
+        let side_effects = hook["sideEffects"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: sideEffects is required in v1"))
+            .to_string();
+        let timeout = hook["timeoutSeconds"].as_u64().unwrap_or(10);
+        let cc = &hook["clientConfig"];
+        let (host, url) = match cc["url"].as_str() {
+            Some(u) => {
+                let parsed = reqwest::Url::parse(u).expect("clientConfig.url");
+                (parsed.host_str().unwrap_or("").to_string(), u.to_string())
+            }
+            None => {
+                let svc = &cc["service"];
+                let host = format!(
+                    "{}.{}.svc",
+                    svc["name"].as_str().expect("service name"),
+                    svc["namespace"].as_str().expect("service namespace")
+                );
+                let port = svc["port"].as_u64().unwrap_or(443);
+                let path = svc["path"].as_str().unwrap_or("/");
+                let url = format!("https://{host}:{port}{path}");
+                (host, url)
+            }
+        };
+        let url = format!("{url}?timeout={timeout}s");
+        let pem = base64_decode(cc["caBundle"].as_str().expect("caBundle"));
+        let ca = reqwest::Certificate::from_pem(&pem).expect("caBundle holds a PEM certificate");
+        let client = reqwest::Client::builder()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca)
+            // The Service's name resolves to its endpoint; a port in the
+            // URL other than the default 443 is kept.
+            .resolve(&host, endpoint)
+            .timeout(std::time::Duration::from_secs(timeout))
+            .build()
+            .expect("webhook client");
+        let selector = |k: &str| Some(hook[k].clone()).filter(|v| v.is_object());
+        Webhook {
+            rules: hook["rules"].as_array().cloned().unwrap_or_default(),
+            namespace_selector: selector("namespaceSelector"),
+            object_selector: selector("objectSelector"),
+            fail: hook["failurePolicy"].as_str().unwrap_or("Fail") == "Fail",
+            side_effects,
+            url,
+            client,
+            name,
+        }
+    }
+
+    fn matches(&self, a: &Attrs) -> bool {
+        if !self.rules.iter().any(|r| rule_matches(r, a)) {
+            return false;
+        }
+        // A namespaceSelector never filters cluster-scoped objects; the API
+        // server labels every namespace with its own name.
+        if let Some(sel) = self.namespace_selector.as_ref().filter(|_| a.namespaced) {
+            let labels = json!({"kubernetes.io/metadata.name": a.namespace});
+            if !selects(sel, &labels) {
+                return false;
+            }
+        }
+        // The object selector is matched against the new and the old object:
+        // either one selected sends the request.
+        if let Some(sel) = &self.object_selector {
+            let objects: Vec<&Value> = [&a.object, &a.old_object]
+                .into_iter()
+                .filter(|o| !o.is_null())
+                .collect();
+            let empty = json!({});
+            let labels = |o: &Value| o["metadata"].get("labels").cloned().unwrap_or(json!({}));
+            let selected = if objects.is_empty() {
+                selects(sel, &empty)
+            } else {
+                objects.iter().any(|o| selects(sel, &labels(o)))
+            };
+            if !selected {
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn call(&self, review: &Value) -> Result<Value, String> {
+        let r = self
+            .client
+            .post(&self.url)
+            .json(review)
+            .send()
+            .await
+            .map_err(|e| {
+                // The innermost cause, as Go's net/http prints it.
+                let mut cause: &dyn std::error::Error = &e;
+                while let Some(next) = cause.source() {
+                    cause = next;
+                }
+                format!("failed to call webhook: Post {:?}: {cause}", self.url)
+            })?;
+        let code = r.status();
+        if !code.is_success() {
+            let text = r.text().await.unwrap_or_default();
+            return Err(format!(
+                "failed to call webhook: the server responded with {code}: {text}"
+            ));
+        }
+        let v: Value = r
+            .json()
+            .await
+            .map_err(|e| format!("received invalid webhook response: {e}"))?;
+        if v["apiVersion"] != "admission.k8s.io/v1" || v["kind"] != "AdmissionReview" {
+            return Err(format!(
+                "received invalid webhook response: expected admission.k8s.io/v1 AdmissionReview, got {}/{}",
+                v["apiVersion"], v["kind"]
+            ));
+        }
+        if v["response"]["uid"] != review["request"]["uid"] {
+            return Err(format!(
+                "received invalid webhook response: expected response.uid={}, got {}",
+                review["request"]["uid"], v["response"]["uid"]
+            ));
+        }
+        Ok(v["response"].clone())
+    }
+}
+
+/// One rule of a webhook (`RuleWithOperations`): operations, apiGroups,
+/// apiVersions, resources (`res`, `res/sub`, `*`, `*/sub`, `*/*`), scope.
+fn rule_matches(rule: &Value, a: &Attrs) -> bool {
+    let has = |field: &str, v: &str| {
+        rule[field]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|x| x == "*" || x == v))
+    };
+    let resource = rule["resources"].as_array().is_some_and(|l| {
+        l.iter().filter_map(Value::as_str).any(|r| {
+            if r == "*/*" {
+                return true;
+            }
+            let (res, sub) = match r.split_once('/') {
+                Some((res, sub)) => (res, Some(sub)),
+                None => (r, None),
+            };
+            let res_ok = res == "*" || res == a.resource;
+            match (sub, a.sub.as_deref()) {
+                (None, None) => res_ok,
+                (Some(s), Some(asub)) => res_ok && (s == "*" || s == asub),
+                _ => false,
+            }
+        })
+    });
+    let scope = match rule["scope"].as_str().unwrap_or("*") {
+        "Cluster" => !a.namespaced,
+        "Namespaced" => a.namespaced,
+        _ => true,
+    };
+    has("operations", a.operation)
+        && has("apiGroups", &a.group)
+        && has("apiVersions", &a.version)
+        && resource
+        && scope
+}
+
+/// A LabelSelector (matchLabels, matchExpressions) applied to labels.
+fn selects(sel: &Value, labels: &Value) -> bool {
+    let get = |k: &str| labels.get(k).and_then(Value::as_str);
+    let by_labels = sel["matchLabels"]
+        .as_object()
+        .is_none_or(|m| m.iter().all(|(k, v)| get(k) == v.as_str()));
+    let by_expr = sel["matchExpressions"].as_array().is_none_or(|l| {
+        l.iter().all(|e| {
+            let key = e["key"].as_str().unwrap_or("");
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            match e["operator"].as_str().unwrap_or("") {
+                "In" => get(key).is_some_and(|v| values.contains(&v)),
+                "NotIn" => get(key).is_none_or(|v| !values.contains(&v)),
+                "Exists" => get(key).is_some(),
+                "DoesNotExist" => get(key).is_none(),
+                op => panic!("unknown selector operator {op}"),
+            }
+        })
+    });
+    by_labels && by_expr
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
+    {
+        let v = B64
+            .iter()
+            .position(|b| *b == c)
+            .expect("caBundle is base64") as u32;
+        acc = acc << 6 | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    out
+}

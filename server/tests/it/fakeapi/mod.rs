@@ -1,0 +1,277 @@
+//! An in-memory Kubernetes API server behind `kube::Client` (a tower
+//! service at its HTTP boundary): discovery, list, watch (a live stream of
+//! JSON lines from a resourceVersion), get, create, replace with
+//! `resourceVersion` compare-and-swap (409 on a stale one), the status and
+//! scale subresources, JSON merge patch, delete and `dryRun=All`. Every
+//! request is recorded, so tests assert the exact calls the controller makes.
+//!
+//! Validating admission as kube-apiserver runs it: once a
+//! ValidatingWebhookConfiguration is loaded (`admit_with`, the shipped
+//! `deploy/base/webhook.yaml`), every write through the HTTP boundary —
+//! bizrq's own included — whose operation, resource and subresource a rule
+//! matches, and whose namespace and object the selectors select, is sent as
+//! an `admission.k8s.io/v1` AdmissionReview over HTTPS to the webhook's
+//! service, verified against the configuration's caBundle, before it is
+//! stored (and, for a create, before the name is checked). A denial is the
+//! client's answer (`admission webhook "NAME" denied the request: …`, with
+//! the webhook's code and reason); a call that fails or times out refuses
+//! the write under `failurePolicy: Fail` and is skipped under `Ignore`.
+//! `put` and `remove` are the test's backdoor: an object as stored after an
+//! admission the test made itself, with no webhook called.
+
+mod admission;
+mod kinds;
+mod serve;
+
+use admission::Webhook;
+pub use kinds::{KindDef, KINDS, PYTORCHJOB};
+
+use axum::body::Bytes;
+use futures::StreamExt;
+use http::{Method, Request, Response};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, StreamBody};
+use kube::client::Body;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use tokio::sync::broadcast;
+
+type RespBody = UnsyncBoxBody<Bytes, Infallible>;
+
+struct Coll {
+    def: KindDef,
+    objects: BTreeMap<(String, String), Value>,
+    log: Vec<(u64, &'static str, Value)>,
+    tx: broadcast::Sender<(u64, &'static str, Value)>,
+}
+
+#[derive(Default)]
+struct State {
+    rv: u64,
+    colls: HashMap<String, Coll>,
+    requests: Vec<String>,
+    /// Answer the next N writes to these paths with 409.
+    conflicts: HashMap<String, usize>,
+    /// Make the next write to these paths, then answer 504 as if the
+    /// connection had timed out after the write.
+    lost_answers: HashMap<String, usize>,
+    /// The loaded ValidatingWebhookConfiguration, if any.
+    webhooks: Arc<Vec<Webhook>>,
+    /// Every AdmissionReview sent: `{"webhook": name, "request": …}`.
+    reviews: Vec<Value>,
+}
+
+/// bizrq's service account: who `client()` is.
+pub const BIZRQ_USER: &str = "system:serviceaccount:bizrq-system:bizrq";
+
+#[derive(Clone, Default)]
+pub struct FakeApi {
+    state: Arc<Mutex<State>>,
+    /// Who this handle's requests come from (empty: `BIZRQ_USER`).
+    user: Arc<String>,
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "reason": reason, "code": code, "message": message})
+}
+
+fn once(code: u16, v: &Value) -> Response<RespBody> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(
+            http_body_util::Full::new(Bytes::from(serde_json::to_vec(v).unwrap()))
+                .map_err(|e| match e {})
+                .boxed_unsync(),
+        )
+        .unwrap()
+}
+
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+fn coll_key(group: &str, plural: &str) -> String {
+    format!("{group}/{plural}")
+}
+
+/// A parsed resource path.
+struct Target {
+    coll: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+impl FakeApi {
+    pub fn new() -> FakeApi {
+        let f = FakeApi::default();
+        for k in KINDS {
+            f.install(k.clone());
+        }
+        f
+    }
+
+    /// A client as bizrq's service account.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::new(self.clone(), "default")
+    }
+
+    /// A client as a person (kubectl as `user`): the same API server.
+    pub fn client_as(&self, user: &str) -> kube::Client {
+        let me = FakeApi {
+            state: self.state.clone(),
+            user: Arc::new(user.to_string()),
+        };
+        kube::Client::new(me, "default")
+    }
+
+    /// Every AdmissionReview request sent so far, with its webhook's name.
+    pub fn reviews(&self) -> Vec<Value> {
+        self.state.lock().unwrap().reviews.clone()
+    }
+
+    /// Serve a kind (a CRD installed).
+    pub fn install(&self, def: KindDef) {
+        let (tx, _) = broadcast::channel(4096);
+        self.state.lock().unwrap().colls.insert(
+            coll_key(def.group, def.plural),
+            Coll {
+                def,
+                objects: BTreeMap::new(),
+                log: Vec::new(),
+                tx,
+            },
+        );
+    }
+
+    pub fn requests(&self) -> Vec<String> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
+    /// Answer the next `n` writes (PUT/PATCH) of `path` with 409 Conflict,
+    /// as if someone else had just written the object.
+    pub fn conflict_next(&self, path: &str, n: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .conflicts
+            .insert(path.to_string(), n);
+    }
+
+    /// Make the next `n` writes to `path`, then answer each with 504 as a
+    /// timeout would: the client cannot tell whether the write was made.
+    pub fn lose_answer_next(&self, path: &str, n: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .lost_answers
+            .insert(path.to_string(), n);
+    }
+
+    fn emit(coll: &mut Coll, rv: u64, kind: &'static str, obj: Value) {
+        coll.log.push((rv, kind, obj.clone()));
+        let _ = coll.tx.send((rv, kind, obj));
+    }
+
+    fn find_def(obj: &Value) -> KindDef {
+        let api_version = obj["apiVersion"].as_str().unwrap_or("");
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let kind = obj["kind"].as_str().unwrap_or("");
+        KINDS
+            .iter()
+            .chain(std::iter::once(&PYTORCHJOB))
+            .find(|d| d.group == group && d.kind == kind)
+            .unwrap_or_else(|| panic!("fake API: unknown kind {api_version} {kind}"))
+            .clone()
+    }
+
+    /// Create or replace an object as stored (what kubectl apply leaves
+    /// after admission), status included. Returns it as stored.
+    pub fn put(&self, mut obj: Value) -> Value {
+        let def = Self::find_def(&obj);
+        let mut g = self.state.lock().unwrap();
+        g.rv += 1;
+        let rv = g.rv;
+        let coll = g
+            .colls
+            .get_mut(&coll_key(def.group, def.plural))
+            .expect("kind installed");
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+        let existing = coll.objects.get(&(ns.clone(), name.clone())).cloned();
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if obj["metadata"]["uid"].is_null() {
+            obj["metadata"]["uid"] = existing
+                .as_ref()
+                .map(|e| e["metadata"]["uid"].clone())
+                .unwrap_or_else(|| json!(format!("uid-{name}-{rv}")));
+        }
+        if obj["metadata"]["creationTimestamp"].is_null() {
+            obj["metadata"]["creationTimestamp"] = json!("2026-11-21T10:00:00Z");
+        }
+        coll.objects.insert((ns, name), obj.clone());
+        let kind = if existing.is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        Self::emit(coll, rv, kind, obj.clone());
+        obj
+    }
+
+    pub fn remove(&self, group: &str, plural: &str, namespace: &str, name: &str) {
+        let mut g = self.state.lock().unwrap();
+        g.rv += 1;
+        let rv = g.rv;
+        let coll = g.colls.get_mut(&coll_key(group, plural)).unwrap();
+        if let Some(mut obj) = coll
+            .objects
+            .remove(&(namespace.to_string(), name.to_string()))
+        {
+            obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+            Self::emit(coll, rv, "DELETED", obj);
+        }
+    }
+
+    pub fn get(&self, group: &str, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        let g = self.state.lock().unwrap();
+        g.colls[&coll_key(group, plural)]
+            .objects
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    pub fn list(&self, group: &str, plural: &str) -> Vec<Value> {
+        let g = self.state.lock().unwrap();
+        g.colls[&coll_key(group, plural)]
+            .objects
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub fn quota(&self, name: &str) -> Value {
+        self.get("bizrq.io", "bizgroupresourcequotas", "", name)
+            .unwrap_or_else(|| panic!("no quota {name}"))
+    }
+}

@@ -1,0 +1,423 @@
+//! The HTTP boundary: discovery, list, watch, get, create, replace, patch,
+//! delete and the subresources, each call recorded.
+
+use super::*;
+
+impl FakeApi {
+    pub(super) fn parse(path: &str) -> Option<Target> {
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (group, rest) = match *segs.first()? {
+            "api" => ("", &segs[2..]),
+            "apis" if segs.len() >= 3 => (segs[1], &segs[3..]),
+            _ => return None,
+        };
+        let (namespace, rest) = if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
+            (Some(rest[1].to_string()), &rest[2..])
+        } else {
+            (None, rest)
+        };
+        Some(Target {
+            coll: coll_key(group, rest.first()?),
+            namespace,
+            name: rest.get(1).map(|s| s.to_string()),
+            sub: rest.get(2).map(|s| s.to_string()),
+        })
+    }
+
+    fn discovery(&self, path: &str) -> Option<Value> {
+        let g = self.state.lock().unwrap();
+        let defs: Vec<&KindDef> = g.colls.values().map(|c| &c.def).collect();
+        if path == "/apis" {
+            let mut groups: BTreeMap<&str, &str> = BTreeMap::new();
+            for d in defs.iter().filter(|d| !d.group.is_empty()) {
+                groups.insert(d.group, d.version);
+            }
+            let groups: Vec<Value> = groups
+                .iter()
+                .map(|(g, v)| {
+                    let gv = format!("{g}/{v}");
+                    json!({"name": g, "versions": [{"groupVersion": gv, "version": v}], "preferredVersion": {"groupVersion": gv, "version": v}})
+                })
+                .collect();
+            return Some(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}));
+        }
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        if segs.len() == 3 && segs[0] == "apis" {
+            let found: Vec<Value> = defs
+                .iter()
+                .filter(|d| d.group == segs[1] && d.version == segs[2])
+                .flat_map(|d| {
+                    let mut v = vec![json!({"name": d.plural, "singularName": "", "namespaced": d.namespaced, "kind": d.kind, "verbs": ["get","list","watch","create","update","patch","delete"]})];
+                    if d.status {
+                        v.push(json!({"name": format!("{}/status", d.plural), "singularName": "", "namespaced": d.namespaced, "kind": d.kind, "verbs": ["get","update","patch"]}));
+                    }
+                    v
+                })
+                .collect();
+            if found.is_empty() {
+                return Some(status(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                ));
+            }
+            return Some(
+                json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{}/{}", segs[1], segs[2]), "resources": found}),
+            );
+        }
+        None
+    }
+
+    fn record(&self, method: &Method, path: &str, query: &str) {
+        self.state.lock().unwrap().requests.push(format!(
+            "{method} {path}{}{query}",
+            if query.is_empty() { "" } else { "?" }
+        ));
+    }
+
+    /// Serve one request; with `dry` (dryRun=All) a write is checked and
+    /// answered as it would be, and nothing is stored.
+    fn handle(
+        &self,
+        method: Method,
+        path: &str,
+        query: &str,
+        body: Option<Value>,
+        dry: bool,
+    ) -> Response<RespBody> {
+        if method == Method::GET {
+            if let Some(d) = self.discovery(path) {
+                let code = d["code"].as_u64().unwrap_or(200) as u16;
+                return once(code, &d);
+            }
+        }
+        let Some(t) = Self::parse(path) else {
+            return once(404, &status(404, "NotFound", path));
+        };
+        let params = query_params(query);
+        let mut g = self.state.lock().unwrap();
+        if !g.colls.contains_key(&t.coll) {
+            return once(
+                404,
+                &status(
+                    404,
+                    "NotFound",
+                    &format!("the server could not find the requested resource ({path})"),
+                ),
+            );
+        }
+        let write = matches!(method, Method::PUT | Method::PATCH);
+        if write {
+            if let Some(n) = g.conflicts.get_mut(path).filter(|n| **n > 0) {
+                *n -= 1;
+                return once(409, &status(409, "Conflict", "the object has been modified; please apply your changes to the latest version and try again"));
+            }
+        }
+        g.rv += 1;
+        let rv = g.rv;
+        let coll = g.colls.get_mut(&t.coll).unwrap();
+        let ns = t.namespace.clone().unwrap_or_default();
+        match (method, t.name.clone()) {
+            (Method::GET, None) if params.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+                let from: u64 = params
+                    .get("resourceVersion")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let rx = coll.tx.subscribe();
+                let filter_ns = t.namespace.clone();
+                let keep = move |o: &Value| {
+                    filter_ns
+                        .as_ref()
+                        .is_none_or(|n| o["metadata"]["namespace"] == n.as_str())
+                };
+                let backlog: Vec<(u64, &'static str, Value)> = coll
+                    .log
+                    .iter()
+                    .filter(|(r, _, o)| *r > from && keep(o))
+                    .cloned()
+                    .collect();
+                let line = |(_, kind, obj): (u64, &'static str, Value)| {
+                    let mut b = serde_json::to_vec(&json!({"type": kind, "object": obj})).unwrap();
+                    b.push(b'\n');
+                    Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(b)))
+                };
+                let live = futures::stream::unfold(rx, |mut rx| async move {
+                    loop {
+                        match rx.recv().await {
+                            Ok(ev) => return Some((ev, rx)),
+                            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(broadcast::error::RecvError::Closed) => return None,
+                        }
+                    }
+                });
+                let keep2 = keep.clone();
+                let stream = futures::stream::iter(backlog)
+                    .chain(live.filter(move |(r, _, o)| std::future::ready(*r > from && keep2(o))))
+                    .map(line);
+                Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(StreamBody::new(stream).boxed_unsync())
+                    .unwrap()
+            }
+            (Method::GET, None) => {
+                let items: Vec<Value> = coll
+                    .objects
+                    .iter()
+                    .filter(|((n, _), _)| t.namespace.as_ref().is_none_or(|x| x == n))
+                    .map(|(_, o)| o.clone())
+                    .collect();
+                once(
+                    200,
+                    &json!({"apiVersion": format!("{}{}{}", coll.def.group, if coll.def.group.is_empty() { "" } else { "/" }, coll.def.version),
+                    "kind": format!("{}List", coll.def.kind), "metadata": {"resourceVersion": (rv).to_string()}, "items": items}),
+                )
+            }
+            (Method::GET, Some(name)) => match coll.objects.get(&(ns, name.clone())) {
+                Some(o) if t.sub.as_deref() == Some("scale") && coll.def.scale => {
+                    once(200, &scale_of(o))
+                }
+                Some(o) => once(200, o),
+                None => once(
+                    404,
+                    &status(
+                        404,
+                        "NotFound",
+                        &format!("{} \"{name}\" not found", coll.def.plural),
+                    ),
+                ),
+            },
+            (Method::POST, None) => {
+                let mut obj = body.unwrap_or(Value::Null);
+                let name = obj["metadata"]["name"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("gen-{rv}"));
+                if coll.objects.contains_key(&(ns.clone(), name.clone())) {
+                    return once(
+                        409,
+                        &status(
+                            409,
+                            "AlreadyExists",
+                            &format!("{} \"{name}\" already exists", coll.def.plural),
+                        ),
+                    );
+                }
+                obj["metadata"]["name"] = json!(name);
+                if coll.def.namespaced {
+                    obj["metadata"]["namespace"] = json!(ns);
+                }
+                obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+                obj["metadata"]["uid"] = json!(format!("uid-{name}-{rv}"));
+                obj["metadata"]["creationTimestamp"] = json!("2026-11-21T10:00:00Z");
+                if coll.def.status {
+                    obj.as_object_mut().unwrap().remove("status");
+                }
+                if !dry {
+                    coll.objects.insert((ns, name), obj.clone());
+                    Self::emit(coll, rv, "ADDED", obj.clone());
+                }
+                once(201, &obj)
+            }
+            (m @ (Method::PUT | Method::PATCH), Some(name)) => {
+                let Some(current) = coll.objects.get(&(ns.clone(), name.clone())).cloned() else {
+                    return once(
+                        404,
+                        &status(
+                            404,
+                            "NotFound",
+                            &format!("{} \"{name}\" not found", coll.def.plural),
+                        ),
+                    );
+                };
+                let body = body.unwrap_or(Value::Null);
+                let sub = t.sub.as_deref();
+                if m == Method::PUT && stale(&body, &current) {
+                    return once(409, &status(409, "Conflict", &format!("Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again", coll.def.plural)));
+                }
+                let mut next = updated(&coll.def, &current, &m, sub, &body);
+                if dry {
+                    return once(
+                        200,
+                        &if sub == Some("scale") {
+                            scale_of(&next)
+                        } else {
+                            next
+                        },
+                    );
+                }
+                next["metadata"]["resourceVersion"] = json!(rv.to_string());
+                coll.objects.insert((ns, name), next.clone());
+                Self::emit(coll, rv, "MODIFIED", next.clone());
+                if sub == Some("scale") {
+                    once(200, &scale_of(&next))
+                } else {
+                    once(200, &next)
+                }
+            }
+            (Method::DELETE, Some(name)) => match coll.objects.remove(&(ns, name.clone())) {
+                Some(mut o) => {
+                    let want = body.as_ref().and_then(|b| {
+                        b["preconditions"]["resourceVersion"]
+                            .as_str()
+                            .map(str::to_string)
+                    });
+                    if let Some(want) = want.filter(|w| {
+                        w.as_str() != o["metadata"]["resourceVersion"].as_str().unwrap_or("")
+                    }) {
+                        let key = (
+                            o["metadata"]["namespace"]
+                                .as_str()
+                                .unwrap_or("")
+                                .to_string(),
+                            name.clone(),
+                        );
+                        coll.objects.insert(key, o);
+                        return once(
+                            409,
+                            &status(
+                                409,
+                                "Conflict",
+                                &format!("precondition failed: resourceVersion {want}"),
+                            ),
+                        );
+                    }
+                    if dry {
+                        let key = (
+                            o["metadata"]["namespace"]
+                                .as_str()
+                                .unwrap_or("")
+                                .to_string(),
+                            name.clone(),
+                        );
+                        coll.objects.insert(key, o.clone());
+                        return once(200, &o);
+                    }
+                    o["metadata"]["resourceVersion"] = json!(rv.to_string());
+                    Self::emit(coll, rv, "DELETED", o.clone());
+                    once(200, &o)
+                }
+                None => once(
+                    404,
+                    &status(404, "NotFound", &format!("\"{name}\" not found")),
+                ),
+            },
+            (m, _) => once(405, &status(405, "MethodNotAllowed", m.as_str())),
+        }
+    }
+}
+
+fn query_params(query: &str) -> HashMap<String, String> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A PUT naming a resourceVersion other than the current one.
+pub(super) fn stale(body: &Value, current: &Value) -> bool {
+    let sent = body["metadata"]["resourceVersion"].as_str().unwrap_or("");
+    !sent.is_empty()
+        && sent
+            != current["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("")
+}
+
+/// The object a PUT or PATCH of `current` (or of its subresource `sub`)
+/// leaves, before its new resourceVersion.
+pub(super) fn updated(
+    def: &KindDef,
+    current: &Value,
+    m: &Method,
+    sub: Option<&str>,
+    body: &Value,
+) -> Value {
+    let mut next = current.clone();
+    if m == Method::PUT {
+        match sub {
+            Some("status") => next["status"] = body["status"].clone(),
+            Some("scale") => next["spec"]["replicas"] = body["spec"]["replicas"].clone(),
+            _ => {
+                next = body.clone();
+                if def.status {
+                    next["status"] = current["status"].clone();
+                }
+                next["metadata"]["uid"] = current["metadata"]["uid"].clone();
+                next["metadata"]["creationTimestamp"] =
+                    current["metadata"]["creationTimestamp"].clone();
+            }
+        }
+    } else {
+        match sub {
+            Some("scale") => {
+                if let Some(r) = body["spec"]["replicas"].as_i64() {
+                    next["spec"]["replicas"] = json!(r);
+                }
+            }
+            _ => merge(&mut next, body),
+        }
+    }
+    next
+}
+
+pub(super) fn scale_of(o: &Value) -> Value {
+    json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+           "metadata": {"name": o["metadata"]["name"], "namespace": o["metadata"]["namespace"], "resourceVersion": o["metadata"]["resourceVersion"]},
+           "spec": {"replicas": o["spec"]["replicas"]}})
+}
+
+impl tower::Service<Request<Body>> for FakeApi {
+    type Response = Response<RespBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let me = self.clone();
+        Box::pin(async move {
+            let method = req.method().clone();
+            let path = req.uri().path().to_string();
+            let query = req.uri().query().unwrap_or("").to_string();
+            let bytes = req
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let body =
+                (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap_or(Value::Null));
+            me.record(&method, &path, &query);
+            let dry = query_params(&query)
+                .get("dryRun")
+                .is_some_and(|d| d == "All");
+            let mut warnings = Vec::new();
+            if let Some(attrs) = me.attributes(&method, &path, body.as_ref()) {
+                match me.admit(&attrs, dry).await {
+                    Ok(w) => warnings = w,
+                    Err(refused) => return Ok(refused),
+                }
+            }
+            let write = method != Method::GET;
+            let mut resp = me.handle(method, &path, &query, body, dry);
+            if write {
+                let mut g = me.state.lock().unwrap();
+                if let Some(n) = g.lost_answers.get_mut(&path).filter(|n| **n > 0) {
+                    *n -= 1;
+                    let msg = "Timeout: request did not complete within the allotted timeout";
+                    return Ok(once(504, &status(504, "Timeout", msg)));
+                }
+            }
+            for w in warnings {
+                if let Ok(v) = http::HeaderValue::from_str(&format!("299 - {w:?}")) {
+                    resp.headers_mut().append("warning", v);
+                }
+            }
+            Ok(resp)
+        })
+    }
+}

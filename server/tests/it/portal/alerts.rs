@@ -1,0 +1,206 @@
+//! Alerts in the portal and through the JSON API.
+
+use super::*;
+
+/// Alice (owner of nlp) asks for a GPU from nlp-a, which raises a
+/// `transfer_requested` alert on nlp at once.
+async fn asks_for_a_gpu_from_nlp_a(o: &Org) {
+    let p = o
+        .alice
+        .post(
+            "/transfers",
+            &[
+                ("from", "nlp-a"),
+                ("to", "nlp"),
+                ("key", GPU),
+                ("amount", "1"),
+                ("reason", "a test"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+}
+
+/// Alice sets warning at 55 % and critical at 95 % of nlp's GPUs.
+async fn sets_nlp_alert_rules(o: &Org) {
+    o.alice.get("/quotas/nlp/alerts").await;
+    let p = o
+        .alice
+        .post(
+            "/quotas/nlp/alerts",
+            &[("key", GPU), ("warn_percent", "55"), ("crit_percent", "95")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+}
+
+/// A transfer request raises an alert at once: shown on the overview,
+/// counted in the nav, listed on /alerts (filtered by kind) for those who
+/// may see the quota, and for no one else.
+async fn a_transfer_request_shows_an_alert_to_those_who_may_see_it(s: &Server) {
+    let o = org(s).await;
+    asks_for_a_gpu_from_nlp_a(&o).await;
+    let home = o.alice.get("/").await.body;
+    assert!(
+        home.contains("of 1 requests.nvidia.com/gpu from nlp-a to nlp requested by alice"),
+        "the overview shows the open alert: {home}"
+    );
+    assert!(
+        home.contains(r#"title="open alerts" class="badge">1</span>"#),
+        "the nav counts it: {home}"
+    );
+    let page = o.alice.get("/alerts?kind=transfer_requested").await.body;
+    assert!(page.contains("requested by alice"), "{page}");
+    let page = o.alice.get("/alerts?kind=threshold").await.body;
+    assert!(
+        !page.contains("requested by alice"),
+        "filtered by kind: {page}"
+    );
+    let bobs = o.bob.get("/alerts").await.body;
+    assert!(
+        !bobs.contains("requested by alice"),
+        "bob may not see nlp: {bobs}"
+    );
+}
+
+/// An owner's alert rules are saved and shown again on the rules page.
+async fn alert_rules_are_saved_and_shown_again(s: &Server) {
+    let o = org(s).await;
+    sets_nlp_alert_rules(&o).await;
+    let rules = o.alice.get("/quotas/nlp/alerts").await.body;
+    assert!(rules.contains("55 %") && rules.contains("95 %"), "{rules}");
+}
+
+/// A user's email and alert preferences are saved, shown again and audited
+/// with before and after; saving the same again audits nothing.
+async fn alert_preferences_are_saved_and_audited_once(s: &Server) {
+    let o = org(s).await;
+    o.alice.get("/account").await;
+    let p = o
+        .alice
+        .post(
+            "/account",
+            &[("email", "alice@example.com"), ("mute.cash_forecast", "1")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let account = o.alice.get("/account").await.body;
+    assert!(
+        account.contains(r#"value="alice@example.com""#),
+        "{account}"
+    );
+    let tag = |name: &str| {
+        let at = account.find(&format!("name=\"{name}\"")).unwrap();
+        let start = account[..at].rfind('<').unwrap();
+        let end = at + account[at..].find('>').unwrap();
+        account[start..end].to_string()
+    };
+    assert!(tag("mute.cash_forecast").contains("checked"), "{account}");
+    assert!(!tag("mute.threshold").contains("checked"), "{account}");
+    // Both changes are in the audit log, with before and after.
+    let audit = o.admin.get("/audit.csv?target=user:alice").await.body;
+    assert!(audit.contains("user.email"), "{audit}");
+    assert!(audit.contains("alice@example.com"), "{audit}");
+    assert!(
+        audit.contains("alert.prefs") && audit.contains("cash_forecast"),
+        "{audit}"
+    );
+    // Saving the same settings again changes and audits nothing.
+    o.alice
+        .post(
+            "/account",
+            &[("email", "alice@example.com"), ("mute.cash_forecast", "1")],
+        )
+        .await;
+    let again = o.admin.get("/audit.csv?target=user:alice").await.body;
+    assert_eq!(again.lines().count(), audit.lines().count(), "{again}");
+}
+
+/// GET /api/v1/alerts: what the caller may see, filters and paging, clear
+/// errors; a write is evaluated at once (no sweep runs in the test's time).
+async fn the_alerts_api_lists_what_the_caller_may_see(s: &Server) {
+    let o = org(s).await;
+    asks_for_a_gpu_from_nlp_a(&o).await;
+    sets_nlp_alert_rules(&o).await;
+    let alice = |path: String| {
+        let t = o.alice_token.clone();
+        async move { s.api_with(Method::GET, &path, None, Some(&t)).await }
+    };
+    let (st, v) = alice("/api/v1/alerts".into()).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{v}");
+    let requested = &items[0];
+    assert_eq!(requested["kind"], "transfer_requested");
+    assert_eq!(requested["quota"], "nlp");
+    assert_eq!(requested["state"], "open");
+    assert!(requested["openedAt"].as_str().unwrap().ends_with('Z'));
+    let id = requested["id"].as_i64().unwrap();
+    let (st, one) = alice(format!("/api/v1/alerts/{id}")).await;
+    assert_eq!((st, &one), (StatusCode::OK, requested));
+    // Bob (member of cv) sees none of nlp's, not even by id.
+    let bob = |path: String| {
+        let t = o.bob_token.clone();
+        async move { s.api_with(Method::GET, &path, None, Some(&t)).await }
+    };
+    let (_, v) = bob("/api/v1/alerts".into()).await;
+    assert_eq!(v["items"], json!([]), "{v}");
+    let (st, v) = bob(format!("/api/v1/alerts/{id}")).await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    let (st, _) = s.api_with(Method::GET, "/api/v1/alerts", None, None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    // Clear errors.
+    for (query, says) in [
+        ("state=bogus", "unknown state 'bogus'"),
+        ("kind=bogus", "unknown alert kind 'bogus'"),
+        ("limit=0", "limit 0 is out of range"),
+        ("limit=1000000", "out of range"),
+        ("colour=red", "unknown field"),
+        ("before=x", "before"),
+    ] {
+        let (st, v) = s
+            .api(Method::GET, &format!("/api/v1/alerts?{query}"), None)
+            .await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{query}: {v}");
+        let m = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(m.contains(says), "{query}: {m}");
+    }
+    let (st, _) = s.api(Method::GET, "/api/v1/alerts/x", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+
+    // 6 cards on nlp, which carves 2 out for nlp-a: 8 of 8 used. Warning
+    // and critical open within moments of the admission: a write is
+    // evaluated by itself, not by the next sweep.
+    let d = deployment("train", "nlp", 6, 1);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "api-1", Some(d), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let both_open = || async {
+        let (_, v) = alice("/api/v1/alerts?kind=threshold&state=open".into()).await;
+        let items = v["items"].as_array().unwrap().clone();
+        (items.len() == 2).then_some(items)
+    };
+    let threshold = poll_until(100, Duration::from_millis(100), both_open)
+        .await
+        .unwrap_or_default();
+    assert_eq!(threshold.len(), 2, "{threshold:?}");
+    assert_eq!(threshold[0]["numbers"]["used"], "8", "{threshold:?}");
+    // Paging: one at a time, newest first, then the rest.
+    let (_, p1) = alice("/api/v1/alerts?limit=1".into()).await;
+    let next = p1["next"].as_i64().expect("a next page");
+    let (_, p2) = alice(format!("/api/v1/alerts?limit=10&before={next}")).await;
+    assert_eq!(p2["items"].as_array().unwrap().len(), 2, "{p2}");
+    assert_eq!(p2["next"], Value::Null);
+    assert!(p2["items"][0]["id"].as_i64().unwrap() < next);
+}
+
+on_both!(
+    a_transfer_request_shows_an_alert_to_those_who_may_see_it,
+    alert_rules_are_saved_and_shown_again,
+    alert_preferences_are_saved_and_audited_once,
+    the_alerts_api_lists_what_the_caller_may_see,
+);

@@ -1,0 +1,250 @@
+//! The quota pages and forms, and a large tree.
+
+use super::*;
+
+/// Alice (owner of nlp) creates nlp-small (2 GPUs, at most 4) on the
+/// child form.
+async fn creates_nlp_small(o: &Org) -> Page {
+    let ok = o
+        .alice
+        .post(
+            "/quotas/nlp/children/new",
+            &[
+                ("name", "nlp-small"),
+                ("hard:requests.nvidia.com/gpu", "2"),
+                ("hard:pods", "5"),
+                ("max:requests.nvidia.com/gpu", "4"),
+            ],
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
+    ok
+}
+
+/// The child form offers the parent's keys; a child that does not fit is
+/// refused on the form, naming the key and the amounts, keeping what was
+/// typed, and nothing is created.
+async fn a_child_that_does_not_fit_is_refused_on_the_form(s: &Server) {
+    let o = org(s).await;
+    let form = o.alice.get("/quotas/nlp/children/new").await;
+    assert_eq!(form.status, StatusCode::OK);
+    assert!(
+        form.body.contains(r#"name="hard:requests.nvidia.com/gpu""#)
+            && form.body.contains(r#"name="hard:pods""#),
+        "the parent's keys are on the form: {}",
+        form.body
+    );
+    let big = o
+        .alice
+        .post(
+            "/quotas/nlp/children/new",
+            &[
+                ("name", "nlp-big"),
+                ("hard:requests.nvidia.com/gpu", "7"),
+                ("hard:pods", "5"),
+            ],
+        )
+        .await;
+    assert_eq!(big.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        big.body
+            .contains("requests.nvidia.com/gpu asks 7, 6 left of 8"),
+        "the refusal names the key and the amounts: {}",
+        big.body
+    );
+    assert!(
+        big.body.contains(r#"value="nlp-big""#),
+        "the form keeps what was typed"
+    );
+    let (st, _) = s.api(Method::GET, "/api/v1/quotas/nlp-big", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+}
+
+/// A child that fits is created, flashed on its page and audited like the
+/// API.
+async fn a_child_that_fits_is_created_and_audited(s: &Server) {
+    let o = org(s).await;
+    let ok = creates_nlp_small(&o).await;
+    assert_eq!(ok.location(), Some("/quotas/nlp-small"));
+    let q = s.quota("nlp-small").await;
+    assert_eq!(q["spec"]["hard"]["requests.nvidia.com/gpu"], "2");
+    assert_eq!(q["spec"]["max"]["requests.nvidia.com/gpu"], "4");
+    let page = o.alice.get("/quotas/nlp-small").await.body;
+    assert!(
+        page.contains("created nlp-small under nlp"),
+        "flash: {page}"
+    );
+    let csv = o.admin.get("/audit.csv").await.body;
+    assert!(
+        csv.lines()
+            .any(|l| l.contains(",alice,quota.create,nlp-small,")),
+        "audited like the API: {csv}"
+    );
+}
+
+/// An edit form whose quota someone else changed meanwhile says so, shows
+/// the current values and changes nothing.
+async fn a_stale_edit_form_says_someone_else_changed_the_quota(s: &Server) {
+    let o = org(s).await;
+    creates_nlp_small(&o).await;
+    let edit = o.alice.get("/quotas/nlp-small/edit").await.body;
+    let version = hidden_field(&edit, "resourceVersion").expect("a version on the form");
+    let (st, _) = s
+        .api(
+            Method::PUT,
+            "/api/v1/quotas/nlp-small",
+            Some(quota("nlp-small", "nlp", "3", "5")),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let stale = o
+        .alice
+        .post(
+            "/quotas/nlp-small/edit",
+            &[
+                ("resourceVersion", version.as_str()),
+                ("hard:requests.nvidia.com/gpu", "1"),
+                ("hard:pods", "5"),
+            ],
+        )
+        .await;
+    assert_eq!(stale.status, StatusCode::CONFLICT, "{}", stale.body);
+    assert!(stale.body.contains("Someone else changed nlp-small"));
+    assert!(
+        stale.body.contains(r#"value="3""#),
+        "the form shows the current hard"
+    );
+    assert_eq!(
+        s.quota("nlp-small").await["spec"]["hard"]["requests.nvidia.com/gpu"],
+        "3"
+    );
+}
+
+/// The detail page and the overview draw charts and forecasts once the
+/// sampler has recorded usage, and nothing before.
+async fn charts_and_forecasts_appear_once_usage_is_sampled(s: &Server) {
+    let o = org(s).await;
+    s.create_quota(
+        "ml",
+        "",
+        json!({"requests.nvidia.com/gpu": "4", "cash/requests.nvidia.com/gpu": "100"}),
+    )
+    .await;
+    let before = o.admin.get("/quotas/ml").await.body;
+    assert!(!before.contains("<svg"), "no charts without samples");
+    assert!(before.contains("No usage recorded yet"));
+    let sql = bizrq::store::sql::SqlStore::connect(&s.database_url)
+        .await
+        .unwrap();
+    let mut q: quota::Quota = serde_json::from_value(s.quota("ml").await).unwrap();
+    let now = bizrq::util::now_ms();
+    for (i, spent) in [(3, "10"), (2, "20"), (1, "30")] {
+        q.status.hard = q.spec.hard.clone();
+        q.status.used = [
+            ("requests.nvidia.com/gpu".to_string(), "2".parse().unwrap()),
+            (
+                "cash/requests.nvidia.com/gpu".to_string(),
+                spent.parse().unwrap(),
+            ),
+        ]
+        .into();
+        sql.record_samples(now - i * 3_600_000, std::slice::from_ref(&q))
+            .await
+            .unwrap();
+    }
+    let page = o.admin.get("/quotas/ml").await.body;
+    assert_eq!(
+        page.matches("<figure class=\"chart\"><svg").count(),
+        2,
+        "a usage chart and a burn-down: {page}"
+    );
+    assert!(
+        page.contains("cash/requests.nvidia.com/gpu runs out in"),
+        "{page}"
+    );
+    let home = o.admin.get("/").await.body;
+    assert!(
+        home.contains("cash/requests.nvidia.com/gpu runs out in")
+            && home.contains("burning 10 card-hours/h"),
+        "the overview forecasts the budget: {home}"
+    );
+    assert!(
+        home.contains("All alerts (") && home.contains("href=\"/alerts\""),
+        "the overview has its alert section: {home}"
+    );
+}
+
+/// A thousand quotas: the tree folds below two levels, stays small, and
+/// answers quickly; a search finds a deep node with its ancestors.
+#[tokio::test]
+async fn a_thousand_quota_tree_folds_and_finds_deep_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&fresh_sqlite(&dir)).await;
+    s.create_quota(
+        "org",
+        "",
+        json!({"requests.nvidia.com/gpu": "10000", "pods": "100000"}),
+    )
+    .await;
+    let mut n = 1;
+    for d in 0..10 {
+        let dept = format!("dept-{d}");
+        s.create_quota(
+            &dept,
+            "org",
+            json!({"requests.nvidia.com/gpu": "1000", "pods": "10000"}),
+        )
+        .await;
+        n += 1;
+        for t in 0..10 {
+            let team = format!("team-{d}-{t}");
+            s.create_quota(
+                &team,
+                &dept,
+                json!({"requests.nvidia.com/gpu": "100", "pods": "1000"}),
+            )
+            .await;
+            n += 1;
+            for p in 0..9 {
+                let proj = format!("proj-{d}-{t}-{p}");
+                s.create_quota(
+                    &proj,
+                    &team,
+                    json!({"requests.nvidia.com/gpu": "10", "pods": "100"}),
+                )
+                .await;
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 1011);
+    let admin = Browser::admin(&s).await;
+    let t0 = std::time::Instant::now();
+    let page = admin.get("/tree").await;
+    let folded = t0.elapsed();
+    assert_eq!(page.status, StatusCode::OK);
+    let t0 = std::time::Instant::now();
+    let full = admin.get("/tree?depth=9").await;
+    let unfolded = t0.elapsed();
+    println!(
+        "tree of {n}: folded {} KB in {folded:?}; unfolded {} KB in {unfolded:?}",
+        page.body.len() / 1024,
+        full.body.len() / 1024
+    );
+    assert!(page.body.contains("+9 below"), "teams fold their projects");
+    assert!(page.body.len() < 200_000, "{} bytes", page.body.len());
+    assert!(full.body.len() < 2_000_000, "{} bytes", full.body.len());
+    assert!(folded < std::time::Duration::from_secs(2));
+    let found = admin.get("/tree?q=proj-7-3-5").await.body;
+    for name in ["org", "dept-7", "team-7-3", "proj-7-3-5"] {
+        assert!(found.contains(&format!(">{name}<")), "{name}");
+    }
+    assert!(!found.contains(">proj-7-3-4<"));
+}
+
+on_both!(
+    a_child_that_does_not_fit_is_refused_on_the_form,
+    a_child_that_fits_is_created_and_audited,
+    a_stale_edit_form_says_someone_else_changed_the_quota,
+    charts_and_forecasts_appear_once_usage_is_sampled,
+);
