@@ -1,4 +1,4 @@
-//! Borrowing (SPEC §5, seed 001): a node may use more than its guaranteed
+//! Borrowing (§5, seed 001): a node may use more than its guaranteed
 //! `hard`, up to `spec.max`, on loan from its parent — out of its siblings'
 //! idle guarantee and the parent's uncarved remainder.
 //!

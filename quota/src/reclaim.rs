@@ -1,4 +1,4 @@
-//! Reclaim (SPEC §5, seeds 001 and 004): when a lender needs back what its
+//! Reclaim (§5, seeds 001 and 004): when a lender needs back what its
 //! siblings borrowed, pick whole workloads of the borrowers to shrink or
 //! stop, warn their owners, and act only after a grace period — unless the
 //! pressure went away meanwhile.

@@ -1,4 +1,4 @@
-//! Transfers (SPEC §6): moving amounts of keys of `hard` from one quota to
+//! Transfers (§6, docs/semantics.md): moving amounts of keys of `hard` from one quota to
 //! another, or from a parent's uncarved remainder into a child. This is the
 //! pure part: which quotas change and how (a [`Plan`]), whether it fits, and
 //! the guarded steps that carry it out one object at a time. The server's

@@ -1,4 +1,4 @@
-//! Tree rules (SPEC §2): a child's hard covers its parent's keys and is carved
+//! Tree rules (§2, docs/semantics.md): a child's hard covers its parent's keys and is carved
 //! out of the parent's remainder; lowering is always allowed; only leaves go.
 
 use crate::admission::Shortfall;

@@ -1,4 +1,4 @@
-//! Borrowing and reclaim (SPEC §5): the seed 001 story end to end at the
+//! Borrowing and reclaim (§5, docs/semantics.md): the seed 001 story end to end at the
 //! engine's level, and invariants under arbitrary sequences.
 
 use proptest::prelude::*;

@@ -1,4 +1,4 @@
-//! Alerts (SPEC §7), the pure part: from a quota, its rules and the alerts
+//! Alerts (§7, docs/semantics.md), the pure part: from a quota, its rules and the alerts
 //! open on it, which alerts open and which resolve; and the email an alert
 //! sends. No I/O and no clock: time and samples come in as arguments.
 //!

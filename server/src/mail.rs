@@ -1,4 +1,4 @@
-//! The email sender (SPEC §7): drains the outbox over SMTP on every replica.
+//! The email sender (§7, docs/semantics.md): drains the outbox over SMTP on every replica.
 //!
 //! A row is claimed with a lease (a guarded UPDATE, `store::outbox`), sent as
 //! text + HTML with Message-ID `<{idempotency key}@bizrq>`, and marked sent

@@ -108,7 +108,7 @@ pub struct Service {
     pub accrue_from_ledger: bool,
     /// Kubernetes Events (cluster mode; a no-op standalone).
     pub events: crate::cluster::events::Events,
-    /// Quotas written since the alert engine last looked (SPEC §7: alerts
+    /// Quotas written since the alert engine last looked (§7: alerts
     /// are evaluated after every status change).
     pub changed: Arc<crate::alerts::engine::Changed>,
     /// Quotas whose charges a review lowered, for the controller to confirm

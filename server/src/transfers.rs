@@ -1,4 +1,4 @@
-//! Quota transfers (SPEC §6): requests, approval, and an execution that
+//! Quota transfers (§6, docs/semantics.md): requests, approval, and an execution that
 //! changes every quota on the way or none, correct under concurrency and
 //! crashes. The rules and the plan are `quota::transfer`'s; this module runs
 //! them against the store, one compare-and-swap per object, through the

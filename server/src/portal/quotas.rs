@@ -714,7 +714,7 @@ pub struct MemberForm {
     role: Option<String>,
 }
 
-/// An owner invites a user onto its subtree (SPEC §6): `member` anywhere in
+/// An owner invites a user onto its subtree (§6, docs/semantics.md): `member` anywhere in
 /// it, `owner` below itself (`authz::can_grant`); admins anything. Audited
 /// like the admin's `/users` binding.
 pub async fn add_member(

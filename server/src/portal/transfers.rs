@@ -1,4 +1,4 @@
-//! Transfers for people (SPEC §6): the pages and the JSON API over
+//! Transfers for people (§6, docs/semantics.md): the pages and the JSON API over
 //! [`TransferService`](crate::transfers::TransferService), with one set of
 //! authorised operations both go through.
 //!

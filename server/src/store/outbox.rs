@@ -1,4 +1,4 @@
-//! The email outbox (SPEC §7): messages wait here until an SMTP server has
+//! The email outbox (§7, docs/semantics.md): messages wait here until an SMTP server has
 //! accepted them. Senders on any number of replicas claim due rows with a
 //! guarded UPDATE (a lease), so no two send the same row at once.
 

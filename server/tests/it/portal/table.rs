@@ -369,7 +369,7 @@ async fn each_route_answers_each_role_as_its_row_says(s: &Server) {
         (get("/quotas/ai"), &[(OwnerNlp, NOT_FOUND)]),
         (get("/tree?under=cv"), &[(OwnerNlp, OK)]),
         (get("/tree"), &[(MemberCv, OK)]),
-        // Inviting onto a subtree (SPEC §6): an owner gives `member` on
+        // Inviting onto a subtree (§6, docs/semantics.md): an owner gives `member` on
         // what it owns and `owner` strictly below it; members give nothing.
         (form("/quotas/nlp/members", "username=bob&role=member"), &[(Anonymous, SEE_OTHER)]),
         (no_csrf("/quotas/nlp/members", "username=bob&role=member"), &[(OwnerNlp, FORBIDDEN)]),
