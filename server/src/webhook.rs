@@ -263,6 +263,17 @@ fn subject(endpoint: Endpoint, req: &Request, scale: bool) -> ObjectReference {
 }
 
 pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Verdict {
+    // The webhook configuration keeps these away; one edited by hand may
+    // not. The controller does not charge them either (`--excluded-namespaces`).
+    if endpoint != Endpoint::Quotas {
+        if let Some(ns) = req.namespace.as_deref() {
+            if !svc.keys.namespaces.governs(ns) {
+                return Verdict::allow().warn([format!(
+                    "bizrq: namespace {ns} is not governed by bizrq (--excluded-namespaces); not charged"
+                )]);
+            }
+        }
+    }
     let result = match endpoint {
         Endpoint::Quotas => review_quota(svc, req).await,
         Endpoint::Workloads if req.sub_resource.as_deref() == Some("scale") => {
