@@ -51,7 +51,8 @@ impl Verdict {
 
     pub fn from_error(e: ServiceError) -> Verdict {
         let code = match &e {
-            ServiceError::Denied(_) | ServiceError::Tree(_) => 403,
+            ServiceError::Denied(_) | ServiceError::Tree(_) | ServiceError::Refused(_) => 403,
+            ServiceError::Unavailable(_) => 503,
             ServiceError::NotFound(_) => 404,
             ServiceError::AlreadyExists(_) | ServiceError::Conflict(_) => 409,
             ServiceError::BadRequest(_) => 400,
@@ -121,6 +122,7 @@ pub fn review_json(uid: &str, v: &Verdict) -> Vec<u8> {
                     409 => "Conflict",
                     429 => "TooManyRequests",
                     400 => "BadRequest",
+                    503 => "ServiceUnavailable",
                     _ => "InternalError",
                 }),
             }),

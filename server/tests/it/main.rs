@@ -3,6 +3,7 @@
 mod admission;
 mod api;
 mod cluster;
+mod cluster_errors;
 mod common;
 mod concurrency;
 mod deferred;
