@@ -7,7 +7,7 @@
 use crate::cluster::Cluster;
 use crate::common::{Browser, ADMIN_PASSWORD};
 use reqwest::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{json, Value};
 
 const GPU: &str = "requests.nvidia.com/gpu";
 const UNREACHABLE: &str =
@@ -79,5 +79,70 @@ async fn a_write_refused_for_an_unreachable_webhook_says_so_with_503() {
         p.body
     );
     assert!(!p.body.contains("internal error"), "{}", p.body);
+    c.running.shutdown().await;
+}
+
+/// An admission webhook at the Service's address that refuses every review
+/// with `status`, as bizrq's webhook on another replica deciding on a
+/// fresher parent would. It serves the replica's certificate, so the API
+/// server trusts it.
+async fn refusing_webhook(c: &Cluster, status: Value) -> std::net::SocketAddr {
+    let dir = c.ca_path().parent().unwrap().to_path_buf();
+    let tls = axum_server::tls_rustls::RustlsConfig::from_pem_file(
+        dir.join("tls.crt"),
+        dir.join("tls.key"),
+    )
+    .await
+    .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
+        let status = status.clone();
+        async move {
+            let review: Value = serde_json::from_slice(&body).unwrap_or_default();
+            axum::Json(
+                json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "response": {"uid": review["request"]["uid"], "allowed": false, "status": status}}),
+            )
+        }
+    });
+    let server = axum_server::from_tcp_rustls(listener, tls).unwrap();
+    tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    addr
+}
+
+/// The webhook refuses bizrq's own raise after bizrq's checks passed: the
+/// JSON API answers with the webhook's reason in bizrq's words (403), and
+/// a webhook's 409 with its own words, not "changed by someone else".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhooks_refusal_reaches_the_json_api_in_its_own_words() {
+    let c = Cluster::start().await;
+    let s = &c.server;
+    s.create_quota("ai", "", json!({GPU: "16"})).await;
+    s.create_quota("nlp", "ai", json!({GPU: "4"})).await;
+    let ca = std::fs::read_to_string(c.ca_path()).unwrap();
+    let raise = json!({"metadata": {"name": "nlp"}, "spec": {"parent": "ai", "hard": {GPU: "8"}}});
+    let denied = "bizrq nlp needs 8 requests.nvidia.com/gpu of ai, 4 left of 16";
+    let held = "bizrq nlp is held by transfer t-1 until it finishes";
+    for (code, reason, said, status) in [
+        (403, "Forbidden", denied, StatusCode::FORBIDDEN),
+        (409, "Conflict", held, StatusCode::CONFLICT),
+    ] {
+        let webhook =
+            refusing_webhook(&c, json!({"code": code, "reason": reason, "message": said})).await;
+        c.fake
+            .admit_with(&crate::cluster::shipped_webhooks(), &ca, webhook);
+        let (st, v) = s
+            .api(Method::PUT, "/api/v1/quotas/nlp", Some(raise.clone()))
+            .await;
+        assert_eq!(st, status, "{v}");
+        assert_eq!(v["error"]["message"], said, "{v}");
+        assert_eq!(c.fake.quota("nlp")["spec"]["hard"][GPU], "4");
+        c.until("ai", "the raise's carve-out handed back", |q| {
+            q["status"]["children"]["nlp"]["hard"][GPU] == "4"
+        })
+        .await;
+    }
     c.running.shutdown().await;
 }
