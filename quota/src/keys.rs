@@ -9,10 +9,15 @@ pub const CPU_TYPE_LABEL: &str = "biz.group.resource.quota/cpu-type";
 pub const GPU_TYPE_LABEL: &str = "biz.group.resource.quota/gpu-type";
 pub const MEMORY_TYPE_LABEL: &str = "biz.group.resource.quota/memory-type";
 
-/// Which extended resources are GPUs (and so take the gpu-type label).
+/// The site's settings that decisions read: which extended resources are
+/// GPUs (and so take the gpu-type label), and which namespaces are governed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyConfig {
     pub gpu_resources: Vec<String>,
+    /// Carried here so the webhook and the controller, which both hold
+    /// this configuration, read the one rule.
+    #[serde(default)]
+    pub namespaces: crate::namespaces::Namespaces,
 }
 
 impl Default for KeyConfig {
@@ -25,6 +30,7 @@ impl Default for KeyConfig {
                 "habana.ai/gaudi".into(),
                 "huawei.com/Ascend910".into(),
             ],
+            namespaces: Default::default(),
         }
     }
 }

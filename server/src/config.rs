@@ -185,6 +185,16 @@ pub struct ServeArgs {
         default_value = "nvidia.com/gpu,amd.com/gpu,gpu.intel.com/i915,habana.ai/gaudi,huawei.com/Ascend910"
     )]
     pub gpu_resources: Vec<String>,
+    /// Namespaces bizrq never governs: their workloads are neither reviewed
+    /// nor charged (keep deploy/base/webhook.yaml's namespaceSelector equal;
+    /// an empty list governs every namespace).
+    #[arg(
+        long,
+        env = "BIZRQ_EXCLUDED_NAMESPACES",
+        default_value = "kube-system,bizrq-system",
+        value_parser = quota::Namespaces::parse
+    )]
+    pub excluded_namespaces: quota::Namespaces,
     /// Cash price of Guaranteed pods, per mille (1000 = face value).
     #[arg(long, env = "BIZRQ_PRICE_GUARANTEED", default_value_t = 1000)]
     pub price_guaranteed: u32,
@@ -276,6 +286,7 @@ impl ServeArgs {
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
                 .collect(),
+            namespaces: self.excluded_namespaces.clone(),
         }
     }
 
@@ -401,5 +412,79 @@ mod redaction_tests {
             .find(|a| a.get_env() == Some(std::ffi::OsStr::new("DATABASE_URL")))
             .expect("--database-url reads DATABASE_URL");
         assert!(arg.is_hide_env_values_set());
+    }
+}
+
+#[cfg(test)]
+mod namespace_tests {
+    use super::{Cli, Command, ServeArgs};
+    use clap::Parser;
+
+    fn serve(extra: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let mut argv = vec!["bizrq", "serve"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Serve(a) => Ok(*a),
+            Command::Crd => unreachable!("parsed a serve command"),
+        }
+    }
+
+    /// The namespaces the shipped webhook configuration keeps away from
+    /// bizrq (`kubernetes.io/metadata.name NotIn [...]`), per namespaced
+    /// webhook entry.
+    fn shipped_exclusions() -> Vec<(String, Vec<String>)> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/webhook.yaml");
+        let yaml = std::fs::read_to_string(path).expect("deploy/base/webhook.yaml");
+        let config: serde_json::Value = serde_yaml_ng::from_str(&yaml).expect("YAML");
+        let mut out = Vec::new();
+        for hook in config["webhooks"].as_array().expect("webhooks") {
+            let namespaced = hook["rules"]
+                .as_array()
+                .expect("rules")
+                .iter()
+                .any(|r| r["scope"] == "Namespaced");
+            if !namespaced {
+                continue;
+            }
+            let mut values: Vec<String> = hook["namespaceSelector"]["matchExpressions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "NotIn")
+                .flat_map(|e| e["values"].as_array().cloned().unwrap_or_default())
+                .map(|v| v.as_str().expect("a name").to_string())
+                .collect();
+            values.sort();
+            out.push((hook["name"].as_str().unwrap().to_string(), values));
+        }
+        out
+    }
+
+    #[test]
+    fn the_shipped_webhook_excludes_exactly_the_default_namespaces() {
+        let default: Vec<String> = serve(&[])
+            .unwrap()
+            .key_config()
+            .namespaces
+            .excluded()
+            .map(str::to_string)
+            .collect();
+        let shipped = shipped_exclusions();
+        assert_eq!(shipped.len(), 5, "namespaced webhook entries: {shipped:?}");
+        for (hook, excluded) in shipped {
+            assert_eq!(excluded, default, "{hook}");
+        }
+    }
+
+    #[test]
+    fn excluded_namespaces_are_read_from_the_flag_and_checked() {
+        let ns = serve(&["--excluded-namespaces", "kube-system, gpu-ops"])
+            .unwrap()
+            .key_config()
+            .namespaces;
+        assert!(!ns.governs("gpu-ops"));
+        assert!(ns.governs("bizrq-system"));
+        let e = serve(&["--excluded-namespaces", "Kube-System"]).unwrap_err();
+        assert!(e.to_string().contains("is not a namespace name"), "{e}");
     }
 }

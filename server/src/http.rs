@@ -69,6 +69,8 @@ impl ApiError {
                 ServiceError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
                 ServiceError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
                 ServiceError::Contention(_) => (StatusCode::SERVICE_UNAVAILABLE, "Contention"),
+                ServiceError::Refused(_) => (StatusCode::FORBIDDEN, "Refused"),
+                ServiceError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Unavailable"),
                 ServiceError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal"),
             },
         }

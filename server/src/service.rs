@@ -52,6 +52,14 @@ pub enum ServiceError {
         "bizrq {0}: too many concurrent changes, gave up after {MAX_ATTEMPTS} attempts; try again"
     )]
     Contention(String),
+    /// The API server refused a write: an admission webhook's denial, or
+    /// its own authorisation.
+    #[error("{0}")]
+    Refused(String),
+    /// A dependency cannot answer now (the API server, or its call to an
+    /// admission webhook); trying again later may succeed.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -93,6 +101,7 @@ impl From<StoreError> for ServiceError {
                 "bizrq {n} was changed by someone else; read it again"
             )),
             StoreError::Backend(m) => ServiceError::Internal(m),
+            StoreError::Refused(e) => *e,
         }
     }
 }

@@ -51,7 +51,8 @@ impl Verdict {
 
     pub fn from_error(e: ServiceError) -> Verdict {
         let code = match &e {
-            ServiceError::Denied(_) | ServiceError::Tree(_) => 403,
+            ServiceError::Denied(_) | ServiceError::Tree(_) | ServiceError::Refused(_) => 403,
+            ServiceError::Unavailable(_) => 503,
             ServiceError::NotFound(_) => 404,
             ServiceError::AlreadyExists(_) | ServiceError::Conflict(_) => 409,
             ServiceError::BadRequest(_) => 400,
@@ -121,6 +122,7 @@ pub fn review_json(uid: &str, v: &Verdict) -> Vec<u8> {
                     409 => "Conflict",
                     429 => "TooManyRequests",
                     400 => "BadRequest",
+                    503 => "ServiceUnavailable",
                     _ => "InternalError",
                 }),
             }),
@@ -263,6 +265,17 @@ fn subject(endpoint: Endpoint, req: &Request, scale: bool) -> ObjectReference {
 }
 
 pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Verdict {
+    // The webhook configuration keeps these away; one edited by hand may
+    // not. The controller does not charge them either (`--excluded-namespaces`).
+    if endpoint != Endpoint::Quotas {
+        if let Some(ns) = req.namespace.as_deref() {
+            if !svc.keys.namespaces.governs(ns) {
+                return Verdict::allow().warn([format!(
+                    "bizrq: namespace {ns} is not governed by bizrq (--excluded-namespaces); not charged"
+                )]);
+            }
+        }
+    }
     let result = match endpoint {
         Endpoint::Quotas => review_quota(svc, req).await,
         Endpoint::Workloads if req.sub_resource.as_deref() == Some("scale") => {

@@ -1,11 +1,15 @@
 //! The cluster-backed `QuotaStore`: quota objects are `BizGroupResourceQuota`
 //! custom resources. Spec is written to the object, status to its status
 //! subresource, each carrying the `resourceVersion` it was computed from, so
-//! the API server is the compare-and-swap: a 409 becomes `Conflict` and the
-//! service re-reads (a direct GET, never the cache) and retries. Lists and
-//! workload lookups come from a watch-fed reflector cache.
+//! the API server is the compare-and-swap: a stale version's 409 becomes
+//! `Conflict` and the service re-reads (a direct GET, never the cache) and
+//! retries. Any other refusal (an admission webhook's denial, an invalid
+//! object, a webhook the API server cannot reach) is said to the person in
+//! its own words (`from_status`). Lists and workload lookups come from a
+//! watch-fed reflector cache.
 
 use super::crd::BizGroupResourceQuota;
+use crate::service::ServiceError;
 use crate::store::{QuotaStore, StoreError, Stored};
 use async_trait::async_trait;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
@@ -101,12 +105,96 @@ fn to_object(
 }
 
 fn map_err(name: &str, e: kube::Error) -> StoreError {
-    match &e {
-        kube::Error::Api(s) if s.is_already_exists() => StoreError::AlreadyExists(name.into()),
-        kube::Error::Api(s) if s.is_conflict() => StoreError::Conflict(name.into()),
-        kube::Error::Api(s) if s.is_not_found() => StoreError::NotFound(name.into()),
-        _ => StoreError::Backend(format!("bizrq {name}: {e}")),
+    match e {
+        kube::Error::Api(s) => from_status(name, &s),
+        e => StoreError::Backend(format!("bizrq {name}: {e}")),
     }
+}
+
+/// bizrq's own webhooks are named `<endpoint>.bizrq.io`
+/// (deploy/base/webhook.yaml): their denials are bizrq's words already.
+const OWN_WEBHOOKS: &str = ".bizrq.io";
+
+/// What the API server's refusal of a write on `name` means for the person
+/// who asked. A storage conflict stays `Conflict`, which the service's
+/// compare-and-swap re-reads and retries; a webhook's 409 is a decision,
+/// said in the webhook's words and not retried.
+fn from_status(name: &str, s: &kube::core::Status) -> StoreError {
+    let refused = |e: ServiceError| StoreError::Refused(Box::new(e));
+    if let Some((webhook, said)) = webhook_denial(&s.message) {
+        // Another webhook's words keep its name, so the person knows whose.
+        let said = match said {
+            Some(said) if webhook.ends_with(OWN_WEBHOOKS) => said.to_string(),
+            _ => s.message.clone(),
+        };
+        return refused(match s.code {
+            400 | 422 => ServiceError::BadRequest(said),
+            404 => ServiceError::NotFound(said),
+            409 if s.is_already_exists() => ServiceError::AlreadyExists(said),
+            409 => ServiceError::Conflict(said),
+            429 | 503 | 504 => ServiceError::Unavailable(said),
+            500 => ServiceError::Internal(s.message.clone()),
+            _ => ServiceError::Refused(said),
+        });
+    }
+    if let Some((webhook, cause)) = webhook_unreachable(&s.message) {
+        return refused(ServiceError::Unavailable(format!(
+            "bizrq {name} was not written: the API server could not reach the admission \
+             webhook {webhook} ({cause}); check that a bizrq replica is ready \
+             (kubectl -n bizrq-system get pods) and try again"
+        )));
+    }
+    let message = &s.message;
+    if s.is_already_exists() {
+        StoreError::AlreadyExists(name.into())
+    } else if s.is_conflict() {
+        StoreError::Conflict(name.into())
+    } else if s.is_not_found() {
+        StoreError::NotFound(name.into())
+    } else if s.is_invalid() || s.code == 400 {
+        refused(ServiceError::BadRequest(format!(
+            "bizrq {name}: the API server refused it as invalid: {message}"
+        )))
+    } else if s.is_forbidden() {
+        refused(ServiceError::Refused(format!(
+            "bizrq {name}: the API server refused it: {message}"
+        )))
+    } else if matches!(s.code, 429 | 503 | 504) {
+        refused(ServiceError::Unavailable(format!(
+            "bizrq {name}: the API server cannot take the change now ({} {}): {message}; try again",
+            s.code, s.reason
+        )))
+    } else {
+        StoreError::Backend(format!("bizrq {name}: {s}"))
+    }
+}
+
+/// `admission webhook "<name>" denied the request: <message>` (or "…
+/// without explanation"), as kube-apiserver words a webhook's denial:
+/// the webhook's name and its message.
+fn webhook_denial(message: &str) -> Option<(&str, Option<&str>)> {
+    let rest = message.strip_prefix("admission webhook \"")?;
+    let (webhook, rest) = rest.split_once('"')?;
+    if let Some(said) = rest.strip_prefix(" denied the request: ") {
+        return Some((webhook, Some(said)));
+    }
+    rest.starts_with(" denied the request")
+        .then_some((webhook, None))
+}
+
+/// `… failed calling webhook "<name>": <cause>`: the API server could not
+/// call the webhook (unreachable, a timeout, a bad answer) under
+/// `failurePolicy: Fail`.
+fn webhook_unreachable(message: &str) -> Option<(&str, &str)> {
+    let (_, rest) = message.split_once("failed calling webhook \"")?;
+    let (webhook, cause) = rest.split_once('"')?;
+    let cause = cause.strip_prefix(": ").unwrap_or(cause);
+    Some((
+        webhook,
+        cause
+            .strip_prefix("failed to call webhook: ")
+            .unwrap_or(cause),
+    ))
 }
 
 #[async_trait]
@@ -563,6 +651,147 @@ mod tests {
                 .await
                 .unwrap(),
             None
+        );
+    }
+
+    fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
+        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "code": code, "reason": reason, "message": message});
+        Response::builder()
+            .status(code)
+            .body(Body::from(serde_json::to_vec(&status).unwrap()))
+            .unwrap()
+    }
+
+    /// What a person gets from the JSON API when the API server answers
+    /// bizrq's spec write (one request, never retried) with `answer`.
+    async fn refused_write(answer: Response<Body>) -> (u16, String, String) {
+        use axum::response::IntoResponse;
+        let (client, mut handle) = mock();
+        let (cache, _writer) = reflector::store();
+        let store = ClusterStore::new(client, cache);
+        let current = to_stored(&serde_json::from_value(object("nlp", "7", "0")).unwrap()).unwrap();
+        let mut raised = current.quota.clone();
+        raised
+            .spec
+            .hard
+            .insert("requests.nvidia.com/gpu".into(), "20".parse().unwrap());
+        let server = tokio::spawn(async move {
+            let (_, send) = expect(&mut handle, Method::PUT, &format!("{PATH}/nlp")).await;
+            send.send_response(answer);
+            assert!(
+                tokio::time::timeout(std::time::Duration::from_millis(100), handle.next_request())
+                    .await
+                    .is_err(),
+                "a refusal is not retried as a stale version"
+            );
+        });
+        let err = store.replace(&current, &raised).await.unwrap_err();
+        server.await.unwrap();
+        let e: ServiceError = err.into();
+        let resp = crate::http::ApiError::Service(e).into_response();
+        let code = resp.status().as_u16();
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        (
+            code,
+            v["error"]["reason"].as_str().unwrap().to_string(),
+            v["error"]["message"].as_str().unwrap().to_string(),
+        )
+    }
+
+    /// bizrq's own webhook refused bizrq's own write (another replica
+    /// decided on a fresher parent): the person reads bizrq's reason, not
+    /// "internal error", and not the API server's wrapping.
+    #[tokio::test]
+    async fn a_denial_by_bizrqs_own_webhook_reaches_the_person_in_bizrqs_words() {
+        let said = "bizrq nlp needs 20 requests.nvidia.com/gpu carved out of ai, 4 left of 16";
+        let (code, reason, message) = refused_write(status(
+            403,
+            "Forbidden",
+            &format!("admission webhook \"quotas.bizrq.io\" denied the request: {said}"),
+        ))
+        .await;
+        assert_eq!(
+            (code, reason.as_str(), message.as_str()),
+            (403, "Refused", said)
+        );
+    }
+
+    /// Another admission webhook (a policy engine) keeps its name in the
+    /// message, so the person knows whom to ask.
+    #[tokio::test]
+    async fn a_denial_by_another_webhook_names_that_webhook() {
+        let msg = "admission webhook \"policy.example.com\" denied the request: quotas need an owner label";
+        let (code, reason, message) = refused_write(status(403, "Forbidden", msg)).await;
+        assert_eq!(
+            (code, reason.as_str(), message.as_str()),
+            (403, "Refused", msg)
+        );
+    }
+
+    /// A webhook's 409 is its decision (a create in flight, a transfer
+    /// holding the quota), not a stale resourceVersion.
+    #[tokio::test]
+    async fn a_webhooks_conflict_is_its_reason_not_someone_elses_change() {
+        let said = "bizrq nlp is held by transfer t-1 until it finishes; try again after it";
+        let (code, reason, message) = refused_write(status(
+            409,
+            "Conflict",
+            &format!("admission webhook \"quotas.bizrq.io\" denied the request: {said}"),
+        ))
+        .await;
+        assert_eq!(
+            (code, reason.as_str(), message.as_str()),
+            (409, "Conflict", said)
+        );
+    }
+
+    /// The CRD's schema refused the object: a 400 with the API server's words.
+    #[tokio::test]
+    async fn an_object_the_crd_schema_refuses_is_a_bad_request_in_the_api_servers_words() {
+        let msg = "BizGroupResourceQuota.bizrq.io \"nlp\" is invalid: spec.hard: Too many: 300: must have at most 256 items";
+        let (code, reason, message) = refused_write(status(422, "Invalid", msg)).await;
+        assert_eq!((code, reason.as_str()), (400, "BadRequest"));
+        assert_eq!(
+            message,
+            format!("bizrq nlp: the API server refused it as invalid: {msg}")
+        );
+    }
+
+    /// `failurePolicy: Fail` and no replica answering: a 503 saying the
+    /// API server could not reach the webhook, and why.
+    #[tokio::test]
+    async fn an_unreachable_webhook_is_unavailable_and_says_so() {
+        let (code, reason, message) = refused_write(status(
+            500,
+            "InternalError",
+            "Internal error occurred: failed calling webhook \"quotas.bizrq.io\": failed to call webhook: Post \"https://bizrq.bizrq-system.svc:443/validate/quotas?timeout=5s\": dial tcp 10.96.12.7:443: connect: connection refused",
+        ))
+        .await;
+        assert_eq!((code, reason.as_str()), (503, "Unavailable"));
+        assert_eq!(
+            message,
+            "bizrq nlp was not written: the API server could not reach the admission webhook \
+             quotas.bizrq.io (Post \"https://bizrq.bizrq-system.svc:443/validate/quotas?timeout=5s\": \
+             dial tcp 10.96.12.7:443: connect: connection refused); check that a bizrq replica is \
+             ready (kubectl -n bizrq-system get pods) and try again"
+        );
+    }
+
+    /// bizrq's service account may not write (RBAC): the API server's
+    /// words, for the operator, rather than "internal error".
+    #[tokio::test]
+    async fn a_write_rbac_forbids_says_what_the_api_server_said() {
+        let msg = "bizgroupresourcequotas.bizrq.io \"nlp\" is forbidden: User \"system:serviceaccount:bizrq-system:bizrq\" cannot update resource \"bizgroupresourcequotas\" in API group \"bizrq.io\" at the cluster scope";
+        let (code, _, message) = refused_write(status(403, "Forbidden", msg)).await;
+        assert_eq!(code, 403);
+        assert_eq!(
+            message,
+            format!("bizrq nlp: the API server refused it: {msg}")
         );
     }
 }

@@ -281,7 +281,10 @@ impl View {
         };
         let wref = adapter.workload_ref(&meta.namespace, &meta.name);
         let mut touched = BTreeSet::new();
-        let bound = if w.mode == ChargeMode::Charge {
+        // A workload in a namespace bizrq does not govern is never reviewed,
+        // so it is not charged either: as if it carried no label.
+        let bound = if w.mode == ChargeMode::Charge && self.cfg.namespaces.governs(&meta.namespace)
+        {
             w.quota().map(str::to_string)
         } else {
             None
@@ -1076,5 +1079,54 @@ mod order_tests {
         v.apply_pod(orphan, BTreeMap::new(), 0, false, 0);
         v.delete_pod("c", 10);
         assert_eq!(v.prune_tombstones(10 + 600_001, 600_000), 1);
+    }
+
+    /// The same Deployment, ReplicaSet and pods in a namespace bizrq does
+    /// not govern are not charged (`--excluded-namespaces`), in any order.
+    #[test]
+    fn workloads_in_an_excluded_namespace_are_not_charged() {
+        let to = |ns: &str, json: &str| {
+            json.replace(r#""namespace":"nlp""#, &format!(r#""namespace":"{ns}""#))
+        };
+        for ns in ["kube-system", "bizrq-system", "gpu-ops"] {
+            for deployment_first in [true, false] {
+                let mut v = View::new(KeyConfig {
+                    namespaces: quota::Namespaces::parse("kube-system,bizrq-system,gpu-ops")
+                        .unwrap(),
+                    ..KeyConfig::default()
+                });
+                let mut touched = BTreeSet::new();
+                let (d, rs) = (
+                    obj("Deployment", &to(ns, D)),
+                    obj("ReplicaSet", &to(ns, RS)),
+                );
+                let mut pods = Vec::new();
+                for uid in ["a", "b"] {
+                    let mut p = pod(uid);
+                    p.namespace = ns.to_string();
+                    pods.push(p);
+                }
+                let mut d = Some(d);
+                if deployment_first {
+                    let (a, w) = d.take().unwrap();
+                    touched.extend(v.apply_workload(a, w, None, 0));
+                }
+                touched.extend(v.apply_workload(rs.0, rs.1, None, 0));
+                for p in pods {
+                    touched.extend(v.apply_pod(p, BTreeMap::new(), 0, false, 0));
+                }
+                if let Some((a, w)) = d {
+                    touched.extend(v.apply_workload(a, w, None, 0));
+                }
+                assert!(touched.is_empty(), "{ns}: {touched:?}");
+                assert_eq!(v.quota_of(&format!("apps/Deployment/{ns}/train")), None);
+                let s = v.snapshot("q");
+                assert!(s.observed.is_empty() && s.runs.is_empty(), "{ns}: {s:?}");
+            }
+        }
+        // Governed by default: the same objects in "nlp" are charged.
+        let mut v = View::default();
+        let (a, w) = obj("Deployment", D);
+        assert_eq!(v.apply_workload(a, w, None, 0), ["q".to_string()].into());
     }
 }

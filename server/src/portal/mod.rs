@@ -263,6 +263,7 @@ impl From<crate::service::ServiceError> for PageError {
         match e {
             S::NotFound(m) => PageError::NotFound(m),
             S::Internal(m) => PageError::Internal(m),
+            S::Unavailable(m) => PageError::Busy(m, limits::BUSY_RETRY_SECS),
             other => PageError::Invalid(other.to_string()),
         }
     }

@@ -472,6 +472,7 @@ fn form_status(e: ChangeError) -> Result<(StatusCode, String), PageError> {
             ServiceError::AlreadyExists(m) | ServiceError::Conflict(m) => {
                 Ok((StatusCode::CONFLICT, m))
             }
+            ServiceError::Unavailable(m) => Ok((StatusCode::SERVICE_UNAVAILABLE, m)),
             e => Ok((StatusCode::UNPROCESSABLE_ENTITY, e.to_string())),
         },
     }

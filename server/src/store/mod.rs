@@ -33,6 +33,10 @@ pub enum StoreError {
     Conflict(String),
     #[error("store: {0}")]
     Backend(String),
+    /// The store refused the write for a reason the person who asked can
+    /// read (the API server or an admission webhook), already said as such.
+    #[error(transparent)]
+    Refused(Box<crate::service::ServiceError>),
 }
 
 impl From<sqlx::Error> for StoreError {

@@ -620,3 +620,114 @@ async fn hpa_writes_reach_the_hpa_webhooks() {
     .await;
     c.running.shutdown().await;
 }
+
+/// The shipped configuration with its namespaceSelectors removed, as
+/// someone editing it by hand might: kube-system's writes then reach bizrq.
+fn webhooks_without_namespace_selectors() -> String {
+    let selector = "  namespaceSelector:\n    matchExpressions:\n    - key: kubernetes.io/metadata.name\n      operator: NotIn\n      values: [\"kube-system\", \"bizrq-system\"]\n";
+    let shipped = crate::cluster::shipped_webhooks();
+    assert_eq!(
+        shipped.matches(selector).count(),
+        5,
+        "the shipped selectors"
+    );
+    shipped.replace(selector, "")
+}
+
+/// The controller watches every namespace, but charges only workloads in
+/// the namespaces the webhook governs: a labelled 9 × 2-GPU Deployment
+/// running in kube-system is no part of its quota; the same kind of
+/// Deployment in nlp is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_charges_no_workload_in_an_excluded_namespace() {
+    use crate::cluster::{pod, replicaset};
+    let c = Cluster::start().await;
+    c.server
+        .create_quota("nlp-team", "", json!({GPU: "4"}))
+        .await;
+    // As the API server stores them (kube-system is never reviewed); the
+    // excluded namespace's objects first, so any reconcile that sees nlp's
+    // Deployment has seen kube-system's too.
+    for (ns, replicas) in [("kube-system", 9), ("nlp", 1)] {
+        let mut d = deployment("train", "nlp-team", replicas, 2);
+        d["metadata"]["namespace"] = ns.into();
+        c.fake.put(d);
+        c.fake.put(replicaset(ns, "train"));
+        for i in 0..replicas.min(2) {
+            let name = format!("train-{ns}-{i}");
+            c.fake.put(pod(
+                ns,
+                &name,
+                "ReplicaSet",
+                "train-7d9f",
+                2,
+                "2026-11-21T10:00:00Z",
+            ));
+        }
+    }
+    let q = c
+        .until("nlp-team", "nlp's Deployment observed", |q| {
+            q["status"]["workloads"]["apps/Deployment/nlp/train"].is_object()
+        })
+        .await;
+    let workloads: Vec<&String> = q["status"]["workloads"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(workloads, ["apps/Deployment/nlp/train"], "{q}");
+    assert_eq!(q["status"]["used"][GPU], "2", "{q}");
+    // Both namespaces' pods are watched; only nlp's runs are charged.
+    c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 3")
+        .await;
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 1")
+        .await;
+    c.until_metric("bizrq_controller_tracked{kind=\"workloads\"} 1")
+        .await;
+    c.running.shutdown().await;
+}
+
+/// A webhook configuration edited by hand sends kube-system's writes to
+/// bizrq anyway: the webhook allows them, charging nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_from_an_excluded_namespace_is_allowed_uncharged() {
+    let c = Cluster::start().await;
+    c.server
+        .create_quota("nlp-team", "", json!({GPU: "4"}))
+        .await;
+    let ca = std::fs::read_to_string(c.ca_path()).unwrap();
+    c.fake.admit_with(
+        &webhooks_without_namespace_selectors(),
+        &ca,
+        c.running.webhook_addr,
+    );
+    let kubectl = c.kubectl("alice");
+    let before = c.fake.reviews().len();
+    let d: Deployment = serde_json::from_value(deployment("dns", "nlp-team", 9, 2)).unwrap();
+    let mut d = d;
+    d.metadata.namespace = Some("kube-system".into());
+    Api::<Deployment>::namespaced(kubectl.clone(), "kube-system")
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("allowed: kube-system is not governed");
+    let reviews = c.fake.reviews();
+    let sent: Vec<&Value> = reviews[before..]
+        .iter()
+        .filter(|r| r["request"]["namespace"] == "kube-system")
+        .collect();
+    assert_eq!(
+        sent.len(),
+        1,
+        "the edited configuration sent it: {reviews:#?}"
+    );
+    assert_eq!(c.fake.quota("nlp-team")["status"]["used"][GPU], "0");
+    // The same in a governed namespace is refused: 18 GPUs do not fit in 4.
+    let nlp: Deployment = serde_json::from_value(deployment("dns", "nlp-team", 9, 2)).unwrap();
+    let (code, _, message) = refusal(
+        Api::<Deployment>::namespaced(kubectl, "nlp")
+            .create(&PostParams::default(), &nlp)
+            .await,
+    );
+    assert_eq!(code, 403, "{message}");
+    c.running.shutdown().await;
+}

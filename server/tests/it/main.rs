@@ -4,6 +4,7 @@ mod admission;
 mod api;
 mod bodies;
 mod cluster;
+mod cluster_errors;
 mod common;
 mod concurrency;
 mod deferred;
