@@ -808,3 +808,55 @@ pub async fn remove_member(
         .await;
     Ok(Redirect::to(&format!("/quotas/{name}")).into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With `--gpu-resources example.com/tpu`, the quota page counts that
+    /// resource in cards and card-hours and breaks it down by model, as it
+    /// does the default GPUs (it showed "units" and no breakdown when the
+    /// page used the default key configuration).
+    #[test]
+    fn a_configured_gpu_resource_shows_its_units_on_the_quota_page() {
+        let cfg = KeyConfig {
+            gpu_resources: vec!["example.com/tpu".into()],
+        };
+        let hard: ResourceList = [
+            ("cash/requests.example.com/tpu", "100"),
+            ("requests.example.com/tpu", "8"),
+            ("requests.example.com/tpu.v5", "4"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect();
+        let q = Quota::new(
+            "ml",
+            QuotaSpec {
+                parent: String::new(),
+                hard: hard.clone(),
+                max: Default::default(),
+            },
+        );
+        let now = 1_800_000_000_000;
+        let samples = [Sample {
+            at_ms: now,
+            hard,
+            ..Default::default()
+        }];
+        assert_eq!(
+            forecasts(&q, &samples, now, &cfg),
+            ["cash/requests.example.com/tpu: 100 card-hours left, not burning"]
+        );
+        let charts = breakdowns(&q, &cfg);
+        assert_eq!(charts.len(), 1);
+        assert!(charts[0].contains("requests.example.com/tpu by model"));
+        assert!(charts[0].contains("cards"), "{}", charts[0]);
+        // What the default configuration (the page's before) made of it.
+        assert!(breakdowns(&q, &KeyConfig::default()).is_empty());
+        assert_eq!(
+            forecasts(&q, &samples, now, &KeyConfig::default()),
+            ["cash/requests.example.com/tpu: 100 unit-hours left, not burning"]
+        );
+    }
+}
