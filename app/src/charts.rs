@@ -11,6 +11,7 @@ use plotters::coord::types::{RangedCoordf64, RangedCoordi64};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use quota::forecast::{forecast, Forecast, Sample, FORECAST_WINDOW_MS};
 use quota::keys::{self, Key, KeyConfig};
 use quota::quantity::NANO;
 use quota::time::{civil_from_days, days_from_civil};
@@ -23,26 +24,12 @@ const MS_PER_MIN: i64 = 60_000;
 const MS_PER_HOUR: i64 = 3_600_000;
 const MS_PER_DAY: i64 = 86_400_000;
 
-/// How far back the burn-down looks to measure the burn rate.
-pub const FORECAST_WINDOW_MS: i64 = 24 * MS_PER_HOUR;
-
-/// One stored usage sample of a quota (the server converts its own rows).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Sample {
-    pub at_ms: i64,
-    pub hard: ResourceList,
-    pub used: ResourceList,
-    pub self_used: ResourceList,
-}
-
 /// How a key's amounts are shown: nano-units per display unit, and the
-/// unit's name. Bytes show as GiB; cash keys are resource-hours.
-pub fn unit_of(key: &str) -> (i128, &'static str) {
+/// unit's name. Bytes show as GiB; cash keys are resource-hours. `cfg`
+/// says which resources are GPUs (cards): the configured `--gpu-resources`.
+pub fn unit_of(key: &str, cfg: &KeyConfig) -> (i128, &'static str) {
     const GIB: i128 = 1 << 30;
-    let cfg = KeyConfig::default();
-    let resource = Key::parse(key, &cfg)
-        .map(|k| k.resource)
-        .unwrap_or_default();
+    let resource = Key::parse(key, cfg).map(|k| k.resource).unwrap_or_default();
     let (per, unit, cash_unit) = match resource.as_str() {
         "cpu" => (1, "cores", "core-hours"),
         "memory" | "ephemeral-storage" => (GIB, "GiB", "GiB-hours"),
@@ -58,151 +45,39 @@ pub fn unit_of(key: &str) -> (i128, &'static str) {
 // ---------------------------------------------------------------------------
 // Forecast
 
-/// When a cash budget runs out at the recent burn rate.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Forecast {
-    pub key: String,
-    pub now_ms: i64,
-    /// hard − spent at the latest sample (`as_of_ms`); negative when overspent.
-    pub remaining: Quantity,
-    pub as_of_ms: Option<i64>,
-    /// Spent from `burn_from_ms` to `as_of_ms`: the rate is exactly
-    /// `burned / (as_of_ms − burn_from_ms)`.
-    pub burned: Quantity,
-    pub burn_from_ms: Option<i64>,
-    /// `burned` per hour, rounded down to the nano-unit (for display).
-    pub burn_per_hour: Quantity,
-    /// None when nothing is burning (or the burn cannot be measured).
-    pub exhausted_at_ms: Option<i64>,
-    pub days_left: Option<f64>,
-}
-
-impl Forecast {
-    /// One sentence for the overview, e.g. "cash/requests.nvidia.com/gpu runs
-    /// out in 3.2 days (2026-11-24), burning 12.5 card-hours/h".
-    pub fn describe(&self) -> String {
-        let k = &self.key;
-        let (per, unit) = unit_of(k);
-        let rem = self.remaining.nanos();
-        if self.as_of_ms.is_none() {
-            return format!("{k}: no usage recorded yet");
-        }
-        if rem < 0 {
-            return format!(
-                "{k} has run out: {} {unit} over budget",
-                decimal(-rem, per, 2)
+/// One sentence for the overview, e.g. "cash/requests.nvidia.com/gpu runs
+/// out in 3.2 days (2026-11-24), burning 12.5 card-hours/h".
+pub fn describe(f: &Forecast, cfg: &KeyConfig) -> String {
+    let k = &f.key;
+    let (per, unit) = unit_of(k, cfg);
+    let rem = f.remaining.nanos();
+    if f.as_of_ms.is_none() {
+        return format!("{k}: no usage recorded yet");
+    }
+    if rem < 0 {
+        return format!(
+            "{k} has run out: {} {unit} over budget",
+            decimal(-rem, per, 2)
+        );
+    }
+    if rem == 0 {
+        return format!("{k} has run out: budget spent");
+    }
+    match f.exhausted_at_ms {
+        Some(at) => {
+            let days = decimal(
+                at.saturating_sub(f.now_ms).max(0) as i128,
+                MS_PER_DAY as i128,
+                1,
             );
-        }
-        if rem == 0 {
-            return format!("{k} has run out: budget spent");
-        }
-        match self.exhausted_at_ms {
-            Some(at) => {
-                let days = decimal(
-                    at.saturating_sub(self.now_ms).max(0) as i128,
-                    MS_PER_DAY as i128,
-                    1,
-                );
-                let noun = if days == "1" { "day" } else { "days" };
-                format!(
-                    "{k} runs out in {days} {noun} ({}), burning {} {unit}/h",
-                    date(at),
-                    decimal(self.burn_per_hour.nanos(), per, 2)
-                )
-            }
-            None => format!("{k}: {} {unit} left, not burning", decimal(rem, per, 2)),
-        }
-    }
-}
-
-/// Forecasts when `cash_key` runs out, from the burn over the last
-/// `window_ms` before `now_ms`.
-///
-/// The rate is the first/last difference of the spent counter, not a
-/// least-squares fit: cash spent is an exact cumulative counter (accrued to
-/// the nano-unit), so the difference over the window *is* the window's
-/// average burn, with no noise to fit away; a fit would only re-weight the
-/// middle of the window and need sums of squares that risk overflowing. If
-/// the window holds one sample, the sample just before it is the start; a
-/// drop in spent (a budget period reset) starts the window after the drop.
-pub fn forecast(samples: &[Sample], cash_key: &str, now_ms: i64, window_ms: i64) -> Forecast {
-    let mut f = Forecast {
-        key: cash_key.to_string(),
-        now_ms,
-        remaining: Quantity::ZERO,
-        as_of_ms: None,
-        burned: Quantity::ZERO,
-        burn_from_ms: None,
-        burn_per_hour: Quantity::ZERO,
-        exhausted_at_ms: None,
-        days_left: None,
-    };
-    // (at, hard, spent) up to now, in time order.
-    let pts: Vec<(i64, i128, i128)> = sorted(samples)
-        .into_iter()
-        .filter(|s| s.at_ms <= now_ms)
-        .map(|s| {
-            (
-                s.at_ms,
-                resources::get(&s.hard, cash_key).nanos(),
-                resources::get(&s.used, cash_key).nanos(),
+            let noun = if days == "1" { "day" } else { "days" };
+            format!(
+                "{k} runs out in {days} {noun} ({}), burning {} {unit}/h",
+                date(at),
+                decimal(f.burn_per_hour.nanos(), per, 2)
             )
-        })
-        .collect();
-    let Some(&(t_last, hard, spent)) = pts.last() else {
-        return f;
-    };
-    let remaining = hard.saturating_sub(spent);
-    f.as_of_ms = Some(t_last);
-    f.remaining = Quantity::from_nanos(remaining);
-    if remaining <= 0 {
-        f.exhausted_at_ms = Some(now_ms);
-        f.days_left = Some(0.0);
-        return f;
-    }
-    let Some(i0) = burn_start(&pts, now_ms.saturating_sub(window_ms)) else {
-        return f;
-    };
-    let (t0, _, s0) = pts[i0];
-    let (burned, span) = (spent - s0, (t_last - t0) as i128);
-    f.burned = Quantity::from_nanos(burned);
-    f.burn_from_ms = Some(t0);
-    f.burn_per_hour = Quantity::from_nanos(mul_div_floor(burned, MS_PER_HOUR as i128, span));
-    if burned > 0 {
-        // remaining / (burned / span), in whole milliseconds after the sample.
-        let ms = mul_div_floor(remaining, span, burned);
-        let at = (t_last as i128).saturating_add(ms).min(i64::MAX as i128) as i64;
-        f.exhausted_at_ms = Some(at);
-        f.days_left = Some(at.saturating_sub(now_ms).max(0) as f64 / MS_PER_DAY as f64);
-    }
-    f
-}
-
-/// Index of the sample the burn is measured from, or None when fewer than
-/// two usable samples lie in the window.
-fn burn_start(pts: &[(i64, i128, i128)], from_ms: i64) -> Option<usize> {
-    let last = pts.len().checked_sub(1)?;
-    let mut i0 = pts.partition_point(|p| p.0 < from_ms);
-    if i0 > last {
-        return None; // nothing recorded in the window: the burn is unknown
-    }
-    if i0 == last {
-        i0 = last.checked_sub(1)?;
-    }
-    if let Some(j) = (i0 + 1..=last).rev().find(|&j| pts[j].2 < pts[j - 1].2) {
-        i0 = j;
-    }
-    (i0 < last && pts[i0].0 < pts[last].0).then_some(i0)
-}
-
-/// ⌊a·b/c⌋ for c > 0, exact while a·b fits in i128 and close beyond.
-fn mul_div_floor(a: i128, b: i128, c: i128) -> i128 {
-    match a.checked_mul(b) {
-        Some(p) => p.div_euclid(c),
-        None => a
-            .div_euclid(c)
-            .saturating_mul(b)
-            .saturating_add(a.rem_euclid(c).saturating_mul(b) / c),
+        }
+        None => format!("{k}: {} {unit} left, not burning", decimal(rem, per, 2)),
     }
 }
 
@@ -210,13 +85,19 @@ fn mul_div_floor(a: i128, b: i128, c: i128) -> i128 {
 // Charts
 
 /// Used over time with hard as a step line; breaks the lines across gaps.
-pub fn usage_chart(samples: &[Sample], key: &str, width: u32, height: u32) -> String {
+pub fn usage_chart(
+    samples: &[Sample],
+    key: &str,
+    cfg: &KeyConfig,
+    width: u32,
+    height: u32,
+) -> String {
     let title = format!("{key}: used and hard");
     let pts = sorted(samples);
     if pts.is_empty() {
         return message_svg("chart-usage", &title, "no data yet", width, height);
     }
-    let (per, unit) = unit_of(key);
+    let (per, unit) = unit_of(key, cfg);
     let times: Vec<i64> = pts.iter().map(|s| s.at_ms).collect();
     let used: Vec<(i64, f64)> = pts
         .iter()
@@ -265,6 +146,7 @@ pub fn burn_down_chart(
     samples: &[Sample],
     cash_key: &str,
     now_ms: i64,
+    cfg: &KeyConfig,
     width: u32,
     height: u32,
 ) -> String {
@@ -277,7 +159,7 @@ pub fn burn_down_chart(
         return message_svg("chart-burn-down", &title, "no data yet", width, height);
     }
     let f = forecast(samples, cash_key, now_ms, FORECAST_WINDOW_MS);
-    let (per, unit) = unit_of(cash_key);
+    let (per, unit) = unit_of(cash_key, cfg);
     let times: Vec<i64> = pts.iter().map(|s| s.at_ms).collect();
     let rem: Vec<(i64, f64)> = pts
         .iter()
@@ -340,7 +222,7 @@ pub fn burn_down_chart(
         ("remaining", Swatch::Area(USED)),
         ("forecast (24 h burn)", Swatch::Dashed(WARN)),
     ];
-    let summary = f.describe();
+    let summary = describe(&f, cfg);
     render(
         "chart-burn-down",
         &title,
@@ -419,10 +301,11 @@ pub fn model_breakdown_chart(
     used: &ResourceList,
     hard: &ResourceList,
     generic_key: &str,
+    cfg: &KeyConfig,
     width: u32,
     height: u32,
 ) -> String {
-    let (per, unit) = unit_of(generic_key);
+    let (per, unit) = unit_of(generic_key, cfg);
     let generic_used = resources::get(used, generic_key).nanos();
     let generic_hard = hard.get(generic_key).map(Quantity::nanos);
     let title = match generic_hard {
@@ -1131,17 +1014,41 @@ mod tests {
 
     #[test]
     fn units_follow_the_resource() {
-        assert_eq!(unit_of("requests.cpu"), (NANO, "cores"));
-        assert_eq!(unit_of("limits.cpu.A4"), (NANO, "cores"));
-        assert_eq!(unit_of("requests.memory"), ((1 << 30) * NANO, "GiB"));
-        assert_eq!(unit_of("limits.ephemeral-storage").1, "GiB");
-        assert_eq!(unit_of(GPU), (NANO, "cards"));
-        assert_eq!(unit_of("requests.nvidia.com/gpu.A100").1, "cards");
-        assert_eq!(unit_of("pods").1, "pods");
-        assert_eq!(unit_of(CASH), (NANO, "card-hours"));
-        assert_eq!(unit_of("cash/requests.cpu").1, "core-hours");
-        assert_eq!(unit_of("cash/requests.memory").1, "GiB-hours");
-        assert_eq!(unit_of("requests.example.com/fpga").1, "units");
+        assert_eq!(
+            unit_of("requests.cpu", &KeyConfig::default()),
+            (NANO, "cores")
+        );
+        assert_eq!(
+            unit_of("limits.cpu.A4", &KeyConfig::default()),
+            (NANO, "cores")
+        );
+        assert_eq!(
+            unit_of("requests.memory", &KeyConfig::default()),
+            ((1 << 30) * NANO, "GiB")
+        );
+        assert_eq!(
+            unit_of("limits.ephemeral-storage", &KeyConfig::default()).1,
+            "GiB"
+        );
+        assert_eq!(unit_of(GPU, &KeyConfig::default()), (NANO, "cards"));
+        assert_eq!(
+            unit_of("requests.nvidia.com/gpu.A100", &KeyConfig::default()).1,
+            "cards"
+        );
+        assert_eq!(unit_of("pods", &KeyConfig::default()).1, "pods");
+        assert_eq!(unit_of(CASH, &KeyConfig::default()), (NANO, "card-hours"));
+        assert_eq!(
+            unit_of("cash/requests.cpu", &KeyConfig::default()).1,
+            "core-hours"
+        );
+        assert_eq!(
+            unit_of("cash/requests.memory", &KeyConfig::default()).1,
+            "GiB-hours"
+        );
+        assert_eq!(
+            unit_of("requests.example.com/fpga", &KeyConfig::default()).1,
+            "units"
+        );
     }
 
     #[test]
@@ -1155,7 +1062,7 @@ mod tests {
         assert_eq!(f.exhausted_at_ms, Some(now + 10 * MS_PER_HOUR));
         assert_eq!(f.days_left, Some(10.0 / 24.0));
         assert_eq!(
-            f.describe(),
+            describe(&f, &KeyConfig::default()),
             "cash/requests.nvidia.com/gpu runs out in 0.4 days (2026-11-22), burning 10 card-hours/h"
         );
     }
@@ -1175,7 +1082,7 @@ mod tests {
         // 1000 − (48·5 + 24·10) = 520 left at 10/h: 52 h.
         assert_eq!(f.exhausted_at_ms, Some(now + 52 * MS_PER_HOUR));
         assert_eq!(
-            f.describe(),
+            describe(&f, &KeyConfig::default()),
             "cash/requests.nvidia.com/gpu runs out in 2.2 days (2026-11-26), burning 10 card-hours/h"
         );
     }
@@ -1202,7 +1109,7 @@ mod tests {
         assert_eq!(f.burn_per_hour, Quantity::ZERO);
         assert_eq!((f.exhausted_at_ms, f.days_left), (None, None));
         assert_eq!(
-            f.describe(),
+            describe(&f, &KeyConfig::default()),
             "cash/requests.nvidia.com/gpu: 60 card-hours left, not burning"
         );
     }
@@ -1218,7 +1125,7 @@ mod tests {
         assert_eq!(f.remaining, Quantity::from_units(-20));
         assert_eq!((f.exhausted_at_ms, f.days_left), (Some(now), Some(0.0)));
         assert_eq!(
-            f.describe(),
+            describe(&f, &KeyConfig::default()),
             "cash/requests.nvidia.com/gpu has run out: 20 card-hours over budget"
         );
         let exact = forecast(&[cash(T0, 100, 100 * NANO)], CASH, now, FORECAST_WINDOW_MS);
@@ -1229,7 +1136,10 @@ mod tests {
     fn unmeasurable_burns_give_no_date() {
         let now = T0 + MS_PER_HOUR;
         assert_eq!(
-            forecast(&[], CASH, now, FORECAST_WINDOW_MS).describe(),
+            describe(
+                &forecast(&[], CASH, now, FORECAST_WINDOW_MS),
+                &KeyConfig::default()
+            ),
             "cash/requests.nvidia.com/gpu: no usage recorded yet"
         );
         // One sample: a level, not a rate.
@@ -1359,7 +1269,7 @@ mod tests {
 
     #[test]
     fn usage_chart_is_labelled_and_inline() {
-        let svg = usage_chart(&week_of_gpu_usage(), GPU, 800, 300);
+        let svg = usage_chart(&week_of_gpu_usage(), GPU, &KeyConfig::default(), 800, 300);
         assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 800 300\" width=\"100%\""), "{}", &svg[..200]);
         assert!(!svg.contains("<?xml"));
         assert!(svg.ends_with("</svg>\n"));
@@ -1381,10 +1291,16 @@ mod tests {
 
     #[test]
     fn usage_chart_handles_empty_single_and_gaps() {
-        let empty = usage_chart(&[], GPU, 800, 300);
+        let empty = usage_chart(&[], GPU, &KeyConfig::default(), 800, 300);
         assert!(empty.contains(">no data yet</text>"));
         assert!(empty.contains("viewBox=\"0 0 800 300\""));
-        let one = usage_chart(&[usage(T0, "3", Some("8"))], GPU, 800, 300);
+        let one = usage_chart(
+            &[usage(T0, "3", Some("8"))],
+            GPU,
+            &KeyConfig::default(),
+            800,
+            300,
+        );
         assert!(one.contains("<circle"), "a lone sample shows as a dot");
         assert!(
             one.contains(">\ntime (UTC), from 2026-11-20\n</text>")
@@ -1394,7 +1310,7 @@ mod tests {
             .map(|i| usage(T0 + i * MS_PER_MIN, "2", Some("4")))
             .collect();
         gappy.extend((0..30).map(|i| usage(T0 + 3 * MS_PER_HOUR + i * MS_PER_MIN, "3", None)));
-        let svg = usage_chart(&gappy, GPU, 800, 300);
+        let svg = usage_chart(&gappy, GPU, &KeyConfig::default(), 800, 300);
         assert_eq!(
             svg.matches("<polygon").count(),
             2,
@@ -1407,13 +1323,23 @@ mod tests {
             used: list(&[("requests.memory", q("64Gi"))]),
             self_used: ResourceList::new(),
         }];
-        assert!(usage_chart(&mem, "requests.memory", 800, 300).contains(">\nGiB\n</text>"));
+        assert!(
+            usage_chart(&mem, "requests.memory", &KeyConfig::default(), 800, 300)
+                .contains(">\nGiB\n</text>")
+        );
     }
 
     #[test]
     fn burn_down_shows_the_forecast_date() {
         let now = T0 + 24 * MS_PER_HOUR;
-        let svg = burn_down_chart(&steady_burn(24, 10, 100), CASH, now, 800, 300);
+        let svg = burn_down_chart(
+            &steady_burn(24, 10, 100),
+            CASH,
+            now,
+            &KeyConfig::default(),
+            800,
+            300,
+        );
         for text in [
             ">\ncash/requests.nvidia.com/gpu: remaining budget\n</text>",
             ">\ncard-hours\n</text>",
@@ -1428,14 +1354,25 @@ mod tests {
         let idle: Vec<Sample> = (0..=24)
             .map(|h| cash(T0 + h * MS_PER_HOUR, 100, 40 * NANO))
             .collect();
-        assert!(burn_down_chart(&idle, CASH, now, 800, 300).contains(">\nnot burning\n</text>"));
+        assert!(
+            burn_down_chart(&idle, CASH, now, &KeyConfig::default(), 800, 300)
+                .contains(">\nnot burning\n</text>")
+        );
         let spent = vec![cash(T0, 100, 150 * NANO)];
-        assert!(burn_down_chart(&spent, CASH, now, 800, 300).contains(">\nexhausted\n</text>"));
+        assert!(
+            burn_down_chart(&spent, CASH, now, &KeyConfig::default(), 800, 300)
+                .contains(">\nexhausted\n</text>")
+        );
         // A date beyond the shown horizon is named at the edge.
         let slow = vec![cash(now - MS_PER_HOUR, 10_000, 0), cash(now, 10_000, NANO)];
-        assert!(burn_down_chart(&slow, CASH, now, 800, 300)
-            .contains(">\nruns out 2028-01-12 →\n</text>"));
-        assert!(burn_down_chart(&[], CASH, now, 800, 300).contains(">no data yet</text>"));
+        assert!(
+            burn_down_chart(&slow, CASH, now, &KeyConfig::default(), 800, 300)
+                .contains(">\nruns out 2028-01-12 →\n</text>")
+        );
+        assert!(
+            burn_down_chart(&[], CASH, now, &KeyConfig::default(), 800, 300)
+                .contains(">no data yet</text>")
+        );
     }
 
     #[test]
@@ -1452,7 +1389,7 @@ mod tests {
             ("requests.nvidia.com/gpu.A100", q("8")),
             ("requests.nvidia.com/gpu.V100", q("2")),
         ]);
-        let svg = model_breakdown_chart(&used, &hard, GPU, 800, 260);
+        let svg = model_breakdown_chart(&used, &hard, GPU, &KeyConfig::default(), 800, 260);
         for text in [
             ">\nrequests.nvidia.com/gpu by model: 14 / 20 cards\n</text>",
             ">\nA100\n</text>",
@@ -1470,7 +1407,14 @@ mod tests {
         }
         assert!(svg.contains("fill=\"#D92D20\""), "V100 is over its hard");
         assert!(!svg.contains(">requests.cpu"));
-        let none = model_breakdown_chart(&ResourceList::new(), &ResourceList::new(), GPU, 800, 260);
+        let none = model_breakdown_chart(
+            &ResourceList::new(),
+            &ResourceList::new(),
+            GPU,
+            &KeyConfig::default(),
+            800,
+            260,
+        );
         assert!(none.contains(">no data yet</text>"));
     }
 
@@ -1478,14 +1422,14 @@ mod tests {
     fn charts_are_deterministic() {
         let s = week_of_gpu_usage();
         assert_eq!(
-            usage_chart(&s, GPU, 800, 300),
-            usage_chart(&s, GPU, 800, 300)
+            usage_chart(&s, GPU, &KeyConfig::default(), 800, 300),
+            usage_chart(&s, GPU, &KeyConfig::default(), 800, 300)
         );
         let b = steady_burn(24, 10, 100);
         let now = T0 + 24 * MS_PER_HOUR;
         assert_eq!(
-            burn_down_chart(&b, CASH, now, 800, 300),
-            burn_down_chart(&b, CASH, now, 800, 300)
+            burn_down_chart(&b, CASH, now, &KeyConfig::default(), 800, 300),
+            burn_down_chart(&b, CASH, now, &KeyConfig::default(), 800, 300)
         );
     }
 
@@ -1501,12 +1445,19 @@ mod tests {
             })
             .collect();
         let start = std::time::Instant::now();
-        let svg = usage_chart(&s, GPU, 800, 300);
+        let svg = usage_chart(&s, GPU, &KeyConfig::default(), 800, 300);
         let took = start.elapsed();
         println!("10,000-point usage chart: {took:?}, {} bytes", svg.len());
         let cash: Vec<Sample> = steady_burn(166, 10, 100);
         let start = std::time::Instant::now();
-        let svg = burn_down_chart(&cash, CASH, T0 + 166 * MS_PER_HOUR, 800, 300);
+        let svg = burn_down_chart(
+            &cash,
+            CASH,
+            T0 + 166 * MS_PER_HOUR,
+            &KeyConfig::default(),
+            800,
+            300,
+        );
         println!(
             "{}-point burn-down: {:?}, {} bytes",
             cash.len(),
@@ -1570,14 +1521,26 @@ mod samples_out {
         .collect();
         let now = t0 + 5 * MS_PER_DAY + 30 * MS_PER_MIN;
         let charts = [
-            ("usage.svg", usage_chart(&week, gpu, 800, 300)),
-            ("burn-down.svg", burn_down_chart(&burn, cash, now, 800, 300)),
+            (
+                "usage.svg",
+                usage_chart(&week, gpu, &KeyConfig::default(), 800, 300),
+            ),
+            (
+                "burn-down.svg",
+                burn_down_chart(&burn, cash, now, &KeyConfig::default(), 800, 300),
+            ),
             (
                 "models.svg",
-                model_breakdown_chart(&used, &hard, gpu, 800, 240),
+                model_breakdown_chart(&used, &hard, gpu, &KeyConfig::default(), 800, 240),
             ),
-            ("empty.svg", usage_chart(&[], gpu, 800, 300)),
-            ("narrow.svg", usage_chart(&week, gpu, 360, 240)),
+            (
+                "empty.svg",
+                usage_chart(&[], gpu, &KeyConfig::default(), 800, 300),
+            ),
+            (
+                "narrow.svg",
+                usage_chart(&week, gpu, &KeyConfig::default(), 360, 240),
+            ),
         ];
         for (name, svg) in charts {
             println!("{name}: {} bytes", svg.len());

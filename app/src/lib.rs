@@ -12,7 +12,7 @@ pub mod transfers;
 pub use layout::{Flash, Section, Viewer};
 
 use quota::resources;
-use quota::Quota;
+use quota::{KeyConfig, Quota};
 
 #[cfg(feature = "ssr")]
 use leptos::prelude::*;
@@ -44,14 +44,14 @@ pub fn percent(used: quota::Quantity, hard: quota::Quantity) -> u32 {
 }
 
 /// Whether a key names one model of a resource (`requests.nvidia.com/gpu.A100`).
-pub fn is_model_key(key: &str) -> bool {
-    quota::keys::Key::parse(key, &quota::KeyConfig::default()).is_ok_and(|k| k.model.is_some())
+pub fn is_model_key(key: &str, cfg: &KeyConfig) -> bool {
+    quota::keys::Key::parse(key, cfg).is_ok_and(|k| k.model.is_some())
 }
 
 /// The generic key a model-qualified key counts toward, with its cash
 /// prefix kept (`cash/limits.cpu.A4` → `cash/limits.cpu`).
-pub fn generic_key(key: &str) -> Option<String> {
-    let k = quota::keys::Key::parse(key, &quota::KeyConfig::default()).ok()?;
+pub fn generic_key(key: &str, cfg: &KeyConfig) -> Option<String> {
+    let k = quota::keys::Key::parse(key, cfg).ok()?;
     k.model.as_ref()?;
     Some(if k.cash {
         format!("{}{}", quota::keys::CASH_PREFIX, k.base)
@@ -64,8 +64,8 @@ pub fn generic_key(key: &str) -> Option<String> {
 /// (`5,760.0 card-hours` rather than `5760044929445n`), memory in Gi when
 /// whole, anything else in its Kubernetes form unless that form is a
 /// nano/micro fraction, then as a decimal.
-pub fn display_quantity(key: &str, q: quota::Quantity) -> String {
-    let (per, unit) = charts::unit_of(key);
+pub fn display_quantity(key: &str, q: quota::Quantity, cfg: &KeyConfig) -> String {
+    let (per, unit) = charts::unit_of(key, cfg);
     let v = q.nanos();
     let decimal = |places: u32| {
         let scale = 10i128.pow(places);
@@ -99,7 +99,7 @@ pub fn display_quantity(key: &str, q: quota::Quantity) -> String {
 
 /// Used against hard for every key of a quota's hard. Keys sort so that a
 /// model key follows its generic key (`limits.cpu`, `limits.cpu.A4`).
-pub fn key_usages(q: &Quota) -> Vec<KeyUsage> {
+pub fn key_usages(q: &Quota, cfg: &KeyConfig) -> Vec<KeyUsage> {
     q.spec
         .hard
         .iter()
@@ -107,10 +107,10 @@ pub fn key_usages(q: &Quota) -> Vec<KeyUsage> {
             let used = resources::get(&q.status.used, k);
             KeyUsage {
                 key: k.clone(),
-                used: display_quantity(k, used),
-                hard: display_quantity(k, *h),
+                used: display_quantity(k, used, cfg),
+                hard: display_quantity(k, *h, cfg),
                 percent: percent(used, *h),
-                model: is_model_key(k),
+                model: is_model_key(k, cfg),
             }
         })
         .collect()
@@ -139,7 +139,7 @@ impl TreeRow {
 
 /// Quotas in depth-first order (children under their parent, by name),
 /// with orphans (parent unknown) listed as roots so nothing is hidden.
-pub fn tree_rows(quotas: &[Quota]) -> Vec<TreeRow> {
+pub fn tree_rows(quotas: &[Quota], cfg: &KeyConfig) -> Vec<TreeRow> {
     use std::collections::{BTreeMap, BTreeSet};
     let names: BTreeSet<&str> = quotas.iter().map(|q| q.name()).collect();
     let mut kids: BTreeMap<&str, Vec<&Quota>> = BTreeMap::new();
@@ -158,7 +158,7 @@ pub fn tree_rows(quotas: &[Quota]) -> Vec<TreeRow> {
             name: q.name().to_string(),
             depth,
             workloads: q.status.workloads.len(),
-            keys: key_usages(q),
+            keys: key_usages(q, cfg),
             borrowing: q.status.borrowed.values().any(|v| v.nanos() > 0),
             hidden_below: 0,
             context: false,
@@ -353,8 +353,13 @@ fn TreeTable(rows: Vec<TreeRow>) -> impl IntoView {
 /// The quota tree (the quotas the viewer may see) as a whole HTML document,
 /// with a search and filter form (a plain GET).
 #[cfg(feature = "ssr")]
-pub fn render_tree_page(viewer: Viewer, quotas: &[Quota], query: TreeQuery) -> String {
-    let all = tree_rows(quotas);
+pub fn render_tree_page(
+    viewer: Viewer,
+    quotas: &[Quota],
+    cfg: &KeyConfig,
+    query: TreeQuery,
+) -> String {
+    let all = tree_rows(quotas, cfg);
     let total = all.len();
     let rows = select_rows(all, &query);
     let shown = rows.iter().filter(|r| !r.context).count();
@@ -398,23 +403,91 @@ pub fn render_tree_page(viewer: Viewer, quotas: &[Quota], query: TreeQuery) -> S
 
 #[cfg(test)]
 mod display_tests {
-    use super::display_quantity;
+    use super::{display_quantity, key_usages, KeyConfig};
+    use quota::{Quota, QuotaSpec};
+
+    /// A GPU named by `--gpu-resources` shows in cards and card-hours on the
+    /// quota pages, like the default GPUs, not in generic units.
+    #[test]
+    fn a_configured_gpu_resource_shows_its_units() {
+        let cfg = KeyConfig {
+            gpu_resources: vec!["example.com/tpu".into()],
+        };
+        let q = |s: &str| s.parse::<quota::Quantity>().unwrap();
+        let hard = [
+            ("cash/requests.example.com/tpu", "100"),
+            ("requests.example.com/tpu", "8"),
+            ("requests.example.com/tpu.v5", "4"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), q(v)))
+        .collect();
+        let quota = Quota::new(
+            "ml",
+            QuotaSpec {
+                parent: String::new(),
+                hard,
+                max: Default::default(),
+            },
+        );
+        let shown: Vec<(String, String, bool)> = key_usages(&quota, &cfg)
+            .into_iter()
+            .map(|u| (u.key, u.hard, u.model))
+            .collect();
+        assert_eq!(
+            shown[0],
+            (
+                "cash/requests.example.com/tpu".into(),
+                "100.0 card-hours".into(),
+                false
+            )
+        );
+        assert!(
+            shown[2].2,
+            "the model key of a configured GPU is a model key"
+        );
+        // The default configuration does not know this resource.
+        assert_eq!(
+            display_quantity(
+                "cash/requests.example.com/tpu",
+                q("100"),
+                &KeyConfig::default()
+            ),
+            "100.0 unit-hours"
+        );
+    }
 
     #[test]
     fn quantities_read_well() {
         let q = |s: &str| s.parse::<quota::Quantity>().unwrap();
         assert_eq!(
-            display_quantity("cash/requests.nvidia.com/gpu", q("5760044929445n")),
+            display_quantity(
+                "cash/requests.nvidia.com/gpu",
+                q("5760044929445n"),
+                &KeyConfig::default()
+            ),
             "5,760.0 card-hours"
         );
         assert_eq!(
-            display_quantity("requests.memory", q("1099511627776")),
+            display_quantity("requests.memory", q("1099511627776"), &KeyConfig::default()),
             "1024Gi"
         );
-        assert_eq!(display_quantity("requests.memory", q("832Gi")), "832Gi");
-        assert_eq!(display_quantity("requests.cpu", q("500m")), "500m");
-        assert_eq!(display_quantity("requests.cpu", q("1500000n")), "0.002");
-        assert_eq!(display_quantity("requests.nvidia.com/gpu", q("27")), "27");
+        assert_eq!(
+            display_quantity("requests.memory", q("832Gi"), &KeyConfig::default()),
+            "832Gi"
+        );
+        assert_eq!(
+            display_quantity("requests.cpu", q("500m"), &KeyConfig::default()),
+            "500m"
+        );
+        assert_eq!(
+            display_quantity("requests.cpu", q("1500000n"), &KeyConfig::default()),
+            "0.002"
+        );
+        assert_eq!(
+            display_quantity("requests.nvidia.com/gpu", q("27"), &KeyConfig::default()),
+            "27"
+        );
     }
 }
 
@@ -511,14 +584,17 @@ mod tests {
     #[test]
     fn model_keys_know_their_generic_key() {
         assert_eq!(
-            generic_key("requests.nvidia.com/gpu.A100").as_deref(),
+            generic_key("requests.nvidia.com/gpu.A100", &KeyConfig::default()).as_deref(),
             Some("requests.nvidia.com/gpu")
         );
         assert_eq!(
-            generic_key("cash/limits.cpu.A4").as_deref(),
+            generic_key("cash/limits.cpu.A4", &KeyConfig::default()).as_deref(),
             Some("cash/limits.cpu")
         );
-        assert_eq!(generic_key("limits.cpu"), None);
-        assert!(!is_model_key("requests.nvidia.com/gpu"));
+        assert_eq!(generic_key("limits.cpu", &KeyConfig::default()), None);
+        assert!(!is_model_key(
+            "requests.nvidia.com/gpu",
+            &KeyConfig::default()
+        ));
     }
 }

@@ -5,7 +5,9 @@
 pub mod admission;
 pub mod borrow;
 pub mod cash;
+pub mod forecast;
 pub mod keys;
+pub mod lineage;
 pub mod namespaces;
 pub mod object;
 pub mod pods;

@@ -49,6 +49,12 @@ pub struct PodFacts {
     pub scheduled_ms: Option<i64>,
     /// When its last container finished (Succeeded or Failed).
     pub finished_ms: Option<i64>,
+    /// Its `spec.priority` (the PriorityClass value the API server set; 0
+    /// when unset or unreadable).
+    pub priority: i32,
+    /// Whether the scheduler has found no node for it right now
+    /// (`PodScheduled` False, reason `Unschedulable`).
+    pub unschedulable: bool,
 }
 
 impl PodFacts {
@@ -91,6 +97,8 @@ struct Condition {
     kind: String,
     status: String,
     last_transition_time: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -148,7 +156,13 @@ pub fn read_pod(json: &str) -> Result<PodFacts, AdapterError> {
     } else {
         None
     };
+    let unschedulable = p.status.conditions.iter().any(|c| {
+        c.kind == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+    });
     let owner = Owner::controller_of(&p.metadata);
+    let priority = p.spec.priority;
     Ok(PodFacts {
         uid: p.metadata.uid,
         namespace: p.metadata.namespace,
@@ -157,6 +171,8 @@ pub fn read_pod(json: &str) -> Result<PodFacts, AdapterError> {
         spec: Arc::new(p.spec),
         scheduled_ms: scheduled,
         finished_ms: finished,
+        priority,
+        unschedulable,
     })
 }
 
@@ -363,6 +379,33 @@ mod tests {
         let u = p.usage(&models, &KeyConfig::default());
         assert_eq!(u["requests.nvidia.com/gpu.A100"], Quantity::from_units(4));
         assert_eq!(p.qos(), QosClass::Guaranteed);
+    }
+
+    /// Reclaim orders victims by priority and sees physical pressure in
+    /// unschedulable pods: both are read here, typed, not by the caller.
+    #[test]
+    fn a_pods_priority_and_unschedulability_are_read() {
+        let p = read_pod(POD).unwrap();
+        assert_eq!((p.priority, p.unschedulable), (0, false));
+        let pending = POD
+            .replace(r#""nodeName": "gpu-17","#, r#""priority": 1000,"#)
+            .replace(
+                r#"{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-21T10:00:00Z"}"#,
+                r#"{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}"#,
+            );
+        let p = read_pod(&pending).unwrap();
+        assert_eq!((p.priority, p.unschedulable), (1000, true));
+        // Not scheduled for another reason (a gate): not unschedulable.
+        let gated = pending.replace(
+            r#""reason": "Unschedulable""#,
+            r#""reason": "SchedulingGated""#,
+        );
+        assert!(!read_pod(&gated).unwrap().unschedulable);
+        // An int32 as Kubernetes converts it; a value that is no integer is 0.
+        for (given, read) in [("-5", -5), ("null", 0), (r#""high""#, 0), ("4294967297", 1)] {
+            let pod = pending.replace(r#""priority": 1000"#, &format!(r#""priority": {given}"#));
+            assert_eq!(read_pod(&pod).unwrap().priority, read, "{given}");
+        }
     }
 
     #[test]

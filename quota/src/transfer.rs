@@ -71,12 +71,13 @@
 
 use crate::admission::{self, Shortfall};
 use crate::keys::{cash_target, Key, KeyConfig};
+use crate::lineage::{End, Forest};
 use crate::object::Quota;
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
 use crate::time;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TransferError {
@@ -174,32 +175,27 @@ pub fn path(
             "{to} would give quota to itself"
         )));
     }
+    let forest = Forest::from_quotas(quotas.values());
     let chain = |start: &str| -> Result<Vec<String>, TransferError> {
-        let mut out = vec![start.to_string()];
-        let mut cur = quotas[start].spec.parent.clone();
-        while !cur.is_empty() {
-            if out.len() > 10_000 || out.contains(&cur) {
-                return Err(TransferError::Invalid(format!(
-                    "the parents of {start} form a cycle"
-                )));
-            }
-            let q = quotas
-                .get(&cur)
-                .ok_or_else(|| TransferError::NotFound(cur.clone()))?;
-            out.push(cur);
-            cur = q.spec.parent.clone();
+        let line = forest.line(start);
+        match line.end {
+            End::Root => Ok(line.names.iter().map(|n| n.to_string()).collect()),
+            End::Unknown => Err(TransferError::NotFound(
+                line.names[line.names.len() - 1].into(),
+            )),
+            End::Cycle(_) => Err(TransferError::Invalid(format!(
+                "the parents of {start} form a cycle"
+            ))),
         }
-        Ok(out)
     };
     let up = chain(&source)?;
     let down = chain(to)?;
-    let down_set: BTreeSet<&String> = down.iter().collect();
-    let Some(at) = up.iter().position(|n| down_set.contains(n)) else {
+    let Some(lca) = forest.lca(&source, to).map(str::to_string) else {
         return Err(TransferError::Invalid(format!(
             "{source} and {to} are in different trees: no common ancestor to move quota through"
         )));
     };
-    let lca = up[at].clone();
+    let at = up.iter().position(|n| *n == lca).unwrap_or(up.len());
     let below = down.iter().position(|n| *n == lca).unwrap_or(down.len());
     Ok(Path {
         source,

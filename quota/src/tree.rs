@@ -3,6 +3,7 @@
 
 use crate::admission::Shortfall;
 use crate::keys::{cash_target, Key, KeyConfig};
+use crate::lineage::{End, Forest};
 use crate::object::{Carve, Quota, QuotaSpec};
 use crate::resources::{self, ResourceList};
 use std::collections::{BTreeMap, BTreeSet};
@@ -105,26 +106,50 @@ pub fn validate_spec(name: &str, spec: &QuotaSpec, cfg: &KeyConfig) -> Result<()
     Ok(())
 }
 
-/// The ancestors of `parent` must not include `name` (defensive: parents are
-/// immutable and must exist, so a cycle can only come from bad data).
-pub fn check_no_cycle<'a>(
-    name: &str,
-    parent: &str,
-    parent_of: impl Fn(&str) -> Option<&'a str>,
-) -> Result<(), TreeError> {
-    let mut chain = vec![name.to_string()];
-    let mut cur = parent.to_string();
-    while !cur.is_empty() {
-        chain.push(cur.clone());
-        if cur == name || chain.len() > 10_000 {
-            return Err(TreeError::Cycle {
-                name: name.into(),
-                chain: chain.join(" → "),
-            });
-        }
-        cur = parent_of(&cur).unwrap_or("").to_string();
+/// `name`'s line of parents, as far as `forest` holds it, must reach a
+/// root: every parent exists and none repeats. Parents are immutable and
+/// must exist, so a failure needs bad data; the check is defensive.
+/// `forest` holds `name` with its (new) parent.
+pub fn check_ancestry(name: &str, forest: &Forest) -> Result<(), TreeError> {
+    let line = forest.line(name);
+    match line.end {
+        End::Root => Ok(()),
+        End::Cycle(_) => Err(TreeError::Cycle {
+            name: name.into(),
+            chain: line.describe(),
+        }),
+        End::Unknown => match line.names[..] {
+            [.., child, parent] => Err(TreeError::ParentMissing {
+                child: child.into(),
+                parent: parent.into(),
+            }),
+            _ => Err(TreeError::Invalid(format!(
+                "bizrq {name}: its parent is not known"
+            ))),
+        },
     }
-    Ok(())
+}
+
+/// Only leaves can be deleted: `quota` has no child quota (`children`, as
+/// stored) and no carve-out in its status (a child being created, or one
+/// whose delete has not returned its carve-out yet).
+pub fn check_leaf<'a>(
+    quota: &Quota,
+    children: impl IntoIterator<Item = &'a str>,
+) -> Result<(), TreeError> {
+    let all: BTreeSet<String> = children
+        .into_iter()
+        .map(str::to_string)
+        .chain(quota.status.children.keys().cloned())
+        .collect();
+    if all.is_empty() {
+        Ok(())
+    } else {
+        Err(TreeError::NotALeaf {
+            name: quota.name().into(),
+            children: all.into_iter().collect(),
+        })
+    }
 }
 
 /// A child's hard must contain every key of its parent's hard.
@@ -478,10 +503,42 @@ mod tests {
     }
 
     #[test]
-    fn cycles_are_found() {
-        let parents = [("a", "b"), ("b", "c"), ("c", "a")];
-        let of = |n: &str| parents.iter().find(|(c, _)| *c == n).map(|(_, p)| *p);
-        assert!(check_no_cycle("a", "b", of).is_err());
-        assert!(check_no_cycle("x", "", of).is_ok());
+    fn ancestry_reaches_a_root_or_names_the_fault() {
+        let f = Forest::new([("a", "b"), ("b", "c"), ("c", "a")]);
+        assert_eq!(
+            check_ancestry("a", &f).unwrap_err().to_string(),
+            "bizrq a: parent chain a → b → c → a forms a cycle"
+        );
+        let f = Forest::new([("x", "ai"), ("ai", "")]);
+        assert!(check_ancestry("x", &f).is_ok());
+        let f = Forest::new([("x", "nlp"), ("nlp", "ai")]);
+        assert_eq!(
+            check_ancestry("x", &f).unwrap_err(),
+            TreeError::ParentMissing {
+                child: "nlp".into(),
+                parent: "ai".into()
+            }
+        );
+        assert!(check_ancestry("root", &Forest::new([("root", "")])).is_ok());
+    }
+
+    #[test]
+    fn only_a_leaf_without_carve_outs_can_be_deleted() {
+        let gpu = "requests.nvidia.com/gpu";
+        let mut ai = Quota::new("ai", spec("", &[(gpu, "16")]));
+        assert!(check_leaf(&ai, []).is_ok());
+        assert_eq!(
+            check_leaf(&ai, ["nlp", "cv"]).unwrap_err().to_string(),
+            "bizrq ai: only leaves can be deleted; children: cv, nlp"
+        );
+        // A carve-out without its child yet (a create in flight) counts.
+        carve(&mut ai, "llm", &list(&[(gpu, "2")]), "t").unwrap();
+        assert_eq!(
+            check_leaf(&ai, ["cv"]).unwrap_err(),
+            TreeError::NotALeaf {
+                name: "ai".into(),
+                children: vec!["cv".into(), "llm".into()]
+            }
+        );
     }
 }

@@ -65,6 +65,16 @@ pub struct PodSpec {
     pub overhead: BTreeMap<String, Quantity>,
     #[serde(default)]
     pub priority_class_name: Option<String>,
+    /// The PriorityClass value the API server resolved; 0 when unset or not
+    /// an integer (it is never refused: a pod is read as it comes).
+    #[serde(default, deserialize_with = "lenient_priority")]
+    pub priority: i32,
+}
+
+/// An integer read as Kubernetes' int32 (truncated like a Go conversion),
+/// anything else as 0.
+fn lenient_priority<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
+    Ok(serde_json::Value::deserialize(d)?.as_i64().unwrap_or(0) as i32)
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]

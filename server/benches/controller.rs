@@ -157,6 +157,8 @@ fn main() {
                         spec: std::sync::Arc::new(spec.clone()),
                         scheduled_ms: Some(T0 - 3_600_000),
                         finished_ms: None,
+                        priority: 0,
+                        unschedulable: false,
                     };
                     view.apply_pod(facts, BTreeMap::new(), 0, false, T0);
                     n_pods += 1;

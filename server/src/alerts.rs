@@ -9,7 +9,7 @@
 //!
 //! [`engine`] is the imperative shell: it loads, calls these and stores.
 
-use app::charts::Forecast;
+use quota::forecast::Forecast;
 use quota::object::Quota;
 use quota::{resources, Quantity};
 use serde_json::json;

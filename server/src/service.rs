@@ -438,31 +438,17 @@ impl Service {
         }
     }
 
-    /// Parents are immutable and must exist, so a cycle needs bad data; walk
-    /// the chain anyway rather than trust it.
+    /// Parents are immutable and must exist, so a cycle needs bad data; read
+    /// the line anyway rather than trust it (`tree::check_ancestry`).
     async fn check_ancestry(&self, name: &str, parent: &str) -> Result<(), ServiceError> {
-        let mut chain: Vec<String> = vec![name.to_string()];
-        let mut cur = parent.to_string();
-        while !cur.is_empty() {
-            if chain.contains(&cur) || chain.len() > 10_000 {
-                chain.push(cur);
-                return Err(TreeError::Cycle {
-                    name: name.into(),
-                    chain: chain.join(" → "),
-                }
-                .into());
-            }
-            let Some(p) = self.store.get(&cur).await? else {
-                return Err(TreeError::ParentMissing {
-                    child: chain.last().cloned().unwrap_or_default(),
-                    parent: cur,
-                }
-                .into());
+        let mut forest = quota::lineage::Forest::new([(name, parent)]);
+        while let Some(at) = forest.next_unknown(name).map(str::to_string) {
+            let Some(p) = self.store.get(&at).await? else {
+                break;
             };
-            chain.push(cur);
-            cur = p.quota.spec.parent.clone();
+            forest.insert(at, p.quota.spec.parent.clone());
         }
-        Ok(())
+        Ok(tree::check_ancestry(name, &forest)?)
     }
 
     /// Change a quota's spec. Raises are carved out of the parent first;
@@ -567,21 +553,8 @@ impl Service {
         let current = self.get(name).await?;
         check_version(name, expected_version, current.version)?;
         let parent = current.quota.spec.parent.clone();
-        let mut children: BTreeSet<String> = self
-            .store
-            .children(name)
-            .await?
-            .iter()
-            .map(|c| c.quota.name().to_string())
-            .collect();
-        children.extend(current.quota.status.children.keys().cloned());
-        if !children.is_empty() {
-            return Err(TreeError::NotALeaf {
-                name: name.into(),
-                children: children.into_iter().collect(),
-            }
-            .into());
-        }
+        let children = self.store.children(name).await?;
+        tree::check_leaf(&current.quota, children.iter().map(|c| c.quota.name()))?;
         // The token of the carve-out this leaf holds: only that one is
         // returned below (see `uncarve_if_ours`).
         let mut carve_token = None;

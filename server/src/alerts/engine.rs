@@ -9,7 +9,8 @@ use crate::store::alerts::{AlertFilter, Observed, Recipient};
 use crate::store::sql::SqlStore;
 use crate::store::transfers::Transfer;
 use crate::store::{StoreError, Stored};
-use app::charts::{forecast, Sample, FORECAST_WINDOW_MS};
+use quota::forecast::{forecast, Forecast, Sample, FORECAST_WINDOW_MS};
+use quota::lineage::Forest;
 use quota::Quota;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -108,10 +109,7 @@ pub async fn evaluate_all(
     if e.is_empty() {
         return Ok(Swept::default());
     }
-    let parents: BTreeMap<String, String> = quotas
-        .iter()
-        .map(|q| (q.name().to_string(), q.spec.parent.clone()))
-        .collect();
+    let parents = Forest::from_quotas(quotas.iter());
     store(
         sql,
         &e,
@@ -167,7 +165,7 @@ pub async fn evaluate_changed(
     if e.is_empty() {
         return Ok(Swept::default());
     }
-    let mut parents = BTreeMap::new();
+    let mut parents = Forest::default();
     for c in &e.open {
         ancestors(service, &c.quota, &mut parents).await;
     }
@@ -176,18 +174,12 @@ pub async fn evaluate_changed(
 
 /// Fills `parents` with `quota`'s line up to its root, read from the store
 /// (a quota that cannot be read ends the line).
-async fn ancestors(service: &Service, quota: &str, parents: &mut BTreeMap<String, String>) {
-    let mut at = quota.to_string();
-    while !parents.contains_key(&at) {
+async fn ancestors(service: &Service, quota: &str, parents: &mut Forest) {
+    while let Some(at) = parents.next_unknown(quota).map(str::to_string) {
         let Ok(s) = service.get(&at).await else {
             return;
         };
-        let parent = s.quota.spec.parent.clone();
-        parents.insert(at, parent.clone());
-        if parent.is_empty() {
-            return;
-        }
-        at = parent;
+        parents.insert(at, s.quota.spec.parent.clone());
     }
 }
 
@@ -197,7 +189,7 @@ async fn forecasts<Q: std::borrow::Borrow<Quota>>(
     quotas: &[Q],
     rules: &BTreeMap<String, Vec<super::Rule>>,
     now_ms: i64,
-) -> Result<BTreeMap<String, BTreeMap<String, app::charts::Forecast>>, StoreError> {
+) -> Result<BTreeMap<String, BTreeMap<String, Forecast>>, StoreError> {
     let mut out = BTreeMap::new();
     for q in quotas {
         let q = q.borrow();
@@ -255,7 +247,7 @@ pub async fn transfer_event(
     if kind != Kind::TransferRequested {
         e.resolve = open_requested(sql, t).await?;
     }
-    let mut parents = BTreeMap::new();
+    let mut parents = Forest::default();
     ancestors(service, &t.to_quota, &mut parents).await;
     store(sql, &e, &parents, &Observed::at(now_ms), now_ms, public_url).await?;
     Ok(())
@@ -292,7 +284,7 @@ const RESOLVE_PER_TX: usize = 200;
 async fn store(
     sql: &SqlStore,
     e: &Evaluation,
-    parents: &BTreeMap<String, String>,
+    parents: &Forest,
     observed: &Observed,
     now_ms: i64,
     public_url: &str,
@@ -318,7 +310,7 @@ async fn store(
                 Some(to) => to.clone(),
                 None => {
                     let to = sql
-                        .alert_recipients(&chain(&c.quota, parents), c.kind)
+                        .alert_recipients(&parents.line(&c.quota).names, c.kind)
                         .await?;
                     by_quota.insert((c.quota.as_str(), c.kind), to.clone());
                     to
@@ -337,20 +329,6 @@ async fn store(
         tokio::task::yield_now().await;
     }
     Ok(swept)
-}
-
-/// The quota and its ancestors, nearest first (a cycle stops the walk).
-fn chain<'a>(quota: &'a str, parents: &'a BTreeMap<String, String>) -> Vec<&'a str> {
-    let mut out = vec![quota];
-    let mut at = quota;
-    while let Some(p) = parents.get(at) {
-        if p.is_empty() || out.contains(&p.as_str()) {
-            break;
-        }
-        out.push(p);
-        at = p;
-    }
-    out
 }
 
 /// Evaluates what this process writes within `SETTLE`, and all quotas

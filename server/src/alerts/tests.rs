@@ -1,5 +1,5 @@
 use super::*;
-use app::charts::{forecast, Sample};
+use quota::forecast::{forecast, Sample};
 use quota::{Mark, QuotaSpec};
 
 const GPU: &str = "requests.nvidia.com/gpu";

@@ -552,16 +552,7 @@ impl Controller {
                 return;
             }
         };
-        let priority = obj.data["spec"]["priority"].as_i64().unwrap_or(0) as i32;
-        let unschedulable = obj.data["status"]["conditions"]
-            .as_array()
-            .is_some_and(|cs| {
-                cs.iter().any(|c| {
-                    c["type"] == "PodScheduled"
-                        && c["status"] == "False"
-                        && c["reason"] == "Unschedulable"
-                })
-            });
+        let (priority, unschedulable) = (facts.priority, facts.unschedulable);
         let labels = obj
             .metadata
             .labels

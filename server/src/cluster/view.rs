@@ -163,12 +163,11 @@ fn unindex<K: std::hash::Hash + Eq, V: Ord>(index: &mut HashMap<K, BTreeSet<V>>,
     }
 }
 
-/// `group/Kind` of a workload reference `group/Kind/ns/name`.
+/// `group/Kind` of a workload reference `group/Kind/ns/name` ("" for a
+/// string that is not one).
 pub fn kind_of_ref(wref: &str) -> &str {
-    let mut parts = wref.splitn(3, '/');
-    let g = parts.next().unwrap_or("");
-    let k = parts.next().unwrap_or("");
-    &wref[..g.len() + 1 + k.len()]
+    quota::workload::WorkloadRef::parse(wref)
+        .map_or("", |r| &wref[..r.group.len() + 1 + r.kind.len()])
 }
 
 pub fn kind_key(group: &str, kind: &str) -> String {
@@ -1000,6 +999,7 @@ mod tests {
             kind_of_ref("batch.volcano.sh/Job/ml/x"),
             "batch.volcano.sh/Job"
         );
+        assert_eq!(kind_of_ref("not-a-reference"), "", "and no panic");
     }
 }
 #[cfg(test)]

@@ -11,8 +11,9 @@
 //!
 //! A binding on X reaches X and every descendant of X; nothing above X.
 
+use quota::lineage::Forest;
 use quota::Quota;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 /// A role on a quota's subtree. Ordered: `Owner` is more than `Member`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -99,55 +100,40 @@ impl Principal {
 /// The tree's shape: each quota's parent ("" for a root).
 #[derive(Clone, Debug, Default)]
 pub struct Tree {
-    parent: HashMap<String, String>,
+    forest: Forest,
 }
 
 impl Tree {
     pub fn new<N: Into<String>, P: Into<String>>(pairs: impl IntoIterator<Item = (N, P)>) -> Tree {
         Tree {
-            parent: pairs
-                .into_iter()
-                .map(|(n, p)| (n.into(), p.into()))
-                .collect(),
+            forest: Forest::new(pairs),
         }
     }
 
     pub fn from_quotas<'a>(quotas: impl IntoIterator<Item = &'a Quota>) -> Tree {
-        Tree::new(
-            quotas
-                .into_iter()
-                .map(|q| (q.name().to_string(), q.spec.parent.clone())),
-        )
+        Tree {
+            forest: Forest::from_quotas(quotas),
+        }
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.parent.contains_key(name)
+        self.forest.contains(name)
     }
 
     /// The parent of a quota; None for a root or an unknown name.
     pub fn parent(&self, name: &str) -> Option<&str> {
-        self.parent
-            .get(name)
-            .map(String::as_str)
-            .filter(|p| !p.is_empty())
+        self.forest.parent(name)
     }
 
-    /// The quota itself, then its parent, and so on up to a root. Bounded
-    /// by the tree's size, so a corrupt cycle cannot loop forever.
+    /// The quota itself, then its parent, and so on up to a root; a
+    /// corrupt cycle ends the walk (see `quota::lineage`).
     pub fn lineage<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        let mut next = Some(name);
-        let mut steps = self.parent.len() + 1;
-        std::iter::from_fn(move || {
-            let cur = next?;
-            steps = steps.checked_sub(1)?;
-            next = self.parent(cur);
-            Some(cur)
-        })
+        self.forest.line(name).names.into_iter()
     }
 
     /// Every quota name.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.parent.keys().map(String::as_str)
+        self.forest.names()
     }
 }
 

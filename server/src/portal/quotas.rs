@@ -11,7 +11,7 @@ use crate::changes::{self, ChangeError};
 use crate::http::AppState;
 use crate::service::ServiceError;
 use crate::store::history::{Sample as StoredSample, DAY_MS};
-use app::charts::{self, Sample};
+use app::charts;
 use app::layout::Flash;
 use app::quotas::{
     FormKey, KeyDetail, OverviewCard, QuotaDetail, QuotaForm, WorkloadRow, EXTRA_ROWS,
@@ -21,8 +21,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
+use quota::forecast::{forecast, Sample, FORECAST_WINDOW_MS};
 use quota::keys::cash_target;
-use quota::{resources, Quantity, Quota, QuotaSpec, ResourceList};
+use quota::{resources, KeyConfig, Quantity, Quota, QuotaSpec, ResourceList};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,12 +51,12 @@ async fn samples(app: &AppState, name: &str, span_ms: i64) -> Result<Vec<Sample>
 
 /// One line per cash key of `q`: what is left and when it runs out at the
 /// burn of the last 24 hours.
-fn forecasts(q: &Quota, samples: &[Sample], now: i64) -> Vec<String> {
+fn forecasts(q: &Quota, samples: &[Sample], now: i64, cfg: &KeyConfig) -> Vec<String> {
     q.spec
         .hard
         .keys()
         .filter(|k| cash_target(k).is_some())
-        .map(|k| charts::forecast(samples, k, now, charts::FORECAST_WINDOW_MS).describe())
+        .map(|k| charts::describe(&forecast(samples, k, now, FORECAST_WINDOW_MS), cfg))
         .collect()
 }
 
@@ -92,17 +93,17 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
     for (q, role) in mine {
         let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
         let s = if has_cash {
-            samples(&app, q.name(), charts::FORECAST_WINDOW_MS + DAY_MS).await?
+            samples(&app, q.name(), FORECAST_WINDOW_MS + DAY_MS).await?
         } else {
             Vec::new()
         };
         cards.push(OverviewCard {
             name: q.name().to_string(),
             role,
-            keys: key_usages(q),
+            keys: key_usages(q, &app.service.keys),
             workloads: q.status.workloads.len(),
             children: all.iter().filter(|c| c.spec.parent == q.name()).count(),
-            forecasts: forecasts(q, &s, now),
+            forecasts: forecasts(q, &s, now, &app.service.keys),
         });
     }
     let flash = viewer.take_flash().await;
@@ -140,7 +141,13 @@ pub async fn tree(
         under: t.under.filter(|u| !u.is_empty()),
         depth: t.depth,
     };
-    Ok(Html(app::render_tree_page(viewer.page(), &quotas, query)).into_response())
+    Ok(Html(app::render_tree_page(
+        viewer.page(),
+        &quotas,
+        &app.service.keys,
+        query,
+    ))
+    .into_response())
 }
 
 /// All quotas and the tree, if the viewer may see `name` (else 404, as
@@ -259,7 +266,7 @@ fn extras(q: &Quota) -> Vec<(String, Vec<(String, String)>)> {
 
 /// Model breakdowns: one chart per generic (non-cash) key of hard that has
 /// model keys in hard or in what the bound workloads hold.
-fn breakdowns(q: &Quota) -> Vec<String> {
+fn breakdowns(q: &Quota, cfg: &KeyConfig) -> Vec<String> {
     let mut used = q.status.self_usage();
     used.extend(q.status.used.iter().map(|(k, v)| (k.clone(), *v)));
     let generics: BTreeSet<String> = q
@@ -268,12 +275,12 @@ fn breakdowns(q: &Quota) -> Vec<String> {
         .keys()
         .chain(used.keys())
         .filter(|k| cash_target(k).is_none())
-        .filter_map(|k| generic_key(k))
+        .filter_map(|k| generic_key(k, cfg))
         .filter(|g| q.spec.hard.contains_key(g))
         .collect();
     generics
         .iter()
-        .map(|g| charts::model_breakdown_chart(&used, &q.spec.hard, g, CHART_W, CHART_H))
+        .map(|g| charts::model_breakdown_chart(&used, &q.spec.hard, g, cfg, CHART_W, CHART_H))
         .collect()
 }
 
@@ -285,6 +292,7 @@ pub async fn detail(
 ) -> Result<Response, PageError> {
     let (q, version, all, tree) = visible_quota(&app, &viewer, &name).await?;
     let p = &viewer.principal;
+    let cfg = &app.service.keys;
     let now = app.service.now();
     let s = samples(&app, &name, CHART_SPAN_MS).await?;
     let charts = if s.is_empty() {
@@ -294,8 +302,8 @@ pub async fn detail(
             .hard
             .keys()
             .map(|k| match cash_target(k) {
-                Some(_) => charts::burn_down_chart(&s, k, now, CHART_W, CHART_H),
-                None => charts::usage_chart(&s, k, CHART_W, CHART_H),
+                Some(_) => charts::burn_down_chart(&s, k, now, cfg, CHART_W, CHART_H),
+                None => charts::usage_chart(&s, k, cfg, CHART_W, CHART_H),
             })
             .collect()
     };
@@ -318,25 +326,26 @@ pub async fn detail(
         .collect();
     let d = QuotaDetail {
         parent: q.spec.parent.clone(),
-        keys: key_usages(&q)
+        keys: key_usages(&q, cfg)
             .into_iter()
             .map(|u| KeyDetail {
                 self_used: app::display_quantity(
                     &u.key,
                     resources::get(&q.status.self_used, &u.key),
+                    cfg,
                 ),
                 max: q
                     .spec
                     .max
                     .get(&u.key)
-                    .map(|m| app::display_quantity(&u.key, *m)),
+                    .map(|m| app::display_quantity(&u.key, *m, cfg)),
                 usage: u,
             })
             .collect(),
-        breakdowns: breakdowns(&q),
+        breakdowns: breakdowns(&q, cfg),
         extras: extras(&q),
         workloads: workload_rows(&q),
-        forecasts: forecasts(&q, &s, now),
+        forecasts: forecasts(&q, &s, now, cfg),
         charts,
         resource_version: version.to_string(),
         can_edit: authz::can_edit_hard(p, &name, &tree),
@@ -799,4 +808,56 @@ pub async fn remove_member(
         )))
         .await;
     Ok(Redirect::to(&format!("/quotas/{name}")).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With `--gpu-resources example.com/tpu`, the quota page counts that
+    /// resource in cards and card-hours and breaks it down by model, as it
+    /// does the default GPUs (it showed "units" and no breakdown when the
+    /// page used the default key configuration).
+    #[test]
+    fn a_configured_gpu_resource_shows_its_units_on_the_quota_page() {
+        let cfg = KeyConfig {
+            gpu_resources: vec!["example.com/tpu".into()],
+        };
+        let hard: ResourceList = [
+            ("cash/requests.example.com/tpu", "100"),
+            ("requests.example.com/tpu", "8"),
+            ("requests.example.com/tpu.v5", "4"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect();
+        let q = Quota::new(
+            "ml",
+            QuotaSpec {
+                parent: String::new(),
+                hard: hard.clone(),
+                max: Default::default(),
+            },
+        );
+        let now = 1_800_000_000_000;
+        let samples = [Sample {
+            at_ms: now,
+            hard,
+            ..Default::default()
+        }];
+        assert_eq!(
+            forecasts(&q, &samples, now, &cfg),
+            ["cash/requests.example.com/tpu: 100 card-hours left, not burning"]
+        );
+        let charts = breakdowns(&q, &cfg);
+        assert_eq!(charts.len(), 1);
+        assert!(charts[0].contains("requests.example.com/tpu by model"));
+        assert!(charts[0].contains("cards"), "{}", charts[0]);
+        // What the default configuration (the page's before) made of it.
+        assert!(breakdowns(&q, &KeyConfig::default()).is_empty());
+        assert_eq!(
+            forecasts(&q, &samples, now, &KeyConfig::default()),
+            ["cash/requests.example.com/tpu: 100 unit-hours left, not burning"]
+        );
+    }
 }

@@ -82,16 +82,17 @@ async fn seeds_a_living_organisation_once(url: &str) {
         resources::get(&fresh.status.used, cash)
     );
     assert!(resources::get(&first.used, cash) < resources::get(&last.used, cash));
-    let points: Vec<app::charts::Sample> = samples
+    let points: Vec<quota::forecast::Sample> = samples
         .iter()
-        .map(|s| app::charts::Sample {
+        .map(|s| quota::forecast::Sample {
             at_ms: s.at_ms,
             hard: s.hard.clone(),
             used: s.used.clone(),
             self_used: s.self_used.clone(),
         })
         .collect();
-    let forecast = app::charts::forecast(&points, cash, now, app::charts::FORECAST_WINDOW_MS);
+    let forecast =
+        quota::forecast::forecast(&points, cash, now, quota::forecast::FORECAST_WINDOW_MS);
     let days = forecast.days_left.expect("nlp burns card-hours");
     assert!(
         days > 2.0 && days <= 10.0,

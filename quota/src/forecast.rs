@@ -1,0 +1,314 @@
+//! The cash forecast: when a cash budget runs out at its recent burn rate,
+//! from the stored usage samples of a quota. Exact: nano-units and integer
+//! milliseconds throughout (`days_left` is for display only).
+
+use crate::resources::{self, ResourceList};
+use crate::Quantity;
+
+const MS_PER_HOUR: i64 = 3_600_000;
+const MS_PER_DAY: i64 = 86_400_000;
+
+/// How far back the burn-down looks to measure the burn rate.
+pub const FORECAST_WINDOW_MS: i64 = 24 * MS_PER_HOUR;
+
+/// One stored usage sample of a quota (the server converts its own rows).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    pub at_ms: i64,
+    pub hard: ResourceList,
+    pub used: ResourceList,
+    pub self_used: ResourceList,
+}
+
+/// When a cash budget runs out at the recent burn rate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Forecast {
+    pub key: String,
+    pub now_ms: i64,
+    /// hard − spent at the latest sample (`as_of_ms`); negative when overspent.
+    pub remaining: Quantity,
+    pub as_of_ms: Option<i64>,
+    /// Spent from `burn_from_ms` to `as_of_ms`: the rate is exactly
+    /// `burned / (as_of_ms − burn_from_ms)`.
+    pub burned: Quantity,
+    pub burn_from_ms: Option<i64>,
+    /// `burned` per hour, rounded down to the nano-unit (for display).
+    pub burn_per_hour: Quantity,
+    /// None when nothing is burning (or the burn cannot be measured).
+    pub exhausted_at_ms: Option<i64>,
+    pub days_left: Option<f64>,
+}
+
+/// Forecasts when `cash_key` runs out, from the burn over the last
+/// `window_ms` before `now_ms`.
+///
+/// The rate is the first/last difference of the spent counter, not a
+/// least-squares fit: cash spent is an exact cumulative counter (accrued to
+/// the nano-unit), so the difference over the window *is* the window's
+/// average burn, with no noise to fit away; a fit would only re-weight the
+/// middle of the window and need sums of squares that risk overflowing. If
+/// the window holds one sample, the sample just before it is the start; a
+/// drop in spent (a budget period reset) starts the window after the drop.
+pub fn forecast(samples: &[Sample], cash_key: &str, now_ms: i64, window_ms: i64) -> Forecast {
+    let mut f = Forecast {
+        key: cash_key.to_string(),
+        now_ms,
+        remaining: Quantity::ZERO,
+        as_of_ms: None,
+        burned: Quantity::ZERO,
+        burn_from_ms: None,
+        burn_per_hour: Quantity::ZERO,
+        exhausted_at_ms: None,
+        days_left: None,
+    };
+    // (at, hard, spent) up to now, in time order.
+    let pts: Vec<(i64, i128, i128)> = sorted(samples)
+        .into_iter()
+        .filter(|s| s.at_ms <= now_ms)
+        .map(|s| {
+            (
+                s.at_ms,
+                resources::get(&s.hard, cash_key).nanos(),
+                resources::get(&s.used, cash_key).nanos(),
+            )
+        })
+        .collect();
+    let Some(&(t_last, hard, spent)) = pts.last() else {
+        return f;
+    };
+    let remaining = hard.saturating_sub(spent);
+    f.as_of_ms = Some(t_last);
+    f.remaining = Quantity::from_nanos(remaining);
+    if remaining <= 0 {
+        f.exhausted_at_ms = Some(now_ms);
+        f.days_left = Some(0.0);
+        return f;
+    }
+    let Some(i0) = burn_start(&pts, now_ms.saturating_sub(window_ms)) else {
+        return f;
+    };
+    let (t0, _, s0) = pts[i0];
+    let (burned, span) = (spent - s0, (t_last - t0) as i128);
+    f.burned = Quantity::from_nanos(burned);
+    f.burn_from_ms = Some(t0);
+    f.burn_per_hour = Quantity::from_nanos(mul_div_floor(burned, MS_PER_HOUR as i128, span));
+    if burned > 0 {
+        // remaining / (burned / span), in whole milliseconds after the sample.
+        let ms = mul_div_floor(remaining, span, burned);
+        let at = (t_last as i128).saturating_add(ms).min(i64::MAX as i128) as i64;
+        f.exhausted_at_ms = Some(at);
+        f.days_left = Some(at.saturating_sub(now_ms).max(0) as f64 / MS_PER_DAY as f64);
+    }
+    f
+}
+
+/// Index of the sample the burn is measured from, or None when fewer than
+/// two usable samples lie in the window.
+fn burn_start(pts: &[(i64, i128, i128)], from_ms: i64) -> Option<usize> {
+    let last = pts.len().checked_sub(1)?;
+    let mut i0 = pts.partition_point(|p| p.0 < from_ms);
+    if i0 > last {
+        return None; // nothing recorded in the window: the burn is unknown
+    }
+    if i0 == last {
+        i0 = last.checked_sub(1)?;
+    }
+    if let Some(j) = (i0 + 1..=last).rev().find(|&j| pts[j].2 < pts[j - 1].2) {
+        i0 = j;
+    }
+    (i0 < last && pts[i0].0 < pts[last].0).then_some(i0)
+}
+
+/// ⌊a·b/c⌋ for c > 0, exact while a·b fits in i128 and close beyond.
+fn mul_div_floor(a: i128, b: i128, c: i128) -> i128 {
+    match a.checked_mul(b) {
+        Some(p) => p.div_euclid(c),
+        None => a
+            .div_euclid(c)
+            .saturating_mul(b)
+            .saturating_add(a.rem_euclid(c).saturating_mul(b) / c),
+    }
+}
+
+fn sorted(samples: &[Sample]) -> Vec<&Sample> {
+    let mut v: Vec<&Sample> = samples.iter().collect();
+    v.sort_by_key(|s| s.at_ms);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantity::NANO;
+    use proptest::prelude::*;
+
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+    const MS_PER_MIN: i64 = 60_000;
+    /// 2026-11-21T00:00:00Z
+    const T0: i64 = 1_795_219_200_000;
+
+    fn list(items: &[(&str, Quantity)]) -> ResourceList {
+        items.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    /// A cash sample: `budget` card-hours, `spent_nanos` spent.
+    fn cash(at_ms: i64, budget: i64, spent_nanos: i128) -> Sample {
+        Sample {
+            at_ms,
+            hard: list(&[(CASH, Quantity::from_units(budget))]),
+            used: list(&[(CASH, Quantity::from_nanos(spent_nanos))]),
+            self_used: ResourceList::new(),
+        }
+    }
+
+    /// Minute samples over `hours` of a steady burn of `rate` card-hours/h,
+    /// ending with `left` card-hours of the budget remaining.
+    fn steady_burn(hours: i64, rate: i64, left: i64) -> Vec<Sample> {
+        let budget = rate * hours + left;
+        (0..=hours * 60)
+            .map(|m| {
+                // Per-minute spend is not a whole nano-unit: floor it, as a
+                // meter would, and let first/last difference stay exact.
+                let spent = m as i128 * rate as i128 * NANO / 60;
+                cash(T0 + m * MS_PER_MIN, budget, spent)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn steady_burn_of_ten_per_hour_with_a_hundred_left_lasts_ten_hours() {
+        let now = T0 + 24 * MS_PER_HOUR;
+        let f = forecast(&steady_burn(24, 10, 100), CASH, now, FORECAST_WINDOW_MS);
+        assert_eq!(f.remaining, Quantity::from_units(100));
+        assert_eq!(f.burn_per_hour, Quantity::from_units(10));
+        assert_eq!(f.burned, Quantity::from_units(240));
+        assert_eq!(f.burn_from_ms, Some(T0));
+        assert_eq!(f.exhausted_at_ms, Some(now + 10 * MS_PER_HOUR));
+        assert_eq!(f.days_left, Some(10.0 / 24.0));
+    }
+
+    #[test]
+    fn the_rate_comes_from_the_window_only() {
+        // 5/h for the first two days, then 10/h for the last day.
+        let mut s: Vec<Sample> = Vec::new();
+        let mut spent = 0i128;
+        for h in 0..=72 {
+            s.push(cash(T0 + h * MS_PER_HOUR, 1000, spent));
+            spent += if h < 48 { 5 } else { 10 } * NANO;
+        }
+        let now = T0 + 72 * MS_PER_HOUR;
+        let f = forecast(&s, CASH, now, FORECAST_WINDOW_MS);
+        assert_eq!(f.burn_per_hour, Quantity::from_units(10));
+        // 1000 − (48·5 + 24·10) = 520 left at 10/h: 52 h.
+        assert_eq!(f.exhausted_at_ms, Some(now + 52 * MS_PER_HOUR));
+    }
+
+    #[test]
+    fn fractional_rates_stay_exact() {
+        // 1 card-hour over 3 h: 0.333… per hour; 2 left → exactly 6 h.
+        let s = vec![
+            cash(T0, 10, 7 * NANO),
+            cash(T0 + 3 * MS_PER_HOUR, 10, 8 * NANO),
+        ];
+        let f = forecast(&s, CASH, T0 + 3 * MS_PER_HOUR, FORECAST_WINDOW_MS);
+        assert_eq!(f.burn_per_hour, Quantity::from_nanos(333_333_333));
+        assert_eq!(f.exhausted_at_ms, Some(T0 + 9 * MS_PER_HOUR));
+    }
+
+    #[test]
+    fn no_burn_means_no_exhaustion_date() {
+        let s: Vec<Sample> = (0..=24)
+            .map(|h| cash(T0 + h * MS_PER_HOUR, 100, 40 * NANO))
+            .collect();
+        let f = forecast(&s, CASH, T0 + 24 * MS_PER_HOUR, FORECAST_WINDOW_MS);
+        assert_eq!(f.remaining, Quantity::from_units(60));
+        assert_eq!(f.burn_per_hour, Quantity::ZERO);
+        assert_eq!((f.exhausted_at_ms, f.days_left), (None, None));
+    }
+
+    #[test]
+    fn a_spent_budget_is_exhausted_now() {
+        let now = T0 + 2 * MS_PER_HOUR;
+        let s = vec![
+            cash(T0, 100, 90 * NANO),
+            cash(T0 + MS_PER_HOUR, 100, 120 * NANO),
+        ];
+        let f = forecast(&s, CASH, now, FORECAST_WINDOW_MS);
+        assert_eq!(f.remaining, Quantity::from_units(-20));
+        assert_eq!((f.exhausted_at_ms, f.days_left), (Some(now), Some(0.0)));
+        let exact = forecast(&[cash(T0, 100, 100 * NANO)], CASH, now, FORECAST_WINDOW_MS);
+        assert_eq!(exact.exhausted_at_ms, Some(now));
+    }
+
+    #[test]
+    fn unmeasurable_burns_give_no_date() {
+        let now = T0 + MS_PER_HOUR;
+        assert_eq!(forecast(&[], CASH, now, FORECAST_WINDOW_MS).as_of_ms, None);
+        // One sample: a level, not a rate.
+        let one = forecast(&[cash(T0, 100, 5 * NANO)], CASH, now, FORECAST_WINDOW_MS);
+        assert_eq!(one.exhausted_at_ms, None);
+        // Nothing in the last day: the burn is unknown, not zero-or-old.
+        let stale = vec![cash(T0, 100, 0), cash(T0 + MS_PER_HOUR, 100, 10 * NANO)];
+        let f = forecast(&stale, CASH, T0 + 3 * MS_PER_DAY, FORECAST_WINDOW_MS);
+        assert_eq!(
+            (f.exhausted_at_ms, f.remaining),
+            (None, Quantity::from_units(90))
+        );
+        // Samples after `now` are ignored.
+        let f = forecast(&stale, CASH, T0 + MS_PER_MIN, FORECAST_WINDOW_MS);
+        assert_eq!(f.remaining, Quantity::from_units(100));
+    }
+
+    #[test]
+    fn a_sparse_window_reaches_back_one_sample() {
+        // Daily samples: the 24 h window holds only the last one.
+        let s = vec![cash(T0, 100, 0), cash(T0 + MS_PER_DAY, 100, 48 * NANO)];
+        let f = forecast(&s, CASH, T0 + MS_PER_DAY + MS_PER_HOUR, FORECAST_WINDOW_MS);
+        assert_eq!(f.burn_per_hour, Quantity::from_units(2));
+        assert_eq!(f.exhausted_at_ms, Some(T0 + MS_PER_DAY + 26 * MS_PER_HOUR));
+    }
+
+    #[test]
+    fn a_reset_counter_measures_from_the_reset() {
+        let s = vec![
+            cash(T0, 100, 80 * NANO),
+            cash(T0 + MS_PER_HOUR, 100, 0),
+            cash(T0 + 3 * MS_PER_HOUR, 100, 10 * NANO),
+        ];
+        let f = forecast(&s, CASH, T0 + 3 * MS_PER_HOUR, FORECAST_WINDOW_MS);
+        assert_eq!(f.burn_per_hour, Quantity::from_units(5));
+        assert_eq!(f.exhausted_at_ms, Some(T0 + 21 * MS_PER_HOUR));
+    }
+
+    proptest! {
+        /// A constant burn of `rate` nano-units per sample interval, sampled
+        /// in any order: the forecast is exact, to the millisecond.
+        #[test]
+        fn the_forecast_of_a_constant_burn_is_exact(
+            rate in 1i128..1_000_000_000_000,
+            step_ms in 1i64..3_600_000,
+            n in 2i64..200,
+            periods_left in 1i128..10_000,
+            shuffle in any::<u64>(),
+        ) {
+            let budget = rate * (n as i128 - 1 + periods_left);
+            let mut s: Vec<Sample> = (0..n)
+                .map(|i| Sample {
+                    at_ms: T0 + i * step_ms,
+                    hard: list(&[(CASH, Quantity::from_nanos(budget))]),
+                    used: list(&[(CASH, Quantity::from_nanos(rate * i as i128))]),
+                    self_used: ResourceList::new(),
+                })
+                .collect();
+            s.rotate_left((shuffle % n as u64) as usize);
+            let last = T0 + (n - 1) * step_ms;
+            // The whole history lies in the window.
+            let f = forecast(&s, CASH, last, (n - 1) * step_ms);
+            prop_assert_eq!(f.remaining.nanos(), rate * periods_left);
+            prop_assert_eq!(f.burn_from_ms, Some(T0));
+            prop_assert_eq!(f.burned.nanos(), rate * (n as i128 - 1));
+            let exhausted = last as i128 + periods_left * step_ms as i128;
+            prop_assert_eq!(f.exhausted_at_ms.map(i128::from), Some(exhausted));
+        }
+    }
+}
