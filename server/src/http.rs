@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use std::sync::Arc;
+use tower_http::trace::TraceLayer;
 
 /// API bodies are quota objects or one workload: 1 MiB is generous.
 pub const API_BODY_LIMIT: usize = 1 << 20;
@@ -61,16 +62,7 @@ impl ApiError {
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
             ApiError::TooMany(..) => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
-            ApiError::Service(e) => match e {
-                ServiceError::Denied(_) => (StatusCode::FORBIDDEN, "QuotaExceeded"),
-                ServiceError::Tree(_) => (StatusCode::UNPROCESSABLE_ENTITY, "TreeRule"),
-                ServiceError::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
-                ServiceError::AlreadyExists(_) => (StatusCode::CONFLICT, "AlreadyExists"),
-                ServiceError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
-                ServiceError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
-                ServiceError::Contention(_) => (StatusCode::SERVICE_UNAVAILABLE, "Contention"),
-                ServiceError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal"),
-            },
+            ApiError::Service(e) => e.status(),
         }
     }
 }
@@ -86,9 +78,14 @@ impl IntoResponse for ApiError {
         };
         let body = serde_json::json!({ "error": { "status": status.as_u16(), "reason": reason, "message": message } });
         let mut resp = (status, axum::Json(body)).into_response();
-        if let ApiError::TooMany(_, secs) = &self {
+        let retry = match &self {
+            ApiError::TooMany(_, secs) => Some(*secs),
+            ApiError::Service(e) => e.retry_after(),
+            _ => None,
+        };
+        if let Some(secs) = retry {
             resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()
@@ -129,6 +126,7 @@ pub fn http_router(app: AppState) -> Router {
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
         .layer(middleware::from_fn(portal::edge::reject_control_chars))
         .layer(middleware::from_fn(portal::edge::security_headers))
+        .layer(TraceLayer::new_for_http())
         .with_state(app)
 }
 
@@ -140,6 +138,7 @@ pub fn probe_router(app: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(0))
+        .layer(TraceLayer::new_for_http())
         .with_state(app)
 }
 
@@ -166,6 +165,7 @@ pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
     reviews
         .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(WEBHOOK_BODY_LIMIT))
+        .layer(TraceLayer::new_for_http())
         .with_state(app)
 }
 

@@ -838,11 +838,7 @@ async fn role_route_table(s: &Server) {
             Form("/transfers", gpu_form("", "nlp", "1")),
             SEE_OTHER,
         ),
-        (
-            Admin,
-            Form("/transfers", gpu_form("nlp", "cv", "100")),
-            INVALID,
-        ),
+        (Admin, Form("/transfers", gpu_form("nlp", "cv", "100")), BAD),
         (
             OwnerNlp,
             Form("/transfers", gpu_form("nlp", "cv", "lots")),
@@ -875,13 +871,13 @@ async fn role_route_table(s: &Server) {
         (MemberCv, Form("/transfers/2/approve", vec![]), NOT_FOUND),
         (OwnerNlp, Form("/transfers/5/approve", vec![]), FORBIDDEN),
         (OwnerNlp, Form("/transfers/2/approve", vec![]), SEE_OTHER),
-        (OwnerNlp, Form("/transfers/2/approve", vec![]), INVALID),
+        (OwnerNlp, Form("/transfers/2/approve", vec![]), CONFLICT),
         (
             Admin,
             Form("/transfers/3/reject", vec![("note", "not now")]),
             SEE_OTHER,
         ),
-        (Admin, Form("/transfers/3/approve", vec![]), INVALID),
+        (Admin, Form("/transfers/3/approve", vec![]), CONFLICT),
         (Admin, Form("/transfers/1/approve", vec![]), SEE_OTHER),
         (Admin, Form("/transfers/999/approve", vec![]), NOT_FOUND),
         // Transfers through the JSON API, the same rules.
@@ -1653,7 +1649,7 @@ async fn transfer_flow(s: &Server) {
             ],
         )
         .await;
-    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", p.body);
+    assert_eq!(p.status, StatusCode::BAD_REQUEST, "{}", p.body);
     assert!(
         p.body
             .contains("bizrq nlp: requests.nvidia.com/gpu gives 100, its hard is only 8"),
@@ -1673,7 +1669,7 @@ async fn transfer_flow(s: &Server) {
             ],
         )
         .await;
-    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", p.body);
+    assert_eq!(p.status, StatusCode::FORBIDDEN, "{}", p.body);
     assert!(
         p.body
             .contains("requests.nvidia.com/gpu asks 10, 4 left of 16"),
@@ -1819,7 +1815,7 @@ async fn transfer_flow(s: &Server) {
         "{list}"
     );
     let p = carol.post("/transfers/4/approve", &[]).await;
-    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", p.body);
+    assert_eq!(p.status, StatusCode::CONFLICT, "{}", p.body);
     assert!(p.body.contains("transfer 4 is expired"), "{}", p.body);
 
     // The audit log: request, approval, rejection and expiry, each once.
