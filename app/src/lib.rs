@@ -412,6 +412,7 @@ mod display_tests {
     fn a_configured_gpu_resource_shows_its_units() {
         let cfg = KeyConfig {
             gpu_resources: vec!["example.com/tpu".into()],
+            ..KeyConfig::default()
         };
         let q = |s: &str| s.parse::<quota::Quantity>().unwrap();
         let hard = [

@@ -22,6 +22,10 @@ pub fn format_minute(ms: i64) -> String {
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fff…](Z|±HH:MM)` into epoch milliseconds.
+/// Calendar-correct: the day must exist in its month (no `2026-02-31`,
+/// `2023-02-29`). A leap second is accepted only where one can fall, at
+/// 23:59:60 UTC, and counts as the next day's first second (as Unix time
+/// does); digits beyond milliseconds are cut, not rounded.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
     let b = s.as_bytes();
     if b.len() < 20
@@ -47,7 +51,8 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
         num(14..16)?,
         num(17..19)?,
     );
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || se > 60
+    {
         return None;
     }
     let mut rest = &s[19..];
@@ -61,16 +66,45 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
         ms = format!("{:0<3}", &digits[..n.min(3)]).parse::<i64>().ok()?;
         rest = &frac[n..];
     }
-    let offset_min = match rest {
-        "Z" | "z" => 0,
-        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) && &o[3..4] == ":" => {
-            let sign = if o.starts_with('-') { -1 } else { 1 };
-            sign * (o[1..3].parse::<i64>().ok()? * 60 + o[4..6].parse::<i64>().ok()?)
+    let offset_min = match rest.as_bytes() {
+        b"Z" | b"z" => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (oh, om) = (num_in(rest, 1..3)?, num_in(rest, 4..6)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            if *sign == b'-' {
+                -(oh * 60 + om)
+            } else {
+                oh * 60 + om
+            }
         }
         _ => return None,
     };
     let days = days_from_civil(y, mo, d);
-    Some(((days * 86_400 + h * 3600 + mi * 60 + se) - offset_min * 60) * 1000 + ms)
+    let local_s = days * 86_400 + h * 3600 + mi * 60 + se;
+    let utc_s = local_s - offset_min * 60;
+    // 23:59:60 UTC reads as the next day's 00:00:00.
+    if se == 60 && utc_s.rem_euclid(86_400) != 0 {
+        return None;
+    }
+    Some(utc_s * 1000 + ms)
+}
+
+/// Two or more ASCII digits of `s` at `r`, as a number.
+fn num_in(s: &str, r: std::ops::Range<usize>) -> Option<i64> {
+    let t = s.get(r)?;
+    (t.bytes().all(|c| c.is_ascii_digit()) && !t.is_empty()).then(|| t.parse().ok())?
+}
+
+/// Days in month `m` (1-12) of year `y`, proleptic Gregorian.
+pub fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        4 | 6 | 9 | 11 => 30,
+        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 => 28,
+        _ => 31,
+    }
 }
 
 // Howard Hinnant's civil-date algorithms (proleptic Gregorian, UTC).
@@ -120,6 +154,65 @@ mod tests {
         assert_eq!(parse_rfc3339("not a time"), None);
         for ms in [-1, 1, 951_782_400_000, 4_102_444_800_999] {
             assert_eq!(parse_rfc3339(&format_rfc3339(ms)), Some(ms));
+        }
+    }
+
+    #[test]
+    fn a_day_that_does_not_exist_is_refused() {
+        assert_eq!(parse_rfc3339("2026-02-31T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2026-04-31T12:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2026-02-29T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2026-01-00T00:00:00Z"), None);
+    }
+
+    #[test]
+    fn february_29_only_in_leap_years() {
+        assert_eq!(
+            parse_rfc3339("2024-02-29T00:00:00Z"),
+            Some(days_from_civil(2024, 2, 29) * 86_400_000)
+        );
+        assert_eq!(parse_rfc3339("2023-02-29T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("1900-02-29T00:00:00Z"), None, "century");
+        assert!(
+            parse_rfc3339("2000-02-29T00:00:00Z").is_some(),
+            "400th year"
+        );
+    }
+
+    #[test]
+    fn a_leap_second_only_at_the_end_of_a_utc_day() {
+        let next_day = parse_rfc3339("2017-01-01T00:00:00Z").unwrap();
+        assert_eq!(parse_rfc3339("2016-12-31T23:59:60Z"), Some(next_day));
+        assert_eq!(
+            parse_rfc3339("2016-12-31T23:59:60.5Z"),
+            Some(next_day + 500)
+        );
+        assert_eq!(
+            parse_rfc3339("2017-01-01T00:59:60+01:00"),
+            Some(next_day),
+            "23:59:60 UTC written in +01:00"
+        );
+        assert_eq!(parse_rfc3339("2016-12-31T12:30:60Z"), None);
+        assert_eq!(parse_rfc3339("2016-12-31T23:59:61Z"), None);
+    }
+
+    #[test]
+    fn offsets_are_checked_and_applied() {
+        let utc = parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+        assert_eq!(parse_rfc3339("2025-12-31T19:30:00-04:30"), Some(utc));
+        assert_eq!(parse_rfc3339("2026-01-01T00:00:00+00:00"), Some(utc));
+        assert_eq!(parse_rfc3339("2026-01-01T00:00:00-00:00"), Some(utc));
+        for bad in [
+            "2026-01-01T00:00:00+24:00",
+            "2026-01-01T00:00:00+01:60",
+            "2026-01-01T00:00:00-+1:00",
+            "2026-01-01T00:00:00+0100",
+            "2026-01-01T00:00:00+01:00junk",
+            "2026-01-01T00:00:00",
+            // A multi-byte character where the offset's colon should be.
+            "2026-01-01T00:00:00+1\u{e9}00",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }
     }
 }

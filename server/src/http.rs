@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use std::sync::Arc;
+use tower_http::trace::TraceLayer;
 
 /// API bodies are quota objects or one workload: 1 MiB is generous.
 pub const API_BODY_LIMIT: usize = 1 << 20;
@@ -61,18 +62,7 @@ impl ApiError {
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
             ApiError::TooMany(..) => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
-            ApiError::Service(e) => match e {
-                ServiceError::Denied(_) => (StatusCode::FORBIDDEN, "QuotaExceeded"),
-                ServiceError::Tree(_) => (StatusCode::UNPROCESSABLE_ENTITY, "TreeRule"),
-                ServiceError::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
-                ServiceError::AlreadyExists(_) => (StatusCode::CONFLICT, "AlreadyExists"),
-                ServiceError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
-                ServiceError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
-                ServiceError::Contention(_) => (StatusCode::SERVICE_UNAVAILABLE, "Contention"),
-                ServiceError::Refused(_) => (StatusCode::FORBIDDEN, "Refused"),
-                ServiceError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Unavailable"),
-                ServiceError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal"),
-            },
+            ApiError::Service(e) => e.status(),
         }
     }
 }
@@ -88,9 +78,14 @@ impl IntoResponse for ApiError {
         };
         let body = serde_json::json!({ "error": { "status": status.as_u16(), "reason": reason, "message": message } });
         let mut resp = (status, axum::Json(body)).into_response();
-        if let ApiError::TooMany(_, secs) = &self {
+        let retry = match &self {
+            ApiError::TooMany(_, secs) => Some(*secs),
+            ApiError::Service(e) => e.retry_after(),
+            _ => None,
+        };
+        if let Some(secs) = retry {
             resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()
@@ -134,6 +129,7 @@ pub fn http_router(app: AppState) -> Router {
         .layer(middleware::from_fn(portal::auth::secure_cookie_behind_tls))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
         .layer(middleware::from_fn(portal::edge::security_headers))
+        .layer(TraceLayer::new_for_http())
         .with_state(app)
 }
 
@@ -145,6 +141,7 @@ pub fn probe_router(app: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(0))
+        .layer(TraceLayer::new_for_http())
         .with_state(app)
 }
 
@@ -171,6 +168,7 @@ pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
     reviews
         .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(WEBHOOK_BODY_LIMIT))
+        .layer(TraceLayer::new_for_http())
         .with_state(app)
 }
 

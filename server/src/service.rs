@@ -5,6 +5,7 @@
 use crate::metrics::Metrics;
 use crate::store::{QuotaStore, StoreError, Stored};
 use crate::util::{new_uid, now_ms};
+use axum::http::StatusCode;
 use quota::admission::{self, Denial};
 use quota::borrow;
 use quota::cash::Prices;
@@ -62,6 +63,39 @@ pub enum ServiceError {
     Unavailable(String),
     #[error("{0}")]
     Internal(String),
+}
+
+/// Seconds a client should wait before retrying after `Contention`: the
+/// writers it lost to finish within milliseconds.
+pub const CONTENTION_RETRY_SECS: u64 = 1;
+
+impl ServiceError {
+    /// The one table from a service error to an HTTP status and a reason,
+    /// used by the JSON API, the portal's pages and the webhook's verdicts
+    /// (docs/errors.md). `Internal` details are logged by the edges, never
+    /// sent.
+    pub fn status(&self) -> (StatusCode, &'static str) {
+        match self {
+            ServiceError::Denied(_) => (StatusCode::FORBIDDEN, "QuotaExceeded"),
+            ServiceError::Tree(_) => (StatusCode::UNPROCESSABLE_ENTITY, "TreeRule"),
+            ServiceError::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
+            ServiceError::AlreadyExists(_) => (StatusCode::CONFLICT, "AlreadyExists"),
+            ServiceError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
+            ServiceError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
+            ServiceError::Contention(_) => (StatusCode::TOO_MANY_REQUESTS, "Contention"),
+            // The API server refused one of bizrq's own writes (another
+            // webhook, RBAC): in its words, as a refusal.
+            ServiceError::Refused(_) => (StatusCode::FORBIDDEN, "Refused"),
+            // The API server could not reach the admission webhook.
+            ServiceError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Unavailable"),
+            ServiceError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal"),
+        }
+    }
+
+    /// Seconds to wait before trying again, for the errors that pass.
+    pub fn retry_after(&self) -> Option<u64> {
+        matches!(self, ServiceError::Contention(_)).then_some(CONTENTION_RETRY_SECS)
+    }
 }
 
 impl From<TreeError> for ServiceError {
@@ -181,6 +215,7 @@ impl Service {
         self.locks.lock(name).await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(quota = name))]
     pub async fn get(&self, name: &str) -> Result<Stored, ServiceError> {
         self.store
             .get(name)
@@ -189,6 +224,7 @@ impl Service {
     }
 
     /// Every quota, fresh from the store, by name.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn list(&self) -> Result<Vec<Quota>, ServiceError> {
         Ok(self
             .store
@@ -289,6 +325,7 @@ impl Service {
 
     /// Load every quota into the cache, so the first admission against a
     /// quota does not pay for a read. Returns how many.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn warm_cache(&self) -> Result<usize, ServiceError> {
         let all = self.store.list().await?;
         let n = all.len();
@@ -336,6 +373,7 @@ impl Service {
     /// annotation as `token`), which finds the carve-out under the same token
     /// and passes it unchanged. A carve-out under another token is another
     /// create's, in flight or crashed (dropped after `CARVE_TTL_MS`).
+    #[tracing::instrument(level = "debug", skip_all, fields(quota = name, dry_run = dry_run))]
     pub async fn create_quota(
         &self,
         name: &str,
@@ -455,6 +493,7 @@ impl Service {
     /// lowering always passes. `expected_version` makes it a strict
     /// compare-and-swap for the caller; without it, conflicts with status
     /// writes are retried here.
+    #[tracing::instrument(level = "debug", skip_all, fields(quota = name, dry_run = dry_run))]
     pub async fn update_quota(
         &self,
         name: &str,
@@ -543,6 +582,7 @@ impl Service {
     }
 
     /// Delete a leaf and return its carve-out to the parent.
+    #[tracing::instrument(level = "debug", skip_all, fields(quota = name, dry_run = dry_run))]
     pub async fn delete_quota(
         &self,
         name: &str,
@@ -633,6 +673,7 @@ impl Service {
 
     /// Charge a workload's pod sets to a quota (the difference from what it
     /// holds there). Keeps an HPA reservation already in place.
+    #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name, workload = wref, dry_run = dry_run))]
     pub async fn charge_workload(
         &self,
         quota_name: &str,
@@ -724,6 +765,7 @@ impl Service {
     }
 
     /// Check that usage would fit without charging it (CronJob).
+    #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name))]
     pub async fn check_usage(
         &self,
         quota_name: &str,
@@ -739,6 +781,7 @@ impl Service {
 
     /// Give back what a workload holds. Always allowed; a quota that is gone
     /// holds nothing. The controller confirms it against the cluster.
+    #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name, workload = wref, dry_run = dry_run))]
     pub async fn release_workload(
         &self,
         quota_name: &str,
@@ -768,6 +811,7 @@ impl Service {
     /// (the admission that last changed it) at its first read, so that
     /// when the write fails or is cut short a deferred release takes that
     /// charge and not the one of an object created again under the name.
+    #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name, workload = wref, dry_run = dry_run))]
     pub async fn release_for_delete(
         &self,
         quota_name: &str,
@@ -943,6 +987,7 @@ impl Service {
 
     /// A scale subresource change: the held charge at the new replica count
     /// (for workloads of a single pod set). Returns false when not governed.
+    #[tracing::instrument(level = "debug", skip_all, fields(workload = wref, replicas = replicas, dry_run = dry_run))]
     pub async fn scale_workload(
         &self,
         wref: &str,
@@ -962,6 +1007,7 @@ impl Service {
 
     /// An HPA targeting a held workload reserves `maxReplicas` (or stops
     /// reserving, with `None`). Returns false when the target is not governed.
+    #[tracing::instrument(level = "debug", skip_all, fields(workload = wref, hpa = hpa_name, dry_run = dry_run))]
     pub async fn set_hpa(
         &self,
         wref: &str,
@@ -990,6 +1036,7 @@ impl Service {
     /// that holds no carve-out in the parent is the one case where lag does
     /// harm: a delete not yet seen would get its carve-out back and keep it.
     /// Those few are read fresh, and dropped when gone; see `Confirmed`.
+    #[tracing::instrument(level = "debug", skip_all, fields(quota = parent))]
     pub async fn confirm_children(
         &self,
         parent: &str,
@@ -1018,6 +1065,7 @@ impl Service {
     /// ledger match its children (dropping carve-outs of creates that never
     /// finished, after `CARVE_TTL_MS`), accrue cash, refresh used. Returns
     /// how many quotas it had to write.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn resync(&self) -> Result<usize, ServiceError> {
         let started = std::time::Instant::now();
         let all = self.store.list().await?;

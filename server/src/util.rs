@@ -1,6 +1,7 @@
 //! Small helpers for the imperative shell: the clock and identifiers.
 
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -11,29 +12,44 @@ pub fn now_ms() -> i64 {
 
 /// A random RFC 4122 version-4 UUID.
 pub fn new_uid() -> String {
-    let mut b: [u8; 16] = rand::random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex(&b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 pub fn sha256_hex(s: &str) -> String {
-    hex(&Sha256::digest(s.as_bytes()))
+    hex::encode(Sha256::digest(s.as_bytes()))
 }
 
 /// Equality that takes the same time whatever the inputs share.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.ct_eq(b).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_uid_is_a_version_4_uuid() {
+        let u = new_uid();
+        let parsed = uuid::Uuid::parse_str(&u).unwrap();
+        assert_eq!(parsed.get_version_num(), 4);
+        assert_eq!(u, u.to_lowercase());
+        assert_ne!(u, new_uid());
+    }
+
+    #[test]
+    fn hex_and_constant_time_eq() {
+        assert_eq!(hex(&[0x00, 0xab, 0xff]), "00abff");
+        assert_eq!(
+            sha256_hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(constant_time_eq(b"same", b"same"));
+        assert!(!constant_time_eq(b"same", b"sane"));
+        assert!(!constant_time_eq(b"same", b"same-longer"));
+    }
 }

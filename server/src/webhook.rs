@@ -10,11 +10,13 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::core::admission::AdmissionResponse;
+use kube::core::response::{Status, StatusDetails, StatusSummary};
 use quota::object::{HpaCharge, QuotaSpec, KIND};
 use quota::workload::{
     adapter_for_kind, adapter_for_resource, read_hpa, read_scale_replicas, Adapter, Workload,
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,9 +32,10 @@ pub struct Verdict {
     pub warnings: Vec<String>,
     /// Set when a quota or tree rule refused: what the Events say.
     pub refusal: Option<Refusal>,
-    /// The Status reason, when the code alone does not say it (409 is
-    /// Conflict unless it is AlreadyExists). The API server hands it on.
+    /// The Status reason (Kubernetes' words); the API server hands it on.
     pub reason: Option<&'static str>,
+    /// Seconds to wait before trying again (`status.details.retryAfterSeconds`).
+    pub retry_after: Option<u64>,
 }
 
 impl Verdict {
@@ -49,87 +52,83 @@ impl Verdict {
         self
     }
 
+    /// A refusal, coded by the one table (`ServiceError::status`,
+    /// docs/errors.md).
     pub fn from_error(e: ServiceError) -> Verdict {
-        let code = match &e {
-            ServiceError::Denied(_) | ServiceError::Tree(_) | ServiceError::Refused(_) => 403,
-            ServiceError::Unavailable(_) => 503,
-            ServiceError::NotFound(_) => 404,
-            ServiceError::AlreadyExists(_) | ServiceError::Conflict(_) => 409,
-            ServiceError::BadRequest(_) => 400,
-            ServiceError::Contention(_) => 429,
-            ServiceError::Internal(_) => 500,
-        };
+        let (status, reason) = e.status();
         let refusal = events::refusal(&e);
-        if code == 500 {
-            tracing::error!(error = %e, "admission failed; denying");
-        }
-        let reason = matches!(e, ServiceError::AlreadyExists(_)).then_some("AlreadyExists");
+        let retry_after = e.retry_after();
         let message = match e {
             ServiceError::Internal(_) => {
+                tracing::error!(error = %e, "admission failed; denying");
                 "bizrq: internal error while deciding; denied (see bizrq logs)".to_string()
             }
             e => e.to_string(),
         };
         Verdict {
             allowed: false,
-            code,
+            code: status.as_u16(),
             message,
             warnings: Vec::new(),
             refusal,
-            reason,
+            reason: Some(status_reason(status, reason)),
+            retry_after,
         }
     }
 }
 
-#[derive(Serialize)]
-struct ReviewOut<'a> {
-    #[serde(rename = "apiVersion")]
-    api_version: &'static str,
-    kind: &'static str,
-    response: ResponseOut<'a>,
+/// The table's reason in Kubernetes' `StatusReason` words, which clients
+/// (kubectl, client-go's `IsForbidden`, ...) understand.
+fn status_reason(status: StatusCode, reason: &'static str) -> &'static str {
+    match status {
+        _ if reason == "AlreadyExists" => reason,
+        StatusCode::BAD_REQUEST => "BadRequest",
+        StatusCode::FORBIDDEN => "Forbidden",
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::CONFLICT => "Conflict",
+        StatusCode::UNPROCESSABLE_ENTITY => "Invalid",
+        StatusCode::TOO_MANY_REQUESTS => "TooManyRequests",
+        _ => "InternalError",
+    }
 }
 
-#[derive(Serialize)]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut<'a>>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    warnings: &'a [String],
-}
-
-#[derive(Serialize)]
-struct StatusOut<'a> {
-    code: u16,
-    message: &'a str,
-    reason: &'static str,
-}
-
-pub fn review_json(uid: &str, v: &Verdict) -> Vec<u8> {
-    let out = ReviewOut {
-        api_version: REVIEW_API_VERSION,
-        kind: "AdmissionReview",
-        response: ResponseOut {
-            uid,
-            allowed: v.allowed,
-            status: (!v.allowed).then_some(StatusOut {
-                code: v.code,
-                message: &v.message,
-                reason: v.reason.unwrap_or(match v.code {
-                    403 => "Forbidden",
-                    404 => "NotFound",
-                    409 => "Conflict",
-                    429 => "TooManyRequests",
-                    400 => "BadRequest",
-                    503 => "ServiceUnavailable",
-                    _ => "InternalError",
-                }),
+/// The review answered, in kube's `AdmissionReview` envelope. Only the
+/// response side uses kube's types: building it costs a few small
+/// allocations per review, nothing next to decoding the request, which
+/// stays `quota::review`'s (straight into what the adapters need).
+pub fn review_json(uid: &str, v: Verdict) -> Vec<u8> {
+    // `invalid` is kube's one constructor without a typed request; every
+    // field that matters is set below.
+    let mut r = AdmissionResponse::invalid("");
+    r.uid = uid.to_string();
+    r.allowed = v.allowed;
+    r.result = if v.allowed {
+        Status::default()
+    } else {
+        Status {
+            status: Some(StatusSummary::Failure),
+            code: v.code,
+            message: v.message,
+            reason: v
+                .reason
+                .unwrap_or_else(|| {
+                    let code = StatusCode::from_u16(v.code);
+                    status_reason(code.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), "")
+                })
+                .to_string(),
+            details: v.retry_after.map(|secs| StatusDetails {
+                name: String::new(),
+                group: String::new(),
+                kind: String::new(),
+                uid: String::new(),
+                causes: Vec::new(),
+                retry_after_seconds: secs.try_into().unwrap_or(u32::MAX),
             }),
-            warnings: &v.warnings,
-        },
+            metadata: None,
+        }
     };
-    serde_json::to_vec(&out).expect("review serialises")
+    r.warnings = (!v.warnings.is_empty()).then_some(v.warnings);
+    serde_json::to_vec(&r.into_review()).expect("review serialises")
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,16 +188,13 @@ async fn handle(app: &AppState, endpoint: Endpoint, body: &[u8]) -> Response {
         }
     }
     let decision = if verdict.allowed { "allowed" } else { "denied" };
+    let body = review_json(&req.uid, verdict);
     app.service.metrics.observe_admission(
         endpoint.name(),
         decision,
         started.elapsed().as_secs_f64(),
     );
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        review_json(&req.uid, &verdict),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// A denial as Kubernetes Events: on the object under review — the

@@ -243,6 +243,10 @@ pub enum PageError {
     Busy(String, u64),
     #[error("{0}")]
     Internal(String),
+    /// A refusal of the service layer, coded by its one table
+    /// (`ServiceError::status`, docs/errors.md).
+    #[error(transparent)]
+    Service(crate::service::ServiceError),
 }
 
 impl From<limits::Busy> for PageError {
@@ -259,12 +263,12 @@ impl From<StoreError> for PageError {
 
 impl From<crate::service::ServiceError> for PageError {
     fn from(e: crate::service::ServiceError) -> Self {
-        use crate::service::ServiceError as S;
         match e {
-            S::NotFound(m) => PageError::NotFound(m),
-            S::Internal(m) => PageError::Internal(m),
-            S::Unavailable(m) => PageError::Busy(m, limits::BUSY_RETRY_SECS),
-            other => PageError::Invalid(other.to_string()),
+            crate::service::ServiceError::Unavailable(m) => {
+                PageError::Busy(m, limits::BUSY_RETRY_SECS)
+            }
+            crate::service::ServiceError::Internal(m) => PageError::Internal(m),
+            e => PageError::Service(e),
         }
     }
 }
@@ -277,6 +281,7 @@ impl IntoResponse for PageError {
             PageError::Invalid(m) => (StatusCode::UNPROCESSABLE_ENTITY, m.clone()),
             PageError::TooMany(m, _) => (StatusCode::TOO_MANY_REQUESTS, m.clone()),
             PageError::Busy(m, _) => (StatusCode::SERVICE_UNAVAILABLE, m.clone()),
+            PageError::Service(e) => (e.status().0, e.to_string()),
             PageError::Internal(m) => {
                 tracing::error!(error = %m, "portal internal error");
                 (
@@ -286,9 +291,14 @@ impl IntoResponse for PageError {
             }
         };
         let mut resp = (status, Html(pages::error_page(status, message))).into_response();
-        if let PageError::TooMany(_, secs) | PageError::Busy(_, secs) = &self {
+        let retry = match &self {
+            PageError::TooMany(_, secs) | PageError::Busy(_, secs) => Some(*secs),
+            PageError::Service(e) => e.retry_after(),
+            _ => None,
+        };
+        if let Some(secs) = retry {
             resp.headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, (*secs).into());
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
         }
         resp
     }

@@ -471,18 +471,16 @@ fn refused_form(viewer: &Viewer, form: QuotaForm, message: String, status: Statu
     (status, Html(html)).into_response()
 }
 
-/// A refused change: 403 and 404 as pages of their own; anything the
-/// person can fix (a tree rule, a name taken, a stale form) on the form.
+/// A refused change: a permission refusal, 404 and 500 as pages of their
+/// own; anything the person can fix (a quota or tree rule, a name taken, a
+/// stale form) on the form, with the status of the one table
+/// (`ServiceError::status`).
 fn form_status(e: ChangeError) -> Result<(StatusCode, String), PageError> {
     match e {
         ChangeError::Forbidden(m) => Err(PageError::Forbidden(m)),
         ChangeError::Service(e) => match e {
             ServiceError::NotFound(_) | ServiceError::Internal(_) => Err(e.into()),
-            ServiceError::AlreadyExists(m) | ServiceError::Conflict(m) => {
-                Ok((StatusCode::CONFLICT, m))
-            }
-            ServiceError::Unavailable(m) => Ok((StatusCode::SERVICE_UNAVAILABLE, m)),
-            e => Ok((StatusCode::UNPROCESSABLE_ENTITY, e.to_string())),
+            e => Ok((e.status().0, e.to_string())),
         },
     }
 }
@@ -822,6 +820,7 @@ mod tests {
     fn a_configured_gpu_resource_shows_its_units_on_the_quota_page() {
         let cfg = KeyConfig {
             gpu_resources: vec!["example.com/tpu".into()],
+            ..KeyConfig::default()
         };
         let hard: ResourceList = [
             ("cash/requests.example.com/tpu", "100"),

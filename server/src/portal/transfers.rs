@@ -633,14 +633,15 @@ fn parse_request_form(
 }
 
 /// POST /transfers: a request → 303 to its page; refused → the list again
-/// with the message (422), the form as typed.
+/// with the message, the form as typed: 422 for a form that does not read,
+/// else the status of the service's refusal (`ServiceError::status`).
 async fn page_request(
     State(app): State<AppState>,
     viewer: Viewer,
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
     let (typed, parsed) = parse_request_form(fields);
-    let refused = |message: String, typed: RequestForm| {
+    let refused = |message: String, typed: RequestForm, status: StatusCode| {
         let (app, viewer) = (&app, &viewer);
         async move {
             list_page(
@@ -649,14 +650,14 @@ async fn page_request(
                 &PageParams::default(),
                 typed,
                 Some(Flash::Error(message)),
-                StatusCode::UNPROCESSABLE_ENTITY,
+                status,
             )
             .await
         }
     };
     let req = match parsed {
         Ok(r) => r,
-        Err(m) => return refused(m, typed).await,
+        Err(m) => return refused(m, typed, StatusCode::UNPROCESSABLE_ENTITY).await,
     };
     match request(&app, &viewer.principal, req).await {
         Ok(t) => {
@@ -670,7 +671,7 @@ async fn page_request(
             Ok(Redirect::to(&format!("/transfers/{}", t.id)).into_response())
         }
         Err(TransferOpError::Service(e)) if !matches!(e, ServiceError::Internal(_)) => {
-            refused(e.to_string(), typed).await
+            refused(e.to_string(), typed, e.status().0).await
         }
         Err(e) => Err(e.into()),
     }
@@ -746,7 +747,8 @@ async fn page_detail(
 }
 
 /// A decision's answer: 303 back to the transfer with what happened, or
-/// its page again with why not (422); 403/404 as error pages.
+/// its page again with why not (the status of `ServiceError::status`);
+/// 403/404 as error pages.
 async fn decided(
     app: &AppState,
     viewer: &Viewer,
@@ -781,7 +783,7 @@ async fn decided(
                 viewer,
                 id,
                 Some(Flash::Error(e.to_string())),
-                StatusCode::UNPROCESSABLE_ENTITY,
+                e.status().0,
             )
             .await
         }

@@ -4,7 +4,7 @@
 //! module only reads and writes rows.
 
 use super::sql::SqlStore;
-use super::StoreError;
+use super::{ResultExt, StoreError};
 use crate::portal::authz::{Binding, Role};
 use sqlx::any::AnyRow;
 use sqlx::Row;
@@ -107,13 +107,8 @@ impl SqlStore {
         .bind(now_ms)
         .fetch_one(&self.write)
         .await;
-        match res {
-            Ok(row) => user_from_row(&row),
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                Err(StoreError::AlreadyExists(format!("user {username}")))
-            }
-            Err(e) => Err(e.into()),
-        }
+        let row = res.on_unique(|| StoreError::AlreadyExists(format!("user {username}")))?;
+        user_from_row(&row)
     }
 
     pub async fn user_by_name(&self, username: &str) -> Result<Option<User>, StoreError> {

@@ -118,6 +118,8 @@ fn bucket_start(at_ms: i64, width: i64) -> i64 {
 }
 
 /// `($1, $2, $3), ($4, $5, $6)` for 2 rows of 3 columns.
+/// Not `sqlx::QueryBuilder::push_values`: through the `Any` driver it
+/// writes `?` placeholders, which PostgreSQL refuses; `$n` serve both.
 fn values_list(rows: usize, cols: usize) -> String {
     let mut out = String::with_capacity(rows * cols * 5);
     for r in 0..rows {

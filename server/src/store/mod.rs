@@ -45,6 +45,32 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+/// Whether a write broke a unique constraint: the one place that reads a
+/// database error's kind. (By kind, not by constraint name: SQLite names
+/// no constraint in its errors.)
+pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
+/// Turns a unique violation into the error a caller can act on (as
+/// realworld-axum-sqlx's `on_constraint`); any other failure stays a
+/// backend error.
+pub(crate) trait ResultExt<T> {
+    fn on_unique(self, f: impl FnOnce() -> StoreError) -> Result<T, StoreError>;
+}
+
+impl<T> ResultExt<T> for Result<T, sqlx::Error> {
+    fn on_unique(self, f: impl FnOnce() -> StoreError) -> Result<T, StoreError> {
+        self.map_err(|e| {
+            if is_unique_violation(&e) {
+                f()
+            } else {
+                e.into()
+            }
+        })
+    }
+}
+
 #[async_trait]
 pub trait QuotaStore: Send + Sync + 'static {
     async fn get(&self, name: &str) -> Result<Option<Stored>, StoreError>;

@@ -68,7 +68,7 @@ impl SessionStore for SqlSessionStore {
             .await;
             match res {
                 Ok(_) => return Ok(()),
-                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(e) if super::is_unique_violation(&e) => {
                     record.id = Id::default();
                 }
                 Err(e) => return Err(backend(e)),

@@ -3,7 +3,7 @@
 //! bindings kept by a trigger in the same statement as the status that
 //! holds them.
 
-use super::{QuotaStore, StoreError, Stored};
+use super::{QuotaStore, ResultExt, StoreError, Stored};
 use async_trait::async_trait;
 use quota::object::{ObjectMeta, Quota, QuotaSpec, QuotaStatus};
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -226,7 +226,7 @@ impl QuotaStore for SqlStore {
             .creation_timestamp
             .clone()
             .unwrap_or_else(|| quota::time::format_rfc3339(crate::util::now_ms()));
-        let res = sqlx::query("INSERT INTO quotas (name, parent, spec, status, version, uid, created_at) VALUES ($1, $2, $3, $4, 1, $5, $6)")
+        sqlx::query("INSERT INTO quotas (name, parent, spec, status, version, uid, created_at) VALUES ($1, $2, $3, $4, 1, $5, $6)")
             .bind(quota.name())
             .bind(&quota.spec.parent)
             .bind(to_json(&quota.spec)?)
@@ -234,14 +234,8 @@ impl QuotaStore for SqlStore {
             .bind(&uid)
             .bind(&created)
             .execute(&self.write)
-            .await;
-        match res {
-            Ok(_) => {}
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                return Err(StoreError::AlreadyExists(quota.name().to_string()))
-            }
-            Err(e) => return Err(e.into()),
-        }
+            .await
+            .on_unique(|| StoreError::AlreadyExists(quota.name().to_string()))?;
         let mut q = quota.clone();
         q.metadata.resource_version = Some("1".into());
         q.metadata.uid = Some(uid);

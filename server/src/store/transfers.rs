@@ -539,7 +539,7 @@ impl SqlStore {
         .await;
         let id: i64 = match inserted {
             Ok(row) => row.try_get(0)?,
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
+            Err(e) if super::is_unique_violation(&e) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
         let marked = sqlx::query(

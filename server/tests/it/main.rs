@@ -10,6 +10,7 @@ mod concurrency;
 mod deferred;
 mod demo;
 mod edges;
+mod errors;
 mod fakeapi;
 mod forged;
 mod mail;
