@@ -4,6 +4,8 @@
 
 pub mod alerts;
 pub mod api;
+// Moved below the edges; declared at their old place until the paths follow.
+#[path = "service/changes.rs"]
 pub mod changes;
 pub mod cluster;
 pub mod config;
@@ -16,6 +18,7 @@ pub mod portal;
 pub mod service;
 pub mod store;
 pub mod tls;
+#[path = "service/transfers.rs"]
 pub mod transfers;
 pub mod util;
 pub mod webhook;

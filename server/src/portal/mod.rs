@@ -13,8 +13,10 @@
 //! mode where the quota objects live in the cluster.
 
 pub mod alerts;
+#[path = "../service/audit.rs"]
 pub mod audit;
 pub mod auth;
+#[path = "../authz.rs"]
 pub mod authz;
 pub mod edge;
 pub mod limits;
