@@ -419,11 +419,7 @@ pub fn digest_cutoff(now_ms: i64, hour: u8) -> i64 {
 
 /// One email for a user's waiting alerts (oldest first): each with its
 /// level, quota, message, when it opened and, if so, when it resolved.
-pub fn digest_email(
-    alerts: &[Alert],
-    cutoff_ms: i64,
-    public_url: &str,
-) -> Email {
+pub fn digest_email(alerts: &[Alert], cutoff_ms: i64, public_url: &str) -> Email {
     let day = &quota::time::format_rfc3339(cutoff_ms)[..10];
     let url = public_url.trim_end_matches('/');
     let open = alerts.iter().filter(|a| a.resolved_at.is_none()).count();

@@ -4,9 +4,9 @@
 //! the caller may not see answer 404 as if they did not exist, changes it
 //! may not make answer 403. Changes are written to the audit log.
 
-use crate::service::changes::{self, not_found, tree_for, ChangeError};
-use crate::http::{ApiError, AppState};
 use crate::authz::{self, Principal};
+use crate::http::{ApiError, AppState};
+use crate::service::changes::{self, not_found, tree_for, ChangeError};
 use crate::service::ServiceError;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -160,7 +160,16 @@ pub async fn replace(
     let version = parse_version(input.metadata.resource_version.as_deref())?;
     let dry = p.dry()?;
     let tree = tree_for(&app.audited(), &principal).await?;
-    let q = changes::update(&app.audited(), &principal, &tree, &name, input.spec, version, dry).await?;
+    let q = changes::update(
+        &app.audited(),
+        &principal,
+        &tree,
+        &name,
+        input.spec,
+        version,
+        dry,
+    )
+    .await?;
     Ok(Json(q).into_response())
 }
 
@@ -219,7 +228,11 @@ pub async fn check(
         }))
         .into_response());
     };
-    if !authz::can_view(&principal, quota, &tree_for(&app.audited(), &principal).await?) {
+    if !authz::can_view(
+        &principal,
+        quota,
+        &tree_for(&app.audited(), &principal).await?,
+    ) {
         return Ok(Json(serde_json::json!({
             "allowed": false, "governed": true, "quota": quota,
             "message": not_found(quota).to_string(), "usage": usage, "warnings": w.warnings,

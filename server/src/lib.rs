@@ -33,7 +33,7 @@ use crate::store::sql::SqlStore;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 const TOKEN_SETTING: &str = "admin_token_sha256";
 
@@ -75,29 +75,18 @@ pub struct Running {
     pub demo: Option<demo::Outcome>,
     /// Stops both listeners (each lets its connections finish, 10 s at most).
     http_shutdown: tokio::sync::watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
-    cert_reload: Option<JoinHandle<()>>,
-    resync_task: JoinHandle<()>,
-    /// Deletes expired sessions and old login failures.
-    portal_janitor: JoinHandle<()>,
-    /// Sends the email outbox (every replica; rows are leased).
-    mail_sender: JoinHandle<()>,
-    /// Evaluates alerts and queues digests (every replica).
-    alerting: JoinHandle<()>,
+    listeners: Vec<JoinHandle<()>>,
+    /// The session janitor, the mail sender, the alert engine, the
+    /// certificate reload, the resync or the controller (with its sweep):
+    /// stopped together, before the Lease is given up.
+    background: JoinSet<()>,
     /// Cluster mode: the Lease to give up on shutdown.
     lease: Option<(kube::Client, LeaseConfig)>,
 }
 
 impl Running {
-    pub async fn shutdown(self) {
-        self.resync_task.abort();
-        self.portal_janitor.abort();
-        // A send cut short leaves its lease; the row goes out after it ends.
-        self.mail_sender.abort();
-        self.alerting.abort();
-        if let Some(t) = &self.cert_reload {
-            t.abort();
-        }
+    pub async fn shutdown(mut self) {
+        self.background.shutdown().await;
         if let Some((client, lease)) = &self.lease {
             let api = kube::Api::namespaced(client.clone(), &lease.namespace);
             if let Err(e) = cluster::leader::release(&api, lease).await {
@@ -105,7 +94,7 @@ impl Running {
             }
         }
         let _ = self.http_shutdown.send(true);
-        for t in self.tasks {
+        for t in self.listeners {
             let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
         }
     }
@@ -190,18 +179,19 @@ pub async fn start_with(
                 .with_keys(args.key_config()),
         ),
     };
-    let mut service = Service::new(store, args.key_config(), args.prices(), metrics.clone());
-    if let Some(clock) = clock {
-        service = service.with_clock(clock);
-    }
     let events = match &client {
         Some(c) => cluster::events::Events::start(c.clone(), identity.clone(), metrics.clone()),
         None => cluster::events::Events::default(),
     };
+    // Built once: nothing about the service changes after this.
+    let mut service = Service::new(store, args.key_config(), args.prices(), metrics.clone());
+    if let Some(clock) = clock {
+        service = service.with_clock(clock);
+    }
     if client.is_some() {
-        // Pods are seen: cash accrues from their run time, by the controller.
-        service.accrue_from_ledger = false;
-        service.events = Arc::new(events.clone());
+        service = service
+            .with_accrual_from_pods()
+            .with_notifier(Arc::new(events.clone()));
     }
     let service = Arc::new(service);
     let warmed = service.warm_cache().await?;
@@ -228,10 +218,16 @@ pub async fn start_with(
     let state = AppState {
         service: service.clone(),
         token_sha256: Arc::new(token_sha256),
-        portal: Arc::new(portal::Portal::new(sql.clone(), portal::PortalConfig::from_args(args))),
+        portal: Arc::new(portal::Portal::new(
+            sql.clone(),
+            portal::PortalConfig::from_args(args),
+        )),
         transfers: transfers.clone(),
     };
-    let portal_janitor = portal::spawn_janitor(sql.clone(), Duration::from_secs(600));
+    // Every background task, stopped together by `Running::shutdown`.
+    let mut background = JoinSet::new();
+    let janitor = portal::spawn_janitor(sql.clone(), Duration::from_secs(600));
+    background.spawn(until_aborted(janitor));
     let mailer = match mail::SmtpConfig::from_args(args) {
         Some(c) => Some(mail::Mailer::new(&c)?),
         None => {
@@ -239,12 +235,13 @@ pub async fn start_with(
             None
         }
     };
-    let mail_sender = tokio::spawn(
+    // A send cut short by shutdown leaves its lease; the row goes out after it ends.
+    background.spawn(
         mail::Sender::new(sql.clone(), mailer, metrics.clone(), service.clock()).run(mail::POLL),
     );
     // On every replica, both modes: each evaluates what it writes at once,
     // and all quotas at start and every 5 min; opening an alert is idempotent across them.
-    let alerting = tokio::spawn(alerts::engine::evaluate_forever(
+    background.spawn(alerts::engine::evaluate_forever(
         service.clone(),
         sql.clone(),
         args.public_url.clone(),
@@ -252,7 +249,6 @@ pub async fn start_with(
         args.digest_hour,
     ));
 
-    let mut cert_reload = None;
     let clients: tls::ClientAuth = match &args.webhook_client_ca {
         Some(ca) => {
             if args
@@ -273,13 +269,13 @@ pub async fn start_with(
     let (tls_config, self_signed_cert) = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => {
             let config = tls::load(c, k, &clients).await?;
-            cert_reload = Some(tokio::spawn(tls::reload_on_change(
+            background.spawn(tls::reload_on_change(
                 config.clone(),
                 c.clone(),
                 k.clone(),
                 Duration::from_secs(30),
                 clients.clone(),
-            )));
+            ));
             (config, None)
         }
         _ => {
@@ -338,18 +334,17 @@ pub async fn start_with(
     );
 
     let every = Duration::from_secs(args.resync_seconds.max(1));
-    let (resync_task, lease) = match client {
+    let lease = match client {
         None => {
             let resync = service.clone();
             let sweep = transfers.clone();
             let history: Arc<dyn History> = sql.clone();
-            let sampler = tokio::spawn(cluster::controller::sample_forever(
+            background.spawn(cluster::controller::sample_forever(
                 service.clone(),
                 history,
                 Duration::from_secs(60),
             ));
-            let task = tokio::spawn(async move {
-                let _sampler = AbortOnDrop(sampler);
+            background.spawn(async move {
                 let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
                 loop {
                     tick.tick().await;
@@ -364,7 +359,7 @@ pub async fn start_with(
                     }
                 }
             });
-            (task, None)
+            None
         }
         Some(client) => {
             let lease = LeaseConfig::new(&args.namespace, &args.lease_name, &identity);
@@ -378,7 +373,7 @@ pub async fn start_with(
             let history: Arc<dyn History> = sql.clone();
             let sweep = transfers.clone();
             let clock = service.clock();
-            let sweeper = tokio::spawn(async move {
+            background.spawn(async move {
                 // On every replica: the sweep's steps are guarded and its
                 // rows leased, so replicas sweeping at once do not collide.
                 let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -389,7 +384,7 @@ pub async fn start_with(
                     }
                 }
             });
-            let control = tokio::spawn(lead_and_control(
+            background.spawn(lead_and_control(
                 client.clone(),
                 lease.clone(),
                 service.clone(),
@@ -397,13 +392,7 @@ pub async fn start_with(
                 events,
                 cfg,
             ));
-            // One task to abort on shutdown, taking all with it.
-            let task = tokio::spawn(async move {
-                let _sweeper = AbortOnDrop(sweeper);
-                let mut control = AbortOnDrop(control);
-                let _ = (&mut control.0).await;
-            });
-            (task, Some((client, lease)))
+            Some((client, lease))
         }
     };
 
@@ -418,12 +407,8 @@ pub async fn start_with(
         self_signed_cert,
         demo,
         http_shutdown,
-        tasks: vec![http_task, webhook_task, probe_task],
-        cert_reload,
-        resync_task,
-        portal_janitor,
-        mail_sender,
-        alerting,
+        listeners: vec![http_task, webhook_task, probe_task],
+        background,
         lease,
     })
 }
@@ -546,6 +531,13 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// A task spawned elsewhere, as a future of the background set: aborting
+/// it there aborts the task.
+async fn until_aborted(task: JoinHandle<()>) {
+    let mut task = AbortOnDrop(task);
+    let _ = (&mut task.0).await;
 }
 
 /// Campaign for the Lease; while leading, run the controller (restarted

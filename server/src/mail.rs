@@ -9,8 +9,8 @@
 //! mailbox software) can drop it by that Message-ID. See docs/email.md.
 
 // An argument of `serve`, so its values are the config's.
-pub use crate::config::SmtpSecurity;
 use crate::config::ServeArgs;
+pub use crate::config::SmtpSecurity;
 use crate::metrics::Metrics;
 use crate::service::Clock;
 use crate::store::outbox::OutboxRow;

@@ -46,7 +46,6 @@ pub const TREE_RULE_VIOLATED: &str = "TreeRuleViolated";
 /// Reason on the quota whose limit refused someone else's change.
 pub const ADMISSION_DENIED: &str = "AdmissionDenied";
 
-
 /// Where Events go: a cluster, or nowhere (standalone).
 #[derive(Clone, Default)]
 pub struct Events {

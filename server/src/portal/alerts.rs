@@ -4,9 +4,9 @@
 //! preferences (/account).
 
 use super::auth::Viewer;
-use crate::authz::{self, Principal};
 use super::PageError;
 use crate::alerts::Kind;
+use crate::authz::{self, Principal};
 use crate::http::{ApiError, AppState};
 use crate::store::alerts::{Alert, AlertFilter, Pref};
 use app::alerts::{AccountAlerts, AlertQuery, AlertRow, RuleRow};

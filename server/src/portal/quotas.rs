@@ -5,10 +5,10 @@
 //! the service's message, which names the key and the amount.
 
 use super::auth::Viewer;
-use crate::authz::{self, Role, Tree};
 use super::PageError;
-use crate::service::changes::{self, ChangeError};
+use crate::authz::{self, Role, Tree};
 use crate::http::AppState;
+use crate::service::changes::{self, ChangeError};
 use crate::service::ServiceError;
 use crate::store::history::{Sample as StoredSample, DAY_MS};
 use app::charts::{self, Sample};

@@ -16,13 +16,15 @@
 //! Every request, approval and rejection is audited here (the expiry and a
 //! loan's return by the service itself, as `bizrq`).
 
-use crate::service::audit::{action, transfer_json, transfer_summary, transfer_target};
 use super::auth::Viewer;
-use crate::authz::{self, Principal, Tree};
 use super::PageError;
+use crate::authz::{self, Principal, Tree};
 use crate::http::{ApiError, AppState};
+use crate::service::audit::{action, transfer_json, transfer_summary, transfer_target};
+use crate::service::transfers::{
+    Transfer, TransferFilter, TransferRequest, TransferStatus, DEFAULT_TTL_MS,
+};
 use crate::service::ServiceError;
-use crate::service::transfers::{Transfer, TransferFilter, TransferRequest, TransferStatus, DEFAULT_TTL_MS};
 use app::layout::Flash;
 use app::transfers::{PlanRow, RequestForm, TransferDetail, TransferQuery, TransferRow};
 use axum::extract::{Path, Query, State};

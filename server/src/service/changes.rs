@@ -4,8 +4,8 @@
 //! and what the audit log records live in one place.
 
 use super::audit::Audited;
-use crate::service::audit::{action, quota_json};
 use crate::authz::{self, Principal, Tree};
+use crate::service::audit::{action, quota_json};
 use crate::service::{Persist, ServiceError};
 use quota::{Quota, QuotaSpec};
 

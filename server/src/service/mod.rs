@@ -166,6 +166,19 @@ impl Service {
         self
     }
 
+    /// Where notices go (cluster mode: Kubernetes Events).
+    pub fn with_notifier(mut self, events: Arc<dyn notify::Notifier>) -> Service {
+        self.events = events;
+        self
+    }
+
+    /// Cluster mode: pods are seen, so cash accrues from their run time
+    /// (by the controller), not from the charge ledger.
+    pub fn with_accrual_from_pods(mut self) -> Service {
+        self.accrue_from_ledger = false;
+        self
+    }
+
     pub fn clock(&self) -> Clock {
         self.clock.clone()
     }
