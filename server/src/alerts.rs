@@ -332,59 +332,28 @@ pub fn evaluate_quotas<Q: std::borrow::Borrow<Quota>>(
     out
 }
 
-/// The alert for a transfer event, on the receiving quota.
-pub fn transfer_condition(kind: Kind, t: &crate::store::transfers::Transfer) -> Condition {
-    let amounts: Vec<String> = t.amounts.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    let from = t.from_quota.as_deref().unwrap_or("its parent");
-    let what = match kind {
-        Kind::TransferApproved => "approved",
-        Kind::TransferRejected => "rejected",
-        _ => "requested",
-    };
-    let revalidated = t
-        .decision_note
-        .as_deref()
-        .is_none_or(|n| n.trim().is_empty())
-        && t.result.is_some();
-    let by = match kind {
-        Kind::TransferRequested => format!(" by {}", t.requested_by),
-        // Approved by a person, refused by re-validation against the tree.
-        Kind::TransferRejected if revalidated => " on re-validation".to_string(),
-        _ => t
-            .decided_by
-            .as_deref()
-            .map(|d| format!(" by {d}"))
-            .unwrap_or_default(),
-    };
-    // A rejection says why: the decider's note, or what re-validation found.
-    let why = match (kind, t.decision_note.as_deref(), t.result.as_deref()) {
-        (Kind::TransferRejected, Some(n), _) if !n.trim().is_empty() => format!(": {}", n.trim()),
-        (Kind::TransferRejected, _, Some(r)) => format!(": {r}"),
-        _ => String::new(),
-    };
-    Condition {
-        kind,
-        quota: t.to_quota.clone(),
-        key: format!("#{}", t.id),
-        level: if kind == Kind::TransferRejected {
-            Level::Warning
-        } else {
-            Level::Info
-        },
-        message: format!(
-            "Transfer #{} of {} from {from} to {} {what}{by}{}",
-            t.id,
-            amounts.join(", "),
-            t.to_quota,
-            why
-        ),
-        numbers: json!({
-            "transfer": t.id,
-            "amounts": t.amounts.iter().map(|(k, v)| (k.clone(), v.to_string())).collect::<BTreeMap<_, _>>(),
-            "reason": t.reason,
-            "note": t.decision_note,
-            "result": t.result,
-        }),
+/// An alert as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Alert {
+    pub id: i64,
+    pub fingerprint: String,
+    pub kind: Kind,
+    pub quota: String,
+    pub key: String,
+    pub level: Level,
+    pub message: String,
+    pub numbers: serde_json::Value,
+    pub opened_at: i64,
+    pub resolved_at: Option<i64>,
+}
+
+impl Alert {
+    pub fn as_open(&self) -> OpenAlert {
+        OpenAlert {
+            id: self.id,
+            kind: self.kind,
+            fingerprint: self.fingerprint.clone(),
+        }
     }
 }
 
@@ -450,11 +419,7 @@ pub fn digest_cutoff(now_ms: i64, hour: u8) -> i64 {
 
 /// One email for a user's waiting alerts (oldest first): each with its
 /// level, quota, message, when it opened and, if so, when it resolved.
-pub fn digest_email(
-    alerts: &[crate::store::alerts::Alert],
-    cutoff_ms: i64,
-    public_url: &str,
-) -> Email {
+pub fn digest_email(alerts: &[Alert], cutoff_ms: i64, public_url: &str) -> Email {
     let day = &quota::time::format_rfc3339(cutoff_ms)[..10];
     let url = public_url.trim_end_matches('/');
     let open = alerts.iter().filter(|a| a.resolved_at.is_none()).count();
@@ -464,7 +429,7 @@ pub fn digest_email(
         if alerts.len() == 1 { "" } else { "s" }
     );
     let utc = |ms| format!("{} UTC", quota::time::format_minute(ms));
-    let when = |a: &crate::store::alerts::Alert| {
+    let when = |a: &Alert| {
         let opened = utc(a.opened_at);
         match a.resolved_at {
             Some(r) if r != a.opened_at => format!("opened {opened}, resolved {}", utc(r)),

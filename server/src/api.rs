@@ -4,9 +4,9 @@
 //! the caller may not see answer 404 as if they did not exist, changes it
 //! may not make answer 403. Changes are written to the audit log.
 
-use crate::changes::{self, not_found, tree_for, ChangeError};
+use crate::authz::{self, Principal};
 use crate::http::{ApiError, AppState};
-use crate::portal::authz::{self, Principal};
+use crate::service::changes::{self, not_found, tree_for, ChangeError};
 use crate::service::ServiceError;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -123,7 +123,7 @@ pub async fn get(
     p: Principal,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    changes::require_view(&p, &name, &tree_for(&app, &p).await?)?;
+    changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     Ok(Json(app.service.get(&name).await?.quota).into_response())
 }
 
@@ -137,9 +137,9 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let input = parse_quota(&body)?;
     let dry = p.dry()?;
-    let tree = tree_for(&app, &principal).await?;
+    let tree = tree_for(&app.audited(), &principal).await?;
     let name = &input.metadata.name;
-    let q = changes::create(&app, &principal, &tree, name, input.spec, dry).await?;
+    let q = changes::create(&app.audited(), &principal, &tree, name, input.spec, dry).await?;
     Ok((StatusCode::CREATED, Json(q)).into_response())
 }
 
@@ -159,8 +159,17 @@ pub async fn replace(
     }
     let version = parse_version(input.metadata.resource_version.as_deref())?;
     let dry = p.dry()?;
-    let tree = tree_for(&app, &principal).await?;
-    let q = changes::update(&app, &principal, &tree, &name, input.spec, version, dry).await?;
+    let tree = tree_for(&app.audited(), &principal).await?;
+    let q = changes::update(
+        &app.audited(),
+        &principal,
+        &tree,
+        &name,
+        input.spec,
+        version,
+        dry,
+    )
+    .await?;
     Ok(Json(q).into_response())
 }
 
@@ -172,8 +181,8 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     let version = parse_version(p.resource_version.as_deref())?;
     let dry = p.dry()?;
-    let tree = tree_for(&app, &principal).await?;
-    changes::delete(&app, &principal, &tree, &name, version, dry).await?;
+    let tree = tree_for(&app.audited(), &principal).await?;
+    changes::delete(&app.audited(), &principal, &tree, &name, version, dry).await?;
     Ok(
         Json(serde_json::json!({ "status": "Success", "details": { "name": name, "kind": KIND } }))
             .into_response(),
@@ -219,7 +228,11 @@ pub async fn check(
         }))
         .into_response());
     };
-    if !authz::can_view(&principal, quota, &tree_for(&app, &principal).await?) {
+    if !authz::can_view(
+        &principal,
+        quota,
+        &tree_for(&app.audited(), &principal).await?,
+    ) {
         return Ok(Json(serde_json::json!({
             "allowed": false, "governed": true, "quota": quota,
             "message": not_found(quota).to_string(), "usage": usage, "warnings": w.warnings,

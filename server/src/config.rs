@@ -6,6 +6,9 @@ use quota::KeyConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+// Where it always was for callers; it belongs to the store that connects.
+pub use crate::store::sql::redacted_url;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "bizrq",
@@ -253,8 +256,8 @@ pub struct ServeArgs {
     pub smtp_port: u16,
     /// starttls (required STARTTLS), tls (TLS from the start, e.g. port 465)
     /// or plain (no TLS: a local relay only).
-    #[arg(long, env = "BIZRQ_SMTP_SECURITY", value_enum, default_value_t = crate::mail::SmtpSecurity::Starttls)]
-    pub smtp_security: crate::mail::SmtpSecurity,
+    #[arg(long, env = "BIZRQ_SMTP_SECURITY", value_enum, default_value_t = SmtpSecurity::Starttls)]
+    pub smtp_security: SmtpSecurity,
     /// SMTP user name (with --smtp-password); no authentication if unset.
     #[arg(long, env = "BIZRQ_SMTP_USERNAME", hide_env_values = true)]
     pub smtp_username: Option<String>,
@@ -290,17 +293,6 @@ impl ServeArgs {
         }
     }
 
-    pub fn portal_config(&self) -> crate::portal::PortalConfig {
-        crate::portal::PortalConfig {
-            secure_cookies: self.secure_cookies,
-            trust_forwarded_for: self.trust_forwarded_for,
-            session_idle: std::time::Duration::from_secs(self.session_idle_minutes.max(1) * 60),
-            digest_hour: self.digest_hour,
-            password_hash_threads: self.password_hash_threads,
-            login_attempts_per_minute: self.login_attempts_per_minute,
-        }
-    }
-
     pub fn prices(&self) -> Prices {
         Prices {
             guaranteed: self.price_guaranteed as i128,
@@ -333,39 +325,16 @@ impl ServeArgs {
     }
 }
 
-/// A database URL fit for logs and errors: the password of its user part
-/// and any `password=` parameter replaced by `***`.
-pub fn redacted_url(url: &str) -> String {
-    let (head, query) = match url.split_once('?') {
-        Some((h, q)) => (h, Some(q)),
-        None => (url, None),
-    };
-    let mut out = match head.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-            let authority = match authority.rsplit_once('@') {
-                Some((user, host)) => match user.split_once(':') {
-                    Some((name, _)) => format!("{name}:***@{host}"),
-                    None => authority.to_string(),
-                },
-                None => authority.to_string(),
-            };
-            format!("{scheme}://{authority}{path}")
-        }
-        None => head.to_string(),
-    };
-    if let Some(q) = query {
-        let params: Vec<String> = q
-            .split('&')
-            .map(|p| match p.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => p.to_string(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&params.join("&"));
-    }
-    out
+/// How the SMTP connection is secured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum SmtpSecurity {
+    /// Plain connection upgraded with STARTTLS (required), usually port 587.
+    #[default]
+    Starttls,
+    /// TLS from the first byte ("SMTPS"), usually port 465.
+    Tls,
+    /// No TLS at all: a relay on localhost or a test server only.
+    Plain,
 }
 
 pub fn init_tracing(format: LogFormat) {

@@ -5,13 +5,13 @@
 //! uses, so every tree rule holds; only the history is written directly,
 //! computed from the same charges at earlier times.
 
-use crate::portal::audit::{self, action};
+use crate::authz::Role;
 use crate::portal::auth::hash_password;
-use crate::portal::authz::Role;
+use crate::service::audit::{self, action};
+use crate::service::transfers::{TransferRequest, TransferService, DEFAULT_TTL_MS};
 use crate::service::{Persist, Service, ServiceError};
 use crate::store::history::{DAY_MS, HOUR_MS};
 use crate::store::sql::SqlStore;
-use crate::transfers::{TransferRequest, TransferService, DEFAULT_TTL_MS};
 use quota::keys::{cash_target, CPU_TYPE_LABEL, GPU_TYPE_LABEL, QUOTA_LABEL};
 use quota::object::{Quota, QuotaSpec};
 use quota::resources::{self, ResourceList};

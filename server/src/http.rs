@@ -1,19 +1,18 @@
-//! HTTP wiring: routers, shared state, the error → response mapping,
-//! health and metrics. Authentication and the portal's pages are in
-//! `portal`.
+//! What the edges share: their state, the error → response mapping, the
+//! body limits, health, metrics and the webhook's token check. Which edges
+//! exist and how their routers compose: `routes`. Authentication and the
+//! portal's pages are in `portal`.
 
-use crate::portal::{self, Portal};
+use crate::authz::Principal;
+use crate::portal::state::Portal;
+use crate::service::audit::Audited;
+use crate::service::transfers::TransferService;
 use crate::service::{Service, ServiceError};
-use crate::transfers::TransferService;
-use crate::{api, webhook};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use std::sync::Arc;
-use tower_http::trace::TraceLayer;
 
 /// API bodies are quota objects or one workload: 1 MiB is generous.
 pub const API_BODY_LIMIT: usize = 1 << 20;
@@ -31,6 +30,32 @@ pub struct AppState {
     /// Quota transfers (requests, approvals, execution), for the portal's
     /// pages and the JSON API.
     pub transfers: Arc<TransferService>,
+}
+
+impl AppState {
+    /// The service with the audit log, for a person's change.
+    pub fn audited(&self) -> Audited {
+        Audited {
+            service: self.service.clone(),
+            sql: self.portal.sql.clone(),
+        }
+    }
+
+    /// Appends an audit entry for a change `actor` just made (see
+    /// [`Audited::audit`]).
+    pub async fn audit(
+        &self,
+        actor: &Principal,
+        action: &str,
+        target: &str,
+        before: Option<serde_json::Value>,
+        after: Option<serde_json::Value>,
+        detail: &str,
+    ) {
+        self.audited()
+            .audit(actor, action, target, before, after, detail)
+            .await
+    }
 }
 
 /// Errors of the JSON API: one variant, one status code; internal details
@@ -95,85 +120,8 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Portal, JSON API, health and metrics (plain HTTP; put TLS in front, or
-/// use the webhook port's TLS, in production).
-pub fn http_router(app: AppState) -> Router {
-    let api = Router::new()
-        .route("/api/v1/quotas", get(api::list).post(api::create))
-        .route(
-            "/api/v1/quotas/{name}",
-            get(api::get).put(api::replace).delete(api::delete),
-        )
-        .route("/api/v1/check", post(api::check))
-        .merge(portal::transfers::api())
-        .merge(portal::alerts::api())
-        .route_layer(middleware::from_fn_with_state(
-            app.clone(),
-            portal::auth::authenticate,
-        ));
-    // Layers run outside in: the last added first. Sessions must be loaded
-    // before the CSRF check reads the session's token.
-    Router::new()
-        .route("/style.css", get(style))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .merge(portal::router())
-        .merge(api)
-        // Inside the CSRF check: a body is read for control characters only
-        // once the CSRF check (which reads at most 16 KiB of a form before
-        // login) let it through.
-        .layer(middleware::from_fn(portal::edge::reject_control_chars))
-        .layer(middleware::from_fn(portal::auth::require_csrf))
-        .layer(app.portal.session_layer())
-        .layer(middleware::from_fn(portal::auth::secure_cookie_behind_tls))
-        .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
-        .layer(middleware::from_fn(portal::edge::security_headers))
-        .layer(TraceLayer::new_for_http())
-        .with_state(app)
-}
-
-/// The kubelet's probes on their own listener (`--probe-listen`): with its
-/// own small pool, a portal pool full of slow clients does not fail them
-/// and take the pod, webhook included, out of its Service.
-pub fn probe_router(app: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .layer(DefaultBodyLimit::max(0))
-        .layer(TraceLayer::new_for_http())
-        .with_state(app)
-}
-
-/// The admission webhook (served over HTTPS). With `token`, the reviews
-/// require `Authorization: Bearer <token>` (the API server sends it from its
-/// admission kubeconfig); a client certificate, when configured, is checked
-/// by TLS before any of this runs.
-pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
-    let mut reviews = Router::new()
-        .route("/validate/quotas", post(webhook::quotas))
-        .route("/validate/workloads", post(webhook::workloads))
-        .route("/validate/scale", post(webhook::scale))
-        .route("/validate/hpa", post(webhook::hpa));
-    if let Some(t) = token.map(str::trim).filter(|t| !t.is_empty()) {
-        let expected = (
-            Arc::new(crate::util::sha256_hex(t)),
-            app.service.metrics.clone(),
-        );
-        reviews = reviews.route_layer(middleware::from_fn_with_state(
-            expected,
-            require_webhook_token,
-        ));
-    }
-    reviews
-        .route("/healthz", get(healthz))
-        .layer(DefaultBodyLimit::max(WEBHOOK_BODY_LIMIT))
-        .layer(TraceLayer::new_for_http())
-        .with_state(app)
-}
-
 /// The webhook's bearer token, compared by hash (as the admin token is).
-async fn require_webhook_token(
+pub async fn require_webhook_token(
     State((expected, metrics)): State<(Arc<String>, Arc<crate::metrics::Metrics>)>,
     req: axum::extract::Request,
     next: middleware::Next,
@@ -196,11 +144,11 @@ async fn require_webhook_token(
         .into_response()
 }
 
-async fn healthz() -> &'static str {
+pub async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(app): State<AppState>) -> Response {
+pub async fn readyz(State(app): State<AppState>) -> Response {
     match app.service.store.ping().await {
         Ok(()) => "ok".into_response(),
         Err(e) => {
@@ -210,7 +158,7 @@ async fn readyz(State(app): State<AppState>) -> Response {
     }
 }
 
-async fn metrics(State(app): State<AppState>) -> Response {
+pub async fn metrics(State(app): State<AppState>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
@@ -221,6 +169,6 @@ async fn metrics(State(app): State<AppState>) -> Response {
         .into_response()
 }
 
-async fn style() -> Response {
+pub async fn style() -> Response {
     ([(header::CONTENT_TYPE, "text/css")], app::STYLE).into_response()
 }

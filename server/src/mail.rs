@@ -8,29 +8,18 @@
 //! the same Message-ID, once the lease runs out — receivers (and their
 //! mailbox software) can drop it by that Message-ID. See docs/email.md.
 
+// An argument of `serve`, so its values are the config's.
 use crate::config::ServeArgs;
+pub use crate::config::SmtpSecurity;
 use crate::metrics::Metrics;
 use crate::service::Clock;
 use crate::store::outbox::OutboxRow;
 use crate::store::sql::SqlStore;
-use clap::ValueEnum;
 use lettre::message::{header::ContentType, Mailbox, MultiPart, SinglePart};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// How the SMTP connection is secured.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum SmtpSecurity {
-    /// Plain connection upgraded with STARTTLS (required), usually port 587.
-    #[default]
-    Starttls,
-    /// TLS from the first byte ("SMTPS"), usually port 465.
-    Tls,
-    /// No TLS at all: a relay on localhost or a test server only.
-    Plain,
-}
 
 #[derive(Clone, Debug)]
 pub struct SmtpConfig {

@@ -3,12 +3,15 @@
 //! emails in one transaction. It runs on every replica: opening an alert is
 //! idempotent across them (see `SqlStore::apply_evaluation`).
 
-use super::{evaluate_quotas, transfer_condition, Evaluation, Kind, OpenAlert};
+use super::{evaluate_quotas, Condition, Evaluation, Kind, Level, OpenAlert};
+use serde_json::json;
+// What the service marks as written; the engine takes it from there.
+pub use crate::service::changed::{Changed, Seen};
 use crate::service::Service;
 use crate::store::alerts::{AlertFilter, Observed, Recipient};
 use crate::store::sql::SqlStore;
 use crate::store::transfers::Transfer;
-use crate::store::{StoreError, Stored};
+use crate::store::StoreError;
 use quota::forecast::{forecast, Forecast, Sample, FORECAST_WINDOW_MS};
 use quota::lineage::Forest;
 use quota::Quota;
@@ -39,54 +42,59 @@ pub struct Swept {
     pub resolved: usize,
 }
 
-/// A quota as a write left it: the stored object (None: deleted) and the
-/// time just before the write, when it was at the latest that current.
-#[derive(Clone, Debug)]
-pub struct Seen {
-    pub quota: Option<Arc<Stored>>,
-    pub at_ms: i64,
-}
-
-/// Quotas this process wrote since the alert engine last looked: every
-/// status change is evaluated within `SETTLE`, from the object written, at
-/// no extra read.
-#[derive(Default)]
-pub struct Changed {
-    seen: std::sync::Mutex<BTreeMap<String, Seen>>,
-    notify: tokio::sync::Notify,
-}
-
-impl Changed {
-    /// `name` was written (`quota`; None: deleted) by a write started at `at_ms`.
-    pub fn mark(&self, name: &str, at_ms: i64, quota: Option<Arc<Stored>>) {
-        if let Ok(mut seen) = self.seen.lock() {
-            seen.insert(name.to_string(), Seen { quota, at_ms });
-        }
-        self.notify.notify_one();
-    }
-
-    /// What was written since the last call.
-    pub fn take(&self) -> BTreeMap<String, Seen> {
-        self.seen
-            .lock()
-            .map(|mut s| std::mem::take(&mut *s))
-            .unwrap_or_default()
-    }
-
-    /// Puts back a batch whose evaluation failed; what was marked since
-    /// is newer and stays.
-    pub fn restore(&self, batch: BTreeMap<String, Seen>) {
-        if let Ok(mut seen) = self.seen.lock() {
-            for (name, s) in batch {
-                seen.entry(name).or_insert(s);
-            }
-        }
-        self.notify.notify_one();
-    }
-
-    /// Until something is marked (at once if something was, unseen).
-    pub async fn wait(&self) {
-        self.notify.notified().await
+/// The alert for a transfer event, on the receiving quota.
+pub fn transfer_condition(kind: Kind, t: &Transfer) -> Condition {
+    let amounts: Vec<String> = t.amounts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let from = t.from_quota.as_deref().unwrap_or("its parent");
+    let what = match kind {
+        Kind::TransferApproved => "approved",
+        Kind::TransferRejected => "rejected",
+        _ => "requested",
+    };
+    let revalidated = t
+        .decision_note
+        .as_deref()
+        .is_none_or(|n| n.trim().is_empty())
+        && t.result.is_some();
+    let by = match kind {
+        Kind::TransferRequested => format!(" by {}", t.requested_by),
+        // Approved by a person, refused by re-validation against the tree.
+        Kind::TransferRejected if revalidated => " on re-validation".to_string(),
+        _ => t
+            .decided_by
+            .as_deref()
+            .map(|d| format!(" by {d}"))
+            .unwrap_or_default(),
+    };
+    // A rejection says why: the decider's note, or what re-validation found.
+    let why = match (kind, t.decision_note.as_deref(), t.result.as_deref()) {
+        (Kind::TransferRejected, Some(n), _) if !n.trim().is_empty() => format!(": {}", n.trim()),
+        (Kind::TransferRejected, _, Some(r)) => format!(": {r}"),
+        _ => String::new(),
+    };
+    Condition {
+        kind,
+        quota: t.to_quota.clone(),
+        key: format!("#{}", t.id),
+        level: if kind == Kind::TransferRejected {
+            Level::Warning
+        } else {
+            Level::Info
+        },
+        message: format!(
+            "Transfer #{} of {} from {from} to {} {what}{by}{}",
+            t.id,
+            amounts.join(", "),
+            t.to_quota,
+            why
+        ),
+        numbers: json!({
+            "transfer": t.id,
+            "amounts": t.amounts.iter().map(|(k, v)| (k.clone(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            "reason": t.reason,
+            "note": t.decision_note,
+            "result": t.result,
+        }),
     }
 }
 

@@ -10,6 +10,8 @@
 //! API server refuses is logged at warn and counted (`bizrq_events_failed`).
 
 use crate::metrics::Metrics;
+pub use crate::service::notify::Notice;
+use crate::service::notify::Notifier;
 use crate::service::{Clock, ServiceError};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -43,15 +45,6 @@ pub const CASH_EXHAUSTED: &str = "CashExhausted";
 pub const TREE_RULE_VIOLATED: &str = "TreeRuleViolated";
 /// Reason on the quota whose limit refused someone else's change.
 pub const ADMISSION_DENIED: &str = "AdmissionDenied";
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Notice {
-    pub regarding: ObjectReference,
-    pub warning: bool,
-    pub reason: &'static str,
-    pub action: &'static str,
-    pub note: String,
-}
 
 /// Where Events go: a cluster, or nowhere (standalone).
 #[derive(Clone, Default)]
@@ -91,6 +84,16 @@ impl Events {
 
     pub fn enabled(&self) -> bool {
         self.tx.is_some()
+    }
+}
+
+impl Notifier for Events {
+    fn emit(&self, n: Notice) {
+        Events::emit(self, n)
+    }
+
+    fn enabled(&self) -> bool {
+        Events::enabled(self)
     }
 }
 

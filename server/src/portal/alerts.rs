@@ -4,9 +4,9 @@
 //! preferences (/account).
 
 use super::auth::Viewer;
-use super::authz::{self as authz, Principal};
 use super::PageError;
 use crate::alerts::Kind;
+use crate::authz::{self, Principal};
 use crate::http::{ApiError, AppState};
 use crate::store::alerts::{Alert, AlertFilter, Pref};
 use app::alerts::{AccountAlerts, AlertQuery, AlertRow, RuleRow};
@@ -233,7 +233,7 @@ pub async fn save_rule(
     };
     app.audit(
         &viewer.principal,
-        super::audit::action::ALERT_RULE,
+        crate::service::audit::action::ALERT_RULE,
         &name,
         None,
         after,
@@ -298,8 +298,8 @@ pub async fn set_email(
         sql.set_user_email(user_id, email).await?;
         app.audit(
             actor,
-            super::audit::action::USER_EMAIL,
-            &super::audit::user_target(username),
+            crate::service::audit::action::USER_EMAIL,
+            &crate::service::audit::user_target(username),
             Some(serde_json::json!({ "email": was })),
             Some(serde_json::json!({ "email": email })),
             detail,
@@ -352,7 +352,7 @@ pub async fn save_account(
     )
     .await?;
     let sql = &app.portal.sql;
-    let target = super::audit::user_target(&p.username);
+    let target = crate::service::audit::user_target(&p.username);
     let before = sql.alert_prefs(id).await?;
     let mut changed = Vec::new();
     for k in Kind::ALL {
@@ -383,7 +383,7 @@ pub async fn save_account(
         let after = sql.alert_prefs(id).await?;
         app.audit(
             &viewer.principal,
-            super::audit::action::ALERT_PREFS,
+            crate::service::audit::action::ALERT_PREFS,
             &target,
             Some(prefs(&before)),
             Some(prefs(&after)),

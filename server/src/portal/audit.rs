@@ -1,179 +1,17 @@
-//! The audit log: what to append for each change, the page, and CSV export.
-//!
-//! Every quota create/update/delete through the JSON API or the portal, and
-//! every change to users, roles and tokens, appends one entry with
-//! [`AppState::audit`]. The change is made first; an entry that cannot be
-//! written is logged at error level and the change stands (in cluster mode
-//! the quota lives in the cluster, so one transaction cannot hold both).
+//! The audit log's page and its CSV export: filters, paging, and what a
+//! viewer may read. What is appended, and by whom: `service::audit`.
 
 use super::auth::Viewer;
-use super::authz::Principal;
 use super::PageError;
+use crate::authz::Principal;
 use crate::http::AppState;
-use crate::store::accounts::User;
+use crate::service::audit::{action, user_target};
 use crate::store::audit::{AuditFilter, AuditRecord};
-use crate::store::transfers::Transfer;
 use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
-use quota::Quota;
 use serde::Deserialize;
-use serde_json::{json, Value};
-
-/// The actions written to the audit log.
-pub mod action {
-    pub const QUOTA_CREATE: &str = "quota.create";
-    pub const QUOTA_UPDATE: &str = "quota.update";
-    pub const QUOTA_DELETE: &str = "quota.delete";
-    pub const USER_CREATE: &str = "user.create";
-    pub const USER_DISABLE: &str = "user.disable";
-    pub const USER_ENABLE: &str = "user.enable";
-    pub const USER_ADMIN: &str = "user.admin";
-    pub const USER_PASSWORD: &str = "user.password";
-    pub const ROLE_ADD: &str = "role.add";
-    pub const ROLE_REMOVE: &str = "role.remove";
-    pub const TOKEN_CREATE: &str = "token.create";
-    pub const TOKEN_REVOKE: &str = "token.revoke";
-    pub const TRANSFER_REQUEST: &str = "transfer.request";
-    pub const TRANSFER_APPROVE: &str = "transfer.approve";
-    pub const TRANSFER_REJECT: &str = "transfer.reject";
-    /// By `bizrq`: nobody decided in time.
-    pub const TRANSFER_EXPIRE: &str = "transfer.expire";
-    /// By `bizrq`: a loan's return, started when it is due.
-    pub const TRANSFER_RETURN: &str = "transfer.return";
-    pub const ALERT_RULE: &str = "alert.rule";
-    /// A user's email address, set by the user (/account) or an admin.
-    pub const USER_EMAIL: &str = "user.email";
-    /// A user's alert preferences (mute, digest per kind).
-    pub const ALERT_PREFS: &str = "alert.prefs";
-
-    /// Every action, for the page's filter (other pages add theirs here).
-    pub const ALL: [&str; 20] = [
-        QUOTA_CREATE,
-        QUOTA_UPDATE,
-        QUOTA_DELETE,
-        USER_CREATE,
-        USER_DISABLE,
-        USER_ENABLE,
-        USER_ADMIN,
-        USER_PASSWORD,
-        ROLE_ADD,
-        ROLE_REMOVE,
-        TOKEN_CREATE,
-        TOKEN_REVOKE,
-        TRANSFER_REQUEST,
-        TRANSFER_APPROVE,
-        TRANSFER_REJECT,
-        TRANSFER_EXPIRE,
-        TRANSFER_RETURN,
-        ALERT_RULE,
-        USER_EMAIL,
-        ALERT_PREFS,
-    ];
-}
-
-/// The target of an entry about an account.
-pub fn user_target(username: &str) -> String {
-    format!("user:{username}")
-}
-
-/// What the log keeps of a quota: its identity and spec (status is the
-/// system's, not a person's change).
-pub fn quota_json(q: &Quota) -> Value {
-    json!({
-        "metadata": { "name": q.name(), "resourceVersion": q.metadata.resource_version },
-        "spec": q.spec,
-    })
-}
-
-/// The target of a transfer's entries: the quota whose owner asked for it
-/// (the source, or the destination when it asks more from its parent), so
-/// the requester reads the entries of its own requests.
-pub fn transfer_target(t: &Transfer) -> String {
-    t.from_quota.clone().unwrap_or_else(|| t.to_quota.clone())
-}
-
-/// What the log keeps of a transfer: who asked what and where it stands
-/// (the plan stays on the transfer's page).
-pub fn transfer_json(t: &Transfer) -> Value {
-    json!({
-        "id": t.id,
-        "from": t.from_quota,
-        "to": t.to_quota,
-        "amounts": t.amounts,
-        "reason": t.reason,
-        "requestedBy": t.requested_by,
-        "status": t.status,
-        "decidedBy": t.decided_by,
-        "decisionNote": t.decision_note,
-        "result": t.result,
-        "revertAt": t.revert_at.map(quota::time::format_rfc3339),
-    })
-}
-
-/// One line for a transfer: `#7 nlp → cv: requests.nvidia.com/gpu 2`.
-pub fn transfer_summary(t: &Transfer) -> String {
-    let amounts: Vec<String> = t.amounts.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    let from = match &t.from_quota {
-        Some(f) => f.clone(),
-        None => format!("the parent of {}", t.to_quota),
-    };
-    format!("#{} {from} → {}: {}", t.id, t.to_quota, amounts.join(", "))
-}
-
-/// What the log keeps of a user (never the password hash).
-pub fn user_json(u: &User) -> Value {
-    json!({ "username": u.username, "isAdmin": u.is_admin, "disabled": u.disabled })
-}
-
-/// An entry to append (its id is assigned by the database).
-pub fn entry(
-    at_ms: i64,
-    actor: &str,
-    action: &str,
-    target: &str,
-    before: Option<Value>,
-    after: Option<Value>,
-    detail: &str,
-) -> AuditRecord {
-    AuditRecord {
-        id: 0,
-        at_ms,
-        actor: actor.to_string(),
-        action: action.to_string(),
-        target: target.to_string(),
-        before: before.map(|v| v.to_string()),
-        after: after.map(|v| v.to_string()),
-        detail: detail.to_string(),
-    }
-}
-
-impl AppState {
-    /// Appends an audit entry for a change `actor` just made. Never fails
-    /// the caller: a write error is logged.
-    pub async fn audit(
-        &self,
-        actor: &Principal,
-        action: &str,
-        target: &str,
-        before: Option<Value>,
-        after: Option<Value>,
-        detail: &str,
-    ) {
-        let e = entry(
-            self.service.now(),
-            actor.actor(),
-            action,
-            target,
-            before,
-            after,
-            detail,
-        );
-        if let Err(err) = self.portal.sql.append_audit(&e).await {
-            tracing::error!(error = %err, actor = %e.actor, action = %e.action, target = %e.target, "could not write an audit entry");
-        }
-    }
-}
+use serde_json::Value;
 
 /// The page's and the export's filters, as typed.
 #[derive(Deserialize, Default, Debug)]
@@ -385,10 +223,11 @@ pub fn to_csv(rows: &[AuditRecord]) -> String {
     }
     out
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::audit::entry;
+    use serde_json::json;
 
     #[test]
     fn csv_quotes_what_needs_quoting() {

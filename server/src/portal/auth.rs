@@ -8,8 +8,8 @@
 //! - Pages: take a [`Viewer`]: the session's principal and CSRF token, or a
 //!   303 redirect to `/login` when nobody is logged in.
 
-use super::authz::{Credential, Principal};
 use super::limits::{BUSY_RETRY_SECS, MAX_PASSWORD_BYTES};
+use crate::authz::{Credential, Principal};
 use crate::http::{ApiError, AppState, API_BODY_LIMIT};
 use crate::store::accounts::User;
 use crate::store::sessions::USER_ID_KEY;

@@ -1,10 +1,11 @@
 //! The portal's accounts and authorisation, and its pages.
 //!
-//! - [`authz`]: who may do what (pure functions over the quota tree).
+//! - [`crate::authz`]: who may do what (pure functions over the quota tree;
+//!   below the edges, the JSON API reads the same table).
 //! - [`auth`]: who is asking: [`authz::Principal`] from a bearer token or a
 //!   session, the page extractor [`auth::Viewer`], login and logout, login
 //!   rate limiting, CSRF.
-//! - [`audit`]: appending to the audit log, the audit page and CSV export.
+//! - [`audit`]: the audit page and CSV export (appending: `service::audit`).
 //! - [`transfers`]: transfer pages and JSON API, authorised and audited.
 //! - [`quotas`]: overview, tree, quota detail, create / edit / delete forms.
 //! - [`pages`]: users and roles, API tokens.
@@ -15,12 +16,16 @@
 pub mod alerts;
 pub mod audit;
 pub mod auth;
-pub mod authz;
 pub mod edge;
 pub mod limits;
 pub mod pages;
 pub mod quotas;
+pub mod state;
 pub mod transfers;
+
+// Tests and callers knew them here; the permissions table sits below the edges.
+pub use crate::authz;
+pub use state::{Portal, PortalConfig};
 
 use crate::http::AppState;
 use crate::store::sessions::SqlSessionStore;
@@ -39,62 +44,7 @@ use tower_sessions::{Expiry, SessionManagerLayer};
 /// The username of the account created on first start.
 pub const BOOTSTRAP_ADMIN: &str = "admin";
 
-/// How the portal's cookies and client addresses are treated.
-#[derive(Clone, Debug)]
-pub struct PortalConfig {
-    /// Always mark the session cookie `Secure` (behind a TLS-terminating
-    /// ingress). Without it, the cookie is `Secure` when the request says
-    /// it came over HTTPS (`X-Forwarded-Proto: https`).
-    pub secure_cookies: bool,
-    /// Take the client address for login rate limiting from the last entry
-    /// of `X-Forwarded-For` (set by our own ingress), not the peer.
-    pub trust_forwarded_for: bool,
-    /// A session ends after this long without activity.
-    pub session_idle: Duration,
-    /// When daily alert digests go out (hour, UTC), as the account page says.
-    pub digest_hour: u8,
-    /// Threads hashing and checking passwords (argon2: 19 MiB each).
-    pub password_hash_threads: usize,
-    /// Login and password-change attempts per client address and minute.
-    pub login_attempts_per_minute: u32,
-}
-
-impl Default for PortalConfig {
-    fn default() -> Self {
-        PortalConfig {
-            secure_cookies: false,
-            trust_forwarded_for: false,
-            session_idle: Duration::from_secs(8 * 3600),
-            digest_hour: 8,
-            password_hash_threads: 2,
-            login_attempts_per_minute: 30,
-        }
-    }
-}
-
-pub struct Portal {
-    pub sql: Arc<SqlStore>,
-    pub config: PortalConfig,
-    /// Every password hash and check of the portal goes through this.
-    pub hasher: limits::PasswordHasher,
-    /// Logins and password changes per client address, before hashing.
-    pub attempts: limits::AddressLimiter,
-    /// Transfer requests are admitted one at a time, so the per-user caps
-    /// cannot be passed by sending many at once.
-    pub transfer_gate: tokio::sync::Mutex<()>,
-}
-
 impl Portal {
-    pub fn new(sql: Arc<SqlStore>, config: PortalConfig) -> Portal {
-        Portal {
-            hasher: limits::PasswordHasher::new(config.password_hash_threads),
-            attempts: limits::AddressLimiter::new(config.login_attempts_per_minute),
-            transfer_gate: tokio::sync::Mutex::new(()),
-            sql,
-            config,
-        }
-    }
-
     /// tower-sessions over our SQL store: an HttpOnly, SameSite=Strict
     /// cookie holding only the session id, ended after `session_idle`.
     pub fn session_layer(&self) -> SessionManagerLayer<SqlSessionStore> {
@@ -190,13 +140,13 @@ pub async fn bootstrap_admin(
     let hash = auth::hash_password(password).await?;
     match sql.create_user(BOOTSTRAP_ADMIN, &hash, true, now_ms).await {
         Ok(user) => {
-            let entry = audit::entry(
+            let entry = crate::service::audit::entry(
                 now_ms,
                 "bizrq",
-                audit::action::USER_CREATE,
-                &audit::user_target(BOOTSTRAP_ADMIN),
+                crate::service::audit::action::USER_CREATE,
+                &crate::service::audit::user_target(BOOTSTRAP_ADMIN),
                 None,
-                Some(audit::user_json(&user)),
+                Some(crate::service::audit::user_json(&user)),
                 "bootstrap admin on first start",
             );
             sql.append_audit(&entry).await?;

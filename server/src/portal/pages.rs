@@ -3,12 +3,12 @@
 //! Forms post here; each answers with a redirect and a flash message on
 //! success (303), or the page again with the error (422), 403 or 404.
 
-use super::audit::{action, user_json, user_target};
 use super::auth::{client_addr, random_token, Viewer};
-use super::authz::{Principal, Role};
 use super::limits::MAX_PASSWORD_BYTES;
 use super::PageError;
+use crate::authz::{Principal, Role};
 use crate::http::AppState;
+use crate::service::audit::{action, user_json, user_target};
 use crate::store::accounts::User;
 use crate::store::StoreError;
 use app::layout::{Flash, Section};

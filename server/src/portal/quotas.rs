@@ -1,14 +1,14 @@
 //! Quota pages: overview, tree, detail, and the create / edit / delete
 //! forms. Reading is authorised here with `authz`; changes go through
-//! [`crate::changes`], the same authorised and audited path as the JSON API,
+//! [`crate::service::changes`], the same authorised and audited path as the JSON API,
 //! and the service checks the tree rules. A refused form comes back with
 //! the service's message, which names the key and the amount.
 
 use super::auth::Viewer;
-use super::authz::{self, Role, Tree};
 use super::PageError;
-use crate::changes::{self, ChangeError};
+use crate::authz::{self, Role, Tree};
 use crate::http::AppState;
+use crate::service::changes::{self, ChangeError};
 use crate::service::ServiceError;
 use crate::store::history::{Sample as StoredSample, DAY_MS};
 use app::charts;
@@ -499,7 +499,7 @@ pub async fn new_child_form(
     viewer: Viewer,
     Path(parent): Path<String>,
 ) -> Result<Response, PageError> {
-    let tree = changes::tree_for(&app, &viewer.principal).await?;
+    let tree = changes::tree_for(&app.audited(), &viewer.principal).await?;
     changes::require_manage_children(&viewer.principal, &parent, &tree).map_err(page_error)?;
     let p = app.service.get(&parent).await?.quota;
     let form = QuotaForm {
@@ -530,7 +530,7 @@ pub async fn create_child(
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
     let p = &viewer.principal;
-    let tree = changes::tree_for(&app, p).await?;
+    let tree = changes::tree_for(&app.audited(), p).await?;
     changes::require_manage_children(p, &parent, &tree).map_err(page_error)?;
     let parent_q = app.service.get(&parent).await?.quota;
     let base = QuotaForm {
@@ -550,7 +550,7 @@ pub async fn create_child(
         }
     };
     let name = sub.form.name.clone();
-    match changes::create(&app, p, &tree, &name, spec, false).await {
+    match changes::create(&app.audited(), p, &tree, &name, spec, false).await {
         Ok(q) => {
             viewer
                 .set_flash(Flash::Ok(format!("created {} under {parent}", q.name())))
@@ -608,7 +608,7 @@ pub async fn edit_page(
     viewer: Viewer,
     Path(name): Path<String>,
 ) -> Result<Response, PageError> {
-    let tree = changes::tree_for(&app, &viewer.principal).await?;
+    let tree = changes::tree_for(&app.audited(), &viewer.principal).await?;
     changes::require_edit(&viewer.principal, &name, &tree).map_err(page_error)?;
     let stored = app.service.get(&name).await?;
     let parent = parent_of(&app, &stored.quota).await;
@@ -626,7 +626,7 @@ pub async fn edit(
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
     let p = &viewer.principal;
-    let tree = changes::tree_for(&app, p).await?;
+    let tree = changes::tree_for(&app.audited(), p).await?;
     changes::require_edit(p, &name, &tree).map_err(page_error)?;
     let current = app.service.get(&name).await?;
     let parent = parent_of(&app, &current.quota).await;
@@ -648,7 +648,7 @@ pub async fn edit(
             ))
         }
     };
-    match changes::update(&app, p, &tree, &name, spec, sub.version, false).await {
+    match changes::update(&app.audited(), p, &tree, &name, spec, sub.version, false).await {
         Ok(_) => {
             viewer.set_flash(Flash::Ok(format!("saved {name}"))).await;
             Ok(Redirect::to(&format!("/quotas/{name}")).into_response())
@@ -683,7 +683,7 @@ pub async fn delete(
     Form(f): Form<DeleteForm>,
 ) -> Result<Response, PageError> {
     let p = &viewer.principal;
-    let tree = changes::tree_for(&app, p).await?;
+    let tree = changes::tree_for(&app.audited(), p).await?;
     changes::require_edit(p, &name, &tree).map_err(page_error)?;
     if f.confirm != "yes" {
         return Err(PageError::Invalid(format!(
@@ -691,7 +691,7 @@ pub async fn delete(
         )));
     }
     let version = f.resource_version.trim().parse::<i64>().ok();
-    let parent = changes::delete(&app, p, &tree, &name, version, false)
+    let parent = changes::delete(&app.audited(), p, &tree, &name, version, false)
         .await
         .map_err(page_error)?
         .spec

@@ -1,5 +1,5 @@
 //! Transfers for people (§6, docs/semantics.md): the pages and the JSON API over
-//! [`TransferService`](crate::transfers::TransferService), with one set of
+//! [`TransferService`](crate::service::transfers::TransferService), with one set of
 //! authorised operations both go through.
 //!
 //! Who may do what (`authz::can_*_transfer`):
@@ -16,13 +16,15 @@
 //! Every request, approval and rejection is audited here (the expiry and a
 //! loan's return by the service itself, as `bizrq`).
 
-use super::audit::{action, transfer_json, transfer_summary, transfer_target};
 use super::auth::Viewer;
-use super::authz::{self, Principal, Tree};
 use super::PageError;
+use crate::authz::{self, Principal, Tree};
 use crate::http::{ApiError, AppState};
+use crate::service::audit::{action, transfer_json, transfer_summary, transfer_target};
+use crate::service::transfers::{
+    Transfer, TransferFilter, TransferRequest, TransferStatus, DEFAULT_TTL_MS,
+};
 use crate::service::ServiceError;
-use crate::transfers::{Transfer, TransferFilter, TransferRequest, TransferStatus, DEFAULT_TTL_MS};
 use app::layout::Flash;
 use app::transfers::{PlanRow, RequestForm, TransferDetail, TransferQuery, TransferRow};
 use axum::extract::{Path, Query, State};

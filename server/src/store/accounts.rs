@@ -5,7 +5,7 @@
 
 use super::sql::SqlStore;
 use super::{ResultExt, StoreError};
-use crate::portal::authz::{Binding, Role};
+use crate::authz::{Binding, Role};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
@@ -324,10 +324,10 @@ impl SqlStore {
         let mut entries = Vec::new();
         for r in &rows {
             let (user, role): (String, String) = (r.try_get("username")?, r.try_get("role")?);
-            entries.push(crate::portal::audit::entry(
+            entries.push(super::audit::entry(
                 now_ms,
                 "bizrq",
-                crate::portal::audit::action::ROLE_REMOVE,
+                super::audit::action::ROLE_REMOVE,
                 quota,
                 Some(serde_json::json!({"user": user, "quota": quota, "role": role})),
                 None,
@@ -350,10 +350,10 @@ impl SqlStore {
                 "crit_percent": r.try_get::<i64, _>("crit_percent")?,
                 "forecast_horizon_hours": r.try_get::<Option<i64>, _>("forecast_horizon_hours")?,
             });
-            entries.push(crate::portal::audit::entry(
+            entries.push(super::audit::entry(
                 now_ms,
                 "bizrq",
-                crate::portal::audit::action::ALERT_RULE,
+                super::audit::action::ALERT_RULE,
                 quota,
                 Some(before),
                 None,

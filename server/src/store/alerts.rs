@@ -6,35 +6,12 @@
 use super::outbox::{self, NewMail};
 use super::sql::SqlStore;
 use super::StoreError;
-use crate::alerts::{email, Condition, Evaluation, Kind, Level, OpenAlert, Rule};
+use crate::alerts::{email, Condition, Evaluation, Kind, Level, Rule};
+// The alert as stored is a plain type of the alert rules, which sit below the store.
+pub use crate::alerts::Alert;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 use std::collections::BTreeMap;
-
-/// An alert as stored.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Alert {
-    pub id: i64,
-    pub fingerprint: String,
-    pub kind: Kind,
-    pub quota: String,
-    pub key: String,
-    pub level: Level,
-    pub message: String,
-    pub numbers: serde_json::Value,
-    pub opened_at: i64,
-    pub resolved_at: Option<i64>,
-}
-
-impl Alert {
-    pub fn as_open(&self) -> OpenAlert {
-        OpenAlert {
-            id: self.id,
-            kind: self.kind,
-            fingerprint: self.fingerprint.clone(),
-        }
-    }
-}
 
 #[derive(Clone, Debug, Default)]
 pub struct AlertFilter {

@@ -42,7 +42,7 @@ impl SqlStore {
         } else {
             anyhow::bail!(
                 "unsupported database URL '{}': use sqlite://FILE or postgres://...",
-                crate::config::redacted_url(url)
+                redacted_url(url)
             );
         };
         let store = match backend {
@@ -284,4 +284,39 @@ impl QuotaStore for SqlStore {
         sqlx::query("SELECT 1").fetch_one(&self.read).await?;
         Ok(())
     }
+}
+
+/// A database URL fit for logs and errors: the password of its user part
+/// and any `password=` parameter replaced by `***`.
+pub fn redacted_url(url: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (url, None),
+    };
+    let mut out = match head.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let authority = match authority.rsplit_once('@') {
+                Some((user, host)) => match user.split_once(':') {
+                    Some((name, _)) => format!("{name}:***@{host}"),
+                    None => authority.to_string(),
+                },
+                None => authority.to_string(),
+            };
+            format!("{scheme}://{authority}{path}")
+        }
+        None => head.to_string(),
+    };
+    if let Some(q) = query {
+        let params: Vec<String> = q
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => p.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
 }

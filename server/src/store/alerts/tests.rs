@@ -1,6 +1,6 @@
 use super::*;
 use crate::alerts::{conditions, engine, evaluate};
-use crate::portal::authz::Role;
+use crate::authz::Role;
 use crate::store::testdb::on_both_databases;
 use quota::{Quota, QuotaSpec};
 
@@ -221,7 +221,7 @@ async fn a_transfer_alert_reaches_the_admins_and_outlives_a_sweep(s: &SqlStore) 
         reverts: None,
         reverted_by: None,
     };
-    let requested = crate::alerts::transfer_condition(Kind::TransferRequested, &t);
+    let requested = crate::alerts::engine::transfer_condition(Kind::TransferRequested, &t);
     let to = |c: &crate::alerts::Condition| -> BTreeMap<String, Vec<Recipient>> {
         [(
             c.fingerprint(),

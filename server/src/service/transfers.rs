@@ -97,7 +97,7 @@
 //! allowed; the plan warns). Loans carry no cash keys.
 
 use crate::alerts;
-use crate::portal::audit::{self, action};
+use crate::service::audit::{self, action};
 use crate::service::{Service, ServiceError};
 use crate::store::sql::SqlStore;
 use crate::store::transfers::{NewTransfer, Outcome};

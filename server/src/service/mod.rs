@@ -2,6 +2,12 @@
 //! and the resync loop all change quotas through these methods, which apply
 //! the `quota` crate's rules and write with compare-and-swap and retries.
 
+pub mod audit;
+pub mod changed;
+pub mod changes;
+pub mod notify;
+pub mod transfers;
+
 use crate::metrics::Metrics;
 use crate::store::{QuotaStore, StoreError, Stored};
 use crate::util::{new_uid, now_ms};
@@ -149,11 +155,11 @@ pub struct Service {
     pub metrics: Arc<Metrics>,
     /// Standalone mode: cash accrues from the charge ledger (no pods to see).
     pub accrue_from_ledger: bool,
-    /// Kubernetes Events (cluster mode; a no-op standalone).
-    pub events: crate::cluster::events::Events,
+    /// Kubernetes Events (cluster mode; nowhere standalone).
+    pub events: Arc<dyn notify::Notifier>,
     /// Quotas written since the alert engine last looked (§7: alerts
     /// are evaluated after every status change).
-    pub changed: Arc<crate::alerts::engine::Changed>,
+    pub changed: Arc<changed::Changed>,
     /// Quotas whose charges a review lowered, for the controller to confirm
     /// against the cluster (see `Recheck`).
     pub recheck: Arc<Recheck>,
@@ -188,7 +194,7 @@ impl Service {
             prices,
             metrics,
             accrue_from_ledger: true,
-            events: Default::default(),
+            events: Arc::new(notify::Nowhere),
             changed: Default::default(),
             recheck: Default::default(),
             deferred: Default::default(),
@@ -200,6 +206,19 @@ impl Service {
 
     pub fn with_clock(mut self, clock: Clock) -> Service {
         self.clock = clock;
+        self
+    }
+
+    /// Where notices go (cluster mode: Kubernetes Events).
+    pub fn with_notifier(mut self, events: Arc<dyn notify::Notifier>) -> Service {
+        self.events = events;
+        self
+    }
+
+    /// Cluster mode: pods are seen, so cash accrues from their run time
+    /// (by the controller), not from the charge ledger.
+    pub fn with_accrual_from_pods(mut self) -> Service {
+        self.accrue_from_ledger = false;
         self
     }
 

@@ -1,11 +1,11 @@
-//! Quota changes made by a person: authorised with `portal::authz`, made
+//! Quota changes made by a person: authorised with `crate::authz`, made
 //! through the service (which holds every tree rule), then audited. The JSON
 //! API and the portal's forms both come through here, so who may change what
 //! and what the audit log records live in one place.
 
-use crate::http::AppState;
-use crate::portal::audit::{action, quota_json};
-use crate::portal::authz::{self, Principal, Tree};
+use super::audit::Audited;
+use crate::authz::{self, Principal, Tree};
+use crate::service::audit::{action, quota_json};
 use crate::service::{Persist, ServiceError};
 use quota::{Quota, QuotaSpec};
 
@@ -22,7 +22,7 @@ pub enum ChangeError {
 }
 
 /// The tree's shape, for deciding what a non-admin may do (admins need none).
-pub async fn tree_for(app: &AppState, p: &Principal) -> Result<Tree, ServiceError> {
+pub async fn tree_for(app: &Audited, p: &Principal) -> Result<Tree, ServiceError> {
     if p.is_admin {
         return Ok(Tree::default());
     }
@@ -76,7 +76,7 @@ pub fn require_edit(p: &Principal, name: &str, tree: &Tree) -> Result<(), Change
 
 /// Create a quota under `spec.parent`. `tree`: `tree_for(app, p)`.
 pub async fn create(
-    app: &AppState,
+    app: &Audited,
     p: &Principal,
     tree: &Tree,
     name: &str,
@@ -98,7 +98,7 @@ pub async fn create(
 
 /// Replace a quota's spec; with `version`, only if it is still current.
 pub async fn update(
-    app: &AppState,
+    app: &Audited,
     p: &Principal,
     tree: &Tree,
     name: &str,
@@ -123,7 +123,7 @@ pub async fn update(
 /// Delete a leaf; with `version`, only if it is still current. Returns the
 /// quota as it was.
 pub async fn delete(
-    app: &AppState,
+    app: &Audited,
     p: &Principal,
     tree: &Tree,
     name: &str,

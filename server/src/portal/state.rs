@@ -1,0 +1,79 @@
+//! The portal's own state, as the edges' shared state holds it: accounts,
+//! sessions and the audit log in SQL, its settings, and its limits.
+
+use super::limits;
+use crate::config::ServeArgs;
+use crate::store::sql::SqlStore;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the portal's cookies and client addresses are treated.
+#[derive(Clone, Debug)]
+pub struct PortalConfig {
+    /// Always mark the session cookie `Secure` (behind a TLS-terminating
+    /// ingress). Without it, the cookie is `Secure` when the request says
+    /// it came over HTTPS (`X-Forwarded-Proto: https`).
+    pub secure_cookies: bool,
+    /// Take the client address for login rate limiting from the last entry
+    /// of `X-Forwarded-For` (set by our own ingress), not the peer.
+    pub trust_forwarded_for: bool,
+    /// A session ends after this long without activity.
+    pub session_idle: Duration,
+    /// When daily alert digests go out (hour, UTC), as the account page says.
+    pub digest_hour: u8,
+    /// Threads hashing and checking passwords (argon2: 19 MiB each).
+    pub password_hash_threads: usize,
+    /// Login and password-change attempts per client address and minute.
+    pub login_attempts_per_minute: u32,
+}
+
+impl PortalConfig {
+    /// From `serve`'s arguments.
+    pub fn from_args(args: &ServeArgs) -> PortalConfig {
+        PortalConfig {
+            secure_cookies: args.secure_cookies,
+            trust_forwarded_for: args.trust_forwarded_for,
+            session_idle: std::time::Duration::from_secs(args.session_idle_minutes.max(1) * 60),
+            digest_hour: args.digest_hour,
+            password_hash_threads: args.password_hash_threads,
+            login_attempts_per_minute: args.login_attempts_per_minute,
+        }
+    }
+}
+
+impl Default for PortalConfig {
+    fn default() -> Self {
+        PortalConfig {
+            secure_cookies: false,
+            trust_forwarded_for: false,
+            session_idle: Duration::from_secs(8 * 3600),
+            digest_hour: 8,
+            password_hash_threads: 2,
+            login_attempts_per_minute: 30,
+        }
+    }
+}
+
+pub struct Portal {
+    pub sql: Arc<SqlStore>,
+    pub config: PortalConfig,
+    /// Every password hash and check of the portal goes through this.
+    pub hasher: limits::PasswordHasher,
+    /// Logins and password changes per client address, before hashing.
+    pub attempts: limits::AddressLimiter,
+    /// Transfer requests are admitted one at a time, so the per-user caps
+    /// cannot be passed by sending many at once.
+    pub transfer_gate: tokio::sync::Mutex<()>,
+}
+
+impl Portal {
+    pub fn new(sql: Arc<SqlStore>, config: PortalConfig) -> Portal {
+        Portal {
+            hasher: limits::PasswordHasher::new(config.password_hash_threads),
+            attempts: limits::AddressLimiter::new(config.login_attempts_per_minute),
+            transfer_gate: tokio::sync::Mutex::new(()),
+            sql,
+            config,
+        }
+    }
+}

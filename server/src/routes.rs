@@ -1,0 +1,88 @@
+//! Which edges exist and where they answer: the routers of the three
+//! listeners, composed once at the top so that no edge imports another.
+
+use crate::http::{self, AppState};
+use crate::{api, portal, webhook};
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use axum::routing::{get, post};
+use axum::Router;
+use std::sync::Arc;
+use tower_http::trace::TraceLayer;
+
+/// Portal, JSON API, health and metrics (plain HTTP; put TLS in front, or
+/// use the webhook port's TLS, in production).
+pub fn http_router(app: AppState) -> Router {
+    let api = Router::new()
+        .route("/api/v1/quotas", get(api::list).post(api::create))
+        .route(
+            "/api/v1/quotas/{name}",
+            get(api::get).put(api::replace).delete(api::delete),
+        )
+        .route("/api/v1/check", post(api::check))
+        .merge(portal::transfers::api())
+        .merge(portal::alerts::api())
+        .route_layer(middleware::from_fn_with_state(
+            app.clone(),
+            portal::auth::authenticate,
+        ));
+    // Layers run outside in: the last added first. Sessions must be loaded
+    // before the CSRF check reads the session's token.
+    Router::new()
+        .route("/style.css", get(http::style))
+        .route("/healthz", get(http::healthz))
+        .route("/readyz", get(http::readyz))
+        .route("/metrics", get(http::metrics))
+        .merge(portal::router())
+        .merge(api)
+        // Inside the CSRF check: a body is read for control characters only
+        // once the CSRF check (which reads at most 16 KiB of a form before
+        // login) let it through.
+        .layer(middleware::from_fn(portal::edge::reject_control_chars))
+        .layer(middleware::from_fn(portal::auth::require_csrf))
+        .layer(app.portal.session_layer())
+        .layer(middleware::from_fn(portal::auth::secure_cookie_behind_tls))
+        .layer(DefaultBodyLimit::max(http::API_BODY_LIMIT))
+        .layer(middleware::from_fn(portal::edge::security_headers))
+        .layer(TraceLayer::new_for_http())
+        .with_state(app)
+}
+
+/// The kubelet's probes on their own listener (`--probe-listen`): with its
+/// own small pool, a portal pool full of slow clients does not fail them
+/// and take the pod, webhook included, out of its Service.
+pub fn probe_router(app: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(http::healthz))
+        .route("/readyz", get(http::readyz))
+        .layer(DefaultBodyLimit::max(0))
+        .layer(TraceLayer::new_for_http())
+        .with_state(app)
+}
+
+/// The admission webhook (served over HTTPS). With `token`, the reviews
+/// require `Authorization: Bearer <token>` (the API server sends it from its
+/// admission kubeconfig); a client certificate, when configured, is checked
+/// by TLS before any of this runs.
+pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
+    let mut reviews = Router::new()
+        .route("/validate/quotas", post(webhook::quotas))
+        .route("/validate/workloads", post(webhook::workloads))
+        .route("/validate/scale", post(webhook::scale))
+        .route("/validate/hpa", post(webhook::hpa));
+    if let Some(t) = token.map(str::trim).filter(|t| !t.is_empty()) {
+        let expected = (
+            Arc::new(crate::util::sha256_hex(t)),
+            app.service.metrics.clone(),
+        );
+        reviews = reviews.route_layer(middleware::from_fn_with_state(
+            expected,
+            http::require_webhook_token,
+        ));
+    }
+    reviews
+        .route("/healthz", get(http::healthz))
+        .layer(DefaultBodyLimit::max(http::WEBHOOK_BODY_LIMIT))
+        .layer(TraceLayer::new_for_http())
+        .with_state(app)
+}
