@@ -205,6 +205,14 @@ pub struct ServeArgs {
     /// Namespace of the controller's Lease (cluster mode).
     #[arg(long, env = "POD_NAMESPACE", default_value = "bizrq-system")]
     pub namespace: String,
+    /// bizrq's own identity as the API server authenticates its writes
+    /// (`request.userInfo.username` in a review). Only a quota create sent
+    /// by it may name a carve-out bizrq already made (the
+    /// `bizrq.io/create-token` annotation); anyone else's carves anew.
+    /// Default: `system:serviceaccount:<--namespace>:bizrq`, the
+    /// ServiceAccount of `deploy/base/rbac.yaml`.
+    #[arg(long, env = "BIZRQ_SERVICE_ACCOUNT")]
+    pub service_account: Option<String>,
     /// This replica's identity in leader election and Events.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
@@ -288,6 +296,14 @@ impl ServeArgs {
             password_hash_threads: self.password_hash_threads,
             login_attempts_per_minute: self.login_attempts_per_minute,
         }
+    }
+
+    /// `--service-account`, or the default for `--namespace`.
+    pub fn service_account(&self) -> String {
+        self.service_account
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| format!("system:serviceaccount:{}:bizrq", self.namespace))
     }
 
     pub fn prices(&self) -> Prices {

@@ -191,6 +191,7 @@ pub async fn start_with(
     if let Some(clock) = clock {
         service = service.with_clock(clock);
     }
+    service.service_account = args.service_account();
     if let Some(c) = &client {
         // Pods are seen: cash accrues from their run time, by the controller.
         service.accrue_from_ledger = false;
