@@ -1,6 +1,61 @@
 //! The service layer: the one way in. The JSON API, the webhook, the portal
 //! and the resync loop all change quotas through these methods, which apply
 //! the `quota` crate's rules and write with compare-and-swap and retries.
+//!
+//! # Child quotas and their carve-outs
+//!
+//! A parent's status holds one carve-out per child (`status.children`);
+//! `parent.used = selfUsed + Σ carve-outs`, and a child's create or raise
+//! must fit in `hard − used`. The invariant: **a carve-out is never below
+//! what its stored child holds** (unless the child was written past the
+//! webhook, which the repair then records as over quota). A child write
+//! the webhook allows may still never be stored — a finalizer keeps a
+//! deleted child, a later webhook refuses, two writes race on one
+//! resourceVersion, a write is lost — so nothing that frees room is done
+//! on the strength of a review or of a write in flight. Room is taken
+//! before a write, and given back only after the stored child shows it.
+//!
+//! 1. **Create** (`create_quota`): the name must be free; the child's hard
+//!    is carved under a token (fit-checked compare-and-swap on the
+//!    parent), then the object is created carrying the token
+//!    (`CREATE_TOKEN_ANNOTATION`). Its review finds the carve-out under
+//!    that token and passes. The annotation is honoured only when the
+//!    review names bizrq's own identity (`Service::service_account`):
+//!    anyone else's create carves under its review's uid, so a copied token
+//!    neither takes over nor resizes bizrq's create in flight, and a create
+//!    under a token asking another size than was carved is refused. A
+//!    failed create returns the carve-out only if it is still under its
+//!    token.
+//! 2. **Change** (`update_quota`): raise first. The carve-out becomes, key
+//!    by key, the larger of itself and the new hard (`tree::carve_raise`;
+//!    a raise of the child renews its `since`), both before bizrq's own
+//!    write and in every review. A review never lowers. After bizrq's own
+//!    write succeeded, a fresh read of the child settles the carve-out
+//!    (`tree::settle_carve`): lowered to the stored hard if no other raise
+//!    was carved since its own step, else as the repair would.
+//! 3. **Delete** (`delete_quota`): the review checks the rules and frees
+//!    nothing. bizrq's own delete returns the carve-out once a fresh read
+//!    shows the child gone (not terminating), and only the carve-out it saw
+//!    before (a name created again carves under a token of its own). A
+//!    delete by anyone else is seen by the controller's quota watch:
+//!    `release_gone` returns the carve-out made under the deleted object's
+//!    token, and the parent's repair any other once it is not young.
+//! 4. **Repair** (`quota::tree::repair_carves`, run by the controller and
+//!    the standalone resync): each carve-out follows its stored child; a
+//!    carve-out younger than `CARVE_TTL_MS` is only raised (a write may be
+//!    in flight behind it), an older one is set to the child's hard, and
+//!    one whose child is gone is returned.
+//!
+//! Windows. A crash between a carve-out and its write leaves room taken,
+//! not given: the repair returns it after `CARVE_TTL_MS`. A refused or lost
+//! raise leaves the raised carve-out (never set back to a value read
+//! before another writer's): the repair lowers it to the stored child once
+//! it is old. A lowering waits, at worst, for the window of a recent raise.
+//! A child deleted by anyone but bizrq within `CARVE_TTL_MS` of its own
+//! kubectl create keeps its carve-out until the repair after the window
+//! (its name is refused meanwhile, as for a create in flight). In every
+//! window the parent's used counts at least what its children hold, so a
+//! sibling can never be carved room a child still holds.
 
 use crate::metrics::Metrics;
 use crate::store::{QuotaStore, StoreError, Stored};

@@ -280,7 +280,10 @@ async fn kubectl_create_of_an_existing_quota_is_already_exists() {
     assert!(v.to_string().contains("already exists"), "{v}");
     assert_eq!(carve(&c, "ai", "nlp"), (Some("6".into()), "6".into()));
 
-    // kubectl's delete returns the carve-out.
+    // kubectl's delete returns the carve-out once the controller sees the
+    // child gone. (A carve-out younger than CARVE_TTL_MS that no token ties
+    // to the deleted object waits for the window: it may be a new create's.)
+    c.set_clock(T0 + bizrq::service::CARVE_TTL_MS + 1);
     api.delete("nlp", &DeleteParams::default()).await.unwrap();
     settles(&c, "ai", "nlp", "0").await;
     c.running.shutdown().await;
