@@ -47,6 +47,27 @@ async fn try_create(c: &Cluster, name: &str, gpus: &str) -> (StatusCode, Value) 
         .await
 }
 
+/// The resourceVersion the API server is at (of quota `name`'s last write).
+fn rv_of(c: &Cluster, name: &str) -> u64 {
+    c.fake.quota(name)["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// No version of `parent` stored after `after` lacked `child`'s carve-out
+/// of `gpus`: not even for a moment was the room free for a sibling.
+fn never_freed(c: &Cluster, parent: &str, child: &str, gpus: &str, after: u64) {
+    for v in c.fake.quota_versions(parent, after) {
+        assert_eq!(
+            v["status"]["children"][child]["hard"][GPU], gpus,
+            "{parent} freed {child}'s room: {}",
+            v["status"]
+        );
+    }
+}
+
 async fn set_finalizers(c: &Cluster, name: &str, finalizers: Value) {
     quotas(c.kubectl("alice"))
         .patch(
@@ -67,6 +88,7 @@ async fn a_delete_held_by_a_finalizer_keeps_the_carve_out_until_the_child_is_gon
     c.server.create_quota("ai", "", json!({GPU: "16"})).await;
     c.server.create_quota("nlp", "ai", json!({GPU: "6"})).await;
     set_finalizers(&c, "nlp", json!(["example.com/keep"])).await;
+    let before = rv_of(&c, "nlp").max(rv_of(&c, "ai"));
     quotas(c.kubectl("alice"))
         .delete("nlp", &DeleteParams::default())
         .await
@@ -79,6 +101,7 @@ async fn a_delete_held_by_a_finalizer_keeps_the_carve_out_until_the_child_is_gon
     // The parent's re-check, due after the delete, sees the child.
     tokio::time::sleep(bizrq::service::RECHECK_DELAY + Duration::from_secs(1)).await;
     assert_eq!(carve(&c, "ai", "nlp"), (Some("6".into()), "6".into()));
+    never_freed(&c, "ai", "nlp", "6", before);
     // The finalizer goes, the child with it: the carve-out is returned,
     // though young (made moments ago on this test's clock).
     set_finalizers(&c, "nlp", Value::Null).await;
@@ -100,6 +123,7 @@ async fn a_delete_refused_after_bizrq_allowed_it_frees_nothing() {
     c.server.create_quota("ai", "", json!({GPU: "16"})).await;
     c.server.create_quota("nlp", "ai", json!({GPU: "6"})).await;
     let nlp = c.fake.quota("nlp");
+    let before = rv_of(&c, "nlp").max(rv_of(&c, "ai"));
     for i in 0..3 {
         let review = quota_review(
             &format!("refused-later-{i}"),
@@ -117,6 +141,7 @@ async fn a_delete_refused_after_bizrq_allowed_it_frees_nothing() {
     let (st, v) = try_create(&c, "cv", "10").await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
     assert_eq!(carve(&c, "ai", "nlp"), (Some("6".into()), "16".into()));
+    never_freed(&c, "ai", "nlp", "6", before);
     c.running.shutdown().await;
 }
 
@@ -128,6 +153,7 @@ async fn bizrqs_own_delete_of_a_terminating_child_returns_the_carve_out_once_it_
     c.server.create_quota("ai", "", json!({GPU: "16"})).await;
     c.server.create_quota("nlp", "ai", json!({GPU: "6"})).await;
     set_finalizers(&c, "nlp", json!(["example.com/keep"])).await;
+    let before = rv_of(&c, "nlp").max(rv_of(&c, "ai"));
     let (st, v) = c
         .server
         .api(Method::DELETE, "/api/v1/quotas/nlp", None)
@@ -137,6 +163,7 @@ async fn bizrqs_own_delete_of_a_terminating_child_returns_the_carve_out_once_it_
     assert_eq!(carve(&c, "ai", "nlp"), (Some("6".into()), "6".into()));
     let (st, v) = try_create(&c, "cv", "12").await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "10 left: {v}");
+    never_freed(&c, "ai", "nlp", "6", before);
     set_finalizers(&c, "nlp", Value::Null).await;
     settles(&c, "ai", "nlp", "0").await;
     c.running.shutdown().await;
@@ -163,12 +190,14 @@ async fn an_update_allowed_but_never_stored_leaves_no_carve_out_below_the_child(
         assert_eq!(r["allowed"], true, "{r}");
     }
     assert_eq!(carve(&c, "ai", "nlp"), (Some("10".into()), "10".into()));
+    let reviewed = rv_of(&c, "ai");
     // The raise is stored; the lowering lost on its resourceVersion.
     c.fake.put(with("10"));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(carve(&c, "ai", "nlp"), (Some("10".into()), "10".into()));
     let (st, v) = try_create(&c, "cv", "7").await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "6 left: {v}");
+    never_freed(&c, "ai", "nlp", "10", reviewed);
     // Had the lowering been stored, its room is freed after the window.
     c.fake.put(with("2"));
     c.set_clock(T0 + bizrq::service::CARVE_TTL_MS + 1);
