@@ -248,14 +248,21 @@ pub fn carve_raise(
     }
     check_covers(child, new_hard, parent)?;
     let target = at_least(&parent.status.carved(child), new_hard);
-    let mut changed = carve(parent, child, &target, since)?;
-    if let Some(c) = parent.status.children.get_mut(child) {
-        if renew && c.since != since {
-            c.since = since.to_string();
-            changed = true;
-        }
+    let changed = carve(parent, child, &target, since)?;
+    if changed || !renew {
+        return Ok(changed);
     }
-    Ok(changed)
+    let Some(c) = parent.status.children.get_mut(child) else {
+        return Ok(false);
+    };
+    // Always a new date, a millisecond on if need be: a writer settling
+    // after its own write tells by it that a raise was carved since.
+    let prev = crate::time::parse_rfc3339(&c.since);
+    c.since = match (crate::time::parse_rfc3339(since), prev) {
+        (Some(now), Some(p)) if now <= p => crate::time::format_rfc3339(p + 1),
+        _ => since.to_string(),
+    };
+    Ok(true)
 }
 
 /// Whether `new` asks more than `old` of some key.
@@ -573,6 +580,10 @@ mod tests {
         let now = t0 + 10 * CARVE_TTL_MS;
         assert!(raises(&list(&[(gpu, "2")]), &list(&[(gpu, "10")])));
         assert!(carve_raise(&mut root, "nlp", &list(&[(gpu, "10")]), true, &at(now)).unwrap());
+        // Renewed again in the same millisecond: still a new date.
+        let before = root.status.children["nlp"].clone();
+        assert!(carve_raise(&mut root, "nlp", &list(&[(gpu, "10")]), true, &at(now)).unwrap());
+        assert_ne!(root.status.children["nlp"], before);
         let kids = BTreeMap::from([("nlp".to_string(), list(&[(gpu, "2")]))]);
         repair_carves(&mut root, &kids, now + 1);
         assert_eq!(root.status.used[gpu], "10".parse().unwrap());
