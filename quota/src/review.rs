@@ -56,6 +56,20 @@ pub struct Request {
     pub old_object: Option<Box<RawValue>>,
     #[serde(default)]
     pub dry_run: Option<bool>,
+    /// Who sent the write under review, as the API server authenticated
+    /// them: what a request may claim about itself is trusted only from
+    /// the identity it names.
+    #[serde(default)]
+    pub user_info: UserInfo,
+}
+
+/// `request.userInfo` of an AdmissionReview.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+pub struct UserInfo {
+    #[serde(default)]
+    pub username: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
 }
 
 /// The request of a review body, or why it is not one we serve (a 400).
@@ -76,6 +90,12 @@ pub fn decode(body: &[u8]) -> Result<Request, String> {
 impl Request {
     pub fn dry(&self) -> bool {
         self.dry_run == Some(true)
+    }
+
+    /// Whether the write under review was sent by `username` (an empty
+    /// name is nobody's).
+    pub fn sent_by(&self, username: &str) -> bool {
+        !username.is_empty() && self.user_info.username == username
     }
 
     /// Namespace and name of the object under review (the request's own
@@ -116,12 +136,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn reads_who_sent_the_write() {
+        let r = decode(
+            br#"{"apiVersion":"admission.k8s.io/v1","request":{"uid":"u","operation":"CREATE","userInfo":{"username":"system:serviceaccount:bizrq-system:bizrq","uid":"x","groups":["system:serviceaccounts"]}}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.user_info.groups, vec!["system:serviceaccounts"]);
+        assert!(r.sent_by("system:serviceaccount:bizrq-system:bizrq"));
+        assert!(!r.sent_by("system:serviceaccount:bizrq-system:other"));
+        assert!(!r.sent_by(""));
+    }
+
+    #[test]
     fn decodes_a_review_and_refuses_what_is_not_one() {
         let r = decode(
             br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE","namespace":"ml","object":{"metadata":{"name":"web"}}}}"#,
         )
         .unwrap();
         assert_eq!(r.target(), ("ml".to_string(), "web".to_string()));
+        assert!(!r.sent_by(""), "no userInfo is nobody");
         for (body, says) in [
             (&b"{"[..], "malformed AdmissionReview"),
             (

@@ -250,6 +250,63 @@ pub fn carve(
     Ok(true)
 }
 
+/// Raise first: a child's spec change carves, key by key, the larger of
+/// its carve-out and `new_hard`, and never lowers it. The write it is made
+/// for may yet be refused or lost (another webhook, a stale
+/// resourceVersion), and a carve-out below what the child holds would be
+/// room a sibling can take; a lowering follows the stored child instead
+/// (`settle_carve`, `repair_carves`). `renew` (the change raises the child:
+/// `raises`) dates the carve-out `since` even when it already covered
+/// `new_hard`, so repairs keep it while that write may be in flight.
+/// Returns whether the parent changed.
+pub fn carve_raise(
+    parent: &mut Quota,
+    child: &str,
+    new_hard: &ResourceList,
+    renew: bool,
+    since: &str,
+) -> Result<bool, TreeError> {
+    if let Some((k, v)) = new_hard.iter().find(|(_, v)| v.is_negative()) {
+        return Err(TreeError::Invalid(format!(
+            "bizrq {child}: spec.hard.{k} is negative ({v})"
+        )));
+    }
+    check_covers(child, new_hard, parent)?;
+    let target = at_least(&parent.status.carved(child), new_hard);
+    let changed = carve(parent, child, &target, since)?;
+    if changed || !renew {
+        return Ok(changed);
+    }
+    let Some(c) = parent.status.children.get_mut(child) else {
+        return Ok(false);
+    };
+    // Always a new date, a millisecond on if need be: a writer settling
+    // after its own write tells by it that a raise was carved since.
+    let prev = crate::time::parse_rfc3339(&c.since);
+    c.since = match (crate::time::parse_rfc3339(since), prev) {
+        (Some(now), Some(p)) if now <= p => crate::time::format_rfc3339(p + 1),
+        _ => since.to_string(),
+    };
+    Ok(true)
+}
+
+/// Whether `new` asks more than `old` of some key.
+pub fn raises(old: &ResourceList, new: &ResourceList) -> bool {
+    new.iter().any(|(k, v)| *v > resources::get(old, k))
+}
+
+/// Key by key, the larger of `a` and `b` (over both lists' keys).
+fn at_least(a: &ResourceList, b: &ResourceList) -> ResourceList {
+    let mut out = a.clone();
+    for (k, v) in b {
+        let e = out.entry(k.clone()).or_insert(*v);
+        if *v > *e {
+            *e = *v;
+        }
+    }
+    out
+}
+
 /// A carve-out held by a transfer in flight (`transfer::Hold`) changes only
 /// as that transfer plans: key by key, to its current value or to the
 /// transfer's target. So the transfer's own spec writes pass (in cluster
@@ -295,11 +352,17 @@ pub const CARVE_TTL_MS: i64 = 120_000;
 
 /// Make a parent's carve-outs match its existing children (name → hard):
 /// each child's carve-out is its hard. A carve-out set less than
-/// `CARVE_TTL_MS` ago is left as it is: its child's create or spec change
-/// comes after it (carve first, then write the child) and may be in flight,
-/// or not yet in the caller's view of the children; shrinking a raise in
-/// flight would hand the raised amount to a sibling. Older, a carve-out
-/// without a child (a create that crashed half-way) is returned. A
+/// `CARVE_TTL_MS` ago ("young") is only ever raised, to what its child
+/// holds (key by key the larger of the two): its child's create or spec
+/// change comes after it (carve first, then write the child) and may be in
+/// flight, or not yet in the caller's view of the children; shrinking a
+/// raise in flight would hand the raised amount to a sibling. The window
+/// may delay a lowering, never keep a carve-out below what its child holds.
+/// A child that holds more than was carved (written past the webhook) is
+/// recorded as it is, fit or not: the parent then shows used above hard
+/// (over quota, alerted) rather than a ledger that hides it. Older, a
+/// carve-out without a child (a create that crashed half-way, or a child
+/// deleted) is returned. A
 /// carve-out held by a transfer in flight is left as it is: it differs from
 /// its child's hard by design until the transfer's next step (see
 /// `transfer`). Refreshes the parent's usage.
@@ -328,7 +391,7 @@ pub fn repair_carves(parent: &mut Quota, children: &BTreeMap<String, ResourceLis
             .map(|(k, v)| (k.clone(), *v))
             .collect();
         match parent.status.children.get_mut(child) {
-            Some(c) if young(c) => {}
+            Some(c) if young(c) => c.hard = at_least(&c.hard, &hard),
             Some(c) => c.hard = hard,
             // A child without a carve-out (created before bizrq admitted
             // quotas, or a lost write) gets one; dated as settled, not in
@@ -347,6 +410,49 @@ pub fn repair_carves(parent: &mut Quota, children: &BTreeMap<String, ResourceLis
         }
     }
     parent.status.refresh(&parent.spec);
+}
+
+/// After bizrq's own spec write of `child` succeeded, its carve-out follows
+/// the child as a fresh read shows it stored (`stored_hard`). `before` is
+/// the carve-out as the writer's raise-first step left it: if it is still
+/// exactly that, no other change of the child was carved since (every
+/// raise changes the amount or renews `since`), so no raise is in flight
+/// and the carve-out becomes the stored hard. Otherwise it is repaired as
+/// `repair_carves` would: lowered only if not young. A carve-out held by a
+/// transfer, or missing, is left to the transfer or the repair. Returns
+/// whether the parent changed.
+pub fn settle_carve(
+    parent: &mut Quota,
+    child: &str,
+    before: Option<&Carve>,
+    stored_hard: &ResourceList,
+    now_ms: i64,
+) -> bool {
+    if holder(parent, child).is_some() {
+        return false;
+    }
+    let Some(c) = parent.status.children.get_mut(child) else {
+        return false;
+    };
+    let untouched = before == Some(&*c);
+    let young = !untouched
+        && crate::time::parse_rfc3339(&c.since).is_some_and(|t| now_ms - t < CARVE_TTL_MS);
+    let hard: ResourceList = stored_hard
+        .iter()
+        .filter(|(_, v)| !v.is_negative())
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    let next = if young {
+        at_least(&c.hard, &hard)
+    } else {
+        hard
+    };
+    if c.hard == next {
+        return false;
+    }
+    c.hard = next;
+    parent.status.refresh(&parent.spec);
+    true
 }
 
 /// Return a deleted child's carve-out to its parent.
@@ -449,6 +555,159 @@ mod tests {
         assert_eq!(root.status.used[gpu], "3".parse().unwrap());
         repair_carves(&mut root, &BTreeMap::new(), now + 1);
         assert_eq!(root.status.used[gpu], "0".parse().unwrap());
+    }
+
+    /// Two writes of nlp reviewed in turn (4 → 10, then 10 → 2 on the same
+    /// resourceVersion): whichever the API server stores, the carve-out
+    /// covers it; the lowering waits for the stored child.
+    #[test]
+    fn a_review_raises_first_and_never_lowers() {
+        let gpu = "requests.nvidia.com/gpu";
+        let mut root = Quota::new("ai", spec("", &[(gpu, "16")]));
+        let t0 = crate::time::parse_rfc3339("2026-01-01T00:00:00.000Z").unwrap();
+        let at = |ms: i64| crate::time::format_rfc3339(ms);
+        carve(&mut root, "nlp", &list(&[(gpu, "4")]), &at(t0)).unwrap();
+        let raise = list(&[(gpu, "10")]);
+        let lower = list(&[(gpu, "2")]);
+        let later = t0 + 10 * CARVE_TTL_MS;
+        assert!(carve_raise(&mut root, "nlp", &raise, true, &at(later)).unwrap());
+        assert!(!carve_raise(&mut root, "nlp", &lower, false, &at(later)).unwrap());
+        assert_eq!(root.status.carved("nlp"), raise);
+        // The raise was stored (the lowering lost on its resourceVersion).
+        let kids = BTreeMap::from([("nlp".to_string(), raise.clone())]);
+        repair_carves(&mut root, &kids, later + CARVE_TTL_MS + 1);
+        assert_eq!(root.status.used[gpu], "10".parse().unwrap());
+        // The other order: the lowering stored; returned once not young.
+        carve_raise(
+            &mut root,
+            "nlp",
+            &raise,
+            true,
+            &at(later + CARVE_TTL_MS + 2),
+        )
+        .unwrap();
+        let kids = BTreeMap::from([("nlp".to_string(), lower.clone())]);
+        repair_carves(&mut root, &kids, later + CARVE_TTL_MS + 3);
+        assert_eq!(root.status.carved("nlp"), raise, "young: kept");
+        repair_carves(&mut root, &kids, later + 2 * CARVE_TTL_MS + 2);
+        assert_eq!(root.status.carved("nlp"), lower);
+    }
+
+    /// A raise of the child dates its carve-out even when it already
+    /// covered it, so a repair does not lower it under a write in flight.
+    #[test]
+    fn a_raise_already_covered_renews_its_carve_outs_window() {
+        let gpu = "requests.nvidia.com/gpu";
+        let mut root = Quota::new("ai", spec("", &[(gpu, "16")]));
+        let t0 = crate::time::parse_rfc3339("2026-01-01T00:00:00.000Z").unwrap();
+        let at = |ms: i64| crate::time::format_rfc3339(ms);
+        carve(&mut root, "nlp", &list(&[(gpu, "10")]), &at(t0)).unwrap();
+        let now = t0 + 10 * CARVE_TTL_MS;
+        assert!(raises(&list(&[(gpu, "2")]), &list(&[(gpu, "10")])));
+        assert!(carve_raise(&mut root, "nlp", &list(&[(gpu, "10")]), true, &at(now)).unwrap());
+        // Renewed again in the same millisecond: still a new date.
+        let before = root.status.children["nlp"].clone();
+        assert!(carve_raise(&mut root, "nlp", &list(&[(gpu, "10")]), true, &at(now)).unwrap());
+        assert_ne!(root.status.children["nlp"], before);
+        let kids = BTreeMap::from([("nlp".to_string(), list(&[(gpu, "2")]))]);
+        repair_carves(&mut root, &kids, now + 1);
+        assert_eq!(root.status.used[gpu], "10".parse().unwrap());
+    }
+
+    /// A carve-out lowered by a review whose write was never stored, while
+    /// the child still holds more: the window never protects the lower
+    /// value, the repair raises it at once to what the child holds.
+    #[test]
+    fn a_young_carve_out_below_its_child_is_raised_to_it() {
+        let gpu = "requests.nvidia.com/gpu";
+        let mut root = Quota::new("ai", spec("", &[(gpu, "16")]));
+        let t0 = crate::time::parse_rfc3339("2026-01-01T00:00:00.000Z").unwrap();
+        let at = |ms: i64| crate::time::format_rfc3339(ms);
+        carve(&mut root, "nlp", &list(&[(gpu, "2")]), &at(t0)).unwrap();
+        let kids = BTreeMap::from([("nlp".to_string(), list(&[(gpu, "10")]))]);
+        repair_carves(&mut root, &kids, t0 + 1);
+        assert_eq!(root.status.carved("nlp"), list(&[(gpu, "10")]));
+        assert_eq!(root.status.used[gpu], "10".parse().unwrap());
+    }
+
+    /// A child holding more than fits (written past the webhook) is
+    /// recorded as it is: the parent shows used above hard (over quota).
+    #[test]
+    fn a_repair_records_a_child_beyond_its_parent_as_over_quota() {
+        let gpu = "requests.nvidia.com/gpu";
+        let mut root = Quota::new("ai", spec("", &[(gpu, "16")]));
+        let t = "2026-01-01T00:00:00.000Z";
+        carve(&mut root, "cv", &list(&[(gpu, "10")]), t).unwrap();
+        carve(&mut root, "nlp", &list(&[(gpu, "4")]), t).unwrap();
+        let kids = BTreeMap::from([
+            ("cv".to_string(), list(&[(gpu, "10")])),
+            ("nlp".to_string(), list(&[(gpu, "12")])),
+        ]);
+        let t0 = crate::time::parse_rfc3339(t).unwrap();
+        // Young or old, the truth is recorded.
+        for now in [t0 + 1, t0 + 10 * CARVE_TTL_MS] {
+            let mut r = root.clone();
+            repair_carves(&mut r, &kids, now);
+            assert_eq!(r.status.used[gpu], "22".parse().unwrap());
+            assert!(r.status.used[gpu] > r.spec.hard[gpu], "over quota, shown");
+        }
+    }
+
+    #[test]
+    fn settling_after_a_write_lowers_unless_another_raise_may_be_in_flight() {
+        let gpu = "requests.nvidia.com/gpu";
+        let mut root = Quota::new("ai", spec("", &[(gpu, "16")]));
+        let t0 = crate::time::parse_rfc3339("2026-01-01T00:00:00.000Z").unwrap();
+        let at = |ms: i64| crate::time::format_rfc3339(ms);
+        carve(&mut root, "nlp", &list(&[(gpu, "10")]), &at(t0)).unwrap();
+        // Another raise was carved since the writer's own step: young, the
+        // carve-out is only raised.
+        let other = Carve {
+            hard: list(&[(gpu, "6")]),
+            since: at(t0 - 1),
+            uid: String::new(),
+        };
+        let other = Some(&other);
+        assert!(!settle_carve(
+            &mut root,
+            "nlp",
+            other,
+            &list(&[(gpu, "4")]),
+            t0 + 1
+        ));
+        assert!(settle_carve(
+            &mut root,
+            "nlp",
+            other,
+            &list(&[(gpu, "12")]),
+            t0 + 1
+        ));
+        assert_eq!(root.status.carved("nlp"), list(&[(gpu, "12")]));
+        assert!(settle_carve(
+            &mut root,
+            "nlp",
+            other,
+            &list(&[(gpu, "4")]),
+            t0 + CARVE_TTL_MS
+        ));
+        assert_eq!(root.status.used[gpu], "4".parse().unwrap());
+        assert!(!settle_carve(
+            &mut root,
+            "cv",
+            other,
+            &list(&[(gpu, "4")]),
+            t0
+        ));
+        // Untouched since the writer's own step: lowered at once, young or not.
+        let mine = root.status.children["nlp"].clone();
+        assert!(settle_carve(
+            &mut root,
+            "nlp",
+            Some(&mine),
+            &list(&[(gpu, "1")]),
+            t0 + 1
+        ));
+        assert_eq!(root.status.used[gpu], "1".parse().unwrap());
     }
 
     #[test]

@@ -218,6 +218,14 @@ pub struct ServeArgs {
     /// Namespace of the controller's Lease (cluster mode).
     #[arg(long, env = "POD_NAMESPACE", default_value = "bizrq-system")]
     pub namespace: String,
+    /// bizrq's own identity as the API server authenticates its writes
+    /// (`request.userInfo.username` in a review). Only a quota create sent
+    /// by it may name a carve-out bizrq already made (the
+    /// `bizrq.io/create-token` annotation); anyone else's carves anew.
+    /// Default: `system:serviceaccount:<--namespace>:bizrq`, the
+    /// ServiceAccount of `deploy/base/rbac.yaml`.
+    #[arg(long, env = "BIZRQ_SERVICE_ACCOUNT")]
+    pub service_account: Option<String>,
     /// This replica's identity in leader election and Events.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
@@ -291,6 +299,14 @@ impl ServeArgs {
                 .collect(),
             namespaces: self.excluded_namespaces.clone(),
         }
+    }
+
+    /// `--service-account`, or the default for `--namespace`.
+    pub fn service_account(&self) -> String {
+        self.service_account
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| format!("system:serviceaccount:{}:bizrq", self.namespace))
     }
 
     pub fn prices(&self) -> Prices {

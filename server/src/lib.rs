@@ -188,6 +188,7 @@ pub async fn start_with(
     if let Some(clock) = clock {
         service = service.with_clock(clock);
     }
+    service = service.with_service_account(args.service_account());
     if client.is_some() {
         service = service
             .with_accrual_from_pods()

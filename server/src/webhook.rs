@@ -533,13 +533,15 @@ async fn review_quota(svc: &Service, req: &Request) -> Result<Verdict, ServiceEr
             } else {
                 obj.metadata.name
             };
-            // bizrq's own create names the carve-out it already made;
-            // anyone else's create carves under this review's uid.
+            // bizrq's own create names the carve-out it already made; the
+            // annotation is honoured only from bizrq's identity (anyone may
+            // write it, and copy a token from a parent's status). Anyone
+            // else's create carves under this review's uid.
             let token = obj
                 .metadata
                 .annotations
                 .get(CREATE_TOKEN_ANNOTATION)
-                .filter(|t| !t.is_empty())
+                .filter(|t| !t.is_empty() && req.sent_by(&svc.service_account))
                 .unwrap_or(&req.uid);
             svc.create_quota(&name, obj.spec, Persist::ByApiServer, token, dry)
                 .await?;

@@ -480,6 +480,17 @@ impl Controller {
                         }
                     }
                     if !q.spec.parent.is_empty() {
+                        // The child is gone: its carve-out may go back now.
+                        let token = q
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(crate::service::CREATE_TOKEN_ANNOTATION))
+                            .map(String::as_str)
+                            .unwrap_or("");
+                        self.service
+                            .release_gone(&q.spec.parent, &q.name_any(), token)
+                            .await;
                         self.enqueue(BTreeSet::from([q.spec.parent.clone()]));
                     }
                 }

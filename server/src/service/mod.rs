@@ -1,6 +1,61 @@
 //! The service layer: the one way in. The JSON API, the webhook, the portal
 //! and the resync loop all change quotas through these methods, which apply
 //! the `quota` crate's rules and write with compare-and-swap and retries.
+//!
+//! # Child quotas and their carve-outs
+//!
+//! A parent's status holds one carve-out per child (`status.children`);
+//! `parent.used = selfUsed + Σ carve-outs`, and a child's create or raise
+//! must fit in `hard − used`. The invariant: **a carve-out is never below
+//! what its stored child holds** (unless the child was written past the
+//! webhook, which the repair then records as over quota). A child write
+//! the webhook allows may still never be stored — a finalizer keeps a
+//! deleted child, a later webhook refuses, two writes race on one
+//! resourceVersion, a write is lost — so nothing that frees room is done
+//! on the strength of a review or of a write in flight. Room is taken
+//! before a write, and given back only after the stored child shows it.
+//!
+//! 1. **Create** (`create_quota`): the name must be free; the child's hard
+//!    is carved under a token (fit-checked compare-and-swap on the
+//!    parent), then the object is created carrying the token
+//!    (`CREATE_TOKEN_ANNOTATION`). Its review finds the carve-out under
+//!    that token and passes. The annotation is honoured only when the
+//!    review names bizrq's own identity (`Service::service_account`):
+//!    anyone else's create carves under its review's uid, so a copied token
+//!    neither takes over nor resizes bizrq's create in flight, and a create
+//!    under a token asking another size than was carved is refused. A
+//!    failed create returns the carve-out only if it is still under its
+//!    token.
+//! 2. **Change** (`update_quota`): raise first. The carve-out becomes, key
+//!    by key, the larger of itself and the new hard (`tree::carve_raise`;
+//!    a raise of the child renews its `since`), both before bizrq's own
+//!    write and in every review. A review never lowers. After bizrq's own
+//!    write succeeded, a fresh read of the child settles the carve-out
+//!    (`tree::settle_carve`): lowered to the stored hard if no other raise
+//!    was carved since its own step, else as the repair would.
+//! 3. **Delete** (`delete_quota`): the review checks the rules and frees
+//!    nothing. bizrq's own delete returns the carve-out once a fresh read
+//!    shows the child gone (not terminating), and only the carve-out it saw
+//!    before (a name created again carves under a token of its own). A
+//!    delete by anyone else is seen by the controller's quota watch:
+//!    `release_gone` returns the carve-out made under the deleted object's
+//!    token, and the parent's repair any other once it is not young.
+//! 4. **Repair** (`quota::tree::repair_carves`, run by the controller and
+//!    the standalone resync): each carve-out follows its stored child; a
+//!    carve-out younger than `CARVE_TTL_MS` is only raised (a write may be
+//!    in flight behind it), an older one is set to the child's hard, and
+//!    one whose child is gone is returned.
+//!
+//! Windows. A crash between a carve-out and its write leaves room taken,
+//! not given: the repair returns it after `CARVE_TTL_MS`. A refused or lost
+//! raise leaves the raised carve-out (never set back to a value read
+//! before another writer's): the repair lowers it to the stored child once
+//! it is old. A lowering waits, at worst, for the window of a recent raise.
+//! A child deleted by anyone but bizrq within `CARVE_TTL_MS` of its own
+//! kubectl create keeps its carve-out until the repair after the window
+//! (its name is refused meanwhile, as for a create in flight). In every
+//! window the parent's used counts at least what its children hold, so a
+//! sibling can never be carved room a child still holds.
 
 pub mod audit;
 pub mod changed;
@@ -163,6 +218,9 @@ pub struct Service {
     /// Quotas whose charges a review lowered, for the controller to confirm
     /// against the cluster (see `Recheck`).
     pub recheck: Arc<Recheck>,
+    /// bizrq's own identity in the API server's reviews (`--service-account`):
+    /// only its quota creates may name a carve-out already made. Empty: none may.
+    pub service_account: String,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
@@ -197,6 +255,7 @@ impl Service {
             events: Arc::new(notify::Nowhere),
             changed: Default::default(),
             recheck: Default::default(),
+            service_account: String::new(),
             deferred: Default::default(),
             clock: Arc::new(now_ms),
             locks: NameLocks::default(),
@@ -206,6 +265,13 @@ impl Service {
 
     pub fn with_clock(mut self, clock: Clock) -> Service {
         self.clock = clock;
+        self
+    }
+
+    /// bizrq's own identity as the API server names it in reviews: its
+    /// create tokens are honoured only from it.
+    pub fn with_service_account(mut self, name: String) -> Service {
+        self.service_account = name;
         self
     }
 
@@ -420,6 +486,18 @@ impl Service {
                 // One without a token was made by a repair for a child of
                 // this name, which is gone (checked above): it is stale.
                 if let Some(c) = p.status.children.get(&child) {
+                    // The carve-out made for this create is exactly its
+                    // hard: a create under its token asking another size
+                    // is not the one it was made for.
+                    if c.uid == token2 && c.hard != hard {
+                        return Err(ServiceError::Conflict(format!(
+                            "bizrq {child}: the carve-out in {} under this create's token is {}, \
+                             the object asks {}; a create cannot resize it",
+                            p.name(),
+                            show(&c.hard),
+                            show(&hard),
+                        )));
+                    }
                     if !c.uid.is_empty() && c.uid != token2 {
                         return Err(ServiceError::Conflict(format!(
                             "bizrq {child} is being created by another request, which already \
@@ -548,21 +626,28 @@ impl Service {
             tree::check_children_cover(name, &added, &hards)?;
         }
         let carved = !old.parent.is_empty() && old.hard != spec.hard;
+        let mut carve_before = None;
         if carved {
+            // Raise first (see the module doc): never lowered here, as the
+            // write may yet be refused or lost.
             let since = quota::time::format_rfc3339(self.now());
+            let renew = tree::raises(&old.hard, &spec.hard);
             let (hard, child) = (spec.hard.clone(), name.to_string());
-            self.update_status(&old.parent, dry_run, move |p| {
-                if tree::holder(p, &child).is_some() {
-                    // A transfer owns this carve-out until it is done: only
-                    // its own planned value passes (in cluster mode, its
-                    // spec write comes back here through the webhook), and
-                    // the transfer moves the carve-out in its own order.
-                    tree::check_not_held(p, &child, &hard)?;
-                    return Ok((false, ()));
-                }
-                Ok((tree::carve(p, &child, &hard, &since)?, ()))
-            })
-            .await?;
+            carve_before = self
+                .update_status(&old.parent, dry_run, move |p| {
+                    if tree::holder(p, &child).is_some() {
+                        // A transfer owns this carve-out until it is done:
+                        // only its own planned value passes (in cluster
+                        // mode, its spec write comes back here through the
+                        // webhook), and the transfer moves the carve-out in
+                        // its own order.
+                        tree::check_not_held(p, &child, &hard)?;
+                        return Ok((false, None));
+                    }
+                    let changed = tree::carve_raise(p, &child, &hard, renew, &since)?;
+                    Ok((changed, p.status.children.get(&child).cloned()))
+                })
+                .await?;
         }
         if persist == Persist::ByApiServer || dry_run {
             let mut q = current.quota.clone();
@@ -571,18 +656,40 @@ impl Service {
             return Ok(q);
         }
         let result = self.replace_spec(name, &spec, expected_version).await;
-        if result.is_err() && carved {
-            // Put the parent's carve-out back as it was; lowering again
-            // always passes, and the resync repairs anything left.
-            let (hard, child) = (old.hard.clone(), name.to_string());
-            let since = quota::time::format_rfc3339(self.now());
-            let _ = self
-                .update_status(&old.parent, false, move |p| {
-                    Ok((tree::carve(p, &child, &hard, &since).unwrap_or(false), ()))
-                })
-                .await;
+        // A failed write leaves the carve-out raised (never set back to a
+        // value read before a concurrent writer's): the repair lowers it to
+        // the stored child once it is no longer young. A write that
+        // succeeded lowers it now, to the child as a fresh read shows it.
+        if carved && result.is_ok() {
+            self.settle_carve(&old.parent, name, carve_before).await;
         }
         result
+    }
+
+    /// After a spec write of `child` succeeded: its carve-out in `parent`
+    /// follows the child as stored now (`tree::settle_carve`). Best effort:
+    /// what is left undone, the repair does.
+    async fn settle_carve(&self, parent: &str, child: &str, before: Option<quota::object::Carve>) {
+        let stored = match self.store.get(child).await {
+            Ok(Some(s)) => s.quota.spec.hard,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(parent, child, error = %e, "could not read a child to settle its carve-out; the repair will");
+                return;
+            }
+        };
+        let now = self.now();
+        let res = self
+            .update_status(parent, false, |p| {
+                Ok((
+                    tree::settle_carve(p, child, before.as_ref(), &stored, now),
+                    (),
+                ))
+            })
+            .await;
+        if let Err(e) = res {
+            tracing::warn!(parent, child, error = %e, "could not settle a carve-out; the repair will");
+        }
     }
 
     async fn replace_spec(
@@ -635,7 +742,17 @@ impl Service {
         if dry_run {
             return Ok(());
         }
-        if persist == Persist::Here {
+        if persist == Persist::ByApiServer {
+            // The review of a DELETE frees nothing: a finalizer, or a later
+            // webhook refusing, may keep the child. Its carve-out goes back
+            // when the child is gone (the controller's repair, on the
+            // quota's Delete event); a re-check soon confirms the parent.
+            if !parent.is_empty() {
+                self.recheck.mark(&parent);
+            }
+            return Ok(());
+        }
+        {
             let _guard = self.lock(name).await;
             let mut current = current;
             for attempt in 1..=MAX_ATTEMPTS {
@@ -656,10 +773,25 @@ impl Service {
             }
         }
         if !parent.is_empty() {
-            // In cluster mode the webhook has returned it already, during the
-            // delete above, and the name may since have been created again
-            // with a carve-out of its own: return only the one seen before,
-            // or one a repair made (no token) while the leaf still existed.
+            // Returned only if a fresh read shows the child gone: in cluster
+            // mode a finalizer keeps it terminating, and then the repair
+            // returns the carve-out once the API server removes it.
+            match self.store.get(name).await {
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    tracing::info!(%parent, child = name, "deleted quota still terminating; its carve-out goes back once it is gone");
+                    self.recheck.mark(&parent);
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::warn!(%parent, child = name, error = %e, "could not confirm a delete; the repair returns the carve-out");
+                    self.recheck.mark(&parent);
+                    return Ok(());
+                }
+            }
+            // The name may since have been created again with a carve-out
+            // of its own: return only the one seen before the delete, or
+            // one a repair made (no token) while the leaf still existed.
             let child = name.to_string();
             match self
                 .update_status(&parent, false, |p| {
@@ -681,9 +813,6 @@ impl Service {
                     tracing::warn!(%parent, child = name, error = %e, "could not return a carve-out; the resync will")
                 }
             }
-            // A forged DELETE review frees the carve-out of a child that
-            // still exists; the parent's reconcile carves it again.
-            self.recheck.mark(&parent);
         }
         Ok(())
     }
@@ -1050,6 +1179,32 @@ impl Service {
         .await
     }
 
+    /// A child quota the cluster reports deleted (the controller's quota
+    /// watch): its carve-out goes back to `parent` now, young or not, if a
+    /// fresh read confirms the child gone and the carve-out is the one made
+    /// under the deleted object's create token (`token`, from its
+    /// annotation: a later create of the name carves under a token of its
+    /// own). Anything else is left to the parent's repair, which returns a
+    /// gone child's carve-out once it is no longer young.
+    pub async fn release_gone(&self, parent: &str, child: &str, token: &str) {
+        if token.is_empty() || !matches!(self.store.get(child).await, Ok(None)) {
+            return;
+        }
+        let res = self
+            .update_status(parent, false, |p| {
+                let ours = p.status.children.get(child).is_some_and(|c| c.uid == token);
+                let released = ours && tree::holder(p, child).is_none() && tree::uncarve(p, child);
+                Ok((released, ()))
+            })
+            .await;
+        match res {
+            Ok(()) | Err(ServiceError::NotFound(_)) => {}
+            Err(e) => {
+                tracing::warn!(parent, child, error = %e, "could not return a deleted child's carve-out; the repair will")
+            }
+        }
+    }
+
     /// The children of `parent` for its repair, from a list that can lag
     /// behind the API server (the controller's watch cache). A listed child
     /// that holds no carve-out in the parent is the one case where lag does
@@ -1149,6 +1304,12 @@ impl Confirmed {
             .filter(|k| parent.status.children.contains_key(k.name()) || self.0.contains(k.name()))
             .collect()
     }
+}
+
+/// A resource list as a person reads it: `k=v, k=v`.
+fn show(list: &ResourceList) -> String {
+    let parts: Vec<String> = list.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    parts.join(", ")
 }
 
 fn already_exists(name: &str) -> ServiceError {

@@ -14,13 +14,13 @@ use serde_json::{json, Value};
 
 const GPU: &str = "requests.nvidia.com/gpu";
 
-fn quotas(client: kube::Client) -> Api<DynamicObject> {
+pub(crate) fn quotas(client: kube::Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("bizrq.io", "v1", "BizGroupResourceQuota");
     let ar = ApiResource::from_gvk_with_plural(&gvk, "bizgroupresourcequotas");
     Api::all_with(client, &ar)
 }
 
-fn quota_object(name: &str, parent: &str, gpus: &str) -> DynamicObject {
+pub(crate) fn quota_object(name: &str, parent: &str, gpus: &str) -> DynamicObject {
     serde_json::from_value(
         json!({"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuota",
         "metadata": {"name": name}, "spec": {"parent": parent, "hard": {GPU: gpus}}}),
@@ -29,7 +29,7 @@ fn quota_object(name: &str, parent: &str, gpus: &str) -> DynamicObject {
 }
 
 /// The code, reason and message of a refused request.
-fn refusal<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String, String) {
+pub(crate) fn refusal<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String, String) {
     match r {
         Err(kube::Error::Api(s)) => (s.code, s.reason.clone(), s.message.clone()),
         other => panic!("expected a refusal from the API server, got {other:?}"),
@@ -38,7 +38,7 @@ fn refusal<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String, Strin
 
 /// The parent's carve-out for `child` (None: none) and what its status
 /// counts as used, as the API server holds them.
-fn carve(c: &Cluster, parent: &str, child: &str) -> (Option<String>, String) {
+pub(crate) fn carve(c: &Cluster, parent: &str, child: &str) -> (Option<String>, String) {
     let p = c.fake.quota(parent);
     let carved = p["status"]["children"][child]["hard"][GPU]
         .as_str()
@@ -48,13 +48,11 @@ fn carve(c: &Cluster, parent: &str, child: &str) -> (Option<String>, String) {
 }
 
 /// Wait (up to 10 s) for `parent`'s carve-out of a deleted `child` to be
-/// gone and its used to be `used`. The webhook returns it while the delete
-/// is between admission and storage; a reconcile of the parent in that
-/// moment (or from a view that has not seen the delete yet) gives the
-/// still-existing leaf a carve-out back, which the controller takes back
-/// once it sees the delete. So a delete settles, where a create or an edit
-/// is exact at once.
-async fn settles(c: &Cluster, parent: &str, child: &str, used: &str) {
+/// gone and its used to be `used`. The review of a delete frees nothing;
+/// the carve-out goes back once the child is seen gone (bizrq's own delete
+/// reads it back; anyone's is seen by the controller's quota watch). So a
+/// delete settles, where a create or an edit is exact at once.
+pub(crate) async fn settles(c: &Cluster, parent: &str, child: &str, used: &str) {
     for _ in 0..200 {
         if carve(c, parent, child) == (None, used.to_string()) {
             return;
@@ -282,7 +280,10 @@ async fn kubectl_create_of_an_existing_quota_is_already_exists() {
     assert!(v.to_string().contains("already exists"), "{v}");
     assert_eq!(carve(&c, "ai", "nlp"), (Some("6".into()), "6".into()));
 
-    // kubectl's delete returns the carve-out.
+    // kubectl's delete returns the carve-out once the controller sees the
+    // child gone. (A carve-out younger than CARVE_TTL_MS that no token ties
+    // to the deleted object waits for the window: it may be a new create's.)
+    c.set_clock(T0 + bizrq::service::CARVE_TTL_MS + 1);
     api.delete("nlp", &DeleteParams::default()).await.unwrap();
     settles(&c, "ai", "nlp", "0").await;
     c.running.shutdown().await;

@@ -270,6 +270,18 @@ impl FakeApi {
             .collect()
     }
 
+    /// Every version of quota `name` stored after resourceVersion `after`,
+    /// in order: what any reader could have seen in between.
+    pub fn quota_versions(&self, name: &str, after: u64) -> Vec<Value> {
+        let g = self.state.lock().unwrap();
+        g.colls[&coll_key("bizrq.io", "bizgroupresourcequotas")]
+            .log
+            .iter()
+            .filter(|(rv, _, o)| *rv > after && o["metadata"]["name"] == name)
+            .map(|(_, _, o)| o.clone())
+            .collect()
+    }
+
     pub fn quota(&self, name: &str) -> Value {
         self.get("bizrq.io", "bizgroupresourcequotas", "", name)
             .unwrap_or_else(|| panic!("no quota {name}"))

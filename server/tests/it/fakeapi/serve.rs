@@ -247,6 +247,12 @@ impl FakeApi {
                     );
                 }
                 next["metadata"]["resourceVersion"] = json!(rv.to_string());
+                if !next["metadata"]["deletionTimestamp"].is_null() && !finalized(&next) {
+                    // The last finalizer of a terminating object removed.
+                    coll.objects.remove(&(ns, name));
+                    Self::emit(coll, rv, "DELETED", next.clone());
+                    return once(200, &next);
+                }
                 coll.objects.insert((ns, name), next.clone());
                 Self::emit(coll, rv, "MODIFIED", next.clone());
                 if sub == Some("scale") {
@@ -294,6 +300,23 @@ impl FakeApi {
                         return once(200, &o);
                     }
                     o["metadata"]["resourceVersion"] = json!(rv.to_string());
+                    if finalized(&o) {
+                        // As the API server does: an object with finalizers
+                        // stays, terminating, until the last one is removed.
+                        if o["metadata"]["deletionTimestamp"].is_null() {
+                            o["metadata"]["deletionTimestamp"] = json!("2026-11-21T10:00:00Z");
+                        }
+                        let key = (
+                            o["metadata"]["namespace"]
+                                .as_str()
+                                .unwrap_or("")
+                                .to_string(),
+                            name.clone(),
+                        );
+                        coll.objects.insert(key, o.clone());
+                        Self::emit(coll, rv, "MODIFIED", o.clone());
+                        return once(200, &o);
+                    }
                     Self::emit(coll, rv, "DELETED", o.clone());
                     once(200, &o)
                 }
@@ -316,6 +339,13 @@ fn query_params(query: &str) -> HashMap<String, String> {
 }
 
 /// A PUT naming a resourceVersion other than the current one.
+/// Whether an object has finalizers (a DELETE leaves it terminating).
+fn finalized(o: &Value) -> bool {
+    o["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty())
+}
+
 pub(super) fn stale(body: &Value, current: &Value) -> bool {
     let sent = body["metadata"]["resourceVersion"].as_str().unwrap_or("");
     !sent.is_empty()
