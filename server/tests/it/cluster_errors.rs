@@ -5,6 +5,7 @@
 //! emulated API server refuses for real.)
 
 use crate::cluster::Cluster;
+use crate::cluster::T0;
 use crate::common::{Browser, ADMIN_PASSWORD};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -125,10 +126,13 @@ async fn a_webhooks_refusal_reaches_the_json_api_in_its_own_words() {
     let raise = json!({"metadata": {"name": "nlp"}, "spec": {"parent": "ai", "hard": {GPU: "8"}}});
     let denied = "bizrq nlp needs 8 requests.nvidia.com/gpu of ai, 4 left of 16";
     let held = "bizrq nlp is held by transfer t-1 until it finishes";
-    for (code, reason, said, status) in [
+    for (round, (code, reason, said, status)) in [
         (403, "Forbidden", denied, StatusCode::FORBIDDEN),
         (409, "Conflict", held, StatusCode::CONFLICT),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let webhook =
             refusing_webhook(&c, json!({"code": code, "reason": reason, "message": said})).await;
         c.fake
@@ -139,6 +143,16 @@ async fn a_webhooks_refusal_reaches_the_json_api_in_its_own_words() {
         assert_eq!(st, status, "{v}");
         assert_eq!(v["error"]["message"], said, "{v}");
         assert_eq!(c.fake.quota("nlp")["spec"]["hard"][GPU], "4");
+        // The refused raise keeps its room (never below the stored child,
+        // never handed to a sibling) until the repair finds it old.
+        assert_eq!(
+            c.fake.quota("ai")["status"]["children"]["nlp"]["hard"][GPU],
+            "8"
+        );
+        c.set_clock(T0 + (round as i64 + 1) * (bizrq::service::CARVE_TTL_MS + 1));
+        let mut touch = c.fake.quota("ai");
+        touch["metadata"]["labels"] = json!({"touched": round.to_string()});
+        c.fake.put(touch);
         c.until("ai", "the raise's carve-out handed back", |q| {
             q["status"]["children"]["nlp"]["hard"][GPU] == "4"
         })

@@ -314,7 +314,7 @@ async fn each_route_answers_each_role_as_its_row_says(s: &Server) {
         // exist), or more from the parent of what one owns (#5).
         (form("/transfers", &gpu_form("nlp", "cv", "1")), &[(OwnerNlp, NOT_FOUND), (Admin, SEE_OTHER)]),
         (form("/transfers", &gpu_form("", "nlp", "1")), &[(OwnerNlp, SEE_OTHER)]),
-        (form("/transfers", &gpu_form("nlp", "cv", "100")), &[(Admin, INVALID)]),
+        (form("/transfers", &gpu_form("nlp", "cv", "100")), &[(Admin, BAD)]),
         (form("/transfers", &gpu_form("nlp", "cv", "lots")), &[(OwnerNlp, INVALID)]),
         (form("/transfers", &gpu_form("cv", "nlp", "1")), &[(OwnerNlp, NOT_FOUND)]),
         (form("/transfers", &gpu_form("", "cv", "1")), &[(OwnerNlp, NOT_FOUND)]),
@@ -325,9 +325,9 @@ async fn each_route_answers_each_role_as_its_row_says(s: &Server) {
         (form("/transfers/1/reject", ""), &[(OwnerNlp, FORBIDDEN)]),
         (form("/transfers/2/approve", ""), &[(MemberCv, NOT_FOUND)]),
         (form("/transfers/5/approve", ""), &[(OwnerNlp, FORBIDDEN)]),
-        (form("/transfers/2/approve", ""), &[(OwnerNlp, SEE_OTHER), (OwnerNlp, INVALID)]),
+        (form("/transfers/2/approve", ""), &[(OwnerNlp, SEE_OTHER), (OwnerNlp, CONFLICT)]),
         (form("/transfers/3/reject", "note=not now"), &[(Admin, SEE_OTHER)]),
-        (form("/transfers/3/approve", ""), &[(Admin, INVALID)]),
+        (form("/transfers/3/approve", ""), &[(Admin, CONFLICT)]),
         (form("/transfers/1/approve", ""), &[(Admin, SEE_OTHER)]),
         (form("/transfers/999/approve", ""), &[(Admin, NOT_FOUND)]),
         // Transfers through the JSON API, the same rules.

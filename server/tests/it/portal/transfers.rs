@@ -79,7 +79,7 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
             ],
         )
         .await;
-    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", p.body);
+    assert_eq!(p.status, StatusCode::BAD_REQUEST, "{}", p.body);
     assert!(
         p.body
             .contains("bizrq nlp: requests.nvidia.com/gpu gives 100, its hard is only 8"),
@@ -99,7 +99,7 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
             ],
         )
         .await;
-    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", p.body);
+    assert_eq!(p.status, StatusCode::FORBIDDEN, "{}", p.body);
     assert!(
         p.body
             .contains("requests.nvidia.com/gpu asks 10, 4 left of 16"),
@@ -245,7 +245,7 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
         "{list}"
     );
     let p = carol.post("/transfers/4/approve", &[]).await;
-    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", p.body);
+    assert_eq!(p.status, StatusCode::CONFLICT, "{}", p.body);
     assert!(p.body.contains("transfer 4 is expired"), "{}", p.body);
 
     // The audit log: request, approval, rejection and expiry, each once.
