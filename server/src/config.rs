@@ -388,6 +388,45 @@ mod redaction_tests {
     }
 
     #[test]
+    fn a_key_value_dsn_shows_nothing_but_that_it_is_one() {
+        assert_eq!(
+            redacted_url("host=db user=bizrq password=s3cret dbname=bizrq"),
+            "(unparsable URL)"
+        );
+        assert_eq!(redacted_url("sqlite::memory:"), "sqlite:(redacted)");
+    }
+
+    #[test]
+    fn a_password_with_unencoded_separators_is_masked_whole() {
+        for (url, shown) in [
+            ("postgres://u:a?b@db/x", "postgres://u:***@db/x"),
+            ("postgres://u:a#b@db/x", "postgres://u:***@db/x"),
+            (
+                "postgres://u:a/b@c@db/x?sslmode=require",
+                "postgres://u:***@db/x?sslmode=require",
+            ),
+            (
+                "postgres://db/x?password=p@ss",
+                "postgres://db/x?password=***",
+            ),
+            (
+                "postgres://db/x?password=a&b&sslmode=require",
+                "postgres://db/x?password=***&sslmode=require",
+            ),
+        ] {
+            assert_eq!(redacted_url(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn every_parameter_named_like_a_password_is_masked() {
+        assert_eq!(
+            redacted_url("postgres://u@db/x?sslpassword=k3y&sslmode=verify-full&PASSWORD=p"),
+            "postgres://u@db/x?sslpassword=***&sslmode=verify-full&PASSWORD=***"
+        );
+    }
+
+    #[test]
     fn help_does_not_show_the_database_url_from_the_environment() {
         use clap::CommandFactory;
         let cli = super::Cli::command();

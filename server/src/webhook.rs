@@ -433,8 +433,24 @@ async fn review_scale(svc: &Service, req: &Request) -> Result<Verdict, ServiceEr
     let Some(adapter) = adapter_for_resource(&req.resource.group, &req.resource.resource) else {
         return Ok(Verdict::allow());
     };
-    if req.operation != "UPDATE" || !adapter.scalable {
+    if req.operation != "UPDATE" {
         return Ok(Verdict::allow());
+    }
+    if !adapter.scalable {
+        // A /scale of a kind with several pod sets (Kubeflow's specReplicasPath
+        // is one replica type's count) cannot be charged from the Scale
+        // alone: refused for a governed workload, never let through unpaid.
+        let (ns, name) = target(req);
+        let wref = checked_ref(adapter, &ns, &name)?;
+        if svc.store.workload_quota(&wref).await?.is_none() {
+            return Ok(Verdict::allow());
+        }
+        return Err(ServiceError::BadRequest(format!(
+            "bizrq: {} {ns}/{name} is governed by a quota and cannot be scaled through its \
+             scale subresource; change its replicas in the object itself (kubectl edit or \
+             patch), which bizrq charges",
+            adapter.kind
+        )));
     }
     let raw = req
         .object

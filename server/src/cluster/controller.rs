@@ -72,6 +72,14 @@ pub trait History: Send + Sync + 'static {
     async fn forget_quota(&self, _name: &str, _now_ms: i64) -> Result<(), StoreError> {
         Ok(())
     }
+    /// A complete list found these quotas: any other's roles and rules go.
+    async fn forget_quotas_not_in(
+        &self,
+        _live: &BTreeSet<String>,
+        _now_ms: i64,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -144,6 +152,14 @@ impl History for crate::store::sql::SqlStore {
     }
     async fn forget_quota(&self, name: &str, now_ms: i64) -> Result<(), StoreError> {
         crate::store::sql::SqlStore::forget_quota(self, name, now_ms).await?;
+        Ok(())
+    }
+    async fn forget_quotas_not_in(
+        &self,
+        live: &BTreeSet<String>,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        crate::store::sql::SqlStore::forget_quotas_not_in(self, live, now_ms).await?;
         Ok(())
     }
 }
@@ -326,6 +342,30 @@ impl Controller {
         }
     }
 
+    /// At a resync: a complete list of the quotas from the API server (not
+    /// a cache, which may be partial), and the roles and rules of any other
+    /// quota go.
+    async fn forget_unlisted_quotas(&self) {
+        let api: Api<BizGroupResourceQuota> = Api::all(self.client.clone());
+        match api.list(&Default::default()).await {
+            Ok(list) => {
+                let live = list.items.iter().map(|q| q.name_any()).collect();
+                self.forget_quotas_not_in(&live).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot list quotas to forget deleted ones"),
+        }
+    }
+
+    /// Roles and alert rules of quotas not in `live` (a complete list) go:
+    /// their deletion was missed.
+    async fn forget_quotas_not_in(&self, live: &BTreeSet<String>) {
+        if let Some(h) = &self.history {
+            if let Err(e) = h.forget_quotas_not_in(live, self.service.now()).await {
+                tracing::warn!(error = %e, "could not remove the roles and alert rules of deleted quotas");
+            }
+        }
+    }
+
     // ---- watches -------------------------------------------------------
 
     /// Drive one watch: apply and delete events go to `on`, and after each
@@ -450,7 +490,13 @@ impl Controller {
         let api: Api<BizGroupResourceQuota> = Api::all(self.client.clone());
         let mut stream = watcher(api).boxed();
         let mut first = true;
+        // The quotas of the (re)list under way: a deletion missed while no
+        // watch ran shows as a quota not listed.
+        let mut listed = BTreeSet::new();
         while let Some(ev) = stream.next().await {
+            if let Ok(Event::InitApply(q)) = &ev {
+                listed.insert(q.name_any());
+            }
             match ev {
                 Ok(Event::Apply(q)) | Ok(Event::InitApply(q)) => {
                     let name = q.name_any();
@@ -494,8 +540,10 @@ impl Controller {
                         self.enqueue(BTreeSet::from([q.spec.parent.clone()]));
                     }
                 }
-                Ok(Event::Init) => {}
+                Ok(Event::Init) => listed.clear(),
                 Ok(Event::InitDone) => {
+                    self.forget_quotas_not_in(&std::mem::take(&mut listed))
+                        .await;
                     if first {
                         first = false;
                         self.initial_sync_done();
@@ -1013,6 +1061,7 @@ impl Controller {
                 );
             }
             self.enqueue_all().await;
+            self.forget_unlisted_quotas().await;
             self.service
                 .metrics
                 .reconcile_duration

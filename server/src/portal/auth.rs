@@ -411,7 +411,9 @@ pub async fn secure_cookie_behind_tls(req: Request, next: Next) -> Response {
 
 /// The client's address for rate limiting: the peer, or with
 /// `--trust-forwarded-for` the last `X-Forwarded-For` entry (the one our
-/// ingress added; earlier entries are the client's to forge).
+/// ingress added; earlier entries are the client's to forge). A last entry
+/// that is no address even without its port or brackets means the peer:
+/// never an earlier, forgeable entry.
 pub fn client_addr(parts: &Parts, trust_forwarded_for: bool) -> String {
     if trust_forwarded_for {
         let last = parts
@@ -420,8 +422,8 @@ pub fn client_addr(parts: &Parts, trust_forwarded_for: bool) -> String {
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter_map(|s| s.trim().parse::<std::net::IpAddr>().ok())
-            .next_back();
+            .next_back()
+            .and_then(forwarded_ip);
         if let Some(ip) = last {
             return ip.to_string();
         }
@@ -431,6 +433,22 @@ pub fn client_addr(parts: &Parts, trust_forwarded_for: bool) -> String {
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip().to_string())
         .unwrap_or_else(|| "unknown".into())
+}
+
+/// One `X-Forwarded-For` entry as an address: `ip`, `ip:port`, `[v6]` or
+/// `[v6]:port`.
+fn forwarded_ip(entry: &str) -> Option<std::net::IpAddr> {
+    let entry = entry.trim();
+    if let Ok(ip) = entry.parse() {
+        return Some(ip);
+    }
+    if let Ok(sock) = entry.parse::<SocketAddr>() {
+        return Some(sock.ip());
+    }
+    entry
+        .strip_prefix('[')
+        .and_then(|e| e.strip_suffix(']'))
+        .and_then(|e| e.parse().ok())
 }
 
 /// The longest `next` kept after login.
@@ -532,7 +550,10 @@ async fn login_inner(
     let sql = &app.portal.sql;
     let username = f.username.trim().to_lowercase();
     let next = safe_next(f.next.as_deref());
-    let client = client_addr(parts, app.portal.config.trust_forwarded_for);
+    // Limited and counted by the address's key (IPv6 by /64): rotating
+    // through one host's addresses does not make fresh counters.
+    let client =
+        super::limits::address_key(&client_addr(parts, app.portal.config.trust_forwarded_for));
     let now = crate::util::now_ms();
     // A username no account can have is not echoed back whole.
     let shown: String = username.chars().take(64).collect();
@@ -586,6 +607,17 @@ async fn login_inner(
             StatusCode::UNAUTHORIZED,
             Flash::Error(LOGIN_FAILED.into()),
             None,
+        )
+        .await;
+    }
+    if let Err(secs) = app.portal.attempts.attempt_username(&username, now) {
+        tracing::warn!(username = %username, "login refused: too many attempts on this username");
+        return again(
+            StatusCode::TOO_MANY_REQUESTS,
+            Flash::Error(format!(
+                "Too many login attempts for this username. Try again in {secs} seconds."
+            )),
+            Some(secs),
         )
         .await;
     }
@@ -648,6 +680,14 @@ async fn login_inner(
         .await
         .map_err(session_error)?;
     session.insert(SEEN_KEY, now).await.map_err(session_error)?;
+    // The session is stored only if this hash is still the user's then.
+    session
+        .insert(
+            crate::store::sessions::PASSWORD_HASH_KEY,
+            user.password_hash.clone(),
+        )
+        .await
+        .map_err(session_error)?;
     Ok(Redirect::to(&next).into_response())
 }
 
@@ -657,4 +697,47 @@ pub async fn logout(session: Session) -> Response {
         tracing::warn!(error = %e, "could not delete a session at logout");
     }
     Redirect::to("/login").into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(forwarded: &[&str]) -> Parts {
+        let mut req = axum::http::Request::builder();
+        for f in forwarded {
+            req = req.header("x-forwarded-for", *f);
+        }
+        let (mut parts, ()) = req.body(()).unwrap().into_parts();
+        parts
+            .extensions
+            .insert(ConnectInfo(SocketAddr::from(([10, 9, 9, 9], 4000))));
+        parts
+    }
+
+    #[test]
+    fn the_last_forwarded_entry_counts_with_or_without_its_port() {
+        for (header, client) in [
+            ("1.1.1.1, 10.0.0.7", "10.0.0.7"),
+            ("1.1.1.1, 10.0.0.7:5000", "10.0.0.7"),
+            ("1.1.1.1, [2001:db8::7]", "2001:db8::7"),
+            ("1.1.1.1, [2001:db8::7]:5000", "2001:db8::7"),
+            ("1.1.1.1,2001:db8::8", "2001:db8::8"),
+        ] {
+            assert_eq!(client_addr(&parts(&[header]), true), client, "{header}");
+        }
+        assert_eq!(
+            client_addr(&parts(&["1.1.1.1", "10.0.0.7"]), true),
+            "10.0.0.7",
+            "the last of several headers"
+        );
+    }
+
+    #[test]
+    fn an_unparsable_last_forwarded_entry_means_the_peer_not_a_forged_entry() {
+        for header in ["1.1.1.1, not-an-address", "1.1.1.1, ", "1.1.1.1, [10.0.0.7"] {
+            assert_eq!(client_addr(&parts(&[header]), true), "10.9.9.9", "{header}");
+        }
+        assert_eq!(client_addr(&parts(&["1.1.1.1"]), false), "10.9.9.9");
+    }
 }

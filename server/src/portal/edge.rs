@@ -5,9 +5,12 @@
 //!   without scripts (styles from `/style.css` and inline `style`
 //!   attributes; inline SVG needs nothing more), no framing, `nosniff`, no
 //!   referrer leaving the site.
-//! - [`reject_control_chars`]: NUL and other control characters in the
-//!   path, the query, a form or a JSON body are refused (400 JSON on the
-//!   API, 422 page otherwise) before any handler or database sees them.
+//! - [`reject_control_chars`]: NUL and other control characters, and
+//!   bidirectional overrides, in the path, the query, a form or a JSON body
+//!   are refused (400 JSON on the API, 422 page otherwise) before any
+//!   handler or database sees them. On the API every signed-in body is
+//!   checked as JSON whatever its Content-Type, and one that is not JSON
+//!   is refused.
 //! - On `/api/` routes, a body over the limit answers 413 in the API's
 //!   JSON error shape instead of plain text.
 
@@ -70,7 +73,11 @@ fn refuse(api: bool, status_if_api: StatusCode, message: String) -> Response {
 }
 
 fn what(c: char) -> String {
-    format!("a control character (U+{:04X})", c as u32)
+    if c.is_control() {
+        format!("a control character (U+{:04X})", c as u32)
+    } else {
+        format!("a bidirectional override character (U+{:04X})", c as u32)
+    }
 }
 
 /// The first control character among form or query pairs: which field.
@@ -139,10 +146,23 @@ pub async fn reject_control_chars(req: Request, next: Next) -> Response {
         .unwrap_or("")
         .to_ascii_lowercase();
     let form = kind.starts_with("application/x-www-form-urlencoded");
-    let json = kind.starts_with("application/json");
-    // An API call without credentials is refused by `authenticate` before
-    // any handler reads its body: nothing to buffer for an anonymous client.
-    let anonymous_api = api && !req.headers().contains_key(header::AUTHORIZATION);
+    // The API's handlers read every body as JSON whatever its Content-Type,
+    // so on `/api/` every body is checked as JSON.
+    let json = api || kind.starts_with("application/json");
+    // An API call without credentials (no bearer token, no signed-in
+    // session) is refused by `authenticate` before any handler reads its
+    // body: nothing to buffer for an anonymous client.
+    let anonymous_api = api && !req.headers().contains_key(header::AUTHORIZATION) && {
+        match req.extensions().get::<tower_sessions::Session>() {
+            Some(s) => s
+                .get::<i64>(crate::store::sessions::USER_ID_KEY)
+                .await
+                .ok()
+                .flatten()
+                .is_none(),
+            None => true,
+        }
+    };
     if (!form && !json) || anonymous_api {
         return too_large_as_json(api, next.run(req).await).await;
     }
@@ -157,7 +177,25 @@ pub async fn reject_control_chars(req: Request, next: Next) -> Response {
             )
         }
     };
-    let found = if form {
+    let found = if api {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            None
+        } else {
+            // What does not parse here is not checked: refused, lest a
+            // typed parse that is more lenient (an unknown field holding
+            // `1e400`) let a control character through.
+            match serde_json::from_slice::<serde_json::Value>(&bytes) {
+                Ok(v) => in_json(&v, "the body"),
+                Err(e) => {
+                    return refuse(
+                        api,
+                        StatusCode::BAD_REQUEST,
+                        format!("the request body is not valid JSON: {e}"),
+                    )
+                }
+            }
+        }
+    } else if form {
         serde_urlencoded::from_bytes::<Vec<(String, String)>>(&bytes)
             .ok()
             .and_then(|pairs| in_pairs(&pairs))
@@ -171,7 +209,7 @@ pub async fn reject_control_chars(req: Request, next: Next) -> Response {
         return refuse(
             api,
             StatusCode::BAD_REQUEST,
-            format!("{m}; text may not hold control characters other than tab and line breaks"),
+            format!("{m}; text may not hold control characters other than tab and line breaks, nor bidirectional overrides"),
         );
     }
     let resp = next

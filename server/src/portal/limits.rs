@@ -8,9 +8,11 @@
 //!   admission webhook keeps its CPU and memory. Dedicated threads (not the
 //!   blocking pool) also keep the allocator's per-thread arenas, each of
 //!   which may keep a freed 19 MiB buffer, to that same count.
-//! - [`AddressLimiter`]: a token bucket per client address (IPv6 by /64),
-//!   taken before anything is stored or hashed; the SQL failure limiter in
-//!   `auth` stays behind it.
+//! - [`AddressLimiter`]: a token bucket per client address (IPv6 by /64,
+//!   and by /48), and one per username across all addresses, taken before
+//!   anything is stored or hashed; the SQL failure limiter in `auth`, keyed
+//!   by the same address key, stays behind it. When the table is full the
+//!   least recently used buckets are forgotten: nobody gets through free.
 //! - Length caps on usernames and passwords, and [`control_char`], the
 //!   check every text input passes at the edge.
 
@@ -274,65 +276,136 @@ impl Bucket {
     }
 }
 
-/// Buckets kept at most; beyond, full buckets are forgotten first.
-const MAX_ADDRESSES: usize = 100_000;
+/// Buckets kept at most per kind; beyond, full buckets are forgotten
+/// first, then the least recently used.
+const MAX_BUCKETS: usize = 100_000;
+/// Attempts a minute on one username, from all addresses together: spread
+/// over many addresses, guesses at one account still go this slowly.
+pub const USERNAME_PER_MINUTE: u32 = 10;
+/// An IPv6 /48 (one site) may make this many times an address's attempts.
+const V6_48_FACTOR: u32 = 8;
 
-/// Login (and password change) attempts per client address.
-pub struct AddressLimiter {
+/// Token buckets by key, at most `cap` of them.
+struct Buckets {
     per_minute: u32,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    cap: usize,
+    map: Mutex<HashMap<String, Bucket>>,
+}
+
+impl Buckets {
+    fn new(per_minute: u32, cap: usize) -> Buckets {
+        Buckets {
+            per_minute: per_minute.max(1),
+            cap: cap.max(1),
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn take(&self, key: &str, now_ms: i64) -> Result<(), u64> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= self.cap && !map.contains_key(key) {
+            let per_minute = self.per_minute;
+            map.retain(|_, b| !b.is_full(per_minute, now_ms));
+            if map.len() >= self.cap {
+                // Still full: forget the least recently used eighth (a
+                // bucket's `at_ms` is its last use), so memory stays bounded
+                // and every client is still limited; one pass serves many
+                // new keys.
+                tracing::warn!(
+                    "login limiter full: {} keys active, forgetting the least recently used",
+                    self.cap
+                );
+                let mut used: Vec<i64> = map.values().map(|b| b.at_ms).collect();
+                let nth = (self.cap / 8).min(used.len() - 1);
+                let (_, cutoff, _) = used.select_nth_unstable(nth);
+                let cutoff = *cutoff;
+                map.retain(|_, b| b.at_ms > cutoff);
+            }
+        }
+        map.entry(key.to_string())
+            .or_insert_with(|| Bucket::full(self.per_minute, now_ms))
+            .take(self.per_minute, now_ms)
+    }
+}
+
+/// Login (and password change) attempts per client address (IPv6 also per
+/// /48), and per username across all addresses.
+pub struct AddressLimiter {
+    addresses: Buckets,
+    sites: Buckets,
+    usernames: Buckets,
 }
 
 impl AddressLimiter {
     pub fn new(per_minute: u32) -> AddressLimiter {
+        AddressLimiter::with_capacity(per_minute, MAX_BUCKETS)
+    }
+
+    fn with_capacity(per_minute: u32, cap: usize) -> AddressLimiter {
+        let per_minute = per_minute.max(1);
         AddressLimiter {
-            per_minute: per_minute.max(1),
-            buckets: Mutex::new(HashMap::new()),
+            addresses: Buckets::new(per_minute, cap),
+            sites: Buckets::new(per_minute.saturating_mul(V6_48_FACTOR), cap),
+            usernames: Buckets::new(USERNAME_PER_MINUTE, cap),
         }
     }
 
     /// One attempt from `client` (an address as `auth::client_addr` gives
     /// it); Err: retry after so many seconds.
     pub fn attempt(&self, client: &str, now_ms: i64) -> Result<(), u64> {
-        let key = address_key(client);
-        let Ok(mut buckets) = self.buckets.lock() else {
-            return Ok(());
-        };
-        if buckets.len() >= MAX_ADDRESSES && !buckets.contains_key(&key) {
-            let per_minute = self.per_minute;
-            buckets.retain(|_, b| !b.is_full(per_minute, now_ms));
-            if buckets.len() >= MAX_ADDRESSES {
-                // Hashing stays bounded by the hasher; refusing everyone
-                // here would let one attacker lock all users out.
-                tracing::warn!("login limiter full: {MAX_ADDRESSES} addresses active");
-                return Ok(());
-            }
+        self.addresses.take(&address_key(client), now_ms)?;
+        match site_key(client) {
+            Some(site) => self.sites.take(&site, now_ms),
+            None => Ok(()),
         }
-        buckets
-            .entry(key)
-            .or_insert_with(|| Bucket::full(self.per_minute, now_ms))
-            .take(self.per_minute, now_ms)
+    }
+
+    /// One attempt on `username`, whatever the address; taken before the
+    /// password is hashed.
+    pub fn attempt_username(&self, username: &str, now_ms: i64) -> Result<(), u64> {
+        self.usernames.take(username, now_ms)
     }
 }
 
-/// IPv6 clients are limited per /64 (one host usually holds a whole /64).
-fn address_key(client: &str) -> String {
+/// The key a client address is limited and its failed logins counted by:
+/// IPv4 as is, IPv6 by /64 (one host usually holds a whole /64). A key
+/// given back maps to itself.
+pub fn address_key(client: &str) -> String {
     match client.parse::<IpAddr>() {
-        Ok(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_none() => {
-            let s = v6.segments();
-            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-        }
-        Ok(IpAddr::V6(v6)) => v6.to_ipv4_mapped().map(|v4| v4.to_string()).unwrap(),
+        Ok(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
         _ => client.to_string(),
     }
 }
 
-/// The first control character in `s` that text input may not hold: NUL
-/// and every other C0/C1 control except tab, line feed and carriage
-/// return (text areas send those).
+/// The /48 of an IPv6 address (or of its /64 key): the coarser bucket
+/// that rotating through /64s of one site does not escape.
+fn site_key(client: &str) -> Option<String> {
+    let ip = client.strip_suffix("/64").unwrap_or(client);
+    match ip.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_none() => {
+            let s = v6.segments();
+            Some(format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2]))
+        }
+        _ => None,
+    }
+}
+
+/// The first character in `s` that text input may not hold: NUL and every
+/// other C0/C1 control except tab, line feed and carriage return (text
+/// areas send those), and the bidirectional embeddings, overrides and
+/// isolates (U+202A–U+202E, U+2066–U+2069), which make a reason or a name
+/// read otherwise than it is written, in a page or an email.
 pub fn control_char(s: &str) -> Option<char> {
-    s.chars()
-        .find(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+    s.chars().find(|c| {
+        (c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+            || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    })
 }
 
 #[cfg(test)]
@@ -366,6 +439,50 @@ mod tests {
     }
 
     #[test]
+    fn rotating_ipv6_64s_of_one_48_is_limited_by_the_48() {
+        let l = AddressLimiter::new(2);
+        let allowed = (0..100)
+            .filter(|i| l.attempt(&format!("2001:db8:7:{i:x}::1"), 0).is_ok())
+            .count();
+        assert_eq!(allowed, 2 * V6_48_FACTOR as usize);
+        assert!(l.attempt("2001:db8:8::1", 0).is_ok(), "another /48");
+    }
+
+    #[test]
+    fn one_username_is_limited_across_all_addresses() {
+        let l = AddressLimiter::new(100);
+        for _ in 0..USERNAME_PER_MINUTE {
+            assert!(l.attempt_username("alice", 0).is_ok());
+        }
+        assert!(l.attempt_username("alice", 0).is_err());
+        assert!(l.attempt_username("bob", 0).is_ok());
+    }
+
+    #[test]
+    fn a_full_table_forgets_the_least_recently_used_and_still_limits() {
+        let l = AddressLimiter::with_capacity(1, 16);
+        assert!(l.attempt("10.0.0.1", 1_000).is_ok());
+        assert!(l.attempt("10.0.0.1", 1_000).is_err());
+        for i in 0..64 {
+            let _ = l.attempt(&format!("10.1.0.{i}"), 1_000 + i);
+            assert!(l.addresses.map.lock().unwrap().len() <= 16);
+        }
+        assert!(
+            l.attempt("10.1.0.63", 1_100).is_err(),
+            "a recent client is still limited when the table is full"
+        );
+    }
+
+    #[test]
+    fn the_address_key_maps_to_itself() {
+        for a in ["10.0.0.1", "2001:db8::1", "::ffff:10.0.0.1"] {
+            let k = address_key(a);
+            assert_eq!(address_key(&k), k);
+            assert_eq!(site_key(&k), site_key(a));
+        }
+    }
+
+    #[test]
     fn hashes_are_password_auth_compatible_and_reuse_one_buffer() {
         let mut scratch = Scratch::default();
         let ours = scratch.generate(b"correct horse").unwrap();
@@ -387,5 +504,17 @@ mod tests {
         assert_eq!(control_char("a\u{1b}[31m"), Some('\u{1b}'));
         assert_eq!(control_char("x\u{85}"), Some('\u{85}'));
         assert_eq!(control_char("line one\r\nline\ttwo é"), None);
+    }
+
+    #[test]
+    fn bidirectional_overrides_are_refused() {
+        for c in ['\u{202A}', '\u{202E}', '\u{2066}', '\u{2069}'] {
+            assert_eq!(control_char(&format!("ok{c}kay")), Some(c));
+        }
+        assert_eq!(
+            control_char("שלום, hello \u{200F}"),
+            None,
+            "a right-to-left mark is text"
+        );
     }
 }

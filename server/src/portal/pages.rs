@@ -359,7 +359,8 @@ pub async fn change_password(
         let page = app::accounts::render_password_page(viewer.page(), Some(Flash::Error(m)));
         Ok((StatusCode::UNPROCESSABLE_ENTITY, Html(page)).into_response())
     };
-    let client = client_addr(&parts, app.portal.config.trust_forwarded_for);
+    let client =
+        super::limits::address_key(&client_addr(&parts, app.portal.config.trust_forwarded_for));
     let now = crate::util::now_ms();
     if let Err(secs) = app.portal.attempts.attempt(&client, now) {
         return Err(PageError::TooMany(
@@ -589,16 +590,20 @@ pub async fn create_token(
         ));
     }
     let token = random_token(TOKEN_PREFIX);
+    let ended = || PageError::Forbidden("your session has ended; sign in again".into());
+    let session_id = viewer.session.id().ok_or_else(ended)?.to_string();
     let t = app
         .portal
         .sql
         .create_token(
             user_id,
+            &session_id,
             &name,
             &crate::util::sha256_hex(&token),
             app.service.now(),
         )
-        .await?;
+        .await?
+        .ok_or_else(ended)?;
     app.audit(
         &viewer.principal,
         action::TOKEN_CREATE,
@@ -710,7 +715,12 @@ pub(crate) async fn revoke(
     role: Role,
 ) -> Result<(), PageError> {
     let name = &user.username;
-    app.portal.sql.remove_binding(user.id, quota).await?;
+    if !app.portal.sql.remove_binding(user.id, quota, role).await? {
+        // Changed since it was read (and checked): nothing is taken away.
+        return Err(PageError::Invalid(format!(
+            "{name}'s role on {quota} changed meanwhile; look again"
+        )));
+    }
     app.audit(
         by,
         action::ROLE_REMOVE,

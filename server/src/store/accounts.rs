@@ -389,34 +389,82 @@ impl SqlStore {
         Ok((bindings, rules))
     }
 
-    /// Removes a user's binding on a quota; whether there was one.
-    pub async fn remove_binding(&self, user_id: i64, quota: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM role_bindings WHERE user_id = $1 AND quota = $2")
-            .bind(user_id)
-            .bind(quota)
-            .execute(&self.write)
-            .await?;
+    /// Every quota that holds role bindings or alert rules but is not in
+    /// `live` (the quotas a complete list of the cluster found) is
+    /// forgotten as [`Self::forget_quota`] does, audited: its deletion was
+    /// missed (no controller ran, or the watch relisted). The names not
+    /// listed come from one statement, `live` passed as one JSON array.
+    /// How many quotas were forgotten.
+    pub async fn forget_quotas_not_in(
+        &self,
+        live: &std::collections::BTreeSet<String>,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        let live_json =
+            serde_json::to_string(live).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let listed = match self.backend {
+            super::sql::Backend::Sqlite => "SELECT value FROM json_each($1)",
+            super::sql::Backend::Postgres => "SELECT json_array_elements_text($1::json)",
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT quota FROM role_bindings WHERE quota NOT IN ({listed}) \
+             UNION SELECT quota FROM alert_rules WHERE quota NOT IN ({listed}) ORDER BY 1"
+        ))
+        .bind(live_json)
+        .fetch_all(&self.write)
+        .await?;
+        for r in &rows {
+            let quota: String = r.try_get(0)?;
+            self.forget_quota(&quota, now_ms).await?;
+        }
+        Ok(rows.len())
+    }
+
+    /// Removes a user's binding on a quota only if it is still `role` (the
+    /// role the caller checked it may take away); whether it was removed.
+    pub async fn remove_binding(
+        &self,
+        user_id: i64,
+        quota: &str,
+        role: Role,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM role_bindings WHERE user_id = $1 AND quota = $2 AND role = $3",
+        )
+        .bind(user_id)
+        .bind(quota)
+        .bind(role.as_str())
+        .execute(&self.write)
+        .await?;
         Ok(done.rows_affected() > 0)
     }
 
+    /// A new token of the user signed in by session `session_id`, or None
+    /// when that session is gone: a new password ends every session and
+    /// revokes every token, and a token from a request that was already
+    /// past sign-in must not outlive that.
     pub async fn create_token(
         &self,
         user_id: i64,
+        session_id: &str,
         name: &str,
         token_sha256: &str,
         now_ms: i64,
-    ) -> Result<ApiToken, StoreError> {
+    ) -> Result<Option<ApiToken>, StoreError> {
         let row = sqlx::query(&format!(
             "INSERT INTO api_tokens (user_id, name, token_sha256, created_at_ms) \
-             VALUES ($1, $2, $3, $4) RETURNING {TOKEN_COLUMNS}"
+             SELECT $1, $2, $3, $4 \
+              WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $5 AND user_id = $1) \
+             RETURNING {TOKEN_COLUMNS}"
         ))
         .bind(user_id)
         .bind(name)
         .bind(token_sha256)
         .bind(now_ms)
-        .fetch_one(&self.write)
+        .bind(session_id)
+        .fetch_optional(&self.write)
         .await?;
-        token_from_row(&row)
+        row.as_ref().map(token_from_row).transpose()
     }
 
     /// A user's tokens, newest first (revoked ones too).
@@ -509,21 +557,32 @@ impl SqlStore {
     }
 
     /// Takes back the failure recorded for an attempt that could not be
-    /// checked (the password hasher was busy).
+    /// checked (the password hasher was busy): one row, as that attempt
+    /// added one. Rows of one (username, client, instant) are alike, so any
+    /// one of them is that attempt's; deleting them all would also take
+    /// back real failures made in the same millisecond.
     pub async fn clear_login_failure(
         &self,
         username: &str,
         client: &str,
         at_ms: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "DELETE FROM login_failures WHERE username = $1 AND client = $2 AND at_ms = $3",
-        )
-        .bind(username)
-        .bind(client)
-        .bind(at_ms)
-        .execute(&self.write)
-        .await?;
+        let one_row = match self.backend {
+            super::sql::Backend::Sqlite => {
+                "DELETE FROM login_failures WHERE rowid IN (SELECT rowid FROM login_failures \
+                 WHERE username = $1 AND client = $2 AND at_ms = $3 LIMIT 1)"
+            }
+            super::sql::Backend::Postgres => {
+                "DELETE FROM login_failures WHERE ctid = (SELECT ctid FROM login_failures \
+                 WHERE username = $1 AND client = $2 AND at_ms = $3 LIMIT 1 FOR UPDATE SKIP LOCKED)"
+            }
+        };
+        sqlx::query(one_row)
+            .bind(username)
+            .bind(client)
+            .bind(at_ms)
+            .execute(&self.write)
+            .await?;
         Ok(())
     }
 
@@ -566,6 +625,10 @@ mod tests {
         sessions_load_save_expire,
         audit_filters_and_is_append_only,
         login_failures_count_and_prune,
+        a_busy_attempt_takes_back_only_its_own_failure,
+        a_token_is_made_only_while_its_session_lives,
+        a_sign_in_that_raced_a_new_password_stores_no_session,
+        quotas_not_listed_lose_their_roles_and_rules,
     );
 
     async fn users_bindings_and_tokens(sql: &SqlStore) {
@@ -623,11 +686,26 @@ mod tests {
             [("alice", Role::Owner), ("bob", Role::Member)]
         );
         assert_eq!(sql.all_bindings().await.unwrap().len(), 3);
-        assert!(sql.remove_binding(a.id, "cv").await.unwrap());
-        assert!(!sql.remove_binding(a.id, "cv").await.unwrap());
+        assert!(
+            !sql.remove_binding(a.id, "cv", Role::Owner).await.unwrap(),
+            "alice is member of cv: a removal checked as of owner takes nothing"
+        );
+        assert!(sql.remove_binding(a.id, "cv", Role::Member).await.unwrap());
+        assert!(!sql.remove_binding(a.id, "cv", Role::Member).await.unwrap());
 
         // Tokens: found by hash while live, touched at most once a minute.
-        let t = sql.create_token(b.id, "ci", "sha-1", 100).await.unwrap();
+        sqlx::query(
+            "INSERT INTO sessions (id, user_id, data, expiry_ms) VALUES ('s-b', $1, '{}', 1)",
+        )
+        .bind(b.id)
+        .execute(&sql.write)
+        .await
+        .unwrap();
+        let t = sql
+            .create_token(b.id, "s-b", "ci", "sha-1", 100)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (t.user_id, t.last_used_ms, t.revoked_at_ms),
             (b.id, None, None)
@@ -813,5 +891,106 @@ mod tests {
             sql.login_failures("carol", "5.6.7.8", 0).await.unwrap(),
             [25]
         );
+    }
+
+    async fn a_busy_attempt_takes_back_only_its_own_failure(sql: &SqlStore) {
+        for _ in 0..3 {
+            sql.add_login_failure("dora", "1.2.3.4", 40).await.unwrap();
+        }
+        sql.clear_login_failure("dora", "1.2.3.4", 40)
+            .await
+            .unwrap();
+        sql.clear_login_failure("dora", "1.2.3.4", 40)
+            .await
+            .unwrap();
+        assert_eq!(
+            sql.login_failures("dora", "1.2.3.4", 0).await.unwrap(),
+            [40],
+            "two busy attempts and one real failure in one millisecond"
+        );
+    }
+
+    async fn a_sign_in_that_raced_a_new_password_stores_no_session(sql: &SqlStore) {
+        let store = SqlSessionStore::new(Arc::new(sql.clone()));
+        let u = sql.create_user("fred", "old-hash", false, 5).await.unwrap();
+        let signed_in = |hash: &str| {
+            let mut r = record(Some(u.id), crate::util::now_ms() + 60_000);
+            r.data.insert(
+                crate::store::sessions::PASSWORD_HASH_KEY.to_string(),
+                hash.into(),
+            );
+            r
+        };
+        // Checked against the old hash; the new password lands first.
+        let mut late = signed_in("old-hash");
+        sql.set_password_hash(u.id, "new-hash", 10).await.unwrap();
+        store.create(&mut late).await.unwrap();
+        assert_eq!(store.load(&late.id).await.unwrap(), None);
+        assert_eq!(sql.session_count_of(u.id, 0).await.unwrap(), 0);
+        // Checked against the current hash: stored, without the hash.
+        let mut fresh = signed_in("new-hash");
+        store.create(&mut fresh).await.unwrap();
+        let loaded = store.load(&fresh.id).await.unwrap().expect("stored");
+        assert!(!loaded
+            .data
+            .contains_key(crate::store::sessions::PASSWORD_HASH_KEY));
+    }
+
+    async fn quotas_not_listed_lose_their_roles_and_rules(sql: &SqlStore) {
+        let g = sql.create_user("gina", "h", false, 5).await.unwrap();
+        for q in ["ai", "cv", "it's"] {
+            sql.set_binding(g.id, q, Role::Owner, 1).await.unwrap();
+        }
+        let rule = crate::alerts::Rule {
+            key: "*".into(),
+            warn_percent: 50,
+            crit_percent: 90,
+            forecast_horizon_hours: None,
+        };
+        sql.set_alert_rule("nlp", &rule).await.unwrap();
+        sql.set_alert_rule("ai", &rule).await.unwrap();
+        let live = ["ai".to_string()].into_iter().collect();
+        assert_eq!(sql.forget_quotas_not_in(&live, 9).await.unwrap(), 3);
+        assert_eq!(
+            sql.bindings_of(g.id).await.unwrap(),
+            [Binding {
+                quota: "ai".into(),
+                role: Role::Owner
+            }]
+        );
+        assert!(sql.alert_rules("nlp").await.unwrap().is_empty());
+        assert_eq!(sql.alert_rules("ai").await.unwrap().len(), 1);
+        let audit = sql
+            .audit(
+                &AuditFilter {
+                    actor: Some("bizrq".into()),
+                    ..Default::default()
+                },
+                10,
+            )
+            .await
+            .unwrap();
+        assert_eq!(audit.len(), 3, "{audit:?}");
+        assert_eq!(sql.forget_quotas_not_in(&live, 10).await.unwrap(), 0);
+    }
+
+    async fn a_token_is_made_only_while_its_session_lives(sql: &SqlStore) {
+        let u = sql.create_user("erin", "h1", false, 5).await.unwrap();
+        sqlx::query(
+            "INSERT INTO sessions (id, user_id, data, expiry_ms) VALUES ('s-e', $1, '{}', 1)",
+        )
+        .bind(u.id)
+        .execute(&sql.write)
+        .await
+        .unwrap();
+        // The password changes (ending the session) before the request that
+        // was already past sign-in inserts its token.
+        sql.set_password_hash(u.id, "h2", 10).await.unwrap();
+        assert!(sql
+            .create_token(u.id, "s-e", "late", "sha-late", 11)
+            .await
+            .unwrap()
+            .is_none());
+        assert!(sql.tokens_of(u.id).await.unwrap().is_empty());
     }
 }

@@ -46,8 +46,20 @@ fn user_id(record: &Record) -> Option<i64> {
     record.data.get(USER_ID_KEY).and_then(|v| v.as_i64())
 }
 
+/// The session key under which sign-in leaves the password hash it
+/// checked. It is never stored: `create` inserts the session only while the
+/// user still has that hash and is enabled, in the inserting statement, so
+/// a sign-in that raced a new password (which deletes the user's sessions)
+/// or a disabling leaves no session behind.
+pub const PASSWORD_HASH_KEY: &str = "password_hash_at_sign_in";
+
 fn encode(record: &Record) -> session_store::Result<String> {
-    serde_json::to_string(&record.data).map_err(|e| session_store::Error::Encode(e.to_string()))
+    let data: HashMap<&String, &serde_json::Value> = record
+        .data
+        .iter()
+        .filter(|(k, _)| *k != PASSWORD_HASH_KEY)
+        .collect();
+    serde_json::to_string(&data).map_err(|e| session_store::Error::Encode(e.to_string()))
 }
 
 #[async_trait]
@@ -56,17 +68,36 @@ impl SessionStore for SqlSessionStore {
     /// with an existing session rather than overwriting it.
     async fn create(&self, record: &mut Record) -> session_store::Result<()> {
         let data = encode(record)?;
+        let checked_hash = record
+            .data
+            .get(PASSWORD_HASH_KEY)
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+        let insert = match checked_hash {
+            None => "INSERT INTO sessions (id, user_id, data, expiry_ms) VALUES ($1, $2, $3, $4)",
+            Some(_) => {
+                "INSERT INTO sessions (id, user_id, data, expiry_ms) \
+                 SELECT $1, $2, $3, $4 WHERE EXISTS \
+                   (SELECT 1 FROM users WHERE id = $2 AND password_hash = $5 AND disabled = 0)"
+            }
+        };
         loop {
-            let res = sqlx::query(
-                "INSERT INTO sessions (id, user_id, data, expiry_ms) VALUES ($1, $2, $3, $4)",
-            )
-            .bind(record.id.to_string())
-            .bind(user_id(record))
-            .bind(&data)
-            .bind(expiry_ms(record))
-            .execute(&self.sql.write)
-            .await;
+            let mut query = sqlx::query(insert)
+                .bind(record.id.to_string())
+                .bind(user_id(record))
+                .bind(&data)
+                .bind(expiry_ms(record));
+            if let Some(hash) = &checked_hash {
+                query = query.bind(hash.as_str());
+            }
+            let res = query.execute(&self.sql.write).await;
             match res {
+                Ok(done) if done.rows_affected() == 0 => {
+                    // The password changed (or the user was disabled) since
+                    // it was checked: the cookie names no session.
+                    tracing::info!("a sign-in lost a race with a new password: no session made");
+                    return Ok(());
+                }
                 Ok(_) => return Ok(()),
                 Err(e) if super::is_unique_violation(&e) => {
                     record.id = Id::default();

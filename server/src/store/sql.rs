@@ -287,36 +287,70 @@ impl QuotaStore for SqlStore {
 }
 
 /// A database URL fit for logs and errors: the password of its user part
-/// and any `password=` parameter replaced by `***`.
+/// and every parameter whose name ends in `password` replaced by `***`.
+/// What is not a `scheme://` URL (a `host=… password=…` DSN) shows only its
+/// scheme, since nothing in it can be told apart from a secret.
 pub fn redacted_url(url: &str) -> String {
-    let (head, query) = match url.split_once('?') {
-        Some((h, q)) => (h, Some(q)),
-        None => (url, None),
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return match url.split_once(':') {
+            Some((scheme, _)) if is_scheme(scheme) => format!("{scheme}:(redacted)"),
+            _ => "(unparsable URL)".into(),
+        };
     };
-    let mut out = match head.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-            let authority = match authority.rsplit_once('@') {
-                Some((user, host)) => match user.split_once(':') {
-                    Some((name, _)) => format!("{name}:***@{host}"),
-                    None => authority.to_string(),
-                },
-                None => authority.to_string(),
-            };
-            format!("{scheme}://{authority}{path}")
+    if !is_scheme(scheme) {
+        return "(unparsable URL)".into();
+    }
+    // The user part ends at the last `@`: a password may hold an unencoded
+    // `@`, `/`, `?` or `#`. A user name holds none of `/?#`, so an `@` that
+    // follows one of them is in the path or query, not in the user part.
+    let (user, host_on) = match rest.rsplit_once('@') {
+        Some((user, host_on)) => {
+            let name = user.split_once(':').map_or(user, |(n, _)| n);
+            if name.contains(['/', '?', '#']) {
+                (None, rest)
+            } else {
+                let shown = if user.contains(':') {
+                    format!("{name}:***@")
+                } else {
+                    format!("{name}@")
+                };
+                (Some(shown), host_on)
+            }
         }
-        None => head.to_string(),
+        None => (None, rest),
     };
+    let (head, query) = match host_on.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (host_on, None),
+    };
+    let mut out = format!("{scheme}://{}{head}", user.unwrap_or_default());
     if let Some(q) = query {
-        let params: Vec<String> = q
-            .split('&')
-            .map(|p| match p.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => p.to_string(),
-            })
-            .collect();
+        // A part without `=` after a password is the rest of that password
+        // (an unencoded `&` in it): it goes too.
+        let mut in_secret = false;
+        let mut params = Vec::new();
+        for p in q.split('&') {
+            match p.split_once('=') {
+                Some((k, _)) if k.to_ascii_lowercase().ends_with("password") => {
+                    in_secret = true;
+                    params.push(format!("{k}=***"));
+                }
+                Some(_) => {
+                    in_secret = false;
+                    params.push(p.to_string());
+                }
+                None if in_secret => {}
+                None => params.push(p.to_string()),
+            }
+        }
         out.push('?');
         out.push_str(&params.join("&"));
     }
     out
+}
+
+fn is_scheme(s: &str) -> bool {
+    s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }

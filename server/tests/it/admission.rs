@@ -732,3 +732,79 @@ async fn a_review_from_an_excluded_namespace_is_allowed_uncharged() {
     assert_eq!(code, 403, "{message}");
     c.running.shutdown().await;
 }
+
+/// `kubectl scale pytorchjob` goes through Kubeflow's scale subresource
+/// (its Worker replicas), which the shipped scale webhook reviews: for a
+/// governed job a Scale alone cannot be charged (one replica type of
+/// several), so it is refused with what to do instead; an ungoverned job
+/// scales freely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_governed_pytorchjob_is_not_scaled_past_bizrq() {
+    let c = Cluster::start().await;
+    c.fake.install(crate::fakeapi::PYTORCHJOB);
+    c.server
+        .create_quota("nlp-team", "", json!({GPU: "8"}))
+        .await;
+    let gvk = GroupVersionKind::gvk("kubeflow.org", "v1", "PyTorchJob");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "pytorchjobs");
+    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "nlp", &ar);
+    let job = |name: &str, quota: Option<&str>| -> DynamicObject {
+        let mut v = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": "nlp"},
+            "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
+                "containers": [{"name": "worker", "image": "trainer",
+                    "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}}}}});
+        if let Some(q) = quota {
+            v["metadata"]["labels"] = json!({"biz.group.resource.quota": q});
+        }
+        serde_json::from_value(v).unwrap()
+    };
+    let pp = PostParams::default();
+    jobs.create(&pp, &job("bert", Some("nlp-team")))
+        .await
+        .unwrap();
+    c.until("nlp-team", "the job charged", |q| {
+        q["status"]["used"][GPU] == "1"
+    })
+    .await;
+    // And bizrq's own cache of the quotas has the charge.
+    let seen = || async {
+        let (_, q) = c
+            .server
+            .api(Method::GET, "/api/v1/quotas/nlp-team", None)
+            .await;
+        (q["status"]["used"][GPU] == "1").then_some(())
+    };
+    crate::common::poll_until(200, std::time::Duration::from_millis(50), seen)
+        .await
+        .expect("bizrq's cache has the charge");
+    let scale = |name: &'static str| {
+        let jobs = jobs.clone();
+        async move {
+            jobs.patch_scale(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"replicas": 8}})),
+            )
+            .await
+        }
+    };
+    let (code, _, message) = refusal(scale("bert").await);
+    assert_eq!(code, 400, "{message}");
+    assert!(
+        message.starts_with(
+            "admission webhook \"scale.bizrq.io\" denied the request: bizrq: PyTorchJob nlp/bert is governed by a quota and cannot be scaled through its scale subresource"
+        ),
+        "{message}"
+    );
+    assert_eq!(
+        c.fake
+            .get("kubeflow.org", "pytorchjobs", "nlp", "bert")
+            .unwrap()["spec"]["replicas"],
+        Value::Null,
+        "nothing was scaled"
+    );
+    jobs.create(&pp, &job("free", None)).await.unwrap();
+    scale("free").await.expect("an ungoverned job scales");
+    c.running.shutdown().await;
+}

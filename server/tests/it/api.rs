@@ -165,7 +165,7 @@ async fn tree_rules_and_bad_input() {
     // store is unchanged.
     let before = s.api(Method::GET, "/api/v1/quotas", None).await.1;
     let cases: Vec<(Vec<u8>, StatusCode, &str)> = vec![
-        (b"{not json".to_vec(), StatusCode::BAD_REQUEST, "invalid BizGroupResourceQuota"),
+        (b"{not json".to_vec(), StatusCode::BAD_REQUEST, "the request body is not valid JSON"),
         (serde_json::to_vec(&json!({"metadata": {"name": "x"}, "spec": {"hard": {}}, "extra": 1})).unwrap(), StatusCode::BAD_REQUEST, "unknown field `extra`"),
         (serde_json::to_vec(&json!({"metadata": {"name": "x"}, "spec": {"hard": {}, "hrad": {}}})).unwrap(), StatusCode::BAD_REQUEST, "unknown field `hrad`"),
         (serde_json::to_vec(&quota("x", "", json!({"gpus": "1"}))).unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "unknown resource key 'gpus'"),

@@ -114,5 +114,7 @@ pub const PYTORCHJOB: KindDef = KindDef {
     plural: "pytorchjobs",
     namespaced: true,
     status: true,
-    scale: false,
+    // As Kubeflow's CRD has it (its Worker replicas); the fake maps a scale
+    // to spec.replicas, which only matters if bizrq let one through.
+    scale: true,
 };

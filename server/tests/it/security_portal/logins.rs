@@ -215,3 +215,70 @@ async fn huge_credentials_are_refused_before_they_are_stored() {
         .await;
     assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY);
 }
+
+/// A login from `addr` (as the ingress's `X-Forwarded-For` says).
+async fn login_from(b: &Browser, addr: &str, username: &str) -> Page {
+    let p = b
+        .request(Method::GET, "/login", |r| r.header("x-forwarded-for", addr))
+        .await;
+    assert_eq!(p.status, StatusCode::OK);
+    let form = vec![
+        ("username".to_string(), username.to_string()),
+        ("password".to_string(), "not-the-password".to_string()),
+        ("csrf".to_string(), b.csrf().unwrap()),
+    ];
+    b.request(Method::POST, "/login", |r| {
+        r.header("x-forwarded-for", addr).form(&form)
+    })
+    .await
+}
+
+/// Failed logins are counted per username and address key: the addresses
+/// of one IPv6 /64 are one client, so rotating through them does not make
+/// fresh counters.
+#[tokio::test]
+async fn failed_logins_from_one_ipv6_64_are_counted_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = Server::start_with(
+        &fresh_sqlite(&dir),
+        &["--trust-forwarded-for"],
+        Some(ADMIN_PASSWORD),
+    )
+    .await;
+    let b = Browser::new(&s);
+    for i in 1..=5 {
+        let p = login_from(&b, &format!("2001:db8::{i:x}"), "admin").await;
+        assert_eq!(p.status, StatusCode::UNAUTHORIZED, "attempt {i}");
+    }
+    let p = login_from(&b, "2001:db8::99", "admin").await;
+    assert_eq!(p.status, StatusCode::TOO_MANY_REQUESTS, "{}", p.body);
+    assert!(p.body.contains("Too many failed logins"), "{}", p.body);
+}
+
+/// One username is limited across all addresses: guesses spread over
+/// many addresses go no faster than 10 a minute.
+#[tokio::test]
+async fn one_username_is_limited_whatever_the_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = Server::start_with(
+        &fresh_sqlite(&dir),
+        &["--trust-forwarded-for"],
+        Some(ADMIN_PASSWORD),
+    )
+    .await;
+    let b = Browser::new(&s);
+    for i in 1..=10 {
+        let p = login_from(&b, &format!("10.0.0.{i}"), "admin").await;
+        assert_eq!(p.status, StatusCode::UNAUTHORIZED, "attempt {i}");
+    }
+    let p = login_from(&b, "10.0.0.11", "admin").await;
+    assert_eq!(p.status, StatusCode::TOO_MANY_REQUESTS, "{}", p.body);
+    assert!(
+        p.body.contains("Too many login attempts for this username"),
+        "{}",
+        p.body
+    );
+    // Another username from a fresh address is not held up.
+    let p = login_from(&b, "10.0.0.12", "nobody").await;
+    assert_eq!(p.status, StatusCode::UNAUTHORIZED);
+}

@@ -222,6 +222,68 @@ async fn control_characters_are_refused_at_the_edge(s: &Server) {
     assert_eq!(st, StatusCode::CREATED, "{v}");
 }
 
+/// A signed-in API body is checked as JSON whatever its Content-Type (the
+/// handlers parse it as JSON whatever it says), one that is not JSON is
+/// refused rather than let through unchecked, and bidirectional overrides
+/// are refused like control characters.
+async fn api_bodies_are_checked_whatever_their_content_type(s: &Server) {
+    tree(s).await;
+    let client = reqwest::Client::new();
+    let send = |body: String, kind: Option<&'static str>| {
+        let mut req = client
+            .post(format!("{}/api/v1/transfers", s.http))
+            .bearer_auth(TOKEN)
+            .body(body);
+        if let Some(k) = kind {
+            req = req.header("content-type", k);
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            let st = r.status();
+            (st, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let nul = ask("nlp", "nlp-a", "a\u{0}b").to_string();
+    for kind in [Some("text/plain"), None] {
+        let (st, v) = send(nul.clone(), kind).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{kind:?}: {v}");
+        assert!(v.to_string().contains("U+0000"), "{v}");
+    }
+    // An unknown field the typed parse would skip, holding a number no
+    // JSON value can: the body is refused, not passed on unchecked.
+    let sneaky = r#"{"from": "nlp", "to": "nlp-a", "amounts": {"requests.nvidia.com/gpu": "1"},
+        "reason": "a\u0000b", "pad": 1e400}"#;
+    let (st, v) = send(sneaky.into(), Some("application/json")).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v.to_string().contains("not valid JSON"), "{v}");
+    let (st, v) = s
+        .api(
+            Method::POST,
+            "/api/v1/transfers",
+            Some(ask("nlp", "nlp-a", "pay \u{202E}0001\u{202C} GPUs")),
+        )
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v.to_string().contains("U+202E"), "{v}");
+    // A session-authenticated call (cookie, CSRF header) is checked too.
+    let admin = Browser::admin(s).await;
+    let (st, v) = admin
+        .api(
+            Method::POST,
+            "/api/v1/transfers",
+            Some(ask("nlp", "nlp-a", "a\u{0}b")),
+        )
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    let (st, v) = s.api(Method::GET, "/api/v1/transfers", None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        v["items"].as_array().map(Vec::len),
+        Some(0),
+        "nothing was stored: {v}"
+    );
+}
+
 /// A body over the API's limit answers 413 in the API's JSON error shape.
 async fn too_large_bodies_answer_json_on_the_api(s: &Server) {
     let big = format!(
@@ -246,5 +308,6 @@ on_both!(
     responses_carry_security_headers,
     textarea_content_is_escaped,
     control_characters_are_refused_at_the_edge,
+    api_bodies_are_checked_whatever_their_content_type,
     too_large_bodies_answer_json_on_the_api,
 );

@@ -151,3 +151,64 @@ async fn a_quota_deleted_in_the_cluster_takes_its_roles_and_rules_along() {
         .unwrap();
     assert_eq!(audit.len(), 2, "{audit:?}");
 }
+
+/// Cluster mode: a quota deleted while no controller ran (its watch never
+/// sees the deletion) loses its roles and alert rules when the controller's
+/// first complete list does not find it, audited; a listed quota keeps its.
+#[tokio::test]
+async fn a_quota_deleted_while_no_controller_ran_loses_its_roles_and_rules_at_start() {
+    use crate::cluster::{Cluster, T0};
+    use bizrq::portal::authz::Role;
+    let dir = tempfile::tempdir().unwrap();
+    let url = fresh_sqlite(&dir);
+    let sql = bizrq::store::sql::SqlStore::connect(&url).await.unwrap();
+    let carol = sql.create_user("carol", "h", false, 1).await.unwrap();
+    sql.set_binding(carol.id, "ai", Role::Member, 1)
+        .await
+        .unwrap();
+    sql.set_binding(carol.id, "cv", Role::Owner, 1)
+        .await
+        .unwrap();
+    sql.set_alert_rule(
+        "cv",
+        &bizrq::alerts::Rule {
+            key: "*".into(),
+            warn_percent: 50,
+            crit_percent: 90,
+            forecast_horizon_hours: None,
+        },
+    )
+    .await
+    .unwrap();
+    // The cluster has ai; cv was deleted while no controller watched.
+    let fake = crate::fakeapi::FakeApi::new();
+    fake.put(
+        json!({"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuota",
+        "metadata": {"name": "ai"}, "spec": {"parent": "", "hard": {GPU: "16"}}}),
+    );
+    let _c = Cluster::start_on(fake, dir, T0).await;
+    let removed = || async {
+        (sql.bindings_on("cv").await.unwrap().is_empty()
+            && sql.alert_rules("cv").await.unwrap().is_empty())
+        .then_some(())
+    };
+    let gone = poll_until(200, Duration::from_millis(50), removed).await;
+    assert!(gone.is_some(), "cv's roles and rules are gone at start");
+    assert_eq!(
+        sql.bindings_of(carol.id).await.unwrap().len(),
+        1,
+        "ai is listed: carol keeps her role there"
+    );
+    let audit = sql
+        .audit(
+            &bizrq::store::audit::AuditFilter {
+                actor: Some("bizrq".into()),
+                target: Some("cv".into()),
+                ..Default::default()
+            },
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 2, "{audit:?}");
+}
