@@ -1088,18 +1088,6 @@ mod tests {
     }
 
     #[test]
-    fn fractional_rates_stay_exact() {
-        // 1 card-hour over 3 h: 0.333… per hour; 2 left → exactly 6 h.
-        let s = vec![
-            cash(T0, 10, 7 * NANO),
-            cash(T0 + 3 * MS_PER_HOUR, 10, 8 * NANO),
-        ];
-        let f = forecast(&s, CASH, T0 + 3 * MS_PER_HOUR, FORECAST_WINDOW_MS);
-        assert_eq!(f.burn_per_hour, Quantity::from_nanos(333_333_333));
-        assert_eq!(f.exhausted_at_ms, Some(T0 + 9 * MS_PER_HOUR));
-    }
-
-    #[test]
     fn no_burn_means_no_exhaustion_date() {
         let s: Vec<Sample> = (0..=24)
             .map(|h| cash(T0 + h * MS_PER_HOUR, 100, 40 * NANO))
@@ -1155,27 +1143,6 @@ mod tests {
         // Samples after `now` are ignored.
         let f = forecast(&stale, CASH, T0 + MS_PER_MIN, FORECAST_WINDOW_MS);
         assert_eq!(f.remaining, Quantity::from_units(100));
-    }
-
-    #[test]
-    fn a_sparse_window_reaches_back_one_sample() {
-        // Daily samples: the 24 h window holds only the last one.
-        let s = vec![cash(T0, 100, 0), cash(T0 + MS_PER_DAY, 100, 48 * NANO)];
-        let f = forecast(&s, CASH, T0 + MS_PER_DAY + MS_PER_HOUR, FORECAST_WINDOW_MS);
-        assert_eq!(f.burn_per_hour, Quantity::from_units(2));
-        assert_eq!(f.exhausted_at_ms, Some(T0 + MS_PER_DAY + 26 * MS_PER_HOUR));
-    }
-
-    #[test]
-    fn a_reset_counter_measures_from_the_reset() {
-        let s = vec![
-            cash(T0, 100, 80 * NANO),
-            cash(T0 + MS_PER_HOUR, 100, 0),
-            cash(T0 + 3 * MS_PER_HOUR, 100, 10 * NANO),
-        ];
-        let f = forecast(&s, CASH, T0 + 3 * MS_PER_HOUR, FORECAST_WINDOW_MS);
-        assert_eq!(f.burn_per_hour, Quantity::from_units(5));
-        assert_eq!(f.exhausted_at_ms, Some(T0 + 21 * MS_PER_HOUR));
     }
 
     #[test]
