@@ -121,14 +121,20 @@ impl Request {
     }
 }
 
-fn raw_meta_name(raw: &RawValue) -> (String, String) {
+/// The metadata of a raw object (empty when it has none or does not read).
+pub fn raw_meta(raw: &RawValue) -> ObjectMeta {
     #[derive(Deserialize, Default)]
     struct M {
         #[serde(default)]
         metadata: ObjectMeta,
     }
     let m: M = serde_json::from_str(raw.get()).unwrap_or_default();
-    (m.metadata.namespace, m.metadata.name)
+    m.metadata
+}
+
+fn raw_meta_name(raw: &RawValue) -> (String, String) {
+    let m = raw_meta(raw);
+    (m.namespace, m.name)
 }
 
 #[cfg(test)]

@@ -248,7 +248,10 @@ fn subject(endpoint: Endpoint, req: &Request, scale: bool) -> ObjectReference {
     let (namespace, name) = target(req);
     let uid = match req.operation.as_str() {
         "CREATE" => None,
-        _ => req.old_object.as_deref().map(|r| raw_meta(r).uid),
+        _ => req
+            .old_object
+            .as_deref()
+            .map(|r| quota::review::raw_meta(r).uid),
     };
     ObjectReference {
         api_version: Some(api_version),
@@ -282,16 +285,6 @@ pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Ve
         Endpoint::Hpa => review_hpa(svc, req).await,
     };
     result.unwrap_or_else(Verdict::from_error)
-}
-
-fn raw_meta(raw: &RawValue) -> quota::usage::ObjectMeta {
-    #[derive(Deserialize, Default)]
-    struct M {
-        #[serde(default)]
-        metadata: quota::usage::ObjectMeta,
-    }
-    let m: M = serde_json::from_str(raw.get()).unwrap_or_default();
-    m.metadata
 }
 
 fn target(req: &Request) -> (String, String) {
