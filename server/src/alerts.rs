@@ -32,6 +32,19 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// A filter's kind: empty for any, else a kind's name.
+    pub fn parse_filter(k: &str) -> Result<Option<Kind>, String> {
+        match k.trim() {
+            "" => Ok(None),
+            k => Kind::parse(k).map(Some).ok_or_else(|| {
+                format!(
+                    "unknown alert kind '{k}': one of {}",
+                    Kind::ALL.map(Kind::as_str).join(", ")
+                )
+            }),
+        }
+    }
+
     pub const ALL: [Kind; 7] = [
         Kind::Threshold,
         Kind::OverQuota,

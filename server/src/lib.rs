@@ -3,7 +3,6 @@
 //! CRDs, where the Lease holder also runs the controller — see `start`.
 
 pub mod alerts;
-pub mod api;
 pub mod authz;
 pub mod cluster;
 pub mod config;
@@ -148,6 +147,11 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
 
 /// Start standalone (`client` None) or in the cluster `client` talks to.
 /// `clock` (tests) replaces the wall clock for every decision.
+///
+/// In order: refuse what cannot run, build the service once ([`Core`]),
+/// start the background tasks every replica runs, load the webhook's TLS,
+/// bind and serve the three listeners, then the mode's own work (the
+/// standalone resync, or the Lease campaign and its controller).
 pub async fn start_with(
     args: &ServeArgs,
     client: Option<kube::Client>,
@@ -162,186 +166,201 @@ pub async fn start_with(
              the cluster's objects. Run with --standalone, or without --demo"
         );
     }
-    let sql = Arc::new(SqlStore::connect(&args.database_url).await?);
-    let (token_sha256, generated_token) = admin_token(&sql, args.admin_token.as_deref()).await?;
-    let generated_admin_password =
-        portal::bootstrap_admin(&sql, args.admin_password.as_deref(), util::now_ms()).await?;
-    let metrics = Arc::new(Metrics::default());
-    let identity = args
-        .pod_name
-        .clone()
-        .unwrap_or_else(|| format!("bizrq-{}", util::hex(&rand::random::<[u8; 4]>())));
-    let store: Arc<dyn store::QuotaStore> = match &client {
-        None => sql.clone(),
-        Some(c) => Arc::new(
-            cluster::store::ClusterStore::start(c.clone())
-                .await
-                .with_keys(args.key_config()),
-        ),
-    };
-    let events = match &client {
-        Some(c) => cluster::events::Events::start(c.clone(), identity.clone(), metrics.clone()),
-        None => cluster::events::Events::default(),
-    };
-    // Built once: nothing about the service changes after this.
-    let mut service = Service::new(store, args.key_config(), args.prices(), metrics.clone());
-    if let Some(clock) = clock {
-        service = service.with_clock(clock);
-    }
-    service = service.with_service_account(args.service_account());
-    if client.is_some() {
-        service = service
-            .with_accrual_from_pods()
-            .with_notifier(Arc::new(events.clone()));
-    }
-    let service = Arc::new(service);
-    let warmed = service.warm_cache().await?;
-    tracing::debug!(quotas = warmed, "cache warmed");
-    let transfers = Arc::new(
-        service::transfers::TransferService::new(service.clone(), sql.clone())
-            .with_public_url(&args.public_url),
-    );
-    // Finish what a previous run of this (or another) replica left half-way.
-    match transfers.recover().await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(transfers = n, "transfers finished at startup"),
-        Err(e) => {
-            tracing::warn!(error = %e, "transfers not recovered at startup; the sweep retries")
-        }
-    }
-    // Before the sampler starts: history is written oldest first.
-    let demo = if args.demo {
-        let outcome = demo::seed(&service, &sql, &transfers, args.demo_password.as_deref()).await?;
-        Some(outcome)
-    } else {
-        None
-    };
-    let state = AppState {
-        service: service.clone(),
-        token_sha256: Arc::new(token_sha256),
-        portal: Arc::new(portal::Portal::new(
-            sql.clone(),
-            portal::PortalConfig::from_args(args),
-        )),
-        transfers: transfers.clone(),
-    };
+    let core = Core::build(args, client, clock).await?;
     // Every background task, stopped together by `Running::shutdown`.
     let mut background = JoinSet::new();
-    let janitor = portal::spawn_janitor(sql.clone(), Duration::from_secs(600));
-    background.spawn(until_aborted(janitor));
-    let mailer = match mail::SmtpConfig::from_args(args) {
-        Some(c) => Some(mail::Mailer::new(&c)?),
-        None => {
-            tracing::info!("no --smtp-host: alert email waits in the outbox");
-            None
-        }
-    };
-    // A send cut short by shutdown leaves its lease; the row goes out after it ends.
-    background.spawn(
-        mail::Sender::new(sql.clone(), mailer, metrics.clone(), service.clock()).run(mail::POLL),
+    core.spawn_everywhere(args, &mut background)?;
+    let (tls_config, self_signed_cert) = webhook_tls(args, &mut background).await?;
+    let bound = Bound::bind(args).await?;
+    let (http_addr, webhook_addr, probe_addr) = (bound.http, bound.webhook, bound.probe);
+    let (http_shutdown, listeners) = bound.serve(
+        args,
+        core.app_state(args),
+        tls_config,
+        webhook_token.as_deref(),
     );
-    // On every replica, both modes: each evaluates what it writes at once,
-    // and all quotas at start and every 5 min; opening an alert is idempotent across them.
-    background.spawn(alerts::engine::evaluate_forever(
-        service.clone(),
-        sql.clone(),
-        args.public_url.clone(),
-        alerts::engine::EVERY,
-        args.digest_hour,
-    ));
+    let lease = core.spawn_mode(args, &mut background);
+    Ok(Running {
+        http_addr,
+        webhook_addr,
+        probe_addr,
+        service: core.service,
+        transfers: core.transfers,
+        generated_token: core.generated_token,
+        generated_admin_password: core.generated_admin_password,
+        self_signed_cert,
+        demo: core.demo,
+        http_shutdown,
+        listeners,
+        background,
+        lease,
+    })
+}
 
-    let clients: tls::ClientAuth = match &args.webhook_client_ca {
-        Some(ca) => {
-            if args
-                .webhook_client_names
-                .iter()
-                .all(|n| n.trim().is_empty())
-            {
-                tracing::warn!(
-                    ca = %ca.display(),
-                    "--webhook-client-ca without --webhook-client-names: every client certificate \
-                     this CA signed may call the webhook; name the API servers' identity"
-                );
+/// What a start builds once and every part shares: the stores, the service
+/// (never changed after it is built), transfers, and the cluster's parts.
+struct Core {
+    sql: Arc<SqlStore>,
+    service: Arc<Service>,
+    transfers: Arc<service::transfers::TransferService>,
+    metrics: Arc<Metrics>,
+    client: Option<kube::Client>,
+    events: cluster::events::Events,
+    identity: String,
+    token_sha256: String,
+    generated_token: Option<String>,
+    generated_admin_password: Option<String>,
+    demo: Option<demo::Outcome>,
+}
+
+impl Core {
+    async fn build(
+        args: &ServeArgs,
+        client: Option<kube::Client>,
+        clock: Option<service::Clock>,
+    ) -> anyhow::Result<Core> {
+        let sql = Arc::new(SqlStore::connect(&args.database_url).await?);
+        let (token_sha256, generated_token) =
+            admin_token(&sql, args.admin_token.as_deref()).await?;
+        let generated_admin_password =
+            portal::bootstrap_admin(&sql, args.admin_password.as_deref(), util::now_ms()).await?;
+        let metrics = Arc::new(Metrics::default());
+        let identity = args
+            .pod_name
+            .clone()
+            .unwrap_or_else(|| format!("bizrq-{}", util::hex(&rand::random::<[u8; 4]>())));
+        let store: Arc<dyn store::QuotaStore> = match &client {
+            None => sql.clone(),
+            Some(c) => Arc::new(
+                cluster::store::ClusterStore::start(c.clone())
+                    .await
+                    .with_keys(args.key_config()),
+            ),
+        };
+        let events = match &client {
+            Some(c) => cluster::events::Events::start(c.clone(), identity.clone(), metrics.clone()),
+            None => cluster::events::Events::default(),
+        };
+        let mut service = Service::new(store, args.key_config(), args.prices(), metrics.clone())
+            .with_service_account(args.service_account());
+        if let Some(clock) = clock {
+            service = service.with_clock(clock);
+        }
+        if client.is_some() {
+            service = service
+                .with_accrual_from_pods()
+                .with_notifier(Arc::new(events.clone()));
+        }
+        let service = Arc::new(service);
+        let warmed = service.warm_cache().await?;
+        tracing::debug!(quotas = warmed, "cache warmed");
+        let transfers = Arc::new(service::transfers::TransferService::new(
+            service.clone(),
+            sql.clone(),
+            Arc::new(alerts::engine::TransferAlerts {
+                sql: sql.clone(),
+                service: service.clone(),
+                public_url: args.public_url.clone(),
+            }),
+        ));
+        // Finish what a previous run of this (or another) replica left half-way.
+        match transfers.recover().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(transfers = n, "transfers finished at startup"),
+            Err(e) => {
+                tracing::warn!(error = %e, "transfers not recovered at startup; the sweep retries")
             }
-            Some(tls::client_verifier(ca, &args.webhook_client_names)?)
         }
-        None => None,
-    };
-    let (tls_config, self_signed_cert) = match (&args.tls_cert, &args.tls_key) {
-        (Some(c), Some(k)) => {
-            let config = tls::load(c, k, &clients).await?;
-            background.spawn(tls::reload_on_change(
-                config.clone(),
-                c.clone(),
-                k.clone(),
-                Duration::from_secs(30),
-                clients.clone(),
-            ));
-            (config, None)
-        }
-        _ => {
-            let (c, pem) = tls::self_signed(&clients).await?;
-            (c, Some(pem))
-        }
-    };
+        // Before the sampler starts: history is written oldest first.
+        let demo = if args.demo {
+            let outcome =
+                demo::seed(&service, &sql, &transfers, args.demo_password.as_deref()).await?;
+            Some(outcome)
+        } else {
+            None
+        };
+        Ok(Core {
+            sql,
+            service,
+            transfers,
+            metrics,
+            client,
+            events,
+            identity,
+            token_sha256,
+            generated_token,
+            generated_admin_password,
+            demo,
+        })
+    }
 
-    let http_listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
-    let http_addr = http_listener.local_addr()?;
-    let webhook_listener = tokio::net::TcpListener::bind(args.webhook_listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.webhook_listen))?;
-    let webhook_addr = webhook_listener.local_addr()?;
-    let probe_listener = tokio::net::TcpListener::bind(args.probe_listen)
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot listen on {} (--probe-listen): {e}",
-                args.probe_listen
+    /// The state every edge's handlers get.
+    fn app_state(&self, args: &ServeArgs) -> AppState {
+        AppState {
+            service: self.service.clone(),
+            token_sha256: Arc::new(self.token_sha256.clone()),
+            portal: Arc::new(portal::Portal::new(
+                self.sql.clone(),
+                portal::PortalConfig::from_args(args),
+            )),
+            transfers: self.transfers.clone(),
+        }
+    }
+
+    /// What every replica runs in both modes: the session janitor, the mail
+    /// sender and the alert engine.
+    fn spawn_everywhere(
+        &self,
+        args: &ServeArgs,
+        background: &mut JoinSet<()>,
+    ) -> anyhow::Result<()> {
+        let janitor = portal::spawn_janitor(self.sql.clone(), Duration::from_secs(600));
+        background.spawn(until_aborted(janitor));
+        let mailer = match mail::SmtpConfig::from_args(args) {
+            Some(c) => Some(mail::Mailer::new(&c)?),
+            None => {
+                tracing::info!("no --smtp-host: alert email waits in the outbox");
+                None
+            }
+        };
+        // A send cut short by shutdown leaves its lease; the row goes out after it ends.
+        background.spawn(
+            mail::Sender::new(
+                self.sql.clone(),
+                mailer,
+                self.metrics.clone(),
+                self.service.clock(),
             )
-        })?;
-    let probe_addr = probe_listener.local_addr()?;
+            .run(mail::POLL),
+        );
+        // Each replica evaluates what it writes at once, and all quotas at
+        // start and every 5 min; opening an alert is idempotent across them.
+        background.spawn(alerts::engine::evaluate_forever(
+            self.service.clone(),
+            self.sql.clone(),
+            args.public_url.clone(),
+            alerts::engine::EVERY,
+            args.digest_hour,
+        ));
+        Ok(())
+    }
 
-    // Two listeners, each with its own connection pool and timeouts, so
-    // that no load on the portal takes what the API server needs.
-    let (http_shutdown, rx) = tokio::sync::watch::channel(false);
-    let http_task = listen::serve(
-        "http",
-        http_listener,
-        routes::http_router(state.clone()),
-        None,
-        http_limits(args),
-        metrics.clone(),
-        rx.clone(),
-    );
-    let probe_task = listen::serve(
-        "probe",
-        probe_listener,
-        routes::probe_router(state.clone()),
-        None,
-        probe_limits(args),
-        metrics.clone(),
-        rx.clone(),
-    );
-    let webhook_task = listen::serve(
-        "webhook",
-        webhook_listener,
-        routes::webhook_router(state, webhook_token.as_deref()),
-        Some(tls_config),
-        webhook_limits(args),
-        metrics.clone(),
-        rx,
-    );
-
-    let every = Duration::from_secs(args.resync_seconds.max(1));
-    let lease = match client {
-        None => {
-            let resync = service.clone();
-            let sweep = transfers.clone();
-            let history: Arc<dyn History> = sql.clone();
+    /// The mode's own work. Standalone: the usage sampler, and every
+    /// `--resync-seconds` the transfer sweep then the resync. In a cluster:
+    /// the transfer sweep on every replica, and the Lease campaign whose
+    /// holder runs the controller; returns the Lease to give up at shutdown.
+    fn spawn_mode(
+        &self,
+        args: &ServeArgs,
+        background: &mut JoinSet<()>,
+    ) -> Option<(kube::Client, LeaseConfig)> {
+        let every = Duration::from_secs(args.resync_seconds.max(1));
+        let history: Arc<dyn History> = self.sql.clone();
+        let sweep = self.transfers.clone();
+        let Some(client) = self.client.clone() else {
+            let resync = self.service.clone();
             background.spawn(cluster::controller::sample_forever(
-                service.clone(),
+                self.service.clone(),
                 history,
                 Duration::from_secs(60),
             ));
@@ -360,58 +379,157 @@ pub async fn start_with(
                     }
                 }
             });
-            None
-        }
-        Some(client) => {
-            let lease = LeaseConfig::new(&args.namespace, &args.lease_name, &identity);
-            let cfg = ControllerConfig {
-                workers: args.workers.max(1),
-                resync: every,
-                reclaim_grace: Duration::from_secs(args.reclaim_grace_seconds),
-                discovery_every: Duration::from_secs(args.discovery_seconds.max(1)),
-                ..ControllerConfig::default()
-            };
-            let history: Arc<dyn History> = sql.clone();
-            let sweep = transfers.clone();
-            let clock = service.clock();
-            background.spawn(async move {
-                // On every replica: the sweep's steps are guarded and its
-                // rows leased, so replicas sweeping at once do not collide.
-                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-                loop {
-                    tick.tick().await;
-                    if let Err(e) = sweep.sweep(clock()).await {
-                        tracing::warn!(error = %e, "transfer sweep failed");
-                    }
+            return None;
+        };
+        let lease = LeaseConfig::new(&args.namespace, &args.lease_name, &self.identity);
+        let cfg = ControllerConfig {
+            workers: args.workers.max(1),
+            resync: every,
+            reclaim_grace: Duration::from_secs(args.reclaim_grace_seconds),
+            discovery_every: Duration::from_secs(args.discovery_seconds.max(1)),
+            ..ControllerConfig::default()
+        };
+        let clock = self.service.clock();
+        background.spawn(async move {
+            // On every replica: the sweep's steps are guarded and its
+            // rows leased, so replicas sweeping at once do not collide.
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            loop {
+                tick.tick().await;
+                if let Err(e) = sweep.sweep(clock()).await {
+                    tracing::warn!(error = %e, "transfer sweep failed");
                 }
-            });
-            background.spawn(lead_and_control(
-                client.clone(),
-                lease.clone(),
-                service.clone(),
-                history,
-                events,
-                cfg,
-            ));
-            Some((client, lease))
-        }
-    };
+            }
+        });
+        background.spawn(lead_and_control(
+            client.clone(),
+            lease.clone(),
+            self.service.clone(),
+            history,
+            self.events.clone(),
+            cfg,
+        ));
+        Some((client, lease))
+    }
+}
 
-    Ok(Running {
-        http_addr,
-        webhook_addr,
-        probe_addr,
-        service,
-        transfers,
-        generated_token,
-        generated_admin_password,
-        self_signed_cert,
-        demo,
-        http_shutdown,
-        listeners: vec![http_task, webhook_task, probe_task],
-        background,
-        lease,
+/// The webhook's TLS: the given certificate (reloaded when its files
+/// change), or a self-signed one whose PEM is returned; with the client
+/// certificate check when `--webhook-client-ca` is given.
+async fn webhook_tls(
+    args: &ServeArgs,
+    background: &mut JoinSet<()>,
+) -> anyhow::Result<(axum_server::tls_rustls::RustlsConfig, Option<String>)> {
+    let clients: tls::ClientAuth = match &args.webhook_client_ca {
+        Some(ca) => {
+            if args
+                .webhook_client_names
+                .iter()
+                .all(|n| n.trim().is_empty())
+            {
+                tracing::warn!(
+                    ca = %ca.display(),
+                    "--webhook-client-ca without --webhook-client-names: every client certificate \
+                     this CA signed may call the webhook; name the API servers' identity"
+                );
+            }
+            Some(tls::client_verifier(ca, &args.webhook_client_names)?)
+        }
+        None => None,
+    };
+    Ok(match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => {
+            let config = tls::load(c, k, &clients).await?;
+            background.spawn(tls::reload_on_change(
+                config.clone(),
+                c.clone(),
+                k.clone(),
+                Duration::from_secs(30),
+                clients.clone(),
+            ));
+            (config, None)
+        }
+        _ => {
+            let (c, pem) = tls::self_signed(&clients).await?;
+            (c, Some(pem))
+        }
     })
+}
+
+/// The three listeners, bound (so their addresses are known) but not yet
+/// serving.
+struct Bound {
+    http_listener: tokio::net::TcpListener,
+    webhook_listener: tokio::net::TcpListener,
+    probe_listener: tokio::net::TcpListener,
+    http: SocketAddr,
+    webhook: SocketAddr,
+    probe: SocketAddr,
+}
+
+impl Bound {
+    async fn bind(args: &ServeArgs) -> anyhow::Result<Bound> {
+        let bind = |addr: SocketAddr, flag: &'static str| async move {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {addr} ({flag}): {e}"))?;
+            let local = l.local_addr()?;
+            anyhow::Ok((l, local))
+        };
+        let (http_listener, http) = bind(args.listen, "--listen").await?;
+        let (webhook_listener, webhook) = bind(args.webhook_listen, "--webhook-listen").await?;
+        let (probe_listener, probe) = bind(args.probe_listen, "--probe-listen").await?;
+        Ok(Bound {
+            http_listener,
+            webhook_listener,
+            probe_listener,
+            http,
+            webhook,
+            probe,
+        })
+    }
+
+    /// Serve each listener with its own connection pool and timeouts, so
+    /// that no load on the portal takes what the API server needs; one
+    /// sender stops them all.
+    fn serve(
+        self,
+        args: &ServeArgs,
+        state: AppState,
+        tls_config: axum_server::tls_rustls::RustlsConfig,
+        webhook_token: Option<&str>,
+    ) -> (tokio::sync::watch::Sender<bool>, Vec<JoinHandle<()>>) {
+        let metrics = state.service.metrics.clone();
+        let (shutdown, rx) = tokio::sync::watch::channel(false);
+        let http = listen::serve(
+            "http",
+            self.http_listener,
+            routes::http_router(state.clone()),
+            None,
+            http_limits(args),
+            metrics.clone(),
+            rx.clone(),
+        );
+        let probe = listen::serve(
+            "probe",
+            self.probe_listener,
+            routes::probe_router(state.clone()),
+            None,
+            probe_limits(args),
+            metrics.clone(),
+            rx.clone(),
+        );
+        let webhook = listen::serve(
+            "webhook",
+            self.webhook_listener,
+            routes::webhook_router(state, webhook_token),
+            Some(tls_config),
+            webhook_limits(args),
+            metrics,
+            rx,
+        );
+        (shutdown, vec![http, webhook, probe])
+    }
 }
 
 /// Reviews change quotas, so a webhook others can reach must know its

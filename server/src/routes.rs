@@ -1,8 +1,8 @@
 //! Which edges exist and where they answer: the routers of the three
 //! listeners, composed once at the top so that no edge imports another.
 
-use crate::http::{self, AppState};
-use crate::{api, portal, webhook};
+use crate::http::{self, check, health, quotas, AppState};
+use crate::{portal, webhook};
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{get, post};
@@ -14,14 +14,14 @@ use tower_http::trace::TraceLayer;
 /// use the webhook port's TLS, in production).
 pub fn http_router(app: AppState) -> Router {
     let api = Router::new()
-        .route("/api/v1/quotas", get(api::list).post(api::create))
+        .route("/api/v1/quotas", get(quotas::list).post(quotas::create))
         .route(
             "/api/v1/quotas/{name}",
-            get(api::get).put(api::replace).delete(api::delete),
+            get(quotas::get).put(quotas::replace).delete(quotas::delete),
         )
-        .route("/api/v1/check", post(api::check))
-        .merge(portal::transfers::api())
-        .merge(portal::alerts::api())
+        .route("/api/v1/check", post(check::check))
+        .merge(http::transfers::router())
+        .merge(http::alerts::router())
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             portal::auth::authenticate,
@@ -29,10 +29,10 @@ pub fn http_router(app: AppState) -> Router {
     // Layers run outside in: the last added first. Sessions must be loaded
     // before the CSRF check reads the session's token.
     Router::new()
-        .route("/style.css", get(http::style))
-        .route("/healthz", get(http::healthz))
-        .route("/readyz", get(http::readyz))
-        .route("/metrics", get(http::metrics))
+        .route("/style.css", get(health::style))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
         .merge(portal::router())
         .merge(api)
         // Inside the CSRF check: a body is read for control characters only
@@ -53,8 +53,8 @@ pub fn http_router(app: AppState) -> Router {
 /// and take the pod, webhook included, out of its Service.
 pub fn probe_router(app: AppState) -> Router {
     Router::new()
-        .route("/healthz", get(http::healthz))
-        .route("/readyz", get(http::readyz))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
         .layer(DefaultBodyLimit::max(0))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
@@ -81,7 +81,7 @@ pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
         ));
     }
     reviews
-        .route("/healthz", get(http::healthz))
+        .route("/healthz", get(health::healthz))
         .layer(DefaultBodyLimit::max(http::WEBHOOK_BODY_LIMIT))
         .layer(TraceLayer::new_for_http())
         .with_state(app)

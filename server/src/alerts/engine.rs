@@ -7,6 +7,7 @@ use super::{evaluate_quotas, Condition, Evaluation, Kind, Level, OpenAlert};
 use serde_json::json;
 // What the service marks as written; the engine takes it from there.
 pub use crate::service::changed::{Changed, Seen};
+use crate::service::transfers::TransferWatcher;
 use crate::service::Service;
 use crate::store::alerts::{AlertFilter, Observed, Recipient};
 use crate::store::sql::SqlStore;
@@ -268,7 +269,7 @@ async fn open_requested(sql: &SqlStore, t: &Transfer) -> Result<Vec<i64>, StoreE
 }
 
 /// A request nobody decided in time: its alert resolves, no email.
-pub async fn transfer_expired(sql: &SqlStore, t: &Transfer, now_ms: i64) -> Result<(), StoreError> {
+async fn transfer_expired(sql: &SqlStore, t: &Transfer, now_ms: i64) -> Result<(), StoreError> {
     let resolve = open_requested(sql, t).await?;
     if !resolve.is_empty() {
         let e = Evaluation {
@@ -442,17 +443,28 @@ fn log(r: Result<Swept, StoreError>) {
     }
 }
 
-/// Records a transfer event, logging a failure: the transfer itself is
-/// already decided and stays so.
-pub async fn on_transfer(
-    sql: &SqlStore,
-    service: &Service,
-    kind: Kind,
-    t: &Transfer,
-    public_url: &str,
-) {
-    if let Err(e) = transfer_event(sql, service, kind, t, public_url).await {
-        tracing::warn!(error = %e, transfer = t.id, kind = kind.as_str(), "recording a transfer alert failed");
+/// The alerts of transfers: what the transfer service tells, recorded
+/// (and mailed through the outbox). A failure is logged: the transfer
+/// itself is already decided and stays so.
+pub struct TransferAlerts {
+    pub sql: Arc<SqlStore>,
+    pub service: Arc<Service>,
+    /// The portal's address, for links in the emails.
+    pub public_url: String,
+}
+
+#[async_trait::async_trait]
+impl TransferWatcher for TransferAlerts {
+    async fn decided(&self, kind: Kind, t: &Transfer) {
+        if let Err(e) = transfer_event(&self.sql, &self.service, kind, t, &self.public_url).await {
+            tracing::warn!(error = %e, transfer = t.id, kind = kind.as_str(), "recording a transfer alert failed");
+        }
+    }
+
+    async fn expired(&self, t: &Transfer, now_ms: i64) {
+        if let Err(e) = transfer_expired(&self.sql, t, now_ms).await {
+            tracing::warn!(error = %e, transfer = t.id, "resolving an expired request's alert failed");
+        }
     }
 }
 

@@ -109,19 +109,6 @@ pub fn router() -> Router<AppState> {
 /// On first start (no user at all), create the admin account with the given
 /// password, or a generated one that is returned to be shown once. Another
 /// replica creating it at the same time wins quietly.
-/// The quotas whose records (alerts, audit entries) `p` may read: None for
-/// admins (all, also of quotas since deleted), else those it may see.
-pub async fn visible_scope(
-    app: &AppState,
-    p: &authz::Principal,
-) -> Result<Option<Vec<String>>, crate::service::ServiceError> {
-    if p.is_admin {
-        return Ok(None);
-    }
-    let tree = authz::Tree::from_quotas(&app.service.list().await?);
-    Ok(Some(authz::visible_names(p, &tree).into_iter().collect()))
-}
-
 pub async fn bootstrap_admin(
     sql: &SqlStore,
     password: Option<&str>,

@@ -61,9 +61,6 @@ pub struct Portal {
     pub hasher: limits::PasswordHasher,
     /// Logins and password changes per client address, before hashing.
     pub attempts: limits::AddressLimiter,
-    /// Transfer requests are admitted one at a time, so the per-user caps
-    /// cannot be passed by sending many at once.
-    pub transfer_gate: tokio::sync::Mutex<()>,
 }
 
 impl Portal {
@@ -71,7 +68,6 @@ impl Portal {
         Portal {
             hasher: limits::PasswordHasher::new(config.password_hash_threads),
             attempts: limits::AddressLimiter::new(config.login_attempts_per_minute),
-            transfer_gate: tokio::sync::Mutex::new(()),
             sql,
             config,
         }

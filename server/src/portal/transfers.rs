@@ -1,29 +1,13 @@
-//! Transfers for people (§6, docs/semantics.md): the pages and the JSON API over
-//! [`TransferService`](crate::service::transfers::TransferService), with one set of
-//! authorised operations both go through.
-//!
-//! Who may do what (`authz::can_*_transfer`):
-//! - **see** a transfer: admins, and whoever sees either end; others get
-//!   404, as for a transfer that does not exist;
-//! - **request**: an owner of the quota that pays — `from`, or, asking for
-//!   more from the parent, the destination. The destination need not be
-//!   visible to the requester (a team gives to a sibling it cannot see);
-//! - **approve / reject**: an admin, or an owner of the lowest common
-//!   ancestor of both ends or of any ancestor of it — so an owner of `nlp`
-//!   cannot approve its own `nlp → cv` (they meet at the parent), nor its
-//!   own request for more from the parent, but decides moves inside `nlp`.
-//!
-//! Every request, approval and rejection is audited here (the expiry and a
-//! loan's return by the service itself, as `bizrq`).
+//! The transfer pages (`/transfers…`), over the operations of
+//! [`TransferDesk`](crate::service::transfer_ops::TransferDesk) (who may
+//! see, request and decide: its module doc).
 
 use super::auth::Viewer;
 use super::PageError;
-use crate::authz::{self, Principal, Tree};
-use crate::http::{ApiError, AppState};
-use crate::service::audit::{action, transfer_json, transfer_summary, transfer_target};
-use crate::service::transfers::{
-    Transfer, TransferFilter, TransferRequest, TransferStatus, DEFAULT_TTL_MS,
-};
+use crate::authz::{self, Principal};
+use crate::http::AppState;
+use crate::service::transfer_ops::{non_empty, parse_statuses, Scope, TransferOpError};
+use crate::service::transfers::{Transfer, TransferFilter, TransferRequest, TransferStatus};
 use crate::service::ServiceError;
 use app::layout::Flash;
 use app::transfers::{PlanRow, RequestForm, TransferDetail, TransferQuery, TransferRow};
@@ -31,10 +15,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Form, Json, Router};
-use quota::{Quota, ResourceList};
+use axum::{Form, Router};
+use quota::ResourceList;
 use serde::Deserialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// Rows the list shows at most.
 pub const LIST_ROWS: i64 = 200;
@@ -48,47 +32,6 @@ pub fn pages() -> Router<crate::http::AppState> {
         .route("/transfers/{id}/reject", post(page_reject))
 }
 
-/// The JSON API (`/api/v1/transfers…`); the caller's router authenticates.
-pub fn api() -> Router<crate::http::AppState> {
-    Router::new()
-        .route("/api/v1/transfers", get(api_list).post(api_request))
-        .route("/api/v1/transfers/{id}", get(api_get))
-        .route("/api/v1/transfers/{id}/approve", post(api_approve))
-        .route("/api/v1/transfers/{id}/reject", post(api_reject))
-}
-
-/// Why an operation on transfers was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum TransferOpError {
-    /// Missing, or not the caller's to see.
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Forbidden(String),
-    /// A per-user cap on requests (429); retry after so many seconds.
-    #[error("{0}")]
-    TooMany(String, u64),
-    #[error(transparent)]
-    Service(#[from] ServiceError),
-}
-
-/// Requests a user may have waiting for a decision at once.
-pub const MAX_OPEN_REQUESTS: i64 = 20;
-/// Requests a user may make in an hour.
-pub const MAX_REQUESTS_PER_HOUR: i64 = 30;
-const HOUR_MS: i64 = 3_600_000;
-
-impl From<TransferOpError> for ApiError {
-    fn from(e: TransferOpError) -> Self {
-        match e {
-            TransferOpError::NotFound(m) => ApiError::Service(ServiceError::NotFound(m)),
-            TransferOpError::Forbidden(m) => ApiError::Forbidden(m),
-            TransferOpError::TooMany(m, secs) => ApiError::TooMany(m, secs),
-            TransferOpError::Service(e) => ApiError::Service(e),
-        }
-    }
-}
-
 impl From<TransferOpError> for PageError {
     fn from(e: TransferOpError) -> Self {
         match e {
@@ -98,363 +41,6 @@ impl From<TransferOpError> for PageError {
             TransferOpError::Service(e) => e.into(),
         }
     }
-}
-
-fn not_found(id: i64) -> TransferOpError {
-    TransferOpError::NotFound(format!("transfer {id} not found"))
-}
-
-/// The tree as it is now: who sees and owns what, and where transfers meet.
-struct Scope {
-    quotas: BTreeMap<String, Quota>,
-    tree: Tree,
-}
-
-impl Scope {
-    async fn load(app: &AppState) -> Result<Scope, ServiceError> {
-        let all = app.service.list().await?;
-        let tree = Tree::from_quotas(&all);
-        let quotas = all.into_iter().map(|q| (q.name().to_string(), q)).collect();
-        Ok(Scope { quotas, tree })
-    }
-
-    fn sees(&self, p: &Principal, t: &Transfer) -> bool {
-        authz::can_view_transfer(p, t.from_quota.as_deref(), &t.to_quota, &self.tree)
-    }
-
-    /// Where the ends meet: the plan's, once it is made; else the tree's.
-    fn lca(&self, t: &Transfer) -> Option<String> {
-        t.plan.as_ref().map(|p| p.lca.clone()).or_else(|| {
-            quota::transfer::approvers_scope(&self.quotas, t.from_quota.as_deref(), &t.to_quota)
-                .ok()
-        })
-    }
-
-    fn may_decide(&self, p: &Principal, t: &Transfer) -> bool {
-        authz::can_decide_transfer(p, self.lca(t).as_deref(), &self.tree)
-    }
-}
-
-/// The transfers `p` may see, newest first.
-/// `scope`: the tree, when the caller has it (else read for non-admins).
-async fn list(
-    app: &AppState,
-    p: &Principal,
-    mut filter: TransferFilter,
-    scope: Option<&Scope>,
-) -> Result<Vec<Transfer>, TransferOpError> {
-    let want = filter.limit.unwrap_or(100).clamp(1, 1000) as usize;
-    if p.is_admin {
-        return Ok(app.transfers.list(&filter).await?);
-    }
-    // Filtered after reading: read as many as one page may hold.
-    filter.limit = Some(1000);
-    let loaded;
-    let scope = match scope {
-        Some(s) => s,
-        None => {
-            loaded = Scope::load(app).await?;
-            &loaded
-        }
-    };
-    let mut out: Vec<Transfer> = app
-        .transfers
-        .list(&filter)
-        .await?
-        .into_iter()
-        .filter(|t| scope.sees(p, t))
-        .collect();
-    out.truncate(want);
-    Ok(out)
-}
-
-/// One transfer, if `p` may see it, and whether `p` may decide it.
-async fn get_one(
-    app: &AppState,
-    p: &Principal,
-    id: i64,
-) -> Result<(Transfer, Scope), TransferOpError> {
-    let t = match app.transfers.get(id).await {
-        Ok(t) => t,
-        Err(ServiceError::NotFound(_)) => return Err(not_found(id)),
-        Err(e) => return Err(e.into()),
-    };
-    let scope = Scope::load(app).await?;
-    if !scope.sees(p, &t) {
-        return Err(not_found(id));
-    }
-    Ok((t, scope))
-}
-
-async fn request(
-    app: &AppState,
-    p: &Principal,
-    req: TransferRequest,
-) -> Result<Transfer, TransferOpError> {
-    let scope = Scope::load(app).await?;
-    let payer = req.from.as_deref().unwrap_or(&req.to);
-    // Both ends answer as a quota that does not exist unless the requester
-    // sees them: a request can then neither probe which names exist nor
-    // mail the owners of quotas the requester knows nothing of. (The payer
-    // first: a caller that may not give out of it learns nothing more.)
-    let unseen = |end: &str| {
-        (!p.is_admin && !authz::can_view(p, end, &scope.tree))
-            .then(|| TransferOpError::NotFound(format!("bizrq {end} not found")))
-    };
-    if let Some(e) = unseen(payer) {
-        return Err(e);
-    }
-    if !authz::can_request_transfer(p, req.from.as_deref(), &req.to, &scope.tree) {
-        return Err(TransferOpError::Forbidden(match &req.from {
-            Some(f) => format!("only an owner of {f} may give quota out of it"),
-            None => format!("only an owner of {} may ask its parent for more", req.to),
-        }));
-    }
-    if let Some(e) = unseen(&req.to) {
-        return Err(e);
-    }
-    // One request at a time in this process, so the caps below hold.
-    let _gate = app.portal.transfer_gate.lock().await;
-    if !p.is_admin {
-        let now = app.service.now();
-        let (open, recent, first) = app
-            .portal
-            .sql
-            .requests_by(p.actor(), now - HOUR_MS)
-            .await
-            .map_err(ServiceError::from)?;
-        if open >= MAX_OPEN_REQUESTS {
-            return Err(TransferOpError::TooMany(
-                format!(
-                    "you have {open} transfer requests waiting for a decision, the most allowed; \
-                     wait for them to be decided or expire"
-                ),
-                3600,
-            ));
-        }
-        if recent >= MAX_REQUESTS_PER_HOUR {
-            let secs = (first.unwrap_or(now) + HOUR_MS - now).max(1000) / 1000;
-            return Err(TransferOpError::TooMany(
-                format!(
-                    "you made {recent} transfer requests in the last hour, the most allowed; \
-                     try again in {} minutes",
-                    (secs + 59) / 60
-                ),
-                secs as u64,
-            ));
-        }
-    }
-    let t = app
-        .transfers
-        .request(req, p.actor(), app.service.now(), DEFAULT_TTL_MS)
-        .await?;
-    app.audit(
-        p,
-        action::TRANSFER_REQUEST,
-        &transfer_target(&t),
-        None,
-        Some(transfer_json(&t)),
-        &format!("{}; {}", transfer_summary(&t), t.reason),
-    )
-    .await;
-    Ok(t)
-}
-
-/// The check both decisions make: visible (else 404), and `p` may decide.
-async fn decidable(
-    app: &AppState,
-    p: &Principal,
-    id: i64,
-    verb: &str,
-) -> Result<Transfer, TransferOpError> {
-    let (t, scope) = get_one(app, p, id).await?;
-    if !scope.may_decide(p, &t) {
-        let who = match scope.lca(&t) {
-            Some(l) => format!("an admin or an owner of {l} (where both ends meet) or above"),
-            None => "an admin (its quotas are gone)".to_string(),
-        };
-        return Err(TransferOpError::Forbidden(format!(
-            "only {who} may {verb} transfer {id}"
-        )));
-    }
-    Ok(t)
-}
-
-async fn approve(app: &AppState, p: &Principal, id: i64) -> Result<Transfer, TransferOpError> {
-    let before = decidable(app, p, id, "approve").await?;
-    let result = app
-        .transfers
-        .approve(id, p.actor(), app.service.now())
-        .await;
-    let after = match &result {
-        Ok(t) => t.clone(),
-        // Refused before anything changed: nothing to log.
-        Err(ServiceError::Conflict(_) | ServiceError::NotFound(_)) => return Ok(result?),
-        // Approved, then the execution stopped (recovery finishes it).
-        Err(_) => app.transfers.get(id).await?,
-    };
-    let outcome = match after.status {
-        TransferStatus::Done => "executed".to_string(),
-        TransferStatus::Rejected => format!(
-            "refused on re-validation: {}",
-            after.result.as_deref().unwrap_or("")
-        ),
-        s => format!(
-            "{s}: {}",
-            after.result.as_deref().unwrap_or("the sweep runs it")
-        ),
-    };
-    app.audit(
-        p,
-        action::TRANSFER_APPROVE,
-        &transfer_target(&after),
-        Some(transfer_json(&before)),
-        Some(transfer_json(&after)),
-        &format!("{}; {outcome}", transfer_summary(&after)),
-    )
-    .await;
-    Ok(result?)
-}
-
-async fn reject(
-    app: &AppState,
-    p: &Principal,
-    id: i64,
-    note: &str,
-) -> Result<Transfer, TransferOpError> {
-    let before = decidable(app, p, id, "reject").await?;
-    let note = note.trim();
-    let after = app
-        .transfers
-        .reject(id, p.actor(), note, app.service.now())
-        .await?;
-    let detail = match note {
-        "" => transfer_summary(&after),
-        n => format!("{}; {n}", transfer_summary(&after)),
-    };
-    app.audit(
-        p,
-        action::TRANSFER_REJECT,
-        &transfer_target(&after),
-        Some(transfer_json(&before)),
-        Some(transfer_json(&after)),
-        &detail,
-    )
-    .await;
-    Ok(after)
-}
-
-// ---- JSON API ----
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ListParams {
-    /// Comma-separated statuses.
-    #[serde(default)]
-    status: String,
-    #[serde(default)]
-    quota: String,
-    #[serde(default)]
-    requested_by: String,
-    #[serde(default)]
-    before: Option<i64>,
-    #[serde(default)]
-    limit: Option<i64>,
-}
-
-fn parse_statuses(s: &str) -> Result<Vec<TransferStatus>, String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            TransferStatus::parse(s).ok_or_else(|| {
-                let all: Vec<&str> = TransferStatus::ALL.iter().map(|s| s.as_str()).collect();
-                format!("'{s}' is not a transfer status: use {}", all.join(", "))
-            })
-        })
-        .collect()
-}
-
-fn non_empty(s: &str) -> Option<String> {
-    let s = s.trim();
-    (!s.is_empty()).then(|| s.to_string())
-}
-
-impl ListParams {
-    fn filter(&self) -> Result<TransferFilter, String> {
-        Ok(TransferFilter {
-            statuses: parse_statuses(&self.status)?,
-            quota: non_empty(&self.quota),
-            requested_by: non_empty(&self.requested_by),
-            before_id: self.before,
-            limit: self.limit,
-        })
-    }
-}
-
-/// GET /api/v1/transfers?status=a,b&quota=&requestedBy=&before=&limit=
-async fn api_list(
-    State(app): State<AppState>,
-    p: Principal,
-    Query(q): Query<ListParams>,
-) -> Result<Response, ApiError> {
-    let filter = q.filter().map_err(ApiError::BadRequest)?;
-    let items = list(&app, &p, filter, None).await?;
-    Ok(Json(serde_json::json!({ "items": items })).into_response())
-}
-
-/// GET /api/v1/transfers/{id}
-async fn api_get(
-    State(app): State<AppState>,
-    p: Principal,
-    Path(id): Path<i64>,
-) -> Result<Response, ApiError> {
-    let (t, _) = get_one(&app, &p, id).await?;
-    Ok(Json(t).into_response())
-}
-
-/// POST /api/v1/transfers: a [`TransferRequest`]; 201 with the transfer.
-async fn api_request(
-    State(app): State<AppState>,
-    p: Principal,
-    body: axum::body::Bytes,
-) -> Result<Response, ApiError> {
-    let req: TransferRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("invalid transfer request: {e}")))?;
-    let t = request(&app, &p, req).await?;
-    Ok((StatusCode::CREATED, Json(t)).into_response())
-}
-
-/// POST /api/v1/transfers/{id}/approve: the transfer as it ended (`done`,
-/// `rejected` by re-validation, or `approved` and waiting).
-async fn api_approve(
-    State(app): State<AppState>,
-    p: Principal,
-    Path(id): Path<i64>,
-) -> Result<Response, ApiError> {
-    Ok(Json(approve(&app, &p, id).await?).into_response())
-}
-
-#[derive(Deserialize, Default)]
-struct RejectBody {
-    #[serde(default)]
-    note: String,
-}
-
-/// POST /api/v1/transfers/{id}/reject, optionally `{"note": "…"}`.
-async fn api_reject(
-    State(app): State<AppState>,
-    p: Principal,
-    Path(id): Path<i64>,
-    body: axum::body::Bytes,
-) -> Result<Response, ApiError> {
-    let b: RejectBody = if body.iter().all(u8::is_ascii_whitespace) {
-        RejectBody::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::BadRequest(format!("invalid rejection: {e}")))?
-    };
-    Ok(Json(reject(&app, &p, id, &b.note).await?).into_response())
 }
 
 // ---- Pages ----
@@ -538,8 +124,11 @@ async fn list_page(
         limit: Some(LIST_ROWS),
         ..Default::default()
     };
-    let scope = Scope::load(app).await?;
-    let rows = list(app, &viewer.principal, filter, Some(&scope)).await?;
+    let scope = Scope::load(&app.service).await?;
+    let rows = app
+        .transfer_desk()
+        .list(&viewer.principal, filter, Some(&scope))
+        .await?;
     let form = request_form(&viewer.principal, &scope, typed);
     Ok((
         status,
@@ -661,7 +250,7 @@ async fn page_request(
         Ok(r) => r,
         Err(m) => return refused(m, typed, StatusCode::UNPROCESSABLE_ENTITY).await,
     };
-    match request(&app, &viewer.principal, req).await {
+    match app.transfer_desk().request(&viewer.principal, req).await {
         Ok(t) => {
             viewer
                 .set_flash(Flash::Ok(format!(
@@ -712,7 +301,7 @@ async fn detail_page(
     flash: Option<Flash>,
     status: StatusCode,
 ) -> Result<Response, PageError> {
-    let (t, scope) = get_one(app, &viewer.principal, id).await?;
+    let (t, scope) = app.transfer_desk().get_one(&viewer.principal, id).await?;
     let detail = TransferDetail {
         row: row(&t),
         lca: scope.lca(&t),
@@ -799,7 +388,7 @@ async fn page_approve(
     viewer: Viewer,
     Path(id): Path<i64>,
 ) -> Result<Response, PageError> {
-    let result = approve(&app, &viewer.principal, id).await;
+    let result = app.transfer_desk().approve(&viewer.principal, id).await;
     decided(&app, &viewer, id, result).await
 }
 
@@ -816,7 +405,10 @@ async fn page_reject(
     Path(id): Path<i64>,
     Form(f): Form<RejectForm>,
 ) -> Result<Response, PageError> {
-    let result = reject(&app, &viewer.principal, id, &f.note).await;
+    let result = app
+        .transfer_desk()
+        .reject(&viewer.principal, id, &f.note)
+        .await;
     decided(&app, &viewer, id, result).await
 }
 

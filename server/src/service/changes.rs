@@ -29,6 +29,19 @@ pub async fn tree_for(app: &Audited, p: &Principal) -> Result<Tree, ServiceError
     Ok(Tree::from_quotas(&app.service.list().await?))
 }
 
+/// The quotas whose records (alerts, audit entries) `p` may read: None for
+/// admins (all, also of quotas since deleted), else those it may see.
+pub async fn records_scope(
+    service: &super::Service,
+    p: &Principal,
+) -> Result<Option<Vec<String>>, ServiceError> {
+    if p.is_admin {
+        return Ok(None);
+    }
+    let tree = Tree::from_quotas(&service.list().await?);
+    Ok(Some(authz::visible_names(p, &tree).into_iter().collect()))
+}
+
 /// The answer for a quota the caller may not see: the same as for one that
 /// does not exist, so existence does not leak.
 pub fn not_found(name: &str) -> ServiceError {

@@ -61,6 +61,7 @@ pub mod audit;
 pub mod changed;
 pub mod changes;
 pub mod notify;
+pub mod transfer_ops;
 pub mod transfers;
 
 use crate::metrics::Metrics;

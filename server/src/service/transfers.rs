@@ -148,10 +148,25 @@ pub enum CrashPoint {
     AfterEnd,
 }
 
+/// Who hears of a transfer's life: the alert engine
+/// (`alerts::engine::TransferAlerts`), passed in at startup, so the service
+/// does not depend on it. Failures are the watcher's to log: a decision
+/// stands whatever happens to its alert.
+#[async_trait::async_trait]
+pub trait TransferWatcher: Send + Sync {
+    /// Requested, approved or rejected (`kind` says which).
+    async fn decided(&self, kind: alerts::Kind, t: &Transfer);
+    /// Expired at `now_ms` with nobody deciding it.
+    async fn expired(&self, t: &Transfer, now_ms: i64);
+}
+
 pub struct TransferService {
     exec: Executor,
-    /// The portal's address, for links in the alerts' emails.
-    public_url: String,
+    /// Who hears of requests, decisions and expiries (the alert engine).
+    watcher: Arc<dyn TransferWatcher>,
+    /// Requests are admitted one at a time, so the per-user caps of
+    /// `transfer_ops` cannot be passed by sending many at once.
+    pub(crate) request_gate: tokio::sync::Mutex<()>,
 }
 
 /// What runs transfers: cheap to clone, so a run goes on in its own task
@@ -183,34 +198,26 @@ impl From<crate::store::StoreError> for Halt {
 }
 
 impl TransferService {
-    pub fn new(service: Arc<Service>, store: Arc<SqlStore>) -> TransferService {
+    pub fn new(
+        service: Arc<Service>,
+        store: Arc<SqlStore>,
+        watcher: Arc<dyn TransferWatcher>,
+    ) -> TransferService {
         TransferService {
             exec: Executor {
                 service,
                 store,
                 crash: Default::default(),
             },
-            public_url: "http://127.0.0.1:3000".into(),
+            watcher,
+            request_gate: tokio::sync::Mutex::new(()),
         }
-    }
-
-    /// Links in the emails of transfer alerts point at `url`.
-    pub fn with_public_url(mut self, url: &str) -> TransferService {
-        self.public_url = url.to_string();
-        self
     }
 
     /// Requested, approved, rejected: an alert to the receiving quota's
     /// owners and the admins. A failure is logged; the decision stands.
     async fn alert(&self, kind: alerts::Kind, t: &Transfer) {
-        alerts::engine::on_transfer(
-            &self.exec.store,
-            &self.exec.service,
-            kind,
-            t,
-            &self.public_url,
-        )
-        .await;
+        self.watcher.decided(kind, t).await;
     }
 
     /// Stop the next executions at `point`, as a crash would (tests).
@@ -361,9 +368,7 @@ impl TransferService {
     pub async fn expire_due(&self, now_ms: i64) -> Result<u64, ServiceError> {
         let expired = self.exec.store.expire_transfers(now_ms).await?;
         for t in &expired {
-            if let Err(e) = alerts::engine::transfer_expired(&self.exec.store, t, now_ms).await {
-                tracing::warn!(error = %e, transfer = t.id, "resolving an expired request's alert failed");
-            }
+            self.watcher.expired(t, now_ms).await;
             let before = Transfer {
                 status: TransferStatus::Requested,
                 finished_at: None,

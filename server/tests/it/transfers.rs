@@ -4,6 +4,7 @@
 //! every scenario, used == selfUsed + Σ children's hard at every quota.
 
 use crate::common::*;
+use bizrq::alerts::engine::TransferAlerts;
 use bizrq::metrics::Metrics;
 use bizrq::service::{Persist, Service, ServiceError};
 use bizrq::store::sql::SqlStore;
@@ -49,7 +50,15 @@ impl World {
             )
             .with_clock(c),
         );
-        let transfers = TransferService::new(svc.clone(), sql.clone());
+        let transfers = TransferService::new(
+            svc.clone(),
+            sql.clone(),
+            Arc::new(TransferAlerts {
+                sql: sql.clone(),
+                service: svc.clone(),
+                public_url: "http://127.0.0.1:3000".into(),
+            }),
+        );
         let w = World {
             sql,
             svc,
@@ -292,13 +301,13 @@ async fn a_refused_approval_changes_nothing(w: World) {
     assert_eq!(once.len(), 1, "{once:?}");
     assert!(once[0].message.contains("on re-validation"), "{once:?}");
     w.transfers.recover().await.unwrap();
-    bizrq::alerts::engine::on_transfer(
-        &w.sql,
-        &w.svc,
-        bizrq::alerts::Kind::TransferRejected,
-        &t,
-        "http://bizrq.test",
-    )
+    use bizrq::service::transfers::TransferWatcher;
+    TransferAlerts {
+        sql: w.sql.clone(),
+        service: w.svc.clone(),
+        public_url: "http://bizrq.test".into(),
+    }
+    .decided(bizrq::alerts::Kind::TransferRejected, &t)
     .await;
     assert_eq!(rejected().await.len(), 1);
     let mut after = w.all_gpus().await;

@@ -1,11 +1,20 @@
-//! What the edges share: their state, the error → response mapping, the
-//! body limits, health, metrics and the webhook's token check. Which edges
-//! exist and how their routers compose: `routes`. Authentication and the
-//! portal's pages are in `portal`.
+//! The HTTP edges' shared parts — their state, the error → response
+//! mapping, the body limits, the webhook's token check — and the JSON API,
+//! one module per resource (`quotas`, `check`, `transfers`, `alerts`) plus
+//! `health` (probes, metrics, the stylesheet). Which edges exist and how
+//! their routers compose: `routes`. Authentication and the portal's pages
+//! are in `portal`; the admission webhook is `webhook`.
+
+pub mod alerts;
+pub mod check;
+pub mod health;
+pub mod quotas;
+pub mod transfers;
 
 use crate::authz::Principal;
 use crate::portal::state::Portal;
 use crate::service::audit::Audited;
+use crate::service::transfer_ops::TransferDesk;
 use crate::service::transfers::TransferService;
 use crate::service::{Service, ServiceError};
 use axum::extract::State;
@@ -38,6 +47,14 @@ impl AppState {
         Audited {
             service: self.service.clone(),
             sql: self.portal.sql.clone(),
+        }
+    }
+
+    /// Transfers as a person asks for and decides them.
+    pub fn transfer_desk(&self) -> TransferDesk {
+        TransferDesk {
+            transfers: self.transfers.clone(),
+            audited: self.audited(),
         }
     }
 
@@ -142,33 +159,4 @@ pub async fn require_webhook_token(
         "bizrq webhook: missing or wrong bearer token",
     )
         .into_response()
-}
-
-pub async fn healthz() -> &'static str {
-    "ok"
-}
-
-pub async fn readyz(State(app): State<AppState>) -> Response {
-    match app.service.store.ping().await {
-        Ok(()) => "ok".into_response(),
-        Err(e) => {
-            tracing::warn!(error = %e, "not ready");
-            (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
-        }
-    }
-}
-
-pub async fn metrics(State(app): State<AppState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        app.service.metrics.render(),
-    )
-        .into_response()
-}
-
-pub async fn style() -> Response {
-    ([(header::CONTENT_TYPE, "text/css")], app::STYLE).into_response()
 }

@@ -1,20 +1,18 @@
-//! The JSON API: quota objects in the CRD's shape, and a dry-run check of a
-//! workload. Everything goes through the service layer; every route is
-//! authorised with `portal::authz` (the caller is a [`Principal`]): quotas
+//! `/api/v1/quotas`: quota objects in the CRD's shape. Everything goes
+//! through the service layer; every route is authorised with `authz` (the
+//! caller is a [`Principal`]): quotas
 //! the caller may not see answer 404 as if they did not exist, changes it
 //! may not make answer 403. Changes are written to the audit log.
 
 use crate::authz::{self, Principal};
 use crate::http::{ApiError, AppState};
-use crate::service::changes::{self, not_found, tree_for, ChangeError};
-use crate::service::ServiceError;
+use crate::service::changes::{self, tree_for, ChangeError};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use quota::object::{api_version, QuotaSpec, KIND};
-use quota::workload::{adapter_for_kind, group_of, ChargeMode};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -187,74 +185,4 @@ pub async fn delete(
         Json(serde_json::json!({ "status": "Success", "details": { "name": name, "kind": KIND } }))
             .into_response(),
     )
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TypeMeta {
-    #[serde(default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
-}
-
-/// Would this workload be admitted? Answers with the decision and the usage
-/// it would be charged, without charging. A quota the caller may not see
-/// answers as one that does not exist.
-pub async fn check(
-    State(app): State<AppState>,
-    principal: Principal,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let svc = &app.service;
-    let tm: TypeMeta = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("invalid workload: {e}")))?;
-    let adapter = adapter_for_kind(group_of(&tm.api_version), &tm.kind).ok_or_else(|| {
-        ApiError::BadRequest(format!(
-            "kind '{}' of '{}' is not a workload kind bizrq governs",
-            tm.kind, tm.api_version
-        ))
-    })?;
-    let body =
-        std::str::from_utf8(&body).map_err(|_| ApiError::BadRequest("body is not UTF-8".into()))?;
-    let w = adapter
-        .read(body, &svc.keys)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let usage = w.usage();
-    let Some(quota) = w.quota() else {
-        return Ok(Json(serde_json::json!({
-            "allowed": true, "governed": false, "usage": usage,
-            "message": format!("not bound to a quota (no {} label)", quota::keys::QUOTA_LABEL),
-        }))
-        .into_response());
-    };
-    if !authz::can_view(
-        &principal,
-        quota,
-        &tree_for(&app.audited(), &principal).await?,
-    ) {
-        return Ok(Json(serde_json::json!({
-            "allowed": false, "governed": true, "quota": quota,
-            "message": not_found(quota).to_string(), "usage": usage, "warnings": w.warnings,
-        }))
-        .into_response());
-    }
-    let wref = adapter.workload_ref(&w.meta.namespace, &w.meta.name);
-    let decision = match w.mode {
-        ChargeMode::Charge => {
-            svc.charge_workload(quota, &wref, w.pod_sets.clone(), "check", true)
-                .await
-        }
-        ChargeMode::CheckOnly => svc.check_usage(quota, &usage).await,
-    };
-    let (allowed, message) = match decision {
-        Ok(()) => (true, format!("fits in bizrq {quota}")),
-        Err(e @ (ServiceError::Denied(_) | ServiceError::NotFound(_))) => (false, e.to_string()),
-        Err(e) => return Err(e.into()),
-    };
-    Ok(Json(serde_json::json!({
-        "allowed": allowed, "governed": true, "quota": quota, "message": message,
-        "usage": usage, "warnings": w.warnings,
-    }))
-    .into_response())
 }

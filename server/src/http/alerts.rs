@@ -1,0 +1,132 @@
+//! `/api/v1/alerts`: the alerts on the quotas the caller may see, newest
+//! first, paged; one alert by id.
+
+use crate::alerts::Kind;
+use crate::authz::Principal;
+use crate::http::{ApiError, AppState};
+use crate::service::changes::records_scope;
+use crate::store::alerts::{Alert, AlertFilter};
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::Deserialize;
+
+/// The routes; the caller's router authenticates.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/alerts", get(api_list))
+        .route("/api/v1/alerts/{id}", get(api_get))
+}
+
+/// Query of GET /api/v1/alerts.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct ApiParams {
+    #[serde(default)]
+    quota: String,
+    #[serde(default)]
+    kind: String,
+    /// open, resolved or all (default).
+    #[serde(default)]
+    state: String,
+    /// 1 to 1000, default 100.
+    limit: Option<i64>,
+    /// Paging: alerts older than this id (the previous page's `next`).
+    before: Option<i64>,
+}
+
+const API_MAX_LIMIT: i64 = 1000;
+
+/// An alert as the API shows it.
+pub fn alert_json(a: &Alert) -> serde_json::Value {
+    serde_json::json!({
+        "id": a.id,
+        "kind": a.kind.as_str(),
+        "quota": a.quota,
+        "key": a.key,
+        "level": a.level.as_str(),
+        "message": a.message,
+        "numbers": a.numbers,
+        "state": if a.resolved_at.is_some() { "resolved" } else { "open" },
+        "openedAt": quota::time::format_rfc3339(a.opened_at),
+        "resolvedAt": a.resolved_at.map(quota::time::format_rfc3339),
+    })
+}
+
+/// GET /api/v1/alerts?quota=&kind=&state=&limit=&before= — newest first,
+/// on the quotas the caller may see; `next` is the `before` of the next
+/// page (null on the last).
+pub async fn api_list(
+    State(app): State<AppState>,
+    p: Principal,
+    q: Result<Query<ApiParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let kind = Kind::parse_filter(&q.kind).map_err(ApiError::BadRequest)?;
+    let open = match q.state.trim() {
+        "" | "all" => None,
+        "open" => Some(true),
+        "resolved" => Some(false),
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "unknown state '{other}': open, resolved or all"
+            )))
+        }
+    };
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=API_MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit {limit} is out of range: 1 to {API_MAX_LIMIT}"
+        )));
+    }
+    let f = AlertFilter {
+        quota: Some(q.quota.trim().to_string()).filter(|s| !s.is_empty()),
+        kind,
+        open,
+        quotas_in: records_scope(&app.service, &p).await?,
+        before: q.before,
+    };
+    let items = app
+        .portal
+        .sql
+        .alerts(&f, limit)
+        .await
+        .map_err(crate::service::ServiceError::from)?;
+    let next = (items.len() as i64 == limit)
+        .then(|| items.last().map(|a| a.id))
+        .flatten();
+    Ok(axum::Json(serde_json::json!({
+        "items": items.iter().map(alert_json).collect::<Vec<_>>(),
+        "next": next,
+    }))
+    .into_response())
+}
+
+/// GET /api/v1/alerts/{id} — one alert (404 when it is not the caller's
+/// to see, as when it does not exist).
+pub async fn api_get(
+    State(app): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let missing = || {
+        ApiError::Service(crate::service::ServiceError::NotFound(format!(
+            "alert {id} not found"
+        )))
+    };
+    let n: i64 = id.parse().map_err(|_| missing())?;
+    let a = app
+        .portal
+        .sql
+        .alert(n)
+        .await
+        .map_err(crate::service::ServiceError::from)?
+        .ok_or_else(missing)?;
+    if let Some(names) = records_scope(&app.service, &p).await? {
+        if !names.contains(&a.quota) {
+            return Err(missing());
+        }
+    }
+    Ok(axum::Json(alert_json(&a)).into_response())
+}

@@ -1,0 +1,83 @@
+//! `POST /api/v1/check`: would this workload be admitted, and what would
+//! it be charged? A dry run through the same service call as the webhook.
+
+use crate::authz::{self, Principal};
+use crate::http::{ApiError, AppState};
+use crate::service::changes::{not_found, tree_for};
+use crate::service::ServiceError;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use quota::workload::{adapter_for_kind, group_of, ChargeMode};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TypeMeta {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+}
+
+/// Would this workload be admitted? Answers with the decision and the usage
+/// it would be charged, without charging. A quota the caller may not see
+/// answers as one that does not exist.
+pub async fn check(
+    State(app): State<AppState>,
+    principal: Principal,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let svc = &app.service;
+    let tm: TypeMeta = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("invalid workload: {e}")))?;
+    let adapter = adapter_for_kind(group_of(&tm.api_version), &tm.kind).ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "kind '{}' of '{}' is not a workload kind bizrq governs",
+            tm.kind, tm.api_version
+        ))
+    })?;
+    let body =
+        std::str::from_utf8(&body).map_err(|_| ApiError::BadRequest("body is not UTF-8".into()))?;
+    let w = adapter
+        .read(body, &svc.keys)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let usage = w.usage();
+    let Some(quota) = w.quota() else {
+        return Ok(Json(serde_json::json!({
+            "allowed": true, "governed": false, "usage": usage,
+            "message": format!("not bound to a quota (no {} label)", quota::keys::QUOTA_LABEL),
+        }))
+        .into_response());
+    };
+    if !authz::can_view(
+        &principal,
+        quota,
+        &tree_for(&app.audited(), &principal).await?,
+    ) {
+        return Ok(Json(serde_json::json!({
+            "allowed": false, "governed": true, "quota": quota,
+            "message": not_found(quota).to_string(), "usage": usage, "warnings": w.warnings,
+        }))
+        .into_response());
+    }
+    let wref = adapter.workload_ref(&w.meta.namespace, &w.meta.name);
+    let decision = match w.mode {
+        ChargeMode::Charge => {
+            svc.charge_workload(quota, &wref, w.pod_sets.clone(), "check", true)
+                .await
+        }
+        ChargeMode::CheckOnly => svc.check_usage(quota, &usage).await,
+    };
+    let (allowed, message) = match decision {
+        Ok(()) => (true, format!("fits in bizrq {quota}")),
+        Err(e @ (ServiceError::Denied(_) | ServiceError::NotFound(_))) => (false, e.to_string()),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Json(serde_json::json!({
+        "allowed": allowed, "governed": true, "quota": quota, "message": message,
+        "usage": usage, "warnings": w.warnings,
+    }))
+    .into_response())
+}
