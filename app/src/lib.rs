@@ -12,7 +12,7 @@ pub mod transfers;
 pub use layout::{Flash, Section, Viewer};
 
 use quota::resources;
-use quota::{KeyConfig, Quota};
+use quota::{KeyConfig, Quota, ResourceList};
 
 #[cfg(feature = "ssr")]
 use leptos::prelude::*;
@@ -24,10 +24,19 @@ pub const STYLE: &str = include_str!("../../style/bizrq.css");
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyUsage {
     pub key: String,
+    /// In use in the whole subtree (a cash key: spent).
     pub used: String,
     pub hard: String,
     /// used/hard in whole percent (over 100 when over quota).
     pub percent: u32,
+    /// Allocated to children but idle, in whole percent of hard (the bar's
+    /// second part; `percent.min(100) + idle_percent` never passes 100).
+    pub idle_percent: u32,
+    /// The rest of the picture, non-zero parts only: "21 allocated to
+    /// children, idle · 3 unallocated · lent 2 · borrowed 1".
+    pub detail: String,
+    /// A budget (cash key): spent, not in use.
+    pub cash: bool,
     /// A model-qualified key (`limits.cpu.A4`), shown under its generic key.
     pub model: bool,
 }
@@ -99,19 +108,65 @@ pub fn display_quantity(key: &str, q: quota::Quantity, cfg: &KeyConfig) -> Strin
 
 /// Used against hard for every key of a quota's hard. Keys sort so that a
 /// model key follows its generic key (`limits.cpu`, `limits.cpu.A4`).
-pub fn key_usages(q: &Quota, cfg: &KeyConfig) -> Vec<KeyUsage> {
+/// The keys of a quota as its bars show them: in use in the whole subtree
+/// (`in_use`, from `quota::rollup::subtree_in_use`), allocated to children
+/// but idle, and the rest (`quota::rollup`); a cash key's spending. Keys
+/// with a zero hard that nothing uses are left out.
+pub fn key_usages(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyUsage> {
+    let rolled: std::collections::BTreeMap<String, quota::rollup::KeyRollup> =
+        quota::rollup::rollup(q, in_use)
+            .into_iter()
+            .map(|r| (r.key.clone(), r))
+            .collect();
     q.spec
         .hard
         .iter()
-        .map(|(k, h)| {
-            let used = resources::get(&q.status.used, k);
-            KeyUsage {
-                key: k.clone(),
-                used: display_quantity(k, used, cfg),
-                hard: display_quantity(k, *h, cfg),
-                percent: percent(used, *h),
-                model: is_model_key(k, cfg),
+        .filter_map(|(k, h)| {
+            let model = is_model_key(k, cfg);
+            let show = |n: quota::Quantity| display_quantity(k, n, cfg);
+            if let Some(r) = rolled.get(k) {
+                let (_, idle) = r.bar_percents();
+                let parts = [
+                    (r.allocated_idle, "allocated to children, idle"),
+                    (r.unallocated, "unallocated"),
+                ];
+                let mut detail: Vec<String> = parts
+                    .iter()
+                    .filter(|(n, _)| !n.is_zero() && !r.allocated.is_zero())
+                    .map(|(n, what)| format!("{} {what}", show(*n)))
+                    .collect();
+                for (n, what) in [(r.lent, "lent"), (r.borrowed, "borrowed")] {
+                    if !n.is_zero() {
+                        detail.push(format!("{what} {}", show(n)));
+                    }
+                }
+                return Some(KeyUsage {
+                    key: k.clone(),
+                    used: show(r.in_use),
+                    hard: show(r.hard),
+                    percent: r.in_use_percent(),
+                    idle_percent: idle,
+                    detail: detail.join(" · "),
+                    cash: false,
+                    model,
+                });
             }
+            let used = resources::get(&q.status.used, k);
+            let cash = quota::keys::cash_target(k).is_some();
+            if !cash || (h.is_zero() && used.is_zero()) {
+                // Not a cash key: its hard is zero and nothing uses it.
+                return None;
+            }
+            Some(KeyUsage {
+                key: k.clone(),
+                used: show(used),
+                hard: show(*h),
+                percent: percent(used, *h),
+                idle_percent: 0,
+                detail: String::new(),
+                cash: true,
+                model,
+            })
         })
         .collect()
 }
@@ -139,7 +194,13 @@ impl TreeRow {
 
 /// Quotas in depth-first order (children under their parent, by name),
 /// with orphans (parent unknown) listed as roots so nothing is hidden.
-pub fn tree_rows(quotas: &[Quota], cfg: &KeyConfig) -> Vec<TreeRow> {
+/// `in_use`: every quota's subtree usage, from the whole tree (a viewer may
+/// see a parent without all of its descendants).
+pub fn tree_rows(
+    quotas: &[Quota],
+    in_use: &std::collections::BTreeMap<String, ResourceList>,
+    cfg: &KeyConfig,
+) -> Vec<TreeRow> {
     use std::collections::{BTreeMap, BTreeSet};
     let names: BTreeSet<&str> = quotas.iter().map(|q| q.name()).collect();
     let mut kids: BTreeMap<&str, Vec<&Quota>> = BTreeMap::new();
@@ -158,7 +219,7 @@ pub fn tree_rows(quotas: &[Quota], cfg: &KeyConfig) -> Vec<TreeRow> {
             name: q.name().to_string(),
             depth,
             workloads: q.status.workloads.len(),
-            keys: key_usages(q, cfg),
+            keys: key_usages(q, in_use.get(q.name()).unwrap_or(&ResourceList::new()), cfg),
             borrowing: q.status.borrowed.values().any(|v| v.nanos() > 0),
             hidden_below: 0,
             context: false,
@@ -304,11 +365,27 @@ pub fn KeyBar(k: KeyUsage) -> impl IntoView {
         _ => "bar",
     };
     let width = format!("width:{}%", k.percent.min(100));
+    let idle = format!("width:{}%", k.idle_percent);
     let key_class = if k.model { "key model" } else { "key" };
+    let verb = if k.cash { "spent" } else { "in use" };
+    let detail = (!k.detail.is_empty()).then(|| view! { <small class="detail">{k.detail}</small> });
     view! {
         <span class=key_class>{k.key}</span>
-        <span class=class><i style=width></i></span>
-        <span class="num">{format!("{} / {} ({}%)", k.used, k.hard, k.percent)}</span>
+        <span class=class><i class="use" style=width></i><i class="idle" style=idle></i></span>
+        <span class="num">{format!("{} {verb} of {} ({}%)", k.used, k.hard, k.percent)}{detail}</span>
+    }
+}
+
+/// What the bars' colours mean; the same on every page that has bars.
+#[cfg(feature = "ssr")]
+#[component]
+pub fn BarLegend() -> impl IntoView {
+    view! {
+        <p class="legend" aria-label="Bar colours">
+            <span><i class="use"></i>"in use (the whole subtree)"</span>
+            <span><i class="idle"></i>"allocated to children, idle"</span>
+            <span><i class="free"></i>"unallocated"</span>
+        </p>
     }
 }
 
@@ -321,7 +398,7 @@ fn TreeTable(rows: Vec<TreeRow>) -> impl IntoView {
     }
     view! {
         <table class="tree">
-            <thead><tr><th>"Quota"</th><th>"Workloads"</th><th>"Usage (used / hard)"</th></tr></thead>
+            <thead><tr><th>"Quota"</th><th>"Workloads"</th><th>"Usage"</th></tr></thead>
             <tbody>
                 {rows
                     .into_iter()
@@ -356,10 +433,11 @@ fn TreeTable(rows: Vec<TreeRow>) -> impl IntoView {
 pub fn render_tree_page(
     viewer: Viewer,
     quotas: &[Quota],
+    in_use: &std::collections::BTreeMap<String, ResourceList>,
     cfg: &KeyConfig,
     query: TreeQuery,
 ) -> String {
-    let all = tree_rows(quotas, cfg);
+    let all = tree_rows(quotas, in_use, cfg);
     let total = all.len();
     let rows = select_rows(all, &query);
     let shown = rows.iter().filter(|r| !r.context).count();
@@ -395,6 +473,7 @@ pub fn render_tree_page(
                     <a href="/tree">"Reset"</a>
                     <span class="hint">{summary}</span>
                 </form>
+                <BarLegend/>
                 <TreeTable rows=rows/>
             </layout::Layout>
         }
@@ -431,10 +510,11 @@ mod display_tests {
                 max: Default::default(),
             },
         );
-        let shown: Vec<(String, String, bool)> = key_usages(&quota, &cfg)
-            .into_iter()
-            .map(|u| (u.key, u.hard, u.model))
-            .collect();
+        let shown: Vec<(String, String, bool)> =
+            key_usages(&quota, &quota::ResourceList::new(), &cfg)
+                .into_iter()
+                .map(|u| (u.key, u.hard, u.model))
+                .collect();
         assert_eq!(
             shown[0],
             (
@@ -506,6 +586,9 @@ mod tests {
                 used: "0".into(),
                 hard: "1".into(),
                 percent,
+                idle_percent: 0,
+                detail: String::new(),
+                cash: false,
                 model: false,
             }],
             borrowing: false,

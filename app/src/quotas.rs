@@ -30,6 +30,8 @@ pub struct OverviewCard {
 pub struct KeyDetail {
     pub usage: KeyUsage,
     pub self_used: String,
+    /// What the children's carve-outs hold (empty for a cash key).
+    pub allocated: String,
     pub max: Option<String>,
 }
 
@@ -151,6 +153,7 @@ pub fn render_overview_page(
     document(move || {
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Overview flash=flash>
+                <crate::BarLegend/>
                 <div class="overview">{body}</div>
                 {crate::alerts::overview_section(alerts)}
             </Layout>
@@ -214,7 +217,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     }
     let keys = view! {
         <table class="keys-table">
-            <thead><tr><th>"Key"</th><th>"Usage"</th><th>"Hard"</th><th>"Used"</th><th>"Self used"</th><th>"Max"</th></tr></thead>
+            <thead><tr><th>"Key"</th><th>"Usage"</th><th>"Hard"</th><th>"In use"</th><th>"Allocated to children"</th><th>"Self used"</th><th>"Max"</th></tr></thead>
             <tbody>
                 {d.keys.into_iter().map(|k| {
                     let class = if k.usage.model { "model" } else { "" };
@@ -222,12 +225,15 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                     let pct = k.usage.percent;
                     let bar_class = match pct { p if p > 100 => "bar over", p if p >= 80 => "bar warn", _ => "bar" };
                     let width = format!("width:{}%", pct.min(100));
+                    let idle = format!("width:{}%", k.usage.idle_percent);
+                    let detail = (!k.usage.detail.is_empty()).then(|| view! { <small class="detail">{k.usage.detail.clone()}</small> });
                     view! {
                         <tr class=class>
                             <td class="key">{k.usage.key}</td>
-                            <td><span class=bar_class><i style=width></i></span><span class="num">{format!("{pct}%")}</span></td>
+                            <td><span class=bar_class><i class="use" style=width></i><i class="idle" style=idle></i></span><span class="num">{format!("{pct}%")}{detail}</span></td>
                             <td class="num">{hard}</td>
                             <td class="num">{used}</td>
+                            <td class="num">{k.allocated}</td>
                             <td class="num">{k.self_used}</td>
                             <td class="num">{k.max.unwrap_or_default()}</td>
                         </tr>
@@ -323,6 +329,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 {parent}
                 <div class="actions">{actions}</div>
                 <h3>"Keys"</h3>
+                <crate::BarLegend/>
                 {keys}
                 {breakdowns}
                 <div class="extras">{extras}</div>

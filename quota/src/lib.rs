@@ -17,6 +17,7 @@ pub mod reclaim;
 pub mod reconcile;
 pub mod resources;
 pub mod review;
+pub mod rollup;
 pub mod time;
 pub mod transfer;
 pub mod tree;

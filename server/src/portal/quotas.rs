@@ -23,6 +23,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
 use quota::forecast::{forecast, Sample, FORECAST_WINDOW_MS};
 use quota::keys::cash_target;
+use quota::rollup::subtree_in_use;
 use quota::{resources, KeyConfig, Quantity, Quota, QuotaSpec, ResourceList};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -71,6 +72,7 @@ fn list_line(l: &ResourceList) -> String {
 /// admin) with usage, card-hour burn and forecasts.
 pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
     let all = app.service.list().await?;
+    let in_use = subtree_in_use(&all);
     let names: BTreeSet<&str> = all.iter().map(|q| q.name()).collect();
     let p = &viewer.principal;
     let mine: Vec<(&Quota, String)> = if p.is_admin {
@@ -100,7 +102,11 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
         cards.push(OverviewCard {
             name: q.name().to_string(),
             role,
-            keys: key_usages(q, &app.service.keys),
+            keys: key_usages(
+                q,
+                in_use.get(q.name()).unwrap_or(&ResourceList::new()),
+                &app.service.keys,
+            ),
             workloads: q.status.workloads.len(),
             children: all.iter().filter(|c| c.spec.parent == q.name()).count(),
             forecasts: forecasts(q, &s, now, &app.service.keys),
@@ -134,7 +140,10 @@ pub async fn tree(
     viewer: Viewer,
     Query(t): Query<TreeParams>,
 ) -> Result<Response, PageError> {
-    let quotas = authz::visible(&viewer.principal, app.service.list().await?);
+    let all = app.service.list().await?;
+    // From the whole tree: a parent's usage counts children the viewer may not see.
+    let in_use = subtree_in_use(&all);
+    let quotas = authz::visible(&viewer.principal, all);
     let query = TreeQuery {
         search: t.q,
         filter: TreeFilter::parse(&t.filter),
@@ -144,6 +153,7 @@ pub async fn tree(
     Ok(Html(app::render_tree_page(
         viewer.page(),
         &quotas,
+        &in_use,
         &app.service.keys,
         query,
     ))
@@ -324,11 +334,21 @@ pub async fn detail(
             (user.username, role.as_str().to_string(), removable)
         })
         .collect();
+    let in_use = subtree_in_use(&all).remove(&name).unwrap_or_default();
+    let mut allocated = ResourceList::new();
+    for c in q.status.children.values() {
+        resources::add_into(&mut allocated, &c.hard);
+    }
     let d = QuotaDetail {
         parent: q.spec.parent.clone(),
-        keys: key_usages(&q, cfg)
+        keys: key_usages(&q, &in_use, cfg)
             .into_iter()
             .map(|u| KeyDetail {
+                allocated: if u.cash {
+                    String::new()
+                } else {
+                    app::display_quantity(&u.key, resources::get(&allocated, &u.key), cfg)
+                },
                 self_used: app::display_quantity(
                     &u.key,
                     resources::get(&q.status.self_used, &u.key),

@@ -242,9 +242,61 @@ async fn a_thousand_quota_tree_folds_and_finds_deep_nodes() {
     assert!(!found.contains(">proj-7-3-4<"));
 }
 
+/// A parent's bars say what runs in its whole subtree, not what it carved
+/// out: with 2 GPUs running in nlp-a, ai (16, all of 12 allocated to nlp and
+/// cv) shows 2 in use and 10 allocated but idle, on the tree, the overview
+/// and its own page; a key whose hard is zero and that nothing uses is not
+/// shown.
+async fn a_parent_shows_its_subtree_in_use_apart_from_what_it_allocated(s: &Server) {
+    let o = org(s).await;
+    let d = deployment("train", "nlp-a", 1, 2);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "u-train", Some(d), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let tree = o.admin.get("/tree").await.body;
+    let overview = o.admin.get("/").await.body;
+    let page = o.admin.get("/quotas/ai").await.body;
+    for (what, body) in [("tree", &tree), ("overview", &overview)] {
+        assert!(
+            body.contains("2 in use of 16 (12%)"),
+            "{what}: ai counts nlp-a's GPUs as in use, not its carve-outs: {body}"
+        );
+        assert!(
+            body.contains("10 allocated to children, idle · 4 unallocated"),
+            "{what}: ai's idle allocation: {body}"
+        );
+        assert!(
+            body.contains("allocated to children, idle</span>"),
+            "{what}: the legend"
+        );
+    }
+    assert!(page.contains("10 allocated to children, idle"), "{page}");
+    assert!(
+        tree.contains("2 in use of 8 (25%)") && tree.contains("2 in use of 2 (100%)"),
+        "nlp and nlp-a: {tree}"
+    );
+    s.create_quota(
+        "zero",
+        "",
+        json!({"requests.nvidia.com/gpu": "0", "pods": "3"}),
+    )
+    .await;
+    let tree = o.admin.get("/tree?q=zero").await.body;
+    assert!(tree.contains("0 in use of 3"), "{tree}");
+    assert!(
+        !tree.contains("in use of 0"),
+        "a key with zero hard and no use is not shown: {tree}"
+    );
+}
+
 on_both!(
     a_child_that_does_not_fit_is_refused_on_the_form,
     a_child_that_fits_is_created_and_audited,
     a_stale_edit_form_says_someone_else_changed_the_quota,
     charts_and_forecasts_appear_once_usage_is_sampled,
+    a_parent_shows_its_subtree_in_use_apart_from_what_it_allocated,
 );

@@ -1,0 +1,47 @@
+// Screenshots of the main pages at desktop and phone width, for looking at
+// what users see (not a test): node shots.mjs OUT_DIR.
+// BIZRQ_BIN and CHROMIUM as for run.mjs.
+import { chromium } from 'playwright-core';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+
+const BIN = process.env.BIZRQ_BIN;
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const OUT = process.argv[2] || 'shots';
+const PASSWORD = 'shots-admin-password-0123';
+mkdirSync(OUT, { recursive: true });
+
+const dir = mkdtempSync(join(tmpdir(), 'bizrq-shots-'));
+const child = spawn(BIN, ['serve', '--standalone', '--listen', '127.0.0.1:0', '--webhook-listen', '127.0.0.1:0',
+  '--probe-listen', '127.0.0.1:0', '--database-url', `sqlite://${join(dir, 'bizrq.db')}`, '--demo'], {
+  env: { ...process.env, BIZRQ_ADMIN_PASSWORD: PASSWORD, BIZRQ_DEMO_PASSWORD: PASSWORD, BIZRQ_LOG: 'warn' },
+  stdio: ['ignore', 'pipe', 'inherit'],
+});
+const base = await new Promise((resolve, reject) => {
+  setTimeout(() => reject(new Error('not ready in 60 s')), 60_000);
+  createInterface({ input: child.stdout }).on('line', (l) => {
+    const m = l.match(/^bizrq ready http=(\S+)/);
+    if (m) resolve(`http://${m[1]}`);
+  });
+});
+const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu'] });
+try {
+  for (const [w, h] of [[1440, 900], [390, 844]]) {
+    const page = await (await browser.newContext({ javaScriptEnabled: false, viewport: { width: w, height: h } })).newPage();
+    await page.goto(`${base}/login`);
+    await page.fill('input[name=username]', 'admin');
+    await page.fill('input[name=password]', PASSWORD);
+    await Promise.all([page.waitForLoadState('load'), page.click('form button[type=submit]')]);
+    for (const path of (process.env.PAGES || '/,/tree,/quotas/research,/quotas/nlp').split(',')) {
+      await page.goto(`${base}${path}`);
+      const name = path === '/' ? 'overview' : path.replaceAll('/', '_').replace(/^_/, '');
+      await page.screenshot({ path: join(OUT, `${name}-${w}.png`), fullPage: true });
+    }
+  }
+} finally {
+  await browser.close();
+  child.kill();
+}

@@ -1,0 +1,274 @@
+//! What a quota's numbers mean to people at every level of the tree.
+//!
+//! At a parent, `status.used` is mostly what it carved out for its
+//! children (§2, docs/semantics.md), not work running: a parent that lent
+//! or allocated everything reads "100 %" with nothing running. The rollup
+//! splits each key of a quota's hard into what runs in its whole subtree
+//! (`in_use`), what is allocated to children but idle, and what is
+//! unallocated, with what it lent and borrowed beside them. Pure: the
+//! quotas come in, the numbers come out.
+//!
+//! Cash keys (budgets) are spent, not allocated: they are left out here.
+
+use crate::keys::cash_target;
+use crate::quantity::Quantity;
+use crate::resources::{add_into, get, ResourceList};
+use crate::Quota;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One key of one quota, as people read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRollup {
+    pub key: String,
+    /// What the quota may hold (`status.hard`).
+    pub hard: Quantity,
+    /// What runs in the quota's whole subtree: its own workloads and all
+    /// its descendants' (their `selfUsed`).
+    pub in_use: Quantity,
+    /// What its own workloads hold.
+    pub self_used: Quantity,
+    /// What its children's carve-outs hold (running or not).
+    pub allocated: Quantity,
+    /// Allocated to children but not running there (never negative: a
+    /// child that borrows runs more than it was given).
+    pub allocated_idle: Quantity,
+    /// Neither used here nor allocated: `hard − selfUsed − allocated`,
+    /// never negative.
+    pub unallocated: Quantity,
+    /// Lent to children beyond their hard.
+    pub lent: Quantity,
+    /// Used beyond its own hard, on loan from its parent.
+    pub borrowed: Quantity,
+}
+
+impl KeyRollup {
+    /// Whole percent of hard, for a bar: (in use, allocated idle). Each is
+    /// capped so that together they never pass 100.
+    pub fn bar_percents(&self) -> (u32, u32) {
+        let hard = self.hard.nanos();
+        if hard <= 0 {
+            return (if self.in_use.nanos() > 0 { 100 } else { 0 }, 0);
+        }
+        let pct = |n: i128| (n.max(0).saturating_mul(100) / hard).min(100) as u32;
+        let used = pct(self.in_use.nanos());
+        let idle = pct(self.allocated_idle.nanos()).min(100 - used);
+        (used, idle)
+    }
+
+    /// Whole percent of hard in use in the subtree (over 100 when it
+    /// borrows beyond its hard).
+    pub fn in_use_percent(&self) -> u32 {
+        percent(self.in_use, self.hard)
+    }
+
+    /// Whole percent of hard allocated to children or used here.
+    pub fn allocated_percent(&self) -> u32 {
+        percent(self.allocated.saturating_add(self.self_used), self.hard)
+    }
+}
+
+fn percent(part: Quantity, whole: Quantity) -> u32 {
+    if whole.nanos() > 0 {
+        (part.nanos().max(0).saturating_mul(100) / whole.nanos()).min(u32::MAX as i128) as u32
+    } else if part.nanos() > 0 {
+        100
+    } else {
+        0
+    }
+}
+
+/// Every quota's subtree usage (Σ `selfUsed` of it and its descendants),
+/// by name. Bounded on bad data: on a parent cycle the walk stops where the
+/// cycle closes, so it ends and nothing is counted twice.
+pub fn subtree_in_use<Q: std::borrow::Borrow<Quota>>(
+    quotas: &[Q],
+) -> BTreeMap<String, ResourceList> {
+    let mut children: BTreeMap<&str, Vec<&Quota>> = BTreeMap::new();
+    let mut by_name: BTreeMap<&str, &Quota> = BTreeMap::new();
+    for q in quotas {
+        let q = q.borrow();
+        by_name.insert(q.name(), q);
+        if !q.spec.parent.is_empty() {
+            children.entry(q.spec.parent.as_str()).or_default().push(q);
+        }
+    }
+    let mut out: BTreeMap<String, ResourceList> = BTreeMap::new();
+    for name in by_name.keys() {
+        fill(name, &by_name, &children, &mut out, &mut BTreeSet::new());
+    }
+    out
+}
+
+/// Post-order fill of `out[name]`; `on_path` stops a cycle.
+fn fill<'a>(
+    name: &'a str,
+    by_name: &BTreeMap<&'a str, &'a Quota>,
+    children: &BTreeMap<&'a str, Vec<&'a Quota>>,
+    out: &mut BTreeMap<String, ResourceList>,
+    on_path: &mut BTreeSet<&'a str>,
+) {
+    if out.contains_key(name) || !on_path.insert(name) {
+        return;
+    }
+    let mut total = by_name
+        .get(name)
+        .map(|q| q.status.self_used.clone())
+        .unwrap_or_default();
+    for c in children.get(name).map(Vec::as_slice).unwrap_or_default() {
+        fill(c.name(), by_name, children, out, on_path);
+        if let Some(sub) = out.get(c.name()) {
+            add_into(&mut total, sub);
+        }
+    }
+    on_path.remove(name);
+    out.insert(name.to_string(), total);
+}
+
+/// The keys of `q`'s hard, rolled up; `in_use` is `q`'s subtree usage (from
+/// [`subtree_in_use`]). Keys whose hard is zero and that nothing uses are
+/// left out, as are cash keys.
+pub fn rollup(q: &Quota, in_use: &ResourceList) -> Vec<KeyRollup> {
+    let st = &q.status;
+    let hard_of = if st.hard.is_empty() {
+        &q.spec.hard
+    } else {
+        &st.hard
+    };
+    let mut allocated = ResourceList::new();
+    for carve in st.children.values() {
+        add_into(&mut allocated, &carve.hard);
+    }
+    hard_of
+        .iter()
+        .filter(|(k, _)| cash_target(k).is_none())
+        .filter_map(|(k, hard)| {
+            let in_use = get(in_use, k);
+            if hard.is_zero() && in_use.is_zero() {
+                return None;
+            }
+            let self_used = get(&st.self_used, k);
+            let allocated = get(&allocated, k);
+            let children_in_use = in_use.saturating_sub(self_used);
+            let zero_floor = |q: Quantity| if q.is_negative() { Quantity::ZERO } else { q };
+            Some(KeyRollup {
+                key: k.clone(),
+                hard: *hard,
+                in_use,
+                self_used,
+                allocated,
+                allocated_idle: zero_floor(allocated.saturating_sub(children_in_use)),
+                unallocated: zero_floor(hard.saturating_sub(self_used).saturating_sub(allocated)),
+                lent: get(&st.lent, k),
+                borrowed: get(&st.borrowed, k),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::{Carve, QuotaSpec};
+    use proptest::prelude::*;
+
+    const GPU: &str = "requests.nvidia.com/gpu";
+
+    fn q(name: &str, parent: &str, hard: i64, self_used: i64, carves: &[(&str, i64)]) -> Quota {
+        let spec = QuotaSpec {
+            parent: parent.into(),
+            hard: [(GPU.to_string(), Quantity::from_units(hard))].into(),
+            ..QuotaSpec::default()
+        };
+        let mut q = Quota::new(name, spec);
+        q.status.hard = q.spec.hard.clone();
+        q.status
+            .self_used
+            .insert(GPU.into(), Quantity::from_units(self_used));
+        for (c, n) in carves {
+            q.status.children.insert(
+                c.to_string(),
+                Carve {
+                    hard: [(GPU.to_string(), Quantity::from_units(*n))].into(),
+                    since: String::new(),
+                    uid: String::new(),
+                },
+            );
+        }
+        q
+    }
+
+    fn units(x: Quantity) -> i64 {
+        (x.nanos() / 1_000_000_000) as i64
+    }
+
+    /// research lent 18 A100s to idle children: nothing runs, and the
+    /// rollup says so instead of "full".
+    #[test]
+    fn an_idle_parent_that_allocated_everything_is_idle_not_full() {
+        let all = [
+            q("research", "", 24, 0, &[("nlp", 12), ("cv", 12)]),
+            q("nlp", "research", 12, 0, &[]),
+            q("cv", "research", 12, 3, &[]),
+        ];
+        let sub = subtree_in_use(&all);
+        let r = &rollup(&all[0], &sub["research"])[0];
+        assert_eq!(units(r.in_use), 3);
+        assert_eq!(units(r.allocated), 24);
+        assert_eq!(units(r.allocated_idle), 21);
+        assert_eq!(units(r.unallocated), 0);
+        assert_eq!(r.bar_percents(), (12, 87));
+        assert_eq!(r.in_use_percent(), 12);
+        assert_eq!(r.allocated_percent(), 100);
+    }
+
+    #[test]
+    fn a_cycle_in_bad_data_ends_and_counts_each_quota_once() {
+        let all = [q("a", "b", 4, 1, &[]), q("b", "a", 4, 2, &[])];
+        let sub = subtree_in_use(&all);
+        for (name, own) in [("a", 1), ("b", 2)] {
+            let n = units(get(&sub[name], GPU));
+            assert!((own..=3).contains(&n), "{name}: {n}");
+        }
+    }
+
+    #[test]
+    fn keys_with_no_hard_and_no_use_are_left_out() {
+        let mut a = q("a", "", 0, 0, &[]);
+        a.status
+            .hard
+            .insert("requests.cpu".into(), Quantity::from_units(8));
+        let r = rollup(&a, &ResourceList::new());
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].key, "requests.cpu");
+    }
+
+    proptest! {
+        /// On any tree, a quota's subtree usage is its own plus its
+        /// children's subtree usage, and the parts of the bar never pass
+        /// 100 %.
+        #[test]
+        fn subtree_usage_adds_up(
+            parents in proptest::collection::vec(0usize..8, 1..12),
+            used in proptest::collection::vec(0i64..50, 12),
+        ) {
+            // Quota i's parent is a quota of a lower index (or a root): a tree.
+            let all: Vec<Quota> = parents.iter().enumerate().map(|(i, p)| {
+                let parent = if i == 0 || *p >= i { String::new() } else { format!("q{p}") };
+                q(&format!("q{i}"), &parent, 40, used[i], &[])
+            }).collect();
+            let sub = subtree_in_use(&all);
+            let total: i64 = all.iter().filter(|x| x.spec.parent.is_empty())
+                .map(|x| units(get(&sub[x.name()], GPU))).sum();
+            prop_assert_eq!(total, used[..all.len()].iter().sum::<i64>());
+            for x in &all {
+                let kids: i64 = all.iter().filter(|c| c.spec.parent == x.name())
+                    .map(|c| units(get(&sub[c.name()], GPU))).sum();
+                prop_assert_eq!(units(get(&sub[x.name()], GPU)), units(get(&x.status.self_used, GPU)) + kids);
+                for r in rollup(x, &sub[x.name()]) {
+                    let (a, b) = r.bar_percents();
+                    prop_assert!(a + b <= 100);
+                }
+            }
+        }
+    }
+}
