@@ -19,6 +19,7 @@ pub fn http_router(app: AppState) -> Router {
             "/api/v1/quotas/{name}",
             get(quotas::get).put(quotas::replace).delete(quotas::delete),
         )
+        .route("/api/v1/quotas/{name}/usage", get(quotas::usage))
         .route("/api/v1/check", post(check::check))
         .merge(http::transfers::router())
         .merge(http::alerts::router())

@@ -125,6 +125,44 @@ pub async fn get(
     Ok(Json(app.service.get(&name).await?.quota).into_response())
 }
 
+/// GET /api/v1/quotas/{name}/usage: each non-cash key of the quota as its
+/// bars show it (`quota::rollup`): in use in the whole subtree, its own
+/// use, allocated to children (and of that, idle), unallocated, lent and
+/// borrowed. The subtree counts every descendant, also those the caller
+/// may not see by name.
+pub async fn usage(
+    State(app): State<AppState>,
+    p: Principal,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
+    let all = app.service.list().await?;
+    let q = all
+        .iter()
+        .find(|q| q.name() == name)
+        .ok_or_else(|| changes::not_found(&name))?;
+    let in_use = quota::rollup::subtree_in_use(&all)
+        .remove(&name)
+        .unwrap_or_default();
+    let keys: Vec<serde_json::Value> = quota::rollup::rollup(q, &in_use)
+        .into_iter()
+        .map(|r| {
+            serde_json::json!({
+                "key": r.key,
+                "hard": r.hard,
+                "inUse": r.in_use,
+                "selfUsed": r.self_used,
+                "allocated": r.allocated,
+                "allocatedIdle": r.allocated_idle,
+                "unallocated": r.unallocated,
+                "lent": r.lent,
+                "borrowed": r.borrowed,
+            })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "quota": name, "keys": keys })).into_response())
+}
+
 /// Creating a child of X needs ownership of X or an ancestor (roots: admins).
 /// Refused before anything else, so a refusal says nothing of X.
 pub async fn create(

@@ -275,6 +275,34 @@ async fn a_parent_shows_its_subtree_in_use_apart_from_what_it_allocated(s: &Serv
         );
     }
     assert!(page.contains("10 allocated to children, idle"), "{page}");
+    // The same numbers from the JSON API; bob (member of cv) may not see ai.
+    let (st, v) = o
+        .admin
+        .api(Method::GET, "/api/v1/quotas/ai/usage", None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let gpu = v["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == "requests.nvidia.com/gpu")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (
+            &gpu["inUse"],
+            &gpu["allocated"],
+            &gpu["allocatedIdle"],
+            &gpu["unallocated"]
+        ),
+        (&json!("2"), &json!("12"), &json!("10"), &json!("4")),
+        "{v}"
+    );
+    let (st, _) = o
+        .bob
+        .api(Method::GET, "/api/v1/quotas/ai/usage", None)
+        .await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
     assert!(
         tree.contains("2 in use of 8 (25%)") && tree.contains("2 in use of 2 (100%)"),
         "nlp and nlp-a: {tree}"
