@@ -121,6 +121,8 @@ pub struct RuleRow {
     pub warn_percent: i64,
     pub crit_percent: i64,
     pub forecast_horizon_hours: Option<i64>,
+    /// An info notice at this share allocated (children + own use); None: none.
+    pub allocation_percent: Option<i64>,
 }
 
 /// GET /quotas/{name}/alerts: the quota's rules, and (for its owners and
@@ -138,7 +140,7 @@ pub fn render_rules_page(
     let action = format!("/quotas/{quota}/alerts");
     let csrf = viewer.csrf.clone();
     let rows = if rules.is_empty() {
-        view! { <p class="empty">"No rules: every key warns at 80 % and is critical at 100 % of hard; no forecast alert."</p> }.into_any()
+        view! { <p class="empty">"No rules: every key warns when what runs in the quota and below it reaches 80 % of hard, and is critical at 100 %; no forecast alert, no allocation notice."</p> }.into_any()
     } else {
         let rows = rules
             .into_iter()
@@ -159,6 +161,7 @@ pub fn render_rules_page(
                         <td class="num">{format!("{} %", r.warn_percent)}</td>
                         <td class="num">{format!("{} %", r.crit_percent)}</td>
                         <td class="num">{r.forecast_horizon_hours.map(|h| format!("{h} h")).unwrap_or_else(|| "—".into())}</td>
+                        <td class="num">{r.allocation_percent.map(|p| format!("{p} %")).unwrap_or_else(|| "off".into())}</td>
                         <td>{remove}</td>
                     </tr>
                 }
@@ -166,7 +169,7 @@ pub fn render_rules_page(
             .collect_view();
         view! {
             <table class="rules">
-                <thead><tr><th>"Key"</th><th>"Warn at"</th><th>"Critical at"</th><th>"Forecast horizon"</th><th></th></tr></thead>
+                <thead><tr><th>"Key"</th><th>"Warn at"</th><th>"Critical at"</th><th>"Forecast horizon"</th><th>"Allocation notice at"</th><th></th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>
         }
@@ -181,9 +184,10 @@ pub fn render_rules_page(
             <form class="card inline" method="post" action=action.clone()>
                 <CsrfField csrf=viewer.csrf.clone()/>
                 <label>"Key"<select name="key">{options}</select></label>
-                <label>"Warn at %"<input name="warn_percent" type="number" min="1" value="80"/></label>
-                <label>"Critical at %"<input name="crit_percent" type="number" min="1" value="100"/></label>
+                <label>"Warn at % in use"<input name="warn_percent" type="number" min="1" value="80"/></label>
+                <label>"Critical at % in use"<input name="crit_percent" type="number" min="1" value="100"/></label>
                 <label>"Forecast horizon (hours, cash keys)"<input name="forecast_horizon_hours" type="number" min="1" placeholder="none"/></label>
+                <label>"Allocation notice at % (children + own use)"<input name="allocation_percent" type="number" min="1" placeholder="off"/></label>
                 <button type="submit">"Save rule"</button>
             </form>
         }

@@ -22,7 +22,11 @@ const MS_PER_DAY: i64 = 86_400_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
+    /// What runs in the quota's subtree reached a share of its hard.
     Threshold,
+    /// What the quota allocated to children and uses itself reached a share
+    /// of its hard: a planning notice (info), off unless a rule asks.
+    Allocation,
     OverQuota,
     CashForecast,
     ReclaimPending,
@@ -45,8 +49,9 @@ impl Kind {
         }
     }
 
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Threshold,
+        Kind::Allocation,
         Kind::OverQuota,
         Kind::CashForecast,
         Kind::ReclaimPending,
@@ -58,6 +63,7 @@ impl Kind {
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Threshold => "threshold",
+            Kind::Allocation => "allocation",
             Kind::OverQuota => "over_quota",
             Kind::CashForecast => "cash_forecast",
             Kind::ReclaimPending => "reclaim_pending",
@@ -77,7 +83,11 @@ impl Kind {
     pub fn is_condition(self) -> bool {
         matches!(
             self,
-            Kind::Threshold | Kind::OverQuota | Kind::CashForecast | Kind::ReclaimPending
+            Kind::Threshold
+                | Kind::Allocation
+                | Kind::OverQuota
+                | Kind::CashForecast
+                | Kind::ReclaimPending
         )
     }
 
@@ -114,9 +124,13 @@ impl Level {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
     pub key: String,
+    /// Usage alerts: what runs in the subtree, in percent of hard.
     pub warn_percent: i64,
     pub crit_percent: i64,
     pub forecast_horizon_hours: Option<i64>,
+    /// Allocation notices (info): allocated to children plus used here, in
+    /// percent of hard; None (the default) sends none.
+    pub allocation_percent: Option<i64>,
 }
 
 impl Rule {
@@ -126,6 +140,7 @@ impl Rule {
             warn_percent: DEFAULT_WARN_PERCENT,
             crit_percent: DEFAULT_CRIT_PERCENT,
             forecast_horizon_hours: None,
+            allocation_percent: None,
         }
     }
 }
@@ -183,21 +198,64 @@ impl Evaluation {
     }
 }
 
-/// The conditions that hold for `quota` now. `forecasts` holds the cash
-/// forecast of each cash key whose rule has a horizon (the caller computes
-/// it from the stored samples).
+/// The conditions that hold for `quota` now. `in_use`: what runs in its
+/// whole subtree (`quota::rollup::subtree_in_use`); None when only the
+/// quota itself is known, which is exact for a leaf. `forecasts` holds the
+/// cash forecast of each cash key whose rule has a horizon (the caller
+/// computes it from the stored samples).
+///
+/// Usage alerts (threshold) follow what runs: at a parent, `status.used` is
+/// mostly what it carved out for children, and a parent that allocated
+/// everything while nothing runs is idle, not full. What it allocated is a
+/// planning matter: an info notice, only where a rule asks for one.
 pub fn conditions(
     quota: &Quota,
+    in_use: Option<&quota::ResourceList>,
     rules: &[Rule],
     forecasts: &BTreeMap<String, Forecast>,
     now_ms: i64,
 ) -> Vec<Condition> {
     let name = quota.name();
     let mut out = Vec::new();
+    let mut allocated = quota::ResourceList::new();
+    for c in quota.status.children.values() {
+        resources::add_into(&mut allocated, &c.hard);
+    }
     for (key, &hard) in &quota.spec.hard {
-        let used = resources::get(&quota.status.used, key);
+        let booked = resources::get(&quota.status.used, key);
+        let cash = key.starts_with(quota::keys::CASH_PREFIX);
+        // What runs (a cash key: what was spent).
+        let used = match in_use {
+            _ if cash => booked,
+            Some(sub) => resources::get(sub, key),
+            None => booked.saturating_sub(resources::get(&allocated, key)),
+        };
         let rule = rule_for(rules, key);
-        let numbers = |percent: Option<i64>| {
+        let carved = resources::get(&allocated, key);
+        if let (Some(percent), false, false) = (rule.allocation_percent, cash, carved.is_zero()) {
+            if hard.nanos() > 0 && reaches(booked, hard, percent) {
+                out.push(Condition {
+                    kind: Kind::Allocation,
+                    quota: name.to_string(),
+                    key: key.clone(),
+                    level: Level::Info,
+                    message: format!(
+                        "{key} of {name} is {percent} % allocated: {carved} to children and \
+                         {} used here, of {hard}; {used} in use in its subtree",
+                        booked.saturating_sub(carved)
+                    ),
+                    numbers: json!({
+                        "allocated": carved.to_string(),
+                        "booked": booked.to_string(),
+                        "inUse": used.to_string(),
+                        "hard": hard.to_string(),
+                        "percent": percent,
+                        "allocatedPercent": percent_of(booked, hard),
+                    }),
+                });
+            }
+        }
+        let numbers = |used: Quantity, percent: Option<i64>| {
             json!({
                 "used": used.to_string(),
                 "hard": hard.to_string(),
@@ -205,14 +263,16 @@ pub fn conditions(
                 "usedPercent": percent_of(used, hard),
             })
         };
-        if used > hard {
+        // Over quota: more booked than hard (a leaf that borrows, a parent
+        // whose hard was lowered under its carve-outs).
+        if booked > hard {
             out.push(Condition {
                 kind: Kind::OverQuota,
                 quota: name.to_string(),
                 key: key.clone(),
                 level: Level::Critical,
-                message: format!("{key} of {name} is over quota: {used} used of {hard}"),
-                numbers: numbers(None),
+                message: format!("{key} of {name} is over quota: {booked} used of {hard}"),
+                numbers: numbers(booked, None),
             });
         }
         if hard.nanos() > 0 {
@@ -221,11 +281,7 @@ pub fn conditions(
                 (Level::Critical, rule.crit_percent),
             ] {
                 if reaches(used, hard, percent) {
-                    let what = if key.starts_with(quota::keys::CASH_PREFIX) {
-                        "spent"
-                    } else {
-                        "used"
-                    };
+                    let what = if cash { "spent" } else { "in use" };
                     out.push(Condition {
                         kind: Kind::Threshold,
                         quota: name.to_string(),
@@ -234,7 +290,7 @@ pub fn conditions(
                         message: format!(
                             "{key} of {name} reached {percent} %: {used} {what} of {hard}"
                         ),
-                        numbers: numbers(Some(percent)),
+                        numbers: numbers(used, Some(percent)),
                     });
                 }
             }
@@ -312,10 +368,13 @@ pub fn evaluate(conditions: Vec<Condition>, open: &[OpenAlert]) -> Evaluation {
     }
 }
 
-/// One evaluation over many quotas: `open` holds every open alert by
-/// quota, `forecasts` the cash forecasts by quota and key.
+/// One evaluation over many quotas: `in_use` what runs in each one's
+/// subtree (a quota it lacks: only the quota itself is known), `open`
+/// every open alert by quota, `forecasts` the cash forecasts by quota and
+/// key.
 pub fn evaluate_quotas<Q: std::borrow::Borrow<Quota>>(
     quotas: &[Q],
+    in_use: &BTreeMap<String, quota::ResourceList>,
     rules: &BTreeMap<String, Vec<Rule>>,
     open: &BTreeMap<String, Vec<OpenAlert>>,
     forecasts: &BTreeMap<String, BTreeMap<String, Forecast>>,
@@ -329,7 +388,13 @@ pub fn evaluate_quotas<Q: std::borrow::Borrow<Quota>>(
         let name = q.name();
         seen.insert(name);
         let rules = rules.get(name).map(Vec::as_slice).unwrap_or_default();
-        let cs = conditions(q, rules, forecasts.get(name).unwrap_or(&none), now_ms);
+        let cs = conditions(
+            q,
+            in_use.get(name),
+            rules,
+            forecasts.get(name).unwrap_or(&none),
+            now_ms,
+        );
         let e = evaluate(cs, open.get(name).map(Vec::as_slice).unwrap_or_default());
         out.open.extend(e.open);
         out.resolve.extend(e.resolve);

@@ -15,6 +15,7 @@ use crate::store::transfers::Transfer;
 use crate::store::StoreError;
 use quota::forecast::{forecast, Forecast, Sample, FORECAST_WINDOW_MS};
 use quota::lineage::Forest;
+use quota::rollup::subtree_in_use;
 use quota::Quota;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -114,7 +115,8 @@ pub async fn evaluate_all(
         open.entry(a.quota.clone()).or_default().push(a.as_open());
     }
     let forecasts = forecasts(sql, quotas, &rules, now_ms).await?;
-    let e = evaluate_quotas(quotas, &rules, &open, &forecasts, now_ms);
+    let in_use = subtree_in_use(quotas);
+    let e = evaluate_quotas(quotas, &in_use, &rules, &open, &forecasts, now_ms);
     if e.is_empty() {
         return Ok(Swept::default());
     }
@@ -131,8 +133,10 @@ pub async fn evaluate_all(
 }
 
 /// Evaluates the quotas just written (`Changed::take`), from the objects
-/// written: no list, no read of a quota unless an alert opens (its
-/// ancestors, for the recipients).
+/// written, and their ancestors' usage: what runs below a parent changed
+/// with them. The tree comes from this process's cache (no list; the
+/// written quotas as written), so an ancestor's usage alert is only opened
+/// here, never resolved: the sweep, which reads every quota, resolves it.
 pub async fn evaluate_changed(
     service: &Service,
     sql: &SqlStore,
@@ -148,7 +152,23 @@ pub async fn evaluate_changed(
         by_quota: changed.iter().map(|(n, s)| (n.clone(), s.at_ms)).collect(),
     };
     let now_ms = service.now();
-    let names: Vec<String> = changed.keys().cloned().collect();
+    let tree = known_tree(service, &changed);
+    let known: Vec<&Quota> = tree.values().map(|s| &s.quota).collect();
+    let in_use = subtree_in_use(&known);
+    let lines = Forest::from_quotas(known.iter().copied());
+    let mut above: Vec<String> = Vec::new();
+    for name in changed.keys() {
+        for a in lines.line(name).names.into_iter().skip(1) {
+            if !changed.contains_key(a) && !above.iter().any(|x| x == a) {
+                above.push(a.to_string());
+            }
+        }
+    }
+    let names: Vec<String> = changed
+        .keys()
+        .cloned()
+        .chain(above.iter().cloned())
+        .collect();
     let rules = sql.alert_rules_of(&names).await?;
     let mut open: BTreeMap<String, Vec<OpenAlert>> = BTreeMap::new();
     let mut gone = Vec::new();
@@ -169,8 +189,24 @@ pub async fn evaluate_changed(
         .filter_map(|s| s.quota.as_ref().map(|s| &s.quota))
         .collect();
     let forecasts = forecasts(sql, &quotas, &rules, now_ms).await?;
-    let mut e = evaluate_quotas(&quotas, &rules, &open, &forecasts, now_ms);
+    let mut e = evaluate_quotas(&quotas, &in_use, &rules, &open, &forecasts, now_ms);
     e.resolve.extend(super::evaluate(Vec::new(), &gone).resolve);
+    let none = Vec::new();
+    for name in &above {
+        let Some(q) = tree.get(name) else { continue };
+        let usage: Vec<Condition> = super::conditions(
+            &q.quota,
+            in_use.get(name),
+            rules.get(name).unwrap_or(&none),
+            &BTreeMap::new(),
+            now_ms,
+        )
+        .into_iter()
+        .filter(|c| c.kind == Kind::Threshold)
+        .collect();
+        let opened = super::evaluate(usage, open.get(name).map(Vec::as_slice).unwrap_or_default());
+        e.open.extend(opened.open);
+    }
     if e.is_empty() {
         return Ok(Swept::default());
     }
@@ -179,6 +215,26 @@ pub async fn evaluate_changed(
         ancestors(service, &c.quota, &mut parents).await;
     }
     store(sql, &e, &parents, &observed, now_ms, public_url).await
+}
+
+/// The tree as this process knows it: its cache of every quota, with the
+/// quotas just written as written (and those deleted gone).
+fn known_tree(
+    service: &Service,
+    changed: &BTreeMap<String, Seen>,
+) -> BTreeMap<String, Arc<crate::store::Stored>> {
+    let mut tree: BTreeMap<String, Arc<crate::store::Stored>> = service
+        .cached_quotas()
+        .into_iter()
+        .map(|s| (s.quota.name().to_string(), s))
+        .collect();
+    for (name, seen) in changed {
+        match &seen.quota {
+            Some(s) => tree.insert(name.clone(), s.clone()),
+            None => tree.remove(name),
+        };
+    }
+    tree
 }
 
 /// Fills `parents` with `quota`'s line up to its root, read from the store
@@ -486,6 +542,9 @@ mod start_up {
         };
         let mut q = Quota::new("org", spec);
         q.status.used.insert(GPU.into(), Quantity::from_units(used));
+        q.status
+            .self_used
+            .insert(GPU.into(), Quantity::from_units(used));
         q
     }
 

@@ -15,6 +15,7 @@ fn quota(used_gpu: &str) -> Quota {
     spec.hard.insert(GPU.into(), q("10"));
     let mut quota = Quota::new("nlp-team", spec);
     quota.status.used.insert(GPU.into(), q(used_gpu));
+    quota.status.self_used.insert(GPU.into(), q(used_gpu));
     quota
 }
 
@@ -26,7 +27,7 @@ fn round(
     open: &mut Vec<OpenAlert>,
     next_id: &mut i64,
 ) -> Vec<Condition> {
-    let e = evaluate(conditions(quota, rules, &BTreeMap::new(), NOW), open);
+    let e = evaluate(conditions(quota, None, rules, &BTreeMap::new(), NOW), open);
     open.retain(|a| !e.resolve.contains(&a.id));
     for c in &e.open {
         *next_id += 1;
@@ -102,8 +103,9 @@ fn rules_per_key_override_the_wildcard_and_the_defaults() {
         warn_percent: 50,
         crit_percent: 90,
         forecast_horizon_hours: None,
+        allocation_percent: None,
     }];
-    let fired = conditions(&quota("5"), &rules, &BTreeMap::new(), NOW);
+    let fired = conditions(&quota("5"), None, &rules, &BTreeMap::new(), NOW);
     assert_eq!(
         fingerprints(&fired),
         ["threshold|nlp-team|requests.nvidia.com/gpu|warning"]
@@ -115,9 +117,10 @@ fn rules_per_key_override_the_wildcard_and_the_defaults() {
             warn_percent: 60,
             crit_percent: 95,
             forecast_horizon_hours: None,
+            allocation_percent: None,
         },
     ];
-    assert!(conditions(&quota("5"), &rules, &BTreeMap::new(), NOW).is_empty());
+    assert!(conditions(&quota("5"), None, &rules, &BTreeMap::new(), NOW).is_empty());
 }
 
 #[test]
@@ -126,7 +129,7 @@ fn a_cash_key_is_judged_on_its_spend() {
     spec.hard.insert(CASH.into(), q("100"));
     let mut quota = Quota::new("nlp-team", spec);
     quota.status.used.insert(CASH.into(), q("80"));
-    let fired = conditions(&quota, &[], &BTreeMap::new(), NOW);
+    let fired = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
     assert_eq!(
         fingerprints(&fired),
         ["threshold|nlp-team|cash/requests.nvidia.com/gpu|warning"]
@@ -179,8 +182,9 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
         warn_percent: 80,
         crit_percent: 100,
         forecast_horizon_hours: Some(hours),
+        allocation_percent: None,
     };
-    let fired = conditions(&quota, &[rule(10 * 24)], &forecasts, NOW);
+    let fired = conditions(&quota, None, &[rule(10 * 24)], &forecasts, NOW);
     assert_eq!(
         fingerprints(&fired),
         ["cash_forecast|nlp-team|cash/requests.nvidia.com/gpu|warning"]
@@ -189,9 +193,9 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
         fired[0].message,
         "cash/requests.nvidia.com/gpu of nlp-team runs out in 9.0 days"
     );
-    assert!(conditions(&quota, &[rule(8 * 24)], &forecasts, NOW).is_empty());
+    assert!(conditions(&quota, None, &[rule(8 * 24)], &forecasts, NOW).is_empty());
     // No horizon, no forecast alert.
-    assert!(conditions(&quota, &[], &forecasts, NOW).is_empty());
+    assert!(conditions(&quota, None, &[], &forecasts, NOW).is_empty());
 }
 
 #[test]
@@ -206,11 +210,11 @@ fn transfer_alerts_are_not_resolved_by_an_evaluation() {
 
 #[test]
 fn the_email_has_the_message_the_numbers_and_a_link() {
-    let c = &conditions(&quota("9"), &[], &BTreeMap::new(), NOW)[0];
+    let c = &conditions(&quota("9"), None, &[], &BTreeMap::new(), NOW)[0];
     let m = email(c, "https://bizrq.example/");
     assert_eq!(
         m.subject,
-        "[bizrq warning] requests.nvidia.com/gpu of nlp-team reached 80 %: 9 used of 10"
+        "[bizrq warning] requests.nvidia.com/gpu of nlp-team reached 80 %: 9 in use of 10"
     );
     assert!(m.text.contains("  used: 9\n"), "{}", m.text);
     assert!(
@@ -241,6 +245,7 @@ fn ten_thousand_quotas_evaluate_well_under_a_second() {
         &BTreeMap::new(),
         &BTreeMap::new(),
         &BTreeMap::new(),
+        &BTreeMap::new(),
         NOW,
     );
     let took = started.elapsed();
@@ -264,14 +269,21 @@ fn alerts_of_a_deleted_quota_resolve_but_not_on_an_empty_list() {
     let e = evaluate_quotas(
         &[quota("1")],
         &BTreeMap::new(),
+        &BTreeMap::new(),
         &open,
         &BTreeMap::new(),
         NOW,
     );
     assert_eq!(e.resolve, [3]);
-    assert!(
-        evaluate_quotas::<Quota>(&[], &BTreeMap::new(), &open, &BTreeMap::new(), NOW).is_empty()
-    );
+    assert!(evaluate_quotas::<Quota>(
+        &[],
+        &BTreeMap::new(),
+        &BTreeMap::new(),
+        &open,
+        &BTreeMap::new(),
+        NOW
+    )
+    .is_empty());
 }
 
 #[test]
@@ -328,4 +340,76 @@ fn the_digest_lists_each_alert_with_its_times_and_link() {
         .contains("opened 2027-01-15 08:00 UTC, resolved 2027-01-15 08:10 UTC"));
     assert!(e.html.contains("cv&lt;x&gt;"), "escaped: {}", e.html);
     assert!(e.text.contains("https://bizrq.example/account"));
+}
+
+/// research: 10 GPUs, all carved out for two children, nothing running.
+fn idle_parent() -> Quota {
+    let mut spec = QuotaSpec::default();
+    spec.hard.insert(GPU.into(), q("10"));
+    let mut research = Quota::new("research", spec);
+    research.status.used.insert(GPU.into(), q("10"));
+    for (child, n) in [("nlp", "6"), ("cv", "4")] {
+        research.status.children.insert(
+            child.into(),
+            quota::object::Carve {
+                hard: [(GPU.to_string(), q(n))].into(),
+                since: String::new(),
+                uid: String::new(),
+            },
+        );
+    }
+    research
+}
+
+#[test]
+fn a_parent_that_allocated_everything_but_runs_nothing_raises_no_usage_alert() {
+    let research = idle_parent();
+    let nothing = quota::ResourceList::new();
+    assert!(
+        conditions(&research, Some(&nothing), &[], &BTreeMap::new(), NOW).is_empty(),
+        "allocation is not usage, and allocation notices are off by default"
+    );
+    // Without its subtree known, only its own use counts: none.
+    assert!(conditions(&research, None, &[], &BTreeMap::new(), NOW).is_empty());
+    // 9 of its 10 run in the children: a usage warning on research.
+    let running: quota::ResourceList = [(GPU.to_string(), q("9"))].into();
+    let fired = conditions(&research, Some(&running), &[], &BTreeMap::new(), NOW);
+    assert_eq!(
+        fingerprints(&fired),
+        ["threshold|research|requests.nvidia.com/gpu|warning"]
+    );
+    assert_eq!(
+        fired[0].message,
+        "requests.nvidia.com/gpu of research reached 80 %: 9 in use of 10"
+    );
+}
+
+#[test]
+fn an_allocation_notice_is_info_and_only_where_a_rule_asks() {
+    let research = idle_parent();
+    let rule = Rule {
+        allocation_percent: Some(90),
+        ..Rule::default_for("*")
+    };
+    let nothing = quota::ResourceList::new();
+    let fired = conditions(&research, Some(&nothing), &[rule], &BTreeMap::new(), NOW);
+    assert_eq!(
+        fingerprints(&fired),
+        ["allocation|research|requests.nvidia.com/gpu|info"]
+    );
+    assert_eq!(
+        fired[0].message,
+        "requests.nvidia.com/gpu of research is 90 % allocated: 10 to children and 0 used here, \
+         of 10; 0 in use in its subtree"
+    );
+    assert!(Kind::Allocation.is_condition() && !Kind::Allocation.notifies_admins());
+    // A leaf allocates nothing: no notice however full it is.
+    let leaf = quota("10");
+    let rule = Rule {
+        allocation_percent: Some(50),
+        ..Rule::default_for("*")
+    };
+    assert!(!conditions(&leaf, None, &[rule], &BTreeMap::new(), NOW)
+        .iter()
+        .any(|c| c.kind == Kind::Allocation));
 }

@@ -124,6 +124,7 @@ pub async fn rules_page(
             warn_percent: r.warn_percent,
             crit_percent: r.crit_percent,
             forecast_horizon_hours: r.forecast_horizon_hours,
+            allocation_percent: r.allocation_percent,
         })
         .collect();
     let flash = viewer.take_flash().await;
@@ -147,6 +148,8 @@ pub struct RuleForm {
     crit_percent: String,
     #[serde(default)]
     forecast_horizon_hours: String,
+    #[serde(default)]
+    allocation_percent: String,
     #[serde(default)]
     delete: String,
 }
@@ -205,17 +208,23 @@ pub async fn save_rule(
             )));
         }
         let horizon = number("the forecast horizon", &f.forecast_horizon_hours, None)?;
+        let allocation = number("allocated %", &f.allocation_percent, None)?;
         let rule = crate::alerts::Rule {
             key: key.clone(),
             warn_percent: warn,
             crit_percent: crit,
             forecast_horizon_hours: horizon,
+            allocation_percent: allocation,
         };
         sql.set_alert_rule(&name, &rule).await?;
+        let notice = allocation
+            .map(|p| format!(", a notice at {p} % allocated"))
+            .unwrap_or_default();
         (
-            format!("{key} of {name}: warn at {warn} %, critical at {crit} %"),
+            format!("{key} of {name}: warn at {warn} % in use, critical at {crit} %{notice}"),
             Some(serde_json::json!({
                 "key": key, "warnPercent": warn, "critPercent": crit, "forecastHorizonHours": horizon,
+                "allocationPercent": allocation,
             })),
         )
     };

@@ -421,6 +421,15 @@ impl Service {
         Ok(n)
     }
 
+    /// Every quota as this process last wrote or read it (all of them
+    /// after `warm_cache`; another replica's newer writes may be missing).
+    pub fn cached_quotas(&self) -> Vec<Arc<Stored>> {
+        self.cache
+            .lock()
+            .map(|c| c.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The version of `name` this process last wrote or read, if any.
     pub fn cached_version(&self, name: &str) -> Option<i64> {
         self.cached(name).map(|s| s.version)

@@ -946,6 +946,7 @@ mod tests {
             warn_percent: 50,
             crit_percent: 90,
             forecast_horizon_hours: None,
+            allocation_percent: None,
         };
         sql.set_alert_rule("nlp", &rule).await.unwrap();
         sql.set_alert_rule("ai", &rule).await.unwrap();

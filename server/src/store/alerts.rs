@@ -102,11 +102,13 @@ fn rule_from_row(r: &AnyRow) -> Result<(String, Rule), StoreError> {
             warn_percent: r.try_get::<i64, _>("warn_percent")?,
             crit_percent: r.try_get::<i64, _>("crit_percent")?,
             forecast_horizon_hours: r.try_get::<Option<i64>, _>("forecast_horizon_hours")?,
+            allocation_percent: r.try_get::<Option<i64>, _>("allocation_percent")?,
         },
     ))
 }
 
-const RULE_COLUMNS: &str = "quota, key, warn_percent, crit_percent, forecast_horizon_hours";
+const RULE_COLUMNS: &str =
+    "quota, key, warn_percent, crit_percent, forecast_horizon_hours, allocation_percent";
 
 impl SqlStore {
     pub async fn alert_rules(&self, quota: &str) -> Result<Vec<Rule>, StoreError> {
@@ -163,16 +165,18 @@ impl SqlStore {
 
     pub async fn set_alert_rule(&self, quota: &str, rule: &Rule) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO alert_rules (quota, key, warn_percent, crit_percent, forecast_horizon_hours) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (quota, key) DO UPDATE SET \
+            "INSERT INTO alert_rules (quota, key, warn_percent, crit_percent, forecast_horizon_hours, \
+             allocation_percent) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (quota, key) DO UPDATE SET \
              warn_percent = excluded.warn_percent, crit_percent = excluded.crit_percent, \
-             forecast_horizon_hours = excluded.forecast_horizon_hours",
+             forecast_horizon_hours = excluded.forecast_horizon_hours, \
+             allocation_percent = excluded.allocation_percent",
         )
         .bind(quota)
         .bind(&rule.key)
         .bind(rule.warn_percent as i32)
         .bind(rule.crit_percent as i32)
         .bind(rule.forecast_horizon_hours.map(|h| h as i32))
+        .bind(rule.allocation_percent.map(|p| p as i32))
         .execute(&self.write)
         .await?;
         Ok(())

@@ -18,7 +18,19 @@ fn quota(name: &str, parent: &str, used: i64) -> Quota {
     q.status
         .used
         .insert(GPU.into(), quota::Quantity::from_units(used));
+    q.status
+        .self_used
+        .insert(GPU.into(), quota::Quantity::from_units(used));
     q
+}
+
+/// org with room for all its teams: what runs below it stays under 80 %.
+fn roomy_org() -> Quota {
+    let mut org = quota("org", "", 0);
+    org.spec
+        .hard
+        .insert(GPU.into(), quota::Quantity::from_units(1_000_000));
+    org
 }
 
 fn mailed(user_id: i64, email: &str) -> Recipient {
@@ -50,7 +62,7 @@ async fn people(s: &SqlStore) {
 
 async fn a_crossing_writes_the_alert_and_its_email_in_one_go(s: &SqlStore) {
     people(s).await;
-    let all = [quota("org", "", 0), quota("nlp-team", "org", 9)];
+    let all = [roomy_org(), quota("nlp-team", "org", 9)];
     let swept = engine::evaluate_all(s, &all, T, T, URL).await.unwrap();
     assert_eq!(swept.opened, 1);
     let open = s.open_alerts().await.unwrap();
@@ -82,7 +94,7 @@ async fn a_crossing_writes_the_alert_and_its_email_in_one_go(s: &SqlStore) {
     );
     assert_eq!(s.outbox().await.unwrap().len(), 1);
     // Clears, recurs: a second alert and a second email.
-    let low = [quota("org", "", 0), quota("nlp-team", "org", 1)];
+    let low = [roomy_org(), quota("nlp-team", "org", 1)];
     assert_eq!(
         engine::evaluate_all(s, &low, T + 2, T + 2, URL)
             .await
@@ -137,7 +149,7 @@ async fn a_muted_kind_sends_no_email(s: &SqlStore) {
 async fn two_evaluators_at_once_open_the_alert_once(s: &SqlStore) {
     people(s).await;
     let q = quota("org", "", 9);
-    let e = evaluate(conditions(&q, &[], &Default::default(), T), &[]);
+    let e = evaluate(conditions(&q, None, &[], &Default::default(), T), &[]);
     let recipients: BTreeMap<String, Vec<Recipient>> = e
         .open
         .iter()
@@ -167,6 +179,7 @@ async fn rules_are_stored_per_quota_and_key(s: &SqlStore) {
         warn_percent: 50,
         crit_percent: 90,
         forecast_horizon_hours: Some(72),
+        allocation_percent: None,
     };
     s.set_alert_rule("org", &rule).await.unwrap();
     s.set_alert_rule(
@@ -297,7 +310,10 @@ async fn each_quota_is_judged_as_of_its_own_write(s: &SqlStore) {
     assert_eq!(sweep(quota("org", "", 9), T).await.opened, 1);
     assert_eq!(sweep(quota("org", "", 1), T + 10).await.resolved, 1);
     let held = quota("org", "", 9);
-    let e = evaluate(conditions(&held, &[], &Default::default(), T + 30), &[]);
+    let e = evaluate(
+        conditions(&held, None, &[], &Default::default(), T + 30),
+        &[],
+    );
     let observed = Observed {
         default: T + 5,
         by_quota: [("org".to_string(), T + 20)].into(),
@@ -428,7 +444,7 @@ on_both_databases!(
 /// and queues their emails; a sweep with nothing new is a few reads.
 async fn ten_thousand_quotas_sweep_quickly(s: &SqlStore) {
     people(s).await;
-    let all: Vec<Quota> = std::iter::once(quota("org", "", 0))
+    let all: Vec<Quota> = std::iter::once(roomy_org())
         .chain(
             (0..10_000)
                 .map(|i| quota(&format!("team-{i}"), "org", if i % 10 == 0 { 9 } else { 1 })),

@@ -168,19 +168,24 @@ async fn the_alerts_api_lists_what_the_caller_may_see(s: &Server) {
     let (st, _) = s.api(Method::GET, "/api/v1/alerts/x", None).await;
     assert_eq!(st, StatusCode::NOT_FOUND);
 
-    // 6 cards on nlp, which carves 2 out for nlp-a: 8 of 8 used. Warning
-    // and critical open within moments of the admission: a write is
-    // evaluated by itself, not by the next sweep.
-    let d = deployment("train", "nlp", 6, 1);
-    let r = s
-        .review(
-            "/validate/workloads",
-            &review("deployment-create.json", "api-1", Some(d), None),
-        )
-        .await;
-    assert_eq!(r["allowed"], true, "{r}");
+    // 6 cards on nlp, which carves 2 out for nlp-a: 6 of 8 in use, no
+    // alert (what nlp allocated is not what runs). Then 2 on nlp-a: 8 of 8
+    // run below nlp. Warning and critical open on nlp (and on nlp-a, 2 of
+    // 2) within moments of the admission: a write is evaluated with its
+    // ancestors, not by the next sweep.
+    for (uid, name, quota, cards) in [("api-1", "train", "nlp", 6), ("api-2", "small", "nlp-a", 2)]
+    {
+        let d = deployment(name, quota, cards, 1);
+        let r = s
+            .review(
+                "/validate/workloads",
+                &review("deployment-create.json", uid, Some(d), None),
+            )
+            .await;
+        assert_eq!(r["allowed"], true, "{r}");
+    }
     let both_open = || async {
-        let (_, v) = alice("/api/v1/alerts?kind=threshold&state=open".into()).await;
+        let (_, v) = alice("/api/v1/alerts?kind=threshold&state=open&quota=nlp".into()).await;
         let items = v["items"].as_array().unwrap().clone();
         (items.len() == 2).then_some(items)
     };
@@ -193,7 +198,7 @@ async fn the_alerts_api_lists_what_the_caller_may_see(s: &Server) {
     let (_, p1) = alice("/api/v1/alerts?limit=1".into()).await;
     let next = p1["next"].as_i64().expect("a next page");
     let (_, p2) = alice(format!("/api/v1/alerts?limit=10&before={next}")).await;
-    assert_eq!(p2["items"].as_array().unwrap().len(), 2, "{p2}");
+    assert_eq!(p2["items"].as_array().unwrap().len(), 4, "{p2}");
     assert_eq!(p2["next"], Value::Null);
     assert!(p2["items"][0]["id"].as_i64().unwrap() < next);
 }

@@ -122,6 +122,7 @@ async fn a_quota_deleted_in_the_cluster_takes_its_roles_and_rules_along() {
             warn_percent: 50,
             crit_percent: 90,
             forecast_horizon_hours: None,
+            allocation_percent: None,
         },
     )
     .await
@@ -176,6 +177,7 @@ async fn a_quota_deleted_while_no_controller_ran_loses_its_roles_and_rules_at_st
             warn_percent: 50,
             crit_percent: 90,
             forecast_horizon_hours: None,
+            allocation_percent: None,
         },
     )
     .await
