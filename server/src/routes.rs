@@ -36,6 +36,11 @@ pub fn http_router(app: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .merge(portal::router())
         .merge(api)
+        .fallback(portal::no_such_page)
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            portal::auth::error_pages_with_navigation,
+        ))
         // Inside the CSRF check: a body is read for control characters only
         // once the CSRF check (which reads at most 16 KiB of a form before
         // login) let it through.

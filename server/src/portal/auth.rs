@@ -269,6 +269,38 @@ impl FromRequestParts<AppState> for Viewer {
 }
 
 /// The session's CSRF token, created on first use.
+/// An error page shown to someone logged in keeps the navigation: once the
+/// handler has answered with one (`super::ErrorPage`), it is drawn again
+/// with who is asking. Anonymous callers get it as it was.
+pub async fn error_pages_with_navigation(
+    State(app): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let session = req.extensions().get::<Session>().cloned();
+    let resp = next.run(req).await;
+    let (Some(page), Some(session)) = (resp.extensions().get::<super::ErrorPage>(), session) else {
+        return resp;
+    };
+    let page = page.clone();
+    let Ok(Some(p)) = from_session(&app, &session).await else {
+        return resp;
+    };
+    let Ok(csrf) = csrf_token(&session).await else {
+        return resp;
+    };
+    let viewer = app::Viewer {
+        username: p.username.clone(),
+        is_admin: p.is_admin,
+        csrf,
+        open_alerts: 0,
+    };
+    let (mut parts, _) = resp.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let html = super::pages::error_page(page.status, page.message, Some(viewer));
+    Response::from_parts(parts, axum::body::Body::from(html))
+}
+
 pub async fn csrf_token(session: &Session) -> Result<String, StoreError> {
     if let Some(t) = session
         .get::<String>(CSRF_KEY)

@@ -210,6 +210,25 @@ impl From<crate::service::ServiceError> for PageError {
     }
 }
 
+/// What an error page said, for drawing it again with the navigation.
+#[derive(Clone, Debug)]
+pub struct ErrorPage {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+/// Any other URL: a page that says so (the JSON API answers in JSON).
+pub async fn no_such_page(uri: axum::http::Uri) -> Response {
+    if uri.path().starts_with("/api/") {
+        return crate::http::ApiError::Service(crate::service::ServiceError::NotFound(format!(
+            "no API at {}",
+            uri.path()
+        )))
+        .into_response();
+    }
+    PageError::NotFound(format!("there is no page at {}", uri.path())).into_response()
+}
+
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         let (status, message) = match &self {
@@ -227,7 +246,14 @@ impl IntoResponse for PageError {
                 )
             }
         };
-        let mut resp = (status, Html(pages::error_page(status, message))).into_response();
+        let mut resp = (
+            status,
+            Html(pages::error_page(status, message.clone(), None)),
+        )
+            .into_response();
+        // Drawn again with the navigation when someone is logged in
+        // (`auth::error_pages_with_navigation`).
+        resp.extensions_mut().insert(ErrorPage { status, message });
         let retry = match &self {
             PageError::TooMany(_, secs) | PageError::Busy(_, secs) => Some(*secs),
             PageError::Service(e) => e.retry_after(),

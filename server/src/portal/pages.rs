@@ -25,7 +25,7 @@ pub const MIN_PASSWORD: usize = 12;
 pub const TOKEN_PREFIX: &str = "bzq_";
 
 /// A small page for an error (no navigation: the viewer may be unknown).
-pub fn error_page(status: StatusCode, message: String) -> String {
+pub fn error_page(status: StatusCode, message: String, viewer: Option<app::Viewer>) -> String {
     use leptos::prelude::*;
     let title = format!(
         "{} {}",
@@ -34,7 +34,7 @@ pub fn error_page(status: StatusCode, message: String) -> String {
     );
     app::layout::document(move || {
         view! {
-            <app::layout::Layout viewer=None title=title section=Section::None flash=Some(Flash::Error(message))>
+            <app::layout::Layout viewer=viewer title=title section=Section::None flash=Some(Flash::Error(message))>
                 <p><a href="/">"Back to bizrq"</a></p>
             </app::layout::Layout>
         }

@@ -321,10 +321,43 @@ async fn a_parent_shows_its_subtree_in_use_apart_from_what_it_allocated(s: &Serv
     );
 }
 
+/// Error pages keep the navigation for someone logged in: a quota bob may
+/// not see, and a URL that is no page at all (a page that says so, not an
+/// empty 404). Anonymous callers get the page without it; an unknown API
+/// path answers in JSON.
+async fn error_pages_keep_the_navigation(s: &Server) {
+    let o = org(s).await;
+    let nav = r#"<nav><a href="/""#;
+    let hidden = o.bob.get("/quotas/nlp").await;
+    assert_eq!(hidden.status, StatusCode::NOT_FOUND);
+    assert!(hidden.body.contains(nav), "{}", hidden.body);
+    assert!(
+        hidden.body.contains("bizrq nlp not found"),
+        "{}",
+        hidden.body
+    );
+    let nowhere = o.alice.get("/no/such/page").await;
+    assert_eq!(nowhere.status, StatusCode::NOT_FOUND);
+    assert!(nowhere.body.contains(nav), "{}", nowhere.body);
+    assert!(
+        nowhere.body.contains("there is no page at /no/such/page"),
+        "{}",
+        nowhere.body
+    );
+    let anonymous = Browser::new(s).get("/no/such/page").await;
+    assert_eq!(anonymous.status, StatusCode::NOT_FOUND);
+    assert!(anonymous.body.contains("there is no page at"));
+    assert!(!anonymous.body.contains("<nav>"), "{}", anonymous.body);
+    let (st, v) = o.admin.api(Method::GET, "/api/v1/nothing", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["reason"], "NotFound", "{v}");
+}
+
 on_both!(
     a_child_that_does_not_fit_is_refused_on_the_form,
     a_child_that_fits_is_created_and_audited,
     a_stale_edit_form_says_someone_else_changed_the_quota,
     charts_and_forecasts_appear_once_usage_is_sampled,
     a_parent_shows_its_subtree_in_use_apart_from_what_it_allocated,
+    error_pages_keep_the_navigation,
 );
