@@ -19,7 +19,7 @@ pub struct AlertRow {
     /// "info", "warning" or "critical".
     pub level: String,
     pub message: String,
-    /// UTC, e.g. "2026-11-22 01:02".
+    /// e.g. "2026-11-22 01:02 UTC".
     pub opened: String,
     pub resolved: Option<String>,
 }
@@ -54,7 +54,7 @@ fn alert_table(rows: Vec<AlertRow>, empty: &'static str) -> AnyView {
         .collect_view();
     view! {
         <table class="alerts">
-            <thead><tr><th>"Level"</th><th>"Quota"</th><th>"Kind"</th><th>"What"</th><th>"Opened (UTC)"</th><th>"Resolved (UTC)"</th></tr></thead>
+            <thead><tr><th>"Level"</th><th>"Quota"</th><th>"Kind"</th><th>"What"</th><th>"Opened"</th><th>"Resolved"</th></tr></thead>
             <tbody>{rows}</tbody>
         </table>
     }

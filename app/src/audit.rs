@@ -83,7 +83,7 @@ pub fn render_audit_page(
             .collect_view();
         view! {
             <table class="audit">
-                <thead><tr><th>"When (UTC)"</th><th>"Who"</th><th>"Action"</th><th>"Target"</th><th>"Change"</th></tr></thead>
+                <thead><tr><th>"When"</th><th>"Who"</th><th>"Action"</th><th>"Target"</th><th>"Change"</th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>
         }

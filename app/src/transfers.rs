@@ -209,7 +209,7 @@ pub fn render_transfers_page(
             .collect_view();
         view! {
             <table class="transfers">
-                <thead><tr><th>"#"</th><th>"Status"</th><th>"From"</th><th>"To"</th><th>"Amounts"</th><th>"Reason"</th><th>"By"</th><th>"Requested (UTC)"</th></tr></thead>
+                <thead><tr><th>"#"</th><th>"Status"</th><th>"From"</th><th>"To"</th><th>"Amounts"</th><th>"Reason"</th><th>"By"</th><th>"Requested"</th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>
         }
@@ -304,8 +304,8 @@ pub fn render_transfer_page(viewer: Viewer, d: TransferDetail, flash: Option<Fla
                     <dt>"To"</dt><dd class="name">{d.row.to}</dd>
                     <dt>"Amounts"</dt><dd class="key">{amounts_text(&d.row.amounts)}</dd>
                     <dt>"Reason"</dt><dd>{d.row.reason}</dd>
-                    <dt>"Requested"</dt><dd>{format!("by {} at {} UTC", d.row.requested_by, d.row.requested_at)}</dd>
-                    <dt>"Expires"</dt><dd>{format!("{} UTC", d.row.expires_at)}</dd>
+                    <dt>"Requested"</dt><dd>{format!("by {} at {}", d.row.requested_by, d.row.requested_at)}</dd>
+                    <dt>"Expires"</dt><dd>{d.row.expires_at.clone()}</dd>
                     <Field label="Loan: given back at" value=d.row.revert_at/>
                     <Field label="Approvers" value=d.lca.map(|l| format!("admins, owners of {l} or above"))/>
                     <Field label="Decided by" value=d.decided_by/>

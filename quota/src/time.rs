@@ -21,6 +21,19 @@ pub fn format_minute(ms: i64) -> String {
     format_rfc3339(ms)[..16].replace('T', " ")
 }
 
+/// `2026-11-23 12:28 UTC`: the one way pages, forms and email show a time.
+pub fn format_when(ms: i64) -> String {
+    format!("{} UTC", format_minute(ms))
+}
+
+/// A stored RFC 3339 stamp (`status.children[].since`, a loan's start) as
+/// [`format_when`] shows it; kept as it is when it does not parse.
+pub fn format_stamp(s: &str) -> String {
+    parse_rfc3339(s)
+        .map(format_when)
+        .unwrap_or_else(|| s.to_string())
+}
+
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fff…](Z|±HH:MM)` into epoch milliseconds.
 /// Calendar-correct: the day must exist in its month (no `2026-02-31`,
 /// `2023-02-29`). A leap second is accepted only where one can fall, at
@@ -136,6 +149,19 @@ pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn people_read_times_to_the_minute_in_utc() {
+        assert_eq!(
+            super::format_when(1_800_000_000_000),
+            "2027-01-15 08:00 UTC"
+        );
+        assert_eq!(
+            super::format_stamp("2026-11-21T10:00:00.123Z"),
+            "2026-11-21 10:00 UTC"
+        );
+        assert_eq!(super::format_stamp("whenever"), "whenever");
+    }
+
     use super::*;
 
     #[test]

@@ -506,7 +506,7 @@ pub fn digest_email(alerts: &[Alert], cutoff_ms: i64, public_url: &str) -> Email
         alerts.len(),
         if alerts.len() == 1 { "" } else { "s" }
     );
-    let utc = |ms| format!("{} UTC", quota::time::format_minute(ms));
+    let utc = quota::time::format_when;
     let when = |a: &Alert| {
         let opened = utc(a.opened_at);
         match a.resolved_at {

@@ -26,8 +26,8 @@ pub fn row(a: Alert) -> AlertRow {
         quota: a.quota,
         level: a.level.as_str().to_string(),
         message: a.message,
-        opened: quota::time::format_minute(a.opened_at),
-        resolved: a.resolved_at.map(quota::time::format_minute),
+        opened: quota::time::format_when(a.opened_at),
+        resolved: a.resolved_at.map(quota::time::format_when),
     }
 }
 

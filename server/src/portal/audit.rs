@@ -136,7 +136,7 @@ pub async fn page(
         .into_iter()
         .map(|r| app::audit::AuditRow {
             id: r.id,
-            at: quota::time::format_rfc3339(r.at_ms),
+            at: quota::time::format_when(r.at_ms),
             actor: r.actor,
             action: r.action,
             target: r.target,

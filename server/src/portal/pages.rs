@@ -90,7 +90,7 @@ async fn users_page(
                 .collect(),
             is_self: Some(u.id) == me,
             email: emails.get(&u.id).cloned().unwrap_or_default(),
-            created: quota::time::format_minute(u.created_at_ms),
+            created: quota::time::format_when(u.created_at_ms),
             username: u.username,
             is_admin: u.is_admin,
             disabled: u.disabled,
@@ -546,9 +546,9 @@ async fn tokens_page(
         .map(|t| app::accounts::TokenRow {
             id: t.id,
             name: t.name,
-            created: quota::time::format_minute(t.created_at_ms),
-            last_used: t.last_used_ms.map(quota::time::format_minute),
-            revoked: t.revoked_at_ms.map(quota::time::format_minute),
+            created: quota::time::format_when(t.created_at_ms),
+            last_used: t.last_used_ms.map(quota::time::format_when),
+            revoked: t.revoked_at_ms.map(quota::time::format_when),
         })
         .collect();
     Ok(Html(app::accounts::render_tokens_page(

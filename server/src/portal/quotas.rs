@@ -205,7 +205,7 @@ fn workload_rows(q: &Quota) -> Vec<WorkloadRow> {
                 })
                 .collect(),
             charge: list_line(&c.usage()),
-            since: c.since.clone(),
+            since: quota::time::format_stamp(&c.since),
         })
         .collect()
 }
@@ -234,7 +234,11 @@ fn extras(q: &Quota) -> Vec<(String, Vec<(String, String)>)> {
             .map(|(child, l)| {
                 (
                     child.clone(),
-                    format!("{} since {}", list_line(&l.amount), l.since),
+                    format!(
+                        "{} since {}",
+                        list_line(&l.amount),
+                        quota::time::format_stamp(&l.since)
+                    ),
                 )
             })
             .collect();
@@ -265,7 +269,11 @@ fn extras(q: &Quota) -> Vec<(String, Vec<(String, String)>)> {
                 let children: Vec<&str> = h.children.keys().map(String::as_str).collect();
                 (
                     id.clone(),
-                    format!("holds {} since {}", children.join(", "), h.since),
+                    format!(
+                        "holds {} since {}",
+                        children.join(", "),
+                        quota::time::format_stamp(&h.since)
+                    ),
                 )
             })
             .collect();

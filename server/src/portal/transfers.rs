@@ -59,10 +59,10 @@ fn row(t: &Transfer) -> TransferRow {
         amounts: amounts(&t.amounts),
         reason: t.reason.clone(),
         requested_by: t.requested_by.clone(),
-        requested_at: quota::time::format_minute(t.requested_at),
-        expires_at: quota::time::format_minute(t.expires_at),
+        requested_at: quota::time::format_when(t.requested_at),
+        expires_at: quota::time::format_when(t.expires_at),
         status: t.status.to_string(),
-        revert_at: t.revert_at.map(quota::time::format_minute),
+        revert_at: t.revert_at.map(quota::time::format_when),
     }
 }
 
@@ -254,9 +254,9 @@ async fn page_request(
         Ok(t) => {
             viewer
                 .set_flash(Flash::Ok(format!(
-                    "transfer #{} requested; it waits for approval until {} UTC",
+                    "transfer #{} requested; it waits for approval until {}",
                     t.id,
-                    quota::time::format_minute(t.expires_at)
+                    quota::time::format_when(t.expires_at)
                 )))
                 .await;
             Ok(Redirect::to(&format!("/transfers/{}", t.id)).into_response())
@@ -306,10 +306,10 @@ async fn detail_page(
         row: row(&t),
         lca: scope.lca(&t),
         decided_by: t.decided_by.clone(),
-        decided_at: t.decided_at.map(quota::time::format_minute),
+        decided_at: t.decided_at.map(quota::time::format_when),
         decision_note: t.decision_note.clone().filter(|n| !n.is_empty()),
         result: t.result.clone(),
-        finished_at: t.finished_at.map(quota::time::format_minute),
+        finished_at: t.finished_at.map(quota::time::format_when),
         plan: plan_rows(&t),
         reverts: t.reverts,
         reverted_by: t.reverted_by,
