@@ -9,6 +9,22 @@ use crate::layout::{document, Layout, Section};
 #[cfg(feature = "ssr")]
 use leptos::prelude::*;
 
+/// An alert kind as people read it (the stored name stays in URLs and the
+/// API): `threshold` → "Usage threshold".
+pub fn kind_label(kind: &str) -> &str {
+    match kind {
+        "threshold" => "Usage threshold",
+        "allocation" => "Allocation notice",
+        "over_quota" => "Over quota",
+        "cash_forecast" => "Budget running out",
+        "reclaim_pending" => "Reclaim pending",
+        "transfer_requested" => "Transfer requested",
+        "transfer_approved" => "Transfer approved",
+        "transfer_rejected" => "Transfer rejected",
+        other => other,
+    }
+}
+
 /// One alert as the portal shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AlertRow {
@@ -44,7 +60,7 @@ fn alert_table(rows: Vec<AlertRow>, empty: &'static str) -> AnyView {
                 <tr class=format!("alert {}", r.level)>
                     <td><span class=format!("level {}", r.level)>{r.level.clone()}</span></td>
                     <td><a href=href>{r.quota}</a></td>
-                    <td><code>{r.kind}</code></td>
+                    <td>{kind_label(&r.kind).to_string()}</td>
                     <td>{r.message}</td>
                     <td class="num">{r.opened}</td>
                     <td class="num">{r.resolved.unwrap_or_default()}</td>
@@ -88,7 +104,7 @@ pub fn render_alerts_page(
         .into_iter()
         .map(|k| {
             let selected = k == query.kind;
-            view! { <option value=k.clone() selected=selected>{k.clone()}</option> }
+            view! { <option value=k.clone() selected=selected>{kind_label(&k).to_string()}</option> }
         })
         .collect_view();
     document(move || {
@@ -227,7 +243,7 @@ pub fn render_account_page(viewer: Viewer, a: AccountAlerts, flash: Option<Flash
             let d = format!("digest.{kind}");
             view! {
                 <tr>
-                    <td><code>{kind}</code></td>
+                    <td>{kind_label(&kind).to_string()}</td>
                     <td><input type="checkbox" name=m value="1" checked=muted/></td>
                     <td><input type="checkbox" name=d value="1" checked=digest/></td>
                 </tr>
