@@ -280,3 +280,5 @@ async fn control(
         .await;
 }
 
+#[cfg(test)]
+mod tests;
