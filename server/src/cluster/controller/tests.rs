@@ -20,19 +20,43 @@ const QUOTAS: &str = "/apis/bizrq.io/v1/bizgroupresourcequotas";
 const GPU: &str = "requests.nvidia.com/gpu";
 
 /// The API server's side: the next request must be `method path`; its
-/// body, and how to answer it.
-struct ApiServer(Handle);
+/// body, and how to answer it. Watches are held open and never answered,
+/// as on a cluster where nothing changes.
+struct ApiServer {
+    handle: Handle,
+    watches: Vec<tower_test::mock::SendResponse<Response<Body>>>,
+}
 
 impl ApiServer {
+    /// The next request that is not a watch.
+    async fn next(
+        &mut self,
+        within: Duration,
+    ) -> Option<(
+        Request<Body>,
+        tower_test::mock::SendResponse<Response<Body>>,
+    )> {
+        loop {
+            let (req, send) = tokio::time::timeout(within, self.handle.next_request())
+                .await
+                .ok()??;
+            if req.uri().query().unwrap_or("").contains("watch=true") {
+                self.watches.push(send);
+                continue;
+            }
+            return Some((req, send));
+        }
+    }
+
     async fn expect(
         &mut self,
         method: Method,
         path: &str,
     ) -> (Value, tower_test::mock::SendResponse<Response<Body>>) {
-        let (req, send) = tokio::time::timeout(Duration::from_secs(5), self.0.next_request())
+        let (req, send) = self
+            .next(Duration::from_secs(5))
             .await
-            .unwrap_or_else(|_| panic!("no request; expected {method} {path}"))
-            .expect("a request");
+            .unwrap_or_else(|| panic!("no request; expected {method} {path}"));
         assert_eq!(
             (req.method(), req.uri().path()),
             (&method, path),
@@ -52,9 +76,7 @@ impl ApiServer {
 
     /// No request comes within a moment: nothing else was written.
     async fn no_more(&mut self) {
-        if let Ok(Some((req, _))) =
-            tokio::time::timeout(Duration::from_millis(200), self.0.next_request()).await
-        {
+        if let Some((req, _)) = self.next(Duration::from_millis(300)).await {
             panic!("unexpected request {} {}", req.method(), req.uri().path());
         }
     }
@@ -101,7 +123,14 @@ fn context() -> (
         Events::default(),
         ControllerConfig::default(),
     );
-    (ctx, rx, ApiServer(handle))
+    (
+        ctx,
+        rx,
+        ApiServer {
+            handle,
+            watches: Vec::new(),
+        },
+    )
 }
 
 /// Quota `name` at resourceVersion `rv`: 16 GPUs, `charged` of them to
@@ -335,4 +364,54 @@ async fn a_deleted_child_returns_its_carve_out_and_touches_its_parent() {
     ctx.quota_deleted(&cv).await;
     server.await.unwrap();
     assert_eq!(triggered(&mut rx), ["ai"]);
+}
+
+/// kube-runtime's Controller as `control` wires it: a quota touched many
+/// times before the Controller's store has listed is reconciled once, after
+/// the list; touched while its reconcile runs, it runs once more after, and
+/// never twice at once (the one guarantee the old work queue gave).
+#[tokio::test]
+async fn triggers_coalesce_and_a_quota_touched_while_it_runs_runs_again_after() {
+    let (ctx, rx, mut api) = context();
+    ctx.triggers
+        .touch(["nlp".to_string(), "nlp".into(), "nlp".into()]);
+    assert_eq!(ctx.triggers.depth(), 1, "one quota waits");
+    let controller = tokio::spawn(control(ctx.clone(), rx));
+
+    let (_, send) = api.expect(Method::GET, QUOTAS).await;
+    let mut nlp = quota("nlp", "7", 0);
+    nlp["status"]["workloads"] = json!({});
+    send.send_response(answer(
+        200,
+        &json!({"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuotaList",
+                "metadata": {"resourceVersion": "7"}, "items": [nlp]}),
+    ));
+    // The first reconcile: touched three times and listed, run once.
+    let (_, send) = api.expect(Method::GET, &format!("{QUOTAS}/nlp")).await;
+    ctx.triggers.touch(["nlp".to_string()]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    api.no_more().await; // not reconciled a second time while it runs
+    send.send_response(answer(200, &nlp));
+    let written = match api.next(Duration::from_secs(5)).await {
+        // Its first status write (lastReconcileTime, the summary).
+        Some((req, send)) if req.method() == Method::PUT => {
+            let bytes = http_body_util::BodyExt::collect(req.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            let mut body: Value = serde_json::from_slice(&bytes).unwrap();
+            body["metadata"]["resourceVersion"] = json!("8");
+            send.send_response(answer(200, &body));
+            body
+        }
+        Some((req, _)) => panic!("unexpected {} {}", req.method(), req.uri().path()),
+        None => nlp,
+    };
+    // Touched while it ran: once more, after it.
+    let (_, send) = api.expect(Method::GET, &format!("{QUOTAS}/nlp")).await;
+    send.send_response(answer(200, &written));
+    api.no_more().await;
+    assert_eq!(ctx.triggers.depth(), 0, "none waits");
+    assert!(metrics(&ctx).contains("bizrq_reconciles_total{result=\"unchanged\"} 1"));
+    controller.abort();
 }
