@@ -231,7 +231,7 @@ impl Controller {
         }
 
         tasks.spawn(control(ctx.clone(), triggered));
-        ctx.triggers.touch_all(&ctx.service).await;
+        ctx.touch_all().await;
         tasks.spawn(ctx.clone().resync_loop());
         tasks.spawn(ctx.clone().recheck_loop());
         tasks.spawn(ctx.clone().discovery_loop(watched));

@@ -76,6 +76,12 @@ impl Context {
         self.gauges();
     }
 
+    /// Every quota, as the service's store lists them.
+    pub(super) async fn touch_all(&self) {
+        self.triggers.touch_all(&self.service).await;
+        self.gauges();
+    }
+
     /// Quotas whose charges a review lowered in this process, reconciled
     /// from what the cluster shows a moment later (`service::Recheck`): a
     /// forged DELETE or scale-down of an object that still runs is undone
@@ -109,8 +115,7 @@ impl Context {
                     "tombstones of pods never resolved to a workload dropped"
                 );
             }
-            self.triggers.touch_all(&self.service).await;
-            self.gauges();
+            self.touch_all().await;
             self.forget_unlisted_quotas().await;
             self.service
                 .metrics

@@ -281,7 +281,7 @@ impl Context {
                 self.touch(touched);
                 if first && !gate {
                     let me = self.clone();
-                    tokio::spawn(async move { me.triggers.touch_all(&me.service).await });
+                    tokio::spawn(async move { me.touch_all().await });
                 }
             }
         })
