@@ -8,7 +8,7 @@ use crate::keys::KeyConfig;
 use crate::resources::ResourceList;
 use crate::time::parse_rfc3339;
 use crate::usage::{check_amounts, nullable, pod_usage, qos_class, Models, PodSpec, QosClass};
-use crate::workload::{adapter_for_kind, group_of, AdapterError};
+use crate::workload::{adapter_for_kind, group_of, AdapterError, Source};
 use serde::Deserialize;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -119,9 +119,18 @@ struct Terminated {
 }
 
 pub fn read_pod(json: &str) -> Result<PodFacts, AdapterError> {
-    let p: Pod = serde_json::from_str(json).map_err(|e| AdapterError::Parse {
+    pod_from(Source::Text(json))
+}
+
+/// `read_pod` of a pod a watch has parsed already.
+pub fn read_pod_value(pod: &serde_json::Value) -> Result<PodFacts, AdapterError> {
+    pod_from(Source::Value(pod))
+}
+
+fn pod_from(src: Source<'_>) -> Result<PodFacts, AdapterError> {
+    let p: Pod = src.parse().map_err(|message| AdapterError::Parse {
         kind: "Pod".into(),
-        message: e.to_string(),
+        message,
     })?;
     // The API server refuses such pods; a negative amount must never lower
     // what a quota accrues, whatever sent it.
@@ -501,5 +510,37 @@ mod tests {
             "fully paid runs are dropped"
         );
         assert_eq!(ledger.len(), 1, "other quotas' runs stay");
+    }
+
+    /// A parse error of text says where it is (`at line 1 column 9`); one
+    /// of a parsed value cannot. Otherwise the two must say the same.
+    fn positionless(debug: String) -> String {
+        match debug.find(" at line ") {
+            Some(i) => {
+                let end = debug[i..].find('"').map_or(debug.len(), |j| i + j);
+                format!("{}{}", &debug[..i], &debug[end..])
+            }
+            None => debug,
+        }
+    }
+
+    /// The controller reads the pods its watch parsed: the same facts, or
+    /// the same refusal, as from the text.
+    #[test]
+    fn a_parsed_pod_reads_as_its_text() {
+        let negative = POD.replace(r#""nvidia.com/gpu": "4""#, r#""nvidia.com/gpu": "-4""#);
+        for json in [
+            POD,
+            negative.as_str(),
+            r#"{"spec":null,"status":null}"#,
+            r#"{"spec":3}"#,
+        ] {
+            let value: serde_json::Value = serde_json::from_str(json).unwrap();
+            assert_eq!(
+                format!("{:?}", read_pod_value(&value)),
+                positionless(format!("{:?}", read_pod(json))),
+                "{json}"
+            );
+        }
     }
 }

@@ -210,14 +210,46 @@ pub struct Adapter {
     /// Where its spec holds a `suspend` flag that stops all its pods
     /// (empty: the kind cannot be suspended). Reclaim suspends such kinds.
     pub suspend_path: &'static [&'static str],
-    read: fn(&str, &KeyConfig) -> Result<Workload, Fault>,
+    read: fn(Source<'_>, &KeyConfig) -> Result<Workload, Fault>,
+}
+
+/// Where a reader takes an object from: the JSON text of an admission
+/// review, or a value a watch has already parsed. Both give the same
+/// answer; a watched object is not printed and parsed again.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Source<'a> {
+    Text(&'a str),
+    Value(&'a serde_json::Value),
+}
+
+impl<'a> Source<'a> {
+    pub(crate) fn parse<T: Deserialize<'a>>(self) -> Result<T, String> {
+        match self {
+            Source::Text(json) => serde_json::from_str(json),
+            Source::Value(v) => T::deserialize(v),
+        }
+        .map_err(|e| e.to_string())
+    }
 }
 
 impl Adapter {
     /// The object's pod sets, refused when any count or amount is negative
     /// or what its pods come to is more than a quota could account.
     pub fn read(&self, json: &str, cfg: &KeyConfig) -> Result<Workload, AdapterError> {
-        let mut w = (self.read)(json, cfg).map_err(|f| self.refusal(f))?;
+        self.read_from(Source::Text(json), cfg)
+    }
+
+    /// `read` of an object a watch has parsed already.
+    pub fn read_value(
+        &self,
+        object: &serde_json::Value,
+        cfg: &KeyConfig,
+    ) -> Result<Workload, AdapterError> {
+        self.read_from(Source::Value(object), cfg)
+    }
+
+    fn read_from(&self, src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, AdapterError> {
+        let mut w = (self.read)(src, cfg).map_err(|f| self.refusal(f))?;
         if let Some((k, v)) = w.usage().into_iter().find(|(_, v)| v.nanos() > MAX_NANOS) {
             let problem = format!(
                 "its pods come to {v} of {k}; at most {} units",
@@ -441,15 +473,15 @@ pub fn group_of(api_version: &str) -> &str {
 }
 
 fn parse<'a, T: Deserialize<'a>>(json: &'a str) -> Result<T, String> {
-    serde_json::from_str(json).map_err(|e| e.to_string())
+    Source::Text(json).parse()
 }
 
 /// Parses an object and checks its name, for the read functions below.
 fn parse_object<'a, T: Deserialize<'a>>(
-    json: &'a str,
+    src: Source<'a>,
     meta: impl Fn(&T) -> &ObjectMeta,
 ) -> Result<T, Fault> {
-    let o: T = parse(json).map_err(Fault::Parse)?;
+    let o: T = src.parse().map_err(Fault::Parse)?;
     check_meta(meta(&o))?;
     Ok(o)
 }
@@ -510,8 +542,8 @@ struct ReplicatedSpec {
 }
 
 /// Deployment, StatefulSet, ReplicaSet, Argo Rollout: replicas × template.
-fn read_replicated(json: &str, cfg: &KeyConfig) -> Result<Workload, Fault> {
-    let o: Replicated = parse_object(json, |o: &Replicated| &o.metadata)?;
+fn read_replicated(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
+    let o: Replicated = parse_object(src, |o: &Replicated| &o.metadata)?;
     let replicas = o.spec.replicas.unwrap_or(1);
     match &o.spec.template {
         Some(tpl) => {
@@ -564,8 +596,8 @@ struct Job {
     spec: JobSpec,
 }
 
-fn read_job(json: &str, cfg: &KeyConfig) -> Result<Workload, Fault> {
-    let o: Job = parse_object(json, |o: &Job| &o.metadata)?;
+fn read_job(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
+    let o: Job = parse_object(src, |o: &Job| &o.metadata)?;
     let active = o.spec.active("spec", &o.metadata)?;
     let set = pod_set(
         "main",
@@ -596,8 +628,8 @@ struct JobTemplate {
     spec: JobSpec,
 }
 
-fn read_cronjob(json: &str, cfg: &KeyConfig) -> Result<Workload, Fault> {
-    let mut o: CronJob = parse_object(json, |o: &CronJob| &o.metadata)?;
+fn read_cronjob(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
+    let mut o: CronJob = parse_object(src, |o: &CronJob| &o.metadata)?;
     // One run of the Job is what must fit, suspended or not.
     o.spec.job_template.spec.suspend = None;
     let spec = &o.spec.job_template.spec;
@@ -645,8 +677,8 @@ struct RunPolicy {
 }
 
 /// TFJob, PyTorchJob, MPIJob: one pod set per replica type.
-fn read_kubeflow(json: &str, cfg: &KeyConfig) -> Result<Workload, Fault> {
-    let o: Kubeflow = parse_object(json, |o: &Kubeflow| &o.metadata)?;
+fn read_kubeflow(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
+    let o: Kubeflow = parse_object(src, |o: &Kubeflow| &o.metadata)?;
     let suspended = o.spec.run_policy.as_ref().and_then(|r| r.suspend) == Some(true);
     let sets = o
         .spec
@@ -685,8 +717,8 @@ struct VolcanoTask {
     template: PodTemplate,
 }
 
-fn read_volcano(json: &str, cfg: &KeyConfig) -> Result<Workload, Fault> {
-    let o: VolcanoJob = parse_object(json, |o: &VolcanoJob| &o.metadata)?;
+fn read_volcano(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
+    let o: VolcanoJob = parse_object(src, |o: &VolcanoJob| &o.metadata)?;
     let sets = o
         .spec
         .tasks
@@ -742,6 +774,15 @@ pub struct Hpa {
 }
 
 pub fn read_hpa(json: &str) -> Result<Hpa, AdapterError> {
+    hpa_from(Source::Text(json))
+}
+
+/// `read_hpa` of an object a watch has parsed already.
+pub fn read_hpa_value(object: &serde_json::Value) -> Result<Hpa, AdapterError> {
+    hpa_from(Source::Value(object))
+}
+
+fn hpa_from(src: Source<'_>) -> Result<Hpa, AdapterError> {
     #[derive(Deserialize)]
     struct H {
         #[serde(default)]
@@ -763,7 +804,7 @@ pub fn read_hpa(json: &str) -> Result<Hpa, AdapterError> {
         name: String,
     }
     const KIND: &str = "HorizontalPodAutoscaler";
-    let h: H = parse(json).map_err(|message| AdapterError::Parse {
+    let h: H = src.parse().map_err(|message| AdapterError::Parse {
         kind: KIND.into(),
         message,
     })?;
@@ -1139,6 +1180,61 @@ mod tests {
             r#"{{"spec":{{"scaleTargetRef":{{"kind":"Deployment","name":"{long}"}},"maxReplicas":1}}}}"#
         );
         assert!(read_hpa(&hpa).is_err());
+    }
+
+    /// A parse error of text says where it is (`at line 1 column 9`); one
+    /// of a parsed value cannot. Otherwise the two must say the same.
+    fn positionless(debug: String) -> String {
+        match debug.find(" at line ") {
+            Some(i) => {
+                let end = debug[i..].find('"').map_or(debug.len(), |j| i + j);
+                format!("{}{}", &debug[..i], &debug[end..])
+            }
+            None => debug,
+        }
+    }
+
+    /// The controller reads what its watches parsed; the webhook reads the
+    /// review's text. Both must come to the same workload, or the same
+    /// refusal, for every kind: numbers as numbers or strings, nulls,
+    /// negative counts, bad quantities.
+    #[test]
+    fn a_parsed_object_reads_as_its_text() {
+        let templates = [
+            (TPL, "3"),
+            (TPL, "-1"),
+            (
+                r#"{"spec":{"containers":[{"resources":{"requests":{"cpu":0.5,"nvidia.com/gpu":2}}}]}}"#,
+                "2",
+            ),
+            (
+                r#"{"spec":{"containers":[{"resources":{"requests":{"cpu":"lots"}}}]}}"#,
+                "1",
+            ),
+            (r#"{"metadata":null,"spec":null}"#, "null"),
+        ];
+        for (tpl, n) in templates {
+            for (a, json) in each_kind(tpl, n) {
+                let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+                assert_eq!(
+                    format!("{:?}", a.read_value(&value, &KeyConfig::default())),
+                    positionless(format!("{:?}", a.read(&json, &KeyConfig::default()))),
+                    "{json}"
+                );
+            }
+        }
+        for json in [
+            r#"{"metadata":{"name":"h","namespace":"ml"},"spec":{"scaleTargetRef":{"apiVersion":"apps/v1","kind":"Deployment","name":"web"},"minReplicas":1,"maxReplicas":10}}"#,
+            r#"{"spec":{"scaleTargetRef":{"kind":"Deployment","name":"web"},"maxReplicas":-1}}"#,
+            r#"{"spec":{}}"#,
+        ] {
+            let value: serde_json::Value = serde_json::from_str(json).unwrap();
+            assert_eq!(
+                format!("{:?}", read_hpa_value(&value)),
+                positionless(format!("{:?}", read_hpa(json))),
+                "{json}"
+            );
+        }
     }
 
     #[test]

@@ -5,6 +5,5 @@ pub mod controller;
 pub mod crd;
 pub mod events;
 pub mod leader;
-pub mod queue;
 pub mod store;
 pub mod view;

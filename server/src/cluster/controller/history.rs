@@ -1,0 +1,186 @@
+//! What the controller keeps in the SQL database, so a restart or a new
+//! leader loses nothing: the pod ledger (every pod's run, restored at
+//! start and flushed every `flush_every` with a watermark saying until
+//! when it was current), and the usage samples behind the portal's charts.
+
+use super::Context;
+use crate::service::Service;
+use crate::store::StoreError;
+use quota::pods::PodRun;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Setting holding the last time the controller knew its pod picture was
+/// current: pods persisted in the ledger but gone after a restart are
+/// charged up to this moment.
+pub const WATERMARK_SETTING: &str = "controller_watermark_ms";
+
+/// What the controller keeps in the SQL database: its pod ledger (so a
+/// restart loses no stretch of any pod), a watermark, and usage samples.
+#[async_trait::async_trait]
+pub trait History: Send + Sync + 'static {
+    async fn load_pod_runs(&self) -> Result<Vec<(String, PodRun)>, StoreError>;
+    async fn save_pod_runs(
+        &self,
+        upserts: &[(String, PodRun)],
+        deletes: &[String],
+    ) -> Result<(), StoreError>;
+    async fn setting(&self, key: &str) -> Result<Option<String>, StoreError>;
+    async fn set_setting(&self, key: &str, value: &str) -> Result<(), StoreError>;
+    /// One usage sample per quota (unchanged ones skipped); how many written.
+    async fn record_samples(
+        &self,
+        at_ms: i64,
+        quotas: &[quota::Quota],
+    ) -> Result<usize, StoreError>;
+    /// Downsampling and retention of old samples.
+    async fn compact_samples(&self, now_ms: i64) -> Result<(), StoreError>;
+    /// A quota was deleted: its role bindings and alert rules go with it.
+    async fn forget_quota(&self, _name: &str, _now_ms: i64) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// A complete list found these quotas: any other's roles and rules go.
+    async fn forget_quotas_not_in(
+        &self,
+        _live: &BTreeSet<String>,
+        _now_ms: i64,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl History for crate::store::sql::SqlStore {
+    async fn load_pod_runs(&self) -> Result<Vec<(String, PodRun)>, StoreError> {
+        crate::store::sql::SqlStore::load_pod_runs(self).await
+    }
+    async fn save_pod_runs(
+        &self,
+        upserts: &[(String, PodRun)],
+        deletes: &[String],
+    ) -> Result<(), StoreError> {
+        crate::store::sql::SqlStore::save_pod_runs(self, upserts, deletes).await
+    }
+    async fn setting(&self, key: &str) -> Result<Option<String>, StoreError> {
+        crate::store::sql::SqlStore::setting(self, key).await
+    }
+    async fn set_setting(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        crate::store::sql::SqlStore::set_setting(self, key, value).await
+    }
+    async fn record_samples(
+        &self,
+        at_ms: i64,
+        quotas: &[quota::Quota],
+    ) -> Result<usize, StoreError> {
+        crate::store::sql::SqlStore::record_samples(self, at_ms, quotas).await
+    }
+    async fn compact_samples(&self, now_ms: i64) -> Result<(), StoreError> {
+        let stats = crate::store::sql::SqlStore::compact_samples(self, now_ms).await?;
+        tracing::debug!(?stats, "usage samples compacted");
+        Ok(())
+    }
+    async fn forget_quota(&self, name: &str, now_ms: i64) -> Result<(), StoreError> {
+        crate::store::sql::SqlStore::forget_quota(self, name, now_ms).await?;
+        Ok(())
+    }
+    async fn forget_quotas_not_in(
+        &self,
+        live: &BTreeSet<String>,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        crate::store::sql::SqlStore::forget_quotas_not_in(self, live, now_ms).await?;
+        Ok(())
+    }
+}
+
+impl Context {
+    /// Load the pod ledger an earlier life persisted; returns the
+    /// watermark to end runs of pods that vanished meanwhile.
+    pub(super) async fn restore(&self) -> anyhow::Result<i64> {
+        let Some(h) = &self.history else {
+            return Ok(self.now());
+        };
+        let runs = h.load_pod_runs().await?;
+        let n = runs.len();
+        self.view.lock().unwrap().restore_runs(runs);
+        let watermark = h
+            .setting(WATERMARK_SETTING)
+            .await?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| self.now());
+        if n > 0 {
+            tracing::info!(runs = n, watermark, "pod ledger restored");
+        }
+        Ok(watermark)
+    }
+
+    /// Persist pod-run changes and the watermark, so a restart loses no
+    /// stretch of any pod.
+    pub(super) async fn flush_loop(self: Arc<Self>, h: Arc<dyn History>) {
+        loop {
+            tokio::time::sleep(self.cfg.flush_every).await;
+            if let Err(e) = self.flush(h.as_ref()).await {
+                tracing::warn!(error = %e, "persisting pod runs failed; will retry");
+            }
+        }
+    }
+
+    pub async fn flush(&self, h: &dyn History) -> anyhow::Result<()> {
+        let now = self.now();
+        let (up, del) = self.view.lock().unwrap().take_dirty_runs();
+        if !up.is_empty() || !del.is_empty() {
+            if let Err(e) = h.save_pod_runs(&up, &del).await {
+                self.view.lock().unwrap().redirty(up, del);
+                return Err(e.into());
+            }
+        }
+        h.set_setting(WATERMARK_SETTING, &now.to_string()).await?;
+        Ok(())
+    }
+
+    /// A quota was deleted: its roles and alert rules go.
+    pub(super) async fn forget_quota(&self, name: &str) {
+        if let Some(h) = &self.history {
+            if let Err(e) = h.forget_quota(name, self.now()).await {
+                tracing::warn!(quota = %name, error = %e, "could not remove the roles and alert rules of a deleted quota");
+            }
+        }
+    }
+
+    /// Roles and alert rules of quotas not in `live` (a complete list) go:
+    /// their deletion was missed.
+    pub(super) async fn forget_quotas_not_in(&self, live: &BTreeSet<String>) {
+        if let Some(h) = &self.history {
+            if let Err(e) = h.forget_quotas_not_in(live, self.now()).await {
+                tracing::warn!(error = %e, "could not remove the roles and alert rules of deleted quotas");
+            }
+        }
+    }
+}
+
+/// Usage samples for the portal's charts: every quota once per `every`
+/// (the store skips unchanged ones), compacted hourly. Both modes run it.
+pub async fn sample_forever(service: Arc<Service>, h: Arc<dyn History>, every: Duration) {
+    let every = every.max(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(every);
+    let mut last_compaction: Option<i64> = None;
+    loop {
+        tick.tick().await;
+        let now = service.now();
+        match service.list().await {
+            Ok(all) => {
+                if let Err(e) = h.record_samples(now, &all).await {
+                    tracing::warn!(error = %e, "recording usage samples failed");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot list quotas for samples"),
+        }
+        if last_compaction.is_none_or(|t| now - t >= 3_600_000) {
+            last_compaction = Some(now);
+            if let Err(e) = h.compact_samples(now).await {
+                tracing::warn!(error = %e, "compacting usage samples failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! The reconcile controller, run by the Lease holder only: kube-runtime's
+//! `Controller` over the `BizGroupResourceQuota` CRD, fed by our own
+//! watches of what runs.
+//!
+//! kube-runtime does the scheduling: one reconcile per quota at a time
+//! (`--workers` at once), a quota triggered while it runs runs again after,
+//! and a failed reconcile is retried with a backoff that grows per quota
+//! (`error_policy`). What it cannot know is which quota a pod or a workload
+//! belongs to: our watches (`watches`) keep that picture in a `View` and
+//! send the names of the quotas an event touches as extra triggers
+//! (`triggers`), with the periodic resync and the recheck of lowered
+//! charges.
+//!
+//! Decisions are pure (`view`, `quota::reconcile`, `quota::tree`); this
+//! module is the I/O around them. Status writes go through the service's
+//! compare-and-swap loop, so a reconcile racing an admission loses the
+//! swap, re-reads and decides again: nothing admitted is erased (charges
+//! younger than `RESERVATION_TTL_MS` are kept even when the watch has not
+//! shown their workload yet).
+
+mod discovery;
+mod history;
+mod raw;
+mod reclaim;
+mod reconcile;
+mod triggers;
+mod watches;
+
+pub use discovery::discover;
+pub use history::{sample_forever, History, WATERMARK_SETTING};
+pub use reconcile::{reconcile, Reconciled};
+
+use super::crd::BizGroupResourceQuota;
+use super::events::Events;
+use super::view::{kind_key, View};
+use crate::service::{Service, ServiceError};
+use futures::channel::mpsc::UnboundedReceiver;
+use futures::StreamExt;
+use kube::api::ApiResource;
+use kube::runtime::controller::{self, Action};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::{Client, ResourceExt};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinSet;
+use triggers::Triggers;
+use watches::Gate;
+
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    pub workers: usize,
+    pub resync: Duration,
+    pub reclaim_grace: Duration,
+    pub discovery_every: Duration,
+    pub flush_every: Duration,
+    pub sample_every: Duration,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig {
+            workers: 5,
+            resync: Duration::from_secs(300),
+            reclaim_grace: Duration::from_secs(300),
+            discovery_every: Duration::from_secs(60),
+            flush_every: Duration::from_secs(5),
+            sample_every: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A reconcile that failed: which quota, and the service's reason.
+#[derive(Debug, thiserror::Error)]
+#[error("bizrq {quota}: reconcile failed: {source}")]
+pub struct Error {
+    pub quota: String,
+    #[source]
+    pub source: ServiceError,
+}
+
+/// First retry of a failed reconcile; each further failure of the same
+/// quota doubles it, up to `RETRY_MAX`. A success starts again from here.
+pub const RETRY_FIRST: Duration = Duration::from_secs(5);
+pub const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// Failures in a row, per quota, for the retry backoff.
+#[derive(Default)]
+struct Retries(Mutex<HashMap<String, u32>>);
+
+impl Retries {
+    /// The delay before the next attempt at `name`, counting this failure.
+    fn next(&self, name: &str) -> Duration {
+        let mut m = self.0.lock().unwrap();
+        let n = m.entry(name.to_string()).or_insert(0);
+        let delay = RETRY_FIRST
+            .saturating_mul(1u32 << (*n).min(16))
+            .min(RETRY_MAX);
+        *n = n.saturating_add(1);
+        delay
+    }
+
+    fn reset(&self, name: &str) {
+        self.0.lock().unwrap().remove(name);
+    }
+}
+
+/// Everything a reconcile and the watches share; kube-runtime hands it to
+/// every `reconcile` and `error_policy` call.
+pub struct Context {
+    client: Client,
+    service: Arc<Service>,
+    history: Option<Arc<dyn History>>,
+    events: Events,
+    cfg: ControllerConfig,
+    view: Mutex<View>,
+    /// Kinds the cluster serves now ("group/Kind"), with how to reach them.
+    installed: Mutex<HashMap<String, ApiResource>>,
+    triggers: Triggers,
+    retries: Retries,
+    /// No reconcile before the view's startup watches have listed once.
+    gate: Gate,
+}
+
+impl Context {
+    /// The context, and the stream of quotas the watches trigger (for
+    /// `Controller::reconcile_on`).
+    pub fn new(
+        client: Client,
+        service: Arc<Service>,
+        history: Option<Arc<dyn History>>,
+        events: Events,
+        cfg: ControllerConfig,
+    ) -> (
+        Arc<Context>,
+        UnboundedReceiver<ObjectRef<BizGroupResourceQuota>>,
+    ) {
+        let (triggers, rx) = Triggers::new();
+        let view = View::new(service.keys.clone());
+        let ctx = Context {
+            client,
+            service,
+            history,
+            events,
+            cfg,
+            view: Mutex::new(view),
+            installed: Mutex::default(),
+            triggers,
+            retries: Retries::default(),
+            gate: Gate::default(),
+        };
+        (Arc::new(ctx), rx)
+    }
+
+    fn now(&self) -> i64 {
+        self.service.now()
+    }
+
+    fn gauges(&self) {
+        let m = &self.service.metrics;
+        m.queue_depth.set(self.triggers.depth() as i64);
+        let (w, p, r) = {
+            let v = self.view.lock().unwrap();
+            (v.workload_count(), v.pod_count(), v.run_count())
+        };
+        m.set_tracked("workloads", w);
+        m.set_tracked("pods", p);
+        m.set_tracked("pod_runs", r);
+    }
+}
+
+/// Retry a failed reconcile after a delay that grows with each failure of
+/// the same quota in a row (`RETRY_FIRST`, doubled, at most `RETRY_MAX`).
+pub fn error_policy(quota: Arc<BizGroupResourceQuota>, error: &Error, ctx: Arc<Context>) -> Action {
+    let name = quota.name_any();
+    let delay = ctx.retries.next(&name);
+    tracing::warn!(quota = %name, error = %error.source, retry_in = ?delay, "reconcile failed; retrying");
+    Action::requeue(delay)
+}
+
+/// One term of leadership: the controller's tasks, started by `run`.
+pub struct Controller {
+    ctx: Arc<Context>,
+    triggered: Mutex<Option<UnboundedReceiver<ObjectRef<BizGroupResourceQuota>>>>,
+}
+
+impl Controller {
+    pub fn new(
+        client: Client,
+        service: Arc<Service>,
+        history: Option<Arc<dyn History>>,
+        events: Events,
+        cfg: ControllerConfig,
+    ) -> Arc<Controller> {
+        let (ctx, rx) = Context::new(client, service, history, events, cfg);
+        Arc::new(Controller {
+            ctx,
+            triggered: Mutex::new(Some(rx)),
+        })
+    }
+
+    /// Run until the task is aborted (leadership lost) or a fatal error.
+    pub async fn run(self: Arc<Self>) -> anyhow::Result<()> {
+        let ctx = self.ctx.clone();
+        let Some(triggered) = self.triggered.lock().unwrap().take() else {
+            anyhow::bail!("a controller runs once; make a new one for the next term");
+        };
+        let mut tasks = JoinSet::new();
+        let watermark = ctx.restore().await?;
+
+        // Which workload kinds exist: retried until the API answers, since
+        // deciding without it would drop charges of kinds not yet watched.
+        let kinds = discovery::until_discovered(&ctx.client).await;
+        let mut watched: HashSet<String> = HashSet::new();
+        ctx.gate.expect(2 + kinds.len()); // pods + HPAs + each workload kind
+        ctx.set_installed(&kinds);
+        for (adapter, ar) in kinds {
+            watched.insert(kind_key(adapter.group, adapter.kind));
+            tasks.spawn(ctx.clone().watch_workloads(adapter, ar, true));
+        }
+        tasks.spawn(ctx.clone().watch_pods(watermark));
+        tasks.spawn(ctx.clone().watch_hpas());
+        ctx.gate.opened().await;
+        {
+            let v = ctx.view.lock().unwrap();
+            tracing::info!(
+                workloads = v.workload_count(),
+                pods = v.pod_count(),
+                "controller caches synced"
+            );
+        }
+
+        tasks.spawn(control(ctx.clone(), triggered));
+        ctx.touch_all().await;
+        tasks.spawn(ctx.clone().resync_loop());
+        tasks.spawn(ctx.clone().recheck_loop());
+        tasks.spawn(ctx.clone().discovery_loop(watched));
+        if let Some(h) = ctx.history.clone() {
+            tasks.spawn(ctx.clone().flush_loop(h.clone()));
+            tasks.spawn(sample_forever(ctx.service.clone(), h, ctx.cfg.sample_every));
+        }
+        while let Some(r) = tasks.join_next().await {
+            if let Err(e) = r {
+                if e.is_panic() {
+                    anyhow::bail!("controller task panicked: {e}");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// kube-runtime's `Controller` over the quotas: its store and its own
+/// triggers come from the quota watch (`watches::quotas`), the rest from
+/// what the other watches, the resync and the recheck touched. Its runner
+/// waits for the store's first list before the first reconcile.
+async fn control(
+    ctx: Arc<Context>,
+    triggered: UnboundedReceiver<ObjectRef<BizGroupResourceQuota>>,
+) {
+    let (reader, writer) = reflector::store();
+    let quotas = watches::quotas(ctx.clone(), writer);
+    let workers = u16::try_from(ctx.cfg.workers.max(1)).unwrap_or(u16::MAX);
+    kube::runtime::Controller::for_stream(quotas, reader)
+        .reconcile_on(triggered)
+        .with_config(controller::Config::default().concurrency(workers))
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            match result {
+                Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
+                // Triggered, then deleted before its turn: nothing to do.
+                Err(controller::Error::ObjectNotFound(r)) => {
+                    ctx.triggers.started(&r.name);
+                    ctx.gauges();
+                }
+                Err(e) => tracing::warn!(error = %e, "controller runtime error"),
+            }
+            std::future::ready(())
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests;

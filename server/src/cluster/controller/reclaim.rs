@@ -1,0 +1,222 @@
+//! Reclaim among a parent's children (§5): borrowed capacity taken back,
+//! whole workloads at a time, marked first and suspended or scaled down
+//! after the grace period unless the pressure went away. The decisions are
+//! `quota::reclaim`'s; here are the marks' status writes, the workload
+//! writes (through the admission webhook, like anyone's) and their Events.
+
+use super::Context;
+use crate::cluster::events::{workload_ref, Notice};
+use crate::cluster::view::kind_of_ref;
+use crate::service::ServiceError;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use quota::borrow::Standing;
+use quota::reclaim::{self, Action, Borrower, Candidate, Stop, Victim};
+use quota::workload::{adapter_for_kind, Adapter, WorkloadRef};
+use quota::ResourceList;
+use std::collections::BTreeMap;
+
+impl Context {
+    /// Reclaim (§5) among the children of `parent`: what the borrowers must
+    /// give back (quota pressure, and pods of children within their
+    /// guarantee that cannot be scheduled), which whole workloads give it
+    /// (`quota::reclaim::plan`), marked first and reclaimed after the grace
+    /// period unless the pressure went away.
+    pub(super) async fn reclaim(
+        &self,
+        p: &quota::Quota,
+        kids: &[crate::store::Stored],
+        now: i64,
+    ) -> Result<(), ServiceError> {
+        let standings = Standing::of_all(kids.iter().map(|s| &s.quota));
+        let (pending, borrowers) = {
+            let v = self.view.lock().unwrap();
+            let pending: BTreeMap<String, ResourceList> = kids
+                .iter()
+                .map(|k| {
+                    (
+                        k.quota.name().to_string(),
+                        v.unschedulable_usage(k.quota.name()),
+                    )
+                })
+                .filter(|(_, u)| !u.is_empty())
+                .collect();
+            let borrowers: Vec<Borrower> = kids
+                .iter()
+                .filter_map(|k| {
+                    let name = k.quota.name();
+                    let borrowed = standings.get(name)?.borrowed.clone();
+                    if borrowed.is_empty() {
+                        return None;
+                    }
+                    let workloads = v
+                        .workloads_of(name)
+                        .into_iter()
+                        .map(|(wref, pod_sets, info)| Candidate {
+                            stop: adapter_of(&wref).map_or(Stop::Never, Stop::of),
+                            priority: info.priority,
+                            online: reclaim::is_online(&info.labels, &info.annotations),
+                            created_ms: info.created_ms.unwrap_or(0),
+                            min_replicas: reclaim::min_replicas(&info.annotations),
+                            marked: k.quota.status.reclaim.contains_key(&wref),
+                            pod_sets,
+                            workload_ref: wref,
+                        })
+                        .collect();
+                    Some(Borrower {
+                        quota: name.to_string(),
+                        borrowed,
+                        workloads,
+                    })
+                })
+                .collect();
+            (pending, borrowers)
+        };
+        let need = reclaim::need(p, &standings, &pending);
+        let plan = if need.values().any(|q| q.nanos() > 0) {
+            reclaim::plan(&borrowers, &need)
+        } else {
+            Vec::new()
+        };
+        let grace = self.cfg.reclaim_grace.as_millis() as i64;
+        for k in kids {
+            let name = k.quota.name();
+            if k.quota.status.reclaim.is_empty() && !plan.iter().any(|v| v.quota == name) {
+                continue;
+            }
+            let outcome = self
+                .service
+                .update_status(name, false, |q| {
+                    let o = reclaim::reconcile_marks(name, &q.status.reclaim, &plan, now, grace);
+                    if o.changed {
+                        q.status.reclaim = o.marks.clone();
+                    }
+                    Ok((o.changed, o))
+                })
+                .await?;
+            for v in &outcome.marked {
+                self.service.metrics.count_reclaim("marked");
+                self.notify_workload(&v.workload_ref, true, "ReclaimPending", format!(
+                    "bizrq {}: borrowed capacity is needed back; {} in {} s unless the pressure goes away (frees {})",
+                    v.quota, describe(&v.action), self.cfg.reclaim_grace.as_secs(), list(&v.frees)));
+            }
+            for wref in &outcome.cleared {
+                self.service.metrics.count_reclaim("cleared");
+                self.notify_workload(
+                    wref,
+                    false,
+                    "ReclaimCancelled",
+                    format!("bizrq {name}: the pressure went away; nothing will be reclaimed"),
+                );
+            }
+            for v in &outcome.due {
+                match self.execute(v).await {
+                    Ok(()) => {
+                        self.service.metrics.count_reclaim("executed");
+                        self.notify_workload(
+                            &v.workload_ref,
+                            true,
+                            "Reclaimed",
+                            format!(
+                                "bizrq {}: {} to give borrowed capacity back (frees {})",
+                                v.quota,
+                                describe(&v.action),
+                                list(&v.frees)
+                            ),
+                        );
+                    }
+                    Err(e) => {
+                        self.service.metrics.count_reclaim("failed");
+                        tracing::warn!(workload = %v.workload_ref, error = %e, "reclaim failed");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn notify_workload(&self, wref: &str, warning: bool, reason: &'static str, note: String) {
+        let kind = kind_of_ref(wref).to_string();
+        let api_version = self
+            .installed
+            .lock()
+            .unwrap()
+            .get(&kind)
+            .map(|ar| ar.api_version.clone())
+            .unwrap_or_default();
+        if let Some(mut r) = workload_ref(&api_version, wref) {
+            r.uid = self.view.lock().unwrap().workload_uid(wref);
+            self.events.emit(Notice {
+                regarding: r,
+                warning,
+                reason,
+                action: "Reclaim",
+                note,
+            });
+        }
+    }
+
+    /// Carry out a reclaim: suspend a Job (or a Kubeflow job), or scale a
+    /// scalable workload through its scale subresource. Both go through the
+    /// admission webhook like any change, which releases the charge.
+    async fn execute(&self, v: &Victim) -> kube::Result<()> {
+        let kind = kind_of_ref(&v.workload_ref).to_string();
+        let Some(ar) = self.installed.lock().unwrap().get(&kind).cloned() else {
+            return Ok(()); // the kind is gone, and the workload with it
+        };
+        let Some(WorkloadRef {
+            namespace: ns,
+            name,
+            ..
+        }) = WorkloadRef::parse(&v.workload_ref)
+        else {
+            return Ok(());
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &ar);
+        let pp = PatchParams::default();
+        let result = match v.action {
+            Action::Suspend => {
+                // The kind's own suspend flag, e.g. spec.suspend or
+                // spec.runPolicy.suspend (quota::workload's adapter table).
+                let path = adapter_of(&v.workload_ref).map_or(&[][..], |a| a.suspend_path);
+                let patch = path.iter().rev().fold(
+                    serde_json::Value::Bool(true),
+                    |inner, k| serde_json::json!({ *k: inner }),
+                );
+                api.patch(name, &pp, &Patch::Merge(patch)).await.map(|_| ())
+            }
+            Action::ScaleTo(n) => api
+                .patch_scale(
+                    name,
+                    &pp,
+                    &Patch::Merge(serde_json::json!({"spec": {"replicas": n}})),
+                )
+                .await
+                .map(|_| ()),
+        };
+        match result {
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+            r => r,
+        }
+    }
+}
+
+/// The adapter of the workload `wref` (`group/Kind/ns/name`).
+fn adapter_of(wref: &str) -> Option<&'static Adapter> {
+    let (group, kind) = kind_of_ref(wref).split_once('/')?;
+    adapter_for_kind(group, kind)
+}
+
+fn describe(a: &Action) -> String {
+    match a {
+        Action::Suspend => "suspended".into(),
+        Action::ScaleTo(0) => "scaled to 0".into(),
+        Action::ScaleTo(n) => format!("scaled down to {n}"),
+    }
+}
+
+fn list(r: &ResourceList) -> String {
+    r.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,204 @@
+//! One quota's reconcile: its status brought to what the cluster shows
+//! (charges, cash accrued from its pods' runs, its children's carve-outs
+//! and loans), then reclaim among its children. `reconcile` is what
+//! kube-runtime calls; the status write is the service's compare-and-swap,
+//! from the service's own copy of the quota, never from the watch's.
+
+use super::{Context, Error};
+use crate::cluster::crd::BizGroupResourceQuota;
+use crate::cluster::events::{quota_ref, Notice};
+use crate::cluster::view::kind_of_ref;
+use crate::service::ServiceError;
+use kube::runtime::controller::Action;
+use kube::ResourceExt;
+use quota::borrow;
+use quota::keys::cash_target;
+use quota::reconcile::{Observed, RESERVATION_TTL_MS};
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+/// How one reconcile ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reconciled {
+    /// Status written.
+    Written,
+    /// Status already right: nothing written.
+    Unchanged,
+    /// The quota was deleted before its status could be written.
+    Gone,
+}
+
+impl Reconciled {
+    fn label(&self) -> &'static str {
+        match self {
+            Reconciled::Written => "written",
+            Reconciled::Unchanged => "unchanged",
+            Reconciled::Gone => "gone",
+        }
+    }
+}
+
+/// Reconcile one quota. Whatever the outcome, the next reconcile comes
+/// from a trigger: an event that touches the quota, the recheck, or the
+/// periodic resync of every quota (`triggers`), so no outcome requeues.
+pub async fn reconcile(
+    quota: Arc<BizGroupResourceQuota>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let name = quota.name_any();
+    ctx.triggers.started(&name);
+    ctx.gauges();
+    let started = std::time::Instant::now();
+    let result = ctx.reconcile_quota(&name).await;
+    ctx.gauges();
+    let m = &ctx.service.metrics;
+    m.quota_reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    match result {
+        Ok(done) => {
+            m.count_reconcile(done.label());
+            ctx.retries.reset(&name);
+            Ok(Action::await_change())
+        }
+        Err(source) => {
+            m.count_reconcile("error");
+            Err(Error {
+                quota: name,
+                source,
+            })
+        }
+    }
+}
+
+impl Context {
+    /// Kinds whose charges the view can judge: watched and listed, or not
+    /// served by the cluster at all (their objects cannot exist).
+    fn authoritative(&self) -> impl Fn(&str) -> bool + '_ {
+        let installed: HashSet<String> = self.installed.lock().unwrap().keys().cloned().collect();
+        let v = self.view.lock().unwrap();
+        let synced: HashSet<String> = installed
+            .iter()
+            .filter(|k| v.is_synced(k))
+            .cloned()
+            .collect();
+        move |kind: &str| !installed.contains(kind) || synced.contains(kind)
+    }
+
+    /// Bring one quota's status to what the cluster shows.
+    pub async fn reconcile_quota(&self, name: &str) -> Result<Reconciled, ServiceError> {
+        let now = self.now();
+        let snap = self.view.lock().unwrap().snapshot(name);
+        let authoritative = self.authoritative();
+        let listed = self.service.store.children(name).await?;
+        let (kids, confirmed) = self.service.confirm_children(name, listed).await?;
+        // Reclaim is weighed only where a child may borrow or is marked.
+        let reclaim_kids = kids
+            .iter()
+            .any(|k| !k.quota.spec.max.is_empty() || !k.quota.status.reclaim.is_empty());
+        let prices = self.service.prices;
+        let mut exhausted: Vec<String> = Vec::new();
+        let mut paid_to: Option<i64> = None;
+        let mut uid: Option<String> = None;
+        let result = self
+            .service
+            .update_status(name, false, |q| {
+                let mut observed = snap.observed.clone();
+                for (wref, c) in &q.status.workloads {
+                    if !authoritative(kind_of_ref(wref)) {
+                        observed.entry(wref.clone()).or_insert_with(|| Observed {
+                            pod_sets: c.pod_sets.clone(),
+                            hpa: c.hpa.clone(),
+                        });
+                    }
+                }
+                let before = q.status.clone();
+                paid_to = before
+                    .last_reconcile_time
+                    .as_deref()
+                    .and_then(quota::time::parse_rfc3339);
+                let intervals = snap.intervals();
+                let out = quota::reconcile::reconcile(
+                    q,
+                    observed,
+                    &intervals,
+                    now,
+                    RESERVATION_TTL_MS,
+                    &prices,
+                );
+                borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
+                let changed = out.changed || q.status.differs_visibly(&before);
+                exhausted = newly_exhausted(&before, q);
+                uid = q.metadata.uid.clone();
+                let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
+                let borrowing = !q.spec.max.is_empty() || !q.status.reclaim.is_empty();
+                // Reclaim among the children weighs this quota as written.
+                let weighed = reclaim_kids.then(|| q.clone());
+                Ok((
+                    changed,
+                    (
+                        changed,
+                        has_cash,
+                        (q.spec.parent.clone(), borrowing, weighed),
+                    ),
+                ))
+            })
+            .await;
+        let (written, has_cash, (parent, borrowing, weighed)) = match result {
+            Ok(r) => r,
+            Err(ServiceError::NotFound(_)) => return Ok(Reconciled::Gone),
+            Err(e) => return Err(e),
+        };
+        if written || !has_cash {
+            // Accrued up to `now` (or nothing to accrue): ended runs are paid.
+            self.view.lock().unwrap().settle(name, now);
+        } else if let Some(paid_to) = paid_to {
+            // Nothing written: runs that ended by the window's stored start
+            // were paid by an earlier write.
+            self.view.lock().unwrap().settle(name, paid_to);
+        }
+        for key in exhausted {
+            self.events.emit(Notice {
+                regarding: quota_ref(name, uid.clone()),
+                warning: true,
+                reason: "CashExhausted",
+                action: "Reconcile",
+                note: format!(
+                    "bizrq {name}: {key} is exhausted; new workloads that need it are denied, running ones keep running"
+                ),
+            });
+        }
+        // The parent weighs borrowing and reclaim among its children: after
+        // a change here, or while pods here wait for room.
+        if !parent.is_empty()
+            && (borrowing
+                || !self
+                    .view
+                    .lock()
+                    .unwrap()
+                    .unschedulable_usage(name)
+                    .is_empty())
+        {
+            self.triggers.touch(BTreeSet::from([parent]));
+        }
+        if let Some(q) = weighed {
+            if let Err(e) = self.reclaim(&q, &kids, now).await {
+                tracing::warn!(quota = %name, error = %e, "reclaim step failed; next reconcile retries");
+            }
+        }
+        Ok(if written {
+            Reconciled::Written
+        } else {
+            Reconciled::Unchanged
+        })
+    }
+}
+
+/// Cash keys that reached their budget in this reconcile.
+fn newly_exhausted(before: &quota::QuotaStatus, q: &quota::Quota) -> Vec<String> {
+    let was: HashSet<&str> = before.exhausted_cash_keys(&q.spec).collect();
+    q.status
+        .exhausted_cash_keys(&q.spec)
+        .filter(|k| !was.contains(k))
+        .map(str::to_string)
+        .collect()
+}
