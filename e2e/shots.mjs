@@ -1,6 +1,6 @@
 // Screenshots of the main pages at desktop and phone width, for looking at
 // what users see (not a test): node shots.mjs OUT_DIR.
-// BIZRQ_BIN and CHROMIUM as for run.mjs.
+// BIZRQ_BIN and CHROMIUM as for run.mjs; COLOR_SCHEME=dark for dark mode.
 import { chromium } from 'playwright-core';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, mkdirSync } from 'node:fs';
@@ -30,7 +30,8 @@ const base = await new Promise((resolve, reject) => {
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu'] });
 try {
   for (const [w, h] of [[1440, 900], [390, 844]]) {
-    const page = await (await browser.newContext({ javaScriptEnabled: false, viewport: { width: w, height: h } })).newPage();
+    const colorScheme = process.env.COLOR_SCHEME || 'light';
+    const page = await (await browser.newContext({ javaScriptEnabled: false, viewport: { width: w, height: h }, colorScheme })).newPage();
     await page.goto(`${base}/login`);
     await page.fill('input[name=username]', 'admin');
     await page.fill('input[name=password]', PASSWORD);
@@ -38,7 +39,7 @@ try {
     for (const path of (process.env.PAGES || '/,/tree,/quotas/research,/quotas/nlp').split(',')) {
       await page.goto(`${base}${path}`);
       const name = path === '/' ? 'overview' : path.replaceAll('/', '_').replace(/^_/, '');
-      await page.screenshot({ path: join(OUT, `${name}-${w}.png`), fullPage: true });
+      await page.screenshot({ path: join(OUT, `${name}-${w}${colorScheme === 'dark' ? '-dark' : ''}.png`), fullPage: true });
     }
   }
 } finally {

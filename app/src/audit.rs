@@ -15,6 +15,8 @@ pub struct AuditRow {
     pub actor: String,
     pub action: String,
     pub target: String,
+    /// For an update: the fields it changed, a line each.
+    pub changes: Vec<String>,
     /// Pretty JSON of the object before and after (None: there was none).
     pub before: Option<String>,
     pub after: Option<String>,
@@ -74,6 +76,9 @@ pub fn render_audit_page(
                         <td class="name">{r.target}</td>
                         <td>
                             {(!r.detail.is_empty()).then(|| view! { <div>{r.detail}</div> })}
+                            {(!r.changes.is_empty()).then(|| view! {
+                                <ul class="changes">{r.changes.into_iter().map(|c| view! { <li><code>{c}</code></li> }).collect_view()}</ul>
+                            })}
                             <Change label="before" json=r.before/>
                             <Change label="after" json=r.after/>
                         </td>

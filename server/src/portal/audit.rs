@@ -12,6 +12,7 @@ use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The page's and the export's filters, as typed.
 #[derive(Deserialize, Default, Debug)]
@@ -108,6 +109,55 @@ pub const PAGE_ROWS: i64 = 200;
 /// Entries per CSV export at most.
 pub const CSV_ROWS: i64 = 100_000;
 
+/// What an entry changed, a line per field, when it has both sides:
+/// `spec.hard.requests.nvidia.com/gpu: 8 → 10`, `+ spec.max.pods: 20`,
+/// `− spec.max.pods: 20`. The resourceVersion, which every write moves, is
+/// left out. Empty when a side is missing or unreadable.
+pub fn changed_fields(before: Option<&str>, after: Option<&str>) -> Vec<String> {
+    let read = |j: Option<&str>| j.and_then(|j| serde_json::from_str::<Value>(j).ok());
+    let (Some(b), Some(a)) = (read(before), read(after)) else {
+        return Vec::new();
+    };
+    let (mut old, mut new) = (BTreeMap::new(), BTreeMap::new());
+    flatten(&b, "", &mut old);
+    flatten(&a, "", &mut new);
+    let paths: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    paths
+        .into_iter()
+        .filter(|p| !p.ends_with("resourceVersion"))
+        .filter_map(|p| match (old.get(p), new.get(p)) {
+            (Some(o), Some(n)) if o != n => Some(format!("{p}: {o} → {n}")),
+            (None, Some(n)) => Some(format!("+ {p}: {n}")),
+            (Some(o), None) => Some(format!("− {p}: {o}")),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Leaves of a JSON value by dotted path; arrays and scalars as one value
+/// (strings without quotes).
+fn flatten(v: &Value, at: &str, out: &mut BTreeMap<String, String>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, v) in m {
+                let path = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                flatten(v, &path, out);
+            }
+        }
+        Value::String(s) => {
+            out.insert(at.to_string(), s.clone());
+        }
+        Value::Null => {}
+        other => {
+            out.insert(at.to_string(), other.to_string());
+        }
+    }
+}
+
 fn pretty(json: Option<String>) -> Option<String> {
     json.map(|j| {
         serde_json::from_str::<Value>(&j)
@@ -140,6 +190,7 @@ pub async fn page(
             actor: r.actor,
             action: r.action,
             target: r.target,
+            changes: changed_fields(r.before.as_deref(), r.after.as_deref()),
             before: pretty(r.before),
             after: pretty(r.after),
             detail: r.detail,
