@@ -18,6 +18,9 @@ pub struct TransferRow {
     /// None: more from the parent of `to`.
     pub from: Option<String>,
     pub to: String,
+    /// The viewer may see the end: its name links to the quota.
+    pub from_link: bool,
+    pub to_link: bool,
     /// (key, amount)
     pub amounts: Vec<(String, String)>,
     pub reason: String,
@@ -34,6 +37,8 @@ pub struct TransferRow {
 pub struct TransferQuery {
     pub status: String,
     pub quota: String,
+    /// Only the requests waiting for the viewer's decision.
+    pub awaiting_me: bool,
 }
 
 /// The request form: what the viewer may choose, and what it typed (a
@@ -79,6 +84,12 @@ pub struct TransferDetail {
     pub result: Option<String>,
     pub finished_at: Option<String>,
     pub plan: Vec<PlanRow>,
+    /// The plan is what approving now would do (not yet approved).
+    pub plan_preview: bool,
+    /// Approving now would be refused, and why.
+    pub plan_problem: Option<String>,
+    /// Each end the viewer may see, on the transfer's keys, as it is now.
+    pub ends: Vec<(String, String)>,
     pub reverts: Option<i64>,
     pub reverted_by: Option<i64>,
     /// The viewer may approve or reject it now.
@@ -102,10 +113,22 @@ fn Status(status: String) -> impl IntoView {
 
 #[cfg(feature = "ssr")]
 #[component]
-fn Source(from: Option<String>, to: String) -> impl IntoView {
+fn Source(from: Option<String>, to: String, link: bool) -> impl IntoView {
     match from {
-        Some(f) => view! { <span class="name">{f}</span> }.into_any(),
+        Some(f) => view! { <QuotaName name=f link=link/> }.into_any(),
         None => view! { <span class="muted">{format!("parent of {to}")}</span> }.into_any(),
+    }
+}
+
+/// A quota's name, a link to its page when the viewer may see it.
+#[cfg(feature = "ssr")]
+#[component]
+fn QuotaName(name: String, link: bool) -> impl IntoView {
+    if link {
+        let href = format!("/quotas/{name}");
+        view! { <a class="name" href=href>{name}</a> }.into_any()
+    } else {
+        view! { <span class="name">{name}</span> }.into_any()
     }
 }
 
@@ -174,6 +197,7 @@ pub fn render_transfers_page(
     viewer: Viewer,
     rows: Vec<TransferRow>,
     query: TransferQuery,
+    awaiting_me: usize,
     statuses: Vec<String>,
     form: Option<RequestForm>,
     flash: Option<Flash>,
@@ -197,8 +221,8 @@ pub fn render_transfers_page(
                     <tr>
                         <td class="num"><a href=href>{format!("#{}", r.id)}</a></td>
                         <td><Status status=r.status/></td>
-                        <td><Source from=r.from to=r.to.clone()/></td>
-                        <td class="name">{r.to}</td>
+                        <td><Source from=r.from to=r.to.clone() link=r.from_link/></td>
+                        <td><QuotaName name=r.to link=r.to_link/></td>
                         <td class="key">{amounts_text(&r.amounts)}</td>
                         <td>{r.reason}{r.revert_at.map(|at| view! { <div class="hint">{format!("loan until {at}")}</div> })}</td>
                         <td>{r.requested_by}</td>
@@ -227,8 +251,12 @@ pub fn render_transfers_page(
                         </select>
                     </label>
                     <label>"Quota (from or to)"<input name="quota" value=query.quota/></label>
+                    <label class="check"><input type="checkbox" name="awaiting" value="me" checked=query.awaiting_me/>"awaiting my decision"</label>
                     <button type="submit">"Filter"</button>
                 </form>
+                {(awaiting_me > 0 && !query.awaiting_me).then(|| view! {
+                    <p class="awaiting"><a href="/transfers?awaiting=me">{if awaiting_me == 1 { "1 request awaits your decision".to_string() } else { format!("{awaiting_me} requests await your decision") }}</a></p>
+                })}
                 {body}
                 {form}
             </Layout>
@@ -254,6 +282,28 @@ pub fn render_transfer_page(viewer: Viewer, d: TransferDetail, flash: Option<Fla
         .from
         .clone()
         .unwrap_or_else(|| format!("the parent of {}", d.row.to));
+    let heading = if d.plan_preview {
+        "What approving now would do"
+    } else {
+        "Plan"
+    };
+    let problem = d.plan_problem.map(|m| {
+        view! { <p class="flash error">{format!("Approving now would be refused: {m}")}</p> }
+    });
+    let ends = (!d.ends.is_empty()).then(|| {
+        let rows = d
+            .ends
+            .into_iter()
+            .map(|(q, line)| {
+                let href = format!("/quotas/{q}");
+                view! { <tr><td><a class="name" href=href>{q}</a></td><td class="key">{line}</td></tr> }
+            })
+            .collect_view();
+        view! {
+            <h3>"Both ends now"</h3>
+            <table class="pairs"><tbody>{rows}</tbody></table>
+        }
+    });
     let plan = (!d.plan.is_empty()).then(|| {
         let rows = d
             .plan
@@ -271,7 +321,7 @@ pub fn render_transfer_page(viewer: Viewer, d: TransferDetail, flash: Option<Fla
             })
             .collect_view();
         view! {
-            <h3>"Plan"</h3>
+            <h3>{heading}</h3>
             <table class="plan">
                 <thead><tr><th>"Side"</th><th>"Quota"</th><th>"Parent (carve-out)"</th><th>"Hard before"</th><th>"Hard after"</th></tr></thead>
                 <tbody>{rows}</tbody>
@@ -300,8 +350,8 @@ pub fn render_transfer_page(viewer: Viewer, d: TransferDetail, flash: Option<Fla
                 <p><a href="/transfers">"← All transfers"</a></p>
                 <dl class="card facts">
                     <dt>"Status"</dt><dd><Status status=d.row.status/></dd>
-                    <dt>"From"</dt><dd class="name">{from}</dd>
-                    <dt>"To"</dt><dd class="name">{d.row.to}</dd>
+                    <dt>"From"</dt><dd><QuotaName name=from link=d.row.from_link/></dd>
+                    <dt>"To"</dt><dd><QuotaName name=d.row.to.clone() link=d.row.to_link/></dd>
                     <dt>"Amounts"</dt><dd class="key">{amounts_text(&d.row.amounts)}</dd>
                     <dt>"Reason"</dt><dd>{d.row.reason}</dd>
                     <dt>"Requested"</dt><dd>{format!("by {} at {}", d.row.requested_by, d.row.requested_at)}</dd>
@@ -316,8 +366,10 @@ pub fn render_transfer_page(viewer: Viewer, d: TransferDetail, flash: Option<Fla
                     <Field label="Gives back loan" value=link(d.reverts)/>
                     <Field label="Given back by" value=link(d.reverted_by)/>
                 </dl>
-                {decide}
+                {ends}
+                {problem}
                 {plan}
+                {decide}
             </Layout>
         }
     })

@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use quota::ResourceList;
+use quota::{KeyConfig, ResourceList};
 use serde::Deserialize;
 use std::collections::BTreeSet;
 
@@ -51,9 +51,13 @@ fn amounts(list: &ResourceList) -> Vec<(String, String)> {
         .collect()
 }
 
-fn row(t: &Transfer) -> TransferRow {
+/// A transfer's row; its ends are links where `p` may see them.
+fn row(t: &Transfer, p: &Principal, scope: &Scope) -> TransferRow {
+    let sees = |q: &str| p.is_admin || authz::can_view(p, q, &scope.tree);
     TransferRow {
         id: t.id,
+        from_link: t.from_quota.as_deref().is_some_and(sees),
+        to_link: sees(&t.to_quota),
         from: t.from_quota.clone(),
         to: t.to_quota.clone(),
         amounts: amounts(&t.amounts),
@@ -72,6 +76,9 @@ pub struct PageParams {
     status: String,
     #[serde(default)]
     quota: String,
+    /// `me`: only the requests waiting for the viewer's decision.
+    #[serde(default)]
+    awaiting: String,
 }
 
 /// The request form's choices for `p`, with what was typed; None when `p`
@@ -125,20 +132,38 @@ async fn list_page(
         ..Default::default()
     };
     let scope = Scope::load(&app.service).await?;
-    let rows = app
-        .transfer_desk()
-        .list(&viewer.principal, filter, Some(&scope))
-        .await?;
+    let p = &viewer.principal;
+    let desk = app.transfer_desk();
+    let mut rows = desk.list(p, filter, Some(&scope)).await?;
+    // Requests the viewer may decide: a count on every list, the filter.
+    let waiting = TransferFilter {
+        statuses: vec![TransferStatus::Requested],
+        limit: Some(LIST_ROWS),
+        ..Default::default()
+    };
+    let awaiting_me: Vec<i64> = desk
+        .list(p, waiting, Some(&scope))
+        .await?
+        .into_iter()
+        .filter(|t| scope.may_decide(p, t))
+        .map(|t| t.id)
+        .collect();
+    let only_mine = q.awaiting == "me";
+    if only_mine {
+        rows.retain(|t| awaiting_me.contains(&t.id));
+    }
     let form = request_form(&viewer.principal, &scope, typed);
     Ok((
         status,
         Html(app::transfers::render_transfers_page(
             viewer.page(),
-            rows.iter().map(row).collect(),
+            rows.iter().map(|t| row(t, p, &scope)).collect(),
             TransferQuery {
                 status: q.status.clone(),
                 quota: q.quota.clone(),
+                awaiting_me: only_mine,
             },
+            awaiting_me.len(),
             TransferStatus::ALL.iter().map(|s| s.to_string()).collect(),
             form,
             flash,
@@ -268,13 +293,13 @@ async fn page_request(
     }
 }
 
-fn plan_rows(t: &Transfer) -> Vec<PlanRow> {
-    let Some(plan) = &t.plan else {
-        return Vec::new();
-    };
+/// The plan's rows: the transfer's own once approved; before that, for
+/// those who decide, the plan as it would be made from the tree as it is
+/// now (or why it would be refused).
+fn plan_rows(plan: &quota::transfer::Plan, cfg: &KeyConfig) -> Vec<PlanRow> {
     let list = |l: &ResourceList| {
         l.iter()
-            .map(|(k, v)| format!("{k} {v}"))
+            .map(|(k, v)| format!("{k} {}", app::display_quantity(k, *v, cfg)))
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -294,6 +319,40 @@ fn plan_rows(t: &Transfer) -> Vec<PlanRow> {
         .collect()
 }
 
+/// Each end the viewer may see, on the transfer's keys, as it is now:
+/// `nlp: requests.nvidia.com/gpu 6 in use of 8, 2 unallocated`.
+fn ends_now(t: &Transfer, p: &Principal, scope: &Scope, cfg: &KeyConfig) -> Vec<(String, String)> {
+    let in_use = quota::rollup::subtree_in_use(&scope.quotas.values().collect::<Vec<_>>());
+    let ends = t.from_quota.iter().chain(std::iter::once(&t.to_quota));
+    ends.filter(|q| p.is_admin || authz::can_view(p, q, &scope.tree))
+        .filter_map(|name| {
+            let q = scope.quotas.get(name)?;
+            let rolled = quota::rollup::rollup(q, in_use.get(name).unwrap_or(&ResourceList::new()));
+            let lines: Vec<String> = t
+                .amounts
+                .keys()
+                .map(|k| {
+                    let show = |n| app::display_quantity(k, n, cfg);
+                    match rolled.iter().find(|r| &r.key == k) {
+                        Some(r) => format!(
+                            "{k} {} in use of {}, {} unallocated",
+                            show(r.in_use),
+                            show(r.hard),
+                            show(r.unallocated)
+                        ),
+                        None => {
+                            let used = quota::resources::get(&q.status.used, k);
+                            let hard = quota::resources::get(&q.spec.hard, k);
+                            format!("{k} {} used of {}", show(used), show(hard))
+                        }
+                    }
+                })
+                .collect();
+            Some((name.clone(), lines.join("; ")))
+        })
+        .collect()
+}
+
 async fn detail_page(
     app: &AppState,
     viewer: &Viewer,
@@ -302,19 +361,38 @@ async fn detail_page(
     status: StatusCode,
 ) -> Result<Response, PageError> {
     let (t, scope) = app.transfer_desk().get_one(&viewer.principal, id).await?;
+    let p = &viewer.principal;
+    let cfg = &app.service.keys;
+    let may_decide = t.status == TransferStatus::Requested && scope.may_decide(p, &t);
+    let (plan, plan_preview, plan_problem) = match &t.plan {
+        Some(plan) => (plan_rows(plan, cfg), false, None),
+        None if may_decide => match quota::transfer::plan(
+            &scope.quotas,
+            t.from_quota.as_deref(),
+            &t.to_quota,
+            &t.amounts,
+            cfg,
+        ) {
+            Ok(plan) => (plan_rows(&plan, cfg), true, None),
+            Err(e) => (Vec::new(), true, Some(e.to_string())),
+        },
+        None => (Vec::new(), false, None),
+    };
     let detail = TransferDetail {
-        row: row(&t),
+        ends: ends_now(&t, p, &scope, cfg),
+        plan_preview,
+        plan_problem,
+        row: row(&t, p, &scope),
         lca: scope.lca(&t),
         decided_by: t.decided_by.clone(),
         decided_at: t.decided_at.map(quota::time::format_when),
         decision_note: t.decision_note.clone().filter(|n| !n.is_empty()),
         result: t.result.clone(),
         finished_at: t.finished_at.map(quota::time::format_when),
-        plan: plan_rows(&t),
+        plan,
         reverts: t.reverts,
         reverted_by: t.reverted_by,
-        may_decide: t.status == TransferStatus::Requested
-            && scope.may_decide(&viewer.principal, &t),
+        may_decide,
     };
     Ok((
         status,

@@ -146,11 +146,42 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
     assert_eq!(p.status, StatusCode::FORBIDDEN, "{}", p.body);
     assert_eq!(gpus(&s.quota("nlp").await), "8", "nothing moved yet");
 
-    // The owner of the common parent approves: both quotas change.
+    // The owner of the common parent sees it waiting for her, and before
+    // approving what it would do: both ends as they are, each quota's hard
+    // before and after; the ends are links.
+    let list = carol.get("/transfers").await.body;
+    assert!(list.contains("1 request awaits your decision"), "{list}");
+    assert!(
+        list.contains(r#"<a href="/quotas/cv" class="name">cv</a>"#),
+        "{list}"
+    );
+    let mine = carol.get("/transfers?awaiting=me").await.body;
+    assert!(mine.contains(r#"href="/transfers/1""#), "{mine}");
+    assert!(
+        !alice.get("/transfers").await.body.contains("your decision"),
+        "alice decides nothing here"
+    );
     let page = carol.get(&at).await.body;
     assert!(
         page.contains("/transfers/1/approve") && page.contains("/transfers/1/reject"),
         "{page}"
+    );
+    assert!(page.contains("What approving now would do"), "{page}");
+    assert!(
+        page.contains("requests.nvidia.com/gpu 8") && page.contains("requests.nvidia.com/gpu 6"),
+        "nlp's hard before and after: {page}"
+    );
+    assert!(page.contains("Both ends now"), "{page}");
+    assert!(
+        page.contains("requests.nvidia.com/gpu 0 in use of 8, 6 unallocated"),
+        "nlp as it is: {page}"
+    );
+    assert!(
+        !bob.get(&at)
+            .await
+            .body
+            .contains("What approving now would do"),
+        "only those who decide see the plan before it is made"
     );
     let p = carol.post("/transfers/1/approve", &[]).await;
     assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
