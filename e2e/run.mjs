@@ -156,6 +156,8 @@ try {
   await step('admin-approves-it', async () => {
     await login(base, 'admin', ADMIN_PASSWORD);
     await page.goto(transferUrl);
+    expect(await page.isVisible('text=What approving now would do'), 'the plan shows before approving');
+    await page.check('form[action$="/approve"] input[name=confirm]');
     await submit('form[action$="/approve"] button[type=submit]');
     await page.goto(transferUrl);
     const text = await page.innerText('body');

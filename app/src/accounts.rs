@@ -71,16 +71,23 @@ fn UserActions(u: UserRow, csrf: String) -> impl IntoView {
         ("Make admin", "true")
     };
     let self_lock = u.is_self;
+    // Disabling and making admin ask for a tick first (the browser holds the
+    // form until it is ticked; the server refuses without it).
+    let confirm = |on: bool| {
+        on.then(|| view! { <label class="check"><input type="checkbox" name="confirm" value="yes" required/>"sure"</label> })
+    };
     view! {
         <div class="actions">
             <form method="post" action=format!("{base}/disabled")>
                 <CsrfField csrf=csrf.clone()/>
                 <input type="hidden" name="disabled" value=disable_value/>
+                {confirm(!u.disabled && !self_lock)}
                 <button type="submit" disabled=self_lock>{disable_label}</button>
             </form>
             <form method="post" action=format!("{base}/admin")>
                 <CsrfField csrf=csrf.clone()/>
                 <input type="hidden" name="admin" value=admin_value/>
+                {confirm(!u.is_admin && !self_lock)}
                 <button type="submit" disabled=self_lock>{admin_label}</button>
             </form>
             <form method="post" action=format!("{base}/password")>
@@ -201,6 +208,7 @@ pub fn render_tokens_page(
                     None => view! {
                         <form method="post" action=format!("/tokens/{}/revoke", t.id)>
                             <CsrfField csrf=csrf.clone()/>
+                            <label class="check"><input type="checkbox" name="confirm" value="yes" required/>"sure"</label>
                             <button type="submit">"Revoke"</button>
                         </form>
                     }

@@ -101,6 +101,9 @@ pub struct QuotaForm {
     /// Extra keys the parent does not have (blank rows to fill in).
     pub extra: Vec<FormKey>,
     pub resource_version: String,
+    /// What saving would do that needs a second look (a hard below what
+    /// runs): shown above the Save button with a box to tick.
+    pub consequences: Vec<String>,
 }
 
 /// Blank rows offered for keys beyond the parent's.
@@ -395,6 +398,15 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
         }
         .into_any(),
     };
+    let confirm = (!f.consequences.is_empty()).then(|| {
+        view! {
+            <div class="flash error consequences">
+                <p>"Saving this would:"</p>
+                <ul>{f.consequences.iter().map(|c| view! { <li>{c.clone()}</li> }).collect_view()}</ul>
+                <label class="check"><input type="checkbox" name="confirm_lower" value="yes" required/>"I understand; save it anyway"</label>
+            </div>
+        }
+    });
     let rows = f.keys.into_iter().map(|k| key_row(k, None)).collect_view();
     let extra = f
         .extra
@@ -413,6 +425,7 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
                         <tbody>{rows}{extra}</tbody>
                     </table>
                     <p class="hint">"* the parent has this key, so the child must carry it. Amounts are Kubernetes quantities (500m, 16Gi, 4); an empty hard drops the key. The server checks the tree rules: a child's hard must fit in what its parent has left."</p>
+                    {confirm}
                     <div class="actions"><button type="submit">{submit}</button><a href=back>"Cancel"</a></div>
                 </form>
             </Layout>

@@ -333,6 +333,7 @@ pub fn render_transfer_page(viewer: Viewer, d: TransferDetail, flash: Option<Fla
             <div class="card decide">
                 <form method="post" action=format!("/transfers/{id}/approve")>
                     <CsrfField csrf=csrf.clone()/>
+                    <label class="check"><input type="checkbox" name="confirm" value="yes" required/>"I have read what approving does"</label>
                     <button type="submit">"Approve"</button>
                 </form>
                 <form method="post" action=format!("/transfers/{id}/reject")>

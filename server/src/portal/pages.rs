@@ -186,6 +186,27 @@ pub async fn create_user(
 pub struct FlagForm {
     #[serde(alias = "disabled", alias = "admin")]
     value: String,
+    /// `yes`: the box next to Disable / Make admin was ticked.
+    #[serde(default)]
+    confirm: String,
+}
+
+/// Ticked, or refused with what to do (the form's box is `required`, so
+/// only a client that skips the browser gets here without it).
+fn require_confirm(confirm: &str, what: &str) -> Result<(), PageError> {
+    if confirm == "yes" {
+        Ok(())
+    } else {
+        Err(PageError::Invalid(format!(
+            "{what} needs confirming: tick the box next to the button"
+        )))
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub struct ConfirmForm {
+    #[serde(default)]
+    confirm: String,
 }
 
 fn parse_flag(v: &str) -> Result<bool, PageError> {
@@ -209,6 +230,9 @@ pub async fn set_disabled(
     let user = user_named(&app, &name).await?;
     if Some(user.id) == viewer.principal.user_id && disabled {
         return refused(&app, &viewer, "you cannot disable yourself".into()).await;
+    }
+    if disabled {
+        require_confirm(&f.confirm, &format!("disabling {name}"))?;
     }
     app.portal.sql.set_user_disabled(user.id, disabled).await?;
     let after = User {
@@ -254,6 +278,9 @@ pub async fn set_admin(
             "you cannot revoke your own admin role".into(),
         )
         .await;
+    }
+    if is_admin {
+        require_confirm(&f.confirm, &format!("making {name} an admin"))?;
     }
     app.portal.sql.set_user_admin(user.id, is_admin).await?;
     let after = User {
@@ -621,12 +648,14 @@ pub async fn revoke_token(
     State(app): State<AppState>,
     viewer: Viewer,
     Path(id): Path<i64>,
+    Form(f): Form<ConfirmForm>,
 ) -> Result<Response, PageError> {
     let Some(user_id) = viewer.principal.user_id else {
         return Err(PageError::Forbidden(
             "the admin token has no personal tokens".into(),
         ));
     };
+    require_confirm(&f.confirm, &format!("revoking token {id}"))?;
     let Some(t) = app
         .portal
         .sql

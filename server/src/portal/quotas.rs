@@ -619,6 +619,7 @@ fn edit_form(q: &Quota, version: i64, parent: Option<&Quota>) -> QuotaForm {
             .collect(),
         extra: blank_extra(),
         resource_version: version.to_string(),
+        consequences: Vec::new(),
     }
 }
 
@@ -656,6 +657,9 @@ pub async fn edit(
     let p = &viewer.principal;
     let tree = changes::tree_for(&app.audited(), p).await?;
     changes::require_edit(p, &name, &tree).map_err(page_error)?;
+    let confirmed = fields
+        .iter()
+        .any(|(k, v)| k == "confirm_lower" && v == "yes");
     let current = app.service.get(&name).await?;
     let parent = parent_of(&app, &current.quota).await;
     let base = QuotaForm {
@@ -676,6 +680,23 @@ pub async fn edit(
             ))
         }
     };
+    if !confirmed {
+        let all = app.service.list().await?;
+        let in_use = subtree_in_use(&all).remove(&name).unwrap_or_default();
+        let consequences = lowering_consequences(&name, &spec, &in_use, &app.service.keys);
+        if !consequences.is_empty() {
+            let form = QuotaForm {
+                consequences,
+                ..sub.form
+            };
+            return Ok(refused_form(
+                &viewer,
+                form,
+                format!("{name} is not saved yet: check what saving would do, then confirm"),
+                StatusCode::CONFLICT,
+            ));
+        }
+    }
     match changes::update(&app.audited(), p, &tree, &name, spec, sub.version, false).await {
         Ok(_) => {
             viewer.set_flash(Flash::Ok(format!("saved {name}"))).await;
@@ -684,7 +705,8 @@ pub async fn edit(
         Err(ChangeError::Service(ServiceError::Conflict(m))) if m.contains("resourceVersion") => {
             let fresh = app.service.get(&name).await?;
             let form = edit_form(&fresh.quota, fresh.version, parent.as_ref());
-            let m = format!("Someone else changed {name} after you opened this form; these are its current values: check them and save again. ({m})");
+            tracing::debug!(quota = %name, conflict = %m, "stale edit form");
+            let m = format!("Someone else changed {name} after you opened this form; these are its current values: check them and save again.");
             Ok(refused_form(&viewer, form, m, StatusCode::CONFLICT))
         }
         Err(e) => {
@@ -692,6 +714,34 @@ pub async fn edit(
             Ok(refused_form(&viewer, sub.form, m, status))
         }
     }
+}
+
+/// What a new spec would do to what runs: each key whose new hard is below
+/// what its subtree uses now (nothing is stopped; new work is refused until
+/// use falls under it).
+pub fn lowering_consequences(
+    name: &str,
+    spec: &QuotaSpec,
+    in_use: &ResourceList,
+    cfg: &KeyConfig,
+) -> Vec<String> {
+    spec.hard
+        .iter()
+        .filter(|(k, _)| cash_target(k).is_none())
+        .filter_map(|(k, hard)| {
+            let using = resources::get(in_use, k);
+            (*hard < using).then(|| {
+                let show = |n| app::display_quantity(k, n, cfg);
+                format!(
+                    "set {k} to {}, below the {} in use in {name} and below: nothing running is \
+                     stopped, but {name} is over quota by {} and new work is refused until use falls under it",
+                    show(*hard),
+                    show(using),
+                    show(using.saturating_sub(*hard))
+                )
+            })
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]

@@ -461,11 +461,28 @@ async fn decided(
 }
 
 /// POST /transfers/{id}/approve
+/// The Approve form's box: a decider ticks it after reading the plan.
+#[derive(Deserialize, Default)]
+pub struct ApproveForm {
+    #[serde(default)]
+    confirm: String,
+}
+
 async fn page_approve(
     State(app): State<AppState>,
     viewer: Viewer,
     Path(id): Path<i64>,
+    Form(f): Form<ApproveForm>,
 ) -> Result<Response, PageError> {
+    if f.confirm != "yes" {
+        // Who may not decide hears that first; a decider, what is missing.
+        app.transfer_desk()
+            .decidable(&viewer.principal, id, "approve")
+            .await?;
+        return Err(PageError::Invalid(format!(
+            "approving transfer #{id} needs confirming: tick the box next to Approve"
+        )));
+    }
     let result = app.transfer_desk().approve(&viewer.principal, id).await;
     decided(&app, &viewer, id, result).await
 }

@@ -218,7 +218,7 @@ impl TransferDesk {
     }
 
     /// The check both decisions make: visible (else 404), and `p` may decide.
-    async fn decidable(
+    pub async fn decidable(
         &self,
         p: &Principal,
         id: i64,

@@ -69,12 +69,15 @@ async fn a_revoked_or_disabled_users_token_is_refused_at_once(s: &Server) {
     };
     // Bob cannot revoke Alice's token.
     o.bob.get("/tokens").await;
-    let p = o.bob.post(&format!("/tokens/{first_id}/revoke"), &[]).await;
+    let p = o
+        .bob
+        .post(&format!("/tokens/{first_id}/revoke"), &[("confirm", "yes")])
+        .await;
     assert_eq!(p.status, StatusCode::NOT_FOUND);
     assert_eq!(call(o.alice_token.clone()).await, StatusCode::OK);
     let p = o
         .alice
-        .post(&format!("/tokens/{first_id}/revoke"), &[])
+        .post(&format!("/tokens/{first_id}/revoke"), &[("confirm", "yes")])
         .await;
     assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
     assert_eq!(call(o.alice_token.clone()).await, StatusCode::UNAUTHORIZED);
@@ -89,7 +92,10 @@ async fn a_revoked_or_disabled_users_token_is_refused_at_once(s: &Server) {
     o.admin.get("/users").await;
     let p = o
         .admin
-        .post("/users/alice/disabled", &[("disabled", "true")])
+        .post(
+            "/users/alice/disabled",
+            &[("disabled", "true"), ("confirm", "yes")],
+        )
         .await;
     assert_eq!(p.status, StatusCode::SEE_OTHER);
     assert_eq!(call(second.clone()).await, StatusCode::UNAUTHORIZED);

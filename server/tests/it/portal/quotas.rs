@@ -353,6 +353,71 @@ async fn error_pages_keep_the_navigation(s: &Server) {
     assert_eq!(v["error"]["reason"], "NotFound", "{v}");
 }
 
+/// Cutting a quota's hard below what runs in it asks first: the form comes
+/// back with what saving would do and a box to tick, nothing saved; ticked,
+/// it saves. A cut that leaves room saves at once.
+async fn a_cut_below_what_runs_is_confirmed_first(s: &Server) {
+    let o = org(s).await;
+    let d = deployment("train", "nlp-a", 2, 1);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "u-cut", Some(d), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let cut = |who: &'static str,
+               quota: &'static str,
+               gpus: &'static str,
+               pods: &'static str,
+               confirm: bool| {
+        let b = if who == "admin" { &o.admin } else { &o.alice };
+        async move {
+            let edit = b.get(&format!("/quotas/{quota}/edit")).await.body;
+            let version = hidden_field(&edit, "resourceVersion").unwrap();
+            let mut f = vec![
+                ("resourceVersion", version.as_str()),
+                ("hard:requests.nvidia.com/gpu", gpus),
+                ("hard:pods", pods),
+            ];
+            if confirm {
+                f.push(("confirm_lower", "yes"));
+            }
+            b.post(&format!("/quotas/{quota}/edit"), &f).await
+        }
+    };
+    let gpus = |q: Value| q["spec"]["hard"]["requests.nvidia.com/gpu"].clone();
+    let asked = cut("alice", "nlp-a", "1", "10", false).await;
+    assert_eq!(asked.status, StatusCode::CONFLICT, "{}", asked.body);
+    assert!(
+        asked.body.contains(
+            "set requests.nvidia.com/gpu to 1, below the 2 in use in nlp-a and below: nothing \
+             running is stopped, but nlp-a is over quota by 1"
+        ),
+        "{}",
+        asked.body
+    );
+    assert!(
+        asked.body.contains(r#"name="confirm_lower""#),
+        "{}",
+        asked.body
+    );
+    assert_eq!(gpus(s.quota("nlp-a").await), "2", "nothing saved yet");
+    let confirmed = cut("alice", "nlp-a", "1", "10", true).await;
+    assert_eq!(
+        confirmed.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        confirmed.body
+    );
+    assert_eq!(gpus(s.quota("nlp-a").await), "1");
+    // nlp: 2 run below it, 8 → 3 leaves room: saved at once (by an admin:
+    // an owner does not set its own hard).
+    let roomy = cut("admin", "nlp", "3", "40", false).await;
+    assert_eq!(roomy.status, StatusCode::SEE_OTHER, "{}", roomy.body);
+    assert_eq!(gpus(s.quota("nlp").await), "3");
+}
+
 on_both!(
     a_child_that_does_not_fit_is_refused_on_the_form,
     a_child_that_fits_is_created_and_audited,
@@ -360,4 +425,5 @@ on_both!(
     charts_and_forecasts_appear_once_usage_is_sampled,
     a_parent_shows_its_subtree_in_use_apart_from_what_it_allocated,
     error_pages_keep_the_navigation,
+    a_cut_below_what_runs_is_confirmed_first,
 );

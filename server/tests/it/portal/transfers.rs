@@ -183,7 +183,22 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
             .contains("What approving now would do"),
         "only those who decide see the plan before it is made"
     );
-    let p = carol.post("/transfers/1/approve", &[]).await;
+    let unticked = carol.post("/transfers/1/approve", &[]).await;
+    assert_eq!(
+        unticked.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        unticked.body
+    );
+    assert!(unticked.body.contains("tick the box next to Approve"));
+    assert_eq!(
+        gpus(&s.quota("nlp").await),
+        "8",
+        "nothing moved unconfirmed"
+    );
+    let p = carol
+        .post("/transfers/1/approve", &[("confirm", "yes")])
+        .await;
     assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
     let page = carol.get(&at).await.body;
     assert!(page.contains("transfer #1 approved and done"), "{page}");
@@ -215,7 +230,9 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
         .await
         .body
         .contains("/transfers/2/approve"));
-    let p = alice.post("/transfers/2/approve", &[]).await;
+    let p = alice
+        .post("/transfers/2/approve", &[("confirm", "yes")])
+        .await;
     assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
     assert_eq!(gpus(&s.quota("nlp-a").await), "3");
     assert_eq!(gpus(&s.quota("nlp").await), "6", "nlp's remainder paid");
@@ -275,7 +292,9 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
         list.contains("/transfers/4") && !list.contains(r#"href="/transfers/1""#),
         "{list}"
     );
-    let p = carol.post("/transfers/4/approve", &[]).await;
+    let p = carol
+        .post("/transfers/4/approve", &[("confirm", "yes")])
+        .await;
     assert_eq!(p.status, StatusCode::CONFLICT, "{}", p.body);
     assert!(p.body.contains("transfer 4 is expired"), "{}", p.body);
 

@@ -10,7 +10,12 @@ async fn sessions_stay_ended(s: &Server) {
     let admin = Browser::admin(s).await;
     create_user(&admin, "alice", ALICE_PW).await;
     admin.get("/users").await;
-    admin.post("/users/alice/admin", &[("admin", "true")]).await;
+    admin
+        .post(
+            "/users/alice/admin",
+            &[("admin", "true"), ("confirm", "yes")],
+        )
+        .await;
     for round in 0..3 {
         // A logout while a request of the same session is in flight.
         let alice = Browser::logged_in(s, "alice", ALICE_PW).await;
