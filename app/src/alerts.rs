@@ -77,15 +77,94 @@ fn alert_table(rows: Vec<AlertRow>, empty: &'static str) -> AnyView {
     .into_any()
 }
 
-/// The overview's section: the open alerts on quotas the viewer can see.
+/// Quotas shown in the overview's "needs attention" list; the rest are a
+/// link away.
+pub const ATTENTION_QUOTAS: usize = 6;
+
+/// Open alerts grouped by quota, worst first: (quota, worst level, counts
+/// by level as "2 critical, 1 warning", the worst alert's message).
+pub fn group_by_quota(open: &[AlertRow]) -> Vec<(String, String, String, String)> {
+    let rank = |l: &str| match l {
+        "critical" => 3,
+        "warning" => 2,
+        _ => 1,
+    };
+    let mut by: std::collections::BTreeMap<&str, Vec<&AlertRow>> = Default::default();
+    for a in open {
+        by.entry(a.quota.as_str()).or_default().push(a);
+    }
+    let mut groups: Vec<(i32, usize, String, String, String, String)> = by
+        .into_iter()
+        .map(|(q, mut alerts)| {
+            alerts.sort_by_key(|a| -rank(&a.level));
+            let worst = alerts[0];
+            let counts = ["critical", "warning", "info"]
+                .iter()
+                .filter_map(|l| {
+                    let n = alerts.iter().filter(|a| a.level == *l).count();
+                    (n > 0).then(|| format!("{n} {l}"))
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            (
+                rank(&worst.level),
+                alerts.len(),
+                q.to_string(),
+                worst.level.clone(),
+                counts,
+                worst.message.clone(),
+            )
+        })
+        .collect();
+    groups.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    groups
+        .into_iter()
+        .map(|(_, _, q, level, counts, message)| (q, level, counts, message))
+        .collect()
+}
+
+/// The overview's first section: what needs the viewer — transfers
+/// awaiting its decision, then open alerts grouped by quota, worst first.
 #[cfg(feature = "ssr")]
-pub fn overview_section(open: Vec<AlertRow>) -> impl IntoView {
+pub fn attention_section(open: Vec<AlertRow>, awaiting_me: usize) -> impl IntoView {
     let count = open.len();
+    let groups = group_by_quota(&open);
+    let more = groups.len().saturating_sub(ATTENTION_QUOTAS);
+    let transfers = (awaiting_me > 0).then(|| {
+        let text = if awaiting_me == 1 {
+            "1 transfer request awaits your decision".to_string()
+        } else {
+            format!("{awaiting_me} transfer requests await your decision")
+        };
+        view! { <li><a href="/transfers?awaiting=me">{text}</a></li> }
+    });
+    let rows = groups
+        .into_iter()
+        .take(ATTENTION_QUOTAS)
+        .map(|(q, level, counts, message)| {
+            let href = format!("/alerts?quota={q}");
+            view! {
+                <li>
+                    <span class=format!("level {level}")>{level.clone()}</span>" "
+                    <a class="name" href=href>{q}</a>
+                    <span class="hint">{format!(" · {counts}")}</span>
+                    <div>{message}</div>
+                </li>
+            }
+        })
+        .collect_view();
+    let nothing = (count == 0 && awaiting_me == 0)
+        .then(|| view! { <p class="empty">"Nothing needs you now: no open alerts on your quotas, no transfer waiting for you."</p> });
+    let more = (more > 0).then(
+        || view! { <p><a href="/alerts">{format!("and {more} more quotas with alerts →")}</a></p> },
+    );
     view! {
-        <section class="card alerts">
-            <h3>"Alerts"</h3>
-            {alert_table(open, "No open alerts on your quotas.")}
-            <p><a href="/alerts">{format!("All alerts ({count} open) →")}</a></p>
+        <section class="card attention">
+            <h3>"Needs attention"</h3>
+            {nothing}
+            <ul class="attention">{transfers}{rows}</ul>
+            {more}
+            {(count > 0).then(|| view! { <p><a href="/alerts">{format!("All alerts ({count} open) →")}</a></p> })}
         </section>
     }
 }
@@ -272,4 +351,39 @@ pub fn render_account_page(viewer: Viewer, a: AccountAlerts, flash: Option<Flash
             </Layout>
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alert(quota: &str, level: &str, message: &str) -> AlertRow {
+        AlertRow {
+            id: 0,
+            kind: "threshold".into(),
+            quota: quota.into(),
+            level: level.into(),
+            message: message.into(),
+            opened: String::new(),
+            resolved: None,
+        }
+    }
+
+    #[test]
+    fn alerts_group_by_quota_worst_first() {
+        let open = [
+            alert("cv", "warning", "cv at 80 %"),
+            alert("nlp", "warning", "nlp at 80 %"),
+            alert("nlp", "critical", "nlp at 100 %"),
+            alert("ai", "info", "ai allocated"),
+            alert("cv", "warning", "cv budget"),
+        ];
+        let g = group_by_quota(&open);
+        let names: Vec<&str> = g.iter().map(|(q, ..)| q.as_str()).collect();
+        assert_eq!(names, ["nlp", "cv", "ai"]);
+        assert_eq!(g[0].1, "critical");
+        assert_eq!(g[0].2, "1 critical, 1 warning");
+        assert_eq!(g[0].3, "nlp at 100 %");
+        assert_eq!(g[1].2, "2 warning");
+    }
 }

@@ -126,6 +126,7 @@ pub fn render_overview_page(
     viewer: Viewer,
     cards: Vec<OverviewCard>,
     alerts: Vec<crate::alerts::AlertRow>,
+    awaiting_me: usize,
     flash: Option<Flash>,
 ) -> String {
     let title = "Overview".to_string();
@@ -156,9 +157,9 @@ pub fn render_overview_page(
     document(move || {
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Overview flash=flash>
+                {crate::alerts::attention_section(alerts, awaiting_me)}
                 <crate::BarLegend/>
                 <div class="overview">{body}</div>
-                {crate::alerts::overview_section(alerts)}
             </Layout>
         }
     })

@@ -63,6 +63,48 @@ pub fn cash_unit(cash_key: &str) -> &'static str {
     }
 }
 
+/// `143,500.25`: [`decimal`] with thousands separated.
+pub fn grouped(q: Quantity) -> String {
+    let d = decimal(q);
+    let (sign, rest) = d.strip_prefix('-').map_or(("", d.as_str()), |r| ("-", r));
+    let (whole, frac) = rest
+        .split_once('.')
+        .map_or((rest, None), |(w, f)| (w, Some(f)));
+    let mut out = String::with_capacity(d.len() + whole.len() / 3);
+    for (i, c) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    match frac {
+        Some(f) => format!("{sign}{out}.{f}"),
+        None => format!("{sign}{out}"),
+    }
+}
+
+/// An amount of a key as messages and email show it, whatever form the
+/// quantity was written in: a budget in its unit (`143,500 card-hours`),
+/// memory and storage in GiB (`208 GiB`, not `223338299392`), the rest as
+/// a number (`1,376`).
+pub fn amount(key: &str, q: Quantity) -> String {
+    if cash_target(key).is_some() {
+        return format!("{} {}", grouped(q), cash_unit(key));
+    }
+    let resource = key
+        .strip_prefix("requests.")
+        .or_else(|| key.strip_prefix("limits."))
+        .unwrap_or(key);
+    let bytes = ["memory", "ephemeral-storage", "storage", "hugepages-"]
+        .iter()
+        .any(|r| resource.starts_with(r));
+    if bytes {
+        let gib = Quantity::from_nanos(q.nanos() / (1i128 << 30));
+        return format!("{} GiB", grouped(gib));
+    }
+    grouped(q)
+}
+
 /// `4.06 card-hours`.
 pub fn cash(cash_key: &str, q: Quantity) -> String {
     format!("{} {}", decimal(q), cash_unit(cash_key))
@@ -173,6 +215,25 @@ pub fn summarize(
         reclaim_pending: status.reclaim.len().try_into().unwrap_or(u32::MAX),
     };
     (summary, readable)
+}
+
+#[cfg(test)]
+mod amount_tests {
+    use super::*;
+
+    #[test]
+    fn amounts_read_the_same_whatever_their_written_form() {
+        let q = |s: &str| s.parse::<Quantity>().unwrap();
+        assert_eq!(
+            amount("cash/requests.nvidia.com/gpu", q("143500")),
+            "143,500 card-hours"
+        );
+        assert_eq!(amount("requests.memory", q("208Gi")), "208 GiB");
+        assert_eq!(amount("requests.memory", q("274877906944")), "256 GiB");
+        assert_eq!(amount("limits.cpu", q("1376")), "1,376");
+        assert_eq!(amount("requests.cpu", q("500m")), "0.5");
+        assert_eq!(grouped(q("-1234567.5")), "-1,234,567.5");
+    }
 }
 
 #[cfg(test)]

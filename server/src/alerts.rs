@@ -231,6 +231,8 @@ pub fn conditions(
             None => booked.saturating_sub(resources::get(&allocated, key)),
         };
         let rule = rule_for(rules, key);
+        // Amounts as people read them, whatever form the spec was written in.
+        let show = |q: Quantity| quota::readable::amount(key, q);
         let carved = resources::get(&allocated, key);
         if let (Some(percent), false, false) = (rule.allocation_percent, cash, carved.is_zero()) {
             if hard.nanos() > 0 && reaches(booked, hard, percent) {
@@ -240,9 +242,12 @@ pub fn conditions(
                     key: key.clone(),
                     level: Level::Info,
                     message: format!(
-                        "{key} of {name} is {percent} % allocated: {carved} to children and \
-                         {} used here, of {hard}; {used} in use in its subtree",
-                        booked.saturating_sub(carved)
+                        "{key} of {name} is {percent} % allocated: {} to children and \
+                         {} used here, of {}; {} in use in its subtree",
+                        show(carved),
+                        show(booked.saturating_sub(carved)),
+                        show(hard),
+                        show(used)
                     ),
                     numbers: json!({
                         "allocated": carved.to_string(),
@@ -271,7 +276,11 @@ pub fn conditions(
                 quota: name.to_string(),
                 key: key.clone(),
                 level: Level::Critical,
-                message: format!("{key} of {name} is over quota: {booked} used of {hard}"),
+                message: format!(
+                    "{key} of {name} is over quota: {} used of {}",
+                    show(booked),
+                    show(hard)
+                ),
                 numbers: numbers(booked, None),
             });
         }
@@ -288,7 +297,9 @@ pub fn conditions(
                         key: key.clone(),
                         level,
                         message: format!(
-                            "{key} of {name} reached {percent} %: {used} {what} of {hard}"
+                            "{key} of {name} reached {percent} %: {} {what} of {}",
+                            show(used),
+                            show(hard)
                         ),
                         numbers: numbers(used, Some(percent)),
                     });

@@ -135,7 +135,9 @@ fn a_cash_key_is_judged_on_its_spend() {
         ["threshold|nlp-team|cash/requests.nvidia.com/gpu|warning"]
     );
     assert!(
-        fired[0].message.contains("80 spent of 100"),
+        fired[0]
+            .message
+            .contains("80 card-hours spent of 100 card-hours"),
         "{}",
         fired[0].message
     );

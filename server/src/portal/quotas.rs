@@ -112,11 +112,21 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
             forecasts: forecasts(q, &s, now, &app.service.keys),
         });
     }
+    let awaiting_me = app
+        .transfer_desk()
+        .awaiting(p)
+        .await
+        .map(|ids| ids.len())
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "could not count the transfers awaiting the viewer");
+            0
+        });
     let flash = viewer.take_flash().await;
     Ok(Html(app::quotas::render_overview_page(
         viewer.page(),
         cards,
         viewer.open_alerts.clone(),
+        awaiting_me,
         flash,
     ))
     .into_response())

@@ -136,18 +136,7 @@ async fn list_page(
     let desk = app.transfer_desk();
     let mut rows = desk.list(p, filter, Some(&scope)).await?;
     // Requests the viewer may decide: a count on every list, the filter.
-    let waiting = TransferFilter {
-        statuses: vec![TransferStatus::Requested],
-        limit: Some(LIST_ROWS),
-        ..Default::default()
-    };
-    let awaiting_me: Vec<i64> = desk
-        .list(p, waiting, Some(&scope))
-        .await?
-        .into_iter()
-        .filter(|t| scope.may_decide(p, t))
-        .map(|t| t.id)
-        .collect();
+    let awaiting_me = desk.awaiting(p).await?;
     let only_mine = q.awaiting == "me";
     if only_mine {
         rows.retain(|t| awaiting_me.contains(&t.id));

@@ -218,6 +218,23 @@ impl TransferDesk {
     }
 
     /// The check both decisions make: visible (else 404), and `p` may decide.
+    /// The requests waiting for `p`'s decision (ids, newest first).
+    pub async fn awaiting(&self, p: &Principal) -> Result<Vec<i64>, TransferOpError> {
+        let scope = Scope::load(&self.audited.service).await?;
+        let waiting = TransferFilter {
+            statuses: vec![TransferStatus::Requested],
+            limit: Some(1000),
+            ..Default::default()
+        };
+        Ok(self
+            .list(p, waiting, Some(&scope))
+            .await?
+            .into_iter()
+            .filter(|t| scope.may_decide(p, t))
+            .map(|t| t.id)
+            .collect())
+    }
+
     pub async fn decidable(
         &self,
         p: &Principal,

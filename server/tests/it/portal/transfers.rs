@@ -155,6 +155,12 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
         list.contains(r#"<a href="/quotas/cv" class="name">cv</a>"#),
         "{list}"
     );
+    let home = carol.get("/").await.body;
+    assert!(
+        home.contains("Needs attention")
+            && home.contains("1 transfer request awaits your decision"),
+        "the overview leads with it: {home}"
+    );
     let mine = carol.get("/transfers?awaiting=me").await.body;
     assert!(mine.contains(r#"href="/transfers/1""#), "{mine}");
     assert!(
