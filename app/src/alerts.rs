@@ -45,6 +45,7 @@ pub struct AlertRow {
 pub struct AlertQuery {
     pub quota: String,
     pub kind: String,
+    pub level: String,
 }
 
 #[cfg(feature = "ssr")]
@@ -176,9 +177,15 @@ pub fn render_alerts_page(
     open: Vec<AlertRow>,
     resolved: Vec<AlertRow>,
     query: AlertQuery,
+    older: Option<String>,
     kinds: Vec<String>,
     flash: Option<Flash>,
 ) -> String {
+    let levels = ["critical", "warning", "info"]
+        .into_iter()
+        .map(|l| view! { <option value=l selected=query.level == l>{l}</option> })
+        .collect_view();
+    let older = older.map(|h| view! { <p><a href=h>"Older resolved alerts →"</a></p> });
     let options = kinds
         .into_iter()
         .map(|k| {
@@ -197,12 +204,19 @@ pub fn render_alerts_page(
                             {options}
                         </select>
                     </label>
+                    <label>"Level"
+                        <select name="level">
+                            <option value="" selected=query.level.is_empty()>"any"</option>
+                            {levels}
+                        </select>
+                    </label>
                     <button type="submit">"Filter"</button>
                 </form>
                 <h3>"Open"</h3>
                 {alert_table(open, "No open alerts match.")}
                 <h3>"Resolved"</h3>
                 {alert_table(resolved, "No resolved alerts match.")}
+                {older}
             </Layout>
         }
     })

@@ -118,6 +118,16 @@ impl Level {
             .into_iter()
             .find(|l| l.as_str() == s)
     }
+
+    /// A filter's level: empty for any, else a level's name.
+    pub fn parse_filter(s: &str) -> Result<Option<Level>, String> {
+        match s.trim() {
+            "" => Ok(None),
+            l => Level::parse(l)
+                .map(Some)
+                .ok_or_else(|| format!("unknown level '{l}': info, warning or critical")),
+        }
+    }
 }
 
 /// A quota's rule for one key, or for every key without its own ('*').

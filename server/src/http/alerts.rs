@@ -1,7 +1,7 @@
 //! `/api/v1/alerts`: the alerts on the quotas the caller may see, newest
 //! first, paged; one alert by id.
 
-use crate::alerts::Kind;
+use crate::alerts::{Kind, Level};
 use crate::authz::Principal;
 use crate::http::{ApiError, AppState};
 use crate::service::changes::records_scope;
@@ -30,6 +30,9 @@ pub struct ApiParams {
     /// open, resolved or all (default).
     #[serde(default)]
     state: String,
+    /// info, warning or critical; empty for any.
+    #[serde(default)]
+    level: String,
     /// 1 to 1000, default 100.
     limit: Option<i64>,
     /// Paging: alerts older than this id (the previous page's `next`).
@@ -64,6 +67,7 @@ pub async fn api_list(
 ) -> Result<Response, ApiError> {
     let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let kind = Kind::parse_filter(&q.kind).map_err(ApiError::BadRequest)?;
+    let level = Level::parse_filter(&q.level).map_err(ApiError::BadRequest)?;
     let open = match q.state.trim() {
         "" | "all" => None,
         "open" => Some(true),
@@ -86,6 +90,7 @@ pub async fn api_list(
         open,
         quotas_in: records_scope(&app.service, &p).await?,
         before: q.before,
+        level,
     };
     let items = app
         .portal

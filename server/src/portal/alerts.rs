@@ -5,7 +5,7 @@
 
 use super::auth::Viewer;
 use super::PageError;
-use crate::alerts::Kind;
+use crate::alerts::{Kind, Level};
 use crate::authz::{self, Principal};
 use crate::http::AppState;
 use crate::store::alerts::{Alert, AlertFilter, Pref};
@@ -54,15 +54,23 @@ pub struct AlertParams {
     quota: String,
     #[serde(default)]
     kind: String,
+    /// info, warning or critical; empty for any.
+    #[serde(default)]
+    level: String,
+    /// The history's next page: resolved alerts older than this id.
+    #[serde(default)]
+    before: Option<i64>,
 }
 
-/// GET /alerts?quota=&kind= — open alerts, then the history.
+/// GET /alerts?quota=&kind=&level=&before= — open alerts (worst first),
+/// then the history, newest first, a page at a time.
 pub async fn page(
     State(app): State<AppState>,
     viewer: Viewer,
     Query(q): Query<AlertParams>,
 ) -> Result<Response, PageError> {
     let kind = Kind::parse_filter(&q.kind).map_err(PageError::Invalid)?;
+    let level = Level::parse_filter(&q.level).map_err(PageError::Invalid)?;
     let quota = Some(q.quota.trim().to_string()).filter(|s| !s.is_empty());
     let scope = crate::service::changes::records_scope(&app.service, &viewer.principal).await?;
     let filter = |open| AlertFilter {
@@ -71,10 +79,30 @@ pub async fn page(
         open: Some(open),
         quotas_in: scope.clone(),
         before: None,
+        level,
     };
     let sql = &app.portal.sql;
-    let open = sql.alerts(&filter(true), i64::MAX).await?;
-    let resolved = sql.alerts(&filter(false), HISTORY_ROWS).await?;
+    let mut open = sql.alerts(&filter(true), i64::MAX).await?;
+    // Worst first, then newest.
+    open.sort_by(|a, b| b.level.cmp(&a.level).then(b.id.cmp(&a.id)));
+    let history = AlertFilter {
+        before: q.before,
+        ..filter(false)
+    };
+    let resolved = sql.alerts(&history, HISTORY_ROWS).await?;
+    let older = (resolved.len() as i64 == HISTORY_ROWS)
+        .then(|| resolved.last().map(|a| a.id))
+        .flatten()
+        .map(|id| {
+            let query = serde_urlencoded::to_string([
+                ("quota", q.quota.as_str()),
+                ("kind", q.kind.as_str()),
+                ("level", q.level.as_str()),
+                ("before", id.to_string().as_str()),
+            ])
+            .unwrap_or_default();
+            format!("/alerts?{query}")
+        });
     let flash = viewer.take_flash().await;
     Ok(Html(app::alerts::render_alerts_page(
         viewer.page(),
@@ -83,7 +111,9 @@ pub async fn page(
         AlertQuery {
             quota: q.quota,
             kind: q.kind,
+            level: q.level,
         },
+        older,
         Kind::ALL.map(|k| k.as_str().to_string()).to_vec(),
         flash,
     ))

@@ -23,6 +23,8 @@ pub struct AlertFilter {
     pub quotas_in: Option<Vec<String>>,
     /// Paging: only alerts older than this id.
     pub before: Option<i64>,
+    /// Only alerts of this level.
+    pub level: Option<Level>,
 }
 
 /// A user an alert goes to.
@@ -223,6 +225,9 @@ impl SqlStore {
         if f.before.is_some() {
             sql.push_str(&format!(" AND id < {}", arg()));
         }
+        if f.level.is_some() {
+            sql.push_str(&format!(" AND level = {}", arg()));
+        }
         if let Some(names) = &f.quotas_in {
             let list: Vec<String> = names.iter().map(|_| arg()).collect();
             sql.push_str(&format!(" AND quota IN ({})", list.join(", ")));
@@ -242,6 +247,9 @@ impl SqlStore {
         }
         if let Some(before) = f.before {
             q = q.bind(before);
+        }
+        if let Some(level) = f.level {
+            q = q.bind(level.as_str());
         }
         for name in f.quotas_in.iter().flatten() {
             q = q.bind(name);

@@ -194,6 +194,24 @@ async fn the_alerts_api_lists_what_the_caller_may_see(s: &Server) {
         .unwrap_or_default();
     assert_eq!(threshold.len(), 2, "{threshold:?}");
     assert_eq!(threshold[0]["numbers"]["used"], "8", "{threshold:?}");
+    // By level, on the API and the page (open alerts worst first).
+    let (_, crit) = alice("/api/v1/alerts?level=critical&state=open&quota=nlp".into()).await;
+    let crit = crit["items"].as_array().unwrap().clone();
+    assert_eq!(crit.len(), 1, "{crit:?}");
+    assert_eq!(crit[0]["level"], "critical");
+    let (st, _) = alice("/api/v1/alerts?level=bogus".into()).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    let page = o.alice.get("/alerts?level=warning").await.body;
+    assert!(
+        page.contains("reached 80 %") && !page.contains("reached 100 %"),
+        "{page}"
+    );
+    let page = o.alice.get("/alerts").await.body;
+    let (c, w) = (
+        page.find("reached 100 %").unwrap(),
+        page.find("reached 80 %").unwrap(),
+    );
+    assert!(c < w, "critical before warning: {page}");
     // Paging: one at a time, newest first, then the rest.
     let (_, p1) = alice("/api/v1/alerts?limit=1".into()).await;
     let next = p1["next"].as_i64().expect("a next page");
