@@ -139,11 +139,21 @@ impl super::Service {
 
 impl Leader {
     async fn lead(&self, name: &str) {
+        // Should this task end any other way than by finding the queue
+        // empty (a panic in a decision), the quota's queue goes with it:
+        // its callers are answered with an error rather than left waiting,
+        // and the next arrival starts a new leader.
+        let mut abandon = Abandon {
+            queues: &self.queues,
+            name,
+            armed: true,
+        };
         loop {
             // Jobs that queue while this waits join the batch.
             let _guard = self.locks.lock(name).await;
             let jobs = self.queues.take(name, MAX_BATCH, true);
             if jobs.is_empty() {
+                abandon.armed = false;
                 return;
             }
             self.run(name, jobs).await;
@@ -239,6 +249,23 @@ impl Leader {
         }
         self.metrics.cas_exhausted.inc();
         answer_all(jobs, &ServiceError::Contention(name.to_string()));
+    }
+}
+
+/// Takes a leader's queue away if the leader ends without emptying it.
+struct Abandon<'a> {
+    queues: &'a Queues,
+    name: &'a str,
+    armed: bool,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // Dropping the jobs drops their senders: each caller gets an error.
+            let mut q = self.queues.0.lock().unwrap_or_else(|e| e.into_inner());
+            q.remove(self.name);
+        }
     }
 }
 
@@ -458,8 +485,33 @@ mod tests {
         }
     }
 
+    async fn a_panicking_decision_strands_nobody(store: &SqlStore) {
+        let (_rigged, svc) = rigged(store, "10").await;
+        let bug = {
+            let svc = svc.clone();
+            tokio::spawn(async move {
+                svc.commit(
+                    "team",
+                    |_: &mut Quota| -> Result<(bool, ()), ServiceError> {
+                        panic!("a bug in a decision")
+                    },
+                )
+                .await
+            })
+        };
+        let answer = bug.await.unwrap();
+        assert!(
+            matches!(answer, Err(ServiceError::Internal(_))),
+            "{answer:?}"
+        );
+        // The quota's next admissions start a new leader.
+        let answers = charges(&svc, 3).await;
+        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    }
+
     on_both_databases!(
         a_failed_batch_write_tells_nobody_allowed,
         a_lost_swap_decides_the_whole_batch_again,
+        a_panicking_decision_strands_nobody,
     );
 }
