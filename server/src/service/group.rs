@@ -236,6 +236,12 @@ impl Leader {
                 Err(StoreError::Conflict(_)) => {
                     self.cache.forget(name);
                     self.metrics.cas_conflicts.inc();
+                    // Another replica writes this quota: decide the batch
+                    // again under the database's lock on it, where the
+                    // store has one, rather than race that replica.
+                    if let Some(done) = self.run_locked(name, &mut jobs).await {
+                        return done;
+                    }
                     if !from_cache {
                         backoff(attempt).await;
                     }
@@ -249,6 +255,55 @@ impl Leader {
         }
         self.metrics.cas_exhausted.inc();
         answer_all(jobs, &ServiceError::Contention(name.to_string()));
+    }
+}
+
+impl Leader {
+    /// The batch (with what queued meanwhile, after it) decided and written
+    /// in one locked read-modify-write (`QuotaStore::modify_locked`), and
+    /// answered. None: the store has no lock; the batch is still unanswered.
+    async fn run_locked(&self, name: &str, jobs: &mut Vec<Job>) -> Option<()> {
+        if jobs.len() < MAX_BATCH {
+            let more = MAX_BATCH - jobs.len();
+            jobs.extend(self.queues.take(name, more, false));
+        }
+        let now = self.now();
+        let mut decided = None;
+        let result = {
+            let jobs = &mut *jobs;
+            let decided = &mut decided;
+            let mut decide = |current: &Stored| {
+                let mut q = current.quota.clone();
+                if self.accrue_from_ledger {
+                    q.status.accrue_ledger(&q.spec, now, &self.prices);
+                }
+                let d = batch::decide_in_order(&mut q, jobs, |j, q| (j.decide)(q));
+                let changed = d.changed();
+                *decided = Some(d);
+                changed.then_some(q)
+            };
+            self.store.modify_locked(name, &mut decide).await?
+        };
+        let jobs = std::mem::take(jobs);
+        match (result, decided) {
+            // Decided on the row as locked: every verdict stands.
+            (Ok(written), Some(decided)) => {
+                if let Some(stored) = written {
+                    let stored = Arc::new(stored);
+                    self.cache.remember(stored.clone());
+                    self.changed.mark(name, now, Some(stored));
+                }
+                self.metrics.admission_batch_size.observe(jobs.len() as f64);
+                answer(jobs, decided, Ok(()));
+            }
+            (Ok(_), None) => answer_all(jobs, &ServiceError::Internal("no decision".into())),
+            (Err(e), _) => {
+                self.cache.forget(name);
+                self.metrics.admission_batches_failed.inc();
+                answer_all(jobs, &e.into());
+            }
+        }
+        Some(())
     }
 }
 
@@ -371,6 +426,17 @@ mod tests {
                 self.inner.replace_status(&theirs, &q.status).await?;
             }
             self.inner.replace_status(current, status).await
+        }
+        async fn modify_locked(
+            &self,
+            name: &str,
+            decide: &mut (dyn for<'s> FnMut(&'s Stored) -> Option<Quota> + Send),
+        ) -> Option<Result<Option<Stored>, StoreError>> {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            if self.fail.load(Ordering::SeqCst) {
+                return Some(Err(StoreError::Backend("disk full".into())));
+            }
+            self.inner.modify_locked(name, decide).await
         }
         async fn delete(&self, current: &Stored) -> Result<(), StoreError> {
             self.inner.delete(current).await
