@@ -3,6 +3,7 @@
 //! It also compiles for wasm32 so the portal can reuse it in the browser.
 
 pub mod admission;
+pub mod batch;
 pub mod borrow;
 pub mod cash;
 pub mod forecast;

@@ -1,7 +1,8 @@
 //! Admission benchmark (prints figures; not a timed test).
 //!
-//!   cargo bench -p bizrq --bench admission                 # full run
+//!   cargo bench -p bizrq --bench admission                 # full run, floor and bizrq side by side
 //!   cargo bench -p bizrq --bench admission -- --quotas 10000 --seconds 20 --rate 1000 --clients 64
+//!   cargo bench -p bizrq --bench admission -- --hot --replicas 2 --database-url postgres://…
 //!   cargo test  -p bizrq --bench admission -- --smoke      # seconds-long smoke run (CI)
 //!   ... -- --database-url postgres://postgres@127.0.0.1:5432/bench   # on PostgreSQL
 //!
@@ -10,9 +11,17 @@
 //! JSON, the service layer and the SQL store's compare-and-swap, against a
 //! tree of `--quotas` quotas, first paced at `--rate` reviews/s (latency),
 //! then as fast as `--clients` clients go (throughput). The server is the
-//! real `bizrq` binary in its own process; the load generator shares the
+//! real `bizrq` binary in its own process (`--replicas` of them on one
+//! database, the clients taking turns); the load generator shares the
 //! machine's two cores with it, so the server's own CPU per admission is
 //! reported too.
+//!
+//! The same load is first sent to the floor: this executable again, run as
+//! a server that does only what any webhook must (axum and rustls, parse the
+//! AdmissionReview, answer allowed, no state), so both figures come from
+//! one run on one machine in one state and are printed side by side.
+//! `--hot` aims every review at one quota (64 workloads changing size);
+//! `--no-floor` skips the floor.
 
 use bizrq::metrics::Metrics;
 use bizrq::service::{Persist, Service};
@@ -33,6 +42,9 @@ struct Opts {
     rate: u64,
     clients: usize,
     database_url: Option<String>,
+    hot: bool,
+    replicas: usize,
+    floor: bool,
 }
 
 fn opts() -> Opts {
@@ -57,6 +69,12 @@ fn opts() -> Opts {
             .unwrap_or(if smoke { 200 } else { 1000 }),
         clients: val("--clients").and_then(|v| v.parse().ok()).unwrap_or(64),
         database_url: val("--database-url"),
+        hot: args.iter().any(|a| a == "--hot"),
+        replicas: val("--replicas")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+            .max(1),
+        floor: !args.iter().any(|a| a == "--no-floor"),
     }
 }
 
@@ -75,10 +93,10 @@ fn fixture() -> Value {
 
 /// A CREATE review of a one-replica, one-card Deployment bound to `quota`.
 fn review_body(base: &Value, quota: &str, n: u64) -> Vec<u8> {
-    Template::new(base).render(quota, n)
+    Template::new(base).render(quota, &format!("bench-{n}"), n, 1)
 }
 
-/// The review pre-serialised around its three variable parts, so the load
+/// The review pre-serialised around its four variable parts, so the load
 /// generator spends its time sending, not building JSON.
 struct Template {
     parts: Vec<String>,
@@ -92,8 +110,10 @@ impl Template {
         let o = &mut r["request"]["object"];
         o["metadata"]["name"] = "@@NAME@@".into();
         o["metadata"]["labels"]["biz.group.resource.quota"] = "@@QUOTA@@".into();
-        o["spec"]["replicas"] = 1.into();
-        let text = serde_json::to_string(&r).unwrap();
+        o["spec"]["replicas"] = "@@REPLICAS@@".into();
+        let text = serde_json::to_string(&r)
+            .unwrap()
+            .replace("\"@@REPLICAS@@\"", "@@REPLICAS@@");
         let mut parts = Vec::new();
         let mut rest = text.as_str();
         while let Some(i) = rest.find("@@") {
@@ -106,13 +126,14 @@ impl Template {
         Template { parts }
     }
 
-    fn render(&self, quota: &str, n: u64) -> Vec<u8> {
+    fn render(&self, quota: &str, name: &str, n: u64, replicas: u64) -> Vec<u8> {
         let mut out = String::with_capacity(8192);
         for p in &self.parts {
             match p.as_str() {
                 "@@UID@@" => out.push_str(&format!("bench-uid-{n}")),
-                "@@NAME@@" => out.push_str(&format!("bench-{n}")),
+                "@@NAME@@" => out.push_str(name),
                 "@@QUOTA@@" => out.push_str(quota),
+                "@@REPLICAS@@" => out.push_str(&replicas.to_string()),
                 other => out.push_str(other),
             }
         }
@@ -127,8 +148,21 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn report(label: &str, mut lat: Vec<Duration>, elapsed: Duration) {
+/// What one phase measured.
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+fn report(label: &str, mut lat: Vec<Duration>, elapsed: Duration) -> Figures {
     lat.sort();
+    let f = Figures {
+        rate: lat.len() as f64 / elapsed.as_secs_f64(),
+        p50: percentile(&lat, 0.50),
+        p99: percentile(&lat, 0.99),
+    };
     println!(
         "{label:<44} {:>8} ops  {:>9.0} ops/s  p50 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms",
         lat.len(),
@@ -137,6 +171,7 @@ fn report(label: &str, mut lat: Vec<Duration>, elapsed: Duration) {
         percentile(&lat, 0.99).as_secs_f64() * 1e3,
         lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
     );
+    f
 }
 
 /// Part 1: the pure decision, no I/O.
@@ -245,7 +280,11 @@ async fn build_tree(url: &str, quotas: usize) -> Vec<String> {
         hard: hard(n),
         max: Default::default(),
     };
-    svc.create_quota("root", spec("", "1e9"), Persist::Here, "", false)
+    svc.create_quota("root", spec("", "1e12"), Persist::Here, "", false)
+        .await
+        .unwrap();
+    // The target of `--hot`: room for every admission a run can make.
+    svc.create_quota(HOT, spec("root", "1e11"), Persist::Here, "", false)
         .await
         .unwrap();
     let depts = ((quotas as f64).sqrt() as usize).max(1);
@@ -283,7 +322,254 @@ async fn build_tree(url: &str, quotas: usize) -> Vec<String> {
     leaves
 }
 
-/// Part 2: over HTTPS against a `bizrq` process, as the API server calls it.
+/// The quota `--hot` aims every review at.
+const HOT: &str = "hot";
+/// Workloads a hot run keeps changing (a busy team's, each scaled often).
+const HOT_WORKLOADS: u64 = 64;
+
+/// A server under test: where its webhook is, and its processes.
+struct Target {
+    name: &'static str,
+    endpoints: Vec<String>,
+    metrics: Vec<String>,
+    children: Vec<tokio::process::Child>,
+}
+
+impl Target {
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().filter_map(|c| c.id()).collect()
+    }
+
+    async fn stop(mut self) {
+        for c in &mut self.children {
+            let _ = c.kill().await;
+        }
+    }
+}
+
+/// Reads the child's stdout until `ready` finds the line it waits for.
+async fn await_line<T>(child: &mut tokio::process::Child, ready: impl Fn(&str) -> Option<T>) -> T {
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+    loop {
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("the server exited before it was ready");
+        if let Some(v) = ready(&line) {
+            // Drain the rest so the child never blocks on a full pipe.
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            return v;
+        }
+    }
+}
+
+async fn start_bizrq(o: &Opts, url: &str) -> Target {
+    let mut t = Target {
+        name: "bizrq",
+        endpoints: Vec::new(),
+        metrics: Vec::new(),
+        children: Vec::new(),
+    };
+    for _ in 0..o.replicas {
+        // `BIZRQ_BENCH_BIN`: another build of the server (a before/after run).
+        let bin = std::env::var("BIZRQ_BENCH_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_bizrq").to_string());
+        let mut child = tokio::process::Command::new(bin)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--webhook-listen",
+                "127.0.0.1:0",
+                "--probe-listen",
+                "127.0.0.1:0",
+                // One process stands in for every API server: no per-address cap.
+                "--webhook-max-connections-per-ip",
+                "0",
+                "--admin-token",
+                "bench",
+                "--resync-seconds",
+                "3600",
+                "--standalone",
+            ])
+            .args(["--database-url", url])
+            .env("BIZRQ_LOG", "warn")
+            .env("BIZRQ_ADMIN_PASSWORD", "bench-admin-password")
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn bizrq");
+        // Lines before it (a generated password on a first start) are skipped.
+        let (http_addr, webhook_addr) = await_line(&mut child, bizrq::parse_ready_line).await;
+        t.endpoints
+            .push(format!("https://{webhook_addr}/validate/workloads"));
+        t.metrics.push(format!("http://{http_addr}/metrics"));
+        t.children.push(child);
+    }
+    t
+}
+
+/// The floor: this executable as a webhook with no state (`serve_floor`).
+async fn start_floor() -> Target {
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .arg(FLOOR_ARG)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the floor server");
+    let addr = await_line(&mut child, |l| {
+        l.strip_prefix("floor listening on ").map(str::to_string)
+    })
+    .await;
+    Target {
+        name: "floor",
+        endpoints: vec![format!("https://{addr}/validate/workloads")],
+        metrics: Vec::new(),
+        children: vec![child],
+    }
+}
+
+const FLOOR_ARG: &str = "--serve-floor";
+
+/// What any admission webhook must do and no more: TLS (rustls, HTTP/2 and
+/// HTTP/1.1 as bizrq offers them), axum, parse the whole AdmissionReview,
+/// answer allowed for its uid. No state, no store.
+fn serve_floor() -> ! {
+    bizrq::tls::install_crypto_provider();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        async fn review(body: axum::body::Bytes) -> axum::response::Response {
+            use axum::response::IntoResponse;
+            let Ok(r) = serde_json::from_slice::<Value>(&body) else {
+                return axum::http::StatusCode::BAD_REQUEST.into_response();
+            };
+            let uid = r["request"]["uid"].as_str().unwrap_or_default();
+            axum::Json(serde_json::json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {"uid": uid, "allowed": true},
+            }))
+            .into_response()
+        }
+        let app = axum::Router::new().route("/validate/workloads", axum::routing::post(review));
+        let (tls, _) = bizrq::tls::self_signed(&None).await.unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        println!("floor listening on {}", listener.local_addr().unwrap());
+        axum_server::from_tcp_rustls(listener, tls)
+            .unwrap()
+            .serve(app.into_make_service())
+            .await
+            .unwrap();
+    });
+    std::process::exit(0)
+}
+
+/// One phase's load: `rate` reviews/s spread over the clients (paced), or
+/// as fast as they go. Paced latency is measured from each request's
+/// scheduled send time, so queueing delay is not hidden.
+async fn drive(o: &Opts, t: &Target, leaves: &Arc<Vec<String>>, paced: bool) -> Figures {
+    let label = if paced {
+        format!(
+            "{} HTTPS paced at {}/s, {} clients",
+            t.name, o.rate, o.clients
+        )
+    } else {
+        format!("{} HTTPS flat out, {} clients", t.name, o.clients)
+    };
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .pool_max_idle_per_host(o.clients)
+        .build()
+        .unwrap();
+    let base = Arc::new(Template::new(&fixture()));
+    let counter = Arc::new(AtomicU64::new(0));
+    let pids = t.pids();
+    let deadline = Instant::now() + Duration::from_secs(o.seconds);
+    let started = Instant::now();
+    let cpu_before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..o.clients {
+        let (client, base, leaves, counter) = (
+            client.clone(),
+            base.clone(),
+            leaves.clone(),
+            counter.clone(),
+        );
+        let endpoint = t.endpoints[c % t.endpoints.len()].clone();
+        let hot = o.hot;
+        let period = Duration::from_secs_f64(o.clients as f64 / o.rate as f64);
+        tasks.spawn(async move {
+            let mut lat = Vec::new();
+            let mut denied = 0u64;
+            let mut tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + period.mul_f64(c as f64 / 64.0),
+                period,
+            );
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            while Instant::now() < deadline {
+                let scheduled = if paced {
+                    tick.tick().await.into_std()
+                } else {
+                    Instant::now()
+                };
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let body = if hot {
+                    // One quota, a few workloads each changing size.
+                    let w = n % HOT_WORKLOADS;
+                    base.render(
+                        HOT,
+                        &format!("bench-hot-{w}"),
+                        n,
+                        1 + (n / HOT_WORKLOADS) % 4,
+                    )
+                } else {
+                    let quota = &leaves[(n as usize * 7919) % leaves.len()];
+                    base.render(quota, &format!("bench-{n}"), n, 1)
+                };
+                let resp = client
+                    .post(&endpoint)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                let text = resp.text().await.unwrap();
+                if !text.contains("\"allowed\":true") {
+                    denied += 1;
+                }
+                lat.push(scheduled.elapsed());
+            }
+            (lat, denied)
+        });
+    }
+    let mut all = Vec::new();
+    let mut denied = 0;
+    while let Some(r) = tasks.join_next().await {
+        let (l, d) = r.unwrap();
+        all.extend(l);
+        denied += d;
+    }
+    let ops = all.len();
+    let f = report(&label, all, started.elapsed());
+    let cpu = pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>() - cpu_before;
+    println!(
+        "  server process CPU: {:.0} µs per admission ({:.0} % of one core)",
+        cpu * 1e6 / ops.max(1) as f64,
+        cpu * 100.0 / started.elapsed().as_secs_f64()
+    );
+    if denied > 0 {
+        println!("  ({denied} denied)");
+    }
+    f
+}
+
+/// Part 2: over HTTPS, the floor and then `bizrq`, as the API server calls them.
 async fn https(o: &Opts) {
     let dir = tempfile::tempdir().unwrap();
     let url = o
@@ -291,148 +577,76 @@ async fn https(o: &Opts) {
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
     let leaves = Arc::new(build_tree(&url, o.quotas).await);
+    if o.hot {
+        println!("every review aimed at the quota {HOT:?}, {HOT_WORKLOADS} workloads");
+    }
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bizrq"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--webhook-listen",
-            "127.0.0.1:0",
-            "--probe-listen",
-            "127.0.0.1:0",
-            // One process stands in for every API server: no per-address cap.
-            "--webhook-max-connections-per-ip",
-            "0",
-            "--admin-token",
-            "bench",
-            "--resync-seconds",
-            "3600",
-            "--standalone",
-        ])
-        .args(["--database-url", &url])
-        .env("BIZRQ_LOG", "warn")
-        .env("BIZRQ_ADMIN_PASSWORD", "bench-admin-password")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn bizrq");
-    let pid = child.id().unwrap();
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
-    // Lines before it (a generated password on a first start) are skipped.
-    let (http_addr, webhook_addr) = loop {
-        let line = lines
-            .next_line()
-            .await
-            .unwrap()
-            .expect("bizrq exited before it was ready");
-        if let Some(addrs) = bizrq::parse_ready_line(&line) {
-            break addrs;
-        }
+    let floor = if o.floor {
+        let t = start_floor().await;
+        let paced = drive(o, &t, &leaves, true).await;
+        let flat = drive(o, &t, &leaves, false).await;
+        t.stop().await;
+        Some((paced, flat))
+    } else {
+        None
     };
 
-    let base = Arc::new(Template::new(&fixture()));
-    let endpoint = format!("https://{webhook_addr}/validate/workloads");
-    let client = reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .pool_max_idle_per_host(o.clients)
-        .build()
-        .unwrap();
-    let counter = Arc::new(AtomicU64::new(0));
+    let t = start_bizrq(o, &url).await;
+    if o.replicas > 1 {
+        println!("{} bizrq replicas on one database", o.replicas);
+    }
+    let paced = drive(o, &t, &leaves, true).await;
+    let flat = drive(o, &t, &leaves, false).await;
+    let client = reqwest::Client::new();
+    for (i, m) in t.metrics.iter().enumerate() {
+        let text = client.get(m).send().await.unwrap().text().await.unwrap();
+        for l in text.lines().filter(|l| {
+            l.starts_with("bizrq_cas_conflicts_total")
+                || l.starts_with("bizrq_cas_exhausted_total")
+                || l.starts_with("bizrq_admission_batch_size_sum")
+                || l.starts_with("bizrq_admission_batch_size_count")
+                || l.starts_with("bizrq_admission_batches_failed_total")
+        }) {
+            println!("  replica {i}: {l}");
+        }
+    }
+    t.stop().await;
 
-    // Paced: `rate` reviews/s spread over the clients; latency is measured
-    // from the scheduled send time, so queueing delay is not hidden.
-    for (label, paced) in [
-        (
-            format!("HTTPS paced at {}/s, {} clients", o.rate, o.clients),
-            true,
-        ),
-        (format!("HTTPS flat out, {} clients", o.clients), false),
-    ] {
-        let deadline = Instant::now() + Duration::from_secs(o.seconds);
-        let started = Instant::now();
-        let cpu_before = cpu_seconds(pid);
-        let mut tasks = tokio::task::JoinSet::new();
-        for c in 0..o.clients {
-            let (client, endpoint, base, leaves, counter) = (
-                client.clone(),
-                endpoint.clone(),
-                base.clone(),
-                leaves.clone(),
-                counter.clone(),
-            );
-            let period = Duration::from_secs_f64(o.clients as f64 / o.rate as f64);
-            tasks.spawn(async move {
-                let mut lat = Vec::new();
-                let mut denied = 0u64;
-                let mut tick = tokio::time::interval_at(
-                    tokio::time::Instant::now() + period.mul_f64(c as f64 / 64.0),
-                    period,
-                );
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-                while Instant::now() < deadline {
-                    let scheduled = if paced {
-                        tick.tick().await.into_std()
-                    } else {
-                        Instant::now()
-                    };
-                    let n = counter.fetch_add(1, Ordering::Relaxed);
-                    let quota = &leaves[(n as usize * 7919) % leaves.len()];
-                    let body = base.render(quota, n);
-                    let resp = client
-                        .post(&endpoint)
-                        .header("content-type", "application/json")
-                        .body(body)
-                        .send()
-                        .await
-                        .unwrap();
-                    let text = resp.text().await.unwrap();
-                    if !text.contains("\"allowed\":true") {
-                        denied += 1;
-                    }
-                    lat.push(scheduled.elapsed());
-                }
-                (lat, denied)
-            });
-        }
-        let mut all = Vec::new();
-        let mut denied = 0;
-        while let Some(r) = tasks.join_next().await {
-            let (l, d) = r.unwrap();
-            all.extend(l);
-            denied += d;
-        }
-        let ops = all.len();
-        report(&label, all, started.elapsed());
-        let cpu = cpu_seconds(pid) - cpu_before;
+    if let Some((fp, ff)) = floor {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!();
         println!(
-            "  server process CPU: {:.0} µs per admission ({:.0} % of one core)",
-            cpu * 1e6 / ops.max(1) as f64,
-            cpu * 100.0 / started.elapsed().as_secs_f64()
+            "{:<28} {:>12} {:>12} {:>14}",
+            "", "floor", "bizrq", "bizrq / floor"
         );
-        if denied > 0 {
-            println!("  ({denied} denied)");
-        }
+        println!(
+            "{:<28} {:>9.3} ms {:>9.3} ms {:>13.1}×",
+            "paced p50",
+            ms(fp.p50),
+            ms(paced.p50),
+            ms(paced.p50) / ms(fp.p50).max(1e-9)
+        );
+        println!(
+            "{:<28} {:>9.3} ms {:>9.3} ms {:>13.1}×",
+            "paced p99",
+            ms(fp.p99),
+            ms(paced.p99),
+            ms(paced.p99) / ms(fp.p99).max(1e-9)
+        );
+        println!(
+            "{:<28} {:>10.0}/s {:>10.0}/s {:>13.0} %",
+            "flat out",
+            ff.rate,
+            flat.rate,
+            flat.rate * 100.0 / ff.rate.max(1e-9)
+        );
     }
-    let metrics = client
-        .get(format!("http://{http_addr}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for l in metrics
-        .lines()
-        .filter(|l| l.starts_with("bizrq_cas_conflicts_total"))
-    {
-        println!("  {l}");
-    }
-    let _ = child.kill().await;
 }
 
 fn main() {
+    if std::env::args().any(|a| a == FLOOR_ARG) {
+        serve_floor();
+    }
     bizrq::tls::install_crypto_provider();
     let o = opts();
     println!(

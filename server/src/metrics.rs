@@ -1,4 +1,5 @@
-//! Prometheus metrics: admission latency and decisions, CAS conflicts,
+//! Prometheus metrics: admission latency and decisions, the charge's
+//! commit by path and the group commit's batch sizes, CAS conflicts,
 //! resync and reconcile durations, the controller's queue, leadership,
 //! watch errors, reclaim, the email outbox, deferred releases, re-checks
 //! and the listeners' connections.
@@ -32,6 +33,11 @@ pub struct DecisionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PathLabels {
+    pub path: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ListenerLabels {
     pub listener: String,
 }
@@ -48,6 +54,15 @@ pub struct Metrics {
     registry: Registry,
     pub admission_duration: HistogramFamily,
     pub decisions: Family<DecisionLabels, Counter>,
+    /// A workload charge from its arrival in the service to its durable
+    /// answer, by path: `group` (the quota's group commit), `borrowing`
+    /// (a loan from the parent first), `dry_run`.
+    pub admission_commit_duration: Family<PathLabels, Histogram, fn() -> Histogram>,
+    /// Decisions one group-commit write carried.
+    pub admission_batch_size: Histogram,
+    /// Group-commit writes that failed (every caller of the batch was
+    /// answered with the failure).
+    pub admission_batches_failed: Counter,
     pub cas_conflicts: Counter,
     pub cas_exhausted: Counter,
     pub reconcile_duration: Histogram,
@@ -102,6 +117,26 @@ impl Default for Metrics {
         let decisions = Family::<DecisionLabels, Counter>::default();
         let cas_conflicts = Counter::default();
         let cas_exhausted = Counter::default();
+        let admission_commit_duration: Family<PathLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        // 1 … 1024
+        let admission_batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 11));
+        let admission_batches_failed = Counter::default();
+        registry.register(
+            "admission_commit_duration_seconds",
+            "Time from a workload charge's arrival in the service to its durable answer, by path (group, borrowing, dry_run)",
+            admission_commit_duration.clone(),
+        );
+        registry.register(
+            "admission_batch_size",
+            "Admission decisions carried by one group-commit write to a quota",
+            admission_batch_size.clone(),
+        );
+        registry.register(
+            "admission_batches_failed",
+            "Group-commit writes that failed; every admission of the batch got the failure",
+            admission_batches_failed.clone(),
+        );
         let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         registry.register(
             "admission_duration_seconds",
@@ -272,6 +307,9 @@ impl Default for Metrics {
             events_failed,
             admission_duration,
             decisions,
+            admission_commit_duration,
+            admission_batch_size,
+            admission_batches_failed,
             cas_conflicts,
             cas_exhausted,
             reconcile_duration,
@@ -337,6 +375,12 @@ impl Metrics {
                 decision: decision.into(),
             })
             .inc();
+    }
+
+    pub fn observe_commit(&self, path: &str, seconds: f64) {
+        self.admission_commit_duration
+            .get_or_create(&PathLabels { path: path.into() })
+            .observe(seconds);
     }
 
     pub fn render(&self) -> String {

@@ -60,6 +60,7 @@
 pub mod audit;
 pub mod changed;
 pub mod changes;
+mod group;
 pub mod notify;
 pub mod transfer_ops;
 pub mod transfers;
@@ -225,11 +226,13 @@ pub struct Service {
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
-    locks: NameLocks,
+    locks: Arc<NameLocks>,
     /// Last version written or read by this process, per quota. Used only
     /// as the starting point of a compare-and-swap: a stale entry loses the
     /// swap and is re-read, so no decision is committed on stale data.
-    cache: std::sync::Mutex<std::collections::HashMap<String, Arc<Stored>>>,
+    cache: Arc<Cache>,
+    /// Admissions waiting for their quota's next group commit (`group`).
+    queues: Arc<group::Queues>,
 }
 
 /// Whether a quota object is written here (standalone API) or by the API
@@ -259,8 +262,9 @@ impl Service {
             service_account: String::new(),
             deferred: Default::default(),
             clock: Arc::new(now_ms),
-            locks: NameLocks::default(),
+            locks: Default::default(),
             cache: Default::default(),
+            queues: Default::default(),
         }
     }
 
@@ -297,7 +301,7 @@ impl Service {
         (self.clock)()
     }
 
-    async fn lock(&self, name: &str) -> NameGuard<'_> {
+    async fn lock(&self, name: &str) -> NameGuard {
         self.locks.lock(name).await
     }
 
@@ -441,19 +445,15 @@ impl Service {
     }
 
     fn cached(&self, name: &str) -> Option<Arc<Stored>> {
-        self.cache.lock().ok()?.get(name).cloned()
+        self.cache.get(name)
     }
 
     fn remember(&self, stored: Arc<Stored>) {
-        if let Ok(mut c) = self.cache.lock() {
-            c.insert(stored.quota.name().to_string(), stored);
-        }
+        self.cache.remember(stored)
     }
 
     fn forget(&self, name: &str) {
-        if let Ok(mut c) = self.cache.lock() {
-            c.remove(name);
-        }
+        self.cache.forget(name)
     }
 
     // ---- quota objects -------------------------------------------------
@@ -840,21 +840,25 @@ impl Service {
         uid: &str,
         dry_run: bool,
     ) -> Result<(), ServiceError> {
-        let mut lowered = false;
-        self.admit(quota_name, wref, dry_run, |old, now| {
-            let c = Charge {
-                pod_sets: pod_sets.clone(),
-                hpa: old.and_then(|c| c.hpa.clone()),
-                since: now.to_string(),
-                uid: uid.to_string(),
-                admitted: Some(now.to_string()),
-            };
-            lowered = old.is_some_and(|o| lowers(&c, o));
-            Some(c)
-        })
-        .await
-        .map_err(|e| missing_quota(e, quota_name))?;
-        if lowered && !dry_run {
+        let uid = uid.to_string();
+        let admitted = self
+            .admit(
+                quota_name,
+                wref,
+                dry_run,
+                Arc::new(move |old, now| {
+                    Some(Charge {
+                        pod_sets: pod_sets.clone(),
+                        hpa: old.and_then(|c| c.hpa.clone()),
+                        since: now.to_string(),
+                        uid: uid.clone(),
+                        admitted: Some(now.to_string()),
+                    })
+                }),
+            )
+            .await
+            .map_err(|e| missing_quota(e, quota_name))?;
+        if admitted.lowered && !dry_run {
             self.recheck.mark(quota_name);
         }
         Ok(())
@@ -862,48 +866,85 @@ impl Service {
 
     /// Charge `wref` in `quota_name` what `build` makes of its current
     /// charge (None: nothing to change). Within hard it is one
-    /// compare-and-swap on the quota. Beyond hard, a quota with `max`
-    /// borrows (§5): the loan is granted in its parent's status first (a
-    /// compare-and-swap there, so two children never take the same idle
-    /// unit), then the charge is made within hard + loan. Bounded rounds:
-    /// a race that spends the room between the two answers with a denial.
-    /// Returns whether a charge applied (`build` gave one).
+    /// compare-and-swap on the quota, shared with the admissions to the
+    /// same quota that arrive meanwhile (its group commit, `group`; a dry
+    /// run is decided alone and writes nothing). Beyond hard, a quota with
+    /// `max` borrows (§5): the loan is granted in its parent's status first
+    /// (a compare-and-swap there, one at a time, so two children never take
+    /// the same idle unit), then the charge is made within hard + loan, in
+    /// the child's group commit again. Bounded rounds: a race that spends
+    /// the room between the two answers with a denial.
     async fn admit(
         &self,
         quota_name: &str,
         wref: &str,
         dry_run: bool,
-        mut build: impl FnMut(Option<&Charge>, &str) -> Option<Charge>,
-    ) -> Result<bool, ServiceError> {
+        build: Build,
+    ) -> Result<Admitted, ServiceError> {
+        let started = std::time::Instant::now();
+        let mut path = if dry_run { "dry_run" } else { "group" };
+        let result = self
+            .admit_rounds(quota_name, wref, dry_run, build, &mut path)
+            .await;
+        self.metrics
+            .observe_commit(path, started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn admit_rounds(
+        &self,
+        quota_name: &str,
+        wref: &str,
+        dry_run: bool,
+        build: Build,
+        path: &mut &'static str,
+    ) -> Result<Admitted, ServiceError> {
         let now_ms = self.now();
         let now = quota::time::format_rfc3339(now_ms);
         // The parent's answer to the last loan request (None: none asked).
         let mut loan: Option<ResourceList> = None;
         let mut last_denial = None;
         for _round in 0..BORROW_ROUNDS {
-            let mut request: Option<(String, borrow::LoanRequest)> = None;
-            let result = self
-                .update_status(quota_name, dry_run, |q| {
-                    let Some(c) = build(q.status.workloads.get(wref), &now) else {
-                        return Ok((false, false));
+            let decide = {
+                let (build, wref, now, loan) =
+                    (build.clone(), wref.to_string(), now.clone(), loan.clone());
+                move |q: &mut Quota| -> Result<(bool, Round), ServiceError> {
+                    let old = q.status.workloads.get(&wref);
+                    let held = old.is_some();
+                    let Some(c) = build(old, &now) else {
+                        let nothing = Admitted {
+                            held,
+                            ..Default::default()
+                        };
+                        return Ok((false, Round::Done(nothing)));
                     };
-                    match borrow::charge_or_request(q, wref, c, loan.as_ref()) {
-                        Ok(changed) => Ok((changed, true)),
-                        Err((d, req)) => {
-                            request = req.map(|r| (q.spec.parent.clone(), *r));
-                            Err(d.into())
-                        }
+                    let lowered = old.is_some_and(|o| lowers(&c, o));
+                    match borrow::charge_or_request(q, &wref, c, loan.as_ref()) {
+                        Ok(changed) => Ok((changed, Round::Done(Admitted { held, lowered }))),
+                        // A refusal changes nothing; as one it is proven
+                        // by the write of its batch, or read again fresh.
+                        Err((d, req)) => Ok((
+                            false,
+                            Round::Short(d, req.map(|r| (q.spec.parent.clone(), *r))),
+                        )),
                     }
-                })
-                .await;
-            let denial = match result {
-                Ok(applied) => return Ok(applied),
-                Err(ServiceError::Denied(d)) => d,
-                Err(e) => return Err(e),
+                }
+            };
+            let round = if dry_run {
+                self.update_status(quota_name, true, decide).await?
+            } else {
+                self.commit(quota_name, decide).await?
+            };
+            let (denial, request) = match round {
+                Round::Done(admitted) => return Ok(admitted),
+                Round::Short(d, request) => (d, request),
             };
             let Some((parent, req)) = request else {
                 return Err(denial.into());
             };
+            if !dry_run {
+                *path = "borrowing";
+            }
             let children = quota::borrow::Standing::of_all(
                 self.store.children(&parent).await?.iter().map(|s| &s.quota),
             );
@@ -946,13 +987,20 @@ impl Service {
         wref: &str,
         dry_run: bool,
     ) -> Result<(), ServiceError> {
-        match self
-            .update_status(quota_name, dry_run, |q| {
-                let released = admission::release(q, wref);
+        let decide = {
+            let wref = wref.to_string();
+            move |q: &mut Quota| {
+                let released = admission::release(q, &wref);
                 Ok((released, released))
-            })
-            .await
-        {
+            }
+        };
+        // In its quota's group commit, like the charges it gives way to.
+        let result = if dry_run {
+            self.update_status(quota_name, true, decide).await
+        } else {
+            self.commit(quota_name, decide).await
+        };
+        match result {
             Ok(released) => {
                 if released && !dry_run {
                     self.recheck.mark(quota_name);
@@ -1118,29 +1166,32 @@ impl Service {
         wref: &str,
         uid: &str,
         dry_run: bool,
-        change: impl Fn(&mut Charge) -> bool,
+        change: impl Fn(&mut Charge) -> bool + Send + Sync + 'static,
     ) -> Result<bool, ServiceError> {
         let Some(quota_name) = self.store.workload_quota(wref).await? else {
             return Ok(false);
         };
-        let (mut held, mut lowered) = (false, false);
-        self.admit(&quota_name, wref, dry_run, |old, now| {
-            let old = old?;
-            let mut c = old.clone();
-            held = true;
-            if !change(&mut c) {
-                return None;
-            }
-            c.uid = uid.to_string();
-            c.admitted = Some(now.to_string());
-            lowered = lowers(&c, old);
-            Some(c)
-        })
-        .await?;
-        if lowered && !dry_run {
+        let uid = uid.to_string();
+        let admitted = self
+            .admit(
+                &quota_name,
+                wref,
+                dry_run,
+                Arc::new(move |old, now| {
+                    let mut c = old?.clone();
+                    if !change(&mut c) {
+                        return None;
+                    }
+                    c.uid = uid.clone();
+                    c.admitted = Some(now.to_string());
+                    Some(c)
+                }),
+            )
+            .await?;
+        if admitted.lowered && !dry_run {
             self.recheck.mark(&quota_name);
         }
-        Ok(held)
+        Ok(admitted.held)
     }
 
     /// A scale subresource change: the held charge at the new replica count
@@ -1153,7 +1204,7 @@ impl Service {
         uid: &str,
         dry_run: bool,
     ) -> Result<bool, ServiceError> {
-        self.change_held(wref, uid, dry_run, |c| {
+        self.change_held(wref, uid, dry_run, move |c| {
             if c.pod_sets.len() != 1 {
                 return false;
             }
@@ -1174,7 +1225,8 @@ impl Service {
         uid: &str,
         dry_run: bool,
     ) -> Result<bool, ServiceError> {
-        self.change_held(wref, uid, dry_run, |c| match &hpa {
+        let hpa_name = hpa_name.to_string();
+        self.change_held(wref, uid, dry_run, move |c| match &hpa {
             Some(h) => {
                 c.hpa = Some(h.clone());
                 true
@@ -1287,6 +1339,27 @@ impl Service {
             .observe(started.elapsed().as_secs_f64());
         Ok(written)
     }
+}
+
+/// What an admission makes of a workload's current charge (None: nothing
+/// to change), given it and the admission's time; called again for each
+/// decision (a retried batch, a borrowing round).
+type Build = Arc<dyn Fn(Option<&Charge>, &str) -> Option<Charge> + Send + Sync>;
+
+/// What an admission found and did.
+#[derive(Clone, Copy, Debug, Default)]
+struct Admitted {
+    /// The workload held a charge in the quota.
+    held: bool,
+    /// The new charge is below the old one on some key.
+    lowered: bool,
+}
+
+/// One round of an admission on its quota: done, or short, with the loan
+/// the parent (named) could grant.
+enum Round {
+    Done(Admitted),
+    Short(Denial, Option<(String, borrow::LoanRequest)>),
 }
 
 /// A caller that named a version must be looking at the current one.
@@ -1460,14 +1533,14 @@ async fn backoff(attempt: u32) {
 #[derive(Default)]
 struct NameLocks(std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>);
 
-struct NameGuard<'a> {
+struct NameGuard {
     guard: Option<OwnedMutexGuard<()>>,
     name: String,
-    locks: &'a NameLocks,
+    locks: Arc<NameLocks>,
 }
 
 impl NameLocks {
-    async fn lock(&self, name: &str) -> NameGuard<'_> {
+    async fn lock(self: &Arc<Self>, name: &str) -> NameGuard {
         let m = {
             let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
             map.entry(name.to_string()).or_default().clone()
@@ -1475,12 +1548,34 @@ impl NameLocks {
         NameGuard {
             guard: Some(m.lock_owned().await),
             name: name.to_string(),
-            locks: self,
+            locks: self.clone(),
         }
     }
 }
 
-impl Drop for NameGuard<'_> {
+/// The last version of each quota this process wrote or read.
+#[derive(Default)]
+struct Cache(std::sync::Mutex<HashMap<String, Arc<Stored>>>);
+
+impl Cache {
+    fn get(&self, name: &str) -> Option<Arc<Stored>> {
+        self.0.lock().ok()?.get(name).cloned()
+    }
+
+    fn remember(&self, stored: Arc<Stored>) {
+        if let Ok(mut c) = self.0.lock() {
+            c.insert(stored.quota.name().to_string(), stored);
+        }
+    }
+
+    fn forget(&self, name: &str) {
+        if let Ok(mut c) = self.0.lock() {
+            c.remove(name);
+        }
+    }
+}
+
+impl Drop for NameGuard {
     fn drop(&mut self) {
         drop(self.guard.take());
         // The last one out removes the entry; a waiter holds a clone.

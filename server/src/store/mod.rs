@@ -88,6 +88,20 @@ pub trait QuotaStore: Send + Sync + 'static {
         current: &Stored,
         status: &QuotaStatus,
     ) -> Result<i64, StoreError>;
+    /// Read-modify-write of one quota under the database's lock on it, for
+    /// a writer that just lost a compare-and-swap (another replica writes
+    /// the same quota): `decide` gets the object as stored and returns the
+    /// object to write, or None to write nothing. Returns the object written
+    /// and its version (None: nothing written) once the write is durable.
+    /// `None` altogether: this store has no such lock, and the caller goes
+    /// on with its compare-and-swap.
+    async fn modify_locked(
+        &self,
+        _name: &str,
+        _decide: &mut (dyn for<'s> FnMut(&'s Stored) -> Option<Quota> + Send),
+    ) -> Option<Result<Option<Stored>, StoreError>> {
+        None
+    }
     /// Delete, if `current.version` is still the latest.
     async fn delete(&self, current: &Stored) -> Result<(), StoreError>;
     /// Which quota holds the charge of a workload reference, if any.

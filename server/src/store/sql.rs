@@ -259,6 +259,57 @@ impl QuotaStore for SqlStore {
             .await
     }
 
+    /// PostgreSQL: one transaction that reads the row `FOR UPDATE`, decides,
+    /// and writes (the version is still checked). Replicas writing one
+    /// quota then take turns instead of losing swaps to each other until
+    /// they give up. SQLite has no row locks (and one writer per file):
+    /// the caller keeps to compare-and-swap.
+    async fn modify_locked(
+        &self,
+        name: &str,
+        decide: &mut (dyn for<'s> FnMut(&'s Stored) -> Option<Quota> + Send),
+    ) -> Option<Result<Option<Stored>, StoreError>> {
+        if self.backend != Backend::Postgres {
+            return None;
+        }
+        let locked = async {
+            let mut tx = self.write.begin().await?;
+            let row = sqlx::query(&format!(
+                "SELECT {COLUMNS} FROM quotas WHERE name = $1 FOR UPDATE"
+            ))
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(row) = row else {
+                return Err(StoreError::NotFound(name.to_string()));
+            };
+            let current = from_row(&row)?;
+            let Some(mut q) = decide(&current) else {
+                tx.commit().await?;
+                return Ok(None);
+            };
+            let done = sqlx::query(
+                "UPDATE quotas SET spec = $1, status = $2, version = version + 1 \
+                 WHERE name = $3 AND version = $4",
+            )
+            .bind(to_json(&q.spec)?)
+            .bind(to_json(&q.status)?)
+            .bind(name)
+            .bind(current.version)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() != 1 {
+                // Under the row lock this cannot happen; never write blind.
+                return Err(StoreError::Conflict(name.to_string()));
+            }
+            tx.commit().await?;
+            let version = current.version + 1;
+            q.metadata.resource_version = Some(version.to_string());
+            Ok(Some(Stored { quota: q, version }))
+        };
+        Some(locked.await)
+    }
+
     async fn delete(&self, current: &Stored) -> Result<(), StoreError> {
         let name = current.quota.name();
         let done = sqlx::query("DELETE FROM quotas WHERE name = $1 AND version = $2")

@@ -14,6 +14,7 @@ mod edges;
 mod errors;
 mod fakeapi;
 mod forged;
+mod group_commit;
 mod mail;
 mod portal;
 mod resync;

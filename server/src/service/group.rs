@@ -1,0 +1,583 @@
+//! Group commit per quota: admissions to one quota that arrive while its
+//! last write is under way are decided together, one after another in the
+//! order they arrived, on the latest version, and written as one
+//! compare-and-swap (one status write, one statement). Each caller gets
+//! its answer only once that write is durable; a write that fails answers
+//! every caller of the batch with the failure, so nobody is told allowed.
+//!
+//! The first arrival for an idle quota starts its leader: a task of its
+//! own (a caller that goes away, such as a review whose client hung up,
+//! cannot strand the others), which takes the quota's name lock (so the
+//! one-at-a-time writers of `Service::modify` and the batches of one quota
+//! never interleave in this process), takes everything queued, and runs
+//! the compare-and-swap loop of `modify` with the whole batch as its
+//! decision (`quota::batch`): a lost swap re-reads and decides the whole
+//! batch again (with what queued meanwhile, after it), so across replicas
+//! the version still decides and nothing is over-admitted. Then it takes
+//! the next batch, until none is queued.
+
+use super::{backoff, Cache, Clock, NameLocks, ServiceError, MAX_ATTEMPTS};
+use crate::metrics::Metrics;
+use crate::store::{QuotaStore, StoreError, Stored};
+use quota::batch;
+use quota::cash::Prices;
+use quota::object::Quota;
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// Decisions one write carries at most; more wait for the next.
+pub(super) const MAX_BATCH: usize = 256;
+
+type Answer = Result<Box<dyn Any + Send>, ServiceError>;
+type Decide =
+    Box<dyn FnMut(&mut Quota) -> Result<(bool, Box<dyn Any + Send>), ServiceError> + Send>;
+
+/// One caller's decision, waiting for its quota's leader.
+pub(super) struct Job {
+    decide: Decide,
+    done: oneshot::Sender<Answer>,
+}
+
+/// Per quota, the jobs waiting for its leader. An entry exists exactly
+/// while a leader runs for that quota.
+#[derive(Default)]
+pub(super) struct Queues(Mutex<HashMap<String, Vec<Job>>>);
+
+impl Queues {
+    /// Queues `job`; true when no leader runs for `name` (the caller starts one).
+    fn push(&self, name: &str, job: Job) -> bool {
+        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match q.get_mut(name) {
+            Some(jobs) => {
+                jobs.push(job);
+                false
+            }
+            None => {
+                q.insert(name.to_string(), vec![job]);
+                true
+            }
+        }
+    }
+
+    /// Up to `max` jobs, oldest first. With `last`, an empty queue ends the
+    /// leader: its entry goes, in the same step, so the next arrival starts
+    /// another.
+    fn take(&self, name: &str, max: usize, last: bool) -> Vec<Job> {
+        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(jobs) = q.get_mut(name) else {
+            return Vec::new();
+        };
+        if jobs.is_empty() {
+            if last {
+                q.remove(name);
+            }
+            return Vec::new();
+        }
+        let n = jobs.len().min(max);
+        jobs.drain(..n).collect()
+    }
+}
+
+/// What a leader needs of the service, owned (it outlives any one caller).
+#[derive(Clone)]
+pub(super) struct Leader {
+    pub store: Arc<dyn QuotaStore>,
+    pub cache: Arc<Cache>,
+    pub locks: Arc<NameLocks>,
+    pub queues: Arc<Queues>,
+    pub metrics: Arc<Metrics>,
+    pub changed: Arc<super::changed::Changed>,
+    pub clock: Clock,
+    pub prices: Prices,
+    pub accrue_from_ledger: bool,
+}
+
+impl super::Service {
+    fn leader(&self) -> Leader {
+        Leader {
+            store: self.store.clone(),
+            cache: self.cache.clone(),
+            locks: self.locks.clone(),
+            queues: self.queues.clone(),
+            metrics: self.metrics.clone(),
+            changed: self.changed.clone(),
+            clock: self.clock.clone(),
+            prices: self.prices,
+            accrue_from_ledger: self.accrue_from_ledger,
+        }
+    }
+
+    /// `update_status` through the quota's group commit: `decide` runs in
+    /// the leader's batch, in arrival order, on the version the batch
+    /// writes; its answer comes back once that write is durable.
+    pub(super) async fn commit<T: Send + 'static>(
+        &self,
+        name: &str,
+        mut decide: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError> + Send + 'static,
+    ) -> Result<T, ServiceError> {
+        let (done, answer) = oneshot::channel();
+        let job = Job {
+            decide: Box::new(move |q| {
+                decide(q).map(|(changed, out)| (changed, Box::new(out) as Box<dyn Any + Send>))
+            }),
+            done,
+        };
+        if self.queues.push(name, job) {
+            let (leader, name) = (self.leader(), name.to_string());
+            tokio::spawn(async move { leader.lead(&name).await });
+        }
+        let out = answer.await.map_err(|_| {
+            ServiceError::Internal("the group commit of this quota stopped before answering".into())
+        })??;
+        Ok(*out
+            .downcast::<T>()
+            .expect("a job's answer has the type its caller gave"))
+    }
+}
+
+impl Leader {
+    async fn lead(&self, name: &str) {
+        // Should this task end any other way than by finding the queue
+        // empty (a panic in a decision), the quota's queue goes with it:
+        // its callers are answered with an error rather than left waiting,
+        // and the next arrival starts a new leader.
+        let mut abandon = Abandon {
+            queues: &self.queues,
+            name,
+            armed: true,
+        };
+        loop {
+            // Jobs that queue while this waits join the batch.
+            let _guard = self.locks.lock(name).await;
+            let jobs = self.queues.take(name, MAX_BATCH, true);
+            if jobs.is_empty() {
+                abandon.armed = false;
+                return;
+            }
+            self.run(name, jobs).await;
+        }
+    }
+
+    fn now(&self) -> i64 {
+        (self.clock)()
+    }
+
+    /// The compare-and-swap loop of `Service::modify`, for a batch.
+    async fn run(&self, name: &str, mut jobs: Vec<Job>) {
+        let mut use_cache = true;
+        for attempt in 1..=MAX_ATTEMPTS {
+            // A caller that went away is not decided for (its review was
+            // abandoned; nothing must be charged in its name).
+            jobs.retain(|j| !j.done.is_closed());
+            if attempt > 1 && jobs.len() < MAX_BATCH {
+                let more = MAX_BATCH - jobs.len();
+                jobs.extend(self.queues.take(name, more, false));
+            }
+            if jobs.is_empty() {
+                return;
+            }
+            let cached = if use_cache {
+                self.cache.get(name)
+            } else {
+                None
+            };
+            let from_cache = cached.is_some();
+            let current = match cached {
+                Some(c) => c,
+                None => match self.store.get(name).await {
+                    Ok(Some(s)) => {
+                        let s = Arc::new(s);
+                        self.cache.remember(s.clone());
+                        s
+                    }
+                    Ok(None) => {
+                        self.cache.forget(name);
+                        let e = ServiceError::NotFound(format!("bizrq {name} not found"));
+                        return answer_all(jobs, &e);
+                    }
+                    Err(e) => {
+                        self.cache.forget(name);
+                        return answer_all(jobs, &e.into());
+                    }
+                },
+            };
+            let mut q = current.quota.clone();
+            if self.accrue_from_ledger {
+                q.status.accrue_ledger(&q.spec, self.now(), &self.prices);
+            }
+            let decided = batch::decide_in_order(&mut q, &mut jobs, |j, q| (j.decide)(q));
+            if !decided.changed() {
+                // Nothing to write proves a cached copy current: decide
+                // again on a fresh read (as `modify` does).
+                if from_cache {
+                    use_cache = false;
+                    continue;
+                }
+                self.metrics.admission_batch_size.observe(jobs.len() as f64);
+                return answer(jobs, decided, Ok(()));
+            }
+            let before_write = self.now();
+            let written = if q.spec != current.quota.spec {
+                self.store.replace(&current, &q).await
+            } else {
+                self.store.replace_status(&current, &q.status).await
+            };
+            match written {
+                Ok(version) => {
+                    q.metadata.resource_version = Some(version.to_string());
+                    let stored = Arc::new(Stored { quota: q, version });
+                    self.cache.remember(stored.clone());
+                    self.changed.mark(name, before_write, Some(stored));
+                    self.metrics.admission_batch_size.observe(jobs.len() as f64);
+                    return answer(jobs, decided, Ok(()));
+                }
+                Err(StoreError::Conflict(_)) => {
+                    self.cache.forget(name);
+                    self.metrics.cas_conflicts.inc();
+                    // Another replica writes this quota: decide the batch
+                    // again under the database's lock on it, where the
+                    // store has one, rather than race that replica.
+                    if let Some(done) = self.run_locked(name, &mut jobs).await {
+                        return done;
+                    }
+                    if !from_cache {
+                        backoff(attempt).await;
+                    }
+                }
+                Err(e) => {
+                    self.cache.forget(name);
+                    self.metrics.admission_batches_failed.inc();
+                    return answer(jobs, decided, Err(e.into()));
+                }
+            }
+        }
+        self.metrics.cas_exhausted.inc();
+        answer_all(jobs, &ServiceError::Contention(name.to_string()));
+    }
+}
+
+impl Leader {
+    /// The batch (with what queued meanwhile, after it) decided and written
+    /// in one locked read-modify-write (`QuotaStore::modify_locked`), and
+    /// answered. None: the store has no lock; the batch is still unanswered.
+    async fn run_locked(&self, name: &str, jobs: &mut Vec<Job>) -> Option<()> {
+        if jobs.len() < MAX_BATCH {
+            let more = MAX_BATCH - jobs.len();
+            jobs.extend(self.queues.take(name, more, false));
+        }
+        let now = self.now();
+        let mut decided = None;
+        let result = {
+            let jobs = &mut *jobs;
+            let decided = &mut decided;
+            let mut decide = |current: &Stored| {
+                let mut q = current.quota.clone();
+                if self.accrue_from_ledger {
+                    q.status.accrue_ledger(&q.spec, now, &self.prices);
+                }
+                let d = batch::decide_in_order(&mut q, jobs, |j, q| (j.decide)(q));
+                let changed = d.changed();
+                *decided = Some(d);
+                changed.then_some(q)
+            };
+            self.store.modify_locked(name, &mut decide).await?
+        };
+        let jobs = std::mem::take(jobs);
+        match (result, decided) {
+            // Decided on the row as locked: every verdict stands.
+            (Ok(written), Some(decided)) => {
+                if let Some(stored) = written {
+                    let stored = Arc::new(stored);
+                    self.cache.remember(stored.clone());
+                    self.changed.mark(name, now, Some(stored));
+                }
+                self.metrics.admission_batch_size.observe(jobs.len() as f64);
+                answer(jobs, decided, Ok(()));
+            }
+            (Ok(_), None) => answer_all(jobs, &ServiceError::Internal("no decision".into())),
+            (Err(e), _) => {
+                self.cache.forget(name);
+                self.metrics.admission_batches_failed.inc();
+                answer_all(jobs, &e.into());
+            }
+        }
+        Some(())
+    }
+}
+
+/// Takes a leader's queue away if the leader ends without emptying it.
+struct Abandon<'a> {
+    queues: &'a Queues,
+    name: &'a str,
+    armed: bool,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // Dropping the jobs drops their senders: each caller gets an error.
+            let mut q = self.queues.0.lock().unwrap_or_else(|e| e.into_inner());
+            q.remove(self.name);
+        }
+    }
+}
+
+/// Each job its answer, once the write is known (`quota::batch`).
+fn answer(
+    jobs: Vec<Job>,
+    decided: batch::Decided<Box<dyn Any + Send>, ServiceError>,
+    written: Result<(), ServiceError>,
+) {
+    for (job, a) in jobs.into_iter().zip(decided.answer(written, replicate)) {
+        // A caller that went away after its decision: nothing to tell.
+        let _ = job.done.send(a);
+    }
+}
+
+fn answer_all(jobs: Vec<Job>, e: &ServiceError) {
+    for job in jobs {
+        let _ = job.done.send(Err(replicate(e)));
+    }
+}
+
+/// The same error again, for each caller of a batch.
+fn replicate(e: &ServiceError) -> ServiceError {
+    match e {
+        ServiceError::Denied(d) => ServiceError::Denied(d.clone()),
+        ServiceError::Tree(t) => ServiceError::Tree(t.clone()),
+        ServiceError::NotFound(m) => ServiceError::NotFound(m.clone()),
+        ServiceError::AlreadyExists(m) => ServiceError::AlreadyExists(m.clone()),
+        ServiceError::Conflict(m) => ServiceError::Conflict(m.clone()),
+        ServiceError::BadRequest(m) => ServiceError::BadRequest(m.clone()),
+        ServiceError::Contention(m) => ServiceError::Contention(m.clone()),
+        ServiceError::Refused(m) => ServiceError::Refused(m.clone()),
+        ServiceError::Unavailable(m) => ServiceError::Unavailable(m.clone()),
+        ServiceError::Internal(m) => ServiceError::Internal(m.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::metrics::Metrics;
+    use crate::service::{Persist, Service, ServiceError};
+    use crate::store::sql::SqlStore;
+    use crate::store::testdb::on_both_databases;
+    use crate::store::{QuotaStore, StoreError, Stored};
+    use async_trait::async_trait;
+    use quota::cash::Prices;
+    use quota::object::{Charge, Quota, QuotaSpec, QuotaStatus};
+    use quota::workload::PodSet;
+    use quota::KeyConfig;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    const GPU: &str = "requests.nvidia.com/gpu";
+
+    /// The SQL store, with status writes that are slow (so reviews queue
+    /// into batches), and that fail, or meet another replica's write
+    /// first, when told to.
+    struct Rigged {
+        inner: SqlStore,
+        fail: AtomicBool,
+        /// Before the next status write: another replica charges this
+        /// many cards to the same quota (so that write loses its swap).
+        interfere: std::sync::Mutex<Option<i64>>,
+    }
+
+    #[async_trait]
+    impl QuotaStore for Rigged {
+        async fn get(&self, name: &str) -> Result<Option<Stored>, StoreError> {
+            self.inner.get(name).await
+        }
+        async fn list(&self) -> Result<Vec<Stored>, StoreError> {
+            self.inner.list().await
+        }
+        async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError> {
+            self.inner.children(name).await
+        }
+        async fn create(&self, quota: &Quota) -> Result<Stored, StoreError> {
+            self.inner.create(quota).await
+        }
+        async fn replace(&self, current: &Stored, quota: &Quota) -> Result<i64, StoreError> {
+            self.inner.replace(current, quota).await
+        }
+        async fn replace_status(
+            &self,
+            current: &Stored,
+            status: &QuotaStatus,
+        ) -> Result<i64, StoreError> {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            if self.fail.load(Ordering::SeqCst) {
+                return Err(StoreError::Backend("disk full".into()));
+            }
+            let other = self.interfere.lock().unwrap().take();
+            if let Some(cards) = other {
+                let theirs = self.inner.get(current.quota.name()).await?.unwrap();
+                let mut q = theirs.quota.clone();
+                quota::admission::charge(
+                    &mut q,
+                    "apps/Deployment/ns/theirs",
+                    charge(cards, "theirs"),
+                )
+                .unwrap();
+                self.inner.replace_status(&theirs, &q.status).await?;
+            }
+            self.inner.replace_status(current, status).await
+        }
+        async fn modify_locked(
+            &self,
+            name: &str,
+            decide: &mut (dyn for<'s> FnMut(&'s Stored) -> Option<Quota> + Send),
+        ) -> Option<Result<Option<Stored>, StoreError>> {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            if self.fail.load(Ordering::SeqCst) {
+                return Some(Err(StoreError::Backend("disk full".into())));
+            }
+            self.inner.modify_locked(name, decide).await
+        }
+        async fn delete(&self, current: &Stored) -> Result<(), StoreError> {
+            self.inner.delete(current).await
+        }
+        async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError> {
+            self.inner.workload_quota(workload).await
+        }
+        async fn ping(&self) -> Result<(), StoreError> {
+            self.inner.ping().await
+        }
+    }
+
+    fn charge(cards: i64, uid: &str) -> Charge {
+        Charge {
+            pod_sets: pod_sets(cards),
+            hpa: None,
+            since: "2026-11-23T00:00:00.000Z".into(),
+            uid: uid.into(),
+            admitted: None,
+        }
+    }
+
+    fn pod_sets(cards: i64) -> Vec<PodSet> {
+        vec![PodSet {
+            name: "main".into(),
+            count: cards,
+            per_pod: [(GPU.to_string(), "1".parse().unwrap())].into(),
+            qos: None,
+        }]
+    }
+
+    async fn rigged(store: &SqlStore, hard: &str) -> (Arc<Rigged>, Arc<Service>) {
+        let rigged = Arc::new(Rigged {
+            inner: store.clone(),
+            fail: AtomicBool::new(false),
+            interfere: Default::default(),
+        });
+        let svc = Arc::new(Service::new(
+            rigged.clone(),
+            KeyConfig::default(),
+            Prices::default(),
+            Arc::new(Metrics::default()),
+        ));
+        let spec = QuotaSpec {
+            parent: String::new(),
+            hard: [(GPU.to_string(), hard.parse().unwrap())].into(),
+            max: Default::default(),
+        };
+        svc.create_quota("team", spec, Persist::Here, "", false)
+            .await
+            .unwrap();
+        (rigged, svc)
+    }
+
+    /// `n` one-card charges to "team" at once; their answers in order.
+    async fn charges(svc: &Arc<Service>, n: usize) -> Vec<Result<(), ServiceError>> {
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let svc = svc.clone();
+                tokio::spawn(async move {
+                    let wref = format!("apps/Deployment/ns/w{i}");
+                    svc.charge_workload("team", &wref, pod_sets(1), &format!("uid-{i}"), false)
+                        .await
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    }
+
+    async fn a_failed_batch_write_tells_nobody_allowed(store: &SqlStore) {
+        let (rigged, svc) = rigged(store, "100").await;
+        rigged.fail.store(true, Ordering::SeqCst);
+        let answers = charges(&svc, 24).await;
+        for a in &answers {
+            assert!(
+                matches!(a, Err(ServiceError::Internal(m)) if m.contains("disk full")),
+                "{a:?}"
+            );
+        }
+        let failed = svc.metrics.admission_batches_failed.get();
+        // Some write carried several reviews, and answered each with the failure.
+        assert!((1..24).contains(&failed), "{failed} failed writes");
+        let stored = store.get("team").await.unwrap().unwrap();
+        assert!(stored.quota.status.workloads.is_empty());
+    }
+
+    async fn a_lost_swap_decides_the_whole_batch_again(store: &SqlStore) {
+        let (rigged, svc) = rigged(store, "10").await;
+        // Another replica takes 8 of the 10 cards just before this
+        // process's first write: that write loses the swap, and the batch
+        // is decided again on what the other replica left.
+        *rigged.interfere.lock().unwrap() = Some(8);
+        let answers = charges(&svc, 5).await;
+        let allowed = answers.iter().filter(|a| a.is_ok()).count();
+        let denied = answers
+            .iter()
+            .filter(|a| matches!(a, Err(ServiceError::Denied(_))))
+            .count();
+        assert_eq!((allowed, denied), (2, 3), "{answers:?}");
+        assert!(svc.metrics.cas_conflicts.get() >= 1);
+        let stored = store.get("team").await.unwrap().unwrap().quota;
+        assert_eq!(stored.status.workloads.len(), 3);
+        assert_eq!(stored.status.used[GPU], "10".parse().unwrap());
+        // Each admitted review holds its charge; the denied ones hold none.
+        for (i, a) in answers.iter().enumerate() {
+            let wref = format!("apps/Deployment/ns/w{i}");
+            assert_eq!(stored.status.workloads.contains_key(&wref), a.is_ok());
+        }
+    }
+
+    async fn a_panicking_decision_strands_nobody(store: &SqlStore) {
+        let (_rigged, svc) = rigged(store, "10").await;
+        let bug = {
+            let svc = svc.clone();
+            tokio::spawn(async move {
+                svc.commit(
+                    "team",
+                    |_: &mut Quota| -> Result<(bool, ()), ServiceError> {
+                        panic!("a bug in a decision")
+                    },
+                )
+                .await
+            })
+        };
+        let answer = bug.await.unwrap();
+        assert!(
+            matches!(answer, Err(ServiceError::Internal(_))),
+            "{answer:?}"
+        );
+        // The quota's next admissions start a new leader.
+        let answers = charges(&svc, 3).await;
+        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    }
+
+    on_both_databases!(
+        a_failed_batch_write_tells_nobody_allowed,
+        a_lost_swap_decides_the_whole_batch_again,
+        a_panicking_decision_strands_nobody,
+    );
+}
