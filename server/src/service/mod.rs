@@ -428,10 +428,7 @@ impl Service {
     /// Every quota as this process last wrote or read it (all of them
     /// after `warm_cache`; another replica's newer writes may be missing).
     pub fn cached_quotas(&self) -> Vec<Arc<Stored>> {
-        self.cache
-            .lock()
-            .map(|c| c.values().cloned().collect())
-            .unwrap_or_default()
+        self.cache.all()
     }
 
     /// The version of `name` this process last wrote or read, if any.
@@ -1572,6 +1569,13 @@ impl Cache {
         if let Ok(mut c) = self.0.lock() {
             c.remove(name);
         }
+    }
+
+    fn all(&self) -> Vec<Arc<Stored>> {
+        self.0
+            .lock()
+            .map(|c| c.values().cloned().collect())
+            .unwrap_or_default()
     }
 }
 
