@@ -35,3 +35,19 @@ pub use reclaim::{Action, Mark, Victim};
 pub use resources::ResourceList;
 pub use tree::TreeError;
 pub use workload::{Adapter, Workload};
+
+/// What the tests of several modules share.
+#[cfg(test)]
+pub(crate) mod test_util {
+    /// A parse error of text says where it is (`at line 1 column 9`); one
+    /// of a parsed value cannot. Otherwise the two must say the same.
+    pub fn positionless(debug: String) -> String {
+        match debug.find(" at line ") {
+            Some(i) => {
+                let end = debug[i..].find('"').map_or(debug.len(), |j| i + j);
+                format!("{}{}", &debug[..i], &debug[end..])
+            }
+            None => debug,
+        }
+    }
+}

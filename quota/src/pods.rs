@@ -512,18 +512,6 @@ mod tests {
         assert_eq!(ledger.len(), 1, "other quotas' runs stay");
     }
 
-    /// A parse error of text says where it is (`at line 1 column 9`); one
-    /// of a parsed value cannot. Otherwise the two must say the same.
-    fn positionless(debug: String) -> String {
-        match debug.find(" at line ") {
-            Some(i) => {
-                let end = debug[i..].find('"').map_or(debug.len(), |j| i + j);
-                format!("{}{}", &debug[..i], &debug[end..])
-            }
-            None => debug,
-        }
-    }
-
     /// The controller reads the pods its watch parsed: the same facts, or
     /// the same refusal, as from the text.
     #[test]
@@ -538,7 +526,7 @@ mod tests {
             let value: serde_json::Value = serde_json::from_str(json).unwrap();
             assert_eq!(
                 format!("{:?}", read_pod_value(&value)),
-                positionless(format!("{:?}", read_pod(json))),
+                crate::test_util::positionless(format!("{:?}", read_pod(json))),
                 "{json}"
             );
         }

@@ -1182,18 +1182,6 @@ mod tests {
         assert!(read_hpa(&hpa).is_err());
     }
 
-    /// A parse error of text says where it is (`at line 1 column 9`); one
-    /// of a parsed value cannot. Otherwise the two must say the same.
-    fn positionless(debug: String) -> String {
-        match debug.find(" at line ") {
-            Some(i) => {
-                let end = debug[i..].find('"').map_or(debug.len(), |j| i + j);
-                format!("{}{}", &debug[..i], &debug[end..])
-            }
-            None => debug,
-        }
-    }
-
     /// The controller reads what its watches parsed; the webhook reads the
     /// review's text. Both must come to the same workload, or the same
     /// refusal, for every kind: numbers as numbers or strings, nulls,
@@ -1218,7 +1206,10 @@ mod tests {
                 let value: serde_json::Value = serde_json::from_str(&json).unwrap();
                 assert_eq!(
                     format!("{:?}", a.read_value(&value, &KeyConfig::default())),
-                    positionless(format!("{:?}", a.read(&json, &KeyConfig::default()))),
+                    crate::test_util::positionless(format!(
+                        "{:?}",
+                        a.read(&json, &KeyConfig::default())
+                    )),
                     "{json}"
                 );
             }
@@ -1231,7 +1222,7 @@ mod tests {
             let value: serde_json::Value = serde_json::from_str(json).unwrap();
             assert_eq!(
                 format!("{:?}", read_hpa_value(&value)),
-                positionless(format!("{:?}", read_hpa(json))),
+                crate::test_util::positionless(format!("{:?}", read_hpa(json))),
                 "{json}"
             );
         }

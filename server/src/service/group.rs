@@ -218,23 +218,21 @@ impl Leader {
                 self.metrics.admission_batch_size.observe(jobs.len() as f64);
                 return answer(jobs, decided, Ok(()));
             }
-            let before_write = self.now();
-            let written = if q.spec != current.quota.spec {
-                self.store.replace(&current, &q).await
-            } else {
-                self.store.replace_status(&current, &q.status).await
-            };
+            let written = super::write_over(
+                &*self.store,
+                &self.cache,
+                &self.changed,
+                self.now(),
+                &current,
+                q,
+            )
+            .await;
             match written {
-                Ok(version) => {
-                    q.metadata.resource_version = Some(version.to_string());
-                    let stored = Arc::new(Stored { quota: q, version });
-                    self.cache.remember(stored.clone());
-                    self.changed.mark(name, before_write, Some(stored));
+                Ok(()) => {
                     self.metrics.admission_batch_size.observe(jobs.len() as f64);
                     return answer(jobs, decided, Ok(()));
                 }
                 Err(StoreError::Conflict(_)) => {
-                    self.cache.forget(name);
                     self.metrics.cas_conflicts.inc();
                     // Another replica writes this quota: decide the batch
                     // again under the database's lock on it, where the
@@ -247,7 +245,6 @@ impl Leader {
                     }
                 }
                 Err(e) => {
-                    self.cache.forget(name);
                     self.metrics.admission_batches_failed.inc();
                     return answer(jobs, decided, Err(e.into()));
                 }

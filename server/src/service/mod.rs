@@ -382,31 +382,24 @@ impl Service {
                 }
                 return Ok(out);
             }
-            let before_write = self.now();
-            let written = if q.spec != current.quota.spec {
-                self.store.replace(&current, &q).await
-            } else {
-                self.store.replace_status(&current, &q.status).await
-            };
+            let written = write_over(
+                &*self.store,
+                &self.cache,
+                &self.changed,
+                self.now(),
+                &current,
+                q,
+            )
+            .await;
             match written {
-                Ok(version) => {
-                    q.metadata.resource_version = Some(version.to_string());
-                    let stored = Arc::new(Stored { quota: q, version });
-                    self.remember(stored.clone());
-                    self.changed.mark(name, before_write, Some(stored));
-                    return Ok(out);
-                }
+                Ok(()) => return Ok(out),
                 Err(StoreError::Conflict(_)) if expected_version.is_none() => {
-                    self.forget(name);
                     self.metrics.cas_conflicts.inc();
                     if !from_cache {
                         backoff(attempt).await;
                     }
                 }
-                Err(e) => {
-                    self.forget(name);
-                    return Err(e.into());
-                }
+                Err(e) => return Err(e.into()),
             }
         }
         self.metrics.cas_exhausted.inc();
@@ -1553,6 +1546,40 @@ impl NameLocks {
 /// The last version of each quota this process wrote or read.
 #[derive(Default)]
 struct Cache(std::sync::Mutex<HashMap<String, Arc<Stored>>>);
+
+/// The one write of a read-modify-write: `q` over `current` (its spec too
+/// when that changed). Written, it is remembered and marked for the alert
+/// engine (`before_write`: when the write started); failed, the cached copy
+/// is forgotten, as it may be stale. `Service::modify` and the group
+/// commit's batches both write through here.
+async fn write_over(
+    store: &dyn QuotaStore,
+    cache: &Cache,
+    changed: &changed::Changed,
+    before_write: i64,
+    current: &Stored,
+    mut q: Quota,
+) -> Result<(), StoreError> {
+    let name = q.name().to_string();
+    let written = if q.spec != current.quota.spec {
+        store.replace(current, &q).await
+    } else {
+        store.replace_status(current, &q.status).await
+    };
+    match written {
+        Ok(version) => {
+            q.metadata.resource_version = Some(version.to_string());
+            let stored = Arc::new(Stored { quota: q, version });
+            cache.remember(stored.clone());
+            changed.mark(&name, before_write, Some(stored));
+            Ok(())
+        }
+        Err(e) => {
+            cache.forget(&name);
+            Err(e)
+        }
+    }
+}
 
 impl Cache {
     fn get(&self, name: &str) -> Option<Arc<Stored>> {
