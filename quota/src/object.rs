@@ -286,6 +286,11 @@ impl QuotaStatus {
     /// Standalone cash accrual: every charged workload held its usage since
     /// the later of its charge and the last window's end. Called before any
     /// change to the ledger, so within a window the usage was constant.
+    /// What all children's carve-outs hold here, key by key.
+    pub fn allocated(&self) -> ResourceList {
+        resources::sum(self.children.values().map(|c| &c.hard))
+    }
+
     /// The carve-out `child` holds here (empty: none).
     pub fn carved(&self, child: &str) -> ResourceList {
         self.children

@@ -134,10 +134,7 @@ pub fn rollup(q: &Quota, in_use: &ResourceList) -> Vec<KeyRollup> {
     } else {
         &st.hard
     };
-    let mut allocated = ResourceList::new();
-    for carve in st.children.values() {
-        add_into(&mut allocated, &carve.hard);
-    }
+    let allocated = st.allocated();
     hard_of
         .iter()
         .filter(|(k, _)| cash_target(k).is_none())

@@ -227,10 +227,7 @@ pub fn conditions(
 ) -> Vec<Condition> {
     let name = quota.name();
     let mut out = Vec::new();
-    let mut allocated = quota::ResourceList::new();
-    for c in quota.status.children.values() {
-        resources::add_into(&mut allocated, &c.hard);
-    }
+    let allocated = quota.status.allocated();
     for (key, &hard) in &quota.spec.hard {
         let booked = resources::get(&quota.status.used, key);
         let cash = key.starts_with(quota::keys::CASH_PREFIX);
@@ -238,7 +235,7 @@ pub fn conditions(
         let used = match in_use {
             _ if cash => booked,
             Some(sub) => resources::get(sub, key),
-            None => booked.saturating_sub(resources::get(&allocated, key)),
+            None => resources::get(&quota.status.self_used, key),
         };
         let rule = rule_for(rules, key);
         // Amounts as people read them, whatever form the spec was written in.

@@ -112,9 +112,11 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
             forecasts: forecasts(q, &s, now, &app.service.keys),
         });
     }
+    // From the quotas already read: no second list of the tree.
+    let scope = crate::service::transfer_ops::Scope::of(all.clone());
     let awaiting_me = app
         .transfer_desk()
-        .awaiting(p)
+        .awaiting(p, Some(&scope))
         .await
         .map(|ids| ids.len())
         .unwrap_or_else(|e| {
@@ -353,10 +355,7 @@ pub async fn detail(
         })
         .collect();
     let in_use = subtree_in_use(&all).remove(&name).unwrap_or_default();
-    let mut allocated = ResourceList::new();
-    for c in q.status.children.values() {
-        resources::add_into(&mut allocated, &c.hard);
-    }
+    let allocated = q.status.allocated();
     let d = QuotaDetail {
         parent: q.spec.parent.clone(),
         keys: key_usages(&q, &in_use, cfg)

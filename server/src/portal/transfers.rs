@@ -136,7 +136,7 @@ async fn list_page(
     let desk = app.transfer_desk();
     let mut rows = desk.list(p, filter, Some(&scope)).await?;
     // Requests the viewer may decide: a count on every list, the filter.
-    let awaiting_me = desk.awaiting(p).await?;
+    let awaiting_me = desk.awaiting(p, Some(&scope)).await?;
     let only_mine = q.awaiting == "me";
     if only_mine {
         rows.retain(|t| awaiting_me.contains(&t.id));

@@ -60,10 +60,14 @@ pub struct Scope {
 
 impl Scope {
     pub async fn load(service: &Service) -> Result<Scope, ServiceError> {
-        let all = service.list().await?;
+        Ok(Scope::of(service.list().await?))
+    }
+
+    /// The scope of quotas a caller has already read.
+    pub fn of(all: Vec<Quota>) -> Scope {
         let tree = Tree::from_quotas(&all);
         let quotas = all.into_iter().map(|q| (q.name().to_string(), q)).collect();
-        Ok(Scope { quotas, tree })
+        Scope { quotas, tree }
     }
 
     pub fn sees(&self, p: &Principal, t: &Transfer) -> bool {
@@ -217,17 +221,28 @@ impl TransferDesk {
         Ok(t)
     }
 
-    /// The check both decisions make: visible (else 404), and `p` may decide.
     /// The requests waiting for `p`'s decision (ids, newest first).
-    pub async fn awaiting(&self, p: &Principal) -> Result<Vec<i64>, TransferOpError> {
-        let scope = Scope::load(&self.audited.service).await?;
+    /// `scope`: the tree, when the caller has it.
+    pub async fn awaiting(
+        &self,
+        p: &Principal,
+        scope: Option<&Scope>,
+    ) -> Result<Vec<i64>, TransferOpError> {
+        let loaded;
+        let scope = match scope {
+            Some(s) => s,
+            None => {
+                loaded = Scope::load(&self.audited.service).await?;
+                &loaded
+            }
+        };
         let waiting = TransferFilter {
             statuses: vec![TransferStatus::Requested],
             limit: Some(1000),
             ..Default::default()
         };
         Ok(self
-            .list(p, waiting, Some(&scope))
+            .list(p, waiting, Some(scope))
             .await?
             .into_iter()
             .filter(|t| scope.may_decide(p, t))
@@ -235,6 +250,7 @@ impl TransferDesk {
             .collect())
     }
 
+    /// The check both decisions make: visible (else 404), and `p` may decide.
     pub async fn decidable(
         &self,
         p: &Principal,
