@@ -166,7 +166,7 @@ pub fn render_users_page(viewer: Viewer, users: Vec<UserRow>, flash: Option<Flas
                     <button type="submit">"Create user"</button>
                 </form>
                 <p class="hint">"A binding gives a role on a quota and its whole subtree: "<b>"owner"</b>" manages the children (within the quota's hard, never the quota's own hard), "<b>"member"</b>" reads."</p>
-                <table>
+                <table class="users">
                     <thead><tr><th>"User"</th><th>"Status"</th><th>"Roles"</th><th>"Created"</th><th>"Actions"</th></tr></thead>
                     <tbody>{rows}</tbody>
                 </table>
@@ -225,7 +225,7 @@ pub fn render_tokens_page(
             })
             .collect_view();
         view! {
-            <table>
+            <table class="tokens">
                 <thead><tr><th>"Name"</th><th>"Created"</th><th>"Last used"</th><th></th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>
