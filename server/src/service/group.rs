@@ -199,6 +199,7 @@ impl Leader {
                     }
                     Err(e) => {
                         self.cache.forget(name);
+                        self.metrics.admission_batches_failed.inc();
                         return answer_all(jobs, &e.into());
                     }
                 },
@@ -251,6 +252,7 @@ impl Leader {
             }
         }
         self.metrics.cas_exhausted.inc();
+        self.metrics.admission_batches_failed.inc();
         answer_all(jobs, &ServiceError::Contention(name.to_string()));
     }
 }
@@ -264,6 +266,8 @@ impl Leader {
             let more = MAX_BATCH - jobs.len();
             jobs.extend(self.queues.take(name, more, false));
         }
+        // As in `run`: nothing is decided for a caller that went away.
+        jobs.retain(|j| !j.done.is_closed());
         let now = self.now();
         let mut decided = None;
         let result = {
@@ -286,9 +290,7 @@ impl Leader {
             // Decided on the row as locked: every verdict stands.
             (Ok(written), Some(decided)) => {
                 if let Some(stored) = written {
-                    let stored = Arc::new(stored);
-                    self.cache.remember(stored.clone());
-                    self.changed.mark(name, now, Some(stored));
+                    super::remember_written(&self.cache, &self.changed, now, stored);
                 }
                 self.metrics.admission_batch_size.observe(jobs.len() as f64);
                 answer(jobs, decided, Ok(()));
@@ -327,7 +329,10 @@ fn answer(
     decided: batch::Decided<Box<dyn Any + Send>, ServiceError>,
     written: Result<(), ServiceError>,
 ) {
-    for (job, a) in jobs.into_iter().zip(decided.answer(written, replicate)) {
+    for (job, a) in jobs
+        .into_iter()
+        .zip(decided.answer(written, ServiceError::clone))
+    {
         // A caller that went away after its decision: nothing to tell.
         let _ = job.done.send(a);
     }
@@ -335,23 +340,7 @@ fn answer(
 
 fn answer_all(jobs: Vec<Job>, e: &ServiceError) {
     for job in jobs {
-        let _ = job.done.send(Err(replicate(e)));
-    }
-}
-
-/// The same error again, for each caller of a batch.
-fn replicate(e: &ServiceError) -> ServiceError {
-    match e {
-        ServiceError::Denied(d) => ServiceError::Denied(d.clone()),
-        ServiceError::Tree(t) => ServiceError::Tree(t.clone()),
-        ServiceError::NotFound(m) => ServiceError::NotFound(m.clone()),
-        ServiceError::AlreadyExists(m) => ServiceError::AlreadyExists(m.clone()),
-        ServiceError::Conflict(m) => ServiceError::Conflict(m.clone()),
-        ServiceError::BadRequest(m) => ServiceError::BadRequest(m.clone()),
-        ServiceError::Contention(m) => ServiceError::Contention(m.clone()),
-        ServiceError::Refused(m) => ServiceError::Refused(m.clone()),
-        ServiceError::Unavailable(m) => ServiceError::Unavailable(m.clone()),
-        ServiceError::Internal(m) => ServiceError::Internal(m.clone()),
+        let _ = job.done.send(Err(e.clone()));
     }
 }
 

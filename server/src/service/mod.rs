@@ -98,7 +98,7 @@ pub const CREATE_TOKEN_ANNOTATION: &str = "bizrq.io/create-token";
 /// Borrowing admissions: rounds of (lend in the parent, charge the child).
 const BORROW_ROUNDS: usize = 3;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ServiceError {
     #[error(transparent)]
     Denied(#[from] Denial),
@@ -1547,6 +1547,15 @@ impl NameLocks {
 #[derive(Default)]
 struct Cache(std::sync::Mutex<HashMap<String, Arc<Stored>>>);
 
+/// A quota just written: the copy to decide on next, and a change for the
+/// alert engine (`before_write`: when the write started).
+fn remember_written(cache: &Cache, changed: &changed::Changed, before_write: i64, stored: Stored) {
+    let stored = Arc::new(stored);
+    let name = stored.quota.name().to_string();
+    cache.remember(stored.clone());
+    changed.mark(&name, before_write, Some(stored));
+}
+
 /// The one write of a read-modify-write: `q` over `current` (its spec too
 /// when that changed). Written, it is remembered and marked for the alert
 /// engine (`before_write`: when the write started); failed, the cached copy
@@ -1569,9 +1578,7 @@ async fn write_over(
     match written {
         Ok(version) => {
             q.metadata.resource_version = Some(version.to_string());
-            let stored = Arc::new(Stored { quota: q, version });
-            cache.remember(stored.clone());
-            changed.mark(&name, before_write, Some(stored));
+            remember_written(cache, changed, before_write, Stored { quota: q, version });
             Ok(())
         }
         Err(e) => {
