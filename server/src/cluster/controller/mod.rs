@@ -118,6 +118,10 @@ pub struct Context {
     installed: Mutex<HashMap<String, ApiResource>>,
     triggers: Triggers,
     retries: Retries,
+    /// Quotas triggered before kube-runtime's store held them (the runtime
+    /// drops such a trigger): their next Apply is reconciled even when it is
+    /// this process's own write coming back.
+    missed: Mutex<HashSet<String>>,
     /// No reconcile before the view's startup watches have listed once.
     gate: Gate,
 }
@@ -147,6 +151,7 @@ impl Context {
             installed: Mutex::default(),
             triggers,
             retries: Retries::default(),
+            missed: Mutex::default(),
             gate: Gate::default(),
         };
         (Arc::new(ctx), rx)
@@ -268,8 +273,10 @@ async fn control(
         .for_each(|result| {
             match result {
                 Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
-                // Triggered, then deleted before its turn: nothing to do.
+                // Triggered before the store held it (just created: its
+                // Apply is reconciled when it comes), or deleted since.
                 Err(controller::Error::ObjectNotFound(r)) => {
+                    ctx.missed.lock().unwrap().insert(r.name.clone());
                     ctx.triggers.started(&r.name);
                     ctx.gauges();
                 }

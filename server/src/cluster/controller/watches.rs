@@ -160,7 +160,8 @@ impl Context {
             .resource_version
             .as_deref()
             .and_then(|v| v.parse::<i64>().ok());
-        let ours = rv.is_some() && rv == self.service.cached_version(&name);
+        let missed = self.missed.lock().unwrap().remove(&name);
+        let ours = !missed && rv.is_some() && rv == self.service.cached_version(&name);
         if !q.spec.parent.is_empty() {
             self.triggers.touch([q.spec.parent.clone()]);
         }
@@ -178,6 +179,8 @@ impl Context {
     /// (which is then reconciled).
     pub(super) async fn quota_deleted(&self, q: &BizGroupResourceQuota) {
         let name = q.name_any();
+        self.retries.reset(&name);
+        self.missed.lock().unwrap().remove(&name);
         self.forget_quota(&name).await;
         if q.spec.parent.is_empty() {
             return;
