@@ -204,10 +204,8 @@ impl Leader {
                     }
                 },
             };
-            let mut q = current.quota.clone();
-            if self.accrue_from_ledger {
-                q.status.accrue_ledger(&q.spec, self.now(), &self.prices);
-            }
+            let mut q =
+                super::working_copy(&current, self.accrue_from_ledger, self.now(), &self.prices);
             let decided = batch::decide_in_order(&mut q, &mut jobs, |j, q| (j.decide)(q));
             if !decided.changed() {
                 // Nothing to write proves a cached copy current: decide
@@ -274,10 +272,8 @@ impl Leader {
             let jobs = &mut *jobs;
             let decided = &mut decided;
             let mut decide = |current: &Stored| {
-                let mut q = current.quota.clone();
-                if self.accrue_from_ledger {
-                    q.status.accrue_ledger(&q.spec, now, &self.prices);
-                }
+                let mut q =
+                    super::working_copy(current, self.accrue_from_ledger, now, &self.prices);
                 let d = batch::decide_in_order(&mut q, jobs, |j, q| (j.decide)(q));
                 let changed = d.changed();
                 *decided = Some(d);

@@ -362,10 +362,7 @@ impl Service {
                 }
             };
             check_version(name, expected_version, current.version)?;
-            let mut q = current.quota.clone();
-            if self.accrue_from_ledger {
-                q.status.accrue_ledger(&q.spec, self.now(), &self.prices);
-            }
+            let mut q = working_copy(&current, self.accrue_from_ledger, self.now(), &self.prices);
             // A refusal, or a decision that writes nothing, has no swap to
             // prove the cached copy current: decide again on a fresh read.
             let (changed, out) = match f(&mut q) {
@@ -1546,6 +1543,16 @@ impl NameLocks {
 /// The last version of each quota this process wrote or read.
 #[derive(Default)]
 struct Cache(std::sync::Mutex<HashMap<String, Arc<Stored>>>);
+
+/// The copy a decision works on: the stored quota, with its cash accrued
+/// up to `now` where the service accrues from its own ledger (standalone).
+fn working_copy(current: &Stored, accrue: bool, now: i64, prices: &Prices) -> Quota {
+    let mut q = current.quota.clone();
+    if accrue {
+        q.status.accrue_ledger(&q.spec, now, prices);
+    }
+    q
+}
 
 /// A quota just written: the copy to decide on next, and a change for the
 /// alert engine (`before_write`: when the write started).
