@@ -229,6 +229,33 @@ impl QuotaStore for ClusterStore {
         Ok(kids)
     }
 
+    async fn subtrees(&self, roots: &[String]) -> Result<Vec<Stored>, StoreError> {
+        // One pass over the watch's copy; only the subtrees are converted.
+        let cached = self.cached();
+        let mut kids: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for k in cached.iter() {
+            kids.entry(k.spec.parent.as_str())
+                .or_default()
+                .push(k.metadata.name.as_deref().unwrap_or_default());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        let mut queue: Vec<&str> = roots.iter().map(String::as_str).collect();
+        while let Some(n) = queue.pop() {
+            if seen.insert(n) {
+                queue.extend(kids.get(n).into_iter().flatten().copied());
+            }
+        }
+        cached
+            .iter()
+            .filter(|k| seen.contains(k.metadata.name.as_deref().unwrap_or_default()))
+            .map(|k| to_stored(k))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|mut v| {
+                v.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
+                v
+            })
+    }
+
     async fn create(&self, quota: &Quota) -> Result<Stored, StoreError> {
         let name = quota.name();
         let mut fresh = quota.clone();

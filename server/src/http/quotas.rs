@@ -4,7 +4,7 @@
 //! the caller may not see answer 404 as if they did not exist, changes it
 //! may not make answer 403. Changes are written to the audit log.
 
-use crate::authz::{self, Principal};
+use crate::authz::Principal;
 use crate::http::{ApiError, AppState};
 use crate::service::changes::{self, tree_for, ChangeError};
 use axum::body::Bytes;
@@ -107,7 +107,7 @@ impl From<ChangeError> for ApiError {
 }
 
 pub async fn list(State(app): State<AppState>, p: Principal) -> Result<Response, ApiError> {
-    let items = authz::visible(&p, app.service.list().await?);
+    let items = changes::visible_quotas(&app.service, &p).await?;
     Ok(Json(serde_json::json!({
         "apiVersion": api_version(),
         "kind": format!("{KIND}List"),
@@ -136,7 +136,7 @@ pub async fn usage(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
-    let all = app.service.list().await?;
+    let all = app.service.subtrees(std::slice::from_ref(&name)).await?;
     let q = all
         .iter()
         .find(|q| q.name() == name)

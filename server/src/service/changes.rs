@@ -21,12 +21,35 @@ pub enum ChangeError {
     Service(#[from] ServiceError),
 }
 
-/// The tree's shape, for deciding what a non-admin may do (admins need none).
+/// The tree's shape, for deciding what a non-admin may do (admins need
+/// none): the part `p` may see, which holds every quota `p` has a role on
+/// and the lineage from each up to the binding that gives it, all that
+/// `authz` looks at.
 pub async fn tree_for(app: &Audited, p: &Principal) -> Result<Tree, ServiceError> {
     if p.is_admin {
         return Ok(Tree::default());
     }
-    Ok(Tree::from_quotas(&app.service.list().await?))
+    Ok(Tree::from_quotas(&visible_quotas(&app.service, p).await?))
+}
+
+/// The quotas `p` may see, read as such: the whole forest for an admin,
+/// else the subtrees under `p`'s bindings (a role on a quota is a role on
+/// its descendants, `authz::role_on`), so a member's page costs what the
+/// member can see, not what the forest holds. Every visible quota's
+/// descendants are in the answer, so its subtree usage and the roles on it
+/// are the same as from the whole forest.
+pub async fn visible_quotas(
+    service: &super::Service,
+    p: &Principal,
+) -> Result<Vec<Quota>, ServiceError> {
+    if p.is_admin {
+        return service.list().await;
+    }
+    let roots: Vec<String> = p.bindings.iter().map(|b| b.quota.clone()).collect();
+    if roots.is_empty() {
+        return Ok(Vec::new());
+    }
+    service.subtrees(&roots).await
 }
 
 /// The quotas whose records (alerts, audit entries) `p` may read: None for
@@ -38,8 +61,8 @@ pub async fn records_scope(
     if p.is_admin {
         return Ok(None);
     }
-    let tree = Tree::from_quotas(&service.list().await?);
-    Ok(Some(authz::visible_names(p, &tree).into_iter().collect()))
+    let visible = visible_quotas(service, p).await?;
+    Ok(Some(visible.iter().map(|q| q.name().to_string()).collect()))
 }
 
 /// The answer for a quota the caller may not see: the same as for one that

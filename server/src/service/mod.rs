@@ -325,6 +325,18 @@ impl Service {
             .collect())
     }
 
+    /// The subtrees under `roots` (roots included), read without the rest
+    /// of the forest (`QuotaStore::subtrees`).
+    pub async fn subtrees(&self, roots: &[String]) -> Result<Vec<Quota>, ServiceError> {
+        Ok(self
+            .store
+            .subtrees(roots)
+            .await?
+            .into_iter()
+            .map(|s| s.quota)
+            .collect())
+    }
+
     /// Read-modify-write of one quota's status with compare-and-swap. `f`
     /// says whether it changed anything; a dry run never writes. Conflicts
     /// re-read and retry with jittered backoff, at most `MAX_ATTEMPTS` times.

@@ -76,6 +76,31 @@ pub trait QuotaStore: Send + Sync + 'static {
     async fn get(&self, name: &str) -> Result<Option<Stored>, StoreError>;
     async fn list(&self) -> Result<Vec<Stored>, StoreError>;
     async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError>;
+    /// The quotas of the subtrees under `roots` (the roots included, each
+    /// once, by name), without reading the rest of the forest: what a
+    /// viewer bound to a few quotas may see costs what those subtrees hold.
+    /// Bounded on bad data: a parent cycle is walked once.
+    async fn subtrees(&self, roots: &[String]) -> Result<Vec<Stored>, StoreError> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        let mut queue: std::collections::VecDeque<String> = roots.iter().cloned().collect();
+        while let Some(name) = queue.pop_front() {
+            if !seen.insert(name.clone()) {
+                continue;
+            }
+            if let Some(s) = self.get(&name).await? {
+                out.push(s);
+                queue.extend(
+                    self.children(&name)
+                        .await?
+                        .into_iter()
+                        .map(|c| c.quota.name().to_string()),
+                );
+            }
+        }
+        out.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
+        Ok(out)
+    }
     /// Create a new object (spec and initial status). `AlreadyExists` if taken.
     async fn create(&self, quota: &Quota) -> Result<Stored, StoreError>;
     /// Replace spec and status, if `current.version` is still the latest.

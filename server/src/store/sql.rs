@@ -215,6 +215,30 @@ impl QuotaStore for SqlStore {
         rows.iter().map(from_row).collect()
     }
 
+    async fn subtrees(&self, roots: &[String]) -> Result<Vec<Stored>, StoreError> {
+        // One recursive query per root; UNION (not UNION ALL) ends a cycle.
+        let mut by_name = std::collections::BTreeMap::new();
+        for root in roots {
+            if by_name.contains_key(root.as_str()) {
+                continue;
+            }
+            let rows = sqlx::query(&format!(
+                "WITH RECURSIVE sub(name) AS ( \
+                   SELECT name FROM quotas WHERE name = $1 \
+                   UNION SELECT q.name FROM quotas q JOIN sub ON q.parent = sub.name) \
+                 SELECT {COLUMNS} FROM quotas WHERE name IN (SELECT name FROM sub)"
+            ))
+            .bind(root)
+            .fetch_all(&self.read)
+            .await?;
+            for row in &rows {
+                let s = from_row(row)?;
+                by_name.insert(s.quota.name().to_string(), s);
+            }
+        }
+        Ok(by_name.into_values().collect())
+    }
+
     async fn create(&self, quota: &Quota) -> Result<Stored, StoreError> {
         let uid = quota
             .metadata
