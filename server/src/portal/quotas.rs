@@ -16,7 +16,7 @@ use app::layout::Flash;
 use app::quotas::{
     FormKey, KeyDetail, OverviewCard, QuotaDetail, QuotaForm, WorkloadRow, EXTRA_ROWS,
 };
-use app::{generic_key, key_usages, TreeFilter, TreeQuery};
+use app::{generic_key, key_usages, TreeFilter, TreeQuery, TreeSort};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -71,7 +71,7 @@ fn list_line(l: &ResourceList) -> String {
 /// GET / — the viewer's quotas (their bindings', or the roots for an
 /// admin) with usage, card-hour burn and forecasts.
 pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
-    let all = app.service.list().await?;
+    let all = changes::visible_quotas(&app.service, &viewer.principal).await?;
     let in_use = subtree_in_use(&all);
     let names: BTreeSet<&str> = all.iter().map(|q| q.name()).collect();
     let p = &viewer.principal;
@@ -144,6 +144,14 @@ pub struct TreeParams {
     under: Option<String>,
     #[serde(default)]
     depth: Option<usize>,
+    #[serde(default)]
+    sort: String,
+    /// Quotas opened below the fold, comma-separated.
+    #[serde(default)]
+    open: String,
+    /// Quotas folded above it.
+    #[serde(default)]
+    closed: String,
 }
 
 /// GET /tree — the quotas the viewer may see, searchable and filterable.
@@ -152,15 +160,18 @@ pub async fn tree(
     viewer: Viewer,
     Query(t): Query<TreeParams>,
 ) -> Result<Response, PageError> {
-    let all = app.service.list().await?;
-    // From the whole tree: a parent's usage counts children the viewer may not see.
-    let in_use = subtree_in_use(&all);
-    let quotas = authz::visible(&viewer.principal, all);
+    // What the viewer may see holds every descendant of what it shows, so
+    // each subtree's usage is whole.
+    let quotas = changes::visible_quotas(&app.service, &viewer.principal).await?;
+    let in_use = subtree_in_use(&quotas);
     let query = TreeQuery {
         search: t.q,
         filter: TreeFilter::parse(&t.filter),
         under: t.under.filter(|u| !u.is_empty()),
         depth: t.depth,
+        sort: TreeSort::parse(&t.sort),
+        open: TreeQuery::names(&t.open),
+        closed: TreeQuery::names(&t.closed),
     };
     Ok(Html(app::render_tree_page(
         viewer.page(),
@@ -172,14 +183,21 @@ pub async fn tree(
     .into_response())
 }
 
-/// All quotas and the tree, if the viewer may see `name` (else 404, as
-/// for a quota that does not exist).
+/// The quotas the viewer may see (`changes::visible_quotas`: every one
+/// with all its descendants) and their tree, if the viewer may see `name`
+/// (else 404, as for a quota that does not exist).
 pub async fn visible_tree(
     app: &AppState,
     viewer: &Viewer,
     name: &str,
 ) -> Result<(Vec<Quota>, Tree), PageError> {
-    let all = app.service.list().await?;
+    // An admin may see everything, and a page about one quota needs only
+    // its subtree (its usage, its children): not the forest.
+    let all = if viewer.principal.is_admin {
+        app.service.subtrees(&[name.to_string()]).await?
+    } else {
+        changes::visible_quotas(&app.service, &viewer.principal).await?
+    };
     let tree = Tree::from_quotas(&all);
     if !authz::can_view(&viewer.principal, name, &tree) || !tree.contains(name) {
         return Err(PageError::NotFound(format!("bizrq {name} not found")));
@@ -690,8 +708,8 @@ pub async fn edit(
         }
     };
     if !confirmed {
-        let all = app.service.list().await?;
-        let in_use = subtree_in_use(&all).remove(&name).unwrap_or_default();
+        let below = app.service.subtrees(std::slice::from_ref(&name)).await?;
+        let in_use = subtree_in_use(&below).remove(&name).unwrap_or_default();
         let consequences = lowering_consequences(&name, &spec, &in_use, &app.service.keys);
         if !consequences.is_empty() {
             let form = QuotaForm {

@@ -231,7 +231,15 @@ async fn a_thousand_quota_tree_folds_and_finds_deep_nodes() {
         page.body.len() / 1024,
         full.body.len() / 1024
     );
-    assert!(page.body.contains("+9 below"), "teams fold their projects");
+    assert!(page.body.contains(">9 below<"), "teams fold their projects");
+    // A team opens in place: its projects under it, the rest still folded.
+    let opened = admin.get("/tree?open=team-7-3").await.body;
+    assert!(opened.contains(">proj-7-3-5<"), "opened in place");
+    assert!(!opened.contains(">proj-7-4-5<"), "the others stay folded");
+    assert!(
+        opened.contains(r#"href="/tree#team-7-3""#),
+        "the toggle folds it again"
+    );
     assert!(page.body.len() < 200_000, "{} bytes", page.body.len());
     assert!(full.body.len() < 2_000_000, "{} bytes", full.body.len());
     assert!(folded < std::time::Duration::from_secs(2));
@@ -260,20 +268,28 @@ async fn a_parent_shows_its_subtree_in_use_apart_from_what_it_allocated(s: &Serv
     let tree = o.admin.get("/tree").await.body;
     let overview = o.admin.get("/").await.body;
     let page = o.admin.get("/quotas/ai").await.body;
-    for (what, body) in [("tree", &tree), ("overview", &overview)] {
-        assert!(
-            body.contains("2 in use of 16 (12%)"),
-            "{what}: ai counts nlp-a's GPUs as in use, not its carve-outs: {body}"
-        );
-        assert!(
-            body.contains("10 allocated to children, idle · 4 unallocated"),
-            "{what}: ai's idle allocation: {body}"
-        );
-        assert!(
-            body.contains("allocated to children, idle</span>"),
-            "{what}: the legend"
-        );
-    }
+    // The tree: one row per quota; its GPU column says the same.
+    assert!(
+        tree.contains("<b>2</b> / 16")
+            && tree.contains("2 in use (subtree), 12 allocated to children, 16 hard"),
+        "tree: ai counts nlp-a's GPUs as in use, not its carve-outs: {tree}"
+    );
+    assert!(
+        tree.contains("allocated to children, idle</span>"),
+        "tree: the legend"
+    );
+    assert!(
+        overview.contains("2 in use of 16 (12%)"),
+        "overview: ai counts nlp-a's GPUs as in use, not its carve-outs: {overview}"
+    );
+    assert!(
+        overview.contains("10 allocated to children, idle · 4 unallocated"),
+        "overview: ai's idle allocation: {overview}"
+    );
+    assert!(
+        overview.contains("allocated to children, idle</span>"),
+        "overview: the legend"
+    );
     assert!(page.contains("10 allocated to children, idle"), "{page}");
     // The same numbers from the JSON API; bob (member of cv) may not see ai.
     let (st, v) = o
@@ -304,7 +320,7 @@ async fn a_parent_shows_its_subtree_in_use_apart_from_what_it_allocated(s: &Serv
         .await;
     assert_eq!(st, StatusCode::NOT_FOUND);
     assert!(
-        tree.contains("2 in use of 8 (25%)") && tree.contains("2 in use of 2 (100%)"),
+        tree.contains("<b>2</b> / 8") && tree.contains("<b>2</b> / 2"),
         "nlp and nlp-a: {tree}"
     );
     s.create_quota(
@@ -314,7 +330,7 @@ async fn a_parent_shows_its_subtree_in_use_apart_from_what_it_allocated(s: &Serv
     )
     .await;
     let tree = o.admin.get("/tree?q=zero").await.body;
-    assert!(tree.contains("0 in use of 3"), "{tree}");
+    assert!(tree.contains("pods 0%"), "{tree}");
     assert!(
         !tree.contains("in use of 0"),
         "a key with zero hard and no use is not shown: {tree}"

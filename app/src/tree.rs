@@ -1,0 +1,932 @@
+//! The quota tree page: one row per quota with the columns people compare
+//! (GPUs in use, allocated and hard; card-hours left and the runway;
+//! borrowing; the fullest other keys), siblings sortable by a column, and
+//! levels folded and opened in place. Plain links and a GET form: all of it
+//! works without JavaScript.
+//!
+//! The rows are computed here from the quotas the viewer may see and their
+//! subtree usage (pure, tested below); the server only reads those quotas.
+
+use crate::{display_quantity, key_usages, KeyUsage};
+use quota::keys::{cash_target, Key};
+use quota::rollup::{rollup, KeyRollup};
+use quota::{resources, KeyConfig, Quantity, Quota, ResourceList};
+use std::collections::{BTreeMap, BTreeSet};
+
+#[cfg(feature = "ssr")]
+use crate::layout::{self, Section, Viewer};
+#[cfg(feature = "ssr")]
+use crate::BarLegend;
+#[cfg(feature = "ssr")]
+use leptos::prelude::*;
+
+/// The GPU column of a row: the quota's first GPU key with a hard (the
+/// generic key, `requests.nvidia.com/gpu`, before its models).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuCell {
+    pub key: String,
+    pub in_use: String,
+    pub allocated: String,
+    pub hard: String,
+    /// In use, whole percent of hard (over 100 when borrowing).
+    pub percent: u32,
+    /// Allocated to children but idle, whole percent of hard.
+    pub idle_percent: u32,
+}
+
+/// The budget column: what is left of the GPU budget (or the first cash
+/// key) and how long it lasts at what runs now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CashCell {
+    pub key: String,
+    pub left: String,
+    /// Spent, whole percent of the budget.
+    pub spent_percent: u32,
+    /// "3.5 days" at the current use; None when nothing runs (it lasts).
+    pub runway: Option<String>,
+    /// For sorting: nano-units left, and hours of runway.
+    left_nanos: i128,
+    runway_hours: Option<i128>,
+}
+
+/// One node of the tree, in depth-first order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeRow {
+    pub name: String,
+    pub depth: usize,
+    pub workloads: usize,
+    pub children: usize,
+    pub gpu: Option<GpuCell>,
+    pub cash: Option<CashCell>,
+    /// Used beyond its hard on loan, per key, readable ("4 cards").
+    pub borrowing: Vec<String>,
+    /// The fullest other keys (zero hards left out), worst first.
+    pub others: Vec<(String, u32)>,
+    /// Every shown key, for the filters (hot, over).
+    pub keys: Vec<KeyUsage>,
+    /// Descendants folded away under this row.
+    pub hidden_below: usize,
+    /// Shown only as an ancestor of a row the search found.
+    pub context: bool,
+    /// Its children are shown (a row with children and this false is folded).
+    pub open: bool,
+    /// Below the fold depth: closed unless opened (else open unless closed).
+    pub beyond_fold: bool,
+}
+
+impl TreeRow {
+    pub fn max_percent(&self) -> u32 {
+        self.keys.iter().map(|k| k.percent).max().unwrap_or(0)
+    }
+}
+
+/// A short name for a key in the "other keys" column: `cpu`, `memory`,
+/// `A100` for a model, `pods`; limits keep their prefix.
+pub fn short_key(key: &str, cfg: &KeyConfig) -> String {
+    match Key::parse(key, cfg) {
+        Ok(k) => {
+            let base = match k.resource.as_str() {
+                r if cfg.is_gpu(r) => "GPU".to_string(),
+                r => r.to_string(),
+            };
+            let name = match k.model {
+                Some(m) => format!("{base} {m}"),
+                None => base,
+            };
+            let limits = key.starts_with("limits.");
+            if k.cash {
+                format!("{name} budget")
+            } else if limits {
+                format!("{name} limit")
+            } else {
+                name
+            }
+        }
+        Err(_) => key.to_string(),
+    }
+}
+
+fn gpu_cell(rolled: &[KeyRollup], cfg: &KeyConfig) -> Option<GpuCell> {
+    let is_gpu = |r: &&KeyRollup| {
+        Key::parse(&r.key, cfg).is_ok_and(|k| k.model.is_none() && cfg.is_gpu(&k.resource))
+    };
+    let r = rolled
+        .iter()
+        .filter(is_gpu)
+        .filter(|r| !r.hard.is_zero() || !r.in_use.is_zero())
+        // requests.* before limits.*
+        .min_by_key(|r| (!r.key.starts_with("requests."), r.key.clone()))?;
+    let (_, idle) = r.bar_percents();
+    let show = |n: Quantity| display_quantity(&r.key, n, cfg);
+    Some(GpuCell {
+        key: r.key.clone(),
+        in_use: show(r.in_use),
+        allocated: show(r.allocated),
+        hard: show(r.hard),
+        percent: r.in_use_percent(),
+        idle_percent: idle,
+    })
+}
+
+fn cash_cell(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Option<CashCell> {
+    let is_gpu_budget = |k: &str| {
+        cash_target(k)
+            .and_then(|t| Key::parse(t, cfg).ok())
+            .is_some_and(|k| k.model.is_none() && cfg.is_gpu(&k.resource))
+    };
+    let budgets: Vec<(&String, &Quantity)> = q
+        .spec
+        .hard
+        .iter()
+        .filter(|(k, h)| cash_target(k).is_some() && !h.is_zero())
+        .collect();
+    let (key, hard) = budgets
+        .iter()
+        .find(|(k, _)| is_gpu_budget(k))
+        .or_else(|| budgets.first())?;
+    let spent = resources::get(&q.status.used, key);
+    let left = hard.saturating_sub(spent).max(Quantity::ZERO);
+    // Burn now: what runs of the budget's resource, per hour, at face price.
+    let burn = resources::get(in_use, cash_target(key).unwrap_or_default());
+    let runway_hours = (burn.nanos() > 0).then(|| left.nanos() / burn.nanos());
+    let runway = (burn.nanos() > 0).then(|| {
+        // Tenths of a day, exactly in integers.
+        let tenths = left.nanos() * 10 / (burn.nanos() * 24);
+        if tenths >= 3650 {
+            "over a year".to_string()
+        } else {
+            format!("{}.{} days", tenths / 10, tenths % 10)
+        }
+    });
+    Some(CashCell {
+        key: key.to_string(),
+        left: display_quantity(key, left, cfg),
+        spent_percent: crate::percent(spent, **hard),
+        runway,
+        left_nanos: left.nanos(),
+        runway_hours,
+    })
+}
+
+/// The row of one quota (depth, fold state and context set by the caller).
+pub fn row_of(q: &Quota, in_use: &ResourceList, children: usize, cfg: &KeyConfig) -> TreeRow {
+    let rolled = rollup(q, in_use);
+    let keys = key_usages(q, in_use, cfg);
+    let gpu = gpu_cell(&rolled, cfg);
+    let gpu_key = gpu.as_ref().map(|g| g.key.clone());
+    // Keys with a zero hard that nothing uses are not worth a glance.
+    let mut others: Vec<(String, u32)> = rolled
+        .iter()
+        .filter(|r| Some(&r.key) != gpu_key.as_ref())
+        .filter(|r| !r.hard.is_zero() || !r.in_use.is_zero())
+        .map(|r| (short_key(&r.key, cfg), r.in_use_percent()))
+        .collect();
+    others.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    others.truncate(3);
+    let borrowing = q
+        .status
+        .borrowed
+        .iter()
+        .filter(|(_, v)| v.nanos() > 0)
+        .map(|(k, v)| format!("{} {}", display_quantity(k, *v, cfg), short_key(k, cfg)))
+        .collect();
+    TreeRow {
+        name: q.name().to_string(),
+        depth: 0,
+        workloads: q.status.workloads.len(),
+        children,
+        gpu,
+        cash: cash_cell(q, in_use, cfg),
+        borrowing,
+        others,
+        keys,
+        hidden_below: 0,
+        context: false,
+        open: children > 0,
+        beyond_fold: false,
+    }
+}
+
+/// How siblings are ordered: the column, each in the direction people
+/// look for first (fullest, least left, soonest out, busiest).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TreeSort {
+    #[default]
+    Name,
+    Gpu,
+    Budget,
+    Runway,
+    Workloads,
+}
+
+impl TreeSort {
+    pub const ALL: [(TreeSort, &'static str); 5] = [
+        (TreeSort::Name, ""),
+        (TreeSort::Gpu, "gpu"),
+        (TreeSort::Budget, "budget"),
+        (TreeSort::Runway, "runway"),
+        (TreeSort::Workloads, "workloads"),
+    ];
+
+    pub fn parse(s: &str) -> TreeSort {
+        TreeSort::ALL
+            .iter()
+            .find(|(_, v)| *v == s)
+            .map(|(f, _)| *f)
+            .unwrap_or_default()
+    }
+
+    pub fn as_str(self) -> &'static str {
+        TreeSort::ALL
+            .iter()
+            .find(|(f, _)| *f == self)
+            .map(|(_, v)| *v)
+            .unwrap_or("")
+    }
+
+    fn order(self, a: &TreeRow, b: &TreeRow) -> std::cmp::Ordering {
+        use std::cmp::Reverse;
+        let by = match self {
+            TreeSort::Name => std::cmp::Ordering::Equal,
+            TreeSort::Gpu => {
+                let k = |r: &TreeRow| Reverse(r.gpu.as_ref().map(|g| g.percent));
+                k(a).cmp(&k(b))
+            }
+            // Rows without a budget last.
+            TreeSort::Budget => {
+                let k = |r: &TreeRow| r.cash.as_ref().map_or(i128::MAX, |c| c.left_nanos);
+                k(a).cmp(&k(b))
+            }
+            TreeSort::Runway => {
+                let k = |r: &TreeRow| {
+                    r.cash
+                        .as_ref()
+                        .and_then(|c| c.runway_hours)
+                        .unwrap_or(i128::MAX)
+                };
+                k(a).cmp(&k(b))
+            }
+            TreeSort::Workloads => Reverse(a.workloads).cmp(&Reverse(b.workloads)),
+        };
+        by.then_with(|| a.name.cmp(&b.name))
+    }
+}
+
+/// Quotas in depth-first order, siblings in `sort` order, with orphans
+/// (parent unknown) listed as roots so nothing is hidden. `in_use`: every
+/// quota's subtree usage.
+pub fn tree_rows(
+    quotas: &[Quota],
+    in_use: &BTreeMap<String, ResourceList>,
+    cfg: &KeyConfig,
+    sort: TreeSort,
+) -> Vec<TreeRow> {
+    let names: BTreeSet<&str> = quotas.iter().map(|q| q.name()).collect();
+    let mut kids: BTreeMap<&str, Vec<&Quota>> = BTreeMap::new();
+    for q in quotas {
+        let p = q.spec.parent.as_str();
+        let p = if names.contains(p) && p != q.name() {
+            p
+        } else {
+            ""
+        };
+        kids.entry(p).or_default().push(q);
+    }
+    let empty = ResourceList::new();
+    let row = |q: &Quota| {
+        let n = kids.get(q.name()).map_or(0, Vec::len);
+        row_of(q, in_use.get(q.name()).unwrap_or(&empty), n, cfg)
+    };
+    let sorted = |list: &[&Quota]| {
+        let mut rows: Vec<TreeRow> = list.iter().map(|q| row(q)).collect();
+        rows.sort_by(|a, b| sort.order(a, b));
+        rows
+    };
+    let mut out = Vec::with_capacity(quotas.len());
+    let mut stack: Vec<(TreeRow, usize)> = kids
+        .get("")
+        .map(|v| sorted(v).into_iter().rev().map(|r| (r, 0)).collect())
+        .unwrap_or_default();
+    let mut seen = BTreeSet::new();
+    while let Some((mut r, depth)) = stack.pop() {
+        if !seen.insert(r.name.clone()) {
+            continue; // a parent cycle: each quota once
+        }
+        r.depth = depth;
+        let name = r.name.clone();
+        out.push(r);
+        if let Some(children) = kids.get(name.as_str()) {
+            stack.extend(sorted(children).into_iter().rev().map(|c| (c, depth + 1)));
+        }
+    }
+    out
+}
+
+/// Which rows the tree page shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TreeQuery {
+    /// Part of a name (case-insensitive).
+    pub search: String,
+    pub filter: TreeFilter,
+    /// Only this quota's subtree.
+    pub under: Option<String>,
+    /// Fold rows deeper than this (None: as [`fold_depth`] decides).
+    pub depth: Option<usize>,
+    pub sort: TreeSort,
+    /// Rows opened below the fold depth.
+    pub open: BTreeSet<String>,
+    /// Rows closed above it.
+    pub closed: BTreeSet<String>,
+}
+
+/// At most this many quotas are named in `open` or `closed` (a URL stays short).
+pub const MAX_TOGGLED: usize = 50;
+
+impl TreeQuery {
+    /// Reads `open`/`closed` lists (comma-separated), dropping what is
+    /// past [`MAX_TOGGLED`] or not a possible quota name.
+    pub fn names(list: &str) -> BTreeSet<String> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && n.len() <= 253)
+            .take(MAX_TOGGLED)
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// This query as a `/tree?…` link.
+    pub fn href(&self) -> String {
+        let mut parts: Vec<(&str, String)> = Vec::new();
+        if !self.search.is_empty() {
+            parts.push(("q", self.search.clone()));
+        }
+        if self.filter != TreeFilter::All {
+            parts.push(("filter", self.filter.as_str().into()));
+        }
+        if let Some(u) = &self.under {
+            parts.push(("under", u.clone()));
+        }
+        if let Some(d) = self.depth {
+            parts.push(("depth", d.to_string()));
+        }
+        if self.sort != TreeSort::Name {
+            parts.push(("sort", self.sort.as_str().into()));
+        }
+        let join = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(",");
+        if !self.open.is_empty() {
+            parts.push(("open", join(&self.open)));
+        }
+        if !self.closed.is_empty() {
+            parts.push(("closed", join(&self.closed)));
+        }
+        if parts.is_empty() {
+            return "/tree".into();
+        }
+        let q: Vec<String> = parts
+            .iter()
+            .map(|(k, v)| format!("{k}={}", encode(v)))
+            .collect();
+        format!("/tree?{}", q.join("&"))
+    }
+
+    /// The link that opens (or closes) `name` in place.
+    fn toggled(&self, name: &str, open_now: bool, folded_by_depth: bool) -> String {
+        let mut q = self.clone();
+        let (add, remove) = if folded_by_depth {
+            (&mut q.open, &mut q.closed)
+        } else {
+            (&mut q.closed, &mut q.open)
+        };
+        if open_now == folded_by_depth {
+            // Undo the exception that opened (or closed) it.
+            add.remove(name);
+        } else if add.len() < MAX_TOGGLED {
+            add.insert(name.to_string());
+        }
+        remove.remove(name);
+        format!("{}#{}", q.href(), encode(name))
+    }
+}
+
+/// Percent-encodes a query value (RFC 3986 unreserved characters kept).
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TreeFilter {
+    #[default]
+    All,
+    /// Some key at 80 % or more.
+    Hot,
+    /// Some key over 100 %.
+    Over,
+    Borrowing,
+}
+
+impl TreeFilter {
+    pub const ALL: [(TreeFilter, &'static str, &'static str); 4] = [
+        (TreeFilter::All, "", "all quotas"),
+        (TreeFilter::Hot, "hot", "≥ 80 % used"),
+        (TreeFilter::Over, "over", "over hard"),
+        (TreeFilter::Borrowing, "borrowing", "borrowing"),
+    ];
+
+    pub fn parse(s: &str) -> TreeFilter {
+        TreeFilter::ALL
+            .iter()
+            .find(|(_, v, _)| *v == s)
+            .map(|(f, _, _)| *f)
+            .unwrap_or_default()
+    }
+
+    pub fn as_str(self) -> &'static str {
+        TreeFilter::ALL
+            .iter()
+            .find(|(f, _, _)| *f == self)
+            .map(|(_, v, _)| *v)
+            .unwrap_or("")
+    }
+
+    fn keeps(self, r: &TreeRow) -> bool {
+        match self {
+            TreeFilter::All => true,
+            TreeFilter::Hot => r.max_percent() >= 80,
+            TreeFilter::Over => r.max_percent() > 100,
+            TreeFilter::Borrowing => !r.borrowing.is_empty(),
+        }
+    }
+}
+
+/// Rows a page shows at most before it folds deeper levels by itself.
+pub const FOLD_ROWS: usize = 200;
+
+/// The deepest level at which the whole tree down to it still fits in
+/// [`FOLD_ROWS`] rows (at least the roots); None when all of it fits.
+pub fn fold_depth(rows: &[TreeRow]) -> Option<usize> {
+    if rows.len() <= FOLD_ROWS {
+        return None;
+    }
+    let mut per_depth: BTreeMap<usize, usize> = BTreeMap::new();
+    for r in rows {
+        *per_depth.entry(r.depth).or_default() += 1;
+    }
+    let mut total = 0;
+    let mut depth = 0;
+    for (d, n) in per_depth {
+        total += n;
+        if total > FOLD_ROWS {
+            break;
+        }
+        depth = d;
+    }
+    Some(depth)
+}
+
+/// The rows `query` selects from depth-first `rows`: a subtree, the rows a
+/// search or filter finds (with their ancestors as context, so the shape
+/// still reads), or the tree folded below a depth, with rows opened or
+/// closed in place.
+pub fn select_rows(mut rows: Vec<TreeRow>, query: &TreeQuery) -> Vec<TreeRow> {
+    if let Some(under) = &query.under {
+        let Some(i) = rows.iter().position(|r| &r.name == under) else {
+            return Vec::new();
+        };
+        let base = rows[i].depth;
+        let end = rows[i + 1..]
+            .iter()
+            .position(|r| r.depth <= base)
+            .map_or(rows.len(), |n| i + 1 + n);
+        rows = rows.drain(i..end).collect();
+        rows.iter_mut().for_each(|r| r.depth -= base);
+    }
+    let needle = query.search.trim().to_lowercase();
+    if !needle.is_empty() || query.filter != TreeFilter::All {
+        let mut keep = vec![false; rows.len()];
+        let mut hit = vec![false; rows.len()];
+        let mut ancestors: Vec<usize> = Vec::new();
+        for (i, r) in rows.iter().enumerate() {
+            while ancestors.last().is_some_and(|&a| rows[a].depth >= r.depth) {
+                ancestors.pop();
+            }
+            if r.name.to_lowercase().contains(&needle) && query.filter.keeps(r) {
+                hit[i] = true;
+                keep[i] = true;
+                for &a in &ancestors {
+                    keep[a] = true;
+                }
+            }
+            ancestors.push(i);
+        }
+        return rows
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| keep[*i])
+            .map(|(i, mut r)| {
+                r.context = !hit[i];
+                r
+            })
+            .collect();
+    }
+    let depth = query.depth.or_else(|| fold_depth(&rows));
+    // A row is open when it has children and is within the depth (unless
+    // closed) or opened; a row shows when every ancestor is open.
+    let mut out: Vec<TreeRow> = Vec::new();
+    // The depth below which rows are hidden (None: nothing hidden now),
+    // and the index in `out` of the row that hides them.
+    let mut hiding: Option<(usize, usize)> = None;
+    for mut r in rows {
+        if let Some((d, at)) = hiding {
+            if r.depth > d {
+                out[at].hidden_below += 1;
+                continue;
+            }
+            hiding = None;
+        }
+        let by_depth = depth.is_none_or(|d| r.depth < d);
+        r.beyond_fold = !by_depth;
+        r.open = r.children > 0
+            && if by_depth {
+                !query.closed.contains(&r.name)
+            } else {
+                query.open.contains(&r.name)
+            };
+        if r.children > 0 && !r.open {
+            hiding = Some((r.depth, out.len()));
+        }
+        out.push(r);
+    }
+    out
+}
+
+#[cfg(feature = "ssr")]
+fn sort_header(query: &TreeQuery, sort: TreeSort, label: &'static str) -> impl IntoView {
+    let mut q = query.clone();
+    q.sort = sort;
+    let current = (query.sort == sort).then_some("true");
+    let sorted = (query.sort == sort).then_some("descending");
+    let href = q.href();
+    view! { <th aria-sort=sorted><a href=href data-current=current>{label}</a></th> }
+}
+
+#[cfg(feature = "ssr")]
+fn gpu_view(g: Option<GpuCell>) -> impl IntoView {
+    match g {
+        None => view! { <td class="gpu none" data-label="GPUs">"—"</td> }.into_any(),
+        Some(g) => {
+            let class = match g.percent {
+                p if p > 100 => "bar over",
+                p if p >= 80 => "bar warn",
+                _ => "bar",
+            };
+            let width = format!("width:{}%", g.percent.min(100));
+            let idle = format!("width:{}%", g.idle_percent);
+            let title = format!(
+                "{}: {} in use (subtree), {} allocated to children, {} hard",
+                g.key, g.in_use, g.allocated, g.hard
+            );
+            view! {
+                <td class="gpu" data-label="GPUs" title=title>
+                    <span class=class><i class="use" style=width></i><i class="idle" style=idle></i></span>
+                    <span class="num"><b>{g.in_use}</b>{format!(" / {}", g.hard)}</span>
+                </td>
+            }
+            .into_any()
+        }
+    }
+}
+
+#[cfg(feature = "ssr")]
+fn tree_table(rows: Vec<TreeRow>, query: &TreeQuery) -> impl IntoView {
+    if rows.is_empty() {
+        return view! { <p class="empty">"No quotas to show: none matches, none exists yet, or none is shared with you."</p> }
+            .into_any();
+    }
+    let body = rows
+        .into_iter()
+        .map(|r| {
+            let indent = format!("padding-left:{}rem", 0.3 + 1.1 * r.depth as f32);
+            let href = format!("/quotas/{}", r.name);
+            let toggle = (r.children > 0 && !r.context).then(|| {
+                let link = query.toggled(&r.name, r.open, r.beyond_fold);
+                let (sign, label) = if r.open {
+                    ("▾", format!("Fold the {} quotas under {}", r.children, r.name))
+                } else {
+                    ("▸", format!("Open the {} quotas under {}", r.children, r.name))
+                };
+                view! { <a class="toggle" href=link aria-label=label aria-expanded=r.open.to_string()>{sign}</a> }
+            });
+            let spacer = (r.children == 0 || r.context).then(|| view! { <span class="toggle"></span> });
+            let folded = (r.hidden_below > 0).then(|| {
+                view! { <small class="folded">{format!("{} below", r.hidden_below)}</small> }
+            });
+            let class = r.context.then_some("context");
+            let id = r.name.clone();
+            let (left, runway) = match r.cash {
+                Some(c) => (
+                    view! { <span title=format!("{}: {}% spent", c.key, c.spent_percent)>{c.left}</span> }.into_any(),
+                    c.runway.unwrap_or_else(|| "—".into()),
+                ),
+                None => (view! { "—" }.into_any(), "—".into()),
+            };
+            let borrowing = if r.borrowing.is_empty() {
+                view! { "—" }.into_any()
+            } else {
+                view! { <span class="badge borrow">{r.borrowing.join(", ")}</span> }.into_any()
+            };
+            let others = r
+                .others
+                .into_iter()
+                .map(|(k, p)| {
+                    let class = match p {
+                        p if p > 100 => "pct over",
+                        p if p >= 80 => "pct warn",
+                        _ => "pct",
+                    };
+                    view! { <span class=class>{format!("{k} {p}%")}</span> }
+                })
+                .collect_view();
+            view! {
+                <tr id=id class=class>
+                    <td class="name" style=indent data-label="Quota">{toggle}{spacer}<a href=href>{r.name}</a>{folded}</td>
+                    {gpu_view(r.gpu)}
+                    <td class="num" data-label="Card-hours left">{left}</td>
+                    <td class="num" data-label="Runway">{runway}</td>
+                    <td data-label="Borrowing">{borrowing}</td>
+                    <td class="others" data-label="Other keys">{others}</td>
+                    <td class="num" data-label="Workloads">{r.workloads}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <div class="table-wrap">
+        <table class="tree">
+            <thead><tr>
+                {sort_header(query, TreeSort::Name, "Quota")}
+                {sort_header(query, TreeSort::Gpu, "GPUs in use / hard")}
+                {sort_header(query, TreeSort::Budget, "Card-hours left")}
+                {sort_header(query, TreeSort::Runway, "Runway")}
+                <th>"Borrowing"</th>
+                <th>"Fullest other keys"</th>
+                {sort_header(query, TreeSort::Workloads, "Workloads")}
+            </tr></thead>
+            <tbody>{body}</tbody>
+        </table>
+        </div>
+    }
+    .into_any()
+}
+
+/// The quota tree (the quotas the viewer may see) as a whole HTML document,
+/// with a search and filter form (a plain GET).
+#[cfg(feature = "ssr")]
+pub fn render_tree_page(
+    viewer: Viewer,
+    quotas: &[Quota],
+    in_use: &BTreeMap<String, ResourceList>,
+    cfg: &KeyConfig,
+    query: TreeQuery,
+) -> String {
+    let all = tree_rows(quotas, in_use, cfg, query.sort);
+    let total = all.len();
+    let rows = select_rows(all, &query);
+    let shown = rows.iter().filter(|r| !r.context).count();
+    let title = match &query.under {
+        Some(u) => format!("Quota tree · under {u}"),
+        None => format!("Quota tree · {total} quotas"),
+    };
+    let folded = rows.iter().any(|r| r.hidden_below > 0);
+    let filter = query.filter;
+    let options = TreeFilter::ALL
+        .iter()
+        .map(|(f, v, label)| view! { <option value=*v selected=*f == filter>{*label}</option> })
+        .collect_view();
+    let under = query.under.clone().map(|u| {
+        view! { <input type="hidden" name="under" value=u/> }
+    });
+    let sort = (query.sort != TreeSort::Name)
+        .then(|| view! { <input type="hidden" name="sort" value=query.sort.as_str()/> });
+    let search = query.search.clone();
+    let summary = if folded {
+        format!("{shown} of {total} shown; ▸ opens a level in place, or search by name.")
+    } else {
+        format!("{shown} of {total} shown")
+    };
+    layout::document(move || {
+        view! {
+            <layout::Layout viewer=Some(viewer) title=title section=Section::Tree flash=None>
+                <form class="card inline filters" method="get" action="/tree">
+                    <label>"Name contains"<input type="search" name="q" value=search/></label>
+                    <label>"Show"<select name="filter">{options}</select></label>
+                    {under}
+                    {sort}
+                    <button type="submit">"Apply"</button>
+                    <a href="/tree">"Reset"</a>
+                    <span class="hint">{summary}</span>
+                </form>
+                <BarLegend/>
+                <p class="hint">"Runway: how long the GPU budget lasts at what runs now. Click a column to sort each level by it."</p>
+                {tree_table(rows, &query)}
+            </layout::Layout>
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quota::QuotaSpec;
+
+    fn q(name: &str, parent: &str, gpus: i64, budget: Option<i64>) -> Quota {
+        let mut hard: ResourceList = [
+            (
+                "requests.nvidia.com/gpu".to_string(),
+                Quantity::from_units(gpus),
+            ),
+            ("requests.cpu".to_string(), Quantity::from_units(10)),
+            ("limits.memory".to_string(), Quantity::ZERO),
+        ]
+        .into();
+        if let Some(b) = budget {
+            hard.insert(
+                "cash/requests.nvidia.com/gpu".into(),
+                Quantity::from_units(b),
+            );
+        }
+        Quota::new(
+            name,
+            QuotaSpec {
+                parent: parent.into(),
+                hard,
+                max: Default::default(),
+            },
+        )
+    }
+
+    fn using(mut q: Quota, gpus: i64, spent: i64) -> Quota {
+        let u: ResourceList = [(
+            "requests.nvidia.com/gpu".to_string(),
+            Quantity::from_units(gpus),
+        )]
+        .into();
+        q.status.self_used = u.clone();
+        q.status.used = u;
+        q.status.used.insert(
+            "cash/requests.nvidia.com/gpu".into(),
+            Quantity::from_units(spent),
+        );
+        q
+    }
+
+    /// ai ─┬─ nlp ── nlp-a
+    ///     └─ vision
+    fn forest() -> Vec<Quota> {
+        vec![
+            q("ai", "", 32, None),
+            using(q("nlp", "ai", 16, Some(1000)), 2, 100),
+            using(q("nlp-a", "nlp", 8, Some(480)), 6, 0),
+            using(q("vision", "ai", 8, Some(100)), 8, 76),
+        ]
+    }
+
+    fn rows(sort: TreeSort) -> Vec<TreeRow> {
+        let f = forest();
+        let in_use = quota::rollup::subtree_in_use(&f);
+        tree_rows(&f, &in_use, &KeyConfig::default(), sort)
+    }
+
+    fn names(rows: &[TreeRow]) -> Vec<(&str, usize, bool, usize)> {
+        rows.iter()
+            .map(|r| (r.name.as_str(), r.depth, r.context, r.hidden_below))
+            .collect()
+    }
+
+    #[test]
+    fn a_row_has_the_columns_people_compare() {
+        let r = rows(TreeSort::Name);
+        let ai = &r[0];
+        let gpu = ai.gpu.as_ref().unwrap();
+        // The whole subtree runs 16 of ai's 32 cards.
+        assert_eq!((gpu.in_use.as_str(), gpu.hard.as_str()), ("16", "32"));
+        assert_eq!(gpu.percent, 50);
+        assert!(ai.cash.is_none(), "ai has no budget");
+        let nlp = r.iter().find(|r| r.name == "nlp").unwrap();
+        let cash = nlp.cash.as_ref().unwrap();
+        assert_eq!(cash.left, "900.0 card-hours");
+        // 900 card-hours at 8 cards (its subtree) = 112.5 h = 4.6 days.
+        assert_eq!(cash.runway.as_deref(), Some("4.6 days"));
+        // A zero hard nobody uses is not a column of anything.
+        assert!(nlp.others.iter().all(|(k, _)| k != "memory limit"));
+        assert_eq!(nlp.others, vec![("cpu".to_string(), 0)]);
+    }
+
+    #[test]
+    fn siblings_sort_by_a_column_and_children_stay_under_their_parent() {
+        let order = |s| -> Vec<String> { rows(s).into_iter().map(|r| r.name).collect() };
+        assert_eq!(order(TreeSort::Name), ["ai", "nlp", "nlp-a", "vision"]);
+        // vision runs 100 %, nlp 50 % (8 of 16 in its subtree); nlp-a
+        // stays under nlp.
+        assert_eq!(order(TreeSort::Gpu), ["ai", "vision", "nlp", "nlp-a"]);
+        // vision: 24 card-hours left at 8 cards = 3 h; nlp: 112.5 h.
+        assert_eq!(order(TreeSort::Runway), ["ai", "vision", "nlp", "nlp-a"]);
+        assert_eq!(order(TreeSort::Budget), ["ai", "vision", "nlp", "nlp-a"]);
+    }
+
+    #[test]
+    fn a_search_keeps_the_ancestors_of_what_it_finds_as_context() {
+        let q = TreeQuery {
+            search: "P-A".into(),
+            ..Default::default()
+        };
+        let got = select_rows(rows(TreeSort::Name), &q);
+        assert_eq!(
+            names(&got),
+            [
+                ("ai", 0, true, 0),
+                ("nlp", 1, true, 0),
+                ("nlp-a", 2, false, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn folding_counts_what_it_hides_and_rows_open_and_close_in_place() {
+        let q = TreeQuery {
+            depth: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(
+            names(&select_rows(rows(TreeSort::Name), &q)),
+            [
+                ("ai", 0, false, 0),
+                ("nlp", 1, false, 1),
+                ("vision", 1, false, 0)
+            ]
+        );
+        let mut opened = q.clone();
+        opened.open.insert("nlp".into());
+        assert_eq!(select_rows(rows(TreeSort::Name), &opened).len(), 4);
+        let closed = TreeQuery {
+            closed: ["ai".to_string()].into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            names(&select_rows(rows(TreeSort::Name), &closed)),
+            [("ai", 0, false, 3)]
+        );
+        // The toggle links say the same.
+        assert_eq!(q.toggled("nlp", false, true), "/tree?depth=1&open=nlp#nlp");
+        assert_eq!(opened.toggled("nlp", true, true), "/tree?depth=1#nlp");
+        assert_eq!(
+            TreeQuery::default().toggled("ai", true, false),
+            "/tree?closed=ai#ai"
+        );
+    }
+
+    #[test]
+    fn a_big_tree_folds_to_what_fits_a_page() {
+        let mut f = vec![q("root", "", 1000, None)];
+        for d in 0..30 {
+            f.push(q(&format!("d{d}"), "root", 10, None));
+            for t in 0..10 {
+                f.push(q(&format!("t{d}-{t}"), &format!("d{d}"), 1, None));
+            }
+        }
+        let in_use = quota::rollup::subtree_in_use(&f);
+        let rows = tree_rows(&f, &in_use, &KeyConfig::default(), TreeSort::Name);
+        assert_eq!(fold_depth(&rows), Some(1));
+        let shown = select_rows(
+            rows,
+            &TreeQuery {
+                depth: Some(1),
+                ..Default::default()
+            },
+        );
+        assert_eq!(shown.len(), 31);
+        assert!(shown[1..].iter().all(|r| r.hidden_below == 10));
+    }
+
+    #[test]
+    fn links_encode_names_and_keep_the_query() {
+        let q = TreeQuery {
+            search: "a b&c".into(),
+            sort: TreeSort::Runway,
+            ..Default::default()
+        };
+        assert_eq!(q.href(), "/tree?q=a%20b%26c&sort=runway");
+        assert_eq!(
+            TreeQuery::names("a, b,,c"),
+            ["a", "b", "c"].map(String::from).into()
+        );
+    }
+}
