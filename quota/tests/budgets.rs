@@ -234,10 +234,9 @@ proptest! {
         let mut s = BudgetState {
             quota: "q".into(),
             key: CASH.into(),
-            available: from_quantity(Quantity::from_units(budget)),
-            spent: 0,
-            reservations: BTreeMap::new(),
+            budget: from_quantity(Quantity::from_units(budget)),
             cap: cap.map(|c| from_quantity(Quantity::from_units(c))),
+            ..Default::default()
         };
         let names = ["a", "b", "c", "d", "e", "f"];
         for (op, w, cards, hours, frac) in ops {
@@ -272,7 +271,7 @@ proptest! {
                     s.release(name);
                 }
             }
-            prop_assert!(s.spent + s.outstanding() <= s.available);
+            prop_assert!(s.spent + s.outstanding() <= s.available());
             if let Some(c) = s.cap {
                 prop_assert!(s.outstanding() <= c);
             }
@@ -392,5 +391,49 @@ proptest! {
         }
         // Over the chain: everything given is spent, expired or still carried.
         prop_assert_eq!(total_in, total_out + carry_in);
+    }
+}
+
+proptest! {
+    /// Applying a ledger across period boundaries loses nothing: what the
+    /// closed records and the open period spent is what the entries spent,
+    /// and every closed record conserves.
+    #[test]
+    fn applying_a_ledger_across_periods_conserves(
+        raw in prop::collection::vec((0i64..120 * 86_400_000, -50i128..1000, any::<bool>()), 0..40),
+        budget in 0i128..20_000,
+        anchor in 1u32..=31,
+        carry in prop_oneof![Just(Carry::None), Just(Carry::All), (0u32..=100).prop_map(|percent| Carry::Percent { percent })],
+    ) {
+        let period = Period::Monthly { anchor_day: anchor, utc_offset_minutes: 0 };
+        let mut s = BudgetState {
+            quota: "q".into(),
+            key: CASH.into(),
+            window: period.at(T0),
+            budget,
+            ..Default::default()
+        };
+        let entries: Vec<Entry> = raw
+            .iter()
+            .map(|&(at, amount, top_up)| Entry {
+                quota: "q".into(), key: CASH.into(), workload: "w".into(), namespace: "ns".into(),
+                model: None, qos: None, user: None, start_ms: T0 + at, end_ms: T0 + at + 1,
+                amount,
+                reason: if top_up { Reason::TopUp } else if amount < 0 { Reason::Refund } else { Reason::Accrual },
+                note: String::new(),
+            })
+            .collect();
+        let records = s.apply(&entries, &period, &carry, Overspend::Carry);
+        let spent: i128 = entries.iter().filter(|e| e.reason.is_spending()).map(|e| e.amount).sum();
+        let top_ups: i128 = entries.iter().filter(|e| e.reason == Reason::TopUp).map(|e| e.amount).sum();
+        prop_assert_eq!(records.iter().map(|r| r.spent).sum::<i128>() + s.spent, spent);
+        prop_assert_eq!(records.iter().map(|r| r.top_ups).sum::<i128>() + s.top_ups, top_ups);
+        let mut carry_in = 0;
+        for r in &records {
+            prop_assert_eq!(r.carry_in, carry_in);
+            prop_assert_eq!(r.spent + r.carried + r.expired, r.budget + r.carry_in + r.top_ups + r.forgiven);
+            carry_in = r.carried;
+        }
+        prop_assert_eq!(s.carry_in, carry_in);
     }
 }

@@ -62,6 +62,27 @@ pub struct Entry {
     pub note: String,
 }
 
+impl Entry {
+    /// The carry entry a closed period leaves for reports: what it carried
+    /// into the next period, at the boundary (None when nothing carried).
+    pub fn carry(record: &super::period::PeriodRecord, quota: &str, key: &str) -> Option<Entry> {
+        (record.carried != 0).then(|| Entry {
+            quota: quota.to_string(),
+            key: key.to_string(),
+            workload: String::new(),
+            namespace: String::new(),
+            model: None,
+            qos: None,
+            user: None,
+            start_ms: record.end_ms,
+            end_ms: record.end_ms,
+            amount: record.carried,
+            reason: Reason::Carry,
+            note: String::new(),
+        })
+    }
+}
+
 /// What rows are grouped by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

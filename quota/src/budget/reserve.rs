@@ -12,7 +12,9 @@
 //! once it holds — every admission checks it, accrual moves amounts from
 //! outstanding to spent, settling only lowers outstanding.
 
+use super::period::{close, Carry, Closing, Overspend, Period, PeriodRecord, Window};
 use super::price::{model_of, price, split_model, PriceList};
+use super::report::{Entry, Reason};
 use super::{serde_acc, to_quantity};
 use crate::cash::Prices;
 use crate::quantity::Quantity;
@@ -74,15 +76,25 @@ pub struct Settlement {
     pub overrun: i128,
 }
 
-/// One cash key's budget in the current period, with its reservations.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// One cash key's budget in its current period, with its reservations:
+/// the head of the key's ledger, what the server keeps per quota and key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetState {
     pub quota: String,
     pub key: String,
-    /// This period's budget + carry-in + top-ups (acc).
+    /// The current period.
+    pub window: Window,
+    /// The period's own budget: the cash key's hard, in acc (the caller
+    /// keeps it equal to the spec; zero counts outside a term).
     #[serde(with = "serde_acc")]
-    pub available: i128,
+    pub budget: i128,
+    /// Carried in from the period before (negative: a debt).
+    #[serde(with = "serde_acc")]
+    pub carry_in: i128,
+    /// Added during this period.
+    #[serde(with = "serde_acc")]
+    pub top_ups: i128,
     /// Accrual − refunds this period (acc).
     #[serde(with = "serde_acc")]
     pub spent: i128,
@@ -92,6 +104,22 @@ pub struct BudgetState {
     /// At most this much (acc) held by all open reservations at once.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_acc")]
     pub cap: Option<i128>,
+}
+
+impl Default for BudgetState {
+    fn default() -> Self {
+        BudgetState {
+            quota: String::new(),
+            key: String::new(),
+            window: Period::None.at(0),
+            budget: 0,
+            carry_in: 0,
+            top_ups: 0,
+            spent: 0,
+            reservations: BTreeMap::new(),
+            cap: None,
+        }
+    }
 }
 
 mod opt_acc {
@@ -175,9 +203,22 @@ impl BudgetState {
             .fold(0i128, |s, (_, r)| s.saturating_add(r.outstanding()))
     }
 
+    /// What this period has: its budget (if funded) + carry-in + top-ups.
+    pub fn available(&self) -> i128 {
+        let budget = if self.window.funded { self.budget } else { 0 };
+        budget
+            .saturating_add(self.carry_in)
+            .saturating_add(self.top_ups)
+    }
+
+    /// available − spent (may be negative): what exhaustion looks at.
+    pub fn unspent(&self) -> i128 {
+        self.available().saturating_sub(self.spent)
+    }
+
     /// available − spent − outstanding (may be negative).
     pub fn left(&self) -> i128 {
-        self.available
+        self.available()
             .saturating_sub(self.spent)
             .saturating_sub(self.outstanding())
     }
@@ -187,7 +228,7 @@ impl BudgetState {
     pub fn check(&self, workload: &str, need: i128, basis: &str) -> Result<(), BudgetDenial> {
         let others = self.outstanding_except(Some(workload));
         let left = self
-            .available
+            .available()
             .saturating_sub(self.spent)
             .saturating_sub(others);
         let numbers = || Numbers {
@@ -197,7 +238,7 @@ impl BudgetState {
             basis: basis.to_string(),
             needs: to_quantity(need),
             left: to_quantity(left),
-            available: to_quantity(self.available),
+            available: to_quantity(self.available()),
             spent: to_quantity(self.spent),
             reserved: to_quantity(others),
             cap: self.cap.map_or(Quantity::ZERO, to_quantity),
@@ -271,15 +312,75 @@ impl BudgetState {
             .map_or(0, |r| r.outstanding())
     }
 
-    /// A new period starts with `available`: spent starts again and each
-    /// open reservation keeps only what it still holds back.
-    pub fn roll(&mut self, available: i128) {
-        self.available = available;
-        self.spent = 0;
-        for r in self.reservations.values_mut() {
-            r.reserved = r.outstanding();
-            r.used = 0;
+    /// Closes every period that ends at or before `ms`: each becomes a
+    /// record, and the next starts with its carry, no top-ups, nothing
+    /// spent, and each open reservation holding only what it still held
+    /// back. The budget stays (the caller sets it from the spec).
+    pub fn advance_to(
+        &mut self,
+        ms: i64,
+        period: &Period,
+        carry: &Carry,
+        overspend: Overspend,
+    ) -> Vec<PeriodRecord> {
+        let mut records = Vec::new();
+        while self.window.end_ms <= ms && self.window.end_ms < i64::MAX {
+            let record = close(
+                Closing {
+                    window: self.window,
+                    budget: self.budget,
+                    carry_in: self.carry_in,
+                    top_ups: self.top_ups,
+                    spent: self.spent,
+                },
+                carry,
+                overspend,
+            );
+            let next = period.at(self.window.end_ms);
+            if next.start_ms != self.window.end_ms {
+                break; // the period changed under us; the caller restarts it
+            }
+            self.window = next;
+            self.carry_in = record.carried;
+            self.top_ups = 0;
+            self.spent = 0;
+            for r in self.reservations.values_mut() {
+                r.reserved = r.outstanding();
+                r.used = 0;
+            }
+            records.push(record);
         }
+        records
+    }
+
+    /// Applies ledger entries of this quota and key, in time order,
+    /// closing periods as their boundaries pass (`advance_to`): accrual and
+    /// refunds to spent (and to the workload's reservation), top-ups to
+    /// this period's budget; carry entries are the records' own and change
+    /// nothing. An entry from before the current period counts in it (a
+    /// closed period is not reopened). Returns the periods closed.
+    pub fn apply(
+        &mut self,
+        entries: &[Entry],
+        period: &Period,
+        carry: &Carry,
+        overspend: Overspend,
+    ) -> Vec<PeriodRecord> {
+        let mut ordered: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.quota == self.quota && e.key == self.key)
+            .collect();
+        ordered.sort_by_key(|e| e.start_ms);
+        let mut records = Vec::new();
+        for e in ordered {
+            records.extend(self.advance_to(e.start_ms, period, carry, overspend));
+            match e.reason {
+                Reason::Accrual | Reason::Refund => self.accrue(&e.workload, e.amount),
+                Reason::TopUp => self.top_ups = self.top_ups.saturating_add(e.amount),
+                Reason::Carry => {}
+            }
+        }
+        records
     }
 
     /// Admission of `ask` under `policy`: reserves what it needs, admits
@@ -317,7 +418,7 @@ impl BudgetState {
                     workload: ask.workload.to_string(),
                     basis: "no declared run time".into(),
                     left: to_quantity(self.left()),
-                    available: to_quantity(self.available),
+                    available: to_quantity(self.available()),
                     spent: to_quantity(self.spent),
                     reserved: to_quantity(self.outstanding()),
                     ..Default::default()
@@ -386,7 +487,7 @@ mod tests {
         BudgetState {
             quota: "nlp".into(),
             key: "cash/requests.nvidia.com/gpu".into(),
-            available: from_quantity(Quantity::from_units(budget)),
+            budget: from_quantity(Quantity::from_units(budget)),
             ..Default::default()
         }
     }
@@ -469,7 +570,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.map(to_quantity), Some(Quantity::from_units(2)));
-        s.spent = s.available;
+        s.spent = s.available();
         s.release("a");
         assert!(admit(&mut s, &ask("b", &sets, None), WithoutRunTime::Admit).is_err());
     }
@@ -504,12 +605,43 @@ mod tests {
 
     #[test]
     fn a_new_period_keeps_what_reservations_still_hold() {
+        let period = Period::Monthly {
+            anchor_day: 1,
+            utc_offset_minutes: 0,
+        };
         let mut s = state(100);
+        s.window = period.at(0);
         let sets = cards(1);
         admit(&mut s, &ask("a", &sets, Some(10)), WithoutRunTime::Admit).unwrap();
-        s.accrue("a", from_quantity(Quantity::from_units(4)));
-        s.roll(from_quantity(Quantity::from_units(100)));
-        assert_eq!(to_quantity(s.outstanding()), Quantity::from_units(6));
-        assert_eq!(to_quantity(s.left()), Quantity::from_units(94));
+        let end = s.window.end_ms;
+        let four = from_quantity(Quantity::from_units(4));
+        let accrual = |at: i64, amount: i128, reason: Reason| Entry {
+            quota: "nlp".into(),
+            key: "cash/requests.nvidia.com/gpu".into(),
+            workload: "a".into(),
+            namespace: "ns".into(),
+            model: None,
+            qos: None,
+            user: None,
+            start_ms: at,
+            end_ms: at + 1,
+            amount,
+            reason,
+            note: String::new(),
+        };
+        let entries = [
+            accrual(end, four, Reason::Accrual),
+            accrual(0, four, Reason::Accrual),
+            accrual(5, four, Reason::TopUp),
+        ];
+        let records = s.apply(&entries, &period, &Carry::All, Overspend::Carry);
+        assert_eq!(records.len(), 1);
+        let r = &records[0];
+        assert_eq!((r.spent, r.top_ups, r.carried), (four, four, 25 * four));
+        // The new period: 100 + 100 carried, 4 spent, 2 still reserved.
+        assert_eq!(s.window.start_ms, end);
+        assert_eq!(to_quantity(s.available()), Quantity::from_units(200));
+        assert_eq!(to_quantity(s.outstanding()), Quantity::from_units(2));
+        assert_eq!(to_quantity(s.left()), Quantity::from_units(194));
     }
 }
