@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod batch;
 pub mod borrow;
+pub mod budget;
 pub mod cash;
 pub mod forecast;
 pub mod keys;

@@ -300,6 +300,19 @@ fn pods_needed(set: &PodSet, need: &ResourceList, debt: &ResourceList) -> i64 {
     pods.min(i64::MAX as i128) as i64
 }
 
+/// The order reclaim takes workloads in, first first: already marked,
+/// lowest priority, batch before online, newest, then by reference. Also
+/// the order budget exhaustion suspends in (`budget::refund`).
+pub fn order_key(c: &Candidate) -> (bool, i32, bool, Reverse<i64>, &str) {
+    (
+        !c.marked,
+        c.priority,
+        c.online,
+        Reverse(c.created_ms),
+        c.workload_ref.as_str(),
+    )
+}
+
 /// Which workloads of the borrowers to reclaim to cover `need`, in order:
 ///
 /// - candidates are taken lowest priority first, batch before online,
@@ -330,13 +343,8 @@ pub fn plan(borrowers: &[Borrower], need: &ResourceList) -> Vec<Victim> {
         })
         .collect();
     order.sort_by_key(|&(bi, ci)| {
-        let c = &borrowers[bi].workloads[ci];
         (
-            !c.marked,
-            c.priority,
-            c.online,
-            Reverse(c.created_ms),
-            c.workload_ref.as_str(),
+            order_key(&borrowers[bi].workloads[ci]),
             borrowers[bi].quota.as_str(),
         )
     });

@@ -1,0 +1,147 @@
+//! A cash key's budget policy (docs/budgets.md): period, carry-over,
+//! overspend, admission without a run time, reservation cap, refunds and
+//! exhaustion, as plain serde data (camelCase) with one validation that
+//! says which key and what is wrong.
+
+use super::period::{Carry, Overspend, Period, PeriodError};
+use super::refund::{Exhaustion, PolicyError, RefundPolicy};
+use super::reserve::WithoutRunTime;
+use super::runtime::MAX_RUN_MS;
+use crate::keys::cash_target;
+use crate::quantity::Quantity;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BudgetPolicy {
+    #[serde(default)]
+    pub period: Period,
+    #[serde(default)]
+    pub carry: Carry,
+    #[serde(default)]
+    pub overspend: Overspend,
+    #[serde(default)]
+    pub without_run_time: WithoutRunTime,
+    /// At most this many resource-hours held by all open reservations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation_cap: Option<Quantity>,
+    #[serde(default)]
+    pub refund: RefundPolicy,
+    #[serde(default)]
+    pub on_exhausted: Exhaustion,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetError {
+    #[error("budget '{0}' is not a cash key (cash/<resource key>)")]
+    NotCash(String),
+    #[error("budget {key}: {err}")]
+    Period { key: String, err: PeriodError },
+    #[error("budget {key}: {err}")]
+    Policy { key: String, err: PolicyError },
+    #[error("budget {key}: carry needs a weekly or monthly period (a term has no next period, and no period never ends)")]
+    CarryWithoutPeriod { key: String },
+    #[error("budget {key}: horizonSeconds {seconds} must be between 1 and 31622400 (366 days)")]
+    Horizon { key: String, seconds: i64 },
+    #[error("budget {key}: reservationCap {cap} is negative")]
+    Cap { key: String, cap: Quantity },
+}
+
+impl BudgetPolicy {
+    pub fn validate(&self, key: &str) -> Result<(), BudgetError> {
+        if cash_target(key).is_none_or(str::is_empty) {
+            return Err(BudgetError::NotCash(key.to_string()));
+        }
+        let period = |err| BudgetError::Period {
+            key: key.to_string(),
+            err,
+        };
+        let policy = |err| BudgetError::Policy {
+            key: key.to_string(),
+            err,
+        };
+        self.period.validate().map_err(period)?;
+        self.carry.validate().map_err(period)?;
+        let recurring = matches!(self.period, Period::Weekly { .. } | Period::Monthly { .. });
+        if !recurring && self.carry != Carry::None {
+            return Err(BudgetError::CarryWithoutPeriod {
+                key: key.to_string(),
+            });
+        }
+        if let WithoutRunTime::ReserveDefault { horizon_seconds } = self.without_run_time {
+            if !(1..=MAX_RUN_MS / 1000).contains(&horizon_seconds) {
+                return Err(BudgetError::Horizon {
+                    key: key.to_string(),
+                    seconds: horizon_seconds,
+                });
+            }
+        }
+        if let Some(cap) = self.reservation_cap.filter(|c| c.is_negative()) {
+            return Err(BudgetError::Cap {
+                key: key.to_string(),
+                cap,
+            });
+        }
+        self.refund.validate().map_err(policy)?;
+        self.on_exhausted.validate().map_err(policy)?;
+        Ok(())
+    }
+}
+
+/// Validates every budget of a quota, keyed by cash key.
+pub fn validate_all(budgets: &BTreeMap<String, BudgetPolicy>) -> Result<(), BudgetError> {
+    budgets.iter().try_for_each(|(k, p)| p.validate(k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "cash/requests.nvidia.com/gpu";
+
+    #[test]
+    fn a_full_policy_reads_from_camel_case_json() {
+        let p: BudgetPolicy = serde_json::from_str(
+            r#"{
+              "period": {"kind": "monthly", "anchorDay": 1, "utcOffsetMinutes": 480},
+              "carry": {"kind": "percent", "percent": 20},
+              "overspend": "forgive",
+              "withoutRunTime": {"kind": "reserveDefault", "horizonSeconds": 86400},
+              "reservationCap": "500",
+              "refund": {"kind": "lastStretch", "checkpointEverySeconds": 1800},
+              "onExhausted": {"kind": "suspendBatch", "graceSeconds": 3600}
+            }"#,
+        )
+        .unwrap();
+        p.validate(KEY).unwrap();
+        let back: BudgetPolicy = serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+        let d: BudgetPolicy = serde_json::from_str("{}").unwrap();
+        assert_eq!(d, BudgetPolicy::default());
+        assert!(serde_json::from_str::<BudgetPolicy>(r#"{"perod":{}}"#).is_err());
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let mut p = BudgetPolicy {
+            carry: Carry::All,
+            ..Default::default()
+        };
+        assert_eq!(
+            p.validate(KEY),
+            Err(BudgetError::CarryWithoutPeriod { key: KEY.into() })
+        );
+        p.carry = Carry::None;
+        p.without_run_time = WithoutRunTime::ReserveDefault { horizon_seconds: 0 };
+        assert!(p.validate(KEY).unwrap_err().to_string().contains(KEY));
+        assert!(BudgetPolicy::default().validate("requests.cpu").is_err());
+        p.without_run_time = WithoutRunTime::Admit;
+        p.period = Period::Monthly {
+            anchor_day: 0,
+            utc_offset_minutes: 0,
+        };
+        let e = validate_all(&[(KEY.to_string(), p)].into()).unwrap_err();
+        assert!(e.to_string().contains("anchorDay 0"), "{e}");
+    }
+}

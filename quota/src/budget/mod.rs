@@ -1,0 +1,107 @@
+//! Budgets in depth (docs/budgets.md, §7a): periods and carry-over of cash
+//! keys, safe admission with reservations, price weights per model,
+//! refunds, exhaustion, reports and runway. Pure like the rest of the
+//! crate: configuration, ledgers and "now" come in, decisions go out.
+//!
+//! One unit throughout: the *priced accumulator* ("acc"), nano-units ×
+//! milliseconds × price in millionths (a model weight per mille times a QoS
+//! multiplier per mille). Integers only, so every split of an interval —
+//! at a period boundary, a price change or a report bucket — adds up
+//! exactly. `to_quantity` turns acc into resource-hours for people.
+
+pub mod config;
+pub mod period;
+pub mod price;
+pub mod refund;
+pub mod report;
+pub mod reserve;
+pub mod runtime;
+pub mod runway;
+
+pub use config::{BudgetError, BudgetPolicy};
+pub use period::{Carry, Overspend, Period, PeriodRecord, Weekday, Window};
+pub use price::{Currency, PriceError, PriceList, PriceVersion, Weight};
+pub use refund::{Exhaustion, ExhaustionPlan, RefundPolicy};
+pub use report::{Bucket, Dimension, Entry, Reason, Report, ReportSpec};
+pub use reserve::{BudgetDenial, BudgetState, Reservation, Settlement, WithoutRunTime};
+pub use runtime::{RunTime, RunTimeError};
+pub use runway::Runway;
+
+use crate::cash::MS_PER_HOUR;
+use crate::quantity::{div_ceil, Quantity};
+
+/// Price unit: 1 000 000 = charged at face value (weight 1.0 × QoS 1.0).
+pub const PRICE_ONE: i128 = 1_000_000;
+
+/// Acc per nano-unit-hour at face value.
+const ACC_PER_NANO_HOUR: i128 = MS_PER_HOUR * PRICE_ONE;
+
+/// Acc → resource-hours, rounded up to the nano-unit (a refund, negative,
+/// rounds towards zero).
+pub fn to_quantity(acc: i128) -> Quantity {
+    Quantity::from_nanos(div_ceil(acc, ACC_PER_NANO_HOUR))
+}
+
+/// Resource-hours (a budget, a cap) → acc, exactly.
+pub fn from_quantity(q: Quantity) -> i128 {
+    q.nanos().saturating_mul(ACC_PER_NANO_HOUR)
+}
+
+/// The per-mille accumulators of `cash` (`status.cashAccrued`) → acc.
+pub fn from_cash_accrued(per_mille: i128) -> i128 {
+    per_mille.saturating_mul(PRICE_ONE / crate::cash::PER_MILLE)
+}
+
+/// Serde helpers for plain data: accumulators as decimal strings (JSON
+/// numbers lose precision beyond 2^53), instants as RFC 3339.
+pub(crate) mod serde_acc {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &i128, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i128, D::Error> {
+        let s = String::deserialize(d)?;
+        s.trim()
+            .parse()
+            .map_err(|_| serde::de::Error::custom(format!("'{s}' is not an integer amount")))
+    }
+}
+
+pub(crate) mod serde_stamp {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &i64, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&crate::time::format_rfc3339(*v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        let s = String::deserialize(d)?;
+        crate::time::parse_rfc3339(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "'{s}' is not an RFC 3339 time such as 2026-12-01T00:00:00Z"
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_card_for_an_hour_at_face_value_is_one_card_hour() {
+        let acc = crate::cash::cost(Quantity::from_units(1), 3_600_000, PRICE_ONE);
+        assert_eq!(to_quantity(acc), Quantity::from_units(1));
+        assert_eq!(from_quantity(Quantity::from_units(1)), acc);
+        let per_mille = crate::cash::cost(Quantity::from_units(1), 3_600_000, 1000);
+        assert_eq!(from_cash_accrued(per_mille), acc);
+    }
+
+    #[test]
+    fn refunds_round_towards_zero() {
+        assert_eq!(to_quantity(-1), Quantity::ZERO);
+        assert_eq!(to_quantity(1), Quantity::from_nanos(1));
+    }
+}

@@ -1,0 +1,342 @@
+//! Refunds for reclaimed work and the action on an exhausted budget
+//! (docs/budgets.md §4), both per-quota policies.
+//!
+//! A refund gives back what a workload stopped by reclaim spent on work it
+//! loses: nothing, the stretch since its last checkpoint, or its whole
+//! run. It is written as negative ledger entries, one per group of the
+//! run's accrual (model, QoS, …), so reports by any dimension stay exact.
+//!
+//! On exhaustion running work is not killed by default (§4); the
+//! `SuspendBatch` policy suspends the quota's batch work using the budget
+//! after a grace period — never online services, in reclaim's order.
+
+use super::report::{share, Entry, Reason};
+use super::runtime::MAX_RUN_MS;
+use crate::reclaim::{order_key, Candidate, Stop};
+use crate::resources;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What a workload stopped by reclaim gets back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum RefundPolicy {
+    /// Nothing: reclaim is a risk of borrowing.
+    #[default]
+    None,
+    /// The work since its last checkpoint, assuming one every
+    /// `checkpointEverySeconds` from the start of the run.
+    #[serde(rename_all = "camelCase")]
+    LastStretch { checkpoint_every_seconds: i64 },
+    /// Everything the run spent.
+    WholeRun,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("checkpointEverySeconds {0} must be between 1 and 31622400 (366 days)")]
+    Checkpoint(i64),
+    #[error("graceSeconds {0} must be between 0 and 31622400 (366 days)")]
+    Grace(i64),
+}
+
+impl RefundPolicy {
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        match *self {
+            RefundPolicy::LastStretch {
+                checkpoint_every_seconds: s,
+            } if s <= 0 || s > MAX_RUN_MS / 1000 => Err(PolicyError::Checkpoint(s)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The stretch of a run `[start, stopped)` that is refunded, if any.
+    pub fn lost(&self, start_ms: i64, stopped_ms: i64) -> Option<(i64, i64)> {
+        if stopped_ms <= start_ms {
+            return None;
+        }
+        let from = match *self {
+            RefundPolicy::None => return None,
+            RefundPolicy::WholeRun => start_ms,
+            RefundPolicy::LastStretch {
+                checkpoint_every_seconds,
+            } => {
+                let every = checkpoint_every_seconds.max(1).saturating_mul(1000);
+                let lost = (stopped_ms - start_ms) % every;
+                if lost == 0 {
+                    return None; // stopped right at a checkpoint
+                }
+                stopped_ms - lost
+            }
+        };
+        Some((from, stopped_ms))
+    }
+}
+
+/// The refund of a run of one workload, `[start, stopped)`, stopped by
+/// reclaim: negative entries undoing the share of `accruals` (its ledger
+/// entries; others are ignored) that falls in the lost stretch, one per
+/// quota, key, model, QoS class, namespace and user. Calling it once per
+/// reclaim is the caller's part (key it by the reclaim mark).
+pub fn refund(
+    policy: &RefundPolicy,
+    start_ms: i64,
+    stopped_ms: i64,
+    accruals: &[Entry],
+    note: &str,
+) -> Vec<Entry> {
+    let Some((from, to)) = policy.lost(start_ms, stopped_ms) else {
+        return Vec::new();
+    };
+    type Group = (
+        String,
+        String,
+        String,
+        String,
+        Option<String>,
+        String,
+        Option<String>,
+    );
+    let mut sums: BTreeMap<Group, (Entry, i128)> = BTreeMap::new();
+    for e in accruals.iter().filter(|e| e.reason == Reason::Accrual) {
+        let part = share(e, from, to);
+        if part == 0 {
+            continue;
+        }
+        let g = (
+            e.quota.clone(),
+            e.key.clone(),
+            e.workload.clone(),
+            e.namespace.clone(),
+            e.model.clone(),
+            format!("{:?}", e.qos),
+            e.user.clone(),
+        );
+        let s = sums.entry(g).or_insert_with(|| (e.clone(), 0));
+        s.1 = s.1.saturating_add(part);
+    }
+    sums.into_values()
+        .map(|(e, part)| Entry {
+            start_ms: from,
+            end_ms: to,
+            amount: -part,
+            reason: Reason::Refund,
+            note: note.to_string(),
+            ..e
+        })
+        .collect()
+}
+
+/// What happens when a budget is spent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Exhaustion {
+    /// New admissions that need it are refused; running work goes on.
+    #[default]
+    RefuseNew,
+    /// Also suspend the batch work using it, `graceSeconds` after the
+    /// budget ran out, unless it is no longer spent by then.
+    #[serde(rename_all = "camelCase")]
+    SuspendBatch { grace_seconds: i64 },
+}
+
+impl Exhaustion {
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        match *self {
+            Exhaustion::SuspendBatch { grace_seconds: g }
+                if !(0..=MAX_RUN_MS / 1000).contains(&g) =>
+            {
+                Err(PolicyError::Grace(g))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What to do about an exhausted budget now.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExhaustionPlan {
+    /// Since when the budget is spent, for the caller to keep (None: it is
+    /// not spent, forget any earlier time).
+    pub since_ms: Option<i64>,
+    /// When the suspension is due (None: the policy suspends nothing).
+    pub due_ms: Option<i64>,
+    /// Whether to suspend now (`due_ms` reached).
+    pub act: bool,
+    /// The batch workloads using the budget, in the order to suspend them
+    /// (to warn their owners before `due_ms`, to suspend at it).
+    pub suspend: Vec<String>,
+}
+
+/// The plan for a budget with `left` (available − spent, acc) on
+/// `target` (its usage key). `since_ms` is the caller's record of when it
+/// was first seen spent. Candidates are the quota's workloads as reclaim
+/// sees them; only suspendable batch work that uses `target` is taken —
+/// never online services, never kinds that can only be scaled.
+pub fn on_exhausted(
+    policy: &Exhaustion,
+    left: i128,
+    since_ms: Option<i64>,
+    now_ms: i64,
+    target: &str,
+    candidates: &[Candidate],
+) -> ExhaustionPlan {
+    if left > 0 {
+        return ExhaustionPlan::default();
+    }
+    let since = since_ms.unwrap_or(now_ms).min(now_ms);
+    let Exhaustion::SuspendBatch { grace_seconds } = *policy else {
+        return ExhaustionPlan {
+            since_ms: Some(since),
+            ..Default::default()
+        };
+    };
+    let due = since.saturating_add(grace_seconds.max(0).saturating_mul(1000));
+    let mut batch: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| !c.online && c.stop == Stop::Suspend)
+        .filter(|c| {
+            c.pod_sets
+                .iter()
+                .any(|s| s.count > 0 && resources::get(&s.per_pod, target).nanos() > 0)
+        })
+        .collect();
+    batch.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
+    ExhaustionPlan {
+        since_ms: Some(since),
+        due_ms: Some(due),
+        act: now_ms >= due,
+        suspend: batch.into_iter().map(|c| c.workload_ref.clone()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantity::Quantity;
+    use crate::workload::PodSet;
+
+    const GPU: &str = "requests.nvidia.com/gpu";
+    const H: i64 = 3_600_000;
+
+    fn accrual(start: i64, end: i64, amount: i128, model: &str) -> Entry {
+        Entry {
+            quota: "q".into(),
+            key: "cash/requests.nvidia.com/gpu".into(),
+            workload: "batch/Job/ns/train".into(),
+            namespace: "ns".into(),
+            model: Some(model.into()),
+            qos: None,
+            user: None,
+            start_ms: start,
+            end_ms: end,
+            amount,
+            reason: Reason::Accrual,
+            note: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_last_stretch_since_a_checkpoint() {
+        let p = RefundPolicy::LastStretch {
+            checkpoint_every_seconds: 3600,
+        };
+        // Ran 0 .. 2.5 h, checkpoints at 1 h and 2 h: the last 30 min is lost.
+        assert_eq!(p.lost(0, 5 * H / 2), Some((2 * H, 5 * H / 2)));
+        assert_eq!(p.lost(0, 2 * H), None, "stopped right at a checkpoint");
+        let acc = [
+            accrual(0, 2 * H, 200, "A100"),
+            accrual(2 * H, 3 * H, 100, "A100"),
+        ];
+        let r = refund(&p, 0, 5 * H / 2, &acc, "reclaimed by nlp");
+        assert_eq!(r.len(), 1);
+        assert_eq!((r[0].amount, r[0].reason), (-50, Reason::Refund));
+        assert_eq!((r[0].start_ms, r[0].end_ms), (2 * H, 5 * H / 2));
+        assert_eq!(r[0].note, "reclaimed by nlp");
+    }
+
+    #[test]
+    fn a_whole_run_by_model() {
+        let acc = [accrual(0, H, 100, "A100"), accrual(0, H, 30, "T4")];
+        let r = refund(&RefundPolicy::WholeRun, 0, H, &acc, "");
+        let amounts: Vec<(Option<&str>, i128)> =
+            r.iter().map(|e| (e.model.as_deref(), e.amount)).collect();
+        assert_eq!(amounts, vec![(Some("A100"), -100), (Some("T4"), -30)]);
+        assert!(refund(&RefundPolicy::None, 0, H, &acc, "").is_empty());
+    }
+
+    fn candidate(
+        name: &str,
+        online: bool,
+        stop: Stop,
+        priority: i32,
+        created: i64,
+        gpus: i64,
+    ) -> Candidate {
+        Candidate {
+            workload_ref: format!("batch/Job/ns/{name}"),
+            stop,
+            priority,
+            online,
+            created_ms: created,
+            pod_sets: vec![PodSet {
+                name: "w".into(),
+                count: 1,
+                per_pod: [(GPU.to_string(), Quantity::from_units(gpus))].into(),
+                qos: None,
+            }],
+            min_replicas: None,
+            marked: false,
+        }
+    }
+
+    #[test]
+    fn suspends_batch_work_after_grace_in_reclaim_order() {
+        let cs = vec![
+            candidate("old", false, Stop::Suspend, 0, 1, 1),
+            candidate("new", false, Stop::Suspend, 0, 2, 1),
+            candidate("important", false, Stop::Suspend, 100, 3, 1),
+            candidate("serving", true, Stop::Suspend, 0, 4, 1),
+            candidate("deploy", false, Stop::Scale, 0, 5, 1),
+            candidate("cpu-only", false, Stop::Suspend, 0, 6, 0),
+        ];
+        let p = Exhaustion::SuspendBatch { grace_seconds: 600 };
+        let plan = on_exhausted(&p, 0, None, 1000, GPU, &cs);
+        assert_eq!(plan.since_ms, Some(1000));
+        assert_eq!(plan.due_ms, Some(601_000));
+        assert!(!plan.act);
+        assert_eq!(
+            plan.suspend,
+            vec![
+                "batch/Job/ns/new",
+                "batch/Job/ns/old",
+                "batch/Job/ns/important"
+            ]
+        );
+        assert!(on_exhausted(&p, 0, Some(1000), 601_000, GPU, &cs).act);
+        assert_eq!(
+            on_exhausted(&p, 1, Some(1000), 601_000, GPU, &cs),
+            ExhaustionPlan::default()
+        );
+        let refuse = on_exhausted(&Exhaustion::RefuseNew, -5, None, 7, GPU, &cs);
+        assert!(refuse.suspend.is_empty() && refuse.due_ms.is_none());
+        assert_eq!(refuse.since_ms, Some(7));
+    }
+
+    #[test]
+    fn policies_validate() {
+        assert!(RefundPolicy::LastStretch {
+            checkpoint_every_seconds: 0
+        }
+        .validate()
+        .is_err());
+        assert!(Exhaustion::SuspendBatch { grace_seconds: -1 }
+            .validate()
+            .is_err());
+        let p: RefundPolicy =
+            serde_json::from_str(r#"{"kind":"lastStretch","checkpointEverySeconds":1800}"#)
+                .unwrap();
+        assert!(p.validate().is_ok());
+    }
+}

@@ -1,0 +1,155 @@
+//! Runway: how long a budget lasts at its recent burn ("runs out in 8.8
+//! days"), from `forecast::Forecast`, and whether the period ends first.
+
+use crate::forecast::Forecast;
+use serde::{Deserialize, Serialize};
+
+const MS_PER_MINUTE: i64 = 60_000;
+const MS_PER_HOUR: i64 = 3_600_000;
+const MS_PER_DAY: i64 = 86_400_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Runway {
+    /// Nothing is left.
+    Spent,
+    /// Something is left and the burn was measured as zero.
+    NotBurning,
+    /// Too few samples to measure a burn.
+    Unknown,
+    /// Runs out at `atMs` at the current burn.
+    #[serde(rename_all = "camelCase")]
+    Until { at_ms: i64 },
+    /// Would run out after the period ends (`endsMs`), when it starts again.
+    #[serde(rename_all = "camelCase")]
+    OutlastsPeriod { ends_ms: i64 },
+}
+
+/// The runway of `f`; `period_end_ms` is when the budget's period ends
+/// (None without periods).
+pub fn runway(f: &Forecast, period_end_ms: Option<i64>) -> Runway {
+    if f.as_of_ms.is_some() && f.remaining.nanos() <= 0 {
+        return Runway::Spent;
+    }
+    match f.exhausted_at_ms {
+        Some(at) => match period_end_ms {
+            Some(end) if end <= at => Runway::OutlastsPeriod { ends_ms: end },
+            _ => Runway::Until { at_ms: at },
+        },
+        None if f.burn_from_ms.is_some() => Runway::NotBurning,
+        None => Runway::Unknown,
+    }
+}
+
+impl Runway {
+    /// For people: `runs out in 8.8 days`, `in 5.5 hours`, `in 20 minutes`;
+    /// amounts rounded down (a runway is never overstated).
+    pub fn words(&self, now_ms: i64) -> String {
+        match *self {
+            Runway::Spent => "spent".into(),
+            Runway::NotBurning => "not burning".into(),
+            Runway::Unknown => "no burn measured yet".into(),
+            Runway::OutlastsPeriod { ends_ms } => format!(
+                "lasts until the period ends ({})",
+                crate::time::format_when(ends_ms)
+            ),
+            Runway::Until { at_ms } => {
+                format!("runs out in {}", span(at_ms.saturating_sub(now_ms).max(0)))
+            }
+        }
+    }
+}
+
+/// `8.8 days`, `1 day`, `5.5 hours`, `20 minutes`, `less than a minute`.
+fn span(ms: i64) -> String {
+    let tenths = |unit: i64| {
+        let t = (ms as i128 * 10 / unit as i128) as i64;
+        let n = if t % 10 == 0 {
+            (t / 10).to_string()
+        } else {
+            format!("{}.{}", t / 10, t % 10)
+        };
+        (n.clone(), n == "1")
+    };
+    if ms >= MS_PER_DAY {
+        let (n, one) = tenths(MS_PER_DAY);
+        format!("{n} day{}", if one { "" } else { "s" })
+    } else if ms >= MS_PER_HOUR {
+        let (n, one) = tenths(MS_PER_HOUR);
+        format!("{n} hour{}", if one { "" } else { "s" })
+    } else if ms >= MS_PER_MINUTE {
+        let m = ms / MS_PER_MINUTE;
+        format!("{m} minute{}", if m == 1 { "" } else { "s" })
+    } else {
+        "less than a minute".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantity::Quantity;
+
+    fn forecast(remaining: i64, exhausted_at: Option<i64>, measured: bool) -> Forecast {
+        Forecast {
+            key: "cash/requests.nvidia.com/gpu".into(),
+            now_ms: 0,
+            remaining: Quantity::from_units(remaining),
+            as_of_ms: Some(0),
+            burned: Quantity::ZERO,
+            burn_from_ms: measured.then_some(-1),
+            burn_per_hour: Quantity::ZERO,
+            exhausted_at_ms: exhausted_at,
+            days_left: None,
+        }
+    }
+
+    #[test]
+    fn runs_out_in_words() {
+        let at = 8 * MS_PER_DAY + 8 * MS_PER_DAY / 10 + 1000;
+        let r = runway(&forecast(10, Some(at), true), None);
+        assert_eq!(r.words(0), "runs out in 8.8 days");
+        assert_eq!(
+            Runway::Until { at_ms: MS_PER_DAY }.words(0),
+            "runs out in 1 day"
+        );
+        assert_eq!(
+            Runway::Until {
+                at_ms: 11 * MS_PER_HOUR / 2
+            }
+            .words(0),
+            "runs out in 5.5 hours"
+        );
+        assert_eq!(
+            Runway::Until {
+                at_ms: 20 * MS_PER_MINUTE + 5
+            }
+            .words(0),
+            "runs out in 20 minutes"
+        );
+        assert_eq!(
+            Runway::Until { at_ms: 5 }.words(0),
+            "runs out in less than a minute"
+        );
+    }
+
+    #[test]
+    fn the_period_may_end_first() {
+        let f = forecast(10, Some(10 * MS_PER_DAY), true);
+        assert_eq!(
+            runway(&f, Some(3 * MS_PER_DAY)),
+            Runway::OutlastsPeriod {
+                ends_ms: 3 * MS_PER_DAY
+            }
+        );
+        assert_eq!(
+            runway(&f, Some(20 * MS_PER_DAY)),
+            Runway::Until {
+                at_ms: 10 * MS_PER_DAY
+            }
+        );
+        assert_eq!(runway(&forecast(0, Some(0), true), None), Runway::Spent);
+        assert_eq!(runway(&forecast(5, None, true), None), Runway::NotBurning);
+        assert_eq!(runway(&forecast(5, None, false), None), Runway::Unknown);
+    }
+}
