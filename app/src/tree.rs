@@ -631,6 +631,14 @@ fn tree_table(rows: Vec<TreeRow>, query: &TreeQuery) -> impl IntoView {
             });
             let class = r.context.then_some("context");
             let id = r.name.clone();
+            // Empty cells read "—" on a wide screen and are left out on a phone.
+            let cell = |empty: bool, class: &'static str| {
+                if empty { format!("{class} empty") } else { class.to_string() }
+            };
+            let (left_class, runway_class) = (
+                cell(r.cash.is_none(), "num left"),
+                cell(r.cash.as_ref().is_none_or(|c| c.runway.is_none()), "num runway"),
+            );
             let (left, runway) = match r.cash {
                 Some(c) => (
                     view! { <span title=format!("{}: {}% spent", c.key, c.spent_percent)>{c.left}</span> }.into_any(),
@@ -638,6 +646,8 @@ fn tree_table(rows: Vec<TreeRow>, query: &TreeQuery) -> impl IntoView {
                 ),
                 None => (view! { "—" }.into_any(), "—".into()),
             };
+            let borrow_class = cell(r.borrowing.is_empty(), "borrowing");
+            let others_class = cell(r.others.is_empty(), "others");
             let borrowing = if r.borrowing.is_empty() {
                 view! { "—" }.into_any()
             } else {
@@ -659,11 +669,11 @@ fn tree_table(rows: Vec<TreeRow>, query: &TreeQuery) -> impl IntoView {
                 <tr id=id class=class>
                     <td class="name" style=indent data-label="Quota">{toggle}{spacer}<a href=href>{r.name}</a>{folded}</td>
                     {gpu_view(r.gpu)}
-                    <td class="num" data-label="Card-hours left">{left}</td>
-                    <td class="num" data-label="Runway">{runway}</td>
-                    <td data-label="Borrowing">{borrowing}</td>
-                    <td class="others" data-label="Other keys">{others}</td>
-                    <td class="num" data-label="Workloads">{r.workloads}</td>
+                    <td class=left_class data-label="Card-hours left">{left}</td>
+                    <td class=runway_class data-label="Runway">{runway}</td>
+                    <td class=borrow_class data-label="Borrowing">{borrowing}</td>
+                    <td class=others_class data-label="Other keys">{others}</td>
+                    <td class="num workloads" data-label="Workloads">{r.workloads}</td>
                 </tr>
             }
         })
@@ -714,8 +724,18 @@ pub fn render_tree_page(
     let under = query.under.clone().map(|u| {
         view! { <input type="hidden" name="under" value=u/> }
     });
-    let sort = (query.sort != TreeSort::Name)
-        .then(|| view! { <input type="hidden" name="sort" value=query.sort.as_str()/> });
+    let current = query.sort;
+    let sorts = [
+        (TreeSort::Name, "name"),
+        (TreeSort::Gpu, "GPUs in use"),
+        (TreeSort::Budget, "card-hours left"),
+        (TreeSort::Runway, "runway"),
+        (TreeSort::Workloads, "workloads"),
+    ]
+    .into_iter()
+    .map(|(s, label)| view! { <option value=s.as_str() selected=s == current>{label}</option> })
+    .collect_view();
+    let sort = view! { <label>"Sort by"<select name="sort">{sorts}</select></label> };
     let search = query.search.clone();
     let summary = if folded {
         format!("{shown} of {total} shown; ▸ opens a level in place, or search by name.")
