@@ -38,6 +38,11 @@ pub struct AlertRow {
     /// e.g. "2026-11-22 01:02 UTC".
     pub opened: String,
     pub resolved: Option<String>,
+    /// "acknowledged by alice, 2026-11-25 16:30 UTC" or "snoozed by bob
+    /// until …": it asks nobody now.
+    pub quiet: Option<String>,
+    /// The viewer may acknowledge or snooze it (an owner of its quota, an admin).
+    pub can_quiet: bool,
 }
 
 /// The filters as typed (echoed back into the form).
@@ -48,15 +53,57 @@ pub struct AlertQuery {
     pub level: String,
 }
 
+/// Snooze choices offered on the page: (hours, label).
+pub const SNOOZE_CHOICES: [(i64, &str); 4] = [
+    (1, "1 hour"),
+    (4, "4 hours"),
+    (24, "1 day"),
+    (168, "1 week"),
+];
+
+/// The open alerts (with `csrf`: their acknowledge and snooze forms, where
+/// the viewer may) or the resolved ones.
 #[cfg(feature = "ssr")]
-fn alert_table(rows: Vec<AlertRow>, empty: &'static str) -> AnyView {
+fn alert_table(rows: Vec<AlertRow>, empty: &'static str, csrf: Option<String>) -> AnyView {
+    use crate::layout::CsrfField;
     if rows.is_empty() {
         return view! { <p class="empty">{empty}</p> }.into_any();
     }
+    let open = csrf.is_some();
     let rows = rows
         .into_iter()
         .map(|r| {
             let href = format!("/quotas/{}", r.quota);
+            let state = match (&r.quiet, r.can_quiet, &csrf) {
+                (Some(q), _, _) => view! { <small class="quiet">{q.clone()}</small> }.into_any(),
+                (None, true, Some(csrf)) => {
+                    let ack = format!("/alerts/{}/ack", r.id);
+                    let snooze = format!("/alerts/{}/snooze", r.id);
+                    let choices = SNOOZE_CHOICES
+                        .iter()
+                        .map(|(h, l)| view! { <option value=h.to_string()>{*l}</option> })
+                        .collect_view();
+                    view! {
+                        <form class="quiet" method="post" action=ack>
+                            <CsrfField csrf=csrf.clone()/>
+                            <button type="submit">"Acknowledge"</button>
+                        </form>
+                        <form class="quiet" method="post" action=snooze>
+                            <CsrfField csrf=csrf.clone()/>
+                            <label class="sr-only" for=format!("snooze-{}", r.id)>"Snooze for"</label>
+                            <select name="hours" id=format!("snooze-{}", r.id)>{choices}</select>
+                            <button type="submit">"Snooze"</button>
+                        </form>
+                    }
+                    .into_any()
+                }
+                _ => view! { "" }.into_any(),
+            };
+            let last = if open {
+                view! { <td class="state">{state}</td> }.into_any()
+            } else {
+                view! { <td class="num">{r.resolved.unwrap_or_default()}</td> }.into_any()
+            };
             view! {
                 <tr class=format!("alert {}", r.level)>
                     <td><span class=format!("level {}", r.level)>{r.level.clone()}</span></td>
@@ -64,16 +111,23 @@ fn alert_table(rows: Vec<AlertRow>, empty: &'static str) -> AnyView {
                     <td>{kind_label(&r.kind).to_string()}</td>
                     <td>{r.message}</td>
                     <td class="num">{r.opened}</td>
-                    <td class="num">{r.resolved.unwrap_or_default()}</td>
+                    {last}
                 </tr>
             }
         })
         .collect_view();
+    let last = if open {
+        "Acknowledge or snooze"
+    } else {
+        "Resolved"
+    };
     view! {
+        <div class="table-wrap">
         <table class="alerts">
-            <thead><tr><th>"Level"</th><th>"Quota"</th><th>"Kind"</th><th>"What"</th><th>"Opened"</th><th>"Resolved"</th></tr></thead>
+            <thead><tr><th>"Level"</th><th>"Quota"</th><th>"Kind"</th><th>"What"</th><th>"Opened"</th><th>{last}</th></tr></thead>
             <tbody>{rows}</tbody>
         </table>
+        </div>
     }
     .into_any()
 }
@@ -178,9 +232,14 @@ pub fn render_alerts_page(
     resolved: Vec<AlertRow>,
     query: AlertQuery,
     older: Option<String>,
+    more_open: Option<(usize, String)>,
     kinds: Vec<String>,
     flash: Option<Flash>,
 ) -> String {
+    let csrf = viewer.csrf.clone();
+    let more_open = more_open.map(|(n, h)| {
+        view! { <p><a href=h>{format!("{n} more open alerts →")}</a>" (or narrow them with the filter)"</p> }
+    });
     let levels = ["critical", "warning", "info"]
         .into_iter()
         .map(|l| view! { <option value=l selected=query.level == l>{l}</option> })
@@ -213,9 +272,10 @@ pub fn render_alerts_page(
                     <button type="submit">"Filter"</button>
                 </form>
                 <h3>"Open"</h3>
-                {alert_table(open, "No open alerts match.")}
+                {alert_table(open, "No open alerts match.", Some(csrf))}
+                {more_open}
                 <h3>"Resolved"</h3>
-                {alert_table(resolved, "No resolved alerts match.")}
+                {alert_table(resolved, "No resolved alerts match.", None)}
                 {older}
             </Layout>
         }
@@ -380,6 +440,8 @@ mod tests {
             message: message.into(),
             opened: String::new(),
             resolved: None,
+            quiet: None,
+            can_quiet: false,
         }
     }
 

@@ -441,9 +441,23 @@ pub struct Alert {
     pub numbers: serde_json::Value,
     pub opened_at: i64,
     pub resolved_at: Option<i64>,
+    /// Who acknowledged it, and when (it stays open while its condition holds).
+    pub acked: Option<(String, i64)>,
+    /// Quiet until then, and who asked.
+    pub snoozed: Option<(String, i64)>,
 }
 
 impl Alert {
+    /// Acknowledged, or snoozed at `now_ms`: left out of the badge and the
+    /// overview, still listed on /alerts.
+    pub fn is_quiet(&self, now_ms: i64) -> bool {
+        self.acked.is_some()
+            || self
+                .snoozed
+                .as_ref()
+                .is_some_and(|(_, until)| *until > now_ms)
+    }
+
     pub fn as_open(&self) -> OpenAlert {
         OpenAlert {
             id: self.id,

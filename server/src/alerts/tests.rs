@@ -314,6 +314,8 @@ fn the_digest_lists_each_alert_with_its_times_and_link() {
         numbers: serde_json::json!({}),
         opened_at: 1_800_000_000_000,
         resolved_at,
+        acked: None,
+        snoozed: None,
     };
     let e = digest_email(
         &[

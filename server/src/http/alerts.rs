@@ -8,7 +8,7 @@ use crate::service::changes::records_scope;
 use crate::store::alerts::{Alert, AlertFilter};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 
@@ -17,6 +17,8 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/alerts", get(api_list))
         .route("/api/v1/alerts/{id}", get(api_get))
+        .route("/api/v1/alerts/{id}/ack", post(api_ack))
+        .route("/api/v1/alerts/{id}/snooze", post(api_snooze))
 }
 
 /// Query of GET /api/v1/alerts.
@@ -54,6 +56,10 @@ pub fn alert_json(a: &Alert) -> serde_json::Value {
         "state": if a.resolved_at.is_some() { "resolved" } else { "open" },
         "openedAt": quota::time::format_rfc3339(a.opened_at),
         "resolvedAt": a.resolved_at.map(quota::time::format_rfc3339),
+        "acknowledgedBy": a.acked.as_ref().map(|(by, _)| by),
+        "acknowledgedAt": a.acked.as_ref().map(|(_, at)| quota::time::format_rfc3339(*at)),
+        "snoozedBy": a.snoozed.as_ref().map(|(by, _)| by),
+        "snoozedUntil": a.snoozed.as_ref().map(|(_, until)| quota::time::format_rfc3339(*until)),
     })
 }
 
@@ -91,6 +97,7 @@ pub async fn api_list(
         quotas_in: records_scope(&app.service, &p).await?,
         before: q.before,
         level,
+        loud_at: None,
     };
     let items = app
         .portal
@@ -134,4 +141,136 @@ pub async fn api_get(
         }
     }
     Ok(axum::Json(alert_json(&a)).into_response())
+}
+
+/// How long an alert may be snoozed, in hours: the choices people have.
+pub const SNOOZE_HOURS: [i64; 4] = [1, 4, 24, 168];
+
+/// What quieting an alert does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quiet {
+    Ack,
+    /// For so many hours, one of [`SNOOZE_HOURS`].
+    Snooze(i64),
+}
+
+impl Quiet {
+    /// A snooze of `hours`, if it is one of the choices.
+    pub fn snooze(hours: i64) -> Result<Quiet, String> {
+        if SNOOZE_HOURS.contains(&hours) {
+            Ok(Quiet::Snooze(hours))
+        } else {
+            Err(format!(
+                "snooze for {hours} hours is not offered: 1, 4, 24 or 168 hours"
+            ))
+        }
+    }
+}
+
+/// Acknowledges or snoozes alert `id` for `p`, audited; the sentence that
+/// says what was done. Who may: an admin, or an owner of the alert's quota
+/// (who may also set its rules); anyone else who may see it is refused
+/// (403), anyone who may not gets 404 as for no such alert. A resolved
+/// alert is a conflict (409): there is nothing left to quiet.
+pub async fn quiet(app: &AppState, p: &Principal, id: i64, how: Quiet) -> Result<String, ApiError> {
+    let missing = || {
+        ApiError::Service(crate::service::ServiceError::NotFound(format!(
+            "alert {id} not found"
+        )))
+    };
+    let sql = &app.portal.sql;
+    let a = sql
+        .alert(id)
+        .await
+        .map_err(crate::service::ServiceError::from)?
+        .ok_or_else(missing)?;
+    if !p.is_admin {
+        let tree = crate::service::changes::tree_for(&app.audited(), p).await?;
+        if !crate::authz::can_view(p, &a.quota, &tree) {
+            return Err(missing());
+        }
+        if !crate::authz::can_set_alert_rules(p, &a.quota, &tree) {
+            return Err(ApiError::Forbidden(format!(
+                "only an owner of {} (or an admin) may acknowledge or snooze its alerts",
+                a.quota
+            )));
+        }
+    }
+    let now = app.service.now();
+    let actor = p.actor().to_string();
+    let (done, action, sentence) = match how {
+        Quiet::Ack => (
+            sql.ack_alert(id, &actor, now).await,
+            crate::service::audit::action::ALERT_ACK,
+            format!("alert {id} on {} acknowledged", a.quota),
+        ),
+        Quiet::Snooze(hours) => {
+            let until = now + hours * 3_600_000;
+            (
+                sql.snooze_alert(id, &actor, until).await,
+                crate::service::audit::action::ALERT_SNOOZE,
+                format!(
+                    "alert {id} on {} snoozed until {}",
+                    a.quota,
+                    quota::time::format_when(until)
+                ),
+            )
+        }
+    };
+    if !done.map_err(crate::service::ServiceError::from)? {
+        return Err(ApiError::Service(crate::service::ServiceError::Conflict(
+            format!("alert {id} is resolved: there is nothing to acknowledge or snooze"),
+        )));
+    }
+    app.audit(
+        p,
+        action,
+        &a.quota,
+        None,
+        Some(serde_json::json!({"alert": id, "message": a.message})),
+        &sentence,
+    )
+    .await;
+    Ok(sentence)
+}
+
+fn alert_id(id: &str) -> Result<i64, ApiError> {
+    id.parse().map_err(|_| {
+        ApiError::Service(crate::service::ServiceError::NotFound(format!(
+            "alert {id} not found"
+        )))
+    })
+}
+
+/// POST /api/v1/alerts/{id}/ack — the alert as it is now.
+async fn api_ack(
+    State(app): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = alert_id(&id)?;
+    quiet(&app, &p, id, Quiet::Ack).await?;
+    api_get(State(app), p, Path(id.to_string())).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SnoozeBody {
+    hours: i64,
+}
+
+/// POST /api/v1/alerts/{id}/snooze `{"hours": 4}` — the alert as it is now.
+async fn api_snooze(
+    State(app): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let id = alert_id(&id)?;
+    let b: SnoozeBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!("invalid snooze: {e}; expected {{\"hours\": 4}}"))
+    })?;
+    let how = Quiet::snooze(b.hours).map_err(ApiError::BadRequest)?;
+    quiet(&app, &p, id, how).await?;
+    api_get(State(app), p, Path(id.to_string())).await
 }

@@ -7,6 +7,7 @@ use super::auth::Viewer;
 use super::PageError;
 use crate::alerts::{Kind, Level};
 use crate::authz::{self, Principal};
+use crate::http::alerts::Quiet;
 use crate::http::AppState;
 use crate::store::alerts::{Alert, AlertFilter, Pref};
 use app::alerts::{AccountAlerts, AlertQuery, AlertRow, RuleRow};
@@ -20,6 +21,7 @@ use serde::Deserialize;
 const HISTORY_ROWS: i64 = 200;
 
 pub fn row(a: Alert) -> AlertRow {
+    let quiet = quiet_line(&a);
     AlertRow {
         id: a.id,
         kind: a.kind.as_str().to_string(),
@@ -28,14 +30,35 @@ pub fn row(a: Alert) -> AlertRow {
         message: a.message,
         opened: quota::time::format_when(a.opened_at),
         resolved: a.resolved_at.map(quota::time::format_when),
+        quiet,
+        can_quiet: false,
     }
 }
+
+/// "acknowledged by alice, 2026-11-25 16:30 UTC" or "snoozed by bob until …".
+fn quiet_line(a: &Alert) -> Option<String> {
+    if let Some((by, at)) = &a.acked {
+        return Some(format!(
+            "acknowledged by {by}, {}",
+            quota::time::format_when(*at)
+        ));
+    }
+    a.snoozed
+        .as_ref()
+        .filter(|(_, until)| *until > crate::util::now_ms())
+        .map(|(by, until)| format!("snoozed by {by} until {}", quota::time::format_when(*until)))
+}
+
+/// Open alerts a page lists at once (worst first); the rest a link away.
+const OPEN_ROWS: usize = 100;
 
 /// The open alerts the viewer may see, newest first (overview, badge).
 pub async fn open_for(app: &AppState, p: &Principal) -> Result<Vec<AlertRow>, PageError> {
     let f = AlertFilter {
         open: Some(true),
         quotas_in: crate::service::changes::records_scope(&app.service, p).await?,
+        // Acknowledged and snoozed alerts ask nobody now.
+        loud_at: Some(app.service.now()),
         ..AlertFilter::default()
     };
     Ok(app
@@ -60,6 +83,9 @@ pub struct AlertParams {
     /// The history's next page: resolved alerts older than this id.
     #[serde(default)]
     before: Option<i64>,
+    /// Open alerts from this many on (worst first), a page at a time.
+    #[serde(default)]
+    open_from: usize,
 }
 
 /// GET /alerts?quota=&kind=&level=&before= — open alerts (worst first),
@@ -80,6 +106,7 @@ pub async fn page(
         quotas_in: scope.clone(),
         before: None,
         level,
+        loud_at: None,
     };
     let sql = &app.portal.sql;
     let mut open = sql.alerts(&filter(true), i64::MAX).await?;
@@ -103,10 +130,37 @@ pub async fn page(
             .unwrap_or_default();
             format!("/alerts?{query}")
         });
+    // A page of the open alerts; the next page a link away.
+    let total_open = open.len();
+    let from = q.open_from.min(total_open);
+    let open: Vec<Alert> = open.into_iter().skip(from).take(OPEN_ROWS).collect();
+    let more_open = (from + open.len() < total_open).then(|| {
+        let query = serde_urlencoded::to_string([
+            ("quota", q.quota.as_str()),
+            ("kind", q.kind.as_str()),
+            ("level", q.level.as_str()),
+            ("open_from", (from + OPEN_ROWS).to_string().as_str()),
+        ])
+        .unwrap_or_default();
+        (total_open - from - open.len(), format!("/alerts?{query}"))
+    });
+    // Who may quiet which: admins all, owners their quotas' (as for rules).
+    let p = &viewer.principal;
+    let tree = crate::service::changes::tree_for(&app.audited(), p).await?;
+    let open_rows = open
+        .into_iter()
+        .map(|a| {
+            let can = p.is_admin || authz::can_set_alert_rules(p, &a.quota, &tree);
+            AlertRow {
+                can_quiet: can,
+                ..row(a)
+            }
+        })
+        .collect();
     let flash = viewer.take_flash().await;
     Ok(Html(app::alerts::render_alerts_page(
         viewer.page(),
-        open.into_iter().map(row).collect(),
+        open_rows,
         resolved.into_iter().map(row).collect(),
         AlertQuery {
             quota: q.quota,
@@ -114,10 +168,76 @@ pub async fn page(
             level: q.level,
         },
         older,
+        more_open,
         Kind::ALL.map(|k| k.as_str().to_string()).to_vec(),
         flash,
     ))
     .into_response())
+}
+
+#[derive(Deserialize)]
+pub struct SnoozeForm {
+    #[serde(default)]
+    hours: String,
+}
+
+/// The answer to a form that quieted an alert: back to /alerts with what
+/// was done, or the refusal as the flash (a 404 page when it is not the
+/// viewer's to see).
+async fn quieted(
+    viewer: &Viewer,
+    done: Result<String, crate::http::ApiError>,
+) -> Result<Response, PageError> {
+    use crate::http::ApiError;
+    let flash = match done {
+        Ok(s) => Flash::Ok(s),
+        Err(ApiError::Service(crate::service::ServiceError::NotFound(m))) => {
+            return Err(PageError::NotFound(m))
+        }
+        Err(ApiError::Forbidden(m)) => return Err(PageError::Forbidden(m)),
+        Err(ApiError::BadRequest(m)) => Flash::Error(m),
+        Err(ApiError::Service(e @ crate::service::ServiceError::Conflict(_))) => {
+            Flash::Error(e.to_string())
+        }
+        Err(e) => return Err(PageError::Internal(e.to_string())),
+    };
+    viewer.set_flash(flash).await;
+    Ok(Redirect::to("/alerts").into_response())
+}
+
+/// POST /alerts/{id}/ack
+pub async fn ack(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(id): Path<i64>,
+) -> Result<Response, PageError> {
+    let done = crate::http::alerts::quiet(&app, &viewer.principal, id, Quiet::Ack).await;
+    quieted(&viewer, done).await
+}
+
+/// POST /alerts/{id}/snooze (hours: one of the choices)
+pub async fn snooze(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(id): Path<i64>,
+    Form(f): Form<SnoozeForm>,
+) -> Result<Response, PageError> {
+    let how = f
+        .hours
+        .trim()
+        .parse::<i64>()
+        .map_err(|_| {
+            format!(
+                "snooze for '{}' hours is not offered: 1, 4, 24 or 168 hours",
+                f.hours.trim()
+            )
+        })
+        .and_then(Quiet::snooze);
+    let done = match how {
+        Ok(how) => crate::http::alerts::quiet(&app, &viewer.principal, id, how).await,
+        Err(m) => Err(crate::http::ApiError::BadRequest(m)),
+    };
+    quieted(&viewer, done).await
 }
 
 // ---- Rules of a quota ----

@@ -89,6 +89,8 @@ pub fn router() -> Router<AppState> {
         .route("/tokens", get(pages::tokens).post(pages::create_token))
         .route("/tokens/{id}/revoke", post(pages::revoke_token))
         .route("/alerts", get(alerts::page))
+        .route("/alerts/{id}/ack", post(alerts::ack))
+        .route("/alerts/{id}/snooze", post(alerts::snooze))
         .route(
             "/quotas/{name}/alerts",
             get(alerts::rules_page).post(alerts::save_rule),

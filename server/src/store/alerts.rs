@@ -25,6 +25,9 @@ pub struct AlertFilter {
     pub before: Option<i64>,
     /// Only alerts of this level.
     pub level: Option<Level>,
+    /// Only alerts that still ask for someone at this time: not
+    /// acknowledged, not snoozed past it.
+    pub loud_at: Option<i64>,
 }
 
 /// A user an alert goes to.
@@ -74,7 +77,8 @@ pub struct Pref {
 }
 
 const ALERT_COLUMNS: &str =
-    "id, fingerprint, kind, quota, key, level, message, numbers, opened_at, resolved_at";
+    "id, fingerprint, kind, quota, key, level, message, numbers, opened_at, resolved_at, \
+     acked_by, acked_at, snoozed_until, snoozed_by";
 
 fn alert_from_row(r: &AnyRow) -> Result<Alert, StoreError> {
     let kind: String = r.try_get("kind")?;
@@ -93,6 +97,20 @@ fn alert_from_row(r: &AnyRow) -> Result<Alert, StoreError> {
         numbers: serde_json::from_str(&numbers).unwrap_or(serde_json::Value::Null),
         opened_at: r.try_get("opened_at")?,
         resolved_at: r.try_get("resolved_at")?,
+        acked: match (
+            r.try_get::<Option<String>, _>("acked_by")?,
+            r.try_get::<Option<i64>, _>("acked_at")?,
+        ) {
+            (Some(by), Some(at)) => Some((by, at)),
+            _ => None,
+        },
+        snoozed: match (
+            r.try_get::<Option<String>, _>("snoozed_by")?,
+            r.try_get::<Option<i64>, _>("snoozed_until")?,
+        ) {
+            (Some(by), Some(until)) => Some((by, until)),
+            _ => None,
+        },
     })
 }
 
@@ -232,6 +250,12 @@ impl SqlStore {
             let list: Vec<String> = names.iter().map(|_| arg()).collect();
             sql.push_str(&format!(" AND quota IN ({})", list.join(", ")));
         }
+        if f.loud_at.is_some() {
+            let at = arg();
+            sql.push_str(&format!(
+                " AND acked_at IS NULL AND (snoozed_until IS NULL OR snoozed_until <= {at})"
+            ));
+        }
         match f.open {
             Some(true) => sql.push_str(" AND resolved_at IS NULL"),
             Some(false) => sql.push_str(" AND resolved_at IS NOT NULL"),
@@ -254,8 +278,38 @@ impl SqlStore {
         for name in f.quotas_in.iter().flatten() {
             q = q.bind(name);
         }
+        if let Some(at) = f.loud_at {
+            q = q.bind(at);
+        }
         let rows = q.bind(limit).fetch_all(&self.read).await?;
         rows.iter().map(alert_from_row).collect()
+    }
+
+    /// Acknowledges an open alert. False: no such open alert (resolved
+    /// meanwhile, or never there).
+    pub async fn ack_alert(&self, id: i64, by: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE alerts SET acked_by = $1, acked_at = $2 WHERE id = $3 AND resolved_at IS NULL",
+        )
+        .bind(by)
+        .bind(now_ms)
+        .bind(id)
+        .execute(&self.write)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Snoozes an open alert until `until_ms`. False as for [`Self::ack_alert`].
+    pub async fn snooze_alert(&self, id: i64, by: &str, until_ms: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE alerts SET snoozed_by = $1, snoozed_until = $2 WHERE id = $3 AND resolved_at IS NULL",
+        )
+        .bind(by)
+        .bind(until_ms)
+        .bind(id)
+        .execute(&self.write)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// The ids of the open alerts with `fingerprint` (one at most).

@@ -33,9 +33,12 @@ pub mod action {
     pub const USER_EMAIL: &str = "user.email";
     /// A user's alert preferences (mute, digest per kind).
     pub const ALERT_PREFS: &str = "alert.prefs";
+    /// An open alert acknowledged, or snoozed until a time.
+    pub const ALERT_ACK: &str = "alert.ack";
+    pub const ALERT_SNOOZE: &str = "alert.snooze";
 
     /// Every action, for the page's filter (other pages add theirs here).
-    pub const ALL: [&str; 20] = [
+    pub const ALL: [&str; 22] = [
         QUOTA_CREATE,
         QUOTA_UPDATE,
         QUOTA_DELETE,
@@ -56,6 +59,8 @@ pub mod action {
         ALERT_RULE,
         USER_EMAIL,
         ALERT_PREFS,
+        ALERT_ACK,
+        ALERT_SNOOZE,
     ];
 }
 

@@ -221,9 +221,82 @@ async fn the_alerts_api_lists_what_the_caller_may_see(s: &Server) {
     assert!(p2["items"][0]["id"].as_i64().unwrap() < next);
 }
 
+/// An owner acknowledges an open alert: it leaves the badge and the
+/// overview but stays listed, with who did it, and the audit log says so.
+/// A member who may see it is refused (403), someone who may not gets 404;
+/// a snooze takes only the offered lengths; the API does the same.
+async fn an_owner_acknowledges_or_snoozes_an_alert(s: &Server) {
+    let o = org(s).await;
+    asks_for_a_gpu_from_nlp_a(&o).await;
+    let (st, v) = o
+        .alice
+        .api(Method::GET, "/api/v1/alerts?state=open", None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let id = v["items"][0]["id"].as_i64().expect("an open alert");
+    let ack = format!("/alerts/{id}/ack");
+    // Bob may not see nlp: as if there were no such alert.
+    assert_eq!(o.bob.post(&ack, &[]).await.status, StatusCode::NOT_FOUND);
+    bind(&o.admin, "bob", "nlp", "member").await;
+    let p = o.bob.post(&ack, &[]).await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN, "{}", p.body);
+    assert!(p.body.contains("only an owner of nlp"), "{}", p.body);
+    // Without the CSRF token nothing happens.
+    assert_eq!(
+        o.alice.post_raw(&ack, &[]).await.status,
+        StatusCode::FORBIDDEN
+    );
+    let p = o.alice.post(&ack, &[]).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let home = o.alice.get("/").await.body;
+    assert!(
+        !home.contains(r#"title="open alerts""#),
+        "acknowledged: no badge: {home}"
+    );
+    let page = o.alice.get("/alerts").await.body;
+    assert!(page.contains("acknowledged by alice"), "{page}");
+    assert!(page.contains("requested by alice"), "still listed: {page}");
+    let audit = o.admin.get("/audit?action=alert.ack").await.body;
+    assert!(
+        audit.contains(&format!("alert {id} on nlp acknowledged")),
+        "{audit}"
+    );
+    // Snoozes: only the offered lengths, through the page and the API.
+    let snooze = format!("/alerts/{id}/snooze");
+    let p = o.alice.post(&snooze, &[("hours", "5")]).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    assert!(
+        o.alice
+            .get("/alerts")
+            .await
+            .body
+            .contains("snooze for 5 hours is not offered"),
+        "the refusal is the flash"
+    );
+    let api = format!("/api/v1/alerts/{id}/snooze");
+    let (st, v) = o
+        .admin
+        .api(Method::POST, &api, Some(json!({"hours": -4})))
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    let (st, v) = o
+        .admin
+        .api(Method::POST, &api, Some(json!({"hours": 24})))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["snoozedBy"], "admin", "{v}");
+    assert_eq!(v["acknowledgedBy"], "alice", "{v}");
+    let (st, _) = o
+        .admin
+        .api(Method::POST, "/api/v1/alerts/999999/ack", None)
+        .await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+}
+
 on_both!(
     a_transfer_request_shows_an_alert_to_those_who_may_see_it,
     alert_rules_are_saved_and_shown_again,
     alert_preferences_are_saved_and_audited_once,
     the_alerts_api_lists_what_the_caller_may_see,
+    an_owner_acknowledges_or_snoozes_an_alert,
 );
