@@ -181,8 +181,29 @@ pub fn group_by_quota(open: &[AlertRow]) -> Vec<(String, String, String, String)
 /// The overview's first section: what needs the viewer — transfers
 /// awaiting its decision, then open alerts grouped by quota, worst first.
 #[cfg(feature = "ssr")]
-pub fn attention_section(open: Vec<AlertRow>, awaiting_me: usize) -> impl IntoView {
+pub fn attention_section(
+    open: Vec<AlertRow>,
+    awaiting_me: usize,
+    items: Vec<crate::attention::Item>,
+) -> impl IntoView {
     let count = open.len();
+    let more_items = items.len().saturating_sub(crate::attention::MAX_ITEMS);
+    let has_items = !items.is_empty();
+    let items = items
+        .into_iter()
+        .take(crate::attention::MAX_ITEMS)
+        .map(|i| {
+            view! {
+                <li>
+                    <span class=format!("level {}", i.level)>{i.level}</span>" "
+                    <a href=i.href>{i.text}</a>
+                </li>
+            }
+        })
+        .collect_view();
+    let more_items = (more_items > 0).then(|| {
+        view! { <li><a href="/tree?filter=over">{format!("and {more_items} more quotas over quota, short of budget or reclaiming →")}</a></li> }
+    });
     let groups = group_by_quota(&open);
     let more = groups.len().saturating_sub(ATTENTION_QUOTAS);
     let transfers = (awaiting_me > 0).then(|| {
@@ -208,8 +229,8 @@ pub fn attention_section(open: Vec<AlertRow>, awaiting_me: usize) -> impl IntoVi
             }
         })
         .collect_view();
-    let nothing = (count == 0 && awaiting_me == 0)
-        .then(|| view! { <p class="empty">"Nothing needs you now: no open alerts on your quotas, no transfer waiting for you."</p> });
+    let nothing = (count == 0 && awaiting_me == 0 && !has_items)
+        .then(|| view! { <p class="empty">"Nothing needs you now: nothing over quota or short of budget, no open alerts on your quotas, no transfer waiting for you."</p> });
     let more = (more > 0).then(
         || view! { <p><a href="/alerts">{format!("and {more} more quotas with alerts →")}</a></p> },
     );
@@ -217,7 +238,9 @@ pub fn attention_section(open: Vec<AlertRow>, awaiting_me: usize) -> impl IntoVi
         <section class="card attention">
             <h3>"Needs attention"</h3>
             {nothing}
-            <ul class="attention">{transfers}{rows}</ul>
+            <ul class="attention">{transfers}{items}{more_items}</ul>
+            {(count > 0).then(|| view! { <h4>"Open alerts by quota"</h4> })}
+            <ul class="attention">{rows}</ul>
             {more}
             {(count > 0).then(|| view! { <p><a href="/alerts">{format!("All alerts ({count} open) →")}</a></p> })}
         </section>

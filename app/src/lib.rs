@@ -3,6 +3,7 @@
 
 pub mod accounts;
 pub mod alerts;
+pub mod attention;
 pub mod audit;
 pub mod charts;
 pub mod layout;
@@ -73,41 +74,19 @@ pub fn generic_key(key: &str, cfg: &KeyConfig) -> Option<String> {
     })
 }
 
-/// A quantity as a person reads it: cash with one decimal in its unit
-/// (`5,760.0 card-hours` rather than `5760044929445n`), memory in Gi when
-/// whole, anything else in its Kubernetes form unless that form is a
-/// nano/micro fraction, then as a decimal.
+/// A quantity as a person reads it — the one formatter of pages, form
+/// hints, alerts, emails and CSV headers (`quota::readable`): thousands
+/// separated, two decimals from one up and three significant digits below
+/// (`143,500 card-hours`, `0.5`, `1,024 GiB` for memory and storage), cash
+/// in its unit, named after the configured GPU resources (`--gpu-resources`:
+/// card-hours) rather than `5760044929445n`.
 pub fn display_quantity(key: &str, q: quota::Quantity, cfg: &KeyConfig) -> String {
-    let (per, unit) = charts::unit_of(key, cfg);
-    let v = q.nanos();
-    let decimal = |places: u32| {
-        let scale = 10i128.pow(places);
-        let scaled = (v * scale + per / 2).div_euclid(per);
-        let (whole, frac) = (scaled.div_euclid(scale), scaled.rem_euclid(scale));
-        let mut w = whole.abs().to_string();
-        let mut i = w.len() as isize - 3;
-        while i > 0 {
-            w.insert(i as usize, ',');
-            i -= 3;
-        }
-        let sign = if whole < 0 { "-" } else { "" };
-        if places == 0 {
-            format!("{sign}{w}")
-        } else {
-            format!("{sign}{w}.{frac:0width$}", width = places as usize)
-        }
-    };
     if key.starts_with(quota::keys::CASH_PREFIX) {
-        return format!("{} {unit}", decimal(1));
+        let (per, unit) = charts::unit_of(key, cfg);
+        let scaled = quota::Quantity::from_nanos(q.nanos() / (per / quota::quantity::NANO).max(1));
+        return format!("{} {unit}", quota::readable::grouped(scaled));
     }
-    let k8s = q.to_string();
-    if unit == "GiB" && v % per == 0 && !k8s.ends_with("Gi") {
-        return format!("{}Gi", v / per);
-    }
-    if k8s.ends_with('n') || k8s.ends_with('u') {
-        return decimal(3);
-    }
-    k8s
+    quota::readable::amount(key, q)
 }
 
 /// Used against hard for every key of a quota's hard. Keys sort so that a
@@ -247,7 +226,7 @@ mod display_tests {
             shown[0],
             (
                 "cash/requests.example.com/tpu".into(),
-                "100.0 card-hours".into(),
+                "100 card-hours".into(),
                 false
             )
         );
@@ -262,7 +241,7 @@ mod display_tests {
                 q("100"),
                 &KeyConfig::default()
             ),
-            "100.0 unit-hours"
+            "100 unit-hours"
         );
     }
 
@@ -275,23 +254,23 @@ mod display_tests {
                 q("5760044929445n"),
                 &KeyConfig::default()
             ),
-            "5,760.0 card-hours"
+            "5,760.04 card-hours"
         );
         assert_eq!(
             display_quantity("requests.memory", q("1099511627776"), &KeyConfig::default()),
-            "1024Gi"
+            "1,024 GiB"
         );
         assert_eq!(
             display_quantity("requests.memory", q("832Gi"), &KeyConfig::default()),
-            "832Gi"
+            "832 GiB"
         );
         assert_eq!(
             display_quantity("requests.cpu", q("500m"), &KeyConfig::default()),
-            "500m"
+            "0.5"
         );
         assert_eq!(
             display_quantity("requests.cpu", q("1500000n"), &KeyConfig::default()),
-            "0.002"
+            "0.0015"
         );
         assert_eq!(
             display_quantity("requests.nvidia.com/gpu", q("27"), &KeyConfig::default()),

@@ -127,6 +127,7 @@ pub fn render_overview_page(
     cards: Vec<OverviewCard>,
     alerts: Vec<crate::alerts::AlertRow>,
     awaiting_me: usize,
+    attention: Vec<crate::attention::Item>,
     flash: Option<Flash>,
 ) -> String {
     let title = "Overview".to_string();
@@ -157,7 +158,7 @@ pub fn render_overview_page(
     document(move || {
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Overview flash=flash>
-                {crate::alerts::attention_section(alerts, awaiting_me)}
+                {crate::alerts::attention_section(alerts, awaiting_me, attention)}
                 <crate::BarLegend/>
                 <div class="overview">{body}</div>
             </Layout>

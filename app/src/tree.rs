@@ -44,9 +44,9 @@ pub struct CashCell {
     pub spent_percent: u32,
     /// "3.5 days" at the current use; None when nothing runs (it lasts).
     pub runway: Option<String>,
-    /// For sorting: nano-units left, and hours of runway.
-    left_nanos: i128,
-    runway_hours: Option<i128>,
+    /// For sorting: nano-units left, and whole hours of runway.
+    pub left_nanos: i128,
+    pub runway_hours: Option<i128>,
 }
 
 /// One node of the tree, in depth-first order.
@@ -842,7 +842,7 @@ mod tests {
         assert!(ai.cash.is_none(), "ai has no budget");
         let nlp = r.iter().find(|r| r.name == "nlp").unwrap();
         let cash = nlp.cash.as_ref().unwrap();
-        assert_eq!(cash.left, "900.0 card-hours");
+        assert_eq!(cash.left, "900 card-hours");
         // 900 card-hours at 8 cards (its subtree) = 112.5 h = 4.6 days.
         assert_eq!(cash.runway.as_deref(), Some("4.6 days"));
         // A zero hard nobody uses is not a column of anything.

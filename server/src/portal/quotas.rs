@@ -123,12 +123,14 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
             tracing::warn!(error = %e, "could not count the transfers awaiting the viewer");
             0
         });
+    let attention = app::attention::items(&all, &in_use, &app.service.keys, now);
     let flash = viewer.take_flash().await;
     Ok(Html(app::quotas::render_overview_page(
         viewer.page(),
         cards,
         viewer.open_alerts.clone(),
         awaiting_me,
+        attention,
         flash,
     ))
     .into_response())

@@ -1,0 +1,183 @@
+//! What needs someone, for the overview's first section: quotas over
+//! quota, budgets spent or running out (with the date), workloads marked
+//! for reclaim — on every quota the viewer may see, so an owner sees the
+//! children at risk under it. Pure: the quotas the viewer may see and
+//! their subtree usage in, the items out, worst first.
+
+use crate::tree::row_of;
+use quota::{KeyConfig, Quota, ResourceList};
+use std::collections::BTreeMap;
+
+/// A budget that lasts less than this at what runs now is worth a line.
+pub const RUNWAY_WARN_HOURS: i128 = 14 * 24;
+/// Items the overview lists; the rest are counted.
+pub const MAX_ITEMS: usize = 8;
+
+/// One line of "needs attention".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// "critical" or "warning".
+    pub level: &'static str,
+    pub quota: String,
+    pub text: String,
+    pub href: String,
+}
+
+/// Items for `quotas` (what the viewer may see), worst first: over quota
+/// and spent budgets (critical), then budgets by how soon they run out,
+/// then reclaims by how soon they are due.
+pub fn items(
+    quotas: &[Quota],
+    in_use: &BTreeMap<String, ResourceList>,
+    cfg: &KeyConfig,
+    now_ms: i64,
+) -> Vec<Item> {
+    let empty = ResourceList::new();
+    // (rank, then a time or amount for order within the rank, item)
+    let mut found: Vec<(u8, i128, Item)> = Vec::new();
+    for q in quotas {
+        let name = q.name();
+        let row = row_of(q, in_use.get(name).unwrap_or(&empty), 0, cfg);
+        let link = format!("/quotas/{name}");
+        if let Some(k) = row
+            .keys
+            .iter()
+            .filter(|k| !k.cash && k.percent > 100)
+            .max_by_key(|k| k.percent)
+        {
+            found.push((
+                0,
+                -(k.percent as i128),
+                Item {
+                    level: "critical",
+                    quota: name.into(),
+                    text: format!(
+                        "{name} is over quota: {} {} in use of {}",
+                        k.key, k.used, k.hard
+                    ),
+                    href: link.clone(),
+                },
+            ));
+        }
+        if let Some(c) = &row.cash {
+            if c.left_nanos <= 0 {
+                found.push((
+                    0,
+                    0,
+                    Item {
+                        level: "critical",
+                        quota: name.into(),
+                        text: format!(
+                            "{name}'s budget {} is spent: new GPU work is refused",
+                            c.key
+                        ),
+                        href: link.clone(),
+                    },
+                ));
+            } else if let Some(h) = c.runway_hours.filter(|h| *h < RUNWAY_WARN_HOURS) {
+                let at = now_ms.saturating_add((h as i64).saturating_mul(3_600_000));
+                found.push((
+                    1,
+                    h,
+                    Item {
+                        level: "warning",
+                        quota: name.into(),
+                        text: format!(
+                            "{name}'s budget runs out in {} (about {}) at what runs now: {} left",
+                            c.runway.clone().unwrap_or_default(),
+                            quota::time::format_when(at),
+                            c.left
+                        ),
+                        href: link.clone(),
+                    },
+                ));
+            }
+        }
+        let marks = &q.status.reclaim;
+        if !marks.is_empty() {
+            let first_due = marks
+                .values()
+                .filter_map(|m| quota::time::parse_rfc3339(&m.due))
+                .min();
+            let due = first_due
+                .map(|d| format!("; the first is due {}", quota::time::format_when(d)))
+                .unwrap_or_default();
+            let n = marks.len();
+            let what = if n == 1 {
+                "workload is"
+            } else {
+                "workloads are"
+            };
+            found.push((
+                2,
+                first_due.unwrap_or(i64::MAX) as i128,
+                Item {
+                    level: "warning",
+                    quota: name.into(),
+                    text: format!("{n} {what} marked for reclaim in {name}{due}"),
+                    href: link,
+                },
+            ));
+        }
+    }
+    found.sort_by(|a, b| (a.0, a.1, &a.2.quota).cmp(&(b.0, b.1, &b.2.quota)));
+    found.into_iter().map(|(_, _, i)| i).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quota::{Quantity, QuotaSpec};
+
+    fn q(name: &str, parent: &str, gpus: i64, budget: i64, used: i64, spent: i64) -> Quota {
+        let g = "requests.nvidia.com/gpu".to_string();
+        let c = "cash/requests.nvidia.com/gpu".to_string();
+        let mut q = Quota::new(
+            name,
+            QuotaSpec {
+                parent: parent.into(),
+                hard: [
+                    (g.clone(), Quantity::from_units(gpus)),
+                    (c.clone(), Quantity::from_units(budget)),
+                ]
+                .into(),
+                max: Default::default(),
+            },
+        );
+        q.status.self_used = [(g.clone(), Quantity::from_units(used))].into();
+        q.status.used = [
+            (g, Quantity::from_units(used)),
+            (c, Quantity::from_units(spent)),
+        ]
+        .into();
+        q
+    }
+
+    #[test]
+    fn the_worst_comes_first_with_dates() {
+        let quotas = vec![
+            q("ai", "", 100, 100_000, 0, 0),
+            // 240 card-hours left at 10 cards: 24 h.
+            q("nlp", "ai", 10, 1000, 10, 760),
+            // Over quota: 12 of 8.
+            q("cv", "ai", 8, 100_000, 12, 0),
+            // Spent.
+            q("rl", "ai", 4, 100, 0, 100),
+            // Lasts 100 days: nothing to say.
+            q("speech", "ai", 4, 10_000, 4, 400),
+        ];
+        let in_use = quota::rollup::subtree_in_use(&quotas);
+        let got = items(&quotas, &in_use, &KeyConfig::default(), 0);
+        let texts: Vec<&str> = got.iter().map(|i| i.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "cv is over quota: requests.nvidia.com/gpu 12 in use of 8",
+                "rl's budget cash/requests.nvidia.com/gpu is spent: new GPU work is refused",
+                "nlp's budget runs out in 1.0 days (about 1970-01-02 00:00 UTC) at what runs now: 240 card-hours left",
+            ]
+        );
+        assert_eq!(got[0].level, "critical");
+        assert_eq!(got[2].href, "/quotas/nlp");
+    }
+}
