@@ -177,6 +177,41 @@ try {
     await page.goto(`${base}/tree`);
     expect(await page.isVisible('text=acme'), 'the tree renders on a phone');
   });
+
+  // Every page a user opens, at desktop and phone width, for an admin and a
+  // member: no text under 12 px (chart SVGs are checked by their own step),
+  // nothing wider than the screen (wide tables scroll inside themselves).
+  const PAGES = {
+    admin: ['/', '/tree', '/quotas/research', '/quotas/nlp', '/quotas/nlp/edit', '/transfers', '/alerts', '/audit', '/users', '/tokens', '/account'],
+    'member-nlp': ['/', '/tree', '/quotas/nlp', '/transfers', '/alerts', '/tokens', '/account'],
+  };
+  for (const [who, paths] of Object.entries(PAGES)) {
+    await step(`readable-for-${who}-at-both-widths`, async () => {
+      await page.setViewportSize({ width: 1440, height: 900 });
+      await login(base, who, who === 'admin' ? ADMIN_PASSWORD : DEMO_PASSWORD);
+      for (const [w, h] of [[1440, 900], [390, 844]]) {
+        await page.setViewportSize({ width: w, height: h });
+        for (const path of paths) {
+          await page.goto(`${base}${path}`);
+          const r = await page.evaluate(() => {
+            const small = [];
+            for (const el of document.querySelectorAll('body *')) {
+              if (el.closest('svg') || el.closest('.sr-only')) continue;
+              if (![...el.childNodes].some((c) => c.nodeType === 3 && c.textContent.trim())) continue;
+              const st = getComputedStyle(el);
+              const box = el.getBoundingClientRect();
+              if (st.display === 'none' || st.visibility === 'hidden' || box.width === 0) continue;
+              if (parseFloat(st.fontSize) < 12) small.push(`${el.tagName.toLowerCase()}.${el.className} "${el.textContent.trim().slice(0, 30)}" ${st.fontSize}`);
+            }
+            return { small: small.slice(0, 5), overflow: document.documentElement.scrollWidth - window.innerWidth };
+          });
+          expect(r.small.length === 0, `${who} ${path} at ${w} px: text under 12 px: ${r.small.join('; ')}`);
+          expect(r.overflow <= 0, `${who} ${path} at ${w} px: the page is ${r.overflow} px wider than the screen`);
+        }
+      }
+      await page.setViewportSize({ width: 1280, height: 900 });
+    });
+  }
 } catch (e) {
   failed = true;
   console.error(e);
