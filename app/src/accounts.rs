@@ -76,7 +76,12 @@ fn UserActions(u: UserRow, csrf: String) -> impl IntoView {
     let confirm = |on: bool| {
         on.then(|| view! { <label class="check"><input type="checkbox" name="confirm" value="yes" required/>"sure"</label> })
     };
+    let summary = format!("Manage {}", u.username);
+    // Folded: one "Manage" per row instead of a wall of buttons; a native
+    // <details>, so it opens without JavaScript.
     view! {
+        <details class="manage">
+        <summary>{summary}</summary>
         <div class="actions">
             <form method="post" action=format!("{base}/disabled")>
                 <CsrfField csrf=csrf.clone()/>
@@ -110,6 +115,7 @@ fn UserActions(u: UserRow, csrf: String) -> impl IntoView {
                 <button type="submit">"Bind"</button>
             </form>
         </div>
+        </details>
     }
 }
 
@@ -146,10 +152,9 @@ pub fn render_users_page(viewer: Viewer, users: Vec<UserRow>, flash: Option<Flas
             let created = u.created.clone();
             view! {
                 <tr class:disabled=disabled>
-                    <td class="name">{username}</td>
-                    <td><span class=format!("badge {status}")>{status}</span></td>
-                    <td>{unbind}</td>
-                    <td class="num">{created}</td>
+                    <td class="name">{username}" "<span class=format!("badge {status}")>{status}</span></td>
+                    <td data-label="Roles">{unbind}</td>
+                    <td class="num" data-label="Created">{created}</td>
                     <td><UserActions u=u csrf=csrf/></td>
                 </tr>
             }
@@ -167,7 +172,7 @@ pub fn render_users_page(viewer: Viewer, users: Vec<UserRow>, flash: Option<Flas
                 </form>
                 <p class="hint">"A binding gives a role on a quota and its whole subtree: "<b>"owner"</b>" manages the children (within the quota's hard, never the quota's own hard), "<b>"member"</b>" reads."</p>
                 <table class="users">
-                    <thead><tr><th>"User"</th><th>"Status"</th><th>"Roles"</th><th>"Created"</th><th>"Actions"</th></tr></thead>
+                    <thead><tr><th>"User"</th><th>"Roles"</th><th>"Created"</th><th>"Actions"</th></tr></thead>
                     <tbody>{rows}</tbody>
                 </table>
             </Layout>
