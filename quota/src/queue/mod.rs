@@ -10,6 +10,7 @@
 //! | `order` | the admission order, and which waiting entry blocks |
 //! | `admit` | one round of admissions (`next_admissions`), `status.queue`, `would_queue_at` |
 //! | `reason` | why an entry waits, in words |
+//! | `room` | the ceiling a borrower's queue may plan against |
 //! | `preempt` | which running batch work the head may reclaim |
 //! | `estimate` | when entries would start, from declared run times |
 
@@ -19,6 +20,7 @@ pub mod order;
 pub mod policy;
 pub mod preempt;
 pub mod reason;
+pub mod room;
 
 pub use admit::{
     next_admissions, status, would_queue_at, Admission, BudgetView, Check, Decision, Pool,
@@ -29,6 +31,7 @@ pub use order::order;
 pub use policy::{Mode, Order, PolicyError, Preemption, QueuePolicy};
 pub use preempt::{plan as preemption_plan, Preempt};
 pub use reason::{Need, Reason, Waiting};
+pub use room::borrow_limits;
 
 use crate::object::Charge;
 use crate::resources::{self, ResourceList};
