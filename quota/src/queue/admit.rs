@@ -43,6 +43,14 @@ impl Pool {
         let spec = quota.spec.clone();
         quota.status.refresh(&spec);
         let held = quota.status.self_usage();
+        // Admission reads spec and used only; the ledgers would make every
+        // copy of the pool (one per round of an estimate) cost their size.
+        let status = &mut quota.status;
+        status.workloads.clear();
+        status.children.clear();
+        status.loans.clear();
+        status.reclaim.clear();
+        status.transfers.clear();
         Pool {
             quota,
             limits: limits.clone(),

@@ -13,7 +13,7 @@ use super::admit::{self, Decision, Pool};
 use super::policy::QueuePolicy;
 use super::Queued;
 use crate::resources::ResourceList;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Work that holds part of the pool now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,10 +53,10 @@ pub fn estimate(
         }
         let (decisions, after, _) = admit::round(&waiting, &pool, &[], policy, t);
         pool = after;
-        let mut admitted = Vec::new();
+        let mut admitted = BTreeSet::new();
         for d in decisions {
             if let Decision::Admit(a) = d {
-                admitted.push(a.workload_ref);
+                admitted.insert(a.workload_ref);
             }
         }
         for w in &admitted {
