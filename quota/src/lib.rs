@@ -14,6 +14,7 @@ pub mod namespaces;
 pub mod object;
 pub mod pods;
 pub mod quantity;
+pub mod queue;
 pub mod readable;
 pub mod reclaim;
 pub mod reconcile;

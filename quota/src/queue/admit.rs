@@ -1,0 +1,696 @@
+//! One round of admissions from a quota's queue (docs/queueing.md §3):
+//! walk the queue in admission order, admit every entry that fits whole —
+//! quota first (hard, or the borrowing ceiling), then its budgets — and
+//! stop passing at the first entry that does not fit and blocks.
+//!
+//! A round is a simulation on copies: the caller's quota and budgets are
+//! not changed. The controller then writes each `Admit` (charge in the
+//! quota's compare-and-swap, as the webhook does, then unsuspend); a write
+//! that loses a race leaves that entry queued for the next round.
+
+use super::order::{self, Slot};
+use super::policy::QueuePolicy;
+use super::reason::{Need, Reason, Waiting};
+use super::Queued;
+use crate::admission::{self, Denial};
+use crate::budget::reserve::Ask;
+use crate::budget::{BudgetDenial, BudgetState, PriceList, WithoutRunTime};
+use crate::cash::Prices;
+use crate::object::{Charge, Quota};
+use crate::quantity::Quantity;
+use crate::resources::{self, ResourceList};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A quota as the queue admits against: its spec, its used, and the
+/// ceiling per key. `limits` is what `admission::ceiling` reads: empty for
+/// hard only; for a borrower, hard + the loan it holds or could be granted
+/// now (`borrow::limits`), capped by max.
+#[derive(Clone, Debug)]
+pub struct Pool {
+    quota: Quota,
+    limits: ResourceList,
+    /// What the quota's own workloads hold, those admitted in the
+    /// simulation included: all that finishing work could ever free.
+    held: ResourceList,
+}
+
+impl Pool {
+    /// The pool of `quota` (its used derived from its ledgers) under
+    /// `limits` (see above).
+    pub fn new(quota: &Quota, limits: &ResourceList) -> Pool {
+        let mut quota = quota.clone();
+        let spec = quota.spec.clone();
+        quota.status.refresh(&spec);
+        let held = quota.status.self_usage();
+        // Admission reads spec and used only; the ledgers would make every
+        // copy of the pool (one per round of an estimate) cost their size.
+        let status = &mut quota.status;
+        status.workloads.clear();
+        status.children.clear();
+        status.loans.clear();
+        status.reclaim.clear();
+        status.transfers.clear();
+        Pool {
+            quota,
+            limits: limits.clone(),
+            held,
+        }
+    }
+
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    pub fn used(&self) -> &ResourceList {
+        &self.quota.status.used
+    }
+
+    /// The ceiling admission holds `key` to, None when not limited.
+    pub fn ceiling(&self, key: &str) -> Option<Quantity> {
+        admission::ceiling(&self.quota, key, &self.limits)
+    }
+
+    /// Charges `usage` (in the simulation).
+    pub fn take(&mut self, usage: &ResourceList) {
+        resources::add_into(&mut self.quota.status.used, usage);
+        resources::add_into(&mut self.held, usage);
+    }
+
+    /// Gives `usage` back (running work that ended, in an estimate).
+    pub fn release(&mut self, usage: &ResourceList) {
+        for list in [&mut self.quota.status.used, &mut self.held] {
+            for (k, v) in usage {
+                if let Some(u) = list.get_mut(k) {
+                    *u = u.saturating_sub(*v).max(Quantity::ZERO);
+                }
+            }
+        }
+    }
+
+    /// Per key, how much `usage` is over what is free (empty: it fits the
+    /// quantities; a spent cash key is `fits`' business).
+    pub fn short(&self, usage: &ResourceList) -> ResourceList {
+        usage
+            .iter()
+            .filter(|(_, d)| d.nanos() > 0)
+            .filter_map(|(k, d)| {
+                let c = self.ceiling(k)?;
+                let over = resources::get(self.used(), k)
+                    .saturating_add(*d)
+                    .saturating_sub(c);
+                (over.nanos() > 0).then(|| (k.clone(), over))
+            })
+            .collect()
+    }
+
+    /// Whether `usage` fits now; why not otherwise.
+    pub fn fits(&self, usage: &ResourceList) -> Result<(), Reason> {
+        match admission::check_fits_within(&self.quota, usage, &self.limits) {
+            Ok(()) => Ok(()),
+            Err(Denial::Short(s)) => Err(Reason::Quota(
+                s.iter()
+                    .map(|s| Need {
+                        key: s.key.clone(),
+                        free: self
+                            .ceiling(&s.key)
+                            .unwrap_or_default()
+                            .saturating_sub(resources::get(self.used(), &s.key))
+                            .max(Quantity::ZERO),
+                        needed: s.asked,
+                    })
+                    .collect(),
+            )),
+            Err(Denial::CashExhausted(c)) => Err(Reason::Budget(BudgetDenial::Spent(Box::new(
+                crate::budget::reserve::Numbers {
+                    quota: c.quota.clone(),
+                    key: c.key.clone(),
+                    available: c.hard,
+                    spent: c.used,
+                    left: c.hard.saturating_sub(c.used),
+                    ..Default::default()
+                },
+            )))),
+            Err(Denial::Invalid(why)) => Err(Reason::Never(why)),
+        }
+    }
+
+    /// Why `q` can never be admitted here, if so: its charge is one no
+    /// workload could hold, or it asks more of a key than the quota could
+    /// give with all its own work gone (carve-outs of children stay) and —
+    /// where it may borrow — everything up to max on loan.
+    pub fn never(&self, q: &Queued) -> Option<String> {
+        if let Err(d) = admission::check_charge(&q.workload_ref, &q.charge(0)) {
+            return Some(d.to_string());
+        }
+        let may_borrow = !self.quota.spec.max.is_empty() && !self.quota.spec.parent.is_empty();
+        let widest = if may_borrow {
+            &self.quota.spec.max
+        } else {
+            &self.limits
+        };
+        for (k, d) in q.usage() {
+            let Some(c) = admission::ceiling(&self.quota, &k, widest) else {
+                continue;
+            };
+            let others = resources::get(self.used(), &k)
+                .saturating_sub(resources::get(&self.held, &k))
+                .max(Quantity::ZERO);
+            if others.saturating_add(d) > c {
+                let room = c.saturating_sub(others).max(Quantity::ZERO);
+                return Some(format!(
+                    "bizrq {}: {k} asks {}, more than the {} it can ever give",
+                    self.quota.name(),
+                    crate::readable::amount(&k, d),
+                    crate::readable::amount(&k, room)
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// A card-hour budget of the quota, as admission reads it: its state and
+/// how a workload is priced against it (as the webhook admits).
+#[derive(Clone, Debug)]
+pub struct BudgetView<'a> {
+    pub state: &'a BudgetState,
+    /// The cash key's usage key (`requests.nvidia.com/gpu`).
+    pub target: &'a str,
+    pub without_run_time: WithoutRunTime,
+    pub qos: &'a Prices,
+    pub prices: &'a PriceList,
+}
+
+/// An entry to admit now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admission {
+    pub workload_ref: String,
+    /// What to write in `status.workloads` (in the quota's CAS).
+    pub charge: Charge,
+    /// What the charge comes to.
+    pub usage: ResourceList,
+    /// What of it lies beyond hard, per key: the loan it rides on
+    /// (`borrow::needed` asks the parent for the same).
+    pub borrows: ResourceList,
+    /// Per budget (cash key) it uses: the reservation made (acc), or None
+    /// when admitted without one (`WithoutRunTime::Admit`).
+    pub reserves: BTreeMap<String, Option<i128>>,
+}
+
+/// An entry that keeps waiting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wait {
+    pub workload_ref: String,
+    /// 1-based, among the entries still waiting, in admission order.
+    pub position: u32,
+    pub reason: Reason,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Admit(Admission),
+    Wait(Wait),
+}
+
+impl Decision {
+    pub fn workload_ref(&self) -> &str {
+        match self {
+            Decision::Admit(a) => &a.workload_ref,
+            Decision::Wait(w) => &w.workload_ref,
+        }
+    }
+}
+
+/// Try `q` against the pool and budgets; on success the reservations made
+/// (on `states`, which the caller commits or drops).
+fn try_fit(
+    pool: &Pool,
+    budgets: &[BudgetView<'_>],
+    states: &mut [BudgetState],
+    q: &Queued,
+    usage: &ResourceList,
+    now_ms: i64,
+) -> Result<BTreeMap<String, Option<i128>>, Reason> {
+    pool.fits(usage)?;
+    let mut reserves = BTreeMap::new();
+    for (view, state) in budgets.iter().zip(states.iter_mut()) {
+        if resources::get(usage, view.target).nanos() <= 0 {
+            continue; // a budget only weighs on work that asks its resource
+        }
+        let ask = Ask {
+            workload: &q.workload_ref,
+            declared_ms: q.run_ms,
+            pod_sets: &q.pod_sets,
+            now_ms,
+        };
+        match state.admit(
+            &ask,
+            view.without_run_time,
+            view.target,
+            view.qos,
+            view.prices,
+        ) {
+            Ok(r) => {
+                reserves.insert(state.key.clone(), r);
+            }
+            Err(d @ BudgetDenial::NoRunTime { .. }) => return Err(Reason::Never(d.to_string())),
+            Err(d) => return Err(Reason::Budget(d)),
+        }
+    }
+    Ok(reserves)
+}
+
+/// One round: the decisions in admission order, and the pool and budget
+/// states as they would be once the admissions are written.
+pub fn round(
+    queue: &[Queued],
+    pool: &Pool,
+    budgets: &[BudgetView<'_>],
+    policy: &QueuePolicy,
+    now_ms: i64,
+) -> (Vec<Decision>, Pool, Vec<BudgetState>) {
+    let mut pool = pool.clone();
+    let mut states: Vec<BudgetState> = budgets.iter().map(|b| b.state.clone()).collect();
+    let mut blocker: Option<&str> = None;
+    let mut position = 0u32;
+    let mut out = Vec::with_capacity(queue.len());
+    for Slot { index, blocks } in order::order(queue, policy, now_ms) {
+        let q = &queue[index];
+        let mut wait = |reason: Reason, out: &mut Vec<Decision>| {
+            position += 1;
+            out.push(Decision::Wait(Wait {
+                workload_ref: q.workload_ref.clone(),
+                position,
+                reason,
+            }));
+        };
+        if let Some(why) = pool.never(q) {
+            wait(Reason::Never(why), &mut out);
+            continue;
+        }
+        let usage = q.usage();
+        let mut trial = states.clone();
+        match try_fit(&pool, budgets, &mut trial, q, &usage, now_ms) {
+            Ok(reserves) => match blocker {
+                None => {
+                    let borrows = beyond_hard(&pool, &usage);
+                    pool.take(&usage);
+                    states = trial;
+                    out.push(Decision::Admit(Admission {
+                        workload_ref: q.workload_ref.clone(),
+                        charge: q.charge(now_ms),
+                        usage,
+                        borrows,
+                        reserves,
+                    }));
+                }
+                Some(head) => wait(
+                    Reason::Turn {
+                        head: head.to_string(),
+                    },
+                    &mut out,
+                ),
+            },
+            Err(reason) => {
+                let never = reason.waiting() == Waiting::Never;
+                wait(reason, &mut out);
+                if blocks && !never && blocker.is_none() {
+                    blocker = Some(&q.workload_ref);
+                }
+            }
+        }
+    }
+    (out, pool, states)
+}
+
+/// What of `usage`, added to the pool's used, lies beyond hard, per key.
+fn beyond_hard(pool: &Pool, usage: &ResourceList) -> ResourceList {
+    let q = pool.quota();
+    usage
+        .iter()
+        .filter_map(|(k, d)| {
+            let h = q.spec.hard.get(k)?;
+            let u = resources::get(pool.used(), k);
+            let over = u
+                .saturating_add(*d)
+                .saturating_sub(u.max(*h))
+                .max(Quantity::ZERO);
+            (over.nanos() > 0).then(|| (k.clone(), over))
+        })
+        .collect()
+}
+
+/// The admissions of one round from `queue` into `pool` at `now_ms`, and
+/// why the rest wait, in admission order (docs/queueing.md §3). Never
+/// partial, never past a key's ceiling, never past a budget.
+pub fn next_admissions(
+    queue: &[Queued],
+    pool: &Pool,
+    budgets: &[BudgetView<'_>],
+    policy: &QueuePolicy,
+    now_ms: i64,
+) -> Vec<Decision> {
+    round(queue, pool, budgets, policy, now_ms).0
+}
+
+/// What `POST /api/v1/check` says of a workload that would queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// It fits now, ahead of or past the queue.
+    AdmitsNow,
+    /// It would wait at this 1-based position, for this reason.
+    Queues { position: u32, reason: Reason },
+    /// Waiting would not help (`Waiting::Never`): refuse it.
+    Never(Reason),
+}
+
+/// Where `candidate` (submitted now) would land in the queue: admitted at
+/// once, queued at position N (after this round's admissions leave), or
+/// never. The caller asks only for work whose `disposition` is `Queue`.
+pub fn would_queue_at(
+    queue: &[Queued],
+    candidate: &Queued,
+    pool: &Pool,
+    budgets: &[BudgetView<'_>],
+    policy: &QueuePolicy,
+    now_ms: i64,
+) -> Check {
+    let mut all: Vec<Queued> = queue
+        .iter()
+        .filter(|q| q.workload_ref != candidate.workload_ref)
+        .cloned()
+        .collect();
+    all.push(candidate.clone());
+    let decisions = next_admissions(&all, pool, budgets, policy, now_ms);
+    match decisions
+        .into_iter()
+        .find(|d| d.workload_ref() == candidate.workload_ref)
+    {
+        Some(Decision::Wait(w)) if w.reason.waiting() == Waiting::Never => Check::Never(w.reason),
+        Some(Decision::Wait(w)) => Check::Queues {
+            position: w.position,
+            reason: w.reason,
+        },
+        _ => Check::AdmitsNow,
+    }
+}
+
+/// One entry of `status.queue`: the queued work, its place and why it
+/// waits. `since` is when it joined.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueEntry {
+    #[serde(flatten)]
+    pub work: Queued,
+    pub position: u32,
+    pub waiting: Waiting,
+    pub reason: String,
+    /// When it would start if nothing else arrived (`estimate`), RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_start: Option<String>,
+}
+
+/// `status.queue` after a round: the entries still waiting, in admission
+/// order, with position, reason and, where known, the estimated start.
+pub fn status(
+    queue: &[Queued],
+    decisions: &[Decision],
+    estimates: &BTreeMap<String, i64>,
+) -> Vec<QueueEntry> {
+    let by_ref: BTreeMap<&str, &Queued> =
+        queue.iter().map(|q| (q.workload_ref.as_str(), q)).collect();
+    decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Wait(w) => Some(w),
+            Decision::Admit(_) => None,
+        })
+        .filter_map(|w| {
+            let work = (*by_ref.get(w.workload_ref.as_str())?).clone();
+            Some(QueueEntry {
+                estimated_start: estimates
+                    .get(&w.workload_ref)
+                    .map(|t| crate::time::format_rfc3339(*t)),
+                work,
+                position: w.position,
+                waiting: w.reason.waiting(),
+                reason: w.reason.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Entries that have waited past the policy's alert threshold.
+pub fn overdue<'a>(queue: &'a [Queued], policy: &QueuePolicy, now_ms: i64) -> Vec<&'a Queued> {
+    queue
+        .iter()
+        .filter(|q| policy.alerts(q.submitted_ms, now_ms))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::QuotaSpec;
+    use crate::queue::policy::Order;
+    use crate::workload::PodSet;
+
+    const GPU: &str = "requests.nvidia.com/gpu.A100";
+    const T0: i64 = 1_800_000_000_000;
+
+    fn gpus(n: i64) -> ResourceList {
+        [(GPU.to_string(), Quantity::from_units(n))].into()
+    }
+    fn quota(hard: i64, used: i64) -> Quota {
+        let mut q = Quota::new(
+            "nlp",
+            QuotaSpec {
+                parent: String::new(),
+                hard: gpus(hard),
+                max: ResourceList::new(),
+            },
+        );
+        if used > 0 {
+            admission::charge(
+                &mut q,
+                "batch/Job/ns/running",
+                job("running", 0, 0, used).charge(T0),
+            )
+            .unwrap();
+        }
+        q
+    }
+    fn job(name: &str, priority: i32, at: i64, cards: i64) -> Queued {
+        Queued {
+            workload_ref: format!("batch/Job/ns/{name}"),
+            uid: name.into(),
+            priority,
+            submitted_ms: T0 + at,
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: cards,
+                per_pod: gpus(1),
+                qos: None,
+            }],
+            run_ms: None,
+        }
+    }
+    fn summary(d: &[Decision]) -> Vec<String> {
+        d.iter()
+            .map(|d| match d {
+                Decision::Admit(a) => format!("+{}", &a.workload_ref[13..]),
+                Decision::Wait(w) => format!("{}:{}", w.position, &w.workload_ref[13..]),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn strict_fifo_stops_at_a_head_that_does_not_fit() {
+        let pool = Pool::new(&quota(8, 2), &ResourceList::new());
+        let q = [
+            job("a", 0, 0, 4),
+            job("big", 0, 1, 6),
+            job("small", 0, 2, 1),
+        ];
+        let d = next_admissions(&q, &pool, &[], &QueuePolicy::queue(), T0 + 10);
+        assert_eq!(summary(&d), ["+a", "1:big", "2:small"]);
+        let Decision::Wait(w) = &d[1] else { panic!() };
+        assert_eq!(
+            w.reason.to_string(),
+            "waits for 4 × requests.nvidia.com/gpu.A100: 2 free, 6 needed"
+        );
+        let Decision::Wait(w) = &d[2] else { panic!() };
+        assert_eq!(
+            w.reason.to_string(),
+            "waits its turn behind batch/Job/ns/big"
+        );
+    }
+
+    #[test]
+    fn lower_priorities_wait_behind_a_blocked_head_too() {
+        let pool = Pool::new(&quota(8, 4), &ResourceList::new());
+        let q = [job("hi", 10, 5, 6), job("lo", 0, 0, 1)];
+        let d = next_admissions(&q, &pool, &[], &QueuePolicy::queue(), T0 + 10);
+        assert_eq!(summary(&d), ["1:hi", "2:lo"]);
+    }
+
+    #[test]
+    fn best_effort_lets_smaller_pass_until_the_head_ages() {
+        let pool = Pool::new(&quota(8, 4), &ResourceList::new());
+        let p = QueuePolicy {
+            order: Order::BestEffortFifo { aging_seconds: 60 },
+            ..QueuePolicy::queue()
+        };
+        let q = [
+            job("big", 0, 0, 6),
+            job("small", 0, 1, 2),
+            job("tiny", 0, 2, 3),
+        ];
+        let d = next_admissions(&q, &pool, &[], &p, T0 + 59_999);
+        assert_eq!(summary(&d), ["1:big", "+small", "2:tiny"]);
+        let Decision::Wait(w) = &d[2] else { panic!() };
+        assert_eq!(w.reason.waiting(), Waiting::Quota, "tiny no longer fits");
+        let d = next_admissions(&q, &pool, &[], &p, T0 + 60_000);
+        assert_eq!(summary(&d), ["1:big", "2:small", "3:tiny"]);
+    }
+
+    #[test]
+    fn work_that_can_never_fit_blocks_no_one() {
+        let pool = Pool::new(&quota(8, 0), &ResourceList::new());
+        let q = [job("huge", 0, 0, 9), job("a", 0, 1, 8)];
+        let d = next_admissions(&q, &pool, &[], &QueuePolicy::queue(), T0);
+        assert_eq!(summary(&d), ["1:huge", "+a"]);
+        let Decision::Wait(w) = &d[0] else { panic!() };
+        assert_eq!(w.reason.waiting(), Waiting::Never);
+        assert_eq!(
+            w.reason.to_string(),
+            "cannot be admitted: bizrq nlp: requests.nvidia.com/gpu.A100 asks 9, more than the 8 it can ever give"
+        );
+    }
+
+    #[test]
+    fn borrowing_admits_up_to_the_limits_and_says_what_is_on_loan() {
+        let mut q = quota(4, 2);
+        q.spec.parent = "org".into();
+        q.spec.max = gpus(10);
+        // Hard only: 2 free.
+        let pool = Pool::new(&q, &ResourceList::new());
+        let d = next_admissions(&[job("a", 0, 0, 5)], &pool, &[], &QueuePolicy::queue(), T0);
+        assert_eq!(summary(&d), ["1:a"]);
+        // The parent could lend 4 more: ceiling 8.
+        let pool = Pool::new(&q, &gpus(8));
+        let d = next_admissions(
+            &[job("a", 0, 0, 5), job("b", 0, 1, 2)],
+            &pool,
+            &[],
+            &QueuePolicy::queue(),
+            T0,
+        );
+        assert_eq!(summary(&d), ["+a", "1:b"]);
+        let Decision::Admit(a) = &d[0] else { panic!() };
+        assert_eq!(a.borrows, gpus(3));
+        let Decision::Wait(w) = &d[1] else { panic!() };
+        assert_eq!(
+            w.reason.to_string(),
+            "waits for 1 × requests.nvidia.com/gpu.A100: 1 free, 2 needed"
+        );
+    }
+
+    #[test]
+    fn budgets_wait_like_quota_and_say_so() {
+        use crate::budget::from_quantity;
+        let state = BudgetState {
+            quota: "nlp".into(),
+            key: "cash/requests.nvidia.com/gpu.A100".into(),
+            budget: from_quantity(Quantity::from_units(20)),
+            ..Default::default()
+        };
+        let (qos, prices) = (Prices::default(), PriceList::default());
+        let view = BudgetView {
+            state: &state,
+            target: GPU,
+            without_run_time: WithoutRunTime::Refuse,
+            qos: &qos,
+            prices: &prices,
+        };
+        let pool = Pool::new(&quota(16, 0), &ResourceList::new());
+        let mut a = job("a", 0, 0, 4);
+        a.run_ms = Some(3 * 3_600_000); // 12 card-hours
+        let mut b = job("b", 0, 1, 8);
+        b.run_ms = Some(3 * 3_600_000); // 24: 8 left
+        let c = job("c", 0, 2, 1); // no run time: never, blocks no one
+        let mut e = job("e", 0, 3, 1);
+        e.run_ms = Some(3_600_000);
+        let q = [a, b, c, e];
+        let p = QueuePolicy {
+            order: Order::BestEffortFifo { aging_seconds: 600 },
+            ..QueuePolicy::queue()
+        };
+        let d = next_admissions(&q, &pool, std::slice::from_ref(&view), &p, T0 + 10);
+        assert_eq!(summary(&d), ["+a", "1:b", "2:c", "+e"]);
+        let Decision::Wait(w) = &d[1] else { panic!() };
+        assert_eq!(
+            w.reason.to_string(),
+            "waits for budget: needs 24 card-hours, 8 left"
+        );
+        let Decision::Wait(w) = &d[2] else { panic!() };
+        assert_eq!(w.reason.waiting(), Waiting::Never);
+        let Decision::Admit(a) = &d[0] else { panic!() };
+        let reserved = a.reserves["cash/requests.nvidia.com/gpu.A100"].unwrap();
+        assert_eq!(
+            crate::budget::to_quantity(reserved),
+            Quantity::from_units(12)
+        );
+    }
+
+    #[test]
+    fn would_queue_at_says_where_a_new_job_lands() {
+        let pool = Pool::new(&quota(8, 6), &ResourceList::new());
+        let q = [job("big", 0, 0, 4), job("hi", 5, 1, 4)];
+        let p = QueuePolicy::queue();
+        let c = job("new", 0, 100, 1);
+        match would_queue_at(&q, &c, &pool, &[], &p, T0 + 100) {
+            Check::Queues { position, reason } => {
+                assert_eq!(position, 3);
+                assert_eq!(reason.waiting(), Waiting::Turn);
+            }
+            other => panic!("{other:?}"),
+        }
+        let urgent = job("urgent", 9, 100, 1);
+        assert_eq!(
+            would_queue_at(&q, &urgent, &pool, &[], &p, T0 + 100),
+            Check::AdmitsNow
+        );
+        let huge = job("huge", 9, 100, 9);
+        assert!(matches!(
+            would_queue_at(&q, &huge, &pool, &[], &p, T0 + 100),
+            Check::Never(_)
+        ));
+    }
+
+    #[test]
+    fn status_lists_the_waiting_in_order() {
+        let pool = Pool::new(&quota(8, 2), &ResourceList::new());
+        let q = [
+            job("small", 0, 2, 1),
+            job("a", 0, 0, 4),
+            job("big", 0, 1, 6),
+        ];
+        let d = next_admissions(&q, &pool, &[], &QueuePolicy::queue(), T0 + 10);
+        let est: BTreeMap<String, i64> = [("batch/Job/ns/big".to_string(), T0 + 3_600_000)].into();
+        let s = status(&q, &d, &est);
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].position, s[0].waiting), (1, Waiting::Quota));
+        let json = serde_json::to_value(&s[0]).unwrap();
+        assert_eq!(json["workloadRef"], "batch/Job/ns/big");
+        assert_eq!(json["since"], "2027-01-15T08:00:00.001Z");
+        assert_eq!(json["estimatedStart"], "2027-01-15T09:00:00.000Z");
+        assert_eq!(
+            json["reason"],
+            "waits for 4 × requests.nvidia.com/gpu.A100: 2 free, 6 needed"
+        );
+        let back: QueueEntry = serde_json::from_value(json).unwrap();
+        assert_eq!(back, s[0]);
+    }
+}

@@ -1,0 +1,197 @@
+//! Queued admission (issue 15, docs/queueing.md): batch work that does not
+//! fit its quota waits, suspended, in the quota's queue instead of being
+//! refused, and is admitted whole once it fits. Pure like the rest of the
+//! crate: the queue, the quota, budgets and "now" come in, decisions go
+//! out; the server writes them (charge first, then unsuspend).
+//!
+//! | module | what it decides |
+//! |---|---|
+//! | `policy` | `spec.queueing` and its validation |
+//! | `order` | the admission order, and which waiting entry blocks |
+//! | `admit` | one round of admissions (`next_admissions`), `status.queue`, `would_queue_at` |
+//! | `reason` | why an entry waits, in words |
+//! | `room` | the ceiling a borrower's queue may plan against |
+//! | `preempt` | which running batch work the head may reclaim |
+//! | `estimate` | when entries would start, from declared run times |
+
+pub mod admit;
+pub mod estimate;
+pub mod order;
+pub mod policy;
+pub mod preempt;
+pub mod reason;
+pub mod room;
+
+pub use admit::{
+    next_admissions, status, would_queue_at, Admission, BudgetView, Check, Decision, Pool,
+    QueueEntry, Wait,
+};
+pub use estimate::{estimate, Running};
+pub use order::order;
+pub use policy::{Mode, Order, PolicyError, Preemption, QueuePolicy};
+pub use preempt::{plan as preemption_plan, Preempt};
+pub use reason::{Need, Reason, Waiting};
+pub use room::borrow_limits;
+
+use crate::object::Charge;
+use crate::resources::{self, ResourceList};
+use crate::workload::{Adapter, ChargeMode, PodSet, WorkloadRef};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Label on a workload: `Refuse` opts it out of its quota's queue (it is
+/// refused at once when it does not fit, as without queueing).
+pub const OPT_OUT_LABEL: &str = "bizrq.io/queueing";
+
+/// One workload waiting in its quota's queue: what admission needs to
+/// decide without reading the object again. Stored in `status.queue`
+/// (inside a `QueueEntry`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Queued {
+    /// `group/Kind/namespace/name`, as in `status.workloads`.
+    pub workload_ref: String,
+    /// The object's uid: a workload deleted and created again under the
+    /// same name is a new entry, not this one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// PriorityClass value of its pods (0 without one).
+    #[serde(default)]
+    pub priority: i32,
+    /// When it joined the queue (RFC 3339 `since`): first come, first served.
+    #[serde(rename = "since", with = "crate::budget::serde_stamp")]
+    pub submitted_ms: i64,
+    /// What it runs once admitted, as the adapter read it unsuspended.
+    pub pod_sets: Vec<PodSet>,
+    /// Its declared maximum run time (`budget::runtime::max_runtime`), for
+    /// budget reservations and start estimates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_ms: Option<i64>,
+}
+
+impl Queued {
+    /// The kind, from the reference (`Job`, `PyTorchJob`).
+    pub fn kind(&self) -> &str {
+        WorkloadRef::parse(&self.workload_ref).map_or("", |r| r.kind)
+    }
+
+    /// What it would be charged, over all its pod sets.
+    pub fn usage(&self) -> ResourceList {
+        let mut out = ResourceList::new();
+        for s in &self.pod_sets {
+            resources::add_into(&mut out, &s.usage(s.count));
+        }
+        out
+    }
+
+    /// The charge admission writes for it at `now_ms`. `uid` names the
+    /// admission (see `Admission::request_uid`).
+    pub fn charge(&self, now_ms: i64) -> Charge {
+        let now = crate::time::format_rfc3339(now_ms);
+        Charge {
+            pod_sets: self.pod_sets.clone(),
+            hpa: None,
+            since: now.clone(),
+            uid: request_uid(self),
+            admitted: Some(now),
+        }
+    }
+}
+
+/// The uid a queue admission writes in the charge, so a reconcile that
+/// finds a charge and a suspended object knows the charge was its own
+/// (crash between charge and unsuspend, docs/queueing.md §4).
+pub fn request_uid(q: &Queued) -> String {
+    format!("queue:{}", q.uid)
+}
+
+/// Whether a kind can wait in a queue: it is charged (not only checked)
+/// and its adapter knows how to suspend it.
+pub fn queueable(adapter: &Adapter) -> bool {
+    adapter.mode == ChargeMode::Charge && !adapter.suspend_path.is_empty()
+}
+
+/// What admission does with a workload that does not fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    Refuse,
+    Queue,
+}
+
+/// Whether a workload of `adapter`'s kind, with `labels`, queues under
+/// `policy` when it does not fit. A wrong opt-out value is an error, never
+/// silently ignored.
+pub fn disposition(
+    adapter: &Adapter,
+    policy: &QueuePolicy,
+    labels: &BTreeMap<String, String>,
+) -> Result<Disposition, String> {
+    let opted_out = match labels.get(OPT_OUT_LABEL).map(|v| v.trim()) {
+        None => false,
+        Some("Refuse") => true,
+        Some(v) => {
+            return Err(format!(
+                "label {OPT_OUT_LABEL} is '{v}': the only value is Refuse (opt out of the queue)"
+            ))
+        }
+    };
+    Ok(if policy.queues() && queueable(adapter) && !opted_out {
+        Disposition::Queue
+    } else {
+        Disposition::Refuse
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::adapter_for_kind;
+
+    #[test]
+    fn only_suspendable_charged_kinds_queue() {
+        let q = QueuePolicy::queue();
+        let none = BTreeMap::new();
+        for (g, k, want) in [
+            ("batch", "Job", Disposition::Queue),
+            ("kubeflow.org", "PyTorchJob", Disposition::Queue),
+            ("kubeflow.org", "MPIJob", Disposition::Queue),
+            ("apps", "Deployment", Disposition::Refuse),
+            ("apps", "StatefulSet", Disposition::Refuse),
+            ("batch", "CronJob", Disposition::Refuse),
+            // No suspend path in its adapter yet (docs/queueing.md §1).
+            ("batch.volcano.sh", "Job", Disposition::Refuse),
+        ] {
+            let a = adapter_for_kind(g, k).unwrap();
+            assert_eq!(disposition(a, &q, &none), Ok(want), "{g}/{k}");
+        }
+        let job = adapter_for_kind("batch", "Job").unwrap();
+        assert_eq!(
+            disposition(job, &QueuePolicy::default(), &none),
+            Ok(Disposition::Refuse)
+        );
+        let out: BTreeMap<String, String> = [(OPT_OUT_LABEL.into(), "Refuse".into())].into();
+        assert_eq!(disposition(job, &q, &out), Ok(Disposition::Refuse));
+        let bad: BTreeMap<String, String> = [(OPT_OUT_LABEL.into(), "no".into())].into();
+        assert!(disposition(job, &q, &bad).unwrap_err().contains("'no'"));
+    }
+
+    #[test]
+    fn an_entry_serialises_with_its_since_stamp() {
+        let q = Queued {
+            workload_ref: "batch/Job/ml/train".into(),
+            uid: "u1".into(),
+            priority: 5,
+            submitted_ms: 1_800_000_000_000,
+            pod_sets: vec![],
+            run_ms: Some(3_600_000),
+        };
+        let json = serde_json::to_string(&q).unwrap();
+        assert_eq!(
+            json,
+            r#"{"workloadRef":"batch/Job/ml/train","uid":"u1","priority":5,"since":"2027-01-15T08:00:00.000Z","podSets":[],"runMs":3600000}"#
+        );
+        assert_eq!(serde_json::from_str::<Queued>(&json).unwrap(), q);
+        assert_eq!(q.kind(), "Job");
+        assert_eq!(q.charge(0).uid, "queue:u1");
+    }
+}

@@ -1,0 +1,253 @@
+//! A quota's queueing policy (`spec.queueing`, docs/queueing.md §1) as
+//! plain serde data with one validation that says what is wrong.
+//!
+//! Values are spelled as Kubernetes enums are (`Refuse`, `Queue`,
+//! `StrictFifo`), as the issue and Kueue spell them. `queueing: Queue` is
+//! accepted as shorthand for `queueing: {mode: Queue}`.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The longest wait a policy may name (aging, alert): 366 days. Longer is
+/// "never", which is what leaving the field out says.
+pub const MAX_WAIT_SECONDS: u64 = 366 * 86_400;
+
+/// What admission does with suspendable batch work that does not fit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    /// Refuse it at once, as for every other kind (the default).
+    #[default]
+    Refuse,
+    /// Create it suspended and admit it from the quota's queue once it fits.
+    Queue,
+}
+
+/// How the queue may be passed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum Order {
+    /// Nothing passes a head that does not fit (Kueue's StrictFIFO).
+    #[default]
+    StrictFifo,
+    /// Work behind a head that does not fit may pass it if it fits itself,
+    /// until the head has waited `agingSeconds`; from then on it blocks.
+    #[serde(rename_all = "camelCase")]
+    BestEffortFifo { aging_seconds: u64 },
+}
+
+/// Whether queued work may take capacity back from running work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Preemption {
+    #[default]
+    Never,
+    /// The head may reclaim running batch work of lower priority in the
+    /// same quota, through the reclaim path (marks, grace, suspend).
+    LowerPriority,
+}
+
+/// `spec.queueing` of a quota.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuePolicy {
+    pub mode: Mode,
+    pub order: Order,
+    pub preemption: Preemption,
+    /// Alert when an entry has waited this long (none: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_after_seconds: Option<u64>,
+}
+
+/// The long form, with every field optional.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Full {
+    #[serde(default)]
+    mode: Mode,
+    #[serde(default)]
+    order: Order,
+    #[serde(default)]
+    preemption: Preemption,
+    #[serde(default)]
+    alert_after_seconds: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Form {
+    Short(Mode),
+    Full(Full),
+}
+
+impl<'de> Deserialize<'de> for QueuePolicy {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(
+            match Form::deserialize(d).map_err(|_| {
+                serde::de::Error::custom(
+                    "queueing is Refuse, Queue, or {mode, order, preemption, alertAfterSeconds} \
+                 with mode Refuse|Queue, order {kind: StrictFifo} or \
+                 {kind: BestEffortFifo, agingSeconds: N}, preemption Never|LowerPriority",
+                )
+            })? {
+                Form::Short(mode) => QueuePolicy {
+                    mode,
+                    ..Default::default()
+                },
+                Form::Full(f) => QueuePolicy {
+                    mode: f.mode,
+                    order: f.order,
+                    preemption: f.preemption,
+                    alert_after_seconds: f.alert_after_seconds,
+                },
+            },
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("queueing: {field} only applies with mode Queue; set mode: Queue or remove {field}")]
+    NeedsQueue { field: &'static str },
+    #[error("queueing: order.agingSeconds is {0}: it must be 1 to 31622400 (366 days); for no passing at all use order StrictFifo")]
+    Aging(u64),
+    #[error("queueing: alertAfterSeconds is {0}: it must be 1 to 31622400 (366 days); leave it out for no alert")]
+    AlertAfter(u64),
+}
+
+impl QueuePolicy {
+    /// A policy that queues in strict FIFO order, nothing more.
+    pub fn queue() -> QueuePolicy {
+        QueuePolicy {
+            mode: Mode::Queue,
+            ..Default::default()
+        }
+    }
+
+    pub fn queues(&self) -> bool {
+        self.mode == Mode::Queue
+    }
+
+    /// Checks ranges, and that a refusing quota sets nothing that only a
+    /// queue uses (it would silently do nothing).
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if let Order::BestEffortFifo { aging_seconds } = self.order {
+            if !(1..=MAX_WAIT_SECONDS).contains(&aging_seconds) {
+                return Err(PolicyError::Aging(aging_seconds));
+            }
+        }
+        if let Some(s) = self.alert_after_seconds {
+            if !(1..=MAX_WAIT_SECONDS).contains(&s) {
+                return Err(PolicyError::AlertAfter(s));
+            }
+        }
+        if self.mode == Mode::Refuse {
+            let field = if self.order != Order::default() {
+                Some("order")
+            } else if self.preemption != Preemption::default() {
+                Some("preemption")
+            } else if self.alert_after_seconds.is_some() {
+                Some("alertAfterSeconds")
+            } else {
+                None
+            };
+            if let Some(field) = field {
+                return Err(PolicyError::NeedsQueue { field });
+            }
+        }
+        Ok(())
+    }
+
+    /// How long an entry may wait before it blocks everything behind it
+    /// (ms): 0 under strict FIFO (a head always blocks).
+    pub fn aging_ms(&self) -> i64 {
+        match self.order {
+            Order::StrictFifo => 0,
+            Order::BestEffortFifo { aging_seconds } => {
+                (aging_seconds.min(MAX_WAIT_SECONDS) as i64).saturating_mul(1000)
+            }
+        }
+    }
+
+    /// Whether an entry queued at `since_ms` has waited past the alert
+    /// threshold at `now_ms`.
+    pub fn alerts(&self, since_ms: i64, now_ms: i64) -> bool {
+        self.queues()
+            && self.alert_after_seconds.is_some_and(|s| {
+                now_ms.saturating_sub(since_ms)
+                    >= (s.min(MAX_WAIT_SECONDS) as i64).saturating_mul(1000)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<QueuePolicy, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn short_and_long_forms() {
+        assert_eq!(parse(r#""Queue""#).unwrap(), QueuePolicy::queue());
+        assert_eq!(parse(r#""Refuse""#).unwrap(), QueuePolicy::default());
+        assert_eq!(parse("{}").unwrap(), QueuePolicy::default());
+        let p = parse(
+            r#"{"mode":"Queue","order":{"kind":"BestEffortFifo","agingSeconds":600},
+                "preemption":"LowerPriority","alertAfterSeconds":3600}"#,
+        )
+        .unwrap();
+        assert_eq!(p.order, Order::BestEffortFifo { aging_seconds: 600 });
+        assert_eq!(p.preemption, Preemption::LowerPriority);
+        assert_eq!(p.aging_ms(), 600_000);
+        p.validate().unwrap();
+        // Round trip.
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(parse(&json).unwrap(), p);
+        assert_eq!(
+            serde_json::to_string(&QueuePolicy::queue()).unwrap(),
+            r#"{"mode":"Queue","order":{"kind":"StrictFifo"},"preemption":"Never"}"#
+        );
+    }
+
+    #[test]
+    fn unknown_spellings_say_what_is_allowed() {
+        for bad in [r#""queue""#, r#"{"mode":"Queue","agingSeconds":5}"#, "3"] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains("queueing is Refuse, Queue, or"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut p = QueuePolicy::queue();
+        p.order = Order::BestEffortFifo { aging_seconds: 0 };
+        assert!(p.validate().unwrap_err().to_string().contains("StrictFifo"));
+        p.order = Order::BestEffortFifo {
+            aging_seconds: MAX_WAIT_SECONDS + 1,
+        };
+        assert_eq!(p.validate(), Err(PolicyError::Aging(MAX_WAIT_SECONDS + 1)));
+        let p = QueuePolicy {
+            alert_after_seconds: Some(0),
+            ..QueuePolicy::queue()
+        };
+        assert_eq!(p.validate(), Err(PolicyError::AlertAfter(0)));
+        let p = QueuePolicy {
+            preemption: Preemption::LowerPriority,
+            ..Default::default()
+        };
+        assert_eq!(
+            p.validate().unwrap_err().to_string(),
+            "queueing: preemption only applies with mode Queue; set mode: Queue or remove preemption"
+        );
+    }
+
+    #[test]
+    fn alerts_after_the_threshold_only_when_queueing() {
+        let p = QueuePolicy {
+            alert_after_seconds: Some(60),
+            ..QueuePolicy::queue()
+        };
+        assert!(!p.alerts(0, 59_999));
+        assert!(p.alerts(0, 60_000));
+        assert!(!QueuePolicy::queue().alerts(0, i64::MAX));
+    }
+}

@@ -1,0 +1,180 @@
+//! Why a queued entry waits, as people read it in `status.queue`, Events
+//! and the portal (docs/queueing.md §5): `waits for 4 ×
+//! requests.nvidia.com/gpu.A100: 2 free, 6 needed`, `waits for budget:
+//! needs 24 card-hours, 20 left`. Amounts go through `readable`.
+
+use crate::budget::BudgetDenial;
+use crate::quantity::Quantity;
+use crate::readable;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What an entry waits for, in one word: for metrics labels and filters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Waiting {
+    /// Quota (hard, or max when borrowing) is short.
+    Quota,
+    /// A card-hour budget is short.
+    Budget,
+    /// It would fit, but an entry ahead of it blocks (strict FIFO, or an
+    /// aged head under best-effort).
+    Turn,
+    /// It cannot be admitted by waiting: larger than the quota could ever
+    /// hold, or refused by a rule that capacity does not change. It blocks
+    /// no one; the server should tell its owner.
+    Never,
+}
+
+/// One key an entry is short of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Need {
+    pub key: String,
+    /// What admission could still give on the key: its ceiling − used.
+    pub free: Quantity,
+    /// What the entry asks of the key.
+    pub needed: Quantity,
+}
+
+impl Need {
+    /// needed − free: what must free up first.
+    pub fn short(&self) -> Quantity {
+        self.needed.saturating_sub(self.free).max(Quantity::ZERO)
+    }
+}
+
+impl fmt::Display for Need {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let short = readable::amount(&self.key, self.short());
+        // `4 × nvidia.com/gpu`, but `4 GiB of requests.memory`.
+        let joint = if short.ends_with(" GiB") { "of" } else { "×" };
+        write!(
+            f,
+            "waits for {short} {joint} {}: {} free, {} needed",
+            self.key,
+            readable::amount(&self.key, self.free),
+            readable::amount(&self.key, self.needed)
+        )
+    }
+}
+
+/// Why an entry waits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Short of these keys.
+    Quota(Vec<Need>),
+    /// A budget refuses it for now.
+    Budget(BudgetDenial),
+    /// It would fit, but `head` is ahead of it, does not fit and blocks.
+    Turn { head: String },
+    /// It can never be admitted as things stand (see `Waiting::Never`).
+    Never(String),
+}
+
+impl Reason {
+    pub fn waiting(&self) -> Waiting {
+        match self {
+            Reason::Quota(_) => Waiting::Quota,
+            Reason::Budget(_) => Waiting::Budget,
+            Reason::Turn { .. } => Waiting::Turn,
+            Reason::Never(_) => Waiting::Never,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Quota(needs) => {
+                for (i, n) in needs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "{n}")?;
+                }
+                Ok(())
+            }
+            Reason::Budget(d) => budget(f, d),
+            Reason::Turn { head } => write!(f, "waits its turn behind {head}"),
+            Reason::Never(why) => write!(f, "cannot be admitted: {why}"),
+        }
+    }
+}
+
+fn budget(f: &mut fmt::Formatter<'_>, d: &BudgetDenial) -> fmt::Result {
+    match d {
+        BudgetDenial::Short(n) => write!(
+            f,
+            "waits for budget: needs {}, {} left",
+            readable::cash(&n.key, n.needs),
+            readable::decimal(n.left.max(Quantity::ZERO))
+        ),
+        BudgetDenial::Cap(n) => write!(
+            f,
+            "waits for budget: needs {}, open reservations hold {} of the {} they may hold at once",
+            readable::cash(&n.key, n.needs),
+            readable::decimal(n.reserved),
+            readable::decimal(n.cap)
+        ),
+        BudgetDenial::Spent(n) => write!(
+            f,
+            "waits for budget: nothing left of {} ({} spent, {} reserved)",
+            readable::cash(&n.key, n.available),
+            readable::decimal(n.spent),
+            readable::decimal(n.reserved)
+        ),
+        // Not a wait (see admit.rs), but say it plainly if shown.
+        BudgetDenial::NoRunTime { .. } => write!(f, "{d}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn need(key: &str, free: i64, needed: i64) -> Need {
+        Need {
+            key: key.into(),
+            free: Quantity::from_units(free),
+            needed: Quantity::from_units(needed),
+        }
+    }
+
+    #[test]
+    fn quota_reasons_read_as_the_issue_writes_them() {
+        let r = Reason::Quota(vec![need("requests.nvidia.com/gpu.A100", 2, 6)]);
+        assert_eq!(
+            r.to_string(),
+            "waits for 4 × requests.nvidia.com/gpu.A100: 2 free, 6 needed"
+        );
+        let mem = Need {
+            key: "requests.memory".into(),
+            free: Quantity::from_units(2 << 30),
+            needed: Quantity::from_units(6 << 30),
+        };
+        let r = Reason::Quota(vec![need("requests.cpu", 0, 1500), mem]);
+        assert_eq!(
+            r.to_string(),
+            "waits for 1,500 × requests.cpu: 0 free, 1,500 needed; \
+             waits for 4 GiB of requests.memory: 2 GiB free, 6 GiB needed"
+        );
+        assert_eq!(r.waiting(), Waiting::Quota);
+    }
+
+    #[test]
+    fn budget_reasons_say_which_wait() {
+        use crate::budget::reserve::Numbers;
+        let n = Numbers {
+            quota: "nlp".into(),
+            key: "cash/requests.nvidia.com/gpu".into(),
+            needs: Quantity::from_units(24),
+            left: Quantity::from_units(20),
+            ..Default::default()
+        };
+        let r = Reason::Budget(BudgetDenial::Short(Box::new(n)));
+        assert_eq!(
+            r.to_string(),
+            "waits for budget: needs 24 card-hours, 20 left"
+        );
+        assert_eq!(r.waiting(), Waiting::Budget);
+    }
+}

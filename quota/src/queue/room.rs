@@ -1,0 +1,174 @@
+//! The ceiling a borrower's queue may plan against (docs/queueing.md §3):
+//! per key of its `max`, what it could use if its parent lent it all the
+//! idle capacity it can lend now. Worked out by asking `borrow::lend`, on
+//! a copy of the parent, for everything up to max and reading from its
+//! answer how much it would lend — so the queue and the real borrowing
+//! admission can never disagree about what is idle.
+
+use crate::admission::Denial;
+use crate::borrow::{self, LoanRequest, Standing};
+use crate::object::Quota;
+use crate::resources::{self, ResourceList};
+use std::collections::BTreeMap;
+
+/// `limits` for `Pool::new` of `child`: on each key of its max, its used
+/// (or hard, if more) plus what `parent` could lend it beyond that now,
+/// capped by max. Empty for a quota that cannot borrow (no max, or no
+/// parent given). `children` are the parent's children as stored, as for
+/// `borrow::lend`.
+pub fn borrow_limits(
+    child: &Quota,
+    parent: Option<&Quota>,
+    children: &BTreeMap<String, Standing>,
+    now_ms: i64,
+) -> ResourceList {
+    let Some(parent) = parent.filter(|_| !child.spec.max.is_empty()) else {
+        return ResourceList::new();
+    };
+    let mut req = LoanRequest {
+        child: child.name().to_string(),
+        want: ResourceList::new(),
+        asked: ResourceList::new(),
+        used: ResourceList::new(),
+        hard: ResourceList::new(),
+        max: ResourceList::new(),
+    };
+    for (k, m) in &child.spec.max {
+        let h = resources::get(&child.spec.hard, k);
+        let u = resources::get(&child.status.used, k);
+        let want = m.saturating_sub(h);
+        if want.nanos() <= 0 {
+            continue;
+        }
+        req.want.insert(k.clone(), want);
+        req.asked.insert(k.clone(), m.saturating_sub(u));
+        req.used.insert(k.clone(), u);
+        req.hard.insert(k.clone(), h);
+        req.max.insert(k.clone(), *m);
+    }
+    let mut probe = parent.clone();
+    let short = match borrow::lend(&mut probe, &req, children, now_ms) {
+        Ok(_) => Vec::new(),
+        Err(Denial::Short(s)) => s,
+        // lend denies only with shortfalls; anything else lends nothing.
+        Err(_) => return ResourceList::new(),
+    };
+    child
+        .spec
+        .max
+        .iter()
+        .map(|(k, m)| {
+            let limit = match short.iter().find(|s| &s.key == k) {
+                None => *m,
+                Some(s) => {
+                    let base = resources::get(&child.status.used, k)
+                        .max(resources::get(&child.spec.hard, k));
+                    let more = s
+                        .borrowing
+                        .as_ref()
+                        .map(|b| b.to_borrow)
+                        .unwrap_or_default();
+                    base.saturating_add(more).min(*m)
+                }
+            };
+            (k.clone(), limit)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission;
+    use crate::object::{Charge, QuotaSpec};
+    use crate::quantity::Quantity;
+    use crate::queue::{next_admissions, Decision, Pool, QueuePolicy, Queued};
+    use crate::workload::PodSet;
+
+    const CPU: &str = "requests.cpu";
+    const T0: i64 = 1_800_000_000_000;
+
+    fn cpu(n: i64) -> ResourceList {
+        [(CPU.to_string(), Quantity::from_units(n))].into()
+    }
+    fn node(name: &str, parent: &str, hard: i64, max: Option<i64>) -> Quota {
+        Quota::new(
+            name,
+            QuotaSpec {
+                parent: parent.into(),
+                hard: cpu(hard),
+                max: max.map(cpu).unwrap_or_default(),
+            },
+        )
+    }
+    fn pods(n: i64) -> Vec<PodSet> {
+        vec![PodSet {
+            name: "main".into(),
+            count: n,
+            per_pod: cpu(1),
+            qos: None,
+        }]
+    }
+    fn run(q: &mut Quota, w: &str, n: i64) {
+        let c = Charge {
+            pod_sets: pods(n),
+            hpa: None,
+            since: crate::time::format_rfc3339(T0),
+            uid: String::new(),
+            admitted: None,
+        };
+        admission::charge(q, w, c).unwrap();
+    }
+
+    #[test]
+    fn a_borrower_may_plan_up_to_what_its_parent_can_lend() {
+        // p 10 = a 4 (max 8) + b 4 + c 2; b uses 3, a 4: 3 idle.
+        let mut p = node("p", "", 10, None);
+        for (n, h) in [("a", 4), ("b", 4), ("c", 2)] {
+            crate::tree::carve(&mut p, n, &cpu(h), "2026-01-01T00:00:00Z").unwrap();
+        }
+        let mut a = node("a", "p", 4, Some(8));
+        let mut b = node("b", "p", 4, None);
+        let c = node("c", "p", 2, None);
+        run(&mut b, "w", 3);
+        run(&mut a, "w", 4);
+        let kids = Standing::of_all([&a, &b, &c]);
+        let limits = borrow_limits(&a, Some(&p), &kids, T0);
+        assert_eq!(limits, cpu(7));
+        assert!(
+            p.status.loans.is_empty(),
+            "the parent itself is not touched"
+        );
+        // c idle too and b gone quiet: up to max.
+        let quiet = Standing::of_all([&a, &node("b", "p", 4, None), &c]);
+        assert_eq!(borrow_limits(&a, Some(&p), &quiet, T0), cpu(8));
+        // No parent, or no max: hard only.
+        assert!(borrow_limits(&a, None, &kids, T0).is_empty());
+        assert!(borrow_limits(&b, Some(&p), &kids, T0).is_empty());
+        // The queue then admits 3 and no more, and the real path agrees.
+        let job = |name: &str, n: i64| Queued {
+            workload_ref: format!("batch/Job/ns/{name}"),
+            uid: name.into(),
+            priority: 0,
+            submitted_ms: T0,
+            pod_sets: pods(n),
+            run_ms: None,
+        };
+        let d = next_admissions(
+            &[job("x", 3), job("y", 1)],
+            &Pool::new(&a, &limits),
+            &[],
+            &QueuePolicy::queue(),
+            T0,
+        );
+        let Decision::Admit(x) = &d[0] else {
+            panic!("{d:?}")
+        };
+        assert_eq!(x.borrows, cpu(3));
+        assert!(matches!(d[1], Decision::Wait(_)));
+        let req = borrow::needed(&a, &x.usage).unwrap().unwrap();
+        borrow::lend(&mut p, &req, &kids, T0).unwrap();
+        let l = borrow::limits(&a, &borrow::loan_of(&p, "a"));
+        admission::charge_within(&mut a, &x.workload_ref, x.charge.clone(), &l).unwrap();
+    }
+}
