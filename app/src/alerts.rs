@@ -45,6 +45,14 @@ pub struct AlertRow {
     pub can_quiet: bool,
 }
 
+/// Links to the rest: the next page of open alerts (how many are left,
+/// and where) and the older resolved ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AlertPages {
+    pub more_open: Option<(usize, String)>,
+    pub older: Option<String>,
+}
+
 /// The filters as typed (echoed back into the form).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AlertQuery {
@@ -254,12 +262,28 @@ pub fn render_alerts_page(
     open: Vec<AlertRow>,
     resolved: Vec<AlertRow>,
     query: AlertQuery,
-    older: Option<String>,
-    more_open: Option<(usize, String)>,
+    pages: AlertPages,
     kinds: Vec<String>,
     flash: Option<Flash>,
 ) -> String {
+    let AlertPages { older, more_open } = pages;
     let csrf = viewer.csrf.clone();
+    let enc = |v: &str| {
+        v.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    let csv_href = format!(
+        "/alerts.csv?quota={}&kind={}&level={}",
+        enc(&query.quota),
+        enc(&query.kind),
+        enc(&query.level)
+    );
     let more_open = more_open.map(|(n, h)| {
         view! { <p><a href=h>{format!("{n} more open alerts →")}</a>" (or narrow them with the filter)"</p> }
     });
@@ -293,6 +317,7 @@ pub fn render_alerts_page(
                         </select>
                     </label>
                     <button type="submit">"Filter"</button>
+                    <a href=csv_href download>"CSV"</a>
                 </form>
                 <h3>"Open"</h3>
                 {alert_table(open, "No open alerts match.", Some(csrf))}

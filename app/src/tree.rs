@@ -752,6 +752,7 @@ pub fn render_tree_page(
                     {sort}
                     <button type="submit">"Apply"</button>
                     <a href="/tree">"Reset"</a>
+                    <a href="/tree.csv" download>"CSV"</a>
                     <span class="hint">{summary}</span>
                 </form>
                 <BarLegend/>

@@ -88,6 +88,18 @@ pub struct AlertParams {
     open_from: usize,
 }
 
+impl AlertParams {
+    /// The quota, kind and level filters, checked (the rest left open).
+    pub fn filters(&self) -> Result<AlertFilter, PageError> {
+        Ok(AlertFilter {
+            kind: Kind::parse_filter(&self.kind).map_err(PageError::Invalid)?,
+            level: Level::parse_filter(&self.level).map_err(PageError::Invalid)?,
+            quota: Some(self.quota.trim().to_string()).filter(|s| !s.is_empty()),
+            ..AlertFilter::default()
+        })
+    }
+}
+
 /// GET /alerts?quota=&kind=&level=&before= — open alerts (worst first),
 /// then the history, newest first, a page at a time.
 pub async fn page(
@@ -95,9 +107,9 @@ pub async fn page(
     viewer: Viewer,
     Query(q): Query<AlertParams>,
 ) -> Result<Response, PageError> {
-    let kind = Kind::parse_filter(&q.kind).map_err(PageError::Invalid)?;
-    let level = Level::parse_filter(&q.level).map_err(PageError::Invalid)?;
-    let quota = Some(q.quota.trim().to_string()).filter(|s| !s.is_empty());
+    let AlertFilter {
+        quota, kind, level, ..
+    } = q.filters()?;
     let scope = crate::service::changes::records_scope(&app.service, &viewer.principal).await?;
     let filter = |open| AlertFilter {
         quota: quota.clone(),
@@ -167,8 +179,7 @@ pub async fn page(
             kind: q.kind,
             level: q.level,
         },
-        older,
-        more_open,
+        app::alerts::AlertPages { more_open, older },
         Kind::ALL.map(|k| k.as_str().to_string()).to_vec(),
         flash,
     ))

@@ -17,6 +17,7 @@ pub mod alerts;
 pub mod audit;
 pub mod auth;
 pub mod edge;
+pub mod export;
 pub mod limits;
 pub mod pages;
 pub mod quotas;
@@ -89,6 +90,8 @@ pub fn router() -> Router<AppState> {
         .route("/tokens", get(pages::tokens).post(pages::create_token))
         .route("/tokens/{id}/revoke", post(pages::revoke_token))
         .route("/alerts", get(alerts::page))
+        .route("/alerts.csv", get(export::alerts))
+        .route("/tree.csv", get(export::tree))
         .route("/alerts/{id}/ack", post(alerts::ack))
         .route("/alerts/{id}/snooze", post(alerts::snooze))
         .route(

@@ -293,10 +293,63 @@ async fn an_owner_acknowledges_or_snoozes_an_alert(s: &Server) {
     assert_eq!(st, StatusCode::NOT_FOUND);
 }
 
+/// The CSV exports hold what the viewer may see, exactly: the quotas' keys
+/// as the bars read them, and the alerts the filters select.
+async fn csv_exports_hold_what_the_viewer_may_see(s: &Server) {
+    let o = org(s).await;
+    asks_for_a_gpu_from_nlp_a(&o).await;
+    let tree = o.bob.get("/tree.csv").await;
+    assert_eq!(tree.status, StatusCode::OK);
+    assert!(
+        tree.body.starts_with("quota,parent,key,unit,hard,"),
+        "{}",
+        tree.body
+    );
+    assert!(
+        tree.body
+            .contains("\r\ncv,ai,requests.nvidia.com/gpu,cards,4,0,0,0,0,4,0,0,\r\n"),
+        "{}",
+        tree.body
+    );
+    assert!(
+        !tree.body.contains("\r\nnlp,"),
+        "bob may not see nlp: {}",
+        tree.body
+    );
+    let all = o.admin.get("/tree.csv").await.body;
+    assert!(
+        all.contains("\r\nnlp,ai,") && all.contains("\r\nai,,"),
+        "{all}"
+    );
+    let alerts = o.alice.get("/alerts.csv?kind=transfer_requested").await;
+    assert_eq!(alerts.status, StatusCode::OK);
+    assert!(alerts.body.contains(",nlp,"), "{}", alerts.body);
+    assert!(
+        alerts.body.contains("requested by alice"),
+        "{}",
+        alerts.body
+    );
+    assert!(!o
+        .bob
+        .get("/alerts.csv")
+        .await
+        .body
+        .contains("requested by alice"));
+    assert_eq!(
+        o.alice.get("/alerts.csv?level=loud").await.status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        Browser::new(s).get("/tree.csv").await.status,
+        StatusCode::SEE_OTHER
+    );
+}
+
 on_both!(
     a_transfer_request_shows_an_alert_to_those_who_may_see_it,
     alert_rules_are_saved_and_shown_again,
     alert_preferences_are_saved_and_audited_once,
     the_alerts_api_lists_what_the_caller_may_see,
     an_owner_acknowledges_or_snoozes_an_alert,
+    csv_exports_hold_what_the_viewer_may_see,
 );

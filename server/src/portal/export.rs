@@ -1,0 +1,207 @@
+//! CSV exports beside the pages: `/tree.csv` (every key of every quota the
+//! viewer may see, as the bars read it) and `/alerts.csv` (the alerts the
+//! page's filters select). Amounts are exact decimals in the unit the
+//! header names, so a spreadsheet sums them; fields are quoted as the audit
+//! export quotes them (`audit::csv_field`, formulas defused).
+
+use super::audit::csv_field;
+use super::auth::Viewer;
+use super::PageError;
+use crate::http::AppState;
+use crate::service::changes;
+use crate::store::alerts::AlertFilter;
+use axum::extract::{Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use quota::keys::cash_target;
+use quota::rollup::{rollup, subtree_in_use};
+use quota::{resources, KeyConfig, Quantity, Quota, ResourceList};
+use std::collections::BTreeMap;
+
+/// Alerts an export holds at most (newest first).
+pub const ALERT_ROWS: i64 = 10_000;
+
+/// `1.5`, `16`, `0.000000001`: the exact amount, no grouping, no rounding.
+pub fn exact(q: Quantity) -> String {
+    let n = q.nanos();
+    let sign = if n < 0 { "-" } else { "" };
+    let abs = n.unsigned_abs();
+    let (whole, frac) = (abs / 1_000_000_000, abs % 1_000_000_000);
+    if frac == 0 {
+        format!("{sign}{whole}")
+    } else {
+        let f = format!("{frac:09}");
+        format!("{sign}{whole}.{}", f.trim_end_matches('0'))
+    }
+}
+
+/// The unit a key's amounts are counted in, for the header.
+fn unit(key: &str, cfg: &KeyConfig) -> &'static str {
+    let (per, unit) = app::charts::unit_of(key, cfg);
+    // Bytes are exported as bytes (exact), not GiB.
+    if per != quota::quantity::NANO {
+        if cash_target(key).is_some() {
+            "byte-hours"
+        } else {
+            "bytes"
+        }
+    } else {
+        unit
+    }
+}
+
+fn line(fields: &[String]) -> String {
+    let l: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
+    l.join(",") + "\r\n"
+}
+
+/// One line per quota and key of its hard: what the tree and the quota
+/// page show, exactly. Cash keys fill `spent`; the others the rollup.
+pub fn quotas_csv(
+    quotas: &[Quota],
+    in_use: &BTreeMap<String, ResourceList>,
+    cfg: &KeyConfig,
+) -> String {
+    let mut out = String::from(
+        "quota,parent,key,unit,hard,in_use_subtree,self_used,allocated_to_children,allocated_idle,unallocated,lent,borrowed,spent\r\n",
+    );
+    let empty = ResourceList::new();
+    for q in quotas {
+        let rolled: BTreeMap<String, quota::rollup::KeyRollup> =
+            rollup(q, in_use.get(q.name()).unwrap_or(&empty))
+                .into_iter()
+                .map(|r| (r.key.clone(), r))
+                .collect();
+        for (key, hard) in &q.spec.hard {
+            let mut f = vec![
+                q.name().to_string(),
+                q.spec.parent.clone(),
+                key.clone(),
+                unit(key, cfg).to_string(),
+                exact(*hard),
+            ];
+            match rolled.get(key) {
+                Some(r) => f.extend(
+                    [
+                        r.in_use,
+                        r.self_used,
+                        r.allocated,
+                        r.allocated_idle,
+                        r.unallocated,
+                        r.lent,
+                        r.borrowed,
+                    ]
+                    .map(exact)
+                    .into_iter()
+                    .chain([String::new()]),
+                ),
+                None => {
+                    f.extend(std::iter::repeat_n(String::new(), 7));
+                    f.push(exact(resources::get(&q.status.used, key)));
+                }
+            }
+            out.push_str(&line(&f));
+        }
+    }
+    out
+}
+
+fn csv_response(name: &str, body: String) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// GET /tree.csv — the quotas the viewer may see.
+pub async fn tree(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
+    let quotas = changes::visible_quotas(&app.service, &viewer.principal).await?;
+    let in_use = subtree_in_use(&quotas);
+    Ok(csv_response(
+        "bizrq-quotas.csv",
+        quotas_csv(&quotas, &in_use, &app.service.keys),
+    ))
+}
+
+/// GET /alerts.csv?quota=&kind=&level= — open and resolved alerts the
+/// page's filters select, on the quotas the viewer may see, newest first.
+pub async fn alerts(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Query(q): Query<super::alerts::AlertParams>,
+) -> Result<Response, PageError> {
+    let f = AlertFilter {
+        quotas_in: changes::records_scope(&app.service, &viewer.principal).await?,
+        ..q.filters()?
+    };
+    let rows = app.portal.sql.alerts(&f, ALERT_ROWS).await?;
+    let mut out = String::from(
+        "id,quota,key,kind,level,message,opened_at,resolved_at,acknowledged_by,snoozed_until\r\n",
+    );
+    for a in rows {
+        out.push_str(&line(&[
+            a.id.to_string(),
+            a.quota.clone(),
+            a.key.clone(),
+            a.kind.as_str().to_string(),
+            a.level.as_str().to_string(),
+            a.message.clone(),
+            quota::time::format_rfc3339(a.opened_at),
+            a.resolved_at
+                .map(quota::time::format_rfc3339)
+                .unwrap_or_default(),
+            a.acked.map(|(by, _)| by).unwrap_or_default(),
+            a.snoozed
+                .map(|(_, until)| quota::time::format_rfc3339(until))
+                .unwrap_or_default(),
+        ]));
+    }
+    Ok(csv_response("bizrq-alerts.csv", out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quota::QuotaSpec;
+
+    #[test]
+    fn amounts_are_exact_in_the_unit_the_header_names() {
+        assert_eq!(exact("1500m".parse().unwrap()), "1.5");
+        assert_eq!(exact("1n".parse().unwrap()), "0.000000001");
+        assert_eq!(exact("64Gi".parse().unwrap()), "68719476736");
+        let q = Quota::new(
+            "nlp",
+            QuotaSpec {
+                parent: "ai".into(),
+                hard: [
+                    ("requests.memory".to_string(), "64Gi".parse().unwrap()),
+                    (
+                        "cash/requests.nvidia.com/gpu".to_string(),
+                        "100".parse().unwrap(),
+                    ),
+                ]
+                .into(),
+                max: Default::default(),
+            },
+        );
+        let one = std::slice::from_ref(&q);
+        let csv = quotas_csv(one, &subtree_in_use(one), &KeyConfig::default());
+        let lines: Vec<&str> = csv.split("\r\n").collect();
+        assert!(lines[0].starts_with("quota,parent,key,unit,hard,"));
+        assert_eq!(
+            lines[1],
+            "nlp,ai,cash/requests.nvidia.com/gpu,card-hours,100,,,,,,,,0"
+        );
+        assert_eq!(
+            lines[2],
+            "nlp,ai,requests.memory,bytes,68719476736,0,0,0,0,68719476736,0,0,"
+        );
+    }
+}
