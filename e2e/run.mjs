@@ -113,6 +113,9 @@ try {
     await submit('form.quota-form button[type=submit]');
     const text = await page.innerText('body');
     expect(/requests\.nvidia\.com\/gpu\.A100 asks 100, \d+ left of 32/.test(text), `the refusal names the key and the amount: ${text.slice(0, 600)}`);
+    const beside = await page.$('tr.refused input[name="hard:requests.nvidia.com/gpu.A100"][aria-invalid="true"]');
+    expect(beside !== null, 'the refusal sits beside the A100 field');
+    expect(/asks 100/.test(await page.innerText('tr.refused small.field-error')), 'the message beside the field');
   });
 
   await step('create-a-child-quota', async () => {

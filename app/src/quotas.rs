@@ -88,6 +88,8 @@ pub struct FormKey {
     pub left: Option<String>,
     /// The parent has it: the child must keep it.
     pub required: bool,
+    /// A refusal about this key, shown beside its field.
+    pub error: Option<String>,
 }
 
 /// The create-child or edit form, as first shown or as submitted.
@@ -104,6 +106,29 @@ pub struct QuotaForm {
     /// What saving would do that needs a second look (a hard below what
     /// runs): shown above the Save button with a box to tick.
     pub consequences: Vec<String>,
+    /// A refusal about the name, shown beside it.
+    pub name_error: Option<String>,
+}
+
+impl QuotaForm {
+    /// Puts a refusal beside the field it is about: the key it names (the
+    /// longest, so `requests.nvidia.com/gpu.A100` wins over its generic
+    /// key), else the name when it speaks of the name; the message also
+    /// stays at the top of the page.
+    pub fn place_error(&mut self, message: &str) {
+        let named = |k: &FormKey| !k.key.is_empty() && message.contains(k.key.as_str());
+        let best = self
+            .keys
+            .iter_mut()
+            .chain(self.extra.iter_mut())
+            .filter(|k| named(k))
+            .max_by_key(|k| k.key.len());
+        if let Some(k) = best {
+            k.error = Some(message.to_string());
+        } else if message.contains("name") {
+            self.name_error = Some(message.to_string());
+        }
+    }
 }
 
 /// Blank rows offered for keys beyond the parent's.
@@ -364,10 +389,15 @@ fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
         Some(i) => view! { <td><input name=format!("newkey:{i}") value=k.key.clone() placeholder="e.g. limits.cpu.A4" aria-label="key"/></td> }.into_any(),
     };
     let left = k.left.clone().unwrap_or_default();
+    let invalid = k.error.is_some().then_some("true");
+    let error = k
+        .error
+        .clone()
+        .map(|e| view! { <small class="field-error" role="alert">{e}</small> });
     view! {
-        <tr>
+        <tr class:refused=k.error.is_some()>
             {key_cell}
-            <td><input name=hard_name value=k.hard inputmode="decimal" aria-label="hard" required=k.required/></td>
+            <td><input name=hard_name value=k.hard inputmode="decimal" aria-label="hard" aria-invalid=invalid required=k.required/>{error}</td>
             <td><input name=max_name value=k.max inputmode="decimal" aria-label="max" placeholder="none"/></td>
             <td class="num">{left}</td>
         </tr>
@@ -396,7 +426,9 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
     let name_field = match &f.editing {
         Some(_) => view! { <input type="hidden" name="resourceVersion" value=f.resource_version.clone()/> }.into_any(),
         None => view! {
-            <label>"Name"<input name="name" value=f.name.clone() required pattern="[a-z0-9]([a-z0-9.-]*[a-z0-9])?" maxlength="253" autofocus/></label>
+            <label>"Name"<input name="name" value=f.name.clone() required pattern="[a-z0-9]([a-z0-9.-]*[a-z0-9])?" maxlength="253" autofocus aria-invalid=f.name_error.is_some().then_some("true")/>
+                {f.name_error.clone().map(|e| view! { <small class="field-error" role="alert">{e}</small> })}
+            </label>
         }
         .into_any(),
     };
@@ -433,4 +465,30 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
             </Layout>
         }
     })
+}
+
+#[cfg(test)]
+mod form_tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_sits_beside_the_key_it_names() {
+        let key = |k: &str| FormKey {
+            key: k.into(),
+            ..Default::default()
+        };
+        let mut f = QuotaForm {
+            keys: vec![
+                key("requests.nvidia.com/gpu"),
+                key("requests.nvidia.com/gpu.A100"),
+            ],
+            ..Default::default()
+        };
+        f.place_error("requests.nvidia.com/gpu.A100 asks 100, 20 left of 32");
+        assert_eq!(f.keys[0].error, None);
+        assert!(f.keys[1].error.is_some());
+        let mut f = QuotaForm::default();
+        f.place_error("the name nlp is taken");
+        assert!(f.name_error.is_some());
+    }
 }

@@ -419,9 +419,10 @@ pub async fn detail(
     Ok(Html(app::quotas::render_detail_page(viewer.page(), d, flash)).into_response())
 }
 
-/// What is left in `parent` of each key (hard − used), for the form's hints.
-fn left_in(parent: Option<&Quota>, key: &str) -> Option<String> {
-    quota::admission::left(parent?, key).map(|l| l.to_string())
+/// What is left in `parent` of each key (hard − used), for the form's
+/// hints, as people read amounts (`5,740 card-hours`, not nano-units).
+fn left_in(parent: Option<&Quota>, key: &str, cfg: &KeyConfig) -> Option<String> {
+    quota::admission::left(parent?, key).map(|l| app::display_quantity(key, l, cfg))
 }
 
 fn blank_extra() -> Vec<FormKey> {
@@ -442,6 +443,7 @@ fn read_form(
     fields: Vec<(String, String)>,
     mut form: QuotaForm,
     parent: Option<&Quota>,
+    cfg: &KeyConfig,
 ) -> Submitted {
     let mut hard: BTreeMap<String, String> = BTreeMap::new();
     let mut max: BTreeMap<String, String> = BTreeMap::new();
@@ -481,8 +483,9 @@ fn read_form(
             key: k.clone(),
             hard: h.clone(),
             max: max.get(k).cloned().unwrap_or_default(),
-            left: left_in(parent, k),
+            left: left_in(parent, k, cfg),
             required: required.contains(k),
+            error: None,
         })
         .collect();
     form.extra = (0..EXTRA_ROWS)
@@ -523,7 +526,13 @@ fn read_form(
 }
 
 /// The form again with what went wrong, answering `status`.
-fn refused_form(viewer: &Viewer, form: QuotaForm, message: String, status: StatusCode) -> Response {
+fn refused_form(
+    viewer: &Viewer,
+    mut form: QuotaForm,
+    message: String,
+    status: StatusCode,
+) -> Response {
+    form.place_error(&message);
     let html = app::quotas::render_form_page(viewer.page(), form, Some(Flash::Error(message)));
     (status, Html(html)).into_response()
 }
@@ -568,7 +577,7 @@ pub async fn new_child_form(
             .keys()
             .map(|k| FormKey {
                 key: k.clone(),
-                left: left_in(Some(&p), k),
+                left: left_in(Some(&p), k, &app.service.keys),
                 required: true,
                 ..Default::default()
             })
@@ -594,7 +603,7 @@ pub async fn create_child(
         parent: parent.clone(),
         ..Default::default()
     };
-    let sub = read_form(fields, base, Some(&parent_q));
+    let sub = read_form(fields, base, Some(&parent_q), &app.service.keys);
     let spec = match sub.spec {
         Ok(s) => s,
         Err(m) => {
@@ -621,7 +630,7 @@ pub async fn create_child(
     }
 }
 
-fn edit_form(q: &Quota, version: i64, parent: Option<&Quota>) -> QuotaForm {
+fn edit_form(q: &Quota, version: i64, parent: Option<&Quota>, cfg: &KeyConfig) -> QuotaForm {
     let required: BTreeSet<&String> = parent
         .map(|p| p.spec.hard.keys().collect())
         .unwrap_or_default();
@@ -642,13 +651,15 @@ fn edit_form(q: &Quota, version: i64, parent: Option<&Quota>) -> QuotaForm {
                     .get(k)
                     .map(Quantity::to_string)
                     .unwrap_or_default(),
-                left: left_in(parent, k),
+                left: left_in(parent, k, cfg),
                 required: required.contains(k),
+                error: None,
             })
             .collect(),
         extra: blank_extra(),
         resource_version: version.to_string(),
         consequences: Vec::new(),
+        name_error: None,
     }
 }
 
@@ -670,7 +681,12 @@ pub async fn edit_page(
     changes::require_edit(&viewer.principal, &name, &tree).map_err(page_error)?;
     let stored = app.service.get(&name).await?;
     let parent = parent_of(&app, &stored.quota).await;
-    let form = edit_form(&stored.quota, stored.version, parent.as_ref());
+    let form = edit_form(
+        &stored.quota,
+        stored.version,
+        parent.as_ref(),
+        &app.service.keys,
+    );
     Ok(Html(app::quotas::render_form_page(viewer.page(), form, None)).into_response())
 }
 
@@ -697,7 +713,7 @@ pub async fn edit(
         name: name.clone(),
         ..Default::default()
     };
-    let sub = read_form(fields, base, parent.as_ref());
+    let sub = read_form(fields, base, parent.as_ref(), &app.service.keys);
     let spec = match sub.spec {
         Ok(s) => s,
         Err(m) => {
@@ -733,7 +749,12 @@ pub async fn edit(
         }
         Err(ChangeError::Service(ServiceError::Conflict(m))) if m.contains("resourceVersion") => {
             let fresh = app.service.get(&name).await?;
-            let form = edit_form(&fresh.quota, fresh.version, parent.as_ref());
+            let form = edit_form(
+                &fresh.quota,
+                fresh.version,
+                parent.as_ref(),
+                &app.service.keys,
+            );
             tracing::debug!(quota = %name, conflict = %m, "stale edit form");
             let m = format!("Someone else changed {name} after you opened this form; these are its current values: check them and save again.");
             Ok(refused_form(&viewer, form, m, StatusCode::CONFLICT))
