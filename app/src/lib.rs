@@ -236,6 +236,7 @@ mod display_tests {
                 parent: String::new(),
                 hard,
                 max: Default::default(),
+                budgets: Default::default(),
             },
         );
         let shown: Vec<(String, String, bool)> =

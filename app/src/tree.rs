@@ -789,6 +789,7 @@ mod tests {
                 parent: parent.into(),
                 hard,
                 max: Default::default(),
+                budgets: Default::default(),
             },
         )
     }

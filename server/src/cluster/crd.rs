@@ -72,6 +72,7 @@ pub struct BizGroupResourceQuotaSpec {
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     #[schemars(schema_with = "spec_list")]
     pub max: ResourceList,
+    budgets: Default::default(),
 }
 
 /// Status as bizrq writes it: `quota::QuotaStatus`.
@@ -492,6 +493,7 @@ mod tests {
                 parent: "ai".into(),
                 hard: [("requests.nvidia.com/gpu".to_string(), "16".parse().unwrap())].into(),
                 max: Default::default(),
+                budgets: Default::default(),
             },
         );
         q.metadata.resource_version = Some("42".into());

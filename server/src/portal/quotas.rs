@@ -941,6 +941,7 @@ mod tests {
                 parent: String::new(),
                 hard: hard.clone(),
                 max: Default::default(),
+                budgets: Default::default(),
             },
         );
         let now = 1_800_000_000_000;
