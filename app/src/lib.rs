@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod alerts;
 pub mod audit;
+pub mod budgets;
 pub mod charts;
 pub mod layout;
 pub mod quotas;
