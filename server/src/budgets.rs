@@ -65,7 +65,7 @@ pub async fn views(
                 }
             }
         }
-        closed.sort_by(|a, b| b.start_ms.cmp(&a.start_ms));
+        closed.sort_by_key(|r| std::cmp::Reverse(r.start_ms));
         closed.truncate(limit as usize);
         let runway = (!samples.is_empty()).then(|| {
             let f = forecast(samples, key, now, FORECAST_WINDOW_MS);
