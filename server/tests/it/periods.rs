@@ -371,3 +371,75 @@ async fn the_api_and_the_portal_show_and_set_budgets() {
     assert!(audit.body.contains("budgets"), "{}", audit.body);
     running.shutdown().await;
 }
+
+/// Cluster mode: the controller's reconcile cuts the pods' accrual at the
+/// week's boundary, closes the week into `status.budgets` (carry all) and
+/// the budgets API reads it from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_closes_a_week_at_its_boundary() {
+    use crate::cluster::{pod, replicaset, used, Cluster, HOUR, T0};
+    let c = Cluster::start().await;
+    let s = &c.server;
+    let (st, v) = s
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "team"},
+                "spec": {"hard": {GPU: "8", CASH: "100"},
+                         "budgets": {CASH: {"period": {"kind": "weekly", "startsOn": "sunday"},
+                                            "carry": {"kind": "all"}}}}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let d = deployment("train", "team", 1, 2);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "u-1", Some(d.clone()), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    c.fake.put(d);
+    c.fake.put(replicaset("nlp", "train"));
+    // 2026-11-21 is a Saturday: the week ends at Sunday 00:00 UTC, 14 h on.
+    c.fake.put(pod(
+        "nlp",
+        "train-1",
+        "ReplicaSet",
+        "train-7d9f",
+        2,
+        "2026-11-21T10:00:00Z",
+    ));
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 1")
+        .await;
+    c.until("team", "window opened", |q| {
+        q["status"]["lastReconcileTime"] == "2026-11-21T10:00:00.000Z"
+    })
+    .await;
+    c.set_clock(T0 + 16 * HOUR);
+    c.fake.remove("", "pods", "nlp", "train-1");
+    let q = c
+        .until("team", "the week closed", |q| {
+            q["status"]["budgets"][CASH]["closed"][0].is_object()
+        })
+        .await;
+    let p = &q["status"]["budgets"][CASH];
+    let acc = |hours: i128| (hours * 3_600_000_000_000_000_000_000).to_string();
+    assert_eq!(p["start"], "2026-11-22T00:00:00.000Z", "{q}");
+    assert_eq!(p["closed"][0]["spent"], acc(28), "14 h × 2 cards: {q}");
+    assert_eq!(p["closed"][0]["carried"], acc(72), "{q}");
+    assert_eq!(p["carryIn"], acc(72), "{q}");
+    // 2 h × 2 cards this week, less the 72 carried in.
+    assert_eq!(used(&q, CASH), "-68", "{q}");
+    let (st, v) = s
+        .api(Method::GET, "/api/v1/quotas/team/budgets", None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let b = &v["budgets"][0];
+    assert_eq!(
+        (b["spent"].as_str(), b["left"].as_str()),
+        (Some("4"), Some("168")),
+        "{v}"
+    );
+    assert_eq!(b["closed"][0]["spent"], "28", "{v}");
+}
