@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod alerts;
 pub mod attention;
 pub mod audit;
+pub mod budgets;
 pub mod charts;
 pub mod layout;
 pub mod quotas;
@@ -215,6 +216,7 @@ mod display_tests {
                 parent: String::new(),
                 hard,
                 max: Default::default(),
+                budgets: Default::default(),
             },
         );
         let shown: Vec<(String, String, bool)> =

@@ -76,6 +76,8 @@ pub struct QuotaDetail {
     /// May bind users here: as member; as owner too.
     pub can_invite_member: bool,
     pub can_invite_owner: bool,
+    /// The Budgets panel, one line per cash key.
+    pub budgets: Vec<crate::budgets::BudgetLine>,
 }
 
 /// One key row of the create / edit form.
@@ -108,6 +110,8 @@ pub struct QuotaForm {
     pub consequences: Vec<String>,
     /// A refusal about the name, shown beside it.
     pub name_error: Option<String>,
+    /// Period and carry-over of each cash key (editing only).
+    pub budgets: Vec<crate::budgets::BudgetFormRow>,
 }
 
 impl QuotaForm {
@@ -205,6 +209,7 @@ fn pairs_table(rows: Vec<(String, String)>) -> impl IntoView {
 #[cfg(feature = "ssr")]
 pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) -> String {
     let csrf = viewer.csrf.clone();
+    let budgets = crate::budgets::panel(d.budgets);
     let title = format!("Quota {}", d.name);
     let name = d.name.clone();
     let parent = (!d.parent.is_empty()).then(|| {
@@ -363,6 +368,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 {keys}
                 {breakdowns}
                 <div class="extras">{extras}</div>
+                {budgets}
                 <h3>"Charts · last 7 days"</h3>
                 {forecasts}
                 {charts}
@@ -441,6 +447,7 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
             </div>
         }
     });
+    let budgets = crate::budgets::form_rows(f.budgets);
     let rows = f.keys.into_iter().map(|k| key_row(k, None)).collect_view();
     let extra = f
         .extra
@@ -458,6 +465,7 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
                         <thead><tr><th>"Key"</th><th>"Hard"</th><th>"Max (borrowing ceiling)"</th><th>"Left in parent"</th></tr></thead>
                         <tbody>{rows}{extra}</tbody>
                     </table>
+                    {budgets}
                     <p class="hint">"* the parent has this key, so the child must carry it. Amounts are Kubernetes quantities (500m, 16Gi, 4); an empty hard drops the key. The server checks the tree rules: a child's hard must fit in what its parent has left."</p>
                     {confirm}
                     <div class="actions"><button type="submit">{submit}</button><a href=back>"Cancel"</a></div>

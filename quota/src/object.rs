@@ -5,6 +5,8 @@
 //! Transfers in flight hold carve-outs here too (`transfers`, §6).
 
 use crate::borrow::Loan;
+use crate::budget::periods::{self, PeriodStatus};
+use crate::budget::BudgetPolicy;
 use crate::cash::{self, Prices};
 use crate::keys::{cash_target, KeyConfig};
 use crate::quantity::Quantity;
@@ -39,6 +41,10 @@ pub struct QuotaSpec {
     /// Optional ceiling including borrowed capacity.
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     pub max: ResourceList,
+    /// Budget policies of cash keys of hard (docs/budgets.md): period,
+    /// carry-over and the rest. Absent or `{}`: one budget forever.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub budgets: BTreeMap<String, BudgetPolicy>,
 }
 
 impl QuotaSpec {
@@ -143,6 +149,11 @@ pub struct QuotaStatus {
     /// per-mille price (integers as strings, so nothing is rounded).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cash_accrued: BTreeMap<String, String>,
+    /// The current period of each cash key that has one (spec.budgets):
+    /// its window, carry-in and last closed periods. `cashAccrued` then
+    /// holds what was spent in this period (`budget::periods`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub budgets: BTreeMap<String, PeriodStatus>,
     /// Loans granted to children beyond their hard, by child name (§5). A
     /// child's loan lives here, in the lender, so two children borrowing at
     /// once serialise on this object's compare-and-swap.
@@ -223,6 +234,7 @@ impl QuotaStatus {
             || self.children != other.children
             || self.workloads != other.workloads
             || self.cash_accrued != other.cash_accrued
+            || self.budgets != other.budgets
             || self.loans != other.loans
             || self.lent != other.lent
             || self.borrowed != other.borrowed
@@ -262,7 +274,7 @@ impl QuotaStatus {
         let mut used = ResourceList::new();
         for key in spec.hard.keys() {
             let own = if cash_target(key).is_some() {
-                cash::to_quantity(self.accrued(key))
+                periods::own_used(self, spec, key)
             } else {
                 self.held(key)
             };
@@ -283,9 +295,6 @@ impl QuotaStatus {
         }
     }
 
-    /// Standalone cash accrual: every charged workload held its usage since
-    /// the later of its charge and the last window's end. Called before any
-    /// change to the ledger, so within a window the usage was constant.
     /// What all children's carve-outs hold here, key by key.
     pub fn allocated(&self) -> ResourceList {
         resources::sum(self.children.values().map(|c| &c.hard))
@@ -299,26 +308,42 @@ impl QuotaStatus {
             .unwrap_or_default()
     }
 
+    /// Standalone cash accrual: every charged workload held its usage since
+    /// the later of its charge and the last window's end (called before any
+    /// change to the ledger, so within a window the usage was constant).
+    /// The window is cut at budget period boundaries; periods that ended
+    /// by `now_ms` are closed (their records land in `budgets`).
     pub fn accrue_ledger(&mut self, spec: &QuotaSpec, now_ms: i64, prices: &Prices) {
         let last = self
             .last_reconcile_time
             .as_deref()
             .and_then(time::parse_rfc3339);
-        if let Some(last) = last {
-            if now_ms <= last {
-                return;
+        match last {
+            Some(last) if now_ms <= last => return,
+            Some(last) => {
+                let workloads = std::mem::take(&mut self.workloads);
+                periods::accrue_in_periods(spec, self, last, now_ms, |a, b| {
+                    let mut out = BTreeMap::new();
+                    for ck in spec.hard.keys() {
+                        let Some(target) = cash_target(ck) else {
+                            continue;
+                        };
+                        let mut amount = 0i128;
+                        for c in workloads.values() {
+                            let start = time::parse_rfc3339(&c.since).unwrap_or(a).max(a);
+                            let cost = cash::charge_cost(c, target, b - start, prices);
+                            amount = amount.saturating_add(cost);
+                        }
+                        if amount != 0 {
+                            out.insert(ck.clone(), amount);
+                        }
+                    }
+                    out
+                });
+                self.workloads = workloads;
             }
-            for ck in spec.hard.keys() {
-                let Some(target) = cash_target(ck) else {
-                    continue;
-                };
-                let mut amount = 0i128;
-                for c in self.workloads.values() {
-                    let start = time::parse_rfc3339(&c.since).unwrap_or(last).max(last);
-                    let cost = cash::charge_cost(c, target, now_ms - start, prices);
-                    amount = amount.saturating_add(cost);
-                }
-                self.add_accrued(ck, amount);
+            None => {
+                periods::sync(spec, self, now_ms);
             }
         }
         self.last_reconcile_time = Some(time::format_rfc3339(now_ms));

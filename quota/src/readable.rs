@@ -297,6 +297,7 @@ mod tests {
                 ("requests.cpu", "64"),
             ]),
             max: list(&[("requests.nvidia.com/gpu", "24")]),
+            budgets: Default::default(),
         };
         let mut status = QuotaStatus {
             used: list(&[

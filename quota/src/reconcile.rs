@@ -11,6 +11,8 @@
 //! larger one the cache still shows, so a review that lowers a charge —
 //! genuine but not yet in effect, or forged — frees nothing that runs.
 
+use crate::budget::periods;
+use crate::budget::PeriodRecord;
 use crate::cash::{self, Interval, Prices};
 use crate::keys::cash_target;
 use crate::object::{Charge, HpaCharge, Quota};
@@ -49,6 +51,9 @@ pub struct Outcome {
     pub dropped: Vec<String>,
     /// Charges kept only as reservations (admitted, not yet observed as such).
     pub reserved: Vec<String>,
+    /// Budget periods closed by this reconcile, by cash key (also kept,
+    /// newest first, in `status.budgets`).
+    pub closed: Vec<(String, PeriodRecord)>,
 }
 
 fn admitted_within(c: &Charge, now_ms: i64, ttl_ms: i64) -> bool {
@@ -142,18 +147,24 @@ pub fn reconcile(
         .last_reconcile_time
         .as_deref()
         .and_then(time::parse_rfc3339);
-    if let Some(last) = last.filter(|l| *l < now_ms) {
-        let keys: Vec<(String, String)> = q
-            .spec
-            .hard
-            .keys()
-            .filter_map(|k| cash_target(k).map(|t| (k.clone(), t.to_string())))
-            .collect();
-        if !keys.is_empty() {
-            for (k, amount) in cash::accrue(runs, &keys, last, now_ms, prices) {
-                q.status.add_accrued(&k, amount);
-            }
+    match last.filter(|l| *l < now_ms) {
+        Some(last) => {
+            let keys: Vec<(String, String)> = q
+                .spec
+                .hard
+                .keys()
+                .filter_map(|k| cash_target(k).map(|t| (k.clone(), t.to_string())))
+                .collect();
+            // Cut at budget period boundaries: each piece in its period.
+            out.closed =
+                periods::accrue_in_periods(&q.spec, &mut q.status, last, now_ms, |a, b| {
+                    if keys.is_empty() {
+                        return BTreeMap::new();
+                    }
+                    cash::accrue(runs, &keys, a, b, prices)
+                });
         }
+        None => periods::sync(&q.spec, &mut q.status, now_ms),
     }
     if last.is_none_or(|l| l < now_ms) {
         q.status.last_reconcile_time = Some(now);
@@ -203,6 +214,7 @@ mod tests {
                 parent: String::new(),
                 hard,
                 max: Default::default(),
+                budgets: Default::default(),
             },
         );
         q.status.last_reconcile_time = Some(time::format_rfc3339(T0));

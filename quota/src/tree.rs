@@ -103,6 +103,16 @@ pub fn validate_spec(name: &str, spec: &QuotaSpec, cfg: &KeyConfig) -> Result<()
             _ => {}
         }
     }
+    for (k, policy) in &spec.budgets {
+        if cash_target(k).is_none() || !spec.hard.contains_key(k) {
+            return Err(invalid(format!(
+                "spec.budgets.{k}: a budget policy needs a cash key of spec.hard (cash/<resource key>, e.g. cash/requests.nvidia.com/gpu)"
+            )));
+        }
+        policy
+            .validate(k)
+            .map_err(|e| invalid(format!("spec.budgets: {e}")))?;
+    }
     Ok(())
 }
 
@@ -479,6 +489,7 @@ mod tests {
             parent: parent.into(),
             hard: list(hard),
             max: Default::default(),
+            budgets: Default::default(),
         }
     }
 
@@ -724,6 +735,28 @@ mod tests {
     fn spec_validation() {
         let cfg = KeyConfig::default();
         assert!(validate_spec("ok", &spec("", &[("limits.cpu.A4", "4")]), &cfg).is_ok());
+        let mut budgeted = spec("", &[("cash/requests.nvidia.com/gpu", "100")]);
+        let policy: crate::budget::BudgetPolicy =
+            serde_json::from_str(r#"{"period": {"kind": "monthly", "anchorDay": 0}}"#).unwrap();
+        budgeted
+            .budgets
+            .insert("cash/requests.nvidia.com/gpu".into(), policy.clone());
+        let e = validate_spec("b", &budgeted, &cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("cash/requests.nvidia.com/gpu: monthly anchorDay 0"),
+            "{e}"
+        );
+        budgeted.budgets.clear();
+        budgeted
+            .budgets
+            .insert("cash/requests.cpu".into(), Default::default());
+        let e = validate_spec("b", &budgeted, &cfg).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "spec.budgets.cash/requests.cpu: a budget policy needs a cash key of spec.hard"
+            ),
+            "{e}"
+        );
         for (name, s) in [
             ("Bad_Name", spec("", &[])),
             ("self", spec("self", &[])),

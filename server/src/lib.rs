@@ -4,6 +4,7 @@
 
 pub mod alerts;
 pub mod authz;
+pub mod budgets;
 pub mod cluster;
 pub mod config;
 pub mod demo;

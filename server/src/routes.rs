@@ -20,6 +20,7 @@ pub fn http_router(app: AppState) -> Router {
             get(quotas::get).put(quotas::replace).delete(quotas::delete),
         )
         .route("/api/v1/quotas/{name}/usage", get(quotas::usage))
+        .route("/api/v1/quotas/{name}/budgets", get(http::budgets::get))
         .route("/api/v1/check", post(check::check))
         .merge(http::transfers::router())
         .merge(http::alerts::router())

@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod period;
+pub mod periods;
 pub mod price;
 pub mod refund;
 pub mod report;

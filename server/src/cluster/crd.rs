@@ -5,12 +5,14 @@
 //! only a real API server can check: docs/events-and-crd.md.
 
 use kube::CustomResource;
+use quota::budget::BudgetPolicy;
 use quota::object::{Quota, QuotaStatus};
 use quota::ResourceList;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 /// A Kubernetes quantity without a sign (`16`, `500m`, `1.5Gi`, `1e3`),
 /// as apimachinery's grammar writes it. The webhook parses the rest.
@@ -72,6 +74,13 @@ pub struct BizGroupResourceQuotaSpec {
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     #[schemars(schema_with = "spec_list")]
     pub max: ResourceList,
+    /// Budget policies of cash keys of hard, by cash key: period (none,
+    /// weekly, monthly with an anchor day, or a term), carry-over,
+    /// overspend and the rest (docs/budgets.md). Absent: one budget for
+    /// all time.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "budgets")]
+    pub budgets: BTreeMap<String, BudgetPolicy>,
 }
 
 /// Status as bizrq writes it: `quota::QuotaStatus`.
@@ -107,6 +116,59 @@ fn parent(_: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-validations": [
             { "rule": "self == oldSelf", "message": "spec.parent cannot change after creation" }
         ]
+    })
+}
+
+/// `spec.budgets`: one policy per cash key of hard. The webhook checks
+/// every rule (`BudgetPolicy::validate`); the schema bounds the size and
+/// the shape a bypassing write can store, and that each key is a cash key
+/// of hard.
+fn budgets(_: &mut SchemaGenerator) -> Schema {
+    let kind = |kinds: &[&str], description: &str| json!({ "type": "string", "enum": kinds, "description": description });
+    let offset = json!({ "type": "integer", "minimum": -720, "maximum": 840, "description": "fixed UTC offset of local midnight, in minutes (no daylight saving)" });
+    json_schema!({
+        "type": "object",
+        "maxProperties": MAX_KEYS,
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.all(k, k.startsWith('cash/'))",
+                "message": "spec.budgets holds policies of cash/ keys only"
+            }
+        ],
+        "additionalProperties": {
+            "type": "object",
+            "description": "a cash key's budget policy",
+            "properties": {
+                "period": {
+                    "type": "object",
+                    "description": "when the budget starts again",
+                    "properties": {
+                        "kind": kind(&["none", "weekly", "monthly", "term"], "none, weekly, monthly or term"),
+                        "startsOn": kind(&["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"], "weekly: the day a week starts"),
+                        "anchorDay": { "type": "integer", "minimum": 1, "maximum": 31, "description": "monthly: the day of the month a period starts (31: the last day)" },
+                        "utcOffsetMinutes": offset,
+                        "start": { "type": "string", "maxLength": 64, "description": "term: its start (RFC 3339)" },
+                        "end": { "type": "string", "maxLength": 64, "description": "term: its end (RFC 3339)" }
+                    },
+                    "required": ["kind"]
+                },
+                "carry": {
+                    "type": "object",
+                    "description": "what of an unspent budget the next period inherits",
+                    "properties": {
+                        "kind": kind(&["none", "all", "percent", "amount"], "none, all, percent or amount"),
+                        "percent": { "type": "integer", "minimum": 0, "maximum": 100, "description": "percent: at most this percentage of the period's budget" },
+                        "amount": { "x-kubernetes-int-or-string": true, "pattern": QUANTITY_PATTERN, "description": "amount: at most this many resource-hours" }
+                    },
+                    "required": ["kind"]
+                },
+                "overspend": kind(&["carry", "forgive"], "carry: the next period starts in debt; forgive: the overspend is written off"),
+                "withoutRunTime": { "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "admission of a workload that declares no run time (admit, refuse, reserveDefault)" },
+                "reservationCap": { "x-kubernetes-int-or-string": true, "pattern": QUANTITY_PATTERN, "description": "at most this many resource-hours held by open reservations" },
+                "refund": { "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "refunds for reclaimed work (none, lastStretch, wholeRun)" },
+                "onExhausted": { "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "what happens when the budget is spent (refuseNew, suspendBatch)" }
+            }
+        }
     })
 }
 
@@ -154,6 +216,7 @@ impl JsonSchema for Status {
                 "borrowed": list("used beyond hard on the keys of spec.max: on loan from the parent"),
                 "reclaim": ledger("workloads marked for reclaim, by group/Kind/namespace/name: action, frees, marked, due"),
                 "transfers": ledger("transfers in flight that hold children's carve-outs, by transfer id: children (their hard once done), since, decision (at the common ancestor)"),
+                "budgets": ledger("the current period of each cash key with one: start, end, funded, carryIn (acc), and the last closed periods (closed, newest first)"),
                 "cashAccrued": {
                     "type": "object",
                     "additionalProperties": { "type": "string" },
@@ -492,6 +555,7 @@ mod tests {
                 parent: "ai".into(),
                 hard: [("requests.nvidia.com/gpu".to_string(), "16".parse().unwrap())].into(),
                 max: Default::default(),
+                budgets: Default::default(),
             },
         );
         q.metadata.resource_version = Some("42".into());

@@ -6,6 +6,7 @@
 //! are in `portal`; the admission webhook is `webhook`.
 
 pub mod alerts;
+pub mod budgets;
 pub mod check;
 pub mod health;
 pub mod quotas;

@@ -16,6 +16,7 @@
 pub mod alerts;
 pub mod audit;
 pub mod auth;
+pub mod budgets;
 pub mod edge;
 pub mod export;
 pub mod limits;

@@ -412,6 +412,7 @@ pub async fn detail(
         members,
         can_invite_member: authz::can_grant(p, &name, Role::Member, &tree),
         can_invite_owner: authz::can_grant(p, &name, Role::Owner, &tree),
+        budgets: super::budgets::lines(&app, &name, &s, now).await?,
         children,
         name,
     };
@@ -660,6 +661,7 @@ fn edit_form(q: &Quota, version: i64, parent: Option<&Quota>, cfg: &KeyConfig) -
         resource_version: version.to_string(),
         consequences: Vec::new(),
         name_error: None,
+        budgets: super::budgets::form_rows(&q.spec),
     }
 }
 
@@ -713,8 +715,15 @@ pub async fn edit(
         name: name.clone(),
         ..Default::default()
     };
-    let sub = read_form(fields, base, parent.as_ref(), &app.service.keys);
-    let spec = match sub.spec {
+    let budget_fields = fields.clone();
+    let mut sub = read_form(fields, base, parent.as_ref(), &app.service.keys);
+    let spec = sub.spec.and_then(|mut spec| {
+        let (rows, budgets) = super::budgets::read(&budget_fields, &current.quota.spec, &spec.hard);
+        sub.form.budgets = rows;
+        spec.budgets = budgets?;
+        Ok(spec)
+    });
+    let spec = match spec {
         Ok(s) => s,
         Err(m) => {
             return Ok(refused_form(
@@ -964,6 +973,7 @@ mod tests {
                 parent: String::new(),
                 hard: hard.clone(),
                 max: Default::default(),
+                budgets: Default::default(),
             },
         );
         let now = 1_800_000_000_000;

@@ -313,6 +313,20 @@ impl Service {
             .ok_or_else(|| ServiceError::NotFound(format!("bizrq {name} not found")))
     }
 
+    /// `name` as of now: in standalone mode with its cash accrued (and its
+    /// ended budget periods closed) up to `now` on a copy, as the next
+    /// decision would see it; in cluster mode as stored (the controller
+    /// accrues from pods).
+    pub async fn current(&self, name: &str) -> Result<Quota, ServiceError> {
+        let stored = self.get(name).await?;
+        Ok(working_copy(
+            &stored,
+            self.accrue_from_ledger,
+            self.now(),
+            &self.prices,
+        ))
+    }
+
     /// Every quota, fresh from the store, by name.
     #[tracing::instrument(level = "debug", skip_all)]
     pub async fn list(&self) -> Result<Vec<Quota>, ServiceError> {

@@ -5,6 +5,7 @@
 pub mod accounts;
 pub mod alerts;
 pub mod audit;
+pub mod budgets;
 pub mod history;
 pub mod outbox;
 pub mod sessions;

@@ -141,8 +141,28 @@ impl SqlStore {
         let name = current.quota.name();
         let spec_json = to_json(spec)?;
         let status_json = to_json(status)?;
+        let update = "UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4";
+        // Budget periods this write closes are stored with it, or not at all.
+        let closed = quota::budget::periods::new_records(&current.quota.status, status);
+        if !closed.is_empty() {
+            let mut tx = self.write.begin().await?;
+            let done = sqlx::query(update)
+                .bind(&spec_json)
+                .bind(&status_json)
+                .bind(name)
+                .bind(current.version)
+                .execute(&mut *tx)
+                .await?;
+            if done.rows_affected() == 0 {
+                drop(tx);
+                return Err(self.lost_race(name).await);
+            }
+            super::budgets::insert(&mut tx, name, &closed).await?;
+            tx.commit().await?;
+            return Ok(current.version + 1);
+        }
         // One statement: the bindings follow by trigger (migration 0002).
-        let done = sqlx::query("UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4")
+        let done = sqlx::query(update)
             .bind(&spec_json)
             .bind(&status_json)
             .bind(name)
@@ -326,6 +346,8 @@ impl QuotaStore for SqlStore {
                 // Under the row lock this cannot happen; never write blind.
                 return Err(StoreError::Conflict(name.to_string()));
             }
+            let closed = quota::budget::periods::new_records(&current.quota.status, &q.status);
+            super::budgets::insert(&mut tx, name, &closed).await?;
             tx.commit().await?;
             let version = current.version + 1;
             q.metadata.resource_version = Some(version.to_string());

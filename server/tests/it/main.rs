@@ -16,6 +16,7 @@ mod fakeapi;
 mod forged;
 mod group_commit;
 mod mail;
+mod periods;
 mod portal;
 mod resync;
 mod scenario;

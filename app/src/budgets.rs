@@ -1,0 +1,158 @@
+//! Budgets on the quota page (a panel: per cash key what is left of this
+//! period, its carry-in, when it renews and its runway, with the last
+//! closed periods) and on the edit form (each cash key's period and
+//! carry-over). The server computes the numbers and reads the form back;
+//! these only render.
+
+#[cfg(feature = "ssr")]
+use leptos::prelude::*;
+
+/// One closed period, rounded for reading.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClosedRow {
+    /// `2026-11-01 00:00 UTC – 2026-12-01 00:00 UTC`.
+    pub period: String,
+    pub budget: String,
+    pub carry_in: String,
+    pub spent: String,
+    pub carried: String,
+    pub expired: String,
+}
+
+/// One cash key's budget on the quota page.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BudgetLine {
+    pub key: String,
+    /// `1,234 card-hours left of 5,000 this month (carry-in 200) · renews
+    /// 2026-12-01 00:00 UTC · runs out in 8.8 days`.
+    pub line: String,
+    /// Newest first.
+    pub closed: Vec<ClosedRow>,
+}
+
+/// One cash key's period and carry-over on the edit form, as shown or as
+/// submitted. Field names: `budget.<field>:<cash key>`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BudgetFormRow {
+    pub key: String,
+    /// `none`, `weekly`, `monthly` or `term`.
+    pub period: String,
+    pub anchor_day: String,
+    pub starts_on: String,
+    pub utc_offset_minutes: String,
+    pub term_start: String,
+    pub term_end: String,
+    /// `none`, `all`, `percent` or `amount`.
+    pub carry: String,
+    /// The percent or the amount.
+    pub carry_value: String,
+}
+
+pub const PERIODS: [&str; 4] = ["none", "weekly", "monthly", "term"];
+pub const CARRIES: [&str; 4] = ["none", "all", "percent", "amount"];
+pub const WEEKDAYS: [&str; 7] = [
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+];
+
+/// The Budgets panel (nothing when the quota has no cash key).
+#[cfg(feature = "ssr")]
+pub fn panel(lines: Vec<BudgetLine>) -> impl IntoView {
+    (!lines.is_empty()).then(|| {
+        let rows = lines
+            .into_iter()
+            .map(|b| {
+                let closed = (!b.closed.is_empty()).then(|| {
+                    view! {
+                        <table class="budget-periods">
+                            <thead><tr><th>"Closed period"</th><th>"Budget"</th><th>"Carry-in"</th><th>"Spent"</th><th>"Carried"</th><th>"Expired"</th></tr></thead>
+                            <tbody>{b.closed.into_iter().map(|c| view! {
+                                <tr>
+                                    <td>{c.period}</td>
+                                    <td class="num">{c.budget}</td>
+                                    <td class="num">{c.carry_in}</td>
+                                    <td class="num">{c.spent}</td>
+                                    <td class="num">{c.carried}</td>
+                                    <td class="num">{c.expired}</td>
+                                </tr>
+                            }).collect_view()}</tbody>
+                        </table>
+                    }
+                });
+                view! {
+                    <div class="card budget">
+                        <h4 class="key">{b.key}</h4>
+                        <p class="budget-line">{b.line}</p>
+                        {closed}
+                    </div>
+                }
+            })
+            .collect_view();
+        view! {
+            <h3>"Budgets"</h3>
+            <div class="budgets">{rows}</div>
+        }
+    })
+}
+
+#[cfg(feature = "ssr")]
+fn select(
+    name: String,
+    options: &'static [&'static str],
+    chosen: String,
+    label: &'static str,
+) -> impl IntoView {
+    view! {
+        <select name=name aria-label=label>
+            {options.iter().map(|o| {
+                let selected = *o == chosen;
+                view! { <option value=*o selected=selected>{*o}</option> }
+            }).collect_view()}
+        </select>
+    }
+}
+
+/// The budget rows of the edit form (nothing without cash keys).
+#[cfg(feature = "ssr")]
+pub fn form_rows(rows: Vec<BudgetFormRow>) -> impl IntoView {
+    (!rows.is_empty()).then(|| {
+        let body = rows
+            .into_iter()
+            .map(|r| {
+                let n = |f: &str| format!("budget.{f}:{}", r.key);
+                view! {
+                    <tr>
+                        <td class="key">{r.key.clone()}</td>
+                        <td>{select(n("period"), &PERIODS, r.period.clone(), "period")}</td>
+                        <td>
+                            <input name=n("anchor") value=r.anchor_day.clone() inputmode="numeric" size="3" maxlength="2" placeholder="1" aria-label="monthly: anchor day"/>
+                            {select(n("startsOn"), &WEEKDAYS, r.starts_on.clone(), "weekly: starts on")}
+                            <input name=n("offset") value=r.utc_offset_minutes.clone() inputmode="numeric" size="4" maxlength="5" placeholder="0" aria-label="UTC offset, minutes"/>
+                        </td>
+                        <td>
+                            <input name=n("termStart") value=r.term_start.clone() size="20" maxlength="40" placeholder="2027-01-01T00:00:00Z" aria-label="term start"/>
+                            <input name=n("termEnd") value=r.term_end.clone() size="20" maxlength="40" placeholder="2027-07-01T00:00:00Z" aria-label="term end"/>
+                        </td>
+                        <td>
+                            {select(n("carry"), &CARRIES, r.carry.clone(), "carry-over")}
+                            <input name=n("carryValue") value=r.carry_value.clone() size="6" maxlength="32" placeholder="% or amount" aria-label="carry percent or amount"/>
+                        </td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <h4>"Budget periods"</h4>
+            <table class="budget-form">
+                <thead><tr><th>"Cash key"</th><th>"Period"</th><th>"Monthly anchor day · weekly start · UTC offset (min)"</th><th>"Term start · end"</th><th>"Carry-over"</th></tr></thead>
+                <tbody>{body}</tbody>
+            </table>
+            <p class="hint">"A period starts the budget again at each boundary (monthly on the anchor day, 31 = the last day; weekly on the day chosen; a term from its start to its end); carry-over keeps what was left, all of it, up to a percent of the budget, or up to an amount. Changes are audited."</p>
+        }
+    })
+}

@@ -1,0 +1,174 @@
+//! A quota's budgets as people read them (the budgets API and the quota
+//! page's panel): per cash key of hard, its policy, the current period,
+//! what it has and what is left, when it renews, the runway at the last
+//! day's burn, and the closed periods. Pure arithmetic is `quota`'s
+//! (`budget::periods`, `budget::runway`); this gathers it.
+
+use crate::store::budgets::MAX_PAGE;
+use crate::store::sql::SqlStore;
+use crate::store::StoreError;
+use quota::budget::periods::{self, KEEP_CLOSED};
+use quota::budget::{runway, to_quantity, BudgetPolicy, PeriodRecord};
+use quota::forecast::{forecast, Sample, FORECAST_WINDOW_MS};
+use quota::keys::cash_target;
+use quota::object::Quota;
+use quota::Quantity;
+use serde_json::{json, Value};
+
+/// One cash key's budget now. Amounts in the key's resource-hours.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetView {
+    pub key: String,
+    /// `card-hours`, `core-hours`, …
+    pub unit: &'static str,
+    /// As in spec (the default, `{}`, when the key has none).
+    pub policy: BudgetPolicy,
+    /// The current period; None without one (one budget for all time).
+    pub period: Option<quota::budget::Window>,
+    /// The period's own budget (hard; zero outside a term).
+    pub budget: Quantity,
+    pub carry_in: Quantity,
+    pub spent: Quantity,
+    /// budget + carry-in − spent, as admission reads it (negative: overspent).
+    pub left: Quantity,
+    /// `runs out in 8.8 days`, when a burn could be measured.
+    pub runway: Option<String>,
+    /// Closed periods, newest first.
+    pub closed: Vec<PeriodRecord>,
+}
+
+/// The budgets of `q` (a current copy: accrued up to `now` where the
+/// service accrues itself), with at most `limit` closed periods each from
+/// the store (merged with those in status that the store may not have yet).
+pub async fn views(
+    sql: &SqlStore,
+    q: &Quota,
+    samples: &[Sample],
+    now: i64,
+    limit: i64,
+) -> Result<Vec<BudgetView>, StoreError> {
+    let limit = limit.clamp(1, MAX_PAGE);
+    let mut out = Vec::new();
+    for (key, hard) in q.spec.hard.iter().filter(|(k, _)| cash_target(k).is_some()) {
+        let policy = q.spec.budgets.get(key).cloned().unwrap_or_default();
+        let own = periods::own_used(&q.status, &q.spec, key);
+        let (period, budget, carry_in, spent) = match periods::balance(&q.spec, &q.status, key) {
+            Some(b) => (Some(b.window), b.budget, b.carry_in, b.spent),
+            None => (None, *hard, Quantity::ZERO, own),
+        };
+        let left = hard.saturating_sub(own);
+        let mut closed = sql.budget_periods(q.name(), key, i64::MAX, limit).await?;
+        if let Some(p) = q.status.budgets.get(key) {
+            for r in p.closed.iter().take(KEEP_CLOSED) {
+                if !closed.iter().any(|c| c.start_ms == r.start_ms) {
+                    closed.push(r.clone());
+                }
+            }
+        }
+        closed.sort_by_key(|r| std::cmp::Reverse(r.start_ms));
+        closed.truncate(limit as usize);
+        let runway = (!samples.is_empty()).then(|| {
+            let f = forecast(samples, key, now, FORECAST_WINDOW_MS);
+            let end = period.map(|w| w.end_ms).filter(|e| *e != i64::MAX);
+            runway::runway(&f, end).words(now)
+        });
+        out.push(BudgetView {
+            key: key.clone(),
+            unit: quota::readable::cash_unit(key),
+            policy,
+            period,
+            budget,
+            carry_in,
+            spent,
+            left,
+            runway,
+            closed,
+        });
+    }
+    Ok(out)
+}
+
+fn stamp(ms: i64, unbounded: i64) -> Value {
+    if ms == unbounded {
+        Value::Null
+    } else {
+        Value::String(quota::time::format_rfc3339(ms))
+    }
+}
+
+/// A closed period in resource-hours, as the API shows it.
+pub fn record_json(r: &PeriodRecord) -> Value {
+    let q = |acc: i128| to_quantity(acc).to_string();
+    json!({
+        "start": stamp(r.start_ms, i64::MIN),
+        "end": stamp(r.end_ms, i64::MAX),
+        "budget": q(r.budget),
+        "carryIn": q(r.carry_in),
+        "topUps": q(r.top_ups),
+        "spent": q(r.spent),
+        "carried": q(r.carried),
+        "expired": q(r.expired),
+        "forgiven": q(r.forgiven),
+    })
+}
+
+impl BudgetView {
+    /// The API's shape: amounts as quantities in the key's unit, times in
+    /// RFC 3339 (null when unbounded).
+    pub fn to_json(&self) -> Value {
+        let (start, end) = match self.period {
+            Some(w) => (stamp(w.start_ms, i64::MIN), stamp(w.end_ms, i64::MAX)),
+            None => (Value::Null, Value::Null),
+        };
+        json!({
+            "key": self.key,
+            "unit": self.unit,
+            "policy": self.policy,
+            "period": self.period.map(|w| json!({
+                "start": start,
+                "end": end,
+                "funded": w.funded,
+            })),
+            "budget": self.budget.to_string(),
+            "carryIn": self.carry_in.to_string(),
+            "spent": self.spent.to_string(),
+            "left": self.left.to_string(),
+            "renewsAt": end,
+            "runway": self.runway,
+            "closed": self.closed.iter().map(record_json).collect::<Vec<_>>(),
+        })
+    }
+
+    /// For people: `1,234 card-hours left of 5,000 this month (carry-in
+    /// 200) · renews 2026-12-01 00:00 UTC · runs out in 8.8 days`.
+    pub fn line(&self) -> String {
+        let show = |q: Quantity| quota::readable::grouped(q);
+        let this = match &self.policy.period {
+            quota::budget::Period::None => "in all",
+            quota::budget::Period::Weekly { .. } => "this week",
+            quota::budget::Period::Monthly { .. } => "this month",
+            quota::budget::Period::Term { .. } => "this term",
+        };
+        let mut s = format!(
+            "{} {} left of {} {this}",
+            show(self.left),
+            self.unit,
+            show(self.budget)
+        );
+        if !self.carry_in.is_zero() {
+            s.push_str(&format!(" (carry-in {})", show(self.carry_in)));
+        }
+        if let Some(w) = self.period {
+            if !w.funded {
+                s.push_str(" · outside the term");
+            }
+            if w.end_ms != i64::MAX {
+                s.push_str(&format!(" · renews {}", quota::time::format_when(w.end_ms)));
+            }
+        }
+        if let Some(r) = &self.runway {
+            s.push_str(&format!(" · {r}"));
+        }
+        s
+    }
+}
