@@ -135,6 +135,7 @@ mod tests {
         let mut q = Quota::new(
             name,
             QuotaSpec {
+                budgets: Default::default(),
                 parent: parent.into(),
                 hard: [
                     (g.clone(), Quantity::from_units(gpus)),

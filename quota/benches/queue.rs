@@ -37,6 +37,7 @@ fn main() {
     let mut q = Quota::new(
         "big",
         QuotaSpec {
+            budgets: Default::default(),
             parent: String::new(),
             hard: gpus(1_000),
             max: ResourceList::new(),

@@ -466,6 +466,7 @@ mod tests {
         let mut q = Quota::new(
             "nlp",
             QuotaSpec {
+                budgets: Default::default(),
                 parent: String::new(),
                 hard: gpus(hard),
                 max: ResourceList::new(),

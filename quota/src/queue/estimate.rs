@@ -123,6 +123,7 @@ mod tests {
         let mut q = Quota::new(
             "team",
             QuotaSpec {
+                budgets: Default::default(),
                 parent: String::new(),
                 hard: gpus(8),
                 max: ResourceList::new(),

@@ -168,6 +168,7 @@ mod tests {
         let mut q = Quota::new(
             "team",
             QuotaSpec {
+                budgets: Default::default(),
                 parent: String::new(),
                 hard: gpus(hard),
                 max: ResourceList::new(),

@@ -95,6 +95,7 @@ mod tests {
         Quota::new(
             name,
             QuotaSpec {
+                budgets: Default::default(),
                 parent: parent.into(),
                 hard: cpu(hard),
                 max: max.map(cpu).unwrap_or_default(),

@@ -179,6 +179,7 @@ mod tests {
         let q = Quota::new(
             "nlp",
             QuotaSpec {
+                budgets: Default::default(),
                 parent: "ai".into(),
                 hard: [
                     ("requests.memory".to_string(), "64Gi".parse().unwrap()),
