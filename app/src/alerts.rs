@@ -191,10 +191,12 @@ pub fn group_by_quota(open: &[AlertRow]) -> Vec<(String, String, String, String)
 #[cfg(feature = "ssr")]
 pub fn attention_section(
     open: Vec<AlertRow>,
+    open_total: usize,
     awaiting_me: usize,
     items: Vec<crate::attention::Item>,
 ) -> impl IntoView {
-    let count = open.len();
+    // `open` may be the worst part of more (a big tree's admin).
+    let count = open_total.max(open.len());
     let more_items = items.len().saturating_sub(crate::attention::MAX_ITEMS);
     let has_items = !items.is_empty();
     let items = items

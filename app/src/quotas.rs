@@ -160,6 +160,7 @@ pub fn render_overview_page(
     flash: Option<Flash>,
 ) -> String {
     let title = "Overview".to_string();
+    let open_total = viewer.open_alerts;
     let body = if cards.is_empty() {
         view! { <p class="empty">"No quota is shared with you yet. An admin can give you a role on one on the Users page."</p> }.into_any()
     } else {
@@ -187,7 +188,7 @@ pub fn render_overview_page(
     document(move || {
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Overview flash=flash>
-                {crate::alerts::attention_section(alerts, awaiting_me, attention)}
+                {crate::alerts::attention_section(alerts, open_total, awaiting_me, attention)}
                 <crate::BarLegend/>
                 <div class="overview">{body}</div>
             </Layout>

@@ -52,23 +52,46 @@ fn quiet_line(a: &Alert) -> Option<String> {
 /// Open alerts a page lists at once (worst first); the rest a link away.
 const OPEN_ROWS: usize = 100;
 
-/// The open alerts the viewer may see, newest first (overview, badge).
-pub async fn open_for(app: &AppState, p: &Principal) -> Result<Vec<AlertRow>, PageError> {
-    let f = AlertFilter {
+/// Open alerts the overview groups at most (worst first, then newest): a
+/// big tree's admin is shown the worst quotas, not every alert read.
+const ATTENTION_ALERTS: i64 = 2_000;
+
+fn loud(app: &AppState, quotas_in: Option<Vec<String>>) -> AlertFilter {
+    AlertFilter {
         open: Some(true),
-        quotas_in: crate::service::changes::records_scope(&app.service, p).await?,
+        quotas_in,
         // Acknowledged and snoozed alerts ask nobody now.
         loud_at: Some(app.service.now()),
         ..AlertFilter::default()
-    };
-    Ok(app
-        .portal
-        .sql
-        .alerts(&f, i64::MAX)
-        .await?
-        .into_iter()
-        .map(row)
-        .collect())
+    }
+}
+
+/// How many open alerts the viewer may see ask for someone now (the badge):
+/// one count, whatever the size of the tree.
+pub async fn open_count(app: &AppState, p: &Principal) -> Result<usize, PageError> {
+    let scope = crate::service::changes::records_scope(&app.service, p).await?;
+    Ok(app.portal.sql.count_alerts(&loud(app, scope)).await? as usize)
+}
+
+/// The open alerts the viewer may see that ask for someone now, for the
+/// overview: critical first, then warnings, then the rest, newest first
+/// within a level, at most [`ATTENTION_ALERTS`].
+pub async fn open_for(app: &AppState, p: &Principal) -> Result<Vec<AlertRow>, PageError> {
+    let scope = crate::service::changes::records_scope(&app.service, p).await?;
+    let sql = &app.portal.sql;
+    let mut out = Vec::new();
+    for level in [Level::Critical, Level::Warning, Level::Info] {
+        let left = ATTENTION_ALERTS - out.len() as i64;
+        if left <= 0 {
+            break;
+        }
+        let f = AlertFilter {
+            level: Some(level),
+            ..loud(app, scope.clone())
+        };
+        out.extend(sql.alerts(&f, left).await?.into_iter().map(row));
+    }
+    Ok(out)
 }
 
 #[derive(Deserialize, Default)]
@@ -121,9 +144,22 @@ pub async fn page(
         loud_at: None,
     };
     let sql = &app.portal.sql;
-    let mut open = sql.alerts(&filter(true), i64::MAX).await?;
-    // Worst first, then newest.
-    open.sort_by(|a, b| b.level.cmp(&a.level).then(b.id.cmp(&a.id)));
+    // Worst first, then newest: read level by level only as far as this
+    // page reaches, and count the rest (a big tree has thousands open).
+    let total_open = sql.count_alerts(&filter(true)).await? as usize;
+    let from = q.open_from.min(total_open);
+    let reach = (from + OPEN_ROWS) as i64;
+    let mut open: Vec<Alert> = Vec::new();
+    for l in [Level::Critical, Level::Warning, Level::Info] {
+        if level.is_some_and(|want| want != l) || open.len() as i64 >= reach {
+            continue;
+        }
+        let f = AlertFilter {
+            level: Some(l),
+            ..filter(true)
+        };
+        open.extend(sql.alerts(&f, reach - open.len() as i64).await?);
+    }
     let history = AlertFilter {
         before: q.before,
         ..filter(false)
@@ -143,8 +179,6 @@ pub async fn page(
             format!("/alerts?{query}")
         });
     // A page of the open alerts; the next page a link away.
-    let total_open = open.len();
-    let from = q.open_from.min(total_open);
     let open: Vec<Alert> = open.into_iter().skip(from).take(OPEN_ROWS).collect();
     let more_open = (from + open.len() < total_open).then(|| {
         let query = serde_urlencoded::to_string([

@@ -165,7 +165,8 @@ pub struct Viewer {
     /// Open alerts on the quotas the viewer may see: the nav's badge
     /// counts them, the overview lists them. Read for pages (GET) only; a
     /// form post redirects.
-    pub open_alerts: Vec<app::alerts::AlertRow>,
+    /// Open alerts the viewer may see that ask for someone now (the badge).
+    pub open_alerts: usize,
 }
 
 impl Viewer {
@@ -175,7 +176,7 @@ impl Viewer {
             username: self.principal.username.clone(),
             is_admin: self.principal.is_admin,
             csrf: self.csrf.clone(),
-            open_alerts: self.open_alerts.len(),
+            open_alerts: self.open_alerts,
         }
     }
 
@@ -250,13 +251,13 @@ impl FromRequestParts<AppState> for Viewer {
         }
         // A badge is not worth failing a page for.
         let open_alerts = if parts.method != axum::http::Method::GET {
-            Vec::new()
+            0
         } else {
-            super::alerts::open_for(app, &principal)
+            super::alerts::open_count(app, &principal)
                 .await
                 .unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "cannot read open alerts");
-                    Vec::new()
+                    tracing::warn!(error = %e, "cannot count open alerts");
+                    0
                 })
         };
         Ok(Viewer {

@@ -128,7 +128,7 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
     Ok(Html(app::quotas::render_overview_page(
         viewer.page(),
         cards,
-        viewer.open_alerts.clone(),
+        super::alerts::open_for(&app, p).await?,
         awaiting_me,
         attention,
         flash,

@@ -223,12 +223,40 @@ impl SqlStore {
         .await
     }
 
+    /// How many alerts match `f` (the navigation's badge: one count, not
+    /// every open alert of a big tree read for it).
+    pub async fn count_alerts(&self, f: &AlertFilter) -> Result<i64, StoreError> {
+        if f.quotas_in.as_ref().is_some_and(|q| q.is_empty()) {
+            return Ok(0);
+        }
+        let rows = self
+            .alert_rows("SELECT COUNT(*) AS n FROM alerts WHERE 1 = 1", f, None)
+            .await?;
+        match rows.first() {
+            Some(row) => Ok(row.try_get::<i64, _>("n")?),
+            None => Ok(0),
+        }
+    }
+
     /// Alerts matching `f`, newest first (by id), at most `limit`.
     pub async fn alerts(&self, f: &AlertFilter, limit: i64) -> Result<Vec<Alert>, StoreError> {
         if f.quotas_in.as_ref().is_some_and(|q| q.is_empty()) {
             return Ok(Vec::new());
         }
-        let mut sql = format!("SELECT {ALERT_COLUMNS} FROM alerts WHERE 1 = 1");
+        let select = format!("SELECT {ALERT_COLUMNS} FROM alerts WHERE 1 = 1");
+        let rows = self.alert_rows(&select, f, Some(limit)).await?;
+        rows.iter().map(alert_from_row).collect()
+    }
+
+    /// The rows of `select` (ending in a WHERE clause) narrowed by `f`,
+    /// newest first and at most `limit` when given.
+    async fn alert_rows(
+        &self,
+        select: &str,
+        f: &AlertFilter,
+        limit: Option<i64>,
+    ) -> Result<Vec<AnyRow>, StoreError> {
+        let mut sql = select.to_string();
         let mut n = 0;
         let mut arg = || {
             n += 1;
@@ -261,7 +289,9 @@ impl SqlStore {
             Some(false) => sql.push_str(" AND resolved_at IS NOT NULL"),
             None => {}
         }
-        sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", arg()));
+        if limit.is_some() {
+            sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", arg()));
+        }
         let mut q = sqlx::query(&sql);
         if let Some(quota) = &f.quota {
             q = q.bind(quota);
@@ -281,8 +311,10 @@ impl SqlStore {
         if let Some(at) = f.loud_at {
             q = q.bind(at);
         }
-        let rows = q.bind(limit).fetch_all(&self.read).await?;
-        rows.iter().map(alert_from_row).collect()
+        if let Some(limit) = limit {
+            q = q.bind(limit);
+        }
+        Ok(q.fetch_all(&self.read).await?)
     }
 
     /// Acknowledges an open alert. False: no such open alert (resolved
