@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod alerts;
 pub mod audit;
+pub mod chart_section;
 pub mod charts;
 pub mod layout;
 pub mod quotas;
