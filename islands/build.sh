@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 OUT="${1:-target/islands-pkg}"
 export RUSTC="${ISLANDS_RUSTC:-/usr/bin/rustc}"
 if [ -z "${CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER:-}" ]; then
-  LLD="$(ls ~/.rustup/toolchains/*/lib/rustlib/x86_64-unknown-linux-gnu/bin/rust-lld 2>/dev/null | head -1 || true)"
+  LLD="$(ls "${RUSTUP_HOME:-$HOME/.rustup}"/toolchains/*/lib/rustlib/x86_64-unknown-linux-gnu/bin/rust-lld 2>/dev/null | head -1 || true)"
   [ -n "$LLD" ] || LLD="$(command -v wasm-ld || true)"
   [ -n "$LLD" ] || { echo "no wasm linker: rustup's rust-lld or Debian's lld (wasm-ld)" >&2; exit 1; }
   export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER="$LLD"
