@@ -25,7 +25,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # std for it from source. wasm-bindgen-cli must be Cargo.lock's wasm-bindgen.
 FROM rust:1.95-bookworm AS islands
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends rustc-web cargo-web rust-web-src binaryen \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends rustc-web cargo-web rust-web-src \
  && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo install wasm-bindgen-cli --version 0.2.130

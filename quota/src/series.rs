@@ -361,9 +361,11 @@ mod tests {
     #[test]
     fn the_live_status_is_the_last_point() {
         let now = T0 + 2 * DAY_MS;
-        let mut live = QuotaStatus::default();
-        live.hard = list(&[(GPU, 16)]);
-        live.used = list(&[(GPU, 3)]);
+        let live = QuotaStatus {
+            hard: list(&[(GPU, 16)]),
+            used: list(&[(GPU, 3)]),
+            ..QuotaStatus::default()
+        };
         let stored = [
             s(now - 8 * DAY_MS, &[(GPU, 9)], &[(GPU, 8)]),
             s(now - DAY_MS, &[(GPU, 5)], &[(GPU, 8)]),
