@@ -403,7 +403,8 @@ pub fn burn_down_chart(
             let end = now_ms + horizon / 10;
             (
                 Some(vec![last, (end, last.1)]),
-                Mark::End((end, last.1), "not burning".into(), VPos::Bottom),
+                // Below the level line: above it sits the "now" label.
+                Mark::End((end, last.1), "not burning".into(), VPos::Top),
                 end,
             )
         }
