@@ -5,6 +5,17 @@
 //! every decision; they become `f64` only on their way to a pixel. The SVG
 //! has no XML declaration, a `viewBox` and `width="100%"`, so it can be
 //! inlined in a page and scale with it; the same input gives the same bytes.
+//!
+//! Each chart is drawn in two [`Frame`]s, [`WIDE`] and [`NARROW`], and the
+//! stylesheet shows the one that fits: a chart scaled down to a phone would
+//! shrink its text below what people can read. A frame's text size is
+//! chosen for the narrowest width the stylesheet shows it at, so its text
+//! is never rendered smaller than 12 px. Titles are the page's headings,
+//! not part of the picture, so they wrap on a phone instead of shrinking.
+//!
+//! The root `<svg>` carries where its time axis is drawn (`data-x0`,
+//! `data-x1` in viewBox units, `data-t0`, `data-t1` in epoch ms), so a
+//! pointer can be turned into a time without knowing plotters' layout.
 
 use plotters::coord::combinators::WithKeyPoints;
 use plotters::coord::types::{RangedCoordf64, RangedCoordi64};
@@ -14,8 +25,10 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use quota::forecast::{forecast, Forecast, Sample, FORECAST_WINDOW_MS};
 use quota::keys::{self, Key, KeyConfig};
 use quota::quantity::NANO;
+use quota::series::Stack;
 use quota::time::{civil_from_days, days_from_civil};
 use quota::{resources, Quantity, ResourceList};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::ops::Range;
@@ -40,6 +53,13 @@ pub fn unit_of(key: &str, cfg: &KeyConfig) -> (i128, &'static str) {
     };
     let cash = key.starts_with(keys::CASH_PREFIX);
     (per * NANO, if cash { cash_unit } else { unit })
+}
+
+/// An amount of `key` with its unit, for a value in a table or a readout:
+/// `5 cards`, `64 GiB`, `12.5 card-hours` (two decimals at most, exact).
+pub fn amount(key: &str, q: Quantity, cfg: &KeyConfig) -> String {
+    let (per, unit) = unit_of(key, cfg);
+    format!("{} {unit}", decimal(q.nanos(), per, 2))
 }
 
 // ---------------------------------------------------------------------------
@@ -84,18 +104,58 @@ pub fn describe(f: &Forecast, cfg: &KeyConfig) -> String {
 // ---------------------------------------------------------------------------
 // Charts
 
+/// The size a chart is drawn at (viewBox units) and its text size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Frame {
+    pub w: u32,
+    pub h: u32,
+    /// Text size in viewBox units.
+    pub text_px: f64,
+}
+
+/// Shown where the chart is at least 760 px wide (style/bizrq.css: wider
+/// than 800 px screens, up to 960 px): 13 px text renders at 13–16 px.
+pub const WIDE: Frame = Frame {
+    w: 760,
+    h: 300,
+    text_px: 13.0,
+};
+
+/// Shown on screens up to 800 px, at most 480 px wide: on a 320 px phone
+/// (300 px of chart) 14.5 px text renders at 12 px, at 480 px at 19 px.
+pub const NARROW: Frame = Frame {
+    w: 360,
+    h: 280,
+    text_px: 14.5,
+};
+
+impl Frame {
+    /// plotters' font size for this frame's text: its SVG backend writes a
+    /// font of size `s` as `s / 1.24` px.
+    fn size(&self) -> f64 {
+        self.text_px * 1.24
+    }
+
+    fn font(&self, colour: RGBColor) -> TextStyle<'static> {
+        font(self.size(), colour)
+    }
+
+    /// Rough width of `text` in viewBox units (no font metrics without ttf).
+    fn text_w(&self, text: &str) -> i32 {
+        (text.chars().count() as f64 * self.text_px * 0.58).ceil() as i32
+    }
+
+    fn line_h(&self) -> i32 {
+        (self.text_px * 1.6).ceil() as i32
+    }
+}
+
 /// Used over time with hard as a step line; breaks the lines across gaps.
-pub fn usage_chart(
-    samples: &[Sample],
-    key: &str,
-    cfg: &KeyConfig,
-    width: u32,
-    height: u32,
-) -> String {
+pub fn usage_chart(samples: &[Sample], key: &str, cfg: &KeyConfig, frame: Frame) -> String {
     let title = format!("{key}: used and hard");
     let pts = sorted(samples);
     if pts.is_empty() {
-        return message_svg("chart-usage", &title, "no data yet", width, height);
+        return message_svg("chart-usage", &title, "no data yet", frame);
     }
     let (per, unit) = unit_of(key, cfg);
     let times: Vec<i64> = pts.iter().map(|s| s.at_ms).collect();
@@ -113,16 +173,18 @@ pub fn usage_chart(
         .map(|p| p.1)
         .chain(hard.iter().flatten().map(|h| to_f64(*h, per)))
         .fold(0.0, f64::max);
-    let legend = [("used", Swatch::Area(USED)), ("hard", Swatch::Line(HARD))];
+    let mut legend = vec![("used", Swatch::Area(USED))];
+    if hard.iter().any(Option::is_some) {
+        legend.push(("hard", Swatch::Line(HARD)));
+    }
     render(
         "chart-usage",
         &title,
         None,
-        width,
-        height,
+        frame,
         &legend,
         |root, top_px| {
-            let mut chart = time_chart(root, top_px, t0..t1, 0.0..headroom(top), unit)?;
+            let mut chart = time_chart(root, frame, top_px, t0..t1, 0.0..headroom(top), unit)?;
             let cols = chart.plotting_area().dim_in_pixel().0 as usize;
             for seg in segments(&times) {
                 draw_line_with_area(
@@ -135,20 +197,156 @@ pub fn usage_chart(
                     draw_line(&mut chart, &run, HARD)?;
                 }
             }
-            Ok(())
+            Ok(Some(mapping(&chart, t0..t1)))
         },
     )
 }
 
+/// Fill colours of children in a stacked chart, in order; the last one
+/// also stands for "other children" beyond the first seven.
+const LAYERS: [RGBColor; 8] = [
+    RGBColor(0x2e, 0x90, 0xfa),
+    RGBColor(0x12, 0xb7, 0x6a),
+    RGBColor(0x7a, 0x5a, 0xf8),
+    RGBColor(0xf7, 0x90, 0x09),
+    RGBColor(0xee, 0x46, 0xbc),
+    RGBColor(0x15, 0xb7, 0x9e),
+    RGBColor(0x9e, 0x77, 0x42),
+    RGBColor(0x98, 0xa2, 0xb3),
+];
+
+/// The colour a stacked chart gives its `i`-th layer (as [`children_layers`] orders them).
+pub fn layer_colour(i: usize) -> String {
+    let c = LAYERS[i.min(LAYERS.len() - 1)];
+    format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+}
+
+/// The layers a stacked chart draws: the first seven children as they
+/// are, the rest summed as "other children".
+pub fn children_layers(stack: &Stack) -> Vec<(String, Vec<Quantity>)> {
+    let keep = LAYERS.len() - 1;
+    let mut layers: Vec<(String, Vec<Quantity>)> =
+        stack.layers.iter().take(keep).cloned().collect();
+    if stack.layers.len() > keep {
+        let mut rest = vec![Quantity::ZERO; stack.times.len()];
+        for (_, values) in &stack.layers[keep..] {
+            for (r, v) in rest.iter_mut().zip(values) {
+                *r = r.saturating_add(*v);
+            }
+        }
+        layers.push((
+            format!("{} other children", stack.layers.len() - keep),
+            rest,
+        ));
+    }
+    layers
+}
+
+/// The children's use of `key`, stacked, with this quota's hard as a
+/// step line (from `own`, its own samples): what each child holds of it.
+pub fn children_chart(
+    stack: &Stack,
+    own: &[Sample],
+    key: &str,
+    cfg: &KeyConfig,
+    frame: Frame,
+) -> String {
+    let title = format!("{key}: used by children");
+    let layers = children_layers(stack);
+    if layers.is_empty() || stack.times.is_empty() {
+        return message_svg("chart-children", &title, "no child uses it", frame);
+    }
+    let (per, unit) = unit_of(key, cfg);
+    let times = &stack.times;
+    // Running totals: layer i is drawn between tops[i] and tops[i + 1].
+    let mut tops: Vec<Vec<f64>> = vec![vec![0.0; times.len()]];
+    for (_, values) in &layers {
+        let below = tops.last().cloned().unwrap_or_default();
+        tops.push(
+            below
+                .iter()
+                .zip(values)
+                .map(|(b, v)| b + to_f64(v.nanos(), per))
+                .collect(),
+        );
+    }
+    let own = sorted(own);
+    let own_times: Vec<i64> = own.iter().map(|s| s.at_ms).collect();
+    let hard: Vec<Option<i128>> = own
+        .iter()
+        .map(|s| s.hard.get(key).map(Quantity::nanos))
+        .collect();
+    let first = times[0].min(own_times.first().copied().unwrap_or(times[0]));
+    let last = times[times.len() - 1].max(own_times.last().copied().unwrap_or(0));
+    let (t0, t1) = time_span(first, last);
+    let top = tops
+        .last()
+        .into_iter()
+        .flatten()
+        .copied()
+        .chain(hard.iter().flatten().map(|h| to_f64(*h, per)))
+        .fold(0.0, f64::max);
+    let mut legend: Vec<(&str, Swatch)> = layers
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| {
+            (
+                name.as_str(),
+                Swatch::Stack(LAYERS[i.min(LAYERS.len() - 1)]),
+            )
+        })
+        .collect();
+    if hard.iter().any(Option::is_some) {
+        legend.push(("hard", Swatch::Line(HARD)));
+    }
+    render(
+        "chart-children",
+        &title,
+        None,
+        frame,
+        &legend,
+        |root, top_px| {
+            let mut chart = time_chart(root, frame, top_px, t0..t1, 0.0..headroom(top), unit)?;
+            for (i, pair) in tops.windows(2).enumerate() {
+                let colour = LAYERS[i.min(LAYERS.len() - 1)];
+                // Each value holds until the next point: steps, as sampled.
+                let upper = steps(times, &pair[1]);
+                let mut poly = upper.clone();
+                poly.extend(steps(times, &pair[0]).into_iter().rev());
+                chart.draw_series(std::iter::once(Polygon::new(
+                    poly,
+                    colour.mix(0.55).filled(),
+                )))?;
+                chart.draw_series(LineSeries::new(upper, colour.stroke_width(1)))?;
+            }
+            for run in hard_steps(&own_times, &hard, per) {
+                draw_line(&mut chart, &run, HARD)?;
+            }
+            Ok(Some(mapping(&chart, t0..t1)))
+        },
+    )
+}
+
+/// A step line through `values` at `times`: each holds until the next.
+fn steps(times: &[i64], values: &[f64]) -> Vec<(i64, f64)> {
+    let mut out = Vec::with_capacity(2 * times.len());
+    for (i, (&t, &v)) in times.iter().zip(values).enumerate() {
+        if i > 0 {
+            out.push((t, values[i - 1]));
+        }
+        out.push((t, v));
+    }
+    out
+}
+
 /// Remaining cash budget over time, with a dashed forecast from the latest
-/// sample to the exhaustion date at the burn of the last 24 hours.
+/// point to the exhaustion date at the burn of the last 24 hours.
 pub fn burn_down_chart(
     samples: &[Sample],
     cash_key: &str,
     now_ms: i64,
     cfg: &KeyConfig,
-    width: u32,
-    height: u32,
+    frame: Frame,
 ) -> String {
     let title = format!("{cash_key}: remaining budget");
     let pts: Vec<&Sample> = sorted(samples)
@@ -156,7 +354,7 @@ pub fn burn_down_chart(
         .filter(|s| s.at_ms <= now_ms)
         .collect();
     if pts.is_empty() {
-        return message_svg("chart-burn-down", &title, "no data yet", width, height);
+        return message_svg("chart-burn-down", &title, "no data yet", frame);
     }
     let f = forecast(samples, cash_key, now_ms, FORECAST_WINDOW_MS);
     let (per, unit) = unit_of(cash_key, cfg);
@@ -175,9 +373,9 @@ pub fn burn_down_chart(
     // Show at most as much future as there is history (a day at least), so
     // a far-off date does not squash the history into a sliver.
     let horizon = (t_last - t_first).max(MS_PER_DAY);
-    // Where the forecast ends and how it is labelled. Labels sit where the
-    // descending lines are not: at the top beside a date line, or below-left
-    // of the line's end.
+    // Where the forecast ends and how it is labelled. The line starts at
+    // the latest point and falls at the forecast's rate, so it meets zero
+    // exactly at the date named, or leaves the chart at its right edge.
     let (forecast_line, mark, t_end) = match f.exhausted_at_ms {
         _ if f.remaining.nanos() <= 0 => (
             None,
@@ -185,7 +383,7 @@ pub fn burn_down_chart(
             now_ms + horizon / 20,
         ),
         Some(at) if at.saturating_sub(now_ms) <= horizon => {
-            let end = at.max(now_ms);
+            let end = at.max(last.0);
             (
                 Some(vec![last, (end, 0.0)]),
                 Mark::Date(end, format!("runs out {}", date(at))),
@@ -194,7 +392,7 @@ pub fn burn_down_chart(
         }
         Some(at) => {
             let end = now_ms + horizon;
-            let v = last.1 * (1.0 - (end - t_last) as f64 / (at - t_last) as f64);
+            let v = last.1 * (1.0 - (end - last.0) as f64 / (at - last.0).max(1) as f64);
             (
                 Some(vec![last, (end, v)]),
                 Mark::End((end, v), format!("runs out {} →", date(at)), VPos::Top),
@@ -205,7 +403,8 @@ pub fn burn_down_chart(
             let end = now_ms + horizon / 10;
             (
                 Some(vec![last, (end, last.1)]),
-                Mark::End((end, last.1), "not burning".into(), VPos::Bottom),
+                // Below the level line: above it sits the "now" label.
+                Mark::End((end, last.1), "not burning".into(), VPos::Top),
                 end,
             )
         }
@@ -218,20 +417,19 @@ pub fn burn_down_chart(
     } else {
         0.0..headroom(hi)
     };
-    let legend = [
-        ("remaining", Swatch::Area(USED)),
-        ("forecast (24 h burn)", Swatch::Dashed(WARN)),
-    ];
+    let mut legend = vec![("remaining", Swatch::Area(USED))];
+    if forecast_line.is_some() {
+        legend.push(("forecast (24 h burn)", Swatch::Dashed(WARN)));
+    }
     let summary = describe(&f, cfg);
     render(
         "chart-burn-down",
         &title,
         Some(&summary),
-        width,
-        height,
+        frame,
         &legend,
         |root, top_px| {
-            let mut chart = time_chart(root, top_px, t0..t1, y.clone(), unit)?;
+            let mut chart = time_chart(root, frame, top_px, t0..t1, y.clone(), unit)?;
             let cols = chart.plotting_area().dim_in_pixel().0 as usize;
             if y.start < 0.0 {
                 draw_line(&mut chart, &[(t0, 0.0), (t1, 0.0)], FG)?;
@@ -246,8 +444,8 @@ pub fn burn_down_chart(
                 EmptyElement::at((now_ms, y.end))
                     + Text::new(
                         "now",
-                        (4, 2),
-                        font(LABEL, MUTED).pos(Pos::new(HPos::Left, VPos::Top)),
+                        (-4, 2),
+                        frame.font(MUTED).pos(Pos::new(HPos::Right, VPos::Top)),
                     ),
             ))?;
             for seg in segments(&times) {
@@ -256,6 +454,7 @@ pub fn burn_down_chart(
             if let Some(line) = forecast_line {
                 chart.draw_series(DashedLineSeries::new(line, 6, 4, WARN.stroke_width(2)))?;
             }
+            let below_now = frame.line_h() + 2;
             match mark {
                 Mark::Date(at, label) => {
                     chart.draw_series(DashedLineSeries::new(
@@ -271,8 +470,8 @@ pub fn burn_down_chart(
                         EmptyElement::at((at, y.end))
                             + Text::new(
                                 label,
-                                (-4, 18),
-                                font(LABEL, FG).pos(Pos::new(HPos::Right, VPos::Top)),
+                                (-4, below_now),
+                                frame.font(FG).pos(Pos::new(HPos::Right, VPos::Top)),
                             ),
                     ))?;
                 }
@@ -284,12 +483,12 @@ pub fn burn_down_chart(
                             + Text::new(
                                 label,
                                 (-6, dy),
-                                font(LABEL, FG).pos(Pos::new(HPos::Right, v)),
+                                frame.font(FG).pos(Pos::new(HPos::Right, v)),
                             ),
                     ))?;
                 }
             }
-            Ok(())
+            Ok(Some(mapping(&chart, t0..t1)))
         },
     )
 }
@@ -302,23 +501,11 @@ pub fn model_breakdown_chart(
     hard: &ResourceList,
     generic_key: &str,
     cfg: &KeyConfig,
-    width: u32,
-    height: u32,
+    frame: Frame,
 ) -> String {
+    let title = model_breakdown_title(used, hard, generic_key, cfg);
     let (per, unit) = unit_of(generic_key, cfg);
     let generic_used = resources::get(used, generic_key).nanos();
-    let generic_hard = hard.get(generic_key).map(Quantity::nanos);
-    let title = match generic_hard {
-        Some(h) => format!(
-            "{generic_key} by model: {} / {} {unit}",
-            decimal(generic_used, per, 2),
-            decimal(h, per, 2)
-        ),
-        None => format!(
-            "{generic_key} by model: {} {unit} used",
-            decimal(generic_used, per, 2)
-        ),
-    };
     let prefix = format!("{generic_key}.");
     let model_of = |k: &'_ str| -> Option<String> {
         k.strip_prefix(&prefix)
@@ -337,17 +524,17 @@ pub fn model_breakdown_chart(
         }
     }
     let modelled: i128 = models.values().map(|v| v.0).sum();
-    let mut rows: Vec<(String, i128, Option<i128>)> =
-        models.into_iter().map(|(m, (u, h))| (m, u, h)).collect();
-    if used.contains_key(generic_key) || hard.contains_key(generic_key) {
-        rows.push((
-            "other/unqualified".into(),
-            (generic_used - modelled).max(0),
-            None,
-        ));
+    // A model with no hard and no use is not drawn (a row of "0 / 0").
+    let mut rows: Vec<(String, i128, Option<i128>)> = models
+        .into_iter()
+        .filter(|(_, (u, h))| *u != 0 || h.is_some_and(|h| h != 0))
+        .map(|(m, (u, h))| (m, u, h))
+        .collect();
+    if generic_used - modelled > 0 {
+        rows.push(("other".into(), (generic_used - modelled).max(0), None));
     }
     if rows.is_empty() {
-        return message_svg("chart-models", &title, "no data yet", width, height);
+        return message_svg("chart-models", &title, "no data yet", frame);
     }
     let n = rows.len();
     let top = rows
@@ -356,20 +543,34 @@ pub fn model_breakdown_chart(
         .max()
         .unwrap_or(0);
     // Room on the right for the value labels.
-    let x_max = if top > 0 { to_f64(top, per) * 1.3 } else { 1.0 };
+    let x_max = if top > 0 {
+        to_f64(top, per) * 1.45
+    } else {
+        1.0
+    };
     let names: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
-    let label_px = names.iter().map(|s| text_w(s, LABEL)).max().unwrap_or(0) + 14;
+    let label_px = names.iter().map(|s| frame.text_w(s)).max().unwrap_or(0) + 14;
     // Rows are 100 y-units tall; row i is centred at 100·(n − i) − 50 so
     // the first model is at the top. (Integer y: plotters' f64 axis does not
     // take a label formatter once its key points are given.)
     let centre = |i: usize| 100 * (n - i) as i64 - 50;
-    let legend = [("used", Swatch::Bar(OK)), ("hard", Swatch::Bar(TRACK))];
+    // The legend names exactly the colours drawn.
+    let colours: Vec<RGBColor> = rows.iter().map(|r| bar_colour(r.1, r.2)).collect();
+    let mut legend = vec![("used", Swatch::Bar(OK))];
+    if colours.contains(&WARN) {
+        legend.push(("≥ 80 % of hard", Swatch::Bar(WARN)));
+    }
+    if colours.contains(&BAD) {
+        legend.push(("over hard", Swatch::Bar(BAD)));
+    }
+    if rows.iter().any(|r| r.2.is_some()) {
+        legend.push(("hard", Swatch::Track));
+    }
     render(
         "chart-models",
         &title,
         None,
-        width,
-        height,
+        frame,
         &legend,
         |root, top_px| {
             let centres: Vec<i64> = (0..n).map(centre).collect();
@@ -378,8 +579,8 @@ pub fn model_breakdown_chart(
                 .margin_right(16)
                 .margin_left(8)
                 .margin_bottom(6)
-                .x_label_area_size(40)
-                .y_label_area_size(label_px.clamp(40, 220) as u32)
+                .x_label_area_size(frame.line_h() as u32 * 2 + 6)
+                .y_label_area_size(label_px.clamp(40, frame.w as i32 / 3) as u32)
                 .build_cartesian_2d(0.0..x_max, (0..100 * n as i64).with_key_points(centres))?;
             let name_at = |v: &i64| {
                 let i = n as i64 - 1 - v.div_euclid(100);
@@ -395,9 +596,9 @@ pub fn model_breakdown_chart(
                 .bold_line_style(GRID)
                 .light_line_style(TRANSPARENT)
                 .axis_style(MUTED)
-                .label_style(font(LABEL, MUTED))
-                .axis_desc_style(font(LABEL, FG))
-                .x_labels(6)
+                .label_style(frame.font(MUTED))
+                .axis_desc_style(frame.font(FG))
+                .x_labels((frame.w as usize / (frame.text_px as usize * 6)).clamp(3, 8))
                 .x_label_formatter(&|v| fmt_tick_value(*v))
                 .y_label_formatter(&name_at)
                 .x_desc(unit)
@@ -413,7 +614,7 @@ pub fn model_breakdown_chart(
                 }
                 chart.draw_series(std::iter::once(Rectangle::new(
                     [(0.0, y - 30), (uf, y + 30)],
-                    bar_colour(*u, *h).filled(),
+                    colours[i].filled(),
                 )))?;
                 // The hard tick goes on top, so an overrun bar still shows it.
                 if let Some(h) = h {
@@ -433,13 +634,42 @@ pub fn model_breakdown_chart(
                         + Text::new(
                             label,
                             (6, 0),
-                            font(LABEL, FG).pos(Pos::new(HPos::Left, VPos::Center)),
+                            frame.font(FG).pos(Pos::new(HPos::Left, VPos::Center)),
                         ),
                 ))?;
             }
-            Ok(())
+            Ok(None)
         },
     )
+}
+
+/// "requests.nvidia.com/gpu by model: 14 of 20 cards used".
+pub fn model_breakdown_title(
+    used: &ResourceList,
+    hard: &ResourceList,
+    generic_key: &str,
+    cfg: &KeyConfig,
+) -> String {
+    let (per, unit) = unit_of(generic_key, cfg);
+    let generic_used = resources::get(used, generic_key).nanos();
+    match hard.get(generic_key).map(Quantity::nanos) {
+        Some(h) => format!(
+            "{generic_key} by model: {} of {} {unit} used",
+            decimal(generic_used, per, 2),
+            decimal(h, per, 2)
+        ),
+        None => format!(
+            "{generic_key} by model: {} {unit} used",
+            decimal(generic_used, per, 2)
+        ),
+    }
+}
+
+/// A chart in both frames, for a `<figure>`: the stylesheet shows one.
+pub fn both(draw: impl Fn(Frame) -> String) -> String {
+    let wide = draw(WIDE).replacen("class=\"chart ", "class=\"chart wide ", 1);
+    let narrow = draw(NARROW).replacen("class=\"chart ", "class=\"chart narrow ", 1);
+    format!("{wide}{narrow}")
 }
 
 // ---------------------------------------------------------------------------
@@ -461,9 +691,6 @@ const OK: RGBColor = RGBColor(0x12, 0xb7, 0x6a);
 const WARN: RGBColor = RGBColor(0xf7, 0x90, 0x09);
 const BAD: RGBColor = RGBColor(0xd9, 0x2d, 0x20);
 
-const MIN_W: u32 = 240;
-const MIN_H: u32 = 160;
-
 /// How the burn-down marks the forecast: a date line with its label at the
 /// top, or a label at the end of the forecast line (above or below it).
 enum Mark {
@@ -471,16 +698,31 @@ enum Mark {
     End((i64, f64), String, VPos),
 }
 
+/// A legend entry's picture: drawn the way its series is.
 enum Swatch {
     Line(RGBColor),
     Dashed(RGBColor),
+    /// A line over its light fill (usage, remaining budget).
     Area(RGBColor),
+    /// A stacked layer: stronger fill, thin top line.
+    Stack(RGBColor),
     Bar(RGBColor),
+    /// The hard of a model: a grey track with a dark tick.
+    Track,
 }
 
-/// Plotters writes a font of size `s` as `s / 1.24` px: these print whole.
-const LABEL: f64 = 13.64; // 11 px
-const TITLE: f64 = 17.36; // 14 px
+/// Where a time chart's x axis is, for the pointer's readout.
+struct Mapping {
+    x: Range<i32>,
+    t: Range<i64>,
+}
+
+fn mapping(chart: &TimeChart<'_, '_>, t: Range<i64>) -> Mapping {
+    Mapping {
+        x: chart.plotting_area().get_pixel_range().0,
+        t,
+    }
+}
 
 fn font(size: f64, colour: RGBColor) -> TextStyle<'static> {
     let style = ("sans-serif", size).into_font();
@@ -491,30 +733,23 @@ fn font(size: f64, colour: RGBColor) -> TextStyle<'static> {
     }
 }
 
-/// Rough width in pixels of `text` at plotters font `size` (no font metrics
-/// without ttf; the SVG backend writes size / 1.24 px).
-fn text_w(text: &str, size: f64) -> i32 {
-    (text.chars().count() as f64 * size / 1.24 * 0.56).ceil() as i32
-}
-
-/// Draws the frame (background, title, legend) and then `body`, and wraps
-/// the result as inline SVG. A drawing error becomes a message, not a panic.
+/// Draws the frame (background, legend) and then `body`, and wraps the
+/// result as inline SVG. A drawing error becomes a message, not a panic.
 fn render(
     class: &str,
     title: &str,
     summary: Option<&str>,
-    width: u32,
-    height: u32,
+    frame: Frame,
     legend: &[(&str, Swatch)],
-    body: impl FnOnce(&Area<'_>, u32) -> Drawn,
+    body: impl FnOnce(&Area<'_>, u32) -> Drawn<Option<Mapping>>,
 ) -> String {
-    let (w, h) = (width.max(MIN_W), height.max(MIN_H));
     let mut buf = String::new();
+    let map = Cell::new(None);
     let drawn: Drawn = (|| {
-        let root = SVGBackend::with_string(&mut buf, (w, h)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut buf, (frame.w, frame.h)).into_drawing_area();
         root.fill(&WHITE)?;
-        let top = header(&root, w, title, legend)?;
-        body(&root, top)?;
+        let top = header(&root, frame, legend)?;
+        map.set(body(&root, top)?);
         root.present()?;
         Ok(())
     })();
@@ -525,36 +760,41 @@ fn render(
                 Some(s) => format!("{title}. {s}"),
                 None => title.to_string(),
             };
-            format!("{}{body}", svg_open(class, &label, w, h))
+            format!("{}{body}", svg_open(class, &label, frame, map.take()))
         }
         Err(e) => message_svg(
             class,
             title,
             &format!("chart could not be drawn: {e}"),
-            w,
-            h,
+            frame,
         ),
     }
 }
 
-fn svg_open(class: &str, title: &str, w: u32, h: u32) -> String {
+fn svg_open(class: &str, title: &str, frame: Frame, map: Option<Mapping>) -> String {
     let t = escape(title);
+    let (w, h) = (frame.w, frame.h);
+    let data = map.map_or(String::new(), |m| {
+        format!(
+            " data-x0=\"{}\" data-x1=\"{}\" data-t0=\"{}\" data-t1=\"{}\"",
+            m.x.start, m.x.end, m.t.start, m.t.end
+        )
+    });
     format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart {class}\" viewBox=\"0 0 {w} {h}\" width=\"100%\" role=\"img\" aria-label=\"{t}\">\n<title>{t}</title>\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart {class}\" viewBox=\"0 0 {w} {h}\" width=\"100%\" role=\"img\" aria-label=\"{t}\"{data}>\n<title>{t}</title>\n"
     )
 }
 
-/// A chart-sized frame holding the title and a message ("no data yet").
-fn message_svg(class: &str, title: &str, message: &str, width: u32, height: u32) -> String {
-    let (w, h) = (width.max(MIN_W), height.max(MIN_H));
+/// A chart-sized frame holding a message ("no data yet").
+fn message_svg(class: &str, title: &str, message: &str, frame: Frame) -> String {
+    let (w, h) = (frame.w, frame.h);
     format!(
         "{}<rect x=\"0\" y=\"0\" width=\"{w}\" height=\"{h}\" fill=\"#FFFFFF\"/>\n\
-         <text x=\"12\" y=\"10\" dy=\"0.76em\" font-family=\"sans-serif\" font-size=\"14.5\" font-weight=\"bold\" fill=\"#1D2330\">{}</text>\n\
-         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"13\" fill=\"#667085\">{}</text>\n</svg>\n",
-        svg_open(class, &format!("{title}: {message}"), w, h),
-        escape(title),
+         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"{}\" fill=\"#667085\">{}</text>\n</svg>\n",
+        svg_open(class, &format!("{title}: {message}"), frame, None),
         w / 2,
         h / 2,
+        frame.text_px,
         escape(message)
     )
 }
@@ -573,26 +813,17 @@ fn escape(s: &str) -> String {
     out
 }
 
-/// Title on the left and legend on the right, or the legend on a second
-/// row when they would overlap; returns the height they take.
-fn header(root: &Area<'_>, w: u32, title: &str, legend: &[(&str, Swatch)]) -> Drawn<u32> {
-    // Shrink a long title (whole px) until it fits the width.
-    let fits = |size: f64| (text_w(title, size) as f64 * 1.1) as i32 + 24 <= w as i32;
-    let size = [TITLE, 16.12, 14.88, LABEL, 12.4]
-        .into_iter()
-        .find(|&s| fits(s))
-        .unwrap_or(12.4);
-    let bold = ("sans-serif", size).into_font().style(FontStyle::Bold);
-    root.draw(&Text::new(title.to_string(), (12, 10), bold.color(&FG)))?;
-    let entry_w = |label: &str| 16 + 5 + text_w(label, LABEL) + 14;
-    let legend_w: i32 = legend.iter().map(|(l, _)| entry_w(l)).sum();
-    let title_w = (text_w(title, size) as f64 * 1.1) as i32;
-    let (mut x, y, top) = if 12 + title_w + 24 + legend_w <= w as i32 - 12 {
-        (w as i32 - legend_w, 18, 38)
-    } else {
-        (12, 44, 62)
-    };
+/// The legend, left to right, wrapping onto more rows where the width
+/// ends; returns the height it takes.
+fn header(root: &Area<'_>, frame: Frame, legend: &[(&str, Swatch)]) -> Drawn<u32> {
+    let line = frame.line_h();
+    let (mut x, mut y) = (12, 8 + line / 2);
+    let entry_w = |label: &str| 16 + 6 + frame.text_w(label) + 16;
     for (label, swatch) in legend {
+        if x > 12 && x + entry_w(label) > frame.w as i32 - 8 {
+            x = 12;
+            y += line;
+        }
         match swatch {
             Swatch::Line(c) => root.draw(&PathElement::new(
                 vec![(x, y), (x + 16, y)],
@@ -618,39 +849,62 @@ fn header(root: &Area<'_>, w: u32, title: &str, legend: &[(&str, Swatch)]) -> Dr
                     c.stroke_width(2),
                 ))?;
             }
+            Swatch::Stack(c) => {
+                root.draw(&Rectangle::new(
+                    [(x, y - 5), (x + 16, y + 5)],
+                    c.mix(0.55).filled(),
+                ))?;
+                root.draw(&PathElement::new(
+                    vec![(x, y - 5), (x + 16, y - 5)],
+                    c.stroke_width(1),
+                ))?;
+            }
             Swatch::Bar(c) => {
                 root.draw(&Rectangle::new([(x, y - 5), (x + 16, y + 5)], c.filled()))?
+            }
+            Swatch::Track => {
+                root.draw(&Rectangle::new(
+                    [(x, y - 5), (x + 16, y + 5)],
+                    TRACK.filled(),
+                ))?;
+                root.draw(&PathElement::new(
+                    vec![(x + 15, y - 7), (x + 15, y + 7)],
+                    FG.stroke_width(2),
+                ))?;
             }
         }
         root.draw(&Text::new(
             label.to_string(),
-            (x + 21, y),
-            font(LABEL, FG).pos(Pos::new(HPos::Left, VPos::Center)),
+            (x + 22, y),
+            frame.font(FG).pos(Pos::new(HPos::Left, VPos::Center)),
         ))?;
         x += entry_w(label);
     }
-    Ok(top)
+    Ok((y + line / 2 + 6) as u32)
 }
 
 /// A chart with time (UTC) on x, ticked at calendar boundaries, and the
 /// key's unit on y.
 fn time_chart<'a, 'b>(
     root: &'a Area<'b>,
+    frame: Frame,
     top: u32,
     t: Range<i64>,
     y: Range<f64>,
     unit: &str,
 ) -> Drawn<TimeChart<'a, 'b>> {
-    const Y_LABELS: u32 = 64;
-    let plot_w = root.dim_in_pixel().0.saturating_sub(Y_LABELS + 24) as usize;
-    let (ticks, step) = time_ticks(t.start, t.end, (plot_w / 64).clamp(3, 12));
+    let y_labels = (frame.text_px * 5.0) as u32;
+    let plot_w = root.dim_in_pixel().0.saturating_sub(y_labels + 24) as usize;
+    // A tick label ("Nov 23", "14:00") is about six characters wide.
+    let tick_w = (frame.text_px * 6.0) as usize;
+    let (ticks, step) = time_ticks(t.start, t.end, (plot_w / tick_w).clamp(2, 12));
     let mut chart = ChartBuilder::on(root)
         .margin_top(top)
         .margin_right(24)
         .margin_left(8)
         .margin_bottom(6)
-        .x_label_area_size(40)
-        .y_label_area_size(Y_LABELS)
+        .x_label_area_size(frame.line_h() as u32 * 2 + 6)
+        .y_label_area_size(y_labels)
         .build_cartesian_2d(t.clone().with_key_points(ticks), y)?;
     let x_desc = match step {
         Step::Ms(s) if s < MS_PER_DAY => format!("time (UTC), from {}", date(t.start)),
@@ -661,9 +915,12 @@ fn time_chart<'a, 'b>(
         .bold_line_style(GRID)
         .light_line_style(TRANSPARENT)
         .axis_style(MUTED)
-        .label_style(font(LABEL, MUTED))
-        .axis_desc_style(font(LABEL, FG))
-        .y_labels(6)
+        .label_style(frame.font(MUTED))
+        .axis_desc_style(frame.font(FG))
+        .y_labels(
+            ((frame.h as usize).saturating_sub(top as usize) / (frame.line_h() as usize * 2))
+                .clamp(3, 6),
+        )
         .x_label_formatter(&|t| tick_label(*t, step))
         .y_label_formatter(&|v| fmt_tick_value(*v))
         .x_desc(x_desc)
@@ -1236,13 +1493,13 @@ mod tests {
 
     #[test]
     fn usage_chart_is_labelled_and_inline() {
-        let svg = usage_chart(&week_of_gpu_usage(), GPU, &KeyConfig::default(), 800, 300);
-        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 800 300\" width=\"100%\""), "{}", &svg[..200]);
+        let svg = usage_chart(&week_of_gpu_usage(), GPU, &KeyConfig::default(), WIDE);
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 760 300\" width=\"100%\" role=\"img\" aria-label=\"requests.nvidia.com/gpu: used and hard\" data-x0=\""), "{}", &svg[..200]);
         assert!(!svg.contains("<?xml"));
         assert!(svg.ends_with("</svg>\n"));
         assert_eq!(svg.matches("<svg").count(), 1);
         for text in [
-            "requests.nvidia.com/gpu: used and hard",
+            "<title>requests.nvidia.com/gpu: used and hard</title>",
             ">\ncards\n</text>",
             ">\ndate (UTC)\n</text>",
             ">\nused\n</text>",
@@ -1258,15 +1515,14 @@ mod tests {
 
     #[test]
     fn usage_chart_handles_empty_single_and_gaps() {
-        let empty = usage_chart(&[], GPU, &KeyConfig::default(), 800, 300);
+        let empty = usage_chart(&[], GPU, &KeyConfig::default(), WIDE);
         assert!(empty.contains(">no data yet</text>"));
-        assert!(empty.contains("viewBox=\"0 0 800 300\""));
+        assert!(empty.contains("viewBox=\"0 0 760 300\""));
         let one = usage_chart(
             &[usage(T0, "3", Some("8"))],
             GPU,
             &KeyConfig::default(),
-            800,
-            300,
+            WIDE,
         );
         assert!(one.contains("<circle"), "a lone sample shows as a dot");
         assert!(
@@ -1277,7 +1533,7 @@ mod tests {
             .map(|i| usage(T0 + i * MS_PER_MIN, "2", Some("4")))
             .collect();
         gappy.extend((0..30).map(|i| usage(T0 + 3 * MS_PER_HOUR + i * MS_PER_MIN, "3", None)));
-        let svg = usage_chart(&gappy, GPU, &KeyConfig::default(), 800, 300);
+        let svg = usage_chart(&gappy, GPU, &KeyConfig::default(), WIDE);
         assert_eq!(
             svg.matches("<polygon").count(),
             2,
@@ -1291,7 +1547,7 @@ mod tests {
             self_used: ResourceList::new(),
         }];
         assert!(
-            usage_chart(&mem, "requests.memory", &KeyConfig::default(), 800, 300)
+            usage_chart(&mem, "requests.memory", &KeyConfig::default(), WIDE)
                 .contains(">\nGiB\n</text>")
         );
     }
@@ -1304,11 +1560,10 @@ mod tests {
             CASH,
             now,
             &KeyConfig::default(),
-            800,
-            300,
+            WIDE,
         );
         for text in [
-            ">\ncash/requests.nvidia.com/gpu: remaining budget\n</text>",
+            "<title>cash/requests.nvidia.com/gpu: remaining budget. ",
             ">\ncard-hours\n</text>",
             ">\nremaining\n</text>",
             ">\nforecast (24 h burn)\n</text>",
@@ -1322,24 +1577,22 @@ mod tests {
             .map(|h| cash(T0 + h * MS_PER_HOUR, 100, 40 * NANO))
             .collect();
         assert!(
-            burn_down_chart(&idle, CASH, now, &KeyConfig::default(), 800, 300)
+            burn_down_chart(&idle, CASH, now, &KeyConfig::default(), WIDE)
                 .contains(">\nnot burning\n</text>")
         );
         let spent = vec![cash(T0, 100, 150 * NANO)];
         assert!(
-            burn_down_chart(&spent, CASH, now, &KeyConfig::default(), 800, 300)
+            burn_down_chart(&spent, CASH, now, &KeyConfig::default(), WIDE)
                 .contains(">\nexhausted\n</text>")
         );
         // A date beyond the shown horizon is named at the edge.
         let slow = vec![cash(now - MS_PER_HOUR, 10_000, 0), cash(now, 10_000, NANO)];
         assert!(
-            burn_down_chart(&slow, CASH, now, &KeyConfig::default(), 800, 300)
+            burn_down_chart(&slow, CASH, now, &KeyConfig::default(), WIDE)
                 .contains(">\nruns out 2028-01-12 →\n</text>")
         );
-        assert!(
-            burn_down_chart(&[], CASH, now, &KeyConfig::default(), 800, 300)
-                .contains(">no data yet</text>")
-        );
+        assert!(burn_down_chart(&[], CASH, now, &KeyConfig::default(), WIDE)
+            .contains(">no data yet</text>"));
     }
 
     #[test]
@@ -1356,47 +1609,114 @@ mod tests {
             ("requests.nvidia.com/gpu.A100", q("8")),
             ("requests.nvidia.com/gpu.V100", q("2")),
         ]);
-        let svg = model_breakdown_chart(&used, &hard, GPU, &KeyConfig::default(), 800, 260);
+        let svg = model_breakdown_chart(&used, &hard, GPU, &KeyConfig::default(), WIDE);
         for text in [
-            ">\nrequests.nvidia.com/gpu by model: 14 / 20 cards\n</text>",
+            "<title>requests.nvidia.com/gpu by model: 14 of 20 cards used</title>",
             ">\nA100\n</text>",
             ">\nV100\n</text>",
             ">\nT4\n</text>",
-            ">\nother/unqualified\n</text>",
+            ">\nother\n</text>",
             ">\n7 / 8\n</text>",
             ">\n3 / 2\n</text>",
             ">\n3\n</text>",
             ">\ncards\n</text>",
             ">\nused\n</text>",
             ">\nhard\n</text>",
+            ">\nover hard\n</text>",
         ] {
             assert!(svg.contains(text), "missing {text}");
         }
         assert!(svg.contains("fill=\"#D92D20\""), "V100 is over its hard");
+        // A100 is at 7 of 8: the legend names that colour too, as drawn.
+        assert!(svg.contains(">\n≥ 80 % of hard\n</text>"));
         assert!(!svg.contains(">requests.cpu"));
         let none = model_breakdown_chart(
             &ResourceList::new(),
             &ResourceList::new(),
             GPU,
             &KeyConfig::default(),
-            800,
-            260,
+            WIDE,
         );
         assert!(none.contains(">no data yet</text>"));
+    }
+
+    /// Every `font-size` of an SVG, in viewBox units.
+    fn font_sizes(svg: &str) -> Vec<f64> {
+        svg.split("font-size=\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next()?.parse().ok())
+            .collect()
+    }
+
+    #[test]
+    fn text_is_never_rendered_below_twelve_pixels() {
+        // The narrowest each frame is shown at (style/bizrq.css): the wide
+        // one from 767 px of chart, the narrow one from 300 px (320 px screens).
+        let cfg = KeyConfig::default();
+        let used = list(&[(GPU, q("14")), ("requests.nvidia.com/gpu.A100", q("7"))]);
+        let hard = list(&[(GPU, q("20")), ("requests.nvidia.com/gpu.A100", q("8"))]);
+        let now = T0 + 24 * MS_PER_HOUR;
+        for (frame, shown_from) in [(WIDE, 767.0), (NARROW, 300.0)] {
+            let scale = shown_from / frame.w as f64;
+            for svg in [
+                usage_chart(&week_of_gpu_usage(), GPU, &cfg, frame),
+                burn_down_chart(&steady_burn(24, 10, 100), CASH, now, &cfg, frame),
+                model_breakdown_chart(&used, &hard, GPU, &cfg, frame),
+                usage_chart(&[], GPU, &cfg, frame),
+            ] {
+                let sizes = font_sizes(&svg);
+                assert!(!sizes.is_empty());
+                for s in sizes {
+                    assert!(s * scale >= 12.0, "{s} × {scale} in {frame:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn both_frames_are_drawn_and_marked() {
+        let svg = both(|f| usage_chart(&week_of_gpu_usage(), GPU, &KeyConfig::default(), f));
+        assert!(svg.contains("class=\"chart wide chart-usage\" viewBox=\"0 0 760 300\""));
+        assert!(svg.contains("class=\"chart narrow chart-usage\" viewBox=\"0 0 360 280\""));
+        // Where the time axis is: the plot's pixels and its time span.
+        let t0 = format!("data-t0=\"{T0}\"");
+        assert!(svg.contains(&t0), "the axis starts at the first sample");
+    }
+
+    #[test]
+    fn the_forecast_is_drawn_in_its_legend_colour() {
+        let now = T0 + 24 * MS_PER_HOUR;
+        let svg = burn_down_chart(
+            &steady_burn(24, 10, 100),
+            CASH,
+            now,
+            &KeyConfig::default(),
+            WIDE,
+        );
+        // The dashed forecast is drawn as one path from the last point to
+        // (exhaustion, 0): its last point lies on the zero line's y, the
+        // bottom of the plot, which is where the x axis is drawn.
+        let x_axis_y: Vec<&str> = svg
+            .lines()
+            .filter(|l| l.contains("stroke=\"#F79009\"") && l.contains("stroke-width=\"2\""))
+            .collect();
+        assert!(!x_axis_y.is_empty(), "a forecast line is drawn");
+        let legend_dashed = svg.matches("stroke=\"#F79009\"").count();
+        assert!(legend_dashed >= 3, "legend and line share the colour");
     }
 
     #[test]
     fn charts_are_deterministic() {
         let s = week_of_gpu_usage();
         assert_eq!(
-            usage_chart(&s, GPU, &KeyConfig::default(), 800, 300),
-            usage_chart(&s, GPU, &KeyConfig::default(), 800, 300)
+            usage_chart(&s, GPU, &KeyConfig::default(), WIDE),
+            usage_chart(&s, GPU, &KeyConfig::default(), WIDE)
         );
         let b = steady_burn(24, 10, 100);
         let now = T0 + 24 * MS_PER_HOUR;
         assert_eq!(
-            burn_down_chart(&b, CASH, now, &KeyConfig::default(), 800, 300),
-            burn_down_chart(&b, CASH, now, &KeyConfig::default(), 800, 300)
+            burn_down_chart(&b, CASH, now, &KeyConfig::default(), WIDE),
+            burn_down_chart(&b, CASH, now, &KeyConfig::default(), WIDE)
         );
     }
 
@@ -1412,7 +1732,7 @@ mod tests {
             })
             .collect();
         let start = std::time::Instant::now();
-        let svg = usage_chart(&s, GPU, &KeyConfig::default(), 800, 300);
+        let svg = usage_chart(&s, GPU, &KeyConfig::default(), WIDE);
         let took = start.elapsed();
         println!("10,000-point usage chart: {took:?}, {} bytes", svg.len());
         let cash: Vec<Sample> = steady_burn(166, 10, 100);
@@ -1422,8 +1742,7 @@ mod tests {
             CASH,
             T0 + 166 * MS_PER_HOUR,
             &KeyConfig::default(),
-            800,
-            300,
+            WIDE,
         );
         println!(
             "{}-point burn-down: {:?}, {} bytes",
@@ -1490,23 +1809,23 @@ mod samples_out {
         let charts = [
             (
                 "usage.svg",
-                usage_chart(&week, gpu, &KeyConfig::default(), 800, 300),
+                usage_chart(&week, gpu, &KeyConfig::default(), WIDE),
             ),
             (
                 "burn-down.svg",
-                burn_down_chart(&burn, cash, now, &KeyConfig::default(), 800, 300),
+                burn_down_chart(&burn, cash, now, &KeyConfig::default(), WIDE),
             ),
             (
                 "models.svg",
-                model_breakdown_chart(&used, &hard, gpu, &KeyConfig::default(), 800, 240),
+                model_breakdown_chart(&used, &hard, gpu, &KeyConfig::default(), WIDE),
             ),
             (
                 "empty.svg",
-                usage_chart(&[], gpu, &KeyConfig::default(), 800, 300),
+                usage_chart(&[], gpu, &KeyConfig::default(), WIDE),
             ),
             (
                 "narrow.svg",
-                usage_chart(&week, gpu, &KeyConfig::default(), 360, 240),
+                usage_chart(&week, gpu, &KeyConfig::default(), NARROW),
             ),
         ];
         for (name, svg) in charts {

@@ -43,6 +43,17 @@ pub enum Section {
     None,
 }
 
+/// The script that loads the islands bundle (`/pkg/boot.js?v=…`), once
+/// the server has one; until then pages carry no script at all.
+static ISLANDS_SCRIPT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Tells every page frame from now on to load the islands bundle from
+/// `src`. Called once at startup; a bundle is the process's, like its
+/// stylesheet.
+pub fn use_islands(src: String) {
+    let _ = ISLANDS_SCRIPT.set(src);
+}
+
 /// The navigation: (section, label, href, admins only).
 pub const NAV: [(Section, &str, &str, bool); 7] = [
     (Section::Overview, "Overview", "/", false),
@@ -94,8 +105,9 @@ pub fn Layout(
             .filter(|(_, _, _, admin_only)| v.is_admin || !admin_only)
             .map(|(s, label, href, _)| {
                 let current = (*s == section).then_some("page");
-                let badge = (*s == Section::Alerts && v.open_alerts > 0).then(|| {
-                    view! { " "<span class="badge" title="open alerts">{v.open_alerts}</span> }
+                // An island: hidden at zero, kept current when scripts run.
+                let badge = (*s == Section::Alerts).then(|| {
+                    view! { " "<bizrq_islands::AlertsBadge count=v.open_alerts/> }
                 });
                 view! { <a href=*href aria-current=current>{*label}{badge}</a> }
             })
@@ -116,6 +128,7 @@ pub fn Layout(
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <title>{format!("{title} · bizrq")}</title>
                 <link rel="stylesheet" href="/style.css"/>
+                {ISLANDS_SCRIPT.get().map(|src| view! { <script type="module" src=src.clone()></script> })}
             </head>
             <body>
                 <header><a class="brand" href="/">"bizrq"</a>{nav}</header>
@@ -152,7 +165,9 @@ pub fn escape_text(s: &str) -> String {
 
 #[cfg(feature = "ssr")]
 pub fn document<V: IntoView + 'static>(f: impl FnOnce() -> V) -> String {
-    let owner = Owner::new();
+    // An islands context: an island's server-rendered children need one.
+    let context = hydration_context::SsrSharedContext::new_islands();
+    let owner = Owner::new_root(Some(std::sync::Arc::new(context)));
     let html = owner.with(|| f().to_html());
     format!("<!DOCTYPE html>{html}")
 }

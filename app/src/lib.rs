@@ -6,6 +6,7 @@ pub mod alerts;
 pub mod attention;
 pub mod audit;
 pub mod budgets;
+pub mod chart_section;
 pub mod charts;
 pub mod layout;
 pub mod quotas;

@@ -61,8 +61,9 @@ pub struct QuotaDetail {
     /// (child name, its hard as one line).
     pub children: Vec<(String, String)>,
     pub workloads: Vec<WorkloadRow>,
-    /// Inline SVG: usage per key over time, burn-down per cash key.
-    pub charts: Vec<String>,
+    /// Usage per key over the chosen range, burn-down per cash key, the
+    /// children's use stacked.
+    pub charts: crate::chart_section::Charts,
     pub forecasts: Vec<String>,
     pub resource_version: String,
     pub can_edit: bool,
@@ -353,12 +354,8 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     let forecasts = (!d.forecasts.is_empty()).then(|| {
         view! { <ul class="forecasts">{d.forecasts.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ul> }
     });
-    let charts = if d.charts.is_empty() {
-        view! { <p class="hint">"No usage recorded yet: charts appear once the sampler has recorded this quota."</p> }.into_any()
-    } else {
-        view! { <div class="charts">{d.charts.into_iter().map(svg).collect_view()}</div> }
-            .into_any()
-    };
+    // Rendered inside the document: the chart island needs its context.
+    let charts = d.charts;
     document(move || {
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Tree flash=flash>
@@ -370,9 +367,8 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 {breakdowns}
                 <div class="extras">{extras}</div>
                 {budgets}
-                <h3>"Charts · last 7 days"</h3>
                 {forecasts}
-                {charts}
+                {crate::chart_section::view(charts, "Nothing to chart: no key of this quota has a hard or a use yet.")}
                 <h3>"Children"</h3>
                 {children}
                 <h3>"Bound workloads"</h3>

@@ -21,6 +21,7 @@ pub mod reconcile;
 pub mod resources;
 pub mod review;
 pub mod rollup;
+pub mod series;
 pub mod time;
 pub mod transfer;
 pub mod tree;

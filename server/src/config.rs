@@ -89,6 +89,11 @@ pub struct ServeArgs {
     /// Login and password-change attempts per client address and minute.
     #[arg(long, env = "BIZRQ_LOGIN_ATTEMPTS_PER_MINUTE", default_value_t = 30)]
     pub login_attempts_per_minute: u32,
+    /// The portal's islands bundle: a directory holding `bizrq_islands.js`
+    /// and `bizrq_islands_bg.wasm` (wasm-bindgen's output, README "Portal
+    /// islands"). Unset: pages are server-rendered only, as with JavaScript off.
+    #[arg(long, env = "BIZRQ_ISLANDS_DIR")]
+    pub islands_dir: Option<PathBuf>,
     /// PEM certificate for the webhook; self-signed when absent.
     #[arg(long, env = "BIZRQ_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,

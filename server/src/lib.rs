@@ -159,6 +159,9 @@ pub async fn start_with(
     clock: Option<service::Clock>,
 ) -> anyhow::Result<Running> {
     tls::install_crypto_provider();
+    if let Some(dir) = &args.islands_dir {
+        http::pkg::install(dir)?;
+    }
     check_webhook_exposure(args)?;
     let webhook_token = webhook_token(args)?;
     if args.demo && client.is_some() {

@@ -21,6 +21,8 @@ pub fn http_router(app: AppState) -> Router {
         )
         .route("/api/v1/quotas/{name}/usage", get(quotas::usage))
         .route("/api/v1/quotas/{name}/budgets", get(http::budgets::get))
+        .route("/api/v1/quotas/{name}/samples", get(http::samples::samples))
+        .route("/api/v1/live", get(http::live::live))
         .route("/api/v1/check", post(check::check))
         .merge(http::transfers::router())
         .merge(http::alerts::router())
@@ -32,6 +34,7 @@ pub fn http_router(app: AppState) -> Router {
     // before the CSRF check reads the session's token.
     Router::new()
         .route("/style.css", get(health::style))
+        .route("/pkg/{file}", get(http::pkg::file))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

@@ -1,7 +1,8 @@
 //! The HTTP edges' shared parts — their state, the error → response
 //! mapping, the body limits, the webhook's token check — and the JSON API,
-//! one module per resource (`quotas`, `check`, `transfers`, `alerts`) plus
-//! `health` (probes, metrics, the stylesheet). Which edges exist and how
+//! one module per resource (`quotas`, `samples`, `check`, `transfers`,
+//! `alerts`, `live`) plus `health` (probes, metrics, the stylesheet) and
+//! `pkg` (the islands bundle). Which edges exist and how
 //! their routers compose: `routes`. Authentication and the portal's pages
 //! are in `portal`; the admission webhook is `webhook`.
 
@@ -9,7 +10,10 @@ pub mod alerts;
 pub mod budgets;
 pub mod check;
 pub mod health;
+pub mod live;
+pub mod pkg;
 pub mod quotas;
+pub mod samples;
 pub mod transfers;
 
 use crate::authz::Principal;

@@ -69,8 +69,7 @@ fn loud(app: &AppState, quotas_in: Option<Vec<String>>) -> AlertFilter {
 /// How many open alerts the viewer may see ask for someone now (the badge):
 /// one count, whatever the size of the tree.
 pub async fn open_count(app: &AppState, p: &Principal) -> Result<usize, PageError> {
-    let scope = crate::service::changes::records_scope(&app.service, p).await?;
-    Ok(app.portal.sql.count_alerts(&loud(app, scope)).await? as usize)
+    Ok(crate::http::live::open_alert_count(app, p).await?)
 }
 
 /// The open alerts the viewer may see that ask for someone now, for the

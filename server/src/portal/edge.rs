@@ -22,10 +22,14 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-/// Pages have no scripts; styles come from `/style.css` and from inline
-/// `style` attributes (bars, tree indents), which need `'unsafe-inline'`
-/// for styles only. Forms post to bizrq only; nothing may frame a page.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self' 'unsafe-inline'; \
+/// Scripts only from bizrq itself (the islands bundle under `/pkg/`, which
+/// compiles WebAssembly and asks bizrq's JSON API); none inline. Styles
+/// come from `/style.css` and from inline `style` attributes (bars, tree
+/// indents), which need `'unsafe-inline'` for styles only. Forms post to
+/// bizrq only; nothing may frame a page.
+pub const CONTENT_SECURITY_POLICY: &str =
+    "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'; \
+     connect-src 'self'; style-src 'self' 'unsafe-inline'; \
      img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Adds the security headers to every response (unless a handler set its

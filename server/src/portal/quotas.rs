@@ -10,7 +10,8 @@ use crate::authz::{self, Role, Tree};
 use crate::http::AppState;
 use crate::service::changes::{self, ChangeError};
 use crate::service::ServiceError;
-use crate::store::history::{Sample as StoredSample, DAY_MS};
+use crate::store::history::DAY_MS;
+use app::chart_section::{self, Charts};
 use app::charts;
 use app::layout::Flash;
 use app::quotas::{
@@ -24,30 +25,47 @@ use axum::Form;
 use quota::forecast::{forecast, Sample, FORECAST_WINDOW_MS};
 use quota::keys::cash_target;
 use quota::rollup::subtree_in_use;
+use quota::series::Range;
 use quota::{resources, KeyConfig, Quantity, Quota, QuotaSpec, ResourceList};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Charts on the detail page cover this much history.
-const CHART_SPAN_MS: i64 = 7 * DAY_MS;
-const CHART_W: u32 = 640;
-const CHART_H: u32 = 240;
-
-fn chart_samples(rows: Vec<StoredSample>) -> Vec<Sample> {
-    rows.into_iter()
-        .map(|s| Sample {
-            at_ms: s.at_ms,
-            hard: s.hard,
-            used: s.used,
-            self_used: s.self_used,
-        })
-        .collect()
-}
-
 async fn samples(app: &AppState, name: &str, span_ms: i64) -> Result<Vec<Sample>, PageError> {
     let now = app.service.now();
     let rows = app.portal.sql.samples(name, now - span_ms, now).await?;
-    Ok(chart_samples(rows))
+    Ok(crate::service::charts::to_samples(rows))
+}
+
+/// The detail page's query: `?range=24h|7d|30d|90d|1y` for the charts.
+#[derive(Deserialize, Default)]
+pub struct DetailParams {
+    #[serde(default)]
+    range: String,
+}
+
+/// The chart section of `q` over `range`: its keys, its children stacked,
+/// each ending with the current status.
+async fn chart_section(
+    app: &AppState,
+    q: &Quota,
+    all: &[Quota],
+    range: Range,
+) -> Result<Charts, PageError> {
+    let now = app.service.now();
+    let g = crate::service::charts::gather(&app.portal.sql, all, q, range, now, true).await?;
+    let panels = chart_section::panels(&chart_section::Inputs {
+        own: &g.own,
+        live: &q.status,
+        children: &g.children,
+        range,
+        now_ms: now,
+        cfg: &app.service.keys,
+    });
+    Ok(Charts {
+        quota: q.name().to_string(),
+        range,
+        panels,
+    })
 }
 
 /// One line per cash key of `q`: what is left and when it runs out at the
@@ -330,7 +348,14 @@ fn breakdowns(q: &Quota, cfg: &KeyConfig) -> Vec<String> {
         .collect();
     generics
         .iter()
-        .map(|g| charts::model_breakdown_chart(&used, &q.spec.hard, g, cfg, CHART_W, CHART_H))
+        .map(|g| {
+            let title = charts::model_breakdown_title(&used, &q.spec.hard, g, cfg);
+            format!(
+                "<figcaption>{}</figcaption>{}",
+                app::layout::escape_text(&title),
+                charts::both(|f| charts::model_breakdown_chart(&used, &q.spec.hard, g, cfg, f))
+            )
+        })
         .collect()
 }
 
@@ -339,24 +364,16 @@ pub async fn detail(
     State(app): State<AppState>,
     viewer: Viewer,
     Path(name): Path<String>,
+    Query(params): Query<DetailParams>,
 ) -> Result<Response, PageError> {
+    let range = Range::parse(&params.range).map_err(PageError::Invalid)?;
     let (q, version, all, tree) = visible_quota(&app, &viewer, &name).await?;
     let p = &viewer.principal;
     let cfg = &app.service.keys;
     let now = app.service.now();
-    let s = samples(&app, &name, CHART_SPAN_MS).await?;
-    let charts = if s.is_empty() {
-        Vec::new()
-    } else {
-        q.spec
-            .hard
-            .keys()
-            .map(|k| match cash_target(k) {
-                Some(_) => charts::burn_down_chart(&s, k, now, cfg, CHART_W, CHART_H),
-                None => charts::usage_chart(&s, k, cfg, CHART_W, CHART_H),
-            })
-            .collect()
-    };
+    // The forecasts' window, whatever range the charts show.
+    let s = samples(&app, &name, FORECAST_WINDOW_MS + DAY_MS).await?;
+    let charts = chart_section(&app, &q, &all, range).await?;
     let children: Vec<(String, String)> = all
         .iter()
         .filter(|c| c.spec.parent == name)

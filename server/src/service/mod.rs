@@ -60,6 +60,7 @@
 pub mod audit;
 pub mod changed;
 pub mod changes;
+pub mod charts;
 mod group;
 pub mod notify;
 pub mod transfer_ops;

@@ -120,8 +120,9 @@ async fn a_stale_edit_form_says_someone_else_changed_the_quota(s: &Server) {
     );
 }
 
-/// The detail page and the overview draw charts and forecasts once the
-/// sampler has recorded usage, and nothing before.
+/// The detail page charts a quota's keys from its current status even
+/// before the sampler has recorded it (an edit shows at once), and draws
+/// the history and the forecasts once it has.
 async fn charts_and_forecasts_appear_once_usage_is_sampled(s: &Server) {
     let o = org(s).await;
     s.create_quota(
@@ -131,8 +132,16 @@ async fn charts_and_forecasts_appear_once_usage_is_sampled(s: &Server) {
     )
     .await;
     let before = o.admin.get("/quotas/ml").await.body;
-    assert!(!before.contains("<svg"), "no charts without samples");
-    assert!(before.contains("No usage recorded yet"));
+    assert_eq!(
+        before.matches("<figure class=\"chart\"><svg").count(),
+        2,
+        "the current status is a chart's point before any sample: {before}"
+    );
+    assert!(
+        before.contains("(now)</th><td class=\"num\">0 cards</td><td class=\"num\">4 cards</td>"),
+        "{before}"
+    );
+    assert!(!before.contains("runs out in"), "no burn to forecast yet");
     let sql = bizrq::store::sql::SqlStore::connect(&s.database_url)
         .await
         .unwrap();

@@ -1,0 +1,508 @@
+//! A quota's charts as its page shows them: range links, then one panel per
+//! chart (a heading, the chart in both frames, a readout the island fills
+//! in, and a table of the values), and the same panel as the samples API
+//! sends it to the island. Pure: the server reads the samples.
+//!
+//! Which charts: one per key with a hard or a use in the range (usage, or
+//! the burn-down for a cash key) and, at a parent, the children's use of
+//! each such key stacked. Every chart ends with the quota's current status,
+//! so an edit shows at once.
+
+use crate::charts::{self, amount, both};
+use bizrq_islands::{Point, SamplesReply};
+use quota::forecast::Sample;
+use quota::keys::cash_target;
+use quota::series::{self, Range};
+use quota::time::{format_minute, format_when};
+use quota::{resources, KeyConfig, Quantity, QuotaStatus};
+
+#[cfg(feature = "ssr")]
+use leptos::prelude::*;
+
+/// What a panel draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Usage,
+    BurnDown,
+    Children,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Usage => "usage",
+            Kind::BurnDown => "burn-down",
+            Kind::Children => "children",
+        }
+    }
+
+    /// The samples API's `chart` parameter; empty is the key's own chart.
+    pub fn parse(s: &str, key: &str) -> Result<Kind, String> {
+        match s.trim() {
+            "" | "usage" | "burn-down" if cash_target(key).is_some() => Ok(Kind::BurnDown),
+            "" | "usage" => Ok(Kind::Usage),
+            "burn-down" => Err(format!("{key} is not a cash key: it has no burn-down")),
+            "children" => Ok(Kind::Children),
+            other => Err(format!(
+                "unknown chart '{other}': usage, burn-down or children"
+            )),
+        }
+    }
+}
+
+/// What the charts are drawn from. `own` and each child's samples are as
+/// stored (any resolution, any order); the statuses are current.
+pub struct Inputs<'a> {
+    pub own: &'a [Sample],
+    pub live: &'a QuotaStatus,
+    /// (child, its samples, its status).
+    pub children: &'a [(String, Vec<Sample>, QuotaStatus)],
+    pub range: Range,
+    pub now_ms: i64,
+    pub cfg: &'a KeyConfig,
+}
+
+/// One chart with its words and values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Panel {
+    pub key: String,
+    pub kind: Kind,
+    pub title: String,
+    /// The forecast's sentence, under a burn-down's heading.
+    pub summary: Option<String>,
+    /// Both frames of the chart, for a `<figure>`.
+    pub figure: String,
+    /// Says what a row stands for.
+    pub caption: String,
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    /// The chart's points, for the hover readout.
+    pub points: Vec<Point>,
+}
+
+/// A quota's chart section.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Charts {
+    pub quota: String,
+    pub range: Range,
+    pub panels: Vec<Panel>,
+}
+
+/// Every chart of the quota, in key order; a key's children chart follows
+/// its own chart.
+pub fn panels(inp: &Inputs<'_>) -> Vec<Panel> {
+    let own = series::chart_samples(inp.own, inp.range, inp.now_ms, inp.live);
+    let mut out = Vec::new();
+    for key in series::keys_to_draw(&own) {
+        if cash_target(&key).is_some() {
+            out.extend(panel(inp, &key, Kind::BurnDown));
+        } else {
+            out.extend(panel(inp, &key, Kind::Usage));
+            out.extend(panel(inp, &key, Kind::Children));
+        }
+    }
+    out
+}
+
+/// One chart; None when there is nothing to draw (a key nobody has, a
+/// children chart where no child uses the key).
+pub fn panel(inp: &Inputs<'_>, key: &str, kind: Kind) -> Option<Panel> {
+    let (range, now, cfg) = (inp.range, inp.now_ms, inp.cfg);
+    let own = series::chart_samples(inp.own, range, now, inp.live);
+    let table = series::table_samples(inp.own, range, now, inp.live);
+    let when = |at: i64| {
+        if at == now {
+            format!("{} (now)", format_minute(at))
+        } else {
+            format_minute(at)
+        }
+    };
+    let caption = format!(
+        "One row per {}{}, the last row now.",
+        span_words(range.table_bucket_ms()),
+        match kind {
+            Kind::BurnDown => ": the budget at its end",
+            _ => ": the peak use and the hard at its end",
+        }
+    );
+    let q = |l: &quota::ResourceList| resources::get(l, key);
+    match kind {
+        Kind::Usage => {
+            if !series::drawn(&own, key) {
+                return None;
+            }
+            let hard_text = |s: &Sample| {
+                s.hard
+                    .get(key)
+                    .map_or("no limit".to_string(), |h| amount(key, *h, cfg))
+            };
+            Some(Panel {
+                key: key.to_string(),
+                kind,
+                title: format!("{key}: used and hard"),
+                summary: None,
+                figure: both(|f| charts::usage_chart(&own, key, cfg, f)),
+                caption,
+                columns: vec!["Time (UTC)".into(), "Used (peak)".into(), "Hard".into()],
+                rows: table
+                    .iter()
+                    .map(|s| vec![when(s.at_ms), amount(key, q(&s.used), cfg), hard_text(s)])
+                    .collect(),
+                points: own
+                    .iter()
+                    .map(|s| Point {
+                        at_ms: s.at_ms,
+                        values: exact(&[
+                            ("used", Some(q(&s.used))),
+                            ("hard", s.hard.get(key).copied()),
+                        ]),
+                        readout: format!(
+                            "{} · used {}, hard {}",
+                            format_when(s.at_ms),
+                            amount(key, q(&s.used), cfg),
+                            hard_text(s)
+                        ),
+                    })
+                    .collect(),
+            })
+        }
+        Kind::BurnDown => {
+            if !series::drawn(&own, key) {
+                return None;
+            }
+            let left = |s: &Sample| q(&s.hard).saturating_sub(q(&s.used));
+            let f = quota::forecast::forecast(&own, key, now, quota::forecast::FORECAST_WINDOW_MS);
+            Some(Panel {
+                key: key.to_string(),
+                kind,
+                title: format!("{key}: remaining budget"),
+                summary: Some(charts::describe(&f, cfg)),
+                figure: both(|fr| charts::burn_down_chart(&own, key, now, cfg, fr)),
+                caption,
+                columns: vec![
+                    "Time (UTC)".into(),
+                    "Remaining".into(),
+                    "Spent".into(),
+                    "Budget".into(),
+                ],
+                rows: table
+                    .iter()
+                    .map(|s| {
+                        vec![
+                            when(s.at_ms),
+                            amount(key, left(s), cfg),
+                            amount(key, q(&s.used), cfg),
+                            amount(key, q(&s.hard), cfg),
+                        ]
+                    })
+                    .collect(),
+                points: own
+                    .iter()
+                    .map(|s| Point {
+                        at_ms: s.at_ms,
+                        values: exact(&[
+                            ("remaining", Some(left(s))),
+                            ("spent", Some(q(&s.used))),
+                            ("budget", Some(q(&s.hard))),
+                        ]),
+                        readout: format!(
+                            "{} · {} left of {}",
+                            format_when(s.at_ms),
+                            amount(key, left(s), cfg),
+                            amount(key, q(&s.hard), cfg)
+                        ),
+                    })
+                    .collect(),
+            })
+        }
+        Kind::Children => {
+            let at = |width: fn(&[Sample], Range, i64, &QuotaStatus) -> Vec<Sample>| {
+                let kids: Vec<(String, Vec<Sample>)> = inp
+                    .children
+                    .iter()
+                    .map(|(n, s, live)| (n.clone(), width(s, range, now, live)))
+                    .collect();
+                series::stack(&kids, key)
+            };
+            let stack = at(series::chart_samples);
+            if stack.layers.is_empty() {
+                return None;
+            }
+            let layers = charts::children_layers(&stack);
+            let tab = at(series::table_samples);
+            let tab_layers = charts::children_layers(&tab);
+            let mut columns = vec!["Time (UTC)".to_string()];
+            columns.extend(tab_layers.iter().map(|(n, _)| n.clone()));
+            columns.push("Total".into());
+            Some(Panel {
+                key: key.to_string(),
+                kind,
+                title: format!("{key}: used by children"),
+                summary: None,
+                figure: both(|f| charts::children_chart(&stack, &own, key, cfg, f)),
+                caption: format!(
+                    "One row per {}: each child's peak use, the last row now.",
+                    span_words(range.table_bucket_ms())
+                ),
+                columns,
+                rows: tab
+                    .times
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| {
+                        let mut row = vec![when(t)];
+                        let mut total = Quantity::ZERO;
+                        for (_, v) in &tab_layers {
+                            row.push(amount(key, v[i], cfg));
+                            total = total.saturating_add(v[i]);
+                        }
+                        row.push(amount(key, total, cfg));
+                        row
+                    })
+                    .collect(),
+                points: stack
+                    .times
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| Point {
+                        at_ms: t,
+                        values: layers
+                            .iter()
+                            .map(|(n, v)| (n.clone(), v[i].to_string()))
+                            .collect(),
+                        readout: format!(
+                            "{} · {}",
+                            format_when(t),
+                            layers
+                                .iter()
+                                .map(|(n, v)| format!("{n} {}", amount(key, v[i], cfg)))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    })
+                    .collect(),
+            })
+        }
+    }
+}
+
+fn exact(values: &[(&str, Option<Quantity>)]) -> Vec<(String, String)> {
+    values
+        .iter()
+        .filter_map(|(n, v)| v.map(|v| (n.to_string(), v.to_string())))
+        .collect()
+}
+
+/// "hour", "6 hours", "day", "3 days", "7 days".
+fn span_words(ms: i64) -> String {
+    const HOUR: i64 = 3_600_000;
+    match ms {
+        HOUR => "hour".into(),
+        m if m % (24 * HOUR) == 0 && m == 24 * HOUR => "day".into(),
+        m if m % (24 * HOUR) == 0 => format!("{} days", m / (24 * HOUR)),
+        m => format!("{} hours", m / HOUR),
+    }
+}
+
+/// The samples API's reply for one panel.
+pub fn reply(quota: &str, range: Range, now_ms: i64, p: Panel, cfg: &KeyConfig) -> SamplesReply {
+    SamplesReply {
+        quota: quota.to_string(),
+        unit: charts::unit_of(&p.key, cfg).1.to_string(),
+        key: p.key,
+        chart: p.kind.as_str().to_string(),
+        range: range.as_str().to_string(),
+        from_ms: now_ms - range.span_ms(),
+        to_ms: now_ms,
+        points: p.points,
+        svg: p.figure,
+        columns: p.columns,
+        rows: p.rows,
+    }
+}
+
+/// The section: heading, range links (plain links: `?range=30d`), panels;
+/// inside the [`bizrq_islands::ChartSection`] island, which switches the
+/// range in place and reads values out under the pointer.
+#[cfg(feature = "ssr")]
+pub fn view(c: Charts, empty_hint: &'static str) -> impl IntoView {
+    use bizrq_islands::ChartSection;
+    let range = c.range;
+    let links = Range::ALL
+        .into_iter()
+        .map(|r| {
+            let current = (r == range).then_some("true");
+            view! {
+                <a href=format!("?range={}#charts", r.as_str()) data-range=r.as_str()
+                    data-range-label=r.words() aria-current=current>{r.short()}</a>
+            }
+        })
+        .collect_view();
+    let panels = if c.panels.is_empty() {
+        view! { <p class="hint">{empty_hint}</p> }.into_any()
+    } else {
+        c.panels
+            .into_iter()
+            .map(panel_view)
+            .collect_view()
+            .into_any()
+    };
+    view! {
+        <ChartSection quota=c.quota range=range.as_str().to_string()>
+            <div class="chart-head" id="charts">
+                <h3>"Charts · "<span data-range-label="">{range.words()}</span></h3>
+                <nav class="ranges" aria-label="Chart range">{links}</nav>
+            </div>
+            <div class="chart-panels">{panels}</div>
+        </ChartSection>
+    }
+}
+
+#[cfg(feature = "ssr")]
+fn panel_view(p: Panel) -> impl IntoView {
+    let summary = p.summary.map(|s| view! { <p class="hint">{s}</p> });
+    view! {
+        <section class="chart-panel" data-key=p.key.clone() data-chart=p.kind.as_str()>
+            <h4>{p.title}</h4>
+            {summary}
+            <figure class="chart" inner_html=p.figure></figure>
+            <output class="readout" aria-live="polite"></output>
+            <details class="values">
+                <summary>"Values"</summary>
+                <div class="table-scroll">
+                    <table class="values">
+                        <caption>{p.caption}</caption>
+                        <thead><tr>{p.columns.into_iter().map(|c| view! { <th scope="col">{c}</th> }).collect_view()}</tr></thead>
+                        <tbody>{p.rows.into_iter().map(|r| {
+                            let mut cells = r.into_iter();
+                            let first = cells.next().unwrap_or_default();
+                            view! {
+                                <tr><th scope="row">{first}</th>{cells.map(|c| view! { <td class="num">{c}</td> }).collect_view()}</tr>
+                            }
+                        }).collect_view()}</tbody>
+                    </table>
+                </div>
+            </details>
+        </section>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quota::ResourceList;
+
+    const GPU: &str = "requests.nvidia.com/gpu";
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+    const T0: i64 = 1_795_219_200_000;
+    const HOUR: i64 = 3_600_000;
+
+    fn list(items: &[(&str, i64)]) -> ResourceList {
+        items
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity::from_units(*v)))
+            .collect()
+    }
+
+    fn status(used: &[(&str, i64)], hard: &[(&str, i64)]) -> QuotaStatus {
+        QuotaStatus {
+            hard: list(hard),
+            used: list(used),
+            ..QuotaStatus::default()
+        }
+    }
+
+    fn sample(at_ms: i64, used: &[(&str, i64)], hard: &[(&str, i64)]) -> Sample {
+        Sample {
+            at_ms,
+            hard: list(hard),
+            used: list(used),
+            self_used: ResourceList::new(),
+        }
+    }
+
+    #[test]
+    fn a_parent_has_a_chart_per_used_key_and_its_children_stacked() {
+        let now = T0 + 2 * 24 * HOUR;
+        let hard = [(GPU, 8), ("requests.cpu", 0), (CASH, 1000)];
+        let own: Vec<Sample> = (0..48)
+            .map(|h| sample(T0 + h * HOUR, &[(GPU, 2), (CASH, h * 3)], &hard))
+            .collect();
+        let live = status(
+            &[(GPU, 5), (CASH, 150)],
+            &[(GPU, 16), ("requests.cpu", 0), (CASH, 1000)],
+        );
+        let kid: Vec<Sample> = (0..48)
+            .map(|h| sample(T0 + h * HOUR, &[(GPU, 1)], &[(GPU, 4)]))
+            .collect();
+        let children = vec![("team-a".to_string(), kid, status(&[(GPU, 3)], &[(GPU, 4)]))];
+        let cfg = KeyConfig::default();
+        let inp = Inputs {
+            own: &own,
+            live: &live,
+            children: &children,
+            range: Range::Week,
+            now_ms: now,
+            cfg: &cfg,
+        };
+        let got = panels(&inp);
+        let kinds: Vec<(&str, Kind)> = got.iter().map(|p| (p.key.as_str(), p.kind)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (CASH, Kind::BurnDown),
+                (GPU, Kind::Usage),
+                (GPU, Kind::Children)
+            ],
+            "no chart for the zero cpu key"
+        );
+        let usage = &got[1];
+        // The last row and point are the live status: the edit to 16 shows.
+        let last = usage.rows.last().unwrap();
+        assert!(last[0].ends_with("(now)"), "{last:?}");
+        assert_eq!(&last[1..], ["5 cards", "16 cards"]);
+        assert_eq!(
+            usage.rows.len(),
+            2 * 4 + 1,
+            "6-hour rows over two days, and now"
+        );
+        assert!(usage
+            .points
+            .last()
+            .unwrap()
+            .readout
+            .ends_with("used 5 cards, hard 16 cards"));
+        assert!(usage.figure.contains("class=\"chart wide chart-usage\""));
+        assert!(usage.figure.contains("class=\"chart narrow chart-usage\""));
+        let burn = &got[0];
+        assert_eq!(burn.columns[1], "Remaining");
+        assert_eq!(
+            &burn.rows.last().unwrap()[1..],
+            ["850 card-hours", "150 card-hours", "1000 card-hours"]
+        );
+        assert!(burn.summary.as_deref().unwrap().contains("runs out"));
+        let kids = &got[2];
+        assert_eq!(kids.columns, ["Time (UTC)", "team-a", "Total"]);
+        assert_eq!(&kids.rows.last().unwrap()[1..], ["3 cards", "3 cards"]);
+        // The API sends the same panel.
+        let r = reply("nlp", Range::Week, now, got[1].clone(), &cfg);
+        assert_eq!(
+            (r.chart.as_str(), r.range.as_str(), r.unit.as_str()),
+            ("usage", "7d", "cards")
+        );
+        assert_eq!(r.to_ms - r.from_ms, 7 * 24 * HOUR);
+    }
+
+    #[test]
+    fn chart_kinds_parse_against_the_key() {
+        assert_eq!(Kind::parse("", CASH), Ok(Kind::BurnDown));
+        assert_eq!(Kind::parse("usage", GPU), Ok(Kind::Usage));
+        assert_eq!(Kind::parse("children", GPU), Ok(Kind::Children));
+        assert!(Kind::parse("burn-down", GPU).is_err());
+        assert!(Kind::parse("pie", GPU).is_err());
+        assert_eq!(span_words(HOUR), "hour");
+        assert_eq!(span_words(6 * HOUR), "6 hours");
+        assert_eq!(span_words(24 * HOUR), "day");
+        assert_eq!(span_words(72 * HOUR), "3 days");
+    }
+}

@@ -1,0 +1,211 @@
+// End-to-end tests of the quota page's charts and the portal's islands, in
+// headless Chromium at 1440×900 and 390×844, with JavaScript off and (when
+// the server has the islands bundle) on. Screenshots go to e2e/artifacts/.
+//
+//   BIZRQ_BIN=… [BIZRQ_ISLANDS_DIR=dir] node charts.mjs
+//
+// With BIZRQ_ISLANDS_DIR (wasm-bindgen's output, README "Portal islands")
+// the JS-on tests run too; E2E_REQUIRE_JS=1 makes its absence a failure.
+
+import { chromium } from 'playwright-core';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+
+const here = new URL('.', import.meta.url).pathname;
+const BIN = process.env.BIZRQ_BIN || join(here, '..', 'target', 'debug', 'bizrq');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const ISLANDS = process.env.BIZRQ_ISLANDS_DIR || '';
+const ARTIFACTS = join(here, 'artifacts');
+const TOKEN = 'e2e-admin-token';
+const PASSWORD = 'e2e-admin-password-0123';
+mkdirSync(ARTIFACTS, { recursive: true });
+if (process.env.E2E_REQUIRE_JS === '1' && !ISLANDS) {
+  console.error('E2E_REQUIRE_JS=1 but BIZRQ_ISLANDS_DIR is not set');
+  process.exit(1);
+}
+
+function startServer() {
+  const dir = mkdtempSync(join(tmpdir(), 'bizrq-e2e-charts-'));
+  const args = ['serve', '--standalone', '--listen', '127.0.0.1:0', '--webhook-listen', '127.0.0.1:0',
+    '--probe-listen', '127.0.0.1:0', '--database-url', `sqlite://${join(dir, 'bizrq.db')}`,
+    '--admin-token', TOKEN, '--demo'];
+  if (ISLANDS) args.push('--islands-dir', ISLANDS);
+  const child = spawn(BIN, args, {
+    env: { ...process.env, BIZRQ_ADMIN_PASSWORD: PASSWORD, BIZRQ_DEMO_PASSWORD: PASSWORD, BIZRQ_LOG: 'warn' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('bizrq did not get ready in 90 s')), 90_000);
+    child.on('exit', (code) => reject(new Error(`bizrq exited with ${code} before it was ready`)));
+    createInterface({ input: child.stdout }).on('line', (line) => {
+      const m = line.match(/^bizrq ready http=(\S+)/);
+      if (m) { clearTimeout(timer); resolve({ child, base: `http://${m[1]}`, dir }); }
+    });
+  });
+}
+
+function expect(cond, message) { if (!cond) throw new Error(message); }
+
+let n = 0;
+let failed = false;
+async function step(page, name, fn) {
+  n += 1;
+  process.stdout.write(`charts ${n}. ${name} … `);
+  try {
+    await fn();
+    console.log('ok');
+  } catch (e) {
+    failed = true;
+    console.log('FAILED');
+    console.error(e);
+    try { await page.screenshot({ path: join(ARTIFACTS, `charts-${n}-${name}-FAILED.png`), fullPage: true }); } catch { /* ignore */ }
+  }
+}
+
+async function login(page, base) {
+  await page.goto(`${base}/login`);
+  await page.fill('input[name=username]', 'admin');
+  await page.fill('input[name=password]', PASSWORD);
+  await Promise.all([page.waitForLoadState('load'), page.click('form button[type=submit]')]);
+}
+
+/** Chart text as rendered: font size × the SVG's scale, for visible SVGs. */
+async function smallestChartText(page) {
+  return page.evaluate(() => {
+    let min = Infinity;
+    for (const svg of document.querySelectorAll('svg.chart')) {
+      const r = svg.getBoundingClientRect();
+      if (r.width === 0) continue;
+      const scale = r.width / svg.viewBox.baseVal.width;
+      for (const t of svg.querySelectorAll('text')) {
+        const size = parseFloat(t.getAttribute('font-size') || getComputedStyle(t).fontSize);
+        min = Math.min(min, size * scale);
+      }
+    }
+    return min;
+  });
+}
+
+async function overflow(page) {
+  return page.evaluate(() => ({
+    page: document.documentElement.scrollWidth - window.innerWidth,
+    charts: [...document.querySelectorAll('.chart-section')].map((s) => s.scrollWidth - s.clientWidth).reduce((a, b) => Math.max(a, b), 0),
+  }));
+}
+
+const { child, base, dir } = await startServer();
+const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu'] });
+try {
+  // research is a parent (its children stacked), speech a leaf.
+  const pages = [['parent', '/quotas/research'], ['leaf', '/quotas/speech']];
+  for (const js of ISLANDS ? [false, true] : [false]) {
+    for (const [w, h] of [[1440, 900], [390, 844]]) {
+      const ctx = await browser.newContext({ javaScriptEnabled: js, viewport: { width: w, height: h } });
+      const page = await ctx.newPage();
+      await login(page, base);
+      const tag = `${js ? 'js' : 'nojs'}-${w}`;
+      for (const [kind, path] of pages) {
+        await step(page, `${kind}-${tag}-readable-with-values`, async () => {
+          await page.goto(`${base}${path}`);
+          if (js) await page.waitForFunction(() => document.documentElement.dataset.islands === 'ready', null, { timeout: 30_000 });
+          const panels = await page.$$('.chart-panel');
+          expect(panels.length >= 1, `${path} has charts (${panels.length})`);
+          const tables = await page.$$eval('.chart-panel details.values table tbody tr', (r) => r.length);
+          expect(tables >= panels.length, `every chart has a values table (${tables} rows for ${panels.length} charts)`);
+          const min = await smallestChartText(page);
+          expect(min >= 11.95, `no chart text under 12 px (smallest ${min.toFixed(2)} px)`);
+          const o = await overflow(page);
+          expect(o.page <= 0 && o.charts <= 0, `no horizontal overflow (page ${o.page} px, charts ${o.charts} px)`);
+          if (kind === 'parent') expect(await page.$('.chart-panel[data-chart=children]'), 'a parent stacks its children');
+          await page.screenshot({ path: join(ARTIFACTS, `quota-${kind}-${w}-${js ? 'js' : 'nojs'}.png`), fullPage: true });
+        });
+      }
+      await step(page, `range-picker-${tag}`, async () => {
+        await page.goto(`${base}/quotas/research`);
+        if (js) await page.waitForFunction(() => document.documentElement.dataset.islands === 'ready', null, { timeout: 30_000 });
+        const before = await page.$eval('.chart-panel svg.chart', (s) => s.getAttribute('data-t0'));
+        const firstRow = () => page.$eval('.chart-panel details.values tbody tr', (r) => r.textContent);
+        const rowsBefore = await firstRow();
+        await page.evaluate(() => { window.__stayed = true; });
+        if (js) {
+          await page.click('a[data-range="30d"]');
+          await page.waitForFunction((b) => {
+            const s = document.querySelector('.chart-panel svg.chart');
+            return s && s.getAttribute('data-t0') !== b && !document.querySelector('.chart-panel[aria-busy]');
+          }, before, { timeout: 20_000 });
+          expect(await page.evaluate(() => window.__stayed === true), 'no navigation: the page stayed');
+        } else {
+          await Promise.all([page.waitForLoadState('load'), page.click('a[data-range="30d"]')]);
+        }
+        expect(page.url().includes('range=30d'), `the address names the range: ${page.url()}`);
+        expect((await page.getAttribute('a[data-range="30d"]', 'aria-current')) === 'true', '30 d is marked current');
+        expect((await page.innerText('.chart-head h3')).includes('last 30 days'), 'the heading names the range');
+        const after = await page.$eval('.chart-panel svg.chart', (s) => s.getAttribute('data-t0'));
+        expect(after !== before, 'the chart covers another span');
+        const rowsAfter = await firstRow();
+        expect(rowsAfter !== rowsBefore, `the values table follows (first row ${rowsBefore} → ${rowsAfter})`);
+        await page.screenshot({ path: join(ARTIFACTS, `range-30d-${tag}.png`), fullPage: false });
+      });
+      if (js) {
+        await step(page, `hover-readout-${tag}`, async () => {
+          const svg = (await page.$$('.chart-panel svg.chart')).find(async (s) => (await s.boundingBox())?.width > 0);
+          const panel = await page.$('.chart-panel');
+          const shown = await panel.$$('svg.chart');
+          let box;
+          for (const s of shown) { const b = await s.boundingBox(); if (b && b.width > 0) { box = b; break; } }
+          expect(svg && box, 'a chart is shown');
+          await page.mouse.move(box.x + box.width * 0.6, box.y + box.height * 0.5);
+          await page.mouse.move(box.x + box.width * 0.62, box.y + box.height * 0.5);
+          await page.waitForFunction(() => (document.querySelector('.chart-panel .readout')?.textContent || '').includes('UTC'), null, { timeout: 10_000 });
+          const text = await page.innerText('.chart-panel .readout');
+          expect(/UTC · /.test(text), `the readout names a time and values: ${text}`);
+        });
+      }
+      if (js && w === 1440) {
+        await step(page, 'alerts-badge-updates-without-reload', async () => {
+          await page.goto(`${base}/quotas/speech`);
+          await page.waitForFunction(() => document.documentElement.dataset.islands === 'ready', null, { timeout: 30_000 });
+          const count = async () => page.evaluate(() => {
+            const b = document.querySelector('nav .badge');
+            return b && !b.hidden ? Number(b.textContent.trim()) : 0;
+          });
+          const before = await count();
+          await page.evaluate(() => { window.__stayed = true; });
+          // Open an alert: a quota's hard set to what it uses (100 %).
+          const auth = { Authorization: `Bearer ${TOKEN}` };
+          const list = await (await fetch(`${base}/api/v1/quotas`, { headers: auth })).json();
+          const items = list.items || list;
+          let changed = null;
+          for (const q of items) {
+            const hard = q.spec.hard || {};
+            const used = (q.status && q.status.used) || {};
+            const key = Object.keys(hard).find((k) => !k.startsWith('cash/') && used[k] && used[k] !== '0' && used[k] !== hard[k]
+              && !items.some((c) => c.spec.parent === q.metadata.name));
+            if (key) {
+              q.spec.hard[key] = used[key];
+              const r = await fetch(`${base}/api/v1/quotas/${q.metadata.name}`, { method: 'PUT', headers: { ...auth, 'Content-Type': 'application/json' }, body: JSON.stringify({ apiVersion: q.apiVersion, kind: q.kind, metadata: { name: q.metadata.name, resourceVersion: q.metadata.resourceVersion }, spec: q.spec }) });
+              if (r.ok) { changed = `${q.metadata.name} ${key}`; break; }
+            }
+          }
+          expect(changed, 'a quota could be brought to 100 % of a key');
+          await page.waitForFunction((b) => {
+            const e = document.querySelector('nav .badge');
+            return e && !e.hidden && Number(e.textContent.trim()) > b;
+          }, before, { timeout: 45_000, polling: 500 });
+          expect(await page.evaluate(() => window.__stayed === true), 'no reload');
+          console.log(`(badge ${before} → ${await count()} after ${changed}) `);
+        });
+      }
+      await ctx.close();
+    }
+  }
+} finally {
+  await browser.close();
+  child.kill();
+  rmSync(dir, { recursive: true, force: true });
+}
+if (failed) { console.error('charts e2e: FAILED'); process.exit(1); }
+console.log(`charts e2e: all ${n} steps passed (JavaScript ${ISLANDS ? 'off and on' : 'off only: no BIZRQ_ISLANDS_DIR'})`);

@@ -1,0 +1,156 @@
+//! The portal's islands: the few parts of its server-rendered pages that
+//! do more when JavaScript runs. Every page is complete without them (links
+//! and forms); an island only saves a reload or adds a readout.
+//!
+//! - [`ChartSection`] wraps a quota's charts. Its range links (`?range=30d`)
+//!   are plain links; with the bundle loaded, a click fetches each chart of
+//!   the new range from `GET /api/v1/quotas/{name}/samples` and swaps the
+//!   SVG and its values table in place, and moving the pointer over a chart
+//!   names the nearest point.
+//! - [`AlertsBadge`] is the navigation's count of open alerts; it asks
+//!   `GET /api/v1/live` every [`POLL_SECONDS`] and redraws itself.
+//!
+//! The crate is built twice: with `ssr` into the server (the islands render
+//! to HTML like any component, wrapped in `<leptos-island>`), and with
+//! `hydrate` into the browser's WASM bundle, which only holds this crate:
+//! no plotters, no quota rules, no server code. What the browser needs to
+//! show (SVG, formatted values) comes ready-made in the JSON below.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "hydrate")]
+mod client;
+
+/// How often the badge asks for the count, in seconds.
+pub const POLL_SECONDS: u64 = 15;
+
+/// `GET /api/v1/quotas/{name}/samples?key=&range=&chart=`: one chart of one
+/// range, drawn and tabulated by the server.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SamplesReply {
+    pub quota: String,
+    pub key: String,
+    /// `usage`, `burn-down` or `children`.
+    pub chart: String,
+    /// `24h`, `7d`, `30d`, `90d` or `1y`.
+    pub range: String,
+    /// What the range covers, in milliseconds since the epoch.
+    pub from_ms: i64,
+    pub to_ms: i64,
+    /// The unit the values are shown in (`cards`, `GiB`, `card-hours`).
+    pub unit: String,
+    /// Every drawn point, oldest first, with its exact values. Where a
+    /// time is drawn, each SVG says (`data-x0`, `data-x1`, `data-t0`,
+    /// `data-t1`).
+    pub points: Vec<Point>,
+    /// The chart as inline SVG (the same bytes the page would render).
+    pub svg: String,
+    /// The values table: its column headings and rows of text.
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+/// One point of a chart.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Point {
+    pub at_ms: i64,
+    /// Exact quantities by series (`used`, `hard`, `remaining`, a child's
+    /// name), as Kubernetes quantity strings.
+    pub values: Vec<(String, String)>,
+    /// One line a person reads: "2026-11-23 14:00 UTC · used 5 cards, hard 8 cards".
+    pub readout: String,
+}
+
+/// `GET /api/v1/live`: what the page frame shows that changes by itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveReply {
+    /// Open alerts on the quotas the caller may see.
+    pub open_alerts: usize,
+}
+
+/// A quota's charts with their range links, as children rendered by the
+/// server. The island adds behaviour only: clicks on `a[data-range]`,
+/// pointer moves over `.chart-panel`.
+#[island]
+pub fn ChartSection(quota: String, range: String, children: Children) -> impl IntoView {
+    #[cfg(feature = "hydrate")]
+    let (click, hover, leave) = {
+        let q = quota.clone();
+        (
+            move |ev: leptos::ev::MouseEvent| client::range_click(&q, ev),
+            move |ev: leptos::ev::MouseEvent| client::hover(&quota, ev),
+            |ev: leptos::ev::MouseEvent| client::leave(ev),
+        )
+    };
+    #[cfg(not(feature = "hydrate"))]
+    let (click, hover, leave) = {
+        let _ = quota;
+        (
+            |_: leptos::ev::MouseEvent| {},
+            |_: leptos::ev::MouseEvent| {},
+            |_: leptos::ev::MouseEvent| {},
+        )
+    };
+    view! {
+        <div class="chart-section" data-range=range on:click=click on:mousemove=hover on:mouseleave=leave>
+            {children()}
+        </div>
+    }
+}
+
+/// The count of open alerts beside the navigation's Alerts link; hidden at
+/// zero, and kept current by polling.
+#[island]
+pub fn AlertsBadge(count: usize) -> impl IntoView {
+    let (n, _set_n) = signal(count);
+    #[cfg(feature = "hydrate")]
+    client::poll_live(_set_n);
+    view! {
+        <span class="badge" title="open alerts" hidden=move || n.get() == 0>
+            {move || n.get()}
+        </span>
+    }
+}
+
+/// The WASM bundle's entry point: called once the module is loaded, before
+/// the islands on the page are hydrated (see the server's `boot.js`).
+#[cfg(feature = "hydrate")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    leptos::mount::hydrate_islands();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_round_trip_in_camel_case() {
+        let r = SamplesReply {
+            quota: "nlp".into(),
+            key: "requests.nvidia.com/gpu".into(),
+            chart: "usage".into(),
+            range: "7d".into(),
+            from_ms: 1,
+            to_ms: 2,
+            unit: "cards".into(),
+            points: vec![Point {
+                at_ms: 1,
+                values: vec![("used".into(), "5".into())],
+                readout: "x".into(),
+            }],
+            svg: "<svg/>".into(),
+            columns: vec!["Time (UTC)".into()],
+            rows: vec![vec!["t".into()]],
+        };
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains("\"fromMs\":1") && text.contains("\"atMs\":1"));
+        assert_eq!(serde_json::from_str::<SamplesReply>(&text).unwrap(), r);
+        let live = serde_json::to_string(&LiveReply { open_alerts: 3 }).unwrap();
+        assert_eq!(live, "{\"openAlerts\":3}");
+    }
+}

@@ -1,0 +1,84 @@
+//! `/api/v1/quotas/{name}/samples?key=&range=&chart=`: one chart of a
+//! quota over a range, as its page draws it (the SVG, the values table and
+//! every point with its exact values), for the chart island to swap in
+//! without a reload. Authorised as the quota page is: a quota the caller
+//! may not see answers 404.
+
+use crate::authz::Principal;
+use crate::http::{ApiError, AppState};
+use crate::service::changes::{self, tree_for};
+use app::chart_section::{self, Inputs, Kind};
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use quota::series::Range;
+use serde::Deserialize;
+
+/// Query of GET /api/v1/quotas/{name}/samples.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    key: String,
+    /// 24h, 7d (default), 30d, 90d or 1y.
+    #[serde(default)]
+    range: String,
+    /// usage, burn-down or children; default the key's own chart.
+    #[serde(default)]
+    chart: String,
+}
+
+/// GET /api/v1/quotas/{name}/samples
+pub async fn samples(
+    State(app): State<AppState>,
+    p: Principal,
+    Path(name): Path<String>,
+    q: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let range = Range::parse(&q.range).map_err(ApiError::BadRequest)?;
+    let key = q.key.trim();
+    if key.is_empty() {
+        return Err(ApiError::BadRequest("key is required".into()));
+    }
+    let kind = Kind::parse(&q.chart, key).map_err(ApiError::BadRequest)?;
+    changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
+    let all = app.service.list().await?;
+    let quota = all
+        .iter()
+        .find(|x| x.name() == name)
+        .ok_or_else(|| changes::not_found(&name))?;
+    let now = app.service.now();
+    let g = crate::service::charts::gather(
+        &app.portal.sql,
+        &all,
+        quota,
+        range,
+        now,
+        kind == Kind::Children,
+    )
+    .await
+    .map_err(crate::service::ServiceError::from)?;
+    let inputs = Inputs {
+        own: &g.own,
+        live: &quota.status,
+        children: &g.children,
+        range,
+        now_ms: now,
+        cfg: &app.service.keys,
+    };
+    let panel = chart_section::panel(&inputs, key, kind).ok_or_else(|| {
+        changes::not_found(&format!(
+            "{name}: no {} chart of {key} (no hard or use of it in the {})",
+            kind.as_str(),
+            range.words()
+        ))
+    })?;
+    Ok(Json(chart_section::reply(
+        &name,
+        range,
+        now,
+        panel,
+        &app.service.keys,
+    ))
+    .into_response())
+}
