@@ -339,6 +339,10 @@ pub struct TreeQuery {
     pub closed: BTreeSet<String>,
 }
 
+/// A search or filter shows at most this many quotas it found (with their
+/// ancestors); the page says how many more match.
+pub const MAX_FOUND: usize = 200;
+
 /// At most this many quotas are named in `open` or `closed` (a URL stays short).
 pub const MAX_TOGGLED: usize = 50;
 
@@ -352,6 +356,11 @@ impl TreeQuery {
             .take(MAX_TOGGLED)
             .map(str::to_string)
             .collect()
+    }
+
+    /// Whether the search (lowercased `needle`) and the filter find `r`.
+    pub fn matches(&self, r: &TreeRow, needle: &str) -> bool {
+        r.name.to_lowercase().contains(needle) && self.filter.keeps(r)
     }
 
     /// This query as a `/tree?…` link.
@@ -513,12 +522,14 @@ pub fn select_rows(mut rows: Vec<TreeRow>, query: &TreeQuery) -> Vec<TreeRow> {
     if !needle.is_empty() || query.filter != TreeFilter::All {
         let mut keep = vec![false; rows.len()];
         let mut hit = vec![false; rows.len()];
+        let mut hits = 0;
         let mut ancestors: Vec<usize> = Vec::new();
         for (i, r) in rows.iter().enumerate() {
             while ancestors.last().is_some_and(|&a| rows[a].depth >= r.depth) {
                 ancestors.pop();
             }
-            if r.name.to_lowercase().contains(&needle) && query.filter.keeps(r) {
+            if hits < MAX_FOUND && query.matches(r, &needle) {
+                hits += 1;
                 hit[i] = true;
                 keep[i] = true;
                 for &a in &ancestors {
@@ -709,6 +720,13 @@ pub fn render_tree_page(
 ) -> String {
     let all = tree_rows(quotas, in_use, cfg, query.sort);
     let total = all.len();
+    let needle = query.search.trim().to_lowercase();
+    let searching = !needle.is_empty() || query.filter != TreeFilter::All;
+    let found = if searching && query.under.is_none() {
+        all.iter().filter(|r| query.matches(r, &needle)).count()
+    } else {
+        0
+    };
     let rows = select_rows(all, &query);
     let shown = rows.iter().filter(|r| !r.context).count();
     let title = match &query.under {
@@ -737,7 +755,9 @@ pub fn render_tree_page(
     .collect_view();
     let sort = view! { <label>"Sort by"<select name="sort">{sorts}</select></label> };
     let search = query.search.clone();
-    let summary = if folded {
+    let summary = if found > MAX_FOUND {
+        format!("the first {MAX_FOUND} of {found} quotas found, of {total}; narrow the search to see the rest.")
+    } else if folded {
         format!("{shown} of {total} shown; ▸ opens a level in place, or search by name.")
     } else {
         format!("{shown} of {total} shown")
@@ -936,6 +956,23 @@ mod tests {
         );
         assert_eq!(shown.len(), 31);
         assert!(shown[1..].iter().all(|r| r.hidden_below == 10));
+    }
+
+    #[test]
+    fn a_search_shows_at_most_so_many_finds() {
+        let mut f = vec![q("root", "", 1000, None)];
+        for t in 0..(MAX_FOUND + 50) {
+            f.push(q(&format!("team-{t}"), "root", 1, None));
+        }
+        let in_use = quota::rollup::subtree_in_use(&f);
+        let rows = tree_rows(&f, &in_use, &KeyConfig::default(), TreeSort::Name);
+        let query = TreeQuery {
+            search: "team".into(),
+            ..Default::default()
+        };
+        let shown = select_rows(rows, &query);
+        assert_eq!(shown.iter().filter(|r| !r.context).count(), MAX_FOUND);
+        assert!(shown[0].context, "the root is shown as context");
     }
 
     #[test]
