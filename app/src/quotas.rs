@@ -264,15 +264,17 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                     let width = format!("width:{}%", pct.min(100));
                     let idle = format!("width:{}%", k.usage.idle_percent);
                     let detail = (!k.usage.detail.is_empty()).then(|| view! { <small class="detail">{k.usage.detail.clone()}</small> });
+                    let alloc_class = if k.allocated.is_empty() { "num empty" } else { "num" };
+                    let max_class = if k.max.is_none() { "num empty" } else { "num" };
                     view! {
                         <tr class=class>
                             <td class="key">{k.usage.key}</td>
-                            <td><span class=bar_class><i class="use" style=width></i><i class="idle" style=idle></i></span><span class="num">{format!("{pct}%")}{detail}</span></td>
-                            <td class="num">{hard}</td>
-                            <td class="num">{used}</td>
-                            <td class="num">{k.allocated}</td>
-                            <td class="num">{k.self_used}</td>
-                            <td class="num">{k.max.unwrap_or_default()}</td>
+                            <td class="usage" data-label="Usage"><span class=bar_class><i class="use" style=width></i><i class="idle" style=idle></i></span><span class="num">{format!("{pct}%")}{detail}</span></td>
+                            <td class="num" data-label="Hard">{hard}</td>
+                            <td class="num" data-label="In use">{used}</td>
+                            <td class=alloc_class data-label="Allocated">{k.allocated}</td>
+                            <td class="num" data-label="Self used">{k.self_used}</td>
+                            <td class=max_class data-label="Max">{k.max.unwrap_or_default()}</td>
                         </tr>
                     }
                 }).collect_view()}
