@@ -123,6 +123,18 @@ pub struct LoanRequest {
 }
 
 impl LoanRequest {
+    /// A request of `child` for nothing yet: keys are added as they need a loan.
+    pub fn of(child: &str) -> LoanRequest {
+        LoanRequest {
+            child: child.to_string(),
+            want: ResourceList::new(),
+            asked: ResourceList::new(),
+            used: ResourceList::new(),
+            hard: ResourceList::new(),
+            max: ResourceList::new(),
+        }
+    }
+
     /// The denial when only `room` more (per key, beyond the child's current
     /// borrowing) can be lent; a root, which has no one to borrow from,
     /// passes an empty list.
@@ -170,14 +182,7 @@ impl LoanRequest {
 /// or a spent cash budget. Reads `status.used` as stored (refreshed).
 pub fn needed(child: &Quota, delta: &ResourceList) -> Result<Option<LoanRequest>, Denial> {
     crate::admission::check_fits_within(child, delta, &child.spec.max)?;
-    let mut req = LoanRequest {
-        child: child.name().to_string(),
-        want: ResourceList::new(),
-        asked: ResourceList::new(),
-        used: ResourceList::new(),
-        hard: ResourceList::new(),
-        max: ResourceList::new(),
-    };
+    let mut req = LoanRequest::of(child.name());
     for (k, d) in delta {
         let Some(h) = child.spec.hard.get(k) else {
             continue;

@@ -25,14 +25,7 @@ pub fn borrow_limits(
     let Some(parent) = parent.filter(|_| !child.spec.max.is_empty()) else {
         return ResourceList::new();
     };
-    let mut req = LoanRequest {
-        child: child.name().to_string(),
-        want: ResourceList::new(),
-        asked: ResourceList::new(),
-        used: ResourceList::new(),
-        hard: ResourceList::new(),
-        max: ResourceList::new(),
-    };
+    let mut req = LoanRequest::of(child.name());
     for (k, m) in &child.spec.max {
         let h = resources::get(&child.spec.hard, k);
         let u = resources::get(&child.status.used, k);
