@@ -215,6 +215,7 @@ mod display_tests {
                 parent: String::new(),
                 hard,
                 max: Default::default(),
+                queueing: Default::default(),
             },
         );
         let shown: Vec<(String, String, bool)> =

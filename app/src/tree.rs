@@ -790,6 +790,7 @@ mod tests {
                 parent: parent.into(),
                 hard,
                 max: Default::default(),
+                queueing: Default::default(),
             },
         )
     }

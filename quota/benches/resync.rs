@@ -80,6 +80,7 @@ fn main() {
             parent: String::new(),
             hard: hard(1_000_000),
             max: Default::default(),
+            queueing: Default::default(),
         },
     )];
     let mut teams = Vec::new();
@@ -90,6 +91,7 @@ fn main() {
                 parent: "root".into(),
                 hard: hard(10_000),
                 max: Default::default(),
+                queueing: Default::default(),
             },
         ));
         for t in 0..depts {
@@ -103,6 +105,7 @@ fn main() {
                     parent: format!("dept-{d}"),
                     hard: hard(100),
                     max: Default::default(),
+                    queueing: Default::default(),
                 },
             ));
         }

@@ -360,6 +360,7 @@ mod tests {
                 parent: String::new(),
                 hard: list(hard),
                 max: Default::default(),
+                queueing: Default::default(),
             },
         )
     }

@@ -684,6 +684,7 @@ mod tests {
                 parent: String::new(),
                 hard: list(&[(CPU, 18), ("cash/requests.cpu", 5)]),
                 max: Default::default(),
+                queueing: Default::default(),
             },
         );
         for (name, hard) in [("a", 6), ("b", 12)] {

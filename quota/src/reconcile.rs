@@ -203,6 +203,7 @@ mod tests {
                 parent: String::new(),
                 hard,
                 max: Default::default(),
+                queueing: Default::default(),
             },
         );
         q.status.last_reconcile_time = Some(time::format_rfc3339(T0));

@@ -128,6 +128,7 @@ fn start() -> impl Strategy<Value = Quota> {
                     parent: "dept".into(),
                     hard: list(cpu, gpu),
                     max: max.map(|(c, g)| list(cpu + c, gpu + g)).unwrap_or_default(),
+                    queueing: Default::default(),
                 },
             );
             for mut o in seed {

@@ -28,6 +28,7 @@ fn node(name: &str, parent: &str, hard: i64, max: Option<i64>) -> Quota {
             parent: parent.into(),
             hard: cpu(hard),
             max: max.map(cpu).unwrap_or_default(),
+            queueing: Default::default(),
         },
     )
 }

@@ -50,6 +50,7 @@ fn spec(parent: &str, hard: i64) -> QuotaSpec {
         parent: parent.into(),
         hard: gpus(hard),
         max: Default::default(),
+        queueing: Default::default(),
     }
 }
 

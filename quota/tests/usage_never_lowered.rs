@@ -111,6 +111,7 @@ fn quota() -> Quota {
             parent: String::new(),
             hard,
             max: Default::default(),
+            queueing: Default::default(),
         },
     );
     let held = PodSet {

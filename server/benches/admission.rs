@@ -194,6 +194,7 @@ fn pure(o: &Opts) {
             .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
             .collect(),
             max: Default::default(),
+            queueing: Default::default(),
         },
     );
     #[derive(serde::Deserialize)]
@@ -279,6 +280,7 @@ async fn build_tree(url: &str, quotas: usize) -> Vec<String> {
         parent: parent.into(),
         hard: hard(n),
         max: Default::default(),
+        queueing: Default::default(),
     };
     svc.create_quota("root", spec("", "1e12"), Persist::Here, "", false)
         .await

@@ -78,6 +78,7 @@ fn main() {
             parent: String::new(),
             hard: hard(1_000_000),
             max: ResourceList::new(),
+            queueing: Default::default(),
         },
     );
     root.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));
@@ -91,6 +92,7 @@ fn main() {
                 parent: "root".into(),
                 hard: hard(10_000),
                 max: ResourceList::new(),
+                queueing: Default::default(),
             },
         );
         q.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));
@@ -106,6 +108,7 @@ fn main() {
                     parent: dn.clone(),
                     hard: hard(100),
                     max: ResourceList::new(),
+                    queueing: Default::default(),
                 },
             );
             q.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));

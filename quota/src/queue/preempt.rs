@@ -171,6 +171,7 @@ mod tests {
                 parent: String::new(),
                 hard: gpus(hard),
                 max: ResourceList::new(),
+                queueing: Default::default(),
             },
         );
         for c in run {

@@ -28,6 +28,7 @@ impl Tree {
             parent: parent.into(),
             hard: list(hard),
             max: Default::default(),
+            queueing: Default::default(),
         };
         if !parent.is_empty() {
             tree::carve(self.0.get_mut(parent).unwrap(), name, &spec.hard, T).unwrap();

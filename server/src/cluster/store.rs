@@ -606,6 +606,7 @@ mod tests {
                 parent: String::new(),
                 hard: [("pods".to_string(), "5".parse().unwrap())].into(),
                 max: Default::default(),
+                queueing: Default::default(),
             },
         );
         let server = tokio::spawn(async move {

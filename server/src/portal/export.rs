@@ -189,6 +189,7 @@ mod tests {
                 ]
                 .into(),
                 max: Default::default(),
+                queueing: Default::default(),
             },
         );
         let one = std::slice::from_ref(&q);

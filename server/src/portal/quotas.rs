@@ -435,6 +435,9 @@ struct Submitted {
     form: QuotaForm,
     spec: Result<QuotaSpec, String>,
     version: Option<i64>,
+    /// Whether the form named `queueing`; an edit without it keeps the
+    /// quota's (a form that does not show it must not switch it off).
+    queueing_given: bool,
 }
 
 /// Reads `hard:KEY`, `max:KEY`, `newkey:N` / `newhard:N` / `newmax:N`,
@@ -449,9 +452,12 @@ fn read_form(
     let mut max: BTreeMap<String, String> = BTreeMap::new();
     let mut extra: BTreeMap<usize, FormKey> = BTreeMap::new();
     let mut version = None;
+    let mut queueing: Option<String> = None;
     for (k, v) in fields {
         let v = v.trim().to_string();
-        if k == "name" {
+        if k == "queueing" {
+            queueing = Some(v);
+        } else if k == "name" {
             form.name = v;
         } else if k == "resourceVersion" {
             version = v.parse::<i64>().ok();
@@ -507,7 +513,13 @@ fn read_form(
             format!("{key}: {what} '{v}' is not a quantity (write e.g. 500m, 16Gi or 4)")
         })
     };
+    let queueing_given = queueing.is_some();
     let read = (|| {
+        if let Some(v) = queueing.filter(|v| !v.is_empty()) {
+            // The short form (`Refuse`, `Queue`), as spec.queueing spells it.
+            spec.queueing = serde_json::from_value(serde_json::Value::String(v))
+                .map_err(|e| format!("queueing: {e}"))?;
+        }
         for r in rows {
             if let Some(h) = parse(&r.key, &r.hard, "hard")? {
                 spec.hard.insert(r.key.clone(), h);
@@ -522,6 +534,7 @@ fn read_form(
         form,
         spec: read.map(|()| spec),
         version,
+        queueing_given,
     }
 }
 
@@ -715,6 +728,10 @@ pub async fn edit(
     };
     let sub = read_form(fields, base, parent.as_ref(), &app.service.keys);
     let spec = match sub.spec {
+        Ok(s) if !sub.queueing_given => QuotaSpec {
+            queueing: current.quota.spec.queueing,
+            ..s
+        },
         Ok(s) => s,
         Err(m) => {
             return Ok(refused_form(
@@ -964,6 +981,7 @@ mod tests {
                 parent: String::new(),
                 hard: hard.clone(),
                 max: Default::default(),
+                queueing: Default::default(),
             },
         );
         let now = 1_800_000_000_000;

@@ -466,6 +466,7 @@ mod tests {
             parent: String::new(),
             hard: [(GPU.to_string(), hard.parse().unwrap())].into(),
             max: Default::default(),
+            queueing: Default::default(),
         };
         svc.create_quota("team", spec, Persist::Here, "", false)
             .await

@@ -103,6 +103,7 @@ async fn charged_at(
         )]
         .into(),
         max: Default::default(),
+        queueing: Default::default(),
     };
     svc.create_quota("team", spec, Persist::Here, "", false)
         .await

@@ -34,6 +34,7 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
             ("cash/requests.nvidia.com/gpu", cash),
         ]),
         max: Default::default(),
+        queueing: Default::default(),
     };
     svc.create_quota(
         "root",
@@ -41,6 +42,7 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
             parent: String::new(),
             hard,
             max: Default::default(),
+            queueing: Default::default(),
         },
         Persist::Here,
         "",

@@ -95,6 +95,7 @@ impl World {
             parent: parent.into(),
             hard: resources(&[(GPU, gpus), ("pods", pods)]),
             max: Default::default(),
+            queueing: Default::default(),
         };
         self.svc
             .create_quota(name, spec, Persist::Here, "", false)
