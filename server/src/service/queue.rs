@@ -101,7 +101,8 @@ impl Service {
                 // A queued entry that now fits keeps its place with what it
                 // asks now; the controller's next round admits it.
                 Check::AdmitsNow if ledger::holds(q, &work.workload_ref) => {
-                    let changed = ledger::enqueue(q, work, 0, queue::Waiting::Quota, String::new())?;
+                    let changed =
+                        ledger::enqueue(q, work, 0, queue::Waiting::Quota, String::new())?;
                     Ok((changed || dropped, Queueing::Admits))
                 }
                 Check::AdmitsNow => Ok((dropped, Queueing::Admits)),

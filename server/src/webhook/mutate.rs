@@ -182,6 +182,16 @@ pub async fn mutate(
         Err(e) => return Err(e),
     };
     let queued = queue::ledger::holds(&q, &wref);
+    // Admitted already (charged and being unsuspended by the controller):
+    // the validating webhook's business, as for any running workload.
+    let charged = q
+        .status
+        .workloads
+        .get(&wref)
+        .is_some_and(|c| c.usage().values().any(|v| v.nanos() > 0));
+    if charged && !queued {
+        return pass;
+    }
     // Judged: a create that would run, a queued workload (refreshed, or
     // unsuspended by hand), and a held workload being released.
     let judged = if create {
@@ -252,7 +262,9 @@ fn base64(bytes: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for c in bytes.chunks(3) {
-        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
         for i in 0..4 {
             if i <= c.len() {
                 out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);

@@ -17,6 +17,7 @@ mod forged;
 mod group_commit;
 mod mail;
 mod portal;
+mod queueing;
 mod resync;
 mod scenario;
 mod security_portal;

@@ -185,6 +185,10 @@ impl Context {
                 tracing::warn!(quota = %name, error = %e, "reclaim step failed; next reconcile retries");
             }
         }
+        // Room may have freed: admit from the queue (docs/queueing.md §4).
+        if let Err(e) = self.admit_from_queue(name, now).await {
+            tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
+        }
         Ok(if written {
             Reconciled::Written
         } else {
