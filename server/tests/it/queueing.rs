@@ -233,3 +233,64 @@ async fn queued_jobs_are_admitted_by_priority_then_first_come_never_over() {
     assert!(q["status"]["workloads"]["batch/Job/ml/low-1"].is_object());
     assert!(q["status"]["workloads"]["batch/Job/ml/low-2"].is_object());
 }
+
+/// A crash between the admission's charge and its unsuspend leaves a
+/// charged, suspended Job whose charge uid is `queue:<object uid>`: the
+/// next reconcile unsuspends it, and charges nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charged_suspended_job_left_by_a_crash_is_unsuspended() {
+    let c = queueing_cluster().await;
+    let mut j = job("r", "2", None);
+    j["metadata"]["uid"] = json!("uid-r");
+    j["spec"]["suspend"] = json!(true);
+    c.fake.put(j);
+    // The quota as the crashed admission left it: charged, entry gone.
+    let mut q = c.fake.quota("ml");
+    q["status"]["workloads"] = json!({"batch/Job/ml/r": {
+        "podSets": [{"name": "main", "count": 1,
+            "perPod": {"requests.cpu": "2", "limits.cpu": "2", "cpu": "2", "pods": "1"}}],
+        "since": "2026-11-21T10:00:00.000Z", "uid": "queue:uid-r",
+        "admitted": "2026-11-21T10:00:00.000Z"}});
+    q["status"]["used"] = json!({"requests.cpu": "2"});
+    c.fake.put(q);
+    c.until_requested("unsuspend r", |r| {
+        r.starts_with("PATCH /apis/batch/v1/namespaces/ml/jobs/r")
+    })
+    .await;
+    for _ in 0..100 {
+        if !suspended(&c, "r") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!suspended(&c, "r"), "repaired: unsuspended");
+    let q = c.fake.quota("ml");
+    assert_eq!(used(&q, "requests.cpu"), "2", "charged once: {q}");
+    assert!(queue_refs(&q).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_where_a_job_would_queue() {
+    let c = queueing_cluster().await;
+    create(&c, &job("a", "3", None)).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+    let (s, v) = c
+        .server
+        .api(Method::POST, "/api/v1/check", Some(job("b", "2", None)))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["allowed"], false);
+    assert_eq!(
+        v["message"],
+        "would queue at position 1: waits for 1 × requests.cpu: 1 free, 2 needed"
+    );
+    assert_eq!(v["queued"]["position"], 1);
+    // A check writes nothing.
+    assert!(queue_refs(&c.fake.quota("ml")).is_empty());
+    let (_, v) = c
+        .server
+        .api(Method::POST, "/api/v1/check", Some(job("small", "1", None)))
+        .await;
+    assert_eq!(v["allowed"], true, "{v}");
+}
