@@ -77,6 +77,16 @@ pub fn enqueue(
     Ok(true)
 }
 
+/// Whether the controller has queue work on `q`: entries waiting, or a
+/// charge made from the queue (whose object may still be suspended).
+pub fn waits_or_admits(q: &Quota) -> bool {
+    !q.status.queue.is_empty()
+        || q.status
+            .workloads
+            .values()
+            .any(|c| c.uid.starts_with("queue:"))
+}
+
 /// Remove `wref`'s entry (its workload was deleted): whether there was one.
 pub fn dequeue(q: &mut Quota, wref: &str) -> bool {
     let before = q.status.queue.len();

@@ -483,7 +483,7 @@ mod tests {
         );
         assert_eq!(
             body["status"]["summary"],
-            json!({"gpu": "12/16", "cardHoursLeft": "999.58", "reclaimPending": 0})
+            json!({"gpu": "12/16", "cardHoursLeft": "999.58", "reclaimPending": 0, "queued": 0})
         );
         assert_eq!(
             body["status"]["readable"],
