@@ -289,6 +289,13 @@ done
 patch="$patch]"
 kubectl patch validatingwebhookconfiguration "$webhook" --type=json -p "$patch"
 echo "caBundle set on $count webhooks of ValidatingWebhookConfiguration $webhook"
+# The MutatingWebhookConfiguration of the same name (queued admission,
+# one entry) is served by the same certificate.
+if kubectl get mutatingwebhookconfiguration "$webhook" >/dev/null 2>&1; then
+  kubectl patch mutatingwebhookconfiguration "$webhook" --type=json \
+    -p "[{\"op\":\"add\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"$ca_bundle\"}]"
+  echo "caBundle set on MutatingWebhookConfiguration $webhook"
+fi
 
 # 7. Pick up the new certificate.
 if kc get deployment "$service" >/dev/null 2>&1; then

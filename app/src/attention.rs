@@ -143,6 +143,7 @@ mod tests {
                 ]
                 .into(),
                 max: Default::default(),
+                queueing: Default::default(),
             },
         );
         q.status.self_used = [(g.clone(), Quantity::from_units(used))].into();

@@ -218,6 +218,7 @@ mod display_tests {
                 hard,
                 max: Default::default(),
                 budgets: Default::default(),
+                queueing: Default::default(),
             },
         );
         let shown: Vec<(String, String, bool)> =

@@ -811,6 +811,7 @@ mod tests {
                 hard,
                 max: Default::default(),
                 budgets: Default::default(),
+                queueing: Default::default(),
             },
         )
     }

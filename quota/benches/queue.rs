@@ -41,6 +41,7 @@ fn main() {
             parent: String::new(),
             hard: gpus(1_000),
             max: ResourceList::new(),
+            queueing: Default::default(),
         },
     );
     let mut running = Vec::new();

@@ -81,6 +81,7 @@ fn main() {
             hard: hard(1_000_000),
             max: Default::default(),
             budgets: Default::default(),
+            queueing: Default::default(),
         },
     )];
     let mut teams = Vec::new();
@@ -92,6 +93,7 @@ fn main() {
                 hard: hard(10_000),
                 max: Default::default(),
                 budgets: Default::default(),
+                queueing: Default::default(),
             },
         ));
         for t in 0..depts {
@@ -106,6 +108,7 @@ fn main() {
                     hard: hard(100),
                     max: Default::default(),
                     budgets: Default::default(),
+                    queueing: Default::default(),
                 },
             ));
         }

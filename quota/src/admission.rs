@@ -361,6 +361,7 @@ mod tests {
                 hard: list(hard),
                 max: Default::default(),
                 budgets: Default::default(),
+                queueing: Default::default(),
             },
         )
     }

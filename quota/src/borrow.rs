@@ -480,6 +480,7 @@ mod tests {
                 hard: cpu(hard),
                 max: max.map(cpu).unwrap_or_default(),
                 budgets: Default::default(),
+                queueing: Default::default(),
             },
         )
     }

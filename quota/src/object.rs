@@ -10,6 +10,7 @@ use crate::budget::BudgetPolicy;
 use crate::cash::{self, Prices};
 use crate::keys::{cash_target, KeyConfig};
 use crate::quantity::Quantity;
+use crate::queue::{QueueEntry, QueuePolicy};
 use crate::readable::{self, Summary};
 use crate::reclaim::Mark;
 use crate::resources::{self, ResourceList};
@@ -45,6 +46,10 @@ pub struct QuotaSpec {
     /// carry-over and the rest. Absent or `{}`: one budget forever.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub budgets: BTreeMap<String, BudgetPolicy>,
+    /// What happens to suspendable batch work that does not fit: refused
+    /// (the default) or queued (docs/queueing.md).
+    #[serde(default, skip_serializing_if = "QueuePolicy::is_default")]
+    pub queueing: QueuePolicy,
 }
 
 impl QuotaSpec {
@@ -180,6 +185,11 @@ pub struct QuotaStatus {
     /// the status is written to the cluster; never read back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<Summary>,
+    /// Workloads waiting, suspended and not charged, in admission order
+    /// (docs/queueing.md §2). An entry leaves only in the write that
+    /// charges it, or when its workload is deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue: Vec<QueueEntry>,
     /// For people: each cash key's balance in its unit, rounded
     /// (`0.42 of 1000 card-hours used, 999.58 left`). The exact amounts
     /// stay in `used` and `cashAccrued`.
@@ -240,6 +250,7 @@ impl QuotaStatus {
             || self.borrowed != other.borrowed
             || self.reclaim != other.reclaim
             || self.transfers != other.transfers
+            || self.queue != other.queue
     }
 
     /// Everything bound directly here, on all keys (not only those of hard).

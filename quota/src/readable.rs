@@ -139,6 +139,9 @@ pub struct Summary {
     /// Workloads marked for reclaim.
     #[serde(default)]
     pub reclaim_pending: u32,
+    /// Workloads waiting in the quota's queue.
+    #[serde(default)]
+    pub queued: u32,
 }
 
 /// The summary of a quota and a readable balance per cash key, from its
@@ -213,6 +216,7 @@ pub fn summarize(
         card_hours_left,
         borrowing,
         reclaim_pending: status.reclaim.len().try_into().unwrap_or(u32::MAX),
+        queued: status.queue.len().try_into().unwrap_or(u32::MAX),
     };
     (summary, readable)
 }
@@ -298,6 +302,7 @@ mod tests {
             ]),
             max: list(&[("requests.nvidia.com/gpu", "24")]),
             budgets: Default::default(),
+            queueing: Default::default(),
         };
         let mut status = QuotaStatus {
             used: list(&[
@@ -317,6 +322,7 @@ mod tests {
                 card_hours_left: Some("812.5".into()),
                 borrowing: Some("requests.nvidia.com/gpu=4".into()),
                 reclaim_pending: 0,
+                queued: 0,
             }
         );
         assert_eq!(

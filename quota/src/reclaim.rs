@@ -685,6 +685,7 @@ mod tests {
                 hard: list(&[(CPU, 18), ("cash/requests.cpu", 5)]),
                 max: Default::default(),
                 budgets: Default::default(),
+                queueing: Default::default(),
             },
         );
         for (name, hard) in [("a", 6), ("b", 12)] {

@@ -215,6 +215,7 @@ mod tests {
                 hard,
                 max: Default::default(),
                 budgets: Default::default(),
+                queueing: Default::default(),
             },
         );
         q.status.last_reconcile_time = Some(time::format_rfc3339(T0));

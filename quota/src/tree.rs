@@ -85,6 +85,9 @@ pub fn validate_spec(name: &str, spec: &QuotaSpec, cfg: &KeyConfig) -> Result<()
             }
         }
     }
+    spec.queueing
+        .validate()
+        .map_err(|e| invalid(format!("spec.{e}")))?;
     for (k, m) in &spec.max {
         if cash_target(k).is_some() {
             return Err(invalid(format!("spec.max.{k}: cash cannot be borrowed")));
@@ -490,6 +493,7 @@ mod tests {
             hard: list(hard),
             max: Default::default(),
             budgets: Default::default(),
+            queueing: Default::default(),
         }
     }
 
@@ -771,6 +775,14 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("below"));
+        let mut s = spec("", &[("pods", "5")]);
+        s.queueing.order = crate::queue::Order::BestEffortFifo { aging_seconds: 0 };
+        s.queueing.mode = crate::queue::Mode::Queue;
+        assert_eq!(
+            validate_spec("q", &s, &cfg).unwrap_err().to_string(),
+            "bizrq q: spec.queueing: order.agingSeconds is 0: it must be 1 to 31622400 (366 days); \
+             for no passing at all use order StrictFifo"
+        );
     }
 
     #[test]

@@ -129,6 +129,7 @@ fn start() -> impl Strategy<Value = Quota> {
                     hard: list(cpu, gpu),
                     max: max.map(|(c, g)| list(cpu + c, gpu + g)).unwrap_or_default(),
                     budgets: Default::default(),
+                    queueing: Default::default(),
                 },
             );
             for mut o in seed {

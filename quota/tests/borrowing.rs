@@ -29,6 +29,7 @@ fn node(name: &str, parent: &str, hard: i64, max: Option<i64>) -> Quota {
             hard: cpu(hard),
             max: max.map(cpu).unwrap_or_default(),
             budgets: Default::default(),
+            queueing: Default::default(),
         },
     )
 }

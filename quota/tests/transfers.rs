@@ -51,6 +51,7 @@ fn spec(parent: &str, hard: i64) -> QuotaSpec {
         hard: gpus(hard),
         max: Default::default(),
         budgets: Default::default(),
+        queueing: Default::default(),
     }
 }
 

@@ -112,6 +112,7 @@ fn quota() -> Quota {
             hard,
             max: Default::default(),
             budgets: Default::default(),
+            queueing: Default::default(),
         },
     );
     let held = PodSet {

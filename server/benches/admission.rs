@@ -195,6 +195,7 @@ fn pure(o: &Opts) {
             .collect(),
             max: Default::default(),
             budgets: Default::default(),
+            queueing: Default::default(),
         },
     );
     #[derive(serde::Deserialize)]
@@ -281,6 +282,7 @@ async fn build_tree(url: &str, quotas: usize) -> Vec<String> {
         hard: hard(n),
         max: Default::default(),
         budgets: Default::default(),
+        queueing: Default::default(),
     };
     svc.create_quota("root", spec("", "1e12"), Persist::Here, "", false)
         .await

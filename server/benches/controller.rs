@@ -79,6 +79,7 @@ fn main() {
             hard: hard(1_000_000),
             max: ResourceList::new(),
             budgets: Default::default(),
+            queueing: Default::default(),
         },
     );
     root.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));
@@ -93,6 +94,7 @@ fn main() {
                 hard: hard(10_000),
                 max: ResourceList::new(),
                 budgets: Default::default(),
+                queueing: Default::default(),
             },
         );
         q.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));
@@ -109,6 +111,7 @@ fn main() {
                     hard: hard(100),
                     max: ResourceList::new(),
                     budgets: Default::default(),
+                    queueing: Default::default(),
                 },
             );
             q.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));

@@ -79,7 +79,8 @@ pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
         .route("/validate/quotas", post(webhook::quotas))
         .route("/validate/workloads", post(webhook::workloads))
         .route("/validate/scale", post(webhook::scale))
-        .route("/validate/hpa", post(webhook::hpa));
+        .route("/validate/hpa", post(webhook::hpa))
+        .route("/mutate/workloads", post(webhook::mutate::workloads));
     if let Some(t) = token.map(str::trim).filter(|t| !t.is_empty()) {
         let expected = (
             Arc::new(crate::util::sha256_hex(t)),

@@ -23,6 +23,8 @@ use std::time::Instant;
 
 pub use quota::review::{Gvk, Gvr, Request, REVIEW_API_VERSION};
 
+pub mod mutate;
+
 /// An admission answer before it is wrapped in a review.
 #[derive(Debug, Default)]
 pub struct Verdict {

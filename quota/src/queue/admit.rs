@@ -470,6 +470,7 @@ mod tests {
                 parent: String::new(),
                 hard: gpus(hard),
                 max: ResourceList::new(),
+                queueing: Default::default(),
             },
         );
         if used > 0 {

@@ -127,6 +127,7 @@ mod tests {
                 parent: String::new(),
                 hard: gpus(8),
                 max: ResourceList::new(),
+                queueing: Default::default(),
             },
         );
         let r1 = job("r1", 0, 4, None);

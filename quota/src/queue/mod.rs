@@ -13,9 +13,11 @@
 //! | `room` | the ceiling a borrower's queue may plan against |
 //! | `preempt` | which running batch work the head may reclaim |
 //! | `estimate` | when entries would start, from declared run times |
+//! | `ledger` | `status.queue` as writes change it: join, refresh, leave |
 
 pub mod admit;
 pub mod estimate;
+pub mod ledger;
 pub mod order;
 pub mod policy;
 pub mod preempt;
@@ -27,6 +29,7 @@ pub use admit::{
     QueueEntry, Wait,
 };
 pub use estimate::{estimate, Running};
+pub use ledger::MAX_QUEUE;
 pub use order::order;
 pub use policy::{Mode, Order, PolicyError, Preemption, QueuePolicy};
 pub use preempt::{plan as preemption_plan, Preempt};

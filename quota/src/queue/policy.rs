@@ -121,6 +121,11 @@ impl QueuePolicy {
         }
     }
 
+    /// Whether the spec may leave the field out (`Refuse` with nothing else).
+    pub fn is_default(&self) -> bool {
+        *self == QueuePolicy::default()
+    }
+
     pub fn queues(&self) -> bool {
         self.mode == Mode::Queue
     }

@@ -172,6 +172,7 @@ mod tests {
                 parent: String::new(),
                 hard: gpus(hard),
                 max: ResourceList::new(),
+                queueing: Default::default(),
             },
         );
         for c in run {

@@ -92,6 +92,7 @@ mod tests {
                 parent: parent.into(),
                 hard: cpu(hard),
                 max: max.map(cpu).unwrap_or_default(),
+                queueing: Default::default(),
             },
         )
     }

@@ -29,6 +29,7 @@ impl Tree {
             hard: list(hard),
             max: Default::default(),
             budgets: Default::default(),
+            queueing: Default::default(),
         };
         if !parent.is_empty() {
             tree::carve(self.0.get_mut(parent).unwrap(), name, &spec.hard, T).unwrap();

@@ -7,6 +7,7 @@
 use kube::CustomResource;
 use quota::budget::BudgetPolicy;
 use quota::object::{Quota, QuotaStatus};
+use quota::queue::QueuePolicy;
 use quota::ResourceList;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -50,6 +51,7 @@ pub const MAX_KEYS: u64 = 256;
     printcolumn = r#"{"name":"Card-hours Left","type":"string","jsonPath":".status.summary.cardHoursLeft","description":"GPU card-hours left of the cash budget"}"#,
     printcolumn = r#"{"name":"Borrowing","type":"string","jsonPath":".status.summary.borrowing","description":"Used beyond hard, on loan from the parent"}"#,
     printcolumn = r#"{"name":"Reclaim","type":"integer","jsonPath":".status.summary.reclaimPending","description":"Workloads marked to be reclaimed"}"#,
+    printcolumn = r#"{"name":"Queued","type":"integer","jsonPath":".status.summary.queued","description":"Workloads waiting, suspended, in the queue"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -81,6 +83,13 @@ pub struct BizGroupResourceQuotaSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "budgets")]
     pub budgets: BTreeMap<String, BudgetPolicy>,
+    /// What happens to suspendable batch work (Jobs, Kubeflow jobs) that
+    /// does not fit: Refuse (the default) or Queue, or {mode, order,
+    /// preemption, alertAfterSeconds} (docs/queueing.md). bizrq's webhook
+    /// checks the spelling and the ranges.
+    #[serde(default, skip_serializing_if = "QueuePolicy::is_default")]
+    #[schemars(schema_with = "queueing")]
+    pub queueing: QueuePolicy,
 }
 
 /// Status as bizrq writes it: `quota::QuotaStatus`.
@@ -106,6 +115,13 @@ fn spec_rules(s: &mut Schema) {
             }
         ]),
     );
+}
+
+/// `Refuse`, `Queue` or the long form: a string or an object, which a
+/// structural schema can only leave open; the webhook refuses the rest
+/// with the list of what is allowed.
+fn queueing(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
 }
 
 fn parent(_: &mut SchemaGenerator) -> Schema {
@@ -215,6 +231,12 @@ impl JsonSchema for Status {
                 "lent": list("sum of the loans granted to children"),
                 "borrowed": list("used beyond hard on the keys of spec.max: on loan from the parent"),
                 "reclaim": ledger("workloads marked for reclaim, by group/Kind/namespace/name: action, frees, marked, due"),
+                "queue": {
+                    "type": "array",
+                    "maxItems": quota::queue::MAX_QUEUE,
+                    "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
+                    "description": "workloads waiting, suspended and not charged, in admission order: workloadRef, uid, priority, since, podSets, runMs, position, waiting, reason, estimatedStart"
+                },
                 "transfers": ledger("transfers in flight that hold children's carve-outs, by transfer id: children (their hard once done), since, decision (at the common ancestor)"),
                 "budgets": ledger("the current period of each cash key with one: start, end, funded, carryIn (acc), and the last closed periods (closed, newest first)"),
                 "cashAccrued": {
@@ -229,7 +251,8 @@ impl JsonSchema for Status {
                         "gpu": text("GPU cards used/hard over the GPU keys of hard (e.g. 12/16)"),
                         "cardHoursLeft": text("GPU card-hours left of the cash budget, rounded (exact: hard and used of the cash/ keys)"),
                         "borrowing": text("used beyond hard, on loan from the parent, key=amount, comma-separated; absent when nothing is borrowed"),
-                        "reclaimPending": { "type": "integer", "description": "workloads marked for reclaim (see reclaim)" }
+                        "reclaimPending": { "type": "integer", "description": "workloads marked for reclaim (see reclaim)" },
+                        "queued": { "type": "integer", "description": "workloads waiting in the queue (see queue)" }
                     }
                 },
                 "readable": {
@@ -358,6 +381,7 @@ mod tests {
                 "Card-hours Left",
                 "Borrowing",
                 "Reclaim",
+                "Queued",
                 "Age"
             ]
         );
@@ -556,6 +580,7 @@ mod tests {
                 hard: [("requests.nvidia.com/gpu".to_string(), "16".parse().unwrap())].into(),
                 max: Default::default(),
                 budgets: Default::default(),
+                queueing: Default::default(),
             },
         );
         q.metadata.resource_version = Some("42".into());

@@ -483,7 +483,7 @@ mod tests {
         );
         assert_eq!(
             body["status"]["summary"],
-            json!({"gpu": "12/16", "cardHoursLeft": "999.58", "reclaimPending": 0})
+            json!({"gpu": "12/16", "cardHoursLeft": "999.58", "reclaimPending": 0, "queued": 0})
         );
         assert_eq!(
             body["status"]["readable"],
@@ -607,6 +607,7 @@ mod tests {
                 hard: [("pods".to_string(), "5".parse().unwrap())].into(),
                 max: Default::default(),
                 budgets: Default::default(),
+                queueing: Default::default(),
             },
         );
         let server = tokio::spawn(async move {

@@ -4,6 +4,7 @@
 use crate::authz::{self, Principal};
 use crate::http::{ApiError, AppState};
 use crate::service::changes::{not_found, tree_for};
+use crate::service::queue::Queueing;
 use crate::service::ServiceError;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -63,6 +64,15 @@ pub async fn check(
         .into_response());
     }
     let wref = adapter.workload_ref(&w.meta.namespace, &w.meta.name);
+    if let Some((position, reason)) = would_queue(&app, adapter, &w, quota, &wref).await? {
+        return Ok(Json(serde_json::json!({
+            "allowed": false, "governed": true, "quota": quota,
+            "queued": {"position": position, "reason": reason},
+            "message": format!("would queue at position {position}: {reason}"),
+            "usage": usage, "warnings": w.warnings,
+        }))
+        .into_response());
+    }
     let decision = match w.mode {
         ChargeMode::Charge => {
             svc.charge_workload(quota, &wref, w.pod_sets.clone(), "check", true)
@@ -80,4 +90,39 @@ pub async fn check(
         "usage": usage, "warnings": w.warnings,
     }))
     .into_response())
+}
+
+/// Where a workload of a queueing quota would wait, as the mutating
+/// webhook would queue it (docs/queueing.md §4.6); None when it would not
+/// queue (it fits now, waiting would not help, or the quota refuses).
+async fn would_queue(
+    app: &AppState,
+    adapter: &quota::workload::Adapter,
+    w: &quota::workload::Workload,
+    quota_name: &str,
+    wref: &str,
+) -> Result<Option<(u32, String)>, ApiError> {
+    let svc = &app.service;
+    let q = match svc.get(quota_name).await {
+        Ok(s) => s.quota,
+        Err(ServiceError::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    match quota::queue::disposition(adapter, &q.spec.queueing, &w.meta.labels) {
+        Ok(quota::queue::Disposition::Queue) => {}
+        Ok(quota::queue::Disposition::Refuse) => return Ok(None),
+        Err(m) => return Err(ApiError::BadRequest(format!("bizrq: {m}"))),
+    }
+    let work = quota::queue::Queued {
+        workload_ref: wref.to_string(),
+        uid: String::new(),
+        priority: 0,
+        submitted_ms: svc.now(),
+        pod_sets: w.pod_sets.clone(),
+        run_ms: None,
+    };
+    Ok(match svc.would_queue(quota_name, work).await? {
+        Queueing::Queued { position, reason } => Some((position, reason)),
+        Queueing::Admits | Queueing::Never(_) => None,
+    })
 }

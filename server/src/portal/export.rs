@@ -190,6 +190,7 @@ mod tests {
                 ]
                 .into(),
                 max: Default::default(),
+                queueing: Default::default(),
             },
         );
         let one = std::slice::from_ref(&q);

@@ -453,6 +453,9 @@ struct Submitted {
     form: QuotaForm,
     spec: Result<QuotaSpec, String>,
     version: Option<i64>,
+    /// Whether the form named `queueing`; an edit without it keeps the
+    /// quota's (a form that does not show it must not switch it off).
+    queueing_given: bool,
 }
 
 /// Reads `hard:KEY`, `max:KEY`, `newkey:N` / `newhard:N` / `newmax:N`,
@@ -467,9 +470,12 @@ fn read_form(
     let mut max: BTreeMap<String, String> = BTreeMap::new();
     let mut extra: BTreeMap<usize, FormKey> = BTreeMap::new();
     let mut version = None;
+    let mut queueing: Option<String> = None;
     for (k, v) in fields {
         let v = v.trim().to_string();
-        if k == "name" {
+        if k == "queueing" {
+            queueing = Some(v);
+        } else if k == "name" {
             form.name = v;
         } else if k == "resourceVersion" {
             version = v.parse::<i64>().ok();
@@ -525,7 +531,13 @@ fn read_form(
             format!("{key}: {what} '{v}' is not a quantity (write e.g. 500m, 16Gi or 4)")
         })
     };
+    let queueing_given = queueing.is_some();
     let read = (|| {
+        if let Some(v) = queueing.filter(|v| !v.is_empty()) {
+            // The short form (`Refuse`, `Queue`), as spec.queueing spells it.
+            spec.queueing = serde_json::from_value(serde_json::Value::String(v))
+                .map_err(|e| format!("queueing: {e}"))?;
+        }
         for r in rows {
             if let Some(h) = parse(&r.key, &r.hard, "hard")? {
                 spec.hard.insert(r.key.clone(), h);
@@ -540,6 +552,7 @@ fn read_form(
         form,
         spec: read.map(|()| spec),
         version,
+        queueing_given,
     }
 }
 
@@ -734,10 +747,15 @@ pub async fn edit(
     };
     let budget_fields = fields.clone();
     let mut sub = read_form(fields, base, parent.as_ref(), &app.service.keys);
+    let queueing_given = sub.queueing_given;
     let spec = sub.spec.and_then(|mut spec| {
         let (rows, budgets) = super::budgets::read(&budget_fields, &current.quota.spec, &spec.hard);
         sub.form.budgets = rows;
         spec.budgets = budgets?;
+        // A form that does not show the queueing choice keeps the quota's.
+        if !queueing_given {
+            spec.queueing = current.quota.spec.queueing;
+        }
         Ok(spec)
     });
     let spec = match spec {
@@ -991,6 +1009,7 @@ mod tests {
                 hard: hard.clone(),
                 max: Default::default(),
                 budgets: Default::default(),
+                queueing: Default::default(),
             },
         );
         let now = 1_800_000_000_000;

@@ -467,6 +467,7 @@ mod tests {
             hard: [(GPU.to_string(), hard.parse().unwrap())].into(),
             max: Default::default(),
             budgets: Default::default(),
+            queueing: Default::default(),
         };
         svc.create_quota("team", spec, Persist::Here, "", false)
             .await

@@ -63,6 +63,7 @@ pub mod changes;
 pub mod charts;
 mod group;
 pub mod notify;
+pub mod queue;
 pub mod transfer_ops;
 pub mod transfers;
 
@@ -932,9 +933,23 @@ impl Service {
                         };
                         return Ok((false, Round::Done(nothing)));
                     };
+                    // A queued workload, suspended, has nothing to charge:
+                    // it stays queued and uncharged (docs/queueing.md §4).
+                    let queued = quota::queue::ledger::holds(q, &wref);
+                    if queued && c.usage().values().all(|v| v.nanos() == 0) {
+                        let nothing = Admitted {
+                            held,
+                            ..Default::default()
+                        };
+                        return Ok((false, Round::Done(nothing)));
+                    }
                     let lowered = old.is_some_and(|o| lowers(&c, o));
                     match borrow::charge_or_request(q, &wref, c, loan.as_ref()) {
-                        Ok(changed) => Ok((changed, Round::Done(Admitted { held, lowered }))),
+                        // Charged: it leaves the queue in the same write.
+                        Ok(changed) => {
+                            let left = queued && quota::queue::ledger::dequeue(q, &wref);
+                            Ok((changed || left, Round::Done(Admitted { held, lowered })))
+                        }
                         // A refusal changes nothing; as one it is proven
                         // by the write of its batch, or read again fresh.
                         Err((d, req)) => Ok((
@@ -1004,7 +1019,8 @@ impl Service {
         let decide = {
             let wref = wref.to_string();
             move |q: &mut Quota| {
-                let released = admission::release(q, &wref);
+                let dequeued = quota::queue::ledger::dequeue(q, &wref);
+                let released = admission::release(q, &wref) || dequeued;
                 Ok((released, released))
             }
         };
@@ -1046,7 +1062,8 @@ impl Service {
                         uid: q.status.workloads.get(wref).map(|c| c.uid.clone()),
                     });
                 }
-                let released = admission::release(q, wref);
+                let dequeued = quota::queue::ledger::dequeue(q, wref);
+                let released = admission::release(q, wref) || dequeued;
                 Ok((released, released))
             })
             .await;

@@ -60,6 +60,7 @@ impl Cluster {
             .expect("server starts in cluster mode");
         if serving {
             fake.admit_with(&shipped_webhooks(), &ca, running.webhook_addr);
+            fake.admit_with(&shipped_mutating_webhooks(), &ca, running.webhook_addr);
         }
         let server = Server::in_process(&running);
         Cluster {
@@ -77,6 +78,8 @@ impl Cluster {
         let ca = std::fs::read_to_string(self.ca_path()).unwrap();
         self.fake
             .admit_with(&shipped_webhooks(), &ca, self.running.webhook_addr);
+        self.fake
+            .admit_with(&shipped_mutating_webhooks(), &ca, self.running.webhook_addr);
     }
 
     /// The CA that signed this replica's webhook certificate.
@@ -141,6 +144,13 @@ impl Cluster {
 /// The ValidatingWebhookConfiguration bizrq ships.
 pub fn shipped_webhooks() -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/webhook.yaml");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The shipped MutatingWebhookConfiguration (queued admission).
+pub fn shipped_mutating_webhooks() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/base/mutating-webhook.yaml");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

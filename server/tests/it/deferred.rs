@@ -104,6 +104,7 @@ async fn charged_at(
         .into(),
         max: Default::default(),
         budgets: Default::default(),
+        queueing: Default::default(),
     };
     svc.create_quota("team", spec, Persist::Here, "", false)
         .await

@@ -18,6 +18,7 @@ mod group_commit;
 mod mail;
 mod periods;
 mod portal;
+mod queueing;
 mod resync;
 mod scenario;
 mod security_portal;

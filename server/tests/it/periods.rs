@@ -42,6 +42,7 @@ fn spec(parent: &str, gpus: &str, cash: &str, policy: Option<BudgetPolicy>) -> Q
         budgets: policy
             .map(|p| [(CASH.to_string(), p)].into())
             .unwrap_or_default(),
+        queueing: Default::default(),
     }
 }
 

@@ -35,6 +35,7 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
         ]),
         max: Default::default(),
         budgets: Default::default(),
+        queueing: Default::default(),
     };
     svc.create_quota(
         "root",
@@ -43,6 +44,7 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
             hard,
             max: Default::default(),
             budgets: Default::default(),
+            queueing: Default::default(),
         },
         Persist::Here,
         "",

@@ -96,6 +96,7 @@ impl World {
             hard: resources(&[(GPU, gpus), ("pods", pods)]),
             max: Default::default(),
             budgets: Default::default(),
+            queueing: Default::default(),
         };
         self.svc
             .create_quota(name, spec, Persist::Here, "", false)

@@ -20,6 +20,7 @@
 
 mod discovery;
 mod history;
+mod queue;
 mod raw;
 mod reclaim;
 mod reconcile;

@@ -97,6 +97,7 @@ impl Context {
             .any(|k| !k.quota.spec.max.is_empty() || !k.quota.status.reclaim.is_empty());
         let prices = self.service.prices;
         let mut exhausted: Vec<String> = Vec::new();
+        let mut queued = false;
         let mut paid_to: Option<i64> = None;
         let mut uid: Option<String> = None;
         let result = self
@@ -128,6 +129,7 @@ impl Context {
                 borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
                 let changed = out.changed || q.status.differs_visibly(&before);
                 exhausted = newly_exhausted(&before, q);
+                queued = quota::queue::ledger::waits_or_admits(q);
                 uid = q.metadata.uid.clone();
                 let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
                 let borrowing = !q.spec.max.is_empty() || !q.status.reclaim.is_empty();
@@ -183,6 +185,12 @@ impl Context {
         if let Some(q) = weighed {
             if let Err(e) = self.reclaim(&q, &kids, now).await {
                 tracing::warn!(quota = %name, error = %e, "reclaim step failed; next reconcile retries");
+            }
+        }
+        // Room may have freed: admit from the queue (docs/queueing.md §4).
+        if queued {
+            if let Err(e) = self.admit_from_queue(name, now).await {
+                tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
             }
         }
         Ok(if written {

@@ -45,7 +45,8 @@ impl FakeApi {
         let mut config: Value =
             serde_yaml_ng::from_str(config_yaml).expect("webhook configuration is YAML");
         assert_eq!(config["apiVersion"], "admissionregistration.k8s.io/v1");
-        assert_eq!(config["kind"], "ValidatingWebhookConfiguration");
+        let mutating = config["kind"] == "MutatingWebhookConfiguration";
+        assert!(mutating || config["kind"] == "ValidatingWebhookConfiguration");
         let hooks = config["webhooks"]
             .as_array_mut()
             .expect("webhooks is a list");
@@ -54,7 +55,78 @@ impl FakeApi {
             hook["clientConfig"]["caBundle"] = json!(base64_encode(ca_pem.as_bytes()));
             loaded.push(Webhook::load(hook, endpoint));
         }
-        self.state.lock().unwrap().webhooks = Arc::new(loaded);
+        let mut g = self.state.lock().unwrap();
+        if mutating {
+            g.mutating = Arc::new(loaded);
+        } else {
+            g.webhooks = Arc::new(loaded);
+        }
+    }
+
+    /// Mutating admission of one write, before validating admission: each
+    /// matching webhook in order, its JSONPatch applied to the object the
+    /// next one sees. Ok with the object as patched (None: unchanged) and
+    /// the warnings, or the answer that refuses the write. Failure
+    /// policies as for validating webhooks.
+    pub(super) async fn mutate(
+        &self,
+        a: &mut Attrs,
+        dry: bool,
+    ) -> Result<(Option<Value>, Vec<String>), Response<RespBody>> {
+        let hooks = self.state.lock().unwrap().mutating.clone();
+        let mut changed = false;
+        let mut warnings = Vec::new();
+        let matched: Vec<&Webhook> = hooks.iter().filter(|h| h.matches(a)).collect();
+        for h in matched {
+            if dry && !matches!(h.side_effects.as_str(), "None" | "NoneOnDryRun") {
+                let msg = format!("admission webhook {:?} does not support dry run", h.name);
+                return Err(once(400, &status(400, "BadRequest", &msg)));
+            }
+            let r = self.review(a, dry);
+            self.state
+                .lock()
+                .unwrap()
+                .reviews
+                .push(json!({"webhook": h.name, "request": r["request"]}));
+            match h.call(&r).await {
+                Ok(resp) => {
+                    if let Some(w) = resp["warnings"].as_array() {
+                        warnings.extend(w.iter().filter_map(|w| w.as_str().map(str::to_string)));
+                    }
+                    if resp["allowed"] != true {
+                        return Err(denied(&h.name, &resp["status"]));
+                    }
+                    if let Some(p) = resp["patch"].as_str() {
+                        assert_eq!(resp["patchType"], "JSONPatch", "{}: patchType", h.name);
+                        let ops: Value =
+                            serde_json::from_slice(&base64_decode(p)).expect("the patch is JSON");
+                        json_patch(&mut a.object, &ops).map_err(|e| {
+                            let msg = format!(
+                                "Internal error occurred: admission webhook {:?} returned an invalid patch: {e}",
+                                h.name
+                            );
+                            once(500, &status(500, "InternalError", &msg))
+                        })?;
+                        changed = true;
+                    }
+                }
+                Err(e) if h.fail => {
+                    let msg = format!(
+                        "Internal error occurred: failed calling webhook {:?}: {e}",
+                        h.name
+                    );
+                    return Err(once(500, &status(500, "InternalError", &msg)));
+                }
+                Err(_) => {}
+            }
+        }
+        Ok((changed.then(|| a.object.clone()), warnings))
+    }
+
+    /// Whether a write is one mutating admission sees (not a DELETE, not a
+    /// subresource such as scale or status).
+    pub(super) fn mutable(a: &Attrs) -> bool {
+        a.operation != "DELETE" && a.sub.is_none()
     }
 
     fn username(&self) -> String {
@@ -508,4 +580,28 @@ fn base64_decode(text: &str) -> Vec<u8> {
         }
     }
     out
+}
+
+/// RFC 6902 `add`, `replace` and `remove` on object members (what
+/// bizrq's patches use).
+fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> {
+    for op in ops.as_array().ok_or("a patch is a list")? {
+        let path = op["path"].as_str().ok_or("op without path")?;
+        let (parent, last) = path.rsplit_once('/').ok_or("path must start with /")?;
+        let unescape = |k: &str| k.replace("~1", "/").replace("~0", "~");
+        let obj = target
+            .pointer_mut(parent)
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| format!("{path}: parent does not exist"))?;
+        match op["op"].as_str() {
+            Some("add") | Some("replace") => {
+                obj.insert(unescape(last), op["value"].clone());
+            }
+            Some("remove") => {
+                obj.remove(&unescape(last));
+            }
+            o => return Err(format!("unsupported op {o:?}")),
+        }
+    }
+    Ok(())
 }

@@ -61,6 +61,10 @@ struct State {
     lost_answers: HashMap<String, usize>,
     /// The loaded ValidatingWebhookConfiguration, if any.
     webhooks: Arc<Vec<Webhook>>,
+    /// The loaded MutatingWebhookConfiguration, if any: called before the
+    /// validating ones, one after another, each seeing the object as the
+    /// previous one patched it.
+    mutating: Arc<Vec<Webhook>>,
     /// Every AdmissionReview sent: `{"webhook": name, "request": …}`.
     reviews: Vec<Value>,
 }

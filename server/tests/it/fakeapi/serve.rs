@@ -426,9 +426,28 @@ impl tower::Service<Request<Body>> for FakeApi {
                 .get("dryRun")
                 .is_some_and(|d| d == "All");
             let mut warnings = Vec::new();
+            let (mut method, mut body) = (method, body);
+            if let Some(mut attrs) = me
+                .attributes(&method, &path, body.as_ref())
+                .filter(FakeApi::mutable)
+            {
+                match me.mutate(&mut attrs, dry).await {
+                    // The patched object is what is written: a merge patch
+                    // becomes the replace of its result.
+                    Ok((Some(object), w)) => {
+                        warnings = w;
+                        if method == Method::PATCH {
+                            method = Method::PUT;
+                        }
+                        body = Some(object);
+                    }
+                    Ok((None, w)) => warnings = w,
+                    Err(refused) => return Ok(refused),
+                }
+            }
             if let Some(attrs) = me.attributes(&method, &path, body.as_ref()) {
                 match me.admit(&attrs, dry).await {
-                    Ok(w) => warnings = w,
+                    Ok(w) => warnings.extend(w),
                     Err(refused) => return Ok(refused),
                 }
             }

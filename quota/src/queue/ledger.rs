@@ -1,0 +1,304 @@
+//! `status.queue` as the writes change it (docs/queueing.md §4): join,
+//! refresh, leave by deletion, and leave by admission — the last only in
+//! the same write as the charge, so an entry is never in neither place
+//! (lost) nor in both (charged twice).
+
+use super::admit::QueueEntry;
+use super::reason::Waiting;
+use super::Queued;
+use crate::admission::{self, Denial};
+use crate::object::{Charge, Quota};
+use crate::resources::ResourceList;
+
+/// The most entries one quota's queue holds. Past it a workload that does
+/// not fit is refused as without queueing: a queue is a promise to admit,
+/// and one nobody can work through is a denial of service on the status
+/// object (every entry is written with it).
+pub const MAX_QUEUE: usize = 10_000;
+
+/// The entries of `status.queue` as admission reads them.
+pub fn entries(q: &Quota) -> Vec<Queued> {
+    q.status.queue.iter().map(|e| e.work.clone()).collect()
+}
+
+/// The entry of `wref` with the object uid `uid`, if queued.
+pub fn find<'a>(q: &'a Quota, wref: &str, uid: &str) -> Option<&'a QueueEntry> {
+    q.status
+        .queue
+        .iter()
+        .find(|e| e.work.workload_ref == wref && e.work.uid == uid)
+}
+
+/// Whether `wref` waits in the queue (any uid).
+pub fn holds(q: &Quota, wref: &str) -> bool {
+    q.status.queue.iter().any(|e| e.work.workload_ref == wref)
+}
+
+/// Queue `work` (or refresh its entry: same reference and uid keep their
+/// `since` and place, with the new pod sets, priority and run time), with
+/// the position and reason the caller computed. An entry of the same
+/// reference under another uid is an object deleted and made again: it is
+/// replaced. Refused past `MAX_QUEUE`. Whether anything changed.
+pub fn enqueue(
+    q: &mut Quota,
+    mut work: Queued,
+    position: u32,
+    waiting: Waiting,
+    reason: String,
+) -> Result<bool, Denial> {
+    if let Some(e) = q
+        .status
+        .queue
+        .iter_mut()
+        .find(|e| e.work.workload_ref == work.workload_ref)
+    {
+        if e.work.uid == work.uid {
+            work.submitted_ms = e.work.submitted_ms;
+        }
+        let changed = e.work != work;
+        e.work = work;
+        return Ok(changed);
+    }
+    if q.status.queue.len() >= MAX_QUEUE {
+        return Err(Denial::Invalid(format!(
+            "bizrq {}: {} cannot queue: the queue already holds {MAX_QUEUE} workloads, the most it may; \
+             delete waiting work or raise the quota",
+            q.name(),
+            work.workload_ref
+        )));
+    }
+    q.status.queue.push(QueueEntry {
+        work,
+        position,
+        waiting,
+        reason,
+        estimated_start: None,
+    });
+    Ok(true)
+}
+
+/// Whether the controller has queue work on `q`: entries waiting, or a
+/// charge made from the queue (whose object may still be suspended).
+pub fn waits_or_admits(q: &Quota) -> bool {
+    !q.status.queue.is_empty()
+        || q.status
+            .workloads
+            .values()
+            .any(|c| c.uid.starts_with("queue:"))
+}
+
+/// Remove `wref`'s entry (its workload was deleted): whether there was one.
+pub fn dequeue(q: &mut Quota, wref: &str) -> bool {
+    let before = q.status.queue.len();
+    q.status.queue.retain(|e| e.work.workload_ref != wref);
+    q.status.queue.len() != before
+}
+
+/// Admit the entry of `wref` with uid `uid`: `charge` written within
+/// `limits` (as `admission::charge_within`) and the entry removed, in the
+/// one change the caller writes. `Ok(false)` when the entry is no longer
+/// queued (admitted or deleted meanwhile): nothing to do.
+pub fn admit(
+    q: &mut Quota,
+    wref: &str,
+    uid: &str,
+    charge: Charge,
+    limits: &ResourceList,
+) -> Result<bool, Denial> {
+    if find(q, wref, uid).is_none() {
+        return Ok(false);
+    }
+    admission::charge_within(q, wref, charge, limits)?;
+    dequeue(q, wref);
+    Ok(true)
+}
+
+/// Positions and reasons rewritten from a round's `status` (entries no
+/// longer queued are not brought back). Whether anything changed.
+pub fn restate(q: &mut Quota, fresh: Vec<QueueEntry>) -> bool {
+    let fresh: Vec<QueueEntry> = fresh
+        .into_iter()
+        .filter(|f| {
+            q.status
+                .queue
+                .iter()
+                .any(|e| e.work.workload_ref == f.work.workload_ref && e.work.uid == f.work.uid)
+        })
+        .collect();
+    // Entries that joined after the round was computed keep their place
+    // at the end until the next round.
+    let mut next = fresh;
+    for e in &q.status.queue {
+        if !next
+            .iter()
+            .any(|f| f.work.workload_ref == e.work.workload_ref)
+        {
+            next.push(e.clone());
+        }
+    }
+    let changed = next != q.status.queue;
+    q.status.queue = next;
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::QuotaSpec;
+    use crate::quantity::Quantity;
+    use crate::workload::PodSet;
+
+    const GPU: &str = "requests.nvidia.com/gpu";
+
+    fn quota(gpus: i64) -> Quota {
+        Quota::new(
+            "nlp",
+            QuotaSpec {
+                hard: [(GPU.to_string(), Quantity::from_units(gpus))].into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn job(name: &str, uid: &str, gpus: i64, since: i64) -> Queued {
+        Queued {
+            workload_ref: format!("batch/Job/ml/{name}"),
+            uid: uid.into(),
+            priority: 0,
+            submitted_ms: since,
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: 1,
+                per_pod: [(GPU.to_string(), Quantity::from_units(gpus))].into(),
+                qos: Default::default(),
+            }],
+            run_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_refresh_keeps_since_and_a_new_uid_replaces() {
+        let mut q = quota(4);
+        assert!(enqueue(&mut q, job("a", "u1", 8, 10), 1, Waiting::Quota, "r".into()).unwrap());
+        // Same object, new size: since kept.
+        assert!(enqueue(&mut q, job("a", "u1", 6, 99), 1, Waiting::Quota, "r".into()).unwrap());
+        assert_eq!(q.status.queue[0].work.submitted_ms, 10);
+        assert_eq!(q.status.queue[0].work.usage()[GPU], Quantity::from_units(6));
+        assert!(!enqueue(&mut q, job("a", "u1", 6, 99), 1, Waiting::Quota, "r".into()).unwrap());
+        // Made again under the name: a new entry with its own since.
+        assert!(enqueue(&mut q, job("a", "u2", 6, 99), 1, Waiting::Quota, "r".into()).unwrap());
+        assert_eq!(q.status.queue.len(), 1);
+        assert_eq!(q.status.queue[0].work.submitted_ms, 99);
+    }
+
+    #[test]
+    fn the_queue_is_bounded() {
+        let mut q = quota(4);
+        for i in 0..MAX_QUEUE {
+            q.status.queue.push(QueueEntry {
+                work: job(&format!("j{i}"), "u", 8, 0),
+                position: 0,
+                waiting: Waiting::Quota,
+                reason: String::new(),
+                estimated_start: None,
+            });
+        }
+        let e = enqueue(
+            &mut q,
+            job("last", "u", 8, 0),
+            1,
+            Waiting::Quota,
+            "r".into(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("already holds 10000 workloads"), "{e}");
+        // A refresh of a queued entry is not a new one.
+        assert!(enqueue(&mut q, job("j0", "u", 7, 0), 1, Waiting::Quota, "r".into()).is_ok());
+    }
+
+    #[test]
+    fn admission_charges_and_leaves_the_queue_in_one_change() {
+        let mut q = quota(4);
+        enqueue(&mut q, job("a", "u1", 4, 10), 1, Waiting::Quota, "r".into()).unwrap();
+        let w = job("a", "u1", 4, 10);
+        // Another object under the name: not this admission's.
+        assert_eq!(
+            admit(
+                &mut q,
+                &w.workload_ref,
+                "u9",
+                w.charge(20),
+                &ResourceList::new()
+            ),
+            Ok(false)
+        );
+        assert!(admit(
+            &mut q,
+            &w.workload_ref,
+            "u1",
+            w.charge(20),
+            &ResourceList::new()
+        )
+        .unwrap());
+        assert!(q.status.queue.is_empty());
+        assert_eq!(q.status.workloads[&w.workload_ref].uid, "queue:u1");
+        assert_eq!(q.status.used[GPU], Quantity::from_units(4));
+        // Retried: the entry is gone, nothing is charged twice.
+        assert_eq!(
+            admit(
+                &mut q,
+                &w.workload_ref,
+                "u1",
+                w.charge(30),
+                &ResourceList::new()
+            ),
+            Ok(false)
+        );
+        // What does not fit stays queued.
+        let b = job("b", "u2", 1, 11);
+        enqueue(&mut q, b.clone(), 1, Waiting::Quota, "r".into()).unwrap();
+        assert!(admit(
+            &mut q,
+            &b.workload_ref,
+            "u2",
+            b.charge(20),
+            &ResourceList::new()
+        )
+        .is_err());
+        assert!(holds(&q, &b.workload_ref));
+    }
+
+    #[test]
+    fn restate_keeps_late_joiners_and_drops_the_gone() {
+        let mut q = quota(4);
+        enqueue(&mut q, job("a", "u1", 8, 10), 0, Waiting::Quota, "".into()).unwrap();
+        enqueue(&mut q, job("b", "u2", 8, 11), 0, Waiting::Quota, "".into()).unwrap();
+        let fresh = vec![
+            QueueEntry {
+                work: job("b", "u2", 8, 11),
+                position: 1,
+                waiting: Waiting::Quota,
+                reason: "waits".into(),
+                estimated_start: None,
+            },
+            QueueEntry {
+                work: job("gone", "u3", 8, 1),
+                position: 2,
+                waiting: Waiting::Quota,
+                reason: "waits".into(),
+                estimated_start: None,
+            },
+        ];
+        assert!(restate(&mut q, fresh));
+        let refs: Vec<&str> = q
+            .status
+            .queue
+            .iter()
+            .map(|e| e.work.workload_ref.as_str())
+            .collect();
+        assert_eq!(refs, ["batch/Job/ml/b", "batch/Job/ml/a"]);
+        assert!(dequeue(&mut q, "batch/Job/ml/a"));
+        assert!(!dequeue(&mut q, "batch/Job/ml/a"));
+    }
+}

@@ -1,0 +1,196 @@
+//! Admission from a quota's queue (docs/queueing.md §4, controller): on
+//! every reconcile of a quota with a queue — which runs on releases, spec
+//! changes and the resync — one round (`quota::queue::next_admissions`);
+//! each admission is **charged first**, in the quota's compare-and-swap
+//! that also removes its entry (`Service::admit_queued`), and only then is
+//! the workload unsuspended. A crash between the two leaves a charge whose
+//! uid is `queue:<object uid>` on a suspended object: the next reconcile
+//! finds it (`repair`) and unsuspends it. Nothing is charged twice (the
+//! entry is gone once charged) and nothing is lost (it leaves the queue
+//! only with its charge).
+//!
+//! This version admits within hard only: work that could run on a loan
+//! from the parent waits until it fits in hard (never over-admitted; the
+//! loan path is not wired here yet).
+
+use super::Context;
+use crate::cluster::events::{workload_ref, Notice};
+use crate::cluster::view::kind_of_ref;
+use crate::service::ServiceError;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use quota::queue::{self, Decision, Pool, Queued};
+use quota::workload::{adapter_for_kind, WorkloadRef};
+use quota::ResourceList;
+use std::collections::BTreeMap;
+
+impl Context {
+    /// One round of admissions from `name`'s queue, the crash repair, and
+    /// the restated positions. Errors are the next reconcile's to retry.
+    pub(super) async fn admit_from_queue(&self, name: &str, now: i64) -> Result<(), ServiceError> {
+        let q = self.service.get(name).await?.quota;
+        let repairs: Vec<String> = {
+            let snap = self.view.lock().unwrap().snapshot(name);
+            q.status
+                .workloads
+                .iter()
+                .filter(|(_, c)| c.uid.starts_with("queue:"))
+                .filter(|(wref, _)| {
+                    // Observed running nothing: suspended.
+                    snap.observed
+                        .get(*wref)
+                        .is_some_and(|o| o.pod_sets.iter().all(|s| s.count == 0))
+                })
+                .map(|(wref, _)| wref.clone())
+                .collect()
+        };
+        for wref in repairs {
+            // Charged by an admission whose unsuspend did not happen.
+            self.unsuspend(&wref).await;
+        }
+        if q.status.queue.is_empty() {
+            return Ok(());
+        }
+        // Entries made by a CREATE's mutation carry no uid yet (the API
+        // server assigns it after): the watch knows it.
+        let unnamed: Vec<(String, String)> = {
+            let v = self.view.lock().unwrap();
+            q.status
+                .queue
+                .iter()
+                .filter(|e| e.work.uid.is_empty())
+                .filter_map(|e| {
+                    let uid = v.workload_uid(&e.work.workload_ref)?;
+                    Some((e.work.workload_ref.clone(), uid))
+                })
+                .collect()
+        };
+        for (wref, uid) in &unnamed {
+            self.service.name_queued(name, wref, uid).await?;
+        }
+        let q = if unnamed.is_empty() {
+            q
+        } else {
+            self.service.get(name).await?.quota
+        };
+        // Only entries whose object the watch has seen (with its uid) are
+        // admitted: the unsuspend needs the object.
+        let known: Vec<Queued> = {
+            let v = self.view.lock().unwrap();
+            queue::ledger::entries(&q)
+                .into_iter()
+                .filter(|e| {
+                    !e.uid.is_empty() && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
+                })
+                .collect()
+        };
+        let limits = ResourceList::new();
+        let pool = Pool::new(&q, &limits);
+        let decisions = queue::next_admissions(&known, &pool, &[], &q.spec.queueing, now);
+        let uids: BTreeMap<&str, &str> = known
+            .iter()
+            .map(|e| (e.workload_ref.as_str(), e.uid.as_str()))
+            .collect();
+        for d in &decisions {
+            let Decision::Admit(a) = d else { continue };
+            let uid = uids.get(a.workload_ref.as_str()).copied().unwrap_or("");
+            match self
+                .service
+                .admit_queued(name, &a.workload_ref, uid, a.charge.clone(), &limits)
+                .await
+            {
+                Ok(true) => {
+                    self.unsuspend(&a.workload_ref).await;
+                    self.tell(
+                        &a.workload_ref,
+                        "Admitted",
+                        format!("bizrq {name}: admitted from the queue; unsuspended"),
+                    );
+                }
+                Ok(false) => {}
+                // It no longer fits (a race with an admission): it stays
+                // queued for the next round.
+                Err(ServiceError::Denied(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let before: BTreeMap<String, (u32, queue::Waiting)> = q
+            .status
+            .queue
+            .iter()
+            .map(|e| (e.work.workload_ref.clone(), (e.position, e.waiting)))
+            .collect();
+        let fresh = queue::status(&known, &decisions, &BTreeMap::new());
+        for e in &fresh {
+            if before.get(&e.work.workload_ref) != Some(&(e.position, e.waiting)) {
+                self.tell(
+                    &e.work.workload_ref,
+                    "Queued",
+                    format!(
+                        "bizrq {name}: queued at position {}: {}",
+                        e.position, e.reason
+                    ),
+                );
+            }
+        }
+        self.service.restate_queue(name, fresh).await?;
+        Ok(())
+    }
+
+    /// Set the workload's suspend flag to false (a merge patch of its
+    /// adapter's suspend path). It goes through the admission webhooks
+    /// like anyone's write; the charge is already in place.
+    async fn unsuspend(&self, wref: &str) {
+        let kind = kind_of_ref(wref).to_string();
+        let Some(ar) = self.installed.lock().unwrap().get(&kind).cloned() else {
+            return;
+        };
+        let Some(WorkloadRef {
+            namespace, name, ..
+        }) = WorkloadRef::parse(wref)
+        else {
+            return;
+        };
+        let Some(adapter) = kind
+            .split_once('/')
+            .and_then(|(g, k)| adapter_for_kind(g, k))
+        else {
+            return;
+        };
+        let patch = adapter.suspend_path.iter().rev().fold(
+            serde_json::Value::Bool(false),
+            |inner, k| serde_json::json!({ *k: inner }),
+        );
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &ar);
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => {
+                tracing::warn!(workload = %wref, error = %e, "unsuspend failed; the next reconcile repairs it")
+            }
+        }
+    }
+
+    fn tell(&self, wref: &str, reason: &'static str, note: String) {
+        let kind = kind_of_ref(wref).to_string();
+        let api_version = self
+            .installed
+            .lock()
+            .unwrap()
+            .get(&kind)
+            .map(|ar| ar.api_version.clone())
+            .unwrap_or_default();
+        if let Some(mut r) = workload_ref(&api_version, wref) {
+            r.uid = self.view.lock().unwrap().workload_uid(wref);
+            self.events.emit(Notice {
+                regarding: r,
+                warning: false,
+                reason,
+                action: "Queue",
+                note,
+            });
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! The mutating webhook `/mutate/workloads` (docs/queueing.md §4): a
+//! queueable workload (a kind whose adapter has a suspend path) of a quota
+//! with `queueing: Queue` that does not fit now is created suspended and
+//! joins the quota's queue, not charged. Everything else passes unchanged
+//! to the validating webhook, which charges or refuses as without
+//! queueing; so the two agree by construction: this webhook only ever
+//! adds `suspend: true`, and a suspended object is one the validating
+//! webhook charges nothing for.
+
+use super::{review_json, target, Verdict};
+use crate::cluster::events::{self, Notice};
+use crate::http::AppState;
+use crate::service::queue::Queueing;
+use crate::service::{Service, ServiceError};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use quota::queue::{self, Disposition, Queued};
+use quota::review::Request;
+use quota::workload::adapter_for_kind;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub async fn workloads(State(app): State<AppState>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let req = match quota::review::decode(&body) {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_REQUEST, e).into_response(),
+    };
+    let (verdict, patch) = match mutate(&app.service, &req).await {
+        Ok(out) => out,
+        Err(e) => (Verdict::from_error(e), None),
+    };
+    let decision = match (&patch, verdict.allowed) {
+        (_, false) => "denied",
+        (Some(_), true) => "queued",
+        (None, true) => "allowed",
+    };
+    let mut review: Value =
+        serde_json::from_slice(&review_json(&req.uid, verdict)).expect("review is JSON");
+    if let Some(p) = patch {
+        let bytes = serde_json::to_vec(&p).expect("patch serialises");
+        review["response"]["patch"] = json!(base64(&bytes));
+        review["response"]["patchType"] = json!("JSONPatch");
+    }
+    app.service.metrics.observe_admission(
+        "mutate-workloads",
+        decision,
+        started.elapsed().as_secs_f64(),
+    );
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(&review).expect("review serialises"),
+    )
+        .into_response()
+}
+
+/// The value at `path` in `obj`.
+fn at<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(obj, |v, k| v.get(*k))
+}
+
+/// `obj` with the suspend flag at `path` set to `to`.
+fn with_flag(obj: &Value, path: &[&str], to: bool) -> Value {
+    let mut out = obj.clone();
+    let mut cur = &mut out;
+    for (i, k) in path.iter().enumerate() {
+        let Some(m) = cur.as_object_mut() else {
+            return obj.clone();
+        };
+        if i + 1 == path.len() {
+            m.insert((*k).to_string(), Value::Bool(to));
+            break;
+        }
+        cur = m.entry((*k).to_string()).or_insert_with(|| json!({}));
+    }
+    out
+}
+
+/// The JSONPatch that sets the flag at `path` to true: `add` at the first
+/// missing level (RFC 6902 `add` needs its parent to exist).
+fn suspend_patch(obj: &Value, path: &[&str]) -> Value {
+    let mut depth = 0;
+    while depth + 1 < path.len() && at(obj, &path[..=depth]).is_some_and(Value::is_object) {
+        depth += 1;
+    }
+    let value = path[depth + 1..]
+        .iter()
+        .rev()
+        .fold(Value::Bool(true), |inner, k| json!({ *k: inner }));
+    let pointer: String = path[..=depth]
+        .iter()
+        .map(|k| format!("/{}", k.replace('~', "~0").replace('/', "~1")))
+        .collect();
+    json!([{ "op": "add", "path": pointer, "value": value }])
+}
+
+/// The highest `priority` a pod template of the object states (0 when
+/// none does). PriorityClass names are not looked up in this version.
+fn template_priority(obj: &Value, depth: u32) -> i32 {
+    if depth > 8 {
+        return 0;
+    }
+    match obj {
+        Value::Object(m) => {
+            let own = m
+                .get("template")
+                .and_then(|t| t.get("spec"))
+                .and_then(|s| s.get("priority"))
+                .and_then(Value::as_i64)
+                .map(|p| p.clamp(i32::MIN as i64, i32::MAX as i64) as i32);
+            m.values()
+                .map(|v| template_priority(v, depth + 1))
+                .chain(own)
+                .max()
+                .unwrap_or(0)
+        }
+        Value::Array(a) => a
+            .iter()
+            .map(|v| template_priority(v, depth + 1))
+            .max()
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The decision, and the JSONPatch when the object is to be suspended.
+pub async fn mutate(
+    svc: &Arc<Service>,
+    req: &Request,
+) -> Result<(Verdict, Option<Value>), ServiceError> {
+    let pass = Ok((Verdict::allow(), None));
+    let create = match req.operation.as_str() {
+        "CREATE" => true,
+        "UPDATE" => false,
+        _ => return pass,
+    };
+    if req.sub_resource.is_some() {
+        return pass;
+    }
+    let Some(adapter) = adapter_for_kind(&req.kind.group, &req.kind.kind) else {
+        return pass;
+    };
+    if !queue::queueable(adapter) {
+        return pass;
+    }
+    if let Some(ns) = req.namespace.as_deref() {
+        if !svc.keys.namespaces.governs(ns) {
+            return pass;
+        }
+    }
+    let Some(raw) = req.object.as_deref() else {
+        return pass;
+    };
+    let bad = |e: String| ServiceError::BadRequest(e);
+    let obj: Value = serde_json::from_str(raw.get()).map_err(|e| bad(e.to_string()))?;
+    let path = adapter.suspend_path;
+    let suspended = at(&obj, path) == Some(&Value::Bool(true));
+    let old_suspended = req
+        .old_object
+        .as_deref()
+        .and_then(|o| serde_json::from_str::<Value>(o.get()).ok())
+        .is_some_and(|o| at(&o, path) == Some(&Value::Bool(true)));
+    // What it will run once admitted: read as if unsuspended.
+    let running = with_flag(&obj, path, false);
+    let w = adapter
+        .read(&running.to_string(), &svc.keys)
+        .map_err(|e| bad(e.to_string()))?;
+    let Some(quota_name) = w.quota().map(str::to_string) else {
+        return pass;
+    };
+    let (ns, name) = target(req);
+    let wref = adapter
+        .checked_ref(&ns, &name)
+        .map_err(|e| bad(e.to_string()))?;
+    let q = match svc.get(&quota_name).await {
+        Ok(s) => s.quota,
+        // The validating webhook refuses a missing quota with its message.
+        Err(ServiceError::NotFound(_)) => return pass,
+        Err(e) => return Err(e),
+    };
+    let queued = queue::ledger::holds(&q, &wref);
+    // Admitted already (charged and being unsuspended by the controller):
+    // the validating webhook's business, as for any running workload.
+    let charged = q
+        .status
+        .workloads
+        .get(&wref)
+        .is_some_and(|c| c.usage().values().any(|v| v.nanos() > 0));
+    if charged && !queued {
+        return pass;
+    }
+    // Judged: a create that would run, a queued workload (refreshed, or
+    // unsuspended by hand), and a held workload being released.
+    let judged = if create {
+        !suspended
+    } else {
+        queued || (old_suspended && !suspended)
+    };
+    if !judged {
+        return pass;
+    }
+    if !queued {
+        match queue::disposition(adapter, &q.spec.queueing, &w.meta.labels) {
+            Err(m) => return Err(bad(format!("bizrq: {m}"))),
+            Ok(Disposition::Refuse) => return pass,
+            Ok(Disposition::Queue) => {}
+        }
+    }
+    let work = Queued {
+        workload_ref: wref.clone(),
+        uid: w.meta.uid.clone(),
+        priority: template_priority(&obj, 0),
+        submitted_ms: svc.now(),
+        pod_sets: w.pod_sets.clone(),
+        run_ms: quota::budget::runtime::max_runtime(&running)
+            .ok()
+            .flatten()
+            .map(|r| r.ms),
+    };
+    let answer = svc
+        .queue_workload(&quota_name, work, create, req.dry())
+        .await?;
+    match answer {
+        Queueing::Queued { position, reason } if !suspended => {
+            let note = format!(
+                "bizrq {quota_name}: queued at position {position}: {reason}; created suspended, \
+                 admitted when it fits"
+            );
+            if !req.dry() && svc.events.enabled() {
+                notify_queued(svc, req, &wref, &note);
+            }
+            Ok((
+                Verdict::allow().warn([note]),
+                Some(suspend_patch(&obj, path)),
+            ))
+        }
+        _ => pass,
+    }
+}
+
+fn notify_queued(svc: &Service, req: &Request, wref: &str, note: &str) {
+    let api_version = match req.kind.group.as_str() {
+        "" => req.kind.version.clone(),
+        g => format!("{g}/{}", req.kind.version),
+    };
+    if let Some(regarding) = events::workload_ref(&api_version, wref) {
+        svc.events.emit(Notice {
+            regarding,
+            warning: false,
+            reason: "Queued",
+            action: "Queue",
+            note: note.to_string(),
+        });
+    }
+}
+
+/// Standard base64 (RFC 4648, padded), as `AdmissionResponse.patch` is.
+fn base64(bytes: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_rfc_4648() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+
+    #[test]
+    fn the_patch_adds_the_first_missing_level() {
+        let job = json!({"spec": {"template": {}}});
+        assert_eq!(
+            suspend_patch(&job, &["spec", "suspend"]),
+            json!([{"op": "add", "path": "/spec/suspend", "value": true}])
+        );
+        let tf = json!({"spec": {"tfReplicaSpecs": {}}});
+        assert_eq!(
+            suspend_patch(&tf, &["spec", "runPolicy", "suspend"]),
+            json!([{"op": "add", "path": "/spec/runPolicy", "value": {"suspend": true}}])
+        );
+        let tf = json!({"spec": {"runPolicy": {"suspend": false}}});
+        assert_eq!(
+            suspend_patch(&tf, &["spec", "runPolicy", "suspend"]),
+            json!([{"op": "add", "path": "/spec/runPolicy/suspend", "value": true}])
+        );
+    }
+
+    #[test]
+    fn priority_is_the_highest_a_template_states() {
+        let job = json!({"spec": {"template": {"spec": {"priority": 100}}}});
+        assert_eq!(template_priority(&job, 0), 100);
+        let tf = json!({"spec": {"tfReplicaSpecs": {
+            "PS": {"template": {"spec": {"priority": 5}}},
+            "Worker": {"template": {"spec": {"priority": 7}}}}}});
+        assert_eq!(template_priority(&tf, 0), 7);
+        assert_eq!(template_priority(&json!({"spec": {}}), 0), 0);
+    }
+}
