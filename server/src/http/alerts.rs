@@ -4,6 +4,7 @@
 use crate::alerts::{Kind, Level};
 use crate::authz::Principal;
 use crate::http::{ApiError, AppState};
+use crate::service::alert_ops::{self, Quiet};
 use crate::service::changes::records_scope;
 use crate::store::alerts::{Alert, AlertFilter};
 use axum::extract::{Path, Query, State};
@@ -143,97 +144,6 @@ pub async fn api_get(
     Ok(axum::Json(alert_json(&a)).into_response())
 }
 
-/// How long an alert may be snoozed, in hours: the choices people have.
-pub const SNOOZE_HOURS: [i64; 4] = [1, 4, 24, 168];
-
-/// What quieting an alert does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Quiet {
-    Ack,
-    /// For so many hours, one of [`SNOOZE_HOURS`].
-    Snooze(i64),
-}
-
-impl Quiet {
-    /// A snooze of `hours`, if it is one of the choices.
-    pub fn snooze(hours: i64) -> Result<Quiet, String> {
-        if SNOOZE_HOURS.contains(&hours) {
-            Ok(Quiet::Snooze(hours))
-        } else {
-            Err(format!(
-                "snooze for {hours} hours is not offered: 1, 4, 24 or 168 hours"
-            ))
-        }
-    }
-}
-
-/// Acknowledges or snoozes alert `id` for `p`, audited; the sentence that
-/// says what was done. Who may: an admin, or an owner of the alert's quota
-/// (who may also set its rules); anyone else who may see it is refused
-/// (403), anyone who may not gets 404 as for no such alert. A resolved
-/// alert is a conflict (409): there is nothing left to quiet.
-pub async fn quiet(app: &AppState, p: &Principal, id: i64, how: Quiet) -> Result<String, ApiError> {
-    let missing = || {
-        ApiError::Service(crate::service::ServiceError::NotFound(format!(
-            "alert {id} not found"
-        )))
-    };
-    let sql = &app.portal.sql;
-    let a = sql
-        .alert(id)
-        .await
-        .map_err(crate::service::ServiceError::from)?
-        .ok_or_else(missing)?;
-    if !p.is_admin {
-        let tree = crate::service::changes::tree_for(&app.audited(), p).await?;
-        if !crate::authz::can_view(p, &a.quota, &tree) {
-            return Err(missing());
-        }
-        if !crate::authz::can_set_alert_rules(p, &a.quota, &tree) {
-            return Err(ApiError::Forbidden(format!(
-                "only an owner of {} (or an admin) may acknowledge or snooze its alerts",
-                a.quota
-            )));
-        }
-    }
-    let now = app.service.now();
-    let actor = p.actor().to_string();
-    let (done, action, sentence) = match how {
-        Quiet::Ack => (
-            sql.ack_alert(id, &actor, now).await,
-            crate::service::audit::action::ALERT_ACK,
-            format!("alert {id} on {} acknowledged", a.quota),
-        ),
-        Quiet::Snooze(hours) => {
-            let until = now + hours * 3_600_000;
-            (
-                sql.snooze_alert(id, &actor, until).await,
-                crate::service::audit::action::ALERT_SNOOZE,
-                format!(
-                    "alert {id} on {} snoozed until {}",
-                    a.quota,
-                    quota::time::format_when(until)
-                ),
-            )
-        }
-    };
-    if !done.map_err(crate::service::ServiceError::from)? {
-        return Err(ApiError::Service(crate::service::ServiceError::Conflict(
-            format!("alert {id} is resolved: there is nothing to acknowledge or snooze"),
-        )));
-    }
-    app.audit(
-        p,
-        action,
-        &a.quota,
-        None,
-        Some(serde_json::json!({"alert": id, "message": a.message})),
-        &sentence,
-    )
-    .await;
-    Ok(sentence)
-}
-
 fn alert_id(id: &str) -> Result<i64, ApiError> {
     id.parse().map_err(|_| {
         ApiError::Service(crate::service::ServiceError::NotFound(format!(
@@ -249,7 +159,7 @@ async fn api_ack(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = alert_id(&id)?;
-    quiet(&app, &p, id, Quiet::Ack).await?;
+    alert_ops::quiet(&app.audited(), &p, id, Quiet::Ack).await?;
     api_get(State(app), p, Path(id.to_string())).await
 }
 
@@ -271,6 +181,6 @@ async fn api_snooze(
         ApiError::BadRequest(format!("invalid snooze: {e}; expected {{\"hours\": 4}}"))
     })?;
     let how = Quiet::snooze(b.hours).map_err(ApiError::BadRequest)?;
-    quiet(&app, &p, id, how).await?;
+    alert_ops::quiet(&app.audited(), &p, id, how).await?;
     api_get(State(app), p, Path(id.to_string())).await
 }

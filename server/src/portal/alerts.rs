@@ -7,8 +7,8 @@ use super::auth::Viewer;
 use super::PageError;
 use crate::alerts::{Kind, Level};
 use crate::authz::{self, Principal};
-use crate::http::alerts::Quiet;
 use crate::http::AppState;
+use crate::service::alert_ops::{self, Quiet};
 use crate::store::alerts::{Alert, AlertFilter, Pref};
 use app::alerts::{AccountAlerts, AlertQuery, AlertRow, RuleRow};
 use app::layout::Flash;
@@ -69,7 +69,7 @@ fn loud(app: &AppState, quotas_in: Option<Vec<String>>) -> AlertFilter {
 /// How many open alerts the viewer may see ask for someone now (the badge):
 /// one count, whatever the size of the tree.
 pub async fn open_count(app: &AppState, p: &Principal) -> Result<usize, PageError> {
-    Ok(crate::http::live::open_alert_count(app, p).await?)
+    Ok(crate::service::alert_ops::open_count(&app.audited(), p).await?)
 }
 
 /// The open alerts the viewer may see that ask for someone now, for the
@@ -230,20 +230,15 @@ pub struct SnoozeForm {
 /// viewer's to see).
 async fn quieted(
     viewer: &Viewer,
-    done: Result<String, crate::http::ApiError>,
+    done: Result<String, crate::service::changes::ChangeError>,
 ) -> Result<Response, PageError> {
-    use crate::http::ApiError;
+    use crate::service::changes::ChangeError;
+    use crate::service::ServiceError;
     let flash = match done {
         Ok(s) => Flash::Ok(s),
-        Err(ApiError::Service(crate::service::ServiceError::NotFound(m))) => {
-            return Err(PageError::NotFound(m))
-        }
-        Err(ApiError::Forbidden(m)) => return Err(PageError::Forbidden(m)),
-        Err(ApiError::BadRequest(m)) => Flash::Error(m),
-        Err(ApiError::Service(e @ crate::service::ServiceError::Conflict(_))) => {
-            Flash::Error(e.to_string())
-        }
-        Err(e) => return Err(PageError::Internal(e.to_string())),
+        Err(ChangeError::Forbidden(m)) => return Err(PageError::Forbidden(m)),
+        Err(ChangeError::Service(e @ ServiceError::Conflict(_))) => Flash::Error(e.to_string()),
+        Err(ChangeError::Service(e)) => return Err(e.into()),
     };
     viewer.set_flash(flash).await;
     Ok(Redirect::to("/alerts").into_response())
@@ -255,7 +250,7 @@ pub async fn ack(
     viewer: Viewer,
     Path(id): Path<i64>,
 ) -> Result<Response, PageError> {
-    let done = crate::http::alerts::quiet(&app, &viewer.principal, id, Quiet::Ack).await;
+    let done = alert_ops::quiet(&app.audited(), &viewer.principal, id, Quiet::Ack).await;
     quieted(&viewer, done).await
 }
 
@@ -277,10 +272,14 @@ pub async fn snooze(
             )
         })
         .and_then(Quiet::snooze);
-    let done = match how {
-        Ok(how) => crate::http::alerts::quiet(&app, &viewer.principal, id, how).await,
-        Err(m) => Err(crate::http::ApiError::BadRequest(m)),
+    let how = match how {
+        Ok(how) => how,
+        Err(m) => {
+            viewer.set_flash(Flash::Error(m)).await;
+            return Ok(Redirect::to("/alerts").into_response());
+        }
     };
+    let done = alert_ops::quiet(&app.audited(), &viewer.principal, id, how).await;
     quieted(&viewer, done).await
 }
 

@@ -57,6 +57,7 @@
 //! window the parent's used counts at least what its children hold, so a
 //! sibling can never be carved room a child still holds.
 
+pub mod alert_ops;
 pub mod audit;
 pub mod changed;
 pub mod changes;
