@@ -358,6 +358,22 @@ impl TreeQuery {
             .collect()
     }
 
+    /// Drops from `open` and `closed` what is not a row with children here
+    /// (every link repeats both lists: made-up names would make each page
+    /// a multiple of the URL), and cuts the search to a name's length.
+    pub fn keep_only_rows_of(&mut self, rows: &[TreeRow]) {
+        let parents: BTreeSet<&str> = rows
+            .iter()
+            .filter(|r| r.children > 0)
+            .map(|r| r.name.as_str())
+            .collect();
+        self.open.retain(|n| parents.contains(n.as_str()));
+        self.closed.retain(|n| parents.contains(n.as_str()));
+        if let Some((i, _)) = self.search.char_indices().nth(253) {
+            self.search.truncate(i);
+        }
+    }
+
     /// Whether the search (lowercased `needle`) and the filter find `r`.
     pub fn matches(&self, r: &TreeRow, needle: &str) -> bool {
         r.name.to_lowercase().contains(needle) && self.filter.keeps(r)
@@ -716,10 +732,11 @@ pub fn render_tree_page(
     quotas: &[Quota],
     in_use: &BTreeMap<String, ResourceList>,
     cfg: &KeyConfig,
-    query: TreeQuery,
+    mut query: TreeQuery,
 ) -> String {
     let all = tree_rows(quotas, in_use, cfg, query.sort);
     let total = all.len();
+    query.keep_only_rows_of(&all);
     let needle = query.search.trim().to_lowercase();
     let searching = !needle.is_empty() || query.filter != TreeFilter::All;
     let found = if searching && query.under.is_none() {
@@ -974,6 +991,26 @@ mod tests {
         let shown = select_rows(rows, &query);
         assert_eq!(shown.iter().filter(|r| !r.context).count(), MAX_FOUND);
         assert!(shown[0].context, "the root is shown as context");
+    }
+
+    #[test]
+    fn made_up_names_do_not_ride_along_in_every_link() {
+        let mut q = TreeQuery {
+            open: [
+                "nlp".to_string(),
+                "no-such".to_string(),
+                "nlp-a".to_string(),
+            ]
+            .into(),
+            closed: ["!".repeat(253)].into(),
+            search: "x".repeat(10_000),
+            ..Default::default()
+        };
+        q.keep_only_rows_of(&rows(TreeSort::Name));
+        // nlp has a child; nlp-a has none; the others are no rows at all.
+        assert_eq!(q.open, ["nlp".to_string()].into());
+        assert!(q.closed.is_empty());
+        assert_eq!(q.search.len(), 253);
     }
 
     #[test]

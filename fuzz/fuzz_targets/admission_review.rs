@@ -92,6 +92,7 @@ fn charge_and_release(wref: &str, w: &quota::Workload) {
             parent: String::new(),
             hard,
             max: Default::default(),
+            budgets: Default::default(),
             queueing: Default::default(),
         },
     );

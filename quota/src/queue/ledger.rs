@@ -14,7 +14,7 @@ use crate::resources::ResourceList;
 /// not fit is refused as without queueing: a queue is a promise to admit,
 /// and one nobody can work through is a denial of service on the status
 /// object (every entry is written with it).
-pub const MAX_QUEUE: usize = 10_000;
+pub const MAX_QUEUE: usize = 1_000;
 
 /// The entries of `status.queue` as admission reads them.
 pub fn entries(q: &Quota) -> Vec<Queued> {
@@ -212,7 +212,10 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("already holds 10000 workloads"), "{e}");
+        assert!(
+            e.contains(&format!("already holds {MAX_QUEUE} workloads")),
+            "{e}"
+        );
         // A refresh of a queued entry is not a new one.
         assert!(enqueue(&mut q, job("j0", "u", 7, 0), 1, Waiting::Quota, "r".into()).is_ok());
     }

@@ -42,7 +42,8 @@ pub async fn samples(
     }
     let kind = Kind::parse(&q.chart, key).map_err(ApiError::BadRequest)?;
     changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
-    let all = app.service.list().await?;
+    // The quota and its subtree (its children's charts), not the forest.
+    let all = app.service.subtrees(std::slice::from_ref(&name)).await?;
     let quota = all
         .iter()
         .find(|x| x.name() == name)

@@ -242,7 +242,15 @@ pub async fn csv(
 /// break, quotes doubled. A field a spreadsheet would run as a formula
 /// (starting with `=`, `+`, `-`, `@`, tab or CR) is prefixed with `'`.
 pub fn csv_field(s: &str) -> String {
-    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+    // A plain negative number (`-5`, `-0.25`) stays a number a spreadsheet sums.
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    let number = s
+        .strip_prefix('-')
+        .is_some_and(|n| match n.split_once('.') {
+            Some((w, f)) => digits(w) && digits(f),
+            None => digits(n),
+        });
+    let s = if !number && s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
         format!("'{s}")
     } else {
         s.to_string()
@@ -288,7 +296,10 @@ mod tests {
         assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
         assert_eq!(csv_field(r#"{"a":1,"b":2}"#), r#""{""a"":1,""b"":2}""#);
         assert_eq!(csv_field("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
-        assert_eq!(csv_field("-1"), "'-1");
+        assert_eq!(csv_field("-1"), "-1");
+        assert_eq!(csv_field("-0.25"), "-0.25");
+        assert_eq!(csv_field("-1+2"), "'-1+2");
+        assert_eq!(csv_field("-"), "'-");
         assert_eq!(csv_field(""), "");
     }
 

@@ -187,7 +187,7 @@ pub async fn tree(
     let query = TreeQuery {
         search: t.q,
         filter: TreeFilter::parse(&t.filter),
-        under: t.under.filter(|u| !u.is_empty()),
+        under: t.under.filter(|u| !u.is_empty() && u.len() <= 253),
         depth: t.depth,
         sort: TreeSort::parse(&t.sort),
         open: TreeQuery::names(&t.open),
