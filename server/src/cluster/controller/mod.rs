@@ -128,6 +128,37 @@ pub struct Context {
 }
 
 impl Context {
+    /// An Event on a workload (`action`: the controller's part that acts,
+    /// `reason`: what happened), addressed by the API version its kind is
+    /// installed at and its uid as last seen.
+    pub(crate) fn notify_workload(
+        &self,
+        wref: &str,
+        warning: bool,
+        action: &'static str,
+        reason: &'static str,
+        note: String,
+    ) {
+        let kind = crate::cluster::view::kind_of_ref(wref).to_string();
+        let api_version = self
+            .installed
+            .lock()
+            .unwrap()
+            .get(&kind)
+            .map(|ar| ar.api_version.clone())
+            .unwrap_or_default();
+        if let Some(mut r) = crate::cluster::events::workload_ref(&api_version, wref) {
+            r.uid = self.view.lock().unwrap().workload_uid(wref);
+            self.events.emit(crate::cluster::events::Notice {
+                regarding: r,
+                warning,
+                reason,
+                action,
+                note,
+            });
+        }
+    }
+
     /// The context, and the stream of quotas the watches trigger (for
     /// `Controller::reconcile_on`).
     pub fn new(

@@ -14,7 +14,7 @@
 //! loan path is not wired here yet).
 
 use super::Context;
-use crate::cluster::events::{workload_ref, Notice};
+
 use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -100,8 +100,10 @@ impl Context {
             {
                 Ok(true) => {
                     self.unsuspend(&a.workload_ref).await;
-                    self.tell(
+                    self.notify_workload(
                         &a.workload_ref,
+                        false,
+                        "Queue",
                         "Admitted",
                         format!("bizrq {name}: admitted from the queue; unsuspended"),
                     );
@@ -122,8 +124,10 @@ impl Context {
         let fresh = queue::status(&known, &decisions, &BTreeMap::new());
         for e in &fresh {
             if before.get(&e.work.workload_ref) != Some(&(e.position, e.waiting)) {
-                self.tell(
+                self.notify_workload(
                     &e.work.workload_ref,
+                    false,
+                    "Queue",
                     "Queued",
                     format!(
                         "bizrq {name}: queued at position {}: {}",
@@ -170,27 +174,6 @@ impl Context {
             Err(e) => {
                 tracing::warn!(workload = %wref, error = %e, "unsuspend failed; the next reconcile repairs it")
             }
-        }
-    }
-
-    fn tell(&self, wref: &str, reason: &'static str, note: String) {
-        let kind = kind_of_ref(wref).to_string();
-        let api_version = self
-            .installed
-            .lock()
-            .unwrap()
-            .get(&kind)
-            .map(|ar| ar.api_version.clone())
-            .unwrap_or_default();
-        if let Some(mut r) = workload_ref(&api_version, wref) {
-            r.uid = self.view.lock().unwrap().workload_uid(wref);
-            self.events.emit(Notice {
-                regarding: r,
-                warning: false,
-                reason,
-                action: "Queue",
-                note,
-            });
         }
     }
 }

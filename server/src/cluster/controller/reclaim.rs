@@ -5,7 +5,7 @@
 //! writes (through the admission webhook, like anyone's) and their Events.
 
 use super::Context;
-use crate::cluster::events::{workload_ref, Notice};
+
 use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -95,7 +95,7 @@ impl Context {
                 .await?;
             for v in &outcome.marked {
                 self.service.metrics.count_reclaim("marked");
-                self.notify_workload(&v.workload_ref, true, "ReclaimPending", format!(
+                self.notify_workload(&v.workload_ref, true, "Reclaim", "ReclaimPending", format!(
                     "bizrq {}: borrowed capacity is needed back; {} in {} s unless the pressure goes away (frees {})",
                     v.quota, describe(&v.action), self.cfg.reclaim_grace.as_secs(), list(&v.frees)));
             }
@@ -104,6 +104,7 @@ impl Context {
                 self.notify_workload(
                     wref,
                     false,
+                    "Reclaim",
                     "ReclaimCancelled",
                     format!("bizrq {name}: the pressure went away; nothing will be reclaimed"),
                 );
@@ -115,6 +116,7 @@ impl Context {
                         self.notify_workload(
                             &v.workload_ref,
                             true,
+                            "Reclaim",
                             "Reclaimed",
                             format!(
                                 "bizrq {}: {} to give borrowed capacity back (frees {})",
@@ -132,27 +134,6 @@ impl Context {
             }
         }
         Ok(())
-    }
-
-    fn notify_workload(&self, wref: &str, warning: bool, reason: &'static str, note: String) {
-        let kind = kind_of_ref(wref).to_string();
-        let api_version = self
-            .installed
-            .lock()
-            .unwrap()
-            .get(&kind)
-            .map(|ar| ar.api_version.clone())
-            .unwrap_or_default();
-        if let Some(mut r) = workload_ref(&api_version, wref) {
-            r.uid = self.view.lock().unwrap().workload_uid(wref);
-            self.events.emit(Notice {
-                regarding: r,
-                warning,
-                reason,
-                action: "Reclaim",
-                note,
-            });
-        }
     }
 
     /// Carry out a reclaim: suspend a Job (or a Kubeflow job), or scale a
