@@ -39,6 +39,21 @@ pub fn decimal(q: Quantity) -> String {
     format!("{sign}{whole}.{}", digits.trim_end_matches('0'))
 }
 
+/// `1.5`, `16`, `0.000000001`: the exact amount, no grouping, no rounding.
+/// For exports (CSV): what a spreadsheet sums must not be rounded.
+pub fn exact(q: Quantity) -> String {
+    let n = q.nanos();
+    let sign = if n < 0 { "-" } else { "" };
+    let abs = n.unsigned_abs();
+    let (whole, frac) = (abs / 1_000_000_000, abs % 1_000_000_000);
+    if frac == 0 {
+        format!("{sign}{whole}")
+    } else {
+        let f = format!("{frac:09}");
+        format!("{sign}{whole}.{}", f.trim_end_matches('0'))
+    }
+}
+
 /// The unit a cash key counts in: `card-hours` for devices such as GPUs,
 /// `core-hours`, `pod-hours`, `byte-hours` for memory and storage.
 pub fn cash_unit(cash_key: &str) -> &'static str {

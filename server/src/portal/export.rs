@@ -14,26 +14,13 @@ use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use quota::keys::cash_target;
+use quota::readable::exact;
 use quota::rollup::{rollup, subtree_in_use};
-use quota::{resources, KeyConfig, Quantity, Quota, ResourceList};
+use quota::{resources, KeyConfig, Quota, ResourceList};
 use std::collections::BTreeMap;
 
 /// Alerts an export holds at most (newest first).
 pub const ALERT_ROWS: i64 = 10_000;
-
-/// `1.5`, `16`, `0.000000001`: the exact amount, no grouping, no rounding.
-pub fn exact(q: Quantity) -> String {
-    let n = q.nanos();
-    let sign = if n < 0 { "-" } else { "" };
-    let abs = n.unsigned_abs();
-    let (whole, frac) = (abs / 1_000_000_000, abs % 1_000_000_000);
-    if frac == 0 {
-        format!("{sign}{whole}")
-    } else {
-        let f = format!("{frac:09}");
-        format!("{sign}{whole}.{}", f.trim_end_matches('0'))
-    }
-}
 
 /// The unit a key's amounts are counted in, for the header.
 fn unit(key: &str, cfg: &KeyConfig) -> &'static str {
