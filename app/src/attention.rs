@@ -176,7 +176,7 @@ mod tests {
             [
                 "cv is over quota: requests.nvidia.com/gpu 12 in use of 8",
                 "rl's budget cash/requests.nvidia.com/gpu is spent: new GPU work is refused",
-                "nlp's budget runs out in 1.0 days (about 1970-01-02 00:00 UTC) at what runs now: 240 card-hours left",
+                "nlp's budget runs out in 1 day (about 1970-01-02 00:00 UTC) at what runs now: 240 card-hours left",
             ]
         );
         assert_eq!(got[0].level, "critical");

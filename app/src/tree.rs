@@ -148,16 +148,9 @@ fn cash_cell(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Option<CashCe
     let left = hard.saturating_sub(spent).max(Quantity::ZERO);
     // Burn now: what runs of the budget's resource, per hour, at face price.
     let burn = resources::get(in_use, cash_target(key).unwrap_or_default());
-    let runway_hours = (burn.nanos() > 0).then(|| left.nanos() / burn.nanos());
-    let runway = (burn.nanos() > 0).then(|| {
-        // Tenths of a day, exactly in integers.
-        let tenths = left.nanos() * 10 / (burn.nanos() * 24);
-        if tenths >= 3650 {
-            "over a year".to_string()
-        } else {
-            format!("{}.{} days", tenths / 10, tenths % 10)
-        }
-    });
+    let lasts = quota::budget::runway::lasts_ms(left, burn).filter(|ms| *ms > 0);
+    let runway_hours = lasts.map(|ms| ms as i128 / 3_600_000);
+    let runway = lasts.map(quota::budget::runway::span);
     Some(CashCell {
         key: key.to_string(),
         left: display_quantity(key, left, cfg),

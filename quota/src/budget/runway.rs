@@ -2,6 +2,7 @@
 //! days"), from `forecast::Forecast`, and whether the period ends first.
 
 use crate::forecast::Forecast;
+use crate::quantity::Quantity;
 use serde::{Deserialize, Serialize};
 
 const MS_PER_MINUTE: i64 = 60_000;
@@ -41,6 +42,32 @@ pub fn runway(f: &Forecast, period_end_ms: Option<i64>) -> Runway {
     }
 }
 
+/// How many milliseconds `left` lasts at `burn_per_hour` — what runs now,
+/// at face price: 0 when nothing is left, None when nothing burns. The
+/// runway the tree and the overview show for every quota without reading
+/// its samples.
+pub fn lasts_ms(left: Quantity, burn_per_hour: Quantity) -> Option<i64> {
+    if left.nanos() <= 0 {
+        Some(0)
+    } else if burn_per_hour.nanos() <= 0 {
+        None
+    } else {
+        let ms = left.nanos().saturating_mul(MS_PER_HOUR as i128) / burn_per_hour.nanos();
+        Some(ms.min(i64::MAX as i128) as i64)
+    }
+}
+
+/// [`lasts_ms`] from `now_ms`, as a [`Runway`].
+pub fn at_current_use(left: Quantity, burn_per_hour: Quantity, now_ms: i64) -> Runway {
+    match lasts_ms(left, burn_per_hour) {
+        Some(0) => Runway::Spent,
+        Some(ms) => Runway::Until {
+            at_ms: now_ms.saturating_add(ms),
+        },
+        None => Runway::NotBurning,
+    }
+}
+
 impl Runway {
     /// For people: `runs out in 8.8 days`, `in 5.5 hours`, `in 20 minutes`;
     /// amounts rounded down (a runway is never overstated).
@@ -61,7 +88,7 @@ impl Runway {
 }
 
 /// `8.8 days`, `1 day`, `5.5 hours`, `20 minutes`, `less than a minute`.
-fn span(ms: i64) -> String {
+pub fn span(ms: i64) -> String {
     let tenths = |unit: i64| {
         let t = (ms as i128 * 10 / unit as i128) as i64;
         let n = if t % 10 == 0 {
@@ -88,7 +115,6 @@ fn span(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quantity::Quantity;
 
     fn forecast(remaining: i64, exhausted_at: Option<i64>, measured: bool) -> Forecast {
         Forecast {
