@@ -450,6 +450,12 @@ impl Service {
         self.cache.all()
     }
 
+    /// The copy of `name` this process last wrote or read, if any: possibly
+    /// stale, so only for a decision that is safe on an old copy.
+    pub fn cached_quota(&self, name: &str) -> Option<Arc<Stored>> {
+        self.cached(name)
+    }
+
     /// The version of `name` this process last wrote or read, if any.
     pub fn cached_version(&self, name: &str) -> Option<i64> {
         self.cached(name).map(|s| s.version)

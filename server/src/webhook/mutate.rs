@@ -175,6 +175,17 @@ pub async fn mutate(
     let wref = adapter
         .checked_ref(&ns, &name)
         .map_err(|e| bad(e.to_string()))?;
+    // Most quotas refuse (the default): this replica's copy says so without
+    // a read on the admission path. A copy older than a switch to Queue
+    // only means one more job is refused as before, never over-admitted;
+    // a workload in that copy's queue is read fresh as any other.
+    if let Some(c) = svc.cached_quota(&quota_name) {
+        if c.quota.spec.queueing.mode == queue::Mode::Refuse
+            && !queue::ledger::holds(&c.quota, &wref)
+        {
+            return pass;
+        }
+    }
     let q = match svc.get(&quota_name).await {
         Ok(s) => s.quota,
         // The validating webhook refuses a missing quota with its message.
