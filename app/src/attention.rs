@@ -4,7 +4,7 @@
 //! children at risk under it. Pure: the quotas the viewer may see and
 //! their subtree usage in, the items out, worst first.
 
-use crate::tree::row_of;
+use crate::tree::cash_cell;
 use quota::{KeyConfig, Quota, ResourceList};
 use std::collections::BTreeMap;
 
@@ -37,14 +37,11 @@ pub fn items(
     let mut found: Vec<(u8, i128, Item)> = Vec::new();
     for q in quotas {
         let name = q.name();
-        let row = row_of(q, in_use.get(name).unwrap_or(&empty), 0, cfg);
+        let in_use = in_use.get(name).unwrap_or(&empty);
         let link = format!("/quotas/{name}");
-        if let Some(k) = row
-            .keys
-            .iter()
-            .filter(|k| !k.cash && k.percent > 100)
-            .max_by_key(|k| k.percent)
-        {
+        // Only what is said is formatted: this runs over every quota the
+        // viewer may see (`most_over`, not the row's every key).
+        if let Some(k) = crate::most_over(q, in_use, cfg) {
             found.push((
                 0,
                 -(k.percent as i128),
@@ -59,7 +56,7 @@ pub fn items(
                 },
             ));
         }
-        if let Some(c) = &row.cash {
+        if let Some(c) = &cash_cell(q, in_use, cfg) {
             if c.left_nanos <= 0 {
                 found.push((
                     0,
@@ -181,5 +178,42 @@ mod tests {
         );
         assert_eq!(got[0].level, "critical");
         assert_eq!(got[2].href, "/quotas/nlp");
+    }
+
+    #[test]
+    fn most_over_is_the_key_the_full_row_shows_most_over() {
+        let mut wide = q("wide", "", 8, 100, 12, 0);
+        // Two keys over by as much, and one over by more.
+        for (k, hard, used) in [
+            ("requests.cpu", 10, 15),
+            ("limits.cpu", 10, 15),
+            ("requests.memory", 4, 9),
+        ] {
+            wide.spec.hard.insert(k.into(), Quantity::from_units(hard));
+            wide.status
+                .self_used
+                .insert(k.into(), Quantity::from_units(used));
+            wide.status
+                .used
+                .insert(k.into(), Quantity::from_units(used));
+        }
+        let quotas = vec![
+            q("ai", "", 100, 100_000, 0, 0),
+            q("cv", "ai", 8, 100_000, 12, 0),
+            q("rl", "ai", 4, 100, 0, 100),
+            wide,
+        ];
+        let in_use = quota::rollup::subtree_in_use(&quotas);
+        let cfg = KeyConfig::default();
+        for q in &quotas {
+            let u = in_use.get(q.name()).cloned().unwrap_or_default();
+            let full = crate::key_usages(q, &u, &cfg)
+                .into_iter()
+                .filter(|k| !k.cash && k.percent > 100)
+                .max_by_key(|k| k.percent)
+                .map(|k| (k.key, k.used, k.hard, k.percent));
+            let fast = crate::most_over(q, &u, &cfg).map(|k| (k.key, k.used, k.hard, k.percent));
+            assert_eq!(fast, full, "{}", q.name());
+        }
     }
 }

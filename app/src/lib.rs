@@ -156,6 +156,36 @@ pub fn key_usages(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyU
         .collect()
 }
 
+/// The key of `q`'s hard most over quota in the whole subtree, as
+/// `key_usages` shows it (the same key, amounts and percent; of equals the
+/// last by key), without formatting the keys that are not: the overview
+/// asks this of every quota the viewer may see.
+pub fn most_over(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Option<KeyUsage> {
+    let rolled: std::collections::BTreeMap<String, quota::rollup::KeyRollup> =
+        quota::rollup::rollup(q, in_use)
+            .into_iter()
+            .map(|r| (r.key.clone(), r))
+            .collect();
+    let (k, r) = q
+        .spec
+        .hard
+        .keys()
+        .filter_map(|k| rolled.get(k).map(|r| (k, r)))
+        .filter(|(_, r)| r.in_use_percent() > 100)
+        .max_by_key(|(_, r)| r.in_use_percent())?;
+    let show = |n: quota::Quantity| display_quantity(k, n, cfg);
+    Some(KeyUsage {
+        key: k.clone(),
+        used: show(r.in_use),
+        hard: show(r.hard),
+        percent: r.in_use_percent(),
+        idle_percent: r.bar_percents().1,
+        detail: String::new(),
+        cash: false,
+        model: is_model_key(k, cfg),
+    })
+}
+
 #[cfg(feature = "ssr")]
 #[component]
 pub fn KeyBar(k: KeyUsage) -> impl IntoView {

@@ -128,7 +128,7 @@ fn gpu_cell(rolled: &[KeyRollup], cfg: &KeyConfig) -> Option<GpuCell> {
     })
 }
 
-fn cash_cell(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Option<CashCell> {
+pub(crate) fn cash_cell(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Option<CashCell> {
     let is_gpu_budget = |k: &str| {
         cash_target(k)
             .and_then(|t| Key::parse(t, cfg).ok())

@@ -242,6 +242,28 @@ async fn measure(c: &Client, who: &'static str, path: &str, runs: usize) -> Row 
     }
 }
 
+/// Rewrites one team's status after another, `per_s` a second (each a
+/// new version, as a charge makes), from its own connection.
+async fn write_steadily(url: String, per_s: u64) {
+    use bizrq::store::QuotaStore;
+    let store = SqlStore::connect(&url).await.expect("database");
+    let teams: Vec<String> = store
+        .stamps()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .filter(|n| n.starts_with("team-"))
+        .collect();
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / per_s.max(1)));
+    for name in teams.iter().cycle() {
+        tick.tick().await;
+        if let Ok(Some(current)) = store.get(name).await {
+            let _ = store.replace_status(&current, &current.quota.status).await;
+        }
+    }
+}
+
 fn main() {
     let smoke = std::env::args().any(|a| a == "--smoke");
     let quotas: usize = arg("--quotas").unwrap_or(if smoke { 120 } else { 10_000 });
@@ -335,6 +357,18 @@ async fn run(quotas: usize, runs: usize) {
     }
     rows.push(measure(&admin, "admin", &format!("/quotas/{dept}"), runs).await);
     rows.push(measure(&admin, "admin", "/tree?q=team-00", runs).await);
+
+    // The same while another replica writes `writes` quotas a second (as
+    // admissions do): the admin's forest is kept between requests, so each
+    // request reads again what was written since the last.
+    let writes: u64 = arg("--writes").unwrap_or(50);
+    let writer = tokio::spawn(write_steadily(url.clone(), writes));
+    for path in ["/", "/tree"] {
+        let mut r = measure(&admin, "admin", path, runs).await;
+        r.path = format!("{path} ({writes} writes/s)");
+        rows.push(r);
+    }
+    writer.abort();
 
     println!(
         "\n{quotas} quotas; {runs} fetches each; floor (GET /healthz) median {:.2} ms\n",

@@ -10,7 +10,7 @@
 
 use super::crd::BizGroupResourceQuota;
 use crate::service::ServiceError;
-use crate::store::{QuotaStore, StoreError, Stored};
+use crate::store::{QuotaStore, Stamp, StoreError, Stored};
 use async_trait::async_trait;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::reflector;
@@ -75,14 +75,20 @@ impl ClusterStore {
     }
 }
 
+/// The object's resourceVersion, which is the store's version.
+fn version_of(k: &BizGroupResourceQuota) -> Result<i64, StoreError> {
+    let rv = k.metadata.resource_version.as_deref().unwrap_or("");
+    rv.parse::<i64>().map_err(|_| {
+        StoreError::Backend(format!(
+            "bizrq {}: resourceVersion '{rv}' is not a number",
+            k.metadata.name.as_deref().unwrap_or_default()
+        ))
+    })
+}
+
 fn to_stored(k: &BizGroupResourceQuota) -> Result<Stored, StoreError> {
     let name = k.metadata.name.clone().unwrap_or_default();
-    let rv = k.metadata.resource_version.as_deref().unwrap_or("");
-    let version = rv.parse::<i64>().map_err(|_| {
-        StoreError::Backend(format!(
-            "bizrq {name}: resourceVersion '{rv}' is not a number"
-        ))
-    })?;
+    let version = version_of(k)?;
     let quota = k
         .to_quota()
         .map_err(|e| StoreError::Backend(format!("bizrq {name}: unreadable object: {e}")))?;
@@ -216,6 +222,37 @@ impl QuotaStore for ClusterStore {
             .collect::<Result<Vec<_>, _>>()?;
         all.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
         Ok(all)
+    }
+
+    async fn stamps(&self) -> Result<Vec<Stamp>, StoreError> {
+        // From the watch's copy, as `list`: no object is converted.
+        let mut all = self
+            .cached()
+            .iter()
+            .map(|k| {
+                Ok(Stamp {
+                    name: k.metadata.name.clone().unwrap_or_default(),
+                    version: version_of(k)?,
+                    uid: k.metadata.uid.clone().unwrap_or_default(),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    async fn get_many(&self, names: &[String]) -> Result<Vec<Stored>, StoreError> {
+        // From the watch's copy, as `list` (so a reader comparing `stamps`
+        // gets the versions it was told of).
+        let wanted: std::collections::BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        let mut out = self
+            .cached()
+            .iter()
+            .filter(|k| wanted.contains(k.metadata.name.as_deref().unwrap_or_default()))
+            .map(|k| to_stored(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        out.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
+        Ok(out)
     }
 
     async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError> {
@@ -666,6 +703,19 @@ mod tests {
             .collect();
         assert_eq!(names, ["ai", "cv"]);
         assert_eq!(store.children("ai").await.unwrap().len(), 1);
+        // The forest's stamps and re-reads come from the same copy.
+        let stamps = store.stamps().await.unwrap();
+        let seen: Vec<(&str, i64)> = stamps
+            .iter()
+            .map(|s| (s.name.as_str(), s.version))
+            .collect();
+        assert_eq!(seen, [("ai", 2), ("cv", 3)]);
+        let some = store
+            .get_many(&["cv".to_string(), "gone".to_string()])
+            .await
+            .unwrap();
+        assert_eq!(some.len(), 1);
+        assert_eq!((some[0].quota.name(), some[0].version), ("cv", 3));
         assert_eq!(
             store
                 .workload_quota("apps/Deployment/ml/web")

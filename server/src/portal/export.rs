@@ -15,7 +15,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use quota::keys::cash_target;
 use quota::readable::exact;
-use quota::rollup::{rollup, subtree_in_use};
+use quota::rollup::rollup;
 use quota::{resources, KeyConfig, Quota, ResourceList};
 use std::collections::BTreeMap;
 
@@ -109,11 +109,10 @@ fn csv_response(name: &str, body: String) -> Response {
 
 /// GET /tree.csv — the quotas the viewer may see.
 pub async fn tree(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
-    let quotas = changes::visible_quotas(&app.service, &viewer.principal).await?;
-    let in_use = subtree_in_use(&quotas);
+    let forest = changes::visible_forest(&app.service, &viewer.principal).await?;
     Ok(csv_response(
         "bizrq-quotas.csv",
-        quotas_csv(&quotas, &in_use, &app.service.keys),
+        quotas_csv(&forest.quotas, &forest.in_use, &app.service.keys),
     ))
 }
 
@@ -181,7 +180,11 @@ mod tests {
             },
         );
         let one = std::slice::from_ref(&q);
-        let csv = quotas_csv(one, &subtree_in_use(one), &KeyConfig::default());
+        let csv = quotas_csv(
+            one,
+            &quota::rollup::subtree_in_use(one),
+            &KeyConfig::default(),
+        );
         let lines: Vec<&str> = csv.split("\r\n").collect();
         assert!(lines[0].starts_with("quota,parent,key,unit,hard,"));
         assert_eq!(

@@ -89,8 +89,8 @@ fn list_line(l: &ResourceList) -> String {
 /// GET / — the viewer's quotas (their bindings', or the roots for an
 /// admin) with usage, card-hour burn and forecasts.
 pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
-    let all = changes::visible_quotas(&app.service, &viewer.principal).await?;
-    let in_use = subtree_in_use(&all);
+    let forest = changes::visible_forest(&app.service, &viewer.principal).await?;
+    let (all, in_use) = (&forest.quotas, &forest.in_use);
     let names: BTreeSet<&str> = all.iter().map(|q| q.name()).collect();
     let p = &viewer.principal;
     let mine: Vec<(&Quota, String)> = if p.is_admin {
@@ -131,17 +131,18 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
         });
     }
     // From the quotas already read: no second list of the tree.
-    let scope = crate::service::transfer_ops::Scope::of(all.clone());
+    // (An admin's needs none: it decides every request.)
+    let scope = (!p.is_admin).then(|| crate::service::transfer_ops::Scope::of(all.clone()));
     let awaiting_me = app
         .transfer_desk()
-        .awaiting(p, Some(&scope))
+        .awaiting(p, scope.as_ref())
         .await
         .map(|ids| ids.len())
         .unwrap_or_else(|e| {
             tracing::warn!(error = %e, "could not count the transfers awaiting the viewer");
             0
         });
-    let attention = app::attention::items(&all, &in_use, &app.service.keys, now);
+    let attention = app::attention::items(all, in_use, &app.service.keys, now);
     let flash = viewer.take_flash().await;
     Ok(Html(app::quotas::render_overview_page(
         viewer.page(),
@@ -182,8 +183,7 @@ pub async fn tree(
 ) -> Result<Response, PageError> {
     // What the viewer may see holds every descendant of what it shows, so
     // each subtree's usage is whole.
-    let quotas = changes::visible_quotas(&app.service, &viewer.principal).await?;
-    let in_use = subtree_in_use(&quotas);
+    let forest = changes::visible_forest(&app.service, &viewer.principal).await?;
     let query = TreeQuery {
         search: t.q,
         filter: TreeFilter::parse(&t.filter),
@@ -195,8 +195,8 @@ pub async fn tree(
     };
     Ok(Html(app::render_tree_page(
         viewer.page(),
-        &quotas,
-        &in_use,
+        &forest.quotas,
+        &forest.in_use,
         &app.service.keys,
         query,
     ))

@@ -6,6 +6,7 @@
 use super::audit::Audited;
 use crate::authz::{self, Principal, Tree};
 use crate::service::audit::{action, quota_json};
+use crate::service::forest::Forest;
 use crate::service::{Persist, ServiceError};
 use quota::{Quota, QuotaSpec};
 
@@ -50,6 +51,22 @@ pub async fn visible_quotas(
         return Ok(Vec::new());
     }
     service.subtrees(&roots).await
+}
+
+/// `visible_quotas` with each one's subtree usage. An admin's is the
+/// forest the service keeps (`Service::forest`: only what was written
+/// since the last request is read again); a member's is read as its
+/// subtrees.
+pub async fn visible_forest(
+    service: &super::Service,
+    p: &Principal,
+) -> Result<std::sync::Arc<Forest>, ServiceError> {
+    if p.is_admin {
+        return service.forest().await;
+    }
+    Ok(std::sync::Arc::new(Forest::of(
+        visible_quotas(service, p).await?,
+    )))
 }
 
 /// The quotas whose records (alerts, audit entries) `p` may read: None for

@@ -62,6 +62,7 @@ pub mod audit;
 pub mod changed;
 pub mod changes;
 pub mod charts;
+pub mod forest;
 mod group;
 pub mod notify;
 pub mod queue;
@@ -236,6 +237,8 @@ pub struct Service {
     cache: Arc<Cache>,
     /// Admissions waiting for their quota's next group commit (`group`).
     queues: Arc<group::Queues>,
+    /// The forest the pages read, refreshed by what changed (`forest`).
+    forest: Arc<forest::ForestCache>,
 }
 
 /// Whether a quota object is written here (standalone API) or by the API
@@ -268,6 +271,7 @@ impl Service {
             locks: Default::default(),
             cache: Default::default(),
             queues: Default::default(),
+            forest: Default::default(),
         }
     }
 

@@ -24,6 +24,26 @@ pub struct Stored {
     pub version: i64,
 }
 
+/// Which version of a quota a copy is: its name, version and uid (a quota
+/// deleted and made again under its name starts a new uid, and in SQL its
+/// versions again from 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub name: String,
+    pub version: i64,
+    pub uid: String,
+}
+
+impl Stamp {
+    pub fn of(s: &Stored) -> Stamp {
+        Stamp {
+            name: s.quota.name().to_string(),
+            version: s.version,
+            uid: s.quota.metadata.uid.clone().unwrap_or_default(),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("bizrq {0} not found")]
@@ -98,6 +118,21 @@ pub trait QuotaStore: Send + Sync + 'static {
                         .map(|c| c.quota.name().to_string()),
                 );
             }
+        }
+        out.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
+        Ok(out)
+    }
+    /// Each quota's name, version and uid, by name, without its spec or
+    /// status: what a reader holding copies compares them with, to read
+    /// again only what was written (or deleted and made anew) since.
+    async fn stamps(&self) -> Result<Vec<Stamp>, StoreError> {
+        Ok(self.list().await?.iter().map(Stamp::of).collect())
+    }
+    /// The quotas named (those that exist), by name.
+    async fn get_many(&self, names: &[String]) -> Result<Vec<Stored>, StoreError> {
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            out.extend(self.get(name).await?);
         }
         out.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
         Ok(out)

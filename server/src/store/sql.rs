@@ -3,7 +3,7 @@
 //! bindings kept by a trigger in the same statement as the status that
 //! holds them.
 
-use super::{QuotaStore, ResultExt, StoreError, Stored};
+use super::{QuotaStore, ResultExt, Stamp, StoreError, Stored};
 use async_trait::async_trait;
 use quota::object::{ObjectMeta, Quota, QuotaSpec, QuotaStatus};
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -30,6 +30,9 @@ pub struct SqlStore {
 }
 
 const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
+
+/// Names per statement in `get_many`.
+const GET_MANY_CHUNK: usize = 500;
 
 impl SqlStore {
     /// Connects, creating a SQLite file if missing, and applies migrations.
@@ -223,6 +226,47 @@ impl QuotaStore for SqlStore {
         tokio::task::spawn_blocking(move || rows.iter().map(from_row).collect())
             .await
             .map_err(|e| StoreError::Backend(format!("listing quotas: {e}")))?
+    }
+
+    async fn stamps(&self) -> Result<Vec<Stamp>, StoreError> {
+        // Three short columns: no spec or status to parse.
+        let rows = sqlx::query("SELECT name, version, uid FROM quotas ORDER BY name")
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Stamp {
+                    name: r.try_get("name")?,
+                    version: r.try_get("version")?,
+                    uid: r.try_get("uid")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn get_many(&self, names: &[String]) -> Result<Vec<Stored>, StoreError> {
+        // In chunks, as one statement's parameters are bounded (SQLite: 999
+        // in older builds).
+        let mut rows = Vec::new();
+        for chunk in names.chunks(GET_MANY_CHUNK) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT {COLUMNS} FROM quotas WHERE name IN ({}) ORDER BY name",
+                marks.join(", ")
+            );
+            let mut q = sqlx::query(&sql);
+            for name in chunk {
+                q = q.bind(name);
+            }
+            rows.extend(q.fetch_all(&self.read).await?);
+        }
+        let mut out = tokio::task::spawn_blocking(move || {
+            rows.iter().map(from_row).collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|e| StoreError::Backend(format!("reading quotas: {e}")))??;
+        out.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
+        Ok(out)
     }
 
     async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError> {

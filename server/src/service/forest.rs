@@ -1,0 +1,250 @@
+//! The whole forest as the pages read it, kept between requests.
+//!
+//! An admin's overview and tree look at every quota (what is over, what
+//! runs out, the roots' subtree usage). Reading and parsing 10,000 quotas
+//! on every request cost seconds; here the forest and its subtree usage
+//! are kept, and each request first reads only every quota's stamp (name,
+//! version, uid: three short columns, or the watch cache in cluster mode)
+//! and then only the quotas whose stamp changed. Nothing is served stale:
+//! a request sees every write that committed before its stamps were read,
+//! from this replica or another.
+
+use super::{Service, ServiceError};
+use crate::store::{Stamp, Stored};
+use quota::rollup::subtree_in_use;
+use quota::{Quota, ResourceList};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Quotas by name with each one's subtree usage (Σ `selfUsed` of it and
+/// its descendants, `quota::rollup::subtree_in_use`).
+#[derive(Debug, Default)]
+pub struct Forest {
+    pub quotas: Vec<Quota>,
+    pub in_use: BTreeMap<String, ResourceList>,
+    /// What each of `quotas` is, in the same order.
+    stamps: Vec<Stamp>,
+}
+
+impl Forest {
+    /// A forest of the quotas given (a member's visible subtrees): every
+    /// quota's descendants must be among them for its usage to be whole.
+    pub fn of(mut quotas: Vec<Quota>) -> Forest {
+        quotas.sort_by(|a, b| a.name().cmp(b.name()));
+        let in_use = subtree_in_use(&quotas);
+        Forest {
+            quotas,
+            in_use,
+            stamps: Vec::new(),
+        }
+    }
+
+    /// `name`'s subtree usage (empty when it has none).
+    pub fn in_use_of(&self, name: &str) -> &ResourceList {
+        static NONE: std::sync::OnceLock<ResourceList> = std::sync::OnceLock::new();
+        self.in_use
+            .get(name)
+            .unwrap_or_else(|| NONE.get_or_init(ResourceList::new))
+    }
+}
+
+/// The forest last read, refreshed by one request at a time.
+#[derive(Default)]
+pub(crate) struct ForestCache(tokio::sync::Mutex<Option<Arc<Forest>>>);
+
+/// Figures of one refresh, for the log and the tests.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Refresh {
+    /// Quotas read again (written since, or new).
+    pub read: usize,
+    /// Quotas kept from the last read.
+    pub kept: usize,
+}
+
+impl Service {
+    /// Every quota as of now, with its subtree usage. Reads the stamps of
+    /// all and the quotas written since the last call (none: the same
+    /// forest as before, shared).
+    pub async fn forest(&self) -> Result<Arc<Forest>, ServiceError> {
+        Ok(self.forest_refreshed().await?.0)
+    }
+
+    /// `forest`, and what it read.
+    pub async fn forest_refreshed(&self) -> Result<(Arc<Forest>, Refresh), ServiceError> {
+        let mut slot = self.forest.0.lock().await;
+        let stamps = self.store.stamps().await?;
+        if let Some(f) = slot.as_ref() {
+            if f.stamps == stamps {
+                let kept = f.quotas.len();
+                return Ok((f.clone(), Refresh { read: 0, kept }));
+            }
+        }
+        // What is held, owned when no request still reads it.
+        let mut held: HashMap<String, (Stamp, Quota)> = match slot.take() {
+            None => HashMap::new(),
+            Some(old) => {
+                let old = Arc::try_unwrap(old).unwrap_or_else(|shared| Forest {
+                    quotas: shared.quotas.clone(),
+                    in_use: BTreeMap::new(),
+                    stamps: shared.stamps.clone(),
+                });
+                old.stamps
+                    .into_iter()
+                    .zip(old.quotas)
+                    .map(|(s, q)| (s.name.clone(), (s, q)))
+                    .collect()
+            }
+        };
+        let stale: Vec<String> = stamps
+            .iter()
+            .filter(|s| held.get(&s.name).is_none_or(|(h, _)| h != *s))
+            .map(|s| s.name.clone())
+            .collect();
+        // Written again (or deleted) after its stamp was read: kept as read,
+        // with the stamp of what was read, so the next request reads it again.
+        let mut fresh: HashMap<String, Stored> = self
+            .store
+            .get_many(&stale)
+            .await?
+            .into_iter()
+            .map(|s| (s.quota.name().to_string(), s))
+            .collect();
+        let refresh = Refresh {
+            read: fresh.len(),
+            kept: stamps.len() - stale.len(),
+        };
+        let mut quotas = Vec::with_capacity(stamps.len());
+        let mut kept_stamps = Vec::with_capacity(stamps.len());
+        for s in &stamps {
+            if let Some(f) = fresh.remove(&s.name) {
+                kept_stamps.push(Stamp::of(&f));
+                quotas.push(f.quota);
+            } else if let Some((h, q)) = held.remove(&s.name) {
+                if h == *s {
+                    kept_stamps.push(h);
+                    quotas.push(q);
+                }
+            }
+        }
+        let in_use = subtree_in_use(&quotas);
+        let forest = Arc::new(Forest {
+            quotas,
+            in_use,
+            stamps: kept_stamps,
+        });
+        *slot = Some(forest.clone());
+        Ok((forest, refresh))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::service::Persist;
+    use crate::store::sql::SqlStore;
+    use crate::store::testdb::on_both_databases;
+    use quota::cash::Prices;
+    use quota::{KeyConfig, Quantity, QuotaSpec};
+
+    fn service(store: &SqlStore) -> Service {
+        Service::new(
+            Arc::new(store.clone()),
+            KeyConfig::default(),
+            Prices::default(),
+            Arc::new(Metrics::default()),
+        )
+    }
+
+    fn spec(parent: &str, gpus: i64) -> QuotaSpec {
+        QuotaSpec {
+            parent: parent.into(),
+            hard: [(
+                "requests.nvidia.com/gpu".to_string(),
+                Quantity::from_units(gpus),
+            )]
+            .into(),
+            ..Default::default()
+        }
+    }
+
+    async fn make(s: &Service, name: &str, parent: &str, gpus: i64) {
+        s.create_quota(name, spec(parent, gpus), Persist::Here, "", false)
+            .await
+            .unwrap();
+    }
+
+    fn names(f: &Forest) -> Vec<&str> {
+        f.quotas.iter().map(|q| q.name()).collect()
+    }
+
+    /// Kept between requests, it reads again only what was written since,
+    /// by this replica or another, and never serves a stale copy: a
+    /// change, a delete and a quota made again under an old name are all
+    /// seen on the next request.
+    async fn reads_only_what_changed_and_misses_nothing(store: &SqlStore) {
+        let (a, b) = (service(store), service(store));
+        make(&a, "ai", "", 10).await;
+        make(&a, "nlp", "ai", 4).await;
+        make(&a, "cv", "ai", 2).await;
+
+        let (f, r) = a.forest_refreshed().await.unwrap();
+        assert_eq!(names(&f), ["ai", "cv", "nlp"]);
+        assert_eq!(r, Refresh { read: 3, kept: 0 });
+        let (again, r) = a.forest_refreshed().await.unwrap();
+        assert!(Arc::ptr_eq(&f, &again), "nothing written: the same forest");
+        assert_eq!(r, Refresh { read: 0, kept: 3 });
+
+        // Another replica resizes nlp (which changes ai's carve-out too).
+        b.update_quota("nlp", spec("ai", 6), None, Persist::Here, false)
+            .await
+            .unwrap();
+        let (f, r) = a.forest_refreshed().await.unwrap();
+        assert_eq!(r, Refresh { read: 2, kept: 1 });
+        let gpus = |f: &Forest, n: &str| {
+            let q = f.quotas.iter().find(|q| q.name() == n).unwrap();
+            quota::resources::get(&q.spec.hard, "requests.nvidia.com/gpu")
+        };
+        assert_eq!(gpus(&f, "nlp"), Quantity::from_units(6));
+        let ai = f.quotas.iter().find(|q| q.name() == "ai").unwrap();
+        assert_eq!(
+            quota::resources::get(&ai.status.used, "requests.nvidia.com/gpu"),
+            Quantity::from_units(8),
+            "the parent's carve-out as written"
+        );
+
+        // Deleted, then made again under its name (a new uid; in SQL its
+        // versions start again).
+        b.delete_quota("cv", None, Persist::Here, false)
+            .await
+            .unwrap();
+        let (f, _) = a.forest_refreshed().await.unwrap();
+        assert_eq!(names(&f), ["ai", "nlp"]);
+        make(&b, "cv", "ai", 1).await;
+        let (f, r) = a.forest_refreshed().await.unwrap();
+        assert_eq!(names(&f), ["ai", "cv", "nlp"]);
+        assert_eq!(gpus(&f, "cv"), Quantity::from_units(1));
+        assert_eq!(r.read, 2, "cv and its parent");
+
+        // Subtree usage follows: a charge on nlp shows at ai.
+        let mut nlp = b.get("nlp").await.unwrap();
+        nlp.quota
+            .status
+            .self_used
+            .insert("requests.nvidia.com/gpu".into(), Quantity::from_units(3));
+        store_status(store, &nlp).await;
+        let f = a.forest().await.unwrap();
+        assert_eq!(
+            quota::resources::get(f.in_use_of("ai"), "requests.nvidia.com/gpu"),
+            Quantity::from_units(3)
+        );
+        assert!(f.in_use_of("nobody").is_empty());
+    }
+
+    async fn store_status(store: &SqlStore, s: &Stored) {
+        use crate::store::QuotaStore;
+        store.replace_status(s, &s.quota.status).await.unwrap();
+    }
+
+    on_both_databases!(reads_only_what_changed_and_misses_nothing);
+}
