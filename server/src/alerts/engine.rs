@@ -461,8 +461,13 @@ async fn wait_out_slack(service: &Service, started_ms: i64) {
 /// retries.
 pub async fn evaluate_now(service: &Service, sql: &SqlStore, public_url: &str) {
     let observed_at = service.now() - SWEEP_SLACK_MS;
-    match service.list().await {
-        Ok(all) => log(evaluate_all(sql, &all, observed_at, service.now(), public_url).await),
+    // The forest the service keeps: a sweep reads again only what was
+    // written since the forest was last read (by a page, the sampler or
+    // the last sweep).
+    match service.forest().await {
+        Ok(all) => {
+            log(evaluate_all(sql, &all.quotas, observed_at, service.now(), public_url).await)
+        }
         Err(e) => tracing::warn!(error = %e, "cannot list quotas for alerts"),
     }
 }

@@ -281,7 +281,9 @@ fn qos_from_text(uid: &str, s: &str) -> Result<QosClass, StoreError> {
 }
 
 impl SqlStore {
-    /// Records one sample per quota at `at_ms`, in one transaction, and
+    /// Records one sample per quota at `at_ms`, in transactions of
+    /// [`BATCH_ROWS`] quotas (so a sample of 10,000 quotas never holds the
+    /// database's writer for long: admissions commit between them), and
     /// returns how many were written. A quota whose hard, used, selfUsed and
     /// cash accumulators equal its latest sample is skipped unless that
     /// sample is [`KEEPALIVE_MS`] old; an `at_ms` not after a quota's latest
@@ -290,10 +292,12 @@ impl SqlStore {
         // One row per name (the last given): one statement may not touch a
         // row twice on PostgreSQL.
         let by_name: BTreeMap<&str, &Quota> = quotas.iter().map(|q| (q.name(), q)).collect();
-        let mut tx = self.write.begin().await?;
+        // Read outside the writes: a sample written meanwhile by another
+        // replica is newer, and the writes below keep the newest
+        // (`ON CONFLICT … WHERE excluded.at_ms > …`, `DO NOTHING`).
         let latest: HashMap<String, (i64, String)> =
             sqlx::query("SELECT quota, at_ms, digest FROM usage_latest")
-                .fetch_all(&mut *tx)
+                .fetch_all(&self.read)
                 .await?
                 .iter()
                 .map(|r| Ok((r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?))))
@@ -325,6 +329,7 @@ impl SqlStore {
         }
 
         for chunk in rows.chunks(BATCH_ROWS) {
+            let mut tx = self.write.begin().await?;
             let sql = format!(
                 "INSERT INTO usage_samples (quota, at_ms, grain, hard, used, self_used) \
                  VALUES {} ON CONFLICT (quota, at_ms) DO NOTHING",
@@ -353,8 +358,8 @@ impl SqlStore {
                 query = query.bind(r.quota).bind(at_ms).bind(r.digest.as_str());
             }
             query.execute(&mut *tx).await?;
+            tx.commit().await?;
         }
-        tx.commit().await?;
         Ok(rows.len())
     }
 

@@ -168,9 +168,11 @@ pub async fn sample_forever(service: Arc<Service>, h: Arc<dyn History>, every: D
     loop {
         tick.tick().await;
         let now = service.now();
-        match service.list().await {
+        // The forest the service keeps (`Service::forest`): each tick reads
+        // again only the quotas written since the last one read it.
+        match service.forest().await {
             Ok(all) => {
-                if let Err(e) = h.record_samples(now, &all).await {
+                if let Err(e) = h.record_samples(now, &all.quotas).await {
                     tracing::warn!(error = %e, "recording usage samples failed");
                 }
             }
