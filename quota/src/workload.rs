@@ -2,6 +2,7 @@
 //! template usage). The table `ADAPTERS` is the only place that names kinds;
 //! admission and reconcile look adapters up by group/kind or resource.
 
+use crate::budget::runtime::{self, RunTime, RunTimeError};
 use crate::keys::{KeyConfig, QUOTA_LABEL};
 use crate::quantity::MAX_NANOS;
 use crate::resources::{self, ResourceList};
@@ -47,6 +48,10 @@ pub struct Workload {
     pub governed: bool,
     pub mode: ChargeMode,
     pub warnings: Vec<String>,
+    /// Its declared maximum run time (docs/budgets.md §2), or why the
+    /// declaration is wrong: an error matters only where a budget would
+    /// reserve on it, so it is kept here, not refused by the reader.
+    pub run_time: Result<Option<RunTime>, RunTimeError>,
 }
 
 impl Workload {
@@ -517,6 +522,7 @@ fn pod_set(
 
 fn workload(meta: ObjectMeta, pod_sets: Vec<PodSet>) -> Workload {
     Workload {
+        run_time: runtime::declared(None, None, &meta.annotations),
         meta,
         pod_sets,
         governed: true,
@@ -568,6 +574,7 @@ struct JobSpec {
     suspend: Option<bool>,
     #[serde(default)]
     template: PodTemplate,
+    active_deadline_seconds: Option<serde_json::Value>,
 }
 
 impl JobSpec {
@@ -606,7 +613,15 @@ fn read_job(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
         &o.metadata,
         cfg,
     )?;
-    Ok(workload(o.metadata, vec![set]))
+    let run_time = runtime::declared(
+        o.spec.active_deadline_seconds.as_ref(),
+        None,
+        &o.metadata.annotations,
+    );
+    Ok(Workload {
+        run_time,
+        ..workload(o.metadata, vec![set])
+    })
 }
 
 #[derive(Deserialize)]
@@ -672,8 +687,10 @@ struct ReplicaSpec {
     template: PodTemplate,
 }
 #[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct RunPolicy {
     suspend: Option<bool>,
+    active_deadline_seconds: Option<serde_json::Value>,
 }
 
 /// TFJob, PyTorchJob, MPIJob: one pod set per replica type.
@@ -693,7 +710,16 @@ fn read_kubeflow(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
             pod_set(name, (&field, n), &r.template, &o.metadata, cfg)
         })
         .collect::<Result<_, _>>()?;
-    Ok(workload(o.metadata, sets))
+    let deadline = o
+        .spec
+        .run_policy
+        .as_ref()
+        .and_then(|r| r.active_deadline_seconds.as_ref());
+    let run_time = runtime::declared(None, deadline, &o.metadata.annotations);
+    Ok(Workload {
+        run_time,
+        ..workload(o.metadata, sets)
+    })
 }
 
 #[derive(Deserialize)]
@@ -834,6 +860,39 @@ fn hpa_from(src: Source<'_>) -> Result<Hpa, AdapterError> {
 mod tests {
     use super::*;
     use crate::quantity::Quantity;
+
+    /// The adapters read the declared run time as `runtime::max_runtime`
+    /// reads the object, without a second parse; a wrong one is kept as an
+    /// error, not refused (only a budget that reserves on it refuses).
+    #[test]
+    fn adapters_read_the_declared_run_time_as_max_runtime_does() {
+        let objects = [
+            ("batch", "Job", r#"{"metadata":{"name":"j","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"3h"}},"spec":{"activeDeadlineSeconds":7200}}"#),
+            ("kubeflow.org", "PyTorchJob", r#"{"metadata":{"name":"p","namespace":"n"},"spec":{"runPolicy":{"activeDeadlineSeconds":600}}}"#),
+            ("apps", "Deployment", r#"{"metadata":{"name":"d","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"1d"}},"spec":{}}"#),
+            ("batch", "Job", r#"{"metadata":{"name":"j","namespace":"n"},"spec":{"activeDeadlineSeconds":null}}"#),
+            ("batch", "Job", r#"{"metadata":{"name":"j","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"1.5h"}}}"#),
+            ("batch", "Job", r#"{"metadata":{"name":"j","namespace":"n"},"spec":{"activeDeadlineSeconds":0}}"#),
+        ];
+        let mut got = Vec::new();
+        for (group, kind, json) in objects {
+            let w = read(group, kind, json);
+            let value: serde_json::Value = serde_json::from_str(json).unwrap();
+            assert_eq!(w.run_time, runtime::max_runtime(&value), "{json}");
+            got.push(w.run_time.map(|r| r.map(|r| r.ms)).ok());
+        }
+        assert_eq!(
+            got,
+            [
+                Some(Some(7_200_000)),
+                Some(Some(600_000)),
+                Some(Some(86_400_000)),
+                Some(None),
+                None,
+                None
+            ]
+        );
+    }
 
     fn read(group: &str, kind: &str, json: &str) -> Workload {
         adapter_for_kind(group, kind)
