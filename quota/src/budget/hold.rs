@@ -183,7 +183,10 @@ pub fn decide(
             continue;
         }
         let policy = q.spec.budgets.get(key).cloned().unwrap_or_default();
-        let declared_ms = match run {
+        // The run counts from the workload's start: when it first reserved
+        // (Kubernetes counts activeDeadlineSeconds from the Job's start), so
+        // an update re-reserves what is left of it, never a new run.
+        let run_ms = match run {
             RunDecl::Object(Ok(ms)) => *ms,
             RunDecl::Object(Err(error)) => {
                 return Err(BudgetRefusal::RunTime {
@@ -193,10 +196,21 @@ pub fn decide(
                     error: error.clone(),
                 })
             }
-            RunDecl::AsReserved => held
-                .map(|r| r.at_ms.saturating_add(r.run_ms).saturating_sub(now_ms))
-                .filter(|ms| *ms > 0),
-        };
+            RunDecl::AsReserved => held.map(|r| r.run_ms),
+        }
+        .or(match policy.without_run_time {
+            WithoutRunTime::ReserveDefault { horizon_seconds } => {
+                Some(horizon_seconds.saturating_mul(1000))
+            }
+            _ => None,
+        });
+        // A run that is over (its workload past its declared end, or none
+        // held) starts now.
+        let start = held
+            .map(|r| r.at_ms)
+            .filter(|s| run_ms.is_some_and(|run| s.saturating_add(run) > now_ms))
+            .unwrap_or(now_ms);
+        let declared_ms = run_ms.map(|run| start.saturating_add(run).saturating_sub(now_ms));
         let mut state = state_of(q, key);
         if declared_ms.is_none()
             && policy.without_run_time == WithoutRunTime::Admit
@@ -236,7 +250,10 @@ pub fn decide(
                     open,
                 });
             }
-            if let Some(r) = state.reservations.remove(&name) {
+            if let Some(mut r) = state.reservations.remove(&name) {
+                // Kept from the start: its end is start + declared run.
+                r.run_ms = r.at_ms.saturating_add(r.run_ms).saturating_sub(start);
+                r.at_ms = start;
                 out.insert(key.clone(), r);
             }
         }
@@ -474,13 +491,22 @@ mod tests {
     }
 
     #[test]
-    fn a_scale_keeps_what_is_left_of_the_declared_run() {
+    fn an_update_keeps_the_run_counted_from_the_start() {
         let mut q = quota(100, BudgetPolicy::default());
         admit(&mut q, "apps/Deployment/nlp/a", 1, hours(10), 0).unwrap();
         admit(&mut q, "apps/Deployment/nlp/a", 2, RunDecl::AsReserved, 4 * H).unwrap();
         let r = &q.status.reservations[KEY]["apps/Deployment/nlp/a"];
-        assert_eq!((r.at_ms, r.run_ms), (4 * H, 6 * H));
+        assert_eq!((r.at_ms, r.run_ms), (0, 10 * H));
         assert_eq!(to_quantity(r.outstanding()), Quantity::from_units(12));
+        // An update declaring 12 h counts them from the start: 8 h left.
+        admit(&mut q, "apps/Deployment/nlp/a", 3, hours(12), 4 * H).unwrap();
+        let r = &q.status.reservations[KEY]["apps/Deployment/nlp/a"];
+        assert_eq!((r.at_ms, r.run_ms), (0, 12 * H));
+        assert_eq!(to_quantity(r.outstanding()), Quantity::from_units(24));
+        // Past its declared end, a scale-up's run starts again now.
+        admit(&mut q, "apps/Deployment/nlp/a", 4, hours(1), 13 * H).unwrap();
+        let r = &q.status.reservations[KEY]["apps/Deployment/nlp/a"];
+        assert_eq!((r.at_ms, r.run_ms), (13 * H, H));
     }
 
     #[test]
