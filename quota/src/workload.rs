@@ -52,6 +52,9 @@ pub struct Workload {
     /// declaration is wrong: an error matters only where a budget would
     /// reserve on it, so it is kept here, not refused by the reader.
     pub run_time: Result<Option<RunTime>, RunTimeError>,
+    /// It has finished (a Job's or a Kubeflow job's status says it
+    /// completed or failed): its budget reservations settle.
+    pub finished: bool,
 }
 
 impl Workload {
@@ -523,6 +526,7 @@ fn pod_set(
 fn workload(meta: ObjectMeta, pod_sets: Vec<PodSet>) -> Workload {
     Workload {
         run_time: runtime::declared(None, None, &meta.annotations),
+        finished: false,
         meta,
         pod_sets,
         governed: true,
@@ -601,6 +605,32 @@ struct Job {
     metadata: ObjectMeta,
     #[serde(default, deserialize_with = "nullable")]
     spec: JobSpec,
+    #[serde(default, deserialize_with = "nullable")]
+    status: Finishing,
+}
+
+/// The conditions of a batch object's status: enough to say it finished.
+#[derive(Default, Deserialize)]
+struct Finishing {
+    #[serde(default, deserialize_with = "nullable")]
+    conditions: Vec<Condition>,
+}
+
+#[derive(Default, Deserialize)]
+struct Condition {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    status: String,
+}
+
+impl Finishing {
+    /// Whether a condition among `kinds` is true.
+    fn any(&self, kinds: &[&str]) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.status == "True" && kinds.contains(&c.kind.as_str()))
+    }
 }
 
 fn read_job(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
@@ -620,6 +650,7 @@ fn read_job(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
     );
     Ok(Workload {
         run_time,
+        finished: o.status.any(&["Complete", "Failed"]),
         ..workload(o.metadata, vec![set])
     })
 }
@@ -666,6 +697,8 @@ struct Kubeflow {
     metadata: ObjectMeta,
     #[serde(default, deserialize_with = "nullable")]
     spec: KubeflowSpec,
+    #[serde(default, deserialize_with = "nullable")]
+    status: Finishing,
 }
 #[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -718,6 +751,7 @@ fn read_kubeflow(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
     let run_time = runtime::declared(None, deadline, &o.metadata.annotations);
     Ok(Workload {
         run_time,
+        finished: o.status.any(&["Succeeded", "Failed"]),
         ..workload(o.metadata, sets)
     })
 }
@@ -867,12 +901,36 @@ mod tests {
     #[test]
     fn adapters_read_the_declared_run_time_as_max_runtime_does() {
         let objects = [
-            ("batch", "Job", r#"{"metadata":{"name":"j","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"3h"}},"spec":{"activeDeadlineSeconds":7200}}"#),
-            ("kubeflow.org", "PyTorchJob", r#"{"metadata":{"name":"p","namespace":"n"},"spec":{"runPolicy":{"activeDeadlineSeconds":600}}}"#),
-            ("apps", "Deployment", r#"{"metadata":{"name":"d","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"1d"}},"spec":{}}"#),
-            ("batch", "Job", r#"{"metadata":{"name":"j","namespace":"n"},"spec":{"activeDeadlineSeconds":null}}"#),
-            ("batch", "Job", r#"{"metadata":{"name":"j","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"1.5h"}}}"#),
-            ("batch", "Job", r#"{"metadata":{"name":"j","namespace":"n"},"spec":{"activeDeadlineSeconds":0}}"#),
+            (
+                "batch",
+                "Job",
+                r#"{"metadata":{"name":"j","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"3h"}},"spec":{"activeDeadlineSeconds":7200}}"#,
+            ),
+            (
+                "kubeflow.org",
+                "PyTorchJob",
+                r#"{"metadata":{"name":"p","namespace":"n"},"spec":{"runPolicy":{"activeDeadlineSeconds":600}}}"#,
+            ),
+            (
+                "apps",
+                "Deployment",
+                r#"{"metadata":{"name":"d","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"1d"}},"spec":{}}"#,
+            ),
+            (
+                "batch",
+                "Job",
+                r#"{"metadata":{"name":"j","namespace":"n"},"spec":{"activeDeadlineSeconds":null}}"#,
+            ),
+            (
+                "batch",
+                "Job",
+                r#"{"metadata":{"name":"j","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"1.5h"}}}"#,
+            ),
+            (
+                "batch",
+                "Job",
+                r#"{"metadata":{"name":"j","namespace":"n"},"spec":{"activeDeadlineSeconds":0}}"#,
+            ),
         ];
         let mut got = Vec::new();
         for (group, kind, json) in objects {
@@ -892,6 +950,41 @@ mod tests {
                 None
             ]
         );
+    }
+
+    #[test]
+    fn a_finished_job_says_so() {
+        let done = |group, kind, status: &str| {
+            let json =
+                format!(r#"{{"metadata":{{"name":"j","namespace":"n"}},"status":{status}}}"#);
+            read(group, kind, &json).finished
+        };
+        assert!(done(
+            "batch",
+            "Job",
+            r#"{"conditions":[{"type":"Complete","status":"True"}]}"#
+        ));
+        assert!(done(
+            "batch",
+            "Job",
+            r#"{"conditions":[{"type":"Failed","status":"True"}]}"#
+        ));
+        assert!(!done(
+            "batch",
+            "Job",
+            r#"{"conditions":[{"type":"Suspended","status":"True"},{"type":"Complete","status":"False"}]}"#
+        ));
+        assert!(!done("batch", "Job", "null"));
+        assert!(done(
+            "kubeflow.org",
+            "PyTorchJob",
+            r#"{"conditions":[{"type":"Succeeded","status":"True"}]}"#
+        ));
+        assert!(!done(
+            "apps",
+            "Deployment",
+            r#"{"conditions":[{"type":"Complete","status":"True"}]}"#
+        ));
     }
 
     fn read(group: &str, kind: &str, json: &str) -> Workload {

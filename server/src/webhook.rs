@@ -355,8 +355,15 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
                 match step {
                     quota::admission::Step::Charge { quota, workload } => {
                         let sets = workload.pod_sets.clone();
-                        svc.charge_with_run_time(quota, &wref, sets, RunDecl::of(workload), &req.uid, dry)
-                            .await?
+                        svc.charge_with_run_time(
+                            quota,
+                            &wref,
+                            sets,
+                            RunDecl::of(workload),
+                            &req.uid,
+                            dry,
+                        )
+                        .await?
                     }
                     quota::admission::Step::Check { quota, usage } => {
                         svc.check_usage(quota, &usage).await?

@@ -154,7 +154,10 @@ mod tests {
         assert!(BudgetPolicy::default().validate("requests.cpu").is_err());
         p.without_run_time = WithoutRunTime::Admit;
         p.reservation_cap = Some(Quantity::from_units(MAX_CAP_HOURS + 1));
-        assert!(matches!(p.validate(KEY), Err(BudgetError::CapTooLarge { .. })));
+        assert!(matches!(
+            p.validate(KEY),
+            Err(BudgetError::CapTooLarge { .. })
+        ));
         p.reservation_cap = Some("-1".parse().unwrap());
         assert!(matches!(p.validate(KEY), Err(BudgetError::Cap { .. })));
         p.reservation_cap = Some(Quantity::from_units(MAX_CAP_HOURS));

@@ -299,6 +299,23 @@ pub fn settle_released(status: &mut QuotaStatus, spec: &QuotaSpec) -> bool {
     after != before
 }
 
+/// Settles the reservations of workloads that finished (their status says
+/// so; the controller sees it): what they did not use is released, though
+/// their charge stays until they are deleted. Whether anything settled.
+pub fn settle_finished<'a>(
+    status: &mut QuotaStatus,
+    finished: impl IntoIterator<Item = &'a String>,
+) -> bool {
+    let mut settled = false;
+    for wref in finished {
+        for m in status.reservations.values_mut() {
+            settled |= m.remove(wref).is_some();
+        }
+    }
+    status.reservations.retain(|_, m| !m.is_empty());
+    settled
+}
+
 /// Moves each open reservation's use along over `[from_ms, to_ms)`: what
 /// its workload's charge costs in the part of the window after the
 /// reservation was made (acc).
@@ -462,19 +479,26 @@ mod tests {
         };
         let mut q = quota(100, horizon);
         admit(&mut q, "batch/Job/nlp/a", 1, RunDecl::Object(Ok(None)), 0).unwrap();
-        assert_eq!(
-            to_quantity(open(&q.status, KEY).1),
-            Quantity::from_units(2)
-        );
+        assert_eq!(to_quantity(open(&q.status, KEY).1), Quantity::from_units(2));
         let e = admit(&mut q, "batch/Job/nlp/b", 1, RunDecl::Object(Ok(None)), 0).unwrap_err();
         assert!(e.to_string().contains("already hold 2 of the 3"), "{e}");
         // Admit without a run time: refused only when nothing is left
         // after the open reservations.
         let mut q = quota(10, BudgetPolicy::default());
         admit(&mut q, "batch/Job/nlp/r", 1, hours(10), 0).unwrap();
-        let e = admit(&mut q, "apps/Deployment/nlp/d", 1, RunDecl::Object(Ok(None)), 0)
-            .unwrap_err();
-        assert!(e.to_string().contains("has nothing left for Deployment nlp/d"), "{e}");
+        let e = admit(
+            &mut q,
+            "apps/Deployment/nlp/d",
+            1,
+            RunDecl::Object(Ok(None)),
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("has nothing left for Deployment nlp/d"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -485,7 +509,12 @@ mod tests {
         }));
         let mut q = quota(100, BudgetPolicy::default());
         let e = admit(&mut q, "batch/Job/nlp/a", 1, bad.clone(), 0).unwrap_err();
-        assert!(e.to_string().starts_with("bizrq nlp: cash/requests.nvidia.com/gpu cannot reserve for Job nlp/a: annotation"), "{e}");
+        assert!(
+            e.to_string().starts_with(
+                "bizrq nlp: cash/requests.nvidia.com/gpu cannot reserve for Job nlp/a: annotation"
+            ),
+            "{e}"
+        );
         // No card asked of the budget's resource: no budget, no error.
         admit(&mut q, "batch/Job/nlp/a", 0, bad, 0).unwrap();
     }
@@ -494,7 +523,14 @@ mod tests {
     fn an_update_keeps_the_run_counted_from_the_start() {
         let mut q = quota(100, BudgetPolicy::default());
         admit(&mut q, "apps/Deployment/nlp/a", 1, hours(10), 0).unwrap();
-        admit(&mut q, "apps/Deployment/nlp/a", 2, RunDecl::AsReserved, 4 * H).unwrap();
+        admit(
+            &mut q,
+            "apps/Deployment/nlp/a",
+            2,
+            RunDecl::AsReserved,
+            4 * H,
+        )
+        .unwrap();
         let r = &q.status.reservations[KEY]["apps/Deployment/nlp/a"];
         assert_eq!((r.at_ms, r.run_ms), (0, 10 * H));
         assert_eq!(to_quantity(r.outstanding()), Quantity::from_units(12));
@@ -507,6 +543,18 @@ mod tests {
         admit(&mut q, "apps/Deployment/nlp/a", 4, hours(1), 13 * H).unwrap();
         let r = &q.status.reservations[KEY]["apps/Deployment/nlp/a"];
         assert_eq!((r.at_ms, r.run_ms), (13 * H, H));
+    }
+
+    #[test]
+    fn a_finished_workload_settles_and_keeps_its_charge() {
+        let mut q = quota(100, BudgetPolicy::default());
+        admit(&mut q, "batch/Job/nlp/a", 8, hours(10), 0).unwrap();
+        admit(&mut q, "batch/Job/nlp/b", 1, hours(10), 0).unwrap();
+        let done = ["batch/Job/nlp/a".to_string()];
+        assert!(settle_finished(&mut q.status, &done));
+        assert!(!settle_finished(&mut q.status, &done));
+        assert_eq!(open(&q.status, KEY).0, 1);
+        assert!(q.status.workloads.contains_key("batch/Job/nlp/a"));
     }
 
     #[test]

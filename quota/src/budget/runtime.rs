@@ -99,7 +99,11 @@ pub fn declared(
     annotations: &std::collections::BTreeMap<String, String>,
 ) -> Result<Option<RunTime>, RunTimeError> {
     let mut found: Vec<RunTime> = Vec::new();
-    if let Some(ms) = deadline.map(|v| seconds(DEADLINE, v)).transpose()?.flatten() {
+    if let Some(ms) = deadline
+        .map(|v| seconds(DEADLINE, v))
+        .transpose()?
+        .flatten()
+    {
         found.push(RunTime {
             ms,
             source: Source::ActiveDeadlineSeconds,

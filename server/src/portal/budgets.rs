@@ -130,10 +130,7 @@ fn row_of(key: &str, p: BudgetPolicy) -> BudgetFormRow {
             r.horizon = quota::budget::runtime::format_duration(horizon_seconds * 1000);
         }
     }
-    r.reservation_cap = p
-        .reservation_cap
-        .map(|c| c.to_string())
-        .unwrap_or_default();
+    r.reservation_cap = p.reservation_cap.map(|c| c.to_string()).unwrap_or_default();
     match p.carry {
         Carry::None => r.carry = "none".into(),
         Carry::All => r.carry = "all".into(),
@@ -428,10 +425,22 @@ mod tests {
             ("1d12h", "500")
         );
         for (field, value, says) in [
-            ("withoutRunTime", "maybe", "'maybe' is not one of admit, refuse"),
-            ("reservationCap", "lots", "reservation cap 'lots' is not a quantity"),
+            (
+                "withoutRunTime",
+                "maybe",
+                "'maybe' is not one of admit, refuse",
+            ),
+            (
+                "reservationCap",
+                "lots",
+                "reservation cap 'lots' is not a quantity",
+            ),
         ] {
-            let (_, e) = read(&f(&[(&format!("budget.{field}:{KEY}"), value)]), &spec, &hard);
+            let (_, e) = read(
+                &f(&[(&format!("budget.{field}:{KEY}"), value)]),
+                &spec,
+                &hard,
+            );
             let e = e.unwrap_err();
             assert!(e.contains(KEY) && e.contains(says), "{e}");
         }

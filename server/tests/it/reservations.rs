@@ -117,7 +117,10 @@ async fn set_budgets(s: &Server, name: &str, parent: &str, hard: Value, budgets:
     if st == StatusCode::OK {
         Value::Null
     } else {
-        assert!(st == StatusCode::UNPROCESSABLE_ENTITY || st == StatusCode::BAD_REQUEST, "{st}: {v}");
+        assert!(
+            st == StatusCode::UNPROCESSABLE_ENTITY || st == StatusCode::BAD_REQUEST,
+            "{st}: {v}"
+        );
         v
     }
 }
@@ -165,7 +168,10 @@ async fn reserve_use_settle_and_refuse(url: &str) {
     assert_eq!(denial(&admit(&s, "u-b", &bj).await), said);
     let (st, v) = s.api(Method::POST, "/api/v1/check", Some(bj.clone())).await;
     assert_eq!(st, StatusCode::OK, "{v}");
-    assert_eq!((v["allowed"].as_bool(), v["message"].as_str()), (Some(false), Some(said)));
+    assert_eq!(
+        (v["allowed"].as_bool(), v["message"].as_str()),
+        (Some(false), Some(said))
+    );
     let after = s.quota("team").await;
     assert_eq!(after["status"], q["status"], "a denial changes nothing");
 
@@ -177,7 +183,10 @@ async fn reserve_use_settle_and_refuse(url: &str) {
     // so what is left after reservations did not change.
     clock.store(T0 + 3 * HOUR, Ordering::SeqCst);
     let b = budget(&s, "team").await;
-    assert_eq!((b["spent"].as_str(), b["left"].as_str()), (Some("24"), Some("76")));
+    assert_eq!(
+        (b["spent"].as_str(), b["left"].as_str()),
+        (Some("24"), Some("76"))
+    );
     assert_eq!(b["reservations"]["reserved"], "56", "{b}");
     assert_eq!(b["reservations"]["leftAfterReservations"], "20", "{b}");
     // b for 2 h (16) fits in those 20 now.
@@ -185,14 +194,21 @@ async fn reserve_use_settle_and_refuse(url: &str) {
     assert_eq!(admit(&s, "u-b2", &b2).await["allowed"], true);
     let q = s.quota("team").await;
     let held = reservations(&q);
-    assert_eq!(held["batch/Job/ml/a"], (80 * CARD_HOUR, 24 * CARD_HOUR), "{q}");
+    assert_eq!(
+        held["batch/Job/ml/a"],
+        (80 * CARD_HOUR, 24 * CARD_HOUR),
+        "{q}"
+    );
     assert_eq!(held["batch/Job/ml/b"], (16 * CARD_HOUR, 0), "{q}");
 
     // a is deleted: its reservation is settled, the 56 it still held are
     // released; what it used stays spent.
     delete(&s, "d-a", &a).await;
     let q = s.quota("team").await;
-    assert_eq!(reservations(&q).keys().collect::<Vec<_>>(), ["batch/Job/ml/b"]);
+    assert_eq!(
+        reservations(&q).keys().collect::<Vec<_>>(),
+        ["batch/Job/ml/b"]
+    );
     let b = budget(&s, "team").await;
     assert_eq!(
         (b["spent"].as_str(), b["reservations"]["reserved"].as_str()),
@@ -220,7 +236,10 @@ async fn reserve_use_settle_and_refuse(url: &str) {
     // Policies are validated, bounded, and then apply.
     let hard = json!({GPU: "16", CASH: "100"});
     for (budgets, says) in [
-        (json!({CASH: {"reservationCap": "-5"}}), "reservationCap -5 is negative"),
+        (
+            json!({CASH: {"reservationCap": "-5"}}),
+            "reservationCap -5 is negative",
+        ),
         (
             json!({CASH: {"reservationCap": "2000000000000"}}),
             "more than the 1000000000000 resource-hours a cap may be",
@@ -229,7 +248,10 @@ async fn reserve_use_settle_and_refuse(url: &str) {
             json!({CASH: {"withoutRunTime": {"kind": "reserveDefault", "horizonSeconds": 0}}}),
             "horizonSeconds 0 must be between 1 and 31622400",
         ),
-        (json!({CASH: {"withoutRunTime": {"kind": "sometimes"}}}), "sometimes"),
+        (
+            json!({CASH: {"withoutRunTime": {"kind": "sometimes"}}}),
+            "sometimes",
+        ),
     ] {
         let v = set_budgets(&s, "team", "root", hard.clone(), budgets).await;
         assert!(v.to_string().contains(says), "{says}: {v}");
@@ -296,11 +318,21 @@ async fn two_replicas_never_reserve_more_than_the_budget() {
             if retry && i % 3 != 0 {
                 continue;
             }
-            let server = if (i % 2 == 0) != retry { a.clone() } else { b.clone() };
+            let server = if (i % 2 == 0) != retry {
+                a.clone()
+            } else {
+                b.clone()
+            };
             let sem = sem.clone();
             tasks.spawn(async move {
                 let _p = sem.acquire().await.unwrap();
-                let j = job(&format!("j{i}"), "pool", 1 + i % 3, Some((1 + i % 4) * 3600), None);
+                let j = job(
+                    &format!("j{i}"),
+                    "pool",
+                    1 + i % 3,
+                    Some((1 + i % 4) * 3600),
+                    None,
+                );
                 (i, admit(&server, &format!("uid-{i}"), &j).await)
             });
         }
@@ -342,10 +374,20 @@ async fn two_replicas_never_reserve_more_than_the_budget() {
         expected
     );
     assert_eq!(held.keys().cloned().collect::<BTreeSet<_>>(), admitted);
-    assert_eq!(charged, admitted, "each admitted Job charged once, nothing else");
-    assert_eq!(reserved, expected * CARD_HOUR, "each holds exactly its need");
+    assert_eq!(
+        charged, admitted,
+        "each admitted Job charged once, nothing else"
+    );
+    assert_eq!(
+        reserved,
+        expected * CARD_HOUR,
+        "each holds exactly its need"
+    );
     assert!(reserved <= BUDGET * CARD_HOUR, "over-reserved: {reserved}");
-    assert!(held.values().all(|r| r.1 == 0), "nothing spent: the clock stands");
+    assert!(
+        held.values().all(|r| r.1 == 0),
+        "nothing spent: the clock stands"
+    );
     // Room left unused only where a Job bigger than it asked.
     assert!(
         expected > BUDGET - 12 || contention > 0,
@@ -357,9 +399,10 @@ async fn two_replicas_never_reserve_more_than_the_budget() {
 
 /// Cluster mode: Jobs created through the API server (which calls the
 /// shipped webhooks) reserve; the controller's reconcile moves use along
-/// as the clock moves; a Job's deletion settles its reservation.
+/// as the clock moves; a Job that completes settles its reservation, and a
+/// Job's deletion settles it in the release's write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_a_cluster_the_webhook_reserves_and_a_delete_settles() {
+async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
     use crate::cluster::{used, Cluster};
     use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
     let c = Cluster::start().await;
@@ -392,15 +435,23 @@ async fn in_a_cluster_the_webhook_reserves_and_a_delete_settles() {
         }
     };
 
-    create(job("a", "ml", 4, Some(10 * 3600), None)).await.unwrap();
+    create(job("a", "ml", 4, Some(10 * 3600), None))
+        .await
+        .unwrap();
     let q = c
         .until("ml", "a reserved", |q| !reservations(q).is_empty())
         .await;
-    assert_eq!(reservations(&q)["batch/Job/ml/a"], (40 * CARD_HOUR, 0), "{q}");
+    assert_eq!(
+        reservations(&q)["batch/Job/ml/a"],
+        (40 * CARD_HOUR, 0),
+        "{q}"
+    );
     assert_eq!(used(&q, GPU), "4");
 
     // 4 × 14 h = 56 > 60 left? No: 60 left, but the cap holds 40 of 90.
-    let err = create(job("b", "ml", 4, None, Some("14h"))).await.unwrap_err();
+    let err = create(job("b", "ml", 4, None, Some("14h")))
+        .await
+        .unwrap_err();
     assert!(
         err.contains(
             "bizrq ml: cash/requests.nvidia.com/gpu needs 56 card-hours for Job ml/b, but open \
@@ -409,15 +460,23 @@ async fn in_a_cluster_the_webhook_reserves_and_a_delete_settles() {
         "{err}"
     );
     assert!(c.fake.get("batch", "jobs", "ml", "b").is_none());
-    let err = create(job("b", "ml", 4, None, Some("16h"))).await.unwrap_err();
+    let err = create(job("b", "ml", 4, None, Some("16h")))
+        .await
+        .unwrap_err();
     assert!(err.contains("needs 64 card-hours for Job ml/b (4 × nvidia.com/gpu for 16h), 60 left (100 this period, 0 spent, 40 reserved)"), "{err}");
 
     // Two hours on, the controller's reconcile has moved a's use along
     // at its admitted rate: 8 of its 40.
     c.set_clock(crate::cluster::T0 + 2 * HOUR);
     // Its pod shows up (and triggers the reconcile).
-    c.fake
-        .put(crate::cluster::pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
+    c.fake.put(crate::cluster::pod(
+        "ml",
+        "a-1",
+        "Job",
+        "a",
+        4,
+        "2026-11-21T10:00:00Z",
+    ));
     let q = c
         .until("ml", "a's use moved", |q| {
             reservations(q)
@@ -427,12 +486,34 @@ async fn in_a_cluster_the_webhook_reserves_and_a_delete_settles() {
         .await;
     assert_eq!(reservations(&q).len(), 1, "{q}");
 
-    // Deleting a settles its reservation in the release's write.
-    jobs.delete("a", &DeleteParams::default()).await.unwrap();
+    // b (4 × 14 h = 56) fits now: 100 − 8 spent − 32 a still holds = 60
+    // left, and 32 + 56 = 88 within the cap of 90.
+    create(job("b", "ml", 4, None, Some("14h"))).await.unwrap();
     let q = c
-        .until("ml", "a settled", |q| {
-            reservations(q).is_empty() && used(q, GPU) == "0"
+        .until("ml", "b reserved", |q| reservations(q).len() == 2)
+        .await;
+    assert_eq!(
+        reservations(&q)["batch/Job/ml/b"],
+        (56 * CARD_HOUR, 0),
+        "{q}"
+    );
+
+    // a completes: the controller settles its reservation (the 32 it
+    // still held are released); its charge stays until it is deleted.
+    let mut done = c.fake.get("batch", "jobs", "ml", "a").unwrap();
+    done["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
+    c.fake.put(done);
+    let q = c
+        .until("ml", "a settled on finish", |q| {
+            !reservations(q).contains_key("batch/Job/ml/a")
         })
+        .await;
+    assert_eq!(used(&q, GPU), "8", "a's charge stays: {q}");
+
+    // Deleting b settles its reservation in the release's write.
+    jobs.delete("b", &DeleteParams::default()).await.unwrap();
+    let q = c
+        .until("ml", "b settled", |q| reservations(q).is_empty())
         .await;
     assert!(q["status"]["reservations"].is_null(), "{q}");
 }
