@@ -558,6 +558,35 @@ mod tests {
     }
 
     #[test]
+    fn past_the_most_open_reservations_a_new_one_is_refused() {
+        let mut q = quota(1_000_000, BudgetPolicy::default());
+        let r = Reservation {
+            reserved: 1,
+            used: 0,
+            at_ms: 0,
+            run_ms: H,
+        };
+        let full: BTreeMap<String, Reservation> = (0..MAX_OPEN)
+            .map(|i| (format!("batch/Job/nlp/w{i}"), r.clone()))
+            .collect();
+        for w in full.keys() {
+            q.status.workloads.insert(w.clone(), charge(0));
+        }
+        q.status.reservations.insert(KEY.into(), full);
+        let started = std::time::Instant::now();
+        let e = admit(&mut q, "batch/Job/nlp/new", 1, hours(1), 0).unwrap_err();
+        let took = started.elapsed();
+        assert_eq!(
+            e.to_string(),
+            "bizrq nlp: cash/requests.nvidia.com/gpu already holds 10000 open reservations, \
+             the most one budget keeps; Job nlp/new can be admitted once some of them settle"
+        );
+        // One already holding a reservation may still renew it.
+        admit(&mut q, "batch/Job/nlp/w7", 1, hours(1), 0).unwrap();
+        eprintln!("a decision among {MAX_OPEN} open reservations took {took:?}");
+    }
+
+    #[test]
     fn the_budget_of_a_parent_is_what_its_children_leave() {
         let mut q = quota(100, BudgetPolicy::default());
         q.status.children.insert(

@@ -279,8 +279,62 @@ async fn reserve_use_settle_and_refuse(url: &str) {
     let b = budget(&s, "team").await;
     assert_eq!(b["reservations"]["cap"], "30", "{b}");
     // The policy change is in the audit log, as a quota update.
-    let audit = Browser::admin(&s).await.get("/audit").await;
+    let admin = Browser::admin(&s).await;
+    let audit = admin.get("/audit").await;
     assert!(audit.body.contains("reservationCap"), "{}", audit.body);
+
+    // The quota page's Budgets panel shows the open reservations.
+    let page = admin.get("/quotas/team").await;
+    assert!(
+        page.body.contains(
+            "1 open reservation holds 16 card-hours (cap 30) · 60 card-hours left after them"
+        ),
+        "{}",
+        page.body
+    );
+    // The edit form sets both; a horizon with a fraction is refused there.
+    let form = admin.get("/quotas/team/edit").await;
+    assert!(
+        form.body.contains("budget.reservationCap:"),
+        "{}",
+        form.body
+    );
+    let rv = hidden_field(&form.body, "resourceVersion").unwrap();
+    let post = |horizon: &'static str| {
+        let (admin, rv) = (&admin, rv.clone());
+        async move {
+            admin
+                .post(
+                    "/quotas/team/edit",
+                    &[
+                        ("resourceVersion", &rv),
+                        (&format!("hard:{GPU}"), "16"),
+                        (&format!("hard:{CASH}"), "100"),
+                        (&format!("budget.withoutRunTime:{CASH}"), "reserveDefault"),
+                        (&format!("budget.horizon:{CASH}"), horizon),
+                        (&format!("budget.reservationCap:{CASH}"), "40"),
+                    ],
+                )
+                .await
+        }
+    };
+    let bad = post("1.5h").await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+    assert!(
+        bad.body.contains("fractions are not accepted"),
+        "{}",
+        bad.body
+    );
+    let good = post("4h").await;
+    assert_eq!(good.status, StatusCode::SEE_OTHER, "{}", good.body);
+    let q = s.quota("team").await;
+    assert_eq!(
+        q["spec"]["budgets"][CASH],
+        json!({"withoutRunTime": {"kind": "reserveDefault", "horizonSeconds": 14400},
+               "reservationCap": "40", "period": {"kind": "none"}, "carry": {"kind": "none"},
+               "overspend": "carry", "refund": {"kind": "none"}, "onExhausted": {"kind": "refuseNew"}}),
+        "{q}"
+    );
     running.shutdown().await;
 }
 
