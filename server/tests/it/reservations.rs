@@ -571,3 +571,63 @@ async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
         .await;
     assert!(q["status"]["reservations"].is_null(), "{q}");
 }
+
+/// Cluster mode, queued admission: a Job that waits (suspended, not
+/// charged, nothing reserved) reserves for its declared run time in the
+/// write that admits it from the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_admitted_from_the_queue_reserves_then() {
+    use crate::cluster::{used, Cluster};
+    use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+    let c = Cluster::start().await;
+    let (st, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"},
+                "spec": {"hard": {GPU: "4", CASH: "100"}, "queueing": "Queue"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &ar);
+    let create = |j: Value| {
+        let jobs = jobs.clone();
+        async move {
+            let o: DynamicObject = serde_json::from_value(j).unwrap();
+            jobs.create(&PostParams::default(), &o).await.unwrap();
+        }
+    };
+    create(job("a", "ml", 4, Some(2 * 3600), None)).await;
+    c.until("ml", "a reserved", |q| reservations(q).len() == 1)
+        .await;
+    // b does not fit the 4 cards: queued, suspended, nothing reserved.
+    create(job("b", "ml", 4, Some(3 * 3600), None)).await;
+    let q = c
+        .until("ml", "b queued", |q| {
+            q["status"]["queue"][0]["uid"]
+                .as_str()
+                .is_some_and(|u| !u.is_empty())
+        })
+        .await;
+    assert_eq!(q["status"]["queue"][0]["runMs"], 3 * HOUR, "{q}");
+    assert!(!reservations(&q).contains_key("batch/Job/ml/b"), "{q}");
+    // a goes: the controller admits b, reserving 4 × 3 h in that write.
+    jobs.delete("a", &DeleteParams::default()).await.unwrap();
+    let q = c
+        .until("ml", "b admitted", |q| {
+            q["status"]["queue"].is_null() && used(q, GPU) == "4"
+        })
+        .await;
+    assert_eq!(
+        reservations(&q),
+        BTreeMap::from([("batch/Job/ml/b".to_string(), (12 * CARD_HOUR, 0))]),
+        "{q}"
+    );
+}
