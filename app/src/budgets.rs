@@ -1,8 +1,9 @@
 //! Budgets on the quota page (a panel: per cash key what is left of this
 //! period, its carry-in, when it renews and its runway, with the last
-//! closed periods) and on the edit form (each cash key's period and
-//! carry-over). The server computes the numbers and reads the form back;
-//! these only render.
+//! closed periods, and its open reservations) and on the edit form (each
+//! cash key's period, carry-over, what admission does without a declared
+//! run time and the reservation cap). The server computes the numbers and
+//! reads the form back; these only render.
 
 #[cfg(feature = "ssr")]
 use leptos::prelude::*;
@@ -26,6 +27,9 @@ pub struct BudgetLine {
     /// `1,234 card-hours left of 5,000 this month (carry-in 200) · renews
     /// 2026-12-01 00:00 UTC · runs out in 8.8 days`.
     pub line: String,
+    /// `2 open reservations hold 24 card-hours (cap 50)`; None without any
+    /// open reservation or cap.
+    pub reservations: Option<String>,
     /// Newest first.
     pub closed: Vec<ClosedRow>,
 }
@@ -46,10 +50,17 @@ pub struct BudgetFormRow {
     pub carry: String,
     /// The percent or the amount.
     pub carry_value: String,
+    /// `admit`, `refuse` or `reserveDefault` (`WITHOUT_RUN_TIME`).
+    pub without_run_time: String,
+    /// reserveDefault's horizon: `4h`, `1d12h` or seconds.
+    pub horizon: String,
+    /// The reservation cap in resource-hours (empty: none).
+    pub reservation_cap: String,
 }
 
 pub const PERIODS: [&str; 4] = ["none", "weekly", "monthly", "term"];
 pub const CARRIES: [&str; 4] = ["none", "all", "percent", "amount"];
+pub const WITHOUT_RUN_TIME: [&str; 3] = ["admit", "refuse", "reserveDefault"];
 pub const WEEKDAYS: [&str; 7] = [
     "monday",
     "tuesday",
@@ -88,6 +99,7 @@ pub fn panel(lines: Vec<BudgetLine>) -> impl IntoView {
                     <div class="card budget">
                         <h4 class="key">{b.key}</h4>
                         <p class="budget-line">{b.line}</p>
+                        {b.reservations.map(|r| view! { <p class="budget-reservations">{r}</p> })}
                         {closed}
                     </div>
                 }
@@ -142,6 +154,13 @@ pub fn form_rows(rows: Vec<BudgetFormRow>) -> impl IntoView {
                             {select(n("carry"), &CARRIES, r.carry.clone(), "carry-over")}
                             <input name=n("carryValue") value=r.carry_value.clone() size="6" maxlength="32" placeholder="% or amount" aria-label="carry percent or amount"/>
                         </td>
+                        <td>
+                            {select(n("withoutRunTime"), &WITHOUT_RUN_TIME, r.without_run_time.clone(), "without a declared run time")}
+                            <input name=n("horizon") value=r.horizon.clone() size="6" maxlength="16" placeholder="4h" aria-label="reserveDefault: horizon"/>
+                        </td>
+                        <td>
+                            <input name=n("reservationCap") value=r.reservation_cap.clone() size="8" maxlength="32" placeholder="none" aria-label="reservation cap, resource-hours"/>
+                        </td>
                     </tr>
                 }
             })
@@ -149,10 +168,10 @@ pub fn form_rows(rows: Vec<BudgetFormRow>) -> impl IntoView {
         view! {
             <h4>"Budget periods"</h4>
             <table class="budget-form">
-                <thead><tr><th>"Cash key"</th><th>"Period"</th><th>"Monthly anchor day · weekly start · UTC offset (min)"</th><th>"Term start · end"</th><th>"Carry-over"</th></tr></thead>
+                <thead><tr><th>"Cash key"</th><th>"Period"</th><th>"Monthly anchor day · weekly start · UTC offset (min)"</th><th>"Term start · end"</th><th>"Carry-over"</th><th>"Without a run time · horizon"</th><th>"Reservation cap"</th></tr></thead>
                 <tbody>{body}</tbody>
             </table>
-            <p class="hint">"A period starts the budget again at each boundary (monthly on the anchor day, 31 = the last day; weekly on the day chosen; a term from its start to its end); carry-over keeps what was left, all of it, up to a percent of the budget, or up to an amount. Changes are audited."</p>
+            <p class="hint">"A period starts the budget again at each boundary (monthly on the anchor day, 31 = the last day; weekly on the day chosen; a term from its start to its end); carry-over keeps what was left, all of it, up to a percent of the budget, or up to an amount. A workload that declares its run time (a Job's activeDeadlineSeconds, a Kubeflow job's runPolicy.activeDeadlineSeconds, or the annotation biz.group.resource.quota/max-runtime) reserves cards × run time at admission; one that declares none is admitted while anything is left (admit), refused (refuse), or reserved for the horizon (reserveDefault, e.g. 4h). The cap bounds what all open reservations hold at once, in resource-hours. Changes are audited."</p>
         }
     })
 }

@@ -64,6 +64,9 @@ pub enum Denial {
     /// A charge no workload could hold (see `check_charge`).
     #[error("{0}")]
     Invalid(String),
+    /// A budget's reservation rules refuse it (docs/budgets.md §2).
+    #[error("{0}")]
+    Budget(Box<crate::budget::hold::BudgetRefusal>),
 }
 
 /// A cash budget that is spent while the request asks for its resource.

@@ -5,6 +5,7 @@
 //! Transfers in flight hold carve-outs here too (`transfers`, §6).
 
 use crate::borrow::Loan;
+use crate::budget::hold;
 use crate::budget::periods::{self, PeriodStatus};
 use crate::budget::BudgetPolicy;
 use crate::cash::{self, Prices};
@@ -159,6 +160,12 @@ pub struct QuotaStatus {
     /// holds what was spent in this period (`budget::periods`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub budgets: BTreeMap<String, PeriodStatus>,
+    /// Open reservations of budgets (docs/budgets.md §2), by cash key then
+    /// by workload reference: what a workload that declared its run time
+    /// holds back of the budget. Written only with the workload's charge,
+    /// and settled when the charge goes (`budget::hold`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reservations: hold::Reservations,
     /// Loans granted to children beyond their hard, by child name (§5). A
     /// child's loan lives here, in the lender, so two children borrowing at
     /// once serialise on this object's compare-and-swap.
@@ -245,6 +252,7 @@ impl QuotaStatus {
             || self.workloads != other.workloads
             || self.cash_accrued != other.cash_accrued
             || self.budgets != other.budgets
+            || self.reservations != other.reservations
             || self.loans != other.loans
             || self.lent != other.lent
             || self.borrowed != other.borrowed
@@ -298,6 +306,7 @@ impl QuotaStatus {
         if self.hard != spec.hard {
             self.hard = spec.hard.clone();
         }
+        hold::settle_released(self, spec);
         self.borrowed = spec.borrowed(&used);
         self.self_used = self_used;
         self.used = used;
@@ -352,6 +361,7 @@ impl QuotaStatus {
                     out
                 });
                 self.workloads = workloads;
+                hold::consume(self, last, now_ms, prices);
             }
             None => {
                 periods::sync(spec, self, now_ms);

@@ -163,6 +163,9 @@ pub fn reconcile(
                     }
                     cash::accrue(runs, &keys, a, b, prices)
                 });
+            // Reservations are used at their admitted charge's rate, an
+            // upper bound of what the pods accrue (`budget::hold`).
+            crate::budget::hold::consume(&mut q.status, last, now_ms, prices);
         }
         None => periods::sync(&q.spec, &mut q.status, now_ms),
     }

@@ -2,6 +2,7 @@
 //! template usage). The table `ADAPTERS` is the only place that names kinds;
 //! admission and reconcile look adapters up by group/kind or resource.
 
+use crate::budget::runtime::{self, RunTime, RunTimeError};
 use crate::keys::{KeyConfig, QUOTA_LABEL};
 use crate::quantity::MAX_NANOS;
 use crate::resources::{self, ResourceList};
@@ -47,6 +48,13 @@ pub struct Workload {
     pub governed: bool,
     pub mode: ChargeMode,
     pub warnings: Vec<String>,
+    /// Its declared maximum run time (docs/budgets.md §2), or why the
+    /// declaration is wrong: an error matters only where a budget would
+    /// reserve on it, so it is kept here, not refused by the reader.
+    pub run_time: Result<Option<RunTime>, RunTimeError>,
+    /// It has finished (a Job's or a Kubeflow job's status says it
+    /// completed or failed): its budget reservations settle.
+    pub finished: bool,
 }
 
 impl Workload {
@@ -517,6 +525,8 @@ fn pod_set(
 
 fn workload(meta: ObjectMeta, pod_sets: Vec<PodSet>) -> Workload {
     Workload {
+        run_time: runtime::declared(None, None, &meta.annotations),
+        finished: false,
         meta,
         pod_sets,
         governed: true,
@@ -568,6 +578,7 @@ struct JobSpec {
     suspend: Option<bool>,
     #[serde(default)]
     template: PodTemplate,
+    active_deadline_seconds: Option<serde_json::Value>,
 }
 
 impl JobSpec {
@@ -594,6 +605,32 @@ struct Job {
     metadata: ObjectMeta,
     #[serde(default, deserialize_with = "nullable")]
     spec: JobSpec,
+    #[serde(default, deserialize_with = "nullable")]
+    status: Finishing,
+}
+
+/// The conditions of a batch object's status: enough to say it finished.
+#[derive(Default, Deserialize)]
+struct Finishing {
+    #[serde(default, deserialize_with = "nullable")]
+    conditions: Vec<Condition>,
+}
+
+#[derive(Default, Deserialize)]
+struct Condition {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    status: String,
+}
+
+impl Finishing {
+    /// Whether a condition among `kinds` is true.
+    fn any(&self, kinds: &[&str]) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.status == "True" && kinds.contains(&c.kind.as_str()))
+    }
 }
 
 fn read_job(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
@@ -606,7 +643,16 @@ fn read_job(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
         &o.metadata,
         cfg,
     )?;
-    Ok(workload(o.metadata, vec![set]))
+    let run_time = runtime::declared(
+        o.spec.active_deadline_seconds.as_ref(),
+        None,
+        &o.metadata.annotations,
+    );
+    Ok(Workload {
+        run_time,
+        finished: o.status.any(&["Complete", "Failed"]),
+        ..workload(o.metadata, vec![set])
+    })
 }
 
 #[derive(Deserialize)]
@@ -651,6 +697,8 @@ struct Kubeflow {
     metadata: ObjectMeta,
     #[serde(default, deserialize_with = "nullable")]
     spec: KubeflowSpec,
+    #[serde(default, deserialize_with = "nullable")]
+    status: Finishing,
 }
 #[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -672,8 +720,10 @@ struct ReplicaSpec {
     template: PodTemplate,
 }
 #[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct RunPolicy {
     suspend: Option<bool>,
+    active_deadline_seconds: Option<serde_json::Value>,
 }
 
 /// TFJob, PyTorchJob, MPIJob: one pod set per replica type.
@@ -693,7 +743,17 @@ fn read_kubeflow(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
             pod_set(name, (&field, n), &r.template, &o.metadata, cfg)
         })
         .collect::<Result<_, _>>()?;
-    Ok(workload(o.metadata, sets))
+    let deadline = o
+        .spec
+        .run_policy
+        .as_ref()
+        .and_then(|r| r.active_deadline_seconds.as_ref());
+    let run_time = runtime::declared(None, deadline, &o.metadata.annotations);
+    Ok(Workload {
+        run_time,
+        finished: o.status.any(&["Succeeded", "Failed"]),
+        ..workload(o.metadata, sets)
+    })
 }
 
 #[derive(Deserialize)]
@@ -834,6 +894,98 @@ fn hpa_from(src: Source<'_>) -> Result<Hpa, AdapterError> {
 mod tests {
     use super::*;
     use crate::quantity::Quantity;
+
+    /// The adapters read the declared run time as `runtime::max_runtime`
+    /// reads the object, without a second parse; a wrong one is kept as an
+    /// error, not refused (only a budget that reserves on it refuses).
+    #[test]
+    fn adapters_read_the_declared_run_time_as_max_runtime_does() {
+        let objects = [
+            (
+                "batch",
+                "Job",
+                r#"{"metadata":{"name":"j","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"3h"}},"spec":{"activeDeadlineSeconds":7200}}"#,
+            ),
+            (
+                "kubeflow.org",
+                "PyTorchJob",
+                r#"{"metadata":{"name":"p","namespace":"n"},"spec":{"runPolicy":{"activeDeadlineSeconds":600}}}"#,
+            ),
+            (
+                "apps",
+                "Deployment",
+                r#"{"metadata":{"name":"d","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"1d"}},"spec":{}}"#,
+            ),
+            (
+                "batch",
+                "Job",
+                r#"{"metadata":{"name":"j","namespace":"n"},"spec":{"activeDeadlineSeconds":null}}"#,
+            ),
+            (
+                "batch",
+                "Job",
+                r#"{"metadata":{"name":"j","namespace":"n","annotations":{"biz.group.resource.quota/max-runtime":"1.5h"}}}"#,
+            ),
+            (
+                "batch",
+                "Job",
+                r#"{"metadata":{"name":"j","namespace":"n"},"spec":{"activeDeadlineSeconds":0}}"#,
+            ),
+        ];
+        let mut got = Vec::new();
+        for (group, kind, json) in objects {
+            let w = read(group, kind, json);
+            let value: serde_json::Value = serde_json::from_str(json).unwrap();
+            assert_eq!(w.run_time, runtime::max_runtime(&value), "{json}");
+            got.push(w.run_time.map(|r| r.map(|r| r.ms)).ok());
+        }
+        assert_eq!(
+            got,
+            [
+                Some(Some(7_200_000)),
+                Some(Some(600_000)),
+                Some(Some(86_400_000)),
+                Some(None),
+                None,
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn a_finished_job_says_so() {
+        let done = |group, kind, status: &str| {
+            let json =
+                format!(r#"{{"metadata":{{"name":"j","namespace":"n"}},"status":{status}}}"#);
+            read(group, kind, &json).finished
+        };
+        assert!(done(
+            "batch",
+            "Job",
+            r#"{"conditions":[{"type":"Complete","status":"True"}]}"#
+        ));
+        assert!(done(
+            "batch",
+            "Job",
+            r#"{"conditions":[{"type":"Failed","status":"True"}]}"#
+        ));
+        assert!(!done(
+            "batch",
+            "Job",
+            r#"{"conditions":[{"type":"Suspended","status":"True"},{"type":"Complete","status":"False"}]}"#
+        ));
+        assert!(!done("batch", "Job", "null"));
+        assert!(done(
+            "kubeflow.org",
+            "PyTorchJob",
+            r#"{"conditions":[{"type":"Succeeded","status":"True"}]}"#
+        ));
+        assert!(!done(
+            "apps",
+            "Deployment",
+            r#"{"conditions":[{"type":"Complete","status":"True"}]}"#
+        ));
+    }
 
     fn read(group: &str, kind: &str, json: &str) -> Workload {
         adapter_for_kind(group, kind)

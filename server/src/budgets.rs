@@ -33,6 +33,10 @@ pub struct BudgetView {
     pub left: Quantity,
     /// `runs out in 8.8 days`, when a burn could be measured.
     pub runway: Option<String>,
+    /// Open reservations (docs/budgets.md §2): how many, and what they
+    /// still hold back.
+    pub open: usize,
+    pub reserved: Quantity,
     /// Closed periods, newest first.
     pub closed: Vec<PeriodRecord>,
 }
@@ -67,6 +71,7 @@ pub async fn views(
         }
         closed.sort_by_key(|r| std::cmp::Reverse(r.start_ms));
         closed.truncate(limit as usize);
+        let (open, reserved) = quota::budget::hold::open(&q.status, key);
         let runway = (!samples.is_empty()).then(|| {
             let f = forecast(samples, key, now, FORECAST_WINDOW_MS);
             let end = period.map(|w| w.end_ms).filter(|e| *e != i64::MAX);
@@ -82,6 +87,8 @@ pub async fn views(
             spent,
             left,
             runway,
+            open,
+            reserved: to_quantity(reserved),
             closed,
         });
     }
@@ -135,8 +142,43 @@ impl BudgetView {
             "left": self.left.to_string(),
             "renewsAt": end,
             "runway": self.runway,
+            "reservations": {
+                "open": self.open,
+                "reserved": self.reserved.to_string(),
+                "cap": self.policy.reservation_cap.map(|c| c.to_string()),
+                "leftAfterReservations": self.left.saturating_sub(self.reserved).to_string(),
+            },
             "closed": self.closed.iter().map(record_json).collect::<Vec<_>>(),
         })
+    }
+
+    /// For people: `2 open reservations hold 24 card-hours (cap 50) ·
+    /// 1,210 card-hours left after them`; None with no open reservation
+    /// and no cap.
+    pub fn reservations_line(&self) -> Option<String> {
+        let cap = self.policy.reservation_cap;
+        if self.open == 0 && cap.is_none() {
+            return None;
+        }
+        let show = |q: Quantity| format!("{} {}", quota::readable::grouped(q), self.unit);
+        let (plural, verb) = if self.open == 1 {
+            ("", "holds")
+        } else {
+            ("s", "hold")
+        };
+        let mut s = format!(
+            "{} open reservation{plural} {verb} {}",
+            self.open,
+            show(self.reserved)
+        );
+        if let Some(c) = cap {
+            s.push_str(&format!(" (cap {})", quota::readable::grouped(c)));
+        }
+        s.push_str(&format!(
+            " · {} left after them",
+            show(self.left.saturating_sub(self.reserved))
+        ));
+        Some(s)
     }
 
     /// For people: `1,234 card-hours left of 5,000 this month (carry-in

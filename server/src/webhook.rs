@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::core::admission::AdmissionResponse;
 use kube::core::response::{Status, StatusDetails, StatusSummary};
+use quota::budget::hold::RunDecl;
 use quota::object::{HpaCharge, QuotaSpec, KIND};
 use quota::workload::{
     adapter_for_kind, adapter_for_resource, read_hpa, read_scale_replicas, Adapter, Workload,
@@ -353,8 +354,16 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
             for step in quota::admission::plan(old.as_ref(), new.as_ref()) {
                 match step {
                     quota::admission::Step::Charge { quota, workload } => {
-                        svc.charge_workload(quota, &wref, workload.pod_sets.clone(), &req.uid, dry)
-                            .await?
+                        let sets = workload.pod_sets.clone();
+                        svc.charge_with_run_time(
+                            quota,
+                            &wref,
+                            sets,
+                            RunDecl::of(workload),
+                            &req.uid,
+                            dry,
+                        )
+                        .await?
                     }
                     quota::admission::Step::Check { quota, usage } => {
                         svc.check_usage(quota, &usage).await?

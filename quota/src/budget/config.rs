@@ -12,6 +12,11 @@ use crate::quantity::Quantity;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// The largest reservation cap, in resource-hours: a trillion card-hours,
+/// far beyond any budget, and small enough that every sum of reservations
+/// stays exact.
+pub const MAX_CAP_HOURS: i64 = 1_000_000_000_000;
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BudgetPolicy {
@@ -46,6 +51,8 @@ pub enum BudgetError {
     Horizon { key: String, seconds: i64 },
     #[error("budget {key}: reservationCap {cap} is negative")]
     Cap { key: String, cap: Quantity },
+    #[error("budget {key}: reservationCap {cap} is more than the {MAX_CAP_HOURS} resource-hours a cap may be")]
+    CapTooLarge { key: String, cap: Quantity },
 }
 
 impl BudgetPolicy {
@@ -79,6 +86,15 @@ impl BudgetPolicy {
         }
         if let Some(cap) = self.reservation_cap.filter(|c| c.is_negative()) {
             return Err(BudgetError::Cap {
+                key: key.to_string(),
+                cap,
+            });
+        }
+        if let Some(cap) = self
+            .reservation_cap
+            .filter(|c| *c > Quantity::from_units(MAX_CAP_HOURS))
+        {
+            return Err(BudgetError::CapTooLarge {
                 key: key.to_string(),
                 cap,
             });
@@ -137,6 +153,15 @@ mod tests {
         assert!(p.validate(KEY).unwrap_err().to_string().contains(KEY));
         assert!(BudgetPolicy::default().validate("requests.cpu").is_err());
         p.without_run_time = WithoutRunTime::Admit;
+        p.reservation_cap = Some(Quantity::from_units(MAX_CAP_HOURS + 1));
+        assert!(matches!(
+            p.validate(KEY),
+            Err(BudgetError::CapTooLarge { .. })
+        ));
+        p.reservation_cap = Some("-1".parse().unwrap());
+        assert!(matches!(p.validate(KEY), Err(BudgetError::Cap { .. })));
+        p.reservation_cap = Some(Quantity::from_units(MAX_CAP_HOURS));
+        p.validate(KEY).unwrap();
         p.period = Period::Monthly {
             anchor_day: 0,
             utc_offset_minutes: 0,

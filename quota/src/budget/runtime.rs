@@ -89,6 +89,45 @@ pub fn max_runtime(object: &Value) -> Result<Option<RunTime>, RunTimeError> {
     Ok(found.into_iter().min_by_key(|r| r.ms))
 }
 
+/// The declared run time from the parts an adapter has already parsed
+/// (`max_runtime` without reading the object again): a Job's
+/// `spec.activeDeadlineSeconds`, a Kubeflow job's
+/// `spec.runPolicy.activeDeadlineSeconds`, and the object's annotations.
+pub fn declared(
+    deadline: Option<&Value>,
+    run_policy: Option<&Value>,
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<RunTime>, RunTimeError> {
+    let mut found: Vec<RunTime> = Vec::new();
+    if let Some(ms) = deadline
+        .map(|v| seconds(DEADLINE, v))
+        .transpose()?
+        .flatten()
+    {
+        found.push(RunTime {
+            ms,
+            source: Source::ActiveDeadlineSeconds,
+        });
+    }
+    if let Some(ms) = run_policy
+        .map(|v| seconds(RUN_POLICY, v))
+        .transpose()?
+        .flatten()
+    {
+        found.push(RunTime {
+            ms,
+            source: Source::RunPolicy,
+        });
+    }
+    if let Some(text) = annotations.get(MAX_RUNTIME_ANNOTATION) {
+        found.push(RunTime {
+            ms: parse_duration(text)?,
+            source: Source::Annotation,
+        });
+    }
+    Ok(found.into_iter().min_by_key(|r| r.ms))
+}
+
 /// A `…Seconds` field: null is absent; otherwise a positive integer up to
 /// 366 days, in milliseconds.
 fn seconds(field: &'static str, v: &Value) -> Result<Option<i64>, RunTimeError> {

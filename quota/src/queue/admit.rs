@@ -132,6 +132,8 @@ impl Pool {
                 },
             )))),
             Err(Denial::Invalid(why)) => Err(Reason::Never(why)),
+            // Not from `check_fits_within`: only a charge's reservation.
+            Err(Denial::Budget(d)) => Err(Reason::Never(d.to_string())),
         }
     }
 

@@ -239,6 +239,7 @@ impl JsonSchema for Status {
                 },
                 "transfers": ledger("transfers in flight that hold children's carve-outs, by transfer id: children (their hard once done), since, decision (at the common ancestor)"),
                 "budgets": ledger("the current period of each cash key with one: start, end, funded, carryIn (acc), and the last closed periods (closed, newest first)"),
+                "reservations": ledger("open reservations of budgets, by cash key then group/Kind/namespace/name: reserved and used (acc), atMs and runMs; settled when the workload's charge goes"),
                 "cashAccrued": {
                     "type": "object",
                     "additionalProperties": { "type": "string" },

@@ -343,6 +343,7 @@ pub fn refusal(e: &ServiceError) -> Option<Refusal> {
             (QUOTA_EXCEEDED, s.iter().map(|x| x.quota.clone()).collect())
         }
         ServiceError::Denied(Denial::CashExhausted(c)) => (CASH_EXHAUSTED, vec![c.quota.clone()]),
+        ServiceError::Denied(Denial::Budget(b)) => (CASH_EXHAUSTED, vec![b.quota().to_string()]),
         // The parent whose remainder was too small.
         ServiceError::Tree(TreeError::DoesNotFit(s, _)) => {
             (QUOTA_EXCEEDED, s.iter().map(|x| x.quota.clone()).collect())

@@ -41,6 +41,8 @@ pub struct WorkloadInfo {
 struct Seen {
     quota: String,
     pod_sets: Vec<PodSet>,
+    /// Its status says it finished (its reservations settle).
+    finished: bool,
     models: Models,
     info: WorkloadInfo,
 }
@@ -97,6 +99,8 @@ struct HpaSeen {
 pub struct Snapshot {
     pub observed: BTreeMap<String, Observed>,
     pub runs: Vec<PodRun>,
+    /// Workloads whose status says they finished.
+    pub finished: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -303,6 +307,7 @@ impl View {
                 Seen {
                     quota: q,
                     pod_sets: w.pod_sets,
+                    finished: w.finished,
                     models,
                     info: WorkloadInfo {
                         created_ms,
@@ -670,7 +675,11 @@ impl View {
     /// the reservation of an HPA on each) and its pods' runs.
     pub fn snapshot(&self, quota: &str) -> Snapshot {
         let mut observed = BTreeMap::new();
+        let mut finished = BTreeSet::new();
         for (wref, s) in self.workloads_in(quota) {
+            if s.finished {
+                finished.insert(wref.clone());
+            }
             let hpa = self
                 .hpa_targets
                 .get(wref)
@@ -687,6 +696,7 @@ impl View {
         Snapshot {
             observed,
             runs: self.ledger.runs_of(quota).cloned().collect(),
+            finished,
         }
     }
 

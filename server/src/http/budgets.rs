@@ -1,6 +1,8 @@
 //! `GET /api/v1/quotas/{name}/budgets`: each cash key's budget now — its
 //! policy, the current period (start, end), budget, carry-in, spent this
-//! period, left, when it renews, the runway at the last day's burn — and
+//! period, left, when it renews, the runway at the last day's burn, its
+//! open reservations (`reservations`: how many, what they hold back, the
+//! cap, and what is left after them) — and
 //! its closed periods, newest first (`?limit=` 1–200, default 12;
 //! `?before=` an RFC 3339 period start, for the next page). Visible to
 //! whoever may see the quota (404 otherwise, as `GET /api/v1/quotas/{name}`).

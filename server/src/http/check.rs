@@ -75,7 +75,8 @@ pub async fn check(
     }
     let decision = match w.mode {
         ChargeMode::Charge => {
-            svc.charge_workload(quota, &wref, w.pod_sets.clone(), "check", true)
+            let run = quota::budget::hold::RunDecl::of(&w);
+            svc.charge_with_run_time(quota, &wref, w.pod_sets.clone(), run, "check", true)
                 .await
         }
         ChargeMode::CheckOnly => svc.check_usage(quota, &usage).await,

@@ -1,13 +1,17 @@
 //! The quota page's Budgets panel and the budget rows of the edit form
 //! (rendered by `app::budgets`): the numbers come from `crate::budgets`;
 //! the form's fields `budget.<field>:<cash key>` are read back here into
-//! each key's period and carry-over, keeping the rest of its policy. Every
-//! field is checked: lengths, numbers, one of the offered choices.
+//! each key's period, carry-over, admission without a run time and
+//! reservation cap, keeping the rest of its policy. Every field is
+//! checked: lengths, numbers, one of the offered choices; the policy is
+//! then validated with the spec (`BudgetPolicy::validate`).
 
 use super::PageError;
 use crate::http::AppState;
-use app::budgets::{BudgetFormRow, BudgetLine, ClosedRow, CARRIES, PERIODS, WEEKDAYS};
-use quota::budget::{to_quantity, BudgetPolicy, Carry, Period, Weekday};
+use app::budgets::{
+    BudgetFormRow, BudgetLine, ClosedRow, CARRIES, PERIODS, WEEKDAYS, WITHOUT_RUN_TIME,
+};
+use quota::budget::{to_quantity, BudgetPolicy, Carry, Period, Weekday, WithoutRunTime};
 use quota::forecast::Sample;
 use quota::keys::cash_target;
 use quota::readable::grouped;
@@ -42,6 +46,7 @@ pub async fn lines(
         .into_iter()
         .map(|v| BudgetLine {
             line: v.line(),
+            reservations: v.reservations_line(),
             closed: v
                 .closed
                 .iter()
@@ -117,6 +122,15 @@ fn row_of(key: &str, p: BudgetPolicy) -> BudgetFormRow {
             r.term_end = quota::time::format_rfc3339(end_ms);
         }
     }
+    match p.without_run_time {
+        WithoutRunTime::Admit => r.without_run_time = "admit".into(),
+        WithoutRunTime::Refuse => r.without_run_time = "refuse".into(),
+        WithoutRunTime::ReserveDefault { horizon_seconds } => {
+            r.without_run_time = "reserveDefault".into();
+            r.horizon = quota::budget::runtime::format_duration(horizon_seconds * 1000);
+        }
+    }
+    r.reservation_cap = p.reservation_cap.map(|c| c.to_string()).unwrap_or_default();
     match p.carry {
         Carry::None => r.carry = "none".into(),
         Carry::All => r.carry = "all".into(),
@@ -179,6 +193,9 @@ pub fn read(
             "termEnd" => row.term_end = v,
             "carry" => row.carry = v,
             "carryValue" => row.carry_value = v,
+            "withoutRunTime" => row.without_run_time = v,
+            "horizon" => row.horizon = v,
+            "reservationCap" => row.reservation_cap = v,
             _ => {}
         }
     }
@@ -290,6 +307,30 @@ fn policy_of(row: &BudgetFormRow, mut p: BudgetPolicy) -> Result<BudgetPolicy, S
         },
         o => return Err(format!("carry '{o}' is not one of {}", CARRIES.join(", "))),
     };
+    p.without_run_time = match row.without_run_time.as_str() {
+        "" | "admit" => WithoutRunTime::Admit,
+        "refuse" => WithoutRunTime::Refuse,
+        "reserveDefault" => {
+            let ms = quota::budget::runtime::parse_duration(&row.horizon)
+                .map_err(|e| format!("horizon: {e}"))?;
+            // Whole seconds: a horizon of "1500ms" cannot be written.
+            WithoutRunTime::ReserveDefault {
+                horizon_seconds: ms / 1000,
+            }
+        }
+        o => {
+            return Err(format!(
+                "'{o}' is not one of {}",
+                WITHOUT_RUN_TIME.join(", ")
+            ))
+        }
+    };
+    p.reservation_cap = match row.reservation_cap.as_str() {
+        "" | "none" => None,
+        v => Some(v.parse::<Quantity>().map_err(|_| {
+            format!("reservation cap '{v}' is not a quantity (write e.g. 500 or 1.5k)")
+        })?),
+    };
     Ok(p)
 }
 
@@ -360,6 +401,58 @@ mod tests {
             let e = e.unwrap_err();
             assert!(e.contains(KEY) && e.contains(says), "{e}");
         }
+        // Admission without a run time and the cap read back as shown.
+        let (_, got) = read(
+            &f(&[
+                (&format!("budget.withoutRunTime:{KEY}"), "reserveDefault"),
+                (&format!("budget.horizon:{KEY}"), "1d12h"),
+                (&format!("budget.reservationCap:{KEY}"), "500"),
+            ]),
+            &spec,
+            &hard,
+        );
+        let p = got.unwrap()[KEY].clone();
+        assert_eq!(
+            p.without_run_time,
+            WithoutRunTime::ReserveDefault {
+                horizon_seconds: 129_600
+            }
+        );
+        assert_eq!(p.reservation_cap, Some(Quantity::from_units(500)));
+        let row = row_of(KEY, p);
+        assert_eq!(
+            (row.horizon.as_str(), row.reservation_cap.as_str()),
+            ("1d12h", "500")
+        );
+        for (field, value, says) in [
+            (
+                "withoutRunTime",
+                "maybe",
+                "'maybe' is not one of admit, refuse",
+            ),
+            (
+                "reservationCap",
+                "lots",
+                "reservation cap 'lots' is not a quantity",
+            ),
+        ] {
+            let (_, e) = read(
+                &f(&[(&format!("budget.{field}:{KEY}"), value)]),
+                &spec,
+                &hard,
+            );
+            let e = e.unwrap_err();
+            assert!(e.contains(KEY) && e.contains(says), "{e}");
+        }
+        let (_, e) = read(
+            &f(&[
+                (&format!("budget.withoutRunTime:{KEY}"), "reserveDefault"),
+                (&format!("budget.horizon:{KEY}"), "1.5h"),
+            ]),
+            &spec,
+            &hard,
+        );
+        assert!(e.unwrap_err().contains("fractions"));
         let long = "9".repeat(100);
         let (_, e) = read(
             &f(&[(&format!("budget.anchor:{KEY}"), &long)]),

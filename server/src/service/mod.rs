@@ -75,6 +75,7 @@ use crate::util::{new_uid, now_ms};
 use axum::http::StatusCode;
 use quota::admission::{self, Denial};
 use quota::borrow;
+use quota::budget::hold::{self, RunDecl};
 use quota::cash::Prices;
 use quota::object::{Charge, HpaCharge, Quota, QuotaSpec};
 use quota::resources::ResourceList;
@@ -856,13 +857,31 @@ impl Service {
     // ---- workloads -----------------------------------------------------
 
     /// Charge a workload's pod sets to a quota (the difference from what it
-    /// holds there). Keeps an HPA reservation already in place.
-    #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name, workload = wref, dry_run = dry_run))]
+    /// holds there), for a workload that declares no run time. Keeps an HPA
+    /// reservation already in place.
     pub async fn charge_workload(
         &self,
         quota_name: &str,
         wref: &str,
         pod_sets: Vec<PodSet>,
+        uid: &str,
+        dry_run: bool,
+    ) -> Result<(), ServiceError> {
+        let run = RunDecl::Object(Ok(None));
+        self.charge_with_run_time(quota_name, wref, pod_sets, run, uid, dry_run)
+            .await
+    }
+
+    /// `charge_workload` with the run time the workload declares
+    /// (`Workload::run_time`): its quota's budgets reserve on it in the
+    /// same write as the charge (docs/budgets.md §2, `budget::hold`).
+    #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name, workload = wref, dry_run = dry_run))]
+    pub async fn charge_with_run_time(
+        &self,
+        quota_name: &str,
+        wref: &str,
+        pod_sets: Vec<PodSet>,
+        run: RunDecl,
         uid: &str,
         dry_run: bool,
     ) -> Result<(), ServiceError> {
@@ -872,6 +891,7 @@ impl Service {
                 quota_name,
                 wref,
                 dry_run,
+                run,
                 Arc::new(move |old, now| {
                     Some(Charge {
                         pod_sets: pod_sets.clone(),
@@ -905,12 +925,13 @@ impl Service {
         quota_name: &str,
         wref: &str,
         dry_run: bool,
+        run: RunDecl,
         build: Build,
     ) -> Result<Admitted, ServiceError> {
         let started = std::time::Instant::now();
         let mut path = if dry_run { "dry_run" } else { "group" };
         let result = self
-            .admit_rounds(quota_name, wref, dry_run, build, &mut path)
+            .admit_rounds(quota_name, wref, dry_run, run, build, &mut path)
             .await;
         self.metrics
             .observe_commit(path, started.elapsed().as_secs_f64());
@@ -922,9 +943,11 @@ impl Service {
         quota_name: &str,
         wref: &str,
         dry_run: bool,
+        run: RunDecl,
         build: Build,
         path: &mut &'static str,
     ) -> Result<Admitted, ServiceError> {
+        let qos = self.prices;
         let now_ms = self.now();
         let now = quota::time::format_rfc3339(now_ms);
         // The parent's answer to the last loan request (None: none asked).
@@ -932,8 +955,13 @@ impl Service {
         let mut last_denial = None;
         for _round in 0..BORROW_ROUNDS {
             let decide = {
-                let (build, wref, now, loan) =
-                    (build.clone(), wref.to_string(), now.clone(), loan.clone());
+                let (build, wref, now, loan, run) = (
+                    build.clone(),
+                    wref.to_string(),
+                    now.clone(),
+                    loan.clone(),
+                    run.clone(),
+                );
                 move |q: &mut Quota| -> Result<(bool, Round), ServiceError> {
                     let old = q.status.workloads.get(&wref);
                     let held = old.is_some();
@@ -955,11 +983,24 @@ impl Service {
                         return Ok((false, Round::Done(nothing)));
                     }
                     let lowered = old.is_some_and(|o| lowers(&c, o));
+                    // Budgets first: a refusal changes nothing, and the
+                    // reservations are written with the charge below.
+                    let prices = price_list();
+                    let reserved =
+                        match hold::decide(q, &wref, old, &c, &run, now_ms, &qos, &prices) {
+                            Ok(r) => r,
+                            Err(r) => {
+                                let d = Denial::Budget(Box::new(r));
+                                return Ok((false, Round::Short(d, None)));
+                            }
+                        };
                     match borrow::charge_or_request(q, &wref, c, loan.as_ref()) {
                         // Charged: it leaves the queue in the same write.
                         Ok(changed) => {
+                            let held_changed = hold::apply(&mut q.status, &wref, reserved);
                             let left = queued && quota::queue::ledger::dequeue(q, &wref);
-                            Ok((changed || left, Round::Done(Admitted { held, lowered })))
+                            let changed = changed || held_changed || left;
+                            Ok((changed, Round::Done(Admitted { held, lowered })))
                         }
                         // A refusal changes nothing; as one it is proven
                         // by the write of its batch, or read again fresh.
@@ -1219,6 +1260,7 @@ impl Service {
                 &quota_name,
                 wref,
                 dry_run,
+                RunDecl::AsReserved,
                 Arc::new(move |old, now| {
                     let mut c = old?.clone();
                     if !change(&mut c) {
@@ -1387,6 +1429,14 @@ impl Service {
 /// to change), given it and the admission's time; called again for each
 /// decision (a retried batch, a borrowing round).
 type Build = Arc<dyn Fn(Option<&Charge>, &str) -> Option<Charge> + Send + Sync>;
+
+/// The price list reservations are priced with. None exists yet (a price
+/// list object is its own piece of work): every weight is 1, so a card-hour
+/// costs its QoS multiplier (`--price-*`), as accrual does. The seam where
+/// the list will be read.
+fn price_list() -> quota::budget::PriceList {
+    quota::budget::PriceList::default()
+}
 
 /// What an admission found and did.
 #[derive(Clone, Copy, Debug, Default)]

@@ -21,8 +21,9 @@
 //! - a deleted workload's entry leaves with its release.
 
 use super::{Service, ServiceError};
-use quota::admission;
+use quota::admission::{self, Denial};
 use quota::borrow::Standing;
+use quota::budget::hold;
 use quota::object::Quota;
 use quota::queue::{self, ledger, Check, Pool, Queued};
 use quota::ResourceList;
@@ -134,9 +135,10 @@ impl Service {
     }
 
     /// The controller's admission of one entry: if `wref` is still queued
-    /// under `uid`, charge `charge` within `limits` and remove the entry,
-    /// in one write. `Ok(false)`: no longer queued (nothing to do); a
-    /// denial: it no longer fits, it stays queued for the next round.
+    /// under `uid`, charge `charge` within `limits`, reserve on its budgets
+    /// for the run time its entry declares (docs/budgets.md §9), and remove
+    /// the entry, in one write. `Ok(false)`: no longer queued (nothing to
+    /// do); a denial: it no longer fits, it stays queued for the next round.
     pub async fn admit_queued(
         &self,
         quota_name: &str,
@@ -145,8 +147,29 @@ impl Service {
         charge: quota::object::Charge,
         limits: &ResourceList,
     ) -> Result<bool, ServiceError> {
+        let now = self.now();
         self.update_status(quota_name, false, |q| {
+            let Some(entry) = ledger::find(q, wref, uid) else {
+                return Ok((false, false));
+            };
+            let run = hold::RunDecl::Object(Ok(entry.work.run_ms));
+            let old = q.status.workloads.get(wref).cloned();
+            let prices = super::price_list();
+            let reserved = hold::decide(
+                q,
+                wref,
+                old.as_ref(),
+                &charge,
+                &run,
+                now,
+                &self.prices,
+                &prices,
+            )
+            .map_err(|r| Denial::Budget(Box::new(r)))?;
             let admitted = ledger::admit(q, wref, uid, charge.clone(), limits)?;
+            if admitted {
+                hold::apply(&mut q.status, wref, reserved);
+            }
             Ok((admitted, admitted))
         })
         .await

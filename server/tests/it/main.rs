@@ -19,6 +19,7 @@ mod mail;
 mod periods;
 mod portal;
 mod queueing;
+mod reservations;
 mod resync;
 mod scenario;
 mod security_portal;

@@ -126,6 +126,8 @@ impl Context {
                     RESERVATION_TTL_MS,
                     &prices,
                 );
+                // A finished Job's reservation settles; its charge stays.
+                quota::budget::hold::settle_finished(&mut q.status, &snap.finished);
                 borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
                 let changed = out.changed || q.status.differs_visibly(&before);
                 exhausted = newly_exhausted(&before, q);
