@@ -86,14 +86,11 @@ fn list_line(l: &ResourceList) -> String {
         .join(", ")
 }
 
-/// GET / — the viewer's quotas (their bindings', or the roots for an
-/// admin) with usage, card-hour burn and forecasts.
-pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
-    let all = changes::visible_quotas(&app.service, &viewer.principal).await?;
-    let in_use = subtree_in_use(&all);
+/// The overview's cards: the viewer's bound quotas with its role, or the
+/// roots for an admin (also what the overview's island redraws).
+pub fn my_quotas<'a>(all: &'a [Quota], p: &authz::Principal) -> Vec<(&'a Quota, String)> {
     let names: BTreeSet<&str> = all.iter().map(|q| q.name()).collect();
-    let p = &viewer.principal;
-    let mine: Vec<(&Quota, String)> = if p.is_admin {
+    if p.is_admin {
         all.iter()
             .filter(|q| !names.contains(q.spec.parent.as_str()))
             .map(|q| (q, "admin".to_string()))
@@ -107,7 +104,16 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
         all.iter()
             .filter_map(|q| roles.get(q.name()).map(|r| (q, r.to_string())))
             .collect()
-    };
+    }
+}
+
+/// GET / — the viewer's quotas (their bindings', or the roots for an
+/// admin) with usage, card-hour burn and forecasts.
+pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
+    let all = changes::visible_quotas(&app.service, &viewer.principal).await?;
+    let in_use = subtree_in_use(&all);
+    let p = &viewer.principal;
+    let mine = my_quotas(&all, p);
     let now = app.service.now();
     let mut cards = Vec::with_capacity(mine.len());
     for (q, role) in mine {
@@ -403,16 +409,19 @@ pub async fn detail(
                 } else {
                     app::display_quantity(&u.key, resources::get(&allocated, &u.key), cfg)
                 },
+                allocated_nanos: (!u.cash).then(|| resources::get(&allocated, &u.key).nanos()),
                 self_used: app::display_quantity(
                     &u.key,
                     resources::get(&q.status.self_used, &u.key),
                     cfg,
                 ),
+                self_used_nanos: resources::get(&q.status.self_used, &u.key).nanos(),
                 max: q
                     .spec
                     .max
                     .get(&u.key)
                     .map(|m| app::display_quantity(&u.key, *m, cfg)),
+                max_nanos: q.spec.max.get(&u.key).map(|m| m.nanos()),
                 usage: u,
             })
             .collect(),
