@@ -123,7 +123,7 @@ mod tests {
         assert_eq!(compare(&less, &big, false), Ordering::Less);
         assert_eq!(compare(&less, &big, true), Ordering::Greater);
         // "1,024" as text would come before "9"; the values do not.
-        let mut keys = vec![
+        let mut keys = [
             SortKey::of(true, "1024000000000"),
             SortKey::of(true, "—"),
             SortKey::of(true, "9000000000"),
@@ -135,7 +135,7 @@ mod tests {
         assert_eq!(keys[0], SortKey::Num(1_024_000_000_000));
         assert_eq!(keys[2], SortKey::Missing, "blank last in both directions");
         assert_eq!(SortKey::of(false, " NLP "), SortKey::Text("nlp".into()));
-        let mut v = vec![(2, 'a'), (1, 'b'), (2, 'c'), (0, 'd')];
+        let mut v = [(2, 'a'), (1, 'b'), (2, 'c'), (0, 'd')];
         sort_by(&mut v, |x, y| x.0.cmp(&y.0));
         assert_eq!(v, [(0, 'd'), (1, 'b'), (2, 'a'), (2, 'c')], "stable");
     }
