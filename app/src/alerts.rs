@@ -491,7 +491,7 @@ pub fn attention_section(
     }
 }
 
-/// [`attention_section`] as HTML (for the overview's island).
+/// [`attention_section`] as HTML (for `/api/v1/live/overview`).
 #[cfg(feature = "ssr")]
 pub fn attention_html(
     open: Vec<AlertRow>,

@@ -159,8 +159,8 @@ pub fn card_counts(workloads: usize, children: usize) -> String {
     format!("{workloads} workloads · {children} children")
 }
 
-/// An overview card's bars as HTML, as the page draws them (for the
-/// overview's island).
+/// An overview card's bars as HTML, as the page draws them (for
+/// `/api/v1/live/overview`).
 #[cfg(feature = "ssr")]
 pub fn card_keys_html(keys: Vec<crate::KeyUsage>) -> String {
     Owner::new().with(|| {

@@ -799,7 +799,7 @@ pub fn render_tree_rows(
     let tail = (more > 0).then(|| {
         let href = format!("{}#{}", query.href(), encode(parent));
         view! {
-            <tr data-static="true" class="more">
+            <tr data-static="true" data-parent=parent.to_string() class="more">
                 <td colspan="7"><a href=href>{format!("{more} more rows under {parent}: show the whole page")}</a></td>
             </tr>
         }

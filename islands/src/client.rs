@@ -455,14 +455,22 @@ fn depth_of(r: &Element) -> usize {
         .unwrap_or(0)
 }
 
-/// The rows after `row` that are below it.
+/// The rows after `row` that are below it, with the "more rows" lines
+/// of what was opened under it or them.
 fn rows_below(row: &Element) -> Vec<Element> {
     let d = depth_of(row);
+    let mut names = vec![row.id()];
     let mut out = Vec::new();
     let mut next = row.next_element_sibling();
     while let Some(n) = next {
-        if n.has_attribute("data-static") || depth_of(&n) <= d {
+        if n.has_attribute("data-static") {
+            if !names.contains(&n.get_attribute("data-parent").unwrap_or_default()) {
+                break;
+            }
+        } else if depth_of(&n) <= d {
             break;
+        } else {
+            names.push(n.id());
         }
         next = n.next_element_sibling();
         out.push(n);

@@ -87,7 +87,7 @@ fn list_line(l: &ResourceList) -> String {
 }
 
 /// The overview's cards: the viewer's bound quotas with its role, or the
-/// roots for an admin (also what the overview's island redraws).
+/// roots for an admin (also what `/api/v1/live/overview` redraws).
 pub fn my_quotas<'a>(all: &'a [Quota], p: &authz::Principal) -> Vec<(&'a Quota, String)> {
     let names: BTreeSet<&str> = all.iter().map(|q| q.name()).collect();
     if p.is_admin {
