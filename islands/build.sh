@@ -20,9 +20,12 @@ RUSTC_BOOTSTRAP=1 /usr/bin/cargo build --profile wasm-release --target wasm32-un
   -Zbuild-std=std,panic_abort -p islands --features hydrate --target-dir target/wasm
 WASM=target/wasm/wasm32-unknown-unknown/wasm-release/bizrq_islands.wasm
 mkdir -p "$OUT"
-wasm-bindgen --target web --no-typescript --out-dir "$OUT" "$WASM"
+# The function names (a custom section the browser never needs) were
+# 385 KB of the 644 KB bundle: left out.
+wasm-bindgen --target web --no-typescript --remove-name-section --remove-producers-section \
+  --out-dir "$OUT" "$WASM"
 # No wasm-opt: Debian bookworm's binaryen (108) predates the WASM features
 # rustc 1.96 emits and its output fails to instantiate (tried: -Oz with the
-# features listed, and --all-features). The bundle is about 640 KB (150 KB
-# gzipped); binaryen 108's -Oz made 230 KB that did not instantiate.
+# features listed, and --all-features). The bundle is about 300 KB (about
+# 115 KB gzipped); binaryen 108's -Oz made 230 KB that did not instantiate.
 ls -l "$OUT"

@@ -149,10 +149,11 @@ pub fn render_users_page(viewer: Viewer, users: Vec<UserRow>, flash: Option<Flas
                 (false, false) => "active",
             };
             let (disabled, username) = (u.disabled, u.username.clone());
+            let sort_name = username.clone();
             let created = u.created.clone();
             view! {
                 <tr class:disabled=disabled>
-                    <td class="name">{username}" "<span class=format!("badge {status}")>{status}</span></td>
+                    <td class="name" data-sort-value=sort_name>{username}" "<span class=format!("badge {status}")>{status}</span></td>
                     <td data-label="Roles">{unbind}</td>
                     <td class="num" data-label="Created">{created}</td>
                     <td><UserActions u=u csrf=csrf/></td>
@@ -171,10 +172,12 @@ pub fn render_users_page(viewer: Viewer, users: Vec<UserRow>, flash: Option<Flas
                     <button type="submit">"Create user"</button>
                 </form>
                 <p class="hint">"A binding gives a role on a quota and its whole subtree: "<b>"owner"</b>" manages the children (within the quota's hard, never the quota's own hard), "<b>"member"</b>" reads."</p>
+                <bizrq_islands::SortTable>
                 <table class="users">
-                    <thead><tr><th>"User"</th><th>"Roles"</th><th>"Created"</th><th>"Actions"</th></tr></thead>
+                    <thead><tr><th data-sort="text">"User"</th><th data-sort="text">"Roles"</th><th data-sort="text" data-sort-first="desc">"Created"</th><th>"Actions"</th></tr></thead>
                     <tbody>{rows}</tbody>
                 </table>
+                </bizrq_islands::SortTable>
             </Layout>
         }
     })

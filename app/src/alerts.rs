@@ -37,7 +37,11 @@ pub struct AlertRow {
     pub message: String,
     /// e.g. "2026-11-22 01:02 UTC".
     pub opened: String,
+    /// When it opened (and resolved), ms since the epoch: what sorting
+    /// compares, and the cells' `data-sort-value`.
+    pub opened_ms: i64,
     pub resolved: Option<String>,
+    pub resolved_ms: Option<i64>,
     /// "acknowledged by alice, 2026-11-25 16:30 UTC" or "snoozed by bob
     /// until …": it asks nobody now.
     pub quiet: Option<String>,
@@ -51,14 +55,194 @@ pub struct AlertRow {
 pub struct AlertPages {
     pub more_open: Option<(usize, String)>,
     pub older: Option<String>,
+    /// More open alerts than a page: the sort orders this page's only.
+    pub sorted_within: bool,
 }
 
-/// The filters as typed (echoed back into the form).
+/// The filters as typed (echoed back into the form), and the order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AlertQuery {
     pub quota: String,
     pub kind: String,
     pub level: String,
+    pub sort: AlertSort,
+    pub dir: SortDir,
+    /// The page of open alerts shown (`open_from`), kept by the sort links.
+    pub open_from: usize,
+}
+
+/// A column the open alerts sort by (`?sort=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AlertSort {
+    /// Worst first by default: critical, warning, info.
+    #[default]
+    Level,
+    Quota,
+    Kind,
+    /// When it opened (`since` in links).
+    Since,
+    /// Asks someone now, then acknowledged or snoozed.
+    State,
+}
+
+/// A sort direction (`?dir=asc|desc`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortDir {
+    Asc,
+    #[default]
+    Desc,
+}
+
+impl SortDir {
+    pub fn parse(s: &str) -> Result<Option<SortDir>, String> {
+        match s.trim() {
+            "" => Ok(None),
+            "asc" => Ok(Some(SortDir::Asc)),
+            "desc" => Ok(Some(SortDir::Desc)),
+            o => Err(format!("dir must be asc or desc, not '{o}'")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SortDir::Asc => "asc",
+            SortDir::Desc => "desc",
+        }
+    }
+
+    fn flip(self) -> SortDir {
+        match self {
+            SortDir::Asc => SortDir::Desc,
+            SortDir::Desc => SortDir::Asc,
+        }
+    }
+
+    /// The `aria-sort` value of a column sorted this way.
+    pub fn aria(self) -> &'static str {
+        match self {
+            SortDir::Asc => "ascending",
+            SortDir::Desc => "descending",
+        }
+    }
+}
+
+impl AlertSort {
+    /// (column, its name in links, its label on the page).
+    pub const ALL: [(AlertSort, &'static str, &'static str); 5] = [
+        (AlertSort::Level, "level", "Level"),
+        (AlertSort::Quota, "quota", "Quota"),
+        (AlertSort::Kind, "kind", "Kind"),
+        (AlertSort::Since, "since", "Opened"),
+        (AlertSort::State, "state", "State"),
+    ];
+
+    /// "" is the default (level); anything else unknown is refused with
+    /// the choices.
+    pub fn parse(s: &str) -> Result<AlertSort, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Ok(AlertSort::default());
+        }
+        AlertSort::ALL
+            .iter()
+            .find(|(_, v, _)| *v == s)
+            .map(|(c, _, _)| *c)
+            .ok_or_else(|| {
+                format!("sort must be one of level, quota, kind, since or state, not '{s}'")
+            })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        AlertSort::ALL
+            .iter()
+            .find(|(c, _, _)| *c == self)
+            .map_or("level", |(_, v, _)| *v)
+    }
+
+    /// The direction a first click asks for: the worst and the newest
+    /// first, names A to Z, those asking someone now first.
+    pub fn first_dir(self) -> SortDir {
+        match self {
+            AlertSort::Level | AlertSort::Since => SortDir::Desc,
+            AlertSort::Quota | AlertSort::Kind | AlertSort::State => SortDir::Asc,
+        }
+    }
+}
+
+/// A level's rank: critical 3, warning 2, info (or anything else) 1.
+pub fn level_rank(level: &str) -> u8 {
+    match level {
+        "critical" => 3,
+        "warning" => 2,
+        _ => 1,
+    }
+}
+
+/// Orders `rows` by `sort` in `dir`; ties go worst first, then newest
+/// first (the order the page reads them in), so the order is total.
+pub fn sort_rows(rows: &mut [AlertRow], sort: AlertSort, dir: SortDir) {
+    use std::cmp::Ordering;
+    let by = |a: &AlertRow, b: &AlertRow| -> Ordering {
+        match sort {
+            AlertSort::Level => level_rank(&a.level).cmp(&level_rank(&b.level)),
+            AlertSort::Quota => a.quota.cmp(&b.quota),
+            AlertSort::Kind => kind_label(&a.kind).cmp(kind_label(&b.kind)),
+            AlertSort::Since => a.opened_ms.cmp(&b.opened_ms),
+            AlertSort::State => a.quiet.is_some().cmp(&b.quiet.is_some()),
+        }
+    };
+    rows.sort_by(|a, b| {
+        let o = by(a, b);
+        let o = if dir == SortDir::Desc { o.reverse() } else { o };
+        o.then_with(|| level_rank(&b.level).cmp(&level_rank(&a.level)))
+            .then_with(|| b.opened_ms.cmp(&a.opened_ms))
+            .then_with(|| b.id.cmp(&a.id))
+    });
+}
+
+/// Percent-encodes a query value (RFC 3986 unreserved characters kept).
+fn enc(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+impl AlertQuery {
+    /// This page of alerts sorted by `sort` in `dir` (filters and page kept).
+    pub fn sorted_href(&self, sort: AlertSort, dir: SortDir) -> String {
+        let mut parts = Vec::new();
+        for (k, v) in [
+            ("quota", self.quota.as_str()),
+            ("kind", self.kind.as_str()),
+            ("level", self.level.as_str()),
+        ] {
+            if !v.is_empty() {
+                parts.push(format!("{k}={}", enc(v)));
+            }
+        }
+        parts.push(format!("sort={}", sort.as_str()));
+        parts.push(format!("dir={}", dir.as_str()));
+        if self.open_from > 0 {
+            parts.push(format!("open_from={}", self.open_from));
+        }
+        format!("/alerts?{}", parts.join("&"))
+    }
+
+    /// Where a column's header leads: the other direction when it is the
+    /// column sorted now, else the column's first direction.
+    pub fn header_href(&self, sort: AlertSort) -> String {
+        let dir = if self.sort == sort {
+            self.dir.flip()
+        } else {
+            sort.first_dir()
+        };
+        self.sorted_href(sort, dir)
+    }
 }
 
 /// Snooze choices offered on the page: (hours, label).
@@ -69,10 +253,42 @@ pub const SNOOZE_CHOICES: [(i64, &str); 4] = [
     (168, "1 week"),
 ];
 
-/// The open alerts (with `csrf`: their acknowledge and snooze forms, where
-/// the viewer may) or the resolved ones.
+/// A sortable column's header. With `query` (the open alerts) it is the
+/// server's sort link (`?sort=&dir=`); either way the sort-table island
+/// sorts the rows in place by the cells' `data-sort-value` when scripts run.
 #[cfg(feature = "ssr")]
-fn alert_table(rows: Vec<AlertRow>, empty: &'static str, csrf: Option<String>) -> AnyView {
+fn sort_th(
+    label: &'static str,
+    sort: AlertSort,
+    kind: &'static str,
+    query: Option<&AlertQuery>,
+) -> AnyView {
+    let first = sort.first_dir().as_str();
+    match query {
+        Some(q) => {
+            let aria = (q.sort == sort).then(|| q.dir.aria());
+            let href = q.header_href(sort);
+            view! {
+                <th data-sort=kind data-sort-key=sort.as_str() data-sort-first=first aria-sort=aria>
+                    <a href=href>{label}</a>
+                </th>
+            }
+            .into_any()
+        }
+        None => view! { <th data-sort=kind data-sort-first=first>{label}</th> }.into_any(),
+    }
+}
+
+/// The open alerts (with `csrf`: their acknowledge and snooze forms, where
+/// the viewer may, and `query`: its header links sort on the server) or
+/// the resolved ones.
+#[cfg(feature = "ssr")]
+fn alert_table(
+    rows: Vec<AlertRow>,
+    empty: &'static str,
+    csrf: Option<String>,
+    query: Option<&AlertQuery>,
+) -> AnyView {
     use crate::layout::CsrfField;
     if rows.is_empty() {
         return view! { <p class="empty">{empty}</p> }.into_any();
@@ -108,34 +324,52 @@ fn alert_table(rows: Vec<AlertRow>, empty: &'static str, csrf: Option<String>) -
                 _ => view! { "" }.into_any(),
             };
             let last = if open {
-                view! { <td class="state">{state}</td> }.into_any()
+                // Asking someone now (0) before quieted (1), as ?sort=state.
+                let quiet = if r.quiet.is_some() { "1" } else { "0" };
+                view! { <td class="state" data-sort-value=quiet>{state}</td> }.into_any()
             } else {
-                view! { <td class="num">{r.resolved.unwrap_or_default()}</td> }.into_any()
+                let at = r.resolved_ms.map(|m| m.to_string());
+                view! { <td class="num" data-sort-value=at>{r.resolved.unwrap_or_default()}</td> }.into_any()
             };
+            let rank = level_rank(&r.level).to_string();
             view! {
                 <tr class=format!("alert {}", r.level)>
-                    <td><span class=format!("level {}", r.level)>{r.level.clone()}</span></td>
+                    <td data-sort-value=rank><span class=format!("level {}", r.level)>{r.level.clone()}</span></td>
                     <td><a href=href>{r.quota}</a></td>
                     <td>{kind_label(&r.kind).to_string()}</td>
                     <td>{r.message}</td>
-                    <td class="num">{r.opened}</td>
+                    <td class="num" data-sort-value=r.opened_ms.to_string()>{r.opened}</td>
                     {last}
                 </tr>
             }
         })
         .collect_view();
     let last = if open {
-        "Acknowledge or snooze"
+        sort_th("State", AlertSort::State, "num", query)
     } else {
-        "Resolved"
+        view! { <th data-sort="num" data-sort-first="desc">"Resolved"</th> }.into_any()
+    };
+    // With the server's links the address follows a sort done in place.
+    let url = query.map(|_| "sort,dir");
+    let head = view! {
+        <thead><tr>
+            {sort_th("Level", AlertSort::Level, "num", query)}
+            {sort_th("Quota", AlertSort::Quota, "text", query)}
+            {sort_th("Kind", AlertSort::Kind, "text", query)}
+            <th data-sort="text">"What"</th>
+            {sort_th("Opened", AlertSort::Since, "num", query)}
+            {last}
+        </tr></thead>
     };
     view! {
+        <bizrq_islands::SortTable>
         <div class="table-wrap">
-        <table class="alerts">
-            <thead><tr><th>"Level"</th><th>"Quota"</th><th>"Kind"</th><th>"What"</th><th>"Opened"</th><th>{last}</th></tr></thead>
+        <table class="alerts" data-sort-url=url>
+            {head}
             <tbody>{rows}</tbody>
         </table>
         </div>
+        </bizrq_islands::SortTable>
     }
     .into_any()
 }
@@ -257,6 +491,17 @@ pub fn attention_section(
     }
 }
 
+/// [`attention_section`] as HTML (for `/api/v1/live/overview`).
+#[cfg(feature = "ssr")]
+pub fn attention_html(
+    open: Vec<AlertRow>,
+    open_total: usize,
+    awaiting_me: usize,
+    items: Vec<crate::attention::Item>,
+) -> String {
+    Owner::new().with(|| attention_section(open, open_total, awaiting_me, items).to_html())
+}
+
 /// GET /alerts: open alerts first, then the history.
 #[cfg(feature = "ssr")]
 pub fn render_alerts_page(
@@ -268,18 +513,12 @@ pub fn render_alerts_page(
     kinds: Vec<String>,
     flash: Option<Flash>,
 ) -> String {
-    let AlertPages { older, more_open } = pages;
+    let AlertPages {
+        older,
+        more_open,
+        sorted_within,
+    } = pages;
     let csrf = viewer.csrf.clone();
-    let enc = |v: &str| {
-        v.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect::<String>()
-    };
     let csv_href = format!(
         "/alerts.csv?quota={}&kind={}&level={}",
         enc(&query.quota),
@@ -294,6 +533,19 @@ pub fn render_alerts_page(
         .map(|l| view! { <option value=l selected=query.level == l>{l}</option> })
         .collect_view();
     let older = older.map(|h| view! { <p><a href=h>"Older resolved alerts →"</a></p> });
+    // The header links' choice as a form too (a phone shows no header).
+    let sorts = AlertSort::ALL
+        .into_iter()
+        .map(|(c, v, label)| view! { <option value=v selected=c == query.sort>{label}</option> })
+        .collect_view();
+    let dirs = [(SortDir::Asc, "ascending"), (SortDir::Desc, "descending")]
+        .into_iter()
+        .map(|(d, label)| view! { <option value=d.as_str() selected=d == query.dir>{label}</option> })
+        .collect_view();
+    let sort_note = sorted_within.then(|| {
+        view! { <p class="hint">"More than a page is open: pages go worst first, and the sort orders the alerts of this page."</p> }
+    });
+    let table_query = query.clone();
     let options = kinds
         .into_iter()
         .map(|k| {
@@ -318,14 +570,17 @@ pub fn render_alerts_page(
                             {levels}
                         </select>
                     </label>
+                    <label>"Sort by"<select name="sort">{sorts}</select></label>
+                    <label>"Order"<select name="dir">{dirs}</select></label>
                     <button type="submit">"Filter"</button>
                     <a href=csv_href download>"CSV"</a>
                 </form>
                 <h3>"Open"</h3>
-                {alert_table(open, "No open alerts match.", Some(csrf))}
+                {sort_note}
+                {alert_table(open, "No open alerts match.", Some(csrf), Some(&table_query))}
                 {more_open}
                 <h3>"Resolved"</h3>
-                {alert_table(resolved, "No resolved alerts match.", None)}
+                {alert_table(resolved, "No resolved alerts match.", None, None)}
                 {older}
             </Layout>
         }
@@ -489,7 +744,9 @@ mod tests {
             level: level.into(),
             message: message.into(),
             opened: String::new(),
+            opened_ms: 0,
             resolved: None,
+            resolved_ms: None,
             quiet: None,
             can_quiet: false,
         }
@@ -511,5 +768,63 @@ mod tests {
         assert_eq!(g[0].2, "1 critical, 1 warning");
         assert_eq!(g[0].3, "nlp at 100 %");
         assert_eq!(g[1].2, "2 warning");
+    }
+
+    #[test]
+    fn the_open_alerts_sort_by_a_column_in_either_direction() {
+        let mut rows = vec![
+            alert("nlp", "warning", "a"),
+            alert("ai", "critical", "b"),
+            alert("cv", "info", "c"),
+        ];
+        for (i, (r, at)) in rows.iter_mut().zip([30, 10, 20]).enumerate() {
+            r.id = i as i64;
+            r.opened_ms = at;
+        }
+        rows[2].quiet = Some("acknowledged by alice".into());
+        let order = |rows: &[AlertRow]| rows.iter().map(|r| r.quota.clone()).collect::<Vec<_>>();
+        sort_rows(&mut rows, AlertSort::Level, SortDir::Desc);
+        assert_eq!(order(&rows), ["ai", "nlp", "cv"]);
+        sort_rows(&mut rows, AlertSort::Level, SortDir::Asc);
+        assert_eq!(order(&rows), ["cv", "nlp", "ai"]);
+        sort_rows(&mut rows, AlertSort::Quota, SortDir::Asc);
+        assert_eq!(order(&rows), ["ai", "cv", "nlp"]);
+        sort_rows(&mut rows, AlertSort::Since, SortDir::Desc);
+        assert_eq!(order(&rows), ["nlp", "cv", "ai"]);
+        sort_rows(&mut rows, AlertSort::Since, SortDir::Asc);
+        assert_eq!(order(&rows), ["ai", "cv", "nlp"]);
+        // Loud first; among the loud, worst first.
+        sort_rows(&mut rows, AlertSort::State, SortDir::Asc);
+        assert_eq!(order(&rows), ["ai", "nlp", "cv"]);
+        sort_rows(&mut rows, AlertSort::State, SortDir::Desc);
+        assert_eq!(order(&rows), ["cv", "ai", "nlp"]);
+    }
+
+    #[test]
+    fn sort_parameters_are_checked_and_links_keep_the_filters() {
+        assert_eq!(AlertSort::parse(""), Ok(AlertSort::Level));
+        assert_eq!(AlertSort::parse("since"), Ok(AlertSort::Since));
+        let e = AlertSort::parse("opened_at; drop").unwrap_err();
+        assert!(e.contains("level, quota, kind, since or state"), "{e}");
+        assert_eq!(SortDir::parse(""), Ok(None));
+        assert_eq!(SortDir::parse("asc"), Ok(Some(SortDir::Asc)));
+        assert!(SortDir::parse("up").is_err());
+        let q = AlertQuery {
+            quota: "a b".into(),
+            level: "warning".into(),
+            sort: AlertSort::Quota,
+            dir: SortDir::Asc,
+            open_from: 100,
+            ..Default::default()
+        };
+        // The column sorted now flips; another starts in its first direction.
+        assert_eq!(
+            q.header_href(AlertSort::Quota),
+            "/alerts?quota=a%20b&level=warning&sort=quota&dir=desc&open_from=100"
+        );
+        assert_eq!(
+            q.header_href(AlertSort::Since),
+            "/alerts?quota=a%20b&level=warning&sort=since&dir=desc&open_from=100"
+        );
     }
 }

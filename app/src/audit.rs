@@ -70,7 +70,7 @@ pub fn render_audit_page(
             .map(|r| {
                 view! {
                     <tr>
-                        <td class="num">{r.at}</td>
+                        <td class="num" data-sort-value=r.id.to_string()>{r.at}</td>
                         <td>{r.actor}</td>
                         <td><code>{r.action}</code></td>
                         <td class="name">{r.target}</td>
@@ -86,14 +86,18 @@ pub fn render_audit_page(
                 }
             })
             .collect_view();
+        // "When" sorts by the entry's id: the log is appended in time order.
         view! {
             <table class="audit">
-                <thead><tr><th>"When"</th><th>"Who"</th><th>"Action"</th><th>"Target"</th><th>"Change"</th></tr></thead>
+                <thead><tr><th data-sort="num" data-sort-first="desc">"When"</th><th data-sort="text">"Who"</th><th data-sort="text">"Action"</th><th data-sort="text">"Target"</th><th>"Change"</th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>
         }
         .into_any()
     };
+    // Sortable in place when scripts run (drawn inside the document: the
+    // island needs its context).
+    let body = move || view! { <bizrq_islands::SortTable>{body}</bizrq_islands::SortTable> };
     let older = older_href.map(|h| view! { <p><a href=h>"Older entries →"</a></p> });
     document(move || {
         view! {
@@ -112,7 +116,7 @@ pub fn render_audit_page(
                     <button type="submit">"Filter"</button>
                     <a class="button" href=csv_href>"Export CSV"</a>
                 </form>
-                {body}
+                {body()}
                 {older}
             </Layout>
         }

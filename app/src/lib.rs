@@ -46,6 +46,9 @@ pub struct KeyUsage {
     pub cash: bool,
     /// A model-qualified key (`limits.cpu.A4`), shown under its generic key.
     pub model: bool,
+    /// `used` and `hard` exactly, in nano-units (what tables sort by).
+    pub used_nanos: i128,
+    pub hard_nanos: i128,
 }
 
 /// used/hard in whole percent (100 for usage of a zero hard).
@@ -134,6 +137,8 @@ pub fn key_usages(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyU
                     detail: detail.join(" · "),
                     cash: false,
                     model,
+                    used_nanos: r.in_use.nanos(),
+                    hard_nanos: r.hard.nanos(),
                 });
             }
             let used = resources::get(&q.status.used, k);
@@ -151,6 +156,8 @@ pub fn key_usages(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyU
                 detail: String::new(),
                 cash: true,
                 model,
+                used_nanos: used.nanos(),
+                hard_nanos: h.nanos(),
             })
         })
         .collect()
@@ -178,6 +185,8 @@ pub fn most_over(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Option<Ke
         key: k.clone(),
         used: show(r.in_use),
         hard: show(r.hard),
+        used_nanos: r.in_use.nanos(),
+        hard_nanos: r.hard.nanos(),
         percent: r.in_use_percent(),
         idle_percent: r.bar_percents().1,
         detail: String::new(),

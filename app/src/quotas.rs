@@ -33,6 +33,10 @@ pub struct KeyDetail {
     /// What the children's carve-outs hold (empty for a cash key).
     pub allocated: String,
     pub max: Option<String>,
+    /// The exact values, in nano-units, that the table sorts by.
+    pub self_used_nanos: i128,
+    pub allocated_nanos: Option<i128>,
+    pub max_nanos: Option<i128>,
 }
 
 /// A workload bound to a quota, as charged in its status.
@@ -150,6 +154,23 @@ fn quota_link(name: &str) -> impl IntoView {
     view! { <a href=href>{name.to_string()}</a> }
 }
 
+/// An overview card's counts: "3 workloads · 2 children".
+pub fn card_counts(workloads: usize, children: usize) -> String {
+    format!("{workloads} workloads · {children} children")
+}
+
+/// An overview card's bars as HTML, as the page draws them (for
+/// `/api/v1/live/overview`).
+#[cfg(feature = "ssr")]
+pub fn card_keys_html(keys: Vec<crate::KeyUsage>) -> String {
+    Owner::new().with(|| {
+        keys.into_iter()
+            .map(|k| view! { <KeyBar k=k/> })
+            .collect_view()
+            .to_html()
+    })
+}
+
 /// The overview: the viewer's quotas with usage, burn and forecasts.
 #[cfg(feature = "ssr")]
 pub fn render_overview_page(
@@ -174,9 +195,9 @@ pub fn render_overview_page(
                     view! { <ul class="forecasts">{c.forecasts.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ul> }.into_any()
                 };
                 view! {
-                    <section class="card quota-card">
+                    <section class="card quota-card" data-quota=c.name.clone()>
                         <h3>{quota_link(&c.name)}" "<span class=format!("role {}", c.role)>{c.role.clone()}</span></h3>
-                        <p class="hint">{format!("{} workloads · {} children", c.workloads, c.children)}</p>
+                        <p class="hint" data-live="counts">{card_counts(c.workloads, c.children)}</p>
                         <div class="keys">{c.keys.into_iter().map(|k| view! { <KeyBar k=k/> }).collect_view()}</div>
                         <h4>"Burn and forecast"</h4>
                         {forecasts}
@@ -189,9 +210,13 @@ pub fn render_overview_page(
     document(move || {
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Overview flash=flash>
-                {crate::alerts::attention_section(alerts, open_total, awaiting_me, attention)}
-                <crate::BarLegend/>
-                <div class="overview">{body}</div>
+                // Redrawn in place every 15 s when scripts run (by the
+                // navigation's badge island, which polls on every page).
+                <div data-live="overview">
+                    {crate::alerts::attention_section(alerts, open_total, awaiting_me, attention)}
+                    <crate::BarLegend/>
+                    <div class="overview">{body}</div>
+                </div>
             </Layout>
         }
     })
@@ -252,34 +277,50 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     if d.delete_blocked {
         actions.push(view! { <span class="hint">"Only leaves can be deleted: delete its children first."</span> }.into_any());
     }
-    let keys = view! {
-        <table class="keys-table">
-            <thead><tr><th>"Key"</th><th>"Usage"</th><th>"Hard"</th><th>"In use"</th><th>"Allocated to children"</th><th>"Self used"</th><th>"Max"</th></tr></thead>
-            <tbody>
-                {d.keys.into_iter().map(|k| {
-                    let class = if k.usage.model { "model" } else { "" };
-                    let (hard, used) = (k.usage.hard.clone(), k.usage.used.clone());
-                    let pct = k.usage.percent;
-                    let bar_class = match pct { p if p > 100 => "bar over", p if p >= 80 => "bar warn", _ => "bar" };
-                    let width = format!("width:{}%", pct.min(100));
-                    let idle = format!("width:{}%", k.usage.idle_percent);
-                    let detail = (!k.usage.detail.is_empty()).then(|| view! { <small class="detail">{k.usage.detail.clone()}</small> });
-                    let alloc_class = if k.allocated.is_empty() { "num empty" } else { "num" };
-                    let max_class = if k.max.is_none() { "num empty" } else { "num" };
-                    view! {
-                        <tr class=class>
-                            <td class="key">{k.usage.key}</td>
-                            <td class="usage" data-label="Usage"><span class=bar_class><i class="use" style=width></i><i class="idle" style=idle></i></span><span class="num">{format!("{pct}%")}{detail}</span></td>
-                            <td class="num" data-label="Hard">{hard}</td>
-                            <td class="num" data-label="In use">{used}</td>
-                            <td class=alloc_class data-label="Allocated">{k.allocated}</td>
-                            <td class="num" data-label="Self used">{k.self_used}</td>
-                            <td class=max_class data-label="Max">{k.max.unwrap_or_default()}</td>
-                        </tr>
-                    }
-                }).collect_view()}
-            </tbody>
-        </table>
+    // Sortable in place when scripts run, by the exact values. Drawn
+    // inside the document: the island needs its context.
+    let keys = move || {
+        view! {
+            <bizrq_islands::SortTable>
+            <table class="keys-table">
+                <thead><tr>
+                    <th data-sort="text">"Key"</th>
+                    <th data-sort="num" data-sort-first="desc">"Usage"</th>
+                    <th data-sort="num" data-sort-first="desc">"Hard"</th>
+                    <th data-sort="num" data-sort-first="desc">"In use"</th>
+                    <th data-sort="num" data-sort-first="desc">"Allocated to children"</th>
+                    <th data-sort="num" data-sort-first="desc">"Self used"</th>
+                    <th data-sort="num" data-sort-first="desc">"Max"</th>
+                </tr></thead>
+                <tbody>
+                    {d.keys.into_iter().map(|k| {
+                        let class = if k.usage.model { "model" } else { "" };
+                        let (hard, used) = (k.usage.hard.clone(), k.usage.used.clone());
+                        let pct = k.usage.percent;
+                        let bar_class = match pct { p if p > 100 => "bar over", p if p >= 80 => "bar warn", _ => "bar" };
+                        let width = format!("width:{}%", pct.min(100));
+                        let idle = format!("width:{}%", k.usage.idle_percent);
+                        let detail = (!k.usage.detail.is_empty()).then(|| view! { <small class="detail">{k.usage.detail.clone()}</small> });
+                        let alloc_class = if k.allocated.is_empty() { "num empty" } else { "num" };
+                        let max_class = if k.max.is_none() { "num empty" } else { "num" };
+                        let exact = |n: Option<i128>| n.map(|n| n.to_string()).unwrap_or_default();
+                        let (hard_n, used_n) = (k.usage.hard_nanos.to_string(), k.usage.used_nanos.to_string());
+                        view! {
+                            <tr class=class>
+                                <td class="key">{k.usage.key}</td>
+                                <td class="usage" data-label="Usage" data-sort-value=pct.to_string()><span class=bar_class><i class="use" style=width></i><i class="idle" style=idle></i></span><span class="num">{format!("{pct}%")}{detail}</span></td>
+                                <td class="num" data-label="Hard" data-sort-value=hard_n>{hard}</td>
+                                <td class="num" data-label="In use" data-sort-value=used_n>{used}</td>
+                                <td class=alloc_class data-label="Allocated" data-sort-value=exact(k.allocated_nanos)>{k.allocated}</td>
+                                <td class="num" data-label="Self used" data-sort-value=k.self_used_nanos.to_string()>{k.self_used}</td>
+                                <td class=max_class data-label="Max" data-sort-value=exact(k.max_nanos)>{k.max.unwrap_or_default()}</td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+            </bizrq_islands::SortTable>
+        }
     };
     let breakdowns = (!d.breakdowns.is_empty()).then(|| {
         view! {
@@ -365,7 +406,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 <div class="actions">{actions}</div>
                 <h3>"Keys"</h3>
                 <crate::BarLegend/>
-                {keys}
+                {keys()}
                 {breakdowns}
                 <div class="extras">{extras}</div>
                 {budgets}

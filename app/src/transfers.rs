@@ -219,26 +219,33 @@ pub fn render_transfers_page(
                 let href = format!("/transfers/{}", r.id);
                 view! {
                     <tr>
-                        <td class="num"><a href=href>{format!("#{}", r.id)}</a></td>
+                        <td class="num" data-sort-value=r.id.to_string()><a href=href>{format!("#{}", r.id)}</a></td>
                         <td><Status status=r.status/></td>
                         <td><Source from=r.from to=r.to.clone() link=r.from_link/></td>
                         <td><QuotaName name=r.to link=r.to_link/></td>
                         <td class="key">{amounts_text(&r.amounts)}</td>
                         <td>{r.reason}{r.revert_at.map(|at| view! { <div class="hint">{format!("loan until {at}")}</div> })}</td>
                         <td>{r.requested_by}</td>
-                        <td class="num">{r.requested_at}</td>
+                        <td class="num" data-sort-value=r.id.to_string()>{r.requested_at}</td>
                     </tr>
                 }
             })
             .collect_view();
         view! {
             <table class="transfers">
-                <thead><tr><th>"#"</th><th>"Status"</th><th>"From"</th><th>"To"</th><th>"Amounts"</th><th>"Reason"</th><th>"By"</th><th>"Requested"</th></tr></thead>
+                <thead><tr>
+                    <th data-sort="num" data-sort-first="desc">"#"</th><th data-sort="text">"Status"</th><th data-sort="text">"From"</th>
+                    <th data-sort="text">"To"</th><th data-sort="text">"Amounts"</th><th data-sort="text">"Reason"</th>
+                    <th data-sort="text">"By"</th><th data-sort="num" data-sort-first="desc">"Requested"</th>
+                </tr></thead>
                 <tbody>{rows}</tbody>
             </table>
         }
         .into_any()
     };
+    // Sortable in place when scripts run (drawn inside the document: the
+    // island needs its context).
+    let body = move || view! { <bizrq_islands::SortTable>{body}</bizrq_islands::SortTable> };
     let form = form.map(|f| view! { <RequestFormView form=f csrf=csrf/> });
     document(move || {
         view! {
@@ -257,7 +264,7 @@ pub fn render_transfers_page(
                 {(awaiting_me > 0 && !query.awaiting_me).then(|| view! {
                     <p class="awaiting"><a href="/transfers?awaiting=me">{if awaiting_me == 1 { "1 request awaits your decision".to_string() } else { format!("{awaiting_me} requests await your decision") }}</a></p>
                 })}
-                {body}
+                {body()}
                 {form}
             </Layout>
         }

@@ -588,20 +588,91 @@ pub fn select_rows(mut rows: Vec<TreeRow>, query: &TreeQuery) -> Vec<TreeRow> {
     out
 }
 
+/// Rows `GET /tree/rows` returns at most; the rest a link away.
+pub const MAX_ROWS_UNDER: usize = FOLD_ROWS;
+
+/// The rows the tree page shows under `parent` once it is opened, with
+/// `parent` at depth `at` and the page folded at `query.depth` (None: not
+/// folded): what ▸ inserts in place. Depth-first `rows` must hold
+/// `parent`'s whole subtree. None when `parent` is not among them. Also
+/// the query of the page after opening it (for the rows' links) and how
+/// many rows past [`MAX_ROWS_UNDER`] were left out.
+pub fn rows_under(
+    rows: Vec<TreeRow>,
+    parent: &str,
+    at: usize,
+    query: &TreeQuery,
+) -> Option<(Vec<TreeRow>, TreeQuery, usize)> {
+    let i = rows.iter().position(|r| r.name == parent)?;
+    let base = rows[i].depth;
+    let end = rows[i + 1..]
+        .iter()
+        .position(|r| r.depth <= base)
+        .map_or(rows.len(), |n| i + 1 + n);
+    let block: Vec<TreeRow> = rows
+        .into_iter()
+        .skip(i)
+        .take(end - i)
+        .map(|mut r| {
+            r.depth = r.depth - base + at;
+            r
+        })
+        .collect();
+    // The page after ▸: opened below the fold, or no longer closed above it.
+    let mut page = TreeQuery {
+        search: String::new(),
+        filter: TreeFilter::All,
+        under: query.under.clone(),
+        ..query.clone()
+    };
+    let beyond = query.depth.is_some_and(|d| at >= d);
+    if beyond {
+        if page.open.len() < MAX_TOGGLED {
+            page.open.insert(parent.to_string());
+        }
+    } else {
+        page.closed.remove(parent);
+    }
+    let select = TreeQuery {
+        under: None,
+        // Not folded: no depth hides anything.
+        depth: Some(page.depth.unwrap_or(usize::MAX)),
+        ..page.clone()
+    };
+    let mut shown = select_rows(block, &select);
+    shown.remove(0);
+    let more = shown.len().saturating_sub(MAX_ROWS_UNDER);
+    shown.truncate(MAX_ROWS_UNDER);
+    Some((shown, page, more))
+}
+
 #[cfg(feature = "ssr")]
 fn sort_header(query: &TreeQuery, sort: TreeSort, label: &'static str) -> impl IntoView {
     let mut q = query.clone();
     q.sort = sort;
     let current = (query.sort == sort).then_some("true");
-    let sorted = (query.sort == sort).then_some("descending");
+    // One direction per column, as `TreeSort::order` sorts: the island
+    // sorts each level the same way in place.
+    let (kind, first, aria) = match sort {
+        TreeSort::Name => ("text", "asc", "ascending"),
+        TreeSort::Gpu | TreeSort::Workloads => ("num", "desc", "descending"),
+        TreeSort::Budget | TreeSort::Runway => ("num", "asc", "ascending"),
+    };
+    let sorted = (query.sort == sort).then_some(aria);
     let href = q.href();
-    view! { <th aria-sort=sorted><a href=href data-current=current>{label}</a></th> }
+    view! {
+        <th aria-sort=sorted data-sort=kind data-sort-key=sort.as_str() data-sort-first=first>
+            <a href=href data-current=current>{label}</a>
+        </th>
+    }
 }
 
 #[cfg(feature = "ssr")]
 fn gpu_view(g: Option<GpuCell>) -> impl IntoView {
     match g {
-        None => view! { <td class="gpu none" data-label="GPUs">"—"</td> }.into_any(),
+        None => {
+            view! { <td class="gpu none" data-label="GPUs" data-sort-value="">"—"</td> }.into_any()
+        }
         Some(g) => {
             let class = match g.percent {
                 p if p > 100 => "bar over",
@@ -615,7 +686,7 @@ fn gpu_view(g: Option<GpuCell>) -> impl IntoView {
                 g.key, g.in_use, g.allocated, g.hard
             );
             view! {
-                <td class="gpu" data-label="GPUs" title=title>
+                <td class="gpu" data-label="GPUs" title=title data-sort-value=g.percent.to_string()>
                     <span class=class><i class="use" style=width></i><i class="idle" style=idle></i></span>
                     <span class="num"><b>{g.in_use}</b>{format!(" / {}", g.hard)}</span>
                 </td>
@@ -625,94 +696,152 @@ fn gpu_view(g: Option<GpuCell>) -> impl IntoView {
     }
 }
 
+/// One row of the tree, as the page and `GET /tree/rows` render it; its
+/// data attributes are what the tree island reads (depth, children, what
+/// is folded below, whether it is beyond the fold depth).
 #[cfg(feature = "ssr")]
-fn tree_table(rows: Vec<TreeRow>, query: &TreeQuery) -> impl IntoView {
+fn tree_row(r: TreeRow, query: &TreeQuery) -> impl IntoView {
+    let indent = format!("padding-left:{}rem", 0.3 + 1.1 * r.depth as f32);
+    let href = format!("/quotas/{}", r.name);
+    let toggle = (r.children > 0 && !r.context).then(|| {
+        let link = query.toggled(&r.name, r.open, r.beyond_fold);
+        let (sign, label) = if r.open {
+            ("▾", format!("Fold the {} quotas under {}", r.children, r.name))
+        } else {
+            ("▸", format!("Open the {} quotas under {}", r.children, r.name))
+        };
+        view! { <a class="toggle" href=link aria-label=label aria-expanded=r.open.to_string()>{sign}</a> }
+    });
+    let spacer = (r.children == 0 || r.context).then(|| view! { <span class="toggle"></span> });
+    let folded = (r.hidden_below > 0).then(|| {
+        view! { <small class="folded">{format!("{} below", r.hidden_below)}</small> }
+    });
+    let class = r.context.then_some("context");
+    let id = r.name.clone();
+    // Empty cells read "—" on a wide screen and are left out on a phone.
+    let cell = |empty: bool, class: &'static str| {
+        if empty {
+            format!("{class} empty")
+        } else {
+            class.to_string()
+        }
+    };
+    let (left_class, runway_class) = (
+        cell(r.cash.is_none(), "num left"),
+        cell(
+            r.cash.as_ref().is_none_or(|c| c.runway.is_none()),
+            "num runway",
+        ),
+    );
+    // What the island sorts by: the numbers `TreeSort::order` compares.
+    let left_value = r.cash.as_ref().map(|c| c.left_nanos.to_string());
+    let runway_value = r
+        .cash
+        .as_ref()
+        .and_then(|c| c.runway_hours)
+        .map(|h| h.to_string());
+    let (depth, children, hidden) = (
+        r.depth.to_string(),
+        r.children.to_string(),
+        r.hidden_below.to_string(),
+    );
+    let beyond = r.beyond_fold.then_some("true");
+    let sort_name = r.name.clone();
+    let (left, runway) = match r.cash {
+        Some(c) => (
+            view! { <span title=format!("{}: {}% spent", c.key, c.spent_percent)>{c.left}</span> }
+                .into_any(),
+            c.runway.unwrap_or_else(|| "—".into()),
+        ),
+        None => (view! { "—" }.into_any(), "—".into()),
+    };
+    let borrow_class = cell(r.borrowing.is_empty(), "borrowing");
+    let others_class = cell(r.others.is_empty(), "others");
+    let borrowing = if r.borrowing.is_empty() {
+        view! { "—" }.into_any()
+    } else {
+        view! { <span class="badge borrow">{r.borrowing.join(", ")}</span> }.into_any()
+    };
+    let others = r
+        .others
+        .into_iter()
+        .map(|(k, p)| {
+            let class = match p {
+                p if p > 100 => "pct over",
+                p if p >= 80 => "pct warn",
+                _ => "pct",
+            };
+            view! { <span class=class>{format!("{k} {p}%")}</span> }
+        })
+        .collect_view();
+    view! {
+        <tr id=id class=class data-depth=depth data-children=children data-hidden=hidden data-beyond-fold=beyond>
+            <td class="name" style=indent data-label="Quota" data-sort-value=sort_name>{toggle}{spacer}<a href=href>{r.name}</a>{folded}</td>
+            {gpu_view(r.gpu)}
+            <td class=left_class data-label="Card-hours left" data-sort-value=left_value>{left}</td>
+            <td class=runway_class data-label="Runway" data-sort-value=runway_value>{runway}</td>
+            <td class=borrow_class data-label="Borrowing">{borrowing}</td>
+            <td class=others_class data-label="Other keys">{others}</td>
+            <td class="num workloads" data-label="Workloads" data-sort-value=r.workloads.to_string()>{r.workloads}</td>
+        </tr>
+    }
+}
+
+/// The rows of `GET /tree/rows` as an HTML fragment (`<tr>`s), with a
+/// last row that says how many more there are when `more` is not zero.
+#[cfg(feature = "ssr")]
+pub fn render_tree_rows(
+    rows: Vec<TreeRow>,
+    query: &TreeQuery,
+    more: usize,
+    parent: &str,
+) -> String {
+    let tail = (more > 0).then(|| {
+        let href = format!("{}#{}", query.href(), encode(parent));
+        view! {
+            <tr data-static="true" data-parent=parent.to_string() class="more">
+                <td colspan="7"><a href=href>{format!("{more} more rows under {parent}: show the whole page")}</a></td>
+            </tr>
+        }
+    });
+    Owner::new().with(|| {
+        let rows = rows.into_iter().map(|r| tree_row(r, query)).collect_view();
+        view! { {rows}{tail} }.to_html()
+    })
+}
+
+#[cfg(feature = "ssr")]
+fn tree_table(rows: Vec<TreeRow>, query: &TreeQuery, fold: Option<usize>) -> impl IntoView {
     if rows.is_empty() {
         return view! { <p class="empty">"No quotas to show: none matches, none exists yet, or none is shared with you."</p> }
             .into_any();
     }
-    let body = rows
-        .into_iter()
-        .map(|r| {
-            let indent = format!("padding-left:{}rem", 0.3 + 1.1 * r.depth as f32);
-            let href = format!("/quotas/{}", r.name);
-            let toggle = (r.children > 0 && !r.context).then(|| {
-                let link = query.toggled(&r.name, r.open, r.beyond_fold);
-                let (sign, label) = if r.open {
-                    ("▾", format!("Fold the {} quotas under {}", r.children, r.name))
-                } else {
-                    ("▸", format!("Open the {} quotas under {}", r.children, r.name))
-                };
-                view! { <a class="toggle" href=link aria-label=label aria-expanded=r.open.to_string()>{sign}</a> }
-            });
-            let spacer = (r.children == 0 || r.context).then(|| view! { <span class="toggle"></span> });
-            let folded = (r.hidden_below > 0).then(|| {
-                view! { <small class="folded">{format!("{} below", r.hidden_below)}</small> }
-            });
-            let class = r.context.then_some("context");
-            let id = r.name.clone();
-            // Empty cells read "—" on a wide screen and are left out on a phone.
-            let cell = |empty: bool, class: &'static str| {
-                if empty { format!("{class} empty") } else { class.to_string() }
-            };
-            let (left_class, runway_class) = (
-                cell(r.cash.is_none(), "num left"),
-                cell(r.cash.as_ref().is_none_or(|c| c.runway.is_none()), "num runway"),
-            );
-            let (left, runway) = match r.cash {
-                Some(c) => (
-                    view! { <span title=format!("{}: {}% spent", c.key, c.spent_percent)>{c.left}</span> }.into_any(),
-                    c.runway.unwrap_or_else(|| "—".into()),
-                ),
-                None => (view! { "—" }.into_any(), "—".into()),
-            };
-            let borrow_class = cell(r.borrowing.is_empty(), "borrowing");
-            let others_class = cell(r.others.is_empty(), "others");
-            let borrowing = if r.borrowing.is_empty() {
-                view! { "—" }.into_any()
-            } else {
-                view! { <span class="badge borrow">{r.borrowing.join(", ")}</span> }.into_any()
-            };
-            let others = r
-                .others
-                .into_iter()
-                .map(|(k, p)| {
-                    let class = match p {
-                        p if p > 100 => "pct over",
-                        p if p >= 80 => "pct warn",
-                        _ => "pct",
-                    };
-                    view! { <span class=class>{format!("{k} {p}%")}</span> }
-                })
-                .collect_view();
-            view! {
-                <tr id=id class=class>
-                    <td class="name" style=indent data-label="Quota">{toggle}{spacer}<a href=href>{r.name}</a>{folded}</td>
-                    {gpu_view(r.gpu)}
-                    <td class=left_class data-label="Card-hours left">{left}</td>
-                    <td class=runway_class data-label="Runway">{runway}</td>
-                    <td class=borrow_class data-label="Borrowing">{borrowing}</td>
-                    <td class=others_class data-label="Other keys">{others}</td>
-                    <td class="num workloads" data-label="Workloads">{r.workloads}</td>
-                </tr>
-            }
-        })
-        .collect_view();
+    // Levels open in place only where the page is the tree folded (not a
+    // search's finds with their ancestors).
+    let searching = !query.search.trim().is_empty() || query.filter != TreeFilter::All;
+    let inplace = (!searching).then_some("true");
+    let fold = fold.map(|d| d.to_string());
+    let body = rows.into_iter().map(|r| tree_row(r, query)).collect_view();
+    let head = view! {
+        <thead><tr>
+            {sort_header(query, TreeSort::Name, "Quota")}
+            {sort_header(query, TreeSort::Gpu, "GPUs in use / hard")}
+            {sort_header(query, TreeSort::Budget, "Card-hours left")}
+            {sort_header(query, TreeSort::Runway, "Runway")}
+            <th>"Borrowing"</th>
+            <th>"Fullest other keys"</th>
+            {sort_header(query, TreeSort::Workloads, "Workloads")}
+        </tr></thead>
+    };
     view! {
+        <bizrq_islands::SortTable>
         <div class="table-wrap">
-        <table class="tree">
-            <thead><tr>
-                {sort_header(query, TreeSort::Name, "Quota")}
-                {sort_header(query, TreeSort::Gpu, "GPUs in use / hard")}
-                {sort_header(query, TreeSort::Budget, "Card-hours left")}
-                {sort_header(query, TreeSort::Runway, "Runway")}
-                <th>"Borrowing"</th>
-                <th>"Fullest other keys"</th>
-                {sort_header(query, TreeSort::Workloads, "Workloads")}
-            </tr></thead>
+        <table class="tree" data-tree="true" data-tree-inplace=inplace data-fold-depth=fold data-sort-url="sort">
+            {head}
             <tbody>{body}</tbody>
         </table>
         </div>
+        </bizrq_islands::SortTable>
     }
     .into_any()
 }
@@ -738,6 +867,9 @@ pub fn render_tree_page(
         0
     };
     let rows = select_rows(all, &query);
+    // The depth the page folds at (the shallowest row beyond it): the
+    // island asks for rows under a quota at the same one.
+    let fold = rows.iter().filter(|r| r.beyond_fold).map(|r| r.depth).min();
     let shown = rows.iter().filter(|r| !r.context).count();
     let title = match &query.under {
         Some(u) => format!("Quota tree · under {u}"),
@@ -787,7 +919,7 @@ pub fn render_tree_page(
                 </form>
                 <BarLegend/>
                 <p class="hint">"Runway: how long the GPU budget lasts at what runs now. Click a column to sort each level by it."</p>
-                {tree_table(rows, &query)}
+                {tree_table(rows, &query, fold)}
             </layout::Layout>
         }
     })
@@ -1018,5 +1150,59 @@ mod tests {
             TreeQuery::names("a, b,,c"),
             ["a", "b", "c"].map(String::from).into()
         );
+    }
+
+    #[test]
+    fn rows_under_a_quota_are_what_the_page_shows_once_it_is_opened() {
+        // Folded at depth 1: nlp (depth 1) is beyond the fold and closed.
+        let q = TreeQuery {
+            depth: Some(1),
+            ..Default::default()
+        };
+        let (rows, page, more) = rows_under(rows(TreeSort::Name), "nlp", 1, &q).unwrap();
+        assert_eq!(names(&rows), [("nlp-a", 2, false, 0)]);
+        assert_eq!(more, 0);
+        assert!(page.open.contains("nlp"));
+        // The page with nlp opened shows the same row.
+        let whole = select_rows(rows_all(), &page);
+        let i = whole.iter().position(|r| r.name == "nlp").unwrap();
+        assert_eq!(names(&whole[i + 1..i + 2]), names(&rows));
+        // Closed above the fold: reopening drops it from `closed`, and
+        // the level below comes back whole.
+        let closed = TreeQuery {
+            closed: ["ai".to_string()].into(),
+            ..Default::default()
+        };
+        let (rows, page, _) = rows_under(rows_all(), "ai", 0, &closed).unwrap();
+        assert_eq!(
+            names(&rows),
+            [
+                ("nlp", 1, false, 0),
+                ("nlp-a", 2, false, 0),
+                ("vision", 1, false, 0)
+            ]
+        );
+        assert!(page.closed.is_empty());
+        assert!(rows_under(rows_all(), "nobody", 0, &closed).is_none());
+    }
+
+    #[test]
+    fn rows_under_a_quota_are_bounded() {
+        let mut f = vec![q("root", "", 1000, None)];
+        for t in 0..(MAX_ROWS_UNDER + 7) {
+            f.push(q(&format!("team-{t:04}"), "root", 1, None));
+        }
+        let in_use = quota::rollup::subtree_in_use(&f);
+        let all = tree_rows(&f, &in_use, &KeyConfig::default(), TreeSort::Name);
+        let q = TreeQuery {
+            depth: Some(0),
+            ..Default::default()
+        };
+        let (rows, _, more) = rows_under(all, "root", 0, &q).unwrap();
+        assert_eq!((rows.len(), more), (MAX_ROWS_UNDER, 7));
+    }
+
+    fn rows_all() -> Vec<TreeRow> {
+        rows(TreeSort::Name)
     }
 }

@@ -2,7 +2,8 @@
 //! server rendered. Errors are quiet by design: the server-rendered page
 //! stays as it was, and a link still works by reloading.
 
-use super::{LiveReply, Point, SamplesReply, POLL_SECONDS};
+use super::order::{compare, sort_by, toggle_list, tree_order, SortKey};
+use super::{LiveReply, OverviewReply, Point, SamplesReply, POLL_SECONDS};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use std::cell::RefCell;
@@ -257,16 +258,400 @@ pub fn leave(ev: MouseEvent) {
     }
 }
 
-/// Asks for the live counts every [`POLL_SECONDS`] and sets the badge.
+/// Asks for the live counts every [`POLL_SECONDS`] and sets the badge; on
+/// the overview, asks for its live parts (the count among them) and
+/// redraws them too.
 pub fn poll_live(set: WriteSignal<usize>) {
     set_interval(
         move || {
             spawn_local(async move {
-                if let Some(live) = get_json::<LiveReply>("/api/v1/live").await {
+                let overview = web_sys::window()
+                    .and_then(|w| w.document())
+                    .and_then(|d| d.query_selector("[data-live=overview]").ok().flatten())
+                    .is_some();
+                if overview {
+                    if let Some(reply) = get_json::<OverviewReply>("/api/v1/live/overview").await {
+                        set.set(reply.open_alerts);
+                        redraw_overview(&reply);
+                    }
+                } else if let Some(live) = get_json::<LiveReply>("/api/v1/live").await {
                     set.set(live.open_alerts);
                 }
             })
         },
         Duration::from_secs(POLL_SECONDS),
     );
+}
+
+// ---- Sortable tables ----
+
+fn modified(ev: &MouseEvent) -> bool {
+    ev.button() != 0 || ev.ctrl_key() || ev.meta_key() || ev.shift_key() || ev.alt_key()
+}
+
+fn children_of(e: &Element) -> Vec<Element> {
+    let list = e.children();
+    (0..list.length()).filter_map(|i| list.item(i)).collect()
+}
+
+/// Sorts the header's table by its column, in the direction it asks for
+/// next: the other one if sorted by it now, else its first direction
+/// (`data-sort-first`; a tree's columns have one direction only).
+fn sort_by_header(th: &Element) {
+    let Some(table) = th.closest("table").ok().flatten() else {
+        return;
+    };
+    let Some(head_row) = th.parent_element() else {
+        return;
+    };
+    let Some(col) = children_of(&head_row).iter().position(|c| c == th) else {
+        return;
+    };
+    let tree = table.has_attribute("data-tree");
+    let first_desc = th.get_attribute("data-sort-first").as_deref() == Some("desc");
+    let desc = match th.get_attribute("aria-sort").as_deref() {
+        _ if tree => first_desc,
+        Some("descending") => false,
+        Some("ascending") => true,
+        _ => first_desc,
+    };
+    let numeric = th.get_attribute("data-sort").as_deref() == Some("num");
+    let Some(body) = table.query_selector("tbody").ok().flatten() else {
+        return;
+    };
+    let all = children_of(&body);
+    // Rows that are not data (a "more" line) stay at the end.
+    let (rows, rest): (Vec<Element>, Vec<Element>) = all
+        .into_iter()
+        .partition(|r| !r.has_attribute("data-static"));
+    let keys: Vec<SortKey> = rows
+        .iter()
+        .map(|r| {
+            let cell = children_of(r).into_iter().nth(col);
+            let v = cell
+                .as_ref()
+                .and_then(|c| c.get_attribute("data-sort-value"))
+                .or_else(|| cell.as_ref().and_then(|c| c.text_content()))
+                .unwrap_or_default();
+            SortKey::of(numeric, &v)
+        })
+        .collect();
+    let order: Vec<usize> = if tree {
+        // Each level by the column, then by name (the rows' ids).
+        let depths: Vec<usize> = rows
+            .iter()
+            .map(|r| {
+                r.get_attribute("data-depth")
+                    .and_then(|d| d.parse().ok())
+                    .unwrap_or(0)
+            })
+            .collect();
+        tree_order(&depths, |a, b| {
+            compare(&keys[a], &keys[b], desc).then_with(|| rows[a].id().cmp(&rows[b].id()))
+        })
+    } else {
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        // Stable: equal cells keep the order they had.
+        sort_by(&mut order, |a, b| compare(&keys[*a], &keys[*b], desc));
+        order
+    };
+    for i in order {
+        let _ = body.append_child(&rows[i]);
+    }
+    for r in rest {
+        let _ = body.append_child(&r);
+    }
+    for h in children_of(&head_row) {
+        if &h == th {
+            let _ = h.set_attribute("aria-sort", if desc { "descending" } else { "ascending" });
+        } else {
+            let _ = h.remove_attribute("aria-sort");
+        }
+        if let Some(a) = h.query_selector("a").ok().flatten() {
+            if &h == th {
+                let _ = a.set_attribute("data-current", "true");
+            } else {
+                let _ = a.remove_attribute("data-current");
+            }
+        }
+    }
+    // Where the server sorts too, the address says what is shown, so a
+    // reload (or a link copied) shows the same order.
+    if let Some(params) = table.get_attribute("data-sort-url") {
+        let key = th.get_attribute("data-sort-key").unwrap_or_default();
+        edit_address(|q| {
+            for p in params.split(',') {
+                match p {
+                    "sort" if key.is_empty() => q.delete("sort"),
+                    "sort" => q.set("sort", &key),
+                    "dir" => q.set("dir", if desc { "desc" } else { "asc" }),
+                    _ => {}
+                }
+            }
+        });
+    }
+}
+
+/// Changes the address's query in place (no navigation, no history entry).
+fn edit_address(change: impl FnOnce(&web_sys::UrlSearchParams)) -> Option<String> {
+    let w = web_sys::window()?;
+    let url = web_sys::Url::new(&w.location().href().ok()?).ok()?;
+    let q = url.search_params();
+    change(&q);
+    url.set_search(&q.to_string().as_string().unwrap_or_default());
+    let href = url.href();
+    let _ = w
+        .history()
+        .ok()?
+        .replace_state_with_url(&JsValue::NULL, "", Some(&href));
+    Some(href)
+}
+
+// ---- The tree ----
+
+/// At most this many names in the address's `open`/`closed` (the server's
+/// `MAX_TOGGLED`).
+const MAX_TOGGLED: usize = 50;
+
+/// A click in a sort-table: a header (`th[data-sort]`) sorts the rows
+/// (each level of a tree); in a tree that opens in place, ▸ opens a level
+/// and ▾ folds it. Anything else (a tree search's rows, say) is left to
+/// the browser.
+pub fn table_click(ev: MouseEvent) {
+    if modified(&ev) {
+        return;
+    }
+    let Some(t) = target_element(&ev) else {
+        return;
+    };
+    if let Some(th) = t.closest("th[data-sort]").ok().flatten() {
+        ev.prevent_default();
+        sort_by_header(&th);
+        return;
+    }
+    let Some(link) = t.closest("a.toggle").ok().flatten() else {
+        return;
+    };
+    let (Some(row), Some(table)) = (
+        link.closest("tr").ok().flatten(),
+        link.closest("table[data-tree-inplace]").ok().flatten(),
+    ) else {
+        return;
+    };
+    ev.prevent_default();
+    if row.has_attribute("aria-busy") {
+        return;
+    }
+    if link.get_attribute("aria-expanded").as_deref() == Some("true") {
+        fold(&row, &link);
+    } else {
+        open(row, link, table);
+    }
+}
+
+fn depth_of(r: &Element) -> usize {
+    r.get_attribute("data-depth")
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The rows after `row` that are below it, with the "more rows" lines
+/// of what was opened under it or them.
+fn rows_below(row: &Element) -> Vec<Element> {
+    let d = depth_of(row);
+    let mut names = vec![row.id()];
+    let mut out = Vec::new();
+    let mut next = row.next_element_sibling();
+    while let Some(n) = next {
+        if n.has_attribute("data-static") {
+            if !names.contains(&n.get_attribute("data-parent").unwrap_or_default()) {
+                break;
+            }
+        } else if depth_of(&n) <= d {
+            break;
+        } else {
+            names.push(n.id());
+        }
+        next = n.next_element_sibling();
+        out.push(n);
+    }
+    out
+}
+
+/// Says in the address (and in the link) that `row` is now open or
+/// folded: `open` lists rows opened below the fold, `closed` rows folded
+/// above it, as the server's links do.
+fn remember_toggle(row: &Element, link: &Element, now_open: bool) {
+    let name = row.id();
+    let beyond = row.has_attribute("data-beyond-fold");
+    let (list, add) = if beyond {
+        ("open", now_open)
+    } else {
+        ("closed", !now_open)
+    };
+    let href = edit_address(|q| {
+        let was = q.get(list).unwrap_or_default();
+        let now = toggle_list(&was, &name, add, MAX_TOGGLED);
+        if now.is_empty() {
+            q.delete(list);
+        } else {
+            q.set(list, &now);
+        }
+    });
+    let _ = link.set_attribute("aria-expanded", if now_open { "true" } else { "false" });
+    let children = row.get_attribute("data-children").unwrap_or_default();
+    let label = if now_open {
+        format!("Fold the {children} quotas under {name}")
+    } else {
+        format!("Open the {children} quotas under {name}")
+    };
+    let _ = link.set_attribute("aria-label", &label);
+    link.set_text_content(Some(if now_open { "▾" } else { "▸" }));
+    if let Some(h) = href {
+        // What a reload of the link would show: the state after this toggle.
+        let h = h.split('#').next().unwrap_or_default().to_string();
+        let _ = link.set_attribute("href", &format!("{h}#{}", encode(&name)));
+    }
+}
+
+/// ▾: the rows below go, and the row says how many it hides.
+fn fold(row: &Element, link: &Element) {
+    let mut hidden = 0usize;
+    for r in rows_below(row) {
+        hidden += 1 + r
+            .get_attribute("data-hidden")
+            .and_then(|h| h.parse::<usize>().ok())
+            .unwrap_or(0);
+        r.remove();
+    }
+    let _ = row.set_attribute("data-hidden", &hidden.to_string());
+    if let (Some(cell), Some(doc)) = (
+        row.query_selector("td.name").ok().flatten(),
+        web_sys::window().and_then(|w| w.document()),
+    ) {
+        if let Some(old) = cell.query_selector("small.folded").ok().flatten() {
+            old.remove();
+        }
+        if hidden > 0 {
+            if let Ok(small) = doc.create_element("small") {
+                let _ = small.set_attribute("class", "folded");
+                small.set_text_content(Some(&format!("{hidden} below")));
+                let _ = cell.append_child(&small);
+            }
+        }
+    }
+    remember_toggle(row, link, false);
+}
+
+/// ▸: the server's rows under the quota, inserted after it. If they
+/// cannot be had, the link is followed (the page opens it as without
+/// scripts).
+fn open(row: Element, link: Element, table: Element) {
+    let Some(w) = web_sys::window() else {
+        return;
+    };
+    let here = web_sys::Url::new(&w.location().href().unwrap_or_default()).ok();
+    let q = here.as_ref().map(|u| u.search_params());
+    let get = |k: &str| q.as_ref().and_then(|q| q.get(k)).unwrap_or_default();
+    let mut url = format!(
+        "/tree/rows?parent={}&at={}",
+        encode(&row.id()),
+        depth_of(&row)
+    );
+    if let Some(d) = table.get_attribute("data-fold-depth") {
+        url.push_str(&format!("&depth={}", encode(&d)));
+    }
+    for k in ["sort", "open", "closed"] {
+        let v = get(k);
+        if !v.is_empty() {
+            url.push_str(&format!("&{k}={}", encode(&v)));
+        }
+    }
+    let _ = row.set_attribute("aria-busy", "true");
+    let fallback = link.get_attribute("href").unwrap_or_default();
+    spawn_local(async move {
+        let html = get_html(&url).await;
+        let _ = row.remove_attribute("aria-busy");
+        let Some(html) = html else {
+            if let Some(w) = web_sys::window() {
+                let _ = w.location().assign(&fallback);
+            }
+            return;
+        };
+        // Rows open or folded meanwhile, or already there: start afresh.
+        for r in rows_below(&row) {
+            r.remove();
+        }
+        let (Some(doc), Some(body)) = (
+            web_sys::window().and_then(|w| w.document()),
+            row.parent_element(),
+        ) else {
+            return;
+        };
+        let Ok(holder) = doc.create_element("tbody") else {
+            return;
+        };
+        // The server's own rendering of the rows (escaped by it).
+        holder.set_inner_html(&html);
+        let after = row.next_sibling();
+        for r in children_of(&holder) {
+            let _ = body.insert_before(&r, after.as_ref());
+        }
+        if let Some(small) = row.query_selector("small.folded").ok().flatten() {
+            small.remove();
+        }
+        let _ = row.set_attribute("data-hidden", "0");
+        remember_toggle(&row, &link, true);
+    });
+}
+
+/// GET `url` as text, only if the server answers it as asked (a redirect,
+/// to the login page say, is not followed).
+async fn get_html(url: &str) -> Option<String> {
+    let window = web_sys::window()?;
+    let init = web_sys::RequestInit::new();
+    init.set_credentials(web_sys::RequestCredentials::SameOrigin);
+    init.set_redirect(web_sys::RequestRedirect::Error);
+    let resp = JsFuture::from(window.fetch_with_str_and_init(url, &init))
+        .await
+        .ok()?;
+    let resp: web_sys::Response = resp.dyn_into().ok()?;
+    if !resp.ok() {
+        return None;
+    }
+    let text = JsFuture::from(resp.text().ok()?).await.ok()?;
+    text.as_string()
+}
+
+// ---- The overview ----
+
+/// Puts the overview's live parts where the page has them.
+fn redraw_overview(reply: &OverviewReply) {
+    let Some(doc) = web_sys::window().and_then(|w| w.document()) else {
+        return;
+    };
+    if let Some(section) = doc.query_selector("section.attention").ok().flatten() {
+        section.set_outer_html(&reply.attention);
+    }
+    if let Ok(cards) = doc.query_selector_all("section.quota-card[data-quota]") {
+        for i in 0..cards.length() {
+            let Some(card) = cards.item(i).and_then(|n| n.dyn_into::<Element>().ok()) else {
+                continue;
+            };
+            let name = card.get_attribute("data-quota").unwrap_or_default();
+            let Some(live) = reply.cards.iter().find(|c| c.name == name) else {
+                continue;
+            };
+            if let Some(keys) = card.query_selector(".keys").ok().flatten() {
+                keys.set_inner_html(&live.keys);
+            }
+            if let Some(counts) = card.query_selector("[data-live=counts]").ok().flatten() {
+                counts.set_text_content(Some(&live.counts));
+            }
+        }
+    }
+    if let Some(root) = doc.document_element() {
+        // For whoever watches: when the page last heard from the server.
+        let _ = root.set_attribute("data-overview-at", &js_sys::Date::now().to_string());
+    }
 }

@@ -8,7 +8,21 @@
 //!   SVG and its values table in place, and moving the pointer over a chart
 //!   names the nearest point.
 //! - [`AlertsBadge`] is the navigation's count of open alerts; it asks
-//!   `GET /api/v1/live` every [`POLL_SECONDS`] and redraws itself.
+//!   `GET /api/v1/live` every [`POLL_SECONDS`] and redraws itself. On the
+//!   overview (an element marked `data-live="overview"`) it asks
+//!   `GET /api/v1/live/overview` instead and also redraws the quotas' bars
+//!   and the "needs attention" section as the server drew them: one poll
+//!   per page, and no island of its own.
+//! - [`SortTable`] wraps a flat table: a click on a header marked
+//!   `data-sort="num|text"` orders the rows in place by their cells'
+//!   `data-sort-value` (numbers compared exactly, as `i128`, never by the
+//!   formatted text) or, without one, their text, and sets `aria-sort`.
+//!   When the header holds the server's sort link, the address follows
+//!   (`data-sort-url` on the table names the parameters).
+//!   On the quota tree (`data-tree`) it sorts each level, keeping children
+//!   under their parent, and its ▸/▾ links open and fold a level in place:
+//!   ▸ fetches the rows the server would render under that quota
+//!   (`GET /tree/rows`, HTML) and inserts them.
 //!
 //! The crate is built twice: with `ssr` into the server (the islands render
 //! to HTML like any component, wrapped in `<leptos-island>`), and with
@@ -21,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "hydrate")]
 mod client;
+pub mod order;
 
 /// How often the badge asks for the count, in seconds.
 pub const POLL_SECONDS: u64 = 15;
@@ -72,6 +87,31 @@ pub struct LiveReply {
     pub open_alerts: usize,
 }
 
+/// `GET /api/v1/live/overview`: what the overview shows that changes by
+/// itself, drawn by the server with the page's own components.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OverviewReply {
+    /// Open alerts on the quotas the caller may see (as [`LiveReply`]).
+    pub open_alerts: usize,
+    /// The "needs attention" section, as HTML (`section.attention`).
+    pub attention: String,
+    /// The viewer's quota cards' changing parts.
+    pub cards: Vec<CardLive>,
+}
+
+/// One overview card's changing parts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CardLive {
+    /// The quota (`section.quota-card[data-quota]`).
+    pub name: String,
+    /// "3 workloads · 2 children".
+    pub counts: String,
+    /// The key bars, as HTML (the card's `.keys`).
+    pub keys: String,
+}
+
 /// A quota's charts with their range links, as children rendered by the
 /// server. The island adds behaviour only: clicks on `a[data-range]`,
 /// pointer moves over `.chart-panel`.
@@ -116,6 +156,19 @@ pub fn AlertsBadge(count: usize) -> impl IntoView {
     }
 }
 
+/// A table whose headers sort its rows in place; children rendered by the
+/// server (a `<table>` whose sortable `<th>` carry `data-sort`). A table
+/// marked `data-tree` is the quota tree: each level is sorted, children
+/// stay under their parent, and its ▸/▾ links open and fold in place.
+#[island]
+pub fn SortTable(children: Children) -> impl IntoView {
+    #[cfg(feature = "hydrate")]
+    let click = client::table_click;
+    #[cfg(not(feature = "hydrate"))]
+    let click = |_: leptos::ev::MouseEvent| {};
+    view! { <div class="sort-table" on:click=click>{children()}</div> }
+}
+
 /// The WASM bundle's entry point: called once the module is loaded, before
 /// the islands on the page are hydrated (see the server's `boot.js`).
 #[cfg(feature = "hydrate")]
@@ -152,5 +205,17 @@ mod tests {
         assert_eq!(serde_json::from_str::<SamplesReply>(&text).unwrap(), r);
         let live = serde_json::to_string(&LiveReply { open_alerts: 3 }).unwrap();
         assert_eq!(live, "{\"openAlerts\":3}");
+        let o = OverviewReply {
+            open_alerts: 1,
+            attention: "<section/>".into(),
+            cards: vec![CardLive {
+                name: "nlp".into(),
+                counts: "1 workloads · 0 children".into(),
+                keys: "<span/>".into(),
+            }],
+        };
+        let text = serde_json::to_string(&o).unwrap();
+        assert!(text.contains("\"openAlerts\":1"), "{text}");
+        assert_eq!(serde_json::from_str::<OverviewReply>(&text).unwrap(), o);
     }
 }

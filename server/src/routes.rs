@@ -23,6 +23,7 @@ pub fn http_router(app: AppState) -> Router {
         .route("/api/v1/quotas/{name}/budgets", get(http::budgets::get))
         .route("/api/v1/quotas/{name}/samples", get(http::samples::samples))
         .route("/api/v1/live", get(http::live::live))
+        .route("/api/v1/live/overview", get(portal::live::overview))
         .route("/api/v1/check", post(check::check))
         .merge(http::transfers::router())
         .merge(http::alerts::router())

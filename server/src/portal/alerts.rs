@@ -10,7 +10,7 @@ use crate::authz::{self, Principal};
 use crate::http::AppState;
 use crate::service::alert_ops::{self, Quiet};
 use crate::store::alerts::{Alert, AlertFilter, Pref};
-use app::alerts::{AccountAlerts, AlertQuery, AlertRow, RuleRow};
+use app::alerts::{AccountAlerts, AlertQuery, AlertRow, AlertSort, RuleRow, SortDir};
 use app::layout::Flash;
 use axum::extract::{Path, Query, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -29,7 +29,9 @@ pub fn row(a: Alert) -> AlertRow {
         level: a.level.as_str().to_string(),
         message: a.message,
         opened: quota::time::format_when(a.opened_at),
+        opened_ms: a.opened_at,
         resolved: a.resolved_at.map(quota::time::format_when),
+        resolved_ms: a.resolved_at,
         quiet,
         can_quiet: false,
     }
@@ -108,6 +110,12 @@ pub struct AlertParams {
     /// Open alerts from this many on (worst first), a page at a time.
     #[serde(default)]
     open_from: usize,
+    /// The open alerts' order: level (default), quota, kind, since, state.
+    #[serde(default)]
+    sort: String,
+    /// asc or desc; empty: the column's first direction.
+    #[serde(default)]
+    dir: String,
 }
 
 impl AlertParams {
@@ -122,7 +130,8 @@ impl AlertParams {
     }
 }
 
-/// GET /alerts?quota=&kind=&level=&before= — open alerts (worst first),
+/// GET /alerts?quota=&kind=&level=&before=&open_from=&sort=&dir= — open
+/// alerts (worst first, a page of [`OPEN_ROWS`]; `sort` orders the page),
 /// then the history, newest first, a page at a time.
 pub async fn page(
     State(app): State<AppState>,
@@ -132,6 +141,16 @@ pub async fn page(
     let AlertFilter {
         quota, kind, level, ..
     } = q.filters()?;
+    let sort = AlertSort::parse(&q.sort).map_err(PageError::Invalid)?;
+    let dir = SortDir::parse(&q.dir)
+        .map_err(PageError::Invalid)?
+        .unwrap_or(sort.first_dir());
+    // Links carry the order only when it is not the default one.
+    let (sort_s, dir_s) = if (sort, dir) == (AlertSort::Level, SortDir::Desc) {
+        ("", "")
+    } else {
+        (sort.as_str(), dir.as_str())
+    };
     let scope = crate::service::changes::records_scope(&app.service, &viewer.principal).await?;
     let filter = |open| AlertFilter {
         quota: quota.clone(),
@@ -173,6 +192,8 @@ pub async fn page(
                 ("kind", q.kind.as_str()),
                 ("level", q.level.as_str()),
                 ("before", id.to_string().as_str()),
+                ("sort", sort_s),
+                ("dir", dir_s),
             ])
             .unwrap_or_default();
             format!("/alerts?{query}")
@@ -185,6 +206,8 @@ pub async fn page(
             ("kind", q.kind.as_str()),
             ("level", q.level.as_str()),
             ("open_from", (from + OPEN_ROWS).to_string().as_str()),
+            ("sort", sort_s),
+            ("dir", dir_s),
         ])
         .unwrap_or_default();
         (total_open - from - open.len(), format!("/alerts?{query}"))
@@ -192,7 +215,7 @@ pub async fn page(
     // Who may quiet which: admins all, owners their quotas' (as for rules).
     let p = &viewer.principal;
     let tree = crate::service::changes::tree_for(&app.audited(), p).await?;
-    let open_rows = open
+    let mut open_rows: Vec<AlertRow> = open
         .into_iter()
         .map(|a| {
             let can = p.is_admin || authz::can_set_alert_rules(p, &a.quota, &tree);
@@ -202,6 +225,11 @@ pub async fn page(
             }
         })
         .collect();
+    // The page read stays the worst OPEN_ROWS (bounded, level by level);
+    // the order asked for is the order of those rows. When all open
+    // alerts fit on one page that is the whole list's order.
+    app::alerts::sort_rows(&mut open_rows, sort, dir);
+    let sorted_within = total_open > OPEN_ROWS;
     let flash = viewer.take_flash().await;
     Ok(Html(app::alerts::render_alerts_page(
         viewer.page(),
@@ -211,8 +239,15 @@ pub async fn page(
             quota: q.quota,
             kind: q.kind,
             level: q.level,
+            sort,
+            dir,
+            open_from: from,
         },
-        app::alerts::AlertPages { more_open, older },
+        app::alerts::AlertPages {
+            more_open,
+            older,
+            sorted_within,
+        },
         Kind::ALL.map(|k| k.as_str().to_string()).to_vec(),
         flash,
     ))

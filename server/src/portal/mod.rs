@@ -9,6 +9,8 @@
 //! - [`transfers`]: transfer pages and JSON API, authorised and audited.
 //! - [`quotas`]: overview, tree, quota detail, create / edit / delete forms.
 //! - [`pages`]: users and roles, API tokens.
+//! - [`live`]: what the islands fetch to redraw in place (the tree's rows
+//!   under a quota, the overview's changing parts).
 //!
 //! The portal's tables always live in SQL ([`SqlStore`]), also in cluster
 //! mode where the quota objects live in the cluster.
@@ -20,6 +22,7 @@ pub mod budgets;
 pub mod edge;
 pub mod export;
 pub mod limits;
+pub mod live;
 pub mod pages;
 pub mod quotas;
 pub mod state;
@@ -67,6 +70,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(quotas::overview))
         .route("/tree", get(quotas::tree))
+        .route("/tree/rows", get(live::tree_rows))
         .route("/quotas/{name}", get(quotas::detail))
         .route(
             "/quotas/{name}/children/new",

@@ -86,14 +86,11 @@ fn list_line(l: &ResourceList) -> String {
         .join(", ")
 }
 
-/// GET / — the viewer's quotas (their bindings', or the roots for an
-/// admin) with usage, card-hour burn and forecasts.
-pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
-    let forest = changes::visible_forest(&app.service, &viewer.principal).await?;
-    let (all, in_use) = (&forest.quotas, &forest.in_use);
+/// The overview's cards: the viewer's bound quotas with its role, or the
+/// roots for an admin (also what `/api/v1/live/overview` redraws).
+pub fn my_quotas<'a>(all: &'a [Quota], p: &authz::Principal) -> Vec<(&'a Quota, String)> {
     let names: BTreeSet<&str> = all.iter().map(|q| q.name()).collect();
-    let p = &viewer.principal;
-    let mine: Vec<(&Quota, String)> = if p.is_admin {
+    if p.is_admin {
         all.iter()
             .filter(|q| !names.contains(q.spec.parent.as_str()))
             .map(|q| (q, "admin".to_string()))
@@ -107,32 +104,28 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
         all.iter()
             .filter_map(|q| roles.get(q.name()).map(|r| (q, r.to_string())))
             .collect()
-    };
-    let now = app.service.now();
-    let mut cards = Vec::with_capacity(mine.len());
-    for (q, role) in mine {
-        let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
-        let s = if has_cash {
-            samples(&app, q.name(), FORECAST_WINDOW_MS + DAY_MS).await?
-        } else {
-            Vec::new()
-        };
-        cards.push(OverviewCard {
-            name: q.name().to_string(),
-            role,
-            keys: key_usages(
-                q,
-                in_use.get(q.name()).unwrap_or(&ResourceList::new()),
-                &app.service.keys,
-            ),
-            workloads: q.status.workloads.len(),
-            children: all.iter().filter(|c| c.spec.parent == q.name()).count(),
-            forecasts: forecasts(q, &s, now, &app.service.keys),
-        });
     }
-    // From the quotas already read: no second list of the tree.
-    // (An admin's needs none: it decides every request.)
-    let scope = (!p.is_admin).then(|| crate::service::transfer_ops::Scope::of(all.clone()));
+}
+
+/// What the overview shows that changes, read once for the page and for
+/// its island (`/api/v1/live/overview`): the quotas the viewer may see with
+/// their subtree use, the transfers awaiting the viewer, what needs
+/// someone.
+pub struct OverviewData {
+    pub forest: std::sync::Arc<crate::service::forest::Forest>,
+    pub awaiting_me: usize,
+    pub attention: Vec<app::attention::Item>,
+}
+
+pub async fn overview_data(
+    app: &AppState,
+    p: &authz::Principal,
+) -> Result<OverviewData, ServiceError> {
+    let forest = changes::visible_forest(&app.service, p).await?;
+    // From the quotas already read: no second list of the tree (an admin
+    // needs none: it decides every request).
+    let scope =
+        (!p.is_admin).then(|| crate::service::transfer_ops::Scope::of(forest.quotas.clone()));
     let awaiting_me = app
         .transfer_desk()
         .awaiting(p, scope.as_ref())
@@ -142,14 +135,50 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
             tracing::warn!(error = %e, "could not count the transfers awaiting the viewer");
             0
         });
-    let attention = app::attention::items(all, in_use, &app.service.keys, now);
+    let attention = app::attention::items(
+        &forest.quotas,
+        &forest.in_use,
+        &app.service.keys,
+        app.service.now(),
+    );
+    Ok(OverviewData {
+        forest,
+        awaiting_me,
+        attention,
+    })
+}
+
+/// GET / — the viewer's quotas (their bindings', or the roots for an
+/// admin) with usage, card-hour burn and forecasts.
+pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
+    let p = &viewer.principal;
+    let data = overview_data(&app, p).await?;
+    let all = &data.forest.quotas;
+    let now = app.service.now();
+    let mut cards = Vec::new();
+    for (q, role) in my_quotas(all, p) {
+        let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
+        let s = if has_cash {
+            samples(&app, q.name(), FORECAST_WINDOW_MS + DAY_MS).await?
+        } else {
+            Vec::new()
+        };
+        cards.push(OverviewCard {
+            name: q.name().to_string(),
+            role,
+            keys: key_usages(q, data.forest.in_use_of(q.name()), &app.service.keys),
+            workloads: q.status.workloads.len(),
+            children: all.iter().filter(|c| c.spec.parent == q.name()).count(),
+            forecasts: forecasts(q, &s, now, &app.service.keys),
+        });
+    }
     let flash = viewer.take_flash().await;
     Ok(Html(app::quotas::render_overview_page(
         viewer.page(),
         cards,
         super::alerts::open_for(&app, p).await?,
-        awaiting_me,
-        attention,
+        data.awaiting_me,
+        data.attention,
         flash,
     ))
     .into_response())
@@ -403,16 +432,19 @@ pub async fn detail(
                 } else {
                     app::display_quantity(&u.key, resources::get(&allocated, &u.key), cfg)
                 },
+                allocated_nanos: (!u.cash).then(|| resources::get(&allocated, &u.key).nanos()),
                 self_used: app::display_quantity(
                     &u.key,
                     resources::get(&q.status.self_used, &u.key),
                     cfg,
                 ),
+                self_used_nanos: resources::get(&q.status.self_used, &u.key).nanos(),
                 max: q
                     .spec
                     .max
                     .get(&u.key)
                     .map(|m| app::display_quantity(&u.key, *m, cfg)),
+                max_nanos: q.spec.max.get(&u.key).map(|m| m.nanos()),
                 usage: u,
             })
             .collect(),

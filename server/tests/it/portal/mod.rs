@@ -6,6 +6,7 @@
 mod accounts;
 mod alerts;
 mod audit;
+mod islands;
 mod quotas;
 mod table;
 mod transfers;

@@ -373,6 +373,13 @@ async fn each_route_answers_each_role_as_its_row_says(s: &Server) {
         (get("/quotas/ai"), &[(OwnerNlp, NOT_FOUND)]),
         (get("/tree?under=cv"), &[(OwnerNlp, OK)]),
         (get("/tree"), &[(MemberCv, OK)]),
+        // What the islands fetch: the tree's rows under a quota (as the
+        // quota page: invisible is not found), the overview's live parts.
+        (get("/tree/rows?parent=nlp&at=1"), &[(Anonymous, SEE_OTHER), (Admin, OK), (OwnerNlp, OK), (MemberCv, NOT_FOUND)]),
+        (get("/tree/rows?parent=cv&at=1"), &[(OwnerNlp, NOT_FOUND), (MemberCv, OK)]),
+        (api_get("/api/v1/live/overview"), &[(Anonymous, UNAUTH), (AdminToken, OK), (Admin, OK), (OwnerNlp, OK), (MemberCv, OK)]),
+        (get("/alerts?sort=since&dir=asc"), &[(Anonymous, SEE_OTHER), (MemberCv, OK)]),
+        (get("/alerts?sort=bogus"), &[(MemberCv, INVALID)]),
         // Inviting onto a subtree (§6, docs/semantics.md): an owner gives `member` on
         // what it owns and `owner` strictly below it; members give nothing.
         (form("/quotas/nlp/members", "username=bob&role=member"), &[(Anonymous, SEE_OTHER)]),

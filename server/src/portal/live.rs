@@ -1,0 +1,135 @@
+//! What the portal's islands fetch to redraw part of a page in place,
+//! rendered by the same components and computed by the same functions as
+//! the pages themselves (README "Portal islands"):
+//!
+//! - `GET /tree/rows?parent=&at=&depth=&sort=&open=&closed=`: the rows the
+//!   tree page shows under a quota once it is opened (HTML `<tr>`s, at
+//!   most `app::tree::MAX_ROWS_UNDER`), on the quotas the viewer may see.
+//! - `GET /api/v1/live/overview`: the overview's changing parts (the bars
+//!   of the viewer's quotas, "needs attention", the open alerts count).
+
+use super::auth::Viewer;
+use super::PageError;
+use crate::authz::Principal;
+use crate::http::{ApiError, AppState};
+use crate::service::ServiceError;
+use app::{TreeQuery, TreeSort};
+use axum::extract::{Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bizrq_islands::{CardLive, OverviewReply};
+use quota::rollup::subtree_in_use;
+use serde::Deserialize;
+
+/// The deepest a row may be said to sit (`at`): deeper than any tree the
+/// store accepts, small enough that indentation stays a number.
+const MAX_AT: usize = 1_000;
+
+#[derive(Deserialize, Default)]
+pub struct RowsParams {
+    #[serde(default)]
+    parent: String,
+    /// The parent's depth on the page.
+    #[serde(default)]
+    at: usize,
+    /// The page's fold depth; absent: the page is not folded.
+    #[serde(default)]
+    depth: Option<usize>,
+    #[serde(default)]
+    sort: String,
+    #[serde(default)]
+    open: String,
+    #[serde(default)]
+    closed: String,
+}
+
+/// GET /tree/rows — the rows under `parent` as the tree page would show
+/// them once ▸ opened it: 404 when the viewer may not see `parent` (or
+/// there is none), 422 for a name or depth out of range. An admin's read
+/// is `parent`'s subtree only; others read what they may see, as the page.
+pub async fn tree_rows(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Query(p): Query<RowsParams>,
+) -> Result<Response, PageError> {
+    let parent = p.parent.trim();
+    if parent.is_empty() || parent.len() > 253 {
+        return Err(PageError::Invalid(
+            "parent must name a quota (1–253 characters)".into(),
+        ));
+    }
+    if p.at > MAX_AT || p.depth.is_some_and(|d| d > MAX_AT) {
+        return Err(PageError::Invalid(format!(
+            "at and depth must be depths from 0 to {MAX_AT}"
+        )));
+    }
+    let (quotas, _) = super::quotas::visible_tree(&app, &viewer, parent).await?;
+    let in_use = subtree_in_use(&quotas);
+    let query = TreeQuery {
+        depth: p.depth,
+        sort: TreeSort::parse(&p.sort),
+        open: TreeQuery::names(&p.open),
+        closed: TreeQuery::names(&p.closed),
+        ..TreeQuery::default()
+    };
+    let rows = app::tree::tree_rows(&quotas, &in_use, &app.service.keys, query.sort);
+    let (rows, page, more) = app::tree::rows_under(rows, parent, p.at, &query)
+        .ok_or_else(|| PageError::NotFound(format!("bizrq {parent} not found")))?;
+    let html = app::tree::render_tree_rows(rows, &page, more, parent);
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        html,
+    )
+        .into_response())
+}
+
+fn api_error(e: PageError) -> ApiError {
+    match e {
+        PageError::Service(e) => ApiError::Service(e),
+        PageError::Forbidden(m) => ApiError::Forbidden(m),
+        PageError::NotFound(m) => ApiError::Service(ServiceError::NotFound(m)),
+        PageError::Invalid(m) => ApiError::BadRequest(m),
+        PageError::TooMany(m, s) | PageError::Busy(m, s) => ApiError::TooMany(m, s),
+        PageError::Internal(m) => ApiError::Service(ServiceError::Internal(m)),
+    }
+}
+
+/// GET /api/v1/live/overview — the overview's changing parts for its
+/// island: its quota cards' bars and counts and its "needs attention"
+/// section, drawn by the page's components from the same reads (the
+/// quotas the caller may see, their subtree use, the attention items, the
+/// transfers awaiting the caller, the open alerts). Not the forecasts:
+/// they move with the samples, hourly, and the page's reload has them.
+pub async fn overview(State(app): State<AppState>, p: Principal) -> Result<Response, ApiError> {
+    let data = super::quotas::overview_data(&app, &p).await?;
+    let all = &data.forest.quotas;
+    let cfg = &app.service.keys;
+    let cards = super::quotas::my_quotas(all, &p)
+        .into_iter()
+        .map(|(q, _)| {
+            let keys = app::key_usages(q, data.forest.in_use_of(q.name()), cfg);
+            let children = all.iter().filter(|c| c.spec.parent == q.name()).count();
+            CardLive {
+                name: q.name().to_string(),
+                counts: app::quotas::card_counts(q.status.workloads.len(), children),
+                keys: app::quotas::card_keys_html(keys),
+            }
+        })
+        .collect();
+    let open_alerts = super::alerts::open_count(&app, &p)
+        .await
+        .map_err(api_error)?;
+    let open = super::alerts::open_for(&app, &p).await.map_err(api_error)?;
+    let attention =
+        app::alerts::attention_html(open, open_alerts, data.awaiting_me, data.attention);
+    let reply = OverviewReply {
+        open_alerts,
+        attention,
+        cards,
+    };
+    Ok(([(header::CACHE_CONTROL, "no-store")], Json(reply)).into_response())
+}
