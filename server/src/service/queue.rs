@@ -23,9 +23,42 @@
 use super::{Service, ServiceError};
 use quota::admission;
 use quota::borrow::Standing;
+use quota::budget::PriceList;
 use quota::object::Quota;
+use quota::queue::priority::Classes;
 use quota::queue::{self, ledger, Check, Pool, Queued};
 use quota::ResourceList;
+use std::sync::Arc;
+
+/// The cluster's PriorityClasses, for a queued workload's priority
+/// (`quota::queue::priority`). Cluster mode: the controller's watch keeps
+/// a copy on the leader; any other replica reads through the API
+/// (`cluster::priority`). Standalone: no class exists.
+#[async_trait::async_trait]
+pub trait PriorityLookup: Send + Sync {
+    /// The classes now: the watch's copy when it has listed, else a read
+    /// through the API (kept briefly). An error says why none could be read.
+    async fn classes(&self) -> Result<Arc<Classes>, String>;
+    /// The watch's copy only, None until it has listed (or once it stopped).
+    fn watched(&self) -> Option<Arc<Classes>>;
+    /// The controller's watch sets its copy (None: the watch stopped).
+    fn set_watched(&self, classes: Option<Classes>);
+}
+
+/// No PriorityClasses (standalone mode, nothing queues): every workload
+/// is at priority 0.
+pub struct NoClasses;
+
+#[async_trait::async_trait]
+impl PriorityLookup for NoClasses {
+    async fn classes(&self) -> Result<Arc<Classes>, String> {
+        Ok(Arc::new(Classes::default()))
+    }
+    fn watched(&self) -> Option<Arc<Classes>> {
+        None
+    }
+    fn set_watched(&self, _: Option<Classes>) {}
+}
 
 /// What the mutating webhook does with a queueable workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,10 +107,16 @@ impl Service {
     pub async fn queue_workload(
         &self,
         quota_name: &str,
-        work: Queued,
+        mut work: Queued,
         create: bool,
         dry_run: bool,
     ) -> Result<Queueing, ServiceError> {
+        let (priority, note) = self.resolve_priority(&work.priority_classes).await;
+        work.priority = priority;
+        let worded = |reason: String| match &note {
+            Some(n) => format!("{reason}; {n}"),
+            None => reason,
+        };
         let current = self.get(quota_name).await?.quota;
         let limits = self.queue_limits(&current).await?;
         let now = self.now();
@@ -96,7 +135,15 @@ impl Service {
             admission::release(&mut judged, &work.workload_ref);
             let pool = Pool::new(&judged, &limits);
             let waiting = ledger::entries(q);
-            let check = queue::would_queue_at(&waiting, &work, &pool, &[], &q.spec.queueing, now);
+            // Card-hour budgets weigh as in the controller's rounds.
+            let budgets = queue::budgets::of(q);
+            let price_list = PriceList::default();
+            let views: Vec<_> = budgets
+                .iter()
+                .map(|b| b.view(&self.prices, &price_list))
+                .collect();
+            let check =
+                queue::would_queue_at(&waiting, &work, &pool, &views, &q.spec.queueing, now);
             match check {
                 // A queued entry that now fits keeps its place with what it
                 // asks now; the controller's next round admits it.
@@ -108,7 +155,7 @@ impl Service {
                 Check::AdmitsNow => Ok((dropped, Queueing::Admits)),
                 Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
                 Check::Queues { position, reason } => {
-                    let text = reason.to_string();
+                    let text = worded(reason.to_string());
                     let changed =
                         ledger::enqueue(q, work, position, reason.waiting(), text.clone())?;
                     Ok((
@@ -122,6 +169,20 @@ impl Service {
             }
         })
         .await
+    }
+
+    /// The priority of a workload whose pod templates name `classes`
+    /// (`quota::queue::priority`), and what its reason should add: a class
+    /// that does not exist, or classes that could not be read (judged at 0;
+    /// the controller's next round resolves them again from its watch).
+    pub async fn resolve_priority(&self, classes: &[String]) -> (i32, Option<String>) {
+        match self.priorities.classes().await {
+            Ok(c) => {
+                let r = c.resolve(classes);
+                (r.value, r.note())
+            }
+            Err(e) => (0, Some(format!("{e}; judged at priority 0 for now"))),
+        }
     }
 
     /// Where `work` would land, without writing (`POST /api/v1/check`).

@@ -184,19 +184,26 @@ async fn a_job_that_does_not_fit_waits_suspended_and_is_admitted_when_room_frees
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_jobs_are_admitted_by_priority_then_first_come_never_over() {
     let c = queueing_cluster().await;
+    create_class(&c, "batch-low", 1, false).await;
+    create_class(&c, "urgent", 100, false).await;
     create(&c, &job("run", "4", None)).await.unwrap();
     c.until("ml", "run charged", |q| used(q, "requests.cpu") == "4")
         .await;
-    create(&c, &job("low-1", "2", Some(1))).await.unwrap();
-    create(&c, &job("low-2", "2", Some(1))).await.unwrap();
-    create(&c, &job("high", "3", Some(100))).await.unwrap();
-    for n in ["low-1", "low-2", "high"] {
+    // Created last and named after the others, so neither its arrival
+    // nor its name puts it first: only its class does.
+    let low = |n: &str| with_class(job(n, "2", None), "batch-low");
+    create(&c, &low("low-1")).await.unwrap();
+    create(&c, &low("low-2")).await.unwrap();
+    create(&c, &with_class(job("z-high", "3", None), "urgent"))
+        .await
+        .unwrap();
+    for n in ["low-1", "low-2", "z-high"] {
         assert!(suspended(&c, n), "{n}");
     }
     c.until("ml", "all named, in order", |q| {
         queue_refs(q)
             == [
-                "batch/Job/ml/high",
+                "batch/Job/ml/z-high",
                 "batch/Job/ml/low-1",
                 "batch/Job/ml/low-2",
             ]
@@ -207,22 +214,22 @@ async fn queued_jobs_are_admitted_by_priority_then_first_come_never_over() {
                 .all(|e| e["uid"].as_str().is_some_and(|u| !u.is_empty()))
     })
     .await;
-    // 4 free: high (3) first; low-1 (2) does not fit beside it and, under
+    // 4 free: z-high (3) first; low-1 (2) does not fit beside it and, under
     // strict FIFO, blocks low-2.
     jobs(&c)
         .delete("run", &DeleteParams::default())
         .await
         .unwrap();
     let q = c
-        .until("ml", "high admitted", |q| {
+        .until("ml", "z-high admitted", |q| {
             queue_refs(q) == ["batch/Job/ml/low-1", "batch/Job/ml/low-2"]
         })
         .await;
     assert_eq!(used(&q, "requests.cpu"), "3", "never over 4");
     assert_eq!(q["status"]["queue"][0]["position"], 1);
-    // high ends: both lows fit (2 + 2), admitted in one round, in order.
+    // z-high ends: both lows fit (2 + 2), admitted in one round, in order.
     jobs(&c)
-        .delete("high", &DeleteParams::default())
+        .delete("z-high", &DeleteParams::default())
         .await
         .unwrap();
     let q = c
@@ -293,4 +300,217 @@ async fn check_says_where_a_job_would_queue() {
         .api(Method::POST, "/api/v1/check", Some(job("small", "1", None)))
         .await;
     assert_eq!(v["allowed"], true, "{v}");
+}
+
+fn priority_classes(c: &Cluster) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.k8s.io", "v1", "PriorityClass"),
+        "priorityclasses",
+    );
+    Api::all_with(c.kubectl("admin"), &ar)
+}
+
+async fn create_class(c: &Cluster, name: &str, value: i64, global_default: bool) {
+    let o: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": name}, "value": value, "globalDefault": global_default}))
+    .unwrap();
+    priority_classes(c)
+        .create(&PostParams::default(), &o)
+        .await
+        .unwrap();
+}
+
+fn with_class(mut j: Value, class: &str) -> Value {
+    j["spec"]["template"]["spec"]["priorityClassName"] = json!(class);
+    j
+}
+
+fn entry<'a>(q: &'a Value, name: &str) -> &'a Value {
+    q["status"]["queue"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|e| e["workloadRef"] == format!("batch/Job/ml/{name}"))
+        })
+        .unwrap_or(&Value::Null)
+}
+
+/// Priority is the value of the PriorityClass the pod template names, as
+/// the API server's Priority admission gives the pods: a `priority` typed
+/// into the template jumps nothing, a missing class is judged at 0 and
+/// said, and the global default applies to a template that names none —
+/// also when it is created after the job queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_comes_from_the_priority_class_not_from_the_template() {
+    let c = queueing_cluster().await;
+    c.until_requested("PriorityClass watch", |r| {
+        r.starts_with("GET /apis/scheduling.k8s.io/v1/priorityclasses?") && r.contains("watch=true")
+    })
+    .await;
+    // The API server's own classes are served like any other.
+    let listed = priority_classes(&c)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let names: Vec<String> = listed
+        .items
+        .iter()
+        .map(|o| o.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["system-cluster-critical", "system-node-critical"]);
+    create_class(&c, "high", 1000, false).await;
+    create_class(&c, "low", 10, false).await;
+
+    create(&c, &job("run", "4", None)).await.unwrap();
+    c.until("ml", "run charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    // A number in the template, the highest a pod could have: ignored.
+    create(&c, &job("forged", "1", Some(2_000_000_000)))
+        .await
+        .unwrap();
+    create(&c, &with_class(job("low", "1", None), "low"))
+        .await
+        .unwrap();
+    create(&c, &with_class(job("ghost", "1", None), "nope"))
+        .await
+        .unwrap();
+    create(&c, &with_class(job("high", "1", None), "high"))
+        .await
+        .unwrap();
+    let q = c
+        .until("ml", "ordered by class", |q| {
+            queue_refs(q)
+                == [
+                    "batch/Job/ml/high",
+                    "batch/Job/ml/low",
+                    "batch/Job/ml/forged",
+                    "batch/Job/ml/ghost",
+                ]
+        })
+        .await;
+    assert_eq!(entry(&q, "high")["priority"], 1000);
+    assert_eq!(entry(&q, "low")["priority"], 10);
+    assert_eq!(entry(&q, "forged")["priority"], 0, "{q}");
+    assert_eq!(entry(&q, "ghost")["priority"], 0);
+    let reason = entry(&q, "ghost")["reason"].as_str().unwrap();
+    assert!(
+        reason.ends_with(
+            "PriorityClass 'nope' does not exist: judged at priority 0, and the API server \
+             refuses its pods until it is created"
+        ),
+        "{reason}"
+    );
+    assert_eq!(entry(&q, "high")["priorityClasses"], json!(["high"]));
+
+    // A global default created later lifts the job that names no class
+    // above "low" at the next round (a change of a queued job triggers one).
+    create_class(&c, "batch-default", 50, true).await;
+    c.fake.put({
+        let mut j = c.fake.get("batch", "jobs", "ml", "ghost").unwrap();
+        j["metadata"]["labels"]["touched"] = json!("yes");
+        j
+    });
+    let q = c
+        .until("ml", "the default applies", |q| {
+            queue_refs(q)
+                == [
+                    "batch/Job/ml/high",
+                    "batch/Job/ml/forged",
+                    "batch/Job/ml/low",
+                    "batch/Job/ml/ghost",
+                ]
+        })
+        .await;
+    assert_eq!(entry(&q, "forged")["priority"], 50);
+    assert_eq!(
+        entry(&q, "ghost")["priority"],
+        0,
+        "a missing class is not the default"
+    );
+}
+
+/// Until `f` holds of some Event the API server has.
+async fn until_event(c: &Cluster, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..400 {
+        if let Some(e) = c
+            .fake
+            .list("events.k8s.io", "events")
+            .into_iter()
+            .find(|e| f(e))
+        {
+            return e;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!(
+        "no Event: {what}\n{:#?}",
+        c.fake.list("events.k8s.io", "events")
+    );
+}
+
+/// A job that fits the quota but not what is left of its card-hour
+/// budget waits for the budget as it would for quota, and its reason says
+/// which (status.queue and the Queued Event); a top-up admits it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_job_waits_for_card_hours_and_a_top_up_admits_it() {
+    let c = Cluster::start().await;
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"},
+                "spec": {"parent": "", "queueing": "Queue",
+                    "hard": {"requests.cpu": "8", "cash/requests.cpu": "10"}}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    // 4 cores for at most 3 h: 12 core-hours to reserve, 10 left.
+    let mut big = job("big", "4", None);
+    big["spec"]["activeDeadlineSeconds"] = json!(3 * 3600);
+    create(&c, &big).await.unwrap();
+    assert!(
+        suspended(&c, "big"),
+        "fits the quota, not the budget: queued"
+    );
+    let want = "waits for core-hours of cash/requests.cpu: needs 12, 10 left";
+    let q = c.fake.quota("ml");
+    assert_eq!(q["status"]["queue"][0]["waiting"], "Budget", "{q}");
+    assert_eq!(q["status"]["queue"][0]["reason"], want);
+    assert_eq!(used(&q, "requests.cpu"), "0");
+    let e = until_event(&c, "Queued on big", |e| {
+        e["reason"] == "Queued" && e["regarding"]["name"] == "big"
+    })
+    .await;
+    assert!(e["note"].as_str().unwrap().contains(want), "{e}");
+
+    // The controller's rounds agree: still waiting, for the same reason.
+    c.until("ml", "named by the controller", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    assert_eq!(c.fake.quota("ml")["status"]["queue"][0]["reason"], want);
+
+    // A top-up to 20 core-hours: the next round admits it.
+    let patch = json!({"spec": {"hard": {"cash/requests.cpu": "20"}}});
+    crate::admission::quotas(c.kubectl("admin"))
+        .patch("ml", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    let q = c
+        .until("ml", "big admitted", |q| {
+            queue_refs(q).is_empty() && used(q, "requests.cpu") == "4"
+        })
+        .await;
+    assert!(q["status"]["workloads"]["batch/Job/ml/big"]["uid"]
+        .as_str()
+        .unwrap()
+        .starts_with("queue:"));
 }

@@ -257,6 +257,7 @@ impl Controller {
         }
         tasks.spawn(ctx.clone().watch_pods(watermark));
         tasks.spawn(ctx.clone().watch_hpas());
+        tasks.spawn(ctx.clone().watch_priority_classes());
         ctx.gate.opened().await;
         {
             let v = ctx.view.lock().unwrap();

@@ -83,9 +83,34 @@ impl Context {
                 })
                 .collect()
         };
+        // Priorities from the PriorityClasses as the watch has them now (a
+        // class created or changed since an entry queued counts); a number
+        // written in a template never does (`quota::queue::priority`).
+        let classes = self.service.priorities.classes().await.ok();
+        let mut notes: BTreeMap<String, String> = BTreeMap::new();
+        let known: Vec<Queued> = known
+            .into_iter()
+            .map(|mut e| {
+                if let Some(c) = &classes {
+                    let r = c.resolve(&e.priority_classes);
+                    e.priority = r.value;
+                    if let Some(n) = r.note() {
+                        notes.insert(e.workload_ref.clone(), n);
+                    }
+                }
+                e
+            })
+            .collect();
         let limits = ResourceList::new();
         let pool = Pool::new(&q, &limits);
-        let decisions = queue::next_admissions(&known, &pool, &[], &q.spec.queueing, now);
+        // Card-hour budgets: an entry waits for one as for quota.
+        let budgets = queue::budgets::of(&q);
+        let price_list = quota::budget::PriceList::default();
+        let views: Vec<_> = budgets
+            .iter()
+            .map(|b| b.view(&self.service.prices, &price_list))
+            .collect();
+        let decisions = queue::next_admissions(&known, &pool, &views, &q.spec.queueing, now);
         let uids: BTreeMap<&str, &str> = known
             .iter()
             .map(|e| (e.workload_ref.as_str(), e.uid.as_str()))
@@ -121,7 +146,12 @@ impl Context {
             .iter()
             .map(|e| (e.work.workload_ref.clone(), (e.position, e.waiting)))
             .collect();
-        let fresh = queue::status(&known, &decisions, &BTreeMap::new());
+        let mut fresh = queue::status(&known, &decisions, &BTreeMap::new());
+        for e in fresh.iter_mut() {
+            if let Some(n) = notes.get(&e.work.workload_ref) {
+                e.reason = format!("{}; {n}", e.reason);
+            }
+        }
         for e in &fresh {
             if before.get(&e.work.workload_ref) != Some(&(e.position, e.waiting)) {
                 self.notify_workload(
