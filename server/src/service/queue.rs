@@ -22,7 +22,7 @@
 
 use super::{Service, ServiceError};
 use quota::admission;
-use quota::borrow::Standing;
+use quota::borrow::{self, Standing};
 use quota::budget::PriceList;
 use quota::object::Quota;
 use quota::queue::priority::Classes;
@@ -195,22 +195,63 @@ impl Service {
     }
 
     /// The controller's admission of one entry: if `wref` is still queued
-    /// under `uid`, charge `charge` within `limits` and remove the entry,
-    /// in one write. `Ok(false)`: no longer queued (nothing to do); a
-    /// denial: it no longer fits, it stays queued for the next round.
+    /// under `uid`, charge `charge` and remove the entry, in one write.
+    /// Within hard that is one compare-and-swap; beyond it, a quota that
+    /// may borrow (`max` and a parent) asks its parent for the loan first,
+    /// in the parent's compare-and-swap (`borrow::lend`, as the webhook's
+    /// borrowing path does), then charges within hard + loan — bounded
+    /// rounds, so a race that spends the room ends in a denial, never an
+    /// admission past the limits. `Ok(false)`: no longer queued (nothing to
+    /// do); a denial: it does not fit now and stays queued.
     pub async fn admit_queued(
         &self,
         quota_name: &str,
         wref: &str,
         uid: &str,
         charge: quota::object::Charge,
-        limits: &ResourceList,
     ) -> Result<bool, ServiceError> {
-        self.update_status(quota_name, false, |q| {
-            let admitted = ledger::admit(q, wref, uid, charge.clone(), limits)?;
-            Ok((admitted, admitted))
-        })
-        .await
+        let now_ms = self.now();
+        // The parent's answer to the last loan request (None: none asked).
+        let mut loan: Option<ResourceList> = None;
+        let mut last_denial = None;
+        for _round in 0..super::BORROW_ROUNDS {
+            let round = self
+                .update_status(quota_name, false, |q| {
+                    if ledger::find(q, wref, uid).is_none() {
+                        return Ok((false, Ok(false)));
+                    }
+                    match borrow::charge_or_request(q, wref, charge.clone(), loan.as_ref()) {
+                        Ok(_) => {
+                            ledger::dequeue(q, wref);
+                            Ok((true, Ok(true)))
+                        }
+                        Err((d, req)) => {
+                            Ok((false, Err((d, req.map(|r| (q.spec.parent.clone(), *r))))))
+                        }
+                    }
+                })
+                .await?;
+            let (denial, request) = match round {
+                Ok(admitted) => return Ok(admitted),
+                Err(r) => r,
+            };
+            let Some((parent, req)) = request else {
+                return Err(denial.into());
+            };
+            let children =
+                Standing::of_all(self.store.children(&parent).await?.iter().map(|s| &s.quota));
+            loan = Some(
+                self.update_status(&parent, false, |p| {
+                    let changed = borrow::lend(p, &req, &children, now_ms)?;
+                    Ok((changed, borrow::loan_of(p, quota_name)))
+                })
+                .await?,
+            );
+            last_denial = Some(denial);
+        }
+        Err(last_denial
+            .map(ServiceError::Denied)
+            .unwrap_or_else(|| ServiceError::Contention(quota_name.to_string())))
     }
 
     /// Rewrite positions and reasons after a round (entries admitted or

@@ -514,3 +514,116 @@ async fn a_queued_job_waits_for_card_hours_and_a_top_up_admits_it() {
         .unwrap()
         .starts_with("queue:"));
 }
+
+fn job_in(ns: &str, quota: &str, name: &str, cpu: &str) -> Value {
+    let mut j = job(name, cpu, None);
+    j["metadata"]["namespace"] = json!(ns);
+    j["metadata"]["labels"]["biz.group.resource.quota"] = json!(quota);
+    j
+}
+
+async fn create_in(c: &Cluster, ns: &str, obj: &Value) -> Result<(), String> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    let api: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), ns, &ar);
+    let o: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    api.create(&PostParams::default(), &o)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// A quota that may borrow (`max`) admits from its queue on a loan from
+/// its parent once a sibling's room is idle: the loan is granted in the
+/// parent's status and the charge made within hard + loan, as the
+/// webhook's borrowing path does; never past max nor past what is idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
+    let c = Cluster::start().await;
+    for (name, parent, spec) in [
+        ("org", "", json!({"hard": {"requests.cpu": "8"}})),
+        (
+            "a",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "7"}, "queueing": "Queue"}),
+        ),
+        ("b", "org", json!({"hard": {"requests.cpu": "4"}})),
+    ] {
+        let mut spec = spec;
+        spec["parent"] = json!(parent);
+        let (s, v) = c
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name}, "spec": spec})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create_in(&c, "ml", &job_in("ml", "a", "a1", "4"))
+        .await
+        .unwrap();
+    create_in(&c, "web", &job_in("web", "b", "b1", "4"))
+        .await
+        .unwrap();
+    c.until("b", "b1 charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    // a is full and b uses all of its share: nothing idle to lend.
+    create_in(&c, "ml", &job_in("ml", "a", "a2", "2"))
+        .await
+        .unwrap();
+    create_in(&c, "ml", &job_in("ml", "a", "a3", "2"))
+        .await
+        .unwrap();
+    assert!(suspended(&c, "a2") && suspended(&c, "a3"));
+    let q = c
+        .until("a", "both named", |q| {
+            queue_refs(q).len() == 2
+                && q["status"]["queue"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|e| e["uid"].as_str().is_some_and(|u| !u.is_empty()))
+        })
+        .await;
+    assert_eq!(
+        q["status"]["queue"][0]["reason"],
+        "waits for 2 × requests.cpu: 0 free, 2 needed"
+    );
+    // b1 ends: 4 idle in org, but a may borrow only up to max 7: a2 (2)
+    // rides a loan, a3 (2 more: 8 > 7) keeps waiting.
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    Api::<DynamicObject>::namespaced_with(c.kubectl("alice"), "web", &ar)
+        .delete("b1", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("a", "a2 admitted on a loan", |q| {
+        queue_refs(q) == ["batch/Job/ml/a3"] && used(q, "requests.cpu") == "6"
+    })
+    .await;
+    // The round's restated reason: free counts what could still be
+    // borrowed, up to max.
+    c.until("a", "a3's reason restated", |q| {
+        q["status"]["queue"][0]["reason"] == "waits for 1 × requests.cpu: 1 free, 2 needed"
+    })
+    .await;
+    let org = c.fake.quota("org");
+    assert_eq!(
+        org["status"]["loans"]["a"]["amount"]["requests.cpu"], "2",
+        "the loan is in the parent's status: {org}"
+    );
+    for _ in 0..100 {
+        if !suspended(&c, "a2") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!suspended(&c, "a2"), "admitted: unsuspended");
+    assert!(suspended(&c, "a3"));
+}

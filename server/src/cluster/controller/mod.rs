@@ -125,6 +125,9 @@ pub struct Context {
     missed: Mutex<HashSet<String>>,
     /// No reconcile before the view's startup watches have listed once.
     gate: Gate,
+    /// Quotas that may borrow and have a queue, by parent: room freed under
+    /// a parent may be lent to them, so they are touched then (`queue`).
+    borrowers: Mutex<HashMap<String, HashSet<String>>>,
 }
 
 impl Context {
@@ -185,6 +188,7 @@ impl Context {
             retries: Retries::default(),
             missed: Mutex::default(),
             gate: Gate::default(),
+            borrowers: Mutex::default(),
         };
         (Arc::new(ctx), rx)
     }

@@ -9,9 +9,11 @@
 //! entry is gone once charged) and nothing is lost (it leaves the queue
 //! only with its charge).
 //!
-//! This version admits within hard only: work that could run on a loan
-//! from the parent waits until it fits in hard (never over-admitted; the
-//! loan path is not wired here yet).
+//! A quota that may borrow (`max` and a parent) plans against what its
+//! parent could lend now and admits on a loan through the same two
+//! compare-and-swaps as the webhook's borrowing path (the loan in the
+//! parent, then the charge within hard + loan): never past the limits, and
+//! such work is reclaimed in the loans' order like any borrower's.
 
 use super::Context;
 
@@ -20,7 +22,6 @@ use crate::service::ServiceError;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use quota::queue::{self, Decision, Pool, Queued};
 use quota::workload::{adapter_for_kind, WorkloadRef};
-use quota::ResourceList;
 use std::collections::BTreeMap;
 
 impl Context {
@@ -48,6 +49,7 @@ impl Context {
             self.unsuspend(&wref).await;
         }
         if q.status.queue.is_empty() {
+            self.note_borrower(&q, false);
             return Ok(());
         }
         // Entries made by a CREATE's mutation carry no uid yet (the API
@@ -101,7 +103,11 @@ impl Context {
                 e
             })
             .collect();
-        let limits = ResourceList::new();
+        // Hard, or for a quota that may borrow, hard + what its parent
+        // could lend now (`queue::borrow_limits`): each admission then asks
+        // for its loan in the parent's compare-and-swap, as the webhook's
+        // borrowing path does, so the plan is never more than is granted.
+        let limits = self.service.queue_limits(&q).await?;
         let pool = Pool::new(&q, &limits);
         // Card-hour budgets: an entry waits for one as for quota.
         let budgets = queue::budgets::of(&q);
@@ -120,7 +126,7 @@ impl Context {
             let uid = uids.get(a.workload_ref.as_str()).copied().unwrap_or("");
             match self
                 .service
-                .admit_queued(name, &a.workload_ref, uid, a.charge.clone(), &limits)
+                .admit_queued(name, &a.workload_ref, uid, a.charge.clone())
                 .await
             {
                 Ok(true) => {
@@ -166,8 +172,58 @@ impl Context {
                 );
             }
         }
+        let waits = !fresh.is_empty();
         self.service.restate_queue(name, fresh).await?;
+        self.note_borrower(&q, waits);
         Ok(())
+    }
+
+    /// Keep `q` among the borrowers with a queue under its parent while
+    /// it may borrow and `waits`.
+    fn note_borrower(&self, q: &quota::Quota, waits: bool) {
+        let parent = &q.spec.parent;
+        if parent.is_empty() {
+            return;
+        }
+        let mut b = self.borrowers.lock().unwrap();
+        if waits && !q.spec.max.is_empty() {
+            b.entry(parent.clone())
+                .or_default()
+                .insert(q.name().to_string());
+        } else if let Some(set) = b.get_mut(parent) {
+            set.remove(q.name());
+            if set.is_empty() {
+                b.remove(parent);
+            }
+        }
+    }
+
+    /// Room freed under `parent` (a child's workload deleted or lowered):
+    /// the borrowers waiting in a queue under it get a round, since their
+    /// parent may lend them that room now.
+    pub(super) fn touch_borrowers_under(&self, parent: &str) {
+        let names: Vec<String> = self
+            .borrowers
+            .lock()
+            .unwrap()
+            .get(parent)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        if !names.is_empty() {
+            self.triggers.touch(names);
+        }
+    }
+
+    /// `touch_borrowers_under` the parent of each of `quotas`, as this
+    /// process's copy has it.
+    pub(super) fn touch_borrowers_beside(&self, quotas: &std::collections::BTreeSet<String>) {
+        for name in quotas {
+            if let Some(s) = self.service.cached_quota(name) {
+                if !s.quota.spec.parent.is_empty() {
+                    self.touch_borrowers_under(&s.quota.spec.parent);
+                }
+            }
+        }
     }
 
     /// Set the workload's suspend flag to false (a merge patch of its

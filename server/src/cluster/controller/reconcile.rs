@@ -98,6 +98,7 @@ impl Context {
         let prices = self.service.prices;
         let mut exhausted: Vec<String> = Vec::new();
         let mut queued = false;
+        let mut freed = false;
         let mut paid_to: Option<i64> = None;
         let mut uid: Option<String> = None;
         let result = self
@@ -128,6 +129,11 @@ impl Context {
                 );
                 borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
                 let changed = out.changed || q.status.differs_visibly(&before);
+                // Room given back here may be lent to a sibling's queue.
+                freed = before
+                    .used
+                    .iter()
+                    .any(|(k, b)| quota::resources::get(&q.status.used, k) < *b);
                 exhausted = newly_exhausted(&before, q);
                 queued = quota::queue::ledger::waits_or_admits(q);
                 uid = q.metadata.uid.clone();
@@ -168,6 +174,9 @@ impl Context {
                     "bizrq {name}: {key} is exhausted; new workloads that need it are denied, running ones keep running"
                 ),
             });
+        }
+        if freed && written && !parent.is_empty() {
+            self.touch_borrowers_under(&parent);
         }
         // The parent weighs borrowing and reclaim among its children: after
         // a change here, or while pods here wait for room.

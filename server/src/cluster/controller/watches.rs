@@ -265,6 +265,8 @@ impl Context {
                         .lock()
                         .unwrap()
                         .delete_workload(adapter, &ns, &obj.name_any(), now);
+                // Its room may be lent to a sibling's queue now.
+                self.touch_borrowers_beside(&touched);
                 self.touch(touched);
             }
             Change::Listed { listed, first } => {
