@@ -128,6 +128,10 @@ pub struct Context {
     /// Quotas that may borrow and have a queue, by parent: room freed under
     /// a parent may be lent to them, so they are touched then (`queue`).
     borrowers: Mutex<HashMap<String, HashSet<String>>>,
+    /// When a quota's queue next needs a round although nothing changed
+    /// (an entry crosses its alert threshold, an orphan's grace ends), in
+    /// the service's clock: its reconcile asks to be run again then.
+    wake: Mutex<HashMap<String, i64>>,
 }
 
 impl Context {
@@ -189,6 +193,7 @@ impl Context {
             missed: Mutex::default(),
             gate: Gate::default(),
             borrowers: Mutex::default(),
+            wake: Mutex::default(),
         };
         (Arc::new(ctx), rx)
     }

@@ -173,9 +173,43 @@ impl Context {
             }
         }
         let waits = !fresh.is_empty();
+        let policy = q.spec.queueing;
+        let overdue = fresh
+            .iter()
+            .any(|e| policy.alerts(e.work.submitted_ms, now));
+        let next_alert = fresh
+            .iter()
+            .filter(|e| !policy.alerts(e.work.submitted_ms, now))
+            .filter_map(|e| {
+                let after = policy.alert_after_seconds? as i64;
+                Some(
+                    e.work
+                        .submitted_ms
+                        .saturating_add(after.saturating_mul(1000)),
+                )
+            })
+            .min();
         self.service.restate_queue(name, fresh).await?;
         self.note_borrower(&q, waits);
+        if overdue {
+            // Nothing else writes when an entry crosses its threshold:
+            // the alert engine evaluates the quota as it stands now.
+            if let Some(s) = self.service.cached_quota(name) {
+                self.service.changed.mark(name, now, Some(s));
+            }
+        }
+        if let Some(at) = next_alert {
+            self.wake_at(name, at);
+        }
         Ok(())
+    }
+
+    /// Run `name`'s queue again at `at` (the service's clock), or earlier
+    /// if already asked.
+    fn wake_at(&self, name: &str, at: i64) {
+        let mut w = self.wake.lock().unwrap();
+        let e = w.entry(name.to_string()).or_insert(at);
+        *e = (*e).min(at);
     }
 
     /// Keep `q` among the borrowers with a queue under its parent while

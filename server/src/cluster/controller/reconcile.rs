@@ -16,6 +16,7 @@ use quota::keys::cash_target;
 use quota::reconcile::{Observed, RESERVATION_TTL_MS};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How one reconcile ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -40,7 +41,8 @@ impl Reconciled {
 
 /// Reconcile one quota. Whatever the outcome, the next reconcile comes
 /// from a trigger: an event that touches the quota, the recheck, or the
-/// periodic resync of every quota (`triggers`), so no outcome requeues.
+/// periodic resync of every quota (`triggers`); only a queue with a time
+/// of its own (an alert threshold, an orphan's grace) asks to run again.
 pub async fn reconcile(
     quota: Arc<BizGroupResourceQuota>,
     ctx: Arc<Context>,
@@ -58,7 +60,17 @@ pub async fn reconcile(
         Ok(done) => {
             m.count_reconcile(done.label());
             ctx.retries.reset(&name);
-            Ok(Action::await_change())
+            // A queue that needs a round at a time of its own (an alert
+            // threshold, an orphan's grace) asks for it; at most a resync
+            // away, at least a second.
+            let wake = ctx.wake.lock().unwrap().remove(&name);
+            Ok(match wake {
+                Some(at) => {
+                    let ms = at.saturating_sub(ctx.now()).max(1000) as u64;
+                    Action::requeue(Duration::from_millis(ms).min(ctx.cfg.resync))
+                }
+                None => Action::await_change(),
+            })
         }
         Err(source) => {
             m.count_reconcile("error");
