@@ -680,6 +680,10 @@ async fn a_job_queued_past_the_alert_threshold_alerts_until_it_is_admitted() {
         overdue_alerts(&c).await.is_empty(),
         "not waited an hour yet"
     );
+    c.until_metric("bizrq_admission_queue_length{quota=\"ml\",waiting=\"Quota\"} 1")
+        .await;
+    c.until_metric("bizrq_admission_queue_length{quota=\"_all\",waiting=\"Quota\"} 1")
+        .await;
 
     // Two hours later (a change of b gives the queue a round; in a
     // cluster the controller's own wake-up at the threshold does).
@@ -712,6 +716,13 @@ async fn a_job_queued_past_the_alert_threshold_alerts_until_it_is_admitted() {
         .await
         .unwrap();
     c.until("ml", "b admitted", |q| queue_refs(q).is_empty())
+        .await;
+    // Its wait, joined at T0 and admitted 2 h later, is in the histogram.
+    c.until_metric("bizrq_admission_queue_wait_seconds_sum{quota=\"ml\"} 7200")
+        .await;
+    c.until_metric("bizrq_admission_queue_wait_seconds_count{quota=\"ml\"} 1")
+        .await;
+    c.until_metric("bizrq_admission_queue_length{quota=\"ml\",waiting=\"Quota\"} 0")
         .await;
     let mut state = Value::Null;
     for _ in 0..400 {

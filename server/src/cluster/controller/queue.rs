@@ -50,6 +50,7 @@ impl Context {
         }
         if q.status.queue.is_empty() {
             self.note_borrower(&q, false);
+            self.service.metrics.set_queue(name, [0; 4], 0);
             return Ok(());
         }
         // Entries made by a CREATE's mutation carry no uid yet (the API
@@ -130,6 +131,12 @@ impl Context {
                 .await
             {
                 Ok(true) => {
+                    if let Some(e) = known.iter().find(|e| e.workload_ref == a.workload_ref) {
+                        let waited = now.saturating_sub(e.submitted_ms).max(0);
+                        self.service
+                            .metrics
+                            .observe_queue_wait(name, waited as f64 / 1000.0);
+                    }
                     self.unsuspend(&a.workload_ref).await;
                     self.notify_workload(
                         &a.workload_ref,
@@ -189,6 +196,7 @@ impl Context {
                 )
             })
             .min();
+        self.export(name, &q, &known, &fresh, now);
         self.service.restate_queue(name, fresh).await?;
         self.note_borrower(&q, waits);
         if overdue {
@@ -202,6 +210,36 @@ impl Context {
             self.wake_at(name, at);
         }
         Ok(())
+    }
+
+    /// The queue's metrics after a round: the restated entries, and those
+    /// the round left out (not yet seen by the watch) as they were stored.
+    fn export(
+        &self,
+        name: &str,
+        q: &quota::Quota,
+        known: &[Queued],
+        fresh: &[queue::QueueEntry],
+        now: i64,
+    ) {
+        let mut counts = [0i64; 4];
+        let mut oldest = 0i64;
+        let rest = q
+            .status
+            .queue
+            .iter()
+            .filter(|e| !known.iter().any(|k| k.workload_ref == e.work.workload_ref));
+        for e in fresh.iter().chain(rest) {
+            let i = match e.waiting {
+                queue::Waiting::Quota => 0,
+                queue::Waiting::Budget => 1,
+                queue::Waiting::Turn => 2,
+                queue::Waiting::Never => 3,
+            };
+            counts[i] += 1;
+            oldest = oldest.max(now.saturating_sub(e.work.submitted_ms) / 1000);
+        }
+        self.service.metrics.set_queue(name, counts, oldest);
     }
 
     /// Run `name`'s queue again at `at` (the service's clock), or earlier

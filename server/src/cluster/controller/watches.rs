@@ -182,6 +182,7 @@ impl Context {
         let name = q.name_any();
         self.retries.reset(&name);
         self.missed.lock().unwrap().remove(&name);
+        self.service.metrics.forget_queue(&name);
         self.forget_quota(&name).await;
         if q.spec.parent.is_empty() {
             return;
