@@ -268,6 +268,30 @@ impl Service {
         .await
     }
 
+    /// Remove the entries `(reference, uid)` whose objects are gone (the
+    /// controller's judgement): exactly those, so an entry queued again
+    /// meanwhile under a new uid stays. The references removed.
+    pub async fn prune_queue(
+        &self,
+        quota_name: &str,
+        entries: &[(String, String)],
+    ) -> Result<Vec<String>, ServiceError> {
+        self.update_status(quota_name, false, |q| {
+            let mut removed = Vec::new();
+            q.status.queue.retain(|e| {
+                let gone = entries
+                    .iter()
+                    .any(|(r, u)| *r == e.work.workload_ref && *u == e.work.uid);
+                if gone {
+                    removed.push(e.work.workload_ref.clone());
+                }
+                !gone
+            });
+            Ok((!removed.is_empty(), removed))
+        })
+        .await
+    }
+
     /// Give an entry its object's uid (the mutating webhook of a CREATE
     /// sees no uid yet: the API server assigns it after mutation).
     pub async fn name_queued(

@@ -736,3 +736,67 @@ async fn a_job_queued_past_the_alert_threshold_alerts_until_it_is_admitted() {
     assert_eq!(state, "resolved");
     assert_eq!(overdue_alerts(&c).await.len(), 1, "fired once");
 }
+
+fn stored_entry(name: &str, uid: &str) -> Value {
+    json!({"workloadRef": format!("batch/Job/ml/{name}"), "uid": uid, "priority": 0,
+        "since": "2026-11-21T10:00:00.000Z",
+        "podSets": [{"name": "main", "count": 1, "perPod": {"requests.cpu": "1"}}],
+        "position": 9, "waiting": "Quota", "reason": "waits"})
+}
+
+/// Entries whose object is not there leave the queue: one whose object
+/// the controller never saw, 2 minutes after it queued (its create was
+/// refused after the mutating webhook queued it); one whose object is
+/// gone; one queued under an earlier object of the name (said in an
+/// Event on the object there now). A live entry stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_entries_without_their_object_are_pruned() {
+    let c = queueing_cluster().await;
+    create(&c, &job("a", "3", None)).await.unwrap();
+    create(&c, &job("b", "2", None)).await.unwrap();
+    c.until("ml", "b named", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    // c exists now as a new object; its entry names an earlier one.
+    let mut cj = job("c", "1", None);
+    cj["metadata"]["uid"] = json!("uid-c-new");
+    cj["spec"]["suspend"] = json!(true);
+    c.fake.put(cj);
+    let mut q = c.fake.quota("ml");
+    let queue = q["status"]["queue"].as_array_mut().unwrap();
+    queue.push(stored_entry("ghost", ""));
+    queue.push(stored_entry("lost", "uid-lost"));
+    queue.push(stored_entry("c", "uid-c-old"));
+    c.fake.put(q);
+    let q = c
+        .until("ml", "gone and replaced pruned", |q| {
+            queue_refs(q) == ["batch/Job/ml/b", "batch/Job/ml/ghost"]
+        })
+        .await;
+    assert_eq!(used(&q, "requests.cpu"), "3");
+    until_event(&c, "QueueEntryRemoved on c", |e| {
+        e["reason"] == "QueueEntryRemoved" && e["regarding"]["name"] == "c"
+    })
+    .await;
+
+    // Within its grace the never-seen entry stays; past it, it goes.
+    c.set_clock(crate::cluster::T0 + 119_000);
+    let mut b = c.fake.get("batch", "jobs", "ml", "b").unwrap();
+    b["metadata"]["labels"]["touched"] = json!("1");
+    c.fake.put(b.clone());
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        queue_refs(&c.fake.quota("ml")),
+        ["batch/Job/ml/b", "batch/Job/ml/ghost"]
+    );
+    c.set_clock(crate::cluster::T0 + 121_000);
+    b["metadata"]["labels"]["touched"] = json!("2");
+    c.fake.put(b);
+    c.until("ml", "ghost pruned", |q| {
+        queue_refs(q) == ["batch/Job/ml/b"]
+    })
+    .await;
+}

@@ -17,6 +17,12 @@
 
 use super::Context;
 
+/// How long an entry whose object the controller has never seen stays
+/// queued: the mutating webhook queues a CREATE before the API server
+/// stores the object (and before the watch shows it); past this the
+/// create is taken to have failed.
+pub const ORPHAN_GRACE_MS: i64 = 120_000;
+
 use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -74,6 +80,10 @@ impl Context {
             q
         } else {
             self.service.get(name).await?.quota
+        };
+        let q = match self.prune_orphans(name, &q, now).await? {
+            true => self.service.get(name).await?.quota,
+            false => q,
         };
         // Only entries whose object the watch has seen (with its uid) are
         // admitted: the unsuspend needs the object.
@@ -240,6 +250,72 @@ impl Context {
             oldest = oldest.max(now.saturating_sub(e.work.submitted_ms) / 1000);
         }
         self.service.metrics.set_queue(name, counts, oldest);
+    }
+
+    /// Entries whose object is not there (docs/queueing.md §7): one never
+    /// seen `ORPHAN_GRACE_MS` after it queued (its create was refused after
+    /// the mutating webhook queued it, or never happened), one whose object
+    /// the watch saw and is gone (a delete whose release was missed), and
+    /// one queued under an earlier object of the name (uid differs), which
+    /// is said on the object now there. Judged only for kinds the watch
+    /// has listed. Whether any was removed.
+    async fn prune_orphans(
+        &self,
+        name: &str,
+        q: &quota::Quota,
+        now: i64,
+    ) -> Result<bool, ServiceError> {
+        let authoritative = self.authoritative();
+        let mut gone: Vec<(String, String)> = Vec::new();
+        let mut replaced: Vec<String> = Vec::new();
+        let mut next_due: Option<i64> = None;
+        {
+            let v = self.view.lock().unwrap();
+            for e in &q.status.queue {
+                let (wref, uid) = (&e.work.workload_ref, &e.work.uid);
+                if !authoritative(kind_of_ref(wref)) {
+                    continue;
+                }
+                match v.workload_uid(wref) {
+                    Some(seen) if uid.is_empty() || *uid == seen => {}
+                    Some(_) => {
+                        gone.push((wref.clone(), uid.clone()));
+                        replaced.push(wref.clone());
+                    }
+                    None if !uid.is_empty() => gone.push((wref.clone(), uid.clone())),
+                    None => {
+                        let due = e.work.submitted_ms.saturating_add(ORPHAN_GRACE_MS);
+                        if now >= due {
+                            gone.push((wref.clone(), String::new()));
+                        } else {
+                            next_due = Some(next_due.map_or(due, |d| d.min(due)));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(at) = next_due {
+            self.wake_at(name, at);
+        }
+        if gone.is_empty() {
+            return Ok(false);
+        }
+        let pruned = self.service.prune_queue(name, &gone).await?;
+        for wref in &pruned {
+            if replaced.contains(wref) {
+                self.notify_workload(
+                    wref,
+                    true,
+                    "Queue",
+                    "QueueEntryRemoved",
+                    format!(
+                        "bizrq {name}: the queue entry of an earlier object named {wref} was                          removed; this object is not queued"
+                    ),
+                );
+            }
+            tracing::info!(quota = %name, workload = %wref, "queue entry without its object removed");
+        }
+        Ok(!pruned.is_empty())
     }
 
     /// Run `name`'s queue again at `at` (the service's clock), or earlier

@@ -85,7 +85,7 @@ pub async fn reconcile(
 impl Context {
     /// Kinds whose charges the view can judge: watched and listed, or not
     /// served by the cluster at all (their objects cannot exist).
-    fn authoritative(&self) -> impl Fn(&str) -> bool + '_ {
+    pub(super) fn authoritative(&self) -> impl Fn(&str) -> bool + '_ {
         let installed: HashSet<String> = self.installed.lock().unwrap().keys().cloned().collect();
         let v = self.view.lock().unwrap();
         let synced: HashSet<String> = installed
