@@ -313,3 +313,88 @@ impl Service {
         .await
     }
 }
+
+/// What a queued workload needs, as the quota page and `GET
+/// /api/v1/quotas/{name}/queue` show it: its usage on the keys the quota
+/// limits (cash keys aside), or, if it asks none of them, its `requests.*`.
+pub fn needs(q: &Quota, work: &Queued) -> ResourceList {
+    let usage = work.usage();
+    let limited: ResourceList = usage
+        .iter()
+        .filter(|(k, v)| v.nanos() > 0 && q.spec.hard.contains_key(*k))
+        .filter(|(k, _)| quota::keys::cash_target(k).is_none())
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    if !limited.is_empty() {
+        return limited;
+    }
+    usage
+        .into_iter()
+        .filter(|(k, v)| v.nanos() > 0 && k.starts_with("requests."))
+        .collect()
+}
+
+/// `4 × requests.nvidia.com/gpu.A100, 6 GiB of requests.memory`.
+pub fn needs_words(needs: &ResourceList) -> String {
+    needs
+        .iter()
+        .map(|(k, v)| {
+            let a = quota::readable::amount(k, *v);
+            let joint = if a.ends_with(" GiB") { "of" } else { "×" };
+            format!("{a} {joint} {k}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A quota's queueing policy in words, for the top of its queue.
+pub fn policy_words(p: &queue::QueuePolicy) -> String {
+    let span = |s: u64| quota::budget::runway::span((s as i64).saturating_mul(1000));
+    if !p.queues() {
+        return "This quota refuses work that does not fit (queueing: Refuse); what was \
+                queued before is still admitted from its queue."
+            .into();
+    }
+    let mut out = match p.order {
+        queue::Order::StrictFifo => {
+            "Work that does not fit waits here, suspended, and is admitted whole when it fits: \
+             highest priority first, then first come; nothing passes a workload that waits."
+                .to_string()
+        }
+        queue::Order::BestEffortFifo { aging_seconds } => format!(
+            "Work that does not fit waits here, suspended, and is admitted whole when it fits: \
+             highest priority first, then first come; smaller work may pass a waiting workload \
+             until it has waited {}.",
+            span(aging_seconds)
+        ),
+    };
+    if p.preemption == queue::Preemption::LowerPriority {
+        out.push_str(" The first waiting workload may reclaim running work of lower priority.");
+    }
+    if let Some(s) = p.alert_after_seconds {
+        out.push_str(&format!(
+            " Owners are alerted when a workload waits longer than {}.",
+            span(s)
+        ));
+    }
+    out
+}
+
+/// `3 hours ago`, or `just now`.
+pub fn ago(now_ms: i64, then_ms: i64) -> String {
+    let d = now_ms.saturating_sub(then_ms);
+    if d < 60_000 {
+        return "just now".into();
+    }
+    format!("{} ago", quota::budget::runway::span(d))
+}
+
+/// `1,000 (urgent)`: the value and the classes its templates name.
+pub fn priority_words(work: &Queued) -> String {
+    let v = quota::readable::grouped(quota::Quantity::from_units(work.priority as i64));
+    if work.priority_classes.is_empty() {
+        v
+    } else {
+        format!("{v} ({})", work.priority_classes.join(", "))
+    }
+}

@@ -800,3 +800,88 @@ async fn queue_entries_without_their_object_are_pruned() {
     })
     .await;
 }
+
+/// The queue on the quota's page (position, workload, priority, needs,
+/// reason, queued since) and as JSON at GET /api/v1/quotas/{name}/queue,
+/// both seen by whoever may see the quota, and by no one else (404, as
+/// GET /api/v1/quotas/{name}).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_is_shown_on_the_quota_page_and_as_json_to_who_may_see_it() {
+    use crate::common::{bind, create_user, Browser};
+    let c = queueing_cluster().await;
+    create_class(&c, "urgent", 1000, false).await;
+    create(&c, &job("a", "3", None)).await.unwrap();
+    create(&c, &with_class(job("b", "2", None), "urgent"))
+        .await
+        .unwrap();
+    c.until("ml", "b named", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    c.set_clock(crate::cluster::T0 + 3 * crate::cluster::HOUR);
+
+    let admin = Browser::admin(&c.server).await;
+    let page = admin.get("/quotas/ml").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let html = &page.body;
+    let table = &html[html.find(r#"<table class="queue">"#).expect(html)..];
+    let table = &table[..table.find("</table>").unwrap()];
+    for want in [
+        "Queue (1)",
+        "batch/Job/ml/b",
+        "1,000 (urgent)",
+        "2 × requests.cpu",
+        "waits for 1 × requests.cpu: 1 free, 2 needed",
+        "3 hours ago",
+        "2026-11-21 10:00 UTC",
+    ] {
+        assert!(
+            table.contains(want) || html.contains(want),
+            "{want} not on the page: {table}"
+        );
+    }
+    assert!(
+        html.contains("nothing passes a workload that waits"),
+        "the policy in words"
+    );
+
+    let (s, v) = c
+        .server
+        .api(Method::GET, "/api/v1/quotas/ml/queue", None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["length"], 1);
+    assert_eq!(v["policy"]["mode"], "Queue");
+    let e = &v["items"][0];
+    assert_eq!(e["position"], 1);
+    assert_eq!(e["workloadRef"], "batch/Job/ml/b");
+    assert_eq!(e["priority"], 1000);
+    assert_eq!(e["priorityClasses"], json!(["urgent"]));
+    assert_eq!(e["since"], "2026-11-21T10:00:00.000Z");
+    assert_eq!(e["waitedSeconds"], 3 * 3600);
+    assert_eq!(e["waiting"], "Quota");
+    assert_eq!(e["needs"], json!({"requests.cpu": "2"}));
+    assert_eq!(e["reason"], "waits for 1 × requests.cpu: 1 free, 2 needed");
+
+    // Visibility: as the quota itself. A member sees it; a user without a
+    // role on it gets the same 404 as for the quota.
+    create_user(&admin, "mia", "mia-password-0123456").await;
+    create_user(&admin, "olaf", "olaf-password-0123456").await;
+    bind(&admin, "mia", "ml", "member").await;
+    let mia = Browser::logged_in(&c.server, "mia", "mia-password-0123456").await;
+    let (s, v) = mia.api(Method::GET, "/api/v1/quotas/ml/queue", None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["length"], 1);
+    let olaf = Browser::logged_in(&c.server, "olaf", "olaf-password-0123456").await;
+    let (s_queue, v_queue) = olaf.api(Method::GET, "/api/v1/quotas/ml/queue", None).await;
+    let (s_quota, v_quota) = olaf.api(Method::GET, "/api/v1/quotas/ml", None).await;
+    assert_eq!(s_queue, StatusCode::NOT_FOUND, "{v_queue}");
+    assert_eq!(s_quota, StatusCode::NOT_FOUND);
+    assert_eq!(v_queue, v_quota, "the same answer as for the quota");
+    let (s, _) = olaf
+        .api(Method::GET, "/api/v1/quotas/nope/queue", None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}
