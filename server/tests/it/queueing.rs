@@ -885,3 +885,70 @@ async fn the_queue_is_shown_on_the_quota_page_and_as_json_to_who_may_see_it() {
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
+
+/// The mutating webhook on a replica that does not run the controller
+/// (so has no PriorityClass watch) reads the classes through the API: one
+/// LIST, kept 30 s, so a burst of creates costs one read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_without_the_watch_reads_priority_classes_through_the_api() {
+    use crate::fakeapi::FakeApi;
+    let fake = FakeApi::new();
+    let leader = Cluster::replica(
+        fake.clone(),
+        tempfile::tempdir().unwrap(),
+        crate::cluster::T0,
+        "bizrq-a",
+        false,
+    )
+    .await;
+    leader.until_metric("bizrq_leader 1").await;
+    let c = Cluster::replica(
+        fake.clone(),
+        tempfile::tempdir().unwrap(),
+        crate::cluster::T0,
+        "bizrq-b",
+        true,
+    )
+    .await;
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"},
+                "spec": {"parent": "", "hard": {"requests.cpu": "4"}, "queueing": "Queue"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    leader
+        .until_requested("PriorityClass watch", |r| {
+            r.starts_with("GET /apis/scheduling.k8s.io/v1/priorityclasses?")
+                && r.contains("watch=true")
+        })
+        .await;
+    create_class(&c, "urgent", 1000, false).await;
+    let lists = || {
+        fake.requests()
+            .iter()
+            .filter(|r| {
+                r.starts_with("GET /apis/scheduling.k8s.io/v1/priorityclasses")
+                    && !r.contains("watch=true")
+            })
+            .count()
+    };
+    let before = lists();
+    create(&c, &job("run", "4", None)).await.unwrap();
+    create(&c, &with_class(job("b", "2", None), "urgent"))
+        .await
+        .unwrap();
+    create(&c, &with_class(job("c", "2", None), "urgent"))
+        .await
+        .unwrap();
+    // Judged by the serving replica's webhook, before any round.
+    let q = fake.quota("ml");
+    assert_eq!(entry(&q, "b")["priority"], 1000, "{q}");
+    assert_eq!(entry(&q, "c")["priority"], 1000);
+    assert_eq!(lists(), before + 1, "one LIST for both creates");
+    leader.running.shutdown().await;
+    c.running.shutdown().await;
+}
