@@ -21,6 +21,7 @@ pub fn kind_label(kind: &str) -> &str {
         "transfer_requested" => "Transfer requested",
         "transfer_approved" => "Transfer approved",
         "transfer_rejected" => "Transfer rejected",
+        "queue_overdue" => "Queued too long",
         other => other,
     }
 }

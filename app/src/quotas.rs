@@ -83,6 +83,9 @@ pub struct QuotaDetail {
     pub can_invite_owner: bool,
     /// The Budgets panel, one line per cash key.
     pub budgets: Vec<crate::budgets::BudgetLine>,
+    /// The queue (docs/queueing.md): the policy in words and the waiting
+    /// workloads; None for a quota that refuses and holds none.
+    pub queue: Option<(String, Vec<crate::queue::QueueRow>)>,
 }
 
 /// One key row of the create / edit form.
@@ -397,6 +400,9 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     let forecasts = (!d.forecasts.is_empty()).then(|| {
         view! { <ul class="forecasts">{d.forecasts.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ul> }
     });
+    let queue = d
+        .queue
+        .map(|(policy, rows)| crate::queue::section(policy, rows));
     // Rendered inside the document: the chart island needs its context.
     let charts = d.charts;
     document(move || {
@@ -416,6 +422,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 {children}
                 <h3>"Bound workloads"</h3>
                 {workloads}
+                {queue}
                 <h3>"Members"</h3>
                 {members_list}
                 {invite}

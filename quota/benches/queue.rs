@@ -68,6 +68,7 @@ fn main() {
                 workload_ref: format!("batch/Job/ns/q-{i}"),
                 uid: i.to_string(),
                 priority: [0, 0, 100, 1000][(i % 4) as usize],
+                priority_classes: Vec::new(),
                 submitted_ms: T0 + i * 1000,
                 pod_sets: sets([1, 2, 4, 8][(i % 4) as usize]),
                 run_ms: Some((10 + i % 50) * 60_000),

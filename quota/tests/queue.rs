@@ -52,6 +52,7 @@ fn job(name: &str, priority: i32, at: i64, count: i64, per: (i64, i64)) -> Queue
         workload_ref: format!("batch/Job/ns/{name}"),
         uid: name.to_string(),
         priority,
+        priority_classes: Vec::new(),
         submitted_ms: at,
         pod_sets: vec![PodSet {
             name: "main".into(),

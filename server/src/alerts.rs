@@ -30,6 +30,10 @@ pub enum Kind {
     OverQuota,
     CashForecast,
     ReclaimPending,
+    /// A workload has waited in the quota's queue longer than its
+    /// `queueing.alertAfterSeconds`: one alert per entry, resolved when it
+    /// leaves the queue (admitted or deleted).
+    QueueOverdue,
     TransferRequested,
     TransferApproved,
     TransferRejected,
@@ -49,12 +53,13 @@ impl Kind {
         }
     }
 
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Threshold,
         Kind::Allocation,
         Kind::OverQuota,
         Kind::CashForecast,
         Kind::ReclaimPending,
+        Kind::QueueOverdue,
         Kind::TransferRequested,
         Kind::TransferApproved,
         Kind::TransferRejected,
@@ -67,6 +72,7 @@ impl Kind {
             Kind::OverQuota => "over_quota",
             Kind::CashForecast => "cash_forecast",
             Kind::ReclaimPending => "reclaim_pending",
+            Kind::QueueOverdue => "queue_overdue",
             Kind::TransferRequested => "transfer_requested",
             Kind::TransferApproved => "transfer_approved",
             Kind::TransferRejected => "transfer_rejected",
@@ -88,6 +94,7 @@ impl Kind {
                 | Kind::OverQuota
                 | Kind::CashForecast
                 | Kind::ReclaimPending
+                | Kind::QueueOverdue
         )
     }
 
@@ -339,6 +346,7 @@ pub fn conditions(
             }
         }
     }
+    out.extend(queue_overdue(quota, now_ms));
     if !quota.status.reclaim.is_empty() {
         let workloads: Vec<&String> = quota.status.reclaim.keys().collect();
         let due = quota.status.reclaim.values().map(|m| m.due.as_str()).min();
@@ -356,6 +364,48 @@ pub fn conditions(
         });
     }
     out
+}
+
+/// One alert per entry of the quota's queue that has waited at least its
+/// `queueing.alertAfterSeconds` (none without it): keyed by the workload,
+/// so it fires once per crossing and resolves when the entry leaves.
+fn queue_overdue(quota: &Quota, now_ms: i64) -> Vec<Condition> {
+    let policy = &quota.spec.queueing;
+    let Some(after) = policy.alert_after_seconds else {
+        return Vec::new();
+    };
+    let name = quota.name();
+    let span = quota::budget::runway::span;
+    quota
+        .status
+        .queue
+        .iter()
+        .filter(|e| policy.alerts(e.work.submitted_ms, now_ms))
+        .map(|e| {
+            let waited = now_ms.saturating_sub(e.work.submitted_ms);
+            let wref = &e.work.workload_ref;
+            Condition {
+                kind: Kind::QueueOverdue,
+                quota: name.to_string(),
+                key: wref.clone(),
+                level: Level::Warning,
+                message: format!(
+                    "{wref} has waited {} in the queue of {name}, longer than its {}: {}",
+                    span(waited),
+                    span((after as i64).saturating_mul(1000)),
+                    e.reason
+                ),
+                numbers: json!({
+                    "workload": wref,
+                    "since": quota::time::format_rfc3339(e.work.submitted_ms),
+                    "waitedSeconds": waited / 1000,
+                    "alertAfterSeconds": after,
+                    "position": e.position,
+                    "reason": e.reason,
+                }),
+            }
+        })
+        .collect()
 }
 
 /// `used ≥ percent % of hard`, exactly.

@@ -250,10 +250,11 @@ impl Core {
         if let Some(clock) = clock {
             service = service.with_clock(clock);
         }
-        if client.is_some() {
+        if let Some(c) = &client {
             service = service
                 .with_accrual_from_pods()
-                .with_notifier(Arc::new(events.clone()));
+                .with_notifier(Arc::new(events.clone()))
+                .with_priorities(Arc::new(cluster::priority::PriorityCache::new(c.clone())));
         }
         let service = Arc::new(service);
         let warmed = service.warm_cache().await?;

@@ -48,7 +48,38 @@ pub struct ClosedLabels {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub quota: String,
+    pub waiting: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuotaLabels {
+    pub quota: String,
+}
+
 type HistogramFamily = Family<EndpointLabels, Histogram, fn() -> Histogram>;
+
+/// Quotas whose queue is exported under their own `quota` label, per
+/// process. A queue is a quota's choice (`queueing: Queue`) and a tree may
+/// hold 10,000 quotas: at most this many names keep the queue metrics to
+/// a few thousand series (each quota: 4 length gauges, the oldest wait, a
+/// histogram of 15 buckets). Quotas beyond it count in the totals
+/// (`quota="_all"`) and their waits in `quota="_other"`.
+pub const QUEUE_METRIC_QUOTAS: usize = 200;
+
+/// The four ways an entry waits, as `status.queue` spells them.
+pub const WAITING: [&str; 4] = ["Quota", "Budget", "Turn", "Never"];
+
+/// What the controller last saw of each quota's queue, for the totals.
+#[derive(Default)]
+struct QueueSeen {
+    /// Per quota: entries by `WAITING`, and the oldest wait in seconds.
+    by_quota: std::collections::HashMap<String, ([i64; 4], i64)>,
+    /// Quotas given a label of their own (at most `QUEUE_METRIC_QUOTAS`).
+    labelled: std::collections::HashSet<String>,
+}
 
 pub struct Metrics {
     registry: Registry,
@@ -103,6 +134,19 @@ pub struct Metrics {
     pub open_connections: Family<ListenerLabels, Gauge>,
     /// Connections closed by a limit or a timeout, per listener and reason.
     pub connections_closed: Family<ClosedLabels, Counter>,
+    /// Workloads waiting in a quota's queue, by what they wait for
+    /// (controller, on the leader).
+    pub queue_length: Family<QueueLabels, Gauge>,
+    /// How long the oldest entry of a quota's queue has waited, seconds.
+    pub queue_oldest_wait: Family<QuotaLabels, Gauge>,
+    /// Time from joining a quota's queue to admission from it, seconds.
+    pub queue_wait: Family<QuotaLabels, Histogram, fn() -> Histogram>,
+    queue_seen: std::sync::Mutex<QueueSeen>,
+}
+
+fn wait_histogram() -> Histogram {
+    // 1 min … ~11 days
+    Histogram::new(exponential_buckets(60.0, 2.0, 15))
 }
 
 fn latency_histogram() -> Histogram {
@@ -283,7 +327,30 @@ impl Default for Metrics {
             "Connections closed by a limit or timeout, by listener and reason (limit, peer_limit, handshake_evicted, idle, header_timeout, tls_handshake_timeout, tls_error)",
             connections_closed.clone(),
         );
+        let queue_length = Family::<QueueLabels, Gauge>::default();
+        let queue_oldest_wait = Family::<QuotaLabels, Gauge>::default();
+        let queue_wait: Family<QuotaLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(wait_histogram);
+        registry.register(
+            "admission_queue_length",
+            "Workloads waiting in a quota's queue, by what they wait for (Quota, Budget, Turn, Never); quota=\"_all\" sums every quota; set by the controller's leader",
+            queue_length.clone(),
+        );
+        registry.register(
+            "admission_queue_oldest_wait_seconds",
+            "How long the oldest entry of a quota's queue has waited; set by the controller's leader",
+            queue_oldest_wait.clone(),
+        );
+        registry.register(
+            "admission_queue_wait_seconds",
+            "Time from joining a quota's queue to being admitted from it by the controller",
+            queue_wait.clone(),
+        );
         Metrics {
+            queue_length,
+            queue_oldest_wait,
+            queue_wait,
+            queue_seen: Default::default(),
             registry,
             deferred_releases,
             deferred_releases_abandoned,
@@ -383,9 +450,135 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// Whether `quota` has (or now gets) a label of its own; the first
+    /// `QUEUE_METRIC_QUOTAS` quotas seen do.
+    fn queue_label(seen: &mut QueueSeen, quota: &str) -> bool {
+        if seen.labelled.contains(quota) {
+            return true;
+        }
+        if seen.labelled.len() < QUEUE_METRIC_QUOTAS {
+            seen.labelled.insert(quota.to_string());
+            return true;
+        }
+        false
+    }
+
+    /// A quota's queue as the controller's round left it: entries by
+    /// `WAITING` and the oldest wait (seconds). An empty queue clears it.
+    pub fn set_queue(&self, quota: &str, counts: [i64; 4], oldest_seconds: i64) {
+        let mut seen = self.queue_seen.lock().unwrap();
+        let empty = counts.iter().all(|c| *c == 0);
+        if empty {
+            seen.by_quota.remove(quota);
+        } else {
+            seen.by_quota
+                .insert(quota.to_string(), (counts, oldest_seconds));
+        }
+        // A label once given stays (an emptied queue reads 0), so the
+        // names exported never exceed the cap; a deleted quota frees its.
+        if (!empty && Self::queue_label(&mut seen, quota)) || seen.labelled.contains(quota) {
+            for (w, n) in WAITING.iter().zip(counts) {
+                self.queue_length
+                    .get_or_create(&QueueLabels {
+                        quota: quota.into(),
+                        waiting: (*w).into(),
+                    })
+                    .set(n);
+            }
+            self.queue_oldest_wait
+                .get_or_create(&QuotaLabels {
+                    quota: quota.into(),
+                })
+                .set(oldest_seconds);
+        }
+        let mut total = [0i64; 4];
+        for (c, _) in seen.by_quota.values() {
+            for (t, n) in total.iter_mut().zip(c) {
+                *t = t.saturating_add(*n);
+            }
+        }
+        for (w, n) in WAITING.iter().zip(total) {
+            self.queue_length
+                .get_or_create(&QueueLabels {
+                    quota: "_all".into(),
+                    waiting: (*w).into(),
+                })
+                .set(n);
+        }
+    }
+
+    /// A deleted quota's queue series go, and its label with them.
+    pub fn forget_queue(&self, quota: &str) {
+        let mut seen = self.queue_seen.lock().unwrap();
+        seen.by_quota.remove(quota);
+        if seen.labelled.remove(quota) {
+            let q = || QuotaLabels {
+                quota: quota.into(),
+            };
+            for w in WAITING {
+                self.queue_length.remove(&QueueLabels {
+                    quota: quota.into(),
+                    waiting: w.into(),
+                });
+            }
+            self.queue_oldest_wait.remove(&q());
+            self.queue_wait.remove(&q());
+        }
+    }
+
+    /// An entry of `quota` admitted from its queue after `seconds`.
+    pub fn observe_queue_wait(&self, quota: &str, seconds: f64) {
+        let mut seen = self.queue_seen.lock().unwrap();
+        let label = if Self::queue_label(&mut seen, quota) {
+            quota
+        } else {
+            "_other"
+        };
+        self.queue_wait
+            .get_or_create(&QuotaLabels {
+                quota: label.into(),
+            })
+            .observe(seconds);
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod queue_tests {
+    use super::*;
+
+    #[test]
+    fn queue_series_are_capped_per_quota_and_summed() {
+        let m = Metrics::default();
+        for i in 0..QUEUE_METRIC_QUOTAS + 5 {
+            m.set_queue(&format!("q{i}"), [1, 0, 2, 0], 60);
+            m.observe_queue_wait(&format!("q{i}"), 90.0);
+        }
+        let text = m.render();
+        let labelled = text
+            .lines()
+            .filter(|l| l.starts_with("bizrq_admission_queue_oldest_wait_seconds{"))
+            .count();
+        assert_eq!(labelled, QUEUE_METRIC_QUOTAS, "at most the cap of names");
+        let total = (QUEUE_METRIC_QUOTAS + 5) as i64;
+        assert!(text.contains(&format!(
+            "bizrq_admission_queue_length{{quota=\"_all\",waiting=\"Quota\"}} {total}"
+        )));
+        assert!(text.contains(&format!(
+            "bizrq_admission_queue_length{{quota=\"_all\",waiting=\"Turn\"}} {}",
+            2 * total
+        )));
+        assert!(text.contains("bizrq_admission_queue_wait_seconds_count{quota=\"_other\"} 5"));
+        // An emptied queue reads 0 under its label; a deleted quota's go.
+        m.set_queue("q0", [0; 4], 0);
+        let text = m.render();
+        assert!(text.contains("bizrq_admission_queue_length{quota=\"q0\",waiting=\"Quota\"} 0"));
+        m.forget_queue("q0");
+        assert!(!m.render().contains("quota=\"q0\""));
     }
 }

@@ -490,6 +490,7 @@ mod tests {
             workload_ref: format!("batch/Job/ns/{name}"),
             uid: name.into(),
             priority,
+            priority_classes: Vec::new(),
             submitted_ms: T0 + at,
             pod_sets: vec![PodSet {
                 name: "main".into(),
@@ -636,7 +637,7 @@ mod tests {
         let Decision::Wait(w) = &d[1] else { panic!() };
         assert_eq!(
             w.reason.to_string(),
-            "waits for budget: needs 24 card-hours, 8 left"
+            "waits for card-hours of cash/requests.nvidia.com/gpu.A100: needs 24, 8 left"
         );
         let Decision::Wait(w) = &d[2] else { panic!() };
         assert_eq!(w.reason.waiting(), Waiting::Never);

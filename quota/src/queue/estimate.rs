@@ -107,6 +107,7 @@ mod tests {
             workload_ref: format!("batch/Job/ns/{name}"),
             uid: String::new(),
             priority: 0,
+            priority_classes: Vec::new(),
             submitted_ms: T0 + at,
             pod_sets: vec![PodSet {
                 name: "main".into(),

@@ -165,6 +165,7 @@ mod tests {
             workload_ref: format!("batch/Job/ml/{name}"),
             uid: uid.into(),
             priority: 0,
+            priority_classes: Vec::new(),
             submitted_ms: since,
             pod_sets: vec![PodSet {
                 name: "main".into(),

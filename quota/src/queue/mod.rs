@@ -13,14 +13,18 @@
 //! | `room` | the ceiling a borrower's queue may plan against |
 //! | `preempt` | which running batch work the head may reclaim |
 //! | `estimate` | when entries would start, from declared run times |
+//! | `priority` | a workload's priority from the PriorityClasses its templates name |
+//! | `budgets` | a quota's card-hour budgets as a round weighs them |
 //! | `ledger` | `status.queue` as writes change it: join, refresh, leave |
 
 pub mod admit;
+pub mod budgets;
 pub mod estimate;
 pub mod ledger;
 pub mod order;
 pub mod policy;
 pub mod preempt;
+pub mod priority;
 pub mod reason;
 pub mod room;
 
@@ -58,9 +62,15 @@ pub struct Queued {
     /// same name is a new entry, not this one.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
-    /// PriorityClass value of its pods (0 without one).
+    /// PriorityClass value of its pods (`priority::Classes::resolve`; 0
+    /// without one), never a number written in its template.
     #[serde(default)]
     pub priority: i32,
+    /// The PriorityClasses its pod templates name (empty: none, so the
+    /// global default applies): the controller resolves them again from
+    /// its watch every round, so a class created or changed later counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub priority_classes: Vec<String>,
     /// When it joined the queue (RFC 3339 `since`): first come, first served.
     #[serde(rename = "since", with = "crate::budget::serde_stamp")]
     pub submitted_ms: i64,
@@ -184,6 +194,7 @@ mod tests {
             workload_ref: "batch/Job/ml/train".into(),
             uid: "u1".into(),
             priority: 5,
+            priority_classes: Vec::new(),
             submitted_ms: 1_800_000_000_000,
             pod_sets: vec![],
             run_ms: Some(3_600_000),

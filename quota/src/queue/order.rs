@@ -56,6 +56,7 @@ mod tests {
             workload_ref: format!("batch/Job/ns/{name}"),
             uid: String::new(),
             priority,
+            priority_classes: Vec::new(),
             submitted_ms: at,
             pod_sets: vec![],
             run_ms: None,

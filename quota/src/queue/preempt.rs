@@ -192,6 +192,7 @@ mod tests {
             workload_ref: "batch/Job/ns/urgent".into(),
             uid: String::new(),
             priority,
+            priority_classes: Vec::new(),
             submitted_ms: T0,
             pod_sets: sets(n),
             run_ms: None,

@@ -1,7 +1,8 @@
 //! Why a queued entry waits, as people read it in `status.queue`, Events
 //! and the portal (docs/queueing.md §5): `waits for 4 ×
-//! requests.nvidia.com/gpu.A100: 2 free, 6 needed`, `waits for budget:
-//! needs 24 card-hours, 20 left`. Amounts go through `readable`.
+//! requests.nvidia.com/gpu.A100: 2 free, 6 needed`, `waits for card-hours
+//! of cash/requests.nvidia.com/gpu: needs 24, 20 left`. Amounts go through
+//! `readable`.
 
 use crate::budget::BudgetDenial;
 use crate::quantity::Quantity;
@@ -100,30 +101,37 @@ impl fmt::Display for Reason {
     }
 }
 
+/// `waits for card-hours of cash/…: needs 24, 20 left`: which budget, in
+/// its unit, so a wait for budget never reads like a wait for quota.
 fn budget(f: &mut fmt::Formatter<'_>, d: &BudgetDenial) -> fmt::Result {
-    match d {
-        BudgetDenial::Short(n) => write!(
-            f,
-            "waits for budget: needs {}, {} left",
-            readable::cash(&n.key, n.needs),
-            readable::decimal(n.left.max(Quantity::ZERO))
-        ),
-        BudgetDenial::Cap(n) => write!(
-            f,
-            "waits for budget: needs {}, open reservations hold {} of the {} they may hold at once",
-            readable::cash(&n.key, n.needs),
-            readable::decimal(n.reserved),
-            readable::decimal(n.cap)
-        ),
-        BudgetDenial::Spent(n) => write!(
-            f,
-            "waits for budget: nothing left of {} ({} spent, {} reserved)",
-            readable::cash(&n.key, n.available),
-            readable::decimal(n.spent),
-            readable::decimal(n.reserved)
-        ),
+    let n = match d {
+        BudgetDenial::Short(n) | BudgetDenial::Cap(n) | BudgetDenial::Spent(n) => n,
         // Not a wait (see admit.rs), but say it plainly if shown.
-        BudgetDenial::NoRunTime { .. } => write!(f, "{d}"),
+        BudgetDenial::NoRunTime { .. } => return write!(f, "{d}"),
+    };
+    write!(
+        f,
+        "waits for {} of {}: ",
+        readable::cash_unit(&n.key),
+        n.key
+    )?;
+    let num = |q: Quantity| readable::grouped(q.max(Quantity::ZERO));
+    match d {
+        BudgetDenial::Short(_) => write!(f, "needs {}, {} left", num(n.needs), num(n.left)),
+        BudgetDenial::Cap(_) => write!(
+            f,
+            "needs {}, open reservations hold {} of the {} they may hold at once",
+            num(n.needs),
+            num(n.reserved),
+            num(n.cap)
+        ),
+        _ => write!(
+            f,
+            "nothing left of {} ({} spent, {} reserved)",
+            num(n.available),
+            num(n.spent),
+            num(n.reserved)
+        ),
     }
 }
 
@@ -173,7 +181,7 @@ mod tests {
         let r = Reason::Budget(BudgetDenial::Short(Box::new(n)));
         assert_eq!(
             r.to_string(),
-            "waits for budget: needs 24 card-hours, 20 left"
+            "waits for card-hours of cash/requests.nvidia.com/gpu: needs 24, 20 left"
         );
         assert_eq!(r.waiting(), Waiting::Budget);
     }

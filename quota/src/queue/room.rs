@@ -145,6 +145,7 @@ mod tests {
             workload_ref: format!("batch/Job/ns/{name}"),
             uid: name.into(),
             priority: 0,
+            priority_classes: Vec::new(),
             submitted_ms: T0,
             pod_sets: pods(n),
             run_ms: None,

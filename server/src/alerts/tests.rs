@@ -417,3 +417,51 @@ fn an_allocation_notice_is_info_and_only_where_a_rule_asks() {
         .iter()
         .any(|c| c.kind == Kind::Allocation));
 }
+
+#[test]
+fn a_queued_workload_waiting_past_the_threshold_alerts_once_and_resolves_when_it_leaves() {
+    use quota::queue::{QueueEntry, QueuePolicy, Queued, Waiting};
+    let mut quota = quota("1");
+    quota.spec.queueing = QueuePolicy {
+        alert_after_seconds: Some(3600),
+        ..QueuePolicy::queue()
+    };
+    let entry = |name: &str, waited_ms: i64| QueueEntry {
+        work: Queued {
+            workload_ref: format!("batch/Job/ml/{name}"),
+            uid: name.into(),
+            priority: 0,
+            priority_classes: Vec::new(),
+            submitted_ms: NOW - waited_ms,
+            pod_sets: Vec::new(),
+            run_ms: None,
+        },
+        position: 1,
+        waiting: Waiting::Quota,
+        reason: "waits for 2 × requests.nvidia.com/gpu: 0 free, 2 needed".into(),
+        estimated_start: None,
+    };
+    quota.status.queue = vec![entry("old", 2 * 3_600_000), entry("new", 3_599_999)];
+    let (mut open, mut id) = (Vec::new(), 0);
+    let fired = round(&quota, &[], &mut open, &mut id);
+    assert_eq!(
+        fingerprints(&fired),
+        ["queue_overdue|nlp-team|batch/Job/ml/old|warning"]
+    );
+    assert_eq!(
+        fired[0].message,
+        "batch/Job/ml/old has waited 2 hours in the queue of nlp-team, longer than its 1 hour: \
+         waits for 2 × requests.nvidia.com/gpu: 0 free, 2 needed"
+    );
+    assert_eq!(fired[0].numbers["alertAfterSeconds"], 3600);
+    // Still waiting: no second alert.
+    assert!(round(&quota, &[], &mut open, &mut id).is_empty());
+    // Admitted (it left the queue): resolved.
+    quota.status.queue.remove(0);
+    assert!(round(&quota, &[], &mut open, &mut id).is_empty());
+    assert!(open.is_empty(), "resolved once it left the queue");
+    // Without a threshold nothing alerts, however long it waits.
+    quota.status.queue = vec![entry("old", 400 * 86_400_000)];
+    quota.spec.queueing.alert_after_seconds = None;
+    assert!(round(&quota, &[], &mut open, &mut id).is_empty());
+}

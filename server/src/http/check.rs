@@ -64,7 +64,7 @@ pub async fn check(
         .into_response());
     }
     let wref = adapter.workload_ref(&w.meta.namespace, &w.meta.name);
-    if let Some((position, reason)) = would_queue(&app, adapter, &w, quota, &wref).await? {
+    if let Some((position, reason)) = would_queue(&app, adapter, &w, quota, &wref, body).await? {
         return Ok(Json(serde_json::json!({
             "allowed": false, "governed": true, "quota": quota,
             "queued": {"position": position, "reason": reason},
@@ -102,6 +102,7 @@ async fn would_queue(
     w: &quota::workload::Workload,
     quota_name: &str,
     wref: &str,
+    body: &str,
 ) -> Result<Option<(u32, String)>, ApiError> {
     let svc = &app.service;
     let q = match svc.get(quota_name).await {
@@ -114,13 +115,18 @@ async fn would_queue(
         Ok(quota::queue::Disposition::Refuse) => return Ok(None),
         Err(m) => return Err(ApiError::BadRequest(format!("bizrq: {m}"))),
     }
+    let obj: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
     let work = quota::queue::Queued {
         workload_ref: wref.to_string(),
         uid: String::new(),
         priority: 0,
+        priority_classes: quota::queue::priority::class_names(&obj),
         submitted_ms: svc.now(),
         pod_sets: w.pod_sets.clone(),
-        run_ms: None,
+        run_ms: quota::budget::runtime::max_runtime(&obj)
+            .ok()
+            .flatten()
+            .map(|r| r.ms),
     };
     Ok(match svc.would_queue(quota_name, work).await? {
         Queueing::Queued { position, reason } => Some((position, reason)),

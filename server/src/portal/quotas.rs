@@ -462,11 +462,44 @@ pub async fn detail(
         can_invite_member: authz::can_grant(p, &name, Role::Member, &tree),
         can_invite_owner: authz::can_grant(p, &name, Role::Owner, &tree),
         budgets: super::budgets::lines(&app, &name, &s, now).await?,
+        queue: queue_section(&q, now),
         children,
         name,
     };
     let flash = viewer.take_flash().await;
     Ok(Html(app::quotas::render_detail_page(viewer.page(), d, flash)).into_response())
+}
+
+/// The quota's queue for its page: None for a quota that refuses and
+/// holds no queued work.
+fn queue_section(q: &Quota, now: i64) -> Option<(String, Vec<app::queue::QueueRow>)> {
+    use crate::service::queue as words;
+    if !q.spec.queueing.queues() && q.status.queue.is_empty() {
+        return None;
+    }
+    let rows = q
+        .status
+        .queue
+        .iter()
+        .enumerate()
+        .map(|(i, e)| app::queue::QueueRow {
+            // Entries that joined since the last round have no place yet:
+            // they are shown after the others, in the order they joined.
+            position: if e.position > 0 {
+                e.position
+            } else {
+                u32::try_from(i + 1).unwrap_or(u32::MAX)
+            },
+            workload: e.work.workload_ref.clone(),
+            priority: words::priority_words(&e.work),
+            needs: words::needs_words(&words::needs(q, &e.work)),
+            reason: e.reason.clone(),
+            waiting: format!("{:?}", e.waiting),
+            since: words::ago(now, e.work.submitted_ms),
+            since_exact: quota::time::format_when(e.work.submitted_ms),
+        })
+        .collect();
+    Some((words::policy_words(&q.spec.queueing), rows))
 }
 
 /// What is left in `parent` of each key (hard − used), for the form's

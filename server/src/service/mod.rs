@@ -228,6 +228,8 @@ pub struct Service {
     /// bizrq's own identity in the API server's reviews (`--service-account`):
     /// only its quota creates may name a carve-out already made. Empty: none may.
     pub service_account: String,
+    /// PriorityClasses, for queued workloads' priority (`queue::PriorityLookup`).
+    pub priorities: Arc<dyn queue::PriorityLookup>,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
@@ -267,6 +269,7 @@ impl Service {
             changed: Default::default(),
             recheck: Default::default(),
             service_account: String::new(),
+            priorities: Arc::new(queue::NoClasses),
             deferred: Default::default(),
             clock: Arc::new(now_ms),
             locks: Default::default(),
@@ -285,6 +288,12 @@ impl Service {
     /// create tokens are honoured only from it.
     pub fn with_service_account(mut self, name: String) -> Service {
         self.service_account = name;
+        self
+    }
+
+    /// Where PriorityClasses are read (cluster mode: the API server).
+    pub fn with_priorities(mut self, p: Arc<dyn queue::PriorityLookup>) -> Service {
+        self.priorities = p;
         self
     }
 

@@ -22,11 +22,43 @@
 
 use super::{Service, ServiceError};
 use quota::admission::{self, Denial};
-use quota::borrow::Standing;
-use quota::budget::hold;
+use quota::borrow::{self, Standing};
+use quota::budget::{hold, PriceList};
 use quota::object::Quota;
+use quota::queue::priority::Classes;
 use quota::queue::{self, ledger, Check, Pool, Queued};
 use quota::ResourceList;
+use std::sync::Arc;
+
+/// The cluster's PriorityClasses, for a queued workload's priority
+/// (`quota::queue::priority`). Cluster mode: the controller's watch keeps
+/// a copy on the leader; any other replica reads through the API
+/// (`cluster::priority`). Standalone: no class exists.
+#[async_trait::async_trait]
+pub trait PriorityLookup: Send + Sync {
+    /// The classes now: the watch's copy when it has listed, else a read
+    /// through the API (kept briefly). An error says why none could be read.
+    async fn classes(&self) -> Result<Arc<Classes>, String>;
+    /// The watch's copy only, None until it has listed (or once it stopped).
+    fn watched(&self) -> Option<Arc<Classes>>;
+    /// The controller's watch sets its copy (None: the watch stopped).
+    fn set_watched(&self, classes: Option<Classes>);
+}
+
+/// No PriorityClasses (standalone mode, nothing queues): every workload
+/// is at priority 0.
+pub struct NoClasses;
+
+#[async_trait::async_trait]
+impl PriorityLookup for NoClasses {
+    async fn classes(&self) -> Result<Arc<Classes>, String> {
+        Ok(Arc::new(Classes::default()))
+    }
+    fn watched(&self) -> Option<Arc<Classes>> {
+        None
+    }
+    fn set_watched(&self, _: Option<Classes>) {}
+}
 
 /// What the mutating webhook does with a queueable workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,10 +107,16 @@ impl Service {
     pub async fn queue_workload(
         &self,
         quota_name: &str,
-        work: Queued,
+        mut work: Queued,
         create: bool,
         dry_run: bool,
     ) -> Result<Queueing, ServiceError> {
+        let (priority, note) = self.resolve_priority(&work.priority_classes).await;
+        work.priority = priority;
+        let worded = |reason: String| match &note {
+            Some(n) => format!("{reason}; {n}"),
+            None => reason,
+        };
         let current = self.get(quota_name).await?.quota;
         let limits = self.queue_limits(&current).await?;
         let now = self.now();
@@ -97,7 +135,15 @@ impl Service {
             admission::release(&mut judged, &work.workload_ref);
             let pool = Pool::new(&judged, &limits);
             let waiting = ledger::entries(q);
-            let check = queue::would_queue_at(&waiting, &work, &pool, &[], &q.spec.queueing, now);
+            // Card-hour budgets weigh as in the controller's rounds.
+            let budgets = queue::budgets::of(q);
+            let price_list = PriceList::default();
+            let views: Vec<_> = budgets
+                .iter()
+                .map(|b| b.view(&self.prices, &price_list))
+                .collect();
+            let check =
+                queue::would_queue_at(&waiting, &work, &pool, &views, &q.spec.queueing, now);
             match check {
                 // A queued entry that now fits keeps its place with what it
                 // asks now; the controller's next round admits it.
@@ -109,7 +155,7 @@ impl Service {
                 Check::AdmitsNow => Ok((dropped, Queueing::Admits)),
                 Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
                 Check::Queues { position, reason } => {
-                    let text = reason.to_string();
+                    let text = worded(reason.to_string());
                     let changed =
                         ledger::enqueue(q, work, position, reason.waiting(), text.clone())?;
                     Ok((
@@ -125,6 +171,20 @@ impl Service {
         .await
     }
 
+    /// The priority of a workload whose pod templates name `classes`
+    /// (`quota::queue::priority`), and what its reason should add: a class
+    /// that does not exist, or classes that could not be read (judged at 0;
+    /// the controller's next round resolves them again from its watch).
+    pub async fn resolve_priority(&self, classes: &[String]) -> (i32, Option<String>) {
+        match self.priorities.classes().await {
+            Ok(c) => {
+                let r = c.resolve(classes);
+                (r.value, r.note())
+            }
+            Err(e) => (0, Some(format!("{e}; judged at priority 0 for now"))),
+        }
+    }
+
     /// Where `work` would land, without writing (`POST /api/v1/check`).
     pub async fn would_queue(
         &self,
@@ -135,44 +195,82 @@ impl Service {
     }
 
     /// The controller's admission of one entry: if `wref` is still queued
-    /// under `uid`, charge `charge` within `limits`, reserve on its budgets
-    /// for the run time its entry declares (docs/budgets.md §9), and remove
-    /// the entry, in one write. `Ok(false)`: no longer queued (nothing to
-    /// do); a denial: it no longer fits, it stays queued for the next round.
+    /// under `uid`, charge `charge`, reserve on its budgets for the run
+    /// time its entry declares (docs/budgets.md §9), and remove the entry,
+    /// in one write. Within hard that is one compare-and-swap; beyond it, a
+    /// quota that may borrow (`max` and a parent) asks its parent for the
+    /// loan first, in the parent's compare-and-swap (`borrow::lend`, as the
+    /// webhook's borrowing path does), then charges within hard + loan —
+    /// bounded rounds, so a race that spends the room ends in a denial,
+    /// never an admission past the limits. `Ok(false)`: no longer queued
+    /// (nothing to do); a denial: it does not fit now and stays queued.
     pub async fn admit_queued(
         &self,
         quota_name: &str,
         wref: &str,
         uid: &str,
         charge: quota::object::Charge,
-        limits: &ResourceList,
     ) -> Result<bool, ServiceError> {
-        let now = self.now();
-        self.update_status(quota_name, false, |q| {
-            let Some(entry) = ledger::find(q, wref, uid) else {
-                return Ok((false, false));
+        let now_ms = self.now();
+        let prices = super::price_list();
+        // The parent's answer to the last loan request (None: none asked).
+        let mut loan: Option<ResourceList> = None;
+        let mut last_denial = None;
+        for _round in 0..super::BORROW_ROUNDS {
+            let round = self
+                .update_status(quota_name, false, |q| {
+                    let Some(entry) = ledger::find(q, wref, uid) else {
+                        return Ok((false, Ok(false)));
+                    };
+                    // The budget first: a refusal changes nothing.
+                    let run = hold::RunDecl::Object(Ok(entry.work.run_ms));
+                    let old = q.status.workloads.get(wref).cloned();
+                    let reserved = match hold::decide(
+                        q,
+                        wref,
+                        old.as_ref(),
+                        &charge,
+                        &run,
+                        now_ms,
+                        &self.prices,
+                        &prices,
+                    ) {
+                        Ok(r) => r,
+                        Err(r) => return Ok((false, Err((Denial::Budget(Box::new(r)), None)))),
+                    };
+                    match borrow::charge_or_request(q, wref, charge.clone(), loan.as_ref()) {
+                        Ok(_) => {
+                            ledger::dequeue(q, wref);
+                            hold::apply(&mut q.status, wref, reserved);
+                            Ok((true, Ok(true)))
+                        }
+                        Err((d, req)) => {
+                            Ok((false, Err((d, req.map(|r| (q.spec.parent.clone(), *r))))))
+                        }
+                    }
+                })
+                .await?;
+            let (denial, request) = match round {
+                Ok(admitted) => return Ok(admitted),
+                Err(r) => r,
             };
-            let run = hold::RunDecl::Object(Ok(entry.work.run_ms));
-            let old = q.status.workloads.get(wref).cloned();
-            let prices = super::price_list();
-            let reserved = hold::decide(
-                q,
-                wref,
-                old.as_ref(),
-                &charge,
-                &run,
-                now,
-                &self.prices,
-                &prices,
-            )
-            .map_err(|r| Denial::Budget(Box::new(r)))?;
-            let admitted = ledger::admit(q, wref, uid, charge.clone(), limits)?;
-            if admitted {
-                hold::apply(&mut q.status, wref, reserved);
-            }
-            Ok((admitted, admitted))
-        })
-        .await
+            let Some((parent, req)) = request else {
+                return Err(denial.into());
+            };
+            let children =
+                Standing::of_all(self.store.children(&parent).await?.iter().map(|s| &s.quota));
+            loan = Some(
+                self.update_status(&parent, false, |p| {
+                    let changed = borrow::lend(p, &req, &children, now_ms)?;
+                    Ok((changed, borrow::loan_of(p, quota_name)))
+                })
+                .await?,
+            );
+            last_denial = Some(denial);
+        }
+        Err(last_denial
+            .map(ServiceError::Denied)
+            .unwrap_or_else(|| ServiceError::Contention(quota_name.to_string())))
     }
 
     /// Rewrite positions and reasons after a round (entries admitted or
@@ -185,6 +283,30 @@ impl Service {
         self.update_status(quota_name, false, |q| {
             let changed = ledger::restate(q, fresh.clone());
             Ok((changed, changed))
+        })
+        .await
+    }
+
+    /// Remove the entries `(reference, uid)` whose objects are gone (the
+    /// controller's judgement): exactly those, so an entry queued again
+    /// meanwhile under a new uid stays. The references removed.
+    pub async fn prune_queue(
+        &self,
+        quota_name: &str,
+        entries: &[(String, String)],
+    ) -> Result<Vec<String>, ServiceError> {
+        self.update_status(quota_name, false, |q| {
+            let mut removed = Vec::new();
+            q.status.queue.retain(|e| {
+                let gone = entries
+                    .iter()
+                    .any(|(r, u)| *r == e.work.workload_ref && *u == e.work.uid);
+                if gone {
+                    removed.push(e.work.workload_ref.clone());
+                }
+                !gone
+            });
+            Ok((!removed.is_empty(), removed))
         })
         .await
     }
@@ -208,5 +330,90 @@ impl Service {
             Ok((changed, changed))
         })
         .await
+    }
+}
+
+/// What a queued workload needs, as the quota page and `GET
+/// /api/v1/quotas/{name}/queue` show it: its usage on the keys the quota
+/// limits (cash keys aside), or, if it asks none of them, its `requests.*`.
+pub fn needs(q: &Quota, work: &Queued) -> ResourceList {
+    let usage = work.usage();
+    let limited: ResourceList = usage
+        .iter()
+        .filter(|(k, v)| v.nanos() > 0 && q.spec.hard.contains_key(*k))
+        .filter(|(k, _)| quota::keys::cash_target(k).is_none())
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    if !limited.is_empty() {
+        return limited;
+    }
+    usage
+        .into_iter()
+        .filter(|(k, v)| v.nanos() > 0 && k.starts_with("requests."))
+        .collect()
+}
+
+/// `4 × requests.nvidia.com/gpu.A100, 6 GiB of requests.memory`.
+pub fn needs_words(needs: &ResourceList) -> String {
+    needs
+        .iter()
+        .map(|(k, v)| {
+            let a = quota::readable::amount(k, *v);
+            let joint = if a.ends_with(" GiB") { "of" } else { "×" };
+            format!("{a} {joint} {k}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A quota's queueing policy in words, for the top of its queue.
+pub fn policy_words(p: &queue::QueuePolicy) -> String {
+    let span = |s: u64| quota::budget::runway::span((s as i64).saturating_mul(1000));
+    if !p.queues() {
+        return "This quota refuses work that does not fit (queueing: Refuse); what was \
+                queued before is still admitted from its queue."
+            .into();
+    }
+    let mut out = match p.order {
+        queue::Order::StrictFifo => {
+            "Work that does not fit waits here, suspended, and is admitted whole when it fits: \
+             highest priority first, then first come; nothing passes a workload that waits."
+                .to_string()
+        }
+        queue::Order::BestEffortFifo { aging_seconds } => format!(
+            "Work that does not fit waits here, suspended, and is admitted whole when it fits: \
+             highest priority first, then first come; smaller work may pass a waiting workload \
+             until it has waited {}.",
+            span(aging_seconds)
+        ),
+    };
+    if p.preemption == queue::Preemption::LowerPriority {
+        out.push_str(" The first waiting workload may reclaim running work of lower priority.");
+    }
+    if let Some(s) = p.alert_after_seconds {
+        out.push_str(&format!(
+            " Owners are alerted when a workload waits longer than {}.",
+            span(s)
+        ));
+    }
+    out
+}
+
+/// `3 hours ago`, or `just now`.
+pub fn ago(now_ms: i64, then_ms: i64) -> String {
+    let d = now_ms.saturating_sub(then_ms);
+    if d < 60_000 {
+        return "just now".into();
+    }
+    format!("{} ago", quota::budget::runway::span(d))
+}
+
+/// `1,000 (urgent)`: the value and the classes its templates name.
+pub fn priority_words(work: &Queued) -> String {
+    let v = quota::readable::grouped(quota::Quantity::from_units(work.priority as i64));
+    if work.priority_classes.is_empty() {
+        v
+    } else {
+        format!("{v} ({})", work.priority_classes.join(", "))
     }
 }

@@ -97,35 +97,6 @@ fn suspend_patch(obj: &Value, path: &[&str]) -> Value {
     json!([{ "op": "add", "path": pointer, "value": value }])
 }
 
-/// The highest `priority` a pod template of the object states (0 when
-/// none does). PriorityClass names are not looked up in this version.
-fn template_priority(obj: &Value, depth: u32) -> i32 {
-    if depth > 8 {
-        return 0;
-    }
-    match obj {
-        Value::Object(m) => {
-            let own = m
-                .get("template")
-                .and_then(|t| t.get("spec"))
-                .and_then(|s| s.get("priority"))
-                .and_then(Value::as_i64)
-                .map(|p| p.clamp(i32::MIN as i64, i32::MAX as i64) as i32);
-            m.values()
-                .map(|v| template_priority(v, depth + 1))
-                .chain(own)
-                .max()
-                .unwrap_or(0)
-        }
-        Value::Array(a) => a
-            .iter()
-            .map(|v| template_priority(v, depth + 1))
-            .max()
-            .unwrap_or(0),
-        _ => 0,
-    }
-}
-
 /// The decision, and the JSONPatch when the object is to be suspended.
 pub async fn mutate(
     svc: &Arc<Service>,
@@ -223,7 +194,11 @@ pub async fn mutate(
     let work = Queued {
         workload_ref: wref.clone(),
         uid: w.meta.uid.clone(),
-        priority: template_priority(&obj, 0),
+        // Resolved from the classes by `queue_workload`; a number written
+        // in the template is never trusted (the API server would refuse
+        // such pods anyway).
+        priority: 0,
+        priority_classes: queue::priority::class_names(&obj),
         submitted_ms: svc.now(),
         pod_sets: w.pod_sets.clone(),
         run_ms: quota::budget::runtime::max_runtime(&running)
@@ -317,16 +292,5 @@ mod tests {
             suspend_patch(&tf, &["spec", "runPolicy", "suspend"]),
             json!([{"op": "add", "path": "/spec/runPolicy/suspend", "value": true}])
         );
-    }
-
-    #[test]
-    fn priority_is_the_highest_a_template_states() {
-        let job = json!({"spec": {"template": {"spec": {"priority": 100}}}});
-        assert_eq!(template_priority(&job, 0), 100);
-        let tf = json!({"spec": {"tfReplicaSpecs": {
-            "PS": {"template": {"spec": {"priority": 5}}},
-            "Worker": {"template": {"spec": {"priority": 7}}}}}});
-        assert_eq!(template_priority(&tf, 0), 7);
-        assert_eq!(template_priority(&json!({"spec": {}}), 0), 0);
     }
 }

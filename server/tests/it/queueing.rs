@@ -184,19 +184,26 @@ async fn a_job_that_does_not_fit_waits_suspended_and_is_admitted_when_room_frees
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_jobs_are_admitted_by_priority_then_first_come_never_over() {
     let c = queueing_cluster().await;
+    create_class(&c, "batch-low", 1, false).await;
+    create_class(&c, "urgent", 100, false).await;
     create(&c, &job("run", "4", None)).await.unwrap();
     c.until("ml", "run charged", |q| used(q, "requests.cpu") == "4")
         .await;
-    create(&c, &job("low-1", "2", Some(1))).await.unwrap();
-    create(&c, &job("low-2", "2", Some(1))).await.unwrap();
-    create(&c, &job("high", "3", Some(100))).await.unwrap();
-    for n in ["low-1", "low-2", "high"] {
+    // Created last and named after the others, so neither its arrival
+    // nor its name puts it first: only its class does.
+    let low = |n: &str| with_class(job(n, "2", None), "batch-low");
+    create(&c, &low("low-1")).await.unwrap();
+    create(&c, &low("low-2")).await.unwrap();
+    create(&c, &with_class(job("z-high", "3", None), "urgent"))
+        .await
+        .unwrap();
+    for n in ["low-1", "low-2", "z-high"] {
         assert!(suspended(&c, n), "{n}");
     }
     c.until("ml", "all named, in order", |q| {
         queue_refs(q)
             == [
-                "batch/Job/ml/high",
+                "batch/Job/ml/z-high",
                 "batch/Job/ml/low-1",
                 "batch/Job/ml/low-2",
             ]
@@ -207,22 +214,22 @@ async fn queued_jobs_are_admitted_by_priority_then_first_come_never_over() {
                 .all(|e| e["uid"].as_str().is_some_and(|u| !u.is_empty()))
     })
     .await;
-    // 4 free: high (3) first; low-1 (2) does not fit beside it and, under
+    // 4 free: z-high (3) first; low-1 (2) does not fit beside it and, under
     // strict FIFO, blocks low-2.
     jobs(&c)
         .delete("run", &DeleteParams::default())
         .await
         .unwrap();
     let q = c
-        .until("ml", "high admitted", |q| {
+        .until("ml", "z-high admitted", |q| {
             queue_refs(q) == ["batch/Job/ml/low-1", "batch/Job/ml/low-2"]
         })
         .await;
     assert_eq!(used(&q, "requests.cpu"), "3", "never over 4");
     assert_eq!(q["status"]["queue"][0]["position"], 1);
-    // high ends: both lows fit (2 + 2), admitted in one round, in order.
+    // z-high ends: both lows fit (2 + 2), admitted in one round, in order.
     jobs(&c)
-        .delete("high", &DeleteParams::default())
+        .delete("z-high", &DeleteParams::default())
         .await
         .unwrap();
     let q = c
@@ -293,4 +300,655 @@ async fn check_says_where_a_job_would_queue() {
         .api(Method::POST, "/api/v1/check", Some(job("small", "1", None)))
         .await;
     assert_eq!(v["allowed"], true, "{v}");
+}
+
+fn priority_classes(c: &Cluster) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.k8s.io", "v1", "PriorityClass"),
+        "priorityclasses",
+    );
+    Api::all_with(c.kubectl("admin"), &ar)
+}
+
+async fn create_class(c: &Cluster, name: &str, value: i64, global_default: bool) {
+    let o: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": name}, "value": value, "globalDefault": global_default}))
+    .unwrap();
+    priority_classes(c)
+        .create(&PostParams::default(), &o)
+        .await
+        .unwrap();
+}
+
+fn with_class(mut j: Value, class: &str) -> Value {
+    j["spec"]["template"]["spec"]["priorityClassName"] = json!(class);
+    j
+}
+
+fn entry<'a>(q: &'a Value, name: &str) -> &'a Value {
+    q["status"]["queue"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|e| e["workloadRef"] == format!("batch/Job/ml/{name}"))
+        })
+        .unwrap_or(&Value::Null)
+}
+
+/// Priority is the value of the PriorityClass the pod template names, as
+/// the API server's Priority admission gives the pods: a `priority` typed
+/// into the template jumps nothing, a missing class is judged at 0 and
+/// said, and the global default applies to a template that names none —
+/// also when it is created after the job queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_comes_from_the_priority_class_not_from_the_template() {
+    let c = queueing_cluster().await;
+    c.until_requested("PriorityClass watch", |r| {
+        r.starts_with("GET /apis/scheduling.k8s.io/v1/priorityclasses?") && r.contains("watch=true")
+    })
+    .await;
+    // The API server's own classes are served like any other.
+    let listed = priority_classes(&c)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let names: Vec<String> = listed
+        .items
+        .iter()
+        .map(|o| o.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["system-cluster-critical", "system-node-critical"]);
+    create_class(&c, "high", 1000, false).await;
+    create_class(&c, "low", 10, false).await;
+
+    create(&c, &job("run", "4", None)).await.unwrap();
+    c.until("ml", "run charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    // A number in the template, the highest a pod could have: ignored.
+    create(&c, &job("forged", "1", Some(2_000_000_000)))
+        .await
+        .unwrap();
+    create(&c, &with_class(job("low", "1", None), "low"))
+        .await
+        .unwrap();
+    create(&c, &with_class(job("ghost", "1", None), "nope"))
+        .await
+        .unwrap();
+    create(&c, &with_class(job("high", "1", None), "high"))
+        .await
+        .unwrap();
+    let q = c
+        .until("ml", "ordered by class", |q| {
+            queue_refs(q)
+                == [
+                    "batch/Job/ml/high",
+                    "batch/Job/ml/low",
+                    "batch/Job/ml/forged",
+                    "batch/Job/ml/ghost",
+                ]
+        })
+        .await;
+    assert_eq!(entry(&q, "high")["priority"], 1000);
+    assert_eq!(entry(&q, "low")["priority"], 10);
+    assert_eq!(entry(&q, "forged")["priority"], 0, "{q}");
+    assert_eq!(entry(&q, "ghost")["priority"], 0);
+    let reason = entry(&q, "ghost")["reason"].as_str().unwrap();
+    assert!(
+        reason.ends_with(
+            "PriorityClass 'nope' does not exist: judged at priority 0, and the API server \
+             refuses its pods until it is created"
+        ),
+        "{reason}"
+    );
+    assert_eq!(entry(&q, "high")["priorityClasses"], json!(["high"]));
+
+    // A global default created later lifts the job that names no class
+    // above "low" at the next round (a change of a queued job triggers one).
+    create_class(&c, "batch-default", 50, true).await;
+    c.fake.put({
+        let mut j = c.fake.get("batch", "jobs", "ml", "ghost").unwrap();
+        j["metadata"]["labels"]["touched"] = json!("yes");
+        j
+    });
+    let q = c
+        .until("ml", "the default applies", |q| {
+            queue_refs(q)
+                == [
+                    "batch/Job/ml/high",
+                    "batch/Job/ml/forged",
+                    "batch/Job/ml/low",
+                    "batch/Job/ml/ghost",
+                ]
+        })
+        .await;
+    assert_eq!(entry(&q, "forged")["priority"], 50);
+    assert_eq!(
+        entry(&q, "ghost")["priority"],
+        0,
+        "a missing class is not the default"
+    );
+}
+
+/// Until `f` holds of some Event the API server has.
+async fn until_event(c: &Cluster, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..400 {
+        if let Some(e) = c
+            .fake
+            .list("events.k8s.io", "events")
+            .into_iter()
+            .find(|e| f(e))
+        {
+            return e;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!(
+        "no Event: {what}\n{:#?}",
+        c.fake.list("events.k8s.io", "events")
+    );
+}
+
+/// A job that fits the quota but not what is left of its card-hour
+/// budget waits for the budget as it would for quota, and its reason says
+/// which (status.queue and the Queued Event); a top-up admits it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_job_waits_for_card_hours_and_a_top_up_admits_it() {
+    let c = Cluster::start().await;
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"},
+                "spec": {"parent": "", "queueing": "Queue",
+                    "hard": {"requests.cpu": "8", "cash/requests.cpu": "10"}}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    // 4 cores for at most 3 h: 12 core-hours to reserve, 10 left.
+    let mut big = job("big", "4", None);
+    big["spec"]["activeDeadlineSeconds"] = json!(3 * 3600);
+    create(&c, &big).await.unwrap();
+    assert!(
+        suspended(&c, "big"),
+        "fits the quota, not the budget: queued"
+    );
+    let want = "waits for core-hours of cash/requests.cpu: needs 12, 10 left";
+    let q = c.fake.quota("ml");
+    assert_eq!(q["status"]["queue"][0]["waiting"], "Budget", "{q}");
+    assert_eq!(q["status"]["queue"][0]["reason"], want);
+    assert_eq!(used(&q, "requests.cpu"), "0");
+    let e = until_event(&c, "Queued on big", |e| {
+        e["reason"] == "Queued" && e["regarding"]["name"] == "big"
+    })
+    .await;
+    assert!(e["note"].as_str().unwrap().contains(want), "{e}");
+
+    // The controller's rounds agree: still waiting, for the same reason.
+    c.until("ml", "named by the controller", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    assert_eq!(c.fake.quota("ml")["status"]["queue"][0]["reason"], want);
+
+    // A top-up to 20 core-hours: the next round admits it.
+    let patch = json!({"spec": {"hard": {"cash/requests.cpu": "20"}}});
+    crate::admission::quotas(c.kubectl("admin"))
+        .patch("ml", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    let q = c
+        .until("ml", "big admitted", |q| {
+            queue_refs(q).is_empty() && used(q, "requests.cpu") == "4"
+        })
+        .await;
+    assert!(q["status"]["workloads"]["batch/Job/ml/big"]["uid"]
+        .as_str()
+        .unwrap()
+        .starts_with("queue:"));
+}
+
+fn job_in(ns: &str, quota: &str, name: &str, cpu: &str) -> Value {
+    let mut j = job(name, cpu, None);
+    j["metadata"]["namespace"] = json!(ns);
+    j["metadata"]["labels"]["biz.group.resource.quota"] = json!(quota);
+    j
+}
+
+async fn create_in(c: &Cluster, ns: &str, obj: &Value) -> Result<(), String> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    let api: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), ns, &ar);
+    let o: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    api.create(&PostParams::default(), &o)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// A quota that may borrow (`max`) admits from its queue on a loan from
+/// its parent once a sibling's room is idle: the loan is granted in the
+/// parent's status and the charge made within hard + loan, as the
+/// webhook's borrowing path does; never past max nor past what is idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
+    let c = Cluster::start().await;
+    for (name, parent, spec) in [
+        ("org", "", json!({"hard": {"requests.cpu": "8"}})),
+        (
+            "a",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "7"}, "queueing": "Queue"}),
+        ),
+        ("b", "org", json!({"hard": {"requests.cpu": "4"}})),
+    ] {
+        let mut spec = spec;
+        spec["parent"] = json!(parent);
+        let (s, v) = c
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name}, "spec": spec})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create_in(&c, "ml", &job_in("ml", "a", "a1", "4"))
+        .await
+        .unwrap();
+    create_in(&c, "web", &job_in("web", "b", "b1", "4"))
+        .await
+        .unwrap();
+    c.until("b", "b1 charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    // a is full and b uses all of its share: nothing idle to lend.
+    create_in(&c, "ml", &job_in("ml", "a", "a2", "2"))
+        .await
+        .unwrap();
+    create_in(&c, "ml", &job_in("ml", "a", "a3", "2"))
+        .await
+        .unwrap();
+    assert!(suspended(&c, "a2") && suspended(&c, "a3"));
+    let q = c
+        .until("a", "both named", |q| {
+            queue_refs(q).len() == 2
+                && q["status"]["queue"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|e| e["uid"].as_str().is_some_and(|u| !u.is_empty()))
+        })
+        .await;
+    assert_eq!(
+        q["status"]["queue"][0]["reason"],
+        "waits for 2 × requests.cpu: 0 free, 2 needed"
+    );
+    // b1 ends: 4 idle in org, but a may borrow only up to max 7: a2 (2)
+    // rides a loan, a3 (2 more: 8 > 7) keeps waiting.
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    Api::<DynamicObject>::namespaced_with(c.kubectl("alice"), "web", &ar)
+        .delete("b1", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("a", "a2 admitted on a loan", |q| {
+        queue_refs(q) == ["batch/Job/ml/a3"] && used(q, "requests.cpu") == "6"
+    })
+    .await;
+    // The round's restated reason: free counts what could still be
+    // borrowed, up to max.
+    c.until("a", "a3's reason restated", |q| {
+        q["status"]["queue"][0]["reason"] == "waits for 1 × requests.cpu: 1 free, 2 needed"
+    })
+    .await;
+    let org = c.fake.quota("org");
+    assert_eq!(
+        org["status"]["loans"]["a"]["amount"]["requests.cpu"], "2",
+        "the loan is in the parent's status: {org}"
+    );
+    for _ in 0..100 {
+        if !suspended(&c, "a2") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!suspended(&c, "a2"), "admitted: unsuspended");
+    assert!(suspended(&c, "a3"));
+}
+
+async fn overdue_alerts(c: &Cluster) -> Vec<Value> {
+    let (s, v) = c
+        .server
+        .api(
+            Method::GET,
+            "/api/v1/alerts?quota=ml&kind=queue_overdue",
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    v["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// `queueing.alertAfterSeconds`: a workload queued longer raises an alert
+/// to its quota's owners through the alert engine (kind queue_overdue,
+/// one per entry), resolved when it leaves the queue. The threshold is
+/// validated with the spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_queued_past_the_alert_threshold_alerts_until_it_is_admitted() {
+    let c = Cluster::start().await;
+    let spec = |after: u64| {
+        json!({"metadata": {"name": "ml"},
+            "spec": {"parent": "", "hard": {"requests.cpu": "4"},
+                "queueing": {"mode": "Queue", "alertAfterSeconds": after}}})
+    };
+    let (s, v) = c
+        .server
+        .api(Method::POST, "/api/v1/quotas", Some(spec(0)))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(v.to_string().contains("alertAfterSeconds is 0"), "{v}");
+    let (s, v) = c
+        .server
+        .api(Method::POST, "/api/v1/quotas", Some(spec(3600)))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create(&c, &job("a", "3", None)).await.unwrap();
+    create(&c, &job("b", "2", None)).await.unwrap();
+    c.until("ml", "b named", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    assert!(
+        overdue_alerts(&c).await.is_empty(),
+        "not waited an hour yet"
+    );
+    c.until_metric("bizrq_admission_queue_length{quota=\"ml\",waiting=\"Quota\"} 1")
+        .await;
+    c.until_metric("bizrq_admission_queue_length{quota=\"_all\",waiting=\"Quota\"} 1")
+        .await;
+
+    // Two hours later (a change of b gives the queue a round; in a
+    // cluster the controller's own wake-up at the threshold does).
+    c.set_clock(crate::cluster::T0 + 2 * crate::cluster::HOUR);
+    let mut b = c.fake.get("batch", "jobs", "ml", "b").unwrap();
+    b["metadata"]["labels"]["touched"] = json!("1");
+    c.fake.put(b);
+    let mut open = Vec::new();
+    for _ in 0..400 {
+        open = overdue_alerts(&c).await;
+        if !open.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(open.len(), 1, "{open:?}");
+    let a = &open[0];
+    assert_eq!(a["key"], "batch/Job/ml/b");
+    assert_eq!(a["level"], "warning");
+    assert_eq!(a["state"], "open");
+    assert_eq!(
+        a["message"],
+        "batch/Job/ml/b has waited 2 hours in the queue of ml, longer than its 1 hour: \
+         waits for 1 × requests.cpu: 1 free, 2 needed"
+    );
+
+    // a ends, b is admitted: its alert resolves.
+    jobs(&c)
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "b admitted", |q| queue_refs(q).is_empty())
+        .await;
+    // Its wait, joined at T0 and admitted 2 h later, is in the histogram.
+    c.until_metric("bizrq_admission_queue_wait_seconds_sum{quota=\"ml\"} 7200")
+        .await;
+    c.until_metric("bizrq_admission_queue_wait_seconds_count{quota=\"ml\"} 1")
+        .await;
+    c.until_metric("bizrq_admission_queue_length{quota=\"ml\",waiting=\"Quota\"} 0")
+        .await;
+    let mut state = Value::Null;
+    for _ in 0..400 {
+        let all = overdue_alerts(&c).await;
+        state = all[0]["state"].clone();
+        if state == "resolved" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(state, "resolved");
+    assert_eq!(overdue_alerts(&c).await.len(), 1, "fired once");
+}
+
+fn stored_entry(name: &str, uid: &str) -> Value {
+    json!({"workloadRef": format!("batch/Job/ml/{name}"), "uid": uid, "priority": 0,
+        "since": "2026-11-21T10:00:00.000Z",
+        "podSets": [{"name": "main", "count": 1, "perPod": {"requests.cpu": "1"}}],
+        "position": 9, "waiting": "Quota", "reason": "waits"})
+}
+
+/// Entries whose object is not there leave the queue: one whose object
+/// the controller never saw, 2 minutes after it queued (its create was
+/// refused after the mutating webhook queued it); one whose object is
+/// gone; one queued under an earlier object of the name (said in an
+/// Event on the object there now). A live entry stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_entries_without_their_object_are_pruned() {
+    let c = queueing_cluster().await;
+    create(&c, &job("a", "3", None)).await.unwrap();
+    create(&c, &job("b", "2", None)).await.unwrap();
+    c.until("ml", "b named", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    // c exists now as a new object; its entry names an earlier one.
+    let mut cj = job("c", "1", None);
+    cj["metadata"]["uid"] = json!("uid-c-new");
+    cj["spec"]["suspend"] = json!(true);
+    c.fake.put(cj);
+    let mut q = c.fake.quota("ml");
+    let queue = q["status"]["queue"].as_array_mut().unwrap();
+    queue.push(stored_entry("ghost", ""));
+    queue.push(stored_entry("lost", "uid-lost"));
+    queue.push(stored_entry("c", "uid-c-old"));
+    c.fake.put(q);
+    let q = c
+        .until("ml", "gone and replaced pruned", |q| {
+            queue_refs(q) == ["batch/Job/ml/b", "batch/Job/ml/ghost"]
+        })
+        .await;
+    assert_eq!(used(&q, "requests.cpu"), "3");
+    until_event(&c, "QueueEntryRemoved on c", |e| {
+        e["reason"] == "QueueEntryRemoved" && e["regarding"]["name"] == "c"
+    })
+    .await;
+
+    // Within its grace the never-seen entry stays; past it, it goes.
+    c.set_clock(crate::cluster::T0 + 119_000);
+    let mut b = c.fake.get("batch", "jobs", "ml", "b").unwrap();
+    b["metadata"]["labels"]["touched"] = json!("1");
+    c.fake.put(b.clone());
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        queue_refs(&c.fake.quota("ml")),
+        ["batch/Job/ml/b", "batch/Job/ml/ghost"]
+    );
+    c.set_clock(crate::cluster::T0 + 121_000);
+    b["metadata"]["labels"]["touched"] = json!("2");
+    c.fake.put(b);
+    c.until("ml", "ghost pruned", |q| {
+        queue_refs(q) == ["batch/Job/ml/b"]
+    })
+    .await;
+}
+
+/// The queue on the quota's page (position, workload, priority, needs,
+/// reason, queued since) and as JSON at GET /api/v1/quotas/{name}/queue,
+/// both seen by whoever may see the quota, and by no one else (404, as
+/// GET /api/v1/quotas/{name}).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_is_shown_on_the_quota_page_and_as_json_to_who_may_see_it() {
+    use crate::common::{bind, create_user, Browser};
+    let c = queueing_cluster().await;
+    create_class(&c, "urgent", 1000, false).await;
+    create(&c, &job("a", "3", None)).await.unwrap();
+    create(&c, &with_class(job("b", "2", None), "urgent"))
+        .await
+        .unwrap();
+    c.until("ml", "b named", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    c.set_clock(crate::cluster::T0 + 3 * crate::cluster::HOUR);
+
+    let admin = Browser::admin(&c.server).await;
+    let page = admin.get("/quotas/ml").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let html = &page.body;
+    let table = &html[html.find(r#"<table class="queue">"#).expect(html)..];
+    let table = &table[..table.find("</table>").unwrap()];
+    for want in [
+        "Queue (1)",
+        "batch/Job/ml/b",
+        "1,000 (urgent)",
+        "2 × requests.cpu",
+        "waits for 1 × requests.cpu: 1 free, 2 needed",
+        "3 hours ago",
+        "2026-11-21 10:00 UTC",
+    ] {
+        assert!(
+            table.contains(want) || html.contains(want),
+            "{want} not on the page: {table}"
+        );
+    }
+    assert!(
+        html.contains("nothing passes a workload that waits"),
+        "the policy in words"
+    );
+
+    let (s, v) = c
+        .server
+        .api(Method::GET, "/api/v1/quotas/ml/queue", None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["length"], 1);
+    assert_eq!(v["policy"]["mode"], "Queue");
+    let e = &v["items"][0];
+    assert_eq!(e["position"], 1);
+    assert_eq!(e["workloadRef"], "batch/Job/ml/b");
+    assert_eq!(e["priority"], 1000);
+    assert_eq!(e["priorityClasses"], json!(["urgent"]));
+    assert_eq!(e["since"], "2026-11-21T10:00:00.000Z");
+    assert_eq!(e["waitedSeconds"], 3 * 3600);
+    assert_eq!(e["waiting"], "Quota");
+    assert_eq!(e["needs"], json!({"requests.cpu": "2"}));
+    assert_eq!(e["reason"], "waits for 1 × requests.cpu: 1 free, 2 needed");
+
+    // Visibility: as the quota itself. A member sees it; a user without a
+    // role on it gets the same 404 as for the quota.
+    create_user(&admin, "mia", "mia-password-0123456").await;
+    create_user(&admin, "olaf", "olaf-password-0123456").await;
+    bind(&admin, "mia", "ml", "member").await;
+    let mia = Browser::logged_in(&c.server, "mia", "mia-password-0123456").await;
+    let (s, v) = mia.api(Method::GET, "/api/v1/quotas/ml/queue", None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["length"], 1);
+    let olaf = Browser::logged_in(&c.server, "olaf", "olaf-password-0123456").await;
+    let (s_queue, v_queue) = olaf.api(Method::GET, "/api/v1/quotas/ml/queue", None).await;
+    let (s_quota, v_quota) = olaf.api(Method::GET, "/api/v1/quotas/ml", None).await;
+    assert_eq!(s_queue, StatusCode::NOT_FOUND, "{v_queue}");
+    assert_eq!(s_quota, StatusCode::NOT_FOUND);
+    assert_eq!(v_queue, v_quota, "the same answer as for the quota");
+    let (s, _) = olaf
+        .api(Method::GET, "/api/v1/quotas/nope/queue", None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}
+
+/// The mutating webhook on a replica that does not run the controller
+/// (so has no PriorityClass watch) reads the classes through the API: one
+/// LIST, kept 30 s, so a burst of creates costs one read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_without_the_watch_reads_priority_classes_through_the_api() {
+    use crate::fakeapi::FakeApi;
+    let fake = FakeApi::new();
+    let leader = Cluster::replica(
+        fake.clone(),
+        tempfile::tempdir().unwrap(),
+        crate::cluster::T0,
+        "bizrq-a",
+        false,
+    )
+    .await;
+    leader.until_metric("bizrq_leader 1").await;
+    let c = Cluster::replica(
+        fake.clone(),
+        tempfile::tempdir().unwrap(),
+        crate::cluster::T0,
+        "bizrq-b",
+        true,
+    )
+    .await;
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"},
+                "spec": {"parent": "", "hard": {"requests.cpu": "4"}, "queueing": "Queue"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    leader
+        .until_requested("PriorityClass watch", |r| {
+            r.starts_with("GET /apis/scheduling.k8s.io/v1/priorityclasses?")
+                && r.contains("watch=true")
+        })
+        .await;
+    create_class(&c, "urgent", 1000, false).await;
+    let lists = || {
+        fake.requests()
+            .iter()
+            .filter(|r| {
+                r.starts_with("GET /apis/scheduling.k8s.io/v1/priorityclasses")
+                    && !r.contains("watch=true")
+            })
+            .count()
+    };
+    let before = lists();
+    create(&c, &job("run", "4", None)).await.unwrap();
+    create(&c, &with_class(job("b", "2", None), "urgent"))
+        .await
+        .unwrap();
+    create(&c, &with_class(job("c", "2", None), "urgent"))
+        .await
+        .unwrap();
+    // Judged by the serving replica's webhook, before any round.
+    let q = fake.quota("ml");
+    assert_eq!(entry(&q, "b")["priority"], 1000, "{q}");
+    assert_eq!(entry(&q, "c")["priority"], 1000);
+    assert_eq!(lists(), before + 1, "one LIST for both creates");
+    leader.running.shutdown().await;
+    c.running.shutdown().await;
 }

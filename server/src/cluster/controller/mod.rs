@@ -125,6 +125,13 @@ pub struct Context {
     missed: Mutex<HashSet<String>>,
     /// No reconcile before the view's startup watches have listed once.
     gate: Gate,
+    /// Quotas that may borrow and have a queue, by parent: room freed under
+    /// a parent may be lent to them, so they are touched then (`queue`).
+    borrowers: Mutex<HashMap<String, HashSet<String>>>,
+    /// When a quota's queue next needs a round although nothing changed
+    /// (an entry crosses its alert threshold, an orphan's grace ends), in
+    /// the service's clock: its reconcile asks to be run again then.
+    wake: Mutex<HashMap<String, i64>>,
 }
 
 impl Context {
@@ -185,6 +192,8 @@ impl Context {
             retries: Retries::default(),
             missed: Mutex::default(),
             gate: Gate::default(),
+            borrowers: Mutex::default(),
+            wake: Mutex::default(),
         };
         (Arc::new(ctx), rx)
     }
@@ -257,6 +266,7 @@ impl Controller {
         }
         tasks.spawn(ctx.clone().watch_pods(watermark));
         tasks.spawn(ctx.clone().watch_hpas());
+        tasks.spawn(ctx.clone().watch_priority_classes());
         ctx.gate.opened().await;
         {
             let v = ctx.view.lock().unwrap();

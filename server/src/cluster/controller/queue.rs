@@ -9,18 +9,25 @@
 //! entry is gone once charged) and nothing is lost (it leaves the queue
 //! only with its charge).
 //!
-//! This version admits within hard only: work that could run on a loan
-//! from the parent waits until it fits in hard (never over-admitted; the
-//! loan path is not wired here yet).
+//! A quota that may borrow (`max` and a parent) plans against what its
+//! parent could lend now and admits on a loan through the same two
+//! compare-and-swaps as the webhook's borrowing path (the loan in the
+//! parent, then the charge within hard + loan): never past the limits, and
+//! such work is reclaimed in the loans' order like any borrower's.
 
 use super::Context;
+
+/// How long an entry whose object the controller has never seen stays
+/// queued: the mutating webhook queues a CREATE before the API server
+/// stores the object (and before the watch shows it); past this the
+/// create is taken to have failed.
+pub const ORPHAN_GRACE_MS: i64 = 120_000;
 
 use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use quota::queue::{self, Decision, Pool, Queued};
 use quota::workload::{adapter_for_kind, WorkloadRef};
-use quota::ResourceList;
 use std::collections::BTreeMap;
 
 impl Context {
@@ -48,6 +55,8 @@ impl Context {
             self.unsuspend(&wref).await;
         }
         if q.status.queue.is_empty() {
+            self.note_borrower(&q, false);
+            self.service.metrics.set_queue(name, [0; 4], 0);
             return Ok(());
         }
         // Entries made by a CREATE's mutation carry no uid yet (the API
@@ -72,6 +81,10 @@ impl Context {
         } else {
             self.service.get(name).await?.quota
         };
+        let q = match self.prune_orphans(name, &q, now).await? {
+            true => self.service.get(name).await?.quota,
+            false => q,
+        };
         // Only entries whose object the watch has seen (with its uid) are
         // admitted: the unsuspend needs the object.
         let known: Vec<Queued> = {
@@ -83,9 +96,38 @@ impl Context {
                 })
                 .collect()
         };
-        let limits = ResourceList::new();
+        // Priorities from the PriorityClasses as the watch has them now (a
+        // class created or changed since an entry queued counts); a number
+        // written in a template never does (`quota::queue::priority`).
+        let classes = self.service.priorities.classes().await.ok();
+        let mut notes: BTreeMap<String, String> = BTreeMap::new();
+        let known: Vec<Queued> = known
+            .into_iter()
+            .map(|mut e| {
+                if let Some(c) = &classes {
+                    let r = c.resolve(&e.priority_classes);
+                    e.priority = r.value;
+                    if let Some(n) = r.note() {
+                        notes.insert(e.workload_ref.clone(), n);
+                    }
+                }
+                e
+            })
+            .collect();
+        // Hard, or for a quota that may borrow, hard + what its parent
+        // could lend now (`queue::borrow_limits`): each admission then asks
+        // for its loan in the parent's compare-and-swap, as the webhook's
+        // borrowing path does, so the plan is never more than is granted.
+        let limits = self.service.queue_limits(&q).await?;
         let pool = Pool::new(&q, &limits);
-        let decisions = queue::next_admissions(&known, &pool, &[], &q.spec.queueing, now);
+        // Card-hour budgets: an entry waits for one as for quota.
+        let budgets = queue::budgets::of(&q);
+        let price_list = quota::budget::PriceList::default();
+        let views: Vec<_> = budgets
+            .iter()
+            .map(|b| b.view(&self.service.prices, &price_list))
+            .collect();
+        let decisions = queue::next_admissions(&known, &pool, &views, &q.spec.queueing, now);
         let uids: BTreeMap<&str, &str> = known
             .iter()
             .map(|e| (e.workload_ref.as_str(), e.uid.as_str()))
@@ -95,10 +137,16 @@ impl Context {
             let uid = uids.get(a.workload_ref.as_str()).copied().unwrap_or("");
             match self
                 .service
-                .admit_queued(name, &a.workload_ref, uid, a.charge.clone(), &limits)
+                .admit_queued(name, &a.workload_ref, uid, a.charge.clone())
                 .await
             {
                 Ok(true) => {
+                    if let Some(e) = known.iter().find(|e| e.workload_ref == a.workload_ref) {
+                        let waited = now.saturating_sub(e.submitted_ms).max(0);
+                        self.service
+                            .metrics
+                            .observe_queue_wait(name, waited as f64 / 1000.0);
+                    }
                     self.unsuspend(&a.workload_ref).await;
                     self.notify_workload(
                         &a.workload_ref,
@@ -121,7 +169,12 @@ impl Context {
             .iter()
             .map(|e| (e.work.workload_ref.clone(), (e.position, e.waiting)))
             .collect();
-        let fresh = queue::status(&known, &decisions, &BTreeMap::new());
+        let mut fresh = queue::status(&known, &decisions, &BTreeMap::new());
+        for e in fresh.iter_mut() {
+            if let Some(n) = notes.get(&e.work.workload_ref) {
+                e.reason = format!("{}; {n}", e.reason);
+            }
+        }
         for e in &fresh {
             if before.get(&e.work.workload_ref) != Some(&(e.position, e.waiting)) {
                 self.notify_workload(
@@ -136,8 +189,189 @@ impl Context {
                 );
             }
         }
+        let waits = !fresh.is_empty();
+        let policy = q.spec.queueing;
+        let overdue = fresh
+            .iter()
+            .any(|e| policy.alerts(e.work.submitted_ms, now));
+        let next_alert = fresh
+            .iter()
+            .filter(|e| !policy.alerts(e.work.submitted_ms, now))
+            .filter_map(|e| {
+                let after = policy.alert_after_seconds? as i64;
+                Some(
+                    e.work
+                        .submitted_ms
+                        .saturating_add(after.saturating_mul(1000)),
+                )
+            })
+            .min();
+        self.export(name, &q, &known, &fresh, now);
         self.service.restate_queue(name, fresh).await?;
+        self.note_borrower(&q, waits);
+        if overdue {
+            // Nothing else writes when an entry crosses its threshold:
+            // the alert engine evaluates the quota as it stands now.
+            if let Some(s) = self.service.cached_quota(name) {
+                self.service.changed.mark(name, now, Some(s));
+            }
+        }
+        if let Some(at) = next_alert {
+            self.wake_at(name, at);
+        }
         Ok(())
+    }
+
+    /// The queue's metrics after a round: the restated entries, and those
+    /// the round left out (not yet seen by the watch) as they were stored.
+    fn export(
+        &self,
+        name: &str,
+        q: &quota::Quota,
+        known: &[Queued],
+        fresh: &[queue::QueueEntry],
+        now: i64,
+    ) {
+        let mut counts = [0i64; 4];
+        let mut oldest = 0i64;
+        let rest = q
+            .status
+            .queue
+            .iter()
+            .filter(|e| !known.iter().any(|k| k.workload_ref == e.work.workload_ref));
+        for e in fresh.iter().chain(rest) {
+            let i = match e.waiting {
+                queue::Waiting::Quota => 0,
+                queue::Waiting::Budget => 1,
+                queue::Waiting::Turn => 2,
+                queue::Waiting::Never => 3,
+            };
+            counts[i] += 1;
+            oldest = oldest.max(now.saturating_sub(e.work.submitted_ms) / 1000);
+        }
+        self.service.metrics.set_queue(name, counts, oldest);
+    }
+
+    /// Entries whose object is not there (docs/queueing.md §7): one never
+    /// seen `ORPHAN_GRACE_MS` after it queued (its create was refused after
+    /// the mutating webhook queued it, or never happened), one whose object
+    /// the watch saw and is gone (a delete whose release was missed), and
+    /// one queued under an earlier object of the name (uid differs), which
+    /// is said on the object now there. Judged only for kinds the watch
+    /// has listed. Whether any was removed.
+    async fn prune_orphans(
+        &self,
+        name: &str,
+        q: &quota::Quota,
+        now: i64,
+    ) -> Result<bool, ServiceError> {
+        let authoritative = self.authoritative();
+        let mut gone: Vec<(String, String)> = Vec::new();
+        let mut replaced: Vec<String> = Vec::new();
+        let mut next_due: Option<i64> = None;
+        {
+            let v = self.view.lock().unwrap();
+            for e in &q.status.queue {
+                let (wref, uid) = (&e.work.workload_ref, &e.work.uid);
+                if !authoritative(kind_of_ref(wref)) {
+                    continue;
+                }
+                match v.workload_uid(wref) {
+                    Some(seen) if uid.is_empty() || *uid == seen => {}
+                    Some(_) => {
+                        gone.push((wref.clone(), uid.clone()));
+                        replaced.push(wref.clone());
+                    }
+                    None if !uid.is_empty() => gone.push((wref.clone(), uid.clone())),
+                    None => {
+                        let due = e.work.submitted_ms.saturating_add(ORPHAN_GRACE_MS);
+                        if now >= due {
+                            gone.push((wref.clone(), String::new()));
+                        } else {
+                            next_due = Some(next_due.map_or(due, |d| d.min(due)));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(at) = next_due {
+            self.wake_at(name, at);
+        }
+        if gone.is_empty() {
+            return Ok(false);
+        }
+        let pruned = self.service.prune_queue(name, &gone).await?;
+        for wref in &pruned {
+            if replaced.contains(wref) {
+                self.notify_workload(
+                    wref,
+                    true,
+                    "Queue",
+                    "QueueEntryRemoved",
+                    format!(
+                        "bizrq {name}: the queue entry of an earlier object named {wref} was                          removed; this object is not queued"
+                    ),
+                );
+            }
+            tracing::info!(quota = %name, workload = %wref, "queue entry without its object removed");
+        }
+        Ok(!pruned.is_empty())
+    }
+
+    /// Run `name`'s queue again at `at` (the service's clock), or earlier
+    /// if already asked.
+    fn wake_at(&self, name: &str, at: i64) {
+        let mut w = self.wake.lock().unwrap();
+        let e = w.entry(name.to_string()).or_insert(at);
+        *e = (*e).min(at);
+    }
+
+    /// Keep `q` among the borrowers with a queue under its parent while
+    /// it may borrow and `waits`.
+    fn note_borrower(&self, q: &quota::Quota, waits: bool) {
+        let parent = &q.spec.parent;
+        if parent.is_empty() {
+            return;
+        }
+        let mut b = self.borrowers.lock().unwrap();
+        if waits && !q.spec.max.is_empty() {
+            b.entry(parent.clone())
+                .or_default()
+                .insert(q.name().to_string());
+        } else if let Some(set) = b.get_mut(parent) {
+            set.remove(q.name());
+            if set.is_empty() {
+                b.remove(parent);
+            }
+        }
+    }
+
+    /// Room freed under `parent` (a child's workload deleted or lowered):
+    /// the borrowers waiting in a queue under it get a round, since their
+    /// parent may lend them that room now.
+    pub(super) fn touch_borrowers_under(&self, parent: &str) {
+        let names: Vec<String> = self
+            .borrowers
+            .lock()
+            .unwrap()
+            .get(parent)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        if !names.is_empty() {
+            self.triggers.touch(names);
+        }
+    }
+
+    /// `touch_borrowers_under` the parent of each of `quotas`, as this
+    /// process's copy has it.
+    pub(super) fn touch_borrowers_beside(&self, quotas: &std::collections::BTreeSet<String>) {
+        for name in quotas {
+            if let Some(s) = self.service.cached_quota(name) {
+                if !s.quota.spec.parent.is_empty() {
+                    self.touch_borrowers_under(&s.quota.spec.parent);
+                }
+            }
+        }
     }
 
     /// Set the workload's suspend flag to false (a merge patch of its

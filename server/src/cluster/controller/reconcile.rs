@@ -16,6 +16,7 @@ use quota::keys::cash_target;
 use quota::reconcile::{Observed, RESERVATION_TTL_MS};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How one reconcile ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -40,7 +41,8 @@ impl Reconciled {
 
 /// Reconcile one quota. Whatever the outcome, the next reconcile comes
 /// from a trigger: an event that touches the quota, the recheck, or the
-/// periodic resync of every quota (`triggers`), so no outcome requeues.
+/// periodic resync of every quota (`triggers`); only a queue with a time
+/// of its own (an alert threshold, an orphan's grace) asks to run again.
 pub async fn reconcile(
     quota: Arc<BizGroupResourceQuota>,
     ctx: Arc<Context>,
@@ -58,7 +60,17 @@ pub async fn reconcile(
         Ok(done) => {
             m.count_reconcile(done.label());
             ctx.retries.reset(&name);
-            Ok(Action::await_change())
+            // A queue that needs a round at a time of its own (an alert
+            // threshold, an orphan's grace) asks for it; at most a resync
+            // away, at least a second.
+            let wake = ctx.wake.lock().unwrap().remove(&name);
+            Ok(match wake {
+                Some(at) => {
+                    let ms = at.saturating_sub(ctx.now()).max(1000) as u64;
+                    Action::requeue(Duration::from_millis(ms).min(ctx.cfg.resync))
+                }
+                None => Action::await_change(),
+            })
         }
         Err(source) => {
             m.count_reconcile("error");
@@ -73,7 +85,7 @@ pub async fn reconcile(
 impl Context {
     /// Kinds whose charges the view can judge: watched and listed, or not
     /// served by the cluster at all (their objects cannot exist).
-    fn authoritative(&self) -> impl Fn(&str) -> bool + '_ {
+    pub(super) fn authoritative(&self) -> impl Fn(&str) -> bool + '_ {
         let installed: HashSet<String> = self.installed.lock().unwrap().keys().cloned().collect();
         let v = self.view.lock().unwrap();
         let synced: HashSet<String> = installed
@@ -98,6 +110,7 @@ impl Context {
         let prices = self.service.prices;
         let mut exhausted: Vec<String> = Vec::new();
         let mut queued = false;
+        let mut freed = false;
         let mut paid_to: Option<i64> = None;
         let mut uid: Option<String> = None;
         let result = self
@@ -130,6 +143,11 @@ impl Context {
                 quota::budget::hold::settle_finished(&mut q.status, &snap.finished);
                 borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
                 let changed = out.changed || q.status.differs_visibly(&before);
+                // Room given back here may be lent to a sibling's queue.
+                freed = before
+                    .used
+                    .iter()
+                    .any(|(k, b)| quota::resources::get(&q.status.used, k) < *b);
                 exhausted = newly_exhausted(&before, q);
                 queued = quota::queue::ledger::waits_or_admits(q);
                 uid = q.metadata.uid.clone();
@@ -170,6 +188,9 @@ impl Context {
                     "bizrq {name}: {key} is exhausted; new workloads that need it are denied, running ones keep running"
                 ),
             });
+        }
+        if freed && written && !parent.is_empty() {
+            self.touch_borrowers_under(&parent);
         }
         // The parent weighs borrowing and reclaim among its children: after
         // a change here, or while pods here wait for room.

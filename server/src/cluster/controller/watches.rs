@@ -16,6 +16,7 @@ use crate::cluster::view::kind_key;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ApiResource};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::{self, Event};
@@ -23,7 +24,7 @@ use kube::runtime::WatchStreamExt;
 use kube::ResourceExt;
 use quota::pods::read_pod_value;
 use quota::workload::{read_hpa_value, Adapter, WorkloadRef};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -181,6 +182,7 @@ impl Context {
         let name = q.name_any();
         self.retries.reset(&name);
         self.missed.lock().unwrap().remove(&name);
+        self.service.metrics.forget_queue(&name);
         self.forget_quota(&name).await;
         if q.spec.parent.is_empty() {
             return;
@@ -264,6 +266,8 @@ impl Context {
                         .lock()
                         .unwrap()
                         .delete_workload(adapter, &ns, &obj.name_any(), now);
+                // Its room may be lent to a sibling's queue now.
+                self.touch_borrowers_beside(&touched);
                 self.touch(touched);
             }
             Change::Listed { listed, first } => {
@@ -417,6 +421,46 @@ impl Context {
                 }
             },
         )
+        .await;
+    }
+
+    /// PriorityClasses, the copy queued admission resolves priorities from
+    /// (`service.priorities`). None until the first list, and none again
+    /// once the watch stops (leadership lost): the webhook then reads
+    /// through the API. A class change needs no reconcile of its own: the
+    /// next round of each queue resolves its entries again.
+    pub(super) async fn watch_priority_classes(self: Arc<Self>) {
+        struct Forget(Arc<dyn crate::service::queue::PriorityLookup>);
+        impl Drop for Forget {
+            fn drop(&mut self) {
+                self.0.set_watched(None);
+            }
+        }
+        let lookup = self.service.priorities.clone();
+        let _forget = Forget(lookup.clone());
+        let ar = ApiResource::erase::<PriorityClass>(&());
+        let api: Api<RawObject> = Api::all_with(self.client.clone(), &ar);
+        let mut objects: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        let mut listed_once = false;
+        let name = |o: &RawObject| o.name_any();
+        self.drive(api, "PriorityClass", false, name, |change, _now| {
+            match change {
+                Change::Apply(o) => {
+                    objects.insert(o.name_any(), o.json.clone());
+                }
+                Change::Delete(o) => {
+                    objects.remove(&o.name_any());
+                }
+                Change::Listed { listed, .. } => {
+                    objects.retain(|k, _| listed.contains(k));
+                    listed_once = true;
+                }
+            }
+            if listed_once {
+                let classes = quota::queue::priority::Classes::from_objects(objects.values());
+                lookup.set_watched(Some(classes));
+            }
+        })
         .await;
     }
 }

@@ -96,6 +96,15 @@ pub const KINDS: &[KindDef] = &[
         scale: false,
     },
     KindDef {
+        group: "scheduling.k8s.io",
+        version: "v1",
+        kind: "PriorityClass",
+        plural: "priorityclasses",
+        namespaced: false,
+        status: false,
+        scale: false,
+    },
+    KindDef {
         group: "events.k8s.io",
         version: "v1",
         kind: "Event",

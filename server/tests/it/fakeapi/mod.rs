@@ -129,6 +129,17 @@ impl FakeApi {
         for k in KINDS {
             f.install(k.clone());
         }
+        // kube-apiserver creates these two at start and serves them like
+        // any PriorityClass (list, get, watch).
+        for (name, value) in [
+            ("system-node-critical", 2_000_001_000),
+            ("system-cluster-critical", 2_000_000_000),
+        ] {
+            f.put(json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": name}, "value": value, "globalDefault": false,
+                "preemptionPolicy": "PreemptLowerPriority",
+                "description": "Used for system critical pods that must not be moved from their current node."}));
+        }
         f
     }
 

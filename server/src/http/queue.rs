@@ -1,0 +1,55 @@
+//! `GET /api/v1/quotas/{name}/queue`: the quota's queue (docs/queueing.md
+//! §5) — its policy and each waiting workload in admission order: place,
+//! priority and the classes it comes from, since when and how long it has
+//! waited, what it waits for and why, what it needs on the keys the quota
+//! limits. Visible to whoever may see the quota (404 otherwise, as `GET
+//! /api/v1/quotas/{name}`).
+
+use crate::authz::Principal;
+use crate::http::{ApiError, AppState};
+use crate::service::changes::{self, tree_for};
+use crate::service::queue as words;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+pub async fn get(
+    State(app): State<AppState>,
+    p: Principal,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
+    let q = app.service.get(&name).await?.quota;
+    let now = app.service.now();
+    let items: Vec<_> = q
+        .status
+        .queue
+        .iter()
+        .map(|e| {
+            let w = &e.work;
+            json!({
+                "position": e.position,
+                "workloadRef": w.workload_ref,
+                "uid": w.uid,
+                "priority": w.priority,
+                "priorityClasses": w.priority_classes,
+                "since": quota::time::format_rfc3339(w.submitted_ms),
+                "waitedSeconds": now.saturating_sub(w.submitted_ms).max(0) / 1000,
+                "waiting": e.waiting,
+                "reason": e.reason,
+                "needs": words::needs(&q, w),
+                "runSeconds": w.run_ms.map(|ms| ms / 1000),
+                "estimatedStart": e.estimated_start,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "quota": name,
+        "policy": q.spec.queueing,
+        "policyText": words::policy_words(&q.spec.queueing),
+        "length": items.len(),
+        "items": items,
+    }))
+    .into_response())
+}
