@@ -181,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn most_over_is_the_key_the_full_row_shows_most_over() {
+    fn the_quick_readings_equal_the_full_rows() {
         let mut wide = q("wide", "", 8, 100, 12, 0);
         // Two keys over by as much, and one over by more.
         for (k, hard, used) in [
@@ -214,6 +214,13 @@ mod tests {
                 .map(|k| (k.key, k.used, k.hard, k.percent));
             let fast = crate::most_over(q, &u, &cfg).map(|k| (k.key, k.used, k.hard, k.percent));
             assert_eq!(fast, full, "{}", q.name());
+            let max = crate::key_usages(q, &u, &cfg)
+                .iter()
+                .map(|k| k.percent)
+                .max()
+                .unwrap_or(0);
+            let rolled = quota::rollup::rollup(q, &u);
+            assert_eq!(crate::max_percent(q, &rolled), max, "{}", q.name());
         }
     }
 }

@@ -164,6 +164,27 @@ pub fn key_usages(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyU
         .collect()
 }
 
+/// The highest `percent` of `key_usages(q, in_use, _)` (0 when it has no
+/// key), from `rolled` = `quota::rollup::rollup(q, in_use)` and without
+/// formatting a key: the tree asks it of every quota for its filters.
+pub fn max_percent(q: &Quota, rolled: &[quota::rollup::KeyRollup]) -> u32 {
+    let rolled: std::collections::BTreeMap<&str, &quota::rollup::KeyRollup> =
+        rolled.iter().map(|r| (r.key.as_str(), r)).collect();
+    q.spec
+        .hard
+        .iter()
+        .filter_map(|(k, h)| {
+            if let Some(r) = rolled.get(k.as_str()) {
+                return Some(r.in_use_percent());
+            }
+            let used = resources::get(&q.status.used, k);
+            let cash = quota::keys::cash_target(k).is_some();
+            (cash && !(h.is_zero() && used.is_zero())).then(|| percent(used, *h))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// The key of `q`'s hard most over quota in the whole subtree, as
 /// `key_usages` shows it (the same key, amounts and percent; of equals the
 /// last by key), without formatting the keys that are not: the overview

@@ -7,7 +7,7 @@
 //! The rows are computed here from the quotas the viewer may see and their
 //! subtree usage (pure, tested below); the server only reads those quotas.
 
-use crate::{display_quantity, key_usages, KeyUsage};
+use crate::display_quantity;
 use quota::keys::{cash_target, Key};
 use quota::rollup::{rollup, KeyRollup};
 use quota::{resources, KeyConfig, Quantity, Quota, ResourceList};
@@ -62,8 +62,9 @@ pub struct TreeRow {
     pub borrowing: Vec<String>,
     /// The fullest other keys (zero hards left out), worst first.
     pub others: Vec<(String, u32)>,
-    /// Every shown key, for the filters (hot, over).
-    pub keys: Vec<KeyUsage>,
+    /// The fullest shown key's percent, for the filters (hot, over): the
+    /// highest `percent` of `key_usages`, computed without formatting them.
+    pub max_percent: u32,
     /// Descendants folded away under this row.
     pub hidden_below: usize,
     /// Shown only as an ancestor of a row the search found.
@@ -76,7 +77,7 @@ pub struct TreeRow {
 
 impl TreeRow {
     pub fn max_percent(&self) -> u32 {
-        self.keys.iter().map(|k| k.percent).max().unwrap_or(0)
+        self.max_percent
     }
 }
 
@@ -164,7 +165,6 @@ pub(crate) fn cash_cell(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Op
 /// The row of one quota (depth, fold state and context set by the caller).
 pub fn row_of(q: &Quota, in_use: &ResourceList, children: usize, cfg: &KeyConfig) -> TreeRow {
     let rolled = rollup(q, in_use);
-    let keys = key_usages(q, in_use, cfg);
     let gpu = gpu_cell(&rolled, cfg);
     let gpu_key = gpu.as_ref().map(|g| g.key.clone());
     // Keys with a zero hard that nothing uses are not worth a glance.
@@ -192,7 +192,7 @@ pub fn row_of(q: &Quota, in_use: &ResourceList, children: usize, cfg: &KeyConfig
         cash: cash_cell(q, in_use, cfg),
         borrowing,
         others,
-        keys,
+        max_percent: crate::max_percent(q, &rolled),
         hidden_below: 0,
         context: false,
         open: children > 0,
