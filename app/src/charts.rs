@@ -69,16 +69,14 @@ pub fn amount(key: &str, q: Quantity, cfg: &KeyConfig) -> String {
 /// out in 3.2 days (2026-11-24), burning 12.5 card-hours/h".
 pub fn describe(f: &Forecast, cfg: &KeyConfig) -> String {
     let k = &f.key;
-    let (per, unit) = unit_of(k, cfg);
     let rem = f.remaining.nanos();
+    // Amounts with their unit and separators, as everywhere else.
+    let amount = |nanos: i128| crate::display_quantity(k, Quantity::from_nanos(nanos), cfg);
     if f.as_of_ms.is_none() {
         return format!("{k}: no usage recorded yet");
     }
     if rem < 0 {
-        return format!(
-            "{k} has run out: {} {unit} over budget",
-            decimal(-rem, per, 2)
-        );
+        return format!("{k} has run out: {} over budget", amount(-rem));
     }
     if rem == 0 {
         return format!("{k} has run out: budget spent");
@@ -92,12 +90,12 @@ pub fn describe(f: &Forecast, cfg: &KeyConfig) -> String {
             );
             let noun = if days == "1" { "day" } else { "days" };
             format!(
-                "{k} runs out in {days} {noun} ({}), burning {} {unit}/h",
+                "{k} runs out in {days} {noun} ({}), burning {}/h",
                 date(at),
-                decimal(f.burn_per_hour.nanos(), per, 2)
+                amount(f.burn_per_hour.nanos())
             )
         }
-        None => format!("{k}: {} {unit} left, not burning", decimal(rem, per, 2)),
+        None => format!("{k}: {} left, not burning", amount(rem)),
     }
 }
 
