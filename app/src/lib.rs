@@ -9,6 +9,7 @@ pub mod budgets;
 pub mod chart_section;
 pub mod charts;
 pub mod layout;
+pub mod prices;
 pub mod quotas;
 pub mod transfers;
 pub mod tree;

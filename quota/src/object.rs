@@ -6,8 +6,8 @@
 
 use crate::borrow::Loan;
 use crate::budget::hold;
-use crate::budget::price::{self, PriceList};
 use crate::budget::periods::{self, PeriodStatus};
+use crate::budget::price::{self, PriceList};
 use crate::budget::BudgetPolicy;
 use crate::cash::Prices;
 use crate::keys::{cash_target, KeyConfig};
@@ -365,7 +365,8 @@ impl QuotaStatus {
                         let mut acc = 0i128;
                         for c in workloads.values() {
                             let start = time::parse_rfc3339(&c.since).unwrap_or(a).max(a);
-                            let cost = price::charge_cost_weighted(c, target, start, b, prices, list);
+                            let cost =
+                                price::charge_cost_weighted(c, target, start, b, prices, list);
                             acc = acc.saturating_add(cost);
                         }
                         let amount = price::to_cash_accrued(acc);

@@ -80,7 +80,15 @@ pub fn reconcile(
     ttl_ms: i64,
     prices: &Prices,
 ) -> Outcome {
-    reconcile_priced(q, observed, runs, now_ms, ttl_ms, prices, &PriceList::default())
+    reconcile_priced(
+        q,
+        observed,
+        runs,
+        now_ms,
+        ttl_ms,
+        prices,
+        &PriceList::default(),
+    )
 }
 
 /// `reconcile`, cash accruing at the weights of `list` in force at each

@@ -60,7 +60,13 @@ fn multipliers() -> Prices {
 }
 
 /// (micro-units of cards, model, qos, start offset, run length or running)
-type Pod = (i64, Option<&'static str>, Option<QosClass>, i64, Option<i64>);
+type Pod = (
+    i64,
+    Option<&'static str>,
+    Option<QosClass>,
+    i64,
+    Option<i64>,
+);
 
 fn pods() -> impl Strategy<Value = Vec<Pod>> {
     prop::collection::vec(

@@ -268,7 +268,9 @@ mod tests {
     #[test]
     fn hostile_documents_are_refused_with_what_to_fix() {
         let v = |w: serde_json::Value| {
-            spec(serde_json::json!({"versions": [{"effectiveFrom": "2026-01-01T00:00:00Z", "weights": w}]}))
+            spec(
+                serde_json::json!({"versions": [{"effectiveFrom": "2026-01-01T00:00:00Z", "weights": w}]}),
+            )
         };
         let msg = |r: Result<PriceList, PriceError>| r.unwrap_err().to_string();
         assert!(msg(v(serde_json::json!({"cpu": {"*": -1}}))).contains("weight"));
@@ -302,7 +304,9 @@ mod tests {
             serde_json::json!({"currency": {"unit": "EURO-DOLLAR-YEN-X", "perCardHour": 1}})
         ))
         .contains("16"));
-        assert!(serde_json::from_value::<PriceListSpec>(serde_json::json!({"version": []})).is_err());
+        assert!(
+            serde_json::from_value::<PriceListSpec>(serde_json::json!({"version": []})).is_err()
+        );
         let obj = |name: &str| PriceListObject {
             api_version: API_VERSION.into(),
             kind: KIND.into(),
@@ -313,6 +317,10 @@ mod tests {
             spec: PriceListSpec::default(),
         };
         assert!(obj("default").compile().is_ok());
-        assert!(obj("cheap").compile().unwrap_err().to_string().contains("'default'"));
+        assert!(obj("cheap")
+            .compile()
+            .unwrap_err()
+            .to_string()
+            .contains("'default'"));
     }
 }

@@ -5,5 +5,6 @@ pub mod controller;
 pub mod crd;
 pub mod events;
 pub mod leader;
+pub mod prices;
 pub mod store;
 pub mod view;

@@ -154,7 +154,7 @@ impl Service {
             };
             let run = hold::RunDecl::Object(Ok(entry.work.run_ms));
             let old = q.status.workloads.get(wref).cloned();
-            let prices = super::price_list();
+            let prices = self.price_list();
             let reserved = hold::decide(
                 q,
                 wref,
