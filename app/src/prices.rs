@@ -15,11 +15,11 @@ use leptos::prelude::*;
 pub struct WeightRow {
     /// `nvidia.com/gpu`
     pub resource: String,
-    /// `H100`, or `any other model`.
+    /// `H100`, or `others` (the models not named).
     pub model: String,
     /// `2.5`
     pub weight: String,
-    /// `6.25 EUR per hour`
+    /// What an hour of one card costs: `6.25 EUR` (or `2.5 h` of budget).
     pub per_hour: String,
 }
 
@@ -29,7 +29,7 @@ pub struct VersionBlock {
     pub title: String,
     pub in_force: bool,
     pub rows: Vec<WeightRow>,
-    /// `Any other resource or model: 1 (2.5 EUR per hour)`.
+    /// `Any other resource or model: 1 (2.5 EUR per hour).`
     pub default_line: String,
 }
 
@@ -60,7 +60,7 @@ pub fn render_prices_page(viewer: Viewer, page: PricesPage, flash: Option<Flash>
                     <section class=class>
                         <h3>{v.title}</h3>
                         <table class="prices">
-                            <thead><tr><th>"Resource"</th><th>"Model"</th><th class="num">"Weight"</th><th class="num">"Costs"</th></tr></thead>
+                            <thead><tr><th>"Resource"</th><th>"Model"</th><th class="num">"Weight"</th><th class="num">"Per hour"</th></tr></thead>
                             <tbody>{v.rows.into_iter().map(|r| view! {
                                 <tr>
                                     <td class="key">{r.resource}</td>

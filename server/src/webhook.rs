@@ -609,7 +609,9 @@ fn review_prices(req: &Request) -> Result<Verdict, ServiceError> {
             price_doc::MAX_DOCUMENT_BYTES
         )));
     }
-    let mut obj: PriceListObject = serde_json::from_str(raw.get())
+    // Through a Value: serde's errors then name the field, not a column.
+    let mut obj: PriceListObject = serde_json::from_str::<serde_json::Value>(raw.get())
+        .and_then(serde_json::from_value)
         .map_err(|e| ServiceError::BadRequest(format!("bizrq: price list: {e}")))?;
     if obj.metadata.name.is_empty() {
         obj.metadata.name = target(req).1;

@@ -39,7 +39,9 @@ pub fn page_of(v: &PricesView) -> PricesPage {
     let currency = match &v.currency {
         Some(c) => format!(
             "Budgets are shown in {}: {} {} per weighted card-hour (or core-hour).",
-            c.unit, c.per_card_hour, c.unit
+            c.unit,
+            quota::readable::grouped(c.per_card_hour),
+            c.unit
         ),
         None => "Budgets are shown in weighted resource-hours (card-hours, core-hours): no currency is configured.".to_string(),
     };
@@ -62,7 +64,7 @@ pub fn page_of(v: &PricesView) -> PricesPage {
                 .map(|(r, model, w)| WeightRow {
                     resource: r.clone(),
                     model: if model == ANY_MODEL {
-                        "any other model".into()
+                        "others".into()
                     } else {
                         model.clone()
                     },
@@ -71,7 +73,7 @@ pub fn page_of(v: &PricesView) -> PricesPage {
                 })
                 .collect(),
             default_line: format!(
-                "Any other resource or model: {} ({}).",
+                "Any other resource or model: {} ({} per hour).",
                 ver.default_weight,
                 v.per_hour(ver.default_weight)
             ),

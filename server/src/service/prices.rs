@@ -208,16 +208,13 @@ impl PricesView {
         }
     }
 
-    /// What one weighted hour at `w` costs: `6.25 EUR per hour`, or
-    /// `2.5 card-hours per hour` without a currency.
+    /// What an hour of one card (or core) at `w` costs: `6.25 EUR`, or
+    /// `2.5 h` of budget without a currency.
     pub fn per_hour(&self, w: quota::budget::Weight) -> String {
         let hours = quota::Quantity::from_nanos(w.per_mille() * 1_000_000);
         match &self.currency {
-            Some(c) => format!("{} per hour", c.format(hours)),
-            None => format!(
-                "{} weighted hours per hour",
-                quota::readable::grouped(hours)
-            ),
+            Some(c) => c.format(hours),
+            None => format!("{} h", quota::readable::grouped(hours)),
         }
     }
 
@@ -252,6 +249,18 @@ impl PricesView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shipped_example_compiles() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/prices.yaml");
+        let l = read_file(&path).unwrap();
+        assert_eq!(l.versions.len(), 2);
+        assert_eq!(
+            l.weight_at(l.versions[1].effective_ms, "nvidia.com/gpu", Some("H100")),
+            quota::budget::Weight(2000)
+        );
+    }
 
     #[test]
     fn the_same_document_reads_as_yaml_or_json() {

@@ -215,8 +215,8 @@ async fn standalone_story(url: &str) {
     for s in [
         "A100",
         "H100",
-        "any other model",
-        "8 EUR per hour",
+        "others",
+        "<td class=\"num\">8 EUR</td>",
         "in force",
         "announced",
         "QoS multipliers",
