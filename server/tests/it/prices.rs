@@ -307,6 +307,17 @@ async fn in_a_cluster_the_object_is_checked_and_accrual_splits_at_a_change() {
     .await
     .unwrap_err();
     assert!(err.contains("not a model name"), "{err}");
+    // What the CRD's schema cannot see: the order of the versions.
+    let mut backwards = doc(json!({"requests.nvidia.com/gpu": {"*": 3}}), "default");
+    backwards["spec"]["versions"][1]["effectiveFrom"] = json!("2026-01-01T00:00:00Z");
+    let err = create(backwards).await.unwrap_err();
+    assert!(
+        err.contains(
+            "bizrq: price list: price versions must take effect in strictly increasing order: \
+             2026-01-01T00:00:00.000Z is not after 2026-11-20T10:00:00.000Z"
+        ),
+        "{err}"
+    );
     let err = create(doc(json!({"requests.nvidia.com/gpu": {"*": 3}}), "cheap"))
         .await
         .unwrap_err();
@@ -333,7 +344,7 @@ async fn in_a_cluster_the_object_is_checked_and_accrual_splits_at_a_change() {
         .iter()
         .filter(|r| r["webhook"] == "prices.bizrq.io")
         .count();
-    assert_eq!(reviewed, 4, "every create was reviewed");
+    assert_eq!(reviewed, 5, "every create was reviewed");
 
     // A Job of 4 cards, its pod running from T0; two hours on, the
     // controller accrues [T0, T0 + 2 h): 1 h + 1 ms at 1, the rest at 3.
@@ -370,4 +381,30 @@ async fn in_a_cluster_the_object_is_checked_and_accrual_splits_at_a_change() {
         .until("team", "accrued at both prices", |q| accrued(q) != 0)
         .await;
     assert_eq!(accrued(&q), expect, "{q}");
+}
+
+/// SIGHUP reads the file at once (polling here is once a day).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_file_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prices.yaml");
+    std::fs::write(&file, document(false)).unwrap();
+    let mut args = bizrq::config::ServeArgs::for_tests(&fresh_sqlite(&dir));
+    args.admin_password = Some(ADMIN_PASSWORD.into());
+    args.price_list = Some(file.clone());
+    args.price_list_poll_seconds = 86_400;
+    let running = bizrq::start_with(&args, None, None).await.unwrap();
+    let s = Server::in_process(&running);
+    assert_eq!(prices(&s).await["versions"].as_array().unwrap().len(), 2);
+    std::fs::write(&file, document(true)).unwrap();
+    // The handler is installed by the watcher's task as it starts.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(prices(&s).await["versions"].as_array().unwrap().len(), 2);
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &std::process::id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    until_versions(&s, 3).await;
+    running.shutdown().await;
 }
