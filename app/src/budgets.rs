@@ -108,6 +108,7 @@ pub fn panel(lines: Vec<BudgetLine>) -> impl IntoView {
         view! {
             <h3>"Budgets"</h3>
             <div class="budgets">{rows}</div>
+            <p class="hint"><a href="/prices">"Prices per model"</a>" — what a card-hour of each model costs, and when prices change."</p>
         }
     })
 }

@@ -9,6 +9,7 @@ pub mod budgets;
 pub mod chart_section;
 pub mod charts;
 pub mod layout;
+pub mod prices;
 pub mod queue;
 pub mod quotas;
 pub mod transfers;

@@ -7,8 +7,9 @@
 use crate::borrow::Loan;
 use crate::budget::hold;
 use crate::budget::periods::{self, PeriodStatus};
+use crate::budget::price::{self, PriceList};
 use crate::budget::BudgetPolicy;
-use crate::cash::{self, Prices};
+use crate::cash::Prices;
 use crate::keys::{cash_target, KeyConfig};
 use crate::quantity::Quantity;
 use crate::queue::{QueueEntry, QueuePolicy};
@@ -332,8 +333,21 @@ impl QuotaStatus {
     /// the later of its charge and the last window's end (called before any
     /// change to the ledger, so within a window the usage was constant).
     /// The window is cut at budget period boundaries; periods that ended
-    /// by `now_ms` are closed (their records land in `budgets`).
+    /// by `now_ms` are closed (their records land in `budgets`). Every
+    /// weight is 1 (no price list): `accrue_ledger_priced` with one.
     pub fn accrue_ledger(&mut self, spec: &QuotaSpec, now_ms: i64, prices: &Prices) {
+        self.accrue_ledger_priced(spec, now_ms, prices, &PriceList::default());
+    }
+
+    /// `accrue_ledger` at the weights of `list` in force at each instant:
+    /// the window is also cut at every price change, to the millisecond.
+    pub fn accrue_ledger_priced(
+        &mut self,
+        spec: &QuotaSpec,
+        now_ms: i64,
+        prices: &Prices,
+        list: &PriceList,
+    ) {
         let last = self
             .last_reconcile_time
             .as_deref()
@@ -348,12 +362,14 @@ impl QuotaStatus {
                         let Some(target) = cash_target(ck) else {
                             continue;
                         };
-                        let mut amount = 0i128;
+                        let mut acc = 0i128;
                         for c in workloads.values() {
                             let start = time::parse_rfc3339(&c.since).unwrap_or(a).max(a);
-                            let cost = cash::charge_cost(c, target, b - start, prices);
-                            amount = amount.saturating_add(cost);
+                            let cost =
+                                price::charge_cost_weighted(c, target, start, b, prices, list);
+                            acc = acc.saturating_add(cost);
                         }
+                        let amount = price::to_cash_accrued(acc);
                         if amount != 0 {
                             out.insert(ck.clone(), amount);
                         }
@@ -361,7 +377,7 @@ impl QuotaStatus {
                     out
                 });
                 self.workloads = workloads;
-                hold::consume(self, last, now_ms, prices);
+                hold::consume(self, last, now_ms, prices, list);
             }
             None => {
                 periods::sync(spec, self, now_ms);

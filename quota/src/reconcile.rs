@@ -12,8 +12,8 @@
 //! genuine but not yet in effect, or forged — frees nothing that runs.
 
 use crate::budget::periods;
-use crate::budget::PeriodRecord;
-use crate::cash::{self, Interval, Prices};
+use crate::budget::{PeriodRecord, PriceList};
+use crate::cash::{Interval, Prices};
 use crate::keys::cash_target;
 use crate::object::{Charge, HpaCharge, Quota};
 use crate::resources::{self, ResourceList};
@@ -79,6 +79,28 @@ pub fn reconcile(
     now_ms: i64,
     ttl_ms: i64,
     prices: &Prices,
+) -> Outcome {
+    reconcile_priced(
+        q,
+        observed,
+        runs,
+        now_ms,
+        ttl_ms,
+        prices,
+        &PriceList::default(),
+    )
+}
+
+/// `reconcile`, cash accruing at the weights of `list` in force at each
+/// instant (the window cut at every price change, to the millisecond).
+pub fn reconcile_priced(
+    q: &mut Quota,
+    observed: BTreeMap<String, Observed>,
+    runs: &[Interval<'_>],
+    now_ms: i64,
+    ttl_ms: i64,
+    prices: &Prices,
+    list: &PriceList,
 ) -> Outcome {
     let before = q.status.clone();
     let mut out = Outcome::default();
@@ -161,11 +183,11 @@ pub fn reconcile(
                     if keys.is_empty() {
                         return BTreeMap::new();
                     }
-                    cash::accrue(runs, &keys, a, b, prices)
+                    crate::budget::price::accrue_weighted(runs, &keys, a, b, prices, list)
                 });
             // Reservations are used at their admitted charge's rate, an
             // upper bound of what the pods accrue (`budget::hold`).
-            crate::budget::hold::consume(&mut q.status, last, now_ms, prices);
+            crate::budget::hold::consume(&mut q.status, last, now_ms, prices, list);
         }
         None => periods::sync(&q.spec, &mut q.status, now_ms),
     }

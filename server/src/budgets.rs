@@ -8,7 +8,7 @@ use crate::store::budgets::MAX_PAGE;
 use crate::store::sql::SqlStore;
 use crate::store::StoreError;
 use quota::budget::periods::{self, KEEP_CLOSED};
-use quota::budget::{runway, to_quantity, BudgetPolicy, PeriodRecord};
+use quota::budget::{runway, to_quantity, BudgetPolicy, Currency, PeriodRecord};
 use quota::forecast::{forecast, Sample, FORECAST_WINDOW_MS};
 use quota::keys::cash_target;
 use quota::object::Quota;
@@ -39,6 +39,8 @@ pub struct BudgetView {
     pub reserved: Quantity,
     /// Closed periods, newest first.
     pub closed: Vec<PeriodRecord>,
+    /// The price list's currency: amounts are also shown in money.
+    pub currency: Option<Currency>,
 }
 
 /// The budgets of `q` (a current copy: accrued up to `now` where the
@@ -50,6 +52,7 @@ pub async fn views(
     samples: &[Sample],
     now: i64,
     limit: i64,
+    currency: Option<&Currency>,
 ) -> Result<Vec<BudgetView>, StoreError> {
     let limit = limit.clamp(1, MAX_PAGE);
     let mut out = Vec::new();
@@ -90,6 +93,7 @@ pub async fn views(
             open,
             reserved: to_quantity(reserved),
             closed,
+            currency: currency.cloned(),
         });
     }
     Ok(out)
@@ -149,6 +153,14 @@ impl BudgetView {
                 "leftAfterReservations": self.left.saturating_sub(self.reserved).to_string(),
             },
             "closed": self.closed.iter().map(record_json).collect::<Vec<_>>(),
+            "money": self.currency.as_ref().map(|c| json!({
+                "unit": c.unit,
+                "perCardHour": quota::readable::exact(c.per_card_hour),
+                "budget": quota::readable::exact(c.amount(self.budget)),
+                "carryIn": quota::readable::exact(c.amount(self.carry_in)),
+                "spent": quota::readable::exact(c.amount(self.spent)),
+                "left": quota::readable::exact(c.amount(self.left)),
+            })),
         })
     }
 
@@ -191,14 +203,28 @@ impl BudgetView {
             quota::budget::Period::Monthly { .. } => "this month",
             quota::budget::Period::Term { .. } => "this term",
         };
-        let mut s = format!(
-            "{} {} left of {} {this}",
-            show(self.left),
-            self.unit,
-            show(self.budget)
-        );
+        let mut s = match &self.currency {
+            // In money where a currency is configured, the hours beside.
+            Some(c) => format!(
+                "{} left of {} {this} ({} of {} {})",
+                c.format(self.left),
+                c.format(self.budget),
+                show(self.left),
+                show(self.budget),
+                self.unit
+            ),
+            None => format!(
+                "{} {} left of {} {this}",
+                show(self.left),
+                self.unit,
+                show(self.budget)
+            ),
+        };
         if !self.carry_in.is_zero() {
-            s.push_str(&format!(" (carry-in {})", show(self.carry_in)));
+            match &self.currency {
+                Some(c) => s.push_str(&format!(" (carry-in {})", c.format(self.carry_in))),
+                None => s.push_str(&format!(" (carry-in {})", show(self.carry_in))),
+            }
         }
         if let Some(w) = self.period {
             if !w.funded {

@@ -212,6 +212,17 @@ pub struct ServeArgs {
     /// Cash price of BestEffort pods, per mille.
     #[arg(long, env = "BIZRQ_PRICE_BEST_EFFORT", default_value_t = 1000)]
     pub price_best_effort: u32,
+    /// Standalone: the price list per model (docs/budgets.md §3), a YAML or
+    /// JSON file holding the same document as the cluster's PriceList
+    /// object. Read at start (a bad one stops the start), then again when
+    /// it changes (polled every --price-list-poll-seconds) or on SIGHUP; a
+    /// reload that fails keeps the list in force and logs why. In cluster
+    /// mode the PriceList object `default` is read instead.
+    #[arg(long, env = "BIZRQ_PRICE_LIST")]
+    pub price_list: Option<PathBuf>,
+    /// How often the price list file is checked for a change.
+    #[arg(long, env = "BIZRQ_PRICE_LIST_POLL_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub price_list_poll_seconds: u64,
     /// Kubeconfig of the cluster to run in. With it (or KUBECONFIG, or a
     /// service account inside a pod) quota objects are the cluster's CRD and
     /// the controller runs; without, bizrq is standalone on SQL.

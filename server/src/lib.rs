@@ -256,6 +256,24 @@ impl Core {
                 .with_notifier(Arc::new(events.clone()))
                 .with_priorities(Arc::new(cluster::priority::PriorityCache::new(c.clone())));
         }
+        match (&client, &args.price_list) {
+            (Some(_), Some(_)) => anyhow::bail!(
+                "--price-list (BIZRQ_PRICE_LIST) is for standalone mode; in a cluster the price \
+                 list is the PriceList object 'default': kubectl apply -f the same file"
+            ),
+            (None, Some(path)) => {
+                let list = service::prices::read_file(path).map_err(anyhow::Error::msg)?;
+                service.price_book.set(service::prices::InForce {
+                    list: Arc::new(list),
+                    source: format!("file {}", path.display()),
+                    loaded_ms: service.now(),
+                });
+            }
+            (Some(c), None) => {
+                cluster::prices::load_once(c.clone(), &service.price_book, service.now()).await
+            }
+            (None, None) => {}
+        }
         let service = Arc::new(service);
         let warmed = service.warm_cache().await?;
         tracing::debug!(quotas = warmed, "cache warmed");
@@ -363,6 +381,15 @@ impl Core {
         let history: Arc<dyn History> = self.sql.clone();
         let sweep = self.transfers.clone();
         let Some(client) = self.client.clone() else {
+            if let Some(path) = &args.price_list {
+                background.spawn(service::prices::watch_file(
+                    self.service.price_book.clone(),
+                    self.sql.clone(),
+                    path.clone(),
+                    Duration::from_secs(args.price_list_poll_seconds),
+                    self.service.clock(),
+                ));
+            }
             let resync = self.service.clone();
             background.spawn(cluster::controller::sample_forever(
                 self.service.clone(),
@@ -386,6 +413,12 @@ impl Core {
             });
             return None;
         };
+        // Every replica: its webhook reserves at these prices.
+        background.spawn(cluster::prices::follow(
+            client.clone(),
+            self.service.price_book.clone(),
+            self.service.clock(),
+        ));
         let lease = LeaseConfig::new(&args.namespace, &args.lease_name, &self.identity);
         let cfg = ControllerConfig {
             workers: args.workers.max(1),

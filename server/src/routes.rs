@@ -25,6 +25,7 @@ pub fn http_router(app: AppState) -> Router {
         .route("/api/v1/quotas/{name}/samples", get(http::samples::samples))
         .route("/api/v1/live", get(http::live::live))
         .route("/api/v1/live/overview", get(portal::live::overview))
+        .route("/api/v1/prices", get(http::prices::get))
         .route("/api/v1/check", post(check::check))
         .merge(http::transfers::router())
         .merge(http::alerts::router())
@@ -82,6 +83,7 @@ pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
         .route("/validate/workloads", post(webhook::workloads))
         .route("/validate/scale", post(webhook::scale))
         .route("/validate/hpa", post(webhook::hpa))
+        .route("/validate/prices", post(webhook::prices))
         .route("/mutate/workloads", post(webhook::mutate::workloads));
     if let Some(t) = token.map(str::trim).filter(|t| !t.is_empty()) {
         let expected = (

@@ -140,6 +140,7 @@ pub enum Endpoint {
     Workloads,
     Scale,
     Hpa,
+    Prices,
 }
 
 impl Endpoint {
@@ -149,6 +150,7 @@ impl Endpoint {
             Endpoint::Workloads => "workloads",
             Endpoint::Scale => "scale",
             Endpoint::Hpa => "hpa",
+            Endpoint::Prices => "prices",
         }
     }
 }
@@ -164,6 +166,9 @@ pub async fn scale(State(app): State<AppState>, body: Bytes) -> Response {
 }
 pub async fn hpa(State(app): State<AppState>, body: Bytes) -> Response {
     handle(&app, Endpoint::Hpa, &body).await
+}
+pub async fn prices(State(app): State<AppState>, body: Bytes) -> Response {
+    handle(&app, Endpoint::Prices, &body).await
 }
 
 fn bad_request(msg: String) -> Response {
@@ -269,7 +274,7 @@ fn subject(endpoint: Endpoint, req: &Request, scale: bool) -> ObjectReference {
 pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Verdict {
     // The webhook configuration keeps these away; one edited by hand may
     // not. The controller does not charge them either (`--excluded-namespaces`).
-    if endpoint != Endpoint::Quotas {
+    if endpoint != Endpoint::Quotas && endpoint != Endpoint::Prices {
         if let Some(ns) = req.namespace.as_deref() {
             if !svc.keys.namespaces.governs(ns) {
                 return Verdict::allow().warn([format!(
@@ -286,6 +291,7 @@ pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Ve
         Endpoint::Workloads => review_workload(svc, req).await,
         Endpoint::Scale => review_scale(svc, req).await,
         Endpoint::Hpa => review_hpa(svc, req).await,
+        Endpoint::Prices => review_prices(req),
     };
     result.unwrap_or_else(Verdict::from_error)
 }
@@ -580,6 +586,43 @@ async fn review_quota(svc: &Service, req: &Request) -> Result<Verdict, ServiceEr
                 .await?
         }
         _ => {}
+    }
+    Ok(Verdict::allow())
+}
+
+/// A PriceList write: the whole document must compile (the same rules as
+/// the standalone file), or the API server refuses it and the list in
+/// force stays. An admitted change is logged (the API server's audit log
+/// has the write itself).
+fn review_prices(req: &Request) -> Result<Verdict, ServiceError> {
+    use quota::budget::price_doc::{self, PriceListObject};
+    if req.sub_resource.is_some() || !matches!(req.operation.as_str(), "CREATE" | "UPDATE") {
+        return Ok(Verdict::allow());
+    }
+    let raw = req
+        .object
+        .as_deref()
+        .ok_or_else(|| ServiceError::BadRequest(format!("{} without object", req.operation)))?;
+    if raw.get().len() > price_doc::MAX_DOCUMENT_BYTES {
+        return Err(ServiceError::BadRequest(format!(
+            "bizrq: a price list is at most {} bytes",
+            price_doc::MAX_DOCUMENT_BYTES
+        )));
+    }
+    // Through a Value: serde's errors then name the field, not a column.
+    let mut obj: PriceListObject = serde_json::from_str::<serde_json::Value>(raw.get())
+        .and_then(serde_json::from_value)
+        .map_err(|e| ServiceError::BadRequest(format!("bizrq: price list: {e}")))?;
+    if obj.metadata.name.is_empty() {
+        obj.metadata.name = target(req).1;
+    }
+    let list = obj
+        .compile()
+        .map_err(|e| ServiceError::BadRequest(format!("bizrq: price list: {e}")))?;
+    if !req.dry() {
+        tracing::info!(user = %req.user_info.username, op = %req.operation,
+            versions = list.versions.len(), currency = ?list.currency.as_ref().map(|c| &c.unit),
+            "price list change admitted");
     }
     Ok(Verdict::allow())
 }

@@ -29,7 +29,7 @@ use super::price::PriceList;
 use super::reserve::{Ask, BudgetDenial, BudgetState, Reservation, WithoutRunTime};
 use super::runtime::RunTimeError;
 use super::{from_cash_accrued, from_quantity};
-use crate::cash::{self, Prices};
+use crate::cash::Prices;
 use crate::keys::cash_target;
 use crate::object::{Charge, Quota, QuotaSpec, QuotaStatus};
 use crate::resources;
@@ -319,7 +319,13 @@ pub fn settle_finished<'a>(
 /// Moves each open reservation's use along over `[from_ms, to_ms)`: what
 /// its workload's charge costs in the part of the window after the
 /// reservation was made (acc).
-pub fn consume(status: &mut QuotaStatus, from_ms: i64, to_ms: i64, qos: &Prices) {
+pub fn consume(
+    status: &mut QuotaStatus,
+    from_ms: i64,
+    to_ms: i64,
+    qos: &Prices,
+    prices: &super::PriceList,
+) {
     let workloads = &status.workloads;
     for (key, m) in status.reservations.iter_mut() {
         let Some(target) = cash_target(key) else {
@@ -330,8 +336,8 @@ pub fn consume(status: &mut QuotaStatus, from_ms: i64, to_ms: i64, qos: &Prices)
                 continue;
             };
             let start = from_ms.max(r.at_ms);
-            let cost = cash::charge_cost(c, target, to_ms.saturating_sub(start), qos);
-            r.used = r.used.saturating_add(from_cash_accrued(cost));
+            let cost = super::price::charge_cost_weighted(c, target, start, to_ms, qos, prices);
+            r.used = r.used.saturating_add(cost);
         }
     }
 }

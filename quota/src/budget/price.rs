@@ -6,6 +6,7 @@
 
 use super::period::{split, Period};
 use super::report::{Entry, Reason};
+use super::PRICE_ONE;
 use crate::cash::Prices;
 use crate::keys::{cash_target, is_model_name};
 use crate::quantity::Quantity;
@@ -172,6 +173,8 @@ pub enum PriceError {
     KeyTooHeavy { key: String, weight: Weight },
     #[error("currency: {0}")]
     Currency(String),
+    #[error("{0}")]
+    Document(String),
 }
 
 impl PriceList {
@@ -318,6 +321,83 @@ pub fn weight_for(prices: &PriceList, ms: i64, usage: &ResourceList, usage_key: 
 /// Price in millionths: weight (‰) × QoS multiplier (‰).
 pub fn price(weight: Weight, qos: &Prices, class: Option<QosClass>) -> i128 {
     weight.0.saturating_mul(qos.for_class(class))
+}
+
+/// Acc → the unit of `status.cashAccrued` (nano-units × ms × per mille),
+/// rounded up. Exact whenever the quantities are whole micro-units (every
+/// card count, millicore and byte count is): only a quantity written to
+/// the nano-unit, at a weight and QoS multiplier whose product is not a
+/// multiple of 1000, rounds, by less than 10^-12 of a resource-hour.
+pub fn to_cash_accrued(acc: i128) -> i128 {
+    crate::quantity::div_ceil(acc, PRICE_ONE / crate::cash::PER_MILLE)
+}
+
+/// `cash::accrue` at the weights in force at each instant: `[from, to)` is
+/// cut at every price change within it and each piece is charged at its
+/// own weight. Per cash key, in `status.cashAccrued`'s unit. With no
+/// versions every weight is 1 and this is `cash::accrue`, exactly.
+pub fn accrue_weighted(
+    intervals: &[crate::cash::Interval<'_>],
+    cash_keys: &[(String, String)],
+    from_ms: i64,
+    to_ms: i64,
+    qos: &Prices,
+    prices: &PriceList,
+) -> BTreeMap<String, i128> {
+    let pieces = split(from_ms, to_ms, prices.changes_within(from_ms, to_ms));
+    let mut acc: BTreeMap<&str, i128> = BTreeMap::new();
+    for iv in intervals {
+        for (ck, uk) in cash_keys {
+            let q = resources::get(iv.usage, uk);
+            if q.is_zero() {
+                continue;
+            }
+            for &(a, b) in &pieces {
+                let start = iv.start_ms.max(a);
+                let end = iv.end_ms.unwrap_or(b).min(b);
+                if end <= start {
+                    continue;
+                }
+                let w = weight_for(prices, a, iv.usage, uk);
+                let cost = crate::cash::cost(q, end - start, price(w, qos, iv.qos));
+                let e = acc.entry(ck.as_str()).or_insert(0);
+                *e = e.saturating_add(cost);
+            }
+        }
+    }
+    acc.into_iter()
+        .map(|(k, v)| (k.to_string(), to_cash_accrued(v)))
+        .collect()
+}
+
+/// What `charge` costs on `target` (a cash key's usage key) over
+/// `[from, to)` at the weights in force at each instant, in acc: its pod
+/// sets counted as charged, each at its model's weight and its QoS
+/// multiplier.
+pub fn charge_cost_weighted(
+    charge: &crate::object::Charge,
+    target: &str,
+    from_ms: i64,
+    to_ms: i64,
+    qos: &Prices,
+    prices: &PriceList,
+) -> i128 {
+    if to_ms <= from_ms {
+        return 0;
+    }
+    let pieces = split(from_ms, to_ms, prices.changes_within(from_ms, to_ms));
+    let mut total = 0i128;
+    for s in &charge.pod_sets {
+        let Some(q) = s.per_pod.get(target) else {
+            continue;
+        };
+        let q = q.saturating_mul(charge.charged_count(s) as i128);
+        for &(a, b) in &pieces {
+            let w = weight_for(prices, a, &s.per_pod, target);
+            total = total.saturating_add(crate::cash::cost(q, b - a, price(w, qos, s.qos)));
+        }
+    }
+    total
 }
 
 /// Who holds what, for the ledger: one pod (or pod set) of a workload.

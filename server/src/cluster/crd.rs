@@ -277,10 +277,15 @@ impl BizGroupResourceQuota {
     }
 }
 
-/// The CRD as YAML, as `bizrq crd` prints it.
+/// The CRDs as YAML, as `bizrq crd` prints them: the quotas, then the
+/// price list (`cluster::prices`).
 pub fn crd_yaml() -> String {
     use kube::CustomResourceExt;
-    serde_yaml_ng::to_string(&BizGroupResourceQuota::crd()).expect("the CRD serialises")
+    let quotas =
+        serde_yaml_ng::to_string(&BizGroupResourceQuota::crd()).expect("the CRD serialises");
+    let prices =
+        serde_yaml_ng::to_string(&super::prices::PriceList::crd()).expect("the CRD serialises");
+    format!("{quotas}---\n{prices}")
 }
 
 #[cfg(test)]

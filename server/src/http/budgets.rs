@@ -74,9 +74,17 @@ pub async fn get(
             self_used: s.self_used,
         })
         .collect();
-    let mut views = crate::budgets::views(&app.portal.sql, &q, &samples, now, limit)
-        .await
-        .map_err(crate::service::ServiceError::from)?;
+    let list = app.service.price_list();
+    let mut views = crate::budgets::views(
+        &app.portal.sql,
+        &q,
+        &samples,
+        now,
+        limit,
+        list.currency.as_ref(),
+    )
+    .await
+    .map_err(crate::service::ServiceError::from)?;
     if let Some(before) = before {
         // The next page: periods that started before `before`.
         for v in &mut views {

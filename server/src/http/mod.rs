@@ -12,6 +12,7 @@ pub mod check;
 pub mod health;
 pub mod live;
 pub mod pkg;
+pub mod prices;
 pub mod queue;
 pub mod quotas;
 pub mod samples;

@@ -33,7 +33,10 @@ pub async fn lines(
     now: i64,
 ) -> Result<Vec<BudgetLine>, PageError> {
     let q = app.service.current(name).await?;
-    let views = crate::budgets::views(&app.portal.sql, &q, samples, now, SHOWN_CLOSED).await?;
+    let list = app.service.price_list();
+    let currency = list.currency.as_ref();
+    let views =
+        crate::budgets::views(&app.portal.sql, &q, samples, now, SHOWN_CLOSED, currency).await?;
     let show = |acc: i128| grouped(to_quantity(acc));
     let when = |ms: i64, unbounded: i64| {
         if ms == unbounded {

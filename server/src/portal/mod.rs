@@ -24,6 +24,7 @@ pub mod export;
 pub mod limits;
 pub mod live;
 pub mod pages;
+pub mod prices;
 pub mod quotas;
 pub mod state;
 pub mod transfers;
@@ -112,6 +113,7 @@ pub fn router() -> Router<AppState> {
             get(pages::password_page).post(pages::change_password),
         )
         .route("/audit", get(audit::page))
+        .route("/prices", get(prices::page))
         .route("/audit.csv", get(audit::csv))
         .merge(transfers::pages())
 }

@@ -91,6 +91,7 @@ pub(super) struct Leader {
     pub changed: Arc<super::changed::Changed>,
     pub clock: Clock,
     pub prices: Prices,
+    pub price_book: Arc<super::prices::PriceBook>,
     pub accrue_from_ledger: bool,
 }
 
@@ -105,6 +106,7 @@ impl super::Service {
             changed: self.changed.clone(),
             clock: self.clock.clone(),
             prices: self.prices,
+            price_book: self.price_book.clone(),
             accrue_from_ledger: self.accrue_from_ledger,
         }
     }
@@ -204,8 +206,13 @@ impl Leader {
                     }
                 },
             };
-            let mut q =
-                super::working_copy(&current, self.accrue_from_ledger, self.now(), &self.prices);
+            let mut q = super::working_copy(
+                &current,
+                self.accrue_from_ledger,
+                self.now(),
+                &self.prices,
+                &self.price_book.current().list,
+            );
             let decided = batch::decide_in_order(&mut q, &mut jobs, |j, q| (j.decide)(q));
             if !decided.changed() {
                 // Nothing to write proves a cached copy current: decide
@@ -272,8 +279,13 @@ impl Leader {
             let jobs = &mut *jobs;
             let decided = &mut decided;
             let mut decide = |current: &Stored| {
-                let mut q =
-                    super::working_copy(current, self.accrue_from_ledger, now, &self.prices);
+                let mut q = super::working_copy(
+                    current,
+                    self.accrue_from_ledger,
+                    now,
+                    &self.prices,
+                    &self.price_book.current().list,
+                );
                 let d = batch::decide_in_order(&mut q, jobs, |j, q| (j.decide)(q));
                 let changed = d.changed();
                 *decided = Some(d);

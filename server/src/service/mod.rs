@@ -65,6 +65,7 @@ pub mod charts;
 pub mod forest;
 mod group;
 pub mod notify;
+pub mod prices;
 pub mod queue;
 pub mod transfer_ops;
 pub mod transfers;
@@ -214,6 +215,9 @@ pub struct Service {
     pub store: Arc<dyn QuotaStore>,
     pub keys: KeyConfig,
     pub prices: Prices,
+    /// The price list per model in force (`prices`): accrual and
+    /// reservations read it through `price_list`.
+    pub price_book: Arc<prices::PriceBook>,
     pub metrics: Arc<Metrics>,
     /// Standalone mode: cash accrues from the charge ledger (no pods to see).
     pub accrue_from_ledger: bool,
@@ -263,6 +267,7 @@ impl Service {
             store,
             keys,
             prices,
+            price_book: Default::default(),
             metrics,
             accrue_from_ledger: true,
             events: Arc::new(notify::Nowhere),
@@ -314,6 +319,13 @@ impl Service {
         self.clock.clone()
     }
 
+    /// The price list in force: accrual cuts at its changes, reservations
+    /// assume its highest price over their run. Without one every weight
+    /// is 1 (a card-hour costs its QoS multiplier, `--price-*`).
+    pub fn price_list(&self) -> Arc<quota::budget::PriceList> {
+        self.price_book.current().list.clone()
+    }
+
     pub fn now(&self) -> i64 {
         (self.clock)()
     }
@@ -341,6 +353,7 @@ impl Service {
             self.accrue_from_ledger,
             self.now(),
             &self.prices,
+            &self.price_list(),
         ))
     }
 
@@ -405,7 +418,13 @@ impl Service {
                 }
             };
             check_version(name, expected_version, current.version)?;
-            let mut q = working_copy(&current, self.accrue_from_ledger, self.now(), &self.prices);
+            let mut q = working_copy(
+                &current,
+                self.accrue_from_ledger,
+                self.now(),
+                &self.prices,
+                &self.price_list(),
+            );
             // A refusal, or a decision that writes nothing, has no swap to
             // prove the cached copy current: decide again on a fresh read.
             let (changed, out) = match f(&mut q) {
@@ -957,6 +976,7 @@ impl Service {
         path: &mut &'static str,
     ) -> Result<Admitted, ServiceError> {
         let qos = self.prices;
+        let prices = self.price_list();
         let now_ms = self.now();
         let now = quota::time::format_rfc3339(now_ms);
         // The parent's answer to the last loan request (None: none asked).
@@ -964,12 +984,13 @@ impl Service {
         let mut last_denial = None;
         for _round in 0..BORROW_ROUNDS {
             let decide = {
-                let (build, wref, now, loan, run) = (
+                let (build, wref, now, loan, run, prices) = (
                     build.clone(),
                     wref.to_string(),
                     now.clone(),
                     loan.clone(),
                     run.clone(),
+                    prices.clone(),
                 );
                 move |q: &mut Quota| -> Result<(bool, Round), ServiceError> {
                     let old = q.status.workloads.get(&wref);
@@ -994,7 +1015,6 @@ impl Service {
                     let lowered = old.is_some_and(|o| lowers(&c, o));
                     // Budgets first: a refusal changes nothing, and the
                     // reservations are written with the charge below.
-                    let prices = price_list();
                     let reserved =
                         match hold::decide(q, &wref, old, &c, &run, now_ms, &qos, &prices) {
                             Ok(r) => r,
@@ -1439,14 +1459,6 @@ impl Service {
 /// decision (a retried batch, a borrowing round).
 type Build = Arc<dyn Fn(Option<&Charge>, &str) -> Option<Charge> + Send + Sync>;
 
-/// The price list reservations are priced with. None exists yet (a price
-/// list object is its own piece of work): every weight is 1, so a card-hour
-/// costs its QoS multiplier (`--price-*`), as accrual does. The seam where
-/// the list will be read.
-fn price_list() -> quota::budget::PriceList {
-    quota::budget::PriceList::default()
-}
-
 /// What an admission found and did.
 #[derive(Clone, Copy, Debug, Default)]
 struct Admitted {
@@ -1660,10 +1672,16 @@ struct Cache(std::sync::Mutex<HashMap<String, Arc<Stored>>>);
 
 /// The copy a decision works on: the stored quota, with its cash accrued
 /// up to `now` where the service accrues from its own ledger (standalone).
-fn working_copy(current: &Stored, accrue: bool, now: i64, prices: &Prices) -> Quota {
+fn working_copy(
+    current: &Stored,
+    accrue: bool,
+    now: i64,
+    prices: &Prices,
+    list: &quota::budget::PriceList,
+) -> Quota {
     let mut q = current.quota.clone();
     if accrue {
-        q.status.accrue_ledger(&q.spec, now, prices);
+        q.status.accrue_ledger_priced(&q.spec, now, prices, list);
     }
     q
 }

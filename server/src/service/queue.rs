@@ -23,7 +23,7 @@
 use super::{Service, ServiceError};
 use quota::admission::{self, Denial};
 use quota::borrow::{self, Standing};
-use quota::budget::{hold, PriceList};
+use quota::budget::hold;
 use quota::object::Quota;
 use quota::queue::priority::Classes;
 use quota::queue::{self, ledger, Check, Pool, Queued};
@@ -137,7 +137,7 @@ impl Service {
             let waiting = ledger::entries(q);
             // Card-hour budgets weigh as in the controller's rounds.
             let budgets = queue::budgets::of(q);
-            let price_list = PriceList::default();
+            let price_list = self.price_list();
             let views: Vec<_> = budgets
                 .iter()
                 .map(|b| b.view(&self.prices, &price_list))
@@ -212,7 +212,7 @@ impl Service {
         charge: quota::object::Charge,
     ) -> Result<bool, ServiceError> {
         let now_ms = self.now();
-        let prices = super::price_list();
+        let prices = self.price_list();
         // The parent's answer to the last loan request (None: none asked).
         let mut loan: Option<ResourceList> = None;
         let mut last_denial = None;

@@ -36,9 +36,11 @@ pub mod action {
     /// An open alert acknowledged, or snoozed until a time.
     pub const ALERT_ACK: &str = "alert.ack";
     pub const ALERT_SNOOZE: &str = "alert.snooze";
+    /// By `bizrq`: the price list file changed and took effect.
+    pub const PRICES_RELOAD: &str = "prices.reload";
 
     /// Every action, for the page's filter (other pages add theirs here).
-    pub const ALL: [&str; 22] = [
+    pub const ALL: [&str; 23] = [
         QUOTA_CREATE,
         QUOTA_UPDATE,
         QUOTA_DELETE,
@@ -61,6 +63,7 @@ pub mod action {
         ALERT_PREFS,
         ALERT_ACK,
         ALERT_SNOOZE,
+        PRICES_RELOAD,
     ];
 }
 

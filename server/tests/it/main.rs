@@ -18,6 +18,7 @@ mod group_commit;
 mod mail;
 mod periods;
 mod portal;
+mod prices;
 mod queueing;
 mod reservations;
 mod resync;

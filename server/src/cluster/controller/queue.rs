@@ -122,7 +122,7 @@ impl Context {
         let pool = Pool::new(&q, &limits);
         // Card-hour budgets: an entry waits for one as for quota.
         let budgets = queue::budgets::of(&q);
-        let price_list = quota::budget::PriceList::default();
+        let price_list = self.service.price_list();
         let views: Vec<_> = budgets
             .iter()
             .map(|b| b.view(&self.service.prices, &price_list))

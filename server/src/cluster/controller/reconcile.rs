@@ -108,6 +108,7 @@ impl Context {
             .iter()
             .any(|k| !k.quota.spec.max.is_empty() || !k.quota.status.reclaim.is_empty());
         let prices = self.service.prices;
+        let list = self.service.price_list();
         let mut exhausted: Vec<String> = Vec::new();
         let mut queued = false;
         let mut freed = false;
@@ -131,13 +132,14 @@ impl Context {
                     .as_deref()
                     .and_then(quota::time::parse_rfc3339);
                 let intervals = snap.intervals();
-                let out = quota::reconcile::reconcile(
+                let out = quota::reconcile::reconcile_priced(
                     q,
                     observed,
                     &intervals,
                     now,
                     RESERVATION_TTL_MS,
                     &prices,
+                    &list,
                 );
                 // A finished Job's reservation settles; its charge stays.
                 quota::budget::hold::settle_finished(&mut q.status, &snap.finished);

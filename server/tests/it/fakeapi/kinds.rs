@@ -87,6 +87,15 @@ pub const KINDS: &[KindDef] = &[
         scale: false,
     },
     KindDef {
+        group: "bizrq.io",
+        version: "v1",
+        kind: "PriceList",
+        plural: "pricelists",
+        namespaced: false,
+        status: false,
+        scale: false,
+    },
+    KindDef {
         group: "coordination.k8s.io",
         version: "v1",
         kind: "Lease",
