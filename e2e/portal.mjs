@@ -14,7 +14,7 @@
 
 import { chromium } from 'playwright-core';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, mkdirSync, rmSync, readFileSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, rmSync, readFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -27,6 +27,8 @@ const ARTIFACTS = join(here, 'artifacts');
 const TOKEN = 'e2e-admin-token';
 const PASSWORD = 'e2e-admin-password-0123';
 mkdirSync(ARTIFACTS, { recursive: true });
+// This file's screenshots of an earlier run (the others' stay).
+for (const f of readdirSync(ARTIFACTS)) if (f.startsWith('portal-')) rmSync(join(ARTIFACTS, f));
 if (process.env.E2E_REQUIRE_JS === '1' && !ISLANDS) {
   console.error('E2E_REQUIRE_JS=1 but BIZRQ_ISLANDS_DIR is not set');
   process.exit(1);
@@ -479,7 +481,7 @@ try {
           expect(bg.fg > 0.6, `${path} dark: the text is light (${bg.fg.toFixed(2)})`);
           await readable(page, `${path} dark ${tag}`);
         }
-        await page.screenshot({ path: join(ARTIFACTS, `portal-dark-users-${tag}.png`), fullPage: true });
+        await page.screenshot({ path: join(ARTIFACTS, `portal-dark-alerts-${tag}.png`), fullPage: true });
         await page.emulateMedia({ colorScheme: 'light' });
       });
 
