@@ -478,7 +478,7 @@ mod tests {
         assert_eq!(burn.columns[1], "Remaining");
         assert_eq!(
             &burn.rows.last().unwrap()[1..],
-            ["850 card-hours", "150 card-hours", "1000 card-hours"]
+            ["850 card-hours", "150 card-hours", "1,000 card-hours"]
         );
         assert!(burn.summary.as_deref().unwrap().contains("runs out"));
         let kids = &got[2];

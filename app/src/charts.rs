@@ -59,7 +59,7 @@ pub fn unit_of(key: &str, cfg: &KeyConfig) -> (i128, &'static str) {
 /// `5 cards`, `64 GiB`, `12.5 card-hours` (two decimals at most, exact).
 pub fn amount(key: &str, q: Quantity, cfg: &KeyConfig) -> String {
     let (per, unit) = unit_of(key, cfg);
-    format!("{} {unit}", decimal(q.nanos(), per, 2))
+    format!("{} {unit}", grouped(q.nanos(), per, 2))
 }
 
 // ---------------------------------------------------------------------------
@@ -1118,6 +1118,27 @@ fn decimal(nanos: i128, per: i128, places: u32) -> String {
     format!("{sign}{int}.{}", frac.trim_end_matches('0'))
 }
 
+/// [`decimal`] with thousands separated (`15,000`), as every amount a
+/// person reads on the pages.
+fn grouped(nanos: i128, per: i128, places: u32) -> String {
+    let d = decimal(nanos, per, places);
+    let (sign, rest) = d.strip_prefix('-').map_or(("", d.as_str()), |r| ("-", r));
+    let (int, frac) = rest
+        .split_once('.')
+        .map_or((rest, None), |(i, f)| (i, Some(f)));
+    let mut out = String::with_capacity(d.len() + int.len() / 3);
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    match frac {
+        Some(f) => format!("{sign}{out}.{f}"),
+        None => format!("{sign}{out}"),
+    }
+}
+
 fn fmt_tick_value(v: f64) -> String {
     if v.abs() >= 100.0 {
         format!("{v:.0}")
@@ -1354,6 +1375,25 @@ mod tests {
         assert_eq!(
             describe(&f, &KeyConfig::default()),
             "cash/requests.nvidia.com/gpu: 60 card-hours left, not burning"
+        );
+    }
+
+    #[test]
+    fn big_amounts_read_with_thousands_separated() {
+        let s: Vec<Sample> = (0..=24)
+            .map(|h| cash(T0 + h * MS_PER_HOUR, 158_500, 143_500 * NANO))
+            .collect();
+        let f = forecast(&s, CASH, T0 + 24 * MS_PER_HOUR, FORECAST_WINDOW_MS);
+        assert_eq!(
+            describe(&f, &KeyConfig::default()),
+            "cash/requests.nvidia.com/gpu: 15,000 card-hours left, not burning"
+        );
+        let cfg = KeyConfig::default();
+        let gib = Quantity::from_nanos(1_099_511_627_776 * NANO);
+        assert_eq!(amount("requests.memory", gib, &cfg), "1,024 GiB");
+        assert_eq!(
+            amount(CASH, Quantity::from_nanos(-1_234_567_500_000_000), &cfg),
+            "-1,234,567.5 card-hours"
         );
     }
 

@@ -126,12 +126,18 @@ pub fn changed_fields(before: Option<&str>, after: Option<&str>) -> Vec<String> 
         .into_iter()
         .filter(|p| !p.ends_with("resourceVersion"))
         .filter_map(|p| match (old.get(p), new.get(p)) {
-            (Some(o), Some(n)) if o != n => Some(format!("{p}: {o} → {n}")),
+            (Some(o), Some(n)) if o != n && !same_quantity(o, n) => Some(format!("{p}: {o} → {n}")),
             (None, Some(n)) => Some(format!("+ {p}: {n}")),
             (Some(o), None) => Some(format!("− {p}: {o}")),
             _ => None,
         })
         .collect()
+}
+
+/// `1099511627776` and `1Ti`: one amount written two ways, not a change
+/// (a form saved as it was rewrites it).
+fn same_quantity(a: &str, b: &str) -> bool {
+    matches!((a.parse::<quota::Quantity>(), b.parse::<quota::Quantity>()), (Ok(x), Ok(y)) if x == y)
 }
 
 /// Leaves of a JSON value by dotted path; arrays and scalars as one value
@@ -287,6 +293,18 @@ mod tests {
     use super::*;
     use crate::service::audit::entry;
     use serde_json::json;
+
+    /// Saving the edit form as it was rewrote `1099511627776` as `1Ti`, and
+    /// the audit listed that as a change of the memory hard.
+    #[test]
+    fn an_amount_written_another_way_is_not_a_change() {
+        let before = json!({"spec": {"hard": {"requests.memory": "1099511627776", "pods": "8"}}});
+        let after = json!({"spec": {"hard": {"requests.memory": "1Ti", "pods": "10"}}});
+        assert_eq!(
+            changed_fields(Some(&before.to_string()), Some(&after.to_string())),
+            ["spec.hard.pods: 8 → 10"]
+        );
+    }
 
     #[test]
     fn csv_quotes_what_needs_quoting() {

@@ -290,11 +290,18 @@ pub async fn error_pages_with_navigation(
     let Ok(csrf) = csrf_token(&session).await else {
         return resp;
     };
+    // The badge as on every other page (it read 0 on error pages).
+    let open_alerts = super::alerts::open_count(&app, &p)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot count open alerts");
+            0
+        });
     let viewer = app::Viewer {
         username: p.username.clone(),
         is_admin: p.is_admin,
         csrf,
-        open_alerts: 0,
+        open_alerts,
     };
     let (mut parts, _) = resp.into_parts();
     parts.headers.remove(header::CONTENT_LENGTH);

@@ -79,11 +79,25 @@ fn forecasts(q: &Quota, samples: &[Sample], now: i64, cfg: &KeyConfig) -> Vec<St
         .collect()
 }
 
+/// `pods 200 · requests.memory 1,024 GiB`: amounts as people read them
+/// (the exact spec is on the edit form and the JSON API).
 fn list_line(l: &ResourceList) -> String {
     l.iter()
-        .map(|(k, v)| format!("{k}={v}"))
+        .map(|(k, v)| format!("{k} {}", quota::readable::amount(k, *v)))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(" · ")
+}
+
+/// A form's prefill: exact and parseable, in the shorter of its own and the
+/// binary form (`1Ti`, not `1099511627776`).
+fn prefill(q: &Quantity) -> String {
+    let own = q.to_string();
+    let binary = q.with_format(quota::quantity::Format::BinarySi).to_string();
+    if binary.len() < own.len() {
+        binary
+    } else {
+        own
+    }
 }
 
 /// The overview's cards: the viewer's bound quotas with its role, or the
@@ -740,13 +754,8 @@ fn edit_form(q: &Quota, version: i64, parent: Option<&Quota>, cfg: &KeyConfig) -
             .iter()
             .map(|(k, h)| FormKey {
                 key: k.clone(),
-                hard: h.to_string(),
-                max: q
-                    .spec
-                    .max
-                    .get(k)
-                    .map(Quantity::to_string)
-                    .unwrap_or_default(),
+                hard: prefill(h),
+                max: q.spec.max.get(k).map(prefill).unwrap_or_default(),
                 left: left_in(parent, k, cfg),
                 required: required.contains(k),
                 error: None,
@@ -1048,6 +1057,30 @@ pub async fn remove_member(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The children table and a form's prefill showed `1099511627776` and
+    /// `20k` as the spec stored them.
+    #[test]
+    fn lists_and_prefills_read_as_amounts() {
+        let l: ResourceList = [
+            ("cash/requests.nvidia.com/gpu", "20k"),
+            ("pods", "2600"),
+            ("requests.memory", "1099511627776"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect();
+        assert_eq!(
+            list_line(&l),
+            "cash/requests.nvidia.com/gpu 20,000 card-hours · pods 2,600 · requests.memory 1,024 GiB"
+        );
+        let q = |s: &str| s.parse::<Quantity>().unwrap();
+        assert_eq!(prefill(&q("1099511627776")), "1Ti");
+        assert_eq!(prefill(&q("11500")), "11500");
+        assert_eq!(prefill(&q("1500m")), "1500m");
+        assert_eq!(prefill(&q("20k")), "20k");
+        assert_eq!(prefill(&q("1099511627777")), "1099511627777");
+    }
 
     /// With `--gpu-resources example.com/tpu`, the quota page counts that
     /// resource in cards and card-hours and breaks it down by model, as it
