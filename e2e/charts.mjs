@@ -8,46 +8,12 @@
 // the JS-on tests run too; E2E_REQUIRE_JS=1 makes its absence a failure.
 
 import { chromium } from 'playwright-core';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { ARTIFACTS, BIN, CHROMIUM, ISLANDS, PASSWORD, TOKEN, expect, readable, readability, requireBundle, startServer as start } from './common.mjs';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 
-const here = new URL('.', import.meta.url).pathname;
-const BIN = process.env.BIZRQ_BIN || join(here, '..', 'target', 'debug', 'bizrq');
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const ISLANDS = process.env.BIZRQ_ISLANDS_DIR || '';
-const ARTIFACTS = join(here, 'artifacts');
-const TOKEN = 'e2e-admin-token';
-const PASSWORD = 'e2e-admin-password-0123';
-mkdirSync(ARTIFACTS, { recursive: true });
-if (process.env.E2E_REQUIRE_JS === '1' && !ISLANDS) {
-  console.error('E2E_REQUIRE_JS=1 but BIZRQ_ISLANDS_DIR is not set');
-  process.exit(1);
-}
-
-function startServer() {
-  const dir = mkdtempSync(join(tmpdir(), 'bizrq-e2e-charts-'));
-  const args = ['serve', '--standalone', '--listen', '127.0.0.1:0', '--webhook-listen', '127.0.0.1:0',
-    '--probe-listen', '127.0.0.1:0', '--database-url', `sqlite://${join(dir, 'bizrq.db')}`,
-    '--admin-token', TOKEN, '--demo'];
-  if (ISLANDS) args.push('--islands-dir', ISLANDS);
-  const child = spawn(BIN, args, {
-    env: { ...process.env, BIZRQ_ADMIN_PASSWORD: PASSWORD, BIZRQ_DEMO_PASSWORD: PASSWORD, BIZRQ_LOG: 'warn' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('bizrq did not get ready in 90 s')), 90_000);
-    child.on('exit', (code) => reject(new Error(`bizrq exited with ${code} before it was ready`)));
-    createInterface({ input: child.stdout }).on('line', (line) => {
-      const m = line.match(/^bizrq ready http=(\S+)/);
-      if (m) { clearTimeout(timer); resolve({ child, base: `http://${m[1]}`, dir }); }
-    });
-  });
-}
-
-function expect(cond, message) { if (!cond) throw new Error(message); }
+requireBundle();
+const startServer = () => start('charts');
 
 let n = 0;
 let failed = false;

@@ -11,46 +11,12 @@
 // failure, and also fails when the bundle does not hydrate a page.
 
 import { chromium } from 'playwright-core';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { ARTIFACTS, BIN, CHROMIUM, ISLANDS, PASSWORD, TOKEN, expect, readable, readability, requireBundle, startServer as start } from './common.mjs';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 
-const here = new URL('.', import.meta.url).pathname;
-const BIN = process.env.BIZRQ_BIN || join(here, '..', 'target', 'debug', 'bizrq');
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const ISLANDS = process.env.BIZRQ_ISLANDS_DIR || '';
-const ARTIFACTS = join(here, 'artifacts');
-const TOKEN = 'e2e-admin-token';
-const PASSWORD = 'e2e-admin-password-0123';
-mkdirSync(ARTIFACTS, { recursive: true });
-if (process.env.E2E_REQUIRE_JS === '1' && !ISLANDS) {
-  console.error('E2E_REQUIRE_JS=1 but BIZRQ_ISLANDS_DIR is not set');
-  process.exit(1);
-}
-
-function startServer() {
-  const dir = mkdtempSync(join(tmpdir(), 'bizrq-e2e-islands-'));
-  const args = ['serve', '--standalone', '--listen', '127.0.0.1:0', '--webhook-listen', '127.0.0.1:0',
-    '--probe-listen', '127.0.0.1:0', '--database-url', `sqlite://${join(dir, 'bizrq.db')}`,
-    '--admin-token', TOKEN, '--demo'];
-  if (ISLANDS) args.push('--islands-dir', ISLANDS);
-  const child = spawn(BIN, args, {
-    env: { ...process.env, BIZRQ_ADMIN_PASSWORD: PASSWORD, BIZRQ_DEMO_PASSWORD: PASSWORD, BIZRQ_LOG: 'warn' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('bizrq did not get ready in 90 s')), 90_000);
-    child.on('exit', (code) => reject(new Error(`bizrq exited with ${code} before it was ready`)));
-    createInterface({ input: child.stdout }).on('line', (line) => {
-      const m = line.match(/^bizrq ready http=(\S+)/);
-      if (m) { clearTimeout(timer); resolve({ child, base: `http://${m[1]}`, dir }); }
-    });
-  });
-}
-
-function expect(cond, message) { if (!cond) throw new Error(message); }
+requireBundle();
+const startServer = () => start('islands');
 
 let n = 0;
 let failed = false;
@@ -87,23 +53,6 @@ async function stayed(page) {
   return page.evaluate(() => window.__stayed === true);
 }
 
-/** No text under 12 px, nothing wider than the screen (as run.mjs checks). */
-async function readable(page, what) {
-  const r = await page.evaluate(() => {
-    const small = [];
-    for (const el of document.querySelectorAll('body *')) {
-      if (el.closest('svg') || el.closest('.sr-only')) continue;
-      if (![...el.childNodes].some((c) => c.nodeType === 3 && c.textContent.trim())) continue;
-      const st = getComputedStyle(el);
-      const box = el.getBoundingClientRect();
-      if (st.display === 'none' || st.visibility === 'hidden' || box.width === 0) continue;
-      if (parseFloat(st.fontSize) < 12) small.push(`${el.tagName.toLowerCase()}.${el.className} "${el.textContent.trim().slice(0, 30)}" ${st.fontSize}`);
-    }
-    return { small: small.slice(0, 5), overflow: document.documentElement.scrollWidth - window.innerWidth };
-  });
-  expect(r.small.length === 0, `${what}: text under 12 px: ${r.small.join('; ')}`);
-  expect(r.overflow <= 0, `${what}: the page is ${r.overflow} px wider than the screen`);
-}
 
 /** The cells of column `col` of the first table matching `sel`: each one's
  *  data-sort-value (or its text). */

@@ -9,6 +9,7 @@
 // /usr/bin/chromium).
 
 import { chromium } from 'playwright-core';
+import { readability } from './common.mjs';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -196,18 +197,7 @@ try {
         await page.setViewportSize({ width: w, height: h });
         for (const path of paths) {
           await page.goto(`${base}${path}`);
-          const r = await page.evaluate(() => {
-            const small = [];
-            for (const el of document.querySelectorAll('body *')) {
-              if (el.closest('svg') || el.closest('.sr-only')) continue;
-              if (![...el.childNodes].some((c) => c.nodeType === 3 && c.textContent.trim())) continue;
-              const st = getComputedStyle(el);
-              const box = el.getBoundingClientRect();
-              if (st.display === 'none' || st.visibility === 'hidden' || box.width === 0) continue;
-              if (parseFloat(st.fontSize) < 12) small.push(`${el.tagName.toLowerCase()}.${el.className} "${el.textContent.trim().slice(0, 30)}" ${st.fontSize}`);
-            }
-            return { small: small.slice(0, 5), overflow: document.documentElement.scrollWidth - window.innerWidth };
-          });
+          const r = await readability(page);
           expect(r.small.length === 0, `${who} ${path} at ${w} px: text under 12 px: ${r.small.join('; ')}`);
           expect(r.overflow <= 0, `${who} ${path} at ${w} px: the page is ${r.overflow} px wider than the screen`);
         }
