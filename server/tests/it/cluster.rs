@@ -96,9 +96,11 @@ impl Cluster {
         self.clock.store(ms, Ordering::SeqCst);
     }
 
-    /// Wait (up to 20 s) until `f` holds of the quota as the API server has it.
+    /// Wait (up to 40 s: a 2-core machine running builds beside the suite
+    /// has taken over 20 for a watch event to reach a reconcile) until `f`
+    /// holds of the quota as the API server has it.
     pub async fn until(&self, quota: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-        for _ in 0..400 {
+        for _ in 0..800 {
             if let Some(q) = self
                 .fake
                 .get("bizrq.io", "bizgroupresourcequotas", "", quota)
