@@ -1119,24 +1119,9 @@ fn decimal(nanos: i128, per: i128, places: u32) -> String {
 }
 
 /// [`decimal`] with thousands separated (`15,000`), as every amount a
-/// person reads on the pages.
+/// person reads on the pages (`quota::readable::group_thousands`).
 fn grouped(nanos: i128, per: i128, places: u32) -> String {
-    let d = decimal(nanos, per, places);
-    let (sign, rest) = d.strip_prefix('-').map_or(("", d.as_str()), |r| ("-", r));
-    let (int, frac) = rest
-        .split_once('.')
-        .map_or((rest, None), |(i, f)| (i, Some(f)));
-    let mut out = String::with_capacity(d.len() + int.len() / 3);
-    for (i, c) in int.chars().enumerate() {
-        if i > 0 && (int.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    match frac {
-        Some(f) => format!("{sign}{out}.{f}"),
-        None => format!("{sign}{out}"),
-    }
+    quota::readable::group_thousands(&decimal(nanos, per, places))
 }
 
 fn fmt_tick_value(v: f64) -> String {

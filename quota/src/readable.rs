@@ -80,8 +80,14 @@ pub fn cash_unit(cash_key: &str) -> &'static str {
 
 /// `143,500.25`: [`decimal`] with thousands separated.
 pub fn grouped(q: Quantity) -> String {
-    let d = decimal(q);
-    let (sign, rest) = d.strip_prefix('-').map_or(("", d.as_str()), |r| ("-", r));
+    group_thousands(&decimal(q))
+}
+
+/// A plain decimal (`-143500.25`) with its whole part's thousands
+/// separated (`-143,500.25`): the one grouping of every amount a person
+/// reads, whatever rounded it.
+pub fn group_thousands(d: &str) -> String {
+    let (sign, rest) = d.strip_prefix('-').map_or(("", d), |r| ("-", r));
     let (whole, frac) = rest
         .split_once('.')
         .map_or((rest, None), |(w, f)| (w, Some(f)));
