@@ -103,119 +103,122 @@ pub fn display_quantity(key: &str, q: quota::Quantity, cfg: &KeyConfig) -> Strin
 /// but idle, and the rest (`quota::rollup`); a cash key's spending. Keys
 /// with a zero hard that nothing uses are left out.
 pub fn key_usages(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyUsage> {
-    let rolled: std::collections::BTreeMap<String, quota::rollup::KeyRollup> =
-        quota::rollup::rollup(q, in_use)
-            .into_iter()
-            .map(|r| (r.key.clone(), r))
-            .collect();
-    q.spec
-        .hard
-        .iter()
-        .filter_map(|(k, h)| {
-            let model = is_model_key(k, cfg);
-            let show = |n: quota::Quantity| display_quantity(k, n, cfg);
-            if let Some(r) = rolled.get(k) {
-                let (_, idle) = r.bar_percents();
-                let parts = [
-                    (r.allocated_idle, "allocated to children, idle"),
-                    (r.unallocated, "unallocated"),
-                ];
-                let mut detail: Vec<String> = parts
-                    .iter()
-                    .filter(|(n, _)| !n.is_zero() && !r.allocated.is_zero())
-                    .map(|(n, what)| format!("{} {what}", show(*n)))
-                    .collect();
-                for (n, what) in [(r.lent, "lent"), (r.borrowed, "borrowed")] {
-                    if !n.is_zero() {
-                        detail.push(format!("{what} {}", show(n)));
-                    }
-                }
-                return Some(KeyUsage {
-                    key: k.clone(),
-                    used: show(r.in_use),
-                    hard: show(r.hard),
-                    percent: r.in_use_percent(),
-                    idle_percent: idle,
-                    detail: detail.join(" · "),
-                    cash: false,
-                    model,
-                    used_nanos: r.in_use.nanos(),
-                    hard_nanos: r.hard.nanos(),
-                });
-            }
-            let used = resources::get(&q.status.used, k);
-            let cash = quota::keys::cash_target(k).is_some();
-            if !cash || (h.is_zero() && used.is_zero()) {
-                // Not a cash key: its hard is zero and nothing uses it.
-                return None;
-            }
-            Some(KeyUsage {
-                key: k.clone(),
-                used: show(used),
-                hard: show(*h),
-                percent: percent(used, *h),
-                idle_percent: 0,
-                detail: String::new(),
-                cash: true,
-                model,
-                used_nanos: used.nanos(),
-                hard_nanos: h.nanos(),
-            })
-        })
+    let rolled = quota::rollup::rollup(q, in_use);
+    shown_keys(q, &rolled)
+        .map(|(k, shown)| key_usage(k, &shown, cfg))
         .collect()
+}
+
+/// What a key of a quota's hard shows, before any formatting.
+enum Shown<'a> {
+    /// A usage key, as `quota::rollup` has it.
+    Used(&'a quota::rollup::KeyRollup),
+    /// A budget (cash key): spent of hard.
+    Spent {
+        used: quota::Quantity,
+        hard: quota::Quantity,
+    },
+}
+
+impl Shown<'_> {
+    fn percent(&self) -> u32 {
+        match self {
+            Shown::Used(r) => r.in_use_percent(),
+            Shown::Spent { used, hard } => percent(*used, *hard),
+        }
+    }
+}
+
+/// The keys of `q`'s hard its bars show, in order, from `rolled`
+/// (`quota::rollup::rollup(q, in_use)`): the one rule of which keys show
+/// and at what percent, for `key_usages`, `max_percent` and `most_over`.
+/// A key with a zero hard that nothing uses is left out.
+fn shown_keys<'a>(
+    q: &'a Quota,
+    rolled: &'a [quota::rollup::KeyRollup],
+) -> impl Iterator<Item = (&'a String, Shown<'a>)> {
+    let by_key: std::collections::BTreeMap<&str, &quota::rollup::KeyRollup> =
+        rolled.iter().map(|r| (r.key.as_str(), r)).collect();
+    q.spec.hard.iter().filter_map(move |(k, h)| {
+        if let Some(r) = by_key.get(k.as_str()) {
+            return Some((k, Shown::Used(r)));
+        }
+        let used = resources::get(&q.status.used, k);
+        let cash = quota::keys::cash_target(k).is_some();
+        // Not a cash key: its hard is zero and nothing uses it.
+        (cash && !(h.is_zero() && used.is_zero())).then_some((k, Shown::Spent { used, hard: *h }))
+    })
+}
+
+/// One key as its bar shows it.
+fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
+    let model = is_model_key(k, cfg);
+    let show = |n: quota::Quantity| display_quantity(k, n, cfg);
+    match shown {
+        Shown::Used(r) => {
+            let (_, idle) = r.bar_percents();
+            let parts = [
+                (r.allocated_idle, "allocated to children, idle"),
+                (r.unallocated, "unallocated"),
+            ];
+            let mut detail: Vec<String> = parts
+                .iter()
+                .filter(|(n, _)| !n.is_zero() && !r.allocated.is_zero())
+                .map(|(n, what)| format!("{} {what}", show(*n)))
+                .collect();
+            for (n, what) in [(r.lent, "lent"), (r.borrowed, "borrowed")] {
+                if !n.is_zero() {
+                    detail.push(format!("{what} {}", show(n)));
+                }
+            }
+            KeyUsage {
+                key: k.to_string(),
+                used: show(r.in_use),
+                hard: show(r.hard),
+                percent: r.in_use_percent(),
+                idle_percent: idle,
+                detail: detail.join(" · "),
+                cash: false,
+                model,
+                used_nanos: r.in_use.nanos(),
+                hard_nanos: r.hard.nanos(),
+            }
+        }
+        Shown::Spent { used, hard } => KeyUsage {
+            key: k.to_string(),
+            used: show(*used),
+            hard: show(*hard),
+            percent: shown.percent(),
+            idle_percent: 0,
+            detail: String::new(),
+            cash: true,
+            model,
+            used_nanos: used.nanos(),
+            hard_nanos: hard.nanos(),
+        },
+    }
 }
 
 /// The highest `percent` of `key_usages(q, in_use, _)` (0 when it has no
 /// key), from `rolled` = `quota::rollup::rollup(q, in_use)` and without
 /// formatting a key: the tree asks it of every quota for its filters.
 pub fn max_percent(q: &Quota, rolled: &[quota::rollup::KeyRollup]) -> u32 {
-    let rolled: std::collections::BTreeMap<&str, &quota::rollup::KeyRollup> =
-        rolled.iter().map(|r| (r.key.as_str(), r)).collect();
-    q.spec
-        .hard
-        .iter()
-        .filter_map(|(k, h)| {
-            if let Some(r) = rolled.get(k.as_str()) {
-                return Some(r.in_use_percent());
-            }
-            let used = resources::get(&q.status.used, k);
-            let cash = quota::keys::cash_target(k).is_some();
-            (cash && !(h.is_zero() && used.is_zero())).then(|| percent(used, *h))
-        })
+    shown_keys(q, rolled)
+        .map(|(_, s)| s.percent())
         .max()
         .unwrap_or(0)
 }
 
 /// The key of `q`'s hard most over quota in the whole subtree, as
 /// `key_usages` shows it (the same key, amounts and percent; of equals the
-/// last by key), without formatting the keys that are not: the overview
-/// asks this of every quota the viewer may see.
+/// last by key), formatting only that one: the overview asks this of every
+/// quota the viewer may see.
 pub fn most_over(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Option<KeyUsage> {
-    let rolled: std::collections::BTreeMap<String, quota::rollup::KeyRollup> =
-        quota::rollup::rollup(q, in_use)
-            .into_iter()
-            .map(|r| (r.key.clone(), r))
-            .collect();
-    let (k, r) = q
-        .spec
-        .hard
-        .keys()
-        .filter_map(|k| rolled.get(k).map(|r| (k, r)))
-        .filter(|(_, r)| r.in_use_percent() > 100)
-        .max_by_key(|(_, r)| r.in_use_percent())?;
-    let show = |n: quota::Quantity| display_quantity(k, n, cfg);
-    Some(KeyUsage {
-        key: k.clone(),
-        used: show(r.in_use),
-        hard: show(r.hard),
-        used_nanos: r.in_use.nanos(),
-        hard_nanos: r.hard.nanos(),
-        percent: r.in_use_percent(),
-        idle_percent: r.bar_percents().1,
-        detail: String::new(),
-        cash: false,
-        model: is_model_key(k, cfg),
-    })
+    let rolled = quota::rollup::rollup(q, in_use);
+    let (k, shown) = shown_keys(q, &rolled)
+        .filter(|(_, s)| matches!(s, Shown::Used(_)) && s.percent() > 100)
+        .max_by_key(|(_, s)| s.percent())?;
+    Some(key_usage(k, &shown, cfg))
 }
 
 #[cfg(feature = "ssr")]
