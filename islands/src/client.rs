@@ -22,18 +22,7 @@ thread_local! {
 
 /// GET `url` as JSON (with the session cookie, as the page itself).
 async fn get_json<T: serde::de::DeserializeOwned>(url: &str) -> Option<T> {
-    let window = web_sys::window()?;
-    let init = web_sys::RequestInit::new();
-    init.set_credentials(web_sys::RequestCredentials::SameOrigin);
-    let resp = JsFuture::from(window.fetch_with_str_and_init(url, &init))
-        .await
-        .ok()?;
-    let resp: web_sys::Response = resp.dyn_into().ok()?;
-    if !resp.ok() {
-        return None;
-    }
-    let text = JsFuture::from(resp.text().ok()?).await.ok()?;
-    serde_json::from_str(&text.as_string()?).ok()
+    serde_json::from_str(&get_html(url).await?).ok()
 }
 
 fn encode(s: &str) -> String {
@@ -605,8 +594,9 @@ fn open(row: Element, link: Element, table: Element) {
     });
 }
 
-/// GET `url` as text, only if the server answers it as asked (a redirect,
-/// to the login page say, is not followed).
+/// GET `url` as text (with the session cookie, as the page itself), only
+/// if the server answers it as asked (a redirect, to the login page say,
+/// is not followed).
 async fn get_html(url: &str) -> Option<String> {
     let window = web_sys::window()?;
     let init = web_sys::RequestInit::new();
