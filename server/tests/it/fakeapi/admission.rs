@@ -110,13 +110,7 @@ impl FakeApi {
                         changed = true;
                     }
                 }
-                Err(e) if h.fail => {
-                    let msg = format!(
-                        "Internal error occurred: failed calling webhook {:?}: {e}",
-                        h.name
-                    );
-                    return Err(once(500, &status(500, "InternalError", &msg)));
-                }
+                Err(e) if h.fail => return Err(call_failed(&h.name, &e)),
                 Err(_) => {}
             }
         }
@@ -262,13 +256,7 @@ impl FakeApi {
                         return Err(denied(&h.name, &resp["status"]));
                     }
                 }
-                Err(e) if h.fail => {
-                    let msg = format!(
-                        "Internal error occurred: failed calling webhook {:?}: {e}",
-                        h.name
-                    );
-                    return Err(once(500, &status(500, "InternalError", &msg)));
-                }
+                Err(e) if h.fail => return Err(call_failed(&h.name, &e)),
                 // failurePolicy: Ignore — the write proceeds.
                 Err(_) => {}
             }
@@ -327,6 +315,13 @@ impl FakeApi {
         }
         json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
     }
+}
+
+/// A webhook that could not be called under `failurePolicy: Fail`, as
+/// kube-apiserver answers the write.
+fn call_failed(webhook: &str, e: &dyn std::fmt::Display) -> Response<RespBody> {
+    let msg = format!("Internal error occurred: failed calling webhook {webhook:?}: {e}");
+    once(500, &status(500, "InternalError", &msg))
 }
 
 /// A webhook's denial as kube-apiserver hands it to the client: the
