@@ -10,6 +10,8 @@
 //! guarantee — it is admitted, its pod cannot be scheduled, and A's Job
 //! (batch, lower priority), not the NoteBook (online), is reclaimed after
 //! the grace period.
+//! Seed 000 with a monthly period: the cash story again, then the month
+//! closes at its boundary and the budget starts over.
 
 use crate::cluster::{pod, used, Cluster, HOUR, T0};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
@@ -396,4 +398,103 @@ async fn seed_001_borrowing_and_ordered_reclaim() {
             c.fake.list("events.k8s.io", "events")
         );
     }
+}
+
+/// Seed 000's cash story with a monthly period: `ai` may spend 100
+/// CPU-core-hours a calendar month (anchored on the 1st, UTC, overspend
+/// forgiven). Two pods of 2 cores spend it in 25 hours; new CPU work is
+/// denied while the running pod goes on (cash never stops running work);
+/// at 1 December 00:00 the month closes — the pod's run is cut at the
+/// boundary to the millisecond — and the budget starts again, so new work
+/// is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_000_cash_story_with_a_monthly_period() {
+    use reqwest::Method;
+    let c = Cluster::start().await;
+    let s = &c.server;
+    s.create_quota(
+        "vivo",
+        "",
+        json!({"limits.cpu": "20", "cash/limits.cpu": "200"}),
+    )
+    .await;
+    let (st, v) = s
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ai"},
+                "spec": {"parent": "vivo", "hard": {"limits.cpu": "10", "cash/limits.cpu": "100"},
+                         "budgets": {"cash/limits.cpu": {"period": {"kind": "monthly", "anchorDay": 1},
+                                                         "overspend": "forgive"}}}})),
+        )
+        .await;
+    assert_eq!(st, reqwest::StatusCode::CREATED, "{v}");
+
+    let train = deployment("ai", "train", "ai", 2, "2", json!({}));
+    assert_eq!(admit(&c, &train).await["allowed"], true);
+    c.fake.put(train);
+    c.fake.put(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "train-1", "namespace": "ai",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "train", "uid": "x", "controller": true}]},
+        "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c"}]}}}}));
+    for p in ["p1", "p2"] {
+        let mut pd = pod("ai", p, "ReplicaSet", "train-1", 0, "2026-11-21T10:00:00Z");
+        pd["spec"]["containers"][0]["resources"] =
+            json!({"requests": {"cpu": "2"}, "limits": {"cpu": "2"}});
+        c.fake.put(pd);
+    }
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 2")
+        .await;
+    c.until("ai", "window opened", |q| {
+        !q["status"]["lastReconcileTime"].is_null()
+    })
+    .await;
+
+    // 25 hours × 4 cores: the month's 100 core-hours are spent.
+    c.set_clock(T0 + 25 * HOUR);
+    c.fake.remove("", "pods", "ai", "p2");
+    c.until("ai", "cash spent", |q| used(q, "cash/limits.cpu") == "100")
+        .await;
+    let more = deployment("ai", "more", "ai", 1, "100m", json!({}));
+    let r = admit(&c, &more).await;
+    assert_eq!(r["allowed"], false, "{r}");
+    assert!(
+        r["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cash/limits.cpu is exhausted"),
+        "{r}"
+    );
+    assert!(c.fake.get("", "pods", "ai", "p1").is_some(), "running work stays");
+
+    // p1 runs on into December; it stops at 01:00 on the 1st.
+    const DEC_1: i64 = 1_796_083_200_000; // 2026-12-01T00:00:00Z
+    c.set_clock(DEC_1 + HOUR);
+    c.fake.remove("", "pods", "ai", "p1");
+    let q = c
+        .until("ai", "November closed", |q| {
+            q["status"]["budgets"]["cash/limits.cpu"]["closed"][0].is_object()
+        })
+        .await;
+    let b = &q["status"]["budgets"]["cash/limits.cpu"];
+    let acc = |hours: i128| (hours * 3_600_000_000_000_000_000_000).to_string();
+    assert_eq!(b["start"], "2026-12-01T00:00:00.000Z", "{q}");
+    // November: p2 25 h × 2 + p1 (21 Nov 10:00 → 1 Dec 00:00 = 230 h) × 2.
+    assert_eq!(b["closed"][0]["spent"], acc(510), "{q}");
+    assert_eq!(b["closed"][0]["carried"], acc(0), "forgiven, not carried: {q}");
+    assert_eq!(b["closed"][0]["forgiven"], acc(410), "{q}");
+    // December so far: p1's last hour, cut at midnight.
+    assert_eq!(used(&q, "cash/limits.cpu"), "2", "{q}");
+    let (st, v) = s.api(Method::GET, "/api/v1/quotas/ai/budgets", None).await;
+    assert_eq!(st, reqwest::StatusCode::OK, "{v}");
+    let budget = &v["budgets"][0];
+    assert_eq!(
+        (budget["spent"].as_str(), budget["left"].as_str()),
+        (Some("2"), Some("98")),
+        "{v}"
+    );
+    assert_eq!(budget["closed"][0]["spent"], "510", "{v}");
+
+    // A new month: new CPU work is admitted again.
+    assert_eq!(admit(&c, &more).await["allowed"], true);
 }
