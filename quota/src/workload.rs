@@ -869,7 +869,13 @@ fn read_jobset(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
             let n = check_count(&field, jobs.saturating_mul(each))
                 .map_err(|p| Fault::bad(&o.metadata, None, p))?;
             let n = if suspended { 0 } else { n };
-            pod_set(&name, (&field, n), &r.template.spec.template, &o.metadata, cfg)
+            pod_set(
+                &name,
+                (&field, n),
+                &r.template.spec.template,
+                &o.metadata,
+                cfg,
+            )
         })
         .collect::<Result<_, _>>()?;
     Ok(Workload {

@@ -365,19 +365,24 @@ impl Service {
                 .iter()
                 .map(|b| b.view(&self.prices, &price_list))
                 .collect();
-            let (position, waiting, reason) =
-                match queue::would_queue_at(&waiting, &work, &pool, &views, &q.spec.queueing, now)
-                {
-                    Check::Queues { position, reason } => {
-                        (position, reason.waiting(), reason.to_string())
-                    }
-                    Check::Never(r) => (0, queue::Waiting::Never, r.to_string()),
-                    Check::AdmitsNow => (
-                        0,
-                        queue::Waiting::Turn,
-                        "preempted; admitted again at the controller's next round".to_string(),
-                    ),
-                };
+            let (position, waiting, reason) = match queue::would_queue_at(
+                &waiting,
+                &work,
+                &pool,
+                &views,
+                &q.spec.queueing,
+                now,
+            ) {
+                Check::Queues { position, reason } => {
+                    (position, reason.waiting(), reason.to_string())
+                }
+                Check::Never(r) => (0, queue::Waiting::Never, r.to_string()),
+                Check::AdmitsNow => (
+                    0,
+                    queue::Waiting::Turn,
+                    "preempted; admitted again at the controller's next round".to_string(),
+                ),
+            };
             let reason = match &note {
                 Some(n) => format!("{reason}; {n}"),
                 None => reason,

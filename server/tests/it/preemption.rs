@@ -26,8 +26,16 @@ pub fn job(ns: &str, quota: &str, name: &str, pods: i64, cpu: &str, class: &str)
                     "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}})
 }
 
-fn api(c: &Cluster, ns: &str, group: &str, version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+fn api(
+    c: &Cluster,
+    ns: &str,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
     Api::namespaced_with(c.kubectl("alice"), ns, &ar)
 }
 
@@ -222,9 +230,7 @@ async fn a_higher_priority_job_preempts_lower_priority_work_after_the_grace_peri
     // the online job and the Deployment are left alone.
     create(&c, &job("ml", "ml", "urgent", 2, "1", "urgent")).await;
     assert!(suspended(&c, "ml", "urgent"), "queued");
-    let q = c
-        .until("ml", "new marked", |q| !marks(q).is_empty())
-        .await;
+    let q = c.until("ml", "new marked", |q| !marks(q).is_empty()).await;
     assert_eq!(marks(&q), ["batch/Job/ml/new"], "{q}");
     let m = &q["status"]["reclaim"]["batch/Job/ml/new"];
     assert_eq!(m["origin"], "preempt");
@@ -372,7 +378,10 @@ fn jobset(name: &str, class: &str) -> Value {
 }
 
 fn jobset_suspended(c: &Cluster, name: &str) -> bool {
-    c.fake.get("jobset.x-k8s.io", "jobsets", "ml", name).unwrap()["spec"]["suspend"] == true
+    c.fake
+        .get("jobset.x-k8s.io", "jobsets", "ml", name)
+        .unwrap()["spec"]["suspend"]
+        == true
 }
 
 async fn until_jobset_suspended(c: &Cluster, name: &str, want: bool) {
@@ -384,7 +393,9 @@ async fn until_jobset_suspended(c: &Cluster, name: &str, want: bool) {
     }
     panic!(
         "JobSet {name} suspended should be {want}: {}",
-        c.fake.get("jobset.x-k8s.io", "jobsets", "ml", name).unwrap()
+        c.fake
+            .get("jobset.x-k8s.io", "jobsets", "ml", name)
+            .unwrap()
     );
 }
 
@@ -407,7 +418,10 @@ async fn a_jobset_queues_is_admitted_and_is_preempted_whole() {
 
     // 3 pods (1 driver + 2 worker Jobs of 1), 2 free: queued suspended.
     create(&c, &jobset("js", "batch-low")).await;
-    assert!(jobset_suspended(&c, "js"), "the mutating webhook suspends it");
+    assert!(
+        jobset_suspended(&c, "js"),
+        "the mutating webhook suspends it"
+    );
     let q = c.fake.quota("ml");
     assert_eq!(queue_refs(&q), ["jobset.x-k8s.io/JobSet/ml/js"]);
     let sets = &q["status"]["queue"][0]["podSets"];
@@ -459,8 +473,7 @@ async fn a_jobset_queues_is_admitted_and_is_preempted_whole() {
         .collect();
     assert_eq!(reviews.len(), 1, "one suspend: {reviews:#?}");
     assert_eq!(
-        reviews[0]["request"]["object"]["spec"]["replicatedJobs"][1]["replicas"],
-        2,
+        reviews[0]["request"]["object"]["spec"]["replicatedJobs"][1]["replicas"], 2,
         "whole: its replicated jobs as they were"
     );
     until_event(&c, "Preempted", "js").await;

@@ -71,7 +71,10 @@ async fn seed_004_per_project_queues_job_level_eviction_delayed_preemption_with_
         ["batch/Job/b/b-next"],
         "B's queue holds only B's work"
     );
-    assert_eq!(a["status"]["reclaim"]["batch/Job/a/etl"]["origin"], "preempt");
+    assert_eq!(
+        a["status"]["reclaim"]["batch/Job/a/etl"]["origin"],
+        "preempt"
+    );
     // Job level: the whole job is to go, all its pods.
     assert_eq!(
         a["status"]["reclaim"]["batch/Job/a/etl"]["frees"]["requests.cpu"],
@@ -145,6 +148,10 @@ async fn seed_004_per_project_queues_job_level_eviction_delayed_preemption_with_
     assert_eq!(entry["podSets"][0]["count"], 3, "queued whole: {entry}");
     assert_eq!(entry["priority"], 10);
     assert_eq!(
+        entry["since"], "2026-11-21T10:00:00.000Z",
+        "queued again with the since of its charge"
+    );
+    assert_eq!(
         entry["reason"], "waits for 1 × requests.cpu: 2 free, 3 needed",
         "{entry}"
     );
@@ -196,8 +203,5 @@ async fn seed_004_per_project_queues_job_level_eviction_delayed_preemption_with_
     admitted.sort();
     let order: Vec<&str> = admitted.iter().map(|(_, n)| n.as_str()).collect();
     assert_eq!(order, ["train-1", "train-2", "etl"], "{admitted:?}");
-    assert_eq!(
-        queue_refs(&c.fake.quota("proj-b")),
-        ["batch/Job/b/b-next"]
-    );
+    assert_eq!(queue_refs(&c.fake.quota("proj-b")), ["batch/Job/b/b-next"]);
 }

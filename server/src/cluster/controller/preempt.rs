@@ -29,8 +29,8 @@ impl Context {
             .reclaim
             .values()
             .any(|m| m.origin == Origin::Preempt);
-        let wants = q.spec.queueing.preemption == Preemption::LowerPriority
-            && !q.status.queue.is_empty();
+        let wants =
+            q.spec.queueing.preemption == Preemption::LowerPriority && !q.status.queue.is_empty();
         if !wants && !ours {
             return Ok(());
         }
