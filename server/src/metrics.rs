@@ -623,4 +623,24 @@ mod queue_tests {
         m.forget_queue("q0");
         assert!(!m.render().contains("quota=\"q0\""));
     }
+
+    #[test]
+    fn preemptions_count_per_quota_under_the_same_cap() {
+        let m = Metrics::default();
+        for i in 0..QUEUE_METRIC_QUOTAS + 3 {
+            m.count_preemption(&format!("q{i}"), "marked");
+        }
+        m.count_preemption("q0", "executed");
+        let text = m.render();
+        assert!(text
+            .contains("bizrq_admission_queue_preemptions_total{quota=\"q0\",result=\"marked\"} 1"));
+        assert!(text.contains(
+            "bizrq_admission_queue_preemptions_total{quota=\"q0\",result=\"executed\"} 1"
+        ));
+        assert!(text.contains(
+            "bizrq_admission_queue_preemptions_total{quota=\"_other\",result=\"marked\"} 3"
+        ));
+        m.forget_queue("q0");
+        assert!(!m.render().contains("quota=\"q0\""));
+    }
 }
