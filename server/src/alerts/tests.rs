@@ -165,6 +165,43 @@ fn reclaim_pending_while_status_reclaim_is_not_empty() {
 }
 
 #[test]
+fn reclaim_pending_says_whether_a_loan_or_the_queue_marked() {
+    let mark = |origin| Mark {
+        action: quota::Action::Suspend,
+        frees: Default::default(),
+        marked: "2026-11-22T00:00:00Z".into(),
+        due: "2026-11-22T00:10:00Z".into(),
+        origin,
+    };
+    let message = |q: &Quota| {
+        let (mut open, mut id) = (Vec::new(), 0);
+        round(q, &[], &mut open, &mut id)
+            .into_iter()
+            .find(|c| c.kind == Kind::ReclaimPending)
+            .unwrap()
+            .message
+    };
+    let mut quota = quota("1");
+    quota.status.reclaim.insert(
+        "batch/Job/ml/low".into(),
+        mark(quota::reclaim::Origin::Preempt),
+    );
+    assert_eq!(
+        message(&quota),
+        "nlp-team's queue preempts lower-priority work for a waiting job: 1 workload(s) marked for reclaim, first due 2026-11-22T00:10:00Z"
+    );
+    quota
+        .status
+        .reclaim
+        .insert("batch/Job/ml/loan".into(), mark(Default::default()));
+    assert!(message(&quota).starts_with(
+        "nlp-team borrows capacity its lenders need back, and its queue preempts lower-priority work: 2 workload(s)"
+    ));
+    quota.status.reclaim.remove("batch/Job/ml/low");
+    assert!(message(&quota).starts_with("nlp-team borrows capacity its lenders need back: 1"));
+}
+
+#[test]
 fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
     let mut spec = QuotaSpec::default();
     spec.hard.insert(CASH.into(), q("1000"));
