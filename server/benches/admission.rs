@@ -22,6 +22,15 @@
 //! one run on one machine in one state and are printed side by side.
 //! `--hot` aims every review at one quota (64 workloads changing size);
 //! `--no-floor` skips the floor.
+//!
+//! `--cluster` runs `bizrq` in cluster mode instead: its quotas are CRD
+//! objects on the in-memory API server of the integration tests
+//! (`tests/it/fakeapi`, included below rather than copied: one fake, so
+//! the bench measures against the same resourceVersion compare-and-swap the
+//! tests prove), served here over plain HTTP with a kubeconfig, each write
+//! taking `--write-delay-ms` (5 by default) as etcd's commit would. Every
+//! review goes to one hot quota; the status PUTs the API server received
+//! are counted beside the reviews.
 
 use bizrq::metrics::Metrics;
 use bizrq::service::{Persist, Service};
@@ -45,6 +54,8 @@ struct Opts {
     hot: bool,
     replicas: usize,
     floor: bool,
+    cluster: bool,
+    write_delay_ms: u64,
 }
 
 fn opts() -> Opts {
@@ -69,12 +80,16 @@ fn opts() -> Opts {
             .unwrap_or(if smoke { 200 } else { 1000 }),
         clients: val("--clients").and_then(|v| v.parse().ok()).unwrap_or(64),
         database_url: val("--database-url"),
-        hot: args.iter().any(|a| a == "--hot"),
+        hot: args.iter().any(|a| a == "--hot" || a == "--cluster"),
         replicas: val("--replicas")
             .and_then(|v| v.parse().ok())
             .unwrap_or(1)
             .max(1),
         floor: !args.iter().any(|a| a == "--no-floor"),
+        cluster: args.iter().any(|a| a == "--cluster"),
+        write_delay_ms: val("--write-delay-ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5),
     }
 }
 
@@ -369,7 +384,8 @@ async fn await_line<T>(child: &mut tokio::process::Child, ready: impl Fn(&str) -
     }
 }
 
-async fn start_bizrq(o: &Opts, url: &str) -> Target {
+/// `mode`: `--standalone`, or the kubeconfig of cluster mode.
+async fn start_bizrq(o: &Opts, url: &str, mode: &[String]) -> Target {
     let mut t = Target {
         name: "bizrq",
         endpoints: Vec::new(),
@@ -396,8 +412,8 @@ async fn start_bizrq(o: &Opts, url: &str) -> Target {
                 "bench",
                 "--resync-seconds",
                 "3600",
-                "--standalone",
             ])
+            .args(mode)
             .args(["--database-url", url])
             .env("BIZRQ_LOG", "warn")
             .env("BIZRQ_ADMIN_PASSWORD", "bench-admin-password")
@@ -413,6 +429,81 @@ async fn start_bizrq(o: &Opts, url: &str) -> Target {
         t.children.push(child);
     }
     t
+}
+
+#[allow(dead_code)]
+#[path = "../tests/it/fakeapi/mod.rs"]
+mod fakeapi;
+
+/// The fake API server over plain HTTP on loopback, as `kube::Client`
+/// reaches a real one (the tests call the same tower service in process).
+async fn serve_fake(fake: fakeapi::FakeApi) -> std::net::SocketAddr {
+    let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let mut fake = fake.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let bytes = axum::body::to_bytes(body, usize::MAX)
+                .await
+                .unwrap_or_default();
+            let req = http::Request::from_parts(parts, kube::client::Body::from(bytes));
+            let resp = tower::Service::call(&mut fake, req).await.unwrap();
+            resp.map(axum::body::Body::new)
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// The fake API server (writes delayed once the quota is made) and one
+/// `bizrq` in cluster mode over it, holding the quota `HOT`.
+async fn start_in_cluster(o: &Opts, dir: &std::path::Path) -> (Target, fakeapi::FakeApi) {
+    let fake = fakeapi::FakeApi::new();
+    let addr = serve_fake(fake.clone()).await;
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+             clusters: [{{name: fake, cluster: {{server: \"http://{addr}\"}}}}]\n\
+             users: [{{name: bizrq, user: {{token: bench}}}}]\n\
+             contexts: [{{name: fake, context: {{cluster: fake, user: bizrq, namespace: default}}}}]\n"
+        ),
+    )
+    .unwrap();
+    let url = format!("sqlite://{}", dir.join("cluster.db").display());
+    let mode = [
+        "--kubeconfig".to_string(),
+        kubeconfig.display().to_string(),
+        "--pod-name".to_string(),
+        "bizrq-bench-0".to_string(),
+    ];
+    let t = start_bizrq(o, &url, &mode).await;
+    let api = t.metrics[0].replace("/metrics", "/api/v1/quotas");
+    let hard = serde_json::json!({
+        "requests.nvidia.com/gpu": "1e11", "requests.nvidia.com/gpu.A100": "1e11",
+        "limits.cpu": "1e11", "pods": "1e11",
+    });
+    let r = reqwest::Client::new()
+        .post(&api)
+        .bearer_auth("bench")
+        .json(&serde_json::json!({"metadata": {"name": HOT}, "spec": {"parent": "", "hard": hard}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    fake.set_write_delay(Duration::from_millis(o.write_delay_ms));
+    (t, fake)
+}
+
+/// The status writes of `HOT` the API server was asked for so far.
+fn hot_status_writes(fake: &fakeapi::FakeApi) -> usize {
+    let put = format!("PUT /apis/bizrq.io/v1/bizgroupresourcequotas/{HOT}/status");
+    fake.requests()
+        .iter()
+        .filter(|r| r.starts_with(&put))
+        .count()
 }
 
 /// The floor: this executable as a webhook with no state (`serve_floor`).
@@ -580,7 +671,16 @@ async fn https(o: &Opts) {
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
-    let leaves = Arc::new(build_tree(&url, o.quotas).await);
+    let leaves = if o.cluster {
+        // The quota lives on the API server (`start_in_cluster`).
+        println!(
+            "cluster mode: one quota on the fake API server, {} ms per write",
+            o.write_delay_ms
+        );
+        Arc::new(vec![HOT.to_string()])
+    } else {
+        Arc::new(build_tree(&url, o.quotas).await)
+    };
     if o.hot {
         println!("every review aimed at the quota {HOT:?}, {HOT_WORKLOADS} workloads");
     }
@@ -595,7 +695,15 @@ async fn https(o: &Opts) {
         None
     };
 
-    let t = start_bizrq(o, &url).await;
+    let mut fake = None;
+    let t = if o.cluster {
+        let (t, f) = start_in_cluster(o, dir.path()).await;
+        fake = Some(f);
+        t
+    } else {
+        start_bizrq(o, &url, &["--standalone".to_string()]).await
+    };
+    let writes_before = fake.as_ref().map(hot_status_writes);
     if o.replicas > 1 {
         println!("{} bizrq replicas on one database", o.replicas);
     }
@@ -613,6 +721,13 @@ async fn https(o: &Opts) {
         }) {
             println!("  replica {i}: {l}");
         }
+    }
+    if let (Some(fake), Some(before)) = (&fake, writes_before) {
+        println!(
+            "  API server: {} status PUTs of {HOT:?} for both phases ({} ms per write)",
+            hot_status_writes(fake) - before,
+            o.write_delay_ms
+        );
     }
     t.stop().await;
 
