@@ -762,9 +762,65 @@ async fn https(o: &Opts) {
     }
 }
 
+/// `--send-to URL --count N`: N reviews of the hot pattern (64 workloads
+/// of `--quota`, default `hot`, each changing size), one at a time over one
+/// HTTPS connection, then exit. The client of `profile-admission.sh`, which
+/// counts the server's instructions for them under callgrind.
+fn send_to(url: &str) -> ! {
+    let args: Vec<String> = std::env::args().collect();
+    let val = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let count: u64 = val("--count").and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let first: u64 = val("--first").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let quota = val("--quota").unwrap_or_else(|| HOT.to_string());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .build()
+            .unwrap();
+        let base = Template::new(&fixture());
+        let mut denied = 0;
+        for n in first..first + count {
+            let w = n % HOT_WORKLOADS;
+            let body = base.render(&quota, &format!("bench-hot-{w}"), n, 1 + (n / HOT_WORKLOADS) % 4);
+            let text = client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            if !text.contains("\"allowed\":true") {
+                denied += 1;
+                if denied == 1 {
+                    eprintln!("denied: {text}");
+                }
+            }
+        }
+        println!("sent {count} reviews, {denied} denied");
+    });
+    std::process::exit(0)
+}
+
 fn main() {
     if std::env::args().any(|a| a == FLOOR_ARG) {
         serve_floor();
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(url) = args.iter().position(|a| a == "--send-to").and_then(|i| args.get(i + 1)) {
+        bizrq::tls::install_crypto_provider();
+        send_to(url);
     }
     bizrq::tls::install_crypto_provider();
     let o = opts();
