@@ -166,6 +166,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// What one phase measured.
 #[derive(Clone, Copy, Default)]
 struct Figures {
+    ops: usize,
     rate: f64,
     p50: Duration,
     p99: Duration,
@@ -174,6 +175,7 @@ struct Figures {
 fn report(label: &str, mut lat: Vec<Duration>, elapsed: Duration) -> Figures {
     lat.sort();
     let f = Figures {
+        ops: lat.len(),
         rate: lat.len() as f64 / elapsed.as_secs_f64(),
         p50: percentile(&lat, 0.50),
         p99: percentile(&lat, 0.99),
@@ -396,7 +398,22 @@ async fn start_bizrq(o: &Opts, url: &str, mode: &[String]) -> Target {
         // `BIZRQ_BENCH_BIN`: another build of the server (a before/after run).
         let bin = std::env::var("BIZRQ_BENCH_BIN")
             .unwrap_or_else(|_| env!("CARGO_BIN_EXE_bizrq").to_string());
-        let mut child = tokio::process::Command::new(bin)
+        // `BIZRQ_BENCH_CALLGRIND=<dir>`: under callgrind, collecting only
+        // while `callgrind` says (`profile-admission.sh`).
+        let mut cmd = match callgrind_dir() {
+            Some(dir) => {
+                let mut c = tokio::process::Command::new("valgrind");
+                c.args([
+                    "--tool=callgrind".to_string(),
+                    "--instr-atstart=no".to_string(),
+                    format!("--callgrind-out-file={dir}/callgrind.out.%p"),
+                    bin,
+                ]);
+                c
+            }
+            None => tokio::process::Command::new(bin),
+        };
+        let mut child = cmd
             .args([
                 "serve",
                 "--listen",
@@ -504,6 +521,22 @@ fn hot_status_writes(fake: &fakeapi::FakeApi) -> usize {
         .iter()
         .filter(|r| r.starts_with(&put))
         .count()
+}
+
+fn callgrind_dir() -> Option<String> {
+    std::env::var("BIZRQ_BENCH_CALLGRIND").ok()
+}
+
+/// `callgrind_control <what>` for each of the server's processes.
+fn callgrind(t: &Target, what: &str) {
+    for pid in t.pids() {
+        let ok = std::process::Command::new("callgrind_control")
+            .args([what, &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "callgrind_control {what} {pid} failed");
+    }
 }
 
 /// The floor: this executable as a webhook with no state (`serve_floor`).
@@ -707,8 +740,22 @@ async fn https(o: &Opts) {
     if o.replicas > 1 {
         println!("{} bizrq replicas on one database", o.replicas);
     }
-    let paced = drive(o, &t, &leaves, true).await;
-    let flat = drive(o, &t, &leaves, false).await;
+    let (paced, flat) = if callgrind_dir().is_some() {
+        // The first phase warms up (start-up, every workload charged
+        // once); the server's instructions are counted over the second.
+        drive(o, &t, &leaves, true).await;
+        callgrind(&t, "-i=on");
+        let counted = drive(o, &t, &leaves, true).await;
+        callgrind(&t, "-d");
+        callgrind(&t, "-i=off");
+        println!("callgrind: counted {} admissions", counted.ops);
+        (counted, counted)
+    } else {
+        (
+            drive(o, &t, &leaves, true).await,
+            drive(o, &t, &leaves, false).await,
+        )
+    };
     let client = reqwest::Client::new();
     for (i, m) in t.metrics.iter().enumerate() {
         let text = client.get(m).send().await.unwrap().text().await.unwrap();
@@ -762,65 +809,9 @@ async fn https(o: &Opts) {
     }
 }
 
-/// `--send-to URL --count N`: N reviews of the hot pattern (64 workloads
-/// of `--quota`, default `hot`, each changing size), one at a time over one
-/// HTTPS connection, then exit. The client of `profile-admission.sh`, which
-/// counts the server's instructions for them under callgrind.
-fn send_to(url: &str) -> ! {
-    let args: Vec<String> = std::env::args().collect();
-    let val = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let count: u64 = val("--count").and_then(|v| v.parse().ok()).unwrap_or(1000);
-    let first: u64 = val("--first").and_then(|v| v.parse().ok()).unwrap_or(0);
-    let quota = val("--quota").unwrap_or_else(|| HOT.to_string());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = reqwest::Client::builder()
-            .danger_accept_invalid_certs(true)
-            .build()
-            .unwrap();
-        let base = Template::new(&fixture());
-        let mut denied = 0;
-        for n in first..first + count {
-            let w = n % HOT_WORKLOADS;
-            let body = base.render(&quota, &format!("bench-hot-{w}"), n, 1 + (n / HOT_WORKLOADS) % 4);
-            let text = client
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            if !text.contains("\"allowed\":true") {
-                denied += 1;
-                if denied == 1 {
-                    eprintln!("denied: {text}");
-                }
-            }
-        }
-        println!("sent {count} reviews, {denied} denied");
-    });
-    std::process::exit(0)
-}
-
 fn main() {
     if std::env::args().any(|a| a == FLOOR_ARG) {
         serve_floor();
-    }
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(url) = args.iter().position(|a| a == "--send-to").and_then(|i| args.get(i + 1)) {
-        bizrq::tls::install_crypto_provider();
-        send_to(url);
     }
     bizrq::tls::install_crypto_provider();
     let o = opts();
