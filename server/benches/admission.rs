@@ -56,6 +56,7 @@ struct Opts {
     floor: bool,
     cluster: bool,
     write_delay_ms: u64,
+    same_again: bool,
 }
 
 fn opts() -> Opts {
@@ -87,6 +88,7 @@ fn opts() -> Opts {
             .max(1),
         floor: !args.iter().any(|a| a == "--no-floor"),
         cluster: args.iter().any(|a| a == "--cluster"),
+        same_again: args.iter().any(|a| a == "--same-again"),
         write_delay_ms: val("--write-delay-ms")
             .and_then(|v| v.parse().ok())
             .unwrap_or(5),
@@ -598,10 +600,22 @@ fn serve_floor() -> ! {
     std::process::exit(0)
 }
 
+/// The next review's number, across phases: a phase goes on where the last
+/// one stopped, so each review changes something (`--same-again`: each
+/// phase starts again at 0, re-sending what the last one sent, so a phase
+/// after the first measures reviews that change nothing).
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
 /// One phase's load: `rate` reviews/s spread over the clients (paced), or
 /// as fast as they go. Paced latency is measured from each request's
 /// scheduled send time, so queueing delay is not hidden.
-async fn drive(o: &Opts, t: &Target, leaves: &Arc<Vec<String>>, paced: bool) -> Figures {
+async fn drive(
+    o: &Opts,
+    client: &reqwest::Client,
+    t: &Target,
+    leaves: &Arc<Vec<String>>,
+    paced: bool,
+) -> Figures {
     let label = if paced {
         format!(
             "{} HTTPS paced at {}/s, {} clients",
@@ -610,25 +624,17 @@ async fn drive(o: &Opts, t: &Target, leaves: &Arc<Vec<String>>, paced: bool) -> 
     } else {
         format!("{} HTTPS flat out, {} clients", t.name, o.clients)
     };
-    let client = reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .pool_max_idle_per_host(o.clients)
-        .build()
-        .unwrap();
     let base = Arc::new(Template::new(&fixture()));
-    let counter = Arc::new(AtomicU64::new(0));
+    if o.same_again {
+        NEXT.store(0, Ordering::Relaxed);
+    }
     let pids = t.pids();
     let deadline = Instant::now() + Duration::from_secs(o.seconds);
     let started = Instant::now();
     let cpu_before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..o.clients {
-        let (client, base, leaves, counter) = (
-            client.clone(),
-            base.clone(),
-            leaves.clone(),
-            counter.clone(),
-        );
+        let (client, base, leaves) = (client.clone(), base.clone(), leaves.clone());
         let endpoint = t.endpoints[c % t.endpoints.len()].clone();
         let hot = o.hot;
         let period = Duration::from_secs_f64(o.clients as f64 / o.rate as f64);
@@ -646,7 +652,7 @@ async fn drive(o: &Opts, t: &Target, leaves: &Arc<Vec<String>>, paced: bool) -> 
                 } else {
                     Instant::now()
                 };
-                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
                 let body = if hot {
                     // One quota, a few workloads each changing size.
                     let w = n % HOT_WORKLOADS;
@@ -718,10 +724,17 @@ async fn https(o: &Opts) {
         println!("every review aimed at the quota {HOT:?}, {HOT_WORKLOADS} workloads");
     }
 
+    // One client for every phase: connections (and their TLS handshakes)
+    // carry over from one phase to the next.
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .pool_max_idle_per_host(o.clients)
+        .build()
+        .unwrap();
     let floor = if o.floor {
         let t = start_floor().await;
-        let paced = drive(o, &t, &leaves, true).await;
-        let flat = drive(o, &t, &leaves, false).await;
+        let paced = drive(o, &client, &t, &leaves, true).await;
+        let flat = drive(o, &client, &t, &leaves, false).await;
         t.stop().await;
         Some((paced, flat))
     } else {
@@ -743,20 +756,19 @@ async fn https(o: &Opts) {
     let (paced, flat) = if callgrind_dir().is_some() {
         // The first phase warms up (start-up, every workload charged
         // once); the server's instructions are counted over the second.
-        drive(o, &t, &leaves, true).await;
+        drive(o, &client, &t, &leaves, true).await;
         callgrind(&t, "-i=on");
-        let counted = drive(o, &t, &leaves, true).await;
+        let counted = drive(o, &client, &t, &leaves, true).await;
         callgrind(&t, "-d");
         callgrind(&t, "-i=off");
         println!("callgrind: counted {} admissions", counted.ops);
         (counted, counted)
     } else {
         (
-            drive(o, &t, &leaves, true).await,
-            drive(o, &t, &leaves, false).await,
+            drive(o, &client, &t, &leaves, true).await,
+            drive(o, &client, &t, &leaves, false).await,
         )
     };
-    let client = reqwest::Client::new();
     for (i, m) in t.metrics.iter().enumerate() {
         let text = client.get(m).send().await.unwrap().text().await.unwrap();
         for l in text.lines().filter(|l| {

@@ -19,11 +19,13 @@
 # (profile-admission.py).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-bench=$(ls -t "$root"/target/release/deps/admission-* | grep -v '\.d$' | head -1)
+# PROFILE=debug: the debug builds (`cargo test -p bizrq --bench admission --no-run`).
+profile=${PROFILE:-release}
+bench=$(ls -t "$root"/target/"$profile"/deps/admission-* | grep -v '\.d$' | head -1)
 work=$(mktemp -d)
 cd "$root/server"
-BIZRQ_BENCH_BIN=${BIZRQ_BENCH_BIN:-$root/target/release/bizrq} BIZRQ_BENCH_CALLGRIND=$work \
-  "$bench" --no-floor --hot --quotas 20 --clients 1 --rate 10 --seconds 15 \
+BIZRQ_BENCH_BIN=${BIZRQ_BENCH_BIN:-$root/target/$profile/bizrq} BIZRQ_BENCH_CALLGRIND=$work \
+  "$bench" --smoke --no-floor --hot --quotas 20 --clients 1 --rate "${RATE:-10}" --seconds "${SECONDS_PER_PHASE:-15}" \
   --write-delay-ms 0 "$@" | tee "$work/bench.txt"
 n=$(grep -o 'callgrind: counted [0-9]*' "$work/bench.txt" | grep -o '[0-9]*$')
 dump=$(ls -t "$work"/callgrind.out.* | grep '\.[0-9]*\.[0-9]*$' | head -1)

@@ -215,11 +215,18 @@ impl Leader {
             );
             let decided = batch::decide_in_order(&mut q, &mut jobs, |j, q| (j.decide)(q));
             if !decided.changed() {
-                // Nothing to write proves a cached copy current: decide
-                // again on a fresh read (as `modify` does).
+                // Nothing to write proves a cached copy current: its
+                // version, read fresh, still the stored one (one short
+                // column, not the quota parsed again); else decide again
+                // on a fresh read (as `modify` does).
                 if from_cache {
-                    use_cache = false;
-                    continue;
+                    match self.store.version(name).await {
+                        Ok(Some(v)) if v == current.version => {}
+                        _ => {
+                            use_cache = false;
+                            continue;
+                        }
+                    }
                 }
                 self.metrics.admission_batch_size.observe(jobs.len() as f64);
                 return answer(jobs, decided, Ok(()));
