@@ -301,10 +301,7 @@ impl QuotaStore for ClusterStore {
         fresh.metadata.creation_timestamp = None;
         let created = self
             .api
-            .create(
-                &PostParams::default(),
-                &to_object(fresh, None, &self.keys)?,
-            )
+            .create(&PostParams::default(), &to_object(fresh, None, &self.keys)?)
             .await
             .map_err(|e| map_err(name, e))?;
         // The API server drops status on create; write it through its

@@ -283,8 +283,7 @@ async fn cluster_mode_one_hot_quota_shares_slow_status_writes() {
         .unwrap()
         .parse::<u64>()
         .unwrap();
-    c.fake
-        .set_write_delay(std::time::Duration::from_millis(5));
+    c.fake.set_write_delay(std::time::Duration::from_millis(5));
     let before = status_writes(&c.fake, "pool");
     let s = Arc::new(Server::in_process(&c.running));
     let started = std::time::Instant::now();
@@ -300,7 +299,10 @@ async fn cluster_mode_one_hot_quota_shares_slow_status_writes() {
     assert_eq!(admitted.len(), HARD, "{admitted:?}");
     // One at a time, the 150 admissions would be 150 PUTs (0.75 s of
     // writes alone); the 50 denials write nothing.
-    assert!(writes * 4 <= HARD, "{writes} status PUTs for {HARD} admissions");
+    assert!(
+        writes * 4 <= HARD,
+        "{writes} status PUTs for {HARD} admissions"
+    );
     let q = c.fake.quota("pool");
     assert_eq!(held(&q), admitted, "each admitted workload charged once");
     assert_eq!(used_gpus(&q), HARD as i64);
@@ -329,8 +331,7 @@ async fn cluster_mode_a_failed_status_write_answers_nobody_allowed() {
             json!({"requests.nvidia.com/gpu": "100", "pods": "1000"}),
         )
         .await;
-    c.fake
-        .set_write_delay(std::time::Duration::from_millis(5));
+    c.fake.set_write_delay(std::time::Duration::from_millis(5));
     let path = "/apis/bizrq.io/v1/bizgroupresourcequotas/pool/status";
     c.fake.fail_next(path, 10_000);
     let before = status_writes(&c.fake, "pool");
@@ -359,7 +360,10 @@ async fn cluster_mode_a_failed_status_write_answers_nobody_allowed() {
     let writes = status_writes(&c.fake, "pool") - before;
     assert!((1..N).contains(&writes), "{writes} PUTs for {N} reviews");
     let failed = metric(&c.server, "bizrq_admission_batches_failed_total").await;
-    assert!(failed >= 1.0 && failed < N as f64, "{failed} failed batches");
+    assert!(
+        failed >= 1.0 && failed < N as f64,
+        "{failed} failed batches"
+    );
     let q = c.fake.quota("pool");
     assert!(held(&q).is_empty(), "charged by a failed write: {q}");
     assert_eq!(used_gpus(&q), 0);
