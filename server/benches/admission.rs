@@ -22,6 +22,15 @@
 //! one run on one machine in one state and are printed side by side.
 //! `--hot` aims every review at one quota (64 workloads changing size);
 //! `--no-floor` skips the floor.
+//!
+//! `--cluster` runs `bizrq` in cluster mode instead: its quotas are CRD
+//! objects on the in-memory API server of the integration tests
+//! (`tests/it/fakeapi`, included below rather than copied: one fake, so
+//! the bench measures against the same resourceVersion compare-and-swap the
+//! tests prove), served here over plain HTTP with a kubeconfig, each write
+//! taking `--write-delay-ms` (5 by default) as etcd's commit would. Every
+//! review goes to one hot quota; the status PUTs the API server received
+//! are counted beside the reviews.
 
 use bizrq::metrics::Metrics;
 use bizrq::service::{Persist, Service};
@@ -45,6 +54,9 @@ struct Opts {
     hot: bool,
     replicas: usize,
     floor: bool,
+    cluster: bool,
+    write_delay_ms: u64,
+    same_again: bool,
 }
 
 fn opts() -> Opts {
@@ -69,12 +81,17 @@ fn opts() -> Opts {
             .unwrap_or(if smoke { 200 } else { 1000 }),
         clients: val("--clients").and_then(|v| v.parse().ok()).unwrap_or(64),
         database_url: val("--database-url"),
-        hot: args.iter().any(|a| a == "--hot"),
+        hot: args.iter().any(|a| a == "--hot" || a == "--cluster"),
         replicas: val("--replicas")
             .and_then(|v| v.parse().ok())
             .unwrap_or(1)
             .max(1),
         floor: !args.iter().any(|a| a == "--no-floor"),
+        cluster: args.iter().any(|a| a == "--cluster"),
+        same_again: args.iter().any(|a| a == "--same-again"),
+        write_delay_ms: val("--write-delay-ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5),
     }
 }
 
@@ -151,6 +168,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// What one phase measured.
 #[derive(Clone, Copy, Default)]
 struct Figures {
+    ops: usize,
     rate: f64,
     p50: Duration,
     p99: Duration,
@@ -159,6 +177,7 @@ struct Figures {
 fn report(label: &str, mut lat: Vec<Duration>, elapsed: Duration) -> Figures {
     lat.sort();
     let f = Figures {
+        ops: lat.len(),
         rate: lat.len() as f64 / elapsed.as_secs_f64(),
         p50: percentile(&lat, 0.50),
         p99: percentile(&lat, 0.99),
@@ -369,7 +388,8 @@ async fn await_line<T>(child: &mut tokio::process::Child, ready: impl Fn(&str) -
     }
 }
 
-async fn start_bizrq(o: &Opts, url: &str) -> Target {
+/// `mode`: `--standalone`, or the kubeconfig of cluster mode.
+async fn start_bizrq(o: &Opts, url: &str, mode: &[String]) -> Target {
     let mut t = Target {
         name: "bizrq",
         endpoints: Vec::new(),
@@ -380,7 +400,22 @@ async fn start_bizrq(o: &Opts, url: &str) -> Target {
         // `BIZRQ_BENCH_BIN`: another build of the server (a before/after run).
         let bin = std::env::var("BIZRQ_BENCH_BIN")
             .unwrap_or_else(|_| env!("CARGO_BIN_EXE_bizrq").to_string());
-        let mut child = tokio::process::Command::new(bin)
+        // `BIZRQ_BENCH_CALLGRIND=<dir>`: under callgrind, collecting only
+        // while `callgrind` says (`profile-admission.sh`).
+        let mut cmd = match callgrind_dir() {
+            Some(dir) => {
+                let mut c = tokio::process::Command::new("valgrind");
+                c.args([
+                    "--tool=callgrind".to_string(),
+                    "--instr-atstart=no".to_string(),
+                    format!("--callgrind-out-file={dir}/callgrind.out.%p"),
+                    bin,
+                ]);
+                c
+            }
+            None => tokio::process::Command::new(bin),
+        };
+        let mut child = cmd
             .args([
                 "serve",
                 "--listen",
@@ -396,8 +431,8 @@ async fn start_bizrq(o: &Opts, url: &str) -> Target {
                 "bench",
                 "--resync-seconds",
                 "3600",
-                "--standalone",
             ])
+            .args(mode)
             .args(["--database-url", url])
             .env("BIZRQ_LOG", "warn")
             .env("BIZRQ_ADMIN_PASSWORD", "bench-admin-password")
@@ -413,6 +448,97 @@ async fn start_bizrq(o: &Opts, url: &str) -> Target {
         t.children.push(child);
     }
     t
+}
+
+#[allow(dead_code)]
+#[path = "../tests/it/fakeapi/mod.rs"]
+mod fakeapi;
+
+/// The fake API server over plain HTTP on loopback, as `kube::Client`
+/// reaches a real one (the tests call the same tower service in process).
+async fn serve_fake(fake: fakeapi::FakeApi) -> std::net::SocketAddr {
+    let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let mut fake = fake.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let bytes = axum::body::to_bytes(body, usize::MAX)
+                .await
+                .unwrap_or_default();
+            let req = http::Request::from_parts(parts, kube::client::Body::from(bytes));
+            let resp = tower::Service::call(&mut fake, req).await.unwrap();
+            resp.map(axum::body::Body::new)
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// The fake API server (writes delayed once the quota is made) and one
+/// `bizrq` in cluster mode over it, holding the quota `HOT`.
+async fn start_in_cluster(o: &Opts, dir: &std::path::Path) -> (Target, fakeapi::FakeApi) {
+    let fake = fakeapi::FakeApi::new();
+    let addr = serve_fake(fake.clone()).await;
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+             clusters: [{{name: fake, cluster: {{server: \"http://{addr}\"}}}}]\n\
+             users: [{{name: bizrq, user: {{token: bench}}}}]\n\
+             contexts: [{{name: fake, context: {{cluster: fake, user: bizrq, namespace: default}}}}]\n"
+        ),
+    )
+    .unwrap();
+    let url = format!("sqlite://{}", dir.join("cluster.db").display());
+    let mode = [
+        "--kubeconfig".to_string(),
+        kubeconfig.display().to_string(),
+        "--pod-name".to_string(),
+        "bizrq-bench-0".to_string(),
+    ];
+    let t = start_bizrq(o, &url, &mode).await;
+    let api = t.metrics[0].replace("/metrics", "/api/v1/quotas");
+    let hard = serde_json::json!({
+        "requests.nvidia.com/gpu": "1e11", "requests.nvidia.com/gpu.A100": "1e11",
+        "limits.cpu": "1e11", "pods": "1e11",
+    });
+    let r = reqwest::Client::new()
+        .post(&api)
+        .bearer_auth("bench")
+        .json(&serde_json::json!({"metadata": {"name": HOT}, "spec": {"parent": "", "hard": hard}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    fake.set_write_delay(Duration::from_millis(o.write_delay_ms));
+    (t, fake)
+}
+
+/// The status writes of `HOT` the API server was asked for so far.
+fn hot_status_writes(fake: &fakeapi::FakeApi) -> usize {
+    let put = format!("PUT /apis/bizrq.io/v1/bizgroupresourcequotas/{HOT}/status");
+    fake.requests()
+        .iter()
+        .filter(|r| r.starts_with(&put))
+        .count()
+}
+
+fn callgrind_dir() -> Option<String> {
+    std::env::var("BIZRQ_BENCH_CALLGRIND").ok()
+}
+
+/// `callgrind_control <what>` for each of the server's processes.
+fn callgrind(t: &Target, what: &str) {
+    for pid in t.pids() {
+        let ok = std::process::Command::new("callgrind_control")
+            .args([what, &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "callgrind_control {what} {pid} failed");
+    }
 }
 
 /// The floor: this executable as a webhook with no state (`serve_floor`).
@@ -474,10 +600,22 @@ fn serve_floor() -> ! {
     std::process::exit(0)
 }
 
+/// The next review's number, across phases: a phase goes on where the last
+/// one stopped, so each review changes something (`--same-again`: each
+/// phase starts again at 0, re-sending what the last one sent, so a phase
+/// after the first measures reviews that change nothing).
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
 /// One phase's load: `rate` reviews/s spread over the clients (paced), or
 /// as fast as they go. Paced latency is measured from each request's
 /// scheduled send time, so queueing delay is not hidden.
-async fn drive(o: &Opts, t: &Target, leaves: &Arc<Vec<String>>, paced: bool) -> Figures {
+async fn drive(
+    o: &Opts,
+    client: &reqwest::Client,
+    t: &Target,
+    leaves: &Arc<Vec<String>>,
+    paced: bool,
+) -> Figures {
     let label = if paced {
         format!(
             "{} HTTPS paced at {}/s, {} clients",
@@ -486,25 +624,17 @@ async fn drive(o: &Opts, t: &Target, leaves: &Arc<Vec<String>>, paced: bool) -> 
     } else {
         format!("{} HTTPS flat out, {} clients", t.name, o.clients)
     };
-    let client = reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .pool_max_idle_per_host(o.clients)
-        .build()
-        .unwrap();
     let base = Arc::new(Template::new(&fixture()));
-    let counter = Arc::new(AtomicU64::new(0));
+    if o.same_again {
+        NEXT.store(0, Ordering::Relaxed);
+    }
     let pids = t.pids();
     let deadline = Instant::now() + Duration::from_secs(o.seconds);
     let started = Instant::now();
     let cpu_before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..o.clients {
-        let (client, base, leaves, counter) = (
-            client.clone(),
-            base.clone(),
-            leaves.clone(),
-            counter.clone(),
-        );
+        let (client, base, leaves) = (client.clone(), base.clone(), leaves.clone());
         let endpoint = t.endpoints[c % t.endpoints.len()].clone();
         let hot = o.hot;
         let period = Duration::from_secs_f64(o.clients as f64 / o.rate as f64);
@@ -522,7 +652,7 @@ async fn drive(o: &Opts, t: &Target, leaves: &Arc<Vec<String>>, paced: bool) -> 
                 } else {
                     Instant::now()
                 };
-                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
                 let body = if hot {
                     // One quota, a few workloads each changing size.
                     let w = n % HOT_WORKLOADS;
@@ -580,28 +710,65 @@ async fn https(o: &Opts) {
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()));
-    let leaves = Arc::new(build_tree(&url, o.quotas).await);
+    let leaves = if o.cluster {
+        // The quota lives on the API server (`start_in_cluster`).
+        println!(
+            "cluster mode: one quota on the fake API server, {} ms per write",
+            o.write_delay_ms
+        );
+        Arc::new(vec![HOT.to_string()])
+    } else {
+        Arc::new(build_tree(&url, o.quotas).await)
+    };
     if o.hot {
         println!("every review aimed at the quota {HOT:?}, {HOT_WORKLOADS} workloads");
     }
 
+    // One client for every phase: connections (and their TLS handshakes)
+    // carry over from one phase to the next.
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .pool_max_idle_per_host(o.clients)
+        .build()
+        .unwrap();
     let floor = if o.floor {
         let t = start_floor().await;
-        let paced = drive(o, &t, &leaves, true).await;
-        let flat = drive(o, &t, &leaves, false).await;
+        let paced = drive(o, &client, &t, &leaves, true).await;
+        let flat = drive(o, &client, &t, &leaves, false).await;
         t.stop().await;
         Some((paced, flat))
     } else {
         None
     };
 
-    let t = start_bizrq(o, &url).await;
+    let mut fake = None;
+    let t = if o.cluster {
+        let (t, f) = start_in_cluster(o, dir.path()).await;
+        fake = Some(f);
+        t
+    } else {
+        start_bizrq(o, &url, &["--standalone".to_string()]).await
+    };
+    let writes_before = fake.as_ref().map(hot_status_writes);
     if o.replicas > 1 {
         println!("{} bizrq replicas on one database", o.replicas);
     }
-    let paced = drive(o, &t, &leaves, true).await;
-    let flat = drive(o, &t, &leaves, false).await;
-    let client = reqwest::Client::new();
+    let (paced, flat) = if callgrind_dir().is_some() {
+        // The first phase warms up (start-up, every workload charged
+        // once); the server's instructions are counted over the second.
+        drive(o, &client, &t, &leaves, true).await;
+        callgrind(&t, "-i=on");
+        let counted = drive(o, &client, &t, &leaves, true).await;
+        callgrind(&t, "-d");
+        callgrind(&t, "-i=off");
+        println!("callgrind: counted {} admissions", counted.ops);
+        (counted, counted)
+    } else {
+        (
+            drive(o, &client, &t, &leaves, true).await,
+            drive(o, &client, &t, &leaves, false).await,
+        )
+    };
     for (i, m) in t.metrics.iter().enumerate() {
         let text = client.get(m).send().await.unwrap().text().await.unwrap();
         for l in text.lines().filter(|l| {
@@ -613,6 +780,13 @@ async fn https(o: &Opts) {
         }) {
             println!("  replica {i}: {l}");
         }
+    }
+    if let (Some(fake), Some(before)) = (&fake, writes_before) {
+        println!(
+            "  API server: {} status PUTs of {HOT:?} for both phases ({} ms per write)",
+            hot_status_writes(fake) - before,
+            o.write_delay_ms
+        );
     }
     t.stop().await;
 

@@ -180,7 +180,7 @@ impl Default for Metrics {
         let admission_batches_failed = Counter::default();
         registry.register(
             "admission_commit_duration_seconds",
-            "Time from a workload charge's arrival in the service to its durable answer, by path (group, borrowing, dry_run)",
+            "Time from a workload charge's arrival in the service to its durable answer, by path: group (charged in its quota's group commit), borrowing (a loan from the parent first), dry_run, denied (the quota or a budget refused; nothing written), error (the write failed, or contention)",
             admission_commit_duration.clone(),
         );
         registry.register(

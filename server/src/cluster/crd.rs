@@ -275,6 +275,24 @@ impl BizGroupResourceQuota {
     pub fn from_quota(q: &Quota) -> Result<BizGroupResourceQuota, serde_json::Error> {
         serde_json::from_value(serde_json::to_value(q)?)
     }
+
+    /// `from_quota` for a quota the caller gives up: the status (a busy
+    /// quota's largest part: every workload's charge) is moved in, not
+    /// converted through JSON; only the small metadata is.
+    pub fn from_owned(q: Quota) -> Result<BizGroupResourceQuota, serde_json::Error> {
+        let spec = BizGroupResourceQuotaSpec {
+            parent: q.spec.parent,
+            hard: q.spec.hard,
+            max: q.spec.max,
+            budgets: q.spec.budgets,
+            queueing: q.spec.queueing,
+        };
+        Ok(BizGroupResourceQuota {
+            metadata: serde_json::from_value(serde_json::to_value(&q.metadata)?)?,
+            spec,
+            status: Some(Status(q.status)),
+        })
+    }
 }
 
 /// The CRDs as YAML, as `bizrq crd` prints them: the quotas, then the
@@ -334,6 +352,34 @@ mod tests {
                 "status.summary.{k} is missing from the CRD schema"
             );
         }
+    }
+
+    /// Moving the status in (the write path's `from_owned`) makes the
+    /// object the JSON conversion (`from_quota`) makes, whatever it holds.
+    #[test]
+    fn an_owned_quota_becomes_the_object_its_json_would() {
+        let q: Quota = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "team", "resourceVersion": "42", "uid": "u-1",
+                "creationTimestamp": "2026-11-21T10:00:00Z", "labels": {"a": "b"},
+                "annotations": {"bizrq.io/x": "y"}},
+            "spec": {"parent": "dept", "hard": {"pods": "4", "cash/pods": "10"},
+                "max": {"pods": "6"}},
+            "status": {
+                "hard": {"pods": "4"}, "used": {"pods": "1"}, "selfUsed": {"pods": "1"},
+                "workloads": {"apps/Deployment/ns/w": {"podSets": [], "since": "2026-11-21T10:00:00Z", "uid": "u"}},
+                "cashAccrued": {"cash/pods": "1"},
+                "loans": {"c": {"amount": {"pods": "1"}, "since": "2026-11-21T10:00:00Z"}},
+                "summary": {"gpu": "1/2", "cardHoursLeft": "3", "borrowing": "pods=1", "reclaimPending": 1}
+            }
+        }))
+        .unwrap();
+        let converted = BizGroupResourceQuota::from_quota(&q).unwrap();
+        let moved = BizGroupResourceQuota::from_owned(q.clone()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&moved).unwrap(),
+            serde_json::to_value(&converted).unwrap()
+        );
+        assert_eq!(moved.to_quota().unwrap(), q);
     }
 
     #[test]

@@ -96,16 +96,17 @@ fn to_stored(k: &BizGroupResourceQuota) -> Result<Stored, StoreError> {
 }
 
 /// The object to write: the summaries for people are derived here, in the
-/// same write as the status they summarise.
+/// same write as the status they summarise. Takes the quota by value: a
+/// status write is the admission path's, and its status is moved into the
+/// object rather than copied or converted through JSON.
 fn to_object(
-    q: &Quota,
+    mut q: Quota,
     version: Option<i64>,
     keys: &KeyConfig,
 ) -> Result<BizGroupResourceQuota, StoreError> {
-    let mut q = q.clone();
     q.status.summarize(&q.spec, keys);
     let mut k =
-        BizGroupResourceQuota::from_quota(&q).map_err(|e| StoreError::Backend(e.to_string()))?;
+        BizGroupResourceQuota::from_owned(q).map_err(|e| StoreError::Backend(e.to_string()))?;
     k.metadata.resource_version = version.map(|v| v.to_string());
     Ok(k)
 }
@@ -300,10 +301,7 @@ impl QuotaStore for ClusterStore {
         fresh.metadata.creation_timestamp = None;
         let created = self
             .api
-            .create(
-                &PostParams::default(),
-                &to_object(&fresh, None, &self.keys)?,
-            )
+            .create(&PostParams::default(), &to_object(fresh, None, &self.keys)?)
             .await
             .map_err(|e| map_err(name, e))?;
         // The API server drops status on create; write it through its
@@ -344,11 +342,11 @@ impl QuotaStore for ClusterStore {
                 .replace(
                     name,
                     &PostParams::default(),
-                    &to_object(quota, Some(version), &self.keys)?,
+                    &to_object(quota.clone(), Some(version), &self.keys)?,
                 )
                 .await
                 .map_err(|e| map_err(name, e))?;
-            version = to_stored(&written)?.version;
+            version = version_of(&written)?;
         }
         let at = Stored {
             quota: quota.clone(),
@@ -363,18 +361,28 @@ impl QuotaStore for ClusterStore {
         status: &QuotaStatus,
     ) -> Result<i64, StoreError> {
         let name = current.quota.name();
-        let mut q = current.quota.clone();
-        q.status = status.clone();
+        // The status subresource takes only the status (and the version it
+        // was decided on): the rest of the object is not copied.
+        let q = Quota {
+            api_version: current.quota.api_version.clone(),
+            kind: current.quota.kind.clone(),
+            metadata: current.quota.metadata.clone(),
+            spec: current.quota.spec.clone(),
+            status: status.clone(),
+        };
         let written = self
             .api
             .replace_status(
                 name,
                 &PostParams::default(),
-                &to_object(&q, Some(current.version), &self.keys)?,
+                &to_object(q, Some(current.version), &self.keys)?,
             )
             .await
             .map_err(|e| map_err(name, e))?;
-        Ok(to_stored(&written)?.version)
+        // Only the new version is needed of the answer: the service keeps
+        // the status it wrote (converting the answer back was half the
+        // conversions of a write).
+        version_of(&written)
     }
 
     async fn delete(&self, current: &Stored) -> Result<(), StoreError> {

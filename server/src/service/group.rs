@@ -215,11 +215,18 @@ impl Leader {
             );
             let decided = batch::decide_in_order(&mut q, &mut jobs, |j, q| (j.decide)(q));
             if !decided.changed() {
-                // Nothing to write proves a cached copy current: decide
-                // again on a fresh read (as `modify` does).
+                // Nothing to write proves a cached copy current: its
+                // version, read fresh, still the stored one (one short
+                // column, not the quota parsed again); else decide again
+                // on a fresh read (as `modify` does).
                 if from_cache {
-                    use_cache = false;
-                    continue;
+                    match self.store.version(name).await {
+                        Ok(Some(v)) if v == current.version => {}
+                        _ => {
+                            use_cache = false;
+                            continue;
+                        }
+                    }
                 }
                 self.metrics.admission_batch_size.observe(jobs.len() as f64);
                 return answer(jobs, decided, Ok(()));
@@ -375,6 +382,8 @@ mod tests {
     /// first, when told to.
     struct Rigged {
         inner: SqlStore,
+        /// Whole reads of a quota (`get`) so far.
+        gets: std::sync::atomic::AtomicUsize,
         fail: AtomicBool,
         /// Before the next status write: another replica charges this
         /// many cards to the same quota (so that write loses its swap).
@@ -384,7 +393,11 @@ mod tests {
     #[async_trait]
     impl QuotaStore for Rigged {
         async fn get(&self, name: &str) -> Result<Option<Stored>, StoreError> {
+            self.gets.fetch_add(1, Ordering::SeqCst);
             self.inner.get(name).await
+        }
+        async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
+            self.inner.version(name).await
         }
         async fn list(&self) -> Result<Vec<Stored>, StoreError> {
             self.inner.list().await
@@ -465,6 +478,7 @@ mod tests {
     async fn rigged(store: &SqlStore, hard: &str) -> (Arc<Rigged>, Arc<Service>) {
         let rigged = Arc::new(Rigged {
             inner: store.clone(),
+            gets: Default::default(),
             fail: AtomicBool::new(false),
             interfere: Default::default(),
         });
@@ -571,7 +585,31 @@ mod tests {
         assert!(answers.iter().all(Result::is_ok), "{answers:?}");
     }
 
+    async fn an_unchanged_batch_is_proven_by_the_version_alone(store: &SqlStore) {
+        let (rigged, svc) = rigged(store, "10").await;
+        let w0 = "apps/Deployment/ns/w0";
+        let again = || svc.charge_workload("team", w0, pod_sets(1), "uid-0", false);
+        again().await.unwrap();
+        let gets = rigged.gets.load(Ordering::SeqCst);
+        // The same charge again changes nothing: the copy it was decided
+        // on is proven current by its version, the quota is not read.
+        again().await.unwrap();
+        assert_eq!(rigged.gets.load(Ordering::SeqCst), gets);
+        // Another replica releases w0: the version moved, so the same
+        // charge is decided again on a fresh read, and made.
+        let theirs = store.get("team").await.unwrap().unwrap();
+        let mut q = theirs.quota.clone();
+        assert!(quota::admission::release(&mut q, w0));
+        store.replace_status(&theirs, &q.status).await.unwrap();
+        again().await.unwrap();
+        assert!(rigged.gets.load(Ordering::SeqCst) > gets);
+        let stored = store.get("team").await.unwrap().unwrap().quota;
+        assert!(stored.status.workloads.contains_key(w0));
+        assert_eq!(stored.status.used[GPU], "1".parse().unwrap());
+    }
+
     on_both_databases!(
+        an_unchanged_batch_is_proven_by_the_version_alone,
         a_failed_batch_write_tells_nobody_allowed,
         a_lost_swap_decides_the_whole_batch_again,
         a_panicking_decision_strands_nobody,

@@ -961,6 +961,14 @@ impl Service {
         let result = self
             .admit_rounds(quota_name, wref, dry_run, run, build, &mut path)
             .await;
+        // A bounded set of paths (never a quota's name): how the answer
+        // was reached, so a slow path shows apart from the others.
+        let path = match &result {
+            _ if dry_run => path,
+            Err(ServiceError::Denied(_) | ServiceError::NotFound(_)) => "denied",
+            Err(_) => "error",
+            Ok(_) => path,
+        };
         self.metrics
             .observe_commit(path, started.elapsed().as_secs_f64());
         result

@@ -95,6 +95,12 @@ impl<T> ResultExt<T> for Result<T, sqlx::Error> {
 #[async_trait]
 pub trait QuotaStore: Send + Sync + 'static {
     async fn get(&self, name: &str) -> Result<Option<Stored>, StoreError>;
+    /// The version `name` is at now (None: gone), read fresh: what proves
+    /// a kept copy current without reading and parsing the whole quota.
+    /// By default a whole read.
+    async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
+        Ok(self.get(name).await?.map(|s| s.version))
+    }
     async fn list(&self) -> Result<Vec<Stored>, StoreError>;
     async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError>;
     /// The quotas of the subtrees under `roots` (the roots included, each

@@ -217,6 +217,15 @@ impl QuotaStore for SqlStore {
         row.as_ref().map(from_row).transpose()
     }
 
+    async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
+        // One short column, on the writer as `get`: no spec or status parsed.
+        let row = sqlx::query("SELECT version FROM quotas WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.write)
+            .await?;
+        Ok(row.map(|r| r.try_get::<i64, _>("version")).transpose()?)
+    }
+
     async fn list(&self) -> Result<Vec<Stored>, StoreError> {
         let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM quotas ORDER BY name"))
             .fetch_all(&self.read)

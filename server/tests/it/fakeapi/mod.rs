@@ -56,6 +56,12 @@ struct State {
     requests: Vec<String>,
     /// Answer the next N writes to these paths with 409.
     conflicts: HashMap<String, usize>,
+    /// Answer the next N writes to these paths with 500, writing nothing
+    /// (etcd unavailable).
+    failures: HashMap<String, usize>,
+    /// How long each write (POST, PUT, PATCH, DELETE; dry runs too) takes
+    /// before it is made, as etcd's commit would; zero by default.
+    write_delay: std::time::Duration,
     /// Make the next write to these paths, then answer 504 as if the
     /// connection had timed out after the write.
     lost_answers: HashMap<String, usize>,
@@ -188,6 +194,23 @@ impl FakeApi {
             .unwrap()
             .conflicts
             .insert(path.to_string(), n);
+    }
+
+    /// Answer the next `n` writes (PUT/PATCH) of `path` with 500, writing
+    /// nothing, as an API server does when etcd fails the write.
+    pub fn fail_next(&self, path: &str, n: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .failures
+            .insert(path.to_string(), n);
+    }
+
+    /// Every write from now on takes `delay` before it is made (and
+    /// answered), as a real API server's round trip to etcd does. Reads,
+    /// watches and the webhooks' own time are not delayed.
+    pub fn set_write_delay(&self, delay: std::time::Duration) {
+        self.state.lock().unwrap().write_delay = delay;
     }
 
     /// Make the next `n` writes to `path`, then answer each with 504 as a

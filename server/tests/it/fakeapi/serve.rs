@@ -112,6 +112,13 @@ impl FakeApi {
                 *n -= 1;
                 return once(409, &status(409, "Conflict", "the object has been modified; please apply your changes to the latest version and try again"));
             }
+            if let Some(n) = g.failures.get_mut(path).filter(|n| **n > 0) {
+                *n -= 1;
+                return once(
+                    500,
+                    &status(500, "InternalError", "etcdserver: request timed out"),
+                );
+            }
         }
         g.rv += 1;
         let rv = g.rv;
@@ -452,6 +459,12 @@ impl tower::Service<Request<Body>> for FakeApi {
                 }
             }
             let write = method != Method::GET;
+            if write {
+                let delay = me.state.lock().unwrap().write_delay;
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+            }
             let mut resp = me.handle(method, &path, &query, body, dry);
             if write {
                 let mut g = me.state.lock().unwrap();
