@@ -91,7 +91,7 @@ fn a_top_up_raises_what_is_left_by_its_amount_and_a_retry_changes_nothing() {
     assert_eq!(p.closed[0].expired, from_quantity(hours(40)));
     assert_eq!(p.top_ups, 0);
     // Its expiry after the boundary withdraws nothing: it closed with it.
-    assert_eq!(topup::expire(&mut q, CASH, "t1", t("2026-12-02T00:00:00Z")), 0);
+    assert_eq!(topup::expire(&mut q, CASH, "t1", t("2026-12-02T00:00:00Z")).0, 0);
     assert_eq!(p.top_ups, q.status.budgets[CASH].top_ups);
 }
 
@@ -115,12 +115,12 @@ fn without_a_period_a_top_up_counts_for_all_time() {
     spend(&mut q, from_quantity(hours(12)));
     assert_eq!(
         topup::expire(&mut q, CASH, "t7", now + H),
-        from_quantity(hours(3))
+        (from_quantity(hours(3)), true)
     );
     assert_eq!(left_by_used(&q), 0);
     assert_eq!(
         topup::expire(&mut q, CASH, "t7", now + 2 * H),
-        from_quantity(hours(3))
+        (from_quantity(hours(3)), false)
     );
     assert_eq!(left_by_used(&q), 0);
 }
@@ -266,7 +266,7 @@ proptest! {
                 }
                 _ => {
                     let before = state_of(&q, CASH);
-                    let w = topup::expire(&mut q, CASH, &id, now);
+                    let (w, _) = topup::expire(&mut q, CASH, &id, now);
                     if let Some(prev) = withdrawn.get(&id) {
                         prop_assert_eq!(w, *prev);
                         prop_assert_eq!(state_of(&q, CASH).available(), before.available());

@@ -275,10 +275,25 @@ pub fn receive(
     now_ms: i64,
 ) -> Result<bool, TopUpError> {
     check_amount(amount)?;
+    receive_acc(q, key, id, from_quantity(amount), now_ms)
+}
+
+/// [`receive`] of an amount in acc (> 0; anything else changes nothing):
+/// what an expiry gives back to the parent it came from.
+pub fn receive_acc(
+    q: &mut Quota,
+    key: &str,
+    id: &str,
+    acc: i128,
+    now_ms: i64,
+) -> Result<bool, TopUpError> {
+    if acc <= 0 {
+        return Ok(false);
+    }
     let name = q.name().to_string();
     // On a copy: a refusal changes nothing.
     let mut work = q.clone();
-    if !entry(&mut work, key, now_ms)?.add(&name, key, id, from_quantity(amount), now_ms)? {
+    if !entry(&mut work, key, now_ms)?.add(&name, key, id, acc, now_ms)? {
         return Ok(false);
     }
     work.status.refresh(&work.spec);
@@ -327,25 +342,29 @@ pub fn give(
 
 /// Applies the expiry of top-up `id` to `q`: withdraws its unspent part
 /// from the current period and records it in the mark. Returns what was
-/// withdrawn (acc): zero when its period closed (it closed with it) or no
-/// mark is left; the same amount again when the expiry was applied
-/// already (a retry changes nothing).
-pub fn expire(q: &mut Quota, key: &str, id: &str, now_ms: i64) -> i128 {
+/// withdrawn (acc) and whether `q` changed: zero when its period closed
+/// (it closed with it) or no mark is left; the recorded amount, unchanged,
+/// when the expiry was applied already (a retry).
+pub fn expire(q: &mut Quota, key: &str, id: &str, now_ms: i64) -> (i128, bool) {
     if cash_target(key).is_none() || !q.spec.hard.contains_key(key) {
-        return 0;
+        return (0, false);
+    }
+    if let Some(m) = mark(q, key, id) {
+        if m.expired {
+            return (m.withdrawn, false);
+        }
+    } else {
+        return (0, false);
     }
     super::periods::sync(&q.spec, &mut q.status, now_ms);
     let state = state_of(q, key);
     let Some(p) = q.status.budgets.get_mut(key) else {
-        return 0;
+        return (0, false);
     };
     let start = p.start.clone();
     let Some(m) = p.top_up_log.iter_mut().find(|m| m.id == id) else {
-        return 0;
+        return (0, false);
     };
-    if m.expired {
-        return m.withdrawn;
-    }
     let withdrawn = if m.period == start {
         unspent_part(m.amount, state.available(), state.spent)
     } else {
@@ -355,7 +374,7 @@ pub fn expire(q: &mut Quota, key: &str, id: &str, now_ms: i64) -> i128 {
     m.withdrawn = withdrawn;
     p.top_ups = p.top_ups.saturating_sub(withdrawn);
     q.status.refresh(&q.spec);
-    withdrawn
+    (withdrawn, true)
 }
 
 /// The mark of `id` on `key` of `q`, if it is still kept.

@@ -232,6 +232,9 @@ fn parse_request_form(
             amounts: list,
             reason: typed.reason.clone(),
             revert_at,
+            kind: Default::default(),
+            source: None,
+            until: None,
         })
     })();
     (typed, parsed)
