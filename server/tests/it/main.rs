@@ -25,6 +25,7 @@ mod resync;
 mod scenario;
 mod security_portal;
 mod slowloris;
+mod topups;
 mod transfers;
 mod trust;
 mod webhook;
