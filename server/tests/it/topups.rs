@@ -420,3 +420,267 @@ async fn top_ups_through_the_transfer_flow_sqlite() {
 async fn top_ups_through_the_transfer_flow_postgres() {
     top_ups_through_the_transfer_flow(&fresh_postgres().await).await;
 }
+
+async fn post(b: &Browser, body: serde_json::Value) -> (reqwest::StatusCode, serde_json::Value) {
+    b.api(reqwest::Method::POST, "/api/v1/transfers", Some(body))
+        .await
+}
+
+/// The JSON API and the portal with owners: an owner of nlp asks; a
+/// grant is an admin's to approve (an owner of the parent gets 403), a
+/// top-up from the parent is the parent's owner's; hostile requests are
+/// 400 with nothing stored; the budgets API and panel show the top-ups,
+/// the panel links to the form, and the transfer page shows both budgets
+/// before and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_and_the_portal_ask_for_and_approve_top_ups() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = bizrq::config::ServeArgs::for_tests(&fresh_sqlite(&dir));
+    args.admin_password = Some(ADMIN_PASSWORD.into());
+    args.resync_seconds = 3600;
+    let (_clock, c) = test_clock(t("2026-11-20T00:00:00Z"));
+    let running = bizrq::start_with(&args, None, Some(c)).await.unwrap();
+    let s = Server::in_process(&running);
+    s.create_quota("org", "", json!({GPU: "16", CASH: "1000"}))
+        .await;
+    s.create_quota("nlp", "org", json!({GPU: "4", CASH: "100"}))
+        .await;
+    let admin = Browser::admin(&s).await;
+    create_user(&admin, "nina", "nina-password-0123456").await;
+    create_user(&admin, "olga", "olga-password-0123456").await;
+    bind(&admin, "nina", "nlp", "owner").await;
+    bind(&admin, "olga", "org", "owner").await;
+    let nina = Browser::logged_in(&s, "nina", "nina-password-0123456").await;
+    let olga = Browser::logged_in(&s, "olga", "olga-password-0123456").await;
+    let top_up = |amount: &str, source: &str| {
+        json!({"kind": "topUp", "to": "nlp", "amounts": {CASH: amount},
+               "source": source, "reason": "the paper deadline"})
+    };
+
+    for (body, says) in [
+        (top_up("-1", "grant"), "is not positive"),
+        (top_up("0", "grant"), "is not positive"),
+        (top_up("1e12", "grant"), "more than the 1000000000"),
+        (
+            json!({"kind": "topUp", "to": "nlp", "amounts": {GPU: "1"}, "source": "grant", "reason": "x"}),
+            "is not a cash key",
+        ),
+        (
+            json!({"kind": "topUp", "to": "nlp", "amounts": {CASH: "1"}, "source": "grant",
+                   "reason": "x", "until": 1}),
+            "until must be in the future",
+        ),
+        (
+            json!({"kind": "topUp", "to": "nlp", "amounts": {CASH: "1"}, "source": "grant",
+                   "reason": "x".repeat(2001)}),
+            "at most 2000 characters",
+        ),
+    ] {
+        let (st, v) = post(&nina, body).await;
+        assert_eq!(st, reqwest::StatusCode::BAD_REQUEST, "{v}");
+        assert!(v.to_string().contains(says), "{v} should say {says}");
+    }
+    let (st, v) = post(&nina, top_up("5", "bank")).await;
+    assert_eq!(st, reqwest::StatusCode::BAD_REQUEST, "{v}");
+    let (_, v) = admin
+        .api(reqwest::Method::GET, "/api/v1/transfers", None)
+        .await;
+    assert_eq!(v["items"].as_array().unwrap().len(), 0, "{v}");
+
+    // A grant: olga owns the parent, but only an admin approves a grant.
+    let (st, v) = post(&nina, top_up("50", "grant")).await;
+    assert_eq!(st, reqwest::StatusCode::CREATED, "{v}");
+    let grant = v["id"].as_i64().unwrap();
+    assert_eq!(v["kind"], "topUp");
+    let (st, v) = olga
+        .api(
+            reqwest::Method::POST,
+            &format!("/api/v1/transfers/{grant}/approve"),
+            None,
+        )
+        .await;
+    assert_eq!(st, reqwest::StatusCode::FORBIDDEN, "{v}");
+    assert!(v.to_string().contains("a grant adds new budget"), "{v}");
+    let (st, v) = admin
+        .api(
+            reqwest::Method::POST,
+            &format!("/api/v1/transfers/{grant}/approve"),
+            None,
+        )
+        .await;
+    assert_eq!(st, reqwest::StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "done", "{v}");
+
+    // From the parent: nina cannot approve her own; olga sees both
+    // budgets before and after, and approves.
+    let (st, v) = post(&nina, top_up("30", "parent")).await;
+    assert_eq!(st, reqwest::StatusCode::CREATED, "{v}");
+    let from_parent = v["id"].as_i64().unwrap();
+    let (st, _) = nina
+        .api(
+            reqwest::Method::POST,
+            &format!("/api/v1/transfers/{from_parent}/approve"),
+            None,
+        )
+        .await;
+    assert_eq!(st, reqwest::StatusCode::FORBIDDEN);
+    let page = olga.get(&format!("/transfers/{from_parent}")).await;
+    assert_eq!(page.status, reqwest::StatusCode::OK);
+    for want in [
+        "Budget left before",
+        "from the budget of org this period",
+        "cash/requests.nvidia.com/gpu 900",
+        "cash/requests.nvidia.com/gpu 870",
+        "cash/requests.nvidia.com/gpu 150",
+        "cash/requests.nvidia.com/gpu 180",
+    ] {
+        assert!(page.body.contains(want), "{want}: {}", page.body);
+    }
+    let (st, v) = olga
+        .api(
+            reqwest::Method::POST,
+            &format!("/api/v1/transfers/{from_parent}/approve"),
+            None,
+        )
+        .await;
+    assert_eq!(st, reqwest::StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "done", "{v}");
+
+    let (st, v) = nina
+        .api(reqwest::Method::GET, "/api/v1/quotas/nlp/budgets", None)
+        .await;
+    assert_eq!(st, reqwest::StatusCode::OK, "{v}");
+    assert_eq!(v["budgets"][0]["topUps"], "80", "{v}");
+    assert_eq!(v["budgets"][0]["left"], "180", "{v}");
+    let (_, v) = olga
+        .api(reqwest::Method::GET, "/api/v1/quotas/org/budgets", None)
+        .await;
+    assert_eq!(v["budgets"][0]["topUps"], "-30", "{v}");
+
+    // The panel links to the form, filled in as a top-up; the form asks.
+    let page = nina.get("/quotas/nlp").await;
+    assert!(page.body.contains("(top-ups 80)"), "{}", page.body);
+    let href = "/transfers?topup=nlp&amp;key=cash/requests.nvidia.com/gpu#top-up";
+    assert!(page.body.contains(href), "{}", page.body);
+    let form = nina
+        .get("/transfers?topup=nlp&key=cash/requests.nvidia.com/gpu")
+        .await;
+    assert_eq!(form.status, reqwest::StatusCode::OK);
+    assert!(
+        form.body.contains(r#"value="topUp" checked"#),
+        "{}",
+        form.body
+    );
+    let asked = nina
+        .post(
+            "/transfers",
+            &[
+                ("to", "nlp"),
+                ("key", CASH),
+                ("amount", "12"),
+                ("kind", "topUp"),
+                ("source", "grant"),
+                ("until", "2026-12-24T00:00"),
+                ("reason", "one more run"),
+            ],
+        )
+        .await;
+    assert_eq!(asked.status, reqwest::StatusCode::SEE_OTHER, "{}", asked.body);
+    let bad = nina
+        .post(
+            "/transfers",
+            &[
+                ("to", "nlp"),
+                ("key", CASH),
+                ("amount", "12"),
+                ("kind", "topUp"),
+                ("source", "grant"),
+                ("until", "2020-01-01T00:00"),
+                ("reason", "too late"),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, reqwest::StatusCode::BAD_REQUEST, "{}", bad.body);
+    assert!(bad.body.contains("until must be in the future"), "{}", bad.body);
+    running.shutdown().await;
+}
+
+/// Cluster mode: a grant and a top-up from the parent land in the quota
+/// objects' status through the fake API server, and stay there across
+/// the controller's reconciles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_mode_writes_top_ups_to_the_quota_objects() {
+    use crate::cluster::Cluster;
+    let c = Cluster::start().await;
+    let s = &c.server;
+    s.create_quota("org", "", json!({GPU: "16", CASH: "1000"}))
+        .await;
+    s.create_quota("nlp", "org", json!({GPU: "4", CASH: "100"}))
+        .await;
+    for (amount, source) in [("50", "grant"), ("30", "parent")] {
+        let (st, v) = s
+            .api(
+                reqwest::Method::POST,
+                "/api/v1/transfers",
+                Some(json!({"kind": "topUp", "to": "nlp", "amounts": {CASH: amount},
+                            "source": source, "reason": "deadline"})),
+            )
+            .await;
+        assert_eq!(st, reqwest::StatusCode::CREATED, "{v}");
+        let id = v["id"].as_i64().unwrap();
+        let (st, v) = s
+            .api(
+                reqwest::Method::POST,
+                &format!("/api/v1/transfers/{id}/approve"),
+                None,
+            )
+            .await;
+        assert_eq!(st, reqwest::StatusCode::OK, "{v}");
+        assert_eq!(v["status"], "done", "{v}");
+    }
+    let acc = |hours: i128| (hours * 3_600_000_000_000_000_000_000).to_string();
+    let nlp = c
+        .until("nlp", "the top-ups in status", |q| {
+            q["status"]["budgets"][CASH]["topUps"] == acc(80)
+        })
+        .await;
+    assert_eq!(
+        nlp["status"]["budgets"][CASH]["topUpLog"][1]["id"],
+        "t2",
+        "{nlp}"
+    );
+    c.until("org", "the parent gave", |q| {
+        q["status"]["budgets"][CASH]["topUps"] == acc(-30)
+    })
+    .await;
+    // A parent that cannot cover it: refused at the request, nothing stored.
+    let (st, v) = s
+        .api(
+            reqwest::Method::POST,
+            "/api/v1/transfers",
+            Some(json!({"kind": "topUp", "to": "nlp", "amounts": {CASH: "871"},
+                        "source": "parent", "reason": "deadline"})),
+        )
+        .await;
+    assert_eq!(st, reqwest::StatusCode::CONFLICT, "{v}");
+    assert!(v.to_string().contains("only 870 is left"), "{v}");
+    let (st, v) = s
+        .api(reqwest::Method::GET, "/api/v1/quotas/nlp/budgets", None)
+        .await;
+    assert_eq!(st, reqwest::StatusCode::OK, "{v}");
+    assert_eq!(v["budgets"][0]["left"], "180", "{v}");
+    // Still there after a spec change and the writes that follow it.
+    let (st, v) = s
+        .api(
+            reqwest::Method::PUT,
+            "/api/v1/quotas/nlp",
+            Some(json!({"metadata": {"name": "nlp"},
+                "spec": {"parent": "org", "hard": {GPU: "5", CASH: "100"}}})),
+        )
+        .await;
+    assert_eq!(st, reqwest::StatusCode::OK, "{v}");
+    c.until("nlp", "the change in status, the top-ups kept", |q| {
+        q["status"]["hard"][GPU] == "5" && q["status"]["budgets"][CASH]["topUps"] == acc(80)
+    })
+    .await;
+}
