@@ -91,7 +91,10 @@ fn a_top_up_raises_what_is_left_by_its_amount_and_a_retry_changes_nothing() {
     assert_eq!(p.closed[0].expired, from_quantity(hours(40)));
     assert_eq!(p.top_ups, 0);
     // Its expiry after the boundary withdraws nothing: it closed with it.
-    assert_eq!(topup::expire(&mut q, CASH, "t1", t("2026-12-02T00:00:00Z")).0, 0);
+    assert_eq!(
+        topup::expire(&mut q, CASH, "t1", t("2026-12-02T00:00:00Z")).0,
+        0
+    );
     assert_eq!(p.top_ups, q.status.budgets[CASH].top_ups);
 }
 

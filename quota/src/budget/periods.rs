@@ -10,8 +10,8 @@
 //! tree's card-hours left) reads the period without knowing of it.
 
 use super::period::{split, Period, PeriodRecord, Window};
-use super::topup::TopUpMark;
 use super::reserve::BudgetState;
+use super::topup::TopUpMark;
 use super::{from_cash_accrued, from_quantity, serde_acc, to_quantity};
 use crate::keys::cash_target;
 use crate::object::{QuotaSpec, QuotaStatus};
@@ -306,7 +306,11 @@ pub fn close_ended(
 /// whoever writes. A scheduled top-up from the parent is the server's (it
 /// needs the parent's write too).
 fn scheduled_in(spec: &QuotaSpec, p: &mut PeriodStatus, key: &str) {
-    let Some(s) = spec.budgets.get(key).and_then(|p| p.scheduled_top_up.as_ref()) else {
+    let Some(s) = spec
+        .budgets
+        .get(key)
+        .and_then(|p| p.scheduled_top_up.as_ref())
+    else {
         return;
     };
     if s.source == super::topup::Source::Grant && p.funded {

@@ -106,7 +106,9 @@ pub enum TopUpError {
     NotABudget { quota: String, key: String },
     #[error("a top-up of {0} is not positive: ask for more than zero")]
     NotPositive(Quantity),
-    #[error("a top-up of {0} is more than the {MAX_TOP_UP_HOURS} resource-hours one top-up may be")]
+    #[error(
+        "a top-up of {0} is more than the {MAX_TOP_UP_HOURS} resource-hours one top-up may be"
+    )]
     TooLarge(Quantity),
     #[error("bizrq {quota}: {key} gives {asked}, only {left} is left of its budget this period")]
     NotCovered {
@@ -257,8 +259,7 @@ fn entry<'a>(q: &'a mut Quota, key: &str, now_ms: i64) -> Result<&'a mut PeriodS
         .budgets
         .get(key)
         .map_or(Period::None, |p| p.period.clone());
-    Ok(q
-        .status
+    Ok(q.status
         .budgets
         .entry(key.to_string())
         .or_insert_with(|| PeriodStatus::new(period.at(now_ms))))

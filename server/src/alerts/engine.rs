@@ -51,7 +51,11 @@ pub fn transfer_condition(kind: Kind, t: &Transfer) -> Condition {
         Some(u) if u.source == quota::budget::topup::Source::Grant => "a grant".to_string(),
         _ => t.from_quota.as_deref().unwrap_or("its parent").to_string(),
     };
-    let noun = if t.top_up.is_some() { "Top-up" } else { "Transfer" };
+    let noun = if t.top_up.is_some() {
+        "Top-up"
+    } else {
+        "Transfer"
+    };
     let what = match kind {
         Kind::TransferApproved => "approved",
         Kind::TransferRejected => "rejected",

@@ -10,7 +10,6 @@ use crate::service::transfer_ops::{non_empty, parse_statuses, Scope, TransferOpE
 use crate::service::transfers::{
     TopUp, Transfer, TransferFilter, TransferKind, TransferRequest, TransferStatus,
 };
-use quota::budget::topup::Source;
 use crate::service::ServiceError;
 use app::layout::Flash;
 use app::transfers::{PlanRow, RequestForm, TransferDetail, TransferQuery, TransferRow};
@@ -19,6 +18,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
+use quota::budget::topup::Source;
 use quota::{KeyConfig, ResourceList};
 use serde::Deserialize;
 use std::collections::BTreeSet;
@@ -245,7 +245,11 @@ fn parse_request_form(
             let source = match typed.source.as_str() {
                 "parent" => Source::Parent,
                 "grant" => Source::Grant,
-                s => return Err(format!("'{s}' is not a top-up's source: use parent or grant")),
+                s => {
+                    return Err(format!(
+                        "'{s}' is not a top-up's source: use parent or grant"
+                    ))
+                }
             };
             let until = match typed.until.as_str() {
                 "" => None,
@@ -394,7 +398,9 @@ fn top_up_line(t: &Transfer, u: &TopUp, scope: &Scope) -> String {
         (Source::Parent, None) => "from the parent's budget this period".to_string(),
     };
     if let Some(f) = &u.scheduled_for {
-        s.push_str(&format!(" · scheduled by the policy for the period from {f}"));
+        s.push_str(&format!(
+            " · scheduled by the policy for the period from {f}"
+        ));
     }
     if let Some(at) = u.until {
         s.push_str(&format!(

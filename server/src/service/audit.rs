@@ -71,7 +71,12 @@ pub fn transfer_summary(t: &Transfer) -> String {
             quota::budget::topup::Source::Parent => format!("from the parent of {}", t.to_quota),
             quota::budget::topup::Source::Grant => "granted".to_string(),
         };
-        return format!("#{} top-up of {} {from}: {}", t.id, t.to_quota, amounts.join(", "));
+        return format!(
+            "#{} top-up of {} {from}: {}",
+            t.id,
+            t.to_quota,
+            amounts.join(", ")
+        );
     }
     format!("#{} {from} → {}: {}", t.id, t.to_quota, amounts.join(", "))
 }

@@ -101,9 +101,7 @@ use crate::service::audit::{self, action};
 use crate::service::{Service, ServiceError};
 use crate::store::sql::SqlStore;
 use crate::store::transfers::{NewTransfer, Outcome};
-pub use crate::store::transfers::{
-    TopUp, Transfer, TransferFilter, TransferKind, TransferStatus,
-};
+pub use crate::store::transfers::{TopUp, Transfer, TransferFilter, TransferKind, TransferStatus};
 use quota::budget::topup::{self, Source, TopUpError};
 use quota::budget::Entry;
 use quota::object::Quota;
@@ -872,14 +870,22 @@ impl Executor {
     async fn execute_top_up(&self, t: &Transfer, lease: &mut Option<i64>) -> Result<(), Halt> {
         let id = t.id;
         let Some(u) = t.top_up.clone() else {
-            self.finish(t, TransferStatus::Failed, Some("a top-up without its source"))
-                .await?;
+            self.finish(
+                t,
+                TransferStatus::Failed,
+                Some("a top-up without its source"),
+            )
+            .await?;
             self.store.clear_transfer_lease(id).await?;
             return Ok(());
         };
         let Some((key, amount)) = t.amounts.iter().next().map(|(k, v)| (k.clone(), *v)) else {
-            self.finish(t, TransferStatus::Failed, Some("a top-up without an amount"))
-                .await?;
+            self.finish(
+                t,
+                TransferStatus::Failed,
+                Some("a top-up without an amount"),
+            )
+            .await?;
             self.store.clear_transfer_lease(id).await?;
             return Ok(());
         };
@@ -916,7 +922,8 @@ impl Executor {
                     })?,
             };
             if let Err(reason) = given {
-                self.finish(t, TransferStatus::Rejected, Some(&reason)).await?;
+                self.finish(t, TransferStatus::Rejected, Some(&reason))
+                    .await?;
                 self.store.clear_transfer_lease(id).await?;
                 return Ok(());
             }
@@ -955,7 +962,8 @@ impl Executor {
                     Err(e) => return Err(e.into()),
                 }
             }
-            self.finish(t, TransferStatus::Rejected, Some(&reason)).await?;
+            self.finish(t, TransferStatus::Rejected, Some(&reason))
+                .await?;
             self.store.clear_transfer_lease(id).await?;
             return Ok(());
         }

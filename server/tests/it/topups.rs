@@ -156,11 +156,23 @@ async fn top_ups_through_the_transfer_flow(url: &str) {
     let w = world(url).await;
     let now = w.now();
     w.svc
-        .create_quota("org", spec("", "1000", Some(monthly(json!({})))), Persist::Here, "", false)
+        .create_quota(
+            "org",
+            spec("", "1000", Some(monthly(json!({})))),
+            Persist::Here,
+            "",
+            false,
+        )
         .await
         .unwrap();
     w.svc
-        .create_quota("nlp", spec("org", "100", Some(monthly(json!({})))), Persist::Here, "", false)
+        .create_quota(
+            "nlp",
+            spec("org", "100", Some(monthly(json!({})))),
+            Persist::Here,
+            "",
+            false,
+        )
         .await
         .unwrap();
     w.svc
@@ -174,9 +186,18 @@ async fn top_ups_through_the_transfer_flow(url: &str) {
     let before = (w.budget("org").await, w.budget("nlp").await);
     let long = "x".repeat(2001);
     let cases: Vec<(TransferRequest, &str)> = vec![
-        (ask("nlp", "-5", Some(Source::Grant), None), "is not positive"),
-        (ask("nlp", "0", Some(Source::Grant), None), "is not positive"),
-        (ask("nlp", "1000000001", Some(Source::Grant), None), "more than the 1000000000"),
+        (
+            ask("nlp", "-5", Some(Source::Grant), None),
+            "is not positive",
+        ),
+        (
+            ask("nlp", "0", Some(Source::Grant), None),
+            "is not positive",
+        ),
+        (
+            ask("nlp", "1000000001", Some(Source::Grant), None),
+            "more than the 1000000000",
+        ),
         (
             TransferRequest {
                 amounts: resources(&[(GPU, "2")]),
@@ -221,7 +242,10 @@ async fn top_ups_through_the_transfer_flow(url: &str) {
             },
             "is not a cash key of its hard",
         ),
-        (ask("org", "5", Some(Source::Parent), None), "a root of the tree"),
+        (
+            ask("org", "5", Some(Source::Parent), None),
+            "a root of the tree",
+        ),
         (
             ask("nlp", "900", Some(Source::Parent), None),
             "gives 900, only 899 is left",
@@ -585,7 +609,12 @@ async fn the_api_and_the_portal_ask_for_and_approve_top_ups() {
             ],
         )
         .await;
-    assert_eq!(asked.status, reqwest::StatusCode::SEE_OTHER, "{}", asked.body);
+    assert_eq!(
+        asked.status,
+        reqwest::StatusCode::SEE_OTHER,
+        "{}",
+        asked.body
+    );
     let bad = nina
         .post(
             "/transfers",
@@ -601,7 +630,11 @@ async fn the_api_and_the_portal_ask_for_and_approve_top_ups() {
         )
         .await;
     assert_eq!(bad.status, reqwest::StatusCode::BAD_REQUEST, "{}", bad.body);
-    assert!(bad.body.contains("until must be in the future"), "{}", bad.body);
+    assert!(
+        bad.body.contains("until must be in the future"),
+        "{}",
+        bad.body
+    );
     running.shutdown().await;
 }
 
@@ -622,8 +655,10 @@ async fn cluster_mode_writes_top_ups_to_the_quota_objects() {
             .api(
                 reqwest::Method::POST,
                 "/api/v1/transfers",
-                Some(json!({"kind": "topUp", "to": "nlp", "amounts": {CASH: amount},
-                            "source": source, "reason": "deadline"})),
+                Some(
+                    json!({"kind": "topUp", "to": "nlp", "amounts": {CASH: amount},
+                            "source": source, "reason": "deadline"}),
+                ),
             )
             .await;
         assert_eq!(st, reqwest::StatusCode::CREATED, "{v}");
@@ -645,8 +680,7 @@ async fn cluster_mode_writes_top_ups_to_the_quota_objects() {
         })
         .await;
     assert_eq!(
-        nlp["status"]["budgets"][CASH]["topUpLog"][1]["id"],
-        "t2",
+        nlp["status"]["budgets"][CASH]["topUpLog"][1]["id"], "t2",
         "{nlp}"
     );
     c.until("org", "the parent gave", |q| {
@@ -658,8 +692,10 @@ async fn cluster_mode_writes_top_ups_to_the_quota_objects() {
         .api(
             reqwest::Method::POST,
             "/api/v1/transfers",
-            Some(json!({"kind": "topUp", "to": "nlp", "amounts": {CASH: "871"},
-                        "source": "parent", "reason": "deadline"})),
+            Some(
+                json!({"kind": "topUp", "to": "nlp", "amounts": {CASH: "871"},
+                        "source": "parent", "reason": "deadline"}),
+            ),
         )
         .await;
     assert_eq!(st, reqwest::StatusCode::CONFLICT, "{v}");
