@@ -64,7 +64,10 @@ fn row(t: &Transfer, p: &Principal, scope: &Scope) -> TransferRow {
         from: t.from_quota.clone(),
         to: t.to_quota.clone(),
         amounts: amounts(&t.amounts),
-        reason: t.reason.clone(),
+        reason: match &t.top_up {
+            Some(u) => format!("[top-up, {}] {}", u.source.as_str(), t.reason),
+            None => t.reason.clone(),
+        },
         requested_by: t.requested_by.clone(),
         requested_at: quota::time::format_when(t.requested_at),
         expires_at: quota::time::format_when(t.expires_at),
