@@ -32,6 +32,8 @@ pub struct BudgetLine {
     pub reservations: Option<String>,
     /// Newest first.
     pub closed: Vec<ClosedRow>,
+    /// Where to ask for more budget (the transfer form, as a top-up).
+    pub ask: Option<String>,
 }
 
 /// One cash key's period and carry-over on the edit form, as shown or as
@@ -100,6 +102,7 @@ pub fn panel(lines: Vec<BudgetLine>) -> impl IntoView {
                         <h4 class="key">{b.key}</h4>
                         <p class="budget-line">{b.line}</p>
                         {b.reservations.map(|r| view! { <p class="budget-reservations">{r}</p> })}
+                        {b.ask.map(|href| view! { <p class="budget-ask"><a href=href>"Ask for more budget"</a></p> })}
                         {closed}
                     </div>
                 }

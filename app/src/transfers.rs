@@ -58,6 +58,12 @@ pub struct RequestForm {
     pub rows: Vec<(String, String)>,
     pub reason: String,
     pub revert_at: String,
+    /// `move` (or empty) or `topUp` (docs/budgets.md §5).
+    pub kind: String,
+    /// A top-up's source: `parent` or `grant`.
+    pub source: String,
+    /// A top-up's expiry (UTC, optional).
+    pub until: String,
 }
 
 /// One quota the plan changes: its hard (and its parent's carve-out of it).
@@ -94,6 +100,9 @@ pub struct TransferDetail {
     pub reverted_by: Option<i64>,
     /// The viewer may approve or reject it now.
     pub may_decide: bool,
+    /// A top-up: `granted (an admin approves) · until …`; its `plan` rows
+    /// are then the budgets left before and after.
+    pub top_up: Option<String>,
 }
 
 #[cfg(feature = "ssr")]
@@ -166,6 +175,8 @@ fn RequestFormView(form: RequestForm, csrf: String) -> impl IntoView {
         })
         .collect_view();
     let from_parent = form.from.is_empty();
+    let top_up = form.kind == "topUp";
+    let grant = form.source == "grant";
     view! {
         <form class="card request" method="post" action="/transfers">
             <CsrfField csrf=csrf/>
@@ -183,8 +194,19 @@ fn RequestFormView(form: RequestForm, csrf: String) -> impl IntoView {
             <datalist id="transfer-quotas">{destinations}</datalist>
             <datalist id="transfer-keys">{keys}</datalist>
             <div class="amounts">{rows}</div>
+            <fieldset class="inline top-up" id="top-up">
+                <legend>"Or ask for more budget (a top-up of one cash key of the destination, this period)"</legend>
+                <label class="check"><input type="checkbox" name="kind" value="topUp" checked=top_up/>"top-up"</label>
+                <label>"Source"
+                    <select name="source">
+                        <option value="parent" selected=!grant>"the parent's budget"</option>
+                        <option value="grant" selected=grant>"a grant (an admin approves)"</option>
+                    </select>
+                </label>
+                <label>"Withdraw what is unspent at (UTC, optional)"<input name="until" type="datetime-local" value=form.until/></label>
+            </fieldset>
             <label>"Reason (for the approver and the audit log)"<textarea name="reason" rows="2" required maxlength="2000">{crate::layout::escape_text(&form.reason)}</textarea></label>
-            <p class="hint">"An admin, or an owner of the lowest common ancestor of both ends, approves. Requests expire after 7 days. A loan cannot carry card-hours."</p>
+            <p class="hint">"An admin, or an owner of the lowest common ancestor of both ends, approves. Requests expire after 7 days. A loan cannot carry card-hours. A top-up names one cash key; From is ignored for it."</p>
             <button type="submit">"Request"</button>
         </form>
     }
@@ -294,6 +316,11 @@ pub fn render_transfer_page(viewer: Viewer, d: TransferDetail, flash: Option<Fla
     } else {
         "Plan"
     };
+    let (before_h, after_h) = if d.top_up.is_some() {
+        ("Budget left before", "Budget left after")
+    } else {
+        ("Hard before", "Hard after")
+    };
     let problem = d.plan_problem.map(|m| {
         view! { <p class="flash error">{format!("Approving now would be refused: {m}")}</p> }
     });
@@ -330,7 +357,7 @@ pub fn render_transfer_page(viewer: Viewer, d: TransferDetail, flash: Option<Fla
         view! {
             <h3>{heading}</h3>
             <table class="plan">
-                <thead><tr><th>"Side"</th><th>"Quota"</th><th>"Parent (carve-out)"</th><th>"Hard before"</th><th>"Hard after"</th></tr></thead>
+                <thead><tr><th>"Side"</th><th>"Quota"</th><th>"Parent (carve-out)"</th><th>{before_h}</th><th>{after_h}</th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>
         }
@@ -365,6 +392,7 @@ pub fn render_transfer_page(viewer: Viewer, d: TransferDetail, flash: Option<Fla
                     <dt>"Requested"</dt><dd>{format!("by {} at {}", d.row.requested_by, d.row.requested_at)}</dd>
                     <dt>"Expires"</dt><dd>{d.row.expires_at.clone()}</dd>
                     <Field label="Loan: given back at" value=d.row.revert_at/>
+                    <Field label="Top-up" value=d.top_up/>
                     <Field label="Approvers" value=d.lca.map(|l| format!("admins, owners of {l} or above"))/>
                     <Field label="Decided by" value=d.decided_by/>
                     <Field label="Decided at" value=d.decided_at/>

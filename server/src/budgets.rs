@@ -28,8 +28,10 @@ pub struct BudgetView {
     /// The period's own budget (hard; zero outside a term).
     pub budget: Quantity,
     pub carry_in: Quantity,
+    /// This period's top-ups, net (docs/budgets.md §5).
+    pub top_ups: Quantity,
     pub spent: Quantity,
-    /// budget + carry-in − spent, as admission reads it (negative: overspent).
+    /// budget + carry-in + top-ups − spent, as admission reads it (negative: overspent).
     pub left: Quantity,
     /// `runs out in 8.8 days`, when a burn could be measured.
     pub runway: Option<String>,
@@ -59,10 +61,11 @@ pub async fn views(
     for (key, hard) in q.spec.hard.iter().filter(|(k, _)| cash_target(k).is_some()) {
         let policy = q.spec.budgets.get(key).cloned().unwrap_or_default();
         let own = periods::own_used(&q.status, &q.spec, key);
-        let (period, budget, carry_in, spent) = match periods::balance(&q.spec, &q.status, key) {
-            Some(b) => (Some(b.window), b.budget, b.carry_in, b.spent),
-            None => (None, *hard, Quantity::ZERO, own),
-        };
+        let (period, budget, carry_in, top_ups, spent) =
+            match periods::balance(&q.spec, &q.status, key) {
+                Some(b) => (Some(b.window), b.budget, b.carry_in, b.top_ups, b.spent),
+                None => (None, *hard, Quantity::ZERO, Quantity::ZERO, own),
+            };
         let left = hard.saturating_sub(own);
         let mut closed = sql.budget_periods(q.name(), key, i64::MAX, limit).await?;
         if let Some(p) = q.status.budgets.get(key) {
@@ -87,6 +90,7 @@ pub async fn views(
             period,
             budget,
             carry_in,
+            top_ups,
             spent,
             left,
             runway,
@@ -142,6 +146,7 @@ impl BudgetView {
             })),
             "budget": self.budget.to_string(),
             "carryIn": self.carry_in.to_string(),
+            "topUps": self.top_ups.to_string(),
             "spent": self.spent.to_string(),
             "left": self.left.to_string(),
             "renewsAt": end,
@@ -224,6 +229,12 @@ impl BudgetView {
             match &self.currency {
                 Some(c) => s.push_str(&format!(" (carry-in {})", c.format(self.carry_in))),
                 None => s.push_str(&format!(" (carry-in {})", show(self.carry_in))),
+            }
+        }
+        if !self.top_ups.is_zero() {
+            match &self.currency {
+                Some(c) => s.push_str(&format!(" (top-ups {})", c.format(self.top_ups))),
+                None => s.push_str(&format!(" (top-ups {})", show(self.top_ups))),
             }
         }
         if let Some(w) = self.period {

@@ -900,6 +900,9 @@ pub async fn seed(
                          speech's asr-finetune only uses half of theirs"
                     .into(),
                 revert_at: None,
+                kind: Default::default(),
+                source: None,
+                until: None,
             },
             "owner-research",
             now,

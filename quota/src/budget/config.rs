@@ -7,6 +7,7 @@ use super::period::{Carry, Overspend, Period, PeriodError};
 use super::refund::{Exhaustion, PolicyError, RefundPolicy};
 use super::reserve::WithoutRunTime;
 use super::runtime::MAX_RUN_MS;
+use super::topup::{ScheduledTopUp, TopUpError};
 use crate::keys::cash_target;
 use crate::quantity::Quantity;
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,9 @@ pub struct BudgetPolicy {
     pub refund: RefundPolicy,
     #[serde(default)]
     pub on_exhausted: Exhaustion,
+    /// Added at every period start (docs/budgets.md §5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_top_up: Option<ScheduledTopUp>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +57,8 @@ pub enum BudgetError {
     Cap { key: String, cap: Quantity },
     #[error("budget {key}: reservationCap {cap} is more than the {MAX_CAP_HOURS} resource-hours a cap may be")]
     CapTooLarge { key: String, cap: Quantity },
+    #[error("{0}")]
+    TopUp(TopUpError),
 }
 
 impl BudgetPolicy {
@@ -101,6 +107,9 @@ impl BudgetPolicy {
         }
         self.refund.validate().map_err(policy)?;
         self.on_exhausted.validate().map_err(policy)?;
+        if let Some(s) = &self.scheduled_top_up {
+            s.validate(key, &self.period).map_err(BudgetError::TopUp)?;
+        }
         Ok(())
     }
 }

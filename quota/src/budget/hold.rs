@@ -110,7 +110,7 @@ pub fn state_of(q: &Quota, key: &str) -> BudgetState {
         window: period.map_or_else(|| super::Period::None.at(0), |p| p.window()),
         budget: from_quantity(hard.saturating_sub(carved)),
         carry_in: period.map_or(0, |p| p.carry_in),
-        top_ups: 0,
+        top_ups: period.map_or(0, |p| p.top_ups),
         spent: from_cash_accrued(q.status.accrued(key)),
         reservations: q.status.reservations.get(key).cloned().unwrap_or_default(),
         cap: q

@@ -20,6 +20,7 @@ pub mod report;
 pub mod reserve;
 pub mod runtime;
 pub mod runway;
+pub mod topup;
 
 pub use config::{BudgetError, BudgetPolicy};
 pub use period::{Carry, Overspend, Period, PeriodRecord, Weekday, Window};

@@ -9,8 +9,9 @@
 //! existing check of a cash key (`used ≥ hard` refuses new work, the
 //! tree's card-hours left) reads the period without knowing of it.
 
-use super::period::{split, PeriodRecord, Window};
+use super::period::{split, Period, PeriodRecord, Window};
 use super::reserve::BudgetState;
+use super::topup::TopUpMark;
 use super::{from_cash_accrued, from_quantity, serde_acc, to_quantity};
 use crate::keys::cash_target;
 use crate::object::{QuotaSpec, QuotaStatus};
@@ -44,9 +45,26 @@ pub struct PeriodStatus {
     /// Carried in from the period before, in acc (negative: a debt).
     #[serde(default, with = "serde_acc")]
     pub carry_in: i128,
+    /// Top-ups of this period, net, in acc (docs/budgets.md §5): added by
+    /// grants and by the parent, less what a parent gave its children and
+    /// what expiries withdrew. Counts like carry-in.
+    #[serde(default, with = "serde_acc", skip_serializing_if = "is_zero")]
+    pub top_ups: i128,
+    /// The top-ups applied here, newest last (`topup::KEEP_MARKS`), so a
+    /// retried one is applied once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top_up_log: Vec<TopUpMark>,
+    /// The start of the period the policy's scheduled top-up was added to
+    /// (`start`, or absent): once per period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled: Option<String>,
     /// The last closed periods, newest first (at most `KEEP_CLOSED`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub closed: Vec<PeriodRecord>,
+}
+
+fn is_zero(v: &i128) -> bool {
+    *v == 0
 }
 
 fn yes() -> bool {
@@ -58,12 +76,15 @@ fn is_true(b: &bool) -> bool {
 }
 
 impl PeriodStatus {
-    fn new(w: Window) -> PeriodStatus {
+    pub(crate) fn new(w: Window) -> PeriodStatus {
         let mut p = PeriodStatus {
             start: None,
             end: None,
             funded: true,
             carry_in: 0,
+            top_ups: 0,
+            top_up_log: Vec::new(),
+            scheduled: None,
             closed: Vec::new(),
         };
         p.set_window(w);
@@ -92,11 +113,18 @@ impl PeriodStatus {
         self.funded = w.funded;
     }
 
-    /// What this period has beyond its own budget `hard` (acc): carry-in,
-    /// less the budget itself outside a term.
+    /// What this period has beyond its own budget `hard` (acc): carry-in
+    /// and top-ups, less the budget itself outside a term.
     pub fn extra(&self, hard: i128) -> i128 {
         let own = if self.funded { 0 } else { hard };
-        self.carry_in.saturating_sub(own)
+        self.carry_in
+            .saturating_add(self.top_ups)
+            .saturating_sub(own)
+    }
+
+    /// Whether the entry holds top-ups, so a key without a period keeps it.
+    fn topped_up(&self) -> bool {
+        self.top_ups != 0 || !self.top_up_log.is_empty()
     }
 }
 
@@ -107,8 +135,10 @@ pub struct Balance {
     /// The period's own budget (hard; zero outside a term).
     pub budget: Quantity,
     pub carry_in: Quantity,
+    /// This period's top-ups, net (docs/budgets.md §5).
+    pub top_ups: Quantity,
     pub spent: Quantity,
-    /// budget + carry-in − spent (negative: overspent), rounded down.
+    /// budget + carry-in + top-ups − spent (negative: overspent), rounded down.
     pub left: Quantity,
 }
 
@@ -121,6 +151,7 @@ pub fn balance(spec: &QuotaSpec, status: &QuotaStatus, key: &str) -> Option<Bala
         window: p.window(),
         budget: if p.funded { hard } else { Quantity::ZERO },
         carry_in: to_quantity(p.carry_in),
+        top_ups: to_quantity(p.top_ups),
         spent: to_quantity(spent),
         // As admission reads it: hard − used, so never more than is left.
         left: hard.saturating_sub(own_used(status, spec, key)),
@@ -154,12 +185,26 @@ fn periodic(spec: &QuotaSpec) -> impl Iterator<Item = (&String, &super::BudgetPo
 /// Brings `status.budgets` in line with the spec at `at_ms`: a key that
 /// gained a period starts in the period of `at_ms` (what it had spent
 /// counts in it); a key whose period changed is re-anchored there, keeping
-/// its spending and carry-in; a key that lost its period drops its entry
-/// (its spending stays, its carry-in is gone).
+/// its spending, carry-in and top-ups; a key that lost its period drops
+/// its entry (its spending stays, its carry-in is gone) unless it holds
+/// top-ups, which then count for all time. A window opened here gets the
+/// policy's scheduled top-up (once per period).
 pub fn sync(spec: &QuotaSpec, status: &mut QuotaStatus, at_ms: i64) {
-    status
-        .budgets
-        .retain(|k, _| periodic(spec).any(|(pk, _)| pk == k));
+    status.budgets.retain(|k, p| {
+        periodic(spec).any(|(pk, _)| pk == k)
+            || (p.topped_up() && cash_target(k).is_some() && spec.hard.contains_key(k))
+    });
+    for (k, p) in status.budgets.iter_mut() {
+        if periodic(spec).any(|(pk, _)| pk == k) {
+            continue;
+        }
+        // Topped up, without a period: one window for all time.
+        let all = Period::None.at(at_ms);
+        if p.window() != all {
+            p.set_window(all);
+            p.carry_in = 0;
+        }
+    }
     for (k, policy) in periodic(spec) {
         let want = |probe: i64| policy.period.at(probe);
         match status.budgets.get_mut(k) {
@@ -180,6 +225,9 @@ pub fn sync(spec: &QuotaSpec, status: &mut QuotaStatus, at_ms: i64) {
                 }
             }
         }
+        if let Some(p) = status.budgets.get_mut(k) {
+            scheduled_in(spec, p, k);
+        }
     }
 }
 
@@ -192,8 +240,12 @@ pub fn close_ended(
     now_ms: i64,
 ) -> Vec<(String, PeriodRecord)> {
     let mut out = Vec::new();
-    for (k, p) in status.budgets.iter_mut() {
-        let Some(policy) = spec.budgets.get(k) else {
+    let keys: Vec<String> = status.budgets.keys().cloned().collect();
+    for k in keys {
+        let Some(policy) = spec.budgets.get(&k) else {
+            continue;
+        };
+        let Some(p) = status.budgets.get_mut(&k) else {
             continue;
         };
         let window = p.window();
@@ -202,27 +254,43 @@ pub fn close_ended(
         }
         let spent = status
             .cash_accrued
-            .get(k)
+            .get(&k)
             .and_then(|s| s.parse::<i128>().ok())
             .map_or(0, from_cash_accrued);
         let mut state = BudgetState {
             quota: String::new(),
             key: k.clone(),
             window,
-            budget: from_quantity(resources::get(&spec.hard, k)),
+            budget: from_quantity(resources::get(&spec.hard, &k)),
             carry_in: p.carry_in,
+            top_ups: p.top_ups,
             spent,
             ..Default::default()
         };
-        let records = state.advance_to(now_ms, &policy.period, &policy.carry, policy.overspend);
+        // One period at a time, so each new one gets its scheduled top-up.
+        let mut records = Vec::new();
+        while state.window.end_ms <= now_ms {
+            let end = state.window.end_ms;
+            let closed = state.advance_to(end, &policy.period, &policy.carry, policy.overspend);
+            if closed.is_empty() {
+                break;
+            }
+            records.extend(closed);
+            p.set_window(state.window);
+            p.top_ups = 0;
+            scheduled_in(spec, p, &k);
+            state.top_ups = p.top_ups;
+        }
         if state.window == window {
             // The period no longer has this window: start the current one.
             p.set_window(policy.period.at(now_ms));
+            scheduled_in(spec, p, &k);
             continue;
         }
         p.set_window(state.window);
         p.carry_in = state.carry_in;
-        status.cash_accrued.remove(k);
+        p.top_ups = state.top_ups;
+        status.cash_accrued.remove(&k);
         for r in &records {
             p.closed.insert(0, r.clone());
             out.push((k.clone(), r.clone()));
@@ -230,6 +298,25 @@ pub fn close_ended(
         p.closed.truncate(KEEP_CLOSED);
     }
     out
+}
+
+/// Adds `key`'s scheduled grant to the entry's current period if the
+/// period has not had it (`PeriodStatus::scheduled`) and the window is
+/// funded: part of the write that opens the period, so once per period
+/// whoever writes. A scheduled top-up from the parent is the server's (it
+/// needs the parent's write too).
+fn scheduled_in(spec: &QuotaSpec, p: &mut PeriodStatus, key: &str) {
+    let Some(s) = spec
+        .budgets
+        .get(key)
+        .and_then(|p| p.scheduled_top_up.as_ref())
+    else {
+        return;
+    };
+    if s.source == super::topup::Source::Grant && p.funded {
+        let at = p.window().start_ms;
+        p.schedule(from_quantity(s.amount), at);
+    }
 }
 
 /// Accrues `[from, to)` into `status`, cut at every boundary of the

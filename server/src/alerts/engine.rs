@@ -47,7 +47,15 @@ pub struct Swept {
 /// The alert for a transfer event, on the receiving quota.
 pub fn transfer_condition(kind: Kind, t: &Transfer) -> Condition {
     let amounts: Vec<String> = t.amounts.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    let from = t.from_quota.as_deref().unwrap_or("its parent");
+    let from = match &t.top_up {
+        Some(u) if u.source == quota::budget::topup::Source::Grant => "a grant".to_string(),
+        _ => t.from_quota.as_deref().unwrap_or("its parent").to_string(),
+    };
+    let noun = if t.top_up.is_some() {
+        "Top-up"
+    } else {
+        "Transfer"
+    };
     let what = match kind {
         Kind::TransferApproved => "approved",
         Kind::TransferRejected => "rejected",
@@ -84,7 +92,7 @@ pub fn transfer_condition(kind: Kind, t: &Transfer) -> Condition {
             Level::Info
         },
         message: format!(
-            "Transfer #{} of {} from {from} to {} {what}{by}{}",
+            "{noun} #{} of {} from {from} to {} {what}{by}{}",
             t.id,
             amounts.join(", "),
             t.to_quota,

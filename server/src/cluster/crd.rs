@@ -182,7 +182,16 @@ fn budgets(_: &mut SchemaGenerator) -> Schema {
                 "withoutRunTime": { "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "admission of a workload that declares no run time (admit, refuse, reserveDefault)" },
                 "reservationCap": { "x-kubernetes-int-or-string": true, "pattern": QUANTITY_PATTERN, "description": "at most this many resource-hours held by open reservations" },
                 "refund": { "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "refunds for reclaimed work (none, lastStretch, wholeRun)" },
-                "onExhausted": { "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "what happens when the budget is spent (refuseNew, suspendBatch)" }
+                "onExhausted": { "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "what happens when the budget is spent (refuseNew, suspendBatch)" },
+                "scheduledTopUp": {
+                    "type": "object",
+                    "description": "a top-up added at each period start (docs/budgets.md §5)",
+                    "properties": {
+                        "amount": { "x-kubernetes-int-or-string": true, "pattern": QUANTITY_PATTERN, "description": "resource-hours added at each period start" },
+                        "source": kind(&["parent", "grant"], "parent: the parent's budget pays; grant: new budget")
+                    },
+                    "required": ["amount", "source"]
+                }
             }
         }
     })

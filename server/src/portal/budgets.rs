@@ -66,6 +66,7 @@ pub async fn lines(
                     expired: show(r.expired),
                 })
                 .collect(),
+            ask: Some(format!("/transfers?topup={name}&key={}#top-up", v.key)),
             key: v.key,
         })
         .collect())

@@ -7,7 +7,9 @@ use super::PageError;
 use crate::authz::{self, Principal};
 use crate::http::AppState;
 use crate::service::transfer_ops::{non_empty, parse_statuses, Scope, TransferOpError};
-use crate::service::transfers::{Transfer, TransferFilter, TransferRequest, TransferStatus};
+use crate::service::transfers::{
+    TopUp, Transfer, TransferFilter, TransferKind, TransferRequest, TransferStatus,
+};
 use crate::service::ServiceError;
 use app::layout::Flash;
 use app::transfers::{PlanRow, RequestForm, TransferDetail, TransferQuery, TransferRow};
@@ -16,6 +18,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
+use quota::budget::topup::Source;
 use quota::{KeyConfig, ResourceList};
 use serde::Deserialize;
 use std::collections::BTreeSet;
@@ -61,7 +64,10 @@ fn row(t: &Transfer, p: &Principal, scope: &Scope) -> TransferRow {
         from: t.from_quota.clone(),
         to: t.to_quota.clone(),
         amounts: amounts(&t.amounts),
-        reason: t.reason.clone(),
+        reason: match &t.top_up {
+            Some(u) => format!("[top-up, {}] {}", u.source.as_str(), t.reason),
+            None => t.reason.clone(),
+        },
         requested_by: t.requested_by.clone(),
         requested_at: quota::time::format_when(t.requested_at),
         expires_at: quota::time::format_when(t.expires_at),
@@ -79,6 +85,12 @@ pub struct PageParams {
     /// `me`: only the requests waiting for the viewer's decision.
     #[serde(default)]
     awaiting: String,
+    /// The Budgets panel's "Ask for more budget": a top-up form for this
+    /// quota and cash key.
+    #[serde(default)]
+    topup: String,
+    #[serde(default)]
+    key: String,
 }
 
 /// The request form's choices for `p`, with what was typed; None when `p`
@@ -168,15 +180,18 @@ async fn page_list(
     Query(q): Query<PageParams>,
 ) -> Result<Response, PageError> {
     let flash = viewer.take_flash().await;
-    list_page(
-        &app,
-        &viewer,
-        &q,
-        RequestForm::default(),
-        flash,
-        StatusCode::OK,
-    )
-    .await
+    let form = if q.topup.is_empty() {
+        RequestForm::default()
+    } else {
+        RequestForm {
+            to: q.topup.chars().take(253).collect(),
+            rows: vec![(q.key.chars().take(253).collect(), String::new())],
+            kind: "topUp".into(),
+            source: "parent".into(),
+            ..Default::default()
+        }
+    };
+    list_page(&app, &viewer, &q, form, flash, StatusCode::OK).await
 }
 
 /// The request form as posted: repeated `key`/`amount` fields pair up in
@@ -192,6 +207,9 @@ fn parse_request_form(
             "to" => typed.to = v.trim().to_string(),
             "reason" => typed.reason = v,
             "revert_at" => typed.revert_at = v.trim().to_string(),
+            "kind" => typed.kind = v.trim().to_string(),
+            "source" => typed.source = v.trim().to_string(),
+            "until" => typed.until = v.trim().to_string(),
             "key" => keys.push(v.trim().to_string()),
             "amount" => values.push(v.trim().to_string()),
             _ => {}
@@ -226,12 +244,42 @@ fn parse_request_form(
                 format!("loan end '{s}' is not a time: use YYYY-MM-DDTHH:MM (UTC)")
             })?),
         };
+        if typed.kind == "topUp" {
+            let source = match typed.source.as_str() {
+                "parent" => Source::Parent,
+                "grant" => Source::Grant,
+                s => {
+                    return Err(format!(
+                        "'{s}' is not a top-up's source: use parent or grant"
+                    ))
+                }
+            };
+            let until = match typed.until.as_str() {
+                "" => None,
+                s => Some(super::audit::parse_time(s).ok_or_else(|| {
+                    format!("top-up end '{s}' is not a time: use YYYY-MM-DDTHH:MM (UTC)")
+                })?),
+            };
+            return Ok(TransferRequest {
+                from: None,
+                to: typed.to.clone(),
+                amounts: list,
+                reason: typed.reason.clone(),
+                revert_at,
+                kind: TransferKind::TopUp,
+                source: Some(source),
+                until,
+            });
+        }
         Ok(TransferRequest {
             from: non_empty(&typed.from),
             to: typed.to.clone(),
             amounts: list,
             reason: typed.reason.clone(),
             revert_at,
+            kind: Default::default(),
+            source: None,
+            until: None,
         })
     })();
     (typed, parsed)
@@ -342,6 +390,81 @@ fn ends_now(t: &Transfer, p: &Principal, scope: &Scope, cfg: &KeyConfig) -> Vec<
         .collect()
 }
 
+/// A top-up for people: where it comes from, who approves, its expiry
+/// and what the expiry withdrew.
+fn top_up_line(t: &Transfer, u: &TopUp, scope: &Scope) -> String {
+    let mut s = match (u.source, scope.lca(t)) {
+        (Source::Grant, _) => "granted as new budget (an admin approves)".to_string(),
+        (Source::Parent, Some(l)) => {
+            format!("from the budget of {l} this period (admins, owners of {l} or above approve)")
+        }
+        (Source::Parent, None) => "from the parent's budget this period".to_string(),
+    };
+    if let Some(f) = &u.scheduled_for {
+        s.push_str(&format!(
+            " · scheduled by the policy for the period from {f}"
+        ));
+    }
+    if let Some(at) = u.until {
+        s.push_str(&format!(
+            " · what is unspent is withdrawn at {}",
+            quota::time::format_when(at)
+        ));
+    }
+    if let (Some(at), Some(w)) = (u.expired_at, u.withdrawn) {
+        s.push_str(&format!(
+            " · expired {}: {w} withdrawn",
+            quota::time::format_when(at)
+        ));
+    }
+    s
+}
+
+/// What approving a top-up now would do to the budgets: the receiving
+/// quota's left rises by the amount, the parent's (from the parent)
+/// falls by it (as the stored status reads them: `hard − used`).
+fn top_up_rows(t: &Transfer, scope: &Scope, cfg: &KeyConfig) -> Vec<PlanRow> {
+    let Some((key, amount)) = t.amounts.iter().next() else {
+        return Vec::new();
+    };
+    let left = |name: &str| {
+        scope.quotas.get(name).map(|q| {
+            let own = quota::budget::periods::own_used(&q.status, &q.spec, key);
+            let carved = quota::resources::get(&q.status.allocated(), key);
+            quota::resources::get(&q.spec.hard, key)
+                .saturating_sub(carved)
+                .saturating_sub(own)
+        })
+    };
+    let show = |v: quota::Quantity| format!("{key} {}", app::display_quantity(key, v, cfg));
+    let mut rows = Vec::new();
+    let parent = t.top_up.as_ref().and_then(|u| match u.source {
+        Source::Parent => u.parent.clone(),
+        Source::Grant => None,
+    });
+    if let Some(p) = parent {
+        if let Some(l) = left(&p) {
+            rows.push(PlanRow {
+                side: "gives",
+                quota: p.clone(),
+                parent: String::new(),
+                before: show(l),
+                after: show(l.saturating_sub(*amount)),
+            });
+        }
+    }
+    if let Some(l) = left(&t.to_quota) {
+        rows.push(PlanRow {
+            side: "receives",
+            quota: t.to_quota.clone(),
+            parent: String::new(),
+            before: show(l),
+            after: show(l.saturating_add(*amount)),
+        });
+    }
+    rows
+}
+
 async fn detail_page(
     app: &AppState,
     viewer: &Viewer,
@@ -353,7 +476,12 @@ async fn detail_page(
     let p = &viewer.principal;
     let cfg = &app.service.keys;
     let may_decide = t.status == TransferStatus::Requested && scope.may_decide(p, &t);
+    let top_up = t.top_up.as_ref().map(|u| top_up_line(&t, u, &scope));
     let (plan, plan_preview, plan_problem) = match &t.plan {
+        _ if t.top_up.is_some() => match t.status {
+            TransferStatus::Requested => (top_up_rows(&t, &scope, cfg), true, None),
+            _ => (Vec::new(), false, None),
+        },
         Some(plan) => (plan_rows(plan, cfg), false, None),
         None if may_decide => match quota::transfer::plan(
             &scope.quotas,
@@ -382,6 +510,7 @@ async fn detail_page(
         reverts: t.reverts,
         reverted_by: t.reverted_by,
         may_decide,
+        top_up,
     };
     Ok((
         status,

@@ -54,6 +54,8 @@ pub fn transfer_json(t: &Transfer) -> Value {
         "decisionNote": t.decision_note,
         "result": t.result,
         "revertAt": t.revert_at.map(quota::time::format_rfc3339),
+        "kind": t.kind,
+        "topUp": t.top_up,
     })
 }
 
@@ -64,6 +66,18 @@ pub fn transfer_summary(t: &Transfer) -> String {
         Some(f) => f.clone(),
         None => format!("the parent of {}", t.to_quota),
     };
+    if let Some(u) = &t.top_up {
+        let from = match u.source {
+            quota::budget::topup::Source::Parent => format!("from the parent of {}", t.to_quota),
+            quota::budget::topup::Source::Grant => "granted".to_string(),
+        };
+        return format!(
+            "#{} top-up of {} {from}: {}",
+            t.id,
+            t.to_quota,
+            amounts.join(", ")
+        );
+    }
     format!("#{} {from} → {}: {}", t.id, t.to_quota, amounts.join(", "))
 }
 

@@ -14,6 +14,11 @@
 //!   cannot approve its own `nlp → cv` (they meet at the parent), nor its
 //!   own request for more from the parent, but decides moves inside `nlp`.
 //!
+//! - a top-up (kind `topUp`, docs/budgets.md §5) is requested by an owner
+//!   of the quota that receives it; one from the parent is decided like
+//!   "more from the parent" (an owner of the parent or above), a grant
+//!   only by an admin.
+//!
 //! Every request, approval and rejection is audited here (the expiry and a
 //! loan's return by the service itself, as `bizrq`).
 
@@ -82,8 +87,34 @@ impl Scope {
         })
     }
 
+    /// A grant (a top-up of new budget) is an admin's to decide; anything
+    /// else also an owner of where both ends meet (for a top-up from the
+    /// parent: the parent) or above.
     pub fn may_decide(&self, p: &Principal, t: &Transfer) -> bool {
+        if is_grant(t) {
+            return p.is_admin;
+        }
         authz::can_decide_transfer(p, self.lca(t).as_deref(), &self.tree)
+    }
+}
+
+/// A top-up granted as new budget (only an admin approves it).
+pub fn is_grant(t: &Transfer) -> bool {
+    t.top_up
+        .as_ref()
+        .is_some_and(|u| u.source == quota::budget::topup::Source::Grant)
+}
+
+impl Scope {
+    /// Only for `TransferDesk::decidable`'s words.
+    fn deciders(&self, t: &Transfer) -> String {
+        if is_grant(t) {
+            return "an admin (a grant adds new budget)".to_string();
+        }
+        match self.lca(t) {
+            Some(l) => format!("an admin or an owner of {l} (where both ends meet) or above"),
+            None => "an admin (its quotas are gone)".to_string(),
+        }
     }
 }
 
@@ -264,10 +295,7 @@ impl TransferDesk {
     ) -> Result<Transfer, TransferOpError> {
         let (t, scope) = self.get_one(p, id).await?;
         if !scope.may_decide(p, &t) {
-            let who = match scope.lca(&t) {
-                Some(l) => format!("an admin or an owner of {l} (where both ends meet) or above"),
-                None => "an admin (its quotas are gone)".to_string(),
-            };
+            let who = scope.deciders(&t);
             return Err(TransferOpError::Forbidden(format!(
                 "only {who} may {verb} transfer {id}"
             )));

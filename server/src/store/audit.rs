@@ -38,9 +38,13 @@ pub mod action {
     pub const ALERT_SNOOZE: &str = "alert.snooze";
     /// By `bizrq`: the price list file changed and took effect.
     pub const PRICES_RELOAD: &str = "prices.reload";
+    /// By `bizrq`: a top-up executed (its ledger entries in `after`).
+    pub const BUDGET_TOP_UP: &str = "budget.topUp";
+    /// By `bizrq`: a top-up's expiry withdrew its unspent part.
+    pub const BUDGET_TOP_UP_EXPIRE: &str = "budget.topUpExpire";
 
     /// Every action, for the page's filter (other pages add theirs here).
-    pub const ALL: [&str; 23] = [
+    pub const ALL: [&str; 25] = [
         QUOTA_CREATE,
         QUOTA_UPDATE,
         QUOTA_DELETE,
@@ -64,6 +68,8 @@ pub mod action {
         ALERT_ACK,
         ALERT_SNOOZE,
         PRICES_RELOAD,
+        BUDGET_TOP_UP,
+        BUDGET_TOP_UP_EXPIRE,
     ];
 }
 

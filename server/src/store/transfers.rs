@@ -106,6 +106,53 @@ pub struct Transfer {
     /// This transfer gives back loan #`reverts`.
     pub reverts: Option<i64>,
     pub reverted_by: Option<i64>,
+    /// `move` (keys of hard between quotas) or `topUp` (one cash key's
+    /// current period of `to_quota`, docs/budgets.md §5).
+    #[serde(default)]
+    pub kind: TransferKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_up: Option<TopUp>,
+}
+
+/// What a transfer changes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TransferKind {
+    /// Moves amounts of keys of hard (the original transfers and loans).
+    #[default]
+    Move,
+    /// Adds to one cash key's current period of `to_quota`.
+    TopUp,
+}
+
+impl TransferKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferKind::Move => "move",
+            TransferKind::TopUp => "topUp",
+        }
+    }
+}
+
+/// A top-up's own part of its row (column `top_up`, JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopUp {
+    pub source: quota::budget::topup::Source,
+    /// The parent that gives it (source `parent`), as at the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// When its unspent part is withdrawn (epoch ms); none: it lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<i64>,
+    /// The period start of a policy's scheduled top-up from the parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_for: Option<String>,
+    /// When the expiry was applied, and what it withdrew (resource-hours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withdrawn: Option<quota::Quantity>,
 }
 
 impl Transfer {
@@ -168,11 +215,12 @@ pub struct NewTransfer<'a> {
     pub requested_at: i64,
     pub expires_at: i64,
     pub revert_at: Option<i64>,
+    pub top_up: Option<&'a TopUp>,
 }
 
 const COLUMNS: &str = "id, from_quota, to_quota, amounts, reason, requested_by, requested_at, \
      expires_at, status, decided_by, decided_at, decision_note, plan, outcome, result, \
-     finished_at, lease_until, revert_at, reverts, reverted_by";
+     finished_at, lease_until, revert_at, reverts, reverted_by, kind, top_up";
 
 fn from_row(row: &AnyRow) -> Result<Transfer, StoreError> {
     let id: i64 = row.try_get("id")?;
@@ -182,6 +230,8 @@ fn from_row(row: &AnyRow) -> Result<Transfer, StoreError> {
     let status: String = row.try_get("status")?;
     let outcome: Option<String> = row.try_get("outcome")?;
     let plan: Option<String> = row.try_get("plan")?;
+    let kind: String = row.try_get("kind")?;
+    let top_up: Option<String> = row.try_get("top_up")?;
     Ok(Transfer {
         id,
         from_quota: row.try_get("from_quota")?,
@@ -212,6 +262,15 @@ fn from_row(row: &AnyRow) -> Result<Transfer, StoreError> {
         revert_at: row.try_get("revert_at")?,
         reverts: row.try_get("reverts")?,
         reverted_by: row.try_get("reverted_by")?,
+        kind: match kind.as_str() {
+            "move" => TransferKind::Move,
+            "topUp" => TransferKind::TopUp,
+            k => return Err(bad("kind", k.to_string())),
+        },
+        top_up: top_up
+            .map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|e| bad("top_up", e.to_string()))?,
     })
 }
 
@@ -245,8 +304,8 @@ impl SqlStore {
     pub async fn insert_transfer(&self, t: &NewTransfer<'_>) -> Result<Transfer, StoreError> {
         let row = sqlx::query(&format!(
             "INSERT INTO transfers (from_quota, to_quota, amounts, reason, requested_by, \
-             requested_at, expires_at, status, revert_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'requested', $8) RETURNING {COLUMNS}"
+             requested_at, expires_at, status, revert_at, kind, top_up, top_up_until) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'requested', $8, $9, $10, $11) RETURNING {COLUMNS}"
         ))
         .bind(t.from_quota)
         .bind(t.to_quota)
@@ -256,9 +315,76 @@ impl SqlStore {
         .bind(t.requested_at)
         .bind(t.expires_at)
         .bind(t.revert_at)
+        .bind(match t.top_up {
+            Some(_) => TransferKind::TopUp.as_str(),
+            None => TransferKind::Move.as_str(),
+        })
+        .bind(t.top_up.map(to_json).transpose()?)
+        .bind(t.top_up.and_then(|u| u.until))
         .fetch_one(&self.write)
         .await?;
         from_row(&row)
+    }
+
+    /// Done top-ups whose expiry is due at `now` and not applied yet.
+    pub async fn top_ups_due(&self, now: i64) -> Result<Vec<Transfer>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM transfers WHERE top_up_until IS NOT NULL \
+             AND top_up_until <= $1 AND status = 'done' ORDER BY id LIMIT 1000"
+        ))
+        .bind(now)
+        .fetch_all(&self.write)
+        .await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    /// Records a top-up's applied expiry, once: false when another caller
+    /// recorded it first.
+    pub async fn set_top_up_expired(&self, id: i64, top_up: &TopUp) -> Result<bool, StoreError> {
+        self.changed(
+            sqlx::query(
+                "UPDATE transfers SET top_up = $1, top_up_until = NULL \
+                 WHERE id = $2 AND top_up_until IS NOT NULL",
+            )
+            .bind(to_json(top_up)?)
+            .bind(id),
+        )
+        .await
+    }
+
+    /// Inserts a policy's scheduled top-up from the parent, approved by
+    /// `actor`, under its `schedule_key`: None when a row for that period
+    /// exists already (another sweep, another replica).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn insert_scheduled(
+        &self,
+        to_quota: &str,
+        amounts: &ResourceList,
+        top_up: &TopUp,
+        schedule_key: &str,
+        reason: &str,
+        actor: &str,
+        now: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO transfers (from_quota, to_quota, amounts, reason, requested_by, \
+             requested_at, expires_at, status, decided_by, decided_at, kind, top_up, schedule_key) \
+             VALUES (NULL, $1, $2, $3, $4, $5, $5, 'approved', $4, $5, 'topUp', $6, $7) RETURNING id",
+        )
+        .bind(to_quota)
+        .bind(to_json(amounts)?)
+        .bind(reason)
+        .bind(actor)
+        .bind(now)
+        .bind(to_json(top_up)?)
+        .bind(schedule_key)
+        .fetch_one(&self.write)
+        .await;
+        match inserted {
+            Ok(row) => Ok(Some(row.try_get(0)?)),
+            Err(e) if super::is_unique_violation(&e) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     pub async fn transfer(&self, id: i64) -> Result<Option<Transfer>, StoreError> {

@@ -27,6 +27,7 @@ mod scenario;
 mod security_portal;
 mod seed004;
 mod slowloris;
+mod topups;
 mod transfers;
 mod trust;
 mod webhook;

@@ -133,6 +133,9 @@ impl World {
             amounts: resources(&[(GPU, gpus)]),
             reason: "training deadline".into(),
             revert_at,
+            kind: Default::default(),
+            source: None,
+            until: None,
         };
         Ok(self
             .transfers
@@ -604,6 +607,9 @@ async fn a_loan_returns_on_its_own(w: World) {
         amounts: resources(&[("cash/requests.nvidia.com/gpu", "1")]),
         reason: "x".into(),
         revert_at: Some(w.now() + HOUR),
+        kind: Default::default(),
+        source: None,
+        until: None,
     };
     let err = w
         .transfers

@@ -233,6 +233,8 @@ async fn a_transfer_alert_reaches_the_admins_and_outlives_a_sweep(s: &SqlStore) 
         revert_at: None,
         reverts: None,
         reverted_by: None,
+        kind: Default::default(),
+        top_up: None,
     };
     let requested = crate::alerts::engine::transfer_condition(Kind::TransferRequested, &t);
     let to = |c: &crate::alerts::Condition| -> BTreeMap<String, Vec<Recipient>> {
