@@ -38,9 +38,15 @@ pub mod action {
     pub const ALERT_SNOOZE: &str = "alert.snooze";
     /// By `bizrq`: the price list file changed and took effect.
     pub const PRICES_RELOAD: &str = "prices.reload";
+    /// By `bizrq`: work stopped by reclaim refunded (docs/budgets.md §4).
+    pub const BUDGET_REFUND: &str = "budget.refund";
+    /// By `bizrq`: batch work suspended because its budget is spent
+    /// (`onExhausted: suspendBatch`), or because it ran past its declared
+    /// run time.
+    pub const BUDGET_SUSPEND: &str = "budget.suspend";
 
     /// Every action, for the page's filter (other pages add theirs here).
-    pub const ALL: [&str; 23] = [
+    pub const ALL: [&str; 25] = [
         QUOTA_CREATE,
         QUOTA_UPDATE,
         QUOTA_DELETE,
@@ -64,6 +70,8 @@ pub mod action {
         ALERT_ACK,
         ALERT_SNOOZE,
         PRICES_RELOAD,
+        BUDGET_REFUND,
+        BUDGET_SUSPEND,
     ];
 }
 

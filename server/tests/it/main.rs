@@ -20,6 +20,7 @@ mod periods;
 mod portal;
 mod prices;
 mod queueing;
+mod refunds;
 mod reservations;
 mod resync;
 mod scenario;
