@@ -35,7 +35,16 @@ pub struct BudgetPolicy {
     pub refund: RefundPolicy,
     #[serde(default)]
     pub on_exhausted: Exhaustion,
+    /// The forecast alert's horizon, in days: an alert opens when the burn
+    /// of the last day would spend the budget within it. Absent: the
+    /// default, `DEFAULT_FORECAST_DAYS`; `0` turns the alert off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast_days: Option<i64>,
 }
+
+/// A cash key's forecast alert looks this many days ahead unless its
+/// policy says otherwise (`forecastDays`; 0 turns it off).
+pub const DEFAULT_FORECAST_DAYS: i64 = 14;
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BudgetError {
@@ -49,6 +58,8 @@ pub enum BudgetError {
     CarryWithoutPeriod { key: String },
     #[error("budget {key}: horizonSeconds {seconds} must be between 1 and 31622400 (366 days)")]
     Horizon { key: String, seconds: i64 },
+    #[error("budget {key}: forecastDays {days} must be between 0 (no forecast alert) and 366")]
+    ForecastDays { key: String, days: i64 },
     #[error("budget {key}: reservationCap {cap} is negative")]
     Cap { key: String, cap: Quantity },
     #[error("budget {key}: reservationCap {cap} is more than the {MAX_CAP_HOURS} resource-hours a cap may be")]
@@ -56,6 +67,14 @@ pub enum BudgetError {
 }
 
 impl BudgetPolicy {
+    /// The forecast alert's horizon in hours; None: turned off.
+    pub fn forecast_horizon_hours(&self) -> Option<i64> {
+        match self.forecast_days.unwrap_or(DEFAULT_FORECAST_DAYS) {
+            0 => None,
+            d => Some(d.saturating_mul(24)),
+        }
+    }
+
     pub fn validate(&self, key: &str) -> Result<(), BudgetError> {
         if cash_target(key).is_none_or(str::is_empty) {
             return Err(BudgetError::NotCash(key.to_string()));
@@ -97,6 +116,12 @@ impl BudgetPolicy {
             return Err(BudgetError::CapTooLarge {
                 key: key.to_string(),
                 cap,
+            });
+        }
+        if let Some(days) = self.forecast_days.filter(|d| !(0..=366).contains(d)) {
+            return Err(BudgetError::ForecastDays {
+                key: key.to_string(),
+                days,
             });
         }
         self.refund.validate().map_err(policy)?;

@@ -182,7 +182,8 @@ fn budgets(_: &mut SchemaGenerator) -> Schema {
                 "withoutRunTime": { "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "admission of a workload that declares no run time (admit, refuse, reserveDefault)" },
                 "reservationCap": { "x-kubernetes-int-or-string": true, "pattern": QUANTITY_PATTERN, "description": "at most this many resource-hours held by open reservations" },
                 "refund": { "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "refunds for reclaimed work (none, lastStretch, wholeRun)" },
-                "onExhausted": { "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "what happens when the budget is spent (refuseNew, suspendBatch)" }
+                "onExhausted": { "type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "what happens when the budget is spent (refuseNew, suspendBatch)" },
+                "forecastDays": { "type": "integer", "minimum": 0, "maximum": 366, "description": "the forecast alert's horizon in days (default 14; 0 turns it off)" }
             }
         }
     })
