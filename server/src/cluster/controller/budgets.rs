@@ -19,7 +19,7 @@
 //!
 //! The decisions are `quota::budget::{enforce, refund}`'s; here is the I/O.
 
-use super::Context;
+use super::{Context, History};
 use crate::cluster::events::{quota_ref, Notice};
 use crate::service::transfers::SYSTEM_ACTOR;
 use crate::store::audit::{action, entry};
@@ -256,7 +256,13 @@ impl Context {
             .filter_map(|(wref, text)| {
                 // A wrong annotation was refused or reported at admission.
                 let run = parse_duration(&text).ok()?;
-                let charge = q.status.workloads.get(&wref)?;
+                // Charged and running: a suspended Job keeps a charge of
+                // no pods, and is not stopped again.
+                let charge = q
+                    .status
+                    .workloads
+                    .get(&wref)
+                    .filter(|c| c.usage().values().any(|n| n.nanos() > 0))?;
                 let reserved = q
                     .status
                     .reservations
@@ -394,7 +400,7 @@ impl Context {
 pub(super) fn exhaustion_in(
     q: &mut Quota,
     now: i64,
-    candidates: impl FnOnce(&Quota) -> Vec<Candidate>,
+    candidates: impl Fn(&Quota) -> Vec<Candidate>,
 ) -> Vec<(String, ExhaustionPlan)> {
     let keys: Vec<(String, Exhaustion)> = q
         .spec
