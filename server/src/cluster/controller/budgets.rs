@@ -19,7 +19,7 @@
 //!
 //! The decisions are `quota::budget::{enforce, refund}`'s; here is the I/O.
 
-use super::{Context, History};
+use super::Context;
 use crate::cluster::events::{quota_ref, Notice};
 use crate::service::transfers::SYSTEM_ACTOR;
 use crate::store::audit::{action, entry};
