@@ -338,10 +338,7 @@ pub fn conditions(
                 }
             }
         }
-        if let (Some(hours), Some(f)) = (
-            forecast_horizon(quota, rules, key),
-            forecasts.get(key),
-        ) {
+        if let (Some(hours), Some(f)) = (forecast_horizon(quota, rules, key), forecasts.get(key)) {
             if let Some(at) = f.exhausted_at_ms {
                 let left = at.saturating_sub(now_ms).max(0);
                 if f.remaining.nanos() > 0 && left <= hours.saturating_mul(MS_PER_HOUR) {

@@ -164,6 +164,62 @@ mod tests {
     }
 
     #[test]
+    fn hostile_refund_exhaustion_and_forecast_settings_are_refused() {
+        for (json, want) in [
+            (
+                r#"{"refund":{"kind":"lastStretch","checkpointEverySeconds":0}}"#,
+                "checkpointEverySeconds 0 must be between 1 and 31622400",
+            ),
+            (
+                r#"{"refund":{"kind":"lastStretch","checkpointEverySeconds":-60}}"#,
+                "checkpointEverySeconds -60",
+            ),
+            (
+                r#"{"refund":{"kind":"lastStretch","checkpointEverySeconds":31622401}}"#,
+                "31622401",
+            ),
+            (
+                r#"{"onExhausted":{"kind":"suspendBatch","graceSeconds":-1}}"#,
+                "graceSeconds -1",
+            ),
+            (
+                r#"{"onExhausted":{"kind":"suspendBatch","graceSeconds":9223372036854775807}}"#,
+                "graceSeconds 9223372036854775807",
+            ),
+            (r#"{"forecastDays":-1}"#, "forecastDays -1"),
+            (r#"{"forecastDays":367}"#, "forecastDays 367"),
+        ] {
+            let p: BudgetPolicy = serde_json::from_str(json).unwrap();
+            let e = p.validate(KEY).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains(KEY), "{json}: {e}");
+        }
+        // Not even parsed: fractions, strings, unknown kinds and fields.
+        for json in [
+            r#"{"refund":{"kind":"lastStretch","checkpointEverySeconds":1.5}}"#,
+            r#"{"refund":{"kind":"lastStretch","checkpointEverySeconds":"30m"}}"#,
+            r#"{"refund":{"kind":"sometimes"}}"#,
+            r#"{"onExhausted":{"kind":"killAll"}}"#,
+            r#"{"forecastDays":1e400}"#,
+            r#"{"forecast":14}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<BudgetPolicy>(json).is_err(),
+                "{json}"
+            );
+        }
+        let ok: BudgetPolicy = serde_json::from_str(
+            r#"{"refund":{"kind":"wholeRun"},"onExhausted":{"kind":"suspendBatch","graceSeconds":0},"forecastDays":0}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.validate(KEY), Ok(()));
+        assert_eq!(ok.forecast_horizon_hours(), None);
+        assert_eq!(
+            BudgetPolicy::default().forecast_horizon_hours(),
+            Some(14 * 24)
+        );
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let mut p = BudgetPolicy {
             carry: Carry::All,

@@ -161,7 +161,12 @@ pub fn spent(status: &QuotaStatus) -> BTreeMap<String, i128> {
     status
         .cash_accrued
         .keys()
-        .map(|k| (k.clone(), super::from_cash_accrued(status.accrued(k)).max(0)))
+        .map(|k| {
+            (
+                k.clone(),
+                super::from_cash_accrued(status.accrued(k)).max(0),
+            )
+        })
         .collect()
 }
 

@@ -48,15 +48,17 @@ pub(super) struct Taken {
 /// Inside the borrower's compare-and-swap, after its marks were reconciled:
 /// the refunds due to the workloads reclaim stops now (`due`, whose marks
 /// `before` held), taken into `q`'s status. A workload is refunded for its
-/// run since it was charged (`Charge::since`) up to what the status has
-/// billed (`lastReconcileTime`, at most `now`), from the runs the
-/// controller still holds of its pods (`runs`), at the prices in force —
-/// never more than that, nor than the period spent.
+/// run since it was charged (`Charge::since`) up to `now`, from the runs
+/// the controller still holds of its pods (`runs`), at the prices in force
+/// — never more than that, nor than the period has spent once what its
+/// runs accrued since `lastReconcileTime` is billed (`quota_runs`: every
+/// run of the quota, which its next reconcile bills).
 pub(super) fn refunds_in(
     q: &mut Quota,
     due: &[Victim],
     before: &BTreeMap<String, Mark>,
     runs: &BTreeMap<String, Vec<PodRun>>,
+    quota_runs: &[PodRun],
     now: i64,
     prices: &Prices,
     list: &PriceList,
@@ -73,6 +75,10 @@ pub(super) fn refunds_in(
     if policies.is_empty() {
         return Vec::new();
     }
+    // Stopped now. What the status has not billed yet (since
+    // `lastReconcileTime`) its next reconcile bills from the same pod runs
+    // (`quota_runs`, all of the borrower's): it counts as spent for the cap.
+    let stopped = now;
     let billed = q
         .status
         .last_reconcile_time
@@ -80,6 +86,13 @@ pub(super) fn refunds_in(
         .and_then(quota::time::parse_rfc3339)
         .unwrap_or(now)
         .min(now);
+    let intervals: Vec<_> = quota_runs.iter().map(PodRun::interval).collect();
+    let pairs: Vec<(String, String)> = policies
+        .iter()
+        .map(|(k, t, _, _)| (k.clone(), t.clone()))
+        .collect();
+    let pending =
+        quota::budget::price::accrue_weighted(&intervals, &pairs, billed, now, prices, list);
     let mut taken = Vec::new();
     for v in due.iter().filter(|v| v.action.stops()) {
         let Some(mark) = before.get(&v.workload_ref) else {
@@ -109,7 +122,10 @@ pub(super) fn refunds_in(
                 end_ms: r.end_ms,
             })
             .collect();
-        let spent = enforce::spent(&q.status);
+        let mut spent = enforce::spent(&q.status);
+        for (k, per_mille) in &pending {
+            *spent.entry(k.clone()).or_insert(0) += quota::budget::from_cash_accrued(*per_mille);
+        }
         let note = format!(
             "reclaimed by {}'s lenders (mark of {})",
             q.name(),
@@ -122,16 +138,17 @@ pub(super) fn refunds_in(
                 &holdings,
                 &[(key.clone(), target.clone())],
                 start,
-                billed,
+                stopped,
                 prices,
                 list,
                 period,
             );
             entries.extend(enforce::refund_due(
-                policy, start, billed, &accruals, &spent, &note,
+                policy, start, stopped, &accruals, &spent, &note,
             ));
         }
-        let entries = enforce::take_refund(&mut q.status, &v.workload_ref, &mark.marked, entries, now);
+        let entries =
+            enforce::take_refund(&mut q.status, &v.workload_ref, &mark.marked, entries, now);
         if !entries.is_empty() {
             taken.push(Taken {
                 workload: v.workload_ref.clone(),
@@ -164,12 +181,24 @@ impl Context {
         &self,
         quota: &str,
         plan: &[Victim],
-    ) -> BTreeMap<String, Vec<PodRun>> {
+    ) -> (BTreeMap<String, Vec<PodRun>>, Vec<PodRun>) {
         let v = self.view.lock().unwrap();
-        plan.iter()
+        let of: BTreeMap<String, Vec<PodRun>> = plan
+            .iter()
             .filter(|p| p.quota == quota && p.action.stops())
-            .map(|p| (p.workload_ref.clone(), v.runs_of_workload(&p.workload_ref, quota)))
-            .collect()
+            .map(|p| {
+                (
+                    p.workload_ref.clone(),
+                    v.runs_of_workload(&p.workload_ref, quota),
+                )
+            })
+            .collect();
+        let all = if of.is_empty() {
+            Vec::new()
+        } else {
+            v.ledger.runs_of(quota).cloned().collect()
+        };
+        (of, all)
     }
 
     /// After the write that took them: tell the workload's owners and
@@ -278,7 +307,12 @@ impl Context {
 
     /// Suspend what ran past its declared run time; ask to run again at
     /// the next declared end.
-    pub(super) async fn enforce_run_time(&self, quota: &str, runs: Vec<(String, i64, i64)>, now: i64) {
+    pub(super) async fn enforce_run_time(
+        &self,
+        quota: &str,
+        runs: Vec<(String, i64, i64)>,
+        now: i64,
+    ) {
         let running: Vec<Running<'_>> = runs
             .iter()
             .map(|(w, start, run)| Running {

@@ -84,17 +84,29 @@ impl Context {
                 continue;
             }
             // A workload stopped now is refunded (its quota's policy) in
-            // the same write that removes its mark: once per mark.
-            let runs = self.runs_for_refund(name, &plan);
+            // the same write that removes its mark: once per mark, of what
+            // the run accrued.
+            let (runs, quota_runs) = self.runs_for_refund(name, &plan);
             let (prices, price_list) = (self.service.prices, self.service.price_list());
             let (outcome, taken) = self
                 .service
                 .update_status(name, false, |q| {
                     let o = reclaim::reconcile_marks(name, &q.status.reclaim, &plan, now, grace);
                     let before = std::mem::take(&mut q.status.reclaim);
-                    q.status.reclaim = if o.changed { o.marks.clone() } else { before.clone() };
+                    q.status.reclaim = if o.changed {
+                        o.marks.clone()
+                    } else {
+                        before.clone()
+                    };
                     let taken = super::budgets::refunds_in(
-                        q, &o.due, &before, &runs, now, &prices, &price_list,
+                        q,
+                        &o.due,
+                        &before,
+                        &runs,
+                        &quota_runs,
+                        now,
+                        &prices,
+                        &price_list,
                     );
                     Ok((o.changed || !taken.is_empty(), (o, taken)))
                 })
