@@ -291,3 +291,101 @@ async fn seed_004_run_time_billing_with_a_reclaimed_job_refunded() {
     let audit = admin.get("/audit?action=budget.suspend").await;
     assert!(audit.body.contains("RunTimeExceeded"), "{}", audit.body);
 }
+
+/// `onExhausted: suspendBatch` in cluster mode: `ex` may spend 2
+/// core-hours; a batch Job and an online Deployment of a core each spend
+/// them in an hour. The quota says since when it is spent and warns; 10
+/// minutes later the Job is suspended, the online service keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_budget_suspends_its_batch_work_after_the_grace() {
+    let c = Cluster::start().await;
+    let s = &c.server;
+    let (st, v) = s
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ex"}, "spec": {"parent": "",
+                "hard": {"requests.cpu": "10", KEY: "2"},
+                "budgets": {KEY: {"onExhausted": {"kind": "suspendBatch", "graceSeconds": 600}}}}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let batch = job("ns-x", "batch", "ex", 1, "1", None);
+    create_job(&c, &batch).await.unwrap();
+    let serve = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "serve", "namespace": "ns-x",
+            "labels": {"biz.group.resource.quota": "ex", "bizrq.io/online": "true"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "serve"}},
+            "template": {"metadata": {"labels": {"app": "serve"}}, "spec": {"containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}});
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+        "deployments",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ns-x", &ar);
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(serve.clone()).unwrap(),
+    )
+    .await
+    .unwrap();
+    c.fake.put(batch.clone());
+    c.fake.put(serve.clone());
+    c.fake.put(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "serve-1", "namespace": "ns-x",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve", "uid": "x", "controller": true}]},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}}}}));
+    c.fake.put(running("ns-x", "batch-x", "batch", "1", 0));
+    let mut sp = pod(
+        "ns-x",
+        "serve-x",
+        "ReplicaSet",
+        "serve-1",
+        0,
+        "2026-11-21T10:00:00Z",
+    );
+    sp["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}});
+    c.fake.put(sp);
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 2")
+        .await;
+    c.until("ex", "window opened", |q| {
+        !q["status"]["lastReconcileTime"].is_null()
+    })
+    .await;
+
+    // 11:00: 2 cores × 1 h, the budget is spent. Pending: a warning, no
+    // suspension yet.
+    c.set_clock(T0 + HOUR);
+    touch(&c, "ex", 1);
+    let q = c
+        .until("ex", "spent, since recorded", |q| {
+            q["status"]["exhausted"][KEY] == "2026-11-21T11:00:00.000Z"
+        })
+        .await;
+    assert_eq!(q["status"]["used"][KEY], "2", "{q}");
+    let e = until_event(&c, "BudgetExhausted", "ex").await;
+    assert!(
+        e["note"]
+            .as_str()
+            .unwrap()
+            .contains("will be suspended at 2026-11-21T11:10:00.000Z"),
+        "{e}"
+    );
+    assert!(c.fake.get("batch", "jobs", "ns-x", "batch").unwrap()["spec"]["suspend"].is_null());
+
+    // 11:11: the grace is over: the batch Job is suspended, not the service.
+    c.set_clock(T0 + HOUR + 11 * MIN);
+    touch(&c, "ex", 2);
+    until_suspended(&c, "ns-x", "batch").await;
+    let e = until_event(&c, "BudgetExhausted", "batch").await;
+    assert!(e["note"].as_str().unwrap().contains("suspendBatch"), "{e}");
+    assert_eq!(
+        c.fake.get("apps", "deployments", "ns-x", "serve").unwrap()["spec"]["replicas"],
+        1,
+        "online services are never stopped"
+    );
+    let admin = Browser::admin(s).await;
+    let audit = admin.get("/audit?action=budget.suspend").await;
+    assert!(audit.body.contains("BudgetExhausted"), "{}", audit.body);
+}
