@@ -338,7 +338,10 @@ pub fn conditions(
                 }
             }
         }
-        if let (Some(hours), Some(f)) = (forecast_horizon(quota, rules, key), forecasts.get(key)) {
+        let forecast = forecasts
+            .get(key)
+            .and_then(|f| Some((forecast_horizon(quota, rules, key)?, f)));
+        if let Some((hours, f)) = forecast {
             if let Some(at) = f.exhausted_at_ms {
                 let left = at.saturating_sub(now_ms).max(0);
                 if f.remaining.nanos() > 0 && left <= hours.saturating_mul(MS_PER_HOUR) {
