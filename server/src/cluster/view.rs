@@ -34,6 +34,11 @@ pub struct WorkloadInfo {
     pub priority: i32,
     /// The object's uid, so Events about it show in `kubectl describe`.
     pub uid: String,
+    /// The PriorityClasses its pod templates name
+    /// (`quota::queue::priority::class_names`): preemption judges a running
+    /// workload by them as the queue judges its entries, even before its
+    /// pods exist.
+    pub priority_classes: Vec<String>,
 }
 
 /// A governed workload as the watch shows it.
@@ -315,6 +320,7 @@ impl View {
                         annotations: w.meta.annotations.clone(),
                         priority,
                         uid: w.meta.uid.clone(),
+                        priority_classes: Vec::new(),
                     },
                 },
             );
@@ -740,6 +746,13 @@ impl View {
             .filter(|r| r.quota == quota)
             .cloned()
             .collect()
+    }
+
+    /// Record the PriorityClasses `wref`'s pod templates name.
+    pub fn set_priority_classes(&mut self, wref: &str, classes: Vec<String>) {
+        if let Some(s) = self.workloads.get_mut(wref) {
+            s.info.priority_classes = classes;
+        }
     }
 
     pub fn workloads_of(&self, quota: &str) -> Vec<(String, Vec<PodSet>, WorkloadInfo)> {

@@ -21,6 +21,7 @@
 mod budgets;
 mod discovery;
 mod history;
+mod preempt;
 mod queue;
 mod raw;
 mod reclaim;
