@@ -37,6 +37,15 @@ use quota::workload::WorkloadRef;
 use quota::Quota;
 use std::collections::BTreeMap;
 
+/// The pod runs a refund reads, copied out of the view before the
+/// compare-and-swap: of each workload that may be stopped, and all of the
+/// quota's (what its next reconcile bills).
+#[derive(Clone, Debug, Default)]
+pub(super) struct RefundRuns {
+    pub of: BTreeMap<String, Vec<PodRun>>,
+    pub all: Vec<PodRun>,
+}
+
 /// A refund taken into a borrower's status: which workload, which mark.
 #[derive(Clone, Debug)]
 pub(super) struct Taken {
@@ -51,14 +60,13 @@ pub(super) struct Taken {
 /// run since it was charged (`Charge::since`) up to `now`, from the runs
 /// the controller still holds of its pods (`runs`), at the prices in force
 /// — never more than that, nor than the period has spent once what its
-/// runs accrued since `lastReconcileTime` is billed (`quota_runs`: every
+/// runs accrued since `lastReconcileTime` is billed (`runs.all`: every
 /// run of the quota, which its next reconcile bills).
 pub(super) fn refunds_in(
     q: &mut Quota,
     due: &[Victim],
     before: &BTreeMap<String, Mark>,
-    runs: &BTreeMap<String, Vec<PodRun>>,
-    quota_runs: &[PodRun],
+    runs: &RefundRuns,
     now: i64,
     prices: &Prices,
     list: &PriceList,
@@ -77,7 +85,7 @@ pub(super) fn refunds_in(
     }
     // Stopped now. What the status has not billed yet (since
     // `lastReconcileTime`) its next reconcile bills from the same pod runs
-    // (`quota_runs`, all of the borrower's): it counts as spent for the cap.
+    // (`runs.all`, all of the borrower's): it counts as spent for the cap.
     let stopped = now;
     let billed = q
         .status
@@ -86,7 +94,7 @@ pub(super) fn refunds_in(
         .and_then(quota::time::parse_rfc3339)
         .unwrap_or(now)
         .min(now);
-    let intervals: Vec<_> = quota_runs.iter().map(PodRun::interval).collect();
+    let intervals: Vec<_> = runs.all.iter().map(PodRun::interval).collect();
     let pairs: Vec<(String, String)> = policies
         .iter()
         .map(|(k, t, _, _)| (k.clone(), t.clone()))
@@ -109,7 +117,11 @@ pub(super) fn refunds_in(
         let namespace = WorkloadRef::parse(&v.workload_ref)
             .map(|r| r.namespace)
             .unwrap_or_default();
-        let pod_runs = runs.get(&v.workload_ref).map(Vec::as_slice).unwrap_or(&[]);
+        let pod_runs = runs
+            .of
+            .get(&v.workload_ref)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
         let holdings: Vec<Holding<'_>> = pod_runs
             .iter()
             .map(|r| Holding {
@@ -177,11 +189,7 @@ impl Context {
     /// The runs of the pods of the workloads `plan` may stop in `quota`, for
     /// `refunds_in` (read before the compare-and-swap; the view is not
     /// locked inside it).
-    pub(super) fn runs_for_refund(
-        &self,
-        quota: &str,
-        plan: &[Victim],
-    ) -> (BTreeMap<String, Vec<PodRun>>, Vec<PodRun>) {
+    pub(super) fn runs_for_refund(&self, quota: &str, plan: &[Victim]) -> RefundRuns {
         let v = self.view.lock().unwrap();
         let of: BTreeMap<String, Vec<PodRun>> = plan
             .iter()
@@ -198,7 +206,7 @@ impl Context {
         } else {
             v.ledger.runs_of(quota).cloned().collect()
         };
-        (of, all)
+        RefundRuns { of, all }
     }
 
     /// After the write that took them: tell the workload's owners and

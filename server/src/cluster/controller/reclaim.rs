@@ -86,7 +86,7 @@ impl Context {
             // A workload stopped now is refunded (its quota's policy) in
             // the same write that removes its mark: once per mark, of what
             // the run accrued.
-            let (runs, quota_runs) = self.runs_for_refund(name, &plan);
+            let runs = self.runs_for_refund(name, &plan);
             let (prices, price_list) = (self.service.prices, self.service.price_list());
             let (outcome, taken) = self
                 .service
@@ -103,7 +103,6 @@ impl Context {
                         &o.due,
                         &before,
                         &runs,
-                        &quota_runs,
                         now,
                         &prices,
                         &price_list,
