@@ -5,6 +5,7 @@
 //! Transfers in flight hold carve-outs here too (`transfers`, §6).
 
 use crate::borrow::Loan;
+use crate::budget::enforce::Refunded;
 use crate::budget::hold;
 use crate::budget::periods::{self, PeriodStatus};
 use crate::budget::price::{self, PriceList};
@@ -203,6 +204,16 @@ pub struct QuotaStatus {
     /// stay in `used` and `cashAccrued`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub readable: BTreeMap<String, String>,
+    /// Refunds given for work stopped by reclaim (docs/budgets.md §4), by
+    /// workload reference: the newest per workload, at most
+    /// `enforce::KEEP_REFUNDS`. Written in the same write that removes the
+    /// reclaim mark, so a mark is refunded at most once.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub refunds: BTreeMap<String, Refunded>,
+    /// Since when each spent cash key has been spent (RFC 3339), kept for
+    /// the `suspendBatch` policy's grace period (docs/budgets.md §4).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exhausted: BTreeMap<String, String>,
 }
 
 impl QuotaStatus {
@@ -258,6 +269,8 @@ impl QuotaStatus {
             || self.lent != other.lent
             || self.borrowed != other.borrowed
             || self.reclaim != other.reclaim
+            || self.refunds != other.refunds
+            || self.exhausted != other.exhausted
             || self.transfers != other.transfers
             || self.queue != other.queue
     }

@@ -172,6 +172,24 @@ pub fn rule_for<'a>(rules: &'a [Rule], key: &str) -> std::borrow::Cow<'a, Rule> 
         .unwrap_or_else(|| std::borrow::Cow::Owned(Rule::default_for(key)))
 }
 
+/// The cash forecast's horizon for `key` of `quota`, in hours: its alert
+/// rule's when the rule sets one, else its budget policy's — 14 days by
+/// default, none with `forecastDays: 0` (docs/budgets.md §7). Other keys:
+/// only a rule's.
+pub fn forecast_horizon(quota: &Quota, rules: &[Rule], key: &str) -> Option<i64> {
+    let ruled = rule_for(rules, key).forecast_horizon_hours;
+    if ruled.is_some() || !key.starts_with(quota::keys::CASH_PREFIX) {
+        return ruled;
+    }
+    quota
+        .spec
+        .budgets
+        .get(key)
+        .cloned()
+        .unwrap_or_default()
+        .forecast_horizon_hours()
+}
+
 /// An alert to open (or that should stay open).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Condition {
@@ -320,7 +338,10 @@ pub fn conditions(
                 }
             }
         }
-        if let (Some(hours), Some(f)) = (rule.forecast_horizon_hours, forecasts.get(key)) {
+        let forecast = forecasts
+            .get(key)
+            .and_then(|f| Some((forecast_horizon(quota, rules, key)?, f)));
+        if let Some((hours, f)) = forecast {
             if let Some(at) = f.exhausted_at_ms {
                 let left = at.saturating_sub(now_ms).max(0);
                 if f.remaining.nanos() > 0 && left <= hours.saturating_mul(MS_PER_HOUR) {
@@ -345,6 +366,30 @@ pub fn conditions(
                 }
             }
         }
+    }
+    // A spent budget whose policy suspends batch work: critical while it
+    // stays spent (the suspension is pending, then done).
+    for (key, since) in &quota.status.exhausted {
+        let Some(quota::budget::refund::Exhaustion::SuspendBatch { grace_seconds }) =
+            quota.spec.budgets.get(key).map(|p| p.on_exhausted)
+        else {
+            continue;
+        };
+        let Some(since_ms) = quota::time::parse_rfc3339(since) else {
+            continue;
+        };
+        let due = since_ms.saturating_add(grace_seconds.saturating_mul(1000));
+        out.push(Condition {
+            kind: Kind::CashForecast,
+            quota: name.to_string(),
+            key: key.clone(),
+            level: Level::Critical,
+            message: format!(
+                "{key} of {name} is spent since {since}: its batch work is suspended from {} (onExhausted suspendBatch) unless the budget is raised or a new period starts",
+                quota::time::format_rfc3339(due)
+            ),
+            numbers: json!({ "since": since, "dueMs": due, "graceSeconds": grace_seconds }),
+        });
     }
     out.extend(queue_overdue(quota, now_ms));
     if !quota.status.reclaim.is_empty() {

@@ -39,7 +39,16 @@ pub struct BudgetPolicy {
     /// Added at every period start (docs/budgets.md §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduled_top_up: Option<ScheduledTopUp>,
+    /// The forecast alert's horizon, in days: an alert opens when the burn
+    /// of the last day would spend the budget within it. Absent: the
+    /// default, `DEFAULT_FORECAST_DAYS`; `0` turns the alert off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast_days: Option<i64>,
 }
+
+/// A cash key's forecast alert looks this many days ahead unless its
+/// policy says otherwise (`forecastDays`; 0 turns it off).
+pub const DEFAULT_FORECAST_DAYS: i64 = 14;
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BudgetError {
@@ -53,6 +62,8 @@ pub enum BudgetError {
     CarryWithoutPeriod { key: String },
     #[error("budget {key}: horizonSeconds {seconds} must be between 1 and 31622400 (366 days)")]
     Horizon { key: String, seconds: i64 },
+    #[error("budget {key}: forecastDays {days} must be between 0 (no forecast alert) and 366")]
+    ForecastDays { key: String, days: i64 },
     #[error("budget {key}: reservationCap {cap} is negative")]
     Cap { key: String, cap: Quantity },
     #[error("budget {key}: reservationCap {cap} is more than the {MAX_CAP_HOURS} resource-hours a cap may be")]
@@ -62,6 +73,14 @@ pub enum BudgetError {
 }
 
 impl BudgetPolicy {
+    /// The forecast alert's horizon in hours; None: turned off.
+    pub fn forecast_horizon_hours(&self) -> Option<i64> {
+        match self.forecast_days.unwrap_or(DEFAULT_FORECAST_DAYS) {
+            0 => None,
+            d => Some(d.saturating_mul(24)),
+        }
+    }
+
     pub fn validate(&self, key: &str) -> Result<(), BudgetError> {
         if cash_target(key).is_none_or(str::is_empty) {
             return Err(BudgetError::NotCash(key.to_string()));
@@ -105,6 +124,12 @@ impl BudgetPolicy {
                 cap,
             });
         }
+        if let Some(days) = self.forecast_days.filter(|d| !(0..=366).contains(d)) {
+            return Err(BudgetError::ForecastDays {
+                key: key.to_string(),
+                days,
+            });
+        }
         self.refund.validate().map_err(policy)?;
         self.on_exhausted.validate().map_err(policy)?;
         if let Some(s) = &self.scheduled_top_up {
@@ -145,6 +170,62 @@ mod tests {
         let d: BudgetPolicy = serde_json::from_str("{}").unwrap();
         assert_eq!(d, BudgetPolicy::default());
         assert!(serde_json::from_str::<BudgetPolicy>(r#"{"perod":{}}"#).is_err());
+    }
+
+    #[test]
+    fn hostile_refund_exhaustion_and_forecast_settings_are_refused() {
+        for (json, want) in [
+            (
+                r#"{"refund":{"kind":"lastStretch","checkpointEverySeconds":0}}"#,
+                "checkpointEverySeconds 0 must be between 1 and 31622400",
+            ),
+            (
+                r#"{"refund":{"kind":"lastStretch","checkpointEverySeconds":-60}}"#,
+                "checkpointEverySeconds -60",
+            ),
+            (
+                r#"{"refund":{"kind":"lastStretch","checkpointEverySeconds":31622401}}"#,
+                "31622401",
+            ),
+            (
+                r#"{"onExhausted":{"kind":"suspendBatch","graceSeconds":-1}}"#,
+                "graceSeconds -1",
+            ),
+            (
+                r#"{"onExhausted":{"kind":"suspendBatch","graceSeconds":9223372036854775807}}"#,
+                "graceSeconds 9223372036854775807",
+            ),
+            (r#"{"forecastDays":-1}"#, "forecastDays -1"),
+            (r#"{"forecastDays":367}"#, "forecastDays 367"),
+        ] {
+            let p: BudgetPolicy = serde_json::from_str(json).unwrap();
+            let e = p.validate(KEY).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains(KEY), "{json}: {e}");
+        }
+        // Not even parsed: fractions, strings, unknown kinds and fields.
+        for json in [
+            r#"{"refund":{"kind":"lastStretch","checkpointEverySeconds":1.5}}"#,
+            r#"{"refund":{"kind":"lastStretch","checkpointEverySeconds":"30m"}}"#,
+            r#"{"refund":{"kind":"sometimes"}}"#,
+            r#"{"onExhausted":{"kind":"killAll"}}"#,
+            r#"{"forecastDays":1e400}"#,
+            r#"{"forecast":14}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<BudgetPolicy>(json).is_err(),
+                "{json}"
+            );
+        }
+        let ok: BudgetPolicy = serde_json::from_str(
+            r#"{"refund":{"kind":"wholeRun"},"onExhausted":{"kind":"suspendBatch","graceSeconds":0},"forecastDays":0}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.validate(KEY), Ok(()));
+        assert_eq!(ok.forecast_horizon_hours(), None);
+        assert_eq!(
+            BudgetPolicy::default().forecast_horizon_hours(),
+            Some(14 * 24)
+        );
     }
 
     #[test]

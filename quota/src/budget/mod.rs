@@ -10,6 +10,7 @@
 //! exactly. `to_quantity` turns acc into resource-hours for people.
 
 pub mod config;
+pub mod enforce;
 pub mod hold;
 pub mod period;
 pub mod periods;

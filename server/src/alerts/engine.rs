@@ -256,7 +256,8 @@ async fn ancestors(service: &Service, quota: &str, parents: &mut Forest) {
     }
 }
 
-/// Cash forecasts where a rule asks for one: a query per such quota.
+/// Cash forecasts of every cash key that has a horizon (by default all,
+/// `alerts::forecast_horizon`): a query per such quota.
 async fn forecasts<Q: std::borrow::Borrow<Quota>>(
     sql: &SqlStore,
     quotas: &[Q],
@@ -266,15 +267,15 @@ async fn forecasts<Q: std::borrow::Borrow<Quota>>(
     let mut out = BTreeMap::new();
     for q in quotas {
         let q = q.borrow();
-        let Some(rs) = rules.get(q.name()) else {
-            continue;
-        };
+        // Cash keys forecast by default (their budget policy can turn it
+        // off), others where a rule asks.
+        let rs = rules.get(q.name()).map(Vec::as_slice).unwrap_or_default();
         let keys: Vec<&String> = q
             .spec
             .hard
             .keys()
             .filter(|k| k.starts_with(quota::keys::CASH_PREFIX))
-            .filter(|k| super::rule_for(rs, k).forecast_horizon_hours.is_some())
+            .filter(|k| super::forecast_horizon(q, rs, k).is_some())
             .collect();
         if keys.is_empty() {
             continue;

@@ -1,6 +1,7 @@
 use super::*;
 use quota::forecast::{forecast, Sample};
 use quota::{Mark, QuotaSpec};
+use serde_json::json;
 
 const GPU: &str = "requests.nvidia.com/gpu";
 const CASH: &str = "cash/requests.nvidia.com/gpu";
@@ -234,8 +235,64 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
         "cash/requests.nvidia.com/gpu of nlp-team runs out in 9.0 days"
     );
     assert!(conditions(&quota, None, &[rule(8 * 24)], &forecasts, NOW).is_empty());
-    // No horizon, no forecast alert.
-    assert!(conditions(&quota, None, &[], &forecasts, NOW).is_empty());
+    // No rule: the budget's default horizon, 14 days, so 9 days fires.
+    assert_eq!(
+        fingerprints(&conditions(&quota, None, &[], &forecasts, NOW)),
+        ["cash_forecast|nlp-team|cash/requests.nvidia.com/gpu|warning"]
+    );
+    // The policy's forecastDays: 5 days is too short for 9; 0 turns it off.
+    for (days, fires) in [(5, false), (0, false), (10, true)] {
+        let mut q2 = quota.clone();
+        q2.spec.budgets.insert(
+            CASH.into(),
+            serde_json::from_value(json!({"forecastDays": days})).unwrap(),
+        );
+        assert_eq!(
+            !conditions(&q2, None, &[], &forecasts, NOW).is_empty(),
+            fires,
+            "forecastDays {days}"
+        );
+        // A rule's own horizon wins over the policy's.
+        assert!(!conditions(&q2, None, &[rule(10 * 24)], &forecasts, NOW).is_empty());
+    }
+}
+
+#[test]
+fn a_spent_budget_that_suspends_batch_work_is_critical() {
+    let mut spec = QuotaSpec::default();
+    spec.hard.insert(CASH.into(), q("100"));
+    spec.budgets.insert(
+        CASH.into(),
+        serde_json::from_value(
+            json!({"onExhausted": {"kind": "suspendBatch", "graceSeconds": 3600}, "forecastDays": 0}),
+        )
+        .unwrap(),
+    );
+    let mut quota = Quota::new("nlp-team", spec);
+    quota.status.used.insert(CASH.into(), q("100"));
+    quota
+        .status
+        .exhausted
+        .insert(CASH.into(), "2026-11-21T10:00:00.000Z".into());
+    let fired = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
+    let crit: Vec<&Condition> = fired
+        .iter()
+        .filter(|c| c.kind == Kind::CashForecast)
+        .collect();
+    assert_eq!(crit.len(), 1, "{fired:?}");
+    assert_eq!(crit[0].level, Level::Critical);
+    assert!(
+        crit[0]
+            .message
+            .contains("suspended from 2026-11-21T11:00:00.000Z"),
+        "{}",
+        crit[0].message
+    );
+    // Not spent any more: the time is gone from status, and the alert.
+    quota.status.exhausted.clear();
+    assert!(conditions(&quota, None, &[], &BTreeMap::new(), NOW)
+        .iter()
+        .all(|c| c.kind != Kind::CashForecast));
 }
 
 #[test]

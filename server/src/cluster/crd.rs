@@ -191,7 +191,8 @@ fn budgets(_: &mut SchemaGenerator) -> Schema {
                         "source": kind(&["parent", "grant"], "parent: the parent's budget pays; grant: new budget")
                     },
                     "required": ["amount", "source"]
-                }
+                },
+                "forecastDays": { "type": "integer", "minimum": 0, "maximum": 366, "description": "the forecast alert's horizon in days (default 14; 0 turns it off)" }
             }
         }
     })
@@ -249,6 +250,12 @@ impl JsonSchema for Status {
                 "transfers": ledger("transfers in flight that hold children's carve-outs, by transfer id: children (their hard once done), since, decision (at the common ancestor)"),
                 "budgets": ledger("the current period of each cash key with one: start, end, funded, carryIn (acc), and the last closed periods (closed, newest first)"),
                 "reservations": ledger("open reservations of budgets, by cash key then group/Kind/namespace/name: reserved and used (acc), atMs and runMs; settled when the workload's charge goes"),
+                "refunds": ledger("refunds for work stopped by reclaim, by group/Kind/namespace/name: the reclaim mark refunded, when, the stretch refunded (from, to) and the amounts per cash key (acc); one per mark"),
+                "exhausted": {
+                    "type": "object",
+                    "additionalProperties": { "type": "string", "format": "date-time" },
+                    "description": "since when each spent cash key has been spent (for onExhausted suspendBatch's grace period)"
+                },
                 "cashAccrued": {
                     "type": "object",
                     "additionalProperties": { "type": "string" },
@@ -335,7 +342,9 @@ mod tests {
             "reclaim": {"apps/Deployment/ns/w": {"action": "suspend", "frees": {"pods": "1"}, "marked": "2026-11-21T10:00:00Z", "due": "2026-11-21T10:05:00Z"}},
             "transfers": {"7": {"children": {"c": {"pods": "2"}}, "since": "2026-11-21T10:00:00Z", "decision": {"outcome": "committed"}}},
             "summary": {"gpu": "1/2", "cardHoursLeft": "3", "borrowing": "pods=1", "reclaimPending": 1},
-            "readable": {"cash/pods": "1 of 4 pod-hours used, 3 left"}
+            "readable": {"cash/pods": "1 of 4 pod-hours used, 3 left"},
+            "refunds": {"batch/Job/ns/j": {"mark": "2026-11-21T10:00:00Z", "at": "2026-11-21T10:05:00Z", "from": "2026-11-21T09:00:00Z", "to": "2026-11-21T10:05:00Z", "amounts": {"cash/pods": "1"}}},
+            "exhausted": {"cash/pods": "2026-11-21T10:00:00Z"}
         }))
         .unwrap();
         let fields = serde_json::to_value(&full).unwrap();
@@ -351,7 +360,7 @@ mod tests {
         }
         assert_eq!(
             fields.as_object().unwrap().len(),
-            14,
+            16,
             "a new status field: add it to the schema"
         );
         let summary = serde_json::to_value(full.summary.unwrap()).unwrap();

@@ -726,6 +726,28 @@ impl View {
             .filter(|u| !u.is_empty())
     }
 
+    /// The workloads bound to `quota` that carry the annotation `key`, with
+    /// its value (a reconcile reads only these, not every workload).
+    pub fn annotated(&self, quota: &str, key: &str) -> Vec<(String, String)> {
+        self.workloads_in(quota)
+            .filter_map(|(w, s)| Some((w.clone(), s.info.annotations.get(key)?.clone())))
+            .collect()
+    }
+
+    /// The runs the ledger still holds of the pods of `wref` bound to
+    /// `quota`, for a refund: runs already paid in full and forgotten are
+    /// not among them, so what they give is at most what the run accrued.
+    pub fn runs_of_workload(&self, wref: &str, quota: &str) -> Vec<quota::pods::PodRun> {
+        self.by_workload
+            .get(wref)
+            .into_iter()
+            .flatten()
+            .filter_map(|uid| self.ledger.get(uid))
+            .filter(|r| r.quota == quota)
+            .cloned()
+            .collect()
+    }
+
     /// Record the PriorityClasses `wref`'s pod templates name.
     pub fn set_priority_classes(&mut self, wref: &str, classes: Vec<String>) {
         if let Some(s) = self.workloads.get_mut(wref) {

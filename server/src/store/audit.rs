@@ -42,9 +42,15 @@ pub mod action {
     pub const BUDGET_TOP_UP: &str = "budget.topUp";
     /// By `bizrq`: a top-up's expiry withdrew its unspent part.
     pub const BUDGET_TOP_UP_EXPIRE: &str = "budget.topUpExpire";
+    /// By `bizrq`: work stopped by reclaim refunded (docs/budgets.md §4).
+    pub const BUDGET_REFUND: &str = "budget.refund";
+    /// By `bizrq`: batch work suspended because its budget is spent
+    /// (`onExhausted: suspendBatch`), or because it ran past its declared
+    /// run time.
+    pub const BUDGET_SUSPEND: &str = "budget.suspend";
 
     /// Every action, for the page's filter (other pages add theirs here).
-    pub const ALL: [&str; 25] = [
+    pub const ALL: [&str; 27] = [
         QUOTA_CREATE,
         QUOTA_UPDATE,
         QUOTA_DELETE,
@@ -70,6 +76,8 @@ pub mod action {
         PRICES_RELOAD,
         BUDGET_TOP_UP,
         BUDGET_TOP_UP_EXPIRE,
+        BUDGET_REFUND,
+        BUDGET_SUSPEND,
     ];
 }
 

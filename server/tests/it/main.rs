@@ -21,6 +21,7 @@ mod portal;
 mod preemption;
 mod prices;
 mod queueing;
+mod refunds;
 mod reservations;
 mod resync;
 mod scenario;

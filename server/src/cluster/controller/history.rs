@@ -36,6 +36,9 @@ pub trait History: Send + Sync + 'static {
     ) -> Result<usize, StoreError>;
     /// Downsampling and retention of old samples.
     async fn compact_samples(&self, now_ms: i64) -> Result<(), StoreError>;
+    /// Append an entry to the audit log (what the controller did of its
+    /// own accord: refunds, suspensions).
+    async fn append_audit(&self, e: &crate::store::audit::AuditRecord) -> Result<(), StoreError>;
     /// A quota was deleted: its role bindings and alert rules go with it.
     async fn forget_quota(&self, _name: &str, _now_ms: i64) -> Result<(), StoreError> {
         Ok(())
@@ -78,6 +81,10 @@ impl History for crate::store::sql::SqlStore {
     async fn compact_samples(&self, now_ms: i64) -> Result<(), StoreError> {
         let stats = crate::store::sql::SqlStore::compact_samples(self, now_ms).await?;
         tracing::debug!(?stats, "usage samples compacted");
+        Ok(())
+    }
+    async fn append_audit(&self, e: &crate::store::audit::AuditRecord) -> Result<(), StoreError> {
+        crate::store::sql::SqlStore::append_audit(self, e).await?;
         Ok(())
     }
     async fn forget_quota(&self, name: &str, now_ms: i64) -> Result<(), StoreError> {

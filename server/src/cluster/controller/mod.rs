@@ -18,6 +18,7 @@
 //! younger than `RESERVATION_TTL_MS` are kept even when the watch has not
 //! shown their workload yet).
 
+mod budgets;
 mod discovery;
 mod history;
 mod preempt;

@@ -320,7 +320,7 @@ impl Context {
 
     /// Run `name`'s queue again at `at` (the service's clock), or earlier
     /// if already asked.
-    fn wake_at(&self, name: &str, at: i64) {
+    pub(super) fn wake_at(&self, name: &str, at: i64) {
         let mut w = self.wake.lock().unwrap();
         let e = w.entry(name.to_string()).or_insert(at);
         *e = (*e).min(at);

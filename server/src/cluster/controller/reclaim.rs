@@ -83,16 +83,34 @@ impl Context {
             if k.quota.status.reclaim.is_empty() && !plan.iter().any(|v| v.quota == name) {
                 continue;
             }
-            let outcome = self
+            // A workload stopped now is refunded (its quota's policy) in
+            // the same write that removes its mark: once per mark, of what
+            // the run accrued.
+            let runs = self.runs_for_refund(name, &plan);
+            let (prices, price_list) = (self.service.prices, self.service.price_list());
+            let (outcome, taken) = self
                 .service
                 .update_status(name, false, |q| {
                     let o = reclaim::reconcile_marks(name, &q.status.reclaim, &plan, now, grace);
-                    if o.changed {
-                        q.status.reclaim = o.marks.clone();
-                    }
-                    Ok((o.changed, o))
+                    let before = std::mem::take(&mut q.status.reclaim);
+                    q.status.reclaim = if o.changed {
+                        o.marks.clone()
+                    } else {
+                        before.clone()
+                    };
+                    let taken = super::budgets::refunds_in(
+                        q,
+                        &o.due,
+                        &before,
+                        &runs,
+                        now,
+                        &prices,
+                        &price_list,
+                    );
+                    Ok((o.changed || !taken.is_empty(), (o, taken)))
                 })
                 .await?;
+            self.refunded(name, &taken).await;
             for v in &outcome.marked {
                 self.service.metrics.count_reclaim("marked");
                 self.notify_workload(&v.workload_ref, true, "Reclaim", "ReclaimPending", format!(
@@ -182,7 +200,7 @@ impl Context {
 }
 
 /// The adapter of the workload `wref` (`group/Kind/ns/name`).
-fn adapter_of(wref: &str) -> Option<&'static Adapter> {
+pub(super) fn adapter_of(wref: &str) -> Option<&'static Adapter> {
     let (group, kind) = kind_of_ref(wref).split_once('/')?;
     adapter_for_kind(group, kind)
 }

@@ -115,6 +115,8 @@ impl Context {
         let mut freed = false;
         let mut paid_to: Option<i64> = None;
         let mut uid: Option<String> = None;
+        let mut plans = Vec::new();
+        let mut declared = Vec::new();
         let result = self
             .service
             .update_status(name, false, |q| {
@@ -145,6 +147,9 @@ impl Context {
                 // A finished Job's reservation settles; its charge stays.
                 quota::budget::hold::settle_finished(&mut q.status, &snap.finished);
                 borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
+                // Spent `suspendBatch` budgets: since when, in this write.
+                plans = super::budgets::exhaustion_in(q, now, |q| self.candidates(q));
+                declared = self.declared_runs(q);
                 let changed = out.changed || q.status.differs_visibly(&before);
                 // Room given back here may be lent to a sibling's queue.
                 freed = before
@@ -196,6 +201,13 @@ impl Context {
                     "bizrq {name}: {key} is exhausted; new workloads that need it are denied, running ones keep running"
                 ),
             });
+        }
+        // Budgets: run times declared and over, spent budgets that suspend.
+        if !declared.is_empty() {
+            self.enforce_run_time(name, declared, now).await;
+        }
+        if !plans.is_empty() {
+            self.enforce_exhaustion(name, uid.clone(), plans).await;
         }
         if freed && written && !parent.is_empty() {
             self.touch_borrowers_under(&parent);

@@ -1,0 +1,240 @@
+//! What the controller enforces of budgets (docs/budgets.md §2, §4):
+//! which workloads ran past the run time they declared, and the refund a
+//! workload stopped by reclaim is due — once per reclaim mark, never more
+//! than the run accrued nor than the period has spent.
+//!
+//! Pure: the workloads, their accrual entries, the quota's status and
+//! "now" come in; what to stop and what to refund go out. The controller
+//! writes the refund into the same compare-and-swap of the quota's status
+//! that removes the reclaim mark, so two replicas never refund one mark
+//! twice (`take_refund` also refuses a mark already recorded).
+
+use super::refund::{refund, RefundPolicy};
+use super::report::{Entry, Reason};
+use crate::object::QuotaStatus;
+use crate::time;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// At most this many refunds are kept in `status.refunds` (the newest).
+pub const KEEP_REFUNDS: usize = 64;
+
+/// One acc unit of `status.cashAccrued` (per mille): refunds are whole
+/// multiples of it, rounded towards zero, so the status and the entries
+/// agree exactly.
+const PER_MILLE_ACC: i128 = super::PRICE_ONE / crate::cash::PER_MILLE;
+
+/// A workload with a declared run time, as the controller sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Running<'a> {
+    pub workload: &'a str,
+    /// When its run started (its reservation's `atMs`, else when it was
+    /// charged).
+    pub start_ms: i64,
+    /// The run time it declared.
+    pub run_ms: i64,
+}
+
+impl Running<'_> {
+    /// When its declared run time ends.
+    pub fn deadline_ms(&self) -> i64 {
+        self.start_ms.saturating_add(self.run_ms.max(0))
+    }
+}
+
+/// The workloads whose declared run time is over at `now_ms` (the end is
+/// exclusive: at `start + run` the run time is used up), in the order
+/// given, and the earliest deadline still ahead (when to look again).
+pub fn overdue<'a>(running: &[Running<'a>], now_ms: i64) -> (Vec<&'a str>, Option<i64>) {
+    let mut over = Vec::new();
+    let mut next: Option<i64> = None;
+    for r in running {
+        let d = r.deadline_ms();
+        if d <= now_ms {
+            over.push(r.workload);
+        } else {
+            next = Some(next.map_or(d, |n: i64| n.min(d)));
+        }
+    }
+    (over, next)
+}
+
+/// A refund as `status.refunds` keeps it, by workload reference.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refunded {
+    /// The reclaim mark it refunds (the mark's `marked` time, RFC 3339):
+    /// one refund per mark.
+    pub mark: String,
+    /// When it was refunded (RFC 3339).
+    pub at: String,
+    /// The refunded stretch of the run, RFC 3339.
+    pub from: String,
+    pub to: String,
+    /// Per cash key, the amount given back, in acc (a positive decimal
+    /// string; the ledger entries are its negatives).
+    pub amounts: BTreeMap<String, String>,
+}
+
+/// The refund due to `workload`, stopped by reclaim at `stopped_ms` after
+/// a run from `start_ms`, under `policy`: `refund`'s entries, each cut to
+/// a whole per-mille unit (towards zero) and, per cash key, capped at what
+/// the period has spent (`spent`, acc). Empty when nothing is due.
+pub fn refund_due(
+    policy: &RefundPolicy,
+    start_ms: i64,
+    stopped_ms: i64,
+    accruals: &[Entry],
+    spent: &BTreeMap<String, i128>,
+    note: &str,
+) -> Vec<Entry> {
+    let mut room: BTreeMap<String, i128> = spent.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    refund(policy, start_ms, stopped_ms, accruals, note)
+        .into_iter()
+        .filter_map(|mut e| {
+            let left = room.entry(e.key.clone()).or_insert(0);
+            let give = (-e.amount).min(*left).max(0);
+            let give = give - give % PER_MILLE_ACC;
+            if give == 0 {
+                return None;
+            }
+            *left -= give;
+            e.amount = -give;
+            Some(e)
+        })
+        .collect()
+}
+
+/// Take the refund of the reclaim mark `mark` (its `marked` time) of
+/// `workload` into `status`: unless that mark was refunded already, lower
+/// each cash key's spent (`cashAccrued`) by the entries and record it in
+/// `status.refunds` (the newest `KEEP_REFUNDS` kept). Returns the entries
+/// taken (empty: nothing was due, or this mark was refunded before).
+pub fn take_refund(
+    status: &mut QuotaStatus,
+    workload: &str,
+    mark: &str,
+    entries: Vec<Entry>,
+    now_ms: i64,
+) -> Vec<Entry> {
+    if entries.is_empty() || status.refunds.get(workload).is_some_and(|r| r.mark == mark) {
+        return Vec::new();
+    }
+    let mut amounts: BTreeMap<String, i128> = BTreeMap::new();
+    for e in &entries {
+        *amounts.entry(e.key.clone()).or_insert(0) -= e.amount;
+    }
+    for (key, amount) in &amounts {
+        status.add_accrued(key, -(amount / PER_MILLE_ACC));
+    }
+    let from = entries.iter().map(|e| e.start_ms).min().unwrap_or(now_ms);
+    let to = entries.iter().map(|e| e.end_ms).max().unwrap_or(now_ms);
+    status.refunds.insert(
+        workload.to_string(),
+        Refunded {
+            mark: mark.to_string(),
+            at: time::format_rfc3339(now_ms),
+            from: time::format_rfc3339(from),
+            to: time::format_rfc3339(to),
+            amounts: amounts
+                .into_iter()
+                .map(|(k, v)| (k, v.to_string()))
+                .collect(),
+        },
+    );
+    while status.refunds.len() > KEEP_REFUNDS {
+        let oldest = status
+            .refunds
+            .iter()
+            .min_by(|a, b| a.1.at.cmp(&b.1.at).then(a.0.cmp(b.0)))
+            .map(|(k, _)| k.clone());
+        match oldest {
+            Some(k) => status.refunds.remove(&k),
+            None => break,
+        };
+    }
+    entries
+}
+
+/// Per cash key, what the period has spent (acc), from `status`.
+pub fn spent(status: &QuotaStatus) -> BTreeMap<String, i128> {
+    status
+        .cash_accrued
+        .keys()
+        .map(|k| {
+            (
+                k.clone(),
+                super::from_cash_accrued(status.accrued(k)).max(0),
+            )
+        })
+        .collect()
+}
+
+/// The total of refund entries per key, as a positive amount (acc).
+pub fn refunded_total(entries: &[Entry]) -> BTreeMap<String, i128> {
+    let mut out = BTreeMap::new();
+    for e in entries.iter().filter(|e| e.reason == Reason::Refund) {
+        *out.entry(e.key.clone()).or_insert(0) -= e.amount;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "cash/requests.nvidia.com/gpu";
+    const H: i64 = 3_600_000;
+
+    fn accrual(start: i64, end: i64, amount: i128) -> Entry {
+        Entry {
+            quota: "q".into(),
+            key: KEY.into(),
+            workload: "batch/Job/ns/train".into(),
+            namespace: "ns".into(),
+            model: None,
+            qos: None,
+            user: None,
+            start_ms: start,
+            end_ms: end,
+            amount,
+            reason: Reason::Accrual,
+            note: String::new(),
+        }
+    }
+
+    #[test]
+    fn overdue_at_the_declared_end() {
+        let rs = [
+            Running {
+                workload: "a",
+                start_ms: 0,
+                run_ms: H,
+            },
+            Running {
+                workload: "b",
+                start_ms: 0,
+                run_ms: 2 * H,
+            },
+        ];
+        assert_eq!(overdue(&rs, H - 1), (vec![], Some(H)));
+        assert_eq!(overdue(&rs, H), (vec!["a"], Some(2 * H)));
+        assert_eq!(overdue(&rs, 3 * H), (vec!["a", "b"], None));
+    }
+
+    #[test]
+    fn capped_at_the_period_spent_and_taken_once_per_mark() {
+        let acc = [accrual(0, H, 3_600_000_000)];
+        let spent = BTreeMap::from([(KEY.to_string(), 1_000_000_500)]);
+        let r = refund_due(&RefundPolicy::WholeRun, 0, H, &acc, &spent, "n");
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].amount, -1_000_000_000, "capped, whole per-mille units");
+        let mut st = QuotaStatus::default();
+        st.add_accrued(KEY, 1_000_000);
+        assert_eq!(take_refund(&mut st, "w", "m1", r.clone(), 5).len(), 1);
+        assert_eq!(st.accrued(KEY), 0);
+        assert!(take_refund(&mut st, "w", "m1", r.clone(), 6).is_empty());
+        assert_eq!(st.accrued(KEY), 0, "refunded at most once per mark");
+        assert_eq!(st.refunds["w"].amounts[KEY], "1000000000");
+    }
+}
