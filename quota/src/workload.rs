@@ -1297,6 +1297,9 @@ mod tests {
                     ("batch.volcano.sh", _) => {
                         format!(r#"{{"tasks":[{{"name":"w","replicas":{n},"template":{tpl}}}]}}"#)
                     }
+                    ("jobset.x-k8s.io", _) => format!(
+                        r#"{{"replicatedJobs":[{{"name":"w","replicas":{n},"template":{{"spec":{{"template":{tpl}}}}}}}]}}"#
+                    ),
                     _ => format!(r#"{{"replicas":{n},"template":{tpl}}}"#),
                 };
                 (a, format!(r#"{{{meta},"spec":{spec}}}"#))
