@@ -32,6 +32,9 @@ pub struct BudgetLine {
     pub reservations: Option<String>,
     /// Newest first.
     pub closed: Vec<ClosedRow>,
+    /// This key's report (`/reports?subtree=…&key=…`): spending by model
+    /// per day.
+    pub report_href: String,
 }
 
 /// One cash key's period and carry-over on the edit form, as shown or as
@@ -100,6 +103,7 @@ pub fn panel(lines: Vec<BudgetLine>) -> impl IntoView {
                         <h4 class="key">{b.key}</h4>
                         <p class="budget-line">{b.line}</p>
                         {b.reservations.map(|r| view! { <p class="budget-reservations">{r}</p> })}
+                        <p class="hint"><a href=b.report_href>"Report"</a>" — spending by day, model, user and child, from the ledger."</p>
                         {closed}
                     </div>
                 }

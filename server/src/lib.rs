@@ -5,6 +5,7 @@
 pub mod alerts;
 pub mod authz;
 pub mod budgets;
+pub mod reports;
 pub mod cluster;
 pub mod config;
 pub mod demo;

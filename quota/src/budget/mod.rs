@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod hold;
+pub mod ledger;
 pub mod period;
 pub mod periods;
 pub mod price;

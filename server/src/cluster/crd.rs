@@ -240,6 +240,11 @@ impl JsonSchema for Status {
                 "transfers": ledger("transfers in flight that hold children's carve-outs, by transfer id: children (their hard once done), since, decision (at the common ancestor)"),
                 "budgets": ledger("the current period of each cash key with one: start, end, funded, carryIn (acc), and the last closed periods (closed, newest first)"),
                 "reservations": ledger("open reservations of budgets, by cash key then group/Kind/namespace/name: reserved and used (acc), atMs and runMs; settled when the workload's charge goes"),
+                "users": {
+                    "type": "object",
+                    "additionalProperties": { "type": "string", "maxLength": crate::service::MAX_USER_LEN },
+                    "description": "who asked for each charged workload (the admission request's userInfo.username), by group/Kind/namespace/name; budget ledger entries carry it"
+                },
                 "cashAccrued": {
                     "type": "object",
                     "additionalProperties": { "type": "string" },
@@ -308,7 +313,8 @@ mod tests {
             "reclaim": {"apps/Deployment/ns/w": {"action": "suspend", "frees": {"pods": "1"}, "marked": "2026-11-21T10:00:00Z", "due": "2026-11-21T10:05:00Z"}},
             "transfers": {"7": {"children": {"c": {"pods": "2"}}, "since": "2026-11-21T10:00:00Z", "decision": {"outcome": "committed"}}},
             "summary": {"gpu": "1/2", "cardHoursLeft": "3", "borrowing": "pods=1", "reclaimPending": 1},
-            "readable": {"cash/pods": "1 of 4 pod-hours used, 3 left"}
+            "readable": {"cash/pods": "1 of 4 pod-hours used, 3 left"},
+            "users": {"apps/Deployment/ns/w": "alice"}
         }))
         .unwrap();
         let fields = serde_json::to_value(&full).unwrap();
@@ -324,7 +330,7 @@ mod tests {
         }
         assert_eq!(
             fields.as_object().unwrap().len(),
-            14,
+            15,
             "a new status field: add it to the schema"
         );
         let summary = serde_json::to_value(full.summary.unwrap()).unwrap();
