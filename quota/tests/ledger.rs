@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use quota::budget::ledger::{charge_entries, run_entries};
 use quota::budget::price::{accrue_weighted, totals};
 use quota::budget::report::{report, Bucket, Dimension, Entry, Reason, ReportSpec};
-use quota::budget::{from_cash_accrued, BudgetPolicy, Period, PriceList, PriceVersion, Weight};
+use quota::budget::{from_cash_accrued, BudgetPolicy, PriceList, PriceVersion, Weight};
 use quota::cash::{Interval, Prices};
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::usage::QosClass;

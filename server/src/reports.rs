@@ -480,23 +480,24 @@ pub fn to_csv(m: &Made) -> String {
         v.join(",") + "\r\n"
     };
     let unit_col = format!("amount_{}", m.unit.replace(' ', "_"));
-    let mut out = line(["bucket", "bucket_start", by_name(m.spec.by), "amount_acc", &unit_col]);
+    let mut out = line([
+        "bucket",
+        "bucket_start",
+        by_name(m.spec.by),
+        "amount_acc",
+        unit_col.as_str(),
+    ]);
     for r in &m.report.rows {
         out.push_str(&line([
-            &bucket_label(&m.spec, r.bucket_start_ms),
-            &quota::time::format_rfc3339(r.bucket_start_ms),
-            &r.group,
-            &r.amount.to_string(),
-            &hours(r.amount),
+            bucket_label(&m.spec, r.bucket_start_ms).as_str(),
+            quota::time::format_rfc3339(r.bucket_start_ms).as_str(),
+            r.group.as_str(),
+            r.amount.to_string().as_str(),
+            hours(r.amount).as_str(),
         ]));
     }
-    out.push_str(&line([
-        "total",
-        "",
-        "",
-        &m.report.total.to_string(),
-        &hours(m.report.total),
-    ]));
+    let total = m.report.total.to_string();
+    out.push_str(&line(["total", "", "", total.as_str(), hours(m.report.total).as_str()]));
     out
 }
 

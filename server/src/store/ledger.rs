@@ -273,7 +273,10 @@ impl SqlStore {
             for name in names.into_iter().flatten() {
                 q = q.bind(name.as_str());
             }
-            let rows = q.bind(room as i64).fetch_all(&self.read).await?;
+            let rows = q
+                .bind(room.min(i64::MAX as usize) as i64)
+                .fetch_all(&self.read)
+                .await?;
             for r in &rows {
                 out.push(entry_of(r)?);
             }
@@ -487,7 +490,7 @@ mod tests {
         let sel = Selection {
             from_ms: 0,
             to_ms: 1000,
-            quotas: Some(&names),
+            quotas: Some(names.as_slice()),
             key: Some(KEY),
         };
         assert_eq!(store.ledger_entries(&sel, 100).await.unwrap().unwrap().len(), 16);
