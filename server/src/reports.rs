@@ -533,8 +533,8 @@ mod tests {
             NOW,
         )
         .unwrap();
-        assert_eq!(quota::time::format_rfc3339(s.from_ms), "2026-10-31T16:00:00Z");
-        assert_eq!(quota::time::format_rfc3339(s.to_ms), "2026-11-30T16:00:00Z");
+        assert_eq!(quota::time::format_rfc3339(s.from_ms), "2026-10-31T16:00:00.000Z");
+        assert_eq!(quota::time::format_rfc3339(s.to_ms), "2026-11-30T16:00:00.000Z");
     }
 
     #[test]

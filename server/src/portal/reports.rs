@@ -115,7 +115,8 @@ pub fn page_of(m: &Made) -> (String, String, Vec<ReportRow>, String, String) {
     for r in &m.report.rows {
         let layer = kept.iter().position(|g| *g == r.group).unwrap_or(LAYERS);
         let hours = quota::budget::to_quantity(r.amount).nanos() as f64 / 1e9;
-        layers[layer.min(layers.len() - 1)].1[index[&r.bucket_start_ms]] += hours;
+        let last = layers.len() - 1;
+        layers[layer.min(last)].1[index[&r.bucket_start_ms]] += hours;
     }
     let labels: Vec<String> = buckets
         .iter()
