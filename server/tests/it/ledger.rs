@@ -272,10 +272,11 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
     .expect("the ledger reaches what the status accrued");
     assert_eq!(r["rows"][0]["group"], user.as_str(), "{r}");
     assert_eq!(r["rows"].as_array().unwrap().len(), 1, "{r}");
-    // More time, another window: still equal, nothing doubled.
+    // More time, another pod, another window: still equal, nothing
+    // doubled.
     c.set_clock(T0 + 3 * HOUR);
     c.fake
-        .put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
+        .put(pod("ml", "a-2", "Job", "a", 4, "2026-11-21T12:30:00Z"));
     let q = c
         .until("team", "accrued again", |q| accrued_acc(q) > want)
         .await;
