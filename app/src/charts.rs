@@ -703,7 +703,12 @@ pub fn report_chart(
         lx += lw;
     }
     let totals: Vec<f64> = (0..buckets.len())
-        .map(|b| layers.iter().map(|(_, v)| v.get(b).copied().unwrap_or(0.0).max(0.0)).sum())
+        .map(|b| {
+            layers
+                .iter()
+                .map(|(_, v)| v.get(b).copied().unwrap_or(0.0).max(0.0))
+                .sum()
+        })
         .collect();
     let top = totals.iter().copied().fold(0.0, f64::max);
     let (step, ticks) = round_step(top);

@@ -232,10 +232,12 @@ fn no_accrual_no_entries_and_the_first_window_only_starts_the_clock() {
     let spec = spec(false);
     let mut q = quota_with(&[vec![(1_000_000, 1, None, None, 0)]], &spec);
     q.status.last_reconcile_time = None;
-    q.status.accrue_ledger_priced(&spec, T0, &multipliers(), &PriceList::default());
+    q.status
+        .accrue_ledger_priced(&spec, T0, &multipliers(), &PriceList::default());
     assert!(q.status.ledger.0.is_empty());
     // One card for one hour at face value: 3.6e21 acc, one entry.
-    q.status.accrue_ledger_priced(&spec, T0 + H, &multipliers(), &PriceList::default());
+    q.status
+        .accrue_ledger_priced(&spec, T0 + H, &multipliers(), &PriceList::default());
     assert_eq!(q.status.ledger.0.len(), 1);
     assert_eq!(q.status.ledger.0[0].amount, 3_600_000_000_000_000_000_000);
     assert_eq!(spent_per_status(&q), 3_600_000_000_000_000_000_000);

@@ -226,7 +226,10 @@ async fn bench(
         let read = t.elapsed().as_secs_f64();
         let r = report(&entries, &spec, &parents).unwrap();
         let all = t.elapsed().as_secs_f64();
-        assert_eq!(r.total, ledger_sum, "the report's total is the ledger's sum");
+        assert_eq!(
+            r.total, ledger_sum,
+            "the report's total is the ledger's sum"
+        );
         println!(
             "  report over the whole tree and span, {name}: {} entries read in {read:.2} s, {} rows, {all:.2} s in all; total = ledger sum to the acc",
             entries.len(),

@@ -5,7 +5,6 @@
 pub mod alerts;
 pub mod authz;
 pub mod budgets;
-pub mod reports;
 pub mod cluster;
 pub mod config;
 pub mod demo;
@@ -14,6 +13,7 @@ pub mod listen;
 pub mod mail;
 pub mod metrics;
 pub mod portal;
+pub mod reports;
 pub mod routes;
 pub mod service;
 pub mod store;

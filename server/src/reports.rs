@@ -172,7 +172,9 @@ pub fn parse(p: &Params, now_ms: i64) -> Result<(ReportSpec, Format), ReportErro
         ("format", &p.format),
     ] {
         if v.as_ref().is_some_and(|s| s.len() > MAX_PARAM) {
-            return Err(invalid(format!("{name} is longer than {MAX_PARAM} characters")));
+            return Err(invalid(format!(
+                "{name} is longer than {MAX_PARAM} characters"
+            )));
         }
     }
     let offset = match nonempty(&p.utc_offset_minutes) {
@@ -223,12 +225,16 @@ pub fn parse(p: &Params, now_ms: i64) -> Result<(ReportSpec, Format), ReportErro
         })?,
     };
     if by == Dimension::Child && subtree.is_none() {
-        return Err(invalid("by=child needs subtree: the quota whose children the rows are"));
+        return Err(invalid(
+            "by=child needs subtree: the quota whose children the rows are",
+        ));
     }
     let starts_on = match nonempty(&p.starts_on) {
         None => Weekday::Monday,
         Some(v) => weekday(v).ok_or_else(|| {
-            invalid(format!("startsOn '{v}' is not a day of the week (monday … sunday)"))
+            invalid(format!(
+                "startsOn '{v}' is not a day of the week (monday … sunday)"
+            ))
         })?,
     };
     let (bucket, width) = match nonempty(&p.bucket).unwrap_or("none") {
@@ -372,8 +378,7 @@ pub async fn make(
         Ok(e) => e,
         Err(too_many) => return Err(invalid(too_many.to_string())),
     };
-    let report =
-        report::report(&entries, &spec, &parents).map_err(|e| invalid(e.to_string()))?;
+    let report = report::report(&entries, &spec, &parents).map_err(|e| invalid(e.to_string()))?;
     if report.rows.len() > MAX_ROWS {
         return Err(invalid(format!(
             "the report has more than {MAX_ROWS} rows: group by something coarser, use longer buckets or a shorter range"
@@ -406,7 +411,10 @@ pub async fn make(
 fn subtree_of(root: &str, parents: &BTreeMap<String, String>) -> Vec<String> {
     let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (q, parent) in parents {
-        children.entry(parent.as_str()).or_default().push(q.as_str());
+        children
+            .entry(parent.as_str())
+            .or_default()
+            .push(q.as_str());
     }
     let mut out = vec![root.to_string()];
     let mut i = 0;
@@ -497,7 +505,13 @@ pub fn to_csv(m: &Made) -> String {
         ]));
     }
     let total = m.report.total.to_string();
-    out.push_str(&line(["total", "", "", total.as_str(), hours(m.report.total).as_str()]));
+    out.push_str(&line([
+        "total",
+        "",
+        "",
+        total.as_str(),
+        hours(m.report.total).as_str(),
+    ]));
     out
 }
 
@@ -520,7 +534,10 @@ mod tests {
     fn defaults_are_the_last_thirty_days_by_quota() {
         let (s, f) = parse(&Params::default(), NOW).unwrap();
         assert_eq!((s.from_ms, s.to_ms), (NOW - 30 * MS_PER_DAY, NOW));
-        assert_eq!((s.by, s.bucket, f), (Dimension::Quota, Bucket::None, Format::Json));
+        assert_eq!(
+            (s.by, s.bucket, f),
+            (Dimension::Quota, Bucket::None, Format::Json)
+        );
         assert_eq!(s.reasons, vec![Reason::Accrual, Reason::Refund]);
         let (s, _) = parse(&params(&[("subtree", "ml")]), NOW).unwrap();
         assert_eq!(s.by, Dimension::Child);
@@ -529,24 +546,47 @@ mod tests {
     #[test]
     fn dates_are_local_midnights_and_to_is_inclusive() {
         let (s, _) = parse(
-            &params(&[("from", "2026-11-01"), ("to", "2026-11-30"), ("utcOffsetMinutes", "480")]),
+            &params(&[
+                ("from", "2026-11-01"),
+                ("to", "2026-11-30"),
+                ("utcOffsetMinutes", "480"),
+            ]),
             NOW,
         )
         .unwrap();
-        assert_eq!(quota::time::format_rfc3339(s.from_ms), "2026-10-31T16:00:00.000Z");
-        assert_eq!(quota::time::format_rfc3339(s.to_ms), "2026-11-30T16:00:00.000Z");
+        assert_eq!(
+            quota::time::format_rfc3339(s.from_ms),
+            "2026-10-31T16:00:00.000Z"
+        );
+        assert_eq!(
+            quota::time::format_rfc3339(s.to_ms),
+            "2026-11-30T16:00:00.000Z"
+        );
     }
 
     #[test]
     fn hostile_parameters_are_refused_with_what_to_do() {
         let cases: &[(&[(&str, &str)], &str)] = &[
             (&[("from", "yesterday")], "is not a time"),
-            (&[("from", "2026-11-02"), ("to", "2026-11-01")], "must be after"),
-            (&[("from", "1900-01-01"), ("to", "2026-01-01")], "longer than 3700 days"),
+            (
+                &[("from", "2026-11-02"), ("to", "2026-11-01")],
+                "must be after",
+            ),
+            (
+                &[("from", "1900-01-01"), ("to", "2026-01-01")],
+                "longer than 3700 days",
+            ),
             (&[("by", "colour")], "is not one of quota"),
             (&[("by", "child")], "needs subtree"),
             (&[("bucket", "hour")], "is not one of none"),
-            (&[("bucket", "day"), ("from", "2020-01-01"), ("to", "2026-01-01")], "more than 1100"),
+            (
+                &[
+                    ("bucket", "day"),
+                    ("from", "2020-01-01"),
+                    ("to", "2026-01-01"),
+                ],
+                "more than 1100",
+            ),
             (&[("utcOffsetMinutes", "900")], "from -720 to 840"),
             (&[("utcOffsetMinutes", "1.5")], "from -720 to 840"),
             (&[("key", "requests.nvidia.com/gpu")], "is not a cash key"),
@@ -559,7 +599,9 @@ mod tests {
             assert!(e.contains(want), "{p:?}: {e}");
         }
         let long = "x".repeat(400);
-        let e = parse(&params(&[("subtree", &long)]), NOW).unwrap_err().to_string();
+        let e = parse(&params(&[("subtree", &long)]), NOW)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("longer than 320"), "{e}");
         assert!(serde_urlencoded::from_str::<Params>("colour=red").is_err());
     }

@@ -88,8 +88,13 @@ pub fn charge_entries(
         return Vec::new();
     }
     // Each pod set as one holding of its charged count.
-    let mut usages: Vec<(&str, Option<&str>, ResourceList, Option<crate::usage::QosClass>, i64)> =
-        Vec::new();
+    let mut usages: Vec<(
+        &str,
+        Option<&str>,
+        ResourceList,
+        Option<crate::usage::QosClass>,
+        i64,
+    )> = Vec::new();
     for (wref, c) in workloads {
         let since = time::parse_rfc3339(&c.since).unwrap_or(from_ms);
         for s in &c.pod_sets {
@@ -103,7 +108,13 @@ pub fn charge_entries(
             if usage.is_empty() {
                 continue;
             }
-            usages.push((wref, users.get(wref).map(String::as_str), usage, s.qos, since));
+            usages.push((
+                wref,
+                users.get(wref).map(String::as_str),
+                usage,
+                s.qos,
+                since,
+            ));
         }
     }
     let holdings: Vec<Holding<'_>> = usages

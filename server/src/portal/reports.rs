@@ -208,7 +208,11 @@ pub async fn page(
     let flash = viewer.take_flash().await;
     Ok((
         status,
-        Html(app::reports::render_reports_page(viewer.page(), page, flash)),
+        Html(app::reports::render_reports_page(
+            viewer.page(),
+            page,
+            flash,
+        )),
     )
         .into_response())
 }

@@ -933,15 +933,13 @@ impl Service {
         dry_run: bool,
     ) -> Result<(), ServiceError> {
         let uid = uid.to_string();
-        let user = user
-            .filter(|u| !u.is_empty())
-            .map(|u| {
-                let mut end = u.len().min(MAX_USER_LEN);
-                while !u.is_char_boundary(end) {
-                    end -= 1;
-                }
-                u[..end].to_string()
-            });
+        let user = user.filter(|u| !u.is_empty()).map(|u| {
+            let mut end = u.len().min(MAX_USER_LEN);
+            while !u.is_char_boundary(end) {
+                end -= 1;
+            }
+            u[..end].to_string()
+        });
         let admitted = self
             .admit(
                 quota_name,

@@ -385,7 +385,10 @@ mod tests {
         let (a, b) = tokio::join!(store.append_ledger(&e), store.append_ledger(&e));
         assert_eq!(a.unwrap() + b.unwrap(), 0);
         assert_eq!(
-            store.ledger_sum("a", KEY, &[Reason::Accrual], 0).await.unwrap(),
+            store
+                .ledger_sum("a", KEY, &[Reason::Accrual], 0)
+                .await
+                .unwrap(),
             BIG + 7
         );
         let sel = Selection {
@@ -436,7 +439,10 @@ mod tests {
             Appended::Written
         );
         assert_eq!(
-            store.ledger_sum("a", KEY, &[Reason::Accrual], 0).await.unwrap(),
+            store
+                .ledger_sum("a", KEY, &[Reason::Accrual], 0)
+                .await
+                .unwrap(),
             30
         );
         // Two appends of the next window at once: it is written once.
@@ -451,7 +457,10 @@ mod tests {
             .count();
         assert_eq!(written, 1);
         assert_eq!(
-            store.ledger_sum("a", KEY, &[Reason::Accrual], 0).await.unwrap(),
+            store
+                .ledger_sum("a", KEY, &[Reason::Accrual], 0)
+                .await
+                .unwrap(),
             40
         );
         assert_eq!(
@@ -464,7 +473,13 @@ mod tests {
     async fn reads_are_bounded_and_filtered(store: &SqlStore) {
         let mut all = Vec::new();
         for i in 0..30 {
-            all.push(accrual(if i % 2 == 0 { "a" } else { "b" }, "w", i * 10, i * 10 + 10, 1));
+            all.push(accrual(
+                if i % 2 == 0 { "a" } else { "b" },
+                "w",
+                i * 10,
+                i * 10 + 10,
+                1,
+            ));
         }
         let mut carry = accrual("a", "", 50, 50, -3);
         carry.reason = Reason::Carry;
@@ -476,7 +491,10 @@ mod tests {
             to_ms: 1000,
             ..Default::default()
         };
-        assert_eq!(store.ledger_entries(&sel, 31).await.unwrap().unwrap().len(), 31);
+        assert_eq!(
+            store.ledger_entries(&sel, 31).await.unwrap().unwrap().len(),
+            31
+        );
         assert!(store.ledger_entries(&sel, 30).await.unwrap().is_err());
         // [45, 55): the entries [40,50) and [50,60) reach into it, and the
         // instant at 50; [30,40) ends before it.
@@ -485,7 +503,15 @@ mod tests {
             to_ms: 55,
             ..Default::default()
         };
-        assert_eq!(store.ledger_entries(&sel, 100).await.unwrap().unwrap().len(), 3);
+        assert_eq!(
+            store
+                .ledger_entries(&sel, 100)
+                .await
+                .unwrap()
+                .unwrap()
+                .len(),
+            3
+        );
         let names = vec!["a".to_string()];
         let sel = Selection {
             from_ms: 0,
@@ -493,11 +519,24 @@ mod tests {
             quotas: Some(names.as_slice()),
             key: Some(KEY),
         };
-        assert_eq!(store.ledger_entries(&sel, 100).await.unwrap().unwrap().len(), 16);
+        assert_eq!(
+            store
+                .ledger_entries(&sel, 100)
+                .await
+                .unwrap()
+                .unwrap()
+                .len(),
+            16
+        );
         let sel = Selection {
             key: Some("cash/requests.cpu"),
             ..sel
         };
-        assert!(store.ledger_entries(&sel, 100).await.unwrap().unwrap().is_empty());
+        assert!(store
+            .ledger_entries(&sel, 100)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_empty());
     }
 }

@@ -75,12 +75,24 @@ async fn standalone_story(url: &str) {
     let (clock, c) = test_clock(T0);
     let running = bizrq::start_with(&args, None, Some(c)).await.unwrap();
     let s = Server::in_process(&running);
-    s.create_quota("org", "", json!({"requests.nvidia.com/gpu": "16", CASH: "1000"}))
-        .await;
-    s.create_quota("a", "org", json!({"requests.nvidia.com/gpu": "8", CASH: "400"}))
-        .await;
-    s.create_quota("b", "org", json!({"requests.nvidia.com/gpu": "8", CASH: "400"}))
-        .await;
+    s.create_quota(
+        "org",
+        "",
+        json!({"requests.nvidia.com/gpu": "16", CASH: "1000"}),
+    )
+    .await;
+    s.create_quota(
+        "a",
+        "org",
+        json!({"requests.nvidia.com/gpu": "8", CASH: "400"}),
+    )
+    .await;
+    s.create_quota(
+        "b",
+        "org",
+        json!({"requests.nvidia.com/gpu": "8", CASH: "400"}),
+    )
+    .await;
     // a: 2 A100 by alice from T0; b: 1 card by bob from T0 + 30 min.
     admit(&s, "x", "alice", &job("x", "a", 2, Some("A100"))).await;
     clock.store(T0 + HOUR / 2, Ordering::SeqCst);
@@ -133,24 +145,40 @@ async fn standalone_story(url: &str) {
     assert_eq!(r["rows"][0]["group"], "(no model)", "{r}");
     assert_eq!(r["rows"][1]["group"], "A100", "{r}");
     // A range cutting a's first window shares it by time, exactly.
-    let r = report(&s, "from=2026-11-21T10:00:00Z&to=2026-11-21T11:00:00Z&subtree=a").await;
+    let r = report(
+        &s,
+        "from=2026-11-21T10:00:00Z&to=2026-11-21T11:00:00Z&subtree=a",
+    )
+    .await;
     assert_eq!(acc(&r["total"]), 2 * CARD_HOUR, "{r}");
     assert_eq!(r["straddling"], 1, "{r}");
 
     // The CSV: the same rows and the exact total.
     let admin = Browser::admin(&s).await;
-    let csv = admin.get(&format!("/reports.csv?{RANGE}&subtree=org&bucket=day")).await;
+    let csv = admin
+        .get(&format!("/reports.csv?{RANGE}&subtree=org&bucket=day"))
+        .await;
     assert_eq!(csv.status, StatusCode::OK);
-    assert!(csv.body.starts_with("bucket,bucket_start,child,amount_acc,amount_card-hours\r\n"), "{}", csv.body);
+    assert!(
+        csv.body
+            .starts_with("bucket,bucket_start,child,amount_acc,amount_card-hours\r\n"),
+        "{}",
+        csv.body
+    );
     assert!(
         csv.body.ends_with(&format!("total,,,{},8.5\r\n", a + b)),
         "{}",
         csv.body
     );
     let (st, api_csv) = s
-        .get_text(&format!("/api/v1/reports?{RANGE}&subtree=org&bucket=day&format=csv"))
+        .get_text(&format!(
+            "/api/v1/reports?{RANGE}&subtree=org&bucket=day&format=csv"
+        ))
         .await;
-    assert!(st == StatusCode::OK || st == StatusCode::UNAUTHORIZED, "{st}");
+    assert!(
+        st == StatusCode::OK || st == StatusCode::UNAUTHORIZED,
+        "{st}"
+    );
     if st == StatusCode::OK {
         assert_eq!(api_csv, csv.body);
     }
@@ -168,27 +196,37 @@ async fn standalone_story(url: &str) {
         assert!(page.body.contains(want), "{want}: {}", page.body);
     }
     let quota_page = admin.get("/quotas/a").await;
-    assert!(quota_page.body.contains("/reports?subtree=a"), "{}", quota_page.body);
+    assert!(
+        quota_page.body.contains("/reports?subtree=a"),
+        "{}",
+        quota_page.body
+    );
 
     // Hostile parameters: 422 with what to fix; nothing anonymous.
     for (q, want) in [
         ("from=yesterday", "is not a time"),
         ("by=child", "needs subtree"),
-        ("bucket=day&from=2000-01-01&to=2026-01-01", "longer than 3700 days"),
+        (
+            "bucket=day&from=2000-01-01&to=2026-01-01",
+            "longer than 3700 days",
+        ),
         ("bucket=day&from=2016-01-01&to=2026-01-01", "more than 1100"),
         ("colour=red", "unknown field"),
         ("key=requests.cpu", "is not a cash key"),
     ] {
-        let (st, v) = s.api(Method::GET, &format!("/api/v1/reports?{q}"), None).await;
+        let (st, v) = s
+            .api(Method::GET, &format!("/api/v1/reports?{q}"), None)
+            .await;
         assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{q}: {v}");
-        assert!(v["error"]["message"].as_str().unwrap().contains(want), "{q}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(want),
+            "{q}: {v}"
+        );
     }
     let page = admin.get("/reports?by=colour").await;
     assert_eq!(page.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(page.body.contains("is not one of quota"), "{}", page.body);
-    let (st, _) = s
-        .api_with(Method::GET, "/api/v1/reports", None, None)
-        .await;
+    let (st, _) = s.api_with(Method::GET, "/api/v1/reports", None, None).await;
     assert_eq!(st, StatusCode::UNAUTHORIZED);
 
     // A member of b sees b only: org is not found, and by default their
@@ -197,7 +235,11 @@ async fn standalone_story(url: &str) {
     bind(&admin, "bob", "b", "member").await;
     let bob = Browser::logged_in(&s, "bob", "a long password 1").await;
     let (st, v) = bob
-        .api(Method::GET, &format!("/api/v1/reports?{RANGE}&subtree=org"), None)
+        .api(
+            Method::GET,
+            &format!("/api/v1/reports?{RANGE}&subtree=org"),
+            None,
+        )
         .await;
     assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
     let (st, v) = bob
@@ -257,7 +299,10 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
             !q["status"]["users"]["batch/Job/ml/a"].is_null()
         })
         .await;
-    let user = q["status"]["users"]["batch/Job/ml/a"].as_str().unwrap().to_string();
+    let user = q["status"]["users"]["batch/Job/ml/a"]
+        .as_str()
+        .unwrap()
+        .to_string();
     c.set_clock(T0 + 2 * HOUR);
     c.fake
         .put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));

@@ -42,10 +42,7 @@ pub trait History: Send + Sync + 'static {
     /// user, start, end and note) is left alone, so a retry writes it once.
     /// Returns how many were new. Any part of the server may call it
     /// (`Context::append_ledger` logs and counts failures).
-    async fn append_ledger(
-        &self,
-        _entries: &[quota::budget::Entry],
-    ) -> Result<u64, StoreError> {
+    async fn append_ledger(&self, _entries: &[quota::budget::Entry]) -> Result<u64, StoreError> {
         Ok(0)
     }
     /// The entries of one status window of `quota`, `[from_ms, to_ms)`,
@@ -104,10 +101,7 @@ impl History for crate::store::sql::SqlStore {
         tracing::debug!(?stats, "usage samples compacted");
         Ok(())
     }
-    async fn append_ledger(
-        &self,
-        entries: &[quota::budget::Entry],
-    ) -> Result<u64, StoreError> {
+    async fn append_ledger(&self, entries: &[quota::budget::Entry]) -> Result<u64, StoreError> {
         crate::store::sql::SqlStore::append_ledger(self, entries).await
     }
     async fn append_ledger_window(
@@ -198,7 +192,13 @@ impl Context {
     /// A failed append is retried a few times in the background; if all
     /// fail, the window is missing from the ledger (logged; the window
     /// records show the gap).
-    pub(super) fn append_window(&self, quota: &str, from_ms: i64, to_ms: i64, entries: Vec<quota::budget::Entry>) {
+    pub(super) fn append_window(
+        &self,
+        quota: &str,
+        from_ms: i64,
+        to_ms: i64,
+        entries: Vec<quota::budget::Entry>,
+    ) {
         let Some(h) = self.history.clone() else {
             return;
         };
@@ -206,7 +206,10 @@ impl Context {
         tokio::spawn(async move {
             let mut wait = Duration::from_millis(200);
             for attempt in 1..=6 {
-                match h.append_ledger_window(&quota, from_ms, to_ms, &entries).await {
+                match h
+                    .append_ledger_window(&quota, from_ms, to_ms, &entries)
+                    .await
+                {
                     Ok(crate::store::ledger::Appended::Overlaps { start_ms, end_ms }) => {
                         tracing::error!(quota = %quota, from_ms, to_ms, start_ms, end_ms, "ledger window overlaps one already written; not written");
                         return;
