@@ -465,7 +465,10 @@ async fn seed_000_cash_story_with_a_monthly_period() {
             .contains("cash/limits.cpu is exhausted"),
         "{r}"
     );
-    assert!(c.fake.get("", "pods", "ai", "p1").is_some(), "running work stays");
+    assert!(
+        c.fake.get("", "pods", "ai", "p1").is_some(),
+        "running work stays"
+    );
 
     // p1 runs on into December; it stops at 01:00 on the 1st.
     const DEC_1: i64 = 1_796_083_200_000; // 2026-12-01T00:00:00Z
@@ -481,7 +484,11 @@ async fn seed_000_cash_story_with_a_monthly_period() {
     assert_eq!(b["start"], "2026-12-01T00:00:00.000Z", "{q}");
     // November: p2 25 h × 2 + p1 (21 Nov 10:00 → 1 Dec 00:00 = 230 h) × 2.
     assert_eq!(b["closed"][0]["spent"], acc(510), "{q}");
-    assert_eq!(b["closed"][0]["carried"], acc(0), "forgiven, not carried: {q}");
+    assert_eq!(
+        b["closed"][0]["carried"],
+        acc(0),
+        "forgiven, not carried: {q}"
+    );
     assert_eq!(b["closed"][0]["forgiven"], acc(410), "{q}");
     // December so far: p1's last hour, cut at midnight.
     assert_eq!(used(&q, "cash/limits.cpu"), "2", "{q}");
