@@ -34,6 +34,8 @@ CREATE TABLE budget_ledger_windows (
     end_ms    BIGINT NOT NULL,
     PRIMARY KEY (quota, start_ms)
 );
+-- Records older than a day are dropped hourly (they only guard retries).
+CREATE INDEX budget_ledger_windows_end ON budget_ledger_windows (end_ms);
 
 -- The workload each pod run belongs to, so the controller's ledger entries
 -- say whose run they charge ('' for runs stored before this).

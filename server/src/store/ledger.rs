@@ -17,6 +17,9 @@ use quota::budget::report::{Entry, Reason};
 use quota::usage::QosClass;
 use sqlx::{Any, Row, Transaction};
 
+/// How long a ledger window's record is kept (`forget_ledger_windows`).
+pub const KEEP_WINDOWS_MS: i64 = 24 * 3_600_000;
+
 /// Entries per INSERT statement (13 parameters each).
 const BATCH: usize = 200;
 /// Quota names per `IN (…)` list when reading a subtree.

@@ -57,6 +57,13 @@ pub trait History: Send + Sync + 'static {
     ) -> Result<crate::store::ledger::Appended, StoreError> {
         Ok(crate::store::ledger::Appended::AlreadyWritten)
     }
+    /// Drops the records of ledger windows that ended a day before
+    /// `now_ms` (they guard against a window appended twice, which happens
+    /// within seconds); the entries stay. Hourly, with the samples'
+    /// compaction.
+    async fn compact_ledger(&self, _now_ms: i64) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// A quota was deleted: its role bindings and alert rules go with it.
     async fn forget_quota(&self, _name: &str, _now_ms: i64) -> Result<(), StoreError> {
         Ok(())
@@ -112,6 +119,13 @@ impl History for crate::store::sql::SqlStore {
         entries: &[quota::budget::Entry],
     ) -> Result<crate::store::ledger::Appended, StoreError> {
         crate::store::sql::SqlStore::append_window(self, quota, from_ms, to_ms, entries).await
+    }
+    async fn compact_ledger(&self, now_ms: i64) -> Result<(), StoreError> {
+        let n = self
+            .forget_ledger_windows(now_ms - crate::store::ledger::KEEP_WINDOWS_MS)
+            .await?;
+        tracing::debug!(windows = n, "old ledger window records dropped");
+        Ok(())
     }
     async fn forget_quota(&self, name: &str, now_ms: i64) -> Result<(), StoreError> {
         crate::store::sql::SqlStore::forget_quota(self, name, now_ms).await?;
@@ -271,6 +285,9 @@ pub async fn sample_forever(service: Arc<Service>, h: Arc<dyn History>, every: D
             last_compaction = Some(now);
             if let Err(e) = h.compact_samples(now).await {
                 tracing::warn!(error = %e, "compacting usage samples failed");
+            }
+            if let Err(e) = h.compact_ledger(now).await {
+                tracing::warn!(error = %e, "dropping old ledger window records failed");
             }
         }
     }
