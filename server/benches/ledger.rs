@@ -190,7 +190,12 @@ async fn bench(
         per_minute_month / (written as f64 / secs) / 3600.0
     );
     if url.starts_with("sqlite") {
-        let size = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0);
+        // The file and its write-ahead log.
+        let size: u64 = ["", "-wal"]
+            .iter()
+            .filter_map(|x| std::fs::metadata(format!("{}{x}", db.display())).ok())
+            .map(|m| m.len())
+            .sum();
         println!(
             "  database: {:.1} MB, {:.0} bytes per entry",
             size as f64 / 1e6,
