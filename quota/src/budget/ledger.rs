@@ -64,6 +64,16 @@ fn cash_keys(spec: &QuotaSpec) -> Vec<(String, String, Period)> {
         .collect()
 }
 
+/// A pod set as held: workload, user, usage at its charged count, QoS
+/// class, charged since.
+type Held<'a> = (
+    &'a str,
+    Option<&'a str>,
+    ResourceList,
+    Option<crate::usage::QosClass>,
+    i64,
+);
+
 fn namespace_of(wref: &str) -> &str {
     WorkloadRef::parse(wref).map_or("", |r| r.namespace)
 }
@@ -88,13 +98,7 @@ pub fn charge_entries(
         return Vec::new();
     }
     // Each pod set as one holding of its charged count.
-    let mut usages: Vec<(
-        &str,
-        Option<&str>,
-        ResourceList,
-        Option<crate::usage::QosClass>,
-        i64,
-    )> = Vec::new();
+    let mut usages: Vec<Held<'_>> = Vec::new();
     for (wref, c) in workloads {
         let since = time::parse_rfc3339(&c.since).unwrap_or(from_ms);
         for s in &c.pod_sets {

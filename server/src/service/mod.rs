@@ -994,6 +994,7 @@ impl Service {
         result
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn admit_rounds(
         &self,
         quota_name: &str,
