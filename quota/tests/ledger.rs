@@ -120,7 +120,7 @@ fn quota_with(workloads: &[Vec<Set>], spec: &QuotaSpec) -> Quota {
                 admitted: None,
             },
         );
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             q.status.users.insert(wref, format!("user{i}"));
         }
     }
@@ -163,7 +163,7 @@ proptest! {
             prop_assert!(e.amount > 0 && e.start_ms < e.end_ms && e.end_ms <= at);
             prop_assert_eq!(e.namespace.as_str(), "ml");
             let i: usize = e.workload.trim_start_matches("batch/Job/ml/w").parse().unwrap();
-            prop_assert_eq!(e.user.clone(), (i % 2 == 0).then(|| format!("user{i}")));
+            prop_assert_eq!(e.user.clone(), i.is_multiple_of(2).then(|| format!("user{i}")));
             if period {
                 let p = &spec.budgets[CASH].period;
                 prop_assert_eq!(p.at(e.start_ms).start_ms, p.at(e.end_ms - 1).start_ms);
