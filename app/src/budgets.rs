@@ -34,6 +34,9 @@ pub struct BudgetLine {
     pub closed: Vec<ClosedRow>,
     /// Where to ask for more budget (the transfer form, as a top-up).
     pub ask: Option<String>,
+    /// This key's report (`/reports?subtree=…&key=…`): spending by model
+    /// per day.
+    pub report_href: String,
 }
 
 /// One cash key's period and carry-over on the edit form, as shown or as
@@ -103,6 +106,7 @@ pub fn panel(lines: Vec<BudgetLine>) -> impl IntoView {
                         <p class="budget-line">{b.line}</p>
                         {b.reservations.map(|r| view! { <p class="budget-reservations">{r}</p> })}
                         {b.ask.map(|href| view! { <p class="budget-ask"><a href=href>"Ask for more budget"</a></p> })}
+                        <p class="hint"><a href=b.report_href>"Report"</a>" — spending by day, model, user and child, from the ledger."</p>
                         {closed}
                     </div>
                 }

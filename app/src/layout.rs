@@ -39,6 +39,7 @@ pub enum Section {
     Audit,
     Users,
     Tokens,
+    Reports,
     /// A page outside the navigation (login, errors).
     None,
 }
@@ -55,11 +56,12 @@ pub fn use_islands(src: String) {
 }
 
 /// The navigation: (section, label, href, admins only).
-pub const NAV: [(Section, &str, &str, bool); 7] = [
+pub const NAV: [(Section, &str, &str, bool); 8] = [
     (Section::Overview, "Overview", "/", false),
     (Section::Tree, "Tree", "/tree", false),
     (Section::Transfers, "Transfers", "/transfers", false),
     (Section::Alerts, "Alerts", "/alerts", false),
+    (Section::Reports, "Reports", "/reports", false),
     (Section::Audit, "Audit", "/audit", false),
     (Section::Users, "Users", "/users", true),
     (Section::Tokens, "Tokens", "/tokens", false),

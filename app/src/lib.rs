@@ -12,6 +12,7 @@ pub mod layout;
 pub mod prices;
 pub mod queue;
 pub mod quotas;
+pub mod reports;
 pub mod transfers;
 pub mod tree;
 

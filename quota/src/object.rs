@@ -199,6 +199,16 @@ pub struct QuotaStatus {
     /// charges it, or when its workload is deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<QueueEntry>,
+    /// Who asked for each charged workload (the AdmissionReview's
+    /// `userInfo.username` at admission), by workload reference: the
+    /// ledger's entries carry it (docs/budgets.md §6). Dropped with the
+    /// charge.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub users: BTreeMap<String, String>,
+    /// Ledger entries accrued on this copy and not yet written (never
+    /// serialized, never compared: `budget::ledger::Pending`).
+    #[serde(skip)]
+    pub ledger: crate::budget::ledger::Pending,
     /// For people: each cash key's balance in its unit, rounded
     /// (`0.42 of 1000 card-hours used, 999.58 left`). The exact amounts
     /// stay in `used` and `cashAccrued`.
@@ -321,6 +331,10 @@ impl QuotaStatus {
             self.hard = spec.hard.clone();
         }
         hold::settle_released(self, spec);
+        if !self.users.is_empty() {
+            let workloads = &self.workloads;
+            self.users.retain(|w, _| workloads.contains_key(w));
+        }
         self.borrowed = spec.borrowed(&used);
         self.self_used = self_used;
         self.used = used;
@@ -368,6 +382,17 @@ impl QuotaStatus {
         match last {
             Some(last) if now_ms <= last => return,
             Some(last) => {
+                let entries = crate::budget::ledger::charge_entries(
+                    "",
+                    spec,
+                    &self.workloads,
+                    &self.users,
+                    last,
+                    now_ms,
+                    prices,
+                    list,
+                );
+                self.ledger.0.extend(entries);
                 let workloads = std::mem::take(&mut self.workloads);
                 periods::accrue_in_periods(spec, self, last, now_ms, |a, b| {
                     let mut out = BTreeMap::new();

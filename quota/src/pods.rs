@@ -217,6 +217,10 @@ pub struct PodRun {
     pub qos: Option<QosClass>,
     pub start_ms: i64,
     pub end_ms: Option<i64>,
+    /// The workload reference (`group/Kind/namespace/name`) the pod
+    /// belongs to, for the ledger's entries; empty when not known (a run
+    /// stored before it was recorded).
+    pub workload: Arc<str>,
 }
 
 impl PodRun {
@@ -479,6 +483,7 @@ mod tests {
             qos: None,
             start_ms: 0,
             end_ms: None,
+            workload: "".into(),
         };
         let mut ledger = PodLedger::default();
         ledger.observe("p", run.clone());

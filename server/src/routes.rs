@@ -26,6 +26,7 @@ pub fn http_router(app: AppState) -> Router {
         .route("/api/v1/live", get(http::live::live))
         .route("/api/v1/live/overview", get(portal::live::overview))
         .route("/api/v1/prices", get(http::prices::get))
+        .route("/api/v1/reports", get(http::reports::get))
         .route("/api/v1/check", post(check::check))
         .merge(http::transfers::router())
         .merge(http::alerts::router())

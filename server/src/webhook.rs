@@ -361,12 +361,13 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
                 match step {
                     quota::admission::Step::Charge { quota, workload } => {
                         let sets = workload.pod_sets.clone();
-                        svc.charge_with_run_time(
+                        svc.charge_by(
                             quota,
                             &wref,
                             sets,
                             RunDecl::of(workload),
                             &req.uid,
+                            Some(&req.user_info.username),
                             dry,
                         )
                         .await?

@@ -12,6 +12,7 @@
 pub mod config;
 pub mod enforce;
 pub mod hold;
+pub mod ledger;
 pub mod period;
 pub mod periods;
 pub mod price;

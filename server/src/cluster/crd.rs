@@ -256,6 +256,11 @@ impl JsonSchema for Status {
                     "additionalProperties": { "type": "string", "format": "date-time" },
                     "description": "since when each spent cash key has been spent (for onExhausted suspendBatch's grace period)"
                 },
+                "users": {
+                    "type": "object",
+                    "additionalProperties": { "type": "string", "maxLength": crate::service::MAX_USER_LEN },
+                    "description": "who asked for each charged workload (the admission request's userInfo.username), by group/Kind/namespace/name; budget ledger entries carry it"
+                },
                 "cashAccrued": {
                     "type": "object",
                     "additionalProperties": { "type": "string" },
@@ -344,7 +349,8 @@ mod tests {
             "summary": {"gpu": "1/2", "cardHoursLeft": "3", "borrowing": "pods=1", "reclaimPending": 1},
             "readable": {"cash/pods": "1 of 4 pod-hours used, 3 left"},
             "refunds": {"batch/Job/ns/j": {"mark": "2026-11-21T10:00:00Z", "at": "2026-11-21T10:05:00Z", "from": "2026-11-21T09:00:00Z", "to": "2026-11-21T10:05:00Z", "amounts": {"cash/pods": "1"}}},
-            "exhausted": {"cash/pods": "2026-11-21T10:00:00Z"}
+            "exhausted": {"cash/pods": "2026-11-21T10:00:00Z"},
+            "users": {"apps/Deployment/ns/w": "alice"}
         }))
         .unwrap();
         let fields = serde_json::to_value(&full).unwrap();
@@ -360,7 +366,7 @@ mod tests {
         }
         assert_eq!(
             fields.as_object().unwrap().len(),
-            16,
+            17,
             "a new status field: add it to the schema"
         );
         let summary = serde_json::to_value(full.summary.unwrap()).unwrap();

@@ -493,6 +493,7 @@ impl View {
                         qos: Some(p.facts.qos()),
                         start_ms: start,
                         end_ms: end,
+                        workload: p.workload.clone(),
                     };
                     if let Some(prev) = previous.as_ref().filter(|r| r.quota != run.quota) {
                         // Moved to another quota: the old one pays up to
@@ -1028,6 +1029,7 @@ mod tests {
             qos: None,
             start_ms: T,
             end_ms: None,
+            workload: "".into(),
         };
         v.restore_runs(vec![("gone".into(), run.clone()), ("alive".into(), run)]);
         let listed: HashSet<String> = ["alive".to_string()].into();

@@ -15,6 +15,7 @@ pub mod pkg;
 pub mod prices;
 pub mod queue;
 pub mod quotas;
+pub mod reports;
 pub mod samples;
 pub mod transfers;
 
@@ -90,6 +91,9 @@ pub enum ApiError {
     Service(#[from] ServiceError),
     #[error("{0}")]
     BadRequest(String),
+    /// Well-formed but not acceptable (422): the message says what to fix.
+    #[error("{0}")]
+    Invalid(String),
     #[error("missing or invalid bearer token")]
     Unauthorized,
     /// Authenticated, but not allowed (see `portal::authz`).
@@ -107,6 +111,7 @@ impl ApiError {
     fn status_and_reason(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
+            ApiError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "Invalid"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),

@@ -244,29 +244,8 @@ pub async fn csv(
         .into_response())
 }
 
-/// One CSV field (RFC 4180): quoted when it holds a comma, quote or line
-/// break, quotes doubled. A field a spreadsheet would run as a formula
-/// (starting with `=`, `+`, `-`, `@`, tab or CR) is prefixed with `'`.
-pub fn csv_field(s: &str) -> String {
-    // A plain negative number (`-5`, `-0.25`) stays a number a spreadsheet sums.
-    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
-    let number = s
-        .strip_prefix('-')
-        .is_some_and(|n| match n.split_once('.') {
-            Some((w, f)) => digits(w) && digits(f),
-            None => digits(n),
-        });
-    let s = if !number && s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        format!("'{s}")
-    } else {
-        s.to_string()
-    };
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s
-    }
-}
+/// One CSV field (RFC 4180), formulas defused (`util::csv_field`).
+pub use crate::util::csv_field;
 
 /// The entries as CSV with a header line, CRLF line ends.
 pub fn to_csv(rows: &[AuditRecord]) -> String {

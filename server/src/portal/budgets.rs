@@ -48,6 +48,16 @@ pub async fn lines(
     Ok(views
         .into_iter()
         .map(|v| BudgetLine {
+            report_href: format!(
+                "/reports?{}",
+                serde_urlencoded::to_string([
+                    ("subtree", name),
+                    ("key", v.key.as_str()),
+                    ("by", "model"),
+                    ("bucket", "day"),
+                ])
+                .unwrap_or_default()
+            ),
             line: v.line(),
             reservations: v.reservations_line(),
             closed: v

@@ -26,6 +26,7 @@ pub mod live;
 pub mod pages;
 pub mod prices;
 pub mod quotas;
+pub mod reports;
 pub mod state;
 pub mod transfers;
 
@@ -114,6 +115,8 @@ pub fn router() -> Router<AppState> {
         )
         .route("/audit", get(audit::page))
         .route("/prices", get(prices::page))
+        .route("/reports", get(reports::page))
+        .route("/reports.csv", get(reports::csv))
         .route("/audit.csv", get(audit::csv))
         .merge(transfers::pages())
 }

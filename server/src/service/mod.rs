@@ -903,7 +903,6 @@ impl Service {
     /// `charge_workload` with the run time the workload declares
     /// (`Workload::run_time`): its quota's budgets reserve on it in the
     /// same write as the charge (docs/budgets.md §2, `budget::hold`).
-    #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name, workload = wref, dry_run = dry_run))]
     pub async fn charge_with_run_time(
         &self,
         quota_name: &str,
@@ -913,13 +912,41 @@ impl Service {
         uid: &str,
         dry_run: bool,
     ) -> Result<(), ServiceError> {
+        self.charge_by(quota_name, wref, pod_sets, run, uid, None, dry_run)
+            .await
+    }
+
+    /// `charge_with_run_time` that also records who asked (`user`, the
+    /// AdmissionReview's `userInfo.username`) in `status.users`, in the
+    /// same write: the ledger's entries of the workload carry it
+    /// (docs/budgets.md §6). At most `MAX_USER_LEN` bytes are kept.
+    #[allow(clippy::too_many_arguments)]
+    #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name, workload = wref, dry_run = dry_run))]
+    pub async fn charge_by(
+        &self,
+        quota_name: &str,
+        wref: &str,
+        pod_sets: Vec<PodSet>,
+        run: RunDecl,
+        uid: &str,
+        user: Option<&str>,
+        dry_run: bool,
+    ) -> Result<(), ServiceError> {
         let uid = uid.to_string();
+        let user = user.filter(|u| !u.is_empty()).map(|u| {
+            let mut end = u.len().min(MAX_USER_LEN);
+            while !u.is_char_boundary(end) {
+                end -= 1;
+            }
+            u[..end].to_string()
+        });
         let admitted = self
             .admit(
                 quota_name,
                 wref,
                 dry_run,
                 run,
+                user,
                 Arc::new(move |old, now| {
                     Some(Charge {
                         pod_sets: pod_sets.clone(),
@@ -954,12 +981,13 @@ impl Service {
         wref: &str,
         dry_run: bool,
         run: RunDecl,
+        user: Option<String>,
         build: Build,
     ) -> Result<Admitted, ServiceError> {
         let started = std::time::Instant::now();
         let mut path = if dry_run { "dry_run" } else { "group" };
         let result = self
-            .admit_rounds(quota_name, wref, dry_run, run, build, &mut path)
+            .admit_rounds(quota_name, wref, dry_run, run, user, build, &mut path)
             .await;
         // A bounded set of paths (never a quota's name): how the answer
         // was reached, so a slow path shows apart from the others.
@@ -974,12 +1002,14 @@ impl Service {
         result
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn admit_rounds(
         &self,
         quota_name: &str,
         wref: &str,
         dry_run: bool,
         run: RunDecl,
+        user: Option<String>,
         build: Build,
         path: &mut &'static str,
     ) -> Result<Admitted, ServiceError> {
@@ -992,13 +1022,14 @@ impl Service {
         let mut last_denial = None;
         for _round in 0..BORROW_ROUNDS {
             let decide = {
-                let (build, wref, now, loan, run, prices) = (
+                let (build, wref, now, loan, run, prices, user) = (
                     build.clone(),
                     wref.to_string(),
                     now.clone(),
                     loan.clone(),
                     run.clone(),
                     prices.clone(),
+                    user.clone(),
                 );
                 move |q: &mut Quota| -> Result<(bool, Round), ServiceError> {
                     let old = q.status.workloads.get(&wref);
@@ -1036,7 +1067,15 @@ impl Service {
                         Ok(changed) => {
                             let held_changed = hold::apply(&mut q.status, &wref, reserved);
                             let left = queued && quota::queue::ledger::dequeue(q, &wref);
-                            let changed = changed || held_changed || left;
+                            // Who asked, for the ledger (docs/budgets.md §6).
+                            let by = match &user {
+                                Some(u) if q.status.users.get(&wref) != Some(u) => {
+                                    q.status.users.insert(wref.clone(), u.clone());
+                                    true
+                                }
+                                _ => false,
+                            };
+                            let changed = changed || held_changed || left || by;
                             Ok((changed, Round::Done(Admitted { held, lowered })))
                         }
                         // A refusal changes nothing; as one it is proven
@@ -1298,6 +1337,7 @@ impl Service {
                 wref,
                 dry_run,
                 RunDecl::AsReserved,
+                None,
                 Arc::new(move |old, now| {
                     let mut c = old?.clone();
                     if !change(&mut c) {
@@ -1674,6 +1714,9 @@ impl NameLocks {
     }
 }
 
+/// The most of a requesting user's name `status.users` keeps, in bytes.
+pub const MAX_USER_LEN: usize = 256;
+
 /// The last version of each quota this process wrote or read.
 #[derive(Default)]
 struct Cache(std::sync::Mutex<HashMap<String, Arc<Stored>>>);
@@ -1696,7 +1739,14 @@ fn working_copy(
 
 /// A quota just written: the copy to decide on next, and a change for the
 /// alert engine (`before_write`: when the write started).
-fn remember_written(cache: &Cache, changed: &changed::Changed, before_write: i64, stored: Stored) {
+fn remember_written(
+    cache: &Cache,
+    changed: &changed::Changed,
+    before_write: i64,
+    mut stored: Stored,
+) {
+    // Its ledger entries are written: the cached copy need not hold them.
+    stored.quota.status.ledger = Default::default();
     let stored = Arc::new(stored);
     let name = stored.quota.name().to_string();
     cache.remember(stored.clone());

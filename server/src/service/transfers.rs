@@ -1062,10 +1062,11 @@ impl Executor {
         Ok(true)
     }
 
-    /// MERGE(b-ledger): the one place a top-up's ledger entries
-    /// (`report::Entry`, reason `topUp`) go. Until the SQL ledger exists
-    /// they are kept in the audit log: the entry's `after` holds the
-    /// transfer and its entries, exact in acc.
+    /// The one place a top-up's ledger entries (`report::Entry`, reason
+    /// `topUp`) go: the budget ledger (`SqlStore::append_ledger`,
+    /// idempotent, so a recovery that executes again adds nothing), and the
+    /// audit log, whose entry's `after` holds the transfer and its entries,
+    /// exact in acc.
     async fn record_entries(&self, act: &str, t: &Transfer, entries: &[Entry], detail: &str) {
         let mut after = audit::transfer_json(t);
         after["entries"] = serde_json::to_value(entries).unwrap_or_default();
@@ -1080,6 +1081,9 @@ impl Executor {
         );
         if let Err(err) = self.store.append_audit(&e).await {
             tracing::error!(error = %err, transfer = t.id, action = act, "could not write an audit entry");
+        }
+        if let Err(err) = self.store.append_ledger(entries).await {
+            tracing::error!(error = %err, transfer = t.id, action = act, "could not append a top-up's ledger entries");
         }
     }
 

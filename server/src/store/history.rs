@@ -120,7 +120,7 @@ fn bucket_start(at_ms: i64, width: i64) -> i64 {
 /// `($1, $2, $3), ($4, $5, $6)` for 2 rows of 3 columns.
 /// Not `sqlx::QueryBuilder::push_values`: through the `Any` driver it
 /// writes `?` placeholders, which PostgreSQL refuses; `$n` serve both.
-fn values_list(rows: usize, cols: usize) -> String {
+pub(super) fn values_list(rows: usize, cols: usize) -> String {
     let mut out = String::with_capacity(rows * cols * 5);
     for r in 0..rows {
         if r > 0 {
@@ -140,7 +140,7 @@ fn values_list(rows: usize, cols: usize) -> String {
 }
 
 /// `$4, $5, $6` for 3 parameters from the 4th.
-fn params_list(first: usize, n: usize) -> String {
+pub(super) fn params_list(first: usize, n: usize) -> String {
     (first..first + n)
         .map(|i| format!("${i}"))
         .collect::<Vec<_>>()
@@ -261,7 +261,7 @@ impl Fold {
     }
 }
 
-fn qos_text(q: QosClass) -> &'static str {
+pub(super) fn qos_text(q: QosClass) -> &'static str {
     match q {
         QosClass::Guaranteed => "Guaranteed",
         QosClass::Burstable => "Burstable",
@@ -578,10 +578,11 @@ impl SqlStore {
         let mut tx = self.write.begin().await?;
         for chunk in rows.chunks(BATCH_ROWS) {
             let sql = format!(
-                "INSERT INTO pod_runs (uid, quota, usage, qos, start_ms, end_ms) VALUES {} \
+                "INSERT INTO pod_runs (uid, quota, usage, qos, start_ms, end_ms, workload) VALUES {} \
                  ON CONFLICT (uid) DO UPDATE SET quota = excluded.quota, usage = excluded.usage, \
-                 qos = excluded.qos, start_ms = excluded.start_ms, end_ms = excluded.end_ms",
-                values_list(chunk.len(), 6)
+                 qos = excluded.qos, start_ms = excluded.start_ms, end_ms = excluded.end_ms, \
+                 workload = excluded.workload",
+                values_list(chunk.len(), 7)
             );
             let mut query = sqlx::query(&sql);
             for (uid, run, usage) in chunk {
@@ -591,7 +592,8 @@ impl SqlStore {
                     .bind(usage.as_str())
                     .bind(run.qos.map(qos_text))
                     .bind(run.start_ms)
-                    .bind(run.end_ms);
+                    .bind(run.end_ms)
+                    .bind(&*run.workload);
             }
             query.execute(&mut *tx).await?;
         }
@@ -613,7 +615,7 @@ impl SqlStore {
     /// Every stored pod run, by uid.
     pub async fn load_pod_runs(&self) -> Result<Vec<(String, PodRun)>, StoreError> {
         let rows = sqlx::query(
-            "SELECT uid, quota, usage, qos, start_ms, end_ms FROM pod_runs ORDER BY uid",
+            "SELECT uid, quota, usage, qos, start_ms, end_ms, workload FROM pod_runs ORDER BY uid",
         )
         .fetch_all(&self.read)
         .await?;
@@ -634,6 +636,7 @@ impl SqlStore {
                     qos,
                     start_ms: row.try_get("start_ms")?,
                     end_ms: row.try_get("end_ms")?,
+                    workload: row.try_get::<String, _>("workload")?.into(),
                 };
                 Ok((uid, run))
             })
@@ -979,6 +982,7 @@ mod tests {
             qos,
             start_ms,
             end_ms,
+            workload: format!("batch/Job/ml/{quota}").into(),
         };
         let mut runs = vec![
             (

@@ -34,6 +34,28 @@ const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
 /// Names per statement in `get_many`.
 const GET_MANY_CHUNK: usize = 500;
 
+/// The ledger entries a status write adds (docs/budgets.md §6): what the
+/// new status accrued since the stored one (`QuotaStatus::ledger`, windows
+/// from the stored `lastReconcileTime` on) and the carry of the periods it
+/// closed, as entries of `name`.
+fn ledger_entries_of(
+    name: &str,
+    old: &QuotaStatus,
+    new: &QuotaStatus,
+    closed: &[(String, quota::budget::PeriodRecord)],
+) -> Vec<quota::budget::Entry> {
+    let from = old
+        .last_reconcile_time
+        .as_deref()
+        .and_then(quota::time::parse_rfc3339);
+    let mut out = new.ledger.since(from);
+    for e in &mut out {
+        e.quota = name.to_string();
+    }
+    out.extend(quota::budget::ledger::carry_entries(name, closed));
+    out
+}
+
 impl SqlStore {
     /// Connects, creating a SQLite file if missing, and applies migrations.
     pub async fn connect(url: &str) -> anyhow::Result<SqlStore> {
@@ -145,9 +167,11 @@ impl SqlStore {
         let spec_json = to_json(spec)?;
         let status_json = to_json(status)?;
         let update = "UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4";
-        // Budget periods this write closes are stored with it, or not at all.
+        // Budget periods this write closes, and the ledger entries it
+        // accrued, are stored with it, or not at all.
         let closed = quota::budget::periods::new_records(&current.quota.status, status);
-        if !closed.is_empty() {
+        let entries = ledger_entries_of(name, &current.quota.status, status, &closed);
+        if !closed.is_empty() || !entries.is_empty() {
             let mut tx = self.write.begin().await?;
             let done = sqlx::query(update)
                 .bind(&spec_json)
@@ -161,6 +185,7 @@ impl SqlStore {
                 return Err(self.lost_race(name).await);
             }
             super::budgets::insert(&mut tx, name, &closed).await?;
+            super::ledger::insert(&mut tx, &entries).await?;
             tx.commit().await?;
             return Ok(current.version + 1);
         }
@@ -401,6 +426,8 @@ impl QuotaStore for SqlStore {
             }
             let closed = quota::budget::periods::new_records(&current.quota.status, &q.status);
             super::budgets::insert(&mut tx, name, &closed).await?;
+            let entries = ledger_entries_of(name, &current.quota.status, &q.status, &closed);
+            super::ledger::insert(&mut tx, &entries).await?;
             tx.commit().await?;
             let version = current.version + 1;
             q.metadata.resource_version = Some(version.to_string());

@@ -15,6 +15,7 @@ mod errors;
 mod fakeapi;
 mod forged;
 mod group_commit;
+mod ledger;
 mod mail;
 mod periods;
 mod portal;

@@ -235,14 +235,12 @@ impl Context {
         }
     }
 
-    /// The one place refund entries go once their status write succeeded.
-    ///
-    /// MERGE(b-ledger): the SQL ledger of entries is built beside this
-    /// work; the merge appends `entries` to it here (one insert per entry,
-    /// keyed by quota, workload and mark so a retry adds nothing). Until
-    /// then they are kept in the audit log: one `budget.refund` record per
-    /// refund, actor `bizrq`, target the quota, with the entries (amounts
-    /// in acc, as decimal strings) in its `after`.
+    /// The one place refund entries go once their status write succeeded:
+    /// the budget ledger (`History::append_ledger`, idempotent: an entry's
+    /// id is a hash of all its fields, the note naming the mark, so a retry
+    /// adds nothing), and one `budget.refund` audit record per refund,
+    /// actor `bizrq`, target the quota, with the entries (amounts in acc,
+    /// as decimal strings) in its `after`.
     pub(super) async fn record_refund_entries(
         &self,
         quota: &str,
@@ -273,6 +271,7 @@ impl Context {
         if let Err(err) = h.append_audit(&e).await {
             tracing::error!(error = %err, quota, workload, "could not write the audit entry of a refund");
         }
+        self.append_ledger(entries).await;
     }
 
     /// Workloads of `quota` that declared their run time with the

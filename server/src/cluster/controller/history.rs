@@ -39,6 +39,34 @@ pub trait History: Send + Sync + 'static {
     /// Append an entry to the audit log (what the controller did of its
     /// own accord: refunds, suspensions).
     async fn append_audit(&self, e: &crate::store::audit::AuditRecord) -> Result<(), StoreError>;
+    /// Appends budget ledger entries (docs/budgets.md §6): refunds,
+    /// top-ups, anything not accrued by a status window. Idempotent: an
+    /// entry already stored (same quota, key, reason, workload, model, QoS,
+    /// user, start, end and note) is left alone, so a retry writes it once.
+    /// Returns how many were new. Any part of the server may call it
+    /// (`Context::append_ledger` logs and counts failures).
+    async fn append_ledger(&self, _entries: &[quota::budget::Entry]) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+    /// The entries of one status window of `quota`, `[from_ms, to_ms)`,
+    /// appended after the status write that accrued it; written once
+    /// (`store::ledger::SqlStore::append_window`).
+    async fn append_ledger_window(
+        &self,
+        _quota: &str,
+        _from_ms: i64,
+        _to_ms: i64,
+        _entries: &[quota::budget::Entry],
+    ) -> Result<crate::store::ledger::Appended, StoreError> {
+        Ok(crate::store::ledger::Appended::AlreadyWritten)
+    }
+    /// Drops the records of ledger windows that ended a day before
+    /// `now_ms` (they guard against a window appended twice, which happens
+    /// within seconds); the entries stay. Hourly, with the samples'
+    /// compaction.
+    async fn compact_ledger(&self, _now_ms: i64) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// A quota was deleted: its role bindings and alert rules go with it.
     async fn forget_quota(&self, _name: &str, _now_ms: i64) -> Result<(), StoreError> {
         Ok(())
@@ -85,6 +113,25 @@ impl History for crate::store::sql::SqlStore {
     }
     async fn append_audit(&self, e: &crate::store::audit::AuditRecord) -> Result<(), StoreError> {
         crate::store::sql::SqlStore::append_audit(self, e).await?;
+        Ok(())
+    }
+    async fn append_ledger(&self, entries: &[quota::budget::Entry]) -> Result<u64, StoreError> {
+        crate::store::sql::SqlStore::append_ledger(self, entries).await
+    }
+    async fn append_ledger_window(
+        &self,
+        quota: &str,
+        from_ms: i64,
+        to_ms: i64,
+        entries: &[quota::budget::Entry],
+    ) -> Result<crate::store::ledger::Appended, StoreError> {
+        crate::store::sql::SqlStore::append_window(self, quota, from_ms, to_ms, entries).await
+    }
+    async fn compact_ledger(&self, now_ms: i64) -> Result<(), StoreError> {
+        let n = self
+            .forget_ledger_windows(now_ms - crate::store::ledger::KEEP_WINDOWS_MS)
+            .await?;
+        tracing::debug!(windows = n, "old ledger window records dropped");
         Ok(())
     }
     async fn forget_quota(&self, name: &str, now_ms: i64) -> Result<(), StoreError> {
@@ -146,6 +193,62 @@ impl Context {
         Ok(())
     }
 
+    /// Appends ledger entries (refunds, top-ups) through the history, if
+    /// the controller has one; false when they could not be written (the
+    /// caller keeps them to try again: appending is idempotent).
+    pub async fn append_ledger(&self, entries: &[quota::budget::Entry]) -> bool {
+        let Some(h) = &self.history else {
+            return true;
+        };
+        match h.append_ledger(entries).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, entries = entries.len(), "could not append to the budget ledger");
+                false
+            }
+        }
+    }
+
+    /// One status window's entries, after the write that accrued it.
+    /// A failed append is retried a few times in the background; if all
+    /// fail, the window is missing from the ledger (logged; the window
+    /// records show the gap).
+    pub(super) fn append_window(
+        &self,
+        quota: &str,
+        from_ms: i64,
+        to_ms: i64,
+        entries: Vec<quota::budget::Entry>,
+    ) {
+        let Some(h) = self.history.clone() else {
+            return;
+        };
+        let quota = quota.to_string();
+        tokio::spawn(async move {
+            let mut wait = Duration::from_millis(200);
+            for attempt in 1..=6 {
+                match h
+                    .append_ledger_window(&quota, from_ms, to_ms, &entries)
+                    .await
+                {
+                    Ok(crate::store::ledger::Appended::Overlaps { start_ms, end_ms }) => {
+                        tracing::error!(quota = %quota, from_ms, to_ms, start_ms, end_ms, "ledger window overlaps one already written; not written");
+                        return;
+                    }
+                    Ok(_) => return,
+                    Err(e) if attempt < 6 => {
+                        tracing::debug!(quota = %quota, error = %e, "ledger append failed; retrying");
+                        tokio::time::sleep(wait).await;
+                        wait *= 2;
+                    }
+                    Err(e) => {
+                        tracing::error!(quota = %quota, from_ms, to_ms, error = %e, "ledger window lost: could not append it");
+                    }
+                }
+            }
+        });
+    }
+
     /// A quota was deleted: its roles and alert rules go.
     pub(super) async fn forget_quota(&self, name: &str) {
         if let Some(h) = &self.history {
@@ -189,6 +292,9 @@ pub async fn sample_forever(service: Arc<Service>, h: Arc<dyn History>, every: D
             last_compaction = Some(now);
             if let Err(e) = h.compact_samples(now).await {
                 tracing::warn!(error = %e, "compacting usage samples failed");
+            }
+            if let Err(e) = h.compact_ledger(now).await {
+                tracing::warn!(error = %e, "dropping old ledger window records failed");
             }
         }
     }

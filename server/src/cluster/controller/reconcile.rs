@@ -117,6 +117,8 @@ impl Context {
         let mut uid: Option<String> = None;
         let mut plans = Vec::new();
         let mut declared = Vec::new();
+        // The ledger entries of the window this write accrues.
+        let mut window: Option<(i64, Vec<quota::budget::Entry>)> = None;
         let result = self
             .service
             .update_status(name, false, |q| {
@@ -144,6 +146,25 @@ impl Context {
                     &prices,
                     &list,
                 );
+                window = paid_to.filter(|p| *p < now).map(|from| {
+                    let runs: Vec<(&str, quota::cash::Interval<'_>)> = snap
+                        .runs
+                        .iter()
+                        .map(|r| (&*r.workload, r.interval()))
+                        .collect();
+                    let mut entries = quota::budget::ledger::run_entries(
+                        name,
+                        &q.spec,
+                        &runs,
+                        &before.users,
+                        from,
+                        now,
+                        &prices,
+                        &list,
+                    );
+                    entries.extend(quota::budget::ledger::carry_entries(name, &out.closed));
+                    (from, entries)
+                });
                 // A finished Job's reservation settles; its charge stays.
                 quota::budget::hold::settle_finished(&mut q.status, &snap.finished);
                 borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
@@ -183,6 +204,9 @@ impl Context {
             Err(ServiceError::NotFound(_)) => return Ok(Reconciled::Gone),
             Err(e) => return Err(e),
         };
+        if let (true, Some((from, entries))) = (written, window) {
+            self.append_window(name, from, now, entries);
+        }
         if written || !has_cash {
             // Accrued up to `now` (or nothing to accrue): ended runs are paid.
             self.view.lock().unwrap().settle(name, now);

@@ -1,0 +1,247 @@
+//! `/reports` (the page) and `/reports.csv`: budget reports for a person
+//! logged in (`crate::reports`: the same parameters, checks and
+//! visibility as `GET /api/v1/reports`). The page works without scripts:
+//! its form is a GET, its chart inline SVG. A wrong parameter shows the
+//! form again with what to fix (status 422).
+
+use super::auth::Viewer;
+use super::PageError;
+use crate::http::AppState;
+use crate::reports::{self, Made, Params, ReportError};
+use app::reports::{ReportForm, ReportRow, ReportsPage};
+use axum::extract::{RawQuery, State};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use quota::budget::report::{Bucket, Dimension};
+use quota::keys::cash_target;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Groups drawn as their own layer; the rest are summed as "others".
+const LAYERS: usize = 7;
+
+fn form_of(p: &Params) -> ReportForm {
+    let s = |v: &Option<String>| v.clone().unwrap_or_default();
+    ReportForm {
+        from: s(&p.from),
+        to: s(&p.to),
+        by: p.by.clone().unwrap_or_else(|| {
+            if p.subtree.as_deref().is_some_and(|t| !t.is_empty()) {
+                "child".into()
+            } else {
+                "quota".into()
+            }
+        }),
+        bucket: p.bucket.clone().unwrap_or_else(|| "day".into()),
+        subtree: s(&p.subtree),
+        key: s(&p.key),
+        utc_offset_minutes: s(&p.utc_offset_minutes),
+    }
+}
+
+fn query_of(p: &Params, format: &str) -> String {
+    let pairs: Vec<(&str, &str)> = [
+        ("from", &p.from),
+        ("to", &p.to),
+        ("by", &p.by),
+        ("bucket", &p.bucket),
+        ("startsOn", &p.starts_on),
+        ("subtree", &p.subtree),
+        ("key", &p.key),
+        ("utcOffsetMinutes", &p.utc_offset_minutes),
+        ("reasons", &p.reasons),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.as_deref().filter(|v| !v.is_empty()).map(|v| (k, v)))
+    .chain((!format.is_empty()).then_some(("format", format)))
+    .collect();
+    serde_urlencoded::to_string(pairs).unwrap_or_default()
+}
+
+/// The page's strings and chart for a report made.
+pub fn page_of(m: &Made) -> (String, String, Vec<ReportRow>, String, String) {
+    let s = &m.spec;
+    let unit = m.unit;
+    let with_unit = |acc: i128| format!("{} {unit}", reports::hours_readable(acc));
+    let per = match s.bucket {
+        Bucket::None => String::new(),
+        b => format!(" per {}", reports::bucket_name(b)),
+    };
+    let offset = if s.utc_offset_minutes == 0 {
+        "UTC".to_string()
+    } else {
+        let m = s.utc_offset_minutes;
+        format!(
+            "UTC{}{:02}:{:02}",
+            if m < 0 { '-' } else { '+' },
+            m.abs() / 60,
+            m.abs() % 60
+        )
+    };
+    let title = format!(
+        "Spending by {}{per}{}, {} – {} ({offset})",
+        reports::by_name(s.by),
+        s.subtree
+            .as_deref()
+            .map(|t| format!(" under {t}"))
+            .unwrap_or_default(),
+        quota::time::format_when(s.from_ms),
+        quota::time::format_when(s.to_ms),
+    );
+    // Layers: the groups with the most, the rest as "others".
+    let mut by_group: BTreeMap<&str, i128> = BTreeMap::new();
+    for r in &m.report.rows {
+        *by_group.entry(&r.group).or_insert(0) += r.amount;
+    }
+    let mut order: Vec<(&str, i128)> = by_group.into_iter().collect();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let kept: Vec<&str> = order.iter().take(LAYERS).map(|(g, _)| *g).collect();
+    let buckets: Vec<i64> = m
+        .report
+        .rows
+        .iter()
+        .map(|r| r.bucket_start_ms)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let index: BTreeMap<i64, usize> = buckets.iter().enumerate().map(|(i, b)| (*b, i)).collect();
+    let mut layers: Vec<(String, Vec<f64>)> = kept
+        .iter()
+        .map(|g| (g.to_string(), vec![0.0; buckets.len()]))
+        .collect();
+    let others = order.len().saturating_sub(LAYERS);
+    if others > 0 {
+        layers.push((format!("{others} others"), vec![0.0; buckets.len()]));
+    }
+    for r in &m.report.rows {
+        let layer = kept.iter().position(|g| *g == r.group).unwrap_or(LAYERS);
+        let hours = quota::budget::to_quantity(r.amount).nanos() as f64 / 1e9;
+        let last = layers.len() - 1;
+        layers[layer.min(last)].1[index[&r.bucket_start_ms]] += hours;
+    }
+    let labels: Vec<String> = buckets
+        .iter()
+        .map(|b| reports::bucket_label(s, *b))
+        .collect();
+    let chart_title = format!("{title}, {unit}");
+    let chart = app::charts::both(|frame| {
+        app::charts::report_chart(&chart_title, &labels, &layers, unit, frame)
+    });
+    let rows = m
+        .report
+        .rows
+        .iter()
+        .map(|r| ReportRow {
+            bucket: reports::bucket_label(s, r.bucket_start_ms),
+            group: r.group.clone(),
+            amount: with_unit(r.amount),
+            sort: reports::hours(r.amount),
+        })
+        .collect();
+    let reconcile = format!(
+        "Total {} = the sum of the {} ledger entries in this range, to the acc ({} acc, {} exactly){}.",
+        with_unit(m.report.total),
+        m.entries,
+        m.report.total,
+        reports::hours(m.report.total),
+        match m.straddling {
+            0 => String::new(),
+            n => format!("; {n} of them cross its edges and count by the share of their time inside it"),
+        }
+    );
+    (title, chart, rows, with_unit(m.report.total), reconcile)
+}
+
+/// GET /reports
+pub async fn page(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, PageError> {
+    let visible = crate::service::changes::visible_quotas(&app.service, &viewer.principal).await?;
+    let quotas: Vec<String> = visible.iter().map(|q| q.name().to_string()).collect();
+    let keys: Vec<String> = visible
+        .iter()
+        .flat_map(|q| q.spec.hard.keys())
+        .filter(|k| cash_target(k).is_some())
+        .cloned()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let params = reports::params_of(raw.as_deref());
+    let form = params.as_ref().map(form_of).unwrap_or_default();
+    let mut page = ReportsPage {
+        form,
+        quotas,
+        keys,
+        ..Default::default()
+    };
+    let made = async {
+        let mut p = params?;
+        // The page buckets by day unless asked otherwise.
+        p.bucket.get_or_insert_with(|| "day".into());
+        let (spec, _) = reports::parse(&p, app.service.now())?;
+        let made = reports::make(&app.service, &app.portal.sql, &viewer.principal, spec).await?;
+        Ok::<_, ReportError>((made, p))
+    }
+    .await;
+    let status = match made {
+        Ok((m, p)) => {
+            let (title, chart, rows, total, reconcile) = page_of(&m);
+            page.title = title;
+            page.chart = chart;
+            page.rows = rows;
+            page.total = total;
+            page.reconcile = reconcile;
+            page.csv_href = format!("/reports.csv?{}", query_of(&p, ""));
+            page.json_href = format!("/api/v1/reports?{}", query_of(&p, ""));
+            if m.spec.by == Dimension::Child {
+                page.form.by = "child".into();
+            }
+            StatusCode::OK
+        }
+        Err(ReportError::Invalid(e)) => {
+            page.error = Some(e);
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        Err(ReportError::Service(e)) => return Err(e.into()),
+    };
+    let flash = viewer.take_flash().await;
+    Ok((
+        status,
+        Html(app::reports::render_reports_page(
+            viewer.page(),
+            page,
+            flash,
+        )),
+    )
+        .into_response())
+}
+
+/// GET /reports.csv
+pub async fn csv(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, PageError> {
+    let made = async {
+        let p = reports::params_of(raw.as_deref())?;
+        let (spec, _) = reports::parse(&p, app.service.now())?;
+        reports::make(&app.service, &app.portal.sql, &viewer.principal, spec).await
+    }
+    .await;
+    match made {
+        Ok(m) => Ok((
+            [
+                (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+                (
+                    header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"bizrq-report.csv\"",
+                ),
+            ],
+            reports::to_csv(&m),
+        )
+            .into_response()),
+        Err(ReportError::Invalid(e)) => Err(PageError::Invalid(e)),
+        Err(ReportError::Service(e)) => Err(e.into()),
+    }
+}

@@ -1,0 +1,619 @@
+//! Budget reports (docs/budgets.md §6, README "Reports"): consumption from
+//! the ledger grouped by quota, child, workload, namespace, model, QoS
+//! class, user, key or reason, per day, week or month or for the whole
+//! range. Shared by the JSON API (`GET /api/v1/reports`), the CSV
+//! (`/reports.csv`) and the portal's `/reports` page. The arithmetic is
+//! `quota::budget::report`'s; this parses and bounds the request, decides
+//! what the caller may see, reads the ledger and formats the answer.
+//!
+//! Bounded against hostile callers: every parameter is checked (a clear
+//! message, status 422), the range is at most `MAX_RANGE_DAYS`, the
+//! buckets at most `MAX_BUCKETS`, a read at most `MAX_ENTRIES` ledger
+//! entries and an answer at most `MAX_ROWS` rows.
+
+use crate::authz::Principal;
+use crate::service::changes;
+use crate::service::{Service, ServiceError};
+use crate::store::ledger::Selection;
+use crate::store::sql::SqlStore;
+use quota::budget::period::{Weekday, MS_PER_DAY};
+use quota::budget::report::{self, Bucket, Dimension, Reason, Report, ReportSpec};
+use quota::budget::to_quantity;
+use quota::keys::cash_target;
+use quota::readable;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The longest range a report covers.
+pub const MAX_RANGE_DAYS: i64 = 3_700;
+/// The most time buckets one report has.
+pub const MAX_BUCKETS: i64 = 1_100;
+/// The most ledger entries one report reads.
+pub const MAX_ENTRIES: usize = 500_000;
+/// The most rows one answer holds.
+pub const MAX_ROWS: usize = 20_000;
+/// The range when none is given: the last 30 days.
+pub const DEFAULT_DAYS: i64 = 30;
+/// The longest text any parameter may be.
+const MAX_PARAM: usize = 320;
+
+/// The query string, as the API, the CSV and the page take it. All
+/// optional; unknown parameters are refused.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Params {
+    /// RFC 3339 (`2026-11-01T00:00:00Z`) or a date (`2026-11-01`, local
+    /// midnight at `utcOffsetMinutes`). Default: 30 days before `to`.
+    pub from: Option<String>,
+    /// Exclusive end, as `from`; a date means the end of that day. Default: now.
+    pub to: Option<String>,
+    /// quota, child, workload, namespace, model, qos, user, key, reason.
+    pub by: Option<String>,
+    /// none, day, week, month.
+    pub bucket: Option<String>,
+    /// The first day of a week bucket (monday … sunday; default monday).
+    pub starts_on: Option<String>,
+    pub subtree: Option<String>,
+    pub key: Option<String>,
+    pub utc_offset_minutes: Option<String>,
+    /// Comma-separated: accrual, refund, topUp, carry (default: accrual,refund).
+    pub reasons: Option<String>,
+    /// json (default) or csv.
+    pub format: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Csv,
+}
+
+/// Why a report was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// A parameter is wrong (422): the message says which and how.
+    #[error("{0}")]
+    Invalid(String),
+    /// Not found, or not visible to the caller (404), or the store failed.
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+}
+
+fn invalid(s: impl Into<String>) -> ReportError {
+    ReportError::Invalid(s.into())
+}
+
+fn nonempty(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// A time parameter: RFC 3339, or a date at local midnight (`end`: the
+/// midnight after it).
+fn parse_time(name: &str, v: &str, offset_min: i32, end: bool) -> Result<i64, ReportError> {
+    if v.len() > 64 {
+        return Err(invalid(format!("{name} is too long for a time")));
+    }
+    if let Some(ms) = quota::time::parse_rfc3339(v) {
+        return Ok(ms);
+    }
+    let date = quota::time::parse_rfc3339(&format!("{v}T00:00:00Z")).filter(|_| v.len() == 10);
+    match date {
+        Some(ms) => Ok(ms - offset_min as i64 * 60_000 + if end { MS_PER_DAY } else { 0 }),
+        None => Err(invalid(format!(
+            "{name} '{v}' is not a time: use a date (2026-11-01) or RFC 3339 (2026-11-01T00:00:00Z)"
+        ))),
+    }
+}
+
+pub fn parse_by(v: &str) -> Option<Dimension> {
+    Some(match v {
+        "quota" => Dimension::Quota,
+        "child" => Dimension::Child,
+        "workload" => Dimension::Workload,
+        "namespace" => Dimension::Namespace,
+        "model" => Dimension::Model,
+        "qos" => Dimension::Qos,
+        "user" => Dimension::User,
+        "key" => Dimension::Key,
+        "reason" => Dimension::Reason,
+        _ => return None,
+    })
+}
+
+pub fn by_name(d: Dimension) -> &'static str {
+    match d {
+        Dimension::Quota => "quota",
+        Dimension::Child => "child",
+        Dimension::Workload => "workload",
+        Dimension::Namespace => "namespace",
+        Dimension::Model => "model",
+        Dimension::Qos => "qos",
+        Dimension::User => "user",
+        Dimension::Key => "key",
+        Dimension::Reason => "reason",
+    }
+}
+
+pub fn bucket_name(b: Bucket) -> &'static str {
+    match b {
+        Bucket::None => "none",
+        Bucket::Day => "day",
+        Bucket::Week { .. } => "week",
+        Bucket::Month => "month",
+    }
+}
+
+fn reason_name(r: Reason) -> &'static str {
+    match r {
+        Reason::Accrual => "accrual",
+        Reason::Refund => "refund",
+        Reason::TopUp => "topUp",
+        Reason::Carry => "carry",
+    }
+}
+
+fn weekday(v: &str) -> Option<Weekday> {
+    serde_json::from_value(Value::String(v.to_ascii_lowercase())).ok()
+}
+
+/// The report `p` asks for, checked; `now_ms` is the default end.
+pub fn parse(p: &Params, now_ms: i64) -> Result<(ReportSpec, Format), ReportError> {
+    for (name, v) in [
+        ("from", &p.from),
+        ("to", &p.to),
+        ("by", &p.by),
+        ("bucket", &p.bucket),
+        ("startsOn", &p.starts_on),
+        ("subtree", &p.subtree),
+        ("key", &p.key),
+        ("utcOffsetMinutes", &p.utc_offset_minutes),
+        ("reasons", &p.reasons),
+        ("format", &p.format),
+    ] {
+        if v.as_ref().is_some_and(|s| s.len() > MAX_PARAM) {
+            return Err(invalid(format!(
+                "{name} is longer than {MAX_PARAM} characters"
+            )));
+        }
+    }
+    let offset = match nonempty(&p.utc_offset_minutes) {
+        None => 0,
+        Some(v) => v
+            .parse::<i32>()
+            .ok()
+            .filter(|m| (-720..=840).contains(m))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "utcOffsetMinutes '{v}' must be a whole number of minutes from -720 to 840 (480 for UTC+8)"
+                ))
+            })?,
+    };
+    let to = match nonempty(&p.to) {
+        None => now_ms,
+        Some(v) => parse_time("to", v, offset, true)?,
+    };
+    let from = match nonempty(&p.from) {
+        None => to.saturating_sub(DEFAULT_DAYS * MS_PER_DAY),
+        Some(v) => parse_time("from", v, offset, false)?,
+    };
+    if to <= from {
+        return Err(invalid(format!(
+            "to ({}) must be after from ({})",
+            quota::time::format_rfc3339(to),
+            quota::time::format_rfc3339(from)
+        )));
+    }
+    if to - from > MAX_RANGE_DAYS * MS_PER_DAY {
+        return Err(invalid(format!(
+            "the range is longer than {MAX_RANGE_DAYS} days: report on a shorter one"
+        )));
+    }
+    let subtree = nonempty(&p.subtree).map(str::to_string);
+    if let Some(s) = &subtree {
+        if s.len() > 253 {
+            return Err(invalid("subtree is longer than a quota name (253)"));
+        }
+    }
+    let by = match nonempty(&p.by) {
+        None if subtree.is_some() => Dimension::Child,
+        None => Dimension::Quota,
+        Some(v) => parse_by(v).ok_or_else(|| {
+            invalid(format!(
+                "by '{v}' is not one of quota, child, workload, namespace, model, qos, user, key, reason"
+            ))
+        })?,
+    };
+    if by == Dimension::Child && subtree.is_none() {
+        return Err(invalid(
+            "by=child needs subtree: the quota whose children the rows are",
+        ));
+    }
+    let starts_on = match nonempty(&p.starts_on) {
+        None => Weekday::Monday,
+        Some(v) => weekday(v).ok_or_else(|| {
+            invalid(format!(
+                "startsOn '{v}' is not a day of the week (monday … sunday)"
+            ))
+        })?,
+    };
+    let (bucket, width) = match nonempty(&p.bucket).unwrap_or("none") {
+        "none" => (Bucket::None, i64::MAX),
+        "day" => (Bucket::Day, MS_PER_DAY),
+        "week" => (Bucket::Week { starts_on }, 7 * MS_PER_DAY),
+        "month" => (Bucket::Month, 28 * MS_PER_DAY),
+        v => {
+            return Err(invalid(format!(
+                "bucket '{v}' is not one of none, day, week, month"
+            )))
+        }
+    };
+    if width != i64::MAX && (to - from) / width + 2 > MAX_BUCKETS {
+        return Err(invalid(format!(
+            "{} buckets of a {} over this range are more than {MAX_BUCKETS}: use a longer bucket or a shorter range",
+            (to - from) / width + 1,
+            bucket_name(bucket)
+        )));
+    }
+    let key = match nonempty(&p.key) {
+        None => None,
+        Some(k) if cash_target(k).is_some() => Some(k.to_string()),
+        Some(k) => {
+            return Err(invalid(format!(
+                "key '{k}' is not a cash key (cash/requests.nvidia.com/gpu, cash/requests.cpu, …)"
+            )))
+        }
+    };
+    let reasons = match nonempty(&p.reasons) {
+        None => vec![Reason::Accrual, Reason::Refund],
+        Some(v) => {
+            let mut out = Vec::new();
+            for r in v.split(',').map(str::trim) {
+                let reason = match r {
+                    "accrual" => Reason::Accrual,
+                    "refund" => Reason::Refund,
+                    "topUp" => Reason::TopUp,
+                    "carry" => Reason::Carry,
+                    _ => {
+                        return Err(invalid(format!(
+                            "reasons: '{r}' is not one of accrual, refund, topUp, carry"
+                        )))
+                    }
+                };
+                if !out.contains(&reason) {
+                    out.push(reason);
+                }
+            }
+            out
+        }
+    };
+    let format = match nonempty(&p.format).unwrap_or("json") {
+        "json" => Format::Json,
+        "csv" => Format::Csv,
+        v => return Err(invalid(format!("format '{v}' is not json or csv"))),
+    };
+    Ok((
+        ReportSpec {
+            from_ms: from,
+            to_ms: to,
+            by,
+            bucket,
+            utc_offset_minutes: offset,
+            subtree,
+            key,
+            reasons,
+        },
+        format,
+    ))
+}
+
+/// The longest query string accepted.
+pub const MAX_QUERY: usize = 4096;
+
+/// The parameters of a query string, or 422 naming what is wrong.
+pub fn params_of(raw: Option<&str>) -> Result<Params, ReportError> {
+    let raw = raw.unwrap_or("");
+    if raw.len() > MAX_QUERY {
+        return Err(ReportError::Invalid(format!(
+            "the query string is longer than {MAX_QUERY} characters"
+        )));
+    }
+    serde_urlencoded::from_str(raw).map_err(|e| {
+        ReportError::Invalid(format!(
+            "{e}: a report takes from, to, by, bucket, startsOn, subtree, key, utcOffsetMinutes, reasons and format"
+        ))
+    })
+}
+
+/// A report made: the spec, its rows and what it read.
+#[derive(Clone, Debug)]
+pub struct Made {
+    pub spec: ReportSpec,
+    pub report: Report,
+    /// Ledger entries read.
+    pub entries: usize,
+    /// Of them, how many cross an edge of the range (shared by time).
+    pub straddling: usize,
+    /// The unit of the amounts: the key's (`card-hours`), or
+    /// `weighted resource-hours` when keys of several units are mixed.
+    pub unit: &'static str,
+}
+
+/// Makes the report `spec` asks for, over what `p` may see: a subtree
+/// the caller may not see is not found; without a subtree a member's
+/// report covers the quotas under their roles, an admin's the whole
+/// ledger (quotas since deleted included).
+pub async fn make(
+    service: &Service,
+    sql: &SqlStore,
+    p: &Principal,
+    spec: ReportSpec,
+) -> Result<Made, ReportError> {
+    let visible = changes::visible_quotas(service, p).await?;
+    let parents: BTreeMap<String, String> = visible
+        .iter()
+        .map(|q| (q.name().to_string(), q.spec.parent.clone()))
+        .collect();
+    let names: Option<Vec<String>> = match &spec.subtree {
+        Some(root) => {
+            if !parents.contains_key(root) {
+                return Err(changes::not_found(root).into());
+            }
+            Some(subtree_of(root, &parents))
+        }
+        None if p.is_admin => None,
+        None => Some(parents.keys().cloned().collect()),
+    };
+    let sel = Selection {
+        from_ms: spec.from_ms,
+        to_ms: spec.to_ms,
+        quotas: names.as_deref(),
+        key: spec.key.as_deref(),
+    };
+    let entries = match sql
+        .ledger_entries(&sel, MAX_ENTRIES)
+        .await
+        .map_err(ServiceError::from)?
+    {
+        Ok(e) => e,
+        Err(too_many) => return Err(invalid(too_many.to_string())),
+    };
+    let report = report::report(&entries, &spec, &parents).map_err(|e| invalid(e.to_string()))?;
+    if report.rows.len() > MAX_ROWS {
+        return Err(invalid(format!(
+            "the report has more than {MAX_ROWS} rows: group by something coarser, use longer buckets or a shorter range"
+        )));
+    }
+    let straddling = entries
+        .iter()
+        .filter(|e| e.end_ms > e.start_ms && (e.start_ms < spec.from_ms || e.end_ms > spec.to_ms))
+        .count();
+    let units: BTreeSet<&'static str> = entries
+        .iter()
+        .map(|e| readable::cash_unit(&e.key))
+        .chain(spec.key.as_deref().map(readable::cash_unit))
+        .collect();
+    let unit = match units.len() {
+        1 => units.into_iter().next().unwrap_or("resource-hours"),
+        0 => "card-hours",
+        _ => "weighted resource-hours",
+    };
+    Ok(Made {
+        spec,
+        report,
+        entries: entries.len(),
+        straddling,
+        unit,
+    })
+}
+
+/// `root` and every quota under it in `parents`.
+fn subtree_of(root: &str, parents: &BTreeMap<String, String>) -> Vec<String> {
+    let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (q, parent) in parents {
+        children
+            .entry(parent.as_str())
+            .or_default()
+            .push(q.as_str());
+    }
+    let mut out = vec![root.to_string()];
+    let mut i = 0;
+    while i < out.len() && out.len() <= parents.len() {
+        if let Some(kids) = children.get(out[i].as_str()) {
+            out.extend(kids.iter().map(|k| k.to_string()));
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Exact resource-hours of an acc amount (rounded up to the nano-unit).
+pub fn hours(acc: i128) -> String {
+    readable::exact(to_quantity(acc))
+}
+
+/// Rounded, with thousands separated: `1,234.5`.
+pub fn hours_readable(acc: i128) -> String {
+    readable::grouped(to_quantity(acc))
+}
+
+/// The bucket's label: its start as a local date (`2026-11-01`), or the
+/// range for one bucket.
+pub fn bucket_label(spec: &ReportSpec, start_ms: i64) -> String {
+    let local = start_ms + spec.utc_offset_minutes as i64 * 60_000;
+    let date = quota::time::format_rfc3339(local);
+    match spec.bucket {
+        Bucket::None => format!(
+            "{} – {}",
+            quota::time::format_rfc3339(spec.from_ms),
+            quota::time::format_rfc3339(spec.to_ms)
+        ),
+        Bucket::Month => date.chars().take(7).collect(),
+        _ => date.chars().take(10).collect(),
+    }
+}
+
+/// The JSON answer.
+pub fn to_json(m: &Made) -> Value {
+    let s = &m.spec;
+    json!({
+        "from": quota::time::format_rfc3339(s.from_ms),
+        "to": quota::time::format_rfc3339(s.to_ms),
+        "by": by_name(s.by),
+        "bucket": bucket_name(s.bucket),
+        "utcOffsetMinutes": s.utc_offset_minutes,
+        "subtree": s.subtree,
+        "key": s.key,
+        "reasons": s.reasons.iter().map(|r| reason_name(*r)).collect::<Vec<_>>(),
+        "unit": m.unit,
+        "total": m.report.total.to_string(),
+        "totalHours": hours(m.report.total),
+        "entries": m.entries,
+        "straddling": m.straddling,
+        "rows": m.report.rows.iter().map(|r| json!({
+            "bucket": bucket_label(s, r.bucket_start_ms),
+            "bucketStart": quota::time::format_rfc3339(r.bucket_start_ms),
+            "group": r.group,
+            "amount": r.amount.to_string(),
+            "hours": hours(r.amount),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The CSV answer: one line per row, then the total. Amounts exact: in
+/// acc (what the ledger holds) and in resource-hours.
+pub fn to_csv(m: &Made) -> String {
+    let line = |f: [&str; 5]| {
+        let v: Vec<String> = f.iter().map(|x| crate::util::csv_field(x)).collect();
+        v.join(",") + "\r\n"
+    };
+    let unit_col = format!("amount_{}", m.unit.replace(' ', "_"));
+    let mut out = line([
+        "bucket",
+        "bucket_start",
+        by_name(m.spec.by),
+        "amount_acc",
+        unit_col.as_str(),
+    ]);
+    for r in &m.report.rows {
+        out.push_str(&line([
+            bucket_label(&m.spec, r.bucket_start_ms).as_str(),
+            quota::time::format_rfc3339(r.bucket_start_ms).as_str(),
+            r.group.as_str(),
+            r.amount.to_string().as_str(),
+            hours(r.amount).as_str(),
+        ]));
+    }
+    let total = m.report.total.to_string();
+    out.push_str(&line([
+        "total",
+        "",
+        "",
+        total.as_str(),
+        hours(m.report.total).as_str(),
+    ]));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> Params {
+        let q: String = pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        serde_urlencoded::from_str(&q).unwrap()
+    }
+
+    const NOW: i64 = 1_795_000_000_000;
+
+    #[test]
+    fn defaults_are_the_last_thirty_days_by_quota() {
+        let (s, f) = parse(&Params::default(), NOW).unwrap();
+        assert_eq!((s.from_ms, s.to_ms), (NOW - 30 * MS_PER_DAY, NOW));
+        assert_eq!(
+            (s.by, s.bucket, f),
+            (Dimension::Quota, Bucket::None, Format::Json)
+        );
+        assert_eq!(s.reasons, vec![Reason::Accrual, Reason::Refund]);
+        let (s, _) = parse(&params(&[("subtree", "ml")]), NOW).unwrap();
+        assert_eq!(s.by, Dimension::Child);
+    }
+
+    #[test]
+    fn dates_are_local_midnights_and_to_is_inclusive() {
+        let (s, _) = parse(
+            &params(&[
+                ("from", "2026-11-01"),
+                ("to", "2026-11-30"),
+                ("utcOffsetMinutes", "480"),
+            ]),
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(
+            quota::time::format_rfc3339(s.from_ms),
+            "2026-10-31T16:00:00.000Z"
+        );
+        assert_eq!(
+            quota::time::format_rfc3339(s.to_ms),
+            "2026-11-30T16:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn hostile_parameters_are_refused_with_what_to_do() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[("from", "yesterday")], "is not a time"),
+            (
+                &[("from", "2026-11-02"), ("to", "2026-11-01")],
+                "must be after",
+            ),
+            (
+                &[("from", "1900-01-01"), ("to", "2026-01-01")],
+                "longer than 3700 days",
+            ),
+            (&[("by", "colour")], "is not one of quota"),
+            (&[("by", "child")], "needs subtree"),
+            (&[("bucket", "hour")], "is not one of none"),
+            (
+                &[
+                    ("bucket", "day"),
+                    ("from", "2020-01-01"),
+                    ("to", "2026-01-01"),
+                ],
+                "more than 1100",
+            ),
+            (&[("utcOffsetMinutes", "900")], "from -720 to 840"),
+            (&[("utcOffsetMinutes", "1.5")], "from -720 to 840"),
+            (&[("key", "requests.nvidia.com/gpu")], "is not a cash key"),
+            (&[("reasons", "accrual,theft")], "'theft' is not one of"),
+            (&[("format", "xml")], "is not json or csv"),
+            (&[("startsOn", "caturday")], "is not a day of the week"),
+        ];
+        for (p, want) in cases {
+            let e = parse(&params(p), NOW).unwrap_err().to_string();
+            assert!(e.contains(want), "{p:?}: {e}");
+        }
+        let long = "x".repeat(400);
+        let e = parse(&params(&[("subtree", &long)]), NOW)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("longer than 320"), "{e}");
+        assert!(serde_urlencoded::from_str::<Params>("colour=red").is_err());
+    }
+
+    #[test]
+    fn subtrees_hold_every_descendant() {
+        let parents: BTreeMap<String, String> = [("a", ""), ("b", "a"), ("c", "b"), ("d", "")]
+            .into_iter()
+            .map(|(q, p)| (q.to_string(), p.to_string()))
+            .collect();
+        let mut s = subtree_of("a", &parents);
+        s.sort();
+        assert_eq!(s, vec!["a", "b", "c"]);
+    }
+}

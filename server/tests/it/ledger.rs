@@ -1,0 +1,335 @@
+//! The budget ledger and its reports end to end (docs/budgets.md §6, §9;
+//! README "Reports"). Standalone on SQLite and PostgreSQL: each write's
+//! accrual lands in the ledger in the same transaction as the status, so
+//! per quota the ledger's sum is what `status.cashAccrued` says, to the
+//! acc; the user of each admission review is on its entries; reports by
+//! child, user and model, per day, agree with the ledger as JSON, CSV and
+//! the /reports page; a wrong parameter is 422 and a member sees only
+//! their subtree. In a cluster (the fake API server, the shipped
+//! webhooks) the controller appends each window it accrues from the pods.
+
+use crate::common::*;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+
+const CASH: &str = "cash/requests.nvidia.com/gpu";
+const T0: i64 = 1_795_255_200_000; // 2026-11-21T10:00:00Z
+const HOUR: i64 = 3_600_000;
+const CARD_HOUR: i128 = 3_600_000_000_000_000_000_000;
+
+fn job(name: &str, quota: &str, cards: i64, model: Option<&str>) -> Value {
+    let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": quota}},
+        "spec": {"parallelism": cards, "completions": cards,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
+                "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}}});
+    if let Some(m) = model {
+        j["metadata"]["labels"]["biz.group.resource.quota/gpu-type"] = json!(m);
+    }
+    j
+}
+
+async fn admit(s: &Server, uid: &str, user: &str, j: &Value) {
+    let mut r = review("deployment-create.json", uid, Some(j.clone()), None);
+    let gvk = json!({"group": "batch", "version": "v1", "kind": "Job"});
+    let gvr = json!({"group": "batch", "version": "v1", "resource": "jobs"});
+    r["request"]["kind"] = gvk.clone();
+    r["request"]["requestKind"] = gvk;
+    r["request"]["resource"] = gvr.clone();
+    r["request"]["requestResource"] = gvr;
+    r["request"]["namespace"] = "ml".into();
+    r["request"]["userInfo"]["username"] = user.into();
+    let v = s.review("/validate/workloads", &r).await;
+    assert_eq!(v["allowed"], true, "{v}");
+}
+
+/// `status.cashAccrued` in acc.
+fn accrued_acc(q: &Value) -> i128 {
+    let per_mille: i128 = q["status"]["cashAccrued"][CASH]
+        .as_str()
+        .unwrap_or("0")
+        .parse()
+        .unwrap();
+    quota::budget::from_cash_accrued(per_mille)
+}
+
+fn acc(v: &Value) -> i128 {
+    v.as_str().unwrap().parse().unwrap()
+}
+
+async fn report(s: &Server, query: &str) -> Value {
+    let (st, v) = s
+        .api(Method::GET, &format!("/api/v1/reports?{query}"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{query}: {v}");
+    v
+}
+
+const RANGE: &str = "from=2026-11-20&to=2026-11-22";
+
+async fn standalone_story(url: &str) {
+    let mut args = bizrq::config::ServeArgs::for_tests(url);
+    args.admin_password = Some(ADMIN_PASSWORD.into());
+    args.resync_seconds = 3600;
+    let (clock, c) = test_clock(T0);
+    let running = bizrq::start_with(&args, None, Some(c)).await.unwrap();
+    let s = Server::in_process(&running);
+    s.create_quota(
+        "org",
+        "",
+        json!({"requests.nvidia.com/gpu": "16", CASH: "1000"}),
+    )
+    .await;
+    s.create_quota(
+        "a",
+        "org",
+        json!({"requests.nvidia.com/gpu": "8", CASH: "400"}),
+    )
+    .await;
+    s.create_quota(
+        "b",
+        "org",
+        json!({"requests.nvidia.com/gpu": "8", CASH: "400"}),
+    )
+    .await;
+    // a: 2 A100 by alice from T0; b: 1 card by bob from T0 + 30 min.
+    admit(&s, "x", "alice", &job("x", "a", 2, Some("A100"))).await;
+    clock.store(T0 + HOUR / 2, Ordering::SeqCst);
+    admit(&s, "y", "bob", &job("y", "b", 1, None)).await;
+    // Writes at T0 + 2 h accrue both windows; at T0 + 3 h a's again.
+    clock.store(T0 + 2 * HOUR, Ordering::SeqCst);
+    admit(&s, "x2", "carol", &job("x2", "a", 1, None)).await;
+    admit(&s, "y2", "bob", &job("y2", "b", 1, None)).await;
+    clock.store(T0 + 3 * HOUR, Ordering::SeqCst);
+    admit(&s, "x3", "carol", &job("x3", "a", 1, None)).await;
+
+    // Per quota, the ledger is what the status accrued, to the acc.
+    let (qa, qb) = (s.quota("a").await, s.quota("b").await);
+    let (a, b) = (accrued_acc(&qa), accrued_acc(&qb));
+    assert_eq!(a, 2 * 3 * CARD_HOUR + CARD_HOUR, "{qa}");
+    assert_eq!(b, 3 * CARD_HOUR / 2, "{qb}");
+    assert_eq!(qa["status"]["users"]["batch/Job/ml/x"], "alice", "{qa}");
+    for (q, want) in [("a", a), ("b", b)] {
+        let r = report(&s, &format!("{RANGE}&subtree={q}&by=quota")).await;
+        assert_eq!(acc(&r["total"]), want, "{q}: {r}");
+    }
+    // By child per day: the rows are a and b, and add up to the total.
+    let r = report(&s, &format!("{RANGE}&subtree=org&bucket=day")).await;
+    assert_eq!(r["by"], "child");
+    assert_eq!(acc(&r["total"]), a + b, "{r}");
+    let rows = r["rows"].as_array().unwrap();
+    let groups: Vec<&str> = rows.iter().map(|x| x["group"].as_str().unwrap()).collect();
+    assert_eq!(groups, vec!["a", "b"], "{r}");
+    assert_eq!(rows[0]["bucket"], "2026-11-21");
+    assert_eq!(rows.iter().map(|x| acc(&x["amount"])).sum::<i128>(), a + b);
+    assert_eq!(r["totalHours"], "8.5", "{r}");
+    // By user and by model: who asked, from the reviews.
+    let r = report(&s, &format!("{RANGE}&by=user&key={CASH}")).await;
+    let by_user: Vec<(String, i128)> = r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["group"].as_str().unwrap().to_string(), acc(&x["amount"])))
+        .collect();
+    assert_eq!(
+        by_user,
+        vec![
+            ("alice".to_string(), 6 * CARD_HOUR),
+            ("bob".to_string(), 3 * CARD_HOUR / 2),
+            ("carol".to_string(), CARD_HOUR)
+        ],
+        "{r}"
+    );
+    let r = report(&s, &format!("{RANGE}&by=model")).await;
+    assert_eq!(r["rows"][0]["group"], "(no model)", "{r}");
+    assert_eq!(r["rows"][1]["group"], "A100", "{r}");
+    // A range cutting a's first window shares it by time, exactly.
+    let r = report(
+        &s,
+        "from=2026-11-21T10:00:00Z&to=2026-11-21T11:00:00Z&subtree=a",
+    )
+    .await;
+    assert_eq!(acc(&r["total"]), 2 * CARD_HOUR, "{r}");
+    assert_eq!(r["straddling"], 1, "{r}");
+
+    // The CSV: the same rows and the exact total.
+    let admin = Browser::admin(&s).await;
+    let csv = admin
+        .get(&format!("/reports.csv?{RANGE}&subtree=org&bucket=day"))
+        .await;
+    assert_eq!(csv.status, StatusCode::OK);
+    assert!(
+        csv.body
+            .starts_with("bucket,bucket_start,child,amount_acc,amount_card-hours\r\n"),
+        "{}",
+        csv.body
+    );
+    assert!(
+        csv.body.ends_with(&format!("total,,,{},8.5\r\n", a + b)),
+        "{}",
+        csv.body
+    );
+    let (st, api_csv) = s
+        .get_text(&format!(
+            "/api/v1/reports?{RANGE}&subtree=org&bucket=day&format=csv"
+        ))
+        .await;
+    assert!(
+        st == StatusCode::OK || st == StatusCode::UNAUTHORIZED,
+        "{st}"
+    );
+    if st == StatusCode::OK {
+        assert_eq!(api_csv, csv.body);
+    }
+    // The page: chart, table, total and how it reconciles.
+    let page = admin.get(&format!("/reports?{RANGE}&subtree=org")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    for want in [
+        "<svg",
+        "chart-report",
+        "<td class=\"name\">a</td>",
+        "8.5 card-hours",
+        "ledger entries in this range",
+        "href=\"/reports.csv?",
+    ] {
+        assert!(page.body.contains(want), "{want}: {}", page.body);
+    }
+    let quota_page = admin.get("/quotas/a").await;
+    assert!(
+        quota_page.body.contains("/reports?subtree=a"),
+        "{}",
+        quota_page.body
+    );
+
+    // Hostile parameters: 422 with what to fix; nothing anonymous.
+    for (q, want) in [
+        ("from=yesterday", "is not a time"),
+        ("by=child", "needs subtree"),
+        (
+            "bucket=day&from=2000-01-01&to=2026-01-01",
+            "longer than 3700 days",
+        ),
+        ("bucket=day&from=2016-01-01&to=2026-01-01", "more than 1100"),
+        ("colour=red", "unknown field"),
+        ("key=requests.cpu", "is not a cash key"),
+    ] {
+        let (st, v) = s
+            .api(Method::GET, &format!("/api/v1/reports?{q}"), None)
+            .await;
+        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{q}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(want),
+            "{q}: {v}"
+        );
+    }
+    let page = admin.get("/reports?by=colour").await;
+    assert_eq!(page.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(page.body.contains("is not one of quota"), "{}", page.body);
+    let (st, _) = s.api_with(Method::GET, "/api/v1/reports", None, None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+
+    // A member of b sees b only: org is not found, and by default their
+    // report is b's.
+    create_user(&admin, "bob", "a long password 1").await;
+    bind(&admin, "bob", "b", "member").await;
+    let bob = Browser::logged_in(&s, "bob", "a long password 1").await;
+    let (st, v) = bob
+        .api(
+            Method::GET,
+            &format!("/api/v1/reports?{RANGE}&subtree=org"),
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    let (st, v) = bob
+        .api(Method::GET, &format!("/api/v1/reports?{RANGE}"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(acc(&v["total"]), b, "{v}");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    standalone_story(&fresh_sqlite(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_postgres() {
+    standalone_story(&fresh_postgres().await).await;
+}
+
+/// Cluster mode: the controller accrues from the pods and appends each
+/// window to the ledger after its status write; the ledger's sum is what
+/// the status accrued, and the entries name the user whose request the
+/// shipped webhook admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_the_controller_appends_what_it_accrues() {
+    use crate::cluster::{pod, Cluster};
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    use std::time::Duration;
+    let c = Cluster::start().await;
+    let (st, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "team"},
+                "spec": {"hard": {"requests.nvidia.com/gpu": "16", CASH: "1000"}}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    c.until("team", "first reconcile", |q| {
+        !q["status"]["lastReconcileTime"].is_null()
+    })
+    .await;
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    let jr =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &jr);
+    let j: DynamicObject = serde_json::from_value(job("a", "team", 4, None)).unwrap();
+    jobs.create(&PostParams::default(), &j).await.unwrap();
+    let q = c
+        .until("team", "the user recorded", |q| {
+            !q["status"]["users"]["batch/Job/ml/a"].is_null()
+        })
+        .await;
+    let user = q["status"]["users"]["batch/Job/ml/a"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.set_clock(T0 + 2 * HOUR);
+    c.fake
+        .put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
+    let q = c.until("team", "accrued", |q| accrued_acc(q) != 0).await;
+    let want = accrued_acc(&q);
+    assert_eq!(want, 8 * CARD_HOUR, "{q}");
+    let r = poll_until(100, Duration::from_millis(100), || async {
+        let r = report(&c.server, &format!("{RANGE}&by=user")).await;
+        (acc(&r["total"]) == want).then_some(r)
+    })
+    .await
+    .expect("the ledger reaches what the status accrued");
+    assert_eq!(r["rows"][0]["group"], user.as_str(), "{r}");
+    assert_eq!(r["rows"].as_array().unwrap().len(), 1, "{r}");
+    // More time, another pod, another window: still equal, nothing
+    // doubled.
+    c.set_clock(T0 + 3 * HOUR);
+    c.fake
+        .put(pod("ml", "a-2", "Job", "a", 4, "2026-11-21T12:30:00Z"));
+    let q = c
+        .until("team", "accrued again", |q| accrued_acc(q) > want)
+        .await;
+    let want = accrued_acc(&q);
+    poll_until(100, Duration::from_millis(100), || async {
+        let r = report(&c.server, RANGE).await;
+        (acc(&r["total"]) == want).then_some(())
+    })
+    .await
+    .expect("the second window too, once");
+}
