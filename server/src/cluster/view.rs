@@ -34,6 +34,9 @@ pub struct WorkloadInfo {
     pub priority: i32,
     /// The object's uid, so Events about it show in `kubectl describe`.
     pub uid: String,
+    /// Its declared maximum run time (`budget::runtime`), for the queue's
+    /// start estimates (docs/queueing.md §5).
+    pub run_ms: Option<i64>,
 }
 
 /// A governed workload as the watch shows it.
@@ -301,6 +304,7 @@ impl View {
                 .as_ref()
                 .is_some_and(|o| o.models != models || o.quota != q);
             let priority = old.as_ref().map_or(0, |o| o.info.priority);
+            let run_ms = w.run_time.as_ref().ok().copied().flatten().map(|r| r.ms);
             add(&mut touched, Some(&q));
             self.put_workload(
                 wref.clone(),
@@ -315,6 +319,7 @@ impl View {
                         annotations: w.meta.annotations.clone(),
                         priority,
                         uid: w.meta.uid.clone(),
+                        run_ms,
                     },
                 },
             );
@@ -718,6 +723,12 @@ impl View {
             .get(wref)
             .map(|s| s.info.uid.clone())
             .filter(|u| !u.is_empty())
+    }
+
+    /// The declared run time of a workload the watch shows, if it
+    /// declares one.
+    pub fn workload_run_ms(&self, wref: &str) -> Option<i64> {
+        self.workloads.get(wref).and_then(|s| s.info.run_ms)
     }
 
     pub fn workloads_of(&self, quota: &str) -> Vec<(String, Vec<PodSet>, WorkloadInfo)> {
