@@ -65,6 +65,7 @@ async fn queued_work_shows_its_estimated_start_and_who_submitted_it() {
     // Queued: 2 CPUs fit once `timed` ends; 4 need `open` gone too.
     c.set_clock(T0 + 60_000);
     create_as(&c, "bob@example.com", &job("soon", "2", Some(1800))).await;
+    c.set_clock(T0 + 120_000);
     create_as(&c, "carol", &job("later", "4", None)).await;
     let q = c
         .until("ml", "estimates computed", |q| {
