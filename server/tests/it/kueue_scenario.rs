@@ -21,10 +21,11 @@ const JOBS: usize = 200;
 /// CPUs of each team's quota.
 const CAPACITY: i64 = 8;
 /// Arrival spacing on the controlled clock.
-const SPACING_MS: i64 = 500;
-/// Team c's aging: entries that arrived in the first 40 s have aged when
-/// the clock is set to the end of arrivals + 20 s; the rest may be passed.
-const AGING_S: i64 = 60;
+const SPACING_MS: i64 = 1_000;
+/// Team c's aging: with the clock set 20 s after the last arrival (at
+/// 67 s), the entries that arrived in the first 34 s have aged; the rest
+/// may be passed.
+const AGING_S: i64 = 53;
 
 #[derive(Clone, Debug)]
 struct Job {
@@ -154,8 +155,8 @@ async fn three_teams_two_hundred_jobs_are_admitted_in_the_rules_order_never_over
     }
 
     // 200 jobs, 1 to 4 CPUs, three priorities, round-robin over the
-    // teams, each arriving SPACING_MS after the last (a fixed LCG, so
-    // every run is the same scenario).
+    // teams, a team's jobs SPACING_MS apart (a fixed LCG, so every run is
+    // the same scenario); the three of a round are created at once.
     let mut seed: u64 = 0x5eed_0015;
     let mut next = move || {
         seed = seed
@@ -167,24 +168,34 @@ async fn three_teams_two_hundred_jobs_are_admitted_in_the_rules_order_never_over
     for i in 0..JOBS {
         let team = i % 3;
         let cpus = 1 + (next() % 4) as i64;
-        let (class, priority) = CLASSES[next() % 3];
-        let name = format!("j{i:03}-{}", TEAMS[team]);
-        let since = T0 + (i as i64 + 1) * SPACING_MS;
-        c.set_clock(since);
-        let o = job_object(&name, TEAMS[team], cpus, Some(class));
-        api.create(&PostParams::default(), &o).await.unwrap();
-        assert_eq!(
-            c.fake.get("batch", "jobs", "ml", &name).unwrap()["spec"]["suspend"],
-            true,
-            "{name} queues: its quota is full"
-        );
+        let (_, priority) = CLASSES[next() % 3];
         all.push(Job {
-            name,
+            name: format!("j{i:03}-{}", TEAMS[team]),
             team,
             cpus,
             priority,
-            since,
+            // The three teams' jobs of a round arrive together: their
+            // queues are apart, so only the order within a team counts.
+            since: T0 + (i as i64 / 3 + 1) * SPACING_MS,
         });
+    }
+    for round in all.chunks(3) {
+        c.set_clock(round[0].since);
+        let creates = round.iter().map(|j| {
+            let class = CLASSES.iter().find(|(_, v)| *v == j.priority).unwrap().0;
+            let o = job_object(&j.name, TEAMS[j.team], j.cpus, Some(class));
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &o).await.unwrap() }
+        });
+        futures::future::join_all(creates).await;
+        for j in round {
+            assert_eq!(
+                c.fake.get("batch", "jobs", "ml", &j.name).unwrap()["spec"]["suspend"],
+                true,
+                "{} queues: its quota is full",
+                j.name
+            );
+        }
     }
     // The controller names every entry from its watch (the uid).
     for team in TEAMS {
@@ -204,7 +215,7 @@ async fn three_teams_two_hundred_jobs_are_admitted_in_the_rules_order_never_over
     let created = started.elapsed();
     // Past the arrivals; fixed from here, so which of team c's entries
     // have aged is fixed too.
-    let now = T0 + (JOBS as i64 + 40) * SPACING_MS;
+    let now = T0 + (JOBS as i64 / 3 + 21) * SPACING_MS;
     c.set_clock(now);
 
     let aging = [None, None, Some(AGING_S)];
