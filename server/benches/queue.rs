@@ -82,7 +82,11 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 
 fn main() {
     let smoke = std::env::args().any(|a| a == "--smoke");
-    let (quotas, per) = if smoke { (20usize, 10usize) } else { (1_000, 10) };
+    let (quotas, per) = if smoke {
+        (20usize, 10usize)
+    } else {
+        (1_000, 10)
+    };
     println!(
         "queue benchmark ({} build{}): {} queued Jobs across {quotas} quotas",
         if cfg!(debug_assertions) {
@@ -122,8 +126,17 @@ async fn run(quotas: usize, per: usize) {
         let seen = seen.clone();
         async move {
             if req.method() == Method::PATCH {
-                let name = req.uri().path().rsplit('/').next().unwrap_or("").to_string();
-                seen.lock().unwrap().entry(name).or_insert_with(Instant::now);
+                let name = req
+                    .uri()
+                    .path()
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("")
+                    .to_string();
+                seen.lock()
+                    .unwrap()
+                    .entry(name)
+                    .or_insert_with(Instant::now);
             }
             let body = json!({"apiVersion": "batch/v1", "kind": "Job",
                 "metadata": {"name": "x", "namespace": "ns"}});
@@ -145,7 +158,8 @@ async fn run(quotas: usize, per: usize) {
         ControllerConfig::default(),
     );
     let adapter = adapter_for_kind("batch", "Job").unwrap();
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
     let cfg = KeyConfig::default();
     let started = Instant::now();
     let mut sizes: Vec<Vec<i64>> = Vec::new();
@@ -163,7 +177,9 @@ async fn run(quotas: usize, per: usize) {
             .await
             .unwrap();
         let run = format!("{name}-run");
-        let w = adapter.read(&job_json(&name, &run, 10, false), &cfg).unwrap();
+        let w = adapter
+            .read(&job_json(&name, &run, 10, false), &cfg)
+            .unwrap();
         service
             .charge_workload(
                 &name,
@@ -181,7 +197,9 @@ async fn run(quotas: usize, per: usize) {
         for k in 0..per {
             let cpus = 1 + ((i + k) % 3) as i64;
             let job = format!("{name}-j{k:02}");
-            let w = adapter.read(&job_json(&name, &job, cpus, true), &cfg).unwrap();
+            let w = adapter
+                .read(&job_json(&name, &job, cpus, true), &cfg)
+                .unwrap();
             let work = Queued {
                 workload_ref: format!("batch/Job/ns/{job}"),
                 uid: format!("uid-{job}"),

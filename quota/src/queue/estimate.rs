@@ -141,7 +141,14 @@ pub fn for_status(
         .into_iter()
         .filter_map(|w| {
             let t = *starts.get(w)?;
-            (t > now_ms).then(|| (w.to_string(), t.div_euclid(MINUTE).saturating_add(i64::from(t.rem_euclid(MINUTE) != 0)).saturating_mul(MINUTE)))
+            (t > now_ms).then(|| {
+                (
+                    w.to_string(),
+                    t.div_euclid(MINUTE)
+                        .saturating_add(i64::from(t.rem_euclid(MINUTE) != 0))
+                        .saturating_mul(MINUTE),
+                )
+            })
         })
         .collect()
 }

@@ -437,7 +437,9 @@ pub fn estimate_words(queue: &[queue::QueueEntry], i: usize) -> String {
         return "no estimate yet: it joined after the last round".into();
     }
     match e.waiting {
-        queue::Waiting::Never => return "no estimate: it cannot be admitted as things stand".into(),
+        queue::Waiting::Never => {
+            return "no estimate: it cannot be admitted as things stand".into()
+        }
         queue::Waiting::Budget => {
             return "no estimate: budgets refill by top-ups and periods, which cannot be foreseen"
                 .into()
@@ -531,7 +533,10 @@ mod tests {
             "{answer:?}"
         );
         let q = svc.get("ml").await.unwrap().quota;
-        assert_eq!(q.status.queue[0].work.submitted_by.as_deref(), Some("alice"));
+        assert_eq!(
+            q.status.queue[0].work.submitted_by.as_deref(),
+            Some("alice")
+        );
         svc.release_workload("ml", "batch/Job/ml/run", false)
             .await
             .unwrap();

@@ -10,9 +10,7 @@
 //! quota is ever over its hard.
 
 use crate::cluster::{used, Cluster, T0};
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
