@@ -26,7 +26,7 @@ pub struct QueueRow {
     /// `2026-11-21 10:00 UTC`, for the title.
     pub since_exact: String,
     /// `starts by about 2026-11-27 14:00 UTC`, or why there is no
-    /// estimate (`no estimate: running work declares no deadline`).
+    /// estimate (`no estimate: running work declares no deadline, or has outlived it`).
     pub estimate: String,
 }
 

@@ -63,13 +63,14 @@ fn mib(kib: f64) -> String {
     format!("{:.0} MiB", kib / 1024.0)
 }
 
-fn job_json(quota: &str, name: &str, cpus: i64, suspended: bool) -> serde_json::Value {
+fn job_json(quota: &str, name: &str, cpus: i64, suspended: bool) -> String {
     json!({"apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
             "labels": {"biz.group.resource.quota": quota}},
         "spec": {"parallelism": 1, "completions": 1, "suspend": suspended,
             "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x",
                 "resources": {"requests": {"cpu": cpus.to_string()}, "limits": {"cpu": cpus.to_string()}}}]}}}})
+    .to_string()
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {

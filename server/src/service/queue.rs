@@ -461,7 +461,7 @@ pub fn estimate_words(queue: &[queue::QueueEntry], i: usize) -> String {
             queue::estimate::ESTIMATE_HEAD
         );
     }
-    "no estimate: running work declares no deadline".into()
+    "no estimate: running work declares no deadline, or has outlived it".into()
 }
 
 #[cfg(test)]

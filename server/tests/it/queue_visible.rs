@@ -97,7 +97,7 @@ async fn queued_work_shows_its_estimated_start_and_who_submitted_it() {
     );
     assert_eq!(
         v["items"][1]["estimate"],
-        "no estimate: running work declares no deadline"
+        "no estimate: running work declares no deadline, or has outlived it"
     );
 
     let admin = Browser::admin(&c.server).await;
@@ -105,7 +105,7 @@ async fn queued_work_shows_its_estimated_start_and_who_submitted_it() {
     assert_eq!(page.status, StatusCode::OK);
     for want in [
         "starts by about 2026-11-21 11:00 UTC",
-        "no estimate: running work declares no deadline",
+        "no estimate: running work declares no deadline, or has outlived it",
     ] {
         assert!(page.body.contains(want), "{want} not on the quota page");
     }

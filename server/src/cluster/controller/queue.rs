@@ -226,8 +226,8 @@ impl Context {
     /// Estimated starts for `status.queue` (docs/queueing.md §5): the
     /// quota's charged work runs to its declared end (its admission, or
     /// its charge's `since`, + the run time the watch read from the
-    /// object); work that declares none never ends in the simulation, so
-    /// what waits for it gets no estimate. Computed every round over the
+    /// object); work that declares none, or has outlived it, never ends in
+    /// the simulation, so what waits for it gets no estimate. Computed every round over the
     /// first `ESTIMATE_HEAD` entries: rounds run on every event that can
     /// free room and on the resync, which is the timer.
     fn estimates(
@@ -249,8 +249,11 @@ impl Context {
                         .as_deref()
                         .and_then(quota::time::parse_rfc3339)
                         .or_else(|| quota::time::parse_rfc3339(&c.since));
+                    // Work past its declared end still holds its charge
+                    // (a finished Job not yet deleted): when it goes
+                    // cannot be told, so it counts as declaring none.
                     let ends_ms = match (start, v.workload_run_ms(wref)) {
-                        (Some(s), Some(run)) => Some(s.saturating_add(run)),
+                        (Some(s), Some(run)) => Some(s.saturating_add(run)).filter(|e| *e > now),
                         _ => None,
                     };
                     queue::Running {
