@@ -221,8 +221,11 @@ async fn queued_jobs_are_admitted_by_priority_then_first_come_never_over() {
         .await
         .unwrap();
     let q = c
-        .until("ml", "z-high admitted", |q| {
+        .until("ml", "z-high admitted, the queue restated", |q| {
+            // The charge's write removes z-high's entry; the round's
+            // restated positions are the next write.
             queue_refs(q) == ["batch/Job/ml/low-1", "batch/Job/ml/low-2"]
+                && q["status"]["queue"][0]["position"] == 1
         })
         .await;
     assert_eq!(used(&q, "requests.cpu"), "3", "never over 4");
