@@ -227,9 +227,10 @@ impl Context {
     /// quota's charged work runs to its declared end (its admission, or
     /// its charge's `since`, + the run time the watch read from the
     /// object); work that declares none, or has outlived it, never ends in
-    /// the simulation, so what waits for it gets no estimate. Computed every round over the
-    /// first `ESTIMATE_HEAD` entries: rounds run on every event that can
-    /// free room and on the resync, which is the timer.
+    /// the simulation, so what waits for it gets no estimate. Computed
+    /// every round over the first `ESTIMATE_HEAD` entries: rounds run on
+    /// every event that can free room and on the resync, which is the
+    /// timer.
     fn estimates(
         &self,
         q: &quota::Quota,
