@@ -74,6 +74,28 @@ impl Action {
     }
 }
 
+/// Who marked a workload: the parent's reclaim of borrowed capacity, or
+/// the quota's own queue preempting lower-priority work
+/// (docs/queueing.md §6). Each side reconciles only its own marks, so
+/// neither clears the other's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Origin {
+    /// Reclaim of a loan by the parent (`plan`); what a mark without an
+    /// `origin` field is, so statuses written before it read the same.
+    #[default]
+    Borrow,
+    /// Preemption by a higher-priority entry of the quota's queue
+    /// (`queue::preempt`).
+    Preempt,
+}
+
+impl Origin {
+    pub fn is_borrow(&self) -> bool {
+        *self == Origin::Borrow
+    }
+}
+
 /// A workload marked for reclaim, in its quota's `status.reclaim`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -85,6 +107,9 @@ pub struct Mark {
     pub marked: String,
     /// When it will be reclaimed if still needed (RFC 3339).
     pub due: String,
+    /// Who marked it; left out for `borrow`.
+    #[serde(default, skip_serializing_if = "Origin::is_borrow")]
+    pub origin: Origin,
 }
 
 /// How a workload of its kind can be stopped.
@@ -435,7 +460,27 @@ pub struct MarkOutcome {
 ///
 /// Write `marks` back (CAS on the borrower) before executing `due`: a lost
 /// write then at worst re-marks a victim, never acts twice without grace.
+///
+/// The borrowing reclaim's marks (`Origin::Borrow`); marks of the queue's
+/// preemption are left as they are (`reconcile_marks_of`).
 pub fn reconcile_marks(
+    quota: &str,
+    marks: &BTreeMap<String, Mark>,
+    plan: &[Victim],
+    now_ms: i64,
+    grace_ms: i64,
+) -> MarkOutcome {
+    reconcile_marks_of(Origin::Borrow, quota, marks, plan, now_ms, grace_ms)
+}
+
+/// `reconcile_marks` for the marks of `origin` only: marks of the other
+/// origin stay in `marks` untouched and are never cleared; a victim the
+/// other side has already marked keeps that mark (it is not marked twice,
+/// nor executed by this side: the other side suspends it when due, or
+/// clears it, and then this side's next plan marks it afresh if still
+/// needed).
+pub fn reconcile_marks_of(
+    origin: Origin,
     quota: &str,
     marks: &BTreeMap<String, Mark>,
     plan: &[Victim],
@@ -449,9 +494,14 @@ pub fn reconcile_marks(
         frees: v.frees.clone(),
         marked: now.clone(),
         due: time::format_rfc3339(now_ms.saturating_add(grace_ms)),
+        origin,
     };
+    for (w, m) in marks.iter().filter(|(_, m)| m.origin != origin) {
+        out.marks.insert(w.clone(), m.clone());
+    }
     for v in plan.iter().filter(|v| v.quota == quota) {
         match marks.get(&v.workload_ref) {
+            Some(m) if m.origin != origin => {}
             None => {
                 out.marks.insert(v.workload_ref.clone(), fresh(v));
                 out.marked.push(v.clone());
@@ -481,7 +531,9 @@ pub fn reconcile_marks(
         }
     }
     out.cleared = marks
-        .keys()
+        .iter()
+        .filter(|(_, m)| m.origin == origin)
+        .map(|(w, _)| w)
         .filter(|w| {
             !plan
                 .iter()
@@ -821,6 +873,7 @@ mod tests {
             frees: list(&[(CPU, 2)]),
             marked: "2027-01-15T08:00:00.000Z".into(),
             due: "2027-01-15T08:05:00.000Z".into(),
+            origin: Origin::Borrow,
         };
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(
@@ -830,5 +883,50 @@ mod tests {
         let s: Mark =
             serde_json::from_str(&json.replace(r#"{"scaleTo":3}"#, r#""suspend""#)).unwrap();
         assert_eq!(s.action, Action::Suspend);
+        assert_eq!(s.origin, Origin::Borrow, "no origin reads as borrow");
+        let p = Mark {
+            origin: Origin::Preempt,
+            ..m
+        };
+        let json = serde_json::to_string(&p).unwrap();
+        assert!(json.ends_with(r#","origin":"preempt"}"#), "{json}");
+        assert_eq!(serde_json::from_str::<Mark>(&json).unwrap(), p);
+    }
+
+    #[test]
+    fn borrow_and_preempt_marks_never_clear_each_other() {
+        let grace = 60_000;
+        let loan = vec![victim("loan", Action::Suspend, 2)];
+        let pre = vec![victim("low", Action::Suspend, 4)];
+        // The parent marks a loan's workload, then the queue marks its own.
+        let m = reconcile_marks("a", &BTreeMap::new(), &loan, T0, grace).marks;
+        let r = reconcile_marks_of(Origin::Preempt, "a", &m, &pre, T0 + 1, grace);
+        assert_eq!(r.marks.len(), 2, "{:?}", r.marks);
+        assert_eq!(r.marks["loan"], m["loan"], "the loan's mark untouched");
+        assert_eq!(r.marks["low"].origin, Origin::Preempt);
+        assert!(r.cleared.is_empty());
+        // The parent's next pass, whose plan has only its own victim,
+        // keeps the preemption mark.
+        let r2 = reconcile_marks("a", &r.marks, &loan, T0 + 2, grace);
+        assert!(!r2.changed && r2.cleared.is_empty(), "{r2:?}");
+        // Pressure gone on the queue's side: only its mark is cleared.
+        let r3 = reconcile_marks_of(Origin::Preempt, "a", &r.marks, &[], T0 + 3, grace);
+        assert_eq!(r3.cleared, ["low".to_string()]);
+        assert_eq!(r3.marks.keys().collect::<Vec<_>>(), ["loan"]);
+        // And the parent's pressure gone: only the loan's.
+        let r4 = reconcile_marks("a", &r.marks, &[], T0 + 3, grace);
+        assert_eq!(r4.cleared, ["loan".to_string()]);
+        assert_eq!(r4.marks["low"], r.marks["low"]);
+        // A victim the other side marked is neither re-marked nor executed
+        // here, even past its due time.
+        let both = vec![victim("loan", Action::Suspend, 2)];
+        let r5 = reconcile_marks_of(Origin::Preempt, "a", &m, &both, T0 + grace * 2, grace);
+        assert!(r5.marked.is_empty() && r5.due.is_empty() && !r5.changed);
+        assert_eq!(r5.marks, m);
+        // Due on its own side: executed and out of the ledger, the other
+        // side's mark kept.
+        let r6 = reconcile_marks_of(Origin::Preempt, "a", &r.marks, &pre, T0 + 1 + grace, grace);
+        assert_eq!(r6.due, pre);
+        assert_eq!(r6.marks.keys().collect::<Vec<_>>(), ["loan"]);
     }
 }

@@ -463,6 +463,16 @@ pub static ADAPTERS: &[Adapter] = &[
         suspend_path: &[],
         read: read_volcano,
     },
+    Adapter {
+        group: "jobset.x-k8s.io",
+        kind: "JobSet",
+        resource: "jobsets",
+        scalable: false,
+        defers_to_controller: false,
+        mode: ChargeMode::Charge,
+        suspend_path: &["spec", "suspend"],
+        read: read_jobset,
+    },
 ];
 
 pub fn adapter_for_kind(group: &str, kind: &str) -> Option<&'static Adapter> {
@@ -803,6 +813,77 @@ fn read_volcano(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
     Ok(workload(o.metadata, sets))
 }
 
+#[derive(Deserialize)]
+struct JobSet {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "nullable")]
+    spec: JobSetSpec,
+    #[serde(default, deserialize_with = "nullable")]
+    status: Finishing,
+}
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JobSetSpec {
+    #[serde(default, deserialize_with = "nullable")]
+    replicated_jobs: Vec<ReplicatedJob>,
+    suspend: Option<bool>,
+}
+#[derive(Default, Deserialize)]
+struct ReplicatedJob {
+    #[serde(default)]
+    name: String,
+    replicas: Option<i64>,
+    #[serde(default)]
+    template: JobTemplate,
+}
+
+/// JobSet (`jobset.x-k8s.io/v1alpha2`): one pod set per replicated job,
+/// its `replicas` Jobs each running their template's pods at once
+/// (parallelism, never more than completions). `spec.suspend` of the
+/// JobSet stops all of them (the JobSet controller suspends its Jobs);
+/// a Job template's own `suspend` is the JobSet controller's to set, so
+/// it is not read. Finished on its `Completed` or `Failed` condition.
+fn read_jobset(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
+    let mut o: JobSet = parse_object(src, |o: &JobSet| &o.metadata)?;
+    let suspended = o.spec.suspend == Some(true);
+    let sets = o
+        .spec
+        .replicated_jobs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, r)| {
+            let name = if r.name.is_empty() {
+                format!("job-{i}")
+            } else {
+                r.name.clone()
+            };
+            let field = format!("replicas of replicatedJob {name:?}");
+            // Checked even when suspended: resuming must not bring it in.
+            let jobs = check_count(&field, r.replicas.unwrap_or(1))
+                .map_err(|p| Fault::bad(&o.metadata, None, p))?;
+            r.template.spec.suspend = None;
+            let at = format!("replicatedJob {name:?} template.spec");
+            let each = r.template.spec.active(&at, &o.metadata)?;
+            let field = format!("replicas × parallelism of replicatedJob {name:?}");
+            let n = check_count(&field, jobs.saturating_mul(each))
+                .map_err(|p| Fault::bad(&o.metadata, None, p))?;
+            let n = if suspended { 0 } else { n };
+            pod_set(
+                &name,
+                (&field, n),
+                &r.template.spec.template,
+                &o.metadata,
+                cfg,
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Workload {
+        finished: o.status.any(&["Completed", "Failed"]),
+        ..workload(o.metadata, sets)
+    })
+}
+
 /// `autoscaling/v1` Scale: only the desired replicas matter.
 pub fn read_scale_replicas(json: &str) -> Result<i64, AdapterError> {
     #[derive(Deserialize)]
@@ -1120,6 +1201,48 @@ mod tests {
         );
         assert_eq!(gpus(&w), Quantity::from_units(6));
         assert_eq!(w.pod_sets[1].name, "task-1");
+    }
+
+    #[test]
+    fn jobset_replicated_jobs() {
+        let tpl = |p: i64, c: i64| {
+            format!(
+                r#"{{"spec":{{"parallelism":{p},"completions":{c},"suspend":true,"template":{TPL}}}}}"#
+            )
+        };
+        let obj = |suspend: bool| {
+            format!(
+                r#"{{"spec":{{"suspend":{suspend},"replicatedJobs":[{{"name":"driver","template":{}}},{{"name":"workers","replicas":3,"template":{}}}]}}}}"#,
+                tpl(1, 1),
+                tpl(4, 2)
+            )
+        };
+        let w = read("jobset.x-k8s.io", "JobSet", &obj(false));
+        // driver: 1 × 1; workers: 3 Jobs × min(4, 2): the templates' own
+        // suspend flags are the JobSet controller's, not read.
+        assert_eq!(
+            w.pod_sets.iter().map(|s| s.count).collect::<Vec<_>>(),
+            [1, 6]
+        );
+        assert_eq!(gpus(&w), Quantity::from_units(14));
+        assert_eq!(w.pod_sets[1].name, "workers");
+        let s = read("jobset.x-k8s.io", "JobSet", &obj(true));
+        assert_eq!(gpus(&s), Quantity::ZERO, "suspended: runs nothing");
+        let a = adapter_for_kind("jobset.x-k8s.io", "JobSet").unwrap();
+        assert_eq!(a.suspend_path, ["spec", "suspend"]);
+        assert!(crate::queue::queueable(a));
+        // Hostile counts are refused, suspended or not.
+        let keys = KeyConfig::default();
+        for bad in [
+            r#"{"spec":{"suspend":true,"replicatedJobs":[{"name":"w","replicas":-1}]}}"#,
+            r#"{"spec":{"replicatedJobs":[{"name":"w","replicas":100000,"template":{"spec":{"parallelism":100000}}}]}}"#,
+        ] {
+            let e = a.read(bad, &keys).unwrap_err().to_string();
+            assert!(e.contains("replicatedJob"), "{e}");
+        }
+        // Finished on its condition.
+        let done = r#"{"spec":{},"status":{"conditions":[{"type":"Completed","status":"True"}]}}"#;
+        assert!(a.read(done, &keys).unwrap().finished);
     }
 
     #[test]

@@ -356,7 +356,8 @@ pub fn conditions(
             key: String::new(),
             level: Level::Warning,
             message: format!(
-                "{name} borrows capacity its lenders need back: {} workload(s) marked for reclaim{}",
+                "{}: {} workload(s) marked for reclaim{}",
+                reclaim_why(quota),
                 workloads.len(),
                 due.map(|d| format!(", first due {d}")).unwrap_or_default()
             ),
@@ -364,6 +365,26 @@ pub fn conditions(
         });
     }
     out
+}
+
+/// Why a quota's workloads are marked: its lenders want their capacity
+/// back, its own queue preempts lower-priority work (docs/queueing.md §6),
+/// or both.
+fn reclaim_why(quota: &Quota) -> String {
+    let name = quota.name();
+    let marks = quota.status.reclaim.values();
+    let preempt = marks
+        .clone()
+        .filter(|m| m.origin == quota::reclaim::Origin::Preempt)
+        .count();
+    let borrow = quota.status.reclaim.len() - preempt;
+    match (borrow > 0, preempt > 0) {
+        (true, true) => format!(
+            "{name} borrows capacity its lenders need back, and its queue preempts lower-priority work"
+        ),
+        (false, true) => format!("{name}'s queue preempts lower-priority work for a waiting job"),
+        _ => format!("{name} borrows capacity its lenders need back"),
+    }
 }
 
 /// One alert per entry of the quota's queue that has waited at least its

@@ -59,6 +59,15 @@ pub struct QuotaLabels {
     pub quota: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PreemptLabels {
+    pub quota: String,
+    pub result: String,
+}
+
+/// What happens to a preemption mark (docs/queueing.md §6).
+pub const PREEMPTION_RESULTS: [&str; 4] = ["marked", "cancelled", "executed", "failed"];
+
 type HistogramFamily = Family<EndpointLabels, Histogram, fn() -> Histogram>;
 
 /// Quotas whose queue is exported under their own `quota` label, per
@@ -142,6 +151,9 @@ pub struct Metrics {
     /// Time from joining a quota's queue to admission from it, seconds.
     pub queue_wait: Family<QuotaLabels, Histogram, fn() -> Histogram>,
     queue_seen: std::sync::Mutex<QueueSeen>,
+    /// The queue's preemptions of lower-priority work, per quota (capped
+    /// as the queue's series) and `PREEMPTION_RESULTS`.
+    pub queue_preemptions: Family<PreemptLabels, Counter>,
 }
 
 fn wait_histogram() -> Histogram {
@@ -346,7 +358,14 @@ impl Default for Metrics {
             "Time from joining a quota's queue to being admitted from it by the controller",
             queue_wait.clone(),
         );
+        let queue_preemptions = Family::<PreemptLabels, Counter>::default();
+        registry.register(
+            "admission_queue_preemptions",
+            "Lower-priority workloads a quota's queue preempted for a waiting entry: marked (owners warned), cancelled (room came otherwise), executed (suspended and queued again), failed (the suspend failed)",
+            queue_preemptions.clone(),
+        );
         Metrics {
+            queue_preemptions,
             queue_length,
             queue_oldest_wait,
             queue_wait,
@@ -523,6 +542,12 @@ impl Metrics {
             }
             self.queue_oldest_wait.remove(&q());
             self.queue_wait.remove(&q());
+            for r in PREEMPTION_RESULTS {
+                self.queue_preemptions.remove(&PreemptLabels {
+                    quota: quota.into(),
+                    result: r.into(),
+                });
+            }
         }
     }
 
@@ -539,6 +564,23 @@ impl Metrics {
                 quota: label.into(),
             })
             .observe(seconds);
+    }
+
+    /// A preemption mark of `quota`'s queue reached `result`
+    /// (`PREEMPTION_RESULTS`).
+    pub fn count_preemption(&self, quota: &str, result: &str) {
+        let mut seen = self.queue_seen.lock().unwrap();
+        let label = if Self::queue_label(&mut seen, quota) {
+            quota
+        } else {
+            "_other"
+        };
+        self.queue_preemptions
+            .get_or_create(&PreemptLabels {
+                quota: label.into(),
+                result: result.into(),
+            })
+            .inc();
     }
 
     pub fn render(&self) -> String {
@@ -578,6 +620,26 @@ mod queue_tests {
         m.set_queue("q0", [0; 4], 0);
         let text = m.render();
         assert!(text.contains("bizrq_admission_queue_length{quota=\"q0\",waiting=\"Quota\"} 0"));
+        m.forget_queue("q0");
+        assert!(!m.render().contains("quota=\"q0\""));
+    }
+
+    #[test]
+    fn preemptions_count_per_quota_under_the_same_cap() {
+        let m = Metrics::default();
+        for i in 0..QUEUE_METRIC_QUOTAS + 3 {
+            m.count_preemption(&format!("q{i}"), "marked");
+        }
+        m.count_preemption("q0", "executed");
+        let text = m.render();
+        assert!(text
+            .contains("bizrq_admission_queue_preemptions_total{quota=\"q0\",result=\"marked\"} 1"));
+        assert!(text.contains(
+            "bizrq_admission_queue_preemptions_total{quota=\"q0\",result=\"executed\"} 1"
+        ));
+        assert!(text.contains(
+            "bizrq_admission_queue_preemptions_total{quota=\"_other\",result=\"marked\"} 3"
+        ));
         m.forget_queue("q0");
         assert!(!m.render().contains("quota=\"q0\""));
     }

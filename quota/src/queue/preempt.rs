@@ -250,4 +250,53 @@ mod tests {
         assert_eq!(v[0].frees, gpus(2));
         assert_eq!(v[0].action, Action::Suspend);
     }
+
+    #[test]
+    fn a_budget_wait_is_never_a_reason_to_preempt() {
+        use crate::budget::{self, BudgetState, PriceList, WithoutRunTime};
+        use crate::cash::Prices;
+        // 2 of 4 cards used by low work: the urgent job (2) fits the quota
+        // but its card-hour budget is spent. It waits for the budget, and
+        // taking cards from anyone would not help.
+        let run = [running("low", 0, 0, 2)];
+        let pool = setup(4, &run);
+        let state = BudgetState {
+            quota: "team".into(),
+            key: format!("cash/{GPU}"),
+            budget: budget::from_quantity(Quantity::from_units(1)),
+            spent: budget::from_quantity(Quantity::from_units(1)),
+            ..Default::default()
+        };
+        let (qos, prices) = (Prices::default(), PriceList::default());
+        let view = BudgetView {
+            state: &state,
+            target: GPU,
+            without_run_time: WithoutRunTime::ReserveDefault {
+                horizon_seconds: 7200,
+            },
+            qos: &qos,
+            prices: &prices,
+        };
+        let p = QueuePolicy {
+            preemption: Preemption::LowerPriority,
+            ..QueuePolicy::queue()
+        };
+        let mut e = entry(10, 2);
+        e.run_ms = Some(3_600_000);
+        let q = [e];
+        let (d, _, _) = admit::round(&q, &pool, std::slice::from_ref(&view), &p, T0);
+        assert!(
+            matches!(&d[0], Decision::Wait(w) if w.reason.waiting() == Waiting::Budget),
+            "{d:?}"
+        );
+        assert_eq!(
+            for_queue(&q, &pool, std::slice::from_ref(&view), &p, T0, &run),
+            None
+        );
+        // Without the budget the same job would take the low work's cards
+        // if it needed them: 4 asked, 2 free.
+        let mut big = entry(10, 4);
+        big.run_ms = Some(3_600_000);
+        assert!(for_queue(&[big], &pool, &[], &p, T0, &run).is_some());
+    }
 }

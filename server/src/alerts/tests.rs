@@ -153,6 +153,7 @@ fn reclaim_pending_while_status_reclaim_is_not_empty() {
             frees: Default::default(),
             marked: "2026-11-22T00:00:00Z".into(),
             due: "2026-11-22T00:10:00Z".into(),
+            origin: Default::default(),
         },
     );
     let (mut open, mut id) = (Vec::new(), 0);

@@ -230,7 +230,7 @@ impl JsonSchema for Status {
                 "loans": ledger("loans granted to children beyond their hard, by child name: amount, since, raised"),
                 "lent": list("sum of the loans granted to children"),
                 "borrowed": list("used beyond hard on the keys of spec.max: on loan from the parent"),
-                "reclaim": ledger("workloads marked for reclaim, by group/Kind/namespace/name: action, frees, marked, due"),
+                "reclaim": ledger("workloads marked for reclaim, by group/Kind/namespace/name: action, frees, marked, due, and origin (preempt for the queue's preemption of lower-priority work; left out for the reclaim of a loan)"),
                 "queue": {
                     "type": "array",
                     "maxItems": quota::queue::MAX_QUEUE,

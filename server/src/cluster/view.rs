@@ -37,6 +37,11 @@ pub struct WorkloadInfo {
     /// Its declared maximum run time (`budget::runtime`), for the queue's
     /// start estimates (docs/queueing.md §5).
     pub run_ms: Option<i64>,
+    /// The PriorityClasses its pod templates name
+    /// (`quota::queue::priority::class_names`): preemption judges a running
+    /// workload by them as the queue judges its entries, even before its
+    /// pods exist.
+    pub priority_classes: Vec<String>,
 }
 
 /// A governed workload as the watch shows it.
@@ -320,6 +325,7 @@ impl View {
                         priority,
                         uid: w.meta.uid.clone(),
                         run_ms,
+                        priority_classes: Vec::new(),
                     },
                 },
             );
@@ -729,6 +735,13 @@ impl View {
     /// declares one.
     pub fn workload_run_ms(&self, wref: &str) -> Option<i64> {
         self.workloads.get(wref).and_then(|s| s.info.run_ms)
+    }
+
+    /// Record the PriorityClasses `wref`'s pod templates name.
+    pub fn set_priority_classes(&mut self, wref: &str, classes: Vec<String>) {
+        if let Some(s) = self.workloads.get_mut(wref) {
+            s.info.priority_classes = classes;
+        }
     }
 
     pub fn workloads_of(&self, quota: &str) -> Vec<(String, Vec<PodSet>, WorkloadInfo)> {

@@ -333,6 +333,67 @@ impl Service {
     }
 }
 
+impl Service {
+    /// Queue again a workload the queue's preemption has just suspended
+    /// (docs/queueing.md §6): it joins with `work.submitted_ms` (its
+    /// charge's `since`, so it keeps its place among its priority), in the
+    /// quota's compare-and-swap, whatever a round would say now: a
+    /// preempted job is never left suspended outside the queue. Its charge
+    /// of nothing (the suspend went through the validating webhook) is
+    /// replaced when it is admitted again. Whether anything changed.
+    pub async fn requeue_preempted(
+        &self,
+        quota_name: &str,
+        mut work: Queued,
+    ) -> Result<bool, ServiceError> {
+        let (priority, note) = self.resolve_priority(&work.priority_classes).await;
+        work.priority = priority;
+        let current = self.get(quota_name).await?.quota;
+        let limits = self.queue_limits(&current).await?;
+        let now = self.now();
+        self.update_status(quota_name, false, |q| {
+            let mut judged = q.clone();
+            admission::release(&mut judged, &work.workload_ref);
+            let pool = Pool::new(&judged, &limits);
+            let waiting: Vec<Queued> = ledger::entries(q)
+                .into_iter()
+                .filter(|e| e.workload_ref != work.workload_ref)
+                .collect();
+            let budgets = queue::budgets::of(q);
+            let price_list = self.price_list();
+            let views: Vec<_> = budgets
+                .iter()
+                .map(|b| b.view(&self.prices, &price_list))
+                .collect();
+            let (position, waiting, reason) = match queue::would_queue_at(
+                &waiting,
+                &work,
+                &pool,
+                &views,
+                &q.spec.queueing,
+                now,
+            ) {
+                Check::Queues { position, reason } => {
+                    (position, reason.waiting(), reason.to_string())
+                }
+                Check::Never(r) => (0, queue::Waiting::Never, r.to_string()),
+                Check::AdmitsNow => (
+                    0,
+                    queue::Waiting::Turn,
+                    "preempted; admitted again at the controller's next round".to_string(),
+                ),
+            };
+            let reason = match &note {
+                Some(n) => format!("{reason}; {n}"),
+                None => reason,
+            };
+            let changed = ledger::enqueue(q, work.clone(), position, waiting, reason)?;
+            Ok((changed, changed))
+        })
+        .await
+    }
+}
+
 /// What a queued workload needs, as the quota page and `GET
 /// /api/v1/quotas/{name}/queue` show it: its usage on the keys the quota
 /// limits (cash keys aside), or, if it asks none of them, its `requests.*`.

@@ -221,9 +221,9 @@ async fn queued_jobs_are_admitted_by_priority_then_first_come_never_over() {
         .await
         .unwrap();
     let q = c
-        .until("ml", "z-high admitted, the queue restated", |q| {
-            // The charge's write removes z-high's entry; the round's
-            // restated positions are the next write.
+        .until("ml", "z-high admitted, positions restated", |q| {
+            // The admission's write removes the entry; the positions are
+            // restated by the round's next write.
             queue_refs(q) == ["batch/Job/ml/low-1", "batch/Job/ml/low-2"]
                 && q["status"]["queue"][0]["position"] == 1
         })

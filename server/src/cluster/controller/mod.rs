@@ -20,6 +20,7 @@
 
 mod discovery;
 mod history;
+mod preempt;
 mod queue;
 mod raw;
 mod reclaim;

@@ -139,7 +139,7 @@ impl Context {
     /// Carry out a reclaim: suspend a Job (or a Kubeflow job), or scale a
     /// scalable workload through its scale subresource. Both go through the
     /// admission webhook like any change, which releases the charge.
-    async fn execute(&self, v: &Victim) -> kube::Result<()> {
+    pub(super) async fn execute(&self, v: &Victim) -> kube::Result<()> {
         let kind = kind_of_ref(&v.workload_ref).to_string();
         let Some(ar) = self.installed.lock().unwrap().get(&kind).cloned() else {
             return Ok(()); // the kind is gone, and the workload with it

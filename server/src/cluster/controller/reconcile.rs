@@ -111,6 +111,7 @@ impl Context {
         let list = self.service.price_list();
         let mut exhausted: Vec<String> = Vec::new();
         let mut queued = false;
+        let mut preempting = false;
         let mut freed = false;
         let mut paid_to: Option<i64> = None;
         let mut uid: Option<String> = None;
@@ -152,6 +153,11 @@ impl Context {
                     .any(|(k, b)| quota::resources::get(&q.status.used, k) < *b);
                 exhausted = newly_exhausted(&before, q);
                 queued = quota::queue::ledger::waits_or_admits(q);
+                preempting = q
+                    .status
+                    .reclaim
+                    .values()
+                    .any(|m| m.origin == quota::reclaim::Origin::Preempt);
                 uid = q.metadata.uid.clone();
                 let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
                 let borrowing = !q.spec.max.is_empty() || !q.status.reclaim.is_empty();
@@ -216,6 +222,13 @@ impl Context {
         if queued {
             if let Err(e) = self.admit_from_queue(name, now).await {
                 tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
+            }
+        }
+        // The head may take room from lower-priority work (§6), and marks
+        // the queue no longer needs are cancelled.
+        if queued || preempting {
+            if let Err(e) = self.preempt_for_queue(name, now).await {
+                tracing::warn!(quota = %name, error = %e, "preemption step failed; next reconcile retries");
             }
         }
         Ok(if written {

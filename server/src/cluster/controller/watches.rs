@@ -303,11 +303,14 @@ impl Context {
                     .creation_timestamp
                     .as_ref()
                     .map(|t| t.0.as_millisecond());
-                let touched = self
-                    .view
-                    .lock()
-                    .unwrap()
-                    .apply_workload(adapter, w, created, now);
+                let wref = adapter.workload_ref(&w.meta.namespace, &w.meta.name);
+                let classes = quota::queue::priority::class_names(&obj.json);
+                let touched = {
+                    let mut v = self.view.lock().unwrap();
+                    let touched = v.apply_workload(adapter, w, created, now);
+                    v.set_priority_classes(&wref, classes);
+                    touched
+                };
                 self.touch(touched);
             }
             Err(e) => {

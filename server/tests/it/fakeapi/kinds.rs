@@ -136,3 +136,15 @@ pub const PYTORCHJOB: KindDef = KindDef {
     // to spec.replicas, which only matters if bizrq let one through.
     scale: true,
 };
+
+/// JobSet (`jobset.x-k8s.io/v1alpha2`), installed only when a test says
+/// so, as its CRD has it: a status subresource, no scale.
+pub const JOBSET: KindDef = KindDef {
+    group: "jobset.x-k8s.io",
+    version: "v1alpha2",
+    kind: "JobSet",
+    plural: "jobsets",
+    namespaced: true,
+    status: true,
+    scale: false,
+};

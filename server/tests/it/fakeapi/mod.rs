@@ -24,7 +24,7 @@ mod kinds;
 mod serve;
 
 use admission::Webhook;
-pub use kinds::{KindDef, KINDS, PYTORCHJOB};
+pub use kinds::{KindDef, JOBSET, KINDS, PYTORCHJOB};
 
 use axum::body::Bytes;
 use futures::StreamExt;
@@ -211,7 +211,7 @@ impl FakeApi {
         let kind = obj["kind"].as_str().unwrap_or("");
         KINDS
             .iter()
-            .chain(std::iter::once(&PYTORCHJOB))
+            .chain([&PYTORCHJOB, &JOBSET])
             .find(|d| d.group == group && d.kind == kind)
             .unwrap_or_else(|| panic!("fake API: unknown kind {api_version} {kind}"))
             .clone()

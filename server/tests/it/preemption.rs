@@ -1,0 +1,480 @@
+//! Preemption from a quota's queue (docs/queueing.md §6) in cluster mode:
+//! Jobs created through the emulated API server, which calls the shipped
+//! mutating and validating webhooks for every matching write (bizrq's own
+//! suspend and unsuspend included). A queued job of higher priority marks
+//! lower-priority running batch work of its quota (`status.reclaim`,
+//! origin `preempt`), which is suspended after the grace period and queued
+//! again, unless room comes otherwise first; Deployments and online
+//! services are never taken.
+
+use crate::cluster::{used, Cluster, T0};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+pub const GRACE_MS: i64 = 300_000;
+
+/// A Job of `pods` pods of `cpu` each, all at once, in `ns` for `quota`,
+/// whose template names `class`.
+pub fn job(ns: &str, quota: &str, name: &str, pods: i64, cpu: &str, class: &str) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": {"biz.group.resource.quota": quota}},
+        "spec": {"parallelism": pods, "completions": pods,
+            "template": {"spec": {"restartPolicy": "Never", "priorityClassName": class,
+                "containers": [{"name": "c", "image": "trainer",
+                    "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}})
+}
+
+fn api(
+    c: &Cluster,
+    ns: &str,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    Api::namespaced_with(c.kubectl("alice"), ns, &ar)
+}
+
+pub fn jobs(c: &Cluster, ns: &str) -> Api<DynamicObject> {
+    api(c, ns, "batch", "v1", "Job", "jobs")
+}
+
+pub async fn create(c: &Cluster, obj: &Value) {
+    let ns = obj["metadata"]["namespace"].as_str().unwrap();
+    let kind = obj["kind"].as_str().unwrap();
+    let a = match kind {
+        "Job" => jobs(c, ns),
+        "Deployment" => api(c, ns, "apps", "v1", "Deployment", "deployments"),
+        "JobSet" => api(c, ns, "jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+        k => panic!("{k}"),
+    };
+    let o: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    a.create(&PostParams::default(), &o)
+        .await
+        .unwrap_or_else(|e| panic!("create {}: {e}", obj["metadata"]["name"]));
+}
+
+pub async fn delete(c: &Cluster, ns: &str, name: &str) {
+    jobs(c, ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+pub async fn create_class(c: &Cluster, name: &str, value: i64) {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.k8s.io", "v1", "PriorityClass"),
+        "priorityclasses",
+    );
+    let o: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": name}, "value": value}))
+    .unwrap();
+    Api::<DynamicObject>::all_with(c.kubectl("alice"), &ar)
+        .create(&PostParams::default(), &o)
+        .await
+        .unwrap();
+}
+
+pub async fn create_quota(c: &Cluster, name: &str, parent: &str, spec: Value) {
+    let mut spec = spec;
+    spec["parent"] = json!(parent);
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": name}, "spec": spec})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+}
+
+pub fn suspended(c: &Cluster, ns: &str, name: &str) -> bool {
+    c.fake.get("batch", "jobs", ns, name).unwrap()["spec"]["suspend"] == true
+}
+
+pub async fn until_suspended(c: &Cluster, ns: &str, name: &str, want: bool) {
+    for _ in 0..400 {
+        if suspended(c, ns, name) == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "{ns}/{name} suspended should be {want}: {}",
+        c.fake.get("batch", "jobs", ns, name).unwrap()
+    );
+}
+
+pub fn queue_refs(q: &Value) -> Vec<String> {
+    q["status"]["queue"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| e["workloadRef"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn marks(q: &Value) -> Vec<String> {
+    q["status"]["reclaim"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Events about `name` with `reason`, as published so far.
+pub fn events(c: &Cluster, reason: &str, name: &str) -> Vec<Value> {
+    c.fake
+        .list("events.k8s.io", "events")
+        .into_iter()
+        .filter(|e| e["reason"] == reason && e["regarding"]["name"] == name)
+        .collect()
+}
+
+pub async fn until_event(c: &Cluster, reason: &str, name: &str) -> Value {
+    for _ in 0..400 {
+        if let Some(e) = events(c, reason, name).pop() {
+            return e;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "no Event {reason} on {name}: {:#?}",
+        c.fake.list("events.k8s.io", "events")
+    );
+}
+
+/// A change to the quota object, so the controller reconciles it now (a
+/// mark falling due is a time, not an event; in a cluster the reconcile
+/// asks to run again then, here the test clock jumps).
+pub fn touch(c: &Cluster, quota: &str, n: u32) {
+    let mut q = c.fake.quota(quota);
+    q["metadata"]["labels"] = json!({"touched": n.to_string()});
+    c.fake.put(q);
+}
+
+/// The suspend PATCHes sent for `ns/name` so far.
+pub fn patches(c: &Cluster, ns: &str, name: &str) -> usize {
+    let path = format!("PATCH /apis/batch/v1/namespaces/{ns}/jobs/{name}");
+    c.fake
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with(&path) && !r[path.len()..].starts_with('/'))
+        .count()
+}
+
+/// The validating reviews of UPDATEs of `name` whose object is suspended:
+/// what the API server was asked to store when it was suspended.
+pub fn suspend_reviews(c: &Cluster, name: &str) -> Vec<Value> {
+    c.fake
+        .reviews()
+        .into_iter()
+        .filter(|r| r["webhook"] == "workloads.bizrq.io")
+        .filter(|r| r["request"]["operation"] == "UPDATE" && r["request"]["name"] == name)
+        .filter(|r| r["request"]["object"]["spec"]["suspend"] == true)
+        .collect()
+}
+
+async fn preempting_cluster() -> Cluster {
+    let c = Cluster::start().await;
+    create_quota(
+        &c,
+        "ml",
+        "",
+        json!({"hard": {"requests.cpu": "5"},
+            "queueing": {"mode": "Queue", "preemption": "LowerPriority"}}),
+    )
+    .await;
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create_class(&c, "batch-low", 1).await;
+    create_class(&c, "urgent", 100).await;
+    c
+}
+
+/// A job of higher priority waiting for quota marks the newest running
+/// job of lower priority (only as much as it needs; a Deployment and an
+/// online job of lower priority are never taken), warns its owner, and
+/// after the grace period suspends it — the whole job, one PATCH through
+/// the webhooks — and queues it again; the urgent job is then admitted,
+/// and the preempted one is admitted again when room frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_priority_job_preempts_lower_priority_work_after_the_grace_period() {
+    let c = preempting_cluster().await;
+    let web = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "web",
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}});
+    create(&c, &web).await;
+    let mut online = job("ml", "ml", "online", 1, "1", "batch-low");
+    online["metadata"]["labels"]["bizrq.io/online"] = json!("true");
+    create(&c, &online).await;
+    create(&c, &job("ml", "ml", "old", 1, "1", "batch-low")).await;
+    c.set_clock(T0 + 1_000);
+    create(&c, &job("ml", "ml", "new", 2, "1", "batch-low")).await;
+    c.until("ml", "all charged", |q| used(q, "requests.cpu") == "5")
+        .await;
+
+    // 2 needed, 0 free: the newest low job (2) is enough; the older one,
+    // the online job and the Deployment are left alone.
+    create(&c, &job("ml", "ml", "urgent", 2, "1", "urgent")).await;
+    assert!(suspended(&c, "ml", "urgent"), "queued");
+    let q = c.until("ml", "new marked", |q| !marks(q).is_empty()).await;
+    assert_eq!(marks(&q), ["batch/Job/ml/new"], "{q}");
+    let m = &q["status"]["reclaim"]["batch/Job/ml/new"];
+    assert_eq!(m["origin"], "preempt");
+    assert_eq!(m["action"], "suspend");
+    assert_eq!(m["frees"]["requests.cpu"], "2");
+    assert_eq!(m["due"], "2026-11-21T10:05:01.000Z", "{m}");
+    let e = until_event(&c, "PreemptionPending", "new").await;
+    assert_eq!(e["type"], "Warning");
+    let note = e["note"].as_str().unwrap();
+    assert!(
+        note.contains("batch/Job/ml/urgent") && note.contains("300 s"),
+        "{note}"
+    );
+    c.until_metric(r#"bizrq_admission_queue_preemptions_total{quota="ml",result="marked"} 1"#)
+        .await;
+    // Nothing before the grace period, however often it runs.
+    touch(&c, "ml", 1);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!suspended(&c, "ml", "new"));
+    assert_eq!(patches(&c, "ml", "new"), 0);
+
+    // Due: suspended (one merge PATCH of spec.suspend, reviewed by the
+    // validating webhook with its pods as they were), queued again, and
+    // the urgent job admitted in its place.
+    c.set_clock(T0 + 1_000 + GRACE_MS);
+    touch(&c, "ml", 2);
+    until_suspended(&c, "ml", "new", true).await;
+    assert_eq!(patches(&c, "ml", "new"), 1);
+    let reviews = suspend_reviews(&c, "new");
+    assert_eq!(reviews.len(), 1, "{reviews:#?}");
+    assert_eq!(reviews[0]["request"]["object"]["spec"]["parallelism"], 2);
+    until_event(&c, "Preempted", "new").await;
+    let q = c
+        .until("ml", "urgent admitted, new queued", |q| {
+            queue_refs(q) == ["batch/Job/ml/new"]
+                && q["status"]["workloads"]["batch/Job/ml/urgent"]["uid"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("queue:"))
+        })
+        .await;
+    assert_eq!(used(&q, "requests.cpu"), "5", "never over hard: {q}");
+    assert!(marks(&q).is_empty(), "the mark is spent: {q}");
+    assert_eq!(q["status"]["queue"][0]["waiting"], "Quota");
+    until_suspended(&c, "ml", "urgent", false).await;
+    until_event(&c, "Admitted", "urgent").await;
+    c.until_metric(r#"bizrq_admission_queue_preemptions_total{quota="ml",result="executed"} 1"#)
+        .await;
+    // The Deployment, the online job and the older job were never touched.
+    assert!(!c
+        .fake
+        .requests()
+        .iter()
+        .any(|r| r.starts_with("PATCH /apis/apps/v1/namespaces/ml/deployments/web")));
+    assert_eq!(patches(&c, "ml", "online") + patches(&c, "ml", "old"), 0);
+    // The preempted job waits behind equal or higher priority only: the
+    // urgent job is not taken back (it is not of lower priority than new
+    // needs), and new is admitted again when room frees.
+    delete(&c, "ml", "urgent").await;
+    let q = c
+        .until("ml", "new admitted again", |q| queue_refs(q).is_empty())
+        .await;
+    assert_eq!(used(&q, "requests.cpu"), "5");
+    until_suspended(&c, "ml", "new", false).await;
+    until_event(&c, "Admitted", "new").await;
+}
+
+/// The pressure goes away before the mark is due (the urgent job is
+/// deleted): the mark is cancelled, its owner told, and nothing is
+/// suspended even once the due time passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemption_is_cancelled_when_the_waiting_job_goes_away() {
+    let c = preempting_cluster().await;
+    create(&c, &job("ml", "ml", "low", 5, "1", "batch-low")).await;
+    c.until("ml", "charged", |q| used(q, "requests.cpu") == "5")
+        .await;
+    create(&c, &job("ml", "ml", "urgent", 1, "1", "urgent")).await;
+    c.until("ml", "low marked", |q| marks(q) == ["batch/Job/ml/low"])
+        .await;
+    until_event(&c, "PreemptionPending", "low").await;
+
+    delete(&c, "ml", "urgent").await;
+    let q = c
+        .until("ml", "mark cancelled", |q| {
+            marks(q).is_empty() && queue_refs(q).is_empty()
+        })
+        .await;
+    assert_eq!(used(&q, "requests.cpu"), "5");
+    let e = until_event(&c, "PreemptionCancelled", "low").await;
+    assert_eq!(e["type"], "Normal");
+    c.until_metric(r#"bizrq_admission_queue_preemptions_total{quota="ml",result="cancelled"} 1"#)
+        .await;
+    c.set_clock(T0 + 2 * GRACE_MS);
+    touch(&c, "ml", 1);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!suspended(&c, "ml", "low"));
+    assert_eq!(patches(&c, "ml", "low"), 0);
+    assert!(events(&c, "Preempted", "low").is_empty());
+}
+
+/// Work of equal priority is never preempted, and a queue without the
+/// policy never preempts at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equal_priority_or_no_policy_never_preempts() {
+    let c = preempting_cluster().await;
+    create_quota(
+        &c,
+        "plain",
+        "",
+        json!({"hard": {"requests.cpu": "2"}, "queueing": "Queue"}),
+    )
+    .await;
+    create(&c, &job("ml", "ml", "peer", 5, "1", "urgent")).await;
+    create(&c, &job("ml", "plain", "low", 2, "1", "batch-low")).await;
+    c.until("ml", "charged", |q| used(q, "requests.cpu") == "5")
+        .await;
+    c.until("plain", "charged", |q| used(q, "requests.cpu") == "2")
+        .await;
+    create(&c, &job("ml", "ml", "urgent", 1, "1", "urgent")).await;
+    create(&c, &job("ml", "plain", "urgent-2", 1, "1", "urgent")).await;
+    c.until("ml", "queued", |q| queue_refs(q).len() == 1).await;
+    c.until("plain", "queued", |q| queue_refs(q).len() == 1)
+        .await;
+    c.set_clock(T0 + 2 * GRACE_MS);
+    touch(&c, "ml", 1);
+    touch(&c, "plain", 1);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for q in ["ml", "plain"] {
+        assert!(marks(&c.fake.quota(q)).is_empty(), "{q}");
+    }
+    assert_eq!(patches(&c, "ml", "peer") + patches(&c, "ml", "low"), 0);
+}
+
+fn jobset(name: &str, class: &str) -> Value {
+    let tpl = |pods: i64| {
+        json!({"spec": {"parallelism": pods, "completions": pods,
+            "template": {"spec": {"restartPolicy": "Never", "priorityClassName": class,
+                "containers": [{"name": "c", "image": "trainer",
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}})
+    };
+    json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
+        "spec": {"replicatedJobs": [
+            {"name": "driver", "replicas": 1, "template": tpl(1)},
+            {"name": "workers", "replicas": 2, "template": tpl(1)}]}})
+}
+
+fn jobset_suspended(c: &Cluster, name: &str) -> bool {
+    c.fake
+        .get("jobset.x-k8s.io", "jobsets", "ml", name)
+        .unwrap()["spec"]["suspend"]
+        == true
+}
+
+async fn until_jobset_suspended(c: &Cluster, name: &str, want: bool) {
+    for _ in 0..400 {
+        if jobset_suspended(c, name) == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "JobSet {name} suspended should be {want}: {}",
+        c.fake
+            .get("jobset.x-k8s.io", "jobsets", "ml", name)
+            .unwrap()
+    );
+}
+
+/// A JobSet (`jobset.x-k8s.io/v1alpha2`, `spec.suspend`) queues like a
+/// Job: created suspended when it does not fit, its replicated jobs
+/// queued as pod sets (replicas × pods each), admitted whole and
+/// unsuspended when room frees; and preempted whole (its own suspend
+/// flag, one PATCH) by a job of higher priority, then queued again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobset_queues_is_admitted_and_is_preempted_whole() {
+    let c = preempting_cluster().await;
+    c.fake.install(crate::fakeapi::JOBSET);
+    c.until_requested("jobset watch", |r| {
+        r.starts_with("GET /apis/jobset.x-k8s.io/v1alpha2/jobsets?") && r.contains("watch=true")
+    })
+    .await;
+    create(&c, &job("ml", "ml", "run", 3, "1", "batch-low")).await;
+    c.until("ml", "run charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+
+    // 3 pods (1 driver + 2 worker Jobs of 1), 2 free: queued suspended.
+    create(&c, &jobset("js", "batch-low")).await;
+    assert!(
+        jobset_suspended(&c, "js"),
+        "the mutating webhook suspends it"
+    );
+    let q = c.fake.quota("ml");
+    assert_eq!(queue_refs(&q), ["jobset.x-k8s.io/JobSet/ml/js"]);
+    let sets = &q["status"]["queue"][0]["podSets"];
+    assert_eq!(sets[0]["name"], "driver");
+    assert_eq!(sets[0]["count"], 1);
+    assert_eq!(sets[1]["name"], "workers");
+    assert_eq!(sets[1]["count"], 2, "{q}");
+    assert_eq!(used(&q, "requests.cpu"), "3", "not charged while queued");
+
+    delete(&c, "ml", "run").await;
+    c.until("ml", "js admitted", |q| {
+        queue_refs(q).is_empty() && used(q, "requests.cpu") == "3"
+    })
+    .await;
+    until_jobset_suspended(&c, "js", false).await;
+    c.until_requested("unsuspend js", |r| {
+        r.starts_with("PATCH /apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/js")
+    })
+    .await;
+
+    // An urgent job needs 4 of the 2 free: the JobSet is marked, then
+    // suspended whole once due, and queued again.
+    create(&c, &job("ml", "ml", "urgent", 4, "1", "urgent")).await;
+    let q = c
+        .until("ml", "js marked", |q| {
+            marks(q) == ["jobset.x-k8s.io/JobSet/ml/js"]
+        })
+        .await;
+    assert_eq!(
+        q["status"]["reclaim"]["jobset.x-k8s.io/JobSet/ml/js"]["frees"]["requests.cpu"],
+        "3"
+    );
+    c.set_clock(T0 + GRACE_MS);
+    touch(&c, "ml", 1);
+    until_jobset_suspended(&c, "js", true).await;
+    let q = c
+        .until("ml", "urgent admitted, js queued", |q| {
+            queue_refs(q) == ["jobset.x-k8s.io/JobSet/ml/js"] && used(q, "requests.cpu") == "4"
+        })
+        .await;
+    assert_eq!(q["status"]["queue"][0]["podSets"][1]["count"], 2);
+    let reviews: Vec<Value> = c
+        .fake
+        .reviews()
+        .into_iter()
+        .filter(|r| r["webhook"] == "workloads.bizrq.io" && r["request"]["name"] == "js")
+        .filter(|r| r["request"]["object"]["spec"]["suspend"] == true)
+        .filter(|r| r["request"]["operation"] == "UPDATE")
+        .collect();
+    assert_eq!(reviews.len(), 1, "one suspend: {reviews:#?}");
+    assert_eq!(
+        reviews[0]["request"]["object"]["spec"]["replicatedJobs"][1]["replicas"], 2,
+        "whole: its replicated jobs as they were"
+    );
+    until_event(&c, "Preempted", "js").await;
+}
