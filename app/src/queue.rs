@@ -1,7 +1,8 @@
 //! A quota's queue on its page (docs/queueing.md §5): each waiting
-//! workload's place, priority, what it needs, why it waits and since
-//! when. The server words every cell; this only lays them out — a table
-//! on a desktop, a card per workload on a phone (style: `table.queue`).
+//! workload's place, priority, what it needs, why it waits, since when
+//! and when it should start. The server words every cell; this only lays
+//! them out — a table on a desktop, a card per workload on a phone
+//! (style: `table.queue`).
 
 #[cfg(feature = "ssr")]
 use leptos::prelude::*;
@@ -24,6 +25,9 @@ pub struct QueueRow {
     pub since: String,
     /// `2026-11-21 10:00 UTC`, for the title.
     pub since_exact: String,
+    /// `starts by about 2026-11-27 14:00 UTC`, or why there is no
+    /// estimate (`no estimate: running work declares no deadline, or has outlived it`).
+    pub estimate: String,
 }
 
 /// The Queue section: the policy in words, then the rows (or that none
@@ -36,7 +40,7 @@ pub fn section(policy: String, rows: Vec<QueueRow>) -> impl IntoView {
     } else {
         view! {
             <table class="queue">
-                <thead><tr><th>"#"</th><th>"Workload"</th><th>"Priority"</th><th>"Needs"</th><th>"Why it waits"</th><th>"Queued"</th></tr></thead>
+                <thead><tr><th>"#"</th><th>"Workload"</th><th>"Priority"</th><th>"Needs"</th><th>"Why it waits"</th><th>"Queued"</th><th>"Start"</th></tr></thead>
                 <tbody>{rows.into_iter().map(|r| {
                     let class = format!("waiting {}", r.waiting.to_ascii_lowercase());
                     view! {
@@ -47,6 +51,7 @@ pub fn section(policy: String, rows: Vec<QueueRow>) -> impl IntoView {
                             <td class="needs" data-label="Needs">{r.needs}</td>
                             <td class="reason" data-label="Why">{r.reason}</td>
                             <td class="num since" data-label="Queued"><time title=r.since_exact.clone()>{r.since}</time></td>
+                            <td class="estimate" data-label="Start">{r.estimate}</td>
                         </tr>
                     }
                 }).collect_view()}</tbody>
@@ -59,4 +64,56 @@ pub fn section(policy: String, rows: Vec<QueueRow>) -> impl IntoView {
         <p class="hint">{policy}</p>
         {body}
     }
+}
+
+/// One queued workload on the overview: in a quota the viewer holds a
+/// role on (portal accounts are not Kubernetes users, so "yours" is "your
+/// quotas'"), with who submitted it as Kubernetes named them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WaitingRow {
+    pub quota: String,
+    pub row: QueueRow,
+    /// `alice@example.com`, or `unknown` for an entry queued before the
+    /// submitter was recorded.
+    pub submitted_by: String,
+}
+
+/// The overview's "Queued in your quotas" section: nothing when nothing
+/// waits; else the rows (`more` left out past the cap, counted).
+#[cfg(feature = "ssr")]
+pub fn overview_section(rows: Vec<WaitingRow>, more: usize) -> impl IntoView {
+    if rows.is_empty() {
+        return ().into_any();
+    }
+    let count = rows.len() + more;
+    let tail = (more > 0).then(|| {
+        view! { <p class="hint">{format!("and {more} more: each quota's page lists its whole queue.")}</p> }
+    });
+    view! {
+        <section class="card queued-mine" id="queued">
+            <h3>{format!("Queued in your quotas ({count})")}</h3>
+            <p class="hint">"Work waiting, suspended, in the queues of the quotas you hold a role on, with who submitted it (as Kubernetes named them)."</p>
+            <table class="queue">
+                <thead><tr><th>"Quota"</th><th>"#"</th><th>"Workload"</th><th>"Submitted by"</th><th>"Why it waits"</th><th>"Queued"</th><th>"Start"</th></tr></thead>
+                <tbody>{rows.into_iter().map(|w| {
+                    let r = w.row;
+                    let class = format!("waiting {}", r.waiting.to_ascii_lowercase());
+                    let href = format!("/quotas/{}#queue", w.quota);
+                    view! {
+                        <tr class=class>
+                            <td class="key quota" data-label="Quota"><a href=href>{w.quota}</a></td>
+                            <td class="num position" data-label="Position">{r.position}</td>
+                            <td class="key workload">{r.workload}</td>
+                            <td class="submitter" data-label="By">{w.submitted_by}</td>
+                            <td class="reason" data-label="Why">{r.reason}</td>
+                            <td class="num since" data-label="Queued"><time title=r.since_exact.clone()>{r.since}</time></td>
+                            <td class="estimate" data-label="Start">{r.estimate}</td>
+                        </tr>
+                    }
+                }).collect_view()}</tbody>
+            </table>
+            {tail}
+        </section>
+    }
+    .into_any()
 }

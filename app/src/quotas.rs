@@ -182,9 +182,11 @@ pub fn render_overview_page(
     alerts: Vec<crate::alerts::AlertRow>,
     awaiting_me: usize,
     attention: Vec<crate::attention::Item>,
+    queued: (Vec<crate::queue::WaitingRow>, usize),
     flash: Option<Flash>,
 ) -> String {
     let title = "Overview".to_string();
+    let queued = crate::queue::overview_section(queued.0, queued.1);
     let open_total = viewer.open_alerts;
     let body = if cards.is_empty() {
         view! { <p class="empty">"No quota is shared with you yet. An admin can give you a role on one on the Users page."</p> }.into_any()
@@ -220,6 +222,7 @@ pub fn render_overview_page(
                     <crate::BarLegend/>
                     <div class="overview">{body}</div>
                 </div>
+                {queued}
             </Layout>
         }
     })

@@ -72,6 +72,7 @@ fn main() {
                 submitted_ms: T0 + i * 1000,
                 pod_sets: sets([1, 2, 4, 8][(i % 4) as usize]),
                 run_ms: Some((10 + i % 50) * 60_000),
+                submitted_by: None,
             })
             .collect();
         for (name, policy) in [

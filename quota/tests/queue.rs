@@ -61,6 +61,7 @@ fn job(name: &str, priority: i32, at: i64, count: i64, per: (i64, i64)) -> Queue
             qos: None,
         }],
         run_ms: None,
+        submitted_by: None,
     }
 }
 
@@ -181,6 +182,58 @@ proptest! {
         prop_assert_eq!(positions.clone(), (1..=positions.len() as u32).collect::<Vec<_>>());
         let s = queue::status(&entries, &d, &BTreeMap::new());
         prop_assert_eq!(s.len(), positions.len());
+    }
+
+    /// Estimated starts as `status.queue` shows them (docs/queueing.md §5):
+    /// only for entries that wait for quota or their turn, after now, on
+    /// whole minutes; under strict FIFO in admission order, and none
+    /// behind an entry that has none (nothing passes it); and no estimate
+    /// at all when nothing running or queued declares an end.
+    #[test]
+    fn start_estimates_never_guess_and_keep_strict_order(
+        (q, limits) in arb_quota(),
+        entries in arb_queue(),
+        runs in prop::collection::vec(prop::option::of(1i64..10), 14),
+        running_end in prop::option::of(1i64..10),
+    ) {
+        const H: i64 = 3_600_000;
+        let entries: Vec<Queued> = entries.into_iter().zip(runs).map(|(mut e, r)| {
+            e.run_ms = r.map(|h| h * H);
+            e
+        }).collect();
+        let running = [queue::Running {
+            workload_ref: "batch/Job/ns/running".into(),
+            usage: q.status.workloads["batch/Job/ns/running"].usage(),
+            ends_ms: running_end.map(|h| T0 + h * H + 1),
+        }];
+        let pool = Pool::new(&q, &limits);
+        let policy = QueuePolicy::queue();
+        let d = queue::next_admissions(&entries, &pool, &[], &policy, T0);
+        let est = queue::estimate::for_status(&entries, &d, &pool, &running, &policy, T0, queue::estimate::ESTIMATE_HEAD);
+        let mut last: Option<i64> = None;
+        let mut unestimated = false;
+        for x in &d {
+            let Decision::Wait(w) = x else {
+                prop_assert!(!est.contains_key(x.workload_ref()), "admitted now: no estimate");
+                continue;
+            };
+            if w.reason.waiting() == Waiting::Never {
+                prop_assert!(!est.contains_key(&w.workload_ref));
+                continue;
+            }
+            match est.get(&w.workload_ref) {
+                Some(&t) => {
+                    prop_assert!(t > T0 && t % 60_000 == 0, "{t}");
+                    prop_assert!(!unestimated, "{} estimated behind an entry with none", w.workload_ref);
+                    prop_assert!(last.is_none_or(|l| l <= t), "out of order");
+                    last = Some(t);
+                }
+                None => unestimated = true,
+            }
+        }
+        if running_end.is_none() && entries.iter().all(|e| e.run_ms.is_none()) {
+            prop_assert!(est.is_empty(), "nothing declares an end: {est:?}");
+        }
     }
 
     #[test]

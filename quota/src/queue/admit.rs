@@ -499,6 +499,7 @@ mod tests {
                 qos: None,
             }],
             run_ms: None,
+            submitted_by: None,
         }
     }
     fn summary(d: &[Decision]) -> Vec<String> {

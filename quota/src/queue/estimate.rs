@@ -87,6 +87,72 @@ pub fn estimate(
     starts
 }
 
+/// How many entries, from the head in admission order, `for_status`
+/// estimates: an estimate is one round per end event, so its cost grows
+/// with queue × events (§5); past these the tail gets none.
+pub const ESTIMATE_HEAD: usize = 200;
+
+/// The estimates `status.queue` shows after a real round (docs/queueing.md
+/// §5): `decisions` are that round's, one per entry of `queue`, in
+/// admission order, against `pool` as it stood before the round.
+///
+/// - Only the first `head` entries in admission order are simulated.
+/// - An entry waiting for a budget, and every entry behind it, gets none:
+///   a budget refills by top-ups and periods nobody can foresee, and the
+///   simulation leaves budgets out, so it would guess.
+/// - An entry that can never be admitted gets none.
+/// - An estimate at or before `now` for an entry the real round left
+///   waiting is dropped: the simulation does not see why (never a guess).
+/// - Estimates are rounded up to the whole minute (epoch ms): the page says
+///   minutes, and the status is not rewritten for a second's drift.
+pub fn for_status(
+    queue: &[Queued],
+    decisions: &[Decision],
+    pool: &Pool,
+    running: &[Running],
+    policy: &QueuePolicy,
+    now_ms: i64,
+    head: usize,
+) -> BTreeMap<String, i64> {
+    use super::reason::Waiting;
+    let by_ref: BTreeMap<&str, &Queued> =
+        queue.iter().map(|q| (q.workload_ref.as_str(), q)).collect();
+    let mut simulated: Vec<Queued> = Vec::new();
+    let mut waiting: Vec<&str> = Vec::new();
+    for d in decisions.iter().take(head) {
+        let Some(q) = by_ref.get(d.workload_ref()) else {
+            continue;
+        };
+        if let Decision::Wait(w) = d {
+            match w.reason.waiting() {
+                Waiting::Budget => break,
+                Waiting::Never => continue,
+                Waiting::Quota | Waiting::Turn => waiting.push(&w.workload_ref),
+            }
+        }
+        simulated.push((*q).clone());
+    }
+    if waiting.is_empty() {
+        return BTreeMap::new();
+    }
+    let starts = estimate(&simulated, pool, running, policy, now_ms);
+    const MINUTE: i64 = 60_000;
+    waiting
+        .into_iter()
+        .filter_map(|w| {
+            let t = *starts.get(w)?;
+            (t > now_ms).then(|| {
+                (
+                    w.to_string(),
+                    t.div_euclid(MINUTE)
+                        .saturating_add(i64::from(t.rem_euclid(MINUTE) != 0))
+                        .saturating_mul(MINUTE),
+                )
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +182,7 @@ mod tests {
                 qos: None,
             }],
             run_ms: run_h.map(|h| h * H),
+            submitted_by: None,
         }
     }
 

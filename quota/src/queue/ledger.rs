@@ -54,6 +54,10 @@ pub fn enqueue(
     {
         if e.work.uid == work.uid {
             work.submitted_ms = e.work.submitted_ms;
+            // Whoever changes it later, it was submitted by its creator.
+            if e.work.submitted_by.is_some() {
+                work.submitted_by = e.work.submitted_by.clone();
+            }
         }
         let changed = e.work != work;
         e.work = work;
@@ -174,6 +178,7 @@ mod tests {
                 qos: Default::default(),
             }],
             run_ms: None,
+            submitted_by: None,
         }
     }
 

@@ -80,6 +80,28 @@ pub struct Queued {
     /// budget reservations and start estimates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_ms: Option<i64>,
+    /// Who created it, as the API server authenticated them (the
+    /// AdmissionReview's `userInfo.username` at the mutating webhook), at
+    /// most `MAX_SUBMITTER` bytes: for people, never for a decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
+}
+
+/// The longest `submittedBy` kept: a Kubernetes username has no length
+/// limit of its own, and every entry is written with the quota.
+pub const MAX_SUBMITTER: usize = 128;
+
+/// `username` as an entry keeps it: None when empty, cut at
+/// `MAX_SUBMITTER` bytes on a character boundary.
+pub fn submitter(username: &str) -> Option<String> {
+    if username.is_empty() {
+        return None;
+    }
+    let mut end = username.len().min(MAX_SUBMITTER);
+    while !username.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(username[..end].to_string())
 }
 
 impl Queued {
@@ -198,6 +220,7 @@ mod tests {
             submitted_ms: 1_800_000_000_000,
             pod_sets: vec![],
             run_ms: Some(3_600_000),
+            submitted_by: None,
         };
         let json = serde_json::to_string(&q).unwrap();
         assert_eq!(

@@ -60,6 +60,7 @@ mod tests {
             submitted_ms: at,
             pod_sets: vec![],
             run_ms: None,
+            submitted_by: None,
         }
     }
 

@@ -196,6 +196,7 @@ mod tests {
             submitted_ms: T0,
             pod_sets: sets(n),
             run_ms: None,
+            submitted_by: None,
         }
     }
     fn names(p: &Preempt) -> Vec<&str> {

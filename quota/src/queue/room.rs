@@ -149,6 +149,7 @@ mod tests {
             submitted_ms: T0,
             pod_sets: pods(n),
             run_ms: None,
+            submitted_by: None,
         };
         let d = next_admissions(
             &[job("x", 3), job("y", 1)],

@@ -245,7 +245,7 @@ impl JsonSchema for Status {
                     "type": "array",
                     "maxItems": quota::queue::MAX_QUEUE,
                     "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
-                    "description": "workloads waiting, suspended and not charged, in admission order: workloadRef, uid, priority, since, podSets, runMs, position, waiting, reason, estimatedStart"
+                    "description": "workloads waiting, suspended and not charged, in admission order: workloadRef, uid, priority, since, podSets, runMs, submittedBy, position, waiting, reason, estimatedStart"
                 },
                 "transfers": ledger("transfers in flight that hold children's carve-outs, by transfer id: children (their hard once done), since, decision (at the common ancestor)"),
                 "budgets": ledger("the current period of each cash key with one: start, end, funded, carryIn (acc), and the last closed periods (closed, newest first)"),

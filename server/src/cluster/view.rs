@@ -34,6 +34,9 @@ pub struct WorkloadInfo {
     pub priority: i32,
     /// The object's uid, so Events about it show in `kubectl describe`.
     pub uid: String,
+    /// Its declared maximum run time (`budget::runtime`), for the queue's
+    /// start estimates (docs/queueing.md §5).
+    pub run_ms: Option<i64>,
     /// The PriorityClasses its pod templates name
     /// (`quota::queue::priority::class_names`): preemption judges a running
     /// workload by them as the queue judges its entries, even before its
@@ -306,6 +309,7 @@ impl View {
                 .as_ref()
                 .is_some_and(|o| o.models != models || o.quota != q);
             let priority = old.as_ref().map_or(0, |o| o.info.priority);
+            let run_ms = w.run_time.as_ref().ok().copied().flatten().map(|r| r.ms);
             add(&mut touched, Some(&q));
             self.put_workload(
                 wref.clone(),
@@ -320,6 +324,7 @@ impl View {
                         annotations: w.meta.annotations.clone(),
                         priority,
                         uid: w.meta.uid.clone(),
+                        run_ms,
                         priority_classes: Vec::new(),
                     },
                 },
@@ -747,6 +752,12 @@ impl View {
             .filter(|r| r.quota == quota)
             .cloned()
             .collect()
+    }
+
+    /// The declared run time of a workload the watch shows, if it
+    /// declares one.
+    pub fn workload_run_ms(&self, wref: &str) -> Option<i64> {
+        self.workloads.get(wref).and_then(|s| s.info.run_ms)
     }
 
     /// Record the PriorityClasses `wref`'s pod templates name.

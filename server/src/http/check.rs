@@ -127,6 +127,7 @@ async fn would_queue(
             .ok()
             .flatten()
             .map(|r| r.ms),
+        submitted_by: None,
     };
     Ok(match svc.would_queue(quota_name, work).await? {
         Queueing::Queued { position, reason } => Some((position, reason)),

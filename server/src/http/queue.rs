@@ -26,7 +26,8 @@ pub async fn get(
         .status
         .queue
         .iter()
-        .map(|e| {
+        .enumerate()
+        .map(|(i, e)| {
             let w = &e.work;
             json!({
                 "position": e.position,
@@ -41,6 +42,8 @@ pub async fn get(
                 "needs": words::needs(&q, w),
                 "runSeconds": w.run_ms.map(|ms| ms / 1000),
                 "estimatedStart": e.estimated_start,
+                "estimate": words::estimate_words(&q.status.queue, i),
+                "submittedBy": w.submitted_by,
             })
         })
         .collect();

@@ -193,6 +193,7 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
         super::alerts::open_for(&app, p).await?,
         data.awaiting_me,
         data.attention,
+        queued_in_my_quotas(all, p, now),
         flash,
     ))
     .into_response())
@@ -491,29 +492,73 @@ fn queue_section(q: &Quota, now: i64) -> Option<(String, Vec<app::queue::QueueRo
     if !q.spec.queueing.queues() && q.status.queue.is_empty() {
         return None;
     }
-    let rows = q
-        .status
-        .queue
-        .iter()
-        .enumerate()
-        .map(|(i, e)| app::queue::QueueRow {
-            // Entries that joined since the last round have no place yet:
-            // they are shown after the others, in the order they joined.
-            position: if e.position > 0 {
-                e.position
-            } else {
-                u32::try_from(i + 1).unwrap_or(u32::MAX)
-            },
-            workload: e.work.workload_ref.clone(),
-            priority: words::priority_words(&e.work),
-            needs: words::needs_words(&words::needs(q, &e.work)),
-            reason: e.reason.clone(),
-            waiting: format!("{:?}", e.waiting),
-            since: words::ago(now, e.work.submitted_ms),
-            since_exact: quota::time::format_when(e.work.submitted_ms),
-        })
+    let rows = (0..q.status.queue.len())
+        .map(|i| queue_row(q, i, now))
         .collect();
     Some((words::policy_words(&q.spec.queueing), rows))
+}
+
+/// Entry `i` of `q`'s queue as the quota page and the overview show it.
+fn queue_row(q: &Quota, i: usize, now: i64) -> app::queue::QueueRow {
+    use crate::service::queue as words;
+    let e = &q.status.queue[i];
+    app::queue::QueueRow {
+        // Entries that joined since the last round have no place yet:
+        // they are shown after the others, in the order they joined.
+        position: if e.position > 0 {
+            e.position
+        } else {
+            u32::try_from(i + 1).unwrap_or(u32::MAX)
+        },
+        workload: e.work.workload_ref.clone(),
+        priority: words::priority_words(&e.work),
+        needs: words::needs_words(&words::needs(q, &e.work)),
+        reason: e.reason.clone(),
+        waiting: format!("{:?}", e.waiting),
+        since: words::ago(now, e.work.submitted_ms),
+        since_exact: quota::time::format_when(e.work.submitted_ms),
+        estimate: words::estimate_words(&q.status.queue, i),
+    }
+}
+
+/// Rows the overview lists at most in "Queued in your quotas".
+pub const OVERVIEW_QUEUED: usize = 50;
+
+/// The overview's queued work (docs/queueing.md §7): the entries waiting in
+/// the quotas the viewer holds a role on (every visible quota for an
+/// admin), by quota then place, at most `OVERVIEW_QUEUED`, and how many
+/// more. A portal account is not a Kubernetes user (docs/portal-accounts.md),
+/// so "the viewer's own jobs" can only be its quotas' jobs; each row says
+/// who submitted it as the API server named them.
+fn queued_in_my_quotas(
+    all: &[Quota],
+    p: &authz::Principal,
+    now: i64,
+) -> (Vec<app::queue::WaitingRow>, usize) {
+    let bound: BTreeSet<&str> = p.bindings.iter().map(|b| b.quota.as_str()).collect();
+    let mut rows = Vec::new();
+    let mut more = 0usize;
+    for q in all
+        .iter()
+        .filter(|q| p.is_admin || bound.contains(q.name()))
+    {
+        for i in 0..q.status.queue.len() {
+            if rows.len() >= OVERVIEW_QUEUED {
+                more += 1;
+                continue;
+            }
+            rows.push(app::queue::WaitingRow {
+                quota: q.name().to_string(),
+                row: queue_row(q, i, now),
+                submitted_by: q.status.queue[i]
+                    .work
+                    .submitted_by
+                    .clone()
+                    .unwrap_or_else(|| "unknown".into()),
+            });
+        }
+    }
+    (rows, more)
 }
 
 /// What is left in `parent` of each key (hard − used), for the form's

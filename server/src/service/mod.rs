@@ -1066,6 +1066,12 @@ impl Service {
                         // Charged: it leaves the queue in the same write.
                         Ok(changed) => {
                             let held_changed = hold::apply(&mut q.status, &wref, reserved);
+                            let queued_since = q
+                                .status
+                                .queue
+                                .iter()
+                                .find(|e| e.work.workload_ref == wref)
+                                .map(|e| e.work.submitted_ms);
                             let left = queued && quota::queue::ledger::dequeue(q, &wref);
                             // Who asked, for the ledger (docs/budgets.md §6).
                             let by = match &user {
@@ -1076,7 +1082,15 @@ impl Service {
                                 _ => false,
                             };
                             let changed = changed || held_changed || left || by;
-                            Ok((changed, Round::Done(Admitted { held, lowered })))
+                            let queued_since = queued_since.filter(|_| left);
+                            Ok((
+                                changed,
+                                Round::Done(Admitted {
+                                    held,
+                                    lowered,
+                                    queued_since,
+                                }),
+                            ))
                         }
                         // A refusal changes nothing; as one it is proven
                         // by the write of its batch, or read again fresh.
@@ -1093,7 +1107,16 @@ impl Service {
                 self.commit(quota_name, decide).await?
             };
             let (denial, request) = match round {
-                Round::Done(admitted) => return Ok(admitted),
+                Round::Done(admitted) => {
+                    if let (Some(since), false) = (admitted.queued_since, dry_run) {
+                        // Admitted from the queue by a hand unsuspend: a
+                        // wait like the controller's admissions.
+                        let waited = now_ms.saturating_sub(since).max(0);
+                        self.metrics
+                            .observe_queue_wait(quota_name, waited as f64 / 1000.0);
+                    }
+                    return Ok(admitted);
+                }
                 Round::Short(d, request) => (d, request),
             };
             let Some((parent, req)) = request else {
@@ -1514,6 +1537,10 @@ struct Admitted {
     held: bool,
     /// The new charge is below the old one on some key.
     lowered: bool,
+    /// It left the quota's queue with this charge (a queued workload
+    /// unsuspended by hand that fits): when it had joined, for the
+    /// queue's wait-time histogram.
+    queued_since: Option<i64>,
 }
 
 /// One round of an admission on its quota: done, or short, with the loan

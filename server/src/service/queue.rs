@@ -478,3 +478,152 @@ pub fn priority_words(work: &Queued) -> String {
         format!("{v} ({})", work.priority_classes.join(", "))
     }
 }
+
+/// An entry's estimated start in words (docs/queueing.md §5), for the
+/// quota page and `GET /api/v1/quotas/{name}/queue`: `starts by about
+/// 2026-11-27 14:00 UTC`, or why there is none. `queue` is the quota's
+/// whole `status.queue`, in order.
+pub fn estimate_words(queue: &[queue::QueueEntry], i: usize) -> String {
+    let Some(e) = queue.get(i) else {
+        return String::new();
+    };
+    if let Some(t) = e
+        .estimated_start
+        .as_deref()
+        .and_then(quota::time::parse_rfc3339)
+    {
+        return format!("starts by about {}", quota::time::format_when(t));
+    }
+    if e.position == 0 {
+        return "no estimate yet: it joined after the last round".into();
+    }
+    match e.waiting {
+        queue::Waiting::Never => {
+            return "no estimate: it cannot be admitted as things stand".into()
+        }
+        queue::Waiting::Budget => {
+            return "no estimate: budgets refill by top-ups and periods, which cannot be foreseen"
+                .into()
+        }
+        _ => {}
+    }
+    if let Some(b) = queue[..i]
+        .iter()
+        .find(|b| b.waiting == queue::Waiting::Budget)
+    {
+        return format!(
+            "no estimate: behind {}, which waits for a budget",
+            b.work.workload_ref
+        );
+    }
+    if e.position as usize > queue::estimate::ESTIMATE_HEAD {
+        return format!(
+            "no estimate: only the first {} in line are estimated",
+            queue::estimate::ESTIMATE_HEAD
+        );
+    }
+    "no estimate: running work declares no deadline, or has outlived it".into()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::metrics::Metrics;
+    use crate::service::{Persist, Service};
+    use crate::store::sql::SqlStore;
+    use crate::store::testdb::on_both_databases;
+    use quota::object::QuotaSpec;
+    use quota::queue::{QueuePolicy, Queued};
+    use quota::workload::PodSet;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::Arc;
+
+    const CPU: &str = "requests.cpu";
+    const T0: i64 = 1_795_255_200_000;
+
+    fn sets(cpus: i64) -> Vec<PodSet> {
+        vec![PodSet {
+            name: "main".into(),
+            count: 1,
+            per_pod: [(CPU.to_string(), quota::Quantity::from_units(cpus))].into(),
+            qos: None,
+        }]
+    }
+
+    on_both_databases!(a_hand_unsuspend_that_fits_counts_its_wait);
+
+    /// A queued Job unsuspended by hand once it fits is charged by the
+    /// validating webhook's path, which removes its entry in the same
+    /// write: its wait counts in the histogram as the controller's
+    /// admissions do (docs/queueing.md §7).
+    async fn a_hand_unsuspend_that_fits_counts_its_wait(store: &SqlStore) {
+        let clock = Arc::new(AtomicI64::new(T0));
+        let c = clock.clone();
+        let svc = Service::new(
+            Arc::new(store.clone()),
+            Default::default(),
+            Default::default(),
+            Arc::new(Metrics::default()),
+        )
+        .with_clock(Arc::new(move || c.load(Ordering::SeqCst)));
+        let spec = QuotaSpec {
+            parent: String::new(),
+            hard: [(CPU.to_string(), quota::Quantity::from_units(4))].into(),
+            max: Default::default(),
+            budgets: Default::default(),
+            queueing: QueuePolicy::queue(),
+        };
+        svc.create_quota("ml", spec, Persist::Here, "", false)
+            .await
+            .unwrap();
+        svc.charge_workload("ml", "batch/Job/ml/run", sets(4), "u-run", false)
+            .await
+            .unwrap();
+        let work = Queued {
+            workload_ref: "batch/Job/ml/b".into(),
+            uid: "u-b".into(),
+            priority: 0,
+            priority_classes: Vec::new(),
+            submitted_ms: T0,
+            pod_sets: sets(2),
+            run_ms: None,
+            submitted_by: quota::queue::submitter("alice"),
+        };
+        let answer = svc.queue_workload("ml", work, true, false).await.unwrap();
+        assert!(
+            matches!(answer, super::Queueing::Queued { position: 1, .. }),
+            "{answer:?}"
+        );
+        let q = svc.get("ml").await.unwrap().quota;
+        assert_eq!(
+            q.status.queue[0].work.submitted_by.as_deref(),
+            Some("alice")
+        );
+        svc.release_workload("ml", "batch/Job/ml/run", false)
+            .await
+            .unwrap();
+        clock.store(T0 + 90_000, Ordering::SeqCst);
+        // The hand unsuspend: the validating webhook charges it.
+        svc.charge_workload("ml", "batch/Job/ml/b", sets(2), "u-b", false)
+            .await
+            .unwrap();
+        let q = svc.get("ml").await.unwrap().quota;
+        assert!(q.status.queue.is_empty(), "left the queue with its charge");
+        let text = svc.metrics.render();
+        assert!(
+            text.contains("bizrq_admission_queue_wait_seconds_count{quota=\"ml\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bizrq_admission_queue_wait_seconds_sum{quota=\"ml\"} 90"),
+            "{text}"
+        );
+        // A charge of a workload that was not queued counts nothing.
+        svc.charge_workload("ml", "batch/Job/ml/c", sets(1), "u-c", false)
+            .await
+            .unwrap();
+        assert!(svc
+            .metrics
+            .render()
+            .contains("bizrq_admission_queue_wait_seconds_count{quota=\"ml\"} 1"));
+    }
+}

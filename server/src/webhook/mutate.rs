@@ -205,6 +205,7 @@ pub async fn mutate(
             .ok()
             .flatten()
             .map(|r| r.ms),
+        submitted_by: queue::submitter(&req.user_info.username),
     };
     let answer = svc
         .queue_workload(&quota_name, work, create, req.dry())

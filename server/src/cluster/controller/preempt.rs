@@ -256,6 +256,9 @@ impl Context {
                 .ok()
                 .flatten()
                 .map(|r| r.ms),
+            // Queued again by the controller: who created it was not
+            // recorded with its charge.
+            submitted_by: None,
         })
     }
 }

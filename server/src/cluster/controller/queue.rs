@@ -169,7 +169,8 @@ impl Context {
             .iter()
             .map(|e| (e.work.workload_ref.clone(), (e.position, e.waiting)))
             .collect();
-        let mut fresh = queue::status(&known, &decisions, &BTreeMap::new());
+        let estimates = self.estimates(&q, &known, &decisions, &pool, now);
+        let mut fresh = queue::status(&known, &decisions, &estimates);
         for e in fresh.iter_mut() {
             if let Some(n) = notes.get(&e.work.workload_ref) {
                 e.reason = format!("{}; {n}", e.reason);
@@ -220,6 +221,59 @@ impl Context {
             self.wake_at(name, at);
         }
         Ok(())
+    }
+
+    /// Estimated starts for `status.queue` (docs/queueing.md §5): the
+    /// quota's charged work runs to its declared end (its admission, or
+    /// its charge's `since`, + the run time the watch read from the
+    /// object); work that declares none, or has outlived it, never ends in
+    /// the simulation, so what waits for it gets no estimate. Computed
+    /// every round over the first `ESTIMATE_HEAD` entries: rounds run on
+    /// every event that can free room and on the resync, which is the
+    /// timer.
+    fn estimates(
+        &self,
+        q: &quota::Quota,
+        known: &[Queued],
+        decisions: &[Decision],
+        pool: &Pool,
+        now: i64,
+    ) -> BTreeMap<String, i64> {
+        let running: Vec<queue::Running> = {
+            let v = self.view.lock().unwrap();
+            q.status
+                .workloads
+                .iter()
+                .map(|(wref, c)| {
+                    let start = c
+                        .admitted
+                        .as_deref()
+                        .and_then(quota::time::parse_rfc3339)
+                        .or_else(|| quota::time::parse_rfc3339(&c.since));
+                    // Work past its declared end still holds its charge
+                    // (a finished Job not yet deleted): when it goes
+                    // cannot be told, so it counts as declaring none.
+                    let ends_ms = match (start, v.workload_run_ms(wref)) {
+                        (Some(s), Some(run)) => Some(s.saturating_add(run)).filter(|e| *e > now),
+                        _ => None,
+                    };
+                    queue::Running {
+                        workload_ref: wref.clone(),
+                        usage: c.usage(),
+                        ends_ms,
+                    }
+                })
+                .collect()
+        };
+        queue::estimate::for_status(
+            known,
+            decisions,
+            pool,
+            &running,
+            &q.spec.queueing,
+            now,
+            queue::estimate::ESTIMATE_HEAD,
+        )
     }
 
     /// The queue's metrics after a round: the restated entries, and those
@@ -316,6 +370,19 @@ impl Context {
             tracing::info!(quota = %name, workload = %wref, "queue entry without its object removed");
         }
         Ok(!pruned.is_empty())
+    }
+
+    /// For a benchmark outside the crate (`server/benches/queue.rs`): the
+    /// kinds discovery would have found, and the view changed as the
+    /// watches would change it. Not used by the server.
+    #[doc(hidden)]
+    pub fn seed_for_bench(
+        &self,
+        kinds: &[(&'static quota::workload::Adapter, kube::api::ApiResource)],
+        f: impl FnOnce(&mut crate::cluster::view::View),
+    ) {
+        self.set_installed(kinds);
+        f(&mut self.view.lock().unwrap());
     }
 
     /// Run `name`'s queue again at `at` (the service's clock), or earlier
