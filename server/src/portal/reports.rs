@@ -140,9 +140,9 @@ pub fn page_of(m: &Made) -> (String, String, Vec<ReportRow>, String, String) {
     let reconcile = format!(
         "Total {} = the sum of the {} ledger entries in this range, to the acc ({} acc, {} exactly){}.",
         with_unit(m.report.total),
-        m.entries,
-        m.report.total,
-        reports::hours(m.report.total),
+        quota::readable::group_thousands(&m.entries.to_string()),
+        quota::readable::group_thousands(&m.report.total.to_string()),
+        quota::readable::group_thousands(&reports::hours(m.report.total)),
         match m.straddling {
             0 => String::new(),
             n => format!("; {n} of them cross its edges and count by the share of their time inside it"),
