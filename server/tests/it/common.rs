@@ -444,6 +444,30 @@ impl Browser {
         self.request(Method::POST, path, |r| r.form(&form)).await
     }
 
+    /// POSTs a form with the CSRF token and session as `post` does, but
+    /// hands back a transport error instead of failing on it (a server
+    /// may refuse a body unread and close the connection under it).
+    pub async fn try_post(
+        &self,
+        path: &str,
+        fields: &[(&str, &str)],
+    ) -> Result<(StatusCode, String), reqwest::Error> {
+        let mut form: Vec<(String, String)> = fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if let Some(t) = self.csrf() {
+            form.push(("csrf".into(), t));
+        }
+        let mut req = self.client.post(format!("{}{path}", self.base));
+        if let Some(c) = self.cookie.lock().unwrap().clone() {
+            req = req.header("cookie", format!("bizrq_session={c}"));
+        }
+        let r = req.form(&form).send().await?;
+        let status = r.status();
+        Ok((status, r.text().await?))
+    }
+
     /// POSTs a form as is (no CSRF token added).
     pub async fn post_raw(&self, path: &str, fields: &[(&str, &str)]) -> Page {
         let form = fields.to_vec();
