@@ -63,6 +63,24 @@ pub struct Params {
     pub format: Option<String>,
 }
 
+impl Params {
+    /// Every parameter with its name in the query string (`format` last).
+    pub fn named(&self) -> [(&'static str, &Option<String>); 10] {
+        [
+            ("from", &self.from),
+            ("to", &self.to),
+            ("by", &self.by),
+            ("bucket", &self.bucket),
+            ("startsOn", &self.starts_on),
+            ("subtree", &self.subtree),
+            ("key", &self.key),
+            ("utcOffsetMinutes", &self.utc_offset_minutes),
+            ("reasons", &self.reasons),
+            ("format", &self.format),
+        ]
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Json,
@@ -159,18 +177,7 @@ fn weekday(v: &str) -> Option<Weekday> {
 
 /// The report `p` asks for, checked; `now_ms` is the default end.
 pub fn parse(p: &Params, now_ms: i64) -> Result<(ReportSpec, Format), ReportError> {
-    for (name, v) in [
-        ("from", &p.from),
-        ("to", &p.to),
-        ("by", &p.by),
-        ("bucket", &p.bucket),
-        ("startsOn", &p.starts_on),
-        ("subtree", &p.subtree),
-        ("key", &p.key),
-        ("utcOffsetMinutes", &p.utc_offset_minutes),
-        ("reasons", &p.reasons),
-        ("format", &p.format),
-    ] {
+    for (name, v) in p.named() {
         if v.as_ref().is_some_and(|s| s.len() > MAX_PARAM) {
             return Err(invalid(format!(
                 "{name} is longer than {MAX_PARAM} characters"

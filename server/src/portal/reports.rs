@@ -39,21 +39,14 @@ fn form_of(p: &Params) -> ReportForm {
 }
 
 fn query_of(p: &Params, format: &str) -> String {
-    let pairs: Vec<(&str, &str)> = [
-        ("from", &p.from),
-        ("to", &p.to),
-        ("by", &p.by),
-        ("bucket", &p.bucket),
-        ("startsOn", &p.starts_on),
-        ("subtree", &p.subtree),
-        ("key", &p.key),
-        ("utcOffsetMinutes", &p.utc_offset_minutes),
-        ("reasons", &p.reasons),
-    ]
-    .into_iter()
-    .filter_map(|(k, v)| v.as_deref().filter(|v| !v.is_empty()).map(|v| (k, v)))
-    .chain((!format.is_empty()).then_some(("format", format)))
-    .collect();
+    // The page's own links name their format; the asked one is dropped.
+    let pairs: Vec<(&str, &str)> = p
+        .named()
+        .into_iter()
+        .filter(|(k, _)| *k != "format")
+        .filter_map(|(k, v)| v.as_deref().filter(|v| !v.is_empty()).map(|v| (k, v)))
+        .chain((!format.is_empty()).then_some(("format", format)))
+        .collect();
     serde_urlencoded::to_string(pairs).unwrap_or_default()
 }
 
