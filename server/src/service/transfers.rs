@@ -946,21 +946,8 @@ impl Executor {
             })?;
         if let Err(reason) = received {
             if let Some(parent) = &parent {
-                let (k, back) = (key.clone(), format!("t{id}-back"));
                 let acc = quota::budget::from_quantity(amount);
-                match self
-                    .service
-                    .update_status(parent, false, move |q| {
-                        Ok(match topup::receive_acc(q, &k, &back, acc, now) {
-                            Ok(changed) => (changed, ()),
-                            Err(_) => (false, ()),
-                        })
-                    })
-                    .await
-                {
-                    Ok(()) | Err(ServiceError::NotFound(_)) => {}
-                    Err(e) => return Err(e.into()),
-                }
+                self.give_back(parent, &key, id, acc, now).await?;
             }
             self.finish(t, TransferStatus::Rejected, Some(&reason))
                 .await?;
@@ -1014,20 +1001,7 @@ impl Executor {
             _ => None,
         };
         if let Some(parent) = &parent {
-            let (k, back) = (key.clone(), format!("t{}-back", t.id));
-            match self
-                .service
-                .update_status(parent, false, move |q| {
-                    Ok(match topup::receive_acc(q, &k, &back, withdrawn, now) {
-                        Ok(changed) => (changed, ()),
-                        Err(_) => (false, ()),
-                    })
-                })
-                .await
-            {
-                Ok(()) | Err(ServiceError::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
+            self.give_back(parent, key, t.id, withdrawn, now).await?;
         }
         let recorded = TopUp {
             expired_at: Some(now),
@@ -1060,6 +1034,34 @@ impl Executor {
         )
         .await;
         Ok(true)
+    }
+
+    /// Gives `acc` of `key` back to `parent` (a top-up that could not be
+    /// received, or the unspent part withdrawn at expiry), once: the mark
+    /// `t<id>-back` makes a retry change nothing. A parent gone meanwhile
+    /// has nothing to receive it.
+    async fn give_back(
+        &self,
+        parent: &str,
+        key: &str,
+        id: i64,
+        acc: i128,
+        now: i64,
+    ) -> Result<(), ServiceError> {
+        let (k, back) = (key.to_string(), format!("t{id}-back"));
+        match self
+            .service
+            .update_status(parent, false, move |q| {
+                Ok(match topup::receive_acc(q, &k, &back, acc, now) {
+                    Ok(changed) => (changed, ()),
+                    Err(_) => (false, ()),
+                })
+            })
+            .await
+        {
+            Ok(()) | Err(ServiceError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// The one place a top-up's ledger entries (`report::Entry`, reason
