@@ -330,6 +330,16 @@ impl Service {
         (self.clock)()
     }
 
+    /// What the tree and the overview price a budget's burn at: the QoS
+    /// multipliers and the price list in force, now.
+    pub fn pricing(&self) -> app::tree::Pricing {
+        app::tree::Pricing {
+            qos: self.prices,
+            list: self.price_list(),
+            now_ms: self.now(),
+        }
+    }
+
     async fn lock(&self, name: &str) -> NameGuard {
         self.locks.lock(name).await
     }
