@@ -147,14 +147,15 @@ pub struct Pricing {
 /// (hard − used, as admission reads it) and how long it lasts at what the
 /// quota's own workloads burn now at their prices
 /// (`runway::burn_per_hour`; children spend their carve-outs, not this
-/// budget). The GPU budget first, then by key.
+/// budget). The GPU budget first, then the GPU models' budgets, then the
+/// rest, each by key.
 pub fn cash_cells(q: &Quota, cfg: &KeyConfig, pricing: &Pricing) -> Vec<CashCell> {
     let is_gpu_budget = |k: &str| {
         cash_target(k)
             .and_then(|t| Key::parse(t, cfg).ok())
             .is_some_and(|k| k.model.is_none() && cfg.is_gpu(&k.resource))
     };
-    let mut cells: Vec<(bool, CashCell)> = q
+    let mut cells: Vec<(u8, CashCell)> = q
         .spec
         .hard
         .iter()
@@ -179,7 +180,16 @@ pub fn cash_cells(q: &Quota, cfg: &KeyConfig, pricing: &Pricing) -> Vec<CashCell
                 left_nanos: left.nanos(),
                 runway_hours: lasts.map(|ms| ms as i128 / 3_600_000),
             };
-            (!is_gpu_budget(key), cell)
+            let rank = if is_gpu_budget(key) {
+                0
+            } else if cash_target(key)
+                .is_some_and(|t| Key::parse(t, cfg).is_ok_and(|k| cfg.is_gpu(&k.resource)))
+            {
+                1
+            } else {
+                2
+            };
+            (rank, cell)
         })
         .collect();
     cells.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
@@ -824,7 +834,7 @@ fn tree_row(r: TreeRow, query: &TreeQuery) -> impl IntoView {
         <tr id=id class=class data-depth=depth data-children=children data-hidden=hidden data-beyond-fold=beyond>
             <td class="name" style=indent data-label="Quota" data-sort-value=sort_name>{toggle}{spacer}<a href=href>{r.name}</a>{folded}</td>
             {gpu_view(r.gpu)}
-            <td class=left_class data-label="Card-hours left" data-sort-value=left_value>{left}</td>
+            <td class=left_class data-label="Budget left" data-sort-value=left_value>{left}</td>
             <td class=runway_class data-label="Runway" data-sort-value=runway_value>{runway}</td>
             <td class=borrow_class data-label="Borrowing">{borrowing}</td>
             <td class=others_class data-label="Other keys">{others}</td>
@@ -872,7 +882,7 @@ fn tree_table(rows: Vec<TreeRow>, query: &TreeQuery, fold: Option<usize>) -> imp
         <thead><tr>
             {sort_header(query, TreeSort::Name, "Quota")}
             {sort_header(query, TreeSort::Gpu, "GPUs in use / hard")}
-            {sort_header(query, TreeSort::Budget, "Card-hours left")}
+            {sort_header(query, TreeSort::Budget, "Budget left")}
             {sort_header(query, TreeSort::Runway, "Runway")}
             <th>"Borrowing"</th>
             <th>"Fullest other keys"</th>
@@ -965,7 +975,7 @@ pub fn render_tree_page(
                     <span class="hint">{summary}</span>
                 </form>
                 <BarLegend/>
-                <p class="hint">"Runway: how long the GPU budget lasts at what runs now. Click a column to sort each level by it."</p>
+                <p class="hint">"Runway: how long each budget lasts at what the quota itself runs now, at its prices. Click a column to sort each level by it."</p>
                 {tree_table(rows, &query, fold)}
             </layout::Layout>
         }
@@ -1052,7 +1062,13 @@ mod tests {
     fn rows(sort: TreeSort) -> Vec<TreeRow> {
         let f = forest();
         let in_use = quota::rollup::subtree_in_use(&f);
-        tree_rows(&f, &in_use, &KeyConfig::default(), &Pricing::default(), sort)
+        tree_rows(
+            &f,
+            &in_use,
+            &KeyConfig::default(),
+            &Pricing::default(),
+            sort,
+        )
     }
 
     fn names(rows: &[TreeRow]) -> Vec<(&str, usize, bool, usize)> {
@@ -1206,7 +1222,13 @@ mod tests {
             }
         }
         let in_use = quota::rollup::subtree_in_use(&f);
-        let rows = tree_rows(&f, &in_use, &KeyConfig::default(), &Pricing::default(), TreeSort::Name);
+        let rows = tree_rows(
+            &f,
+            &in_use,
+            &KeyConfig::default(),
+            &Pricing::default(),
+            TreeSort::Name,
+        );
         assert_eq!(fold_depth(&rows), Some(1));
         let shown = select_rows(
             rows,
@@ -1226,7 +1248,13 @@ mod tests {
             f.push(q(&format!("team-{t}"), "root", 1, None));
         }
         let in_use = quota::rollup::subtree_in_use(&f);
-        let rows = tree_rows(&f, &in_use, &KeyConfig::default(), &Pricing::default(), TreeSort::Name);
+        let rows = tree_rows(
+            &f,
+            &in_use,
+            &KeyConfig::default(),
+            &Pricing::default(),
+            TreeSort::Name,
+        );
         let query = TreeQuery {
             search: "team".into(),
             ..Default::default()
@@ -1311,7 +1339,13 @@ mod tests {
             f.push(q(&format!("team-{t:04}"), "root", 1, None));
         }
         let in_use = quota::rollup::subtree_in_use(&f);
-        let all = tree_rows(&f, &in_use, &KeyConfig::default(), &Pricing::default(), TreeSort::Name);
+        let all = tree_rows(
+            &f,
+            &in_use,
+            &KeyConfig::default(),
+            &Pricing::default(),
+            TreeSort::Name,
+        );
         let q = TreeQuery {
             depth: Some(0),
             ..Default::default()

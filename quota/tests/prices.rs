@@ -249,5 +249,9 @@ fn an_h100_at_two_and_a_half_burns_two_and_a_half_card_hours_an_hour() {
         quota::budget::runway::burn_per_hour([c], GPU, T0 + H, &Prices::default(), &list)
     };
     assert_eq!(burn(&charge("H100")), Quantity::from_units(10));
-    assert_eq!(burn(&charge("A100")), Quantity::from_units(4), "no weight: face price");
+    assert_eq!(
+        burn(&charge("A100")),
+        Quantity::from_units(4),
+        "no weight: face price"
+    );
 }
