@@ -165,75 +165,113 @@ impl FromStr for Quantity {
     type Err = QuantityError;
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let s = input.trim();
-        if s.is_empty() {
-            return Err(QuantityError::Empty);
+        // Every quantity of every status read goes through here (a watch
+        // event of a busy quota holds hundreds): the common forms first,
+        // without allocating.
+        if let Some(q) = parse_plain(input) {
+            return Ok(q);
         }
-        let syntax = || QuantityError::Syntax(input.to_string());
-        let range = || QuantityError::OutOfRange(input.to_string());
-
-        let (negative, rest) = match s.as_bytes()[0] {
-            b'-' => (true, &s[1..]),
-            b'+' => (false, &s[1..]),
-            _ => (false, s),
-        };
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (number, suffix) = rest.split_at(num_end);
-        let (int_part, frac_part) = match number.split_once('.') {
-            Some((i, f)) => (i, f),
-            None => (number, ""),
-        };
-        if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
-            return Err(syntax());
-        }
-
-        let (mut exp10, binary_pow, format) = parse_suffix(suffix).ok_or_else(syntax)?;
-
-        // Mantissa digits as one integer; leading zeros carry no value and
-        // trailing fractional zeros none either, so drop them before sizing.
-        let frac_trimmed = frac_part.trim_end_matches('0');
-        let digits: String = format!("{int_part}{frac_trimmed}");
-        let digits = digits.trim_start_matches('0');
-        exp10 -= frac_trimmed.len() as i64;
-        if digits.is_empty() {
-            return Ok(Quantity { nanos: 0, format });
-        }
-        if digits.len() > 36 {
-            return Err(range());
-        }
-        let mantissa: i128 = digits.parse().map_err(|_| syntax())?;
-
-        // nanos = mantissa * 10^(exp10 + 9) * 1024^binary_pow, rounded up.
-        let mut value = mantissa;
-        for _ in 0..binary_pow {
-            value = value.checked_mul(1024).ok_or_else(range)?;
-        }
-        let scale = exp10 + 9;
-        if scale >= 0 {
-            if scale > 38 {
-                return Err(range());
-            }
-            value = value
-                .checked_mul(10i128.checked_pow(scale as u32).ok_or_else(range)?)
-                .ok_or_else(range)?;
-        } else {
-            let shift = (-scale) as u32;
-            value = if shift > 38 {
-                1 // a positive amount finer than i128 can hold rounds up to 1n
-            } else {
-                div_ceil(value, 10i128.pow(shift))
-            };
-        }
-        if value > MAX_NANOS {
-            return Err(range());
-        }
-        Ok(Quantity {
-            nanos: if negative { -value } else { value },
-            format,
-        })
+        parse_general(input)
     }
+}
+
+/// An unsigned integer of up to 18 digits with no point or exponent and
+/// an SI suffix (`4`, `500m`, `16Gi`), or None (`parse_general` decides,
+/// errors included). The same value and format as `parse_general` gives.
+fn parse_plain(s: &str) -> Option<Quantity> {
+    let b = s.as_bytes();
+    let end = b
+        .iter()
+        .position(|c| !c.is_ascii_digit())
+        .unwrap_or(b.len());
+    if end == 0 || end > 18 {
+        return None;
+    }
+    let mantissa = b[..end]
+        .iter()
+        .fold(0i128, |v, c| v * 10 + (c - b'0') as i128);
+    let suffix = &s[end..];
+    let (scale, format) = match DECIMAL_SUFFIXES.iter().find(|(x, _)| *x == suffix) {
+        Some(&(_, e)) => (10i128.pow((e + 9) as u32), Format::DecimalSi),
+        None => {
+            let &(_, p) = BINARY_SUFFIXES.iter().find(|(x, _)| *x == suffix)?;
+            (1024i128.pow(p) * NANO, Format::BinarySi)
+        }
+    };
+    let nanos = mantissa.checked_mul(scale).filter(|n| *n <= MAX_NANOS)?;
+    Some(Quantity { nanos, format })
+}
+
+/// Apimachinery's whole grammar: signs, fractions, exponents, rounding.
+fn parse_general(input: &str) -> Result<Quantity, QuantityError> {
+    let s = input.trim();
+    if s.is_empty() {
+        return Err(QuantityError::Empty);
+    }
+    let syntax = || QuantityError::Syntax(input.to_string());
+    let range = || QuantityError::OutOfRange(input.to_string());
+
+    let (negative, rest) = match s.as_bytes()[0] {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let num_end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let (number, suffix) = rest.split_at(num_end);
+    let (int_part, frac_part) = match number.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (number, ""),
+    };
+    if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
+        return Err(syntax());
+    }
+
+    let (mut exp10, binary_pow, format) = parse_suffix(suffix).ok_or_else(syntax)?;
+
+    // Mantissa digits as one integer; leading zeros carry no value and
+    // trailing fractional zeros none either, so drop them before sizing.
+    let frac_trimmed = frac_part.trim_end_matches('0');
+    let digits: String = format!("{int_part}{frac_trimmed}");
+    let digits = digits.trim_start_matches('0');
+    exp10 -= frac_trimmed.len() as i64;
+    if digits.is_empty() {
+        return Ok(Quantity { nanos: 0, format });
+    }
+    if digits.len() > 36 {
+        return Err(range());
+    }
+    let mantissa: i128 = digits.parse().map_err(|_| syntax())?;
+
+    // nanos = mantissa * 10^(exp10 + 9) * 1024^binary_pow, rounded up.
+    let mut value = mantissa;
+    for _ in 0..binary_pow {
+        value = value.checked_mul(1024).ok_or_else(range)?;
+    }
+    let scale = exp10 + 9;
+    if scale >= 0 {
+        if scale > 38 {
+            return Err(range());
+        }
+        value = value
+            .checked_mul(10i128.checked_pow(scale as u32).ok_or_else(range)?)
+            .ok_or_else(range)?;
+    } else {
+        let shift = (-scale) as u32;
+        value = if shift > 38 {
+            1 // a positive amount finer than i128 can hold rounds up to 1n
+        } else {
+            div_ceil(value, 10i128.pow(shift))
+        };
+    }
+    if value > MAX_NANOS {
+        return Err(range());
+    }
+    Ok(Quantity {
+        nanos: if negative { -value } else { value },
+        format,
+    })
 }
 
 /// Returns (decimal exponent, power of 1024, format) of a suffix.
@@ -517,6 +555,34 @@ mod tests {
             let nanos = if negative { -scaled } else { scaled };
             let q = Quantity::from_nanos(nanos).with_format(format);
             proptest::prop_assert_eq!(q.to_string(), display_by_trying_suffixes(q));
+        }
+    }
+
+    proptest::proptest! {
+        /// The allocation-free path reads what the whole grammar reads,
+        /// value and format, and leaves everything else to it.
+        #[test]
+        fn plain_parsing_agrees_with_the_grammar(
+            digits in "[0-9]{0,20}",
+            suffix in proptest::sample::select(vec!["", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "e3", "Gb", ".5", " "]),
+            sign in proptest::sample::select(vec!["", "+", "-", " "]),
+        ) {
+            let text = format!("{sign}{digits}{suffix}");
+            let general = parse_general(&text);
+            match parse_plain(&text) {
+                Some(q) => {
+                    let g = general.expect("the grammar reads what the plain path reads");
+                    proptest::prop_assert_eq!((q.nanos, q.format), (g.nanos, g.format));
+                }
+                None => {
+                    // Left to the grammar: so is every error.
+                    let parsed: Result<Quantity, _> = text.parse();
+                    proptest::prop_assert_eq!(
+                        parsed.map(|q| (q.nanos, q.format)),
+                        general.map(|q| (q.nanos, q.format))
+                    );
+                }
+            }
         }
     }
 
