@@ -152,11 +152,19 @@ impl ClusterStore {
             "metadata": {"resourceVersion": version.to_string()},
             "status": members,
         });
-        let req = kube::core::Request::new(BizGroupResourceQuota::url_path(&(), None))
+        let mut req = kube::core::Request::new(BizGroupResourceQuota::url_path(&(), None))
             .patch_subresource("status", name, &PatchParams::default(), &Patch::Merge(&patch))
             .map_err(|e| StoreError::Backend(format!("bizrq {name}: {e}")))?;
         // Only the new version is read of the answer (the service keeps the
-        // status it wrote): the rest of the object is skipped unparsed.
+        // status it wrote): asked for as metadata alone, as client-go's
+        // metadata client asks, so the API server does not send the whole
+        // object back (and what else comes is skipped unparsed).
+        req.headers_mut().insert(
+            axum::http::header::ACCEPT,
+            axum::http::HeaderValue::from_static(
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
+            ),
+        );
         let written: Versioned = self
             .client
             .request(req)
@@ -750,6 +758,8 @@ mod tests {
                 req.headers()["content-type"],
                 "application/merge-patch+json"
             );
+            let accept = req.headers()["accept"].to_str().unwrap();
+            assert!(accept.contains("as=PartialObjectMetadata"), "{accept}");
             let bytes = http_body_util::BodyExt::collect(req.into_body())
                 .await
                 .unwrap()

@@ -187,11 +187,7 @@ impl FakeApi {
                 }
                 // `Accept: application/json;as=PartialObjectMetadata;…`: the
                 // metadata alone, as kube-apiserver answers it.
-                Some(o) if metadata_only => once(
-                    200,
-                    &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-                            "metadata": o["metadata"]}),
-                ),
+                Some(o) if metadata_only => once(200, &partial_metadata(o)),
                 Some(o) => once(200, o),
                 None => once(
                     404,
@@ -275,6 +271,8 @@ impl FakeApi {
                 Self::emit(coll, rv, "MODIFIED", next.clone());
                 if sub == Some("scale") {
                     once(200, &scale_of(&next))
+                } else if metadata_only {
+                    once(200, &partial_metadata(&next))
                 } else {
                     once(200, &next)
                 }
@@ -423,6 +421,12 @@ pub(super) fn updated(
         }
     }
     next
+}
+
+/// An object's metadata alone, as kube-apiserver answers a request that
+/// accepts `as=PartialObjectMetadata` (a get, an update or a patch).
+fn partial_metadata(o: &Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": o["metadata"]})
 }
 
 pub(super) fn scale_of(o: &Value) -> Value {
