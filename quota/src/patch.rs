@@ -57,7 +57,11 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
     p.map("used", &old.used, used, Always);
     p.map("selfUsed", &old.self_used, self_used, Always);
     // Left out when empty or absent.
-    p.whole("lastReconcileTime", &old.last_reconcile_time, last_reconcile_time);
+    p.whole(
+        "lastReconcileTime",
+        &old.last_reconcile_time,
+        last_reconcile_time,
+    );
     p.map("children", &old.children, children, IfAny);
     p.map("workloads", &old.workloads, workloads, IfAny);
     p.map("cashAccrued", &old.cash_accrued, cash_accrued, IfAny);

@@ -27,8 +27,12 @@ fn time() -> impl Strategy<Value = String> {
 
 fn resources() -> impl Strategy<Value = ResourceList> {
     btree_map(
-        prop::sample::select(vec!["requests.nvidia.com/gpu", "pods", "cash/requests.nvidia.com/gpu"])
-            .prop_map(str::to_string),
+        prop::sample::select(vec![
+            "requests.nvidia.com/gpu",
+            "pods",
+            "cash/requests.nvidia.com/gpu",
+        ])
+        .prop_map(str::to_string),
         (0i64..3).prop_map(Quantity::from_units),
         0..3,
     )
@@ -85,7 +89,11 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
             0..3,
         ),
         btree_map(name(), (0u8..3).prop_map(|n| format!("{n}000")), 0..3),
-        btree_map(name(), prop::sample::select(vec!["ann", "bo"]).prop_map(str::to_string), 0..3),
+        btree_map(
+            name(),
+            prop::sample::select(vec!["ann", "bo"]).prop_map(str::to_string),
+            0..3,
+        ),
         btree_map(name(), time(), 0..2),
     );
     let rest = (
@@ -102,15 +110,23 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
         ),
         btree_map(
             name(),
-            (time(), prop::option::of(1i64..3), resources(), any::<bool>()).prop_map(
-                |(t, scale, frees, preempt)| Mark {
+            (
+                time(),
+                prop::option::of(1i64..3),
+                resources(),
+                any::<bool>(),
+            )
+                .prop_map(|(t, scale, frees, preempt)| Mark {
                     action: scale.map_or(Action::Suspend, Action::ScaleTo),
                     frees,
                     marked: t.clone(),
                     due: t,
-                    origin: if preempt { Origin::Preempt } else { Origin::Borrow },
-                },
-            ),
+                    origin: if preempt {
+                        Origin::Preempt
+                    } else {
+                        Origin::Borrow
+                    },
+                }),
             0..2,
         ),
         btree_map(
@@ -239,7 +255,11 @@ fn one_card_charge(uid: &str) -> Charge {
         pod_sets: vec![PodSet {
             name: "main".into(),
             count: 1,
-            per_pod: [("requests.nvidia.com/gpu".to_string(), Quantity::from_units(1))].into(),
+            per_pod: [(
+                "requests.nvidia.com/gpu".to_string(),
+                Quantity::from_units(1),
+            )]
+            .into(),
             qos: None,
         }],
         hpa: None,
@@ -310,5 +330,10 @@ fn the_summaries_replace_what_is_stored() {
     let (summary, readable) = quota::readable::summarize(&spec, &status, &KeyConfig::default());
     assert_eq!(stored["summary"], serde_json::to_value(&summary).unwrap());
     assert!(readable.is_empty());
-    assert!(stored.get("readable").is_none_or(|r| r == &serde_json::json!({})), "{stored}");
+    assert!(
+        stored
+            .get("readable")
+            .is_none_or(|r| r == &serde_json::json!({})),
+        "{stored}"
+    );
 }

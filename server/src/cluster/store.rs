@@ -19,9 +19,9 @@ use async_trait::async_trait;
 use kube::api::{
     Api, DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
 };
-use kube::Resource;
 use kube::runtime::reflector;
 use kube::Client;
+use kube::Resource;
 use quota::object::{Quota, QuotaStatus};
 use quota::KeyConfig;
 
@@ -144,7 +144,9 @@ impl ClusterStore {
         let before = (old.spec != *spec)
             .then(|| quota::readable::summarize(&old.spec, &old.status, &self.keys).1);
         let stored: Vec<&std::collections::BTreeMap<String, String>> =
-            std::iter::once(&old.status.readable).chain(&before).collect();
+            std::iter::once(&old.status.readable)
+                .chain(&before)
+                .collect();
         members.extend(quota::patch::derived_patch(
             spec, status, &self.keys, &stored,
         ));
@@ -153,7 +155,12 @@ impl ClusterStore {
             "status": members,
         });
         let mut req = kube::core::Request::new(BizGroupResourceQuota::url_path(&(), None))
-            .patch_subresource("status", name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_subresource(
+                "status",
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .map_err(|e| StoreError::Backend(format!("bizrq {name}: {e}")))?;
         // Only the new version is read of the answer (the service keeps the
         // status it wrote): asked for as metadata alone, as client-go's
@@ -741,11 +748,14 @@ mod tests {
         };
         let st = &mut start.status.as_mut().unwrap().0;
         for w in ["a", "b", "c"] {
-            st.workloads.insert(format!("apps/Deployment/ml/{w}"), charge(1));
+            st.workloads
+                .insert(format!("apps/Deployment/ml/{w}"), charge(1));
         }
         let current = to_stored(&start).unwrap();
         let mut status = current.quota.status.clone();
-        status.workloads.insert("apps/Deployment/ml/b".into(), charge(2));
+        status
+            .workloads
+            .insert("apps/Deployment/ml/b".into(), charge(2));
         status.workloads.remove("apps/Deployment/ml/c");
         status
             .used
@@ -765,7 +775,9 @@ mod tests {
                 .unwrap()
                 .to_bytes();
             let body: Value = serde_json::from_slice(&bytes).unwrap();
-            send.send_response(ok(&json!({"metadata": {"name": "nlp", "resourceVersion": "8"}})));
+            send.send_response(ok(
+                &json!({"metadata": {"name": "nlp", "resourceVersion": "8"}}),
+            ));
             body
         });
         assert_eq!(store.replace_status(&current, &status).await.unwrap(), 8);
@@ -777,7 +789,10 @@ mod tests {
                    "apps/Deployment/ml/c": null}),
             "only the changed charge's changed members, and the one released"
         );
-        assert_eq!(body["status"]["used"], json!({"requests.nvidia.com/gpu": "3"}));
+        assert_eq!(
+            body["status"]["used"],
+            json!({"requests.nvidia.com/gpu": "3"})
+        );
         assert!(body["status"]["hard"].is_null(), "unchanged: not sent");
         assert!(body["spec"].is_null());
     }
@@ -795,15 +810,19 @@ mod tests {
             assert_eq!(req.uri().path(), format!("{PATH}/nlp"));
             let accept = req.headers()["accept"].to_str().unwrap().to_string();
             assert!(accept.contains("as=PartialObjectMetadata"), "{accept}");
-            send.send_response(ok(&json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-                "metadata": {"name": "nlp", "resourceVersion": "12"}})));
+            send.send_response(ok(
+                &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": "nlp", "resourceVersion": "12"}}),
+            ));
             let (_, send) = handle.next_request().await.expect("a request");
             send.send_response(
                 Response::builder()
                     .status(404)
                     .body(Body::from(
-                        serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                            "reason": "NotFound", "code": 404, "message": "not found"}))
+                        serde_json::to_vec(
+                            &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "NotFound", "code": 404, "message": "not found"}),
+                        )
                         .unwrap(),
                     ))
                     .unwrap(),
@@ -837,7 +856,8 @@ mod tests {
             created["metadata"]["resourceVersion"] = "100".into();
             created.as_object_mut().unwrap().remove("status");
             send.send_response(ok(&created));
-            let (body, send) = expect(&mut handle, Method::PATCH, &format!("{PATH}/cv/status")).await;
+            let (body, send) =
+                expect(&mut handle, Method::PATCH, &format!("{PATH}/cv/status")).await;
             assert_eq!(body["metadata"]["resourceVersion"], "100");
             assert_eq!(body["status"]["used"]["pods"], "0");
             let mut written = body.clone();

@@ -6,10 +6,10 @@
 use super::{QuotaStore, ResultExt, Stamp, StoreError, Stored};
 use async_trait::async_trait;
 use quota::object::{Charge, ObjectMeta, Quota, QuotaSpec, QuotaStatus};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Executor, Row};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -620,7 +620,11 @@ mod tests {
     /// a changed charge as changed, a released one gone (its binding too).
     async fn a_busy_status_reads_back_as_written(store: &SqlStore) {
         let spec = QuotaSpec {
-            hard: [("requests.nvidia.com/gpu".to_string(), "100".parse().unwrap())].into(),
+            hard: [(
+                "requests.nvidia.com/gpu".to_string(),
+                "100".parse().unwrap(),
+            )]
+            .into(),
             ..Default::default()
         };
         let mut current = store.create(&Quota::new("busy", spec)).await.unwrap();
@@ -629,7 +633,9 @@ mod tests {
             let mut status = current.quota.status.clone();
             for i in 0..CACHE_FROM_CHARGES + 4 {
                 let cards = if i == round { 2 } else { 1 };
-                status.workloads.insert(w(i), charge(cards, &format!("u{i}")));
+                status
+                    .workloads
+                    .insert(w(i), charge(cards, &format!("u{i}")));
             }
             if round == 2 {
                 status.workloads.remove(&w(7));

@@ -421,7 +421,11 @@ async fn cluster_mode_a_conflicting_patch_answers_nobody_and_retries_on_the_late
     let s = Arc::new(Server::in_process(&c.running));
     let (admitted, contention) = flood(std::slice::from_ref(&s), "pool", 5, 5).await;
     assert_eq!(contention, 0);
-    assert_eq!(admitted.len(), 2, "decided again on the latest: {admitted:?}");
+    assert_eq!(
+        admitted.len(),
+        2,
+        "decided again on the latest: {admitted:?}"
+    );
     let q = c.fake.quota("pool");
     let mut expected = admitted.clone();
     expected.insert("theirs".into());

@@ -448,11 +448,10 @@ impl tower::Service<Request<Body>> for FakeApi {
         let me = self.clone();
         Box::pin(async move {
             let method = req.method().clone();
-            let metadata_only = req
-                .headers()
-                .get_all(http::header::ACCEPT)
-                .iter()
-                .any(|a| a.to_str().is_ok_and(|a| a.contains("as=PartialObjectMetadata")));
+            let metadata_only = req.headers().get_all(http::header::ACCEPT).iter().any(|a| {
+                a.to_str()
+                    .is_ok_and(|a| a.contains("as=PartialObjectMetadata"))
+            });
             let path = req.uri().path().to_string();
             let query = req.uri().query().unwrap_or("").to_string();
             let bytes = req
