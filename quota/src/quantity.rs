@@ -334,7 +334,9 @@ impl fmt::Display for Quantity {
 /// arithmetic below 2^64 nano-units, one 128-bit division above).
 fn whole_units(nanos: u128) -> Option<u128> {
     if let Ok(small) = u64::try_from(nanos) {
-        return (small % NANO as u64 == 0).then_some((small / NANO as u64) as u128);
+        return small
+            .is_multiple_of(NANO as u64)
+            .then_some((small / NANO as u64) as u128);
     }
     let units = nanos / NANO as u128;
     (units * NANO as u128 == nanos).then_some(units)
@@ -357,7 +359,7 @@ fn strip_decimal_zeros(x: u128) -> (u32, u128) {
         m = units;
         if u64::try_from(m).is_err() {
             // ≥ 2^64 units is past MAX_NANOS; kept exact all the same.
-            while m % 10 == 0 {
+            while m.is_multiple_of(10) {
                 m /= 10;
                 zeros += 1;
             }
@@ -370,7 +372,7 @@ fn strip_decimal_zeros(x: u128) -> (u32, u128) {
 
 fn strip_zeros_u64(mut x: u64) -> (u32, u64) {
     let mut zeros = 0;
-    while x % 10 == 0 {
+    while x.is_multiple_of(10) {
         x /= 10;
         zeros += 1;
     }
