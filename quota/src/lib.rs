@@ -12,6 +12,7 @@ pub mod keys;
 pub mod lineage;
 pub mod namespaces;
 pub mod object;
+pub mod patch;
 pub mod pods;
 pub mod quantity;
 pub mod queue;

@@ -234,6 +234,59 @@ impl QuotaStatus {
         self.readable = readable;
     }
 
+    /// A copy without the charges of workloads (and without the pending
+    /// ledger entries, never serialised): what a store serialises around
+    /// charges it keeps serialised already. Every member is named, so one
+    /// added to the status is copied or fails to compile.
+    pub fn clone_without_workloads(&self) -> QuotaStatus {
+        let QuotaStatus {
+            hard,
+            used,
+            self_used,
+            last_reconcile_time,
+            children,
+            workloads: _,
+            cash_accrued,
+            budgets,
+            reservations,
+            loans,
+            lent,
+            borrowed,
+            reclaim,
+            transfers,
+            summary,
+            queue,
+            users,
+            ledger: _,
+            readable,
+            refunds,
+            exhausted,
+        } = self;
+        QuotaStatus {
+            hard: hard.clone(),
+            used: used.clone(),
+            self_used: self_used.clone(),
+            last_reconcile_time: last_reconcile_time.clone(),
+            children: children.clone(),
+            workloads: BTreeMap::new(),
+            cash_accrued: cash_accrued.clone(),
+            budgets: budgets.clone(),
+            reservations: reservations.clone(),
+            loans: loans.clone(),
+            lent: lent.clone(),
+            borrowed: borrowed.clone(),
+            reclaim: reclaim.clone(),
+            transfers: transfers.clone(),
+            summary: summary.clone(),
+            queue: queue.clone(),
+            users: users.clone(),
+            ledger: Default::default(),
+            readable: readable.clone(),
+            refunds: refunds.clone(),
+            exhausted: exhausted.clone(),
+        }
+    }
+
     pub fn accrued(&self, cash_key: &str) -> i128 {
         self.cash_accrued
             .get(cash_key)

@@ -177,7 +177,7 @@ impl FakeApi {
             }
             ("UPDATE", Some(name)) => {
                 let current = current(name)?;
-                if *method == Method::PUT && stale(&body, &current) {
+                if stale(&body, &current) {
                     return None;
                 }
                 let next = updated(&def, &current, method, t.sub.as_deref(), &body);

@@ -65,6 +65,10 @@ struct State {
     /// Make the next write to these paths, then answer 504 as if the
     /// connection had timed out after the write.
     lost_answers: HashMap<String, usize>,
+    /// Just before the next write to these paths is made: another
+    /// client's write of the same object (the change given), so that
+    /// write meets a newer version than the one it was decided on.
+    interfere: HashMap<String, Interference>,
     /// The loaded ValidatingWebhookConfiguration, if any.
     webhooks: Arc<Vec<Webhook>>,
     /// The loaded MutatingWebhookConfiguration, if any: called before the
@@ -74,6 +78,8 @@ struct State {
     /// Every AdmissionReview sent: `{"webhook": name, "request": …}`.
     reviews: Vec<Value>,
 }
+
+type Interference = Box<dyn FnOnce(&mut Value) + Send>;
 
 /// bizrq's service account: who `client()` is.
 pub const BIZRQ_USER: &str = "system:serviceaccount:bizrq-system:bizrq";
@@ -211,6 +217,43 @@ impl FakeApi {
     /// watches and the webhooks' own time are not delayed.
     pub fn set_write_delay(&self, delay: std::time::Duration) {
         self.state.lock().unwrap().write_delay = delay;
+    }
+
+    /// Just before the next write to `path` is made (after its admission
+    /// and its write delay), someone else writes the object: `change`
+    /// applied to it as stored, stored under a new resourceVersion (a
+    /// MODIFIED event). A write naming the version it read then meets a
+    /// newer one, as when another replica's write lands first.
+    pub fn interfere_next(&self, path: &str, change: impl FnOnce(&mut Value) + Send + 'static) {
+        self.state
+            .lock()
+            .unwrap()
+            .interfere
+            .insert(path.to_string(), Box::new(change));
+    }
+
+    /// The interference queued for a write to `path`, made now.
+    fn interfere(&self, path: &str) {
+        let Some(change) = self.state.lock().unwrap().interfere.remove(path) else {
+            return;
+        };
+        let Some(t) = Self::parse(path) else { return };
+        let (Some(name), ns) = (t.name, t.namespace.unwrap_or_default()) else {
+            return;
+        };
+        let mut g = self.state.lock().unwrap();
+        g.rv += 1;
+        let rv = g.rv;
+        let Some(coll) = g.colls.get_mut(&t.coll) else {
+            return;
+        };
+        let Some(obj) = coll.objects.get_mut(&(ns, name)) else {
+            return;
+        };
+        change(obj);
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let obj = obj.clone();
+        Self::emit(coll, rv, "MODIFIED", obj);
     }
 
     /// Make the next `n` writes to `path`, then answer each with 504 as a

@@ -84,6 +84,7 @@ impl FakeApi {
         query: &str,
         body: Option<Value>,
         dry: bool,
+        metadata_only: bool,
     ) -> Response<RespBody> {
         if method == Method::GET {
             if let Some(d) = self.discovery(path) {
@@ -184,6 +185,9 @@ impl FakeApi {
                 Some(o) if t.sub.as_deref() == Some("scale") && coll.def.scale => {
                     once(200, &scale_of(o))
                 }
+                // `Accept: application/json;as=PartialObjectMetadata;…`: the
+                // metadata alone, as kube-apiserver answers it.
+                Some(o) if metadata_only => once(200, &partial_metadata(o)),
                 Some(o) => once(200, o),
                 None => once(
                     404,
@@ -239,7 +243,10 @@ impl FakeApi {
                 };
                 let body = body.unwrap_or(Value::Null);
                 let sub = t.sub.as_deref();
-                if m == Method::PUT && stale(&body, &current) {
+                // A merge patch naming a resourceVersion is a compare-and-swap
+                // as a PUT is: kube-apiserver applies it to the stored object
+                // and refuses the result if its version is not the stored one.
+                if stale(&body, &current) {
                     return once(409, &status(409, "Conflict", &format!("Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again", coll.def.plural)));
                 }
                 let mut next = updated(&coll.def, &current, &m, sub, &body);
@@ -264,6 +271,8 @@ impl FakeApi {
                 Self::emit(coll, rv, "MODIFIED", next.clone());
                 if sub == Some("scale") {
                     once(200, &scale_of(&next))
+                } else if metadata_only {
+                    once(200, &partial_metadata(&next))
                 } else {
                     once(200, &next)
                 }
@@ -393,10 +402,31 @@ pub(super) fn updated(
                     next["spec"]["replicas"] = json!(r);
                 }
             }
+            // The status subresource takes only the status of the patched
+            // object; everything else stays as stored (a CRD's status
+            // strategy).
+            Some("status") => {
+                let mut patched = current.clone();
+                merge(&mut patched, body);
+                match patched.get("status") {
+                    Some(s) => next["status"] = s.clone(),
+                    None => {
+                        if let Some(o) = next.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+            }
             _ => merge(&mut next, body),
         }
     }
     next
+}
+
+/// An object's metadata alone, as kube-apiserver answers a request that
+/// accepts `as=PartialObjectMetadata` (a get, an update or a patch).
+fn partial_metadata(o: &Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": o["metadata"]})
 }
 
 pub(super) fn scale_of(o: &Value) -> Value {
@@ -418,6 +448,10 @@ impl tower::Service<Request<Body>> for FakeApi {
         let me = self.clone();
         Box::pin(async move {
             let method = req.method().clone();
+            let metadata_only = req.headers().get_all(http::header::ACCEPT).iter().any(|a| {
+                a.to_str()
+                    .is_ok_and(|a| a.contains("as=PartialObjectMetadata"))
+            });
             let path = req.uri().path().to_string();
             let query = req.uri().query().unwrap_or("").to_string();
             let bytes = req
@@ -465,7 +499,10 @@ impl tower::Service<Request<Body>> for FakeApi {
                     tokio::time::sleep(delay).await;
                 }
             }
-            let mut resp = me.handle(method, &path, &query, body, dry);
+            if write && !dry {
+                me.interfere(&path);
+            }
+            let mut resp = me.handle(method, &path, &query, body, dry, metadata_only);
             if write {
                 let mut g = me.state.lock().unwrap();
                 if let Some(n) = g.lost_answers.get_mut(&path).filter(|n| **n > 0) {
