@@ -270,6 +270,8 @@ pub struct GatedPod {
     pub workload_ref: String,
     pub namespace: String,
     pub name: String,
+    /// Its `ungate_patch`.
+    pub patch: Value,
 }
 
 /// The gated pods to release now: those whose workload is charged (the
@@ -434,6 +436,7 @@ mod tests {
             workload_ref: w.to_string(),
             namespace: "ml".into(),
             name: n.into(),
+            patch: json!([]),
         };
         let gated = [p("a", "a-0"), p("b", "b-0"), p("a", "a-1")];
         let out: Vec<&str> = to_ungate(&gated, |w| w == "a")
