@@ -277,10 +277,7 @@ pub struct GatedPod {
 /// The gated pods to release now: those whose workload is charged (the
 /// queue admitted it, or it was admitted at once). A workload waiting in
 /// the queue is charged nothing, so its pods stay gated.
-pub fn to_ungate<'a>(
-    gated: &'a [GatedPod],
-    charged: impl Fn(&str) -> bool,
-) -> Vec<&'a GatedPod> {
+pub fn to_ungate<'a>(gated: &'a [GatedPod], charged: impl Fn(&str) -> bool) -> Vec<&'a GatedPod> {
     gated.iter().filter(|p| charged(&p.workload_ref)).collect()
 }
 
@@ -360,7 +357,10 @@ mod tests {
 
     #[test]
     fn an_annotation_over_an_ungated_template_holds_nothing() {
-        let mut obj = vcjob(&[json!({"spec": {"schedulingGates": [{"name": GATE}]}}), json!({})]);
+        let mut obj = vcjob(&[
+            json!({"spec": {"schedulingGates": [{"name": GATE}]}}),
+            json!({}),
+        ]);
         obj["metadata"]["annotations"] = json!({GATE: "true"});
         assert!(!is_held(TASKS, &obj), "one task would run");
         let none = vcjob(&[]);
@@ -404,7 +404,10 @@ mod tests {
                 {"op": "remove", "path": "/metadata/labels/biz.group.resource.quota~1queued"},
             ]))
         );
-        assert_eq!(ungate_patch(&json!({"spec": {"schedulingGates": [{"name": "other"}]}})), None);
+        assert_eq!(
+            ungate_patch(&json!({"spec": {"schedulingGates": [{"name": "other"}]}})),
+            None
+        );
         assert_eq!(ungate_patch(&json!({})), None);
     }
 
@@ -417,7 +420,10 @@ mod tests {
         let mut unlabelled = gated.clone();
         unlabelled["metadata"]["labels"] = json!({});
         let e = pod_update(&gated, &ungated, false).unwrap_err();
-        assert!(e.starts_with("bizrq: pod ml/p belongs to a workload waiting"), "{e}");
+        assert!(
+            e.starts_with("bizrq: pod ml/p belongs to a workload waiting"),
+            "{e}"
+        );
         assert!(e.ends_with("only bizrq may remove it"), "{e}");
         assert!(pod_update(&gated, &unlabelled, false)
             .unwrap_err()

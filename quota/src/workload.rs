@@ -1250,13 +1250,27 @@ mod tests {
         let held = r#""biz.group.resource.quota/queued":"true""#;
         let w = read("batch.volcano.sh", "Job", &obj(held, gated, 1));
         assert_eq!(gpus(&w), Quantity::ZERO);
-        assert_eq!(w.pod_sets.iter().map(|s| s.count).collect::<Vec<_>>(), [0, 0]);
+        assert_eq!(
+            w.pod_sets.iter().map(|s| s.count).collect::<Vec<_>>(),
+            [0, 0]
+        );
         // Released (annotation gone), or a template left ungated: it runs.
-        assert_eq!(gpus(&read("batch.volcano.sh", "Job", &obj("", gated, 1))), Quantity::from_units(3));
-        assert_eq!(gpus(&read("batch.volcano.sh", "Job", &obj(held, TPL, 1))), Quantity::from_units(5));
+        assert_eq!(
+            gpus(&read("batch.volcano.sh", "Job", &obj("", gated, 1))),
+            Quantity::from_units(3)
+        );
+        assert_eq!(
+            gpus(&read("batch.volcano.sh", "Job", &obj(held, TPL, 1))),
+            Quantity::from_units(5)
+        );
         let a = adapter_for_kind("batch.volcano.sh", "Job").unwrap();
-        assert!(a.read(&obj(held, gated, -1), &KeyConfig::default()).is_err());
-        assert_eq!(a.hold(), crate::hold::Hold::PodGate(&["spec", "tasks", "*", "template"]));
+        assert!(a
+            .read(&obj(held, gated, -1), &KeyConfig::default())
+            .is_err());
+        assert_eq!(
+            a.hold(),
+            crate::hold::Hold::PodGate(&["spec", "tasks", "*", "template"])
+        );
         assert!(crate::queue::queueable(a));
         // Never suspended by reclaim or preemption: nothing stops its pods.
         assert_eq!(crate::reclaim::Stop::of(a), crate::reclaim::Stop::Never);

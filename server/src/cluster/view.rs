@@ -151,6 +151,12 @@ pub struct View {
     owner_refs: HashSet<Arc<Owner>>,
 }
 
+/// Gated pods in a stable order (namespace, name): the patches go out so.
+fn by_name(mut pods: Vec<GatedPod>) -> Vec<GatedPod> {
+    pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    pods
+}
+
 /// The shared copy of a string in `pool`.
 fn intern_str(pool: &mut HashSet<Arc<str>>, value: &str) -> Arc<str> {
     if let Some(v) = pool.get(value) {
@@ -734,7 +740,11 @@ impl View {
     /// gate: its name and the patch that removes it (None: it does not).
     /// The quota to reconcile, which releases it if its workload is
     /// charged.
-    pub fn set_gated(&mut self, uid: &str, gate: Option<(String, serde_json::Value)>) -> Option<String> {
+    pub fn set_gated(
+        &mut self,
+        uid: &str,
+        gate: Option<(String, serde_json::Value)>,
+    ) -> Option<String> {
         match gate {
             Some(g) => {
                 self.gated.insert(uid.to_string(), g);
@@ -764,7 +774,8 @@ impl View {
 
     /// The pods carrying bizrq's gate whose workload is bound to `quota`.
     pub fn gated_pods(&self, quota: &str) -> Vec<GatedPod> {
-        self.gated
+        let pods = self
+            .gated
             .keys()
             .filter_map(|uid| self.gated_pod(uid))
             .filter(|(p, _)| {
@@ -773,17 +784,40 @@ impl View {
                     .is_some_and(|w| w.quota == quota)
             })
             .map(|(_, g)| g)
-            .collect()
+            .collect();
+        by_name(pods)
     }
 
-    /// The pods of `wref` carrying bizrq's gate.
+    /// The pods of `wref` carrying bizrq's gate, by namespace and name.
     pub fn gated_pods_of(&self, wref: &str) -> Vec<GatedPod> {
-        self.by_workload
+        let pods = self
+            .by_workload
             .get(wref)
             .into_iter()
             .flatten()
             .filter_map(|uid| self.gated_pod(uid).map(|(_, g)| g))
-            .collect()
+            .collect();
+        by_name(pods)
+    }
+
+    /// `namespace/name` was ungated (or is gone): not released again
+    /// before the watch shows it anew.
+    pub fn ungated(&mut self, namespace: &str, name: &str) {
+        let uids: Vec<String> = self
+            .gated
+            .iter()
+            .filter(|(uid, (n, _))| {
+                n == name
+                    && self
+                        .pods
+                        .get(*uid)
+                        .is_some_and(|p| &*p.facts.namespace == namespace)
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in uids {
+            self.gated.remove(&uid);
+        }
     }
 
     /// The uid of a workload the watch shows, if it shows one.

@@ -47,16 +47,22 @@ impl Context {
             let url = format!("/api/v1/namespaces/{}/pods/{}", p.namespace, p.name);
             let body = serde_json::to_vec(&p.patch).expect("a patch serialises");
             let req = axum::http::Request::patch(url)
-                .header(axum::http::header::CONTENT_TYPE, "application/json-patch+json")
+                .header(
+                    axum::http::header::CONTENT_TYPE,
+                    "application/json-patch+json",
+                )
                 .body(body)
                 .expect("a valid request");
             match self.client.request::<serde_json::Value>(req).await {
                 Ok(_) => {
+                    self.view.lock().unwrap().ungated(&p.namespace, &p.name);
                     tracing::info!(pod = %p.name, namespace = %p.namespace, workload = %p.workload_ref, "pod ungated")
                 }
                 // Gone, or its gates changed since the watch saw them: the
                 // next reconcile works from what the watch shows then.
-                Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 422 => {}
+                Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 422 => {
+                    self.view.lock().unwrap().ungated(&p.namespace, &p.name);
+                }
                 Err(e) => {
                     tracing::warn!(pod = %p.name, namespace = %p.namespace, error = %e, "ungating failed; the next reconcile retries")
                 }
