@@ -637,7 +637,7 @@ pub(super) fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> 
 /// remove scheduling gates (`validateOnlyDeletedSchedulingGates` in
 /// pkg/apis/core/validation/validation.go).
 pub(super) fn validate(a: &Attrs) -> Result<(), Response<RespBody>> {
-    if a.group != "" || a.resource != "pods" || a.operation != "UPDATE" || a.sub.is_some() {
+    if !a.group.is_empty() || a.resource != "pods" || a.operation != "UPDATE" || a.sub.is_some() {
         return Ok(());
     }
     let names = |p: &Value| -> Vec<String> {
