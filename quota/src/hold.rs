@@ -277,7 +277,7 @@ pub struct GatedPod {
 /// The gated pods to release now: those whose workload is charged (the
 /// queue admitted it, or it was admitted at once). A workload waiting in
 /// the queue is charged nothing, so its pods stay gated.
-pub fn to_ungate<'a>(gated: &'a [GatedPod], charged: impl Fn(&str) -> bool) -> Vec<&'a GatedPod> {
+pub fn to_ungate(gated: &[GatedPod], charged: impl Fn(&str) -> bool) -> Vec<&GatedPod> {
     gated.iter().filter(|p| charged(&p.workload_ref)).collect()
 }
 

@@ -635,10 +635,10 @@ pub(super) fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> 
 /// kube-apiserver's validation of a write, after mutating and before
 /// validating admission, for what the fake models: a pod update may only
 /// remove scheduling gates (`validateOnlyDeletedSchedulingGates` in
-/// pkg/apis/core/validation/validation.go).
-pub(super) fn validate(a: &Attrs) -> Result<(), Response<RespBody>> {
+/// pkg/apis/core/validation/validation.go). The refusal, if any.
+pub(super) fn invalid(a: &Attrs) -> Option<Response<RespBody>> {
     if !a.group.is_empty() || a.resource != "pods" || a.operation != "UPDATE" || a.sub.is_some() {
-        return Ok(());
+        return None;
     }
     let names = |p: &Value| -> Vec<String> {
         p["spec"]["schedulingGates"]
@@ -660,7 +660,7 @@ pub(super) fn validate(a: &Attrs) -> Result<(), Response<RespBody>> {
             "Pod {:?} is invalid: spec.schedulingGates[{i}].name: Forbidden: only deletion is allowed, but found new scheduling gate '{added}'",
             a.name
         );
-        return Err(once(422, &status(422, "Invalid", &msg)));
+        return Some(once(422, &status(422, "Invalid", &msg)));
     }
-    Ok(())
+    None
 }

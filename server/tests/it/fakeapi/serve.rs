@@ -503,7 +503,7 @@ impl tower::Service<Request<Body>> for FakeApi {
                 }
             }
             if let Some(attrs) = me.attributes(&method, &path, body.as_ref()) {
-                if let Err(invalid) = super::admission::validate(&attrs) {
+                if let Some(invalid) = super::admission::invalid(&attrs) {
                     return Ok(invalid);
                 }
                 match me.admit(&attrs, dry).await {
