@@ -8,6 +8,7 @@ pub mod borrow;
 pub mod budget;
 pub mod cash;
 pub mod forecast;
+pub mod hold;
 pub mod keys;
 pub mod lineage;
 pub mod namespaces;

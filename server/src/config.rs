@@ -510,7 +510,7 @@ mod namespace_tests {
             .map(str::to_string)
             .collect();
         let shipped = shipped_exclusions();
-        assert_eq!(shipped.len(), 5, "namespaced webhook entries: {shipped:?}");
+        assert_eq!(shipped.len(), 6, "namespaced webhook entries: {shipped:?}");
         for (hook, excluded) in shipped {
             assert_eq!(excluded, default, "{hook}");
         }

@@ -141,9 +141,10 @@ pub fn request_uid(q: &Queued) -> String {
 }
 
 /// Whether a kind can wait in a queue: it is charged (not only checked)
-/// and its adapter knows how to suspend it.
+/// and its adapter knows how to hold it back (`Adapter::hold`: a suspend
+/// flag or a gate on its pods).
 pub fn queueable(adapter: &Adapter) -> bool {
-    adapter.mode == ChargeMode::Charge && !adapter.suspend_path.is_empty()
+    adapter.mode == ChargeMode::Charge && adapter.hold() != crate::hold::Hold::Never
 }
 
 /// What admission does with a workload that does not fit.
@@ -193,8 +194,8 @@ mod tests {
             ("apps", "Deployment", Disposition::Refuse),
             ("apps", "StatefulSet", Disposition::Refuse),
             ("batch", "CronJob", Disposition::Refuse),
-            // No suspend path in its adapter yet (docs/queueing.md §1).
-            ("batch.volcano.sh", "Job", Disposition::Refuse),
+            // No suspend flag: held by a scheduling gate on its pods.
+            ("batch.volcano.sh", "Job", Disposition::Queue),
         ] {
             let a = adapter_for_kind(g, k).unwrap();
             assert_eq!(disposition(a, &q, &none), Ok(want), "{g}/{k}");

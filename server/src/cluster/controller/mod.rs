@@ -20,6 +20,7 @@
 
 mod budgets;
 mod discovery;
+mod gates;
 mod history;
 mod preempt;
 mod queue;

@@ -260,6 +260,9 @@ impl Context {
                 tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
             }
         }
+        // Pods of charged workloads still gated (made after the admission,
+        // or a release cut short) are released.
+        self.release_gated(name).await;
         // The head may take room from lower-priority work (§6), and marks
         // the queue no longer needs are cancelled.
         if queued || preempting {

@@ -2,8 +2,14 @@
 //! service at its HTTP boundary): discovery, list, watch (a live stream of
 //! JSON lines from a resourceVersion), get, create, replace with
 //! `resourceVersion` compare-and-swap (409 on a stale one), the status and
-//! scale subresources, JSON merge patch, delete and `dryRun=All`. Every
-//! request is recorded, so tests assert the exact calls the controller makes.
+//! scale subresources, JSON merge patch and JSON patch (RFC 6902, 422 when
+//! it cannot be applied), delete and `dryRun=All`. Every request is
+//! recorded, so tests assert the exact calls the controller makes.
+//!
+//! Pods as kube-apiserver keeps them: `spec.schedulingGates` may only lose
+//! gates on an update (an added one is refused with 422, in the words of
+//! `validateOnlyDeletedSchedulingGates`, before validating admission), and
+//! `pods/binding` refuses a gated pod with 409 (`setPodNodeAndMetadata`).
 //!
 //! Validating admission as kube-apiserver runs it: once a
 //! ValidatingWebhookConfiguration is loaded (`admit_with`, the shipped
@@ -24,7 +30,7 @@ mod kinds;
 mod serve;
 
 use admission::Webhook;
-pub use kinds::{KindDef, JOBSET, KINDS, PYTORCHJOB};
+pub use kinds::{KindDef, JOBSET, KINDS, PYTORCHJOB, VOLCANOJOB};
 
 use axum::body::Bytes;
 use futures::StreamExt;
@@ -277,7 +283,7 @@ impl FakeApi {
         let kind = obj["kind"].as_str().unwrap_or("");
         KINDS
             .iter()
-            .chain([&PYTORCHJOB, &JOBSET])
+            .chain([&PYTORCHJOB, &JOBSET, &VOLCANOJOB])
             .find(|d| d.group == group && d.kind == kind)
             .unwrap_or_else(|| panic!("fake API: unknown kind {api_version} {kind}"))
             .clone()

@@ -198,6 +198,46 @@ impl FakeApi {
                     ),
                 ),
             },
+            // pods/binding, as the scheduler binds a pod
+            // (`setPodNodeAndMetadata` in pkg/registry/core/pod/storage).
+            (Method::POST, Some(name))
+                if t.sub.as_deref() == Some("binding") && coll.def.plural == "pods" =>
+            {
+                let Some(pod) = coll.objects.get_mut(&(ns, name.clone())) else {
+                    return once(
+                        404,
+                        &status(404, "NotFound", &format!("pods \"{name}\" not found")),
+                    );
+                };
+                let conflict = |why: String| {
+                    let msg =
+                        format!("Operation cannot be fulfilled on pods/binding \"{name}\": {why}");
+                    once(409, &status(409, "Conflict", &msg))
+                };
+                if let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+                    return conflict(format!("pod {name} is already assigned to node {node:?}"));
+                }
+                if pod["spec"]["schedulingGates"]
+                    .as_array()
+                    .is_some_and(|g| !g.is_empty())
+                {
+                    return conflict(format!("pod {name} has non-empty .spec.schedulingGates"));
+                }
+                if dry {
+                    return once(
+                        201,
+                        &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+                    );
+                }
+                pod["spec"]["nodeName"] = body.unwrap_or_default()["target"]["name"].clone();
+                pod["metadata"]["resourceVersion"] = json!(rv.to_string());
+                let obj = pod.clone();
+                Self::emit(coll, rv, "MODIFIED", obj);
+                once(
+                    201,
+                    &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+                )
+            }
             (Method::POST, None) => {
                 let mut obj = body.unwrap_or(Value::Null);
                 let name = obj["metadata"]["name"]
@@ -249,7 +289,15 @@ impl FakeApi {
                 if stale(&body, &current) {
                     return once(409, &status(409, "Conflict", &format!("Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again", coll.def.plural)));
                 }
-                let mut next = updated(&coll.def, &current, &m, sub, &body);
+                let mut next = match updated(&coll.def, &current, &m, sub, &body) {
+                    Ok(next) => next,
+                    Err(e) => {
+                        let msg = format!(
+                            "the server rejected our request due to an error in our request: {e}"
+                        );
+                        return once(422, &status(422, "Invalid", &msg));
+                    }
+                };
                 if dry {
                     return once(
                         200,
@@ -379,7 +427,7 @@ pub(super) fn updated(
     m: &Method,
     sub: Option<&str>,
     body: &Value,
-) -> Value {
+) -> Result<Value, String> {
     let mut next = current.clone();
     if m == Method::PUT {
         match sub {
@@ -402,6 +450,8 @@ pub(super) fn updated(
                     next["spec"]["replicas"] = json!(r);
                 }
             }
+            // A JSON patch (RFC 6902) is a list; a merge patch an object.
+            _ if body.is_array() => super::admission::json_patch(&mut next, body)?,
             // The status subresource takes only the status of the patched
             // object; everything else stays as stored (a CRD's status
             // strategy).
@@ -420,7 +470,7 @@ pub(super) fn updated(
             _ => merge(&mut next, body),
         }
     }
-    next
+    Ok(next)
 }
 
 /// An object's metadata alone, as kube-apiserver answers a request that
@@ -487,6 +537,9 @@ impl tower::Service<Request<Body>> for FakeApi {
                 }
             }
             if let Some(attrs) = me.attributes(&method, &path, body.as_ref()) {
+                if let Some(invalid) = super::admission::invalid(&attrs) {
+                    return Ok(invalid);
+                }
                 match me.admit(&attrs, dry).await {
                     Ok(w) => warnings.extend(w),
                     Err(refused) => return Ok(refused),
