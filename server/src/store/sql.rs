@@ -27,6 +27,9 @@ pub struct SqlStore {
     /// shares one pool for both.
     pub(super) write: AnyPool,
     pub backend: Backend,
+    /// How old ledger entries are rolled up (`roll_up_ledger`; set from
+    /// the configuration at start).
+    pub(super) ledger_rollup: std::sync::Arc<std::sync::RwLock<quota::budget::rollup::Policy>>,
 }
 
 const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
@@ -104,6 +107,7 @@ impl SqlStore {
                     read,
                     write,
                     backend,
+                    ledger_rollup: Default::default(),
                 }
             }
             Backend::Postgres => {
@@ -117,6 +121,7 @@ impl SqlStore {
                     read: pool.clone(),
                     write: pool,
                     backend,
+                    ledger_rollup: Default::default(),
                 }
             }
         };

@@ -132,6 +132,9 @@ impl History for crate::store::sql::SqlStore {
             .forget_ledger_windows(now_ms - crate::store::ledger::KEEP_WINDOWS_MS)
             .await?;
         tracing::debug!(windows = n, "old ledger window records dropped");
+        let policy = self.ledger_rollup();
+        let rolled = self.roll_up_ledger(&policy, now_ms).await?;
+        tracing::debug!(?rolled, "ledger rolled up");
         Ok(())
     }
     async fn forget_quota(&self, name: &str, now_ms: i64) -> Result<(), StoreError> {
