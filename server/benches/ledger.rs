@@ -325,7 +325,15 @@ async fn floor_insert(pool: &sqlx::AnyPool, n: usize, per_tx: usize) -> usize {
                     let b = j * 9;
                     format!(
                         "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                        b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9
+                        b + 1,
+                        b + 2,
+                        b + 3,
+                        b + 4,
+                        b + 5,
+                        b + 6,
+                        b + 7,
+                        b + 8,
+                        b + 9
                     )
                 })
                 .collect();
@@ -549,7 +557,10 @@ async fn issue() {
             .unwrap();
         let read = t.elapsed().as_secs_f64();
         let r = report(&agg.entries, &spec, &parents).unwrap();
-        assert_eq!(r.total, ledger_sum, "the report's total is the ledger's sum");
+        assert_eq!(
+            r.total, ledger_sum,
+            "the report's total is the ledger's sum"
+        );
         println!(
             "  a year's report on the whole tree {name}: {} rows summed into {} groups in {read:.2} s, {} report rows, {:.2} s in all; total = what was written, to the acc",
             agg.rows,
@@ -571,7 +582,10 @@ async fn issue() {
         tr.elapsed().as_secs_f64()
     );
     if !url.starts_with("sqlite") {
-        sqlx::query("DROP TABLE floor_rows").execute(&pool).await.unwrap();
+        sqlx::query("DROP TABLE floor_rows")
+            .execute(&pool)
+            .await
+            .unwrap();
     }
     pool.close().await;
     drop(dir);

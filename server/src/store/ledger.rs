@@ -290,11 +290,16 @@ impl SqlStore {
 
     /// Drops window records that ended before `before_ms`: they only
     /// guard against a window appended twice, which happens within
-    /// minutes. The entries stay.
+    /// minutes — except each quota's newest, which its status's outbox
+    /// may append again whenever the controller restarts. The entries stay.
     pub async fn forget_ledger_windows(&self, before_ms: i64) -> Result<u64, StoreError> {
         Ok(
-            sqlx::query("DELETE FROM budget_ledger_windows WHERE end_ms < $1")
-                .bind(before_ms)
+            sqlx::query(
+                "DELETE FROM budget_ledger_windows WHERE end_ms < $1 AND EXISTS \
+                 (SELECT 1 FROM budget_ledger_windows n WHERE n.quota = budget_ledger_windows.quota \
+                 AND n.start_ms > budget_ledger_windows.start_ms)",
+            )
+            .bind(before_ms)
                 .execute(&self.write)
                 .await?
                 .rows_affected(),
@@ -918,7 +923,10 @@ mod tests {
             store.ledger_windows("a", 0).await.unwrap(),
             vec![(0, 100), (100, 200), (200, 300), (300, 400)]
         );
-        assert_eq!(store.forget_ledger_windows(250).await.unwrap(), 3);
+        // Records that ended before 250 go, but each quota's newest stays
+        // (b's [0, 100) is b's only one).
+        assert_eq!(store.forget_ledger_windows(250).await.unwrap(), 2);
+        assert_eq!(store.ledger_windows("b", -1).await.unwrap(), vec![(0, 100)]);
     }
 
     async fn reads_are_bounded_and_filtered(store: &SqlStore) {

@@ -39,8 +39,8 @@ const GET_MANY_CHUNK: usize = 500;
 
 /// The ledger entries a status write adds (docs/budgets.md §6): what the
 /// new status accrued since the stored one (`QuotaStatus::ledger`, windows
-/// from the stored `lastReconcileTime` on) and the carry of the periods it
-/// closed, as entries of `name`.
+/// from the stored `lastReconcileTime` on), the carry of the periods it
+/// closed and the scheduled top-ups it granted, as entries of `name`.
 fn ledger_entries_of(
     name: &str,
     old: &QuotaStatus,
@@ -56,6 +56,7 @@ fn ledger_entries_of(
         e.quota = name.to_string();
     }
     out.extend(quota::budget::ledger::carry_entries(name, closed));
+    out.extend(quota::budget::ledger::scheduled_entries(name, old, new));
     out
 }
 
