@@ -387,6 +387,14 @@ async fn issue() {
     let url = pg.unwrap_or_else(|| format!("sqlite://{}", db.display()));
     let store = SqlStore::connect(&url).await.expect("database");
     store.set_ledger_rollup(policy).unwrap();
+    // The bench's own connection: checkpoints (the server sets
+    // wal_autocheckpoint = 0), counts, sizes and the floor.
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let sqlite = url.starts_with("sqlite");
     // The tree: root → √n departments → teams.
     let depts = ((quotas as f64).sqrt() as usize).max(1);
     let mut parents: BTreeMap<String, String> = BTreeMap::new();
@@ -506,6 +514,12 @@ async fn issue() {
             let r = store.roll_up_ledger(&policy, to).await.unwrap();
             roll_secs += tr.elapsed().as_secs_f64();
             rolled_rows += r.read;
+            if sqlite {
+                sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
         }
         if (m + 1) % 1440 == 0 {
             println!(
@@ -518,21 +532,29 @@ async fn issue() {
         }
     }
     let secs = t.elapsed().as_secs_f64();
-    let pool = sqlx::any::AnyPoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
-        .await
-        .unwrap();
     let stored = count(&pool, "budget_ledger").await;
+    if sqlite {
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
     let size = db_size(&pool, &url, &db).await;
+    let free = if sqlite {
+        let r = sqlx::query("PRAGMA freelist_count").fetch_one(&pool).await.unwrap();
+        sqlx::Row::try_get::<i64, _>(&r, 0).unwrap() * 4096
+    } else {
+        0
+    };
     println!(
         "  wrote {written} entries in {tx_count} transactions in {secs:.1} s: {:.0} entries/s (roll-up included: {roll_secs:.1} s, {rolled_rows} rows rolled)",
         written as f64 / secs
     );
     println!(
-        "  stored after roll-up: {stored} rows ({:.1}% of the entries), database {:.1} MB",
+        "  stored after roll-up: {stored} rows ({:.1}% of the entries), database {:.1} MB ({:.1} MB of it free pages the roll-up left for reuse)",
         stored as f64 * 100.0 / written.max(1) as f64,
-        size as f64 / 1e6
+        size as f64 / 1e6,
+        free as f64 / 1e6
     );
     let end = T0 + minutes * MINUTE;
     for (by, bucket, name) in [
@@ -572,6 +594,12 @@ async fn issue() {
     // The floor: the same number of rows into a bare table, then one GROUP BY.
     let tf = Instant::now();
     store.close().await;
+    if sqlite {
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
     let floor_rows = floor_insert(&pool, written, 700).await;
     let fsecs = tf.elapsed().as_secs_f64();
     let tr = Instant::now();
