@@ -17,9 +17,11 @@
 //! every simulated hour the roll-up runs as in production (`--hourly-days`,
 //! 7; `--daily-days`, 90). Then a report over the year ending with the
 //! span, for the whole tree, by child per month and by model per day,
-//! checked against the sum of what was written to the acc. Beside each
-//! figure, a floor measured in the same run: the same rows INSERTed
-//! into a bare table with only a primary key, and one `GROUP BY` over it.
+//! checked against the sum of what was written to the acc; then again
+//! once the roll-up has made the span daily rows (as the year's older
+//! months would be). Beside these, a floor measured in the same run: as
+//! many rows INSERTed, as many a transaction, into a bare table with only
+//! a primary key, and one `GROUP BY` over them.
 //! Databases under /tmp/ledger/, deleted after.
 //!
 //! Writes the ledger the way the controller does (`ledger::run_entries`
@@ -541,7 +543,10 @@ async fn issue() {
     }
     let size = db_size(&pool, &url, &db).await;
     let free = if sqlite {
-        let r = sqlx::query("PRAGMA freelist_count").fetch_one(&pool).await.unwrap();
+        let r = sqlx::query("PRAGMA freelist_count")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
         sqlx::Row::try_get::<i64, _>(&r, 0).unwrap() * 4096
     } else {
         0
@@ -557,6 +562,67 @@ async fn issue() {
         free as f64 / 1e6
     );
     let end = T0 + minutes * MINUTE;
+    year_reports(&store, &parents, end, ledger_sum, "at the end of the span").await;
+    // Later: what a year's report reads once the span is old (all of it
+    // in daily rows, as the eleven months before it would be).
+    let later = end + policy.daily_after_ms + D;
+    let tr = Instant::now();
+    let r = store.roll_up_ledger(&policy, later).await.unwrap();
+    if sqlite {
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    println!(
+        "  {} days later the roll-up takes {} rows into daily ones in {:.1} s ({} chunks): {} rows stored, database {:.1} MB",
+        (later - end) / D,
+        r.read,
+        tr.elapsed().as_secs_f64(),
+        r.chunks,
+        count(&pool, "budget_ledger").await,
+        db_size(&pool, &url, &db).await as f64 / 1e6
+    );
+    year_reports(&store, &parents, end, ledger_sum, "in daily rows").await;
+    // The floor: the same number of rows into a bare table, then one GROUP BY.
+    let tf = Instant::now();
+    store.close().await;
+    if sqlite {
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    // As many rows a transaction as the ledger's writes had on average.
+    let per_tx = (written / tx_count.max(1)).max(1);
+    let floor_rows = floor_insert(&pool, written, per_tx).await;
+    let fsecs = tf.elapsed().as_secs_f64();
+    let tr = Instant::now();
+    let groups = floor_group(&pool).await;
+    println!(
+        "  floor: {floor_rows} bare rows INSERTed ({per_tx} a transaction, as above) in {fsecs:.1} s: {:.0} rows/s; one GROUP BY over them ({groups} groups) {:.2} s",
+        floor_rows as f64 / fsecs,
+        tr.elapsed().as_secs_f64()
+    );
+    if !url.starts_with("sqlite") {
+        sqlx::query("DROP TABLE floor_rows")
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    pool.close().await;
+    drop(dir);
+}
+
+/// A year's report on the whole tree ending at `end`, by child per month
+/// and by model per day, each total checked against what was written.
+async fn year_reports(
+    store: &SqlStore,
+    parents: &BTreeMap<String, String>,
+    end: i64,
+    ledger_sum: i128,
+    when: &str,
+) {
     for (by, bucket, name) in [
         (Dimension::Child, Bucket::Month, "by child per month"),
         (Dimension::Model, Bucket::Day, "by model per day"),
@@ -578,43 +644,17 @@ async fn issue() {
             .unwrap()
             .unwrap();
         let read = t.elapsed().as_secs_f64();
-        let r = report(&agg.entries, &spec, &parents).unwrap();
+        let r = report(&agg.entries, &spec, parents).unwrap();
         assert_eq!(
             r.total, ledger_sum,
             "the report's total is the ledger's sum"
         );
         println!(
-            "  a year's report on the whole tree {name}: {} rows summed into {} groups in {read:.2} s, {} report rows, {:.2} s in all; total = what was written, to the acc",
+            "  a year's report on the whole tree {name}, {when}: {} rows summed into {} groups in {read:.2} s, {} report rows, {:.2} s in all; total = what was written, to the acc",
             agg.rows,
             agg.entries.len(),
             r.rows.len(),
             t.elapsed().as_secs_f64()
         );
     }
-    // The floor: the same number of rows into a bare table, then one GROUP BY.
-    let tf = Instant::now();
-    store.close().await;
-    if sqlite {
-        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
-    let floor_rows = floor_insert(&pool, written, 700).await;
-    let fsecs = tf.elapsed().as_secs_f64();
-    let tr = Instant::now();
-    let groups = floor_group(&pool).await;
-    println!(
-        "  floor: {floor_rows} bare rows INSERTed (700 a transaction) in {fsecs:.1} s: {:.0} rows/s; one GROUP BY over them ({groups} groups) {:.2} s",
-        floor_rows as f64 / fsecs,
-        tr.elapsed().as_secs_f64()
-    );
-    if !url.starts_with("sqlite") {
-        sqlx::query("DROP TABLE floor_rows")
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
-    pool.close().await;
-    drop(dir);
 }
