@@ -209,6 +209,10 @@ pub struct QuotaStatus {
     /// serialized, never compared: `budget::ledger::Pending`).
     #[serde(skip)]
     pub ledger: crate::budget::ledger::Pending,
+    /// Cluster mode: the ledger entries of the window this write accrued,
+    /// until the next write (`budget::ledger::Outbox`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_outbox: Option<crate::budget::ledger::Outbox>,
     /// For people: each cash key's balance in its unit, rounded
     /// (`0.42 of 1000 card-hours used, 999.58 left`). The exact amounts
     /// stay in `used` and `cashAccrued`.

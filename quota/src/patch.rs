@@ -47,6 +47,7 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
         queue,
         users,
         ledger: _,
+        ledger_outbox,
         readable: _,
         refunds,
         exhausted,
@@ -76,6 +77,8 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
     p.map("users", &old.users, users, IfAny);
     p.map("refunds", &old.refunds, refunds, IfAny);
     p.map("exhausted", &old.exhausted, exhausted, IfAny);
+    // Every member of a window is always written: replaced whole.
+    p.whole("ledgerOutbox", &old.ledger_outbox, ledger_outbox);
     p.0
 }
 

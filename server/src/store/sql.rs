@@ -32,6 +32,9 @@ pub struct SqlStore {
     /// The charges of the busiest quotas as last written, serialised
     /// (`status_json`).
     charges: Arc<Mutex<HashMap<String, Charges>>>,
+    /// How old ledger entries are rolled up (`roll_up_ledger`; set from
+    /// the configuration at start).
+    pub(super) ledger_rollup: std::sync::Arc<std::sync::RwLock<quota::budget::rollup::Policy>>,
 }
 
 /// One quota's charges as last serialised, by workload reference.
@@ -49,8 +52,8 @@ const GET_MANY_CHUNK: usize = 500;
 
 /// The ledger entries a status write adds (docs/budgets.md §6): what the
 /// new status accrued since the stored one (`QuotaStatus::ledger`, windows
-/// from the stored `lastReconcileTime` on) and the carry of the periods it
-/// closed, as entries of `name`.
+/// from the stored `lastReconcileTime` on), the carry of the periods it
+/// closed and the scheduled top-ups it granted, as entries of `name`.
 fn ledger_entries_of(
     name: &str,
     old: &QuotaStatus,
@@ -66,6 +69,7 @@ fn ledger_entries_of(
         e.quota = name.to_string();
     }
     out.extend(quota::budget::ledger::carry_entries(name, closed));
+    out.extend(quota::budget::ledger::scheduled_entries(name, old, new));
     out
 }
 
@@ -118,6 +122,7 @@ impl SqlStore {
                     write,
                     backend,
                     charges: Default::default(),
+                    ledger_rollup: Default::default(),
                 }
             }
             Backend::Postgres => {
@@ -132,6 +137,7 @@ impl SqlStore {
                     write: pool,
                     backend,
                     charges: Default::default(),
+                    ledger_rollup: Default::default(),
                 }
             }
         };

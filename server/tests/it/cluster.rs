@@ -21,7 +21,7 @@ pub struct Cluster {
     pub server: Server,
     pub clock: Arc<AtomicI64>,
     pub running: bizrq::Running,
-    _dir: tempfile::TempDir,
+    pub _dir: tempfile::TempDir,
 }
 
 impl Cluster {
