@@ -164,11 +164,35 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
             0..2,
         ),
     );
-    (totals, ledgers, rest).prop_map(
+    // The cluster ledger's outbox: absent, or a window of 0–2 entries.
+    let outbox = prop::option::of((0i64..3, 0usize..3, 0i128..5).prop_map(|(from, n, amount)| {
+        quota::budget::ledger::Outbox {
+            from_ms: from * 60_000,
+            to_ms: (from + 1) * 60_000,
+            entries: (0..n)
+                .map(|i| quota::budget::Entry {
+                    quota: "q".into(),
+                    key: "cash/requests.nvidia.com/gpu".into(),
+                    workload: format!("batch/Job/ns/w{i}"),
+                    namespace: "ns".into(),
+                    model: None,
+                    qos: None,
+                    user: None,
+                    start_ms: from * 60_000,
+                    end_ms: (from + 1) * 60_000,
+                    amount,
+                    reason: quota::budget::Reason::Accrual,
+                    note: String::new(),
+                })
+                .collect(),
+        }
+    }));
+    (totals, ledgers, rest, outbox).prop_map(
         |(
             (hard, used, self_used, last_reconcile_time, lent, borrowed),
             (workloads, children, cash_accrued, users, exhausted),
             (loans, reclaim, transfers, refunds, reservations),
+            ledger_outbox,
         )| QuotaStatus {
             hard,
             used,
@@ -186,6 +210,7 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
             transfers,
             refunds,
             reservations,
+            ledger_outbox,
             ..Default::default()
         },
     )
@@ -223,6 +248,7 @@ fn pair() -> impl Strategy<Value = (QuotaStatus, QuotaStatus)> {
             new.refunds = other.refunds.clone();
             new.reservations = other.reservations.clone();
             new.exhausted = other.exhausted.clone();
+            new.ledger_outbox = other.ledger_outbox.clone();
         }
         if keep[7] {
             new = other;
