@@ -38,6 +38,11 @@ pub async fn workloads(State(app): State<AppState>, body: Bytes) -> Response {
         (Some(_), true) => "queued",
         (None, true) => "allowed",
     };
+    let patch = if verdict.allowed {
+        unmark_preempted(&req, patch)
+    } else {
+        patch
+    };
     let mut review: Value =
         serde_json::from_slice(&review_json(&req.uid, verdict)).expect("review is JSON");
     if let Some(p) = patch {
@@ -62,21 +67,34 @@ fn at<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(obj, |v, k| v.get(*k))
 }
 
-/// `obj` with the suspend flag at `path` set to `to`.
-fn with_flag(obj: &Value, path: &[&str], to: bool) -> Value {
-    let mut out = obj.clone();
-    let mut cur = &mut out;
-    for (i, k) in path.iter().enumerate() {
-        let Some(m) = cur.as_object_mut() else {
-            return obj.clone();
-        };
-        if i + 1 == path.len() {
-            m.insert((*k).to_string(), Value::Bool(to));
-            break;
-        }
-        cur = m.entry((*k).to_string()).or_insert_with(|| json!({}));
+/// A workload preempted by bizrq carries `queue::PREEMPTED_ANNOTATION`
+/// while suspended, so the controller can queue it again should its entry
+/// be lost. Whoever unsuspends it (its owner by hand, as bizrq removes it
+/// in its own unsuspend) ends that: the annotation is removed in the same
+/// write, so a later suspend by hand is never taken for a preemption.
+/// `patch` is this webhook's own (a re-suspend keeps the annotation).
+fn unmark_preempted(req: &Request, patch: Option<Value>) -> Option<Value> {
+    if patch.is_some() || req.operation != "UPDATE" || req.sub_resource.is_some() {
+        return patch;
     }
-    out
+    let adapter = adapter_for_kind(&req.kind.group, &req.kind.kind)?;
+    if !queue::queueable(adapter) {
+        return None;
+    }
+    let obj: Value = serde_json::from_str(req.object.as_deref()?.get()).ok()?;
+    let old: Value = serde_json::from_str(req.old_object.as_deref()?.get()).ok()?;
+    let path = adapter.suspend_path;
+    let marked = obj["metadata"]["annotations"]
+        .get(queue::PREEMPTED_ANNOTATION)
+        .is_some();
+    let unsuspended =
+        at(&old, path) == Some(&Value::Bool(true)) && at(&obj, path) != Some(&Value::Bool(true));
+    (marked && unsuspended).then(|| {
+        let key = queue::PREEMPTED_ANNOTATION
+            .replace('~', "~0")
+            .replace('/', "~1");
+        json!([{"op": "remove", "path": format!("/metadata/annotations/{key}")}])
+    })
 }
 
 /// The JSONPatch that sets the flag at `path` to true: `add` at the first
@@ -135,7 +153,7 @@ pub async fn mutate(
         .and_then(|o| serde_json::from_str::<Value>(o.get()).ok())
         .is_some_and(|o| at(&o, path) == Some(&Value::Bool(true)));
     // What it will run once admitted: read as if unsuspended.
-    let running = with_flag(&obj, path, false);
+    let running = adapter.with_suspend(&obj, false);
     let w = adapter
         .read(&running.to_string(), &svc.keys)
         .map_err(|e| bad(e.to_string()))?;
@@ -206,6 +224,7 @@ pub async fn mutate(
             .flatten()
             .map(|r| r.ms),
         submitted_by: queue::submitter(&req.user_info.username),
+        preempted: false,
     };
     let answer = svc
         .queue_workload(&quota_name, work, create, req.dry())
