@@ -698,3 +698,67 @@ async fn only_a_job_suspended_by_preemption_is_queued_again_never_one_suspended_
         "h suspended by hand: {q}"
     );
 }
+
+/// Preemption weighed against the budget (docs/queueing.md §6): the
+/// urgent job waits for quota, but with the room made it would still wait
+/// for core-hours, so nothing is taken and its reason says both; a top-up
+/// that covers it lets it preempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_preemption_for_a_job_its_budget_would_still_hold_back() {
+    use kube::api::{Patch, PatchParams};
+    let c = Cluster::start().await;
+    create_quota(
+        &c,
+        "ml",
+        "",
+        json!({"hard": {"requests.cpu": "5", "cash/requests.cpu": "10"},
+            "queueing": {"mode": "Queue", "preemption": "LowerPriority"}}),
+    )
+    .await;
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create_class(&c, "batch-low", 1).await;
+    create_class(&c, "urgent", 100).await;
+    // 5 cores for at most 1 h: 5 of the 10 core-hours reserved.
+    let mut low = job("ml", "ml", "low", 5, "1", "batch-low");
+    low["spec"]["activeDeadlineSeconds"] = json!(3600);
+    create(&c, &low).await;
+    c.until("ml", "charged", |q| used(q, "requests.cpu") == "5")
+        .await;
+    // 2 cores for 3 h: 6 core-hours, 5 left once room is made.
+    let mut urgent = job("ml", "ml", "urgent", 2, "1", "urgent");
+    urgent["spec"]["activeDeadlineSeconds"] = json!(3 * 3600);
+    create(&c, &urgent).await;
+    let want = "waits for 2 × requests.cpu: 0 free, 2 needed; no lower-priority work is \
+                preempted for it: with the room made, it still waits for core-hours of \
+                cash/requests.cpu: needs 6, 5 left";
+    let q = c
+        .until("ml", "the reason says both", |q| {
+            q["status"]["queue"][0]["reason"] == want
+        })
+        .await;
+    assert_eq!(q["status"]["queue"][0]["waiting"], "Quota");
+    touch(&c, "ml", 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(marks(&c.fake.quota("ml")).is_empty(), "nothing marked");
+    assert!(events(&c, "PreemptionPending", "low").is_empty());
+
+    // Topped up to 20: the room made would admit it, so low is marked.
+    crate::admission::quotas(c.kubectl("admin"))
+        .patch(
+            "ml",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hard": {"cash/requests.cpu": "20"}}})),
+        )
+        .await
+        .unwrap();
+    let q = c
+        .until("ml", "low marked", |q| marks(q) == ["batch/Job/ml/low"])
+        .await;
+    assert_eq!(
+        q["status"]["queue"][0]["reason"], "waits for 2 × requests.cpu: 0 free, 2 needed",
+        "{q}"
+    );
+}
