@@ -953,11 +953,11 @@ pub async fn seed(
             })
             .await?;
     }
+    // nlp's queue, before the latest sample: that sample is today's status.
+    let queued = record_queue(service, now).await?;
     let latest = service.list().await?;
     samples += sql.record_samples(service.now(), &latest).await?;
     sql.compact_samples(service.now()).await?;
-
-    let queued = record_queue(service, now).await?;
 
     // People: an owner per department, a member per team, one password.
     let (password, generated_password) = match password.filter(|p| !p.is_empty()) {

@@ -1087,8 +1087,8 @@ impl Service {
                                 // A suspend asks for nothing: who asked for
                                 // the work is still its submitter.
                                 Some(u)
-                                    if !nothing
-                                        && !(from_queue && q.status.users.contains_key(&wref))
+                                    if !(nothing
+                                        || from_queue && q.status.users.contains_key(&wref))
                                         && q.status.users.get(&wref) != Some(u) =>
                                 {
                                     q.status.users.insert(wref.clone(), u.clone());
