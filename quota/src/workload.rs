@@ -245,6 +245,32 @@ impl<'a> Source<'a> {
 }
 
 impl Adapter {
+    /// `obj` with its suspend flag (`suspend_path`) set to `to`, the levels
+    /// above it made where missing; `obj` unchanged for a kind without one
+    /// or a path through a non-object. Read with `to = false`, what a
+    /// suspended workload runs once admitted.
+    pub fn with_suspend(&self, obj: &serde_json::Value, to: bool) -> serde_json::Value {
+        let path = self.suspend_path;
+        if path.is_empty() {
+            return obj.clone();
+        }
+        let mut out = obj.clone();
+        let mut cur = &mut out;
+        for (i, k) in path.iter().enumerate() {
+            let Some(m) = cur.as_object_mut() else {
+                return obj.clone();
+            };
+            if i + 1 == path.len() {
+                m.insert((*k).to_string(), serde_json::Value::Bool(to));
+                break;
+            }
+            cur = m
+                .entry((*k).to_string())
+                .or_insert_with(|| serde_json::json!({}));
+        }
+        out
+    }
+
     /// The object's pod sets, refused when any count or amount is negative
     /// or what its pods come to is more than a quota could account.
     pub fn read(&self, json: &str, cfg: &KeyConfig) -> Result<Workload, AdapterError> {

@@ -46,6 +46,14 @@ use crate::workload::{Adapter, ChargeMode, PodSet, WorkloadRef};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Annotation bizrq writes on a workload in the same PATCH that suspends
+/// it for its quota's preemption (value: when, RFC 3339), and removes when
+/// it unsuspends it, or when anyone else does (the mutating webhook). A
+/// suspended workload that carries it and is in neither `status.queue`
+/// nor charged is queued again by the controller; one suspended by hand
+/// never carries it, and is never queued by anyone but its owner.
+pub const PREEMPTED_ANNOTATION: &str = "bizrq.io/preempted";
+
 /// Label on a workload: `Refuse` opts it out of its quota's queue (it is
 /// refused at once when it does not fit, as without queueing).
 pub const OPT_OUT_LABEL: &str = "bizrq.io/queueing";
@@ -85,6 +93,13 @@ pub struct Queued {
     /// most `MAX_SUBMITTER` bytes: for people, never for a decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_by: Option<String>,
+    /// Queued again by its quota's preemption (docs/queueing.md §6). The
+    /// entry is written before the suspend, in the write that spends the
+    /// mark: while its workload still holds a charge of running pods, no
+    /// round admits it and the controller suspends it (the repair of a
+    /// crash between the two writes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preempted: bool,
 }
 
 /// The longest `submittedBy` kept: a Kubernetes username has no length
@@ -222,6 +237,7 @@ mod tests {
             pod_sets: vec![],
             run_ms: Some(3_600_000),
             submitted_by: None,
+            preempted: false,
         };
         let json = serde_json::to_string(&q).unwrap();
         assert_eq!(

@@ -40,6 +40,11 @@ pub async fn workloads(State(app): State<AppState>, body: Bytes) -> Response {
         (Some(_), true) => "queued",
         (None, true) => "allowed",
     };
+    let patch = if verdict.allowed {
+        unmark_preempted(&req, patch)
+    } else {
+        patch
+    };
     let mut review: Value =
         serde_json::from_slice(&review_json(&req.uid, verdict)).expect("review is JSON");
     if let Some(p) = patch {
@@ -57,6 +62,35 @@ pub async fn workloads(State(app): State<AppState>, body: Bytes) -> Response {
         serde_json::to_vec(&review).expect("review serialises"),
     )
         .into_response()
+}
+
+/// A workload preempted by bizrq carries `queue::PREEMPTED_ANNOTATION`
+/// while suspended, so the controller can queue it again should its entry
+/// be lost. Whoever unsuspends it (its owner by hand, as bizrq removes it
+/// in its own unsuspend) ends that: the annotation is removed in the same
+/// write, so a later suspend by hand is never taken for a preemption.
+/// `patch` is this webhook's own (a re-suspend keeps the annotation).
+fn unmark_preempted(req: &Request, patch: Option<Value>) -> Option<Value> {
+    if patch.is_some() || req.operation != "UPDATE" || req.sub_resource.is_some() {
+        return patch;
+    }
+    let adapter = adapter_for_kind(&req.kind.group, &req.kind.kind)?;
+    if !queue::queueable(adapter) {
+        return None;
+    }
+    let obj: Value = serde_json::from_str(req.object.as_deref()?.get()).ok()?;
+    let old: Value = serde_json::from_str(req.old_object.as_deref()?.get()).ok()?;
+    let hold = adapter.hold();
+    let marked = obj["metadata"]["annotations"]
+        .get(queue::PREEMPTED_ANNOTATION)
+        .is_some();
+    let unsuspended = hold::is_held(hold, &old) && !hold::is_held(hold, &obj);
+    (marked && unsuspended).then(|| {
+        let key = queue::PREEMPTED_ANNOTATION
+            .replace('~', "~0")
+            .replace('/', "~1");
+        json!([{"op": "remove", "path": format!("/metadata/annotations/{key}")}])
+    })
 }
 
 /// The decision, and the JSONPatch when the object is to be held back.
@@ -169,6 +203,7 @@ pub async fn mutate(
             .flatten()
             .map(|r| r.ms),
         submitted_by: queue::submitter(&req.user_info.username),
+        preempted: false,
     };
     let answer = svc
         .queue_workload(&quota_name, work, create, req.dry())

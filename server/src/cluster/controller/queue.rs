@@ -57,6 +57,8 @@ impl Context {
             // Charged by an admission whose release did not happen.
             self.release(&wref).await;
         }
+        // A preemption stopped between its entry and its suspend.
+        self.repair_preemptions(name, &q).await;
         if q.status.queue.is_empty() {
             self.note_borrower(&q, false);
             self.service.metrics.set_queue(name, [0; 4], 0);
@@ -89,13 +91,16 @@ impl Context {
             false => q,
         };
         // Only entries whose object the watch has seen (with its uid) are
-        // admitted: the unsuspend needs the object.
+        // admitted: the unsuspend needs the object. A preempted entry whose
+        // workload still runs waits for its suspend (preempt.rs).
         let known: Vec<Queued> = {
             let v = self.view.lock().unwrap();
             queue::ledger::entries(&q)
                 .into_iter()
                 .filter(|e| {
-                    !e.uid.is_empty() && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
+                    !e.uid.is_empty()
+                        && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
+                        && queue::ledger::admissible(&q, e)
                 })
                 .collect()
         };
@@ -174,6 +179,19 @@ impl Context {
             .collect();
         let estimates = self.estimates(&q, &known, &decisions, &pool, now);
         let mut fresh = queue::status(&known, &decisions, &estimates);
+        // A head that preemption would not admit says what else it waits
+        // for (its budget, its turn): a person sees why nothing is taken.
+        if q.spec.queueing.preemption == queue::Preemption::LowerPriority {
+            if let queue::preempt::Weighed::Futile { head, after } =
+                self.preemption_plan(&q, now).await?
+            {
+                let n = queue::preempt::futile_words(&after);
+                notes
+                    .entry(head)
+                    .and_modify(|o| *o = format!("{o}; {n}"))
+                    .or_insert(n);
+            }
+        }
         for e in fresh.iter_mut() {
             if let Some(n) = notes.get(&e.work.workload_ref) {
                 e.reason = format!("{}; {n}", e.reason);
@@ -466,9 +484,12 @@ impl Context {
         else {
             return;
         };
-        let Some(patch) = quota::hold::release_patch(adapter.hold()) else {
+        let Some(mut patch) = quota::hold::release_patch(adapter.hold()) else {
             return;
         };
+        // Admitted again: no longer preempted (a later suspend by hand must
+        // not be taken for one).
+        patch["metadata"]["annotations"][queue::PREEMPTED_ANNOTATION] = serde_json::Value::Null;
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &ar);
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))

@@ -303,6 +303,15 @@ impl Context {
                 tracing::warn!(quota = %name, error = %e, "reclaim step failed; next reconcile retries");
             }
         }
+        // A workload suspended by preemption may wait for its entry again
+        // (preempt.rs, `repair_preemptions`).
+        let queued = queued
+            || !self
+                .view
+                .lock()
+                .unwrap()
+                .annotated(name, quota::queue::PREEMPTED_ANNOTATION)
+                .is_empty();
         // Room may have freed: admit from the queue (docs/queueing.md §4).
         if queued {
             if let Err(e) = self.admit_from_queue(name, now).await {

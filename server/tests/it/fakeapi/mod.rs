@@ -75,6 +75,10 @@ struct State {
     /// client's write of the same object (the change given), so that
     /// write meets a newer version than the one it was decided on.
     interfere: HashMap<String, Interference>,
+    /// Answer the next N writes to these paths with 503 before anything
+    /// else: no webhook called, nothing written (the request never got
+    /// through, as when its sender stopped before sending it).
+    unreachable: HashMap<String, usize>,
     /// The loaded ValidatingWebhookConfiguration, if any.
     webhooks: Arc<Vec<Webhook>>,
     /// The loaded MutatingWebhookConfiguration, if any: called before the
@@ -114,18 +118,24 @@ fn once(code: u16, v: &Value) -> Response<RespBody> {
         .unwrap()
 }
 
+/// JSON merge patch as RFC 7386 defines it (and kube-apiserver applies
+/// it): an object patch makes the target an object first, and a null
+/// removes a member, also inside a member the target did not have.
 fn merge(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    let t = target.as_object_mut().expect("made an object");
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge(t.entry(k.clone()).or_insert(Value::Null), v);
         }
-        (t, p) => *t = p.clone(),
     }
 }
 
@@ -260,6 +270,15 @@ impl FakeApi {
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         let obj = obj.clone();
         Self::emit(coll, rv, "MODIFIED", obj);
+    /// The next `n` writes to `path` never get through: 503, before any
+    /// webhook is called, nothing written. What a writer that stopped
+    /// before sending leaves behind, without stopping it.
+    pub fn unreachable_next(&self, path: &str, n: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .unreachable
+            .insert(path.to_string(), n);
     }
 
     /// Make the next `n` writes to `path`, then answer each with 504 as a

@@ -513,6 +513,14 @@ impl tower::Service<Request<Body>> for FakeApi {
             let body =
                 (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap_or(Value::Null));
             me.record(&method, &path, &query);
+            if method != Method::GET {
+                let mut g = me.state.lock().unwrap();
+                if let Some(n) = g.unreachable.get_mut(&path).filter(|n| **n > 0) {
+                    *n -= 1;
+                    let msg = "the server is currently unable to handle the request";
+                    return Ok(once(503, &status(503, "ServiceUnavailable", msg)));
+                }
+            }
             let dry = query_params(&query)
                 .get("dryRun")
                 .is_some_and(|d| d == "All");
