@@ -165,28 +165,30 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
         ),
     );
     // The cluster ledger's outbox: absent, or a window of 0–2 entries.
-    let outbox = prop::option::of((0i64..3, 0usize..3, 0i128..5).prop_map(|(from, n, amount)| {
-        quota::budget::ledger::Outbox {
-            from_ms: from * 60_000,
-            to_ms: (from + 1) * 60_000,
-            entries: (0..n)
-                .map(|i| quota::budget::Entry {
-                    quota: "q".into(),
-                    key: "cash/requests.nvidia.com/gpu".into(),
-                    workload: format!("batch/Job/ns/w{i}"),
-                    namespace: "ns".into(),
-                    model: None,
-                    qos: None,
-                    user: None,
-                    start_ms: from * 60_000,
-                    end_ms: (from + 1) * 60_000,
-                    amount,
-                    reason: quota::budget::Reason::Accrual,
-                    note: String::new(),
-                })
-                .collect(),
-        }
-    }));
+    let outbox = prop::option::of(
+        (0i64..3, 0usize..3, 0i128..5).prop_map(|(from, n, amount)| {
+            quota::budget::ledger::Outbox {
+                from_ms: from * 60_000,
+                to_ms: (from + 1) * 60_000,
+                entries: (0..n)
+                    .map(|i| quota::budget::Entry {
+                        quota: "q".into(),
+                        key: "cash/requests.nvidia.com/gpu".into(),
+                        workload: format!("batch/Job/ns/w{i}"),
+                        namespace: "ns".into(),
+                        model: None,
+                        qos: None,
+                        user: None,
+                        start_ms: from * 60_000,
+                        end_ms: (from + 1) * 60_000,
+                        amount,
+                        reason: quota::budget::Reason::Accrual,
+                        note: String::new(),
+                    })
+                    .collect(),
+            }
+        }),
+    );
     (totals, ledgers, rest, outbox).prop_map(
         |(
             (hard, used, self_used, last_reconcile_time, lent, borrowed),

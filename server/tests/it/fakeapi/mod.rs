@@ -270,6 +270,8 @@ impl FakeApi {
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         let obj = obj.clone();
         Self::emit(coll, rv, "MODIFIED", obj);
+    }
+
     /// The next `n` writes to `path` never get through: 503, before any
     /// webhook is called, nothing written. What a writer that stopped
     /// before sending leaves behind, without stopping it.
