@@ -82,6 +82,15 @@ impl ApiServer {
     }
 }
 
+/// What the API server stores after a status merge patch of `stored`:
+/// the patch applied (RFC 7386), under resourceVersion `rv`.
+fn stored_after(stored: &Value, patch: &Value, rv: &str) -> Value {
+    let mut out = stored.clone();
+    quota::patch::apply_merge_patch(&mut out, patch);
+    out["metadata"]["resourceVersion"] = json!(rv);
+    out
+}
+
 fn answer(code: u16, v: &Value) -> Response<Body> {
     Response::builder()
         .status(code)
@@ -195,9 +204,9 @@ async fn a_stale_quota_gets_one_status_write_and_then_none() {
     let stale = quota("nlp", "7", 2);
     let server = tokio::spawn(async move {
         let (_, send) = api.expect(Method::GET, &format!("{QUOTAS}/nlp")).await;
-        send.send_response(answer(200, &stale));
+        send.send_response(answer(200, &stale.clone()));
         let (body, send) = api
-            .expect(Method::PUT, &format!("{QUOTAS}/nlp/status"))
+            .expect(Method::PATCH, &format!("{QUOTAS}/nlp/status"))
             .await;
         assert_eq!(
             body["metadata"]["resourceVersion"], "7",
@@ -209,8 +218,9 @@ async fn a_stale_quota_gets_one_status_write_and_then_none() {
             body["status"]["workloads"]["apps/Deployment/ml/train"]["podSets"][0]["count"],
             4
         );
-        let mut written = body.clone();
-        written["metadata"]["resourceVersion"] = json!("8");
+        // A merge patch of what changed: stored, it is the old object with
+        // the patch applied.
+        let written = stored_after(&stale, &body, "8");
         send.send_response(answer(200, &written));
         api.no_more().await;
         (api, written)
@@ -306,7 +316,7 @@ async fn a_failing_reconcile_backs_off_per_quota_and_resets_on_success() {
         let (_, send) = api.expect(Method::GET, &format!("{QUOTAS}/nlp")).await;
         send.send_response(answer(200, &quota("nlp", "7", 0)));
         let (body, send) = api
-            .expect(Method::PUT, &format!("{QUOTAS}/nlp/status"))
+            .expect(Method::PATCH, &format!("{QUOTAS}/nlp/status"))
             .await;
         assert!(body["status"]["workloads"].is_null(), "{body}");
         send.send_response(answer(200, &body));
@@ -349,15 +359,15 @@ async fn a_deleted_child_returns_its_carve_out_and_touches_its_parent() {
         let (_, send) = api.expect(Method::GET, &format!("{QUOTAS}/cv")).await;
         send.send_response(not_found("cv"));
         let (_, send) = api.expect(Method::GET, &format!("{QUOTAS}/ai")).await;
+        let ai_read = ai.clone();
         send.send_response(answer(200, &ai));
         let (body, send) = api
-            .expect(Method::PUT, &format!("{QUOTAS}/ai/status"))
+            .expect(Method::PATCH, &format!("{QUOTAS}/ai/status"))
             .await;
         assert_eq!(body["metadata"]["resourceVersion"], "11");
         assert!(body["status"]["children"]["cv"].is_null(), "{body}");
         assert_eq!(body["status"]["used"][GPU], "0");
-        let mut written = body.clone();
-        written["metadata"]["resourceVersion"] = json!("13");
+        let written = stored_after(&ai_read, &body, "13");
         send.send_response(answer(200, &written));
         api.no_more().await;
     });
@@ -394,13 +404,13 @@ async fn triggers_coalesce_and_a_quota_touched_while_it_runs_runs_again_after() 
     send.send_response(answer(200, &nlp));
     let written = match api.next(Duration::from_secs(5)).await {
         // Its first status write (lastReconcileTime, the summary).
-        Some((req, send)) if req.method() == Method::PUT => {
+        Some((req, send)) if req.method() == Method::PATCH => {
             let bytes = http_body_util::BodyExt::collect(req.into_body())
                 .await
                 .unwrap()
                 .to_bytes();
-            let mut body: Value = serde_json::from_slice(&bytes).unwrap();
-            body["metadata"]["resourceVersion"] = json!("8");
+            let patch: Value = serde_json::from_slice(&bytes).unwrap();
+            let body = stored_after(&nlp, &patch, "8");
             send.send_response(answer(200, &body));
             body
         }
