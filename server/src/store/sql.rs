@@ -26,8 +26,16 @@ pub struct SqlStore {
     /// process instead of letting them spin on SQLITE_BUSY. PostgreSQL
     /// shares one pool for both.
     pub(super) write: AnyPool,
+    /// The background tasks' own connections (`SqlStore::background`).
+    bg_read: AnyPool,
+    bg_write: AnyPool,
     pub backend: Backend,
 }
+
+/// Connections of the background tasks (the alert sweep, the usage
+/// sampler) on PostgreSQL: a pool of their own, so a sweep never holds the
+/// connections admissions wait for.
+const BACKGROUND_CONNECTIONS: u32 = 2;
 
 const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
 
@@ -100,9 +108,21 @@ impl SqlStore {
                 let write = opts(1).connect(&url).await?;
                 SQLITE_MIGRATIONS.run(&write).await?;
                 let read = opts(4).connect(&url).await?;
+                // SQLite has one writer: the background shares the write
+                // connection (a second one would spin on SQLITE_BUSY against
+                // admissions) and writes in short transactions; it reads on
+                // a connection of its own, opened when first used.
+                // (An in-memory database is one per connection: read there.)
+                let bg_read = if url.contains(":memory:") {
+                    read.clone()
+                } else {
+                    opts(1).connect_lazy(&url)?
+                };
                 SqlStore {
                     read,
+                    bg_write: write.clone(),
                     write,
+                    bg_read,
                     backend,
                 }
             }
@@ -113,9 +133,15 @@ impl SqlStore {
                     .connect(url)
                     .await?;
                 POSTGRES_MIGRATIONS.run(&pool).await?;
+                let bg = AnyPoolOptions::new()
+                    .max_connections(BACKGROUND_CONNECTIONS)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect_lazy(url)?;
                 SqlStore {
                     read: pool.clone(),
                     write: pool,
+                    bg_read: bg.clone(),
+                    bg_write: bg,
                     backend,
                 }
             }
@@ -126,6 +152,23 @@ impl SqlStore {
     pub async fn close(&self) {
         self.write.close().await;
         self.read.close().await;
+        self.bg_write.close().await;
+        self.bg_read.close().await;
+    }
+
+    /// The same database through the background tasks' connections: on
+    /// PostgreSQL a pool of `BACKGROUND_CONNECTIONS`, on SQLite a read
+    /// connection of their own and the one writer, shared. What runs over
+    /// every quota (the alert sweep, the usage sampler) goes through it,
+    /// so it waits for its own connections, never for the admissions'.
+    pub fn background(&self) -> SqlStore {
+        SqlStore {
+            read: self.bg_read.clone(),
+            write: self.bg_write.clone(),
+            bg_read: self.bg_read.clone(),
+            bg_write: self.bg_write.clone(),
+            backend: self.backend,
+        }
     }
 
     pub async fn setting(&self, key: &str) -> Result<Option<String>, StoreError> {
