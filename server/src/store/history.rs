@@ -691,6 +691,7 @@ mod tests {
         compaction_folds_and_is_idempotent,
         ten_thousand_quotas_in_one_call,
         a_sample_commits_in_bounded_transactions_that_writers_get_between,
+        a_checkpoint_copies_the_whole_log_while_nothing_reads,
         pod_runs_round_trip,
     );
 
@@ -1050,6 +1051,26 @@ mod tests {
             between >= 10,
             "the writer committed {between} times while the sample was under way: {seen:?}"
         );
+    }
+
+    /// SQLite connections never checkpoint on their own
+    /// (`wal_autocheckpoint = 0`): `checkpoint` copies the whole log into
+    /// the database when nothing else holds it, so the log is reused
+    /// instead of growing. PostgreSQL has nothing to do.
+    async fn a_checkpoint_copies_the_whole_log_while_nothing_reads(store: &SqlStore) {
+        use crate::store::sql::Backend;
+        let quotas: Vec<Quota> = (0..500)
+            .map(|i| quota(&format!("team-{i:03}"), "64", "8", "1"))
+            .collect();
+        store.record_samples(T, &quotas).await.unwrap();
+        match (store.backend, store.checkpoint().await.unwrap()) {
+            (Backend::Sqlite, Some((log, copied))) => {
+                assert!(log > 0, "the samples went to the log");
+                assert_eq!(copied, log, "all of it copied");
+            }
+            (Backend::Postgres, None) => {}
+            (b, got) => panic!("{b:?}: {got:?}"),
+        }
     }
 
     async fn pod_runs_round_trip(store: &SqlStore) {

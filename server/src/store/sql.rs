@@ -156,6 +156,24 @@ impl SqlStore {
         self.bg_read.close().await;
     }
 
+    /// SQLite: copies what the write-ahead log holds into the database
+    /// (`PRAGMA wal_checkpoint(PASSIVE)`), on the background's read
+    /// connection. Connections never checkpoint on their own
+    /// (`wal_autocheckpoint = 0`, so no admission's commit pays for one);
+    /// without this the log would grow for as long as the process runs. A
+    /// passive checkpoint waits for no reader or writer: admissions commit
+    /// meanwhile. Returns the log's frames and how many are now copied
+    /// (`None` on PostgreSQL).
+    pub async fn checkpoint(&self) -> Result<Option<(i64, i64)>, StoreError> {
+        if self.backend != Backend::Sqlite {
+            return Ok(None);
+        }
+        let row = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&self.bg_read)
+            .await?;
+        Ok(Some((row.try_get(1)?, row.try_get(2)?)))
+    }
+
     /// The same database through the background tasks' connections: on
     /// PostgreSQL a pool of `BACKGROUND_CONNECTIONS`, on SQLite a read
     /// connection of their own and the one writer, shared. What runs over
