@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Latency over time from the admission bench's --csv files, as one SVG.
 
-    python3 server/benches/plot-latency.py OUT.svg "TITLE=run.csv" ["TITLE=run.csv" ...]
+    python3 server/benches/plot-latency.py OUT.svg [--caption=TEXT] "TITLE=run.csv" ["TITLE=run.csv" ...]
 
 One panel per CSV: the p99 of each window (log scale) of the floor (grey)
 and of bizrq (blue), bizrq's max (pale dots), 3x the floor's p99 over the
@@ -122,7 +122,11 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     runs = []
+    caption = "each point a 1 s window from the server's start (latency from each review's scheduled send time)"
     for arg in sys.argv[2:]:
+        if arg.startswith("--caption="):
+            caption = arg.split("=", 1)[1]
+            continue
         title, _, path = arg.rpartition("=")
         runs.append((title or path, read(path)))
     height = PANEL_H * len(runs) + 24
@@ -133,10 +137,7 @@ def main():
     ]
     for i, (title, data) in enumerate(runs):
         panel(out, PANEL_H * i, title, data)
-    out.append(
-        f'<text x="{LEFT}" y="{height - 8}" font-size="11" fill="#555">paced at 1,000 reviews/s; '
-        "each point a 1 s window from the server's start (latency from each review's scheduled send time)</text>"
-    )
+    out.append(f'<text x="{LEFT}" y="{height - 8}" font-size="11" fill="#555">{escape(caption)}</text>')
     out.append("</svg>")
     with open(sys.argv[1], "w") as f:
         f.write("\n".join(out) + "\n")
