@@ -234,6 +234,36 @@ try {
         expect(kinds.every((k) => /^[A-Z][a-z]+( [a-z]+)*$/.test(k)), `alert kinds by name: ${[...new Set(kinds)]}`);
       });
 
+      // ---- 3b. Queued work (the demo records nlp's queue) ----
+      await step(page, `queued-work-is-shown-${tag}`, async () => {
+        await open(page, base, '/', js);
+        // Before the quota cards: what waits is what a tenant acts on.
+        const before = await page.$eval('#queued', (q) => {
+          const card = document.querySelector('section.quota-card');
+          return !card || !!(q.compareDocumentPosition(card) & Node.DOCUMENT_POSITION_FOLLOWING);
+        });
+        expect(before, 'the overview lists queued work before the quota cards');
+        const rows = await page.$$eval('#queued table.queue tbody tr', (rs) => rs.map((r) => ({
+          quota: r.querySelector('td.quota a')?.getAttribute('href'), pos: r.querySelector('td.position').textContent.trim(),
+          by: r.querySelector('td.submitter').textContent.trim(), why: r.querySelector('td.reason').textContent.trim(),
+          start: r.querySelector('td.estimate').textContent.trim(),
+        })));
+        expect(rows.length === 3 && rows.every((r) => r.quota === '/quotas/nlp#queue'), `nlp's three queued jobs, linked to its queue: ${JSON.stringify(rows)}`);
+        expect(rows.map((r) => r.pos).join() === '1,2,3', `in place order: ${rows.map((r) => r.pos)}`);
+        expect(/waits for 4 × requests\.nvidia\.com\/gpu\.A100: 12 free, 16 needed/.test(rows[0].why), `the first waits for A100s, in units: ${rows[0].why}`);
+        expect(/^starts by about \d{4}-\d\d-\d\d \d\d:\d\d UTC$/.test(rows[0].start), `an estimated start: ${rows[0].start}`);
+        expect(/waits for card-hours of cash\/requests\.nvidia\.com\/gpu: needs 8,640/.test(rows[2].why), `the third waits for card-hours: ${rows[2].why}`);
+        expect(rows[0].by === 'dana@acme.example', `who submitted it: ${rows[0].by}`);
+        await open(page, base, '/quotas/nlp', js);
+        const queue = await page.$$eval('#queue ~ table.queue tbody tr', (rs) => rs.map((r) => r.querySelector('td.workload').textContent.trim()));
+        expect(queue.join() === 'batch/Job/nlp/finetune-13b,batch/Job/nlp/eval-harness,batch/Job/nlp/continual-pretrain', `the quota page's queue in order: ${queue}`);
+        // Whole names: a workload is never broken mid-word on a wide screen.
+        if (w > 640) {
+          const lines = await page.$$eval('#queue ~ table.queue td.workload', (c) => c.map((x) => { const r = document.createRange(); r.selectNodeContents(x); return r.getClientRects().length; }));
+          expect(lines.every((n) => n <= 1), `workload names on one line: ${lines}`);
+        }
+      });
+
       await step(page, `acknowledge-and-snooze-${tag}`, async () => {
         await open(page, base, '/alerts', js);
         const before = await badgeCount(page);

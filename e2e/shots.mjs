@@ -14,13 +14,16 @@ const OUT = process.argv[2] || 'shots';
 const PASSWORD = 'shots-admin-password-0123';
 mkdirSync(OUT, { recursive: true });
 
-const dir = mkdtempSync(join(tmpdir(), 'bizrq-shots-'));
-const child = spawn(BIN, ['serve', '--standalone', '--listen', '127.0.0.1:0', '--webhook-listen', '127.0.0.1:0',
-  '--probe-listen', '127.0.0.1:0', '--database-url', `sqlite://${join(dir, 'bizrq.db')}`, '--demo'], {
-  env: { ...process.env, BIZRQ_ADMIN_PASSWORD: PASSWORD, BIZRQ_DEMO_PASSWORD: PASSWORD, BIZRQ_LOG: 'warn' },
-  stdio: ['ignore', 'pipe', 'inherit'],
-});
-const base = await new Promise((resolve, reject) => {
+// BASE: shoot a server already running (started with BIZRQ_ADMIN_PASSWORD
+// set to PASSWORD below, e.g. to set something up through the API first).
+let child = null;
+const base = process.env.BASE || await new Promise((resolve, reject) => {
+  const dir = mkdtempSync(join(tmpdir(), 'bizrq-shots-'));
+  child = spawn(BIN, ['serve', '--standalone', '--listen', '127.0.0.1:0', '--webhook-listen', '127.0.0.1:0',
+    '--probe-listen', '127.0.0.1:0', '--database-url', `sqlite://${join(dir, 'bizrq.db')}`, '--demo'], {
+    env: { ...process.env, BIZRQ_ADMIN_PASSWORD: PASSWORD, BIZRQ_DEMO_PASSWORD: PASSWORD, BIZRQ_LOG: 'warn' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   setTimeout(() => reject(new Error('not ready in 60 s')), 60_000);
   createInterface({ input: child.stdout }).on('line', (l) => {
     const m = l.match(/^bizrq ready http=(\S+)/);
@@ -44,5 +47,5 @@ try {
   }
 } finally {
   await browser.close();
-  child.kill();
+  child?.kill();
 }

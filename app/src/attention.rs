@@ -4,7 +4,7 @@
 //! children at risk under it. Pure: the quotas the viewer may see and
 //! their subtree usage in, the items out, worst first.
 
-use crate::tree::cash_cell;
+use crate::tree::{cash_cells, Pricing};
 use quota::{KeyConfig, Quota, ResourceList};
 use std::collections::BTreeMap;
 
@@ -30,8 +30,9 @@ pub fn items(
     quotas: &[Quota],
     in_use: &BTreeMap<String, ResourceList>,
     cfg: &KeyConfig,
-    now_ms: i64,
+    pricing: &Pricing,
 ) -> Vec<Item> {
+    let now_ms = pricing.now_ms;
     let empty = ResourceList::new();
     // (rank, then a time or amount for order within the rank, item)
     let mut found: Vec<(u8, i128, Item)> = Vec::new();
@@ -56,8 +57,16 @@ pub fn items(
                 },
             ));
         }
-        if let Some(c) = &cash_cell(q, in_use, cfg) {
+        let budgets = cash_cells(q, cfg, pricing);
+        for c in &budgets {
+            // "budget" alone when the quota has one; its name when more.
+            let which = if budgets.len() > 1 {
+                c.label.as_str()
+            } else {
+                "budget"
+            };
             if c.left_nanos <= 0 {
+                let work = c.label.strip_suffix(" budget").unwrap_or(&c.label);
                 found.push((
                     0,
                     0,
@@ -65,7 +74,7 @@ pub fn items(
                         level: "critical",
                         quota: name.into(),
                         text: format!(
-                            "{name}'s budget {} is spent: new GPU work is refused",
+                            "{name}'s budget {} is spent: new {work} work is refused",
                             c.key
                         ),
                         href: link.clone(),
@@ -80,7 +89,7 @@ pub fn items(
                         level: "warning",
                         quota: name.into(),
                         text: format!(
-                            "{name}'s budget runs out in {} (about {}) at what runs now: {} left",
+                            "{name}'s {which} runs out in {} (about {}) at what runs now: {} left",
                             c.runway.clone().unwrap_or_default(),
                             quota::time::format_when(at),
                             c.left
@@ -144,6 +153,22 @@ mod tests {
             },
         );
         q.status.self_used = [(g.clone(), Quantity::from_units(used))].into();
+        // What it runs itself, as charged: the burn its budget pays.
+        q.status.workloads.insert(
+            "apps/Deployment/ns/w".into(),
+            quota::object::Charge {
+                pod_sets: vec![quota::workload::PodSet {
+                    name: "main".into(),
+                    count: 1,
+                    per_pod: [(g.clone(), Quantity::from_units(used))].into(),
+                    qos: None,
+                }],
+                hpa: None,
+                since: String::new(),
+                uid: String::new(),
+                admitted: None,
+            },
+        );
         q.status.used = [
             (g, Quantity::from_units(used)),
             (c, Quantity::from_units(spent)),
@@ -166,7 +191,7 @@ mod tests {
             q("speech", "ai", 4, 10_000, 4, 400),
         ];
         let in_use = quota::rollup::subtree_in_use(&quotas);
-        let got = items(&quotas, &in_use, &KeyConfig::default(), 0);
+        let got = items(&quotas, &in_use, &KeyConfig::default(), &Pricing::default());
         let texts: Vec<&str> = got.iter().map(|i| i.text.as_str()).collect();
         assert_eq!(
             texts,

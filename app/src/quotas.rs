@@ -219,10 +219,12 @@ pub fn render_overview_page(
                 // navigation's badge island, which polls on every page).
                 <div data-live="overview">
                     {crate::alerts::attention_section(alerts, open_total, awaiting_me, attention)}
+                    // What waits comes before the bars: it is what a tenant
+                    // acts on (the island redraws the parts it names only).
+                    {queued}
                     <crate::BarLegend/>
                     <div class="overview">{body}</div>
                 </div>
-                {queued}
             </Layout>
         }
     })

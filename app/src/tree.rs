@@ -34,11 +34,14 @@ pub struct GpuCell {
     pub idle_percent: u32,
 }
 
-/// The budget column: what is left of the GPU budget (or the first cash
-/// key) and how long it lasts at what runs now.
+/// One budget in the budget columns: what is left of it and how long it
+/// lasts at what runs now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CashCell {
     pub key: String,
+    /// `GPU budget`, `GPU A100 budget`: which budget, for a quota with more
+    /// than one.
+    pub label: String,
     pub left: String,
     /// Spent, whole percent of the budget.
     pub spent_percent: u32,
@@ -57,7 +60,8 @@ pub struct TreeRow {
     pub workloads: usize,
     pub children: usize,
     pub gpu: Option<GpuCell>,
-    pub cash: Option<CashCell>,
+    /// Every budget, the GPU budget first (`cash_cells`).
+    pub budgets: Vec<CashCell>,
     /// Used beyond its hard on loan, per key, readable ("4 cards").
     pub borrowing: Vec<String>,
     /// The fullest other keys (zero hards left out), worst first.
@@ -129,41 +133,77 @@ fn gpu_cell(rolled: &[KeyRollup], cfg: &KeyConfig) -> Option<GpuCell> {
     })
 }
 
-pub(crate) fn cash_cell(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Option<CashCell> {
+/// What a budget's burn is priced at: the QoS multipliers, the price list
+/// and the instant the burn is taken at (`now_ms`). The default prices
+/// everything at face value.
+#[derive(Clone, Debug, Default)]
+pub struct Pricing {
+    pub qos: quota::cash::Prices,
+    pub list: std::sync::Arc<quota::budget::PriceList>,
+    pub now_ms: i64,
+}
+
+/// Every budget of `q` (cash keys of hard that are not zero): what is left
+/// (hard − used, as admission reads it) and how long it lasts at what the
+/// quota's own workloads burn now at their prices
+/// (`runway::burn_per_hour`; children spend their carve-outs, not this
+/// budget). The GPU budget first, then the GPU models' budgets, then the
+/// rest, each by key.
+pub fn cash_cells(q: &Quota, cfg: &KeyConfig, pricing: &Pricing) -> Vec<CashCell> {
     let is_gpu_budget = |k: &str| {
         cash_target(k)
             .and_then(|t| Key::parse(t, cfg).ok())
             .is_some_and(|k| k.model.is_none() && cfg.is_gpu(&k.resource))
     };
-    let budgets: Vec<(&String, &Quantity)> = q
+    let mut cells: Vec<(u8, CashCell)> = q
         .spec
         .hard
         .iter()
         .filter(|(k, h)| cash_target(k).is_some() && !h.is_zero())
+        .map(|(key, hard)| {
+            let spent = resources::get(&q.status.used, key);
+            let left = hard.saturating_sub(spent).max(Quantity::ZERO);
+            let burn = quota::budget::runway::burn_per_hour(
+                q.status.workloads.values(),
+                cash_target(key).unwrap_or_default(),
+                pricing.now_ms,
+                &pricing.qos,
+                &pricing.list,
+            );
+            let lasts = quota::budget::runway::lasts_ms(left, burn).filter(|ms| *ms > 0);
+            let cell = CashCell {
+                key: key.to_string(),
+                label: short_key(key, cfg),
+                left: display_quantity(key, left, cfg),
+                spent_percent: crate::percent(spent, *hard),
+                runway: lasts.map(quota::budget::runway::span),
+                left_nanos: left.nanos(),
+                runway_hours: lasts.map(|ms| ms as i128 / 3_600_000),
+            };
+            let rank = if is_gpu_budget(key) {
+                0
+            } else if cash_target(key)
+                .is_some_and(|t| Key::parse(t, cfg).is_ok_and(|k| cfg.is_gpu(&k.resource)))
+            {
+                1
+            } else {
+                2
+            };
+            (rank, cell)
+        })
         .collect();
-    let (key, hard) = budgets
-        .iter()
-        .find(|(k, _)| is_gpu_budget(k))
-        .or_else(|| budgets.first())?;
-    let spent = resources::get(&q.status.used, key);
-    let left = hard.saturating_sub(spent).max(Quantity::ZERO);
-    // Burn now: what runs of the budget's resource, per hour, at face price.
-    let burn = resources::get(in_use, cash_target(key).unwrap_or_default());
-    let lasts = quota::budget::runway::lasts_ms(left, burn).filter(|ms| *ms > 0);
-    let runway_hours = lasts.map(|ms| ms as i128 / 3_600_000);
-    let runway = lasts.map(quota::budget::runway::span);
-    Some(CashCell {
-        key: key.to_string(),
-        left: display_quantity(key, left, cfg),
-        spent_percent: crate::percent(spent, **hard),
-        runway,
-        left_nanos: left.nanos(),
-        runway_hours,
-    })
+    cells.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
+    cells.into_iter().map(|(_, c)| c).collect()
 }
 
 /// The row of one quota (depth, fold state and context set by the caller).
-pub fn row_of(q: &Quota, in_use: &ResourceList, children: usize, cfg: &KeyConfig) -> TreeRow {
+pub fn row_of(
+    q: &Quota,
+    in_use: &ResourceList,
+    children: usize,
+    cfg: &KeyConfig,
+    pricing: &Pricing,
+) -> TreeRow {
     let rolled = rollup(q, in_use);
     let gpu = gpu_cell(&rolled, cfg);
     let gpu_key = gpu.as_ref().map(|g| g.key.clone());
@@ -189,7 +229,7 @@ pub fn row_of(q: &Quota, in_use: &ResourceList, children: usize, cfg: &KeyConfig
         workloads: q.status.workloads.len(),
         children,
         gpu,
-        cash: cash_cell(q, in_use, cfg),
+        budgets: cash_cells(q, cfg, pricing),
         borrowing,
         others,
         max_percent: crate::max_percent(q, &rolled),
@@ -246,23 +286,26 @@ impl TreeSort {
                 k(a).cmp(&k(b))
             }
             // Rows without a budget last.
-            TreeSort::Budget => {
-                let k = |r: &TreeRow| r.cash.as_ref().map_or(i128::MAX, |c| c.left_nanos);
-                k(a).cmp(&k(b))
-            }
-            TreeSort::Runway => {
-                let k = |r: &TreeRow| {
-                    r.cash
-                        .as_ref()
-                        .and_then(|c| c.runway_hours)
-                        .unwrap_or(i128::MAX)
-                };
-                k(a).cmp(&k(b))
-            }
+            TreeSort::Budget => k_left(a).cmp(&k_left(b)),
+            TreeSort::Runway => k_runway(a).cmp(&k_runway(b)),
             TreeSort::Workloads => Reverse(a.workloads).cmp(&Reverse(b.workloads)),
         };
         by.then_with(|| a.name.cmp(&b.name))
     }
+}
+
+/// What the budget column sorts by: the first (GPU) budget's left.
+fn k_left(r: &TreeRow) -> i128 {
+    r.budgets.first().map_or(i128::MAX, |c| c.left_nanos)
+}
+
+/// What the runway column sorts by: the shortest runway of any budget.
+fn k_runway(r: &TreeRow) -> i128 {
+    r.budgets
+        .iter()
+        .filter_map(|c| c.runway_hours)
+        .min()
+        .unwrap_or(i128::MAX)
 }
 
 /// Quotas in depth-first order, siblings in `sort` order, with orphans
@@ -272,6 +315,7 @@ pub fn tree_rows(
     quotas: &[Quota],
     in_use: &BTreeMap<String, ResourceList>,
     cfg: &KeyConfig,
+    pricing: &Pricing,
     sort: TreeSort,
 ) -> Vec<TreeRow> {
     let names: BTreeSet<&str> = quotas.iter().map(|q| q.name()).collect();
@@ -288,7 +332,7 @@ pub fn tree_rows(
     let empty = ResourceList::new();
     let row = |q: &Quota| {
         let n = kids.get(q.name()).map_or(0, Vec::len);
-        row_of(q, in_use.get(q.name()).unwrap_or(&empty), n, cfg)
+        row_of(q, in_use.get(q.name()).unwrap_or(&empty), n, cfg, pricing)
     };
     let sorted = |list: &[&Quota]| {
         let mut rows: Vec<TreeRow> = list.iter().map(|q| row(q)).collect();
@@ -726,20 +770,15 @@ fn tree_row(r: TreeRow, query: &TreeQuery) -> impl IntoView {
             class.to_string()
         }
     };
+    // A quota with several budgets lists them one per line ("several").
+    let several = if r.budgets.len() > 1 { " several" } else { "" };
     let (left_class, runway_class) = (
-        cell(r.cash.is_none(), "num left"),
-        cell(
-            r.cash.as_ref().is_none_or(|c| c.runway.is_none()),
-            "num runway",
-        ),
+        cell(r.budgets.is_empty(), "num left") + several,
+        cell(r.budgets.iter().all(|c| c.runway.is_none()), "num runway") + several,
     );
     // What the island sorts by: the numbers `TreeSort::order` compares.
-    let left_value = r.cash.as_ref().map(|c| c.left_nanos.to_string());
-    let runway_value = r
-        .cash
-        .as_ref()
-        .and_then(|c| c.runway_hours)
-        .map(|h| h.to_string());
+    let left_value = r.budgets.first().map(|c| c.left_nanos.to_string());
+    let runway_value = (k_runway(&r) != i128::MAX).then(|| k_runway(&r).to_string());
     let (depth, children, hidden) = (
         r.depth.to_string(),
         r.children.to_string(),
@@ -747,13 +786,30 @@ fn tree_row(r: TreeRow, query: &TreeQuery) -> impl IntoView {
     );
     let beyond = r.beyond_fold.then_some("true");
     let sort_name = r.name.clone();
-    let (left, runway) = match r.cash {
-        Some(c) => (
-            view! { <span title=format!("{}: {}% spent", c.key, c.spent_percent)>{c.left}</span> }
-                .into_any(),
-            c.runway.unwrap_or_else(|| "—".into()),
-        ),
-        None => (view! { "—" }.into_any(), "—".into()),
+    // One line per budget, in the same order in both columns; the budget's
+    // name only when there is more than one.
+    let named = r.budgets.len() > 1;
+    let (left, runway) = if r.budgets.is_empty() {
+        (view! { "—" }.into_any(), view! { "—" }.into_any())
+    } else {
+        let lefts = r
+            .budgets
+            .iter()
+            .map(|c| {
+                let title = format!("{}: {}% spent", c.key, c.spent_percent);
+                let label = named.then(|| view! { <small>{format!("{} ", c.label)}</small> });
+                view! { <span class="budget" title=title>{label}{c.left.clone()}</span> }
+            })
+            .collect_view();
+        let runways = r
+            .budgets
+            .iter()
+            .map(|c| {
+                let label = named.then(|| view! { <small>{format!("{} ", c.label)}</small> });
+                view! { <span class="budget">{label}{c.runway.clone().unwrap_or_else(|| "—".into())}</span> }
+            })
+            .collect_view();
+        (lefts.into_any(), runways.into_any())
     };
     let borrow_class = cell(r.borrowing.is_empty(), "borrowing");
     let others_class = cell(r.others.is_empty(), "others");
@@ -778,7 +834,7 @@ fn tree_row(r: TreeRow, query: &TreeQuery) -> impl IntoView {
         <tr id=id class=class data-depth=depth data-children=children data-hidden=hidden data-beyond-fold=beyond>
             <td class="name" style=indent data-label="Quota" data-sort-value=sort_name>{toggle}{spacer}<a href=href>{r.name}</a>{folded}</td>
             {gpu_view(r.gpu)}
-            <td class=left_class data-label="Card-hours left" data-sort-value=left_value>{left}</td>
+            <td class=left_class data-label="Budget left" data-sort-value=left_value>{left}</td>
             <td class=runway_class data-label="Runway" data-sort-value=runway_value>{runway}</td>
             <td class=borrow_class data-label="Borrowing">{borrowing}</td>
             <td class=others_class data-label="Other keys">{others}</td>
@@ -826,7 +882,7 @@ fn tree_table(rows: Vec<TreeRow>, query: &TreeQuery, fold: Option<usize>) -> imp
         <thead><tr>
             {sort_header(query, TreeSort::Name, "Quota")}
             {sort_header(query, TreeSort::Gpu, "GPUs in use / hard")}
-            {sort_header(query, TreeSort::Budget, "Card-hours left")}
+            {sort_header(query, TreeSort::Budget, "Budget left")}
             {sort_header(query, TreeSort::Runway, "Runway")}
             <th>"Borrowing"</th>
             <th>"Fullest other keys"</th>
@@ -854,9 +910,10 @@ pub fn render_tree_page(
     quotas: &[Quota],
     in_use: &BTreeMap<String, ResourceList>,
     cfg: &KeyConfig,
+    pricing: &Pricing,
     mut query: TreeQuery,
 ) -> String {
-    let all = tree_rows(quotas, in_use, cfg, query.sort);
+    let all = tree_rows(quotas, in_use, cfg, pricing, query.sort);
     let total = all.len();
     query.keep_only_rows_of(&all);
     let needle = query.search.trim().to_lowercase();
@@ -918,7 +975,7 @@ pub fn render_tree_page(
                     <span class="hint">{summary}</span>
                 </form>
                 <BarLegend/>
-                <p class="hint">"Runway: how long the GPU budget lasts at what runs now. Click a column to sort each level by it."</p>
+                <p class="hint">"Runway: how long each budget lasts at what the quota itself runs now, at its prices. Click a column to sort each level by it."</p>
                 {tree_table(rows, &query, fold)}
             </layout::Layout>
         }
@@ -965,11 +1022,29 @@ mod tests {
         )]
         .into();
         q.status.self_used = u.clone();
-        q.status.used = u;
+        q.status.used = u.clone();
         q.status.used.insert(
             "cash/requests.nvidia.com/gpu".into(),
             Quantity::from_units(spent),
         );
+        // What it runs itself, as charged: the burn its budget pays.
+        if gpus > 0 {
+            q.status.workloads.insert(
+                "apps/Deployment/ns/w".into(),
+                quota::object::Charge {
+                    pod_sets: vec![quota::workload::PodSet {
+                        name: "main".into(),
+                        count: 1,
+                        per_pod: u,
+                        qos: None,
+                    }],
+                    hpa: None,
+                    since: String::new(),
+                    uid: String::new(),
+                    admitted: None,
+                },
+            );
+        }
         q
     }
 
@@ -987,7 +1062,13 @@ mod tests {
     fn rows(sort: TreeSort) -> Vec<TreeRow> {
         let f = forest();
         let in_use = quota::rollup::subtree_in_use(&f);
-        tree_rows(&f, &in_use, &KeyConfig::default(), sort)
+        tree_rows(
+            &f,
+            &in_use,
+            &KeyConfig::default(),
+            &Pricing::default(),
+            sort,
+        )
     }
 
     fn names(rows: &[TreeRow]) -> Vec<(&str, usize, bool, usize)> {
@@ -1004,15 +1085,68 @@ mod tests {
         // The whole subtree runs 16 of ai's 32 cards.
         assert_eq!((gpu.in_use.as_str(), gpu.hard.as_str()), ("16", "32"));
         assert_eq!(gpu.percent, 50);
-        assert!(ai.cash.is_none(), "ai has no budget");
+        assert!(ai.budgets.is_empty(), "ai has no budget");
         let nlp = r.iter().find(|r| r.name == "nlp").unwrap();
-        let cash = nlp.cash.as_ref().unwrap();
+        let cash = &nlp.budgets[0];
         assert_eq!(cash.left, "900 card-hours");
-        // 900 card-hours at 8 cards (its subtree) = 112.5 h = 4.6 days.
-        assert_eq!(cash.runway.as_deref(), Some("4.6 days"));
+        // 900 card-hours at the 2 cards nlp runs itself (nlp-a's 6 spend
+        // nlp-a's budget) = 450 h = 18.7 days, rounded down.
+        assert_eq!(cash.runway.as_deref(), Some("18.7 days"));
         // A zero hard nobody uses is not a column of anything.
         assert!(nlp.others.iter().all(|(k, _)| k != "memory limit"));
         assert_eq!(nlp.others, vec![("cpu".to_string(), 0)]);
+    }
+
+    #[test]
+    fn every_budget_has_its_runway_at_the_price_it_pays() {
+        // vision also has an H100 budget; its 8 cards are H100s, priced
+        // 2.5 a card-hour.
+        let mut f = forest();
+        let v = f.iter_mut().find(|q| q.name() == "vision").unwrap();
+        let h100 = "requests.nvidia.com/gpu.H100";
+        v.spec
+            .hard
+            .insert(format!("cash/{h100}"), Quantity::from_units(400));
+        let w = v.status.workloads.values_mut().next().unwrap();
+        w.pod_sets[0]
+            .per_pod
+            .insert(h100.into(), Quantity::from_units(8));
+        let list = quota::budget::PriceList {
+            versions: vec![quota::budget::PriceVersion {
+                effective_ms: 0,
+                weights: [(
+                    "nvidia.com/gpu.H100".to_string(),
+                    quota::budget::Weight(2500),
+                )]
+                .into(),
+                default_weight: quota::budget::Weight::ONE,
+            }],
+            currency: None,
+        };
+        let pricing = Pricing {
+            list: std::sync::Arc::new(list),
+            now_ms: 1_767_225_600_000,
+            ..Pricing::default()
+        };
+        let in_use = quota::rollup::subtree_in_use(&f);
+        let rows = tree_rows(&f, &in_use, &KeyConfig::default(), &pricing, TreeSort::Name);
+        let vision = rows.iter().find(|r| r.name == "vision").unwrap();
+        let got: Vec<(&str, &str, Option<&str>)> = vision
+            .budgets
+            .iter()
+            .map(|c| (c.label.as_str(), c.left.as_str(), c.runway.as_deref()))
+            .collect();
+        // The GPU budget first: 24 card-hours left at 8 H100s × 2.5 = 20 an
+        // hour lasts 1.2 h; the H100 budget's 400 at 20 an hour, 20 h.
+        assert_eq!(
+            got,
+            [
+                ("GPU budget", "24 card-hours", Some("1.2 hours")),
+                ("GPU H100 budget", "400 card-hours", Some("20 hours")),
+            ]
+        );
+        // Sorting by runway takes a row's shortest.
+        assert_eq!(k_runway(vision), 1);
     }
 
     #[test]
@@ -1088,7 +1222,13 @@ mod tests {
             }
         }
         let in_use = quota::rollup::subtree_in_use(&f);
-        let rows = tree_rows(&f, &in_use, &KeyConfig::default(), TreeSort::Name);
+        let rows = tree_rows(
+            &f,
+            &in_use,
+            &KeyConfig::default(),
+            &Pricing::default(),
+            TreeSort::Name,
+        );
         assert_eq!(fold_depth(&rows), Some(1));
         let shown = select_rows(
             rows,
@@ -1108,7 +1248,13 @@ mod tests {
             f.push(q(&format!("team-{t}"), "root", 1, None));
         }
         let in_use = quota::rollup::subtree_in_use(&f);
-        let rows = tree_rows(&f, &in_use, &KeyConfig::default(), TreeSort::Name);
+        let rows = tree_rows(
+            &f,
+            &in_use,
+            &KeyConfig::default(),
+            &Pricing::default(),
+            TreeSort::Name,
+        );
         let query = TreeQuery {
             search: "team".into(),
             ..Default::default()
@@ -1193,7 +1339,13 @@ mod tests {
             f.push(q(&format!("team-{t:04}"), "root", 1, None));
         }
         let in_use = quota::rollup::subtree_in_use(&f);
-        let all = tree_rows(&f, &in_use, &KeyConfig::default(), TreeSort::Name);
+        let all = tree_rows(
+            &f,
+            &in_use,
+            &KeyConfig::default(),
+            &Pricing::default(),
+            TreeSort::Name,
+        );
         let q = TreeQuery {
             depth: Some(0),
             ..Default::default()

@@ -73,6 +73,7 @@ fn main() {
                 pod_sets: sets([1, 2, 4, 8][(i % 4) as usize]),
                 run_ms: Some((10 + i % 50) * 60_000),
                 submitted_by: None,
+                preempted: false,
             })
             .collect();
         for (name, policy) in [

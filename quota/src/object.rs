@@ -209,6 +209,10 @@ pub struct QuotaStatus {
     /// serialized, never compared: `budget::ledger::Pending`).
     #[serde(skip)]
     pub ledger: crate::budget::ledger::Pending,
+    /// Cluster mode: the ledger entries of the window this write accrued,
+    /// until the next write (`budget::ledger::Outbox`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_outbox: Option<crate::budget::ledger::Outbox>,
     /// For people: each cash key's balance in its unit, rounded
     /// (`0.42 of 1000 card-hours used, 999.58 left`). The exact amounts
     /// stay in `used` and `cashAccrued`.
@@ -232,6 +236,61 @@ impl QuotaStatus {
         let (summary, readable) = readable::summarize(spec, self, cfg);
         self.summary = Some(summary);
         self.readable = readable;
+    }
+
+    /// A copy without the charges of workloads (and without the pending
+    /// ledger entries, never serialised): what a store serialises around
+    /// charges it keeps serialised already. Every member is named, so one
+    /// added to the status is copied or fails to compile.
+    pub fn clone_without_workloads(&self) -> QuotaStatus {
+        let QuotaStatus {
+            hard,
+            used,
+            self_used,
+            last_reconcile_time,
+            children,
+            workloads: _,
+            cash_accrued,
+            budgets,
+            reservations,
+            loans,
+            lent,
+            borrowed,
+            reclaim,
+            transfers,
+            summary,
+            queue,
+            users,
+            ledger: _,
+            ledger_outbox,
+            readable,
+            refunds,
+            exhausted,
+        } = self;
+        QuotaStatus {
+            hard: hard.clone(),
+            used: used.clone(),
+            self_used: self_used.clone(),
+            last_reconcile_time: last_reconcile_time.clone(),
+            children: children.clone(),
+            workloads: BTreeMap::new(),
+            cash_accrued: cash_accrued.clone(),
+            budgets: budgets.clone(),
+            reservations: reservations.clone(),
+            loans: loans.clone(),
+            lent: lent.clone(),
+            borrowed: borrowed.clone(),
+            reclaim: reclaim.clone(),
+            transfers: transfers.clone(),
+            summary: summary.clone(),
+            queue: queue.clone(),
+            users: users.clone(),
+            ledger: Default::default(),
+            ledger_outbox: ledger_outbox.clone(),
+            readable: readable.clone(),
+            refunds: refunds.clone(),
+            exhausted: exhausted.clone(),
+        }
     }
 
     pub fn accrued(&self, cash_key: &str) -> i128 {

@@ -165,75 +165,113 @@ impl FromStr for Quantity {
     type Err = QuantityError;
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let s = input.trim();
-        if s.is_empty() {
-            return Err(QuantityError::Empty);
+        // Every quantity of every status read goes through here (a watch
+        // event of a busy quota holds hundreds): the common forms first,
+        // without allocating.
+        if let Some(q) = parse_plain(input) {
+            return Ok(q);
         }
-        let syntax = || QuantityError::Syntax(input.to_string());
-        let range = || QuantityError::OutOfRange(input.to_string());
-
-        let (negative, rest) = match s.as_bytes()[0] {
-            b'-' => (true, &s[1..]),
-            b'+' => (false, &s[1..]),
-            _ => (false, s),
-        };
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (number, suffix) = rest.split_at(num_end);
-        let (int_part, frac_part) = match number.split_once('.') {
-            Some((i, f)) => (i, f),
-            None => (number, ""),
-        };
-        if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
-            return Err(syntax());
-        }
-
-        let (mut exp10, binary_pow, format) = parse_suffix(suffix).ok_or_else(syntax)?;
-
-        // Mantissa digits as one integer; leading zeros carry no value and
-        // trailing fractional zeros none either, so drop them before sizing.
-        let frac_trimmed = frac_part.trim_end_matches('0');
-        let digits: String = format!("{int_part}{frac_trimmed}");
-        let digits = digits.trim_start_matches('0');
-        exp10 -= frac_trimmed.len() as i64;
-        if digits.is_empty() {
-            return Ok(Quantity { nanos: 0, format });
-        }
-        if digits.len() > 36 {
-            return Err(range());
-        }
-        let mantissa: i128 = digits.parse().map_err(|_| syntax())?;
-
-        // nanos = mantissa * 10^(exp10 + 9) * 1024^binary_pow, rounded up.
-        let mut value = mantissa;
-        for _ in 0..binary_pow {
-            value = value.checked_mul(1024).ok_or_else(range)?;
-        }
-        let scale = exp10 + 9;
-        if scale >= 0 {
-            if scale > 38 {
-                return Err(range());
-            }
-            value = value
-                .checked_mul(10i128.checked_pow(scale as u32).ok_or_else(range)?)
-                .ok_or_else(range)?;
-        } else {
-            let shift = (-scale) as u32;
-            value = if shift > 38 {
-                1 // a positive amount finer than i128 can hold rounds up to 1n
-            } else {
-                div_ceil(value, 10i128.pow(shift))
-            };
-        }
-        if value > MAX_NANOS {
-            return Err(range());
-        }
-        Ok(Quantity {
-            nanos: if negative { -value } else { value },
-            format,
-        })
+        parse_general(input)
     }
+}
+
+/// An unsigned integer of up to 18 digits with no point or exponent and
+/// an SI suffix (`4`, `500m`, `16Gi`), or None (`parse_general` decides,
+/// errors included). The same value and format as `parse_general` gives.
+fn parse_plain(s: &str) -> Option<Quantity> {
+    let b = s.as_bytes();
+    let end = b
+        .iter()
+        .position(|c| !c.is_ascii_digit())
+        .unwrap_or(b.len());
+    if end == 0 || end > 18 {
+        return None;
+    }
+    let mantissa = b[..end]
+        .iter()
+        .fold(0i128, |v, c| v * 10 + (c - b'0') as i128);
+    let suffix = &s[end..];
+    let (scale, format) = match DECIMAL_SUFFIXES.iter().find(|(x, _)| *x == suffix) {
+        Some(&(_, e)) => (10i128.pow((e + 9) as u32), Format::DecimalSi),
+        None => {
+            let &(_, p) = BINARY_SUFFIXES.iter().find(|(x, _)| *x == suffix)?;
+            (1024i128.pow(p) * NANO, Format::BinarySi)
+        }
+    };
+    let nanos = mantissa.checked_mul(scale).filter(|n| *n <= MAX_NANOS)?;
+    Some(Quantity { nanos, format })
+}
+
+/// Apimachinery's whole grammar: signs, fractions, exponents, rounding.
+fn parse_general(input: &str) -> Result<Quantity, QuantityError> {
+    let s = input.trim();
+    if s.is_empty() {
+        return Err(QuantityError::Empty);
+    }
+    let syntax = || QuantityError::Syntax(input.to_string());
+    let range = || QuantityError::OutOfRange(input.to_string());
+
+    let (negative, rest) = match s.as_bytes()[0] {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let num_end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let (number, suffix) = rest.split_at(num_end);
+    let (int_part, frac_part) = match number.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (number, ""),
+    };
+    if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
+        return Err(syntax());
+    }
+
+    let (mut exp10, binary_pow, format) = parse_suffix(suffix).ok_or_else(syntax)?;
+
+    // Mantissa digits as one integer; leading zeros carry no value and
+    // trailing fractional zeros none either, so drop them before sizing.
+    let frac_trimmed = frac_part.trim_end_matches('0');
+    let digits: String = format!("{int_part}{frac_trimmed}");
+    let digits = digits.trim_start_matches('0');
+    exp10 -= frac_trimmed.len() as i64;
+    if digits.is_empty() {
+        return Ok(Quantity { nanos: 0, format });
+    }
+    if digits.len() > 36 {
+        return Err(range());
+    }
+    let mantissa: i128 = digits.parse().map_err(|_| syntax())?;
+
+    // nanos = mantissa * 10^(exp10 + 9) * 1024^binary_pow, rounded up.
+    let mut value = mantissa;
+    for _ in 0..binary_pow {
+        value = value.checked_mul(1024).ok_or_else(range)?;
+    }
+    let scale = exp10 + 9;
+    if scale >= 0 {
+        if scale > 38 {
+            return Err(range());
+        }
+        value = value
+            .checked_mul(10i128.checked_pow(scale as u32).ok_or_else(range)?)
+            .ok_or_else(range)?;
+    } else {
+        let shift = (-scale) as u32;
+        value = if shift > 38 {
+            1 // a positive amount finer than i128 can hold rounds up to 1n
+        } else {
+            div_ceil(value, 10i128.pow(shift))
+        };
+    }
+    if value > MAX_NANOS {
+        return Err(range());
+    }
+    Ok(Quantity {
+        nanos: if negative { -value } else { value },
+        format,
+    })
 }
 
 /// Returns (decimal exponent, power of 1024, format) of a suffix.
@@ -254,35 +292,91 @@ fn parse_suffix(suffix: &str) -> Option<(i64, u32, Format)> {
 }
 
 impl fmt::Display for Quantity {
+    /// The largest suffix of the quantity's family that divides it exactly
+    /// (`1536Mi`, `1500m`, `1e3`), found from its trailing zeros: a status
+    /// write prints every quantity it holds, so this does at most two
+    /// 128-bit divisions (values up to 2^64 nano-units need none) instead
+    /// of one per suffix tried. `display_by_trying_suffixes` in the tests is
+    /// the definition it is checked against.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.nanos == 0 {
             return f.write_str("0");
         }
         let sign = if self.nanos < 0 { "-" } else { "" };
-        let abs = self.nanos.unsigned_abs() as i128;
-        if self.format == Format::BinarySi && abs % NANO == 0 {
-            let units = abs / NANO;
-            for &(suffix, pow) in BINARY_SUFFIXES.iter().rev() {
-                let base = 1024i128.pow(pow);
-                if units % base == 0 {
-                    return write!(f, "{sign}{}{suffix}", units / base);
+        let abs = self.nanos.unsigned_abs();
+        if self.format == Format::BinarySi {
+            if let Some(units) = whole_units(abs) {
+                // 1024^p divides `units` exactly when its 10p lowest bits are 0.
+                let pow = (units.trailing_zeros() / 10).min(6);
+                if pow > 0 {
+                    let suffix = BINARY_SUFFIXES[pow as usize - 1].0;
+                    return write!(f, "{sign}{}{suffix}", units >> (10 * pow));
                 }
             }
         }
-        // Largest decimal exponent that divides the value exactly.
-        for &(suffix, e) in DECIMAL_SUFFIXES.iter().rev() {
-            let base = 10i128.pow((e + 9) as u32);
-            if abs % base == 0 {
-                let mantissa = abs / base;
-                return if self.format == Format::DecimalExponent && e != 0 {
-                    write!(f, "{sign}{mantissa}e{e}")
-                } else {
-                    write!(f, "{sign}{mantissa}{suffix}")
-                };
-            }
+        // Largest decimal exponent that divides the value exactly: the
+        // trailing zeros rounded down to a multiple of 3 (10^27 at most, E).
+        let (zeros, mantissa) = strip_decimal_zeros(abs);
+        let k = (zeros / 3 * 3).min(27);
+        let (suffix, e) = DECIMAL_SUFFIXES[(k / 3) as usize];
+        // What `strip_decimal_zeros` took beyond k goes back (at most 10^2,
+        // or the zeros past E's 27).
+        let mantissa = mantissa * 10u128.pow(zeros - k);
+        if self.format == Format::DecimalExponent && e != 0 {
+            write!(f, "{sign}{mantissa}e{e}")
+        } else {
+            write!(f, "{sign}{mantissa}{suffix}")
         }
-        unreachable!("every integer is divisible by 10^0")
     }
+}
+
+/// `nanos` in whole units, if it is a whole number of them (64-bit
+/// arithmetic below 2^64 nano-units, one 128-bit division above).
+fn whole_units(nanos: u128) -> Option<u128> {
+    if let Ok(small) = u64::try_from(nanos) {
+        return small
+            .is_multiple_of(NANO as u64)
+            .then_some((small / NANO as u64) as u128);
+    }
+    let units = nanos / NANO as u128;
+    (units * NANO as u128 == nanos).then_some(units)
+}
+
+/// (n, m) with `x = m · 10^n` and m not a multiple of 10 (x > 0).
+fn strip_decimal_zeros(x: u128) -> (u32, u128) {
+    let (mut zeros, mut m) = (0u32, x);
+    // Beyond 64 bits, a nano-unit remainder first: one 128-bit division
+    // either finds the value fractional (fewer than 9 zeros, found in the
+    // 64-bit remainder) or takes away nine zeros at once.
+    if u64::try_from(m).is_err() {
+        let units = m / NANO as u128;
+        let frac = (m - units * NANO as u128) as u64;
+        if frac != 0 {
+            let z = strip_zeros_u64(frac).0;
+            return (z, m / 10u128.pow(z));
+        }
+        zeros = 9;
+        m = units;
+        if u64::try_from(m).is_err() {
+            // ≥ 2^64 units is past MAX_NANOS; kept exact all the same.
+            while m.is_multiple_of(10) {
+                m /= 10;
+                zeros += 1;
+            }
+            return (zeros, m);
+        }
+    }
+    let (z, small) = strip_zeros_u64(m as u64);
+    (zeros + z, small as u128)
+}
+
+fn strip_zeros_u64(mut x: u64) -> (u32, u64) {
+    let mut zeros = 0;
+    while x.is_multiple_of(10) {
+        x /= 10;
+        zeros += 1;
+    }
+    (zeros, x)
 }
 
 impl serde::Serialize for Quantity {
@@ -374,6 +468,124 @@ mod tests {
         assert_eq!(q("0.5Ki").to_string(), "512");
         assert_eq!(q("-3").to_string(), "-3");
         assert_eq!(q("0Gi").to_string(), "0");
+    }
+
+    /// What `Display` printed before it counted zeros: every suffix tried
+    /// from the largest, with a 128-bit division or two each. The
+    /// definition the fast one is held to.
+    fn display_by_trying_suffixes(q: Quantity) -> String {
+        if q.nanos == 0 {
+            return "0".into();
+        }
+        let sign = if q.nanos < 0 { "-" } else { "" };
+        let abs = q.nanos.unsigned_abs() as i128;
+        if q.format == Format::BinarySi && abs % NANO == 0 {
+            let units = abs / NANO;
+            for &(suffix, pow) in BINARY_SUFFIXES.iter().rev() {
+                let base = 1024i128.pow(pow);
+                if units % base == 0 {
+                    return format!("{sign}{}{suffix}", units / base);
+                }
+            }
+        }
+        for &(suffix, e) in DECIMAL_SUFFIXES.iter().rev() {
+            let base = 10i128.pow((e + 9) as u32);
+            if abs % base == 0 {
+                let mantissa = abs / base;
+                return if q.format == Format::DecimalExponent && e != 0 {
+                    format!("{sign}{mantissa}e{e}")
+                } else {
+                    format!("{sign}{mantissa}{suffix}")
+                };
+            }
+        }
+        unreachable!()
+    }
+
+    #[test]
+    fn prints_the_edges_as_before() {
+        let edges = [
+            1,
+            -1,
+            999,
+            1000,
+            NANO,
+            NANO - 1,
+            NANO + 1,
+            1024 * NANO,
+            1024i128.pow(6) * NANO,
+            1024i128.pow(7) * NANO,
+            10i128.pow(27),
+            10i128.pow(28),
+            10i128.pow(30) * 7,
+            MAX_NANOS,
+            -MAX_NANOS,
+            u64::MAX as i128,
+            u64::MAX as i128 + 1,
+            (u64::MAX as i128 + 1) * NANO,
+            i128::MAX,
+            -i128::MAX,
+        ];
+        for nanos in edges {
+            for format in [Format::DecimalSi, Format::BinarySi, Format::DecimalExponent] {
+                let q = Quantity::from_nanos(nanos).with_format(format);
+                assert_eq!(
+                    q.to_string(),
+                    display_by_trying_suffixes(q),
+                    "{nanos} {format:?}"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The same text as the suffix-by-suffix definition, for values
+        /// of every shape: a mantissa times a power of ten or of 1024,
+        /// both sides of 2^64 nano-units, in each format.
+        #[test]
+        fn display_prints_what_trying_each_suffix_printed(
+            mantissa in proptest::prop_oneof![1i128..1000, 1i128..i64::MAX as i128, 1i128..i128::MAX / 10i128.pow(9)],
+            ten in 0u32..30,
+            kibi in 0u32..8,
+            negative: bool,
+            format in proptest::sample::select(vec![Format::DecimalSi, Format::BinarySi, Format::DecimalExponent]),
+        ) {
+            let scaled = mantissa
+                .checked_mul(10i128.pow(ten))
+                .and_then(|v| v.checked_mul(1024i128.pow(kibi)))
+                .unwrap_or(mantissa);
+            let nanos = if negative { -scaled } else { scaled };
+            let q = Quantity::from_nanos(nanos).with_format(format);
+            proptest::prop_assert_eq!(q.to_string(), display_by_trying_suffixes(q));
+        }
+    }
+
+    proptest::proptest! {
+        /// The allocation-free path reads what the whole grammar reads,
+        /// value and format, and leaves everything else to it.
+        #[test]
+        fn plain_parsing_agrees_with_the_grammar(
+            digits in "[0-9]{0,20}",
+            suffix in proptest::sample::select(vec!["", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "e3", "Gb", ".5", " "]),
+            sign in proptest::sample::select(vec!["", "+", "-", " "]),
+        ) {
+            let text = format!("{sign}{digits}{suffix}");
+            let general = parse_general(&text);
+            match parse_plain(&text) {
+                Some(q) => {
+                    let g = general.expect("the grammar reads what the plain path reads");
+                    proptest::prop_assert_eq!((q.nanos, q.format), (g.nanos, g.format));
+                }
+                None => {
+                    // Left to the grammar: so is every error.
+                    let parsed: Result<Quantity, _> = text.parse();
+                    proptest::prop_assert_eq!(
+                        parsed.map(|q| (q.nanos, q.format)),
+                        general.map(|q| (q.nanos, q.format))
+                    );
+                }
+            }
+        }
     }
 
     #[test]

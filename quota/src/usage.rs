@@ -69,6 +69,16 @@ pub struct PodSpec {
     /// an integer (it is never refused: a pod is read as it comes).
     #[serde(default, deserialize_with = "lenient_priority")]
     pub priority: i32,
+    /// Its scheduling gates: a gated pod is never bound to a node
+    /// (`crate::hold`).
+    #[serde(default, deserialize_with = "nullable")]
+    pub scheduling_gates: Vec<SchedulingGate>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+pub struct SchedulingGate {
+    #[serde(default)]
+    pub name: String,
 }
 
 /// An integer read as Kubernetes' int32 (truncated like a Go conversion),

@@ -218,6 +218,10 @@ pub struct Adapter {
     /// Where its spec holds a `suspend` flag that stops all its pods
     /// (empty: the kind cannot be suspended). Reclaim suspends such kinds.
     pub suspend_path: &'static [&'static str],
+    /// Where its pod templates are (`*`: each element of a list), for a
+    /// kind without a suspend flag that queues by gating its pods
+    /// (`crate::hold`, `Hold::PodGate`); empty otherwise.
+    pub gate_templates: &'static [&'static str],
     read: fn(Source<'_>, &KeyConfig) -> Result<Workload, Fault>,
 }
 
@@ -241,6 +245,32 @@ impl<'a> Source<'a> {
 }
 
 impl Adapter {
+    /// `obj` with its suspend flag (`suspend_path`) set to `to`, the levels
+    /// above it made where missing; `obj` unchanged for a kind without one
+    /// or a path through a non-object. Read with `to = false`, what a
+    /// suspended workload runs once admitted.
+    pub fn with_suspend(&self, obj: &serde_json::Value, to: bool) -> serde_json::Value {
+        let path = self.suspend_path;
+        if path.is_empty() {
+            return obj.clone();
+        }
+        let mut out = obj.clone();
+        let mut cur = &mut out;
+        for (i, k) in path.iter().enumerate() {
+            let Some(m) = cur.as_object_mut() else {
+                return obj.clone();
+            };
+            if i + 1 == path.len() {
+                m.insert((*k).to_string(), serde_json::Value::Bool(to));
+                break;
+            }
+            cur = m
+                .entry((*k).to_string())
+                .or_insert_with(|| serde_json::json!({}));
+        }
+        out
+    }
+
     /// The object's pod sets, refused when any count or amount is negative
     /// or what its pods come to is more than a quota could account.
     pub fn read(&self, json: &str, cfg: &KeyConfig) -> Result<Workload, AdapterError> {
@@ -267,6 +297,19 @@ impl Adapter {
         }
         self.classify(&mut w);
         Ok(w)
+    }
+
+    /// How a queued workload of this kind is held back until admitted: its
+    /// suspend flag, else a gate on its pods, else not at all.
+    pub fn hold(&self) -> crate::hold::Hold {
+        use crate::hold::Hold;
+        if !self.suspend_path.is_empty() {
+            Hold::Suspend(self.suspend_path)
+        } else if !self.gate_templates.is_empty() {
+            Hold::PodGate(self.gate_templates)
+        } else {
+            Hold::Never
+        }
     }
 
     fn refusal(&self, f: Fault) -> AdapterError {
@@ -371,6 +414,7 @@ pub static ADAPTERS: &[Adapter] = &[
         defers_to_controller: false,
         mode: ChargeMode::Charge,
         suspend_path: &[],
+        gate_templates: &[],
         read: read_replicated,
     },
     Adapter {
@@ -381,6 +425,7 @@ pub static ADAPTERS: &[Adapter] = &[
         defers_to_controller: false,
         mode: ChargeMode::Charge,
         suspend_path: &[],
+        gate_templates: &[],
         read: read_replicated,
     },
     Adapter {
@@ -391,6 +436,7 @@ pub static ADAPTERS: &[Adapter] = &[
         defers_to_controller: true,
         mode: ChargeMode::Charge,
         suspend_path: &[],
+        gate_templates: &[],
         read: read_replicated,
     },
     Adapter {
@@ -401,6 +447,7 @@ pub static ADAPTERS: &[Adapter] = &[
         defers_to_controller: false,
         mode: ChargeMode::Charge,
         suspend_path: &[],
+        gate_templates: &[],
         read: read_replicated,
     },
     Adapter {
@@ -411,6 +458,7 @@ pub static ADAPTERS: &[Adapter] = &[
         defers_to_controller: false,
         mode: ChargeMode::Charge,
         suspend_path: &["spec", "suspend"],
+        gate_templates: &[],
         read: read_job,
     },
     Adapter {
@@ -421,6 +469,7 @@ pub static ADAPTERS: &[Adapter] = &[
         defers_to_controller: false,
         mode: ChargeMode::CheckOnly,
         suspend_path: &["spec", "suspend"],
+        gate_templates: &[],
         read: read_cronjob,
     },
     Adapter {
@@ -431,6 +480,7 @@ pub static ADAPTERS: &[Adapter] = &[
         defers_to_controller: false,
         mode: ChargeMode::Charge,
         suspend_path: &["spec", "runPolicy", "suspend"],
+        gate_templates: &[],
         read: read_kubeflow,
     },
     Adapter {
@@ -441,6 +491,7 @@ pub static ADAPTERS: &[Adapter] = &[
         defers_to_controller: false,
         mode: ChargeMode::Charge,
         suspend_path: &["spec", "runPolicy", "suspend"],
+        gate_templates: &[],
         read: read_kubeflow,
     },
     Adapter {
@@ -451,6 +502,7 @@ pub static ADAPTERS: &[Adapter] = &[
         defers_to_controller: false,
         mode: ChargeMode::Charge,
         suspend_path: &["spec", "runPolicy", "suspend"],
+        gate_templates: &[],
         read: read_kubeflow,
     },
     Adapter {
@@ -461,6 +513,7 @@ pub static ADAPTERS: &[Adapter] = &[
         defers_to_controller: false,
         mode: ChargeMode::Charge,
         suspend_path: &[],
+        gate_templates: &["spec", "tasks", "*", "template"],
         read: read_volcano,
     },
     Adapter {
@@ -471,6 +524,7 @@ pub static ADAPTERS: &[Adapter] = &[
         defers_to_controller: false,
         mode: ChargeMode::Charge,
         suspend_path: &["spec", "suspend"],
+        gate_templates: &[],
         read: read_jobset,
     },
 ];
@@ -809,7 +863,17 @@ fn read_volcano(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
                 cfg,
             )
         })
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<Vec<PodSet>, _>>()?;
+    // Held in its queue (`crate::hold`): its pods are gated and run
+    // nothing, as a suspended Job's; the counts were checked all the same.
+    let held = crate::hold::held_by_gates(&o.metadata, o.spec.tasks.iter().map(|t| &t.template));
+    let sets = sets
+        .into_iter()
+        .map(|s| PodSet {
+            count: if held { 0 } else { s.count },
+            ..s
+        })
+        .collect();
     Ok(workload(o.metadata, sets))
 }
 
@@ -1201,6 +1265,41 @@ mod tests {
         );
         assert_eq!(gpus(&w), Quantity::from_units(6));
         assert_eq!(w.pod_sets[1].name, "task-1");
+        // Held in its queue (annotation and every template gated): it
+        // runs nothing, as a suspended Job; counts are checked all the same.
+        let gated = r#"{"spec":{"schedulingGates":[{"name":"biz.group.resource.quota/queued"}],"containers":[{"resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}"#;
+        let obj = |ann: &str, tpl2: &str, n: i64| {
+            format!(
+                r#"{{"metadata":{{"annotations":{{{ann}}}}},"spec":{{"tasks":[{{"replicas":{n},"template":{gated}}},{{"replicas":2,"template":{tpl2}}}]}}}}"#
+            )
+        };
+        let held = r#""biz.group.resource.quota/queued":"true""#;
+        let w = read("batch.volcano.sh", "Job", &obj(held, gated, 1));
+        assert_eq!(gpus(&w), Quantity::ZERO);
+        assert_eq!(
+            w.pod_sets.iter().map(|s| s.count).collect::<Vec<_>>(),
+            [0, 0]
+        );
+        // Released (annotation gone), or a template left ungated: it runs.
+        assert_eq!(
+            gpus(&read("batch.volcano.sh", "Job", &obj("", gated, 1))),
+            Quantity::from_units(3)
+        );
+        assert_eq!(
+            gpus(&read("batch.volcano.sh", "Job", &obj(held, TPL, 1))),
+            Quantity::from_units(5)
+        );
+        let a = adapter_for_kind("batch.volcano.sh", "Job").unwrap();
+        assert!(a
+            .read(&obj(held, gated, -1), &KeyConfig::default())
+            .is_err());
+        assert_eq!(
+            a.hold(),
+            crate::hold::Hold::PodGate(&["spec", "tasks", "*", "template"])
+        );
+        assert!(crate::queue::queueable(a));
+        // Never suspended by reclaim or preemption: nothing stops its pods.
+        assert_eq!(crate::reclaim::Stop::of(a), crate::reclaim::Stop::Never);
     }
 
     #[test]

@@ -191,3 +191,67 @@ fn four_a100_for_two_hours_across_a_rise_cost_the_two_prices() {
     let expect = 4_000_000_000i128 * ((H as i128 + 1) * 1000 + (H as i128 - 1) * 2500);
     assert_eq!(acc, expect);
 }
+
+proptest! {
+    /// The runway's burn (`runway::burn_per_hour`, what the tree and the
+    /// overview divide a budget's left by) is what accrual charges for the
+    /// next hour when nothing changes: at each model's weight, across any
+    /// price change within the hour, at each QoS multiplier — to the
+    /// nano-unit (accrual rounds to the status unit first).
+    #[test]
+    fn the_runway_burn_is_the_next_hours_accrual(
+        pods in pods(), list in list(), at in 0..30 * H,
+    ) {
+        let mut q = Quota::new("q", spec());
+        let now = T0 + at;
+        q.status.last_reconcile_time = Some(quota::time::format_rfc3339(now));
+        for (i, p) in pods.iter().enumerate() {
+            q.status.workloads.insert(format!("w{i}"), Charge {
+                pod_sets: vec![PodSet {
+                    name: "main".into(),
+                    count: 1,
+                    per_pod: usage(p.0, p.1),
+                    qos: p.2,
+                }],
+                hpa: None,
+                since: quota::time::format_rfc3339(T0.min(now)),
+                uid: String::new(),
+                admitted: None,
+            });
+        }
+        let m = multipliers();
+        let burn = quota::budget::runway::burn_per_hour(q.status.workloads.values(), GPU, now, &m, &list);
+        let mut next = q.clone();
+        next.status.accrue_ledger_priced(&spec(), now + H, &m, &list);
+        let accrued = quota::budget::to_quantity(quota::budget::from_cash_accrued(next.status.accrued(CASH)));
+        prop_assert!((accrued.nanos() - burn.nanos()).abs() <= 1, "burn {burn:?}, accrued {accrued:?}");
+    }
+}
+
+#[test]
+fn an_h100_at_two_and_a_half_burns_two_and_a_half_card_hours_an_hour() {
+    let list: PriceList = serde_json::from_value(serde_json::json!({"versions": [
+        {"effective": "2026-01-01T00:00:00Z", "weights": {"nvidia.com/gpu.H100": "2.5"}}]}))
+    .unwrap();
+    let charge = |model| Charge {
+        pod_sets: vec![PodSet {
+            name: "main".into(),
+            count: 4,
+            per_pod: usage(1_000_000, Some(model)),
+            qos: None,
+        }],
+        hpa: None,
+        since: quota::time::format_rfc3339(T0),
+        uid: String::new(),
+        admitted: None,
+    };
+    let burn = |c: &Charge| {
+        quota::budget::runway::burn_per_hour([c], GPU, T0 + H, &Prices::default(), &list)
+    };
+    assert_eq!(burn(&charge("H100")), Quantity::from_units(10));
+    assert_eq!(
+        burn(&charge("A100")),
+        Quantity::from_units(4),
+        "no weight: face price"
+    );
+}

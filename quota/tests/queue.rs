@@ -62,6 +62,7 @@ fn job(name: &str, priority: i32, at: i64, count: i64, per: (i64, i64)) -> Queue
         }],
         run_ms: None,
         submitted_by: None,
+        preempted: false,
     }
 }
 
@@ -182,6 +183,94 @@ proptest! {
         prop_assert_eq!(positions.clone(), (1..=positions.len() as u32).collect::<Vec<_>>());
         let s = queue::status(&entries, &d, &BTreeMap::new());
         prop_assert_eq!(s.len(), positions.len());
+    }
+
+    /// Preemption weighed against budgets and the order
+    /// (docs/queueing.md §6): whenever `weigh` takes running work, the
+    /// round over the quota with exactly those workloads released admits
+    /// the head it took them for; victims are of lower priority and
+    /// suspendable; and when it declines (`Futile`), the head would
+    /// still wait with the reason it gives, never for quota alone.
+    #[test]
+    fn never_preempts_when_the_freed_room_cannot_admit_the_head(
+        hard in 2i64..12,
+        running in prop::collection::vec((0i32..3, 1i64..5), 0..6),
+        entries in prop::collection::vec((0i32..4, 0i64..300, 1i64..6, prop::option::of(1i64..5)), 1..6),
+        budget_h in prop::option::of(0i64..40),
+        spent_h in 0i64..20,
+        best_effort in any::<bool>(),
+    ) {
+        let mut q = quota("team", (hard, 0), None);
+        let mut cands = Vec::new();
+        for (i, (p, cards)) in running.iter().enumerate() {
+            let j = job(&format!("r{i}"), *p, T0 - 1000 * i as i64, *cards, (1, 0));
+            if admission::charge(&mut q, &j.workload_ref, j.charge(T0 - 1000)).is_err() {
+                continue;
+            }
+            let charged = resources::get(&q.status.used, GPU);
+            if charged > Quantity::from_units(hard) {
+                admission::release(&mut q, &j.workload_ref);
+                continue;
+            }
+            cands.push(Candidate {
+                workload_ref: j.workload_ref.clone(),
+                stop: Stop::Suspend,
+                priority: *p,
+                online: false,
+                created_ms: j.submitted_ms,
+                pod_sets: j.pod_sets.clone(),
+                min_replicas: None,
+                marked: false,
+            });
+        }
+        let queued: Vec<Queued> = entries.iter().enumerate().map(|(i, (p, at, cards, run))| {
+            let mut j = job(&format!("q{i}"), *p, T0 + at * 1000, *cards, (1, 0));
+            j.run_ms = run.map(|h| h * 3_600_000);
+            j
+        }).collect();
+        let state = budget_h.map(|b| BudgetState {
+            quota: "team".into(),
+            key: format!("cash/{GPU}"),
+            budget: budget::from_quantity(Quantity::from_units(b)),
+            spent: budget::from_quantity(Quantity::from_units(spent_h.min(b))),
+            ..Default::default()
+        });
+        let (qos, prices) = (Prices::default(), PriceList::default());
+        let views: Vec<BudgetView> = state.iter().map(|s| BudgetView {
+            state: s,
+            target: GPU,
+            without_run_time: WithoutRunTime::ReserveDefault { horizon_seconds: 7200 },
+            qos: &qos,
+            prices: &prices,
+        }).collect();
+        let policy = QueuePolicy {
+            preemption: Preemption::LowerPriority,
+            order: if best_effort { Order::BestEffortFifo { aging_seconds: 60 } } else { Order::StrictFifo },
+            ..QueuePolicy::queue()
+        };
+        let none = ResourceList::new();
+        let now = T0 + 400_000;
+        match preempt::weigh(&queued, &Pool::new(&q, &none), &views, &policy, now, &cands) {
+            preempt::Weighed::Reclaim { head, victims } => {
+                let h = queued.iter().find(|e| e.workload_ref == head).unwrap();
+                prop_assert!(!victims.is_empty());
+                let mut freed = q.clone();
+                for v in &victims {
+                    let c = cands.iter().find(|c| c.workload_ref == v.workload_ref).unwrap();
+                    prop_assert!(c.priority < h.priority, "only lower priority is taken");
+                    admission::release(&mut freed, &v.workload_ref);
+                }
+                let d = queue::next_admissions(&queued, &Pool::new(&freed, &none), &views, &policy, now);
+                prop_assert!(
+                    admitted(&d).iter().any(|a| a.workload_ref == head),
+                    "{head} took {victims:?} but the round after does not admit it: {d:?}"
+                );
+            }
+            preempt::Weighed::Futile { after, .. } => {
+                prop_assert!(after.waiting() != Waiting::Quota, "{after}");
+            }
+            preempt::Weighed::Nothing => {}
+        }
     }
 
     /// Estimated starts as `status.queue` shows them (docs/queueing.md §5):

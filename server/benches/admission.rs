@@ -587,12 +587,13 @@ async fn start_in_cluster(o: &Opts, dir: &std::path::Path) -> (Target, fakeapi::
     (t, fake)
 }
 
-/// The status writes of `HOT` the API server was asked for so far.
+/// The status writes (merge patches) of `HOT` the API server was asked
+/// for so far.
 fn hot_status_writes(fake: &fakeapi::FakeApi) -> usize {
-    let put = format!("PUT /apis/bizrq.io/v1/bizgroupresourcequotas/{HOT}/status");
+    let patch = format!("PATCH /apis/bizrq.io/v1/bizgroupresourcequotas/{HOT}/status");
     fake.requests()
         .iter()
-        .filter(|r| r.starts_with(&put))
+        .filter(|r| r.starts_with(&patch))
         .count()
 }
 
@@ -1023,7 +1024,7 @@ async fn https(o: &Opts) {
     }
     if let (Some(fake), Some(before)) = (&fake, writes_before) {
         println!(
-            "  API server: {} status PUTs of {HOT:?} for both phases ({} ms per write)",
+            "  API server: {} status writes of {HOT:?} for both phases ({} ms per write)",
             hot_status_writes(fake) - before,
             o.write_delay_ms
         );

@@ -215,6 +215,7 @@ async fn run(quotas: usize, per: usize) {
                 }],
                 run_ms: Some(3_600_000),
                 submitted_by: Some("bench".into()),
+                preempted: false,
             };
             service
                 .queue_workload(&name, work, true, false)

@@ -230,6 +230,23 @@ pub struct ServeArgs {
     /// How often the price list file is checked for a change.
     #[arg(long, env = "BIZRQ_PRICE_LIST_POLL_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub price_list_poll_seconds: u64,
+    /// Budget ledger roll-up (docs/budgets.md §6 "Roll-up"): entries older
+    /// than this many days are summed into hourly rows (at least 1).
+    #[arg(long, env = "BIZRQ_LEDGER_HOURLY_AFTER_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=36500))]
+    pub ledger_hourly_after_days: u32,
+    /// … and older than this many days into daily rows (at least the
+    /// hourly age).
+    #[arg(long, env = "BIZRQ_LEDGER_DAILY_AFTER_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=36500))]
+    pub ledger_daily_after_days: u32,
+    /// The local midnight of the ledger's daily rows, in minutes east of
+    /// UTC (whole hours). Reports over daily rows cut at this offset.
+    #[arg(
+        long,
+        env = "BIZRQ_LEDGER_DAY_UTC_OFFSET_MINUTES",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub ledger_day_utc_offset_minutes: i32,
     /// Kubeconfig of the cluster to run in. With it (or KUBECONFIG, or a
     /// service account inside a pod) quota objects are the cluster's CRD and
     /// the controller runs; without, bizrq is standalone on SQL.
@@ -517,7 +534,7 @@ mod namespace_tests {
             .map(str::to_string)
             .collect();
         let shipped = shipped_exclusions();
-        assert_eq!(shipped.len(), 5, "namespaced webhook entries: {shipped:?}");
+        assert_eq!(shipped.len(), 6, "namespaced webhook entries: {shipped:?}");
         for (hook, excluded) in shipped {
             assert_eq!(excluded, default, "{hook}");
         }

@@ -48,6 +48,8 @@ pub struct Seeded {
     pub generated_password: Option<String>,
     pub samples: usize,
     pub transfer_id: i64,
+    /// Entries recorded in `nlp`'s queue (`queued_work`).
+    pub queued: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -565,9 +567,12 @@ fn object(quota: &str, work: &Work) -> serde_json::Value {
             "apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
             "spec": {"replicas": work.replicas, "selector": {"matchLabels": {"app": work.name}}, "template": template},
         }),
+        // Batch work declares its longest run (what start estimates and
+        // budget reservations read).
         Kind::Job => json!({
             "apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
-            "spec": {"parallelism": work.replicas, "completions": work.replicas * 50, "template": template},
+            "spec": {"parallelism": work.replicas, "completions": work.replicas * 50,
+                "activeDeadlineSeconds": JOB_DEADLINE_H * 3600, "template": template},
         }),
     }
 }
@@ -615,6 +620,119 @@ fn hours(now_ms: i64) -> impl Iterator<Item = i64> {
     (1..=HISTORY_MS / HOUR_MS)
         .rev()
         .map(move |k| now_ms - k * HOUR_MS)
+}
+
+/// Every demo Job declares this run time (`activeDeadlineSeconds`).
+const JOB_DEADLINE_H: i64 = 6;
+
+/// The team whose quota queues (`spec.queueing: Queue`).
+const QUEUE_TEAM: &str = "nlp";
+
+/// Jobs waiting in `nlp`'s queue: (name, pods, A100 per pod, run hours,
+/// minutes since submitted, submitter).
+const QUEUED: [(&str, i64, i64, i64, i64, &str); 3] = [
+    ("finetune-13b", 8, 2, 10, 125, "dana@acme.example"),
+    ("eval-harness", 1, 2, 1, 50, "li.wei@acme.example"),
+    ("continual-pretrain", 4, 2, 1080, 20, "sam@acme.example"),
+];
+
+/// `nlp`'s queue as recorded status. Standalone mode has no object to
+/// suspend, so nothing queues or leaves a queue there (docs/queueing.md
+/// §7): these entries are written once, as the controller's round would
+/// state them at seeding — the same pure functions (`next_admissions`
+/// against its pool, limits and card-hour budget, `estimate::for_status`
+/// against its charged work and their declared ends, `status`) — so the
+/// portal's queue views show what a cluster shows. They stay as seeded.
+async fn record_queue(service: &Service, now: i64) -> anyhow::Result<usize> {
+    use quota::queue::{self, Pool, Queued};
+    let adapter = adapter_for_kind("batch", "Job").expect("Job adapter");
+    let mut waiting: Vec<Queued> = Vec::new();
+    for (name, pods, cards, run_h, ago_min, by) in QUEUED {
+        let work = w(
+            Kind::Job,
+            name,
+            pods,
+            "A4",
+            1,
+            16,
+            Some(("A100", cards)),
+            0,
+            Load::Steady,
+        );
+        let mut obj = object(QUEUE_TEAM, &work);
+        obj["spec"]["activeDeadlineSeconds"] = json!(run_h * 3600);
+        let read = adapter.read(&obj.to_string(), &service.keys)?;
+        waiting.push(Queued {
+            workload_ref: adapter.workload_ref(QUEUE_TEAM, name),
+            uid: crate::util::new_uid(),
+            priority: 0,
+            priority_classes: Vec::new(),
+            submitted_ms: now - ago_min * 60_000,
+            pod_sets: read.pod_sets,
+            run_ms: Some(run_h * HOUR_MS),
+            submitted_by: queue::submitter(by),
+            preempted: false,
+        });
+    }
+    // Charged work ends at its admission + its declared run time.
+    let runs: BTreeMap<String, i64> = teams()
+        .into_iter()
+        .filter(|t| t.name == QUEUE_TEAM)
+        .flat_map(|t| t.work)
+        .filter(|w| matches!(w.kind, Kind::Job))
+        .map(|w| {
+            let a = adapter_for_kind("batch", "Job").expect("Job adapter");
+            (a.workload_ref(QUEUE_TEAM, w.name), JOB_DEADLINE_H * HOUR_MS)
+        })
+        .collect();
+    let q = service.get(QUEUE_TEAM).await?.quota;
+    let limits = service.queue_limits(&q).await?;
+    let price_list = service.price_list();
+    let entries = {
+        let pool = Pool::new(&q, &limits);
+        let budgets = queue::budgets::of(&q);
+        let views: Vec<_> = budgets
+            .iter()
+            .map(|b| b.view(&service.prices, &price_list))
+            .collect();
+        let decisions = queue::next_admissions(&waiting, &pool, &views, &q.spec.queueing, now);
+        let running: Vec<queue::Running> = q
+            .status
+            .workloads
+            .iter()
+            .map(|(wref, c)| {
+                let start = c
+                    .admitted
+                    .as_deref()
+                    .and_then(quota::time::parse_rfc3339)
+                    .or_else(|| quota::time::parse_rfc3339(&c.since))
+                    .unwrap_or(now);
+                queue::Running {
+                    workload_ref: wref.clone(),
+                    usage: c.usage(),
+                    ends_ms: runs.get(wref).map(|r| start + r),
+                }
+            })
+            .collect();
+        let estimates = queue::estimate::for_status(
+            &waiting,
+            &decisions,
+            &pool,
+            &running,
+            &q.spec.queueing,
+            now,
+            queue::estimate::ESTIMATE_HEAD,
+        );
+        queue::status(&waiting, &decisions, &estimates)
+    };
+    let n = entries.len();
+    service
+        .update_status(QUEUE_TEAM, false, |q| {
+            q.status.queue = entries.clone();
+            Ok((true, ()))
+        })
+        .await?;
+    Ok(n)
 }
 
 /// Round up to a multiple of `step`.
@@ -695,6 +813,9 @@ pub async fn seed(
             hard: hard(t.cpu, t.mem_gi, t.gpu, t.pods, cash),
             ..Default::default()
         };
+        if t.name == QUEUE_TEAM {
+            spec.queueing = quota::queue::QueuePolicy::queue();
+        }
         if let Some((model, ceiling, all)) = t.max {
             spec.max.insert(
                 format!("requests.nvidia.com/gpu.{}", GPU_MODELS[model]),
@@ -832,6 +953,8 @@ pub async fn seed(
             })
             .await?;
     }
+    // nlp's queue, before the latest sample: that sample is today's status.
+    let queued = record_queue(service, now).await?;
     let latest = service.list().await?;
     samples += sql.record_samples(service.now(), &latest).await?;
     sql.compact_samples(service.now()).await?;
@@ -917,5 +1040,6 @@ pub async fn seed(
         generated_password,
         samples,
         transfer_id: transfer.id,
+        queued,
     }))
 }

@@ -225,6 +225,12 @@ impl Core {
         clock: Option<service::Clock>,
     ) -> anyhow::Result<Core> {
         let sql = Arc::new(SqlStore::connect(&args.database_url).await?);
+        sql.set_ledger_rollup(quota::budget::rollup::Policy {
+            hourly_after_ms: args.ledger_hourly_after_days as i64
+                * quota::budget::rollup::MS_PER_DAY,
+            daily_after_ms: args.ledger_daily_after_days as i64 * quota::budget::rollup::MS_PER_DAY,
+            daily_utc_offset_minutes: args.ledger_day_utc_offset_minutes,
+        })?;
         let (token_sha256, generated_token) =
             admin_token(&sql, args.admin_token.as_deref()).await?;
         let generated_admin_password =

@@ -23,8 +23,8 @@ async fn main() -> anyhow::Result<()> {
                 }
                 Some(bizrq::demo::Outcome::Seeded(s)) => {
                     println!(
-                        "bizrq: --demo seeded {} quotas, {} workloads, {} usage samples and transfer #{} (pending)",
-                        s.quotas, s.workloads, s.samples, s.transfer_id
+                        "bizrq: --demo seeded {} quotas, {} workloads, {} usage samples, transfer #{} (pending) and {} queued jobs in nlp",
+                        s.quotas, s.workloads, s.samples, s.transfer_id, s.queued
                     );
                     let users: Vec<&str> = s.users.iter().map(|(u, ..)| u.as_str()).collect();
                     println!("bizrq: demo users: {}", users.join(", "));

@@ -14,7 +14,6 @@
 use crate::authz::Principal;
 use crate::service::changes;
 use crate::service::{Service, ServiceError};
-use crate::store::ledger::Selection;
 use crate::store::sql::SqlStore;
 use quota::budget::period::{Weekday, MS_PER_DAY};
 use quota::budget::report::{self, Bucket, Dimension, Reason, Report, ReportSpec};
@@ -29,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const MAX_RANGE_DAYS: i64 = 3_700;
 /// The most time buckets one report has.
 pub const MAX_BUCKETS: i64 = 1_100;
-/// The most ledger entries one report reads.
+/// The most groups of ledger rows (summed in SQL) one report reads.
 pub const MAX_ENTRIES: usize = 500_000;
 /// The most rows one answer holds.
 pub const MAX_ROWS: usize = 20_000;
@@ -371,31 +370,23 @@ pub async fn make(
         None if p.is_admin => None,
         None => Some(parents.keys().cloned().collect()),
     };
-    let sel = Selection {
-        from_ms: spec.from_ms,
-        to_ms: spec.to_ms,
-        quotas: names.as_deref(),
-        key: spec.key.as_deref(),
-    };
-    let entries = match sql
-        .ledger_entries(&sel, MAX_ENTRIES)
+    let agg = match sql
+        .ledger_aggregate(&spec, names.as_deref(), MAX_ENTRIES)
         .await
         .map_err(ServiceError::from)?
     {
-        Ok(e) => e,
-        Err(too_many) => return Err(invalid(too_many.to_string())),
+        Ok(a) => a,
+        Err(refused) => return Err(invalid(refused.to_string())),
     };
-    let report = report::report(&entries, &spec, &parents).map_err(|e| invalid(e.to_string()))?;
+    let report =
+        report::report(&agg.entries, &spec, &parents).map_err(|e| invalid(e.to_string()))?;
     if report.rows.len() > MAX_ROWS {
         return Err(invalid(format!(
             "the report has more than {MAX_ROWS} rows: group by something coarser, use longer buckets or a shorter range"
         )));
     }
-    let straddling = entries
-        .iter()
-        .filter(|e| e.end_ms > e.start_ms && (e.start_ms < spec.from_ms || e.end_ms > spec.to_ms))
-        .count();
-    let units: BTreeSet<&'static str> = entries
+    let units: BTreeSet<&'static str> = agg
+        .entries
         .iter()
         .map(|e| readable::cash_unit(&e.key))
         .chain(spec.key.as_deref().map(readable::cash_unit))
@@ -408,8 +399,8 @@ pub async fn make(
     Ok(Made {
         spec,
         report,
-        entries: entries.len(),
-        straddling,
+        entries: agg.rows as usize,
+        straddling: agg.straddling as usize,
         unit,
     })
 }

@@ -85,6 +85,7 @@ pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
         .route("/validate/scale", post(webhook::scale))
         .route("/validate/hpa", post(webhook::hpa))
         .route("/validate/prices", post(webhook::prices))
+        .route("/validate/pods", post(webhook::pods))
         .route("/mutate/workloads", post(webhook::mutate::workloads));
     if let Some(t) = token.map(str::trim).filter(|t| !t.is_empty()) {
         let expected = (

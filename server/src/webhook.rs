@@ -141,6 +141,7 @@ pub enum Endpoint {
     Scale,
     Hpa,
     Prices,
+    Pods,
 }
 
 impl Endpoint {
@@ -151,6 +152,7 @@ impl Endpoint {
             Endpoint::Scale => "scale",
             Endpoint::Hpa => "hpa",
             Endpoint::Prices => "prices",
+            Endpoint::Pods => "pods",
         }
     }
 }
@@ -169,6 +171,9 @@ pub async fn hpa(State(app): State<AppState>, body: Bytes) -> Response {
 }
 pub async fn prices(State(app): State<AppState>, body: Bytes) -> Response {
     handle(&app, Endpoint::Prices, &body).await
+}
+pub async fn pods(State(app): State<AppState>, body: Bytes) -> Response {
+    handle(&app, Endpoint::Pods, &body).await
 }
 
 fn bad_request(msg: String) -> Response {
@@ -292,6 +297,7 @@ pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Ve
         Endpoint::Scale => review_scale(svc, req).await,
         Endpoint::Hpa => review_hpa(svc, req).await,
         Endpoint::Prices => review_prices(req),
+        Endpoint::Pods => review_pod(svc, req),
     };
     result.unwrap_or_else(Verdict::from_error)
 }
@@ -350,6 +356,9 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
             Ok(Verdict::allow())
         }
         "CREATE" | "UPDATE" => {
+            if req.operation == "UPDATE" {
+                refuse_late_gate(adapter, req)?;
+            }
             let new = read(adapter, &req.object, svc)?;
             let old = if req.operation == "UPDATE" {
                 read_old(adapter, &req.old_object)?
@@ -384,6 +393,55 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
         }
         _ => Ok(Verdict::allow()),
     }
+}
+
+/// A pod's UPDATE (not its status): the scheduling gate of a workload
+/// waiting in its queue (`quota::hold::GATE`), and the label that sends
+/// the pod here, are removed by bizrq's own service account only — when
+/// the quota admits the workload. Nothing is charged here.
+fn review_pod(svc: &Service, req: &Request) -> Result<Verdict, ServiceError> {
+    if req.operation != "UPDATE" || req.sub_resource.is_some() {
+        return Ok(Verdict::allow());
+    }
+    let parse = |raw: &Option<Box<RawValue>>| {
+        raw.as_deref()
+            .map(|r| serde_json::from_str::<serde_json::Value>(r.get()))
+            .transpose()
+            .map_err(|e| ServiceError::BadRequest(format!("bizrq: cannot read Pod: {e}")))
+            .map(Option::unwrap_or_default)
+    };
+    let (old, new) = (parse(&req.old_object)?, parse(&req.object)?);
+    quota::hold::pod_update(&old, &new, req.sent_by(&svc.service_account))
+        .map_err(ServiceError::Refused)?;
+    Ok(Verdict::allow())
+}
+
+/// A workload held back by gating its pods (`quota::hold`, a Volcano Job)
+/// is held only from its creation: its pods made before are not gated, so
+/// holding it later would charge nothing while they run. The mutating
+/// webhook's own re-hold (a held workload released by hand that does not
+/// fit) is an UPDATE of a held object, and passes.
+fn refuse_late_gate(adapter: &Adapter, req: &Request) -> Result<(), ServiceError> {
+    let hold = adapter.hold();
+    if !matches!(hold, quota::hold::Hold::PodGate(_)) {
+        return Ok(());
+    }
+    let held = |raw: &Option<Box<RawValue>>| {
+        raw.as_deref()
+            .and_then(|r| serde_json::from_str::<serde_json::Value>(r.get()).ok())
+            .is_some_and(|o| quota::hold::is_held(hold, &o))
+    };
+    if held(&req.object) && !held(&req.old_object) {
+        let (ns, name) = target(req);
+        return Err(ServiceError::BadRequest(format!(
+            "bizrq: {} {ns}/{name}: annotation {} holds a workload back only from its creation \
+             (its pods made before are not gated); remove it, or delete the workload and \
+             create it again",
+            adapter.kind,
+            quota::hold::GATE
+        )));
+    }
+    Ok(())
 }
 
 /// A DELETE is never refused (the webhook configuration and the docs

@@ -19,6 +19,29 @@ use crate::time;
 use crate::workload::WorkloadRef;
 use std::collections::BTreeMap;
 
+/// Cluster mode: the window a status write accrued, carried in that very
+/// write (`status.ledgerOutbox`), so a controller that stops between the
+/// write and the ledger append loses nothing: the next reconcile, before
+/// it writes again, appends the outbox it reads (a no-op when it was
+/// appended: the window records refuse a window twice), and only then
+/// replaces it with its own window (docs/budgets.md §6 "Cluster mode").
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Outbox {
+    #[serde(rename = "from", with = "super::serde_stamp")]
+    pub from_ms: i64,
+    #[serde(rename = "to", with = "super::serde_stamp")]
+    pub to_ms: i64,
+    #[serde(default)]
+    pub entries: Vec<Entry>,
+}
+
+impl Outbox {
+    pub fn bounds(&self) -> (i64, i64) {
+        (self.from_ms, self.to_ms)
+    }
+}
+
 /// Entries accrued on a working copy and not yet written: the store
 /// writes them with the status, in the same transaction (standalone), or
 /// the controller appends them after its status write (cluster mode).
@@ -189,10 +212,109 @@ fn entries_of(
     out
 }
 
+/// The top-up entries of the scheduled grants a write added
+/// (`BudgetPolicy::scheduled_top_up`, source grant): one instant per cash
+/// key whose current period got its scheduled mark between `old` and
+/// `new`, at the mark's time. The same write gives the same entry, so
+/// writing it again is a no-op.
+pub fn scheduled_entries(
+    quota: &str,
+    old: &crate::object::QuotaStatus,
+    new: &crate::object::QuotaStatus,
+) -> Vec<Entry> {
+    let mut out = Vec::new();
+    for (key, p) in &new.budgets {
+        let Some(period) = p.scheduled.as_ref() else {
+            continue;
+        };
+        if old.budgets.get(key).and_then(|o| o.scheduled.as_ref()) == Some(period) {
+            continue;
+        }
+        let mark = p
+            .top_up_log
+            .iter()
+            .find(|m| m.id == super::topup::SCHEDULED && m.period.as_ref() == Some(period));
+        if let Some(m) = mark.filter(|m| m.amount != 0) {
+            out.push(Entry {
+                quota: quota.to_string(),
+                key: key.clone(),
+                workload: String::new(),
+                namespace: String::new(),
+                model: None,
+                qos: None,
+                user: None,
+                start_ms: m.at,
+                end_ms: m.at,
+                amount: m.amount,
+                reason: super::report::Reason::TopUp,
+                note: format!("scheduled top-up, period from {period}"),
+            });
+        }
+    }
+    out
+}
+
 /// The carry entries of the periods a write closed (`periods::new_records`).
 pub fn carry_entries(quota: &str, closed: &[(String, super::PeriodRecord)]) -> Vec<Entry> {
     closed
         .iter()
         .filter_map(|(k, r)| Entry::carry(r, quota, k))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::QuotaStatus;
+    use crate::time::parse_rfc3339;
+
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+
+    fn spec_with(top_up: serde_json::Value) -> QuotaSpec {
+        serde_json::from_value(serde_json::json!({
+            "hard": {"requests.nvidia.com/gpu": "4", CASH: "100"},
+            "budgets": {CASH: {
+                "period": {"kind": "monthly", "anchorDay": 1},
+                "scheduledTopUp": top_up,
+            }},
+        }))
+        .unwrap()
+    }
+
+    /// A scheduled grant is budget added: the write that opens its period
+    /// leaves a top-up entry, once per period.
+    #[test]
+    fn scheduled_grants_leave_top_up_entries() {
+        let spec = spec_with(serde_json::json!({"amount": "5", "source": "grant"}));
+        let nov = parse_rfc3339("2026-11-20T00:00:00Z").unwrap();
+        let dec = parse_rfc3339("2026-12-01T00:00:00Z").unwrap();
+        let mut old = QuotaStatus::default();
+        super::super::periods::sync(&spec, &mut old, nov);
+        let first = scheduled_entries("q", &QuotaStatus::default(), &old);
+        assert_eq!(first.len(), 1, "{old:?}");
+        assert_eq!(first[0].reason, super::super::report::Reason::TopUp);
+        assert_eq!(
+            first[0].amount,
+            super::super::from_quantity(Quantity::from_units(5))
+        );
+        // The same period again: nothing new.
+        let mut same = old.clone();
+        super::super::periods::sync(&spec, &mut same, nov + 3_600_000);
+        assert!(scheduled_entries("q", &old, &same).is_empty());
+        // The next period: its own grant, at its start.
+        let mut next = old.clone();
+        super::super::periods::accrue_in_periods(&spec, &mut next, nov, dec + 1000, |_, _| {
+            BTreeMap::new()
+        });
+        let second = scheduled_entries("q", &old, &next);
+        assert_eq!(second.len(), 1, "{next:?}");
+        assert_eq!(second[0].start_ms, dec);
+        assert_ne!(first[0], second[0]);
+        // A scheduled top-up from the parent is a transfer (its entries
+        // are the transfer's): none here.
+        let parent = spec_with(serde_json::json!({"amount": "5", "source": "parent"}));
+        let mut p = QuotaStatus::default();
+        super::super::periods::sync(&parent, &mut p, nov);
+        assert!(scheduled_entries("q", &QuotaStatus::default(), &p).is_empty());
+    }
 }

@@ -20,6 +20,7 @@ pub mod price_doc;
 pub mod refund;
 pub mod report;
 pub mod reserve;
+pub mod rollup;
 pub mod runtime;
 pub mod runway;
 pub mod topup;

@@ -248,6 +248,27 @@ impl BucketPeriod {
     }
 }
 
+/// The bucket boundaries strictly inside `spec`'s range (none for
+/// `Bucket::None`).
+pub fn cuts(spec: &ReportSpec) -> Vec<i64> {
+    if spec.bucket == Bucket::None || spec.to_ms <= spec.from_ms {
+        return Vec::new();
+    }
+    let off_ms = spec.utc_offset_minutes as i64 * 60_000;
+    spec.bucket_period().cuts(spec.from_ms, spec.to_ms, off_ms)
+}
+
+/// The start of the bucket `ms` falls in (`spec.from_ms` for
+/// `Bucket::None`).
+pub fn bucket_start(spec: &ReportSpec, ms: i64) -> i64 {
+    match spec.bucket {
+        Bucket::None => spec.from_ms,
+        _ => spec
+            .bucket_period()
+            .start(ms, spec.utc_offset_minutes as i64 * 60_000),
+    }
+}
+
 /// ⌊amount × (t − s) / len⌋ for s ≤ t ≤ s + len, exact for any amount that
 /// fits (the remainder product is done in u128).
 fn cumulative(amount: i128, s: i64, t: i64, len: i64) -> i128 {

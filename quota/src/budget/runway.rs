@@ -57,6 +57,33 @@ pub fn lasts_ms(left: Quantity, burn_per_hour: Quantity) -> Option<i64> {
     }
 }
 
+/// What `workloads` spend of a budget on `target` (a cash key's usage
+/// key) in the hour from `now_ms`: each charged pod set at its model's
+/// weight in `list` and its QoS multiplier in `qos`, cut at any price
+/// change within the hour — what accrual would charge for that hour if
+/// nothing changed. The burn the tree and the overview divide a budget's
+/// left by: the quota's own workloads (children spend their carve-outs,
+/// not their parent's budget), at the price they pay.
+pub fn burn_per_hour<'a>(
+    workloads: impl IntoIterator<Item = &'a crate::object::Charge>,
+    target: &str,
+    now_ms: i64,
+    qos: &crate::cash::Prices,
+    list: &super::PriceList,
+) -> Quantity {
+    let acc = workloads.into_iter().fold(0i128, |sum, c| {
+        sum.saturating_add(super::price::charge_cost_weighted(
+            c,
+            target,
+            now_ms,
+            now_ms.saturating_add(MS_PER_HOUR),
+            qos,
+            list,
+        ))
+    });
+    super::to_quantity(acc)
+}
+
 /// [`lasts_ms`] from `now_ms`, as a [`Runway`].
 pub fn at_current_use(left: Quantity, burn_per_hour: Quantity, now_ms: i64) -> Runway {
     match lasts_ms(left, burn_per_hour) {

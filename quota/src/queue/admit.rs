@@ -500,6 +500,7 @@ mod tests {
             }],
             run_ms: None,
             submitted_by: None,
+            preempted: false,
         }
     }
     fn summary(d: &[Decision]) -> Vec<String> {

@@ -183,6 +183,7 @@ mod tests {
             }],
             run_ms: run_h.map(|h| h * H),
             submitted_by: None,
+            preempted: false,
         }
     }
 

@@ -58,6 +58,10 @@ pub fn enqueue(
             if e.work.submitted_by.is_some() {
                 work.submitted_by = e.work.submitted_by.clone();
             }
+            // A preempted entry stays one until it leaves the queue: a
+            // refresh by the webhook must not make it admissible while its
+            // workload still runs.
+            work.preempted |= e.work.preempted;
         }
         let changed = e.work != work;
         e.work = work;
@@ -79,6 +83,51 @@ pub fn enqueue(
         estimated_start: None,
     });
     Ok(true)
+}
+
+/// Queue `work`, a running workload of `q` whose preemption is due, in
+/// the write that spends its mark and **before** it is suspended
+/// (docs/queueing.md §6): `since` is its charge's (so it keeps its place
+/// among its priority; `work.submitted_ms` where it holds none) and
+/// `submittedBy` the user its admission recorded (`status.users`). The
+/// entry is `preempted`: until the suspend has released its charge, no
+/// round admits it and the controller suspends it. Refused past
+/// `MAX_QUEUE` (the caller then leaves it running).
+pub fn preempt(q: &mut Quota, mut work: Queued, reason: String) -> Result<bool, Denial> {
+    let charge = q.status.workloads.get(&work.workload_ref);
+    if let Some(since) = charge.and_then(|c| crate::time::parse_rfc3339(&c.since)) {
+        work.submitted_ms = since;
+    }
+    if let Some(u) = q.status.users.get(&work.workload_ref) {
+        work.submitted_by = super::submitter(u);
+    }
+    work.preempted = true;
+    enqueue(q, work, 0, Waiting::Quota, reason)
+}
+
+/// Whether `wref` holds a charge of running pods in `q`.
+pub fn runs(q: &Quota, wref: &str) -> bool {
+    q.status
+        .workloads
+        .get(wref)
+        .is_some_and(|c| c.usage().values().any(|v| v.nanos() > 0))
+}
+
+/// The entries queued by preemption whose workload still holds a charge
+/// of running pods: the suspend that releases it has not been seen (not
+/// made yet, failed, or the controller stopped between the two writes).
+/// The controller suspends them; no round admits them meanwhile.
+pub fn suspending(q: &Quota) -> Vec<&QueueEntry> {
+    q.status
+        .queue
+        .iter()
+        .filter(|e| e.work.preempted && runs(q, &e.work.workload_ref))
+        .collect()
+}
+
+/// Whether a round may admit `e`: not a preempted entry still running.
+pub fn admissible(q: &Quota, e: &Queued) -> bool {
+    !(e.preempted && runs(q, &e.workload_ref))
 }
 
 /// Whether the controller has queue work on `q`: entries waiting, or a
@@ -179,6 +228,7 @@ mod tests {
             }],
             run_ms: None,
             submitted_by: None,
+            preempted: false,
         }
     }
 
@@ -276,6 +326,45 @@ mod tests {
         )
         .is_err());
         assert!(holds(&q, &b.workload_ref));
+    }
+
+    #[test]
+    fn a_preempted_entry_keeps_its_charge_since_and_user_and_waits_for_its_suspend() {
+        let mut q = quota(8);
+        let w = job("low", "u1", 4, 500);
+        let mut c = w.charge(100);
+        c.since = crate::time::format_rfc3339(100);
+        admission::charge(&mut q, &w.workload_ref, c).unwrap();
+        q.status
+            .users
+            .insert(w.workload_ref.clone(), "alice".into());
+        assert!(preempt(&mut q, w.clone(), "preempted".into()).unwrap());
+        let e = &q.status.queue[0].work;
+        assert_eq!(e.submitted_ms, 100, "since of its charge");
+        assert_eq!(e.submitted_by.as_deref(), Some("alice"));
+        assert!(e.preempted);
+        // Still running: to be suspended, not admitted.
+        assert_eq!(suspending(&q).len(), 1);
+        assert!(!admissible(&q, e));
+        // A webhook refresh keeps it preempted.
+        let mut fresh = w.clone();
+        fresh.submitted_by = Some("bob".into());
+        enqueue(&mut q, fresh, 1, Waiting::Quota, "r".into()).unwrap();
+        assert!(q.status.queue[0].work.preempted);
+        assert_eq!(
+            q.status.queue[0].work.submitted_by.as_deref(),
+            Some("alice")
+        );
+        // The suspend went through the webhook: a charge of nothing.
+        let mut zero = w.clone();
+        zero.pod_sets[0].count = 0;
+        admission::charge(&mut q, &w.workload_ref, zero.charge(200)).unwrap();
+        assert!(suspending(&q).is_empty());
+        assert!(admissible(&q, &q.status.queue[0].work));
+        // Retried: the same entry, nothing doubled.
+        preempt(&mut q, w.clone(), "preempted".into()).unwrap();
+        assert_eq!(q.status.queue.len(), 1);
+        assert_eq!(q.status.queue[0].work.submitted_ms, 100);
     }
 
     #[test]

@@ -46,6 +46,14 @@ use crate::workload::{Adapter, ChargeMode, PodSet, WorkloadRef};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Annotation bizrq writes on a workload in the same PATCH that suspends
+/// it for its quota's preemption (value: when, RFC 3339), and removes when
+/// it unsuspends it, or when anyone else does (the mutating webhook). A
+/// suspended workload that carries it and is in neither `status.queue`
+/// nor charged is queued again by the controller; one suspended by hand
+/// never carries it, and is never queued by anyone but its owner.
+pub const PREEMPTED_ANNOTATION: &str = "bizrq.io/preempted";
+
 /// Label on a workload: `Refuse` opts it out of its quota's queue (it is
 /// refused at once when it does not fit, as without queueing).
 pub const OPT_OUT_LABEL: &str = "bizrq.io/queueing";
@@ -85,6 +93,13 @@ pub struct Queued {
     /// most `MAX_SUBMITTER` bytes: for people, never for a decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_by: Option<String>,
+    /// Queued again by its quota's preemption (docs/queueing.md §6). The
+    /// entry is written before the suspend, in the write that spends the
+    /// mark: while its workload still holds a charge of running pods, no
+    /// round admits it and the controller suspends it (the repair of a
+    /// crash between the two writes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preempted: bool,
 }
 
 /// The longest `submittedBy` kept: a Kubernetes username has no length
@@ -141,9 +156,10 @@ pub fn request_uid(q: &Queued) -> String {
 }
 
 /// Whether a kind can wait in a queue: it is charged (not only checked)
-/// and its adapter knows how to suspend it.
+/// and its adapter knows how to hold it back (`Adapter::hold`: a suspend
+/// flag or a gate on its pods).
 pub fn queueable(adapter: &Adapter) -> bool {
-    adapter.mode == ChargeMode::Charge && !adapter.suspend_path.is_empty()
+    adapter.mode == ChargeMode::Charge && adapter.hold() != crate::hold::Hold::Never
 }
 
 /// What admission does with a workload that does not fit.
@@ -193,8 +209,8 @@ mod tests {
             ("apps", "Deployment", Disposition::Refuse),
             ("apps", "StatefulSet", Disposition::Refuse),
             ("batch", "CronJob", Disposition::Refuse),
-            // No suspend path in its adapter yet (docs/queueing.md §1).
-            ("batch.volcano.sh", "Job", Disposition::Refuse),
+            // No suspend flag: held by a scheduling gate on its pods.
+            ("batch.volcano.sh", "Job", Disposition::Queue),
         ] {
             let a = adapter_for_kind(g, k).unwrap();
             assert_eq!(disposition(a, &q, &none), Ok(want), "{g}/{k}");
@@ -221,6 +237,7 @@ mod tests {
             pod_sets: vec![],
             run_ms: Some(3_600_000),
             submitted_by: None,
+            preempted: false,
         };
         let json = serde_json::to_string(&q).unwrap();
         assert_eq!(

@@ -61,6 +61,7 @@ mod tests {
             pod_sets: vec![],
             run_ms: None,
             submitted_by: None,
+            preempted: false,
         }
     }
 

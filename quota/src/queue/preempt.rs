@@ -13,7 +13,7 @@
 
 use super::admit::{self, BudgetView, Decision, Pool};
 use super::policy::{Preemption, QueuePolicy};
-use super::reason::Waiting;
+use super::reason::{Reason, Waiting};
 use super::Queued;
 use crate::reclaim::{self, Action, Candidate, Stop, Victim};
 use crate::resources::{self, ResourceList};
@@ -102,11 +102,83 @@ pub fn plan(entry: &Queued, pool: &Pool, running: &[Candidate]) -> Preempt {
     )
 }
 
+/// What the queue's preemption does this round (`weigh`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Weighed {
+    /// Nothing to take: the policy never preempts, no entry waits for
+    /// quota, or no eligible set of running work makes room.
+    Nothing,
+    /// Suspend `victims`, and the round after admits `head`.
+    Reclaim { head: String, victims: Vec<Victim> },
+    /// The room could be made, but `head` would still not be admitted:
+    /// `after` says why (its card-hour budget, a reservation cap, an entry
+    /// ahead that blocks it). Nothing is taken: suspending running work
+    /// for a job that would go on waiting only stops work.
+    Futile { head: String, after: Reason },
+}
+
+impl Weighed {
+    /// The head and its victims, when something is to be taken.
+    pub fn reclaim(self) -> Option<(String, Vec<Victim>)> {
+        match self {
+            Weighed::Reclaim { head, victims } => Some((head, victims)),
+            _ => None,
+        }
+    }
+}
+
 /// The queue's preemption this round, under `policy`: after the round's
-/// admissions, the first entry in admission order that waits for quota
-/// and whose plan can make room, with its victims. None when the policy
-/// never preempts or no waiting entry can be helped. One head at a time,
-/// so two entries never count on the same victims.
+/// admissions, the first entry in admission order that waits for quota,
+/// and whose plan can make room, with its victims — but only when the
+/// same round over the pool with the victims' usage freed **admits** it
+/// (budgets, reservation caps and the order weighed exactly as the next
+/// real round will). One head at a time, so two entries never count on
+/// the same victims.
+pub fn weigh(
+    queue: &[Queued],
+    pool: &Pool,
+    budgets: &[BudgetView<'_>],
+    policy: &QueuePolicy,
+    now_ms: i64,
+    running: &[Candidate],
+) -> Weighed {
+    if policy.preemption == Preemption::Never {
+        return Weighed::Nothing;
+    }
+    let (decisions, after, _) = admit::round(queue, pool, budgets, policy, now_ms);
+    let Some(head) = decisions.iter().find_map(|d| match d {
+        Decision::Wait(w) if w.reason.waiting() == Waiting::Quota => Some(&w.workload_ref),
+        _ => None,
+    }) else {
+        return Weighed::Nothing;
+    };
+    let Some(entry) = queue.iter().find(|q| &q.workload_ref == head) else {
+        return Weighed::Nothing;
+    };
+    let victims = match plan(entry, &after, running) {
+        Preempt::Reclaim(v) if !v.is_empty() => v,
+        _ => return Weighed::Nothing,
+    };
+    // The round as it would run once the victims are suspended.
+    let mut freed = pool.clone();
+    for v in &victims {
+        freed.release(&v.frees);
+    }
+    let (again, _, _) = admit::round(queue, &freed, budgets, policy, now_ms);
+    match again.iter().find(|d| d.workload_ref() == head.as_str()) {
+        Some(Decision::Admit(_)) => Weighed::Reclaim {
+            head: head.clone(),
+            victims,
+        },
+        Some(Decision::Wait(w)) => Weighed::Futile {
+            head: head.clone(),
+            after: w.reason.clone(),
+        },
+        None => Weighed::Nothing,
+    }
+}
+
+/// `weigh`'s head and victims, when it takes any.
 pub fn for_queue(
     queue: &[Queued],
     pool: &Pool,
@@ -115,19 +187,14 @@ pub fn for_queue(
     now_ms: i64,
     running: &[Candidate],
 ) -> Option<(String, Vec<Victim>)> {
-    if policy.preemption == Preemption::Never {
-        return None;
-    }
-    let (decisions, after, _) = admit::round(queue, pool, budgets, policy, now_ms);
-    let head = decisions.iter().find_map(|d| match d {
-        Decision::Wait(w) if w.reason.waiting() == Waiting::Quota => Some(&w.workload_ref),
-        _ => None,
-    })?;
-    let entry = queue.iter().find(|q| &q.workload_ref == head)?;
-    match plan(entry, &after, running) {
-        Preempt::Reclaim(v) if !v.is_empty() => Some((head.clone(), v)),
-        _ => None,
-    }
+    weigh(queue, pool, budgets, policy, now_ms, running).reclaim()
+}
+
+/// What the head's reason adds when preemption would not help it
+/// (`Weighed::Futile`): which wait remains, so a person sees it waits for
+/// its budget as well as for quota.
+pub fn futile_words(after: &Reason) -> String {
+    format!("no lower-priority work is preempted for it: with the room made, it still {after}")
 }
 
 #[cfg(test)]
@@ -197,6 +264,7 @@ mod tests {
             pod_sets: sets(n),
             run_ms: None,
             submitted_by: None,
+            preempted: false,
         }
     }
     fn names(p: &Preempt) -> Vec<&str> {
@@ -298,5 +366,64 @@ mod tests {
         let mut big = entry(10, 4);
         big.run_ms = Some(3_600_000);
         assert!(for_queue(&[big], &pool, &[], &p, T0, &run).is_some());
+    }
+
+    #[test]
+    fn a_head_short_of_budget_after_preemption_takes_nothing_and_says_why() {
+        use crate::budget::{self, BudgetState, PriceList, WithoutRunTime};
+        use crate::cash::Prices;
+        // All 4 cards run low work; the urgent job needs 2 for an hour
+        // (2 card-hours) and its budget has 1 left: freeing the cards
+        // would leave it waiting for card-hours.
+        let run = [running("low", 0, 0, 4)];
+        let pool = setup(4, &run);
+        let state = BudgetState {
+            quota: "team".into(),
+            key: format!("cash/{GPU}"),
+            budget: budget::from_quantity(Quantity::from_units(10)),
+            spent: budget::from_quantity(Quantity::from_units(9)),
+            ..Default::default()
+        };
+        let (qos, prices) = (Prices::default(), PriceList::default());
+        let view = BudgetView {
+            state: &state,
+            target: GPU,
+            without_run_time: WithoutRunTime::ReserveDefault {
+                horizon_seconds: 7200,
+            },
+            qos: &qos,
+            prices: &prices,
+        };
+        let p = QueuePolicy {
+            preemption: Preemption::LowerPriority,
+            ..QueuePolicy::queue()
+        };
+        let mut e = entry(10, 2);
+        e.run_ms = Some(3_600_000);
+        let q = [e.clone()];
+        let w = weigh(&q, &pool, std::slice::from_ref(&view), &p, T0, &run);
+        let Weighed::Futile { head, after } = &w else {
+            panic!("{w:?}")
+        };
+        assert_eq!(head, "batch/Job/ns/urgent");
+        assert_eq!(after.waiting(), Waiting::Budget);
+        assert_eq!(
+            futile_words(after),
+            "no lower-priority work is preempted for it: with the room made, it still waits for \
+             card-hours of cash/requests.nvidia.com/gpu: needs 2, 1 left"
+        );
+        // With the budget topped up, the same head preempts.
+        let topped = BudgetState {
+            budget: budget::from_quantity(Quantity::from_units(20)),
+            ..state.clone()
+        };
+        let view = BudgetView {
+            state: &topped,
+            ..view
+        };
+        assert!(matches!(
+            weigh(&q, &pool, std::slice::from_ref(&view), &p, T0, &run),
+            Weighed::Reclaim { .. }
+        ));
     }
 }

@@ -150,6 +150,7 @@ mod tests {
             pod_sets: pods(n),
             run_ms: None,
             submitted_by: None,
+            preempted: false,
         };
         let d = next_admissions(
             &[job("x", 3), job("y", 1)],

@@ -531,6 +531,7 @@ fn a_queued_workload_waiting_past_the_threshold_alerts_once_and_resolves_when_it
             pod_sets: Vec::new(),
             run_ms: None,
             submitted_by: None,
+            preempted: false,
         },
         position: 1,
         waiting: Waiting::Quota,

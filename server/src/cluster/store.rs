@@ -1,9 +1,13 @@
 //! The cluster-backed `QuotaStore`: quota objects are `BizGroupResourceQuota`
-//! custom resources. Spec is written to the object, status to its status
-//! subresource, each carrying the `resourceVersion` it was computed from, so
-//! the API server is the compare-and-swap: a stale version's 409 becomes
+//! custom resources. Spec is written to the object (PUT), status to its
+//! status subresource as a JSON merge patch of what changed (`quota::patch`:
+//! a batch's charges and the totals derived from them, not every workload's
+//! charge), each carrying the `resourceVersion` it was computed from, so the
+//! API server is the compare-and-swap: a stale version's 409 becomes
 //! `Conflict` and the service re-reads (a direct GET, never the cache) and
-//! retries. Any other refusal (an admission webhook's denial, an invalid
+//! retries. The patch is computed against the status stored at that
+//! version (the copy the write was decided on), so merged there it leaves
+//! exactly the status decided; merged anywhere else it is refused. Any other refusal (an admission webhook's denial, an invalid
 //! object, a webhook the API server cannot reach) is said to the person in
 //! its own words (`from_status`). Lists and workload lookups come from a
 //! watch-fed reflector cache.
@@ -12,14 +16,19 @@ use super::crd::BizGroupResourceQuota;
 use crate::service::ServiceError;
 use crate::store::{QuotaStore, Stamp, StoreError, Stored};
 use async_trait::async_trait;
-use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use kube::api::{
+    Api, DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::runtime::reflector;
 use kube::Client;
+use kube::Resource;
 use quota::object::{Quota, QuotaStatus};
 use quota::KeyConfig;
 
 pub struct ClusterStore {
     api: Api<BizGroupResourceQuota>,
+    /// For the requests whose answer is read only for its version.
+    client: Client,
     cache: reflector::Store<BizGroupResourceQuota>,
     /// Which resources are GPUs, for the status summary.
     keys: KeyConfig,
@@ -30,7 +39,8 @@ impl ClusterStore {
     /// `cache_feed`); until it has synced, lists are empty.
     pub fn new(client: Client, cache: reflector::Store<BizGroupResourceQuota>) -> ClusterStore {
         ClusterStore {
-            api: Api::all(client),
+            api: Api::all(client.clone()),
+            client,
             cache,
             keys: KeyConfig::default(),
         }
@@ -109,6 +119,89 @@ fn to_object(
         BizGroupResourceQuota::from_owned(q).map_err(|e| StoreError::Backend(e.to_string()))?;
     k.metadata.resource_version = version.map(|v| v.to_string());
     Ok(k)
+}
+
+impl ClusterStore {
+    /// The status write: a JSON merge patch of what changed between the
+    /// status stored at `version` (`current`'s) and `status`
+    /// (`quota::patch`), with the summaries for people derived from `spec`,
+    /// carrying `version` as its precondition, so it is the same
+    /// compare-and-swap as a whole PUT (a stale version is a 409, which is
+    /// `Conflict`). A hot quota's status holds every workload's charge; a
+    /// batch changes a few, and only those are serialised, sent and merged.
+    async fn patch_status(
+        &self,
+        name: &str,
+        version: i64,
+        current: &Stored,
+        spec: &quota::QuotaSpec,
+        status: &QuotaStatus,
+    ) -> Result<i64, StoreError> {
+        let old = &current.quota;
+        let mut members = quota::patch::status_merge_patch(&old.status, status);
+        // Readable balances are per cash key of the spec: any the last
+        // spec had and this one has not are removed.
+        let before = (old.spec != *spec)
+            .then(|| quota::readable::summarize(&old.spec, &old.status, &self.keys).1);
+        let stored: Vec<&std::collections::BTreeMap<String, String>> =
+            std::iter::once(&old.status.readable)
+                .chain(&before)
+                .collect();
+        members.extend(quota::patch::derived_patch(
+            spec, status, &self.keys, &stored,
+        ));
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": version.to_string()},
+            "status": members,
+        });
+        let mut req = kube::core::Request::new(BizGroupResourceQuota::url_path(&(), None))
+            .patch_subresource(
+                "status",
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .map_err(|e| StoreError::Backend(format!("bizrq {name}: {e}")))?;
+        // Only the new version is read of the answer (the service keeps the
+        // status it wrote): asked for as metadata alone, as client-go's
+        // metadata client asks, so the API server does not send the whole
+        // object back (and what else comes is skipped unparsed).
+        req.headers_mut().insert(
+            axum::http::header::ACCEPT,
+            axum::http::HeaderValue::from_static(
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
+            ),
+        );
+        let written: Versioned = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| map_err(name, e))?;
+        written.version(name)
+    }
+}
+
+/// An object as answered, read only for its version.
+#[derive(serde::Deserialize)]
+struct Versioned {
+    metadata: VersionedMeta,
+}
+
+#[derive(serde::Deserialize)]
+struct VersionedMeta {
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+impl Versioned {
+    fn version(&self, name: &str) -> Result<i64, StoreError> {
+        let rv = self.metadata.resource_version.as_deref().unwrap_or("");
+        rv.parse::<i64>().map_err(|_| {
+            StoreError::Backend(format!(
+                "bizrq {name}: resourceVersion '{rv}' is not a number"
+            ))
+        })
+    }
 }
 
 fn map_err(name: &str, e: kube::Error) -> StoreError {
@@ -212,6 +305,20 @@ impl QuotaStore for ClusterStore {
         match self.api.get_opt(name).await.map_err(|e| map_err(name, e))? {
             Some(k) => Ok(Some(to_stored(&k)?)),
             None => Ok(None),
+        }
+    }
+
+    async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
+        // The object's metadata alone, fresh from the API server (not the
+        // watch's copy, which may not have seen another replica's write
+        // yet): what proves a kept copy current.
+        let req = kube::core::Request::new(BizGroupResourceQuota::url_path(&(), None))
+            .get_metadata(name, &GetParams::default())
+            .map_err(|e| StoreError::Backend(format!("bizrq {name}: {e}")))?;
+        match self.client.request::<Versioned>(req).await {
+            Ok(v) => v.version(name).map(Some),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
+            Err(e) => Err(map_err(name, e)),
         }
     }
 
@@ -348,11 +455,9 @@ impl QuotaStore for ClusterStore {
                 .map_err(|e| map_err(name, e))?;
             version = version_of(&written)?;
         }
-        let at = Stored {
-            quota: quota.clone(),
-            version,
-        };
-        self.replace_status(&at, &quota.status).await
+        // The spec write leaves the status as it was (`current`'s).
+        self.patch_status(name, version, current, &quota.spec, &quota.status)
+            .await
     }
 
     async fn replace_status(
@@ -360,31 +465,10 @@ impl QuotaStore for ClusterStore {
         current: &Stored,
         status: &QuotaStatus,
     ) -> Result<i64, StoreError> {
-        let name = current.quota.name();
-        // The status subresource takes only the status (and the version it
-        // was decided on): the rest of the object is not copied.
-        let q = Quota {
-            api_version: current.quota.api_version.clone(),
-            kind: current.quota.kind.clone(),
-            metadata: current.quota.metadata.clone(),
-            spec: current.quota.spec.clone(),
-            status: status.clone(),
-        };
-        let written = self
-            .api
-            .replace_status(
-                name,
-                &PostParams::default(),
-                &to_object(q, Some(current.version), &self.keys)?,
-            )
+        let q = &current.quota;
+        self.patch_status(q.name(), current.version, current, &q.spec, status)
             .await
-            .map_err(|e| map_err(name, e))?;
-        // Only the new version is needed of the answer: the service keeps
-        // the status it wrote (converting the answer back was half the
-        // conversions of a write).
-        version_of(&written)
     }
-
     async fn delete(&self, current: &Stored) -> Result<(), StoreError> {
         let name = current.quota.name();
         let dp = DeleteParams {
@@ -513,7 +597,7 @@ mod tests {
         );
         let server = tokio::spawn(async move {
             let (body, send) =
-                expect(&mut handle, Method::PUT, &format!("{PATH}/nlp/status")).await;
+                expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
             let mut written = body.clone();
             written["metadata"]["resourceVersion"] = json!("8");
             send.send_response(ok(&written));
@@ -528,7 +612,8 @@ mod tests {
         );
         assert_eq!(
             body["status"]["summary"],
-            json!({"gpu": "12/16", "cardHoursLeft": "999.58", "reclaimPending": 0, "queued": 0})
+            // Whole, a member it lacks removed (`null`) rather than kept.
+            json!({"gpu": "12/16", "cardHoursLeft": "999.58", "borrowing": null, "reclaimPending": 0, "queued": 0})
         );
         assert_eq!(
             body["status"]["readable"],
@@ -552,7 +637,7 @@ mod tests {
             created.as_object_mut().unwrap().remove("status");
             send.send_response(ok(&created));
             let (body, send) =
-                expect(&mut handle, Method::PUT, &format!("{PATH}/nlp/status")).await;
+                expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
             assert_eq!(body["metadata"]["resourceVersion"], "5");
             send.send_response(conflict("nlp"));
             let (_, send) = expect(&mut handle, Method::GET, &format!("{PATH}/nlp")).await;
@@ -575,7 +660,7 @@ mod tests {
             .insert("requests.nvidia.com/gpu".into(), "4".parse().unwrap());
         let server = tokio::spawn(async move {
             let (body, send) =
-                expect(&mut handle, Method::PUT, &format!("{PATH}/nlp/status")).await;
+                expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
             assert_eq!(body["metadata"]["resourceVersion"], "7");
             assert_eq!(body["status"]["used"]["requests.nvidia.com/gpu"], "4");
             send.send_response(conflict("nlp"));
@@ -606,7 +691,7 @@ mod tests {
             let (_, send) = expect(&mut handle, Method::GET, &format!("{PATH}/nlp")).await;
             send.send_response(ok(&object("nlp", "7", "0")));
             let (body, send) =
-                expect(&mut handle, Method::PUT, &format!("{PATH}/nlp/status")).await;
+                expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
             assert_eq!(body["metadata"]["resourceVersion"], "7");
             send.send_response(conflict("nlp"));
             // Someone else charged 10 meanwhile.
@@ -615,7 +700,7 @@ mod tests {
             theirs["status"]["workloads"] = json!({"apps/Deployment/ml/other": {"podSets": [{"name": "main", "count": 10, "perPod": {"requests.nvidia.com/gpu": "1"}}], "since": "2026-11-21T10:00:00.000Z"}});
             send.send_response(ok(&theirs));
             let (body, send) =
-                expect(&mut handle, Method::PUT, &format!("{PATH}/nlp/status")).await;
+                expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
             assert_eq!(body["metadata"]["resourceVersion"], "8");
             assert_eq!(
                 body["status"]["used"]["requests.nvidia.com/gpu"], "14",
@@ -638,6 +723,114 @@ mod tests {
             .unwrap();
         server.await.unwrap();
         assert_eq!(svc.metrics.cas_conflicts.get(), 1);
+    }
+
+    /// A status write is a merge patch of what changed, carrying the
+    /// version it was decided on; the rest of the status is not sent.
+    #[tokio::test]
+    async fn the_status_write_patches_only_what_changed() {
+        let (client, mut handle) = mock();
+        let (cache, _writer) = reflector::store();
+        let store = ClusterStore::new(client, cache);
+        let mut start: BizGroupResourceQuota =
+            serde_json::from_value(object("nlp", "7", "0")).unwrap();
+        let charge = |n: i64| quota::object::Charge {
+            pod_sets: vec![quota::workload::PodSet {
+                name: "main".into(),
+                count: n,
+                per_pod: [("requests.nvidia.com/gpu".to_string(), "1".parse().unwrap())].into(),
+                qos: None,
+            }],
+            hpa: None,
+            since: "2026-11-21T10:00:00.000Z".into(),
+            uid: format!("u-{n}"),
+            admitted: None,
+        };
+        let st = &mut start.status.as_mut().unwrap().0;
+        for w in ["a", "b", "c"] {
+            st.workloads
+                .insert(format!("apps/Deployment/ml/{w}"), charge(1));
+        }
+        let current = to_stored(&start).unwrap();
+        let mut status = current.quota.status.clone();
+        status
+            .workloads
+            .insert("apps/Deployment/ml/b".into(), charge(2));
+        status.workloads.remove("apps/Deployment/ml/c");
+        status
+            .used
+            .insert("requests.nvidia.com/gpu".into(), "3".parse().unwrap());
+        let server = tokio::spawn(async move {
+            let (req, send) = handle.next_request().await.expect("a request");
+            assert_eq!(req.method(), Method::PATCH);
+            assert_eq!(req.uri().path(), format!("{PATH}/nlp/status"));
+            assert_eq!(
+                req.headers()["content-type"],
+                "application/merge-patch+json"
+            );
+            let accept = req.headers()["accept"].to_str().unwrap();
+            assert!(accept.contains("as=PartialObjectMetadata"), "{accept}");
+            let bytes = http_body_util::BodyExt::collect(req.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            let body: Value = serde_json::from_slice(&bytes).unwrap();
+            send.send_response(ok(
+                &json!({"metadata": {"name": "nlp", "resourceVersion": "8"}}),
+            ));
+            body
+        });
+        assert_eq!(store.replace_status(&current, &status).await.unwrap(), 8);
+        let body = server.await.unwrap();
+        assert_eq!(body["metadata"], json!({"resourceVersion": "7"}));
+        assert_eq!(
+            body["status"]["workloads"],
+            json!({"apps/Deployment/ml/b": {"podSets": [{"name": "main", "count": 2, "perPod": {"requests.nvidia.com/gpu": "1"}}], "uid": "u-2"},
+                   "apps/Deployment/ml/c": null}),
+            "only the changed charge's changed members, and the one released"
+        );
+        assert_eq!(
+            body["status"]["used"],
+            json!({"requests.nvidia.com/gpu": "3"})
+        );
+        assert!(body["status"]["hard"].is_null(), "unchanged: not sent");
+        assert!(body["spec"].is_null());
+    }
+
+    /// Proving a kept copy current reads the object's metadata alone, from
+    /// the API server.
+    #[tokio::test]
+    async fn version_reads_metadata_only() {
+        let (client, mut handle) = mock();
+        let (cache, _writer) = reflector::store();
+        let store = ClusterStore::new(client, cache);
+        let server = tokio::spawn(async move {
+            let (req, send) = handle.next_request().await.expect("a request");
+            assert_eq!(req.method(), Method::GET);
+            assert_eq!(req.uri().path(), format!("{PATH}/nlp"));
+            let accept = req.headers()["accept"].to_str().unwrap().to_string();
+            assert!(accept.contains("as=PartialObjectMetadata"), "{accept}");
+            send.send_response(ok(
+                &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": "nlp", "resourceVersion": "12"}}),
+            ));
+            let (_, send) = handle.next_request().await.expect("a request");
+            send.send_response(
+                Response::builder()
+                    .status(404)
+                    .body(Body::from(
+                        serde_json::to_vec(
+                            &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "NotFound", "code": 404, "message": "not found"}),
+                        )
+                        .unwrap(),
+                    ))
+                    .unwrap(),
+            );
+        });
+        assert_eq!(store.version("nlp").await.unwrap(), Some(12));
+        assert_eq!(store.version("gone").await.unwrap(), None);
+        server.await.unwrap();
     }
 
     #[tokio::test]
@@ -663,7 +856,8 @@ mod tests {
             created["metadata"]["resourceVersion"] = "100".into();
             created.as_object_mut().unwrap().remove("status");
             send.send_response(ok(&created));
-            let (body, send) = expect(&mut handle, Method::PUT, &format!("{PATH}/cv/status")).await;
+            let (body, send) =
+                expect(&mut handle, Method::PATCH, &format!("{PATH}/cv/status")).await;
             assert_eq!(body["metadata"]["resourceVersion"], "100");
             assert_eq!(body["status"]["used"]["pods"], "0");
             let mut written = body.clone();

@@ -4,6 +4,7 @@
 //! passed in). `snapshot` gives `quota::reconcile` what it needs.
 
 use quota::cash::Interval;
+use quota::hold::GatedPod;
 use quota::keys::{CPU_TYPE_LABEL, GPU_TYPE_LABEL, MEMORY_TYPE_LABEL};
 use quota::object::HpaCharge;
 use quota::pods::{owning_workload, Owner, PodFacts, PodLedger, PodRun};
@@ -138,12 +139,22 @@ pub struct View {
     by_quota: HashMap<String, BTreeSet<String>>,
     hpa_targets: HashMap<String, BTreeSet<(String, String)>>,
     unschedulable: HashSet<String>,
+    /// Pods carrying bizrq's scheduling gate (`quota::hold`), by uid, with
+    /// their name and the patch that removes it: released once their
+    /// workload is charged.
+    gated: HashMap<String, (String, serde_json::Value)>,
     /// One copy of each distinct pod spec and pod usage: the pods of a
     /// template are equal, and half a million copies would not fit.
     specs: HashSet<Arc<PodSpec>>,
     usages: HashSet<Arc<ResourceList>>,
     strs: HashSet<Arc<str>>,
     owner_refs: HashSet<Arc<Owner>>,
+}
+
+/// Gated pods in a stable order (namespace, name): the patches go out so.
+fn by_name(mut pods: Vec<GatedPod>) -> Vec<GatedPod> {
+    pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    pods
 }
 
 /// The shared copy of a string in `pool`.
@@ -554,6 +565,7 @@ impl View {
     pub fn delete_pod(&mut self, uid: &str, now_ms: i64) -> BTreeSet<String> {
         let mut touched = BTreeSet::new();
         self.unschedulable.remove(uid);
+        self.gated.remove(uid);
         if let Some(mut p) = self.pods.remove(uid) {
             if p.unschedulable {
                 if let Some(w) = self.workloads.get(&*p.workload) {
@@ -724,6 +736,90 @@ impl View {
     }
 
     /// The governed workloads bound to `quota`, for reclaim.
+    /// Record whether the pod `uid` (applied just before) carries bizrq's
+    /// gate: its name and the patch that removes it (None: it does not).
+    /// The quota to reconcile, which releases it if its workload is
+    /// charged.
+    pub fn set_gated(
+        &mut self,
+        uid: &str,
+        gate: Option<(String, serde_json::Value)>,
+    ) -> Option<String> {
+        match gate {
+            Some(g) => {
+                self.gated.insert(uid.to_string(), g);
+                let p = self.pods.get(uid)?;
+                Some(self.workloads.get(&*p.workload)?.quota.clone())
+            }
+            None => {
+                self.gated.remove(uid);
+                None
+            }
+        }
+    }
+
+    fn gated_pod(&self, uid: &str) -> Option<(&PodEntry, GatedPod)> {
+        let (name, patch) = self.gated.get(uid)?;
+        let p = self.pods.get(uid)?;
+        Some((
+            p,
+            GatedPod {
+                workload_ref: p.workload.to_string(),
+                namespace: p.facts.namespace.to_string(),
+                name: name.clone(),
+                patch: patch.clone(),
+            },
+        ))
+    }
+
+    /// The pods carrying bizrq's gate whose workload is bound to `quota`.
+    pub fn gated_pods(&self, quota: &str) -> Vec<GatedPod> {
+        let pods = self
+            .gated
+            .keys()
+            .filter_map(|uid| self.gated_pod(uid))
+            .filter(|(p, _)| {
+                self.workloads
+                    .get(&*p.workload)
+                    .is_some_and(|w| w.quota == quota)
+            })
+            .map(|(_, g)| g)
+            .collect();
+        by_name(pods)
+    }
+
+    /// The pods of `wref` carrying bizrq's gate, by namespace and name.
+    pub fn gated_pods_of(&self, wref: &str) -> Vec<GatedPod> {
+        let pods = self
+            .by_workload
+            .get(wref)
+            .into_iter()
+            .flatten()
+            .filter_map(|uid| self.gated_pod(uid).map(|(_, g)| g))
+            .collect();
+        by_name(pods)
+    }
+
+    /// `namespace/name` was ungated (or is gone): not released again
+    /// before the watch shows it anew.
+    pub fn ungated(&mut self, namespace: &str, name: &str) {
+        let uids: Vec<String> = self
+            .gated
+            .iter()
+            .filter(|(uid, (n, _))| {
+                n == name
+                    && self
+                        .pods
+                        .get(*uid)
+                        .is_some_and(|p| &*p.facts.namespace == namespace)
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in uids {
+            self.gated.remove(&uid);
+        }
+    }
+
     /// The uid of a workload the watch shows, if it shows one.
     pub fn workload_uid(&self, wref: &str) -> Option<String> {
         self.workloads

@@ -128,6 +128,7 @@ async fn would_queue(
             .flatten()
             .map(|r| r.ms),
         submitted_by: None,
+        preempted: false,
     };
     Ok(match svc.would_queue(quota_name, work).await? {
         Queueing::Queued { position, reason } => Some((position, reason)),

@@ -73,7 +73,13 @@ pub async fn tree_rows(
         closed: TreeQuery::names(&p.closed),
         ..TreeQuery::default()
     };
-    let rows = app::tree::tree_rows(&quotas, &in_use, &app.service.keys, query.sort);
+    let rows = app::tree::tree_rows(
+        &quotas,
+        &in_use,
+        &app.service.keys,
+        &app.service.pricing(),
+        query.sort,
+    );
     let (rows, page, more) = app::tree::rows_under(rows, parent, p.at, &query)
         .ok_or_else(|| PageError::NotFound(format!("bizrq {parent} not found")))?;
     let html = app::tree::render_tree_rows(rows, &page, more, parent);

@@ -153,7 +153,7 @@ pub async fn overview_data(
         &forest.quotas,
         &forest.in_use,
         &app.service.keys,
-        app.service.now(),
+        &app.service.pricing(),
     );
     Ok(OverviewData {
         forest,
@@ -242,6 +242,7 @@ pub async fn tree(
         &forest.quotas,
         &forest.in_use,
         &app.service.keys,
+        &app.service.pricing(),
         query,
     ))
     .into_response())

@@ -343,6 +343,16 @@ impl Service {
         (self.clock)()
     }
 
+    /// What the tree and the overview price a budget's burn at: the QoS
+    /// multipliers and the price list in force, now.
+    pub fn pricing(&self) -> app::tree::Pricing {
+        app::tree::Pricing {
+            qos: self.prices,
+            list: self.price_list(),
+            now_ms: self.now(),
+        }
+    }
+
     async fn lock(&self, name: &str) -> NameGuard {
         self.locks.lock(name).await
     }
@@ -1050,6 +1060,10 @@ impl Service {
                 move |q: &mut Quota| -> Result<(bool, Round), ServiceError> {
                     let old = q.status.workloads.get(&wref);
                     let held = old.is_some();
+                    // Admitted from the queue: the controller recorded its
+                    // submitter, and its unsuspend (bizrq's own write) is
+                    // not who asked.
+                    let from_queue = old.is_some_and(|o| o.uid.starts_with("queue:"));
                     let Some(c) = build(old, &now) else {
                         let nothing = Admitted {
                             held,
@@ -1059,8 +1073,12 @@ impl Service {
                     };
                     // A queued workload, suspended, has nothing to charge:
                     // it stays queued and uncharged (docs/queueing.md §4).
+                    // One queued by preemption still holds its running
+                    // charge until this, its suspend, releases it (the
+                    // entry stays: preempt.rs in the controller).
                     let queued = quota::queue::ledger::holds(q, &wref);
-                    if queued && c.usage().values().all(|v| v.nanos() == 0) {
+                    let nothing = c.usage().values().all(|v| v.nanos() == 0);
+                    if queued && nothing && !quota::queue::ledger::runs(q, &wref) {
                         let nothing = Admitted {
                             held,
                             ..Default::default()
@@ -1088,10 +1106,17 @@ impl Service {
                                 .iter()
                                 .find(|e| e.work.workload_ref == wref)
                                 .map(|e| e.work.submitted_ms);
-                            let left = queued && quota::queue::ledger::dequeue(q, &wref);
+                            let left =
+                                queued && !nothing && quota::queue::ledger::dequeue(q, &wref);
                             // Who asked, for the ledger (docs/budgets.md §6).
                             let by = match &user {
-                                Some(u) if q.status.users.get(&wref) != Some(u) => {
+                                // A suspend asks for nothing: who asked for
+                                // the work is still its submitter.
+                                Some(u)
+                                    if !(nothing
+                                        || from_queue && q.status.users.contains_key(&wref))
+                                        && q.status.users.get(&wref) != Some(u) =>
+                                {
                                     q.status.users.insert(wref.clone(), u.clone());
                                     true
                                 }

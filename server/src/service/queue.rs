@@ -238,10 +238,21 @@ impl Service {
                         Ok(r) => r,
                         Err(r) => return Ok((false, Err((Denial::Budget(Box::new(r)), None)))),
                     };
+                    let by = entry.work.submitted_by.clone();
                     match borrow::charge_or_request(q, wref, charge.clone(), loan.as_ref()) {
                         Ok(_) => {
                             ledger::dequeue(q, wref);
                             hold::apply(&mut q.status, wref, reserved);
+                            // Who submitted it asked for this charge: the
+                            // ledger's entries carry it (docs/budgets.md §6).
+                            match by {
+                                Some(u) => {
+                                    q.status.users.insert(wref.to_string(), u);
+                                }
+                                None => {
+                                    q.status.users.remove(wref);
+                                }
+                            }
                             Ok((true, Ok(true)))
                         }
                         Err((d, req)) => {
@@ -352,6 +363,14 @@ impl Service {
         let limits = self.queue_limits(&current).await?;
         let now = self.now();
         self.update_status(quota_name, false, |q| {
+            let mut work = work.clone();
+            if work.submitted_by.is_none() {
+                work.submitted_by = q
+                    .status
+                    .users
+                    .get(&work.workload_ref)
+                    .and_then(|u| queue::submitter(u));
+            }
             let mut judged = q.clone();
             admission::release(&mut judged, &work.workload_ref);
             let pool = Pool::new(&judged, &limits);
@@ -587,6 +606,7 @@ mod tests {
             pod_sets: sets(2),
             run_ms: None,
             submitted_by: quota::queue::submitter("alice"),
+            preempted: false,
         };
         let answer = svc.queue_workload("ml", work, true, false).await.unwrap();
         assert!(

@@ -13,14 +13,15 @@
 use super::history::{params_list, qos_text, values_list};
 use super::sql::SqlStore;
 use super::StoreError;
-use quota::budget::report::{Entry, Reason};
+use quota::budget::report::{self, Bucket, Dimension, Entry, Reason, ReportSpec};
+use quota::budget::rollup;
 use quota::usage::QosClass;
 use sqlx::{Any, Row, Transaction};
 
 /// How long a ledger window's record is kept (`forget_ledger_windows`).
 pub const KEEP_WINDOWS_MS: i64 = 24 * 3_600_000;
 
-/// Entries per INSERT statement (13 parameters each).
+/// Entries per INSERT statement (17 parameters each).
 const BATCH: usize = 200;
 /// Quota names per `IN (…)` list when reading a subtree.
 const NAMES_PER_QUERY: usize = 500;
@@ -78,22 +79,81 @@ pub fn entry_id(e: &Entry) -> String {
     crate::util::sha256_hex(&parts.join("\u{0}"))
 }
 
+/// One amount as the three limbs reports add in SQL (migration 0016):
+/// `hi × 10^18 + mid × 10^9 + lo`, each limb with the amount's sign.
+pub fn limbs(amount: i128) -> Result<(i64, i64, i64), StoreError> {
+    const G: i128 = 1_000_000_000;
+    let hi = i64::try_from(amount / (G * G)).map_err(|_| {
+        StoreError::Backend(format!(
+            "ledger: the amount {amount} acc is beyond what the ledger adds exactly"
+        ))
+    })?;
+    Ok((hi, ((amount / G) % G) as i64, (amount % G) as i64))
+}
+
+/// The amount of three limb sums (exact: each sum is at most 64 bits).
+pub fn from_limbs(hi: i64, mid: i64, lo: i64) -> i128 {
+    const G: i128 = 1_000_000_000;
+    hi as i128 * G * G + mid as i128 * G + lo as i128
+}
+
+/// Roll-up level of an entry as written: 0, or 3 (kept as written for
+/// good) for what is never rolled.
+fn written_level(e: &Entry) -> i64 {
+    if rollup::rollable(e) {
+        0
+    } else {
+        3
+    }
+}
+
+/// The id of a rolled row: the entry's identity with its level, so a
+/// rolled row never takes the place of an entry as written.
+fn rolled_id(e: &Entry, level: i64) -> String {
+    format!("{}:{level}", entry_id(e))
+}
+
+const INSERT_COLUMNS: &str = "id, quota, key, workload, namespace, model, qos, username, \
+     start_ms, end_ms, amount, reason, note, amount_hi, amount_mid, amount_lo, rollup";
+
 /// Inserts `entries` in `tx`; an entry already stored is left as it is.
 pub(super) async fn insert(
     tx: &mut Transaction<'_, Any>,
     entries: &[Entry],
 ) -> Result<u64, StoreError> {
+    insert_at(tx, entries, None).await
+}
+
+/// Inserts `entries` as written (`level` None: an entry already stored is
+/// left alone) or as rolled rows of `level` (replacing the stored row of
+/// the same cell: the caller has added it in).
+async fn insert_at(
+    tx: &mut Transaction<'_, Any>,
+    entries: &[Entry],
+    level: Option<i64>,
+) -> Result<u64, StoreError> {
     let mut written = 0;
+    let conflict = match level {
+        None => "DO NOTHING",
+        Some(_) => {
+            "DO UPDATE SET amount = excluded.amount, amount_hi = excluded.amount_hi, \
+             amount_mid = excluded.amount_mid, amount_lo = excluded.amount_lo"
+        }
+    };
     for chunk in entries.chunks(BATCH) {
         let sql = format!(
-            "INSERT INTO budget_ledger (id, quota, key, workload, namespace, model, qos, username, \
-             start_ms, end_ms, amount, reason, note) VALUES {} ON CONFLICT (id) DO NOTHING",
-            values_list(chunk.len(), 13)
+            "INSERT INTO budget_ledger ({INSERT_COLUMNS}) VALUES {} ON CONFLICT (id) {conflict}",
+            values_list(chunk.len(), 17)
         );
         let mut q = sqlx::query(&sql);
         for e in chunk {
+            let (hi, mid, lo) = limbs(e.amount)?;
+            let (id, lvl) = match level {
+                None => (entry_id(e), written_level(e)),
+                Some(l) => (rolled_id(e, l), l),
+            };
             q = q
-                .bind(entry_id(e))
+                .bind(id)
                 .bind(e.quota.as_str())
                 .bind(e.key.as_str())
                 .bind(e.workload.as_str())
@@ -105,7 +165,11 @@ pub(super) async fn insert(
                 .bind(e.end_ms)
                 .bind(e.amount.to_string())
                 .bind(reason_text(e.reason))
-                .bind(e.note.as_str());
+                .bind(e.note.as_str())
+                .bind(hi)
+                .bind(mid)
+                .bind(lo)
+                .bind(lvl);
         }
         written += q.execute(&mut **tx).await?.rows_affected();
     }
@@ -226,11 +290,16 @@ impl SqlStore {
 
     /// Drops window records that ended before `before_ms`: they only
     /// guard against a window appended twice, which happens within
-    /// minutes. The entries stay.
+    /// minutes — except each quota's newest, which its status's outbox
+    /// may append again whenever the controller restarts. The entries stay.
     pub async fn forget_ledger_windows(&self, before_ms: i64) -> Result<u64, StoreError> {
         Ok(
-            sqlx::query("DELETE FROM budget_ledger_windows WHERE end_ms < $1")
-                .bind(before_ms)
+            sqlx::query(
+                "DELETE FROM budget_ledger_windows WHERE end_ms < $1 AND EXISTS \
+                 (SELECT 1 FROM budget_ledger_windows n WHERE n.quota = budget_ledger_windows.quota \
+                 AND n.start_ms > budget_ledger_windows.start_ms)",
+            )
+            .bind(before_ms)
                 .execute(&self.write)
                 .await?
                 .rows_affected(),
@@ -320,6 +389,387 @@ impl SqlStore {
     }
 }
 
+/// What one roll-up pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rolled {
+    /// Rows taken in (as written, or hourly rows rolled into days).
+    pub read: u64,
+    /// Rolled rows written (a cell written again by a later chunk counts again).
+    pub written: u64,
+    pub chunks: u64,
+}
+
+/// Rows one roll-up transaction takes at most: a chunk holds the writer
+/// for milliseconds, so admissions never wait behind a roll-up.
+pub const ROLL_CHUNK: i64 = 2_000;
+
+/// Why an aggregated read gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error(transparent)]
+    TooMany(#[from] TooMany),
+    #[error(transparent)]
+    TooFine(#[from] rollup::TooFine),
+}
+
+/// A report's ledger, summed in SQL: entries that stand for the ledger's
+/// rows as far as `report::report` can tell (each group of rows that lies
+/// within one bucket as one instant holding its sum; each row that
+/// crosses a bucket or the range's edge as itself).
+#[derive(Clone, Debug, Default)]
+pub struct Aggregated {
+    pub entries: Vec<Entry>,
+    /// Ledger rows summed.
+    pub rows: u64,
+    /// Of them, rows that cross an edge of the range (shared by time).
+    pub straddling: u64,
+}
+
+const ENTRY_COLUMNS: &str = "quota, key, workload, namespace, model, qos, username, start_ms, \
+     end_ms, amount, reason, note";
+
+/// Quota names per `IN (…)` list of an aggregated read.
+const NAMES_PER_SUM: usize = 10_000;
+
+impl SqlStore {
+    /// Sets how old ledger entries are rolled up (checked first).
+    pub fn set_ledger_rollup(&self, p: rollup::Policy) -> Result<(), rollup::PolicyError> {
+        p.validate()?;
+        *self
+            .ledger_rollup
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = p;
+        Ok(())
+    }
+
+    pub fn ledger_rollup(&self) -> rollup::Policy {
+        *self.ledger_rollup.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How far the ledger is rolled up (`budget_ledger_rollup`).
+    async fn stored_in<'c, E>(
+        &self,
+        ex: E,
+        policy_offset: i32,
+    ) -> Result<rollup::Stored, StoreError>
+    where
+        E: sqlx::Executor<'c, Database = Any>,
+    {
+        let rows = sqlx::query("SELECT level, until_ms FROM budget_ledger_rollup")
+            .fetch_all(ex)
+            .await?;
+        let mut out = rollup::Stored {
+            hourly_until_ms: i64::MIN,
+            daily_until_ms: i64::MIN,
+            daily_utc_offset_minutes: policy_offset,
+        };
+        for r in &rows {
+            let until: i64 = r.try_get("until_ms")?;
+            match r.try_get::<i64, _>("level")? {
+                1 => out.hourly_until_ms = until,
+                2 => out.daily_until_ms = until,
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Rolls the ledger up as `policy` says at `now_ms`: rows as written
+    /// into hours, rows (and hours) older still into days. Chunks of
+    /// `ROLL_CHUNK` rows, each its own transaction: the rows are taken
+    /// out (`DELETE … RETURNING`, so of two replicas only one gets a row)
+    /// and their cells' rolled rows, summed with them, put back. Every
+    /// chunk first takes the lock row of `budget_ledger_rollup`, so two
+    /// replicas take turns. The level's mark moves first, so a report
+    /// made meanwhile already refuses to cut inside cells being rolled.
+    pub async fn roll_up_ledger(
+        &self,
+        policy: &rollup::Policy,
+        now_ms: i64,
+    ) -> Result<Rolled, StoreError> {
+        let (hourly, daily) = policy.cutoffs(now_ms);
+        let mut out = Rolled::default();
+        self.roll_level(1, &[0], rollup::Grid::hours(), hourly, &mut out)
+            .await?;
+        let days = rollup::Grid::days(policy.daily_utc_offset_minutes);
+        self.roll_level(2, &[0, 1], days, daily, &mut out).await?;
+        Ok(out)
+    }
+
+    async fn roll_level(
+        &self,
+        level: i64,
+        from_levels: &[i64],
+        grid: rollup::Grid,
+        until: i64,
+        out: &mut Rolled,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE budget_ledger_rollup SET until_ms = $1 WHERE level = $2 AND until_ms < $1",
+        )
+        .bind(until)
+        .bind(level)
+        .execute(&self.write)
+        .await?;
+        for &src in from_levels {
+            loop {
+                let mut tx = self.write.begin().await?;
+                sqlx::query("UPDATE budget_ledger_rollup SET until_ms = until_ms WHERE level = 0")
+                    .execute(&mut *tx)
+                    .await?;
+                let taken = sqlx::query(&format!(
+                    "DELETE FROM budget_ledger WHERE id IN (SELECT id FROM budget_ledger \
+                     WHERE rollup = $1 AND start_ms < $2 AND end_ms <= $2 ORDER BY start_ms LIMIT $3) \
+                     RETURNING {ENTRY_COLUMNS}"
+                ))
+                .bind(src)
+                .bind(until)
+                .bind(ROLL_CHUNK)
+                .fetch_all(&mut *tx)
+                .await?;
+                if taken.is_empty() {
+                    tx.rollback().await?;
+                    break;
+                }
+                let mut entries = taken.iter().map(entry_of).collect::<Result<Vec<_>, _>>()?;
+                // The cells' rolled rows so far, taken out to be summed in.
+                let ids: Vec<String> = rollup::roll_up(&entries, grid)
+                    .iter()
+                    .map(|e| rolled_id(e, level))
+                    .collect();
+                for chunk in ids.chunks(NAMES_PER_QUERY) {
+                    let sql = format!(
+                        "DELETE FROM budget_ledger WHERE id IN ({}) RETURNING {ENTRY_COLUMNS}",
+                        params_list(1, chunk.len())
+                    );
+                    let rows = chunk
+                        .iter()
+                        .fold(sqlx::query(&sql), |q, id| q.bind(id.as_str()))
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    for r in &rows {
+                        entries.push(entry_of(r)?);
+                    }
+                }
+                let merged = rollup::roll_up(&entries, grid);
+                insert_at(&mut tx, &merged, Some(level)).await?;
+                tx.commit().await?;
+                out.read += taken.len() as u64;
+                out.written += merged.len() as u64;
+                out.chunks += 1;
+                if (taken.len() as i64) < ROLL_CHUNK {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The ledger rows `spec` reports on (its range, key and reasons;
+    /// `quotas`: only these), summed in SQL per dimension, key and bucket,
+    /// as `Aggregated` entries: `report::report` over them gives exactly
+    /// what it gives over the rows. Refused when the report would cut
+    /// inside a rolled cell (`rollup::check`, read in the same snapshot
+    /// as the rows) or would sum more than `limit` groups.
+    pub async fn ledger_aggregate(
+        &self,
+        spec: &ReportSpec,
+        quotas: Option<&[String]>,
+        limit: usize,
+    ) -> Result<Result<Aggregated, Refused>, StoreError> {
+        let mut out = Aggregated::default();
+        let chunks: Vec<Option<&[String]>> = match quotas {
+            None => vec![None],
+            Some([]) => return Ok(Ok(out)),
+            Some(names) => names.chunks(NAMES_PER_SUM).map(Some).collect(),
+        };
+        // One snapshot for the marks and every read.
+        let mut tx = self.read.begin().await?;
+        if self.backend == super::sql::Backend::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let offset = self.ledger_rollup().daily_utc_offset_minutes;
+        let stored = self.stored_in(&mut *tx, offset).await?;
+        if let Err(e) = rollup::check(spec, &stored) {
+            return Ok(Err(e.into()));
+        }
+        let (dim, by_quota) = match spec.by {
+            Dimension::Quota | Dimension::Child => ("''", true),
+            Dimension::Workload => ("workload", false),
+            Dimension::Namespace => ("namespace", false),
+            Dimension::Model => ("model", false),
+            Dimension::Qos => ("qos", false),
+            Dimension::User => ("username", false),
+            Dimension::Key => ("''", false),
+            Dimension::Reason => ("reason", false),
+        };
+        let (cell, next) = bucket_sql(spec);
+        let reasons: Vec<&str> = spec.reasons.iter().map(|r| reason_text(*r)).collect();
+        if reasons.is_empty() {
+            return Ok(Ok(out));
+        }
+        for names in chunks {
+            let mut sql = format!(
+                "SELECT {dim} AS g, {q} AS q, key, {cell} AS cell, \
+                 CASE WHEN end_ms > {to} OR end_ms > {next} THEN id ELSE '' END AS x, \
+                 MIN(start_ms) AS s, MAX(end_ms) AS e, CAST(SUM(amount_hi) AS BIGINT) AS hi, \
+                 CAST(SUM(amount_mid) AS BIGINT) AS mid, CAST(SUM(amount_lo) AS BIGINT) AS lo, \
+                 COUNT(*) AS n FROM budget_ledger WHERE start_ms >= {from} AND start_ms < {to} \
+                 AND reason IN ({})",
+                params_list(1, reasons.len()),
+                q = if by_quota { "quota" } else { "''" },
+                from = spec.from_ms,
+                to = spec.to_ms,
+            );
+            let mut next_param = reasons.len() + 1;
+            if spec.key.is_some() {
+                sql.push_str(&format!(" AND key = ${next_param}"));
+                next_param += 1;
+            }
+            if let Some(n) = names {
+                sql.push_str(&format!(
+                    " AND quota IN ({})",
+                    params_list(next_param, n.len())
+                ));
+            }
+            sql.push_str(&format!(
+                " GROUP BY 1, 2, 3, 4, 5 LIMIT {}",
+                limit as i64 + 1
+            ));
+            let mut q = sqlx::query(&sql);
+            for r in &reasons {
+                q = q.bind(*r);
+            }
+            if let Some(k) = spec.key.as_deref() {
+                q = q.bind(k);
+            }
+            for name in names.into_iter().flatten() {
+                q = q.bind(name.as_str());
+            }
+            let rows = q.fetch_all(&mut *tx).await?;
+            for r in &rows {
+                let x: String = r.try_get("x")?;
+                let n: i64 = r.try_get("n")?;
+                let (s, e): (i64, i64) = (r.try_get("s")?, r.try_get("e")?);
+                let crossing = !x.is_empty();
+                let mut entry = Entry {
+                    quota: {
+                        let q: String = r.try_get("q")?;
+                        if q.is_empty() {
+                            spec.subtree.clone().unwrap_or_default()
+                        } else {
+                            q
+                        }
+                    },
+                    key: r.try_get("key")?,
+                    workload: String::new(),
+                    namespace: String::new(),
+                    model: None,
+                    qos: None,
+                    user: None,
+                    start_ms: s,
+                    end_ms: if crossing { e } else { s },
+                    amount: from_limbs(r.try_get("hi")?, r.try_get("mid")?, r.try_get("lo")?),
+                    reason: spec.reasons[0],
+                    note: String::new(),
+                };
+                let g: Option<String> = if dim == "''" { None } else { r.try_get("g")? };
+                match spec.by {
+                    Dimension::Workload => entry.workload = g.unwrap_or_default(),
+                    Dimension::Namespace => entry.namespace = g.unwrap_or_default(),
+                    Dimension::Model => entry.model = g,
+                    Dimension::Qos => entry.qos = g.map(|s| qos_from(&s)).transpose()?,
+                    Dimension::User => entry.user = g,
+                    Dimension::Reason => {
+                        entry.reason = reason_from_text(g.as_deref().unwrap_or_default())?
+                    }
+                    _ => {}
+                }
+                out.rows += n as u64;
+                if crossing && e > spec.to_ms {
+                    out.straddling += 1;
+                }
+                out.entries.push(entry);
+            }
+            if out.entries.len() > limit {
+                return Ok(Err(TooMany { limit }.into()));
+            }
+        }
+        // Rows that start before the range and reach into it, as they are.
+        let mut sql = format!(
+            "SELECT {ENTRY_COLUMNS} FROM budget_ledger WHERE start_ms < {from} AND end_ms > {from} \
+             AND reason IN ({})",
+            params_list(1, reasons.len()),
+            from = spec.from_ms
+        );
+        if spec.key.is_some() {
+            sql.push_str(&format!(" AND key = ${}", reasons.len() + 1));
+        }
+        sql.push_str(&format!(" LIMIT {}", limit as i64 + 1));
+        let mut q = sqlx::query(&sql);
+        for r in &reasons {
+            q = q.bind(*r);
+        }
+        if let Some(k) = spec.key.as_deref() {
+            q = q.bind(k);
+        }
+        let wanted: Option<std::collections::BTreeSet<&str>> =
+            quotas.map(|n| n.iter().map(String::as_str).collect());
+        for r in &q.fetch_all(&mut *tx).await? {
+            let e = entry_of(r)?;
+            if wanted
+                .as_ref()
+                .is_some_and(|w| !w.contains(e.quota.as_str()))
+            {
+                continue;
+            }
+            out.rows += 1;
+            out.straddling += 1;
+            out.entries.push(e);
+        }
+        tx.rollback().await?;
+        if out.entries.len() > limit {
+            return Ok(Err(TooMany { limit }.into()));
+        }
+        Ok(Ok(out))
+    }
+}
+
+/// SQL for a row's bucket (any value unique per bucket) and the bucket's
+/// end, from `start_ms`: arithmetic on the regular grids (days, weeks),
+/// a `CASE` over the cuts otherwise (months: a dozen a year). Numbers are
+/// ours, written as literals.
+fn bucket_sql(spec: &ReportSpec) -> (String, String) {
+    use quota::budget::period::MS_PER_DAY;
+    let step = match spec.bucket {
+        Bucket::Day => Some(MS_PER_DAY),
+        Bucket::Week { .. } => Some(7 * MS_PER_DAY),
+        Bucket::None | Bucket::Month => None,
+    };
+    if let Some(step) = step {
+        let anchor = report::bucket_start(spec, spec.from_ms);
+        return (
+            format!("(start_ms - {anchor}) / {step}"),
+            format!("({anchor} + ((start_ms - {anchor}) / {step} + 1) * {step})"),
+        );
+    }
+    let cuts = report::cuts(spec);
+    if cuts.is_empty() {
+        return ("0".into(), spec.to_ms.to_string());
+    }
+    let mut cell = String::from("CASE");
+    let mut next = String::from("CASE");
+    for (i, c) in cuts.iter().enumerate() {
+        cell.push_str(&format!(" WHEN start_ms < {c} THEN {i}"));
+        next.push_str(&format!(" WHEN start_ms < {c} THEN {c}"));
+    }
+    cell.push_str(&format!(" ELSE {} END", cuts.len()));
+    next.push_str(&format!(" ELSE {} END", spec.to_ms));
+    (cell, next)
+}
+
 fn amount_of(s: &str) -> Result<i128, StoreError> {
     s.parse()
         .map_err(|_| StoreError::Backend(format!("ledger: stored amount '{s}' is not an integer")))
@@ -354,6 +804,9 @@ mod tests {
         appending_twice_writes_once,
         windows_are_written_once,
         reads_are_bounded_and_filtered,
+        sums_in_sql_equal_the_entries,
+        rolling_up_keeps_every_report,
+        reports_finer_than_the_rolled_grid_are_refused,
     );
 
     fn accrual(quota: &str, workload: &str, start: i64, end: i64, amount: i128) -> Entry {
@@ -470,7 +923,10 @@ mod tests {
             store.ledger_windows("a", 0).await.unwrap(),
             vec![(0, 100), (100, 200), (200, 300), (300, 400)]
         );
-        assert_eq!(store.forget_ledger_windows(250).await.unwrap(), 3);
+        // Records that ended before 250 go, but each quota's newest stays
+        // (b's [0, 100) is b's only one).
+        assert_eq!(store.forget_ledger_windows(250).await.unwrap(), 2);
+        assert_eq!(store.ledger_windows("b", -1).await.unwrap(), vec![(0, 100)]);
     }
 
     async fn reads_are_bounded_and_filtered(store: &SqlStore) {
@@ -541,5 +997,272 @@ mod tests {
             .unwrap()
             .unwrap()
             .is_empty());
+    }
+
+    const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+    const MIN: i64 = 60_000;
+    const HOUR: i64 = 60 * MIN;
+    const DAY: i64 = 24 * HOUR;
+
+    /// Three days of 61-second windows (so windows cross hours and days)
+    /// for two quotas and three workloads, amounts beyond 64 bits, a
+    /// refund with a note, a top-up and a carry.
+    fn three_days() -> Vec<Entry> {
+        let mut out = Vec::new();
+        let models = ["A100", "H100", "T4"];
+        let mut t = T0 - 30_000;
+        let mut i: i128 = 0;
+        while t < T0 + 3 * DAY {
+            for (w, model) in models.iter().enumerate() {
+                let q = if w == 2 { "b" } else { "a" };
+                let mut e = accrual(
+                    q,
+                    &format!("batch/Job/ml/w{w}"),
+                    t,
+                    t + 61_000,
+                    BIG + i * 7919,
+                );
+                e.model = Some(model.to_string());
+                e.user = (w != 1).then(|| format!("user{w}"));
+                out.push(e);
+                i += 1;
+            }
+            t += 61_000;
+        }
+        let mut refund = accrual("a", "batch/Job/ml/w0", T0 + DAY, T0 + DAY + HOUR, -BIG);
+        refund.reason = Reason::Refund;
+        refund.note = "reclaimed".into();
+        out.push(refund);
+        let mut top = accrual("b", "", T0 + 2 * DAY + 5, T0 + 2 * DAY + 5, 12_345);
+        top.reason = Reason::TopUp;
+        top.workload.clear();
+        out.push(top);
+        out
+    }
+
+    fn spec_of(
+        by: Dimension,
+        bucket: Bucket,
+        from: i64,
+        to: i64,
+        reasons: &[Reason],
+    ) -> ReportSpec {
+        ReportSpec {
+            from_ms: from,
+            to_ms: to,
+            by,
+            bucket,
+            utc_offset_minutes: 0,
+            subtree: None,
+            key: None,
+            reasons: reasons.to_vec(),
+        }
+    }
+
+    /// The reports the tests compare: every dimension, several buckets,
+    /// ranges on whole hours and days (what a rolled ledger answers).
+    fn specs() -> Vec<ReportSpec> {
+        use quota::budget::Weekday;
+        let all = [
+            Reason::Accrual,
+            Reason::Refund,
+            Reason::TopUp,
+            Reason::Carry,
+        ];
+        let spend = [Reason::Accrual, Reason::Refund];
+        let mut out = Vec::new();
+        for by in [
+            Dimension::Quota,
+            Dimension::Workload,
+            Dimension::Namespace,
+            Dimension::Model,
+            Dimension::Qos,
+            Dimension::User,
+            Dimension::Key,
+            Dimension::Reason,
+        ] {
+            out.push(spec_of(by, Bucket::Day, T0 - DAY, T0 + 4 * DAY, &all));
+        }
+        out.push(spec_of(
+            Dimension::Model,
+            Bucket::None,
+            T0 + DAY,
+            T0 + 3 * DAY + 7 * HOUR,
+            &spend,
+        ));
+        out.push(spec_of(
+            Dimension::Quota,
+            Bucket::Month,
+            T0 - DAY,
+            T0 + 40 * DAY,
+            &spend,
+        ));
+        out.push(spec_of(
+            Dimension::User,
+            Bucket::Week {
+                starts_on: Weekday::Thursday,
+            },
+            T0,
+            T0 + 3 * DAY,
+            &spend,
+        ));
+        let mut sub = spec_of(Dimension::Child, Bucket::Day, T0, T0 + 2 * DAY, &spend);
+        sub.subtree = Some("root".into());
+        sub.key = Some(KEY.into());
+        out.push(sub);
+        out
+    }
+
+    fn parents() -> std::collections::BTreeMap<String, String> {
+        [("root", ""), ("a", "root"), ("b", "root")]
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    async fn summed(store: &SqlStore, spec: &ReportSpec) -> report::Report {
+        let names: Vec<String> = ["root", "a", "b"].iter().map(|s| s.to_string()).collect();
+        let quotas = spec.subtree.as_ref().map(|_| names.as_slice());
+        let agg = store
+            .ledger_aggregate(spec, quotas, 1_000_000)
+            .await
+            .unwrap()
+            .unwrap();
+        report::report(&agg.entries, spec, &parents()).unwrap()
+    }
+
+    async fn sums_in_sql_equal_the_entries(store: &SqlStore) {
+        let entries = three_days();
+        store.append_ledger(&entries).await.unwrap();
+        for spec in specs() {
+            let direct = report::report(&entries, &spec, &parents()).unwrap();
+            assert_eq!(summed(store, &spec).await, direct, "{spec:?}");
+        }
+        // Also a range that starts and ends mid-minute (not rolled yet).
+        let odd = spec_of(
+            Dimension::Workload,
+            Bucket::Day,
+            T0 + 12_345,
+            T0 + DAY + 777,
+            &[Reason::Accrual],
+        );
+        assert_eq!(
+            summed(store, &odd).await,
+            report::report(&entries, &odd, &parents()).unwrap()
+        );
+    }
+
+    async fn rolling_up_keeps_every_report(store: &SqlStore) {
+        let entries = three_days();
+        store.append_ledger(&entries).await.unwrap();
+        let mut before = Vec::new();
+        for spec in specs() {
+            before.push(summed(store, &spec).await);
+        }
+        let rows = |s: &SqlStore| {
+            let s = s.read.clone();
+            async move {
+                sqlx::query("SELECT COUNT(*) AS n FROM budget_ledger")
+                    .fetch_one(&s)
+                    .await
+                    .unwrap()
+                    .try_get::<i64, _>("n")
+                    .unwrap()
+            }
+        };
+        assert_eq!(rows(store).await as usize, entries.len());
+        // Hours after one day, days after two: at T0 + 4 days the first
+        // two days are daily rows, the third hourly.
+        let policy = rollup::Policy {
+            hourly_after_ms: DAY,
+            daily_after_ms: 2 * DAY,
+            daily_utc_offset_minutes: 0,
+        };
+        let now = T0 + 4 * DAY;
+        // Two replicas at once: each row is rolled by one of them.
+        let (x, y) = tokio::join!(
+            store.roll_up_ledger(&policy, now),
+            store.roll_up_ledger(&policy, now)
+        );
+        let (x, y) = (x.unwrap(), y.unwrap());
+        assert!(x.read + y.read >= entries.len() as u64 - 5, "{x:?} {y:?}");
+        let after = rows(store).await as usize;
+        // 2 days × 3 tuples (+ the cells of the first half minute), 24 hours
+        // × 3 tuples, the refund, the top-up.
+        assert!(after < 100, "{after} rows after the roll-up");
+        for (spec, b) in specs().iter().zip(&before) {
+            assert_eq!(&summed(store, spec).await, b, "{spec:?}");
+        }
+        // Again: nothing left to roll, nothing changes.
+        let again = store.roll_up_ledger(&policy, now).await.unwrap();
+        assert_eq!(again.read, 0);
+        assert_eq!(rows(store).await as usize, after);
+        // Later still, the hourly rows become days; sums stay.
+        store.roll_up_ledger(&policy, now + DAY).await.unwrap();
+        assert!((rows(store).await as usize) < after);
+        for (spec, b) in specs().iter().zip(&before) {
+            assert_eq!(&summed(store, spec).await, b, "{spec:?}");
+        }
+        assert_eq!(
+            store
+                .ledger_sum("a", KEY, &[Reason::Accrual, Reason::Refund], 0)
+                .await
+                .unwrap(),
+            entries
+                .iter()
+                .filter(|e| e.quota == "a" && e.reason.is_spending())
+                .map(|e| e.amount)
+                .sum::<i128>()
+        );
+    }
+
+    async fn reports_finer_than_the_rolled_grid_are_refused(store: &SqlStore) {
+        store.append_ledger(&three_days()).await.unwrap();
+        let policy = rollup::Policy {
+            hourly_after_ms: DAY,
+            daily_after_ms: 2 * DAY,
+            daily_utc_offset_minutes: 0,
+        };
+        store.roll_up_ledger(&policy, T0 + 4 * DAY).await.unwrap();
+        let mut india = spec_of(
+            Dimension::Model,
+            Bucket::Day,
+            T0,
+            T0 + 3 * DAY,
+            &[Reason::Accrual],
+        );
+        india.utc_offset_minutes = 330;
+        match store.ledger_aggregate(&india, None, 1000).await.unwrap() {
+            Err(Refused::TooFine(e)) => assert_eq!(e.unit, "day"),
+            other => panic!("{other:?}"),
+        }
+        let half_hour = spec_of(
+            Dimension::Model,
+            Bucket::None,
+            T0 + 2 * DAY + 1_800_000,
+            T0 + 3 * DAY,
+            &[Reason::Accrual],
+        );
+        match store
+            .ledger_aggregate(&half_hour, None, 1000)
+            .await
+            .unwrap()
+        {
+            Err(Refused::TooFine(e)) => assert_eq!(e.unit, "hour"),
+            other => panic!("{other:?}"),
+        }
+        // After the rolled rows any cut is exact.
+        let late = spec_of(
+            Dimension::Model,
+            Bucket::None,
+            T0 + 3 * DAY + 1_234,
+            T0 + 4 * DAY,
+            &[Reason::Accrual],
+        );
+        assert!(store
+            .ledger_aggregate(&late, None, 1000)
+            .await
+            .unwrap()
+            .is_ok());
     }
 }

@@ -5,9 +5,11 @@
 
 use super::{QuotaStore, ResultExt, Stamp, StoreError, Stored};
 use async_trait::async_trait;
-use quota::object::{ObjectMeta, Quota, QuotaSpec, QuotaStatus};
+use quota::object::{Charge, ObjectMeta, Quota, QuotaSpec, QuotaStatus};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Executor, Row};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -30,12 +32,26 @@ pub struct SqlStore {
     bg_read: AnyPool,
     bg_write: AnyPool,
     pub backend: Backend,
+    /// The charges of the busiest quotas as last written, serialised
+    /// (`status_json`).
+    charges: Arc<Mutex<HashMap<String, Charges>>>,
+    /// How old ledger entries are rolled up (`roll_up_ledger`; set from
+    /// the configuration at start).
+    pub(super) ledger_rollup: std::sync::Arc<std::sync::RwLock<quota::budget::rollup::Policy>>,
 }
 
 /// Connections of the background tasks (the alert sweep, the usage
 /// sampler) on PostgreSQL: a pool of their own, so a sweep never holds the
 /// connections admissions wait for.
 const BACKGROUND_CONNECTIONS: u32 = 2;
+
+/// One quota's charges as last serialised, by workload reference.
+type Charges = BTreeMap<String, (Charge, Box<str>)>;
+
+/// Statuses with fewer charges are serialised whole.
+const CACHE_FROM_CHARGES: usize = 16;
+/// Quotas whose serialised charges are kept at most.
+const CACHE_QUOTAS: usize = 64;
 
 const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
 
@@ -44,8 +60,8 @@ const GET_MANY_CHUNK: usize = 500;
 
 /// The ledger entries a status write adds (docs/budgets.md §6): what the
 /// new status accrued since the stored one (`QuotaStatus::ledger`, windows
-/// from the stored `lastReconcileTime` on) and the carry of the periods it
-/// closed, as entries of `name`.
+/// from the stored `lastReconcileTime` on), the carry of the periods it
+/// closed and the scheduled top-ups it granted, as entries of `name`.
 fn ledger_entries_of(
     name: &str,
     old: &QuotaStatus,
@@ -61,6 +77,7 @@ fn ledger_entries_of(
         e.quota = name.to_string();
     }
     out.extend(quota::budget::ledger::carry_entries(name, closed));
+    out.extend(quota::budget::ledger::scheduled_entries(name, old, new));
     out
 }
 
@@ -124,6 +141,8 @@ impl SqlStore {
                     write,
                     bg_read,
                     backend,
+                    charges: Default::default(),
+                    ledger_rollup: Default::default(),
                 }
             }
             Backend::Postgres => {
@@ -143,6 +162,8 @@ impl SqlStore {
                     bg_read: bg.clone(),
                     bg_write: bg,
                     backend,
+                    charges: Default::default(),
+                    ledger_rollup: Default::default(),
                 }
             }
         };
@@ -226,7 +247,7 @@ impl SqlStore {
     ) -> Result<i64, StoreError> {
         let name = current.quota.name();
         let spec_json = to_json(spec)?;
-        let status_json = to_json(status)?;
+        let status_json = self.status_json(name, status)?;
         let update = "UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4";
         // Budget periods this write closes, and the ledger entries it
         // accrued, are stored with it, or not at all.
@@ -262,6 +283,53 @@ impl SqlStore {
             return Err(self.lost_race(name).await);
         }
         Ok(current.version + 1)
+    }
+}
+
+impl SqlStore {
+    /// The status as stored: JSON. A busy quota's status is mostly its
+    /// workloads' charges, and a write (one batch of admissions) changes a
+    /// few: a charge equal to the one this store last serialised for that
+    /// workload of that quota is not serialised again, its text is reused
+    /// (`workloads` then comes last among the members, which a reader of
+    /// JSON does not see). Equal as values: a quantity written in another
+    /// format keeps the text it had. Kept for `CACHE_QUOTAS` quotas.
+    fn status_json(&self, name: &str, status: &QuotaStatus) -> Result<String, StoreError> {
+        if status.workloads.len() < CACHE_FROM_CHARGES {
+            return to_json(status);
+        }
+        let mut out = to_json(&status.clone_without_workloads())?;
+        let mut cache = self.charges.lock().unwrap_or_else(|e| e.into_inner());
+        let mut before = cache.remove(name).unwrap_or_default();
+        if cache.len() >= CACHE_QUOTAS {
+            cache.clear();
+        }
+        let mut kept = Charges::new();
+        let mut charges = String::with_capacity(out.len() + 256 * status.workloads.len());
+        charges.push_str("\"workloads\":{");
+        for (i, (wref, charge)) in status.workloads.iter().enumerate() {
+            if i > 0 {
+                charges.push(',');
+            }
+            charges.push_str(&to_json(wref)?);
+            charges.push(':');
+            let entry = match before.remove(wref) {
+                Some((c, text)) if c == *charge => (c, text),
+                _ => (charge.clone(), to_json(charge)?.into_boxed_str()),
+            };
+            charges.push_str(&entry.1);
+            kept.insert(wref.clone(), entry);
+        }
+        charges.push('}');
+        cache.insert(name.to_string(), kept);
+        // `{…}` without workloads: they go in as its last member.
+        out.pop();
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&charges);
+        out.push('}');
+        Ok(out)
     }
 }
 
@@ -476,7 +544,7 @@ impl QuotaStore for SqlStore {
                  WHERE name = $3 AND version = $4",
             )
             .bind(to_json(&q.spec)?)
-            .bind(to_json(&q.status)?)
+            .bind(self.status_json(q.name(), &q.status)?)
             .bind(name)
             .bind(current.version)
             .execute(&mut *tx)
@@ -591,4 +659,68 @@ fn is_scheme(s: &str) -> bool {
     s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testdb::on_both_databases;
+    use quota::workload::PodSet;
+
+    fn charge(cards: i64, uid: &str) -> Charge {
+        Charge {
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: cards,
+                per_pod: [("requests.nvidia.com/gpu".to_string(), "1".parse().unwrap())].into(),
+                qos: None,
+            }],
+            hpa: None,
+            since: "2026-11-23T00:00:00.000Z".into(),
+            uid: uid.into(),
+            admitted: None,
+        }
+    }
+
+    /// A busy status is written around the charges kept serialised from
+    /// the last write: what is read back is what was written each time,
+    /// a changed charge as changed, a released one gone (its binding too).
+    async fn a_busy_status_reads_back_as_written(store: &SqlStore) {
+        let spec = QuotaSpec {
+            hard: [(
+                "requests.nvidia.com/gpu".to_string(),
+                "100".parse().unwrap(),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let mut current = store.create(&Quota::new("busy", spec)).await.unwrap();
+        let w = |i: usize| format!("apps/Deployment/ml/w{i}");
+        for round in 0..3usize {
+            let mut status = current.quota.status.clone();
+            for i in 0..CACHE_FROM_CHARGES + 4 {
+                let cards = if i == round { 2 } else { 1 };
+                status
+                    .workloads
+                    .insert(w(i), charge(cards, &format!("u{i}")));
+            }
+            if round == 2 {
+                status.workloads.remove(&w(7));
+            }
+            status.refresh(&current.quota.spec);
+            let version = store.replace_status(&current, &status).await.unwrap();
+            current = store.get("busy").await.unwrap().unwrap();
+            assert_eq!(current.version, version);
+            assert_eq!(current.quota.status, status, "round {round}");
+        }
+        assert_eq!(current.quota.status.workloads[&w(2)].pod_sets[0].count, 2);
+        assert_eq!(current.quota.status.workloads[&w(1)].pod_sets[0].count, 1);
+        assert_eq!(
+            store.workload_quota(&w(3)).await.unwrap().as_deref(),
+            Some("busy")
+        );
+        assert_eq!(store.workload_quota(&w(7)).await.unwrap(), None);
+    }
+
+    on_both_databases!(a_busy_status_reads_back_as_written);
 }

@@ -1,11 +1,12 @@
 //! The mutating webhook `/mutate/workloads` (docs/queueing.md §4): a
-//! queueable workload (a kind whose adapter has a suspend path) of a quota
-//! with `queueing: Queue` that does not fit now is created suspended and
+//! queueable workload (a kind whose adapter can hold it back, `Adapter::hold`)
+//! of a quota with `queueing: Queue` that does not fit now is created held
+//! back — suspended, or with a scheduling gate on every pod template — and
 //! joins the quota's queue, not charged. Everything else passes unchanged
 //! to the validating webhook, which charges or refuses as without
 //! queueing; so the two agree by construction: this webhook only ever
-//! adds `suspend: true`, and a suspended object is one the validating
-//! webhook charges nothing for.
+//! holds an object back, and a held object is one its adapter reads as
+//! running nothing, which the validating webhook charges nothing for.
 
 use super::{review_json, target, Verdict};
 use crate::cluster::events::{self, Notice};
@@ -16,6 +17,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use quota::hold::{self, Hold};
 use quota::queue::{self, Disposition, Queued};
 use quota::review::Request;
 use quota::workload::adapter_for_kind;
@@ -38,6 +40,11 @@ pub async fn workloads(State(app): State<AppState>, body: Bytes) -> Response {
         (Some(_), true) => "queued",
         (None, true) => "allowed",
     };
+    let patch = if verdict.allowed {
+        unmark_preempted(&req, patch)
+    } else {
+        patch
+    };
     let mut review: Value =
         serde_json::from_slice(&review_json(&req.uid, verdict)).expect("review is JSON");
     if let Some(p) = patch {
@@ -57,47 +64,36 @@ pub async fn workloads(State(app): State<AppState>, body: Bytes) -> Response {
         .into_response()
 }
 
-/// The value at `path` in `obj`.
-fn at<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(obj, |v, k| v.get(*k))
-}
-
-/// `obj` with the suspend flag at `path` set to `to`.
-fn with_flag(obj: &Value, path: &[&str], to: bool) -> Value {
-    let mut out = obj.clone();
-    let mut cur = &mut out;
-    for (i, k) in path.iter().enumerate() {
-        let Some(m) = cur.as_object_mut() else {
-            return obj.clone();
-        };
-        if i + 1 == path.len() {
-            m.insert((*k).to_string(), Value::Bool(to));
-            break;
-        }
-        cur = m.entry((*k).to_string()).or_insert_with(|| json!({}));
+/// A workload preempted by bizrq carries `queue::PREEMPTED_ANNOTATION`
+/// while suspended, so the controller can queue it again should its entry
+/// be lost. Whoever unsuspends it (its owner by hand, as bizrq removes it
+/// in its own unsuspend) ends that: the annotation is removed in the same
+/// write, so a later suspend by hand is never taken for a preemption.
+/// `patch` is this webhook's own (a re-suspend keeps the annotation).
+fn unmark_preempted(req: &Request, patch: Option<Value>) -> Option<Value> {
+    if patch.is_some() || req.operation != "UPDATE" || req.sub_resource.is_some() {
+        return patch;
     }
-    out
-}
-
-/// The JSONPatch that sets the flag at `path` to true: `add` at the first
-/// missing level (RFC 6902 `add` needs its parent to exist).
-fn suspend_patch(obj: &Value, path: &[&str]) -> Value {
-    let mut depth = 0;
-    while depth + 1 < path.len() && at(obj, &path[..=depth]).is_some_and(Value::is_object) {
-        depth += 1;
+    let adapter = adapter_for_kind(&req.kind.group, &req.kind.kind)?;
+    if !queue::queueable(adapter) {
+        return None;
     }
-    let value = path[depth + 1..]
-        .iter()
-        .rev()
-        .fold(Value::Bool(true), |inner, k| json!({ *k: inner }));
-    let pointer: String = path[..=depth]
-        .iter()
-        .map(|k| format!("/{}", k.replace('~', "~0").replace('/', "~1")))
-        .collect();
-    json!([{ "op": "add", "path": pointer, "value": value }])
+    let obj: Value = serde_json::from_str(req.object.as_deref()?.get()).ok()?;
+    let old: Value = serde_json::from_str(req.old_object.as_deref()?.get()).ok()?;
+    let hold = adapter.hold();
+    let marked = obj["metadata"]["annotations"]
+        .get(queue::PREEMPTED_ANNOTATION)
+        .is_some();
+    let unsuspended = hold::is_held(hold, &old) && !hold::is_held(hold, &obj);
+    (marked && unsuspended).then(|| {
+        let key = queue::PREEMPTED_ANNOTATION
+            .replace('~', "~0")
+            .replace('/', "~1");
+        json!([{"op": "remove", "path": format!("/metadata/annotations/{key}")}])
+    })
 }
 
-/// The decision, and the JSONPatch when the object is to be suspended.
+/// The decision, and the JSONPatch when the object is to be held back.
 pub async fn mutate(
     svc: &Arc<Service>,
     req: &Request,
@@ -127,15 +123,16 @@ pub async fn mutate(
     };
     let bad = |e: String| ServiceError::BadRequest(e);
     let obj: Value = serde_json::from_str(raw.get()).map_err(|e| bad(e.to_string()))?;
-    let path = adapter.suspend_path;
-    let suspended = at(&obj, path) == Some(&Value::Bool(true));
-    let old_suspended = req
+    // Held back: suspended, or its pods gated (`quota::hold`).
+    let hold = adapter.hold();
+    let held = hold::is_held(hold, &obj);
+    let old_held = req
         .old_object
         .as_deref()
         .and_then(|o| serde_json::from_str::<Value>(o.get()).ok())
-        .is_some_and(|o| at(&o, path) == Some(&Value::Bool(true)));
-    // What it will run once admitted: read as if unsuspended.
-    let running = with_flag(&obj, path, false);
+        .is_some_and(|o| hold::is_held(hold, &o));
+    // What it will run once admitted: read as if released.
+    let running = hold::as_released(hold, &obj);
     let w = adapter
         .read(&running.to_string(), &svc.keys)
         .map_err(|e| bad(e.to_string()))?;
@@ -175,11 +172,11 @@ pub async fn mutate(
         return pass;
     }
     // Judged: a create that would run, a queued workload (refreshed, or
-    // unsuspended by hand), and a held workload being released.
+    // released by hand), and a held workload being released.
     let judged = if create {
-        !suspended
+        !held
     } else {
-        queued || (old_suspended && !suspended)
+        queued || (old_held && !held)
     };
     if !judged {
         return pass;
@@ -206,14 +203,19 @@ pub async fn mutate(
             .flatten()
             .map(|r| r.ms),
         submitted_by: queue::submitter(&req.user_info.username),
+        preempted: false,
     };
     let answer = svc
         .queue_workload(&quota_name, work, create, req.dry())
         .await?;
     match answer {
-        Queueing::Queued { position, reason } if !suspended => {
+        Queueing::Queued { position, reason } if !held => {
+            let how = match hold {
+                Hold::PodGate(_) => "created with its pods gated",
+                _ => "created suspended",
+            };
             let note = format!(
-                "bizrq {quota_name}: queued at position {position}: {reason}; created suspended, \
+                "bizrq {quota_name}: queued at position {position}: {reason}; {how}, \
                  admitted when it fits"
             );
             if !req.dry() && svc.events.enabled() {
@@ -221,7 +223,7 @@ pub async fn mutate(
             }
             Ok((
                 Verdict::allow().warn([note]),
-                Some(suspend_patch(&obj, path)),
+                Some(hold::hold_patch(hold, &obj)),
             ))
         }
         _ => pass,
@@ -274,24 +276,5 @@ mod tests {
         assert_eq!(base64(b"fo"), "Zm8=");
         assert_eq!(base64(b"foo"), "Zm9v");
         assert_eq!(base64(b"foobar"), "Zm9vYmFy");
-    }
-
-    #[test]
-    fn the_patch_adds_the_first_missing_level() {
-        let job = json!({"spec": {"template": {}}});
-        assert_eq!(
-            suspend_patch(&job, &["spec", "suspend"]),
-            json!([{"op": "add", "path": "/spec/suspend", "value": true}])
-        );
-        let tf = json!({"spec": {"tfReplicaSpecs": {}}});
-        assert_eq!(
-            suspend_patch(&tf, &["spec", "runPolicy", "suspend"]),
-            json!([{"op": "add", "path": "/spec/runPolicy", "value": {"suspend": true}}])
-        );
-        let tf = json!({"spec": {"runPolicy": {"suspend": false}}});
-        assert_eq!(
-            suspend_patch(&tf, &["spec", "runPolicy", "suspend"]),
-            json!([{"op": "add", "path": "/spec/runPolicy/suspend", "value": true}])
-        );
     }
 }

@@ -653,7 +653,7 @@ fn webhooks_without_namespace_selectors() -> String {
     let shipped = crate::cluster::shipped_webhooks();
     assert_eq!(
         shipped.matches(selector).count(),
-        5,
+        6,
         "the shipped selectors"
     );
     shipped.replace(selector, "")

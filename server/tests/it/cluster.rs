@@ -21,7 +21,7 @@ pub struct Cluster {
     pub server: Server,
     pub clock: Arc<AtomicI64>,
     pub running: bizrq::Running,
-    _dir: tempfile::TempDir,
+    pub _dir: tempfile::TempDir,
 }
 
 impl Cluster {
@@ -335,7 +335,7 @@ async fn the_controller_keeps_status_true_over_the_api_boundary() {
     let puts: Vec<usize> = after
         .iter()
         .enumerate()
-        .filter(|(_, r)| r.starts_with(&format!("PUT {STATUS_PATH}")))
+        .filter(|(_, r)| r.starts_with(&format!("PATCH {STATUS_PATH}")))
         .map(|(i, _)| i)
         .collect();
     assert!(puts.len() >= 2, "a retry after the 409: {after:#?}");

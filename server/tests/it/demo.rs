@@ -33,6 +33,35 @@ async fn seeds_a_living_organisation_once(url: &str) {
     // The tree: root → 3 departments → 10 teams, every rule holding.
     let all = running.service.list().await.unwrap();
     assert_eq!(all.len(), 14);
+    // nlp queues, and its queue is recorded as a round states it: in
+    // order, one waiting for quota with an estimated start, one for its
+    // turn, one for card-hours (none); nothing that would fit is left in.
+    let nlp = all.iter().find(|q| q.name() == "nlp").unwrap();
+    assert!(nlp.spec.queueing.queues());
+    assert_eq!(seeded.queued, 3);
+    let waits: Vec<(u32, String)> = nlp
+        .status
+        .queue
+        .iter()
+        .map(|e| (e.position, format!("{:?}", e.waiting)))
+        .collect();
+    assert_eq!(
+        waits,
+        [
+            (1, "Quota".into()),
+            (2, "Turn".into()),
+            (3, "Budget".into())
+        ]
+    );
+    assert!(nlp.status.queue[0].estimated_start.is_some());
+    assert!(nlp.status.queue[2].estimated_start.is_none());
+    assert!(nlp.status.queue[0]
+        .reason
+        .contains("requests.nvidia.com/gpu.A100"));
+    assert_eq!(
+        nlp.status.queue[0].work.submitted_by.as_deref(),
+        Some("dana@acme.example")
+    );
     assert_eq!(seeded.quotas, 14);
     let root = all.iter().find(|q| q.name() == ROOT).unwrap();
     assert!(root.spec.parent.is_empty());

@@ -253,17 +253,18 @@ async fn two_replicas_flooding_one_quota_never_over_admit() {
     );
 }
 
-/// The quota's status writes the API server was asked for so far.
+/// The quota's status writes (merge patches) the API server was asked
+/// for so far.
 fn status_writes(fake: &crate::fakeapi::FakeApi, quota: &str) -> usize {
-    let put = format!("PUT /apis/bizrq.io/v1/bizgroupresourcequotas/{quota}/status");
+    let patch = format!("PATCH /apis/bizrq.io/v1/bizgroupresourcequotas/{quota}/status");
     fake.requests()
         .iter()
-        .filter(|r| r.starts_with(&put))
+        .filter(|r| r.starts_with(&patch))
         .count()
 }
 
-/// Cluster mode: the quota is a CRD object and each write is a status PUT
-/// carrying its resourceVersion, to an API server that takes 5 ms per
+/// Cluster mode: the quota is a CRD object and each write is a status
+/// merge patch carrying its resourceVersion, to an API server that takes 5 ms per
 /// write. Admissions to one quota still share writes: many reviews, few
 /// PUTs, and every version the API server ever stored is within hard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -291,17 +292,17 @@ async fn cluster_mode_one_hot_quota_shares_slow_status_writes() {
     let took = started.elapsed();
     let writes = status_writes(&c.fake, "pool") - before;
     eprintln!(
-        "cluster mode, 5 ms per write: {N} reviews in {took:?}, {writes} status PUTs, \
+        "cluster mode, 5 ms per write: {N} reviews in {took:?}, {writes} status writes, \
          {} admitted, {contention} refused for contention",
         admitted.len()
     );
     assert_eq!(contention, 0);
     assert_eq!(admitted.len(), HARD, "{admitted:?}");
-    // One at a time, the 150 admissions would be 150 PUTs (0.75 s of
+    // One at a time, the 150 admissions would be 150 writes (0.75 s of
     // writes alone); the 50 denials write nothing.
     assert!(
         writes * 4 <= HARD,
-        "{writes} status PUTs for {HARD} admissions"
+        "{writes} status writes for {HARD} admissions"
     );
     let q = c.fake.quota("pool");
     assert_eq!(held(&q), admitted, "each admitted workload charged once");
@@ -317,7 +318,7 @@ async fn cluster_mode_one_hot_quota_shares_slow_status_writes() {
     );
 }
 
-/// Cluster mode: a status PUT the API server fails (500) answers every
+/// Cluster mode: a status write the API server fails (500) answers every
 /// review of its batch with the failure; none is told allowed, nothing is
 /// charged, and the next reviews are admitted once writes succeed again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,7 +359,7 @@ async fn cluster_mode_a_failed_status_write_answers_nobody_allowed() {
         assert_eq!(r["status"]["code"], 500, "{r}");
     }
     let writes = status_writes(&c.fake, "pool") - before;
-    assert!((1..N).contains(&writes), "{writes} PUTs for {N} reviews");
+    assert!((1..N).contains(&writes), "{writes} writes for {N} reviews");
     let failed = metric(&c.server, "bizrq_admission_batches_failed_total").await;
     assert!(
         failed >= 1.0 && failed < N as f64,
@@ -380,4 +381,90 @@ fn used_gpus(q: &Value) -> i64 {
         .unwrap_or("0")
         .parse()
         .unwrap()
+}
+
+/// Cluster mode: another writer's change lands just before this replica's
+/// status patch, so the patch names a version that is no longer the
+/// stored one. The API server refuses it (409) as it refuses a stale PUT,
+/// nobody is answered from the refused decision, and the batch is decided
+/// again on the version the other writer left: of 5 one-card reviews to a
+/// quota of 10 where the other writer took 8, exactly 2 are admitted, and
+/// the other writer's charge is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_mode_a_conflicting_patch_answers_nobody_and_retries_on_the_latest() {
+    let c = crate::cluster::Cluster::start().await;
+    c.server
+        .create_quota(
+            "pool",
+            "",
+            json!({"requests.nvidia.com/gpu": "10", "pods": "1000"}),
+        )
+        .await;
+    // The other writer's workload exists, so nothing releases its charge.
+    let mut theirs = deployment("theirs", "pool", 8, 1);
+    theirs["metadata"]["namespace"] = json!("other");
+    c.fake.put(theirs);
+    let from = c.fake.quota("pool")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    let path = "/apis/bizrq.io/v1/bizgroupresourcequotas/pool/status";
+    c.fake.interfere_next(path, |q| {
+        q["status"]["workloads"]["apps/Deployment/other/theirs"] = json!({
+            "podSets": [{"name": "main", "count": 8, "perPod": {"requests.nvidia.com/gpu": "1"}}],
+            "since": "2026-11-21T10:00:00.000Z", "uid": "uid-theirs"});
+        q["status"]["used"]["requests.nvidia.com/gpu"] = json!("8");
+        q["status"]["selfUsed"]["requests.nvidia.com/gpu"] = json!("8");
+    });
+    let before = c.fake.requests().len();
+    let s = Arc::new(Server::in_process(&c.running));
+    let (admitted, contention) = flood(std::slice::from_ref(&s), "pool", 5, 5).await;
+    assert_eq!(contention, 0);
+    assert_eq!(
+        admitted.len(),
+        2,
+        "decided again on the latest: {admitted:?}"
+    );
+    let q = c.fake.quota("pool");
+    let mut expected = admitted.clone();
+    expected.insert("theirs".into());
+    assert_eq!(held(&q), expected, "their charge kept, ours once each");
+    assert_eq!(used_gpus(&q), 10);
+    // The refused patch, then a fresh read, then a patch that was made.
+    let after = &c.fake.requests()[before..];
+    let patch = format!("PATCH {path}");
+    let first = after.iter().position(|r| r.starts_with(&patch)).unwrap();
+    assert!(
+        after[first + 1..]
+            .iter()
+            .any(|r| r.starts_with("GET /apis/bizrq.io/v1/bizgroupresourcequotas/pool")),
+        "a fresh read after the 409: {after:#?}"
+    );
+    assert!(metric(&c.server, "bizrq_cas_conflicts_total").await >= 1.0);
+    // No reader ever saw the quota over hard, nor a version whose used
+    // disagrees with its charges (as the refused patch, merged over the
+    // other writer's change, would have left it).
+    for v in c.fake.quota_versions("pool", from) {
+        assert!(used_gpus(&v) <= 10, "over hard: {}", v["status"]);
+        assert_eq!(used_gpus(&v), held_gpus(&v), "{}", v["status"]);
+    }
+}
+
+/// The cards a quota's charges hold, summed from its workloads.
+fn held_gpus(q: &Value) -> i64 {
+    let sets = q["status"]["workloads"]
+        .as_object()
+        .into_iter()
+        .flat_map(|w| w.values())
+        .flat_map(|c| c["podSets"].as_array().cloned().unwrap_or_default());
+    sets.map(|p| {
+        let per: i64 = p["perPod"]["requests.nvidia.com/gpu"]
+            .as_str()
+            .unwrap_or("0")
+            .parse()
+            .unwrap();
+        p["count"].as_i64().unwrap() * per
+    })
+    .sum()
 }

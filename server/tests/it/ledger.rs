@@ -333,3 +333,109 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
     .await
     .expect("the second window too, once");
 }
+
+/// Cluster mode, crash-safe: the controller writes a window's status and
+/// then cannot append it (every append fails here), and stops. The
+/// window rode in the status write (`status.ledgerOutbox`), so the next
+/// controller appends it before it writes again: in the ledger once, and
+/// the windows after it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_lost_between_status_write_and_append_is_appended_once() {
+    use crate::cluster::{pod, Cluster};
+    use crate::fakeapi::FakeApi;
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    use std::time::Duration;
+    let fake = FakeApi::new();
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::common::fresh_sqlite(&dir);
+    let c = Cluster::start_on(fake.clone(), dir, T0).await;
+    let (st, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "team"},
+                "spec": {"hard": {"requests.nvidia.com/gpu": "16", CASH: "1000"}}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    c.until("team", "first reconcile", |q| {
+        !q["status"]["lastReconcileTime"].is_null()
+    })
+    .await;
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    let jr =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &jr);
+    let j: DynamicObject = serde_json::from_value(job("a", "team", 4, None)).unwrap();
+    jobs.create(&PostParams::default(), &j).await.unwrap();
+    c.until("team", "charged", |q| {
+        !q["status"]["users"]["batch/Job/ml/a"].is_null()
+    })
+    .await;
+    // From now on the ledger refuses every window: the status write goes
+    // through, the append after it does not.
+    let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER crash BEFORE INSERT ON budget_ledger_windows \
+         BEGIN SELECT RAISE(ABORT, 'the controller stopped here'); END",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    c.set_clock(T0 + 2 * HOUR);
+    fake.put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
+    let q = c
+        .until("team", "accrued, the window in the outbox", |q| {
+            accrued_acc(q) != 0 && !q["status"]["ledgerOutbox"]["entries"].is_null()
+        })
+        .await;
+    let want = accrued_acc(&q);
+    assert_eq!(want, 8 * CARD_HOUR, "{q}");
+    let rows: (i64,) = sqlx::query_as("SELECT count(*) FROM budget_ledger")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows.0, 0, "the append failed");
+    // The controller stops; the ledger works again; a new one starts.
+    let Cluster {
+        running, _dir: dir, ..
+    } = c;
+    running.shutdown().await;
+    sqlx::query("DROP TRIGGER crash")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let c = Cluster::start_on(fake.clone(), dir, T0 + 2 * HOUR).await;
+    poll_until(100, Duration::from_millis(100), || async {
+        let r = report(&c.server, RANGE).await;
+        (acc(&r["total"]) == want).then_some(())
+    })
+    .await
+    .expect("the lost window is appended from the status's outbox");
+    // Once: its window record is there once, and later windows add only
+    // themselves.
+    c.set_clock(T0 + 3 * HOUR);
+    fake.put(pod("ml", "a-2", "Job", "a", 4, "2026-11-21T12:30:00Z"));
+    let q = c
+        .until("team", "accrued again", |q| accrued_acc(q) > want)
+        .await;
+    let want = accrued_acc(&q);
+    poll_until(100, Duration::from_millis(100), || async {
+        let r = report(&c.server, RANGE).await;
+        (acc(&r["total"]) == want).then_some(())
+    })
+    .await
+    .expect("the ledger equals what the status accrued, nothing doubled");
+    let windows: (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT start_ms) FROM budget_ledger_windows WHERE quota = 'team'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(windows.0, windows.1);
+    pool.close().await;
+}

@@ -34,4 +34,5 @@ mod slowloris;
 mod topups;
 mod transfers;
 mod trust;
+mod volcano;
 mod webhook;

@@ -86,6 +86,7 @@ async fn a_job_that_does_not_fit_waits_suspended_and_is_admitted_when_room_frees
     let q = c.fake.quota("ml");
     assert_eq!(queue_refs(&q), ["batch/Job/ml/b"]);
     let e = &q["status"]["queue"][0];
+    assert_eq!(e["submittedBy"], "alice");
     assert_eq!(e["position"], 1);
     assert_eq!(e["waiting"], "Quota");
     assert_eq!(
@@ -133,6 +134,9 @@ async fn a_job_that_does_not_fit_waits_suspended_and_is_admitted_when_room_frees
         .as_str()
         .unwrap()
         .starts_with("queue:"));
+    // Admitted by the controller, charged for the user who submitted it:
+    // the budget ledger's `user` is theirs, not bizrq's service account.
+    assert_eq!(q["status"]["users"]["batch/Job/ml/b"], "alice", "{q}");
     c.until_requested("unsuspend b", |r| {
         r.starts_with("PATCH /apis/batch/v1/namespaces/ml/jobs/b")
     })

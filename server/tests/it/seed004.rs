@@ -137,6 +137,7 @@ async fn seed_004_per_project_queues_job_level_eviction_delayed_preemption_with_
     let a = c
         .until("proj-a", "train-2 admitted, etl queued", |q| {
             queue_refs(q) == ["batch/Job/a/etl"]
+                && q["status"]["queue"][0]["position"] == 1
                 && q["status"]["workloads"]["batch/Job/a/train-2"]["uid"]
                     .as_str()
                     .is_some_and(|u| u.starts_with("queue:"))

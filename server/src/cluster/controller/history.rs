@@ -45,25 +45,23 @@ pub trait History: Send + Sync + 'static {
     /// user, start, end and note) is left alone, so a retry writes it once.
     /// Returns how many were new. Any part of the server may call it
     /// (`Context::append_ledger` logs and counts failures).
-    async fn append_ledger(&self, _entries: &[quota::budget::Entry]) -> Result<u64, StoreError> {
-        Ok(0)
-    }
+    async fn append_ledger(&self, entries: &[quota::budget::Entry]) -> Result<u64, StoreError>;
     /// The entries of one status window of `quota`, `[from_ms, to_ms)`,
     /// appended after the status write that accrued it; written once
     /// (`store::ledger::SqlStore::append_window`).
     async fn append_ledger_window(
         &self,
-        _quota: &str,
-        _from_ms: i64,
-        _to_ms: i64,
-        _entries: &[quota::budget::Entry],
-    ) -> Result<crate::store::ledger::Appended, StoreError> {
-        Ok(crate::store::ledger::Appended::AlreadyWritten)
-    }
+        quota: &str,
+        from_ms: i64,
+        to_ms: i64,
+        entries: &[quota::budget::Entry],
+    ) -> Result<crate::store::ledger::Appended, StoreError>;
     /// Drops the records of ledger windows that ended a day before
     /// `now_ms` (they guard against a window appended twice, which happens
-    /// within seconds); the entries stay. Hourly, with the samples'
-    /// compaction.
+    /// within seconds; each quota's newest stays, since its status's
+    /// outbox may be appended again), and rolls the ledger up
+    /// (`SqlStore::roll_up_ledger`); the entries' sums stay. Hourly, with
+    /// the samples' compaction.
     async fn compact_ledger(&self, _now_ms: i64) -> Result<(), StoreError> {
         Ok(())
     }
@@ -132,6 +130,9 @@ impl History for crate::store::sql::SqlStore {
             .forget_ledger_windows(now_ms - crate::store::ledger::KEEP_WINDOWS_MS)
             .await?;
         tracing::debug!(windows = n, "old ledger window records dropped");
+        let policy = self.ledger_rollup();
+        let rolled = self.roll_up_ledger(&policy, now_ms).await?;
+        tracing::debug!(?rolled, "ledger rolled up");
         Ok(())
     }
     async fn forget_quota(&self, name: &str, now_ms: i64) -> Result<(), StoreError> {
@@ -146,6 +147,25 @@ impl History for crate::store::sql::SqlStore {
         crate::store::sql::SqlStore::forget_quotas_not_in(self, live, now_ms).await?;
         Ok(())
     }
+}
+
+/// One append of a window: written, or written before (both final); an
+/// overlap with another stored window is logged and final too (a
+/// confirmed status window never overlaps another).
+async fn append_once(
+    h: &dyn History,
+    quota: &str,
+    from_ms: i64,
+    to_ms: i64,
+    entries: &[quota::budget::Entry],
+) -> Result<(), StoreError> {
+    if let crate::store::ledger::Appended::Overlaps { start_ms, end_ms } = h
+        .append_ledger_window(quota, from_ms, to_ms, entries)
+        .await?
+    {
+        tracing::error!(quota = %quota, from_ms, to_ms, start_ms, end_ms, "ledger window overlaps one already written; not written");
+    }
+    Ok(())
 }
 
 impl Context {
@@ -209,10 +229,12 @@ impl Context {
         }
     }
 
-    /// One status window's entries, after the write that accrued it.
-    /// A failed append is retried a few times in the background; if all
-    /// fail, the window is missing from the ledger (logged; the window
-    /// records show the gap).
+    /// One status window's entries, after the write that accrued it
+    /// (and carried them in `status.ledgerOutbox`). A failed append is
+    /// retried a few times in the background; if all fail, the next
+    /// reconcile appends the outbox before it writes again
+    /// (`replay_outbox`), so a window is never lost, and never written
+    /// twice (the window records).
     pub(super) fn append_window(
         &self,
         quota: &str,
@@ -224,29 +246,61 @@ impl Context {
             return;
         };
         let quota = quota.to_string();
+        let confirmed = self.ledger_confirmed.clone();
         tokio::spawn(async move {
             let mut wait = Duration::from_millis(200);
             for attempt in 1..=6 {
-                match h
-                    .append_ledger_window(&quota, from_ms, to_ms, &entries)
-                    .await
-                {
-                    Ok(crate::store::ledger::Appended::Overlaps { start_ms, end_ms }) => {
-                        tracing::error!(quota = %quota, from_ms, to_ms, start_ms, end_ms, "ledger window overlaps one already written; not written");
+                match append_once(h.as_ref(), &quota, from_ms, to_ms, &entries).await {
+                    Ok(()) => {
+                        confirmed
+                            .lock()
+                            .unwrap()
+                            .insert(quota.clone(), (from_ms, to_ms));
                         return;
                     }
-                    Ok(_) => return,
                     Err(e) if attempt < 6 => {
                         tracing::debug!(quota = %quota, error = %e, "ledger append failed; retrying");
                         tokio::time::sleep(wait).await;
                         wait *= 2;
                     }
                     Err(e) => {
-                        tracing::error!(quota = %quota, from_ms, to_ms, error = %e, "ledger window lost: could not append it");
+                        tracing::warn!(quota = %quota, from_ms, to_ms, error = %e, "ledger window not appended yet: the next reconcile appends it from the status's outbox");
                     }
                 }
             }
         });
+    }
+
+    /// Before a status write replaces `outbox` (the window the stored
+    /// status accrued): make sure its entries are in the ledger. Appending
+    /// is a no-op for a window already written, so this is what recovers a
+    /// window whose append was lost (a controller stopped between its
+    /// status write and the append). False: not appended now, so the
+    /// caller must not write over it.
+    pub(super) async fn replay_outbox(
+        &self,
+        quota: &str,
+        outbox: Option<&quota::budget::ledger::Outbox>,
+    ) -> bool {
+        let (Some(h), Some(o)) = (&self.history, outbox) else {
+            return true;
+        };
+        if self.ledger_confirmed.lock().unwrap().get(quota) == Some(&o.bounds()) {
+            return true;
+        }
+        match append_once(h.as_ref(), quota, o.from_ms, o.to_ms, &o.entries).await {
+            Ok(()) => {
+                self.ledger_confirmed
+                    .lock()
+                    .unwrap()
+                    .insert(quota.to_string(), o.bounds());
+                true
+            }
+            Err(e) => {
+                tracing::warn!(quota = %quota, from_ms = o.from_ms, to_ms = o.to_ms, error = %e, "could not append the status's ledger outbox; not writing over it");
+                false
+            }
+        }
     }
 
     /// A quota was deleted: its roles and alert rules go.

@@ -20,6 +20,7 @@
 
 mod budgets;
 mod discovery;
+mod gates;
 mod history;
 mod preempt;
 mod queue;
@@ -134,6 +135,10 @@ pub struct Context {
     /// (an entry crosses its alert threshold, an orphan's grace ends), in
     /// the service's clock: its reconcile asks to be run again then.
     wake: Mutex<HashMap<String, i64>>,
+    /// The ledger window of each quota known to be in the ledger (its
+    /// outbox appended in this life): its next reconcile need not append
+    /// it again (`history::Context::replay_outbox`).
+    ledger_confirmed: Arc<Mutex<HashMap<String, (i64, i64)>>>,
 }
 
 impl Context {
@@ -196,6 +201,7 @@ impl Context {
             gate: Gate::default(),
             borrowers: Mutex::default(),
             wake: Mutex::default(),
+            ledger_confirmed: Arc::default(),
         };
         (Arc::new(ctx), rx)
     }

@@ -5,18 +5,35 @@
 //! it goes through the reclaim path's marks (`status.reclaim`, origin
 //! `preempt`, so the parent's reclaim of loans never clears them nor they
 //! its): the owners are warned, the grace period runs, and only then is
-//! the workload suspended (`Context::execute`, through the webhooks like
-//! anyone's write) and queued again. If the head is admitted otherwise,
-//! deleted, or no longer needs them before they are due, the marks are
-//! cancelled and the owners told.
+//! the workload queued again and suspended. If the head is admitted
+//! otherwise, deleted, or no longer needs them before they are due, the
+//! marks are cancelled and the owners told.
+//!
+//! A due preemption spans two writes, so it is ordered for a crash between
+//! them: **the queue entry first**, in the quota's compare-and-swap that
+//! spends the mark (`ledger::preempt`: its charge's `since`, the user its
+//! admission recorded, flagged `preempted`), **then the suspend** (a merge
+//! PATCH of the suspend flag and the annotation `bizrq.io/preempted`,
+//! through the webhooks, which release the charge). Between the two the
+//! workload is queued and still charged: no round admits such an entry,
+//! and every reconcile suspends it (`repair_preemptions`) until the
+//! release shows. Nothing is lost (the entry is there before the job
+//! stops), nothing is charged twice (the running charge is the only one
+//! until the suspend releases it), and nothing is suspended twice by
+//! plan (the mark is spent in the first write). A suspended workload that
+//! carries the annotation but has no entry (one queued by an older
+//! version, whose order was the reverse) is queued again; one suspended by
+//! hand carries none and is never queued by the controller.
 
 use super::Context;
 use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
-use kube::api::{Api, DynamicObject};
-use quota::queue::{self, preempt, Pool, Preemption, Queued};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use quota::queue::preempt::{self, Weighed};
+use quota::queue::{self, Pool, Preemption, Queued};
 use quota::reclaim::{self, Candidate, Origin, Stop, Victim};
 use quota::workload::{adapter_for_kind, WorkloadRef};
+use std::collections::BTreeMap;
 
 impl Context {
     /// Mark, cancel or carry out `name`'s preemptions as its queue stands
@@ -35,13 +52,40 @@ impl Context {
             return Ok(());
         }
         let found = if wants {
-            self.preemption_plan(&q, now).await?
+            self.preemption_plan(&q, now).await?.reclaim()
         } else {
             None
         };
         let (head, plan) = found.unwrap_or_default();
         let grace = self.cfg.reclaim_grace.as_millis() as i64;
-        let outcome = self
+        // What each victim joins the queue with, should it fall due: as the
+        // watch shows it now, running (after the suspend it shows 0 pods).
+        let works: BTreeMap<String, Queued> = {
+            let v = self.view.lock().unwrap();
+            v.workloads_of(name)
+                .into_iter()
+                .filter(|(w, _, _)| plan.iter().any(|p| &p.workload_ref == w))
+                .filter(|(_, sets, _)| sets.iter().any(|s| s.count > 0))
+                .map(|(w, pod_sets, info)| {
+                    let work = Queued {
+                        workload_ref: w.clone(),
+                        uid: info.uid,
+                        priority: info.priority,
+                        priority_classes: info.priority_classes,
+                        submitted_ms: info.created_ms.unwrap_or(now),
+                        pod_sets,
+                        run_ms: info.run_ms,
+                        submitted_by: None,
+                        preempted: true,
+                    };
+                    (w, work)
+                })
+                .collect()
+        };
+        let reason = format!(
+            "preempted for {head}, of higher priority; waits to be admitted again when it fits"
+        );
+        let (outcome, queued) = self
             .service
             .update_status(name, false, |q| {
                 let o = reclaim::reconcile_marks_of(
@@ -52,10 +96,25 @@ impl Context {
                     now,
                     grace,
                 );
+                let mut changed = o.changed;
                 if o.changed {
                     q.status.reclaim = o.marks.clone();
                 }
-                Ok((o.changed, o))
+                // Queued in the write that spends the mark, before the
+                // suspend: a crash after this write leaves an entry to
+                // repair, never a suspended job outside the queue.
+                let mut queued = Vec::new();
+                for v in &o.due {
+                    let Some(work) = works.get(&v.workload_ref) else {
+                        continue; // gone, or already stopped: nothing to take
+                    };
+                    // Past MAX_QUEUE it is not queued, so not suspended.
+                    if let Ok(c) = queue::ledger::preempt(q, work.clone(), reason.clone()) {
+                        changed |= c;
+                        queued.push(v.workload_ref.clone());
+                    }
+                }
+                Ok((changed, (o, queued)))
             })
             .await?;
         let metrics = &self.service.metrics;
@@ -87,7 +146,12 @@ impl Context {
             );
         }
         for v in &outcome.due {
-            self.carry_out(name, &q, &head, v).await;
+            if queued.contains(&v.workload_ref) {
+                self.carry_out(name, &head, v).await;
+            } else {
+                metrics.count_preemption(name, "failed");
+                tracing::warn!(workload = %v.workload_ref, "preemption due but not queued (gone, stopped, or the queue is full); left running");
+            }
         }
         // Nothing else happens when a mark falls due: run again then.
         let next_due = outcome
@@ -108,11 +172,11 @@ impl Context {
     /// entries whose object the watch has seen, each judged at the
     /// priority of its classes now, against the running work of the quota
     /// as the watch shows it.
-    async fn preemption_plan(
+    pub(super) async fn preemption_plan(
         &self,
         q: &quota::Quota,
         now: i64,
-    ) -> Result<Option<(String, Vec<Victim>)>, ServiceError> {
+    ) -> Result<Weighed, ServiceError> {
         let classes = self.service.priorities.classes().await.ok();
         let resolve = |names: &[String], seen: i32| -> i32 {
             classes
@@ -124,7 +188,9 @@ impl Context {
             let known: Vec<Queued> = queue::ledger::entries(q)
                 .into_iter()
                 .filter(|e| {
-                    !e.uid.is_empty() && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
+                    !e.uid.is_empty()
+                        && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
+                        && queue::ledger::admissible(q, e)
                 })
                 .map(|mut e| {
                     if let Some(c) = &classes {
@@ -159,7 +225,7 @@ impl Context {
             (known, running)
         };
         if known.is_empty() {
-            return Ok(None);
+            return Ok(Weighed::Nothing);
         }
         let limits = self.service.queue_limits(q).await?;
         let pool = Pool::new(q, &limits);
@@ -169,7 +235,7 @@ impl Context {
             .iter()
             .map(|b| b.view(&self.service.prices, &price_list))
             .collect();
-        Ok(preempt::for_queue(
+        Ok(preempt::weigh(
             &known,
             &pool,
             &views,
@@ -179,23 +245,13 @@ impl Context {
         ))
     }
 
-    /// A preemption due: suspend the victim (the reclaim path's own
-    /// execution, through the webhooks, which release its charge), then
-    /// queue it again with its charge's `since`.
-    async fn carry_out(&self, name: &str, q: &quota::Quota, head: &str, v: &Victim) {
+    /// A preemption due, its entry already queued: suspend the victim
+    /// (`suspend_preempted`), then tell its owner.
+    async fn carry_out(&self, name: &str, head: &str, v: &Victim) {
         let metrics = &self.service.metrics;
-        // What it runs, as the watch shows it before the suspend (after
-        // it, the watch shows 0 pods): what it runs once admitted again.
-        let seen = self
-            .view
-            .lock()
-            .unwrap()
-            .workloads_of(name)
-            .into_iter()
-            .find(|(w, _, _)| *w == v.workload_ref);
-        if let Err(e) = self.execute(v).await {
+        if let Err(e) = self.suspend_preempted(&v.workload_ref).await {
             metrics.count_preemption(name, "failed");
-            tracing::warn!(workload = %v.workload_ref, error = %e, "preemption failed; the next round marks it afresh if still needed");
+            tracing::warn!(workload = %v.workload_ref, error = %e, "preemption's suspend failed; queued already, the next reconcile suspends it");
             return;
         }
         metrics.count_preemption(name, "executed");
@@ -210,55 +266,143 @@ impl Context {
                 words(&v.frees)
             ),
         );
-        let since = q
-            .status
-            .workloads
-            .get(&v.workload_ref)
-            .and_then(|c| quota::time::parse_rfc3339(&c.since));
-        let Some((_, pod_sets, info)) = seen else {
-            return;
+    }
+
+    /// Suspend a preempted workload: one merge PATCH of its adapter's
+    /// suspend flag and the annotation `bizrq.io/preempted` (when), through
+    /// the webhooks like anyone's write (the validating one releases its
+    /// charge). Idempotent: a repeat changes nothing. Gone: nothing to do.
+    pub(super) async fn suspend_preempted(&self, wref: &str) -> kube::Result<()> {
+        let kind = kind_of_ref(wref).to_string();
+        let Some(ar) = self.installed.lock().unwrap().get(&kind).cloned() else {
+            return Ok(());
         };
-        let Some(work) = self.requeued(v, pod_sets, info, since).await else {
-            return;
+        let (Some(r), Some(adapter)) = (WorkloadRef::parse(wref), adapter_of(wref)) else {
+            return Ok(());
         };
-        if let Err(e) = self.service.requeue_preempted(name, work).await {
-            tracing::warn!(workload = %v.workload_ref, error = %e, "a preempted workload could not be queued again");
+        let mut patch = adapter.with_suspend(&serde_json::json!({}), true);
+        patch["metadata"] = serde_json::json!({"annotations": {
+            queue::PREEMPTED_ANNOTATION: quota::time::format_rfc3339(self.now())}});
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), r.namespace, &ar);
+        match api
+            .patch(r.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
-    /// The entry of a preempted workload: what it ran, its classes and
-    /// declared run time (read from the object), its uid. None when the
-    /// object is gone.
+    /// The repairs of a preemption interrupted between its two writes
+    /// (module doc), run at each reconcile of `name` before its round:
+    /// an entry queued by preemption whose workload still holds a charge
+    /// of running pods is suspended; a workload suspended by preemption
+    /// (annotated) that is neither queued nor charged is queued again,
+    /// with its charge's `since` or its creation time.
+    pub(super) async fn repair_preemptions(&self, name: &str, q: &quota::Quota) {
+        let (suspend, requeue) = {
+            let v = self.view.lock().unwrap();
+            let seen = v.workloads_of(name);
+            // Still running as the watch shows it (one it shows suspended
+            // has had its suspend; the release follows it).
+            let suspend: Vec<String> = queue::ledger::suspending(q)
+                .into_iter()
+                .filter(|e| v.workload_uid(&e.work.workload_ref).as_deref() == Some(&e.work.uid))
+                .filter(|e| {
+                    seen.iter().any(|(w, sets, _)| {
+                        *w == e.work.workload_ref && sets.iter().any(|s| s.count > 0)
+                    })
+                })
+                .map(|e| e.work.workload_ref.clone())
+                .collect();
+            let requeue: Vec<(
+                String,
+                Vec<quota::workload::PodSet>,
+                crate::cluster::view::WorkloadInfo,
+            )> = seen
+                .into_iter()
+                .filter(|(w, sets, info)| {
+                    info.annotations.contains_key(queue::PREEMPTED_ANNOTATION)
+                        && sets.iter().all(|s| s.count == 0)
+                        && !queue::ledger::holds(q, w)
+                        && !queue::ledger::runs(q, w)
+                })
+                .collect();
+            (suspend, requeue)
+        };
+        for wref in suspend {
+            match self.suspend_preempted(&wref).await {
+                Ok(()) => {
+                    tracing::info!(quota = %name, workload = %wref, "preempted workload queued but still running: suspended");
+                    self.service.metrics.count_preemption(name, "executed");
+                    self.notify_workload(
+                        &wref,
+                        true,
+                        "Preempt",
+                        "Preempted",
+                        format!("bizrq {name}: suspended for its quota's queue, as decided before; queued again, admitted when it fits"),
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(workload = %wref, error = %e, "preempted workload could not be suspended; the next reconcile tries again")
+                }
+            }
+        }
+        for (wref, _, info) in requeue {
+            let since = q
+                .status
+                .workloads
+                .get(&wref)
+                .and_then(|c| quota::time::parse_rfc3339(&c.since));
+            let Some(work) = self.requeued(&wref, info, since).await else {
+                continue;
+            };
+            match self.service.requeue_preempted(name, work).await {
+                Ok(_) => {
+                    tracing::info!(quota = %name, workload = %wref, "preempted workload found suspended outside the queue: queued again")
+                }
+                Err(e) => {
+                    tracing::warn!(workload = %wref, error = %e, "a preempted workload could not be queued again")
+                }
+            }
+        }
+    }
+
+    /// The entry of a workload suspended by preemption: what it runs once
+    /// unsuspended (read from the object, as the mutating webhook reads a
+    /// queued one), its classes and declared run time, its uid. None when
+    /// the object is gone or runs nothing.
     async fn requeued(
         &self,
-        v: &Victim,
-        pod_sets: Vec<quota::workload::PodSet>,
+        wref: &str,
         info: crate::cluster::view::WorkloadInfo,
         since: Option<i64>,
     ) -> Option<Queued> {
-        if pod_sets.iter().all(|s| s.count == 0) {
-            return None;
-        }
-        let kind = kind_of_ref(&v.workload_ref).to_string();
+        let kind = kind_of_ref(wref).to_string();
         let ar = self.installed.lock().unwrap().get(&kind).cloned()?;
-        let r = WorkloadRef::parse(&v.workload_ref)?;
+        let r = WorkloadRef::parse(wref)?;
+        let adapter = adapter_of(wref)?;
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), r.namespace, &ar);
         let obj = api.get_opt(r.name).await.ok().flatten()?;
-        let json = serde_json::to_value(&obj).ok()?;
+        let json = adapter.with_suspend(&serde_json::to_value(&obj).ok()?, false);
+        let w = adapter.read(&json.to_string(), &self.service.keys).ok()?;
+        if w.pod_sets.iter().all(|s| s.count == 0) {
+            return None;
+        }
         Some(Queued {
-            workload_ref: v.workload_ref.clone(),
+            workload_ref: wref.to_string(),
             uid: obj.metadata.uid.clone().unwrap_or(info.uid),
             priority: info.priority,
             priority_classes: queue::priority::class_names(&json),
             submitted_ms: since.or(info.created_ms).unwrap_or_else(|| self.now()),
-            pod_sets,
+            pod_sets: w.pod_sets,
             run_ms: quota::budget::runtime::max_runtime(&json)
                 .ok()
                 .flatten()
                 .map(|r| r.ms),
-            // Queued again by the controller: who created it was not
-            // recorded with its charge.
             submitted_by: None,
+            preempted: true,
         })
     }
 }

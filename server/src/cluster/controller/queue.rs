@@ -3,9 +3,12 @@
 //! changes and the resync — one round (`quota::queue::next_admissions`);
 //! each admission is **charged first**, in the quota's compare-and-swap
 //! that also removes its entry (`Service::admit_queued`), and only then is
-//! the workload unsuspended. A crash between the two leaves a charge whose
-//! uid is `queue:<object uid>` on a suspended object: the next reconcile
-//! finds it (`repair`) and unsuspends it. Nothing is charged twice (the
+//! the workload released (`release`: unsuspended, or for a kind held by
+//! gating its pods, the hold annotation removed and its pods ungated). A
+//! crash between the two leaves a charge whose uid is `queue:<object uid>`
+//! on a held object: the next reconcile finds it (`repair`) and releases
+//! it; pods still gated under a charged workload are released at every
+//! reconcile (`gates`). Nothing is charged twice (the
 //! entry is gone once charged) and nothing is lost (it leaves the queue
 //! only with its charge).
 //!
@@ -42,7 +45,7 @@ impl Context {
                 .iter()
                 .filter(|(_, c)| c.uid.starts_with("queue:"))
                 .filter(|(wref, _)| {
-                    // Observed running nothing: suspended.
+                    // Observed running nothing: held back.
                     snap.observed
                         .get(*wref)
                         .is_some_and(|o| o.pod_sets.iter().all(|s| s.count == 0))
@@ -51,9 +54,11 @@ impl Context {
                 .collect()
         };
         for wref in repairs {
-            // Charged by an admission whose unsuspend did not happen.
-            self.unsuspend(&wref).await;
+            // Charged by an admission whose release did not happen.
+            self.release(&wref).await;
         }
+        // A preemption stopped between its entry and its suspend.
+        self.repair_preemptions(name, &q).await;
         if q.status.queue.is_empty() {
             self.note_borrower(&q, false);
             self.service.metrics.set_queue(name, [0; 4], 0);
@@ -86,13 +91,16 @@ impl Context {
             false => q,
         };
         // Only entries whose object the watch has seen (with its uid) are
-        // admitted: the unsuspend needs the object.
+        // admitted: the unsuspend needs the object. A preempted entry whose
+        // workload still runs waits for its suspend (preempt.rs).
         let known: Vec<Queued> = {
             let v = self.view.lock().unwrap();
             queue::ledger::entries(&q)
                 .into_iter()
                 .filter(|e| {
-                    !e.uid.is_empty() && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
+                    !e.uid.is_empty()
+                        && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
+                        && queue::ledger::admissible(&q, e)
                 })
                 .collect()
         };
@@ -147,13 +155,13 @@ impl Context {
                             .metrics
                             .observe_queue_wait(name, waited as f64 / 1000.0);
                     }
-                    self.unsuspend(&a.workload_ref).await;
+                    self.release(&a.workload_ref).await;
                     self.notify_workload(
                         &a.workload_ref,
                         false,
                         "Queue",
                         "Admitted",
-                        format!("bizrq {name}: admitted from the queue; unsuspended"),
+                        format!("bizrq {name}: admitted from the queue; released"),
                     );
                 }
                 Ok(false) => {}
@@ -171,6 +179,19 @@ impl Context {
             .collect();
         let estimates = self.estimates(&q, &known, &decisions, &pool, now);
         let mut fresh = queue::status(&known, &decisions, &estimates);
+        // A head that preemption would not admit says what else it waits
+        // for (its budget, its turn): a person sees why nothing is taken.
+        if q.spec.queueing.preemption == queue::Preemption::LowerPriority {
+            if let queue::preempt::Weighed::Futile { head, after } =
+                self.preemption_plan(&q, now).await?
+            {
+                let n = queue::preempt::futile_words(&after);
+                notes
+                    .entry(head)
+                    .and_modify(|o| *o = format!("{o}; {n}"))
+                    .or_insert(n);
+            }
+        }
         for e in fresh.iter_mut() {
             if let Some(n) = notes.get(&e.work.workload_ref) {
                 e.reason = format!("{}; {n}", e.reason);
@@ -441,10 +462,12 @@ impl Context {
         }
     }
 
-    /// Set the workload's suspend flag to false (a merge patch of its
-    /// adapter's suspend path). It goes through the admission webhooks
-    /// like anyone's write; the charge is already in place.
-    async fn unsuspend(&self, wref: &str) {
+    /// Release a workload the queue admitted (its charge is in place): a
+    /// merge patch of what holds it back (`quota::hold::release_patch`: the
+    /// suspend flag to false, or the hold annotation removed), through the
+    /// admission webhooks like anyone's write; then the gate off each of
+    /// its pods the watch shows (`gates`; none for a suspended kind).
+    async fn release(&self, wref: &str) {
         let kind = kind_of_ref(wref).to_string();
         let Some(ar) = self.installed.lock().unwrap().get(&kind).cloned() else {
             return;
@@ -461,10 +484,12 @@ impl Context {
         else {
             return;
         };
-        let patch = adapter.suspend_path.iter().rev().fold(
-            serde_json::Value::Bool(false),
-            |inner, k| serde_json::json!({ *k: inner }),
-        );
+        let Some(mut patch) = quota::hold::release_patch(adapter.hold()) else {
+            return;
+        };
+        // Admitted again: no longer preempted (a later suspend by hand must
+        // not be taken for one).
+        patch["metadata"]["annotations"][queue::PREEMPTED_ANNOTATION] = serde_json::Value::Null;
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &ar);
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
@@ -473,8 +498,10 @@ impl Context {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
             Err(e) => {
-                tracing::warn!(workload = %wref, error = %e, "unsuspend failed; the next reconcile repairs it")
+                tracing::warn!(workload = %wref, error = %e, "release failed; the next reconcile repairs it")
             }
         }
+        let pods = self.view.lock().unwrap().gated_pods_of(wref);
+        self.ungate(&pods).await;
     }
 }

@@ -119,6 +119,21 @@ impl Context {
         let mut declared = Vec::new();
         // The ledger entries of the window this write accrues.
         let mut window: Option<(i64, Vec<quota::budget::Entry>)> = None;
+        let mut granted_alone: Vec<quota::budget::Entry> = Vec::new();
+        // The stored status's outbox goes to the ledger before this write
+        // replaces it (a no-op unless an append was lost).
+        let stored_outbox = self
+            .service
+            .cached_quota(name)
+            .and_then(|s| s.quota.status.ledger_outbox.clone());
+        if !self.replay_outbox(name, stored_outbox.as_ref()).await {
+            return Err(ServiceError::Unavailable(format!(
+                "{name}: the ledger window of its status could not be appended; not writing over it"
+            )));
+        }
+        let replayed = stored_outbox.as_ref().map(|o| o.bounds());
+        let ledger_known = self.ledger_confirmed.clone();
+        let has_ledger = self.history.is_some();
         let result = self
             .service
             .update_status(name, false, |q| {
@@ -132,6 +147,16 @@ impl Context {
                     }
                 }
                 let before = q.status.clone();
+                if let Some(o) = before.ledger_outbox.as_ref().filter(|_| has_ledger) {
+                    let known = Some(o.bounds()) == replayed
+                        || ledger_known.lock().unwrap().get(name) == Some(&o.bounds());
+                    if !known {
+                        // Read after the replay: append it first (next try).
+                        return Err(ServiceError::Conflict(format!(
+                            "{name}: its status holds a ledger window not yet appended"
+                        )));
+                    }
+                }
                 paid_to = before
                     .last_reconcile_time
                     .as_deref()
@@ -165,6 +190,16 @@ impl Context {
                     entries.extend(quota::budget::ledger::carry_entries(name, &out.closed));
                     (from, entries)
                 });
+                // Scheduled grants this write adds: with the window (in its
+                // outbox), or on their own when there is none yet.
+                let granted = quota::budget::ledger::scheduled_entries(name, &before, &q.status);
+                granted_alone = match window.as_mut() {
+                    Some((_, entries)) => {
+                        entries.extend(granted);
+                        Vec::new()
+                    }
+                    None => granted,
+                };
                 // A finished Job's reservation settles; its charge stays.
                 quota::budget::hold::settle_finished(&mut q.status, &snap.finished);
                 borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
@@ -172,6 +207,17 @@ impl Context {
                 plans = super::budgets::exhaustion_in(q, now, |q| self.candidates(q));
                 declared = self.declared_runs(q);
                 let changed = out.changed || q.status.differs_visibly(&before);
+                if changed && has_ledger {
+                    // The window rides in this write (crash-safe append).
+                    q.status.ledger_outbox =
+                        window
+                            .as_ref()
+                            .map(|(from, entries)| quota::budget::ledger::Outbox {
+                                from_ms: *from,
+                                to_ms: now,
+                                entries: entries.clone(),
+                            });
+                }
                 // Room given back here may be lent to a sibling's queue.
                 freed = before
                     .used
@@ -206,6 +252,9 @@ impl Context {
         };
         if let (true, Some((from, entries))) = (written, window) {
             self.append_window(name, from, now, entries);
+        }
+        if written && !granted_alone.is_empty() {
+            self.append_ledger(&granted_alone).await;
         }
         if written || !has_cash {
             // Accrued up to `now` (or nothing to accrue): ended runs are paid.
@@ -254,12 +303,24 @@ impl Context {
                 tracing::warn!(quota = %name, error = %e, "reclaim step failed; next reconcile retries");
             }
         }
+        // A workload suspended by preemption may wait for its entry again
+        // (preempt.rs, `repair_preemptions`).
+        let queued = queued
+            || !self
+                .view
+                .lock()
+                .unwrap()
+                .annotated(name, quota::queue::PREEMPTED_ANNOTATION)
+                .is_empty();
         // Room may have freed: admit from the queue (docs/queueing.md §4).
         if queued {
             if let Err(e) = self.admit_from_queue(name, now).await {
                 tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
             }
         }
+        // Pods of charged workloads still gated (made after the admission,
+        // or a release cut short) are released.
+        self.release_gated(name).await;
         // The head may take room from lower-priority work (§6), and marks
         // the queue no longer needs are cancelled.
         if queued || preempting {

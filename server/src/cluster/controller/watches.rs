@@ -372,6 +372,8 @@ impl Context {
             }
         };
         let (priority, unschedulable) = (facts.priority, facts.unschedulable);
+        let uid = facts.uid.clone();
+        let gate = quota::hold::ungate_patch(&obj.json).map(|p| (facts.name.clone(), p));
         let labels = obj
             .metadata
             .labels
@@ -379,11 +381,14 @@ impl Context {
             .unwrap_or_default()
             .into_iter()
             .collect();
-        let touched =
-            self.view
-                .lock()
-                .unwrap()
-                .apply_pod(facts, labels, priority, unschedulable, now);
+        let touched = {
+            let mut v = self.view.lock().unwrap();
+            let mut touched = v.apply_pod(facts, labels, priority, unschedulable, now);
+            // Gated by bizrq: its quota's reconcile releases it once its
+            // workload is charged (`release_gated`).
+            touched.extend(v.set_gated(&uid, gate));
+            touched
+        };
         self.touch(touched);
     }
 

@@ -177,10 +177,11 @@ impl FakeApi {
             }
             ("UPDATE", Some(name)) => {
                 let current = current(name)?;
-                if *method == Method::PUT && stale(&body, &current) {
+                if stale(&body, &current) {
                     return None;
                 }
-                let next = updated(&def, &current, method, t.sub.as_deref(), &body);
+                // A patch that cannot apply is answered 422 before admission.
+                let next = updated(&def, &current, method, t.sub.as_deref(), &body).ok()?;
                 if t.sub.as_deref() == Some("scale") {
                     kind = gvk("autoscaling", "v1", "Scale");
                     (name.clone(), scale_of(&next), scale_of(&current))
@@ -577,26 +578,89 @@ fn base64_decode(text: &str) -> Vec<u8> {
     out
 }
 
-/// RFC 6902 `add`, `replace` and `remove` on object members (what
-/// bizrq's patches use).
-fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> {
+/// RFC 6902 `add`, `replace`, `remove` and `test`, on object members and
+/// list elements (`-` appends), as kube-apiserver applies a JSON patch: an
+/// op that cannot apply fails the whole patch.
+pub(super) fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> {
     for op in ops.as_array().ok_or("a patch is a list")? {
         let path = op["path"].as_str().ok_or("op without path")?;
+        if op["op"] == "test" {
+            if target.pointer(path) != Some(&op["value"]) {
+                return Err(format!("testing value {path} failed"));
+            }
+            continue;
+        }
         let (parent, last) = path.rsplit_once('/').ok_or("path must start with /")?;
-        let unescape = |k: &str| k.replace("~1", "/").replace("~0", "~");
-        let obj = target
+        let last = last.replace("~1", "/").replace("~0", "~");
+        let at = target
             .pointer_mut(parent)
-            .and_then(Value::as_object_mut)
             .ok_or_else(|| format!("{path}: parent does not exist"))?;
-        match op["op"].as_str() {
-            Some("add") | Some("replace") => {
-                obj.insert(unescape(last), op["value"].clone());
+        match (op["op"].as_str(), at) {
+            (Some("add") | Some("replace"), Value::Object(m)) => {
+                if op["op"] == "replace" && !m.contains_key(&last) {
+                    return Err(format!(
+                        "replace operation does not apply: doc is missing key: {path}"
+                    ));
+                }
+                m.insert(last, op["value"].clone());
             }
-            Some("remove") => {
-                obj.remove(&unescape(last));
+            (Some("remove"), Value::Object(m)) => {
+                m.remove(&last).ok_or_else(|| {
+                    format!("remove operation does not apply: doc is missing key: {path}")
+                })?;
             }
-            o => return Err(format!("unsupported op {o:?}")),
+            (Some(o @ ("add" | "replace" | "remove")), Value::Array(l)) => {
+                let i = if last == "-" && o == "add" {
+                    l.len()
+                } else {
+                    last.parse::<usize>()
+                        .ok()
+                        .filter(|i| *i < l.len() || (o == "add" && *i == l.len()))
+                        .ok_or_else(|| format!("{path}: index out of range"))?
+                };
+                match o {
+                    "add" => l.insert(i, op["value"].clone()),
+                    "replace" => l[i] = op["value"].clone(),
+                    _ => {
+                        l.remove(i);
+                    }
+                }
+            }
+            (o, _) => return Err(format!("unsupported op {o:?} at {path}")),
         }
     }
     Ok(())
+}
+
+/// kube-apiserver's validation of a write, after mutating and before
+/// validating admission, for what the fake models: a pod update may only
+/// remove scheduling gates (`validateOnlyDeletedSchedulingGates` in
+/// pkg/apis/core/validation/validation.go). The refusal, if any.
+pub(super) fn invalid(a: &Attrs) -> Option<Response<RespBody>> {
+    if !a.group.is_empty() || a.resource != "pods" || a.operation != "UPDATE" || a.sub.is_some() {
+        return None;
+    }
+    let names = |p: &Value| -> Vec<String> {
+        p["spec"]["schedulingGates"]
+            .as_array()
+            .map(|g| {
+                g.iter()
+                    .filter_map(|g| g["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = names(&a.old_object);
+    if let Some((i, added)) = names(&a.object)
+        .into_iter()
+        .enumerate()
+        .find(|(_, g)| !before.contains(g))
+    {
+        let msg = format!(
+            "Pod {:?} is invalid: spec.schedulingGates[{i}].name: Forbidden: only deletion is allowed, but found new scheduling gate '{added}'",
+            a.name
+        );
+        return Some(once(422, &status(422, "Invalid", &msg)));
+    }
+    None
 }

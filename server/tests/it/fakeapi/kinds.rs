@@ -148,3 +148,15 @@ pub const JOBSET: KindDef = KindDef {
     status: true,
     scale: false,
 };
+
+/// Volcano Job (`batch.volcano.sh/v1alpha1`), installed only when a test
+/// says so, as its CRD has it: a status subresource, no scale, no suspend.
+pub const VOLCANOJOB: KindDef = KindDef {
+    group: "batch.volcano.sh",
+    version: "v1alpha1",
+    kind: "Job",
+    plural: "jobs",
+    namespaced: true,
+    status: true,
+    scale: false,
+};

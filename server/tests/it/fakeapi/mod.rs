@@ -2,8 +2,14 @@
 //! service at its HTTP boundary): discovery, list, watch (a live stream of
 //! JSON lines from a resourceVersion), get, create, replace with
 //! `resourceVersion` compare-and-swap (409 on a stale one), the status and
-//! scale subresources, JSON merge patch, delete and `dryRun=All`. Every
-//! request is recorded, so tests assert the exact calls the controller makes.
+//! scale subresources, JSON merge patch and JSON patch (RFC 6902, 422 when
+//! it cannot be applied), delete and `dryRun=All`. Every request is
+//! recorded, so tests assert the exact calls the controller makes.
+//!
+//! Pods as kube-apiserver keeps them: `spec.schedulingGates` may only lose
+//! gates on an update (an added one is refused with 422, in the words of
+//! `validateOnlyDeletedSchedulingGates`, before validating admission), and
+//! `pods/binding` refuses a gated pod with 409 (`setPodNodeAndMetadata`).
 //!
 //! Validating admission as kube-apiserver runs it: once a
 //! ValidatingWebhookConfiguration is loaded (`admit_with`, the shipped
@@ -24,7 +30,7 @@ mod kinds;
 mod serve;
 
 use admission::Webhook;
-pub use kinds::{KindDef, JOBSET, KINDS, PYTORCHJOB};
+pub use kinds::{KindDef, JOBSET, KINDS, PYTORCHJOB, VOLCANOJOB};
 
 use axum::body::Bytes;
 use futures::StreamExt;
@@ -65,6 +71,14 @@ struct State {
     /// Make the next write to these paths, then answer 504 as if the
     /// connection had timed out after the write.
     lost_answers: HashMap<String, usize>,
+    /// Just before the next write to these paths is made: another
+    /// client's write of the same object (the change given), so that
+    /// write meets a newer version than the one it was decided on.
+    interfere: HashMap<String, Interference>,
+    /// Answer the next N writes to these paths with 503 before anything
+    /// else: no webhook called, nothing written (the request never got
+    /// through, as when its sender stopped before sending it).
+    unreachable: HashMap<String, usize>,
     /// The loaded ValidatingWebhookConfiguration, if any.
     webhooks: Arc<Vec<Webhook>>,
     /// The loaded MutatingWebhookConfiguration, if any: called before the
@@ -74,6 +88,8 @@ struct State {
     /// Every AdmissionReview sent: `{"webhook": name, "request": …}`.
     reviews: Vec<Value>,
 }
+
+type Interference = Box<dyn FnOnce(&mut Value) + Send>;
 
 /// bizrq's service account: who `client()` is.
 pub const BIZRQ_USER: &str = "system:serviceaccount:bizrq-system:bizrq";
@@ -102,18 +118,24 @@ fn once(code: u16, v: &Value) -> Response<RespBody> {
         .unwrap()
 }
 
+/// JSON merge patch as RFC 7386 defines it (and kube-apiserver applies
+/// it): an object patch makes the target an object first, and a null
+/// removes a member, also inside a member the target did not have.
 fn merge(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    let t = target.as_object_mut().expect("made an object");
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge(t.entry(k.clone()).or_insert(Value::Null), v);
         }
-        (t, p) => *t = p.clone(),
     }
 }
 
@@ -213,6 +235,54 @@ impl FakeApi {
         self.state.lock().unwrap().write_delay = delay;
     }
 
+    /// Just before the next write to `path` is made (after its admission
+    /// and its write delay), someone else writes the object: `change`
+    /// applied to it as stored, stored under a new resourceVersion (a
+    /// MODIFIED event). A write naming the version it read then meets a
+    /// newer one, as when another replica's write lands first.
+    pub fn interfere_next(&self, path: &str, change: impl FnOnce(&mut Value) + Send + 'static) {
+        self.state
+            .lock()
+            .unwrap()
+            .interfere
+            .insert(path.to_string(), Box::new(change));
+    }
+
+    /// The interference queued for a write to `path`, made now.
+    fn interfere(&self, path: &str) {
+        let Some(change) = self.state.lock().unwrap().interfere.remove(path) else {
+            return;
+        };
+        let Some(t) = Self::parse(path) else { return };
+        let (Some(name), ns) = (t.name, t.namespace.unwrap_or_default()) else {
+            return;
+        };
+        let mut g = self.state.lock().unwrap();
+        g.rv += 1;
+        let rv = g.rv;
+        let Some(coll) = g.colls.get_mut(&t.coll) else {
+            return;
+        };
+        let Some(obj) = coll.objects.get_mut(&(ns, name)) else {
+            return;
+        };
+        change(obj);
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let obj = obj.clone();
+        Self::emit(coll, rv, "MODIFIED", obj);
+    }
+
+    /// The next `n` writes to `path` never get through: 503, before any
+    /// webhook is called, nothing written. What a writer that stopped
+    /// before sending leaves behind, without stopping it.
+    pub fn unreachable_next(&self, path: &str, n: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .unreachable
+            .insert(path.to_string(), n);
+    }
+
     /// Make the next `n` writes to `path`, then answer each with 504 as a
     /// timeout would: the client cannot tell whether the write was made.
     pub fn lose_answer_next(&self, path: &str, n: usize) {
@@ -234,7 +304,7 @@ impl FakeApi {
         let kind = obj["kind"].as_str().unwrap_or("");
         KINDS
             .iter()
-            .chain([&PYTORCHJOB, &JOBSET])
+            .chain([&PYTORCHJOB, &JOBSET, &VOLCANOJOB])
             .find(|d| d.group == group && d.kind == kind)
             .unwrap_or_else(|| panic!("fake API: unknown kind {api_version} {kind}"))
             .clone()

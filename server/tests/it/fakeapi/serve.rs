@@ -84,6 +84,7 @@ impl FakeApi {
         query: &str,
         body: Option<Value>,
         dry: bool,
+        metadata_only: bool,
     ) -> Response<RespBody> {
         if method == Method::GET {
             if let Some(d) = self.discovery(path) {
@@ -184,6 +185,9 @@ impl FakeApi {
                 Some(o) if t.sub.as_deref() == Some("scale") && coll.def.scale => {
                     once(200, &scale_of(o))
                 }
+                // `Accept: application/json;as=PartialObjectMetadata;…`: the
+                // metadata alone, as kube-apiserver answers it.
+                Some(o) if metadata_only => once(200, &partial_metadata(o)),
                 Some(o) => once(200, o),
                 None => once(
                     404,
@@ -194,6 +198,46 @@ impl FakeApi {
                     ),
                 ),
             },
+            // pods/binding, as the scheduler binds a pod
+            // (`setPodNodeAndMetadata` in pkg/registry/core/pod/storage).
+            (Method::POST, Some(name))
+                if t.sub.as_deref() == Some("binding") && coll.def.plural == "pods" =>
+            {
+                let Some(pod) = coll.objects.get_mut(&(ns, name.clone())) else {
+                    return once(
+                        404,
+                        &status(404, "NotFound", &format!("pods \"{name}\" not found")),
+                    );
+                };
+                let conflict = |why: String| {
+                    let msg =
+                        format!("Operation cannot be fulfilled on pods/binding \"{name}\": {why}");
+                    once(409, &status(409, "Conflict", &msg))
+                };
+                if let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+                    return conflict(format!("pod {name} is already assigned to node {node:?}"));
+                }
+                if pod["spec"]["schedulingGates"]
+                    .as_array()
+                    .is_some_and(|g| !g.is_empty())
+                {
+                    return conflict(format!("pod {name} has non-empty .spec.schedulingGates"));
+                }
+                if dry {
+                    return once(
+                        201,
+                        &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+                    );
+                }
+                pod["spec"]["nodeName"] = body.unwrap_or_default()["target"]["name"].clone();
+                pod["metadata"]["resourceVersion"] = json!(rv.to_string());
+                let obj = pod.clone();
+                Self::emit(coll, rv, "MODIFIED", obj);
+                once(
+                    201,
+                    &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+                )
+            }
             (Method::POST, None) => {
                 let mut obj = body.unwrap_or(Value::Null);
                 let name = obj["metadata"]["name"]
@@ -239,10 +283,21 @@ impl FakeApi {
                 };
                 let body = body.unwrap_or(Value::Null);
                 let sub = t.sub.as_deref();
-                if m == Method::PUT && stale(&body, &current) {
+                // A merge patch naming a resourceVersion is a compare-and-swap
+                // as a PUT is: kube-apiserver applies it to the stored object
+                // and refuses the result if its version is not the stored one.
+                if stale(&body, &current) {
                     return once(409, &status(409, "Conflict", &format!("Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again", coll.def.plural)));
                 }
-                let mut next = updated(&coll.def, &current, &m, sub, &body);
+                let mut next = match updated(&coll.def, &current, &m, sub, &body) {
+                    Ok(next) => next,
+                    Err(e) => {
+                        let msg = format!(
+                            "the server rejected our request due to an error in our request: {e}"
+                        );
+                        return once(422, &status(422, "Invalid", &msg));
+                    }
+                };
                 if dry {
                     return once(
                         200,
@@ -264,6 +319,8 @@ impl FakeApi {
                 Self::emit(coll, rv, "MODIFIED", next.clone());
                 if sub == Some("scale") {
                     once(200, &scale_of(&next))
+                } else if metadata_only {
+                    once(200, &partial_metadata(&next))
                 } else {
                     once(200, &next)
                 }
@@ -370,7 +427,7 @@ pub(super) fn updated(
     m: &Method,
     sub: Option<&str>,
     body: &Value,
-) -> Value {
+) -> Result<Value, String> {
     let mut next = current.clone();
     if m == Method::PUT {
         match sub {
@@ -393,10 +450,33 @@ pub(super) fn updated(
                     next["spec"]["replicas"] = json!(r);
                 }
             }
+            // A JSON patch (RFC 6902) is a list; a merge patch an object.
+            _ if body.is_array() => super::admission::json_patch(&mut next, body)?,
+            // The status subresource takes only the status of the patched
+            // object; everything else stays as stored (a CRD's status
+            // strategy).
+            Some("status") => {
+                let mut patched = current.clone();
+                merge(&mut patched, body);
+                match patched.get("status") {
+                    Some(s) => next["status"] = s.clone(),
+                    None => {
+                        if let Some(o) = next.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+            }
             _ => merge(&mut next, body),
         }
     }
-    next
+    Ok(next)
+}
+
+/// An object's metadata alone, as kube-apiserver answers a request that
+/// accepts `as=PartialObjectMetadata` (a get, an update or a patch).
+fn partial_metadata(o: &Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": o["metadata"]})
 }
 
 pub(super) fn scale_of(o: &Value) -> Value {
@@ -418,6 +498,10 @@ impl tower::Service<Request<Body>> for FakeApi {
         let me = self.clone();
         Box::pin(async move {
             let method = req.method().clone();
+            let metadata_only = req.headers().get_all(http::header::ACCEPT).iter().any(|a| {
+                a.to_str()
+                    .is_ok_and(|a| a.contains("as=PartialObjectMetadata"))
+            });
             let path = req.uri().path().to_string();
             let query = req.uri().query().unwrap_or("").to_string();
             let bytes = req
@@ -429,6 +513,14 @@ impl tower::Service<Request<Body>> for FakeApi {
             let body =
                 (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap_or(Value::Null));
             me.record(&method, &path, &query);
+            if method != Method::GET {
+                let mut g = me.state.lock().unwrap();
+                if let Some(n) = g.unreachable.get_mut(&path).filter(|n| **n > 0) {
+                    *n -= 1;
+                    let msg = "the server is currently unable to handle the request";
+                    return Ok(once(503, &status(503, "ServiceUnavailable", msg)));
+                }
+            }
             let dry = query_params(&query)
                 .get("dryRun")
                 .is_some_and(|d| d == "All");
@@ -453,6 +545,9 @@ impl tower::Service<Request<Body>> for FakeApi {
                 }
             }
             if let Some(attrs) = me.attributes(&method, &path, body.as_ref()) {
+                if let Some(invalid) = super::admission::invalid(&attrs) {
+                    return Ok(invalid);
+                }
                 match me.admit(&attrs, dry).await {
                     Ok(w) => warnings.extend(w),
                     Err(refused) => return Ok(refused),
@@ -465,7 +560,10 @@ impl tower::Service<Request<Body>> for FakeApi {
                     tokio::time::sleep(delay).await;
                 }
             }
-            let mut resp = me.handle(method, &path, &query, body, dry);
+            if write && !dry {
+                me.interfere(&path);
+            }
+            let mut resp = me.handle(method, &path, &query, body, dry, metadata_only);
             if write {
                 let mut g = me.state.lock().unwrap();
                 if let Some(n) = g.lost_answers.get_mut(&path).filter(|n| **n > 0) {
