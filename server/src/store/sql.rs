@@ -207,6 +207,9 @@ impl SqlStore {
             bg_read: self.bg_read.clone(),
             bg_write: self.bg_write.clone(),
             backend: self.backend,
+            // Shared: one cache of what was last written, one policy.
+            charges: self.charges.clone(),
+            ledger_rollup: self.ledger_rollup.clone(),
         }
     }
 
