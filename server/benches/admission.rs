@@ -57,6 +57,15 @@ struct Opts {
     cluster: bool,
     write_delay_ms: u64,
     same_again: bool,
+    /// Width of the latency-over-time windows (`--window-seconds`).
+    window: Duration,
+    /// Where the windows and the server's background runs go (`--csv`).
+    csv: Option<String>,
+    /// `--sweep-seconds`: the server's alert sweep and usage sample that
+    /// often (its defaults, 300 s and 60 s, when not given).
+    sweep_seconds: Option<u64>,
+    /// `--no-pure`: skip part 1 (the pure decision).
+    pure: bool,
 }
 
 fn opts() -> Opts {
@@ -92,6 +101,15 @@ fn opts() -> Opts {
         write_delay_ms: val("--write-delay-ms")
             .and_then(|v| v.parse().ok())
             .unwrap_or(5),
+        window: Duration::from_secs_f64(
+            val("--window-seconds")
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|v| *v > 0.0)
+                .unwrap_or(1.0),
+        ),
+        csv: val("--csv"),
+        sweep_seconds: val("--sweep-seconds").and_then(|v| v.parse().ok()),
+        pure: !args.iter().any(|a| a == "--no-pure"),
     }
 }
 
@@ -356,6 +374,40 @@ struct Target {
     endpoints: Vec<String>,
     metrics: Vec<String>,
     children: Vec<tokio::process::Child>,
+    /// When it said it was ready: time 0 of its latency over time.
+    ready: Instant,
+    /// The server's background runs (alert sweep, usage sample) as its log
+    /// tells them: when each began, after `ready`, and how long it took.
+    background: Arc<std::sync::Mutex<Vec<Background>>>,
+}
+
+/// One run of a server's background task, from its log line
+/// `background task done task=… ms=…` (target `bizrq::background`).
+#[derive(Clone, Debug)]
+struct Background {
+    task: String,
+    started: Duration,
+    took: Duration,
+}
+
+impl Background {
+    /// The run a log line tells of, if it is one; `at`: when the line came.
+    fn parse(line: &str, at: Duration) -> Option<Background> {
+        if !line.contains("background task done") {
+            return None;
+        }
+        let field = |name: &str| {
+            let i = line.find(&format!(" {name}="))? + name.len() + 2;
+            let v = line[i..].split_whitespace().next()?;
+            Some(v.trim_matches('"').to_string())
+        };
+        let took = Duration::from_secs_f64(field("ms")?.parse::<f64>().ok()? / 1e3);
+        Some(Background {
+            task: field("task")?,
+            started: at.saturating_sub(took),
+            took,
+        })
+    }
 }
 
 impl Target {
@@ -395,6 +447,8 @@ async fn start_bizrq(o: &Opts, url: &str, mode: &[String]) -> Target {
         endpoints: Vec::new(),
         metrics: Vec::new(),
         children: Vec::new(),
+        ready: Instant::now(),
+        background: Default::default(),
     };
     for _ in 0..o.replicas {
         // `BIZRQ_BENCH_BIN`: another build of the server (a before/after run).
@@ -433,15 +487,32 @@ async fn start_bizrq(o: &Opts, url: &str, mode: &[String]) -> Target {
                 "3600",
             ])
             .args(mode)
+            .args(
+                o.sweep_seconds
+                    .iter()
+                    .flat_map(|s| {
+                        ["--alert-sweep-seconds", "--sample-seconds"]
+                            .map(|a| [a.to_string(), s.to_string()])
+                    })
+                    .flatten(),
+            )
             .args(["--database-url", url])
-            .env("BIZRQ_LOG", "warn")
+            // The background runs' lines, read below for latency over time.
+            .env("BIZRQ_LOG", "warn,bizrq::background=debug")
+            .env("NO_COLOR", "1")
             .env("BIZRQ_ADMIN_PASSWORD", "bench-admin-password")
             .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("spawn bizrq");
+        follow_log(&mut child, t.background.clone());
         // Lines before it (a generated password on a first start) are skipped.
         let (http_addr, webhook_addr) = await_line(&mut child, bizrq::parse_ready_line).await;
+        if t.children.is_empty() {
+            t.ready = Instant::now();
+            *READY.lock().unwrap() = Some(t.ready);
+        }
         t.endpoints
             .push(format!("https://{webhook_addr}/validate/workloads"));
         t.metrics.push(format!("http://{http_addr}/metrics"));
@@ -559,7 +630,37 @@ async fn start_floor() -> Target {
         endpoints: vec![format!("https://{addr}/validate/workloads")],
         metrics: Vec::new(),
         children: vec![child],
+        ready: Instant::now(),
+        background: Default::default(),
     }
+}
+
+/// When the first replica of the server under test said it was ready
+/// (the log's lines are timed from it).
+static READY: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+
+/// Reads the server's log (stderr): background runs are kept, every other
+/// line passed on to the bench's stderr.
+fn follow_log(child: &mut tokio::process::Child, into: Arc<std::sync::Mutex<Vec<Background>>>) {
+    let Some(err) = child.stderr.take() else {
+        return;
+    };
+    tokio::spawn(async move {
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(err));
+        while let Ok(Some(line)) = lines.next_line().await {
+            // Before the server is ready: at its time 0.
+            let at = READY
+                .lock()
+                .unwrap()
+                .map(|r| r.elapsed())
+                .unwrap_or_default();
+            match Background::parse(&line, at) {
+                Some(b) => into.lock().unwrap().push(b),
+                None if line.contains("background task done") => {}
+                None => eprintln!("{line}"),
+            }
+        }
+    });
 }
 
 const FLOOR_ARG: &str = "--serve-floor";
@@ -617,6 +718,21 @@ async fn drive(
     leaves: &Arc<Vec<String>>,
     paced: bool,
 ) -> Figures {
+    drive_timed(o, client, t, leaves, paced).await.0
+}
+
+/// Each review's scheduled send time after the target was ready, and its
+/// latency.
+type Timeline = Vec<(Duration, Duration)>;
+
+/// `drive`, and each review's place in time (`Timeline`).
+async fn drive_timed(
+    o: &Opts,
+    client: &reqwest::Client,
+    t: &Target,
+    leaves: &Arc<Vec<String>>,
+    paced: bool,
+) -> (Figures, Timeline) {
     let label = if paced {
         format!(
             "{} HTTPS paced at {}/s, {} clients",
@@ -639,6 +755,7 @@ async fn drive(
         let endpoint = t.endpoints[c % t.endpoints.len()].clone();
         let hot = o.hot;
         let period = Duration::from_secs_f64(o.clients as f64 / o.rate as f64);
+        let ready = t.ready;
         tasks.spawn(async move {
             let mut lat = Vec::new();
             let mut denied = 0u64;
@@ -678,19 +795,23 @@ async fn drive(
                 if !text.contains("\"allowed\":true") {
                     denied += 1;
                 }
-                lat.push(scheduled.elapsed());
+                lat.push((
+                    scheduled.saturating_duration_since(ready),
+                    scheduled.elapsed(),
+                ));
             }
             (lat, denied)
         });
     }
-    let mut all = Vec::new();
+    let mut timeline = Vec::new();
     let mut denied = 0;
     while let Some(r) = tasks.join_next().await {
         let (l, d) = r.unwrap();
-        all.extend(l);
+        timeline.extend(l);
         denied += d;
     }
-    let ops = all.len();
+    let ops = timeline.len();
+    let all = timeline.iter().map(|(_, l)| *l).collect();
     let f = report(&label, all, started.elapsed());
     let cpu = pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>() - cpu_before;
     println!(
@@ -701,7 +822,124 @@ async fn drive(
     if denied > 0 {
         println!("  ({denied} denied)");
     }
-    f
+    (f, timeline)
+}
+
+/// Latency in each window of `width` from the target's start.
+#[derive(Clone, Debug)]
+struct Window {
+    from: Duration,
+    count: usize,
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+}
+
+fn windows(timeline: &Timeline, width: Duration) -> Vec<Window> {
+    let mut by: std::collections::BTreeMap<u64, Vec<Duration>> = Default::default();
+    for (at, lat) in timeline {
+        let i = (at.as_secs_f64() / width.as_secs_f64()) as u64;
+        by.entry(i).or_default().push(*lat);
+    }
+    by.into_iter()
+        .map(|(i, mut l)| {
+            l.sort();
+            Window {
+                from: width.mul_f64(i as f64),
+                count: l.len(),
+                p50: percentile(&l, 0.50),
+                p99: percentile(&l, 0.99),
+                max: *l.last().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// The paced phases over time: p50/p99/max per 5 s (the CSV has every
+/// `--window-seconds`), the server's background runs beside them, and the
+/// worst window of each.
+fn print_over_time(o: &Opts, floor: Option<&Timeline>, bizrq: &Timeline, bg: &[Background]) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let coarse = Duration::from_secs(5).max(o.window);
+    let fw = floor.map(|f| windows(f, coarse)).unwrap_or_default();
+    let bw = windows(bizrq, coarse);
+    println!();
+    println!(
+        "paced latency over time ({} s windows from each server's start; ms)",
+        coarse.as_secs_f64()
+    );
+    println!(
+        "{:>8}  {:>24}  {:>24}  background (bizrq)",
+        "from", "floor p50 / p99 / max", "bizrq p50 / p99 / max"
+    );
+    for b in &bw {
+        let f = fw
+            .iter()
+            .find(|f| f.from == b.from)
+            .map(|f| format!("{:.1} / {:.1} / {:.1}", ms(f.p50), ms(f.p99), ms(f.max)))
+            .unwrap_or_default();
+        let end = b.from + coarse;
+        let runs: Vec<String> = bg
+            .iter()
+            .filter(|r| r.started < end && r.started + r.took >= b.from)
+            .map(|r| format!("{} {:.0} ms", r.task, ms(r.took)))
+            .collect();
+        println!(
+            "{:>7.0}s  {:>24}  {:>24}  {}",
+            b.from.as_secs_f64(),
+            f,
+            format!("{:.1} / {:.1} / {:.1}", ms(b.p50), ms(b.p99), ms(b.max)),
+            runs.join(", ")
+        );
+    }
+    let worst = |w: &[Window]| w.iter().map(|w| w.p99).max().unwrap_or_default();
+    let fine_f = floor.map(|f| windows(f, o.window)).unwrap_or_default();
+    let fine_b = windows(bizrq, o.window);
+    println!(
+        "worst {} s window's p99: floor {:.3} ms, bizrq {:.3} ms",
+        o.window.as_secs_f64(),
+        ms(worst(&fine_f)),
+        ms(worst(&fine_b))
+    );
+    if let Some(path) = &o.csv {
+        let mut out = String::from("kind,series,t_s,count,p50_ms,p99_ms,max_ms,task\n");
+        for (series, w) in [("floor", &fine_f), ("bizrq", &fine_b)] {
+            for w in w.iter() {
+                out.push_str(&format!(
+                    "window,{series},{:.3},{},{:.3},{:.3},{:.3},\n",
+                    w.from.as_secs_f64(),
+                    w.count,
+                    ms(w.p50),
+                    ms(w.p99),
+                    ms(w.max)
+                ));
+            }
+        }
+        // The whole phase of each, as the summary prints it.
+        for (series, t) in [("floor", floor), ("bizrq", Some(bizrq))] {
+            let Some(t) = t else { continue };
+            let whole = windows(t, Duration::from_secs(1 << 20));
+            for w in whole {
+                out.push_str(&format!(
+                    "summary,{series},0,{},{:.3},{:.3},{:.3},\n",
+                    w.count,
+                    ms(w.p50),
+                    ms(w.p99),
+                    ms(w.max)
+                ));
+            }
+        }
+        for r in bg {
+            out.push_str(&format!(
+                "background,bizrq,{:.3},,,,{:.3},{}\n",
+                r.started.as_secs_f64(),
+                ms(r.took),
+                r.task
+            ));
+        }
+        std::fs::write(path, out).expect("writing --csv");
+        println!("latency over time written to {path}");
+    }
 }
 
 /// Part 2: over HTTPS, the floor and then `bizrq`, as the API server calls them.
@@ -732,9 +970,11 @@ async fn https(o: &Opts) {
         .pool_max_idle_per_host(o.clients)
         .build()
         .unwrap();
+    let mut floor_timeline = None;
     let floor = if o.floor {
         let t = start_floor().await;
-        let paced = drive(o, &client, &t, &leaves, true).await;
+        let (paced, timeline) = drive_timed(o, &client, &t, &leaves, true).await;
+        floor_timeline = Some(timeline);
         let flat = drive(o, &client, &t, &leaves, false).await;
         t.stop().await;
         Some((paced, flat))
@@ -765,10 +1005,10 @@ async fn https(o: &Opts) {
         println!("callgrind: counted {} admissions", counted.ops);
         (counted, counted)
     } else {
-        (
-            drive(o, &client, &t, &leaves, true).await,
-            drive(o, &client, &t, &leaves, false).await,
-        )
+        let (paced, timeline) = drive_timed(o, &client, &t, &leaves, true).await;
+        let background = t.background.lock().unwrap().clone();
+        print_over_time(o, floor_timeline.as_ref(), &timeline, &background);
+        (paced, drive(o, &client, &t, &leaves, false).await)
     };
     for (i, m) in t.metrics.iter().enumerate() {
         let text = client.get(m).send().await.unwrap().text().await.unwrap();
@@ -837,7 +1077,9 @@ fn main() {
         },
         if o.smoke { ", smoke" } else { "" }
     );
-    pure(&o);
+    if o.pure {
+        pure(&o);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -514,13 +514,26 @@ pub fn evaluate_quotas<Q: std::borrow::Borrow<Quota>>(
     forecasts: &BTreeMap<String, BTreeMap<String, Forecast>>,
     now_ms: i64,
 ) -> Evaluation {
+    let mut out = evaluate_each(quotas, in_use, rules, open, forecasts, now_ms);
+    out.resolve.extend(resolve_deleted(quotas, open));
+    out
+}
+
+/// `evaluate_quotas` of each quota given, and nothing of the quotas not
+/// given: a part of a sweep, which calls `resolve_deleted` once at its end.
+pub fn evaluate_each<Q: std::borrow::Borrow<Quota>>(
+    quotas: &[Q],
+    in_use: &BTreeMap<String, quota::ResourceList>,
+    rules: &BTreeMap<String, Vec<Rule>>,
+    open: &BTreeMap<String, Vec<OpenAlert>>,
+    forecasts: &BTreeMap<String, BTreeMap<String, Forecast>>,
+    now_ms: i64,
+) -> Evaluation {
     let none = BTreeMap::new();
     let mut out = Evaluation::default();
-    let mut seen = BTreeSet::new();
     for q in quotas {
         let q = q.borrow();
         let name = q.name();
-        seen.insert(name);
         let rules = rules.get(name).map(Vec::as_slice).unwrap_or_default();
         let cs = conditions(
             q,
@@ -533,15 +546,26 @@ pub fn evaluate_quotas<Q: std::borrow::Borrow<Quota>>(
         out.open.extend(e.open);
         out.resolve.extend(e.resolve);
     }
-    // A deleted quota's conditions are gone with it. No quota at all is
-    // more likely a cache not filled yet than an empty tree: resolving
-    // everything then would send every alert again on the next sweep.
-    for (name, alerts) in open {
-        if !quotas.is_empty() && !seen.contains(name.as_str()) {
-            out.resolve.extend(evaluate(Vec::new(), alerts).resolve);
-        }
-    }
     out
+}
+
+/// The open alerts of quotas not among `quotas` (deleted: their
+/// conditions are gone with them), to resolve.
+pub fn resolve_deleted<Q: std::borrow::Borrow<Quota>>(
+    quotas: &[Q],
+    open: &BTreeMap<String, Vec<OpenAlert>>,
+) -> Vec<i64> {
+    // No quota at all is more likely a cache not filled yet than an empty
+    // tree: resolving everything then would send every alert again on the
+    // next sweep.
+    if quotas.is_empty() {
+        return Vec::new();
+    }
+    let seen: BTreeSet<&str> = quotas.iter().map(|q| q.borrow().name()).collect();
+    open.iter()
+        .filter(|(name, _)| !seen.contains(name.as_str()))
+        .flat_map(|(_, alerts)| evaluate(Vec::new(), alerts).resolve)
+        .collect()
 }
 
 /// An alert as stored.

@@ -185,6 +185,13 @@ pub struct ServeArgs {
     /// Seconds between full resyncs (carve-out repair, cash accrual).
     #[arg(long, env = "BIZRQ_RESYNC_SECONDS", default_value_t = 300)]
     pub resync_seconds: u64,
+    /// Seconds between the alert engine's sweeps over every quota (writes
+    /// are evaluated as they happen; the sweep is the net under them).
+    #[arg(long, env = "BIZRQ_ALERT_SWEEP_SECONDS", default_value_t = 300)]
+    pub alert_sweep_seconds: u64,
+    /// Seconds between usage samples of every quota (the history charts).
+    #[arg(long, env = "BIZRQ_SAMPLE_SECONDS", default_value_t = 60)]
+    pub sample_seconds: u64,
     /// Extended resources that are GPUs (take the gpu-type model label).
     #[arg(
         long,

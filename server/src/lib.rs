@@ -254,6 +254,11 @@ impl Core {
         };
         let mut service = Service::new(store, args.key_config(), args.prices(), metrics.clone())
             .with_service_account(args.service_account());
+        if client.is_none() {
+            // Reads over every quota (the forest of the sweep, the sampler
+            // and the pages) on the background's connections.
+            service = service.with_bulk_store(Arc::new(sql.background()));
+        }
         if let Some(clock) = clock {
             service = service.with_clock(clock);
         }
@@ -365,11 +370,34 @@ impl Core {
         );
         // Each replica evaluates what it writes at once, and all quotas at
         // start and every 5 min; opening an alert is idempotent across them.
+        // SQLite's write-ahead log, copied into the database off the
+        // admissions' path (`SqlStore::checkpoint`).
+        if self.sql.backend == store::sql::Backend::Sqlite {
+            let (sql, metrics) = (self.sql.clone(), self.metrics.clone());
+            background.spawn(async move {
+                let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+                loop {
+                    tick.tick().await;
+                    let started = std::time::Instant::now();
+                    match sql.checkpoint().await {
+                        Ok(_) => metrics
+                            .background_duration
+                            .get_or_create(&metrics::TaskLabels {
+                                task: "wal_checkpoint".into(),
+                            })
+                            .observe(started.elapsed().as_secs_f64()),
+                        Err(e) => tracing::warn!(error = %e, "SQLite checkpoint failed"),
+                    }
+                }
+            });
+        }
+        // On the background's connections, as the sampler: a sweep never
+        // waits for nor holds a connection an admission needs.
         background.spawn(alerts::engine::evaluate_forever(
             self.service.clone(),
-            self.sql.clone(),
+            Arc::new(self.sql.background()),
             args.public_url.clone(),
-            alerts::engine::EVERY,
+            Duration::from_secs(args.alert_sweep_seconds.max(1)),
             args.digest_hour,
         ));
         Ok(())
@@ -385,7 +413,7 @@ impl Core {
         background: &mut JoinSet<()>,
     ) -> Option<(kube::Client, LeaseConfig)> {
         let every = Duration::from_secs(args.resync_seconds.max(1));
-        let history: Arc<dyn History> = self.sql.clone();
+        let history: Arc<dyn History> = Arc::new(self.sql.background());
         let sweep = self.transfers.clone();
         let Some(client) = self.client.clone() else {
             if let Some(path) = &args.price_list {
@@ -401,7 +429,7 @@ impl Core {
             background.spawn(cluster::controller::sample_forever(
                 self.service.clone(),
                 history,
-                Duration::from_secs(60),
+                Duration::from_secs(args.sample_seconds.max(1)),
             ));
             background.spawn(async move {
                 let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -432,6 +460,7 @@ impl Core {
             resync: every,
             reclaim_grace: Duration::from_secs(args.reclaim_grace_seconds),
             discovery_every: Duration::from_secs(args.discovery_seconds.max(1)),
+            sample_every: Duration::from_secs(args.sample_seconds.max(1)),
             ..ControllerConfig::default()
         };
         let clock = self.service.clock();
@@ -457,6 +486,10 @@ impl Core {
         Some((client, lease))
     }
 }
+
+/// How often SQLite's write-ahead log is checkpointed: at 1,000
+/// admissions/s it grows by a few MB a second.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
 
 /// The webhook's TLS: the given certificate (reloaded when its files
 /// change), or a self-signed one whose PEM is returned; with the client

@@ -32,6 +32,12 @@ pub struct DecisionLabels {
     pub decision: String,
 }
 
+/// A background task beside admissions: `alert_sweep`, `usage_sample`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaskLabels {
+    pub task: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PathLabels {
     pub path: String,
@@ -127,6 +133,9 @@ pub struct Metrics {
     /// Workload releases a DELETE could not write at once (retried in the
     /// background; the DELETE was allowed).
     pub deferred_releases: Counter,
+    /// One run of a background task over every quota (the alert sweep,
+    /// the usage sampler), start to end, yields and waits included.
+    pub background_duration: Family<TaskLabels, Histogram, fn() -> Histogram>,
     /// Deferred releases still not written after every retry.
     pub deferred_releases_abandoned: Counter,
     /// Deferred releases not started: the cap of tasks at once was reached
@@ -292,6 +301,13 @@ impl Default for Metrics {
             mail_queue_depth.clone(),
         );
         let deferred_releases = Counter::default();
+        let background_duration: Family<TaskLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16)));
+        registry.register(
+            "background_duration_seconds",
+            "One run of a background task over every quota (alert_sweep, usage_sample)",
+            background_duration.clone(),
+        );
         let deferred_releases_abandoned = Counter::default();
         let deferred_releases_over_cap = Counter::default();
         let body_budget_exhausted = Family::<ListenerLabels, Counter>::default();
@@ -372,6 +388,7 @@ impl Default for Metrics {
             queue_seen: Default::default(),
             registry,
             deferred_releases,
+            background_duration,
             deferred_releases_abandoned,
             deferred_releases_over_cap,
             body_budget_exhausted,
@@ -404,6 +421,25 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// A background task's run ended (`task` as in `TaskLabels`): its
+    /// duration observed, and logged under the target `bizrq::background`
+    /// (debug), where the admission bench reads when sweeps ran.
+    pub fn background_done(&self, task: &str, started: std::time::Instant, quotas: usize) {
+        let took = started.elapsed();
+        self.background_duration
+            .get_or_create(&TaskLabels {
+                task: task.to_string(),
+            })
+            .observe(took.as_secs_f64());
+        tracing::debug!(
+            target: "bizrq::background",
+            task,
+            quotas,
+            ms = took.as_secs_f64() * 1e3,
+            "background task done"
+        );
+    }
+
     pub fn count_reconcile(&self, result: &str) {
         self.reconciles
             .get_or_create(&ResultLabels {

@@ -59,6 +59,9 @@ pub struct Refresh {
     pub read: usize,
     /// Quotas kept from the last read.
     pub kept: usize,
+    /// Of `read`, those taken from this process's own copy of the very
+    /// version stamped (what it wrote itself): nothing read nor parsed.
+    pub taken: usize,
 }
 
 impl Service {
@@ -72,15 +75,20 @@ impl Service {
     /// `forest`, and what it read.
     pub async fn forest_refreshed(&self) -> Result<(Arc<Forest>, Refresh), ServiceError> {
         let mut slot = self.forest.0.lock().await;
-        let stamps = self.store.stamps().await?;
+        let store = self.bulk.as_ref().unwrap_or(&self.store);
+        let stamps = store.stamps().await?;
         if let Some(f) = slot.as_ref() {
             if f.stamps == stamps {
                 let kept = f.quotas.len();
-                return Ok((f.clone(), Refresh { read: 0, kept }));
+                let refresh = Refresh {
+                    kept,
+                    ..Refresh::default()
+                };
+                return Ok((f.clone(), refresh));
             }
         }
         // What is held, owned when no request still reads it.
-        let mut held: HashMap<String, (Stamp, Quota)> = match slot.take() {
+        let held: HashMap<String, (Stamp, Quota)> = match slot.take() {
             None => HashMap::new(),
             Some(old) => {
                 let old = Arc::try_unwrap(old).unwrap_or_else(|shared| Forest {
@@ -95,24 +103,73 @@ impl Service {
                     .collect()
             }
         };
-        let stale: Vec<String> = stamps
-            .iter()
-            .filter(|s| held.get(&s.name).is_none_or(|(h, _)| h != *s))
-            .map(|s| s.name.clone())
-            .collect();
+        // Changed since: this process's own copy of that very version
+        // (what it wrote: an admission's charge) is taken as it is; only
+        // what another process wrote is read and parsed again.
+        let mut fresh: HashMap<String, Stored> = HashMap::new();
+        let mut stale: Vec<String> = Vec::new();
+        for (i, s) in stamps.iter().enumerate() {
+            if held.get(&s.name).is_some_and(|(h, _)| h == s) {
+                continue;
+            }
+            match self.cached(&s.name) {
+                Some(c) if Stamp::of(&c) == *s => {
+                    fresh.insert(s.name.clone(), (*c).clone());
+                }
+                _ => stale.push(s.name.clone()),
+            }
+            if i % YIELD_EVERY == YIELD_EVERY - 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+        let taken = fresh.len();
+        let kept = stamps.len() - taken - stale.len();
         // Written again (or deleted) after its stamp was read: kept as read,
         // with the stamp of what was read, so the next request reads it again.
-        let mut fresh: HashMap<String, Stored> = self
-            .store
-            .get_many(&stale)
-            .await?
+        fresh.extend(
+            store
+                .get_many(&stale)
+                .await?
+                .into_iter()
+                .map(|s| (s.quota.name().to_string(), s)),
+        );
+        let refresh = Refresh {
+            read: fresh.len(),
+            kept,
+            taken,
+        };
+        let forest = build(stamps, fresh, held).await?;
+        *slot = Some(forest.clone());
+        Ok((forest, refresh))
+    }
+
+    /// The forest as `warm_cache` read it (every quota): the first
+    /// `forest` after start reads only what was written since.
+    pub(super) async fn seed_forest(&self, all: Vec<Stored>) {
+        let stamps: Vec<Stamp> = all.iter().map(Stamp::of).collect();
+        let fresh = all
             .into_iter()
             .map(|s| (s.quota.name().to_string(), s))
             .collect();
-        let refresh = Refresh {
-            read: fresh.len(),
-            kept: stamps.len() - stale.len(),
-        };
+        if let Ok(f) = build(stamps, fresh, HashMap::new()).await {
+            *self.forest.0.lock().await = Some(f);
+        }
+    }
+}
+
+/// Quotas between two yields to the runtime, where the forest is compared
+/// on the async workers.
+const YIELD_EVERY: usize = 1_000;
+
+/// The forest of `stamps` from what was read (`fresh`) or held, with its
+/// subtree usage: off the async workers (tens of ms over 10,000 quotas
+/// that admissions would wait behind).
+async fn build(
+    stamps: Vec<Stamp>,
+    mut fresh: HashMap<String, Stored>,
+    mut held: HashMap<String, (Stamp, Quota)>,
+) -> Result<Arc<Forest>, ServiceError> {
+    tokio::task::spawn_blocking(move || {
         let mut quotas = Vec::with_capacity(stamps.len());
         let mut kept_stamps = Vec::with_capacity(stamps.len());
         for s in &stamps {
@@ -127,14 +184,14 @@ impl Service {
             }
         }
         let in_use = subtree_in_use(&quotas);
-        let forest = Arc::new(Forest {
+        Arc::new(Forest {
             quotas,
             in_use,
             stamps: kept_stamps,
-        });
-        *slot = Some(forest.clone());
-        Ok((forest, refresh))
-    }
+        })
+    })
+    .await
+    .map_err(|e| ServiceError::Internal(format!("building the forest: {e}")))
 }
 
 #[cfg(test)]
@@ -190,17 +247,17 @@ mod tests {
 
         let (f, r) = a.forest_refreshed().await.unwrap();
         assert_eq!(names(&f), ["ai", "cv", "nlp"]);
-        assert_eq!(r, Refresh { read: 3, kept: 0 });
+        assert_eq!((r.read, r.kept), (3, 0));
         let (again, r) = a.forest_refreshed().await.unwrap();
         assert!(Arc::ptr_eq(&f, &again), "nothing written: the same forest");
-        assert_eq!(r, Refresh { read: 0, kept: 3 });
+        assert_eq!((r.read, r.kept), (0, 3));
 
         // Another replica resizes nlp (which changes ai's carve-out too).
         b.update_quota("nlp", spec("ai", 6), None, Persist::Here, false)
             .await
             .unwrap();
         let (f, r) = a.forest_refreshed().await.unwrap();
-        assert_eq!(r, Refresh { read: 2, kept: 1 });
+        assert_eq!((r.read, r.kept), (2, 1));
         let gpus = |f: &Forest, n: &str| {
             let q = f.quotas.iter().find(|q| q.name() == n).unwrap();
             quota::resources::get(&q.spec.hard, "requests.nvidia.com/gpu")
@@ -246,5 +303,61 @@ mod tests {
         store.replace_status(s, &s.quota.status).await.unwrap();
     }
 
-    on_both_databases!(reads_only_what_changed_and_misses_nothing);
+    /// After `warm_cache` the first forest reads no quota (the sweep and
+    /// the sampler at start read only stamps), and what this process wrote
+    /// since is taken from its own copy, not read and parsed again; what
+    /// another process wrote is read.
+    async fn starts_from_the_warm_cache_and_takes_its_own_writes(store: &SqlStore) {
+        let (a, b) = (service(store), service(store));
+        make(&b, "ai", "", 10).await;
+        make(&b, "nlp", "ai", 4).await;
+        make(&b, "cv", "ai", 2).await;
+        assert_eq!(a.warm_cache().await.unwrap(), 3);
+        let (f, r) = a.forest_refreshed().await.unwrap();
+        assert_eq!(names(&f), ["ai", "cv", "nlp"]);
+        assert_eq!(
+            r,
+            Refresh {
+                read: 0,
+                kept: 3,
+                taken: 0
+            }
+        );
+
+        // This process resizes cv (cv and ai written); another, nlp.
+        a.update_quota("cv", spec("ai", 1), None, Persist::Here, false)
+            .await
+            .unwrap();
+        let (f, r) = a.forest_refreshed().await.unwrap();
+        assert_eq!(
+            r,
+            Refresh {
+                read: 2,
+                kept: 1,
+                taken: 2
+            }
+        );
+        b.update_quota("nlp", spec("ai", 5), None, Persist::Here, false)
+            .await
+            .unwrap();
+        let (f2, r) = a.forest_refreshed().await.unwrap();
+        assert_eq!((r.read, r.taken), (2, 0), "ai and nlp, as b wrote them");
+        let gpus = |f: &Forest, n: &str| {
+            let q = f.quotas.iter().find(|q| q.name() == n).unwrap();
+            quota::resources::get(&q.spec.hard, "requests.nvidia.com/gpu")
+        };
+        assert_eq!(gpus(&f, "cv"), Quantity::from_units(1));
+        assert_eq!(gpus(&f2, "nlp"), Quantity::from_units(5));
+        // What it took is what the database holds.
+        for q in &f2.quotas {
+            let stored = b.get(q.name()).await.unwrap().quota;
+            assert_eq!(q.spec, stored.spec);
+            assert_eq!(q.status.used, stored.status.used);
+        }
+    }
+
+    on_both_databases!(
+        reads_only_what_changed_and_misses_nothing,
+        starts_from_the_warm_cache_and_takes_its_own_writes
+    );
 }

@@ -246,6 +246,9 @@ pub struct Service {
     queues: Arc<group::Queues>,
     /// The forest the pages read, refreshed by what changed (`forest`).
     forest: Arc<forest::ForestCache>,
+    /// Where the forest's reads over every quota go (`with_bulk_store`:
+    /// the background's connections); `store` when not set.
+    bulk: Option<Arc<dyn QuotaStore>>,
 }
 
 /// Whether a quota object is written here (standalone API) or by the API
@@ -281,7 +284,17 @@ impl Service {
             cache: Default::default(),
             queues: Default::default(),
             forest: Default::default(),
+            bulk: None,
         }
+    }
+
+    /// The same database through other connections, for the forest's
+    /// reads over every quota (`SqlStore::background`), so a sweep or a
+    /// page over 10,000 quotas never waits for, or holds, a connection
+    /// an admission needs.
+    pub fn with_bulk_store(mut self, bulk: Arc<dyn QuotaStore>) -> Service {
+        self.bulk = Some(bulk);
+        self
     }
 
     pub fn with_clock(mut self, clock: Clock) -> Service {
@@ -481,9 +494,12 @@ impl Service {
     pub async fn warm_cache(&self) -> Result<usize, ServiceError> {
         let all = self.store.list().await?;
         let n = all.len();
-        for s in all {
-            self.remember(Arc::new(s));
+        for s in &all {
+            self.remember(Arc::new(s.clone()));
         }
+        // The forest too, from the same read: the first sweep and sample
+        // after start then read only what was written since.
+        self.seed_forest(all).await;
         Ok(n)
     }
 

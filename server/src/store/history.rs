@@ -45,6 +45,12 @@ pub const KEEP_FOR_MS: i64 = 730 * DAY_MS;
 /// quotas on SQLite 2.5× faster than 500 (measured), and 600 parameters are
 /// far below either database's limit.
 const BATCH_ROWS: usize = 100;
+/// Quotas per usage-sample transaction: each holds SQLite's one writer
+/// (which admissions wait for) for about a millisecond.
+pub const SAMPLE_ROWS: usize = 50;
+/// Quotas the sampler compares (digest, JSON) between two yields to the
+/// runtime when none of them needs a row.
+const SAMPLE_SCAN: usize = 200;
 /// Quotas per fold transaction: at one sample a minute, at most 6,000 raw
 /// rows (an hour) or 2,400 hourly rows (a day) are read and rewritten.
 pub const FOLD_QUOTAS: usize = 100;
@@ -280,9 +286,18 @@ fn qos_from_text(uid: &str, s: &str) -> Result<QosClass, StoreError> {
     }
 }
 
+/// One quota's row of a usage sample (`SqlStore::record_samples`).
+struct NewSample<'a> {
+    quota: &'a str,
+    digest: String,
+    hard: String,
+    used: String,
+    self_used: String,
+}
+
 impl SqlStore {
     /// Records one sample per quota at `at_ms`, in transactions of
-    /// [`BATCH_ROWS`] quotas (so a sample of 10,000 quotas never holds the
+    /// [`SAMPLE_ROWS`] quotas (so a sample of 10,000 quotas never holds the
     /// database's writer for long: admissions commit between them), and
     /// returns how many were written. A quota whose hard, used, selfUsed and
     /// cash accumulators equal its latest sample is skipped unless that
@@ -303,64 +318,91 @@ impl SqlStore {
                 .map(|r| Ok((r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?))))
                 .collect::<Result<_, sqlx::Error>>()?;
 
-        struct NewSample<'a> {
-            quota: &'a str,
-            digest: String,
-            hard: String,
-            used: String,
-            self_used: String,
-        }
-        let mut rows = Vec::new();
-        for (name, q) in by_name {
+        // Built a transaction's worth at a time, with a yield to the runtime
+        // after each commit and every `SAMPLE_SCAN` quotas skipped: the
+        // digests and JSON of 10,000 quotas are tens of ms of CPU that
+        // admissions on this worker thread would otherwise wait behind.
+        let mut written = 0;
+        let mut rows: Vec<NewSample> = Vec::with_capacity(SAMPLE_ROWS);
+        let mut scanned = 0;
+        let last = by_name.len();
+        for (i, (name, q)) in by_name.into_iter().enumerate() {
             let digest = digest(&q.status);
-            if let Some((last_at, last_digest)) = latest.get(name) {
+            let skip = latest.get(name).is_some_and(|(last_at, last_digest)| {
                 let due = at_ms - last_at >= KEEPALIVE_MS;
-                if at_ms <= *last_at || (*last_digest == digest && !due) {
-                    continue;
-                }
-            }
-            rows.push(NewSample {
-                quota: name,
-                digest,
-                hard: to_json(&q.status.hard)?,
-                used: to_json(&q.status.used)?,
-                self_used: to_json(&q.status.self_used)?,
+                at_ms <= *last_at || (*last_digest == digest && !due)
             });
-        }
-
-        for chunk in rows.chunks(BATCH_ROWS) {
-            let mut tx = self.write.begin().await?;
-            let sql = format!(
-                "INSERT INTO usage_samples (quota, at_ms, grain, hard, used, self_used) \
-                 VALUES {} ON CONFLICT (quota, at_ms) DO NOTHING",
-                values_list(chunk.len(), 6)
-            );
-            let mut query = sqlx::query(&sql);
-            for r in chunk {
-                query = query
-                    .bind(r.quota)
-                    .bind(at_ms)
-                    .bind(Grain::Raw.code())
-                    .bind(r.hard.as_str())
-                    .bind(r.used.as_str())
-                    .bind(r.self_used.as_str());
+            if !skip {
+                rows.push(NewSample {
+                    quota: name,
+                    digest,
+                    hard: to_json(&q.status.hard)?,
+                    used: to_json(&q.status.used)?,
+                    self_used: to_json(&q.status.self_used)?,
+                });
             }
-            query.execute(&mut *tx).await?;
-
-            let sql = format!(
-                "INSERT INTO usage_latest (quota, at_ms, digest) VALUES {} \
-                 ON CONFLICT (quota) DO UPDATE SET at_ms = excluded.at_ms, digest = excluded.digest \
-                 WHERE excluded.at_ms > usage_latest.at_ms",
-                values_list(chunk.len(), 3)
-            );
-            let mut query = sqlx::query(&sql);
-            for r in chunk {
-                query = query.bind(r.quota).bind(at_ms).bind(r.digest.as_str());
+            scanned += 1;
+            if rows.len() < SAMPLE_ROWS && i + 1 < last {
+                if scanned >= SAMPLE_SCAN {
+                    scanned = 0;
+                    tokio::task::yield_now().await;
+                }
+                continue;
             }
-            query.execute(&mut *tx).await?;
-            tx.commit().await?;
+            scanned = 0;
+            if rows.is_empty() {
+                continue;
+            }
+            self.write_samples(at_ms, &rows).await?;
+            written += rows.len();
+            rows.clear();
+            tokio::task::yield_now().await;
         }
-        Ok(rows.len())
+        Ok(written)
+    }
+
+    /// One transaction of samples (`record_samples`).
+    async fn write_samples(&self, at_ms: i64, rows: &[NewSample<'_>]) -> Result<(), StoreError> {
+        let mut tx = self.write.begin().await?;
+        if self.backend == super::sql::Backend::Postgres {
+            // A sample lost in a crash is taken again at the next tick:
+            // its commit need not wait for the log's flush, and so does
+            // not queue 200 flushes a sample among the admissions' own
+            // (which stay durable: this is this transaction's only).
+            sqlx::query("SET LOCAL synchronous_commit = off")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let sql = format!(
+            "INSERT INTO usage_samples (quota, at_ms, grain, hard, used, self_used) \
+             VALUES {} ON CONFLICT (quota, at_ms) DO NOTHING",
+            values_list(rows.len(), 6)
+        );
+        let mut query = sqlx::query(&sql);
+        for r in rows {
+            query = query
+                .bind(r.quota)
+                .bind(at_ms)
+                .bind(Grain::Raw.code())
+                .bind(r.hard.as_str())
+                .bind(r.used.as_str())
+                .bind(r.self_used.as_str());
+        }
+        query.execute(&mut *tx).await?;
+
+        let sql = format!(
+            "INSERT INTO usage_latest (quota, at_ms, digest) VALUES {} \
+             ON CONFLICT (quota) DO UPDATE SET at_ms = excluded.at_ms, digest = excluded.digest \
+             WHERE excluded.at_ms > usage_latest.at_ms",
+            values_list(rows.len(), 3)
+        );
+        let mut query = sqlx::query(&sql);
+        for r in rows {
+            query = query.bind(r.quota).bind(at_ms).bind(r.digest.as_str());
+        }
+        query.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Samples of one quota with `from_ms ≤ at_ms ≤ to_ms`, oldest first.
@@ -657,6 +699,8 @@ mod tests {
         samples_in_range_oldest_first,
         compaction_folds_and_is_idempotent,
         ten_thousand_quotas_in_one_call,
+        a_sample_commits_in_bounded_transactions_that_writers_get_between,
+        a_checkpoint_copies_the_whole_log_while_nothing_reads,
         pod_runs_round_trip,
     );
 
@@ -973,6 +1017,69 @@ mod tests {
             vec![(T, "8".into()), (T + 2 * MINUTE_MS, "9".into())]
         );
         assert_eq!(got[1].used, second[4242].status.used);
+    }
+
+    /// A sample of 10,000 quotas is written in transactions of
+    /// `SAMPLE_ROWS` through the background's connections, and another
+    /// writer (an admission's commit, here a setting) gets in between them:
+    /// it sees part of the sample committed, never part of a transaction.
+    /// Structure, not timing: what the writer saw, not how long it waited.
+    async fn a_sample_commits_in_bounded_transactions_that_writers_get_between(store: &SqlStore) {
+        let quotas: Vec<Quota> = (0..10_000)
+            .map(|i| quota(&format!("team-{i:05}"), "64", "8", "1"))
+            .collect();
+        let background = store.background();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let sampler = async {
+            let n = background.record_samples(T, &quotas).await.unwrap();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            n
+        };
+        let writer = async {
+            let mut seen = Vec::new();
+            let mut i = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                i += 1;
+                store.set_setting("probe", &i.to_string()).await.unwrap();
+                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM usage_samples")
+                    .fetch_one(&store.write)
+                    .await
+                    .unwrap();
+                seen.push(n as usize);
+            }
+            seen
+        };
+        let (written, seen) = tokio::join!(sampler, writer);
+        assert_eq!(written, 10_000);
+        assert!(
+            seen.iter().all(|n| n % SAMPLE_ROWS == 0),
+            "only whole transactions of {SAMPLE_ROWS} are ever seen: {seen:?}"
+        );
+        let between = seen.iter().filter(|n| **n > 0 && **n < 10_000).count();
+        assert!(
+            between >= 10,
+            "the writer committed {between} times while the sample was under way: {seen:?}"
+        );
+    }
+
+    /// SQLite connections never checkpoint on their own
+    /// (`wal_autocheckpoint = 0`): `checkpoint` copies the whole log into
+    /// the database when nothing else holds it, so the log is reused
+    /// instead of growing. PostgreSQL has nothing to do.
+    async fn a_checkpoint_copies_the_whole_log_while_nothing_reads(store: &SqlStore) {
+        use crate::store::sql::Backend;
+        let quotas: Vec<Quota> = (0..500)
+            .map(|i| quota(&format!("team-{i:03}"), "64", "8", "1"))
+            .collect();
+        store.record_samples(T, &quotas).await.unwrap();
+        match (store.backend, store.checkpoint().await.unwrap()) {
+            (Backend::Sqlite, Some((log, copied))) => {
+                assert!(log > 0, "the samples went to the log");
+                assert_eq!(copied, log, "all of it copied");
+            }
+            (Backend::Postgres, None) => {}
+            (b, got) => panic!("{b:?}: {got:?}"),
+        }
     }
 
     async fn pod_runs_round_trip(store: &SqlStore) {

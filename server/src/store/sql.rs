@@ -28,6 +28,9 @@ pub struct SqlStore {
     /// process instead of letting them spin on SQLITE_BUSY. PostgreSQL
     /// shares one pool for both.
     pub(super) write: AnyPool,
+    /// The background tasks' own connections (`SqlStore::background`).
+    bg_read: AnyPool,
+    bg_write: AnyPool,
     pub backend: Backend,
     /// The charges of the busiest quotas as last written, serialised
     /// (`status_json`).
@@ -36,6 +39,11 @@ pub struct SqlStore {
     /// the configuration at start).
     pub(super) ledger_rollup: std::sync::Arc<std::sync::RwLock<quota::budget::rollup::Policy>>,
 }
+
+/// Connections of the background tasks (the alert sweep, the usage
+/// sampler) on PostgreSQL: a pool of their own, so a sweep never holds the
+/// connections admissions wait for.
+const BACKGROUND_CONNECTIONS: u32 = 2;
 
 /// One quota's charges as last serialised, by workload reference.
 type Charges = BTreeMap<String, (Charge, Box<str>)>;
@@ -117,9 +125,21 @@ impl SqlStore {
                 let write = opts(1).connect(&url).await?;
                 SQLITE_MIGRATIONS.run(&write).await?;
                 let read = opts(4).connect(&url).await?;
+                // SQLite has one writer: the background shares the write
+                // connection (a second one would spin on SQLITE_BUSY against
+                // admissions) and writes in short transactions; it reads on
+                // a connection of its own, opened when first used.
+                // (An in-memory database is one per connection: read there.)
+                let bg_read = if url.contains(":memory:") {
+                    read.clone()
+                } else {
+                    opts(1).connect_lazy(&url)?
+                };
                 SqlStore {
                     read,
+                    bg_write: write.clone(),
                     write,
+                    bg_read,
                     backend,
                     charges: Default::default(),
                     ledger_rollup: Default::default(),
@@ -132,9 +152,15 @@ impl SqlStore {
                     .connect(url)
                     .await?;
                 POSTGRES_MIGRATIONS.run(&pool).await?;
+                let bg = AnyPoolOptions::new()
+                    .max_connections(BACKGROUND_CONNECTIONS)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect_lazy(url)?;
                 SqlStore {
                     read: pool.clone(),
                     write: pool,
+                    bg_read: bg.clone(),
+                    bg_write: bg,
                     backend,
                     charges: Default::default(),
                     ledger_rollup: Default::default(),
@@ -147,6 +173,44 @@ impl SqlStore {
     pub async fn close(&self) {
         self.write.close().await;
         self.read.close().await;
+        self.bg_write.close().await;
+        self.bg_read.close().await;
+    }
+
+    /// SQLite: copies what the write-ahead log holds into the database
+    /// (`PRAGMA wal_checkpoint(PASSIVE)`), on the background's read
+    /// connection. Connections never checkpoint on their own
+    /// (`wal_autocheckpoint = 0`, so no admission's commit pays for one);
+    /// without this the log would grow for as long as the process runs. A
+    /// passive checkpoint waits for no reader or writer: admissions commit
+    /// meanwhile. Returns the log's frames and how many are now copied
+    /// (`None` on PostgreSQL).
+    pub async fn checkpoint(&self) -> Result<Option<(i64, i64)>, StoreError> {
+        if self.backend != Backend::Sqlite {
+            return Ok(None);
+        }
+        let row = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&self.bg_read)
+            .await?;
+        Ok(Some((row.try_get(1)?, row.try_get(2)?)))
+    }
+
+    /// The same database through the background tasks' connections: on
+    /// PostgreSQL a pool of `BACKGROUND_CONNECTIONS`, on SQLite a read
+    /// connection of their own and the one writer, shared. What runs over
+    /// every quota (the alert sweep, the usage sampler) goes through it,
+    /// so it waits for its own connections, never for the admissions'.
+    pub fn background(&self) -> SqlStore {
+        SqlStore {
+            read: self.bg_read.clone(),
+            write: self.bg_write.clone(),
+            bg_read: self.bg_read.clone(),
+            bg_write: self.bg_write.clone(),
+            backend: self.backend,
+            // Shared: one cache of what was last written, one policy.
+            charges: self.charges.clone(),
+            ledger_rollup: self.ledger_rollup.clone(),
+        }
     }
 
     pub async fn setting(&self, key: &str) -> Result<Option<String>, StoreError> {

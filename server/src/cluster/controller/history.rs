@@ -334,11 +334,15 @@ pub async fn sample_forever(service: Arc<Service>, h: Arc<dyn History>, every: D
         let now = service.now();
         // The forest the service keeps (`Service::forest`): each tick reads
         // again only the quotas written since the last one read it.
+        let started = std::time::Instant::now();
         match service.forest().await {
             Ok(all) => {
                 if let Err(e) = h.record_samples(now, &all.quotas).await {
                     tracing::warn!(error = %e, "recording usage samples failed");
                 }
+                service
+                    .metrics
+                    .background_done("usage_sample", started, all.quotas.len());
             }
             Err(e) => tracing::warn!(error = %e, "cannot list quotas for samples"),
         }
