@@ -7,6 +7,45 @@
 #[cfg(feature = "ssr")]
 use leptos::prelude::*;
 
+/// What a queued workload needs, for people: `16 GPU A100, 8 cpu A4
+/// limit, 128 GiB memory, 8 pods` — GPUs first, then requests, limits
+/// and the rest, each by its short name (`tree::short_key`); a generic key
+/// is left out where one of its models asks the same amount (`16 GPU` says
+/// less than `16 GPU A100`). The exact keys are in the queue API.
+pub fn needs_words(needs: &quota::ResourceList, cfg: &quota::KeyConfig) -> String {
+    use quota::keys::Key;
+    let said_by_a_model = |k: &str, v: &quota::Quantity| {
+        needs.iter().any(|(m, mv)| {
+            mv == v
+                && m.strip_prefix(k).is_some_and(|rest| rest.starts_with('.'))
+                && Key::parse(m, cfg).is_ok_and(|x| x.model.is_some())
+        })
+    };
+    let rank = |k: &str| match Key::parse(k, cfg) {
+        Ok(x) if cfg.is_gpu(&x.resource) => 0,
+        _ if k.starts_with("requests.") => 1,
+        _ if k.starts_with("limits.") => 2,
+        _ => 3,
+    };
+    let mut shown: Vec<(u8, &String, &quota::Quantity)> = needs
+        .iter()
+        .filter(|(k, v)| !said_by_a_model(k, v))
+        .map(|(k, v)| (rank(k), k, v))
+        .collect();
+    shown.sort();
+    shown
+        .into_iter()
+        .map(|(_, k, v)| {
+            format!(
+                "{} {}",
+                quota::readable::amount(k, *v),
+                crate::tree::short_key(k, cfg)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// One queued workload as the quota page shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueRow {
@@ -15,7 +54,7 @@ pub struct QueueRow {
     pub workload: String,
     /// `1,000 (urgent)`, `0`, `0 (PriorityClass 'x' missing)`.
     pub priority: String,
-    /// `4 × requests.nvidia.com/gpu.A100, 32 × requests.cpu`.
+    /// `4 GPU A100, 32 cpu, 64 GiB memory` (`needs_words`).
     pub needs: String,
     /// `waits for 4 × requests.nvidia.com/gpu.A100: 2 free, 6 needed`.
     pub reason: String,
@@ -116,4 +155,39 @@ pub fn overview_section(rows: Vec<WaitingRow>, more: usize) -> impl IntoView {
         </section>
     }
     .into_any()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quota::{KeyConfig, Quantity, ResourceList};
+
+    #[test]
+    fn needs_read_gpus_first_in_short_names() {
+        let n = |v: i64| Quantity::from_units(v);
+        let needs: ResourceList = [
+            ("limits.cpu".to_string(), n(8)),
+            ("limits.cpu.A4".to_string(), n(8)),
+            ("pods".to_string(), n(8)),
+            ("requests.cpu".to_string(), n(8)),
+            ("requests.memory".to_string(), n(128 << 30)),
+            ("requests.nvidia.com/gpu".to_string(), n(16)),
+            ("requests.nvidia.com/gpu.A100".to_string(), n(16)),
+        ]
+        .into();
+        assert_eq!(
+            needs_words(&needs, &KeyConfig::default()),
+            "16 GPU A100, 8 cpu, 128 GiB memory, 8 cpu A4 limit, 8 pods"
+        );
+        // A generic key that asks more than its model says is kept.
+        let mixed: ResourceList = [
+            ("requests.nvidia.com/gpu".to_string(), n(4)),
+            ("requests.nvidia.com/gpu.A100".to_string(), n(2)),
+        ]
+        .into();
+        assert_eq!(
+            needs_words(&mixed, &KeyConfig::default()),
+            "4 GPU, 2 GPU A100"
+        );
+    }
 }

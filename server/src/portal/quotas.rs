@@ -193,7 +193,7 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
         super::alerts::open_for(&app, p).await?,
         data.awaiting_me,
         data.attention,
-        queued_in_my_quotas(all, p, now),
+        queued_in_my_quotas(all, p, now, &app.service.keys),
         flash,
     ))
     .into_response())
@@ -478,7 +478,7 @@ pub async fn detail(
         can_invite_member: authz::can_grant(p, &name, Role::Member, &tree),
         can_invite_owner: authz::can_grant(p, &name, Role::Owner, &tree),
         budgets: super::budgets::lines(&app, &name, &s, now).await?,
-        queue: queue_section(&q, now),
+        queue: queue_section(&q, now, &app.service.keys),
         children,
         name,
     };
@@ -488,19 +488,23 @@ pub async fn detail(
 
 /// The quota's queue for its page: None for a quota that refuses and
 /// holds no queued work.
-fn queue_section(q: &Quota, now: i64) -> Option<(String, Vec<app::queue::QueueRow>)> {
+fn queue_section(
+    q: &Quota,
+    now: i64,
+    cfg: &quota::KeyConfig,
+) -> Option<(String, Vec<app::queue::QueueRow>)> {
     use crate::service::queue as words;
     if !q.spec.queueing.queues() && q.status.queue.is_empty() {
         return None;
     }
     let rows = (0..q.status.queue.len())
-        .map(|i| queue_row(q, i, now))
+        .map(|i| queue_row(q, i, now, cfg))
         .collect();
     Some((words::policy_words(&q.spec.queueing), rows))
 }
 
 /// Entry `i` of `q`'s queue as the quota page and the overview show it.
-fn queue_row(q: &Quota, i: usize, now: i64) -> app::queue::QueueRow {
+fn queue_row(q: &Quota, i: usize, now: i64, cfg: &quota::KeyConfig) -> app::queue::QueueRow {
     use crate::service::queue as words;
     let e = &q.status.queue[i];
     app::queue::QueueRow {
@@ -513,7 +517,7 @@ fn queue_row(q: &Quota, i: usize, now: i64) -> app::queue::QueueRow {
         },
         workload: e.work.workload_ref.clone(),
         priority: words::priority_words(&e.work),
-        needs: words::needs_words(&words::needs(q, &e.work)),
+        needs: app::queue::needs_words(&words::needs(q, &e.work), cfg),
         reason: e.reason.clone(),
         waiting: format!("{:?}", e.waiting),
         since: words::ago(now, e.work.submitted_ms),
@@ -535,6 +539,7 @@ fn queued_in_my_quotas(
     all: &[Quota],
     p: &authz::Principal,
     now: i64,
+    cfg: &quota::KeyConfig,
 ) -> (Vec<app::queue::WaitingRow>, usize) {
     let bound: BTreeSet<&str> = p.bindings.iter().map(|b| b.quota.as_str()).collect();
     let mut rows = Vec::new();
@@ -550,7 +555,7 @@ fn queued_in_my_quotas(
             }
             rows.push(app::queue::WaitingRow {
                 quota: q.name().to_string(),
-                row: queue_row(q, i, now),
+                row: queue_row(q, i, now, cfg),
                 submitted_by: q.status.queue[i]
                     .work
                     .submitted_by

@@ -433,19 +433,6 @@ pub fn needs(q: &Quota, work: &Queued) -> ResourceList {
         .collect()
 }
 
-/// `4 × requests.nvidia.com/gpu.A100, 6 GiB of requests.memory`.
-pub fn needs_words(needs: &ResourceList) -> String {
-    needs
-        .iter()
-        .map(|(k, v)| {
-            let a = quota::readable::amount(k, *v);
-            let joint = if a.ends_with(" GiB") { "of" } else { "×" };
-            format!("{a} {joint} {k}")
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// A quota's queueing policy in words, for the top of its queue.
 pub fn policy_words(p: &queue::QueuePolicy) -> String {
     let span = |s: u64| quota::budget::runway::span((s as i64).saturating_mul(1000));
