@@ -404,6 +404,13 @@ async fn cluster_mode_a_conflicting_patch_answers_nobody_and_retries_on_the_late
     let mut theirs = deployment("theirs", "pool", 8, 1);
     theirs["metadata"]["namespace"] = json!("other");
     c.fake.put(theirs);
+    // The controller sees it and charges it (the cluster wins): wait for
+    // that write, so the interference below meets the admissions' patch,
+    // not the controller's (which raced it under load).
+    c.until("pool", "the controller charged theirs", |q| {
+        q["status"]["workloads"]["apps/Deployment/other/theirs"].is_object()
+    })
+    .await;
     let from = c.fake.quota("pool")["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
