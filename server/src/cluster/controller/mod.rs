@@ -139,6 +139,11 @@ pub struct Context {
     /// outbox appended in this life): its next reconcile need not append
     /// it again (`history::Context::replay_outbox`).
     ledger_confirmed: Arc<Mutex<HashMap<String, (i64, i64)>>>,
+    /// An outbox a reconcile found stored but not known to be appended
+    /// (the service's cached copy, which the reconcile replays first, can
+    /// lag what is stored — another writer may even have put an older
+    /// window back): the next reconcile of the quota replays it.
+    ledger_unseen: Arc<Mutex<HashMap<String, quota::budget::ledger::Outbox>>>,
 }
 
 impl Context {
@@ -202,6 +207,7 @@ impl Context {
             borrowers: Mutex::default(),
             wake: Mutex::default(),
             ledger_confirmed: Arc::default(),
+            ledger_unseen: Arc::default(),
         };
         (Arc::new(ctx), rx)
     }

@@ -131,8 +131,21 @@ impl Context {
                 "{name}: the ledger window of its status could not be appended; not writing over it"
             )));
         }
+        // What a previous attempt found stored and could not know as
+        // appended: replayed now, so this attempt can write over it.
+        let unseen = self.ledger_unseen.lock().unwrap().remove(name);
+        if !self.replay_outbox(name, unseen.as_ref()).await {
+            self.ledger_unseen
+                .lock()
+                .unwrap()
+                .extend(unseen.map(|o| (name.to_string(), o)));
+            return Err(ServiceError::Unavailable(format!(
+                "{name}: the ledger window of its status could not be appended; not writing over it"
+            )));
+        }
         let replayed = stored_outbox.as_ref().map(|o| o.bounds());
         let ledger_known = self.ledger_confirmed.clone();
+        let stash = self.ledger_unseen.clone();
         let has_ledger = self.history.is_some();
         let result = self
             .service
@@ -152,6 +165,7 @@ impl Context {
                         || ledger_known.lock().unwrap().get(name) == Some(&o.bounds());
                     if !known {
                         // Read after the replay: append it first (next try).
+                        stash.lock().unwrap().insert(name.to_string(), o.clone());
                         return Err(ServiceError::Conflict(format!(
                             "{name}: its status holds a ledger window not yet appended"
                         )));
