@@ -42,7 +42,8 @@ fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-fn pointer(path: &[&str]) -> String {
+/// The JSON pointer (RFC 6901) of `path`, each key escaped.
+pub fn pointer(path: &[&str]) -> String {
     path.iter().map(|k| format!("/{}", escape(k))).collect()
 }
 

@@ -86,10 +86,8 @@ fn unmark_preempted(req: &Request, patch: Option<Value>) -> Option<Value> {
         .is_some();
     let unsuspended = hold::is_held(hold, &old) && !hold::is_held(hold, &obj);
     (marked && unsuspended).then(|| {
-        let key = queue::PREEMPTED_ANNOTATION
-            .replace('~', "~0")
-            .replace('/', "~1");
-        json!([{"op": "remove", "path": format!("/metadata/annotations/{key}")}])
+        let path = hold::pointer(&["metadata", "annotations", queue::PREEMPTED_ANNOTATION]);
+        json!([{"op": "remove", "path": path}])
     })
 }
 
