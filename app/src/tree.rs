@@ -144,7 +144,7 @@ pub struct Pricing {
 }
 
 /// Every budget of `q` (cash keys of hard that are not zero): what is left
-/// (hard − used, as admission reads it) and how long it lasts at what the
+/// (`quota::budget::periods::left`, as admission reads it) and how long it lasts at what the
 /// quota's own workloads burn now at their prices
 /// (`runway::burn_per_hour`; children spend their carve-outs, not this
 /// budget). The GPU budget first, then the GPU models' budgets, then the
@@ -162,7 +162,7 @@ pub fn cash_cells(q: &Quota, cfg: &KeyConfig, pricing: &Pricing) -> Vec<CashCell
         .filter(|(k, h)| cash_target(k).is_some() && !h.is_zero())
         .map(|(key, hard)| {
             let spent = resources::get(&q.status.used, key);
-            let left = hard.saturating_sub(spent).max(Quantity::ZERO);
+            let left = quota::budget::periods::left(&q.spec, &q.status, key).max(Quantity::ZERO);
             let burn = quota::budget::runway::burn_per_hour(
                 q.status.workloads.values(),
                 cash_target(key).unwrap_or_default(),

@@ -380,9 +380,7 @@ impl QuotaStatus {
             } else {
                 self.held(key)
             };
-            let carved = self.children.values().fold(Quantity::ZERO, |acc, c| {
-                acc.saturating_add(resources::get(&c.hard, key))
-            });
+            let carved = periods::carved(self, key);
             self_used.insert(key.clone(), own);
             used.insert(key.clone(), own.saturating_add(carved));
         }

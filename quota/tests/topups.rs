@@ -375,3 +375,61 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// "What is left" has one rule (`periods::left`): whatever the period,
+    /// spending, top-ups and carve-outs, it equals what admission reads
+    /// (`hard − used` after refresh, `admission::left`), and it is the
+    /// balance's budget + carry-in + top-ups − spent − carved.
+    #[test]
+    fn what_is_left_is_one_rule(
+        hard in 0i64..500,
+        periodic in any::<bool>(),
+        spent in 0i64..700,
+        top_up in 0i64..200,
+        carves in prop::collection::vec(0i64..150, 0..4),
+        hours_in in 0i64..2000,
+    ) {
+        let now = t("2026-11-10T00:00:00Z");
+        let period = if periodic { monthly() } else { Period::None };
+        let mut q = quota("nlp", hard, period, None);
+        if top_up > 0 {
+            topup::receive(&mut q, CASH, "t1", hours(top_up), now).unwrap();
+        }
+        spend(&mut q, from_quantity(hours(spent)));
+        for (i, c) in carves.iter().enumerate() {
+            q.status.children.insert(
+                format!("child{i}"),
+                quota::object::Carve {
+                    hard: [(CASH.to_string(), hours(*c))].into(),
+                    since: String::new(),
+                    uid: String::new(),
+                },
+            );
+        }
+        // Time passes (a boundary may close the period) before the refresh.
+        let spec = q.spec.clone();
+        accrue_in_periods(&spec, &mut q.status, now, now + hours_in * H, |_, _| {
+            BTreeMap::new()
+        });
+        q.status.refresh(&q.spec);
+        let left = quota::budget::periods::left(&q.spec, &q.status, CASH);
+        prop_assert_eq!(Some(left), quota::admission::left(&q, CASH));
+        let carved = hours(carves.iter().sum());
+        prop_assert_eq!(quota::budget::periods::carved(&q.status, CASH), carved);
+        if let Some(b) = quota::budget::periods::balance(&q.spec, &q.status, CASH) {
+            prop_assert_eq!(b.left, left);
+            prop_assert_eq!(b.carved, carved);
+            prop_assert_eq!(
+                b.budget
+                    .saturating_add(b.carry_in)
+                    .saturating_add(b.top_ups)
+                    .saturating_sub(b.spent)
+                    .saturating_sub(b.carved),
+                left
+            );
+        }
+    }
+}

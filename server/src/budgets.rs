@@ -31,7 +31,10 @@ pub struct BudgetView {
     /// This period's top-ups, net (docs/budgets.md §5).
     pub top_ups: Quantity,
     pub spent: Quantity,
-    /// budget + carry-in + top-ups − spent, as admission reads it (negative: overspent).
+    /// What sub-quotas carve out of it (their hard).
+    pub carved: Quantity,
+    /// budget + carry-in + top-ups − spent − carved, as admission reads it
+    /// (`periods::left`; negative: overspent).
     pub left: Quantity,
     /// `runs out in 8.8 days`, when a burn could be measured.
     pub runway: Option<String>,
@@ -60,13 +63,19 @@ pub async fn views(
     let mut out = Vec::new();
     for (key, hard) in q.spec.hard.iter().filter(|(k, _)| cash_target(k).is_some()) {
         let policy = q.spec.budgets.get(key).cloned().unwrap_or_default();
-        let own = periods::own_used(&q.status, &q.spec, key);
         let (period, budget, carry_in, top_ups, spent) =
             match periods::balance(&q.spec, &q.status, key) {
                 Some(b) => (Some(b.window), b.budget, b.carry_in, b.top_ups, b.spent),
-                None => (None, *hard, Quantity::ZERO, Quantity::ZERO, own),
+                None => (
+                    None,
+                    *hard,
+                    Quantity::ZERO,
+                    Quantity::ZERO,
+                    periods::own_used(&q.status, &q.spec, key),
+                ),
             };
-        let left = hard.saturating_sub(own);
+        let carved = periods::carved(&q.status, key);
+        let left = periods::left(&q.spec, &q.status, key);
         let mut closed = sql.budget_periods(q.name(), key, i64::MAX, limit).await?;
         if let Some(p) = q.status.budgets.get(key) {
             for r in p.closed.iter().take(KEEP_CLOSED) {
@@ -92,6 +101,7 @@ pub async fn views(
             carry_in,
             top_ups,
             spent,
+            carved,
             left,
             runway,
             open,
@@ -148,6 +158,7 @@ impl BudgetView {
             "carryIn": self.carry_in.to_string(),
             "topUps": self.top_ups.to_string(),
             "spent": self.spent.to_string(),
+            "carvedOut": self.carved.to_string(),
             "left": self.left.to_string(),
             "renewsAt": end,
             "runway": self.runway,
@@ -235,6 +246,18 @@ impl BudgetView {
             match &self.currency {
                 Some(c) => s.push_str(&format!(" (top-ups {})", c.format(self.top_ups))),
                 None => s.push_str(&format!(" (top-ups {})", show(self.top_ups))),
+            }
+        }
+        if !self.carved.is_zero() {
+            match &self.currency {
+                Some(c) => s.push_str(&format!(
+                    " ({} carved out to sub-quotas)",
+                    c.format(self.carved)
+                )),
+                None => s.push_str(&format!(
+                    " ({} carved out to sub-quotas)",
+                    show(self.carved)
+                )),
             }
         }
         if let Some(w) = self.period {

@@ -138,7 +138,10 @@ pub struct Balance {
     /// This period's top-ups, net (docs/budgets.md §5).
     pub top_ups: Quantity,
     pub spent: Quantity,
-    /// budget + carry-in + top-ups − spent (negative: overspent), rounded down.
+    /// What sub-quotas carve out of it (the sum of the children's hard).
+    pub carved: Quantity,
+    /// budget + carry-in + top-ups − spent − carved (negative: overspent),
+    /// rounded down: `left`, the one rule.
     pub left: Quantity,
 }
 
@@ -153,8 +156,28 @@ pub fn balance(spec: &QuotaSpec, status: &QuotaStatus, key: &str) -> Option<Bala
         carry_in: to_quantity(p.carry_in),
         top_ups: to_quantity(p.top_ups),
         spent: to_quantity(spent),
-        // As admission reads it: hard − used, so never more than is left.
-        left: hard.saturating_sub(own_used(status, spec, key)),
+        carved: carved(status, key),
+        left: left(spec, status, key),
+    })
+}
+
+/// What is left of the cash budget `key` for the quota's own new work:
+/// hard − its own spending (`own_used`) − what its sub-quotas carve out
+/// of it (`carved`). The one rule: admission reads the same (`hard −
+/// used`, which `QuotaStatus::refresh` builds from these two parts), and
+/// so do the tree, the overview, the quota page's budgets, the budgets
+/// API and a top-up's plan. Negative when overspent. Computed from the
+/// parts, so a copy accrued since its last refresh reads right too.
+pub fn left(spec: &QuotaSpec, status: &QuotaStatus, key: &str) -> Quantity {
+    resources::get(&spec.hard, key)
+        .saturating_sub(own_used(status, spec, key))
+        .saturating_sub(carved(status, key))
+}
+
+/// What the sub-quotas of `status` carve out of `key`: the sum of their hard.
+pub fn carved(status: &QuotaStatus, key: &str) -> Quantity {
+    status.children.values().fold(Quantity::ZERO, |acc, c| {
+        acc.saturating_add(resources::get(&c.hard, key))
     })
 }
 

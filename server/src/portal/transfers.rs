@@ -428,13 +428,10 @@ fn top_up_rows(t: &Transfer, scope: &Scope, cfg: &KeyConfig) -> Vec<PlanRow> {
         return Vec::new();
     };
     let left = |name: &str| {
-        scope.quotas.get(name).map(|q| {
-            let own = quota::budget::periods::own_used(&q.status, &q.spec, key);
-            let carved = quota::resources::get(&q.status.allocated(), key);
-            quota::resources::get(&q.spec.hard, key)
-                .saturating_sub(carved)
-                .saturating_sub(own)
-        })
+        scope
+            .quotas
+            .get(name)
+            .map(|q| quota::budget::periods::left(&q.spec, &q.status, key))
     };
     let show = |v: quota::Quantity| format!("{key} {}", app::display_quantity(key, v, cfg));
     let mut rows = Vec::new();
