@@ -109,6 +109,9 @@ pub struct Metrics {
     /// Group-commit writes that failed (every caller of the batch was
     /// answered with the failure).
     pub admission_batches_failed: Counter,
+    /// Group-commit batches decided under the row's lock at once, their
+    /// quota being written by another replica too.
+    pub admission_batches_locked: Counter,
     pub cas_conflicts: Counter,
     pub cas_exhausted: Counter,
     pub reconcile_duration: Histogram,
@@ -187,6 +190,12 @@ impl Default for Metrics {
         // 1 … 1024
         let admission_batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 11));
         let admission_batches_failed = Counter::default();
+        let admission_batches_locked = Counter::default();
+        registry.register(
+            "admission_batches_locked",
+            "Group-commit batches decided under the quota row's lock at once, because another replica writes the quota too (no optimistic compare-and-swap first)",
+            admission_batches_locked.clone(),
+        );
         registry.register(
             "admission_commit_duration_seconds",
             "Time from a workload charge's arrival in the service to its durable answer, by path: group (charged in its quota's group commit), borrowing (a loan from the parent first), dry_run, denied (the quota or a budget refused; nothing written), error (the write failed, or contention)",
@@ -413,6 +422,7 @@ impl Default for Metrics {
             admission_commit_duration,
             admission_batch_size,
             admission_batches_failed,
+            admission_batches_locked,
             cas_conflicts,
             cas_exhausted,
             reconcile_duration,

@@ -80,6 +80,40 @@ impl Queues {
     }
 }
 
+/// How long a quota that lost a compare-and-swap to another writer goes
+/// straight to the store's locked read-modify-write.
+const CONTENDED_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+/// Quotas remembered as contended at most (the oldest marks go first).
+const CONTENDED_MAX: usize = 4096;
+
+/// Quotas that another replica writes too, with when that was last seen.
+/// Their batches skip the optimistic swap on the cached copy — which such
+/// a quota's cache almost always loses, paying a whole status write for
+/// nothing — and decide under the row's lock at once (where the store has
+/// one). The mark is renewed whenever the locked read finds a version this
+/// process did not write, and lapses `CONTENDED_FOR` after the last sign.
+#[derive(Default)]
+pub(super) struct Contended(Mutex<HashMap<String, std::time::Instant>>);
+
+impl Contended {
+    fn mark(&self, name: &str) {
+        let now = std::time::Instant::now();
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= CONTENDED_MAX && !m.contains_key(name) {
+            m.retain(|_, at| now.duration_since(*at) < CONTENDED_FOR);
+            if m.len() >= CONTENDED_MAX {
+                return;
+            }
+        }
+        m.insert(name.to_string(), now);
+    }
+
+    fn is(&self, name: &str) -> bool {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(name).is_some_and(|at| at.elapsed() < CONTENDED_FOR)
+    }
+}
+
 /// What a leader needs of the service, owned (it outlives any one caller).
 #[derive(Clone)]
 pub(super) struct Leader {
@@ -87,6 +121,7 @@ pub(super) struct Leader {
     pub cache: Arc<Cache>,
     pub locks: Arc<NameLocks>,
     pub queues: Arc<Queues>,
+    pub contended: Arc<Contended>,
     pub metrics: Arc<Metrics>,
     pub changed: Arc<super::changed::Changed>,
     pub clock: Clock,
@@ -102,6 +137,7 @@ impl super::Service {
             cache: self.cache.clone(),
             locks: self.locks.clone(),
             queues: self.queues.clone(),
+            contended: self.contended.clone(),
             metrics: self.metrics.clone(),
             changed: self.changed.clone(),
             clock: self.clock.clone(),
@@ -168,6 +204,18 @@ impl Leader {
 
     /// The compare-and-swap loop of `Service::modify`, for a batch.
     async fn run(&self, name: &str, mut jobs: Vec<Job>) {
+        // Another replica writes this quota too: under its row's lock at
+        // once (`Contended`).
+        if self.contended.is(name) {
+            jobs.retain(|j| !j.done.is_closed());
+            if jobs.is_empty() {
+                return;
+            }
+            if let Some(done) = self.run_locked(name, &mut jobs).await {
+                self.metrics.admission_batches_locked.inc();
+                return done;
+            }
+        }
         let mut use_cache = true;
         for attempt in 1..=MAX_ATTEMPTS {
             // A caller that went away is not decided for (its review was
@@ -247,6 +295,7 @@ impl Leader {
                 }
                 Err(StoreError::Conflict(_)) => {
                     self.metrics.cas_conflicts.inc();
+                    self.contended.mark(name);
                     // Another replica writes this quota: decide the batch
                     // again under the database's lock on it, where the
                     // store has one, rather than race that replica.
@@ -286,6 +335,15 @@ impl Leader {
             let jobs = &mut *jobs;
             let decided = &mut decided;
             let mut decide = |current: &Stored| {
+                // A version this process did not write (nor read): another
+                // writer is still at work on the quota.
+                if self
+                    .cache
+                    .get(name)
+                    .is_none_or(|c| c.version != current.version)
+                {
+                    self.contended.mark(name);
+                }
                 let mut q = super::working_copy(
                     current,
                     self.accrue_from_ledger,
@@ -608,7 +666,40 @@ mod tests {
         assert_eq!(stored.status.used[GPU], "1".parse().unwrap());
     }
 
+    async fn a_quota_another_replica_writes_goes_to_the_lock_at_once(store: &SqlStore) {
+        let (rigged, svc) = rigged(store, "100").await;
+        // The first write loses its swap to another replica's charge.
+        *rigged.interfere.lock().unwrap() = Some(1);
+        assert!(charges(&svc, 2).await.iter().all(Result::is_ok));
+        let conflicts = svc.metrics.cas_conflicts.get();
+        assert!(conflicts >= 1);
+        // The other replica writes again: this process's cached copy is
+        // stale. Its next batches decide under the row's lock at once
+        // (where the store has one), so no swap is lost for it.
+        let theirs = store.get("team").await.unwrap().unwrap();
+        let mut q = theirs.quota.clone();
+        quota::admission::charge(&mut q, "apps/Deployment/ns/theirs2", charge(3, "t2")).unwrap();
+        store.replace_status(&theirs, &q.status).await.unwrap();
+        let answers = charges(&svc, 4).await;
+        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+        let has_lock = store
+            .modify_locked("team", &mut |_: &Stored| None)
+            .await
+            .is_some();
+        if has_lock {
+            assert_eq!(svc.metrics.cas_conflicts.get(), conflicts);
+            assert!(svc.metrics.admission_batches_locked.get() >= 1);
+        } else {
+            // SQLite has no row lock (and one writer): the swap is tried.
+            assert_eq!(svc.metrics.admission_batches_locked.get(), 0);
+        }
+        // Nothing lost or doubled: 1 + 3 theirs, w0 … w3 ours (w0, w1 again).
+        let stored = store.get("team").await.unwrap().unwrap().quota;
+        assert_eq!(stored.status.used[GPU], "8".parse().unwrap());
+    }
+
     on_both_databases!(
+        a_quota_another_replica_writes_goes_to_the_lock_at_once,
         an_unchanged_batch_is_proven_by_the_version_alone,
         a_failed_batch_write_tells_nobody_allowed,
         a_lost_swap_decides_the_whole_batch_again,

@@ -244,6 +244,8 @@ pub struct Service {
     cache: Arc<Cache>,
     /// Admissions waiting for their quota's next group commit (`group`).
     queues: Arc<group::Queues>,
+    /// Quotas another replica writes too (`group::Contended`).
+    contended: Arc<group::Contended>,
     /// The forest the pages read, refreshed by what changed (`forest`).
     forest: Arc<forest::ForestCache>,
     /// Where the forest's reads over every quota go (`with_bulk_store`:
@@ -283,6 +285,7 @@ impl Service {
             locks: Default::default(),
             cache: Default::default(),
             queues: Default::default(),
+            contended: Default::default(),
             forest: Default::default(),
             bulk: None,
         }
