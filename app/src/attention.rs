@@ -169,6 +169,12 @@ mod tests {
                 admitted: None,
             },
         );
+        // Spent as accrual records it (`cashAccrued`, per mille of acc).
+        q.status.add_accrued(
+            &c,
+            quota::budget::from_quantity(Quantity::from_units(spent))
+                / (quota::budget::PRICE_ONE / quota::cash::PER_MILLE),
+        );
         q.status.used = [
             (g, Quantity::from_units(used)),
             (c, Quantity::from_units(spent)),

@@ -1027,6 +1027,12 @@ mod tests {
             "cash/requests.nvidia.com/gpu".into(),
             Quantity::from_units(spent),
         );
+        // Spent as accrual records it (`cashAccrued`, per mille of acc).
+        q.status.add_accrued(
+            "cash/requests.nvidia.com/gpu",
+            quota::budget::from_quantity(Quantity::from_units(spent))
+                / (quota::budget::PRICE_ONE / quota::cash::PER_MILLE),
+        );
         // What it runs itself, as charged: the burn its budget pays.
         if gpus > 0 {
             q.status.workloads.insert(
