@@ -171,9 +171,9 @@ async fn evaluate_listed(
     .await
 }
 
-/// Quotas evaluated between two yields to the runtime: a sweep of 10,000
+/// Quotas evaluated between two rests (`util::Pace`): a sweep of 10,000
 /// quotas is tens of ms of CPU (hundreds in a debug build) that
-/// admissions on the same worker thread would wait behind.
+/// admissions would otherwise wait behind.
 pub const EVALUATE_CHUNK: usize = 250;
 
 /// `alerts::evaluate_quotas`, the same result in the same order, yielding
@@ -187,11 +187,12 @@ pub async fn evaluate_in_chunks(
     now_ms: i64,
 ) -> Evaluation {
     let mut out = Evaluation::default();
+    let mut pace = crate::util::Pace::start();
     for chunk in quotas.chunks(EVALUATE_CHUNK) {
         let e = super::evaluate_each(chunk, in_use, rules, open, forecasts, now_ms);
         out.open.extend(e.open);
         out.resolve.extend(e.resolve);
-        tokio::task::yield_now().await;
+        pace.rest().await;
     }
     out.resolve.extend(super::resolve_deleted(quotas, open));
     out
@@ -337,9 +338,10 @@ async fn forecasts<Q: std::borrow::Borrow<Quota>>(
     now_ms: i64,
 ) -> Result<BTreeMap<String, BTreeMap<String, Forecast>>, StoreError> {
     let mut out = BTreeMap::new();
+    let mut pace = crate::util::Pace::start();
     for (i, q) in quotas.iter().enumerate() {
         if i % EVALUATE_CHUNK == EVALUATE_CHUNK - 1 {
-            tokio::task::yield_now().await;
+            pace.rest().await;
         }
         let q = q.borrow();
         // Cash keys forecast by default (their budget policy can turn it
@@ -441,6 +443,7 @@ async fn store(
     let mut swept = Swept::default();
     // Alerts on one quota share their recipients: looked up once.
     let mut by_quota: BTreeMap<(&str, Kind), Vec<Recipient>> = BTreeMap::new();
+    let mut pace = crate::util::Pace::start();
     for chunk in e.resolve.chunks(RESOLVE_PER_TX) {
         let part = Evaluation {
             open: Vec::new(),
@@ -450,7 +453,7 @@ async fn store(
             .apply_evaluation(&part, &BTreeMap::new(), public_url, observed, now_ms)
             .await?;
         swept.resolved += applied.resolved;
-        tokio::task::yield_now().await;
+        pace.rest().await;
     }
     for chunk in e.open.chunks(OPEN_PER_TX) {
         let mut recipients = BTreeMap::new();
@@ -475,7 +478,7 @@ async fn store(
             .apply_evaluation(&part, &recipients, public_url, observed, now_ms)
             .await?;
         swept.opened += applied.opened.len();
-        tokio::task::yield_now().await;
+        pace.rest().await;
     }
     Ok(swept)
 }

@@ -318,13 +318,15 @@ impl SqlStore {
                 .map(|r| Ok((r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?))))
                 .collect::<Result<_, sqlx::Error>>()?;
 
-        // Built a transaction's worth at a time, with a yield to the runtime
-        // after each commit and every `SAMPLE_SCAN` quotas skipped: the
-        // digests and JSON of 10,000 quotas are tens of ms of CPU that
-        // admissions on this worker thread would otherwise wait behind.
+        // Built a transaction's worth at a time, with a rest (`Pace`) after
+        // each commit and every `SAMPLE_SCAN` quotas skipped: the digests
+        // and JSON of 10,000 quotas are tens of ms of CPU (and the
+        // database's inserts more) that admissions would otherwise wait
+        // behind.
         let mut written = 0;
         let mut rows: Vec<NewSample> = Vec::with_capacity(SAMPLE_ROWS);
         let mut scanned = 0;
+        let mut pace = crate::util::Pace::start();
         let last = by_name.len();
         for (i, (name, q)) in by_name.into_iter().enumerate() {
             let digest = digest(&q.status);
@@ -345,7 +347,7 @@ impl SqlStore {
             if rows.len() < SAMPLE_ROWS && i + 1 < last {
                 if scanned >= SAMPLE_SCAN {
                     scanned = 0;
-                    tokio::task::yield_now().await;
+                    pace.rest().await;
                 }
                 continue;
             }
@@ -356,7 +358,7 @@ impl SqlStore {
             self.write_samples(at_ms, &rows).await?;
             written += rows.len();
             rows.clear();
-            tokio::task::yield_now().await;
+            pace.rest().await;
         }
         Ok(written)
     }
