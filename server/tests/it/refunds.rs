@@ -422,6 +422,73 @@ async fn ledger_rows(db: &str) -> Vec<(String, i128, String)> {
         .collect()
 }
 
+/// Seed 004 up to the mark: `pool` (18 cpu) over `user-a` (6, max 10,
+/// refunding `lastStretch` every 30 min) and `user-b` (12); `train` and
+/// `sweep` of A run from 10:00 (`sweep` borrowing), B's Job-2 cannot be
+/// scheduled, and `sweep` is marked. Returns the mark (`marked`).
+async fn seed_004_until_marked(c: &Cluster) -> Value {
+    let s = &c.server;
+    s.create_quota("pool", "", json!({"requests.cpu": "18", KEY: "1000"}))
+        .await;
+    for (name, hard, max, budgets) in [
+        (
+            "user-a",
+            "6",
+            "10",
+            json!({KEY: {"refund": {"kind": "lastStretch", "checkpointEverySeconds": 1800}}}),
+        ),
+        ("user-b", "12", "14", json!({})),
+    ] {
+        let (st, v) = s
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(
+                    json!({"metadata": {"name": name}, "spec": {"parent": "pool",
+                    "hard": {"requests.cpu": hard, KEY: "100"}, "max": {"requests.cpu": max},
+                    "budgets": budgets}}),
+                ),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    let train = job("ns-a", "train", "user-a", 2, "2", Some("2h"));
+    let sweep = job("ns-a", "sweep", "user-a", 2, "2", Some("10h"));
+    let job1 = job("ns-b", "job-1", "user-b", 1, "3", None);
+    let job2 = job("ns-b", "job-2", "user-b", 1, "5", None);
+    for j in [&train, &sweep, &job1, &job2] {
+        create_job(c, j).await.unwrap();
+    }
+    c.until("user-a", "both reserved", |q| {
+        q["status"]["reservations"][KEY]
+            .as_object()
+            .is_some_and(|m| m.len() == 2)
+    })
+    .await;
+    for o in [&train, &sweep, &job1, &job2] {
+        c.fake.put(o.clone());
+    }
+    for p in ["train-x", "train-y"] {
+        c.fake.put(running("ns-a", p, "train", "2", 100));
+    }
+    for p in ["sweep-x", "sweep-y"] {
+        c.fake.put(running("ns-a", p, "sweep", "2", 0));
+    }
+    c.fake.put(running("ns-b", "job-1-x", "job-1", "3", 0));
+    let mut pending = running("ns-b", "job-2-x", "job-2", "5", 0);
+    pending["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 Insufficient cpu."}]});
+    c.fake.put(pending);
+    let q = c
+        .until("user-a", "sweep marked", |q| {
+            q["status"]["reclaim"].is_object()
+        })
+        .await;
+    let mark = q["status"]["reclaim"][SWEEP]["marked"].clone();
+    assert!(mark.is_string(), "{q}");
+    mark
+}
+
 /// Seed 004's reclaim with two controllers at once, sharing the history
 /// database `db`. Production runs two replicas and one Lease: the leader
 /// runs the controller, the other follows. Two controllers run at once
@@ -459,65 +526,7 @@ async fn two_leaders_refund_one_mark(db: &str) {
         db,
     )
     .await;
-    let s = &a.server;
-    s.create_quota("pool", "", json!({"requests.cpu": "18", KEY: "1000"}))
-        .await;
-    for (name, hard, max, budgets) in [
-        (
-            "user-a",
-            "6",
-            "10",
-            json!({KEY: {"refund": {"kind": "lastStretch", "checkpointEverySeconds": 1800}}}),
-        ),
-        ("user-b", "12", "14", json!({})),
-    ] {
-        let (st, v) = s
-            .api(
-                Method::POST,
-                "/api/v1/quotas",
-                Some(
-                    json!({"metadata": {"name": name}, "spec": {"parent": "pool",
-                    "hard": {"requests.cpu": hard, KEY: "100"}, "max": {"requests.cpu": max},
-                    "budgets": budgets}}),
-                ),
-            )
-            .await;
-        assert_eq!(st, StatusCode::CREATED, "{v}");
-    }
-    let train = job("ns-a", "train", "user-a", 2, "2", Some("2h"));
-    let sweep = job("ns-a", "sweep", "user-a", 2, "2", Some("10h"));
-    let job1 = job("ns-b", "job-1", "user-b", 1, "3", None);
-    let job2 = job("ns-b", "job-2", "user-b", 1, "5", None);
-    for j in [&train, &sweep, &job1, &job2] {
-        create_job(&a, j).await.unwrap();
-    }
-    a.until("user-a", "both reserved", |q| {
-        q["status"]["reservations"][KEY]
-            .as_object()
-            .is_some_and(|m| m.len() == 2)
-    })
-    .await;
-    for o in [&train, &sweep, &job1, &job2] {
-        fake.put(o.clone());
-    }
-    for p in ["train-x", "train-y"] {
-        fake.put(running("ns-a", p, "train", "2", 100));
-    }
-    for p in ["sweep-x", "sweep-y"] {
-        fake.put(running("ns-a", p, "sweep", "2", 0));
-    }
-    fake.put(running("ns-b", "job-1-x", "job-1", "3", 0));
-    let mut pending = running("ns-b", "job-2-x", "job-2", "5", 0);
-    pending["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-        "message": "0/3 nodes are available: 3 Insufficient cpu."}]});
-    fake.put(pending);
-    let q = a
-        .until("user-a", "sweep marked", |q| {
-            q["status"]["reclaim"].is_object()
-        })
-        .await;
-    let mark = q["status"]["reclaim"][SWEEP]["marked"].clone();
-    assert!(mark.is_string(), "{q}");
+    let mark = seed_004_until_marked(&a).await;
 
     // A's Lease renewal hangs; a minute on, B finds the Lease expired and
     // takes it over. A never hears it: both run the controller.
@@ -724,4 +733,89 @@ async fn two_leaders_racing_on_one_mark_refund_it_once_postgres() {
 async fn two_leaders_racing_on_one_mark_refund_it_once_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     two_leaders_refund_one_mark(&fresh_sqlite(&dir)).await;
+}
+
+/// A reclaim whose stop never got through (the Job's suspend patch is
+/// lost: 503, nothing written) keeps its refund — the mark is gone either
+/// way — and the Job runs on, still borrowing, so it is marked again and
+/// stopped at the next grace. That second refund gives back only what ran
+/// since the first one ended (10:50 → 10:56), not the stretch from the
+/// last checkpoint again (10:30 → 10:56): a stretch of a run is refunded
+/// once, whatever the marks. In the status, the Events and the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_marked_again_after_its_stop_failed_is_not_refunded_twice() {
+    let c = Cluster::start().await;
+    let db = crate::common::fresh_sqlite(&c._dir);
+    let first = seed_004_until_marked(&c).await;
+    c.fake
+        .unreachable_next("/apis/batch/v1/namespaces/ns-a/jobs/sweep", 1);
+    c.set_clock(T0 + 50 * MIN);
+    touch(&c, "pool", 1);
+    c.until("user-a", "refunded at 10:50", |q| {
+        q["status"]["refunds"][SWEEP]["mark"] == first
+    })
+    .await;
+    c.until_metric("bizrq_reclaim_actions_total{result=\"failed\"} 1")
+        .await;
+    assert!(c.fake.get("batch", "jobs", "ns-a", "sweep").unwrap()["spec"]["suspend"].is_null());
+    // Still borrowing, B still waiting: marked again at 10:50.
+    touch(&c, "pool", 2);
+    let q = c
+        .until("user-a", "marked again", |q| {
+            q["status"]["reclaim"][SWEEP]["marked"] == "2026-11-21T10:50:00.000Z"
+        })
+        .await;
+    let second = q["status"]["reclaim"][SWEEP]["marked"].clone();
+    // 10:56: past the grace, stopped this time.
+    c.set_clock(T0 + 56 * MIN);
+    touch(&c, "pool", 3);
+    until_suspended(&c, "ns-a", "sweep").await;
+    touch(&c, "user-a", 4);
+    let first_refund = per_mille(4, 20 * MIN as i128);
+    let second_refund = per_mille(4, 6 * MIN as i128);
+    let expected = per_mille(8, 56 * MIN as i128) - first_refund - second_refund;
+    let q = c
+        .until("user-a", "refunded again and billed to 10:56", |q| {
+            q["status"]["refunds"][SWEEP]["mark"] == second
+                && q["status"]["lastReconcileTime"] == "2026-11-21T10:56:00.000Z"
+        })
+        .await;
+    let r = &q["status"]["refunds"][SWEEP];
+    assert_eq!(r["from"], "2026-11-21T10:50:00.000Z", "{q}");
+    assert_eq!(r["to"], "2026-11-21T10:56:00.000Z", "{q}");
+    assert_eq!(r["amounts"][KEY], (second_refund * 1000).to_string(), "{q}");
+    assert_eq!(accrued(&q), expected, "{q}");
+    let notes: Vec<String> = c
+        .fake
+        .list("events.k8s.io", "events")
+        .into_iter()
+        .filter(|e| e["reason"] == "Refunded")
+        .map(|e| e["note"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(notes.len(), 2, "{notes:#?}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("(2026-11-21T10:50:00.000Z to 2026-11-21T10:56:00.000Z)")),
+        "{notes:#?}"
+    );
+    // The ledger: both refunds, each of its own mark, once; in all what
+    // the status accrued.
+    let want = quota::budget::from_cash_accrued(expected);
+    let mut rows = Vec::new();
+    for _ in 0..200 {
+        rows = ledger_rows(&db).await;
+        if rows.iter().map(|r| r.1).sum::<i128>() == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(rows.iter().map(|r| r.1).sum::<i128>(), want, "{rows:#?}");
+    let refunded: i128 = rows.iter().filter(|r| r.0 == "refund").map(|r| r.1).sum();
+    assert_eq!(
+        refunded,
+        -(first_refund + second_refund) * 1000,
+        "{rows:#?}"
+    );
+    c.running.shutdown().await;
 }

@@ -143,6 +143,10 @@ pub(super) fn refunds_in(
             q.name(),
             mark.marked
         );
+        // A stretch of a run is refunded once: a workload marked again
+        // (its stop failed, or a replica deciding on a stale view marked
+        // it anew) gets back only what it ran since its last refund.
+        let not_before = enforce::refunded_until(&q.status, &v.workload_ref).unwrap_or(i64::MIN);
         let mut entries = Vec::new();
         for (key, target, policy, period) in &policies {
             let accruals = accrue_priced(
@@ -155,8 +159,8 @@ pub(super) fn refunds_in(
                 list,
                 period,
             );
-            entries.extend(enforce::refund_due(
-                policy, start, stopped, &accruals, &spent, &note,
+            entries.extend(enforce::refund_due_after(
+                policy, start, stopped, not_before, &accruals, &spent, &note,
             ));
         }
         let entries =
