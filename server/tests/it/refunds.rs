@@ -583,15 +583,14 @@ async fn two_leaders_refund_one_mark(db: &str) {
         USER_A_STATUS,
         2,
         |b| b["status"]["refunds"][SWEEP].is_object(),
-        Duration::from_secs(30),
+        Duration::from_secs(60),
     );
     let t2 = T0 + 50 * MIN;
     a.set_clock(t2);
     b.set_clock(t2);
     touch(&a, "pool", 1);
-    until_suspended(&a, "ns-a", "sweep").await;
     let mut raced = Vec::new();
-    for _ in 0..800 {
+    for _ in 0..1400 {
         raced = race.lock().unwrap().clone();
         if raced.len() >= 2 {
             break;
@@ -607,6 +606,7 @@ async fn two_leaders_refund_one_mark(db: &str) {
         assert!(together, "held until both had arrived: {body}");
         assert_eq!(body["status"]["refunds"][SWEEP]["mark"], mark, "{body}");
     }
+    until_suspended(&a, "ns-a", "sweep").await;
     let mut codes: Vec<u16> = raced.iter().map(|r| r.1).collect();
     codes.sort();
     assert_eq!(codes, [200, 409], "one swap won, one lost: {raced:#?}");
@@ -817,5 +817,58 @@ async fn a_job_marked_again_after_its_stop_failed_is_not_refunded_twice() {
         -(first_refund + second_refund) * 1000,
         "{rows:#?}"
     );
+    c.running.shutdown().await;
+}
+
+/// The refund's ledger append fails at first (the database refuses refund
+/// rows for a moment): the refund stands in the status, and a retry puts
+/// its entries in the ledger — once — so the ledger's total is still what
+/// the status accrued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_whose_ledger_append_fails_is_appended_by_a_retry() {
+    let c = Cluster::start().await;
+    let db = crate::common::fresh_sqlite(&c._dir);
+    let mark = seed_004_until_marked(&c).await;
+    let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_refunds BEFORE INSERT ON budget_ledger \
+         WHEN NEW.reason = 'refund' BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    c.set_clock(T0 + 50 * MIN);
+    touch(&c, "pool", 1);
+    until_suspended(&c, "ns-a", "sweep").await;
+    until_event(&c, "Refunded", "sweep").await;
+    // The first attempt has met the trigger; the database heals.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sqlx::query("DROP TRIGGER refuse_refunds")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    touch(&c, "user-a", 2);
+    let refund = per_mille(4, 20 * MIN as i128);
+    let expected = per_mille(8, 50 * MIN as i128) - refund;
+    let q = c
+        .until("user-a", "refunded and billed to 10:50", |q| {
+            q["status"]["refunds"][SWEEP]["mark"] == mark
+                && q["status"]["lastReconcileTime"] == "2026-11-21T10:50:00.000Z"
+                && accrued(q) == expected
+        })
+        .await;
+    let want = quota::budget::from_cash_accrued(accrued(&q));
+    let mut rows = Vec::new();
+    for _ in 0..200 {
+        rows = ledger_rows(&db).await;
+        if rows.iter().map(|r| r.1).sum::<i128>() == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(rows.iter().map(|r| r.1).sum::<i128>(), want, "{rows:#?}");
+    let refunded: i128 = rows.iter().filter(|r| r.0 == "refund").map(|r| r.1).sum();
+    assert_eq!(refunded, -refund * 1000, "{rows:#?}");
     c.running.shutdown().await;
 }
