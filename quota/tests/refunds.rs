@@ -2,10 +2,14 @@
 //! (docs/budgets.md §4, `budget::enforce`): a refund never exceeds what
 //! the run accrued in the refunded stretch, nor what the period spent; a
 //! reclaim mark is refunded at most once, however often it is offered; a
+//! stretch of a run is refunded once, however many marks stop it; a
 //! workload is overdue exactly from its declared end.
 
 use proptest::prelude::*;
-use quota::budget::enforce::{overdue, refund_due, refunded_total, spent, take_refund, Running};
+use quota::budget::enforce::{
+    overdue, refund_due, refund_due_after, refunded_total, refunded_until, spent, take_refund,
+    Running,
+};
 use quota::budget::report::share;
 use quota::budget::{Entry, Reason, RefundPolicy};
 use quota::object::QuotaStatus;
@@ -125,6 +129,49 @@ proptest! {
         for k in KEYS {
             let back = total.get(k).copied().unwrap_or(0);
             prop_assert_eq!(st.accrued(k), before.accrued(k) - back / 1000);
+            prop_assert!(st.accrued(k) >= 0);
+        }
+    }
+
+    /// A run stopped by one mark after another — its stop failed and it
+    /// was marked again, or a replica deciding on a stale view marked it
+    /// anew — gives each stretch back once: every refund starts where the
+    /// last one ended, and all of them together never exceed what the run
+    /// accrued up to its last stop.
+    #[test]
+    fn a_stretch_of_a_run_is_refunded_once_whatever_the_marks(
+        p in policy(),
+        acc in accruals(),
+        start in 0i64..H,
+        mut stops in prop::collection::vec(0i64..12 * H, 1..5),
+        spent_units in 0i128..20_000_000_000_000_000_000i128,
+    ) {
+        stops.sort_unstable();
+        let mut st = QuotaStatus::default();
+        for k in KEYS {
+            st.add_accrued(k, spent_units);
+        }
+        let mut given: Vec<Entry> = Vec::new();
+        let mut refunded_to = i64::MIN;
+        for (i, &stopped) in stops.iter().enumerate() {
+            let not_before = refunded_until(&st, "w").unwrap_or(i64::MIN);
+            let due = refund_due_after(&p, start, stopped, not_before, &acc, &spent(&st), "n");
+            let taken = take_refund(&mut st, "w", &format!("mark-{i}"), due, stopped);
+            for e in &taken {
+                prop_assert!(e.start_ms >= refunded_to, "mark {i} refunds from {} again (to {refunded_to})", e.start_ms);
+                prop_assert!(e.end_ms <= stopped);
+            }
+            if let Some(end) = taken.iter().map(|e| e.end_ms).max() {
+                refunded_to = end;
+            }
+            given.extend(taken);
+        }
+        let last = *stops.last().unwrap();
+        let run = sum_by_key(&acc, start, last.max(start));
+        for (key, back) in refunded_total(&given) {
+            prop_assert!(back <= run.get(&key).copied().unwrap_or(0), "{key}: {back} > run");
+        }
+        for k in KEYS {
             prop_assert!(st.accrued(k) >= 0);
         }
     }

@@ -1,7 +1,8 @@
 //! What the controller enforces of budgets (docs/budgets.md §2, §4):
 //! which workloads ran past the run time they declared, and the refund a
-//! workload stopped by reclaim is due — once per reclaim mark, never more
-//! than the run accrued nor than the period has spent.
+//! workload stopped by reclaim is due — once per reclaim mark, a stretch
+//! of a run once whatever the marks, never more than the run accrued nor
+//! than the period has spent.
 //!
 //! Pure: the workloads, their accrual entries, the quota's status and
 //! "now" come in; what to stop and what to refund go out. The controller
@@ -9,7 +10,7 @@
 //! that removes the reclaim mark, so two replicas never refund one mark
 //! twice (`take_refund` also refuses a mark already recorded).
 
-use super::refund::{refund, RefundPolicy};
+use super::refund::{refund_after, RefundPolicy};
 use super::report::{Entry, Reason};
 use crate::object::QuotaStatus;
 use crate::time;
@@ -88,8 +89,34 @@ pub fn refund_due(
     spent: &BTreeMap<String, i128>,
     note: &str,
 ) -> Vec<Entry> {
+    refund_due_after(
+        policy,
+        start_ms,
+        stopped_ms,
+        i64::MIN,
+        accruals,
+        spent,
+        note,
+    )
+}
+
+/// `refund_due` of a workload that may have been refunded before
+/// (`refunded_until`): only the lost stretch's part from `not_before_ms`
+/// on. A stretch of a run is refunded once, not once per mark: a workload
+/// whose stop failed (the refund stands) and is marked again, or one a
+/// replica deciding on a stale view marked again, is refunded only for
+/// what it ran since.
+pub fn refund_due_after(
+    policy: &RefundPolicy,
+    start_ms: i64,
+    stopped_ms: i64,
+    not_before_ms: i64,
+    accruals: &[Entry],
+    spent: &BTreeMap<String, i128>,
+    note: &str,
+) -> Vec<Entry> {
     let mut room: BTreeMap<String, i128> = spent.iter().map(|(k, v)| (k.clone(), *v)).collect();
-    refund(policy, start_ms, stopped_ms, accruals, note)
+    refund_after(policy, start_ms, stopped_ms, not_before_ms, accruals, note)
         .into_iter()
         .filter_map(|mut e| {
             let left = room.entry(e.key.clone()).or_insert(0);
@@ -154,6 +181,17 @@ pub fn take_refund(
         };
     }
     entries
+}
+
+/// Until when `status.refunds` says `workload` was refunded (the end of
+/// its last refunded stretch), if it was: a later refund of the same run
+/// starts there (`refund_due_after`). A run started after it is not
+/// touched by it (its lost stretch starts later anyway).
+pub fn refunded_until(status: &QuotaStatus, workload: &str) -> Option<i64> {
+    status
+        .refunds
+        .get(workload)
+        .and_then(|r| time::parse_rfc3339(&r.to))
 }
 
 /// Per cash key, what the period has spent (acc), from `status`.

@@ -85,9 +85,27 @@ pub fn refund(
     accruals: &[Entry],
     note: &str,
 ) -> Vec<Entry> {
+    refund_after(policy, start_ms, stopped_ms, i64::MIN, accruals, note)
+}
+
+/// `refund`, of the lost stretch's part from `not_before_ms` on: what an
+/// earlier refund of the same run gave back (up to its end) is not given
+/// back again, whichever mark stops the run now.
+pub fn refund_after(
+    policy: &RefundPolicy,
+    start_ms: i64,
+    stopped_ms: i64,
+    not_before_ms: i64,
+    accruals: &[Entry],
+    note: &str,
+) -> Vec<Entry> {
     let Some((from, to)) = policy.lost(start_ms, stopped_ms) else {
         return Vec::new();
     };
+    let from = from.max(not_before_ms);
+    if from >= to {
+        return Vec::new();
+    }
     type Group = (
         String,
         String,

@@ -43,10 +43,24 @@ impl Cluster {
         pod: &str,
         serving: bool,
     ) -> Cluster {
+        let db = crate::common::fresh_sqlite(&dir);
+        Cluster::replica_on(fake, dir, at, pod, serving, &db).await
+    }
+
+    /// A replica as `replica`, its SQL database at `db` (one PostgreSQL
+    /// database may be shared by replicas, as pods share it).
+    pub async fn replica_on(
+        fake: FakeApi,
+        dir: tempfile::TempDir,
+        at: i64,
+        pod: &str,
+        serving: bool,
+        db: &str,
+    ) -> Cluster {
         if std::env::var_os("BIZRQ_LOG").is_some() {
             bizrq::config::init_tracing(bizrq::config::LogFormat::Text);
         }
-        let mut args = bizrq::config::ServeArgs::for_tests(&crate::common::fresh_sqlite(&dir));
+        let mut args = bizrq::config::ServeArgs::for_tests(db);
         let ca = webhook_certificate(dir.path());
         args.tls_cert = Some(dir.path().join("tls.crt"));
         args.tls_key = Some(dir.path().join("tls.key"));

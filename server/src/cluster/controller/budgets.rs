@@ -3,9 +3,10 @@
 //! - **Refunds.** A workload stopped by reclaim gets back what its quota's
 //!   `refund` policy says, in the same status write (compare-and-swap on
 //!   the borrower) that removes its reclaim mark, so a mark is refunded at
-//!   most once whichever replica leads (`refunds_in`). After the write: a
-//!   `Refunded` Event on the workload and the entries recorded
-//!   (`record_refund_entries`, audited as `budget.refund`).
+//!   most once whichever replica leads (`refunds_in`). After the write:
+//!   the entries appended to the ledger (spawned and retried, before
+//!   anything awaits), a `Refunded` Event on the workload, and an audit
+//!   record (`record_refund_entries`, `budget.refund`).
 //! - **Declared run time.** A workload that declared its run time with the
 //!   annotation `biz.group.resource.quota/max-runtime` and still runs at
 //!   its end is suspended (Job-like kinds only), with a `RunTimeExceeded`
@@ -143,6 +144,10 @@ pub(super) fn refunds_in(
             q.name(),
             mark.marked
         );
+        // A stretch of a run is refunded once: a workload marked again
+        // (its stop failed, or a replica deciding on a stale view marked
+        // it anew) gets back only what it ran since its last refund.
+        let not_before = enforce::refunded_until(&q.status, &v.workload_ref).unwrap_or(i64::MIN);
         let mut entries = Vec::new();
         for (key, target, policy, period) in &policies {
             let accruals = accrue_priced(
@@ -155,8 +160,8 @@ pub(super) fn refunds_in(
                 list,
                 period,
             );
-            entries.extend(enforce::refund_due(
-                policy, start, stopped, &accruals, &spent, &note,
+            entries.extend(enforce::refund_due_after(
+                policy, start, stopped, not_before, &accruals, &spent, &note,
             ));
         }
         let entries =
@@ -209,9 +214,16 @@ impl Context {
         RefundRuns { of, all }
     }
 
-    /// After the write that took them: tell the workload's owners and
-    /// record the entries.
+    /// After the write that took them: the entries to the budget ledger,
+    /// then tell the workload's owners and audit them.
     pub(super) async fn refunded(&self, quota: &str, taken: &[Taken]) {
+        // The ledger's part first, before anything here awaits: the append
+        // is spawned (and retried), so a reconcile aborted from here on —
+        // a leader that lost its Lease is stopped at once — cannot leave
+        // the refund in the status and out of the ledger.
+        for t in taken {
+            self.append_ledger_soon(t.entries.clone());
+        }
         for t in taken {
             self.service.metrics.count_reclaim("refunded");
             let (from, to) = (
@@ -235,12 +247,12 @@ impl Context {
         }
     }
 
-    /// The one place refund entries go once their status write succeeded:
-    /// the budget ledger (`History::append_ledger`, idempotent: an entry's
-    /// id is a hash of all its fields, the note naming the mark, so a retry
-    /// adds nothing), and one `budget.refund` audit record per refund,
-    /// actor `bizrq`, target the quota, with the entries (amounts in acc,
-    /// as decimal strings) in its `after`.
+    /// The audit of refund entries whose status write succeeded (the
+    /// ledger has them from `refunded`, through `History::append_ledger`,
+    /// idempotent: an entry's id is a hash of all its fields, the note
+    /// naming the mark, so a retry adds nothing): one `budget.refund`
+    /// audit record per refund, actor `bizrq`, target the quota, with the
+    /// entries (amounts in acc, as decimal strings) in its `after`.
     pub(super) async fn record_refund_entries(
         &self,
         quota: &str,
@@ -271,7 +283,6 @@ impl Context {
         if let Err(err) = h.append_audit(&e).await {
             tracing::error!(error = %err, quota, workload, "could not write the audit entry of a refund");
         }
-        self.append_ledger(entries).await;
     }
 
     /// Workloads of `quota` that declared their run time with the

@@ -213,7 +213,7 @@ impl Context {
         Ok(())
     }
 
-    /// Appends ledger entries (refunds, top-ups) through the history, if
+    /// Appends ledger entries (scheduled grants) through the history, if
     /// the controller has one; false when they could not be written (the
     /// caller keeps them to try again: appending is idempotent).
     pub async fn append_ledger(&self, entries: &[quota::budget::Entry]) -> bool {
@@ -227,6 +227,34 @@ impl Context {
                 false
             }
         }
+    }
+
+    /// Appends entries (a refund's) in the background, retried as a
+    /// window's append is (6 attempts, backing off from 200 ms; appending
+    /// is idempotent). Spawned, so it outlives the reconcile that took
+    /// them: a controller stopped the moment its leader lost the Lease
+    /// still appends what it wrote, if the process lives on. A process that
+    /// dies first loses them: they are not in the status's outbox.
+    pub(super) fn append_ledger_soon(&self, entries: Vec<quota::budget::Entry>) {
+        let Some(h) = self.history.clone() else {
+            return;
+        };
+        tokio::spawn(async move {
+            let mut wait = Duration::from_millis(200);
+            for attempt in 1..=6 {
+                match h.append_ledger(&entries).await {
+                    Ok(_) => return,
+                    Err(e) if attempt < 6 => {
+                        tracing::debug!(error = %e, entries = entries.len(), "ledger append failed; retrying");
+                        tokio::time::sleep(wait).await;
+                        wait *= 2;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, entries = ?entries, "could not append to the budget ledger; these entries are not in it");
+                    }
+                }
+            }
+        });
     }
 
     /// One status window's entries, after the write that accrued it

@@ -87,7 +87,24 @@ struct State {
     mutating: Arc<Vec<Webhook>>,
     /// Every AdmissionReview sent: `{"webhook": name, "request": …}`.
     reviews: Vec<Value>,
+    /// Writes held at a starting line until enough arrive (`race_writes`).
+    races: HashMap<String, Race>,
 }
+
+/// Writes to one path that match `matches`, held until `n` of them have
+/// arrived (or `deadline` passes), then let through together: each is
+/// logged with the code it was answered.
+struct Race {
+    matches: fn(&Value) -> bool,
+    n: usize,
+    arrived: usize,
+    deadline: std::time::Instant,
+    log: RaceLog,
+}
+
+/// What `race_writes` saw: each held write's body, its answer's code, and
+/// whether it was let through because all `n` had arrived (not the time).
+pub type RaceLog = Arc<Mutex<Vec<(Value, u16, bool)>>>;
 
 type Interference = Box<dyn FnOnce(&mut Value) + Send>;
 
@@ -99,6 +116,9 @@ pub struct FakeApi {
     state: Arc<Mutex<State>>,
     /// Who this handle's requests come from (empty: `BIZRQ_USER`).
     user: Arc<String>,
+    /// This handle's own connection (`own_link`): while set, its calls
+    /// to the Lease API hang, unanswered, as over a stalled connection.
+    leases_hang: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn status(code: u16, reason: &str, message: &str) -> Value {
@@ -181,8 +201,85 @@ impl FakeApi {
         let me = FakeApi {
             state: self.state.clone(),
             user: Arc::new(user.to_string()),
+            leases_hang: Arc::default(),
         };
         kube::Client::new(me, "default")
+    }
+
+    /// The same API server over a connection of its own, as a second pod
+    /// has: what `hang_lease_calls` does to it touches no other handle.
+    pub fn own_link(&self) -> FakeApi {
+        FakeApi {
+            state: self.state.clone(),
+            user: self.user.clone(),
+            leases_hang: Arc::default(),
+        }
+    }
+
+    /// While `on`, this link's calls to `coordination.k8s.io` (the Lease)
+    /// are never answered: a leader whose renewal hangs on a stalled
+    /// connection, while its other calls still get through. It keeps
+    /// leading (it never hears that it lost the Lease) until `off`.
+    pub fn hang_lease_calls(&self, on: bool) {
+        self.leases_hang
+            .store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Hold the writes (POST, PUT, PATCH) to `path` whose body `matches`
+    /// until `n` have arrived, or `within` has passed, then let them all
+    /// through at once: writers that decided on the same version meet at
+    /// the compare-and-swap, whatever their timing. The log has each held
+    /// write's body and the code it was answered, in the order answered.
+    pub fn race_writes(
+        &self,
+        path: &str,
+        n: usize,
+        matches: fn(&Value) -> bool,
+        within: std::time::Duration,
+    ) -> RaceLog {
+        let log = RaceLog::default();
+        self.state.lock().unwrap().races.insert(
+            path.to_string(),
+            Race {
+                matches,
+                n,
+                arrived: 0,
+                deadline: std::time::Instant::now() + within,
+                log: log.clone(),
+            },
+        );
+        log
+    }
+
+    /// A write arriving at a race: wait at its starting line. Returns the
+    /// log to record its answer in, if it raced, and whether all arrived.
+    pub(super) async fn start_line(
+        &self,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Option<(RaceLog, bool)> {
+        let log = {
+            let mut g = self.state.lock().unwrap();
+            let race = g.races.get_mut(path)?;
+            if !body.is_some_and(|b| (race.matches)(b)) {
+                return None;
+            }
+            race.arrived += 1;
+            race.log.clone()
+        };
+        loop {
+            {
+                let g = self.state.lock().unwrap();
+                let race = &g.races[path];
+                if race.arrived >= race.n {
+                    return Some((log, true));
+                }
+                if std::time::Instant::now() >= race.deadline {
+                    return Some((log, false));
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
     }
 
     /// Every AdmissionReview request sent so far, with its webhook's name.

@@ -513,6 +513,18 @@ impl tower::Service<Request<Body>> for FakeApi {
             let body =
                 (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap_or(Value::Null));
             me.record(&method, &path, &query);
+            if path.starts_with("/apis/coordination.k8s.io/") {
+                // A stalled connection: no answer, and no error either.
+                while me.leases_hang.load(std::sync::atomic::Ordering::SeqCst) {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
+            let raced = if method != Method::GET {
+                me.start_line(&path, body.as_ref()).await
+            } else {
+                None
+            };
+            let raced_body = raced.as_ref().and(body.clone());
             if method != Method::GET {
                 let mut g = me.state.lock().unwrap();
                 if let Some(n) = g.unreachable.get_mut(&path).filter(|n| **n > 0) {
@@ -576,6 +588,11 @@ impl tower::Service<Request<Body>> for FakeApi {
                 if let Ok(v) = http::HeaderValue::from_str(&format!("299 - {w:?}")) {
                     resp.headers_mut().append("warning", v);
                 }
+            }
+            if let (Some((log, together)), Some(b)) = (raced, raced_body) {
+                log.lock()
+                    .unwrap()
+                    .push((b, resp.status().as_u16(), together));
             }
             Ok(resp)
         })
