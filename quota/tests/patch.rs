@@ -186,6 +186,23 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
                         note: String::new(),
                     })
                     .collect(),
+                // A refund taken since, riding along (none, or one).
+                extra: (0..n / 2)
+                    .map(|_| quota::budget::Entry {
+                        quota: "q".into(),
+                        key: "cash/requests.nvidia.com/gpu".into(),
+                        workload: "batch/Job/ns/stopped".into(),
+                        namespace: "ns".into(),
+                        model: None,
+                        qos: None,
+                        user: None,
+                        start_ms: from * 60_000,
+                        end_ms: (from + 1) * 60_000,
+                        amount: -amount,
+                        reason: quota::budget::Reason::Refund,
+                        note: "reclaim mark".into(),
+                    })
+                    .collect(),
             }
         }),
     );

@@ -34,11 +34,49 @@ pub struct Outbox {
     pub to_ms: i64,
     #[serde(default)]
     pub entries: Vec<Entry>,
+    /// Entries of no accrual window — a refund's, taken in the write that
+    /// removed its reclaim mark — carried until appended by their ids
+    /// (idempotent), with the window's. An outbox of `extra` alone has
+    /// `from == to` and no window to append.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra: Vec<Entry>,
 }
 
 impl Outbox {
     pub fn bounds(&self) -> (i64, i64) {
         (self.from_ms, self.to_ms)
+    }
+
+    /// What tells two outboxes of one quota apart: its window, and how
+    /// many extra entries rode along (a write only ever adds them).
+    pub fn key(&self) -> (i64, i64, usize) {
+        (self.from_ms, self.to_ms, self.extra.len())
+    }
+
+    /// Whether it carries an accrual window (else only `extra`).
+    pub fn has_window(&self) -> bool {
+        self.from_ms < self.to_ms
+    }
+
+    /// `entries` (a refund's, at `now_ms`) added to the outbox of a status
+    /// being written, so they reach the ledger even if the writer stops
+    /// right after the write: the next reconcile appends the stored outbox
+    /// before it writes over it.
+    pub fn carry_extra(outbox: &mut Option<Outbox>, now_ms: i64, entries: Vec<Entry>) {
+        if entries.is_empty() {
+            return;
+        }
+        match outbox {
+            Some(o) => o.extra.extend(entries),
+            None => {
+                *outbox = Some(Outbox {
+                    from_ms: now_ms,
+                    to_ms: now_ms,
+                    entries: Vec::new(),
+                    extra: entries,
+                })
+            }
+        }
     }
 }
 

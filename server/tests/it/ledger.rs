@@ -376,6 +376,12 @@ async fn a_window_lost_between_status_write_and_append_is_appended_once() {
         !q["status"]["users"]["batch/Job/ml/a"].is_null()
     })
     .await;
+    // The pod runs, and the controller has seen it before time moves (else
+    // a reconcile at the later time could write an empty window first,
+    // which the ledger below refuses, and nothing could be written after).
+    fake.put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
+    c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 1")
+        .await;
     // From now on the ledger refuses every window: the status write goes
     // through, the append after it does not.
     let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
@@ -387,7 +393,10 @@ async fn a_window_lost_between_status_write_and_append_is_appended_once() {
     .await
     .unwrap();
     c.set_clock(T0 + 2 * HOUR);
-    fake.put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
+    // Something happens to the quota: it is reconciled at the new time.
+    let mut q = fake.quota("team");
+    q["metadata"]["labels"] = json!({"touched": "1"});
+    fake.put(q);
     let q = c
         .until("team", "accrued, the window in the outbox", |q| {
             accrued_acc(q) != 0 && !q["status"]["ledgerOutbox"]["entries"].is_null()

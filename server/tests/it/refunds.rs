@@ -872,3 +872,80 @@ async fn a_refund_whose_ledger_append_fails_is_appended_by_a_retry() {
     assert_eq!(refunded, -refund * 1000, "{rows:#?}");
     c.running.shutdown().await;
 }
+
+/// The refund's ledger append fails for longer than its retries last (as
+/// if the controller died right after the status write that took the
+/// refund): its entries rode in that write's `status.ledgerOutbox`
+/// (`extra`), so the next reconcile appends them before it writes over
+/// the outbox — refusing to write at all while it cannot — and the ledger
+/// still ends equal to what the status accrued, the refund in it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_outlives_a_controller_that_never_appended_it() {
+    let c = Cluster::start().await;
+    let db = crate::common::fresh_sqlite(&c._dir);
+    let mark = seed_004_until_marked(&c).await;
+    let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_refunds BEFORE INSERT ON budget_ledger \
+         WHEN NEW.reason = 'refund' BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    c.set_clock(T0 + 50 * MIN);
+    touch(&c, "pool", 1);
+    until_suspended(&c, "ns-a", "sweep").await;
+    until_event(&c, "Refunded", "sweep").await;
+    let q = c
+        .until("user-a", "the refund in the outbox", |q| {
+            q["status"]["refunds"][SWEEP]["mark"] == mark
+                && q["status"]["ledgerOutbox"]["extra"]
+                    .as_array()
+                    .is_some_and(|e| e.iter().any(|e| e["reason"] == "refund"))
+        })
+        .await;
+    assert!(q["status"]["ledgerOutbox"]["extra"].is_array());
+    // Every retry of the spawned append (about 6 s of backoff) fails.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(ledger_rows(&db).await.iter().all(|r| r.0 != "refund"));
+    // A reconcile meanwhile cannot append the outbox: it writes nothing.
+    touch(&c, "user-a", 2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stuck = c
+        .fake
+        .get("bizrq.io", "bizgroupresourcequotas", "", "user-a")
+        .unwrap();
+    assert!(
+        stuck["status"]["ledgerOutbox"]["extra"].is_array(),
+        "{stuck:#}"
+    );
+    // The database heals: the next reconcile appends, then writes on.
+    sqlx::query("DROP TRIGGER refuse_refunds")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    touch(&c, "user-a", 3);
+    let refund = per_mille(4, 20 * MIN as i128);
+    let expected = per_mille(8, 50 * MIN as i128) - refund;
+    let q = c
+        .until("user-a", "refunded and billed to 10:50", |q| {
+            q["status"]["refunds"][SWEEP]["mark"] == mark
+                && q["status"]["lastReconcileTime"] == "2026-11-21T10:50:00.000Z"
+                && accrued(q) == expected
+        })
+        .await;
+    let want = quota::budget::from_cash_accrued(accrued(&q));
+    let mut rows = Vec::new();
+    for _ in 0..200 {
+        rows = ledger_rows(&db).await;
+        if rows.iter().map(|r| r.1).sum::<i128>() == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(rows.iter().map(|r| r.1).sum::<i128>(), want, "{rows:#?}");
+    let refunded: i128 = rows.iter().filter(|r| r.0 == "refund").map(|r| r.1).sum();
+    assert_eq!(refunded, -refund * 1000, "{rows:#?}");
+    c.running.shutdown().await;
+}

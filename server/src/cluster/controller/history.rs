@@ -234,7 +234,8 @@ impl Context {
     /// is idempotent). Spawned, so it outlives the reconcile that took
     /// them: a controller stopped the moment its leader lost the Lease
     /// still appends what it wrote, if the process lives on. A process that
-    /// dies first loses them: they are not in the status's outbox.
+    /// dies first leaves them in the status's outbox (`Outbox::extra`),
+    /// which the next reconcile appends before it writes over it.
     pub(super) fn append_ledger_soon(&self, entries: Vec<quota::budget::Entry>) {
         let Some(h) = self.history.clone() else {
             return;
@@ -283,7 +284,7 @@ impl Context {
                         confirmed
                             .lock()
                             .unwrap()
-                            .insert(quota.clone(), (from_ms, to_ms));
+                            .insert(quota.clone(), (from_ms, to_ms, 0));
                         return;
                     }
                     Err(e) if attempt < 6 => {
@@ -313,15 +314,24 @@ impl Context {
         let (Some(h), Some(o)) = (&self.history, outbox) else {
             return true;
         };
-        if self.ledger_confirmed.lock().unwrap().get(quota) == Some(&o.bounds()) {
+        if self.ledger_confirmed.lock().unwrap().get(quota) == Some(&o.key()) {
             return true;
         }
-        match append_once(h.as_ref(), quota, o.from_ms, o.to_ms, &o.entries).await {
+        let appended = async {
+            if o.has_window() {
+                append_once(h.as_ref(), quota, o.from_ms, o.to_ms, &o.entries).await?;
+            }
+            if !o.extra.is_empty() {
+                h.append_ledger(&o.extra).await?;
+            }
+            Ok::<_, StoreError>(())
+        };
+        match appended.await {
             Ok(()) => {
                 self.ledger_confirmed
                     .lock()
                     .unwrap()
-                    .insert(quota.to_string(), o.bounds());
+                    .insert(quota.to_string(), o.key());
                 true
             }
             Err(e) => {

@@ -88,6 +88,7 @@ impl Context {
             // the run accrued.
             let runs = self.runs_for_refund(name, &plan);
             let (prices, price_list) = (self.service.prices, self.service.price_list());
+            let has_ledger = self.history.is_some();
             let (outcome, taken) = self
                 .service
                 .update_status(name, false, |q| {
@@ -107,6 +108,16 @@ impl Context {
                         &prices,
                         &price_list,
                     );
+                    if has_ledger {
+                        // The refund's entries ride in this write's outbox:
+                        // a controller that stops right after it leaves
+                        // them to the next reconcile's replay, not lost.
+                        quota::budget::ledger::Outbox::carry_extra(
+                            &mut q.status.ledger_outbox,
+                            now,
+                            taken.iter().flat_map(|t| t.entries.clone()).collect(),
+                        );
+                    }
                     Ok((o.changed || !taken.is_empty(), (o, taken)))
                 })
                 .await?;

@@ -143,7 +143,7 @@ impl Context {
                 "{name}: the ledger window of its status could not be appended; not writing over it"
             )));
         }
-        let replayed = stored_outbox.as_ref().map(|o| o.bounds());
+        let replayed = stored_outbox.as_ref().map(|o| o.key());
         let ledger_known = self.ledger_confirmed.clone();
         let stash = self.ledger_unseen.clone();
         let has_ledger = self.history.is_some();
@@ -161,8 +161,8 @@ impl Context {
                 }
                 let before = q.status.clone();
                 if let Some(o) = before.ledger_outbox.as_ref().filter(|_| has_ledger) {
-                    let known = Some(o.bounds()) == replayed
-                        || ledger_known.lock().unwrap().get(name) == Some(&o.bounds());
+                    let known = Some(o.key()) == replayed
+                        || ledger_known.lock().unwrap().get(name) == Some(&o.key());
                     if !known {
                         // Read after the replay: append it first (next try).
                         stash.lock().unwrap().insert(name.to_string(), o.clone());
@@ -230,6 +230,7 @@ impl Context {
                                 from_ms: *from,
                                 to_ms: now,
                                 entries: entries.clone(),
+                                extra: Vec::new(),
                             });
                 }
                 // Room given back here may be lent to a sibling's queue.
