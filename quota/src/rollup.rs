@@ -99,6 +99,110 @@ pub fn subtree_in_use<Q: std::borrow::Borrow<Quota>>(
     out
 }
 
+/// Subtree usage (`subtree_in_use`) kept current between whole builds:
+/// built once from every known quota, then moved by each written quota's
+/// change of `selfUsed` — the difference added to it and to each quota
+/// above it — so what one write changes costs its depth, not the tree's
+/// size. A write it cannot place (a quota it does not know, or one whose
+/// parent changed) is refused, and the caller builds it whole again.
+/// Property test (`tests/properties.rs`): after any sequence of usage
+/// changes it reads, key by key, what `subtree_in_use` of the same quotas
+/// reads.
+#[derive(Clone, Debug, Default)]
+pub struct SubtreeUsage {
+    parent: std::collections::HashMap<String, String>,
+    self_used: std::collections::HashMap<String, ResourceList>,
+    in_use: BTreeMap<String, ResourceList>,
+}
+
+impl SubtreeUsage {
+    pub fn build<Q: std::borrow::Borrow<Quota>>(quotas: &[Q]) -> SubtreeUsage {
+        SubtreeUsage {
+            parent: quotas
+                .iter()
+                .map(|q| {
+                    let q = q.borrow();
+                    (q.name().to_string(), q.spec.parent.clone())
+                })
+                .collect(),
+            self_used: quotas
+                .iter()
+                .map(|q| {
+                    let q = q.borrow();
+                    (q.name().to_string(), q.status.self_used.clone())
+                })
+                .collect(),
+            in_use: subtree_in_use(quotas),
+        }
+    }
+
+    /// Each known quota's subtree usage (read keys with `resources::get`:
+    /// a key may be held at zero where a whole build leaves it out).
+    pub fn in_use(&self) -> &BTreeMap<String, ResourceList> {
+        &self.in_use
+    }
+
+    pub fn len(&self) -> usize {
+        self.parent.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parent.is_empty()
+    }
+
+    /// The known quotas above `name`, nearest first (a cycle ends the line).
+    pub fn ancestors(&self, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut at = name;
+        while let Some(p) = self.parent.get(at).filter(|p| !p.is_empty()) {
+            if !self.parent.contains_key(p.as_str()) || p == name || out.contains(p) {
+                break;
+            }
+            out.push(p.clone());
+            at = p;
+        }
+        out
+    }
+
+    /// `q` as just written. False, and nothing changed: `q` is not known,
+    /// its parent is not the one known, or its line above closes a cycle
+    /// (build again).
+    pub fn apply(&mut self, q: &Quota) -> bool {
+        let name = q.name();
+        if self.parent.get(name) != Some(&q.spec.parent) {
+            return false;
+        }
+        let old = self.self_used.get(name).cloned().unwrap_or_default();
+        if old == q.status.self_used {
+            return true;
+        }
+        let above = self.ancestors(name);
+        let closes_cycle = self
+            .parent
+            .get(above.last().map(String::as_str).unwrap_or(name))
+            .is_some_and(|p| p == name || above.contains(p));
+        if closes_cycle {
+            return false;
+        }
+        let keys: BTreeSet<&String> = old.keys().chain(q.status.self_used.keys()).collect();
+        let delta: Vec<(&String, Quantity)> = keys
+            .into_iter()
+            .map(|k| (k, get(&q.status.self_used, k).saturating_sub(get(&old, k))))
+            .filter(|(_, d)| !d.is_zero())
+            .collect();
+        for at in std::iter::once(name).chain(above.iter().map(String::as_str)) {
+            let list = self.in_use.entry(at.to_string()).or_default();
+            for (k, d) in &delta {
+                let v = get(list, k).saturating_add(*d);
+                list.insert((*k).clone(), v);
+            }
+        }
+        self.self_used
+            .insert(name.to_string(), q.status.self_used.clone());
+        true
+    }
+}
+
 /// Post-order fill of `out[name]`; `on_path` stops a cycle.
 fn fill<'a>(
     name: &'a str,

@@ -203,3 +203,66 @@ proptest! {
         prop_assert_eq!(once.status.accrued(key), expect);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Subtree usage moved write by write (`rollup::SubtreeUsage::apply`)
+    /// reads what a whole build of the same quotas reads, key by key;
+    /// a quota it does not know, or one with a new parent, is refused.
+    #[test]
+    fn subtree_usage_moved_by_writes_equals_a_whole_build(
+        parents in prop::collection::vec(any::<prop::sample::Index>(), 1..25),
+        first in prop::collection::vec(prop::collection::vec(0i64..50, 2), 25),
+        writes in prop::collection::vec((any::<prop::sample::Index>(), prop::collection::vec(0i64..50, 2)), 0..60),
+    ) {
+        use quota::rollup::{subtree_in_use, SubtreeUsage};
+        let usage = |v: &[i64]| -> ResourceList {
+            [("cpu", v[0]), ("requests.nvidia.com/gpu", v[1])]
+                .into_iter()
+                .filter(|(_, n)| *n != 0)
+                .map(|(k, n)| (k.to_string(), Quantity::from_units(n)))
+                .collect()
+        };
+        // Quota i's parent is one of 0..i (or none): a forest.
+        let mut quotas: Vec<Quota> = parents
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let parent = if i == 0 || p.index(3) == 0 {
+                    String::new()
+                } else {
+                    format!("q{}", p.index(i))
+                };
+                let mut q = Quota::new(&format!("q{i}"), QuotaSpec { parent, ..Default::default() });
+                q.status.self_used = usage(&first[i]);
+                q
+            })
+            .collect();
+        let mut kept = SubtreeUsage::build(&quotas);
+        for (at, v) in &writes {
+            let i = at.index(quotas.len());
+            quotas[i].status.self_used = usage(v);
+            prop_assert!(kept.apply(&quotas[i]));
+        }
+        let whole = subtree_in_use(&quotas);
+        prop_assert_eq!(kept.in_use().len(), whole.len());
+        for (name, list) in &whole {
+            for key in ["cpu", "requests.nvidia.com/gpu"] {
+                prop_assert_eq!(
+                    resources::get(&kept.in_use()[name], key),
+                    resources::get(list, key),
+                    "{} {}", name, key
+                );
+            }
+        }
+        // What it cannot place, it refuses.
+        let stranger = Quota::new("stranger", QuotaSpec::default());
+        prop_assert!(!kept.apply(&stranger));
+        if let Some(q) = quotas.iter().find(|q| !q.spec.parent.is_empty()) {
+            let mut moved = q.clone();
+            moved.spec.parent = String::new();
+            prop_assert!(!kept.apply(&moved));
+        }
+    }
+}

@@ -198,16 +198,35 @@ pub async fn evaluate_in_chunks(
     out
 }
 
+/// How long the subtree usage `evaluate_changed` keeps is moved write by
+/// write before it is built whole again from this process's cache (which
+/// also brings in what other replicas wrote, as far as this one knows).
+pub const REBUILD_SUBTREES: Duration = Duration::from_secs(10);
+
+/// What `evaluate_forever` keeps between evaluations of what changed: the
+/// subtree usage of every known quota (`quota::rollup::SubtreeUsage`),
+/// moved by each batch's writes, and when it was built whole.
+#[derive(Default)]
+pub struct Kept {
+    subtrees: Option<(quota::rollup::SubtreeUsage, std::time::Instant)>,
+}
+
 /// Evaluates the quotas just written (`Changed::take`), from the objects
 /// written, and their ancestors' usage: what runs below a parent changed
 /// with them. The tree comes from this process's cache (no list; the
 /// written quotas as written), so an ancestor's usage alert is only opened
 /// here, never resolved: the sweep, which reads every quota, resolves it.
+/// The subtree usage is `kept`'s, moved by these writes (a write's cost is
+/// its depth): built whole — every known quota summed, tens of ms over
+/// 10,000 of them, every `SETTLE` while admissions wrote, before — only at
+/// first, every `REBUILD_SUBTREES`, and when a write cannot be placed (a
+/// new, deleted or moved quota).
 pub async fn evaluate_changed(
     service: &Service,
     sql: &SqlStore,
     changed: BTreeMap<String, Seen>,
     public_url: &str,
+    kept: &mut Kept,
 ) -> Result<Swept, StoreError> {
     let Some(oldest) = changed.values().map(|s| s.at_ms).min() else {
         return Ok(Swept::default());
@@ -218,34 +237,52 @@ pub async fn evaluate_changed(
         by_quota: changed.iter().map(|(n, s)| (n.clone(), s.at_ms)).collect(),
     };
     let now_ms = service.now();
-    // The whole tree's subtree usage and lines, every `SETTLE` while
-    // admissions write: tens of ms of CPU over 10,000 quotas (hundreds in
-    // a debug build), off the async workers that answer admissions.
-    let cached = service.cached_quotas();
     let written: Vec<(String, Option<Arc<crate::store::Stored>>)> = changed
         .iter()
         .map(|(n, s)| (n.clone(), s.quota.clone()))
         .collect();
-    let (tree, in_use, above) = tokio::task::spawn_blocking(move || {
-        let tree = known_tree(cached, &written);
-        let known: Vec<&Quota> = tree.values().map(|s| &s.quota).collect();
-        let in_use = subtree_in_use(&known);
-        let lines = Forest::from_quotas(known.iter().copied());
-        let names: std::collections::BTreeSet<&str> =
-            written.iter().map(|(n, _)| n.as_str()).collect();
-        let mut above: Vec<String> = Vec::new();
-        let mut seen = std::collections::BTreeSet::new();
-        for name in &names {
-            for a in lines.line(name).names.into_iter().skip(1) {
-                if !names.contains(a) && seen.insert(a.to_string()) {
-                    above.push(a.to_string());
-                }
+    // Moved by these writes (each costs its depth)…
+    let moved = kept
+        .subtrees
+        .take()
+        .filter(|(_, built)| built.elapsed() < REBUILD_SUBTREES)
+        .and_then(|(mut s, built)| {
+            written
+                .iter()
+                .all(|(_, q)| q.as_ref().is_some_and(|q| s.apply(&q.quota)))
+                .then_some((s, built))
+        });
+    // …or built whole: tens of ms of CPU over 10,000 quotas (hundreds in a
+    // debug build), off the async workers that answer admissions.
+    let (subtrees, built) = match moved {
+        Some(kept) => kept,
+        None => {
+            let cached = service.cached_quotas();
+            let written = written.clone();
+            tokio::task::spawn_blocking(move || {
+                let tree = known_tree(cached, &written);
+                let known: Vec<&Quota> = tree.values().map(|s| &s.quota).collect();
+                (
+                    quota::rollup::SubtreeUsage::build(&known),
+                    std::time::Instant::now(),
+                )
+            })
+            .await
+            .map_err(|e| StoreError::Backend(format!("evaluating what changed: {e}")))?
+        }
+    };
+    let names: std::collections::BTreeSet<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
+    let mut above: Vec<String> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for name in &names {
+        for a in subtrees.ancestors(name) {
+            if !names.contains(a.as_str()) && seen.insert(a.clone()) {
+                above.push(a);
             }
         }
-        (tree, in_use, above)
-    })
-    .await
-    .map_err(|e| StoreError::Backend(format!("evaluating what changed: {e}")))?;
+    }
+    let (subtrees, _) = kept.subtrees.insert((subtrees, built));
+    let in_use = subtrees.in_use();
     let names: Vec<String> = changed
         .keys()
         .cloned()
@@ -271,11 +308,13 @@ pub async fn evaluate_changed(
         .filter_map(|s| s.quota.as_ref().map(|s| &s.quota))
         .collect();
     let forecasts = forecasts(sql, &quotas, &rules, now_ms).await?;
-    let mut e = evaluate_quotas(&quotas, &in_use, &rules, &open, &forecasts, now_ms);
+    let mut e = evaluate_quotas(&quotas, in_use, &rules, &open, &forecasts, now_ms);
     e.resolve.extend(super::evaluate(Vec::new(), &gone).resolve);
     let none = Vec::new();
     for name in &above {
-        let Some(q) = tree.get(name) else { continue };
+        let Some(q) = service.cached_quota(name) else {
+            continue;
+        };
         let usage: Vec<Condition> = super::conditions(
             &q.quota,
             in_use.get(name),
@@ -499,6 +538,7 @@ pub async fn evaluate_forever(
     let start_up = wait_out_slack(&service, service.now());
     let mut start_up = std::pin::pin!(start_up);
     let mut started = false;
+    let mut kept = Kept::default();
     loop {
         tokio::select! {
             _ = &mut start_up, if !started => {
@@ -511,7 +551,8 @@ pub async fn evaluate_forever(
                 let changed = service.changed.take();
                 if !changed.is_empty() {
                     let batch = changed.clone();
-                    let done = evaluate_changed(&service, &sql, changed, &public_url).await;
+                    let done =
+                        evaluate_changed(&service, &sql, changed, &public_url, &mut kept).await;
                     if done.is_err() {
                         // Again after `SETTLE`, with anything newer marked since.
                         service.changed.restore(batch);

@@ -109,6 +109,9 @@ impl Retries {
     }
 }
 
+/// An outbox as appended (`quota::budget::ledger::Outbox::key`).
+type OutboxKey = (i64, i64, usize);
+
 /// Everything a reconcile and the watches share; kube-runtime hands it to
 /// every `reconcile` and `error_policy` call.
 pub struct Context {
@@ -138,7 +141,7 @@ pub struct Context {
     /// The ledger window of each quota known to be in the ledger (its
     /// outbox appended in this life): its next reconcile need not append
     /// it again (`history::Context::replay_outbox`).
-    ledger_confirmed: Arc<Mutex<HashMap<String, (i64, i64, usize)>>>,
+    ledger_confirmed: Arc<Mutex<HashMap<String, OutboxKey>>>,
     /// An outbox a reconcile found stored but not known to be appended
     /// (the service's cached copy, which the reconcile replays first, can
     /// lag what is stored — another writer may even have put an older
