@@ -6,6 +6,7 @@
 #   cargo bench -p bizrq --bench admission --no-run     # release builds of both
 #   server/benches/profile-admission.sh                 # standalone, SQLite
 #   server/benches/profile-admission.sh --cluster       # cluster mode, fake API server (no write delay)
+#   PATTERN=teams server/benches/profile-admission.sh   # reviews spread over 1,000 quotas' teams
 #
 # Runs the admission bench with BIZRQ_BENCH_CALLGRIND: the release `bizrq`
 # (or $BIZRQ_BENCH_BIN) starts under callgrind with instrumentation off; one
@@ -21,11 +22,18 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 # PROFILE=debug: the debug builds (`cargo test -p bizrq --bench admission --no-run`).
 profile=${PROFILE:-release}
+# PATTERN=teams: reviews spread over the teams of a tree of $QUOTAS (1,000)
+# quotas, as the flat-out bench sends them, instead of the hot quota.
+if [ "${PATTERN:-hot}" = teams ]; then
+  pattern="--quotas ${QUOTAS:-1000}"
+else
+  pattern="--hot --quotas 20"
+fi
 bench=$(ls -t "$root"/target/"$profile"/deps/admission-* | grep -v '\.d$' | head -1)
 work=$(mktemp -d)
 cd "$root/server"
 BIZRQ_BENCH_BIN=${BIZRQ_BENCH_BIN:-$root/target/$profile/bizrq} BIZRQ_BENCH_CALLGRIND=$work \
-  "$bench" --smoke --no-floor --hot --quotas 20 --clients 1 --rate "${RATE:-10}" --seconds "${SECONDS_PER_PHASE:-15}" \
+  "$bench" --smoke --no-floor $pattern --clients 1 --rate "${RATE:-10}" --seconds "${SECONDS_PER_PHASE:-15}" \
   --write-delay-ms 0 "$@" | tee "$work/bench.txt"
 n=$(grep -o 'callgrind: counted [0-9]*' "$work/bench.txt" | grep -o '[0-9]*$')
 dump=$(ls -t "$work"/callgrind.out.* | grep '\.[0-9]*\.[0-9]*$' | head -1)
