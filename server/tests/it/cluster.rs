@@ -57,6 +57,20 @@ impl Cluster {
         serving: bool,
         db: &str,
     ) -> Cluster {
+        Cluster::replica_configured(fake, dir, at, pod, serving, db, |_| {}).await
+    }
+
+    /// A replica as `replica_on`, its arguments changed by `configure`
+    /// after the harness set them.
+    pub async fn replica_configured(
+        fake: FakeApi,
+        dir: tempfile::TempDir,
+        at: i64,
+        pod: &str,
+        serving: bool,
+        db: &str,
+        configure: impl FnOnce(&mut bizrq::config::ServeArgs),
+    ) -> Cluster {
         if std::env::var_os("BIZRQ_LOG").is_some() {
             bizrq::config::init_tracing(bizrq::config::LogFormat::Text);
         }
@@ -68,6 +82,7 @@ impl Cluster {
         args.admin_password = Some(crate::common::ADMIN_PASSWORD.into());
         args.discovery_seconds = 1;
         args.resync_seconds = 3600;
+        configure(&mut args);
         let (clock, c) = test_clock(at);
         let running = bizrq::start_with(&args, Some(fake.client()), Some(c))
             .await
