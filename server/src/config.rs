@@ -272,6 +272,18 @@ pub struct ServeArgs {
     /// Name of the controller's Lease.
     #[arg(long, env = "BIZRQ_LEASE_NAME", default_value = "bizrq-controller")]
     pub lease_name: String,
+    /// Seconds a leader may go without renewing its Lease before it stops
+    /// running the controller; each renewal attempt is cut off at what is
+    /// left of it. Must be above the 2 s between attempts and below the
+    /// Lease's 15 s (checked when the flag is parsed), so a leader whose
+    /// renewal stalls stops before another replica can take the Lease over.
+    #[arg(
+        long,
+        env = "BIZRQ_LEASE_RENEW_DEADLINE_SECONDS",
+        default_value_t = 10,
+        value_parser = lease_renew_deadline
+    )]
+    pub lease_renew_deadline_seconds: u64,
     /// Controller workers reconciling quotas in parallel.
     #[arg(long, env = "BIZRQ_WORKERS", default_value_t = 5)]
     pub workers: usize,
@@ -379,6 +391,32 @@ impl ServeArgs {
             Command::Crd => unreachable!("parsed a serve command"),
         }
     }
+}
+
+/// `--lease-renew-deadline-seconds`: a whole number of seconds above the
+/// time between attempts and below the Lease's duration. Checked where the
+/// flag is parsed; an embedder building [`ServeArgs`] itself (the tests)
+/// sets the field as it means to.
+fn lease_renew_deadline(s: &str) -> Result<u64, String> {
+    use crate::cluster::leader::{LEASE_DURATION, RETRY};
+    let secs: u64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number of seconds"))?;
+    if secs >= LEASE_DURATION.as_secs() {
+        return Err(format!(
+            "{secs} s is not below the Lease's duration of {} s: a leader whose renewal stalls \
+             would still run the controller after another replica took the Lease over",
+            LEASE_DURATION.as_secs()
+        ));
+    }
+    if secs <= RETRY.as_secs() {
+        return Err(format!(
+            "{secs} s is not above the {} s between renewal attempts: one slow answer would \
+             stop the leader",
+            RETRY.as_secs()
+        ));
+    }
+    Ok(secs)
 }
 
 /// How the SMTP connection is secured.
@@ -550,5 +588,22 @@ mod namespace_tests {
         assert!(ns.governs("bizrq-system"));
         let e = serve(&["--excluded-namespaces", "Kube-System"]).unwrap_err();
         assert!(e.to_string().contains("is not a namespace name"), "{e}");
+    }
+
+    #[test]
+    fn the_lease_renew_deadline_stays_below_the_lease_duration() {
+        assert_eq!(serve(&[]).unwrap().lease_renew_deadline_seconds, 10);
+        let a = serve(&["--lease-renew-deadline-seconds", "14"]).unwrap();
+        assert_eq!(a.lease_renew_deadline_seconds, 14);
+        for (bad, why) in [
+            ("15", "not below the Lease's duration of 15 s"),
+            ("600", "not below the Lease's duration of 15 s"),
+            ("2", "not above the 2 s between renewal attempts"),
+            ("0", "not above"),
+            ("ten", "not a whole number"),
+        ] {
+            let e = serve(&["--lease-renew-deadline-seconds", bad]).unwrap_err();
+            assert!(e.to_string().contains(why), "{bad}: {e}");
+        }
     }
 }

@@ -454,7 +454,10 @@ impl Core {
             self.service.price_book.clone(),
             self.service.clock(),
         ));
-        let lease = LeaseConfig::new(&args.namespace, &args.lease_name, &self.identity);
+        let lease = LeaseConfig {
+            renew_deadline: Duration::from_secs(args.lease_renew_deadline_seconds),
+            ..LeaseConfig::new(&args.namespace, &args.lease_name, &self.identity)
+        };
         let cfg = ControllerConfig {
             workers: args.workers.max(1),
             resync: every,

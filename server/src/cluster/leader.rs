@@ -16,6 +16,15 @@ use kube::Client;
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// How long the Lease holds without renewal: another replica takes it
+/// over once this has passed since its `renewTime`.
+pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+/// Time between attempts.
+pub const RETRY: Duration = Duration::from_secs(2);
+/// The default renew deadline: below [`LEASE_DURATION`], so a leader whose
+/// renewal stalls stops before another replica can take the Lease over.
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
     pub namespace: String,
@@ -23,7 +32,15 @@ pub struct LeaseConfig {
     pub identity: String,
     /// How long a lease holds without renewal.
     pub duration: Duration,
-    /// A leader that could not renew for this long stops leading.
+    /// A leader that could not renew for this long stops leading, and no
+    /// attempt (a GET and a write) may take longer than what is left of
+    /// it: a renewal call that hangs (a stalled connection: no answer, no
+    /// error; kube's client sets no read timeout) is cut off at the
+    /// deadline like a failed one. Keep it below `duration`: the Lease
+    /// read by another replica says renewed at the start of our last
+    /// successful attempt, so it cannot be taken over before `duration`
+    /// has passed since then, and by then this leader has stopped (as in
+    /// client-go, where each renewal is bounded by its RenewDeadline).
     pub renew_deadline: Duration,
     /// Time between attempts.
     pub retry: Duration,
@@ -35,12 +52,16 @@ impl LeaseConfig {
             namespace: namespace.into(),
             name: name.into(),
             identity: identity.into(),
-            duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry: Duration::from_secs(2),
+            duration: LEASE_DURATION,
+            renew_deadline: RENEW_DEADLINE,
+            retry: RETRY,
         }
     }
 }
+
+/// The shortest bound on one attempt, when the renew deadline is all but
+/// spent: enough for an answer on a healthy connection.
+const MIN_ATTEMPT: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -156,6 +177,13 @@ pub async fn release(api: &Api<Lease>, cfg: &LeaseConfig) -> kube::Result<()> {
 }
 
 /// Campaign forever; `leading` says whether we lead right now.
+///
+/// Each attempt is bounded: while leading, by what is left of
+/// `renew_deadline` since the start of the last successful one (at least
+/// [`MIN_ATTEMPT`]); while not, by `renew_deadline`. An attempt cut off so
+/// counts as a failed one, and a leader whose last renewal began
+/// `renew_deadline` ago or more stops leading — before the Lease, renewed
+/// at that start, can expire for the other replicas.
 pub async fn campaign(
     client: Client,
     cfg: LeaseConfig,
@@ -163,12 +191,26 @@ pub async fn campaign(
     leading: watch::Sender<bool>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    // When the last successful attempt started: the `renewTime` it wrote
+    // was read from the clock no earlier.
     let mut last_renewed: Option<tokio::time::Instant> = None;
     loop {
         let now = clock();
-        match try_lead(&api, &cfg, now).await {
+        let started = tokio::time::Instant::now();
+        let bound = match last_renewed {
+            Some(t) => cfg
+                .renew_deadline
+                .saturating_sub(t.elapsed())
+                .max(MIN_ATTEMPT),
+            None => cfg.renew_deadline,
+        };
+        let attempt = match tokio::time::timeout(bound, try_lead(&api, &cfg, now)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {} ms", bound.as_millis())),
+        };
+        match attempt {
             Ok(true) => {
-                last_renewed = Some(tokio::time::Instant::now());
+                last_renewed = Some(started);
                 if !*leading.borrow() {
                     tracing::info!(identity = %cfg.identity, lease = %cfg.name, "leading: starting the controller");
                 }
@@ -183,7 +225,7 @@ pub async fn campaign(
             }
             Err(e) => {
                 tracing::warn!(error = %e, lease = %cfg.name, "lease call failed");
-                if last_renewed.is_some_and(|t| t.elapsed() > cfg.renew_deadline) {
+                if last_renewed.is_some_and(|t| t.elapsed() >= cfg.renew_deadline) {
                     tracing::warn!("could not renew the lease in time: stopping the controller");
                     last_renewed = None;
                     leading.send_replace(false);
@@ -200,6 +242,7 @@ mod tests {
     use http::{Method, Request, Response};
     use kube::client::Body;
     use serde_json::{json, Value};
+    use std::sync::Arc;
 
     const T: i64 = 1_800_000_000_000;
 
@@ -336,5 +379,45 @@ mod tests {
             .as_millisecond();
         assert!(!try_lead(&api, &cfg, renewed).await.unwrap(), "follows");
         server.await.unwrap();
+    }
+
+    /// A leader whose renewal hangs (the GET is never answered, never
+    /// fails) stops leading once `renew_deadline` has passed since its
+    /// last renewal began, and not before: it cannot still lead when
+    /// another replica may take the Lease over (`duration` after it).
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_renewal_stops_leading_at_the_renew_deadline() {
+        let (svc, mut h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(svc, "default");
+        let cfg = LeaseConfig::new("bizrq-system", "bizrq-controller", "bizrq-0");
+        assert!(cfg.renew_deadline < cfg.duration);
+        let (tx, mut rx) = watch::channel(false);
+        let campaign = tokio::spawn(campaign(client, cfg.clone(), Arc::new(|| T), tx));
+        let t0 = tokio::time::Instant::now();
+        // Created: leading.
+        let (m, _, _, send) = next(&mut h).await;
+        assert_eq!(m, Method::GET);
+        send.send_response(respond(404, status(404, "NotFound")));
+        let (m, _, body, send) = next(&mut h).await;
+        assert_eq!(m, Method::POST);
+        send.send_response(respond(201, body));
+        rx.wait_for(|l| *l).await.unwrap();
+        // The renewal's GET, one retry on: never answered (`_hung` kept,
+        // so it does not fail either).
+        let (m, _, _, _hung) = next(&mut h).await;
+        assert_eq!(m, Method::GET);
+        assert_eq!(t0.elapsed(), cfg.retry);
+        tokio::time::sleep_until(t0 + cfg.renew_deadline - Duration::from_millis(1)).await;
+        assert!(*rx.borrow(), "still within the renew deadline");
+        tokio::time::timeout(cfg.retry, rx.wait_for(|l| !*l))
+            .await
+            .expect("stopped leading within renew_deadline (+ retry)")
+            .unwrap();
+        let stopped = t0.elapsed();
+        assert!(
+            stopped >= cfg.renew_deadline && stopped < cfg.duration,
+            "{stopped:?}"
+        );
+        campaign.abort();
     }
 }

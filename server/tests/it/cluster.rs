@@ -57,6 +57,20 @@ impl Cluster {
         serving: bool,
         db: &str,
     ) -> Cluster {
+        Cluster::replica_configured(fake, dir, at, pod, serving, db, |_| {}).await
+    }
+
+    /// A replica as `replica_on`, its arguments changed by `configure`
+    /// after the harness set them.
+    pub async fn replica_configured(
+        fake: FakeApi,
+        dir: tempfile::TempDir,
+        at: i64,
+        pod: &str,
+        serving: bool,
+        db: &str,
+        configure: impl FnOnce(&mut bizrq::config::ServeArgs),
+    ) -> Cluster {
         if std::env::var_os("BIZRQ_LOG").is_some() {
             bizrq::config::init_tracing(bizrq::config::LogFormat::Text);
         }
@@ -68,6 +82,7 @@ impl Cluster {
         args.admin_password = Some(crate::common::ADMIN_PASSWORD.into());
         args.discovery_seconds = 1;
         args.resync_seconds = 3600;
+        configure(&mut args);
         let (clock, c) = test_clock(at);
         let running = bizrq::start_with(&args, Some(fake.client()), Some(c))
             .await
@@ -448,6 +463,38 @@ async fn the_controller_keeps_status_true_over_the_api_boundary() {
         lease["spec"]["holderIdentity"].is_null(),
         "released on shutdown: {lease}"
     );
+}
+
+/// A leader whose Lease renewal hangs (a stalled connection: no answer,
+/// no error) stops running the controller at its renew deadline — here
+/// `--lease-renew-deadline-seconds 3` — well before its 15 s Lease could
+/// expire for another replica; once its calls are answered again it finds
+/// the Lease still its own and leads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewal_hangs_stops_at_its_renew_deadline() {
+    let fake = FakeApi::new();
+    let link = fake.own_link();
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::common::fresh_sqlite(&dir);
+    let c = Cluster::replica_configured(link.clone(), dir, T0, "bizrq-0", true, &db, |args| {
+        args.lease_renew_deadline_seconds = 3
+    })
+    .await;
+    c.until_metric("bizrq_leader 1").await;
+    // The last renewal before the hang began about one retry (2 s) ago at
+    // most, so A stops about 1 to 3 s on (the unit test in `leader.rs`
+    // pins the deadline on paused time); here: well inside the Lease.
+    link.hang_lease_calls(true);
+    let hung = std::time::Instant::now();
+    c.until_metric("bizrq_leader 0").await;
+    let stopped = hung.elapsed();
+    assert!(
+        stopped < Duration::from_secs(15),
+        "stopped {stopped:?} after the hang began"
+    );
+    link.hang_lease_calls(false);
+    c.until_metric("bizrq_leader 1").await;
+    c.running.shutdown().await;
 }
 
 /// Pod runs outlive the controller: a pod deleted while no controller runs

@@ -491,25 +491,34 @@ async fn seed_004_until_marked(c: &Cluster) -> Value {
 
 /// Seed 004's reclaim with two controllers at once, sharing the history
 /// database `db`. Production runs two replicas and one Lease: the leader
-/// runs the controller, the other follows. Two controllers run at once
-/// when a leader's renewal hangs (a stalled connection: no answer, no
-/// error, so it never hears it lost the Lease) while the other replica
-/// takes the expired Lease over — here `hang_lease_calls` on replica A's
-/// own link to the API server. Both then reconcile `pool` when `sweep`'s
-/// mark falls due, and the fake API server holds their refund writes of
-/// `user-a`'s status until both have arrived (a replica sends one status
-/// write of a quota at a time, so two held at once are both replicas'),
-/// then lets them meet at the compare-and-swap.
+/// runs the controller, the other follows. A leader whose renewal hangs (a
+/// stalled connection: no answer, no error) stops at its renew deadline
+/// (10 s), before its 15 s Lease can expire for the other replica; two
+/// controllers still run at once when a stall outlasts the Lease without
+/// the leader's deadline passing — its process paused (a stopped
+/// container, a long GC or swap stall: its timers do not fire), or a renew
+/// deadline configured long against the stall. Replica A models that: its
+/// renew deadline (10 min, set past the flag's check) outlasts the test,
+/// and `hang_lease_calls` on its own link to the API server stalls its
+/// renewals while B takes the expired Lease over. Both then reconcile
+/// `pool` when `sweep`'s mark falls due, and the fake API server holds
+/// their refund writes of `user-a`'s status until both have arrived (a
+/// replica sends one status write of a quota at a time, so two held at
+/// once are both replicas'), then lets them meet at the compare-and-swap.
 async fn two_leaders_refund_one_mark(db: &str) {
     let fake = FakeApi::new();
     let link_a = fake.own_link();
-    let a = Cluster::replica_on(
+    let a = Cluster::replica_configured(
         link_a.clone(),
         tempfile::tempdir().unwrap(),
         T0,
         "bizrq-0",
         true,
         db,
+        // A stalled leader whose stall outlasts the Lease: its renew
+        // deadline does not pass while this test runs. The CLI refuses a
+        // deadline not below the Lease's 15 s; the field is set directly.
+        |args| args.lease_renew_deadline_seconds = 600,
     )
     .await;
     a.until_requested("lease create", |r| {
@@ -529,7 +538,8 @@ async fn two_leaders_refund_one_mark(db: &str) {
     let mark = seed_004_until_marked(&a).await;
 
     // A's Lease renewal hangs; a minute on, B finds the Lease expired and
-    // takes it over. A never hears it: both run the controller.
+    // takes it over. A never hears it, nor reaches its renew deadline:
+    // both run the controller.
     link_a.hang_lease_calls(true);
     let t1 = T0 + MIN;
     a.set_clock(t1);

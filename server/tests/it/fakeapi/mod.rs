@@ -218,8 +218,9 @@ impl FakeApi {
 
     /// While `on`, this link's calls to `coordination.k8s.io` (the Lease)
     /// are never answered: a leader whose renewal hangs on a stalled
-    /// connection, while its other calls still get through. It keeps
-    /// leading (it never hears that it lost the Lease) until `off`.
+    /// connection, while its other calls still get through. It never
+    /// hears that it lost the Lease: it keeps leading until its renew
+    /// deadline has passed since its last renewal, or until `off`.
     pub fn hang_lease_calls(&self, on: bool) {
         self.leases_hang
             .store(on, std::sync::atomic::Ordering::SeqCst);
