@@ -164,43 +164,37 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
             0..2,
         ),
     );
-    // The cluster ledger's outbox: absent, or a window of 0–2 entries.
+    // The cluster ledger's outbox: absent, or a window of 0–2 entries and
+    // a refund taken since riding along (none, or one).
     let outbox = prop::option::of(
         (0i64..3, 0usize..3, 0i128..5).prop_map(|(from, n, amount)| {
+            let entry = |workload: String, amount, reason, note: &str| quota::budget::Entry {
+                quota: "q".into(),
+                key: "cash/requests.nvidia.com/gpu".into(),
+                workload,
+                namespace: "ns".into(),
+                model: None,
+                qos: None,
+                user: None,
+                start_ms: from * 60_000,
+                end_ms: (from + 1) * 60_000,
+                amount,
+                reason,
+                note: note.into(),
+            };
             quota::budget::ledger::Outbox {
                 from_ms: from * 60_000,
                 to_ms: (from + 1) * 60_000,
                 entries: (0..n)
-                    .map(|i| quota::budget::Entry {
-                        quota: "q".into(),
-                        key: "cash/requests.nvidia.com/gpu".into(),
-                        workload: format!("batch/Job/ns/w{i}"),
-                        namespace: "ns".into(),
-                        model: None,
-                        qos: None,
-                        user: None,
-                        start_ms: from * 60_000,
-                        end_ms: (from + 1) * 60_000,
-                        amount,
-                        reason: quota::budget::Reason::Accrual,
-                        note: String::new(),
+                    .map(|i| {
+                        let w = format!("batch/Job/ns/w{i}");
+                        entry(w, amount, quota::budget::Reason::Accrual, "")
                     })
                     .collect(),
-                // A refund taken since, riding along (none, or one).
                 extra: (0..n / 2)
-                    .map(|_| quota::budget::Entry {
-                        quota: "q".into(),
-                        key: "cash/requests.nvidia.com/gpu".into(),
-                        workload: "batch/Job/ns/stopped".into(),
-                        namespace: "ns".into(),
-                        model: None,
-                        qos: None,
-                        user: None,
-                        start_ms: from * 60_000,
-                        end_ms: (from + 1) * 60_000,
-                        amount: -amount,
-                        reason: quota::budget::Reason::Refund,
-                        note: "reclaim mark".into(),
+                    .map(|_| {
+                        let w = "batch/Job/ns/stopped".to_string();
+                        entry(w, -amount, quota::budget::Reason::Refund, "reclaim mark")
                     })
                     .collect(),
             }

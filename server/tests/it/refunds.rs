@@ -839,14 +839,7 @@ async fn a_refund_whose_ledger_append_fails_is_appended_by_a_retry() {
     let c = Cluster::start().await;
     let db = crate::common::fresh_sqlite(&c._dir);
     let mark = seed_004_until_marked(&c).await;
-    let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
-    sqlx::query(
-        "CREATE TRIGGER refuse_refunds BEFORE INSERT ON budget_ledger \
-         WHEN NEW.reason = 'refund' BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    let pool = refuse_refund_rows(&db).await;
     c.set_clock(T0 + 50 * MIN);
     touch(&c, "pool", 1);
     until_suspended(&c, "ns-a", "sweep").await;
@@ -859,27 +852,7 @@ async fn a_refund_whose_ledger_append_fails_is_appended_by_a_retry() {
         .unwrap();
     pool.close().await;
     touch(&c, "user-a", 2);
-    let refund = per_mille(4, 20 * MIN as i128);
-    let expected = per_mille(8, 50 * MIN as i128) - refund;
-    let q = c
-        .until("user-a", "refunded and billed to 10:50", |q| {
-            q["status"]["refunds"][SWEEP]["mark"] == mark
-                && q["status"]["lastReconcileTime"] == "2026-11-21T10:50:00.000Z"
-                && accrued(q) == expected
-        })
-        .await;
-    let want = quota::budget::from_cash_accrued(accrued(&q));
-    let mut rows = Vec::new();
-    for _ in 0..200 {
-        rows = ledger_rows(&db).await;
-        if rows.iter().map(|r| r.1).sum::<i128>() == want {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(rows.iter().map(|r| r.1).sum::<i128>(), want, "{rows:#?}");
-    let refunded: i128 = rows.iter().filter(|r| r.0 == "refund").map(|r| r.1).sum();
-    assert_eq!(refunded, -refund * 1000, "{rows:#?}");
+    refunded_once_and_in_the_ledger(&c, &db, &mark).await;
     c.running.shutdown().await;
 }
 
@@ -894,14 +867,7 @@ async fn a_refund_outlives_a_controller_that_never_appended_it() {
     let c = Cluster::start().await;
     let db = crate::common::fresh_sqlite(&c._dir);
     let mark = seed_004_until_marked(&c).await;
-    let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
-    sqlx::query(
-        "CREATE TRIGGER refuse_refunds BEFORE INSERT ON budget_ledger \
-         WHEN NEW.reason = 'refund' BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    let pool = refuse_refund_rows(&db).await;
     c.set_clock(T0 + 50 * MIN);
     touch(&c, "pool", 1);
     until_suspended(&c, "ns-a", "sweep").await;
@@ -936,11 +902,33 @@ async fn a_refund_outlives_a_controller_that_never_appended_it() {
         .unwrap();
     pool.close().await;
     touch(&c, "user-a", 3);
+    refunded_once_and_in_the_ledger(&c, &db, &mark).await;
+    c.running.shutdown().await;
+}
+
+/// A trigger that makes the history database refuse refund rows (drop
+/// `refuse_refunds` to heal it); the pool it was made on.
+async fn refuse_refund_rows(db: &str) -> sqlx::SqlitePool {
+    let pool = sqlx::SqlitePool::connect(db).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_refunds BEFORE INSERT ON budget_ledger \
+         WHEN NEW.reason = 'refund' BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool
+}
+
+/// `user-a` refunded `mark`'s 20 minutes of 4 cores once and billed to
+/// 10:50, and the ledger in `db` equal to its accrual with the refund in
+/// it once.
+async fn refunded_once_and_in_the_ledger(c: &Cluster, db: &str, mark: &Value) {
     let refund = per_mille(4, 20 * MIN as i128);
     let expected = per_mille(8, 50 * MIN as i128) - refund;
     let q = c
         .until("user-a", "refunded and billed to 10:50", |q| {
-            q["status"]["refunds"][SWEEP]["mark"] == mark
+            q["status"]["refunds"][SWEEP]["mark"] == *mark
                 && q["status"]["lastReconcileTime"] == "2026-11-21T10:50:00.000Z"
                 && accrued(q) == expected
         })
@@ -948,7 +936,7 @@ async fn a_refund_outlives_a_controller_that_never_appended_it() {
     let want = quota::budget::from_cash_accrued(accrued(&q));
     let mut rows = Vec::new();
     for _ in 0..200 {
-        rows = ledger_rows(&db).await;
+        rows = ledger_rows(db).await;
         if rows.iter().map(|r| r.1).sum::<i128>() == want {
             break;
         }
@@ -957,5 +945,4 @@ async fn a_refund_outlives_a_controller_that_never_appended_it() {
     assert_eq!(rows.iter().map(|r| r.1).sum::<i128>(), want, "{rows:#?}");
     let refunded: i128 = rows.iter().filter(|r| r.0 == "refund").map(|r| r.1).sum();
     assert_eq!(refunded, -refund * 1000, "{rows:#?}");
-    c.running.shutdown().await;
 }
