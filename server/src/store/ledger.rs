@@ -544,10 +544,10 @@ impl SqlStore {
                 // The cells' rolled rows so far, read to be summed in and
                 // then overwritten in place (an upsert changes no indexed
                 // column, so of a row's six b-trees only the table's is
-                // touched: a cell is summed into once per chunk that holds
+                // touched): a cell is summed into once per chunk that holds
                 // its entries, about twenty times an hour at this chunk
-                // size, and deleting and inserting it each time cost the
-                // roll-up a third of its time).
+                // size in the benchmark, and was deleted and
+                // inserted again each time (README, ledger benchmark).
                 let ids: Vec<String> = rollup::roll_up(&entries, grid)
                     .iter()
                     .map(|e| rolled_id(e, level))
