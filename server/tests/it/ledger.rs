@@ -303,9 +303,15 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
         .as_str()
         .unwrap()
         .to_string();
-    c.set_clock(T0 + 2 * HOUR);
+    // The pod runs and the controller has seen it before time moves (a
+    // reconcile at the later time that has not seen it yet would pay the
+    // window without it).
     c.fake
         .put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
+    c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 1")
+        .await;
+    c.set_clock(T0 + 2 * HOUR);
+    touch_quota(&c, "team", 1);
     let q = c.until("team", "accrued", |q| accrued_acc(q) != 0).await;
     let want = accrued_acc(&q);
     assert_eq!(want, 8 * CARD_HOUR, "{q}");
@@ -319,9 +325,12 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
     assert_eq!(r["rows"].as_array().unwrap().len(), 1, "{r}");
     // More time, another pod, another window: still equal, nothing
     // doubled.
-    c.set_clock(T0 + 3 * HOUR);
     c.fake
         .put(pod("ml", "a-2", "Job", "a", 4, "2026-11-21T12:30:00Z"));
+    c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 2")
+        .await;
+    c.set_clock(T0 + 3 * HOUR);
+    touch_quota(&c, "team", 2);
     let q = c
         .until("team", "accrued again", |q| accrued_acc(q) > want)
         .await;
@@ -394,9 +403,7 @@ async fn a_window_lost_between_status_write_and_append_is_appended_once() {
     .unwrap();
     c.set_clock(T0 + 2 * HOUR);
     // Something happens to the quota: it is reconciled at the new time.
-    let mut q = fake.quota("team");
-    q["metadata"]["labels"] = json!({"touched": "1"});
-    fake.put(q);
+    touch_quota(&c, "team", 1);
     let q = c
         .until("team", "accrued, the window in the outbox", |q| {
             accrued_acc(q) != 0 && !q["status"]["ledgerOutbox"]["entries"].is_null()
@@ -447,4 +454,12 @@ async fn a_window_lost_between_status_write_and_append_is_appended_once() {
     .unwrap();
     assert_eq!(windows.0, windows.1);
     pool.close().await;
+}
+
+/// A change to `quota` that means nothing (a label): the controller
+/// reconciles it at the clock's time.
+fn touch_quota(c: &crate::cluster::Cluster, quota: &str, n: i64) {
+    let mut q = c.fake.quota(quota);
+    q["metadata"]["labels"] = json!({"touched": n.to_string()});
+    c.fake.put(q);
 }
