@@ -288,7 +288,11 @@ async fn cluster_mode_one_hot_quota_shares_slow_status_writes() {
     let before = status_writes(&c.fake, "pool");
     let s = Arc::new(Server::in_process(&c.running));
     let started = std::time::Instant::now();
-    let (admitted, contention) = flood(std::slice::from_ref(&s), "pool", N, 32).await;
+    // 24 in flight, not 32: the webhook takes 32 connections from one
+    // address, handshakes included, and with writes this slow a closing
+    // connection still counts while its successor's handshake starts (the
+    // cap then reset it: the test failed under load).
+    let (admitted, contention) = flood(std::slice::from_ref(&s), "pool", N, 24).await;
     let took = started.elapsed();
     let writes = status_writes(&c.fake, "pool") - before;
     eprintln!(
