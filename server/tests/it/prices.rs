@@ -371,11 +371,17 @@ async fn in_a_cluster_the_object_is_checked_and_accrual_splits_at_a_change() {
     let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &jr);
     let j: DynamicObject = serde_json::from_value(job("a", 4, None, None)).unwrap();
     jobs.create(&PostParams::default(), &j).await.unwrap();
-    // Two hours on its pod shows up, running since T0 (a reconcile
-    // meanwhile accrues nothing and writes nothing: the window stays).
-    c.set_clock(T0 + 2 * HOUR);
+    // Its pod runs since T0, and the controller has seen it before two
+    // hours pass (a reconcile at the later time that had not seen it yet
+    // could write the window without it, under load).
     c.fake
         .put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
+    c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 1")
+        .await;
+    c.set_clock(T0 + 2 * HOUR);
+    let mut touched = c.fake.quota("team");
+    touched["metadata"]["labels"] = json!({"touched": "1"});
+    c.fake.put(touched);
     let expect = 4 * CARD * ((HOUR as i128 + 1) * 1000 + (HOUR as i128 - 1) * 3000);
     let q = c
         .until("team", "accrued at both prices", |q| accrued(q) != 0)
