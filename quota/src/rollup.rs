@@ -117,23 +117,18 @@ pub struct SubtreeUsage {
 
 impl SubtreeUsage {
     pub fn build<Q: std::borrow::Borrow<Quota>>(quotas: &[Q]) -> SubtreeUsage {
-        SubtreeUsage {
-            parent: quotas
-                .iter()
-                .map(|q| {
-                    let q = q.borrow();
-                    (q.name().to_string(), q.spec.parent.clone())
-                })
-                .collect(),
-            self_used: quotas
-                .iter()
-                .map(|q| {
-                    let q = q.borrow();
-                    (q.name().to_string(), q.status.self_used.clone())
-                })
-                .collect(),
+        let mut out = SubtreeUsage {
             in_use: subtree_in_use(quotas),
+            ..SubtreeUsage::default()
+        };
+        for q in quotas {
+            let q = q.borrow();
+            out.parent
+                .insert(q.name().to_string(), q.spec.parent.clone());
+            out.self_used
+                .insert(q.name().to_string(), q.status.self_used.clone());
         }
+        out
     }
 
     /// Each known quota's subtree usage (read keys with `resources::get`:

@@ -121,6 +121,16 @@ impl Cluster {
         self.fake.client_as(user)
     }
 
+    /// A change to `quota` that means nothing (a label, `touched: n`), so
+    /// the controller reconciles it now at the clock's time (a mark falling
+    /// due or a window ending is a time, not an event; in a cluster the
+    /// reconcile asks to run again then, here the test clock jumps).
+    pub fn touch(&self, quota: &str, n: i64) {
+        let mut q = self.fake.quota(quota);
+        q["metadata"]["labels"] = serde_json::json!({"touched": n.to_string()});
+        self.fake.put(q);
+    }
+
     pub fn set_clock(&self, ms: i64) {
         self.clock.store(ms, Ordering::SeqCst);
     }

@@ -311,7 +311,7 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
     c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 1")
         .await;
     c.set_clock(T0 + 2 * HOUR);
-    touch_quota(&c, "team", 1);
+    c.touch("team", 1);
     let q = c.until("team", "accrued", |q| accrued_acc(q) != 0).await;
     let want = accrued_acc(&q);
     assert_eq!(want, 8 * CARD_HOUR, "{q}");
@@ -330,7 +330,7 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
     c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 2")
         .await;
     c.set_clock(T0 + 3 * HOUR);
-    touch_quota(&c, "team", 2);
+    c.touch("team", 2);
     let q = c
         .until("team", "accrued again", |q| accrued_acc(q) > want)
         .await;
@@ -403,7 +403,7 @@ async fn a_window_lost_between_status_write_and_append_is_appended_once() {
     .unwrap();
     c.set_clock(T0 + 2 * HOUR);
     // Something happens to the quota: it is reconciled at the new time.
-    touch_quota(&c, "team", 1);
+    c.touch("team", 1);
     let q = c
         .until("team", "accrued, the window in the outbox", |q| {
             accrued_acc(q) != 0 && !q["status"]["ledgerOutbox"]["entries"].is_null()
@@ -454,12 +454,4 @@ async fn a_window_lost_between_status_write_and_append_is_appended_once() {
     .unwrap();
     assert_eq!(windows.0, windows.1);
     pool.close().await;
-}
-
-/// A change to `quota` that means nothing (a label): the controller
-/// reconciles it at the clock's time.
-fn touch_quota(c: &crate::cluster::Cluster, quota: &str, n: i64) {
-    let mut q = c.fake.quota(quota);
-    q["metadata"]["labels"] = json!({"touched": n.to_string()});
-    c.fake.put(q);
 }

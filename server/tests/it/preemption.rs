@@ -151,15 +151,6 @@ pub async fn until_event(c: &Cluster, reason: &str, name: &str) -> Value {
     );
 }
 
-/// A change to the quota object, so the controller reconciles it now (a
-/// mark falling due is a time, not an event; in a cluster the reconcile
-/// asks to run again then, here the test clock jumps).
-pub fn touch(c: &Cluster, quota: &str, n: u32) {
-    let mut q = c.fake.quota(quota);
-    q["metadata"]["labels"] = json!({"touched": n.to_string()});
-    c.fake.put(q);
-}
-
 /// The suspend PATCHes sent for `ns/name` so far.
 pub fn patches(c: &Cluster, ns: &str, name: &str) -> usize {
     let path = format!("PATCH /apis/batch/v1/namespaces/{ns}/jobs/{name}");
@@ -247,7 +238,7 @@ async fn a_higher_priority_job_preempts_lower_priority_work_after_the_grace_peri
     c.until_metric(r#"bizrq_admission_queue_preemptions_total{quota="ml",result="marked"} 1"#)
         .await;
     // Nothing before the grace period, however often it runs.
-    touch(&c, "ml", 1);
+    c.touch("ml", 1);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!suspended(&c, "ml", "new"));
     assert_eq!(patches(&c, "ml", "new"), 0);
@@ -256,7 +247,7 @@ async fn a_higher_priority_job_preempts_lower_priority_work_after_the_grace_peri
     // validating webhook with its pods as they were), queued again, and
     // the urgent job admitted in its place.
     c.set_clock(T0 + 1_000 + GRACE_MS);
-    touch(&c, "ml", 2);
+    c.touch("ml", 2);
     until_suspended(&c, "ml", "new", true).await;
     assert_eq!(patches(&c, "ml", "new"), 1);
     let reviews = suspend_reviews(&c, "new");
@@ -323,7 +314,7 @@ async fn a_preemption_is_cancelled_when_the_waiting_job_goes_away() {
     c.until_metric(r#"bizrq_admission_queue_preemptions_total{quota="ml",result="cancelled"} 1"#)
         .await;
     c.set_clock(T0 + 2 * GRACE_MS);
-    touch(&c, "ml", 1);
+    c.touch("ml", 1);
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(!suspended(&c, "ml", "low"));
     assert_eq!(patches(&c, "ml", "low"), 0);
@@ -354,8 +345,8 @@ async fn equal_priority_or_no_policy_never_preempts() {
     c.until("plain", "queued", |q| queue_refs(q).len() == 1)
         .await;
     c.set_clock(T0 + 2 * GRACE_MS);
-    touch(&c, "ml", 1);
-    touch(&c, "plain", 1);
+    c.touch("ml", 1);
+    c.touch("plain", 1);
     tokio::time::sleep(Duration::from_millis(800)).await;
     for q in ["ml", "plain"] {
         assert!(marks(&c.fake.quota(q)).is_empty(), "{q}");
@@ -455,7 +446,7 @@ async fn a_jobset_queues_is_admitted_and_is_preempted_whole() {
         "3"
     );
     c.set_clock(T0 + GRACE_MS);
-    touch(&c, "ml", 1);
+    c.touch("ml", 1);
     until_jobset_suspended(&c, "js", true).await;
     let q = c
         .until("ml", "urgent admitted, js queued", |q| {
@@ -517,7 +508,7 @@ async fn a_preemption_stopped_between_its_entry_and_its_suspend_is_repaired() {
     // Due, and the suspend cannot be written.
     c.fake.unreachable_next(&job_path("ml", "low"), 1_000_000);
     c.set_clock(T0 + 60_000 + GRACE_MS);
-    touch(&c, "ml", 1);
+    c.touch("ml", 1);
     let q = c
         .until("ml", "low queued for preemption", |q| {
             marks(q).is_empty() && queue_refs(q).contains(&"batch/Job/ml/low".to_string())
@@ -533,7 +524,7 @@ async fn a_preemption_stopped_between_its_entry_and_its_suspend_is_repaired() {
     .await;
     // Reconciles while the writes fail: nothing admitted, nothing lost,
     // charged once, still running.
-    touch(&c, "ml", 2);
+    c.touch("ml", 2);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let q = c.fake.quota("ml");
     assert!(!suspended(&c, "ml", "low"));
@@ -550,7 +541,7 @@ async fn a_preemption_stopped_between_its_entry_and_its_suspend_is_repaired() {
 
     // Writes go through again: the next reconcile suspends it, once.
     c.fake.unreachable_next(&job_path("ml", "low"), 0);
-    touch(&c, "ml", 3);
+    c.touch("ml", 3);
     until_suspended(&c, "ml", "low", true).await;
     let low = c.fake.get("batch", "jobs", "ml", "low").unwrap();
     assert!(
@@ -602,7 +593,7 @@ async fn a_preemption_whose_suspend_answer_is_lost_is_neither_repeated_nor_lost(
         .await;
     c.fake.lose_answer_next(&job_path("ml", "low"), 1);
     c.set_clock(T0 + GRACE_MS);
-    touch(&c, "ml", 1);
+    c.touch("ml", 1);
     until_suspended(&c, "ml", "low", true).await;
     let q = c
         .until("ml", "urgent admitted, low queued", |q| {
@@ -612,7 +603,7 @@ async fn a_preemption_whose_suspend_answer_is_lost_is_neither_repeated_nor_lost(
     assert!(marks(&q).is_empty());
     c.until_metric(r#"bizrq_admission_queue_preemptions_total{quota="ml",result="failed"} 1"#)
         .await;
-    touch(&c, "ml", 2);
+    c.touch("ml", 2);
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(patches(&c, "ml", "low"), 1, "suspended once");
     assert_eq!(suspend_reviews(&c, "low").len(), 1);
@@ -657,7 +648,7 @@ async fn only_a_job_suspended_by_preemption_is_queued_again_never_one_suspended_
     p["metadata"]["annotations"] = json!({"bizrq.io/preempted": "2026-11-21T09:00:00.000Z"});
     p["spec"]["suspend"] = json!(true);
     c.fake.put(p);
-    touch(&c, "ml", 1);
+    c.touch("ml", 1);
     let q = c
         .until("ml", "p queued again", |q| {
             queue_refs(q) == ["batch/Job/ml/p"]
@@ -666,7 +657,7 @@ async fn only_a_job_suspended_by_preemption_is_queued_again_never_one_suspended_
     let e = entry(&q, "batch/Job/ml/p");
     assert_eq!(e["podSets"][0]["count"], 2, "what it runs unsuspended: {q}");
     assert_eq!(e["preempted"], true);
-    touch(&c, "ml", 2);
+    c.touch("ml", 2);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let q = c.fake.quota("ml");
     assert_eq!(queue_refs(&q), ["batch/Job/ml/p"], "{q}");
@@ -689,7 +680,7 @@ async fn only_a_job_suspended_by_preemption_is_queued_again_never_one_suspended_
         "{h}"
     );
     hand("h", true).await;
-    touch(&c, "ml", 3);
+    c.touch("ml", 3);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let q = c.fake.quota("ml");
     assert_eq!(
@@ -740,7 +731,7 @@ async fn no_preemption_for_a_job_its_budget_would_still_hold_back() {
         })
         .await;
     assert_eq!(q["status"]["queue"][0]["waiting"], "Quota");
-    touch(&c, "ml", 1);
+    c.touch("ml", 1);
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(marks(&c.fake.quota("ml")).is_empty(), "nothing marked");
     assert!(events(&c, "PreemptionPending", "low").is_empty());

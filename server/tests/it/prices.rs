@@ -379,9 +379,7 @@ async fn in_a_cluster_the_object_is_checked_and_accrual_splits_at_a_change() {
     c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 1")
         .await;
     c.set_clock(T0 + 2 * HOUR);
-    let mut touched = c.fake.quota("team");
-    touched["metadata"]["labels"] = json!({"touched": "1"});
-    c.fake.put(touched);
+    c.touch("team", 1);
     let expect = 4 * CARD * ((HOUR as i128 + 1) * 1000 + (HOUR as i128 - 1) * 3000);
     let q = c
         .until("team", "accrued at both prices", |q| accrued(q) != 0)

@@ -104,40 +104,12 @@ async fn until_suspended(c: &Cluster, ns: &str, name: &str) {
 }
 
 /// Touch a quota (a label) so the controller reconciles it now.
-fn touch(c: &Cluster, quota: &str, n: i64) {
-    let mut q = c.fake.quota(quota);
-    q["metadata"]["labels"] = json!({"touched": n.to_string()});
-    c.fake.put(q);
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_004_run_time_billing_with_a_reclaimed_job_refunded() {
     let c = Cluster::start().await;
     let s = &c.server;
-    s.create_quota("pool", "", json!({"requests.cpu": "18", KEY: "1000"}))
-        .await;
-    for (name, hard, max, budgets) in [
-        (
-            "user-a",
-            "6",
-            "10",
-            json!({KEY: {"refund": {"kind": "lastStretch", "checkpointEverySeconds": 1800}}}),
-        ),
-        ("user-b", "12", "14", json!({})),
-    ] {
-        let (st, v) = s
-            .api(
-                Method::POST,
-                "/api/v1/quotas",
-                Some(
-                    json!({"metadata": {"name": name}, "spec": {"parent": "pool",
-                    "hard": {"requests.cpu": hard, KEY: "100"}, "max": {"requests.cpu": max},
-                    "budgets": budgets}}),
-                ),
-            )
-            .await;
-        assert_eq!(st, StatusCode::CREATED, "{v}");
-    }
+    seed_004_quotas(&c).await;
     // A hostile refund policy is refused, naming the key, and changes nothing.
     for bad in [
         json!({"kind": "lastStretch", "checkpointEverySeconds": 0}),
@@ -221,7 +193,7 @@ async fn seed_004_run_time_billing_with_a_reclaimed_job_refunded() {
     // 10:50: A's status bills the 50 minutes, then the grace (5 min) is
     // long over and the parent's reclaim suspends `sweep`.
     c.set_clock(T0 + 50 * MIN);
-    touch(&c, "user-a", 1);
+    c.touch("user-a", 1);
     until_suspended(&c, "ns-a", "sweep").await;
     let expected = per_mille(8, 50 * MIN as i128) - per_mille(4, 20 * MIN as i128);
     let a = c
@@ -253,8 +225,8 @@ async fn seed_004_run_time_billing_with_a_reclaimed_job_refunded() {
     // Refunded once per mark: more reconciles give nothing more.
     c.fake.remove("", "pods", "ns-a", "sweep-x");
     c.fake.remove("", "pods", "ns-a", "sweep-y");
-    touch(&c, "user-a", 2);
-    touch(&c, "pool", 3);
+    c.touch("user-a", 2);
+    c.touch("pool", 3);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let again = c.fake.quota("user-a");
     assert_eq!(accrued(&again), accrued(&a), "{again}");
@@ -274,7 +246,7 @@ async fn seed_004_run_time_billing_with_a_reclaimed_job_refunded() {
     // 12:01: `train` declared 2 h from 10:00 and still runs: suspended.
     assert!(c.fake.get("batch", "jobs", "ns-a", "train").unwrap()["spec"]["suspend"].is_null());
     c.set_clock(T0 + 2 * HOUR + MIN);
-    touch(&c, "user-a", 4);
+    c.touch("user-a", 4);
     until_suspended(&c, "ns-a", "train").await;
     let e = until_event(&c, "RunTimeExceeded", "train").await;
     assert!(
@@ -358,7 +330,7 @@ async fn a_spent_budget_suspends_its_batch_work_after_the_grace() {
     // 11:00: 2 cores × 1 h, the budget is spent. Pending: a warning, no
     // suspension yet.
     c.set_clock(T0 + HOUR);
-    touch(&c, "ex", 1);
+    c.touch("ex", 1);
     let q = c
         .until("ex", "spent, since recorded", |q| {
             q["status"]["exhausted"][KEY] == "2026-11-21T11:00:00.000Z"
@@ -377,7 +349,7 @@ async fn a_spent_budget_suspends_its_batch_work_after_the_grace() {
 
     // 11:11: the grace is over: the batch Job is suspended, not the service.
     c.set_clock(T0 + HOUR + 11 * MIN);
-    touch(&c, "ex", 2);
+    c.touch("ex", 2);
     until_suspended(&c, "ns-x", "batch").await;
     let e = until_event(&c, "BudgetExhausted", "batch").await;
     assert!(e["note"].as_str().unwrap().contains("suspendBatch"), "{e}");
@@ -427,31 +399,7 @@ async fn ledger_rows(db: &str) -> Vec<(String, i128, String)> {
 /// `sweep` of A run from 10:00 (`sweep` borrowing), B's Job-2 cannot be
 /// scheduled, and `sweep` is marked. Returns the mark (`marked`).
 async fn seed_004_until_marked(c: &Cluster) -> Value {
-    let s = &c.server;
-    s.create_quota("pool", "", json!({"requests.cpu": "18", KEY: "1000"}))
-        .await;
-    for (name, hard, max, budgets) in [
-        (
-            "user-a",
-            "6",
-            "10",
-            json!({KEY: {"refund": {"kind": "lastStretch", "checkpointEverySeconds": 1800}}}),
-        ),
-        ("user-b", "12", "14", json!({})),
-    ] {
-        let (st, v) = s
-            .api(
-                Method::POST,
-                "/api/v1/quotas",
-                Some(
-                    json!({"metadata": {"name": name}, "spec": {"parent": "pool",
-                    "hard": {"requests.cpu": hard, KEY: "100"}, "max": {"requests.cpu": max},
-                    "budgets": budgets}}),
-                ),
-            )
-            .await;
-        assert_eq!(st, StatusCode::CREATED, "{v}");
-    }
+    seed_004_quotas(c).await;
     let train = job("ns-a", "train", "user-a", 2, "2", Some("2h"));
     let sweep = job("ns-a", "sweep", "user-a", 2, "2", Some("10h"));
     let job1 = job("ns-b", "job-1", "user-b", 1, "3", None);
@@ -598,7 +546,7 @@ async fn two_leaders_refund_one_mark(db: &str) {
     let t2 = T0 + 50 * MIN;
     a.set_clock(t2);
     b.set_clock(t2);
-    touch(&a, "pool", 1);
+    a.touch("pool", 1);
     let mut raced = Vec::new();
     for _ in 0..1400 {
         raced = race.lock().unwrap().clone();
@@ -622,7 +570,7 @@ async fn two_leaders_refund_one_mark(db: &str) {
     assert_eq!(codes, [200, 409], "one swap won, one lost: {raced:#?}");
     // The loser re-read and decided again: no second refund.
     let refund = per_mille(4, 20 * MIN as i128);
-    touch(&a, "user-a", 2);
+    a.touch("user-a", 2);
     let expected = per_mille(8, 50 * MIN as i128) - refund;
     let q = a
         .until("user-a", "refunded once and billed to 10:50", |q| {
@@ -660,8 +608,8 @@ async fn two_leaders_refund_one_mark(db: &str) {
     let t3 = T0 + 60 * MIN;
     a.set_clock(t3);
     b.set_clock(t3);
-    touch(&a, "pool", 3);
-    touch(&a, "user-a", 4);
+    a.touch("pool", 3);
+    a.touch("user-a", 4);
     let q = a
         .until("user-a", "billed to 11:00", |q| {
             q["status"]["lastReconcileTime"] == "2026-11-21T11:00:00.000Z"
@@ -760,7 +708,7 @@ async fn a_job_marked_again_after_its_stop_failed_is_not_refunded_twice() {
     c.fake
         .unreachable_next("/apis/batch/v1/namespaces/ns-a/jobs/sweep", 1);
     c.set_clock(T0 + 50 * MIN);
-    touch(&c, "pool", 1);
+    c.touch("pool", 1);
     c.until("user-a", "refunded at 10:50", |q| {
         q["status"]["refunds"][SWEEP]["mark"] == first
     })
@@ -769,7 +717,7 @@ async fn a_job_marked_again_after_its_stop_failed_is_not_refunded_twice() {
         .await;
     assert!(c.fake.get("batch", "jobs", "ns-a", "sweep").unwrap()["spec"]["suspend"].is_null());
     // Still borrowing, B still waiting: marked again at 10:50.
-    touch(&c, "pool", 2);
+    c.touch("pool", 2);
     let q = c
         .until("user-a", "marked again", |q| {
             q["status"]["reclaim"][SWEEP]["marked"] == "2026-11-21T10:50:00.000Z"
@@ -778,9 +726,9 @@ async fn a_job_marked_again_after_its_stop_failed_is_not_refunded_twice() {
     let second = q["status"]["reclaim"][SWEEP]["marked"].clone();
     // 10:56: past the grace, stopped this time.
     c.set_clock(T0 + 56 * MIN);
-    touch(&c, "pool", 3);
+    c.touch("pool", 3);
     until_suspended(&c, "ns-a", "sweep").await;
-    touch(&c, "user-a", 4);
+    c.touch("user-a", 4);
     let first_refund = per_mille(4, 20 * MIN as i128);
     let second_refund = per_mille(4, 6 * MIN as i128);
     let expected = per_mille(8, 56 * MIN as i128) - first_refund - second_refund;
@@ -841,7 +789,7 @@ async fn a_refund_whose_ledger_append_fails_is_appended_by_a_retry() {
     let mark = seed_004_until_marked(&c).await;
     let pool = refuse_refund_rows(&db).await;
     c.set_clock(T0 + 50 * MIN);
-    touch(&c, "pool", 1);
+    c.touch("pool", 1);
     until_suspended(&c, "ns-a", "sweep").await;
     until_event(&c, "Refunded", "sweep").await;
     // The first attempt has met the trigger; the database heals.
@@ -851,7 +799,7 @@ async fn a_refund_whose_ledger_append_fails_is_appended_by_a_retry() {
         .await
         .unwrap();
     pool.close().await;
-    touch(&c, "user-a", 2);
+    c.touch("user-a", 2);
     refunded_once_and_in_the_ledger(&c, &db, &mark).await;
     c.running.shutdown().await;
 }
@@ -869,7 +817,7 @@ async fn a_refund_outlives_a_controller_that_never_appended_it() {
     let mark = seed_004_until_marked(&c).await;
     let pool = refuse_refund_rows(&db).await;
     c.set_clock(T0 + 50 * MIN);
-    touch(&c, "pool", 1);
+    c.touch("pool", 1);
     until_suspended(&c, "ns-a", "sweep").await;
     until_event(&c, "Refunded", "sweep").await;
     let q = c
@@ -885,7 +833,7 @@ async fn a_refund_outlives_a_controller_that_never_appended_it() {
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert!(ledger_rows(&db).await.iter().all(|r| r.0 != "refund"));
     // A reconcile meanwhile cannot append the outbox: it writes nothing.
-    touch(&c, "user-a", 2);
+    c.touch("user-a", 2);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stuck = c
         .fake
@@ -901,7 +849,7 @@ async fn a_refund_outlives_a_controller_that_never_appended_it() {
         .await
         .unwrap();
     pool.close().await;
-    touch(&c, "user-a", 3);
+    c.touch("user-a", 3);
     refunded_once_and_in_the_ledger(&c, &db, &mark).await;
     c.running.shutdown().await;
 }
@@ -945,4 +893,34 @@ async fn refunded_once_and_in_the_ledger(c: &Cluster, db: &str, mark: &Value) {
     assert_eq!(rows.iter().map(|r| r.1).sum::<i128>(), want, "{rows:#?}");
     let refunded: i128 = rows.iter().filter(|r| r.0 == "refund").map(|r| r.1).sum();
     assert_eq!(refunded, -refund * 1000, "{rows:#?}");
+}
+
+/// Seed 004's tree: `pool` (18 cores, 1,000 core-hours) over `user-a` (6,
+/// max 10, refunds of the last 30-minute stretch) and `user-b` (12, max 14).
+async fn seed_004_quotas(c: &Cluster) {
+    let s = &c.server;
+    s.create_quota("pool", "", json!({"requests.cpu": "18", KEY: "1000"}))
+        .await;
+    for (name, hard, max, budgets) in [
+        (
+            "user-a",
+            "6",
+            "10",
+            json!({KEY: {"refund": {"kind": "lastStretch", "checkpointEverySeconds": 1800}}}),
+        ),
+        ("user-b", "12", "14", json!({})),
+    ] {
+        let (st, v) = s
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(
+                    json!({"metadata": {"name": name}, "spec": {"parent": "pool",
+                    "hard": {"requests.cpu": hard, KEY: "100"}, "max": {"requests.cpu": max},
+                    "budgets": budgets}}),
+                ),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
 }

@@ -17,7 +17,7 @@
 use crate::cluster::{used, Cluster, T0};
 use crate::preemption::{
     create, create_class, create_quota, delete, events, job, marks, patches, queue_refs,
-    suspend_reviews, suspended, touch, until_event, until_suspended, GRACE_MS,
+    suspend_reviews, suspended, until_event, until_suspended, GRACE_MS,
 };
 use serde_json::json;
 use std::time::Duration;
@@ -97,7 +97,7 @@ async fn seed_004_per_project_queues_job_level_eviction_delayed_preemption_with_
     until_suspended(&c, "a", "train-1", false).await;
     until_event(&c, "PreemptionCancelled", "etl").await;
     c.set_clock(T0 + 2 * GRACE_MS);
-    touch(&c, "proj-a", 1);
+    c.touch("proj-a", 1);
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(!suspended(&c, "a", "etl"));
     assert_eq!(patches(&c, "a", "etl"), 0);
@@ -115,14 +115,14 @@ async fn seed_004_per_project_queues_job_level_eviction_delayed_preemption_with_
         a["status"]["reclaim"]["batch/Job/a/etl"]["due"],
         "2026-11-21T10:15:00.000Z"
     );
-    touch(&c, "proj-a", 2);
+    c.touch("proj-a", 2);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!suspended(&c, "a", "etl"), "not before it is due");
 
     // Due: the whole ETL job is suspended — one write of its suspend flag,
     // its parallelism as it was — and queued again; train-2 is admitted.
     c.set_clock(T0 + 2 * GRACE_MS + GRACE_MS);
-    touch(&c, "proj-a", 3);
+    c.touch("proj-a", 3);
     until_suspended(&c, "a", "etl", true).await;
     assert_eq!(patches(&c, "a", "etl"), 1);
     let reviews = suspend_reviews(&c, "etl");
