@@ -371,12 +371,13 @@ async fn in_a_cluster_the_object_is_checked_and_accrual_splits_at_a_change() {
     let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &jr);
     let j: DynamicObject = serde_json::from_value(job("a", 4, None, None)).unwrap();
     jobs.create(&PostParams::default(), &j).await.unwrap();
-    // Its pod runs since T0, and the controller has seen it before two
+    // Its pod runs since T0, and the controller has recorded the run (pod
+    // and Job both seen; the pod alone raced the Job's event) before two
     // hours pass (a reconcile at the later time that had not seen it yet
     // could write the window without it, under load).
     c.fake
         .put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
-    c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 1")
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 1")
         .await;
     c.set_clock(T0 + 2 * HOUR);
     c.touch("team", 1);

@@ -177,8 +177,13 @@ async fn charts_and_forecasts_appear_once_usage_is_sampled(s: &Server) {
             && home.contains("burning 10 card-hours/h"),
         "the overview forecasts the budget: {home}"
     );
+    // The alert sweep may already have seen the samples: a runway of 0.2
+    // days is under the default 14-day forecast, so the one thing that can
+    // need the viewer is ml's forecast alert.
     assert!(
-        home.contains("Needs attention") && home.contains("Nothing needs you now"),
+        home.contains("Needs attention")
+            && (home.contains("Nothing needs you now")
+                || home.contains("cash/requests.nvidia.com/gpu of ml runs out in")),
         "the overview leads with what needs the viewer: {home}"
     );
 }
