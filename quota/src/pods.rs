@@ -10,7 +10,7 @@ use crate::time::parse_rfc3339;
 use crate::usage::{check_amounts, nullable, pod_usage, qos_class, Models, PodSpec, QosClass};
 use crate::workload::{adapter_for_kind, group_of, AdapterError, Source};
 use serde::Deserialize;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// A controller owner reference: `apiVersion`, `kind`, `name`.
@@ -239,11 +239,27 @@ impl PodRun {
 /// its end (`settle`), so a pod deleted between two reconciles is charged
 /// for its last stretch, and a reconcile whose write lost its
 /// compare-and-swap finds every run still there for the retry.
+///
+/// A run recorded late — its pod or its workload seen only after a status
+/// write had already paid past the run's start — is *unbilled* until a
+/// written status has accrued it: that write bills it back from its start
+/// (`Snapshot::late`), so no stretch of a run is lost to a watch that ran
+/// behind. Only runs recorded once the controller is live (its first lists
+/// done) can be late: what the first lists show was billed by an earlier
+/// life up to the quota's `lastReconcileTime`. A run paid off and dropped
+/// is remembered (`paid_off`) while its pod exists, so seeing the
+/// finished pod again does not bill it twice.
 #[derive(Clone, Debug, Default)]
 pub struct PodLedger {
     runs: HashMap<String, PodRun>,
     /// Uids by quota, so one quota's runs are found without a scan.
     by_quota: HashMap<String, BTreeSet<String>>,
+    /// Whether the controller's first lists are done (`set_live`).
+    live: bool,
+    /// Runs recorded while live that no written status has accrued yet.
+    unbilled: HashSet<String>,
+    /// Runs paid to their end and dropped whose pods may still be seen.
+    paid_off: HashSet<String>,
 }
 
 impl PodLedger {
@@ -265,8 +281,17 @@ impl PodLedger {
             .insert(uid.to_string());
     }
 
+    /// The controller's first lists are done: runs recorded from now on
+    /// are unbilled until a written status accrues them.
+    pub fn set_live(&mut self) {
+        self.live = true;
+    }
+
     /// A pod as observed (added or updated). An end already known is kept.
     pub fn observe(&mut self, uid: &str, mut run: PodRun) {
+        if self.live && !self.runs.contains_key(uid) && !self.paid_off.contains(uid) {
+            self.unbilled.insert(uid.to_string());
+        }
         let old_quota = self.runs.get(uid).map(|old| {
             run.end_ms = match (old.end_ms, run.end_ms) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -291,18 +316,27 @@ impl PodLedger {
     }
 
     /// After `quota`'s status was written with `lastReconcileTime` =
-    /// `up_to_ms`: runs of that quota that ended by then are fully paid.
-    /// Returns the uids dropped.
-    pub fn settle(&mut self, quota: &str, up_to_ms: i64) -> Vec<String> {
+    /// `up_to_ms`: the runs of that write's snapshot (`billed`, their
+    /// uids) are accrued, back from their start if they were unbilled;
+    /// every run of the quota billed before and ended by then is fully
+    /// paid. `billed` is None when nothing was written (runs that ended by
+    /// the stored window's start, `up_to_ms`, were paid by an earlier
+    /// write). Returns the uids dropped.
+    pub fn settle(&mut self, quota: &str, up_to_ms: i64, billed: Option<&[String]>) -> Vec<String> {
+        for uid in billed.into_iter().flatten() {
+            self.unbilled.remove(uid);
+        }
         let Some(uids) = self.by_quota.get_mut(quota) else {
             return Vec::new();
         };
         let runs = &mut self.runs;
+        let unbilled = &self.unbilled;
         let mut paid = Vec::new();
         uids.retain(|uid| {
-            let done = runs
-                .get(uid)
-                .is_none_or(|r| r.end_ms.is_some_and(|e| e <= up_to_ms));
+            let done = !unbilled.contains(uid)
+                && runs
+                    .get(uid)
+                    .is_none_or(|r| r.end_ms.is_some_and(|e| e <= up_to_ms));
             if done {
                 runs.remove(uid);
                 paid.push(uid.clone());
@@ -312,7 +346,26 @@ impl PodLedger {
         if uids.is_empty() {
             self.by_quota.remove(quota);
         }
+        self.paid_off.extend(paid.iter().cloned());
         paid
+    }
+
+    /// Whether the run of `uid` was recorded late and not yet accrued.
+    pub fn is_unbilled(&self, uid: &str) -> bool {
+        self.unbilled.contains(uid)
+    }
+
+    /// Mark the run of `uid` unbilled (the part of a moved pod's run its
+    /// old quota still owes, when the whole run was).
+    pub fn mark_unbilled(&mut self, uid: &str) {
+        if self.runs.contains_key(uid) {
+            self.unbilled.insert(uid.to_string());
+        }
+    }
+
+    /// The pod of `uid` is gone: nothing can show its paid-off run again.
+    pub fn forget(&mut self, uid: &str) {
+        self.paid_off.remove(uid);
     }
 
     /// A pod's run, if recorded.
@@ -330,11 +383,19 @@ impl PodLedger {
 
     /// The runs of one quota.
     pub fn runs_of<'a>(&'a self, quota: &str) -> impl Iterator<Item = &'a PodRun> + 'a {
+        self.runs_with_uids(quota).map(|(_, r)| r)
+    }
+
+    /// The runs of one quota with their uids.
+    pub fn runs_with_uids<'a>(
+        &'a self,
+        quota: &str,
+    ) -> impl Iterator<Item = (&'a String, &'a PodRun)> + 'a {
         self.by_quota
             .get(quota)
             .into_iter()
             .flatten()
-            .filter_map(|uid| self.runs.get(uid))
+            .filter_map(|uid| self.runs.get_key_value(uid))
     }
 
     /// Every pod uid with a run.
@@ -497,7 +558,7 @@ mod tests {
         let h = cash::MS_PER_HOUR as i64;
         // Reconcile at 1 h: one hour paid.
         let first = cash::accrue(&ledger.intervals("q"), &keys, 0, h, &Prices::default());
-        ledger.settle("q", h);
+        ledger.settle("q", h, None);
         // Deleted at 1.5 h, before the next reconcile at 2 h.
         ledger.deleted("p", h + h / 2);
         ledger.observe("p", run.clone()); // a late update from the cache changes nothing
@@ -509,12 +570,55 @@ mod tests {
             Quantity::from_units(3),
             "2 cards × 1.5 h"
         );
-        ledger.settle("q", 2 * h);
+        ledger.settle("q", 2 * h, None);
         assert!(
             ledger.intervals("q").is_empty(),
             "fully paid runs are dropped"
         );
         assert_eq!(ledger.len(), 1, "other quotas' runs stay");
+    }
+
+    /// Which runs a write bills back: recorded while live, not in any
+    /// written snapshot, and not a paid-off run seen again.
+    #[test]
+    fn runs_recorded_late_stay_unbilled_until_a_written_snapshot_holds_them() {
+        let run = |end: Option<i64>| PodRun {
+            quota: "q".into(),
+            usage: Arc::new(ResourceList::new()),
+            qos: None,
+            start_ms: 0,
+            end_ms: end,
+            workload: "".into(),
+        };
+        let mut ledger = PodLedger::default();
+        // The first lists: an earlier life billed these.
+        ledger.observe("listed", run(None));
+        assert!(!ledger.is_unbilled("listed"));
+        ledger.set_live();
+        ledger.observe("late", run(Some(50)));
+        ledger.observe("listed", run(None)); // an update: not new
+        assert!(ledger.is_unbilled("late") && !ledger.is_unbilled("listed"));
+        // Nothing written: the late run is kept, ended or not.
+        assert!(ledger.settle("q", 100, None).is_empty());
+        // Written without it (recorded after that write's snapshot): kept.
+        assert!(ledger
+            .settle("q", 100, Some(&["listed".to_string()]))
+            .is_empty());
+        assert!(ledger.is_unbilled("late"));
+        // Written with it: billed, and paid off since it ended.
+        assert_eq!(
+            ledger.settle("q", 100, Some(&["late".to_string()])),
+            ["late"]
+        );
+        assert!(!ledger.is_unbilled("late"));
+        // The finished pod seen again: not late a second time.
+        ledger.observe("late", run(Some(50)));
+        assert!(!ledger.is_unbilled("late"));
+        assert_eq!(ledger.settle("q", 100, None), ["late"]);
+        // Once its pod is gone, a new pod with that uid would be new.
+        ledger.forget("late");
+        ledger.observe("late", run(Some(50)));
+        assert!(ledger.is_unbilled("late"));
     }
 
     /// The controller reads the pods its watch parsed: the same facts, or

@@ -235,7 +235,7 @@ fn main() {
         );
         quota::tree::repair_carves(q, kids.get(&name).unwrap_or(&BTreeMap::new()), now);
         written += out.changed as usize;
-        view.settle(&name, now);
+        view.settle(&name, now, Some(&snap.uids));
         if name.starts_with("team-") {
             card_hours = card_hours.saturating_add(quota::resources::get(
                 &q.status.self_used,

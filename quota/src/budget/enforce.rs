@@ -183,6 +183,68 @@ pub fn take_refund(
     entries
 }
 
+/// Bill runs the controller recorded late (`pods::PodLedger`: seen only
+/// after a status write had paid past their start) back from their start:
+/// each of `late` (workload reference, run) for the stretch from the later
+/// of its start and its workload's charge (`before`: the charges as
+/// stored) up to `paid_to` (the stored `lastReconcileTime`; what comes
+/// after is the current window's). The amounts are added to what the
+/// current period has spent, at the prices in force during the stretch;
+/// returns the ledger entries, which carry the stretch's own times. A run
+/// of a workload no longer charged is not billed back (nothing says since
+/// when the quota held it).
+#[allow(clippy::too_many_arguments)]
+pub fn bill_late(
+    quota: &str,
+    spec: &crate::object::QuotaSpec,
+    before: &BTreeMap<String, crate::object::Charge>,
+    status: &mut QuotaStatus,
+    late: &[(&str, crate::cash::Interval<'_>)],
+    paid_to: i64,
+    prices: &crate::cash::Prices,
+    list: &super::price::PriceList,
+) -> Vec<Entry> {
+    let runs: Vec<(&str, crate::cash::Interval<'_>)> = late
+        .iter()
+        .filter_map(|(wref, iv)| {
+            let since = time::parse_rfc3339(&before.get(*wref)?.since)?;
+            let start = iv.start_ms.max(since);
+            let end = iv.end_ms.map_or(paid_to, |e| e.min(paid_to));
+            (start < end).then(|| {
+                (
+                    *wref,
+                    crate::cash::Interval {
+                        start_ms: start,
+                        end_ms: Some(end),
+                        ..iv.clone()
+                    },
+                )
+            })
+        })
+        .collect();
+    let Some(from) = runs.iter().map(|(_, iv)| iv.start_ms).min() else {
+        return Vec::new();
+    };
+    let entries = super::ledger::run_entries(
+        quota,
+        spec,
+        &runs,
+        &status.users,
+        from,
+        paid_to,
+        prices,
+        list,
+    );
+    let mut amounts: BTreeMap<&str, i128> = BTreeMap::new();
+    for e in &entries {
+        *amounts.entry(&e.key).or_insert(0) += e.amount;
+    }
+    for (key, acc) in amounts {
+        status.add_accrued(key, super::price::to_cash_accrued(acc));
+    }
+    entries
+}
+
 /// Until when `status.refunds` says `workload` was refunded (the end of
 /// its last refunded stretch), if it was: a later refund of the same run
 /// starts there (`refund_due_after`). A run started after it is not
@@ -239,6 +301,88 @@ mod tests {
             reason: Reason::Accrual,
             note: String::new(),
         }
+    }
+
+    /// A late run is billed from the later of its start and its charge up
+    /// to where the status was paid, exactly what the windows it missed
+    /// would have billed; a workload not charged is not billed back.
+    #[test]
+    fn a_late_run_is_billed_from_its_charge_to_the_paid_window() {
+        use crate::cash::{Interval, Prices};
+        use crate::object::{Charge, QuotaSpec};
+        use crate::quantity::Quantity;
+        let spec = QuotaSpec {
+            hard: [(KEY.to_string(), Quantity::from_units(1000))].into(),
+            ..Default::default()
+        };
+        let charge = |since: i64| Charge {
+            pod_sets: Vec::new(),
+            hpa: None,
+            since: time::format_rfc3339(since),
+            uid: String::new(),
+            admitted: None,
+        };
+        let before = BTreeMap::from([
+            ("batch/Job/ns/a".to_string(), charge(H)),
+            ("batch/Job/ns/b".to_string(), charge(0)),
+        ]);
+        let usage: crate::resources::ResourceList = [(
+            "requests.nvidia.com/gpu".to_string(),
+            Quantity::from_units(2),
+        )]
+        .into();
+        let run = |start, end| Interval {
+            usage: &usage,
+            qos: None,
+            start_ms: start,
+            end_ms: end,
+        };
+        let late = [
+            // Started before its charge: billed from the charge, 1 h to 3 h.
+            ("batch/Job/ns/a", run(0, None)),
+            // Ended at 2 h: 0 to 2 h.
+            ("batch/Job/ns/b", run(0, Some(2 * H))),
+            // Not charged: nothing.
+            ("batch/Job/ns/c", run(0, None)),
+        ];
+        let mut status = QuotaStatus::default();
+        let entries = bill_late(
+            "q",
+            &spec,
+            &before,
+            &mut status,
+            &late,
+            3 * H,
+            &Prices::default(),
+            &super::super::price::PriceList::default(),
+        );
+        // 2 cards × (2 h + 2 h) = 8 card-hours, in the status and the entries.
+        assert_eq!(
+            crate::cash::to_quantity(status.accrued(KEY)),
+            Quantity::from_units(8),
+            "{status:?}"
+        );
+        let total: i128 = entries.iter().map(|e| e.amount).sum();
+        assert_eq!(
+            super::super::price::to_cash_accrued(total),
+            status.accrued(KEY)
+        );
+        assert!(entries.iter().all(|e| e.start_ms >= 0 && e.end_ms <= 3 * H));
+        assert!(entries.iter().all(|e| e.workload != "batch/Job/ns/c"));
+        // Nothing late before the paid mark: nothing billed.
+        let mut untouched = QuotaStatus::default();
+        assert!(bill_late(
+            "q",
+            &spec,
+            &before,
+            &mut untouched,
+            &late[..1],
+            H,
+            &Prices::default(),
+            &super::super::price::PriceList::default(),
+        )
+        .is_empty());
+        assert_eq!(untouched, QuotaStatus::default());
     }
 
     #[test]

@@ -108,6 +108,12 @@ struct HpaSeen {
 pub struct Snapshot {
     pub observed: BTreeMap<String, Observed>,
     pub runs: Vec<PodRun>,
+    /// The pod uid of each of `runs`, for `View::settle`.
+    pub uids: Vec<String>,
+    /// Whether each of `runs` was recorded late and no written status has
+    /// accrued it yet (`PodLedger`): the next write bills it back from its
+    /// start.
+    pub unbilled: Vec<bool>,
     /// Workloads whose status says they finished.
     pub finished: BTreeSet<String>,
 }
@@ -519,6 +525,9 @@ impl View {
                         old.end_ms = Some(old.end_ms.map_or(now_ms, |e| e.min(now_ms)));
                         let old_key = format!("{uid}@{}", prev.quota);
                         self.ledger.replace(&old_key, old.clone());
+                        if self.ledger.is_unbilled(&uid) {
+                            self.ledger.mark_unbilled(&old_key);
+                        }
                         self.dirty_runs.insert(old_key, Some(old));
                         touched.insert(prev.quota.clone());
                         let mut moved = run;
@@ -567,6 +576,7 @@ impl View {
         self.unschedulable.remove(uid);
         self.gated.remove(uid);
         if let Some(mut p) = self.pods.remove(uid) {
+            self.ledger.forget(uid);
             if p.unschedulable {
                 if let Some(w) = self.workloads.get(&*p.workload) {
                     touched.insert(w.quota.clone());
@@ -717,9 +727,19 @@ impl View {
                 },
             );
         }
+        let mut runs = Vec::new();
+        let mut uids = Vec::new();
+        let mut unbilled = Vec::new();
+        for (uid, run) in self.ledger.runs_with_uids(quota) {
+            unbilled.push(self.ledger.is_unbilled(uid));
+            uids.push(uid.clone());
+            runs.push(run.clone());
+        }
         Snapshot {
             observed,
-            runs: self.ledger.runs_of(quota).cloned().collect(),
+            runs,
+            uids,
+            unbilled,
             finished,
         }
     }
@@ -893,12 +913,22 @@ impl View {
         out
     }
 
-    /// After a status write accrued `quota` up to `up_to_ms`: drop runs
-    /// paid in full (and remember to forget them on disk).
-    pub fn settle(&mut self, quota: &str, up_to_ms: i64) {
-        for uid in self.ledger.settle(quota, up_to_ms) {
+    /// After a status write accrued `quota` up to `up_to_ms` (the runs of
+    /// its snapshot, `billed`; None: nothing written, `up_to_ms` is where
+    /// the stored window starts): drop runs paid in full (and remember to
+    /// forget them on disk).
+    pub fn settle(&mut self, quota: &str, up_to_ms: i64, billed: Option<&[String]>) {
+        for uid in self.ledger.settle(quota, up_to_ms, billed) {
+            if !self.pods.contains_key(&uid) {
+                self.ledger.forget(&uid);
+            }
             self.dirty_runs.insert(uid, None);
         }
+    }
+
+    /// The first lists are done: runs recorded from now on may be late.
+    pub fn set_live(&mut self) {
+        self.ledger.set_live();
     }
 
     /// Load runs persisted by an earlier life.
@@ -1073,7 +1103,7 @@ mod tests {
         // Deleted: its quota accrues the last stretch.
         assert_eq!(v.delete_pod("p1", T + 5), set(&["nlp-team"]));
         assert_eq!(v.snapshot("nlp-team").runs[0].end_ms, Some(T + 5));
-        v.settle("nlp-team", T + 10);
+        v.settle("nlp-team", T + 10, None);
         assert!(v.snapshot("nlp-team").runs.is_empty());
         let (up, del) = v.take_dirty_runs();
         assert!(

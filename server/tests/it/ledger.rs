@@ -303,12 +303,13 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
         .as_str()
         .unwrap()
         .to_string();
-    // The pod runs and the controller has seen it before time moves (a
-    // reconcile at the later time that has not seen it yet would pay the
-    // window without it).
+    // The pod runs and the controller has recorded its run before time
+    // moves: pod seen and its Job resolved (a reconcile at the later time
+    // without the run would pay the window without it; waiting for the pod
+    // alone raced the Job's watch event).
     c.fake
         .put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
-    c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 1")
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 1")
         .await;
     c.set_clock(T0 + 2 * HOUR);
     c.touch("team", 1);
@@ -327,7 +328,7 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
     // doubled.
     c.fake
         .put(pod("ml", "a-2", "Job", "a", 4, "2026-11-21T12:30:00Z"));
-    c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 2")
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 2")
         .await;
     c.set_clock(T0 + 3 * HOUR);
     c.touch("team", 2);
@@ -341,6 +342,87 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
     })
     .await
     .expect("the second window too, once");
+}
+
+/// Cluster mode: a run the controller records only after a status write
+/// has paid past its start (here its pod comes after that write; in a
+/// cluster, a pod or workload watch running behind, or a workload kind
+/// discovered late) is billed back from its start by the next write, into
+/// the status and the ledger alike, and never twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_seen_after_its_window_was_paid_is_billed_back_once() {
+    use crate::cluster::{pod, Cluster};
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    use std::time::Duration;
+    let c = Cluster::start().await;
+    let (st, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "team"},
+                "spec": {"hard": {"requests.nvidia.com/gpu": "16", CASH: "1000"}}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    c.until("team", "first reconcile", |q| {
+        !q["status"]["lastReconcileTime"].is_null()
+    })
+    .await;
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    let jr =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &jr);
+    let j: DynamicObject = serde_json::from_value(job("a", "team", 4, None)).unwrap();
+    jobs.create(&PostParams::default(), &j).await.unwrap();
+    c.until_metric("bizrq_controller_tracked{kind=\"workloads\"} 1")
+        .await;
+    // Two hours on, a write pays the window without the pod: nothing
+    // accrues.
+    c.set_clock(T0 + 2 * HOUR);
+    c.touch("team", 1);
+    let q = c
+        .until("team", "paid to 12:00", |q| {
+            q["status"]["lastReconcileTime"] == "2026-11-21T12:00:00.000Z"
+        })
+        .await;
+    assert_eq!(accrued_acc(&q), 0, "{q}");
+    // Now the pod shows, running since 10:00: the next write, at the same
+    // instant, bills it back to 10:00.
+    c.fake
+        .put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 1")
+        .await;
+    c.touch("team", 2);
+    let q = c
+        .until("team", "billed back", |q| accrued_acc(q) != 0)
+        .await;
+    assert_eq!(accrued_acc(&q), 8 * CARD_HOUR, "4 cards x 2 h: {q}");
+    let r = poll_until(100, Duration::from_millis(100), || async {
+        let r = report(&c.server, RANGE).await;
+        (acc(&r["total"]) == 8 * CARD_HOUR).then_some(r)
+    })
+    .await
+    .expect("the ledger holds what was billed back");
+    assert_eq!(r["rows"].as_array().unwrap().len(), 1, "{r}");
+    // An hour on: one more hour, the two before not again.
+    c.set_clock(T0 + 3 * HOUR);
+    c.touch("team", 3);
+    let q = c
+        .until("team", "paid to 13:00", |q| {
+            q["status"]["lastReconcileTime"] == "2026-11-21T13:00:00.000Z"
+        })
+        .await;
+    assert_eq!(accrued_acc(&q), 12 * CARD_HOUR, "4 cards x 3 h: {q}");
+    poll_until(100, Duration::from_millis(100), || async {
+        let r = report(&c.server, RANGE).await;
+        (acc(&r["total"]) == 12 * CARD_HOUR).then_some(())
+    })
+    .await
+    .expect("the ledger equals the status");
 }
 
 /// Cluster mode, crash-safe: the controller writes a window's status and
@@ -385,11 +467,11 @@ async fn a_window_lost_between_status_write_and_append_is_appended_once() {
         !q["status"]["users"]["batch/Job/ml/a"].is_null()
     })
     .await;
-    // The pod runs, and the controller has seen it before time moves (else
-    // a reconcile at the later time could write an empty window first,
+    // The pod runs, and the controller has recorded its run before time
+    // moves (pod and Job both seen; else a reconcile at the later time could write an empty window first,
     // which the ledger below refuses, and nothing could be written after).
     fake.put(pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z"));
-    c.until_metric("bizrq_controller_tracked{kind=\"pods\"} 1")
+    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 1")
         .await;
     // From now on the ledger refuses every window: the status write goes
     // through, the append after it does not.

@@ -147,6 +147,11 @@ pub struct Context {
     /// lag what is stored — another writer may even have put an older
     /// window back): the next reconcile of the quota replays it.
     ledger_unseen: Arc<Mutex<HashMap<String, quota::budget::ledger::Outbox>>>,
+    /// The `lastReconcileTime` this controller's last written status of
+    /// each quota carried. A run recorded late is billed back only over
+    /// windows this controller wrote itself: one another writer wrote (a
+    /// stale leader still running) may have billed it.
+    accrued_to: Mutex<HashMap<String, i64>>,
 }
 
 impl Context {
@@ -210,6 +215,7 @@ impl Context {
             borrowers: Mutex::default(),
             wake: Mutex::default(),
             ledger_confirmed: Arc::default(),
+            accrued_to: Mutex::default(),
             ledger_unseen: Arc::default(),
         };
         (Arc::new(ctx), rx)
@@ -286,7 +292,10 @@ impl Controller {
         tasks.spawn(ctx.clone().watch_priority_classes());
         ctx.gate.opened().await;
         {
-            let v = ctx.view.lock().unwrap();
+            let mut v = ctx.view.lock().unwrap();
+            // From here on a run recorded after its quota was paid past
+            // its start is billed back (`PodLedger`).
+            v.set_live();
             tracing::info!(
                 workloads = v.workload_count(),
                 pods = v.pod_count(),

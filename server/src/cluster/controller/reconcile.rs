@@ -120,6 +120,8 @@ impl Context {
         // The ledger entries of the window this write accrues.
         let mut window: Option<(i64, Vec<quota::budget::Entry>)> = None;
         let mut granted_alone: Vec<quota::budget::Entry> = Vec::new();
+        // Runs recorded late, billed back in this write (their entries).
+        let mut late: Vec<quota::budget::Entry> = Vec::new();
         // The stored status's outbox goes to the ledger before this write
         // replaces it (a no-op unless an append was lost).
         let stored_outbox = self
@@ -147,6 +149,8 @@ impl Context {
         let ledger_known = self.ledger_confirmed.clone();
         let stash = self.ledger_unseen.clone();
         let has_ledger = self.history.is_some();
+        let mine = self.accrued_to.lock().unwrap().get(name).copied();
+        let mut stamped: Option<i64> = None;
         let result = self
             .service
             .update_status(name, false, |q| {
@@ -204,6 +208,36 @@ impl Context {
                     entries.extend(quota::budget::ledger::carry_entries(name, &out.closed));
                     (from, entries)
                 });
+                // Runs recorded after a write had paid past their start
+                // (their pod or workload seen late): billed back to it,
+                // when that write was this controller's own.
+                late = match paid_to {
+                    Some(paid) if mine == Some(paid) && snap.unbilled.iter().any(|u| *u) => {
+                        let runs: Vec<(&str, quota::cash::Interval<'_>)> = snap
+                            .runs
+                            .iter()
+                            .zip(&snap.unbilled)
+                            .filter(|(_, u)| **u)
+                            .map(|(r, _)| (&*r.workload, r.interval()))
+                            .collect();
+                        let spec = q.spec.clone();
+                        let late = quota::budget::enforce::bill_late(
+                            name,
+                            &spec,
+                            &before.workloads,
+                            &mut q.status,
+                            &runs,
+                            paid,
+                            &prices,
+                            &list,
+                        );
+                        if !late.is_empty() {
+                            q.status.refresh(&spec);
+                        }
+                        late
+                    }
+                    _ => Vec::new(),
+                };
                 // Scheduled grants this write adds: with the window (in its
                 // outbox), or on their own when there is none yet.
                 let granted = quota::budget::ledger::scheduled_entries(name, &before, &q.status);
@@ -221,6 +255,11 @@ impl Context {
                 plans = super::budgets::exhaustion_in(q, now, |q| self.candidates(q));
                 declared = self.declared_runs(q);
                 let changed = out.changed || q.status.differs_visibly(&before);
+                stamped = q
+                    .status
+                    .last_reconcile_time
+                    .as_deref()
+                    .and_then(quota::time::parse_rfc3339);
                 if changed && has_ledger {
                     // The window rides in this write (crash-safe append).
                     q.status.ledger_outbox =
@@ -232,6 +271,11 @@ impl Context {
                                 entries: entries.clone(),
                                 extra: Vec::new(),
                             });
+                    quota::budget::ledger::Outbox::carry_extra(
+                        &mut q.status.ledger_outbox,
+                        now,
+                        late.clone(),
+                    );
                 }
                 // Room given back here may be lent to a sibling's queue.
                 freed = before
@@ -262,7 +306,10 @@ impl Context {
             .await;
         let (written, has_cash, (parent, borrowing, weighed)) = match result {
             Ok(r) => r,
-            Err(ServiceError::NotFound(_)) => return Ok(Reconciled::Gone),
+            Err(ServiceError::NotFound(_)) => {
+                self.accrued_to.lock().unwrap().remove(name);
+                return Ok(Reconciled::Gone);
+            }
             Err(e) => return Err(e),
         };
         if let (true, Some((from, entries))) = (written, window) {
@@ -271,13 +318,26 @@ impl Context {
         if written && !granted_alone.is_empty() {
             self.append_ledger(&granted_alone).await;
         }
+        if written && !late.is_empty() {
+            self.append_ledger(&late).await;
+        }
+        if let (true, Some(stamped)) = (written, stamped) {
+            self.accrued_to
+                .lock()
+                .unwrap()
+                .insert(name.to_string(), stamped);
+        }
         if written || !has_cash {
-            // Accrued up to `now` (or nothing to accrue): ended runs are paid.
-            self.view.lock().unwrap().settle(name, now);
+            // Accrued up to `now` (or nothing to accrue): the snapshot's
+            // runs are billed, ended ones paid.
+            self.view
+                .lock()
+                .unwrap()
+                .settle(name, now, Some(&snap.uids));
         } else if let Some(paid_to) = paid_to {
             // Nothing written: runs that ended by the window's stored start
             // were paid by an earlier write.
-            self.view.lock().unwrap().settle(name, paid_to);
+            self.view.lock().unwrap().settle(name, paid_to, None);
         }
         for key in exhausted {
             self.events.emit(Notice {
