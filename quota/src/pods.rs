@@ -324,7 +324,13 @@ impl PodLedger {
     /// write). Returns the uids dropped.
     pub fn settle(&mut self, quota: &str, up_to_ms: i64, billed: Option<&[String]>) -> Vec<String> {
         for uid in billed.into_iter().flatten() {
-            self.unbilled.remove(uid);
+            // A run that moved to another quota since the snapshot: what
+            // was billed is the part this quota kept (`{uid}@{quota}`).
+            if self.by_quota.get(quota).is_some_and(|s| s.contains(uid)) {
+                self.unbilled.remove(uid);
+            } else {
+                self.unbilled.remove(&format!("{uid}@{quota}"));
+            }
         }
         let Some(uids) = self.by_quota.get_mut(quota) else {
             return Vec::new();
@@ -619,6 +625,19 @@ mod tests {
         ledger.forget("late");
         ledger.observe("late", run(Some(50)));
         assert!(ledger.is_unbilled("late"));
+        // Moved to another quota after q's snapshot held it: q's write
+        // billed the part q kept (`late@q`), not the run under "other".
+        ledger.replace("late@q", run(Some(60)));
+        ledger.mark_unbilled("late@q");
+        ledger.replace(
+            "late",
+            PodRun {
+                quota: "other".into(),
+                ..run(None)
+            },
+        );
+        ledger.settle("q", 100, Some(&["late".to_string()]));
+        assert!(!ledger.is_unbilled("late@q") && ledger.is_unbilled("late"));
     }
 
     /// The controller reads the pods its watch parsed: the same facts, or

@@ -192,14 +192,18 @@ pub fn take_refund(
 /// current period has spent, at the prices in force during the stretch;
 /// returns the ledger entries, which carry the stretch's own times. A run
 /// of a workload no longer charged is not billed back (nothing says since
-/// when the quota held it).
+/// when the quota held it). Nor is anything before `from_ms` (where the
+/// windows the caller wrote itself begin: another writer's may have
+/// billed the run), nor a stretch a refund already covered
+/// (`refunded_until`).
 #[allow(clippy::too_many_arguments)]
 pub fn bill_late(
     quota: &str,
     spec: &crate::object::QuotaSpec,
-    before: &BTreeMap<String, crate::object::Charge>,
+    before: &QuotaStatus,
     status: &mut QuotaStatus,
     late: &[(&str, crate::cash::Interval<'_>)],
+    from_ms: i64,
     paid_to: i64,
     prices: &crate::cash::Prices,
     list: &super::price::PriceList,
@@ -207,8 +211,9 @@ pub fn bill_late(
     let runs: Vec<(&str, crate::cash::Interval<'_>)> = late
         .iter()
         .filter_map(|(wref, iv)| {
-            let since = time::parse_rfc3339(&before.get(*wref)?.since)?;
-            let start = iv.start_ms.max(since);
+            let since = time::parse_rfc3339(&before.workloads.get(*wref)?.since)?;
+            let refunded = refunded_until(before, wref).unwrap_or(i64::MIN);
+            let start = iv.start_ms.max(since).max(from_ms).max(refunded);
             let end = iv.end_ms.map_or(paid_to, |e| e.min(paid_to));
             (start < end).then(|| {
                 (
@@ -322,10 +327,13 @@ mod tests {
             uid: String::new(),
             admitted: None,
         };
-        let before = BTreeMap::from([
-            ("batch/Job/ns/a".to_string(), charge(H)),
-            ("batch/Job/ns/b".to_string(), charge(0)),
-        ]);
+        let before = QuotaStatus {
+            workloads: BTreeMap::from([
+                ("batch/Job/ns/a".to_string(), charge(H)),
+                ("batch/Job/ns/b".to_string(), charge(0)),
+            ]),
+            ..Default::default()
+        };
         let usage: crate::resources::ResourceList = [(
             "requests.nvidia.com/gpu".to_string(),
             Quantity::from_units(2),
@@ -352,6 +360,7 @@ mod tests {
             &before,
             &mut status,
             &late,
+            0,
             3 * H,
             &Prices::default(),
             &super::super::price::PriceList::default(),
@@ -377,12 +386,44 @@ mod tests {
             &before,
             &mut untouched,
             &late[..1],
+            0,
             H,
             &Prices::default(),
             &super::super::price::PriceList::default(),
         )
         .is_empty());
         assert_eq!(untouched, QuotaStatus::default());
+        // Windows before `from_ms` (another writer's, here before 1 h)
+        // and a refunded stretch are not billed back: b from 1.5 h (its
+        // refund's end) to 2 h, a from 1 h to 3 h: 2 cards × 2.5 h.
+        let mut refunded = before.clone();
+        refunded.refunds.insert(
+            "batch/Job/ns/b".into(),
+            Refunded {
+                mark: String::new(),
+                at: time::format_rfc3339(2 * H),
+                from: time::format_rfc3339(0),
+                to: time::format_rfc3339(H + H / 2),
+                amounts: BTreeMap::new(),
+            },
+        );
+        let mut clipped = QuotaStatus::default();
+        bill_late(
+            "q",
+            &spec,
+            &refunded,
+            &mut clipped,
+            &late,
+            H,
+            3 * H,
+            &Prices::default(),
+            &super::super::price::PriceList::default(),
+        );
+        assert_eq!(
+            crate::cash::to_quantity(clipped.accrued(KEY)),
+            Quantity::from_units(5),
+            "{clipped:?}"
+        );
     }
 
     #[test]

@@ -147,11 +147,12 @@ pub struct Context {
     /// lag what is stored — another writer may even have put an older
     /// window back): the next reconcile of the quota replays it.
     ledger_unseen: Arc<Mutex<HashMap<String, quota::budget::ledger::Outbox>>>,
-    /// The `lastReconcileTime` this controller's last written status of
-    /// each quota carried. A run recorded late is billed back only over
-    /// windows this controller wrote itself: one another writer wrote (a
-    /// stale leader still running) may have billed it.
-    accrued_to: Mutex<HashMap<String, i64>>,
+    /// Of each quota, the windows this controller wrote itself one after
+    /// another: from where, to the `lastReconcileTime` its last write set.
+    /// A run recorded late is billed back only over them: a window another
+    /// writer wrote (an earlier life, a stale leader still running) may
+    /// have billed it.
+    accrued_to: Mutex<HashMap<String, (i64, i64)>>,
 }
 
 impl Context {

@@ -150,7 +150,8 @@ impl Context {
         let stash = self.ledger_unseen.clone();
         let has_ledger = self.history.is_some();
         let mine = self.accrued_to.lock().unwrap().get(name).copied();
-        let mut stamped: Option<i64> = None;
+        // Whether this write set `lastReconcileTime` (the window is its).
+        let mut stamped = false;
         let result = self
             .service
             .update_status(name, false, |q| {
@@ -212,7 +213,11 @@ impl Context {
                 // (their pod or workload seen late): billed back to it,
                 // when that write was this controller's own.
                 late = match paid_to {
-                    Some(paid) if mine == Some(paid) && snap.unbilled.iter().any(|u| *u) => {
+                    Some(paid)
+                        if mine.is_some_and(|(_, to)| to == paid)
+                            && snap.unbilled.iter().any(|u| *u) =>
+                    {
+                        let chain_from = mine.map_or(paid, |(from, _)| from);
                         let runs: Vec<(&str, quota::cash::Interval<'_>)> = snap
                             .runs
                             .iter()
@@ -224,9 +229,10 @@ impl Context {
                         let late = quota::budget::enforce::bill_late(
                             name,
                             &spec,
-                            &before.workloads,
+                            &before,
                             &mut q.status,
                             &runs,
+                            chain_from,
                             paid,
                             &prices,
                             &list,
@@ -255,11 +261,7 @@ impl Context {
                 plans = super::budgets::exhaustion_in(q, now, |q| self.candidates(q));
                 declared = self.declared_runs(q);
                 let changed = out.changed || q.status.differs_visibly(&before);
-                stamped = q
-                    .status
-                    .last_reconcile_time
-                    .as_deref()
-                    .and_then(quota::time::parse_rfc3339);
+                stamped = q.status.last_reconcile_time != before.last_reconcile_time;
                 if changed && has_ledger {
                     // The window rides in this write (crash-safe append).
                     q.status.ledger_outbox =
@@ -321,11 +323,29 @@ impl Context {
         if written && !late.is_empty() {
             self.append_ledger(&late).await;
         }
-        if let (true, Some(stamped)) = (written, stamped) {
-            self.accrued_to
-                .lock()
-                .unwrap()
-                .insert(name.to_string(), stamped);
+        if written {
+            let mut chains = self.accrued_to.lock().unwrap();
+            match (stamped, paid_to) {
+                // Its window [paid_to, now): the chain goes on if the last
+                // window was this controller's too.
+                (true, Some(from)) => {
+                    let chain_from = match mine {
+                        Some((f, to)) if to == from => f,
+                        _ => from,
+                    };
+                    chains.insert(name.to_string(), (chain_from, now));
+                }
+                (true, None) => {
+                    chains.insert(name.to_string(), (now, now));
+                }
+                // Another writer's window stays stored: the chain is broken
+                // unless it is still this controller's.
+                (false, _) => {
+                    if mine.map(|(_, to)| to) != paid_to {
+                        chains.remove(name);
+                    }
+                }
+            }
         }
         if written || !has_cash {
             // Accrued up to `now` (or nothing to accrue): the snapshot's
