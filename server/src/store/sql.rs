@@ -7,7 +7,7 @@ use super::{QuotaStore, ResultExt, Stamp, StoreError, Stored};
 use async_trait::async_trait;
 use quota::object::{Charge, ObjectMeta, Quota, QuotaSpec, QuotaStatus};
 use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Executor, Row};
+use sqlx::{AnyPool, Connection, Executor, Row};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,6 +44,32 @@ pub struct SqlStore {
 /// sampler) on PostgreSQL: a pool of their own, so a sweep never holds the
 /// connections admissions wait for.
 const BACKGROUND_CONNECTIONS: u32 = 2;
+
+/// A pooled connection idle at least this long is pinged before it is
+/// handed out (and replaced if the ping fails); one used more recently is
+/// not (`pool_options`).
+const PING_IF_IDLE: Duration = Duration::from_secs(30);
+
+/// What every pool shares. sqlx pings a connection before every acquire
+/// by default: a round trip to the SQLite connection's worker thread, or
+/// to PostgreSQL, before each statement, which a flat-out admission
+/// profile put at a tenth of the server's CPU with the thread switches it
+/// causes (README, issue 16's figures). Only a connection idle for
+/// `PING_IF_IDLE` is pinged now: one a statement just used is alive, and
+/// a statement on a connection that broke since fails like any other.
+fn pool_options() -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .acquire_timeout(Duration::from_secs(30))
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_IF_IDLE {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
+}
 
 /// One quota's charges as last serialised, by workload reference.
 type Charges = BTreeMap<String, (Charge, Box<str>)>;
@@ -103,24 +129,21 @@ impl SqlStore {
                     format!("{url}?mode=rwc")
                 };
                 let opts = |n| {
-                    AnyPoolOptions::new()
-                        .max_connections(n)
-                        .acquire_timeout(Duration::from_secs(30))
-                        .after_connect(|conn, _| {
-                            Box::pin(async move {
-                                for pragma in [
-                                    "PRAGMA journal_mode = WAL",
-                                    "PRAGMA synchronous = NORMAL",
-                                    "PRAGMA busy_timeout = 10000",
-                                    // Checkpoints run in the background (below),
-                                    // not inside an admission's commit.
-                                    "PRAGMA wal_autocheckpoint = 0",
-                                ] {
-                                    conn.execute(pragma).await?;
-                                }
-                                Ok(())
-                            })
+                    pool_options().max_connections(n).after_connect(|conn, _| {
+                        Box::pin(async move {
+                            for pragma in [
+                                "PRAGMA journal_mode = WAL",
+                                "PRAGMA synchronous = NORMAL",
+                                "PRAGMA busy_timeout = 10000",
+                                // Checkpoints run in the background (below),
+                                // not inside an admission's commit.
+                                "PRAGMA wal_autocheckpoint = 0",
+                            ] {
+                                conn.execute(pragma).await?;
+                            }
+                            Ok(())
                         })
+                    })
                 };
                 let write = opts(1).connect(&url).await?;
                 SQLITE_MIGRATIONS.run(&write).await?;
@@ -146,15 +169,10 @@ impl SqlStore {
                 }
             }
             Backend::Postgres => {
-                let pool = AnyPoolOptions::new()
-                    .max_connections(16)
-                    .acquire_timeout(Duration::from_secs(30))
-                    .connect(url)
-                    .await?;
+                let pool = pool_options().max_connections(16).connect(url).await?;
                 POSTGRES_MIGRATIONS.run(&pool).await?;
-                let bg = AnyPoolOptions::new()
+                let bg = pool_options()
                     .max_connections(BACKGROUND_CONNECTIONS)
-                    .acquire_timeout(Duration::from_secs(30))
                     .connect_lazy(url)?;
                 SqlStore {
                     read: pool.clone(),
