@@ -131,6 +131,35 @@ impl Cluster {
         self.fake.put(q);
     }
 
+    /// The quota `team` (16 cards, a budget of 1,000 card-hours) created
+    /// through the JSON API and reconciled once, with the controller
+    /// watching Jobs: alice's Jobs in namespace `ml`, ready to create.
+    pub async fn cash_team_watching_jobs(&self) -> kube::Api<kube::api::DynamicObject> {
+        use kube::api::{ApiResource, GroupVersionKind};
+        let (st, v) = self
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": "team"},
+                    "spec": {"hard": {"requests.nvidia.com/gpu": "16",
+                        "cash/requests.nvidia.com/gpu": "1000"}}})),
+            )
+            .await;
+        assert_eq!(st, reqwest::StatusCode::CREATED, "{v}");
+        self.until("team", "first reconcile", |q| {
+            !q["status"]["lastReconcileTime"].is_null()
+        })
+        .await;
+        self.until_requested("job watch", |r| {
+            r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+        })
+        .await;
+        let jr =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+        kube::Api::namespaced_with(self.kubectl("alice"), "ml", &jr)
+    }
+
     pub fn set_clock(&self, ms: i64) {
         self.clock.store(ms, Ordering::SeqCst);
     }

@@ -268,30 +268,10 @@ async fn standalone_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_cluster_the_controller_appends_what_it_accrues() {
     use crate::cluster::{pod, Cluster};
-    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    use kube::api::{DynamicObject, PostParams};
     use std::time::Duration;
     let c = Cluster::start().await;
-    let (st, v) = c
-        .server
-        .api(
-            Method::POST,
-            "/api/v1/quotas",
-            Some(json!({"metadata": {"name": "team"},
-                "spec": {"hard": {"requests.nvidia.com/gpu": "16", CASH: "1000"}}})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    c.until("team", "first reconcile", |q| {
-        !q["status"]["lastReconcileTime"].is_null()
-    })
-    .await;
-    c.until_requested("job watch", |r| {
-        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
-    })
-    .await;
-    let jr =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &jr);
+    let jobs = c.cash_team_watching_jobs().await;
     let j: DynamicObject = serde_json::from_value(job("a", "team", 4, None)).unwrap();
     jobs.create(&PostParams::default(), &j).await.unwrap();
     let q = c
@@ -352,30 +332,10 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_seen_after_its_window_was_paid_is_billed_back_once() {
     use crate::cluster::{pod, Cluster};
-    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    use kube::api::{DynamicObject, PostParams};
     use std::time::Duration;
     let c = Cluster::start().await;
-    let (st, v) = c
-        .server
-        .api(
-            Method::POST,
-            "/api/v1/quotas",
-            Some(json!({"metadata": {"name": "team"},
-                "spec": {"hard": {"requests.nvidia.com/gpu": "16", CASH: "1000"}}})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    c.until("team", "first reconcile", |q| {
-        !q["status"]["lastReconcileTime"].is_null()
-    })
-    .await;
-    c.until_requested("job watch", |r| {
-        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
-    })
-    .await;
-    let jr =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &jr);
+    let jobs = c.cash_team_watching_jobs().await;
     let j: DynamicObject = serde_json::from_value(job("a", "team", 4, None)).unwrap();
     jobs.create(&PostParams::default(), &j).await.unwrap();
     c.until_metric("bizrq_controller_tracked{kind=\"workloads\"} 1")
@@ -434,33 +394,13 @@ async fn a_run_seen_after_its_window_was_paid_is_billed_back_once() {
 async fn a_window_lost_between_status_write_and_append_is_appended_once() {
     use crate::cluster::{pod, Cluster};
     use crate::fakeapi::FakeApi;
-    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    use kube::api::{DynamicObject, PostParams};
     use std::time::Duration;
     let fake = FakeApi::new();
     let dir = tempfile::tempdir().unwrap();
     let db = crate::common::fresh_sqlite(&dir);
     let c = Cluster::start_on(fake.clone(), dir, T0).await;
-    let (st, v) = c
-        .server
-        .api(
-            Method::POST,
-            "/api/v1/quotas",
-            Some(json!({"metadata": {"name": "team"},
-                "spec": {"hard": {"requests.nvidia.com/gpu": "16", CASH: "1000"}}})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    c.until("team", "first reconcile", |q| {
-        !q["status"]["lastReconcileTime"].is_null()
-    })
-    .await;
-    c.until_requested("job watch", |r| {
-        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
-    })
-    .await;
-    let jr =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &jr);
+    let jobs = c.cash_team_watching_jobs().await;
     let j: DynamicObject = serde_json::from_value(job("a", "team", 4, None)).unwrap();
     jobs.create(&PostParams::default(), &j).await.unwrap();
     c.until("team", "charged", |q| {

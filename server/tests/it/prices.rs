@@ -348,27 +348,7 @@ async fn in_a_cluster_the_object_is_checked_and_accrual_splits_at_a_change() {
 
     // A Job of 4 cards, its pod running from T0; two hours on, the
     // controller accrues [T0, T0 + 2 h): 1 h + 1 ms at 1, the rest at 3.
-    let (st, v) = c
-        .server
-        .api(
-            Method::POST,
-            "/api/v1/quotas",
-            Some(json!({"metadata": {"name": "team"},
-                "spec": {"hard": {"requests.nvidia.com/gpu": "16", CASH: "1000"}}})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    c.until("team", "first reconcile", |q| {
-        !q["status"]["lastReconcileTime"].is_null()
-    })
-    .await;
-    c.until_requested("job watch", |r| {
-        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
-    })
-    .await;
-    let jr =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &jr);
+    let jobs = c.cash_team_watching_jobs().await;
     let j: DynamicObject = serde_json::from_value(job("a", 4, None, None)).unwrap();
     jobs.create(&PostParams::default(), &j).await.unwrap();
     // Its pod runs since T0, and the controller has recorded the run (pod
