@@ -243,7 +243,7 @@ impl PodRun {
 /// A run recorded late — its pod or its workload seen only after a status
 /// write had already paid past the run's start — is *unbilled* until a
 /// written status has accrued it: that write bills it back from its start
-/// (`Snapshot::late`), so no stretch of a run is lost to a watch that ran
+/// (`budget::enforce::bill_late`), so no stretch of a run is lost to a watch that ran
 /// behind. Only runs recorded once the controller is live (its first lists
 /// done) can be late: what the first lists show was billed by an earlier
 /// life up to the quota's `lastReconcileTime`. A run paid off and dropped

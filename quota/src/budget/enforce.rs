@@ -183,25 +183,63 @@ pub fn take_refund(
     entries
 }
 
+/// Of one quota, the accrual windows one controller wrote itself, one
+/// after another: from `from` to `to`, the `lastReconcileTime` its last
+/// write set. A run it recorded late is billed back only over them
+/// (`bill_late`): a window another writer wrote (an earlier life, a stale
+/// leader still running) may have billed the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnWindows {
+    pub from: i64,
+    pub to: i64,
+}
+
+impl OwnWindows {
+    /// Where late runs may be billed back from when the stored status was
+    /// paid to `paid_to`: the start of this controller's windows if the
+    /// stored one is its last; None (nothing is billed back) otherwise.
+    pub fn bill_back_from(mine: Option<OwnWindows>, paid_to: i64) -> Option<i64> {
+        mine.filter(|w| w.to == paid_to).map(|w| w.from)
+    }
+
+    /// This controller's windows after one of its writes landed, `now`
+    /// being the write's time. `stamped`: the write set
+    /// `lastReconcileTime` (its window is `[paid_to, now)`, or none when
+    /// nothing was paid yet); the windows go on if the stored one was
+    /// already this controller's. Not stamped: the stored window stays,
+    /// and they survive only if it is this controller's.
+    pub fn after_write(
+        mine: Option<OwnWindows>,
+        stamped: bool,
+        paid_to: Option<i64>,
+        now: i64,
+    ) -> Option<OwnWindows> {
+        match (stamped, paid_to) {
+            (true, Some(paid)) => Some(OwnWindows {
+                from: Self::bill_back_from(mine, paid).unwrap_or(paid),
+                to: now,
+            }),
+            (true, None) => Some(OwnWindows { from: now, to: now }),
+            (false, _) => mine.filter(|w| Some(w.to) == paid_to),
+        }
+    }
+}
+
 /// Bill runs the controller recorded late (`pods::PodLedger`: seen only
-/// after a status write had paid past their start) back from their start:
-/// each of `late` (workload reference, run) for the stretch from the later
-/// of its start and its workload's charge (`before`: the charges as
-/// stored) up to `paid_to` (the stored `lastReconcileTime`; what comes
-/// after is the current window's). The amounts are added to what the
-/// current period has spent, at the prices in force during the stretch;
-/// returns the ledger entries, which carry the stretch's own times. A run
-/// of a workload no longer charged is not billed back (nothing says since
-/// when the quota held it). Nor is anything before `from_ms` (where the
-/// windows the caller wrote itself begin: another writer's may have
-/// billed the run), nor a stretch a refund already covered
-/// (`refunded_until`).
-#[allow(clippy::too_many_arguments)]
+/// after a status write had paid past their start) back, into `q`: each of
+/// `late` (workload reference, run) from the latest of its start, its
+/// workload's charge (`before`: the status as stored), the end of a
+/// refund it already had (`refunded_until`) and `from_ms` (where the
+/// caller's own windows begin, `OwnWindows::bill_back_from`), up to
+/// `paid_to` (the stored `lastReconcileTime`; what comes after is the
+/// current window's). The amounts are added to what the current period
+/// has spent, at the prices in force during the stretch; returns the
+/// ledger entries, which carry the stretch's own times. A run of a
+/// workload no longer charged is not billed back (nothing says since when
+/// the quota held it).
 pub fn bill_late(
-    quota: &str,
-    spec: &crate::object::QuotaSpec,
+    q: &mut crate::object::Quota,
     before: &QuotaStatus,
-    status: &mut QuotaStatus,
     late: &[(&str, crate::cash::Interval<'_>)],
     from_ms: i64,
     paid_to: i64,
@@ -230,8 +268,14 @@ pub fn bill_late(
     let Some(from) = runs.iter().map(|(_, iv)| iv.start_ms).min() else {
         return Vec::new();
     };
+    let crate::object::Quota {
+        metadata,
+        spec,
+        status,
+        ..
+    } = q;
     let entries = super::ledger::run_entries(
-        quota,
+        &metadata.name,
         spec,
         &runs,
         &status.users,
@@ -246,6 +290,9 @@ pub fn bill_late(
     }
     for (key, acc) in amounts {
         status.add_accrued(key, super::price::to_cash_accrued(acc));
+    }
+    if !entries.is_empty() {
+        status.refresh(spec);
     }
     entries
 }
@@ -353,18 +400,28 @@ mod tests {
             // Not charged: nothing.
             ("batch/Job/ns/c", run(0, None)),
         ];
-        let mut status = QuotaStatus::default();
-        let entries = bill_late(
-            "q",
-            &spec,
-            &before,
-            &mut status,
-            &late,
-            0,
-            3 * H,
-            &Prices::default(),
-            &super::super::price::PriceList::default(),
-        );
+        let quota = || crate::object::Quota {
+            metadata: crate::object::ObjectMeta {
+                name: "q".into(),
+                ..Default::default()
+            },
+            spec: spec.clone(),
+            ..Default::default()
+        };
+        let bill = |before: &QuotaStatus, late: &[(&str, Interval<'_>)], from, paid_to| {
+            let mut q = quota();
+            let entries = bill_late(
+                &mut q,
+                before,
+                late,
+                from,
+                paid_to,
+                &Prices::default(),
+                &super::super::price::PriceList::default(),
+            );
+            (q.status, entries)
+        };
+        let (status, entries) = bill(&before, &late, 0, 3 * H);
         // 2 cards × (2 h + 2 h) = 8 card-hours, in the status and the entries.
         assert_eq!(
             crate::cash::to_quantity(status.accrued(KEY)),
@@ -379,20 +436,9 @@ mod tests {
         assert!(entries.iter().all(|e| e.start_ms >= 0 && e.end_ms <= 3 * H));
         assert!(entries.iter().all(|e| e.workload != "batch/Job/ns/c"));
         // Nothing late before the paid mark: nothing billed.
-        let mut untouched = QuotaStatus::default();
-        assert!(bill_late(
-            "q",
-            &spec,
-            &before,
-            &mut untouched,
-            &late[..1],
-            0,
-            H,
-            &Prices::default(),
-            &super::super::price::PriceList::default(),
-        )
-        .is_empty());
-        assert_eq!(untouched, QuotaStatus::default());
+        let (untouched, entries) = bill(&before, &late[..1], 0, H);
+        assert!(entries.is_empty());
+        assert_eq!(untouched, quota().status);
         // Windows before `from_ms` (another writer's, here before 1 h)
         // and a refunded stretch are not billed back: b from 1.5 h (its
         // refund's end) to 2 h, a from 1 h to 3 h: 2 cards × 2.5 h.
@@ -407,23 +453,35 @@ mod tests {
                 amounts: BTreeMap::new(),
             },
         );
-        let mut clipped = QuotaStatus::default();
-        bill_late(
-            "q",
-            &spec,
-            &refunded,
-            &mut clipped,
-            &late,
-            H,
-            3 * H,
-            &Prices::default(),
-            &super::super::price::PriceList::default(),
-        );
+        let (clipped, _) = bill(&refunded, &late, H, 3 * H);
         assert_eq!(
             crate::cash::to_quantity(clipped.accrued(KEY)),
             Quantity::from_units(5),
             "{clipped:?}"
         );
+    }
+
+    /// Late runs are billed back over a controller's own windows only:
+    /// they go on while each stored window is its last, and break at a
+    /// window another writer stored.
+    #[test]
+    fn own_windows_go_on_until_another_writer_stores_one() {
+        let w = |from, to| Some(OwnWindows { from, to });
+        // The first write (nothing paid yet), then two more of its own.
+        let mine = OwnWindows::after_write(None, true, None, 10);
+        assert_eq!(mine, w(10, 10));
+        let mine = OwnWindows::after_write(mine, true, Some(10), 20);
+        let mine = OwnWindows::after_write(mine, true, Some(20), 30);
+        assert_eq!(mine, w(10, 30));
+        assert_eq!(OwnWindows::bill_back_from(mine, 30), Some(10));
+        // A write that did not set lastReconcileTime keeps them while the
+        // stored window is still its own.
+        assert_eq!(OwnWindows::after_write(mine, false, Some(30), 31), mine);
+        // Another writer stored the window to 40: nothing is billed back
+        // over it, and this controller's next window starts a new run.
+        assert_eq!(OwnWindows::bill_back_from(mine, 40), None);
+        assert_eq!(OwnWindows::after_write(mine, false, Some(40), 41), None);
+        assert_eq!(OwnWindows::after_write(mine, true, Some(40), 50), w(40, 50));
     }
 
     #[test]

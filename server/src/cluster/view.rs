@@ -575,8 +575,11 @@ impl View {
         let mut touched = BTreeSet::new();
         self.unschedulable.remove(uid);
         self.gated.remove(uid);
+        // Gone from the cluster, whether the view still held it or had
+        // dropped it (its owners stopped resolving): its paid-off run can
+        // no longer be seen again.
+        self.ledger.forget(uid);
         if let Some(mut p) = self.pods.remove(uid) {
-            self.ledger.forget(uid);
             if p.unschedulable {
                 if let Some(w) = self.workloads.get(&*p.workload) {
                     touched.insert(w.quota.clone());

@@ -147,12 +147,9 @@ pub struct Context {
     /// lag what is stored — another writer may even have put an older
     /// window back): the next reconcile of the quota replays it.
     ledger_unseen: Arc<Mutex<HashMap<String, quota::budget::ledger::Outbox>>>,
-    /// Of each quota, the windows this controller wrote itself one after
-    /// another: from where, to the `lastReconcileTime` its last write set.
-    /// A run recorded late is billed back only over them: a window another
-    /// writer wrote (an earlier life, a stale leader still running) may
-    /// have billed it.
-    accrued_to: Mutex<HashMap<String, (i64, i64)>>,
+    /// Of each quota, the accrual windows this controller wrote itself
+    /// (`enforce::OwnWindows`): late runs are billed back over them only.
+    accrued_to: Mutex<HashMap<String, quota::budget::enforce::OwnWindows>>,
 }
 
 impl Context {

@@ -12,6 +12,7 @@ use crate::service::ServiceError;
 use kube::runtime::controller::Action;
 use kube::ResourceExt;
 use quota::borrow;
+use quota::budget::enforce::OwnWindows;
 use quota::keys::cash_target;
 use quota::reconcile::{Observed, RESERVATION_TTL_MS};
 use std::collections::{BTreeSet, HashSet};
@@ -212,12 +213,10 @@ impl Context {
                 // Runs recorded after a write had paid past their start
                 // (their pod or workload seen late): billed back to it,
                 // when that write was this controller's own.
-                late = match paid_to {
-                    Some(paid)
-                        if mine.is_some_and(|(_, to)| to == paid)
-                            && snap.unbilled.iter().any(|u| *u) =>
-                    {
-                        let chain_from = mine.map_or(paid, |(from, _)| from);
+                late = match paid_to.and_then(|paid| {
+                    OwnWindows::bill_back_from(mine, paid).map(|from| (from, paid))
+                }) {
+                    Some((from, paid)) if snap.unbilled.iter().any(|u| *u) => {
                         let runs: Vec<(&str, quota::cash::Interval<'_>)> = snap
                             .runs
                             .iter()
@@ -225,22 +224,9 @@ impl Context {
                             .filter(|(_, u)| **u)
                             .map(|(r, _)| (&*r.workload, r.interval()))
                             .collect();
-                        let spec = q.spec.clone();
-                        let late = quota::budget::enforce::bill_late(
-                            name,
-                            &spec,
-                            &before,
-                            &mut q.status,
-                            &runs,
-                            chain_from,
-                            paid,
-                            &prices,
-                            &list,
-                        );
-                        if !late.is_empty() {
-                            q.status.refresh(&spec);
-                        }
-                        late
+                        quota::budget::enforce::bill_late(
+                            q, &before, &runs, from, paid, &prices, &list,
+                        )
                     }
                     _ => Vec::new(),
                 };
@@ -324,28 +310,11 @@ impl Context {
             self.append_ledger(&late).await;
         }
         if written {
-            let mut chains = self.accrued_to.lock().unwrap();
-            match (stamped, paid_to) {
-                // Its window [paid_to, now): the chain goes on if the last
-                // window was this controller's too.
-                (true, Some(from)) => {
-                    let chain_from = match mine {
-                        Some((f, to)) if to == from => f,
-                        _ => from,
-                    };
-                    chains.insert(name.to_string(), (chain_from, now));
-                }
-                (true, None) => {
-                    chains.insert(name.to_string(), (now, now));
-                }
-                // Another writer's window stays stored: the chain is broken
-                // unless it is still this controller's.
-                (false, _) => {
-                    if mine.map(|(_, to)| to) != paid_to {
-                        chains.remove(name);
-                    }
-                }
-            }
+            let mut own = self.accrued_to.lock().unwrap();
+            match OwnWindows::after_write(mine, stamped, paid_to, now) {
+                Some(w) => own.insert(name.to_string(), w),
+                None => own.remove(name),
+            };
         }
         if written || !has_cash {
             // Accrued up to `now` (or nothing to accrue): the snapshot's
