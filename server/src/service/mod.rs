@@ -518,9 +518,13 @@ impl Service {
         self.cached(name)
     }
 
-    /// The version of `name` this process last wrote or read, if any.
-    pub fn cached_version(&self, name: &str) -> Option<i64> {
-        self.cached(name).map(|s| s.version)
+    /// The version of `name` this process last wrote, if no newer one has
+    /// been read since: its watch event is the echo of our own write. (A
+    /// version only read is not: a read by an admission or a reconcile
+    /// that decided on an older clock must not hide someone else's change
+    /// from the controller.)
+    pub fn written_version(&self, name: &str) -> Option<i64> {
+        self.cache.written_version(name)
     }
 
     /// The uid of a quota this replica has seen (cluster mode), for Events.
@@ -1788,9 +1792,12 @@ impl NameLocks {
 /// The most of a requesting user's name `status.users` keeps, in bytes.
 pub const MAX_USER_LEN: usize = 256;
 
-/// The last version of each quota this process wrote or read.
+/// The last version of each quota this process wrote or read, and
+/// whether this process wrote that version (its watch event is then an
+/// echo of our own write; a version only read may be someone else's
+/// change that has not been reconciled yet).
 #[derive(Default)]
-struct Cache(std::sync::Mutex<HashMap<String, Arc<Stored>>>);
+struct Cache(std::sync::Mutex<HashMap<String, (Arc<Stored>, bool)>>);
 
 /// The copy a decision works on: the stored quota, with its cash accrued
 /// up to `now` where the service accrues from its own ledger (standalone).
@@ -1820,7 +1827,7 @@ fn remember_written(
     stored.quota.status.ledger = Default::default();
     let stored = Arc::new(stored);
     let name = stored.quota.name().to_string();
-    cache.remember(stored.clone());
+    cache.remember_written(stored.clone());
     changed.mark(&name, before_write, Some(stored));
 }
 
@@ -1858,12 +1865,31 @@ async fn write_over(
 
 impl Cache {
     fn get(&self, name: &str) -> Option<Arc<Stored>> {
-        self.0.lock().ok()?.get(name).cloned()
+        self.0.lock().ok()?.get(name).map(|(s, _)| s.clone())
     }
 
+    /// The version of `name` this process wrote, if the cached copy is it.
+    fn written_version(&self, name: &str) -> Option<i64> {
+        let c = self.0.lock().ok()?;
+        c.get(name)
+            .filter(|(_, wrote)| *wrote)
+            .map(|(s, _)| s.version)
+    }
+
+    /// A copy read: still ours if it is the version we wrote.
     fn remember(&self, stored: Arc<Stored>) {
         if let Ok(mut c) = self.0.lock() {
-            c.insert(stored.quota.name().to_string(), stored);
+            let name = stored.quota.name().to_string();
+            let wrote = c
+                .get(&name)
+                .is_some_and(|(s, wrote)| *wrote && s.version == stored.version);
+            c.insert(name, (stored, wrote));
+        }
+    }
+
+    fn remember_written(&self, stored: Arc<Stored>) {
+        if let Ok(mut c) = self.0.lock() {
+            c.insert(stored.quota.name().to_string(), (stored, true));
         }
     }
 
@@ -1876,7 +1902,7 @@ impl Cache {
     fn all(&self) -> Vec<Arc<Stored>> {
         self.0
             .lock()
-            .map(|c| c.values().cloned().collect())
+            .map(|c| c.values().map(|(s, _)| s.clone()).collect())
             .unwrap_or_default()
     }
 }
@@ -1892,5 +1918,41 @@ impl Drop for NameGuard {
         {
             map.remove(&self.name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cache;
+    use crate::store::Stored;
+    use quota::object::{Quota, QuotaSpec};
+    use std::sync::Arc;
+
+    fn at(version: i64) -> Arc<Stored> {
+        Arc::new(Stored {
+            quota: Quota::new("ai", QuotaSpec::default()),
+            version,
+        })
+    }
+
+    /// Only a version this process wrote is an echo the controller may
+    /// skip: a version only read (someone else's edit, read by an
+    /// admission before its watch event came) must still be reconciled.
+    #[test]
+    fn only_a_written_version_is_our_own() {
+        let c = Cache::default();
+        c.remember(at(3));
+        assert_eq!(c.written_version("ai"), None);
+        c.remember_written(at(4));
+        assert_eq!(c.written_version("ai"), Some(4));
+        // Read back unchanged: still ours.
+        c.remember(at(4));
+        assert_eq!(c.written_version("ai"), Some(4));
+        // Someone else's write, read before its event: not ours.
+        c.remember(at(5));
+        assert_eq!(c.written_version("ai"), None);
+        assert_eq!(c.get("ai").map(|s| s.version), Some(5));
+        c.forget("ai");
+        assert_eq!(c.written_version("ai"), None);
     }
 }

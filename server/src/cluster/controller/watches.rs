@@ -162,7 +162,7 @@ impl Context {
             .as_deref()
             .and_then(|v| v.parse::<i64>().ok());
         let missed = self.missed.lock().unwrap().remove(&name);
-        let ours = !missed && rv.is_some() && rv == self.service.cached_version(&name);
+        let ours = !missed && rv.is_some() && rv == self.service.written_version(&name);
         if !q.spec.parent.is_empty() {
             self.triggers.touch([q.spec.parent.clone()]);
         }
