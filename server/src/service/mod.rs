@@ -518,13 +518,13 @@ impl Service {
         self.cached(name)
     }
 
-    /// The version of `name` this process last wrote, if no newer one has
-    /// been read since: its watch event is the echo of our own write. (A
-    /// version only read is not: a read by an admission or a reconcile
-    /// that decided on an older clock must not hide someone else's change
-    /// from the controller.)
-    pub fn written_version(&self, name: &str) -> Option<i64> {
-        self.cache.written_version(name)
+    /// Whether this process wrote `version` of `name` (one of its last
+    /// few writes of it): its watch event is then the echo of our own
+    /// write. A version only read is not: a read by an admission, or by a
+    /// reconcile that decided on an earlier clock, must not hide someone
+    /// else's change from the controller.
+    pub fn wrote(&self, name: &str, version: i64) -> bool {
+        self.cache.wrote(name, version)
     }
 
     /// The uid of a quota this replica has seen (cluster mode), for Events.
@@ -1792,12 +1792,19 @@ impl NameLocks {
 /// The most of a requesting user's name `status.users` keeps, in bytes.
 pub const MAX_USER_LEN: usize = 256;
 
-/// The last version of each quota this process wrote or read, and
-/// whether this process wrote that version (its watch event is then an
-/// echo of our own write; a version only read may be someone else's
-/// change that has not been reconciled yet).
+/// The last version of each quota this process wrote or read, and the
+/// last versions this process wrote (`WRITTEN_KEPT`): their watch events
+/// are echoes of our own writes. A version only read may be someone
+/// else's change not reconciled yet.
 #[derive(Default)]
-struct Cache(std::sync::Mutex<HashMap<String, (Arc<Stored>, bool)>>);
+struct Cache(std::sync::Mutex<HashMap<String, Cached>>);
+
+/// A quota's cached copy and the versions of it this process wrote.
+type Cached = (Arc<Stored>, Vec<i64>);
+
+/// Versions of one quota remembered as written by this process: a busy
+/// quota is written again before the echo of its last write arrives.
+const WRITTEN_KEPT: usize = 8;
 
 /// The copy a decision works on: the stored quota, with its cash accrued
 /// up to `now` where the service accrues from its own ledger (standalone).
@@ -1851,6 +1858,13 @@ async fn write_over(
         store.replace_status(current, &q.status).await
     };
     match written {
+        // A patch that changed nothing stored keeps the version it was
+        // made on (perhaps another writer's, read): not a write of ours.
+        Ok(version) if version == current.version => {
+            q.status.ledger = Default::default();
+            cache.remember(Arc::new(Stored { quota: q, version }));
+            Ok(())
+        }
         Ok(version) => {
             q.metadata.resource_version = Some(version.to_string());
             remember_written(cache, changed, before_write, Stored { quota: q, version });
@@ -1868,28 +1882,32 @@ impl Cache {
         self.0.lock().ok()?.get(name).map(|(s, _)| s.clone())
     }
 
-    /// The version of `name` this process wrote, if the cached copy is it.
-    fn written_version(&self, name: &str) -> Option<i64> {
-        let c = self.0.lock().ok()?;
-        c.get(name)
-            .filter(|(_, wrote)| *wrote)
-            .map(|(s, _)| s.version)
+    /// Whether this process wrote `version` of `name` (one of its last
+    /// `WRITTEN_KEPT` writes of it). Versions are never reused, so another
+    /// writer's version is never taken for ours.
+    fn wrote(&self, name: &str, version: i64) -> bool {
+        let Ok(c) = self.0.lock() else { return false };
+        c.get(name).is_some_and(|(_, w)| w.contains(&version))
     }
 
-    /// A copy read: still ours if it is the version we wrote.
+    /// A copy read: what this process wrote before stays remembered.
     fn remember(&self, stored: Arc<Stored>) {
         if let Ok(mut c) = self.0.lock() {
             let name = stored.quota.name().to_string();
-            let wrote = c
-                .get(&name)
-                .is_some_and(|(s, wrote)| *wrote && s.version == stored.version);
-            c.insert(name, (stored, wrote));
+            let written = c.remove(&name).map(|(_, w)| w).unwrap_or_default();
+            c.insert(name, (stored, written));
         }
     }
 
     fn remember_written(&self, stored: Arc<Stored>) {
         if let Ok(mut c) = self.0.lock() {
-            c.insert(stored.quota.name().to_string(), (stored, true));
+            let name = stored.quota.name().to_string();
+            let mut written = c.remove(&name).map(|(_, w)| w).unwrap_or_default();
+            if written.len() == WRITTEN_KEPT {
+                written.remove(0);
+            }
+            written.push(stored.version);
+            c.insert(name, (stored, written));
         }
     }
 
@@ -1942,17 +1960,26 @@ mod tests {
     fn only_a_written_version_is_our_own() {
         let c = Cache::default();
         c.remember(at(3));
-        assert_eq!(c.written_version("ai"), None);
+        assert!(!c.wrote("ai", 3));
         c.remember_written(at(4));
-        assert_eq!(c.written_version("ai"), Some(4));
+        assert!(c.wrote("ai", 4));
         // Read back unchanged: still ours.
         c.remember(at(4));
-        assert_eq!(c.written_version("ai"), Some(4));
-        // Someone else's write, read before its event: not ours.
+        assert!(c.wrote("ai", 4));
+        // Someone else's write, read before its event: not ours; ours
+        // before it still is (its echo may come after the read).
         c.remember(at(5));
-        assert_eq!(c.written_version("ai"), None);
+        assert!(!c.wrote("ai", 5));
+        assert!(c.wrote("ai", 4));
         assert_eq!(c.get("ai").map(|s| s.version), Some(5));
+        // Written again and again before the echoes come: each is ours,
+        // the last `WRITTEN_KEPT` of them.
+        for v in 6..6 + super::WRITTEN_KEPT as i64 {
+            c.remember_written(at(v));
+        }
+        assert!(c.wrote("ai", 6) && c.wrote("ai", 5 + super::WRITTEN_KEPT as i64));
+        assert!(!c.wrote("ai", 4));
         c.forget("ai");
-        assert_eq!(c.written_version("ai"), None);
+        assert!(!c.wrote("ai", 6));
     }
 }

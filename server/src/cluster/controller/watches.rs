@@ -128,9 +128,9 @@ impl QuotaWatch {
             }
             Ok(Event::InitApply(q)) => {
                 self.listed.insert(q.name_any());
-                self.ctx.quota_applied(q)
+                self.ctx.quota_applied(q, true)
             }
-            Ok(Event::Apply(q)) => self.ctx.quota_applied(q),
+            Ok(Event::Apply(q)) => self.ctx.quota_applied(q, false),
             Ok(Event::Delete(q)) => {
                 self.ctx.quota_deleted(&q).await;
                 None
@@ -153,8 +153,14 @@ impl QuotaWatch {
 impl Context {
     /// A quota as the watch shows it: its parent is touched; the quota
     /// itself is returned to be reconciled unless this is a write of this
-    /// process coming back (an admission or a reconcile).
-    fn quota_applied(&self, q: BizGroupResourceQuota) -> Option<BizGroupResourceQuota> {
+    /// process coming back (an admission or a reconcile). A (re)list's
+    /// copy is always reconciled: the watch may have missed another
+    /// writer's version that ours was then written over.
+    fn quota_applied(
+        &self,
+        q: BizGroupResourceQuota,
+        relist: bool,
+    ) -> Option<BizGroupResourceQuota> {
         let name = q.name_any();
         let rv = q
             .metadata
@@ -162,7 +168,7 @@ impl Context {
             .as_deref()
             .and_then(|v| v.parse::<i64>().ok());
         let missed = self.missed.lock().unwrap().remove(&name);
-        let ours = !missed && rv.is_some() && rv == self.service.written_version(&name);
+        let ours = !relist && !missed && rv.is_some_and(|v| self.service.wrote(&name, v));
         if !q.spec.parent.is_empty() {
             self.triggers.touch([q.spec.parent.clone()]);
         }
