@@ -5,6 +5,7 @@
 
 use super::outbox::{self, NewMail};
 use super::sql::SqlStore;
+use super::history::Params;
 use super::StoreError;
 use crate::alerts::{email, Condition, Evaluation, Kind, Level, Rule};
 // The alert as stored is a plain type of the alert rules, which sit below the store.
@@ -167,10 +168,9 @@ impl SqlStore {
         if quotas.is_empty() {
             return Ok(out);
         }
-        let params: Vec<String> = (1..=quotas.len()).map(|i| format!("${i}")).collect();
         let sql = format!(
             "SELECT {RULE_COLUMNS} FROM alert_rules WHERE quota IN ({}) ORDER BY quota, key",
-            params.join(", ")
+            Params::on(self.backend).list(quotas.len())
         );
         let mut q = sqlx::query(&sql);
         for name in quotas {
@@ -452,10 +452,9 @@ impl SqlStore {
         // Whose alerts they are matters only when views differ by quota.
         let mut quota_of: BTreeMap<i64, String> = BTreeMap::new();
         if !observed.by_quota.is_empty() && !e.resolve.is_empty() {
-            let params: Vec<String> = (1..=e.resolve.len()).map(|i| format!("${i}")).collect();
             let sql = format!(
                 "SELECT id, quota FROM alerts WHERE id IN ({})",
-                params.join(", ")
+                Params::of(&tx).list(e.resolve.len())
             );
             let mut q = sqlx::query(&sql);
             for id in &e.resolve {

@@ -10,7 +10,7 @@
 //! one. In cluster mode the controller appends each window after its
 //! status write (`append_window`), guarded by a per-quota mark.
 
-use super::history::{params_list, qos_text, values_list};
+use super::history::{params_list, qos_text, values_list, Params};
 use super::sql::SqlStore;
 use super::StoreError;
 use quota::budget::report::{self, Bucket, Dimension, Entry, Reason, ReportSpec};
@@ -152,7 +152,7 @@ async fn insert_at(
     for chunk in entries.chunks(BATCH) {
         let sql = format!(
             "INSERT INTO budget_ledger ({INSERT_COLUMNS}) VALUES {} ON CONFLICT (id) {conflict}",
-            values_list(chunk.len(), 17)
+            values_list(Params::of(tx), chunk.len(), 17)
         );
         let mut q = sqlx::query(&sql);
         for e in chunk {
@@ -556,7 +556,7 @@ impl SqlStore {
                 for chunk in ids.chunks(NAMES_PER_QUERY) {
                     let sql = format!(
                         "SELECT id, {ENTRY_COLUMNS} FROM budget_ledger WHERE id IN ({})",
-                        params_list(1, chunk.len())
+                        Params::of(&tx).list(chunk.len())
                     );
                     let rows = chunk
                         .iter()
@@ -577,7 +577,7 @@ impl SqlStore {
                 for chunk in gone.chunks(NAMES_PER_QUERY) {
                     let sql = format!(
                         "DELETE FROM budget_ledger WHERE id IN ({})",
-                        params_list(1, chunk.len())
+                        Params::of(&tx).list(chunk.len())
                     );
                     chunk
                         .iter()

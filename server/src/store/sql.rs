@@ -433,10 +433,9 @@ impl QuotaStore for SqlStore {
         // in older builds).
         let mut rows = Vec::new();
         for chunk in names.chunks(GET_MANY_CHUNK) {
-            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
             let sql = format!(
                 "SELECT {COLUMNS} FROM quotas WHERE name IN ({}) ORDER BY name",
-                marks.join(", ")
+                super::history::Params::on(self.backend).list(chunk.len())
             );
             let mut q = sqlx::query(&sql);
             for name in chunk {
