@@ -307,7 +307,7 @@ async fn count(pool: &sqlx::AnyPool, table: &str) -> i64 {
 
 /// The floor: `n` rows shaped like ledger entries into a table with only
 /// a primary key, `per_tx` a transaction, 200 rows a statement.
-async fn floor_insert(pool: &sqlx::AnyPool, n: usize, per_tx: usize) -> usize {
+async fn floor_insert(pool: &sqlx::AnyPool, n: usize, per_tx: usize, sqlite: bool) -> usize {
     sqlx::query(
         "CREATE TABLE floor_rows (id TEXT PRIMARY KEY, quota TEXT NOT NULL, key TEXT NOT NULL, \
          workload TEXT NOT NULL, model TEXT, start_ms BIGINT NOT NULL, end_ms BIGINT NOT NULL, \
@@ -322,9 +322,14 @@ async fn floor_insert(pool: &sqlx::AnyPool, n: usize, per_tx: usize) -> usize {
         let end = (done + per_tx).min(n);
         while done < end {
             let k = (end - done).min(200);
+            // Anonymous `?` on SQLite, as the ledger writes them (a named
+            // parameter costs SQLite a walk of all of them to bind).
             let values: Vec<String> = (0..k)
                 .map(|j| {
                     let b = j * 9;
+                    if sqlite {
+                        return "(?, ?, ?, ?, ?, ?, ?, ?, ?)".to_string();
+                    }
                     format!(
                         "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
                         b + 1,
@@ -595,7 +600,7 @@ async fn issue() {
     }
     // As many rows a transaction as the ledger's writes had on average.
     let per_tx = (written / tx_count.max(1)).max(1);
-    let floor_rows = floor_insert(&pool, written, per_tx).await;
+    let floor_rows = floor_insert(&pool, written, per_tx, sqlite).await;
     let fsecs = tf.elapsed().as_secs_f64();
     let tr = Instant::now();
     let groups = floor_group(&pool).await;

@@ -3,9 +3,9 @@
 //! transaction; an alert already open (the same fingerprint, possibly opened
 //! by another replica a moment ago) is skipped together with its emails.
 
+use super::history::Params;
 use super::outbox::{self, NewMail};
 use super::sql::SqlStore;
-use super::history::Params;
 use super::StoreError;
 use crate::alerts::{email, Condition, Evaluation, Kind, Level, Rule};
 // The alert as stored is a plain type of the alert rules, which sit below the store.
