@@ -250,7 +250,10 @@ try {
         })));
         expect(rows.length === 3 && rows.every((r) => r.quota === '/quotas/nlp#queue'), `nlp's three queued jobs, linked to its queue: ${JSON.stringify(rows)}`);
         expect(rows.map((r) => r.pos).join() === '1,2,3', `in place order: ${rows.map((r) => r.pos)}`);
-        expect(/waits for 4 × requests\.nvidia\.com\/gpu\.A100: 12 free, 16 needed/.test(rows[0].why), `the first waits for A100s, in units: ${rows[0].why}`);
+        // The demo's weekday batch runs at half over weekends, so what is
+        // free depends on the day: short + free = the 16 A100s it needs.
+        const short = rows[0].why.match(/waits for (\d+) × requests\.nvidia\.com\/gpu\.A100: (\d+) free, 16 needed/);
+        expect(short && Number(short[1]) + Number(short[2]) === 16, `the first waits for A100s, in units: ${rows[0].why}`);
         expect(/^starts by about \d{4}-\d\d-\d\d \d\d:\d\d UTC$/.test(rows[0].start), `an estimated start: ${rows[0].start}`);
         expect(/waits for card-hours of cash\/requests\.nvidia\.com\/gpu: needs 8,640/.test(rows[2].why), `the third waits for card-hours: ${rows[2].why}`);
         expect(rows[0].by === 'dana@acme.example', `who submitted it: ${rows[0].by}`);
