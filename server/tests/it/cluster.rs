@@ -136,17 +136,13 @@ impl Cluster {
     /// watching Jobs: alice's Jobs in namespace `ml`, ready to create.
     pub async fn cash_team_watching_jobs(&self) -> kube::Api<kube::api::DynamicObject> {
         use kube::api::{ApiResource, GroupVersionKind};
-        let (st, v) = self
-            .server
-            .api(
-                Method::POST,
-                "/api/v1/quotas",
-                Some(json!({"metadata": {"name": "team"},
-                    "spec": {"hard": {"requests.nvidia.com/gpu": "16",
-                        "cash/requests.nvidia.com/gpu": "1000"}}})),
+        self.server
+            .create_quota(
+                "team",
+                "",
+                json!({"requests.nvidia.com/gpu": "16", "cash/requests.nvidia.com/gpu": "1000"}),
             )
             .await;
-        assert_eq!(st, reqwest::StatusCode::CREATED, "{v}");
         self.until("team", "first reconcile", |q| {
             !q["status"]["lastReconcileTime"].is_null()
         })
