@@ -1018,6 +1018,8 @@ async fn https(o: &Opts) {
                 || l.starts_with("bizrq_admission_batch_size_sum")
                 || l.starts_with("bizrq_admission_batch_size_count")
                 || l.starts_with("bizrq_admission_batches_failed_total")
+                || l.starts_with("bizrq_store_write_batch_size_sum")
+                || l.starts_with("bizrq_store_write_batch_size_count")
         }) {
             println!("  replica {i}: {l}");
         }

@@ -236,6 +236,7 @@ impl Core {
         let generated_admin_password =
             portal::bootstrap_admin(&sql, args.admin_password.as_deref(), util::now_ms()).await?;
         let metrics = Arc::new(Metrics::default());
+        sql.observe_writes(metrics.store_write_batch_size.clone());
         let identity = args
             .pod_name
             .clone()

@@ -112,6 +112,8 @@ pub struct Metrics {
     /// Group-commit batches decided under the row's lock at once, their
     /// quota being written by another replica too.
     pub admission_batches_locked: Counter,
+    /// Quota writes one SQL statement carried (`store::sql::Writes`).
+    pub store_write_batch_size: Histogram,
     pub cas_conflicts: Counter,
     pub cas_exhausted: Counter,
     pub reconcile_duration: Histogram,
@@ -191,6 +193,12 @@ impl Default for Metrics {
         let admission_batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 11));
         let admission_batches_failed = Counter::default();
         let admission_batches_locked = Counter::default();
+        let store_write_batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 9));
+        registry.register(
+            "store_write_batch_size",
+            "Quota writes (of different quotas) carried by one SQL statement: writes that arrive while another is under way go out together",
+            store_write_batch_size.clone(),
+        );
         registry.register(
             "admission_batches_locked",
             "Group-commit batches decided under the quota row's lock at once, because another replica writes the quota too (no optimistic compare-and-swap first)",
@@ -423,6 +431,7 @@ impl Default for Metrics {
             admission_batch_size,
             admission_batches_failed,
             admission_batches_locked,
+            store_write_batch_size,
             cas_conflicts,
             cas_exhausted,
             reconcile_duration,

@@ -38,6 +38,54 @@ pub struct SqlStore {
     /// How old ledger entries are rolled up (`roll_up_ledger`; set from
     /// the configuration at start).
     pub(super) ledger_rollup: std::sync::Arc<std::sync::RwLock<quota::budget::rollup::Policy>>,
+    /// Status writes waiting to go to the database together (`Writes`).
+    writes: Arc<Writes>,
+}
+
+/// Quota writes, coalesced: a compare-and-swap that arrives while another
+/// is under way queues, and the queued ones go to the database as one
+/// statement (`UPDATE … FROM (VALUES …) RETURNING name`), each row still
+/// compared on its version. With reviews spread over many quotas every
+/// group commit (`service::group`) is a write of its own; one statement
+/// for many is one trip to sqlx's SQLite thread, one commit and one
+/// write-ahead-log append instead of one each (README, issue 16).
+/// A writer is answered only once the statement that holds its row is
+/// committed; one whose row the statement did not match lost its swap.
+#[derive(Default)]
+struct Writes {
+    queue: Mutex<WriteQueue>,
+    /// Writes per statement, for `/metrics` (`SqlStore::observe_writes`).
+    sizes: std::sync::OnceLock<prometheus_client::metrics::histogram::Histogram>,
+    /// Writes that went out in a statement with others.
+    coalesced: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Default)]
+struct WriteQueue {
+    pending: Vec<PendingWrite>,
+    /// Flushers running (`SqlStore::flush_writes`).
+    flushers: usize,
+}
+
+struct PendingWrite {
+    name: String,
+    version: i64,
+    spec: String,
+    status: String,
+    /// Whether the row was written (false: its version moved on, or it is gone).
+    done: tokio::sync::oneshot::Sender<Result<bool, StoreError>>,
+}
+
+/// Writes one statement carries at most (4 parameters each).
+const WRITES_PER_STATEMENT: usize = 128;
+
+/// Flushers at once: SQLite has one writer; on PostgreSQL two statements
+/// can be in flight (one committing while the next is built).
+fn max_flushers(backend: Backend) -> usize {
+    match backend {
+        Backend::Sqlite => 1,
+        Backend::Postgres => 2,
+    }
 }
 
 /// Connections of the background tasks (the alert sweep, the usage
@@ -166,6 +214,7 @@ impl SqlStore {
                     backend,
                     charges: Default::default(),
                     ledger_rollup: Default::default(),
+                    writes: Default::default(),
                 }
             }
             Backend::Postgres => {
@@ -182,6 +231,7 @@ impl SqlStore {
                     backend,
                     charges: Default::default(),
                     ledger_rollup: Default::default(),
+                    writes: Default::default(),
                 }
             }
         };
@@ -228,6 +278,8 @@ impl SqlStore {
             // Shared: one cache of what was last written, one policy.
             charges: self.charges.clone(),
             ledger_rollup: self.ledger_rollup.clone(),
+            // Its own: its writes go to its own connections.
+            writes: Default::default(),
         }
     }
 
@@ -292,19 +344,164 @@ impl SqlStore {
             tx.commit().await?;
             return Ok(current.version + 1);
         }
-        // One statement: the bindings follow by trigger (migration 0002).
-        let done = sqlx::query(update)
-            .bind(&spec_json)
-            .bind(&status_json)
-            .bind(name)
-            .bind(current.version)
-            .execute(&self.write)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(self.lost_race(name).await);
+        // One statement, perhaps with other quotas' writes (`Writes`): the
+        // bindings follow by trigger (migration 0002).
+        let (done, written) = tokio::sync::oneshot::channel();
+        let start = {
+            let mut q = self.writes.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.pending.push(PendingWrite {
+                name: name.to_string(),
+                version: current.version,
+                spec: spec_json,
+                status: status_json,
+                done,
+            });
+            let start = q.flushers < max_flushers(self.backend);
+            if start {
+                q.flushers += 1;
+            }
+            start
+        };
+        if start {
+            let store = self.clone();
+            tokio::spawn(async move { store.flush_writes().await });
         }
-        Ok(current.version + 1)
+        match written.await {
+            Ok(Ok(true)) => Ok(current.version + 1),
+            Ok(Ok(false)) => Err(self.lost_race(name).await),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(StoreError::Backend(
+                "the quota write stopped before it was answered".into(),
+            )),
+        }
     }
+
+    /// Where the sizes of the statements of quota writes go (`/metrics`).
+    pub fn observe_writes(&self, sizes: prometheus_client::metrics::histogram::Histogram) {
+        let _ = self.writes.sizes.set(sizes);
+    }
+
+    /// Quota writes that went out in a statement with others so far.
+    pub fn coalesced_writes(&self) -> u64 {
+        self.writes
+            .coalesced
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Writes what is queued, a statement at a time, until nothing is.
+    async fn flush_writes(self) {
+        // Should this end another way (a panic), the count goes down, so
+        // the next writer starts another flusher for what is left.
+        struct Running<'a>(&'a Writes, bool);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                if self.1 {
+                    let mut q = self.0.queue.lock().unwrap_or_else(|e| e.into_inner());
+                    q.flushers -= 1;
+                }
+            }
+        }
+        let mut running = Running(&self.writes, true);
+        loop {
+            let batch = {
+                let mut q = self.writes.queue.lock().unwrap_or_else(|e| e.into_inner());
+                if q.pending.is_empty() {
+                    q.flushers -= 1;
+                    running.1 = false;
+                    return;
+                }
+                take_distinct(&mut q.pending, WRITES_PER_STATEMENT)
+            };
+            self.write_batch(batch).await;
+        }
+    }
+
+    async fn write_batch(&self, batch: Vec<PendingWrite>) {
+        if let Some(sizes) = self.writes.sizes.get() {
+            sizes.observe(batch.len() as f64);
+        }
+        if batch.len() > 1 {
+            match self.update_many(&batch).await {
+                Ok(written) => {
+                    self.writes
+                        .coalesced
+                        .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    for w in batch {
+                        let ok = written.contains(w.name.as_str());
+                        let _ = w.done.send(Ok(ok));
+                    }
+                    return;
+                }
+                // (On PostgreSQL, say, a deadlock with another replica's
+                // statement over the same quotas in another order.) Each
+                // write alone, so one row's trouble is its own.
+                Err(e) => tracing::debug!(
+                    "a statement of {} quota writes failed, writing each alone: {e}",
+                    batch.len()
+                ),
+            }
+        }
+        for w in batch {
+            let done = sqlx::query(
+                "UPDATE quotas SET spec = $1, status = $2, version = version + 1 \
+                 WHERE name = $3 AND version = $4",
+            )
+            .bind(&w.spec)
+            .bind(&w.status)
+            .bind(&w.name)
+            .bind(w.version)
+            .execute(&self.write)
+            .await;
+            let _ = w
+                .done
+                .send(done.map(|d| d.rows_affected() == 1).map_err(Into::into));
+        }
+    }
+
+    /// One statement for the writes of many quotas; the names it wrote.
+    async fn update_many(
+        &self,
+        batch: &[PendingWrite],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        let values =
+            super::history::values_list(super::history::Params::on(self.backend), batch.len(), 4);
+        // VALUES columns are column1 … column4 on both databases.
+        let sql = format!(
+            "UPDATE quotas SET spec = v.column3, status = v.column4, version = quotas.version + 1 \
+             FROM (VALUES {values}) AS v \
+             WHERE quotas.name = v.column1 AND quotas.version = CAST(v.column2 AS BIGINT) \
+             RETURNING name"
+        );
+        let mut query = sqlx::query(&sql);
+        for w in batch {
+            query = query
+                .bind(&w.name)
+                .bind(w.version)
+                .bind(&w.spec)
+                .bind(&w.status);
+        }
+        let rows = query.fetch_all(&self.write).await?;
+        rows.iter()
+            .map(|r| r.try_get::<String, _>(0).map_err(Into::into))
+            .collect()
+    }
+}
+
+/// Up to `max` of the oldest pending writes, at most one per quota (one
+/// statement must not compare one row twice); the rest stay queued.
+fn take_distinct(pending: &mut Vec<PendingWrite>, max: usize) -> Vec<PendingWrite> {
+    let mut names = std::collections::HashSet::new();
+    let mut batch = Vec::new();
+    let mut rest = Vec::new();
+    for w in pending.drain(..) {
+        if batch.len() < max && names.insert(w.name.clone()) {
+            batch.push(w);
+        } else {
+            rest.push(w);
+        }
+    }
+    *pending = rest;
+    batch
 }
 
 impl SqlStore {
@@ -742,5 +939,117 @@ mod tests {
         assert_eq!(store.workload_quota(&w(7)).await.unwrap(), None);
     }
 
-    on_both_databases!(a_busy_status_reads_back_as_written);
+    /// Writes of many quotas at once go out coalesced (`Writes`): each
+    /// answered as if written alone. A current version is written (its
+    /// bindings with it), a stale one loses its swap, a deleted quota is
+    /// not found, and a workload moved from one quota to another in the
+    /// same statement is bound to where it went.
+    async fn coalesced_writes_answer_each_as_if_alone(store: &SqlStore) {
+        let spec = QuotaSpec {
+            hard: [(
+                "requests.nvidia.com/gpu".to_string(),
+                "100".parse().unwrap(),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let n = 60;
+        let mut current = Vec::new();
+        for i in 0..n {
+            let q = Quota::new(&format!("q{i}"), spec.clone());
+            let mut s = store.create(&q).await.unwrap();
+            // q0 holds "moving", which q1 takes over below.
+            if i == 0 {
+                let mut status = s.quota.status.clone();
+                status
+                    .workloads
+                    .insert("apps/Deployment/ml/moving".into(), charge(1, "m"));
+                let v = store.replace_status(&s, &status).await.unwrap();
+                s = store.get("q0").await.unwrap().unwrap();
+                assert_eq!(s.version, v);
+            }
+            current.push(s);
+        }
+        // Every third quota moves on before the storm: its copy is stale.
+        for s in current.iter().skip(2).step_by(3) {
+            let mut status = s.quota.status.clone();
+            status.workloads.insert(
+                format!("apps/Deployment/ml/other-{}", s.quota.name()),
+                charge(1, "o"),
+            );
+            store.replace_status(s, &status).await.unwrap();
+        }
+        let gone = store.get("q5").await.unwrap().unwrap();
+        store.delete(&gone).await.unwrap();
+        let tasks: Vec<_> = current
+            .iter()
+            .cloned()
+            .map(|s| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let name = s.quota.name().to_string();
+                    let mut status = s.quota.status.clone();
+                    status.workloads.remove("apps/Deployment/ml/moving");
+                    status
+                        .workloads
+                        .insert(format!("apps/Deployment/ml/w-{name}"), charge(2, "w"));
+                    if name == "q1" {
+                        status
+                            .workloads
+                            .insert("apps/Deployment/ml/moving".into(), charge(1, "m"));
+                    }
+                    (name, store.replace_status(&s, &status).await)
+                })
+            })
+            .collect();
+        for (i, t) in tasks.into_iter().enumerate() {
+            let (name, result) = t.await.unwrap();
+            let stored = store.get(&name).await.unwrap();
+            let mine = format!("apps/Deployment/ml/w-{name}");
+            if i == 5 {
+                assert!(
+                    matches!(result, Err(StoreError::NotFound(_))),
+                    "{name}: {result:?}"
+                );
+                assert!(stored.is_none());
+                assert_eq!(store.workload_quota(&mine).await.unwrap(), None);
+            } else if i >= 2 && (i - 2) % 3 == 0 {
+                assert!(
+                    matches!(result, Err(StoreError::Conflict(_))),
+                    "{name}: {result:?}"
+                );
+                let stored = stored.unwrap();
+                assert!(!stored.quota.status.workloads.contains_key(&mine), "{name}");
+                assert_eq!(store.workload_quota(&mine).await.unwrap(), None);
+            } else {
+                let version = result.unwrap_or_else(|e| panic!("{name}: {e}"));
+                let stored = stored.unwrap();
+                assert_eq!(stored.version, version, "{name}");
+                assert_eq!(stored.quota.status.workloads[&mine].pod_sets[0].count, 2);
+                assert_eq!(
+                    store.workload_quota(&mine).await.unwrap().as_deref(),
+                    Some(name.as_str())
+                );
+            }
+        }
+        assert_eq!(
+            store
+                .workload_quota("apps/Deployment/ml/moving")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("q1")
+        );
+        // They went out together, not one by one.
+        assert!(
+            store.coalesced_writes() >= 20,
+            "{}",
+            store.coalesced_writes()
+        );
+    }
+
+    on_both_databases!(
+        a_busy_status_reads_back_as_written,
+        coalesced_writes_answer_each_as_if_alone,
+    );
 }
