@@ -1110,10 +1110,10 @@ mod tests {
         );
     }
 
-    /// SQLite connections never checkpoint on their own
-    /// (`wal_autocheckpoint = 0`): `checkpoint` copies the whole log into
-    /// the database when nothing else holds it, so the log is reused
-    /// instead of growing. PostgreSQL has nothing to do.
+    /// What the writer's own checkpoints (every 1,000 pages of log) left,
+    /// `checkpoint` copies into the database when nothing else holds the
+    /// log, so the log is reused instead of growing. PostgreSQL has
+    /// nothing to do.
     async fn a_checkpoint_copies_the_whole_log_while_nothing_reads(store: &SqlStore) {
         use crate::store::sql::Backend;
         let quotas: Vec<Quota> = (0..500)
