@@ -119,6 +119,221 @@ impl Charge {
     }
 }
 
+/// A quota's charges, by workload reference: a map whose charges are
+/// shared between copies of the status. Deciding on a quota starts from a
+/// copy of the stored one, and a busy quota holds thousands of charges of
+/// which one admission changes one: a copy shares every charge it does not
+/// change (a change to one, through `get_mut` or `insert`, is made on a
+/// copy of that one only), and dropping a copy drops pointers, not charges.
+/// A charge keeps its JSON once serialised, so writing a status serialises
+/// only the charges that changed since the last write.
+/// It reads as a `BTreeMap<String, Charge>`, and is one in JSON.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Workloads(BTreeMap<String, Arc<Shared>>);
+
+use std::sync::{Arc, OnceLock};
+
+/// One charge, and its JSON once serialised. Only `Workloads` reaches the
+/// charge mutably, and forgets the JSON as it does.
+#[derive(Clone)]
+struct Shared {
+    charge: Charge,
+    json: OnceLock<Box<serde_json::value::RawValue>>,
+}
+
+impl Shared {
+    fn new(charge: Charge) -> Arc<Shared> {
+        Arc::new(Shared {
+            charge,
+            json: OnceLock::new(),
+        })
+    }
+
+    fn charge_mut(this: &mut Arc<Shared>) -> &mut Charge {
+        let s = Arc::make_mut(this);
+        s.json = OnceLock::new();
+        &mut s.charge
+    }
+
+    fn into_charge(this: Arc<Shared>) -> Charge {
+        Arc::unwrap_or_clone(this).charge
+    }
+}
+
+impl PartialEq for Shared {
+    fn eq(&self, other: &Shared) -> bool {
+        self.charge == other.charge
+    }
+}
+
+impl Eq for Shared {}
+
+impl Serialize for Shared {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.json.get() {
+            Some(json) => json.serialize(s),
+            None => {
+                let json = serde_json::value::to_raw_value(&self.charge)
+                    .map_err(serde::ser::Error::custom)?;
+                self.json.get_or_init(|| json).serialize(s)
+            }
+        }
+    }
+}
+
+impl Workloads {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn contains_key(&self, wref: &str) -> bool {
+        self.0.contains_key(wref)
+    }
+    pub fn get(&self, wref: &str) -> Option<&Charge> {
+        self.0.get(wref).map(|c| &c.charge)
+    }
+    pub fn get_key_value(&self, wref: &str) -> Option<(&String, &Charge)> {
+        self.0.get_key_value(wref).map(|(k, c)| (k, &c.charge))
+    }
+    /// The charge to change: copied first if another status shares it.
+    pub fn get_mut(&mut self, wref: &str) -> Option<&mut Charge> {
+        self.0.get_mut(wref).map(Shared::charge_mut)
+    }
+    pub fn insert(&mut self, wref: String, charge: Charge) -> Option<Charge> {
+        self.0
+            .insert(wref, Shared::new(charge))
+            .map(Shared::into_charge)
+    }
+    pub fn remove(&mut self, wref: &str) -> Option<Charge> {
+        self.0.remove(wref).map(Shared::into_charge)
+    }
+    pub fn clear(&mut self) {
+        self.0.clear()
+    }
+    pub fn retain(&mut self, mut keep: impl FnMut(&String, &Charge) -> bool) {
+        self.0.retain(|k, c| keep(k, &c.charge))
+    }
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator + Clone {
+        self.0.keys()
+    }
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &Charge> + ExactSizeIterator + Clone {
+        self.0.values().map(|c| &c.charge)
+    }
+    /// Each charge to change (each copied first if shared).
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Charge> {
+        self.0.values_mut().map(Shared::charge_mut)
+    }
+    pub fn iter(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = (&String, &Charge)> + ExactSizeIterator + Clone {
+        self.0.iter().map(|(k, c)| (k, &c.charge))
+    }
+}
+
+impl std::fmt::Debug for Workloads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// `&Workloads` iterated: each reference and its charge, in order.
+pub struct WorkloadsIter<'a>(std::collections::btree_map::Iter<'a, String, Arc<Shared>>);
+
+impl<'a> Iterator for WorkloadsIter<'a> {
+    type Item = (&'a String, &'a Charge);
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next().map(|(k, c)| (k, &c.charge))
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl<'a> IntoIterator for &'a Workloads {
+    type Item = (&'a String, &'a Charge);
+    type IntoIter = WorkloadsIter<'a>;
+    fn into_iter(self) -> Self::IntoIter {
+        WorkloadsIter(self.0.iter())
+    }
+}
+
+/// `Workloads` taken apart: each reference and its charge, in order.
+pub struct WorkloadsIntoIter(std::collections::btree_map::IntoIter<String, Arc<Shared>>);
+
+impl Iterator for WorkloadsIntoIter {
+    type Item = (String, Charge);
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next().map(|(k, c)| (k, Shared::into_charge(c)))
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl IntoIterator for Workloads {
+    type Item = (String, Charge);
+    type IntoIter = WorkloadsIntoIter;
+    fn into_iter(self) -> Self::IntoIter {
+        WorkloadsIntoIter(self.0.into_iter())
+    }
+}
+
+impl FromIterator<(String, Charge)> for Workloads {
+    fn from_iter<I: IntoIterator<Item = (String, Charge)>>(iter: I) -> Self {
+        Workloads(iter.into_iter().map(|(k, c)| (k, Shared::new(c))).collect())
+    }
+}
+
+impl Extend<(String, Charge)> for Workloads {
+    fn extend<I: IntoIterator<Item = (String, Charge)>>(&mut self, iter: I) {
+        self.0
+            .extend(iter.into_iter().map(|(k, c)| (k, Shared::new(c))))
+    }
+}
+
+impl From<BTreeMap<String, Charge>> for Workloads {
+    fn from(m: BTreeMap<String, Charge>) -> Self {
+        m.into_iter().collect()
+    }
+}
+
+impl<const N: usize> From<[(String, Charge); N]> for Workloads {
+    fn from(a: [(String, Charge); N]) -> Self {
+        a.into_iter().collect()
+    }
+}
+
+impl std::ops::Index<&str> for Workloads {
+    type Output = Charge;
+    fn index(&self, wref: &str) -> &Charge {
+        self.get(wref).expect("no charge for this workload")
+    }
+}
+
+impl std::ops::Index<&String> for Workloads {
+    type Output = Charge;
+    fn index(&self, wref: &String) -> &Charge {
+        &self[wref.as_str()]
+    }
+}
+
+impl Serialize for Workloads {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, c)| (k, &**c)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Workloads {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        BTreeMap::<String, Charge>::deserialize(d).map(Workloads::from)
+    }
+}
+
 /// A child's carve-out as recorded in its parent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -151,8 +366,8 @@ pub struct QuotaStatus {
     pub children: BTreeMap<String, Carve>,
     /// Charges of bound workloads, by workload reference
     /// (`group/Kind/namespace/name`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub workloads: BTreeMap<String, Charge>,
+    #[serde(default, skip_serializing_if = "Workloads::is_empty")]
+    pub workloads: Workloads,
     /// Exact cash accumulators per cash key, in nano-units × milliseconds ×
     /// per-mille price (integers as strings, so nothing is rounded).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -236,61 +451,6 @@ impl QuotaStatus {
         let (summary, readable) = readable::summarize(spec, self, cfg);
         self.summary = Some(summary);
         self.readable = readable;
-    }
-
-    /// A copy without the charges of workloads (and without the pending
-    /// ledger entries, never serialised): what a store serialises around
-    /// charges it keeps serialised already. Every member is named, so one
-    /// added to the status is copied or fails to compile.
-    pub fn clone_without_workloads(&self) -> QuotaStatus {
-        let QuotaStatus {
-            hard,
-            used,
-            self_used,
-            last_reconcile_time,
-            children,
-            workloads: _,
-            cash_accrued,
-            budgets,
-            reservations,
-            loans,
-            lent,
-            borrowed,
-            reclaim,
-            transfers,
-            summary,
-            queue,
-            users,
-            ledger: _,
-            ledger_outbox,
-            readable,
-            refunds,
-            exhausted,
-        } = self;
-        QuotaStatus {
-            hard: hard.clone(),
-            used: used.clone(),
-            self_used: self_used.clone(),
-            last_reconcile_time: last_reconcile_time.clone(),
-            children: children.clone(),
-            workloads: BTreeMap::new(),
-            cash_accrued: cash_accrued.clone(),
-            budgets: budgets.clone(),
-            reservations: reservations.clone(),
-            loans: loans.clone(),
-            lent: lent.clone(),
-            borrowed: borrowed.clone(),
-            reclaim: reclaim.clone(),
-            transfers: transfers.clone(),
-            summary: summary.clone(),
-            queue: queue.clone(),
-            users: users.clone(),
-            ledger: Default::default(),
-            ledger_outbox: ledger_outbox.clone(),
-            readable: readable.clone(),
-            refunds: refunds.clone(),
-            exhausted: exhausted.clone(),
-        }
     }
 
     pub fn accrued(&self, cash_key: &str) -> i128 {
@@ -535,5 +695,57 @@ impl Quota {
 
     pub fn name(&self) -> &str {
         &self.metadata.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::PodSet;
+
+    fn charge(cards: i64) -> Charge {
+        Charge {
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: cards,
+                per_pod: [("requests.nvidia.com/gpu".to_string(), "1".parse().unwrap())].into(),
+                qos: None,
+            }],
+            hpa: None,
+            since: "2026-11-28T00:00:00.000Z".into(),
+            uid: "u".into(),
+            admitted: None,
+        }
+    }
+
+    /// A copy shares its charges; a change through the copy is made on a
+    /// copy of that charge only, and the JSON each keeps is of the charge
+    /// as it is, never as it was when first written.
+    #[test]
+    fn a_copy_of_the_charges_changes_apart_and_writes_as_it_is() {
+        let mut a: Workloads = [("w1".to_string(), charge(1)), ("w2".to_string(), charge(2))].into();
+        let first = serde_json::to_string(&a).unwrap();
+        let mut b = a.clone();
+        b.get_mut("w1").unwrap().pod_sets[0].count = 7;
+        for c in b.values_mut() {
+            c.uid = "changed".into();
+        }
+        b.insert("w3".into(), charge(3));
+        // `a` as it was, and as it was written.
+        assert_eq!(a.get("w1").unwrap().pod_sets[0].count, 1);
+        assert_eq!(a.get("w2").unwrap().uid, "u");
+        assert_eq!(serde_json::to_string(&a).unwrap(), first);
+        // `b` as changed, written as a map of charges would be.
+        let plain: BTreeMap<String, Charge> = b.clone().into_iter().collect();
+        assert_eq!(serde_json::to_string(&b).unwrap(), serde_json::to_string(&plain).unwrap());
+        assert_eq!(serde_json::to_value(&b).unwrap(), serde_json::to_value(&plain).unwrap());
+        let back: Workloads = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+        assert_eq!(back, b);
+        assert_ne!(a, b);
+        // A change made in place after a write shows in the next one.
+        a.get_mut("w2").unwrap().pod_sets[0].count = 9;
+        assert!(serde_json::to_string(&a).unwrap().contains("\"count\":9"));
+        assert_eq!(a.remove("w2").unwrap().pod_sets[0].count, 9);
+        assert_eq!(b["w2"].pod_sets[0].count, 2);
     }
 }

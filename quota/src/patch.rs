@@ -160,26 +160,25 @@ struct Patch(Map<String, Value>);
 
 impl Patch {
     /// A map member, entry by entry.
-    fn map<V: Serialize + PartialEq>(
-        &mut self,
-        name: &str,
-        old: &BTreeMap<String, V>,
-        new: &BTreeMap<String, V>,
-        empty: Empty,
-    ) {
+    fn map<'a, M, V>(&mut self, name: &str, old: &'a M, new: &'a M, empty: Empty)
+    where
+        M: Serialize + PartialEq,
+        &'a M: IntoIterator<Item = (&'a String, &'a V)>,
+        V: Serialize + PartialEq + 'a,
+    {
         if old == new {
             return;
         }
-        if new.is_empty() && empty == IfAny {
+        if new.into_iter().next().is_none() && empty == IfAny {
             self.0.insert(name.into(), Value::Null);
             return;
         }
-        if old.is_empty() {
+        if old.into_iter().next().is_none() {
             self.0.insert(name.into(), to_value(new));
             return;
         }
         let mut out = Map::new();
-        let (mut a, mut b) = (old.iter().peekable(), new.iter().peekable());
+        let (mut a, mut b) = (old.into_iter().peekable(), new.into_iter().peekable());
         loop {
             match (a.peek(), b.peek()) {
                 (None, None) => break,

@@ -106,7 +106,7 @@ pub fn reconcile_priced(
     let mut out = Outcome::default();
     let now = time::format_rfc3339(now_ms);
     let mut held = std::mem::take(&mut q.status.workloads);
-    let mut next = BTreeMap::new();
+    let mut next = crate::object::Workloads::new();
     for (wref, obs) in observed {
         let charge = match held.remove(&wref) {
             Some(mut c) if admitted_within(&c, now_ms, ttl_ms) => {

@@ -213,7 +213,7 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
             last_reconcile_time,
             lent,
             borrowed,
-            workloads,
+            workloads: workloads.into(),
             children,
             cash_accrued,
             users,

@@ -375,7 +375,7 @@ mod tests {
             admitted: None,
         };
         let before = QuotaStatus {
-            workloads: BTreeMap::from([
+            workloads: crate::object::Workloads::from([
                 ("batch/Job/ns/a".to_string(), charge(H)),
                 ("batch/Job/ns/b".to_string(), charge(0)),
             ]),

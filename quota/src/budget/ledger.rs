@@ -12,7 +12,7 @@ use super::price::{accrue_priced, Holding, PriceList};
 use super::report::Entry;
 use crate::cash::{Interval, Prices};
 use crate::keys::cash_target;
-use crate::object::{Charge, QuotaSpec};
+use crate::object::QuotaSpec;
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
 use crate::time;
@@ -147,7 +147,7 @@ fn namespace_of(wref: &str) -> &str {
 pub fn charge_entries(
     quota: &str,
     spec: &QuotaSpec,
-    workloads: &BTreeMap<String, Charge>,
+    workloads: &crate::object::Workloads,
     users: &BTreeMap<String, String>,
     from_ms: i64,
     to_ms: i64,

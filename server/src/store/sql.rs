@@ -5,10 +5,9 @@
 
 use super::{QuotaStore, ResultExt, Stamp, StoreError, Stored};
 use async_trait::async_trait;
-use quota::object::{Charge, ObjectMeta, Quota, QuotaSpec, QuotaStatus};
+use quota::object::{ObjectMeta, Quota, QuotaSpec, QuotaStatus};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Connection, Executor, Row};
-use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,9 +31,6 @@ pub struct SqlStore {
     bg_read: AnyPool,
     bg_write: AnyPool,
     pub backend: Backend,
-    /// The charges of the busiest quotas as last written, serialised
-    /// (`status_json`).
-    charges: Arc<Mutex<HashMap<String, Charges>>>,
     /// How old ledger entries are rolled up (`roll_up_ledger`; set from
     /// the configuration at start).
     pub(super) ledger_rollup: std::sync::Arc<std::sync::RwLock<quota::budget::rollup::Policy>>,
@@ -118,14 +114,6 @@ fn pool_options() -> AnyPoolOptions {
             })
         })
 }
-
-/// One quota's charges as last serialised, by workload reference.
-type Charges = BTreeMap<String, (Charge, Box<str>)>;
-
-/// Statuses with fewer charges are serialised whole.
-const CACHE_FROM_CHARGES: usize = 16;
-/// Quotas whose serialised charges are kept at most.
-const CACHE_QUOTAS: usize = 64;
 
 const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
 
@@ -219,7 +207,6 @@ impl SqlStore {
                     write,
                     bg_read,
                     backend,
-                    charges: Default::default(),
                     ledger_rollup: Default::default(),
                     writes: Default::default(),
                 }
@@ -236,7 +223,6 @@ impl SqlStore {
                     bg_read: bg.clone(),
                     bg_write: bg,
                     backend,
-                    charges: Default::default(),
                     ledger_rollup: Default::default(),
                     writes: Default::default(),
                 }
@@ -281,8 +267,7 @@ impl SqlStore {
             bg_read: self.bg_read.clone(),
             bg_write: self.bg_write.clone(),
             backend: self.backend,
-            // Shared: one cache of what was last written, one policy.
-            charges: self.charges.clone(),
+            // Shared: one policy.
             ledger_rollup: self.ledger_rollup.clone(),
             // Its own: its writes go to its own connections.
             writes: Default::default(),
@@ -326,7 +311,7 @@ impl SqlStore {
     ) -> Result<i64, StoreError> {
         let name = current.quota.name();
         let spec_json = to_json(spec)?;
-        let status_json = self.status_json(name, status)?;
+        let status_json = to_json(status)?;
         let update = "UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4";
         // Budget periods this write closes, and the ledger entries it
         // accrued, are stored with it, or not at all.
@@ -508,53 +493,6 @@ fn take_distinct(pending: &mut Vec<PendingWrite>, max: usize) -> Vec<PendingWrit
     }
     *pending = rest;
     batch
-}
-
-impl SqlStore {
-    /// The status as stored: JSON. A busy quota's status is mostly its
-    /// workloads' charges, and a write (one batch of admissions) changes a
-    /// few: a charge equal to the one this store last serialised for that
-    /// workload of that quota is not serialised again, its text is reused
-    /// (`workloads` then comes last among the members, which a reader of
-    /// JSON does not see). Equal as values: a quantity written in another
-    /// format keeps the text it had. Kept for `CACHE_QUOTAS` quotas.
-    fn status_json(&self, name: &str, status: &QuotaStatus) -> Result<String, StoreError> {
-        if status.workloads.len() < CACHE_FROM_CHARGES {
-            return to_json(status);
-        }
-        let mut out = to_json(&status.clone_without_workloads())?;
-        let mut cache = self.charges.lock().unwrap_or_else(|e| e.into_inner());
-        let mut before = cache.remove(name).unwrap_or_default();
-        if cache.len() >= CACHE_QUOTAS {
-            cache.clear();
-        }
-        let mut kept = Charges::new();
-        let mut charges = String::with_capacity(out.len() + 256 * status.workloads.len());
-        charges.push_str("\"workloads\":{");
-        for (i, (wref, charge)) in status.workloads.iter().enumerate() {
-            if i > 0 {
-                charges.push(',');
-            }
-            charges.push_str(&to_json(wref)?);
-            charges.push(':');
-            let entry = match before.remove(wref) {
-                Some((c, text)) if c == *charge => (c, text),
-                _ => (charge.clone(), to_json(charge)?.into_boxed_str()),
-            };
-            charges.push_str(&entry.1);
-            kept.insert(wref.clone(), entry);
-        }
-        charges.push('}');
-        cache.insert(name.to_string(), kept);
-        // `{…}` without workloads: they go in as its last member.
-        out.pop();
-        if out.len() > 1 {
-            out.push(',');
-        }
-        out.push_str(&charges);
-        out.push('}');
-        Ok(out)
-    }
 }
 
 pub(super) fn to_json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
@@ -767,7 +705,7 @@ impl QuotaStore for SqlStore {
                  WHERE name = $3 AND version = $4",
             )
             .bind(to_json(&q.spec)?)
-            .bind(self.status_json(q.name(), &q.status)?)
+            .bind(to_json(&q.status)?)
             .bind(name)
             .bind(current.version)
             .execute(&mut *tx)
@@ -888,6 +826,7 @@ fn is_scheme(s: &str) -> bool {
 mod tests {
     use super::*;
     use crate::store::testdb::on_both_databases;
+    use quota::object::Charge;
     use quota::workload::PodSet;
 
     fn charge(cards: i64, uid: &str) -> Charge {
@@ -921,7 +860,7 @@ mod tests {
         let w = |i: usize| format!("apps/Deployment/ml/w{i}");
         for round in 0..3usize {
             let mut status = current.quota.status.clone();
-            for i in 0..CACHE_FROM_CHARGES + 4 {
+            for i in 0..20 {
                 let cards = if i == round { 2 } else { 1 };
                 status
                     .workloads
