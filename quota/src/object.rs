@@ -723,7 +723,8 @@ mod tests {
     /// as it is, never as it was when first written.
     #[test]
     fn a_copy_of_the_charges_changes_apart_and_writes_as_it_is() {
-        let mut a: Workloads = [("w1".to_string(), charge(1)), ("w2".to_string(), charge(2))].into();
+        let mut a: Workloads =
+            [("w1".to_string(), charge(1)), ("w2".to_string(), charge(2))].into();
         let first = serde_json::to_string(&a).unwrap();
         let mut b = a.clone();
         b.get_mut("w1").unwrap().pod_sets[0].count = 7;
@@ -737,8 +738,14 @@ mod tests {
         assert_eq!(serde_json::to_string(&a).unwrap(), first);
         // `b` as changed, written as a map of charges would be.
         let plain: BTreeMap<String, Charge> = b.clone().into_iter().collect();
-        assert_eq!(serde_json::to_string(&b).unwrap(), serde_json::to_string(&plain).unwrap());
-        assert_eq!(serde_json::to_value(&b).unwrap(), serde_json::to_value(&plain).unwrap());
+        assert_eq!(
+            serde_json::to_string(&b).unwrap(),
+            serde_json::to_string(&plain).unwrap()
+        );
+        assert_eq!(
+            serde_json::to_value(&b).unwrap(),
+            serde_json::to_value(&plain).unwrap()
+        );
         let back: Workloads = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
         assert_eq!(back, b);
         assert_ne!(a, b);

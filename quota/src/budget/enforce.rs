@@ -249,7 +249,7 @@ pub fn bill_late(
     let runs: Vec<(&str, crate::cash::Interval<'_>)> = late
         .iter()
         .filter_map(|(wref, iv)| {
-            let since = time::parse_rfc3339(&before.workloads.get(*wref)?.since)?;
+            let since = time::parse_rfc3339(&before.workloads.get(wref)?.since)?;
             let refunded = refunded_until(before, wref).unwrap_or(i64::MIN);
             let start = iv.start_ms.max(since).max(from_ms).max(refunded);
             let end = iv.end_ms.map_or(paid_to, |e| e.min(paid_to));
