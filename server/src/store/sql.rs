@@ -72,6 +72,28 @@ struct PendingWrite {
     done: tokio::sync::oneshot::Sender<Result<bool, StoreError>>,
 }
 
+/// A flusher's place (`WriteQueue::flushers`). Should the flusher end
+/// any other way than by finding the queue empty (a panic, or its task
+/// dropped before it ran), the place is given back and what is queued is
+/// answered with an error (its senders dropped), rather than left waiting
+/// for a flusher that may never start.
+struct Running {
+    writes: Arc<Writes>,
+    armed: bool,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut q = self.writes.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.flushers -= 1;
+            if q.flushers == 0 {
+                q.pending.clear();
+            }
+        }
+    }
+}
+
 /// Writes one statement carries at most (4 parameters each).
 const WRITES_PER_STATEMENT: usize = 128;
 
@@ -354,8 +376,14 @@ impl SqlStore {
             start
         };
         if start {
+            // The guard is made before the task: dropped unpolled (the
+            // runtime shutting down), it still gives the flusher's place back.
+            let running = Running {
+                writes: self.writes.clone(),
+                armed: true,
+            };
             let store = self.clone();
-            tokio::spawn(async move { store.flush_writes().await });
+            tokio::spawn(async move { store.flush_writes(running).await });
         }
         match written.await {
             Ok(Ok(true)) => Ok(current.version + 1),
@@ -380,25 +408,13 @@ impl SqlStore {
     }
 
     /// Writes what is queued, a statement at a time, until nothing is.
-    async fn flush_writes(self) {
-        // Should this end another way (a panic), the count goes down, so
-        // the next writer starts another flusher for what is left.
-        struct Running<'a>(&'a Writes, bool);
-        impl Drop for Running<'_> {
-            fn drop(&mut self) {
-                if self.1 {
-                    let mut q = self.0.queue.lock().unwrap_or_else(|e| e.into_inner());
-                    q.flushers -= 1;
-                }
-            }
-        }
-        let mut running = Running(&self.writes, true);
+    async fn flush_writes(self, mut running: Running) {
         loop {
             let batch = {
                 let mut q = self.writes.queue.lock().unwrap_or_else(|e| e.into_inner());
                 if q.pending.is_empty() {
                     q.flushers -= 1;
-                    running.1 = false;
+                    running.armed = false;
                     return;
                 }
                 take_distinct(&mut q.pending, WRITES_PER_STATEMENT)
@@ -492,6 +508,9 @@ fn take_distinct(pending: &mut Vec<PendingWrite>, max: usize) -> Vec<PendingWrit
         }
     }
     *pending = rest;
+    // In name order: two replicas' statements over the same quotas then
+    // lock their rows in the same order on PostgreSQL, not into a deadlock.
+    batch.sort_by(|a, b| a.name.cmp(&b.name));
     batch
 }
 
@@ -1041,6 +1060,37 @@ mod tests {
         let size = std::fs::metadata(&wal).unwrap().len();
         assert!(size < 12 << 20, "the log holds {} MB", size >> 20);
         db.finish().await;
+    }
+
+    /// A flusher that ends without emptying the queue (a panic, or its
+    /// task dropped unrun) gives its place back and answers what is queued
+    /// with an error: nobody waits for a flusher that will never come, and
+    /// the next write starts one.
+    #[test]
+    fn a_flusher_that_ends_early_strands_nobody() {
+        let writes = Arc::new(Writes::default());
+        let (done, mut answer) = tokio::sync::oneshot::channel();
+        {
+            let mut q = writes.queue.lock().unwrap();
+            q.flushers = 1;
+            q.pending.push(PendingWrite {
+                name: "q".into(),
+                version: 1,
+                spec: "{}".into(),
+                status: "{}".into(),
+                done,
+            });
+        }
+        drop(Running {
+            writes: writes.clone(),
+            armed: true,
+        });
+        let q = writes.queue.lock().unwrap();
+        assert_eq!((q.flushers, q.pending.len()), (0, 0));
+        assert!(matches!(
+            answer.try_recv(),
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed)
+        ));
     }
 
     on_both_databases!(
