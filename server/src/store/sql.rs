@@ -863,18 +863,23 @@ mod tests {
         }
     }
 
-    /// A busy status is written around the charges kept serialised from
-    /// the last write: what is read back is what was written each time,
-    /// a changed charge as changed, a released one gone (its binding too).
-    async fn a_busy_status_reads_back_as_written(store: &SqlStore) {
-        let spec = QuotaSpec {
+    /// A quota of `cards` GPUs.
+    fn gpus(cards: &str) -> QuotaSpec {
+        QuotaSpec {
             hard: [(
                 "requests.nvidia.com/gpu".to_string(),
-                "100".parse().unwrap(),
+                cards.parse().unwrap(),
             )]
             .into(),
             ..Default::default()
-        };
+        }
+    }
+
+    /// A busy status is written with the JSON its unchanged charges kept
+    /// from the last write: what is read back is what was written each time,
+    /// a changed charge as changed, a released one gone (its binding too).
+    async fn a_busy_status_reads_back_as_written(store: &SqlStore) {
+        let spec = gpus("100");
         let mut current = store.create(&Quota::new("busy", spec)).await.unwrap();
         let w = |i: usize| format!("apps/Deployment/ml/w{i}");
         for round in 0..3usize {
@@ -909,14 +914,7 @@ mod tests {
     /// not found, and a workload moved from one quota to another in the
     /// same statement is bound to where it went.
     async fn coalesced_writes_answer_each_as_if_alone(store: &SqlStore) {
-        let spec = QuotaSpec {
-            hard: [(
-                "requests.nvidia.com/gpu".to_string(),
-                "100".parse().unwrap(),
-            )]
-            .into(),
-            ..Default::default()
-        };
+        let spec = gpus("100");
         let n = 60;
         let mut current = Vec::new();
         for i in 0..n {
@@ -1026,14 +1024,7 @@ mod tests {
             .await
             .unwrap();
         let wal = format!("{}-wal", row.get::<String, _>(2));
-        let spec = QuotaSpec {
-            hard: [(
-                "requests.nvidia.com/gpu".to_string(),
-                "100000".parse().unwrap(),
-            )]
-            .into(),
-            ..Default::default()
-        };
+        let spec = gpus("100000");
         let mut current = Vec::new();
         for i in 0..100 {
             current.push(
