@@ -139,6 +139,11 @@ fn pool_options() -> AnyPoolOptions {
 
 const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
 
+/// One quota's compare-and-swap: spec `$1`, status `$2`, name `$3`, the
+/// version it was decided on `$4`.
+const UPDATE_ONE: &str =
+    "UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4";
+
 /// Names per statement in `get_many`.
 const GET_MANY_CHUNK: usize = 500;
 
@@ -334,14 +339,13 @@ impl SqlStore {
         let name = current.quota.name();
         let spec_json = to_json(spec)?;
         let status_json = to_json(status)?;
-        let update = "UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4";
         // Budget periods this write closes, and the ledger entries it
         // accrued, are stored with it, or not at all.
         let closed = quota::budget::periods::new_records(&current.quota.status, status);
         let entries = ledger_entries_of(name, &current.quota.status, status, &closed);
         if !closed.is_empty() || !entries.is_empty() {
             let mut tx = self.write.begin().await?;
-            let done = sqlx::query(update)
+            let done = sqlx::query(UPDATE_ONE)
                 .bind(&spec_json)
                 .bind(&status_json)
                 .bind(name)
@@ -449,16 +453,13 @@ impl SqlStore {
             }
         }
         for w in batch {
-            let done = sqlx::query(
-                "UPDATE quotas SET spec = $1, status = $2, version = version + 1 \
-                 WHERE name = $3 AND version = $4",
-            )
-            .bind(&w.spec)
-            .bind(&w.status)
-            .bind(&w.name)
-            .bind(w.version)
-            .execute(&self.write)
-            .await;
+            let done = sqlx::query(UPDATE_ONE)
+                .bind(&w.spec)
+                .bind(&w.status)
+                .bind(&w.name)
+                .bind(w.version)
+                .execute(&self.write)
+                .await;
             let _ = w
                 .done
                 .send(done.map(|d| d.rows_affected() == 1).map_err(Into::into));
@@ -719,16 +720,13 @@ impl QuotaStore for SqlStore {
                 tx.commit().await?;
                 return Ok(None);
             };
-            let done = sqlx::query(
-                "UPDATE quotas SET spec = $1, status = $2, version = version + 1 \
-                 WHERE name = $3 AND version = $4",
-            )
-            .bind(to_json(&q.spec)?)
-            .bind(to_json(&q.status)?)
-            .bind(name)
-            .bind(current.version)
-            .execute(&mut *tx)
-            .await?;
+            let done = sqlx::query(UPDATE_ONE)
+                .bind(to_json(&q.spec)?)
+                .bind(to_json(&q.status)?)
+                .bind(name)
+                .bind(current.version)
+                .execute(&mut *tx)
+                .await?;
             if done.rows_affected() != 1 {
                 // Under the row lock this cannot happen; never write blind.
                 return Err(StoreError::Conflict(name.to_string()));
