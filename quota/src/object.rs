@@ -22,6 +22,7 @@ use crate::transfer::Hold;
 use crate::workload::PodSet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
 
 pub const API_GROUP: &str = "bizrq.io";
 pub const API_VERSION: &str = "v1";
@@ -130,8 +131,6 @@ impl Charge {
 /// It reads as a `BTreeMap<String, Charge>`, and is one in JSON.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Workloads(BTreeMap<String, Arc<Shared>>);
-
-use std::sync::{Arc, OnceLock};
 
 /// One charge, and its JSON once serialised. Only `Workloads` reaches the
 /// charge mutably, and forgets the JSON as it does.
