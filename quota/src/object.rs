@@ -140,7 +140,37 @@ struct Shared {
     json: OnceLock<Box<serde_json::value::RawValue>>,
 }
 
+std::thread_local! {
+    /// Set while `QuotaStatus::to_json_without_workloads` serialises: the
+    /// status is then written without its charges (`Workloads::skipped`).
+    /// Serialising is synchronous, so a flag of the thread is the call's own.
+    static WITHOUT_WORKLOADS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The changes from one `Workloads` to another (`Workloads::changes_since`):
+/// each charge added or changed, with its JSON, and each reference gone.
+#[derive(Debug, Default)]
+pub struct WorkloadChanges<'a> {
+    pub written: Vec<(&'a str, &'a serde_json::value::RawValue)>,
+    pub removed: Vec<&'a str>,
+}
+
+impl WorkloadChanges<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.written.is_empty() && self.removed.is_empty()
+    }
+}
+
 impl Shared {
+    /// The charge's JSON, serialised once.
+    fn json(&self) -> serde_json::Result<&serde_json::value::RawValue> {
+        if let Some(json) = self.json.get() {
+            return Ok(json);
+        }
+        let json = serde_json::value::to_raw_value(&self.charge)?;
+        Ok(self.json.get_or_init(|| json))
+    }
+
     fn new(charge: Charge) -> Arc<Shared> {
         Arc::new(Shared {
             charge,
@@ -169,14 +199,7 @@ impl Eq for Shared {}
 
 impl Serialize for Shared {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.json.get() {
-            Some(json) => json.serialize(s),
-            None => {
-                let json = serde_json::value::to_raw_value(&self.charge)
-                    .map_err(serde::ser::Error::custom)?;
-                self.json.get_or_init(|| json).serialize(s)
-            }
-        }
+        self.json().map_err(serde::ser::Error::custom)?.serialize(s)
     }
 }
 
@@ -231,6 +254,53 @@ impl Workloads {
         &self,
     ) -> impl DoubleEndedIterator<Item = (&String, &Charge)> + ExactSizeIterator + Clone {
         self.0.iter().map(|(k, c)| (k, &c.charge))
+    }
+
+    /// Adds a charge read back as JSON, keeping that JSON as the charge's
+    /// own (it is written again as it was read, not serialised anew).
+    pub fn insert_json(&mut self, wref: String, json: String) -> serde_json::Result<()> {
+        let json = serde_json::value::RawValue::from_string(json)?;
+        let charge: Charge = serde_json::from_str(json.get())?;
+        self.0.insert(
+            wref,
+            Arc::new(Shared {
+                charge,
+                json: OnceLock::from(json),
+            }),
+        );
+        Ok(())
+    }
+
+    /// What a store that keeps charges apart (a row each) must do to
+    /// turn `base` into `self`: write each charge that is new or changed,
+    /// and remove each reference `self` no longer holds. A charge `self`
+    /// shares with `base` is unchanged without being compared; one copied
+    /// is compared, and written only if it differs.
+    pub fn changes_since<'a>(
+        &'a self,
+        base: &'a Workloads,
+    ) -> serde_json::Result<WorkloadChanges<'a>> {
+        let mut out = WorkloadChanges::default();
+        let mut old = base.0.iter().peekable();
+        for (k, c) in &self.0 {
+            while let Some((ok, _)) = old.next_if(|(ok, _)| ok.as_str() < k.as_str()) {
+                out.removed.push(ok.as_str());
+            }
+            let same = old
+                .next_if(|(ok, _)| *ok == k)
+                .is_some_and(|(_, oc)| Arc::ptr_eq(c, oc) || oc.charge == c.charge);
+            if !same {
+                out.written.push((k.as_str(), c.json()?));
+            }
+        }
+        out.removed.extend(old.map(|(k, _)| k.as_str()));
+        Ok(out)
+    }
+
+    /// Whether a status is serialised without its charges: when it has
+    /// none, or in `QuotaStatus::to_json_without_workloads`.
+    fn skipped(&self) -> bool {
+        self.is_empty() || WITHOUT_WORKLOADS.with(std::cell::Cell::get)
     }
 }
 
@@ -365,7 +435,7 @@ pub struct QuotaStatus {
     pub children: BTreeMap<String, Carve>,
     /// Charges of bound workloads, by workload reference
     /// (`group/Kind/namespace/name`).
-    #[serde(default, skip_serializing_if = "Workloads::is_empty")]
+    #[serde(default, skip_serializing_if = "Workloads::skipped")]
     pub workloads: Workloads,
     /// Exact cash accumulators per cash key, in nano-units × milliseconds ×
     /// per-mille price (integers as strings, so nothing is rounded).
@@ -445,6 +515,21 @@ pub struct QuotaStatus {
 }
 
 impl QuotaStatus {
+    /// The status's JSON without its charges, for a store that keeps each
+    /// charge apart (the SQL store's `charges` rows): `workloads` is left
+    /// out as when empty, and reads back empty.
+    pub fn to_json_without_workloads(&self) -> serde_json::Result<String> {
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                WITHOUT_WORKLOADS.with(|c| c.set(false));
+            }
+        }
+        WITHOUT_WORKLOADS.with(|c| c.set(true));
+        let _reset = Reset;
+        serde_json::to_string(self)
+    }
+
     /// Derive `summary` and `readable` from spec and status, as written.
     pub fn summarize(&mut self, spec: &QuotaSpec, cfg: &KeyConfig) {
         let (summary, readable) = readable::summarize(spec, self, cfg);
@@ -753,5 +838,77 @@ mod tests {
         assert!(serde_json::to_string(&a).unwrap().contains("\"count\":9"));
         assert_eq!(a.remove("w2").unwrap().pod_sets[0].count, 9);
         assert_eq!(b["w2"].pod_sets[0].count, 2);
+    }
+
+    /// The changes a store keeping charges apart writes: what is new or
+    /// changed (a copied charge changed back to what it was is not), and
+    /// what is gone, on both sides of every other reference.
+    #[test]
+    fn the_changes_between_two_copies_are_what_differs() {
+        let base: Workloads = ["a", "b", "c", "d", "f"]
+            .map(|w| (w.to_string(), charge(1)))
+            .into();
+        let mut next = base.clone();
+        assert!(next.changes_since(&base).unwrap().is_empty());
+        next.remove("a");
+        next.get_mut("b").unwrap().pod_sets[0].count = 2;
+        next.get_mut("c").unwrap().pod_sets[0].count = 1;
+        next.remove("d");
+        next.insert("e".into(), charge(3));
+        next.remove("f");
+        next.insert("g".into(), charge(4));
+        let changes = next.changes_since(&base).unwrap();
+        let written: Vec<_> = changes
+            .written
+            .iter()
+            .map(|(k, j)| (*k, serde_json::from_str::<Charge>(j.get()).unwrap()))
+            .collect();
+        assert_eq!(
+            written,
+            vec![("b", next["b"].clone()), ("e", charge(3)), ("g", charge(4))]
+        );
+        assert_eq!(changes.removed, vec!["a", "d", "f"]);
+        assert_eq!(
+            Workloads::new().changes_since(&base).unwrap().removed,
+            vec!["a", "b", "c", "d", "f"]
+        );
+        assert_eq!(
+            base.changes_since(&Workloads::new()).unwrap().written.len(),
+            5
+        );
+    }
+
+    /// A status without its charges reads back with none, and the charges
+    /// read back from their JSON write again as they were read.
+    #[test]
+    fn a_status_writes_without_its_charges_and_they_read_back_apart() {
+        let mut status = QuotaStatus {
+            workloads: [("w1".to_string(), charge(2))].into(),
+            ..Default::default()
+        };
+        status.used = [("requests.nvidia.com/gpu".to_string(), "2".parse().unwrap())].into();
+        let bare = status.to_json_without_workloads().unwrap();
+        assert!(!bare.contains("workloads"), "{bare}");
+        assert!(serde_json::to_string(&status)
+            .unwrap()
+            .contains("workloads"));
+        let mut back: QuotaStatus = serde_json::from_str(&bare).unwrap();
+        assert!(back.workloads.is_empty());
+        assert_eq!(back.used, status.used);
+        let json = serde_json::to_string(&status.workloads["w1"]).unwrap();
+        back.workloads
+            .insert_json("w1".into(), json.clone())
+            .unwrap();
+        assert_eq!(back.workloads, status.workloads);
+        assert_eq!(
+            back.workloads
+                .changes_since(&Workloads::new())
+                .unwrap()
+                .written[0]
+                .1
+                .get(),
+            json
+        );
+        assert!(back.workloads.insert_json("w2".into(), "{".into()).is_err());
     }
 }

@@ -1,7 +1,10 @@
 //! The SQL store (SQLite or PostgreSQL through sqlx `Any`): spec and status
-//! as JSON text, a version column for compare-and-swap, and the workload
-//! bindings kept by a trigger in the same statement as the status that
-//! holds them.
+//! as JSON text, a version column for compare-and-swap, and the status's
+//! charges each a row of `charges`. A write names the charges it changed
+//! (`charge_changes`) in the quota's row, and a trigger applies them in
+//! the same statement (migration 0018): an admission writes the one charge
+//! it changed, not every charge the quota holds, and a write stays one
+//! statement.
 
 use super::{QuotaStore, ResultExt, Stamp, StoreError, Stored};
 use async_trait::async_trait;
@@ -68,6 +71,8 @@ struct PendingWrite {
     version: i64,
     spec: String,
     status: String,
+    /// The charges it changes (`charge_changes`).
+    charges: Option<String>,
     /// Whether the row was written (false: its version moved on, or it is gone).
     done: tokio::sync::oneshot::Sender<Result<bool, StoreError>>,
 }
@@ -139,10 +144,52 @@ fn pool_options() -> AnyPoolOptions {
 
 const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
 
+/// Quota rows and their charge rows in one statement (one snapshot: a
+/// charge is never read from another version than its quota's row):
+/// `{}` is the quotas' `WHERE` condition, on columns of `quotas`. A charge
+/// row has `version` NULL, its quota in `name`, its workload in `parent`
+/// and its JSON in `spec` (`Rows`).
+const WITH_CHARGES: &str = "SELECT name, parent, spec, status, version, uid, created_at \
+       FROM quotas WHERE {} \
+     UNION ALL \
+     SELECT c.quota, c.workload, c.charge, NULL, NULL, NULL, NULL \
+       FROM charges c JOIN quotas ON quotas.name = c.quota WHERE {}";
+
+fn with_charges(condition: &str) -> String {
+    WITH_CHARGES.replace("{}", condition)
+}
+
+/// What a write changes of a quota's charges (`Workloads::changes_since`
+/// from the version it was decided on), as the `charges_delta` column
+/// takes it: `{"written":{workload: charge, …},"removed":[workload, …]}`;
+/// None when it changes none. The column's trigger applies it to the
+/// `charges` rows in the statement that writes the row (migration 0018).
+fn charge_changes(old: &QuotaStatus, new: &QuotaStatus) -> Result<Option<String>, StoreError> {
+    let bad = |e: serde_json::Error| StoreError::Backend(e.to_string());
+    let changes = new.workloads.changes_since(&old.workloads).map_err(bad)?;
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    let mut out = String::from(r#"{"written":{"#);
+    for (i, (workload, json)) in changes.written.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(workload).map_err(bad)?);
+        out.push(':');
+        out.push_str(json.get());
+    }
+    out.push_str(r#"},"removed":"#);
+    out.push_str(&serde_json::to_string(&changes.removed).map_err(bad)?);
+    out.push('}');
+    Ok(Some(out))
+}
+
 /// One quota's compare-and-swap: spec `$1`, status `$2`, name `$3`, the
-/// version it was decided on `$4`.
-const UPDATE_ONE: &str =
-    "UPDATE quotas SET spec = $1, status = $2, version = version + 1 WHERE name = $3 AND version = $4";
+/// version it was decided on `$4`, and what it changes of the charges `$5`
+/// (`charge_changes`).
+const UPDATE_ONE: &str = "UPDATE quotas SET spec = $1, status = $2, charges_delta = $5, \
+     version = version + 1 WHERE name = $3 AND version = $4";
 
 /// Names per statement in `get_many`.
 const GET_MANY_CHUNK: usize = 500;
@@ -338,7 +385,8 @@ impl SqlStore {
     ) -> Result<i64, StoreError> {
         let name = current.quota.name();
         let spec_json = to_json(spec)?;
-        let status_json = to_json(status)?;
+        let status_json = status_to_json(status)?;
+        let charges = charge_changes(&current.quota.status, status)?;
         // Budget periods this write closes, and the ledger entries it
         // accrued, are stored with it, or not at all.
         let closed = quota::budget::periods::new_records(&current.quota.status, status);
@@ -350,6 +398,7 @@ impl SqlStore {
                 .bind(&status_json)
                 .bind(name)
                 .bind(current.version)
+                .bind(&charges)
                 .execute(&mut *tx)
                 .await?;
             if done.rows_affected() == 0 {
@@ -361,8 +410,7 @@ impl SqlStore {
             tx.commit().await?;
             return Ok(current.version + 1);
         }
-        // One statement, perhaps with other quotas' writes (`Writes`): the
-        // bindings follow by trigger (migration 0002).
+        // Perhaps with other quotas' writes (`Writes`).
         let (done, written) = tokio::sync::oneshot::channel();
         let start = {
             let mut q = self.writes.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -371,6 +419,7 @@ impl SqlStore {
                 version: current.version,
                 spec: spec_json,
                 status: status_json,
+                charges,
                 done,
             });
             let start = q.flushers < max_flushers(self.backend);
@@ -432,7 +481,7 @@ impl SqlStore {
             sizes.observe(batch.len() as f64);
         }
         if batch.len() > 1 {
-            match self.update_many(&batch).await {
+            match update_rows(&self.write, self.backend, &batch).await {
                 Ok(written) => {
                     self.writes
                         .coalesced
@@ -453,29 +502,42 @@ impl SqlStore {
             }
         }
         for w in batch {
-            let done = sqlx::query(UPDATE_ONE)
-                .bind(&w.spec)
-                .bind(&w.status)
-                .bind(&w.name)
-                .bind(w.version)
-                .execute(&self.write)
-                .await;
-            let _ = w
-                .done
-                .send(done.map(|d| d.rows_affected() == 1).map_err(Into::into));
+            let done = update_rows(&self.write, self.backend, std::slice::from_ref(&w)).await;
+            let _ = w.done.send(done.map(|names| names.contains(&w.name)));
         }
     }
+}
 
-    /// One statement for the writes of many quotas; the names it wrote.
-    async fn update_many(
-        &self,
-        batch: &[PendingWrite],
-    ) -> Result<std::collections::HashSet<String>, StoreError> {
+/// Writes the quota rows of `batch`, each compared on its version, with
+/// the charges each changes (one statement: `UPDATE … FROM (VALUES …)
+/// RETURNING name` for more than one); the names written.
+async fn update_rows<'e>(
+    e: impl Executor<'e, Database = sqlx::Any>,
+    backend: Backend,
+    batch: &[PendingWrite],
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    if let [w] = batch {
+        let done = sqlx::query(UPDATE_ONE)
+            .bind(&w.spec)
+            .bind(&w.status)
+            .bind(&w.name)
+            .bind(w.version)
+            .bind(&w.charges)
+            .execute(e)
+            .await?;
+        return Ok(if done.rows_affected() == 1 {
+            [w.name.clone()].into()
+        } else {
+            Default::default()
+        });
+    }
+    {
         let values =
-            super::history::values_list(super::history::Params::on(self.backend), batch.len(), 4);
-        // VALUES columns are column1 … column4 on both databases.
+            super::history::values_list(super::history::Params::on(backend), batch.len(), 5);
+        // VALUES columns are column1 … column5 on both databases.
         let sql = format!(
-            "UPDATE quotas SET spec = v.column3, status = v.column4, version = quotas.version + 1 \
+            "UPDATE quotas SET spec = v.column3, status = v.column4, charges_delta = v.column5, \
+             version = quotas.version + 1 \
              FROM (VALUES {values}) AS v \
              WHERE quotas.name = v.column1 AND quotas.version = CAST(v.column2 AS BIGINT) \
              RETURNING name"
@@ -486,9 +548,10 @@ impl SqlStore {
                 .bind(&w.name)
                 .bind(w.version)
                 .bind(&w.spec)
-                .bind(&w.status);
+                .bind(&w.status)
+                .bind(&w.charges);
         }
-        let rows = query.fetch_all(&self.write).await?;
+        let rows = query.fetch_all(e).await?;
         rows.iter()
             .map(|r| r.try_get::<String, _>(0).map_err(Into::into))
             .collect()
@@ -519,6 +582,51 @@ pub(super) fn to_json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> 
     serde_json::to_string(v).map_err(|e| StoreError::Backend(e.to_string()))
 }
 
+/// A status's JSON as the `quotas` row holds it: without its charges,
+/// which are rows of their own.
+fn status_to_json(status: &QuotaStatus) -> Result<String, StoreError> {
+    status
+        .to_json_without_workloads()
+        .map_err(|e| StoreError::Backend(e.to_string()))
+}
+
+/// Quotas from the rows of a `with_charges` statement (in any order), in
+/// name order, each with its charges.
+fn from_rows(rows: &[AnyRow]) -> Result<Vec<Stored>, StoreError> {
+    let mut quotas = std::collections::BTreeMap::new();
+    let mut charges = Vec::new();
+    for row in rows {
+        if row.try_get::<Option<i64>, _>("version")?.is_some() {
+            let s = from_row(row)?;
+            quotas.insert(s.quota.name().to_string(), s);
+        } else {
+            charges.push(row);
+        }
+    }
+    for row in charges {
+        let quota: String = row.try_get("name")?;
+        let workload: String = row.try_get("parent")?;
+        // (The statement reads a charge only with its quota's row.)
+        if let Some(s) = quotas.get_mut(&quota) {
+            add_charge(s, workload, row.try_get("spec")?)?;
+        }
+    }
+    Ok(quotas.into_values().collect())
+}
+
+fn add_charge(s: &mut Stored, workload: String, json: String) -> Result<(), StoreError> {
+    s.quota
+        .status
+        .workloads
+        .insert_json(workload.clone(), json)
+        .map_err(|e| {
+            StoreError::Backend(format!(
+                "bizrq {}: the stored charge of {workload} is unreadable: {e}",
+                s.quota.name()
+            ))
+        })
+}
+
 fn from_row(row: &AnyRow) -> Result<Stored, StoreError> {
     let name: String = row.try_get("name")?;
     let bad = |what: &str, e: serde_json::Error| {
@@ -546,11 +654,11 @@ impl QuotaStore for SqlStore {
     async fn get(&self, name: &str) -> Result<Option<Stored>, StoreError> {
         // On the writer: a read-modify-write stays on one connection, whose
         // page cache is never invalidated by another writer.
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM quotas WHERE name = $1"))
+        let rows = sqlx::query(&with_charges("name = $1"))
             .bind(name)
-            .fetch_optional(&self.write)
+            .fetch_all(&self.write)
             .await?;
-        row.as_ref().map(from_row).transpose()
+        Ok(from_rows(&rows)?.pop())
     }
 
     async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
@@ -563,12 +671,12 @@ impl QuotaStore for SqlStore {
     }
 
     async fn list(&self) -> Result<Vec<Stored>, StoreError> {
-        let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM quotas ORDER BY name"))
+        let rows = sqlx::query(&with_charges("true"))
             .fetch_all(&self.read)
             .await?;
         // Parsing every quota is the cost of a list (hundreds of ms at
         // 10,000 quotas): off the async workers, so admissions keep them.
-        tokio::task::spawn_blocking(move || rows.iter().map(from_row).collect())
+        tokio::task::spawn_blocking(move || from_rows(&rows))
             .await
             .map_err(|e| StoreError::Backend(format!("listing quotas: {e}")))?
     }
@@ -594,18 +702,29 @@ impl QuotaStore for SqlStore {
         // in older builds).
         let mut rows = Vec::new();
         for chunk in names.chunks(GET_MANY_CHUNK) {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM quotas WHERE name IN ({}) ORDER BY name",
-                super::history::Params::on(self.backend).list(chunk.len())
-            );
+            let params = super::history::Params::on(self.backend);
+            let sql = with_charges(&format!("name IN ({})", params.list(chunk.len())));
             let mut q = sqlx::query(&sql);
-            for name in chunk {
-                q = q.bind(name);
+            // The list is in the statement twice: `$n` name a parameter
+            // again, `?` (SQLite) are bound again.
+            let times = if params == super::history::Params::Anonymous {
+                2
+            } else {
+                1
+            };
+            for _ in 0..times {
+                for name in chunk {
+                    q = q.bind(name);
+                }
             }
-            rows.extend(q.fetch_all(&self.read).await?);
+            rows.push(q.fetch_all(&self.read).await?);
         }
         let mut out = tokio::task::spawn_blocking(move || {
-            rows.iter().map(from_row).collect::<Result<Vec<_>, _>>()
+            let mut out = Vec::new();
+            for rows in &rows {
+                out.extend(from_rows(rows)?);
+            }
+            Ok::<_, StoreError>(out)
         })
         .await
         .map_err(|e| StoreError::Backend(format!("reading quotas: {e}")))??;
@@ -614,13 +733,11 @@ impl QuotaStore for SqlStore {
     }
 
     async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM quotas WHERE parent = $1 ORDER BY name"
-        ))
-        .bind(name)
-        .fetch_all(&self.read)
-        .await?;
-        rows.iter().map(from_row).collect()
+        let rows = sqlx::query(&with_charges("parent = $1"))
+            .bind(name)
+            .fetch_all(&self.read)
+            .await?;
+        from_rows(&rows)
     }
 
     async fn subtrees(&self, roots: &[String]) -> Result<Vec<Stored>, StoreError> {
@@ -634,13 +751,13 @@ impl QuotaStore for SqlStore {
                 "WITH RECURSIVE sub(name) AS ( \
                    SELECT name FROM quotas WHERE name = $1 \
                    UNION SELECT q.name FROM quotas q JOIN sub ON q.parent = sub.name) \
-                 SELECT {COLUMNS} FROM quotas WHERE name IN (SELECT name FROM sub)"
+                 {}",
+                with_charges("quotas.name IN (SELECT name FROM sub)")
             ))
             .bind(root)
             .fetch_all(&self.read)
             .await?;
-            for row in &rows {
-                let s = from_row(row)?;
+            for s in from_rows(&rows)? {
                 by_name.insert(s.quota.name().to_string(), s);
             }
         }
@@ -658,13 +775,17 @@ impl QuotaStore for SqlStore {
             .creation_timestamp
             .clone()
             .unwrap_or_else(|| quota::time::format_rfc3339(crate::util::now_ms()));
-        sqlx::query("INSERT INTO quotas (name, parent, spec, status, version, uid, created_at) VALUES ($1, $2, $3, $4, 1, $5, $6)")
+        sqlx::query(
+            "INSERT INTO quotas (name, parent, spec, status, version, uid, created_at, charges_delta) \
+             VALUES ($1, $2, $3, $4, 1, $5, $6, $7)",
+        )
             .bind(quota.name())
             .bind(&quota.spec.parent)
             .bind(to_json(&quota.spec)?)
-            .bind(to_json(&quota.status)?)
+            .bind(status_to_json(&quota.status)?)
             .bind(&uid)
             .bind(&created)
+            .bind(charge_changes(&QuotaStatus::default(), &quota.status)?)
             .execute(&self.write)
             .await
             .on_unique(|| StoreError::AlreadyExists(quota.name().to_string()))?;
@@ -715,16 +836,25 @@ impl QuotaStore for SqlStore {
             let Some(row) = row else {
                 return Err(StoreError::NotFound(name.to_string()));
             };
-            let current = from_row(&row)?;
+            let mut current = from_row(&row)?;
+            // Under the row's lock: no writer changes its charges meanwhile.
+            let charges = sqlx::query("SELECT workload, charge FROM charges WHERE quota = $1")
+                .bind(name)
+                .fetch_all(&mut *tx)
+                .await?;
+            for c in &charges {
+                add_charge(&mut current, c.try_get(0)?, c.try_get(1)?)?;
+            }
             let Some(mut q) = decide(&current) else {
                 tx.commit().await?;
                 return Ok(None);
             };
             let done = sqlx::query(UPDATE_ONE)
                 .bind(to_json(&q.spec)?)
-                .bind(to_json(&q.status)?)
+                .bind(status_to_json(&q.status)?)
                 .bind(name)
                 .bind(current.version)
+                .bind(charge_changes(&current.quota.status, &q.status)?)
                 .execute(&mut *tx)
                 .await?;
             if done.rows_affected() != 1 {
@@ -757,10 +887,11 @@ impl QuotaStore for SqlStore {
     }
 
     async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError> {
-        let row = sqlx::query("SELECT quota FROM workload_bindings WHERE workload = $1")
-            .bind(workload)
-            .fetch_optional(&self.read)
-            .await?;
+        let row =
+            sqlx::query("SELECT quota FROM charges WHERE workload = $1 ORDER BY id DESC LIMIT 1")
+                .bind(workload)
+                .fetch_optional(&self.read)
+                .await?;
         Ok(row.map(|r| r.get::<String, _>(0)))
     }
 
@@ -1032,8 +1163,9 @@ mod tests {
                     .unwrap(),
             );
         }
-        // 40 rounds of a charge more on each quota: statuses of up to 40
-        // charges rewritten 4,000 times, some 40 MB of pages.
+        // 40 rounds of a charge more on each quota: 4,000 commits, each
+        // appending every page it changed (the quota's row, the new
+        // charge's row and its two index entries) to the log.
         for round in 0..40 {
             for s in current.iter_mut() {
                 let mut status = s.quota.status.clone();
@@ -1067,6 +1199,7 @@ mod tests {
                 version: 1,
                 spec: "{}".into(),
                 status: "{}".into(),
+                charges: Default::default(),
                 done,
             });
         }
@@ -1082,8 +1215,320 @@ mod tests {
         ));
     }
 
+    /// A small random generator (xorshift), so a failing run repeats.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Charges are rows of their own, written with the quota's row: after
+    /// rounds of random changes (charges added, resized, released, moved
+    /// between quotas) written at once from many tasks (coalesced, one
+    /// statement for many quotas), one by one, and through the ledger's
+    /// transaction, every read gives each quota exactly the charges of
+    /// its last write, and each workload is found in the quota holding it.
+    async fn every_read_gives_the_charges_last_written(store: &SqlStore) {
+        let mut root = Quota::new("root", gpus("1000"));
+        root.status
+            .workloads
+            .insert("apps/Job/ml/at-root".into(), charge(1, "r"));
+        store.create(&root).await.unwrap();
+        let mut current = Vec::new();
+        for i in 0..12 {
+            let mut spec = gpus("100");
+            spec.parent = "root".into();
+            current.push(
+                store
+                    .create(&Quota::new(&format!("q{i:02}"), spec))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..8 {
+            let mut tasks = Vec::new();
+            let mut taken: std::collections::HashSet<String> = current
+                .iter()
+                .flat_map(|s| s.quota.status.workloads.keys().cloned())
+                .collect();
+            for (i, s) in current.iter().enumerate() {
+                let mut status = s.quota.status.clone();
+                for _ in 0..rng.below(6) {
+                    let w = format!("apps/Deployment/ml/w{}", rng.below(40));
+                    match rng.below(3) {
+                        0 => {
+                            status.workloads.remove(&w);
+                        }
+                        1 => {
+                            if let Some(c) = status.workloads.get_mut(&w) {
+                                c.pod_sets[0].count += 1;
+                            }
+                        }
+                        _ => {
+                            // One workload in one quota at a time: none
+                            // held, or taken this round, by another.
+                            if taken.insert(w.clone()) {
+                                status.workloads.insert(w, charge(1, &format!("u{round}")));
+                            }
+                        }
+                    }
+                }
+                status.refresh(&s.quota.spec);
+                if i == round {
+                    // A write through the ledger's transaction: an entry
+                    // it accrued is stored with it.
+                    status.ledger.0.push(quota::budget::Entry {
+                        quota: String::new(),
+                        key: "bizrq.io/gpu-hours".into(),
+                        workload: String::new(),
+                        namespace: "ml".into(),
+                        model: None,
+                        qos: None,
+                        user: None,
+                        start_ms: 1_000 * round as i64,
+                        end_ms: 1_000 * round as i64 + 1,
+                        amount: 1,
+                        reason: quota::budget::Reason::Accrual,
+                        note: String::new(),
+                    });
+                }
+                let store = store.clone();
+                let s = s.clone();
+                let t = tokio::spawn(async move {
+                    let v = store.replace_status(&s, &status).await.unwrap();
+                    status.ledger = Default::default();
+                    Stored {
+                        quota: Quota { status, ..s.quota },
+                        version: v,
+                    }
+                });
+                // Every other round one by one, else all at once.
+                if round % 2 == 1 {
+                    let done = t.await.unwrap();
+                    tasks.push(tokio::spawn(std::future::ready(done)));
+                } else {
+                    tasks.push(t);
+                }
+            }
+            for (s, t) in current.iter_mut().zip(tasks) {
+                *s = t.await.unwrap();
+            }
+            let expect: Vec<_> = current
+                .iter()
+                .map(|s| (s.quota.name(), &s.quota.status))
+                .collect();
+            let check = |read: Vec<Stored>, how: &str| {
+                let read: Vec<_> = read
+                    .into_iter()
+                    .filter(|s| s.quota.name() != "root")
+                    .collect();
+                assert_eq!(read.len(), expect.len(), "{how}, round {round}");
+                for (r, (name, status)) in read.iter().zip(&expect) {
+                    assert_eq!(r.quota.name(), *name, "{how}");
+                    assert_eq!(
+                        &r.quota.status.workloads, &status.workloads,
+                        "{how}: {name}, round {round}"
+                    );
+                    assert_eq!(&r.quota.status, *status, "{how}: {name}, round {round}");
+                }
+            };
+            check(store.list().await.unwrap(), "list");
+            check(store.children("root").await.unwrap(), "children");
+            check(store.subtrees(&["root".into()]).await.unwrap(), "subtrees");
+            let names: Vec<String> = expect.iter().map(|(n, _)| n.to_string()).collect();
+            check(store.get_many(&names).await.unwrap(), "get_many");
+            let mut one = Vec::new();
+            for n in &names {
+                one.push(store.get(n).await.unwrap().unwrap());
+            }
+            check(one, "get");
+            for (name, status) in &expect {
+                for w in status.workloads.keys() {
+                    assert_eq!(
+                        store.workload_quota(w).await.unwrap().as_deref(),
+                        Some(*name)
+                    );
+                }
+            }
+        }
+        let root = store.get("root").await.unwrap().unwrap();
+        assert_eq!(root.quota.status.workloads.len(), 1);
+        assert_eq!(
+            store
+                .workload_quota("apps/Job/ml/at-root")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("root")
+        );
+        // A deleted quota's charges go with it.
+        let q0 = store.get("q00").await.unwrap().unwrap();
+        let held: Vec<String> = q0.quota.status.workloads.keys().cloned().collect();
+        store.delete(&q0).await.unwrap();
+        for w in held {
+            assert_eq!(store.workload_quota(&w).await.unwrap(), None);
+        }
+        let left: i64 = sqlx::query("SELECT COUNT(*) FROM charges WHERE quota = 'q00'")
+            .fetch_one(&store.read)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 0);
+    }
+
+    /// Under PostgreSQL's row lock (`modify_locked`) the decision sees the
+    /// quota's charges, and what it changes of them is written.
+    async fn a_locked_write_sees_and_writes_the_charges(store: &SqlStore) {
+        let mut q = Quota::new("locked", gpus("10"));
+        q.status
+            .workloads
+            .insert("apps/Job/ml/a".into(), charge(1, "a"));
+        q.status
+            .workloads
+            .insert("apps/Job/ml/b".into(), charge(1, "b"));
+        store.create(&q).await.unwrap();
+        let mut seen = None;
+        let mut decide = |s: &Stored| {
+            seen = Some(s.quota.status.workloads.clone());
+            let mut q = s.quota.clone();
+            q.status.workloads.remove("apps/Job/ml/a");
+            q.status
+                .workloads
+                .get_mut("apps/Job/ml/b")
+                .unwrap()
+                .pod_sets[0]
+                .count = 3;
+            q.status
+                .workloads
+                .insert("apps/Job/ml/c".into(), charge(2, "c"));
+            Some(q)
+        };
+        let Some(done) = store.modify_locked("locked", &mut decide).await else {
+            assert_eq!(store.backend, Backend::Sqlite);
+            return;
+        };
+        let written = done.unwrap().unwrap();
+        assert_eq!(seen.unwrap(), q.status.workloads);
+        let read = store.get("locked").await.unwrap().unwrap();
+        assert_eq!(read.version, written.version);
+        assert_eq!(read.quota.status.workloads, written.quota.status.workloads);
+        assert_eq!(
+            read.quota.status.workloads.keys().collect::<Vec<_>>(),
+            ["apps/Job/ml/b", "apps/Job/ml/c"]
+        );
+        assert_eq!(
+            read.quota.status.workloads["apps/Job/ml/b"].pod_sets[0].count,
+            3
+        );
+    }
+
+    /// A database written before charges had rows of their own (up to
+    /// migration 0017, charges in the status JSON) is migrated: each
+    /// charge becomes a row, the statuses lose theirs, and every quota
+    /// reads back as it was, its workloads found where they are.
+    async fn charges_move_out_of_statuses_written_before(url: &str, migrations: &str) {
+        sqlx::any::install_default_drivers();
+        let old = tempfile::tempdir().unwrap();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../migrations")
+            .join(migrations);
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap();
+            if f.file_name().to_string_lossy().as_ref() < "0018" {
+                std::fs::copy(f.path(), old.path().join(f.file_name())).unwrap();
+            }
+        }
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .unwrap();
+        let before = sqlx::migrate::Migrator::new(old.path()).await.unwrap();
+        assert_eq!(before.iter().count(), 17);
+        before.run(&pool).await.unwrap();
+        let spec = gpus("10");
+        let mut busy = QuotaStatus::default();
+        busy.workloads
+            .insert("apps/Job/ml/a".into(), charge(1, "a"));
+        busy.workloads
+            .insert("apps/Job/ml/b".into(), charge(2, "b"));
+        busy.refresh(&spec);
+        let mut idle = QuotaStatus::default();
+        idle.refresh(&spec);
+        for (name, status) in [("busy", &busy), ("idle", &idle)] {
+            sqlx::query(
+                "INSERT INTO quotas (name, parent, spec, status, version, uid, created_at) \
+                 VALUES ($1, '', $2, $3, 3, $4, '2026-11-01T00:00:00Z')",
+            )
+            .bind(name)
+            .bind(to_json(&spec).unwrap())
+            .bind(serde_json::to_string(status).unwrap())
+            .bind(format!("uid-{name}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        let held: i64 = sqlx::query("SELECT COUNT(*) FROM workload_bindings")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(held, 2);
+        pool.close().await;
+
+        let store = SqlStore::connect(url).await.unwrap();
+        let read = store.get("busy").await.unwrap().unwrap();
+        assert_eq!(read.version, 3);
+        assert_eq!(read.quota.status, busy);
+        assert_eq!(store.get("idle").await.unwrap().unwrap().quota.status, idle);
+        let raw: String = sqlx::query("SELECT status FROM quotas WHERE name = 'busy'")
+            .fetch_one(&store.read)
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!raw.contains("workloads"), "{raw}");
+        assert_eq!(
+            store
+                .workload_quota("apps/Job/ml/b")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("busy")
+        );
+        // And it is written as any other since.
+        let mut status = read.quota.status.clone();
+        status.workloads.remove("apps/Job/ml/a");
+        store.replace_status(&read, &status).await.unwrap();
+        let read = store.get("busy").await.unwrap().unwrap();
+        assert_eq!(read.quota.status, status);
+        assert_eq!(store.workload_quota("apps/Job/ml/a").await.unwrap(), None);
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn charges_move_out_of_statuses_written_before_on_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display());
+        charges_move_out_of_statuses_written_before(&url, "sqlite").await;
+    }
+
+    #[tokio::test]
+    async fn charges_move_out_of_statuses_written_before_on_postgres() {
+        let (base, db) = crate::store::testdb::new_postgres_database().await;
+        charges_move_out_of_statuses_written_before(&format!("{base}/{db}"), "postgres").await;
+        crate::store::testdb::drop_postgres_database(&base, &db).await;
+    }
+
     on_both_databases!(
         a_busy_status_reads_back_as_written,
         coalesced_writes_answer_each_as_if_alone,
+        every_read_gives_the_charges_last_written,
+        a_locked_write_sees_and_writes_the_charges,
     );
 }

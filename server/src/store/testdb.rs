@@ -20,6 +20,16 @@ pub async fn sqlite() -> TestDb {
 }
 
 pub async fn postgres() -> TestDb {
+    let (base, db) = new_postgres_database().await;
+    TestDb {
+        store: SqlStore::connect(&format!("{base}/{db}")).await.unwrap(),
+        postgres: Some((base, db)),
+        _dir: None,
+    }
+}
+
+/// A new, empty PostgreSQL database: the server's URL and its name.
+pub async fn new_postgres_database() -> (String, String) {
     use sqlx::Connection;
     let base = std::env::var("BIZRQ_TEST_POSTGRES")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
@@ -31,27 +41,28 @@ pub async fn postgres() -> TestDb {
         .execute(&mut conn)
         .await
         .unwrap();
-    TestDb {
-        store: SqlStore::connect(&format!("{base}/{db}")).await.unwrap(),
-        postgres: Some((base, db)),
-        _dir: None,
-    }
+    (base, db)
+}
+
+/// Drops a database of `new_postgres_database`. Best effort: CI drops
+/// every leftover bizrq_t_* database before a run.
+pub async fn drop_postgres_database(base: &str, db: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::postgres::PgConnection::connect(&format!("{base}/postgres"))
+        .await
+        .unwrap();
+    // FORCE: a pool's connection may still be closing.
+    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+        .execute(&mut conn)
+        .await;
 }
 
 impl TestDb {
     /// Drops a PostgreSQL database after a passing test.
     pub async fn finish(self) {
-        use sqlx::Connection;
         self.store.close().await;
         if let Some((base, db)) = self.postgres {
-            let mut conn = sqlx::postgres::PgConnection::connect(&format!("{base}/postgres"))
-                .await
-                .unwrap();
-            // FORCE: a pool's connection may still be closing. Best effort:
-            // CI drops every leftover bizrq_t_* database before a run.
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
-                .execute(&mut conn)
-                .await;
+            drop_postgres_database(&base, &db).await;
         }
     }
 }

@@ -1,0 +1,61 @@
+-- Each charge a row of its own, out of the status JSON (README, issue 16):
+-- an admission changes one row instead of rewriting a status that grows
+-- with every workload, and no trigger walks that status again.
+--
+-- A write names what it changes of the quota's charges in its row
+-- (charges_delta: {"written": {workload: charge, ...}, "removed":
+-- [workload, ...]}, `store::sql::charge_changes`) and the trigger below
+-- applies it, in the statement that writes the row: a write stays one
+-- statement, and a row whose compare-and-swap fails changes no charge.
+-- The column keeps the changes of the write that made the row's version.
+--
+-- The rows also answer which quota holds a workload: a workload two
+-- quotas hold for a moment (a move) is in the one that took it last (the
+-- higher id).
+CREATE TABLE charges (
+    id        BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    quota     TEXT NOT NULL,
+    workload  TEXT NOT NULL,
+    charge    TEXT NOT NULL,
+    UNIQUE (quota, workload)
+);
+CREATE INDEX charges_workload ON charges (workload);
+
+DROP TRIGGER quotas_bindings ON quotas;
+DROP FUNCTION bizrq_sync_workload_bindings();
+DROP TABLE workload_bindings;
+
+INSERT INTO charges (quota, workload, charge)
+    SELECT q.name, j.key, j.value::text
+      FROM quotas q, jsonb_each(q.status::jsonb -> 'workloads') j
+     ORDER BY q.name, j.key;
+UPDATE quotas SET status = (status::jsonb - 'workloads')::text
+ WHERE status::jsonb ? 'workloads';
+
+ALTER TABLE quotas ADD COLUMN charges_delta TEXT;
+
+CREATE FUNCTION bizrq_apply_charges() RETURNS trigger AS $$
+DECLARE
+    delta jsonb;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM charges WHERE quota = OLD.name;
+        RETURN OLD;
+    END IF;
+    IF NEW.charges_delta IS NULL THEN
+        RETURN NEW;
+    END IF;
+    delta := NEW.charges_delta::jsonb;
+    DELETE FROM charges
+     WHERE quota = NEW.name
+       AND workload IN (SELECT jsonb_array_elements_text(delta -> 'removed'));
+    INSERT INTO charges (quota, workload, charge)
+        SELECT NEW.name, key, value::text FROM jsonb_each(delta -> 'written')
+        ON CONFLICT (quota, workload) DO UPDATE SET charge = excluded.charge;
+    RETURN NEW;
+END
+$$ LANGUAGE plpgsql;
+
+CREATE TRIGGER quotas_charges
+    AFTER INSERT OR UPDATE OF charges_delta OR DELETE ON quotas
+    FOR EACH ROW EXECUTE FUNCTION bizrq_apply_charges();
