@@ -34,9 +34,11 @@ UPDATE quotas SET status = (status::jsonb - 'workloads')::text
 
 ALTER TABLE quotas ADD COLUMN charges_delta TEXT;
 
+-- (json, not jsonb: a charge is stored in the very text it was written
+-- in, so a replica that holds it already knows it without parsing it.)
 CREATE FUNCTION bizrq_apply_charges() RETURNS trigger AS $$
 DECLARE
-    delta jsonb;
+    delta json;
 BEGIN
     IF TG_OP = 'DELETE' THEN
         DELETE FROM charges WHERE quota = OLD.name;
@@ -45,12 +47,12 @@ BEGIN
     IF NEW.charges_delta IS NULL THEN
         RETURN NEW;
     END IF;
-    delta := NEW.charges_delta::jsonb;
+    delta := NEW.charges_delta::json;
     DELETE FROM charges
      WHERE quota = NEW.name
-       AND workload IN (SELECT jsonb_array_elements_text(delta -> 'removed'));
+       AND workload IN (SELECT json_array_elements_text(delta -> 'removed'));
     INSERT INTO charges (quota, workload, charge)
-        SELECT NEW.name, key, value::text FROM jsonb_each(delta -> 'written')
+        SELECT NEW.name, key, value::text FROM json_each(delta -> 'written')
         ON CONFLICT (quota, workload) DO UPDATE SET charge = excluded.charge;
     RETURN NEW;
 END

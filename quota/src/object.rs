@@ -258,7 +258,22 @@ impl Workloads {
 
     /// Adds a charge read back as JSON, keeping that JSON as the charge's
     /// own (it is written again as it was read, not serialised anew).
-    pub fn insert_json(&mut self, wref: String, json: String) -> serde_json::Result<()> {
+    /// `known`: another copy's charges (an older version of the same
+    /// quota): its charge of `wref`, if it has that very JSON, is shared
+    /// instead of parsed again.
+    pub fn insert_json(
+        &mut self,
+        wref: String,
+        json: String,
+        known: Option<&Workloads>,
+    ) -> serde_json::Result<()> {
+        if let Some(same) = known
+            .and_then(|k| k.0.get(&wref))
+            .filter(|c| c.json.get().is_some_and(|j| j.get() == json))
+        {
+            self.0.insert(wref, same.clone());
+            return Ok(());
+        }
         let json = serde_json::value::RawValue::from_string(json)?;
         let charge: Charge = serde_json::from_str(json.get())?;
         self.0.insert(
@@ -897,7 +912,7 @@ mod tests {
         assert_eq!(back.used, status.used);
         let json = serde_json::to_string(&status.workloads["w1"]).unwrap();
         back.workloads
-            .insert_json("w1".into(), json.clone())
+            .insert_json("w1".into(), json.clone(), None)
             .unwrap();
         assert_eq!(back.workloads, status.workloads);
         assert_eq!(
@@ -909,6 +924,23 @@ mod tests {
                 .get(),
             json
         );
-        assert!(back.workloads.insert_json("w2".into(), "{".into()).is_err());
+        assert!(back
+            .workloads
+            .insert_json("w2".into(), "{".into(), None)
+            .is_err());
+        // Read again beside a copy that has w1 with that very JSON: shared,
+        // not parsed; another JSON for it is parsed.
+        let mut again = Workloads::new();
+        again
+            .insert_json("w1".into(), json.clone(), Some(&back.workloads))
+            .unwrap();
+        assert!(Arc::ptr_eq(&again.0["w1"], &back.workloads.0["w1"]));
+        let mut other = Workloads::new();
+        let json3 = serde_json::to_string(&charge(3)).unwrap();
+        other
+            .insert_json("w1".into(), json3, Some(&back.workloads))
+            .unwrap();
+        assert!(!Arc::ptr_eq(&other.0["w1"], &back.workloads.0["w1"]));
+        assert_eq!(other["w1"], charge(3));
     }
 }

@@ -356,7 +356,12 @@ impl Leader {
                 *decided = Some(d);
                 changed.then_some(q)
             };
-            self.store.modify_locked(name, &mut decide).await?
+            // The cached copy, however old: the charges it shares with the
+            // stored version are not parsed again.
+            let known = self.cache.get(name);
+            self.store
+                .modify_locked(name, known.as_deref(), &mut decide)
+                .await?
         };
         let jobs = std::mem::take(jobs);
         match (result, decided) {
@@ -495,13 +500,14 @@ mod tests {
         async fn modify_locked(
             &self,
             name: &str,
+            known: Option<&Stored>,
             decide: &mut (dyn for<'s> FnMut(&'s Stored) -> Option<Quota> + Send),
         ) -> Option<Result<Option<Stored>, StoreError>> {
             tokio::time::sleep(Duration::from_millis(30)).await;
             if self.fail.load(Ordering::SeqCst) {
                 return Some(Err(StoreError::Backend("disk full".into())));
             }
-            self.inner.modify_locked(name, decide).await
+            self.inner.modify_locked(name, known, decide).await
         }
         async fn delete(&self, current: &Stored) -> Result<(), StoreError> {
             self.inner.delete(current).await
@@ -683,7 +689,7 @@ mod tests {
         let answers = charges(&svc, 4).await;
         assert!(answers.iter().all(Result::is_ok), "{answers:?}");
         let has_lock = store
-            .modify_locked("team", &mut |_: &Stored| None)
+            .modify_locked("team", None, &mut |_: &Stored| None)
             .await
             .is_some();
         if has_lock {

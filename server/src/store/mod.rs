@@ -162,10 +162,13 @@ pub trait QuotaStore: Send + Sync + 'static {
     /// object to write, or None to write nothing. Returns the object written
     /// and its version (None: nothing written) once the write is durable.
     /// `None` altogether: this store has no such lock, and the caller goes
-    /// on with its compare-and-swap.
+    /// on with its compare-and-swap. `known`: a copy of the quota the
+    /// caller holds, perhaps of an older version; a charge it holds as
+    /// stored is taken from it instead of being parsed again.
     async fn modify_locked(
         &self,
         _name: &str,
+        _known: Option<&Stored>,
         _decide: &mut (dyn for<'s> FnMut(&'s Stored) -> Option<Quota> + Send),
     ) -> Option<Result<Option<Stored>, StoreError>> {
         None

@@ -628,17 +628,23 @@ fn from_rows(rows: &[AnyRow]) -> Result<Vec<Stored>, StoreError> {
         let workload: String = row.try_get("parent")?;
         // (The statement reads a charge only with its quota's row.)
         if let Some(s) = quotas.get_mut(&quota) {
-            add_charge(s, workload, row.try_get("spec")?)?;
+            add_charge(s, workload, row.try_get("spec")?, None)?;
         }
     }
     Ok(quotas.into_values().collect())
 }
 
-fn add_charge(s: &mut Stored, workload: String, json: String) -> Result<(), StoreError> {
+fn add_charge(
+    s: &mut Stored,
+    workload: String,
+    json: String,
+    known: Option<&Stored>,
+) -> Result<(), StoreError> {
+    let known = known.map(|k| &k.quota.status.workloads);
     s.quota
         .status
         .workloads
-        .insert_json(workload.clone(), json)
+        .insert_json(workload.clone(), json, known)
         .map_err(|e| {
             StoreError::Backend(format!(
                 "bizrq {}: the stored charge of {workload} is unreadable: {e}",
@@ -843,6 +849,7 @@ impl QuotaStore for SqlStore {
     async fn modify_locked(
         &self,
         name: &str,
+        known: Option<&Stored>,
         decide: &mut (dyn for<'s> FnMut(&'s Stored) -> Option<Quota> + Send),
     ) -> Option<Result<Option<Stored>, StoreError>> {
         if self.backend != Backend::Postgres {
@@ -866,7 +873,7 @@ impl QuotaStore for SqlStore {
                 .fetch_all(&mut *tx)
                 .await?;
             for c in &charges {
-                add_charge(&mut current, c.try_get(0)?, c.try_get(1)?)?;
+                add_charge(&mut current, c.try_get(0)?, c.try_get(1)?, known)?;
             }
             let Some(mut q) = decide(&current) else {
                 tx.commit().await?;
@@ -1067,6 +1074,17 @@ mod tests {
             Some("busy")
         );
         assert_eq!(store.workload_quota(&w(7)).await.unwrap(), None);
+        // Each charge is stored in the very JSON it was written in (a
+        // later read beside a copy that holds it shares it instead of
+        // parsing it: `Workloads::insert_json`).
+        let stored: String =
+            sqlx::query("SELECT charge FROM charges WHERE quota = 'busy' AND workload = $1")
+                .bind(w(2))
+                .fetch_one(&store.read)
+                .await
+                .unwrap()
+                .get(0);
+        assert_eq!(stored, serde_json::to_string(&charge(2, "u2")).unwrap());
     }
 
     /// Writes of many quotas at once go out coalesced (`Writes`): each
@@ -1441,7 +1459,7 @@ mod tests {
                 .insert("apps/Job/ml/c".into(), charge(2, "c"));
             Some(q)
         };
-        let Some(done) = store.modify_locked("locked", &mut decide).await else {
+        let Some(done) = store.modify_locked("locked", None, &mut decide).await else {
             assert_eq!(store.backend, Backend::Sqlite);
             return;
         };
