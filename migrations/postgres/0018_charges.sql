@@ -61,3 +61,25 @@ $$ LANGUAGE plpgsql;
 CREATE TRIGGER quotas_charges
     AFTER INSERT OR UPDATE OF charges_delta OR DELETE ON quotas
     FOR EACH ROW EXECUTE FUNCTION bizrq_apply_charges();
+
+-- A contended quota's locked read-modify-write (`SqlStore::modify_locked`):
+-- the row locked, then it and its charges (as `store::sql::with_charges`
+-- reads them) in one round trip. The read after the lock is a statement
+-- of its own, so it sees the version the lock was granted on (each
+-- statement of a function takes a fresh snapshot under READ COMMITTED),
+-- and no writer changes the quota's charges while the lock is held.
+CREATE FUNCTION bizrq_lock_quota(q text)
+RETURNS TABLE (name text, parent text, spec text, status text, version bigint,
+               uid text, created_at text) AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM 1 FROM quotas WHERE quotas.name = q FOR UPDATE;
+    RETURN QUERY
+        SELECT quotas.name, quotas.parent, quotas.spec, quotas.status, quotas.version,
+               quotas.uid, quotas.created_at
+          FROM quotas WHERE quotas.name = q
+        UNION ALL
+        SELECT c.quota, c.workload, c.charge, NULL, NULL, NULL, NULL
+          FROM charges c WHERE c.quota = q;
+END
+$$ LANGUAGE plpgsql;

@@ -157,7 +157,7 @@ const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
 /// ms a statement of 500 quotas at 240,000 charges instead of 12.
 fn with_charges(backend: Backend, condition: Option<&str>) -> String {
     let quotas = format!(
-        "SELECT name, parent, spec, status, version, uid, created_at FROM quotas WHERE {}",
+        "SELECT {COLUMNS} FROM quotas WHERE {}",
         condition.unwrap_or("true")
     );
     let charges = match (backend, condition) {
@@ -612,7 +612,8 @@ fn status_to_json(status: &QuotaStatus) -> Result<String, StoreError> {
 
 /// Quotas from the rows of a `with_charges` statement (in any order), in
 /// name order, each with its charges.
-fn from_rows(rows: &[AnyRow]) -> Result<Vec<Stored>, StoreError> {
+/// `known`: a copy of one of them the caller holds (`add_charge`).
+fn from_rows(rows: &[AnyRow], known: Option<&Stored>) -> Result<Vec<Stored>, StoreError> {
     let mut quotas = std::collections::BTreeMap::new();
     let mut charges = Vec::new();
     for row in rows {
@@ -628,7 +629,7 @@ fn from_rows(rows: &[AnyRow]) -> Result<Vec<Stored>, StoreError> {
         let workload: String = row.try_get("parent")?;
         // (The statement reads a charge only with its quota's row.)
         if let Some(s) = quotas.get_mut(&quota) {
-            add_charge(s, workload, row.try_get("spec")?, None)?;
+            add_charge(s, workload, row.try_get("spec")?, known)?;
         }
     }
     Ok(quotas.into_values().collect())
@@ -684,7 +685,7 @@ impl QuotaStore for SqlStore {
             .bind(name)
             .fetch_all(&self.write)
             .await?;
-        Ok(from_rows(&rows)?.pop())
+        Ok(from_rows(&rows, None)?.pop())
     }
 
     async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
@@ -702,7 +703,7 @@ impl QuotaStore for SqlStore {
             .await?;
         // Parsing every quota is the cost of a list (hundreds of ms at
         // 10,000 quotas): off the async workers, so admissions keep them.
-        tokio::task::spawn_blocking(move || from_rows(&rows))
+        tokio::task::spawn_blocking(move || from_rows(&rows, None))
             .await
             .map_err(|e| StoreError::Backend(format!("listing quotas: {e}")))?
     }
@@ -751,7 +752,7 @@ impl QuotaStore for SqlStore {
         let mut out = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
             for rows in &rows {
-                out.extend(from_rows(rows)?);
+                out.extend(from_rows(rows, None)?);
             }
             Ok::<_, StoreError>(out)
         })
@@ -766,7 +767,7 @@ impl QuotaStore for SqlStore {
             .bind(name)
             .fetch_all(&self.read)
             .await?;
-        from_rows(&rows)
+        from_rows(&rows, None)
     }
 
     async fn subtrees(&self, roots: &[String]) -> Result<Vec<Stored>, StoreError> {
@@ -786,7 +787,7 @@ impl QuotaStore for SqlStore {
             .bind(root)
             .fetch_all(&self.read)
             .await?;
-            for s in from_rows(&rows)? {
+            for s in from_rows(&rows, None)? {
                 by_name.insert(s.quota.name().to_string(), s);
             }
         }
@@ -857,24 +858,17 @@ impl QuotaStore for SqlStore {
         }
         let locked = async {
             let mut tx = self.write.begin().await?;
-            let row = sqlx::query(&format!(
-                "SELECT {COLUMNS} FROM quotas WHERE name = $1 FOR UPDATE"
-            ))
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let Some(row) = row else {
-                return Err(StoreError::NotFound(name.to_string()));
-            };
-            let mut current = from_row(&row)?;
-            // Under the row's lock: no writer changes its charges meanwhile.
-            let charges = sqlx::query("SELECT workload, charge FROM charges WHERE quota = $1")
+            // The row locked, then it and its charges read, in one round
+            // trip (migration 0018's `bizrq_lock_quota`): the row lock is
+            // what replicas on one hot quota take turns on, so every trip
+            // made under it counts.
+            let rows = sqlx::query("SELECT * FROM bizrq_lock_quota($1)")
                 .bind(name)
                 .fetch_all(&mut *tx)
                 .await?;
-            for c in &charges {
-                add_charge(&mut current, c.try_get(0)?, c.try_get(1)?, known)?;
-            }
+            let Some(current) = from_rows(&rows, known)?.pop() else {
+                return Err(StoreError::NotFound(name.to_string()));
+            };
             let Some(mut q) = decide(&current) else {
                 tx.commit().await?;
                 return Ok(None);
