@@ -83,3 +83,22 @@ BEGIN
           FROM charges c WHERE c.quota = q;
 END
 $$ LANGUAGE plpgsql;
+
+-- A bizrq from before this migration still running beside a newer one
+-- (a rolling upgrade) writes statuses with their charges inside and knows
+-- nothing of these rows: its writes are refused, loudly, instead of
+-- charges being lost or admitted twice. Stop every older replica before
+-- starting one of this version (README, "Run it").
+CREATE FUNCTION bizrq_refuse_charges_inside() RETURNS trigger AS $$
+BEGIN
+    IF position('"workloads":' in NEW.status) > 0
+       AND (NEW.status::json -> 'workloads') IS NOT NULL THEN
+        RAISE EXCEPTION 'bizrq: a status with its charges inside was written by a bizrq older than this database (migration 0018): stop every older replica';
+    END IF;
+    RETURN NEW;
+END
+$$ LANGUAGE plpgsql;
+
+CREATE TRIGGER quotas_refuse_charges_inside
+    BEFORE INSERT OR UPDATE OF status ON quotas
+    FOR EACH ROW EXECUTE FUNCTION bizrq_refuse_charges_inside();

@@ -58,3 +58,22 @@ CREATE TRIGGER quotas_charges_delete AFTER DELETE ON quotas
 BEGIN
     DELETE FROM charges WHERE quota = OLD.name;
 END;
+
+-- A bizrq from before this migration still running beside a newer one
+-- (a rolling upgrade) writes statuses with their charges inside and knows
+-- nothing of these rows: its writes are refused, loudly, instead of
+-- charges being lost or admitted twice. Stop every older replica before
+-- starting one of this version (README, "Run it").
+CREATE TRIGGER quotas_refuse_charges_inside_insert BEFORE INSERT ON quotas
+WHEN instr(NEW.status, '"workloads":') > 0
+ AND json_type(NEW.status, '$.workloads') IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'bizrq: a status with its charges inside was written by a bizrq older than this database (migration 0018): stop every older replica');
+END;
+
+CREATE TRIGGER quotas_refuse_charges_inside_update BEFORE UPDATE OF status ON quotas
+WHEN instr(NEW.status, '"workloads":') > 0
+ AND json_type(NEW.status, '$.workloads') IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'bizrq: a status with its charges inside was written by a bizrq older than this database (migration 0018): stop every older replica');
+END;

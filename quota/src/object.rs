@@ -534,14 +534,13 @@ impl QuotaStatus {
     /// charge apart (the SQL store's `charges` rows): `workloads` is left
     /// out as when empty, and reads back empty.
     pub fn to_json_without_workloads(&self) -> serde_json::Result<String> {
-        struct Reset;
+        struct Reset(bool);
         impl Drop for Reset {
             fn drop(&mut self) {
-                WITHOUT_WORKLOADS.with(|c| c.set(false));
+                WITHOUT_WORKLOADS.with(|c| c.set(self.0));
             }
         }
-        WITHOUT_WORKLOADS.with(|c| c.set(true));
-        let _reset = Reset;
+        let _reset = Reset(WITHOUT_WORKLOADS.with(|c| c.replace(true)));
         serde_json::to_string(self)
     }
 

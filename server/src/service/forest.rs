@@ -202,7 +202,7 @@ mod tests {
     use crate::store::sql::SqlStore;
     use crate::store::testdb::on_both_databases;
     use quota::cash::Prices;
-    use quota::{KeyConfig, Quantity, QuotaSpec};
+    use quota::{KeyConfig, Quantity, QuotaSpec, QuotaStatus};
 
     fn service(store: &SqlStore) -> Service {
         Service::new(
@@ -284,12 +284,12 @@ mod tests {
         assert_eq!(r.read, 2, "cv and its parent");
 
         // Subtree usage follows: a charge on nlp shows at ai.
-        let mut nlp = b.get("nlp").await.unwrap();
-        nlp.quota
-            .status
+        let nlp = b.get("nlp").await.unwrap();
+        let mut status = nlp.quota.status.clone();
+        status
             .self_used
             .insert("requests.nvidia.com/gpu".into(), Quantity::from_units(3));
-        store_status(store, &nlp).await;
+        store_status(store, &nlp, &status).await;
         let f = a.forest().await.unwrap();
         assert_eq!(
             quota::resources::get(f.in_use_of("ai"), "requests.nvidia.com/gpu"),
@@ -298,9 +298,9 @@ mod tests {
         assert!(f.in_use_of("nobody").is_empty());
     }
 
-    async fn store_status(store: &SqlStore, s: &Stored) {
+    async fn store_status(store: &SqlStore, s: &Stored, status: &QuotaStatus) {
         use crate::store::QuotaStore;
-        store.replace_status(s, &s.quota.status).await.unwrap();
+        store.replace_status(s, status).await.unwrap();
     }
 
     /// After `warm_cache` the first forest reads no quota (the sweep and

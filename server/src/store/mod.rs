@@ -150,7 +150,11 @@ pub trait QuotaStore: Send + Sync + 'static {
     /// Returns the new version.
     async fn replace(&self, current: &Stored, quota: &Quota) -> Result<i64, StoreError>;
     /// Replace status only (the status subresource), compare-and-swap.
-    /// Returns the new version.
+    /// Returns the new version. `current` must be the object as read (or as
+    /// last written) at its version, unchanged: the SQL store writes only
+    /// the charges that differ from it (`store::sql::charge_changes`), so a
+    /// `current` changed in place would drop changes silently. The same
+    /// holds for `replace`.
     async fn replace_status(
         &self,
         current: &Stored,

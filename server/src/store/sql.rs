@@ -69,6 +69,8 @@ struct WriteQueue {
 struct PendingWrite {
     name: String,
     version: i64,
+    /// The uid of the quota it was decided on (`UPDATE_ONE`).
+    uid: Option<String>,
     spec: String,
     status: String,
     /// The charges it changes (`charge_changes`).
@@ -206,13 +208,16 @@ fn charge_changes(old: &QuotaStatus, new: &QuotaStatus) -> Result<Option<String>
 }
 
 /// One quota's compare-and-swap: spec `$1`, status `$2`, name `$3`, the
-/// version it was decided on `$4`, and what it changes of the charges `$5`
-/// (`charge_changes`).
+/// version it was decided on `$4`, what it changes of the charges `$5`
+/// (`charge_changes`), and the uid of the quota it was decided on `$6`: a
+/// quota deleted and made again under its name counts its versions from
+/// 1 again, and a copy of the one before must not pass for the new one.
 const UPDATE_ONE: &str = "UPDATE quotas SET spec = $1, status = $2, charges_delta = $5, \
-     version = version + 1 WHERE name = $3 AND version = $4";
+     version = version + 1 WHERE name = $3 AND version = $4 AND uid = COALESCE($6, uid)";
 
-/// Names per statement in `get_many`.
-const GET_MANY_CHUNK: usize = 500;
+/// Names per statement in `get_many` (each bound twice on SQLite: 800
+/// parameters, under the 999 of older SQLite builds).
+const GET_MANY_CHUNK: usize = 400;
 
 /// The ledger entries a status write adds (docs/budgets.md §6): what the
 /// new status accrued since the stored one (`QuotaStatus::ledger`, windows
@@ -419,6 +424,7 @@ impl SqlStore {
                 .bind(name)
                 .bind(current.version)
                 .bind(&charges)
+                .bind(&current.quota.metadata.uid)
                 .execute(&mut *tx)
                 .await?;
             if done.rows_affected() == 0 {
@@ -437,6 +443,7 @@ impl SqlStore {
             q.pending.push(PendingWrite {
                 name: name.to_string(),
                 version: current.version,
+                uid: current.quota.metadata.uid.clone(),
                 spec: spec_json,
                 status: status_json,
                 charges,
@@ -543,6 +550,7 @@ async fn update_rows<'e>(
             .bind(&w.name)
             .bind(w.version)
             .bind(&w.charges)
+            .bind(&w.uid)
             .execute(e)
             .await?;
         return Ok(if done.rows_affected() == 1 {
@@ -553,13 +561,14 @@ async fn update_rows<'e>(
     }
     {
         let values =
-            super::history::values_list(super::history::Params::on(backend), batch.len(), 5);
-        // VALUES columns are column1 … column5 on both databases.
+            super::history::values_list(super::history::Params::on(backend), batch.len(), 6);
+        // VALUES columns are column1 … column6 on both databases.
         let sql = format!(
             "UPDATE quotas SET spec = v.column3, status = v.column4, charges_delta = v.column5, \
              version = quotas.version + 1 \
              FROM (VALUES {values}) AS v \
              WHERE quotas.name = v.column1 AND quotas.version = CAST(v.column2 AS BIGINT) \
+               AND quotas.uid = COALESCE(v.column6, quotas.uid) \
              RETURNING name"
         );
         let mut query = sqlx::query(&sql);
@@ -569,7 +578,8 @@ async fn update_rows<'e>(
                 .bind(w.version)
                 .bind(&w.spec)
                 .bind(&w.status)
-                .bind(&w.charges);
+                .bind(&w.charges)
+                .bind(&w.uid);
         }
         let rows = query.fetch_all(e).await?;
         rows.iter()
@@ -879,6 +889,7 @@ impl QuotaStore for SqlStore {
                 .bind(name)
                 .bind(current.version)
                 .bind(charge_changes(&current.quota.status, &q.status)?)
+                .bind(&current.quota.metadata.uid)
                 .execute(&mut *tx)
                 .await?;
             if done.rows_affected() != 1 {
@@ -1242,6 +1253,7 @@ mod tests {
             q.pending.push(PendingWrite {
                 name: "q".into(),
                 version: 1,
+                uid: None,
                 spec: "{}".into(),
                 status: "{}".into(),
                 charges: Default::default(),
@@ -1546,6 +1558,31 @@ mod tests {
                 .as_deref(),
             Some("busy")
         );
+        // A bizrq from before still running beside this one would write
+        // statuses with their charges inside: refused, not half-applied.
+        let old_write =
+            sqlx::query("UPDATE quotas SET status = $1, version = version + 1 WHERE name = 'idle'")
+                .bind(serde_json::to_string(&busy).unwrap())
+                .execute(&store.write)
+                .await
+                .unwrap_err();
+        assert!(
+            old_write.to_string().contains("older than this database"),
+            "{old_write}"
+        );
+        let old_create = sqlx::query(
+            "INSERT INTO quotas (name, parent, spec, status, version, uid, created_at) \
+             VALUES ('old-new', '', '{}', $1, 1, 'u', '2026-11-28T00:00:00Z')",
+        )
+        .bind(serde_json::to_string(&busy).unwrap())
+        .execute(&store.write)
+        .await
+        .unwrap_err();
+        assert!(
+            old_create.to_string().contains("older than this database"),
+            "{old_create}"
+        );
+        assert_eq!(store.get("idle").await.unwrap().unwrap().quota.status, idle);
         // And it is written as any other since.
         let mut status = read.quota.status.clone();
         status.workloads.remove("apps/Job/ml/a");
