@@ -150,6 +150,10 @@ pub struct Context {
     /// Of each quota, the accrual windows this controller wrote itself
     /// (`enforce::OwnWindows`): late runs are billed back over them only.
     accrued_to: Mutex<HashMap<String, quota::budget::enforce::OwnWindows>>,
+    /// Workloads this controller suspended for a preemption, and when: the
+    /// repair of an interrupted preemption (`repair_preemptions`) does not
+    /// suspend one again while its view may still lag that PATCH.
+    suspended: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 impl Context {
@@ -215,6 +219,7 @@ impl Context {
             ledger_confirmed: Arc::default(),
             accrued_to: Mutex::default(),
             ledger_unseen: Arc::default(),
+            suspended: Mutex::default(),
         };
         (Arc::new(ctx), rx)
     }

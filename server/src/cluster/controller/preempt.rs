@@ -34,6 +34,13 @@ use quota::queue::{self, Pool, Preemption, Queued};
 use quota::reclaim::{self, Candidate, Origin, Stop, Victim};
 use quota::workload::{adapter_for_kind, WorkloadRef};
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How long after its suspend PATCH a workload still running in the view
+/// is taken for the view lagging, not for a suspend that never happened:
+/// the repair leaves it alone meanwhile (a second suspend would change
+/// nothing, but tell its owner and count the preemption twice).
+const SUSPEND_SEEN_WITHIN: Duration = Duration::from_secs(10);
 
 impl Context {
     /// Mark, cancel or carry out `name`'s preemptions as its queue stands
@@ -288,7 +295,12 @@ impl Context {
             .patch(r.name, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                let mut done = self.suspended.lock().unwrap();
+                done.retain(|_, at| at.elapsed() < SUSPEND_SEEN_WITHIN);
+                done.insert(wref.to_string(), Instant::now());
+                Ok(())
+            }
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
             Err(e) => Err(e),
         }
@@ -302,6 +314,7 @@ impl Context {
     /// with its charge's `since` or its creation time.
     pub(super) async fn repair_preemptions(&self, name: &str, q: &quota::Quota) {
         let (suspend, requeue) = {
+            let just_suspended = self.suspended.lock().unwrap().clone();
             let v = self.view.lock().unwrap();
             let seen = v.workloads_of(name);
             // Still running as the watch shows it (one it shows suspended
@@ -309,6 +322,12 @@ impl Context {
             let suspend: Vec<String> = queue::ledger::suspending(q)
                 .into_iter()
                 .filter(|e| v.workload_uid(&e.work.workload_ref).as_deref() == Some(&e.work.uid))
+                // Suspended by this controller a moment ago: the view lags.
+                .filter(|e| {
+                    just_suspended
+                        .get(&e.work.workload_ref)
+                        .is_none_or(|at| at.elapsed() >= SUSPEND_SEEN_WITHIN)
+                })
                 .filter(|e| {
                     seen.iter().any(|(w, sets, _)| {
                         *w == e.work.workload_ref && sets.iter().any(|s| s.count > 0)
