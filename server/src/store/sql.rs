@@ -1560,28 +1560,21 @@ mod tests {
         );
         // A bizrq from before still running beside this one would write
         // statuses with their charges inside: refused, not half-applied.
-        let old_write =
-            sqlx::query("UPDATE quotas SET status = $1, version = version + 1 WHERE name = 'idle'")
+        for old_sql in [
+            "UPDATE quotas SET status = $1, version = version + 1 WHERE name = 'idle'",
+            "INSERT INTO quotas (name, parent, spec, status, version, uid, created_at) \
+             VALUES ('old-new', '', '{}', $1, 1, 'u', '2026-11-28T00:00:00Z')",
+        ] {
+            let refused = sqlx::query(old_sql)
                 .bind(serde_json::to_string(&busy).unwrap())
                 .execute(&store.write)
                 .await
                 .unwrap_err();
-        assert!(
-            old_write.to_string().contains("older than this database"),
-            "{old_write}"
-        );
-        let old_create = sqlx::query(
-            "INSERT INTO quotas (name, parent, spec, status, version, uid, created_at) \
-             VALUES ('old-new', '', '{}', $1, 1, 'u', '2026-11-28T00:00:00Z')",
-        )
-        .bind(serde_json::to_string(&busy).unwrap())
-        .execute(&store.write)
-        .await
-        .unwrap_err();
-        assert!(
-            old_create.to_string().contains("older than this database"),
-            "{old_create}"
-        );
+            assert!(
+                refused.to_string().contains("older than this database"),
+                "{old_sql}: {refused}"
+            );
+        }
         assert_eq!(store.get("idle").await.unwrap().unwrap().quota.status, idle);
         // And it is written as any other since.
         let mut status = read.quota.status.clone();
