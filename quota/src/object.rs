@@ -24,6 +24,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
+mod sums;
+
 pub const API_GROUP: &str = "bizrq.io";
 pub const API_VERSION: &str = "v1";
 pub const KIND: &str = "BizGroupResourceQuota";
@@ -129,8 +131,42 @@ impl Charge {
 /// A charge keeps its JSON once serialised, so writing a status serialises
 /// only the charges that changed since the last write.
 /// It reads as a `BTreeMap<String, Charge>`, and is one in JSON.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Workloads(BTreeMap<String, Arc<Shared>>);
+/// What the charges hold together is kept beside them once asked for
+/// (`sums`), and moved by each charge added or removed.
+#[derive(Clone, Default)]
+pub struct Workloads {
+    charges: BTreeMap<String, Arc<Shared>>,
+    /// Unset until asked for, and after a change it cannot follow (a
+    /// charge changed in place); None: the charges cannot be summed
+    /// exactly, and `QuotaStatus::held` walks them instead.
+    sums: OnceLock<Option<Arc<sums::Sums>>>,
+}
+
+impl PartialEq for Workloads {
+    fn eq(&self, other: &Workloads) -> bool {
+        self.charges == other.charges
+    }
+}
+
+impl Eq for Workloads {}
+
+/// The charge of `wref` goes from `old` to `new`: the kept sums follow it,
+/// or are dropped (and summed again when next asked) when they cannot.
+fn track(
+    sums: &mut OnceLock<Option<Arc<sums::Sums>>>,
+    wref: &str,
+    old: Option<&Charge>,
+    new: Option<&Charge>,
+) {
+    let kept = match sums.get_mut() {
+        None => return,
+        Some(Some(s)) => Arc::make_mut(s).replace(wref, old, new).is_some(),
+        Some(None) => false,
+    };
+    if !kept {
+        *sums = OnceLock::new();
+    }
+}
 
 /// One charge, and its JSON once serialised. Only `Workloads` reaches the
 /// charge mutably, and forgets the JSON as it does.
@@ -208,52 +244,74 @@ impl Workloads {
         Self::default()
     }
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.charges.len()
     }
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.charges.is_empty()
     }
     pub fn contains_key(&self, wref: &str) -> bool {
-        self.0.contains_key(wref)
+        self.charges.contains_key(wref)
     }
     pub fn get(&self, wref: &str) -> Option<&Charge> {
-        self.0.get(wref).map(|c| &c.charge)
+        self.charges.get(wref).map(|c| &c.charge)
     }
     pub fn get_key_value(&self, wref: &str) -> Option<(&String, &Charge)> {
-        self.0.get_key_value(wref).map(|(k, c)| (k, &c.charge))
+        self.charges
+            .get_key_value(wref)
+            .map(|(k, c)| (k, &c.charge))
     }
     /// The charge to change: copied first if another status shares it.
     pub fn get_mut(&mut self, wref: &str) -> Option<&mut Charge> {
-        self.0.get_mut(wref).map(Shared::charge_mut)
+        let c = self.charges.get_mut(wref)?;
+        self.sums = OnceLock::new();
+        Some(Shared::charge_mut(c))
     }
     pub fn insert(&mut self, wref: String, charge: Charge) -> Option<Charge> {
-        self.0
+        let old = self.charges.get(&wref).map(|c| &c.charge);
+        track(&mut self.sums, &wref, old, Some(&charge));
+        self.charges
             .insert(wref, Shared::new(charge))
             .map(Shared::into_charge)
     }
     pub fn remove(&mut self, wref: &str) -> Option<Charge> {
-        self.0.remove(wref).map(Shared::into_charge)
+        let old = self.charges.remove(wref)?;
+        track(&mut self.sums, wref, Some(&old.charge), None);
+        Some(Shared::into_charge(old))
     }
     pub fn clear(&mut self) {
-        self.0.clear()
+        self.charges.clear();
+        self.sums = OnceLock::new();
     }
     pub fn retain(&mut self, mut keep: impl FnMut(&String, &Charge) -> bool) {
-        self.0.retain(|k, c| keep(k, &c.charge))
+        let before = self.charges.len();
+        self.charges.retain(|k, c| keep(k, &c.charge));
+        if self.charges.len() != before {
+            self.sums = OnceLock::new();
+        }
     }
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator + Clone {
-        self.0.keys()
+        self.charges.keys()
     }
     pub fn values(&self) -> impl DoubleEndedIterator<Item = &Charge> + ExactSizeIterator + Clone {
-        self.0.values().map(|c| &c.charge)
+        self.charges.values().map(|c| &c.charge)
     }
     /// Each charge to change (each copied first if shared).
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Charge> {
-        self.0.values_mut().map(Shared::charge_mut)
+        self.sums = OnceLock::new();
+        self.charges.values_mut().map(Shared::charge_mut)
     }
     pub fn iter(
         &self,
     ) -> impl DoubleEndedIterator<Item = (&String, &Charge)> + ExactSizeIterator + Clone {
-        self.0.iter().map(|(k, c)| (k, &c.charge))
+        self.charges.iter().map(|(k, c)| (k, &c.charge))
+    }
+
+    /// What the charges hold together, summed once and then kept through
+    /// `insert` and `remove`; None when they cannot be summed exactly.
+    fn sums(&self) -> Option<&sums::Sums> {
+        self.sums
+            .get_or_init(|| sums::Sums::of(self.iter()).map(Arc::new))
+            .as_deref()
     }
 
     /// Adds a charge read back as JSON, keeping that JSON as the charge's
@@ -267,22 +325,23 @@ impl Workloads {
         json: String,
         known: Option<&Workloads>,
     ) -> serde_json::Result<()> {
-        if let Some(same) = known
-            .and_then(|k| k.0.get(&wref))
+        let shared = match known
+            .and_then(|k| k.charges.get(&wref))
             .filter(|c| c.json.get().is_some_and(|j| j.get() == json))
         {
-            self.0.insert(wref, same.clone());
-            return Ok(());
-        }
-        let json = serde_json::value::RawValue::from_string(json)?;
-        let charge: Charge = serde_json::from_str(json.get())?;
-        self.0.insert(
-            wref,
-            Arc::new(Shared {
-                charge,
-                json: OnceLock::from(json),
-            }),
-        );
+            Some(same) => same.clone(),
+            None => {
+                let json = serde_json::value::RawValue::from_string(json)?;
+                let charge: Charge = serde_json::from_str(json.get())?;
+                Arc::new(Shared {
+                    charge,
+                    json: OnceLock::from(json),
+                })
+            }
+        };
+        let old = self.charges.get(&wref).map(|c| &c.charge);
+        track(&mut self.sums, &wref, old, Some(&shared.charge));
+        self.charges.insert(wref, shared);
         Ok(())
     }
 
@@ -296,8 +355,8 @@ impl Workloads {
         base: &'a Workloads,
     ) -> serde_json::Result<WorkloadChanges<'a>> {
         let mut out = WorkloadChanges::default();
-        let mut old = base.0.iter().peekable();
-        for (k, c) in &self.0 {
+        let mut old = base.charges.iter().peekable();
+        for (k, c) in &self.charges {
             while let Some((ok, _)) = old.next_if(|(ok, _)| ok.as_str() < k.as_str()) {
                 out.removed.push(ok.as_str());
             }
@@ -342,7 +401,7 @@ impl<'a> IntoIterator for &'a Workloads {
     type Item = (&'a String, &'a Charge);
     type IntoIter = WorkloadsIter<'a>;
     fn into_iter(self) -> Self::IntoIter {
-        WorkloadsIter(self.0.iter())
+        WorkloadsIter(self.charges.iter())
     }
 }
 
@@ -363,20 +422,24 @@ impl IntoIterator for Workloads {
     type Item = (String, Charge);
     type IntoIter = WorkloadsIntoIter;
     fn into_iter(self) -> Self::IntoIter {
-        WorkloadsIntoIter(self.0.into_iter())
+        WorkloadsIntoIter(self.charges.into_iter())
     }
 }
 
 impl FromIterator<(String, Charge)> for Workloads {
     fn from_iter<I: IntoIterator<Item = (String, Charge)>>(iter: I) -> Self {
-        Workloads(iter.into_iter().map(|(k, c)| (k, Shared::new(c))).collect())
+        Workloads {
+            charges: iter.into_iter().map(|(k, c)| (k, Shared::new(c))).collect(),
+            sums: OnceLock::new(),
+        }
     }
 }
 
 impl Extend<(String, Charge)> for Workloads {
     fn extend<I: IntoIterator<Item = (String, Charge)>>(&mut self, iter: I) {
-        self.0
-            .extend(iter.into_iter().map(|(k, c)| (k, Shared::new(c))))
+        self.charges
+            .extend(iter.into_iter().map(|(k, c)| (k, Shared::new(c))));
+        self.sums = OnceLock::new();
     }
 }
 
@@ -408,7 +471,7 @@ impl std::ops::Index<&String> for Workloads {
 
 impl Serialize for Workloads {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().map(|(k, c)| (k, &**c)))
+        s.collect_map(self.charges.iter().map(|(k, c)| (k, &**c)))
     }
 }
 
@@ -604,6 +667,9 @@ impl QuotaStatus {
 
     /// Everything bound directly here, on all keys (not only those of hard).
     pub fn self_usage(&self) -> ResourceList {
+        if let Some(sums) = self.workloads.sums() {
+            return sums.all();
+        }
         let mut out = ResourceList::new();
         for c in self.workloads.values() {
             resources::add_into(&mut out, &c.usage());
@@ -611,8 +677,12 @@ impl QuotaStatus {
         out
     }
 
-    /// What the bound workloads hold of one key.
+    /// What the bound workloads hold of one key: their kept sum, or, where
+    /// they cannot be summed exactly, a walk over them.
     pub fn held(&self, key: &str) -> Quantity {
+        if let Some(sums) = self.workloads.sums() {
+            return sums.get(key);
+        }
         let mut total = Quantity::ZERO;
         for c in self.workloads.values() {
             for s in &c.pod_sets {
@@ -933,13 +1003,19 @@ mod tests {
         again
             .insert_json("w1".into(), json.clone(), Some(&back.workloads))
             .unwrap();
-        assert!(Arc::ptr_eq(&again.0["w1"], &back.workloads.0["w1"]));
+        assert!(Arc::ptr_eq(
+            &again.charges["w1"],
+            &back.workloads.charges["w1"]
+        ));
         let mut other = Workloads::new();
         let json3 = serde_json::to_string(&charge(3)).unwrap();
         other
             .insert_json("w1".into(), json3, Some(&back.workloads))
             .unwrap();
-        assert!(!Arc::ptr_eq(&other.0["w1"], &back.workloads.0["w1"]));
+        assert!(!Arc::ptr_eq(
+            &other.charges["w1"],
+            &back.workloads.charges["w1"]
+        ));
         assert_eq!(other["w1"], charge(3));
     }
 }
