@@ -306,6 +306,13 @@ impl Workloads {
         self.charges.iter().map(|(k, c)| (k, &c.charge))
     }
 
+    /// Sums what the charges hold now, unless already kept: copies made
+    /// from here on share the sums instead of each summing again (a
+    /// version read from the store, from which every admission copies).
+    pub fn keep_sums(&self) {
+        self.sums();
+    }
+
     /// What the charges hold together, summed once and then kept through
     /// `insert` and `remove`; None when they cannot be summed exactly.
     fn sums(&self) -> Option<&sums::Sums> {

@@ -6,8 +6,8 @@ use std::io::Write;
 /// allocator took about 30 % of the server's CPU, most of it consolidating
 /// its fast bins whenever a TLS record or a review body asked for a large
 /// block; with jemalloc the same load costs 15–30 % less CPU per admission
-/// (README, Benchmarks, "The allocator"). Only the binary: the library and
-/// its tests keep the system allocator.
+/// (README, Benchmarks, "The allocator and kept sums"). Only the binary:
+/// the library and its tests keep the system allocator.
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

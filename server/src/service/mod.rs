@@ -1815,6 +1815,7 @@ fn working_copy(
     prices: &Prices,
     list: &quota::budget::PriceList,
 ) -> Quota {
+    current.quota.status.workloads.keep_sums();
     let mut q = current.quota.clone();
     if accrue {
         q.status.accrue_ledger_priced(&q.spec, now, prices, list);
