@@ -278,7 +278,9 @@ impl SqlStore {
                                 // writer that never pauses, and the log grew
                                 // by 25-60 MB a second under load (README,
                                 // issue 16). The background's checkpoints
-                                // (`checkpoint`) remain for when writes stop.
+                                // (`checkpoint`, every 200 ms) copy most of
+                                // the log first, off the commit path, and
+                                // what remains when writes stop.
                                 "PRAGMA wal_autocheckpoint = 1000",
                             ] {
                                 conn.execute(pragma).await?;
@@ -339,8 +341,9 @@ impl SqlStore {
 
     /// SQLite: copies what the write-ahead log holds into the database
     /// (`PRAGMA wal_checkpoint(PASSIVE)`), on the background's read
-    /// connection, for what the writer's own checkpoints (every 1,000
-    /// pages of log, `wal_autocheckpoint`) left when writes stopped. A
+    /// connection: most of what the writer's own checkpoints (every 1,000
+    /// pages of log, `wal_autocheckpoint`, in a commit) would copy, and
+    /// what they left when writes stopped. A
     /// passive checkpoint waits for no reader or writer: admissions commit
     /// meanwhile. Returns the log's frames and how many are now copied
     /// (`None` on PostgreSQL).
