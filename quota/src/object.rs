@@ -306,6 +306,30 @@ impl Workloads {
         self.charges.iter().map(|(k, c)| (k, &c.charge))
     }
 
+    /// What the charges hold of `key`, walked charge by charge in reference
+    /// order and pod set by pod set: the definition the kept sums (`sums`)
+    /// give exactly, and the answer where they cannot be kept.
+    fn walk(&self, key: &str) -> Quantity {
+        let mut total = Quantity::ZERO;
+        for c in self.values() {
+            for s in &c.pod_sets {
+                if let Some(q) = s.per_pod.get(key) {
+                    total = total.saturating_add(q.saturating_mul(c.charged_count(s) as i128));
+                }
+            }
+        }
+        total
+    }
+
+    /// Every key the charges hold, walked as `walk` does.
+    fn walk_usage(&self) -> ResourceList {
+        let mut out = ResourceList::new();
+        for c in self.values() {
+            resources::add_into(&mut out, &c.usage());
+        }
+        out
+    }
+
     /// Sums what the charges hold now, unless already kept: copies made
     /// from here on share the sums instead of each summing again (a
     /// version read from the store, from which every admission copies).
@@ -674,31 +698,19 @@ impl QuotaStatus {
 
     /// Everything bound directly here, on all keys (not only those of hard).
     pub fn self_usage(&self) -> ResourceList {
-        if let Some(sums) = self.workloads.sums() {
-            return sums.all();
+        match self.workloads.sums() {
+            Some(sums) => sums.all(),
+            None => self.workloads.walk_usage(),
         }
-        let mut out = ResourceList::new();
-        for c in self.workloads.values() {
-            resources::add_into(&mut out, &c.usage());
-        }
-        out
     }
 
     /// What the bound workloads hold of one key: their kept sum, or, where
     /// they cannot be summed exactly, a walk over them.
     pub fn held(&self, key: &str) -> Quantity {
-        if let Some(sums) = self.workloads.sums() {
-            return sums.get(key);
+        match self.workloads.sums() {
+            Some(sums) => sums.get(key),
+            None => self.workloads.walk(key),
         }
-        let mut total = Quantity::ZERO;
-        for c in self.workloads.values() {
-            for s in &c.pod_sets {
-                if let Some(q) = s.per_pod.get(key) {
-                    total = total.saturating_add(q.saturating_mul(c.charged_count(s) as i128));
-                }
-            }
-        }
-        total
     }
 
     /// Recompute `hard`, `selfUsed` and `used` from spec and ledgers, key by

@@ -252,28 +252,6 @@ mod tests {
         format!("batch/Job/ns/w{i}")
     }
 
-    /// The walk `QuotaStatus::held` made before the sums: the definition.
-    fn walked(w: &Workloads, key: &str) -> Quantity {
-        let mut total = Quantity::ZERO;
-        for c in w.values() {
-            for s in &c.pod_sets {
-                if let Some(q) = s.per_pod.get(key) {
-                    total = total.saturating_add(q.saturating_mul(c.charged_count(s) as i128));
-                }
-            }
-        }
-        total
-    }
-
-    /// `self_usage` before the sums: every charge's usage added up.
-    fn walked_usage(w: &Workloads) -> crate::resources::ResourceList {
-        let mut out = crate::resources::ResourceList::new();
-        for c in w.values() {
-            crate::resources::add_into(&mut out, &c.usage());
-        }
-        out
-    }
-
     /// Same value, and, where it is not zero, same format (zero prints
     /// "0" in every format).
     fn same(a: &Quantity, b: &Quantity) -> bool {
@@ -285,10 +263,10 @@ mod tests {
     fn check(status: &QuotaStatus) -> Result<(), TestCaseError> {
         let w = &status.workloads;
         for key in KEYS {
-            let (kept, walk) = (status.held(key), walked(w, key));
+            let (kept, walk) = (status.held(key), w.walk(key));
             prop_assert!(same(&kept, &walk), "{key}: kept {kept:?}, walked {walk:?}");
         }
-        let (kept, walk) = (status.self_usage(), walked_usage(w));
+        let (kept, walk) = (status.self_usage(), w.walk_usage());
         prop_assert_eq!(
             kept.keys().collect::<Vec<_>>(),
             walk.keys().collect::<Vec<_>>()
