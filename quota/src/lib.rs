@@ -27,6 +27,7 @@ pub mod series;
 pub mod time;
 pub mod transfer;
 pub mod tree;
+pub mod update;
 pub mod usage;
 pub mod workload;
 

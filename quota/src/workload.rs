@@ -55,6 +55,9 @@ pub struct Workload {
     /// It has finished (a Job's or a Kubeflow job's status says it
     /// completed or failed): its budget reservations settle.
     pub finished: bool,
+    /// The PriorityClasses its pod templates name, sorted, each once: what
+    /// queueing orders and preempts by (`queue::priority`).
+    pub priority_classes: Vec<String>,
 }
 
 impl Workload {
@@ -591,6 +594,7 @@ fn workload(meta: ObjectMeta, pod_sets: Vec<PodSet>) -> Workload {
     Workload {
         run_time: runtime::declared(None, None, &meta.annotations),
         finished: false,
+        priority_classes: Vec::new(),
         meta,
         pod_sets,
         governed: true,
@@ -615,6 +619,18 @@ struct ReplicatedSpec {
     workload_ref: Option<serde_json::Value>,
 }
 
+/// The PriorityClasses `templates` name, sorted, each once.
+fn classes<'a>(templates: impl IntoIterator<Item = &'a PodTemplate>) -> Vec<String> {
+    let mut out: Vec<String> = templates
+        .into_iter()
+        .filter_map(|t| t.spec.priority_class_name.clone())
+        .filter(|c| !c.is_empty())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Deployment, StatefulSet, ReplicaSet, Argo Rollout: replicas × template.
 fn read_replicated(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
     let o: Replicated = parse_object(src, |o: &Replicated| &o.metadata)?;
@@ -622,7 +638,10 @@ fn read_replicated(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> 
     match &o.spec.template {
         Some(tpl) => {
             let set = pod_set("main", ("spec.replicas", replicas), tpl, &o.metadata, cfg)?;
-            Ok(workload(o.metadata, vec![set]))
+            Ok(Workload {
+                priority_classes: classes([tpl]),
+                ..workload(o.metadata, vec![set])
+            })
         }
         None => {
             let mut w = workload(o.metadata, Vec::new());
@@ -715,6 +734,7 @@ fn read_job(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
     Ok(Workload {
         run_time,
         finished: o.status.any(&["Complete", "Failed"]),
+        priority_classes: classes([&o.spec.template]),
         ..workload(o.metadata, vec![set])
     })
 }
@@ -752,7 +772,11 @@ fn read_cronjob(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
         &o.metadata,
         cfg,
     )?;
-    Ok(workload(o.metadata, vec![set]))
+    let priority_classes = classes([&spec.template]);
+    Ok(Workload {
+        priority_classes,
+        ..workload(o.metadata, vec![set])
+    })
 }
 
 #[derive(Deserialize)]
@@ -816,6 +840,7 @@ fn read_kubeflow(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
     Ok(Workload {
         run_time,
         finished: o.status.any(&["Succeeded", "Failed"]),
+        priority_classes: classes(o.spec.tf_replica_specs.values().map(|r| &r.template)),
         ..workload(o.metadata, sets)
     })
 }
@@ -874,7 +899,10 @@ fn read_volcano(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
             ..s
         })
         .collect();
-    Ok(workload(o.metadata, sets))
+    Ok(Workload {
+        priority_classes: classes(o.spec.tasks.iter().map(|t| &t.template)),
+        ..workload(o.metadata, sets)
+    })
 }
 
 #[derive(Deserialize)]
@@ -942,8 +970,10 @@ fn read_jobset(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
             )
         })
         .collect::<Result<_, _>>()?;
+    let templates = o.spec.replicated_jobs.iter();
     Ok(Workload {
         finished: o.status.any(&["Completed", "Failed"]),
+        priority_classes: classes(templates.map(|r| &r.template.spec.template)),
         ..workload(o.metadata, sets)
     })
 }

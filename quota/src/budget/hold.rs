@@ -84,6 +84,11 @@ impl BudgetRefusal {
 pub enum RunDecl {
     /// Read from the object under review (`runtime::declared`), in ms.
     Object(Result<Option<i64>, RunTimeError>),
+    /// Read from the new object of an update that changes what a budget
+    /// reads (`update::Changes::budget`: counts, requests, model, QoS
+    /// class, run time): its reservation is judged again as a create of
+    /// the new object would be, even when no count rises.
+    Changed(Result<Option<i64>, RunTimeError>),
     /// Not in the request (a scale, an HPA): what is left of the run time
     /// the workload's reservation was made for.
     AsReserved,
@@ -93,6 +98,15 @@ impl RunDecl {
     /// What `w` declares (`Workload::run_time`), as budgets reserve on it.
     pub fn of(w: &Workload) -> RunDecl {
         RunDecl::Object(w.run_time.clone().map(|r| r.map(|r| r.ms)))
+    }
+
+    /// What the new object `w` of an update declares, judged again when
+    /// `changes` holds anything a budget reads.
+    pub fn of_update(w: &Workload, changes: &crate::update::Changes) -> RunDecl {
+        match RunDecl::of(w) {
+            RunDecl::Object(run) if changes.budget() => RunDecl::Changed(run),
+            run => run,
+        }
     }
 }
 
@@ -143,9 +157,16 @@ fn held_of(charge: &Charge, target: &str) -> i128 {
 /// before: `old`), by cash key; or why a budget refuses it. For each cash
 /// key of hard whose resource the charge uses:
 ///
-/// - a charge that does not raise what the workload holds of the resource
-///   (a retry, a relabel, a scale-down) keeps the reservation it has:
-///   decreases are never refused;
+/// - an update that changes what a budget reads (`RunDecl::Changed`) is
+///   judged as a create of the new object would be, given what the old
+///   one holds: its run still counts from its start (past its end, what
+///   is left is nothing), and when it then needs no more than its
+///   reservation still holds back, the reservation shrinks to that (the
+///   rest released, never refused); when it needs more, it is decided
+///   below, refused in a create's words when that does not fit;
+/// - any other charge that does not raise what the workload holds of the
+///   resource (a retry, a scale through the subresource) keeps the
+///   reservation it has: decreases are never refused;
 /// - otherwise `BudgetState::admit` decides under the key's policy: with a
 ///   declared run time (or `reserveDefault`) it reserves, replacing the
 ///   workload's earlier reservation (what it used of that counts against
@@ -176,7 +197,8 @@ pub fn decide(
             continue; // nothing of the resource: nothing to spend
         }
         let held = q.status.reservations.get(key).and_then(|m| m.get(wref));
-        if old.is_some_and(|o| held_of(o, target) >= asks) {
+        let rejudged = matches!(run, RunDecl::Changed(_));
+        if !rejudged && old.is_some_and(|o| held_of(o, target) >= asks) {
             if let Some(h) = held {
                 out.insert(key.clone(), h.clone());
             }
@@ -187,8 +209,8 @@ pub fn decide(
         // (Kubernetes counts activeDeadlineSeconds from the Job's start), so
         // an update re-reserves what is left of it, never a new run.
         let run_ms = match run {
-            RunDecl::Object(Ok(ms)) => *ms,
-            RunDecl::Object(Err(error)) => {
+            RunDecl::Object(Ok(ms)) | RunDecl::Changed(Ok(ms)) => *ms,
+            RunDecl::Object(Err(error)) | RunDecl::Changed(Err(error)) => {
                 return Err(BudgetRefusal::RunTime {
                     quota: q.name().to_string(),
                     key: key.clone(),
@@ -205,16 +227,44 @@ pub fn decide(
             _ => None,
         });
         // A run that is over (its workload past its declared end, or none
-        // held) starts now.
+        // held) starts now, for a scale-up of a long-lived workload; an
+        // update that declares a run time counts it from the start, as
+        // Kubernetes counts activeDeadlineSeconds, so declaring a shorter
+        // one than has run leaves nothing of it (and moves no end later).
         let start = held
             .map(|r| r.at_ms)
-            .filter(|s| run_ms.is_some_and(|run| s.saturating_add(run) > now_ms))
+            .filter(|s| rejudged || run_ms.is_some_and(|run| s.saturating_add(run) > now_ms))
             .unwrap_or(now_ms);
-        let declared_ms = run_ms.map(|run| start.saturating_add(run).saturating_sub(now_ms));
+        let declared_ms = run_ms.map(|run| start.saturating_add(run).saturating_sub(now_ms).max(0));
+        if let (true, Some(h), Some(left_ms)) = (rejudged, held, declared_ms) {
+            // What the new object needs of the rest of its run, at the
+            // prices in force then; no more than the reservation holds
+            // back is a decrease, never refused: the rest is released.
+            let sets = charged_sets(new);
+            let need =
+                super::reserve::reservation_cost(&sets, target, now_ms, left_ms, qos, prices);
+            if need <= h.outstanding() {
+                out.insert(
+                    key.clone(),
+                    Reservation {
+                        reserved: need.saturating_add(h.used),
+                        used: h.used,
+                        at_ms: start,
+                        run_ms: run_ms.unwrap_or(left_ms),
+                    },
+                );
+                continue;
+            }
+        }
         let mut state = state_of(q, key);
-        if declared_ms.is_none()
-            && policy.without_run_time == WithoutRunTime::Admit
-            && state.outstanding() == 0
+        // Its own reservation, dropped when it stops declaring a run time,
+        // does not count: the decision is a create's.
+        let others = state
+            .reservations
+            .iter()
+            .filter(|(w, _)| w.as_str() != wref)
+            .fold(0i128, |s, (_, r)| s.saturating_add(r.outstanding()));
+        if declared_ms.is_none() && policy.without_run_time == WithoutRunTime::Admit && others == 0
         {
             continue; // as before reservations: `check_fits` decides
         }
@@ -224,14 +274,7 @@ pub fn decide(
         if let Some(r) = state.reservations.remove(wref) {
             state.reservations.insert(name.clone(), r);
         }
-        let sets: Vec<PodSet> = new
-            .pod_sets
-            .iter()
-            .map(|s| PodSet {
-                count: new.charged_count(s),
-                ..s.clone()
-            })
-            .collect();
+        let sets = charged_sets(new);
         let ask = Ask {
             workload: &name,
             declared_ms,
@@ -259,6 +302,18 @@ pub fn decide(
         }
     }
     Ok(out)
+}
+
+/// `charge`'s pod sets at their charged counts (an HPA's maxReplicas).
+fn charged_sets(charge: &Charge) -> Vec<PodSet> {
+    charge
+        .pod_sets
+        .iter()
+        .map(|s| PodSet {
+            count: charge.charged_count(s),
+            ..s.clone()
+        })
+        .collect()
 }
 
 /// Writes the reservations `wref` holds (from `decide`) into `status`,

@@ -409,7 +409,11 @@ impl BudgetState {
             }
             (None, WithoutRunTime::Admit) => {
                 // As before reservations: refused only once nothing is left.
-                if self.left() > 0 {
+                // A reservation of its own (an update that stops declaring
+                // a run time) is dropped, so it does not count.
+                let others = self.outstanding_except(Some(ask.workload));
+                let left = self.unspent().saturating_sub(others);
+                if left > 0 {
                     return Ok(None);
                 }
                 return Err(BudgetDenial::Spent(Box::new(Numbers {
@@ -417,10 +421,10 @@ impl BudgetState {
                     key: self.key.clone(),
                     workload: ask.workload.to_string(),
                     basis: "no declared run time".into(),
-                    left: to_quantity(self.left()),
+                    left: to_quantity(left),
                     available: to_quantity(self.available()),
                     spent: to_quantity(self.spent),
-                    reserved: to_quantity(self.outstanding()),
+                    reserved: to_quantity(others),
                     ..Default::default()
                 })));
             }
