@@ -366,15 +366,23 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
                 None
             };
             let warnings = new.as_ref().map(|w| w.warnings.clone()).unwrap_or_default();
+            let changes = match (req.operation.as_str(), &new) {
+                ("UPDATE", Some(w)) => Some(update_changes(adapter, req, w, svc)),
+                _ => None,
+            };
             for step in quota::admission::plan(old.as_ref(), new.as_ref()) {
                 match step {
                     quota::admission::Step::Charge { quota, workload } => {
                         let sets = workload.pod_sets.clone();
+                        let run = match &changes {
+                            Some(c) => RunDecl::of_update(workload, c),
+                            None => RunDecl::of(workload),
+                        };
                         svc.charge_by(
                             quota,
                             &wref,
                             sets,
-                            RunDecl::of(workload),
+                            run,
                             &req.uid,
                             Some(&req.user_info.username),
                             dry,
@@ -392,6 +400,21 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
             Ok(Verdict::allow().warn(warnings))
         }
         _ => Ok(Verdict::allow()),
+    }
+}
+
+/// What an UPDATE changes of what admission, budgets and queueing read
+/// (`quota::update`): what the new object is judged on again. An old
+/// object that cannot be read whole is taken to have changed everything.
+fn update_changes(
+    adapter: &Adapter,
+    req: &Request,
+    new: &Workload,
+    svc: &Service,
+) -> quota::update::Changes {
+    match read(adapter, &req.old_object, svc) {
+        Ok(Some(old)) => quota::update::changed(&old, new),
+        _ => quota::update::Changes::all(),
     }
 }
 

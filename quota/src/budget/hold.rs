@@ -607,6 +607,29 @@ mod tests {
     }
 
     #[test]
+    fn an_update_that_changes_its_run_counts_it_from_the_start() {
+        let mut q = quota(100, BudgetPolicy::default());
+        let a = "batch/Job/nlp/a";
+        admit(&mut q, a, 4, hours(1), 0).unwrap();
+        // Half an hour on it declares 3 h: 2.5 h of 4 cards are what the
+        // rest of its run needs, more than the 4 it holds, so reserved.
+        let three = RunDecl::Changed(Ok(Some(3 * H)));
+        admit(&mut q, a, 4, three, H / 2).unwrap();
+        let r = &q.status.reservations[KEY][a];
+        assert_eq!((r.at_ms, r.run_ms), (0, 3 * H));
+        assert_eq!(to_quantity(r.outstanding()), Quantity::from_units(10));
+        // At 4 h it declares 2 h: its run is over, it needs nothing more,
+        // and its end does not move past what it declared.
+        admit(&mut q, a, 4, RunDecl::Changed(Ok(Some(2 * H))), 4 * H).unwrap();
+        let r = &q.status.reservations[KEY][a];
+        assert_eq!((r.at_ms, r.run_ms, r.outstanding()), (0, 2 * H, 0));
+        // The same count without `Changed` (a retry, a scale) keeps it.
+        let kept = r.clone();
+        admit(&mut q, a, 4, hours(9), 5 * H).unwrap();
+        assert_eq!(q.status.reservations[KEY][a], kept);
+    }
+
+    #[test]
     fn a_finished_workload_settles_and_keeps_its_charge() {
         let mut q = quota(100, BudgetPolicy::default());
         admit(&mut q, "batch/Job/nlp/a", 8, hours(10), 0).unwrap();

@@ -75,7 +75,13 @@ pub async fn check(
     }
     let decision = match w.mode {
         ChargeMode::Charge => {
-            let run = quota::budget::hold::RunDecl::of(&w);
+            // Judged as the object would be if created, given what the
+            // workload of that name already holds: the same decision an
+            // update to it gets (`RunDecl::Changed`).
+            let run = match quota::budget::hold::RunDecl::of(&w) {
+                quota::budget::hold::RunDecl::Object(r) => quota::budget::hold::RunDecl::Changed(r),
+                other => other,
+            };
             svc.charge_with_run_time(quota, &wref, w.pod_sets.clone(), run, "check", true)
                 .await
         }

@@ -1092,7 +1092,7 @@ impl Service {
                         };
                         return Ok((false, Round::Done(nothing)));
                     }
-                    let lowered = old.is_some_and(|o| lowers(&c, o));
+                    let mut lowered = old.is_some_and(|o| lowers(&c, o));
                     // Budgets first: a refusal changes nothing, and the
                     // reservations are written with the charge below.
                     let reserved =
@@ -1103,6 +1103,15 @@ impl Service {
                                 return Ok((false, Round::Short(d, None)));
                             }
                         };
+                    // A reservation that shrank (an update declaring a
+                    // shorter run) leaves room the queue may take.
+                    lowered |= q.status.reservations.iter().any(|(k, m)| {
+                        m.get(&wref).is_some_and(|h| {
+                            reserved
+                                .get(k)
+                                .is_none_or(|r| r.outstanding() < h.outstanding())
+                        })
+                    });
                     match borrow::charge_or_request(q, &wref, c, loan.as_ref()) {
                         // Charged: it leaves the queue in the same write.
                         Ok(changed) => {

@@ -34,5 +34,6 @@ mod slowloris;
 mod topups;
 mod transfers;
 mod trust;
+mod updates;
 mod volcano;
 mod webhook;
