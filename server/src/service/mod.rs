@@ -234,6 +234,10 @@ pub struct Service {
     pub service_account: String,
     /// PriorityClasses, for queued workloads' priority (`queue::PriorityLookup`).
     pub priorities: Arc<dyn queue::PriorityLookup>,
+    /// Cluster mode: work that does not fit may wait, held back, in its
+    /// quota's queue, which the controller admits from. Standalone: false,
+    /// so nothing queues — nothing there would ever admit it.
+    pub queueing: bool,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
@@ -280,6 +284,7 @@ impl Service {
             recheck: Default::default(),
             service_account: String::new(),
             priorities: Arc::new(queue::NoClasses),
+            queueing: false,
             deferred: Default::default(),
             clock: Arc::new(now_ms),
             locks: Default::default(),
@@ -321,6 +326,13 @@ impl Service {
     /// Where notices go (cluster mode: Kubernetes Events).
     pub fn with_notifier(mut self, events: Arc<dyn notify::Notifier>) -> Service {
         self.events = events;
+        self
+    }
+
+    /// Cluster mode: a controller admits from the queues, so work that
+    /// does not fit may queue.
+    pub fn with_queueing(mut self) -> Service {
+        self.queueing = true;
         self
     }
 
@@ -1555,6 +1567,13 @@ impl Service {
             let result = self
                 .update_status(&name, false, |q| {
                     borrow::repair_children(q, &kids, now);
+                    // Standalone, nothing names a queue's entries (no
+                    // watch): one a CREATE's review left (older versions
+                    // queued here too) expires; nothing queues now.
+                    if !self.queueing {
+                        let grace = quota::queue::ledger::UNSEEN_GRACE_MS;
+                        quota::queue::ledger::expire_unseen(q, now, grace);
+                    }
                     // Write only what a reader would see change.
                     let changed = q.status.differs_visibly(listed);
                     Ok((changed, changed))
