@@ -296,6 +296,15 @@ impl Adapter {
             );
             return Err(self.refusal(Fault::bad(&w.meta, None, problem)));
         }
+        // A finished workload (a Job Complete or Failed, a Kubeflow job
+        // Succeeded or Failed, a JobSet Completed or Failed) runs nothing
+        // for good: it holds no room, so its charge goes when it finishes,
+        // not when it is deleted, and a later edit of it charges nothing.
+        if w.finished {
+            for s in &mut w.pod_sets {
+                s.count = 0;
+            }
+        }
         self.classify(&mut w);
         Ok(w)
     }
@@ -1221,6 +1230,26 @@ mod tests {
             "Deployment",
             r#"{"conditions":[{"type":"Complete","status":"True"}]}"#
         ));
+    }
+
+    #[test]
+    fn a_finished_job_runs_nothing() {
+        let job = |status: &str| {
+            format!(
+                r#"{{"metadata":{{"name":"j","namespace":"n"}},"spec":{{"parallelism":3,"template":{TPL}}},"status":{status}}}"#
+            )
+        };
+        let running = read("batch", "Job", &job("null"));
+        assert_eq!(gpus(&running), Quantity::from_units(6));
+        for done in [
+            r#"{"conditions":[{"type":"Complete","status":"True"}]}"#,
+            r#"{"conditions":[{"type":"Failed","status":"True"}]}"#,
+        ] {
+            let w = read("batch", "Job", &job(done));
+            assert!(w.finished);
+            assert_eq!(gpus(&w), Quantity::from_units(0), "{done}");
+            assert_eq!(w.pod_sets.len(), 1, "its pod sets kept, at 0 pods");
+        }
     }
 
     fn read(group: &str, kind: &str, json: &str) -> Workload {

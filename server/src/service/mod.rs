@@ -1253,6 +1253,32 @@ impl Service {
         }
     }
 
+    /// Give back to `parent`, in its compare-and-swap, the part of
+    /// `child`'s loan that a release ended (`borrow::return_loan`: never
+    /// below what `child` still borrows). Nothing to do without a parent,
+    /// a loan, or borrowing ended. Whether the parent changed.
+    pub async fn return_loan(
+        &self,
+        parent: &str,
+        child: &str,
+        ended: &ResourceList,
+        borrowed: &ResourceList,
+    ) -> Result<bool, ServiceError> {
+        if parent.is_empty() || ended.is_empty() {
+            return Ok(false);
+        }
+        let result = self
+            .update_status(parent, false, |p| {
+                let changed = borrow::return_loan(p, child, ended, borrowed);
+                Ok((changed, changed))
+            })
+            .await;
+        match result {
+            Err(ServiceError::NotFound(_)) => Ok(false),
+            r => r,
+        }
+    }
+
     /// A DELETE's release of `wref` from `quota_name`, as
     /// `release_workload`, noting in `seen` the `uid` of the charge it found
     /// (the admission that last changed it) at its first read, so that
@@ -1266,6 +1292,9 @@ impl Service {
         dry_run: bool,
         seen: &mut Option<Seen>,
     ) -> Result<(), ServiceError> {
+        // The borrowing this release ends, what the quota still borrows,
+        // and its parent: the loan goes back right after.
+        let mut loan_back = (ResourceList::new(), ResourceList::new(), String::new());
         let result = self
             .update_status(quota_name, dry_run, |q| {
                 if seen.is_none() {
@@ -1273,8 +1302,14 @@ impl Service {
                         uid: q.status.workloads.get(wref).map(|c| c.uid.clone()),
                     });
                 }
+                let before = q.status.used.clone();
                 let dequeued = quota::queue::ledger::dequeue(q, wref);
                 let released = admission::release(q, wref) || dequeued;
+                loan_back = (
+                    borrow::ended(q, &before, &q.status.used),
+                    q.spec.borrowed(&q.status.used),
+                    q.spec.parent.clone(),
+                );
                 Ok((released, released))
             })
             .await;
@@ -1282,6 +1317,13 @@ impl Service {
             Ok(released) => {
                 if released && !dry_run {
                     self.recheck.mark(quota_name);
+                    let (ended, borrowed, parent) = loan_back;
+                    if let Err(e) = self
+                        .return_loan(&parent, quota_name, &ended, &borrowed)
+                        .await
+                    {
+                        tracing::warn!(quota = quota_name, error = %e, "loan not returned; the parent's repair shrinks it later");
+                    }
                 }
                 Ok(())
             }

@@ -43,10 +43,13 @@ impl Context {
                 .iter()
                 .filter(|(_, c)| c.uid.starts_with("queue:"))
                 .filter(|(wref, _)| {
-                    // Observed running nothing: held back.
-                    snap.observed
-                        .get(*wref)
-                        .is_some_and(|o| o.pod_sets.iter().all(|s| s.count == 0))
+                    // Observed running nothing: held back (a finished
+                    // workload runs nothing too, and is not held).
+                    !snap.finished.contains(*wref)
+                        && snap
+                            .observed
+                            .get(*wref)
+                            .is_some_and(|o| o.pod_sets.iter().all(|s| s.count == 0))
                 })
                 .map(|(wref, _)| wref.clone())
                 .collect()
