@@ -450,6 +450,57 @@ pub fn repair_loans(
     changed
 }
 
+/// How much a child's borrowing fell, per key of its `max`, between its
+/// use `before` and `after` a release: what that release ended of its
+/// loan (`return_loan`). Keys whose borrowing did not fall are left out.
+pub fn ended(child: &Quota, before: &ResourceList, after: &ResourceList) -> ResourceList {
+    let (was, now) = (child.spec.borrowed(before), child.spec.borrowed(after));
+    was.iter()
+        .filter_map(|(k, b)| {
+            let fell = b.saturating_sub(resources::get(&now, k));
+            (fell.nanos() > 0).then(|| (k.clone(), fell))
+        })
+        .collect()
+}
+
+/// Give back to `parent`, at once, the part of `child`'s loan a release
+/// ended (`ended`), whatever the loan's age: each key's loan falls by
+/// `ended`, but never below what the child still borrows (`borrowed`).
+/// Safe beside an admission in flight (a loan raised for a charge not yet
+/// written): the loan covered what the child borrowed before plus that
+/// charge, so less what the release ended it still covers both. An empty
+/// loan is removed. Refreshes the parent; whether anything changed.
+pub fn return_loan(
+    parent: &mut Quota,
+    child: &str,
+    ended: &ResourceList,
+    borrowed: &ResourceList,
+) -> bool {
+    let Some(loan) = parent.status.loans.get_mut(child) else {
+        return false;
+    };
+    let before = loan.amount.clone();
+    loan.amount = before
+        .iter()
+        .filter_map(|(k, amount)| {
+            let back = resources::get(ended, k);
+            let keep = amount
+                .saturating_sub(back)
+                .max(resources::get(borrowed, k))
+                .min(*amount);
+            (keep.nanos() > 0).then(|| (k.clone(), keep))
+        })
+        .collect();
+    let changed = loan.amount != before;
+    if loan.amount.is_empty() {
+        parent.status.loans.remove(child);
+    }
+    if changed {
+        parent.status.refresh(&parent.spec);
+    }
+    changed
+}
+
 /// Drop a child's loan (the child was deleted, with `tree::uncarve`).
 pub fn drop_loan(parent: &mut Quota, child: &str) -> bool {
     let changed = parent.status.loans.remove(child).is_some();
@@ -532,6 +583,53 @@ mod tests {
                 admission::charge_within(&mut kids[who], wref, c, &l)
             }
         }
+    }
+
+    #[test]
+    fn a_release_returns_what_it_ended_of_the_loan_at_once_and_no_more() {
+        let (mut parent, mut kids) = family(12, &[("a", 4, Some(10)), ("b", 8, None)]);
+        // a runs 4 within hard, then two jobs of 2 on a loan of 4.
+        admit(&mut parent, &mut kids, 0, "base", pods(1, 4), T0).unwrap();
+        admit(&mut parent, &mut kids, 0, "j1", pods(1, 2), T0).unwrap();
+        admit(&mut parent, &mut kids, 0, "j2", pods(1, 2), T0).unwrap();
+        assert_eq!(loan_of(&parent, "a"), cpu(4));
+        // A third loan is raised for j3, whose charge is still in flight.
+        let req = needed(&kids[0], &cpu(2)).unwrap().unwrap();
+        lend(&mut parent, &req, &Standing::of_all(kids.iter()), T0).unwrap();
+        assert_eq!(loan_of(&parent, "a"), cpu(6));
+        // j1 finishes: its 2 of borrowing end and go back at once, though
+        // the loan is young (repair_loans would keep it for LOAN_TTL_MS).
+        let before = kids[0].status.used.clone();
+        admission::release(&mut kids[0], "j1");
+        let e = ended(&kids[0], &before, &kids[0].status.used);
+        assert_eq!(e, cpu(2));
+        let borrowed = kids[0].spec.borrowed(&kids[0].status.used);
+        assert!(return_loan(&mut parent, "a", &e, &borrowed));
+        assert_eq!(
+            loan_of(&parent, "a"),
+            cpu(4),
+            "j2 and j3 in flight stay covered"
+        );
+        assert_eq!(parent.status.lent, cpu(4));
+        // j3's charge lands within what is left.
+        let l = limits(&kids[0], &loan_of(&parent, "a"));
+        admission::charge_within(&mut kids[0], "j3", pods(1, 2), &l).unwrap();
+        // Releasing within hard ends no borrowing: nothing goes back.
+        assert!(ended(&kids[0], &cpu(4), &cpu(2)).is_empty());
+        // Told twice (a retried write), it never falls below what a borrows.
+        let borrowed = kids[0].spec.borrowed(&kids[0].status.used);
+        return_loan(&mut parent, "a", &cpu(2), &borrowed);
+        return_loan(&mut parent, "a", &cpu(2), &borrowed);
+        assert_eq!(loan_of(&parent, "a"), cpu(4));
+        // All of it ends: the loan goes, and the parent lends nothing.
+        let before = kids[0].status.used.clone();
+        admission::release(&mut kids[0], "j2");
+        admission::release(&mut kids[0], "j3");
+        let e = ended(&kids[0], &before, &kids[0].status.used);
+        assert!(return_loan(&mut parent, "a", &e, &ResourceList::new()));
+        assert!(parent.status.loans.is_empty());
+        assert!(parent.status.lent.values().all(|v| v.nanos() == 0));
+        assert!(!return_loan(&mut parent, "a", &e, &ResourceList::new()));
     }
 
     #[test]

@@ -290,6 +290,7 @@ impl Adapter {
     }
 
     fn read_from(&self, src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, AdapterError> {
+        self.check_type(src)?;
         let mut w = (self.read)(src, cfg).map_err(|f| self.refusal(f))?;
         if let Some((k, v)) = w.usage().into_iter().find(|(_, v)| v.nanos() > MAX_NANOS) {
             let problem = format!(
@@ -298,8 +299,69 @@ impl Adapter {
             );
             return Err(self.refusal(Fault::bad(&w.meta, None, problem)));
         }
+        // A finished workload (a Job Complete or Failed, a Kubeflow job
+        // Succeeded or Failed, a JobSet Completed or Failed) runs nothing
+        // for good: it holds no room, so its charge goes when it finishes,
+        // not when it is deleted, and a later edit of it charges nothing.
+        if w.finished {
+            for s in &mut w.pod_sets {
+                s.count = 0;
+            }
+        }
         self.classify(&mut w);
         Ok(w)
+    }
+
+    /// The object's own `apiVersion` and `kind`, where it states them, are
+    /// this adapter's: a review that names one kind over an object of
+    /// another (a Deployment under `kind: Job`) is refused, never read by
+    /// the wrong kind's rules — nor held back by a patch at a path the
+    /// object does not have. Objects that leave them out (a list's items)
+    /// are read as the kind they were asked for.
+    fn check_type(&self, src: Source<'_>) -> Result<(), AdapterError> {
+        #[derive(Deserialize)]
+        struct TypeMeta {
+            #[serde(default, rename = "apiVersion")]
+            api_version: Option<String>,
+            #[serde(default)]
+            kind: Option<String>,
+        }
+        let t: TypeMeta = match src {
+            Source::Text(json) => match serde_json::from_str(json) {
+                Ok(t) => t,
+                // Not an object with string fields there: the reader's own
+                // parse says what is wrong.
+                Err(_) => return Ok(()),
+            },
+            Source::Value(v) => TypeMeta {
+                api_version: v
+                    .get("apiVersion")
+                    .and_then(|a| a.as_str())
+                    .map(str::to_string),
+                kind: v.get("kind").and_then(|k| k.as_str()).map(str::to_string),
+            },
+        };
+        let group_ok = t
+            .api_version
+            .as_deref()
+            .is_none_or(|a| group_of(a) == self.group);
+        let kind_ok = t.kind.as_deref().is_none_or(|k| k == self.kind);
+        if group_ok && kind_ok {
+            return Ok(());
+        }
+        let said = |v: &Option<String>| v.as_deref().unwrap_or("(none)").to_string();
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            self.group
+        };
+        Err(AdapterError::Invalid(format!(
+            "bizrq: the request is for a {} ({group}) but its object says apiVersion {:?}, \
+             kind {:?}: refused, an object is judged only as the kind it is",
+            self.kind,
+            said(&t.api_version),
+            said(&t.kind),
+        )))
     }
 
     /// How a queued workload of this kind is held back until admitted: its
@@ -1070,6 +1132,44 @@ mod tests {
     use super::*;
     use crate::quantity::Quantity;
 
+    #[test]
+    fn an_object_of_another_kind_than_the_request_names_is_refused() {
+        let job = adapter_for_kind("batch", "Job").unwrap();
+        let keys = KeyConfig::default();
+        let spec = r#""spec":{"template":{"spec":{"containers":[{"resources":{"requests":{"cpu":"1"}}}]}}}"#;
+        let deployment = format!(
+            r#"{{"apiVersion":"apps/v1","kind":"Deployment","metadata":{{"name":"web","namespace":"ml"}},{spec}}}"#
+        );
+        let e = job.read(&deployment, &keys).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "bizrq: the request is for a Job (batch) but its object says apiVersion \"apps/v1\", \
+             kind \"Deployment\": refused, an object is judged only as the kind it is"
+        );
+        let value: serde_json::Value = serde_json::from_str(&deployment).unwrap();
+        assert_eq!(
+            job.read_value(&value, &keys).unwrap_err().to_string(),
+            e,
+            "a parsed object is judged alike"
+        );
+        // The kind alone, or the group alone, wrong is as wrong.
+        for bad in [
+            format!(r#"{{"apiVersion":"batch/v1","kind":"CronJob",{spec}}}"#),
+            format!(r#"{{"apiVersion":"apps/v1","kind":"Job",{spec}}}"#),
+            format!(r#"{{"kind":"Deployment",{spec}}}"#),
+        ] {
+            assert!(job.read(&bad, &keys).is_err(), "{bad}");
+        }
+        // Its own kind, any version, or no type at all (a list's items).
+        for good in [
+            format!(r#"{{"apiVersion":"batch/v1","kind":"Job",{spec}}}"#),
+            format!(r#"{{"apiVersion":"batch/v2","kind":"Job",{spec}}}"#),
+            format!(r#"{{{spec}}}"#),
+        ] {
+            assert!(job.read(&good, &keys).is_ok(), "{good}");
+        }
+    }
+
     /// The adapters read the declared run time as `runtime::max_runtime`
     /// reads the object, without a second parse; a wrong one is kept as an
     /// error, not refused (only a budget that reserves on it refuses).
@@ -1160,6 +1260,26 @@ mod tests {
             "Deployment",
             r#"{"conditions":[{"type":"Complete","status":"True"}]}"#
         ));
+    }
+
+    #[test]
+    fn a_finished_job_runs_nothing() {
+        let job = |status: &str| {
+            format!(
+                r#"{{"metadata":{{"name":"j","namespace":"n"}},"spec":{{"parallelism":3,"template":{TPL}}},"status":{status}}}"#
+            )
+        };
+        let running = read("batch", "Job", &job("null"));
+        assert_eq!(gpus(&running), Quantity::from_units(6));
+        for done in [
+            r#"{"conditions":[{"type":"Complete","status":"True"}]}"#,
+            r#"{"conditions":[{"type":"Failed","status":"True"}]}"#,
+        ] {
+            let w = read("batch", "Job", &job(done));
+            assert!(w.finished);
+            assert_eq!(gpus(&w), Quantity::from_units(0), "{done}");
+            assert_eq!(w.pod_sets.len(), 1, "its pod sets kept, at 0 pods");
+        }
     }
 
     fn read(group: &str, kind: &str, json: &str) -> Workload {

@@ -266,6 +266,7 @@ impl Core {
         if let Some(c) = &client {
             service = service
                 .with_accrual_from_pods()
+                .with_queueing()
                 .with_notifier(Arc::new(events.clone()))
                 .with_priorities(Arc::new(cluster::priority::PriorityCache::new(c.clone())));
         }

@@ -16,6 +16,12 @@ use crate::resources::ResourceList;
 /// object (every entry is written with it).
 pub const MAX_QUEUE: usize = 1_000;
 
+/// How long an entry whose object has never been seen stays queued (2
+/// minutes): the mutating webhook queues a CREATE before the API server
+/// stores the object; past this the create is taken to have failed or
+/// never to have been made (`expire_unseen`).
+pub const UNSEEN_GRACE_MS: i64 = 120_000;
+
 /// The entries of `status.queue` as admission reads them.
 pub fn entries(q: &Quota) -> Vec<Queued> {
     q.status.queue.iter().map(|e| e.work.clone()).collect()
@@ -83,6 +89,60 @@ pub fn enqueue(
         estimated_start: None,
     });
     Ok(true)
+}
+
+/// Queue `work` as a new submission (the mutating webhook): `enqueue`,
+/// and refused when it would be a new entry past its submitter's share of
+/// the queue (`QueuePolicy::per_submitter`, counted by `submittedBy`; work
+/// submitted by nobody counts as one submitter). A refresh of an entry
+/// already queued under its reference is never refused.
+pub fn join(
+    q: &mut Quota,
+    work: Queued,
+    position: u32,
+    waiting: Waiting,
+    reason: String,
+) -> Result<bool, Denial> {
+    if !holds(q, &work.workload_ref) {
+        let cap = q.spec.queueing.per_submitter();
+        let held = q
+            .status
+            .queue
+            .iter()
+            .filter(|e| e.work.submitted_by == work.submitted_by)
+            .count();
+        if held >= cap {
+            let who = match &work.submitted_by {
+                Some(u) => format!("{u:?}"),
+                None => "an unnamed submitter".to_string(),
+            };
+            return Err(Denial::Invalid(format!(
+                "bizrq {}: {} cannot queue: {who} already has {held} workloads waiting in this \
+                 queue, the most one submitter may (queueing.maxPerSubmitter {cap}); delete \
+                 waiting work or wait for it to be admitted",
+                q.name(),
+                work.workload_ref
+            )));
+        }
+    }
+    enqueue(q, work, position, waiting, reason)
+}
+
+/// Remove the entries whose object was never seen (no uid: a CREATE's
+/// entry the controller never named) and that joined `grace_ms` or more
+/// before `now_ms`: their create was refused after the mutating webhook
+/// queued it, or never happened. The references removed.
+pub fn expire_unseen(q: &mut Quota, now_ms: i64, grace_ms: i64) -> Vec<String> {
+    let mut removed = Vec::new();
+    q.status.queue.retain(|e| {
+        let expired =
+            e.work.uid.is_empty() && now_ms.saturating_sub(e.work.submitted_ms) >= grace_ms;
+        if expired {
+            removed.push(e.work.workload_ref.clone());
+        }
+        !expired
+    });
+    removed
 }
 
 /// Queue `work`, a running workload of `q` whose preemption is due, in
@@ -274,6 +334,67 @@ mod tests {
         );
         // A refresh of a queued entry is not a new one.
         assert!(enqueue(&mut q, job("j0", "u", 7, 0), 1, Waiting::Quota, "r".into()).is_ok());
+    }
+
+    #[test]
+    fn one_submitter_holds_at_most_its_share_of_the_queue() {
+        let mut q = quota(4);
+        q.spec.queueing = crate::queue::QueuePolicy {
+            max_per_submitter: Some(2),
+            ..crate::queue::QueuePolicy::queue()
+        };
+        let by = |name: &str, who: Option<&str>| Queued {
+            submitted_by: who.map(str::to_string),
+            ..job(name, "", 8, 0)
+        };
+        let join_as = |q: &mut Quota, name: &str, who: Option<&str>| {
+            join(q, by(name, who), 1, Waiting::Quota, "r".into())
+        };
+        join_as(&mut q, "m1", Some("mallory")).unwrap();
+        join_as(&mut q, "m2", Some("mallory")).unwrap();
+        let e = join_as(&mut q, "m3", Some("mallory"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "bizrq nlp: batch/Job/ml/m3 cannot queue: \"mallory\" already has 2 workloads \
+             waiting in this queue, the most one submitter may (queueing.maxPerSubmitter 2); \
+             delete waiting work or wait for it to be admitted"
+        );
+        assert_eq!(q.status.queue.len(), 2, "nothing joined");
+        // Others still queue; a refresh of a queued entry is never refused.
+        join_as(&mut q, "a1", Some("alice")).unwrap();
+        join_as(&mut q, "m1", Some("mallory")).unwrap();
+        // Work of nobody in particular shares one allowance.
+        join_as(&mut q, "n1", None).unwrap();
+        join_as(&mut q, "n2", None).unwrap();
+        assert!(join_as(&mut q, "n3", None)
+            .unwrap_err()
+            .to_string()
+            .contains("an unnamed submitter already has 2"));
+        // Once one leaves, its submitter may queue again.
+        dequeue(&mut q, "batch/Job/ml/m2");
+        join_as(&mut q, "m3", Some("mallory")).unwrap();
+    }
+
+    #[test]
+    fn entries_never_seen_expire_after_the_grace_and_seen_ones_never() {
+        let mut q = quota(4);
+        for (name, uid, since) in [("old", "", 0), ("new", "", 50), ("seen", "u", 0)] {
+            enqueue(
+                &mut q,
+                job(name, uid, 8, since),
+                1,
+                Waiting::Quota,
+                "r".into(),
+            )
+            .unwrap();
+        }
+        assert!(expire_unseen(&mut q, 99, 100).is_empty(), "not yet");
+        assert_eq!(expire_unseen(&mut q, 100, 100), ["batch/Job/ml/old"]);
+        assert_eq!(expire_unseen(&mut q, i64::MAX, 100), ["batch/Job/ml/new"]);
+        assert_eq!(q.status.queue.len(), 1);
+        assert_eq!(q.status.queue[0].work.uid, "u", "a named entry stays");
     }
 
     #[test]

@@ -11,6 +11,12 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// "never", which is what leaving the field out says.
 pub const MAX_WAIT_SECONDS: u64 = 366 * 86_400;
 
+/// How many entries of one quota's queue one submitter (the review's
+/// `userInfo.username`) may hold when the policy does not say: one user's
+/// burst of Jobs, or of creates that never complete, cannot take the whole
+/// queue (`super::MAX_QUEUE`) from everyone else.
+pub const DEFAULT_PER_SUBMITTER: u32 = 100;
+
 /// What admission does with suspendable batch work that does not fit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Mode {
@@ -45,15 +51,79 @@ pub enum Preemption {
 }
 
 /// `spec.queueing` of a quota.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueuePolicy {
     pub mode: Mode,
     pub order: Order,
     pub preemption: Preemption,
+    /// How long a victim of the queue's preemption is warned before it is
+    /// suspended (`preemption: {policy: LowerPriority, graceSeconds: N}`);
+    /// none: the reclaim grace of loans (`--reclaim-grace-seconds`). Work
+    /// that runs for seconds cannot wait the minutes a service needs.
+    pub preemption_grace_seconds: Option<u64>,
     /// Alert when an entry has waited this long (none: never).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alert_after_seconds: Option<u64>,
+    /// At most this many entries per submitter (none:
+    /// `DEFAULT_PER_SUBMITTER`); 1 to `MAX_QUEUE`.
+    pub max_per_submitter: Option<u32>,
+}
+
+/// `preemption` as written: `LowerPriority`, or the long form with its
+/// own grace.
+#[derive(Deserialize, Serialize)]
+#[serde(untagged)]
+enum PreemptionForm {
+    Short(Preemption),
+    Full(PreemptionFull),
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PreemptionFull {
+    policy: Preemption,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    grace_seconds: Option<u64>,
+}
+
+impl Default for PreemptionForm {
+    fn default() -> Self {
+        PreemptionForm::Short(Preemption::Never)
+    }
+}
+
+/// The stored form: the short spelling of `preemption` unless it has a
+/// grace of its own, so policies written before the long form read and
+/// write as they did.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Out {
+    mode: Mode,
+    order: Order,
+    preemption: PreemptionForm,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alert_after_seconds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_per_submitter: Option<u32>,
+}
+
+impl Serialize for QueuePolicy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let preemption = match self.preemption_grace_seconds {
+            None => PreemptionForm::Short(self.preemption),
+            Some(g) => PreemptionForm::Full(PreemptionFull {
+                policy: self.preemption,
+                grace_seconds: Some(g),
+            }),
+        };
+        Out {
+            mode: self.mode,
+            order: self.order,
+            preemption,
+            alert_after_seconds: self.alert_after_seconds,
+            max_per_submitter: self.max_per_submitter,
+        }
+        .serialize(s)
+    }
 }
 
 /// The long form, with every field optional.
@@ -65,9 +135,11 @@ struct Full {
     #[serde(default)]
     order: Order,
     #[serde(default)]
-    preemption: Preemption,
+    preemption: PreemptionForm,
     #[serde(default)]
     alert_after_seconds: Option<u64>,
+    #[serde(default)]
+    max_per_submitter: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -82,21 +154,30 @@ impl<'de> Deserialize<'de> for QueuePolicy {
         Ok(
             match Form::deserialize(d).map_err(|_| {
                 serde::de::Error::custom(
-                    "queueing is Refuse, Queue, or {mode, order, preemption, alertAfterSeconds} \
-                 with mode Refuse|Queue, order {kind: StrictFifo} or \
-                 {kind: BestEffortFifo, agingSeconds: N}, preemption Never|LowerPriority",
+                    "queueing is Refuse, Queue, or {mode, order, preemption, alertAfterSeconds, \
+                 maxPerSubmitter} with mode Refuse|Queue, order {kind: StrictFifo} or \
+                 {kind: BestEffortFifo, agingSeconds: N}, preemption Never|LowerPriority or \
+                 {policy: LowerPriority, graceSeconds: N}",
                 )
             })? {
                 Form::Short(mode) => QueuePolicy {
                     mode,
                     ..Default::default()
                 },
-                Form::Full(f) => QueuePolicy {
-                    mode: f.mode,
-                    order: f.order,
-                    preemption: f.preemption,
-                    alert_after_seconds: f.alert_after_seconds,
-                },
+                Form::Full(f) => {
+                    let (preemption, preemption_grace_seconds) = match f.preemption {
+                        PreemptionForm::Short(p) => (p, None),
+                        PreemptionForm::Full(p) => (p.policy, p.grace_seconds),
+                    };
+                    QueuePolicy {
+                        mode: f.mode,
+                        order: f.order,
+                        preemption,
+                        preemption_grace_seconds,
+                        alert_after_seconds: f.alert_after_seconds,
+                        max_per_submitter: f.max_per_submitter,
+                    }
+                }
             },
         )
     }
@@ -110,6 +191,12 @@ pub enum PolicyError {
     Aging(u64),
     #[error("queueing: alertAfterSeconds is {0}: it must be 1 to 31622400 (366 days); leave it out for no alert")]
     AlertAfter(u64),
+    #[error("queueing: preemption.graceSeconds is {0}: it must be 0 to 31622400 (366 days); leave it out for the reclaim grace")]
+    PreemptionGrace(u64),
+    #[error("queueing: preemption.graceSeconds only applies with policy LowerPriority; remove it or set policy: LowerPriority")]
+    GraceWithoutPreemption,
+    #[error("queueing: maxPerSubmitter is {0}: it must be 1 to {max} (the most a queue holds); leave it out for {DEFAULT_PER_SUBMITTER}", max = super::MAX_QUEUE)]
+    PerSubmitter(u32),
 }
 
 impl QueuePolicy {
@@ -143,13 +230,30 @@ impl QueuePolicy {
                 return Err(PolicyError::AlertAfter(s));
             }
         }
+        if let Some(g) = self.preemption_grace_seconds {
+            if g > MAX_WAIT_SECONDS {
+                return Err(PolicyError::PreemptionGrace(g));
+            }
+            if self.preemption == Preemption::Never && self.mode == Mode::Queue {
+                return Err(PolicyError::GraceWithoutPreemption);
+            }
+        }
+        if let Some(n) = self.max_per_submitter {
+            if n == 0 || n as usize > super::MAX_QUEUE {
+                return Err(PolicyError::PerSubmitter(n));
+            }
+        }
         if self.mode == Mode::Refuse {
             let field = if self.order != Order::default() {
                 Some("order")
-            } else if self.preemption != Preemption::default() {
+            } else if self.preemption != Preemption::default()
+                || self.preemption_grace_seconds.is_some()
+            {
                 Some("preemption")
             } else if self.alert_after_seconds.is_some() {
                 Some("alertAfterSeconds")
+            } else if self.max_per_submitter.is_some() {
+                Some("maxPerSubmitter")
             } else {
                 None
             };
@@ -158,6 +262,22 @@ impl QueuePolicy {
             }
         }
         Ok(())
+    }
+
+    /// How long a victim of the queue's preemption is warned (ms), given
+    /// the reclaim grace used when the policy names none.
+    pub fn preemption_grace_ms(&self, reclaim_grace_ms: i64) -> i64 {
+        match self.preemption_grace_seconds {
+            Some(s) => (s.min(MAX_WAIT_SECONDS) as i64).saturating_mul(1000),
+            None => reclaim_grace_ms,
+        }
+    }
+
+    /// How many entries one submitter may hold in the queue.
+    pub fn per_submitter(&self) -> usize {
+        self.max_per_submitter
+            .unwrap_or(DEFAULT_PER_SUBMITTER)
+            .clamp(1, super::MAX_QUEUE as u32) as usize
     }
 
     /// How long an entry may wait before it blocks everything behind it
@@ -214,6 +334,55 @@ mod tests {
     }
 
     #[test]
+    fn preemption_has_a_grace_of_its_own_apart_from_reclaim() {
+        let p =
+            parse(r#"{"mode":"Queue","preemption":{"policy":"LowerPriority","graceSeconds":0}}"#)
+                .unwrap();
+        assert_eq!(p.preemption, Preemption::LowerPriority);
+        assert_eq!(p.preemption_grace_seconds, Some(0));
+        p.validate().unwrap();
+        assert_eq!(p.preemption_grace_ms(300_000), 0, "0 is allowed: at once");
+        // Written in the long form, read back the same.
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(
+            json,
+            r#"{"mode":"Queue","order":{"kind":"StrictFifo"},"preemption":{"policy":"LowerPriority","graceSeconds":0}}"#
+        );
+        assert_eq!(parse(&json).unwrap(), p);
+        // Without one, the reclaim grace, and the short form as before.
+        let p = parse(r#"{"mode":"Queue","preemption":"LowerPriority"}"#).unwrap();
+        assert_eq!(p.preemption_grace_ms(300_000), 300_000);
+        assert!(serde_json::to_string(&p)
+            .unwrap()
+            .contains(r#""preemption":"LowerPriority""#));
+        let p = parse(r#"{"mode":"Queue","preemption":{"policy":"LowerPriority"}}"#).unwrap();
+        assert_eq!(p.preemption_grace_seconds, None);
+        // Out of range, with no preemption, or without a queue: refused.
+        let p = parse(
+            r#"{"mode":"Queue","preemption":{"policy":"LowerPriority","graceSeconds":31622401}}"#,
+        )
+        .unwrap();
+        assert_eq!(p.validate(), Err(PolicyError::PreemptionGrace(31_622_401)));
+        let p =
+            parse(r#"{"mode":"Queue","preemption":{"policy":"Never","graceSeconds":5}}"#).unwrap();
+        assert_eq!(p.validate(), Err(PolicyError::GraceWithoutPreemption));
+        let p = parse(r#"{"preemption":{"policy":"Never","graceSeconds":5}}"#).unwrap();
+        assert_eq!(
+            p.validate(),
+            Err(PolicyError::NeedsQueue {
+                field: "preemption"
+            })
+        );
+        for bad in [
+            r#"{"mode":"Queue","preemption":{"policy":"LowerPriority","grace":5}}"#,
+            r#"{"mode":"Queue","preemption":{"policy":"LowerPriority","graceSeconds":-1}}"#,
+            r#"{"mode":"Queue","preemption":{"graceSeconds":5}}"#,
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn unknown_spellings_say_what_is_allowed() {
         for bad in [r#""queue""#, r#"{"mode":"Queue","agingSeconds":5}"#, "3"] {
             let e = parse(bad).unwrap_err();
@@ -235,6 +404,43 @@ mod tests {
             ..QueuePolicy::queue()
         };
         assert_eq!(p.validate(), Err(PolicyError::AlertAfter(0)));
+        for n in [0, super::super::MAX_QUEUE as u32 + 1] {
+            let p = QueuePolicy {
+                max_per_submitter: Some(n),
+                ..QueuePolicy::queue()
+            };
+            assert_eq!(p.validate(), Err(PolicyError::PerSubmitter(n)));
+            assert!(p
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .starts_with("queueing: maxPerSubmitter is"));
+        }
+        let p = QueuePolicy {
+            max_per_submitter: Some(3),
+            ..QueuePolicy::queue()
+        };
+        p.validate().unwrap();
+        assert_eq!(p.per_submitter(), 3);
+        assert_eq!(
+            parse(r#"{"mode":"Queue","maxPerSubmitter":3}"#).unwrap(),
+            p,
+            "the long form names it"
+        );
+        assert_eq!(
+            QueuePolicy::queue().per_submitter(),
+            DEFAULT_PER_SUBMITTER as usize
+        );
+        let p = QueuePolicy {
+            max_per_submitter: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(
+            p.validate(),
+            Err(PolicyError::NeedsQueue {
+                field: "maxPerSubmitter"
+            })
+        );
         let p = QueuePolicy {
             preemption: Preemption::LowerPriority,
             ..Default::default()

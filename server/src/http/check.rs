@@ -111,6 +111,9 @@ async fn would_queue(
     body: &str,
 ) -> Result<Option<(u32, String)>, ApiError> {
     let svc = &app.service;
+    if !svc.queueing {
+        return Ok(None);
+    }
     let q = match svc.get(quota_name).await {
         Ok(s) => s.quota,
         Err(ServiceError::NotFound(_)) => return Ok(None),

@@ -234,6 +234,10 @@ pub struct Service {
     pub service_account: String,
     /// PriorityClasses, for queued workloads' priority (`queue::PriorityLookup`).
     pub priorities: Arc<dyn queue::PriorityLookup>,
+    /// Cluster mode: work that does not fit may wait, held back, in its
+    /// quota's queue, which the controller admits from. Standalone: false,
+    /// so nothing queues — nothing there would ever admit it.
+    pub queueing: bool,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
@@ -280,6 +284,7 @@ impl Service {
             recheck: Default::default(),
             service_account: String::new(),
             priorities: Arc::new(queue::NoClasses),
+            queueing: false,
             deferred: Default::default(),
             clock: Arc::new(now_ms),
             locks: Default::default(),
@@ -321,6 +326,13 @@ impl Service {
     /// Where notices go (cluster mode: Kubernetes Events).
     pub fn with_notifier(mut self, events: Arc<dyn notify::Notifier>) -> Service {
         self.events = events;
+        self
+    }
+
+    /// Cluster mode: a controller admits from the queues, so work that
+    /// does not fit may queue.
+    pub fn with_queueing(mut self) -> Service {
+        self.queueing = true;
         self
     }
 
@@ -1250,6 +1262,32 @@ impl Service {
         }
     }
 
+    /// Give back to `parent`, in its compare-and-swap, the part of
+    /// `child`'s loan that a release ended (`borrow::return_loan`: never
+    /// below what `child` still borrows). Nothing to do without a parent,
+    /// a loan, or borrowing ended. Whether the parent changed.
+    pub async fn return_loan(
+        &self,
+        parent: &str,
+        child: &str,
+        ended: &ResourceList,
+        borrowed: &ResourceList,
+    ) -> Result<bool, ServiceError> {
+        if parent.is_empty() || ended.is_empty() {
+            return Ok(false);
+        }
+        let result = self
+            .update_status(parent, false, |p| {
+                let changed = borrow::return_loan(p, child, ended, borrowed);
+                Ok((changed, changed))
+            })
+            .await;
+        match result {
+            Err(ServiceError::NotFound(_)) => Ok(false),
+            r => r,
+        }
+    }
+
     /// A DELETE's release of `wref` from `quota_name`, as
     /// `release_workload`, noting in `seen` the `uid` of the charge it found
     /// (the admission that last changed it) at its first read, so that
@@ -1263,6 +1301,9 @@ impl Service {
         dry_run: bool,
         seen: &mut Option<Seen>,
     ) -> Result<(), ServiceError> {
+        // The borrowing this release ends, what the quota still borrows,
+        // and its parent: the loan goes back right after.
+        let mut loan_back = (ResourceList::new(), ResourceList::new(), String::new());
         let result = self
             .update_status(quota_name, dry_run, |q| {
                 if seen.is_none() {
@@ -1270,8 +1311,14 @@ impl Service {
                         uid: q.status.workloads.get(wref).map(|c| c.uid.clone()),
                     });
                 }
+                let before = q.status.used.clone();
                 let dequeued = quota::queue::ledger::dequeue(q, wref);
                 let released = admission::release(q, wref) || dequeued;
+                loan_back = (
+                    borrow::ended(q, &before, &q.status.used),
+                    q.spec.borrowed(&q.status.used),
+                    q.spec.parent.clone(),
+                );
                 Ok((released, released))
             })
             .await;
@@ -1279,6 +1326,13 @@ impl Service {
             Ok(released) => {
                 if released && !dry_run {
                     self.recheck.mark(quota_name);
+                    let (ended, borrowed, parent) = loan_back;
+                    if let Err(e) = self
+                        .return_loan(&parent, quota_name, &ended, &borrowed)
+                        .await
+                    {
+                        tracing::warn!(quota = quota_name, error = %e, "loan not returned; the parent's repair shrinks it later");
+                    }
                 }
                 Ok(())
             }
@@ -1564,6 +1618,13 @@ impl Service {
             let result = self
                 .update_status(&name, false, |q| {
                     borrow::repair_children(q, &kids, now);
+                    // Standalone, nothing names a queue's entries (no
+                    // watch): one a CREATE's review left (older versions
+                    // queued here too) expires; nothing queues now.
+                    if !self.queueing {
+                        let grace = quota::queue::ledger::UNSEEN_GRACE_MS;
+                        quota::queue::ledger::expire_unseen(q, now, grace);
+                    }
                     // Write only what a reader would see change.
                     let changed = q.status.differs_visibly(listed);
                     Ok((changed, changed))

@@ -156,8 +156,7 @@ impl Service {
                 Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
                 Check::Queues { position, reason } => {
                     let text = worded(reason.to_string());
-                    let changed =
-                        ledger::enqueue(q, work, position, reason.waiting(), text.clone())?;
+                    let changed = ledger::join(q, work, position, reason.waiting(), text.clone())?;
                     Ok((
                         changed || dropped,
                         Queueing::Queued {
@@ -455,7 +454,15 @@ pub fn policy_words(p: &queue::QueuePolicy) -> String {
         ),
     };
     if p.preemption == queue::Preemption::LowerPriority {
-        out.push_str(" The first waiting workload may reclaim running work of lower priority.");
+        out.push_str(" The first waiting workload may reclaim running work of lower priority");
+        match p.preemption_grace_seconds {
+            Some(0) => out.push_str(", which is suspended at once."),
+            Some(s) => out.push_str(&format!(
+                ", which is suspended {} after a warning.",
+                span(s)
+            )),
+            None => out.push('.'),
+        }
     }
     if let Some(s) = p.alert_after_seconds {
         out.push_str(&format!(
@@ -556,6 +563,71 @@ mod tests {
     }
 
     on_both_databases!(a_hand_unsuspend_that_fits_counts_its_wait);
+    on_both_databases!(standalone_resync_expires_entries_never_seen);
+
+    /// Standalone mode never queues, but entries an older version queued
+    /// there from a CREATE's review (no uid: never seen, and nothing
+    /// there ever names one) leave at the resync once
+    /// `UNSEEN_GRACE_MS` old; a named entry stays. In cluster mode the
+    /// resync leaves them to the controller's watch.
+    async fn standalone_resync_expires_entries_never_seen(store: &SqlStore) {
+        let clock = Arc::new(AtomicI64::new(T0));
+        let c = clock.clone();
+        let svc = Service::new(
+            Arc::new(store.clone()),
+            Default::default(),
+            Default::default(),
+            Arc::new(Metrics::default()),
+        )
+        .with_clock(Arc::new(move || c.load(Ordering::SeqCst)));
+        assert!(!svc.queueing, "standalone unless told");
+        let spec = QuotaSpec {
+            parent: String::new(),
+            hard: [(CPU.to_string(), quota::Quantity::from_units(4))].into(),
+            max: Default::default(),
+            budgets: Default::default(),
+            queueing: QueuePolicy::queue(),
+        };
+        svc.create_quota("ml", spec, Persist::Here, "", false)
+            .await
+            .unwrap();
+        svc.charge_workload("ml", "batch/Job/ml/run", sets(4), "u-run", false)
+            .await
+            .unwrap();
+        for (name, uid) in [("ghost", ""), ("named", "u-named")] {
+            let work = Queued {
+                workload_ref: format!("batch/Job/ml/{name}"),
+                uid: uid.into(),
+                priority: 0,
+                priority_classes: Vec::new(),
+                submitted_ms: T0,
+                pod_sets: sets(2),
+                run_ms: None,
+                submitted_by: None,
+                preempted: false,
+            };
+            svc.queue_workload("ml", work, true, false).await.unwrap();
+        }
+        let refs = |q: &quota::Quota| -> Vec<String> {
+            q.status
+                .queue
+                .iter()
+                .map(|e| e.work.workload_ref.clone())
+                .collect()
+        };
+        clock.store(
+            T0 + quota::queue::ledger::UNSEEN_GRACE_MS - 1,
+            Ordering::SeqCst,
+        );
+        svc.resync().await.unwrap();
+        assert_eq!(refs(&svc.get("ml").await.unwrap().quota).len(), 2);
+        clock.store(T0 + quota::queue::ledger::UNSEEN_GRACE_MS, Ordering::SeqCst);
+        svc.resync().await.unwrap();
+        assert_eq!(
+            refs(&svc.get("ml").await.unwrap().quota),
+            ["batch/Job/ml/named"]
+        );
+    }
 
     /// A queued Job unsuspended by hand once it fits is charged by the
     /// validating webhook's path, which removes its entry in the same

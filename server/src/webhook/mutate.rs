@@ -134,6 +134,13 @@ pub async fn mutate(
     let w = adapter
         .read(&running.to_string(), &svc.keys)
         .map_err(|e| bad(e.to_string()))?;
+    // Standalone: no controller would ever admit what waits, so nothing
+    // queues; the validating webhook charges or refuses as without it.
+    // (Read first all the same: an object the adapter refuses, say of
+    // another kind than the review names, is refused here too.)
+    if !svc.queueing {
+        return pass;
+    }
     let Some(quota_name) = w.quota().map(str::to_string) else {
         return pass;
     };
@@ -188,7 +195,15 @@ pub async fn mutate(
     }
     let work = Queued {
         workload_ref: wref.clone(),
-        uid: w.meta.uid.clone(),
+        // A CREATE's object has no uid until the API server stores it: one
+        // a review states is not the API server's, and the entry must read
+        // as never seen until the controller's watch names it (so it
+        // expires if the object never appears).
+        uid: if create {
+            String::new()
+        } else {
+            w.meta.uid.clone()
+        },
         // Resolved from the classes by `queue_workload`; a number written
         // in the template is never trusted (the API server would refuse
         // such pods anyway).

@@ -22,6 +22,7 @@ mod periods;
 mod portal;
 mod preemption;
 mod prices;
+mod queue_flood;
 mod queue_visible;
 mod queueing;
 mod refunds;

@@ -753,3 +753,79 @@ async fn no_preemption_for_a_job_its_budget_would_still_hold_back() {
         "{q}"
     );
 }
+
+/// The queue's preemption has a grace of its own, apart from the reclaim
+/// grace of loans (300 s here): with `preemption: {policy: LowerPriority,
+/// graceSeconds: 0}` the lower-priority job is suspended and queued again
+/// without the clock moving at all, and the urgent job admitted in its
+/// place; the Event says 0 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemption_grace_of_zero_suspends_at_once_whatever_the_reclaim_grace() {
+    let c = Cluster::start().await;
+    create_quota(
+        &c,
+        "ml",
+        "",
+        json!({"hard": {"requests.cpu": "2"},
+            "queueing": {"mode": "Queue",
+                "preemption": {"policy": "LowerPriority", "graceSeconds": 0}}}),
+    )
+    .await;
+    let (_, q) = c.server.api(Method::GET, "/api/v1/quotas/ml", None).await;
+    assert_eq!(
+        q["spec"]["queueing"]["preemption"],
+        json!({"policy": "LowerPriority", "graceSeconds": 0}),
+        "stored in the long form: {q}"
+    );
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create_class(&c, "batch-low", 1).await;
+    create_class(&c, "urgent", 100).await;
+    create(&c, &job("ml", "ml", "low", 2, "1", "batch-low")).await;
+    c.until("ml", "low charged", |q| used(q, "requests.cpu") == "2")
+        .await;
+    create(&c, &job("ml", "ml", "urgent", 1, "1", "urgent")).await;
+    assert!(suspended(&c, "ml", "urgent"), "queued");
+    let e = until_event(&c, "PreemptionPending", "low").await;
+    let note = e["note"].as_str().unwrap();
+    assert!(note.contains("suspended in 0 s"), "{note}");
+    // The clock stays at T0: nothing waits for the reclaim grace.
+    until_suspended(&c, "ml", "low", true).await;
+    assert_eq!(patches(&c, "ml", "low"), 1);
+    until_event(&c, "Preempted", "low").await;
+    let q = c
+        .until("ml", "urgent admitted, low queued", |q| {
+            queue_refs(q) == ["batch/Job/ml/low"]
+                && used(q, "requests.cpu") == "1"
+                && q["status"]["workloads"]["batch/Job/ml/urgent"].is_object()
+        })
+        .await;
+    assert!(marks(&q).is_empty(), "the mark is spent: {q}");
+    until_suspended(&c, "ml", "urgent", false).await;
+
+    // Out of range, or without preemption, is refused naming the field.
+    for (queueing, want) in [
+        (
+            json!({"mode": "Queue", "preemption": {"policy": "LowerPriority", "graceSeconds": 31_622_401}}),
+            "queueing: preemption.graceSeconds is 31622401",
+        ),
+        (
+            json!({"mode": "Queue", "preemption": {"policy": "Never", "graceSeconds": 5}}),
+            "queueing: preemption.graceSeconds only applies with policy LowerPriority",
+        ),
+    ] {
+        let (s, v) = c
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": "other"},
+                    "spec": {"parent": "", "hard": {"requests.cpu": "2"}, "queueing": queueing}})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+        assert!(v.to_string().contains(want), "{v}");
+    }
+}

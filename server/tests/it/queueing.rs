@@ -635,6 +635,120 @@ async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
     assert!(suspended(&c, "a3"));
 }
 
+/// Capacity comes back at once (docs/queueing.md §9): a Job that ran on
+/// a loan and finishes (Complete, not deleted) releases its charge when
+/// it finishes, and its loan goes back to the parent right after, with
+/// the clock never moving (no reservation window, no loan age, no
+/// resync): the parent lends nothing to the idle child and a sibling's
+/// Job that needs the same room is admitted on a loan at once, never
+/// queued. A Job that fails gives its room back alike, and a deleted one
+/// returns its loan in the DELETE's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_gives_its_room_and_its_loan_back_at_once() {
+    let c = Cluster::start().await;
+    for (name, parent, spec) in [
+        ("org", "", json!({"hard": {"requests.cpu": "8"}})),
+        (
+            "a",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "8"}, "queueing": "Queue"}),
+        ),
+        (
+            "b",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "8"}, "queueing": "Queue"}),
+        ),
+    ] {
+        let mut spec = spec;
+        spec["parent"] = json!(parent);
+        let (s, v) = c
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name}, "spec": spec})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    let loan =
+        |who: &str| c.fake.quota("org")["status"]["loans"][who]["amount"]["requests.cpu"].clone();
+    create_in(&c, "ml", &job_in("ml", "a", "a1", "8"))
+        .await
+        .unwrap();
+    assert!(!suspended(&c, "a1"), "admitted on a loan of b's idle room");
+    assert_eq!(loan("a"), "4");
+
+    // a1 completes: its charge goes, then its loan.
+    let mut done = c.fake.get("batch", "jobs", "ml", "a1").unwrap();
+    done["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
+    c.fake.put(done);
+    c.until("a", "a1's charge released on finish", |q| {
+        used(q, "requests.cpu") == "0"
+    })
+    .await;
+    c.until("org", "a's loan returned", |q| {
+        q["status"]["loans"].get("a").is_none()
+    })
+    .await;
+    let org = c.fake.quota("org");
+    assert!(
+        org["status"]["lent"]
+            .as_object()
+            .is_none_or(|l| l.values().all(|v| v == "0")),
+        "nothing lent to an idle child: {org}"
+    );
+
+    // b's Job of 8 needs the same room on a loan: admitted at once.
+    create_in(&c, "web", &job_in("web", "b", "b1", "8"))
+        .await
+        .unwrap();
+    let b1 = c.fake.get("batch", "jobs", "web", "b1").unwrap();
+    assert_ne!(b1["spec"]["suspend"], true, "not queued: {b1}");
+    let q = c
+        .until("b", "b1 charged", |q| used(q, "requests.cpu") == "8")
+        .await;
+    assert!(queue_refs(&q).is_empty(), "{q}");
+    assert_eq!(loan("b"), "4");
+
+    // A failed Job gives its room back as well; a later edit of it
+    // charges nothing.
+    let mut failed = c.fake.get("batch", "jobs", "web", "b1").unwrap();
+    failed["status"] = json!({"conditions": [{"type": "Failed", "status": "True"}]});
+    c.fake.put(failed);
+    c.until("b", "b1's charge released on failure", |q| {
+        used(q, "requests.cpu") == "0"
+    })
+    .await;
+    c.until("org", "b's loan returned", |q| {
+        q["status"]["loans"].get("b").is_none()
+    })
+    .await;
+
+    // Deleted while running on a loan: the DELETE's release returns it.
+    create_in(&c, "ml", &job_in("ml", "a", "a2", "6"))
+        .await
+        .unwrap();
+    c.until("a", "a2 charged", |q| used(q, "requests.cpu") == "6")
+        .await;
+    assert_eq!(loan("a"), "2");
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    Api::<DynamicObject>::namespaced_with(c.kubectl("alice"), "ml", &ar)
+        .delete("a2", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        c.fake.quota("org")["status"]["loans"].get("a").is_none(),
+        "returned by the time the DELETE is answered: {}",
+        c.fake.quota("org")
+    );
+}
+
 async fn overdue_alerts(c: &Cluster) -> Vec<Value> {
     let (s, v) = c
         .server

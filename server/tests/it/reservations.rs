@@ -553,16 +553,20 @@ async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
     );
 
     // a completes: the controller settles its reservation (the 32 it
-    // still held are released); its charge stays until it is deleted.
+    // still held are released) and releases its charge: a finished Job
+    // runs nothing, so it holds no room until it is deleted.
     let mut done = c.fake.get("batch", "jobs", "ml", "a").unwrap();
     done["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
     c.fake.put(done);
     let q = c
-        .until("ml", "a settled on finish", |q| {
-            !reservations(q).contains_key("batch/Job/ml/a")
+        .until("ml", "a settled and released on finish", |q| {
+            !reservations(q).contains_key("batch/Job/ml/a") && used(q, GPU) == "4"
         })
         .await;
-    assert_eq!(used(&q, GPU), "8", "a's charge stays: {q}");
+    assert_eq!(
+        q["status"]["workloads"]["batch/Job/ml/a"]["podSets"][0]["count"], 0,
+        "{q}"
+    );
 
     // Deleting b settles its reservation in the release's write.
     jobs.delete("b", &DeleteParams::default()).await.unwrap();

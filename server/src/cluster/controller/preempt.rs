@@ -64,7 +64,12 @@ impl Context {
             None
         };
         let (head, plan) = found.unwrap_or_default();
-        let grace = self.cfg.reclaim_grace.as_millis() as i64;
+        // The queue's own grace when its policy names one (short work
+        // cannot wait what a service's reclaim gives), else reclaim's.
+        let grace = q
+            .spec
+            .queueing
+            .preemption_grace_ms(self.cfg.reclaim_grace.as_millis() as i64);
         // What each victim joins the queue with, should it fall due: as the
         // watch shows it now, running (after the suspend it shows 0 pods).
         let works: BTreeMap<String, Queued> = {
@@ -135,7 +140,7 @@ impl Context {
                 format!(
                     "bizrq {name}: {head}, of higher priority, waits in the queue for this room; \
                      suspended in {} s unless room frees otherwise (frees {}), then queued again",
-                    self.cfg.reclaim_grace.as_secs(),
+                    grace / 1000,
                     words(&v.frees)
                 ),
             );

@@ -21,10 +21,8 @@
 use super::Context;
 
 /// How long an entry whose object the controller has never seen stays
-/// queued: the mutating webhook queues a CREATE before the API server
-/// stores the object (and before the watch shows it); past this the
-/// create is taken to have failed.
-pub const ORPHAN_GRACE_MS: i64 = 120_000;
+/// queued (`quota::queue::ledger::UNSEEN_GRACE_MS`).
+pub const ORPHAN_GRACE_MS: i64 = queue::ledger::UNSEEN_GRACE_MS;
 
 use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
@@ -45,10 +43,13 @@ impl Context {
                 .iter()
                 .filter(|(_, c)| c.uid.starts_with("queue:"))
                 .filter(|(wref, _)| {
-                    // Observed running nothing: held back.
-                    snap.observed
-                        .get(*wref)
-                        .is_some_and(|o| o.pod_sets.iter().all(|s| s.count == 0))
+                    // Observed running nothing: held back (a finished
+                    // workload runs nothing too, and is not held).
+                    !snap.finished.contains(*wref)
+                        && snap
+                            .observed
+                            .get(*wref)
+                            .is_some_and(|o| o.pod_sets.iter().all(|s| s.count == 0))
                 })
                 .map(|(wref, _)| wref.clone())
                 .collect()

@@ -15,6 +15,7 @@ use quota::borrow;
 use quota::budget::enforce::OwnWindows;
 use quota::keys::cash_target;
 use quota::reconcile::{Observed, RESERVATION_TTL_MS};
+use quota::ResourceList;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,6 +115,9 @@ impl Context {
         let mut queued = false;
         let mut preempting = false;
         let mut freed = false;
+        // Borrowing this write ended (a borrowing charge released), and
+        // what the quota still borrows: its loan goes back right after.
+        let mut loan_back: Option<(ResourceList, ResourceList)> = None;
         let mut paid_to: Option<i64> = None;
         let mut uid: Option<String> = None;
         let mut plans = Vec::new();
@@ -182,6 +186,15 @@ impl Context {
                     .as_deref()
                     .and_then(quota::time::parse_rfc3339);
                 let intervals = snap.intervals();
+                // A finished workload runs nothing for good (its adapter
+                // reads 0 pods): its charge follows at once instead of
+                // being held as a reservation for the window after its
+                // admission, so its room comes back when it finishes.
+                for wref in &snap.finished {
+                    if let Some(c) = q.status.workloads.get_mut(wref) {
+                        c.admitted = None;
+                    }
+                }
                 let out = quota::reconcile::reconcile_priced(
                     q,
                     observed,
@@ -240,7 +253,7 @@ impl Context {
                     }
                     None => granted,
                 };
-                // A finished Job's reservation settles; its charge stays.
+                // A finished Job's reservation settles with its charge.
                 quota::budget::hold::settle_finished(&mut q.status, &snap.finished);
                 borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
                 // Spent `suspendBatch` budgets: since when, in this write.
@@ -270,6 +283,9 @@ impl Context {
                     .used
                     .iter()
                     .any(|(k, b)| quota::resources::get(&q.status.used, k) < *b);
+                let ended = borrow::ended(q, &before.used, &q.status.used);
+                loan_back = (!ended.is_empty() && !q.spec.parent.is_empty())
+                    .then(|| (ended, q.spec.borrowed(&q.status.used)));
                 exhausted = newly_exhausted(&before, q);
                 queued = quota::queue::ledger::waits_or_admits(q);
                 preempting = q
@@ -345,6 +361,17 @@ impl Context {
         }
         if !plans.is_empty() {
             self.enforce_exhaustion(name, uid.clone(), plans).await;
+        }
+        if let (true, Some((ended, borrowed))) = (written, loan_back) {
+            // The loan the released work rode on goes back now, not when
+            // the parent's repair finds it old (docs/queueing.md §9).
+            if let Err(e) = self
+                .service
+                .return_loan(&parent, name, &ended, &borrowed)
+                .await
+            {
+                tracing::warn!(quota = %name, error = %e, "loan not returned; the parent's repair shrinks it later");
+            }
         }
         if freed && written && !parent.is_empty() {
             self.touch_borrowers_under(&parent);

@@ -1,0 +1,240 @@
+//! A queue nobody can flood (docs/queueing.md, "Bounds"): one submitter
+//! holds at most its share of a queue, entries whose object never appears
+//! expire, standalone mode never queues, and a review whose object is not
+//! the kind it names is refused, on the mutating webhook as on the
+//! validating one.
+
+use crate::cluster::{used, Cluster, T0};
+use crate::common::{on_both, Server};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+fn job(name: &str, cpu: &str) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
+        "spec": {"parallelism": 1, "completions": 1,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
+                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}})
+}
+
+/// A review of a CREATE under `kind: Job`, by `user`, of `object` (which
+/// need not be a Job): what reaches the webhook when nobody creates the
+/// object afterwards.
+fn job_review(uid: &str, user: &str, object: Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": uid,
+            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "name": object["metadata"]["name"], "namespace": "ml", "operation": "CREATE",
+            "userInfo": {"username": user}, "object": object, "dryRun": false}})
+}
+
+/// A Deployment of `replicas` pods of 1 cpu each, bound to `ml`.
+fn deployment(name: &str, replicas: i64) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "web",
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}})
+}
+
+fn queue_refs(q: &Value) -> Vec<String> {
+    q["status"]["queue"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| e["workloadRef"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A Deployment sent under `kind: Job` is refused by both webhooks with a
+/// message that says what is wrong, never read as a Job nor patched at
+/// `/spec/suspend`. The caller checks that nothing was charged or queued.
+async fn assert_kind_mismatch_refused(s: &Server) {
+    for path in ["/mutate/workloads", "/validate/workloads"] {
+        let r = s
+            .review(
+                path,
+                &job_review("uid-mismatch", "mallory", deployment("web", 2)),
+            )
+            .await;
+        assert_eq!(r["allowed"], false, "{path}: {r}");
+        assert!(r.get("patch").is_none(), "{path}: nothing patched: {r}");
+        let msg = r["status"]["message"].as_str().unwrap();
+        assert_eq!(
+            msg,
+            "bizrq: the request is for a Job (batch) but its object says apiVersion \"apps/v1\", \
+             kind \"Deployment\": refused, an object is judged only as the kind it is",
+            "{path}"
+        );
+        assert_eq!(r["status"]["code"], 400, "{path}: {r}");
+    }
+}
+
+fn unchanged(before: &Value, after: &Value) {
+    assert_eq!(after["status"]["used"], before["status"]["used"]);
+    assert_eq!(queue_refs(after), queue_refs(before));
+}
+
+async fn create(c: &Cluster, user: &str, obj: Value) -> Result<(), String> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    let o: DynamicObject = serde_json::from_value(obj).unwrap();
+    Api::<DynamicObject>::namespaced_with(c.kubectl(user), "ml", &ar)
+        .create(&PostParams::default(), &o)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+on_both!(standalone_never_queues_and_refuses_a_kind_mismatch);
+
+/// Standalone mode has no controller to admit from a queue: a quota with
+/// `queueing: Queue` refuses what does not fit, as without queueing. The
+/// mutating webhook passes the Job unchanged (no suspend), the validating
+/// one refuses it, the check endpoint says so, and nothing is queued.
+async fn standalone_never_queues_and_refuses_a_kind_mismatch(s: &Server) {
+    let (st, v) = s
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"},
+                "spec": {"parent": "", "hard": {"requests.cpu": "4"}, "queueing": "Queue"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let r = s
+        .review(
+            "/validate/workloads",
+            &job_review("uid-a", "alice", job("a", "3")),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    assert_eq!(s.used("ml", "requests.cpu").await, "3");
+
+    let b = job_review("uid-b", "alice", job("b", "2"));
+    let m = s.review("/mutate/workloads", &b).await;
+    assert_eq!(m["allowed"], true, "{m}");
+    assert!(m.get("patch").is_none(), "not suspended: {m}");
+    assert!(m.get("warnings").is_none(), "no queued warning: {m}");
+    let r = s.review("/validate/workloads", &b).await;
+    assert_eq!(r["allowed"], false, "{r}");
+    let msg = r["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("requests.cpu asks 2, 1 left of 4"), "{msg}");
+
+    let (st, v) = s
+        .api(Method::POST, "/api/v1/check", Some(job("b", "2")))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["allowed"], false, "{v}");
+    assert!(v.get("queued").is_none(), "{v}");
+    assert!(
+        !v["message"].as_str().unwrap().contains("would queue"),
+        "{v}"
+    );
+    let q = s.quota("ml").await;
+    assert!(queue_refs(&q).is_empty(), "{q}");
+    assert_eq!(s.used("ml", "requests.cpu").await, "3");
+
+    let before = s.quota("ml").await;
+    assert_kind_mismatch_refused(s).await;
+    unchanged(&before, &s.quota("ml").await);
+}
+
+/// Cluster mode: reviews of Jobs that are never created, all by one
+/// submitter, take at most its share of the queue (the default, 100):
+/// the next is refused with a message naming the limit, while another
+/// user's real Job still queues. Two minutes on, the controller has
+/// removed every entry whose object never appeared; the real one stays
+/// and the submitter may queue again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviews_of_jobs_never_created_cannot_fill_the_queue() {
+    let c = Cluster::start().await;
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"},
+                "spec": {"parent": "", "hard": {"requests.cpu": "4"}, "queueing": "Queue"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create(&c, "alice", job("a", "3")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+
+    let ghost = |i: usize| {
+        let mut j = job(&format!("ghost-{i}"), "2");
+        // A uid the review makes up is not the API server's: the entry
+        // still reads as never seen.
+        j["metadata"]["uid"] = json!(format!("forged-{i}"));
+        job_review(&format!("uid-ghost-{i}"), "mallory", j)
+    };
+    for i in 0..100 {
+        let r = c.server.review("/mutate/workloads", &ghost(i)).await;
+        assert_eq!(r["allowed"], true, "{i}: {r}");
+        assert!(r["patch"].is_string(), "{i}: queued, suspended: {r}");
+    }
+    let r = c.server.review("/mutate/workloads", &ghost(100)).await;
+    assert_eq!(r["allowed"], false, "{r}");
+    assert_eq!(
+        r["status"]["message"],
+        "bizrq ml: batch/Job/ml/ghost-100 cannot queue: \"mallory\" already has 100 workloads \
+         waiting in this queue, the most one submitter may (queueing.maxPerSubmitter 100); \
+         delete waiting work or wait for it to be admitted"
+    );
+    let q = c.fake.quota("ml");
+    assert_eq!(queue_refs(&q).len(), 100);
+    assert!(
+        q["status"]["queue"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["uid"].as_str().unwrap_or("").is_empty()),
+        "no forged uid stored"
+    );
+
+    // Another user's real Job still queues behind them.
+    create(&c, "bob", job("b", "2")).await.unwrap();
+    assert_eq!(
+        c.fake.get("batch", "jobs", "ml", "b").unwrap()["spec"]["suspend"],
+        true
+    );
+    c.until("ml", "b queued and named", |q| {
+        q["status"]["queue"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["workloadRef"] == "batch/Job/ml/b" && e["uid"] != "")
+    })
+    .await;
+
+    // Within the grace they stay; past it the never-seen entries go.
+    c.set_clock(T0 + 119_000);
+    c.touch("ml", 1);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(queue_refs(&c.fake.quota("ml")).len(), 101);
+    c.set_clock(T0 + 121_000);
+    c.touch("ml", 2);
+    let q = c
+        .until("ml", "ghosts expired", |q| {
+            queue_refs(q) == ["batch/Job/ml/b"]
+        })
+        .await;
+    assert_eq!(used(&q, "requests.cpu"), "3");
+    let r = c.server.review("/mutate/workloads", &ghost(100)).await;
+    assert_eq!(r["allowed"], true, "mallory may queue again: {r}");
+
+    let before = c.fake.quota("ml");
+    assert_kind_mismatch_refused(&c.server).await;
+    unchanged(&before, &c.fake.quota("ml"));
+}
