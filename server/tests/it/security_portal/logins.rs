@@ -307,10 +307,16 @@ async fn login_with(b: &Browser, addr: &str, username: &str, password: &str) -> 
         ("password".to_string(), password.to_string()),
         ("csrf".to_string(), b.csrf().unwrap()),
     ];
-    b.request(Method::POST, "/login", |r| {
-        r.header("x-forwarded-for", addr).form(&form)
-    })
-    .await
+    let p = b
+        .request(Method::POST, "/login", |r| {
+            r.header("x-forwarded-for", addr).form(&form)
+        })
+        .await;
+    if p.status == StatusCode::SEE_OTHER {
+        // Pick up the session's new CSRF token (to log out).
+        b.get("/tokens").await;
+    }
+    p
 }
 
 /// An attacker guesses the admin's password from five hosts, each taking
