@@ -259,7 +259,7 @@ async fn scalar(url: &str, query: &str) -> i64 {
 /// tokens only the credential generation stopped (inserted after the
 /// reset had revoked the others), to show the race was run.
 async fn credentials_made_during_a_reset_end_with_it(url: &str) {
-    const TRIALS: usize = 12;
+    const TRIALS: usize = 20;
     let (s, _) = Server::start_with(
         url,
         &["--login-attempts-per-minute", "1000000"],
