@@ -100,6 +100,7 @@ pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
     reviews
         .route("/healthz", get(health::healthz))
         .layer(DefaultBodyLimit::max(http::WEBHOOK_BODY_LIMIT))
+        .layer(middleware::from_fn(http::webhook_errors_as_status))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
 }

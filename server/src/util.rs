@@ -29,8 +29,12 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// One CSV field (RFC 4180): quoted when it holds a comma, quote or line
-/// break, quotes doubled. A field a spreadsheet would run as a formula
-/// (starting with `=`, `+`, `-`, `@`, tab or CR) is prefixed with `'`.
+/// break, quotes doubled. A field a spreadsheet would run as a formula is
+/// prefixed with `'`: one starting with `=`, `+`, `-`, `@`, `|` (DDE) or
+/// their full-width forms (`＝` and the rest, which spreadsheets in East
+/// Asian locales read as the ASCII ones), also after leading whitespace or
+/// line breaks (LibreOffice and Excel skip them before a formula), and one
+/// starting with a tab or carriage return.
 pub fn csv_field(s: &str) -> String {
     // A plain negative number (`-5`, `-0.25`) stays a number a spreadsheet sums.
     let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
@@ -40,7 +44,7 @@ pub fn csv_field(s: &str) -> String {
             Some((w, f)) => digits(w) && digits(f),
             None => digits(n),
         });
-    let s = if !number && s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+    let s = if !number && formula_like(s) {
         format!("'{s}")
     } else {
         s.to_string()
@@ -50,6 +54,21 @@ pub fn csv_field(s: &str) -> String {
     } else {
         s
     }
+}
+
+/// Whether a spreadsheet could take a cell for a formula: its first
+/// character that is not whitespace or invisible (zero-width spaces and
+/// joiners, the byte order mark) starts one, or it starts with a tab or
+/// carriage return.
+fn formula_like(s: &str) -> bool {
+    const STARTS: [char; 9] = ['=', '+', '-', '@', '|', '＝', '＋', '－', '＠'];
+    let invisible = |c: char| {
+        c.is_whitespace() || matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}')
+    };
+    s.starts_with(['\t', '\r'])
+        || s.chars()
+            .find(|c| !invisible(*c))
+            .is_some_and(|c| STARTS.contains(&c))
 }
 
 /// Paces background work done in chunks (the usage sampler, the alert

@@ -172,3 +172,78 @@ pub async fn require_webhook_token(
     )
         .into_response()
 }
+
+/// Every answer of the webhook that is not a review — a body it cannot
+/// read (400), a missing token (401), a body over [`WEBHOOK_BODY_LIMIT`]
+/// (413), an unknown path or method — as a Kubernetes `Status` object in
+/// JSON. The API server reads a non-2xx answer's body as a `Status` and
+/// puts its message in the error it reports for the webhook call (and in
+/// the refusal a user sees under `failurePolicy: Fail`); plain text
+/// reaches it only as "the server responded with the status code 413 but
+/// did not return more information". A review cannot be answered instead:
+/// the API server refuses a response whose `uid` is not the request's, and
+/// an unread body has none.
+pub async fn webhook_errors_as_status(
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if status.is_success() || json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => format!(
+            "bizrq webhook: the AdmissionReview is larger than {WEBHOOK_BODY_LIMIT} bytes; refused unread"
+        ),
+        _ if text.is_empty() => format!(
+            "bizrq webhook: {}",
+            status.canonical_reason().unwrap_or("error")
+        ),
+        _ if text.starts_with("bizrq") => text,
+        _ => format!("bizrq webhook: {text}"),
+    };
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Status",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": status_reason(status),
+        "code": status.as_u16(),
+    });
+    let mut out = (status, axum::Json(body)).into_response();
+    for name in [header::WWW_AUTHENTICATE, header::RETRY_AFTER, header::ALLOW] {
+        if let Some(v) = parts.headers.get(&name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    out
+}
+
+/// Kubernetes' `StatusReason` for a status code of the webhook.
+fn status_reason(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "BadRequest",
+        StatusCode::UNAUTHORIZED => "Unauthorized",
+        StatusCode::FORBIDDEN => "Forbidden",
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "UnsupportedMediaType",
+        StatusCode::TOO_MANY_REQUESTS => "TooManyRequests",
+        StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
+        s if s.is_server_error() => "InternalError",
+        _ => "BadRequest",
+    }
+}

@@ -49,8 +49,18 @@ pub struct ListParams {
     limit: Option<i64>,
 }
 
+/// The most transfers one page of the list holds.
+const MAX_LIMIT: i64 = 1000;
+
 impl ListParams {
     fn filter(&self) -> Result<TransferFilter, String> {
+        // Refused rather than clamped, as the other lists do: a caller
+        // asking for everything must learn it gets at most a page.
+        if let Some(limit) = self.limit {
+            if !(1..=MAX_LIMIT).contains(&limit) {
+                return Err(format!("limit {limit} is out of range: 1 to {MAX_LIMIT}"));
+            }
+        }
         Ok(TransferFilter {
             statuses: parse_statuses(&self.status)?,
             quota: non_empty(&self.quota),

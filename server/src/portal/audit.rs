@@ -301,6 +301,39 @@ mod tests {
     }
 
     #[test]
+    fn formulas_behind_whitespace_full_width_signs_and_pipes_are_defused() {
+        for cell in [
+            " =1+1",
+            "\n=1+1",
+            "\r\n=1+1",
+            " \t=1+1",
+            "\u{3000}=1+1",
+            "\u{200B}=1+1",
+            "\u{FEFF}@SUM(A1)",
+            "＝1+1",
+            "＋1",
+            "－1",
+            "＠SUM(A1)",
+            "|calc!A1",
+            "  |calc!A1",
+            " -5",
+        ] {
+            let f = csv_field(cell);
+            let inner = f
+                .strip_prefix('"')
+                .and_then(|f| f.strip_suffix('"'))
+                .unwrap_or(&f);
+            assert!(inner.starts_with('\''), "{cell:?} came out as {f:?}");
+        }
+        for text in ["a = b", "ok|fine", "x\n=y", "ＡＢＣ", "-7"] {
+            assert!(
+                !csv_field(text).trim_start_matches('"').starts_with('\''),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
     fn csv_has_a_header_and_one_line_per_entry() {
         let e = AuditRecord {
             id: 3,

@@ -8,11 +8,11 @@
 //! - Pages: take a [`Viewer`]: the session's principal and CSRF token, or a
 //!   303 redirect to `/login` when nobody is logged in.
 
-use super::limits::{BUSY_RETRY_SECS, MAX_PASSWORD_BYTES};
+use super::limits::{Standing, BUSY_RETRY_SECS, MAX_PASSWORD_BYTES};
 use crate::authz::{Credential, Principal};
 use crate::http::{ApiError, AppState, API_BODY_LIMIT};
 use crate::store::accounts::User;
-use crate::store::sessions::USER_ID_KEY;
+use crate::store::sessions::{CREDENTIAL_GEN_KEY, USER_ID_KEY};
 use crate::store::sql::SqlStore;
 use crate::store::StoreError;
 use app::layout::Flash;
@@ -97,14 +97,31 @@ async fn from_bearer(app: &AppState, token: &str) -> Result<Option<Principal>, S
     Ok(p)
 }
 
-/// The session's user, if one is logged in (and still enabled).
+/// The session's user, if one is logged in (and still enabled), and the
+/// session was made under the user's current credential generation: one
+/// signed in with a password replaced since is ended here.
 async fn from_session(app: &AppState, session: &Session) -> Result<Option<Principal>, StoreError> {
     let id: Option<i64> = session.get(USER_ID_KEY).await.map_err(session_error)?;
     let Some(id) = id else { return Ok(None) };
-    match app.portal.sql.user_by_id(id).await? {
-        Some(user) => principal_of(&app.portal.sql, user, Credential::Session).await,
-        None => Ok(None),
+    let Some(user) = app.portal.sql.user_by_id(id).await? else {
+        return Ok(None);
+    };
+    if session_generation(session).await? != user.credential_gen {
+        tracing::info!(user = %user.username, "a session from before a new password ended");
+        session.flush().await.map_err(session_error)?;
+        return Ok(None);
     }
+    principal_of(&app.portal.sql, user, Credential::Session).await
+}
+
+/// The credential generation a session signed in under (0 for sessions
+/// older than generations).
+pub async fn session_generation(session: &Session) -> Result<i64, StoreError> {
+    let gen: Option<i64> = session
+        .get(CREDENTIAL_GEN_KEY)
+        .await
+        .map_err(session_error)?;
+    Ok(gen.unwrap_or(0))
 }
 
 fn session_error(e: tower_sessions::session::Error) -> StoreError {
@@ -404,7 +421,7 @@ pub async fn require_csrf(req: Request, next: Next) -> Response {
     }
 }
 
-/// Marks the session cookie `Secure` when the request came over HTTPS
+/// Marks the session and device cookies `Secure` when the request came over HTTPS
 /// through a proxy (`X-Forwarded-Proto: https`), even without
 /// `--secure-cookies`. A forged header only makes the cookie stricter.
 pub async fn secure_cookie_behind_tls(req: Request, next: Next) -> Response {
@@ -435,7 +452,8 @@ pub async fn secure_cookie_behind_tls(req: Request, next: Next) -> Response {
     resp.headers_mut().remove(header::SET_COOKIE);
     for c in cookies {
         let s = c.to_str().unwrap_or("");
-        let ours = s.starts_with(&format!("{SESSION_COOKIE}="));
+        let ours = s.starts_with(&format!("{SESSION_COOKIE}="))
+            || s.starts_with(&format!("{DEVICE_COOKIE}="));
         let has_secure = s
             .split(';')
             .any(|a| a.trim().eq_ignore_ascii_case("secure"));
@@ -566,9 +584,12 @@ pub struct LoginForm {
     next: Option<String>,
 }
 
-/// POST /login. Each attempt is first recorded as a failure (so parallel
-/// attempts cannot slip past the limit), then the password is checked, and
-/// a success clears the failures of that username and address.
+/// POST /login. The attempt's [`Standing`] (a browser that signed in as
+/// this user before, the user's usual address, or a stranger) decides which
+/// limits it takes; it is then recorded as a failure (so parallel attempts
+/// cannot slip past the limit), the password is checked, and a success
+/// clears the failures it was counted under, remembers the address and
+/// gives the browser a device cookie.
 pub async fn login(
     State(app): State<AppState>,
     session: Session,
@@ -618,18 +639,47 @@ async fn login_inner(
             Ok::<_, StoreError>(r)
         }
     };
+    // A browser that signed in as this user before: only its holder has
+    // the cookie, so it is held to its own failures, not the limits an
+    // attacker elsewhere can exhaust.
+    let device = device_token(&parts.headers);
+    let device_sha = device.as_deref().map(crate::util::sha256_hex);
+    let device_user = match &device_sha {
+        Some(sha) => sql.device_user(sha, now - DEVICE_TRUST_MS).await?,
+        None => None,
+    };
+    let device_key = device_sha.as_deref().map(device_failure_key);
+    let device_is_this_users = match device_user {
+        Some(id) => sql
+            .user_by_id(id)
+            .await?
+            .is_some_and(|u| u.username == username),
+        None => false,
+    };
+    let device_failed_too_often = match (&device_key, device_is_this_users) {
+        (Some(key), true) => {
+            sql.login_failures(&username, key, now - LOGIN_WINDOW_MS)
+                .await?
+                .len()
+                >= LOGIN_MAX_FAILURES
+        }
+        _ => false,
+    };
+    let trusted_device = device_is_this_users && !device_failed_too_often;
     // Cheap checks first: the address's bucket, then the lengths, before
     // anything is stored or hashed.
-    if let Err(secs) = app.portal.attempts.attempt(&client, now) {
-        tracing::debug!(client = %client, "login refused: too many attempts from this address");
-        return again(
-            StatusCode::TOO_MANY_REQUESTS,
-            Flash::Error(format!(
-                "Too many login attempts from your address. Try again in {secs} seconds."
-            )),
-            Some(secs),
-        )
-        .await;
+    if !trusted_device {
+        if let Err(secs) = app.portal.attempts.attempt(&client, now) {
+            tracing::debug!(client = %client, "login refused: too many attempts from this address");
+            return again(
+                StatusCode::TOO_MANY_REQUESTS,
+                Flash::Error(format!(
+                    "Too many login attempts from your address. Try again in {secs} seconds."
+                )),
+                Some(secs),
+            )
+            .await;
+        }
     }
     if f.password.len() > MAX_PASSWORD_BYTES {
         return again(
@@ -650,20 +700,37 @@ async fn login_inner(
         )
         .await;
     }
-    if let Err(secs) = app.portal.attempts.attempt_username(&username, now) {
-        tracing::warn!(username = %username, "login refused: too many attempts on this username");
-        return again(
-            StatusCode::TOO_MANY_REQUESTS,
-            Flash::Error(format!(
-                "Too many login attempts for this username. Try again in {secs} seconds."
-            )),
-            Some(secs),
-        )
-        .await;
+    let user = sql.user_by_name(&username).await?;
+    let usual_address = match (&user, trusted_device) {
+        (Some(u), false) => {
+            sql.is_usual_address(u.id, &client, now - USUAL_ADDRESS_MS)
+                .await?
+        }
+        _ => false,
+    };
+    let standing = Standing::of(device_is_this_users, device_failed_too_often, usual_address);
+    if standing.takes_username_bucket() {
+        if let Err(secs) = app.portal.attempts.attempt_username(&username, now) {
+            tracing::warn!(username = %username, "login refused: too many attempts on this username");
+            return again(
+                StatusCode::TOO_MANY_REQUESTS,
+                Flash::Error(format!(
+                    "Too many login attempts for this username. Try again in {secs} seconds."
+                )),
+                Some(secs),
+            )
+            .await;
+        }
     }
-    sql.add_login_failure(&username, &client, now).await?;
+    // Failures are counted per username and client: the device for a
+    // trusted browser, else the address.
+    let counted_as = match (standing, &device_key) {
+        (Standing::Device, Some(key)) => key.as_str(),
+        _ => client.as_str(),
+    };
+    sql.add_login_failure(&username, counted_as, now).await?;
     let recent = sql
-        .login_failures(&username, &client, now - LOGIN_WINDOW_MS)
+        .login_failures(&username, counted_as, now - LOGIN_WINDOW_MS)
         .await?;
     if recent.len() > LOGIN_MAX_FAILURES {
         let oldest = recent.first().copied().unwrap_or(now);
@@ -680,7 +747,6 @@ async fn login_inner(
         )
         .await;
     }
-    let user = sql.user_by_name(&username).await?;
     let ok = match app
         .portal
         .hasher
@@ -690,7 +756,7 @@ async fn login_inner(
         Ok(ok) => ok,
         Err(busy) => {
             // Not the user's fault: this attempt does not count.
-            sql.clear_login_failure(&username, &client, now).await?;
+            sql.clear_login_failure(&username, counted_as, now).await?;
             return again(
                 StatusCode::SERVICE_UNAVAILABLE,
                 Flash::Error(format!("{busy}.")),
@@ -708,11 +774,32 @@ async fn login_inner(
         )
         .await;
     };
-    sql.clear_login_failures(&username, &client).await?;
+    sql.clear_login_failures(&username, counted_as).await?;
+    if counted_as != client {
+        sql.clear_login_failures(&username, &client).await?;
+    }
+    // This address and this browser are the user's from now on.
+    sql.remember_address(user.id, &client, now).await?;
+    let new_device = match (standing, device_sha) {
+        (Standing::Device, Some(sha)) => {
+            sql.remember_device(user.id, &sha, now).await?;
+            None
+        }
+        _ => {
+            let token = random_token(DEVICE_TOKEN_PREFIX);
+            sql.remember_device(user.id, &crate::util::sha256_hex(&token), now)
+                .await?;
+            Some(token)
+        }
+    };
     // A new session id at login (no fixation) and a new CSRF token.
     session.cycle_id().await.map_err(session_error)?;
     session
         .insert(USER_ID_KEY, user.id)
+        .await
+        .map_err(session_error)?;
+    session
+        .insert(CREDENTIAL_GEN_KEY, user.credential_gen)
         .await
         .map_err(session_error)?;
     session
@@ -728,7 +815,56 @@ async fn login_inner(
         )
         .await
         .map_err(session_error)?;
-    Ok(Redirect::to(&next).into_response())
+    let mut r = Redirect::to(&next).into_response();
+    if let Some(token) = new_device {
+        r.headers_mut().append(
+            header::SET_COOKIE,
+            device_cookie(&token, app.portal.config.secure_cookies),
+        );
+    }
+    Ok(r)
+}
+
+/// The cookie of a browser that signed in before: `bzd_` and 192 random
+/// bits; only its SHA-256 is stored (`login_devices`).
+pub const DEVICE_COOKIE: &str = "bizrq_device";
+const DEVICE_TOKEN_PREFIX: &str = "bzd_";
+/// A browser is trusted this long after it last signed in.
+pub const DEVICE_TRUST_MS: i64 = 90 * 24 * 3_600_000;
+/// An address is usual this long after the user last signed in from it.
+pub const USUAL_ADDRESS_MS: i64 = 30 * 24 * 3_600_000;
+
+/// The device token a request's cookies carry, if it has the shape of one
+/// (anything else is not looked up).
+pub fn device_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().strip_prefix(DEVICE_COOKIE)?.strip_prefix('='))
+        .find(|t| {
+            t.strip_prefix(DEVICE_TOKEN_PREFIX)
+                .is_some_and(|h| h.len() == 48 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        })
+        .map(str::to_string)
+}
+
+/// The key a trusted browser's failures are counted under, beside the
+/// address keys in `login_failures`.
+fn device_failure_key(sha: &str) -> String {
+    format!("device:{}", &sha[..sha.len().min(32)])
+}
+
+/// The `Set-Cookie` of a browser's device token: sent only to `/login`,
+/// HttpOnly, SameSite=Strict, kept as long as it is trusted.
+pub fn device_cookie(token: &str, secure: bool) -> HeaderValue {
+    let secure = if secure { "; Secure" } else { "" };
+    let v = format!(
+        "{DEVICE_COOKIE}={token}; Path=/login; Max-Age={}; HttpOnly; SameSite=Strict{secure}",
+        DEVICE_TRUST_MS / 1000
+    );
+    HeaderValue::from_str(&v).expect("a device cookie is ASCII")
 }
 
 /// POST /logout: the session is deleted, the cookie removed.

@@ -13,6 +13,9 @@
 //!   anything is stored or hashed; the SQL failure limiter in `auth`, keyed
 //!   by the same address key, stays behind it. When the table is full the
 //!   least recently used buckets are forgotten: nobody gets through free.
+//!   Which of them an attempt takes depends on its [`Standing`]: the
+//!   username's bucket, which anyone can empty, never stands between a
+//!   user's own browser or usual address and its account.
 //! - Length caps on usernames and passwords, and [`control_char`], the
 //!   check every text input passes at the edge.
 
@@ -367,6 +370,56 @@ impl AddressLimiter {
     }
 }
 
+/// How well a login attempt's client is known to the owner of the
+/// username it tries. Decides which limits the attempt takes before its
+/// password is checked: failures elsewhere must slow an attacker without
+/// refusing the right password to the owner's own browser or address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// The browser holds a device cookie it signed in as this user with,
+    /// and has not failed [`super::auth::LOGIN_MAX_FAILURES`] times lately.
+    /// Takes neither the address's bucket nor the username's: its
+    /// failures are counted per device, and only its holder has it.
+    Device,
+    /// The address (its key: IPv6 by /64) is one this user signed in from
+    /// lately. Takes the address's bucket and its failure count, not the
+    /// username's bucket, which anyone anywhere can empty.
+    UsualAddress,
+    /// Anyone else, an attacker included: every limit, the username's
+    /// bucket too.
+    Stranger,
+}
+
+impl Standing {
+    /// From what the attempt brought: a device cookie given to this very
+    /// user (and whether it failed too often lately), and whether the
+    /// user signed in from this address lately. A device that failed too
+    /// often is not trusted; its holder still gets the address's standing.
+    pub fn of(
+        device_is_this_users: bool,
+        device_failed_too_often: bool,
+        usual_address: bool,
+    ) -> Standing {
+        if device_is_this_users && !device_failed_too_often {
+            Standing::Device
+        } else if usual_address {
+            Standing::UsualAddress
+        } else {
+            Standing::Stranger
+        }
+    }
+
+    /// Whether the attempt takes a token from its address's bucket.
+    pub fn takes_address_bucket(self) -> bool {
+        self != Standing::Device
+    }
+
+    /// Whether the attempt takes a token from its username's bucket.
+    pub fn takes_username_bucket(self) -> bool {
+        self == Standing::Stranger
+    }
+}
+
 /// The key a client address is limited and its failed logins counted by:
 /// IPv4 as is, IPv6 by /64 (one host usually holds a whole /64). A key
 /// given back maps to itself.
@@ -470,6 +523,28 @@ mod tests {
         assert!(
             l.attempt("10.1.0.63", 1_100).is_err(),
             "a recent client is still limited when the table is full"
+        );
+    }
+
+    #[test]
+    fn only_strangers_take_the_usernames_bucket_and_only_devices_skip_the_address() {
+        use Standing::*;
+        // (device is this user's, device failed too often, usual address)
+        for (device, failed, usual, standing) in [
+            (true, false, false, Device),
+            (true, false, true, Device),
+            (true, true, true, UsualAddress),
+            (true, true, false, Stranger),
+            (false, false, true, UsualAddress),
+            (false, true, true, UsualAddress),
+            (false, false, false, Stranger),
+        ] {
+            assert_eq!(Standing::of(device, failed, usual), standing);
+        }
+        assert_eq!(
+            [Device, UsualAddress, Stranger]
+                .map(|s| (s.takes_address_bucket(), s.takes_username_bucket())),
+            [(false, false), (true, false), (true, true)]
         );
     }
 

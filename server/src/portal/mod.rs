@@ -159,7 +159,8 @@ pub async fn bootstrap_admin(
     }
 }
 
-/// Deletes expired sessions and old login failures, every `every`.
+/// Deletes expired sessions, old login failures, and browsers and
+/// addresses no longer trusted, every `every`.
 pub fn spawn_janitor(sql: Arc<SqlStore>, every: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -173,6 +174,9 @@ pub fn spawn_janitor(sql: Arc<SqlStore>, every: Duration) -> JoinHandle<()> {
             }
             if let Err(e) = sql.prune_login_failures(now - auth::LOGIN_WINDOW_MS).await {
                 tracing::warn!(error = %e, "could not prune login failures");
+            }
+            if let Err(e) = sql.prune_login_trust(now - auth::DEVICE_TRUST_MS).await {
+                tracing::warn!(error = %e, "could not forget old browsers and addresses");
             }
         }
     })

@@ -330,7 +330,8 @@ pub async fn set_password(
         .portal
         .sql
         .set_password_hash(user.id, &hash, app.service.now())
-        .await?;
+        .await?
+        .revoked;
     app.audit(
         &viewer.principal,
         action::USER_PASSWORD,
@@ -442,7 +443,17 @@ pub async fn change_password(
         .cycle_id()
         .await
         .map_err(|e| PageError::Internal(format!("session: {e}")))?;
-    let revoked = sql.set_password_hash(user_id, &hash, now).await?;
+    let set = sql.set_password_hash(user_id, &hash, now).await?;
+    let revoked = set.revoked;
+    // This session goes on under the new password's generation.
+    viewer
+        .session
+        .insert(
+            crate::store::sessions::CREDENTIAL_GEN_KEY,
+            set.credential_gen,
+        )
+        .await
+        .map_err(|e| PageError::Internal(format!("session: {e}")))?;
     app.audit(
         &viewer.principal,
         action::USER_PASSWORD,
@@ -619,12 +630,16 @@ pub async fn create_token(
     let token = random_token(TOKEN_PREFIX);
     let ended = || PageError::Forbidden("your session has ended; sign in again".into());
     let session_id = viewer.session.id().ok_or_else(ended)?.to_string();
+    // The generation this session signed in under (checked when the
+    // viewer was resolved): a reset since leaves the token dead.
+    let credential_gen = super::auth::session_generation(&viewer.session).await?;
     let t = app
         .portal
         .sql
         .create_token(
             user_id,
             &session_id,
+            credential_gen,
             &name,
             &crate::util::sha256_hex(&token),
             app.service.now(),

@@ -18,6 +18,9 @@ pub struct User {
     pub is_admin: bool,
     pub disabled: bool,
     pub created_at_ms: i64,
+    /// Rises with every new password; a session or token made under an
+    /// older one no longer works (migration 0019).
+    pub credential_gen: i64,
 }
 
 /// A personal API token as listed (the token itself is never stored).
@@ -38,8 +41,19 @@ pub struct UserBinding {
     pub binding: Binding,
 }
 
-const USER_COLUMNS: &str = "id, username, password_hash, is_admin, disabled, created_at_ms";
+/// What a new password did: how many API tokens it revoked, and the
+/// user's credential generation from now on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PasswordSet {
+    pub revoked: u64,
+    pub credential_gen: i64,
+}
+
+const USER_COLUMNS: &str =
+    "id, username, password_hash, is_admin, disabled, created_at_ms, credential_gen";
 const TOKEN_COLUMNS: &str = "id, user_id, name, created_at_ms, last_used_ms, revoked_at_ms";
+/// Browsers and addresses the login limiter trusts, kept per user.
+pub const MAX_TRUSTED: i64 = 20;
 /// A token's last use is written at most this often, not on every request.
 const TOUCH_EVERY_MS: i64 = 60_000;
 
@@ -55,6 +69,7 @@ fn user_from_row(row: &AnyRow) -> Result<User, StoreError> {
         is_admin: row.try_get::<i64, _>("is_admin")? != 0,
         disabled: row.try_get::<i64, _>("disabled")? != 0,
         created_at_ms: row.try_get("created_at_ms")?,
+        credential_gen: row.try_get("credential_gen")?,
     })
 }
 
@@ -162,22 +177,34 @@ impl SqlStore {
         Ok(())
     }
 
-    /// A new password, in one transaction with its consequences: every
-    /// session of the user ends and its live API tokens are revoked (whoever
-    /// knew the old password may have made them). How many tokens were
-    /// revoked.
+    /// A new password, in one transaction with its consequences: the
+    /// user's credential generation rises (so a session or token made
+    /// under the old password stops working, even one whose insert raced
+    /// this transaction), every session of the user ends, its live API
+    /// tokens are revoked (whoever knew the old password may have made
+    /// them). The browsers and addresses it signed in from stay trusted by
+    /// the login limiter: they prove nothing without the new password, and
+    /// forgetting them would leave the user open to a lockout just after a
+    /// reset. How many tokens were revoked, and the new generation.
     pub async fn set_password_hash(
         &self,
         id: i64,
         hash: &str,
         now_ms: i64,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<PasswordSet, StoreError> {
         let mut tx = self.write.begin().await?;
-        sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
-            .bind(hash)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        let row = sqlx::query(
+            "UPDATE users SET password_hash = $1, credential_gen = credential_gen + 1 \
+             WHERE id = $2 RETURNING credential_gen",
+        )
+        .bind(hash)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let credential_gen = match row {
+            Some(r) => r.try_get::<i64, _>(0)?,
+            None => return Err(StoreError::NotFound(format!("user {id}"))),
+        };
         sqlx::query("DELETE FROM sessions WHERE user_id = $1")
             .bind(id)
             .execute(&mut *tx)
@@ -191,7 +218,10 @@ impl SqlStore {
         .await?
         .rows_affected();
         tx.commit().await?;
-        Ok(revoked)
+        Ok(PasswordSet {
+            revoked,
+            credential_gen,
+        })
     }
 
     pub async fn bindings_of(&self, user_id: i64) -> Result<Vec<Binding>, StoreError> {
@@ -439,21 +469,25 @@ impl SqlStore {
         Ok(done.rows_affected() > 0)
     }
 
-    /// A new token of the user signed in by session `session_id`, or None
-    /// when that session is gone: a new password ends every session and
-    /// revokes every token, and a token from a request that was already
-    /// past sign-in must not outlive that.
+    /// A new token of the user signed in by session `session_id` under
+    /// credential generation `credential_gen`, or None when that session
+    /// is gone. The token carries the session's generation and works only
+    /// while that is the user's ([`Self::live_token`]): a new password
+    /// raises it, so a token whose insert raced the reset (READ COMMITTED
+    /// does not make the `EXISTS` wait for the reset's delete) is dead all
+    /// the same.
     pub async fn create_token(
         &self,
         user_id: i64,
         session_id: &str,
+        credential_gen: i64,
         name: &str,
         token_sha256: &str,
         now_ms: i64,
     ) -> Result<Option<ApiToken>, StoreError> {
         let row = sqlx::query(&format!(
-            "INSERT INTO api_tokens (user_id, name, token_sha256, created_at_ms) \
-             SELECT $1, $2, $3, $4 \
+            "INSERT INTO api_tokens (user_id, name, token_sha256, created_at_ms, credential_gen) \
+             SELECT $1, $2, $3, $4, $6 \
               WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $5 AND user_id = $1) \
              RETURNING {TOKEN_COLUMNS}"
         ))
@@ -462,26 +496,42 @@ impl SqlStore {
         .bind(token_sha256)
         .bind(now_ms)
         .bind(session_id)
+        .bind(credential_gen)
         .fetch_optional(&self.write)
         .await?;
         row.as_ref().map(token_from_row).transpose()
     }
 
-    /// A user's tokens, newest first (revoked ones too).
+    /// A user's tokens, newest first (revoked ones too). A token made
+    /// under a password replaced meanwhile never worked: it shows revoked
+    /// from its creation.
     pub async fn tokens_of(&self, user_id: i64) -> Result<Vec<ApiToken>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE user_id = $1 ORDER BY id DESC"
-        ))
+        let rows = sqlx::query(
+            "SELECT t.id AS id, t.user_id AS user_id, t.name AS name, \
+                    t.created_at_ms AS created_at_ms, t.last_used_ms AS last_used_ms, \
+                    COALESCE(t.revoked_at_ms, CASE WHEN t.credential_gen <> u.credential_gen \
+                      THEN t.created_at_ms END) AS revoked_at_ms \
+               FROM api_tokens t JOIN users u ON u.id = t.user_id \
+              WHERE t.user_id = $1 ORDER BY t.id DESC",
+        )
         .bind(user_id)
         .fetch_all(&self.read)
         .await?;
         rows.iter().map(token_from_row).collect()
     }
 
-    /// The live (not revoked) token with this hash.
+    /// The live token with this hash: not revoked, and made under its
+    /// user's current credential generation.
     pub async fn live_token(&self, token_sha256: &str) -> Result<Option<ApiToken>, StoreError> {
         let row = sqlx::query(&format!(
-            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_sha256 = $1 AND revoked_at_ms IS NULL"
+            "SELECT {} FROM api_tokens t JOIN users u ON u.id = t.user_id \
+             WHERE t.token_sha256 = $1 AND t.revoked_at_ms IS NULL \
+               AND t.credential_gen = u.credential_gen",
+            TOKEN_COLUMNS
+                .split(", ")
+                .map(|c| format!("t.{c} AS {c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         ))
         .bind(token_sha256)
         .fetch_optional(&self.read)
@@ -600,6 +650,123 @@ impl SqlStore {
         Ok(())
     }
 
+    /// The user a browser's device token (by its SHA-256) was given to,
+    /// if the browser signed in with it since `since_ms`.
+    pub async fn device_user(
+        &self,
+        token_sha256: &str,
+        since_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let row = sqlx::query(
+            "SELECT user_id FROM login_devices WHERE token_sha256 = $1 AND last_used_ms >= $2",
+        )
+        .bind(token_sha256)
+        .bind(since_ms)
+        .fetch_optional(&self.write)
+        .await?;
+        Ok(row.map(|r| r.try_get::<i64, _>(0)).transpose()?)
+    }
+
+    /// A browser signed in as `user_id` with this device token: remembered
+    /// (or its last use moved), keeping the user's [`MAX_TRUSTED`] most
+    /// recently used browsers.
+    pub async fn remember_device(
+        &self,
+        user_id: i64,
+        token_sha256: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.write.begin().await?;
+        sqlx::query(
+            "INSERT INTO login_devices (token_sha256, user_id, created_at_ms, last_used_ms) \
+             VALUES ($1, $2, $3, $3) \
+             ON CONFLICT (token_sha256) DO UPDATE SET last_used_ms = excluded.last_used_ms \
+             WHERE login_devices.user_id = excluded.user_id",
+        )
+        .bind(token_sha256)
+        .bind(user_id)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "DELETE FROM login_devices WHERE user_id = $1 AND token_sha256 NOT IN \
+             (SELECT token_sha256 FROM login_devices WHERE user_id = $1 \
+              ORDER BY last_used_ms DESC LIMIT $2)",
+        )
+        .bind(user_id)
+        .bind(MAX_TRUSTED)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Whether `user_id` signed in from address key `client` since
+    /// `since_ms`.
+    pub async fn is_usual_address(
+        &self,
+        user_id: i64,
+        client: &str,
+        since_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let row = sqlx::query(
+            "SELECT 1 FROM login_addresses WHERE user_id = $1 AND client = $2 AND last_ms >= $3",
+        )
+        .bind(user_id)
+        .bind(client)
+        .bind(since_ms)
+        .fetch_optional(&self.write)
+        .await?;
+        Ok(row.is_some())
+    }
+
+    /// `user_id` signed in from address key `client`: remembered, keeping
+    /// the user's [`MAX_TRUSTED`] most recent addresses.
+    pub async fn remember_address(
+        &self,
+        user_id: i64,
+        client: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.write.begin().await?;
+        sqlx::query(
+            "INSERT INTO login_addresses (user_id, client, last_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (user_id, client) DO UPDATE SET last_ms = excluded.last_ms",
+        )
+        .bind(user_id)
+        .bind(client)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "DELETE FROM login_addresses WHERE user_id = $1 AND client NOT IN \
+             (SELECT client FROM login_addresses WHERE user_id = $1 \
+              ORDER BY last_ms DESC LIMIT $2)",
+        )
+        .bind(user_id)
+        .bind(MAX_TRUSTED)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Forgets browsers and addresses not used to sign in since
+    /// `before_ms`; how many.
+    pub async fn prune_login_trust(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let devices = sqlx::query("DELETE FROM login_devices WHERE last_used_ms < $1")
+            .bind(before_ms)
+            .execute(&self.write)
+            .await?
+            .rows_affected();
+        let addresses = sqlx::query("DELETE FROM login_addresses WHERE last_ms < $1")
+            .bind(before_ms)
+            .execute(&self.write)
+            .await?
+            .rows_affected();
+        Ok(devices + addresses)
+    }
+
     /// Deletes failures older than an instant; how many.
     pub async fn prune_login_failures(&self, before_ms: i64) -> Result<u64, StoreError> {
         let done = sqlx::query("DELETE FROM login_failures WHERE at_ms < $1")
@@ -629,6 +796,8 @@ mod tests {
         a_token_is_made_only_while_its_session_lives,
         a_sign_in_that_raced_a_new_password_stores_no_session,
         quotas_not_listed_lose_their_roles_and_rules,
+        a_token_made_under_a_replaced_password_never_works,
+        trusted_browsers_and_addresses_are_kept_bounded_and_outlive_a_password,
     );
 
     async fn users_bindings_and_tokens(sql: &SqlStore) {
@@ -702,7 +871,7 @@ mod tests {
         .await
         .unwrap();
         let t = sql
-            .create_token(b.id, "s-b", "ci", "sha-1", 100)
+            .create_token(b.id, "s-b", 0, "ci", "sha-1", 100)
             .await
             .unwrap()
             .unwrap();
@@ -988,10 +1157,90 @@ mod tests {
         // was already past sign-in inserts its token.
         sql.set_password_hash(u.id, "h2", 10).await.unwrap();
         assert!(sql
-            .create_token(u.id, "s-e", "late", "sha-late", 11)
+            .create_token(u.id, "s-e", 0, "late", "sha-late", 11)
             .await
             .unwrap()
             .is_none());
         assert!(sql.tokens_of(u.id).await.unwrap().is_empty());
+    }
+
+    async fn a_token_made_under_a_replaced_password_never_works(sql: &SqlStore) {
+        let u = sql.create_user("hana", "h1", false, 5).await.unwrap();
+        assert_eq!(u.credential_gen, 0);
+        sqlx::query(
+            "INSERT INTO sessions (id, user_id, data, expiry_ms) VALUES ('s-h', $1, '{}', 1)",
+        )
+        .bind(u.id)
+        .execute(&sql.write)
+        .await
+        .unwrap();
+        let set = sql.set_password_hash(u.id, "h2", 10).await.unwrap();
+        assert_eq!(set.credential_gen, 1);
+        // The race the EXISTS alone lost: the insert still saw the session
+        // (put back here as READ COMMITTED let it see it).
+        sqlx::query(
+            "INSERT INTO sessions (id, user_id, data, expiry_ms) VALUES ('s-h', $1, '{}', 1)",
+        )
+        .bind(u.id)
+        .execute(&sql.write)
+        .await
+        .unwrap();
+        let t = sql
+            .create_token(u.id, "s-h", 0, "raced", "sha-raced", 11)
+            .await
+            .unwrap()
+            .expect("inserted");
+        assert!(sql.live_token("sha-raced").await.unwrap().is_none());
+        assert_eq!(
+            sql.tokens_of(u.id).await.unwrap()[0].revoked_at_ms,
+            Some(t.created_at_ms),
+            "listed as revoked from its creation"
+        );
+        // Made under the current generation: live.
+        sql.create_token(u.id, "s-h", 1, "now", "sha-now", 12)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(sql.live_token("sha-now").await.unwrap().is_some());
+        assert_eq!(
+            sql.set_password_hash(u.id, "h3", 13).await.unwrap(),
+            PasswordSet {
+                revoked: 2,
+                credential_gen: 2
+            },
+            "the raced token is revoked for good with the live one"
+        );
+        assert!(sql.live_token("sha-now").await.unwrap().is_none());
+    }
+
+    async fn trusted_browsers_and_addresses_are_kept_bounded_and_outlive_a_password(
+        sql: &SqlStore,
+    ) {
+        let u = sql.create_user("ivan", "h1", false, 5).await.unwrap();
+        let v = sql.create_user("vera", "h1", false, 5).await.unwrap();
+        for i in 0..(MAX_TRUSTED + 5) {
+            sql.remember_device(u.id, &format!("dev-{i}"), 100 + i)
+                .await
+                .unwrap();
+            sql.remember_address(u.id, &format!("10.0.0.{i}"), 100 + i)
+                .await
+                .unwrap();
+        }
+        // The oldest five went; the rest are known.
+        assert_eq!(sql.device_user("dev-0", 0).await.unwrap(), None);
+        assert_eq!(sql.device_user("dev-5", 0).await.unwrap(), Some(u.id));
+        assert!(!sql.is_usual_address(u.id, "10.0.0.4", 0).await.unwrap());
+        assert!(sql.is_usual_address(u.id, "10.0.0.5", 0).await.unwrap());
+        assert!(!sql.is_usual_address(v.id, "10.0.0.5", 0).await.unwrap());
+        // Not used since: not trusted.
+        assert_eq!(sql.device_user("dev-5", 106).await.unwrap(), None);
+        // Another user cannot take a browser's token over.
+        sql.remember_device(v.id, "dev-6", 200).await.unwrap();
+        assert_eq!(sql.device_user("dev-6", 0).await.unwrap(), Some(u.id));
+        // Old ones are pruned; a new password keeps the rest.
+        assert_eq!(sql.prune_login_trust(110).await.unwrap(), 2 * 5);
+        sql.set_password_hash(u.id, "h2", 300).await.unwrap();
+        assert_eq!(sql.device_user("dev-20", 0).await.unwrap(), Some(u.id));
+        assert!(sql.is_usual_address(u.id, "10.0.0.20", 0).await.unwrap());
     }
 }

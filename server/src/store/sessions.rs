@@ -15,6 +15,14 @@ use tower_sessions::session_store::{self, SessionStore};
 /// copied to the `user_id` column so a user's sessions can be ended.
 pub const USER_ID_KEY: &str = "user_id";
 
+/// The session key under which sign-in keeps the user's credential
+/// generation it signed in under (`users.credential_gen`). The session
+/// works only while that is still the user's: a new password raises it,
+/// so a sign-in whose insert raced the reset's delete is dead on its
+/// first use. A session without it (made before the generation existed)
+/// counts as generation 0.
+pub const CREDENTIAL_GEN_KEY: &str = "credential_gen";
+
 #[derive(Clone)]
 pub struct SqlSessionStore {
     sql: Arc<SqlStore>,

@@ -319,6 +319,9 @@ pub struct Browser {
     pub base: String,
     client: reqwest::Client,
     cookie: std::sync::Mutex<Option<String>>,
+    /// The device cookie a login gave this browser (sent as a browser
+    /// would, so later logins are this browser's).
+    device: std::sync::Mutex<Option<String>>,
     csrf: std::sync::Mutex<Option<String>>,
 }
 
@@ -364,6 +367,7 @@ impl Browser {
                 .build()
                 .unwrap(),
             cookie: Default::default(),
+            device: Default::default(),
             csrf: Default::default(),
         }
     }
@@ -390,6 +394,11 @@ impl Browser {
         self.csrf.lock().unwrap().clone()
     }
 
+    /// The device cookie a login gave this browser, if any.
+    pub fn device_cookie(&self) -> Option<String> {
+        self.device.lock().unwrap().clone()
+    }
+
     pub fn forget_csrf(&self) {
         *self.csrf.lock().unwrap() = None;
     }
@@ -401,8 +410,15 @@ impl Browser {
         build: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
     ) -> Page {
         let mut req = self.client.request(method, format!("{}{path}", self.base));
+        let mut cookies = Vec::new();
         if let Some(c) = self.cookie.lock().unwrap().clone() {
-            req = req.header("cookie", format!("bizrq_session={c}"));
+            cookies.push(format!("bizrq_session={c}"));
+        }
+        if let Some(d) = self.device.lock().unwrap().clone() {
+            cookies.push(format!("bizrq_device={d}"));
+        }
+        if !cookies.is_empty() {
+            req = req.header("cookie", cookies.join("; "));
         }
         let r = build(req).send().await.unwrap();
         let status = r.status();
@@ -421,6 +437,16 @@ impl Browser {
                 .to_string();
             let removed = set.to_ascii_lowercase().contains("max-age=0");
             *self.cookie.lock().unwrap() = (!removed && !value.is_empty()).then_some(value);
+        }
+        if let Some(set) = page
+            .headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|c| c.starts_with("bizrq_device="))
+        {
+            let value = set["bizrq_device=".len()..].split(';').next().unwrap_or("");
+            *self.device.lock().unwrap() = Some(value.to_string());
         }
         if let Some(t) = hidden_field(&page.body, "csrf") {
             *self.csrf.lock().unwrap() = Some(t);

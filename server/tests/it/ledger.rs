@@ -250,6 +250,64 @@ async fn standalone_story(url: &str) {
     running.shutdown().await;
 }
 
+/// A report's CSV by user carries the usernames of the reviews as they
+/// came: one a spreadsheet would run as a formula (behind a space, in
+/// full-width signs, a DDE pipe) is defused with a leading `'`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_csv_defuses_formulas_in_usernames() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = bizrq::config::ServeArgs::for_tests(&fresh_sqlite(&dir));
+    args.admin_password = Some(ADMIN_PASSWORD.into());
+    args.resync_seconds = 3600;
+    let (clock, c) = test_clock(T0);
+    let running = bizrq::start_with(&args, None, Some(c)).await.unwrap();
+    let s = Server::in_process(&running);
+    s.create_quota(
+        "org",
+        "",
+        json!({"requests.nvidia.com/gpu": "16", CASH: "1000"}),
+    )
+    .await;
+    let users = [
+        " =1+1",
+        "\u{3000}@SUM(A1)",
+        "＝1+1",
+        "＋1",
+        "|calc!A1",
+        "  -2+3",
+    ];
+    for (i, u) in users.iter().enumerate() {
+        admit(
+            &s,
+            &format!("u{i}"),
+            u,
+            &job(&format!("j{i}"), "org", 1, None),
+        )
+        .await;
+    }
+    // A later write accrues their first hour into the ledger.
+    clock.store(T0 + HOUR, Ordering::SeqCst);
+    admit(&s, "late", "zed", &job("late", "org", 1, None)).await;
+    let admin = Browser::admin(&s).await;
+    let csv = admin
+        .get(&format!("/reports.csv?{RANGE}&by=user&key={CASH}"))
+        .await;
+    assert_eq!(csv.status, StatusCode::OK, "{}", csv.body);
+    let groups: Vec<&str> = csv
+        .body
+        .split("\r\n")
+        .skip(1)
+        .filter_map(|l| l.split(',').nth(2))
+        .collect();
+    for u in users {
+        assert!(
+            groups.contains(&format!("'{u}").as_str()),
+            "{u:?} defused in {groups:?}"
+        );
+    }
+    running.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_sqlite() {
     let dir = tempfile::tempdir().unwrap();

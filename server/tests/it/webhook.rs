@@ -238,14 +238,38 @@ async fn scenario(db: &str) {
     assert_eq!(code, 400);
     assert!(text.contains("use admission.k8s.io/v1"), "{text}");
 
-    // Bodies over the webhook's limit are refused before they are read.
-    let (code, _) = s
+    // Bodies over the webhook's limit are refused before they are read,
+    // with a Status object the API server puts in its error, as are the
+    // reviews it cannot read.
+    let (code, text) = s
         .post_review_raw(
             "/validate/workloads",
             vec![b' '; bizrq::http::WEBHOOK_BODY_LIMIT + 1024],
         )
         .await;
     assert_eq!(code, 413);
+    let status: serde_json::Value = serde_json::from_str(&text).expect("413 in JSON");
+    assert_eq!(
+        (&status["kind"], &status["reason"], &status["code"]),
+        (
+            &"Status".into(),
+            &"RequestEntityTooLarge".into(),
+            &413.into()
+        ),
+        "{text}"
+    );
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("larger than 4194304 bytes")),
+        "{text}"
+    );
+    let (code, text) = s
+        .post_review_raw("/validate/workloads", b"{not json".to_vec())
+        .await;
+    assert_eq!(code, 400);
+    let status: serde_json::Value = serde_json::from_str(&text).expect("400 in JSON");
+    assert_eq!(status["reason"], "BadRequest", "{text}");
 
     // Metrics saw the decisions.
     let (_, metrics) = s.get_text("/metrics").await;

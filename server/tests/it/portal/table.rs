@@ -343,6 +343,11 @@ async fn each_route_answers_each_role_as_its_row_says(s: &Server) {
         (api_get(t), &[(AdminToken, OK), (Admin, OK), (OwnerNlp, OK)]),
         (api_get("/api/v1/transfers?status=done,requested"), &[(MemberCv, OK)]),
         (api_get("/api/v1/transfers?status=nope"), &[(MemberCv, BAD)]),
+        // A page of transfers holds 1 to 1,000, as the other lists.
+        (api_get("/api/v1/transfers?limit=-1"), &[(AdminToken, BAD), (MemberCv, BAD)]),
+        (api_get("/api/v1/transfers?limit=0"), &[(Admin, BAD)]),
+        (api_get("/api/v1/transfers?limit=1000000000"), &[(AdminToken, BAD), (OwnerNlp, BAD)]),
+        (api_get("/api/v1/transfers?limit=1000"), &[(AdminToken, OK), (MemberCv, OK)]),
         (api_get("/api/v1/transfers/1"), &[(OwnerNlp, OK), (MemberCv, OK)]),
         (api_get("/api/v1/transfers/2"), &[(MemberCv, NOT_FOUND), (AdminToken, OK)]),
         (api_post(t, ask(Some("nlp"), "cv", "1")), &[(OwnerNlp, NOT_FOUND)]),
