@@ -543,7 +543,28 @@ mod namespace_tests {
         argv.extend_from_slice(extra);
         match Cli::try_parse_from(argv)?.command {
             Command::Serve(a) => Ok(*a),
-            Command::Crd => unreachable!("parsed a serve command"),
+            Command::Crd | Command::Repair(_) => unreachable!("parsed a serve command"),
+        }
+    }
+
+    #[test]
+    fn repair_takes_the_database_and_a_dry_run() {
+        let argv = [
+            "bizrq",
+            "repair",
+            "--database-url",
+            "sqlite://x.db",
+            "--dry-run",
+        ];
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Repair(a) => assert!(a.dry_run && a.database_url == "sqlite://x.db"),
+            c => panic!("{c:?}"),
+        }
+        if std::env::var_os("DATABASE_URL").is_none() {
+            assert!(
+                Cli::try_parse_from(["bizrq", "repair"]).is_err(),
+                "no default database: a repair names the one it repairs"
+            );
         }
     }
 
