@@ -47,9 +47,10 @@
 //!    one whose child is gone is returned.
 //!
 //! Windows. A crash between a carve-out and its write leaves room taken,
-//! not given: the repair returns it after `CARVE_TTL_MS`. A write that
-//! failed after its raise settles it as one that succeeded does; a raise
-//! another writer's raise followed, or one lost with a crash, stays
+//! not given: the repair returns it after `CARVE_TTL_MS`. A write refused
+//! or failed after its raise settles it as one that succeeded does; a
+//! raise another writer's raise followed, one whose write's fate is
+//! unknown (`Unavailable`), or one lost with a crash, stays
 //! (never set back to a value read before another writer's): the repair
 //! lowers it to the stored child once it is old. A lowering waits, at worst, for the window of a recent raise.
 //! A child deleted by anyone but bizrq within `CARVE_TTL_MS` of its own
@@ -756,12 +757,16 @@ impl Service {
         }
         let result = self.replace_spec(name, &spec, expected_version).await;
         // The carve-out follows the child as a fresh read shows it stored,
-        // whether this write went through or failed: a raise left behind by
-        // a failed write reads to transfers as a change in flight (409)
-        // until the repair. It is never set back to a value read before a
-        // concurrent writer's: unless it is exactly as this raise left it,
-        // it is only lowered once no longer young (`tree::settle_carve`).
-        if carved {
+        // whether this write went through or was refused: a raise left
+        // behind by a failed write reads to transfers as a change in flight
+        // (409) until the repair. It is never set back to a value read
+        // before a concurrent writer's: unless it is exactly as this raise
+        // left it, it is only lowered once no longer young
+        // (`tree::settle_carve`). A write whose fate is unknown (the API
+        // server did not answer) may still land: its raise stays for the
+        // repair.
+        let unknown = matches!(result, Err(ServiceError::Unavailable(_)));
+        if carved && !unknown {
             self.settle_carve(&old.parent, name, carve_before).await;
         }
         result
