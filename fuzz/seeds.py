@@ -69,3 +69,31 @@ write("api_bodies", {"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuota
     "metadata": {"name": "nlp-team"}, "spec": {"parent": "ai",
     "hard": {"requests.nvidia.com/gpu": "16", "cash/requests.nvidia.com/gpu": "1000"},
     "max": {"requests.nvidia.com/gpu": "24"}}})
+
+# Strings no identifier holds (quota::text): NUL, other controls and
+# bidirectional overrides in the username, groups, review uid, names,
+# labels (gpu-type and cpu-type), an extra resource name and an owner's
+# uid; and a clean review whose free text (an env value) holds an escape,
+# which the webhook does not refuse.
+hostile = ["\u0000", "\u001b[2J", "\u007f", "\u0085", "\u202e", "\u2066", "\n"]
+def with_request(edit):
+    review = copy.deepcopy(base)
+    edit(review["request"])
+    write("admission_review", review)
+for i, bad in enumerate(hostile):
+    with_request(lambda r: r["userInfo"].__setitem__("username", "alice" + bad))
+    with_request(lambda r: r["userInfo"]["groups"].append("devs" + bad))
+    with_request(lambda r: r.__setitem__("uid", "705ab4f5" + bad))
+    with_request(lambda r: r.__setitem__("name", "train" + bad))
+    labels = ["biz.group.resource.quota/gpu-type", "biz.group.resource.quota/cpu-type",
+              "biz.group.resource.quota", "app"]
+    label = labels[i % len(labels)]
+    with_request(lambda r: r["object"]["metadata"]["labels"].__setitem__(label, "A100" + bad))
+    with_request(lambda r: r["object"]["metadata"].__setitem__("name", "train" + bad))
+    with_request(lambda r: r["object"]["spec"]["template"]["spec"]["containers"][0]
+                 ["resources"]["requests"].__setitem__("example.com/f" + bad + "o", "1"))
+    with_request(lambda r: r["object"]["metadata"].__setitem__(
+        "ownerReferences", [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                             "uid": "rs" + bad, "controller": True}]))
+with_request(lambda r: r["object"]["spec"]["template"]["spec"]["containers"][0].__setitem__(
+    "env", [{"name": "PS1", "value": "\u001b[31m$ "}]))

@@ -2,7 +2,11 @@
 //! request's target, then each endpoint's reading of the object through
 //! the adapter of its kind (workloads, scale, HPA, quotas). What an adapter
 //! admits is charged and released on a quota: usage never goes negative
-//! and a release gives back exactly what the charge took.
+//! and a release gives back exactly what the charge took. A review the
+//! string check passes (`Request::hostile_field`) stores no string that
+//! holds a character no identifier may hold (`quota::text`): not its uid,
+//! username, workload reference, pod-set names nor resource keys; and the
+//! check's message holds none either (it is logged and shown).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -10,6 +14,7 @@ use quota::admission::{self, Step};
 use quota::keys::KeyConfig;
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::quantity::{Quantity, MAX_NANOS};
+use quota::text::hostile_char;
 use quota::workload::{adapter_for_kind, adapter_for_resource, read_hpa, read_scale_replicas};
 use serde::Deserialize;
 
@@ -27,6 +32,23 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let cfg = KeyConfig::default();
+    let hostile = req.hostile_field();
+    if let Some(h) = &hostile {
+        assert!(hostile_char(&h.field[..]).is_none(), "{h:?}");
+        for m in [h.refusal(), h.let_through()] {
+            assert_eq!(hostile_char(&m), None, "{m:?}");
+        }
+        assert!(quota::text::is_hostile(h.found), "{h:?}");
+    }
+    if let Some(h) = req.hostile_target() {
+        assert!(hostile.is_some(), "the target's check is a part: {h:?}");
+    }
+    let clean = hostile.is_none();
+    if clean {
+        for s in [&req.uid, &req.user_info.username] {
+            assert_eq!(hostile_char(s), None, "{s:?}");
+        }
+    }
     let (ns, name) = req.target();
     let object = req.object.as_deref().map(|r| r.get());
     let old_object = req.old_object.as_deref().map(|r| r.get());
@@ -39,6 +61,15 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(back, Some((ns.as_str(), name.as_str())), "{wref}");
             let new = object.and_then(|o| adapter.read(o, &cfg).ok());
             let old = old_object.and_then(|o| adapter.read_binding(o).ok());
+            if clean {
+                assert_eq!(hostile_char(&wref), None, "{wref:?}");
+                for set in new.iter().flat_map(|w| &w.pod_sets) {
+                    assert_eq!(hostile_char(&set.name), None, "{set:?}");
+                    for key in set.per_pod.keys() {
+                        assert_eq!(hostile_char(key), None, "{key:?}");
+                    }
+                }
+            }
             for step in admission::plan(old.as_ref(), new.as_ref()) {
                 match step {
                     Step::Charge { workload, .. } => charge_and_release(&wref, workload),

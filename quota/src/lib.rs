@@ -24,6 +24,7 @@ pub mod resources;
 pub mod review;
 pub mod rollup;
 pub mod series;
+pub mod text;
 pub mod time;
 pub mod transfer;
 pub mod tree;

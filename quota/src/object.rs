@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
+pub mod repair;
 mod sums;
 
 pub const API_GROUP: &str = "bizrq.io";

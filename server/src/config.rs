@@ -26,6 +26,22 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Print the BizGroupResourceQuota CustomResourceDefinition as YAML.
     Crd,
+    /// Repair the quotas of a standalone database that hold a string no
+    /// name, uid or username may hold (NUL, another control character, a
+    /// bidirectional override), stored by an older version: such charges
+    /// are dropped or scrubbed and used is computed again
+    /// (docs/hostile-input.md). Safe beside a running server.
+    Repair(RepairArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RepairArgs {
+    /// sqlite://FILE or postgres://USER@HOST/DB: the server's database.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+    /// Only print what would be repaired.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -388,7 +404,7 @@ impl ServeArgs {
         ]);
         match cli.command {
             Command::Serve(a) => *a,
-            Command::Crd => unreachable!("parsed a serve command"),
+            Command::Crd | Command::Repair(_) => unreachable!("parsed a serve command"),
         }
     }
 }
@@ -527,7 +543,28 @@ mod namespace_tests {
         argv.extend_from_slice(extra);
         match Cli::try_parse_from(argv)?.command {
             Command::Serve(a) => Ok(*a),
-            Command::Crd => unreachable!("parsed a serve command"),
+            Command::Crd | Command::Repair(_) => unreachable!("parsed a serve command"),
+        }
+    }
+
+    #[test]
+    fn repair_takes_the_database_and_a_dry_run() {
+        let argv = [
+            "bizrq",
+            "repair",
+            "--database-url",
+            "sqlite://x.db",
+            "--dry-run",
+        ];
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Repair(a) => assert!(a.dry_run && a.database_url == "sqlite://x.db"),
+            c => panic!("{c:?}"),
+        }
+        if std::env::var_os("DATABASE_URL").is_none() {
+            assert!(
+                Cli::try_parse_from(["bizrq", "repair"]).is_err(),
+                "no default database: a repair names the one it repairs"
+            );
         }
     }
 

@@ -13,6 +13,7 @@ pub mod listen;
 pub mod mail;
 pub mod metrics;
 pub mod portal;
+pub mod repair;
 pub mod reports;
 pub mod routes;
 pub mod service;

@@ -17,6 +17,21 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => print!("{}", bizrq::cluster::crd::crd_yaml()),
+        Command::Repair(args) => {
+            let store = bizrq::store::sql::SqlStore::connect(&args.database_url).await?;
+            let repaired = bizrq::repair::repair_all(&store, args.dry_run).await?;
+            let verb = if args.dry_run {
+                "would repair"
+            } else {
+                "repaired"
+            };
+            for r in &repaired {
+                for change in &r.changes {
+                    println!("bizrq repair: {}: {change}", r.quota);
+                }
+            }
+            println!("bizrq repair: {} {} quotas", verb, repaired.len());
+        }
         Command::Serve(args) => {
             init_tracing(args.log_format);
             let running = bizrq::start(&args).await?;

@@ -188,8 +188,11 @@ async fn handle(app: &AppState, endpoint: Endpoint, body: &[u8]) -> Response {
     };
     let verdict = decide(&app.service, endpoint, &req).await;
     if !verdict.allowed {
-        tracing::info!(uid = %req.uid, endpoint = endpoint.name(), op = %req.operation, kind = %req.kind.kind,
-            name = req.name.as_deref().unwrap_or(""), namespace = req.namespace.as_deref().unwrap_or(""),
+        // Escaped: a refused review's strings may hold control characters.
+        tracing::info!(uid = %req.uid.escape_debug(), endpoint = endpoint.name(), op = %req.operation.escape_debug(),
+            kind = %req.kind.kind.escape_debug(),
+            name = %req.name.as_deref().unwrap_or("").escape_debug(),
+            namespace = %req.namespace.as_deref().unwrap_or("").escape_debug(),
             message = %verdict.message, "denied");
     }
     if let Some(refusal) = verdict.refusal.as_ref().filter(|_| !req.dry()) {
@@ -277,6 +280,9 @@ fn subject(endpoint: Endpoint, req: &Request, scale: bool) -> ObjectReference {
 }
 
 pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Verdict {
+    if let Some(v) = refuse_hostile(req) {
+        return v;
+    }
     // The webhook configuration keeps these away; one edited by hand may
     // not. The controller does not charge them either (`--excluded-namespaces`).
     if endpoint != Endpoint::Quotas && endpoint != Endpoint::Prices {
@@ -300,6 +306,29 @@ pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Ve
         Endpoint::Pods => review_pod(svc, req),
     };
     result.unwrap_or_else(Verdict::from_error)
+}
+
+/// A review holding a string no Kubernetes name, label, uid or username
+/// holds (NUL, another control, a bidirectional override;
+/// `Request::hostile_field`) is refused before anything is read or stored
+/// under it, with the field named: one such string kept in a status fails
+/// every later write of the quota on PostgreSQL. A DELETE is never
+/// refused: one whose object is named so is let through touching nothing
+/// (its CREATE was refused, so nothing is charged under that name; a
+/// charge an older version stored is removed by `bizrq repair`).
+pub(crate) fn refuse_hostile(req: &Request) -> Option<Verdict> {
+    if req.operation == "DELETE" {
+        let h = req.hostile_target()?;
+        return Some(Verdict::allow().warn([h.let_through()]));
+    }
+    let h = req.hostile_field()?;
+    Some(Verdict {
+        allowed: false,
+        code: StatusCode::BAD_REQUEST.as_u16(),
+        message: h.refusal(),
+        reason: Some("BadRequest"),
+        ..Verdict::default()
+    })
 }
 
 fn target(req: &Request) -> (String, String) {

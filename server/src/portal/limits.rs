@@ -455,10 +455,8 @@ fn site_key(client: &str) -> Option<String> {
 /// isolates (U+202A–U+202E, U+2066–U+2069), which make a reason or a name
 /// read otherwise than it is written, in a page or an email.
 pub fn control_char(s: &str) -> Option<char> {
-    s.chars().find(|c| {
-        (c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
-            || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
-    })
+    // One rule with the webhook's review checks (`quota::text`).
+    quota::text::control_char(s)
 }
 
 #[cfg(test)]

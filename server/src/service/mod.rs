@@ -30,9 +30,9 @@
 //!    by key, the larger of itself and the new hard (`tree::carve_raise`;
 //!    a raise of the child renews its `since`), both before bizrq's own
 //!    write and in every review. A review never lowers. After bizrq's own
-//!    write succeeded, a fresh read of the child settles the carve-out
-//!    (`tree::settle_carve`): lowered to the stored hard if no other raise
-//!    was carved since its own step, else as the repair would.
+//!    write, done or failed, a fresh read of the child settles the
+//!    carve-out (`tree::settle_carve`): lowered to the stored hard if no
+//!    other raise was carved since its own step, else as the repair would.
 //! 3. **Delete** (`delete_quota`): the review checks the rules and frees
 //!    nothing. bizrq's own delete returns the carve-out once a fresh read
 //!    shows the child gone (not terminating), and only the carve-out it saw
@@ -47,10 +47,12 @@
 //!    one whose child is gone is returned.
 //!
 //! Windows. A crash between a carve-out and its write leaves room taken,
-//! not given: the repair returns it after `CARVE_TTL_MS`. A refused or lost
-//! raise leaves the raised carve-out (never set back to a value read
-//! before another writer's): the repair lowers it to the stored child once
-//! it is old. A lowering waits, at worst, for the window of a recent raise.
+//! not given: the repair returns it after `CARVE_TTL_MS`. A write refused
+//! or failed after its raise settles it as one that succeeded does; a
+//! raise another writer's raise followed, one whose write's fate is
+//! unknown (`Unavailable`), or one lost with a crash, stays
+//! (never set back to a value read before another writer's): the repair
+//! lowers it to the stored child once it is old. A lowering waits, at worst, for the window of a recent raise.
 //! A child deleted by anyone but bizrq within `CARVE_TTL_MS` of its own
 //! kubectl create keeps its carve-out until the repair after the window
 //! (its name is refused meanwhile, as for a create in flight). In every
@@ -766,18 +768,24 @@ impl Service {
             return Ok(q);
         }
         let result = self.replace_spec(name, &spec, expected_version).await;
-        // A failed write leaves the carve-out raised (never set back to a
-        // value read before a concurrent writer's): the repair lowers it to
-        // the stored child once it is no longer young. A write that
-        // succeeded lowers it now, to the child as a fresh read shows it.
-        if carved && result.is_ok() {
+        // The carve-out follows the child as a fresh read shows it stored,
+        // whether this write went through or was refused: a raise left
+        // behind by a failed write reads to transfers as a change in flight
+        // (409) until the repair. It is never set back to a value read
+        // before a concurrent writer's: unless it is exactly as this raise
+        // left it, it is only lowered once no longer young
+        // (`tree::settle_carve`). A write whose fate is unknown (the API
+        // server did not answer) may still land: its raise stays for the
+        // repair.
+        let unknown = matches!(result, Err(ServiceError::Unavailable(_)));
+        if carved && !unknown {
             self.settle_carve(&old.parent, name, carve_before).await;
         }
         result
     }
 
-    /// After a spec write of `child` succeeded: its carve-out in `parent`
-    /// follows the child as stored now (`tree::settle_carve`). Best effort:
+    /// After a spec write of `child`, done or failed: its carve-out in
+    /// `parent` follows the child as stored now (`tree::settle_carve`). Best effort:
     /// what is left undone, the repair does.
     async fn settle_carve(&self, parent: &str, child: &str, before: Option<quota::object::Carve>) {
         let stored = match self.store.get(child).await {

@@ -133,6 +133,57 @@ pub(super) async fn insert(
     insert_at(tx, entries, None).await
 }
 
+/// `insert` for the entries a status write accrued, in that write's
+/// transaction but under a savepoint of its own: entries the database
+/// refuses are logged and left out, and the status write they ride on is
+/// committed all the same. A quota whose every write failed because of one
+/// entry (a username holding NUL, which PostgreSQL stores in no text) could
+/// otherwise never be written again: not charged, not released, not
+/// repaired. Strings are scrubbed first (`quota::text::scrub`), so such an
+/// entry is kept, its bad characters replaced by U+FFFD.
+pub(super) async fn insert_beside(
+    tx: &mut Transaction<'_, Any>,
+    quota: &str,
+    entries: &[Entry],
+) -> Result<(), StoreError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let mut savepoint = sqlx::Acquire::begin(&mut *tx).await?;
+    match insert(&mut savepoint, entries).await {
+        Ok(_) => savepoint.commit().await?,
+        Err(e) => {
+            savepoint.rollback().await?;
+            tracing::error!(quota = %quota.escape_debug(), entries = entries.len(), error = %e,
+                "budget ledger entries not written; the status write goes on without them");
+        }
+    }
+    Ok(())
+}
+
+/// An entry's strings as the ledger may hold them (`quota::text::scrub`),
+/// or None when they already are.
+fn scrubbed(e: &Entry) -> Option<Entry> {
+    use quota::text::{hostile_char, scrub};
+    let strings = [&e.quota, &e.key, &e.workload, &e.namespace, &e.note];
+    let optional = [e.model.as_deref(), e.user.as_deref()];
+    let hostile = strings.iter().any(|s| hostile_char(s).is_some())
+        || optional.iter().flatten().any(|s| hostile_char(s).is_some());
+    hostile.then(|| {
+        let clean = |s: &str| scrub(s).into_owned();
+        Entry {
+            quota: clean(&e.quota),
+            key: clean(&e.key),
+            workload: clean(&e.workload),
+            namespace: clean(&e.namespace),
+            model: e.model.as_deref().map(clean),
+            user: e.user.as_deref().map(clean),
+            note: clean(&e.note),
+            ..e.clone()
+        }
+    })
+}
+
 /// Inserts `entries` as written (`level` None: an entry already stored is
 /// left alone) or as rolled rows of `level` (replacing the stored row of
 /// the same cell: the caller has added it in).
@@ -148,6 +199,16 @@ async fn insert_at(
             "DO UPDATE SET amount = excluded.amount, amount_hi = excluded.amount_hi, \
              amount_mid = excluded.amount_mid, amount_lo = excluded.amount_lo"
         }
+    };
+    let clean: Vec<Entry>;
+    let entries = if entries.iter().any(|e| scrubbed(e).is_some()) {
+        clean = entries
+            .iter()
+            .map(|e| scrubbed(e).unwrap_or_else(|| e.clone()))
+            .collect();
+        &clean[..]
+    } else {
+        entries
     };
     for chunk in entries.chunks(BATCH) {
         let sql = format!(

@@ -435,7 +435,7 @@ impl SqlStore {
                 return Err(self.lost_race(name).await);
             }
             super::budgets::insert(&mut tx, name, &closed).await?;
-            super::ledger::insert(&mut tx, &entries).await?;
+            super::ledger::insert_beside(&mut tx, name, &entries).await?;
             tx.commit().await?;
             return Ok(current.version + 1);
         }
@@ -902,7 +902,7 @@ impl QuotaStore for SqlStore {
             let closed = quota::budget::periods::new_records(&current.quota.status, &q.status);
             super::budgets::insert(&mut tx, name, &closed).await?;
             let entries = ledger_entries_of(name, &current.quota.status, &q.status, &closed);
-            super::ledger::insert(&mut tx, &entries).await?;
+            super::ledger::insert_beside(&mut tx, name, &entries).await?;
             tx.commit().await?;
             let version = current.version + 1;
             q.metadata.resource_version = Some(version.to_string());

@@ -31,9 +31,12 @@ pub async fn workloads(State(app): State<AppState>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(e) => return (StatusCode::BAD_REQUEST, e).into_response(),
     };
-    let (verdict, patch) = match mutate(&app.service, &req).await {
-        Ok(out) => out,
-        Err(e) => (Verdict::from_error(e), None),
+    let (verdict, patch) = match super::refuse_hostile(&req) {
+        Some(v) => (v, None),
+        None => match mutate(&app.service, &req).await {
+            Ok(out) => out,
+            Err(e) => (Verdict::from_error(e), None),
+        },
     };
     let decision = match (&patch, verdict.allowed) {
         (_, false) => "denied",

@@ -143,19 +143,22 @@ async fn a_webhooks_refusal_reaches_the_json_api_in_its_own_words() {
         assert_eq!(st, status, "{v}");
         assert_eq!(v["error"]["message"], said, "{v}");
         assert_eq!(c.fake.quota("nlp")["spec"]["hard"][GPU], "4");
-        // The refused raise keeps its room (never below the stored child,
-        // never handed to a sibling) until the repair finds it old.
+        // The refused raise is settled at once to the child as stored
+        // (never below it): no carve-out is left that transfers would
+        // take for a change in flight.
         assert_eq!(
             c.fake.quota("ai")["status"]["children"]["nlp"]["hard"][GPU],
-            "8"
+            "4"
         );
         c.set_clock(T0 + (round as i64 + 1) * (bizrq::service::CARVE_TTL_MS + 1));
         let mut touch = c.fake.quota("ai");
         touch["metadata"]["labels"] = json!({"touched": round.to_string()});
         c.fake.put(touch);
-        c.until("ai", "the raise's carve-out handed back", |q| {
-            q["status"]["children"]["nlp"]["hard"][GPU] == "4"
-        })
+        c.until(
+            "ai",
+            "the carve-out stays the child's after the repair",
+            |q| q["status"]["children"]["nlp"]["hard"][GPU] == "4",
+        )
         .await;
     }
     c.running.shutdown().await;
