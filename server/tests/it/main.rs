@@ -15,6 +15,7 @@ mod errors;
 mod fakeapi;
 mod forged;
 mod group_commit;
+mod isolation;
 mod kueue_scenario;
 mod ledger;
 mod mail;
