@@ -178,7 +178,7 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
     let q = |l: &quota::ResourceList| resources::get(l, key);
     match kind {
         Kind::Usage => {
-            if !series::drawn(&own, key) {
+            if !series::drawn(own, key) {
                 return None;
             }
             let hard_text = |s: &Sample| {
@@ -217,7 +217,7 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
             })
         }
         Kind::BurnDown => {
-            if !series::drawn(&own, key) {
+            if !series::drawn(own, key) {
                 return None;
             }
             let left = |s: &Sample| q(&s.hard).saturating_sub(q(&s.used));
