@@ -680,7 +680,7 @@ mod soak {
                 ),
                 (
                     "report",
-                    format!("/reports.csv?subtree={dept}&by=child&bucket=day"),
+                    format!("/reports.csv?subtree={dept}&by=child&bucket=day&key=cash/requests.nvidia.com/gpu"),
                 ),
                 ("tree", "/tree".to_string()),
                 ("tree.csv", "/tree.csv".to_string()),
