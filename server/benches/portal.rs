@@ -669,6 +669,10 @@ mod soak {
             })
         };
         let mut load = Vec::new();
+        let day = 86_400_000;
+        let today = bizrq::util::now_ms() / day * day;
+        let date = |ms: i64| quota::time::format_rfc3339(ms)[..10].to_string();
+        let (from, to) = (date(today - 30 * day), date(today - day));
         for t in 0..s.tenants {
             let c = Arc::new(Client::login(&s.base, &format!("tenant-{t}"), PASSWORD).await);
             let dept = format!("dept-{t:03}");
@@ -680,7 +684,8 @@ mod soak {
                 ),
                 (
                     "report",
-                    format!("/reports.csv?subtree={dept}&by=child&bucket=day&key=cash/requests.nvidia.com/gpu"),
+                    // Whole days: the ledger keeps older entries per hour or day.
+                    format!("/reports.csv?subtree={dept}&by=child&bucket=day&from={from}&to={to}"),
                 ),
                 ("tree", "/tree".to_string()),
                 ("tree.csv", "/tree.csv".to_string()),
