@@ -55,8 +55,12 @@ impl Kind {
 pub struct Inputs<'a> {
     pub own: &'a [Sample],
     pub live: &'a QuotaStatus,
-    /// (child, its samples, its status).
+    /// (child, its samples, its status): the children a chart stacks
+    /// (`quota::series::children_to_draw`).
     pub children: &'a [(String, Vec<Sample>, QuotaStatus)],
+    /// Children of the quota left out of `children`, which a children
+    /// chart's caption counts.
+    pub children_omitted: usize,
     pub range: Range,
     pub now_ms: i64,
     pub cfg: &'a KeyConfig,
@@ -88,17 +92,59 @@ pub struct Charts {
     pub panels: Vec<Panel>,
 }
 
+/// The samples of a chart section folded to the range, once: the quota's
+/// and each child's, for the charts and for their tables. Every sample
+/// holds every key, so folding them again for each key's panel made a
+/// section's work grow with the square of the keys.
+struct Folded {
+    own: Vec<Sample>,
+    table: Vec<Sample>,
+    /// (child, its chart samples), (child, its table samples).
+    children: Vec<(String, Vec<Sample>)>,
+    children_table: Vec<(String, Vec<Sample>)>,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Chart sections folded on this thread (the complexity test counts them).
+    static FOLDS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl Folded {
+    fn new(inp: &Inputs<'_>, with_children: bool) -> Folded {
+        #[cfg(test)]
+        FOLDS.with(|f| f.set(f.get() + 1));
+        let (range, now) = (inp.range, inp.now_ms);
+        let kids = |width: fn(&[Sample], Range, i64, &QuotaStatus) -> Vec<Sample>| {
+            if !with_children {
+                return Vec::new();
+            }
+            inp.children
+                .iter()
+                .map(|(n, s, live)| (n.clone(), width(s, range, now, live)))
+                .collect()
+        };
+        Folded {
+            own: series::chart_samples(inp.own, range, now, inp.live),
+            table: series::table_samples(inp.own, range, now, inp.live),
+            children: kids(series::chart_samples),
+            children_table: kids(series::table_samples),
+        }
+    }
+}
+
 /// Every chart of the quota, in key order; a key's children chart follows
-/// its own chart.
+/// its own chart. The samples are folded once for all of them: the work
+/// is linear in the keys times the points drawn.
 pub fn panels(inp: &Inputs<'_>) -> Vec<Panel> {
-    let own = series::chart_samples(inp.own, inp.range, inp.now_ms, inp.live);
+    let folded = Folded::new(inp, true);
     let mut out = Vec::new();
-    for key in series::keys_to_draw(&own) {
+    for key in series::keys_to_draw(&folded.own) {
         if cash_target(&key).is_some() {
-            out.extend(panel(inp, &key, Kind::BurnDown));
+            out.extend(draw(inp, &folded, &key, Kind::BurnDown));
         } else {
-            out.extend(panel(inp, &key, Kind::Usage));
-            out.extend(panel(inp, &key, Kind::Children));
+            out.extend(draw(inp, &folded, &key, Kind::Usage));
+            out.extend(draw(inp, &folded, &key, Kind::Children));
         }
     }
     out
@@ -107,9 +153,13 @@ pub fn panels(inp: &Inputs<'_>) -> Vec<Panel> {
 /// One chart; None when there is nothing to draw (a key nobody has, a
 /// children chart where no child uses the key).
 pub fn panel(inp: &Inputs<'_>, key: &str, kind: Kind) -> Option<Panel> {
+    draw(inp, &Folded::new(inp, kind == Kind::Children), key, kind)
+}
+
+fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Panel> {
     let (range, now, cfg) = (inp.range, inp.now_ms, inp.cfg);
-    let own = series::chart_samples(inp.own, range, now, inp.live);
-    let table = series::table_samples(inp.own, range, now, inp.live);
+    let own = &folded.own;
+    let table = &folded.table;
     let when = |at: i64| {
         if at == now {
             format!("{} (now)", format_minute(at))
@@ -128,7 +178,7 @@ pub fn panel(inp: &Inputs<'_>, key: &str, kind: Kind) -> Option<Panel> {
     let q = |l: &quota::ResourceList| resources::get(l, key);
     match kind {
         Kind::Usage => {
-            if !series::drawn(&own, key) {
+            if !series::drawn(own, key) {
                 return None;
             }
             let hard_text = |s: &Sample| {
@@ -141,7 +191,7 @@ pub fn panel(inp: &Inputs<'_>, key: &str, kind: Kind) -> Option<Panel> {
                 kind,
                 title: format!("{key}: used and hard"),
                 summary: None,
-                figure: both(|f| charts::usage_chart(&own, key, cfg, f)),
+                figure: both(|f| charts::usage_chart(own, key, cfg, f)),
                 caption,
                 columns: vec!["Time (UTC)".into(), "Used (peak)".into(), "Hard".into()],
                 rows: table
@@ -167,17 +217,17 @@ pub fn panel(inp: &Inputs<'_>, key: &str, kind: Kind) -> Option<Panel> {
             })
         }
         Kind::BurnDown => {
-            if !series::drawn(&own, key) {
+            if !series::drawn(own, key) {
                 return None;
             }
             let left = |s: &Sample| q(&s.hard).saturating_sub(q(&s.used));
-            let f = quota::forecast::forecast(&own, key, now, quota::forecast::FORECAST_WINDOW_MS);
+            let f = quota::forecast::forecast(own, key, now, quota::forecast::FORECAST_WINDOW_MS);
             Some(Panel {
                 key: key.to_string(),
                 kind,
                 title: format!("{key}: remaining budget"),
                 summary: Some(charts::describe(&f, cfg)),
-                figure: both(|fr| charts::burn_down_chart(&own, key, now, cfg, fr)),
+                figure: both(|fr| charts::burn_down_chart(own, key, now, cfg, fr)),
                 caption,
                 columns: vec![
                     "Time (UTC)".into(),
@@ -216,20 +266,12 @@ pub fn panel(inp: &Inputs<'_>, key: &str, kind: Kind) -> Option<Panel> {
             })
         }
         Kind::Children => {
-            let at = |width: fn(&[Sample], Range, i64, &QuotaStatus) -> Vec<Sample>| {
-                let kids: Vec<(String, Vec<Sample>)> = inp
-                    .children
-                    .iter()
-                    .map(|(n, s, live)| (n.clone(), width(s, range, now, live)))
-                    .collect();
-                series::stack(&kids, key)
-            };
-            let stack = at(series::chart_samples);
+            let stack = series::stack(&folded.children, key);
             if stack.layers.is_empty() {
                 return None;
             }
             let layers = charts::children_layers(&stack);
-            let tab = at(series::table_samples);
+            let tab = series::stack(&folded.children_table, key);
             let tab_layers = charts::children_layers(&tab);
             let mut columns = vec!["Time (UTC)".to_string()];
             columns.extend(tab_layers.iter().map(|(n, _)| n.clone()));
@@ -239,10 +281,18 @@ pub fn panel(inp: &Inputs<'_>, key: &str, kind: Kind) -> Option<Panel> {
                 kind,
                 title: format!("{key}: used by children"),
                 summary: None,
-                figure: both(|f| charts::children_chart(&stack, &own, key, cfg, f)),
+                figure: both(|f| charts::children_chart(&stack, own, key, cfg, f)),
                 caption: format!(
-                    "One row per {}: each child's peak use, the last row now.",
-                    span_words(range.table_bucket_ms())
+                    "One row per {}: each child's peak use, the last row now.{}",
+                    span_words(range.table_bucket_ms()),
+                    match inp.children_omitted {
+                        0 => String::new(),
+                        n => format!(
+                            " {n} more {} not drawn: the chart stacks the {} using the most now.",
+                            if n == 1 { "child is" } else { "children are" },
+                            inp.children.len()
+                        ),
+                    }
                 ),
                 columns,
                 rows: tab
@@ -441,6 +491,7 @@ mod tests {
             own: &own,
             live: &live,
             children: &children,
+            children_omitted: 0,
             range: Range::Week,
             now_ms: now,
             cfg: &cfg,
@@ -491,6 +542,54 @@ mod tests {
             ("usage", "7d", "cards")
         );
         assert_eq!(r.to_ms - r.from_ms, 7 * 24 * HOUR);
+    }
+
+    /// The section's samples are folded once whatever the number of keys
+    /// (each fold walks every key of every sample), each panel is the one
+    /// the samples API draws for its key, and a children chart says how
+    /// many children it left out.
+    #[test]
+    fn a_section_folds_its_samples_once_for_all_its_keys() {
+        let now = T0 + 24 * HOUR;
+        let keys: Vec<String> = (0..256).map(|i| format!("limits.cpu.m{i:03}")).collect();
+        let per_key =
+            |v: i64| -> Vec<(&str, i64)> { keys.iter().map(|k| (k.as_str(), v)).collect() };
+        let own: Vec<Sample> = (0..24)
+            .map(|h| sample(T0 + h * HOUR, &per_key(1), &per_key(4)))
+            .collect();
+        let live = status(&per_key(2), &per_key(4));
+        let kid: Vec<Sample> = (0..24)
+            .map(|h| sample(T0 + h * HOUR, &per_key(1), &per_key(2)))
+            .collect();
+        let children = vec![("team-a".to_string(), kid, status(&per_key(1), &per_key(2)))];
+        let cfg = KeyConfig::default();
+        let inp = Inputs {
+            own: &own,
+            live: &live,
+            children: &children,
+            children_omitted: 3,
+            range: Range::Day,
+            now_ms: now,
+            cfg: &cfg,
+        };
+        let before = FOLDS.with(|f| f.get());
+        let got = panels(&inp);
+        assert_eq!(FOLDS.with(|f| f.get()) - before, 1, "one fold for 256 keys");
+        assert_eq!(
+            got.len(),
+            2 * keys.len(),
+            "a usage and a children chart per key"
+        );
+        for p in [&got[0], &got[1], &got[511]] {
+            assert_eq!(panel(&inp, &p.key, p.kind).as_ref(), Some(p));
+        }
+        assert!(
+            got[1].caption.ends_with(
+                " 3 more children are not drawn: the chart stacks the 1 using the most now."
+            ),
+            "{}",
+            got[1].caption
+        );
     }
 
     #[test]

@@ -62,9 +62,15 @@ pub struct QuotaDetail {
     /// (heading, [(what, amount)]) for borrowed, lent, loans, reclaim marks,
     /// transfers in flight; empty sections are left out.
     pub extras: Vec<(String, Vec<(String, String)>)>,
-    /// (child name, its hard as one line).
+    /// (child name, its hard as one line): at most [`ROWS_SHOWN`].
     pub children: Vec<(String, String)>,
+    /// Children not listed (the tree lists them all).
+    pub children_more: usize,
+    /// At most [`ROWS_SHOWN`].
     pub workloads: Vec<WorkloadRow>,
+    /// Bound workloads not listed (the quota's status in the JSON API
+    /// holds them all).
+    pub workloads_more: usize,
     /// Usage per key over the chosen range, burn-down per cash key, the
     /// children's use stacked.
     pub charts: crate::chart_section::Charts,
@@ -87,6 +93,11 @@ pub struct QuotaDetail {
     /// workloads; None for a quota that refuses and holds none.
     pub queue: Option<(String, Vec<crate::queue::QueueRow>)>,
 }
+
+/// Rows a quota page lists at most of its children and of its workloads:
+/// the page's size and rendering follow what it shows, not what the quota
+/// holds (docs/limits.md).
+pub const ROWS_SHOWN: usize = 200;
 
 /// One key row of the create / edit form.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -341,6 +352,18 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
         .into_iter()
         .map(|(h, rows)| view! { <div class="card"><h4>{h}</h4>{pairs_table(rows)}</div> })
         .collect_view();
+    let children_more = (d.children_more > 0).then(|| {
+        view! {
+            <p class="hint">{format!("and {} more children: ", d.children_more)}
+                <a href=format!("/tree?under={}", d.name)>"all of them in the tree"</a></p>
+        }
+    });
+    let workloads_more = (d.workloads_more > 0).then(|| {
+        view! {
+            <p class="hint">{format!("and {} more workloads: ", d.workloads_more)}
+                <a href=format!("/api/v1/quotas/{}", d.name)>"all of them in its status (JSON API)"</a></p>
+        }
+    });
     let children = if d.children.is_empty() {
         view! { <p class="hint">"No children."</p> }.into_any()
     } else {
@@ -349,6 +372,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 <thead><tr><th>"Child"</th><th>"Hard"</th></tr></thead>
                 <tbody>{d.children.into_iter().map(|(c, hard)| view! { <tr><td class="name">{quota_link(&c)}</td><td class="num">{hard}</td></tr> }).collect_view()}</tbody>
             </table>
+            {children_more}
         }
         .into_any()
     };
@@ -367,6 +391,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                     </tr>
                 }).collect_view()}</tbody>
             </table>
+            {workloads_more}
         }
         .into_any()
     };

@@ -19,6 +19,15 @@ const MINUTE_MS: i64 = 60_000;
 const HOUR_MS: i64 = 60 * MINUTE_MS;
 const DAY_MS: i64 = 24 * HOUR_MS;
 
+/// The most points a chart draws of one series, whatever the sampler's
+/// interval: a range whose samples are kept as stored (a day) is folded to
+/// whole minutes until it fits.
+pub const MAX_POINTS: usize = 1_500;
+
+/// The most children whose samples one chart reads and stacks: those using
+/// the most now ([`children_to_draw`]); the others are counted, not read.
+pub const MAX_CHART_CHILDREN: usize = 24;
+
 /// The time ranges a chart offers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Range {
@@ -203,9 +212,68 @@ fn window(
         .filter(|s| s.at_ms >= from && s.at_ms < now_ms)
         .cloned()
         .collect();
-    let mut out = fold(&kept, width_ms);
+    let mut out = fold(&kept, point_width(range, width_ms, kept.len()));
     out.push(live_sample(now_ms, live));
     out
+}
+
+/// `width_ms`, or (when it keeps samples as stored and there are more than
+/// [`MAX_POINTS`] of them) the least whole number of minutes that folds the
+/// range into at most `MAX_POINTS` buckets (one more for a range that does
+/// not start on a bucket's edge, the live point aside).
+fn point_width(range: Range, width_ms: i64, samples: usize) -> i64 {
+    if width_ms > 0 || samples < MAX_POINTS {
+        return width_ms;
+    }
+    let per_point = range.span_ms() / (MAX_POINTS as i64 - 1) + 1;
+    let minutes = (per_point + MINUTE_MS - 1) / MINUTE_MS;
+    minutes.max(1) * MINUTE_MS
+}
+
+/// Which children a chart of a parent reads and stacks: at most `max`, the
+/// ones using the most now (of `key`, or for the page's charts of every key
+/// (`None`) the greatest share of any hard), in their given order; and how
+/// many are left out. `children` holds each child's current status.
+pub fn children_to_draw<'a>(
+    children: &[(&'a str, &QuotaStatus)],
+    key: Option<&str>,
+    max: usize,
+) -> (Vec<&'a str>, usize) {
+    if children.len() <= max {
+        return (children.iter().map(|(n, _)| *n).collect(), 0);
+    }
+    // Shares in parts per million of a hard, or (one key) the use itself.
+    let weight = |st: &QuotaStatus| -> i128 {
+        match key {
+            Some(k) => resources::get(&st.used, k).nanos(),
+            None => st
+                .used
+                .iter()
+                .map(|(k, used)| {
+                    let hard = resources::get(&st.hard, k).nanos();
+                    if hard > 0 {
+                        used.nanos().max(0).saturating_mul(1_000_000) / hard
+                    } else if used.nanos() > 0 {
+                        1_000_000
+                    } else {
+                        0
+                    }
+                })
+                .max()
+                .unwrap_or(0),
+        }
+    };
+    let mut ranked: Vec<(usize, i128)> = children
+        .iter()
+        .enumerate()
+        .map(|(i, (_, st))| (i, weight(st)))
+        .collect();
+    // Most used first; of equals, the given order.
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut kept: Vec<usize> = ranked.into_iter().take(max).map(|(i, _)| i).collect();
+    kept.sort_unstable();
+    let names = kept.into_iter().map(|i| children[i].0).collect();
+    (names, children.len() - max)
 }
 
 /// The status as a sample at `now_ms`.
@@ -332,6 +400,54 @@ mod tests {
             let rows = r.span_ms() / r.table_bucket_ms();
             assert!((24..=53).contains(&rows), "{r:?}: {rows} rows");
         }
+    }
+
+    #[test]
+    fn a_day_of_second_samples_is_folded_to_at_most_max_points() {
+        let now = T0 + DAY_MS;
+        let live = QuotaStatus::default();
+        // One sample a second for a day: 86,400.
+        let stored: Vec<Sample> = (0..86_400)
+            .map(|i| s(T0 + i * 1_000, &[(GPU, i % 7)], &[(GPU, 8)]))
+            .collect();
+        let got = chart_samples(&stored, Range::Day, now, &live);
+        assert!(got.len() <= MAX_POINTS + 2, "{} points", got.len());
+        assert!(got.len() > MAX_POINTS / 2, "{} points", got.len());
+        // Folded into whole minutes, peaks kept.
+        assert!(got[..got.len() - 1]
+            .iter()
+            .all(|p| p.at_ms % MINUTE_MS == 0));
+        assert_eq!(resources::get(&got[0].used, GPU), Quantity::from_units(6));
+        // A day of minute samples is drawn as stored.
+        let minutes: Vec<Sample> = (0..1_440)
+            .map(|i| s(T0 + i * MINUTE_MS + 7, &[(GPU, 1)], &[]))
+            .collect();
+        assert_eq!(chart_samples(&minutes, Range::Day, now, &live).len(), 1_441);
+        for n in [MAX_POINTS, 10_000, 86_400, 1_000_000] {
+            let w = point_width(Range::Day, 0, n);
+            assert!(w % MINUTE_MS == 0 && w > 0);
+            assert!(Range::Day.span_ms() / w < MAX_POINTS as i64, "{n}: {w}");
+        }
+    }
+
+    #[test]
+    fn a_chart_reads_the_children_using_the_most() {
+        let st = |used: i64, hard: i64| QuotaStatus {
+            hard: list(&[(GPU, hard)]),
+            used: list(&[(GPU, used)]),
+            ..QuotaStatus::default()
+        };
+        let (a, b, c, d) = (st(1, 10), st(9, 100), st(5, 10), st(0, 0));
+        let kids = [("a", &a), ("b", &b), ("c", &c), ("d", &d)];
+        assert_eq!(
+            children_to_draw(&kids, None, 4),
+            (vec!["a", "b", "c", "d"], 0)
+        );
+        // Share of hard: c 50 %, a 10 %, b 9 %.
+        assert_eq!(children_to_draw(&kids, None, 2), (vec!["a", "c"], 2));
+        // Use of one key: b 9, c 5.
+        assert_eq!(children_to_draw(&kids, Some(GPU), 2), (vec!["b", "c"], 2));
+        assert_eq!(children_to_draw(&kids, Some(GPU), 0), (vec![], 4));
     }
 
     #[test]

@@ -44,7 +44,22 @@ pub enum TreeError {
         parent: String,
         transfer: String,
     },
+    /// More keys in `spec.hard` or `spec.max` than [`MAX_KEYS`]: a bad
+    /// request, not a broken tree rule.
+    #[error("bizrq {name}: spec.{field} has {count} keys; a quota may hold at most {MAX_KEYS} keys (the limit on keys per quota, docs/limits.md)")]
+    TooManyKeys {
+        name: String,
+        field: &'static str,
+        count: usize,
+    },
 }
+
+/// Keys one quota may hold in `spec.hard` (and in `spec.max`). Every page,
+/// chart, status write and admission of a quota walks its keys, and a
+/// child carries all its parent's: the bound keeps each of them small
+/// whatever an owner sends. The CRD's schema says the same
+/// (`maxProperties`), so both modes refuse the same specs.
+pub const MAX_KEYS: usize = 256;
 
 /// DNS-1123 subdomain, as Kubernetes requires of object names.
 pub fn validate_name(name: &str) -> Result<(), TreeError> {
@@ -77,6 +92,16 @@ pub fn validate_spec(name: &str, spec: &QuotaSpec, cfg: &KeyConfig) -> Result<()
         }
     }
     let invalid = |m: String| TreeError::Invalid(format!("bizrq {name}: {m}"));
+    for (field, list) in [("hard", &spec.hard), ("max", &spec.max)] {
+        // Before anything walks them.
+        if list.len() > MAX_KEYS {
+            return Err(TreeError::TooManyKeys {
+                name: name.into(),
+                field,
+                count: list.len(),
+            });
+        }
+    }
     for (field, list) in [("hard", &spec.hard), ("max", &spec.max)] {
         for (k, v) in list {
             Key::parse(k, cfg).map_err(|e| invalid(format!("spec.{field}: {e}")))?;
@@ -783,6 +808,47 @@ mod tests {
             "bizrq q: spec.queueing: order.agingSeconds is 0: it must be 1 to 31622400 (366 days); \
              for no passing at all use order StrictFifo"
         );
+    }
+
+    #[test]
+    fn a_spec_with_more_keys_than_the_limit_is_refused_naming_it() {
+        let cfg = KeyConfig::default();
+        let keys = |n: usize| -> ResourceList {
+            (0..n)
+                .map(|i| (format!("limits.cpu.m{i:05}"), "1".parse().unwrap()))
+                .collect()
+        };
+        let at_limit = QuotaSpec {
+            hard: keys(MAX_KEYS),
+            ..spec("", &[])
+        };
+        assert!(validate_spec("wide", &at_limit, &cfg).is_ok());
+        let over = QuotaSpec {
+            hard: keys(10_000),
+            ..spec("", &[])
+        };
+        let e = validate_spec("wide", &over, &cfg).unwrap_err();
+        assert!(matches!(
+            e,
+            TreeError::TooManyKeys {
+                count: 10_000,
+                field: "hard",
+                ..
+            }
+        ));
+        assert_eq!(
+            e.to_string(),
+            "bizrq wide: spec.hard has 10000 keys; a quota may hold at most 256 keys \
+             (the limit on keys per quota, docs/limits.md)"
+        );
+        let max_over = QuotaSpec {
+            max: keys(MAX_KEYS + 1),
+            ..at_limit
+        };
+        assert!(matches!(
+            validate_spec("wide", &max_over, &cfg),
+            Err(TreeError::TooManyKeys { field: "max", .. })
+        ));
     }
 
     #[test]

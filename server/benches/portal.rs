@@ -3,6 +3,18 @@
 //!   cargo bench -p bizrq --bench portal                  # a tree of 10,000 quotas
 //!   cargo bench -p bizrq --bench portal -- --quotas 2035
 //!   cargo test  -p bizrq --bench portal -- --smoke       # small, for CI
+//!   cargo bench -p bizrq --bench portal -- --quotas 2035 --soak 600
+//!
+//! `--soak SECS` then mixes admissions with the heaviest portal requests
+//! (README, "Limits"; docs/limits.md): admissions to their own quotas paced
+//! at `--soak-rate` a second (50), first alone for a fifth of SECS (at most
+//! 60 s), then for SECS while `--tenants` owners (4), each owner of one
+//! department with `--loops` requests in flight (8), fetch that
+//! department's page over a year, its children chart, its budget report
+//! as CSV, the tree and the tree's CSV in a loop. It prints admission
+//! p50/p99 quiet and loaded, how many admissions were refused and why,
+//! the portal's answers (200, 429), and the server's peak RSS. The smoke
+//! run does a 4 s soak.
 //!
 //! Builds a forest on SQLite (root → departments → teams, every team with
 //! 1 to 8 of its 8 GPUs in use), starts the real `bizrq` binary on it,
@@ -280,16 +292,21 @@ fn main() {
     bizrq::tls::install_crypto_provider();
     tokio::runtime::Runtime::new()
         .unwrap()
-        .block_on(run(quotas, runs));
+        .block_on(run(quotas, runs, smoke.then_some(4)));
 }
 
-async fn run(quotas: usize, runs: usize) {
+async fn run(quotas: usize, runs: usize, smoke_soak: Option<u64>) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!(
         "sqlite://{}?mode=rwc",
         dir.path().join("portal.db").display()
     );
     let (dept, team) = build_forest(&url, quotas).await;
+    let soak_secs: Option<u64> = arg("--soak").or(smoke_soak);
+    let tenants: usize = arg("--tenants").unwrap_or(4);
+    if soak_secs.is_some() {
+        soak::prepare(&url, tenants).await;
+    }
     let bin = std::env::var("BIZRQ_BENCH_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_bizrq").to_string());
     let mut child = tokio::process::Command::new(bin)
@@ -312,14 +329,14 @@ async fn run(quotas: usize, runs: usize) {
         .expect("spawn bizrq");
     let mut lines =
         tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
-    let http_addr = loop {
+    let (http_addr, webhook_addr) = loop {
         let line = lines
             .next_line()
             .await
             .unwrap()
             .expect("the server exited before it was ready");
-        if let Some((http, _)) = bizrq::parse_ready_line(&line) {
-            break http;
+        if let Some(addrs) = bizrq::parse_ready_line(&line) {
+            break addrs;
         }
     };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
@@ -388,5 +405,351 @@ async fn run(quotas: usize, runs: usize) {
             r.bytes as f64 / 1024.0
         );
     }
+    if let Some(secs) = soak_secs {
+        soak::run(soak::Setup {
+            base: base.clone(),
+            webhook: format!("https://{webhook_addr}"),
+            pid: child.id().expect("the server's pid"),
+            secs,
+            tenants,
+            loops: arg("--loops").unwrap_or(8),
+            rate: arg("--soak-rate").unwrap_or(50),
+        })
+        .await;
+    }
     let _ = child.kill().await;
+}
+
+/// `--soak`: admissions beside the heaviest portal requests.
+mod soak {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    pub const PASSWORD: &str = "bench-tenant-password";
+    /// Quotas the admissions charge, apart from the forest.
+    const ADMIT_QUOTAS: usize = 16;
+
+    /// Before the server starts: the admissions' quotas, one owner per
+    /// department (`tenant-N` owns `dept-00N`), and two days of samples of
+    /// each such department and its teams every 10 minutes (what a year's
+    /// charts read of them).
+    pub async fn prepare(url: &str, tenants: usize) {
+        use bizrq::store::QuotaStore;
+        let store = SqlStore::connect(url).await.expect("database");
+        let svc = Service::new(
+            Arc::new(store.clone()),
+            KeyConfig::default(),
+            Prices::default(),
+            Arc::new(Metrics::default()),
+        );
+        for i in 0..ADMIT_QUOTAS {
+            let spec = QuotaSpec {
+                hard: list(&[
+                    ("requests.nvidia.com/gpu", "10000000".into()),
+                    ("pods", "10000000".into()),
+                ]),
+                ..Default::default()
+            };
+            svc.create_quota(&format!("admit-{i:02}"), spec, Persist::Here, "", false)
+                .await
+                .unwrap();
+        }
+        let now = bizrq::util::now_ms();
+        let names: Vec<String> = store
+            .stamps()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        for t in 0..tenants {
+            let hash = password_auth::generate_hash(PASSWORD);
+            let user = store
+                .create_user(&format!("tenant-{t}"), &hash, false, now)
+                .await
+                .unwrap();
+            let dept = format!("dept-{t:03}");
+            store
+                .set_binding(user.id, &dept, bizrq::authz::Role::Owner, now)
+                .await
+                .unwrap();
+            let mine: Vec<&String> = names
+                .iter()
+                .filter(|n| **n == dept || n.starts_with(&format!("team-{t:03}-")))
+                .collect();
+            let got = store
+                .get_many(&mine.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .await
+                .unwrap();
+            for step in 0..288i64 {
+                let at = now - (288 - step) * 600_000;
+                let quotas: Vec<quota::Quota> = got
+                    .iter()
+                    .map(|v| {
+                        let mut q = v.quota.clone();
+                        let gpus = q
+                            .spec
+                            .hard
+                            .get("requests.nvidia.com/gpu")
+                            .copied()
+                            .unwrap_or_default();
+                        let n = gpus.nanos() / quota::quantity::NANO;
+                        let used =
+                            quota::Quantity::from_units(((step as i128 * 7) % n.max(1)) as i64);
+                        q.status.used.insert("requests.nvidia.com/gpu".into(), used);
+                        q.status.used.insert(
+                            "cash/requests.nvidia.com/gpu".into(),
+                            quota::Quantity::from_units(step),
+                        );
+                        q
+                    })
+                    .collect();
+                store.record_samples(at, &quotas).await.unwrap();
+            }
+        }
+        store.close().await;
+    }
+
+    pub struct Setup {
+        pub base: String,
+        pub webhook: String,
+        pub pid: u32,
+        pub secs: u64,
+        pub tenants: usize,
+        pub loops: usize,
+        pub rate: u64,
+    }
+
+    /// What the admissions got.
+    #[derive(Default)]
+    struct Admitted {
+        latencies: Vec<Duration>,
+        allowed: usize,
+        /// Denied for quota (the only refusal the soak expects).
+        quota: usize,
+        /// Denied or failed for anything else, by reason.
+        other: BTreeMap<String, usize>,
+    }
+
+    fn kib(pid: u32, field: &str) -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix(field))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    fn review_template() -> serde_json::Value {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let read = |f: &str| -> serde_json::Value {
+            serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap()
+        };
+        let mut r = read("deployment-create.json");
+        r["request"]["object"] = read("deployment.json");
+        r
+    }
+
+    /// Admissions paced at `rate` a second for `secs`, each a CREATE of a
+    /// one-card Deployment in one of the admission quotas.
+    async fn admit(s: &Setup, client: &reqwest::Client, secs: f64, phase: &str) -> Admitted {
+        let base = review_template();
+        let out = Arc::new(Mutex::new(Admitted::default()));
+        let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / s.rate.max(1)));
+        let until = Instant::now() + Duration::from_secs_f64(secs);
+        let mut n = 0u64;
+        let mut sent = Vec::new();
+        while Instant::now() < until {
+            tick.tick().await;
+            n += 1;
+            let mut r = base.clone();
+            let name = format!("soak-{phase}-{n}");
+            r["request"]["uid"] = format!("uid-{phase}-{n}").into();
+            r["request"]["name"] = name.clone().into();
+            r["request"]["object"]["metadata"]["name"] = name.into();
+            r["request"]["object"]["metadata"]["labels"]["biz.group.resource.quota"] =
+                format!("admit-{:02}", n as usize % ADMIT_QUOTAS).into();
+            r["request"]["object"]["spec"]["replicas"] = 1.into();
+            let (client, url, out) = (
+                client.clone(),
+                format!("{}/validate/workloads", s.webhook),
+                out.clone(),
+            );
+            sent.push(tokio::spawn(async move {
+                let t = Instant::now();
+                let res = client.post(url).json(&r).send().await;
+                let verdict = match res {
+                    Ok(res) if res.status().is_success() => {
+                        match res.json::<serde_json::Value>().await {
+                            Ok(v) => Ok(v["response"].clone()),
+                            Err(e) => Err(format!("body: {e}")),
+                        }
+                    }
+                    Ok(res) => Err(format!("HTTP {}", res.status())),
+                    Err(e) if e.is_timeout() => Err("timeout".into()),
+                    Err(e) => Err(format!("error: {e}")),
+                };
+                let took = t.elapsed();
+                let mut o = out.lock().unwrap();
+                o.latencies.push(took);
+                match verdict {
+                    Ok(v) if v["allowed"] == true => o.allowed += 1,
+                    Ok(v) => {
+                        let m = v["status"]["message"].as_str().unwrap_or("").to_string();
+                        if v["status"]["reason"] == "Forbidden" && m.contains(" left of ") {
+                            o.quota += 1;
+                        } else {
+                            *o.other.entry(m.chars().take(80).collect()).or_insert(0) += 1;
+                        }
+                    }
+                    Err(e) => *o.other.entry(e).or_insert(0) += 1,
+                }
+            }));
+        }
+        for t in sent {
+            let _ = t.await;
+        }
+        Arc::try_unwrap(out).ok().unwrap().into_inner().unwrap()
+    }
+
+    fn pct(sorted: &[Duration], p: f64) -> f64 {
+        if sorted.is_empty() {
+            return 0.0;
+        }
+        sorted[((sorted.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1e3
+    }
+
+    fn line(label: &str, a: &mut Admitted) -> f64 {
+        a.latencies.sort();
+        let p99 = pct(&a.latencies, 0.99);
+        println!(
+            "{label:<8} {:>7} admissions  p50 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms  allowed {}  denied for quota {}  refused otherwise {}",
+            a.latencies.len(),
+            pct(&a.latencies, 0.5),
+            p99,
+            a.latencies.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
+            a.allowed,
+            a.quota,
+            a.other.values().sum::<usize>()
+        );
+        for (why, n) in &a.other {
+            println!("         refused {n}×: {why}");
+        }
+        p99
+    }
+
+    pub async fn run(s: Setup) {
+        let client = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let quiet_secs = (s.secs as f64 / 5.0).clamp(1.0, 60.0);
+        println!(
+            "\nsoak: admissions paced at {}/s, {quiet_secs:.0} s alone, then {} s beside {} tenants × {} heavy requests in flight",
+            s.rate, s.secs, s.tenants, s.loops
+        );
+        let rss_before = kib(s.pid, "VmRSS:");
+        let mut quiet = admit(&s, &client, quiet_secs, "quiet").await;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let answers: Arc<Mutex<BTreeMap<(String, u16), usize>>> = Default::default();
+        let peak_rss = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let watch = {
+            let (stop, peak, pid) = (stop.clone(), peak_rss.clone(), s.pid);
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    peak.fetch_max(kib(pid, "VmRSS:"), Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            })
+        };
+        let mut load = Vec::new();
+        let day = 86_400_000;
+        let today = bizrq::util::now_ms() / day * day;
+        let date = |ms: i64| quota::time::format_rfc3339(ms)[..10].to_string();
+        let (from, to) = (date(today - 30 * day), date(today - day));
+        for t in 0..s.tenants {
+            let c = Arc::new(Client::login(&s.base, &format!("tenant-{t}"), PASSWORD).await);
+            let dept = format!("dept-{t:03}");
+            let paths = [
+                ("page", format!("/quotas/{dept}?range=1y")),
+                (
+                    "chart",
+                    format!("/api/v1/quotas/{dept}/samples?key=requests.nvidia.com/gpu&range=1y&chart=children"),
+                ),
+                (
+                    "report",
+                    // Whole days: the ledger keeps older entries per hour or day.
+                    format!("/reports.csv?subtree={dept}&by=child&bucket=day&from={from}&to={to}"),
+                ),
+                ("tree", "/tree".to_string()),
+                ("tree.csv", "/tree.csv".to_string()),
+            ];
+            for l in 0..s.loops {
+                let (c, stop, answers) = (c.clone(), stop.clone(), answers.clone());
+                let paths = paths.clone();
+                load.push(tokio::spawn(async move {
+                    let mut i = l;
+                    while !stop.load(Ordering::Relaxed) {
+                        let (what, path) = &paths[i % paths.len()];
+                        i += 1;
+                        let status = match c
+                            .http
+                            .get(format!("{}{path}", c.base))
+                            .header("cookie", &c.cookie)
+                            .send()
+                            .await
+                        {
+                            Ok(r) => {
+                                let st = r.status().as_u16();
+                                let _ = r.bytes().await;
+                                st
+                            }
+                            Err(_) => 0,
+                        };
+                        *answers
+                            .lock()
+                            .unwrap()
+                            .entry((what.to_string(), status))
+                            .or_insert(0) += 1;
+                        if status == 429 {
+                            // As a client that honours Retry-After would,
+                            // but sooner: the load stays at the caps.
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    }
+                }));
+            }
+        }
+        let mut loaded = admit(&s, &client, s.secs as f64, "loaded").await;
+        stop.store(true, Ordering::Relaxed);
+        for t in load {
+            let _ = t.await;
+        }
+        let _ = watch.await;
+
+        println!();
+        let q99 = line("quiet", &mut quiet);
+        let l99 = line("loaded", &mut loaded);
+        println!(
+            "p99 loaded / quiet: {:.2}× (goal: under 2×)",
+            l99 / q99.max(1e-9)
+        );
+        println!("portal answers during the soak (what, status: count; 0 = no answer):");
+        for ((what, status), n) in answers.lock().unwrap().iter() {
+            println!("  {what:<9} {status:>3}: {n}");
+        }
+        let hwm = kib(s.pid, "VmHWM:");
+        println!(
+            "server RSS: {} MiB before, {} MiB peak while loaded (sampled), {} MiB high-water mark (goal: under 1,024 MiB)",
+            rss_before / 1024,
+            peak_rss.load(Ordering::Relaxed) / 1024,
+            hwm / 1024
+        );
+    }
 }

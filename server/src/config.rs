@@ -105,6 +105,19 @@ pub struct ServeArgs {
     /// Login and password-change attempts per client address and minute.
     #[arg(long, env = "BIZRQ_LOGIN_ATTEMPTS_PER_MINUTE", default_value_t = 30)]
     pub login_attempts_per_minute: u32,
+    /// Heavy requests (quota pages with their charts, the samples API, the
+    /// tree, reports, exports) running at once in all; one more is answered
+    /// 429 with Retry-After (docs/limits.md).
+    #[arg(long, env = "BIZRQ_HEAVY_REQUESTS", default_value_t = 8)]
+    pub heavy_requests: usize,
+    /// Heavy requests running at once for one person (a portal user or a
+    /// token's user); one more is answered 429 with Retry-After.
+    #[arg(long, env = "BIZRQ_HEAVY_REQUESTS_PER_USER", default_value_t = 2)]
+    pub heavy_requests_per_user: usize,
+    /// Threads rendering heavy requests' charts, pages and CSV, below the
+    /// runtime's priority (0: half the CPUs, at least one).
+    #[arg(long, env = "BIZRQ_RENDER_THREADS", default_value_t = 0)]
+    pub render_threads: usize,
     /// The portal's islands bundle: a directory holding `bizrq_islands.js`
     /// and `bizrq_islands_bg.wasm` (wasm-bindgen's output, README "Portal
     /// islands"). Unset: pages are server-rendered only, as with JavaScript off.

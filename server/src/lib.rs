@@ -8,6 +8,7 @@ pub mod budgets;
 pub mod cluster;
 pub mod config;
 pub mod demo;
+pub mod heavy;
 pub mod http;
 pub mod listen;
 pub mod mail;

@@ -23,9 +23,10 @@ pub const QUANTITY_PATTERN: &str = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGT
 /// value.
 pub const NAME_PATTERN: &str =
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
-/// Keys one quota may hold in `hard` (or `max`). Bounds the cost the API
+/// Keys one quota may hold in `hard` (or `max`): `quota::tree::MAX_KEYS`,
+/// which the service checks in both modes. Also bounds the cost the API
 /// server estimates for the rules that iterate over them.
-pub const MAX_KEYS: u64 = 256;
+pub const MAX_KEYS: u64 = quota::tree::MAX_KEYS as u64;
 
 /// Spec of a BizGroupResourceQuota: its place in the tree (`parent`), its
 /// guarantee (`hard`) and how far it may borrow (`max`).

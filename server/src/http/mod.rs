@@ -107,6 +107,18 @@ pub enum ApiError {
     TooMany(String, u64),
 }
 
+impl From<crate::heavy::Refused> for ApiError {
+    fn from(e: crate::heavy::Refused) -> Self {
+        ApiError::TooMany(e.to_string(), crate::heavy::RETRY_SECS)
+    }
+}
+
+impl From<crate::heavy::Failed> for ApiError {
+    fn from(e: crate::heavy::Failed) -> Self {
+        ApiError::Service(ServiceError::Internal(e.to_string()))
+    }
+}
+
 impl ApiError {
     fn status_and_reason(&self) -> (StatusCode, &'static str) {
         match self {

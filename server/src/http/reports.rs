@@ -28,9 +28,12 @@ pub async fn get(
 ) -> Result<Response, ApiError> {
     let params = params_of(raw.as_deref())?;
     let (spec, format) = reports::parse(&params, app.service.now())?;
+    // A heavy request (`crate::heavy`): a place before the ledger is read,
+    // the document written on the render threads.
+    let place = app.portal.heavy.enter(&p.username)?;
     let made = reports::make(&app.service, &app.portal.sql, &p, spec).await?;
     Ok(match format {
-        Format::Json => Json(reports::to_json(&made)).into_response(),
+        Format::Json => Json(place.render(move || reports::to_json(&made)).await?).into_response(),
         Format::Csv => (
             [
                 (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
@@ -39,7 +42,7 @@ pub async fn get(
                     "attachment; filename=\"bizrq-report.csv\"",
                 ),
             ],
-            reports::to_csv(&made),
+            place.render(move || reports::to_csv(&made)).await?,
         )
             .into_response(),
     })

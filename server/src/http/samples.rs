@@ -41,6 +41,8 @@ pub async fn samples(
         return Err(ApiError::BadRequest("key is required".into()));
     }
     let kind = Kind::parse(&q.chart, key).map_err(ApiError::BadRequest)?;
+    // A heavy request (`crate::heavy`): a place before anything is read.
+    let place = app.portal.heavy.enter(&p.username)?;
     changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     // The quota and its subtree (its children's charts), not the forest.
     let all = app.service.subtrees(std::slice::from_ref(&name)).await?;
@@ -55,31 +57,41 @@ pub async fn samples(
         quota,
         range,
         now,
-        kind == Kind::Children,
+        if kind == Kind::Children {
+            crate::service::charts::Children::ByKey(key)
+        } else {
+            crate::service::charts::Children::None
+        },
     )
     .await
     .map_err(crate::service::ServiceError::from)?;
-    let inputs = Inputs {
-        own: &g.own,
-        live: &quota.status,
-        children: &g.children,
-        range,
-        now_ms: now,
-        cfg: &app.service.keys,
-    };
-    let panel = chart_section::panel(&inputs, key, kind).ok_or_else(|| {
-        changes::not_found(&format!(
-            "{name}: no {} chart of {key} (no hard or use of it in the {})",
-            kind.as_str(),
-            range.words()
-        ))
-    })?;
-    Ok(Json(chart_section::reply(
-        &name,
-        range,
-        now,
-        panel,
-        &app.service.keys,
-    ))
-    .into_response())
+    let (key, cfg, status) = (
+        key.to_string(),
+        app.service.keys.clone(),
+        quota.status.clone(),
+    );
+    drop(all);
+    let panel = place
+        .render(move || {
+            let inputs = Inputs {
+                own: &g.own,
+                live: &status,
+                children: &g.children,
+                children_omitted: g.children_omitted,
+                range,
+                now_ms: now,
+                cfg: &cfg,
+            };
+            chart_section::panel(&inputs, &key, kind)
+                .map(|panel| chart_section::reply(&name, range, now, panel, &cfg))
+                .ok_or_else(|| {
+                    changes::not_found(&format!(
+                        "{name}: no {} chart of {key} (no hard or use of it in the {})",
+                        kind.as_str(),
+                        range.words()
+                    ))
+                })
+        })
+        .await??;
+    Ok(Json(panel).into_response())
 }

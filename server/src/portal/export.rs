@@ -107,13 +107,16 @@ fn csv_response(name: &str, body: String) -> Response {
         .into_response()
 }
 
-/// GET /tree.csv — the quotas the viewer may see.
+/// GET /tree.csv — the quotas the viewer may see. A heavy request
+/// (`crate::heavy`), written on the render threads.
 pub async fn tree(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
+    let place = app.portal.heavy.enter(&viewer.principal.username)?;
     let forest = changes::visible_forest(&app.service, &viewer.principal).await?;
-    Ok(csv_response(
-        "bizrq-quotas.csv",
-        quotas_csv(&forest.quotas, &forest.in_use, &app.service.keys),
-    ))
+    let cfg = app.service.keys.clone();
+    let body = place
+        .render(move || quotas_csv(&forest.quotas, &forest.in_use, &cfg))
+        .await?;
+    Ok(csv_response("bizrq-quotas.csv", body))
 }
 
 /// GET /alerts.csv?quota=&kind=&level= — open and resolved alerts the
@@ -127,7 +130,14 @@ pub async fn alerts(
         quotas_in: changes::records_scope(&app.service, &viewer.principal).await?,
         ..q.filters()?
     };
+    // A heavy request (`crate::heavy`): up to `ALERT_ROWS` rows.
+    let place = app.portal.heavy.enter(&viewer.principal.username)?;
     let rows = app.portal.sql.alerts(&f, ALERT_ROWS).await?;
+    let out = place.render(move || alerts_csv(rows)).await?;
+    Ok(csv_response("bizrq-alerts.csv", out))
+}
+
+fn alerts_csv(rows: Vec<crate::alerts::Alert>) -> String {
     let mut out = String::from(
         "id,quota,key,kind,level,message,opened_at,resolved_at,acknowledged_by,snoozed_until\r\n",
     );
@@ -149,7 +159,7 @@ pub async fn alerts(
                 .unwrap_or_default(),
         ]));
     }
-    Ok(csv_response("bizrq-alerts.csv", out))
+    out
 }
 
 #[cfg(test)]

@@ -211,6 +211,18 @@ impl From<limits::Busy> for PageError {
     }
 }
 
+impl From<crate::heavy::Refused> for PageError {
+    fn from(e: crate::heavy::Refused) -> Self {
+        PageError::TooMany(e.to_string(), crate::heavy::RETRY_SECS)
+    }
+}
+
+impl From<crate::heavy::Failed> for PageError {
+    fn from(e: crate::heavy::Failed) -> Self {
+        PageError::Internal(e.to_string())
+    }
+}
+
 impl From<StoreError> for PageError {
     fn from(e: StoreError) -> Self {
         PageError::Internal(e.to_string())

@@ -15,7 +15,7 @@ use app::chart_section::{self, Charts};
 use app::charts;
 use app::layout::Flash;
 use app::quotas::{
-    FormKey, KeyDetail, OverviewCard, QuotaDetail, QuotaForm, WorkloadRow, EXTRA_ROWS,
+    FormKey, KeyDetail, OverviewCard, QuotaDetail, QuotaForm, WorkloadRow, EXTRA_ROWS, ROWS_SHOWN,
 };
 use app::{generic_key, key_usages, TreeFilter, TreeQuery, TreeSort};
 use axum::extract::{Path, Query, State};
@@ -41,31 +41,6 @@ async fn samples(app: &AppState, name: &str, span_ms: i64) -> Result<Vec<Sample>
 pub struct DetailParams {
     #[serde(default)]
     range: String,
-}
-
-/// The chart section of `q` over `range`: its keys, its children stacked,
-/// each ending with the current status.
-async fn chart_section(
-    app: &AppState,
-    q: &Quota,
-    all: &[Quota],
-    range: Range,
-) -> Result<Charts, PageError> {
-    let now = app.service.now();
-    let g = crate::service::charts::gather(&app.portal.sql, all, q, range, now, true).await?;
-    let panels = chart_section::panels(&chart_section::Inputs {
-        own: &g.own,
-        live: &q.status,
-        children: &g.children,
-        range,
-        now_ms: now,
-        cfg: &app.service.keys,
-    });
-    Ok(Charts {
-        quota: q.name().to_string(),
-        range,
-        panels,
-    })
 }
 
 /// One line per cash key of `q`: what is left and when it runs out at the
@@ -225,6 +200,8 @@ pub async fn tree(
     viewer: Viewer,
     Query(t): Query<TreeParams>,
 ) -> Result<Response, PageError> {
+    // A heavy request (`crate::heavy`): the whole visible forest.
+    let place = app.portal.heavy.enter(&viewer.principal.username)?;
     // What the viewer may see holds every descendant of what it shows, so
     // each subtree's usage is whole.
     let forest = changes::visible_forest(&app.service, &viewer.principal).await?;
@@ -237,15 +214,17 @@ pub async fn tree(
         open: TreeQuery::names(&t.open),
         closed: TreeQuery::names(&t.closed),
     };
-    Ok(Html(app::render_tree_page(
+    let (page, cfg, pricing) = (
         viewer.page(),
-        &forest.quotas,
-        &forest.in_use,
-        &app.service.keys,
-        &app.service.pricing(),
-        query,
-    ))
-    .into_response())
+        app.service.keys.clone(),
+        app.service.pricing(),
+    );
+    let html = place
+        .render(move || {
+            app::render_tree_page(page, &forest.quotas, &forest.in_use, &cfg, &pricing, query)
+        })
+        .await?;
+    Ok(Html(html).into_response())
 }
 
 /// The quotas the viewer may see (`changes::visible_quotas`: every one
@@ -281,10 +260,12 @@ async fn visible_quota(
     Ok((stored.quota, stored.version, all, tree))
 }
 
-fn workload_rows(q: &Quota) -> Vec<WorkloadRow> {
+/// The first `at_most` of the workloads bound to `q`.
+fn workload_rows(q: &Quota, at_most: usize) -> Vec<WorkloadRow> {
     q.status
         .workloads
         .iter()
+        .take(at_most)
         .map(|(reference, c)| WorkloadRow {
             reference: reference.clone(),
             pod_sets: c
@@ -404,7 +385,9 @@ fn breakdowns(q: &Quota, cfg: &KeyConfig) -> Vec<String> {
         .collect()
 }
 
-/// GET /quotas/{name}
+/// GET /quotas/{name} — a heavy request (`crate::heavy`): it takes a
+/// place before reading, and draws its charts and renders on the render
+/// threads.
 pub async fn detail(
     State(app): State<AppState>,
     viewer: Viewer,
@@ -412,18 +395,30 @@ pub async fn detail(
     Query(params): Query<DetailParams>,
 ) -> Result<Response, PageError> {
     let range = Range::parse(&params.range).map_err(PageError::Invalid)?;
+    let place = app.portal.heavy.enter(&viewer.principal.username)?;
     let (q, version, all, tree) = visible_quota(&app, &viewer, &name).await?;
     let p = &viewer.principal;
-    let cfg = &app.service.keys;
+    let cfg = app.service.keys.clone();
     let now = app.service.now();
     // The forecasts' window, whatever range the charts show.
     let s = samples(&app, &name, FORECAST_WINDOW_MS + DAY_MS).await?;
-    let charts = chart_section(&app, &q, &all, range).await?;
-    let children: Vec<(String, String)> = all
+    let gathered = crate::service::charts::gather(
+        &app.portal.sql,
+        &all,
+        &q,
+        range,
+        now,
+        crate::service::charts::Children::All,
+    )
+    .await?;
+    let mut children: Vec<(String, String)> = all
         .iter()
         .filter(|c| c.spec.parent == name)
         .map(|c| (c.name().to_string(), list_line(&c.spec.hard)))
         .collect();
+    let children_more = children.len().saturating_sub(ROWS_SHOWN);
+    children.truncate(ROWS_SHOWN);
+    let has_children = !children.is_empty();
     let may_delete = authz::can_delete(p, &name, &tree);
     let members = app
         .portal
@@ -437,53 +432,90 @@ pub async fn detail(
         })
         .collect();
     let in_use = subtree_in_use(&all).remove(&name).unwrap_or_default();
-    let allocated = q.status.allocated();
+    let budgets = super::budgets::lines(&app, &name, &s, now).await?;
+    let page = viewer.page();
+    let flash = viewer.take_flash().await;
     let d = QuotaDetail {
         parent: q.spec.parent.clone(),
-        keys: key_usages(&q, &in_use, cfg)
-            .into_iter()
-            .map(|u| KeyDetail {
-                allocated: if u.cash {
-                    String::new()
-                } else {
-                    app::display_quantity(&u.key, resources::get(&allocated, &u.key), cfg)
-                },
-                allocated_nanos: (!u.cash).then(|| resources::get(&allocated, &u.key).nanos()),
-                self_used: app::display_quantity(
-                    &u.key,
-                    resources::get(&q.status.self_used, &u.key),
-                    cfg,
-                ),
-                self_used_nanos: resources::get(&q.status.self_used, &u.key).nanos(),
-                max: q
-                    .spec
-                    .max
-                    .get(&u.key)
-                    .map(|m| app::display_quantity(&u.key, *m, cfg)),
-                max_nanos: q.spec.max.get(&u.key).map(|m| m.nanos()),
-                usage: u,
-            })
-            .collect(),
-        breakdowns: breakdowns(&q, cfg),
-        extras: extras(&q),
-        workloads: workload_rows(&q),
-        forecasts: forecasts(&q, &s, now, cfg),
-        charts,
+        keys: Vec::new(),
+        breakdowns: Vec::new(),
+        extras: Vec::new(),
+        workloads: Vec::new(),
+        workloads_more: q.status.workloads.len().saturating_sub(ROWS_SHOWN),
+        forecasts: Vec::new(),
+        charts: Charts::default(),
         resource_version: version.to_string(),
         can_edit: authz::can_edit_hard(p, &name, &tree),
         can_create_child: authz::can_manage_children(p, &name, &tree),
-        can_delete: may_delete && children.is_empty(),
-        delete_blocked: may_delete && !children.is_empty(),
+        can_delete: may_delete && !has_children,
+        delete_blocked: may_delete && has_children,
         members,
         can_invite_member: authz::can_grant(p, &name, Role::Member, &tree),
         can_invite_owner: authz::can_grant(p, &name, Role::Owner, &tree),
-        budgets: super::budgets::lines(&app, &name, &s, now).await?,
-        queue: queue_section(&q, now, &app.service.keys),
+        budgets,
+        queue: queue_section(&q, now, &cfg),
         children,
+        children_more,
         name,
     };
-    let flash = viewer.take_flash().await;
-    Ok(Html(app::quotas::render_detail_page(viewer.page(), d, flash)).into_response())
+    drop(all);
+    // What grows with the quota's keys, samples and workloads, drawn off
+    // the runtime's threads.
+    let html = place
+        .render(move || {
+            let mut d = d;
+            d.keys = key_details(&q, &in_use, &cfg);
+            d.breakdowns = breakdowns(&q, &cfg);
+            d.extras = extras(&q);
+            d.workloads = workload_rows(&q, ROWS_SHOWN);
+            d.forecasts = forecasts(&q, &s, now, &cfg);
+            d.charts = Charts {
+                quota: q.name().to_string(),
+                range,
+                panels: chart_section::panels(&chart_section::Inputs {
+                    own: &gathered.own,
+                    live: &q.status,
+                    children: &gathered.children,
+                    children_omitted: gathered.children_omitted,
+                    range,
+                    now_ms: now,
+                    cfg: &cfg,
+                }),
+            };
+            app::quotas::render_detail_page(page, d, flash)
+        })
+        .await?;
+    Ok(Html(html).into_response())
+}
+
+/// The key rows of a quota's page: its bars, with what is allocated, its
+/// own use and its max.
+fn key_details(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyDetail> {
+    let allocated = q.status.allocated();
+    key_usages(q, in_use, cfg)
+        .into_iter()
+        .map(|u| KeyDetail {
+            allocated: if u.cash {
+                String::new()
+            } else {
+                app::display_quantity(&u.key, resources::get(&allocated, &u.key), cfg)
+            },
+            allocated_nanos: (!u.cash).then(|| resources::get(&allocated, &u.key).nanos()),
+            self_used: app::display_quantity(
+                &u.key,
+                resources::get(&q.status.self_used, &u.key),
+                cfg,
+            ),
+            self_used_nanos: resources::get(&q.status.self_used, &u.key).nanos(),
+            max: q
+                .spec
+                .max
+                .get(&u.key)
+                .map(|m| app::display_quantity(&u.key, *m, cfg)),
+            max_nanos: q.spec.max.get(&u.key).map(|m| m.nanos()),
+            usage: u,
+        })
+        .collect()
 }
 
 /// The quota's queue for its page: None for a quota that refuses and

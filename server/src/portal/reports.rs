@@ -150,6 +150,8 @@ pub async fn page(
     viewer: Viewer,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, PageError> {
+    // A heavy request (`crate::heavy`).
+    let place = app.portal.heavy.enter(&viewer.principal.username)?;
     let visible = crate::service::changes::visible_quotas(&app.service, &viewer.principal).await?;
     let quotas: Vec<String> = visible.iter().map(|q| q.name().to_string()).collect();
     let keys: Vec<String> = visible
@@ -179,7 +181,8 @@ pub async fn page(
     .await;
     let status = match made {
         Ok((m, p)) => {
-            let (title, chart, rows, total, reconcile) = page_of(&m);
+            let by_child = m.spec.by == Dimension::Child;
+            let (title, chart, rows, total, reconcile) = place.render(move || page_of(&m)).await?;
             page.title = title;
             page.chart = chart;
             page.rows = rows;
@@ -187,7 +190,7 @@ pub async fn page(
             page.reconcile = reconcile;
             page.csv_href = format!("/reports.csv?{}", query_of(&p, ""));
             page.json_href = format!("/api/v1/reports?{}", query_of(&p, ""));
-            if m.spec.by == Dimension::Child {
+            if by_child {
                 page.form.by = "child".into();
             }
             StatusCode::OK
@@ -216,6 +219,8 @@ pub async fn csv(
     viewer: Viewer,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, PageError> {
+    // A heavy request (`crate::heavy`).
+    let place = app.portal.heavy.enter(&viewer.principal.username)?;
     let made = async {
         let p = reports::params_of(raw.as_deref())?;
         let (spec, _) = reports::parse(&p, app.service.now())?;
@@ -231,7 +236,7 @@ pub async fn csv(
                     "attachment; filename=\"bizrq-report.csv\"",
                 ),
             ],
-            reports::to_csv(&m),
+            place.render(move || reports::to_csv(&m)).await?,
         )
             .into_response()),
         Err(ReportError::Invalid(e)) => Err(PageError::Invalid(e)),

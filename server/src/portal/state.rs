@@ -25,6 +25,8 @@ pub struct PortalConfig {
     pub password_hash_threads: usize,
     /// Login and password-change attempts per client address and minute.
     pub login_attempts_per_minute: u32,
+    /// Heavy requests at once, per person, and the render threads.
+    pub heavy: crate::heavy::Config,
 }
 
 impl PortalConfig {
@@ -37,6 +39,14 @@ impl PortalConfig {
             digest_hour: args.digest_hour,
             password_hash_threads: args.password_hash_threads,
             login_attempts_per_minute: args.login_attempts_per_minute,
+            heavy: crate::heavy::Config {
+                total: args.heavy_requests,
+                per_user: args.heavy_requests_per_user,
+                threads: match args.render_threads {
+                    0 => crate::heavy::default_threads(),
+                    n => n,
+                },
+            },
         }
     }
 }
@@ -50,6 +60,7 @@ impl Default for PortalConfig {
             digest_hour: 8,
             password_hash_threads: 2,
             login_attempts_per_minute: 30,
+            heavy: crate::heavy::Config::default(),
         }
     }
 }
@@ -59,6 +70,9 @@ pub struct Portal {
     pub config: PortalConfig,
     /// Every password hash and check of the portal goes through this.
     pub hasher: limits::PasswordHasher,
+    /// Every heavy page, chart, report and export of the portal and the
+    /// JSON API takes a place here and renders on its threads.
+    pub heavy: Arc<crate::heavy::Heavy>,
     /// Logins and password changes per client address, before hashing.
     pub attempts: limits::AddressLimiter,
 }
@@ -67,6 +81,7 @@ impl Portal {
     pub fn new(sql: Arc<SqlStore>, config: PortalConfig) -> Portal {
         Portal {
             hasher: limits::PasswordHasher::new(config.password_hash_threads),
+            heavy: crate::heavy::Heavy::new(config.heavy),
             attempts: limits::AddressLimiter::new(config.login_attempts_per_minute),
             sql,
             config,

@@ -174,6 +174,9 @@ impl From<TreeError> for ServiceError {
         match e {
             // Not a broken rule: the change must wait for a transfer.
             TreeError::Held { .. } => ServiceError::Conflict(e.to_string()),
+            // A request over a limit: 400 naming it, as the API's other
+            // bounds answer.
+            TreeError::TooManyKeys { .. } => ServiceError::BadRequest(e.to_string()),
             e => ServiceError::Tree(e),
         }
     }

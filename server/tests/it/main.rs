@@ -16,6 +16,7 @@ mod fakeapi;
 mod forged;
 mod group_commit;
 mod hostile;
+mod isolation;
 mod kueue_scenario;
 mod ledger;
 mod mail;

@@ -1,0 +1,292 @@
+//! Heavy requests: the pages, charts, reports and exports whose work grows
+//! with what they show. Each takes a [`Permit`] before it reads anything
+//! (at most `per_user` at once per person and `total` at once in all;
+//! one more is answered 429 with `Retry-After`, never queued), and runs
+//! its CPU-bound part (drawing charts, rendering HTML, writing CSV) on
+//! the render threads, not on the async runtime's.
+//!
+//! Why: the admission webhook shares the process and its runtime. A page
+//! that renders for seconds on a runtime thread takes that thread from
+//! every admission, and a hundred chart requests at once each hold their
+//! samples in memory. With this gate the memory of heavy requests is at
+//! most `total` times one request's (each bounded by the limits in
+//! docs/limits.md), the runtime threads only wait for them, and the render
+//! threads run at a lower scheduling priority (nice 10 on Linux), so that
+//! an admission that needs a CPU gets it first.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+/// What a refused heavy request tells its client to wait, in seconds.
+pub const RETRY_SECS: u64 = 2;
+
+/// The scheduling priority of the render threads (Linux nice value).
+const RENDER_NICE: i32 = 10;
+
+/// How many heavy requests may run, and where they render.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// At once in all.
+    pub total: usize,
+    /// At once per person (session user or token owner).
+    pub per_user: usize,
+    /// Threads rendering; at least one.
+    pub threads: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            total: 8,
+            per_user: 2,
+            threads: default_threads(),
+        }
+    }
+}
+
+/// Half the CPUs the process may use (at least one): the rest stay with
+/// the runtime and its admissions, whatever the portal asks.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get() / 2)
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// A heavy request refused: too many of its person's, or in all.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("you already have {0} heavy requests (pages with charts, reports, exports) running; try again in a few seconds")]
+    PerUser(usize),
+    #[error("bizrq is serving {0} heavy requests (pages with charts, reports, exports) at once, its limit; try again in a few seconds")]
+    Total(usize),
+}
+
+/// A render job ended without a result (it panicked; the panic is in the
+/// log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("rendering failed; see the bizrq logs")]
+pub struct Failed;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// The gate and the render threads. Cheap to share behind an `Arc`.
+pub struct Heavy {
+    config: Config,
+    running: Mutex<Running>,
+    jobs: Mutex<mpsc::Sender<Job>>,
+}
+
+#[derive(Default)]
+struct Running {
+    total: usize,
+    by_user: HashMap<String, usize>,
+}
+
+impl Heavy {
+    pub fn new(config: Config) -> Arc<Heavy> {
+        let config = Config {
+            total: config.total.max(1),
+            per_user: config.per_user.max(1),
+            threads: config.threads.max(1),
+        };
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..config.threads {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("bizrq-render-{i}"))
+                .spawn(move || {
+                    lower_priority();
+                    loop {
+                        // The lock is held only while waiting for a job; the
+                        // sender's drop (the gate's) ends every thread.
+                        let job = match rx.lock() {
+                            Ok(rx) => rx.recv(),
+                            Err(_) => return,
+                        };
+                        match job {
+                            // A panic ends the job (its caller sees it as a
+                            // dropped reply), not the thread.
+                            Ok(job) => {
+                                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                            }
+                            Err(_) => return,
+                        }
+                    }
+                })
+                .expect("spawn a render thread");
+        }
+        Arc::new(Heavy {
+            config,
+            running: Mutex::new(Running::default()),
+            jobs: Mutex::new(tx),
+        })
+    }
+
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// A place for one heavy request of `user`, or why not. Never waits.
+    pub fn enter(self: &Arc<Self>, user: &str) -> Result<Permit, Refused> {
+        let mut r = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = r.by_user.get(user).copied().unwrap_or(0);
+        if mine >= self.config.per_user {
+            return Err(Refused::PerUser(mine));
+        }
+        if r.total >= self.config.total {
+            return Err(Refused::Total(r.total));
+        }
+        r.total += 1;
+        *r.by_user.entry(user.to_string()).or_insert(0) += 1;
+        Ok(Permit {
+            gate: self.clone(),
+            user: user.to_string(),
+        })
+    }
+
+    /// Heavy requests running now.
+    pub fn running(&self) -> usize {
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).total
+    }
+
+    fn leave(&self, user: &str) {
+        let mut r = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        r.total = r.total.saturating_sub(1);
+        if let Some(n) = r.by_user.get_mut(user) {
+            *n -= 1;
+            if *n == 0 {
+                r.by_user.remove(user);
+            }
+        }
+    }
+}
+
+/// One heavy request's place; given back when dropped.
+pub struct Permit {
+    gate: Arc<Heavy>,
+    user: String,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.gate.leave(&self.user);
+    }
+}
+
+impl Permit {
+    /// Runs `f` on a render thread and gives its result. The place goes
+    /// with the job and is given back when `f` ends, even if the request
+    /// is abandoned meanwhile: what runs never exceeds the gate's count.
+    pub async fn render<T, F>(self, f: F) -> Result<T, Failed>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let gate = self.gate.clone();
+        let job: Job = Box::new(move || {
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            // The place goes back before the answer: whoever reads the
+            // answer finds it free.
+            drop(self);
+            // A panic (already in the log) drops `tx`: the caller gets Failed.
+            if let Ok(v) = out {
+                let _ = tx.send(v);
+            }
+        });
+        let sent = gate
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(job);
+        match sent {
+            Ok(()) => rx.await.map_err(|_| Failed),
+            // The threads are gone, which cannot happen while the gate lives.
+            Err(_) => Err(Failed),
+        }
+    }
+}
+
+/// Lowers the calling thread's scheduling priority. On Linux the nice
+/// value is per thread, so this leaves the runtime's threads as they are.
+#[cfg(target_os = "linux")]
+fn lower_priority() {
+    // SAFETY: setpriority takes plain integers and touches no memory of ours;
+    // `who` 0 is the calling thread on Linux.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, RENDER_NICE) };
+    if r != 0 {
+        tracing::debug!("could not lower the render thread's priority");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_priority() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_are_capped_per_user_and_in_all_and_given_back() {
+        let gate = Heavy::new(Config {
+            total: 3,
+            per_user: 2,
+            threads: 1,
+        });
+        let a1 = gate.enter("ana").unwrap();
+        let a2 = gate.enter("ana").unwrap();
+        assert_eq!(gate.enter("ana").err(), Some(Refused::PerUser(2)));
+        let b1 = gate.enter("bo").unwrap();
+        assert_eq!(gate.enter("cy").err(), Some(Refused::Total(3)));
+        assert_eq!(gate.running(), 3);
+        drop(a1);
+        assert!(gate.enter("cy").is_ok(), "a place given back is free again");
+        drop((a2, b1));
+        assert_eq!(gate.running(), 0);
+        assert!(gate.running.lock().unwrap().by_user.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_render_runs_off_the_runtime_and_keeps_its_place_until_it_ends() {
+        let gate = Heavy::new(Config {
+            total: 1,
+            per_user: 1,
+            threads: 1,
+        });
+        let name = gate
+            .enter("ana")
+            .unwrap()
+            .render(|| std::thread::current().name().map(str::to_string))
+            .await
+            .unwrap();
+        assert_eq!(name.as_deref(), Some("bizrq-render-0"));
+        assert_eq!(gate.running(), 0, "given back when the job ended");
+        // An abandoned request's job keeps its place until the job ends.
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let (go_tx, go) = std::sync::mpsc::channel::<()>();
+        let p = gate.enter("ana").unwrap();
+        let task = tokio::spawn(p.render(move || {
+            started_tx.send(()).unwrap();
+            go.recv().unwrap();
+        }));
+        started.await.unwrap();
+        task.abort();
+        let _ = task.await;
+        assert_eq!(gate.enter("bo").err(), Some(Refused::Total(1)));
+        go_tx.send(()).unwrap();
+        for _ in 0..200 {
+            if gate.running() == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(gate.running(), 0);
+        // A job that panics answers Failed and frees its place.
+        let r = gate.enter("ana").unwrap().render(|| panic!("boom")).await;
+        assert_eq!(r, Err::<(), _>(Failed));
+        assert_eq!(gate.running(), 0);
+    }
+}
