@@ -209,8 +209,15 @@ impl Viewer {
     }
 
     /// The flash message left for this page, once.
+    ///
+    /// Looked up before it is removed: tower-sessions counts any removal as
+    /// a change and writes the session back, and a page view with no flash
+    /// must not take a turn on the database's writer beside admissions.
     pub async fn take_flash(&self) -> Option<Flash> {
-        let v: Option<(String, String)> = self.session.remove(FLASH_KEY).await.ok().flatten();
+        let v: Option<(String, String)> = self.session.get(FLASH_KEY).await.ok().flatten();
+        if v.is_some() {
+            let _ = self.session.remove_value(FLASH_KEY).await;
+        }
         v.map(|(kind, text)| match kind.as_str() {
             "ok" => Flash::Ok(text),
             _ => Flash::Error(text),
