@@ -23,6 +23,7 @@ mod portal;
 mod preemption;
 mod prices;
 mod queue_flood;
+mod queue_hold;
 mod queue_visible;
 mod queueing;
 mod refunds;
