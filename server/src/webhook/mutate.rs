@@ -195,6 +195,29 @@ pub async fn mutate(
     if !judged {
         return pass;
     }
+    // A queued workload whose update changes the opt-out label is judged
+    // like a create of the new object: opted out, it leaves the queue —
+    // held still, it waits for its owner (nothing charged, nothing
+    // queued); released, the validating webhook charges it, taking it out
+    // of the queue in that write, or refuses the update, which leaves it
+    // queued as it was.
+    let opt_out = |o: &Value| o["metadata"]["labels"][queue::OPT_OUT_LABEL].clone();
+    let relabelled = !create
+        && old_obj
+            .as_ref()
+            .is_some_and(|o| opt_out(o) != opt_out(&obj));
+    if queued && relabelled {
+        match queue::disposition(adapter, &q.spec.queueing, &w.meta.labels) {
+            Err(m) => return Err(bad(format!("bizrq: {m}"))),
+            Ok(Disposition::Queue) => {}
+            Ok(Disposition::Refuse) => {
+                if held {
+                    svc.leave_queue(&quota_name, &wref, req.dry()).await?;
+                }
+                return pass;
+            }
+        }
+    }
     if !queued {
         match queue::disposition(adapter, &q.spec.queueing, &w.meta.labels) {
             Err(m) => return Err(bad(format!("bizrq: {m}"))),
