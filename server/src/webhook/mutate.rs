@@ -1,12 +1,14 @@
-//! The mutating webhook `/mutate/workloads` (docs/queueing.md §4): a
+//! The mutating webhook `/mutate/workloads` (docs/queueing.md §4, §10): a
 //! queueable workload (a kind whose adapter can hold it back, `Adapter::hold`)
 //! of a quota with `queueing: Queue` that does not fit now is created held
 //! back — suspended, or with a scheduling gate on every pod template — and
-//! joins the quota's queue, not charged. Everything else passes unchanged
-//! to the validating webhook, which charges or refuses as without
-//! queueing; so the two agree by construction: this webhook only ever
-//! holds an object back, and a held object is one its adapter reads as
-//! running nothing, which the validating webhook charges nothing for.
+//! joins the quota's queue, not charged. One that fits now is charged here,
+//! so the room it saw is its own: the validating webhook finds the charge
+//! and confirms it, and a create that lost the room to a racing one queues
+//! instead of being refused. Everything else passes unchanged to the
+//! validating webhook, which charges or refuses as without queueing; a held
+//! object is one its adapter reads as running nothing, which the validating
+//! webhook charges nothing for.
 
 use super::{review_json, target, Verdict};
 use crate::cluster::events::{self, Notice};
@@ -17,6 +19,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use quota::budget::hold::RunDecl;
 use quota::hold::{self, Hold};
 use quota::queue::{self, Disposition, Queued};
 use quota::review::Request;
@@ -24,6 +27,12 @@ use quota::workload::adapter_for_kind;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// How many times a create that fits, and then loses its room to racing
+/// creates before its charge is written, is judged again. Each lost round
+/// means another admission took the room, so the next judgement mostly
+/// queues it; past these rounds it passes to the validating webhook.
+const HOLD_ROUNDS: usize = 4;
 
 pub async fn workloads(State(app): State<AppState>, body: Bytes) -> Response {
     let started = Instant::now();
@@ -127,11 +136,11 @@ pub async fn mutate(
     // Held back: suspended, or its pods gated (`quota::hold`).
     let hold = adapter.hold();
     let held = hold::is_held(hold, &obj);
-    let old_held = req
+    let old_obj = req
         .old_object
         .as_deref()
-        .and_then(|o| serde_json::from_str::<Value>(o.get()).ok())
-        .is_some_and(|o| hold::is_held(hold, &o));
+        .and_then(|o| serde_json::from_str::<Value>(o.get()).ok());
+    let old_held = old_obj.as_ref().is_some_and(|o| hold::is_held(hold, o));
     // What it will run once admitted: read as if released.
     let running = hold::as_released(hold, &obj);
     let w = adapter
@@ -189,6 +198,29 @@ pub async fn mutate(
     if !judged {
         return pass;
     }
+    // A queued workload whose update changes the opt-out label is judged
+    // like a create of the new object: opted out, it leaves the queue —
+    // held still, it waits for its owner (nothing charged, nothing
+    // queued); released, the validating webhook charges it, taking it out
+    // of the queue in that write, or refuses the update, which leaves it
+    // queued as it was.
+    let opt_out = |o: &Value| o["metadata"]["labels"][queue::OPT_OUT_LABEL].clone();
+    let relabelled = !create
+        && old_obj
+            .as_ref()
+            .is_some_and(|o| opt_out(o) != opt_out(&obj));
+    if queued && relabelled {
+        match queue::disposition(adapter, &q.spec.queueing, &w.meta.labels) {
+            Err(m) => return Err(bad(format!("bizrq: {m}"))),
+            Ok(Disposition::Queue) => {}
+            Ok(Disposition::Refuse) => {
+                if held {
+                    svc.leave_queue(&quota_name, &wref, req.dry()).await?;
+                }
+                return pass;
+            }
+        }
+    }
     if !queued {
         match queue::disposition(adapter, &q.spec.queueing, &w.meta.labels) {
             Err(m) => return Err(bad(format!("bizrq: {m}"))),
@@ -221,9 +253,44 @@ pub async fn mutate(
         submitted_by: queue::submitter(&req.user_info.username),
         preempted: false,
     };
-    let answer = svc
-        .queue_workload(&quota_name, work, create, req.dry())
+    let mut answer = svc
+        .queue_workload(&quota_name, work.clone(), create, req.dry())
         .await?;
+    // A create that fits now is charged here, so the room it saw is its own
+    // when the validating webhook comes: that review finds the charge and
+    // confirms it (the same pod sets cost nothing more), never refusing
+    // what this one let through. A create that lost the room to a racing
+    // one is judged again, and queues. A charge whose object never
+    // appears (the create failed after this review) is dropped by the
+    // controller once `RESERVATION_TTL_MS` has passed, like any admission
+    // its watch never shows.
+    if create && !held && !queued && !req.dry() {
+        for _ in 0..HOLD_ROUNDS {
+            if !matches!(answer, Queueing::Admits) {
+                break;
+            }
+            let charged = svc
+                .charge_by(
+                    &quota_name,
+                    &wref,
+                    w.pod_sets.clone(),
+                    RunDecl::of(&w),
+                    "",
+                    Some(&req.user_info.username),
+                    false,
+                )
+                .await;
+            match charged {
+                Ok(()) => return pass,
+                Err(ServiceError::Denied(_)) => {
+                    answer = svc
+                        .queue_workload(&quota_name, work.clone(), create, false)
+                        .await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
     match answer {
         Queueing::Queued { position, reason } if !held => {
             let how = match hold {

@@ -25,6 +25,8 @@ mod portal;
 mod preemption;
 mod prices;
 mod queue_flood;
+mod queue_hold;
+mod queue_opt_out;
 mod queue_visible;
 mod queueing;
 mod refunds;
