@@ -209,6 +209,39 @@ async fn seeds_a_living_organisation_once(url: &str) {
         );
     }
 
+    // The budgets box and its API give a department's subtree spending,
+    // the figure its budget alerts read: its teams' spending, not the
+    // card-hours it carved out for them.
+    // (Each team's spending as its selfUsed holds it: to the nano-unit.)
+    let teams_spent: i128 = running
+        .service
+        .list()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|q| q.spec.parent == "research")
+        .map(|q| {
+            let acc = quota::budget::from_cash_accrued(q.status.accrued(cash));
+            quota::budget::from_quantity(quota::budget::to_quantity(acc))
+        })
+        .sum();
+    let (st, v) = api
+        .api(
+            reqwest::Method::GET,
+            "/api/v1/quotas/research/budgets",
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let b = &v["budgets"][0];
+    let subtree: quota::Quantity = b["subtreeSpent"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        quota::budget::from_quantity(subtree),
+        teams_spent,
+        "research's subtree spent what its teams spent: {v}"
+    );
+    assert_ne!(b["subtreeSpent"], b["carvedOut"], "{v}");
+
     // One pending transfer between sibling teams.
     let pending = running
         .transfers
