@@ -186,18 +186,23 @@ async fn seeds_a_living_organisation_once(url: &str) {
     // Budget alerts at the root and the departments follow what their
     // subtrees spent, never what they carved out for their teams: after
     // a sweep, none of them has a budget alert (nlp, burning fast, may).
-    let mut items = Vec::new();
-    for _ in 0..40 {
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    let alerts = || async {
         let (st, v) = api
             .api(reqwest::Method::GET, "/api/v1/alerts?limit=500", None)
             .await;
         assert_eq!(st, StatusCode::OK, "{v}");
-        items = v["items"].as_array().cloned().unwrap_or_default();
-        if !items.is_empty() {
+        v["items"].as_array().cloned().unwrap_or_default()
+    };
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        if !alerts().await.is_empty() {
             break;
         }
     }
+    // Writes are evaluated as they happen; the sweep (every second here)
+    // covers every quota: read again after a few.
+    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+    let items = alerts().await;
     assert!(!items.is_empty(), "the sweep opens nlp's alerts");
     for a in &items {
         let parent =
