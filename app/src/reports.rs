@@ -71,6 +71,9 @@ pub struct ReportsPage {
     pub reconcile: String,
     pub csv_href: String,
     pub json_href: String,
+    /// What was chosen for the reader or moved to fit the ledger, in
+    /// words (`reports::Made::notes`).
+    pub notes: Vec<String>,
 }
 
 #[cfg(feature = "ssr")]
@@ -137,6 +140,11 @@ pub fn render_reports_page(viewer: Viewer, page: ReportsPage, flash: Option<Flas
         }
     };
     let (csv, json) = (page.csv_href.clone(), page.json_href.clone());
+    let notes = page
+        .notes
+        .iter()
+        .map(|n| view! { <p class="hint report-note">{n.clone()}</p> })
+        .collect_view();
     document(move || {
         view! {
             <Layout viewer=Some(viewer) title="Reports".into() section=Section::Reports flash=flash>
@@ -149,11 +157,12 @@ pub fn render_reports_page(viewer: Viewer, page: ReportsPage, flash: Option<Flas
                     <datalist id="report-quotas">{quotas}</datalist>
                     <label>"Key"<input name="key" value=f.key list="report-keys" placeholder="every cash key" size="24" maxlength="316"/></label>
                     <datalist id="report-keys">{keys}</datalist>
-                    <label>"UTC offset (min)"<input name="utcOffsetMinutes" value=f.utc_offset_minutes inputmode="numeric" placeholder="0" size="5" maxlength="5"/></label>
+                    <label>"UTC offset (minutes)"<input name="utcOffsetMinutes" value=f.utc_offset_minutes inputmode="numeric" placeholder="0" size="5" maxlength="5"/></label>
                     <button type="submit">"Report"</button>
                     <a class="button" href=csv>"CSV"</a>
                     <a class="button" href=json>"JSON"</a>
                 </form>
+                {notes}
                 {body}
                 <p class="hint">"Amounts are spending from the budget ledger (accrual less refunds) in weighted resource-hours. An entry that crosses a bucket or the range's edge is shared by time, each share rounded down cumulatively, so rows add up exactly to the total and the total to the ledger. Dates are local midnights at the UTC offset."</p>
             </Layout>

@@ -241,7 +241,8 @@ impl Evaluation {
 ///
 /// Usage alerts (threshold) follow what runs: at a parent, `status.used` is
 /// mostly what it carved out for children, and a parent that allocated
-/// everything while nothing runs is idle, not full. What it allocated is a
+/// everything while nothing runs is idle, not full. So do budget alerts:
+/// a parent's budget is judged on its subtree's real spending. What it allocated is a
 /// planning matter: an info notice, only where a rule asks for one.
 pub fn conditions(
     quota: &Quota,
@@ -256,9 +257,10 @@ pub fn conditions(
     for (key, &hard) in &quota.spec.hard {
         let booked = resources::get(&quota.status.used, key);
         let cash = key.starts_with(quota::keys::CASH_PREFIX);
-        // What runs (a cash key: what was spent).
+        // What runs in the subtree (a cash key: what the subtree spent, the
+        // sum of each quota's own spending, never what a parent carved out
+        // for its children's budgets).
         let used = match in_use {
-            _ if cash => booked,
             Some(sub) => resources::get(sub, key),
             None => resources::get(&quota.status.self_used, key),
         };

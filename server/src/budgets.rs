@@ -31,7 +31,10 @@ pub struct BudgetView {
     /// This period's top-ups, net (docs/budgets.md §5).
     pub top_ups: Quantity,
     pub spent: Quantity,
-    /// What sub-quotas carve out of it (their hard).
+    /// What the quota's whole subtree spent on the key: Σ each quota's own
+    /// spending (`quota::rollup::subtree_in_use`, the figure budget alerts
+    /// read), never what a parent carved out for its children.
+    pub subtree_spent: Quantity,
     pub carved: Quantity,
     /// budget + carry-in + top-ups − spent − carved, as admission reads it
     /// (`periods::left`; negative: overspent).
@@ -51,10 +54,17 @@ pub struct BudgetView {
 /// The budgets of `q` (a current copy: accrued up to `now` where the
 /// service accrues itself), with at most `limit` closed periods each from
 /// the store (merged with those in status that the store may not have yet).
+/// A quota's own spending on `key` (its `selfUsed`): its subtree's where
+/// it has no children.
+fn resources_own(q: &Quota, key: &str) -> Quantity {
+    quota::resources::get(&q.status.self_used, key)
+}
+
 pub async fn views(
     sql: &SqlStore,
     q: &Quota,
     samples: &[Sample],
+    subtree: Option<&quota::ResourceList>,
     now: i64,
     limit: i64,
     currency: Option<&Currency>,
@@ -75,6 +85,10 @@ pub async fn views(
                 ),
             };
         let carved = periods::carved(&q.status, key);
+        let subtree_spent = match subtree {
+            Some(sub) => quota::resources::get(sub, key),
+            None => resources_own(q, key),
+        };
         let left = periods::left(&q.spec, &q.status, key);
         let mut closed = sql.budget_periods(q.name(), key, i64::MAX, limit).await?;
         if let Some(p) = q.status.budgets.get(key) {
@@ -101,6 +115,7 @@ pub async fn views(
             carry_in,
             top_ups,
             spent,
+            subtree_spent,
             carved,
             left,
             runway,
@@ -158,6 +173,7 @@ impl BudgetView {
             "carryIn": self.carry_in.to_string(),
             "topUps": self.top_ups.to_string(),
             "spent": self.spent.to_string(),
+            "subtreeSpent": self.subtree_spent.to_string(),
             "carvedOut": self.carved.to_string(),
             "left": self.left.to_string(),
             "renewsAt": end,
@@ -259,6 +275,13 @@ impl BudgetView {
                     show(self.carved)
                 )),
             }
+            // A parent's own spending is not what its budget pays for: its
+            // subtree's is, the figure its budget alerts read.
+            s.push_str(&format!(
+                " · {} {} spent in its subtree",
+                show(self.subtree_spent),
+                self.unit
+            ));
         }
         if let Some(w) = self.period {
             if !w.funded {

@@ -614,6 +614,16 @@ fn hour_cost(service: &Service, pod_sets: &[PodSet], cash_key: &str) -> i128 {
         .sum()
 }
 
+/// Who submitted a demo quota's workloads: its member (a department's own
+/// work, its owner), as the webhook records `userInfo.username`.
+fn submitter(quota: &str) -> String {
+    if DEPTS.contains(&quota) {
+        format!("owner-{quota}")
+    } else {
+        format!("member-{quota}")
+    }
+}
+
 /// Start times of the hourly history intervals, oldest first: the hour
 /// starting at `now − 28 d` up to the one ending at `now`.
 fn hours(now_ms: i64) -> impl Iterator<Item = i64> {
@@ -893,15 +903,19 @@ pub async fn seed(
         sql.append_audit(&entry).await?;
     }
 
-    // What runs now, charged as the webhook charges it.
+    // What runs now, charged as the webhook charges it, with who asked
+    // (the review's userInfo.username): the ledger's entries carry it.
     for b in &bound {
         let count = replicas_at(&b.work, now, now);
+        let user = submitter(&b.quota);
         service
-            .charge_workload(
+            .charge_by(
                 &b.quota,
                 &b.wref,
                 scaled(&b.pod_sets, count),
+                quota::budget::hold::RunDecl::Object(Ok(None)),
                 &crate::util::new_uid(),
+                Some(user.as_str()),
                 false,
             )
             .await?;
@@ -909,10 +923,16 @@ pub async fn seed(
 
     // Four weeks of history: each quota as it is now, with the workloads at
     // their size of each hour and the card-hours spent before it; the
-    // engine's own refresh derives used and selfUsed.
+    // engine's own refresh derives used and selfUsed. Each hour's spending
+    // is written to the budget ledger as the standalone accrual writes it
+    // (`charge_entries`: per workload, model, QoS class and user), and the
+    // status spends exactly the ledger's sum, so reports over the history
+    // agree with the budgets to the acc.
     let current = service.list().await?;
     let mut spent: BTreeMap<String, i128> = BTreeMap::new();
     let mut samples = 0;
+    let mut ledger: Vec<quota::budget::report::Entry> = Vec::new();
+    let list = service.price_list();
     for at in hours(now) {
         let mut past = Vec::with_capacity(current.len());
         for q in &current {
@@ -930,18 +950,40 @@ pub async fn seed(
             q.status.cash_accrued.clear();
             q.status.add_accrued(CASH_GPU, before);
             q.status.refresh(&q.spec);
-            let hour: i128 = q
-                .status
-                .workloads
-                .values()
-                .map(|c| hour_cost(service, &c.pod_sets, CASH_GPU))
-                .sum();
+            let mut held = q.status.workloads.clone();
+            let since = quota::time::format_rfc3339(at);
+            for c in held.values_mut() {
+                c.since = since.clone();
+            }
+            let entries = quota::budget::ledger::charge_entries(
+                q.name(),
+                &q.spec,
+                &held,
+                &q.status.users,
+                at,
+                at + HOUR_MS,
+                &service.prices,
+                &list,
+            );
+            // The ledger holds acc, the status its per-mille unit; whole
+            // cards for whole hours divide exactly.
+            let hour = quota::budget::price::to_cash_accrued(
+                entries
+                    .iter()
+                    .filter(|e| e.key == CASH_GPU)
+                    .map(|e| e.amount)
+                    .sum(),
+            );
+            ledger.extend(entries);
             spent.insert(q.name().to_string(), before + hour);
             past.push(q);
         }
         samples += sql.record_samples(at, &past).await?;
     }
 
+    for chunk in ledger.chunks(5_000) {
+        sql.append_ledger(chunk).await?;
+    }
     // Today's status spends exactly what the history did, on top of what
     // accrued since the charges.
     for (name, amount) in &spent {

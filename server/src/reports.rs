@@ -32,8 +32,6 @@ pub const MAX_BUCKETS: i64 = 1_100;
 pub const MAX_ENTRIES: usize = 500_000;
 /// The most rows one answer holds.
 pub const MAX_ROWS: usize = 20_000;
-/// The range when none is given: the last 30 days.
-pub const DEFAULT_DAYS: i64 = 30;
 /// The longest text any parameter may be.
 const MAX_PARAM: usize = 320;
 
@@ -43,9 +41,11 @@ const MAX_PARAM: usize = 320;
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Params {
     /// RFC 3339 (`2026-11-01T00:00:00Z`) or a date (`2026-11-01`, local
-    /// midnight at `utcOffsetMinutes`). Default: 30 days before `to`.
+    /// midnight at `utcOffsetMinutes`). Default: the first day of the
+    /// month `to` ends in.
     pub from: Option<String>,
-    /// Exclusive end, as `from`; a date means the end of that day. Default: now.
+    /// Exclusive end, as `from`; a date means the end of that day.
+    /// Default: the end of today (whole days).
     pub to: Option<String>,
     /// quota, child, workload, namespace, model, qos, user, key, reason.
     pub by: Option<String>,
@@ -191,23 +191,24 @@ pub fn parse(p: &Params, now_ms: i64) -> Result<(ReportSpec, Format), ReportErro
             .filter(|m| (-720..=840).contains(m))
             .ok_or_else(|| {
                 invalid(format!(
-                    "utcOffsetMinutes '{v}' must be a whole number of minutes from -720 to 840 (480 for UTC+8)"
+                    "the UTC offset '{v}' must be a whole number of minutes from -720 to 840 (480 for UTC+8, 0 for UTC)"
                 ))
             })?,
     };
+    let days = quota::budget::rollup::Grid::days(offset);
     let to = match nonempty(&p.to) {
-        None => now_ms,
+        None => days.cell_start(now_ms).saturating_add(MS_PER_DAY),
         Some(v) => parse_time("to", v, offset, true)?,
     };
     let from = match nonempty(&p.from) {
-        None => to.saturating_sub(DEFAULT_DAYS * MS_PER_DAY),
+        None => month_start(to.saturating_sub(1), offset),
         Some(v) => parse_time("from", v, offset, false)?,
     };
     if to <= from {
         return Err(invalid(format!(
-            "to ({}) must be after from ({})",
-            quota::time::format_rfc3339(to),
-            quota::time::format_rfc3339(from)
+            "the report must end after it starts: it ends {} and starts {}",
+            quota::time::format_when(to),
+            quota::time::format_when(from)
         )));
     }
     if to - from > MAX_RANGE_DAYS * MS_PER_DAY {
@@ -221,20 +222,16 @@ pub fn parse(p: &Params, now_ms: i64) -> Result<(ReportSpec, Format), ReportErro
             return Err(invalid("subtree is longer than a quota name (253)"));
         }
     }
+    // By child unless asked otherwise: `make` picks the subtree (the
+    // viewer's top quota) and falls back to workloads under a leaf.
     let by = match nonempty(&p.by) {
-        None if subtree.is_some() => Dimension::Child,
-        None => Dimension::Quota,
+        None => Dimension::Child,
         Some(v) => parse_by(v).ok_or_else(|| {
             invalid(format!(
                 "by '{v}' is not one of quota, child, workload, namespace, model, qos, user, key, reason"
             ))
         })?,
     };
-    if by == Dimension::Child && subtree.is_none() {
-        return Err(invalid(
-            "by=child needs subtree: the quota whose children the rows are",
-        ));
-    }
     let starts_on = match nonempty(&p.starts_on) {
         None => Weekday::Monday,
         Some(v) => weekday(v).ok_or_else(|| {
@@ -313,6 +310,17 @@ pub fn parse(p: &Params, now_ms: i64) -> Result<(ReportSpec, Format), ReportErro
     ))
 }
 
+/// Local midnight at `offset` minutes of the first day of the month
+/// `ms` falls in.
+fn month_start(ms: i64, offset: i32) -> i64 {
+    let shift = offset as i64 * 60_000;
+    let local = quota::time::format_rfc3339(ms.saturating_add(shift));
+    let first = format!("{}-01T00:00:00Z", &local[..7]);
+    quota::time::parse_rfc3339(&first)
+        .map(|m| m - shift)
+        .unwrap_or(ms)
+}
+
 /// The longest query string accepted.
 pub const MAX_QUERY: usize = 4096;
 
@@ -343,6 +351,10 @@ pub struct Made {
     /// The unit of the amounts: the key's (`card-hours`), or
     /// `weighted resource-hours` when keys of several units are mixed.
     pub unit: &'static str,
+    /// What was chosen or changed for the reader, in words: the subtree
+    /// picked, a grouping that fits a leaf, dates moved to what the
+    /// ledger keeps, where the ledger starts.
+    pub notes: Vec<String>,
 }
 
 /// Makes the report `spec` asks for, over what `p` may see: a subtree
@@ -353,13 +365,63 @@ pub async fn make(
     service: &Service,
     sql: &SqlStore,
     p: &Principal,
-    spec: ReportSpec,
+    mut spec: ReportSpec,
 ) -> Result<Made, ReportError> {
     let visible = changes::visible_quotas(service, p).await?;
     let parents: BTreeMap<String, String> = visible
         .iter()
         .map(|q| (q.name().to_string(), q.spec.parent.clone()))
         .collect();
+    let mut notes = Vec::new();
+    if spec.by == Dimension::Child {
+        if spec.subtree.is_none() {
+            match top_quota(&parents) {
+                Some(top) => spec.subtree = Some(top),
+                None => spec.by = Dimension::Quota,
+            }
+        }
+        if let Some(root) = &spec.subtree {
+            let has_children = parents.values().any(|parent| parent == root);
+            if parents.contains_key(root) && !has_children {
+                spec.by = Dimension::Workload;
+                notes.push(format!(
+                    "{root} has no child quotas, so its spending is shown by workload."
+                ));
+            }
+        }
+    }
+    let (stored, first) = sql.ledger_extent().await.map_err(ServiceError::from)?;
+    if let Some(snapped) = quota::budget::rollup::snap(&spec, &stored) {
+        let shown = |a: i64, b: i64| {
+            format!(
+                "{} – {}",
+                quota::time::format_when(a),
+                quota::time::format_when(b)
+            )
+        };
+        notes.push(format!(
+            "Spending this old is kept per whole hour or day, so the range is {} rather than {}{}.",
+            shown(snapped.from_ms, snapped.to_ms),
+            shown(spec.from_ms, spec.to_ms),
+            if snapped.utc_offset_minutes != spec.utc_offset_minutes {
+                format!(
+                    ", and days are counted from midnight at UTC{:+03}:00",
+                    snapped.utc_offset_minutes / 60
+                )
+            } else {
+                String::new()
+            }
+        ));
+        spec = snapped;
+    }
+    match first {
+        Some(f) if f > spec.from_ms => notes.push(format!(
+            "The ledger starts at {}: nothing before that was recorded.",
+            quota::time::format_when(f)
+        )),
+        None => notes.push("The ledger holds no spending yet.".to_string()),
+        _ => {}
+    }
     let names: Option<Vec<String>> = match &spec.subtree {
         Some(root) => {
             if !parents.contains_key(root) {
@@ -402,7 +464,20 @@ pub async fn make(
         entries: agg.rows as usize,
         straddling: agg.straddling as usize,
         unit,
+        notes,
     })
+}
+
+/// The quota a viewer sees highest in the tree: of the visible quotas
+/// whose parent they do not see, the one over the most quotas (then by
+/// name). `None` when they see none.
+fn top_quota(parents: &BTreeMap<String, String>) -> Option<String> {
+    parents
+        .iter()
+        .filter(|(_, parent)| !parents.contains_key(parent.as_str()))
+        .map(|(q, _)| (subtree_of(q, parents).len(), q))
+        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(a.1)))
+        .map(|(_, q)| q.clone())
 }
 
 /// `root` and every quota under it in `parents`.
@@ -443,8 +518,8 @@ pub fn bucket_label(spec: &ReportSpec, start_ms: i64) -> String {
     match spec.bucket {
         Bucket::None => format!(
             "{} – {}",
-            quota::time::format_rfc3339(spec.from_ms),
-            quota::time::format_rfc3339(spec.to_ms)
+            quota::time::format_when(spec.from_ms),
+            quota::time::format_when(spec.to_ms)
         ),
         Bucket::Month => date.chars().take(7).collect(),
         _ => date.chars().take(10).collect(),
@@ -468,6 +543,7 @@ pub fn to_json(m: &Made) -> Value {
         "totalHours": hours(m.report.total),
         "entries": m.entries,
         "straddling": m.straddling,
+        "notes": m.notes,
         "rows": m.report.rows.iter().map(|r| json!({
             "bucket": bucket_label(s, r.bucket_start_ms),
             "bucketStart": quota::time::format_rfc3339(r.bucket_start_ms),
@@ -478,8 +554,9 @@ pub fn to_json(m: &Made) -> Value {
     })
 }
 
-/// The CSV answer: one line per row, then the total. Amounts exact: in
-/// acc (what the ledger holds) and in resource-hours.
+/// The CSV answer: one line per row, then the total. Amounts in the
+/// report's unit as exact decimals (card-hours), then the same amount as
+/// the ledger's exact integer (acc, 10^-18 of a unit) for reconciling.
 pub fn to_csv(m: &Made) -> String {
     let line = |f: [&str; 5]| {
         let v: Vec<String> = f.iter().map(|x| crate::util::csv_field(x)).collect();
@@ -490,16 +567,16 @@ pub fn to_csv(m: &Made) -> String {
         "bucket",
         "bucket_start",
         by_name(m.spec.by),
-        "amount_acc",
         unit_col.as_str(),
+        "amount_exact_acc",
     ]);
     for r in &m.report.rows {
         out.push_str(&line([
             bucket_label(&m.spec, r.bucket_start_ms).as_str(),
             quota::time::format_rfc3339(r.bucket_start_ms).as_str(),
             r.group.as_str(),
-            r.amount.to_string().as_str(),
             hours(r.amount).as_str(),
+            r.amount.to_string().as_str(),
         ]));
     }
     let total = m.report.total.to_string();
@@ -507,8 +584,8 @@ pub fn to_csv(m: &Made) -> String {
         "total",
         "",
         "",
-        total.as_str(),
         hours(m.report.total).as_str(),
+        total.as_str(),
     ]));
     out
 }
@@ -529,16 +606,45 @@ mod tests {
     const NOW: i64 = 1_795_000_000_000;
 
     #[test]
-    fn defaults_are_the_last_thirty_days_by_quota() {
+    fn defaults_are_this_month_in_whole_utc_days_by_child() {
+        // NOW is 2026-11-18T11:06:40Z.
         let (s, f) = parse(&Params::default(), NOW).unwrap();
-        assert_eq!((s.from_ms, s.to_ms), (NOW - 30 * MS_PER_DAY, NOW));
         assert_eq!(
-            (s.by, s.bucket, f),
-            (Dimension::Quota, Bucket::None, Format::Json)
+            quota::time::format_rfc3339(s.from_ms),
+            "2026-11-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            quota::time::format_rfc3339(s.to_ms),
+            "2026-11-19T00:00:00.000Z"
+        );
+        assert_eq!(
+            (s.by, s.bucket, f, s.subtree),
+            (Dimension::Child, Bucket::None, Format::Json, None)
         );
         assert_eq!(s.reasons, vec![Reason::Accrual, Reason::Refund]);
-        let (s, _) = parse(&params(&[("subtree", "ml")]), NOW).unwrap();
-        assert_eq!(s.by, Dimension::Child);
+        // A month at an offset starts at that offset's midnight.
+        let (s, _) = parse(&params(&[("utcOffsetMinutes", "480")]), NOW).unwrap();
+        assert_eq!(
+            quota::time::format_rfc3339(s.from_ms),
+            "2026-10-31T16:00:00.000Z"
+        );
+        // Only an end: its month.
+        let (s, _) = parse(&params(&[("to", "2026-10-31")]), NOW).unwrap();
+        assert_eq!(
+            quota::time::format_rfc3339(s.from_ms),
+            "2026-10-01T00:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn the_top_quota_is_the_highest_and_widest_visible() {
+        let parents: BTreeMap<String, String> =
+            [("b", "a"), ("c", "b"), ("d", "b"), ("x", "elsewhere")]
+                .into_iter()
+                .map(|(q, p)| (q.to_string(), p.to_string()))
+                .collect();
+        assert_eq!(top_quota(&parents).as_deref(), Some("b"));
+        assert_eq!(top_quota(&BTreeMap::new()), None);
     }
 
     #[test]
@@ -568,14 +674,13 @@ mod tests {
             (&[("from", "yesterday")], "is not a time"),
             (
                 &[("from", "2026-11-02"), ("to", "2026-11-01")],
-                "must be after",
+                "must end after it starts",
             ),
             (
                 &[("from", "1900-01-01"), ("to", "2026-01-01")],
                 "longer than 3700 days",
             ),
             (&[("by", "colour")], "is not one of quota"),
-            (&[("by", "child")], "needs subtree"),
             (&[("bucket", "hour")], "is not one of none"),
             (
                 &[
@@ -585,7 +690,7 @@ mod tests {
                 ],
                 "more than 1100",
             ),
-            (&[("utcOffsetMinutes", "900")], "from -720 to 840"),
+            (&[("utcOffsetMinutes", "900")], "UTC offset '900'"),
             (&[("utcOffsetMinutes", "1.5")], "from -720 to 840"),
             (&[("key", "requests.nvidia.com/gpu")], "is not a cash key"),
             (&[("reasons", "accrual,theft")], "'theft' is not one of"),
@@ -595,6 +700,11 @@ mod tests {
         for (p, want) in cases {
             let e = parse(&params(p), NOW).unwrap_err().to_string();
             assert!(e.contains(want), "{p:?}: {e}");
+            // In a person's words: no milliseconds, no parameter names.
+            assert!(
+                !e.contains(".000Z") && !e.contains("utcOffsetMinutes"),
+                "{p:?}: {e}"
+            );
         }
         let long = "x".repeat(400);
         let e = parse(&params(&[("subtree", &long)]), NOW)

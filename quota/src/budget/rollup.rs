@@ -192,9 +192,10 @@ pub struct Stored {
     pub daily_utc_offset_minutes: i32,
 }
 
-/// A report that would cut inside a rolled cell.
+/// A report that would cut inside a rolled cell. Its words are a
+/// person's: minutes, not milliseconds, and no parameter names.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the ledger keeps entries before {until} per {unit}{zone}, and this report cuts at {at}: start, end and buckets must fall on whole {unit}s{zone} before {until} (for example utcOffsetMinutes={offset} and whole dates)")]
+#[error("spending before {until} is kept per {unit}{zone}, and this report would split one at {at}: choose whole dates{zone} for that part of the range")]
 pub struct TooFine {
     pub at: String,
     pub until: String,
@@ -211,7 +212,6 @@ pub fn check(spec: &ReportSpec, stored: &Stored) -> Result<(), TooFine> {
     let hours = Grid::hours();
     let mut cuts = vec![spec.from_ms, spec.to_ms];
     cuts.extend(super::report::cuts(spec));
-    let fmt = crate::time::format_rfc3339;
     for c in cuts {
         let (grid, until, unit) = if c < stored.daily_until_ms {
             (days, stored.daily_until_ms, "day")
@@ -223,11 +223,11 @@ pub fn check(spec: &ReportSpec, stored: &Stored) -> Result<(), TooFine> {
         if !grid.aligned(c) {
             let o = stored.daily_utc_offset_minutes;
             return Err(TooFine {
-                at: fmt(c),
-                until: fmt(until),
+                at: crate::time::format_when(c),
+                until: crate::time::format_when(until),
                 unit,
                 zone: if unit == "day" {
-                    format!(" (local midnight at UTC{:+03}:00)", o / 60)
+                    format!(" (midnight at UTC{:+03}:00)", o / 60)
                 } else {
                     String::new()
                 },
@@ -236,6 +236,43 @@ pub fn check(spec: &ReportSpec, stored: &Stored) -> Result<(), TooFine> {
         }
     }
     Ok(())
+}
+
+/// `spec` widened to what a ledger rolled as `stored` can answer: its
+/// start moved back and its end forward to the edges of the rolled cells
+/// they fall in, and, where its day, week or month buckets would split
+/// rolled days, its buckets counted at the days' UTC offset. `None` when
+/// `spec` is answerable as it is; the result always passes `check`
+/// (buckets of an hour's offset on hourly rows excepted, which a rolled
+/// ledger cannot split either way).
+pub fn snap(spec: &ReportSpec, stored: &Stored) -> Option<ReportSpec> {
+    if check(spec, stored).is_ok() {
+        return None;
+    }
+    let days = Grid::days(stored.daily_utc_offset_minutes);
+    let hours = Grid::hours();
+    let grid_at = |t: i64| {
+        if t < stored.daily_until_ms {
+            Some(days)
+        } else if t < stored.hourly_until_ms {
+            Some(hours)
+        } else {
+            None
+        }
+    };
+    let mut out = spec.clone();
+    if let Some(g) = grid_at(out.from_ms) {
+        out.from_ms = g.cell_start(out.from_ms);
+    }
+    // The end is exclusive: the cell holding its last instant ends it.
+    if let Some(g) = grid_at(out.to_ms.saturating_sub(1)) {
+        let start = g.cell_start(out.to_ms.saturating_sub(1));
+        out.to_ms = start.saturating_add(g.step_ms);
+    }
+    if check(&out, stored).is_err() && out.bucket != super::report::Bucket::None {
+        out.utc_offset_minutes = stored.daily_utc_offset_minutes;
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -340,7 +377,12 @@ mod tests {
         let india = spec(T0, T0 + 365 * MS_PER_DAY, Bucket::Day, 330);
         let e = check(&india, &stored).unwrap_err();
         assert_eq!(e.unit, "day");
-        assert!(e.to_string().contains("utcOffsetMinutes=0"), "{e}");
+        let words = e.to_string();
+        assert!(words.contains("whole dates (midnight at UTC+00:00)"), "{e}");
+        assert!(
+            !words.contains(".000Z") && !words.contains("utcOffset"),
+            "{e}"
+        );
         // A range starting at half past, after the daily rows: in hours.
         let half = spec(
             T0 + 40 * MS_PER_DAY + 1_800_000,
@@ -357,6 +399,58 @@ mod tests {
             330,
         );
         assert!(check(&late, &stored).is_ok());
+    }
+
+    #[test]
+    fn reports_are_snapped_to_the_stored_grid() {
+        let stored = Stored {
+            hourly_until_ms: T0 + 60 * MS_PER_DAY,
+            daily_until_ms: T0 + 30 * MS_PER_DAY,
+            daily_utc_offset_minutes: 0,
+        };
+        // Answerable as asked: left alone.
+        let year = spec(T0, T0 + 365 * MS_PER_DAY, Bucket::Month, 0);
+        assert_eq!(snap(&year, &stored), None);
+        // "The last 30 days" at a millisecond: out to whole days, then hours.
+        let ragged = spec(
+            T0 + 20 * MS_PER_DAY + 1_234_567,
+            T0 + 40 * MS_PER_DAY + 1_234_567,
+            Bucket::None,
+            0,
+        );
+        let s = snap(&ragged, &stored).unwrap();
+        assert_eq!(
+            (s.from_ms, s.to_ms),
+            (T0 + 20 * MS_PER_DAY, T0 + 40 * MS_PER_DAY + MS_PER_HOUR)
+        );
+        assert!(check(&s, &stored).is_ok());
+        // Day buckets at UTC+05:30 over stored days: counted at the
+        // stored days' offset instead.
+        let india = spec(T0, T0 + 365 * MS_PER_DAY, Bucket::Day, 330);
+        let s = snap(&india, &stored).unwrap();
+        assert_eq!(s.utc_offset_minutes, 0);
+        assert!(check(&s, &stored).is_ok());
+    }
+
+    proptest! {
+        #[test]
+        fn a_snapped_report_is_answerable_and_covers_what_was_asked(
+            from in 0i64..90 * MS_PER_DAY,
+            len in 1i64..90 * MS_PER_DAY,
+            bucket in prop_oneof![Just(Bucket::None), Just(Bucket::Day), Just(Bucket::Month)],
+            off in prop_oneof![Just(0i32), Just(330), Just(-480), Just(60)],
+            stored_off in prop_oneof![Just(0i32), Just(480), Just(-300)],
+        ) {
+            let stored = Stored {
+                hourly_until_ms: T0 + 60 * MS_PER_DAY,
+                daily_until_ms: T0 + 30 * MS_PER_DAY,
+                daily_utc_offset_minutes: stored_off,
+            };
+            let asked = spec(T0 + from, T0 + from + len, bucket, off);
+            let got = snap(&asked, &stored).unwrap_or_else(|| asked.clone());
+            prop_assert!(check(&got, &stored).is_ok(), "{:?} -> {:?}", asked, got);
+            prop_assert!(got.from_ms <= asked.from_ms && got.to_ms >= asked.to_ms);
+        }
     }
 
     fn arb_entry() -> impl Strategy<Value = Entry> {

@@ -130,6 +130,7 @@ fn a_cash_key_is_judged_on_its_spend() {
     spec.hard.insert(CASH.into(), q("100"));
     let mut quota = Quota::new("nlp-team", spec);
     quota.status.used.insert(CASH.into(), q("80"));
+    quota.status.self_used.insert(CASH.into(), q("80"));
     let fired = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
     assert_eq!(
         fingerprints(&fired),
@@ -561,4 +562,34 @@ fn a_queued_workload_waiting_past_the_threshold_alerts_once_and_resolves_when_it
     quota.status.queue = vec![entry("old", 400 * 86_400_000)];
     quota.spec.queueing.alert_after_seconds = None;
     assert!(round(&quota, &[], &mut open, &mut id).is_empty());
+}
+
+#[test]
+fn a_parent_budget_is_judged_on_its_subtree_spending_not_its_carve_outs() {
+    // research: 51,000 card-hours, 42,000 carved out for its teams, who
+    // spent 18,100 between them; nothing spent by research itself.
+    let mut spec = QuotaSpec::default();
+    spec.hard.insert(CASH.into(), q("51000"));
+    let mut parent = Quota::new("research", spec);
+    parent.status.used.insert(CASH.into(), q("42000"));
+    parent.status.self_used.insert(CASH.into(), q("0"));
+    let mut sub = quota::ResourceList::new();
+    sub.insert(CASH.into(), q("18100"));
+    let fired = conditions(&parent, Some(&sub), &[], &BTreeMap::new(), NOW);
+    assert!(fingerprints(&fired).is_empty(), "{fired:?}");
+    // The same subtree spending 45,000: the budget alert fires, in the
+    // subtree's figures.
+    sub.insert(CASH.into(), q("45000"));
+    let fired = conditions(&parent, Some(&sub), &[], &BTreeMap::new(), NOW);
+    assert_eq!(
+        fingerprints(&fired),
+        ["threshold|research|cash/requests.nvidia.com/gpu|warning"]
+    );
+    assert!(
+        fired[0]
+            .message
+            .contains("45,000 card-hours spent of 51,000"),
+        "{}",
+        fired[0].message
+    );
 }

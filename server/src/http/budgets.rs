@@ -75,10 +75,12 @@ pub async fn get(
         })
         .collect();
     let list = app.service.price_list();
+    let forest = app.service.forest().await?;
     let mut views = crate::budgets::views(
         &app.portal.sql,
         &q,
         &samples,
+        Some(forest.in_use_of(&name)),
         now,
         limit,
         list.currency.as_ref(),

@@ -35,8 +35,17 @@ pub async fn lines(
     let q = app.service.current(name).await?;
     let list = app.service.price_list();
     let currency = list.currency.as_ref();
-    let views =
-        crate::budgets::views(&app.portal.sql, &q, samples, now, SHOWN_CLOSED, currency).await?;
+    let forest = app.service.forest().await?;
+    let views = crate::budgets::views(
+        &app.portal.sql,
+        &q,
+        samples,
+        Some(forest.in_use_of(name)),
+        now,
+        SHOWN_CLOSED,
+        currency,
+    )
+    .await?;
     let show = |acc: i128| grouped(to_quantity(acc));
     let when = |ms: i64, unbounded: i64| {
         if ms == unbounded {

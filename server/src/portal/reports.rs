@@ -12,7 +12,7 @@ use app::reports::{ReportForm, ReportRow, ReportsPage};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use quota::budget::report::{Bucket, Dimension};
+use quota::budget::report::Bucket;
 use quota::keys::cash_target;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,13 +24,7 @@ fn form_of(p: &Params) -> ReportForm {
     ReportForm {
         from: s(&p.from),
         to: s(&p.to),
-        by: p.by.clone().unwrap_or_else(|| {
-            if p.subtree.as_deref().is_some_and(|t| !t.is_empty()) {
-                "child".into()
-            } else {
-                "quota".into()
-            }
-        }),
+        by: p.by.clone().unwrap_or_else(|| "child".into()),
         bucket: p.bucket.clone().unwrap_or_else(|| "day".into()),
         subtree: s(&p.subtree),
         key: s(&p.key),
@@ -181,7 +175,9 @@ pub async fn page(
     .await;
     let status = match made {
         Ok((m, p)) => {
-            let by_child = m.spec.by == Dimension::Child;
+            // What the form and notes need, kept before the render takes the report.
+            let s = m.spec.clone();
+            let notes = m.notes.clone();
             let (title, chart, rows, total, reconcile) = place.render(move || page_of(&m)).await?;
             page.title = title;
             page.chart = chart;
@@ -190,9 +186,30 @@ pub async fn page(
             page.reconcile = reconcile;
             page.csv_href = format!("/reports.csv?{}", query_of(&p, ""));
             page.json_href = format!("/api/v1/reports?{}", query_of(&p, ""));
-            if by_child {
-                page.form.by = "child".into();
+            // The form shows what was reported on, defaults and
+            // snapping included, so the next change starts from it.
+            let day = |ms: i64| {
+                quota::time::format_rfc3339(ms + s.utc_offset_minutes as i64 * 60_000)[..10]
+                    .to_string()
+            };
+            let days = quota::budget::rollup::Grid::days(s.utc_offset_minutes);
+            let (whole_from, whole_to) = (days.aligned(s.from_ms), days.aligned(s.to_ms));
+            page.form.from = if whole_from {
+                day(s.from_ms)
+            } else {
+                quota::time::format_rfc3339(s.from_ms)
+            };
+            page.form.to = if whole_to {
+                day(s.to_ms - 1)
+            } else {
+                quota::time::format_rfc3339(s.to_ms)
+            };
+            page.form.by = reports::by_name(s.by).into();
+            page.form.subtree = s.subtree.clone().unwrap_or_default();
+            if s.utc_offset_minutes != 0 {
+                page.form.utc_offset_minutes = s.utc_offset_minutes.to_string();
             }
+            page.notes = notes;
             StatusCode::OK
         }
         Err(ReportError::Invalid(e)) => {

@@ -659,6 +659,19 @@ impl SqlStore {
         Ok(())
     }
 
+    /// How far the ledger is rolled up now, for fitting a report to it
+    /// (`rollup::snap`) before reading (`ledger_aggregate` checks again in
+    /// its own snapshot), and when its first entry starts (`None`: empty).
+    pub async fn ledger_extent(&self) -> Result<(rollup::Stored, Option<i64>), StoreError> {
+        let offset = self.ledger_rollup().daily_utc_offset_minutes;
+        let stored = self.stored_in(&self.read, offset).await?;
+        let first: Option<i64> = sqlx::query("SELECT MIN(start_ms) AS s FROM budget_ledger")
+            .fetch_one(&self.read)
+            .await?
+            .try_get("s")?;
+        Ok((stored, first))
+    }
+
     /// The ledger rows `spec` reports on (its range, key and reasons;
     /// `quotas`: only these), summed in SQL per dimension, key and bucket,
     /// as `Aggregated` entries: `report::report` over them gives exactly

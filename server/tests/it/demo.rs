@@ -16,6 +16,7 @@ fn demo_args(url: &str) -> bizrq::config::ServeArgs {
     args.demo = true;
     args.demo_password = Some(PASSWORD.into());
     args.admin_password = Some(ADMIN_PASSWORD.into());
+    args.alert_sweep_seconds = 1;
     args
 }
 
@@ -127,6 +128,124 @@ async fn seeds_a_living_organisation_once(url: &str) {
         days > 2.0 && days <= 10.0,
         "nlp runs out within ten days: {days}"
     );
+
+    // The history is in the ledger: each quota's ledger adds up to what
+    // its budget says it spent, to the acc, and a report over the history
+    // by child at the root totals every quota's spending; the spending
+    // is the submitting user's.
+    let reasons = [
+        quota::budget::Reason::Accrual,
+        quota::budget::Reason::Refund,
+    ];
+    let mut all_spent = 0i128;
+    for q in running.service.list().await.unwrap() {
+        let spent = quota::budget::from_cash_accrued(q.status.accrued(cash));
+        let ledger = sql
+            .ledger_sum(q.name(), cash, &reasons, i64::MIN)
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger,
+            spent,
+            "{}: the ledger is what the budget spent",
+            q.name()
+        );
+        all_spent += spent;
+    }
+    assert!(all_spent > 0);
+    let api = Server::in_process(&running);
+    let from = &quota::time::format_rfc3339(now - HISTORY_MS - 2 * HOUR_MS * 24)[..10];
+    let (st, r) = api
+        .api(
+            reqwest::Method::GET,
+            &format!("/api/v1/reports?from={from}&subtree={ROOT}&key={cash}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{r}");
+    assert_eq!(r["by"], "child", "{r}");
+    let total: i128 = r["total"].as_str().unwrap().parse().unwrap();
+    assert_eq!(total, all_spent, "{r}");
+    let (st, r) = api
+        .api(
+            reqwest::Method::GET,
+            &format!("/api/v1/reports?from={from}&by=user"),
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{r}");
+    let users: Vec<&str> = r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["group"].as_str().unwrap())
+        .collect();
+    assert!(users.contains(&"member-nlp"), "{r}");
+    assert!(!users.iter().any(|u| u.contains("unknown")), "{r}");
+
+    // Budget alerts at the root and the departments follow what their
+    // subtrees spent, never what they carved out for their teams: after
+    // a sweep, none of them has a budget alert (nlp, burning fast, may).
+    let alerts = || async {
+        let (st, v) = api
+            .api(reqwest::Method::GET, "/api/v1/alerts?limit=500", None)
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        v["items"].as_array().cloned().unwrap_or_default()
+    };
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        if !alerts().await.is_empty() {
+            break;
+        }
+    }
+    // Writes are evaluated as they happen; the sweep (every second here)
+    // covers every quota: read again after a few.
+    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+    let items = alerts().await;
+    assert!(!items.is_empty(), "the sweep opens nlp's alerts");
+    for a in &items {
+        let parent =
+            [ROOT, "research", "platform", "product"].contains(&a["quota"].as_str().unwrap_or(""));
+        let budget = a["key"].as_str().unwrap_or("").starts_with("cash/");
+        assert!(
+            !(parent && budget && a["kind"] == "threshold"),
+            "a false budget alert at a parent: {a}"
+        );
+    }
+
+    // The budgets box and its API give a department's subtree spending,
+    // the figure its budget alerts read: its teams' spending, not the
+    // card-hours it carved out for them.
+    // (Each team's spending as its selfUsed holds it: to the nano-unit.)
+    let teams_spent: i128 = running
+        .service
+        .list()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|q| q.spec.parent == "research")
+        .map(|q| {
+            let acc = quota::budget::from_cash_accrued(q.status.accrued(cash));
+            quota::budget::from_quantity(quota::budget::to_quantity(acc))
+        })
+        .sum();
+    let (st, v) = api
+        .api(
+            reqwest::Method::GET,
+            "/api/v1/quotas/research/budgets",
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let b = &v["budgets"][0];
+    let subtree: quota::Quantity = b["subtreeSpent"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        quota::budget::from_quantity(subtree),
+        teams_spent,
+        "research's subtree spent what its teams spent: {v}"
+    );
+    assert_ne!(b["subtreeSpent"], b["carvedOut"], "{v}");
 
     // One pending transfer between sibling teams.
     let pending = running

@@ -161,12 +161,12 @@ async fn standalone_story(url: &str) {
     assert_eq!(csv.status, StatusCode::OK);
     assert!(
         csv.body
-            .starts_with("bucket,bucket_start,child,amount_acc,amount_card-hours\r\n"),
+            .starts_with("bucket,bucket_start,child,amount_card-hours,amount_exact_acc\r\n"),
         "{}",
         csv.body
     );
     assert!(
-        csv.body.ends_with(&format!("total,,,{},8.5\r\n", a + b)),
+        csv.body.ends_with(&format!("total,,,8.5,{}\r\n", a + b)),
         "{}",
         csv.body
     );
@@ -195,6 +195,52 @@ async fn standalone_story(url: &str) {
     ] {
         assert!(page.body.contains(want), "{want}: {}", page.body);
     }
+    // With nothing asked, the page opens on an answer: this month in
+    // whole UTC days, over the admin's top quota (org), by child, with
+    // where the ledger starts; the JSON and CSV answer the same.
+    let page = admin.get("/reports").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    for want in [
+        "Spending by child per day under org",
+        "2026-11-01 00:00 UTC – 2026-11-22 00:00 UTC",
+        "<td class=\"name\">a</td>",
+        "<td class=\"name\">b</td>",
+        "8.5 card-hours",
+        "The ledger starts at 2026-11-21 10:00 UTC",
+        "value=\"2026-11-01\"",
+        "value=\"2026-11-21\"",
+        "value=\"org\"",
+    ] {
+        assert!(page.body.contains(want), "{want}: {}", page.body);
+    }
+    let r = report(&s, "").await;
+    assert_eq!((&r["by"], &r["subtree"]), (&json!("child"), &json!("org")));
+    assert_eq!(r["from"], "2026-11-01T00:00:00.000Z", "{r}");
+    assert_eq!(r["to"], "2026-11-22T00:00:00.000Z", "{r}");
+    assert_eq!(acc(&r["total"]), a + b, "{r}");
+    // Under a quota with no children: by workload, said in words.
+    let r = report(&s, "subtree=a").await;
+    assert_eq!(r["by"], "workload", "{r}");
+    assert_eq!(acc(&r["total"]), a, "{r}");
+    assert!(
+        r["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("a has no child quotas"),
+        "{r}"
+    );
+    let csv = admin.get("/reports.csv").await;
+    assert_eq!(csv.status, StatusCode::OK);
+    assert!(
+        csv.body.contains("2026-11-01 – 2026-11-22") || csv.body.contains(",a,"),
+        "{}",
+        csv.body
+    );
+    assert!(
+        csv.body.ends_with(&format!(",8.5,{}\r\n", a + b)),
+        "{}",
+        csv.body
+    );
     let quota_page = admin.get("/quotas/a").await;
     assert!(
         quota_page.body.contains("/reports?subtree=a"),
@@ -205,7 +251,11 @@ async fn standalone_story(url: &str) {
     // Hostile parameters: 422 with what to fix; nothing anonymous.
     for (q, want) in [
         ("from=yesterday", "is not a time"),
-        ("by=child", "needs subtree"),
+        (
+            "from=2026-11-22&to=2026-11-20",
+            "must end after it starts: it ends 2026-11-21 00:00 UTC",
+        ),
+        ("utcOffsetMinutes=900", "the UTC offset '900'"),
         (
             "bucket=day&from=2000-01-01&to=2026-01-01",
             "longer than 3700 days",
