@@ -15,11 +15,11 @@ use crate::budget::periods;
 use crate::budget::{PeriodRecord, PriceList};
 use crate::cash::{Interval, Prices};
 use crate::keys::cash_target;
-use crate::object::{Charge, HpaCharge, Quota};
+use crate::object::{Charge, HpaCharge, Quota, Workloads};
 use crate::resources::{self, ResourceList};
 use crate::time;
 use crate::workload::PodSet;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How long an admitted charge outranks the controller's cache.
 pub const RESERVATION_TTL_MS: i64 = 120_000;
@@ -28,6 +28,40 @@ pub const RESERVATION_TTL_MS: i64 = 120_000;
 /// covers what the cache shows nor is covered by it (say, a model changed
 /// and not yet seen): both are held until one of them wins.
 pub const OBSERVED_PREFIX: &str = "observed:";
+
+/// Finished workloads whose pods have all ended, each with when it
+/// finished (`finished`: the caller has seen every pod of them end): each
+/// runs nothing for good, so its observed pod sets go to 0 pods and its
+/// charge is not held as a reservation — it goes in this reconcile. Not
+/// when its charge was first made after it finished: then the finished
+/// object is an older one of the same name that a stale cache still
+/// shows (deleted and created again), and the charge is the new one's; it
+/// stays, observed as declared, until the cache catches up. A charge whose
+/// first time cannot be read stays alike. The references released.
+pub fn release_finished(
+    workloads: &mut Workloads,
+    observed: &mut BTreeMap<String, Observed>,
+    finished: &BTreeMap<String, i64>,
+) -> BTreeSet<String> {
+    let mut released = BTreeSet::new();
+    for (wref, &at) in finished {
+        if let Some(c) = workloads.get(wref) {
+            if time::parse_rfc3339(&c.since).is_none_or(|since| since > at) {
+                continue;
+            }
+        }
+        if let Some(o) = observed.get_mut(wref) {
+            for s in &mut o.pod_sets {
+                s.count = 0;
+            }
+        }
+        if let Some(c) = workloads.get_mut(wref) {
+            c.admitted = None;
+        }
+        released.insert(wref.clone());
+    }
+    released
+}
 
 /// Whether `a` holds at least `b` of every key.
 pub fn covers(a: &ResourceList, b: &ResourceList) -> bool {
@@ -211,6 +245,46 @@ mod tests {
     use crate::resources::{self, ResourceList};
 
     const T0: i64 = 1_800_000_000_000;
+
+    #[test]
+    fn a_finished_workload_releases_only_a_charge_made_before_it_finished() {
+        let charge = |since: &str| Charge {
+            pod_sets: sets(4),
+            hpa: None,
+            since: since.into(),
+            uid: "u".into(),
+            admitted: Some(since.into()),
+        };
+        let mut workloads = Workloads::new();
+        // Charged at 10:00, finished at 11:00: released.
+        workloads.insert("batch/Job/n/done".into(), charge("2026-11-29T10:00:00Z"));
+        // Charged at 12:00 (created again), the cache's old object
+        // finished at 11:00: kept.
+        workloads.insert("batch/Job/n/again".into(), charge("2026-11-29T12:00:00Z"));
+        workloads.insert("batch/Job/n/unreadable".into(), charge("yesterday"));
+        let mut observed: BTreeMap<String, Observed> = workloads
+            .iter()
+            .map(|(w, _)| {
+                (
+                    w.clone(),
+                    Observed {
+                        pod_sets: sets(4),
+                        hpa: None,
+                    },
+                )
+            })
+            .collect();
+        let at = time::parse_rfc3339("2026-11-29T11:00:00Z").unwrap();
+        let finished: BTreeMap<String, i64> = observed.keys().map(|w| (w.clone(), at)).collect();
+        let released = release_finished(&mut workloads, &mut observed, &finished);
+        assert_eq!(released, BTreeSet::from(["batch/Job/n/done".to_string()]),);
+        assert_eq!(observed["batch/Job/n/done"].pod_sets[0].count, 0);
+        assert_eq!(workloads.get("batch/Job/n/done").unwrap().admitted, None);
+        for kept in ["batch/Job/n/again", "batch/Job/n/unreadable"] {
+            assert_eq!(observed[kept].pod_sets[0].count, 4, "{kept}");
+            assert!(workloads.get(kept).unwrap().admitted.is_some(), "{kept}");
+        }
+    }
 
     fn gpus(n: i64) -> ResourceList {
         [(

@@ -53,14 +53,37 @@ pub struct Workload {
     /// reserve on it, so it is kept here, not refused by the reader.
     pub run_time: Result<Option<RunTime>, RunTimeError>,
     /// It has finished (a Job's or a Kubeflow job's status says it
-    /// completed or failed): its budget reservations settle.
+    /// completed or failed): its budget reservations settle. Its pod sets
+    /// are read as declared all the same: only a reader that can see its
+    /// pods may judge that it runs nothing (`Workload::finish`).
     pub finished: bool,
+    /// When it finished: the latest `lastTransitionTime` among its true
+    /// finishing conditions (epoch ms), if they carry one.
+    pub finished_at: Option<i64>,
     /// The PriorityClasses its pod templates name, sorted, each once: what
     /// queueing orders and preempts by (`queue::priority`).
     pub priority_classes: Vec<String>,
 }
 
 impl Workload {
+    /// A finished workload runs nothing for good: its pod sets at 0 pods.
+    /// Only for a reader that knows no pod of it still runs, or that reads
+    /// a status the API server keeps (an UPDATE's stored status).
+    pub fn finish(&mut self) {
+        if self.finished {
+            for s in &mut self.pod_sets {
+                s.count = 0;
+            }
+        }
+    }
+
+    /// Forget what its status says: a CREATE's status is written by the
+    /// client (the API server clears it only after mutating admission), so
+    /// a forged `Complete` must not read as running nothing.
+    pub fn ignore_status(&mut self) {
+        self.finished = false;
+        self.finished_at = None;
+    }
     /// The quota this workload is bound to, if any.
     pub fn quota(&self) -> Option<&str> {
         if !self.governed {
@@ -298,15 +321,6 @@ impl Adapter {
                 MAX_NANOS / crate::quantity::NANO
             );
             return Err(self.refusal(Fault::bad(&w.meta, None, problem)));
-        }
-        // A finished workload (a Job Complete or Failed, a Kubeflow job
-        // Succeeded or Failed, a JobSet Completed or Failed) runs nothing
-        // for good: it holds no room, so its charge goes when it finishes,
-        // not when it is deleted, and a later edit of it charges nothing.
-        if w.finished {
-            for s in &mut w.pod_sets {
-                s.count = 0;
-            }
         }
         self.classify(&mut w);
         Ok(w)
@@ -656,6 +670,7 @@ fn workload(meta: ObjectMeta, pod_sets: Vec<PodSet>) -> Workload {
     Workload {
         run_time: runtime::declared(None, None, &meta.annotations),
         finished: false,
+        finished_at: None,
         priority_classes: Vec::new(),
         meta,
         pod_sets,
@@ -767,6 +782,8 @@ struct Condition {
     kind: String,
     #[serde(default)]
     status: String,
+    #[serde(default, rename = "lastTransitionTime")]
+    last_transition_time: Option<String>,
 }
 
 impl Finishing {
@@ -775,6 +792,16 @@ impl Finishing {
         self.conditions
             .iter()
             .any(|c| c.status == "True" && kinds.contains(&c.kind.as_str()))
+    }
+
+    /// The latest transition time of a true condition among `kinds`.
+    fn at(&self, kinds: &[&str]) -> Option<i64> {
+        self.conditions
+            .iter()
+            .filter(|c| c.status == "True" && kinds.contains(&c.kind.as_str()))
+            .filter_map(|c| c.last_transition_time.as_deref())
+            .filter_map(crate::time::parse_rfc3339)
+            .max()
     }
 }
 
@@ -796,6 +823,7 @@ fn read_job(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
     Ok(Workload {
         run_time,
         finished: o.status.any(&["Complete", "Failed"]),
+        finished_at: o.status.at(&["Complete", "Failed"]),
         priority_classes: classes([&o.spec.template]),
         ..workload(o.metadata, vec![set])
     })
@@ -902,6 +930,7 @@ fn read_kubeflow(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
     Ok(Workload {
         run_time,
         finished: o.status.any(&["Succeeded", "Failed"]),
+        finished_at: o.status.at(&["Succeeded", "Failed"]),
         priority_classes: classes(o.spec.tf_replica_specs.values().map(|r| &r.template)),
         ..workload(o.metadata, sets)
     })
@@ -1035,6 +1064,7 @@ fn read_jobset(src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, Fault> {
     let templates = o.spec.replicated_jobs.iter();
     Ok(Workload {
         finished: o.status.any(&["Completed", "Failed"]),
+        finished_at: o.status.at(&["Completed", "Failed"]),
         priority_classes: classes(templates.map(|r| &r.template.spec.template)),
         ..workload(o.metadata, sets)
     })
@@ -1272,13 +1302,26 @@ mod tests {
         let running = read("batch", "Job", &job("null"));
         assert_eq!(gpus(&running), Quantity::from_units(6));
         for done in [
-            r#"{"conditions":[{"type":"Complete","status":"True"}]}"#,
-            r#"{"conditions":[{"type":"Failed","status":"True"}]}"#,
+            r#"{"conditions":[{"type":"Complete","status":"True","lastTransitionTime":"2026-11-29T11:00:00Z"}]}"#,
+            r#"{"conditions":[{"type":"Failed","status":"True","lastTransitionTime":"2026-11-29T11:00:00Z"}]}"#,
         ] {
-            let w = read("batch", "Job", &job(done));
+            let mut w = read("batch", "Job", &job(done));
             assert!(w.finished);
+            assert_eq!(
+                w.finished_at,
+                crate::time::parse_rfc3339("2026-11-29T11:00:00Z")
+            );
+            // Read as declared: its pods may still run.
+            assert_eq!(gpus(&w), Quantity::from_units(6), "{done}");
+            let mut created = w.clone();
+            w.finish();
             assert_eq!(gpus(&w), Quantity::from_units(0), "{done}");
             assert_eq!(w.pod_sets.len(), 1, "its pod sets kept, at 0 pods");
+            // A CREATE's status is the client's: ignored.
+            created.ignore_status();
+            created.finish();
+            assert!(!created.finished);
+            assert_eq!(gpus(&created), Quantity::from_units(6), "{done}");
         }
     }
 

@@ -331,6 +331,21 @@ pub(crate) fn refuse_hostile(req: &Request) -> Option<Verdict> {
     })
 }
 
+/// What a reviewed object's status may say. An UPDATE carries the status
+/// the API server keeps (it restores the stored one before admission), so
+/// a finished object's edit charges nothing; where its pods still run the
+/// controller, which sees them, charges them again at once (a lowered
+/// charge never outranks what its cache shows). A CREATE's status is the
+/// client's own, cleared by the API server only after mutating admission:
+/// a forged `Complete` must not read as running nothing.
+pub(crate) fn read_status(w: &mut Workload, operation: &str) {
+    if operation == "UPDATE" {
+        w.finish();
+    } else {
+        w.ignore_status();
+    }
+}
+
 fn target(req: &Request) -> (String, String) {
     req.target()
 }
@@ -388,7 +403,10 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
             if req.operation == "UPDATE" {
                 refuse_late_gate(adapter, req)?;
             }
-            let new = read(adapter, &req.object, svc)?;
+            let mut new = read(adapter, &req.object, svc)?;
+            if let Some(w) = new.as_mut() {
+                read_status(w, &req.operation);
+            }
             let old = if req.operation == "UPDATE" {
                 read_old(adapter, &req.old_object)?
             } else {
@@ -442,7 +460,10 @@ fn update_changes(
     svc: &Service,
 ) -> quota::update::Changes {
     match read(adapter, &req.old_object, svc) {
-        Ok(Some(old)) => quota::update::changed(&old, new),
+        Ok(Some(mut old)) => {
+            old.finish();
+            quota::update::changed(&old, new)
+        }
         _ => quota::update::Changes::all(),
     }
 }

@@ -52,6 +52,8 @@ struct Seen {
     pod_sets: Vec<PodSet>,
     /// Its status says it finished (its reservations settle).
     finished: bool,
+    /// When its status says it finished, if it says.
+    finished_at: Option<i64>,
     models: Models,
     info: WorkloadInfo,
 }
@@ -116,6 +118,13 @@ pub struct Snapshot {
     pub unbilled: Vec<bool>,
     /// Workloads whose status says they finished.
     pub finished: BTreeSet<String>,
+    /// Of `finished`, those that run nothing any more — the pod list is
+    /// complete and no pod of theirs is left that has not ended — with
+    /// when each finished: their charges may go
+    /// (`quota::reconcile::release_finished`). A finished one whose pods
+    /// still run (a Kubeflow job's `cleanPodPolicy: None`, a pod in a long
+    /// grace period, a forged status) is charged as declared.
+    pub released: BTreeMap<String, i64>,
 }
 
 impl Snapshot {
@@ -138,6 +147,9 @@ pub struct View {
     pub ledger: PodLedger,
     /// Kinds ("group/Kind") whose initial list is complete.
     synced: HashSet<String>,
+    /// Whether the pod watch's first list is complete: until then no
+    /// workload can be known to run nothing.
+    pods_listed: bool,
     /// Pod-run changes not yet persisted: uid → run (None: settled/forgotten).
     dirty_runs: HashMap<String, Option<PodRun>>,
     /// Indexes, so a reconcile of one quota never scans the cluster:
@@ -253,6 +265,34 @@ impl View {
         self.synced.contains(kind)
     }
 
+    /// The pod watch listed every pod: a workload none of whose pods is
+    /// left running can be told from one whose pods are not seen yet.
+    pub fn mark_pods_listed(&mut self) {
+        self.pods_listed = true;
+    }
+
+    /// Whether some pod of `wref` has not ended (neither terminated nor
+    /// deleted), or the pods are not all known yet.
+    fn runs_pods(&self, wref: &str) -> bool {
+        !self.pods_listed
+            || self.by_workload.get(wref).is_some_and(|uids| {
+                uids.iter().any(|u| {
+                    self.pods
+                        .get(u)
+                        .is_some_and(|p| p.facts.finished_ms.is_none() && p.deleted_ms.is_none())
+                })
+            })
+    }
+
+    /// The quota of `wref` if its status says it finished: a pod of it
+    /// that ends may be the last one, and free its charge.
+    fn finished_quota(&self, wref: &str) -> Option<String> {
+        self.workloads
+            .get(wref)
+            .filter(|s| s.finished)
+            .map(|s| s.quota.clone())
+    }
+
     pub fn quota_of(&self, wref: &str) -> Option<&str> {
         self.workloads.get(wref).map(|s| s.quota.as_str())
     }
@@ -334,6 +374,7 @@ impl View {
                     quota: q,
                     pod_sets: w.pod_sets,
                     finished: w.finished,
+                    finished_at: w.finished_at,
                     models,
                     info: WorkloadInfo {
                         created_ms,
@@ -466,6 +507,7 @@ impl View {
             return BTreeSet::new();
         };
         let workload = intern_str(&mut self.strs, &workload);
+        let finished_quota = self.finished_quota(&workload);
         let entry = PodEntry {
             facts,
             labels,
@@ -475,6 +517,7 @@ impl View {
             deleted_ms: None,
         };
         let mut touched = self.place_pod(uid.clone(), entry, now_ms);
+        touched.extend(finished_quota);
         if was_unschedulable != unschedulable {
             // Physical pressure appeared or went away: the parent decides.
             if let Some(q) = self
@@ -580,6 +623,7 @@ impl View {
         // no longer be seen again.
         self.ledger.forget(uid);
         if let Some(mut p) = self.pods.remove(uid) {
+            touched.extend(self.finished_quota(&p.workload));
             if p.unschedulable {
                 if let Some(w) = self.workloads.get(&*p.workload) {
                     touched.insert(w.quota.clone());
@@ -713,9 +757,13 @@ impl View {
     pub fn snapshot(&self, quota: &str) -> Snapshot {
         let mut observed = BTreeMap::new();
         let mut finished = BTreeSet::new();
+        let mut released = BTreeMap::new();
         for (wref, s) in self.workloads_in(quota) {
             if s.finished {
                 finished.insert(wref.clone());
+                if let Some(at) = s.finished_at.filter(|_| !self.runs_pods(wref)) {
+                    released.insert(wref.clone(), at);
+                }
             }
             let hpa = self
                 .hpa_targets
@@ -744,6 +792,7 @@ impl View {
             uids,
             unbilled,
             finished,
+            released,
         }
     }
 
@@ -1017,6 +1066,68 @@ mod tests {
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// A finished Job is `released` (its charge may go) only once the pod
+    /// list is complete and none of its pods is left running; the end of
+    /// its last pod touches its quota, so the release follows at once.
+    #[test]
+    fn a_finished_job_is_released_only_when_no_pod_of_it_runs() {
+        let a = adapter_for_kind("batch", "Job").unwrap();
+        let job = a
+            .read(
+                r#"{"metadata":{"name":"j","namespace":"nlp","uid":"j-1","labels":{"biz.group.resource.quota":"nlp-team"}},
+                   "spec":{"parallelism":2,"template":{"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}},
+                   "status":{"conditions":[{"type":"Complete","status":"True","lastTransitionTime":"2027-01-15T08:00:00Z"}]}}"#,
+                &KeyConfig::default(),
+            )
+            .unwrap();
+        let pod = |status: &str| {
+            read_pod(&format!(
+                r#"{{"metadata":{{"name":"j-0","namespace":"nlp","uid":"p-0",
+                     "ownerReferences":[{{"apiVersion":"batch/v1","kind":"Job","name":"j","uid":"j-1","controller":true}}]}},
+                   "spec":{{"containers":[{{"name":"c","resources":{{"limits":{{"nvidia.com/gpu":"1"}}}}}}]}},
+                   "status":{status}}}"#
+            ))
+            .unwrap()
+        };
+        let wref = "batch/Job/nlp/j";
+        let mut v = View::default();
+        v.apply_workload(a, job, None, T);
+        let s = v.snapshot("nlp-team");
+        assert!(s.finished.contains(wref));
+        assert!(s.released.is_empty(), "no pod list yet: {s:?}");
+        assert_eq!(s.observed[wref].pod_sets[0].count, 2, "read as declared");
+
+        let running = r#"{"phase":"Running","conditions":[{"type":"PodScheduled","status":"True","lastTransitionTime":"2027-01-15T07:00:00Z"}]}"#;
+        assert_eq!(
+            v.apply_pod(pod(running), BTreeMap::new(), 0, false, T),
+            set(&["nlp-team"])
+        );
+        v.mark_pods_listed();
+        assert!(
+            v.snapshot("nlp-team").released.is_empty(),
+            "its pod still runs"
+        );
+
+        let ended = r#"{"phase":"Succeeded","conditions":[{"type":"PodScheduled","status":"True","lastTransitionTime":"2027-01-15T07:00:00Z"}],
+            "containerStatuses":[{"name":"c","state":{"terminated":{"exitCode":0,"finishedAt":"2027-01-15T08:00:00Z"}}}]}"#;
+        assert_eq!(
+            v.apply_pod(pod(ended), BTreeMap::new(), 0, false, T),
+            set(&["nlp-team"]),
+            "its last pod's end touches its quota"
+        );
+        let s = v.snapshot("nlp-team");
+        assert_eq!(
+            s.released.get(wref).copied(),
+            quota::time::parse_rfc3339("2027-01-15T08:00:00Z")
+        );
+
+        // A pod deleted while running ends it too.
+        v.apply_pod(pod(running), BTreeMap::new(), 0, false, T);
+        assert!(v.snapshot("nlp-team").released.is_empty());
+        assert_eq!(v.delete_pod("p-0", T), set(&["nlp-team"]));
+        assert!(v.snapshot("nlp-team").released.contains_key(wref));
     }
 
     /// Events about a workload carry its uid (`kubectl describe` matches

@@ -41,9 +41,12 @@ pub async fn check(
     })?;
     let body =
         std::str::from_utf8(&body).map_err(|_| ApiError::BadRequest("body is not UTF-8".into()))?;
-    let w = adapter
+    let mut w = adapter
         .read(body, &svc.keys)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    // The body's status is the caller's own, as a CREATE's: a forged
+    // `Complete` does not make it run nothing.
+    w.ignore_status();
     let usage = w.usage();
     let Some(quota) = w.quota() else {
         return Ok(Json(serde_json::json!({

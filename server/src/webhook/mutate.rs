@@ -143,9 +143,10 @@ pub async fn mutate(
     let old_held = old_obj.as_ref().is_some_and(|o| hold::is_held(hold, o));
     // What it will run once admitted: read as if released.
     let running = hold::as_released(hold, &obj);
-    let w = adapter
+    let mut w = adapter
         .read(&running.to_string(), &svc.keys)
         .map_err(|e| bad(e.to_string()))?;
+    super::read_status(&mut w, &req.operation);
     // Standalone: no controller would ever admit what waits, so nothing
     // queues; the validating webhook charges or refuses as without it.
     // (Read first all the same: an object the adapter refuses, say of

@@ -151,6 +151,76 @@ async fn standalone_never_queues_and_refuses_a_kind_mismatch(s: &Server) {
 /// user's real Job still queues. Two minutes on, the controller has
 /// removed every entry whose object never appeared; the real one stays
 /// and the submitter may queue again.
+/// A CREATE's status is the client's own (the API server clears it only
+/// after mutating admission): a Job created with a forged
+/// `status.conditions: [{type: Complete}]` is read as running what its
+/// spec says — queued by the mutating webhook, refused by the validating
+/// one, and `/api/v1/check` says it would not fit — never admitted at 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_finished_status_on_create_is_not_read_as_running_nothing() {
+    let c = Cluster::start().await;
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"},
+                "spec": {"parent": "", "hard": {"requests.cpu": "4"}, "queueing": "Queue"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create(&c, "alice", job("a", "3")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+
+    let mut forged = job("f", "2");
+    forged["status"] = json!({"conditions": [
+        {"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-21T09:00:00Z"}]});
+    let r = c
+        .server
+        .review(
+            "/mutate/workloads",
+            &job_review("uid-f", "mallory", forged.clone()),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    assert!(r["patch"].is_string(), "queued, suspended: {r}");
+    assert!(
+        queue_refs(&c.fake.quota("ml")).contains(&"batch/Job/ml/f".to_string()),
+        "it waits for its 2 cpu"
+    );
+
+    let mut forged2 = job("g", "2");
+    forged2["status"] = forged["status"].clone();
+    let r = c
+        .server
+        .review(
+            "/validate/workloads",
+            &job_review("uid-g", "mallory", forged2.clone()),
+        )
+        .await;
+    assert_eq!(r["allowed"], false, "{r}");
+    let msg = r["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("requests.cpu"), "{msg}");
+
+    let (st, v) = c
+        .server
+        .api(Method::POST, "/api/v1/check", Some(forged2))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["allowed"], false, "{v}");
+    assert_eq!(v["usage"]["requests.cpu"], "2", "{v}");
+    assert_eq!(
+        used(&c.fake.quota("ml"), "requests.cpu"),
+        "3",
+        "nothing charged"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reviews_of_jobs_never_created_cannot_fill_the_queue() {
     let c = Cluster::start().await;

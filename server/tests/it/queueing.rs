@@ -684,9 +684,7 @@ async fn a_finished_job_gives_its_room_and_its_loan_back_at_once() {
     assert_eq!(loan("a"), "4");
 
     // a1 completes: its charge goes, then its loan.
-    let mut done = c.fake.get("batch", "jobs", "ml", "a1").unwrap();
-    done["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
-    c.fake.put(done);
+    finish(&c, "a", "ml", "a1", "Complete");
     c.until("a", "a1's charge released on finish", |q| {
         used(q, "requests.cpu") == "0"
     })
@@ -717,9 +715,7 @@ async fn a_finished_job_gives_its_room_and_its_loan_back_at_once() {
 
     // A failed Job gives its room back as well; a later edit of it
     // charges nothing.
-    let mut failed = c.fake.get("batch", "jobs", "web", "b1").unwrap();
-    failed["status"] = json!({"conditions": [{"type": "Failed", "status": "True"}]});
-    c.fake.put(failed);
+    finish(&c, "b", "web", "b1", "Failed");
     c.until("b", "b1's charge released on failure", |q| {
         used(q, "requests.cpu") == "0"
     })
@@ -747,6 +743,91 @@ async fn a_finished_job_gives_its_room_and_its_loan_back_at_once() {
         "returned by the time the DELETE is answered: {}",
         c.fake.quota("org")
     );
+}
+
+/// Mark Job `ns/name`, charged to `quota`, finished with `condition`, as
+/// the Job controller does, at the time its charge was made.
+fn finish(c: &Cluster, quota: &str, ns: &str, name: &str, condition: &str) {
+    let since = c.fake.quota(quota)["status"]["workloads"][format!("batch/Job/{ns}/{name}")]
+        ["since"]
+        .clone();
+    assert!(since.is_string(), "{name} charged to {quota}");
+    let mut done = c.fake.get("batch", "jobs", ns, name).unwrap();
+    done["status"] = json!({"conditions": [
+        {"type": condition, "status": "True", "lastTransitionTime": since}]});
+    c.fake.put(done);
+}
+
+/// A finished workload frees its room only once none of its pods runs
+/// (docs/queueing.md §9): a Job that reads Complete while one of its
+/// pods is still Running (a pod in a long grace period, a Kubeflow job's
+/// `cleanPodPolicy: None`, a status forged by whoever may write it) keeps
+/// its charge and the loan it rides on; once that pod ends, both go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_keeps_its_charge_while_a_pod_of_it_still_runs() {
+    let c = Cluster::start().await;
+    for (name, parent, spec) in [
+        ("org", "", json!({"hard": {"requests.cpu": "8"}})),
+        (
+            "a",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "8"}, "queueing": "Queue"}),
+        ),
+        ("b", "org", json!({"hard": {"requests.cpu": "4"}})),
+    ] {
+        let mut spec = spec;
+        spec["parent"] = json!(parent);
+        let (s, v) = c
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name}, "spec": spec})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    c.until_requested("pod watch", |r| {
+        r.starts_with("GET /api/v1/pods?") && r.contains("watch=true")
+    })
+    .await;
+    let loan =
+        |who: &str| c.fake.quota("org")["status"]["loans"][who]["amount"]["requests.cpu"].clone();
+    // Its pod, as the Job controller makes it.
+    let running = crate::cluster::pod("ml", "a1-0", "Job", "a1", 0, "2026-11-21T10:00:00Z");
+    c.fake.put(running.clone());
+    create_in(&c, "ml", &job_in("ml", "a", "a1", "8"))
+        .await
+        .unwrap();
+    c.until("a", "a1 charged", |q| used(q, "requests.cpu") == "8")
+        .await;
+    assert_eq!(loan("a"), "4");
+
+    // a1 reads Complete, its pod still runs: nothing is released.
+    finish(&c, "a", "ml", "a1", "Complete");
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let q = c.fake.quota("a");
+    assert_eq!(used(&q, "requests.cpu"), "8", "charge kept: {q}");
+    assert_eq!(loan("a"), "4", "loan kept");
+
+    // The pod ends: the charge goes, then the loan.
+    let mut ended = running;
+    ended["status"]["phase"] = json!("Succeeded");
+    ended["status"]["containerStatuses"] = json!([{"name": "c",
+        "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-11-21T10:00:00Z"}}}]);
+    c.fake.put(ended);
+    c.until("a", "a1's charge released once its pod ended", |q| {
+        used(q, "requests.cpu") == "0"
+    })
+    .await;
+    c.until("org", "a's loan returned", |q| {
+        q["status"]["loans"].get("a").is_none()
+    })
+    .await;
 }
 
 async fn overdue_alerts(c: &Cluster) -> Vec<Value> {

@@ -553,14 +553,29 @@ async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
     );
 
     // a completes: the controller settles its reservation (the 32 it
-    // still held are released) and releases its charge: a finished Job
-    // runs nothing, so it holds no room until it is deleted.
+    // still held are released); its charge stays while its pod runs.
     let mut done = c.fake.get("batch", "jobs", "ml", "a").unwrap();
-    done["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
+    let since = q["status"]["workloads"]["batch/Job/ml/a"]["since"].clone();
+    done["status"] = json!({"conditions": [
+        {"type": "Complete", "status": "True", "lastTransitionTime": since}]});
     c.fake.put(done);
     let q = c
-        .until("ml", "a settled and released on finish", |q| {
-            !reservations(q).contains_key("batch/Job/ml/a") && used(q, GPU) == "4"
+        .until("ml", "a settled on finish", |q| {
+            !reservations(q).contains_key("batch/Job/ml/a")
+        })
+        .await;
+    assert_eq!(used(&q, GPU), "8", "a's pod still runs: {q}");
+
+    // Its pod ends: a finished Job with no pod left runs nothing, so its
+    // charge goes (it holds no room until it is deleted).
+    let mut ended = crate::cluster::pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z");
+    ended["status"]["phase"] = json!("Succeeded");
+    ended["status"]["containerStatuses"] = json!([{"name": "c",
+        "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-11-21T12:00:00Z"}}}]);
+    c.fake.put(ended);
+    let q = c
+        .until("ml", "a released once its pod ended", |q| {
+            used(q, GPU) == "4"
         })
         .await;
     assert_eq!(

@@ -410,7 +410,9 @@ impl Context {
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), r.namespace, &ar);
         let obj = api.get_opt(r.name).await.ok().flatten()?;
         let json = adapter.with_suspend(&serde_json::to_value(&obj).ok()?, false);
-        let w = adapter.read(&json.to_string(), &self.service.keys).ok()?;
+        let mut w = adapter.read(&json.to_string(), &self.service.keys).ok()?;
+        // The API server's own status: a finished one is not admitted.
+        w.finish();
         if w.pod_sets.iter().all(|s| s.count == 0) {
             return None;
         }

@@ -186,15 +186,16 @@ impl Context {
                     .as_deref()
                     .and_then(quota::time::parse_rfc3339);
                 let intervals = snap.intervals();
-                // A finished workload runs nothing for good (its adapter
-                // reads 0 pods): its charge follows at once instead of
+                // A finished workload none of whose pods still runs runs
+                // nothing for good: its charge goes at once instead of
                 // being held as a reservation for the window after its
-                // admission, so its room comes back when it finishes.
-                for wref in &snap.finished {
-                    if let Some(c) = q.status.workloads.get_mut(wref) {
-                        c.admitted = None;
-                    }
-                }
+                // admission, so its room comes back when it ends — unless
+                // the charge is a newer object's of the same name.
+                quota::reconcile::release_finished(
+                    &mut q.status.workloads,
+                    &mut observed,
+                    &snap.released,
+                );
                 let out = quota::reconcile::reconcile_priced(
                     q,
                     observed,

@@ -352,6 +352,7 @@ impl Context {
                         // are gone now: deleted while nobody watched.
                         touched.extend(v.end_missing_pods(&listed, watermark));
                     }
+                    v.mark_pods_listed();
                     touched
                 };
                 self.touch(touched);
