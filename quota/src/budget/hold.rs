@@ -160,10 +160,12 @@ fn held_of(charge: &Charge, target: &str) -> i128 {
 /// - an update that changes what a budget reads (`RunDecl::Changed`) is
 ///   judged as a create of the new object would be, given what the old
 ///   one holds: its run still counts from its start (past its end, what
-///   is left is nothing), and when it then needs no more than its
-///   reservation still holds back, the reservation shrinks to that (the
-///   rest released, never refused); when it needs more, it is decided
-///   below, refused in a create's words when that does not fit;
+///   is left is nothing). One that asks no more (its cost rate not
+///   higher, its end not later) is never refused: the reservation keeps
+///   or shrinks to what the rest of the run needs. One that asks more
+///   is decided below, refused in a create's words when that does not
+///   fit, unless it needs no more than its reservation still holds back;
+///   if its rate rose after its run ended, the run starts again now;
 /// - any other charge that does not raise what the workload holds of the
 ///   resource (a retry, a scale through the subresource) keeps the
 ///   reservation it has: decreases are never refused;
