@@ -23,7 +23,7 @@ use quota::budget::{BudgetPolicy, WithoutRunTime};
 use quota::cash::Prices;
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::update::{changed, Input};
-use quota::workload::{Workload, ADAPTERS};
+use quota::workload::{ChargeMode, Workload, ADAPTERS};
 use quota::{KeyConfig, Quantity};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -291,8 +291,8 @@ fn prices() -> (Prices, PriceList) {
     (qos, list)
 }
 
-fn charge_of(w: &Workload) -> Charge {
-    let now = quota::time::format_rfc3339(NOW);
+fn charge_of(w: &Workload, now_ms: i64) -> Charge {
+    let now = quota::time::format_rfc3339(now_ms);
     Charge {
         pod_sets: w.pod_sets.clone(),
         hpa: None,
@@ -318,14 +318,15 @@ fn said(d: &Denial) -> String {
     }
 }
 
-/// The webhook's review of `old` → `new` (old None: a create), each step
-/// a write of its own quota: the charge (with its budgets' reservations)
-/// first, so a refusal leaves everything as it was.
-fn review(
+/// The webhook's review of `old` → `new` (old None: a create) at `now`,
+/// each step a write of its own quota: the charge (with its budgets'
+/// reservations) first, so a refusal leaves everything as it was.
+fn review_at(
     qs: &mut Quotas,
     old: Option<&Workload>,
     new: &Workload,
     run: RunDecl,
+    now: i64,
 ) -> Result<(), String> {
     let (qos, list) = prices();
     let wref = "batch/Job/ml/w";
@@ -334,8 +335,8 @@ fn review(
             Step::Charge { quota, workload } => {
                 let q = qs.get_mut(quota).unwrap();
                 let held = q.status.workloads.get(wref).cloned();
-                let c = charge_of(workload);
-                let reserved = hold::decide(q, wref, held.as_ref(), &c, &run, NOW, &qos, &list)
+                let c = charge_of(workload, now);
+                let reserved = hold::decide(q, wref, held.as_ref(), &c, &run, now, &qos, &list)
                     .map_err(|r| said(&Denial::Budget(Box::new(r))))?;
                 let mut next = q.clone();
                 admission::charge(&mut next, wref, c).map_err(|d| said(&d))?;
@@ -353,6 +354,16 @@ fn review(
         }
     }
     Ok(())
+}
+
+/// `review_at` at `NOW`, the instant the old object was admitted.
+fn review(
+    qs: &mut Quotas,
+    old: Option<&Workload>,
+    new: &Workload,
+    run: RunDecl,
+) -> Result<(), String> {
+    review_at(qs, old, new, run, NOW)
 }
 
 /// What the workload holds and each quota uses.
@@ -445,6 +456,12 @@ proptest! {
         let u = review(&mut updated, Some(&old), &new, RunDecl::of_update(&new, &changes));
         let mut created = before.clone();
         let c = review(&mut created, None, &new, RunDecl::of(&new));
+        if changes.budget() && new.run_time.is_ok() && !asks_more(&world, &old, &new, NOW).rise {
+            // A decrease is never refused, though a create may be (it
+            // held nothing and now declares a run the budget cannot hold).
+            prop_assert_eq!(&u, &Ok(()), "decrease {:?} → {:?}", old_p, new_p);
+            prop_assume!(c.is_ok());
+        }
         prop_assert_eq!(&u, &c, "update {:?} → {:?}", old_p, new_p);
         if u.is_ok() {
             prop_assert_eq!(holdings(&updated), holdings(&created));
@@ -457,6 +474,149 @@ proptest! {
             };
             prop_assert_eq!(review(&mut checked, Some(&new), &new, run), Ok(()));
             prop_assert_eq!(holdings(&checked), holdings(&updated));
+        }
+    }
+}
+
+/// What an update asks beyond what the old object held, by the rules of
+/// docs/budgets.md "Updates", worked out from the objects: a higher cost
+/// rate (cards × weight × QoS multiplier), or an end later than the old
+/// reservation's (the old run ends at `NOW` + its run time; with none held
+/// it is unbounded). A run that is over restarts at `now` when the rate
+/// rose.
+struct Asks {
+    rise: bool,
+    /// Judged as a create of the new object at `now` would be.
+    restart: bool,
+}
+
+fn asks_more(world: &World, old: &Workload, new: &Workload, now: i64) -> Asks {
+    let (qos, _) = prices();
+    let rate = |w: &Workload| -> i128 {
+        if w.quota().is_none() {
+            return 0;
+        }
+        w.pod_sets.iter().fold(0, |sum, s| {
+            let cards = s.per_pod.get(GPU).map_or(0, |q| q.nanos()) * s.count as i128;
+            let weight = if s.per_pod.contains_key(&format!("{GPU}.H100")) {
+                2500
+            } else {
+                1000
+            };
+            sum + cards * weight * qos.for_class(s.qos)
+        })
+    };
+    let horizon = match world.policy {
+        WithoutRunTime::ReserveDefault { horizon_seconds } => Some(horizon_seconds * 1000),
+        _ => None,
+    };
+    let run = |w: &Workload| match &w.run_time {
+        Ok(r) => r.as_ref().map(|r| r.ms).or(horizon),
+        Err(_) => None,
+    };
+    let (old_rate, new_rate) = (rate(old), rate(new));
+    let old_end = if old_rate > 0 { run(old) } else { None };
+    let rate_rose = new_rate > old_rate;
+    let old_over = old_end.is_none_or(|e| NOW + e <= now);
+    let start = if rate_rose && old_over { now } else { NOW };
+    let end_later = match (old_end, run(new)) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some(o), Some(n)) => start + n > NOW + o,
+    };
+    // A model label charges the model's key anew, which a spent cash key
+    // refuses as any increase of its resource (`admission::check_fits`).
+    let models = |w: &Workload| -> Vec<String> {
+        w.pod_sets
+            .iter()
+            .flat_map(|s| s.per_pod.keys())
+            .filter(|k| k.starts_with(&format!("{GPU}.")))
+            .cloned()
+            .collect()
+    };
+    let model_added = models(new).iter().any(|k| !models(old).contains(k));
+    // A kind that is only checked (a CronJob: each run is charged when it
+    // starts) is checked whole on every update, as its next run would be.
+    let checked = new.mode == ChargeMode::CheckOnly;
+    Asks {
+        rise: rate_rose || end_later || model_added || checked,
+        restart: now == NOW || start == now,
+    }
+}
+
+/// Another workload spends all of `team`'s budget.
+fn spend_all(qs: &mut Quotas, world: &World) {
+    let q = qs.get_mut("team").unwrap();
+    let all = quota::budget::from_quantity(Quantity::from_units(world.budget));
+    q.status
+        .add_accrued(CASH, quota::budget::price::to_cash_accrued(all));
+    q.status.refresh(&q.spec.clone());
+}
+
+/// What the workload's reservation in each quota still holds back.
+fn outstanding(qs: &Quotas) -> BTreeMap<String, i128> {
+    qs.values()
+        .filter_map(|q| {
+            let r = q.status.reservations.get(CASH)?.get("batch/Job/ml/w")?;
+            Some((q.name().to_string(), r.outstanding()))
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 2000,
+        max_global_rejects: 20_000,
+        ..ProptestConfig::default()
+    })]
+
+    /// Later on — part of the run gone, or all of it, the budget perhaps
+    /// spent by others — an update that asks no more (no higher rate, no
+    /// later end) is allowed and holds back no more than before; one whose
+    /// rate rose after its run ended starts its run again and is judged as
+    /// a create of the new object then.
+    #[test]
+    fn a_later_update_is_refused_only_when_it_asks_more(
+        kind in 0..ADAPTERS.len(),
+        world in world(),
+        old_p in params(),
+        to in params(),
+        which in 0usize..5,
+        elapsed in prop_oneof![Just(0i64), Just(1_800_000), Just(7_200_000), Just(36_000_000)],
+        spent in any::<bool>(),
+    ) {
+        let new_p = mutate(&old_p, which, &to);
+        let old = read(kind, &old_p);
+        let new = read(kind, &new_p);
+        let changes = changed(&old, &new);
+        prop_assume!(changes.budget() && new.run_time.is_ok());
+        let now = NOW + elapsed;
+        let asks = asks_more(&world, &old, &new, now);
+
+        let mut before = base(&world);
+        let mut updated = before.clone();
+        prop_assume!(review(&mut updated, None, &old, RunDecl::of(&old)).is_ok());
+        if spent {
+            spend_all(&mut updated, &world);
+            spend_all(&mut before, &world);
+        }
+        let held = outstanding(&updated);
+        let run = RunDecl::of_update(&new, &changes);
+        let u = review_at(&mut updated, Some(&old), &new, run, now);
+        if !asks.rise {
+            prop_assert_eq!(&u, &Ok(()), "decrease {:?} → {:?}", old_p, new_p);
+            let after = outstanding(&updated);
+            for (q, h) in &held {
+                let a = after.get(q).copied().unwrap_or(0);
+                prop_assert!(a <= *h, "{q}: holds back {a}, held {h}");
+            }
+        } else if asks.restart && !spent {
+            let mut created = before.clone();
+            let c = review_at(&mut created, None, &new, RunDecl::of(&new), now);
+            prop_assert_eq!(&u, &c, "update {:?} → {:?}", old_p, new_p);
+            if u.is_ok() {
+                prop_assert_eq!(holdings(&updated), holdings(&created));
+            }
         }
     }
 }

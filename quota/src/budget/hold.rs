@@ -160,10 +160,12 @@ fn held_of(charge: &Charge, target: &str) -> i128 {
 /// - an update that changes what a budget reads (`RunDecl::Changed`) is
 ///   judged as a create of the new object would be, given what the old
 ///   one holds: its run still counts from its start (past its end, what
-///   is left is nothing), and when it then needs no more than its
-///   reservation still holds back, the reservation shrinks to that (the
-///   rest released, never refused); when it needs more, it is decided
-///   below, refused in a create's words when that does not fit;
+///   is left is nothing). One that asks no more (its cost rate not
+///   higher, its end not later) is never refused: the reservation keeps
+///   or shrinks to what the rest of the run needs. One that asks more
+///   is decided below, refused in a create's words when that does not
+///   fit, unless it needs no more than its reservation still holds back;
+///   if its rate rose after its run ended, the run starts again now;
 /// - any other charge that does not raise what the workload holds of the
 ///   resource (a retry, a scale through the subresource) keeps the
 ///   reservation it has: decreases are never refused;
@@ -226,28 +228,60 @@ pub fn decide(
             }
             _ => None,
         });
-        // A run that is over (its workload past its declared end, or none
-        // held) starts now, for a scale-up of a long-lived workload; an
-        // update that declares a run time counts it from the start, as
-        // Kubernetes counts activeDeadlineSeconds, so declaring a shorter
-        // one than has run leaves nothing of it (and moves no end later).
+        let sets = charged_sets(new);
+        // Under `Changed`, whether the update asks more than the old object
+        // held: a higher cost rate (at the same prices, over the same
+        // window) or, below, an end later than the reservation's.
+        let rate_rose = rejudged
+            && old.is_none_or(|o| {
+                let span = held.map_or(1, |h| {
+                    h.at_ms
+                        .saturating_add(h.run_ms)
+                        .saturating_sub(now_ms)
+                        .max(1)
+                });
+                let rate = |s: &[PodSet]| {
+                    super::reserve::reservation_cost(s, target, now_ms, span, qos, prices)
+                };
+                rate(&sets) > rate(&charged_sets(o))
+            });
+        // The run counts from the workload's start, as Kubernetes counts
+        // activeDeadlineSeconds from the Job's start, so declaring a shorter
+        // run than has run leaves nothing of it. A run that is over (its
+        // workload past its declared end, or none held) starts again now
+        // when the workload asks more: a scale-up of a long-lived workload
+        // is judged in full, never as the nothing left of its old run.
         let start = held
             .map(|r| r.at_ms)
-            .filter(|s| rejudged || run_ms.is_some_and(|run| s.saturating_add(run) > now_ms))
+            .filter(|s| {
+                let live = |run: i64| s.saturating_add(run) > now_ms;
+                match held {
+                    Some(h) if rejudged => !rate_rose || live(h.run_ms),
+                    _ => run_ms.is_some_and(live),
+                }
+            })
             .unwrap_or(now_ms);
         let declared_ms = run_ms.map(|run| start.saturating_add(run).saturating_sub(now_ms).max(0));
+        // No reservation held (none was needed) is an unbounded end.
+        let end_later = match (held, run_ms) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(h), Some(run)) => start.saturating_add(run) > h.at_ms.saturating_add(h.run_ms),
+        };
+        // A decrease (no higher rate, no later end) is never refused: the
+        // reservation keeps or shrinks, whatever the budget has left.
+        let decrease = rejudged && !rate_rose && !end_later;
         if let (true, Some(h), Some(left_ms)) = (rejudged, held, declared_ms) {
             // What the new object needs of the rest of its run, at the
             // prices in force then; no more than the reservation holds
-            // back is a decrease, never refused: the rest is released.
-            let sets = charged_sets(new);
+            // back is released down to that, never refused.
             let need =
                 super::reserve::reservation_cost(&sets, target, now_ms, left_ms, qos, prices);
-            if need <= h.outstanding() {
+            if need <= h.outstanding() || decrease {
                 out.insert(
                     key.clone(),
                     Reservation {
-                        reserved: need.saturating_add(h.used),
+                        reserved: need.min(h.outstanding()).saturating_add(h.used),
                         used: h.used,
                         at_ms: start,
                         run_ms: run_ms.unwrap_or(left_ms),
@@ -255,6 +289,9 @@ pub fn decide(
                 );
                 continue;
             }
+        }
+        if decrease && declared_ms.is_none() {
+            continue; // held nothing and still runs unbounded: nothing to judge
         }
         let mut state = state_of(q, key);
         // Its own reservation, dropped when it stops declaring a run time,
@@ -274,17 +311,23 @@ pub fn decide(
         if let Some(r) = state.reservations.remove(wref) {
             state.reservations.insert(name.clone(), r);
         }
-        let sets = charged_sets(new);
         let ask = Ask {
             workload: &name,
             declared_ms,
             pod_sets: &sets,
             now_ms,
         };
-        let reserved = state
-            .admit(&ask, policy.without_run_time, target, qos, prices)
-            .map_err(BudgetRefusal::Denied)?;
+        let reserved = match state.admit(&ask, policy.without_run_time, target, qos, prices) {
+            Ok(reserved) => reserved,
+            // A decrease that held nothing (it ran unbounded) reserves for
+            // the run it now declares when that fits, and else holds nothing.
+            Err(_) if decrease => continue,
+            Err(denial) => return Err(BudgetRefusal::Denied(denial)),
+        };
         if reserved.is_some() {
+            if decrease && held.is_none() && open >= MAX_OPEN {
+                continue;
+            }
             if held.is_none() && open >= MAX_OPEN {
                 return Err(BudgetRefusal::TooMany {
                     quota: q.name().to_string(),

@@ -221,6 +221,76 @@ async fn a_lengthened_run_time_is_judged_again_postgres() {
     a_lengthened_run_time_is_judged_again(&fresh_postgres().await).await;
 }
 
+async fn validate(s: &Server, uid: &str, object: &Value, old: Option<&Value>) -> Value {
+    s.review(
+        "/validate/workloads",
+        &job_review(uid, object.clone(), old.cloned()),
+    )
+    .await
+}
+
+/// Standalone, at the webhook: an update that asks more is judged in
+/// full, one that asks less is never refused. A Job declaring one hour
+/// (the annotation) raised from 1 card to 16 two hours on starts its run
+/// again and needs 16 card-hours, refused; a Job without a run time cut
+/// from 8 cards to 4 while another's reservation holds all the budget is
+/// allowed, and reserves nothing.
+async fn an_update_is_refused_only_when_it_asks_more(url: &str) {
+    let mut args = bizrq::config::ServeArgs::for_tests(url);
+    args.admin_password = Some(ADMIN_PASSWORD.into());
+    args.resync_seconds = 3600;
+    let (clock, c) = test_clock(T0);
+    let running = bizrq::start_with(&args, None, Some(c)).await.unwrap();
+    let s = Server::in_process(&running);
+    s.create_quota("team", "", json!({GPU: "32", CASH: "10"}))
+        .await;
+
+    // A run that ended does not make a scale-up free.
+    let one = job("d", "team", 1, None, Some("1h"));
+    assert_eq!(validate(&s, "c-d", &one, None).await["allowed"], true);
+    clock.store(T0 + 2 * 3_600_000, std::sync::atomic::Ordering::SeqCst);
+    let sixteen = job("d", "team", 16, None, Some("1h"));
+    let r = validate(&s, "u-d", &sixteen, Some(&one)).await;
+    let m = denial(&r);
+    assert!(
+        m.contains("needs 16 card-hours for Job ml/d (16 × nvidia.com/gpu for 1h)"),
+        "{m}"
+    );
+
+    // A decrease under a budget all reserved by another is allowed.
+    s.create_quota("tight", "", json!({GPU: "32", CASH: "10"}))
+        .await;
+    let eight = job("w", "tight", 8, None, None);
+    assert_eq!(validate(&s, "c-w", &eight, None).await["allowed"], true);
+    let x = job("x", "tight", 1, None, Some("10h"));
+    assert_eq!(validate(&s, "c-x", &x, None).await["allowed"], true);
+    let four = job("w", "tight", 4, None, None);
+    let r = validate(&s, "u-w", &four, Some(&eight)).await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let q = s.quota("tight").await;
+    assert_eq!(
+        reservations(&q).keys().collect::<Vec<_>>(),
+        ["batch/Job/ml/x"],
+        "{q}"
+    );
+    assert_eq!(
+        q["status"]["workloads"]["batch/Job/ml/w"]["podSets"][0]["count"], 4,
+        "{q}"
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_is_refused_only_when_it_asks_more_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    an_update_is_refused_only_when_it_asks_more(&fresh_sqlite(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_is_refused_only_when_it_asks_more_postgres() {
+    an_update_is_refused_only_when_it_asks_more(&fresh_postgres().await).await;
+}
+
 async fn until_suspended(c: &crate::cluster::Cluster, name: &str) {
     for _ in 0..400 {
         if c.fake.get("batch", "jobs", "ml", name).unwrap()["spec"]["suspend"] == true {
