@@ -217,13 +217,16 @@ impl Client {
     }
 }
 
+/// The session's own cookie: a sign-in also sets the device cookie
+/// (`bizrq_device`), which names no session.
 fn session_cookie(res: &reqwest::Response) -> Option<String> {
+    let name = format!("{}=", bizrq::portal::auth::SESSION_COOKIE);
     res.headers()
         .get_all("set-cookie")
         .iter()
         .filter_map(|v| v.to_str().ok())
         .filter_map(|v| v.split(';').next())
-        .next()
+        .find(|c| c.starts_with(&name))
         .map(str::to_string)
 }
 
