@@ -4,7 +4,7 @@
 //
 //   BIZRQ_BIN=… [BIZRQ_ISLANDS_DIR=dir] node charts.mjs
 //
-// With BIZRQ_ISLANDS_DIR (wasm-bindgen's output, README "Portal islands")
+// With BIZRQ_ISLANDS_DIR (wasm-bindgen's output, docs/portal.md "Portal islands")
 // the JS-on tests run too; E2E_REQUIRE_JS=1 makes its absence a failure.
 
 import { chromium } from 'playwright-core';

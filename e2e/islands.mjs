@@ -1,5 +1,5 @@
 // End-to-end tests of the portal's sortable tables, the tree opening in
-// place and the overview refreshing itself (README "Portal islands"), in
+// place and the overview refreshing itself (docs/portal.md "Portal islands"), in
 // headless Chromium at 1440×900 and 390×844, with JavaScript off and (when
 // the server has the islands bundle) on. Each step's screenshot goes to
 // e2e/artifacts/islands-*.png.

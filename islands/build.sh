@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the portal's islands bundle (README "Portal islands") into OUT_DIR
+# Builds the portal's islands bundle (docs/portal.md "Portal islands") into OUT_DIR
 # (default target/islands-pkg): bizrq_islands.js and bizrq_islands_bg.wasm,
 # for `bizrq serve --islands-dir OUT_DIR`.
 #

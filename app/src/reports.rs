@@ -1,4 +1,4 @@
-//! The /reports page (docs/budgets.md §6, README "Reports"): a form
+//! The /reports page (docs/budgets.md §6, docs/budgets.md "Reports"): a form
 //! (range, grouping, buckets, subtree, key, UTC offset) that works
 //! without scripts, a stacked bar chart per bucket (inline SVG, wide and
 //! narrow frames), the values table with units and thousands separators,

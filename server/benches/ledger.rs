@@ -35,7 +35,7 @@
 //! Then reports on the whole tree over the whole span, by child per month
 //! and by model per day, and checks each total against the ledger's sum.
 //! Prints rows written per second, the database's size, and the report
-//! times. README, "Reports", has the figures.
+//! times. docs/benchmarks.md "Budget ledger and reports" has the figures.
 
 use bizrq::store::sql::SqlStore;
 use quota::budget::ledger::run_entries;

@@ -6,7 +6,7 @@
 //!   cargo bench -p bizrq --bench portal -- --quotas 2035 --soak 600
 //!
 //! `--soak SECS` then mixes admissions with the heaviest portal requests
-//! (README, "Limits"; docs/limits.md): admissions to their own quotas paced
+//! (docs/limits.md): admissions to their own quotas paced
 //! at `--soak-rate` a second (50), first alone for a fifth of SECS (at most
 //! 60 s), then for SECS while `--tenants` owners (4), each owner of one
 //! department with `--loops` requests in flight (8), fetch that
@@ -22,7 +22,7 @@
 //! each of them opens first: `/`, `/tree`, a team's page, a department's
 //! page and `/alerts`. For each it prints the median and worst time of the
 //! response (the whole body read, over loopback) and its size. The goal
-//! (README, "Portal pages"): under 50 ms and 200 KB for every page a member
+//! (docs/benchmarks.md "Portal pages"): under 50 ms and 200 KB for every page a member
 //! opens, with time that follows what the viewer can see, not the forest.
 //!
 //! Before the numbers it fetches `/healthz` the same way: the floor of a

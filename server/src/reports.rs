@@ -1,4 +1,4 @@
-//! Budget reports (docs/budgets.md §6, README "Reports"): consumption from
+//! Budget reports (docs/budgets.md §6, docs/budgets.md "Reports"): consumption from
 //! the ledger grouped by quota, child, workload, namespace, model, QoS
 //! class, user, key or reason, per day, week or month or for the whole
 //! range. Shared by the JSON API (`GET /api/v1/reports`), the CSV

@@ -1,5 +1,5 @@
 //! `/pkg/…`: the portal's islands bundle (the `islands` crate built for
-//! the browser, README "Portal islands"). Read once at startup from
+//! the browser, docs/portal.md "Portal islands"). Read once at startup from
 //! `--islands-dir` into memory; without it there is no bundle, `/pkg/`
 //! answers 404 and pages carry no script, so they are exactly the
 //! server-rendered pages a browser without JavaScript gets.

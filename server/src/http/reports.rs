@@ -1,5 +1,5 @@
 //! `GET /api/v1/reports`: budget consumption from the ledger, grouped and
-//! bucketed (`crate::reports`; README "Reports"). Authenticated; a member
+//! bucketed (`crate::reports`; docs/budgets.md "Reports"). Authenticated; a member
 //! sees only the quotas under their roles. `?format=csv` answers the same
 //! report as CSV. Every parameter is checked: a wrong one is 422 with
 //! what to fix, and nothing is read.

@@ -1,6 +1,6 @@
 //! What the portal's islands fetch to redraw part of a page in place,
 //! rendered by the same components and computed by the same functions as
-//! the pages themselves (README "Portal islands"):
+//! the pages themselves (docs/portal.md "Portal islands"):
 //!
 //! - `GET /tree/rows?parent=&at=&depth=&sort=&open=&closed=`: the rows the
 //!   tree page shows under a quota once it is opened (HTML `<tr>`s, at

@@ -1,5 +1,5 @@
 //! The budget ledger and its reports end to end (docs/budgets.md §6, §9;
-//! README "Reports"). Standalone on SQLite and PostgreSQL: each write's
+//! docs/budgets.md "Reports"). Standalone on SQLite and PostgreSQL: each write's
 //! accrual lands in the ledger in the same transaction as the status, so
 //! per quota the ledger's sum is what `status.cashAccrued` says, to the
 //! acc; the user of each admission review is on its entries; reports by
