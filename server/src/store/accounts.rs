@@ -662,7 +662,7 @@ impl SqlStore {
         )
         .bind(token_sha256)
         .bind(since_ms)
-        .fetch_optional(&self.write)
+        .fetch_optional(&self.read)
         .await?;
         Ok(row.map(|r| r.try_get::<i64, _>(0)).transpose()?)
     }
@@ -715,7 +715,7 @@ impl SqlStore {
         .bind(user_id)
         .bind(client)
         .bind(since_ms)
-        .fetch_optional(&self.write)
+        .fetch_optional(&self.read)
         .await?;
         Ok(row.is_some())
     }
