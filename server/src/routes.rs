@@ -8,6 +8,7 @@ use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 use std::sync::Arc;
+use tower_http::compression::{CompressionLayer, CompressionLevel};
 use tower_http::trace::TraceLayer;
 
 /// Portal, JSON API, health and metrics (plain HTTP; put TLS in front, or
@@ -58,6 +59,14 @@ pub fn http_router(app: AppState) -> Router {
         .layer(middleware::from_fn(portal::auth::secure_cookie_behind_tls))
         .layer(DefaultBodyLimit::max(http::API_BODY_LIMIT))
         .layer(middleware::from_fn(portal::edge::security_headers))
+        // Pages, JSON and CSV gzipped for clients that accept it (a
+        // department's page is ~1 MB of HTML, ~10 % of it gzipped). The
+        // fastest level: the cost is bounded by what a request may render.
+        // Not the webhook's: the API server's reviews are small and
+        // latency is all that matters there. Pages carry their CSRF token
+        // masked afresh (`auth::csrf_token`), so compression does not leak
+        // it (BREACH).
+        .layer(CompressionLayer::new().quality(CompressionLevel::Fastest))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
 }

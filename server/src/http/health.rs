@@ -31,6 +31,34 @@ pub async fn metrics(State(app): State<AppState>) -> Response {
         .into_response()
 }
 
-pub async fn style() -> Response {
-    ([(header::CONTENT_TYPE, "text/css")], app::STYLE).into_response()
+/// GET /style.css: revalidated by its ETag (a hash of the stylesheet this
+/// binary carries), so a browser fetches it once per version and an
+/// upgrade is seen at the next page.
+pub async fn style(headers: axum::http::HeaderMap) -> Response {
+    static ETAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let etag = ETAG.get_or_init(|| {
+        use sha2::Digest;
+        let h = sha2::Sha256::digest(app::STYLE.as_bytes());
+        format!("\"{}\"", &crate::util::hex(&h)[..16])
+    });
+    let cache = (header::CACHE_CONTROL, "no-cache");
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == etag.as_bytes())
+    {
+        return (
+            StatusCode::NOT_MODIFIED,
+            [(header::ETAG, etag.as_str()), cache],
+        )
+            .into_response();
+    }
+    (
+        [
+            (header::CONTENT_TYPE, "text/css"),
+            (header::ETAG, etag.as_str()),
+            cache,
+        ],
+        app::STYLE,
+    )
+        .into_response()
 }

@@ -333,17 +333,47 @@ pub async fn error_pages_with_navigation(
     Response::from_parts(parts, axum::body::Body::from(html))
 }
 
+///
+/// What a page carries is the token masked afresh for each response
+/// (`mask_csrf`): pages are sent compressed, and a secret that is the same
+/// in every response beside text an attacker can put in the page could be
+/// guessed a character at a time from the compressed sizes (BREACH).
 pub async fn csrf_token(session: &Session) -> Result<String, StoreError> {
     if let Some(t) = session
         .get::<String>(CSRF_KEY)
         .await
         .map_err(session_error)?
     {
-        return Ok(t);
+        return Ok(mask_csrf(&t));
     }
     let t = random_token("");
     session.insert(CSRF_KEY, &t).await.map_err(session_error)?;
-    Ok(t)
+    Ok(mask_csrf(&t))
+}
+
+/// The token as a page carries it: a fresh random pad, then the token's
+/// bytes XOR the pad, both in hex. Every response shows different bytes
+/// for the same token.
+pub fn mask_csrf(token: &str) -> String {
+    let t = token.as_bytes();
+    let pad: Vec<u8> = (0..t.len()).map(|_| rand::random::<u8>()).collect();
+    let masked: Vec<u8> = t.iter().zip(&pad).map(|(a, b)| a ^ b).collect();
+    format!("{}{}", crate::util::hex(&pad), crate::util::hex(&masked))
+}
+
+/// Whether `given` (masked by `mask_csrf`, or the bare token as pages
+/// before masking carried it) is the session's token, in constant time
+/// for a given length.
+pub fn csrf_matches(expected: &str, given: &str) -> bool {
+    let e = expected.as_bytes();
+    if given.len() == e.len() * 4 {
+        if let Ok(b) = hex::decode(given) {
+            let (pad, masked) = b.split_at(e.len());
+            let t: Vec<u8> = masked.iter().zip(pad).map(|(a, b)| a ^ b).collect();
+            return crate::util::constant_time_eq(e, &t);
+        }
+    }
+    crate::util::constant_time_eq(e, given.as_bytes())
 }
 
 fn is_form(headers: &HeaderMap) -> bool {
@@ -413,7 +443,7 @@ pub async fn require_csrf(req: Request, next: Next) -> Response {
         req = Request::from_parts(parts, axum::body::Body::from(bytes));
     }
     match (expected, given) {
-        (Some(e), Some(g)) if crate::util::constant_time_eq(e.as_bytes(), g.as_bytes()) => {
+        (Some(e), Some(g)) if csrf_matches(&e, &g) => {
             next.run(req).await
         }
         _ if api => ApiError::Forbidden(

@@ -10,6 +10,7 @@ mod islands;
 mod quotas;
 mod table;
 mod transfers;
+mod transport;
 
 use crate::common::*;
 use reqwest::{Method, StatusCode};
