@@ -200,6 +200,21 @@ try {
             await readable(page, `${path} sorted`);
           }
         });
+        await step(page, 'tables-sort-by-keyboard', async () => {
+          // A header with no link of the server's is focusable once the
+          // island runs, and Enter or Space sorts as a click does.
+          await open(page, base, '/users', true);
+          const th = 'table.users thead th:nth-child(1)';
+          await page.waitForFunction((s) => document.querySelector(s)?.getAttribute('tabindex') === '0', th, { timeout: 15_000 });
+          await page.focus(th);
+          await page.keyboard.press('Enter');
+          const after = await page.getAttribute(th, 'aria-sort');
+          expect(after === 'ascending' || after === 'descending', `Enter sorts: aria-sort ${after}`);
+          await page.keyboard.press(' ');
+          const again = await page.getAttribute(th, 'aria-sort');
+          expect(again && again !== after, `Space sorts the other way: ${after} then ${again}`);
+          expect(await stayed(page), 'no reload, no scroll by Space');
+        });
       }
 
       // ---- the tree: ▸/▾ in place, each level sorted, children under their parent ----

@@ -402,6 +402,39 @@ fn edit_address(change: impl FnOnce(&web_sys::UrlSearchParams)) -> Option<String
 /// `MAX_TOGGLED`).
 const MAX_TOGGLED: usize = 50;
 
+/// The sortable headers that hold no link of the server's become
+/// reachable by keyboard once the island runs (without scripts they do
+/// nothing, so they are not focusable then).
+pub fn focusable_headers(root: &Element) {
+    let Ok(list) = root.query_selector_all("th[data-sort]") else {
+        return;
+    };
+    for i in 0..list.length() {
+        let Some(th) = list.item(i).and_then(|n| n.dyn_into::<Element>().ok()) else {
+            continue;
+        };
+        if th.query_selector("a").ok().flatten().is_none() {
+            let _ = th.set_attribute("tabindex", "0");
+        }
+    }
+}
+
+/// Enter or Space on a focused sortable header sorts as a click does (a
+/// header holding the server's link is a link, which Enter follows).
+pub fn table_key(ev: web_sys::KeyboardEvent) {
+    let key = ev.key();
+    if key != "Enter" && key != " " {
+        return;
+    }
+    let Some(t) = ev.target().and_then(|t| t.dyn_into::<Element>().ok()) else {
+        return;
+    };
+    if t.tag_name().eq_ignore_ascii_case("th") && t.has_attribute("data-sort") {
+        ev.prevent_default();
+        sort_by_header(&t);
+    }
+}
+
 /// A click in a sort-table: a header (`th[data-sort]`) sorts the rows
 /// (each level of a tree); in a tree that opens in place, ▸ opens a level
 /// and ▾ folds it. Anything else (a tree search's rows, say) is left to

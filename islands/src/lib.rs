@@ -14,7 +14,8 @@
 //!   and the "needs attention" section as the server drew them: one poll
 //!   per page, and no island of its own.
 //! - [`SortTable`] wraps a flat table: a click on a header marked
-//!   `data-sort="num|text"` orders the rows in place by their cells'
+//!   `data-sort="num|text"` (or Enter or Space on it: such headers are
+//!   made focusable when the island runs) orders the rows in place by their cells'
 //!   `data-sort-value` (numbers compared exactly, as `i128`, never by the
 //!   formatted text) or, without one, their text, and sets `aria-sort`.
 //!   When the header holds the server's sort link, the address follows
@@ -162,11 +163,21 @@ pub fn AlertsBadge(count: usize) -> impl IntoView {
 /// stay under their parent, and its ▸/▾ links open and fold in place.
 #[island]
 pub fn SortTable(children: Children) -> impl IntoView {
+    let root = NodeRef::<leptos::html::Div>::new();
     #[cfg(feature = "hydrate")]
-    let click = client::table_click;
+    Effect::new(move |_| {
+        if let Some(d) = root.get() {
+            client::focusable_headers(&d);
+        }
+    });
+    #[cfg(feature = "hydrate")]
+    let (click, key) = (client::table_click, client::table_key);
     #[cfg(not(feature = "hydrate"))]
-    let click = |_: leptos::ev::MouseEvent| {};
-    view! { <div class="sort-table" on:click=click>{children()}</div> }
+    let (click, key) = (
+        |_: leptos::ev::MouseEvent| {},
+        |_: leptos::ev::KeyboardEvent| {},
+    );
+    view! { <div class="sort-table" node_ref=root on:click=click on:keydown=key>{children()}</div> }
 }
 
 /// The WASM bundle's entry point: called once the module is loaded, before
