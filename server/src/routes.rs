@@ -31,6 +31,8 @@ pub fn http_router(app: AppState) -> Router {
         .route("/api/v1/check", post(check::check))
         .merge(http::transfers::router())
         .merge(http::alerts::router())
+        // Inside `authenticate`: a body is read only for a known caller.
+        .route_layer(middleware::from_fn(portal::edge::check_api_body))
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             portal::auth::authenticate,

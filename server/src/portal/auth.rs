@@ -385,7 +385,7 @@ fn is_form(headers: &HeaderMap) -> bool {
 
 /// The largest form read from someone not logged in (a login form is a
 /// few hundred bytes).
-const ANONYMOUS_FORM_LIMIT: usize = 16 * 1024;
+pub(crate) const ANONYMOUS_FORM_LIMIT: usize = 16 * 1024;
 
 /// CSRF protection for every state-changing request (anything but GET,
 /// HEAD, OPTIONS) that relies on the session cookie: the session's token

@@ -18,7 +18,7 @@ use super::limits::control_char;
 use crate::http::{ApiError, API_BODY_LIMIT};
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -143,83 +143,118 @@ pub async fn reject_control_chars(req: Request, next: Next) -> Response {
             }
         }
     }
-    let kind = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    let form = kind.starts_with("application/x-www-form-urlencoded");
-    // The API's handlers read every body as JSON whatever its Content-Type,
-    // so on `/api/` every body is checked as JSON.
-    let json = api || kind.starts_with("application/json");
-    // An API call without credentials (no bearer token, no signed-in
-    // session) is refused by `authenticate` before any handler reads its
-    // body: nothing to buffer for an anonymous client.
-    let anonymous_api = api && !req.headers().contains_key(header::AUTHORIZATION) && {
-        match req.extensions().get::<tower_sessions::Session>() {
-            Some(s) => s
-                .get::<i64>(crate::store::sessions::USER_ID_KEY)
-                .await
-                .ok()
-                .flatten()
-                .is_none(),
-            None => true,
-        }
-    };
-    if (!form && !json) || anonymous_api {
-        return too_large_as_json(api, next.run(req).await).await;
+    // The API's bodies are checked once the caller is known
+    // (`check_api_body`, inside `authenticate`): nothing is read, let
+    // alone parsed, for a caller whose token has not been checked.
+    if api {
+        return too_large_as_json(true, next.run(req).await).await;
     }
+    let kind = content_type(&req);
+    let form = kind.starts_with("application/x-www-form-urlencoded");
+    let json = kind.starts_with("application/json");
+    if !form && !json {
+        return next.run(req).await;
+    }
+    // Before sign-in the only page that takes a body is the login form:
+    // an anonymous body is read up to the login form's bound, never a
+    // whole MiB.
+    let signed_in = match req.extensions().get::<tower_sessions::Session>() {
+        Some(s) => s
+            .get::<i64>(crate::store::sessions::USER_ID_KEY)
+            .await
+            .ok()
+            .flatten()
+            .is_some(),
+        None => false,
+    };
+    let limit = if signed_in {
+        API_BODY_LIMIT
+    } else {
+        super::auth::ANONYMOUS_FORM_LIMIT
+    };
     let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, API_BODY_LIMIT).await {
+    let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
         Err(_) => {
             return refuse(
-                api,
+                false,
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the request body is larger than {API_BODY_LIMIT} bytes"),
+                format!("the request body is larger than {limit} bytes"),
             )
         }
     };
-    let found = if api {
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            None
-        } else {
-            // What does not parse here is not checked: refused, lest a
-            // typed parse that is more lenient (an unknown field holding
-            // `1e400`) let a control character through.
-            match serde_json::from_slice::<serde_json::Value>(&bytes) {
-                Ok(v) => in_json(&v, "the body"),
-                Err(e) => {
-                    return refuse(
-                        api,
-                        StatusCode::BAD_REQUEST,
-                        format!("the request body is not valid JSON: {e}"),
-                    )
-                }
-            }
-        }
-    } else if form {
+    let found = if form {
         serde_urlencoded::from_bytes::<Vec<(String, String)>>(&bytes)
             .ok()
             .and_then(|pairs| in_pairs(&pairs))
     } else {
-        // Not JSON at all: the handler says so in its own words.
+        // Not a form: the handler says what it makes of it in its own words.
         serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()
             .and_then(|v| in_json(&v, "the body"))
     };
     if let Some(m) = found {
         return refuse(
-            api,
+            false,
             StatusCode::BAD_REQUEST,
             format!("{m}; text may not hold control characters other than tab and line breaks, nor bidirectional overrides"),
         );
     }
-    let resp = next
-        .run(Request::from_parts(parts, Body::from(bytes)))
-        .await;
-    too_large_as_json(api, resp).await
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+fn content_type(req: &Request) -> String {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase()
+}
+
+/// The API's bodies, checked for control characters once `authenticate`
+/// has let the caller in (a route layer inside it). The API's handlers
+/// read every body as JSON whatever its Content-Type, so every body is
+/// checked as JSON; what does not parse here is refused, lest a typed
+/// parse that is more lenient (an unknown field holding `1e400`) let a
+/// control character through.
+pub async fn check_api_body(req: Request, next: Next) -> Response {
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, API_BODY_LIMIT).await {
+        Ok(b) => b,
+        Err(_) => {
+            return refuse(
+                true,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is larger than {API_BODY_LIMIT} bytes"),
+            )
+        }
+    };
+    if !bytes.iter().all(u8::is_ascii_whitespace) {
+        match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(v) => {
+                if let Some(m) = in_json(&v, "the body") {
+                    return refuse(
+                        true,
+                        StatusCode::BAD_REQUEST,
+                        format!("{m}; text may not hold control characters other than tab and line breaks, nor bidirectional overrides"),
+                    );
+                }
+            }
+            Err(e) => {
+                return refuse(
+                    true,
+                    StatusCode::BAD_REQUEST,
+                    format!("the request body is not valid JSON: {e}"),
+                )
+            }
+        }
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
 
 /// A 413 from a layer or extractor on the API, in the API's JSON shape.

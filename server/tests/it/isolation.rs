@@ -275,3 +275,60 @@ async fn admissions_answer_while_the_heaviest_pages_are_fetched_in_a_loop() {
         "pages answered or refused as too many, nothing else: {seen:?}"
     );
 }
+
+/// No body is read, let alone parsed, for a caller nobody has checked: an
+/// API call with a made-up bearer token is answered 401 whatever its body
+/// holds (a control character would have been a 400 had it been read),
+/// and a page's POST before sign-in is read up to the login form's bound
+/// only, even with the anonymous session's own CSRF token.
+#[tokio::test]
+async fn nothing_is_read_of_a_body_before_its_caller_is_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&fresh_sqlite(&dir)).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(format!("{}/api/v1/quotas", s.http))
+        .header("authorization", "Bearer nope")
+        .header("content-type", "application/json")
+        .body("{\"a\":\"\\u0000\"}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::UNAUTHORIZED,
+        "{}",
+        r.text().await.unwrap()
+    );
+    // A MiB of JSON behind the same made-up token: 401, unread.
+    let big = format!("[{}]", vec!["{\"\":0}"; 140_000].join(","));
+    let r = client
+        .post(format!("{}/api/v1/quotas", s.http))
+        .header("authorization", "Bearer nope")
+        .header("content-type", "application/json")
+        .body(big.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+
+    // Anonymous, with the login page's CSRF token in the header.
+    let b = Browser::new(&s);
+    b.get("/login").await;
+    let csrf = b.csrf().unwrap();
+    let p = b
+        .request(Method::POST, "/tokens", |r| {
+            r.header("x-csrf-token", csrf.as_str())
+                .header("content-type", "application/json")
+                .body(big)
+        })
+        .await;
+    assert_eq!(p.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", p.body);
+    assert!(p.body.contains("16384 bytes"), "{}", p.body);
+
+    // Signed in, a bad body is still refused in words.
+    let (status, v) = s
+        .api(Method::POST, "/api/v1/quotas", Some(json!({"a": "\u{0}"})))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+}
