@@ -1,7 +1,9 @@
 //! Characters no name, label, uid or username may hold: NUL and every other
-//! C0/C1 control, and the bidirectional embeddings, overrides and isolates
-//! (U+202A–U+202E, U+2066–U+2069), which make a name read otherwise than it
-//! is written in a page, an email or a log. PostgreSQL refuses NUL in any
+//! C0/C1 control; the bidirectional embeddings, overrides and isolates
+//! (U+202A–U+202E, U+2066–U+2069) and marks (U+200E, U+200F, U+061C),
+//! which make a name read otherwise than it is written in a page, an email
+//! or a log; and the invisible line and paragraph separators and the
+//! byte-order mark (U+2028, U+2029, U+FEFF). PostgreSQL refuses NUL in any
 //! text it stores, so one such string kept in a status fails every later
 //! write that carries it; refusing them where they come in is what keeps a
 //! quota writable. Free text (a reason, a note) may also hold tab and the
@@ -11,7 +13,18 @@ use std::borrow::Cow;
 
 /// Whether `c` may appear in no identifier.
 pub fn is_hostile(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    c.is_control() || is_direction(c) || is_invisible(c)
+}
+
+fn is_direction(c: char) -> bool {
+    matches!(
+        c,
+        '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}'
+    )
+}
+
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{2028}' | '\u{2029}' | '\u{FEFF}')
 }
 
 /// The first character of `s` no identifier may hold.
@@ -31,8 +44,10 @@ pub fn control_char(s: &str) -> Option<char> {
 pub fn describe(c: char) -> String {
     if c.is_control() {
         format!("a control character (U+{:04X})", c as u32)
-    } else {
+    } else if is_direction(c) {
         format!("a bidirectional override character (U+{:04X})", c as u32)
+    } else {
+        format!("an invisible separator (U+{:04X})", c as u32)
     }
 }
 
@@ -62,6 +77,12 @@ mod tests {
             "\u{85}",
             "evil\u{202E}gnp",
             "\u{2066}",
+            "ab\u{200F}c",
+            "\u{200E}x",
+            "x\u{061C}",
+            "one\u{2028}two",
+            "\u{2029}",
+            "\u{FEFF}bom",
         ] {
             assert!(hostile_char(bad).is_some(), "{bad:?}");
             assert!(control_char(bad).is_some(), "{bad:?}");
@@ -81,6 +102,11 @@ mod tests {
             assert_eq!(hostile_char(ok), None, "{ok:?}");
         }
         assert_eq!(describe('\0'), "a control character (U+0000)");
+        assert_eq!(
+            describe('\u{200F}'),
+            "a bidirectional override character (U+200F)"
+        );
+        assert_eq!(describe('\u{2028}'), "an invisible separator (U+2028)");
         assert_eq!(
             describe('\u{202E}'),
             "a bidirectional override character (U+202E)"

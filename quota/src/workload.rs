@@ -114,6 +114,13 @@ pub const MAX_NAME: usize = 253;
 pub const MAX_NAMESPACE: usize = 63;
 pub const MAX_KIND: usize = 63;
 
+/// Distinct resource names (requests and limits counted apart) one
+/// workload may ask for, over all its pods: a real pod asks for a few
+/// (CPU, memory, storage, a GPU, hugepages, an RDMA device); each name is
+/// kept in its quota's status, so thousands of made-up ones would make
+/// every later write of that quota carry them.
+pub const MAX_RESOURCE_NAMES: usize = 64;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdapterError {
     #[error("cannot read {kind}: {message}")]
@@ -315,7 +322,16 @@ impl Adapter {
     fn read_from(&self, src: Source<'_>, cfg: &KeyConfig) -> Result<Workload, AdapterError> {
         self.check_type(src)?;
         let mut w = (self.read)(src, cfg).map_err(|f| self.refusal(f))?;
-        if let Some((k, v)) = w.usage().into_iter().find(|(_, v)| v.nanos() > MAX_NANOS) {
+        let usage = w.usage();
+        if usage.len() > MAX_RESOURCE_NAMES {
+            let problem = format!(
+                "it asks for {} different resources; a workload may ask for at most \
+                 {MAX_RESOURCE_NAMES} (the limit on resource names per workload, docs/limits.md)",
+                usage.len()
+            );
+            return Err(self.refusal(Fault::bad(&w.meta, None, problem)));
+        }
+        if let Some((k, v)) = usage.into_iter().find(|(_, v)| v.nanos() > MAX_NANOS) {
             let problem = format!(
                 "its pods come to {v} of {k}; at most {} units",
                 MAX_NANOS / crate::quantity::NANO
@@ -1198,6 +1214,31 @@ mod tests {
         ] {
             assert!(job.read(&good, &keys).is_ok(), "{good}");
         }
+    }
+
+    /// A workload asking for more distinct resource names than
+    /// `MAX_RESOURCE_NAMES` is refused naming the limit; at the limit it
+    /// is read.
+    #[test]
+    fn a_workload_with_more_resource_names_than_the_limit_is_refused() {
+        let job = adapter_for_kind("batch", "Job").unwrap();
+        let with = |n: usize| {
+            let requests: Vec<String> = (0..n)
+                .map(|i| format!(r#""example.com/r{i:05}":"1""#))
+                .collect();
+            format!(
+                r#"{{"metadata":{{"name":"wide","namespace":"ml"}},"spec":{{"template":{{"spec":{{"containers":[{{"resources":{{"requests":{{{}}}}}}}]}}}}}}}}"#,
+                requests.join(",")
+            )
+        };
+        let keys = KeyConfig::default();
+        let e = job.read(&with(20_000), &keys).unwrap_err().to_string();
+        assert!(
+            e.contains("different resources; a workload may ask for at most 64"),
+            "{e}"
+        );
+        let fits = job.read(&with(10), &keys).unwrap();
+        assert!(fits.usage().len() <= MAX_RESOURCE_NAMES);
     }
 
     /// The adapters read the declared run time as `runtime::max_runtime`

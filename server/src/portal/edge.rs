@@ -77,11 +77,7 @@ fn refuse(api: bool, status_if_api: StatusCode, message: String) -> Response {
 }
 
 fn what(c: char) -> String {
-    if c.is_control() {
-        format!("a control character (U+{:04X})", c as u32)
-    } else {
-        format!("a bidirectional override character (U+{:04X})", c as u32)
-    }
+    quota::text::describe(c)
 }
 
 /// The first control character among form or query pairs: which field.
