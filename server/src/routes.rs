@@ -58,6 +58,10 @@ pub fn http_router(app: AppState) -> Router {
         .layer(middleware::from_fn(portal::auth::secure_cookie_behind_tls))
         .layer(DefaultBodyLimit::max(http::API_BODY_LIMIT))
         .layer(middleware::from_fn(portal::edge::security_headers))
+        .layer(middleware::from_fn_with_state(
+            (app.service.metrics.clone(), "http"),
+            http::count_refusals,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
 }
@@ -101,6 +105,10 @@ pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
         .route("/healthz", get(health::healthz))
         .layer(DefaultBodyLimit::max(http::WEBHOOK_BODY_LIMIT))
         .layer(middleware::from_fn(http::webhook_errors_as_status))
+        .layer(middleware::from_fn_with_state(
+            (app.service.metrics.clone(), "webhook"),
+            http::count_refusals,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
 }
