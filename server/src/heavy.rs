@@ -177,8 +177,10 @@ impl Heavy {
         r.total += 1;
         *r.by_user.entry(user.to_string()).or_insert(0) += 1;
         Ok(Permit {
-            gate: self.clone(),
-            user: user.to_string(),
+            place: Arc::new(Place {
+                gate: self.clone(),
+                user: user.to_string(),
+            }),
         })
     }
 
@@ -208,13 +210,19 @@ impl Heavy {
     }
 }
 
-/// One heavy request's place; given back when dropped.
+/// One heavy request's place; given back when the request and every job
+/// it sent to the render threads have ended.
 pub struct Permit {
+    place: Arc<Place>,
+}
+
+/// The place itself, held by the request and by each of its jobs.
+struct Place {
     gate: Arc<Heavy>,
     user: String,
 }
 
-impl Drop for Permit {
+impl Drop for Place {
     fn drop(&mut self) {
         self.gate.leave(&self.user);
     }
@@ -229,13 +237,26 @@ impl Permit {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
+        self.work(f).await
+    }
+
+    /// Runs `f` on a render thread, the request keeping its place for
+    /// more (parsing what it read before it reads on, say). The job holds
+    /// the place too, so an abandoned request's job still counts until it
+    /// ends.
+    pub async fn work<T, F>(&self, f: F) -> Result<T, Failed>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let gate = self.gate.clone();
+        let place = self.place.clone();
+        let gate = place.gate.clone();
         let job: Job = Box::new(move || {
             let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            // The place goes back before the answer: whoever reads the
-            // answer finds it free.
-            drop(self);
+            // The job's hold on the place goes before the answer: whoever
+            // reads the answer of a request's last job finds it free.
+            drop(place);
             // A panic (already in the log) drops `tx`: the caller gets Failed.
             if let Ok(v) = out {
                 let _ = tx.send(v);
@@ -246,6 +267,8 @@ impl Permit {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .send(job);
+        // The request's own hold goes once it is answered (for `render`,
+        // `self` is dropped on return).
         match sent {
             Ok(()) => rx.await.map_err(|_| Failed),
             // The threads are gone, which cannot happen while the gate lives.
@@ -328,6 +351,14 @@ mod tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+        assert_eq!(gate.running(), 0);
+        // Work under a place keeps it for the request; the place goes when
+        // the request drops it.
+        let p = gate.enter("ana").unwrap();
+        let n = p.work(|| 41 + 1).await.unwrap();
+        assert_eq!(n, 42);
+        assert_eq!(gate.running(), 1, "still the request's");
+        assert_eq!(p.render(move || n).await.unwrap(), 42);
         assert_eq!(gate.running(), 0);
         // A job that panics answers Failed and frees its place.
         let r = gate.enter("ana").unwrap().render(|| panic!("boom")).await;

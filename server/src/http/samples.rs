@@ -73,6 +73,7 @@ pub async fn samples(
     drop(all);
     let panel = place
         .render(move || {
+            let g = g.parse().map_err(crate::service::ServiceError::from)?;
             let inputs = Inputs {
                 own: &g.own,
                 live: &status,

@@ -11,6 +11,7 @@ use crate::http::AppState;
 use crate::service::changes::{self, ChangeError};
 use crate::service::ServiceError;
 use crate::store::history::DAY_MS;
+use crate::store::StoreError;
 use app::chart_section::{self, Charts};
 use app::charts;
 use app::layout::Flash;
@@ -204,7 +205,7 @@ pub async fn tree(
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
     // What the viewer may see holds every descendant of what it shows, so
     // each subtree's usage is whole.
-    let forest = changes::visible_forest(&app.service, &viewer.principal).await?;
+    let forest = changes::visible_forest_on(&app.service, &viewer.principal, &place).await?;
     let query = TreeQuery {
         search: t.q,
         filter: TreeFilter::parse(&t.filter),
@@ -400,8 +401,16 @@ pub async fn detail(
     let p = &viewer.principal;
     let cfg = app.service.keys.clone();
     let now = app.service.now();
-    // The forecasts' window, whatever range the charts show.
-    let s = samples(&app, &name, FORECAST_WINDOW_MS + DAY_MS).await?;
+    // The forecasts' window, whatever range the charts show: read here,
+    // parsed on a render thread.
+    let rows = app
+        .portal
+        .sql
+        .sample_rows(&name, now - (FORECAST_WINDOW_MS + DAY_MS), now)
+        .await?;
+    let s = place
+        .work(move || rows.parse().map(crate::service::charts::to_samples))
+        .await??;
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
         &all,
@@ -463,6 +472,7 @@ pub async fn detail(
     // the runtime's threads.
     let html = place
         .render(move || {
+            let gathered = gathered.parse()?;
             let mut d = d;
             d.keys = key_details(&q, &in_use, &cfg);
             d.breakdowns = breakdowns(&q, &cfg);
@@ -482,9 +492,9 @@ pub async fn detail(
                     cfg: &cfg,
                 }),
             };
-            app::quotas::render_detail_page(page, d, flash)
+            Ok::<_, StoreError>(app::quotas::render_detail_page(page, d, flash))
         })
-        .await?;
+        .await??;
     Ok(Html(html).into_response())
 }
 
