@@ -11,7 +11,6 @@ use crate::http::AppState;
 use crate::service::changes::{self, ChangeError};
 use crate::service::ServiceError;
 use crate::store::history::DAY_MS;
-use crate::store::StoreError;
 use app::chart_section::{self, Charts};
 use app::charts;
 use app::layout::Flash;
@@ -413,11 +412,12 @@ pub async fn detail(
         .await??;
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
+        &place,
         &all,
         &q,
-        range,
-        now,
+        (range, now),
         crate::service::charts::Children::All,
+        None,
     )
     .await?;
     let mut children: Vec<(String, String)> = all
@@ -472,7 +472,6 @@ pub async fn detail(
     // the runtime's threads.
     let html = place
         .render(move || {
-            let gathered = gathered.parse()?;
             let mut d = d;
             d.keys = key_details(&q, &in_use, &cfg);
             d.breakdowns = breakdowns(&q, &cfg);
@@ -492,9 +491,9 @@ pub async fn detail(
                     cfg: &cfg,
                 }),
             };
-            Ok::<_, StoreError>(app::quotas::render_detail_page(page, d, flash))
+            app::quotas::render_detail_page(page, d, flash)
         })
-        .await??;
+        .await?;
     Ok(Html(html).into_response())
 }
 

@@ -288,6 +288,11 @@ impl SampleRows {
         self.rows.is_empty()
     }
 
+    /// The instant of the newest row, if any.
+    pub fn last_at(&self) -> Option<i64> {
+        self.rows.last().map(|r| r.0)
+    }
+
     /// Each sample in turn, oldest first, to `sink`, with only what
     /// `wanted(column, key)` keeps of its lists (`hard`, `used`,
     /// `self_used`; `wanted(column, "")` says whether the column is read at
@@ -558,13 +563,36 @@ impl SqlStore {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<SampleRows, StoreError> {
-        let rows = sqlx::query(
-            "SELECT at_ms, hard, used, self_used FROM usage_samples \
-             WHERE quota = $1 AND at_ms >= $2 AND at_ms <= $3 ORDER BY at_ms",
-        )
+        self.sample_rows_from(quota, from_ms, to_ms, i64::MAX, false)
+            .await
+    }
+
+    /// At most `limit` of `quota`'s rows with `from_ms ≤ at_ms ≤ to_ms`,
+    /// oldest first, unparsed; `used_only`: the other lists read as empty
+    /// (a child's samples in a children chart). A reader of many rows goes
+    /// through them a `limit` at a time, so what it holds unparsed stays
+    /// bounded.
+    pub async fn sample_rows_from(
+        &self,
+        quota: &str,
+        from_ms: i64,
+        to_ms: i64,
+        limit: i64,
+        used_only: bool,
+    ) -> Result<SampleRows, StoreError> {
+        let columns = if used_only {
+            "at_ms, '{}' AS hard, used, '{}' AS self_used"
+        } else {
+            "at_ms, hard, used, self_used"
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT {columns} FROM usage_samples \
+             WHERE quota = $1 AND at_ms >= $2 AND at_ms <= $3 ORDER BY at_ms LIMIT $4"
+        ))
         .bind(quota)
         .bind(from_ms)
         .bind(to_ms)
+        .bind(limit)
         .fetch_all(&self.read)
         .await?;
         let rows = rows
