@@ -55,7 +55,7 @@ pub fn of<'a>(username: Option<&'a str>, workload_ref: &'a str) -> Share<'a> {
 fn namespace(workload_ref: &str) -> &str {
     match WorkloadRef::parse(workload_ref) {
         Some(r) => r.namespace,
-        None => workload_ref.splitn(4, '/').nth(2).unwrap_or(""),
+        None => workload_ref.split('/').nth(2).unwrap_or(""),
     }
 }
 
