@@ -540,13 +540,19 @@ mod soak {
     const WIDE_KEYS: usize = quota::tree::MAX_KEYS;
     /// Children of the wide quota: as many as one chart reads.
     const WIDE_CHILDREN: usize = quota::series::MAX_CHART_CHILDREN;
-    /// Samples of the wide quota over the year, and of each of its children.
-    const WIDE_SAMPLES: i64 = 1_500;
-    const WIDE_CHILD_SAMPLES: i64 = 365;
+    /// Samples of the wide quota over the year, and of each of its
+    /// children (the smoke run: a few, so that CI only checks it works).
+    fn wide_samples() -> (i64, i64) {
+        if std::env::args().any(|a| a == "--smoke") {
+            (60, 12)
+        } else {
+            (1_500, 365)
+        }
+    }
 
     /// `wide`: a quota of `WIDE_KEYS` keys owned by `wide-owner`, with
     /// `WIDE_CHILDREN` children of as many keys, and a year of samples of
-    /// every key (the heaviest page and children chart a tenant can ask
+    /// every key (`wide_samples`) (the heaviest page and children chart a tenant can ask
     /// for; a quota keeps at most about 5,700 samples, so this is about a
     /// quarter of the worst case for the quota and 1/16 for each child).
     async fn wide(store: &SqlStore, svc: &Service, now: i64) {
@@ -591,11 +597,12 @@ mod soak {
             q.status.self_used = keys(step % hard);
             q
         };
-        for step in 0..WIDE_SAMPLES {
-            let at = now - year + step * (year / WIDE_SAMPLES);
+        let (samples, child_samples) = wide_samples();
+        for step in 0..samples {
+            let at = now - year + step * (year / samples);
             let mut quotas = vec![sampled("wide", step, 10_000)];
             // The children's samples, spread over the same year.
-            if step % (WIDE_SAMPLES / WIDE_CHILD_SAMPLES) == 0 {
+            if step % (samples / child_samples) == 0 {
                 quotas.extend(kids.iter().map(|k| sampled(k, step, 100)));
             }
             store.record_samples(at, &quotas).await.unwrap();
