@@ -28,6 +28,19 @@ pub const MAX_POINTS: usize = 1_500;
 /// the most now ([`children_to_draw`]); the others are counted, not read.
 pub const MAX_CHART_CHILDREN: usize = 24;
 
+/// The most series of children (children × keys) a quota page reads for
+/// its charts: a page draws a children chart per key, so a quota of many
+/// keys stacks fewer children on each ([`page_children`]). One key's
+/// children chart (the samples API) still reads [`MAX_CHART_CHILDREN`].
+pub const MAX_PAGE_CHILD_SERIES: usize = 384;
+
+/// How many children a quota page of `keys` keys stacks on its charts:
+/// [`MAX_CHART_CHILDREN`] up to 16 keys, fewer beyond, at least one. What
+/// a page holds of its children is then bounded whatever its keys.
+pub fn page_children(keys: usize) -> usize {
+    (MAX_PAGE_CHILD_SERIES / keys.max(1)).clamp(1, MAX_CHART_CHILDREN)
+}
+
 /// The time ranges a chart offers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Range {
@@ -530,5 +543,17 @@ mod tests {
                 ("b".to_string(), vec![q(0), q(0), q(1), q(1)]),
             ]
         );
+    }
+
+    #[test]
+    fn a_page_stacks_fewer_children_the_more_keys_it_has() {
+        assert_eq!(page_children(0), MAX_CHART_CHILDREN);
+        assert_eq!(page_children(16), MAX_CHART_CHILDREN);
+        assert_eq!(page_children(17), 22);
+        assert_eq!(page_children(64), 6);
+        assert_eq!(page_children(256), 1);
+        for keys in 1..=crate::tree::MAX_KEYS {
+            assert!(page_children(keys) * keys <= MAX_PAGE_CHILD_SERIES.max(keys));
+        }
     }
 }

@@ -16,6 +16,13 @@
 //! the portal's answers (200, 429), and the server's peak RSS. The smoke
 //! run does a 4 s soak.
 //!
+//! Before the soak it measures the server's memory around each of the
+//! heaviest requests alone (a 256-key quota page over a year with 24
+//! children, children charts, reports, the tree's CSV): its resident
+//! high-water mark over its resident size before (`--no-memory` skips
+//! it and the wide quota's year of samples it needs). After the soak it
+//! prints the refusals the server counted (`/metrics`).
+//!
 //! Builds a forest on SQLite (root → departments → teams, every team with
 //! 1 to 8 of its 8 GPUs in use), starts the real `bizrq` binary on it,
 //! logs in as the admin and as a member of one team, and fetches the pages
@@ -409,16 +416,20 @@ async fn run(quotas: usize, runs: usize, smoke_soak: Option<u64>) {
         );
     }
     if let Some(secs) = soak_secs {
-        soak::run(soak::Setup {
+        let setup = soak::Setup {
             base: base.clone(),
+            probe: format!("http://{http_addr}"),
             webhook: format!("https://{webhook_addr}"),
             pid: child.id().expect("the server's pid"),
             secs,
             tenants,
             loops: arg("--loops").unwrap_or(8),
             rate: arg("--soak-rate").unwrap_or(50),
-        })
-        .await;
+        };
+        if soak::measure_memory() {
+            soak::memory(&setup).await;
+        }
+        soak::run(setup).await;
     }
     let _ = child.kill().await;
 }
@@ -512,11 +523,195 @@ mod soak {
                 store.record_samples(at, &quotas).await.unwrap();
             }
         }
+        if measure_memory() {
+            wide(&store, &svc, now).await;
+        }
+        ledger(&store, &names, tenants, now).await;
         store.close().await;
+    }
+
+    /// Whether to measure the memory of the heaviest requests before the
+    /// soak (not with `--no-memory`, which also skips building their data).
+    pub fn measure_memory() -> bool {
+        !std::env::args().any(|a| a == "--no-memory")
+    }
+
+    /// Keys of the wide quota: the most a quota may hold.
+    const WIDE_KEYS: usize = quota::tree::MAX_KEYS;
+    /// Children of the wide quota: as many as one chart reads.
+    const WIDE_CHILDREN: usize = quota::series::MAX_CHART_CHILDREN;
+    /// Samples of the wide quota over the year, and of each of its
+    /// children (the smoke run: a few, so that CI only checks it works).
+    fn wide_samples() -> (i64, i64) {
+        if std::env::args().any(|a| a == "--smoke") {
+            (60, 12)
+        } else {
+            (1_500, 365)
+        }
+    }
+
+    /// `wide`: a quota of `WIDE_KEYS` keys owned by `wide-owner`, with
+    /// `WIDE_CHILDREN` children of as many keys, and a year of samples of
+    /// every key (`wide_samples`) (the heaviest page and children chart a tenant can ask
+    /// for; a quota keeps at most about 5,700 samples, so this is about a
+    /// quarter of the worst case for the quota and 1/16 for each child).
+    async fn wide(store: &SqlStore, svc: &Service, now: i64) {
+        let keys = |v: i64| -> quota::ResourceList {
+            (0..WIDE_KEYS)
+                .map(|i| {
+                    (
+                        format!("limits.cpu.m{i:05}"),
+                        quota::Quantity::from_units(v),
+                    )
+                })
+                .collect()
+        };
+        let spec = |parent: &str, v: i64| QuotaSpec {
+            parent: parent.into(),
+            hard: keys(v),
+            ..Default::default()
+        };
+        svc.create_quota("wide", spec("", 10_000), Persist::Here, "", false)
+            .await
+            .unwrap();
+        let kids: Vec<String> = (0..WIDE_CHILDREN).map(|i| format!("wide-{i:02}")).collect();
+        for k in &kids {
+            svc.create_quota(k, spec("wide", 100), Persist::Here, "", false)
+                .await
+                .unwrap();
+        }
+        let hash = password_auth::generate_hash(PASSWORD);
+        let user = store
+            .create_user("wide-owner", &hash, false, now)
+            .await
+            .unwrap();
+        store
+            .set_binding(user.id, "wide", bizrq::authz::Role::Owner, now)
+            .await
+            .unwrap();
+        let year = 365 * 86_400_000i64;
+        let sampled = |name: &str, step: i64, hard: i64| {
+            let mut q = quota::Quota::new(name, spec("", hard));
+            q.status.hard = q.spec.hard.clone();
+            q.status.used = keys(step % hard);
+            q.status.self_used = keys(step % hard);
+            q
+        };
+        let (samples, child_samples) = wide_samples();
+        for step in 0..samples {
+            let at = now - year + step * (year / samples);
+            let mut quotas = vec![sampled("wide", step, 10_000)];
+            // The children's samples, spread over the same year.
+            if step % (samples / child_samples) == 0 {
+                quotas.extend(kids.iter().map(|k| sampled(k, step, 100)));
+            }
+            store.record_samples(at, &quotas).await.unwrap();
+        }
+    }
+
+    /// Ledger entries for every tenant's department: each team spends
+    /// every hour for the last 30 days (what a report of a month reads).
+    async fn ledger(store: &SqlStore, names: &[String], tenants: usize, now: i64) {
+        use quota::budget::report::{Entry, Reason};
+        let hour = 3_600_000i64;
+        let until = now / hour * hour;
+        for t in 0..tenants {
+            let teams: Vec<&String> = names
+                .iter()
+                .filter(|n| n.starts_with(&format!("team-{t:03}-")))
+                .collect();
+            let mut batch = Vec::new();
+            for h in 0..(30 * 24) {
+                let start = until - (30 * 24 - h) * hour;
+                for team in &teams {
+                    batch.push(Entry {
+                        quota: team.to_string(),
+                        key: "cash/requests.nvidia.com/gpu".into(),
+                        workload: format!("batch/Job/{team}/train"),
+                        namespace: team.to_string(),
+                        model: None,
+                        qos: None,
+                        user: Some("bench".into()),
+                        start_ms: start,
+                        end_ms: start + hour,
+                        amount: 1_000_000_000_000,
+                        reason: Reason::Accrual,
+                        note: String::new(),
+                    });
+                }
+                if batch.len() >= 2_000 {
+                    store.append_ledger(&batch).await.unwrap();
+                    batch.clear();
+                }
+            }
+            store.append_ledger(&batch).await.unwrap();
+        }
+    }
+
+    /// The server's resident memory around one request alone: its peak
+    /// (`VmHWM`, reset before by `clear_refs`) over its resident size
+    /// before, the most of `runs` requests. What the allocator had already
+    /// kept from earlier requests is not counted again, so the first
+    /// request of a kind shows the most.
+    async fn memory_of(pid: u32, c: &Client, path: &str, runs: usize) -> (u64, u64, u16) {
+        let mut most = 0;
+        let mut before = 0;
+        let mut status = 0;
+        for _ in 0..runs {
+            let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+            let base = kib(pid, "VmRSS:");
+            let r = c
+                .http
+                .get(format!("{}{path}", c.base))
+                .header("cookie", &c.cookie)
+                .send()
+                .await
+                .unwrap();
+            status = r.status().as_u16();
+            let _ = r.bytes().await;
+            let peak = kib(pid, "VmHWM:");
+            if peak.saturating_sub(base) >= most {
+                most = peak.saturating_sub(base);
+                before = base;
+            }
+        }
+        (most, before, status)
+    }
+
+    /// Memory of the heaviest requests, one at a time on an idle server.
+    pub async fn memory(s: &Setup) {
+        let day = 86_400_000;
+        let today = bizrq::util::now_ms() / day * day;
+        let date = |ms: i64| quota::time::format_rfc3339(ms)[..10].to_string();
+        let (from, to) = (date(today - 30 * day), date(today - day));
+        let wide = Client::login(&s.base, "wide-owner", PASSWORD).await;
+        let tenant = Client::login(&s.base, "tenant-0", PASSWORD).await;
+        println!(
+            "\nmemory per request (server RSS high-water over RSS before, KiB; alone, the most of 3):"
+        );
+        let asks = [
+            (&wide, format!("/quotas/wide?range=1y ({WIDE_KEYS} keys, {WIDE_CHILDREN} children)"), "/quotas/wide?range=1y".to_string()),
+            (&wide, "children chart 1y of wide".to_string(), "/api/v1/quotas/wide/samples?key=limits.cpu.m00000&range=1y&chart=children".to_string()),
+            (&tenant, "children chart 1y of dept-000".to_string(), "/api/v1/quotas/dept-000/samples?key=requests.nvidia.com/gpu&range=1y&chart=children".to_string()),
+            (&tenant, "report of dept-000, 30 days by child".to_string(), format!("/reports.csv?subtree=dept-000&by=child&bucket=day&from={from}&to={to}")),
+            (&tenant, "report of dept-000, 30 days by quota (JSON)".to_string(), format!("/api/v1/reports?subtree=dept-000&by=quota&bucket=day&from={from}&to={to}")),
+            (&tenant, "/tree.csv (a department)".to_string(), "/tree.csv".to_string()),
+            (&wide, "/tree.csv (wide)".to_string(), "/tree.csv".to_string()),
+        ];
+        for (c, what, path) in asks {
+            let (kib_most, before, status) = memory_of(s.pid, c, &path, 3).await;
+            println!(
+                "  {what:<52} {status}  +{:>8.1} MiB over {:>6.1} MiB",
+                kib_most as f64 / 1024.0,
+                before as f64 / 1024.0
+            );
+        }
     }
 
     pub struct Setup {
         pub base: String,
+        /// Where `/metrics` answers.
+        pub probe: String,
         pub webhook: String,
         pub pid: u32,
         pub secs: u64,
@@ -746,6 +941,23 @@ mod soak {
         println!("portal answers during the soak (what, status: count; 0 = no answer):");
         for ((what, status), n) in answers.lock().unwrap().iter() {
             println!("  {what:<9} {status:>3}: {n}");
+        }
+        let metrics = reqwest::get(format!("{}/metrics", s.probe))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        println!(
+            "refusals the server counted (bizrq_*_refused_total, body budget, connections closed):"
+        );
+        for l in metrics.lines().filter(|l| {
+            !l.starts_with('#')
+                && (l.contains("_refused_total")
+                    || l.starts_with("bizrq_body_budget_exhausted_total")
+                    || l.starts_with("bizrq_connections_closed_total"))
+        }) {
+            println!("  {l}");
         }
         let hwm = kib(s.pid, "VmHWM:");
         println!(

@@ -14,6 +14,9 @@
 //! threads run at a lower scheduling priority (nice 10 on Linux), so that
 //! an admission that needs a CPU gets it first.
 
+use crate::metrics::ScopeLabels;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -63,6 +66,20 @@ pub enum Refused {
     Total(usize),
 }
 
+impl Refused {
+    /// Which cap, as the metric `bizrq_heavy_refused_total` labels it.
+    pub fn scope(&self) -> &'static str {
+        match self {
+            Refused::PerUser(_) => "user",
+            Refused::Total(_) => "all",
+        }
+    }
+}
+
+/// Refusals counted by `Refused::scope` (the server's metrics registry's
+/// family, or one of its own).
+pub type RefusalCounter = Family<ScopeLabels, Counter>;
+
 /// A render job ended without a result (it panicked; the panic is in the
 /// log).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +93,7 @@ pub struct Heavy {
     config: Config,
     running: Mutex<Running>,
     jobs: Mutex<mpsc::Sender<Job>>,
+    refused: RefusalCounter,
 }
 
 #[derive(Default)]
@@ -85,7 +103,13 @@ struct Running {
 }
 
 impl Heavy {
+    /// A gate counting its refusals where nobody reads them (tests).
     pub fn new(config: Config) -> Arc<Heavy> {
+        Heavy::counted(config, RefusalCounter::default())
+    }
+
+    /// A gate counting its refusals in `refused`.
+    pub fn counted(config: Config, refused: RefusalCounter) -> Arc<Heavy> {
         let config = Config {
             total: config.total.max(1),
             per_user: config.per_user.max(1),
@@ -122,6 +146,7 @@ impl Heavy {
             config,
             running: Mutex::new(Running::default()),
             jobs: Mutex::new(tx),
+            refused,
         })
     }
 
@@ -133,18 +158,39 @@ impl Heavy {
     pub fn enter(self: &Arc<Self>, user: &str) -> Result<Permit, Refused> {
         let mut r = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let mine = r.by_user.get(user).copied().unwrap_or(0);
-        if mine >= self.config.per_user {
-            return Err(Refused::PerUser(mine));
-        }
-        if r.total >= self.config.total {
-            return Err(Refused::Total(r.total));
+        let refused = if mine >= self.config.per_user {
+            Some(Refused::PerUser(mine))
+        } else if r.total >= self.config.total {
+            Some(Refused::Total(r.total))
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            drop(r);
+            self.refused
+                .get_or_create(&ScopeLabels {
+                    scope: why.scope().to_string(),
+                })
+                .inc();
+            return Err(why);
         }
         r.total += 1;
         *r.by_user.entry(user.to_string()).or_insert(0) += 1;
         Ok(Permit {
-            gate: self.clone(),
-            user: user.to_string(),
+            place: Arc::new(Place {
+                gate: self.clone(),
+                user: user.to_string(),
+            }),
         })
+    }
+
+    /// Requests refused so far by the cap of `scope` (`Refused::scope`).
+    pub fn refused(&self, scope: &str) -> u64 {
+        self.refused
+            .get_or_create(&ScopeLabels {
+                scope: scope.to_string(),
+            })
+            .get()
     }
 
     /// Heavy requests running now.
@@ -164,13 +210,19 @@ impl Heavy {
     }
 }
 
-/// One heavy request's place; given back when dropped.
+/// One heavy request's place; given back when the request and every job
+/// it sent to the render threads have ended.
 pub struct Permit {
+    place: Arc<Place>,
+}
+
+/// The place itself, held by the request and by each of its jobs.
+struct Place {
     gate: Arc<Heavy>,
     user: String,
 }
 
-impl Drop for Permit {
+impl Drop for Place {
     fn drop(&mut self) {
         self.gate.leave(&self.user);
     }
@@ -185,13 +237,26 @@ impl Permit {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
+        self.work(f).await
+    }
+
+    /// Runs `f` on a render thread, the request keeping its place for
+    /// more (parsing what it read before it reads on, say). The job holds
+    /// the place too, so an abandoned request's job still counts until it
+    /// ends.
+    pub async fn work<T, F>(&self, f: F) -> Result<T, Failed>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let gate = self.gate.clone();
+        let place = self.place.clone();
+        let gate = place.gate.clone();
         let job: Job = Box::new(move || {
             let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            // The place goes back before the answer: whoever reads the
-            // answer finds it free.
-            drop(self);
+            // The job's hold on the place goes before the answer: whoever
+            // reads the answer of a request's last job finds it free.
+            drop(place);
             // A panic (already in the log) drops `tx`: the caller gets Failed.
             if let Ok(v) = out {
                 let _ = tx.send(v);
@@ -202,6 +267,8 @@ impl Permit {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .send(job);
+        // The request's own hold goes once it is answered (for `render`,
+        // `self` is dropped on return).
         match sent {
             Ok(()) => rx.await.map_err(|_| Failed),
             // The threads are gone, which cannot happen while the gate lives.
@@ -247,6 +314,7 @@ mod tests {
         drop((a2, b1));
         assert_eq!(gate.running(), 0);
         assert!(gate.running.lock().unwrap().by_user.is_empty());
+        assert_eq!((gate.refused("user"), gate.refused("all")), (1, 1));
     }
 
     #[tokio::test]
@@ -283,6 +351,14 @@ mod tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+        assert_eq!(gate.running(), 0);
+        // Work under a place keeps it for the request; the place goes when
+        // the request drops it.
+        let p = gate.enter("ana").unwrap();
+        let n = p.work(|| 41 + 1).await.unwrap();
+        assert_eq!(n, 42);
+        assert_eq!(gate.running(), 1, "still the request's");
+        assert_eq!(p.render(move || n).await.unwrap(), 42);
         assert_eq!(gate.running(), 0);
         // A job that panics answers Failed and frees its place.
         let r = gate.enter("ana").unwrap().render(|| panic!("boom")).await;

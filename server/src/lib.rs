@@ -341,6 +341,7 @@ impl Core {
             portal: Arc::new(portal::Portal::new(
                 self.sql.clone(),
                 portal::PortalConfig::from_args(args),
+                &self.metrics,
             )),
             transfers: self.transfers.clone(),
         }

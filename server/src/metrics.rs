@@ -54,6 +54,25 @@ pub struct ClosedLabels {
     pub reason: String,
 }
 
+/// Which cap refused a heavy request: `all` (in all) or `user` (per person).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabels {
+    pub scope: String,
+}
+
+/// A request a router refused for a limit: its listener and status code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    pub listener: String,
+    pub code: String,
+}
+
+/// Which bound of a queue refused a new entry (`ledger::Full::cause`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabels {
+    pub cause: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
     pub quota: String,
@@ -168,6 +187,14 @@ pub struct Metrics {
     /// The queue's preemptions of lower-priority work, per quota (capped
     /// as the queue's series) and `PREEMPTION_RESULTS`.
     pub queue_preemptions: Family<PreemptLabels, Counter>,
+    /// New queue entries refused by a bound of the queue, by cause.
+    pub queue_refused: Family<CauseLabels, Counter>,
+    /// Heavy requests (pages with charts, charts, reports, exports)
+    /// answered 429 by a cap, by scope (`heavy::Refused::scope`).
+    pub heavy_refused: Family<ScopeLabels, Counter>,
+    /// Requests a router answered 413 (too large) or 429 (too many), by
+    /// listener and code.
+    pub requests_refused: Family<RefusedLabels, Counter>,
 }
 
 fn wait_histogram() -> Histogram {
@@ -397,7 +424,28 @@ impl Default for Metrics {
             "Lower-priority workloads a quota's queue preempted for a waiting entry: marked (owners warned), cancelled (room came otherwise), executed (suspended and queued again), failed (the suspend failed)",
             queue_preemptions.clone(),
         );
+        let queue_refused = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "admission_queue_refused",
+            "Workloads refused a place in a quota's queue by its bounds: queue_full (the queue holds the most it may), submitter_share (the submitter's share, queueing.maxPerSubmitter, is full)",
+            queue_refused.clone(),
+        );
+        let heavy_refused = Family::<ScopeLabels, Counter>::default();
+        registry.register(
+            "heavy_refused",
+            "Heavy requests (pages with charts, charts, reports, exports) answered 429 by a cap: scope all (--heavy-requests in all) or user (--heavy-requests-per-user)",
+            heavy_refused.clone(),
+        );
+        let requests_refused = Family::<RefusedLabels, Counter>::default();
+        registry.register(
+            "requests_refused",
+            "Requests a listener's router answered 413 (body too large) or 429 (a login, transfer, contention or heavy-request cap), by listener (http, webhook) and code; the listeners' own refusals are body_budget_exhausted and connections_closed",
+            requests_refused.clone(),
+        );
         Metrics {
+            queue_refused,
+            heavy_refused,
+            requests_refused,
             queue_preemptions,
             queue_length,
             queue_oldest_wait,
@@ -440,6 +488,27 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// A new queue entry refused by a bound (`ledger::Full::cause`).
+    pub fn count_queue_refused(&self, cause: &str) {
+        self.queue_refused
+            .get_or_create(&CauseLabels {
+                cause: cause.to_string(),
+            })
+            .inc();
+    }
+
+    /// A router's answer refused for a limit (413, 429), counted.
+    pub fn count_refused(&self, listener: &str, code: u16) {
+        if matches!(code, 413 | 429) {
+            self.requests_refused
+                .get_or_create(&RefusedLabels {
+                    listener: listener.to_string(),
+                    code: code.to_string(),
+                })
+                .inc();
+        }
+    }
+
     /// A background task's run ended (`task` as in `TaskLabels`): its
     /// duration observed, and logged under the target `bizrq::background`
     /// (debug), where the admission bench reads when sweeps ran.

@@ -357,16 +357,16 @@ pub struct Made {
     pub notes: Vec<String>,
 }
 
-/// Makes the report `spec` asks for, over what `p` may see: a subtree
-/// the caller may not see is not found; without a subtree a member's
-/// report covers the quotas under their roles, an admin's the whole
-/// ledger (quotas since deleted included).
-pub async fn make(
+/// Reads what the report `spec` asks for, over what `p` may see: a
+/// subtree the caller may not see is not found; without a subtree a
+/// member's report covers the quotas under their roles, an admin's the
+/// whole ledger (quotas since deleted included).
+pub async fn read(
     service: &Service,
     sql: &SqlStore,
     p: &Principal,
     mut spec: ReportSpec,
-) -> Result<Made, ReportError> {
+) -> Result<Read, ReportError> {
     let visible = changes::visible_quotas(service, p).await?;
     let parents: BTreeMap<String, String> = visible
         .iter()
@@ -440,8 +440,56 @@ pub async fn make(
         Ok(a) => a,
         Err(refused) => return Err(invalid(refused.to_string())),
     };
+    Ok(Read {
+        spec,
+        agg,
+        parents,
+        notes,
+    })
+}
+
+/// What `read` read for a report: the spec as snapped, the ledger's
+/// aggregated entries and the visible tree. `make` turns it into the
+/// report, CPU work in the entries read (up to `MAX_ENTRIES`) that a heavy
+/// request does on the render threads.
+pub struct Read {
+    spec: ReportSpec,
+    agg: crate::store::ledger::Aggregated,
+    parents: BTreeMap<String, String>,
+    notes: Vec<String>,
+}
+
+/// Reads and makes the report `spec` asks for (`read`, then `Read::make`).
+pub async fn make(
+    service: &Service,
+    sql: &SqlStore,
+    p: &Principal,
+    spec: ReportSpec,
+) -> Result<Made, ReportError> {
+    read(service, sql, p, spec).await?.make()
+}
+
+impl Read {
+    /// The report, grouped and bucketed, with its unit.
+    pub fn make(self) -> Result<Made, ReportError> {
+        let Read {
+            spec,
+            agg,
+            parents,
+            notes,
+        } = self;
+        finish(spec, agg, &parents, notes)
+    }
+}
+
+fn finish(
+    spec: ReportSpec,
+    agg: crate::store::ledger::Aggregated,
+    parents: &BTreeMap<String, String>,
+    notes: Vec<String>,
+) -> Result<Made, ReportError> {
     let report =
-        report::report(&agg.entries, &spec, &parents).map_err(|e| invalid(e.to_string()))?;
+        report::report(&agg.entries, &spec, parents).map_err(|e| invalid(e.to_string()))?;
     if report.rows.len() > MAX_ROWS {
         return Err(invalid(format!(
             "the report has more than {MAX_ROWS} rows: group by something coarser, use longer buckets or a shorter range"

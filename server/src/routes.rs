@@ -69,6 +69,10 @@ pub fn http_router(app: AppState) -> Router {
         // masked afresh (`auth::csrf_token`), so compression does not leak
         // it (BREACH).
         .layer(CompressionLayer::new().quality(CompressionLevel::Fastest))
+        .layer(middleware::from_fn_with_state(
+            (app.service.metrics.clone(), "http"),
+            http::count_refusals,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
 }
@@ -112,6 +116,10 @@ pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
         .route("/healthz", get(health::healthz))
         .layer(DefaultBodyLimit::max(http::WEBHOOK_BODY_LIMIT))
         .layer(middleware::from_fn(http::webhook_errors_as_status))
+        .layer(middleware::from_fn_with_state(
+            (app.service.metrics.clone(), "webhook"),
+            http::count_refusals,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
 }

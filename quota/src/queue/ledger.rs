@@ -5,7 +5,7 @@
 
 use super::admit::QueueEntry;
 use super::reason::Waiting;
-use super::Queued;
+use super::{share, Queued};
 use crate::admission::{self, Denial};
 use crate::object::{Charge, Quota};
 use crate::resources::ResourceList;
@@ -21,6 +21,46 @@ pub const MAX_QUEUE: usize = 1_000;
 /// stores the object; past this the create is taken to have failed or
 /// never to have been made (`expire_unseen`).
 pub const UNSEEN_GRACE_MS: i64 = 120_000;
+
+/// A new entry refused: the queue is full, or its submitter's share is.
+/// Refused as a workload that cannot be admitted (`Denial::Invalid`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Full {
+    #[error(
+        "bizrq {quota}: {workload_ref} cannot queue: the queue already holds {MAX_QUEUE} \
+         workloads, the most it may; delete waiting work or raise the quota"
+    )]
+    Queue { quota: String, workload_ref: String },
+    #[error(
+        "bizrq {quota}: {workload_ref} cannot queue: {share} already has {held} workloads \
+         waiting in this queue, the most one submitter may (queueing.maxPerSubmitter {cap}); \
+         delete waiting work or wait for it to be admitted"
+    )]
+    Share {
+        quota: String,
+        workload_ref: String,
+        /// Whom the share counts (`share::Share`'s words).
+        share: String,
+        held: usize,
+        cap: usize,
+    },
+}
+
+impl Full {
+    /// Which bound refused it, as the metric's `cause` label spells it.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Full::Queue { .. } => "queue_full",
+            Full::Share { .. } => "submitter_share",
+        }
+    }
+}
+
+impl From<Full> for Denial {
+    fn from(f: Full) -> Denial {
+        Denial::Invalid(f.to_string())
+    }
+}
 
 /// The entries of `status.queue` as admission reads them.
 pub fn entries(q: &Quota) -> Vec<Queued> {
@@ -51,7 +91,7 @@ pub fn enqueue(
     position: u32,
     waiting: Waiting,
     reason: String,
-) -> Result<bool, Denial> {
+) -> Result<bool, Full> {
     if let Some(e) = q
         .status
         .queue
@@ -74,12 +114,10 @@ pub fn enqueue(
         return Ok(changed);
     }
     if q.status.queue.len() >= MAX_QUEUE {
-        return Err(Denial::Invalid(format!(
-            "bizrq {}: {} cannot queue: the queue already holds {MAX_QUEUE} workloads, the most it may; \
-             delete waiting work or raise the quota",
-            q.name(),
-            work.workload_ref
-        )));
+        return Err(Full::Queue {
+            quota: q.name().to_string(),
+            workload_ref: work.workload_ref,
+        });
     }
     q.status.queue.push(QueueEntry {
         work,
@@ -93,36 +131,34 @@ pub fn enqueue(
 
 /// Queue `work` as a new submission (the mutating webhook): `enqueue`,
 /// and refused when it would be a new entry past its submitter's share of
-/// the queue (`QueuePolicy::per_submitter`, counted by `submittedBy`; work
-/// submitted by nobody counts as one submitter). A refresh of an entry
-/// already queued under its reference is never refused.
+/// the queue (`QueuePolicy::per_submitter`, counted by `share::of`: a
+/// person as themselves, service accounts and controllers as the
+/// namespace they create in). A refresh of an entry already queued under
+/// its reference is never refused.
 pub fn join(
     q: &mut Quota,
     work: Queued,
     position: u32,
     waiting: Waiting,
     reason: String,
-) -> Result<bool, Denial> {
+) -> Result<bool, Full> {
     if !holds(q, &work.workload_ref) {
         let cap = q.spec.queueing.per_submitter();
+        let mine = share::of(work.submitted_by.as_deref(), &work.workload_ref);
         let held = q
             .status
             .queue
             .iter()
-            .filter(|e| e.work.submitted_by == work.submitted_by)
+            .filter(|e| share::of(e.work.submitted_by.as_deref(), &e.work.workload_ref) == mine)
             .count();
         if held >= cap {
-            let who = match &work.submitted_by {
-                Some(u) => format!("{u:?}"),
-                None => "an unnamed submitter".to_string(),
-            };
-            return Err(Denial::Invalid(format!(
-                "bizrq {}: {} cannot queue: {who} already has {held} workloads waiting in this \
-                 queue, the most one submitter may (queueing.maxPerSubmitter {cap}); delete \
-                 waiting work or wait for it to be admitted",
-                q.name(),
-                work.workload_ref
-            )));
+            return Err(Full::Share {
+                quota: q.name().to_string(),
+                workload_ref: work.workload_ref.clone(),
+                share: mine.to_string(),
+                held,
+                cap,
+            });
         }
     }
     enqueue(q, work, position, waiting, reason)
@@ -153,7 +189,7 @@ pub fn expire_unseen(q: &mut Quota, now_ms: i64, grace_ms: i64) -> Vec<String> {
 /// entry is `preempted`: until the suspend has released its charge, no
 /// round admits it and the controller suspends it. Refused past
 /// `MAX_QUEUE` (the caller then leaves it running).
-pub fn preempt(q: &mut Quota, mut work: Queued, reason: String) -> Result<bool, Denial> {
+pub fn preempt(q: &mut Quota, mut work: Queued, reason: String) -> Result<bool, Full> {
     let charge = q.status.workloads.get(&work.workload_ref);
     if let Some(since) = charge.and_then(|c| crate::time::parse_rfc3339(&c.since)) {
         work.submitted_ms = since;
@@ -326,8 +362,9 @@ mod tests {
             Waiting::Quota,
             "r".into(),
         )
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
+        assert_eq!(e.cause(), "queue_full");
+        let e = e.to_string();
         assert!(
             e.contains(&format!("already holds {MAX_QUEUE} workloads")),
             "{e}"
@@ -352,9 +389,9 @@ mod tests {
         };
         join_as(&mut q, "m1", Some("mallory")).unwrap();
         join_as(&mut q, "m2", Some("mallory")).unwrap();
-        let e = join_as(&mut q, "m3", Some("mallory"))
-            .unwrap_err()
-            .to_string();
+        let e = join_as(&mut q, "m3", Some("mallory")).unwrap_err();
+        assert_eq!(e.cause(), "submitter_share");
+        let e = e.to_string();
         assert_eq!(
             e,
             "bizrq nlp: batch/Job/ml/m3 cannot queue: \"mallory\" already has 2 workloads \
@@ -365,16 +402,82 @@ mod tests {
         // Others still queue; a refresh of a queued entry is never refused.
         join_as(&mut q, "a1", Some("alice")).unwrap();
         join_as(&mut q, "m1", Some("mallory")).unwrap();
-        // Work of nobody in particular shares one allowance.
-        join_as(&mut q, "n1", None).unwrap();
-        join_as(&mut q, "n2", None).unwrap();
-        assert!(join_as(&mut q, "n3", None)
-            .unwrap_err()
-            .to_string()
-            .contains("an unnamed submitter already has 2"));
         // Once one leaves, its submitter may queue again.
         dequeue(&mut q, "batch/Job/ml/m2");
         join_as(&mut q, "m3", Some("mallory")).unwrap();
+    }
+
+    #[test]
+    fn service_accounts_and_controllers_count_as_the_namespace_they_create_in() {
+        let mut q = quota(4);
+        q.spec.queueing = crate::queue::QueuePolicy {
+            max_per_submitter: Some(2),
+            ..crate::queue::QueuePolicy::queue()
+        };
+        let join_as = |q: &mut Quota, ns: &str, name: &str, who: Option<&str>| {
+            let work = Queued {
+                workload_ref: format!("batch/Job/{ns}/{name}"),
+                submitted_by: who.map(str::to_string),
+                ..job(name, "", 8, 0)
+            };
+            join(q, work, 1, Waiting::Quota, "r".into())
+        };
+        // Two service accounts of team-a share team-a's allowance.
+        join_as(
+            &mut q,
+            "team-a",
+            "s1",
+            Some("system:serviceaccount:team-a:one"),
+        )
+        .unwrap();
+        join_as(
+            &mut q,
+            "team-a",
+            "s2",
+            Some("system:serviceaccount:team-a:two"),
+        )
+        .unwrap();
+        let e = join_as(
+            &mut q,
+            "team-a",
+            "s3",
+            Some("system:serviceaccount:team-a:three"),
+        )
+        .unwrap_err();
+        assert_eq!(e.cause(), "submitter_share");
+        assert_eq!(
+            e.to_string(),
+            "bizrq nlp: batch/Job/team-a/s3 cannot queue: namespace \"team-a\" (its service \
+             accounts and the controllers creating in it) already has 2 workloads waiting in \
+             this queue, the most one submitter may (queueing.maxPerSubmitter 2); delete waiting \
+             work or wait for it to be admitted"
+        );
+        // The CronJob controller creating in team-a is team-a too ...
+        let cron = Some("system:serviceaccount:kube-system:cronjob-controller");
+        assert!(join_as(&mut q, "team-a", "c1", cron).is_err());
+        // ... and in team-b it is team-b's, whatever team-a holds.
+        join_as(&mut q, "team-b", "c1", cron).unwrap();
+        join_as(&mut q, "team-b", "c2", cron).unwrap();
+        assert!(join_as(&mut q, "team-b", "c3", cron).is_err());
+        // Work of nobody named counts as its namespace.
+        join_as(&mut q, "team-c", "n1", None).unwrap();
+        join_as(&mut q, "team-c", "n2", None).unwrap();
+        assert!(join_as(&mut q, "team-c", "n3", None).is_err());
+        // A person counts as themselves, in team-a as anywhere.
+        join_as(&mut q, "team-a", "a1", Some("alice")).unwrap();
+        join_as(&mut q, "team-b", "a2", Some("alice")).unwrap();
+        assert!(join_as(&mut q, "team-c", "a3", Some("alice")).is_err());
+        assert_eq!(q.status.queue.len(), 8);
+        // Whose account it is does not matter: another namespace's account
+        // creating in team-a counts as team-a.
+        q.status.queue[0].work.submitted_by = Some("system:serviceaccount:other:x".into());
+        assert!(join_as(
+            &mut q,
+            "team-a",
+            "s3",
+            Some("system:serviceaccount:team-a:one")
+        )
+        .is_err());
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! | `priority` | a workload's priority from the PriorityClasses its templates name |
 //! | `budgets` | a quota's card-hour budgets as a round weighs them |
 //! | `ledger` | `status.queue` as writes change it: join, refresh, leave |
+//! | `share` | whose share of a queue an entry counts against (`maxPerSubmitter`) |
 
 pub mod admit;
 pub mod budgets;
@@ -27,6 +28,7 @@ pub mod preempt;
 pub mod priority;
 pub mod reason;
 pub mod room;
+pub mod share;
 
 pub use admit::{
     next_admissions, status, would_queue_at, Admission, BudgetView, Check, Decision, Pool,
@@ -90,7 +92,9 @@ pub struct Queued {
     pub run_ms: Option<i64>,
     /// Who created it, as the API server authenticated them (the
     /// AdmissionReview's `userInfo.username` at the mutating webhook), at
-    /// most `MAX_SUBMITTER` bytes: for people, never for a decision.
+    /// most `MAX_SUBMITTER` bytes: shown to people, and with the
+    /// reference's namespace it says whose share of the queue the entry
+    /// takes (`share::of`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_by: Option<String>,
     /// Queued again by its quota's preemption (docs/queueing.md §6). The

@@ -11,8 +11,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// "never", which is what leaving the field out says.
 pub const MAX_WAIT_SECONDS: u64 = 366 * 86_400;
 
-/// How many entries of one quota's queue one submitter (the review's
-/// `userInfo.username`) may hold when the policy does not say: one user's
+/// How many entries of one quota's queue one submitter (a person, or a
+/// namespace's service accounts and controllers: `super::share`) may hold
+/// when the policy does not say: one user's
 /// burst of Jobs, or of creates that never complete, cannot take the whole
 /// queue (`super::MAX_QUEUE`) from everyone else.
 pub const DEFAULT_PER_SUBMITTER: u32 = 100;

@@ -161,6 +161,19 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Counts what a listener's router answered 413 or 429
+/// (`bizrq_requests_refused_total`); the state is the metrics and the
+/// listener's name. Outermost, so that it sees the answer sent.
+pub async fn count_refusals(
+    State((metrics, listener)): State<(Arc<crate::metrics::Metrics>, &'static str)>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    let resp = next.run(req).await;
+    metrics.count_refused(listener, resp.status().as_u16());
+    resp
+}
+
 /// The webhook's bearer token, compared by hash (as the admin token is).
 pub async fn require_webhook_token(
     State((expected, metrics)): State<(Arc<String>, Arc<crate::metrics::Metrics>)>,

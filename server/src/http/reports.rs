@@ -29,11 +29,16 @@ pub async fn get(
     let params = params_of(raw.as_deref())?;
     let (spec, format) = reports::parse(&params, app.service.now())?;
     // A heavy request (`crate::heavy`): a place before the ledger is read,
-    // the document written on the render threads.
+    // the report aggregated and written on the render threads.
     let place = app.portal.heavy.enter(&p.username)?;
-    let made = reports::make(&app.service, &app.portal.sql, &p, spec).await?;
+    let read = reports::read(&app.service, &app.portal.sql, &p, spec).await?;
     Ok(match format {
-        Format::Json => Json(place.render(move || reports::to_json(&made)).await?).into_response(),
+        Format::Json => Json(
+            place
+                .render(move || read.make().map(|m| reports::to_json(&m)))
+                .await??,
+        )
+        .into_response(),
         Format::Csv => (
             [
                 (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
@@ -42,7 +47,9 @@ pub async fn get(
                     "attachment; filename=\"bizrq-report.csv\"",
                 ),
             ],
-            place.render(move || reports::to_csv(&made)).await?,
+            place
+                .render(move || read.make().map(|m| reports::to_csv(&m)))
+                .await??,
         )
             .into_response(),
     })

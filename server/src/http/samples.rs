@@ -51,20 +51,22 @@ pub async fn samples(
         .find(|x| x.name() == name)
         .ok_or_else(|| changes::not_found(&name))?;
     let now = app.service.now();
+    // Read a chunk at a time, parsed and folded on the render threads;
+    // of the quota's own samples only this key.
     let g = crate::service::charts::gather(
         &app.portal.sql,
+        &place,
         &all,
         quota,
-        range,
-        now,
+        (range, now),
         if kind == Kind::Children {
             crate::service::charts::Children::ByKey(key)
         } else {
             crate::service::charts::Children::None
         },
+        Some(key),
     )
-    .await
-    .map_err(crate::service::ServiceError::from)?;
+    .await?;
     let (key, cfg, status) = (
         key.to_string(),
         app.service.keys.clone(),

@@ -111,7 +111,7 @@ fn csv_response(name: &str, body: String) -> Response {
 /// (`crate::heavy`), written on the render threads.
 pub async fn tree(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
-    let forest = changes::visible_forest(&app.service, &viewer.principal).await?;
+    let forest = changes::visible_forest_on(&app.service, &viewer.principal, &place).await?;
     let cfg = app.service.keys.clone();
     let body = place
         .render(move || quotas_csv(&forest.quotas, &forest.in_use, &cfg))

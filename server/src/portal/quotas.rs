@@ -204,7 +204,7 @@ pub async fn tree(
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
     // What the viewer may see holds every descendant of what it shows, so
     // each subtree's usage is whole.
-    let forest = changes::visible_forest(&app.service, &viewer.principal).await?;
+    let forest = changes::visible_forest_on(&app.service, &viewer.principal, &place).await?;
     let query = TreeQuery {
         search: t.q,
         filter: TreeFilter::parse(&t.filter),
@@ -400,15 +400,24 @@ pub async fn detail(
     let p = &viewer.principal;
     let cfg = app.service.keys.clone();
     let now = app.service.now();
-    // The forecasts' window, whatever range the charts show.
-    let s = samples(&app, &name, FORECAST_WINDOW_MS + DAY_MS).await?;
+    // The forecasts' window, whatever range the charts show: read here,
+    // parsed on a render thread.
+    let rows = app
+        .portal
+        .sql
+        .sample_rows(&name, now - (FORECAST_WINDOW_MS + DAY_MS), now)
+        .await?;
+    let s = place
+        .work(move || rows.parse().map(crate::service::charts::to_samples))
+        .await??;
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
+        &place,
         &all,
         &q,
-        range,
-        now,
+        (range, now),
         crate::service::charts::Children::All,
+        None,
     )
     .await?;
     let mut children: Vec<(String, String)> = all

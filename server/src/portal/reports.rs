@@ -8,6 +8,7 @@ use super::auth::Viewer;
 use super::PageError;
 use crate::http::AppState;
 use crate::reports::{self, Made, Params, ReportError};
+use crate::service::ServiceError;
 use app::reports::{ReportForm, ReportRow, ReportsPage};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
@@ -169,16 +170,22 @@ pub async fn page(
         // The page buckets by day unless asked otherwise.
         p.bucket.get_or_insert_with(|| "day".into());
         let (spec, _) = reports::parse(&p, app.service.now())?;
-        let made = reports::make(&app.service, &app.portal.sql, &viewer.principal, spec).await?;
+        let read = reports::read(&app.service, &app.portal.sql, &viewer.principal, spec).await?;
+        // Aggregated on a render thread, with what the form and notes need.
+        let made = place
+            .work(move || {
+                read.make().map(|m| {
+                    let (s, notes) = (m.spec.clone(), m.notes.clone());
+                    (s, notes, page_of(&m))
+                })
+            })
+            .await
+            .map_err(|e| ReportError::Service(ServiceError::Internal(e.to_string())))??;
         Ok::<_, ReportError>((made, p))
     }
     .await;
     let status = match made {
-        Ok((m, p)) => {
-            // What the form and notes need, kept before the render takes the report.
-            let s = m.spec.clone();
-            let notes = m.notes.clone();
-            let (title, chart, rows, total, reconcile) = place.render(move || page_of(&m)).await?;
+        Ok(((s, notes, (title, chart, rows, total, reconcile)), p)) => {
             page.title = title;
             page.chart = chart;
             page.rows = rows;
@@ -241,11 +248,11 @@ pub async fn csv(
     let made = async {
         let p = reports::params_of(raw.as_deref())?;
         let (spec, _) = reports::parse(&p, app.service.now())?;
-        reports::make(&app.service, &app.portal.sql, &viewer.principal, spec).await
+        reports::read(&app.service, &app.portal.sql, &viewer.principal, spec).await
     }
     .await;
     match made {
-        Ok(m) => Ok((
+        Ok(read) => Ok((
             [
                 (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
                 (
@@ -253,7 +260,13 @@ pub async fn csv(
                     "attachment; filename=\"bizrq-report.csv\"",
                 ),
             ],
-            place.render(move || reports::to_csv(&m)).await?,
+            place
+                .render(move || read.make().map(|m| reports::to_csv(&m)))
+                .await?
+                .map_err(|e| match e {
+                    ReportError::Invalid(e) => PageError::Invalid(e),
+                    ReportError::Service(e) => e.into(),
+                })?,
         )
             .into_response()),
         Err(ReportError::Invalid(e)) => Err(PageError::Invalid(e)),

@@ -3,6 +3,7 @@
 
 use super::limits;
 use crate::config::ServeArgs;
+use crate::metrics::Metrics;
 use crate::store::sql::SqlStore;
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,10 +79,11 @@ pub struct Portal {
 }
 
 impl Portal {
-    pub fn new(sql: Arc<SqlStore>, config: PortalConfig) -> Portal {
+    /// `metrics`: where the heavy requests' refusals are counted.
+    pub fn new(sql: Arc<SqlStore>, config: PortalConfig, metrics: &Metrics) -> Portal {
         Portal {
             hasher: limits::PasswordHasher::new(config.password_hash_threads),
-            heavy: crate::heavy::Heavy::new(config.heavy),
+            heavy: crate::heavy::Heavy::counted(config.heavy, metrics.heavy_refused.clone()),
             attempts: limits::AddressLimiter::new(config.login_attempts_per_minute),
             sql,
             config,

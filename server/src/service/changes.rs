@@ -69,6 +69,25 @@ pub async fn visible_forest(
     )))
 }
 
+/// `visible_forest` for a heavy request: a member's forest (each quota's
+/// subtree usage, CPU work in the quotas it sees) is computed on the render
+/// threads under the request's place, not on the runtime's.
+pub async fn visible_forest_on(
+    service: &super::Service,
+    p: &Principal,
+    place: &crate::heavy::Permit,
+) -> Result<std::sync::Arc<Forest>, ServiceError> {
+    if p.is_admin {
+        return service.forest().await;
+    }
+    let quotas = visible_quotas(service, p).await?;
+    let forest = place
+        .work(move || Forest::of(quotas))
+        .await
+        .map_err(|e| ServiceError::Internal(e.to_string()))?;
+    Ok(std::sync::Arc::new(forest))
+}
+
 /// The quotas whose records (alerts, audit entries) `p` may read: None for
 /// admins (all, also of quotas since deleted), else those it may see.
 pub async fn records_scope(

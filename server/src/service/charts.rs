@@ -4,7 +4,9 @@
 //! the samples API both read through here and draw with `app::chart_section`;
 //! each authorises the caller first.
 
-use crate::store::history::Sample as StoredSample;
+use crate::heavy::Permit;
+use crate::service::ServiceError;
+use crate::store::history::{Sample as StoredSample, SampleRows};
 use crate::store::sql::SqlStore;
 use crate::store::StoreError;
 use quota::forecast::Sample;
@@ -19,6 +21,121 @@ pub struct Gathered {
     pub children: Vec<(String, Vec<Sample>, QuotaStatus)>,
     /// Children whose samples were not read.
     pub children_omitted: usize,
+}
+
+/// Rows a chart reads at a time: about 6 MB of JSON for rows of 256 keys.
+pub const CHUNK_ROWS: i64 = 256;
+
+/// What a chart keeps of each stored sample's lists.
+#[derive(Clone, Debug, Default)]
+pub struct Wanted {
+    /// Only `used` (a child's samples: all a children chart stacks).
+    pub used_only: bool,
+    /// Only this key (one chart of one key).
+    pub key: Option<String>,
+}
+
+impl Wanted {
+    fn wants(&self, column: &str, key: &str) -> bool {
+        (!self.used_only || column == "used")
+            && (key.is_empty() || self.key.as_deref().is_none_or(|want| want == key))
+    }
+}
+
+/// Samples folded as they are parsed, chunk after chunk, to buckets of
+/// `width_ms` (none when 0): exactly what the charts and their tables fold
+/// them to (a table's rows are whole multiples of a chart's points), each
+/// folded point at its first sample's instant so that a range's first
+/// bucket, which starts before the range, keeps it. A year of a quota's
+/// samples is then at most 366 points whatever was stored, and no more than
+/// one sample is held unfolded.
+pub struct Folder {
+    width_ms: i64,
+    out: Vec<Sample>,
+    open: Option<(i64, Sample)>,
+}
+
+impl Folder {
+    pub fn new(width_ms: i64) -> Folder {
+        Folder {
+            width_ms,
+            out: Vec::new(),
+            open: None,
+        }
+    }
+
+    /// Parses and folds `rows` (newer than every row fed before).
+    pub fn feed(&mut self, rows: SampleRows, wanted: &Wanted) -> Result<(), StoreError> {
+        let width_ms = self.width_ms;
+        let (out, open) = (&mut self.out, &mut self.open);
+        rows.parse_each(
+            |column, key| wanted.wants(column, key),
+            |s| {
+                let s = Sample {
+                    at_ms: s.at_ms,
+                    hard: s.hard,
+                    used: s.used,
+                    self_used: s.self_used,
+                };
+                if width_ms <= 0 {
+                    out.push(s);
+                    return;
+                }
+                let bucket = s.at_ms - s.at_ms.rem_euclid(width_ms);
+                match open {
+                    Some((b, acc)) if *b == bucket => {
+                        let first = acc.at_ms;
+                        let both = [std::mem::replace(acc, s.clone()), s];
+                        if let Some(mut f) = quota::series::fold(&both, width_ms).pop() {
+                            f.at_ms = first;
+                            *acc = f;
+                        }
+                    }
+                    _ => {
+                        if let Some((_, acc)) = open.replace((bucket, s)) {
+                            out.push(acc);
+                        }
+                    }
+                }
+            },
+        )
+    }
+
+    pub fn finish(mut self) -> Vec<Sample> {
+        self.out.extend(self.open.map(|(_, acc)| acc));
+        self.out
+    }
+}
+
+/// `quota`'s samples from `from_ms` to `to_ms`, read `CHUNK_ROWS` at a time
+/// and parsed and folded (`Folder`) on the render threads under `place`:
+/// what the request holds is its folded points and one chunk of rows.
+pub async fn read_folded(
+    sql: &SqlStore,
+    place: &Permit,
+    quota: &str,
+    (from_ms, to_ms): (i64, i64),
+    width_ms: i64,
+    wanted: Wanted,
+) -> Result<Vec<Sample>, ServiceError> {
+    let wanted = std::sync::Arc::new(wanted);
+    let mut folder = Folder::new(width_ms);
+    let mut from = from_ms;
+    loop {
+        let rows = sql
+            .sample_rows_from(quota, from, to_ms, CHUNK_ROWS, wanted.used_only)
+            .await?;
+        let (n, last) = (rows.len(), rows.last_at());
+        let w = wanted.clone();
+        folder = place
+            .work(move || folder.feed(rows, &w).map(|()| folder))
+            .await
+            .map_err(|e| ServiceError::Internal(e.to_string()))??;
+        match last {
+            Some(at) if n as i64 == CHUNK_ROWS && at < to_ms => from = at + 1,
+            _ => return Ok(folder.finish()),
+        }
+    }
 }
 
 /// Whose samples besides the quota's a chart reads.
@@ -45,22 +162,38 @@ pub fn to_samples(rows: Vec<StoredSample>) -> Vec<Sample> {
 }
 
 /// Reads `q`'s samples over `range` up to `now_ms` and those of the
-/// `children` of it in `all` a chart stacks (one range scan each, at most
-/// `MAX_CHART_CHILDREN` of them whatever the number of children). The
-/// store keeps at most about 5,700 rows per quota whatever the range (raw
-/// for 48 hours, then hourly, then daily), and a quota at most
-/// `quota::tree::MAX_KEYS` keys, so what one chart holds is bounded.
+/// `children` of it in `all` a chart stacks (at most `MAX_CHART_CHILDREN`
+/// of them whatever the number of children, and for a page's every chart
+/// `series::page_children`: fewer, the more keys), each folded to the
+/// range's chart resolution as it is read (`read_folded`), a child's
+/// `used` alone; `own_key`: only that key of the quota's own (one chart of
+/// one key). What one chart holds is its points, not the rows stored.
 pub async fn gather(
     sql: &SqlStore,
+    place: &Permit,
     all: &[Quota],
     q: &Quota,
-    range: Range,
-    now_ms: i64,
+    (range, now_ms): (Range, i64),
     children: Children<'_>,
-) -> Result<Gathered, StoreError> {
-    let from = now_ms - range.span_ms();
-    let own = to_samples(sql.samples(q.name(), from, now_ms).await?);
-    let key = match children {
+    own_key: Option<&str>,
+) -> Result<Gathered, ServiceError> {
+    // What a chart keeps: from the range's start to before now (now is the
+    // live status's point).
+    let span = (now_ms - range.span_ms(), now_ms - 1);
+    let width = range.bucket_ms();
+    let own = read_folded(
+        sql,
+        place,
+        q.name(),
+        span,
+        width,
+        Wanted {
+            used_only: false,
+            key: own_key.map(str::to_string),
+        },
+    )
+    .await?;
+    let (key, max) = match children {
         Children::None => {
             return Ok(Gathered {
                 own,
@@ -68,17 +201,23 @@ pub async fn gather(
                 children_omitted: 0,
             })
         }
-        Children::ByKey(k) => Some(k),
-        Children::All => None,
+        Children::ByKey(k) => (Some(k), quota::series::MAX_CHART_CHILDREN),
+        Children::All => {
+            let keys = q.spec.hard.len().max(q.status.used.len());
+            (None, quota::series::page_children(keys))
+        }
     };
     let mut kids: Vec<&Quota> = all.iter().filter(|c| c.spec.parent == q.name()).collect();
     kids.sort_by(|a, b| a.name().cmp(b.name()));
     let statuses: Vec<(&str, &QuotaStatus)> = kids.iter().map(|c| (c.name(), &c.status)).collect();
-    let (drawn, omitted) =
-        quota::series::children_to_draw(&statuses, key, quota::series::MAX_CHART_CHILDREN);
+    let (drawn, omitted) = quota::series::children_to_draw(&statuses, key, max);
     let mut read = Vec::with_capacity(drawn.len());
     for c in kids.into_iter().filter(|c| drawn.contains(&c.name())) {
-        let s = to_samples(sql.samples(c.name(), from, now_ms).await?);
+        let wanted = Wanted {
+            used_only: true,
+            key: key.map(str::to_string),
+        };
+        let s = read_folded(sql, place, c.name(), span, width, wanted).await?;
         read.push((c.name().to_string(), s, c.status.clone()));
     }
     Ok(Gathered {
@@ -86,4 +225,95 @@ pub async fn gather(
         children: read,
         children_omitted: omitted,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quota::series::{chart_samples, table_samples};
+    use quota::Quantity;
+
+    const GPU: &str = "requests.nvidia.com/gpu";
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+
+    fn list(pairs: &[(&str, i64)]) -> quota::ResourceList {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity::from_units(*v)))
+            .collect()
+    }
+
+    /// Samples every 7 minutes over a year, peaks and cash as a sampler
+    /// writes them, one key more now and then.
+    fn stored(now: i64) -> Vec<StoredSample> {
+        let span = Range::Year.span_ms();
+        (0..(span / 420_000))
+            .map(|i| {
+                let at = now - span + i * 420_000 + 13_000;
+                let mut used = list(&[(GPU, (i * 7919) % 97), (CASH, i)]);
+                if i % 11 == 0 {
+                    used.insert("pods".into(), Quantity::from_units(i % 5));
+                }
+                StoredSample {
+                    at_ms: at,
+                    hard: list(&[(GPU, 100 + (i / 5000)), (CASH, 1_000_000)]),
+                    used: used.clone(),
+                    self_used: used,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn samples_folded_as_parsed_draw_the_same_charts_and_tables() {
+        let now = 1_800_000_000_000;
+        let live = QuotaStatus::default();
+        for range in Range::ALL {
+            let raw = stored(now);
+            let all = to_samples(raw.clone());
+            let from = now - range.span_ms();
+            let rows: Vec<StoredSample> = raw
+                .into_iter()
+                .filter(|s| s.at_ms >= from && s.at_ms < now)
+                .collect();
+            let n = rows.len();
+            // Fed in chunks, as read.
+            let mut f = Folder::new(range.bucket_ms());
+            for chunk in rows.chunks(CHUNK_ROWS as usize) {
+                f.feed(SampleRows::of("q", chunk), &Wanted::default())
+                    .unwrap();
+            }
+            let pre = f.finish();
+            if range.bucket_ms() > 0 {
+                assert!(pre.len() < n / 5, "{range:?}: {} of {n}", pre.len());
+            }
+            assert_eq!(
+                chart_samples(&pre, range, now, &live),
+                chart_samples(&all, range, now, &live),
+                "{range:?}"
+            );
+            assert_eq!(
+                table_samples(&pre, range, now, &live),
+                table_samples(&all, range, now, &live),
+                "{range:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_childs_samples_keep_only_what_its_chart_stacks() {
+        let now = 1_800_000_000_000;
+        let rows = stored(now);
+        let only = Wanted {
+            used_only: true,
+            key: Some(GPU.into()),
+        };
+        let mut f = Folder::new(0);
+        f.feed(SampleRows::of("q", &rows[..50]), &only).unwrap();
+        let pre = f.finish();
+        assert_eq!(pre.len(), 50);
+        assert!(pre
+            .iter()
+            .all(|s| s.hard.is_empty() && s.self_used.is_empty() && s.used.len() == 1));
+    }
 }

@@ -120,54 +120,70 @@ impl Service {
         let current = self.get(quota_name).await?.quota;
         let limits = self.queue_limits(&current).await?;
         let now = self.now();
-        self.update_status(quota_name, dry_run, |q| {
-            let mut work = work.clone();
-            let dropped = create && ledger::dequeue(q, &work.workload_ref);
-            if let Some(e) = q
-                .status
-                .queue
-                .iter()
-                .find(|e| e.work.workload_ref == work.workload_ref && e.work.uid == work.uid)
-            {
-                work.submitted_ms = e.work.submitted_ms;
-            }
-            let mut judged = q.clone();
-            admission::release(&mut judged, &work.workload_ref);
-            let pool = Pool::new(&judged, &limits);
-            let waiting = ledger::entries(q);
-            // Card-hour budgets weigh as in the controller's rounds.
-            let budgets = queue::budgets::of(q);
-            let price_list = self.price_list();
-            let views: Vec<_> = budgets
-                .iter()
-                .map(|b| b.view(&self.prices, &price_list))
-                .collect();
-            let check =
-                queue::would_queue_at(&waiting, &work, &pool, &views, &q.spec.queueing, now);
-            match check {
-                // A queued entry that now fits keeps its place with what it
-                // asks now; the controller's next round admits it.
-                Check::AdmitsNow if ledger::holds(q, &work.workload_ref) => {
-                    let changed =
-                        ledger::enqueue(q, work, 0, queue::Waiting::Quota, String::new())?;
-                    Ok((changed || dropped, Queueing::Admits))
+        // The bound that refused it, counted once whatever copies the
+        // compare-and-swap judged it on.
+        let refused = std::sync::Mutex::new(None::<&'static str>);
+        let out = self
+            .update_status(quota_name, dry_run, |q| {
+                *refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                let mut work = work.clone();
+                let dropped = create && ledger::dequeue(q, &work.workload_ref);
+                if let Some(e) =
+                    q.status.queue.iter().find(|e| {
+                        e.work.workload_ref == work.workload_ref && e.work.uid == work.uid
+                    })
+                {
+                    work.submitted_ms = e.work.submitted_ms;
                 }
-                Check::AdmitsNow => Ok((dropped, Queueing::Admits)),
-                Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
-                Check::Queues { position, reason } => {
-                    let text = worded(reason.to_string());
-                    let changed = ledger::join(q, work, position, reason.waiting(), text.clone())?;
-                    Ok((
-                        changed || dropped,
-                        Queueing::Queued {
-                            position,
-                            reason: text,
-                        },
-                    ))
+                let mut judged = q.clone();
+                admission::release(&mut judged, &work.workload_ref);
+                let pool = Pool::new(&judged, &limits);
+                let waiting = ledger::entries(q);
+                // Card-hour budgets weigh as in the controller's rounds.
+                let budgets = queue::budgets::of(q);
+                let price_list = self.price_list();
+                let views: Vec<_> = budgets
+                    .iter()
+                    .map(|b| b.view(&self.prices, &price_list))
+                    .collect();
+                let check =
+                    queue::would_queue_at(&waiting, &work, &pool, &views, &q.spec.queueing, now);
+                match check {
+                    // A queued entry that now fits keeps its place with what it
+                    // asks now; the controller's next round admits it.
+                    Check::AdmitsNow if ledger::holds(q, &work.workload_ref) => {
+                        let changed =
+                            ledger::enqueue(q, work, 0, queue::Waiting::Quota, String::new())
+                                .map_err(Denial::from)?;
+                        Ok((changed || dropped, Queueing::Admits))
+                    }
+                    Check::AdmitsNow => Ok((dropped, Queueing::Admits)),
+                    Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
+                    Check::Queues { position, reason } => {
+                        let text = worded(reason.to_string());
+                        let changed =
+                            ledger::join(q, work, position, reason.waiting(), text.clone())
+                                .map_err(|full| {
+                                    *refused.lock().unwrap_or_else(|e| e.into_inner()) =
+                                        Some(full.cause());
+                                    Denial::from(full)
+                                })?;
+                        Ok((
+                            changed || dropped,
+                            Queueing::Queued {
+                                position,
+                                reason: text,
+                            },
+                        ))
+                    }
                 }
-            }
-        })
-        .await
+            })
+            .await;
+        let cause = *refused.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Err(ServiceError::Denied(_)), Some(cause), false) = (&out, cause, dry_run) {
+            self.metrics.count_queue_refused(cause);
+        }
+        out
     }
 
     /// Take `wref` out of `quota_name`'s queue, charging nothing: a queued
@@ -421,7 +437,8 @@ impl Service {
                 Some(n) => format!("{reason}; {n}"),
                 None => reason,
             };
-            let changed = ledger::enqueue(q, work.clone(), position, waiting, reason)?;
+            let changed = ledger::enqueue(q, work.clone(), position, waiting, reason)
+                .map_err(Denial::from)?;
             Ok((changed, changed))
         })
         .await

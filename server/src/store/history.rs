@@ -260,6 +260,97 @@ fn read_sample(row: &AnyRow) -> Result<(String, Sample), StoreError> {
     Ok((quota, sample))
 }
 
+/// One quota's stored samples, their JSON (`hard`, `used`, `selfUsed`)
+/// not yet parsed.
+pub struct SampleRows {
+    quota: String,
+    rows: Vec<(i64, String, String, String)>,
+}
+
+impl SampleRows {
+    /// Rows as they would be stored for `samples` (tests, benchmarks).
+    pub fn of(quota: &str, samples: &[Sample]) -> SampleRows {
+        let json = |l: &ResourceList| serde_json::to_string(l).unwrap_or_default();
+        SampleRows {
+            quota: quota.to_string(),
+            rows: samples
+                .iter()
+                .map(|s| (s.at_ms, json(&s.hard), json(&s.used), json(&s.self_used)))
+                .collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The instant of the newest row, if any.
+    pub fn last_at(&self) -> Option<i64> {
+        self.rows.last().map(|r| r.0)
+    }
+
+    /// Each sample in turn, oldest first, to `sink`, with only what
+    /// `wanted(column, key)` keeps of its lists (`hard`, `used`,
+    /// `self_used`; `wanted(column, "")` says whether the column is read at
+    /// all): a chart that needs one list or one key holds no more than
+    /// that, and never every row at once.
+    pub fn parse_each(
+        self,
+        wanted: impl Fn(&str, &str) -> bool,
+        mut sink: impl FnMut(Sample),
+    ) -> Result<(), StoreError> {
+        let quota = self.quota;
+        for (at_ms, hard, used, self_used) in self.rows {
+            let list = |column: &str, text: &str| -> Result<ResourceList, StoreError> {
+                if !wanted(column, "") {
+                    return Ok(ResourceList::new());
+                }
+                let mut l: ResourceList = serde_json::from_str(text).map_err(|e| {
+                    StoreError::Backend(format!(
+                        "usage sample of bizrq {quota} at {at_ms}: stored {column} is unreadable: {e}"
+                    ))
+                })?;
+                l.retain(|k, _| wanted(column, k));
+                Ok(l)
+            };
+            sink(Sample {
+                at_ms,
+                hard: list("hard", &hard)?,
+                used: list("used", &used)?,
+                self_used: list("self_used", &self_used)?,
+            });
+        }
+        Ok(())
+    }
+
+    /// The samples, oldest first; an unreadable one is an error naming it.
+    pub fn parse(self) -> Result<Vec<Sample>, StoreError> {
+        let quota = self.quota;
+        self.rows
+            .into_iter()
+            .map(|(at_ms, hard, used, self_used)| {
+                let list = |column: &str, text: &str| -> Result<ResourceList, StoreError> {
+                    serde_json::from_str(text).map_err(|e| {
+                        StoreError::Backend(format!(
+                            "usage sample of bizrq {quota} at {at_ms}: stored {column} is unreadable: {e}"
+                        ))
+                    })
+                };
+                Ok(Sample {
+                    at_ms,
+                    hard: list("hard", &hard)?,
+                    used: list("used", &used)?,
+                    self_used: list("self_used", &self_used)?,
+                })
+            })
+            .collect()
+    }
+}
+
 /// Per key, the value a folded row keeps: the peak, or for cash keys the
 /// latest (what has been spent so far, not the most ever counted).
 #[derive(Default)]
@@ -460,18 +551,58 @@ impl SqlStore {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<Sample>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT quota, at_ms, hard, used, self_used FROM usage_samples \
-             WHERE quota = $1 AND at_ms >= $2 AND at_ms <= $3 ORDER BY at_ms",
-        )
+        self.sample_rows(quota, from_ms, to_ms).await?.parse()
+    }
+
+    /// `samples` as stored, their JSON not yet parsed: parsing thousands
+    /// of rows of up to 256 keys is CPU work a heavy request does on the
+    /// render threads (`SampleRows::parse`), not on the runtime's.
+    pub async fn sample_rows(
+        &self,
+        quota: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<SampleRows, StoreError> {
+        self.sample_rows_from(quota, from_ms, to_ms, i64::MAX, false)
+            .await
+    }
+
+    /// At most `limit` of `quota`'s rows with `from_ms ≤ at_ms ≤ to_ms`,
+    /// oldest first, unparsed; `used_only`: the other lists read as empty
+    /// (a child's samples in a children chart). A reader of many rows goes
+    /// through them a `limit` at a time, so what it holds unparsed stays
+    /// bounded.
+    pub async fn sample_rows_from(
+        &self,
+        quota: &str,
+        from_ms: i64,
+        to_ms: i64,
+        limit: i64,
+        used_only: bool,
+    ) -> Result<SampleRows, StoreError> {
+        let columns = if used_only {
+            "at_ms, '{}' AS hard, used, '{}' AS self_used"
+        } else {
+            "at_ms, hard, used, self_used"
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT {columns} FROM usage_samples \
+             WHERE quota = $1 AND at_ms >= $2 AND at_ms <= $3 ORDER BY at_ms LIMIT $4"
+        ))
         .bind(quota)
         .bind(from_ms)
         .bind(to_ms)
+        .bind(limit)
         .fetch_all(&self.read)
         .await?;
-        rows.iter()
-            .map(|r| read_sample(r).map(|(_, s)| s))
-            .collect()
+        let rows = rows
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
+            .collect::<Result<_, sqlx::Error>>()?;
+        Ok(SampleRows {
+            quota: quota.to_string(),
+            rows,
+        })
     }
 
     /// Applies retention as of `now_ms`: deletes what is older than

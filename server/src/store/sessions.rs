@@ -23,9 +23,24 @@ pub const USER_ID_KEY: &str = "user_id";
 /// counts as generation 0.
 pub const CREDENTIAL_GEN_KEY: &str = "credential_gen";
 
+/// How often the expiry of a session whose data did not change is written
+/// again. With an idle expiry tower-sessions saves the session on every
+/// request to push it forward, and on SQLite each save is a write on the
+/// one writer admissions commit on: a portal under load (clients retrying
+/// their 429s) made tens of such writes a second. A session then ends
+/// after between `idle − 60 s` and `idle` without activity.
+pub const EXPIRY_REFRESH_MS: i64 = 60_000;
+
+/// Sessions whose stored state this process remembers at most; past it
+/// the memory starts again (each then costs one more write).
+const REMEMBERED: usize = 100_000;
+
 #[derive(Clone)]
 pub struct SqlSessionStore {
     sql: Arc<SqlStore>,
+    /// Per session, what this process last read or wrote of it: a digest
+    /// of its data and its stored expiry.
+    stored: Arc<std::sync::Mutex<HashMap<Id, (u64, i64)>>>,
 }
 
 impl std::fmt::Debug for SqlSessionStore {
@@ -38,8 +53,49 @@ impl std::fmt::Debug for SqlSessionStore {
 
 impl SqlSessionStore {
     pub fn new(sql: Arc<SqlStore>) -> SqlSessionStore {
-        SqlSessionStore { sql }
+        SqlSessionStore {
+            sql,
+            stored: Default::default(),
+        }
     }
+
+    fn remember(&self, id: Id, digest: u64, expiry_ms: i64) {
+        let mut m = self.stored.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= REMEMBERED && !m.contains_key(&id) {
+            m.clear();
+        }
+        m.insert(id, (digest, expiry_ms));
+    }
+
+    fn forget(&self, id: &Id) {
+        self.stored
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+
+    /// Whether saving `digest` with `expiry_ms` would change nothing but
+    /// push the stored expiry forward by less than `EXPIRY_REFRESH_MS`.
+    fn unchanged(&self, id: &Id, digest: u64, expiry_ms: i64) -> bool {
+        let m = self.stored.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(id).is_some_and(|&(d, stored)| {
+            d == digest && expiry_ms >= stored && expiry_ms - stored < EXPIRY_REFRESH_MS
+        })
+    }
+}
+
+/// A digest of what a session stores (its data, in key order, and user).
+fn digest(data: &HashMap<String, serde_json::Value>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let canon: std::collections::BTreeMap<&String, &serde_json::Value> = data
+        .iter()
+        .filter(|(k, _)| *k != PASSWORD_HASH_KEY)
+        .collect();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&canon)
+        .unwrap_or_default()
+        .hash(&mut h);
+    h.finish()
 }
 
 fn backend(e: impl std::fmt::Display) -> session_store::Error {
@@ -120,15 +176,23 @@ impl SessionStore for SqlSessionStore {
     /// so a missing row means it was deleted meanwhile — a logout, a new
     /// password, a disabled user — and a request still in flight must not
     /// bring it back.
+    ///
+    /// A save that changes no data and pushes the expiry forward by less
+    /// than `EXPIRY_REFRESH_MS` is not written (`EXPIRY_REFRESH_MS`).
     async fn save(&self, record: &Record) -> session_store::Result<()> {
+        let (d, expiry) = (digest(&record.data), expiry_ms(record));
+        if self.unchanged(&record.id, d, expiry) {
+            return Ok(());
+        }
         sqlx::query("UPDATE sessions SET user_id = $1, data = $2, expiry_ms = $3 WHERE id = $4")
             .bind(user_id(record))
             .bind(encode(record)?)
-            .bind(expiry_ms(record))
+            .bind(expiry)
             .bind(record.id.to_string())
             .execute(&self.sql.write)
             .await
             .map_err(backend)?;
+        self.remember(record.id, d, expiry);
         Ok(())
     }
 
@@ -146,6 +210,7 @@ impl SessionStore for SqlSessionStore {
         let expiry: i64 = row.try_get("expiry_ms").map_err(backend)?;
         let data: HashMap<String, serde_json::Value> =
             serde_json::from_str(&data).map_err(|e| session_store::Error::Decode(e.to_string()))?;
+        self.remember(*id, digest(&data), expiry);
         let expiry_date =
             time::OffsetDateTime::from_unix_timestamp_nanos(expiry as i128 * 1_000_000)
                 .map_err(|e| session_store::Error::Decode(e.to_string()))?;
@@ -157,6 +222,7 @@ impl SessionStore for SqlSessionStore {
     }
 
     async fn delete(&self, id: &Id) -> session_store::Result<()> {
+        self.forget(id);
         sqlx::query("DELETE FROM sessions WHERE id = $1")
             .bind(id.to_string())
             .execute(&self.sql.write)
@@ -194,5 +260,63 @@ impl SqlStore {
                 .fetch_one(&self.read)
                 .await?;
         Ok(row.try_get::<i64, _>(0)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testdb::on_both_databases;
+
+    on_both_databases!(an_unchanged_session_has_its_expiry_written_at_most_once_a_minute);
+
+    async fn stored_expiry(sql: &SqlStore, id: &Id) -> i64 {
+        sqlx::query("SELECT expiry_ms FROM sessions WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_one(&sql.read)
+            .await
+            .unwrap()
+            .try_get(0)
+            .unwrap()
+    }
+
+    async fn an_unchanged_session_has_its_expiry_written_at_most_once_a_minute(sql: &SqlStore) {
+        let store = SqlSessionStore::new(Arc::new(sql.clone()));
+        let at = |ms: i64| {
+            time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).unwrap()
+        };
+        let t0 = crate::util::now_ms() + 3_600_000;
+        let mut record = Record {
+            id: Id::default(),
+            data: [("flash".to_string(), serde_json::json!("hi"))].into(),
+            expiry_date: at(t0),
+        };
+        store.create(&mut record).await.unwrap();
+        let loaded = store.load(&record.id).await.unwrap().unwrap();
+        assert_eq!(loaded.data, record.data);
+        // Requests within the minute push the expiry only in memory.
+        for s in 1..=59 {
+            record.expiry_date = at(t0 + s * 1_000);
+            store.save(&record).await.unwrap();
+        }
+        assert_eq!(stored_expiry(sql, &record.id).await, t0);
+        // A minute on, it is written.
+        record.expiry_date = at(t0 + 60_000);
+        store.save(&record).await.unwrap();
+        assert_eq!(stored_expiry(sql, &record.id).await, t0 + 60_000);
+        // A change of data is written at once.
+        record.data.insert("flash".into(), serde_json::json!("bye"));
+        record.expiry_date = at(t0 + 61_000);
+        store.save(&record).await.unwrap();
+        assert_eq!(stored_expiry(sql, &record.id).await, t0 + 61_000);
+        assert_eq!(
+            store.load(&record.id).await.unwrap().unwrap().data["flash"],
+            "bye"
+        );
+        // Deleted: a later save brings nothing back.
+        store.delete(&record.id).await.unwrap();
+        record.expiry_date = at(t0 + 62_000);
+        store.save(&record).await.unwrap();
+        assert!(store.load(&record.id).await.unwrap().is_none());
     }
 }

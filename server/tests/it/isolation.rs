@@ -149,6 +149,20 @@ async fn chart_requests_beyond_the_cap_are_answered_429_with_retry_after() {
         StatusCode::TOO_MANY_REQUESTS,
         "the places were given back"
     );
+    // Every 429 is counted, by the cap that gave it.
+    let (_, text) = s.get_text("/metrics").await;
+    assert!(
+        text.contains(&format!(
+            "bizrq_heavy_refused_total{{scope=\"user\"}} {refused}\n"
+        )),
+        "{refused} refused: {text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "bizrq_requests_refused_total{{listener=\"http\",code=\"429\"}} {refused}\n"
+        )),
+        "{text}"
+    );
 }
 
 /// `n` usage samples of research and its 12 teams, every two hours up to

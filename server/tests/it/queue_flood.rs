@@ -308,3 +308,137 @@ async fn reviews_of_jobs_never_created_cannot_fill_the_queue() {
     assert_kind_mismatch_refused(&c.server).await;
     unchanged(&before, &c.fake.quota("ml"));
 }
+
+/// A Job of `cpu` in namespace `ns`, bound to `ml`.
+fn job_in(ns: &str, name: &str, cpu: &str) -> Value {
+    let mut j = job(name, cpu);
+    j["metadata"]["namespace"] = json!(ns);
+    j
+}
+
+/// A CREATE review of `object` (a Job) by `user`, in the object's namespace.
+fn review_by(uid: &str, user: &str, object: Value) -> Value {
+    let mut r = job_review(uid, user, object);
+    r["request"]["namespace"] = r["request"]["object"]["metadata"]["namespace"].clone();
+    r
+}
+
+/// Cluster mode: a queue's share is counted by whom the work is for, not by
+/// the account that sent it. Two service accounts of one namespace share
+/// its share; the CronJob controller's account creating in two namespaces
+/// takes each namespace's share, never one across tenants; a person counts
+/// as themselves in a namespace whose share is full. Each refusal counts in
+/// `bizrq_admission_queue_refused_total{cause="submitter_share"}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_accounts_and_controllers_take_the_share_of_the_namespace_they_create_in() {
+    let c = Cluster::start().await;
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"},
+                "spec": {"parent": "", "hard": {"requests.cpu": "4"},
+                    "queueing": {"mode": "Queue", "maxPerSubmitter": 2}}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create(&c, "alice", job("a", "3")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+
+    let mut n = 0;
+    let mut send = |user: &str, ns: &str| {
+        n += 1;
+        review_by(
+            &format!("uid-{n}"),
+            user,
+            job_in(ns, &format!("j-{n}"), "2"),
+        )
+    };
+    let queued = |r: &Value| r["allowed"] == true && r["patch"].is_string();
+    let share_full = |r: &Value, wref: &str, who: &str| {
+        assert_eq!(r["allowed"], false, "{r}");
+        assert_eq!(
+            r["status"]["message"],
+            format!(
+                "bizrq ml: {wref} cannot queue: {who} already has 2 workloads waiting in this \
+                 queue, the most one submitter may (queueing.maxPerSubmitter 2); delete waiting \
+                 work or wait for it to be admitted"
+            )
+        );
+    };
+    let team_a = "namespace \"team-a\" (its service accounts and the controllers creating in it)";
+    let team_b = "namespace \"team-b\" (its service accounts and the controllers creating in it)";
+
+    // Two of team-a's accounts share team-a's share.
+    for sa in [
+        "system:serviceaccount:team-a:one",
+        "system:serviceaccount:team-a:two",
+    ] {
+        let r = c
+            .server
+            .review("/mutate/workloads", &send(sa, "team-a"))
+            .await;
+        assert!(queued(&r), "{sa}: {r}");
+    }
+    let r = c
+        .server
+        .review(
+            "/mutate/workloads",
+            &send("system:serviceaccount:team-a:three", "team-a"),
+        )
+        .await;
+    share_full(&r, "batch/Job/team-a/j-3", team_a);
+
+    // The CronJob controller creating in team-a counts as team-a (full),
+    // in team-b as team-b: one tenant's cron jobs never take another's.
+    let cron = "system:serviceaccount:kube-system:cronjob-controller";
+    let r = c
+        .server
+        .review("/mutate/workloads", &send(cron, "team-a"))
+        .await;
+    share_full(&r, "batch/Job/team-a/j-4", team_a);
+    for _ in 0..2 {
+        let r = c
+            .server
+            .review("/mutate/workloads", &send(cron, "team-b"))
+            .await;
+        assert!(queued(&r), "{r}");
+    }
+    let r = c
+        .server
+        .review("/mutate/workloads", &send(cron, "team-b"))
+        .await;
+    share_full(&r, "batch/Job/team-b/j-7", team_b);
+
+    // A person in team-a counts as themselves.
+    let r = c
+        .server
+        .review("/mutate/workloads", &send("bob", "team-a"))
+        .await;
+    assert!(queued(&r), "{r}");
+
+    let q = c.fake.quota("ml");
+    let mut refs = queue_refs(&q);
+    refs.sort();
+    assert_eq!(
+        refs,
+        [
+            "batch/Job/team-a/j-1",
+            "batch/Job/team-a/j-2",
+            "batch/Job/team-a/j-8",
+            "batch/Job/team-b/j-5",
+            "batch/Job/team-b/j-6",
+        ]
+    );
+    let (_, text) = c.server.get_text("/metrics").await;
+    assert!(
+        text.contains("bizrq_admission_queue_refused_total{cause=\"submitter_share\"} 3"),
+        "{text}"
+    );
+}
