@@ -5,7 +5,7 @@
 
 use super::admit::QueueEntry;
 use super::reason::Waiting;
-use super::{share, Queued};
+use super::{allowance, Queued};
 use crate::admission::{self, Denial};
 use crate::object::{Charge, Quota};
 use crate::resources::ResourceList;
@@ -39,7 +39,7 @@ pub enum Full {
     Share {
         quota: String,
         workload_ref: String,
-        /// Whom the share counts (`share::Share`'s words).
+        /// Whom the share counts (`allowance::Share`'s words).
         share: String,
         held: usize,
         cap: usize,
@@ -131,7 +131,7 @@ pub fn enqueue(
 
 /// Queue `work` as a new submission (the mutating webhook): `enqueue`,
 /// and refused when it would be a new entry past its submitter's share of
-/// the queue (`QueuePolicy::per_submitter`, counted by `share::of`: a
+/// the queue (`QueuePolicy::per_submitter`, counted by `allowance::of`: a
 /// person as themselves, service accounts and controllers as the
 /// namespace they create in). A refresh of an entry already queued under
 /// its reference is never refused.
@@ -144,12 +144,12 @@ pub fn join(
 ) -> Result<bool, Full> {
     if !holds(q, &work.workload_ref) {
         let cap = q.spec.queueing.per_submitter();
-        let mine = share::of(work.submitted_by.as_deref(), &work.workload_ref);
+        let mine = allowance::of(work.submitted_by.as_deref(), &work.workload_ref);
         let held = q
             .status
             .queue
             .iter()
-            .filter(|e| share::of(e.work.submitted_by.as_deref(), &e.work.workload_ref) == mine)
+            .filter(|e| allowance::of(e.work.submitted_by.as_deref(), &e.work.workload_ref) == mine)
             .count();
         if held >= cap {
             return Err(Full::Share {

@@ -28,7 +28,7 @@ pub mod preempt;
 pub mod priority;
 pub mod reason;
 pub mod room;
-pub mod share;
+pub mod allowance;
 
 pub use admit::{
     next_admissions, status, would_queue_at, Admission, BudgetView, Check, Decision, Pool,
@@ -94,7 +94,7 @@ pub struct Queued {
     /// AdmissionReview's `userInfo.username` at the mutating webhook), at
     /// most `MAX_SUBMITTER` bytes: shown to people, and with the
     /// reference's namespace it says whose share of the queue the entry
-    /// takes (`share::of`).
+    /// takes (`allowance::of`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_by: Option<String>,
     /// Queued again by its quota's preemption (docs/queueing.md §6). The
