@@ -52,7 +52,23 @@ pub enum TreeError {
         field: &'static str,
         count: usize,
     },
+    /// A carve-out that would make the parent's record of its children's
+    /// carve-outs hold more than [`MAX_CARVED_KEYS`] keys in all.
+    #[error("bizrq {child}: {parent} would hold {entries} carved-out keys over its children; a parent may hold at most {MAX_CARVED_KEYS} (the limit on a parent's carve-outs, docs/limits.md: fewer children, or fewer keys each)")]
+    TooWide {
+        child: String,
+        parent: String,
+        entries: usize,
+    },
 }
+
+/// Keys a parent's `status.children` may hold in all (Σ over its children
+/// of the keys each carves out). Every write of the parent carries them —
+/// a sibling's borrowing admission, a carve-out, a transfer — so 225
+/// children of 256 keys (2.7 MB of status) made every admission under the
+/// parent take seconds. 16,384 is, say, 1,000 children of 16 keys; in a
+/// cluster the object must also stay under etcd's 1.5 MB.
+pub const MAX_CARVED_KEYS: usize = 16_384;
 
 /// Keys one quota may hold in `spec.hard` (and in `spec.max`). Every page,
 /// chart, status write and admission of a quota walks its keys, and a
@@ -263,6 +279,23 @@ pub fn carve(
         return Ok(false);
     }
     check_not_held(parent, child, new_hard)?;
+    let before: usize = parent.status.children.values().map(|c| c.hard.len()).sum();
+    let entries = before
+        - parent
+            .status
+            .children
+            .get(child)
+            .map_or(0, |c| c.hard.len())
+        + new_hard.len();
+    // Only a carve-out that widens the record is refused: lowering, or
+    // replacing keys one for one, always goes through.
+    if entries > MAX_CARVED_KEYS && entries > before {
+        return Err(TreeError::TooWide {
+            child: child.into(),
+            parent: parent.name().into(),
+            entries,
+        });
+    }
     let delta = resources::diff(new_hard, &old);
     let short = crate::admission::shortfalls(parent, &delta);
     if !short.is_empty() {
@@ -567,6 +600,59 @@ mod tests {
         );
         uncarve(&mut root, "cv");
         assert_eq!(root.status.used["pods"], "10".parse().unwrap());
+    }
+
+    /// A parent's record of carve-outs holds at most `MAX_CARVED_KEYS`
+    /// keys: the child that would widen it past that is refused naming the
+    /// limit, and nothing changes; a carve-out that does not widen it is
+    /// still taken.
+    #[test]
+    fn a_carve_out_past_the_parents_limit_on_carved_keys_is_refused() {
+        let mut root = Quota::new("org", spec("", &[("pods", "100000")]));
+        let wide = |n: usize| -> ResourceList {
+            std::iter::once(("pods".to_string(), "1".parse().unwrap()))
+                .chain((1..n).map(|i| (format!("limits.cpu.m{i:05}"), "0".parse().unwrap())))
+                .collect()
+        };
+        let fits = MAX_CARVED_KEYS / MAX_KEYS;
+        for i in 0..fits {
+            carve(
+                &mut root,
+                &format!("t{i}"),
+                &wide(MAX_KEYS),
+                "2026-01-01T00:00:00.000Z",
+            )
+            .unwrap();
+        }
+        let before = root.status.clone();
+        let e = carve(
+            &mut root,
+            "one-more",
+            &wide(MAX_KEYS),
+            "2026-01-01T00:00:00.000Z",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, TreeError::TooWide { entries, .. } if entries == MAX_CARVED_KEYS + MAX_KEYS)
+        );
+        assert!(
+            e.to_string().contains("a parent may hold at most 16384"),
+            "{e}"
+        );
+        assert_eq!(root.status, before, "nothing changed");
+        // Raising an amount of a child already there widens nothing.
+        let mut more = wide(MAX_KEYS);
+        more.insert("pods".into(), "2".parse().unwrap());
+        assert!(carve(&mut root, "t0", &more, "2026-01-01T00:00:00.000Z").unwrap());
+        // A narrower child makes room for one of the right size.
+        carve(&mut root, "t1", &wide(1), "2026-01-01T00:00:00.000Z").unwrap();
+        carve(
+            &mut root,
+            "small",
+            &wide(MAX_KEYS - 1),
+            "2026-01-01T00:00:00.000Z",
+        )
+        .unwrap();
     }
 
     /// A raise is carved before the child's spec is written: a repair in

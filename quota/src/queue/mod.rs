@@ -19,6 +19,7 @@
 //! | `share` | whose share of a queue an entry counts against (`maxPerSubmitter`) |
 
 pub mod admit;
+pub mod allowance;
 pub mod budgets;
 pub mod estimate;
 pub mod ledger;
@@ -28,7 +29,6 @@ pub mod preempt;
 pub mod priority;
 pub mod reason;
 pub mod room;
-pub mod allowance;
 
 pub use admit::{
     next_admissions, status, would_queue_at, Admission, BudgetView, Check, Decision, Pool,

@@ -176,7 +176,9 @@ impl From<TreeError> for ServiceError {
             TreeError::Held { .. } => ServiceError::Conflict(e.to_string()),
             // A request over a limit: 400 naming it, as the API's other
             // bounds answer.
-            TreeError::TooManyKeys { .. } => ServiceError::BadRequest(e.to_string()),
+            TreeError::TooManyKeys { .. } | TreeError::TooWide { .. } => {
+                ServiceError::BadRequest(e.to_string())
+            }
             e => ServiceError::Tree(e),
         }
     }
