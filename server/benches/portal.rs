@@ -183,7 +183,8 @@ impl Client {
             .build()
             .unwrap();
         let page = http.get(format!("{base}/login")).send().await.unwrap();
-        let cookie = session_cookie(&page).expect("a session cookie on /login");
+        let cookie = named_cookie(&page, bizrq::portal::auth::LOGIN_COOKIE)
+            .expect("the login form's cookie on /login");
         let body = page.text().await.unwrap();
         let csrf = body
             .split("name=\"csrf\" value=\"")
@@ -199,7 +200,7 @@ impl Client {
             .await
             .unwrap();
         assert_eq!(res.status(), 303, "login as {user}");
-        let cookie = session_cookie(&res).unwrap_or(cookie);
+        let cookie = session_cookie(&res).expect("a session cookie at login");
         Client {
             http,
             base: base.to_string(),
@@ -227,7 +228,11 @@ impl Client {
 /// The session's own cookie: a sign-in also sets the device cookie
 /// (`bizrq_device`), which names no session.
 fn session_cookie(res: &reqwest::Response) -> Option<String> {
-    let name = format!("{}=", bizrq::portal::auth::SESSION_COOKIE);
+    named_cookie(res, bizrq::portal::auth::SESSION_COOKIE)
+}
+
+fn named_cookie(res: &reqwest::Response, name: &str) -> Option<String> {
+    let name = format!("{name}=");
     res.headers()
         .get_all("set-cookie")
         .iter()

@@ -402,10 +402,20 @@ pub async fn require_csrf(req: Request, next: Next) -> Response {
         return next.run(req).await;
     }
     let session = req.extensions().get::<Session>().cloned();
-    let expected = match &session {
+    let mut expected = match &session {
         Some(s) => s.get::<String>(CSRF_KEY).await.ok().flatten(),
         None => None,
     };
+    // The login form's token lives in its own cookie (`LOGIN_COOKIE`).
+    let login_form = req.uri().path() == "/login";
+    let login_cookie_token = if login_form {
+        login_token(req.headers())
+    } else {
+        None
+    };
+    if expected.is_none() {
+        expected = login_cookie_token.clone();
+    }
     let logged_in = match &session {
         Some(s) => s.get::<i64>(USER_ID_KEY).await.ok().flatten().is_some(),
         None => false,
@@ -442,8 +452,13 @@ pub async fn require_csrf(req: Request, next: Next) -> Response {
             });
         req = Request::from_parts(parts, axum::body::Body::from(bytes));
     }
+    let matches_login_cookie = |g: &str| {
+        login_cookie_token
+            .as_deref()
+            .is_some_and(|t| csrf_matches(t, g))
+    };
     match (expected, given) {
-        (Some(e), Some(g)) if csrf_matches(&e, &g) => {
+        (Some(e), Some(g)) if csrf_matches(&e, &g) || matches_login_cookie(&g) => {
             next.run(req).await
         }
         _ if api => ApiError::Forbidden(
@@ -490,7 +505,8 @@ pub async fn secure_cookie_behind_tls(req: Request, next: Next) -> Response {
     for c in cookies {
         let s = c.to_str().unwrap_or("");
         let ours = s.starts_with(&format!("{SESSION_COOKIE}="))
-            || s.starts_with(&format!("{DEVICE_COOKIE}="));
+            || s.starts_with(&format!("{DEVICE_COOKIE}="))
+            || s.starts_with(&format!("{LOGIN_COOKIE}="));
         let has_secure = s
             .split(';')
             .any(|a| a.trim().eq_ignore_ascii_case("secure"));
@@ -592,25 +608,58 @@ pub struct LoginQuery {
     next: Option<String>,
 }
 
-/// GET /login: the form (and an anonymous session holding its CSRF token).
+/// GET /login: the form, its CSRF token in a cookie of its own
+/// (`LOGIN_COOKIE`) and, masked, in the form. Nothing is stored: an
+/// anonymous client fetching the page in a loop makes no session rows.
 pub async fn login_page(
     State(app): State<AppState>,
     session: Session,
+    headers: HeaderMap,
     axum::extract::Query(q): axum::extract::Query<LoginQuery>,
 ) -> Response {
     if let Ok(Some(_)) = from_session(&app, &session).await {
         return Redirect::to(&safe_next(q.next.as_deref())).into_response();
     }
-    match csrf_token(&session).await {
-        Ok(csrf) => Html(app::accounts::render_login_page(
-            csrf,
-            String::new(),
-            safe_next(q.next.as_deref()),
-            None,
-        ))
-        .into_response(),
-        Err(e) => super::PageError::from(e).into_response(),
-    }
+    let token = login_token(&headers).unwrap_or_else(|| random_token(""));
+    let mut r = Html(app::accounts::render_login_page(
+        mask_csrf(&token),
+        String::new(),
+        safe_next(q.next.as_deref()),
+        None,
+    ))
+    .into_response();
+    r.headers_mut().append(
+        header::SET_COOKIE,
+        login_cookie(&token, app.portal.config.secure_cookies),
+    );
+    r
+}
+
+/// The login form's CSRF cookie: sent only to `/login`, HttpOnly,
+/// SameSite=Strict, for an hour. The form carries the same token masked
+/// (`mask_csrf`); `require_csrf` compares the two. Before sign-in there is
+/// no session to keep a token in, and none is made for a page view.
+pub const LOGIN_COOKIE: &str = "bizrq_login";
+const LOGIN_COOKIE_SECONDS: u32 = 3600;
+
+/// The login form's token from the request's cookies, when well formed.
+pub fn login_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().strip_prefix(LOGIN_COOKIE)?.strip_prefix('='))
+        .find(|t| t.len() == 48 && t.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_string)
+}
+
+fn login_cookie(token: &str, secure: bool) -> HeaderValue {
+    let secure = if secure { "; Secure" } else { "" };
+    let v = format!(
+        "{LOGIN_COOKIE}={token}; Path=/login; Max-Age={LOGIN_COOKIE_SECONDS}; HttpOnly; SameSite=Strict{secure}"
+    );
+    HeaderValue::from_str(&v).expect("a login cookie is ASCII")
 }
 
 #[derive(Deserialize)]
@@ -658,17 +707,21 @@ async fn login_inner(
     let again = |status: StatusCode, flash: Flash, retry_after: Option<u64>| {
         let (username, next) = (shown.clone(), next.clone());
         async move {
-            let csrf = csrf_token(session).await?;
+            let token = login_token(&parts.headers).unwrap_or_else(|| random_token(""));
             let mut r = (
                 status,
                 Html(app::accounts::render_login_page(
-                    csrf,
+                    mask_csrf(&token),
                     username,
                     next,
                     Some(flash),
                 )),
             )
                 .into_response();
+            r.headers_mut().append(
+                header::SET_COOKIE,
+                login_cookie(&token, app.portal.config.secure_cookies),
+            );
             if let Some(secs) = retry_after {
                 r.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(secs));

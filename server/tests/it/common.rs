@@ -322,6 +322,8 @@ pub struct Browser {
     /// The device cookie a login gave this browser (sent as a browser
     /// would, so later logins are this browser's).
     device: std::sync::Mutex<Option<String>>,
+    /// The login form's CSRF cookie, sent back as a browser would.
+    login: std::sync::Mutex<Option<String>>,
     csrf: std::sync::Mutex<Option<String>>,
 }
 
@@ -368,6 +370,7 @@ impl Browser {
                 .unwrap(),
             cookie: Default::default(),
             device: Default::default(),
+            login: Default::default(),
             csrf: Default::default(),
         }
     }
@@ -417,6 +420,11 @@ impl Browser {
         if let Some(d) = self.device.lock().unwrap().clone() {
             cookies.push(format!("bizrq_device={d}"));
         }
+        if path.starts_with("/login") {
+            if let Some(l) = self.login.lock().unwrap().clone() {
+                cookies.push(format!("bizrq_login={l}"));
+            }
+        }
         if !cookies.is_empty() {
             req = req.header("cookie", cookies.join("; "));
         }
@@ -447,6 +455,16 @@ impl Browser {
         {
             let value = set["bizrq_device=".len()..].split(';').next().unwrap_or("");
             *self.device.lock().unwrap() = Some(value.to_string());
+        }
+        if let Some(set) = page
+            .headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|c| c.starts_with("bizrq_login="))
+        {
+            let value = set["bizrq_login=".len()..].split(';').next().unwrap_or("");
+            *self.login.lock().unwrap() = Some(value.to_string());
         }
         if let Some(t) = hidden_field(&page.body, "csrf") {
             *self.csrf.lock().unwrap() = Some(t);
@@ -486,8 +504,17 @@ impl Browser {
             form.push(("csrf".into(), t));
         }
         let mut req = self.client.post(format!("{}{path}", self.base));
+        let mut cookies = Vec::new();
         if let Some(c) = self.cookie.lock().unwrap().clone() {
-            req = req.header("cookie", format!("bizrq_session={c}"));
+            cookies.push(format!("bizrq_session={c}"));
+        }
+        if path.starts_with("/login") {
+            if let Some(l) = self.login.lock().unwrap().clone() {
+                cookies.push(format!("bizrq_login={l}"));
+            }
+        }
+        if !cookies.is_empty() {
+            req = req.header("cookie", cookies.join("; "));
         }
         let r = req.form(&form).send().await?;
         let status = r.status();

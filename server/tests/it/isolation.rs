@@ -326,12 +326,12 @@ async fn nothing_is_read_of_a_body_before_its_caller_is_known() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
 
-    // Anonymous, with the login page's CSRF token in the header.
+    // Anonymous, with the login form's own CSRF token in the header.
     let b = Browser::new(&s);
     b.get("/login").await;
     let csrf = b.csrf().unwrap();
     let p = b
-        .request(Method::POST, "/tokens", |r| {
+        .request(Method::POST, "/login", |r| {
             r.header("x-csrf-token", csrf.as_str())
                 .header("content-type", "application/json")
                 .body(big)
@@ -345,4 +345,47 @@ async fn nothing_is_read_of_a_body_before_its_caller_is_known() {
         .api(Method::POST, "/api/v1/quotas", Some(json!({"a": "\u{0}"})))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+}
+
+/// The login page stores nothing: its CSRF token travels in a cookie of
+/// its own, so an anonymous client fetching it in a loop makes no session
+/// rows (each view made one, kept 8 hours). The form still signs in, and
+/// a form whose token is not the cookie's is refused.
+#[tokio::test]
+async fn the_login_page_stores_no_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&fresh_sqlite(&dir)).await;
+    for _ in 0..20 {
+        let b = Browser::new(&s);
+        let p = b.get("/login").await;
+        assert_eq!(p.status, StatusCode::OK);
+        assert_eq!(p.session_cookie(), None, "a session for a page view");
+        assert!(
+            p.headers
+                .get_all("set-cookie")
+                .iter()
+                .any(|c| c.to_str().unwrap().starts_with("bizrq_login=")),
+            "the form's token cookie"
+        );
+    }
+    // Someone else's form token: refused.
+    let other = Browser::new(&s);
+    other.get("/login").await;
+    let b = Browser::new(&s);
+    b.get("/login").await;
+    let p = b
+        .post_raw(
+            "/login",
+            &[
+                ("username", "admin"),
+                ("password", crate::common::ADMIN_PASSWORD),
+                ("csrf", other.csrf().unwrap().as_str()),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN, "{}", p.body);
+    // Its own: signed in.
+    let p = b.login("admin", crate::common::ADMIN_PASSWORD).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    assert!(p.session_cookie().is_some());
 }

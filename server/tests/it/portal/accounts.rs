@@ -133,19 +133,29 @@ fn attrs(set_cookie: &str) -> Vec<String> {
         .collect()
 }
 
-/// HttpOnly, SameSite=Strict, Path=/; Secure behind HTTPS; a new id at
-/// login; gone at logout.
+/// The login page makes no session: its CSRF token is in a cookie of its
+/// own (HttpOnly, SameSite=Strict, Path=/login). The session cookie comes
+/// at login: HttpOnly, SameSite=Strict, Path=/; Secure behind HTTPS; gone
+/// at logout.
 async fn the_session_cookie_is_strict_and_renewed_at_login(s: &Server) {
     let b = Browser::new(s);
     let p = b.get("/login").await;
-    let anon = p.session_cookie().expect("the login form's session");
-    let a = attrs(&anon);
-    assert!(a.contains(&"httponly".into()), "{anon}");
-    assert!(a.contains(&"samesite=strict".into()), "{anon}");
-    assert!(a.contains(&"path=/".into()), "{anon}");
+    assert_eq!(p.session_cookie(), None, "no session for a page view");
+    let form = p
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("bizrq_login="))
+        .expect("the login form's cookie")
+        .to_string();
+    let a = attrs(&form);
+    assert!(a.contains(&"httponly".into()), "{form}");
+    assert!(a.contains(&"samesite=strict".into()), "{form}");
+    assert!(a.contains(&"path=/login".into()), "{form}");
     assert!(
         !a.contains(&"secure".into()),
-        "plain HTTP without --secure-cookies: {anon}"
+        "plain HTTP without --secure-cookies: {form}"
     );
     let p = b
         .post(
@@ -155,22 +165,16 @@ async fn the_session_cookie_is_strict_and_renewed_at_login(s: &Server) {
         .await;
     assert_eq!(p.status, StatusCode::SEE_OTHER);
     assert_eq!(p.location(), Some("/"));
-    let logged = p.session_cookie().expect("a new session at login");
+    let logged = p.session_cookie().expect("a session at login");
     let id = |c: &str| c.split(';').next().unwrap().to_string();
-    assert_ne!(id(&anon), id(&logged), "the session id changes at login");
-    assert!(attrs(&logged).contains(&"httponly".into()));
-    // The old (anonymous) id is not logged in.
+    let a = attrs(&logged);
+    assert!(a.contains(&"httponly".into()), "{logged}");
+    assert!(a.contains(&"samesite=strict".into()), "{logged}");
+    assert!(a.contains(&"path=/".into()), "{logged}");
     let old = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let r = old
-        .get(format!("{}/", s.http))
-        .header("cookie", id(&anon))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::SEE_OTHER);
     let r = old
         .get(format!("{}/", s.http))
         .header("cookie", id(&logged))
@@ -239,7 +243,12 @@ async fn secure_cookies_marks_the_cookie_secure_on_plain_http() {
         Some(ADMIN_PASSWORD),
     )
     .await;
-    let p = Browser::new(&s).get("/login").await;
+    let b = Browser::new(&s);
+    let p = b.get("/login").await;
+    let c = p.headers["set-cookie"].to_str().unwrap().to_string();
+    assert!(c.starts_with("bizrq_login="), "{c}");
+    assert!(attrs(&c).contains(&"secure".into()), "{c}");
+    let p = b.login("admin", ADMIN_PASSWORD).await;
     let c = p.session_cookie().unwrap();
     assert!(attrs(&c).contains(&"secure".into()), "{c}");
 }

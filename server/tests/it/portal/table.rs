@@ -100,6 +100,9 @@ async fn run(s: &Server, o: &Org, who: Who, call: &Call) -> (StatusCode, String)
             (p.status, if loc.is_empty() { p.body } else { loc })
         }
         Call::Form(path, f) => {
+            // Before sign-in only the login form has a CSRF token (in a
+            // cookie sent to /login only, no session): any other form is
+            // refused by the CSRF check, 403, before its handler.
             if matches!(who, Who::Anonymous) {
                 anon.get("/login").await;
             }
@@ -190,8 +193,8 @@ async fn each_route_answers_each_role_as_its_row_says(s: &Server) {
         (get("/audit"), &[(Anonymous, SEE_OTHER), (Admin, OK), (OwnerNlp, OK), (MemberCv, OK)]),
         (get("/alerts"), &[(Anonymous, SEE_OTHER), (Admin, OK), (MemberCv, OK)]),
         (get("/audit.csv"), &[(Anonymous, SEE_OTHER), (Admin, OK), (OwnerNlp, OK)]),
-        (form("/users", "username=eve&password=eve-password-123"), &[(Anonymous, SEE_OTHER)]),
-        (form("/tokens", "name=t"), &[(Anonymous, SEE_OTHER)]),
+        (form("/users", "username=eve&password=eve-password-123"), &[(Anonymous, FORBIDDEN)]),
+        (form("/tokens", "name=t"), &[(Anonymous, FORBIDDEN)]),
         (get("/login"), &[(Admin, SEE_OTHER)]),
         (get("/audit?from=yesterday"), &[(Admin, INVALID)]),
         (get("/alerts?quota=nlp&kind=threshold"), &[(OwnerNlp, OK)]),
@@ -299,9 +302,9 @@ async fn each_route_answers_each_role_as_its_row_says(s: &Server) {
         // Transfer pages: logged in; CSRF on every form.
         (get("/transfers"), &[(Anonymous, SEE_OTHER)]),
         (get("/transfers/1"), &[(Anonymous, SEE_OTHER)]),
-        (form("/transfers", &gpu_form("nlp", "cv", "1")), &[(Anonymous, SEE_OTHER)]),
-        (form("/transfers/1/approve", ""), &[(Anonymous, SEE_OTHER)]),
-        (form("/transfers/1/reject", ""), &[(Anonymous, SEE_OTHER)]),
+        (form("/transfers", &gpu_form("nlp", "cv", "1")), &[(Anonymous, FORBIDDEN)]),
+        (form("/transfers/1/approve", ""), &[(Anonymous, FORBIDDEN)]),
+        (form("/transfers/1/reject", ""), &[(Anonymous, FORBIDDEN)]),
         (no_csrf("/transfers", &gpu_form("nlp", "cv", "1")), &[(OwnerNlp, FORBIDDEN)]),
         (no_csrf("/transfers/1/approve", ""), &[(Admin, FORBIDDEN)]),
         (no_csrf("/transfers/1/reject", ""), &[(Admin, FORBIDDEN)]),
@@ -370,7 +373,7 @@ async fn each_route_answers_each_role_as_its_row_says(s: &Server) {
         (get("/quotas/nlp/edit"), &[(Anonymous, SEE_OTHER)]),
         (get("/quotas/nlp/children/new"), &[(Anonymous, SEE_OTHER)]),
         (get("/tree?q=nlp&filter=hot"), &[(Anonymous, SEE_OTHER), (Admin, OK)]),
-        (form("/quotas/nlp/children/new", "name=x"), &[(Anonymous, SEE_OTHER)]),
+        (form("/quotas/nlp/children/new", "name=x"), &[(Anonymous, FORBIDDEN)]),
         (get("/quotas/ghost"), &[(Admin, NOT_FOUND)]),
         (get("/tree?under=nlp&depth=0"), &[(Admin, OK)]),
         (get("/quotas/nlp-a"), &[(OwnerNlp, OK)]),
@@ -387,7 +390,7 @@ async fn each_route_answers_each_role_as_its_row_says(s: &Server) {
         (get("/alerts?sort=bogus"), &[(MemberCv, INVALID)]),
         // Inviting onto a subtree (§6, docs/semantics.md): an owner gives `member` on
         // what it owns and `owner` strictly below it; members give nothing.
-        (form("/quotas/nlp/members", "username=bob&role=member"), &[(Anonymous, SEE_OTHER)]),
+        (form("/quotas/nlp/members", "username=bob&role=member"), &[(Anonymous, FORBIDDEN)]),
         (no_csrf("/quotas/nlp/members", "username=bob&role=member"), &[(OwnerNlp, FORBIDDEN)]),
         (form("/quotas/nlp/members", "username=bob&role=member"), &[(OwnerNlp, SEE_OTHER)]),
         (form("/quotas/nlp/members", "username=bob&role=owner"), &[(OwnerNlp, FORBIDDEN)]),
