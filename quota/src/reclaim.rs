@@ -354,6 +354,31 @@ pub fn order_key(c: &Candidate) -> (bool, i32, bool, Reverse<i64>, &str) {
 /// A workload scaled down and then stopped appears once, with the stop.
 /// Deterministic: the same borrowers in any order give the same plan.
 pub fn plan(borrowers: &[Borrower], need: &ResourceList) -> Vec<Victim> {
+    plan_with(borrowers, need, None)
+}
+
+/// `plan`, with fair sharing (docs/queueing.md, "Fair sharing"): whole
+/// workloads are taken from the borrower whose dominant share of what the
+/// parent can lend (`lendable`, with its weight in `weights`, 1 when
+/// absent) is the largest, weighed again after each workload taken (what
+/// it still borrows falls), marked ones still first; within a borrower in
+/// the same order as `plan`. Elastic workloads are scaled down first, as
+/// in `plan`.
+pub fn plan_fair(
+    borrowers: &[Borrower],
+    need: &ResourceList,
+    weights: &BTreeMap<String, crate::object::fair_sharing::Weight>,
+    lendable: &ResourceList,
+) -> Vec<Victim> {
+    plan_with(borrowers, need, Some((weights, lendable)))
+}
+
+type Fair<'a> = (
+    &'a BTreeMap<String, crate::object::fair_sharing::Weight>,
+    &'a ResourceList,
+);
+
+fn plan_with(borrowers: &[Borrower], need: &ResourceList, fair: Option<Fair<'_>>) -> Vec<Victim> {
     let mut need = positive(need);
     let mut debt: Vec<ResourceList> = borrowers.iter().map(|b| positive(&b.borrowed)).collect();
     let mut order: Vec<(usize, usize)> = borrowers
@@ -401,18 +426,60 @@ pub fn plan(borrowers: &[Borrower], need: &ResourceList) -> Vec<Victim> {
             frees,
         });
     }
-    for &(bi, ci) in &order {
+    // The stop phase: in `order`, or with fair sharing, from the borrower
+    // with the largest share at each step.
+    let stop_order = &order;
+    let mut taken = vec![false; stop_order.len()];
+    // Without fairness one pass in order: a workload that does not help
+    // now never will (need and debts only shrink).
+    let mut cursor = 0;
+    loop {
         if need.is_empty() {
             break;
         }
-        let c = &borrowers[bi].workloads[ci];
-        let left = match scaled.get(&(bi, ci)) {
-            Some(&(_, to)) => c.pod_sets[0].usage(to),
-            None => c.usage(),
+        let left_of = |bi: usize, ci: usize| {
+            let c = &borrowers[bi].workloads[ci];
+            match scaled.get(&(bi, ci)) {
+                Some(&(_, to)) => c.pod_sets[0].usage(to),
+                None => c.usage(),
+            }
         };
-        if left.is_empty() || !helps(&left, &need, &debt[bi]) {
-            continue;
-        }
+        let helpful = |i: usize, need: &ResourceList, debt: &[ResourceList]| {
+            let (bi, ci) = stop_order[i];
+            let left = left_of(bi, ci);
+            !left.is_empty() && helps(&left, need, &debt[bi])
+        };
+        let next = match fair {
+            None => (cursor..stop_order.len()).find(|&i| helpful(i, &need, &debt)),
+            Some((weights, lendable)) => {
+                // Per borrower, its first helpful workload; then the one
+                // marked, else of the largest share, else by name.
+                let mut firsts: BTreeMap<usize, usize> = BTreeMap::new();
+                for i in 0..stop_order.len() {
+                    let bi = stop_order[i].0;
+                    if !taken[i] && !firsts.contains_key(&bi) && helpful(i, &need, &debt) {
+                        firsts.insert(bi, i);
+                    }
+                }
+                firsts
+                    .into_iter()
+                    .map(|(bi, i)| {
+                        let b = &borrowers[bi];
+                        let w = weights.get(&b.quota).copied().unwrap_or_default();
+                        let share = crate::fair::share(&debt[bi], lendable, w).share;
+                        let marked = b.workloads[stop_order[i].1].marked;
+                        ((marked, share, Reverse(b.quota.as_str())), i)
+                    })
+                    .max_by(|a, b| a.0.cmp(&b.0))
+                    .map(|(_, i)| i)
+            }
+        };
+        let Some(i) = next else { break };
+        taken[i] = true;
+        cursor = i + 1;
+        let (bi, ci) = stop_order[i];
+        let c = &borrowers[bi].workloads[ci];
+        let left = left_of(bi, ci);
         take(&mut need, &mut debt[bi], &left);
         match scaled.get(&(bi, ci)) {
             Some(&(at, _)) => {
@@ -614,6 +681,44 @@ mod tests {
     }
 
     #[test]
+    fn fair_reclaim_takes_from_the_largest_share_weighed_again_after_each() {
+        use crate::object::fair_sharing::Weight;
+        let jobs = |q: &str, n: usize| -> Vec<Candidate> {
+            (0..n)
+                .map(|i| {
+                    let mut c = cand(&format!("{q}{i}"), Stop::Suspend, 1, &[(CPU, 2)]);
+                    // a's are the lowest priority: `plan` takes them all.
+                    c.priority = if q == "a" { 0 } else { 5 };
+                    c
+                })
+                .collect()
+        };
+        // a borrows 4 (weight 1), b borrows 10 (weight 1), c 10 (weight 2).
+        let bs = vec![
+            borrower("a", &[(CPU, 4)], jobs("a", 2)),
+            borrower("b", &[(CPU, 10)], jobs("b", 5)),
+            borrower("c", &[(CPU, 10)], jobs("c", 5)),
+        ];
+        let lend = list(&[(CPU, 100)]);
+        let need = list(&[(CPU, 10)]);
+        // Without fairness: priority first, a's two jobs go first.
+        let p = plan(&bs, &need);
+        assert_eq!(p.iter().filter(|v| v.quota == "a").count(), 2);
+        // With it: b (0.10) down to 0.04, then c (0.05), then a tie of
+        // all three at 0.04 goes by name.
+        let mut w = BTreeMap::new();
+        w.insert("c".to_string(), Weight::from_milli(2000).unwrap());
+        let p = plan_fair(&bs, &need, &w, &lend);
+        let from: Vec<&str> = p.iter().map(|v| v.quota.as_str()).collect();
+        assert_eq!(from, ["b", "b", "b", "c", "a"], "{p:?}");
+        // Marked victims stay first, wherever their borrower stands.
+        let mut marked = bs.clone();
+        marked[0].workloads[1].marked = true;
+        let p = plan_fair(&marked, &list(&[(CPU, 2)]), &w, &lend);
+        assert_eq!(refs(&p), [("a1", Action::Suspend)]);
+    }
+
+    #[test]
     fn elastic_workloads_shrink_before_anything_stops() {
         let cheap = cand("cheap", Stop::Suspend, 1, &[(CPU, 2)]);
         let mut elastic = cand("elastic", Stop::Suspend, 6, &[(CPU, 1)]);
@@ -738,6 +843,7 @@ mod tests {
                 max: Default::default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         for (name, hard) in [("a", 6), ("b", 12)] {

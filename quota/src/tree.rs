@@ -519,6 +519,7 @@ mod tests {
             max: Default::default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         }
     }
 

@@ -1191,6 +1191,7 @@ mod tests {
                 max: Default::default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         let now = 1_800_000_000_000;

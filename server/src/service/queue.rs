@@ -72,27 +72,54 @@ pub enum Queueing {
     Never(String),
 }
 
+/// Whether `work`, which fits `judged` now, should leave the idle room to
+/// a sibling of `field` that fair sharing puts first (`fair::defers`).
+fn fair_turn(
+    field: &queue::share::Field,
+    judged: &Quota,
+    work: &Queued,
+) -> Option<queue::FairTurn> {
+    let mut me = field.me.clone();
+    me.used = judged.status.used.clone();
+    let head = quota::fair::Head {
+        usage: work.usage(),
+        priority: work.priority,
+        since_ms: work.submitted_ms,
+    };
+    let i = quota::fair::defers(&me, &head, &field.rivals, &field.lendable, &field.room)?;
+    Some(queue::share::turn(&me, field, &head.usage, i))
+}
+
 impl Service {
     /// What a queue of `q` plans against: hard, or for a quota that may
     /// borrow, hard + what its parent could lend it now
     /// (`queue::borrow_limits`, as the borrowing admission would).
     pub async fn queue_limits(&self, q: &Quota) -> Result<ResourceList, ServiceError> {
+        Ok(self.queue_plan(q).await?.0)
+    }
+
+    /// `queue_limits`, and for a quota that may borrow, what fair sharing
+    /// weighs (`queue::share::field`: the parent's lendable capacity, the
+    /// idle room, the siblings whose heads wait for it), from one read of
+    /// the parent and its children.
+    pub async fn queue_plan(
+        &self,
+        q: &Quota,
+    ) -> Result<(ResourceList, Option<queue::share::Field>), ServiceError> {
         if q.spec.max.is_empty() || q.spec.parent.is_empty() {
-            return Ok(ResourceList::new());
+            return Ok((ResourceList::new(), None));
         }
         let parent = match self.get(&q.spec.parent).await {
             Ok(p) => p.quota,
-            Err(ServiceError::NotFound(_)) => return Ok(ResourceList::new()),
+            Err(ServiceError::NotFound(_)) => return Ok((ResourceList::new(), None)),
             Err(e) => return Err(e),
         };
         let kids = self.store.children(&q.spec.parent).await?;
         let standings = Standing::of_all(kids.iter().map(|s| &s.quota));
-        Ok(queue::borrow_limits(
-            q,
-            Some(&parent),
-            &standings,
-            self.now(),
-        ))
+        let limits = queue::borrow_limits(q, Some(&parent), &standings, self.now());
+        let kids: Vec<&Quota> = kids.iter().map(|s| &s.quota).collect();
+        let field = queue::share::field(&parent, q, &kids);
+        Ok((limits, Some(field)))
     }
 
     /// Judge `work` against its quota's queue and, when it must wait,
@@ -118,7 +145,7 @@ impl Service {
             None => reason,
         };
         let current = self.get(quota_name).await?.quota;
-        let limits = self.queue_limits(&current).await?;
+        let (limits, field) = self.queue_plan(&current).await?;
         let now = self.now();
         self.update_status(quota_name, dry_run, |q| {
             let mut work = work.clone();
@@ -152,7 +179,27 @@ impl Service {
                         ledger::enqueue(q, work, 0, queue::Waiting::Quota, String::new())?;
                     Ok((changed || dropped, Queueing::Admits))
                 }
-                Check::AdmitsNow => Ok((dropped, Queueing::Admits)),
+                Check::AdmitsNow => match field.as_ref().and_then(|f| fair_turn(f, &judged, &work))
+                {
+                    // It fits on a loan, but a sibling with a smaller
+                    // share waits for the same idle room: it queues
+                    // behind what waits, and the sibling goes first.
+                    Some(turn) => {
+                        let position = u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX);
+                        let reason = queue::Reason::Fair(turn);
+                        let text = worded(reason.to_string());
+                        let changed =
+                            ledger::join(q, work, position, reason.waiting(), text.clone())?;
+                        Ok((
+                            changed || dropped,
+                            Queueing::Queued {
+                                position,
+                                reason: text,
+                            },
+                        ))
+                    }
+                    None => Ok((dropped, Queueing::Admits)),
+                },
                 Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
                 Check::Queues { position, reason } => {
                     let text = worded(reason.to_string());
@@ -603,6 +650,7 @@ mod tests {
             max: Default::default(),
             budgets: Default::default(),
             queueing: QueuePolicy::queue(),
+            fair_sharing: Default::default(),
         };
         svc.create_quota("ml", spec, Persist::Here, "", false)
             .await
@@ -665,6 +713,7 @@ mod tests {
             max: Default::default(),
             budgets: Default::default(),
             queueing: QueuePolicy::queue(),
+            fair_sharing: Default::default(),
         };
         svc.create_quota("ml", spec, Persist::Here, "", false)
             .await

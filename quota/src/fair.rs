@@ -1,0 +1,659 @@
+//! Fair sharing of a parent's idle capacity between its children
+//! (docs/queueing.md, "Fair sharing"): dominant resource fairness with
+//! weights, as kube-batch orders jobs and Kueue's Fair Sharing orders
+//! ClusterQueues.
+//!
+//! A child's **share** is, over the keys it borrows, the largest of
+//! (its use beyond `hard`) ÷ (what its parent can lend on that key),
+//! divided by its weight. A child within its hard has share 0; a child of
+//! weight 0 that borrows anything has an infinite share (it goes last).
+//! Shares are exact ratios of integers, compared by cross-multiplication
+//! in 256 bits: no float takes part in a decision (`Share::display` is for
+//! people only).
+//!
+//! Three decisions read them:
+//! - `pick`: of the siblings whose queue heads wait, whose goes first —
+//!   the smallest share *after* admission, then the highest priority,
+//!   then the oldest;
+//! - `defers`: whether a borrower should leave the idle room to a
+//!   sibling that `pick` puts first and that the room cannot hold beside
+//!   it;
+//! - `may_take`: whether a taker may reclaim from a victim that borrows
+//!   (`Strategy`), and `by_largest_share`, the order victims are taken in.
+
+use crate::object::fair_sharing::{FairStatus, Strategy, Weight};
+use crate::object::Quota;
+use crate::quantity::Quantity;
+use crate::resources::{self, ResourceList};
+use std::cmp::Ordering;
+
+/// A dominant share: `num / den` (both ≥ 0), or infinite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// `num / den`; `den` > 0. Zero when `num` is 0.
+    Ratio {
+        num: u128,
+        den: u128,
+    },
+    Infinite,
+}
+
+impl Share {
+    pub const ZERO: Share = Share::Ratio { num: 0, den: 1 };
+
+    pub fn is_zero(&self) -> bool {
+        matches!(self, Share::Ratio { num: 0, .. })
+    }
+
+    /// For people: two decimals (`0.42`), `∞` when infinite. Never for a
+    /// decision.
+    pub fn display(&self) -> String {
+        match *self {
+            Share::Infinite => "∞".into(),
+            Share::Ratio { num, den } => {
+                let hundredths = num.saturating_mul(100).checked_div(den).unwrap_or(0);
+                let r = num.saturating_mul(100) % den.max(1);
+                // Round half up.
+                let hundredths = if r.saturating_mul(2) >= den && den > 0 {
+                    hundredths + 1
+                } else {
+                    hundredths
+                };
+                format!("{}.{:02}", hundredths / 100, hundredths % 100)
+            }
+        }
+    }
+
+    /// How many times `other` this share is, in tenths, rounded down
+    /// (`16` for 1.6×); None when `other` is zero or either is infinite.
+    pub fn tenths_of(&self, other: &Share) -> Option<u128> {
+        match (*self, *other) {
+            (Share::Ratio { num: a, den: b }, Share::Ratio { num: c, den: d }) if c > 0 => {
+                // (a/b) / (c/d) = a·d / (b·c), in tenths.
+                let top = wide_mul(a, d);
+                let bottom = wide_mul(b, c);
+                Some(wide_div_small(top, bottom, 10))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl PartialOrd for Share {
+    fn partial_cmp(&self, other: &Share) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Share {
+    fn cmp(&self, other: &Share) -> Ordering {
+        match (*self, *other) {
+            (Share::Infinite, Share::Infinite) => Ordering::Equal,
+            (Share::Infinite, _) => Ordering::Greater,
+            (_, Share::Infinite) => Ordering::Less,
+            (Share::Ratio { num: a, den: b }, Share::Ratio { num: c, den: d }) => {
+                wide_mul(a, d).cmp(&wide_mul(c, b))
+            }
+        }
+    }
+}
+
+/// a × b in 256 bits, as (high, low) halves.
+fn wide_mul(a: u128, b: u128) -> (u128, u128) {
+    const M: u128 = u64::MAX as u128;
+    let (a1, a0) = (a >> 64, a & M);
+    let (b1, b0) = (b >> 64, b & M);
+    let p00 = a0 * b0;
+    let p01 = a0 * b1;
+    let p10 = a1 * b0;
+    let p11 = a1 * b1;
+    let mid = (p00 >> 64) + (p01 & M) + (p10 & M);
+    let low = (p00 & M) | (mid << 64);
+    let high = p11 + (p01 >> 64) + (p10 >> 64) + (mid >> 64);
+    (high, low)
+}
+
+/// ⌊top × k / bottom⌋ for a small k, capped at `u128::MAX`; by repeated
+/// doubling so no product leaves 256 bits. Only for display.
+fn wide_div_small(top: (u128, u128), bottom: (u128, u128), k: u128) -> u128 {
+    if bottom == (0, 0) {
+        return u128::MAX;
+    }
+    // top × k as a sum, then long division by shifting the divisor.
+    let mut t = (0u128, 0u128);
+    for _ in 0..k {
+        t = add(t, top);
+    }
+    let mut q: u128 = 0;
+    let mut rem = t;
+    for bit in (0..128).rev() {
+        if let Some(shifted) = shl(bottom, bit) {
+            if rem >= shifted {
+                rem = sub(rem, shifted);
+                q |= 1 << bit;
+            }
+        }
+    }
+    if rem >= bottom {
+        u128::MAX
+    } else {
+        q
+    }
+}
+
+fn add(a: (u128, u128), b: (u128, u128)) -> (u128, u128) {
+    let (low, c) = a.1.overflowing_add(b.1);
+    (a.0.saturating_add(b.0).saturating_add(c as u128), low)
+}
+
+fn sub(a: (u128, u128), b: (u128, u128)) -> (u128, u128) {
+    let (low, borrow) = a.1.overflowing_sub(b.1);
+    (a.0 - b.0 - borrow as u128, low)
+}
+
+/// `v << bits` if it stays within 256 bits.
+fn shl(v: (u128, u128), bits: u32) -> Option<(u128, u128)> {
+    if bits == 0 {
+        return Some(v);
+    }
+    if v.0 >> (128 - bits) != 0 {
+        return None;
+    }
+    Some(((v.0 << bits) | (v.1 >> (128 - bits)), v.1 << bits))
+}
+
+/// A dominant share and the key it comes from (none when zero).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dominant {
+    pub share: Share,
+    pub key: Option<String>,
+}
+
+impl Dominant {
+    pub const ZERO: Dominant = Dominant {
+        share: Share::ZERO,
+        key: None,
+    };
+}
+
+/// What a parent can lend its children, per key of its hard that is not
+/// cash: its hard less what its own workloads use. Every child's guarantee
+/// is in it (idle guarantee is lent), so the sum of the children's fair
+/// lines is the whole of it. The same for every sibling: shares compare.
+pub fn lendable(parent: &Quota) -> ResourceList {
+    parent
+        .spec
+        .hard
+        .iter()
+        .filter(|(k, _)| crate::keys::cash_target(k).is_none())
+        .map(|(k, h)| {
+            let own = resources::get(&parent.status.self_used, k);
+            (k.clone(), h.saturating_sub(own).max(Quantity::ZERO))
+        })
+        .collect()
+}
+
+/// The dominant share of a child that borrows `borrowed` (per key, its
+/// use beyond hard; zero and negative amounts borrow nothing) of
+/// `lendable`, with `weight`. A key the parent cannot lend at all (0
+/// lendable) that is borrowed anyway gives an infinite share; keys the
+/// parent does not limit are not shared and do not count.
+pub fn share(borrowed: &ResourceList, lendable: &ResourceList, weight: Weight) -> Dominant {
+    let mut best = Dominant::ZERO;
+    for (k, b) in borrowed {
+        if b.nanos() <= 0 {
+            continue;
+        }
+        let Some(l) = lendable.get(k) else { continue };
+        let s = if weight.is_zero() || l.nanos() <= 0 {
+            Share::Infinite
+        } else {
+            // b / (l × w/1000) = 1000·b / (l·w); b, l < 2^94, w ≤ 2^20.
+            Share::Ratio {
+                num: (b.nanos() as u128).saturating_mul(1000),
+                den: (l.nanos() as u128).saturating_mul(weight.milli() as u128),
+            }
+        };
+        if best.key.is_none() || s > best.share {
+            best = Dominant {
+                share: s,
+                key: Some(k.clone()),
+            };
+        }
+    }
+    best
+}
+
+/// `status.fairSharing` of `q` given what its parent can lend: its
+/// weight, its dominant share (for people) and on which key. None for a
+/// quota that cannot borrow (no `max`).
+pub fn status(q: &Quota, lendable: &ResourceList) -> Option<FairStatus> {
+    if q.spec.max.is_empty() || q.spec.parent.is_empty() {
+        return None;
+    }
+    let d = Sibling::of(q).share(lendable);
+    Some(FairStatus {
+        weight: q.spec.fair_sharing.weight,
+        share: d.share.display(),
+        dominant: d.key.unwrap_or_default(),
+    })
+}
+
+/// A child as fair sharing sees it: its guarantee, what it uses, its weight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sibling {
+    pub name: String,
+    pub hard: ResourceList,
+    /// Keys it may borrow on (its `max`); use beyond hard elsewhere is not
+    /// borrowing.
+    pub max: ResourceList,
+    pub used: ResourceList,
+    pub weight: Weight,
+}
+
+impl Sibling {
+    pub fn of(q: &Quota) -> Sibling {
+        Sibling {
+            name: q.name().to_string(),
+            hard: q.spec.hard.clone(),
+            max: q.spec.max.clone(),
+            used: q.status.used.clone(),
+            weight: q.spec.fair_sharing.weight,
+        }
+    }
+
+    /// What it borrows while using `used`: use beyond hard on keys of max.
+    pub fn borrowed_at(&self, used: &ResourceList) -> ResourceList {
+        self.max
+            .keys()
+            .filter_map(|k| {
+                let over = resources::get(used, k).saturating_sub(resources::get(&self.hard, k));
+                (over.nanos() > 0).then(|| (k.clone(), over))
+            })
+            .collect()
+    }
+
+    pub fn borrowed(&self) -> ResourceList {
+        self.borrowed_at(&self.used)
+    }
+
+    /// Its share now.
+    pub fn share(&self, lendable: &ResourceList) -> Dominant {
+        share(&self.borrowed(), lendable, self.weight)
+    }
+
+    /// Its share once `delta` more is used (negative amounts release).
+    pub fn share_after(&self, delta: &ResourceList, lendable: &ResourceList) -> Dominant {
+        let mut used = self.used.clone();
+        resources::add_into(&mut used, delta);
+        share(&self.borrowed_at(&used), lendable, self.weight)
+    }
+
+    /// What admitting `ask` would borrow beyond what it borrows now.
+    pub fn more_borrowed(&self, ask: &ResourceList) -> ResourceList {
+        let mut used = self.used.clone();
+        resources::add_into(&mut used, ask);
+        let after = self.borrowed_at(&used);
+        let now = self.borrowed();
+        after
+            .iter()
+            .filter_map(|(k, a)| {
+                let more = a.saturating_sub(resources::get(&now, k));
+                (more.nanos() > 0).then(|| (k.clone(), more))
+            })
+            .collect()
+    }
+}
+
+/// A sibling's queue head as `pick` weighs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Head {
+    /// What it uses once admitted.
+    pub usage: ResourceList,
+    pub priority: i32,
+    /// When it queued (ms); earlier goes first.
+    pub since_ms: i64,
+}
+
+/// The order `pick` puts contenders in: share after admission ascending,
+/// then priority descending, then age (older first), then name.
+fn pick_key<'a>(
+    s: &'a Sibling,
+    h: &Head,
+    lendable: &ResourceList,
+) -> (Share, std::cmp::Reverse<i32>, i64, &'a str) {
+    (
+        s.share_after(&h.usage, lendable).share,
+        std::cmp::Reverse(h.priority),
+        h.since_ms,
+        s.name.as_str(),
+    )
+}
+
+/// Which of the contenders' heads to admit first: the index of the one
+/// whose share after admission is smallest (ties: higher priority, then
+/// older, then name). None when there are none.
+pub fn pick(contenders: &[(Sibling, Head)], lendable: &ResourceList) -> Option<usize> {
+    (0..contenders.len()).min_by(|&a, &b| {
+        let (sa, ha) = &contenders[a];
+        let (sb, hb) = &contenders[b];
+        pick_key(sa, ha, lendable).cmp(&pick_key(sb, hb, lendable))
+    })
+}
+
+/// A sibling whose queue head waits for idle room, with the room the
+/// parent could lend it (`borrow::idle_room`, as it would ask).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rival {
+    pub sibling: Sibling,
+    pub head: Head,
+    pub room: ResourceList,
+}
+
+/// Whether `own` should not borrow for `ask` now and leave the room to a
+/// rival: some rival's head (a) would borrow, and within the room the
+/// parent could lend it, (b) goes before `own`'s by `pick`, and (c) could
+/// not be admitted beside `own`'s (together they borrow more than `room`,
+/// what the parent could lend `own`, on some key). Returns that rival's
+/// index (the first by `pick` order). An ask that borrows nothing never
+/// defers: a child's guarantee is its own.
+pub fn defers(
+    own: &Sibling,
+    ask: &Head,
+    rivals: &[Rival],
+    lendable: &ResourceList,
+    room: &ResourceList,
+) -> Option<usize> {
+    let mine = own.more_borrowed(&ask.usage);
+    if mine.is_empty() {
+        return None;
+    }
+    let fits = |more: &ResourceList, room: &ResourceList| {
+        more.iter().all(|(k, m)| *m <= resources::get(room, k))
+    };
+    let own_key = pick_key(own, ask, lendable);
+    let mut ahead: Vec<usize> = (0..rivals.len())
+        .filter(|&i| {
+            let r = &rivals[i];
+            let theirs = r.sibling.more_borrowed(&r.head.usage);
+            if theirs.is_empty()
+                || !fits(&theirs, &r.room)
+                || pick_key(&r.sibling, &r.head, lendable) >= own_key
+            {
+                return false;
+            }
+            let mut both = theirs;
+            resources::add_into(&mut both, &mine);
+            !fits(&both, room)
+        })
+        .collect();
+    ahead.sort_by(|&a, &b| {
+        let (ra, rb) = (&rivals[a], &rivals[b]);
+        pick_key(&ra.sibling, &ra.head, lendable).cmp(&pick_key(&rb.sibling, &rb.head, lendable))
+    });
+    ahead.first().copied()
+}
+
+/// Whether a taker may reclaim `frees` from a victim: the taker, after
+/// admitting `taker_ask`, against the victim after losing `frees`
+/// (`LessThanOrEqualToFinalShare`: taker after ≤ victim after) or before
+/// (`LessThanInitialShare`: taker after < victim before). A victim that
+/// does not borrow is never taken from by fair sharing: its guarantee is
+/// its own.
+pub fn may_take(
+    strategy: Strategy,
+    taker: &Sibling,
+    taker_ask: &ResourceList,
+    victim: &Sibling,
+    frees: &ResourceList,
+    lendable: &ResourceList,
+) -> bool {
+    let before = victim.share(lendable).share;
+    if before.is_zero() {
+        return false;
+    }
+    let taker_after = taker.share_after(taker_ask, lendable).share;
+    match strategy {
+        Strategy::LessThanOrEqualToFinalShare => {
+            let neg = resources::scale(frees, -1);
+            taker_after <= victim.share_after(&neg, lendable).share
+        }
+        Strategy::LessThanInitialShare => taker_after < before,
+    }
+}
+
+/// Indices of `siblings` in the order reclaim takes from them: the largest
+/// share first (ties by name), those borrowing nothing left out.
+pub fn by_largest_share(siblings: &[Sibling], lendable: &ResourceList) -> Vec<usize> {
+    let mut out: Vec<(Share, &str, usize)> = siblings
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.share(lendable).share, s.name.as_str(), i))
+        .filter(|(s, _, _)| !s.is_zero())
+        .collect();
+    out.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    out.into_iter().map(|(_, _, i)| i).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CPU: &str = "requests.cpu";
+    const GPU: &str = "requests.nvidia.com/gpu";
+
+    fn list(pairs: &[(&str, i64)]) -> ResourceList {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity::from_units(*v)))
+            .collect()
+    }
+
+    fn sib(name: &str, hard: i64, used: i64, weight: u32) -> Sibling {
+        Sibling {
+            name: name.into(),
+            hard: list(&[(CPU, hard)]),
+            max: list(&[(CPU, 1000)]),
+            used: list(&[(CPU, used)]),
+            weight: Weight::from_milli(weight * 1000).unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_dominant_key_is_the_largest_fraction_of_what_can_be_lent() {
+        let lend = list(&[(CPU, 100), (GPU, 8)]);
+        let d = share(&list(&[(CPU, 20), (GPU, 4)]), &lend, Weight::ONE);
+        assert_eq!(d.key.as_deref(), Some(GPU));
+        assert_eq!(d.share.display(), "0.50");
+        let d = share(&list(&[(CPU, 60), (GPU, 4)]), &lend, Weight::ONE);
+        assert_eq!(d.key.as_deref(), Some(CPU));
+        assert_eq!(d.share.display(), "0.60");
+        assert_eq!(
+            share(&ResourceList::new(), &lend, Weight::ONE),
+            Dominant::ZERO
+        );
+        assert_eq!(
+            share(&list(&[(CPU, 1)]), &lend, Weight::ZERO).share,
+            Share::Infinite
+        );
+        assert_eq!(
+            share(&list(&[(CPU, 1)]), &lend, Weight::ZERO)
+                .share
+                .display(),
+            "∞"
+        );
+        // Nothing borrowed: zero, whatever the weight.
+        assert!(share(&list(&[(CPU, 0)]), &lend, Weight::ZERO)
+            .share
+            .is_zero());
+    }
+
+    #[test]
+    fn shares_compare_exactly_at_the_largest_amounts() {
+        let big = Quantity::from_nanos(crate::quantity::MAX_NANOS);
+        let lend: ResourceList = [(CPU.to_string(), big)].into();
+        let a = share(&lend, &lend, Weight::ONE).share;
+        let almost: ResourceList =
+            [(CPU.to_string(), Quantity::from_nanos(big.nanos() - 1))].into();
+        let b = share(&almost, &lend, Weight::ONE).share;
+        assert!(b < a);
+        assert_eq!(a.display(), "1.00");
+        let w = Weight::from_milli(crate::object::fair_sharing::MAX_WEIGHT_MILLI).unwrap();
+        assert!(share(&lend, &lend, w).share < b);
+        assert_eq!(
+            a.tenths_of(&share(&lend, &lend, Weight::from_milli(2000).unwrap()).share),
+            Some(20)
+        );
+    }
+
+    #[test]
+    fn pick_takes_the_smallest_share_after_admission_then_priority_then_age() {
+        let lend = list(&[(CPU, 100)]);
+        let head = |n: i64, p: i32, t: i64| Head {
+            usage: list(&[(CPU, n)]),
+            priority: p,
+            since_ms: t,
+        };
+        // a borrows 10 already; b none: b first, even asking more.
+        let c = vec![
+            (sib("a", 10, 20, 1), head(1, 0, 0)),
+            (sib("b", 10, 10, 1), head(5, 0, 1)),
+        ];
+        assert_eq!(pick(&c, &lend), Some(1));
+        // Equal after: priority, then age.
+        let c = vec![
+            (sib("a", 10, 10, 1), head(5, 0, 5)),
+            (sib("b", 10, 10, 1), head(5, 9, 9)),
+        ];
+        assert_eq!(pick(&c, &lend), Some(1));
+        let c = vec![
+            (sib("a", 10, 10, 1), head(5, 0, 5)),
+            (sib("b", 10, 10, 1), head(5, 0, 9)),
+        ];
+        assert_eq!(pick(&c, &lend), Some(0));
+        // Weight 2 halves: a at 20 borrowed with weight 2 ties b at 10.
+        let c = vec![
+            (sib("a", 0, 18, 2), head(2, 0, 9)),
+            (sib("b", 0, 8, 1), head(2, 0, 1)),
+        ];
+        assert_eq!(pick(&c, &lend), Some(1), "a tie goes to the older");
+        assert_eq!(pick(&[], &lend), None);
+    }
+
+    #[test]
+    fn a_borrower_defers_only_to_a_sibling_ahead_that_the_room_cannot_hold_beside_it() {
+        let lend = list(&[(CPU, 100)]);
+        let head = |n: i64| Head {
+            usage: list(&[(CPU, n)]),
+            priority: 0,
+            since_ms: 0,
+        };
+        let a = sib("a", 10, 30, 1); // borrows 20
+        let rival = |s: Sibling, n: i64, room: i64| Rival {
+            sibling: s,
+            head: head(n),
+            room: list(&[(CPU, room)]),
+        };
+        let b = rival(sib("b", 10, 10, 1), 5, 6); // borrows 0, would borrow 5
+                                                  // Room 6: a's 5 and b's 5 cannot both: a defers to b.
+        assert_eq!(
+            defers(&a, &head(5), &[b.clone()], &lend, &list(&[(CPU, 6)])),
+            Some(0)
+        );
+        // Room 10: both fit: no deferring.
+        assert_eq!(
+            defers(&a, &head(5), &[b.clone()], &lend, &list(&[(CPU, 10)])),
+            None
+        );
+        // b's head does not fit the room it could have: a takes the room.
+        let short = rival(sib("b", 10, 10, 1), 5, 4);
+        assert_eq!(
+            defers(&a, &head(3), &[short], &lend, &list(&[(CPU, 4)])),
+            None
+        );
+        // Within its hard a never defers.
+        let idle = sib("a", 10, 0, 1);
+        assert_eq!(
+            defers(&idle, &head(5), &[b.clone()], &lend, &list(&[(CPU, 0)])),
+            None
+        );
+        // A rival whose head fits its own hard is not competing.
+        let within = rival(sib("b", 10, 2, 1), 5, 6);
+        assert_eq!(
+            defers(&a, &head(5), &[within], &lend, &list(&[(CPU, 6)])),
+            None
+        );
+        // b borrows more than a already: b does not go first.
+        let greedy = rival(sib("b", 10, 60, 1), 5, 6);
+        assert_eq!(
+            defers(&a, &head(5), &[greedy], &lend, &list(&[(CPU, 6)])),
+            None
+        );
+    }
+
+    #[test]
+    fn the_two_strategies() {
+        let lend = list(&[(CPU, 100)]);
+        let taker = sib("t", 10, 10, 1); // borrows 0
+        let victim = sib("v", 10, 40, 1); // borrows 30
+        let s = Strategy::LessThanOrEqualToFinalShare;
+        // Taking 10 for 10: taker 0.10 ≤ victim 0.20 after.
+        assert!(may_take(
+            s,
+            &taker,
+            &list(&[(CPU, 10)]),
+            &victim,
+            &list(&[(CPU, 10)]),
+            &lend
+        ));
+        // Taking 20 for 20: 0.20 > 0.10: no.
+        assert!(!may_take(
+            s,
+            &taker,
+            &list(&[(CPU, 20)]),
+            &victim,
+            &list(&[(CPU, 20)]),
+            &lend
+        ));
+        // The initial strategy allows it: 0.20 < 0.30.
+        let i = Strategy::LessThanInitialShare;
+        assert!(may_take(
+            i,
+            &taker,
+            &list(&[(CPU, 20)]),
+            &victim,
+            &list(&[(CPU, 20)]),
+            &lend
+        ));
+        assert!(!may_take(
+            i,
+            &taker,
+            &list(&[(CPU, 40)]),
+            &victim,
+            &list(&[(CPU, 30)]),
+            &lend
+        ));
+        // A victim within its hard is never taken from.
+        let within = sib("w", 10, 10, 1);
+        assert!(!may_take(
+            i,
+            &taker,
+            &list(&[(CPU, 1)]),
+            &within,
+            &list(&[(CPU, 1)]),
+            &lend
+        ));
+    }
+
+    #[test]
+    fn reclaim_takes_from_the_largest_share_first() {
+        let lend = list(&[(CPU, 100)]);
+        let s = vec![
+            sib("a", 10, 20, 1),
+            sib("b", 10, 40, 1),
+            sib("c", 10, 5, 1),
+            sib("d", 10, 40, 2),
+        ];
+        assert_eq!(by_largest_share(&s, &lend), vec![1, 3, 0]);
+    }
+}
