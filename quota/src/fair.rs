@@ -341,57 +341,103 @@ pub fn pick(contenders: &[(Sibling, Head)], lendable: &ResourceList) -> Option<u
     })
 }
 
-/// A sibling whose queue head waits for idle room, with the room the
-/// parent could lend it (`borrow::idle_room`, as it would ask).
+/// A sibling whose queue waits for room: its entries in its queue's
+/// order (`heads[0]` is its head).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rival {
     pub sibling: Sibling,
-    pub head: Head,
-    pub room: ResourceList,
+    pub heads: Vec<Head>,
 }
 
-/// Whether `own` should not borrow for `ask` now and leave the room to a
-/// rival: some rival's head (a) would borrow, and within the room the
-/// parent could lend it, (b) goes before `own`'s by `pick`, and (c) could
-/// not be admitted beside `own`'s (together they borrow more than `room`,
-/// what the parent could lend `own`, on some key). Returns that rival's
-/// index (the first by `pick` order). An ask that borrows nothing never
-/// defers: a child's guarantee is its own.
-pub fn defers(
+/// How `allot` shares the idle room between `own`'s asks and its rivals'.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allotment {
+    /// How many of `own`'s asks, in order, get room.
+    pub granted: usize,
+    /// The rival that took room `own` would have wanted, if any: the last
+    /// picked before `own` could go no further.
+    pub rival: Option<usize>,
+}
+
+/// The idle room (`room`, what the parent could still lend `own`),
+/// shared out one entry at a time by the pick rule between `own`'s asks
+/// (in order) and each rival's queue (in its order): at each step the
+/// entry whose quota's share after admission is smallest goes (ties:
+/// priority, then age, then name), if it fits what is left; a queue whose
+/// next entry does not fit stops there. An ask of `own` that borrows
+/// nothing takes no room and is always granted; a rival's entry takes its
+/// whole usage from the room (its idle guarantee is part of the room).
+/// `granted` < `asks.len()` with a `rival`: leave the rest to the rivals.
+/// With equal weights and enough demand this is water-filling: the room
+/// ends divided so that no quota could take one more entry at a smaller
+/// share than another's last.
+pub fn allot(
     own: &Sibling,
-    ask: &Head,
+    asks: &[Head],
     rivals: &[Rival],
     lendable: &ResourceList,
     room: &ResourceList,
-) -> Option<usize> {
-    let mine = own.more_borrowed(&ask.usage);
-    if mine.is_empty() {
-        return None;
-    }
+) -> Allotment {
     let fits = |more: &ResourceList, room: &ResourceList| {
-        more.iter().all(|(k, m)| *m <= resources::get(room, k))
+        more.iter().all(|(k, m)| room.get(k).is_none_or(|r| m <= r))
     };
-    let own_key = pick_key(own, ask, lendable);
-    let mut ahead: Vec<usize> = (0..rivals.len())
-        .filter(|&i| {
-            let r = &rivals[i];
-            let theirs = r.sibling.more_borrowed(&r.head.usage);
-            if theirs.is_empty()
-                || !fits(&theirs, &r.room)
-                || pick_key(&r.sibling, &r.head, lendable) >= own_key
-            {
-                return false;
+    let mut own = own.clone();
+    let mut room = room.clone();
+    let mut others: Vec<(Sibling, usize)> = rivals.iter().map(|r| (r.sibling.clone(), 0)).collect();
+    let mut granted = 0;
+    let mut rival = None;
+    while granted < asks.len() {
+        let ask = &asks[granted];
+        let mine = own.more_borrowed(&ask.usage);
+        if mine.is_empty() {
+            resources::add_into(&mut own.used, &ask.usage);
+            granted += 1;
+            continue;
+        }
+        // None: own's ask; Some(i): rival i's next entry.
+        let mut best: Option<((Share, std::cmp::Reverse<i32>, i64, String), Option<usize>)> = None;
+        if fits(&mine, &room) {
+            let k = pick_key(&own, ask, lendable);
+            best = Some(((k.0, k.1, k.2, k.3.to_string()), None));
+        }
+        for (i, (s, next)) in others.iter_mut().enumerate() {
+            let Some(h) = rivals[i].heads.get(*next) else {
+                continue;
+            };
+            if !fits(&h.usage, &room) {
+                *next = usize::MAX; // its queue stops here
+                continue;
             }
-            let mut both = theirs;
-            resources::add_into(&mut both, &mine);
-            !fits(&both, room)
-        })
-        .collect();
-    ahead.sort_by(|&a, &b| {
-        let (ra, rb) = (&rivals[a], &rivals[b]);
-        pick_key(&ra.sibling, &ra.head, lendable).cmp(&pick_key(&rb.sibling, &rb.head, lendable))
-    });
-    ahead.first().copied()
+            let k = pick_key(s, h, lendable);
+            let k = (k.0, k.1, k.2, k.3.to_string());
+            if best.as_ref().is_none_or(|(b, _)| k < *b) {
+                best = Some((k, Some(i)));
+            }
+        }
+        match best {
+            None => break,
+            Some((_, None)) => {
+                for (k, m) in &mine {
+                    if let Some(r) = room.get_mut(k) {
+                        *r = r.saturating_sub(*m);
+                    }
+                }
+                resources::add_into(&mut own.used, &ask.usage);
+                granted += 1;
+            }
+            Some((_, Some(i))) => {
+                let (s, next) = &mut others[i];
+                let h = &rivals[i].heads[*next];
+                for (k, r) in room.iter_mut() {
+                    *r = r.saturating_sub(resources::get(&h.usage, k));
+                }
+                resources::add_into(&mut s.used, &h.usage);
+                *next += 1;
+                rival = Some(i);
+            }
+        }
+    }
+    Allotment { granted, rival }
 }
 
 /// Whether a taker may reclaim `frees` from a victim: the taker, after
@@ -541,54 +587,88 @@ mod tests {
     }
 
     #[test]
-    fn a_borrower_defers_only_to_a_sibling_ahead_that_the_room_cannot_hold_beside_it() {
+    fn allot_shares_the_room_by_the_pick_rule() {
         let lend = list(&[(CPU, 100)]);
-        let head = |n: i64| Head {
+        let head = |n: i64, t: i64| Head {
             usage: list(&[(CPU, n)]),
             priority: 0,
-            since_ms: 0,
+            since_ms: t,
         };
-        let a = sib("a", 10, 30, 1); // borrows 20
-        let rival = |s: Sibling, n: i64, room: i64| Rival {
+        let rival = |s: Sibling, asks: &[i64]| Rival {
             sibling: s,
-            head: head(n),
-            room: list(&[(CPU, room)]),
+            heads: asks.iter().map(|n| head(*n, 9)).collect(),
         };
-        let b = rival(sib("b", 10, 10, 1), 5, 6); // borrows 0, would borrow 5
-                                                  // Room 6: a's 5 and b's 5 cannot both: a defers to b.
+        let a = sib("a", 10, 10, 1); // at its hard
+        let asks: Vec<Head> = (0..10).map(|i| head(2, i)).collect();
+        // Alone, a gets what fits the room.
+        let got = allot(&a, &asks, &[], &lend, &list(&[(CPU, 12)]));
         assert_eq!(
-            defers(&a, &head(5), &[b.clone()], &lend, &list(&[(CPU, 6)])),
-            Some(0)
+            got,
+            Allotment {
+                granted: 6,
+                rival: None
+            }
         );
-        // Room 10: both fit: no deferring.
+        // b at its hard too, as much demand: the 12 split 6 and 6 (a's
+        // asks are older, so a goes first at each tie).
+        let b = rival(sib("b", 10, 10, 1), &[2; 10]);
+        let got = allot(
+            &a,
+            &asks,
+            std::slice::from_ref(&b),
+            &lend,
+            &list(&[(CPU, 12)]),
+        );
         assert_eq!(
-            defers(&a, &head(5), &[b.clone()], &lend, &list(&[(CPU, 10)])),
-            None
+            got,
+            Allotment {
+                granted: 3,
+                rival: Some(0)
+            }
         );
-        // b's head does not fit the room it could have: a takes the room.
-        let short = rival(sib("b", 10, 10, 1), 5, 4);
+        // b already borrows 6: a gets all 12 up to b's level, and b none.
+        let ahead = rival(sib("b", 10, 16, 1), &[2; 10]);
+        let got = allot(&a, &asks, &[ahead], &lend, &list(&[(CPU, 12)]));
         assert_eq!(
-            defers(&a, &head(3), &[short], &lend, &list(&[(CPU, 4)])),
-            None
+            got,
+            Allotment {
+                granted: 5,
+                rival: Some(0)
+            }
         );
-        // Within its hard a never defers.
+        // Asks within a's hard take no room and always pass.
         let idle = sib("a", 10, 0, 1);
-        assert_eq!(
-            defers(&idle, &head(5), &[b.clone()], &lend, &list(&[(CPU, 0)])),
-            None
+        let got = allot(
+            &idle,
+            &asks[..5],
+            std::slice::from_ref(&b),
+            &lend,
+            &list(&[(CPU, 0)]),
         );
-        // A rival whose head fits its own hard is not competing.
-        let within = rival(sib("b", 10, 2, 1), 5, 6);
         assert_eq!(
-            defers(&a, &head(5), &[within], &lend, &list(&[(CPU, 6)])),
-            None
+            got,
+            Allotment {
+                granted: 5,
+                rival: None
+            }
         );
-        // b borrows more than a already: b does not go first.
-        let greedy = rival(sib("b", 10, 60, 1), 5, 6);
-        assert_eq!(
-            defers(&a, &head(5), &[greedy], &lend, &list(&[(CPU, 6)])),
-            None
+        // A rival whose next entry cannot fit stops there.
+        let big = rival(sib("b", 10, 10, 1), &[20, 2]);
+        let got = allot(&a, &asks, &[big], &lend, &list(&[(CPU, 12)]));
+        assert_eq!(got.granted, 6);
+        // Weight 2 against 1: 8 and 4.
+        let heavy = Sibling {
+            weight: Weight::from_milli(2000).unwrap(),
+            ..a.clone()
+        };
+        let got = allot(
+            &heavy,
+            &asks,
+            std::slice::from_ref(&b),
+            &lend,
+            &list(&[(CPU, 12)]),
         );
+        assert_eq!(got.granted, 4);
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub enum Reason {
     Never(String),
     /// It would fit on a loan, but a sibling waits with a smaller share
     /// of the parent's idle capacity and the room cannot hold both
-    /// (fair sharing, `crate::fair::defers`).
+    /// (fair sharing, `crate::fair::allot`).
     Fair(FairTurn),
 }
 

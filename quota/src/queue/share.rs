@@ -1,9 +1,9 @@
 //! A borrowing quota's round under fair sharing (docs/queueing.md, "Fair
 //! sharing"): of the round's admissions, those that borrow are weighed
 //! against the siblings whose queue heads also wait for the parent's idle
-//! room (`fair::defers`). An admission a sibling should go before is
-//! turned into a wait (`Reason::Fair`), and so is every later one that
-//! would borrow: the room is left for the sibling, whose round the caller
+//! room (`fair::allot`). An admission the room, shared out by the pick
+//! rule, does not give the quota is turned into a wait (`Reason::Fair`),
+//! and so is every later one: the room is left for the sibling, whose round the caller
 //! triggers. Admissions within the quota's own hard are never held back.
 
 use super::admit::{Decision, Wait};
@@ -31,7 +31,8 @@ pub struct Field {
 
 /// The field of `me` under `parent`, from the parent's children as stored
 /// (`kids`, `me` among them or not). A rival is a sibling that may borrow
-/// whose queue's first entry waits for quota, or for its fair turn.
+/// with entries waiting for quota or for their turn (in its queue's
+/// order; entries waiting for a budget, or that never fit, are left out).
 pub fn field(parent: &Quota, me: &Quota, kids: &[&Quota]) -> Field {
     let standings = Standing::of_all(kids.iter().copied());
     let borrowers = kids
@@ -41,21 +42,23 @@ pub fn field(parent: &Quota, me: &Quota, kids: &[&Quota]) -> Field {
     let mut rivals = Vec::new();
     for k in borrowers {
         total += u64::from(k.spec.fair_sharing.weight.milli());
-        let Some(head) = k.status.queue.first() else {
-            continue;
-        };
-        if !matches!(head.waiting, Waiting::Quota | Waiting::Turn) {
-            continue;
+        let heads: Vec<Head> = k
+            .status
+            .queue
+            .iter()
+            .filter(|e| matches!(e.waiting, Waiting::Quota | Waiting::Turn))
+            .map(|e| Head {
+                usage: e.work.usage(),
+                priority: e.work.priority,
+                since_ms: e.work.submitted_ms,
+            })
+            .collect();
+        if !heads.is_empty() {
+            rivals.push(Rival {
+                sibling: Sibling::of(k),
+                heads,
+            });
         }
-        rivals.push(Rival {
-            sibling: Sibling::of(k),
-            head: Head {
-                usage: head.work.usage(),
-                priority: head.work.priority,
-                since_ms: head.work.submitted_ms,
-            },
-            room: borrow::idle_room(parent, k, &standings),
-        });
     }
     Field {
         me: Sibling::of(me),
@@ -88,59 +91,65 @@ pub struct Yielded {
     /// The round's decisions, with the deferred admissions turned into
     /// waits and positions counted again.
     pub decisions: Vec<Decision>,
-    /// The siblings the quota left room to (trigger their rounds).
-    pub to: Vec<String>,
+    /// The sibling the quota left room to (trigger its round).
+    pub to: Option<String>,
 }
 
-/// Hold back the borrowing admissions of a round (`decisions`, in
-/// admission order, over `queue`) that a rival of `field` goes before by
-/// the pick rule. Admissions are weighed in order against what the ones
-/// before them already took (of the quota's use and of the room).
+/// Hold back the admissions of a round (`decisions`, in admission order,
+/// over `queue`) that the idle room, shared out by the pick rule with the
+/// rivals of `field` (`fair::allot`), does not give this quota. Those
+/// within its hard always pass.
 pub fn yield_to_fairer(decisions: Vec<Decision>, queue: &[Queued], field: &Field) -> Yielded {
-    let mut me = field.me.clone();
-    let mut room = field.room.clone();
-    let mut turn_of: Option<FairTurn> = None;
-    let mut to = Vec::new();
-    let mut out = Vec::with_capacity(decisions.len());
-    for d in decisions {
-        let Decision::Admit(a) = d else {
-            out.push(d);
-            continue;
-        };
-        let more = me.more_borrowed(&a.usage);
-        if more.is_empty() {
-            resources::add_into(&mut me.used, &a.usage);
-            out.push(Decision::Admit(a));
-            continue;
-        }
-        if turn_of.is_none() {
+    let asks: Vec<Head> = decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Admit(a) => Some(a),
+            Decision::Wait(_) => None,
+        })
+        .map(|a| {
             let entry = queue.iter().find(|e| e.workload_ref == a.workload_ref);
-            let head = Head {
+            Head {
                 usage: a.usage.clone(),
                 priority: entry.map_or(0, |e| e.priority),
                 since_ms: entry.map_or(0, |e| e.submitted_ms),
-            };
-            if let Some(i) = fair::defers(&me, &head, &field.rivals, &field.lendable, &room) {
-                turn_of = Some(turn(&me, field, &a.usage, i));
-                to.push(field.rivals[i].sibling.name.clone());
             }
-        }
-        match &turn_of {
-            Some(t) => out.push(Decision::Wait(Wait {
-                workload_ref: a.workload_ref.clone(),
-                position: 0,
-                reason: Reason::Fair(t.clone()),
-            })),
-            None => {
-                for (k, m) in &more {
-                    let r = room.entry(k.clone()).or_default();
-                    *r = r.saturating_sub(*m).max(crate::quantity::Quantity::ZERO);
-                }
-                resources::add_into(&mut me.used, &a.usage);
-                out.push(Decision::Admit(a));
-            }
-        }
+        })
+        .collect();
+    let got = fair::allot(
+        &field.me,
+        &asks,
+        &field.rivals,
+        &field.lendable,
+        &field.room,
+    );
+    let Some(rival) = got.rival.filter(|_| got.granted < asks.len()) else {
+        return Yielded {
+            decisions,
+            to: None,
+        };
+    };
+    // The words: the share it would hold with the first ask held back.
+    let mut me = field.me.clone();
+    for a in &asks[..got.granted] {
+        resources::add_into(&mut me.used, &a.usage);
     }
+    let why = Reason::Fair(turn(&me, field, &asks[got.granted].usage, rival));
+    let mut admitted = 0;
+    let mut out: Vec<Decision> = decisions
+        .into_iter()
+        .map(|d| match d {
+            Decision::Admit(a) if admitted < got.granted => {
+                admitted += 1;
+                Decision::Admit(a)
+            }
+            Decision::Admit(a) => Decision::Wait(Wait {
+                workload_ref: a.workload_ref,
+                position: 0,
+                reason: why.clone(),
+            }),
+            w => w,
+        })
+        .collect();
     let mut position = 0u32;
     for d in out.iter_mut() {
         if let Decision::Wait(w) = d {
@@ -148,7 +157,10 @@ pub fn yield_to_fairer(decisions: Vec<Decision>, queue: &[Queued], field: &Field
             w.position = position;
         }
     }
-    Yielded { decisions: out, to }
+    Yielded {
+        decisions: out,
+        to: Some(field.rivals[rival].sibling.name.clone()),
+    }
 }
 
 #[cfg(test)]
@@ -216,12 +228,11 @@ mod tests {
         assert!(d.iter().all(|d| matches!(d, Decision::Admit(_))));
         let rival = Rival {
             sibling: sib("b", 10, 10),
-            head: Head {
+            heads: vec![Head {
                 usage: cpu(5),
                 priority: 0,
                 since_ms: 5,
-            },
-            room: cpu(5),
+            }],
         };
         let field = |rivals: Vec<Rival>, room: i64| Field {
             me: sib("a", 10, 20),
@@ -231,7 +242,7 @@ mod tests {
             total_weight_milli: 2000,
         };
         let y = yield_to_fairer(d.clone(), &queue, &field(vec![rival.clone()], 5));
-        assert_eq!(y.to, vec!["b".to_string()]);
+        assert_eq!(y.to.as_deref(), Some("b"));
         let Decision::Wait(w) = &y.decisions[0] else {
             panic!("{:?}", y.decisions)
         };
@@ -248,7 +259,7 @@ mod tests {
         // With room for both, nothing is held back.
         let y = yield_to_fairer(d.clone(), &queue, &field(vec![rival], 10));
         assert_eq!(y.decisions, d);
-        assert!(y.to.is_empty());
+        assert!(y.to.is_none());
         // Without rivals, nothing either.
         let y = yield_to_fairer(d.clone(), &queue, &field(vec![], 5));
         assert_eq!(y.decisions, d);

@@ -73,7 +73,7 @@ pub enum Queueing {
 }
 
 /// Whether `work`, which fits `judged` now, should leave the idle room to
-/// a sibling of `field` that fair sharing puts first (`fair::defers`).
+/// siblings of `field` that fair sharing puts first (`fair::allot`).
 fn fair_turn(
     field: &queue::share::Field,
     judged: &Quota,
@@ -86,8 +86,15 @@ fn fair_turn(
         priority: work.priority,
         since_ms: work.submitted_ms,
     };
-    let i = quota::fair::defers(&me, &head, &field.rivals, &field.lendable, &field.room)?;
-    Some(queue::share::turn(&me, field, &head.usage, i))
+    let got = quota::fair::allot(
+        &me,
+        std::slice::from_ref(&head),
+        &field.rivals,
+        &field.lendable,
+        &field.room,
+    );
+    let rival = got.rival.filter(|_| got.granted == 0)?;
+    Some(queue::share::turn(&me, field, &head.usage, rival))
 }
 
 impl Service {

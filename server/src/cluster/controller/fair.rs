@@ -46,7 +46,7 @@ impl Context {
         };
         loop {
             let y = share::yield_to_fairer(decisions.clone(), known, &field);
-            let Some(rival) = y.to.first().cloned() else {
+            let Some(rival) = y.to.clone() else {
                 self.fair
                     .streak
                     .lock()
@@ -58,7 +58,8 @@ impl Context {
                 .rivals
                 .iter()
                 .find(|r| r.sibling.name == rival)
-                .map_or(0, |r| r.head.since_ms);
+                .and_then(|r| r.heads.first())
+                .map_or(0, |h| h.since_ms);
             let passed = {
                 let mut streak = self.fair.streak.lock().unwrap();
                 let e = streak
