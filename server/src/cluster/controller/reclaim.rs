@@ -19,7 +19,8 @@ impl Context {
     /// Reclaim (§5) among the children of `parent`: what the borrowers must
     /// give back (quota pressure, and pods of children within their
     /// guarantee that cannot be scheduled), which whole workloads give it
-    /// (`quota::reclaim::plan`), marked first and reclaimed after the grace
+    /// (`quota::reclaim::plan_fair`: from the largest share first), marked
+    /// first and reclaimed after the grace
     /// period unless the pressure went away.
     pub(super) async fn reclaim(
         &self,
@@ -72,8 +73,14 @@ impl Context {
             (pending, borrowers)
         };
         let need = reclaim::need(p, &standings, &pending);
+        // Taken first from the borrower with the largest fair share of
+        // what the parent can lend (docs/queueing.md, "Fair sharing").
         let plan = if need.values().any(|q| q.nanos() > 0) {
-            reclaim::plan(&borrowers, &need)
+            let weights = kids
+                .iter()
+                .map(|k| (k.quota.name().to_string(), k.quota.spec.fair_sharing.weight))
+                .collect();
+            reclaim::plan_fair(&borrowers, &need, &weights, &quota::fair::lendable(p))
         } else {
             Vec::new()
         };
