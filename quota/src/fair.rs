@@ -315,6 +315,9 @@ pub struct Head {
     pub since_ms: i64,
 }
 
+/// `pick_key` with the name owned.
+type OwnedKey = (Share, std::cmp::Reverse<i32>, i64, String);
+
 /// The order `pick` puts contenders in: share after admission ascending,
 /// then priority descending, then age (older first), then name.
 fn pick_key<'a>(
@@ -395,7 +398,7 @@ pub fn allot(
             continue;
         }
         // None: own's ask; Some(i): rival i's next entry.
-        let mut best: Option<((Share, std::cmp::Reverse<i32>, i64, String), Option<usize>)> = None;
+        let mut best: Option<(OwnedKey, Option<usize>)> = None;
         if fits(&mine, &room) {
             let k = pick_key(&own, ask, lendable);
             best = Some(((k.0, k.1, k.2, k.3.to_string()), None));

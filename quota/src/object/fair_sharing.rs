@@ -91,7 +91,7 @@ impl std::str::FromStr for Weight {
 impl Serialize for Weight {
     /// An integer when whole (`2`), else the decimal string (`"0.5"`).
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.0 % 1000 == 0 {
+        if self.0.is_multiple_of(1000) {
             s.serialize_u32(self.0 / 1000)
         } else {
             s.serialize_str(&self.to_string())
