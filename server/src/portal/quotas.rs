@@ -299,6 +299,19 @@ fn extras(q: &Quota) -> Vec<(String, Vec<(String, String)>)> {
     if !borrowed.is_empty() {
         out.push(("Borrowed beyond hard".to_string(), borrowed));
     }
+    // Fair sharing of the parent's idle capacity (docs/queueing.md §11).
+    if !q.spec.max.is_empty() && !q.spec.parent.is_empty() {
+        let mut rows = vec![("weight".to_string(), q.spec.fair_sharing.weight.to_string())];
+        if let Some(f) = &st.fair_sharing {
+            let of = if f.dominant.is_empty() {
+                String::new()
+            } else {
+                format!(" (of {})", f.dominant)
+            };
+            rows.push(("share".to_string(), format!("{}{of}", f.share)));
+        }
+        out.push(("Fair sharing".to_string(), rows));
+    }
     let lent = amounts(&st.lent);
     if !lent.is_empty() {
         out.push(("Lent to children".to_string(), lent));
@@ -1140,6 +1153,33 @@ pub async fn remove_member(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A quota that may borrow shows its weight, and its share once the
+    /// controller has stated it; one that cannot borrow shows neither.
+    #[test]
+    fn the_quota_page_shows_the_weight_and_the_share() {
+        let q: Quota = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "cv"},
+            "spec": {"parent": "org", "hard": {"requests.cpu": "4"},
+                "max": {"requests.cpu": "8"}, "fairSharing": {"weight": "0.5"}},
+            "status": {"fairSharing": {"weight": "0.5", "share": "0.25", "dominant": "requests.cpu"}}
+        }))
+        .unwrap();
+        let fair = extras(&q)
+            .into_iter()
+            .find(|(h, _)| h == "Fair sharing")
+            .unwrap();
+        assert_eq!(
+            fair.1,
+            [
+                ("weight".to_string(), "0.5".to_string()),
+                ("share".to_string(), "0.25 (of requests.cpu)".to_string())
+            ]
+        );
+        let mut root = q.clone();
+        root.spec.parent.clear();
+        assert!(extras(&root).iter().all(|(h, _)| h != "Fair sharing"));
+    }
 
     /// The children table and a form's prefill showed `1099511627776` and
     /// `20k` as the spec stored them.
