@@ -84,6 +84,16 @@ impl Context {
         } else {
             Vec::new()
         };
+        // A borrower whose queue chose a fair-share rule may take from
+        // siblings that borrow more (docs/queueing.md §11): its victims
+        // join the plan, marked and reclaimed as any.
+        let mut plan = plan;
+        let quotas: Vec<&quota::Quota> = kids.iter().map(|k| &k.quota).collect();
+        for v in reclaim::for_fair_share(p, &quotas, &borrowers) {
+            if !plan.iter().any(|w| w.workload_ref == v.workload_ref) {
+                plan.push(v);
+            }
+        }
         let grace = self.cfg.reclaim_grace.as_millis() as i64;
         for k in kids {
             let name = k.quota.name();
