@@ -8,7 +8,7 @@
 //! The children have no guarantee of their own (hard 0), so all they run
 //! is on loan and their shares are what they borrow of the parent's 40.
 
-use crate::cluster::{used, Cluster};
+use crate::cluster::{used, Cluster, T0};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -192,4 +192,61 @@ async fn weights_two_and_one_divide_the_idle_capacity_two_to_one() {
             .map_or(0, Vec::len);
         assert!(left > 0, "{q} still has Jobs waiting");
     }
+}
+
+/// A borrower whose queue chose a fair-share rule takes room back from a
+/// sibling that borrows everything (docs/queueing.md §11): the sibling's
+/// Jobs are marked for reclaim (never more than the rule allows), and
+/// after the reclaim grace one is suspended and the waiting head admitted
+/// on the room it frees. The sibling never falls below the taker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_share_rule_takes_room_back_from_a_sibling_that_holds_it_all() {
+    let c = family(&[("greedy", 1)]).await;
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "late"},
+                "spec": {"parent": "org", "hard": {"requests.cpu": "0"},
+                    "max": {"requests.cpu": PARENT_CPU.to_string()},
+                    "queueing": {"mode": "Queue", "preemption":
+                        {"policy": "Never", "fairShare": "LessThanOrEqualToFinalShare"}}}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    c.set_clock(T0 + 1_000);
+    for i in 0..10 {
+        jobs(&c, "greedy")
+            .create(
+                &PostParams::default(),
+                &job("greedy", "greedy", &format!("g{i}"), 4),
+            )
+            .await
+            .unwrap();
+    }
+    c.until("greedy", "all 40 on loans", |q| cpu(q) == PARENT_CPU)
+        .await;
+    jobs(&c, "late")
+        .create(&PostParams::default(), &job("late", "late", "l0", 4))
+        .await
+        .unwrap();
+    let marked = c
+        .until("greedy", "one Job marked for the late head", |q| {
+            q["status"]["reclaim"]
+                .as_object()
+                .is_some_and(|m| !m.is_empty())
+        })
+        .await;
+    let marks = marked["status"]["reclaim"].as_object().unwrap();
+    assert_eq!(marks.len(), 1, "one Job of 4 makes the room: {marked}");
+    // The grace passes; the next reclaim suspends it, and the late head
+    // is admitted on the room.
+    c.set_clock(T0 + 1_000 + 300_000);
+    c.touch("org", 1);
+    let greedy = c
+        .until("greedy", "one Job given back", |q| cpu(q) == 36)
+        .await;
+    c.until("late", "its head admitted", |q| cpu(q) == 4).await;
+    assert!(cpu(&greedy) + 4 <= PARENT_CPU, "{greedy}");
 }

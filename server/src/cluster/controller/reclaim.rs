@@ -95,6 +95,7 @@ impl Context {
             }
         }
         let grace = self.cfg.reclaim_grace.as_millis() as i64;
+        let mut executed = false;
         for k in kids {
             let name = k.quota.name();
             if k.quota.status.reclaim.is_empty() && !plan.iter().any(|v| v.quota == name) {
@@ -158,6 +159,7 @@ impl Context {
             for v in &outcome.due {
                 match self.execute(v).await {
                     Ok(()) => {
+                        executed = true;
                         self.service.metrics.count_reclaim("executed");
                         self.notify_workload(
                             &v.workload_ref,
@@ -178,6 +180,12 @@ impl Context {
                     }
                 }
             }
+        }
+        if executed {
+            // The room is back (the release returned the loans with it):
+            // the queues waiting under this parent get a round, the one a
+            // fair-share rule reclaimed for among them.
+            self.touch_borrowers_under(p.name());
         }
         Ok(())
     }
