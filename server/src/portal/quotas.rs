@@ -926,6 +926,8 @@ pub async fn edit(
         if !queueing_given {
             spec.queueing = current.quota.spec.queueing;
         }
+        // The form does not show the fair-sharing weight: an edit keeps it.
+        spec.fair_sharing = current.quota.spec.fair_sharing;
         Ok(spec)
     });
     let spec = match spec {
