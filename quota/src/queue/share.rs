@@ -29,6 +29,34 @@ pub struct Field {
     pub total_weight_milli: u64,
 }
 
+/// At most this many waiting entries of each sibling are weighed (in its
+/// queue's order): the room a round shares out is spent long before, and
+/// the cost of a round stays bounded whatever the queues hold.
+pub const MAX_RIVAL_ENTRIES: usize = 256;
+
+/// A borrowing quota's parent and the parent's children as stored: what
+/// `field` reads, kept so that it is worked out only when an admission
+/// would borrow.
+#[derive(Clone, Debug)]
+pub struct Family {
+    pub parent: Quota,
+    pub kids: Vec<Quota>,
+}
+
+impl Family {
+    /// `field(parent, me, kids)`.
+    pub fn field(&self, me: &Quota) -> Field {
+        let kids: Vec<&Quota> = self.kids.iter().collect();
+        field(&self.parent, me, &kids)
+    }
+}
+
+/// Whether admitting `usage` in `me` would borrow (use beyond its hard on
+/// a key of its max): only then does fair sharing weigh it.
+pub fn borrows(me: &Quota, usage: &ResourceList) -> bool {
+    !Sibling::of(me).more_borrowed(usage).is_empty()
+}
+
 /// The field of `me` under `parent`, from the parent's children as stored
 /// (`kids`, `me` among them or not). A rival is a sibling that may borrow
 /// with entries waiting for quota or for their turn (in its queue's
@@ -47,6 +75,7 @@ pub fn field(parent: &Quota, me: &Quota, kids: &[&Quota]) -> Field {
             .queue
             .iter()
             .filter(|e| matches!(e.waiting, Waiting::Quota | Waiting::Turn))
+            .take(MAX_RIVAL_ENTRIES)
             .map(|e| Head {
                 usage: e.work.usage(),
                 priority: e.work.priority,

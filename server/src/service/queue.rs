@@ -73,28 +73,32 @@ pub enum Queueing {
 }
 
 /// Whether `work`, which fits `judged` now, should leave the idle room to
-/// siblings of `field` that fair sharing puts first (`fair::allot`).
+/// siblings that fair sharing puts first (`fair::allot`); weighed only
+/// when it would borrow.
 fn fair_turn(
-    field: &queue::share::Field,
+    family: &queue::share::Family,
     judged: &Quota,
     work: &Queued,
 ) -> Option<queue::FairTurn> {
-    let mut me = field.me.clone();
-    me.used = judged.status.used.clone();
+    let usage = work.usage();
+    if !queue::share::borrows(judged, &usage) {
+        return None;
+    }
+    let field = family.field(judged);
     let head = quota::fair::Head {
-        usage: work.usage(),
+        usage,
         priority: work.priority,
         since_ms: work.submitted_ms,
     };
     let got = quota::fair::allot(
-        &me,
+        &field.me,
         std::slice::from_ref(&head),
         &field.rivals,
         &field.lendable,
         &field.room,
     );
     let rival = got.rival.filter(|_| got.granted == 0)?;
-    Some(queue::share::turn(&me, field, &head.usage, rival))
+    Some(queue::share::turn(&field.me, &field, &head.usage, rival))
 }
 
 impl Service {
@@ -105,14 +109,13 @@ impl Service {
         Ok(self.queue_plan(q).await?.0)
     }
 
-    /// `queue_limits`, and for a quota that may borrow, what fair sharing
-    /// weighs (`queue::share::field`: the parent's lendable capacity, the
-    /// idle room, the siblings whose heads wait for it), from one read of
-    /// the parent and its children.
+    /// `queue_limits`, and for a quota that may borrow, its parent and
+    /// siblings as fair sharing weighs them (`queue::share::Family`), from
+    /// one read of the parent and its children.
     pub async fn queue_plan(
         &self,
         q: &Quota,
-    ) -> Result<(ResourceList, Option<queue::share::Field>), ServiceError> {
+    ) -> Result<(ResourceList, Option<queue::share::Family>), ServiceError> {
         if q.spec.max.is_empty() || q.spec.parent.is_empty() {
             return Ok((ResourceList::new(), None));
         }
@@ -124,9 +127,8 @@ impl Service {
         let kids = self.store.children(&q.spec.parent).await?;
         let standings = Standing::of_all(kids.iter().map(|s| &s.quota));
         let limits = queue::borrow_limits(q, Some(&parent), &standings, self.now());
-        let kids: Vec<&Quota> = kids.iter().map(|s| &s.quota).collect();
-        let field = queue::share::field(&parent, q, &kids);
-        Ok((limits, Some(field)))
+        let kids = kids.into_iter().map(|s| s.quota).collect();
+        Ok((limits, Some(queue::share::Family { parent, kids })))
     }
 
     /// Judge `work` against its quota's queue and, when it must wait,
@@ -152,7 +154,7 @@ impl Service {
             None => reason,
         };
         let current = self.get(quota_name).await?.quota;
-        let (limits, field) = self.queue_plan(&current).await?;
+        let (limits, family) = self.queue_plan(&current).await?;
         let now = self.now();
         self.update_status(quota_name, dry_run, |q| {
             let mut work = work.clone();
@@ -186,27 +188,28 @@ impl Service {
                         ledger::enqueue(q, work, 0, queue::Waiting::Quota, String::new())?;
                     Ok((changed || dropped, Queueing::Admits))
                 }
-                Check::AdmitsNow => match field.as_ref().and_then(|f| fair_turn(f, &judged, &work))
-                {
-                    // It fits on a loan, but a sibling with a smaller
-                    // share waits for the same idle room: it queues
-                    // behind what waits, and the sibling goes first.
-                    Some(turn) => {
-                        let position = u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX);
-                        let reason = queue::Reason::Fair(turn);
-                        let text = worded(reason.to_string());
-                        let changed =
-                            ledger::join(q, work, position, reason.waiting(), text.clone())?;
-                        Ok((
-                            changed || dropped,
-                            Queueing::Queued {
-                                position,
-                                reason: text,
-                            },
-                        ))
+                Check::AdmitsNow => {
+                    match family.as_ref().and_then(|f| fair_turn(f, &judged, &work)) {
+                        // It fits on a loan, but a sibling with a smaller
+                        // share waits for the same idle room: it queues
+                        // behind what waits, and the sibling goes first.
+                        Some(turn) => {
+                            let position = u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX);
+                            let reason = queue::Reason::Fair(turn);
+                            let text = worded(reason.to_string());
+                            let changed =
+                                ledger::join(q, work, position, reason.waiting(), text.clone())?;
+                            Ok((
+                                changed || dropped,
+                                Queueing::Queued {
+                                    position,
+                                    reason: text,
+                                },
+                            ))
+                        }
+                        None => Ok((dropped, Queueing::Admits)),
                     }
-                    None => Ok((dropped, Queueing::Admits)),
-                },
+                }
                 Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
                 Check::Queues { position, reason } => {
                     let text = worded(reason.to_string());

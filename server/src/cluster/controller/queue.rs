@@ -128,7 +128,7 @@ impl Context {
         // could lend now (`queue::borrow_limits`): each admission then asks
         // for its loan in the parent's compare-and-swap, as the webhook's
         // borrowing path does, so the plan is never more than is granted.
-        let (limits, field) = self.service.queue_plan(&q).await?;
+        let (limits, family) = self.service.queue_plan(&q).await?;
         let pool = Pool::new(&q, &limits);
         // Card-hour budgets: an entry waits for one as for quota.
         let budgets = queue::budgets::of(&q);
@@ -140,6 +140,10 @@ impl Context {
         let decisions = queue::next_admissions(&known, &pool, &views, &q.spec.queueing, now);
         // Idle room a sibling with a smaller share waits for is left to it
         // (fair sharing, `fair`).
+        let borrows = decisions
+            .iter()
+            .any(|d| matches!(d, Decision::Admit(a) if !a.borrows.is_empty()));
+        let field = family.filter(|_| borrows).map(|f| f.field(&q));
         let decisions = self.yield_to_fairer(name, &known, decisions, field);
         let uids: BTreeMap<&str, &str> = known
             .iter()
