@@ -239,6 +239,35 @@ pub fn status(q: &Quota, lendable: &ResourceList) -> Option<FairStatus> {
     })
 }
 
+/// A child's share against its fair line, for a parent's page: `share
+/// 0.53, 1.6× its fair line (weight 1)`. `total_weight_milli` is the sum
+/// of the weights of the children that may borrow, in thousandths; at its
+/// fair line (lendable × weight ÷ that sum) a child's share is 1 ÷ the
+/// sum. None for a child that cannot borrow.
+pub fn against_line(
+    child: &Quota,
+    lendable: &ResourceList,
+    total_weight_milli: u64,
+) -> Option<String> {
+    if child.spec.max.is_empty() {
+        return None;
+    }
+    let s = Sibling::of(child).share(lendable).share;
+    let line = Share::Ratio {
+        num: 1000,
+        den: u128::from(total_weight_milli.max(1)),
+    };
+    let times = match s.tenths_of(&line) {
+        Some(t) => format!("{}.{}× its fair line", t / 10, t % 10),
+        None => "above any fair line".to_string(),
+    };
+    Some(format!(
+        "share {}, {times} (weight {})",
+        s.display(),
+        child.spec.fair_sharing.weight
+    ))
+}
+
 /// A child as fair sharing sees it: its guarantee, what it uses, its weight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sibling {
@@ -726,6 +755,43 @@ mod tests {
             &list(&[(CPU, 1)]),
             &lend
         ));
+    }
+
+    #[test]
+    fn a_parent_reads_each_childs_share_against_its_fair_line() {
+        let child = |used: i64, w: u32| {
+            let mut q = Quota::new(
+                "c",
+                crate::object::QuotaSpec {
+                    parent: "p".into(),
+                    hard: list(&[(CPU, 10)]),
+                    max: list(&[(CPU, 100)]),
+                    fair_sharing: crate::object::fair_sharing::FairSharing {
+                        weight: Weight::from_milli(w).unwrap(),
+                    },
+                    ..Default::default()
+                },
+            );
+            q.status.used = list(&[(CPU, used)]);
+            q
+        };
+        let lend = list(&[(CPU, 100)]);
+        // Two children of weight 1: the line is 50 borrowed (0.50).
+        assert_eq!(
+            against_line(&child(90, 1000), &lend, 2000).unwrap(),
+            "share 0.80, 1.6× its fair line (weight 1)"
+        );
+        assert_eq!(
+            against_line(&child(5, 1000), &lend, 2000).unwrap(),
+            "share 0.00, 0.0× its fair line (weight 1)"
+        );
+        assert_eq!(
+            against_line(&child(20, 0), &lend, 1000).unwrap(),
+            "share ∞, above any fair line (weight 0)"
+        );
+        let mut fixed = child(0, 1000);
+        fixed.spec.max.clear();
+        assert_eq!(against_line(&fixed, &lend, 2000), None);
     }
 
     #[test]

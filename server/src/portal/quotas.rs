@@ -424,10 +424,25 @@ pub async fn detail(
         crate::service::charts::Children::All,
     )
     .await?;
+    // A child that may borrow: its share of what this quota can lend,
+    // against its fair line (docs/queueing.md §11).
+    let lendable = quota::fair::lendable(&q);
+    let weights: u64 = all
+        .iter()
+        .filter(|c| c.spec.parent == name && !c.spec.max.is_empty())
+        .map(|c| u64::from(c.spec.fair_sharing.weight.milli()))
+        .sum();
     let mut children: Vec<(String, String)> = all
         .iter()
         .filter(|c| c.spec.parent == name)
-        .map(|c| (c.name().to_string(), list_line(&c.spec.hard)))
+        .map(|c| {
+            let hard = list_line(&c.spec.hard);
+            let line = match quota::fair::against_line(c, &lendable, weights) {
+                Some(w) => format!("{hard} · {w}"),
+                None => hard,
+            };
+            (c.name().to_string(), line)
+        })
         .collect();
     let children_more = children.len().saturating_sub(ROWS_SHOWN);
     children.truncate(ROWS_SHOWN);
