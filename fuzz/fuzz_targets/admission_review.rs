@@ -124,8 +124,9 @@ fn charge_and_release(wref: &str, w: &quota::Workload) {
             hard,
             max: Default::default(),
             budgets: Default::default(),
-            queueing: Default::default(), fair_sharing: Default::default(),
-},
+            queueing: Default::default(),
+            fair_sharing: Default::default(),
+        },
     );
     let before = q.status.used.clone();
     let charge = Charge {
