@@ -150,6 +150,7 @@ mod tests {
                 .into(),
                 max: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         q.status.self_used = [(g.clone(), Quantity::from_units(used))].into();

@@ -285,6 +285,7 @@ mod display_tests {
                 max: Default::default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         let shown: Vec<(String, String, bool)> =

@@ -125,6 +125,7 @@ fn charge_and_release(wref: &str, w: &quota::Workload) {
             max: Default::default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         },
     );
     let before = q.status.used.clone();

@@ -42,6 +42,7 @@ fn main() {
             hard: gpus(1_000),
             max: ResourceList::new(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         },
     );
     let mut running = Vec::new();

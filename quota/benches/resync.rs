@@ -82,6 +82,7 @@ fn main() {
             max: Default::default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         },
     )];
     let mut teams = Vec::new();
@@ -94,6 +95,7 @@ fn main() {
                 max: Default::default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         ));
         for t in 0..depts {
@@ -109,6 +111,7 @@ fn main() {
                     max: Default::default(),
                     budgets: Default::default(),
                     queueing: Default::default(),
+                    fair_sharing: Default::default(),
                 },
             ));
         }

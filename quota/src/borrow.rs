@@ -320,6 +320,35 @@ fn claimed_by_others(
     total
 }
 
+/// What `parent` could still lend `child` beyond what the child uses (or
+/// its hard, if more), per key of the child's `max` that the parent
+/// limits, whatever the child's `max`: the idle room all borrowing
+/// siblings compete for, as `lend` counts it (the child's own loan is not
+/// held against it). Fair sharing weighs who gets it (`crate::fair`).
+pub fn idle_room(
+    parent: &Quota,
+    child: &Quota,
+    children: &BTreeMap<String, Standing>,
+) -> ResourceList {
+    let carved = parent.status.carved(child.name());
+    child
+        .spec
+        .max
+        .keys()
+        .filter_map(|key| {
+            let cap = parent.spec.hard.get(key)?;
+            let hard = resources::get(&child.spec.hard, key).max(resources::get(&carved, key));
+            let used = resources::get(&child.status.used, key);
+            let others = claimed_by_others(parent, child.name(), key, children);
+            let room = cap
+                .saturating_sub(others)
+                .saturating_sub(hard.max(used))
+                .max(Quantity::ZERO);
+            Some((key.clone(), room))
+        })
+        .collect()
+}
+
 /// Lend `req.child` what it wants, in `parent` (call inside the parent's
 /// compare-and-swap). `children` holds the standing of every child of the
 /// parent as stored (the borrower's own entry is ignored: the request has
@@ -532,6 +561,7 @@ mod tests {
                 max: max.map(cpu).unwrap_or_default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         )
     }

@@ -7,6 +7,7 @@ pub mod batch;
 pub mod borrow;
 pub mod budget;
 pub mod cash;
+pub mod fair;
 pub mod forecast;
 pub mod hold;
 pub mod keys;

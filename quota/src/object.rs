@@ -20,10 +20,12 @@ use crate::resources::{self, ResourceList};
 use crate::time;
 use crate::transfer::Hold;
 use crate::workload::PodSet;
+use fair_sharing::{FairSharing, FairStatus};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
+pub mod fair_sharing;
 pub mod repair;
 mod sums;
 
@@ -57,6 +59,10 @@ pub struct QuotaSpec {
     /// (the default) or queued (docs/queueing.md).
     #[serde(default, skip_serializing_if = "QueuePolicy::is_default")]
     pub queueing: QueuePolicy,
+    /// Its weight among its siblings when they share the parent's idle
+    /// capacity (docs/queueing.md, "Fair sharing"); weight 1 when absent.
+    #[serde(default, skip_serializing_if = "FairSharing::is_default")]
+    pub fair_sharing: FairSharing,
 }
 
 impl QuotaSpec {
@@ -593,6 +599,11 @@ pub struct QuotaStatus {
     /// charges it, or when its workload is deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<QueueEntry>,
+    /// For people: its weight and dominant share of what its parent can
+    /// lend, for a quota that may borrow (derived by the controller's
+    /// queue round; never read for a decision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_sharing: Option<FairStatus>,
     /// Who asked for each charged workload (the AdmissionReview's
     /// `userInfo.username` at admission), by workload reference: the
     /// ledger's entries carry it (docs/budgets.md §6). Dropped with the
@@ -695,6 +706,7 @@ impl QuotaStatus {
             || self.exhausted != other.exhausted
             || self.transfers != other.transfers
             || self.queue != other.queue
+            || self.fair_sharing != other.fair_sharing
     }
 
     /// Everything bound directly here, on all keys (not only those of hard).

@@ -51,6 +51,7 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
         readable: _,
         refunds,
         exhausted,
+        fair_sharing,
     } = new;
     let mut p = Patch(Map::new());
     // Written even when empty (`#[serde(default)]` only).
@@ -77,6 +78,7 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
     p.map("users", &old.users, users, IfAny);
     p.map("refunds", &old.refunds, refunds, IfAny);
     p.map("exhausted", &old.exhausted, exhausted, IfAny);
+    p.whole("fairSharing", &old.fair_sharing, fair_sharing);
     // Every member of a window is always written: replaced whole.
     p.whole("ledgerOutbox", &old.ledger_outbox, ledger_outbox);
     p.0

@@ -324,6 +324,7 @@ mod tests {
             max: list(&[("requests.nvidia.com/gpu", "24")]),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         };
         let mut status = QuotaStatus {
             used: list(&[

@@ -354,6 +354,31 @@ pub fn order_key(c: &Candidate) -> (bool, i32, bool, Reverse<i64>, &str) {
 /// A workload scaled down and then stopped appears once, with the stop.
 /// Deterministic: the same borrowers in any order give the same plan.
 pub fn plan(borrowers: &[Borrower], need: &ResourceList) -> Vec<Victim> {
+    plan_with(borrowers, need, None)
+}
+
+/// `plan`, with fair sharing (docs/queueing.md, "Fair sharing"): whole
+/// workloads are taken from the borrower whose dominant share of what the
+/// parent can lend (`lendable`, with its weight in `weights`, 1 when
+/// absent) is the largest, weighed again after each workload taken (what
+/// it still borrows falls), marked ones still first; within a borrower in
+/// the same order as `plan`. Elastic workloads are scaled down first, as
+/// in `plan`.
+pub fn plan_fair(
+    borrowers: &[Borrower],
+    need: &ResourceList,
+    weights: &BTreeMap<String, crate::object::fair_sharing::Weight>,
+    lendable: &ResourceList,
+) -> Vec<Victim> {
+    plan_with(borrowers, need, Some((weights, lendable)))
+}
+
+type Fair<'a> = (
+    &'a BTreeMap<String, crate::object::fair_sharing::Weight>,
+    &'a ResourceList,
+);
+
+fn plan_with(borrowers: &[Borrower], need: &ResourceList, fair: Option<Fair<'_>>) -> Vec<Victim> {
     let mut need = positive(need);
     let mut debt: Vec<ResourceList> = borrowers.iter().map(|b| positive(&b.borrowed)).collect();
     let mut order: Vec<(usize, usize)> = borrowers
@@ -401,18 +426,60 @@ pub fn plan(borrowers: &[Borrower], need: &ResourceList) -> Vec<Victim> {
             frees,
         });
     }
-    for &(bi, ci) in &order {
+    // The stop phase: in `order`, or with fair sharing, from the borrower
+    // with the largest share at each step.
+    let stop_order = &order;
+    let mut taken = vec![false; stop_order.len()];
+    // Without fairness one pass in order: a workload that does not help
+    // now never will (need and debts only shrink).
+    let mut cursor = 0;
+    loop {
         if need.is_empty() {
             break;
         }
-        let c = &borrowers[bi].workloads[ci];
-        let left = match scaled.get(&(bi, ci)) {
-            Some(&(_, to)) => c.pod_sets[0].usage(to),
-            None => c.usage(),
+        let left_of = |bi: usize, ci: usize| {
+            let c = &borrowers[bi].workloads[ci];
+            match scaled.get(&(bi, ci)) {
+                Some(&(_, to)) => c.pod_sets[0].usage(to),
+                None => c.usage(),
+            }
         };
-        if left.is_empty() || !helps(&left, &need, &debt[bi]) {
-            continue;
-        }
+        let helpful = |i: usize, need: &ResourceList, debt: &[ResourceList]| {
+            let (bi, ci) = stop_order[i];
+            let left = left_of(bi, ci);
+            !left.is_empty() && helps(&left, need, &debt[bi])
+        };
+        let next = match fair {
+            None => (cursor..stop_order.len()).find(|&i| helpful(i, &need, &debt)),
+            Some((weights, lendable)) => {
+                // Per borrower, its first helpful workload; then the one
+                // marked, else of the largest share, else by name.
+                let mut firsts: BTreeMap<usize, usize> = BTreeMap::new();
+                for i in 0..stop_order.len() {
+                    let bi = stop_order[i].0;
+                    if !taken[i] && !firsts.contains_key(&bi) && helpful(i, &need, &debt) {
+                        firsts.insert(bi, i);
+                    }
+                }
+                firsts
+                    .into_iter()
+                    .map(|(bi, i)| {
+                        let b = &borrowers[bi];
+                        let w = weights.get(&b.quota).copied().unwrap_or_default();
+                        let share = crate::fair::share(&debt[bi], lendable, w).share;
+                        let marked = b.workloads[stop_order[i].1].marked;
+                        ((marked, share, Reverse(b.quota.as_str())), i)
+                    })
+                    .max_by(|a, b| a.0.cmp(&b.0))
+                    .map(|(_, i)| i)
+            }
+        };
+        let Some(i) = next else { break };
+        taken[i] = true;
+        cursor = i + 1;
+        let (bi, ci) = stop_order[i];
+        let c = &borrowers[bi].workloads[ci];
+        let left = left_of(bi, ci);
         take(&mut need, &mut debt[bi], &left);
         match scaled.get(&(bi, ci)) {
             Some(&(at, _)) => {
@@ -429,6 +496,176 @@ pub fn plan(borrowers: &[Borrower], need: &ResourceList) -> Vec<Victim> {
         }
     }
     victims
+}
+
+/// Fair reclaim between siblings (docs/queueing.md §11; Kueue's
+/// preemption within a cohort under fair sharing): `taker`'s queue head
+/// (`ask`) waits for idle room its parent cannot lend (`room`: what it
+/// could still lend it). Whole workloads are taken from the siblings that
+/// borrow (`borrowers`, their standing in `siblings` by name), from the
+/// largest share first, weighed again after each, and from a sibling only
+/// while `fair::may_take` allows it under `strategy` — so a taker never
+/// ends above its victim (`LessThanOrEqualToFinalShare`). Within a
+/// sibling in `order_key` order (marked first, lowest priority, newest),
+/// only workloads that free a key still short, never the taker's own.
+/// Nothing at all unless what is allowed makes room for the head: no
+/// work is stopped for a head that would still wait.
+pub fn plan_for_fair_share(
+    taker: &crate::fair::Sibling,
+    ask: &ResourceList,
+    room: &ResourceList,
+    strategy: crate::object::fair_sharing::Strategy,
+    borrowers: &[Borrower],
+    siblings: &BTreeMap<String, crate::fair::Sibling>,
+    lendable: &ResourceList,
+) -> Vec<Victim> {
+    let mut need: ResourceList = taker
+        .more_borrowed(ask)
+        .into_iter()
+        .filter_map(|(k, m)| {
+            let short = m.saturating_sub(resources::get(room, &k));
+            (short.nanos() > 0).then_some((k, short))
+        })
+        .collect();
+    if need.is_empty() {
+        return Vec::new();
+    }
+    let mut sibs: Vec<Option<crate::fair::Sibling>> = borrowers
+        .iter()
+        .map(|b| {
+            siblings
+                .get(&b.quota)
+                .cloned()
+                .filter(|_| b.quota != taker.name)
+        })
+        .collect();
+    // `LessThanInitialShare` weighs each victim as it was before anything
+    // was taken; the final-share rule as it stands after each taking.
+    let initial = sibs.clone();
+    let mut orders: Vec<Vec<&Candidate>> = borrowers
+        .iter()
+        .map(|b| {
+            let mut c: Vec<&Candidate> = b
+                .workloads
+                .iter()
+                .filter(|c| c.stop != Stop::Never)
+                .collect();
+            c.sort_by(|x, y| order_key(x).cmp(&order_key(y)));
+            c
+        })
+        .collect();
+    let mut victims = Vec::new();
+    while !need.is_empty() {
+        // The sibling of the largest share with a workload that helps.
+        let pick = (0..borrowers.len())
+            .filter_map(|bi| {
+                let s = sibs[bi].as_ref()?;
+                let share = s.share(lendable).share;
+                (!share.is_zero()).then_some((share, std::cmp::Reverse(&borrowers[bi].quota), bi))
+            })
+            .filter(|(_, _, bi)| {
+                orders[*bi].iter().any(|c| {
+                    need.keys()
+                        .any(|k| resources::get(&c.usage(), k).nanos() > 0)
+                })
+            })
+            .max_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)))
+            .map(|(_, _, bi)| bi);
+        let Some(bi) = pick else { break };
+        let at = orders[bi]
+            .iter()
+            .position(|c| {
+                need.keys()
+                    .any(|k| resources::get(&c.usage(), k).nanos() > 0)
+            })
+            .expect("the pick has one");
+        let c = orders[bi].remove(at);
+        let frees = c.usage();
+        let victim = match strategy {
+            crate::object::fair_sharing::Strategy::LessThanInitialShare => initial[bi].as_ref(),
+            crate::object::fair_sharing::Strategy::LessThanOrEqualToFinalShare => sibs[bi].as_ref(),
+        }
+        .expect("picked");
+        if !crate::fair::may_take(strategy, taker, ask, victim, &frees, lendable) {
+            // Taking this would leave the taker above it: no more from it.
+            sibs[bi] = None;
+            continue;
+        }
+        if let Some(v) = sibs[bi].as_mut() {
+            resources::sub_into(&mut v.used, &frees);
+        }
+        for (k, n) in need.iter_mut() {
+            *n = n.saturating_sub(resources::get(&frees, k));
+        }
+        need.retain(|_, n| n.nanos() > 0);
+        victims.push(Victim {
+            quota: borrowers[bi].quota.clone(),
+            workload_ref: c.workload_ref.clone(),
+            action: c.stop_action(),
+            frees,
+        });
+    }
+    if need.is_empty() {
+        victims
+    } else {
+        Vec::new()
+    }
+}
+
+/// Fair reclaim at a parent (docs/queueing.md §11): of its children whose
+/// queue policy chooses a fair-share rule (`preemption.fairShare`) and
+/// whose queue head waits for quota it would have to borrow, the one the
+/// pick rule puts first (smallest share after its head) for which
+/// `plan_for_fair_share` finds room; its victims, or none. One taker at
+/// a time: the next reclaim weighs the others again.
+pub fn for_fair_share(parent: &Quota, kids: &[&Quota], borrowers: &[Borrower]) -> Vec<Victim> {
+    use crate::fair::{Head, Sibling};
+    let standings = crate::borrow::Standing::of_all(kids.iter().copied());
+    let lendable = crate::fair::lendable(parent);
+    let siblings: BTreeMap<String, Sibling> = kids
+        .iter()
+        .map(|k| (k.name().to_string(), Sibling::of(k)))
+        .collect();
+    let mut takers: Vec<(Sibling, Head)> = Vec::new();
+    let mut rules = Vec::new();
+    for k in kids {
+        let Some(strategy) = k.spec.queueing.fair_share else {
+            continue;
+        };
+        let Some(head) = k.status.queue.first() else {
+            continue;
+        };
+        if k.spec.max.is_empty() || head.waiting != crate::queue::Waiting::Quota {
+            continue;
+        }
+        takers.push((
+            Sibling::of(k),
+            Head {
+                usage: head.work.usage(),
+                priority: head.work.priority,
+                since_ms: head.work.submitted_ms,
+            },
+        ));
+        rules.push((*k, strategy));
+    }
+    while let Some(i) = crate::fair::pick(&takers, &lendable) {
+        let (taker, head) = takers.remove(i);
+        let (k, strategy) = rules.remove(i);
+        let room = crate::borrow::idle_room(parent, k, &standings);
+        let plan = plan_for_fair_share(
+            &taker,
+            &head.usage,
+            &room,
+            strategy,
+            borrowers,
+            &siblings,
+            &lendable,
+        );
+        if !plan.is_empty() {
+            return plan;
+        }
+    }
+    Vec::new()
 }
 
 /// What `reconcile_marks` decided for one borrower.
@@ -614,6 +851,137 @@ mod tests {
     }
 
     #[test]
+    fn fair_reclaim_takes_from_the_largest_share_weighed_again_after_each() {
+        use crate::object::fair_sharing::Weight;
+        let jobs = |q: &str, n: usize| -> Vec<Candidate> {
+            (0..n)
+                .map(|i| {
+                    let mut c = cand(&format!("{q}{i}"), Stop::Suspend, 1, &[(CPU, 2)]);
+                    // a's are the lowest priority: `plan` takes them all.
+                    c.priority = if q == "a" { 0 } else { 5 };
+                    c
+                })
+                .collect()
+        };
+        // a borrows 4 (weight 1), b borrows 10 (weight 1), c 10 (weight 2).
+        let bs = vec![
+            borrower("a", &[(CPU, 4)], jobs("a", 2)),
+            borrower("b", &[(CPU, 10)], jobs("b", 5)),
+            borrower("c", &[(CPU, 10)], jobs("c", 5)),
+        ];
+        let lend = list(&[(CPU, 100)]);
+        let need = list(&[(CPU, 10)]);
+        // Without fairness: priority first, a's two jobs go first.
+        let p = plan(&bs, &need);
+        assert_eq!(p.iter().filter(|v| v.quota == "a").count(), 2);
+        // With it: b (0.10) down to 0.04, then c (0.05), then a tie of
+        // all three at 0.04 goes by name.
+        let mut w = BTreeMap::new();
+        w.insert("c".to_string(), Weight::from_milli(2000).unwrap());
+        let p = plan_fair(&bs, &need, &w, &lend);
+        let from: Vec<&str> = p.iter().map(|v| v.quota.as_str()).collect();
+        assert_eq!(from, ["b", "b", "b", "c", "a"], "{p:?}");
+        // Marked victims stay first, wherever their borrower stands.
+        let mut marked = bs.clone();
+        marked[0].workloads[1].marked = true;
+        let p = plan_fair(&marked, &list(&[(CPU, 2)]), &w, &lend);
+        assert_eq!(refs(&p), [("a1", Action::Suspend)]);
+    }
+
+    #[test]
+    fn a_borrower_takes_from_a_sibling_only_while_it_stays_at_or_below_it() {
+        use crate::fair::Sibling;
+        use crate::object::fair_sharing::{Strategy, Weight};
+        let sib = |n: &str, used: i64| Sibling {
+            name: n.into(),
+            hard: list(&[(CPU, 0)]),
+            max: list(&[(CPU, 100)]),
+            used: list(&[(CPU, used)]),
+            weight: Weight::ONE,
+        };
+        let jobs = |q: &str, n: usize| -> Vec<Candidate> {
+            (0..n)
+                .map(|i| cand(&format!("{q}{i}"), Stop::Suspend, 1, &[(CPU, 2)]))
+                .collect()
+        };
+        let lend = list(&[(CPU, 40)]);
+        // t borrows 4, v 20 (10 Jobs of 2), w 14; the room is spent.
+        let bs = vec![
+            borrower("v", &[(CPU, 20)], jobs("v", 10)),
+            borrower("w", &[(CPU, 14)], jobs("w", 7)),
+        ];
+        let sibs: BTreeMap<String, Sibling> = [("v", 20), ("w", 14), ("t", 4)]
+            .into_iter()
+            .map(|(n, u)| (n.to_string(), sib(n, u)))
+            .collect();
+        let t = sibs["t"].clone();
+        let s = Strategy::LessThanOrEqualToFinalShare;
+        // A head of 4: two of v's Jobs (v the largest), t ends at 8 ≤ 16.
+        let p = plan_for_fair_share(
+            &t,
+            &list(&[(CPU, 4)]),
+            &list(&[(CPU, 0)]),
+            s,
+            &bs,
+            &sibs,
+            &lend,
+        );
+        assert_eq!(
+            p.iter().map(|v| v.quota.as_str()).collect::<Vec<_>>(),
+            ["v", "v"]
+        );
+        // Room for half of it: one Job.
+        let p = plan_for_fair_share(
+            &t,
+            &list(&[(CPU, 4)]),
+            &list(&[(CPU, 2)]),
+            s,
+            &bs,
+            &sibs,
+            &lend,
+        );
+        assert_eq!(p.len(), 1);
+        // It fits already: nothing.
+        assert!(plan_for_fair_share(
+            &t,
+            &list(&[(CPU, 4)]),
+            &list(&[(CPU, 4)]),
+            s,
+            &bs,
+            &sibs,
+            &lend
+        )
+        .is_empty());
+        // A head of 12: t would end at 16; v gives 20 → 16 → 14 while
+        // w (14) is taken alike; the final-share rule stops where the
+        // victims would fall below 16: nothing, since it cannot be met.
+        let p = plan_for_fair_share(
+            &t,
+            &list(&[(CPU, 12)]),
+            &list(&[(CPU, 0)]),
+            s,
+            &bs,
+            &sibs,
+            &lend,
+        );
+        assert!(p.is_empty(), "{p:?}");
+        // The initial-share rule allows more: t's 16 is below v's 20 as it
+        // was, not below w's 14: six of v's Jobs.
+        let i = Strategy::LessThanInitialShare;
+        let p = plan_for_fair_share(
+            &t,
+            &list(&[(CPU, 12)]),
+            &list(&[(CPU, 0)]),
+            i,
+            &bs,
+            &sibs,
+            &lend,
+        );
+        assert_eq!(p.len(), 6, "{p:?}");
+        assert!(p.iter().all(|v| v.quota == "v"));
+    }
+
+    #[test]
     fn elastic_workloads_shrink_before_anything_stops() {
         let cheap = cand("cheap", Stop::Suspend, 1, &[(CPU, 2)]);
         let mut elastic = cand("elastic", Stop::Suspend, 6, &[(CPU, 1)]);
@@ -738,6 +1106,7 @@ mod tests {
                 max: Default::default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         for (name, hard) in [("a", 6), ("b", 12)] {

@@ -315,6 +315,7 @@ mod tests {
                 max: Default::default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         q.status.last_reconcile_time = Some(time::format_rfc3339(T0));

@@ -552,6 +552,7 @@ mod tests {
             max: Default::default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         }
     }
 

@@ -130,6 +130,7 @@ fn start() -> impl Strategy<Value = Quota> {
                     max: max.map(|(c, g)| list(cpu + c, gpu + g)).unwrap_or_default(),
                     budgets: Default::default(),
                     queueing: Default::default(),
+                    fair_sharing: Default::default(),
                 },
             );
             for mut o in seed {

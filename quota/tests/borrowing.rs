@@ -30,6 +30,7 @@ fn node(name: &str, parent: &str, hard: i64, max: Option<i64>) -> Quota {
             max: max.map(cpu).unwrap_or_default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         },
     )
 }

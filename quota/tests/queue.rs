@@ -43,6 +43,7 @@ fn quota(name: &str, hard: (i64, i64), max: Option<(i64, i64)>) -> Quota {
             max: max.map(|m| list(m.0, m.1)).unwrap_or_default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         },
     )
 }

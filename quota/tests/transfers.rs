@@ -52,6 +52,7 @@ fn spec(parent: &str, hard: i64) -> QuotaSpec {
         max: Default::default(),
         budgets: Default::default(),
         queueing: Default::default(),
+        fair_sharing: Default::default(),
     }
 }
 

@@ -113,6 +113,7 @@ fn quota() -> Quota {
             max: Default::default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         },
     );
     let held = PodSet {

@@ -233,6 +233,7 @@ fn pure(o: &Opts) {
             max: Default::default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         },
     );
     #[derive(serde::Deserialize)]
@@ -320,6 +321,7 @@ async fn build_tree(url: &str, quotas: usize) -> Vec<String> {
         max: Default::default(),
         budgets: Default::default(),
         queueing: Default::default(),
+        fair_sharing: Default::default(),
     };
     svc.create_quota("root", spec("", "1e12"), Persist::Here, "", false)
         .await

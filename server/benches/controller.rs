@@ -80,6 +80,7 @@ fn main() {
             max: ResourceList::new(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         },
     );
     root.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));
@@ -95,6 +96,7 @@ fn main() {
                 max: ResourceList::new(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         q.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));
@@ -112,6 +114,7 @@ fn main() {
                     max: ResourceList::new(),
                     budgets: Default::default(),
                     queueing: Default::default(),
+                    fair_sharing: Default::default(),
                 },
             );
             q.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));

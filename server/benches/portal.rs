@@ -88,6 +88,7 @@ async fn build_forest(url: &str, quotas: usize) -> (String, String) {
         max: Default::default(),
         budgets: Default::default(),
         queueing: Default::default(),
+        fair_sharing: Default::default(),
     };
     let depts = ((quotas as f64).sqrt() as usize).max(1);
     let per_team = 8;

@@ -172,6 +172,7 @@ async fn run(quotas: usize, per: usize) {
             max: Default::default(),
             budgets: Default::default(),
             queueing: QueuePolicy::queue(),
+            fair_sharing: Default::default(),
         };
         service
             .create_quota(&name, spec, Persist::Here, "", false)

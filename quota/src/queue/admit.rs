@@ -473,6 +473,7 @@ mod tests {
                 hard: gpus(hard),
                 max: ResourceList::new(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         if used > 0 {

@@ -197,6 +197,7 @@ mod tests {
                 hard: gpus(8),
                 max: ResourceList::new(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         let r1 = job("r1", 0, 4, None);

@@ -29,6 +29,7 @@ pub mod preempt;
 pub mod priority;
 pub mod reason;
 pub mod room;
+pub mod share;
 
 pub use admit::{
     next_admissions, status, would_queue_at, Admission, BudgetView, Check, Decision, Pool,
@@ -39,7 +40,7 @@ pub use ledger::MAX_QUEUE;
 pub use order::order;
 pub use policy::{Mode, Order, PolicyError, Preemption, QueuePolicy};
 pub use preempt::{plan as preemption_plan, Preempt};
-pub use reason::{Need, Reason, Waiting};
+pub use reason::{FairTurn, Need, Reason, Waiting};
 pub use room::borrow_limits;
 
 use crate::object::Charge;

@@ -5,6 +5,7 @@
 //! `StrictFifo`), as the issue and Kueue spell them. `queueing: Queue` is
 //! accepted as shorthand for `queueing: {mode: Queue}`.
 
+use crate::object::fair_sharing::Strategy;
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// The longest wait a policy may name (aging, alert): 366 days. Longer is
@@ -62,6 +63,11 @@ pub struct QueuePolicy {
     /// none: the reclaim grace of loans (`--reclaim-grace-seconds`). Work
     /// that runs for seconds cannot wait the minutes a service needs.
     pub preemption_grace_seconds: Option<u64>,
+    /// Whether the head, waiting for idle room its parent cannot lend, may
+    /// reclaim from siblings that borrow more, and by which rule
+    /// (`preemption: {fairShare: LessThanOrEqualToFinalShare}`, docs/
+    /// queueing.md §11); none: never.
+    pub fair_share: Option<Strategy>,
     /// Alert when an entry has waited this long (none: never).
     pub alert_after_seconds: Option<u64>,
     /// At most this many entries per submitter (none:
@@ -84,6 +90,8 @@ struct PreemptionFull {
     policy: Preemption,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     grace_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fair_share: Option<Strategy>,
 }
 
 impl Default for PreemptionForm {
@@ -109,11 +117,12 @@ struct Out {
 
 impl Serialize for QueuePolicy {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let preemption = match self.preemption_grace_seconds {
-            None => PreemptionForm::Short(self.preemption),
-            Some(g) => PreemptionForm::Full(PreemptionFull {
+        let preemption = match (self.preemption_grace_seconds, self.fair_share) {
+            (None, None) => PreemptionForm::Short(self.preemption),
+            (grace_seconds, fair_share) => PreemptionForm::Full(PreemptionFull {
                 policy: self.preemption,
-                grace_seconds: Some(g),
+                grace_seconds,
+                fair_share,
             }),
         };
         Out {
@@ -158,7 +167,7 @@ impl<'de> Deserialize<'de> for QueuePolicy {
                     "queueing is Refuse, Queue, or {mode, order, preemption, alertAfterSeconds, \
                  maxPerSubmitter} with mode Refuse|Queue, order {kind: StrictFifo} or \
                  {kind: BestEffortFifo, agingSeconds: N}, preemption Never|LowerPriority or \
-                 {policy: LowerPriority, graceSeconds: N}",
+                 {policy: LowerPriority, graceSeconds: N, fairShare: LessThanOrEqualToFinalShare|LessThanInitialShare}",
                 )
             })? {
                 Form::Short(mode) => QueuePolicy {
@@ -166,15 +175,16 @@ impl<'de> Deserialize<'de> for QueuePolicy {
                     ..Default::default()
                 },
                 Form::Full(f) => {
-                    let (preemption, preemption_grace_seconds) = match f.preemption {
-                        PreemptionForm::Short(p) => (p, None),
-                        PreemptionForm::Full(p) => (p.policy, p.grace_seconds),
+                    let (preemption, preemption_grace_seconds, fair_share) = match f.preemption {
+                        PreemptionForm::Short(p) => (p, None, None),
+                        PreemptionForm::Full(p) => (p.policy, p.grace_seconds, p.fair_share),
                     };
                     QueuePolicy {
                         mode: f.mode,
                         order: f.order,
                         preemption,
                         preemption_grace_seconds,
+                        fair_share,
                         alert_after_seconds: f.alert_after_seconds,
                         max_per_submitter: f.max_per_submitter,
                     }
@@ -249,6 +259,7 @@ impl QueuePolicy {
                 Some("order")
             } else if self.preemption != Preemption::default()
                 || self.preemption_grace_seconds.is_some()
+                || self.fair_share.is_some()
             {
                 Some("preemption")
             } else if self.alert_after_seconds.is_some() {
@@ -381,6 +392,36 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn fair_share_reclaim_is_chosen_beside_the_preemption_policy() {
+        use crate::object::fair_sharing::Strategy;
+        let p = parse(r#"{"mode":"Queue","preemption":{"policy":"Never","fairShare":"LessThanInitialShare"}}"#)
+            .unwrap();
+        assert_eq!(p.fair_share, Some(Strategy::LessThanInitialShare));
+        p.validate().unwrap();
+        // Written back in the long form, and read back the same.
+        let v = serde_json::to_value(p).unwrap();
+        assert_eq!(v["preemption"]["fairShare"], "LessThanInitialShare");
+        assert_eq!(parse(&v.to_string()).unwrap(), p);
+        let p = parse(r#"{"mode":"Queue","preemption":{"policy":"LowerPriority","graceSeconds":0,"fairShare":"LessThanOrEqualToFinalShare"}}"#)
+            .unwrap();
+        assert_eq!(p.fair_share, Some(Strategy::LessThanOrEqualToFinalShare));
+        assert_eq!(p.preemption_grace_seconds, Some(0));
+        // A refusing quota has no queue head to take for.
+        let p = parse(r#"{"preemption":{"policy":"Never","fairShare":"LessThanInitialShare"}}"#)
+            .unwrap();
+        assert_eq!(
+            p.validate(),
+            Err(PolicyError::NeedsQueue {
+                field: "preemption"
+            })
+        );
+        assert!(
+            parse(r#"{"mode":"Queue","preemption":{"policy":"Never","fairShare":"Always"}}"#)
+                .is_err()
+        );
     }
 
     #[test]

@@ -240,6 +240,7 @@ mod tests {
                 hard: gpus(hard),
                 max: ResourceList::new(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         for c in run {

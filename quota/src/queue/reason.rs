@@ -69,6 +69,41 @@ pub enum Reason {
     Turn { head: String },
     /// It can never be admitted as things stand (see `Waiting::Never`).
     Never(String),
+    /// It would fit on a loan, but a sibling waits with a smaller share
+    /// of the parent's idle capacity and the room cannot hold both
+    /// (fair sharing, `crate::fair::allot`).
+    Fair(FairTurn),
+}
+
+/// Why a borrowing entry leaves the idle room to a sibling, for people:
+/// `waits for its fair turn: research-cv would hold 1.6× its fair share
+/// of requests.cpu with it; vision goes first (smaller share)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FairTurn {
+    /// The quota the entry waits in.
+    pub quota: String,
+    /// Its dominant key once the entry is admitted.
+    pub key: String,
+    /// How many times its fair line (lendable × weight ÷ Σ weights) it
+    /// would hold, in tenths; none when it cannot be told (weight 0).
+    pub times_tenths: Option<u128>,
+    /// The sibling whose head goes first.
+    pub rival: String,
+}
+
+impl fmt::Display for FairTurn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "waits for its fair turn: {} would hold ", self.quota)?;
+        match self.times_tenths {
+            Some(t) => write!(f, "{}.{}× its fair share", t / 10, t % 10)?,
+            None => f.write_str("more than its fair share (weight 0 borrows last)")?,
+        }
+        write!(
+            f,
+            " of {} with it; {} goes first (smaller share)",
+            self.key, self.rival
+        )
+    }
 }
 
 impl Reason {
@@ -76,7 +111,7 @@ impl Reason {
         match self {
             Reason::Quota(_) => Waiting::Quota,
             Reason::Budget(_) => Waiting::Budget,
-            Reason::Turn { .. } => Waiting::Turn,
+            Reason::Turn { .. } | Reason::Fair(_) => Waiting::Turn,
             Reason::Never(_) => Waiting::Never,
         }
     }
@@ -97,6 +132,7 @@ impl fmt::Display for Reason {
             Reason::Budget(d) => budget(f, d),
             Reason::Turn { head } => write!(f, "waits its turn behind {head}"),
             Reason::Never(why) => write!(f, "cannot be admitted: {why}"),
+            Reason::Fair(t) => write!(f, "{t}"),
         }
     }
 }
@@ -166,6 +202,22 @@ mod tests {
              waits for 4 GiB of requests.memory: 2 GiB free, 6 GiB needed"
         );
         assert_eq!(r.waiting(), Waiting::Quota);
+    }
+
+    #[test]
+    fn a_fair_turn_says_whose_share_and_who_goes_first() {
+        let r = Reason::Fair(FairTurn {
+            quota: "research-cv".into(),
+            key: "requests.cpu".into(),
+            times_tenths: Some(16),
+            rival: "vision".into(),
+        });
+        assert_eq!(
+            r.to_string(),
+            "waits for its fair turn: research-cv would hold 1.6× its fair share of \
+             requests.cpu with it; vision goes first (smaller share)"
+        );
+        assert_eq!(r.waiting(), Waiting::Turn);
     }
 
     #[test]

@@ -93,6 +93,7 @@ mod tests {
                 hard: cpu(hard),
                 max: max.map(cpu).unwrap_or_default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         )
     }

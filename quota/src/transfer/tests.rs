@@ -30,6 +30,7 @@ impl Tree {
             max: Default::default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         };
         if !parent.is_empty() {
             tree::carve(self.0.get_mut(parent).unwrap(), name, &spec.hard, T).unwrap();

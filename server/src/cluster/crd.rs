@@ -6,6 +6,7 @@
 
 use kube::CustomResource;
 use quota::budget::BudgetPolicy;
+use quota::object::fair_sharing::FairSharing;
 use quota::object::{Quota, QuotaStatus};
 use quota::queue::QueuePolicy;
 use quota::ResourceList;
@@ -51,6 +52,8 @@ pub const MAX_KEYS: u64 = quota::tree::MAX_KEYS as u64;
     printcolumn = r#"{"name":"GPU","type":"string","jsonPath":".status.summary.gpu","description":"GPU cards used/hard"}"#,
     printcolumn = r#"{"name":"Card-hours Left","type":"string","jsonPath":".status.summary.cardHoursLeft","description":"GPU card-hours left of the cash budget"}"#,
     printcolumn = r#"{"name":"Borrowing","type":"string","jsonPath":".status.summary.borrowing","description":"Used beyond hard, on loan from the parent"}"#,
+    printcolumn = r#"{"name":"Weight","type":"string","jsonPath":".status.fairSharing.weight","description":"Weight among siblings sharing the parent's idle capacity"}"#,
+    printcolumn = r#"{"name":"Share","type":"string","jsonPath":".status.fairSharing.share","description":"Dominant share of what the parent can lend, divided by the weight"}"#,
     printcolumn = r#"{"name":"Reclaim","type":"integer","jsonPath":".status.summary.reclaimPending","description":"Workloads marked to be reclaimed"}"#,
     printcolumn = r#"{"name":"Queued","type":"integer","jsonPath":".status.summary.queued","description":"Workloads waiting, suspended, in the queue"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -91,6 +94,13 @@ pub struct BizGroupResourceQuotaSpec {
     #[serde(default, skip_serializing_if = "QueuePolicy::is_default")]
     #[schemars(schema_with = "queueing")]
     pub queueing: QueuePolicy,
+    /// Its weight among its siblings when they share their parent's idle
+    /// capacity: {weight: N}, 0 to 1000 (an integer, or a decimal string
+    /// such as "0.5"); 1 when left out; 0 borrows last (docs/queueing.md,
+    /// "Fair sharing").
+    #[serde(default, skip_serializing_if = "FairSharing::is_default")]
+    #[schemars(schema_with = "fair_sharing")]
+    pub fair_sharing: FairSharing,
 }
 
 /// Status as bizrq writes it: `quota::QuotaStatus`.
@@ -123,6 +133,23 @@ fn spec_rules(s: &mut Schema) {
 /// with the list of what is allowed.
 fn queueing(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}
+
+/// `{weight}`: an integer 0 to 1000, or a decimal string of at most three
+/// places; the webhook parses it exactly (`quota::object::fair_sharing`).
+fn fair_sharing(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "properties": {
+            "weight": {
+                "x-kubernetes-int-or-string": true,
+                "minimum": 0,
+                "maximum": 1000,
+                "pattern": r"^([0-9]{1,4}(\.[0-9]{1,3})?|\.[0-9]{1,3})$",
+                "description": "relative weight among siblings, 0 to 1000 (default 1; 0 = always last)"
+            }
+        }
+    })
 }
 
 fn parent(_: &mut SchemaGenerator) -> Schema {
@@ -249,6 +276,15 @@ impl JsonSchema for Status {
                     "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
                     "description": "workloads waiting, suspended and not charged, in admission order: workloadRef, uid, priority, since, podSets, runMs, submittedBy, position, waiting, reason, estimatedStart"
                 },
+                "fairSharing": {
+                    "type": "object",
+                    "description": "for a quota that may borrow: its weight and its dominant share of what its parent can lend (use beyond hard ÷ lendable, largest over keys, ÷ weight), for people",
+                    "properties": {
+                        "weight": { "x-kubernetes-int-or-string": true, "description": "spec.fairSharing.weight as applied" },
+                        "share": text("the dominant share, two decimals (∞ for weight 0 while borrowing)"),
+                        "dominant": text("the key the share comes from; absent when nothing is borrowed")
+                    }
+                },
                 "transfers": ledger("transfers in flight that hold children's carve-outs, by transfer id: children (their hard once done), since, decision (at the common ancestor)"),
                 "budgets": ledger("the current period of each cash key with one: start, end, funded, carryIn (acc), and the last closed periods (closed, newest first)"),
                 "reservations": ledger("open reservations of budgets, by cash key then group/Kind/namespace/name: reserved and used (acc), atMs and runMs; settled when the workload's charge goes"),
@@ -309,6 +345,7 @@ impl BizGroupResourceQuota {
             max: q.spec.max,
             budgets: q.spec.budgets,
             queueing: q.spec.queueing,
+            fair_sharing: q.spec.fair_sharing,
         };
         Ok(BizGroupResourceQuota {
             metadata: serde_json::from_value(serde_json::to_value(&q.metadata)?)?,
@@ -352,7 +389,8 @@ mod tests {
             "readable": {"cash/pods": "1 of 4 pod-hours used, 3 left"},
             "refunds": {"batch/Job/ns/j": {"mark": "2026-11-21T10:00:00Z", "at": "2026-11-21T10:05:00Z", "from": "2026-11-21T09:00:00Z", "to": "2026-11-21T10:05:00Z", "amounts": {"cash/pods": "1"}}},
             "exhausted": {"cash/pods": "2026-11-21T10:00:00Z"},
-            "users": {"apps/Deployment/ns/w": "alice"}
+            "users": {"apps/Deployment/ns/w": "alice"},
+            "fairSharing": {"weight": 2, "share": "0.25", "dominant": "pods"}
         }))
         .unwrap();
         let fields = serde_json::to_value(&full).unwrap();
@@ -368,7 +406,7 @@ mod tests {
         }
         assert_eq!(
             fields.as_object().unwrap().len(),
-            17,
+            18,
             "a new status field: add it to the schema"
         );
         let summary = serde_json::to_value(full.summary.unwrap()).unwrap();
@@ -458,6 +496,8 @@ mod tests {
                 "GPU",
                 "Card-hours Left",
                 "Borrowing",
+                "Weight",
+                "Share",
                 "Reclaim",
                 "Queued",
                 "Age"
@@ -659,6 +699,7 @@ mod tests {
                 max: Default::default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         q.metadata.resource_version = Some("42".into());

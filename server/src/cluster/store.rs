@@ -846,6 +846,7 @@ mod tests {
                 max: Default::default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         let server = tokio::spawn(async move {

@@ -187,6 +187,7 @@ mod tests {
                 .into(),
                 max: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         let one = std::slice::from_ref(&q);

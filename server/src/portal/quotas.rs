@@ -299,6 +299,19 @@ fn extras(q: &Quota) -> Vec<(String, Vec<(String, String)>)> {
     if !borrowed.is_empty() {
         out.push(("Borrowed beyond hard".to_string(), borrowed));
     }
+    // Fair sharing of the parent's idle capacity (docs/queueing.md §11).
+    if !q.spec.max.is_empty() && !q.spec.parent.is_empty() {
+        let mut rows = vec![("weight".to_string(), q.spec.fair_sharing.weight.to_string())];
+        if let Some(f) = &st.fair_sharing {
+            let of = if f.dominant.is_empty() {
+                String::new()
+            } else {
+                format!(" (of {})", f.dominant)
+            };
+            rows.push(("share".to_string(), format!("{}{of}", f.share)));
+        }
+        out.push(("Fair sharing".to_string(), rows));
+    }
     let lent = amounts(&st.lent);
     if !lent.is_empty() {
         out.push(("Lent to children".to_string(), lent));
@@ -420,10 +433,25 @@ pub async fn detail(
         None,
     )
     .await?;
+    // A child that may borrow: its share of what this quota can lend,
+    // against its fair line (docs/queueing.md §11).
+    let lendable = quota::fair::lendable(&q);
+    let weights: u64 = all
+        .iter()
+        .filter(|c| c.spec.parent == name && !c.spec.max.is_empty())
+        .map(|c| u64::from(c.spec.fair_sharing.weight.milli()))
+        .sum();
     let mut children: Vec<(String, String)> = all
         .iter()
         .filter(|c| c.spec.parent == name)
-        .map(|c| (c.name().to_string(), list_line(&c.spec.hard)))
+        .map(|c| {
+            let hard = list_line(&c.spec.hard);
+            let line = match quota::fair::against_line(c, &lendable, weights) {
+                Some(w) => format!("{hard} · {w}"),
+                None => hard,
+            };
+            (c.name().to_string(), line)
+        })
         .collect();
     let children_more = children.len().saturating_sub(ROWS_SHOWN);
     children.truncate(ROWS_SHOWN);
@@ -922,6 +950,8 @@ pub async fn edit(
         if !queueing_given {
             spec.queueing = current.quota.spec.queueing;
         }
+        // The form does not show the fair-sharing weight: an edit keeps it.
+        spec.fair_sharing = current.quota.spec.fair_sharing;
         Ok(spec)
     });
     let spec = match spec {
@@ -1150,6 +1180,33 @@ pub async fn remove_member(
 mod tests {
     use super::*;
 
+    /// A quota that may borrow shows its weight, and its share once the
+    /// controller has stated it; one that cannot borrow shows neither.
+    #[test]
+    fn the_quota_page_shows_the_weight_and_the_share() {
+        let q: Quota = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "cv"},
+            "spec": {"parent": "org", "hard": {"requests.cpu": "4"},
+                "max": {"requests.cpu": "8"}, "fairSharing": {"weight": "0.5"}},
+            "status": {"fairSharing": {"weight": "0.5", "share": "0.25", "dominant": "requests.cpu"}}
+        }))
+        .unwrap();
+        let fair = extras(&q)
+            .into_iter()
+            .find(|(h, _)| h == "Fair sharing")
+            .unwrap();
+        assert_eq!(
+            fair.1,
+            [
+                ("weight".to_string(), "0.5".to_string()),
+                ("share".to_string(), "0.25 (of requests.cpu)".to_string())
+            ]
+        );
+        let mut root = q.clone();
+        root.spec.parent.clear();
+        assert!(extras(&root).iter().all(|(h, _)| h != "Fair sharing"));
+    }
+
     /// The children table and a form's prefill showed `1099511627776` and
     /// `20k` as the spec stored them.
     #[test]
@@ -1200,6 +1257,7 @@ mod tests {
                 max: Default::default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         let now = 1_800_000_000_000;

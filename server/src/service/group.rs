@@ -558,6 +558,7 @@ mod tests {
             max: Default::default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         };
         svc.create_quota("team", spec, Persist::Here, "", false)
             .await

@@ -72,27 +72,63 @@ pub enum Queueing {
     Never(String),
 }
 
+/// Whether `work`, which fits `judged` now, should leave the idle room to
+/// siblings that fair sharing puts first (`fair::allot`); weighed only
+/// when it would borrow.
+fn fair_turn(
+    family: &queue::share::Family,
+    judged: &Quota,
+    work: &Queued,
+) -> Option<queue::FairTurn> {
+    let usage = work.usage();
+    if !queue::share::borrows(judged, &usage) {
+        return None;
+    }
+    let field = family.field(judged);
+    let head = quota::fair::Head {
+        usage,
+        priority: work.priority,
+        since_ms: work.submitted_ms,
+    };
+    let got = quota::fair::allot(
+        &field.me,
+        std::slice::from_ref(&head),
+        &field.rivals,
+        &field.lendable,
+        &field.room,
+    );
+    let rival = got.rival.filter(|_| got.granted == 0)?;
+    Some(queue::share::turn(&field.me, &field, &head.usage, rival))
+}
+
 impl Service {
     /// What a queue of `q` plans against: hard, or for a quota that may
     /// borrow, hard + what its parent could lend it now
     /// (`queue::borrow_limits`, as the borrowing admission would).
     pub async fn queue_limits(&self, q: &Quota) -> Result<ResourceList, ServiceError> {
+        Ok(self.queue_plan(q).await?.0)
+    }
+
+    /// `queue_limits`, and for a quota that may borrow, its parent and
+    /// siblings as fair sharing weighs them (`queue::share::Family`), from
+    /// one read of the parent and its children.
+    pub async fn queue_plan(
+        &self,
+        q: &Quota,
+    ) -> Result<(ResourceList, Option<queue::share::Family>), ServiceError> {
         if q.spec.max.is_empty() || q.spec.parent.is_empty() {
-            return Ok(ResourceList::new());
+            return Ok((ResourceList::new(), None));
         }
         let parent = match self.get(&q.spec.parent).await {
             Ok(p) => p.quota,
-            Err(ServiceError::NotFound(_)) => return Ok(ResourceList::new()),
+            Err(ServiceError::NotFound(_)) => return Ok((ResourceList::new(), None)),
             Err(e) => return Err(e),
         };
         let kids = self.store.children(&q.spec.parent).await?;
         let standings = Standing::of_all(kids.iter().map(|s| &s.quota));
-        Ok(queue::borrow_limits(
-            q,
-            Some(&parent),
-            &standings,
-            self.now(),
-        ))
+        let limits = queue::borrow_limits(q, Some(&parent), &standings, self.now());
+        let kids = kids.into_iter().map(|s| s.quota).collect();
+        Ok((limits, Some(queue::share::Family { parent, kids })))
     }
 
     /// Judge `work` against its quota's queue and, when it must wait,
@@ -118,7 +154,7 @@ impl Service {
             None => reason,
         };
         let current = self.get(quota_name).await?.quota;
-        let limits = self.queue_limits(&current).await?;
+        let (limits, family) = self.queue_plan(&current).await?;
         let now = self.now();
         // The bound that refused it, counted once whatever copies the
         // compare-and-swap judged it on.
@@ -148,6 +184,16 @@ impl Service {
                     .collect();
                 let check =
                     queue::would_queue_at(&waiting, &work, &pool, &views, &q.spec.queueing, now);
+                let join = |q: &mut quota::Quota,
+                            work: queue::Queued,
+                            position: u32,
+                            reason: &queue::Reason,
+                            text: String| {
+                    ledger::join(q, work, position, reason.waiting(), text).map_err(|full| {
+                        *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(full.cause());
+                        Denial::from(full)
+                    })
+                };
                 match check {
                     // A queued entry that now fits keeps its place with what it
                     // asks now; the controller's next round admits it.
@@ -157,17 +203,32 @@ impl Service {
                                 .map_err(Denial::from)?;
                         Ok((changed || dropped, Queueing::Admits))
                     }
-                    Check::AdmitsNow => Ok((dropped, Queueing::Admits)),
+                    Check::AdmitsNow => {
+                        match family.as_ref().and_then(|f| fair_turn(f, &judged, &work)) {
+                            // It fits on a loan, but a sibling with a smaller
+                            // share waits for the same idle room: it queues
+                            // behind what waits, and the sibling goes first.
+                            Some(turn) => {
+                                let position =
+                                    u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX);
+                                let reason = queue::Reason::Fair(turn);
+                                let text = worded(reason.to_string());
+                                let changed = join(q, work, position, &reason, text.clone())?;
+                                Ok((
+                                    changed || dropped,
+                                    Queueing::Queued {
+                                        position,
+                                        reason: text,
+                                    },
+                                ))
+                            }
+                            None => Ok((dropped, Queueing::Admits)),
+                        }
+                    }
                     Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
                     Check::Queues { position, reason } => {
                         let text = worded(reason.to_string());
-                        let changed =
-                            ledger::join(q, work, position, reason.waiting(), text.clone())
-                                .map_err(|full| {
-                                    *refused.lock().unwrap_or_else(|e| e.into_inner()) =
-                                        Some(full.cause());
-                                    Denial::from(full)
-                                })?;
+                        let changed = join(q, work, position, &reason, text.clone())?;
                         Ok((
                             changed || dropped,
                             Queueing::Queued {
@@ -620,6 +681,7 @@ mod tests {
             max: Default::default(),
             budgets: Default::default(),
             queueing: QueuePolicy::queue(),
+            fair_sharing: Default::default(),
         };
         svc.create_quota("ml", spec, Persist::Here, "", false)
             .await
@@ -682,6 +744,7 @@ mod tests {
             max: Default::default(),
             budgets: Default::default(),
             queueing: QueuePolicy::queue(),
+            fair_sharing: Default::default(),
         };
         svc.create_quota("ml", spec, Persist::Here, "", false)
             .await

@@ -105,6 +105,7 @@ async fn charged_at(
         max: Default::default(),
         budgets: Default::default(),
         queueing: Default::default(),
+        fair_sharing: Default::default(),
     };
     svc.create_quota("team", spec, Persist::Here, "", false)
         .await

@@ -12,6 +12,7 @@ mod deferred;
 mod demo;
 mod edges;
 mod errors;
+mod fair_sharing;
 mod fakeapi;
 mod forged;
 mod group_commit;

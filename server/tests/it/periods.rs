@@ -43,6 +43,7 @@ fn spec(parent: &str, gpus: &str, cash: &str, policy: Option<BudgetPolicy>) -> Q
             .map(|p| [(CASH.to_string(), p)].into())
             .unwrap_or_default(),
         queueing: Default::default(),
+        fair_sharing: Default::default(),
     }
 }
 

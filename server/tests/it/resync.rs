@@ -36,6 +36,7 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
         max: Default::default(),
         budgets: Default::default(),
         queueing: Default::default(),
+        fair_sharing: Default::default(),
     };
     svc.create_quota(
         "root",
@@ -45,6 +46,7 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
             max: Default::default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         },
         Persist::Here,
         "",

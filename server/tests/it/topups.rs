@@ -59,6 +59,7 @@ fn spec(parent: &str, cash: &str, policy: Option<BudgetPolicy>) -> QuotaSpec {
             .map(|p| [(CASH.to_string(), p)].into())
             .unwrap_or_default(),
         queueing: Default::default(),
+        fair_sharing: Default::default(),
     }
 }
 

@@ -97,6 +97,7 @@ impl World {
             max: Default::default(),
             budgets: Default::default(),
             queueing: Default::default(),
+            fair_sharing: Default::default(),
         };
         self.svc
             .create_quota(name, spec, Persist::Here, "", false)

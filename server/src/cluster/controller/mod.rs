@@ -20,6 +20,7 @@
 
 mod budgets;
 mod discovery;
+mod fair;
 mod gates;
 mod history;
 mod preempt;
@@ -134,6 +135,10 @@ pub struct Context {
     /// Quotas that may borrow and have a queue, by parent: room freed under
     /// a parent may be lent to them, so they are touched then (`queue`).
     borrowers: Mutex<HashMap<String, HashSet<String>>>,
+    /// Fair sharing (`fair`): the quotas that left idle room to a sibling,
+    /// by that sibling, given a round once the sibling's round is done;
+    /// and how often each quota yielded to the same head of a sibling.
+    fair: fair::Yields,
     /// When a quota's queue next needs a round although nothing changed
     /// (an entry crosses its alert threshold, an orphan's grace ends), in
     /// the service's clock: its reconcile asks to be run again then.
@@ -215,6 +220,7 @@ impl Context {
             missed: Mutex::default(),
             gate: Gate::default(),
             borrowers: Mutex::default(),
+            fair: fair::Yields::default(),
             wake: Mutex::default(),
             ledger_confirmed: Arc::default(),
             accrued_to: Mutex::default(),

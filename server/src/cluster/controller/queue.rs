@@ -61,6 +61,7 @@ impl Context {
         // A preemption stopped between its entry and its suspend.
         self.repair_preemptions(name, &q).await;
         if q.status.queue.is_empty() {
+            self.after_round(name);
             self.note_borrower(&q, false);
             self.service.metrics.set_queue(name, [0; 4], 0);
             return Ok(());
@@ -127,7 +128,7 @@ impl Context {
         // could lend now (`queue::borrow_limits`): each admission then asks
         // for its loan in the parent's compare-and-swap, as the webhook's
         // borrowing path does, so the plan is never more than is granted.
-        let limits = self.service.queue_limits(&q).await?;
+        let (limits, family) = self.service.queue_plan(&q).await?;
         let pool = Pool::new(&q, &limits);
         // Card-hour budgets: an entry waits for one as for quota.
         let budgets = queue::budgets::of(&q);
@@ -137,6 +138,13 @@ impl Context {
             .map(|b| b.view(&self.service.prices, &price_list))
             .collect();
         let decisions = queue::next_admissions(&known, &pool, &views, &q.spec.queueing, now);
+        // Idle room a sibling with a smaller share waits for is left to it
+        // (fair sharing, `fair`).
+        let borrows = decisions
+            .iter()
+            .any(|d| matches!(d, Decision::Admit(a) if !a.borrows.is_empty()));
+        let field = family.filter(|_| borrows).map(|f| f.field(&q));
+        let decisions = self.yield_to_fairer(name, &known, decisions, field);
         let uids: BTreeMap<&str, &str> = known
             .iter()
             .map(|e| (e.workload_ref.as_str(), e.uid.as_str()))
@@ -232,6 +240,7 @@ impl Context {
         self.export(name, &q, &known, &fresh, now);
         self.service.restate_queue(name, fresh).await?;
         self.note_borrower(&q, waits);
+        self.after_round(name);
         if overdue {
             // Nothing else writes when an entry crosses its threshold:
             // the alert engine evaluates the quota as it stands now.

@@ -19,7 +19,8 @@ impl Context {
     /// Reclaim (§5) among the children of `parent`: what the borrowers must
     /// give back (quota pressure, and pods of children within their
     /// guarantee that cannot be scheduled), which whole workloads give it
-    /// (`quota::reclaim::plan`), marked first and reclaimed after the grace
+    /// (`quota::reclaim::plan_fair`: from the largest share first), marked
+    /// first and reclaimed after the grace
     /// period unless the pressure went away.
     pub(super) async fn reclaim(
         &self,
@@ -72,12 +73,29 @@ impl Context {
             (pending, borrowers)
         };
         let need = reclaim::need(p, &standings, &pending);
+        // Taken first from the borrower with the largest fair share of
+        // what the parent can lend (docs/queueing.md, "Fair sharing").
         let plan = if need.values().any(|q| q.nanos() > 0) {
-            reclaim::plan(&borrowers, &need)
+            let weights = kids
+                .iter()
+                .map(|k| (k.quota.name().to_string(), k.quota.spec.fair_sharing.weight))
+                .collect();
+            reclaim::plan_fair(&borrowers, &need, &weights, &quota::fair::lendable(p))
         } else {
             Vec::new()
         };
+        // A borrower whose queue chose a fair-share rule may take from
+        // siblings that borrow more (docs/queueing.md §11): its victims
+        // join the plan, marked and reclaimed as any.
+        let mut plan = plan;
+        let quotas: Vec<&quota::Quota> = kids.iter().map(|k| &k.quota).collect();
+        for v in reclaim::for_fair_share(p, &quotas, &borrowers) {
+            if !plan.iter().any(|w| w.workload_ref == v.workload_ref) {
+                plan.push(v);
+            }
+        }
         let grace = self.cfg.reclaim_grace.as_millis() as i64;
+        let mut executed = false;
         for k in kids {
             let name = k.quota.name();
             if k.quota.status.reclaim.is_empty() && !plan.iter().any(|v| v.quota == name) {
@@ -141,6 +159,7 @@ impl Context {
             for v in &outcome.due {
                 match self.execute(v).await {
                     Ok(()) => {
+                        executed = true;
                         self.service.metrics.count_reclaim("executed");
                         self.notify_workload(
                             &v.workload_ref,
@@ -161,6 +180,12 @@ impl Context {
                     }
                 }
             }
+        }
+        if executed {
+            // The room is back (the release returned the loans with it):
+            // the queues waiting under this parent get a round, the one a
+            // fair-share rule reclaimed for among them.
+            self.touch_borrowers_under(p.name());
         }
         Ok(())
     }

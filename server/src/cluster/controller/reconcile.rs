@@ -157,6 +157,14 @@ impl Context {
         let mine = self.accrued_to.lock().unwrap().get(name).copied();
         // Whether this write set `lastReconcileTime` (the window is its).
         let mut stamped = false;
+        // What the parent can lend, for this quota's fair share (its
+        // status, for people): from the cached parent, when it may borrow.
+        let lendable = self
+            .service
+            .cached_quota(name)
+            .filter(|s| !s.quota.spec.max.is_empty() && !s.quota.spec.parent.is_empty())
+            .and_then(|s| self.service.cached_quota(&s.quota.spec.parent))
+            .map(|p| quota::fair::lendable(&p.quota));
         let result = self
             .service
             .update_status(name, false, |q| {
@@ -257,6 +265,11 @@ impl Context {
                 // A finished Job's reservation settles with its charge.
                 quota::budget::hold::settle_finished(&mut q.status, &snap.finished);
                 borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
+                match &lendable {
+                    Some(l) => q.status.fair_sharing = quota::fair::status(q, l),
+                    None if q.spec.max.is_empty() => q.status.fair_sharing = None,
+                    None => {}
+                }
                 // Spent `suspendBatch` budgets: since when, in this write.
                 plans = super::budgets::exhaustion_in(q, now, |q| self.candidates(q));
                 declared = self.declared_runs(q);

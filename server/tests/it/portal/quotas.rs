@@ -120,6 +120,50 @@ async fn a_stale_edit_form_says_someone_else_changed_the_quota(s: &Server) {
     );
 }
 
+/// The edit form does not show the fair-sharing weight: saving it keeps
+/// the weight set through the API, and the page shows it.
+async fn an_edit_keeps_the_fair_sharing_weight(s: &Server) {
+    let o = org(s).await;
+    creates_nlp_small(&o).await;
+    let mut q = s.quota("nlp-small").await;
+    q["spec"]["fairSharing"] = json!({"weight": "2.5"});
+    let (st, v) = s
+        .api(Method::PUT, "/api/v1/quotas/nlp-small", Some(q))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let edit = o.alice.get("/quotas/nlp-small/edit").await.body;
+    let version = hidden_field(&edit, "resourceVersion").expect("a version on the form");
+    let saved = o
+        .alice
+        .post(
+            "/quotas/nlp-small/edit",
+            &[
+                ("resourceVersion", version.as_str()),
+                ("hard:requests.nvidia.com/gpu", "1"),
+                ("hard:pods", "5"),
+                ("max:requests.nvidia.com/gpu", "4"),
+            ],
+        )
+        .await;
+    assert_eq!(saved.status, StatusCode::SEE_OTHER, "{}", saved.body);
+    let q = s.quota("nlp-small").await;
+    assert_eq!(q["spec"]["hard"]["requests.nvidia.com/gpu"], "1");
+    assert_eq!(q["spec"]["fairSharing"]["weight"], "2.5", "{q}");
+    let page = o.alice.get("/quotas/nlp-small").await.body;
+    assert!(
+        page.contains("Fair sharing") && page.contains("2.5"),
+        "{page}"
+    );
+    // A weight out of range is refused with what is allowed.
+    let mut q = s.quota("nlp-small").await;
+    q["spec"]["fairSharing"] = json!({"weight": 1001});
+    let (st, v) = s
+        .api(Method::PUT, "/api/v1/quotas/nlp-small", Some(q))
+        .await;
+    assert!(st.is_client_error(), "{st} {v}");
+    assert!(v.to_string().contains("from 0 to 1000"), "{v}");
+}
+
 /// The detail page charts a quota's keys from its current status even
 /// before the sampler has recorded it (an edit shows at once), and draws
 /// the history and the forecasts once it has.
@@ -452,6 +496,7 @@ on_both!(
     a_child_that_does_not_fit_is_refused_on_the_form,
     a_child_that_fits_is_created_and_audited,
     a_stale_edit_form_says_someone_else_changed_the_quota,
+    an_edit_keeps_the_fair_sharing_weight,
     charts_and_forecasts_appear_once_usage_is_sampled,
     a_parent_shows_its_subtree_in_use_apart_from_what_it_allocated,
     error_pages_keep_the_navigation,

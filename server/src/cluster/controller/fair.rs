@@ -1,0 +1,100 @@
+//! Fair sharing in the controller's queue rounds (docs/queueing.md, "Fair
+//! sharing"). The decisions are `quota::queue::share`'s: a borrowing
+//! quota whose round would take idle room that a sibling with a smaller
+//! share waits for, and that cannot hold both, holds those admissions
+//! back and triggers the sibling's round; once that round is done, the
+//! quota gets a round again (`after_round`).
+//!
+//! Every admission still goes through `Service::admit_queued`'s
+//! compare-and-swaps (the loan in the parent, then the charge), so fair
+//! sharing only ever admits less than the limits allow, never more. The
+//! figures it weighs (the siblings' queues and use) are their stored
+//! statuses and may be a little stale; a sibling whose head the room
+//! turns out not to hold (a stale status) is yielded to at most
+//! `MAX_YIELDS` times in a row for the same head, then passed.
+
+use super::Context;
+use quota::queue::share::{self, Field};
+use quota::queue::{Decision, Queued};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+/// How many rounds in a row a quota leaves the room to the same head of
+/// the same sibling before it takes the room itself.
+pub const MAX_YIELDS: u32 = 3;
+
+#[derive(Default)]
+pub(super) struct Yields {
+    /// Quotas waiting for a sibling's round, by that sibling.
+    waiting: Mutex<HashMap<String, BTreeSet<String>>>,
+    /// (quota, sibling) → (the sibling's head's `since`, rounds yielded).
+    streak: Mutex<HashMap<(String, String), (i64, u32)>>,
+}
+
+impl Context {
+    /// `decisions` with the borrowing admissions a sibling goes before
+    /// held back (`share::yield_to_fairer`), and the siblings triggered.
+    pub(super) fn yield_to_fairer(
+        &self,
+        name: &str,
+        known: &[Queued],
+        decisions: Vec<Decision>,
+        field: Option<Field>,
+    ) -> Vec<Decision> {
+        let Some(mut field) = field else {
+            return decisions;
+        };
+        loop {
+            let y = share::yield_to_fairer(decisions.clone(), known, &field);
+            let Some(rival) = y.to.clone() else {
+                self.fair
+                    .streak
+                    .lock()
+                    .unwrap()
+                    .retain(|(q, _), _| q != name);
+                return y.decisions;
+            };
+            let since = field
+                .rivals
+                .iter()
+                .find(|r| r.sibling.name == rival)
+                .and_then(|r| r.heads.first())
+                .map_or(0, |h| h.since_ms);
+            let passed = {
+                let mut streak = self.fair.streak.lock().unwrap();
+                let e = streak
+                    .entry((name.to_string(), rival.clone()))
+                    .or_insert((since, 0));
+                if e.0 != since {
+                    *e = (since, 0);
+                }
+                e.1 += 1;
+                e.1 > MAX_YIELDS
+            };
+            if passed {
+                // Its head never got the room: the sibling's status was
+                // stale, or its own limits hold it. Weigh without it.
+                tracing::info!(quota = %name, sibling = %rival, "fair sharing: the sibling's head was yielded to {MAX_YIELDS} times without being admitted; passing it");
+                field.rivals.retain(|r| r.sibling.name != rival);
+                continue;
+            }
+            self.fair
+                .waiting
+                .lock()
+                .unwrap()
+                .entry(rival.clone())
+                .or_default()
+                .insert(name.to_string());
+            self.triggers.touch(BTreeSet::from([rival]));
+            return y.decisions;
+        }
+    }
+
+    /// `name`'s round is done: the siblings that left it room get theirs.
+    pub(super) fn after_round(&self, name: &str) {
+        let yielders = self.fair.waiting.lock().unwrap().remove(name);
+        if let Some(set) = yielders {
+            self.triggers.touch(set);
+        }
+    }
+}
