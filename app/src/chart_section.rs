@@ -64,6 +64,9 @@ pub struct Inputs<'a> {
     pub range: Range,
     pub now_ms: i64,
     pub cfg: &'a KeyConfig,
+    /// Each budget's one forecast (`quota::forecast::outlook`), which its
+    /// burn-down draws and words.
+    pub outlooks: &'a [quota::forecast::Outlook],
 }
 
 /// One chart with its words and values.
@@ -221,13 +224,24 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
                 return None;
             }
             let left = |s: &Sample| q(&s.hard).saturating_sub(q(&s.used));
-            let f = quota::forecast::forecast(own, key, now, quota::forecast::FORECAST_WINDOW_MS);
+            let outlook = inp
+                .outlooks
+                .iter()
+                .find(|o| o.key == key)
+                .cloned()
+                .unwrap_or_else(|| quota::forecast::Outlook {
+                    key: key.to_string(),
+                    now_ms: now,
+                    left: q(&inp.live.hard).saturating_sub(q(&inp.live.used)),
+                    burn_per_hour: quota::Quantity::ZERO,
+                    runway: quota::budget::Runway::Unknown,
+                });
             Some(Panel {
                 key: key.to_string(),
                 kind,
                 title: format!("{key}: remaining budget"),
-                summary: Some(charts::describe(&f, cfg)),
-                figure: both(|fr| charts::burn_down_chart(own, key, now, cfg, fr)),
+                summary: Some(charts::describe_outlook(&outlook, cfg)),
+                figure: both(|fr| charts::burn_down_chart(own, &outlook, now, cfg, fr)),
                 caption,
                 columns: vec![
                     "Time (UTC)".into(),
@@ -487,6 +501,16 @@ mod tests {
             .collect();
         let children = vec![("team-a".to_string(), kid, status(&[(GPU, 3)], &[(GPU, 4)]))];
         let cfg = KeyConfig::default();
+        // 850 left at 5 an hour: 170 hours.
+        let outlooks = [quota::forecast::Outlook {
+            key: CASH.into(),
+            now_ms: now,
+            left: quota::Quantity::from_units(850),
+            burn_per_hour: quota::Quantity::from_units(5),
+            runway: quota::budget::Runway::Until {
+                at_ms: now + 170 * HOUR,
+            },
+        }];
         let inp = Inputs {
             own: &own,
             live: &live,
@@ -495,6 +519,7 @@ mod tests {
             range: Range::Week,
             now_ms: now,
             cfg: &cfg,
+            outlooks: &outlooks,
         };
         let got = panels(&inp);
         let kinds: Vec<(&str, Kind)> = got.iter().map(|p| (p.key.as_str(), p.kind)).collect();
@@ -531,7 +556,12 @@ mod tests {
             &burn.rows.last().unwrap()[1..],
             ["850 card-hours", "150 card-hours", "1,000 card-hours"]
         );
-        assert!(burn.summary.as_deref().unwrap().contains("runs out"));
+        assert_eq!(
+            burn.summary.as_deref().unwrap(),
+            crate::charts::describe_outlook(&outlooks[0], &cfg),
+            "the chart says the budget's one forecast"
+        );
+        assert!(burn.summary.as_deref().unwrap().contains("runs out in 7 days"));
         let kids = &got[2];
         assert_eq!(kids.columns, ["Time (UTC)", "team-a", "Total"]);
         assert_eq!(&kids.rows.last().unwrap()[1..], ["3 cards", "3 cards"]);
@@ -571,6 +601,7 @@ mod tests {
             range: Range::Day,
             now_ms: now,
             cfg: &cfg,
+            outlooks: &[],
         };
         let before = FOLDS.with(|f| f.get());
         let got = panels(&inp);

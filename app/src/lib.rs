@@ -105,7 +105,7 @@ pub fn display_quantity(key: &str, q: quota::Quantity, cfg: &KeyConfig) -> Strin
 /// with a zero hard that nothing uses are left out.
 pub fn key_usages(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyUsage> {
     let rolled = quota::rollup::rollup(q, in_use);
-    shown_keys(q, &rolled)
+    shown_keys(q, &rolled, in_use)
         .map(|(k, shown)| key_usage(k, &shown, cfg))
         .collect()
 }
@@ -114,7 +114,7 @@ pub fn key_usages(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyU
 enum Shown<'a> {
     /// A usage key, as `quota::rollup` has it.
     Used(&'a quota::rollup::KeyRollup),
-    /// A budget (cash key): spent of hard.
+    /// A budget (cash key): what its subtree spent of hard.
     Spent {
         used: quota::Quantity,
         hard: quota::Quantity,
@@ -137,6 +137,7 @@ impl Shown<'_> {
 fn shown_keys<'a>(
     q: &'a Quota,
     rolled: &'a [quota::rollup::KeyRollup],
+    in_use: &'a ResourceList,
 ) -> impl Iterator<Item = (&'a String, Shown<'a>)> {
     let by_key: std::collections::BTreeMap<&str, &quota::rollup::KeyRollup> =
         rolled.iter().map(|r| (r.key.as_str(), r)).collect();
@@ -144,7 +145,9 @@ fn shown_keys<'a>(
         if let Some(r) = by_key.get(k.as_str()) {
             return Some((k, Shown::Used(r)));
         }
-        let used = resources::get(&q.status.used, k);
+        // A budget's spending is its subtree's (`in_use`: Σ each quota's
+        // own spending), never what a parent carved out for its children.
+        let used = resources::get(in_use, k);
         let cash = quota::keys::cash_target(k).is_some();
         // Not a cash key: its hard is zero and nothing uses it.
         (cash && !(h.is_zero() && used.is_zero())).then_some((k, Shown::Spent { used, hard: *h }))
@@ -203,8 +206,12 @@ fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
 /// The highest `percent` of `key_usages(q, in_use, _)` (0 when it has no
 /// key), from `rolled` = `quota::rollup::rollup(q, in_use)` and without
 /// formatting a key: the tree asks it of every quota for its filters.
-pub fn max_percent(q: &Quota, rolled: &[quota::rollup::KeyRollup]) -> u32 {
-    shown_keys(q, rolled)
+pub fn max_percent(
+    q: &Quota,
+    rolled: &[quota::rollup::KeyRollup],
+    in_use: &ResourceList,
+) -> u32 {
+    shown_keys(q, rolled, in_use)
         .map(|(_, s)| s.percent())
         .max()
         .unwrap_or(0)
@@ -216,7 +223,7 @@ pub fn max_percent(q: &Quota, rolled: &[quota::rollup::KeyRollup]) -> u32 {
 /// quota the viewer may see.
 pub fn most_over(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Option<KeyUsage> {
     let rolled = quota::rollup::rollup(q, in_use);
-    let (k, shown) = shown_keys(q, &rolled)
+    let (k, shown) = shown_keys(q, &rolled, in_use)
         .filter(|(_, s)| matches!(s, Shown::Used(_)) && s.percent() > 100)
         .max_by_key(|(_, s)| s.percent())?;
     Some(key_usage(k, &shown, cfg))

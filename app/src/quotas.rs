@@ -33,7 +33,13 @@ pub struct KeyDetail {
     /// What the children's carve-outs hold (empty for a cash key).
     pub allocated: String,
     pub max: Option<String>,
+    /// What admission can still give within its hard, and what it could
+    /// borrow beyond that now (`quota::rollup`; empty for a cash key).
+    pub free_now: String,
+    pub borrowable_now: String,
     /// The exact values, in nano-units, that the table sorts by.
+    pub free_now_nanos: Option<i128>,
+    pub borrowable_now_nanos: Option<i128>,
     pub self_used_nanos: i128,
     pub allocated_nanos: Option<i128>,
     pub max_nanos: Option<i128>,
@@ -308,6 +314,8 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                     <th data-sort="num" data-sort-first="desc">"Hard"</th>
                     <th data-sort="num" data-sort-first="desc">"In use"</th>
                     <th data-sort="num" data-sort-first="desc">"Allocated to children"</th>
+                    <th data-sort="num" data-sort-first="desc">"Free now"</th>
+                    <th data-sort="num" data-sort-first="desc">"Borrowable now"</th>
                     <th data-sort="num" data-sort-first="desc">"Self used"</th>
                     <th data-sort="num" data-sort-first="desc">"Max"</th>
                 </tr></thead>
@@ -322,6 +330,8 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                         let detail = (!k.usage.detail.is_empty()).then(|| view! { <small class="detail">{k.usage.detail.clone()}</small> });
                         let alloc_class = if k.allocated.is_empty() { "num empty" } else { "num" };
                         let max_class = if k.max.is_none() { "num empty" } else { "num" };
+                        let free_class = if k.free_now.is_empty() { "num empty" } else { "num" };
+                        let borrow_class = if k.borrowable_now.is_empty() { "num empty" } else { "num" };
                         let exact = |n: Option<i128>| n.map(|n| n.to_string()).unwrap_or_default();
                         let (hard_n, used_n) = (k.usage.hard_nanos.to_string(), k.usage.used_nanos.to_string());
                         view! {
@@ -330,7 +340,9 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                                 <td class="usage" data-label="Usage" data-sort-value=pct.to_string()><span class=bar_class><i class="use" style=width></i><i class="idle" style=idle></i></span><span class="num">{format!("{pct}%")}{detail}</span></td>
                                 <td class="num" data-label="Hard" data-sort-value=hard_n>{hard}</td>
                                 <td class="num" data-label="In use" data-sort-value=used_n>{used}</td>
-                                <td class=alloc_class data-label="Allocated" data-sort-value=exact(k.allocated_nanos)>{k.allocated}</td>
+                                <td class=alloc_class data-label="Allocated to children" data-sort-value=exact(k.allocated_nanos)>{k.allocated}</td>
+                                <td class=free_class data-label="Free now" data-sort-value=exact(k.free_now_nanos)>{k.free_now}</td>
+                                <td class=borrow_class data-label="Borrowable now" data-sort-value=exact(k.borrowable_now_nanos)>{k.borrowable_now}</td>
                                 <td class="num" data-label="Self used" data-sort-value=k.self_used_nanos.to_string()>{k.self_used}</td>
                                 <td class=max_class data-label="Max" data-sort-value=exact(k.max_nanos)>{k.max.unwrap_or_default()}</td>
                             </tr>

@@ -50,6 +50,9 @@ pub struct CashCell {
     /// For sorting: nano-units left, and whole hours of runway.
     pub left_nanos: i128,
     pub runway_hours: Option<i128>,
+    /// The budget's one forecast (`quota::forecast::outlook`): its words
+    /// (`runs out in 8.3 days (2026-12-07)`) are the same on every page.
+    pub outlook: quota::forecast::Outlook,
 }
 
 /// One node of the tree, in depth-first order.
@@ -143,13 +146,30 @@ pub struct Pricing {
     pub now_ms: i64,
 }
 
+/// The one forecast (`quota::forecast::outlook`) of every cash key of
+/// `q`'s hard, in key order: what the quota page, its charts, the budgets
+/// API and the alerts read.
+pub fn outlooks(q: &Quota, pricing: &Pricing) -> Vec<quota::forecast::Outlook> {
+    q.spec
+        .hard
+        .keys()
+        .filter(|k| cash_target(k).is_some())
+        .map(|k| quota::forecast::outlook(q, k, pricing.now_ms, &pricing.qos, &pricing.list))
+        .collect()
+}
+
 /// Every budget of `q` (cash keys of hard that are not zero): what is left
-/// (`quota::budget::periods::left`, as admission reads it) and how long it lasts at what the
-/// quota's own workloads burn now at their prices
-/// (`runway::burn_per_hour`; children spend their carve-outs, not this
-/// budget). The GPU budget first, then the GPU models' budgets, then the
+/// and how long it lasts, from the budget's one forecast
+/// (`quota::forecast::outlook`: left as admission reads it, at what the
+/// quota's own workloads burn now at their prices; children spend their
+/// carve-outs, not this budget). The GPU budget first, then the GPU models' budgets, then the
 /// rest, each by key.
-pub fn cash_cells(q: &Quota, cfg: &KeyConfig, pricing: &Pricing) -> Vec<CashCell> {
+pub fn cash_cells(
+    q: &Quota,
+    in_use: &ResourceList,
+    cfg: &KeyConfig,
+    pricing: &Pricing,
+) -> Vec<CashCell> {
     let is_gpu_budget = |k: &str| {
         cash_target(k)
             .and_then(|t| Key::parse(t, cfg).ok())
@@ -161,16 +181,11 @@ pub fn cash_cells(q: &Quota, cfg: &KeyConfig, pricing: &Pricing) -> Vec<CashCell
         .iter()
         .filter(|(k, h)| cash_target(k).is_some() && !h.is_zero())
         .map(|(key, hard)| {
-            let spent = resources::get(&q.status.used, key);
-            let left = quota::budget::periods::left(&q.spec, &q.status, key).max(Quantity::ZERO);
-            let burn = quota::budget::runway::burn_per_hour(
-                q.status.workloads.values(),
-                cash_target(key).unwrap_or_default(),
-                pricing.now_ms,
-                &pricing.qos,
-                &pricing.list,
-            );
-            let lasts = quota::budget::runway::lasts_ms(left, burn).filter(|ms| *ms > 0);
+            // What the subtree spent (`in_use`), never a parent's carve-outs.
+            let spent = resources::get(in_use, key);
+            let outlook = quota::forecast::outlook(q, key, pricing.now_ms, &pricing.qos, &pricing.list);
+            let left = outlook.left.max(Quantity::ZERO);
+            let lasts = outlook.lasts_ms().filter(|ms| *ms > 0);
             let cell = CashCell {
                 key: key.to_string(),
                 label: short_key(key, cfg),
@@ -179,6 +194,7 @@ pub fn cash_cells(q: &Quota, cfg: &KeyConfig, pricing: &Pricing) -> Vec<CashCell
                 runway: lasts.map(quota::budget::runway::span),
                 left_nanos: left.nanos(),
                 runway_hours: lasts.map(|ms| ms as i128 / 3_600_000),
+                outlook,
             };
             let rank = if is_gpu_budget(key) {
                 0
@@ -229,10 +245,10 @@ pub fn row_of(
         workloads: q.status.workloads.len(),
         children,
         gpu,
-        budgets: cash_cells(q, cfg, pricing),
+        budgets: cash_cells(q, in_use, cfg, pricing),
         borrowing,
         others,
-        max_percent: crate::max_percent(q, &rolled),
+        max_percent: crate::max_percent(q, &rolled, in_use),
         hidden_below: 0,
         context: false,
         open: children > 0,

@@ -156,6 +156,77 @@ impl Key {
     }
 }
 
+/// A key as people read it — the one name cards, the tree, alerts, queue
+/// reasons, chart titles and forms show (the raw key stays in a tooltip
+/// and, unchanged, in the API): `requests.nvidia.com/gpu.A100` → `A100
+/// GPUs`, `cash/requests.nvidia.com/gpu` → `GPU card-hours`,
+/// `requests.cpu` → `CPU cores`, `limits.cpu.A4` → `CPU A4 cores
+/// (limit)`, `requests.memory` → `memory`, `pods` → `pods`. A key that
+/// does not parse is shown as it is.
+pub fn display_name(key: &str, cfg: &KeyConfig) -> String {
+    let Ok(k) = Key::parse(key, cfg) else {
+        return key.to_string();
+    };
+    let gpu = cfg.is_gpu(&k.resource);
+    let m = k.model.as_deref();
+    let with = |word: &str| match m {
+        Some(m) => format!("{word} {m}"),
+        None => word.to_string(),
+    };
+    let name = if k.cash {
+        let unit = crate::readable::cash_unit(key);
+        match k.resource.as_str() {
+            _ if gpu => format!("{} {unit}", m.unwrap_or("GPU")),
+            "cpu" => format!("{} {unit}", with("CPU")),
+            "memory" => format!("{} GiB-hours", with("memory")),
+            "pods" => "pod-hours".to_string(),
+            r => format!("{} {unit}", with(r)),
+        }
+    } else {
+        match k.resource.as_str() {
+            _ if gpu => match m {
+                Some(m) => format!("{m} GPUs"),
+                None => "GPUs".to_string(),
+            },
+            "cpu" => format!("{} cores", with("CPU")),
+            "memory" => with("memory"),
+            "ephemeral-storage" => with("local storage"),
+            "pods" => "pods".to_string(),
+            r => with(r),
+        }
+    };
+    if k.class == Class::Limits {
+        format!("{name} (limit)")
+    } else {
+        name
+    }
+}
+
+/// Where a key is listed, GPUs first: GPUs and their models, then
+/// budgets (GPU budgets first), then CPU, memory, storage and other
+/// resources, pods last; within each, `requests.*` before `limits.*`, a
+/// model after its generic key. Sort keys by it.
+pub fn display_order(key: &str, cfg: &KeyConfig) -> (u8, u8, String, String) {
+    let Ok(k) = Key::parse(key, cfg) else {
+        return (9, 0, key.to_string(), String::new());
+    };
+    let gpu = cfg.is_gpu(&k.resource);
+    let rank = match (k.cash, k.resource.as_str()) {
+        (false, _) if gpu => 0,
+        (true, _) if gpu => 1,
+        (true, _) => 2,
+        (false, "cpu") => 3,
+        (false, "memory") => 4,
+        (false, "pods") => 6,
+        (false, _) => 5,
+    };
+    let class = match k.class {
+        Class::Requests | Class::Pods => 0,
+        Class::Limits => 1,
+    };
+    (rank, class, k.resource, k.model.unwrap_or_default())
+}
+
 /// `cash/requests.nvidia.com/gpu` → `requests.nvidia.com/gpu`.
 pub fn cash_target(key: &str) -> Option<&str> {
     key.strip_prefix(CASH_PREFIX)
@@ -213,6 +284,57 @@ mod tests {
         );
         let k = parse("requests.example.com/fpga").unwrap();
         assert_eq!(k.resource, "example.com/fpga");
+    }
+
+    #[test]
+    fn every_key_has_a_name_people_read() {
+        let cfg = KeyConfig::default();
+        let name = |k: &str| display_name(k, &cfg);
+        assert_eq!(name("requests.nvidia.com/gpu.A100"), "A100 GPUs");
+        assert_eq!(name("requests.nvidia.com/gpu"), "GPUs");
+        assert_eq!(name("cash/requests.nvidia.com/gpu"), "GPU card-hours");
+        assert_eq!(name("cash/requests.nvidia.com/gpu.A100"), "A100 card-hours");
+        assert_eq!(name("requests.cpu"), "CPU cores");
+        assert_eq!(name("cpu"), "CPU cores");
+        assert_eq!(name("limits.cpu"), "CPU cores (limit)");
+        assert_eq!(name("limits.cpu.A4"), "CPU A4 cores (limit)");
+        assert_eq!(name("requests.cpu.A4"), "CPU A4 cores");
+        assert_eq!(name("cash/limits.cpu"), "CPU core-hours (limit)");
+        assert_eq!(name("requests.memory"), "memory");
+        assert_eq!(name("limits.memory.A4"), "memory A4 (limit)");
+        assert_eq!(name("requests.ephemeral-storage"), "local storage");
+        assert_eq!(name("pods"), "pods");
+        assert_eq!(name("requests.example.com/fpga"), "example.com/fpga");
+        assert_eq!(name("not a key"), "not a key");
+    }
+
+    #[test]
+    fn gpus_and_budgets_come_first_and_pods_last() {
+        let cfg = KeyConfig::default();
+        let mut keys = vec![
+            "pods",
+            "requests.memory",
+            "limits.cpu.A4",
+            "requests.cpu",
+            "cash/requests.nvidia.com/gpu",
+            "requests.nvidia.com/gpu.A100",
+            "requests.nvidia.com/gpu",
+        ];
+        keys.push("limits.cpu");
+        keys.sort_by_key(|k| display_order(k, &cfg));
+        assert_eq!(
+            keys,
+            [
+                "requests.nvidia.com/gpu",
+                "requests.nvidia.com/gpu.A100",
+                "cash/requests.nvidia.com/gpu",
+                "requests.cpu",
+                "limits.cpu",
+                "limits.cpu.A4",
+                "requests.memory",
+                "pods",
+            ]
+        );
     }
 
     #[test]

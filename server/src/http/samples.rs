@@ -65,6 +65,7 @@ pub async fn samples(
     )
     .await
     .map_err(crate::service::ServiceError::from)?;
+    let outlooks = app::tree::outlooks(&quota, &app.service.pricing());
     let (key, cfg, status) = (
         key.to_string(),
         app.service.keys.clone(),
@@ -81,6 +82,7 @@ pub async fn samples(
                 range,
                 now_ms: now,
                 cfg: &cfg,
+                outlooks: &outlooks,
             };
             chart_section::panel(&inputs, &key, kind)
                 .map(|panel| chart_section::reply(&name, range, now, panel, &cfg))

@@ -167,14 +167,24 @@ async fn charts_and_forecasts_appear_once_usage_is_sampled(s: &Server) {
         2,
         "a usage chart and a burn-down: {page}"
     );
+    // The forecast is at what runs now: history alone burns nothing.
+    assert!(!page.contains("runs out in"), "{page}");
+    let d = deployment("train", "ml", 2, 1);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "fc-1", Some(d), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let page = o.admin.get("/quotas/ml").await.body;
     assert!(
-        page.contains("cash/requests.nvidia.com/gpu runs out in"),
+        page.contains("left · runs out in") && page.contains("burning 2 card-hours/h"),
         "{page}"
     );
     let home = o.admin.get("/").await.body;
     assert!(
-        home.contains("cash/requests.nvidia.com/gpu runs out in")
-            && home.contains("burning 10 card-hours/h"),
+        home.contains("left · runs out in") && home.contains("burning 2 card-hours/h"),
         "the overview forecasts the budget: {home}"
     );
     // The alert sweep may already have seen the samples: a runway of 0.2
