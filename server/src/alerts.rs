@@ -18,7 +18,6 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const DEFAULT_WARN_PERCENT: i64 = 80;
 pub const DEFAULT_CRIT_PERCENT: i64 = 100;
 const MS_PER_HOUR: i64 = 3_600_000;
-const MS_PER_DAY: i64 = 86_400_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {

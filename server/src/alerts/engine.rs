@@ -15,6 +15,7 @@ use crate::store::transfers::Transfer;
 use crate::store::StoreError;
 use quota::forecast::Outlook;
 use quota::lineage::Forest;
+#[cfg(test)]
 use quota::rollup::subtree_in_use;
 use quota::Quota;
 use std::collections::BTreeMap;

@@ -216,7 +216,7 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
         left: q("900"),
         burn_per_hour: Quantity::from_nanos(100 * quota::quantity::NANO / 24),
         runway: quota::budget::Runway::Until {
-            at_ms: NOW + 9 * MS_PER_DAY,
+            at_ms: NOW + 9 * 86_400_000,
         },
     };
     let forecasts: BTreeMap<String, Forecast> = [(CASH.to_string(), outlook.clone())].into();

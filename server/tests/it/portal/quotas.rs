@@ -187,13 +187,12 @@ async fn charts_and_forecasts_appear_once_usage_is_sampled(s: &Server) {
         home.contains("left · runs out in") && home.contains("burning 2 card-hours/h"),
         "the overview forecasts the budget: {home}"
     );
-    // The alert sweep may already have seen the samples: a runway of 0.2
-    // days is under the default 14-day forecast, so the one thing that can
-    // need the viewer is ml's forecast alert.
+    // 100 card-hours at 2 an hour: under two days, which needs the
+    // viewer, in the same words as the forecast.
     assert!(
         home.contains("Needs attention")
-            && (home.contains("Nothing needs you now")
-                || home.contains("cash/requests.nvidia.com/gpu of ml runs out in")),
+            && home.contains("ml's budget runs out in")
+            && home.contains("at what runs now: 100 card-hours left"),
         "the overview leads with what needs the viewer: {home}"
     );
 }
