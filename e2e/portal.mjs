@@ -411,7 +411,7 @@ try {
         const count = await badgeCount(page);
         const r404 = await page.goto(`${base}/no/such/page`);
         expect(r404.status() === 404, `an unknown URL: ${r404.status()}`);
-        expect(/404/.test(await page.innerText('main h2')) && await hasNav(page), 'a 404 page with the navigation');
+        expect(/404/.test(await page.innerText('main h1')) && await hasNav(page), 'a 404 page with the navigation');
         expect(await badgeCount(page) === count, `the badge on the 404 page: ${await badgeCount(page)}, elsewhere ${count}`);
         const q404 = await page.goto(`${base}/quotas/no-such-quota`);
         expect(q404.status() === 404 && await hasNav(page), `an unknown quota: ${q404.status()}`);

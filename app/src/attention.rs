@@ -50,7 +50,7 @@ pub fn items(
                     quota: name.into(),
                     text: format!(
                         "{name} is over quota: {} {} in use of {}",
-                        k.key, k.used, k.hard
+                        k.name, k.used, k.hard
                     ),
                     href: link.clone(),
                 },
@@ -60,12 +60,13 @@ pub fn items(
         for c in &budgets {
             // "budget" alone when the quota has one; its name when more.
             let which = if budgets.len() > 1 {
-                c.label.as_str()
+                format!("{} budget", c.label)
             } else {
-                "budget"
+                "budget".to_string()
             };
             if c.left_nanos <= 0 {
-                let work = c.label.strip_suffix(" budget").unwrap_or(&c.label);
+                // "GPU card-hours" → new GPU work; "A100 card-hours" → A100.
+                let work = c.label.split(' ').next().unwrap_or("its");
                 found.push((
                     0,
                     0,
@@ -74,7 +75,7 @@ pub fn items(
                         quota: name.into(),
                         text: format!(
                             "{name}'s budget {} is spent: new {work} work is refused",
-                            c.key
+                            c.label
                         ),
                         href: link.clone(),
                     },
@@ -199,8 +200,8 @@ mod tests {
         assert_eq!(
             texts,
             [
-                "cv is over quota: requests.nvidia.com/gpu 12 in use of 8",
-                "rl's budget cash/requests.nvidia.com/gpu is spent: new GPU work is refused",
+                "cv is over quota: GPUs 12 in use of 8",
+                "rl's budget GPU card-hours is spent: new GPU work is refused",
                 "nlp's budget runs out in 1 day (1970-01-02) at what runs now: 240 card-hours left",
             ]
         );

@@ -142,7 +142,7 @@ impl Frame {
 
 /// Used over time with hard as a step line; breaks the lines across gaps.
 pub fn usage_chart(samples: &[Sample], key: &str, cfg: &KeyConfig, frame: Frame) -> String {
-    let title = format!("{key}: used and hard");
+    let title = format!("{}: used and hard", crate::key_name(key, cfg));
     let pts = sorted(samples);
     if pts.is_empty() {
         return message_svg("chart-usage", &title, "no data yet", frame);
@@ -241,7 +241,7 @@ pub fn children_chart(
     cfg: &KeyConfig,
     frame: Frame,
 ) -> String {
-    let title = format!("{key}: used by children");
+    let title = format!("{}: used by children", crate::key_name(key, cfg));
     let layers = children_layers(stack);
     if layers.is_empty() || stack.times.is_empty() {
         return message_svg("chart-children", &title, "no child uses it", frame);
@@ -340,7 +340,7 @@ pub fn burn_down_chart(
     frame: Frame,
 ) -> String {
     let cash_key = outlook.key.as_str();
-    let title = format!("{cash_key}: remaining budget");
+    let title = format!("{}: remaining budget", crate::key_name(cash_key, cfg));
     let pts: Vec<&Sample> = sorted(samples)
         .into_iter()
         .filter(|s| s.at_ms <= now_ms)
@@ -646,12 +646,14 @@ pub fn model_breakdown_title(
     let generic_used = resources::get(used, generic_key).nanos();
     match hard.get(generic_key).map(Quantity::nanos) {
         Some(h) => format!(
-            "{generic_key} by model: {} of {} {unit} in use",
+            "{} by model: {} of {} {unit} in use",
+            crate::key_name(generic_key, cfg),
             decimal(generic_used, per, 2),
             decimal(h, per, 2)
         ),
         None => format!(
-            "{generic_key} by model: {} {unit} in use",
+            "{} by model: {} {unit} in use",
+            crate::key_name(generic_key, cfg),
             decimal(generic_used, per, 2)
         ),
     }
@@ -1682,12 +1684,12 @@ mod tests {
     #[test]
     fn usage_chart_is_labelled_and_inline() {
         let svg = usage_chart(&week_of_gpu_usage(), GPU, &KeyConfig::default(), WIDE);
-        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 760 300\" width=\"100%\" role=\"img\" aria-label=\"requests.nvidia.com/gpu: used and hard\" data-x0=\""), "{}", &svg[..200]);
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 760 300\" width=\"100%\" role=\"img\" aria-label=\"GPUs: used and hard\" data-x0=\""), "{}", &svg[..200]);
         assert!(!svg.contains("<?xml"));
         assert!(svg.ends_with("</svg>\n"));
         assert_eq!(svg.matches("<svg").count(), 1);
         for text in [
-            "<title>requests.nvidia.com/gpu: used and hard</title>",
+            "<title>GPUs: used and hard</title>",
             ">\ncards\n</text>",
             ">\ndate (UTC)\n</text>",
             ">\nused\n</text>",
@@ -1751,7 +1753,7 @@ mod tests {
             WIDE,
         );
         for text in [
-            "<title>cash/requests.nvidia.com/gpu: remaining budget. ",
+            "<title>GPU card-hours: remaining budget. ",
             ">\ncard-hours\n</text>",
             ">\nremaining\n</text>",
             ">\nforecast (what runs now)\n</text>",
@@ -1799,7 +1801,7 @@ mod tests {
         ]);
         let svg = model_breakdown_chart(&used, &hard, GPU, &KeyConfig::default(), WIDE);
         for text in [
-            "<title>requests.nvidia.com/gpu by model: 14 of 20 cards in use</title>",
+            "<title>GPUs by model: 14 of 20 cards in use</title>",
             ">\nA100\n</text>",
             ">\nV100\n</text>",
             ">\nT4\n</text>",

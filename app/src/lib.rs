@@ -34,6 +34,12 @@ pub const STYLE: &str = include_str!("../../style/bizrq.css");
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyUsage {
     pub key: String,
+    /// The key as people read it (`key_name`: "A100 GPUs"); the raw key
+    /// goes in a tooltip.
+    pub name: String,
+    /// What is left of it now: free within hard (`quota::rollup`'s free
+    /// now), or a budget's left as admission reads it.
+    pub left: String,
     /// In use in the whole subtree (a cash key: spent).
     pub used: String,
     pub hard: String,
@@ -105,9 +111,25 @@ pub fn display_quantity(key: &str, q: quota::Quantity, cfg: &KeyConfig) -> Strin
 /// with a zero hard that nothing uses are left out.
 pub fn key_usages(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyUsage> {
     let rolled = quota::rollup::rollup(q, in_use);
-    shown_keys(q, &rolled, in_use)
-        .map(|(k, shown)| key_usage(k, &shown, cfg))
-        .collect()
+    let mut out: Vec<KeyUsage> = shown_keys(q, &rolled, in_use)
+        .map(|(k, shown)| {
+            let mut u = key_usage(k, &shown, cfg);
+            if u.cash {
+                let left = quota::budget::periods::left(&q.spec, &q.status, k);
+                u.left = display_quantity(k, left.max(quota::Quantity::ZERO), cfg);
+            }
+            u
+        })
+        .collect();
+    // GPUs and their models first, then budgets; CPU, memory, pods after.
+    out.sort_by_cached_key(|u| quota::keys::display_order(&u.key, cfg));
+    out
+}
+
+/// A key as people read it (`quota::keys::display_name`): "A100 GPUs",
+/// "GPU card-hours", "CPU cores", "memory", "pods".
+pub fn key_name(key: &str, cfg: &KeyConfig) -> String {
+    quota::keys::display_name(key, cfg)
 }
 
 /// What a key of a quota's hard shows, before any formatting.
@@ -177,6 +199,8 @@ fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
             }
             KeyUsage {
                 key: k.to_string(),
+                name: key_name(k, cfg),
+                left: show(r.free_now),
                 used: show(r.in_use),
                 hard: show(r.hard),
                 percent: r.in_use_percent(),
@@ -190,6 +214,8 @@ fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
         }
         Shown::Spent { used, hard } => KeyUsage {
             key: k.to_string(),
+            name: key_name(k, cfg),
+            left: String::new(),
             used: show(*used),
             hard: show(*hard),
             percent: shown.percent(),
@@ -242,10 +268,11 @@ pub fn KeyBar(k: KeyUsage) -> impl IntoView {
     let key_class = if k.model { "key model" } else { "key" };
     let verb = if k.cash { "spent" } else { "in use" };
     let detail = (!k.detail.is_empty()).then(|| view! { <small class="detail">{k.detail}</small> });
+    let left = (!k.left.is_empty()).then(|| format!(" · {} left", k.left));
     view! {
-        <span class=key_class>{k.key}</span>
+        <span class=key_class title=k.key>{k.name}</span>
         <span class=class><i class="use" style=width></i><i class="idle" style=idle></i></span>
-        <span class="num">{format!("{} {verb} of {} ({}%)", k.used, k.hard, k.percent)}{detail}</span>
+        <span class="num">{format!("{} {verb} of {} ({}%)", k.used, k.hard, k.percent)}{left}{detail}</span>
     }
 }
 
@@ -299,8 +326,9 @@ mod display_tests {
                 .into_iter()
                 .map(|u| (u.key, u.hard, u.model))
                 .collect();
+        // The GPU and its models first, then its budget.
         assert_eq!(
-            shown[0],
+            shown[2],
             (
                 "cash/requests.example.com/tpu".into(),
                 "100 card-hours".into(),
@@ -308,7 +336,7 @@ mod display_tests {
             )
         );
         assert!(
-            shown[2].2,
+            shown[1].2,
             "the model key of a configured GPU is a model key"
         );
         // The default configuration does not know this resource.

@@ -109,6 +109,8 @@ pub const ROWS_SHOWN: usize = 200;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FormKey {
     pub key: String,
+    /// The key as people read it ("A100 GPUs"); empty: the key.
+    pub name: String,
     pub hard: String,
     pub max: String,
     /// What is left of it in the parent (a hint), if known.
@@ -336,7 +338,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                         let (hard_n, used_n) = (k.usage.hard_nanos.to_string(), k.usage.used_nanos.to_string());
                         view! {
                             <tr class=class>
-                                <td class="key">{k.usage.key}</td>
+                                <td class="key" title=k.usage.key>{k.usage.name}</td>
                                 <td class="usage" data-label="Usage" data-sort-value=pct.to_string()><span class=bar_class><i class="use" style=width></i><i class="idle" style=idle></i></span><span class="num">{format!("{pct}%")}{detail}</span></td>
                                 <td class="num" data-label="Hard" data-sort-value=hard_n>{hard}</td>
                                 <td class="num" data-label="In use" data-sort-value=used_n>{used}</td>
@@ -392,14 +394,14 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
         view! { <p class="hint">"No workloads bound to this quota."</p> }.into_any()
     } else {
         view! {
-            <table>
+            <table class="workloads cards">
                 <thead><tr><th>"Workload"</th><th>"Pod sets"</th><th>"Charge"</th><th>"Since"</th></tr></thead>
                 <tbody>{d.workloads.into_iter().map(|w| view! {
                     <tr>
-                        <td class="key">{w.reference}</td>
-                        <td>{w.pod_sets.into_iter().map(|p| view! { <div class="num">{p}</div> }).collect_view()}</td>
-                        <td class="num">{w.charge}</td>
-                        <td class="num">{w.since}</td>
+                        <td class="key" data-label="Workload">{w.reference}</td>
+                        <td class="wide" data-label="Pod sets">{w.pod_sets.into_iter().map(|p| view! { <div class="num">{p}</div> }).collect_view()}</td>
+                        <td class="num" data-label="Charge">{w.charge}</td>
+                        <td class="num" data-label="Since">{w.since}</td>
                     </tr>
                 }).collect_view()}</tbody>
             </table>
@@ -480,7 +482,10 @@ fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
         Some(i) => (format!("newhard:{i}"), format!("newmax:{i}")),
     };
     let key_cell = match extra {
-        None => view! { <td class="key">{k.key.clone()}{k.required.then_some(" *")}</td> }.into_any(),
+        None => {
+            let name = if k.name.is_empty() { k.key.clone() } else { k.name.clone() };
+            view! { <td class="key" title=k.key.clone()>{name}{k.required.then_some(" *")}</td> }.into_any()
+        }
         Some(i) => view! { <td><input name=format!("newkey:{i}") value=k.key.clone() placeholder="e.g. limits.cpu.A4" aria-label="key"/></td> }.into_any(),
     };
     let left = k.left.clone().unwrap_or_default();
@@ -537,7 +542,11 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
         }
     });
     let budgets = crate::budgets::form_rows(f.budgets);
-    let rows = f.keys.into_iter().map(|k| key_row(k, None)).collect_view();
+    // GPUs and budgets first, as on the cards (the default configuration
+    // decides what a GPU is here: only the order depends on it).
+    let mut keys = f.keys;
+    keys.sort_by_cached_key(|k| quota::keys::display_order(&k.key, &quota::KeyConfig::default()));
+    let rows = keys.into_iter().map(|k| key_row(k, None)).collect_view();
     let extra = f
         .extra
         .into_iter()

@@ -88,30 +88,11 @@ impl TreeRow {
     }
 }
 
-/// A short name for a key in the "other keys" column: `cpu`, `memory`,
-/// `A100` for a model, `pods`; limits keep their prefix.
+/// A key's name in the tree's columns and the queue's needs: the one
+/// display name (`quota::keys::display_name`: "A100 GPUs", "CPU cores
+/// (limit)", "GPU card-hours").
 pub fn short_key(key: &str, cfg: &KeyConfig) -> String {
-    match Key::parse(key, cfg) {
-        Ok(k) => {
-            let base = match k.resource.as_str() {
-                r if cfg.is_gpu(r) => "GPU".to_string(),
-                r => r.to_string(),
-            };
-            let name = match k.model {
-                Some(m) => format!("{base} {m}"),
-                None => base,
-            };
-            let limits = key.starts_with("limits.");
-            if k.cash {
-                format!("{name} budget")
-            } else if limits {
-                format!("{name} limit")
-            } else {
-                name
-            }
-        }
-        Err(_) => key.to_string(),
-    }
+    crate::key_name(key, cfg)
 }
 
 fn gpu_cell(rolled: &[KeyRollup], cfg: &KeyConfig) -> Option<GpuCell> {
@@ -224,13 +205,19 @@ pub fn row_of(
     let gpu = gpu_cell(&rolled, cfg);
     let gpu_key = gpu.as_ref().map(|g| g.key.clone());
     // Keys with a zero hard that nothing uses are not worth a glance.
-    let mut others: Vec<(String, u32)> = rolled
+    // GPU models first (fullest first), then the fullest of the rest: an
+    // A100 at 81 % is not hidden behind three CPU keys.
+    let mut others: Vec<(bool, String, u32)> = rolled
         .iter()
         .filter(|r| Some(&r.key) != gpu_key.as_ref())
         .filter(|r| !r.hard.is_zero() || !r.in_use.is_zero())
-        .map(|r| (short_key(&r.key, cfg), r.in_use_percent()))
+        .map(|r| {
+            let gpu = quota::keys::display_order(&r.key, cfg).0 == 0;
+            (!gpu, short_key(&r.key, cfg), r.in_use_percent())
+        })
         .collect();
-    others.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    others.sort_by(|a, b| (a.0, b.2, &a.1).cmp(&(b.0, a.2, &b.1)));
+    let mut others: Vec<(String, u32)> = others.into_iter().map(|(_, k, p)| (k, p)).collect();
     others.truncate(3);
     let borrowing = q
         .status
@@ -1115,8 +1102,8 @@ mod tests {
         // nlp-a's budget) = 450 h = 18.7 days, rounded down.
         assert_eq!(cash.runway.as_deref(), Some("18.7 days"));
         // A zero hard nobody uses is not a column of anything.
-        assert!(nlp.others.iter().all(|(k, _)| k != "memory limit"));
-        assert_eq!(nlp.others, vec![("cpu".to_string(), 0)]);
+        assert!(nlp.others.iter().all(|(k, _)| k != "memory (limit)"));
+        assert_eq!(nlp.others, vec![("CPU cores".to_string(), 0)]);
     }
 
     #[test]
@@ -1163,8 +1150,8 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("GPU budget", "24 card-hours", Some("1.2 hours")),
-                ("GPU H100 budget", "400 card-hours", Some("20 hours")),
+                ("GPU card-hours", "24 card-hours", Some("1.2 hours")),
+                ("H100 card-hours", "400 card-hours", Some("20 hours")),
             ]
         );
         // Sorting by runway takes a row's shortest.

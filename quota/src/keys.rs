@@ -202,6 +202,51 @@ pub fn display_name(key: &str, cfg: &KeyConfig) -> String {
     }
 }
 
+/// `text` with each of `keys` that stands in it as a whole word replaced
+/// by its [`display_name`] (the longest key first, so
+/// `requests.nvidia.com/gpu.A100` is not read as `requests.nvidia.com/gpu`
+/// followed by `.A100`): a stored queue reason or alert message, written
+/// with raw keys (as the API and `kubectl` keep them), as a page shows it.
+pub fn with_names<'a>(
+    text: &str,
+    keys: impl IntoIterator<Item = &'a str>,
+    cfg: &KeyConfig,
+) -> String {
+    let mut keys: Vec<&str> = keys.into_iter().filter(|k| !k.is_empty()).collect();
+    keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    keys.dedup();
+    let part_of_key =
+        |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '/' | '-' | '_');
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    'scan: while i < text.len() {
+        let starts_word = text[..i].chars().next_back().is_none_or(|c| !part_of_key(c));
+        if starts_word {
+            for k in &keys {
+                if let Some(rest) = text[i..].strip_prefix(k) {
+                    // A key may be followed by punctuation (`…A100: 2 free`,
+                    // `…gpu.`), never by more of a key.
+                    let mut next = rest.chars();
+                    let ends_word = match next.next() {
+                        None => true,
+                        Some('.') => next.next().is_none_or(|c| !part_of_key(c)),
+                        Some(c) => !part_of_key(c),
+                    };
+                    if ends_word {
+                        out.push_str(&display_name(k, cfg));
+                        i += k.len();
+                        continue 'scan;
+                    }
+                }
+            }
+        }
+        let c = text[i..].chars().next().unwrap_or_default();
+        out.push(c);
+        i += c.len_utf8().max(1);
+    }
+    out
+}
+
 /// Where a key is listed, GPUs first: GPUs and their models, then
 /// budgets (GPU budgets first), then CPU, memory, storage and other
 /// resources, pods last; within each, `requests.*` before `limits.*`, a
@@ -306,6 +351,38 @@ mod tests {
         assert_eq!(name("pods"), "pods");
         assert_eq!(name("requests.example.com/fpga"), "example.com/fpga");
         assert_eq!(name("not a key"), "not a key");
+    }
+
+    #[test]
+    fn stored_words_read_with_names() {
+        let cfg = KeyConfig::default();
+        let keys = [
+            "requests.nvidia.com/gpu",
+            "requests.nvidia.com/gpu.A100",
+            "cash/requests.nvidia.com/gpu",
+        ];
+        assert_eq!(
+            with_names(
+                "waits for 4 × requests.nvidia.com/gpu.A100: 2 free, 6 needed",
+                keys,
+                &cfg
+            ),
+            "waits for 4 × A100 GPUs: 2 free, 6 needed"
+        );
+        assert_eq!(
+            with_names(
+                "cash/requests.nvidia.com/gpu of nlp runs out in 8.3 days (2026-12-07)",
+                keys,
+                &cfg
+            ),
+            "GPU card-hours of nlp runs out in 8.3 days (2026-12-07)"
+        );
+        // Not inside a longer word; a sentence's full stop is not the key's.
+        assert_eq!(
+            with_names("xrequests.nvidia.com/gpu, requests.nvidia.com/gpu.", keys, &cfg),
+            "xrequests.nvidia.com/gpu, GPUs."
+        );
+        assert_eq!(with_names("café ünïcode", keys, &cfg), "café ünïcode");
     }
 
     #[test]

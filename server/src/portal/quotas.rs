@@ -583,7 +583,13 @@ fn queue_row(q: &Quota, i: usize, now: i64, cfg: &quota::KeyConfig) -> app::queu
         workload: e.work.workload_ref.clone(),
         priority: words::priority_words(&e.work),
         needs: app::queue::needs_words(&words::needs(q, &e.work), cfg),
-        reason: e.reason.clone(),
+        // The stored reason names raw keys (the API and `kubectl` keep
+        // them); the page names them in words.
+        reason: quota::keys::with_names(
+            &e.reason,
+            q.spec.hard.keys().map(String::as_str),
+            cfg,
+        ),
         waiting: format!("{:?}", e.waiting),
         since: words::ago(now, e.work.submitted_ms),
         since_exact: quota::time::format_when(e.work.submitted_ms),
@@ -700,6 +706,7 @@ fn read_form(
         .iter()
         .map(|(k, h)| FormKey {
             key: k.clone(),
+            name: app::key_name(k, cfg),
             hard: h.clone(),
             max: max.get(k).cloned().unwrap_or_default(),
             left: left_in(parent, k, cfg),
@@ -803,6 +810,7 @@ pub async fn new_child_form(
             .keys()
             .map(|k| FormKey {
                 key: k.clone(),
+                name: app::key_name(k, &app.service.keys),
                 left: left_in(Some(&p), k, &app.service.keys),
                 required: true,
                 ..Default::default()
@@ -870,6 +878,7 @@ fn edit_form(q: &Quota, version: i64, parent: Option<&Quota>, cfg: &KeyConfig) -
             .iter()
             .map(|(k, h)| FormKey {
                 key: k.clone(),
+                name: app::key_name(k, cfg),
                 hard: prefill(h),
                 max: q.spec.max.get(k).map(prefill).unwrap_or_default(),
                 left: left_in(parent, k, cfg),
