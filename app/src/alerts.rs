@@ -364,6 +364,7 @@ fn alert_table(
         .into_iter()
         .map(|r| {
             let href = format!("/quotas/{}", r.quota);
+            let row_ids = r.ids();
             // Selected for the bulk form above the table (`form=`: no form
             // inside a form).
             let pick = (open && r.can_quiet && r.quiet.is_none()).then(|| {
@@ -407,7 +408,7 @@ fn alert_table(
             };
             let rank = level_rank(&r.level).to_string();
             view! {
-                <tr class=format!("alert {}", r.level)>
+                <tr class=format!("alert {}", r.level) data-ids=row_ids>
                     <td data-sort-value=rank>{pick}<span class=format!("level {}", r.level)>{r.level.clone()}</span></td>
                     <td><a href=href>{r.quota}</a></td>
                     <td>{kind_label(&r.kind).to_string()}</td>
@@ -866,7 +867,8 @@ mod tests {
         t.kind = "transfer_requested".into();
         t.id = 5;
         let got = group_rows(vec![a, c, b, d, t]);
-        let rows: Vec<(String, String)> = got.iter().map(|r| (r.ids(), r.message.clone())).collect();
+        let rows: Vec<(String, String)> =
+            got.iter().map(|r| (r.ids(), r.message.clone())).collect();
         assert_eq!(
             rows,
             [

@@ -582,7 +582,11 @@ mod tests {
             crate::charts::describe_outlook(&outlooks[0], &cfg),
             "the chart says the budget's one forecast"
         );
-        assert!(burn.summary.as_deref().unwrap().contains("runs out in 7 days"));
+        assert!(burn
+            .summary
+            .as_deref()
+            .unwrap()
+            .contains("runs out in 7 days"));
         let kids = &got[1];
         assert_eq!(kids.columns, ["Time (UTC)", "team-a", "Total"]);
         assert_eq!(&kids.rows.last().unwrap()[1..], ["3 cards", "3 cards"]);

@@ -77,7 +77,10 @@ pub fn describe_outlook(o: &quota::forecast::Outlook, cfg: &KeyConfig) -> String
     let left = o.left.nanos();
     match o.runway {
         Runway::Spent if left < 0 => {
-            format!("{k} has run out: {} over budget", amount(Quantity::from_nanos(-left)))
+            format!(
+                "{k} has run out: {} over budget",
+                amount(Quantity::from_nanos(-left))
+            )
         }
         Runway::Spent => format!("{k} has run out: budget spent"),
         Runway::NotBurning => format!("{k}: {} left, not burning", amount(o.left)),
@@ -1766,23 +1769,18 @@ mod tests {
         let idle: Vec<Sample> = (0..=24)
             .map(|h| cash(T0 + h * MS_PER_HOUR, 100, 40 * NANO))
             .collect();
-        assert!(
-            burn_down(&idle, CASH, now, &KeyConfig::default(), WIDE)
-                .contains(">\nnot burning\n</text>")
-        );
+        assert!(burn_down(&idle, CASH, now, &KeyConfig::default(), WIDE)
+            .contains(">\nnot burning\n</text>"));
         let spent = vec![cash(T0, 100, 150 * NANO)];
-        assert!(
-            burn_down(&spent, CASH, now, &KeyConfig::default(), WIDE)
-                .contains(">\nexhausted\n</text>")
-        );
+        assert!(burn_down(&spent, CASH, now, &KeyConfig::default(), WIDE)
+            .contains(">\nexhausted\n</text>"));
         // A date beyond the shown horizon is named at the edge.
         let slow = vec![cash(now - MS_PER_HOUR, 10_000, 0), cash(now, 10_000, NANO)];
+        assert!(burn_down(&slow, CASH, now, &KeyConfig::default(), WIDE)
+            .contains(">\nruns out 2028-01-12 →\n</text>"));
         assert!(
-            burn_down(&slow, CASH, now, &KeyConfig::default(), WIDE)
-                .contains(">\nruns out 2028-01-12 →\n</text>")
+            burn_down(&[], CASH, now, &KeyConfig::default(), WIDE).contains(">no data yet</text>")
         );
-        assert!(burn_down(&[], CASH, now, &KeyConfig::default(), WIDE)
-            .contains(">no data yet</text>"));
     }
 
     #[test]
@@ -2001,25 +1999,22 @@ mod samples_out {
                 "usage.svg",
                 usage_chart(&week, gpu, &KeyConfig::default(), WIDE),
             ),
-            (
-                "burn-down.svg",
-                {
-                    let f = quota::forecast::forecast(
-                        &burn,
-                        cash,
-                        now,
-                        quota::forecast::FORECAST_WINDOW_MS,
-                    );
-                    let o = quota::forecast::Outlook {
-                        key: cash.to_string(),
-                        now_ms: now,
-                        left: f.remaining,
-                        burn_per_hour: f.burn_per_hour,
-                        runway: quota::budget::runway::runway(&f, None),
-                    };
-                    burn_down_chart(&burn, &o, now, &KeyConfig::default(), WIDE)
-                },
-            ),
+            ("burn-down.svg", {
+                let f = quota::forecast::forecast(
+                    &burn,
+                    cash,
+                    now,
+                    quota::forecast::FORECAST_WINDOW_MS,
+                );
+                let o = quota::forecast::Outlook {
+                    key: cash.to_string(),
+                    now_ms: now,
+                    left: f.remaining,
+                    burn_per_hour: f.burn_per_hour,
+                    runway: quota::budget::runway::runway(&f, None),
+                };
+                burn_down_chart(&burn, &o, now, &KeyConfig::default(), WIDE)
+            }),
             (
                 "models.svg",
                 model_breakdown_chart(&used, &hard, gpu, &KeyConfig::default(), WIDE),

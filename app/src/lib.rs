@@ -232,11 +232,7 @@ fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
 /// The highest `percent` of `key_usages(q, in_use, _)` (0 when it has no
 /// key), from `rolled` = `quota::rollup::rollup(q, in_use)` and without
 /// formatting a key: the tree asks it of every quota for its filters.
-pub fn max_percent(
-    q: &Quota,
-    rolled: &[quota::rollup::KeyRollup],
-    in_use: &ResourceList,
-) -> u32 {
+pub fn max_percent(q: &Quota, rolled: &[quota::rollup::KeyRollup], in_use: &ResourceList) -> u32 {
     shown_keys(q, rolled, in_use)
         .map(|(_, s)| s.percent())
         .max()

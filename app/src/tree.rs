@@ -164,7 +164,8 @@ pub fn cash_cells(
         .map(|(key, hard)| {
             // What the subtree spent (`in_use`), never a parent's carve-outs.
             let spent = resources::get(in_use, key);
-            let outlook = quota::forecast::outlook(q, key, pricing.now_ms, &pricing.qos, &pricing.list);
+            let outlook =
+                quota::forecast::outlook(q, key, pricing.now_ms, &pricing.qos, &pricing.list);
             let left = outlook.left.max(Quantity::ZERO);
             let lasts = outlook.lasts_ms().filter(|ms| *ms > 0);
             let cell = CashCell {

@@ -336,10 +336,28 @@ mod tests {
 
     #[test]
     fn an_idle_or_spent_budget_says_so() {
-        let idle = outlook(&budgeted(200, 0), CASH, T0, &Default::default(), &Default::default());
-        assert_eq!((idle.words(), idle.runs_out_ms()), ("not burning".to_string(), None));
-        let spent = outlook(&budgeted(0, 4), CASH, T0, &Default::default(), &Default::default());
-        assert_eq!((spent.words(), spent.runs_out_ms()), ("spent".to_string(), Some(T0)));
+        let idle = outlook(
+            &budgeted(200, 0),
+            CASH,
+            T0,
+            &Default::default(),
+            &Default::default(),
+        );
+        assert_eq!(
+            (idle.words(), idle.runs_out_ms()),
+            ("not burning".to_string(), None)
+        );
+        let spent = outlook(
+            &budgeted(0, 4),
+            CASH,
+            T0,
+            &Default::default(),
+            &Default::default(),
+        );
+        assert_eq!(
+            (spent.words(), spent.runs_out_ms()),
+            ("spent".to_string(), Some(T0))
+        );
     }
 
     /// Minute samples over `hours` of a steady burn of `rate` card-hours/h,

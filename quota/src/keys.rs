@@ -215,12 +215,14 @@ pub fn with_names<'a>(
     let mut keys: Vec<&str> = keys.into_iter().filter(|k| !k.is_empty()).collect();
     keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
     keys.dedup();
-    let part_of_key =
-        |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '/' | '-' | '_');
+    let part_of_key = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '/' | '-' | '_');
     let mut out = String::with_capacity(text.len());
     let mut i = 0;
     'scan: while i < text.len() {
-        let starts_word = text[..i].chars().next_back().is_none_or(|c| !part_of_key(c));
+        let starts_word = text[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !part_of_key(c));
         if starts_word {
             for k in &keys {
                 if let Some(rest) = text[i..].strip_prefix(k) {
@@ -379,7 +381,11 @@ mod tests {
         );
         // Not inside a longer word; a sentence's full stop is not the key's.
         assert_eq!(
-            with_names("xrequests.nvidia.com/gpu, requests.nvidia.com/gpu.", keys, &cfg),
+            with_names(
+                "xrequests.nvidia.com/gpu, requests.nvidia.com/gpu.",
+                keys,
+                &cfg
+            ),
             "xrequests.nvidia.com/gpu, GPUs."
         );
         assert_eq!(with_names("café ünïcode", keys, &cfg), "café ünïcode");

@@ -297,7 +297,11 @@ pub fn with_borrowing(
         };
         let base = get(&q.status.used, &r.key).max(r.hard);
         let more = limit.saturating_sub(base);
-        r.borrowable_now = if more.is_negative() { Quantity::ZERO } else { more };
+        r.borrowable_now = if more.is_negative() {
+            Quantity::ZERO
+        } else {
+            more
+        };
     }
     rows
 }
@@ -382,7 +386,10 @@ mod tests {
             0,
         );
         // 12 − 9 = 3 free; cv idles 9, but max caps the loan at 8.
-        assert_eq!((units(rows[0].free_now), units(rows[0].borrowable_now)), (3, 8));
+        assert_eq!(
+            (units(rows[0].free_now), units(rows[0].borrowable_now)),
+            (3, 8)
+        );
         // Without a parent to ask, nothing is borrowable.
         let alone = with_borrowing(&nlp, rollup(&nlp, &sub["nlp"]), None, &[], 0);
         assert_eq!(units(alone[0].borrowable_now), 0);

@@ -238,7 +238,10 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
     );
     assert_eq!(
         fired[0].message,
-        format!("cash/requests.nvidia.com/gpu of nlp-team {}", outlook.words()),
+        format!(
+            "cash/requests.nvidia.com/gpu of nlp-team {}",
+            outlook.words()
+        ),
         "the alert says what the pages say"
     );
     assert!(conditions(&quota, None, &[rule(8 * 24)], &forecasts, NOW).is_empty());

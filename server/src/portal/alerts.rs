@@ -25,7 +25,18 @@ const HISTORY_ROWS: i64 = 200;
 /// emails keep the raw key.
 pub fn row(a: Alert, cfg: &quota::KeyConfig) -> AlertRow {
     let quiet = quiet_line(&a);
-    let keys = [a.key.as_str(), quota::keys::cash_target(&a.key).unwrap_or("")];
+    // Its key, and a transfer's keys (its amounts).
+    let amounts = a.numbers.get("amounts").and_then(|v| v.as_object());
+    let keys = [
+        a.key.as_str(),
+        quota::keys::cash_target(&a.key).unwrap_or(""),
+    ]
+    .into_iter()
+    .chain(
+        amounts
+            .into_iter()
+            .flat_map(|m| m.keys().map(String::as_str)),
+    );
     AlertRow {
         id: a.id,
         kind: a.kind.as_str().to_string(),
@@ -357,7 +368,13 @@ pub async fn quiet_many(
         for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part.parse::<i64>() {
                 Ok(id) if id > 0 => ids.push(id),
-                _ => return back(format!("'{}' is not an alert id", part.chars().take(40).collect::<String>())).await,
+                _ => {
+                    return back(format!(
+                        "'{}' is not an alert id",
+                        part.chars().take(40).collect::<String>()
+                    ))
+                    .await
+                }
             }
         }
         if ids.len() > MAX_BULK {
@@ -373,7 +390,11 @@ pub async fn quiet_many(
         "ack" => Quiet::Ack,
         "snooze" => {
             let hours = field("hours");
-            match hours.parse::<i64>().map_err(|_| ()).and_then(|h| Quiet::snooze(h).map_err(|_| ())) {
+            match hours
+                .parse::<i64>()
+                .map_err(|_| ())
+                .and_then(|h| Quiet::snooze(h).map_err(|_| ()))
+            {
                 Ok(how) => how,
                 Err(()) => {
                     return back(format!(
@@ -398,9 +419,8 @@ pub async fn quiet_many(
             Ok(_) => done += 1,
             Err(crate::service::changes::ChangeError::Forbidden(m)) => refused.push(m),
             Err(crate::service::changes::ChangeError::Service(e)) => match e {
-                crate::service::ServiceError::NotFound(_) | crate::service::ServiceError::Conflict(_) => {
-                    refused.push(e.to_string())
-                }
+                crate::service::ServiceError::NotFound(_)
+                | crate::service::ServiceError::Conflict(_) => refused.push(e.to_string()),
                 e => return Err(e.into()),
             },
         }

@@ -24,11 +24,7 @@ const SHOWN_CLOSED: i64 = 6;
 const MAX_FIELD: usize = 64;
 
 /// The panel's lines for `name`, as of now.
-pub async fn lines(
-    app: &AppState,
-    name: &str,
-    now: i64,
-) -> Result<Vec<BudgetLine>, PageError> {
+pub async fn lines(app: &AppState, name: &str, now: i64) -> Result<Vec<BudgetLine>, PageError> {
     let q = app.service.current(name).await?;
     let list = app.service.price_list();
     let currency = list.currency.as_ref();

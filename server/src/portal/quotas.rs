@@ -359,6 +359,9 @@ fn breakdowns(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<String> 
         .filter_map(|k| generic_key(k, cfg))
         .filter(|g| q.spec.hard.contains_key(g))
         .collect();
+    // GPUs first, as everywhere.
+    let mut generics: Vec<String> = generics.into_iter().collect();
+    generics.sort_by_cached_key(|g| quota::keys::display_order(g, cfg));
     generics
         .iter()
         .map(|g| {
@@ -425,7 +428,11 @@ pub async fn detail(
     } else {
         let forest = app.service.forest().await?;
         (
-            forest.quotas.iter().find(|p| p.name() == q.spec.parent).cloned(),
+            forest
+                .quotas
+                .iter()
+                .find(|p| p.name() == q.spec.parent)
+                .cloned(),
             forest
                 .quotas
                 .iter()
@@ -502,13 +509,8 @@ fn key_details(
     cfg: &KeyConfig,
 ) -> Vec<KeyDetail> {
     let allocated = q.status.allocated();
-    let rolled = quota::rollup::with_borrowing(
-        q,
-        quota::rollup::rollup(q, in_use),
-        family.0,
-        family.1,
-        now,
-    );
+    let rolled =
+        quota::rollup::with_borrowing(q, quota::rollup::rollup(q, in_use), family.0, family.1, now);
     key_usages(q, in_use, cfg)
         .into_iter()
         .map(|u| {
@@ -585,11 +587,7 @@ fn queue_row(q: &Quota, i: usize, now: i64, cfg: &quota::KeyConfig) -> app::queu
         needs: app::queue::needs_words(&words::needs(q, &e.work), cfg),
         // The stored reason names raw keys (the API and `kubectl` keep
         // them); the page names them in words.
-        reason: quota::keys::with_names(
-            &e.reason,
-            q.spec.hard.keys().map(String::as_str),
-            cfg,
-        ),
+        reason: quota::keys::with_names(&e.reason, q.spec.hard.keys().map(String::as_str), cfg),
         waiting: format!("{:?}", e.waiting),
         since: words::ago(now, e.work.submitted_ms),
         since_exact: quota::time::format_when(e.work.submitted_ms),

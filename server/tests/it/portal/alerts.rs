@@ -377,7 +377,11 @@ async fn alerts_read_one_per_condition_and_quiet_in_bulk(s: &Server) {
     let four_open = || async {
         let (_, v) = o
             .alice
-            .api(Method::GET, "/api/v1/alerts?kind=threshold&state=open&quota=solo", None)
+            .api(
+                Method::GET,
+                "/api/v1/alerts?kind=threshold&state=open&quota=solo",
+                None,
+            )
             .await;
         let items = v["items"].as_array().cloned().unwrap_or_default();
         (items.len() == 4).then_some(items)
@@ -388,7 +392,8 @@ async fn alerts_read_one_per_condition_and_quiet_in_bulk(s: &Server) {
     assert_eq!(items.len(), 4, "{items:?}");
     let page = o.alice.get("/alerts?quota=solo").await.body;
     assert!(
-        page.contains("2 keys: GPUs of solo reached 100 %") && page.contains("pods of solo reached 100 %"),
+        page.contains("2 keys: GPUs of solo reached 100 %")
+            && page.contains("pods of solo reached 100 %"),
         "one row per level, its keys by name: {page}"
     );
     assert!(page.contains(r#"form="bulk-quiet""#), "{page}");
@@ -403,7 +408,10 @@ async fn alerts_read_one_per_condition_and_quiet_in_bulk(s: &Server) {
         .map(|a| a["id"].as_i64().unwrap().to_string())
         .collect();
     let grouped = warning_ids.join(",");
-    assert!(page.contains(&format!(r#"value="{grouped}""#)), "a row's box ticks its group: {page}");
+    assert!(
+        page.contains(&format!(r#"value="{grouped}""#)),
+        "a row's box ticks its group: {page}"
+    );
     // Without the CSRF token nothing happens.
     let fields = [("id", grouped.as_str()), ("action", "ack")];
     assert_eq!(
@@ -414,17 +422,42 @@ async fn alerts_read_one_per_condition_and_quiet_in_bulk(s: &Server) {
     let p = o.bob.post("/alerts/quiet", &fields).await;
     assert_eq!(p.status, StatusCode::SEE_OTHER);
     let bobs = o.bob.get("/alerts").await.body;
-    assert!(bobs.contains("0 alerts acknowledged") && bobs.contains("not found"), "{bobs}");
+    assert!(
+        bobs.contains("0 alerts acknowledged") && bobs.contains("not found"),
+        "{bobs}"
+    );
     // Hostile input is refused in words, and changes nothing.
-    for (id, says) in [("1; DROP", "is not an alert id"), ("-3", "is not an alert id"), ("", "tick at least one alert")] {
-        let p = o.alice.post("/alerts/quiet", &[("id", id), ("action", "ack")]).await;
+    for (id, says) in [
+        ("1; DROP", "is not an alert id"),
+        ("-3", "is not an alert id"),
+        ("", "tick at least one alert"),
+    ] {
+        let p = o
+            .alice
+            .post("/alerts/quiet", &[("id", id), ("action", "ack")])
+            .await;
         assert_eq!(p.status, StatusCode::SEE_OTHER);
         let back = o.alice.get("/alerts").await.body;
         assert!(back.contains(says), "{id}: {back}");
     }
-    let p = o.alice.post("/alerts/quiet", &[("id", ids[0].as_str()), ("action", "snooze"), ("hours", "5")]).await;
+    let p = o
+        .alice
+        .post(
+            "/alerts/quiet",
+            &[
+                ("id", ids[0].as_str()),
+                ("action", "snooze"),
+                ("hours", "5"),
+            ],
+        )
+        .await;
     assert_eq!(p.status, StatusCode::SEE_OTHER);
-    assert!(o.alice.get("/alerts").await.body.contains("snooze for '5' hours is not offered"));
+    assert!(o
+        .alice
+        .get("/alerts")
+        .await
+        .body
+        .contains("snooze for '5' hours is not offered"));
     // The warnings' group and one critical, ticked together.
     let critical = items
         .iter()
@@ -435,7 +468,11 @@ async fn alerts_read_one_per_condition_and_quiet_in_bulk(s: &Server) {
         .alice
         .post(
             "/alerts/quiet",
-            &[("id", grouped.as_str()), ("id", critical.as_str()), ("action", "ack")],
+            &[
+                ("id", grouped.as_str()),
+                ("id", critical.as_str()),
+                ("action", "ack"),
+            ],
         )
         .await;
     assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
@@ -451,7 +488,10 @@ async fn alerts_read_one_per_condition_and_quiet_in_bulk(s: &Server) {
     }
     let audit = o.admin.get("/audit?action=alert.ack").await.body;
     for id in warning_ids.iter().chain([&critical]) {
-        assert!(audit.contains(&format!("alert {id} on solo acknowledged")), "{audit}");
+        assert!(
+            audit.contains(&format!("alert {id} on solo acknowledged")),
+            "{audit}"
+        );
     }
 }
 
