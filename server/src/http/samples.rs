@@ -65,7 +65,7 @@ pub async fn samples(
     )
     .await
     .map_err(crate::service::ServiceError::from)?;
-    let outlooks = app::tree::outlooks(&quota, &app.service.pricing());
+    let outlooks = app::tree::outlooks(quota, &app.service.pricing());
     let (key, cfg, status) = (
         key.to_string(),
         app.service.keys.clone(),
