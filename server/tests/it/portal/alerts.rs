@@ -42,7 +42,7 @@ async fn a_transfer_request_shows_an_alert_to_those_who_may_see_it(s: &Server) {
     asks_for_a_gpu_from_nlp_a(&o).await;
     let home = o.alice.get("/").await.body;
     assert!(
-        home.contains("of 1 requests.nvidia.com/gpu from nlp-a to nlp requested by alice"),
+        home.contains("of 1 GPUs from nlp-a to nlp requested by alice"),
         "the overview shows the open alert: {home}"
     );
     assert!(
