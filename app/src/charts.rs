@@ -67,13 +67,13 @@ pub fn amount(key: &str, q: Quantity, cfg: &KeyConfig) -> String {
 
 /// A budget's sentence on the overview's cards, the quota page and under
 /// its burn-down chart, from its one forecast (`quota::forecast::outlook`):
-/// "cash/requests.nvidia.com/gpu: 5,240 card-hours left · runs out in 8.3
-/// days (2026-12-07), burning 26 card-hours/h". The run-out words are
+/// "GPU card-hours: 5,240 card-hours left · runs out in 8.3 days
+/// (2026-12-07), burning 26 card-hours/h". The run-out words are
 /// `Outlook::words`, the same on every page, the API and the alerts.
 pub fn describe_outlook(o: &quota::forecast::Outlook, cfg: &KeyConfig) -> String {
     use quota::budget::runway::Runway;
-    let k = &o.key;
-    let amount = |q: Quantity| crate::display_quantity(k, q, cfg);
+    let k = &crate::key_name(&o.key, cfg);
+    let amount = |q: Quantity| crate::display_quantity(&o.key, q, cfg);
     let left = o.left.nanos();
     match o.runway {
         Runway::Spent if left < 0 => {
@@ -1493,7 +1493,7 @@ mod tests {
         assert_eq!(f.days_left, Some(10.0 / 24.0));
         assert_eq!(
             describe(&f, &KeyConfig::default()),
-            "cash/requests.nvidia.com/gpu: 100 card-hours left · runs out in 10 hours (2026-11-22), burning 10 card-hours/h"
+            "GPU card-hours: 100 card-hours left · runs out in 10 hours (2026-11-22), burning 10 card-hours/h"
         );
     }
 
@@ -1514,7 +1514,7 @@ mod tests {
         assert_eq!(
             describe(&f, &KeyConfig::default()),
             // 52 h is 2.17 days: rounded down, never overstated.
-            "cash/requests.nvidia.com/gpu: 520 card-hours left · runs out in 2.1 days (2026-11-26), burning 10 card-hours/h"
+            "GPU card-hours: 520 card-hours left · runs out in 2.1 days (2026-11-26), burning 10 card-hours/h"
         );
     }
 
@@ -1529,7 +1529,7 @@ mod tests {
         assert_eq!((f.exhausted_at_ms, f.days_left), (None, None));
         assert_eq!(
             describe(&f, &KeyConfig::default()),
-            "cash/requests.nvidia.com/gpu: 60 card-hours left, not burning"
+            "GPU card-hours: 60 card-hours left, not burning"
         );
     }
 
@@ -1541,7 +1541,7 @@ mod tests {
         let f = forecast(&s, CASH, T0 + 24 * MS_PER_HOUR, FORECAST_WINDOW_MS);
         assert_eq!(
             describe(&f, &KeyConfig::default()),
-            "cash/requests.nvidia.com/gpu: 15,000 card-hours left, not burning"
+            "GPU card-hours: 15,000 card-hours left, not burning"
         );
         let cfg = KeyConfig::default();
         let gib = Quantity::from_nanos(1_099_511_627_776 * NANO);
@@ -1564,7 +1564,7 @@ mod tests {
         assert_eq!((f.exhausted_at_ms, f.days_left), (Some(now), Some(0.0)));
         assert_eq!(
             describe(&f, &KeyConfig::default()),
-            "cash/requests.nvidia.com/gpu has run out: 20 card-hours over budget"
+            "GPU card-hours has run out: 20 card-hours over budget"
         );
         let exact = forecast(&[cash(T0, 100, 100 * NANO)], CASH, now, FORECAST_WINDOW_MS);
         assert_eq!(exact.exhausted_at_ms, Some(now));
@@ -1578,7 +1578,7 @@ mod tests {
                 &forecast(&[], CASH, now, FORECAST_WINDOW_MS),
                 &KeyConfig::default()
             ),
-            "cash/requests.nvidia.com/gpu: 0 card-hours left, no burn measured yet"
+            "GPU card-hours: 0 card-hours left, no burn measured yet"
         );
         // One sample: a level, not a rate.
         let one = forecast(&[cash(T0, 100, 5 * NANO)], CASH, now, FORECAST_WINDOW_MS);

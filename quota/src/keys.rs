@@ -180,7 +180,9 @@ pub fn display_name(key: &str, cfg: &KeyConfig) -> String {
             "cpu" => format!("{} {unit}", with("CPU")),
             "memory" => format!("{} GiB-hours", with("memory")),
             "pods" => "pod-hours".to_string(),
-            r => format!("{} {unit}", with(r)),
+            // An extended resource that is not a configured GPU: its unit
+            // is not known here.
+            r => format!("{} budget", with(r)),
         }
     } else {
         match k.resource.as_str() {

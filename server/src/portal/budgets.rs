@@ -79,6 +79,7 @@ pub async fn lines(app: &AppState, name: &str, now: i64) -> Result<Vec<BudgetLin
                 })
                 .collect(),
             ask: Some(format!("/transfers?topup={name}&key={}#top-up", v.key)),
+            name: app::key_name(&v.key, &app.service.keys),
             key: v.key,
         })
         .collect())

@@ -1240,17 +1240,17 @@ mod tests {
         let outlooks = app::tree::outlooks(&q, &pricing);
         assert_eq!(
             forecasts(&outlooks, &cfg),
-            ["cash/requests.example.com/tpu: 100 card-hours left, not burning"]
+            ["GPU card-hours: 100 card-hours left, not burning"]
         );
         let charts = breakdowns(&q, &ResourceList::new(), &cfg);
         assert_eq!(charts.len(), 1);
-        assert!(charts[0].contains("requests.example.com/tpu by model"));
+        assert!(charts[0].contains("GPUs by model"));
         assert!(charts[0].contains("cards"), "{}", charts[0]);
         // What the default configuration (the page's before) made of it.
         assert!(breakdowns(&q, &ResourceList::new(), &KeyConfig::default()).is_empty());
         assert_eq!(
             forecasts(&outlooks, &KeyConfig::default()),
-            ["cash/requests.example.com/tpu: 100 unit-hours left, not burning"]
+            ["example.com/tpu budget: 100 unit-hours left, not burning"]
         );
     }
 }
