@@ -336,12 +336,14 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                         let borrow_class = if k.borrowable_now.is_empty() { "num empty" } else { "num" };
                         let exact = |n: Option<i128>| n.map(|n| n.to_string()).unwrap_or_default();
                         let (hard_n, used_n) = (k.usage.hard_nanos.to_string(), k.usage.used_nanos.to_string());
+                        // A budget is spent (by its subtree), not in use.
+                        let used_label = if k.usage.cash { "Spent" } else { "In use" };
                         view! {
                             <tr class=class>
                                 <td class="key" title=k.usage.key>{k.usage.name}</td>
                                 <td class="usage" data-label="Usage" data-sort-value=pct.to_string()><span class=bar_class><i class="use" style=width></i><i class="idle" style=idle></i></span><span class="num">{format!("{pct}%")}{detail}</span></td>
                                 <td class="num" data-label="Hard" data-sort-value=hard_n>{hard}</td>
-                                <td class="num" data-label="In use" data-sort-value=used_n>{used}</td>
+                                <td class="num" data-label=used_label data-sort-value=used_n>{used}</td>
                                 <td class=alloc_class data-label="Allocated to children" data-sort-value=exact(k.allocated_nanos)>{k.allocated}</td>
                                 <td class=free_class data-label="Free now" data-sort-value=exact(k.free_now_nanos)>{k.free_now}</td>
                                 <td class=borrow_class data-label="Borrowable now" data-sort-value=exact(k.borrowable_now_nanos)>{k.borrowable_now}</td>
