@@ -139,9 +139,11 @@ try {
     await page.goto(`${base}/transfers`);
     await page.selectOption('form.request select[name=from]', 'speech');
     await page.fill('form.request input[name=to]', 'vision');
-    const keys = await page.$$('form.request input[name=key]');
+    // Keys are chosen from the quota's keys by name, not typed.
+    const keys = await page.$$('form.request select[name=key]');
     const amounts = await page.$$('form.request input[name=amount]');
-    await keys[0].fill('requests.nvidia.com/gpu.V100');
+    expect((await keys[0].innerText()).includes('V100 GPUs'), 'the key list names the keys');
+    await keys[0].selectOption('requests.nvidia.com/gpu.V100');
     await amounts[0].fill('2');
     await page.fill('form.request textarea[name=reason]', 'e2e: vision needs two V100 for a week');
     await submit('form.request button[type=submit]');

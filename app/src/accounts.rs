@@ -97,21 +97,21 @@ fn UserActions(u: UserRow, csrf: String) -> impl IntoView {
             </form>
             <form method="post" action=format!("{base}/password")>
                 <CsrfField csrf=csrf.clone()/>
-                <input name="password" type="password" placeholder="new password" autocomplete="new-password" required minlength="12"/>
+                <label>"New password"<input name="password" type="password" placeholder="at least 12 characters" autocomplete="new-password" required minlength="12"/></label>
                 <button type="submit">"Set password"</button>
             </form>
             <form method="post" action=format!("{base}/email")>
                 <CsrfField csrf=csrf.clone()/>
-                <input name="email" type="email" placeholder="email for alerts" value=u.email.clone()/>
+                <label>"Email for alerts"<input name="email" type="email" placeholder="name@example.com" value=u.email.clone()/></label>
                 <button type="submit">"Set email"</button>
             </form>
             <form method="post" action=format!("{base}/roles")>
                 <CsrfField csrf=csrf/>
-                <input name="quota" placeholder="quota" required/>
-                <select name="role">
+                <label>"Quota"<input name="quota" placeholder="e.g. nlp" required/></label>
+                <label>"Role"<select name="role">
                     <option value="member">"member"</option>
                     <option value="owner">"owner"</option>
-                </select>
+                </select></label>
                 <button type="submit">"Bind"</button>
             </form>
         </div>

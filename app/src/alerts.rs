@@ -48,6 +48,71 @@ pub struct AlertRow {
     pub quiet: Option<String>,
     /// The viewer may acknowledge or snooze it (an owner of its quota, an admin).
     pub can_quiet: bool,
+    /// The alerts this row stands for (`group_rows`: one quota's alerts of
+    /// one condition, its keys listed in `message`); empty: just `id`.
+    pub covers: Vec<i64>,
+}
+
+impl AlertRow {
+    /// The ids this row stands for, as its forms send them: `12` or `12,13,17`.
+    pub fn ids(&self) -> String {
+        if self.covers.is_empty() {
+            self.id.to_string()
+        } else {
+            self.covers
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        }
+    }
+}
+
+/// Kinds whose alerts are per key and read as one per quota and level on
+/// the alerts page: one training job over several keys is one row.
+const PER_KEY_KINDS: [&str; 4] = ["threshold", "over_quota", "cash_forecast", "allocation"];
+
+/// One row per quota, kind, level and state for the per-key kinds (the
+/// keys it covers listed in its message, worst order kept: a group sits
+/// where its first alert was); other alerts as they are.
+pub fn group_rows(rows: Vec<AlertRow>) -> Vec<AlertRow> {
+    let mut out: Vec<AlertRow> = Vec::with_capacity(rows.len());
+    let mut at: std::collections::HashMap<(String, String, String, bool, bool), usize> =
+        std::collections::HashMap::new();
+    for r in rows {
+        if !PER_KEY_KINDS.contains(&r.kind.as_str()) {
+            out.push(r);
+            continue;
+        }
+        let key = (
+            r.quota.clone(),
+            r.kind.clone(),
+            r.level.clone(),
+            r.quiet.is_some(),
+            r.can_quiet,
+        );
+        match at.get(&key) {
+            Some(&i) => {
+                let g = &mut out[i];
+                if g.covers.is_empty() {
+                    g.covers.push(g.id);
+                }
+                g.covers.push(r.id);
+                g.message = format!("{}; {}", g.message, r.message);
+                g.opened_ms = g.opened_ms.min(r.opened_ms);
+            }
+            None => {
+                at.insert(key, out.len());
+                out.push(r);
+            }
+        }
+    }
+    for g in &mut out {
+        if g.covers.len() > 1 {
+            g.message = format!("{} keys: {}", g.covers.len(), g.message);
+        }
+    }
+    out
 }
 
 /// Links to the rest: the next page of open alerts (how many are left,
@@ -299,25 +364,34 @@ fn alert_table(
         .into_iter()
         .map(|r| {
             let href = format!("/quotas/{}", r.quota);
+            let row_ids = r.ids();
+            // Selected for the bulk form above the table (`form=`: no form
+            // inside a form).
+            let pick = (open && r.can_quiet && r.quiet.is_none()).then(|| {
+                let label = format!("select the {} alert on {}", kind_label(&r.kind), r.quota);
+                view! { <input type="checkbox" name="id" value=r.ids() form="bulk-quiet" aria-label=label/> }
+            });
             let state = match (&r.quiet, r.can_quiet, &csrf) {
                 (Some(q), _, _) => view! { <small class="quiet">{q.clone()}</small> }.into_any(),
                 (None, true, Some(csrf)) => {
-                    let ack = format!("/alerts/{}/ack", r.id);
-                    let snooze = format!("/alerts/{}/snooze", r.id);
+                    // One form per action, for the row's alert or group.
+                    let ids = r.ids();
                     let choices = SNOOZE_CHOICES
                         .iter()
                         .map(|(h, l)| view! { <option value=h.to_string()>{*l}</option> })
                         .collect_view();
                     view! {
-                        <form class="quiet" method="post" action=ack>
+                        <form class="quiet" method="post" action="/alerts/quiet">
                             <CsrfField csrf=csrf.clone()/>
-                            <button type="submit">"Acknowledge"</button>
+                            <input type="hidden" name="id" value=ids.clone()/>
+                            <button type="submit" name="action" value="ack">"Acknowledge"</button>
                         </form>
-                        <form class="quiet" method="post" action=snooze>
+                        <form class="quiet" method="post" action="/alerts/quiet">
                             <CsrfField csrf=csrf.clone()/>
+                            <input type="hidden" name="id" value=ids/>
                             <label class="sr-only" for=format!("snooze-{}", r.id)>"Snooze for"</label>
                             <select name="hours" id=format!("snooze-{}", r.id)>{choices}</select>
-                            <button type="submit">"Snooze"</button>
+                            <button type="submit" name="action" value="snooze">"Snooze"</button>
                         </form>
                     }
                     .into_any()
@@ -334,8 +408,8 @@ fn alert_table(
             };
             let rank = level_rank(&r.level).to_string();
             view! {
-                <tr class=format!("alert {}", r.level)>
-                    <td data-sort-value=rank><span class=format!("level {}", r.level)>{r.level.clone()}</span></td>
+                <tr class=format!("alert {}", r.level) data-ids=row_ids>
+                    <td data-sort-value=rank>{pick}<span class=format!("level {}", r.level)>{r.level.clone()}</span></td>
                     <td><a href=href>{r.quota}</a></td>
                     <td>{kind_label(&r.kind).to_string()}</td>
                     <td>{r.message}</td>
@@ -373,6 +447,30 @@ fn alert_table(
         </bizrq_islands::SortTable>
     }
     .into_any()
+}
+
+/// The bulk form: the rows' boxes belong to it (`form="bulk-quiet"`), so
+/// the viewer ticks several and acknowledges or snoozes them at once.
+#[cfg(feature = "ssr")]
+fn bulk_form(open: &[AlertRow], csrf: String) -> Option<impl IntoView> {
+    use crate::layout::CsrfField;
+    open.iter()
+        .any(|r| r.can_quiet && r.quiet.is_none())
+        .then(|| {
+            let choices = SNOOZE_CHOICES
+                .iter()
+                .map(|(h, l)| view! { <option value=h.to_string()>{*l}</option> })
+                .collect_view();
+            view! {
+                <form id="bulk-quiet" class="card inline bulk" method="post" action="/alerts/quiet">
+                    <CsrfField csrf=csrf/>
+                    <span>"Selected alerts:"</span>
+                    <button type="submit" name="action" value="ack">"Acknowledge selected"</button>
+                    <label>"Snooze for"<select name="hours">{choices}</select></label>
+                    <button type="submit" name="action" value="snooze">"Snooze selected"</button>
+                </form>
+            }
+        })
 }
 
 /// Quotas shown in the overview's "needs attention" list; the rest are a
@@ -578,7 +676,8 @@ pub fn render_alerts_page(
                 </form>
                 <h3>"Open"</h3>
                 {sort_note}
-                {alert_table(open, "No open alerts match.", Some(csrf), Some(&table_query))}
+                {bulk_form(&open, csrf.clone())}
+                {alert_table(group_rows(open), "No open alerts match.", Some(csrf), Some(&table_query))}
                 {more_open}
                 <h3>"Resolved"</h3>
                 {alert_table(resolved, "No resolved alerts match.", None, None)}
@@ -703,8 +802,8 @@ pub fn render_account_page(viewer: Viewer, a: AccountAlerts, flash: Option<Flash
             view! {
                 <tr>
                     <td>{kind_label(&kind).to_string()}</td>
-                    <td><input type="checkbox" name=m value="1" checked=muted/></td>
-                    <td><input type="checkbox" name=d value="1" checked=digest/></td>
+                    <td><input type="checkbox" name=m value="1" checked=muted aria-label=format!("no email for {}", kind_label(&kind))/></td>
+                    <td><input type="checkbox" name=d value="1" checked=digest aria-label=format!("daily digest for {}", kind_label(&kind))/></td>
                 </tr>
             }
         })
@@ -750,7 +849,38 @@ mod tests {
             resolved_ms: None,
             quiet: None,
             can_quiet: false,
+            covers: Vec::new(),
         }
+    }
+
+    #[test]
+    fn one_row_per_quota_and_condition_lists_its_keys() {
+        let mut a = alert("nlp", "warning", "A100 GPUs of nlp reached 80 %");
+        a.id = 1;
+        let mut b = alert("nlp", "warning", "GPUs of nlp reached 80 %");
+        b.id = 2;
+        let mut c = alert("nlp", "critical", "CPU cores of nlp reached 100 %");
+        c.id = 3;
+        let mut d = alert("cv", "warning", "GPUs of cv reached 80 %");
+        d.id = 4;
+        let mut t = alert("nlp", "warning", "transfer 9 requested");
+        t.kind = "transfer_requested".into();
+        t.id = 5;
+        let got = group_rows(vec![a, c, b, d, t]);
+        let rows: Vec<(String, String)> =
+            got.iter().map(|r| (r.ids(), r.message.clone())).collect();
+        assert_eq!(
+            rows,
+            [
+                (
+                    "1,2".to_string(),
+                    "2 keys: A100 GPUs of nlp reached 80 %; GPUs of nlp reached 80 %".to_string()
+                ),
+                ("3".into(), "CPU cores of nlp reached 100 %".into()),
+                ("4".into(), "GPUs of cv reached 80 %".into()),
+                ("5".into(), "transfer 9 requested".into()),
+            ]
+        );
     }
 
     #[test]

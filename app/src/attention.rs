@@ -32,7 +32,6 @@ pub fn items(
     cfg: &KeyConfig,
     pricing: &Pricing,
 ) -> Vec<Item> {
-    let now_ms = pricing.now_ms;
     let empty = ResourceList::new();
     // (rank, then a time or amount for order within the rank, item)
     let mut found: Vec<(u8, i128, Item)> = Vec::new();
@@ -51,22 +50,23 @@ pub fn items(
                     quota: name.into(),
                     text: format!(
                         "{name} is over quota: {} {} in use of {}",
-                        k.key, k.used, k.hard
+                        k.name, k.used, k.hard
                     ),
                     href: link.clone(),
                 },
             ));
         }
-        let budgets = cash_cells(q, cfg, pricing);
+        let budgets = cash_cells(q, in_use, cfg, pricing);
         for c in &budgets {
             // "budget" alone when the quota has one; its name when more.
             let which = if budgets.len() > 1 {
-                c.label.as_str()
+                format!("{} budget", c.label)
             } else {
-                "budget"
+                "budget".to_string()
             };
             if c.left_nanos <= 0 {
-                let work = c.label.strip_suffix(" budget").unwrap_or(&c.label);
+                // "GPU card-hours" → new GPU work; "A100 card-hours" → A100.
+                let work = c.label.split(' ').next().unwrap_or("its");
                 found.push((
                     0,
                     0,
@@ -75,13 +75,12 @@ pub fn items(
                         quota: name.into(),
                         text: format!(
                             "{name}'s budget {} is spent: new {work} work is refused",
-                            c.key
+                            c.label
                         ),
                         href: link.clone(),
                     },
                 ));
             } else if let Some(h) = c.runway_hours.filter(|h| *h < RUNWAY_WARN_HOURS) {
-                let at = now_ms.saturating_add((h as i64).saturating_mul(3_600_000));
                 found.push((
                     1,
                     h,
@@ -89,9 +88,8 @@ pub fn items(
                         level: "warning",
                         quota: name.into(),
                         text: format!(
-                            "{name}'s {which} runs out in {} (about {}) at what runs now: {} left",
-                            c.runway.clone().unwrap_or_default(),
-                            quota::time::format_when(at),
+                            "{name}'s {which} {} at what runs now: {} left",
+                            c.outlook.words(),
                             c.left
                         ),
                         href: link.clone(),
@@ -203,9 +201,9 @@ mod tests {
         assert_eq!(
             texts,
             [
-                "cv is over quota: requests.nvidia.com/gpu 12 in use of 8",
-                "rl's budget cash/requests.nvidia.com/gpu is spent: new GPU work is refused",
-                "nlp's budget runs out in 1 day (about 1970-01-02 00:00 UTC) at what runs now: 240 card-hours left",
+                "cv is over quota: GPUs 12 in use of 8",
+                "rl's budget GPU card-hours is spent: new GPU work is refused",
+                "nlp's budget runs out in 1 day (1970-01-02) at what runs now: 240 card-hours left",
             ]
         );
         assert_eq!(got[0].level, "critical");
@@ -252,7 +250,7 @@ mod tests {
                 .max()
                 .unwrap_or(0);
             let rolled = quota::rollup::rollup(q, &u);
-            assert_eq!(crate::max_percent(q, &rolled), max, "{}", q.name());
+            assert_eq!(crate::max_percent(q, &rolled, &u), max, "{}", q.name());
         }
     }
 }

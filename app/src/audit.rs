@@ -70,11 +70,11 @@ pub fn render_audit_page(
             .map(|r| {
                 view! {
                     <tr>
-                        <td class="num" data-sort-value=r.id.to_string()>{r.at}</td>
-                        <td>{r.actor}</td>
-                        <td><code>{r.action}</code></td>
-                        <td class="name">{r.target}</td>
-                        <td>
+                        <td class="num" data-label="When" data-sort-value=r.id.to_string()>{r.at}</td>
+                        <td data-label="Who">{r.actor}</td>
+                        <td data-label="Action"><code>{r.action}</code></td>
+                        <td class="name" data-label="Target">{r.target}</td>
+                        <td class="wide" data-label="Change">
                             {(!r.detail.is_empty()).then(|| view! { <div>{r.detail}</div> })}
                             {(!r.changes.is_empty()).then(|| view! {
                                 <ul class="changes">{r.changes.into_iter().map(|c| view! { <li><code>{c}</code></li> }).collect_view()}</ul>
@@ -88,7 +88,7 @@ pub fn render_audit_page(
             .collect_view();
         // "When" sorts by the entry's id: the log is appended in time order.
         view! {
-            <table class="audit">
+            <table class="audit cards">
                 <thead><tr><th data-sort="num" data-sort-first="desc">"When"</th><th data-sort="text">"Who"</th><th data-sort="text">"Action"</th><th data-sort="text">"Target"</th><th>"Change"</th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>

@@ -24,6 +24,8 @@ pub struct ClosedRow {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BudgetLine {
     pub key: String,
+    /// The key as people read it ("GPU card-hours"); empty: the key.
+    pub name: String,
     /// `1,234 card-hours left of 5,000 this month (carry-in 200) · renews
     /// 2026-12-01 00:00 UTC · runs out in 8.8 days`.
     pub line: String,
@@ -100,9 +102,10 @@ pub fn panel(lines: Vec<BudgetLine>) -> impl IntoView {
                         </table>
                     }
                 });
+                let name = if b.name.is_empty() { b.key.clone() } else { b.name };
                 view! {
                     <div class="card budget">
-                        <h4 class="key">{b.key}</h4>
+                        <h4 class="key" title=b.key>{name}</h4>
                         <p class="budget-line">{b.line}</p>
                         {b.reservations.map(|r| view! { <p class="budget-reservations">{r}</p> })}
                         {b.ask.map(|href| view! { <p class="budget-ask"><a href=href>"Ask for more budget"</a></p> })}

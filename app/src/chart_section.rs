@@ -64,6 +64,9 @@ pub struct Inputs<'a> {
     pub range: Range,
     pub now_ms: i64,
     pub cfg: &'a KeyConfig,
+    /// Each budget's one forecast (`quota::forecast::outlook`), which its
+    /// burn-down draws and words.
+    pub outlooks: &'a [quota::forecast::Outlook],
 }
 
 /// One chart with its words and values.
@@ -133,13 +136,16 @@ impl Folded {
     }
 }
 
-/// Every chart of the quota, in key order; a key's children chart follows
-/// its own chart. The samples are folded once for all of them: the work
+/// Every chart of the quota, GPUs first (`quota::keys::display_order`); a
+/// key's children chart follows its own chart. The samples are folded once for all of them: the work
 /// is linear in the keys times the points drawn.
 pub fn panels(inp: &Inputs<'_>) -> Vec<Panel> {
     let folded = Folded::new(inp, true);
     let mut out = Vec::new();
-    for key in series::keys_to_draw(&folded.own) {
+    // GPUs and their models first, then budgets; CPU, memory, pods after.
+    let mut keys = series::keys_to_draw(&folded.own);
+    keys.sort_by_cached_key(|k| quota::keys::display_order(k, inp.cfg));
+    for key in keys {
         if cash_target(&key).is_some() {
             out.extend(draw(inp, &folded, &key, Kind::BurnDown));
         } else {
@@ -186,14 +192,32 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
                     .get(key)
                     .map_or("no limit".to_string(), |h| amount(key, *h, cfg))
             };
+            // At a parent the stored `used` is its own use plus what its
+            // children's carve-outs hold: named so, never "in use" (what
+            // runs in its subtree is the keys table's and the bars').
+            let parent = !inp.live.children.is_empty();
+            let (title, used_col) = if parent {
+                (
+                    format!(
+                        "{}: own use + allocated to children, and hard",
+                        crate::key_name(key, cfg)
+                    ),
+                    "Own use + allocated (peak)",
+                )
+            } else {
+                (
+                    format!("{}: used and hard", crate::key_name(key, cfg)),
+                    "Used (peak)",
+                )
+            };
             Some(Panel {
                 key: key.to_string(),
                 kind,
-                title: format!("{key}: used and hard"),
+                title,
                 summary: None,
                 figure: both(|f| charts::usage_chart(own, key, cfg, f)),
                 caption,
-                columns: vec!["Time (UTC)".into(), "Used (peak)".into(), "Hard".into()],
+                columns: vec!["Time (UTC)".into(), used_col.into(), "Hard".into()],
                 rows: table
                     .iter()
                     .map(|s| vec![when(s.at_ms), amount(key, q(&s.used), cfg), hard_text(s)])
@@ -221,13 +245,24 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
                 return None;
             }
             let left = |s: &Sample| q(&s.hard).saturating_sub(q(&s.used));
-            let f = quota::forecast::forecast(own, key, now, quota::forecast::FORECAST_WINDOW_MS);
+            let outlook = inp
+                .outlooks
+                .iter()
+                .find(|o| o.key == key)
+                .cloned()
+                .unwrap_or_else(|| quota::forecast::Outlook {
+                    key: key.to_string(),
+                    now_ms: now,
+                    left: q(&inp.live.hard).saturating_sub(q(&inp.live.used)),
+                    burn_per_hour: quota::Quantity::ZERO,
+                    runway: quota::budget::Runway::Unknown,
+                });
             Some(Panel {
                 key: key.to_string(),
                 kind,
-                title: format!("{key}: remaining budget"),
-                summary: Some(charts::describe(&f, cfg)),
-                figure: both(|fr| charts::burn_down_chart(own, key, now, cfg, fr)),
+                title: format!("{}: remaining budget", crate::key_name(key, cfg)),
+                summary: Some(charts::describe_outlook(&outlook, cfg)),
+                figure: both(|fr| charts::burn_down_chart(own, &outlook, now, cfg, fr)),
                 caption,
                 columns: vec![
                     "Time (UTC)".into(),
@@ -279,7 +314,7 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
             Some(Panel {
                 key: key.to_string(),
                 kind,
-                title: format!("{key}: used by children"),
+                title: format!("{}: used by children", crate::key_name(key, cfg)),
                 summary: None,
                 figure: both(|f| charts::children_chart(&stack, own, key, cfg, f)),
                 caption: format!(
@@ -487,6 +522,16 @@ mod tests {
             .collect();
         let children = vec![("team-a".to_string(), kid, status(&[(GPU, 3)], &[(GPU, 4)]))];
         let cfg = KeyConfig::default();
+        // 850 left at 5 an hour: 170 hours.
+        let outlooks = [quota::forecast::Outlook {
+            key: CASH.into(),
+            now_ms: now,
+            left: quota::Quantity::from_units(850),
+            burn_per_hour: quota::Quantity::from_units(5),
+            runway: quota::budget::Runway::Until {
+                at_ms: now + 170 * HOUR,
+            },
+        }];
         let inp = Inputs {
             own: &own,
             live: &live,
@@ -495,19 +540,20 @@ mod tests {
             range: Range::Week,
             now_ms: now,
             cfg: &cfg,
+            outlooks: &outlooks,
         };
         let got = panels(&inp);
         let kinds: Vec<(&str, Kind)> = got.iter().map(|p| (p.key.as_str(), p.kind)).collect();
         assert_eq!(
             kinds,
             vec![
-                (CASH, Kind::BurnDown),
                 (GPU, Kind::Usage),
-                (GPU, Kind::Children)
+                (GPU, Kind::Children),
+                (CASH, Kind::BurnDown)
             ],
-            "no chart for the zero cpu key"
+            "GPUs first, then the budget; no chart for the zero cpu key"
         );
-        let usage = &got[1];
+        let usage = &got[0];
         // The last row and point are the live status: the edit to 16 shows.
         let last = usage.rows.last().unwrap();
         assert!(last[0].ends_with("(now)"), "{last:?}");
@@ -525,18 +571,27 @@ mod tests {
             .ends_with("used 5 cards, hard 16 cards"));
         assert!(usage.figure.contains("class=\"chart wide chart-usage\""));
         assert!(usage.figure.contains("class=\"chart narrow chart-usage\""));
-        let burn = &got[0];
+        let burn = &got[2];
         assert_eq!(burn.columns[1], "Remaining");
         assert_eq!(
             &burn.rows.last().unwrap()[1..],
             ["850 card-hours", "150 card-hours", "1,000 card-hours"]
         );
-        assert!(burn.summary.as_deref().unwrap().contains("runs out"));
-        let kids = &got[2];
+        assert_eq!(
+            burn.summary.as_deref().unwrap(),
+            crate::charts::describe_outlook(&outlooks[0], &cfg),
+            "the chart says the budget's one forecast"
+        );
+        assert!(burn
+            .summary
+            .as_deref()
+            .unwrap()
+            .contains("runs out in 7 days"));
+        let kids = &got[1];
         assert_eq!(kids.columns, ["Time (UTC)", "team-a", "Total"]);
         assert_eq!(&kids.rows.last().unwrap()[1..], ["3 cards", "3 cards"]);
         // The API sends the same panel.
-        let r = reply("nlp", Range::Week, now, got[1].clone(), &cfg);
+        let r = reply("nlp", Range::Week, now, got[0].clone(), &cfg);
         assert_eq!(
             (r.chart.as_str(), r.range.as_str(), r.unit.as_str()),
             ("usage", "7d", "cards")
@@ -571,6 +626,7 @@ mod tests {
             range: Range::Day,
             now_ms: now,
             cfg: &cfg,
+            outlooks: &[],
         };
         let before = FOLDS.with(|f| f.get());
         let got = panels(&inp);

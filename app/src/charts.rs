@@ -22,7 +22,7 @@ use plotters::coord::types::{RangedCoordf64, RangedCoordi64};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use quota::forecast::{forecast, Forecast, Sample, FORECAST_WINDOW_MS};
+use quota::forecast::Sample;
 use quota::keys::{self, Key, KeyConfig};
 use quota::quantity::NANO;
 use quota::series::Stack;
@@ -65,37 +65,32 @@ pub fn amount(key: &str, q: Quantity, cfg: &KeyConfig) -> String {
 // ---------------------------------------------------------------------------
 // Forecast
 
-/// One sentence for the overview, e.g. "cash/requests.nvidia.com/gpu runs
-/// out in 3.2 days (2026-11-24), burning 12.5 card-hours/h".
-pub fn describe(f: &Forecast, cfg: &KeyConfig) -> String {
-    let k = &f.key;
-    let rem = f.remaining.nanos();
-    // Amounts with their unit and separators, as everywhere else.
-    let amount = |nanos: i128| crate::display_quantity(k, Quantity::from_nanos(nanos), cfg);
-    if f.as_of_ms.is_none() {
-        return format!("{k}: no usage recorded yet");
-    }
-    if rem < 0 {
-        return format!("{k} has run out: {} over budget", amount(-rem));
-    }
-    if rem == 0 {
-        return format!("{k} has run out: budget spent");
-    }
-    match f.exhausted_at_ms {
-        Some(at) => {
-            let days = decimal(
-                at.saturating_sub(f.now_ms).max(0) as i128,
-                MS_PER_DAY as i128,
-                1,
-            );
-            let noun = if days == "1" { "day" } else { "days" };
+/// A budget's sentence on the overview's cards, the quota page and under
+/// its burn-down chart, from its one forecast (`quota::forecast::outlook`):
+/// "GPU card-hours: 5,240 card-hours left · runs out in 8.3 days
+/// (2026-12-07), burning 26 card-hours/h". The run-out words are
+/// `Outlook::words`, the same on every page, the API and the alerts.
+pub fn describe_outlook(o: &quota::forecast::Outlook, cfg: &KeyConfig) -> String {
+    use quota::budget::runway::Runway;
+    let k = &crate::key_name(&o.key, cfg);
+    let amount = |q: Quantity| crate::display_quantity(&o.key, q, cfg);
+    let left = o.left.nanos();
+    match o.runway {
+        Runway::Spent if left < 0 => {
             format!(
-                "{k} runs out in {days} {noun} ({}), burning {}/h",
-                date(at),
-                amount(f.burn_per_hour.nanos())
+                "{k} has run out: {} over budget",
+                amount(Quantity::from_nanos(-left))
             )
         }
-        None => format!("{k}: {} left, not burning", amount(rem)),
+        Runway::Spent => format!("{k} has run out: budget spent"),
+        Runway::NotBurning => format!("{k}: {} left, not burning", amount(o.left)),
+        Runway::Unknown => format!("{k}: {} left, no burn measured yet", amount(o.left)),
+        Runway::Until { .. } | Runway::OutlastsPeriod { .. } => format!(
+            "{k}: {} left · {}, burning {}/h",
+            amount(o.left),
+            o.words(),
+            amount(o.burn_per_hour)
+        ),
     }
 }
 
@@ -150,7 +145,7 @@ impl Frame {
 
 /// Used over time with hard as a step line; breaks the lines across gaps.
 pub fn usage_chart(samples: &[Sample], key: &str, cfg: &KeyConfig, frame: Frame) -> String {
-    let title = format!("{key}: used and hard");
+    let title = format!("{}: used and hard", crate::key_name(key, cfg));
     let pts = sorted(samples);
     if pts.is_empty() {
         return message_svg("chart-usage", &title, "no data yet", frame);
@@ -249,7 +244,7 @@ pub fn children_chart(
     cfg: &KeyConfig,
     frame: Frame,
 ) -> String {
-    let title = format!("{key}: used by children");
+    let title = format!("{}: used by children", crate::key_name(key, cfg));
     let layers = children_layers(stack);
     if layers.is_empty() || stack.times.is_empty() {
         return message_svg("chart-children", &title, "no child uses it", frame);
@@ -338,15 +333,17 @@ fn steps(times: &[i64], values: &[f64]) -> Vec<(i64, f64)> {
 }
 
 /// Remaining cash budget over time, with a dashed forecast from the latest
-/// point to the exhaustion date at the burn of the last 24 hours.
+/// point to the budget's run-out date (`outlook`, its one forecast: the
+/// date and words every page shows).
 pub fn burn_down_chart(
     samples: &[Sample],
-    cash_key: &str,
+    outlook: &quota::forecast::Outlook,
     now_ms: i64,
     cfg: &KeyConfig,
     frame: Frame,
 ) -> String {
-    let title = format!("{cash_key}: remaining budget");
+    let cash_key = outlook.key.as_str();
+    let title = format!("{}: remaining budget", crate::key_name(cash_key, cfg));
     let pts: Vec<&Sample> = sorted(samples)
         .into_iter()
         .filter(|s| s.at_ms <= now_ms)
@@ -354,7 +351,7 @@ pub fn burn_down_chart(
     if pts.is_empty() {
         return message_svg("chart-burn-down", &title, "no data yet", frame);
     }
-    let f = forecast(samples, cash_key, now_ms, FORECAST_WINDOW_MS);
+    let f = outlook.as_forecast();
     let (per, unit) = unit_of(cash_key, cfg);
     let times: Vec<i64> = pts.iter().map(|s| s.at_ms).collect();
     let rem: Vec<(i64, f64)> = pts
@@ -417,9 +414,9 @@ pub fn burn_down_chart(
     };
     let mut legend = vec![("remaining", Swatch::Area(USED))];
     if forecast_line.is_some() {
-        legend.push(("forecast (24 h burn)", Swatch::Dashed(WARN)));
+        legend.push(("forecast (what runs now)", Swatch::Dashed(WARN)));
     }
-    let summary = describe(&f, cfg);
+    let summary = describe_outlook(outlook, cfg);
     render(
         "chart-burn-down",
         &title,
@@ -641,7 +638,7 @@ pub fn model_breakdown_chart(
     )
 }
 
-/// "requests.nvidia.com/gpu by model: 14 of 20 cards used".
+/// "requests.nvidia.com/gpu by model: 14 of 20 cards in use".
 pub fn model_breakdown_title(
     used: &ResourceList,
     hard: &ResourceList,
@@ -652,12 +649,14 @@ pub fn model_breakdown_title(
     let generic_used = resources::get(used, generic_key).nanos();
     match hard.get(generic_key).map(Quantity::nanos) {
         Some(h) => format!(
-            "{generic_key} by model: {} of {} {unit} used",
+            "{} by model: {} of {} {unit} in use",
+            crate::key_name(generic_key, cfg),
             decimal(generic_used, per, 2),
             decimal(h, per, 2)
         ),
         None => format!(
-            "{generic_key} by model: {} {unit} used",
+            "{} by model: {} {unit} in use",
+            crate::key_name(generic_key, cfg),
             decimal(generic_used, per, 2)
         ),
     }
@@ -1367,6 +1366,7 @@ fn date(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use quota::forecast::{forecast, Forecast, FORECAST_WINDOW_MS};
 
     const GPU: &str = "requests.nvidia.com/gpu";
     const CASH: &str = "cash/requests.nvidia.com/gpu";
@@ -1379,6 +1379,33 @@ mod tests {
 
     fn list(items: &[(&str, Quantity)]) -> ResourceList {
         items.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    /// A measured forecast as the one forecast the pages read (the chart
+    /// draws and words an `Outlook`; these tests measure burns from samples).
+    fn outlook_of(f: &Forecast) -> quota::forecast::Outlook {
+        let runway = if f.as_of_ms.is_none() {
+            quota::budget::Runway::Unknown
+        } else {
+            quota::budget::runway::runway(f, None)
+        };
+        quota::forecast::Outlook {
+            key: f.key.clone(),
+            now_ms: f.now_ms,
+            left: f.remaining,
+            burn_per_hour: f.burn_per_hour,
+            runway,
+        }
+    }
+
+    /// The burn-down of `samples` with the burn measured from them.
+    fn burn_down(s: &[Sample], key: &str, now: i64, cfg: &KeyConfig, frame: Frame) -> String {
+        let o = outlook_of(&forecast(s, key, now, FORECAST_WINDOW_MS));
+        burn_down_chart(s, &o, now, cfg, frame)
+    }
+
+    fn describe(f: &Forecast, cfg: &KeyConfig) -> String {
+        describe_outlook(&outlook_of(f), cfg)
     }
 
     /// A cash sample: `budget` card-hours, `spent_nanos` spent.
@@ -1466,7 +1493,7 @@ mod tests {
         assert_eq!(f.days_left, Some(10.0 / 24.0));
         assert_eq!(
             describe(&f, &KeyConfig::default()),
-            "cash/requests.nvidia.com/gpu runs out in 0.4 days (2026-11-22), burning 10 card-hours/h"
+            "GPU card-hours: 100 card-hours left · runs out in 10 hours (2026-11-22), burning 10 card-hours/h"
         );
     }
 
@@ -1486,7 +1513,8 @@ mod tests {
         assert_eq!(f.exhausted_at_ms, Some(now + 52 * MS_PER_HOUR));
         assert_eq!(
             describe(&f, &KeyConfig::default()),
-            "cash/requests.nvidia.com/gpu runs out in 2.2 days (2026-11-26), burning 10 card-hours/h"
+            // 52 h is 2.17 days: rounded down, never overstated.
+            "GPU card-hours: 520 card-hours left · runs out in 2.1 days (2026-11-26), burning 10 card-hours/h"
         );
     }
 
@@ -1501,7 +1529,7 @@ mod tests {
         assert_eq!((f.exhausted_at_ms, f.days_left), (None, None));
         assert_eq!(
             describe(&f, &KeyConfig::default()),
-            "cash/requests.nvidia.com/gpu: 60 card-hours left, not burning"
+            "GPU card-hours: 60 card-hours left, not burning"
         );
     }
 
@@ -1513,7 +1541,7 @@ mod tests {
         let f = forecast(&s, CASH, T0 + 24 * MS_PER_HOUR, FORECAST_WINDOW_MS);
         assert_eq!(
             describe(&f, &KeyConfig::default()),
-            "cash/requests.nvidia.com/gpu: 15,000 card-hours left, not burning"
+            "GPU card-hours: 15,000 card-hours left, not burning"
         );
         let cfg = KeyConfig::default();
         let gib = Quantity::from_nanos(1_099_511_627_776 * NANO);
@@ -1536,7 +1564,7 @@ mod tests {
         assert_eq!((f.exhausted_at_ms, f.days_left), (Some(now), Some(0.0)));
         assert_eq!(
             describe(&f, &KeyConfig::default()),
-            "cash/requests.nvidia.com/gpu has run out: 20 card-hours over budget"
+            "GPU card-hours has run out: 20 card-hours over budget"
         );
         let exact = forecast(&[cash(T0, 100, 100 * NANO)], CASH, now, FORECAST_WINDOW_MS);
         assert_eq!(exact.exhausted_at_ms, Some(now));
@@ -1550,7 +1578,7 @@ mod tests {
                 &forecast(&[], CASH, now, FORECAST_WINDOW_MS),
                 &KeyConfig::default()
             ),
-            "cash/requests.nvidia.com/gpu: no usage recorded yet"
+            "GPU card-hours: 0 card-hours left, no burn measured yet"
         );
         // One sample: a level, not a rate.
         let one = forecast(&[cash(T0, 100, 5 * NANO)], CASH, now, FORECAST_WINDOW_MS);
@@ -1659,12 +1687,12 @@ mod tests {
     #[test]
     fn usage_chart_is_labelled_and_inline() {
         let svg = usage_chart(&week_of_gpu_usage(), GPU, &KeyConfig::default(), WIDE);
-        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 760 300\" width=\"100%\" role=\"img\" aria-label=\"requests.nvidia.com/gpu: used and hard\" data-x0=\""), "{}", &svg[..200]);
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 760 300\" width=\"100%\" role=\"img\" aria-label=\"GPUs: used and hard\" data-x0=\""), "{}", &svg[..200]);
         assert!(!svg.contains("<?xml"));
         assert!(svg.ends_with("</svg>\n"));
         assert_eq!(svg.matches("<svg").count(), 1);
         for text in [
-            "<title>requests.nvidia.com/gpu: used and hard</title>",
+            "<title>GPUs: used and hard</title>",
             ">\ncards\n</text>",
             ">\ndate (UTC)\n</text>",
             ">\nused\n</text>",
@@ -1720,7 +1748,7 @@ mod tests {
     #[test]
     fn burn_down_shows_the_forecast_date() {
         let now = T0 + 24 * MS_PER_HOUR;
-        let svg = burn_down_chart(
+        let svg = burn_down(
             &steady_burn(24, 10, 100),
             CASH,
             now,
@@ -1728,36 +1756,31 @@ mod tests {
             WIDE,
         );
         for text in [
-            "<title>cash/requests.nvidia.com/gpu: remaining budget. ",
+            "<title>GPU card-hours: remaining budget. ",
             ">\ncard-hours\n</text>",
             ">\nremaining\n</text>",
-            ">\nforecast (24 h burn)\n</text>",
+            ">\nforecast (what runs now)\n</text>",
             ">\nruns out 2026-11-22\n</text>",
             ">\nnow\n</text>",
-            "runs out in 0.4 days (2026-11-22), burning 10 card-hours/h",
+            "runs out in 10 hours (2026-11-22), burning 10 card-hours/h",
         ] {
             assert!(svg.contains(text), "missing {text}");
         }
         let idle: Vec<Sample> = (0..=24)
             .map(|h| cash(T0 + h * MS_PER_HOUR, 100, 40 * NANO))
             .collect();
-        assert!(
-            burn_down_chart(&idle, CASH, now, &KeyConfig::default(), WIDE)
-                .contains(">\nnot burning\n</text>")
-        );
+        assert!(burn_down(&idle, CASH, now, &KeyConfig::default(), WIDE)
+            .contains(">\nnot burning\n</text>"));
         let spent = vec![cash(T0, 100, 150 * NANO)];
-        assert!(
-            burn_down_chart(&spent, CASH, now, &KeyConfig::default(), WIDE)
-                .contains(">\nexhausted\n</text>")
-        );
+        assert!(burn_down(&spent, CASH, now, &KeyConfig::default(), WIDE)
+            .contains(">\nexhausted\n</text>"));
         // A date beyond the shown horizon is named at the edge.
         let slow = vec![cash(now - MS_PER_HOUR, 10_000, 0), cash(now, 10_000, NANO)];
+        assert!(burn_down(&slow, CASH, now, &KeyConfig::default(), WIDE)
+            .contains(">\nruns out 2028-01-12 →\n</text>"));
         assert!(
-            burn_down_chart(&slow, CASH, now, &KeyConfig::default(), WIDE)
-                .contains(">\nruns out 2028-01-12 →\n</text>")
+            burn_down(&[], CASH, now, &KeyConfig::default(), WIDE).contains(">no data yet</text>")
         );
-        assert!(burn_down_chart(&[], CASH, now, &KeyConfig::default(), WIDE)
-            .contains(">no data yet</text>"));
     }
 
     #[test]
@@ -1776,7 +1799,7 @@ mod tests {
         ]);
         let svg = model_breakdown_chart(&used, &hard, GPU, &KeyConfig::default(), WIDE);
         for text in [
-            "<title>requests.nvidia.com/gpu by model: 14 of 20 cards used</title>",
+            "<title>GPUs by model: 14 of 20 cards in use</title>",
             ">\nA100\n</text>",
             ">\nV100\n</text>",
             ">\nT4\n</text>",
@@ -1825,7 +1848,7 @@ mod tests {
             let scale = shown_from / frame.w as f64;
             for svg in [
                 usage_chart(&week_of_gpu_usage(), GPU, &cfg, frame),
-                burn_down_chart(&steady_burn(24, 10, 100), CASH, now, &cfg, frame),
+                burn_down(&steady_burn(24, 10, 100), CASH, now, &cfg, frame),
                 model_breakdown_chart(&used, &hard, GPU, &cfg, frame),
                 usage_chart(&[], GPU, &cfg, frame),
             ] {
@@ -1851,7 +1874,7 @@ mod tests {
     #[test]
     fn the_forecast_is_drawn_in_its_legend_colour() {
         let now = T0 + 24 * MS_PER_HOUR;
-        let svg = burn_down_chart(
+        let svg = burn_down(
             &steady_burn(24, 10, 100),
             CASH,
             now,
@@ -1880,8 +1903,8 @@ mod tests {
         let b = steady_burn(24, 10, 100);
         let now = T0 + 24 * MS_PER_HOUR;
         assert_eq!(
-            burn_down_chart(&b, CASH, now, &KeyConfig::default(), WIDE),
-            burn_down_chart(&b, CASH, now, &KeyConfig::default(), WIDE)
+            burn_down(&b, CASH, now, &KeyConfig::default(), WIDE),
+            burn_down(&b, CASH, now, &KeyConfig::default(), WIDE)
         );
     }
 
@@ -1902,7 +1925,7 @@ mod tests {
         println!("10,000-point usage chart: {took:?}, {} bytes", svg.len());
         let cash: Vec<Sample> = steady_burn(166, 10, 100);
         let start = std::time::Instant::now();
-        let svg = burn_down_chart(
+        let svg = burn_down(
             &cash,
             CASH,
             T0 + 166 * MS_PER_HOUR,
@@ -1976,10 +1999,22 @@ mod samples_out {
                 "usage.svg",
                 usage_chart(&week, gpu, &KeyConfig::default(), WIDE),
             ),
-            (
-                "burn-down.svg",
-                burn_down_chart(&burn, cash, now, &KeyConfig::default(), WIDE),
-            ),
+            ("burn-down.svg", {
+                let f = quota::forecast::forecast(
+                    &burn,
+                    cash,
+                    now,
+                    quota::forecast::FORECAST_WINDOW_MS,
+                );
+                let o = quota::forecast::Outlook {
+                    key: cash.to_string(),
+                    now_ms: now,
+                    left: f.remaining,
+                    burn_per_hour: f.burn_per_hour,
+                    runway: quota::budget::runway::runway(&f, None),
+                };
+                burn_down_chart(&burn, &o, now, &KeyConfig::default(), WIDE)
+            }),
             (
                 "models.svg",
                 model_breakdown_chart(&used, &hard, gpu, &KeyConfig::default(), WIDE),

@@ -135,7 +135,7 @@ pub fn Layout(
             <body>
                 <header><a class="brand" href="/">"bizrq"</a>{nav}</header>
                 <main>
-                    <h2>{title}</h2>
+                    <h1 class="page-title">{title}</h1>
                     <FlashLine flash=flash/>
                     {children()}
                 </main>

@@ -34,6 +34,12 @@ pub const STYLE: &str = include_str!("../../style/bizrq.css");
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyUsage {
     pub key: String,
+    /// The key as people read it (`key_name`: "A100 GPUs"); the raw key
+    /// goes in a tooltip.
+    pub name: String,
+    /// What is left of it now: free within hard (`quota::rollup`'s free
+    /// now), or a budget's left as admission reads it.
+    pub left: String,
     /// In use in the whole subtree (a cash key: spent).
     pub used: String,
     pub hard: String,
@@ -105,16 +111,32 @@ pub fn display_quantity(key: &str, q: quota::Quantity, cfg: &KeyConfig) -> Strin
 /// with a zero hard that nothing uses are left out.
 pub fn key_usages(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyUsage> {
     let rolled = quota::rollup::rollup(q, in_use);
-    shown_keys(q, &rolled)
-        .map(|(k, shown)| key_usage(k, &shown, cfg))
-        .collect()
+    let mut out: Vec<KeyUsage> = shown_keys(q, &rolled, in_use)
+        .map(|(k, shown)| {
+            let mut u = key_usage(k, &shown, cfg);
+            if u.cash {
+                let left = quota::budget::periods::left(&q.spec, &q.status, k);
+                u.left = display_quantity(k, left.max(quota::Quantity::ZERO), cfg);
+            }
+            u
+        })
+        .collect();
+    // GPUs and their models first, then budgets; CPU, memory, pods after.
+    out.sort_by_cached_key(|u| quota::keys::display_order(&u.key, cfg));
+    out
+}
+
+/// A key as people read it (`quota::keys::display_name`): "A100 GPUs",
+/// "GPU card-hours", "CPU cores", "memory", "pods".
+pub fn key_name(key: &str, cfg: &KeyConfig) -> String {
+    quota::keys::display_name(key, cfg)
 }
 
 /// What a key of a quota's hard shows, before any formatting.
 enum Shown<'a> {
     /// A usage key, as `quota::rollup` has it.
     Used(&'a quota::rollup::KeyRollup),
-    /// A budget (cash key): spent of hard.
+    /// A budget (cash key): what its subtree spent of hard.
     Spent {
         used: quota::Quantity,
         hard: quota::Quantity,
@@ -137,6 +159,7 @@ impl Shown<'_> {
 fn shown_keys<'a>(
     q: &'a Quota,
     rolled: &'a [quota::rollup::KeyRollup],
+    in_use: &'a ResourceList,
 ) -> impl Iterator<Item = (&'a String, Shown<'a>)> {
     let by_key: std::collections::BTreeMap<&str, &quota::rollup::KeyRollup> =
         rolled.iter().map(|r| (r.key.as_str(), r)).collect();
@@ -144,7 +167,9 @@ fn shown_keys<'a>(
         if let Some(r) = by_key.get(k.as_str()) {
             return Some((k, Shown::Used(r)));
         }
-        let used = resources::get(&q.status.used, k);
+        // A budget's spending is its subtree's (`in_use`: Σ each quota's
+        // own spending), never what a parent carved out for its children.
+        let used = resources::get(in_use, k);
         let cash = quota::keys::cash_target(k).is_some();
         // Not a cash key: its hard is zero and nothing uses it.
         (cash && !(h.is_zero() && used.is_zero())).then_some((k, Shown::Spent { used, hard: *h }))
@@ -174,6 +199,8 @@ fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
             }
             KeyUsage {
                 key: k.to_string(),
+                name: key_name(k, cfg),
+                left: show(r.free_now),
                 used: show(r.in_use),
                 hard: show(r.hard),
                 percent: r.in_use_percent(),
@@ -187,6 +214,8 @@ fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
         }
         Shown::Spent { used, hard } => KeyUsage {
             key: k.to_string(),
+            name: key_name(k, cfg),
+            left: String::new(),
             used: show(*used),
             hard: show(*hard),
             percent: shown.percent(),
@@ -203,8 +232,8 @@ fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
 /// The highest `percent` of `key_usages(q, in_use, _)` (0 when it has no
 /// key), from `rolled` = `quota::rollup::rollup(q, in_use)` and without
 /// formatting a key: the tree asks it of every quota for its filters.
-pub fn max_percent(q: &Quota, rolled: &[quota::rollup::KeyRollup]) -> u32 {
-    shown_keys(q, rolled)
+pub fn max_percent(q: &Quota, rolled: &[quota::rollup::KeyRollup], in_use: &ResourceList) -> u32 {
+    shown_keys(q, rolled, in_use)
         .map(|(_, s)| s.percent())
         .max()
         .unwrap_or(0)
@@ -216,7 +245,7 @@ pub fn max_percent(q: &Quota, rolled: &[quota::rollup::KeyRollup]) -> u32 {
 /// quota the viewer may see.
 pub fn most_over(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Option<KeyUsage> {
     let rolled = quota::rollup::rollup(q, in_use);
-    let (k, shown) = shown_keys(q, &rolled)
+    let (k, shown) = shown_keys(q, &rolled, in_use)
         .filter(|(_, s)| matches!(s, Shown::Used(_)) && s.percent() > 100)
         .max_by_key(|(_, s)| s.percent())?;
     Some(key_usage(k, &shown, cfg))
@@ -235,10 +264,11 @@ pub fn KeyBar(k: KeyUsage) -> impl IntoView {
     let key_class = if k.model { "key model" } else { "key" };
     let verb = if k.cash { "spent" } else { "in use" };
     let detail = (!k.detail.is_empty()).then(|| view! { <small class="detail">{k.detail}</small> });
+    let left = (!k.left.is_empty()).then(|| format!(" · {} left", k.left));
     view! {
-        <span class=key_class>{k.key}</span>
+        <span class=key_class title=k.key>{k.name}</span>
         <span class=class><i class="use" style=width></i><i class="idle" style=idle></i></span>
-        <span class="num">{format!("{} {verb} of {} ({}%)", k.used, k.hard, k.percent)}{detail}</span>
+        <span class="num">{format!("{} {verb} of {} ({}%)", k.used, k.hard, k.percent)}{left}{detail}</span>
     }
 }
 
@@ -293,8 +323,9 @@ mod display_tests {
                 .into_iter()
                 .map(|u| (u.key, u.hard, u.model))
                 .collect();
+        // The GPU and its models first, then its budget.
         assert_eq!(
-            shown[0],
+            shown[2],
             (
                 "cash/requests.example.com/tpu".into(),
                 "100 card-hours".into(),
@@ -302,7 +333,7 @@ mod display_tests {
             )
         );
         assert!(
-            shown[2].2,
+            shown[1].2,
             "the model key of a configured GPU is a model key"
         );
         // The default configuration does not know this resource.

@@ -7,9 +7,9 @@
 #[cfg(feature = "ssr")]
 use leptos::prelude::*;
 
-/// What a queued workload needs, for people: `16 GPU A100, 8 cpu A4
-/// limit, 128 GiB memory, 8 pods` — GPUs first, then requests, limits
-/// and the rest, each by its short name (`tree::short_key`); a generic key
+/// What a queued workload needs, for people: `16 A100 GPUs, 8 CPU A4
+/// cores (limit), 128 GiB memory, 8 pods` — GPUs first, then CPU, memory
+/// and pods (`quota::keys::display_order`), each by its display name; a generic key
 /// is left out where one of its models asks the same amount (`16 GPU` says
 /// less than `16 GPU A100`). The exact keys are in the queue API.
 pub fn needs_words(needs: &quota::ResourceList, cfg: &quota::KeyConfig) -> String {
@@ -21,13 +21,8 @@ pub fn needs_words(needs: &quota::ResourceList, cfg: &quota::KeyConfig) -> Strin
                 && Key::parse(m, cfg).is_ok_and(|x| x.model.is_some())
         })
     };
-    let rank = |k: &str| match Key::parse(k, cfg) {
-        Ok(x) if cfg.is_gpu(&x.resource) => 0,
-        _ if k.starts_with("requests.") => 1,
-        _ if k.starts_with("limits.") => 2,
-        _ => 3,
-    };
-    let mut shown: Vec<(u8, &String, &quota::Quantity)> = needs
+    let rank = |k: &str| quota::keys::display_order(k, cfg);
+    let mut shown: Vec<(_, &String, &quota::Quantity)> = needs
         .iter()
         .filter(|(k, v)| !said_by_a_model(k, v))
         .map(|(k, v)| (rank(k), k, v))
@@ -177,7 +172,7 @@ mod tests {
         .into();
         assert_eq!(
             needs_words(&needs, &KeyConfig::default()),
-            "16 GPU A100, 8 cpu, 128 GiB memory, 8 cpu A4 limit, 8 pods"
+            "16 A100 GPUs, 8 CPU cores, 8 CPU A4 cores (limit), 128 GiB memory, 8 pods"
         );
         // A generic key that asks more than its model says is kept.
         let mixed: ResourceList = [
@@ -187,7 +182,7 @@ mod tests {
         .into();
         assert_eq!(
             needs_words(&mixed, &KeyConfig::default()),
-            "4 GPU, 2 GPU A100"
+            "4 GPUs, 2 A100 GPUs"
         );
     }
 }

@@ -33,7 +33,13 @@ pub struct KeyDetail {
     /// What the children's carve-outs hold (empty for a cash key).
     pub allocated: String,
     pub max: Option<String>,
+    /// What admission can still give within its hard, and what it could
+    /// borrow beyond that now (`quota::rollup`; empty for a cash key).
+    pub free_now: String,
+    pub borrowable_now: String,
     /// The exact values, in nano-units, that the table sorts by.
+    pub free_now_nanos: Option<i128>,
+    pub borrowable_now_nanos: Option<i128>,
     pub self_used_nanos: i128,
     pub allocated_nanos: Option<i128>,
     pub max_nanos: Option<i128>,
@@ -103,6 +109,8 @@ pub const ROWS_SHOWN: usize = 200;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FormKey {
     pub key: String,
+    /// The key as people read it ("A100 GPUs"); empty: the key.
+    pub name: String,
     pub hard: String,
     pub max: String,
     /// What is left of it in the parent (a hint), if known.
@@ -308,6 +316,8 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                     <th data-sort="num" data-sort-first="desc">"Hard"</th>
                     <th data-sort="num" data-sort-first="desc">"In use"</th>
                     <th data-sort="num" data-sort-first="desc">"Allocated to children"</th>
+                    <th data-sort="num" data-sort-first="desc">"Free now"</th>
+                    <th data-sort="num" data-sort-first="desc">"Borrowable now"</th>
                     <th data-sort="num" data-sort-first="desc">"Self used"</th>
                     <th data-sort="num" data-sort-first="desc">"Max"</th>
                 </tr></thead>
@@ -322,15 +332,21 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                         let detail = (!k.usage.detail.is_empty()).then(|| view! { <small class="detail">{k.usage.detail.clone()}</small> });
                         let alloc_class = if k.allocated.is_empty() { "num empty" } else { "num" };
                         let max_class = if k.max.is_none() { "num empty" } else { "num" };
+                        let free_class = if k.free_now.is_empty() { "num empty" } else { "num" };
+                        let borrow_class = if k.borrowable_now.is_empty() { "num empty" } else { "num" };
                         let exact = |n: Option<i128>| n.map(|n| n.to_string()).unwrap_or_default();
                         let (hard_n, used_n) = (k.usage.hard_nanos.to_string(), k.usage.used_nanos.to_string());
+                        // A budget is spent (by its subtree), not in use.
+                        let used_label = if k.usage.cash { "Spent" } else { "In use" };
                         view! {
                             <tr class=class>
-                                <td class="key">{k.usage.key}</td>
+                                <td class="key" title=k.usage.key>{k.usage.name}</td>
                                 <td class="usage" data-label="Usage" data-sort-value=pct.to_string()><span class=bar_class><i class="use" style=width></i><i class="idle" style=idle></i></span><span class="num">{format!("{pct}%")}{detail}</span></td>
                                 <td class="num" data-label="Hard" data-sort-value=hard_n>{hard}</td>
-                                <td class="num" data-label="In use" data-sort-value=used_n>{used}</td>
-                                <td class=alloc_class data-label="Allocated" data-sort-value=exact(k.allocated_nanos)>{k.allocated}</td>
+                                <td class="num" data-label=used_label data-sort-value=used_n>{used}</td>
+                                <td class=alloc_class data-label="Allocated to children" data-sort-value=exact(k.allocated_nanos)>{k.allocated}</td>
+                                <td class=free_class data-label="Free now" data-sort-value=exact(k.free_now_nanos)>{k.free_now}</td>
+                                <td class=borrow_class data-label="Borrowable now" data-sort-value=exact(k.borrowable_now_nanos)>{k.borrowable_now}</td>
                                 <td class="num" data-label="Self used" data-sort-value=k.self_used_nanos.to_string()>{k.self_used}</td>
                                 <td class=max_class data-label="Max" data-sort-value=exact(k.max_nanos)>{k.max.unwrap_or_default()}</td>
                             </tr>
@@ -380,14 +396,14 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
         view! { <p class="hint">"No workloads bound to this quota."</p> }.into_any()
     } else {
         view! {
-            <table>
+            <table class="workloads cards">
                 <thead><tr><th>"Workload"</th><th>"Pod sets"</th><th>"Charge"</th><th>"Since"</th></tr></thead>
                 <tbody>{d.workloads.into_iter().map(|w| view! {
                     <tr>
-                        <td class="key">{w.reference}</td>
-                        <td>{w.pod_sets.into_iter().map(|p| view! { <div class="num">{p}</div> }).collect_view()}</td>
-                        <td class="num">{w.charge}</td>
-                        <td class="num">{w.since}</td>
+                        <td class="key" data-label="Workload">{w.reference}</td>
+                        <td class="wide" data-label="Pod sets">{w.pod_sets.into_iter().map(|p| view! { <div class="num">{p}</div> }).collect_view()}</td>
+                        <td class="num" data-label="Charge">{w.charge}</td>
+                        <td class="num" data-label="Since">{w.since}</td>
                     </tr>
                 }).collect_view()}</tbody>
             </table>
@@ -468,7 +484,10 @@ fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
         Some(i) => (format!("newhard:{i}"), format!("newmax:{i}")),
     };
     let key_cell = match extra {
-        None => view! { <td class="key">{k.key.clone()}{k.required.then_some(" *")}</td> }.into_any(),
+        None => {
+            let name = if k.name.is_empty() { k.key.clone() } else { k.name.clone() };
+            view! { <td class="key" title=k.key.clone()>{name}{k.required.then_some(" *")}</td> }.into_any()
+        }
         Some(i) => view! { <td><input name=format!("newkey:{i}") value=k.key.clone() placeholder="e.g. limits.cpu.A4" aria-label="key"/></td> }.into_any(),
     };
     let left = k.left.clone().unwrap_or_default();
@@ -525,7 +544,11 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
         }
     });
     let budgets = crate::budgets::form_rows(f.budgets);
-    let rows = f.keys.into_iter().map(|k| key_row(k, None)).collect_view();
+    // GPUs and budgets first, as on the cards (the default configuration
+    // decides what a GPU is here: only the order depends on it).
+    let mut keys = f.keys;
+    keys.sort_by_cached_key(|k| quota::keys::display_order(&k.key, &quota::KeyConfig::default()));
+    let rows = keys.into_iter().map(|k| key_row(k, None)).collect_view();
     let extra = f
         .extra
         .into_iter()

@@ -118,9 +118,9 @@ pub fn render_reports_page(viewer: Viewer, page: ReportsPage, flash: Option<Flas
                 .map(|r| {
                     view! {
                         <tr>
-                            <td>{r.bucket}</td>
-                            <td class="name">{r.group}</td>
-                            <td class="num" data-sort-value=r.sort>{r.amount}</td>
+                            <td data-label="Bucket">{r.bucket}</td>
+                            <td class="name" data-label="Group">{r.group}</td>
+                            <td class="num" data-label="Amount" data-sort-value=r.sort>{r.amount}</td>
                         </tr>
                     }
                 })
@@ -128,8 +128,10 @@ pub fn render_reports_page(viewer: Viewer, page: ReportsPage, flash: Option<Flas
             let chart = page.chart.clone();
             view! {
                 <h3>{page.title.clone()}</h3>
+                // The answer first: the total, then how it is made up.
+                <p class="report-total"><strong>{format!("Total: {}", page.total)}</strong></p>
                 <figure class="chart report-chart" inner_html=chart></figure>
-                <table class="report">
+                <table class="report cards">
                     <thead><tr><th>"Bucket"</th><th>"Group"</th><th class="num">"Amount"</th></tr></thead>
                     <tbody>{rows}</tbody>
                     <tfoot><tr><th>"Total"</th><th></th><th class="num">{page.total.clone()}</th></tr></tfoot>

@@ -49,8 +49,8 @@ pub struct RequestForm {
     pub sources: Vec<String>,
     /// Quotas to suggest as destinations (those the viewer sees).
     pub destinations: Vec<String>,
-    /// Keys to suggest.
-    pub keys: Vec<String>,
+    /// The keys to choose from, (key, its display name), GPUs first.
+    pub keys: Vec<(String, String)>,
     /// "" = more from the parent of `to`.
     pub from: String,
     pub to: String,
@@ -157,19 +157,36 @@ fn RequestFormView(form: RequestForm, csrf: String) -> impl IntoView {
         .iter()
         .map(|d| view! { <option value=d.clone()></option> })
         .collect_view();
-    let keys = form
-        .keys
-        .iter()
-        .map(|k| view! { <option value=k.clone()></option> })
-        .collect_view();
     let rows = (0..AMOUNT_ROWS)
         .map(|i| {
             let (k, v) = form.rows.get(i).cloned().unwrap_or_default();
             let first = i == 0;
+            // A key typed before (a refused form sent back) stays chosen,
+            // even one the list does not offer.
+            let known = form.keys.iter().any(|(key, _)| *key == k);
+            let typed = (!k.is_empty() && !known)
+                .then(|| view! { <option value=k.clone() selected=true>{k.clone()}</option> });
+            let options = form
+                .keys
+                .iter()
+                .map(|(key, name)| {
+                    let selected = *key == k;
+                    view! { <option value=key.clone() title=key.clone() selected=selected>{format!("{name} ({key})")}</option> }
+                })
+                .collect_view();
+            let blank = if first { "choose a key" } else { "no more keys" };
             view! {
                 <div class="amount">
-                    <input name="key" list="transfer-keys" value=k placeholder="key, e.g. requests.nvidia.com/gpu" aria-label=format!("key {}", i + 1) required=first/>
-                    <input name="amount" value=v placeholder="amount" aria-label=format!("amount {}", i + 1) required=first/>
+                    <label>{format!("Key {}", i + 1)}
+                        <select name="key" required=first>
+                            <option value="" selected=k.is_empty()>{blank}</option>
+                            {typed}
+                            {options}
+                        </select>
+                    </label>
+                    <label>{format!("Amount {}", i + 1)}
+                        <input name="amount" value=v placeholder="e.g. 4" inputmode="decimal" required=first/>
+                    </label>
                 </div>
             }
         })
@@ -192,7 +209,6 @@ fn RequestFormView(form: RequestForm, csrf: String) -> impl IntoView {
                 <label>"Loan: give back at (UTC, optional)"<input name="revert_at" type="datetime-local" value=form.revert_at/></label>
             </div>
             <datalist id="transfer-quotas">{destinations}</datalist>
-            <datalist id="transfer-keys">{keys}</datalist>
             <div class="amounts">{rows}</div>
             <fieldset class="inline top-up" id="top-up">
                 <legend>"Or ask for more budget (a top-up of one cash key of the destination, this period)"</legend>
@@ -241,20 +257,20 @@ pub fn render_transfers_page(
                 let href = format!("/transfers/{}", r.id);
                 view! {
                     <tr>
-                        <td class="num" data-sort-value=r.id.to_string()><a href=href>{format!("#{}", r.id)}</a></td>
-                        <td><Status status=r.status/></td>
-                        <td><Source from=r.from to=r.to.clone() link=r.from_link/></td>
-                        <td><QuotaName name=r.to link=r.to_link/></td>
-                        <td class="key">{amounts_text(&r.amounts)}</td>
-                        <td>{r.reason}{r.revert_at.map(|at| view! { <div class="hint">{format!("loan until {at}")}</div> })}</td>
-                        <td>{r.requested_by}</td>
-                        <td class="num" data-sort-value=r.id.to_string()>{r.requested_at}</td>
+                        <td class="num" data-label="#" data-sort-value=r.id.to_string()><a href=href>{format!("#{}", r.id)}</a></td>
+                        <td data-label="Status"><Status status=r.status/></td>
+                        <td data-label="From"><Source from=r.from to=r.to.clone() link=r.from_link/></td>
+                        <td data-label="To"><QuotaName name=r.to link=r.to_link/></td>
+                        <td class="key" data-label="Amounts">{amounts_text(&r.amounts)}</td>
+                        <td class="wide" data-label="Reason">{r.reason}{r.revert_at.map(|at| view! { <div class="hint">{format!("loan until {at}")}</div> })}</td>
+                        <td data-label="By">{r.requested_by}</td>
+                        <td class="num" data-label="Requested" data-sort-value=r.id.to_string()>{r.requested_at}</td>
                     </tr>
                 }
             })
             .collect_view();
         view! {
-            <table class="transfers">
+            <table class="transfers cards">
                 <thead><tr>
                     <th data-sort="num" data-sort-first="desc">"#"</th><th data-sort="text">"Status"</th><th data-sort="text">"From"</th>
                     <th data-sort="text">"To"</th><th data-sort="text">"Amounts"</th><th data-sort="text">"Reason"</th>

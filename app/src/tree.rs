@@ -50,6 +50,9 @@ pub struct CashCell {
     /// For sorting: nano-units left, and whole hours of runway.
     pub left_nanos: i128,
     pub runway_hours: Option<i128>,
+    /// The budget's one forecast (`quota::forecast::outlook`): its words
+    /// (`runs out in 8.3 days (2026-12-07)`) are the same on every page.
+    pub outlook: quota::forecast::Outlook,
 }
 
 /// One node of the tree, in depth-first order.
@@ -85,30 +88,11 @@ impl TreeRow {
     }
 }
 
-/// A short name for a key in the "other keys" column: `cpu`, `memory`,
-/// `A100` for a model, `pods`; limits keep their prefix.
+/// A key's name in the tree's columns and the queue's needs: the one
+/// display name (`quota::keys::display_name`: "A100 GPUs", "CPU cores
+/// (limit)", "GPU card-hours").
 pub fn short_key(key: &str, cfg: &KeyConfig) -> String {
-    match Key::parse(key, cfg) {
-        Ok(k) => {
-            let base = match k.resource.as_str() {
-                r if cfg.is_gpu(r) => "GPU".to_string(),
-                r => r.to_string(),
-            };
-            let name = match k.model {
-                Some(m) => format!("{base} {m}"),
-                None => base,
-            };
-            let limits = key.starts_with("limits.");
-            if k.cash {
-                format!("{name} budget")
-            } else if limits {
-                format!("{name} limit")
-            } else {
-                name
-            }
-        }
-        Err(_) => key.to_string(),
-    }
+    crate::key_name(key, cfg)
 }
 
 fn gpu_cell(rolled: &[KeyRollup], cfg: &KeyConfig) -> Option<GpuCell> {
@@ -143,13 +127,30 @@ pub struct Pricing {
     pub now_ms: i64,
 }
 
+/// The one forecast (`quota::forecast::outlook`) of every cash key of
+/// `q`'s hard, in key order: what the quota page, its charts, the budgets
+/// API and the alerts read.
+pub fn outlooks(q: &Quota, pricing: &Pricing) -> Vec<quota::forecast::Outlook> {
+    q.spec
+        .hard
+        .keys()
+        .filter(|k| cash_target(k).is_some())
+        .map(|k| quota::forecast::outlook(q, k, pricing.now_ms, &pricing.qos, &pricing.list))
+        .collect()
+}
+
 /// Every budget of `q` (cash keys of hard that are not zero): what is left
-/// (`quota::budget::periods::left`, as admission reads it) and how long it lasts at what the
-/// quota's own workloads burn now at their prices
-/// (`runway::burn_per_hour`; children spend their carve-outs, not this
-/// budget). The GPU budget first, then the GPU models' budgets, then the
+/// and how long it lasts, from the budget's one forecast
+/// (`quota::forecast::outlook`: left as admission reads it, at what the
+/// quota's own workloads burn now at their prices; children spend their
+/// carve-outs, not this budget). The GPU budget first, then the GPU models' budgets, then the
 /// rest, each by key.
-pub fn cash_cells(q: &Quota, cfg: &KeyConfig, pricing: &Pricing) -> Vec<CashCell> {
+pub fn cash_cells(
+    q: &Quota,
+    in_use: &ResourceList,
+    cfg: &KeyConfig,
+    pricing: &Pricing,
+) -> Vec<CashCell> {
     let is_gpu_budget = |k: &str| {
         cash_target(k)
             .and_then(|t| Key::parse(t, cfg).ok())
@@ -161,16 +162,12 @@ pub fn cash_cells(q: &Quota, cfg: &KeyConfig, pricing: &Pricing) -> Vec<CashCell
         .iter()
         .filter(|(k, h)| cash_target(k).is_some() && !h.is_zero())
         .map(|(key, hard)| {
-            let spent = resources::get(&q.status.used, key);
-            let left = quota::budget::periods::left(&q.spec, &q.status, key).max(Quantity::ZERO);
-            let burn = quota::budget::runway::burn_per_hour(
-                q.status.workloads.values(),
-                cash_target(key).unwrap_or_default(),
-                pricing.now_ms,
-                &pricing.qos,
-                &pricing.list,
-            );
-            let lasts = quota::budget::runway::lasts_ms(left, burn).filter(|ms| *ms > 0);
+            // What the subtree spent (`in_use`), never a parent's carve-outs.
+            let spent = resources::get(in_use, key);
+            let outlook =
+                quota::forecast::outlook(q, key, pricing.now_ms, &pricing.qos, &pricing.list);
+            let left = outlook.left.max(Quantity::ZERO);
+            let lasts = outlook.lasts_ms().filter(|ms| *ms > 0);
             let cell = CashCell {
                 key: key.to_string(),
                 label: short_key(key, cfg),
@@ -179,6 +176,7 @@ pub fn cash_cells(q: &Quota, cfg: &KeyConfig, pricing: &Pricing) -> Vec<CashCell
                 runway: lasts.map(quota::budget::runway::span),
                 left_nanos: left.nanos(),
                 runway_hours: lasts.map(|ms| ms as i128 / 3_600_000),
+                outlook,
             };
             let rank = if is_gpu_budget(key) {
                 0
@@ -208,13 +206,19 @@ pub fn row_of(
     let gpu = gpu_cell(&rolled, cfg);
     let gpu_key = gpu.as_ref().map(|g| g.key.clone());
     // Keys with a zero hard that nothing uses are not worth a glance.
-    let mut others: Vec<(String, u32)> = rolled
+    // GPU models first (fullest first), then the fullest of the rest: an
+    // A100 at 81 % is not hidden behind three CPU keys.
+    let mut others: Vec<(bool, String, u32)> = rolled
         .iter()
         .filter(|r| Some(&r.key) != gpu_key.as_ref())
         .filter(|r| !r.hard.is_zero() || !r.in_use.is_zero())
-        .map(|r| (short_key(&r.key, cfg), r.in_use_percent()))
+        .map(|r| {
+            let gpu = quota::keys::display_order(&r.key, cfg).0 == 0;
+            (!gpu, short_key(&r.key, cfg), r.in_use_percent())
+        })
         .collect();
-    others.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    others.sort_by(|a, b| (a.0, b.2, &a.1).cmp(&(b.0, a.2, &b.1)));
+    let mut others: Vec<(String, u32)> = others.into_iter().map(|(_, k, p)| (k, p)).collect();
     others.truncate(3);
     let borrowing = q
         .status
@@ -229,10 +233,10 @@ pub fn row_of(
         workloads: q.status.workloads.len(),
         children,
         gpu,
-        budgets: cash_cells(q, cfg, pricing),
+        budgets: cash_cells(q, in_use, cfg, pricing),
         borrowing,
         others,
-        max_percent: crate::max_percent(q, &rolled),
+        max_percent: crate::max_percent(q, &rolled, in_use),
         hidden_below: 0,
         context: false,
         open: children > 0,
@@ -1100,8 +1104,8 @@ mod tests {
         // nlp-a's budget) = 450 h = 18.7 days, rounded down.
         assert_eq!(cash.runway.as_deref(), Some("18.7 days"));
         // A zero hard nobody uses is not a column of anything.
-        assert!(nlp.others.iter().all(|(k, _)| k != "memory limit"));
-        assert_eq!(nlp.others, vec![("cpu".to_string(), 0)]);
+        assert!(nlp.others.iter().all(|(k, _)| k != "memory (limit)"));
+        assert_eq!(nlp.others, vec![("CPU cores".to_string(), 0)]);
     }
 
     #[test]
@@ -1148,8 +1152,8 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("GPU budget", "24 card-hours", Some("1.2 hours")),
-                ("GPU H100 budget", "400 card-hours", Some("20 hours")),
+                ("GPU card-hours", "24 card-hours", Some("1.2 hours")),
+                ("H100 card-hours", "400 card-hours", Some("20 hours")),
             ]
         );
         // Sorting by runway takes a row's shortest.

@@ -102,6 +102,130 @@ pub fn forecast(samples: &[Sample], cash_key: &str, now_ms: i64, window_ms: i64)
     f
 }
 
+/// A budget's one forecast, which every page, the API, the charts and the
+/// alerts read (none computes its own): what is left of it as admission
+/// reads it (`budget::periods::left`), what the quota's own workloads burn
+/// of it per hour now at the prices they pay (`budget::runway::burn_per_hour`:
+/// children spend their carve-outs, not this budget), and so when it runs
+/// out, or that its period ends first.
+///
+/// "At what runs now" rather than a burn measured from samples: it needs no
+/// history (the tree and the alert sweep ask it of every quota), it moves
+/// the moment work starts or stops, and its date stays put while the same
+/// work runs: it counts from the end of the copy's last accrual
+/// (`lastReconcileTime`), which `left` is as of, so copies accrued at
+/// different times, and pages drawn a minute apart, name the same instant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outlook {
+    pub key: String,
+    pub now_ms: i64,
+    /// Left for the quota's own new work (negative: overspent).
+    pub left: Quantity,
+    pub burn_per_hour: Quantity,
+    pub runway: crate::budget::runway::Runway,
+}
+
+/// The [`Outlook`] of the cash key `key` of `q` at `now_ms`.
+pub fn outlook(
+    q: &crate::Quota,
+    key: &str,
+    now_ms: i64,
+    qos: &crate::cash::Prices,
+    list: &crate::budget::PriceList,
+) -> Outlook {
+    use crate::budget::runway::{self, Runway};
+    let left = crate::budget::periods::left(&q.spec, &q.status, key);
+    let target = crate::keys::cash_target(key).unwrap_or_default();
+    let burn = runway::burn_per_hour(q.status.workloads.values(), target, now_ms, qos, list);
+    let period_end = crate::budget::periods::balance(&q.spec, &q.status, key)
+        .map(|b| b.window.end_ms)
+        .filter(|e| *e != i64::MAX);
+    // From the end of the copy's last accrual, which `left` is as of: two
+    // copies of one quota accrued a minute apart name the same instant.
+    let as_of = q
+        .status
+        .last_reconcile_time
+        .as_deref()
+        .and_then(crate::time::parse_rfc3339)
+        .filter(|t| *t <= now_ms)
+        .unwrap_or(now_ms);
+    let runway = match runway::at_current_use(left, burn, as_of) {
+        Runway::Until { at_ms } => match period_end {
+            _ if at_ms <= now_ms => Runway::Spent,
+            Some(end) if end <= at_ms => Runway::OutlastsPeriod { ends_ms: end },
+            _ => Runway::Until { at_ms },
+        },
+        other => other,
+    };
+    Outlook {
+        key: key.to_string(),
+        now_ms,
+        left,
+        burn_per_hour: burn,
+        runway,
+    }
+}
+
+impl Outlook {
+    /// When it runs out at what runs now (None: not burning, or its period
+    /// ends first); `now` when it is spent.
+    pub fn runs_out_ms(&self) -> Option<i64> {
+        use crate::budget::runway::Runway;
+        match self.runway {
+            Runway::Until { at_ms } => Some(at_ms),
+            Runway::Spent => Some(self.now_ms),
+            _ => None,
+        }
+    }
+
+    /// How long it lasts from now, in milliseconds, while it has something
+    /// left and burns.
+    pub fn lasts_ms(&self) -> Option<i64> {
+        match self.runway {
+            crate::budget::runway::Runway::Until { at_ms } => {
+                Some(at_ms.saturating_sub(self.now_ms).max(0))
+            }
+            _ => None,
+        }
+    }
+
+    /// The outlook as a [`Forecast`] (what the burn-down chart draws its
+    /// dashed line from): left now, falling at the burn, to zero when it
+    /// runs out — past the period's end too, where the chart shows it.
+    pub fn as_forecast(&self) -> Forecast {
+        let at = crate::budget::runway::lasts_ms(self.left, self.burn_per_hour)
+            .map(|ms| self.now_ms.saturating_add(ms));
+        Forecast {
+            key: self.key.clone(),
+            now_ms: self.now_ms,
+            remaining: self.left,
+            as_of_ms: Some(self.now_ms),
+            burned: self.burn_per_hour,
+            burn_from_ms: Some(self.now_ms.saturating_sub(MS_PER_HOUR)),
+            burn_per_hour: self.burn_per_hour,
+            exhausted_at_ms: at,
+            days_left: at.map(|a| a.saturating_sub(self.now_ms).max(0) as f64 / MS_PER_DAY as f64),
+        }
+    }
+
+    /// The run-out day, `2026-12-07` (UTC).
+    pub fn date(&self) -> Option<String> {
+        self.runs_out_ms()
+            .map(|at| crate::time::format_rfc3339(at)[..10].to_string())
+    }
+
+    /// The one sentence every place shows: `runs out in 8.3 days
+    /// (2026-12-07)`, `spent`, `not burning`, `lasts until the period ends
+    /// (2026-12-01 00:00 UTC)`.
+    pub fn words(&self) -> String {
+        let w = self.runway.words(self.now_ms);
+        match (&self.runway, self.date()) {
+            (crate::budget::runway::Runway::Until { .. }, Some(d)) => format!("{w} ({d})"),
+            _ => w,
+        }
+    }
+}
+
 /// Index of the sample the burn is measured from, or None when fewer than
 /// two usable samples lie in the window.
 fn burn_start(pts: &[(i64, i128, i128)], from_ms: i64) -> Option<usize> {
@@ -159,6 +283,81 @@ mod tests {
             used: list(&[(CASH, Quantity::from_nanos(spent_nanos))]),
             self_used: ResourceList::new(),
         }
+    }
+
+    /// A quota with a `budget` card-hour budget, `spent` of it accrued, and
+    /// one workload of `cards` GPUs running.
+    fn budgeted(budget: i64, cards: i64) -> crate::Quota {
+        let mut q = crate::Quota::new(
+            "nlp",
+            crate::QuotaSpec {
+                parent: String::new(),
+                hard: list(&[(CASH, Quantity::from_units(budget))]),
+                max: Default::default(),
+                budgets: Default::default(),
+                queueing: Default::default(),
+            },
+        );
+        if cards > 0 {
+            q.status.workloads.insert(
+                "batch/Job/ml/train".into(),
+                crate::Charge {
+                    pod_sets: vec![crate::workload::PodSet {
+                        name: "main".into(),
+                        count: cards,
+                        per_pod: list(&[("requests.nvidia.com/gpu", Quantity::from_units(1))]),
+                        qos: None,
+                    }],
+                    hpa: None,
+                    since: "2026-11-21T00:00:00.000Z".into(),
+                    uid: "u".into(),
+                    admitted: None,
+                },
+            );
+        }
+        q
+    }
+
+    #[test]
+    fn one_outlook_names_one_day_and_one_sentence() {
+        let q = budgeted(200, 10);
+        let o = outlook(&q, CASH, T0, &Default::default(), &Default::default());
+        // 200 card-hours at 10 cards: 20 hours.
+        assert_eq!(o.left, Quantity::from_units(200));
+        assert_eq!(o.burn_per_hour, Quantity::from_units(10));
+        assert_eq!(o.runs_out_ms(), Some(T0 + 20 * MS_PER_HOUR));
+        assert_eq!(o.lasts_ms(), Some(20 * MS_PER_HOUR));
+        assert_eq!(o.words(), "runs out in 20 hours (2026-11-21)");
+        // Ten days of budget: the day is named with it.
+        let q = budgeted(2400, 10);
+        let o = outlook(&q, CASH, T0, &Default::default(), &Default::default());
+        assert_eq!(o.words(), "runs out in 10 days (2026-12-01)");
+    }
+
+    #[test]
+    fn an_idle_or_spent_budget_says_so() {
+        let idle = outlook(
+            &budgeted(200, 0),
+            CASH,
+            T0,
+            &Default::default(),
+            &Default::default(),
+        );
+        assert_eq!(
+            (idle.words(), idle.runs_out_ms()),
+            ("not burning".to_string(), None)
+        );
+        let spent = outlook(
+            &budgeted(0, 4),
+            CASH,
+            T0,
+            &Default::default(),
+            &Default::default(),
+        );
+        assert_eq!(
+            (spent.words(), spent.runs_out_ms()),
+            ("spent".to_string(), Some(T0))
+        );
     }
 
     /// Minute samples over `hours` of a steady burn of `rate` card-hours/h,

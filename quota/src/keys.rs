@@ -156,6 +156,126 @@ impl Key {
     }
 }
 
+/// A key as people read it — the one name cards, the tree, alerts, queue
+/// reasons, chart titles and forms show (the raw key stays in a tooltip
+/// and, unchanged, in the API): `requests.nvidia.com/gpu.A100` → `A100
+/// GPUs`, `cash/requests.nvidia.com/gpu` → `GPU card-hours`,
+/// `requests.cpu` → `CPU cores`, `limits.cpu.A4` → `CPU A4 cores
+/// (limit)`, `requests.memory` → `memory`, `pods` → `pods`. A key that
+/// does not parse is shown as it is.
+pub fn display_name(key: &str, cfg: &KeyConfig) -> String {
+    let Ok(k) = Key::parse(key, cfg) else {
+        return key.to_string();
+    };
+    let gpu = cfg.is_gpu(&k.resource);
+    let m = k.model.as_deref();
+    let with = |word: &str| match m {
+        Some(m) => format!("{word} {m}"),
+        None => word.to_string(),
+    };
+    let name = if k.cash {
+        let unit = crate::readable::cash_unit(key);
+        match k.resource.as_str() {
+            _ if gpu => format!("{} {unit}", m.unwrap_or("GPU")),
+            "cpu" => format!("{} {unit}", with("CPU")),
+            "memory" => format!("{} GiB-hours", with("memory")),
+            "pods" => "pod-hours".to_string(),
+            // An extended resource that is not a configured GPU: its unit
+            // is not known here.
+            r => format!("{} budget", with(r)),
+        }
+    } else {
+        match k.resource.as_str() {
+            _ if gpu => match m {
+                Some(m) => format!("{m} GPUs"),
+                None => "GPUs".to_string(),
+            },
+            "cpu" => format!("{} cores", with("CPU")),
+            "memory" => with("memory"),
+            "ephemeral-storage" => with("local storage"),
+            "pods" => "pods".to_string(),
+            r => with(r),
+        }
+    };
+    if k.class == Class::Limits {
+        format!("{name} (limit)")
+    } else {
+        name
+    }
+}
+
+/// `text` with each of `keys` that stands in it as a whole word replaced
+/// by its [`display_name`] (the longest key first, so
+/// `requests.nvidia.com/gpu.A100` is not read as `requests.nvidia.com/gpu`
+/// followed by `.A100`): a stored queue reason or alert message, written
+/// with raw keys (as the API and `kubectl` keep them), as a page shows it.
+pub fn with_names<'a>(
+    text: &str,
+    keys: impl IntoIterator<Item = &'a str>,
+    cfg: &KeyConfig,
+) -> String {
+    let mut keys: Vec<&str> = keys.into_iter().filter(|k| !k.is_empty()).collect();
+    keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    keys.dedup();
+    let part_of_key = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '/' | '-' | '_');
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    'scan: while i < text.len() {
+        let starts_word = text[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !part_of_key(c));
+        if starts_word {
+            for k in &keys {
+                if let Some(rest) = text[i..].strip_prefix(k) {
+                    // A key may be followed by punctuation (`…A100: 2 free`,
+                    // `…gpu.`), never by more of a key.
+                    let mut next = rest.chars();
+                    let ends_word = match next.next() {
+                        None => true,
+                        Some('.') => next.next().is_none_or(|c| !part_of_key(c)),
+                        Some(c) => !part_of_key(c),
+                    };
+                    if ends_word {
+                        out.push_str(&display_name(k, cfg));
+                        i += k.len();
+                        continue 'scan;
+                    }
+                }
+            }
+        }
+        let c = text[i..].chars().next().unwrap_or_default();
+        out.push(c);
+        i += c.len_utf8().max(1);
+    }
+    out
+}
+
+/// Where a key is listed, GPUs first: GPUs and their models, then
+/// budgets (GPU budgets first), then CPU, memory, storage and other
+/// resources, pods last; within each, `requests.*` before `limits.*`, a
+/// model after its generic key. Sort keys by it.
+pub fn display_order(key: &str, cfg: &KeyConfig) -> (u8, u8, String, String) {
+    let Ok(k) = Key::parse(key, cfg) else {
+        return (9, 0, key.to_string(), String::new());
+    };
+    let gpu = cfg.is_gpu(&k.resource);
+    let rank = match (k.cash, k.resource.as_str()) {
+        (false, _) if gpu => 0,
+        (true, _) if gpu => 1,
+        (true, _) => 2,
+        (false, "cpu") => 3,
+        (false, "memory") => 4,
+        (false, "pods") => 6,
+        (false, _) => 5,
+    };
+    let class = match k.class {
+        Class::Requests | Class::Pods => 0,
+        Class::Limits => 1,
+    };
+    (rank, class, k.resource, k.model.unwrap_or_default())
+}
+
 /// `cash/requests.nvidia.com/gpu` → `requests.nvidia.com/gpu`.
 pub fn cash_target(key: &str) -> Option<&str> {
     key.strip_prefix(CASH_PREFIX)
@@ -213,6 +333,93 @@ mod tests {
         );
         let k = parse("requests.example.com/fpga").unwrap();
         assert_eq!(k.resource, "example.com/fpga");
+    }
+
+    #[test]
+    fn every_key_has_a_name_people_read() {
+        let cfg = KeyConfig::default();
+        let name = |k: &str| display_name(k, &cfg);
+        assert_eq!(name("requests.nvidia.com/gpu.A100"), "A100 GPUs");
+        assert_eq!(name("requests.nvidia.com/gpu"), "GPUs");
+        assert_eq!(name("cash/requests.nvidia.com/gpu"), "GPU card-hours");
+        assert_eq!(name("cash/requests.nvidia.com/gpu.A100"), "A100 card-hours");
+        assert_eq!(name("requests.cpu"), "CPU cores");
+        assert_eq!(name("cpu"), "CPU cores");
+        assert_eq!(name("limits.cpu"), "CPU cores (limit)");
+        assert_eq!(name("limits.cpu.A4"), "CPU A4 cores (limit)");
+        assert_eq!(name("requests.cpu.A4"), "CPU A4 cores");
+        assert_eq!(name("cash/limits.cpu"), "CPU core-hours (limit)");
+        assert_eq!(name("requests.memory"), "memory");
+        assert_eq!(name("limits.memory.A4"), "memory A4 (limit)");
+        assert_eq!(name("requests.ephemeral-storage"), "local storage");
+        assert_eq!(name("pods"), "pods");
+        assert_eq!(name("requests.example.com/fpga"), "example.com/fpga");
+        assert_eq!(name("not a key"), "not a key");
+    }
+
+    #[test]
+    fn stored_words_read_with_names() {
+        let cfg = KeyConfig::default();
+        let keys = [
+            "requests.nvidia.com/gpu",
+            "requests.nvidia.com/gpu.A100",
+            "cash/requests.nvidia.com/gpu",
+        ];
+        assert_eq!(
+            with_names(
+                "waits for 4 × requests.nvidia.com/gpu.A100: 2 free, 6 needed",
+                keys,
+                &cfg
+            ),
+            "waits for 4 × A100 GPUs: 2 free, 6 needed"
+        );
+        assert_eq!(
+            with_names(
+                "cash/requests.nvidia.com/gpu of nlp runs out in 8.3 days (2026-12-07)",
+                keys,
+                &cfg
+            ),
+            "GPU card-hours of nlp runs out in 8.3 days (2026-12-07)"
+        );
+        // Not inside a longer word; a sentence's full stop is not the key's.
+        assert_eq!(
+            with_names(
+                "xrequests.nvidia.com/gpu, requests.nvidia.com/gpu.",
+                keys,
+                &cfg
+            ),
+            "xrequests.nvidia.com/gpu, GPUs."
+        );
+        assert_eq!(with_names("café ünïcode", keys, &cfg), "café ünïcode");
+    }
+
+    #[test]
+    fn gpus_and_budgets_come_first_and_pods_last() {
+        let cfg = KeyConfig::default();
+        let mut keys = vec![
+            "pods",
+            "requests.memory",
+            "limits.cpu.A4",
+            "requests.cpu",
+            "cash/requests.nvidia.com/gpu",
+            "requests.nvidia.com/gpu.A100",
+            "requests.nvidia.com/gpu",
+        ];
+        keys.push("limits.cpu");
+        keys.sort_by_key(|k| display_order(k, &cfg));
+        assert_eq!(
+            keys,
+            [
+                "requests.nvidia.com/gpu",
+                "requests.nvidia.com/gpu.A100",
+                "cash/requests.nvidia.com/gpu",
+                "requests.cpu",
+                "limits.cpu",
+                "limits.cpu.A4",
+                "requests.memory",
+                "pods",
+            ]
+        );
     }
 
     #[test]

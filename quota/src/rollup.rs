@@ -39,6 +39,16 @@ pub struct KeyRollup {
     pub lent: Quantity,
     /// Used beyond its own hard, on loan from its parent.
     pub borrowed: Quantity,
+    /// What admission can still give here within its own hard: hard −
+    /// (its own use + what its children's carve-outs hold), never negative
+    /// (equal to `unallocated`; named for what a person asks of it).
+    pub free_now: Quantity,
+    /// What it could borrow beyond that now, up to its `max`, out of what
+    /// its parent can lend (`queue::room::borrow_limits`, the ceiling its
+    /// queue plans against): a queue's "N free" is `free_now +
+    /// borrowable_now`. Zero without a max, or from [`rollup`] alone
+    /// ([`with_borrowing`] fills it).
+    pub borrowable_now: Quantity,
 }
 
 impl KeyRollup {
@@ -256,9 +266,44 @@ pub fn rollup(q: &Quota, in_use: &ResourceList) -> Vec<KeyRollup> {
                 unallocated: zero_floor(hard.saturating_sub(self_used).saturating_sub(allocated)),
                 lent: get(&st.lent, k),
                 borrowed: get(&st.borrowed, k),
+                // hard − used, as admission reads it (used = selfUsed +
+                // allocated): the same amount as unallocated, named for
+                // what a person asks of it.
+                free_now: zero_floor(hard.saturating_sub(self_used).saturating_sub(allocated)),
+                borrowable_now: Quantity::ZERO,
             })
         })
         .collect()
+}
+
+/// `rows` (`rollup(q, _)`) with what `q` could borrow now filled in:
+/// `parent` is `q`'s parent and `siblings` its parent's children as
+/// stored (`q` among them or not), as `borrow::lend` reads them.
+pub fn with_borrowing(
+    q: &Quota,
+    mut rows: Vec<KeyRollup>,
+    parent: Option<&Quota>,
+    siblings: &[&Quota],
+    now_ms: i64,
+) -> Vec<KeyRollup> {
+    if q.spec.max.is_empty() {
+        return rows;
+    }
+    let standings = crate::borrow::Standing::of_all(siblings.iter().copied());
+    let ceiling = crate::queue::room::borrow_limits(q, parent, &standings, now_ms);
+    for r in &mut rows {
+        let Some(limit) = ceiling.get(&r.key) else {
+            continue;
+        };
+        let base = get(&q.status.used, &r.key).max(r.hard);
+        let more = limit.saturating_sub(base);
+        r.borrowable_now = if more.is_negative() {
+            Quantity::ZERO
+        } else {
+            more
+        };
+    }
+    rows
 }
 
 #[cfg(test)]
@@ -315,6 +360,39 @@ mod tests {
         assert_eq!(r.bar_percents(), (12, 87));
         assert_eq!(r.in_use_percent(), 12);
         assert_eq!(r.allocated_percent(), 100);
+        // Everything is carved out: nothing is free for its own work.
+        assert_eq!(units(r.free_now), 0);
+        assert_eq!(units(r.borrowable_now), 0);
+    }
+
+    /// A child with a max may borrow its siblings' idle guarantee: free
+    /// now is within its hard, borrowable now is what the parent could
+    /// lend it now, and together they are the ceiling its queue reads.
+    #[test]
+    fn free_and_borrowable_now_add_up_to_what_a_queue_may_plan_on() {
+        let mut parent = q("research", "", 24, 0, &[("nlp", 12), ("cv", 12)]);
+        parent.status.used = [(GPU.to_string(), Quantity::from_units(24))].into();
+        let mut nlp = q("nlp", "research", 12, 9, &[]);
+        nlp.status.used = nlp.status.self_used.clone();
+        nlp.spec.max = [(GPU.to_string(), Quantity::from_units(20))].into();
+        let mut cv = q("cv", "research", 12, 3, &[]);
+        cv.status.used = cv.status.self_used.clone();
+        let sub = subtree_in_use(&[parent.clone(), nlp.clone(), cv.clone()]);
+        let rows = with_borrowing(
+            &nlp,
+            rollup(&nlp, &sub["nlp"]),
+            Some(&parent),
+            &[&nlp, &cv],
+            0,
+        );
+        // 12 − 9 = 3 free; cv idles 9, but max caps the loan at 8.
+        assert_eq!(
+            (units(rows[0].free_now), units(rows[0].borrowable_now)),
+            (3, 8)
+        );
+        // Without a parent to ask, nothing is borrowable.
+        let alone = with_borrowing(&nlp, rollup(&nlp, &sub["nlp"]), None, &[], 0);
+        assert_eq!(units(alone[0].borrowable_now), 0);
     }
 
     #[test]

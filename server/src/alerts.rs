@@ -9,7 +9,7 @@
 //!
 //! [`engine`] is the imperative shell: it loads, calls these and stores.
 
-use quota::forecast::Forecast;
+use quota::forecast::Outlook as Forecast;
 use quota::object::Quota;
 use quota::{resources, Quantity};
 use serde_json::json;
@@ -18,7 +18,6 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const DEFAULT_WARN_PERCENT: i64 = 80;
 pub const DEFAULT_CRIT_PERCENT: i64 = 100;
 const MS_PER_HOUR: i64 = 3_600_000;
-const MS_PER_DAY: i64 = 86_400_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -236,8 +235,8 @@ impl Evaluation {
 /// The conditions that hold for `quota` now. `in_use`: what runs in its
 /// whole subtree (`quota::rollup::subtree_in_use`); None when only the
 /// quota itself is known, which is exact for a leaf. `forecasts` holds the
-/// cash forecast of each cash key whose rule has a horizon (the caller
-/// computes it from the stored samples).
+/// one forecast (`quota::forecast::outlook`) of each cash key whose rule
+/// has a horizon: the alert names the run-out in the words the pages show.
 ///
 /// Usage alerts (threshold) follow what runs: at a parent, `status.used` is
 /// mostly what it carved out for children, and a parent that allocated
@@ -344,22 +343,16 @@ pub fn conditions(
             .get(key)
             .and_then(|f| Some((forecast_horizon(quota, rules, key)?, f)));
         if let Some((hours, f)) = forecast {
-            if let Some(at) = f.exhausted_at_ms {
-                let left = at.saturating_sub(now_ms).max(0);
-                if f.remaining.nanos() > 0 && left <= hours.saturating_mul(MS_PER_HOUR) {
-                    let tenths = (left as i128 * 10) / MS_PER_DAY as i128;
+            if let (Some(lasts), Some(at)) = (f.lasts_ms(), f.runs_out_ms()) {
+                if lasts <= hours.saturating_mul(MS_PER_HOUR) {
                     out.push(Condition {
                         kind: Kind::CashForecast,
                         quota: name.to_string(),
                         key: key.clone(),
                         level: Level::Warning,
-                        message: format!(
-                            "{key} of {name} runs out in {}.{} days",
-                            tenths / 10,
-                            tenths % 10
-                        ),
+                        message: format!("{key} of {name} {}", f.words()),
                         numbers: json!({
-                            "remaining": f.remaining.to_string(),
+                            "remaining": f.left.to_string(),
                             "exhaustedAtMs": at,
                             "burnPerHour": f.burn_per_hour.to_string(),
                             "horizonHours": hours,

@@ -1,15 +1,14 @@
 //! A quota's budgets as people read them (the budgets API and the quota
 //! page's panel): per cash key of hard, its policy, the current period,
-//! what it has and what is left, when it renews, the runway at the last
-//! day's burn, and the closed periods. Pure arithmetic is `quota`'s
-//! (`budget::periods`, `budget::runway`); this gathers it.
+//! what it has and what is left, when it renews, its one forecast
+//! (`quota::forecast::outlook`), and the closed periods. Pure arithmetic is
+//! `quota`'s (`budget::periods`, `forecast`); this gathers it.
 
 use crate::store::budgets::MAX_PAGE;
 use crate::store::sql::SqlStore;
 use crate::store::StoreError;
 use quota::budget::periods::{self, KEEP_CLOSED};
-use quota::budget::{runway, to_quantity, BudgetPolicy, Currency, PeriodRecord};
-use quota::forecast::{forecast, Sample, FORECAST_WINDOW_MS};
+use quota::budget::{to_quantity, BudgetPolicy, Currency, PeriodRecord};
 use quota::keys::cash_target;
 use quota::object::Quota;
 use quota::Quantity;
@@ -39,8 +38,10 @@ pub struct BudgetView {
     /// budget + carry-in + top-ups − spent − carved, as admission reads it
     /// (`periods::left`; negative: overspent).
     pub left: Quantity,
-    /// `runs out in 8.8 days`, when a burn could be measured.
-    pub runway: Option<String>,
+    /// The budget's one forecast (`quota::forecast::outlook`), whose words
+    /// (`runs out in 8.3 days (2026-12-07)`) every page, the API and the
+    /// alerts show.
+    pub outlook: quota::forecast::Outlook,
     /// Open reservations (docs/budgets.md §2): how many, and what they
     /// still hold back.
     pub open: usize,
@@ -63,7 +64,7 @@ fn resources_own(q: &Quota, key: &str) -> Quantity {
 pub async fn views(
     sql: &SqlStore,
     q: &Quota,
-    samples: &[Sample],
+    pricing: &app::tree::Pricing,
     subtree: Option<&quota::ResourceList>,
     now: i64,
     limit: i64,
@@ -101,11 +102,7 @@ pub async fn views(
         closed.sort_by_key(|r| std::cmp::Reverse(r.start_ms));
         closed.truncate(limit as usize);
         let (open, reserved) = quota::budget::hold::open(&q.status, key);
-        let runway = (!samples.is_empty()).then(|| {
-            let f = forecast(samples, key, now, FORECAST_WINDOW_MS);
-            let end = period.map(|w| w.end_ms).filter(|e| *e != i64::MAX);
-            runway::runway(&f, end).words(now)
-        });
+        let outlook = quota::forecast::outlook(q, key, now, &pricing.qos, &pricing.list);
         out.push(BudgetView {
             key: key.clone(),
             unit: quota::readable::cash_unit(key),
@@ -118,7 +115,7 @@ pub async fn views(
             subtree_spent,
             carved,
             left,
-            runway,
+            outlook,
             open,
             reserved: to_quantity(reserved),
             closed,
@@ -177,7 +174,9 @@ impl BudgetView {
             "carvedOut": self.carved.to_string(),
             "left": self.left.to_string(),
             "renewsAt": end,
-            "runway": self.runway,
+            "runway": self.outlook.words(),
+            "runsOutAt": self.outlook.runs_out_ms().map(quota::time::format_rfc3339),
+            "burnPerHour": self.outlook.burn_per_hour.to_string(),
             "reservations": {
                 "open": self.open,
                 "reserved": self.reserved.to_string(),
@@ -265,23 +264,18 @@ impl BudgetView {
             }
         }
         if !self.carved.is_zero() {
-            match &self.currency {
-                Some(c) => s.push_str(&format!(
-                    " ({} carved out to sub-quotas)",
-                    c.format(self.carved)
-                )),
-                None => s.push_str(&format!(
-                    " ({} carved out to sub-quotas)",
-                    show(self.carved)
-                )),
-            }
-            // A parent's own spending is not what its budget pays for: its
-            // subtree's is, the figure its budget alerts read.
-            s.push_str(&format!(
-                " · {} {} spent in its subtree",
+            // At a parent: what its subtree spent (the figure its budget
+            // alerts read) and what it allocated to children, each named;
+            // "left" and the run-out are its own work's.
+            let allocated = match &self.currency {
+                Some(c) => c.format(self.carved),
+                None => format!("{} {}", show(self.carved), self.unit),
+            };
+            s = format!(
+                "{} {} spent in its subtree · {allocated} allocated to children · {s} for its own work",
                 show(self.subtree_spent),
                 self.unit
-            ));
+            );
         }
         if let Some(w) = self.period {
             if !w.funded {
@@ -291,9 +285,7 @@ impl BudgetView {
                 s.push_str(&format!(" · renews {}", quota::time::format_when(w.end_ms)));
             }
         }
-        if let Some(r) = &self.runway {
-            s.push_str(&format!(" · {r}"));
-        }
+        s.push_str(&format!(" · {}", self.outlook.words()));
         s
     }
 }

@@ -13,8 +13,9 @@ use crate::store::alerts::{AlertFilter, Observed, Recipient};
 use crate::store::sql::SqlStore;
 use crate::store::transfers::Transfer;
 use crate::store::StoreError;
-use quota::forecast::{forecast, Forecast, Sample, FORECAST_WINDOW_MS};
+use quota::forecast::Outlook;
 use quota::lineage::Forest;
+#[cfg(test)]
 use quota::rollup::subtree_in_use;
 use quota::Quota;
 use std::collections::BTreeMap;
@@ -110,6 +111,9 @@ pub fn transfer_condition(kind: Kind, t: &Transfer) -> Condition {
 
 /// Evaluates every quota and stores what changed. `observed_at`: when
 /// `quotas` were at the latest current.
+/// Budgets are forecast at face price (no price list): the service's
+/// sweep is `evaluate_forest`, with its prices.
+#[cfg(test)]
 pub async fn evaluate_all(
     sql: &SqlStore,
     quotas: &[Quota],
@@ -118,7 +122,11 @@ pub async fn evaluate_all(
     public_url: &str,
 ) -> Result<Swept, StoreError> {
     let in_use = subtree_in_use(quotas);
-    evaluate_listed(sql, quotas, &in_use, observed_at, now_ms, public_url).await
+    let pricing = app::tree::Pricing {
+        now_ms,
+        ..Default::default()
+    };
+    evaluate_listed(sql, quotas, &in_use, observed_at, &pricing, public_url).await
 }
 
 /// `evaluate_all` over a forest the service keeps (its subtree usage
@@ -127,7 +135,7 @@ pub async fn evaluate_forest(
     sql: &SqlStore,
     forest: &crate::service::forest::Forest,
     observed_at: i64,
-    now_ms: i64,
+    pricing: &app::tree::Pricing,
     public_url: &str,
 ) -> Result<Swept, StoreError> {
     evaluate_listed(
@@ -135,7 +143,7 @@ pub async fn evaluate_forest(
         &forest.quotas,
         &forest.in_use,
         observed_at,
-        now_ms,
+        pricing,
         public_url,
     )
     .await
@@ -146,15 +154,16 @@ async fn evaluate_listed(
     quotas: &[Quota],
     in_use: &BTreeMap<String, quota::ResourceList>,
     observed_at: i64,
-    now_ms: i64,
+    pricing: &app::tree::Pricing,
     public_url: &str,
 ) -> Result<Swept, StoreError> {
+    let now_ms = pricing.now_ms;
     let rules = sql.all_alert_rules().await?;
     let mut open: BTreeMap<String, Vec<OpenAlert>> = BTreeMap::new();
     for a in sql.open_alerts().await? {
         open.entry(a.quota.clone()).or_default().push(a.as_open());
     }
-    let forecasts = forecasts(sql, quotas, &rules, now_ms).await?;
+    let forecasts = forecasts(quotas, &rules, pricing);
     let e = evaluate_in_chunks(quotas, in_use, &rules, &open, &forecasts, now_ms).await;
     if e.is_empty() {
         return Ok(Swept::default());
@@ -183,7 +192,7 @@ pub async fn evaluate_in_chunks(
     in_use: &BTreeMap<String, quota::ResourceList>,
     rules: &BTreeMap<String, Vec<super::Rule>>,
     open: &BTreeMap<String, Vec<OpenAlert>>,
-    forecasts: &BTreeMap<String, BTreeMap<String, Forecast>>,
+    forecasts: &BTreeMap<String, BTreeMap<String, Outlook>>,
     now_ms: i64,
 ) -> Evaluation {
     let mut out = Evaluation::default();
@@ -307,7 +316,7 @@ pub async fn evaluate_changed(
         .values()
         .filter_map(|s| s.quota.as_ref().map(|s| &s.quota))
         .collect();
-    let forecasts = forecasts(sql, &quotas, &rules, now_ms).await?;
+    let forecasts = forecasts(&quotas, &rules, &service.pricing());
     let mut e = evaluate_quotas(&quotas, in_use, &rules, &open, &forecasts, now_ms);
     e.resolve.extend(super::evaluate(Vec::new(), &gone).resolve);
     let none = Vec::new();
@@ -368,54 +377,34 @@ async fn ancestors(service: &Service, quota: &str, parents: &mut Forest) {
     }
 }
 
-/// Cash forecasts of every cash key that has a horizon (by default all,
-/// `alerts::forecast_horizon`): a query per such quota.
-async fn forecasts<Q: std::borrow::Borrow<Quota>>(
-    sql: &SqlStore,
+/// The one forecast (`quota::forecast::outlook`) of every cash key that
+/// has a horizon (by default all, `alerts::forecast_horizon`), at what
+/// runs now: no samples are read.
+fn forecasts<Q: std::borrow::Borrow<Quota>>(
     quotas: &[Q],
     rules: &BTreeMap<String, Vec<super::Rule>>,
-    now_ms: i64,
-) -> Result<BTreeMap<String, BTreeMap<String, Forecast>>, StoreError> {
+    pricing: &app::tree::Pricing,
+) -> BTreeMap<String, BTreeMap<String, Outlook>> {
     let mut out = BTreeMap::new();
-    let mut pace = crate::util::Pace::start();
-    for (i, q) in quotas.iter().enumerate() {
-        if i % EVALUATE_CHUNK == EVALUATE_CHUNK - 1 {
-            pace.rest().await;
-        }
+    for q in quotas {
         let q = q.borrow();
-        // Cash keys forecast by default (their budget policy can turn it
-        // off), others where a rule asks.
         let rs = rules.get(q.name()).map(Vec::as_slice).unwrap_or_default();
-        let keys: Vec<&String> = q
+        let by_key: BTreeMap<String, Outlook> = q
             .spec
             .hard
             .keys()
             .filter(|k| k.starts_with(quota::keys::CASH_PREFIX))
             .filter(|k| super::forecast_horizon(q, rs, k).is_some())
-            .collect();
-        if keys.is_empty() {
-            continue;
-        }
-        // The window and a little before it: the burn starts at the sample
-        // just before the window when the window holds only one.
-        let samples = sql
-            .samples(q.name(), now_ms - 2 * FORECAST_WINDOW_MS, now_ms)
-            .await?
-            .into_iter()
-            .map(|s| Sample {
-                at_ms: s.at_ms,
-                hard: s.hard,
-                used: s.used,
-                self_used: s.self_used,
+            .map(|k| {
+                let o = quota::forecast::outlook(q, k, pricing.now_ms, &pricing.qos, &pricing.list);
+                (k.clone(), o)
             })
-            .collect::<Vec<_>>();
-        let by_key: BTreeMap<String, _> = keys
-            .into_iter()
-            .map(|k| (k.clone(), forecast(&samples, k, now_ms, FORECAST_WINDOW_MS)))
             .collect();
-        out.insert(q.name().to_string(), by_key);
+        if !by_key.is_empty() {
+            out.insert(q.name().to_string(), by_key);
+        }
     }
-    Ok(out)
+    out
 }
 
 /// Records a transfer event (requested, approved, rejected) as an alert
@@ -595,7 +584,7 @@ pub async fn evaluate_now(service: &Service, sql: &SqlStore, public_url: &str) {
     let started = std::time::Instant::now();
     match service.forest().await {
         Ok(all) => {
-            log(evaluate_forest(sql, &all, observed_at, service.now(), public_url).await);
+            log(evaluate_forest(sql, &all, observed_at, &service.pricing(), public_url).await);
             service
                 .metrics
                 .background_done("alert_sweep", started, all.quotas.len());

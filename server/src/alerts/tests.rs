@@ -1,5 +1,4 @@
 use super::*;
-use quota::forecast::{forecast, Sample};
 use quota::{Mark, QuotaSpec};
 use serde_json::json;
 
@@ -209,16 +208,18 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
     spec.hard.insert(CASH.into(), q("1000"));
     let mut quota = Quota::new("nlp-team", spec.clone());
     quota.status.used.insert(CASH.into(), q("100"));
-    // 100 card-hours burnt in the last day: 900 left → 9 days at that rate.
-    let sample = |at_ms: i64, spent: &str| Sample {
-        at_ms,
-        hard: spec.hard.clone(),
-        used: [(CASH.to_string(), q(spent))].into(),
-        self_used: Default::default(),
+    // 900 left at 100 card-hours a day: 9 days (the budget's one forecast,
+    // `quota::forecast::outlook`, as the pages show it).
+    let outlook = Forecast {
+        key: CASH.into(),
+        now_ms: NOW,
+        left: q("900"),
+        burn_per_hour: Quantity::from_nanos(100 * quota::quantity::NANO / 24),
+        runway: quota::budget::Runway::Until {
+            at_ms: NOW + 9 * 86_400_000,
+        },
     };
-    let samples = [sample(NOW - MS_PER_DAY, "0"), sample(NOW, "100")];
-    let forecasts: BTreeMap<String, Forecast> =
-        [(CASH.to_string(), forecast(&samples, CASH, NOW, MS_PER_DAY))].into();
+    let forecasts: BTreeMap<String, Forecast> = [(CASH.to_string(), outlook.clone())].into();
     let rule = |hours| Rule {
         key: CASH.into(),
         warn_percent: 80,
@@ -233,7 +234,15 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
     );
     assert_eq!(
         fired[0].message,
-        "cash/requests.nvidia.com/gpu of nlp-team runs out in 9.0 days"
+        "cash/requests.nvidia.com/gpu of nlp-team runs out in 9 days (2027-01-24)"
+    );
+    assert_eq!(
+        fired[0].message,
+        format!(
+            "cash/requests.nvidia.com/gpu of nlp-team {}",
+            outlook.words()
+        ),
+        "the alert says what the pages say"
     );
     assert!(conditions(&quota, None, &[rule(8 * 24)], &forecasts, NOW).is_empty());
     // No rule: the budget's default horizon, 14 days, so 9 days fires.

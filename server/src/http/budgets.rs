@@ -1,6 +1,7 @@
 //! `GET /api/v1/quotas/{name}/budgets`: each cash key's budget now — its
 //! policy, the current period (start, end), budget, carry-in, spent this
-//! period, left, when it renews, the runway at the last day's burn, its
+//! period, left, when it renews, its one forecast (`runway`: `runs out in
+//! 8.3 days (2026-12-07)`, `runsOutAt`, `burnPerHour`), its
 //! open reservations (`reservations`: how many, what they hold back, the
 //! cap, and what is left after them) — and
 //! its closed periods, newest first (`?limit=` 1–200, default 12;
@@ -13,7 +14,6 @@ use crate::service::changes::{self, tree_for};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use quota::forecast::FORECAST_WINDOW_MS;
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
@@ -60,26 +60,12 @@ pub async fn get(
     };
     let q = app.service.current(&name).await?;
     let now = app.service.now();
-    let samples: Vec<quota::forecast::Sample> = app
-        .portal
-        .sql
-        .samples(&name, now - 2 * FORECAST_WINDOW_MS, now)
-        .await
-        .map_err(crate::service::ServiceError::from)?
-        .into_iter()
-        .map(|s| quota::forecast::Sample {
-            at_ms: s.at_ms,
-            hard: s.hard,
-            used: s.used,
-            self_used: s.self_used,
-        })
-        .collect();
     let list = app.service.price_list();
     let forest = app.service.forest().await?;
     let mut views = crate::budgets::views(
         &app.portal.sql,
         &q,
-        &samples,
+        &app.service.pricing(),
         Some(forest.in_use_of(&name)),
         now,
         limit,

@@ -67,6 +67,7 @@ pub async fn samples(
         Some(key),
     )
     .await?;
+    let outlooks = app::tree::outlooks(quota, &app.service.pricing());
     let (key, cfg, status) = (
         key.to_string(),
         app.service.keys.clone(),
@@ -83,6 +84,7 @@ pub async fn samples(
                 range,
                 now_ms: now,
                 cfg: &cfg,
+                outlooks: &outlooks,
             };
             chart_section::panel(&inputs, &key, kind)
                 .map(|panel| chart_section::reply(&name, range, now, panel, &cfg))

@@ -20,20 +20,36 @@ use serde::Deserialize;
 /// Resolved alerts shown on the page, newest first.
 const HISTORY_ROWS: i64 = 200;
 
-pub fn row(a: Alert) -> AlertRow {
+/// An alert as the pages show it: its message with its key by name ("A100
+/// GPUs of nlp reached 80 %", `quota::keys::with_names`); the API and the
+/// emails keep the raw key.
+pub fn row(a: Alert, cfg: &quota::KeyConfig) -> AlertRow {
     let quiet = quiet_line(&a);
+    // Its key, and a transfer's keys (its amounts).
+    let amounts = a.numbers.get("amounts").and_then(|v| v.as_object());
+    let keys = [
+        a.key.as_str(),
+        quota::keys::cash_target(&a.key).unwrap_or(""),
+    ]
+    .into_iter()
+    .chain(
+        amounts
+            .into_iter()
+            .flat_map(|m| m.keys().map(String::as_str)),
+    );
     AlertRow {
         id: a.id,
         kind: a.kind.as_str().to_string(),
-        quota: a.quota,
         level: a.level.as_str().to_string(),
-        message: a.message,
+        message: quota::keys::with_names(&a.message, keys, cfg),
+        quota: a.quota,
         opened: quota::time::format_when(a.opened_at),
         opened_ms: a.opened_at,
         resolved: a.resolved_at.map(quota::time::format_when),
         resolved_ms: a.resolved_at,
         quiet,
         can_quiet: false,
+        covers: Vec::new(),
     }
 }
 
@@ -90,7 +106,8 @@ pub async fn open_for(app: &AppState, p: &Principal) -> Result<Vec<AlertRow>, Pa
             level: Some(level),
             ..loud(app, scope.clone())
         };
-        out.extend(sql.alerts(&f, left).await?.into_iter().map(row));
+        let cfg = &app.service.keys;
+        out.extend(sql.alerts(&f, left).await?.into_iter().map(|a| row(a, cfg)));
     }
     Ok(out)
 }
@@ -221,7 +238,7 @@ pub async fn page(
             let can = p.is_admin || authz::can_set_alert_rules(p, &a.quota, &tree);
             AlertRow {
                 can_quiet: can,
-                ..row(a)
+                ..row(a, &app.service.keys)
             }
         })
         .collect();
@@ -234,7 +251,10 @@ pub async fn page(
     Ok(Html(app::alerts::render_alerts_page(
         viewer.page(),
         open_rows,
-        resolved.into_iter().map(row).collect(),
+        resolved
+            .into_iter()
+            .map(|a| row(a, &app.service.keys))
+            .collect(),
         AlertQuery {
             quota: q.quota,
             kind: q.kind,
@@ -316,6 +336,111 @@ pub async fn snooze(
     };
     let done = alert_ops::quiet(&app.audited(), &viewer.principal, id, how).await;
     quieted(&viewer, done).await
+}
+
+/// Alerts one bulk form may quiet at once: the open alerts a page shows
+/// (100), their groups' ids included, with room to spare.
+pub const MAX_BULK: usize = 500;
+
+/// POST /alerts/quiet — acknowledge (`action=ack`) or snooze
+/// (`action=snooze`, `hours`) the alerts ticked on the alerts page (each
+/// `id` one alert or a row's group, `12,13,17`), each as its own
+/// acknowledge or snooze would: authorised one by one, audited, the
+/// refusals said. CSRF as every form (the router's `require_csrf`).
+pub async fn quiet_many(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Result<Response, PageError> {
+    let back = |m: String| async {
+        viewer.set_flash(Flash::Error(m)).await;
+        Ok(Redirect::to("/alerts").into_response())
+    };
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.trim())
+            .unwrap_or_default()
+    };
+    let mut ids: Vec<i64> = Vec::new();
+    for (_, v) in fields.iter().filter(|(k, _)| k == "id") {
+        for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part.parse::<i64>() {
+                Ok(id) if id > 0 => ids.push(id),
+                _ => {
+                    return back(format!(
+                        "'{}' is not an alert id",
+                        part.chars().take(40).collect::<String>()
+                    ))
+                    .await
+                }
+            }
+        }
+        if ids.len() > MAX_BULK {
+            return back(format!("at most {MAX_BULK} alerts at once")).await;
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() {
+        return back("tick at least one alert first".into()).await;
+    }
+    let how = match field("action") {
+        "ack" => Quiet::Ack,
+        "snooze" => {
+            let hours = field("hours");
+            match hours
+                .parse::<i64>()
+                .map_err(|_| ())
+                .and_then(|h| Quiet::snooze(h).map_err(|_| ()))
+            {
+                Ok(how) => how,
+                Err(()) => {
+                    return back(format!(
+                        "snooze for '{}' hours is not offered: 1, 4, 24 or 168 hours",
+                        hours.chars().take(20).collect::<String>()
+                    ))
+                    .await
+                }
+            }
+        }
+        other => {
+            return back(format!(
+                "'{}' is not something to do with alerts: acknowledge or snooze",
+                other.chars().take(20).collect::<String>()
+            ))
+            .await
+        }
+    };
+    let (mut done, mut refused) = (0usize, Vec::new());
+    for id in &ids {
+        match alert_ops::quiet(&app.audited(), &viewer.principal, *id, how).await {
+            Ok(_) => done += 1,
+            Err(crate::service::changes::ChangeError::Forbidden(m)) => refused.push(m),
+            Err(crate::service::changes::ChangeError::Service(e)) => match e {
+                crate::service::ServiceError::NotFound(_)
+                | crate::service::ServiceError::Conflict(_) => refused.push(e.to_string()),
+                e => return Err(e.into()),
+            },
+        }
+    }
+    let verb = match how {
+        Quiet::Ack => "acknowledged",
+        Quiet::Snooze(_) => "snoozed",
+    };
+    let plural = if done == 1 { "" } else { "s" };
+    let flash = if refused.is_empty() {
+        Flash::Ok(format!("{done} alert{plural} {verb}"))
+    } else {
+        refused.dedup();
+        Flash::Error(format!(
+            "{done} alert{plural} {verb}; not the others: {}",
+            refused.join("; ")
+        ))
+    };
+    viewer.set_flash(flash).await;
+    Ok(Redirect::to("/alerts").into_response())
 }
 
 // ---- Rules of a quota ----

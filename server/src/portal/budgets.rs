@@ -12,7 +12,6 @@ use app::budgets::{
     BudgetFormRow, BudgetLine, ClosedRow, CARRIES, PERIODS, WEEKDAYS, WITHOUT_RUN_TIME,
 };
 use quota::budget::{to_quantity, BudgetPolicy, Carry, Period, Weekday, WithoutRunTime};
-use quota::forecast::Sample;
 use quota::keys::cash_target;
 use quota::readable::grouped;
 use quota::time::{format_when, parse_rfc3339};
@@ -24,14 +23,8 @@ const SHOWN_CLOSED: i64 = 6;
 /// Longest value a budget field may hold.
 const MAX_FIELD: usize = 64;
 
-/// The panel's lines for `name`, as of now (`samples`: the page's, for the
-/// runway).
-pub async fn lines(
-    app: &AppState,
-    name: &str,
-    samples: &[Sample],
-    now: i64,
-) -> Result<Vec<BudgetLine>, PageError> {
+/// The panel's lines for `name`, as of now.
+pub async fn lines(app: &AppState, name: &str, now: i64) -> Result<Vec<BudgetLine>, PageError> {
     let q = app.service.current(name).await?;
     let list = app.service.price_list();
     let currency = list.currency.as_ref();
@@ -39,7 +32,7 @@ pub async fn lines(
     let views = crate::budgets::views(
         &app.portal.sql,
         &q,
-        samples,
+        &app.service.pricing(),
         Some(forest.in_use_of(name)),
         now,
         SHOWN_CLOSED,
@@ -86,6 +79,7 @@ pub async fn lines(
                 })
                 .collect(),
             ask: Some(format!("/transfers?topup={name}&key={}#top-up", v.key)),
+            name: app::key_name(&v.key, &app.service.keys),
             key: v.key,
         })
         .collect())

@@ -100,6 +100,7 @@ pub fn router() -> Router<AppState> {
         .route("/alerts.csv", get(export::alerts))
         .route("/tree.csv", get(export::tree))
         .route("/alerts/{id}/ack", post(alerts::ack))
+        .route("/alerts/quiet", post(alerts::quiet_many))
         .route("/alerts/{id}/snooze", post(alerts::snooze))
         .route(
             "/quotas/{name}/alerts",

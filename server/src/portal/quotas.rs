@@ -10,7 +10,6 @@ use crate::authz::{self, Role, Tree};
 use crate::http::AppState;
 use crate::service::changes::{self, ChangeError};
 use crate::service::ServiceError;
-use crate::store::history::DAY_MS;
 use app::chart_section::{self, Charts};
 use app::charts;
 use app::layout::Flash;
@@ -22,19 +21,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
-use quota::forecast::{forecast, Sample, FORECAST_WINDOW_MS};
 use quota::keys::cash_target;
 use quota::rollup::subtree_in_use;
 use quota::series::Range;
 use quota::{resources, KeyConfig, Quantity, Quota, QuotaSpec, ResourceList};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
-
-async fn samples(app: &AppState, name: &str, span_ms: i64) -> Result<Vec<Sample>, PageError> {
-    let now = app.service.now();
-    let rows = app.portal.sql.samples(name, now - span_ms, now).await?;
-    Ok(crate::service::charts::to_samples(rows))
-}
 
 /// The detail page's query: `?range=24h|7d|30d|90d|1y` for the charts.
 #[derive(Deserialize, Default)]
@@ -43,14 +35,12 @@ pub struct DetailParams {
     range: String,
 }
 
-/// One line per cash key of `q`: what is left and when it runs out at the
-/// burn of the last 24 hours.
-fn forecasts(q: &Quota, samples: &[Sample], now: i64, cfg: &KeyConfig) -> Vec<String> {
-    q.spec
-        .hard
-        .keys()
-        .filter(|k| cash_target(k).is_some())
-        .map(|k| charts::describe(&forecast(samples, k, now, FORECAST_WINDOW_MS), cfg))
+/// One line per cash key of `q`: what is left and when it runs out, from
+/// its one forecast (`quota::forecast::outlook`).
+fn forecasts(outlooks: &[quota::forecast::Outlook], cfg: &KeyConfig) -> Vec<String> {
+    outlooks
+        .iter()
+        .map(|o| charts::describe_outlook(o, cfg))
         .collect()
 }
 
@@ -144,21 +134,16 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
     let data = overview_data(&app, p).await?;
     let all = &data.forest.quotas;
     let now = app.service.now();
+    let pricing = app.service.pricing();
     let mut cards = Vec::new();
     for (q, role) in my_quotas(all, p) {
-        let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
-        let s = if has_cash {
-            samples(&app, q.name(), FORECAST_WINDOW_MS + DAY_MS).await?
-        } else {
-            Vec::new()
-        };
         cards.push(OverviewCard {
             name: q.name().to_string(),
             role,
             keys: key_usages(q, data.forest.in_use_of(q.name()), &app.service.keys),
             workloads: q.status.workloads.len(),
             children: all.iter().filter(|c| c.spec.parent == q.name()).count(),
-            forecasts: forecasts(q, &s, now, &app.service.keys),
+            forecasts: forecasts(&app::tree::outlooks(q, &pricing), &app.service.keys),
         });
     }
     let flash = viewer.take_flash().await;
@@ -373,9 +358,11 @@ fn extras(q: &Quota) -> Vec<(String, Vec<(String, String)>)> {
 
 /// Model breakdowns: one chart per generic (non-cash) key of hard that has
 /// model keys in hard or in what the bound workloads hold.
-fn breakdowns(q: &Quota, cfg: &KeyConfig) -> Vec<String> {
+/// What runs of each model in `q`'s whole subtree (`in_use`), never what
+/// a parent carved out for its children.
+fn breakdowns(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<String> {
     let mut used = q.status.self_usage();
-    used.extend(q.status.used.iter().map(|(k, v)| (k.clone(), *v)));
+    used.extend(in_use.iter().map(|(k, v)| (k.clone(), *v)));
     let generics: BTreeSet<String> = q
         .spec
         .hard
@@ -385,6 +372,9 @@ fn breakdowns(q: &Quota, cfg: &KeyConfig) -> Vec<String> {
         .filter_map(|k| generic_key(k, cfg))
         .filter(|g| q.spec.hard.contains_key(g))
         .collect();
+    // GPUs first, as everywhere.
+    let mut generics: Vec<String> = generics.into_iter().collect();
+    generics.sort_by_cached_key(|g| quota::keys::display_order(g, cfg));
     generics
         .iter()
         .map(|g| {
@@ -413,16 +403,6 @@ pub async fn detail(
     let p = &viewer.principal;
     let cfg = app.service.keys.clone();
     let now = app.service.now();
-    // The forecasts' window, whatever range the charts show: read here,
-    // parsed on a render thread.
-    let rows = app
-        .portal
-        .sql
-        .sample_rows(&name, now - (FORECAST_WINDOW_MS + DAY_MS), now)
-        .await?;
-    let s = place
-        .work(move || rows.parse().map(crate::service::charts::to_samples))
-        .await??;
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
         &place,
@@ -469,7 +449,27 @@ pub async fn detail(
         })
         .collect();
     let in_use = subtree_in_use(&all).remove(&name).unwrap_or_default();
-    let budgets = super::budgets::lines(&app, &name, &s, now).await?;
+    let budgets = super::budgets::lines(&app, &name, now).await?;
+    let outlooks = app::tree::outlooks(&q, &app.service.pricing());
+    // Its parent and siblings, for what it could borrow now.
+    let family: (Option<Quota>, Vec<Quota>) = if q.spec.max.is_empty() {
+        (None, Vec::new())
+    } else {
+        let forest = app.service.forest().await?;
+        (
+            forest
+                .quotas
+                .iter()
+                .find(|p| p.name() == q.spec.parent)
+                .cloned(),
+            forest
+                .quotas
+                .iter()
+                .filter(|s| s.spec.parent == q.spec.parent)
+                .cloned()
+                .collect(),
+        )
+    };
     let page = viewer.page();
     let flash = viewer.take_flash().await;
     let d = QuotaDetail {
@@ -501,11 +501,12 @@ pub async fn detail(
     let html = place
         .render(move || {
             let mut d = d;
-            d.keys = key_details(&q, &in_use, &cfg);
-            d.breakdowns = breakdowns(&q, &cfg);
+            let siblings: Vec<&Quota> = family.1.iter().collect();
+            d.keys = key_details(&q, &in_use, (family.0.as_ref(), &siblings), now, &cfg);
+            d.breakdowns = breakdowns(&q, &in_use, &cfg);
             d.extras = extras(&q);
             d.workloads = workload_rows(&q, ROWS_SHOWN);
-            d.forecasts = forecasts(&q, &s, now, &cfg);
+            d.forecasts = forecasts(&outlooks, &cfg);
             d.charts = Charts {
                 quota: q.name().to_string(),
                 range,
@@ -517,6 +518,7 @@ pub async fn detail(
                     range,
                     now_ms: now,
                     cfg: &cfg,
+                    outlooks: &outlooks,
                 }),
             };
             app::quotas::render_detail_page(page, d, flash)
@@ -525,32 +527,57 @@ pub async fn detail(
     Ok(Html(html).into_response())
 }
 
-/// The key rows of a quota's page: its bars, with what is allocated, its
-/// own use and its max.
-fn key_details(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<KeyDetail> {
+/// The key rows of a quota's page: its bars, with what is allocated, free
+/// and borrowable now (`quota::rollup`, with its parent and siblings for
+/// what it could borrow), its own use and its max.
+fn key_details(
+    q: &Quota,
+    in_use: &ResourceList,
+    family: (Option<&Quota>, &[&Quota]),
+    now: i64,
+    cfg: &KeyConfig,
+) -> Vec<KeyDetail> {
     let allocated = q.status.allocated();
+    let rolled =
+        quota::rollup::with_borrowing(q, quota::rollup::rollup(q, in_use), family.0, family.1, now);
     key_usages(q, in_use, cfg)
         .into_iter()
-        .map(|u| KeyDetail {
-            allocated: if u.cash {
-                String::new()
-            } else {
-                app::display_quantity(&u.key, resources::get(&allocated, &u.key), cfg)
-            },
-            allocated_nanos: (!u.cash).then(|| resources::get(&allocated, &u.key).nanos()),
-            self_used: app::display_quantity(
-                &u.key,
-                resources::get(&q.status.self_used, &u.key),
-                cfg,
-            ),
-            self_used_nanos: resources::get(&q.status.self_used, &u.key).nanos(),
-            max: q
-                .spec
-                .max
-                .get(&u.key)
-                .map(|m| app::display_quantity(&u.key, *m, cfg)),
-            max_nanos: q.spec.max.get(&u.key).map(|m| m.nanos()),
-            usage: u,
+        .map(|u| {
+            let r = rolled.iter().find(|r| r.key == u.key);
+            let show = |n: Option<Quantity>| {
+                n.map(|n| app::display_quantity(&u.key, n, cfg))
+                    .unwrap_or_default()
+            };
+            KeyDetail {
+                allocated: if u.cash {
+                    String::new()
+                } else {
+                    app::display_quantity(&u.key, resources::get(&allocated, &u.key), cfg)
+                },
+                allocated_nanos: (!u.cash).then(|| resources::get(&allocated, &u.key).nanos()),
+                free_now: show(r.map(|r| r.free_now)),
+                free_now_nanos: r.map(|r| r.free_now.nanos()),
+                borrowable_now: show(
+                    r.filter(|_| q.spec.max.contains_key(&u.key))
+                        .map(|r| r.borrowable_now),
+                ),
+                borrowable_now_nanos: r
+                    .filter(|_| q.spec.max.contains_key(&u.key))
+                    .map(|r| r.borrowable_now.nanos()),
+                self_used: app::display_quantity(
+                    &u.key,
+                    resources::get(&q.status.self_used, &u.key),
+                    cfg,
+                ),
+                self_used_nanos: resources::get(&q.status.self_used, &u.key).nanos(),
+                max: q
+                    .spec
+                    .max
+                    .get(&u.key)
+                    .map(|m| app::display_quantity(&u.key, *m, cfg)),
+                max_nanos: q.spec.max.get(&u.key).map(|m| m.nanos()),
+                usage: u,
+            }
         })
         .collect()
 }
@@ -587,7 +614,9 @@ fn queue_row(q: &Quota, i: usize, now: i64, cfg: &quota::KeyConfig) -> app::queu
         workload: e.work.workload_ref.clone(),
         priority: words::priority_words(&e.work),
         needs: app::queue::needs_words(&words::needs(q, &e.work), cfg),
-        reason: e.reason.clone(),
+        // The stored reason names raw keys (the API and `kubectl` keep
+        // them); the page names them in words.
+        reason: quota::keys::with_names(&e.reason, q.spec.hard.keys().map(String::as_str), cfg),
         waiting: format!("{:?}", e.waiting),
         since: words::ago(now, e.work.submitted_ms),
         since_exact: quota::time::format_when(e.work.submitted_ms),
@@ -704,6 +733,7 @@ fn read_form(
         .iter()
         .map(|(k, h)| FormKey {
             key: k.clone(),
+            name: app::key_name(k, cfg),
             hard: h.clone(),
             max: max.get(k).cloned().unwrap_or_default(),
             left: left_in(parent, k, cfg),
@@ -807,6 +837,7 @@ pub async fn new_child_form(
             .keys()
             .map(|k| FormKey {
                 key: k.clone(),
+                name: app::key_name(k, &app.service.keys),
                 left: left_in(Some(&p), k, &app.service.keys),
                 required: true,
                 ..Default::default()
@@ -874,6 +905,7 @@ fn edit_form(q: &Quota, version: i64, parent: Option<&Quota>, cfg: &KeyConfig) -
             .iter()
             .map(|(k, h)| FormKey {
                 key: k.clone(),
+                name: app::key_name(k, cfg),
                 hard: prefill(h),
                 max: q.spec.max.get(k).map(prefill).unwrap_or_default(),
                 left: left_in(parent, k, cfg),
@@ -1253,32 +1285,31 @@ mod tests {
             "ml",
             QuotaSpec {
                 parent: String::new(),
-                hard: hard.clone(),
+                hard,
                 max: Default::default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
             },
         );
-        let now = 1_800_000_000_000;
-        let samples = [Sample {
-            at_ms: now,
-            hard,
+        let pricing = app::tree::Pricing {
+            now_ms: 1_800_000_000_000,
             ..Default::default()
-        }];
+        };
+        let outlooks = app::tree::outlooks(&q, &pricing);
         assert_eq!(
-            forecasts(&q, &samples, now, &cfg),
-            ["cash/requests.example.com/tpu: 100 card-hours left, not burning"]
+            forecasts(&outlooks, &cfg),
+            ["GPU card-hours: 100 card-hours left, not burning"]
         );
-        let charts = breakdowns(&q, &cfg);
+        let charts = breakdowns(&q, &ResourceList::new(), &cfg);
         assert_eq!(charts.len(), 1);
-        assert!(charts[0].contains("requests.example.com/tpu by model"));
+        assert!(charts[0].contains("GPUs by model"));
         assert!(charts[0].contains("cards"), "{}", charts[0]);
         // What the default configuration (the page's before) made of it.
-        assert!(breakdowns(&q, &KeyConfig::default()).is_empty());
+        assert!(breakdowns(&q, &ResourceList::new(), &KeyConfig::default()).is_empty());
         assert_eq!(
-            forecasts(&q, &samples, now, &KeyConfig::default()),
-            ["cash/requests.example.com/tpu: 100 unit-hours left, not burning"]
+            forecasts(&outlooks, &KeyConfig::default()),
+            ["example.com/tpu budget: 100 unit-hours left, not burning"]
         );
     }
 }

@@ -95,7 +95,12 @@ pub struct PageParams {
 
 /// The request form's choices for `p`, with what was typed; None when `p`
 /// owns nothing to give from.
-fn request_form(p: &Principal, scope: &Scope, typed: RequestForm) -> Option<RequestForm> {
+fn request_form(
+    p: &Principal,
+    scope: &Scope,
+    typed: RequestForm,
+    cfg: &quota::KeyConfig,
+) -> Option<RequestForm> {
     let owned: Vec<String> = scope
         .quotas
         .keys()
@@ -123,7 +128,19 @@ fn request_form(p: &Principal, scope: &Scope, typed: RequestForm) -> Option<Requ
         },
         sources: owned,
         destinations: visible,
-        keys: keys.into_iter().collect(),
+        keys: {
+            // Chosen from a list by name, GPUs first; the raw key is what
+            // the form sends.
+            let mut keys: Vec<(String, String)> = keys
+                .into_iter()
+                .map(|k| {
+                    let name = app::key_name(&k, cfg);
+                    (k, name)
+                })
+                .collect();
+            keys.sort_by_cached_key(|(k, _)| quota::keys::display_order(k, cfg));
+            keys
+        },
         ..typed
     })
 }
@@ -153,7 +170,7 @@ async fn list_page(
     if only_mine {
         rows.retain(|t| awaiting_me.contains(&t.id));
     }
-    let form = request_form(&viewer.principal, &scope, typed);
+    let form = request_form(&viewer.principal, &scope, typed, &app.service.keys);
     Ok((
         status,
         Html(app::transfers::render_transfers_page(

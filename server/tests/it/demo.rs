@@ -214,6 +214,49 @@ async fn seeds_a_living_organisation_once(url: &str) {
         );
     }
 
+    // One run-out for nlp's budget: the API, its forecast alert, the
+    // budgets box, the forecast line and the chart under it on the quota
+    // page, and the overview's "needs attention" all say the same words.
+    let (st, v) = api
+        .api(reqwest::Method::GET, "/api/v1/quotas/nlp/budgets", None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let words = v["budgets"][0]["runway"].as_str().unwrap().to_string();
+    let day = &v["budgets"][0]["runsOutAt"].as_str().unwrap()[..10];
+    assert!(
+        words.starts_with("runs out in ") && words.ends_with(&format!("({day})")),
+        "{v}"
+    );
+    let forecast_alert = items
+        .iter()
+        .find(|a| a["quota"] == "nlp" && a["kind"] == "cash_forecast")
+        .unwrap_or_else(|| panic!("nlp's budget runs out within 14 days: {items:?}"));
+    // Worded when it opened, moments ago: the same day, and the same
+    // words unless a tenth of a day ticked over since.
+    assert!(
+        forecast_alert["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("({day})")),
+        "the alert names the API's day ({words}): {forecast_alert}"
+    );
+    let admin = Browser::admin(&api).await;
+    let page = admin.get("/quotas/nlp").await.body;
+    assert!(
+        page.matches(words.as_str()).count() >= 3,
+        "the budgets box, the forecast and the chart say {words}: {page}"
+    );
+    assert!(
+        !page.contains("runs out in")
+            || page.matches("runs out in").count() == page.matches(words.as_str()).count(),
+        "no other run-out on the page than {words}"
+    );
+    let home = admin.get("/").await.body;
+    assert!(
+        home.contains(&format!("nlp's budget {words}")),
+        "needs attention says {words}: {home}"
+    );
+
     // The budgets box and its API give a department's subtree spending,
     // the figure its budget alerts read: its teams' spending, not the
     // card-hours it carved out for them.

@@ -188,7 +188,7 @@ async fn standalone_story(url: &str) {
     for want in [
         "<svg",
         "chart-report",
-        "<td class=\"name\">a</td>",
+        "<td data-label=\"Group\" class=\"name\">a</td>",
         "8.5 card-hours",
         "ledger entries in this range",
         "href=\"/reports.csv?",
@@ -203,8 +203,8 @@ async fn standalone_story(url: &str) {
     for want in [
         "Spending by child per day under org",
         "2026-11-01 00:00 UTC – 2026-11-22 00:00 UTC",
-        "<td class=\"name\">a</td>",
-        "<td class=\"name\">b</td>",
+        "<td data-label=\"Group\" class=\"name\">a</td>",
+        "<td data-label=\"Group\" class=\"name\">b</td>",
         "8.5 card-hours",
         "The ledger starts at 2026-11-21 10:00 UTC",
         "value=\"2026-11-01\"",

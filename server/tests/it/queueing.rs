@@ -1034,8 +1034,8 @@ async fn the_queue_is_shown_on_the_quota_page_and_as_json_to_who_may_see_it() {
         "Queue (1)",
         "batch/Job/ml/b",
         "1,000 (urgent)",
-        "2 cpu",
-        "waits for 1 × requests.cpu: 1 free, 2 needed",
+        "2 CPU cores",
+        "waits for 1 × CPU cores: 1 free, 2 needed",
         "3 hours ago",
         "2026-11-21 10:00 UTC",
     ] {

@@ -42,7 +42,7 @@ async fn a_transfer_request_shows_an_alert_to_those_who_may_see_it(s: &Server) {
     asks_for_a_gpu_from_nlp_a(&o).await;
     let home = o.alice.get("/").await.body;
     assert!(
-        home.contains("of 1 requests.nvidia.com/gpu from nlp-a to nlp requested by alice"),
+        home.contains("of 1 GPUs from nlp-a to nlp requested by alice"),
         "the overview shows the open alert: {home}"
     );
     assert!(
@@ -352,11 +352,155 @@ async fn csv_exports_hold_what_the_viewer_may_see(s: &Server) {
     );
 }
 
+/// One job over two keys is one row per level on the alerts page (its
+/// keys listed, by name), and an owner ticks several alerts and
+/// acknowledges them at once: each authorised and audited as one by one,
+/// refused without the CSRF token, someone who may not see them learns
+/// nothing, and a hostile id is refused in words.
+async fn alerts_read_one_per_condition_and_quiet_in_bulk(s: &Server) {
+    let o = org(s).await;
+    s.create_quota(
+        "solo",
+        "nlp",
+        json!({"requests.nvidia.com/gpu": "2", "pods": "2"}),
+    )
+    .await;
+    let d = deployment("pair", "solo", 2, 1);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "bulk-1", Some(d), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    // GPUs and pods at 100 %: a warning and a critical on each key.
+    let four_open = || async {
+        let (_, v) = o
+            .alice
+            .api(
+                Method::GET,
+                "/api/v1/alerts?kind=threshold&state=open&quota=solo",
+                None,
+            )
+            .await;
+        let items = v["items"].as_array().cloned().unwrap_or_default();
+        (items.len() == 4).then_some(items)
+    };
+    let items = poll_until(300, Duration::from_millis(100), four_open)
+        .await
+        .unwrap_or_default();
+    assert_eq!(items.len(), 4, "{items:?}");
+    let page = o.alice.get("/alerts?quota=solo").await.body;
+    assert!(
+        page.contains("2 keys: GPUs of solo reached 100 %")
+            && page.contains("pods of solo reached 100 %"),
+        "one row per level, its keys by name: {page}"
+    );
+    assert!(page.contains(r#"form="bulk-quiet""#), "{page}");
+    assert!(page.contains("Acknowledge selected"), "{page}");
+    let ids: Vec<String> = items
+        .iter()
+        .map(|a| a["id"].as_i64().unwrap().to_string())
+        .collect();
+    let warning_ids: Vec<String> = items
+        .iter()
+        .filter(|a| a["level"] == "warning")
+        .map(|a| a["id"].as_i64().unwrap().to_string())
+        .collect();
+    let grouped = warning_ids.join(",");
+    assert!(
+        page.contains(&format!(r#"value="{grouped}""#)),
+        "a row's box ticks its group: {page}"
+    );
+    // Without the CSRF token nothing happens.
+    let fields = [("id", grouped.as_str()), ("action", "ack")];
+    assert_eq!(
+        o.alice.post_raw("/alerts/quiet", &fields).await.status,
+        StatusCode::FORBIDDEN
+    );
+    // Bob may not see solo: as if there were no such alerts.
+    let p = o.bob.post("/alerts/quiet", &fields).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    let bobs = o.bob.get("/alerts").await.body;
+    assert!(
+        bobs.contains("0 alerts acknowledged") && bobs.contains("not found"),
+        "{bobs}"
+    );
+    // Hostile input is refused in words, and changes nothing.
+    for (id, says) in [
+        ("1; DROP", "is not an alert id"),
+        ("-3", "is not an alert id"),
+        ("", "tick at least one alert"),
+    ] {
+        let p = o
+            .alice
+            .post("/alerts/quiet", &[("id", id), ("action", "ack")])
+            .await;
+        assert_eq!(p.status, StatusCode::SEE_OTHER);
+        let back = o.alice.get("/alerts").await.body;
+        assert!(back.contains(says), "{id}: {back}");
+    }
+    let p = o
+        .alice
+        .post(
+            "/alerts/quiet",
+            &[
+                ("id", ids[0].as_str()),
+                ("action", "snooze"),
+                ("hours", "5"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    assert!(o
+        .alice
+        .get("/alerts")
+        .await
+        .body
+        .contains("snooze for '5' hours is not offered"));
+    // The warnings' group and one critical, ticked together.
+    let critical = items
+        .iter()
+        .find(|a| a["level"] == "critical")
+        .map(|a| a["id"].as_i64().unwrap().to_string())
+        .unwrap();
+    let p = o
+        .alice
+        .post(
+            "/alerts/quiet",
+            &[
+                ("id", grouped.as_str()),
+                ("id", critical.as_str()),
+                ("action", "ack"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let back = o.alice.get("/alerts?quota=solo").await.body;
+    assert!(back.contains("3 alerts acknowledged"), "{back}");
+    for id in warning_ids.iter().chain([&critical]) {
+        let (st, v) = o
+            .alice
+            .api(Method::GET, &format!("/api/v1/alerts/{id}"), None)
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        assert_eq!(v["acknowledgedBy"], "alice", "{v}");
+    }
+    let audit = o.admin.get("/audit?action=alert.ack").await.body;
+    for id in warning_ids.iter().chain([&critical]) {
+        assert!(
+            audit.contains(&format!("alert {id} on solo acknowledged")),
+            "{audit}"
+        );
+    }
+}
+
 on_both!(
     a_transfer_request_shows_an_alert_to_those_who_may_see_it,
     alert_rules_are_saved_and_shown_again,
     alert_preferences_are_saved_and_audited_once,
     the_alerts_api_lists_what_the_caller_may_see,
     an_owner_acknowledges_or_snoozes_an_alert,
+    alerts_read_one_per_condition_and_quiet_in_bulk,
     csv_exports_hold_what_the_viewer_may_see,
 );

@@ -211,23 +211,32 @@ async fn charts_and_forecasts_appear_once_usage_is_sampled(s: &Server) {
         2,
         "a usage chart and a burn-down: {page}"
     );
+    // The forecast is at what runs now: history alone burns nothing.
+    assert!(!page.contains("runs out in"), "{page}");
+    let d = deployment("train", "ml", 2, 1);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "fc-1", Some(d), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let page = o.admin.get("/quotas/ml").await.body;
     assert!(
-        page.contains("cash/requests.nvidia.com/gpu runs out in"),
+        page.contains("left · runs out in") && page.contains("burning 2 card-hours/h"),
         "{page}"
     );
     let home = o.admin.get("/").await.body;
     assert!(
-        home.contains("cash/requests.nvidia.com/gpu runs out in")
-            && home.contains("burning 10 card-hours/h"),
+        home.contains("left · runs out in") && home.contains("burning 2 card-hours/h"),
         "the overview forecasts the budget: {home}"
     );
-    // The alert sweep may already have seen the samples: a runway of 0.2
-    // days is under the default 14-day forecast, so the one thing that can
-    // need the viewer is ml's forecast alert.
+    // 100 card-hours at 2 an hour: under two days, which needs the
+    // viewer, in the same words as the forecast.
     assert!(
         home.contains("Needs attention")
-            && (home.contains("Nothing needs you now")
-                || home.contains("cash/requests.nvidia.com/gpu of ml runs out in")),
+            && home.contains("ml's budget runs out in")
+            && home.contains("at what runs now: 100 card-hours left"),
         "the overview leads with what needs the viewer: {home}"
     );
 }
