@@ -296,6 +296,7 @@ mod tests {
                 max: Default::default(),
                 budgets: Default::default(),
                 queueing: Default::default(),
+                fair_sharing: Default::default(),
             },
         );
         if cards > 0 {
