@@ -6,8 +6,9 @@
 //! byte-order mark (U+2028, U+2029, U+FEFF). PostgreSQL refuses NUL in any
 //! text it stores, so one such string kept in a status fails every later
 //! write that carries it; refusing them where they come in is what keeps a
-//! quota writable. Free text (a reason, a note) may also hold tab and the
-//! line breaks (`control_char`).
+//! quota writable. Free text (a reason, a note) may also hold tab, the
+//! line breaks and the directional marks that order mixed-direction prose
+//! (`control_char`).
 
 use std::borrow::Cow;
 
@@ -36,8 +37,13 @@ pub fn hostile_char(s: &str) -> Option<char> {
 /// note) may not hold: as `hostile_char`, but tab, line feed and carriage
 /// return pass.
 pub fn control_char(s: &str) -> Option<char> {
-    s.chars()
-        .find(|&c| is_hostile(c) && !matches!(c, '\t' | '\n' | '\r'))
+    s.chars().find(|&c| {
+        is_hostile(c)
+            && !matches!(c, '\t' | '\n' | '\r')
+            // The directional marks order mixed right-to-left and
+            // left-to-right prose as written; they override nothing.
+            && !matches!(c, '\u{200E}' | '\u{200F}' | '\u{061C}')
+    })
 }
 
 /// What a refused character is, for a message a person can act on.
@@ -77,9 +83,6 @@ mod tests {
             "\u{85}",
             "evil\u{202E}gnp",
             "\u{2066}",
-            "ab\u{200F}c",
-            "\u{200E}x",
-            "x\u{061C}",
             "one\u{2028}two",
             "\u{2029}",
             "\u{FEFF}bom",
@@ -87,7 +90,14 @@ mod tests {
             assert!(hostile_char(bad).is_some(), "{bad:?}");
             assert!(control_char(bad).is_some(), "{bad:?}");
         }
-        for line in ["a\tb", "a\nb", "a\r\n"] {
+        for line in [
+            "a\tb",
+            "a\nb",
+            "a\r\n",
+            "ab\u{200F}c",
+            "\u{200E}x",
+            "x\u{061C}",
+        ] {
             assert!(hostile_char(line).is_some(), "{line:?} is no name");
             assert_eq!(control_char(line), None, "{line:?} is text");
         }

@@ -209,8 +209,7 @@ impl Service {
                             // share waits for the same idle room: it queues
                             // behind what waits, and the sibling goes first.
                             Some(turn) => {
-                                let position =
-                                    u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX);
+                                let position = u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX);
                                 let reason = queue::Reason::Fair(turn);
                                 let text = worded(reason.to_string());
                                 let changed = join(q, work, position, &reason, text.clone())?;
