@@ -29,6 +29,11 @@ pub const RESERVATION_TTL_MS: i64 = 120_000;
 /// and not yet seen): both are held until one of them wins.
 pub const OBSERVED_PREFIX: &str = "observed:";
 
+/// Kubernetes writes when a workload finished in whole seconds (a Job's
+/// `completionTime`, a pod's `finishedAt`); a charge's `since` has
+/// milliseconds. A finish stamped second S happened in [S, S + 1 s).
+pub const FINISH_RESOLUTION_MS: i64 = 1_000;
+
 /// Finished workloads whose pods have all ended, each with when it
 /// finished (`finished`: the caller has seen every pod of them end): each
 /// runs nothing for good, so its observed pod sets go to 0 pods and its
@@ -36,8 +41,12 @@ pub const OBSERVED_PREFIX: &str = "observed:";
 /// when its charge was first made after it finished: then the finished
 /// object is an older one of the same name that a stale cache still
 /// shows (deleted and created again), and the charge is the new one's; it
-/// stays, observed as declared, until the cache catches up. A charge whose
-/// first time cannot be read stays alike. The references released.
+/// stays, observed as declared, until the cache catches up. "After" allows
+/// for the finish's whole-second stamp (`FINISH_RESOLUTION_MS`): a Job
+/// charged at 12:00:00.700 that ran 200 ms finished "at 12:00:00", and its
+/// charge goes (it was kept until the Job was deleted, so short Jobs
+/// filled their quotas with finished work). A charge whose first time
+/// cannot be read stays alike. The references released.
 pub fn release_finished(
     workloads: &mut Workloads,
     observed: &mut BTreeMap<String, Observed>,
@@ -46,7 +55,9 @@ pub fn release_finished(
     let mut released = BTreeSet::new();
     for (wref, &at) in finished {
         if let Some(c) = workloads.get(wref) {
-            if time::parse_rfc3339(&c.since).is_none_or(|since| since > at) {
+            if time::parse_rfc3339(&c.since)
+                .is_none_or(|since| since >= at.saturating_add(FINISH_RESOLUTION_MS))
+            {
                 continue;
             }
         }
@@ -262,6 +273,11 @@ mod tests {
         // finished at 11:00: kept.
         workloads.insert("batch/Job/n/again".into(), charge("2026-11-29T12:00:00Z"));
         workloads.insert("batch/Job/n/unreadable".into(), charge("yesterday"));
+        // Charged at 11:00:00.700, ran 200 ms: its finish is stamped
+        // 11:00:00 (whole seconds), and it is released.
+        workloads.insert("batch/Job/n/short".into(), charge("2026-11-29T11:00:00.700Z"));
+        // Charged a whole second after the stamp: another object's.
+        workloads.insert("batch/Job/n/later".into(), charge("2026-11-29T11:00:01.000Z"));
         let mut observed: BTreeMap<String, Observed> = workloads
             .iter()
             .map(|(w, _)| {
@@ -277,10 +293,20 @@ mod tests {
         let at = time::parse_rfc3339("2026-11-29T11:00:00Z").unwrap();
         let finished: BTreeMap<String, i64> = observed.keys().map(|w| (w.clone(), at)).collect();
         let released = release_finished(&mut workloads, &mut observed, &finished);
-        assert_eq!(released, BTreeSet::from(["batch/Job/n/done".to_string()]),);
+        assert_eq!(
+            released,
+            BTreeSet::from([
+                "batch/Job/n/done".to_string(),
+                "batch/Job/n/short".to_string()
+            ]),
+        );
         assert_eq!(observed["batch/Job/n/done"].pod_sets[0].count, 0);
         assert_eq!(workloads.get("batch/Job/n/done").unwrap().admitted, None);
-        for kept in ["batch/Job/n/again", "batch/Job/n/unreadable"] {
+        for kept in [
+            "batch/Job/n/again",
+            "batch/Job/n/unreadable",
+            "batch/Job/n/later",
+        ] {
             assert_eq!(observed[kept].pod_sets[0].count, 4, "{kept}");
             assert!(workloads.get(kept).unwrap().admitted.is_some(), "{kept}");
         }
