@@ -304,11 +304,6 @@ impl QuotaRec {
     fn apply(&mut self, q: &DynamicObject, now: Instant) {
         self.versions += 1;
         let name = q.metadata.name.clone().unwrap_or_default();
-        let bytes = serde_json::to_vec(q).map_or(0, |b| b.len());
-        if bytes > self.largest {
-            self.largest = bytes;
-            self.largest_name = name.clone();
-        }
         let used = milli(&q.data["status"]["used"][CPU]);
         let hard = milli(&q.data["spec"]["hard"][CPU]);
         let parent = q.data["spec"]["parent"].as_str().unwrap_or("").to_string();
@@ -758,6 +753,13 @@ fn counts(r: &Rec) -> Counts {
     c
 }
 
+/// The value of an unlabelled metric in Prometheus' text format.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
 fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -861,6 +863,7 @@ async fn run(o: Opts) -> bool {
     }
     let total = generate(&c, &o, &cohorts, rec.clone());
     let mut next_report = Duration::from_secs(10);
+    let mut next_size = Duration::ZERO;
     let mut all_admitted: Option<Duration> = None;
     let end = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -869,12 +872,34 @@ async fn run(o: Opts) -> bool {
         if all_admitted.is_none() && n.created == total && n.admitted + n.refused == total {
             all_admitted = Some(el);
         }
+        if el >= next_size {
+            // The stored quotas' sizes, once a second (cheaper than on
+            // every version the watch shows).
+            next_size += Duration::from_secs(1);
+            let sizes: Vec<(usize, String)> = fake
+                .list("bizrq.io", "bizgroupresourcequotas")
+                .iter()
+                .map(|q| {
+                    let n = serde_json::to_vec(q).map_or(0, |b| b.len());
+                    (n, q["metadata"]["name"].as_str().unwrap_or("").to_string())
+                })
+                .collect();
+            let mut r = qrec.lock().unwrap();
+            for (n, name) in sizes {
+                if n > r.largest {
+                    r.largest = n;
+                    r.largest_name = name;
+                }
+            }
+        }
         if el >= next_report {
             next_report += Duration::from_secs(10);
             let used = qrec.lock().unwrap().total_used();
+            let (_, metrics) = c.server.get_text("/metrics").await;
+            let depth = metric(&metrics, "bizrq_queue_depth");
             println!(
                 "  {:>4} s: created {:>5}/{total}, refused {}, admitted {:>5}, finished {:>5}, running {:>4}, \
-                 charged {:>5.0} CPUs, load {}",
+                 charged {:>5.0} CPUs, quotas awaiting a reconcile {depth:.0}, load {}",
                 el.as_secs(),
                 n.created,
                 n.refused,
@@ -893,6 +918,13 @@ async fn run(o: Opts) -> bool {
         }
     };
     let cpu = cpu_seconds() - cpu0;
+    let (_, metrics) = c.server.get_text("/metrics").await;
+    let reconciles = metric(&metrics, "bizrq_quota_reconcile_duration_seconds_count");
+    let reconcile_s = metric(&metrics, "bizrq_quota_reconcile_duration_seconds_sum");
+    println!(
+        "controller: {reconciles:.0} quota reconciles, {:.0} ms each on average",
+        reconcile_s / reconciles.max(1.0) * 1000.0
+    );
     {
         qrec.lock().unwrap().advance(start + end);
     }
@@ -1109,7 +1141,7 @@ fn report(
         "",
     );
     row(
-        "largest stored quota object",
+        "largest stored quota object (sampled each 1 s)",
         format!("{} B ({})", q.largest, q.largest_name),
         "",
         "< 64 KB",
