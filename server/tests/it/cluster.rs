@@ -71,6 +71,33 @@ impl Cluster {
         db: &str,
         configure: impl FnOnce(&mut bizrq::config::ServeArgs),
     ) -> Cluster {
+        let (clock, c) = test_clock(at);
+        Cluster::launch(fake, dir, Some((clock, c)), pod, serving, db, configure).await
+    }
+
+    /// One serving replica over `fake` on the wall clock, as in a cluster
+    /// (a benchmark's: time passes by itself, `set_clock` does nothing),
+    /// its arguments changed by `configure` after the harness set them.
+    #[allow(dead_code)] // for benches/kueue.rs
+    pub async fn on_wall_clock(
+        fake: FakeApi,
+        dir: tempfile::TempDir,
+        configure: impl FnOnce(&mut bizrq::config::ServeArgs),
+    ) -> Cluster {
+        let db = crate::common::fresh_sqlite(&dir);
+        Cluster::launch(fake, dir, None, "bizrq-0", true, &db, configure).await
+    }
+
+    /// A replica on the test clock given (None: the wall clock).
+    async fn launch(
+        fake: FakeApi,
+        dir: tempfile::TempDir,
+        test_clock: Option<(Arc<AtomicI64>, bizrq::service::Clock)>,
+        pod: &str,
+        serving: bool,
+        db: &str,
+        configure: impl FnOnce(&mut bizrq::config::ServeArgs),
+    ) -> Cluster {
         if std::env::var_os("BIZRQ_LOG").is_some() {
             bizrq::config::init_tracing(bizrq::config::LogFormat::Text);
         }
@@ -83,8 +110,11 @@ impl Cluster {
         args.discovery_seconds = 1;
         args.resync_seconds = 3600;
         configure(&mut args);
-        let (clock, c) = test_clock(at);
-        let running = bizrq::start_with(&args, Some(fake.client()), Some(c))
+        let (clock, c) = match test_clock {
+            Some((clock, c)) => (clock, Some(c)),
+            None => (Arc::default(), None),
+        };
+        let running = bizrq::start_with(&args, Some(fake.client()), c)
             .await
             .expect("server starts in cluster mode");
         if serving {
@@ -627,4 +657,58 @@ async fn pod_runs_survive_a_restart() {
     );
     let q = c.fake.quota("team");
     assert_eq!(used(&q, "cash/requests.nvidia.com/gpu"), "2", "{q}");
+}
+
+/// The API server emulation with a bounded history (the Kueue benchmark
+/// runs on it): a watch from a version older than what is kept is answered
+/// as kube-apiserver answers it, one ERROR event, 410 Expired, which
+/// kube-runtime's watcher takes as "list again"; a watch from a version
+/// still kept gets every event after it.
+#[tokio::test]
+async fn a_watch_from_a_compacted_version_is_told_410_expired() {
+    use futures::StreamExt;
+    use kube::api::{Api, ApiResource, GroupVersionKind, WatchEvent, WatchParams};
+    let fake = FakeApi::new();
+    fake.bound_history(4);
+    let class = |n: usize| {
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": format!("c{n}")}, "value": n})
+    };
+    let first = fake.put(class(0));
+    for n in 1..20 {
+        fake.put(class(n));
+    }
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        fake.client(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("scheduling.k8s.io", "v1", "PriorityClass"),
+            "priorityclasses",
+        ),
+    );
+    let old = first["metadata"]["resourceVersion"].as_str().unwrap();
+    let mut events = api
+        .watch(&WatchParams::default(), old)
+        .await
+        .unwrap()
+        .boxed();
+    match events.next().await {
+        Some(Ok(WatchEvent::Error(e))) => {
+            assert_eq!((e.code, e.reason.as_str()), (410, "Expired"), "{e:?}")
+        }
+        other => panic!("expected 410 Expired, got {other:?}"),
+    }
+    assert!(events.next().await.is_none(), "the stream ends");
+
+    let recent = fake.put(class(20));
+    fake.put(class(21));
+    let rv = recent["metadata"]["resourceVersion"].as_str().unwrap();
+    let mut events = api
+        .watch(&WatchParams::default(), rv)
+        .await
+        .unwrap()
+        .boxed();
+    match events.next().await {
+        Some(Ok(WatchEvent::Added(o))) => assert_eq!(o.metadata.name.as_deref(), Some("c21")),
+        other => panic!("expected c21, got {other:?}"),
+    }
 }

@@ -83,12 +83,14 @@ impl FakeApi {
                 return Err(once(400, &status(400, "BadRequest", &msg)));
             }
             let r = self.review(a, dry);
-            self.state
-                .lock()
-                .unwrap()
-                .reviews
-                .push(json!({"webhook": h.name, "request": r["request"]}));
-            match h.call(&r).await {
+            super::keep_review(
+                &mut self.state.lock().unwrap(),
+                json!({"webhook": h.name, "request": r["request"]}),
+            );
+            let sent = std::time::Instant::now();
+            let answer = h.call(&r).await;
+            self.observe_webhook(&h.name, sent.elapsed());
+            match answer {
                 Ok(resp) => {
                     if let Some(w) = resp["warnings"].as_array() {
                         warnings.extend(w.iter().filter_map(|w| w.as_str().map(str::to_string)));
@@ -240,12 +242,17 @@ impl FakeApi {
         {
             let mut g = self.state.lock().unwrap();
             for (h, r) in matched.iter().zip(&reviews) {
-                g.reviews
-                    .push(json!({"webhook": h.name, "request": r["request"]}));
+                super::keep_review(&mut g, json!({"webhook": h.name, "request": r["request"]}));
             }
         }
         let answers =
-            futures::future::join_all(matched.iter().zip(&reviews).map(|(h, r)| h.call(r))).await;
+            futures::future::join_all(matched.iter().zip(&reviews).map(|(h, r)| async move {
+                let sent = std::time::Instant::now();
+                let answer = h.call(r).await;
+                self.observe_webhook(&h.name, sent.elapsed());
+                answer
+            }))
+            .await;
         let mut warnings = Vec::new();
         for (h, answer) in matched.iter().zip(answers) {
             match answer {

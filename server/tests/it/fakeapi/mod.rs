@@ -52,6 +52,11 @@ struct Coll {
     def: KindDef,
     objects: BTreeMap<(String, String), Value>,
     log: Vec<(u64, &'static str, Value)>,
+    /// The newest resourceVersion dropped from `log` (`bound_history`):
+    /// a watch from an older version cannot be served.
+    compacted: u64,
+    /// How many events `log` keeps (None: all).
+    keep: Option<usize>,
     tx: broadcast::Sender<(u64, &'static str, Value)>,
 }
 
@@ -89,6 +94,29 @@ struct State {
     reviews: Vec<Value>,
     /// Writes held at a starting line until enough arrive (`race_writes`).
     races: HashMap<String, Race>,
+    /// At most this many events per kind, requests and reviews are kept
+    /// (`bound_history`); all of them when None.
+    history: Option<usize>,
+    /// How long each call to each webhook took, by webhook name.
+    latencies: HashMap<String, Vec<std::time::Duration>>,
+    /// Stamp `creationTimestamp` with the wall clock (`wall_clock_stamps`).
+    wall_clock: bool,
+}
+
+/// A review sent, kept within the bounded history.
+fn keep_review(g: &mut State, review: Value) {
+    g.reviews.push(review);
+    let keep = g.history;
+    trim(&mut g.reviews, keep);
+}
+
+/// Drop the oldest entries of `v` once it holds half again `keep`, so
+/// trimming costs O(1) amortised per entry; returns what was dropped.
+fn trim<T>(v: &mut Vec<T>, keep: Option<usize>) -> Vec<T> {
+    match keep {
+        Some(keep) if v.len() > keep + keep / 2 + 1 => v.drain(..v.len() - keep).collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// Writes to one path that match `matches`, held until `n` of them have
@@ -288,15 +316,63 @@ impl FakeApi {
         self.state.lock().unwrap().reviews.clone()
     }
 
+    /// Keep only about the last `n` events of each kind, requests and
+    /// reviews, as kube-apiserver's watch cache and etcd's compaction keep
+    /// a bounded history: a long run (a benchmark) then holds bounded
+    /// memory. A watch from a resourceVersion older than the history kept
+    /// is answered `410 Expired`, and its client lists again.
+    pub fn bound_history(&self, n: usize) {
+        let mut g = self.state.lock().unwrap();
+        g.history = Some(n.max(1));
+        for c in g.colls.values_mut() {
+            c.keep = Some(n.max(1));
+        }
+    }
+
+    /// How long each call the API server made to webhook `name` took
+    /// (the review sent over HTTPS to its answer), in order; what
+    /// kube-apiserver reports as `apiserver_admission_webhook_admission_duration_seconds`.
+    #[allow(dead_code)] // for benches/kueue.rs
+    pub fn webhook_latencies(&self, name: &str) -> Vec<std::time::Duration> {
+        let g = self.state.lock().unwrap();
+        g.latencies.get(name).cloned().unwrap_or_default()
+    }
+
+    pub(super) fn observe_webhook(&self, name: &str, took: std::time::Duration) {
+        let mut g = self.state.lock().unwrap();
+        g.latencies.entry(name.to_string()).or_default().push(took);
+    }
+
+    /// Stamp each created object's `creationTimestamp` with the wall clock,
+    /// as kube-apiserver does, instead of the fixed time the tests' test
+    /// clock starts at.
+    #[allow(dead_code)] // for benches/kueue.rs
+    pub fn wall_clock_stamps(&self) {
+        self.state.lock().unwrap().wall_clock = true;
+    }
+
+    /// The `creationTimestamp` of an object created now.
+    pub(super) fn creation_stamp(&self) -> String {
+        if self.state.lock().unwrap().wall_clock {
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        } else {
+            "2026-11-21T10:00:00Z".to_string()
+        }
+    }
+
     /// Serve a kind (a CRD installed).
     pub fn install(&self, def: KindDef) {
         let (tx, _) = broadcast::channel(4096);
-        self.state.lock().unwrap().colls.insert(
+        let mut g = self.state.lock().unwrap();
+        let keep = g.history;
+        g.colls.insert(
             coll_key(def.group, def.plural),
             Coll {
                 def,
                 objects: BTreeMap::new(),
                 log: Vec::new(),
+                compacted: 0,
+                keep,
                 tx,
             },
         );
@@ -393,6 +469,9 @@ impl FakeApi {
 
     fn emit(coll: &mut Coll, rv: u64, kind: &'static str, obj: Value) {
         coll.log.push((rv, kind, obj.clone()));
+        if let Some((last, _, _)) = trim(&mut coll.log, coll.keep).last() {
+            coll.compacted = *last;
+        }
         let _ = coll.tx.send((rv, kind, obj));
     }
 

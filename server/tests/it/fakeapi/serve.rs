@@ -69,10 +69,13 @@ impl FakeApi {
     }
 
     fn record(&self, method: &Method, path: &str, query: &str) {
-        self.state.lock().unwrap().requests.push(format!(
+        let mut g = self.state.lock().unwrap();
+        g.requests.push(format!(
             "{method} {path}{}{query}",
             if query.is_empty() { "" } else { "?" }
         ));
+        let keep = g.history;
+        trim(&mut g.requests, keep);
     }
 
     /// Serve one request; with `dry` (dryRun=All) a write is checked and
@@ -96,6 +99,7 @@ impl FakeApi {
             return once(404, &status(404, "NotFound", path));
         };
         let params = query_params(query);
+        let stamp = self.creation_stamp();
         let mut g = self.state.lock().unwrap();
         if !g.colls.contains_key(&t.coll) {
             return once(
@@ -131,6 +135,21 @@ impl FakeApi {
                     .get("resourceVersion")
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0);
+                // kube-apiserver answers a watch from a version older
+                // than the history it keeps with one ERROR event, 410
+                // Expired; its client lists again.
+                if from != 0 && from < coll.compacted {
+                    let msg = format!("too old resource version: {from} ({})", coll.compacted);
+                    let ev = json!({"type": "ERROR", "object": status(410, "Expired", &msg)});
+                    let mut b = serde_json::to_vec(&ev).unwrap();
+                    b.push(b'\n');
+                    let frame = Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(b)));
+                    return Response::builder()
+                        .status(200)
+                        .header("content-type", "application/json")
+                        .body(StreamBody::new(futures::stream::iter([frame])).boxed_unsync())
+                        .unwrap();
+                }
                 let rx = coll.tx.subscribe();
                 let filter_ns = t.namespace.clone();
                 let keep = move |o: &Value| {
@@ -149,14 +168,12 @@ impl FakeApi {
                     b.push(b'\n');
                     Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(b)))
                 };
+                // A watcher too slow for the events (`Lagged`) has its
+                // stream ended, as kube-apiserver closes a watcher that
+                // cannot keep up: its client watches again from the last
+                // version it saw, never silently missing the events between.
                 let live = futures::stream::unfold(rx, |mut rx| async move {
-                    loop {
-                        match rx.recv().await {
-                            Ok(ev) => return Some((ev, rx)),
-                            Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                            Err(broadcast::error::RecvError::Closed) => return None,
-                        }
-                    }
+                    rx.recv().await.ok().map(|ev| (ev, rx))
                 });
                 let keep2 = keep.clone();
                 let stream = futures::stream::iter(backlog)
@@ -260,7 +277,7 @@ impl FakeApi {
                 }
                 obj["metadata"]["resourceVersion"] = json!(rv.to_string());
                 obj["metadata"]["uid"] = json!(format!("uid-{name}-{rv}"));
-                obj["metadata"]["creationTimestamp"] = json!("2026-11-21T10:00:00Z");
+                obj["metadata"]["creationTimestamp"] = json!(stamp);
                 if coll.def.status {
                     obj.as_object_mut().unwrap().remove("status");
                 }
