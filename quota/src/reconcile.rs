@@ -275,9 +275,15 @@ mod tests {
         workloads.insert("batch/Job/n/unreadable".into(), charge("yesterday"));
         // Charged at 11:00:00.700, ran 200 ms: its finish is stamped
         // 11:00:00 (whole seconds), and it is released.
-        workloads.insert("batch/Job/n/short".into(), charge("2026-11-29T11:00:00.700Z"));
+        workloads.insert(
+            "batch/Job/n/short".into(),
+            charge("2026-11-29T11:00:00.700Z"),
+        );
         // Charged a whole second after the stamp: another object's.
-        workloads.insert("batch/Job/n/later".into(), charge("2026-11-29T11:00:01.000Z"));
+        workloads.insert(
+            "batch/Job/n/later".into(),
+            charge("2026-11-29T11:00:01.000Z"),
+        );
         let mut observed: BTreeMap<String, Observed> = workloads
             .iter()
             .map(|(w, _)| {

@@ -209,20 +209,20 @@ impl Context {
                 // being held as a reservation for the window after its
                 // admission, so its room comes back when it ends — unless
                 // the charge is a newer object's of the same name.
-                let released: BTreeMap<String, i64> = snap
-                    .released
-                    .iter()
-                    .filter(|(wref, _)| {
-                        let charged = q.status.workloads.get(*wref).map(|c| {
-                            c.uid.strip_prefix("queue:").unwrap_or(&c.uid).to_string()
-                        });
-                        match (charged, finished_uids.get(*wref)) {
-                            (Some(c), Some(seen)) => c.is_empty() || &c == seen,
-                            _ => true,
-                        }
-                    })
-                    .map(|(w, at)| (w.clone(), *at))
-                    .collect();
+                let released: BTreeMap<String, i64> =
+                    snap.released
+                        .iter()
+                        .filter(|(wref, _)| {
+                            let charged = q.status.workloads.get(*wref).map(|c| {
+                                c.uid.strip_prefix("queue:").unwrap_or(&c.uid).to_string()
+                            });
+                            match (charged, finished_uids.get(*wref)) {
+                                (Some(c), Some(seen)) => c.is_empty() || &c == seen,
+                                _ => true,
+                            }
+                        })
+                        .map(|(w, at)| (w.clone(), *at))
+                        .collect();
                 quota::reconcile::release_finished(
                     &mut q.status.workloads,
                     &mut observed,
