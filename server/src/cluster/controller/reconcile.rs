@@ -16,7 +16,7 @@ use quota::budget::enforce::OwnWindows;
 use quota::keys::cash_target;
 use quota::reconcile::{Observed, RESERVATION_TTL_MS};
 use quota::ResourceList;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,16 +165,6 @@ impl Context {
             .filter(|s| !s.quota.spec.max.is_empty() && !s.quota.spec.parent.is_empty())
             .and_then(|s| self.service.cached_quota(&s.quota.spec.parent))
             .map(|p| quota::fair::lendable(&p.quota));
-        // The uids of the finished objects as watched: a charge of another
-        // uid is another object's of the same name (deleted and made
-        // again), whatever the times say.
-        let finished_uids: BTreeMap<String, String> = {
-            let v = self.view.lock().unwrap();
-            snap.released
-                .keys()
-                .filter_map(|w| Some((w.clone(), v.workload_uid(w)?)))
-                .collect()
-        };
         let result = self
             .service
             .update_status(name, false, |q| {
@@ -209,24 +199,10 @@ impl Context {
                 // being held as a reservation for the window after its
                 // admission, so its room comes back when it ends — unless
                 // the charge is a newer object's of the same name.
-                let released: BTreeMap<String, i64> =
-                    snap.released
-                        .iter()
-                        .filter(|(wref, _)| {
-                            let charged = q.status.workloads.get(*wref).map(|c| {
-                                c.uid.strip_prefix("queue:").unwrap_or(&c.uid).to_string()
-                            });
-                            match (charged, finished_uids.get(*wref)) {
-                                (Some(c), Some(seen)) => c.is_empty() || &c == seen,
-                                _ => true,
-                            }
-                        })
-                        .map(|(w, at)| (w.clone(), *at))
-                        .collect();
                 quota::reconcile::release_finished(
                     &mut q.status.workloads,
                     &mut observed,
-                    &released,
+                    &snap.released,
                 );
                 let out = quota::reconcile::reconcile_priced(
                     q,
