@@ -107,6 +107,8 @@ impl From<ChangeError> for ApiError {
 }
 
 pub async fn list(State(app): State<AppState>, p: Principal) -> Result<Response, ApiError> {
+    // Every visible quota whole: a heavy request's place.
+    let _place = app.portal.heavy.enter(&p.username)?;
     let items = changes::visible_quotas(&app.service, &p).await?;
     Ok(Json(serde_json::json!({
         "apiVersion": api_version(),

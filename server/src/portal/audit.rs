@@ -229,6 +229,8 @@ pub async fn csv(
     viewer: Viewer,
     Query(q): Query<AuditParams>,
 ) -> Result<Response, PageError> {
+    // Up to `CSV_ROWS` rows: a heavy request's place.
+    let _place = app.portal.heavy.enter(&viewer.principal.username)?;
     let filter = scoped(&app, &viewer.principal, q.filter()?).await?;
     let rows = app.portal.sql.audit(&filter, CSV_ROWS).await?;
     Ok((

@@ -53,6 +53,7 @@ pub async fn tree_rows(
     viewer: Viewer,
     Query(p): Query<RowsParams>,
 ) -> Result<Response, PageError> {
+    let _place = app.portal.heavy.enter(&viewer.principal.username)?;
     let parent = p.parent.trim();
     if parent.is_empty() || parent.len() > 253 {
         return Err(PageError::Invalid(
@@ -111,6 +112,8 @@ fn api_error(e: PageError) -> ApiError {
 /// transfers awaiting the caller, the open alerts). Not the forecasts:
 /// they move with the samples, hourly, and the page's reload has them.
 pub async fn overview(State(app): State<AppState>, p: Principal) -> Result<Response, ApiError> {
+    // Its cost grows with the visible forest: a heavy request's place.
+    let _place = app.portal.heavy.enter(&p.username)?;
     let data = super::quotas::overview_data(&app, &p).await?;
     let all = &data.forest.quotas;
     let cfg = &app.service.keys;

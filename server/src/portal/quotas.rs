@@ -130,6 +130,8 @@ pub async fn overview_data(
 /// GET / — the viewer's quotas (their bindings', or the roots for an
 /// admin) with usage, card-hour burn and forecasts.
 pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
+    // Its cost grows with the visible forest: a heavy request's place.
+    let _place = app.portal.heavy.enter(&viewer.principal.username)?;
     let p = &viewer.principal;
     let data = overview_data(&app, p).await?;
     let all = &data.forest.quotas;

@@ -44,7 +44,8 @@ pub async fn visible_quotas(
     p: &Principal,
 ) -> Result<Vec<Quota>, ServiceError> {
     if p.is_admin {
-        return service.list().await;
+        // The forest the service keeps: only what changed since is read.
+        return Ok(service.forest().await?.quotas.clone());
     }
     let roots: Vec<String> = p.bindings.iter().map(|b| b.quota.clone()).collect();
     if roots.is_empty() {
