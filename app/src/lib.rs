@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! bizrq's portal UI (Leptos). Components render on the server (`ssr`); every
 //! page works as plain HTML with JavaScript disabled.
 
