@@ -630,20 +630,55 @@ fn open(row: Element, link: Element, table: Element) {
 /// GET `url` as text (with the session cookie, as the page itself), only
 /// if the server answers it as asked (a redirect, to the login page say,
 /// is not followed).
+///
+/// The server takes a few heavy requests per person at once and answers
+/// the rest 429 with `Retry-After` (docs/limits.md): a range click asks for
+/// every chart of a section together, so a 429 is asked again after the
+/// time it names (at most [`RETRIES`] times, each wait at most 5 s).
 async fn get_html(url: &str) -> Option<String> {
     let window = web_sys::window()?;
-    let init = web_sys::RequestInit::new();
-    init.set_credentials(web_sys::RequestCredentials::SameOrigin);
-    init.set_redirect(web_sys::RequestRedirect::Error);
-    let resp = JsFuture::from(window.fetch_with_str_and_init(url, &init))
-        .await
-        .ok()?;
-    let resp: web_sys::Response = resp.dyn_into().ok()?;
+    let mut tries = 0;
+    let resp = loop {
+        let init = web_sys::RequestInit::new();
+        init.set_credentials(web_sys::RequestCredentials::SameOrigin);
+        init.set_redirect(web_sys::RequestRedirect::Error);
+        let resp = JsFuture::from(window.fetch_with_str_and_init(url, &init))
+            .await
+            .ok()?;
+        let resp: web_sys::Response = resp.dyn_into().ok()?;
+        if resp.status() != 429 || tries >= RETRIES {
+            break resp;
+        }
+        tries += 1;
+        let secs = resp
+            .headers()
+            .get("retry-after")
+            .ok()
+            .flatten()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(1)
+            .clamp(1, 5);
+        // Spread the retries of one click so they do not all come back at once.
+        let spread = (js_sys::Math::random() * 500.0) as i32;
+        sleep_ms(secs as i32 * 1000 + spread).await;
+    };
     if !resp.ok() {
         return None;
     }
     let text = JsFuture::from(resp.text().ok()?).await.ok()?;
     text.as_string()
+}
+
+/// How many times a request answered 429 is asked again.
+const RETRIES: u32 = 4;
+
+async fn sleep_ms(ms: i32) {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
+        }
+    });
+    let _ = JsFuture::from(promise).await;
 }
 
 // ---- The overview ----
