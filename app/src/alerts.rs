@@ -70,7 +70,7 @@ impl AlertRow {
 
 /// Kinds whose alerts are per key and read as one per quota and level on
 /// the alerts page: one training job over several keys is one row.
-const PER_KEY_KINDS: [&str; 4] = ["threshold", "over_quota", "cash_forecast", "allocation"];
+pub const PER_KEY_KINDS: [&str; 4] = ["threshold", "over_quota", "cash_forecast", "allocation"];
 
 /// One row per quota, kind, level and state for the per-key kinds (the
 /// keys it covers listed in its message, worst order kept: a group sits
@@ -699,6 +699,27 @@ pub struct RuleRow {
     pub allocation_percent: Option<i64>,
 }
 
+/// A budget's forecast alert on the rules page: its key, name, horizon
+/// (None: off) and where the horizon comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForecastLine {
+    pub key: String,
+    pub name: String,
+    pub hours: Option<i64>,
+    /// "a rule", "the budget's forecastDays", …
+    pub from: String,
+}
+
+/// `168` → "7 days", `36` → "36 hours".
+pub fn horizon_words(hours: i64) -> String {
+    match hours {
+        1 => "1 hour".into(),
+        h if h % 24 == 0 && h >= 48 => format!("{} days", h / 24),
+        24 => "1 day".into(),
+        h => format!("{h} hours"),
+    }
+}
+
 /// GET /quotas/{name}/alerts: the quota's rules, and (for its owners and
 /// admins) the form to set or remove one. `keys` are the quota's keys.
 #[cfg(feature = "ssr")]
@@ -707,6 +728,7 @@ pub fn render_rules_page(
     quota: String,
     rules: Vec<RuleRow>,
     keys: Vec<String>,
+    forecasts: Vec<ForecastLine>,
     can_edit: bool,
     flash: Option<Flash>,
 ) -> String {
@@ -714,7 +736,7 @@ pub fn render_rules_page(
     let action = format!("/quotas/{quota}/alerts");
     let csrf = viewer.csrf.clone();
     let rows = if rules.is_empty() {
-        view! { <p class="empty">"No rules: every key warns when what runs in the quota and below it reaches 80 % of hard, and is critical at 100 %; no forecast alert, no allocation notice."</p> }.into_any()
+        view! { <p class="empty">"No rules: every key warns when what runs in the quota and below it reaches 80 % of hard, and is critical at 100 %; no allocation notice. Budgets forecast as below."</p> }.into_any()
     } else {
         let rows = rules
             .into_iter()
@@ -766,6 +788,28 @@ pub fn render_rules_page(
             </form>
         }
     });
+    // What each budget's forecast alert does: the one horizon the engine
+    // uses (`alerts::forecast_horizon`), a rule's or the budget's own.
+    let forecasts = (!forecasts.is_empty()).then(|| {
+        let items = forecasts
+            .into_iter()
+            .map(|f| {
+                let words = match f.hours {
+                    Some(h) => format!(
+                        "\"Budget running out\" when it would run out within {} at what runs now ({})",
+                        horizon_words(h),
+                        f.from
+                    ),
+                    None => format!("no forecast alert ({})", f.from),
+                };
+                view! { <li><span title=f.key>{f.name}</span>": "{words}</li> }
+            })
+            .collect_view();
+        view! {
+            <h2>"Forecast alerts"</h2>
+            <ul class="forecasts">{items}</ul>
+        }
+    });
     let title = format!("Alert rules of {quota}");
     let back = format!("/quotas/{quota}");
     document(move || {
@@ -773,6 +817,7 @@ pub fn render_rules_page(
             <Layout viewer=Some(viewer) title=title section=Section::Alerts flash=flash>
                 <p><a href=back>"← the quota"</a></p>
                 {rows}
+                {forecasts}
                 {form}
             </Layout>
         }

@@ -119,7 +119,24 @@ pub struct FormKey {
     pub required: bool,
     /// A refusal about this key, shown beside its field.
     pub error: Option<String>,
+    /// On the short new-child form: folded under "More keys" (not a GPU
+    /// key nor a budget), with a choice of what the child takes.
+    pub folded: bool,
+    /// A folded key's choice (`mode:KEY`): `inherit` (hard 0, max the
+    /// parent's hard: the child borrows the parent's idle room), `zero`,
+    /// or `set` (the hard and max typed).
+    pub mode: String,
 }
+
+/// What a folded key of the short form takes: (value, words).
+pub const KEY_MODES: [(&str, &str); 3] = [
+    (
+        "inherit",
+        "the parent's idle room (hard 0, borrows up to the parent's hard)",
+    ),
+    ("zero", "none (0)"),
+    ("set", "the amounts typed here"),
+];
 
 /// The create-child or edit form, as first shown or as submitted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -483,10 +500,14 @@ fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
         None => (format!("hard:{}", k.key), format!("max:{}", k.key)),
         Some(i) => (format!("newhard:{i}"), format!("newmax:{i}")),
     };
+    let display = if k.name.is_empty() {
+        k.key.clone()
+    } else {
+        k.name.clone()
+    };
     let key_cell = match extra {
         None => {
-            let name = if k.name.is_empty() { k.key.clone() } else { k.name.clone() };
-            view! { <td class="key" title=k.key.clone()>{name}{k.required.then_some(" *")}</td> }.into_any()
+            view! { <td class="key" title=k.key.clone()>{display.clone()}{(k.required && !k.folded).then_some(" *")}</td> }.into_any()
         }
         Some(i) => view! { <td><input name=format!("newkey:{i}") value=k.key.clone() placeholder="e.g. limits.cpu.A4" aria-label="key"/></td> }.into_any(),
     };
@@ -496,11 +517,27 @@ fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
         .error
         .clone()
         .map(|e| view! { <small class="field-error" role="alert">{e}</small> });
+    // A folded key: what the child takes of it, inherit unless chosen.
+    let mode = k.folded.then(|| {
+        let current = if k.mode.is_empty() { "inherit" } else { k.mode.as_str() };
+        let options = KEY_MODES
+            .iter()
+            .map(|(v, words)| view! { <option value=*v selected=*v == current>{*words}</option> })
+            .collect_view();
+        view! {
+            <td><select name=format!("mode:{}", k.key) aria-label=format!("{display}: what the child takes")>{options}</select></td>
+        }
+    });
+    // A folded key's amounts count only when "set" is chosen: never
+    // required by the browser.
+    let required = k.required && !k.folded;
+    let (hard_label, max_label) = (format!("{display} hard"), format!("{display} max"));
     view! {
         <tr class:refused=k.error.is_some()>
             {key_cell}
-            <td><input name=hard_name value=k.hard inputmode="decimal" aria-label="hard" aria-invalid=invalid required=k.required/>{error}</td>
-            <td><input name=max_name value=k.max inputmode="decimal" aria-label="max" placeholder="none"/></td>
+            {mode}
+            <td><input name=hard_name value=k.hard inputmode="decimal" aria-label=hard_label aria-invalid=invalid required=required/>{error}</td>
+            <td><input name=max_name value=k.max inputmode="decimal" aria-label=max_label placeholder="none"/></td>
             <td class="num">{left}</td>
         </tr>
     }
@@ -548,7 +585,30 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
     // decides what a GPU is here: only the order depends on it).
     let mut keys = f.keys;
     keys.sort_by_cached_key(|k| quota::keys::display_order(&k.key, &quota::KeyConfig::default()));
+    let (folded, keys): (Vec<FormKey>, Vec<FormKey>) = keys.into_iter().partition(|k| k.folded);
     let rows = keys.into_iter().map(|k| key_row(k, None)).collect_view();
+    // The short form: the rest of the parent's keys folded, each taking
+    // the parent's idle room unless chosen otherwise; open when one of
+    // them was refused.
+    let more = (!folded.is_empty()).then(|| {
+        let open = folded.iter().any(|k| k.error.is_some());
+        let names: Vec<String> = folded
+            .iter()
+            .map(|k| if k.name.is_empty() { k.key.clone() } else { k.name.clone() })
+            .collect();
+        let summary = format!("More keys ({}): {}", folded.len(), names.join(", "));
+        let rows = folded.into_iter().map(|k| key_row(k, None)).collect_view();
+        view! {
+            <details class="more-keys" open=open>
+                <summary>{summary}</summary>
+                <p class="hint">"Each of these takes the parent's idle room unless you choose: hard 0 and a ceiling of the parent's hard, so the child borrows what its parent and siblings leave idle and gives it back when they need it. Choose none (0) to keep the child off a key, or set amounts of its own."</p>
+                <table>
+                    <thead><tr><th>"Key"</th><th>"The child takes"</th><th>"Hard"</th><th>"Max (borrowing ceiling)"</th><th>"Left in parent"</th></tr></thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </details>
+        }
+    });
     let extra = f
         .extra
         .into_iter()
@@ -565,6 +625,7 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
                         <thead><tr><th>"Key"</th><th>"Hard"</th><th>"Max (borrowing ceiling)"</th><th>"Left in parent"</th></tr></thead>
                         <tbody>{rows}{extra}</tbody>
                     </table>
+                    {more}
                     {budgets}
                     <p class="hint">"* the parent has this key, so the child must carry it. Amounts are Kubernetes quantities (500m, 16Gi, 4); an empty hard drops the key. The server checks the tree rules: a child's hard must fit in what its parent has left."</p>
                     {confirm}

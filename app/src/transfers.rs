@@ -64,6 +64,10 @@ pub struct RequestForm {
     pub source: String,
     /// A top-up's expiry (UTC, optional).
     pub until: String,
+    /// The viewer owns nothing to give from but may ask for more budget
+    /// (a member): the form is a top-up from the parent's budget only,
+    /// `destinations` the quotas it sees, `keys` their budgets.
+    pub budget_only: bool,
 }
 
 /// One quota the plan changes: its hard (and its parent's carve-out of it).
@@ -141,9 +145,48 @@ fn QuotaName(name: String, link: bool) -> impl IntoView {
     }
 }
 
+/// A member's "Ask for more budget": a top-up of one budget of a quota it
+/// sees, from the parent's budget; the parent's owners (or an admin)
+/// decide.
+#[cfg(feature = "ssr")]
+#[component]
+fn BudgetAskView(form: RequestForm, csrf: String) -> impl IntoView {
+    let quotas = form
+        .destinations
+        .iter()
+        .map(|d| view! { <option value=d.clone() selected=*d == form.to>{d.clone()}</option> })
+        .collect_view();
+    let (key, amount) = form.rows.first().cloned().unwrap_or_default();
+    let keys = form
+        .keys
+        .iter()
+        .map(|(k, name)| view! { <option value=k.clone() title=k.clone() selected=*k == key>{name.clone()}</option> })
+        .collect_view();
+    view! {
+        <form class="card request" method="post" action="/transfers" id="top-up">
+            <CsrfField csrf=csrf/>
+            <h3>"Ask for more budget"</h3>
+            <input type="hidden" name="kind" value="topUp"/>
+            <input type="hidden" name="source" value="parent"/>
+            <div class="inline">
+                <label>"For quota"<select name="to" required>{quotas}</select></label>
+                <label>"Budget"<select name="key" required>{keys}</select></label>
+                <label>"Amount"<input name="amount" value=amount placeholder="e.g. 500" inputmode="decimal" required/></label>
+                <label>"Withdraw what is unspent at (UTC, optional)"<input name="until" type="datetime-local" value=form.until/></label>
+            </div>
+            <label>"Reason (for the approver and the audit log)"<textarea name="reason" rows="2" required maxlength="2000">{crate::layout::escape_text(&form.reason)}</textarea></label>
+            <p class="hint">"A top-up of this period's budget out of the parent's. An admin or an owner of the parent approves it; requests expire after 7 days."</p>
+            <button type="submit">"Ask"</button>
+        </form>
+    }
+}
+
 #[cfg(feature = "ssr")]
 #[component]
 fn RequestFormView(form: RequestForm, csrf: String) -> impl IntoView {
+    if form.budget_only {
+        return view! { <BudgetAskView form=form csrf=csrf/> }.into_any();
+    }
     let sources = form
         .sources
         .iter()
@@ -226,6 +269,7 @@ fn RequestFormView(form: RequestForm, csrf: String) -> impl IntoView {
             <button type="submit">"Request"</button>
         </form>
     }
+    .into_any()
 }
 
 /// The transfers the viewer may see, filters, and (when it owns a quota)

@@ -63,6 +63,10 @@ pub struct TreeRow {
     pub workloads: usize,
     pub children: usize,
     pub gpu: Option<GpuCell>,
+    /// Each GPU model's key (`requests.nvidia.com/gpu.A100`) with a hard
+    /// or a use here, in display order: the page's model columns
+    /// (`model_columns`) read their cell from it.
+    pub models: Vec<GpuCell>,
     /// Every budget, the GPU budget first (`cash_cells`).
     pub budgets: Vec<CashCell>,
     /// Used beyond its hard on loan, per key, readable ("4 cards").
@@ -105,16 +109,47 @@ fn gpu_cell(rolled: &[KeyRollup], cfg: &KeyConfig) -> Option<GpuCell> {
         .filter(|r| !r.hard.is_zero() || !r.in_use.is_zero())
         // requests.* before limits.*
         .min_by_key(|r| (!r.key.starts_with("requests."), r.key.clone()))?;
+    Some(cell_of(r, cfg))
+}
+
+/// Whether `key` is a GPU model's request key (`requests.nvidia.com/gpu.A100`):
+/// what gets a column of its own on the tree.
+fn is_model_key(key: &str, cfg: &KeyConfig) -> bool {
+    Key::parse(key, cfg).is_ok_and(|k| {
+        !k.cash
+            && k.model.is_some()
+            && cfg.is_gpu(&k.resource)
+            && k.class == quota::keys::Class::Requests
+    })
+}
+
+/// The GPU model keys that have a hard in any of `quotas`, in display
+/// order (`A100 GPUs` before `H100 GPUs`): one tree column each. The page
+/// and `GET /tree/rows` ask it of the same quotas, so inserted rows have
+/// the page's columns.
+pub fn model_columns(quotas: &[Quota], cfg: &KeyConfig) -> Vec<String> {
+    let keys: BTreeSet<&str> = quotas
+        .iter()
+        .flat_map(|q| q.spec.hard.iter())
+        .filter(|(k, v)| !v.is_zero() && is_model_key(k, cfg))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    let mut keys: Vec<String> = keys.into_iter().map(str::to_string).collect();
+    keys.sort_by_cached_key(|k| quota::keys::display_order(k, cfg));
+    keys
+}
+
+fn cell_of(r: &KeyRollup, cfg: &KeyConfig) -> GpuCell {
     let (_, idle) = r.bar_percents();
     let show = |n: Quantity| display_quantity(&r.key, n, cfg);
-    Some(GpuCell {
+    GpuCell {
         key: r.key.clone(),
         in_use: show(r.in_use),
         allocated: show(r.allocated),
         hard: show(r.hard),
         percent: r.in_use_percent(),
         idle_percent: idle,
-    })
+    }
 }
 
 /// What a budget's burn is priced at: the QoS multipliers, the price list
@@ -205,12 +240,20 @@ pub fn row_of(
     let rolled = rollup(q, in_use);
     let gpu = gpu_cell(&rolled, cfg);
     let gpu_key = gpu.as_ref().map(|g| g.key.clone());
+    let mut models: Vec<GpuCell> = rolled
+        .iter()
+        .filter(|r| is_model_key(&r.key, cfg))
+        .filter(|r| !r.hard.is_zero() || !r.in_use.is_zero())
+        .map(|r| cell_of(r, cfg))
+        .collect();
+    models.sort_by_cached_key(|c| quota::keys::display_order(&c.key, cfg));
     // Keys with a zero hard that nothing uses are not worth a glance.
-    // GPU models first (fullest first), then the fullest of the rest: an
-    // A100 at 81 % is not hidden behind three CPU keys.
+    // GPU models have their columns; other GPU keys (limits) first, then
+    // the fullest of the rest.
     let mut others: Vec<(bool, String, u32)> = rolled
         .iter()
         .filter(|r| Some(&r.key) != gpu_key.as_ref())
+        .filter(|r| !models.iter().any(|m| m.key == r.key))
         .filter(|r| !r.hard.is_zero() || !r.in_use.is_zero())
         .map(|r| {
             let gpu = quota::keys::display_order(&r.key, cfg).0 == 0;
@@ -233,6 +276,7 @@ pub fn row_of(
         workloads: q.status.workloads.len(),
         children,
         gpu,
+        models,
         budgets: cash_cells(q, in_use, cfg, pricing),
         borrowing,
         others,
@@ -716,11 +760,10 @@ fn sort_header(query: &TreeQuery, sort: TreeSort, label: &'static str) -> impl I
 }
 
 #[cfg(feature = "ssr")]
-fn gpu_view(g: Option<GpuCell>) -> impl IntoView {
+fn gpu_view(g: Option<GpuCell>, label: String) -> impl IntoView {
     match g {
-        None => {
-            view! { <td class="gpu none" data-label="GPUs" data-sort-value="">"—"</td> }.into_any()
-        }
+        None => view! { <td class="gpu none empty" data-label=label data-sort-value="">"—"</td> }
+            .into_any(),
         Some(g) => {
             let class = match g.percent {
                 p if p > 100 => "bar over",
@@ -734,7 +777,7 @@ fn gpu_view(g: Option<GpuCell>) -> impl IntoView {
                 g.key, g.in_use, g.allocated, g.hard
             );
             view! {
-                <td class="gpu" data-label="GPUs" title=title data-sort-value=g.percent.to_string()>
+                <td class="gpu" data-label=label title=title data-sort-value=g.percent.to_string()>
                     <span class=class><i class="use" style=width></i><i class="idle" style=idle></i></span>
                     <span class="num"><b>{g.in_use}</b>{format!(" / {}", g.hard)}</span>
                 </td>
@@ -748,7 +791,7 @@ fn gpu_view(g: Option<GpuCell>) -> impl IntoView {
 /// data attributes are what the tree island reads (depth, children, what
 /// is folded below, whether it is beyond the fold depth).
 #[cfg(feature = "ssr")]
-fn tree_row(r: TreeRow, query: &TreeQuery) -> impl IntoView {
+fn tree_row(r: TreeRow, query: &TreeQuery, columns: &[(String, String)]) -> impl IntoView {
     let indent = format!("padding-left:{}rem", 0.3 + 1.1 * r.depth as f32);
     let href = format!("/quotas/{}", r.name);
     let toggle = (r.children > 0 && !r.context).then(|| {
@@ -815,6 +858,14 @@ fn tree_row(r: TreeRow, query: &TreeQuery) -> impl IntoView {
             .collect_view();
         (lefts.into_any(), runways.into_any())
     };
+    // One cell per model column, "—" where this quota has none of it.
+    let model_cells = columns
+        .iter()
+        .map(|(key, name)| {
+            let c = r.models.iter().find(|m| &m.key == key).cloned();
+            gpu_view(c, name.clone())
+        })
+        .collect_view();
     let borrow_class = cell(r.borrowing.is_empty(), "borrowing");
     let others_class = cell(r.others.is_empty(), "others");
     let borrowing = if r.borrowing.is_empty() {
@@ -837,7 +888,8 @@ fn tree_row(r: TreeRow, query: &TreeQuery) -> impl IntoView {
     view! {
         <tr id=id class=class data-depth=depth data-children=children data-hidden=hidden data-beyond-fold=beyond>
             <td class="name" style=indent data-label="Quota" data-sort-value=sort_name>{toggle}{spacer}<a href=href>{r.name}</a>{folded}</td>
-            {gpu_view(r.gpu)}
+            {gpu_view(r.gpu, "GPUs".to_string())}
+            {model_cells}
             <td class=left_class data-label="Budget left" data-sort-value=left_value>{left}</td>
             <td class=runway_class data-label="Runway" data-sort-value=runway_value>{runway}</td>
             <td class=borrow_class data-label="Borrowing">{borrowing}</td>
@@ -855,23 +907,43 @@ pub fn render_tree_rows(
     query: &TreeQuery,
     more: usize,
     parent: &str,
+    models: &[String],
+    cfg: &KeyConfig,
 ) -> String {
+    let columns = named_columns(models, cfg);
+    let span = (7 + columns.len()).to_string();
     let tail = (more > 0).then(|| {
         let href = format!("{}#{}", query.href(), encode(parent));
         view! {
             <tr data-static="true" data-parent=parent.to_string() class="more">
-                <td colspan="7"><a href=href>{format!("{more} more rows under {parent}: show the whole page")}</a></td>
+                <td colspan=span><a href=href>{format!("{more} more rows under {parent}: show the whole page")}</a></td>
             </tr>
         }
     });
     Owner::new().with(|| {
-        let rows = rows.into_iter().map(|r| tree_row(r, query)).collect_view();
+        let rows = rows
+            .into_iter()
+            .map(|r| tree_row(r, query, &columns))
+            .collect_view();
         view! { {rows}{tail} }.to_html()
     })
 }
 
+/// Each model column's key and its name ("A100 GPUs").
+fn named_columns(models: &[String], cfg: &KeyConfig) -> Vec<(String, String)> {
+    models
+        .iter()
+        .map(|k| (k.clone(), quota::keys::display_name(k, cfg)))
+        .collect()
+}
+
 #[cfg(feature = "ssr")]
-fn tree_table(rows: Vec<TreeRow>, query: &TreeQuery, fold: Option<usize>) -> impl IntoView {
+fn tree_table(
+    rows: Vec<TreeRow>,
+    query: &TreeQuery,
+    fold: Option<usize>,
+    columns: Vec<(String, String)>,
+) -> impl IntoView {
     if rows.is_empty() {
         return view! { <p class="empty">"No quotas to show: none matches, none exists yet, or none is shared with you."</p> }
             .into_any();
@@ -881,11 +953,21 @@ fn tree_table(rows: Vec<TreeRow>, query: &TreeQuery, fold: Option<usize>) -> imp
     let searching = !query.search.trim().is_empty() || query.filter != TreeFilter::All;
     let inplace = (!searching).then_some("true");
     let fold = fold.map(|d| d.to_string());
-    let body = rows.into_iter().map(|r| tree_row(r, query)).collect_view();
+    let body = rows
+        .into_iter()
+        .map(|r| tree_row(r, query, &columns))
+        .collect_view();
+    let model_heads = columns
+        .iter()
+        .map(|(key, name)| {
+            view! { <th title=key.clone() data-model=key.clone()>{format!("{name} in use / hard")}</th> }
+        })
+        .collect_view();
     let head = view! {
         <thead><tr>
             {sort_header(query, TreeSort::Name, "Quota")}
             {sort_header(query, TreeSort::Gpu, "GPUs in use / hard")}
+            {model_heads}
             {sort_header(query, TreeSort::Budget, "Budget left")}
             {sort_header(query, TreeSort::Runway, "Runway")}
             <th>"Borrowing"</th>
@@ -918,6 +1000,7 @@ pub fn render_tree_page(
     mut query: TreeQuery,
 ) -> String {
     let all = tree_rows(quotas, in_use, cfg, pricing, query.sort);
+    let columns = named_columns(&model_columns(quotas, cfg), cfg);
     let total = all.len();
     query.keep_only_rows_of(&all);
     let needle = query.search.trim().to_lowercase();
@@ -980,7 +1063,7 @@ pub fn render_tree_page(
                 </form>
                 <BarLegend/>
                 <p class="hint">"Runway: how long each budget lasts at what the quota itself runs now, at its prices. Click a column to sort each level by it."</p>
-                {tree_table(rows, &query, fold)}
+                {tree_table(rows, &query, fold, columns)}
             </layout::Layout>
         }
     })

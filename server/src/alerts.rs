@@ -11,7 +11,7 @@
 
 use quota::forecast::Outlook as Forecast;
 use quota::object::Quota;
-use quota::{resources, Quantity};
+use quota::{resources, KeyConfig, Quantity};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -103,7 +103,7 @@ impl Kind {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Level {
     Info,
     Warning,
@@ -610,9 +610,127 @@ pub struct Email {
     pub html: String,
 }
 
-/// The email for an alert: what happened, the numbers, a link to the quota.
-pub fn email(c: &Condition, public_url: &str) -> Email {
-    let link = format!("{}/quotas/{}", public_url.trim_end_matches('/'), c.quota);
+/// Whether `kind`'s alerts are per key and read as one per quota, kind
+/// and level: one training job over six keys is one row on the alerts
+/// page (`app::alerts::group_rows`), one group in the API
+/// (`?group=condition`) and one email.
+pub fn per_key(kind: Kind) -> bool {
+    app::alerts::PER_KEY_KINDS.contains(&kind.as_str())
+}
+
+/// The keys an alert's words name: its key, a budget's target, a
+/// transfer's amounts.
+pub fn named_keys<'a>(key: &'a str, numbers: &'a serde_json::Value) -> Vec<&'a str> {
+    let amounts = numbers.get("amounts").and_then(|v| v.as_object());
+    [key, quota::keys::cash_target(key).unwrap_or("")]
+        .into_iter()
+        .chain(
+            amounts
+                .into_iter()
+                .flat_map(|m| m.keys().map(String::as_str)),
+        )
+        .filter(|k| !k.is_empty())
+        .collect()
+}
+
+/// An alert's stored message (raw keys, as the API keeps it) as people
+/// read it: each key it names by its display name ("A100 GPUs of nlp
+/// reached 80 %", `quota::keys::with_names`).
+pub fn words(message: &str, key: &str, numbers: &serde_json::Value, cfg: &KeyConfig) -> String {
+    quota::keys::with_names(message, named_keys(key, numbers), cfg)
+}
+
+/// The email for the alerts of one quota, kind and level opened together
+/// (`per_key` kinds: one condition over several keys; any other alert
+/// alone): what happened in words, each key's numbers, a link to the
+/// quota. Keys are named (`GPUs`, `A100 GPUs`), GPUs first.
+pub fn email(group: &[&Condition], public_url: &str, cfg: &KeyConfig) -> Email {
+    let mut group: Vec<&Condition> = group.to_vec();
+    group.sort_by_cached_key(|c| quota::keys::display_order(&c.key, cfg));
+    let Some(first) = group.first() else {
+        return Email {
+            subject: String::new(),
+            text: String::new(),
+            html: String::new(),
+        };
+    };
+    let link = format!(
+        "{}/quotas/{}",
+        public_url.trim_end_matches('/'),
+        first.quota
+    );
+    let said = |c: &Condition| words(&c.message, &c.key, &c.numbers, cfg);
+    let subject = if group.len() == 1 {
+        format!("[bizrq {}] {}", first.level.as_str(), said(first))
+    } else {
+        let names: Vec<String> = group
+            .iter()
+            .map(|c| quota::keys::display_name(&c.key, cfg))
+            .collect();
+        format!(
+            "[bizrq {}] {} on {}: {} keys ({})",
+            first.level.as_str(),
+            app::alerts::kind_label(first.kind.as_str()),
+            first.quota,
+            group.len(),
+            names.join(", ")
+        )
+    };
+    let mut text = String::new();
+    let mut html = String::from("<!DOCTYPE html><html><body>");
+    if group.len() > 1 {
+        let head = format!(
+            "{} ({}) on {}, {} keys:",
+            app::alerts::kind_label(first.kind.as_str()),
+            first.level.as_str(),
+            first.quota,
+            group.len()
+        );
+        text.push_str(&format!("{head}\n\n"));
+        html.push_str(&format!("<p>{}</p>", escape(&head)));
+    }
+    for c in &group {
+        let numbers = numbers_of(c);
+        let lead = if group.len() > 1 { "- " } else { "" };
+        let pad = if group.len() > 1 { "    " } else { "  " };
+        text.push_str(&format!("{lead}{}\n", said(c)));
+        if group.len() == 1 {
+            text.push('\n');
+        }
+        for (k, v) in &numbers {
+            text.push_str(&format!("{pad}{k}: {v}\n"));
+        }
+        if group.len() > 1 {
+            text.push('\n');
+        }
+        let rows: String = numbers
+            .iter()
+            .map(|(k, v)| format!("<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v)))
+            .collect();
+        html.push_str(&format!(
+            "<p title=\"{}\">{}</p><table>{rows}</table>",
+            escape(&c.key),
+            escape(&said(c))
+        ));
+    }
+    text.push_str(&format!(
+        "{}Quota: {link}\n",
+        if group.len() == 1 { "\n" } else { "" }
+    ));
+    html.push_str(&format!(
+        "<p><a href=\"{}\">Open {} in bizrq</a></p></body></html>",
+        escape(&link),
+        escape(&first.quota)
+    ));
+    Email {
+        subject,
+        text,
+        html,
+    }
+}
+
+/// A condition's numbers as `name: value` lines, by name.
+fn numbers_of(c: &Condition) -> Vec<(String, String)> {
     let mut numbers: Vec<(String, String)> = c
         .numbers
         .as_object()
@@ -630,28 +748,39 @@ pub fn email(c: &Condition, public_url: &str) -> Email {
         })
         .unwrap_or_default();
     numbers.sort();
-    let subject = format!("[bizrq {}] {}", c.level.as_str(), c.message);
-    let mut text = format!("{}\n\n", c.message);
-    for (k, v) in &numbers {
-        text.push_str(&format!("  {k}: {v}\n"));
+    numbers
+}
+
+/// `items` in groups, in the order each group first appears: those
+/// whose `key` is the same together, those without one alone. The email
+/// groups conditions by quota, kind and level for the `per_key` kinds
+/// (`mail_group`); the API's `group=condition` the same, by state too.
+pub fn group_by<'a, T, K: Eq + std::hash::Hash>(
+    items: &'a [T],
+    key: impl Fn(&'a T) -> Option<K>,
+) -> Vec<Vec<&'a T>> {
+    let mut out: Vec<Vec<&'a T>> = Vec::new();
+    let mut at: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
+    for item in items {
+        let Some(k) = key(item) else {
+            out.push(vec![item]);
+            continue;
+        };
+        match at.get(&k) {
+            Some(&i) => out[i].push(item),
+            None => {
+                at.insert(k, out.len());
+                out.push(vec![item]);
+            }
+        }
     }
-    text.push_str(&format!("\nQuota: {link}\n"));
-    let rows: String = numbers
-        .iter()
-        .map(|(k, v)| format!("<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v)))
-        .collect();
-    let html = format!(
-        "<!DOCTYPE html><html><body><p>{}</p><table>{rows}</table>\
-         <p><a href=\"{}\">Open {} in bizrq</a></p></body></html>",
-        escape(&c.message),
-        escape(&link),
-        escape(&c.quota)
-    );
-    Email {
-        subject,
-        text,
-        html,
-    }
+    out
+}
+
+/// What an email groups by: quota, kind and level for the `per_key`
+/// kinds; None (alone) for any other.
+pub fn mail_group(c: &Condition) -> Option<(&str, Kind, Level)> {
+    per_key(c.kind).then_some((c.quota.as_str(), c.kind, c.level))
 }
 
 /// Where a day's digest ends: the last `hour`:00 UTC at or before `now_ms`.
@@ -664,7 +793,7 @@ pub fn digest_cutoff(now_ms: i64, hour: u8) -> i64 {
 
 /// One email for a user's waiting alerts (oldest first): each with its
 /// level, quota, message, when it opened and, if so, when it resolved.
-pub fn digest_email(alerts: &[Alert], cutoff_ms: i64, public_url: &str) -> Email {
+pub fn digest_email(alerts: &[Alert], cutoff_ms: i64, public_url: &str, cfg: &KeyConfig) -> Email {
     let day = &quota::time::format_rfc3339(cutoff_ms)[..10];
     let url = public_url.trim_end_matches('/');
     let open = alerts.iter().filter(|a| a.resolved_at.is_none()).count();
@@ -689,10 +818,11 @@ pub fn digest_email(alerts: &[Alert], cutoff_ms: i64, public_url: &str) -> Email
     let mut rows = String::new();
     for a in alerts {
         let link = format!("{url}/quotas/{}", a.quota);
+        let said = words(&a.message, &a.key, &a.numbers, cfg);
         text.push_str(&format!(
             "- [{}] {}\n  {}\n  {link}\n",
             a.level.as_str(),
-            a.message,
+            said,
             when(a)
         ));
         rows.push_str(&format!(
@@ -700,7 +830,7 @@ pub fn digest_email(alerts: &[Alert], cutoff_ms: i64, public_url: &str) -> Email
             escape(a.level.as_str()),
             escape(&link),
             escape(&a.quota),
-            escape(&a.message),
+            escape(&said),
             escape(&when(a))
         ));
     }

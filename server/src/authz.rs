@@ -222,6 +222,15 @@ pub fn can_request_transfer(p: &Principal, from: Option<&str>, to: &str, tree: &
     p.is_admin || role_on(p, from.unwrap_or(to), tree) == Some(Role::Owner)
 }
 
+/// May `p` ask `to`'s parent for more budget (a top-up from the parent's
+/// budget)? Anyone who sees `to`, a member too: a request moves nothing
+/// until an owner of the parent (or an admin) approves it, and the
+/// request caps (`MAX_OPEN_REQUESTS`, per hour) hold for members as for
+/// owners. Moving quota, or a grant of new budget, stays an owner's ask.
+pub fn can_ask_for_budget(p: &Principal, to: &str, tree: &Tree) -> bool {
+    p.is_admin || can_view(p, to, tree)
+}
+
 /// May `p` approve or reject a transfer whose ends meet at `lca`? An admin,
 /// or an owner of `lca` or of an ancestor of it (`quota::transfer::
 /// approvers_scope`): whoever could move the amount by editing the quotas
@@ -420,6 +429,10 @@ mod tests {
         assert!(!can_request_transfer(&owner, None, "cv", &t));
         assert!(!can_request_transfer(&member, None, "cv", &t));
         assert!(can_request_transfer(&admin(), Some("cv"), "ops", &t));
+        // More budget from the parent: whoever sees the quota may ask.
+        assert!(can_ask_for_budget(&member, "cv", &t));
+        assert!(!can_ask_for_budget(&member, "nlp", &t));
+        assert!(can_ask_for_budget(&owner, "nlp-a", &t));
         // Deciding: owners of the LCA or above, never a mere end.
         assert!(
             !can_decide_transfer(&owner, Some("ai"), &t),

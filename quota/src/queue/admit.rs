@@ -110,14 +110,24 @@ impl Pool {
             Ok(()) => Ok(()),
             Err(Denial::Short(s)) => Err(Reason::Quota(
                 s.iter()
-                    .map(|s| Need {
-                        key: s.key.clone(),
-                        free: self
+                    .map(|s| {
+                        let used = resources::get(self.used(), &s.key);
+                        let free = self
                             .ceiling(&s.key)
                             .unwrap_or_default()
-                            .saturating_sub(resources::get(self.used(), &s.key))
-                            .max(Quantity::ZERO),
-                        needed: s.asked,
+                            .saturating_sub(used)
+                            .max(Quantity::ZERO);
+                        // Free within hard now; the rest of `free` is a loan.
+                        let free_now = resources::get(&self.quota.spec.hard, &s.key)
+                            .saturating_sub(used)
+                            .max(Quantity::ZERO)
+                            .min(free);
+                        Need {
+                            key: s.key.clone(),
+                            free,
+                            borrowable: free.saturating_sub(free_now),
+                            needed: s.asked,
+                        }
                     })
                     .collect(),
             )),

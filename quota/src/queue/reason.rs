@@ -30,8 +30,13 @@ pub enum Waiting {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Need {
     pub key: String,
-    /// What admission could still give on the key: its ceiling − used.
+    /// What admission could still give on the key: its ceiling − used
+    /// (free now and borrowable together).
     pub free: Quantity,
+    /// The part of `free` that is a loan: beyond hard, up to the ceiling
+    /// its queue plans on (`quota::rollup`'s "borrowable now"); zero when
+    /// the quota does not borrow.
+    pub borrowable: Quantity,
     /// What the entry asks of the key.
     pub needed: Quantity,
 }
@@ -48,13 +53,22 @@ impl fmt::Display for Need {
         let short = readable::amount(&self.key, self.short());
         // `4 × nvidia.com/gpu`, but `4 GiB of requests.memory`.
         let joint = if short.ends_with(" GiB") { "of" } else { "×" };
-        write!(
-            f,
-            "waits for {short} {joint} {}: {} free, {} needed",
-            self.key,
-            readable::amount(&self.key, self.free),
-            readable::amount(&self.key, self.needed)
-        )
+        let amount = |q: Quantity| readable::amount(&self.key, q);
+        write!(f, "waits for {short} {joint} {}: ", self.key)?;
+        // Free now and borrowable as the quota's page shows them: `2 free
+        // now, 4 more to borrow`, not `6 free` where the card says 2 left.
+        let borrowable = self.borrowable.max(Quantity::ZERO).min(self.free);
+        if borrowable.nanos() > 0 {
+            write!(
+                f,
+                "{} free now, {} more to borrow",
+                amount(self.free.saturating_sub(borrowable)),
+                amount(borrowable)
+            )?;
+        } else {
+            write!(f, "{} free", amount(self.free))?;
+        }
+        write!(f, ", {} needed", amount(self.needed))
     }
 }
 
@@ -179,6 +193,7 @@ mod tests {
         Need {
             key: key.into(),
             free: Quantity::from_units(free),
+            borrowable: Quantity::ZERO,
             needed: Quantity::from_units(needed),
         }
     }
@@ -193,6 +208,7 @@ mod tests {
         let mem = Need {
             key: "requests.memory".into(),
             free: Quantity::from_units(2 << 30),
+            borrowable: Quantity::ZERO,
             needed: Quantity::from_units(6 << 30),
         };
         let r = Reason::Quota(vec![need("requests.cpu", 0, 1500), mem]);
@@ -202,6 +218,31 @@ mod tests {
              waits for 4 GiB of requests.memory: 2 GiB free, 6 GiB needed"
         );
         assert_eq!(r.waiting(), Waiting::Quota);
+    }
+
+    /// Issue 31: the room a borrower has is said as the page says it, free
+    /// now and borrowable apart, never one "14 free" where the card shows
+    /// 6 left.
+    #[test]
+    fn a_borrower_reads_free_now_and_more_to_borrow() {
+        let n = Need {
+            borrowable: Quantity::from_units(8),
+            ..need("requests.nvidia.com/gpu.A100", 14, 16)
+        };
+        assert_eq!(
+            n.to_string(),
+            "waits for 2 × requests.nvidia.com/gpu.A100: 6 free now, 8 more to borrow, \
+             16 needed"
+        );
+        // Over hard already (borrowing): nothing free now, the rest a loan.
+        let n = Need {
+            borrowable: Quantity::from_units(3),
+            ..need("requests.nvidia.com/gpu", 3, 4)
+        };
+        assert_eq!(
+            n.to_string(),
+            "waits for 1 × requests.nvidia.com/gpu: 0 free now, 3 more to borrow, 4 needed"
+        );
     }
 
     #[test]

@@ -126,7 +126,17 @@ pub async fn evaluate_all(
         now_ms,
         ..Default::default()
     };
-    evaluate_listed(sql, quotas, &in_use, observed_at, &pricing, public_url).await
+    let keys = quota::KeyConfig::default();
+    evaluate_listed(
+        sql,
+        quotas,
+        &in_use,
+        observed_at,
+        &pricing,
+        public_url,
+        &keys,
+    )
+    .await
 }
 
 /// `evaluate_all` over a forest the service keeps (its subtree usage
@@ -137,6 +147,7 @@ pub async fn evaluate_forest(
     observed_at: i64,
     pricing: &app::tree::Pricing,
     public_url: &str,
+    keys: &quota::KeyConfig,
 ) -> Result<Swept, StoreError> {
     evaluate_listed(
         sql,
@@ -145,6 +156,7 @@ pub async fn evaluate_forest(
         observed_at,
         pricing,
         public_url,
+        keys,
     )
     .await
 }
@@ -156,6 +168,7 @@ async fn evaluate_listed(
     observed_at: i64,
     pricing: &app::tree::Pricing,
     public_url: &str,
+    keys: &quota::KeyConfig,
 ) -> Result<Swept, StoreError> {
     let now_ms = pricing.now_ms;
     let rules = sql.all_alert_rules().await?;
@@ -176,6 +189,7 @@ async fn evaluate_listed(
         &Observed::at(observed_at),
         now_ms,
         public_url,
+        keys,
     )
     .await
 }
@@ -344,7 +358,16 @@ pub async fn evaluate_changed(
     for c in &e.open {
         ancestors(service, &c.quota, &mut parents).await;
     }
-    store(sql, &e, &parents, &observed, now_ms, public_url).await
+    store(
+        sql,
+        &e,
+        &parents,
+        &observed,
+        now_ms,
+        public_url,
+        &service.keys,
+    )
+    .await
 }
 
 /// The tree as this process knows it: its cache of every quota, with the
@@ -428,7 +451,16 @@ pub async fn transfer_event(
     }
     let mut parents = Forest::default();
     ancestors(service, &t.to_quota, &mut parents).await;
-    store(sql, &e, &parents, &Observed::at(now_ms), now_ms, public_url).await?;
+    store(
+        sql,
+        &e,
+        &parents,
+        &Observed::at(now_ms),
+        now_ms,
+        public_url,
+        &service.keys,
+    )
+    .await?;
     Ok(())
 }
 
@@ -446,8 +478,17 @@ async fn transfer_expired(sql: &SqlStore, t: &Transfer, now_ms: i64) -> Result<(
             open: Vec::new(),
             resolve,
         };
-        sql.apply_evaluation(&e, &BTreeMap::new(), "", &Observed::at(now_ms), now_ms)
-            .await?;
+        // Resolutions only: no email, whatever the keys are called.
+        let keys = quota::KeyConfig::default();
+        sql.apply_evaluation(
+            &e,
+            &BTreeMap::new(),
+            "",
+            &keys,
+            &Observed::at(now_ms),
+            now_ms,
+        )
+        .await?;
     }
     Ok(())
 }
@@ -467,6 +508,7 @@ async fn store(
     observed: &Observed,
     now_ms: i64,
     public_url: &str,
+    keys: &quota::KeyConfig,
 ) -> Result<Swept, StoreError> {
     let mut swept = Swept::default();
     // Alerts on one quota share their recipients: looked up once.
@@ -478,12 +520,12 @@ async fn store(
             resolve: chunk.to_vec(),
         };
         let applied = sql
-            .apply_evaluation(&part, &BTreeMap::new(), public_url, observed, now_ms)
+            .apply_evaluation(&part, &BTreeMap::new(), public_url, keys, observed, now_ms)
             .await?;
         swept.resolved += applied.resolved;
         pace.rest().await;
     }
-    for chunk in e.open.chunks(OPEN_PER_TX) {
+    for chunk in open_chunks(&e.open) {
         let mut recipients = BTreeMap::new();
         for c in chunk {
             let to = match by_quota.get(&(c.quota.as_str(), c.kind)) {
@@ -503,12 +545,28 @@ async fn store(
             resolve: Vec::new(),
         };
         let applied = sql
-            .apply_evaluation(&part, &recipients, public_url, observed, now_ms)
+            .apply_evaluation(&part, &recipients, public_url, keys, observed, now_ms)
             .await?;
         swept.opened += applied.opened.len();
         pace.rest().await;
     }
     Ok(swept)
+}
+
+/// `open` in transactions of about `OPEN_PER_TX` alerts, never splitting
+/// one quota's (its alerts of one condition share one email, written in
+/// the transaction that opens them).
+fn open_chunks(open: &[Condition]) -> Vec<&[Condition]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=open.len() {
+        let full = i - start >= OPEN_PER_TX;
+        if i == open.len() || (full && open[i].quota != open[i - 1].quota) {
+            out.push(&open[start..i]);
+            start = i;
+        }
+    }
+    out
 }
 
 /// Evaluates what this process writes within `SETTLE`, and all quotas
@@ -555,7 +613,8 @@ pub async fn evaluate_forever(
 
 async fn sweep(service: &Service, sql: &SqlStore, public_url: &str, digest_hour: u8) {
     evaluate_now(service, sql, public_url).await;
-    if let Err(e) = queue_digests(sql, service.now(), digest_hour, public_url).await {
+    if let Err(e) = queue_digests(sql, service.now(), digest_hour, public_url, &service.keys).await
+    {
         tracing::warn!(error = %e, "queueing alert digests failed");
     }
 }
@@ -584,7 +643,15 @@ pub async fn evaluate_now(service: &Service, sql: &SqlStore, public_url: &str) {
     let started = std::time::Instant::now();
     match service.forest().await {
         Ok(all) => {
-            log(evaluate_forest(sql, &all, observed_at, &service.pricing(), public_url).await);
+            log(evaluate_forest(
+                sql,
+                &all,
+                observed_at,
+                &service.pricing(),
+                public_url,
+                &service.keys,
+            )
+            .await);
             service
                 .metrics
                 .background_done("alert_sweep", started, all.quotas.len());
@@ -601,11 +668,15 @@ pub async fn queue_digests(
     now_ms: i64,
     digest_hour: u8,
     public_url: &str,
+    keys: &quota::KeyConfig,
 ) -> Result<usize, StoreError> {
     let cutoff = super::digest_cutoff(now_ms, digest_hour);
     let mut queued = 0;
     for user in sql.digest_users(cutoff).await? {
-        if sql.queue_digest(user, cutoff, public_url, now_ms).await? {
+        if sql
+            .queue_digest(user, cutoff, public_url, keys, now_ms)
+            .await?
+        {
             queued += 1;
         }
     }

@@ -318,10 +318,16 @@ fn transfer_alerts_are_not_resolved_by_an_evaluation() {
 #[test]
 fn the_email_has_the_message_the_numbers_and_a_link() {
     let c = &conditions(&quota("9"), None, &[], &BTreeMap::new(), NOW)[0];
-    let m = email(c, "https://bizrq.example/");
+    let m = email(&[c], "https://bizrq.example/", &KeyConfig::default());
     assert_eq!(
         m.subject,
-        "[bizrq warning] requests.nvidia.com/gpu of nlp-team reached 80 %: 9 in use of 10"
+        "[bizrq warning] GPUs of nlp-team reached 80 %: 9 in use of 10"
+    );
+    assert!(
+        m.text
+            .starts_with("GPUs of nlp-team reached 80 %: 9 in use of 10\n\n"),
+        "{}",
+        m.text
     );
     assert!(m.text.contains("  used: 9\n"), "{}", m.text);
     assert!(
@@ -334,6 +340,71 @@ fn the_email_has_the_message_the_numbers_and_a_link() {
             .contains("<a href=\"https://bizrq.example/quotas/nlp-team\">"),
         "{}",
         m.html
+    );
+}
+
+/// One job over several keys: one email for the quota's condition, its
+/// keys by name, GPUs first, each with its numbers; other levels and
+/// kinds, and other quotas, apart.
+#[test]
+fn the_keys_of_one_condition_share_one_email_by_name_gpus_first() {
+    let mut quota = quota("8");
+    for (k, hard, used) in [
+        ("pods", "10", "9"),
+        ("requests.cpu", "100", "85"),
+        ("requests.nvidia.com/gpu.A100", "10", "8"),
+    ] {
+        quota.spec.hard.insert(k.into(), q(hard));
+        quota.status.used.insert(k.into(), q(used));
+        quota.status.self_used.insert(k.into(), q(used));
+    }
+    let mut other = quota.clone();
+    other.metadata.name = "cv-team".into();
+    let mut all = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
+    all.extend(conditions(&other, None, &[], &BTreeMap::new(), NOW));
+    let groups = group_by(&all, mail_group);
+    assert_eq!(groups.len(), 2, "one group per quota: {groups:?}");
+    assert_eq!(groups[0].len(), 4);
+    let m = email(&groups[0], "https://bizrq.example", &KeyConfig::default());
+    assert_eq!(
+        m.subject,
+        "[bizrq warning] Usage threshold on nlp-team: 4 keys (GPUs, A100 GPUs, CPU cores, pods)"
+    );
+    assert!(
+        m.text.starts_with(
+            "Usage threshold (warning) on nlp-team, 4 keys:\n\n\
+             - GPUs of nlp-team reached 80 %: 8 in use of 10\n    hard: 10\n"
+        ),
+        "{}",
+        m.text
+    );
+    assert!(m
+        .text
+        .contains("- CPU cores of nlp-team reached 80 %: 85 in use of 100\n"));
+    assert!(m
+        .text
+        .contains("- pods of nlp-team reached 80 %: 9 in use of 10\n"));
+    assert!(m
+        .text
+        .ends_with("Quota: https://bizrq.example/quotas/nlp-team\n"));
+    assert!(!m.text.contains("requests."), "no raw key: {}", m.text);
+    assert!(m.html.contains("title=\"requests.cpu\""), "{}", m.html);
+    // A critical level, or another kind, is its own email.
+    quota.status.used.insert("pods".into(), q("11"));
+    quota.status.self_used.insert("pods".into(), q("11"));
+    let cs = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
+    let kinds: Vec<(Kind, Level, usize)> = group_by(&cs, mail_group)
+        .iter()
+        .map(|g| (g[0].kind, g[0].level, g.len()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (Kind::OverQuota, Level::Critical, 1),
+            (Kind::Threshold, Level::Warning, 4),
+            (Kind::Threshold, Level::Critical, 1),
+        ],
+        "{cs:?}"
     );
 }
 
@@ -434,14 +505,17 @@ fn the_digest_lists_each_alert_with_its_times_and_link() {
         ],
         1_800_086_400_000,
         "https://bizrq.example/",
+        &KeyConfig::default(),
     );
     assert_eq!(
         e.subject,
         "[bizrq digest] 2 alerts (1 still open) up to 2027-01-16"
     );
-    assert!(e
-        .text
-        .contains("nlp: requests.nvidia.com/gpu at 80 % (8 of 10)"));
+    assert!(
+        e.text.contains("nlp: GPUs at 80 % (8 of 10)"),
+        "keys by name: {}",
+        e.text
+    );
     assert!(e.text.contains("https://bizrq.example/quotas/nlp\n"));
     assert!(e.text.contains("opened 2027-01-15 08:00 UTC, still open"));
     assert!(e

@@ -40,6 +40,11 @@ pub struct ApiParams {
     limit: Option<i64>,
     /// Paging: alerts older than this id (the previous page's `next`).
     before: Option<i64>,
+    /// `condition`: the page's alerts of one quota, kind, level and state
+    /// as one item (the per-key kinds: threshold, over quota, forecast,
+    /// allocation), its keys listed; empty: one item per alert.
+    #[serde(default)]
+    group: String,
 }
 
 const API_MAX_LIMIT: i64 = 1000;
@@ -85,6 +90,15 @@ pub async fn api_list(
             )))
         }
     };
+    let grouped = match q.group.trim() {
+        "" => false,
+        "condition" => true,
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "unknown group '{other}': condition, or none"
+            )))
+        }
+    };
     let limit = q.limit.unwrap_or(100);
     if !(1..=API_MAX_LIMIT).contains(&limit) {
         return Err(ApiError::BadRequest(format!(
@@ -109,11 +123,55 @@ pub async fn api_list(
     let next = (items.len() as i64 == limit)
         .then(|| items.last().map(|a| a.id))
         .flatten();
+    let items: Vec<serde_json::Value> = if grouped {
+        group_json(&items, &app.service.keys)
+    } else {
+        items.iter().map(alert_json).collect()
+    };
     Ok(axum::Json(serde_json::json!({
-        "items": items.iter().map(alert_json).collect::<Vec<_>>(),
+        "items": items,
         "next": next,
     }))
     .into_response())
+}
+
+/// A page's alerts, one item per quota, kind, level and state for the
+/// per-key kinds (one per alert otherwise), in the page's order: `keys`
+/// (raw) and `names` (as the pages and emails say them), GPUs first, the
+/// `ids`, the earliest `openedAt`, and each alert as `alert_json`.
+fn group_json(items: &[Alert], cfg: &quota::KeyConfig) -> Vec<serde_json::Value> {
+    crate::alerts::group_by(items, |a| {
+        crate::alerts::per_key(a.kind).then_some((
+            a.quota.as_str(),
+            a.kind,
+            a.level,
+            a.resolved_at.is_some(),
+        ))
+    })
+    .into_iter()
+    .map(|mut g| {
+        g.sort_by_cached_key(|a| (quota::keys::display_order(&a.key, cfg), a.id));
+        let first = g[0];
+        serde_json::json!({
+            "quota": first.quota,
+            "kind": first.kind.as_str(),
+            "level": first.level.as_str(),
+            "state": if first.resolved_at.is_some() { "resolved" } else { "open" },
+            "keys": g.iter().map(|a| a.key.as_str()).collect::<Vec<_>>(),
+            "names": g
+                .iter()
+                .map(|a| quota::keys::display_name(&a.key, cfg))
+                .collect::<Vec<_>>(),
+            "ids": g.iter().map(|a| a.id).collect::<Vec<_>>(),
+            "openedAt": g
+                .iter()
+                .map(|a| a.opened_at)
+                .min()
+                .map(quota::time::format_rfc3339),
+            "alerts": g.iter().map(|a| alert_json(a)).collect::<Vec<_>>(),
+        })
+    })
+    .collect()
 }
 
 /// GET /api/v1/alerts/{id} — one alert (404 when it is not the caller's

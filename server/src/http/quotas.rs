@@ -146,10 +146,24 @@ pub async fn usage(
     let in_use = quota::rollup::subtree_in_use(&all)
         .remove(&name)
         .unwrap_or_default();
-    let keys: Vec<serde_json::Value> = quota::rollup::rollup(q, &in_use)
+    // Free now and borrowable now as the quota page's keys table has them
+    // (one computation: its parent and siblings, `with_borrowing`).
+    let (parent, siblings) = crate::portal::quotas::family_of(&app.service, q).await?;
+    let siblings: Vec<&quota::Quota> = siblings.iter().collect();
+    let rolled = quota::rollup::with_borrowing(
+        q,
+        quota::rollup::rollup(q, &in_use),
+        parent.as_ref(),
+        &siblings,
+        app.service.now(),
+    );
+    let keys: Vec<serde_json::Value> = rolled
         .into_iter()
         .map(|r| {
+            let borrows = q.spec.max.contains_key(&r.key);
             serde_json::json!({
+                "freeNow": r.free_now,
+                "borrowableNow": borrows.then_some(r.borrowable_now),
                 "key": r.key,
                 "hard": r.hard,
                 "inUse": r.in_use,

@@ -21,27 +21,16 @@ use serde::Deserialize;
 const HISTORY_ROWS: i64 = 200;
 
 /// An alert as the pages show it: its message with its key by name ("A100
-/// GPUs of nlp reached 80 %", `quota::keys::with_names`); the API and the
-/// emails keep the raw key.
+/// GPUs of nlp reached 80 %", `alerts::words`, as the emails say it); the
+/// API keeps the raw key.
 pub fn row(a: Alert, cfg: &quota::KeyConfig) -> AlertRow {
     let quiet = quiet_line(&a);
-    // Its key, and a transfer's keys (its amounts).
-    let amounts = a.numbers.get("amounts").and_then(|v| v.as_object());
-    let keys = [
-        a.key.as_str(),
-        quota::keys::cash_target(&a.key).unwrap_or(""),
-    ]
-    .into_iter()
-    .chain(
-        amounts
-            .into_iter()
-            .flat_map(|m| m.keys().map(String::as_str)),
-    );
+    let message = crate::alerts::words(&a.message, &a.key, &a.numbers, cfg);
     AlertRow {
         id: a.id,
         kind: a.kind.as_str().to_string(),
         level: a.level.as_str().to_string(),
-        message: quota::keys::with_names(&a.message, keys, cfg),
+        message,
         quota: a.quota,
         opened: quota::time::format_when(a.opened_at),
         opened_ms: a.opened_at,
@@ -466,11 +455,40 @@ pub async fn rules_page(
     Path(name): Path<String>,
 ) -> Result<Response, PageError> {
     let (q, can_edit) = rules_context(&app, &viewer, &name).await?;
-    let rules = app
-        .portal
-        .sql
-        .alert_rules(&name)
-        .await?
+    let stored = app.portal.sql.alert_rules(&name).await?;
+    let cfg = &app.service.keys;
+    let mut cash: Vec<&String> = q
+        .spec
+        .hard
+        .keys()
+        .filter(|k| k.starts_with(quota::keys::CASH_PREFIX))
+        .collect();
+    cash.sort_by_cached_key(|k| quota::keys::display_order(k, cfg));
+    let forecasts = cash
+        .into_iter()
+        .map(|k| {
+            let ruled = crate::alerts::rule_for(&stored, k).forecast_horizon_hours;
+            let from = if ruled.is_some() {
+                "its rule's horizon".to_string()
+            } else if q
+                .spec
+                .budgets
+                .get(k)
+                .is_some_and(|b| b.forecast_days.is_some())
+            {
+                "the budget's forecastDays".to_string()
+            } else {
+                "the budgets' default horizon".to_string()
+            };
+            app::alerts::ForecastLine {
+                key: k.clone(),
+                name: app::key_name(k, cfg),
+                hours: crate::alerts::forecast_horizon(&q, &stored, k),
+                from,
+            }
+        })
+        .collect();
+    let rules = stored
         .into_iter()
         .map(|r| RuleRow {
             key: r.key,
@@ -486,6 +504,7 @@ pub async fn rules_page(
         name,
         rules,
         q.spec.hard.keys().cloned().collect(),
+        forecasts,
         can_edit,
         flash,
     ))

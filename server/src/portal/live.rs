@@ -12,7 +12,7 @@ use super::auth::Viewer;
 use super::PageError;
 use crate::authz::Principal;
 use crate::http::{ApiError, AppState};
-use crate::service::ServiceError;
+use crate::service::{changes, ServiceError};
 use app::{TreeQuery, TreeSort};
 use axum::extract::{Query, State};
 use axum::http::header;
@@ -53,7 +53,7 @@ pub async fn tree_rows(
     viewer: Viewer,
     Query(p): Query<RowsParams>,
 ) -> Result<Response, PageError> {
-    let _place = app.portal.heavy.enter(&viewer.principal.username)?;
+    let place = app.portal.heavy.enter(&viewer.principal.username)?;
     let parent = p.parent.trim();
     if parent.is_empty() || parent.len() > 253 {
         return Err(PageError::Invalid(
@@ -83,7 +83,15 @@ pub async fn tree_rows(
     );
     let (rows, page, more) = app::tree::rows_under(rows, parent, p.at, &query)
         .ok_or_else(|| PageError::NotFound(format!("bizrq {parent} not found")))?;
-    let html = app::tree::render_tree_rows(rows, &page, more, parent);
+    // The page's model columns, asked of what the page shows: an admin's
+    // page the whole (kept) forest, anyone else's what `quotas` holds.
+    let models = if viewer.principal.is_admin {
+        let all = changes::visible_forest_on(&app.service, &viewer.principal, &place).await?;
+        app::tree::model_columns(&all.quotas, &app.service.keys)
+    } else {
+        app::tree::model_columns(&quotas, &app.service.keys)
+    };
+    let html = app::tree::render_tree_rows(rows, &page, more, parent, &models, &app.service.keys);
     Ok((
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),

@@ -454,24 +454,7 @@ pub async fn detail(
     let budgets = super::budgets::lines(&app, &name, now).await?;
     let outlooks = app::tree::outlooks(&q, &app.service.pricing());
     // Its parent and siblings, for what it could borrow now.
-    let family: (Option<Quota>, Vec<Quota>) = if q.spec.max.is_empty() {
-        (None, Vec::new())
-    } else {
-        let forest = app.service.forest().await?;
-        (
-            forest
-                .quotas
-                .iter()
-                .find(|p| p.name() == q.spec.parent)
-                .cloned(),
-            forest
-                .quotas
-                .iter()
-                .filter(|s| s.spec.parent == q.spec.parent)
-                .cloned()
-                .collect(),
-        )
-    };
+    let family = family_of(&app.service, &q).await?;
     let page = viewer.page();
     let flash = viewer.take_flash().await;
     let d = QuotaDetail {
@@ -584,6 +567,33 @@ fn key_details(
         .collect()
 }
 
+/// `q`'s parent and siblings, for what it could borrow now
+/// (`quota::rollup::with_borrowing`): none for a quota without a max. The
+/// quota page's keys table and `GET /api/v1/quotas/{name}/usage` both ask
+/// it, so their free now and borrowable now are one figure.
+pub async fn family_of(
+    service: &crate::service::Service,
+    q: &Quota,
+) -> Result<(Option<Quota>, Vec<Quota>), ServiceError> {
+    if q.spec.max.is_empty() {
+        return Ok((None, Vec::new()));
+    }
+    let forest = service.forest().await?;
+    Ok((
+        forest
+            .quotas
+            .iter()
+            .find(|p| p.name() == q.spec.parent)
+            .cloned(),
+        forest
+            .quotas
+            .iter()
+            .filter(|s| s.spec.parent == q.spec.parent)
+            .cloned()
+            .collect(),
+    ))
+}
+
 /// The quota's queue for its page: None for a quota that refuses and
 /// holds no queued work.
 fn queue_section(
@@ -630,7 +640,8 @@ fn queue_row(q: &Quota, i: usize, now: i64, cfg: &quota::KeyConfig) -> app::queu
 pub const OVERVIEW_QUEUED: usize = 50;
 
 /// The overview's queued work (docs/queueing.md §7): the entries waiting in
-/// the quotas the viewer holds a role on (every visible quota for an
+/// the quotas the viewer holds a role on and, for an owner, every quota
+/// of the subtree it owns (its teams' queues; every visible quota for an
 /// admin), by quota then place, at most `OVERVIEW_QUEUED`, and how many
 /// more. A portal account is not a Kubernetes user (docs/portal-accounts.md),
 /// so "the viewer's own jobs" can only be its quotas' jobs; each row says
@@ -642,12 +653,19 @@ fn queued_in_my_quotas(
     cfg: &quota::KeyConfig,
 ) -> (Vec<app::queue::WaitingRow>, usize) {
     let bound: BTreeSet<&str> = p.bindings.iter().map(|b| b.quota.as_str()).collect();
+    let owns = p.bindings.iter().any(|b| b.role == authz::Role::Owner);
+    // Only an owner's view needs the tree: what it owns below its bindings.
+    let tree = (owns && !p.is_admin).then(|| Tree::from_quotas(all));
+    let mine = |q: &Quota| {
+        p.is_admin
+            || bound.contains(q.name())
+            || tree
+                .as_ref()
+                .is_some_and(|t| authz::role_on(p, q.name(), t) == Some(authz::Role::Owner))
+    };
     let mut rows = Vec::new();
     let mut more = 0usize;
-    for q in all
-        .iter()
-        .filter(|q| p.is_admin || bound.contains(q.name()))
-    {
+    for q in all.iter().filter(|q| mine(q)) {
         for i in 0..q.status.queue.len() {
             if rows.len() >= OVERVIEW_QUEUED {
                 more += 1;
@@ -701,9 +719,12 @@ fn read_form(
     let mut extra: BTreeMap<usize, FormKey> = BTreeMap::new();
     let mut version = None;
     let mut queueing: Option<String> = None;
+    let mut modes: BTreeMap<String, String> = BTreeMap::new();
     for (k, v) in fields {
         let v = v.trim().to_string();
-        if k == "queueing" {
+        if let Some(key) = k.strip_prefix("mode:") {
+            modes.insert(key.to_string(), v);
+        } else if k == "queueing" {
             queueing = Some(v);
         } else if k == "name" {
             form.name = v;
@@ -731,6 +752,30 @@ fn read_form(
     let required: BTreeSet<&String> = parent
         .map(|p| p.spec.hard.keys().collect())
         .unwrap_or_default();
+    // The short form's folded keys: what each takes, as the spec says it.
+    let mut bad_mode = None;
+    for (k, mode) in &modes {
+        hard.entry(k.clone()).or_default();
+        let (h, m) = match mode.as_str() {
+            "inherit" => (
+                "0".to_string(),
+                parent
+                    .and_then(|p| p.spec.hard.get(k))
+                    .map(prefill)
+                    .unwrap_or_default(),
+            ),
+            "zero" => ("0".to_string(), String::new()),
+            "set" | "" => continue,
+            other => {
+                bad_mode.get_or_insert(format!(
+                    "{k}: '{other}' is not a choice: inherit, zero or set"
+                ));
+                continue;
+            }
+        };
+        hard.insert(k.clone(), h);
+        max.insert(k.clone(), m);
+    }
     form.keys = hard
         .iter()
         .map(|(k, h)| FormKey {
@@ -741,6 +786,8 @@ fn read_form(
             left: left_in(parent, k, cfg),
             required: required.contains(k),
             error: None,
+            folded: modes.contains_key(k),
+            mode: modes.get(k).cloned().unwrap_or_default(),
         })
         .collect();
     form.extra = (0..EXTRA_ROWS)
@@ -764,6 +811,9 @@ fn read_form(
     };
     let queueing_given = queueing.is_some();
     let read = (|| {
+        if let Some(why) = bad_mode {
+            return Err(why);
+        }
         if let Some(v) = queueing.filter(|v| !v.is_empty()) {
             // The short form (`Refuse`, `Queue`), as spec.queueing spells it.
             spec.queueing = serde_json::from_value(serde_json::Value::String(v))
@@ -821,7 +871,10 @@ fn page_error(e: ChangeError) -> PageError {
 }
 
 /// GET /quotas/{name}/children/new — keys pre-filled with the parent's,
-/// since a child must carry every key of its parent.
+/// since a child must carry every key of its parent: the short form, GPU
+/// keys and budgets first at 0, the rest folded under "More keys", each
+/// taking the parent's idle room (hard 0, max the parent's hard) unless
+/// chosen otherwise.
 pub async fn new_child_form(
     State(app): State<AppState>,
     viewer: Viewer,
@@ -837,12 +890,17 @@ pub async fn new_child_form(
             .spec
             .hard
             .keys()
-            .map(|k| FormKey {
-                key: k.clone(),
-                name: app::key_name(k, &app.service.keys),
-                left: left_in(Some(&p), k, &app.service.keys),
-                required: true,
-                ..Default::default()
+            .map(|k| {
+                let folded = quota::keys::display_order(k, &app.service.keys).0 > 2;
+                FormKey {
+                    key: k.clone(),
+                    name: app::key_name(k, &app.service.keys),
+                    left: left_in(Some(&p), k, &app.service.keys),
+                    required: true,
+                    hard: if folded { String::new() } else { "0".into() },
+                    folded,
+                    ..Default::default()
+                }
             })
             .collect(),
         extra: blank_extra(),
@@ -912,7 +970,7 @@ fn edit_form(q: &Quota, version: i64, parent: Option<&Quota>, cfg: &KeyConfig) -
                 max: q.spec.max.get(k).map(prefill).unwrap_or_default(),
                 left: left_in(parent, k, cfg),
                 required: required.contains(k),
-                error: None,
+                ..Default::default()
             })
             .collect(),
         extra: blank_extra(),

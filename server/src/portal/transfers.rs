@@ -107,10 +107,10 @@ fn request_form(
         .filter(|q| authz::can_request_transfer(p, Some(q), q, &scope.tree))
         .cloned()
         .collect();
-    if owned.is_empty() {
-        return None;
-    }
     let visible: Vec<String> = authz::visible_names(p, &scope.tree).into_iter().collect();
+    if owned.is_empty() {
+        return budget_ask(p, scope, &visible, typed, cfg);
+    }
     let keys: BTreeSet<String> = scope
         .quotas
         .values()
@@ -141,6 +141,50 @@ fn request_form(
             keys.sort_by_cached_key(|(k, _)| quota::keys::display_order(k, cfg));
             keys
         },
+        ..typed
+    })
+}
+
+/// A member's form (it owns nothing to give from): more budget for a
+/// quota it sees that has a budget and a parent; None when there is none.
+fn budget_ask(
+    p: &Principal,
+    scope: &Scope,
+    visible: &[String],
+    typed: RequestForm,
+    cfg: &quota::KeyConfig,
+) -> Option<RequestForm> {
+    let with_budget: Vec<&quota::Quota> = visible
+        .iter()
+        .filter_map(|n| scope.quotas.get(n))
+        .filter(|q| {
+            !q.spec.parent.is_empty() && authz::can_ask_for_budget(p, q.name(), &scope.tree)
+        })
+        .filter(|q| {
+            q.spec
+                .hard
+                .keys()
+                .any(|k| k.starts_with(quota::keys::CASH_PREFIX))
+        })
+        .collect();
+    if with_budget.is_empty() {
+        return None;
+    }
+    let mut keys: Vec<(String, String)> = with_budget
+        .iter()
+        .flat_map(|q| q.spec.hard.keys())
+        .filter(|k| k.starts_with(quota::keys::CASH_PREFIX))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|k| (k.clone(), app::key_name(k, cfg)))
+        .collect();
+    keys.sort_by_cached_key(|(k, _)| quota::keys::display_order(k, cfg));
+    Some(RequestForm {
+        destinations: with_budget.iter().map(|q| q.name().to_string()).collect(),
+        keys,
+        kind: "topUp".into(),
+        source: "parent".into(),
+        budget_only: true,
         ..typed
     })
 }

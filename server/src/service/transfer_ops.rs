@@ -199,10 +199,22 @@ impl TransferDesk {
         if let Some(e) = unseen(payer) {
             return Err(e);
         }
-        if !authz::can_request_transfer(p, req.from.as_deref(), &req.to, &scope.tree) {
+        // A top-up from the parent's budget is an ask anyone who sees the
+        // quota may make (a member's "Ask for more budget"); the parent's
+        // owners decide.
+        let budget_ask = req.from.is_none()
+            && req.kind == crate::store::transfers::TransferKind::TopUp
+            && req.source == Some(quota::budget::topup::Source::Parent)
+            && authz::can_ask_for_budget(p, &req.to, &scope.tree);
+        if !budget_ask && !authz::can_request_transfer(p, req.from.as_deref(), &req.to, &scope.tree)
+        {
             return Err(TransferOpError::Forbidden(match &req.from {
                 Some(f) => format!("only an owner of {f} may give quota out of it"),
-                None => format!("only an owner of {} may ask its parent for more", req.to),
+                None => format!(
+                    "only an owner of {} may ask its parent for more quota; a member may ask for \
+                     more budget (a top-up from the parent's budget)",
+                    req.to
+                ),
             }));
         }
         if let Some(e) = unseen(&req.to) {

@@ -12,7 +12,7 @@ use crate::alerts::{email, Condition, Evaluation, Kind, Level, Rule};
 pub use crate::alerts::Alert;
 use sqlx::any::AnyRow;
 use sqlx::Row;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Clone, Debug, Default)]
 pub struct AlertFilter {
@@ -444,6 +444,7 @@ impl SqlStore {
         e: &Evaluation,
         recipients: &BTreeMap<String, Vec<Recipient>>,
         public_url: &str,
+        cfg: &quota::KeyConfig,
         observed: &Observed,
         now_ms: i64,
     ) -> Result<Applied, StoreError> {
@@ -480,6 +481,8 @@ impl SqlStore {
             .await?;
             applied.resolved += done.rows_affected() as usize;
         }
+        // What opened here, for the emails below.
+        let mut opened: Vec<(i64, &Condition)> = Vec::new();
         for c in &e.open {
             let seen = observed.of(&c.quota);
             if c.kind.is_condition() && resolved_since(&mut tx, c, seen).await? {
@@ -489,7 +492,7 @@ impl SqlStore {
                 continue;
             };
             applied.opened.push(id);
-            let mail = email(c, public_url);
+            opened.push((id, c));
             for to in recipients.get(&c.fingerprint()).into_iter().flatten() {
                 if to.digest {
                     sqlx::query(
@@ -501,16 +504,31 @@ impl SqlStore {
                     .bind(now_ms)
                     .execute(&mut *tx)
                     .await?;
-                    continue;
                 }
-                let queued = NewMail {
-                    idempotency_key: format!("alert-{id}-{}", to.email),
-                    recipient: to.email.clone(),
-                    subject: mail.subject.clone(),
-                    text_body: mail.text.clone(),
-                    html_body: mail.html.clone(),
-                };
-                outbox::enqueue(&mut *tx, &queued, now_ms).await?;
+            }
+        }
+        // One email per quota, kind and level for the per-key kinds (the
+        // keys it covers listed inside), keyed by its first alert: one
+        // training job over six keys is one email, not six.
+        for group in crate::alerts::group_by(&opened, |(_, c)| crate::alerts::mail_group(c)) {
+            let conditions: Vec<&Condition> = group.iter().map(|(_, c)| *c).collect();
+            let mail = email(&conditions, public_url, cfg);
+            let first = group[0].0;
+            let mut sent: BTreeSet<&str> = BTreeSet::new();
+            for (_, c) in &group {
+                for to in recipients.get(&c.fingerprint()).into_iter().flatten() {
+                    if to.digest || !sent.insert(to.email.as_str()) {
+                        continue;
+                    }
+                    let queued = NewMail {
+                        idempotency_key: format!("alert-{first}-{}", to.email),
+                        recipient: to.email.clone(),
+                        subject: mail.subject.clone(),
+                        text_body: mail.text.clone(),
+                        html_body: mail.html.clone(),
+                    };
+                    outbox::enqueue(&mut *tx, &queued, now_ms).await?;
+                }
             }
         }
         tx.commit().await?;
@@ -543,6 +561,7 @@ impl SqlStore {
         user_id: i64,
         cutoff_ms: i64,
         public_url: &str,
+        cfg: &quota::KeyConfig,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         let mut tx = self.write.begin().await?;
@@ -599,7 +618,7 @@ impl SqlStore {
             tx.commit().await?;
             return Ok(false);
         };
-        let mail = crate::alerts::digest_email(&alerts, cutoff_ms, public_url);
+        let mail = crate::alerts::digest_email(&alerts, cutoff_ms, public_url, cfg);
         let queued = NewMail {
             idempotency_key: key,
             recipient: to,

@@ -442,6 +442,139 @@ async fn a_threshold_crossing_emails_the_owner_once_and_again_when_it_recurs() {
     running.shutdown().await;
 }
 
+/// Issue 31: one training job that crosses 80 % of four keys of its quota
+/// at once is one email (one alert per key in the API, their condition
+/// grouped), its keys by name, GPUs first; the raw keys stay in the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_job_over_several_keys_is_one_email_naming_them() {
+    use crate::common::{deployment, review, Server};
+    let db = tempfile::tempdir().unwrap();
+    let url = crate::common::fresh_sqlite(&db);
+    let store = SqlStore::connect(&url).await.unwrap();
+    let ada = store
+        .create_user("ada", "not-a-login", false, bizrq::util::now_ms())
+        .await
+        .unwrap();
+    store
+        .set_user_email(ada.id, Some("ada@example.org"))
+        .await
+        .unwrap();
+    store
+        .set_binding(
+            ada.id,
+            "team",
+            bizrq::portal::authz::Role::Owner,
+            bizrq::util::now_ms(),
+        )
+        .await
+        .unwrap();
+    store.close().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _smtp = start_smtp(port, dir.path()).await;
+    let mut args = bizrq::config::ServeArgs::for_tests(&url);
+    args.smtp_host = Some("127.0.0.1".into());
+    args.smtp_port = port;
+    args.smtp_security = SmtpSecurity::Plain;
+    args.resync_seconds = 3600;
+    let running = bizrq::start_with(&args, None, None).await.unwrap();
+    let s = Server::in_process(&running);
+    s.create_quota(
+        "team",
+        "",
+        serde_json::json!({
+            "requests.cpu": "80",
+            "pods": "10",
+            "requests.nvidia.com/gpu": "10",
+            "requests.nvidia.com/gpu.A100": "10",
+        }),
+    )
+    .await;
+    // 8 pods of 1 A100 and 8 cores each: 80 % of GPUs, A100 GPUs, CPU
+    // cores and pods.
+    let d = deployment("train", "team", 8, 1);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "g-1", Some(d), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let mut got = Vec::new();
+    for _ in 0..300 {
+        got = received(dir.path());
+        if !got.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Senders poll every 5 s: a second email would be here by now.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let got = received(dir.path());
+    assert_eq!(got.len(), 1, "one email for the four keys: {got:?}");
+    let m = &got[0];
+    assert_eq!(m["rcpt_tos"], serde_json::json!(["ada@example.org"]), "{m}");
+    assert_eq!(
+        m["subject"],
+        "[bizrq warning] Usage threshold on team: 4 keys (GPUs, A100 GPUs, CPU cores, pods)"
+    );
+    let text = m["text"].as_str().unwrap().replace("\r\n", "\n");
+    for line in [
+        "- GPUs of team reached 80 %: 8 in use of 10\n",
+        "- A100 GPUs of team reached 80 %: 8 in use of 10\n",
+        "- CPU cores of team reached 80 %: 64 in use of 80\n",
+        "- pods of team reached 80 %: 8 in use of 10\n",
+    ] {
+        assert!(text.contains(line), "{line:?} in {text}");
+    }
+    assert!(!text.contains("requests.nvidia.com"), "no raw key: {text}");
+    assert!(text.contains("/quotas/team"), "{text}");
+    let html = m["html"].as_str().unwrap();
+    assert!(
+        html.contains("title=\"requests.nvidia.com/gpu.A100\""),
+        "the raw key in a tooltip: {html}"
+    );
+    // The API keeps one alert per key, with the raw keys; its grouped view
+    // is the email's group.
+    let get = |path: &'static str| {
+        let s = &s;
+        async move {
+            let (status, v) = s.api(reqwest::Method::GET, path, None).await;
+            assert_eq!(status, reqwest::StatusCode::OK, "{v}");
+            v
+        }
+    };
+    let api = get("/api/v1/alerts?state=open").await;
+    let items = api["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4, "{api}");
+    assert!(items
+        .iter()
+        .any(|a| a["key"] == "requests.nvidia.com/gpu.A100"));
+    let grouped = get("/api/v1/alerts?state=open&group=condition").await;
+    let groups = grouped["items"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{grouped}");
+    let g = &groups[0];
+    assert_eq!(
+        (&g["quota"], &g["kind"], &g["level"]),
+        (&"team".into(), &"threshold".into(), &"warning".into())
+    );
+    assert_eq!(
+        g["keys"],
+        serde_json::json!([
+            "requests.nvidia.com/gpu",
+            "requests.nvidia.com/gpu.A100",
+            "requests.cpu",
+            "pods"
+        ])
+    );
+    assert_eq!(
+        g["names"],
+        serde_json::json!(["GPUs", "A100 GPUs", "CPU cores", "pods"])
+    );
+    assert_eq!(g["alerts"].as_array().unwrap().len(), 4);
+    running.shutdown().await;
+}
+
 /// A real `bizrq serve` process SIGKILLed in the middle of an SMTP send
 /// (after its claim, during RCPT, so the server never accepted the message)
 /// and then restarted on the same database delivers the email exactly once.

@@ -8,6 +8,7 @@ mod cluster;
 mod cluster_errors;
 mod common;
 mod concurrency;
+mod consistency;
 mod deferred;
 mod demo;
 mod edges;

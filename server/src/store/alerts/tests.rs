@@ -8,6 +8,10 @@ const GPU: &str = "requests.nvidia.com/gpu";
 const T: i64 = 1_800_000_000_000;
 const URL: &str = "http://bizrq.test";
 
+fn keys() -> quota::KeyConfig {
+    quota::KeyConfig::default()
+}
+
 fn quota(name: &str, parent: &str, used: i64) -> Quota {
     let spec = QuotaSpec {
         parent: parent.into(),
@@ -158,7 +162,7 @@ async fn two_evaluators_at_once_open_the_alert_once(s: &SqlStore) {
     let runs = (0..4).map(|i| {
         let (s, e, r) = (s.clone(), e.clone(), recipients.clone());
         tokio::spawn(async move {
-            s.apply_evaluation(&e, &r, URL, &Observed::at(T + i), T + i)
+            s.apply_evaluation(&e, &r, URL, &keys(), &Observed::at(T + i), T + i)
                 .await
                 .unwrap()
         })
@@ -251,7 +255,7 @@ async fn a_transfer_alert_reaches_the_admins_and_outlives_a_sweep(s: &SqlStore) 
         open: vec![requested.clone()],
         resolve: vec![],
     };
-    s.apply_evaluation(&e, &to(&requested), URL, &Observed::at(T), T)
+    s.apply_evaluation(&e, &to(&requested), URL, &keys(), &Observed::at(T), T)
         .await
         .unwrap();
     assert_eq!(s.open_alerts().await.unwrap().len(), 1);
@@ -321,7 +325,7 @@ async fn each_quota_is_judged_as_of_its_own_write(s: &SqlStore) {
         by_quota: [("org".to_string(), T + 20)].into(),
     };
     let applied = s
-        .apply_evaluation(&e, &BTreeMap::new(), URL, &observed, T + 30)
+        .apply_evaluation(&e, &BTreeMap::new(), URL, &keys(), &observed, T + 30)
         .await
         .unwrap();
     assert_eq!(applied.opened.len(), 1, "org's view (T + 20) is newer");
@@ -335,7 +339,7 @@ async fn each_quota_is_judged_as_of_its_own_write(s: &SqlStore) {
         resolve: open.iter().map(|a| a.id).collect(),
     };
     let applied = s
-        .apply_evaluation(&e, &BTreeMap::new(), URL, &stale, T + 40)
+        .apply_evaluation(&e, &BTreeMap::new(), URL, &keys(), &stale, T + 40)
         .await
         .unwrap();
     assert_eq!(applied.resolved, 0, "a view older than the opening");
@@ -365,9 +369,12 @@ async fn a_digest_kind_waits_for_one_daily_email(s: &SqlStore) {
     assert_eq!(out.len(), 1);
     assert!(out[0].subject.contains("over quota"), "{}", out[0].subject);
     // Not before the next digest hour.
-    assert_eq!(engine::queue_digests(s, T, 8, URL).await.unwrap(), 0);
     assert_eq!(
-        engine::queue_digests(s, T + 23 * HOUR, 8, URL)
+        engine::queue_digests(s, T, 8, URL, &keys()).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        engine::queue_digests(s, T + 23 * HOUR, 8, URL, &keys())
             .await
             .unwrap(),
         0
@@ -376,7 +383,7 @@ async fn a_digest_kind_waits_for_one_daily_email(s: &SqlStore) {
     let runs = (0..4).map(|_| {
         let s = s.clone();
         tokio::spawn(async move {
-            engine::queue_digests(&s, T + 24 * HOUR + 1, 8, URL)
+            engine::queue_digests(&s, T + 24 * HOUR + 1, 8, URL, &keys())
                 .await
                 .unwrap()
         })
@@ -406,7 +413,7 @@ async fn a_digest_kind_waits_for_one_daily_email(s: &SqlStore) {
     );
     // Done: nothing more, a day later either.
     assert_eq!(
-        engine::queue_digests(s, T + 48 * HOUR, 8, URL)
+        engine::queue_digests(s, T + 48 * HOUR, 8, URL, &keys())
             .await
             .unwrap(),
         0
@@ -419,7 +426,7 @@ async fn a_digest_kind_waits_for_one_daily_email(s: &SqlStore) {
         .unwrap();
     assert_eq!(s.outbox().await.unwrap().len(), 2);
     assert_eq!(
-        engine::queue_digests(s, T + 72 * HOUR, 8, URL)
+        engine::queue_digests(s, T + 72 * HOUR, 8, URL, &keys())
             .await
             .unwrap(),
         1
