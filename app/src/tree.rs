@@ -1103,6 +1103,62 @@ mod tests {
         )
     }
 
+    /// Issue 31: a column per GPU model that has a hard anywhere, in
+    /// display order, named; each row's cell is its in use over hard, "—"
+    /// where it has none; the other-keys column no longer repeats them.
+    #[test]
+    fn the_tree_has_a_column_per_gpu_model() {
+        let cfg = KeyConfig::default();
+        let with = |mut q: Quota, key: &str, hard: i64, used: i64| {
+            q.spec.hard.insert(key.into(), Quantity::from_units(hard));
+            q.status
+                .self_used
+                .insert(key.into(), Quantity::from_units(used));
+            q.status.used.insert(key.into(), Quantity::from_units(used));
+            q
+        };
+        let h100 = "requests.nvidia.com/gpu.H100";
+        let a100 = "requests.nvidia.com/gpu.A100";
+        let org = with(with(q("org", "", 16, None), h100, 8, 0), a100, 8, 0);
+        let team = with(q("team", "org", 8, None), a100, 8, 7);
+        let quotas = vec![org, team];
+        assert_eq!(model_columns(&quotas, &cfg), [a100, h100]);
+        let in_use = quota::rollup::subtree_in_use(&quotas);
+        let rows = tree_rows(&quotas, &in_use, &cfg, &Pricing::default(), TreeSort::Name);
+        let team_row = rows.iter().find(|r| r.name == "team").unwrap();
+        assert_eq!(team_row.models.len(), 1);
+        assert_eq!(team_row.models[0].in_use, "7");
+        assert!(
+            team_row.others.iter().all(|(k, _)| !k.contains("A100")),
+            "{:?}",
+            team_row.others
+        );
+        #[cfg(feature = "ssr")]
+        {
+            let viewer = crate::layout::Viewer {
+                username: "admin".into(),
+                is_admin: true,
+                csrf: "x".into(),
+                open_alerts: 0,
+            };
+            let html = render_tree_page(
+                viewer,
+                &quotas,
+                &in_use,
+                &cfg,
+                &Pricing::default(),
+                TreeQuery::default(),
+            );
+            assert!(html.contains(">A100 GPUs in use / hard</th>"), "{html}");
+            assert!(html.contains(">H100 GPUs in use / hard</th>"), "{html}");
+            assert!(
+                html.find("A100 GPUs in use") < html.find("H100 GPUs in use"),
+                "A100 before H100"
+            );
+            assert!(html.contains(r#"data-label="A100 GPUs""#), "{html}");
+        }
+    }
+
     fn using(mut q: Quota, gpus: i64, spent: i64) -> Quota {
         let u: ResourceList = [(
             "requests.nvidia.com/gpu".to_string(),

@@ -77,7 +77,7 @@ async fn build(url: &str) -> usize {
     let dept_cards = TEAMS * 8 + 16;
     svc.create_quota(
         "org",
-        spec("", DEPTS * dept_cards),
+        spec("", DEPTS * dept_cards, None),
         Persist::Here,
         "",
         false,

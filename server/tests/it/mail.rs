@@ -500,10 +500,8 @@ async fn one_job_over_several_keys_is_one_email_naming_them() {
         )
         .await;
     assert_eq!(r["allowed"], true, "{r}");
-    let mut got = Vec::new();
     for _ in 0..300 {
-        got = received(dir.path());
-        if !got.is_empty() {
+        if !received(dir.path()).is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -501,7 +501,194 @@ async fn a_cut_below_what_runs_is_confirmed_first(s: &Server) {
     assert_eq!(gpus(s.quota("nlp").await), "3");
 }
 
+/// Issue 31: the short new-child form. GPU keys and budgets first at 0;
+/// every other key of the parent folded under "More keys", each taking the
+/// parent's idle room unless chosen: a child with 2 GPUs is the name, one
+/// number and Create; `zero` and `set` are honoured; a bad choice is
+/// refused in words and creates nothing.
+async fn the_short_child_form_folds_the_other_keys(s: &Server) {
+    let o = org(s).await;
+    let form = o.alice.get("/quotas/nlp/children/new").await;
+    assert_eq!(form.status, StatusCode::OK);
+    let body = &form.body;
+    let more = body.find("<details class=\"more-keys\"").expect("a fold");
+    let gpu = body
+        .find(r#"name="hard:requests.nvidia.com/gpu""#)
+        .expect("the GPU field");
+    assert!(gpu < more, "GPUs before the fold: {body}");
+    assert!(
+        body[more..].contains(r#"name="mode:pods""#)
+            && body[more..].contains("More keys (1): pods"),
+        "pods folded with a choice: {body}"
+    );
+    assert!(
+        body.contains(r#"name="hard:requests.nvidia.com/gpu" value="0""#),
+        "the GPU field starts at 0: {body}"
+    );
+    // Name and GPUs only: pods take nlp's idle room (hard 0, max 40).
+    let ok = o
+        .alice
+        .post(
+            "/quotas/nlp/children/new",
+            &[
+                ("name", "nlp-short"),
+                ("hard:requests.nvidia.com/gpu", "2"),
+                ("hard:pods", ""),
+                ("max:pods", ""),
+                ("mode:pods", "inherit"),
+            ],
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
+    let q = s.quota("nlp-short").await;
+    assert_eq!(q["spec"]["hard"]["requests.nvidia.com/gpu"], "2", "{q}");
+    assert_eq!(q["spec"]["hard"]["pods"], "0", "{q}");
+    assert_eq!(q["spec"]["max"]["pods"], "40", "{q}");
+    // None, and amounts of its own.
+    let ok = o
+        .alice
+        .post(
+            "/quotas/nlp/children/new",
+            &[
+                ("name", "nlp-none"),
+                ("hard:requests.nvidia.com/gpu", "1"),
+                ("mode:pods", "zero"),
+            ],
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
+    let q = s.quota("nlp-none").await;
+    assert_eq!(q["spec"]["hard"]["pods"], "0", "{q}");
+    assert!(q["spec"]["max"].get("pods").is_none(), "{q}");
+    let ok = o
+        .alice
+        .post(
+            "/quotas/nlp/children/new",
+            &[
+                ("name", "nlp-set"),
+                ("hard:requests.nvidia.com/gpu", "1"),
+                ("hard:pods", "3"),
+                ("mode:pods", "set"),
+            ],
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
+    assert_eq!(s.quota("nlp-set").await["spec"]["hard"]["pods"], "3");
+    let bad = o
+        .alice
+        .post(
+            "/quotas/nlp/children/new",
+            &[
+                ("name", "nlp-bad"),
+                ("hard:requests.nvidia.com/gpu", "1"),
+                ("mode:pods", "lots"),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        bad.body
+            .contains("pods: &#39;lots&#39; is not a choice: inherit, zero or set")
+            || bad
+                .body
+                .contains("pods: 'lots' is not a choice: inherit, zero or set"),
+        "{}",
+        bad.body
+    );
+    let (st, _) = s.api(Method::GET, "/api/v1/quotas/nlp-bad", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+}
+
+/// Issue 31: a member's "Ask for more budget" leads to a form of its own
+/// (a top-up from the parent's budget), which a member may send; moving
+/// quota stays an owner's ask.
+async fn a_member_asks_for_more_budget_on_a_form(s: &Server) {
+    let o = org(s).await;
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+    s.create_quota(
+        "lab",
+        "",
+        json!({"requests.nvidia.com/gpu": "8", CASH: "1000"}),
+    )
+    .await;
+    s.create_quota(
+        "lab-a",
+        "lab",
+        json!({"requests.nvidia.com/gpu": "4", CASH: "100"}),
+    )
+    .await;
+    bind(&o.admin, "bob", "lab-a", "member").await;
+    let page = o.bob.get("/quotas/lab-a").await.body;
+    let link = page
+        .split("<p class=\"budget-ask\"><a href=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("an Ask for more budget link: {page}"))
+        .replace("&amp;", "&");
+    let form = o.bob.get(&link).await;
+    assert_eq!(form.status, StatusCode::OK);
+    assert!(
+        form.body.contains("<h3>Ask for more budget</h3>")
+            && form.body.contains(r#"<option value="lab-a" selected"#)
+            && form.body.contains("GPU card-hours"),
+        "a form for lab-a's budget, by name: {}",
+        form.body
+    );
+    let sent = o
+        .bob
+        .post(
+            "/transfers",
+            &[
+                ("kind", "topUp"),
+                ("source", "parent"),
+                ("to", "lab-a"),
+                ("key", CASH),
+                ("amount", "50"),
+                ("reason", "the eval sweep needs a week more"),
+            ],
+        )
+        .await;
+    assert_eq!(sent.status, StatusCode::SEE_OTHER, "{}", sent.body);
+    let at = sent.location().unwrap().to_string();
+    assert!(at.starts_with("/transfers/"), "{at}");
+    let shown = o.bob.get(&at).await.body;
+    assert!(shown.contains("requested"), "{shown}");
+    // Moving quota out of what one does not own: refused, in words.
+    let refused = o
+        .bob
+        .post(
+            "/transfers",
+            &[
+                ("from", "cv"),
+                ("to", "lab-a"),
+                ("key", "requests.nvidia.com/gpu"),
+                ("amount", "1"),
+                ("reason", "more cards"),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+    // A grant of new budget stays an owner's (and an admin's) ask.
+    let grant = o
+        .bob
+        .post(
+            "/transfers",
+            &[
+                ("kind", "topUp"),
+                ("source", "grant"),
+                ("to", "lab-a"),
+                ("key", CASH),
+                ("amount", "50"),
+                ("reason", "free money"),
+            ],
+        )
+        .await;
+    assert_eq!(grant.status, StatusCode::FORBIDDEN, "{}", grant.body);
+}
+
 on_both!(
+    the_short_child_form_folds_the_other_keys,
+    a_member_asks_for_more_budget_on_a_form,
     a_child_that_does_not_fit_is_refused_on_the_form,
     a_child_that_fits_is_created_and_audited,
     a_stale_edit_form_says_someone_else_changed_the_quota,
