@@ -614,10 +614,11 @@ async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
         queue_refs(q) == ["batch/Job/ml/a3"] && used(q, "requests.cpu") == "6"
     })
     .await;
-    // The round's restated reason: free counts what could still be
-    // borrowed, up to max.
+    // The round's restated reason: nothing free within hard, 1 more to
+    // borrow up to max (said apart, as the quota page's columns).
     c.until("a", "a3's reason restated", |q| {
-        q["status"]["queue"][0]["reason"] == "waits for 1 × requests.cpu: 1 free, 2 needed"
+        q["status"]["queue"][0]["reason"]
+            == "waits for 1 × requests.cpu: 0 free now, 1 more to borrow, 2 needed"
     })
     .await;
     let org = c.fake.quota("org");
