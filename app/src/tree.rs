@@ -1111,6 +1111,7 @@ mod tests {
         let cfg = KeyConfig::default();
         let with = |mut q: Quota, key: &str, hard: i64, used: i64| {
             q.spec.hard.insert(key.into(), Quantity::from_units(hard));
+            q.status.hard.insert(key.into(), Quantity::from_units(hard));
             q.status
                 .self_used
                 .insert(key.into(), Quantity::from_units(used));
@@ -1126,7 +1127,13 @@ mod tests {
         let in_use = quota::rollup::subtree_in_use(&quotas);
         let rows = tree_rows(&quotas, &in_use, &cfg, &Pricing::default(), TreeSort::Name);
         let team_row = rows.iter().find(|r| r.name == "team").unwrap();
-        assert_eq!(team_row.models.len(), 1);
+        assert_eq!(
+            team_row.models.len(),
+            1,
+            "{:?} {:?}",
+            team_row.models,
+            team_row.others
+        );
         assert_eq!(team_row.models[0].in_use, "7");
         assert!(
             team_row.others.iter().all(|(k, _)| !k.contains("A100")),
