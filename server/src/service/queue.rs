@@ -365,19 +365,22 @@ impl Service {
         .await
     }
 
-    /// Give an entry its object's uid (the mutating webhook of a CREATE
-    /// sees no uid yet: the API server assigns it after mutation).
+    /// Give entries their objects' uids, `(reference, uid)`, in one write
+    /// (the mutating webhook of a CREATE sees no uid yet: the API server
+    /// assigns it after mutation).
     pub async fn name_queued(
         &self,
         quota_name: &str,
-        wref: &str,
-        uid: &str,
+        names: &[(String, String)],
     ) -> Result<bool, ServiceError> {
         self.update_status(quota_name, false, |q| {
             let mut changed = false;
             for e in q.status.queue.iter_mut() {
-                if e.work.workload_ref == wref && e.work.uid.is_empty() {
-                    e.work.uid = uid.to_string();
+                if !e.work.uid.is_empty() {
+                    continue;
+                }
+                if let Some((_, uid)) = names.iter().find(|(w, _)| *w == e.work.workload_ref) {
+                    e.work.uid.clone_from(uid);
                     changed = true;
                 }
             }

@@ -37,6 +37,7 @@ impl Context {
     /// One round of admissions from `name`'s queue, the crash repair, and
     /// the restated positions. Errors are the next reconcile's to retry.
     pub(super) async fn admit_from_queue(&self, name: &str, now: i64) -> Result<(), ServiceError> {
+        let t0 = std::time::Instant::now();
         let q = self.service.get(name).await?.quota;
         let repairs: Vec<String> = {
             let snap = self.view.lock().unwrap().snapshot(name);
@@ -82,8 +83,8 @@ impl Context {
                 })
                 .collect()
         };
-        for (wref, uid) in &unnamed {
-            self.service.name_queued(name, wref, uid).await?;
+        if !unnamed.is_empty() {
+            self.service.name_queued(name, &unnamed).await?;
         }
         let q = if unnamed.is_empty() {
             q
@@ -130,6 +131,7 @@ impl Context {
         // could lend now (`queue::borrow_limits`): each admission then asks
         // for its loan in the parent's compare-and-swap, as the webhook's
         // borrowing path does, so the plan is never more than is granted.
+        let t_read = t0.elapsed();
         let (limits, family) = self.service.queue_plan(&q).await?;
         let pool = Pool::new(&q, &limits);
         // Card-hour budgets: an entry waits for one as for quota.
@@ -196,6 +198,7 @@ impl Context {
                 Decision::Wait(_) => None,
             })
             .collect();
+        let t_plan = t0.elapsed();
         let admitted = match self
             .service
             .admit_round(name, &items, Some(fresh.clone()))
@@ -213,7 +216,9 @@ impl Context {
                     .observe_queue_wait(name, waited as f64 / 1000.0);
             }
         }
+        let t_write = t0.elapsed();
         futures::future::join_all(admitted.iter().map(|w| self.release(w))).await;
+        tracing::debug!(quota = %name, waiting = known.len(), planned = items.len(), admitted = admitted.len(), read = ?t_read, planned_at = ?t_plan, written_at = ?t_write, released_at = ?t0.elapsed(), "queue round");
         for wref in &admitted {
             self.notify_workload(
                 wref,

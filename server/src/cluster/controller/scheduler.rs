@@ -9,11 +9,12 @@
 //!   workers' backlog nor behind other queues' rounds for more than one
 //!   cycle (issue 30: with rounds inside the per-quota reconciles, 19 of
 //!   30 queues got none for minutes);
-//! - **one family at a time, in fair order**: quotas under the same parent
-//!   compete for the parent's idle room, so their rounds run one after
-//!   another, the sibling whose dominant share (`quota::fair`) is smallest
-//!   first (ties by name); different families share nothing they admit
-//!   against and run side by side (`--workers` at once);
+//! - **in fair order**: the rounds start, `--workers` at once, the quota
+//!   whose dominant share (`quota::fair`) of its parent's room is smallest
+//!   first (ties by name). Who gets which part of a parent's idle room is
+//!   still `fair::allot`'s in each round, and every charge and loan goes
+//!   through the compare-and-swaps, so rounds side by side never admit
+//!   past a limit;
 //! - **a round is one write** of the quota (`Service::admit_round`: every
 //!   admission's charge, the entries' removal and the restated queue in
 //!   one compare-and-swap; one loan asked of the parent for the whole
@@ -28,7 +29,7 @@
 //! object is released by the next round.
 
 use super::Context;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,55 +61,47 @@ impl Context {
             if names.is_empty() {
                 continue;
             }
-            let families = self.families(names);
+            let count = names.len();
+            let started = std::time::Instant::now();
+            let order = self.fair_order(names);
             let workers = self.cfg.workers.max(1);
             futures::StreamExt::for_each_concurrent(
-                futures::stream::iter(families),
+                futures::stream::iter(order),
                 workers,
-                |family| {
+                |name| {
                     let ctx = self.clone();
-                    async move {
-                        for name in family {
-                            ctx.queue_round(&name).await;
-                        }
-                    }
+                    async move { ctx.queue_round(&name).await }
                 },
             )
             .await;
+            tracing::debug!(quotas = count, took = ?started.elapsed(), "scheduler cycle");
         }
     }
 
-    /// `names` grouped by the parent whose room they compete for (a quota
-    /// without a parent with its own children), each group in fair order:
-    /// smallest dominant share first, then by name.
-    fn families(&self, names: BTreeSet<String>) -> Vec<Vec<String>> {
-        let mut by_parent: BTreeMap<String, Vec<(quota::fair::Dominant, String)>> = BTreeMap::new();
-        for name in names {
-            let cached = self.service.cached_quota(&name);
-            let (family, share) = match cached {
-                Some(s) if !s.quota.spec.parent.is_empty() => {
-                    let parent = s.quota.spec.parent.clone();
-                    let share = self
-                        .service
-                        .cached_quota(&parent)
-                        .map(|p| {
+    /// `names` in fair order: the quota whose dominant share of its
+    /// parent's lendable room is smallest first (a quota that cannot
+    /// borrow has share 0), then by name.
+    fn fair_order(&self, names: BTreeSet<String>) -> Vec<String> {
+        let mut v: Vec<(quota::fair::Dominant, String)> = names
+            .into_iter()
+            .map(|name| {
+                let share = self
+                    .service
+                    .cached_quota(&name)
+                    .filter(|s| !s.quota.spec.parent.is_empty())
+                    .and_then(|s| {
+                        let p = self.service.cached_quota(&s.quota.spec.parent)?;
+                        Some(
                             quota::fair::Sibling::of(&s.quota)
-                                .share(&quota::fair::lendable(&p.quota))
-                        })
-                        .unwrap_or(quota::fair::Dominant::ZERO);
-                    (parent, share)
-                }
-                _ => (name.clone(), quota::fair::Dominant::ZERO),
-            };
-            by_parent.entry(family).or_default().push((share, name));
-        }
-        by_parent
-            .into_values()
-            .map(|mut v| {
-                v.sort_by(|a, b| a.0.share.cmp(&b.0.share).then_with(|| a.1.cmp(&b.1)));
-                v.into_iter().map(|(_, n)| n).collect()
+                                .share(&quota::fair::lendable(&p.quota)),
+                        )
+                    })
+                    .unwrap_or(quota::fair::Dominant::ZERO);
+                (share, name)
             })
-            .collect()
+            .collect();
+        v.sort_by(|a, b| a.0.share.cmp(&b.0.share).then_with(|| a.1.cmp(&b.1)));
+        v.into_iter().map(|(_, n)| n).collect()
     }
 
     /// One quota's queue round and then its preemption step (marks made,
