@@ -51,7 +51,6 @@ pub enum Batch {
 /// for the longest prefix of them whose total fits under its `max`; with a
 /// loan, each admission is charged within hard + loan in order
 /// (`borrow::charge_or_request`), and what no longer fits stays queued.
-#[allow(clippy::too_many_arguments)]
 pub fn admit(
     q: &mut Quota,
     items: &[Admit],
