@@ -20,6 +20,7 @@
 
 pub mod admit;
 pub mod allowance;
+pub mod batch;
 pub mod budgets;
 pub mod estimate;
 pub mod ledger;

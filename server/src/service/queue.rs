@@ -8,9 +8,10 @@
 //! - the validating webhook then sees the suspended object: nothing to
 //!   charge, and a charge of nothing never touches a queued entry
 //!   (`admit_rounds`'s guard);
-//! - the controller admits from the queue (`admit_queued`): the charge is
-//!   written and the entry removed **in one write**; only then is the
-//!   object unsuspended. A crash between the two leaves a charge whose uid
+//! - the controller's scheduler admits from the queue (`admit_round`):
+//!   each charge is written and its entry removed **in one write** (a
+//!   whole round of the quota in that write); only then is the object
+//!   unsuspended. A crash between the two leaves a charge whose uid
 //!   is `queue:<object uid>` on a suspended object, which the next
 //!   reconcile unsuspends;
 //! - a queued workload the user unsuspends by hand and that fits is
@@ -23,7 +24,6 @@
 use super::{Service, ServiceError};
 use quota::admission::{self, Denial};
 use quota::borrow::{self, Standing};
-use quota::budget::hold;
 use quota::object::Quota;
 use quota::queue::priority::Classes;
 use quota::queue::{self, ledger, Check, Pool, Queued};
@@ -285,108 +285,60 @@ impl Service {
         self.queue_workload(quota_name, work, true, true).await
     }
 
-    /// The controller's admission of one entry: if `wref` is still queued
-    /// under `uid`, charge `charge`, reserve on its budgets for the run
-    /// time its entry declares (docs/budgets.md §9), and remove the entry,
-    /// in one write. Within hard that is one compare-and-swap; beyond it, a
-    /// quota that may borrow (`max` and a parent) asks its parent for the
-    /// loan first, in the parent's compare-and-swap (`borrow::lend`, as the
-    /// webhook's borrowing path does), then charges within hard + loan —
-    /// bounded rounds, so a race that spends the room ends in a denial,
-    /// never an admission past the limits. `Ok(false)`: no longer queued
-    /// (nothing to do); a denial: it does not fit now and stays queued.
-    pub async fn admit_queued(
+    /// The scheduler's admission of a whole round of `quota_name`
+    /// (`quota::queue::batch`): every admission charged, reserved on its
+    /// budgets and removed from the queue, and the waiting entries'
+    /// positions and reasons restated (`fresh`), **in one
+    /// compare-and-swap** of the quota. A quota that may borrow asks its
+    /// parent once for the loan of the whole round (`borrow::lend`, in the
+    /// parent's compare-and-swap) before that write; a parent that cannot
+    /// lend it all answers with the loan it holds, and the round admits,
+    /// in order, what fits within hard + that loan. What does not fit stays
+    /// queued for the next round, never admitted past the limits.
+    pub async fn admit_round(
         &self,
         quota_name: &str,
-        wref: &str,
-        uid: &str,
-        charge: quota::object::Charge,
-    ) -> Result<bool, ServiceError> {
+        items: &[queue::batch::Admit],
+        fresh: Option<Vec<queue::QueueEntry>>,
+    ) -> Result<queue::batch::Batch, ServiceError> {
         let now_ms = self.now();
         let prices = self.price_list();
-        // The parent's answer to the last loan request (None: none asked).
         let mut loan: Option<ResourceList> = None;
-        let mut last_denial = None;
+        let mut parent = String::new();
         for _round in 0..super::BORROW_ROUNDS {
-            let round = self
+            let out = self
                 .update_status(quota_name, false, |q| {
-                    let Some(entry) = ledger::find(q, wref, uid) else {
-                        return Ok((false, Ok(false)));
-                    };
-                    // The budget first: a refusal changes nothing.
-                    let run = hold::RunDecl::Object(Ok(entry.work.run_ms));
-                    let old = q.status.workloads.get(wref).cloned();
-                    let reserved = match hold::decide(
-                        q,
-                        wref,
-                        old.as_ref(),
-                        &charge,
-                        &run,
-                        now_ms,
-                        &self.prices,
-                        &prices,
-                    ) {
-                        Ok(r) => r,
-                        Err(r) => return Ok((false, Err((Denial::Budget(Box::new(r)), None)))),
-                    };
-                    let by = entry.work.submitted_by.clone();
-                    match borrow::charge_or_request(q, wref, charge.clone(), loan.as_ref()) {
-                        Ok(_) => {
-                            ledger::dequeue(q, wref);
-                            hold::apply(&mut q.status, wref, reserved);
-                            // Who submitted it asked for this charge: the
-                            // ledger's entries carry it (docs/budgets.md §6).
-                            match by {
-                                Some(u) => {
-                                    q.status.users.insert(wref.to_string(), u);
-                                }
-                                None => {
-                                    q.status.users.remove(wref);
-                                }
-                            }
-                            Ok((true, Ok(true)))
+                    parent.clone_from(&q.spec.parent);
+                    let b =
+                        queue::batch::admit(q, items, loan.as_ref(), now_ms, &self.prices, &prices);
+                    match &b {
+                        queue::batch::Batch::Done { admitted, .. } => {
+                            let restated = fresh.clone().is_some_and(|f| ledger::restate(q, f));
+                            Ok((!admitted.is_empty() || restated, b))
                         }
-                        Err((d, req)) => {
-                            Ok((false, Err((d, req.map(|r| (q.spec.parent.clone(), *r))))))
-                        }
+                        queue::batch::Batch::Borrow(_) => Ok((false, b)),
                     }
                 })
                 .await?;
-            let (denial, request) = match round {
-                Ok(admitted) => return Ok(admitted),
-                Err(r) => r,
-            };
-            let Some((parent, req)) = request else {
-                return Err(denial.into());
+            let req = match out {
+                queue::batch::Batch::Borrow(req) => req,
+                done => return Ok(done),
             };
             let children =
                 Standing::of_all(self.store.children(&parent).await?.iter().map(|s| &s.quota));
             loan = Some(
                 self.update_status(&parent, false, |p| {
-                    let changed = borrow::lend(p, &req, &children, now_ms)?;
-                    Ok((changed, borrow::loan_of(p, quota_name)))
+                    match borrow::lend(p, &req, &children, now_ms) {
+                        Ok(changed) => Ok((changed, borrow::loan_of(p, quota_name))),
+                        // Not all of it: the round admits what the loan it
+                        // holds covers.
+                        Err(_) => Ok((false, borrow::loan_of(p, quota_name))),
+                    }
                 })
                 .await?,
             );
-            last_denial = Some(denial);
         }
-        Err(last_denial
-            .map(ServiceError::Denied)
-            .unwrap_or_else(|| ServiceError::Contention(quota_name.to_string())))
-    }
-
-    /// Rewrite positions and reasons after a round (entries admitted or
-    /// deleted meanwhile are not brought back).
-    pub async fn restate_queue(
-        &self,
-        quota_name: &str,
-        fresh: Vec<queue::QueueEntry>,
-    ) -> Result<bool, ServiceError> {
-        self.update_status(quota_name, false, |q| {
-            let changed = ledger::restate(q, fresh.clone());
-            Ok((changed, changed))
-        })
-        .await
+        Err(ServiceError::Contention(quota_name.to_string()))
     }
 
     /// Remove the entries `(reference, uid)` whose objects are gone (the
@@ -413,19 +365,22 @@ impl Service {
         .await
     }
 
-    /// Give an entry its object's uid (the mutating webhook of a CREATE
-    /// sees no uid yet: the API server assigns it after mutation).
+    /// Give entries their objects' uids, `(reference, uid)`, in one write
+    /// (the mutating webhook of a CREATE sees no uid yet: the API server
+    /// assigns it after mutation).
     pub async fn name_queued(
         &self,
         quota_name: &str,
-        wref: &str,
-        uid: &str,
+        names: &[(String, String)],
     ) -> Result<bool, ServiceError> {
         self.update_status(quota_name, false, |q| {
             let mut changed = false;
             for e in q.status.queue.iter_mut() {
-                if e.work.workload_ref == wref && e.work.uid.is_empty() {
-                    e.work.uid = uid.to_string();
+                if !e.work.uid.is_empty() {
+                    continue;
+                }
+                if let Some((_, uid)) = names.iter().find(|(w, _)| *w == e.work.workload_ref) {
+                    e.work.uid.clone_from(uid);
                     changed = true;
                 }
             }

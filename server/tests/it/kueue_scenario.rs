@@ -288,6 +288,21 @@ async fn three_teams_two_hundred_jobs_are_admitted_in_the_rules_order_never_over
                     q["status"]["workloads"][format!("batch/Job/ml/{n}")].is_object(),
                     "{n} charged"
                 );
+                // Released right after the write that charged it; only a
+                // released Job runs, and so only then can it finish (a
+                // delete racing bizrq's own release would be charged
+                // again by the release's review, a charge this frozen
+                // clock would never let the reconcile drop).
+                let mut released = false;
+                for _ in 0..200 {
+                    let j = c.fake.get("batch", "jobs", "ml", n).unwrap();
+                    if j["spec"]["suspend"] != true {
+                        released = true;
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                assert!(released, "{n} released after its charge");
             }
             admitted[t].extend(a.iter().cloned());
         }

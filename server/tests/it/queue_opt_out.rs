@@ -100,6 +100,13 @@ async fn opting_out_while_queued_is_judged_like_a_create() {
         used(q, "requests.cpu") == "2" && queue_len(q) == 0
     })
     .await;
+    // Released right after the write that charged it.
+    for _ in 0..100 {
+        if !suspended(&c, "c") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert!(!suspended(&c, "c"));
     assert!(suspended(&c, "b"), "b opted out: the queue never admits it");
     // Released by its owner where it fits: charged like a create.

@@ -283,6 +283,132 @@ async fn a_charged_suspended_job_left_by_a_crash_is_unsuspended() {
     assert!(queue_refs(&q).is_empty());
 }
 
+/// A round of the scheduler that admitted several entries in its one
+/// write and stopped before releasing them leaves several charged,
+/// suspended Jobs: the next round releases every one, charging nothing
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_cut_short_after_its_write_is_released_whole() {
+    let c = queueing_cluster().await;
+    let mut workloads = serde_json::Map::new();
+    for n in ["r1", "r2"] {
+        let mut j = job(n, "2", None);
+        j["metadata"]["uid"] = json!(format!("uid-{n}"));
+        j["spec"]["suspend"] = json!(true);
+        c.fake.put(j);
+        workloads.insert(
+            format!("batch/Job/ml/{n}"),
+            json!({"podSets": [{"name": "main", "count": 1,
+                "perPod": {"requests.cpu": "2", "limits.cpu": "2", "cpu": "2", "pods": "1"}}],
+                "since": "2026-11-21T10:00:00.000Z", "uid": format!("queue:uid-{n}"),
+                "admitted": "2026-11-21T10:00:00.000Z"}),
+        );
+    }
+    let mut q = c.fake.quota("ml");
+    q["status"]["workloads"] = Value::Object(workloads);
+    q["status"]["used"] = json!({"requests.cpu": "4"});
+    c.fake.put(q);
+    for _ in 0..200 {
+        if !suspended(&c, "r1") && !suspended(&c, "r2") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        !suspended(&c, "r1") && !suspended(&c, "r2"),
+        "both released"
+    );
+    let q = c.fake.quota("ml");
+    assert_eq!(used(&q, "requests.cpu"), "4", "each charged once: {q}");
+    assert!(queue_refs(&q).is_empty());
+}
+
+/// The scheduler writes a round whole: the charges of every Job it admits
+/// and their removal from the queue in one compare-and-swap. Every version
+/// of the quota the watch shows has the round's Jobs all waiting or all
+/// charged (never some of each, none in both places or in neither), and
+/// never more than its hard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_is_written_whole_in_one_write() {
+    use futures::StreamExt;
+    use kube::runtime::{watcher, WatchStreamExt};
+    let c = queueing_cluster().await;
+    create(&c, &job("run", "4", None)).await.unwrap();
+    c.until("ml", "run charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let names: Vec<String> = (0..4).map(|i| format!("w-{i}")).collect();
+    for n in &names {
+        create(&c, &job(n, "1", None)).await.unwrap();
+    }
+    c.until("ml", "all four queued and named", |q| {
+        queue_refs(q).len() == 4
+            && q["status"]["queue"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|e| e["uid"].as_str().is_some_and(|u| !u.is_empty()))
+    })
+    .await;
+    let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let api: Api<DynamicObject> = Api::all_with(
+        c.kubectl("recorder"),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("bizrq.io", "v1", "BizGroupResourceQuota"),
+            "bizgroupresourcequotas",
+        ),
+    );
+    let rec = versions.clone();
+    let watch = tokio::spawn(async move {
+        let mut events = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(ev) = events.next().await {
+            if let Ok(watcher::Event::Apply(q) | watcher::Event::InitApply(q)) = ev {
+                if q.metadata.name.as_deref() == Some("ml") {
+                    rec.lock().unwrap().push(serde_json::to_value(&q).unwrap());
+                }
+            }
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    jobs(&c)
+        .delete("run", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "all four admitted", |q| {
+        queue_refs(q).is_empty() && used(q, "requests.cpu") == "4"
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    watch.abort();
+    let versions = versions.lock().unwrap().clone();
+    let mut whole = 0;
+    for q in &versions {
+        let charged = names
+            .iter()
+            .filter(|n| {
+                // A held Job is recorded at 0 pods: charged means pods.
+                q["status"]["workloads"][format!("batch/Job/ml/{n}")]["podSets"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|p| p["count"].as_i64() > Some(0)))
+            })
+            .count();
+        let queued = queue_refs(q).len();
+        assert!(
+            charged == 0 || charged == 4,
+            "a round written in parts: {q}"
+        );
+        assert_eq!(charged + queued, 4, "lost or in both places: {q}");
+        if charged == 4 {
+            whole += 1;
+        }
+    }
+    assert!(whole > 0, "the watch saw the round's write: {versions:?}");
+    for n in &names {
+        assert!(!suspended(&c, n), "{n} released");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_says_where_a_job_would_queue() {
     let c = queueing_cluster().await;

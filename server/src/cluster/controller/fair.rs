@@ -2,10 +2,10 @@
 //! sharing"). The decisions are `quota::queue::share`'s: a borrowing
 //! quota whose round would take idle room that a sibling with a smaller
 //! share waits for, and that cannot hold both, holds those admissions
-//! back and triggers the sibling's round; once that round is done, the
-//! quota gets a round again (`after_round`).
+//! back and asks the scheduler for the sibling's round; once that round is
+//! done, the quota gets a round again (`after_round`).
 //!
-//! Every admission still goes through `Service::admit_queued`'s
+//! Every admission still goes through `Service::admit_round`'s
 //! compare-and-swaps (the loan in the parent, then the charge), so fair
 //! sharing only ever admits less than the limits allow, never more. The
 //! figures it weighs (the siblings' queues and use) are their stored
@@ -85,7 +85,7 @@ impl Context {
                 .entry(rival.clone())
                 .or_default()
                 .insert(name.to_string());
-            self.triggers.touch(BTreeSet::from([rival]));
+            self.schedule(&rival);
             return y.decisions;
         }
     }
@@ -93,8 +93,8 @@ impl Context {
     /// `name`'s round is done: the siblings that left it room get theirs.
     pub(super) fn after_round(&self, name: &str) {
         let yielders = self.fair.waiting.lock().unwrap().remove(name);
-        if let Some(set) = yielders {
-            self.triggers.touch(set);
+        for n in yielders.into_iter().flatten() {
+            self.schedule(&n);
         }
     }
 }

@@ -28,6 +28,7 @@ mod queue;
 mod raw;
 mod reclaim;
 mod reconcile;
+mod scheduler;
 mod triggers;
 mod watches;
 
@@ -159,6 +160,15 @@ pub struct Context {
     /// repair of an interrupted preemption (`repair_preemptions`) does not
     /// suspend one again while its view may still lag that PATCH.
     suspended: Mutex<HashMap<String, std::time::Instant>>,
+    /// The one scheduling loop over every queue (`scheduler`): the quotas
+    /// whose queue waits for a round.
+    scheduler: scheduler::Scheduler,
+    /// When a quota whose round asked for a time of its own is touched.
+    scheduler_timers: Mutex<HashMap<String, tokio::time::Instant>>,
+    /// Per quota, held by its reconcile and by its queue round: the two
+    /// never run at once (a round's releases and the reconcile's repair
+    /// of the same workloads would cross).
+    serial: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Context {
@@ -226,12 +236,27 @@ impl Context {
             accrued_to: Mutex::default(),
             ledger_unseen: Arc::default(),
             suspended: Mutex::default(),
+            scheduler: scheduler::Scheduler::default(),
+            scheduler_timers: Mutex::default(),
+            serial: Mutex::default(),
         };
         (Arc::new(ctx), rx)
     }
 
     fn now(&self) -> i64 {
         self.service.now()
+    }
+
+    /// Held while `name` is reconciled or its queue has its round.
+    async fn one_at_a_time(&self, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let m = self
+            .serial
+            .lock()
+            .unwrap()
+            .entry(name.to_string())
+            .or_default()
+            .clone();
+        m.lock_owned().await
     }
 
     fn gauges(&self) {
@@ -312,6 +337,8 @@ impl Controller {
             );
         }
 
+        tasks.spawn(ctx.clone().schedule_loop());
+        tasks.spawn(ctx.clone().timer_loop());
         tasks.spawn(control(ctx.clone(), triggered));
         ctx.touch_all().await;
         tasks.spawn(ctx.clone().resync_loop());

@@ -1,9 +1,10 @@
-//! Admission from a quota's queue (docs/queueing.md §4, controller): on
-//! every reconcile of a quota with a queue — which runs on releases, spec
-//! changes and the resync — one round (`quota::queue::next_admissions`);
-//! each admission is **charged first**, in the quota's compare-and-swap
-//! that also removes its entry (`Service::admit_queued`), and only then is
-//! the workload released (`release`: unsuspended, or for a kind held by
+//! Admission from a quota's queue (docs/queueing.md §4, controller): the
+//! scheduler (`scheduler`) runs one round (`quota::queue::next_admissions`)
+//! whenever a reconcile of a quota with a queue asks for it — on releases,
+//! spec changes and the resync; the round's admissions are **charged
+//! first**, all in the quota's one compare-and-swap that also removes
+//! their entries (`Service::admit_round`), and only then are
+//! the workloads released (`release`: unsuspended, or for a kind held by
 //! gating its pods, the hold annotation removed and its pods ungated). A
 //! crash between the two leaves a charge whose uid is `queue:<object uid>`
 //! on a held object: the next reconcile finds it (`repair`) and releases
@@ -13,10 +14,11 @@
 //! only with its charge).
 //!
 //! A quota that may borrow (`max` and a parent) plans against what its
-//! parent could lend now and admits on a loan through the same two
-//! compare-and-swaps as the webhook's borrowing path (the loan in the
-//! parent, then the charge within hard + loan): never past the limits, and
-//! such work is reclaimed in the loans' order like any borrower's.
+//! parent could lend now and admits on a loan as the webhook's borrowing
+//! path does (the loan in the parent's compare-and-swap — one for the
+//! whole round — then the charges within hard + loan): never past the
+//! limits, and such work is reclaimed in the loans' order like any
+//! borrower's.
 
 use super::Context;
 
@@ -35,6 +37,7 @@ impl Context {
     /// One round of admissions from `name`'s queue, the crash repair, and
     /// the restated positions. Errors are the next reconcile's to retry.
     pub(super) async fn admit_from_queue(&self, name: &str, now: i64) -> Result<(), ServiceError> {
+        let t0 = std::time::Instant::now();
         let q = self.service.get(name).await?.quota;
         let repairs: Vec<String> = {
             let snap = self.view.lock().unwrap().snapshot(name);
@@ -80,8 +83,8 @@ impl Context {
                 })
                 .collect()
         };
-        for (wref, uid) in &unnamed {
-            self.service.name_queued(name, wref, uid).await?;
+        if !unnamed.is_empty() {
+            self.service.name_queued(name, &unnamed).await?;
         }
         let q = if unnamed.is_empty() {
             q
@@ -128,6 +131,7 @@ impl Context {
         // could lend now (`queue::borrow_limits`): each admission then asks
         // for its loan in the parent's compare-and-swap, as the webhook's
         // borrowing path does, so the plan is never more than is granted.
+        let t_read = t0.elapsed();
         let (limits, family) = self.service.queue_plan(&q).await?;
         let pool = Pool::new(&q, &limits);
         // Card-hour budgets: an entry waits for one as for quota.
@@ -145,41 +149,6 @@ impl Context {
             .any(|d| matches!(d, Decision::Admit(a) if !a.borrows.is_empty()));
         let field = family.filter(|_| borrows).map(|f| f.field(&q));
         let decisions = self.yield_to_fairer(name, &known, decisions, field);
-        let uids: BTreeMap<&str, &str> = known
-            .iter()
-            .map(|e| (e.workload_ref.as_str(), e.uid.as_str()))
-            .collect();
-        for d in &decisions {
-            let Decision::Admit(a) = d else { continue };
-            let uid = uids.get(a.workload_ref.as_str()).copied().unwrap_or("");
-            match self
-                .service
-                .admit_queued(name, &a.workload_ref, uid, a.charge.clone())
-                .await
-            {
-                Ok(true) => {
-                    if let Some(e) = known.iter().find(|e| e.workload_ref == a.workload_ref) {
-                        let waited = now.saturating_sub(e.submitted_ms).max(0);
-                        self.service
-                            .metrics
-                            .observe_queue_wait(name, waited as f64 / 1000.0);
-                    }
-                    self.release(&a.workload_ref).await;
-                    self.notify_workload(
-                        &a.workload_ref,
-                        false,
-                        "Queue",
-                        "Admitted",
-                        format!("bizrq {name}: admitted from the queue; released"),
-                    );
-                }
-                Ok(false) => {}
-                // It no longer fits (a race with an admission): it stays
-                // queued for the next round.
-                Err(ServiceError::Denied(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
         let before: BTreeMap<String, (u32, queue::Waiting)> = q
             .status
             .queue
@@ -205,6 +174,59 @@ impl Context {
             if let Some(n) = notes.get(&e.work.workload_ref) {
                 e.reason = format!("{}; {n}", e.reason);
             }
+        }
+        // The whole round in one write of the quota (and one loan asked of
+        // its parent): every admission charged and dequeued together with
+        // the restated positions (`Service::admit_round`); the holds are
+        // released right after, all at once.
+        let uids: BTreeMap<&str, &str> = known
+            .iter()
+            .map(|e| (e.workload_ref.as_str(), e.uid.as_str()))
+            .collect();
+        let items: Vec<queue::batch::Admit> = decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Admit(a) => Some(queue::batch::Admit {
+                    workload_ref: a.workload_ref.clone(),
+                    uid: uids
+                        .get(a.workload_ref.as_str())
+                        .copied()
+                        .unwrap_or("")
+                        .to_string(),
+                    charge: a.charge.clone(),
+                }),
+                Decision::Wait(_) => None,
+            })
+            .collect();
+        let t_plan = t0.elapsed();
+        let admitted = match self
+            .service
+            .admit_round(name, &items, Some(fresh.clone()))
+            .await?
+        {
+            queue::batch::Batch::Done { admitted, .. } => admitted,
+            // Only before the parent answered; `admit_round` asks it.
+            queue::batch::Batch::Borrow(_) => Vec::new(),
+        };
+        for wref in &admitted {
+            if let Some(e) = known.iter().find(|e| e.workload_ref == *wref) {
+                let waited = now.saturating_sub(e.submitted_ms).max(0);
+                self.service
+                    .metrics
+                    .observe_queue_wait(name, waited as f64 / 1000.0);
+            }
+        }
+        let t_write = t0.elapsed();
+        futures::future::join_all(admitted.iter().map(|w| self.release(w))).await;
+        tracing::debug!(quota = %name, waiting = known.len(), planned = items.len(), admitted = admitted.len(), read = ?t_read, planned_at = ?t_plan, written_at = ?t_write, released_at = ?t0.elapsed(), "queue round");
+        for wref in &admitted {
+            self.notify_workload(
+                wref,
+                false,
+                "Queue",
+                "Admitted",
+                format!("bizrq {name}: admitted from the queue; released"),
+            );
         }
         for e in &fresh {
             if before.get(&e.work.workload_ref) != Some(&(e.position, e.waiting)) {
@@ -238,7 +260,6 @@ impl Context {
             })
             .min();
         self.export(name, &q, &known, &fresh, now);
-        self.service.restate_queue(name, fresh).await?;
         self.note_borrower(&q, waits);
         self.after_round(name);
         if overdue {
@@ -445,8 +466,8 @@ impl Context {
     }
 
     /// Room freed under `parent` (a child's workload deleted or lowered):
-    /// the borrowers waiting in a queue under it get a round, since their
-    /// parent may lend them that room now.
+    /// the borrowers waiting in a queue under it get a round of the
+    /// scheduler, since their parent may lend them that room now.
     pub(super) fn touch_borrowers_under(&self, parent: &str) {
         let names: Vec<String> = self
             .borrowers
@@ -455,8 +476,8 @@ impl Context {
             .get(parent)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
-        if !names.is_empty() {
-            self.triggers.touch(names);
+        for n in &names {
+            self.schedule(n);
         }
     }
 

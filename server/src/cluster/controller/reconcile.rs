@@ -100,6 +100,7 @@ impl Context {
 
     /// Bring one quota's status to what the cluster shows.
     pub async fn reconcile_quota(&self, name: &str) -> Result<Reconciled, ServiceError> {
+        let _serial = self.one_at_a_time(name).await;
         let now = self.now();
         let snap = self.view.lock().unwrap().snapshot(name);
         let authoritative = self.authoritative();
@@ -417,21 +418,15 @@ impl Context {
                 .unwrap()
                 .annotated(name, quota::queue::PREEMPTED_ANNOTATION)
                 .is_empty();
-        // Room may have freed: admit from the queue (docs/queueing.md §4).
-        if queued {
-            if let Err(e) = self.admit_from_queue(name, now).await {
-                tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
-            }
-        }
         // Pods of charged workloads still gated (made after the admission,
         // or a release cut short) are released.
         self.release_gated(name).await;
-        // The head may take room from lower-priority work (§6), and marks
-        // the queue no longer needs are cancelled.
+        // Room may have freed: the scheduler runs the queue's round
+        // (docs/queueing.md §4), then its preemption step — the head may
+        // take room from lower-priority work (§6), and marks the queue no
+        // longer needs are cancelled.
         if queued || preempting {
-            if let Err(e) = self.preempt_for_queue(name, now).await {
-                tracing::warn!(quota = %name, error = %e, "preemption step failed; next reconcile retries");
-            }
+            self.schedule(name);
         }
         Ok(if written {
             Reconciled::Written

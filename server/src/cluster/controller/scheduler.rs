@@ -1,0 +1,155 @@
+//! The one scheduling loop over every queue (docs/queueing.md, "The
+//! scheduler"). A quota's reconcile no longer runs its queue's round: it
+//! asks for one (`schedule`), and this loop, one task for the whole
+//! controller, takes every quota asked for since its last cycle and runs
+//! their rounds:
+//!
+//! - **every queue asked for gets its round in the next cycle**: a cycle
+//!   takes the whole set at once, so no queue waits behind the reconcile
+//!   workers' backlog nor behind other queues' rounds for more than one
+//!   cycle (issue 30: with rounds inside the per-quota reconciles, 19 of
+//!   30 queues got none for minutes);
+//! - **in fair order**: the rounds start, `--workers` at once, the quota
+//!   whose dominant share (`quota::fair`) of its parent's room is smallest
+//!   first (ties by name). Who gets which part of a parent's idle room is
+//!   still `fair::allot`'s in each round, and every charge and loan goes
+//!   through the compare-and-swaps, so rounds side by side never admit
+//!   past a limit;
+//! - **a round is one write** of the quota (`Service::admit_round`: every
+//!   admission's charge, the entries' removal and the restated queue in
+//!   one compare-and-swap; one loan asked of the parent for the whole
+//!   round), then the holds released together, then the quota's
+//!   preemption step, as the reconcile ran them before.
+//!
+//! A quota's round and its reconcile never run at once (`one_at_a_time`),
+//! as when the round ran inside the reconcile.
+//!
+//! Crash safety is the round's own (`queue.rs`): an entry leaves the queue
+//! only in the write that charges it, and a charge `queue:<uid>` on a held
+//! object is released by the next round.
+
+use super::Context;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Default)]
+pub(super) struct Scheduler {
+    /// Quotas whose queue needs a round, since the cycle that last took
+    /// them.
+    dirty: Mutex<BTreeSet<String>>,
+    wake: tokio::sync::Notify,
+}
+
+impl Context {
+    /// Ask for a round of `name`'s queue (and its preemption step) in the
+    /// scheduler's next cycle.
+    pub(super) fn schedule(&self, name: &str) {
+        self.scheduler
+            .dirty
+            .lock()
+            .unwrap()
+            .insert(name.to_string());
+        self.scheduler.wake.notify_one();
+    }
+
+    /// The scheduler: cycles for as long as the controller runs.
+    pub(super) async fn schedule_loop(self: Arc<Self>) {
+        loop {
+            self.scheduler.wake.notified().await;
+            let names = std::mem::take(&mut *self.scheduler.dirty.lock().unwrap());
+            if names.is_empty() {
+                continue;
+            }
+            let count = names.len();
+            let started = std::time::Instant::now();
+            let order = self.fair_order(names);
+            let workers = self.cfg.workers.max(1);
+            futures::StreamExt::for_each_concurrent(
+                futures::stream::iter(order),
+                workers,
+                |name| {
+                    let ctx = self.clone();
+                    async move { ctx.queue_round(&name).await }
+                },
+            )
+            .await;
+            tracing::debug!(quotas = count, took = ?started.elapsed(), "scheduler cycle");
+        }
+    }
+
+    /// `names` in fair order: the quota whose dominant share of its
+    /// parent's lendable room is smallest first (a quota that cannot
+    /// borrow has share 0), then by name.
+    fn fair_order(&self, names: BTreeSet<String>) -> Vec<String> {
+        let mut v: Vec<(quota::fair::Dominant, String)> = names
+            .into_iter()
+            .map(|name| {
+                let share = self
+                    .service
+                    .cached_quota(&name)
+                    .filter(|s| !s.quota.spec.parent.is_empty())
+                    .and_then(|s| {
+                        let p = self.service.cached_quota(&s.quota.spec.parent)?;
+                        Some(
+                            quota::fair::Sibling::of(&s.quota)
+                                .share(&quota::fair::lendable(&p.quota)),
+                        )
+                    })
+                    .unwrap_or(quota::fair::Dominant::ZERO);
+                (share, name)
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.share.cmp(&b.0.share).then_with(|| a.1.cmp(&b.1)));
+        v.into_iter().map(|(_, n)| n).collect()
+    }
+
+    /// One quota's queue round and then its preemption step (marks made,
+    /// cancelled or carried out as the queue stands after the round).
+    /// Errors are logged: the next reconcile of the quota asks again.
+    pub async fn queue_round(&self, name: &str) {
+        let _serial = self.one_at_a_time(name).await;
+        let now = self.now();
+        if let Err(e) = self.admit_from_queue(name, now).await {
+            tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
+        }
+        if let Err(e) = self.preempt_for_queue(name, now).await {
+            tracing::warn!(quota = %name, error = %e, "preemption step failed; next reconcile retries");
+        }
+        // A time of its own (an alert threshold, an orphan's grace): the
+        // quota is reconciled then, which asks for its round.
+        let at = self.wake.lock().unwrap().get(name).copied();
+        if let Some(at) = at {
+            let ms = at.saturating_sub(self.now()).max(1000) as u64;
+            let delay = Duration::from_millis(ms).min(self.cfg.resync);
+            let mut timers = self.scheduler_timers.lock().unwrap();
+            let due = tokio::time::Instant::now() + delay;
+            let e = timers.entry(name.to_string()).or_insert(due);
+            *e = (*e).min(due);
+        }
+    }
+
+    /// Quotas whose round asked for a time of its own are touched then.
+    pub(super) async fn timer_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tick.tick().await;
+            let now = tokio::time::Instant::now();
+            let due: Vec<String> = {
+                let mut t = self.scheduler_timers.lock().unwrap();
+                let due: Vec<String> = t
+                    .iter()
+                    .filter(|(_, at)| **at <= now)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for n in &due {
+                    t.remove(n);
+                }
+                due
+            };
+            if !due.is_empty() {
+                self.touch(due);
+            }
+        }
+    }
+}
