@@ -65,7 +65,13 @@ pub fn admit(
         let mut trial = q.clone();
         if let Batch::Done { left, .. } = charge_all(&mut trial, items, None, now_ms, qos, prices) {
             if !left.is_empty() {
-                if let Some(req) = round_request(q, items) {
+                // What the budget refuses is never charged: no loan for it.
+                let refused: Vec<&str> = left
+                    .iter()
+                    .filter(|(_, d)| matches!(d, Denial::Budget(_)))
+                    .map(|(w, _)| w.as_str())
+                    .collect();
+                if let Some(req) = round_request(q, items, &refused) {
                     return Batch::Borrow(Box::new(req));
                 }
             }
@@ -74,13 +80,16 @@ pub fn admit(
     charge_all(q, items, loan, now_ms, qos, prices)
 }
 
-/// The loan request for the longest prefix of `items` (still queued) whose
+/// The loan request for the longest prefix of `items` (still queued, not
+/// in `refused` by the budget) whose
 /// total delta fits under `q`'s max; None when none needs a loan.
-fn round_request(q: &Quota, items: &[Admit]) -> Option<LoanRequest> {
+fn round_request(q: &Quota, items: &[Admit], refused: &[&str]) -> Option<LoanRequest> {
     let mut total = ResourceList::new();
     let mut best = None;
     for a in items {
-        if ledger::find(q, &a.workload_ref, &a.uid).is_none() {
+        if refused.contains(&a.workload_ref.as_str())
+            || ledger::find(q, &a.workload_ref, &a.uid).is_none()
+        {
             continue;
         }
         let old = q

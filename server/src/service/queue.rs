@@ -331,8 +331,26 @@ impl Service {
                     match borrow::lend(p, &req, &children, now_ms) {
                         Ok(changed) => Ok((changed, borrow::loan_of(p, quota_name))),
                         // Not all of it: the round admits what the loan it
-                        // holds covers.
-                        Err(_) => Ok((false, borrow::loan_of(p, quota_name))),
+                        // holds covers, but only as far as that loan is
+                        // still backed (a sibling may have taken back its
+                        // guarantee since the loan was made): asking for
+                        // nothing more cuts the loan to what is backed and
+                        // renews it in this write, as a granted request
+                        // does. If even that is short (the parent is
+                        // over-committed), nothing beyond hard.
+                        Err(_) if !p.status.loans.contains_key(quota_name) => {
+                            Ok((false, ResourceList::new()))
+                        }
+                        Err(_) => {
+                            let mut keep = (*req).clone();
+                            for want in keep.want.values_mut() {
+                                *want = 0;
+                            }
+                            match borrow::lend(p, &keep, &children, now_ms) {
+                                Ok(changed) => Ok((changed, borrow::loan_of(p, quota_name))),
+                                Err(_) => Ok((false, ResourceList::new())),
+                            }
+                        }
                     }
                 })
                 .await?,

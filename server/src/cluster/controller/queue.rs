@@ -204,7 +204,18 @@ impl Context {
             .admit_round(name, &items, Some(fresh.clone()))
             .await?
         {
-            queue::batch::Batch::Done { admitted, .. } => admitted,
+            queue::batch::Batch::Done { admitted, left, .. } => {
+                // Planned as fitting but not admitted for want of a loan (a
+                // sibling took the parent's room first): another round
+                // soon, planned against what the parent holds then.
+                if left
+                    .iter()
+                    .any(|(_, d)| !matches!(d, quota::admission::Denial::Budget(_)))
+                {
+                    self.schedule_after(name, std::time::Duration::from_secs(1));
+                }
+                admitted
+            }
             // Only before the parent answered; `admit_round` asks it.
             queue::batch::Batch::Borrow(_) => Vec::new(),
         };

@@ -38,6 +38,10 @@ pub(super) struct Scheduler {
     /// Quotas whose queue needs a round, since the cycle that last took
     /// them.
     dirty: Mutex<BTreeSet<String>>,
+    /// Quotas whose round is running now, and those of them asked for
+    /// again meanwhile.
+    running: Mutex<BTreeSet<String>>,
+    again: Mutex<BTreeSet<String>>,
     wake: tokio::sync::Notify,
 }
 
@@ -53,29 +57,54 @@ impl Context {
         self.scheduler.wake.notify_one();
     }
 
-    /// The scheduler: cycles for as long as the controller runs.
+    /// The scheduler: cycles for as long as the controller runs. A cycle
+    /// starts the rounds of every quota asked for, in fair order, at most
+    /// `--workers` running at once, and does not wait for them to end: a
+    /// slow round (a release through both webhooks, a preemption step)
+    /// holds one place, never the next cycle. A quota whose round is still
+    /// running when it is asked for again gets its next round as soon as
+    /// that one ends. The rounds are the loop's own tasks: they end with it.
     pub(super) async fn schedule_loop(self: Arc<Self>) {
+        let places = Arc::new(tokio::sync::Semaphore::new(self.cfg.workers.max(1)));
+        let mut rounds = tokio::task::JoinSet::new();
         loop {
             self.scheduler.wake.notified().await;
+            while rounds.try_join_next().is_some() {}
             let names = std::mem::take(&mut *self.scheduler.dirty.lock().unwrap());
             if names.is_empty() {
                 continue;
             }
             let count = names.len();
-            let started = std::time::Instant::now();
-            let order = self.fair_order(names);
-            let workers = self.cfg.workers.max(1);
-            futures::StreamExt::for_each_concurrent(
-                futures::stream::iter(order),
-                workers,
-                |name| {
-                    let ctx = self.clone();
-                    async move { ctx.queue_round(&name).await }
-                },
-            )
-            .await;
-            tracing::debug!(quotas = count, took = ?started.elapsed(), "scheduler cycle");
+            for name in self.fair_order(names) {
+                if !self.scheduler.running.lock().unwrap().insert(name.clone()) {
+                    self.scheduler.again.lock().unwrap().insert(name);
+                    continue;
+                }
+                let Ok(place) = places.clone().acquire_owned().await else {
+                    return;
+                };
+                let ctx = self.clone();
+                rounds.spawn(async move {
+                    ctx.queue_round(&name).await;
+                    ctx.scheduler.running.lock().unwrap().remove(&name);
+                    if ctx.scheduler.again.lock().unwrap().remove(&name) {
+                        ctx.schedule(&name);
+                    }
+                    drop(place);
+                });
+            }
+            tracing::debug!(quotas = count, "scheduler cycle started");
         }
+    }
+
+    /// Ask for another round of `name` in `after` (a round that could not
+    /// admit all it planned because the parent lent less than it saw: the
+    /// next round plans against what the parent holds then).
+    pub(super) fn schedule_after(&self, name: &str, after: Duration) {
+        let mut timers = self.scheduler_timers.lock().unwrap();
+        let due = tokio::time::Instant::now() + after;
+        let e = timers.entry(name.to_string()).or_insert(due);
+        *e = (*e).min(due);
     }
 
     /// `names` in fair order: the quota whose dominant share of its
@@ -121,11 +150,7 @@ impl Context {
         let at = self.wake.lock().unwrap().get(name).copied();
         if let Some(at) = at {
             let ms = at.saturating_sub(self.now()).max(1000) as u64;
-            let delay = Duration::from_millis(ms).min(self.cfg.resync);
-            let mut timers = self.scheduler_timers.lock().unwrap();
-            let due = tokio::time::Instant::now() + delay;
-            let e = timers.entry(name.to_string()).or_insert(due);
-            *e = (*e).min(due);
+            self.schedule_after(name, Duration::from_millis(ms).min(self.cfg.resync));
         }
     }
 
