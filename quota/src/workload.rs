@@ -220,6 +220,28 @@ pub fn check_target(namespace: &str, name: &str) -> Result<(), String> {
     check_names("namespace", namespace, "name", name)
 }
 
+/// Whether `name` is a DNS-1123 subdomain, as the API server requires of
+/// the name of every workload kind bizrq reads (Pods, Deployments, Jobs
+/// and the custom resources): lowercase letters, digits, '-' and '.',
+/// each '.'-separated part starting and ending with a letter or digit.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name.split('.').all(|part| {
+            let b = part.as_bytes();
+            let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+            !b.is_empty()
+                && alnum(&b[0])
+                && alnum(&b[b.len() - 1])
+                && b.iter().all(|c| alnum(c) || *c == b'-')
+        })
+}
+
+/// An object's namespace and name as the API server would take them: a
+/// namespace that is a DNS-1123 label, and a name that is a DNS-1123
+/// subdomain (empty: a CREATE whose name is still to be generated). In a
+/// cluster the API server refused any other before asking; standalone
+/// (`/api/v1/check`, reviews sent by hand) this refuses it alike.
 fn check_meta(meta: &ObjectMeta) -> Result<(), Fault> {
     check_names(
         "metadata.namespace",
@@ -227,6 +249,16 @@ fn check_meta(meta: &ObjectMeta) -> Result<(), Fault> {
         "metadata.name",
         &meta.name,
     )
+    .and_then(|()| {
+        if meta.name.is_empty() || is_dns_subdomain(&meta.name) {
+            Ok(())
+        } else {
+            Err(format!(
+                "metadata.name {:?} is not a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+                meta.name
+            ))
+        }
+    })
     .map_err(|problem| Fault::Bad {
         object: String::new(),
         subject: None,
@@ -1769,6 +1801,37 @@ mod tests {
             let back = WorkloadRef::parse(&wref).map(|r| (r.namespace, r.name));
             assert_eq!(back, Some((ns, name)));
         }
+    }
+
+    /// Standalone, nothing but bizrq checks a name (issue 29): one the API
+    /// server would refuse is refused as it would be, naming the field.
+    #[test]
+    fn an_object_name_that_is_not_a_dns_subdomain_is_refused() {
+        let a = adapter_for_kind("apps", "Deployment").unwrap();
+        for bad in [
+            "Web", "web_1", "-web", "web-", "we..b", ".web", "web.", "wéb", "a b", "a:b",
+        ] {
+            let json = format!(
+                r#"{{"metadata":{{"name":"{bad}","namespace":"nlp"}},"spec":{{"template":{TPL}}}}}"#
+            );
+            let err = refusal(a, &json);
+            assert!(
+                err.contains("metadata.name") && err.contains("is not a DNS-1123 subdomain"),
+                "{bad}: {err}"
+            );
+        }
+        for good in ["web", "web-1", "a.b-c.d9", "0", &"n".repeat(253)] {
+            let json = format!(
+                r#"{{"metadata":{{"name":"{good}","namespace":"nlp"}},"spec":{{"template":{TPL}}}}}"#
+            );
+            assert!(a.read(&json, &KeyConfig::default()).is_ok(), "{good}");
+        }
+        // A CREATE whose name the API server is still to generate.
+        let json = format!(
+            r#"{{"metadata":{{"generateName":"web-","namespace":"nlp"}},"spec":{{"template":{TPL}}}}}"#
+        );
+        assert!(a.read(&json, &KeyConfig::default()).is_ok());
+        assert!(!is_dns_subdomain(&"n".repeat(254)));
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! as CSV, the tree and the tree's CSV in a loop. It prints admission
 //! p50/p99 quiet and loaded, how many admissions were refused and why,
 //! the portal's answers (200, 429), and the server's peak RSS. The smoke
-//! run does a 4 s soak.
+//! run does a 4 s soak. The tenants' clients run niced, on threads apart
+//! from the admissions' client, as browsers on other machines would
+//! (`--load-at-normal-priority`: at the admissions' client's priority).
 //!
 //! Before the soak it measures the server's memory around each of the
 //! heaviest requests alone (a 256-key quota page over a year with 24
@@ -872,13 +874,37 @@ mod soak {
                 }
             })
         };
+        // The tenants' clients run on a runtime of their own, niced as the
+        // server's portal is (`--load-at-normal-priority`: beside the
+        // admissions' client, at its priority): in a cluster they are
+        // browsers on other machines, and here their reading and decoding
+        // of pages would otherwise take the CPU the admissions' client
+        // needs to send and time its reviews.
+        let niced = !std::env::args().any(|a| a == "--load-at-normal-priority");
+        let load_rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("soak-load")
+            .on_thread_start(move || {
+                if niced {
+                    bizrq::heavy::lower_priority();
+                }
+            })
+            .enable_all()
+            .build()
+            .unwrap();
         let mut load = Vec::new();
         let day = 86_400_000;
         let today = bizrq::util::now_ms() / day * day;
         let date = |ms: i64| quota::time::format_rfc3339(ms)[..10].to_string();
         let (from, to) = (date(today - 30 * day), date(today - day));
         for t in 0..s.tenants {
-            let c = Arc::new(Client::login(&s.base, &format!("tenant-{t}"), PASSWORD).await);
+            let (base, user) = (s.base.clone(), format!("tenant-{t}"));
+            let c = Arc::new(
+                load_rt
+                    .spawn(async move { Client::login(&base, &user, PASSWORD).await })
+                    .await
+                    .unwrap(),
+            );
             let dept = format!("dept-{t:03}");
             let paths = [
                 ("page", format!("/quotas/{dept}?range=1y")),
@@ -897,7 +923,7 @@ mod soak {
             for l in 0..s.loops {
                 let (c, stop, answers) = (c.clone(), stop.clone(), answers.clone());
                 let paths = paths.clone();
-                load.push(tokio::spawn(async move {
+                load.push(load_rt.spawn(async move {
                     let mut i = l;
                     while !stop.load(Ordering::Relaxed) {
                         let (what, path) = &paths[i % paths.len()];
@@ -935,6 +961,7 @@ mod soak {
         for t in load {
             let _ = t.await;
         }
+        load_rt.shutdown_background();
         let _ = watch.await;
 
         println!();

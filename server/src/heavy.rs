@@ -5,14 +5,15 @@
 //! its CPU-bound part (drawing charts, rendering HTML, writing CSV) on
 //! the render threads, not on the async runtime's.
 //!
-//! Why: the admission webhook shares the process and its runtime. A page
+//! Why: the admission webhook shares the process and its CPUs. A page
 //! that renders for seconds on a runtime thread takes that thread from
-//! every admission, and a hundred chart requests at once each hold their
-//! samples in memory. With this gate the memory of heavy requests is at
-//! most `total` times one request's (each bounded by the limits in
-//! docs/limits.md), the runtime threads only wait for them, and the render
-//! threads run at a lower scheduling priority (nice 10 on Linux), so that
-//! an admission that needs a CPU gets it first.
+//! every request behind it, and a hundred chart requests at once each hold
+//! their samples in memory. With this gate the memory of heavy requests is
+//! at most `total` times one request's (each bounded by the limits in
+//! docs/limits.md), the portal's runtime threads only wait for them, and
+//! the render threads run at a lower scheduling priority (nice 10 on
+//! Linux), as the portal's runtime does (`lib::PortalRuntime`), so that an
+//! admission that needs a CPU gets it first.
 
 use crate::metrics::ScopeLabels;
 use prometheus_client::metrics::counter::Counter;
@@ -277,20 +278,22 @@ impl Permit {
     }
 }
 
-/// Lowers the calling thread's scheduling priority. On Linux the nice
-/// value is per thread, so this leaves the runtime's threads as they are.
+/// Lowers the calling thread's scheduling priority (to nice 10). On Linux
+/// the nice value is per thread, so this leaves the other threads as they
+/// are; a thread this one creates later inherits it. The render threads,
+/// the password hashing threads and the portal's runtime call it.
 #[cfg(target_os = "linux")]
-fn lower_priority() {
+pub fn lower_priority() {
     // SAFETY: setpriority takes plain integers and touches no memory of ours;
     // `who` 0 is the calling thread on Linux.
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, RENDER_NICE) };
     if r != 0 {
-        tracing::debug!("could not lower the render thread's priority");
+        tracing::debug!("could not lower the thread's priority");
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn lower_priority() {}
+pub fn lower_priority() {}
 
 #[cfg(test)]
 mod tests {

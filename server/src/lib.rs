@@ -79,6 +79,8 @@ pub struct Running {
     /// Stops both listeners (each lets its connections finish, 10 s at most).
     http_shutdown: tokio::sync::watch::Sender<bool>,
     listeners: Vec<JoinHandle<()>>,
+    /// The portal's runtime (`PortalRuntime`), stopped after its listener.
+    portal_runtime: PortalRuntime,
     /// The session janitor, the mail sender, the alert engine, the
     /// certificate reload, the resync or the controller (with its sweep):
     /// stopped together, before the Lease is given up.
@@ -99,6 +101,51 @@ impl Running {
         let _ = self.http_shutdown.send(true);
         for t in self.listeners {
             let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
+        }
+        drop(self.portal_runtime);
+    }
+}
+
+/// The runtime the portal and JSON API listener runs on: threads of its
+/// own, at the render threads' lower scheduling priority (nice 10 on
+/// Linux, `heavy::lower_priority`), apart from the runtime that serves
+/// admissions, the probes and the background work.
+///
+/// Why: the portal's request handling that stays on a runtime (TLS-less
+/// HTTP, sessions read and decoded, authorisation, 429 answers, the
+/// waiting on the database and on the render threads) then never takes a
+/// thread an admission is ready to run on, and a CPU that both want goes
+/// to the admission first. Its SQL runs on connections of its own
+/// (`SqlStore::portal`), opened from these threads, so sqlx's SQLite
+/// connection threads inherit their priority, and on PostgreSQL their
+/// sockets are this runtime's, used by it alone: no connection is shared
+/// between the runtimes' reactors (docs/limits.md).
+struct PortalRuntime(Option<tokio::runtime::Runtime>);
+
+impl PortalRuntime {
+    fn start(threads: usize) -> anyhow::Result<PortalRuntime> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("bizrq-portal")
+            // Its blocking threads too.
+            .on_thread_start(heavy::lower_priority)
+            .enable_all()
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot start the portal's runtime: {e}"))?;
+        Ok(PortalRuntime(Some(rt)))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("the portal's runtime runs").handle()
+    }
+}
+
+impl Drop for PortalRuntime {
+    fn drop(&mut self) {
+        // Without waiting: this may run on another runtime's thread (a
+        // dropped `Running`), where a blocking shutdown would panic.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
         }
     }
 }
@@ -180,12 +227,14 @@ pub async fn start_with(
     let (tls_config, self_signed_cert) = webhook_tls(args, &mut background).await?;
     let bound = Bound::bind(args).await?;
     let (http_addr, webhook_addr, probe_addr) = (bound.http, bound.webhook, bound.probe);
+    let portal_runtime = PortalRuntime::start(portal_threads())?;
     let (http_shutdown, listeners) = bound.serve(
         args,
         core.app_state(args),
         tls_config,
         webhook_token.as_deref(),
-    );
+        portal_runtime.handle(),
+    )?;
     let lease = core.spawn_mode(args, &mut background);
     Ok(Running {
         http_addr,
@@ -199,15 +248,24 @@ pub async fn start_with(
         demo: core.demo,
         http_shutdown,
         listeners,
+        portal_runtime,
         background,
         lease,
     })
+}
+
+/// The portal runtime's threads: as many as the CPUs the process may use
+/// (they mostly wait, for the database and the render threads).
+fn portal_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 /// What a start builds once and every part shares: the stores, the service
 /// (never changed after it is built), transfers, and the cluster's parts.
 struct Core {
     sql: Arc<SqlStore>,
+    /// `SqlStore::portal`: the portal's own connections.
+    portal_sql: Arc<SqlStore>,
     service: Arc<Service>,
     transfers: Arc<service::transfers::TransferService>,
     metrics: Arc<Metrics>,
@@ -257,10 +315,15 @@ impl Core {
         };
         let mut service = Service::new(store, args.key_config(), args.prices(), metrics.clone())
             .with_service_account(args.service_account());
+        // The portal's accounts, sessions, samples and reports, and the
+        // quota a page shows, on connections of its own.
+        let portal_sql = Arc::new(sql.portal()?);
         if client.is_none() {
             // Reads over every quota (the forest of the sweep, the sampler
             // and the pages) on the background's connections.
-            service = service.with_bulk_store(Arc::new(sql.background()));
+            service = service
+                .with_bulk_store(Arc::new(sql.background()))
+                .with_view_store(portal_sql.clone());
         }
         if let Some(clock) = clock {
             service = service.with_clock(clock);
@@ -320,6 +383,7 @@ impl Core {
         };
         Ok(Core {
             sql,
+            portal_sql,
             service,
             transfers,
             metrics,
@@ -333,13 +397,15 @@ impl Core {
         })
     }
 
-    /// The state every edge's handlers get.
+    /// The state every edge's handlers get; the portal's accounts,
+    /// sessions, samples and reports on its own connections
+    /// (`SqlStore::portal`).
     fn app_state(&self, args: &ServeArgs) -> AppState {
         AppState {
             service: self.service.clone(),
             token_sha256: Arc::new(self.token_sha256.clone()),
             portal: Arc::new(portal::Portal::new(
-                self.sql.clone(),
+                self.portal_sql.clone(),
                 portal::PortalConfig::from_args(args),
                 &self.metrics,
             )),
@@ -580,26 +646,34 @@ impl Bound {
     }
 
     /// Serve each listener with its own connection pool and timeouts, so
-    /// that no load on the portal takes what the API server needs; one
-    /// sender stops them all.
+    /// that no load on the portal takes what the API server needs; the
+    /// portal's on `portal` (`PortalRuntime`), the webhook's and the
+    /// probes' on the runtime this runs on. One sender stops them all.
     fn serve(
         self,
         args: &ServeArgs,
         state: AppState,
         tls_config: axum_server::tls_rustls::RustlsConfig,
         webhook_token: Option<&str>,
-    ) -> (tokio::sync::watch::Sender<bool>, Vec<JoinHandle<()>>) {
+        portal: &tokio::runtime::Handle,
+    ) -> anyhow::Result<(tokio::sync::watch::Sender<bool>, Vec<JoinHandle<()>>)> {
         let metrics = state.service.metrics.clone();
         let (shutdown, rx) = tokio::sync::watch::channel(false);
-        let http = listen::serve(
-            "http",
-            self.http_listener,
-            routes::http_router(state.clone()),
-            None,
-            http_limits(args),
-            metrics.clone(),
-            rx.clone(),
-        );
+        // The listener moves to the portal's runtime: it, and every
+        // connection it accepts, is polled by that runtime's threads.
+        let http_listener = self.http_listener.into_std()?;
+        let http = {
+            let _portal = portal.enter();
+            listen::serve(
+                "http",
+                tokio::net::TcpListener::from_std(http_listener)?,
+                routes::http_router(state.clone()),
+                None,
+                http_limits(args),
+                metrics.clone(),
+                rx.clone(),
+            )
+        };
         let probe = listen::serve(
             "probe",
             self.probe_listener,
@@ -618,7 +692,7 @@ impl Bound {
             metrics,
             rx,
         );
-        (shutdown, vec![http, webhook, probe])
+        Ok((shutdown, vec![http, webhook, probe]))
     }
 }
 
@@ -803,4 +877,57 @@ async fn lead_and_control(
         t.abort();
     }
     campaign.abort();
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Threads of this process named as sqlx names its SQLite connection
+    /// threads (the name cut at 15 bytes), at nice 10.
+    fn niced_sqlite_threads() -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| {
+                let t = t.ok()?.path();
+                let comm = std::fs::read_to_string(t.join("comm")).ok()?;
+                let stat = std::fs::read_to_string(t.join("stat")).ok()?;
+                // After "(comm) ": state is field 3 of stat(5), nice 19.
+                let rest = &stat[stat.rfind(')')? + 2..];
+                let nice: i32 = rest.split_whitespace().nth(16)?.parse().ok()?;
+                (comm.starts_with("sqlx-sqlite-wor") && nice == 10).then_some(())
+            })
+            .count()
+    }
+
+    /// The portal's runtime runs niced, and a SQLite connection of the
+    /// portal's store opened from it runs on a niced thread. Dropped on a runtime's thread, the
+    /// portal's runtime stops without a panic.
+    #[tokio::test]
+    async fn the_portal_runs_niced_and_so_do_its_sqlite_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("p.db").display());
+        let sql = SqlStore::connect(&url).await.unwrap();
+        let portal = sql.portal().unwrap();
+        let rt = PortalRuntime::start(2).unwrap();
+        let before = niced_sqlite_threads();
+        let nice = rt
+            .handle()
+            .spawn(async move {
+                portal.setting("x").await.unwrap();
+                // SAFETY: plain integers; `who` 0 is the calling thread.
+                unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+            })
+            .await
+            .unwrap();
+        assert_eq!(nice, 10, "the portal's threads are niced");
+        assert!(
+            niced_sqlite_threads() > before,
+            "the portal's connection runs on a niced thread"
+        );
+        // The writer is shared, and still the admissions' own thread.
+        sql.set_setting("y", "1").await.unwrap();
+        assert_eq!(sql.setting("y").await.unwrap().as_deref(), Some("1"));
+        drop(rt);
+    }
 }

@@ -189,6 +189,8 @@ impl PasswordHasher {
             std::thread::Builder::new()
                 .name(format!("bizrq-hash-{i}"))
                 .spawn(move || {
+                    // A login flood waits for a CPU after admissions.
+                    crate::heavy::lower_priority();
                     let mut scratch = Scratch::default();
                     loop {
                         // The lock is held only while waiting for the next

@@ -243,7 +243,7 @@ async fn visible_quota(
     name: &str,
 ) -> Result<(Quota, i64, Vec<Quota>, Tree), PageError> {
     let (all, tree) = visible_tree(app, viewer, name).await?;
-    let stored = app.service.get(name).await?;
+    let stored = app.service.get_for_view(name).await?;
     Ok((stored.quota, stored.version, all, tree))
 }
 

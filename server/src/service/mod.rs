@@ -262,6 +262,9 @@ pub struct Service {
     /// Where the forest's reads over every quota go (`with_bulk_store`:
     /// the background's connections); `store` when not set.
     bulk: Option<Arc<dyn QuotaStore>>,
+    /// Where a page reads the one quota it shows (`with_view_store`: the
+    /// portal's connections); `store` when not set.
+    view: Option<Arc<dyn QuotaStore>>,
 }
 
 /// Whether a quota object is written here (standalone API) or by the API
@@ -300,7 +303,16 @@ impl Service {
             contended: Default::default(),
             forest: Default::default(),
             bulk: None,
+            view: None,
         }
+    }
+
+    /// The same database through the portal's connections
+    /// (`SqlStore::portal`), for the quota a page shows (`get_for_view`):
+    /// read there, not through the one SQLite writer admissions commit on.
+    pub fn with_view_store(mut self, view: Arc<dyn QuotaStore>) -> Service {
+        self.view = Some(view);
+        self
     }
 
     /// The same database through other connections, for the forest's
@@ -382,6 +394,17 @@ impl Service {
     #[tracing::instrument(level = "debug", skip_all, fields(quota = name))]
     pub async fn get(&self, name: &str) -> Result<Stored, ServiceError> {
         self.store
+            .get(name)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("bizrq {name} not found")))
+    }
+
+    /// `name` as stored, for a page that shows it (`with_view_store`): a
+    /// committed snapshot, never a version to write on.
+    pub async fn get_for_view(&self, name: &str) -> Result<Stored, ServiceError> {
+        self.view
+            .as_ref()
+            .unwrap_or(&self.store)
             .get(name)
             .await?
             .ok_or_else(|| ServiceError::NotFound(format!("bizrq {name} not found")))

@@ -122,6 +122,10 @@ pub const SYSTEM_ACTOR: &str = "bizrq";
 pub const MAX_REASON_CHARS: usize = 2_000;
 /// A top-up's expiry is at most this long after its request (366 days).
 pub const MAX_TOP_UP_UNTIL_MS: i64 = 366 * 24 * 3_600_000;
+
+/// The furthest a loan's `revertAt` may be from its request: as a top-up's
+/// `until`.
+pub const MAX_LOAN_MS: i64 = MAX_TOP_UP_UNTIL_MS;
 /// Attempts to take the holds before waiting for the sweep.
 const HOLD_ATTEMPTS: u32 = 6;
 
@@ -286,6 +290,15 @@ impl TransferService {
             if at <= now_ms {
                 return Err(ServiceError::BadRequest(
                     "a loan must be given back in the future".into(),
+                ));
+            }
+            // A loan of a year and more is a transfer for good that still
+            // holds a row the sweep reads, and a time far enough ahead
+            // overflows what it is added to.
+            if at.saturating_sub(now_ms) > MAX_LOAN_MS {
+                return Err(ServiceError::BadRequest(
+                    "revertAt: a loan is given back at most 366 days from now; transfer for good instead"
+                        .into(),
                 ));
             }
             transfer::check_loan(&req.amounts)?;

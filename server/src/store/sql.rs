@@ -33,6 +33,12 @@ pub struct SqlStore {
     /// The background tasks' own connections (`SqlStore::background`).
     bg_read: AnyPool,
     bg_write: AnyPool,
+    /// Where `get` and `version` read a quota: the writer (a
+    /// read-modify-write stays on one connection), or, in the portal's
+    /// store (`SqlStore::portal`), its own read connections.
+    fresh: AnyPool,
+    /// The database's URL, for the pools opened later (`portal`).
+    url: Arc<str>,
     pub backend: Backend,
     /// How old ledger entries are rolled up (`roll_up_ledger`; set from
     /// the configuration at start).
@@ -118,6 +124,12 @@ fn max_flushers(backend: Backend) -> usize {
 /// connections admissions wait for.
 const BACKGROUND_CONNECTIONS: u32 = 2;
 
+/// Connections of the portal's own pool (`SqlStore::portal`): a page
+/// waits for its own kind only; half the heavy requests that may run at
+/// once (8, `heavy::Config`), whose statements are short beside their
+/// rendering.
+const PORTAL_CONNECTIONS: u32 = 4;
+
 /// A pooled connection idle at least this long is pinged before it is
 /// handed out (and replaced if the ping fails); one used more recently is
 /// not (`pool_options`).
@@ -142,6 +154,35 @@ fn pool_options() -> AnyPoolOptions {
                 Ok(true)
             })
         })
+}
+
+/// Every SQLite pool's options, with `n` connections: write-ahead log,
+/// and the pragmas each connection is opened with.
+fn sqlite_options(n: u32) -> AnyPoolOptions {
+    pool_options().max_connections(n).after_connect(|conn, _| {
+        Box::pin(async move {
+            for pragma in [
+                "PRAGMA journal_mode = WAL",
+                "PRAGMA synchronous = NORMAL",
+                "PRAGMA busy_timeout = 10000",
+                // The writer copies the log into the database
+                // once it holds 1,000 pages (SQLite's
+                // default), so the log restarts from its
+                // beginning: checkpoints from another
+                // connection alone never catch up with a
+                // writer that never pauses, and the log grew
+                // by 25-60 MB a second under load (README,
+                // issue 16). The background's checkpoints
+                // (`checkpoint`, every 200 ms) copy most of
+                // the log first, off the commit path, and
+                // what remains when writes stop.
+                "PRAGMA wal_autocheckpoint = 1000",
+            ] {
+                conn.execute(pragma).await?;
+            }
+            Ok(())
+        })
+    })
 }
 
 const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
@@ -263,32 +304,7 @@ impl SqlStore {
                 } else {
                     format!("{url}?mode=rwc")
                 };
-                let opts = |n| {
-                    pool_options().max_connections(n).after_connect(|conn, _| {
-                        Box::pin(async move {
-                            for pragma in [
-                                "PRAGMA journal_mode = WAL",
-                                "PRAGMA synchronous = NORMAL",
-                                "PRAGMA busy_timeout = 10000",
-                                // The writer copies the log into the database
-                                // once it holds 1,000 pages (SQLite's
-                                // default), so the log restarts from its
-                                // beginning: checkpoints from another
-                                // connection alone never catch up with a
-                                // writer that never pauses, and the log grew
-                                // by 25-60 MB a second under load (README,
-                                // issue 16). The background's checkpoints
-                                // (`checkpoint`, every 200 ms) copy most of
-                                // the log first, off the commit path, and
-                                // what remains when writes stop.
-                                "PRAGMA wal_autocheckpoint = 1000",
-                            ] {
-                                conn.execute(pragma).await?;
-                            }
-                            Ok(())
-                        })
-                    })
-                };
+                let opts = sqlite_options;
                 let write = opts(1).connect(&url).await?;
                 SQLITE_MIGRATIONS.run(&write).await?;
                 let read = opts(4).connect(&url).await?;
@@ -305,8 +321,10 @@ impl SqlStore {
                 SqlStore {
                     read,
                     bg_write: write.clone(),
+                    fresh: write.clone(),
                     write,
                     bg_read,
+                    url: url.into(),
                     backend,
                     ledger_rollup: Default::default(),
                     writes: Default::default(),
@@ -320,9 +338,11 @@ impl SqlStore {
                     .connect_lazy(url)?;
                 SqlStore {
                     read: pool.clone(),
+                    fresh: pool.clone(),
                     write: pool,
                     bg_read: bg.clone(),
                     bg_write: bg,
+                    url: url.into(),
                     backend,
                     ledger_rollup: Default::default(),
                     writes: Default::default(),
@@ -368,12 +388,61 @@ impl SqlStore {
             write: self.bg_write.clone(),
             bg_read: self.bg_read.clone(),
             bg_write: self.bg_write.clone(),
+            fresh: self.bg_write.clone(),
+            url: self.url.clone(),
             backend: self.backend,
             // Shared: one policy.
             ledger_rollup: self.ledger_rollup.clone(),
             // Its own: its writes go to its own connections.
             writes: Default::default(),
         }
+    }
+
+    /// The same database through the portal's own connections, opened
+    /// when first used, so on the thread that first needs one: a thread of
+    /// the portal's runtime, whose lower scheduling priority (nice 10 on
+    /// Linux) a thread inherits from the thread that creates it. sqlx runs
+    /// each SQLite connection on a thread of its own, which then runs the
+    /// portal's SQL (sessions, samples, reports, a page's quota) at the
+    /// portal's priority rather than the admissions'. On SQLite it reads on
+    /// `PORTAL_CONNECTIONS` connections of its own and writes through the
+    /// one writer (sessions, accounts: a second writer would spin on
+    /// SQLITE_BUSY against admissions); its `get` reads there too, a
+    /// committed snapshot, not through the writer. On PostgreSQL a pool of
+    /// `PORTAL_CONNECTIONS` for both, whose sockets belong to the portal's
+    /// runtime, which alone uses them.
+    pub fn portal(&self) -> Result<SqlStore, StoreError> {
+        let bad = |e: sqlx::Error| StoreError::Backend(e.to_string());
+        let (read, write, fresh) = match self.backend {
+            // An in-memory database is one per connection: the same ones.
+            Backend::Sqlite if self.url.contains(":memory:") => {
+                (self.read.clone(), self.write.clone(), self.fresh.clone())
+            }
+            Backend::Sqlite => {
+                let read = sqlite_options(PORTAL_CONNECTIONS)
+                    .connect_lazy(&self.url)
+                    .map_err(bad)?;
+                (read.clone(), self.write.clone(), read)
+            }
+            Backend::Postgres => {
+                let pool = pool_options()
+                    .max_connections(PORTAL_CONNECTIONS)
+                    .connect_lazy(&self.url)
+                    .map_err(bad)?;
+                (pool.clone(), pool.clone(), pool)
+            }
+        };
+        Ok(SqlStore {
+            read,
+            write,
+            fresh,
+            bg_read: self.bg_read.clone(),
+            bg_write: self.bg_write.clone(),
+            url: self.url.clone(),
+            backend: self.backend,
+            ledger_rollup: self.ledger_rollup.clone(),
+            writes: Default::default(),
+        })
     }
 
     pub async fn setting(&self, key: &str) -> Result<Option<String>, StoreError> {
@@ -696,7 +765,7 @@ impl QuotaStore for SqlStore {
         // page cache is never invalidated by another writer.
         let rows = sqlx::query(&with_charges(self.backend, Some("name = $1")))
             .bind(name)
-            .fetch_all(&self.write)
+            .fetch_all(&self.fresh)
             .await?;
         Ok(from_rows(&rows, None)?.pop())
     }
@@ -705,7 +774,7 @@ impl QuotaStore for SqlStore {
         // One short column, on the writer as `get`: no spec or status parsed.
         let row = sqlx::query("SELECT version FROM quotas WHERE name = $1")
             .bind(name)
-            .fetch_optional(&self.write)
+            .fetch_optional(&self.fresh)
             .await?;
         Ok(row.map(|r| r.try_get::<i64, _>("version")).transpose()?)
     }

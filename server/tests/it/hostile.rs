@@ -431,3 +431,129 @@ async fn a_failed_edit_leaves_no_carve_out_in_flight_on_sqlite() {
 async fn a_failed_edit_leaves_no_carve_out_in_flight_on_postgres() {
     failed_edit_leaves_no_carve_out_in_flight(&fresh_postgres().await).await;
 }
+
+const DAY: i64 = 24 * HOUR;
+
+/// Issue 29's last findings, at the HTTP boundary: a loan given back
+/// decades away, object names the API server would refuse, and keys a
+/// child holds that its parent has not, at the largest amount there is.
+async fn bounds_hold(url: &str) {
+    let s = Server::start(url).await;
+    s.create_quota("root", "", json!({GPU: "16"})).await;
+    s.create_quota("nlp-team", "root", json!({GPU: "8", "requests.cpu": "64"}))
+        .await;
+
+    // A loan's revertAt: at most 366 days ahead, refused 400 naming it
+    // beyond, and nothing recorded.
+    let now = bizrq::util::now_ms();
+    for at in [i64::MAX, now + 367 * DAY] {
+        let ask =
+            json!({"to": "nlp-team", "amounts": {GPU: "1"}, "reason": "loan", "revertAt": at});
+        let (st, v) = s.api(Method::POST, "/api/v1/transfers", Some(ask)).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{at}: {v}");
+        assert!(v.to_string().contains("revertAt"), "{v}");
+    }
+    let (_, v) = s.api(Method::GET, "/api/v1/transfers", None).await;
+    assert_eq!(v["items"].as_array().map(Vec::len), Some(0), "{v}");
+    let ask = json!({"to": "nlp-team", "amounts": {GPU: "1"}, "reason": "loan", "revertAt": now + 30 * DAY});
+    let (st, v) = s.api(Method::POST, "/api/v1/transfers", Some(ask)).await;
+    assert_eq!(
+        st,
+        StatusCode::CREATED,
+        "a loan within the year is taken: {v}"
+    );
+
+    // Names the API server refuses: /api/v1/check and a review alike
+    // answer 400 naming metadata.name, and nothing is charged.
+    for bad in ["Web", "web_1", "-web", "we..b"] {
+        let mut d = deployment(bad, "nlp-team", 1, 1);
+        d["metadata"]["namespace"] = "nlp".into();
+        let (st, v) = s.api(Method::POST, "/api/v1/check", Some(d.clone())).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{bad}: {v}");
+        assert!(v.to_string().contains("metadata.name"), "{bad}: {v}");
+        assert!(v.to_string().contains("DNS-1123"), "{bad}: {v}");
+        let r = review("deployment-create.json", &format!("c-{bad}"), Some(d), None);
+        let v = s.review("/validate/workloads", &r).await;
+        assert_eq!(
+            (&v["allowed"], &v["status"]["code"]),
+            (&json!(false), &json!(400)),
+            "{v}"
+        );
+        assert!(
+            v["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("metadata.name"),
+            "{v}"
+        );
+    }
+    assert_eq!(s.used("nlp-team", GPU).await, "0");
+
+    // Keys the parent has not (pods, memory): the child alone bounds them,
+    // up to the largest amount a quantity holds; beyond it, 400.
+    const MAX: &str = "9223372036854775807";
+    for i in 0..3 {
+        s.create_quota(
+            &format!("wide-{i}"),
+            "root",
+            json!({GPU: "1", "pods": MAX, "requests.memory": MAX}),
+        )
+        .await;
+    }
+    let (st, v) = s
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "wider"}, "spec": {"parent": "root", "hard": {GPU: "1", "pods": "9223372036854775808"}}})),
+        )
+        .await;
+    assert_eq!(
+        st,
+        StatusCode::BAD_REQUEST,
+        "beyond the largest quantity: {v}"
+    );
+    for i in 0..3 {
+        let mut d = deployment(&format!("w{i}"), &format!("wide-{i}"), 2, 0);
+        d["metadata"]["namespace"] = "nlp".into();
+        let v = s
+            .review(
+                "/validate/workloads",
+                &review("deployment-create.json", &format!("w-{i}"), Some(d), None),
+            )
+            .await;
+        assert_eq!(v["allowed"], true, "{v}");
+    }
+    // Every sum over them (the parent's carve-outs, the tree, the
+    // overview, the list, the CSV) is answered, and none wrapped.
+    let root = s.quota("root").await;
+    assert_eq!(root["status"]["used"][GPU], "11", "{root}");
+    assert!(!root.to_string().contains("-9223"), "{root}");
+    let wide = s.quota("wide-0").await;
+    assert_eq!(wide["status"]["used"]["pods"], "2", "{wide}");
+    for path in [
+        "/api/v1/quotas",
+        "/api/v1/quotas/root/usage",
+        "/api/v1/live/overview",
+    ] {
+        let (st, v) = s.api(Method::GET, path, None).await;
+        assert_eq!(st, StatusCode::OK, "{path}: {v}");
+        assert!(!v.to_string().contains("-9223"), "{path}: {v}");
+    }
+    let admin = Browser::admin(&s).await;
+    for path in ["/", "/tree", "/tree.csv", "/quotas/root", "/quotas/wide-0"] {
+        let p = admin.get(path).await;
+        assert_eq!(p.status, StatusCode::OK, "{path}: {}", p.body);
+        assert!(!p.body.contains("-9223"), "{path}");
+    }
+}
+
+#[tokio::test]
+async fn loans_names_and_keys_absent_in_the_parent_are_bounded_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    bounds_hold(&fresh_sqlite(&dir)).await;
+}
+
+#[tokio::test]
+async fn loans_names_and_keys_absent_in_the_parent_are_bounded_on_postgres() {
+    bounds_hold(&fresh_postgres().await).await;
+}
