@@ -344,7 +344,7 @@ impl Service {
                         Err(_) => {
                             let mut keep = (*req).clone();
                             for want in keep.want.values_mut() {
-                                *want = 0;
+                                *want = quota::Quantity::ZERO;
                             }
                             match borrow::lend(p, &keep, &children, now_ms) {
                                 Ok(changed) => Ok((changed, borrow::loan_of(p, quota_name))),

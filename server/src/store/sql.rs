@@ -158,31 +158,42 @@ fn pool_options() -> AnyPoolOptions {
 
 /// Every SQLite pool's options, with `n` connections: write-ahead log,
 /// and the pragmas each connection is opened with.
+///
+/// A connection is never closed for its age or idleness (sqlx's defaults
+/// close it after 30 minutes, or 10 idle): the next request would open
+/// its replacement on whatever thread asked, and a connection opened on a
+/// thread of the portal's niced runtime runs at the portal's priority
+/// (its sqlx thread inherits it). The admissions' connections are opened
+/// at start, on the main runtime, and kept (docs/limits.md).
 fn sqlite_options(n: u32) -> AnyPoolOptions {
-    pool_options().max_connections(n).after_connect(|conn, _| {
-        Box::pin(async move {
-            for pragma in [
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA synchronous = NORMAL",
-                "PRAGMA busy_timeout = 10000",
-                // The writer copies the log into the database
-                // once it holds 1,000 pages (SQLite's
-                // default), so the log restarts from its
-                // beginning: checkpoints from another
-                // connection alone never catch up with a
-                // writer that never pauses, and the log grew
-                // by 25-60 MB a second under load (README,
-                // issue 16). The background's checkpoints
-                // (`checkpoint`, every 200 ms) copy most of
-                // the log first, off the commit path, and
-                // what remains when writes stop.
-                "PRAGMA wal_autocheckpoint = 1000",
-            ] {
-                conn.execute(pragma).await?;
-            }
-            Ok(())
+    pool_options()
+        .max_connections(n)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                for pragma in [
+                    "PRAGMA journal_mode = WAL",
+                    "PRAGMA synchronous = NORMAL",
+                    "PRAGMA busy_timeout = 10000",
+                    // The writer copies the log into the database
+                    // once it holds 1,000 pages (SQLite's
+                    // default), so the log restarts from its
+                    // beginning: checkpoints from another
+                    // connection alone never catch up with a
+                    // writer that never pauses, and the log grew
+                    // by 25-60 MB a second under load (README,
+                    // issue 16). The background's checkpoints
+                    // (`checkpoint`, every 200 ms) copy most of
+                    // the log first, off the commit path, and
+                    // what remains when writes stop.
+                    "PRAGMA wal_autocheckpoint = 1000",
+                ] {
+                    conn.execute(pragma).await?;
+                }
+                Ok(())
+            })
         })
-    })
 }
 
 const COLUMNS: &str = "name, parent, spec, status, version, uid, created_at";
@@ -307,7 +318,9 @@ impl SqlStore {
                 let opts = sqlite_options;
                 let write = opts(1).connect(&url).await?;
                 SQLITE_MIGRATIONS.run(&write).await?;
-                let read = opts(4).connect(&url).await?;
+                // All four opened now, on the main runtime (see
+                // `sqlite_options`), not later by a portal request.
+                let read = opts(4).min_connections(4).connect(&url).await?;
                 // SQLite has one writer: the background shares the write
                 // connection (a second one would spin on SQLITE_BUSY against
                 // admissions) and writes in short transactions; it reads on
@@ -331,7 +344,15 @@ impl SqlStore {
                 }
             }
             Backend::Postgres => {
-                let pool = pool_options().max_connections(16).connect(url).await?;
+                // Kept open (see `sqlite_options`): a connection reopened
+                // by a portal request would register its socket with the
+                // portal's niced runtime.
+                let pool = pool_options()
+                    .max_connections(16)
+                    .max_lifetime(None)
+                    .idle_timeout(None)
+                    .connect(url)
+                    .await?;
                 POSTGRES_MIGRATIONS.run(&pool).await?;
                 let bg = pool_options()
                     .max_connections(BACKGROUND_CONNECTIONS)

@@ -296,6 +296,11 @@ async fn admissions_answer_while_the_heaviest_pages_are_fetched_in_a_loop() {
         seen.keys().all(|s| [0, 200, 429].contains(s)),
         "pages answered, refused as too many or still waiting, nothing else: {seen:?}"
     );
+    // A portal that stopped answering altogether is not "still waiting".
+    assert!(
+        seen.get(&200).copied().unwrap_or(0) > 0,
+        "some pages answered: {seen:?}"
+    );
 }
 
 /// No body is read, let alone parsed, for a caller nobody has checked: an
