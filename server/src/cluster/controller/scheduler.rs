@@ -34,14 +34,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[derive(Default)]
+struct Rounds {
+    running: BTreeSet<String>,
+    again: BTreeSet<String>,
+}
+
+#[derive(Default)]
 pub(super) struct Scheduler {
     /// Quotas whose queue needs a round, since the cycle that last took
     /// them.
     dirty: Mutex<BTreeSet<String>>,
     /// Quotas whose round is running now, and those of them asked for
     /// again meanwhile.
-    running: Mutex<BTreeSet<String>>,
-    again: Mutex<BTreeSet<String>>,
+    /// (One lock for both: a round ending while the loop marks it for
+    /// another must not miss the mark.)
+    rounds: Mutex<Rounds>,
     wake: tokio::sync::Notify,
 }
 
@@ -76,9 +83,12 @@ impl Context {
             }
             let count = names.len();
             for name in self.fair_order(names) {
-                if !self.scheduler.running.lock().unwrap().insert(name.clone()) {
-                    self.scheduler.again.lock().unwrap().insert(name);
-                    continue;
+                {
+                    let mut r = self.scheduler.rounds.lock().unwrap();
+                    if !r.running.insert(name.clone()) {
+                        r.again.insert(name);
+                        continue;
+                    }
                 }
                 let Ok(place) = places.clone().acquire_owned().await else {
                     return;
@@ -86,8 +96,12 @@ impl Context {
                 let ctx = self.clone();
                 rounds.spawn(async move {
                     ctx.queue_round(&name).await;
-                    ctx.scheduler.running.lock().unwrap().remove(&name);
-                    if ctx.scheduler.again.lock().unwrap().remove(&name) {
+                    let again = {
+                        let mut r = ctx.scheduler.rounds.lock().unwrap();
+                        r.running.remove(&name);
+                        r.again.remove(&name)
+                    };
+                    if again {
                         ctx.schedule(&name);
                     }
                     drop(place);
