@@ -611,7 +611,7 @@ mod tests {
         let Decision::Wait(w) = &d[1] else { panic!() };
         assert_eq!(
             w.reason.to_string(),
-            "waits for 1 × requests.nvidia.com/gpu.A100: 1 free, 2 needed"
+            "waits for 1 × requests.nvidia.com/gpu.A100: 0 free now, 1 more to borrow, 2 needed"
         );
     }
 

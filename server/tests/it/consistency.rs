@@ -50,7 +50,7 @@ fn team(d: usize, t: usize) -> String {
 /// Replicas (1 card, 8 cores, 64 GiB each) a team runs: 1 to 8 of its 8
 /// cards; every fifth team may borrow up to 12 and runs 10.
 fn replicas(d: usize, t: usize) -> i64 {
-    if (d + t) % 5 == 0 {
+    if (d + t).is_multiple_of(5) {
         10
     } else {
         ((d * 7 + t) % 8) as i64 + 1
