@@ -181,6 +181,7 @@ impl Heavy {
             place: Arc::new(Place {
                 gate: self.clone(),
                 user: user.to_string(),
+                extra: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }
@@ -199,9 +200,9 @@ impl Heavy {
         self.running.lock().unwrap_or_else(|e| e.into_inner()).total
     }
 
-    fn leave(&self, user: &str) {
+    fn leave(&self, user: &str, extra: usize) {
         let mut r = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        r.total = r.total.saturating_sub(1);
+        r.total = r.total.saturating_sub(1 + extra);
         if let Some(n) = r.by_user.get_mut(user) {
             *n -= 1;
             if *n == 0 {
@@ -221,15 +222,52 @@ pub struct Permit {
 struct Place {
     gate: Arc<Heavy>,
     user: String,
+    /// Places beyond the first that `Permit::widen` took for it.
+    extra: std::sync::atomic::AtomicUsize,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        self.gate.leave(&self.user);
+        let extra = *self.extra.get_mut();
+        self.gate.leave(&self.user, extra);
     }
 }
 
 impl Permit {
+    /// Count this request as `places` of the gate's `total` in all (at
+    /// least one, at most half the gate, so that one person's wide page
+    /// never shuts everybody else out): a request found, once it has read
+    /// what it shows, to hold as much as several ordinary ones (a quota
+    /// page of 256 keys holds the folded year of every key). Never waits:
+    /// with the places not free it is refused as `enter` refuses, and its
+    /// first place is given back when the permit drops. The per-person cap
+    /// still counts it once. Widening again to fewer places keeps what it
+    /// holds.
+    pub fn widen(&self, places: usize) -> Result<(), Refused> {
+        use std::sync::atomic::Ordering;
+        let gate = &self.place.gate;
+        let want = places.clamp(1, (gate.config.total / 2).max(1)) - 1;
+        let mut r = gate.running.lock().unwrap_or_else(|e| e.into_inner());
+        let have = self.place.extra.load(Ordering::Relaxed);
+        if want <= have {
+            return Ok(());
+        }
+        let more = want - have;
+        if r.total + more > gate.config.total {
+            let why = Refused::Total(r.total);
+            drop(r);
+            gate.refused
+                .get_or_create(&ScopeLabels {
+                    scope: why.scope().to_string(),
+                })
+                .inc();
+            return Err(why);
+        }
+        r.total += more;
+        self.place.extra.store(want, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Runs `f` on a render thread and gives its result. The place goes
     /// with the job and is given back when `f` ends, even if the request
     /// is abandoned meanwhile: what runs never exceeds the gate's count.
@@ -318,6 +356,38 @@ mod tests {
         assert_eq!(gate.running(), 0);
         assert!(gate.running.lock().unwrap().by_user.is_empty());
         assert_eq!((gate.refused("user"), gate.refused("all")), (1, 1));
+    }
+
+    #[test]
+    fn a_wide_request_counts_as_several_and_gives_them_all_back() {
+        let gate = Heavy::new(Config {
+            total: 8,
+            per_user: 2,
+            threads: 1,
+        });
+        let wide = gate.enter("ana").unwrap();
+        wide.widen(4).unwrap();
+        assert_eq!(gate.running(), 4);
+        // Never more than half the gate, whatever it asks.
+        let wider = gate.enter("bo").unwrap();
+        wider.widen(100).unwrap();
+        assert_eq!(gate.running(), 8);
+        assert_eq!(gate.enter("cy").err(), Some(Refused::Total(8)));
+        drop(wider);
+        assert_eq!(gate.running(), 4, "all its places given back");
+        // Widening past what is free is refused and takes nothing more.
+        let a = gate.enter("cy").unwrap();
+        let b = gate.enter("dee").unwrap();
+        let c = gate.enter("eve").unwrap();
+        let d = gate.enter("fay").unwrap();
+        assert_eq!(d.widen(2).err(), Some(Refused::Total(8)));
+        assert_eq!(gate.running(), 8);
+        // Asking again for the same or fewer keeps what it holds.
+        wide.widen(2).unwrap();
+        assert_eq!(gate.running(), 8);
+        drop((wide, a, b, c, d));
+        assert_eq!(gate.running(), 0);
+        assert!(gate.running.lock().unwrap().by_user.is_empty());
     }
 
     #[tokio::test]
