@@ -245,6 +245,10 @@ pub struct Service {
     /// quota's queue, which the controller admits from. Standalone: false,
     /// so nothing queues — nothing there would ever admit it.
     pub queueing: bool,
+    /// Entries this process queued on their objects (the mutating
+    /// webhook) that their quota's status does not show yet
+    /// (`queue::Pending`).
+    pub pending: Arc<queue::Pending>,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
@@ -295,6 +299,7 @@ impl Service {
             service_account: String::new(),
             priorities: Arc::new(queue::NoClasses),
             queueing: false,
+            pending: Default::default(),
             deferred: Default::default(),
             clock: Arc::new(now_ms),
             locks: Default::default(),
