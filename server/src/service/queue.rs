@@ -378,22 +378,6 @@ impl Service {
         out
     }
 
-    /// Take `wref` out of `quota_name`'s queue, charging nothing: a queued
-    /// workload, still held, that opted out of the queue (docs/queueing.md
-    /// §4, "Opting out while queued"). Whether an entry was removed.
-    pub async fn leave_queue(
-        &self,
-        quota_name: &str,
-        wref: &str,
-        dry_run: bool,
-    ) -> Result<bool, ServiceError> {
-        self.update_status(quota_name, dry_run, |q| {
-            let left = ledger::dequeue(q, wref);
-            Ok((left, left))
-        })
-        .await
-    }
-
     /// The priority of a workload whose pod templates name `classes`
     /// (`quota::queue::priority`), and what its reason should add: a class
     /// that does not exist, or classes that could not be read (judged at 0;

@@ -328,9 +328,11 @@ pub async fn mutate(
                 if !held {
                     return pass;
                 }
-                svc.leave_queue(&quota_name, &wref, req.dry()).await?;
-                // Out of the queue on itself too, or the next round
-                // would fold it back.
+                // Out of the queue on itself: its mark goes in this
+                // update, and the controller's next round takes its entry
+                // out once its watch shows the opted-out object (not
+                // here: a round reading the watch's older copy, mark and
+                // all, would fold it back in between).
                 let marked = obj["metadata"]["annotations"]
                     .get(queue::QUEUED_ANNOTATION)
                     .is_some();
