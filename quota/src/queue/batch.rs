@@ -345,4 +345,93 @@ mod tests {
         assert_eq!(admitted.len(), 2);
         assert_eq!(used(&q), Quantity::from_units(6));
     }
+
+    /// The short-loan path of the scheduler's round (`Service::admit_round`):
+    /// the parent refuses the round's loan, so the round asks for nothing
+    /// more, which cuts the loan the child holds to what the parent still
+    /// backs (a sibling took its guarantee back) and renews it; the round
+    /// then admits, in order, only what fits within hard + that cut loan —
+    /// never against the stale stored loan.
+    #[test]
+    fn a_short_loan_admits_within_hard_and_the_loan_still_backed_only() {
+        use crate::admission;
+        let cpu = |n: i64| -> ResourceList { [(CPU.to_string(), Quantity::from_units(n))].into() };
+        let mut parent = Quota::new(
+            "org",
+            QuotaSpec {
+                hard: cpu(10),
+                ..Default::default()
+            },
+        );
+        crate::tree::carve(&mut parent, "kid", &cpu(4), "2026-01-01T00:00:00Z").unwrap();
+        crate::tree::carve(&mut parent, "sib", &cpu(6), "2026-01-01T00:00:00Z").unwrap();
+        let mut kid = child(4, Some(12));
+        let mut sib = Quota::new(
+            "sib",
+            QuotaSpec {
+                parent: "org".into(),
+                hard: cpu(6),
+                ..Default::default()
+            },
+        );
+        // While sib was idle the kid was lent 6 (fully backed then).
+        let idle_sib = borrow::Standing::of_all([&kid, &sib]);
+        let first = LoanRequest {
+            child: "kid".into(),
+            want: cpu(6),
+            asked: cpu(6),
+            hard: cpu(4),
+            used: ResourceList::new(),
+            max: cpu(12),
+        };
+        borrow::lend(&mut parent, &first, &idle_sib, 1_000).unwrap();
+        assert_eq!(borrow::loan_of(&parent, "kid"), cpu(6));
+        // sib takes 4 of its guarantee back: only 2 of the loan is backed.
+        admission::charge(
+            &mut sib,
+            "batch/Job/web/s",
+            Charge {
+                pod_sets: work("s", 4).pod_sets,
+                hpa: None,
+                since: "2027-01-01T00:00:00.000Z".into(),
+                uid: String::new(),
+                admitted: None,
+            },
+        )
+        .unwrap();
+        let now = borrow::Standing::of_all([&kid, &sib]);
+        // The round: three Jobs of 3 (9 = hard 4 + 5 borrowed).
+        let ws: Vec<Queued> = (0..3).map(|i| work(&format!("j{i}"), 3)).collect();
+        for w in &ws {
+            queued(&mut kid, w);
+        }
+        let items: Vec<Admit> = ws.iter().map(item).collect();
+        let Batch::Borrow(req) = run(&mut kid, &items, None) else {
+            panic!("a loan is needed")
+        };
+        assert!(
+            borrow::lend(&mut parent, &req, &now, 2_000).is_err(),
+            "short"
+        );
+        let mut keep = (*req).clone();
+        for want in keep.want.values_mut() {
+            *want = Quantity::ZERO;
+        }
+        borrow::lend(&mut parent, &keep, &now, 2_000).unwrap();
+        let loan = borrow::loan_of(&parent, "kid");
+        assert_eq!(loan, cpu(2), "cut to what is backed, not the stored 6");
+        let Batch::Done { admitted, left, .. } = run(&mut kid, &items, Some(&loan)) else {
+            panic!()
+        };
+        // hard 4 + loan 2 = 6: two Jobs of 3, the third waits.
+        assert_eq!(admitted.len(), 2);
+        assert_eq!(left.len(), 1);
+        assert_eq!(used(&kid), Quantity::from_units(6));
+        // The parent is never past its hard: sib 4 + kid's hard 4 + loan 2.
+        parent.status.refresh(&parent.spec);
+        let claimed = resources::get(&sib.status.used, CPU)
+            .saturating_add(Quantity::from_units(4))
+            .saturating_add(resources::get(&loan, CPU));
+        assert!(claimed <= Quantity::from_units(10));
+    }
 }

@@ -24,7 +24,8 @@ use kube::runtime::WatchStreamExt;
 use kube::ResourceExt;
 use quota::pods::read_pod_value;
 use quota::workload::{read_hpa_value, Adapter, WorkloadRef};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use quota::ResourceList;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -97,6 +98,7 @@ pub(super) fn quotas(
     let watch = QuotaWatch {
         ctx,
         listed: BTreeSet::new(),
+        held: HashMap::new(),
     };
     futures::stream::unfold((events, watch), |(mut events, mut watch)| async move {
         loop {
@@ -113,6 +115,39 @@ struct QuotaWatch {
     /// The quotas of the (re)list under way: a deletion missed while no
     /// watch ran shows as a quota not listed.
     listed: BTreeSet<String>,
+    /// What each quota held of its own room in the version last seen
+    /// (`used` + `lent`, per key): a fall is room its children's queues
+    /// may borrow.
+    held: HashMap<String, ResourceList>,
+}
+
+/// What `q` holds of its own room: its `used` (its workloads and its
+/// children's carve-outs) plus what it has lent, per key.
+fn held_room(q: &BizGroupResourceQuota) -> ResourceList {
+    q.status
+        .as_ref()
+        .map(|s| quota::resources::sum([&s.0.used, &s.0.lent]))
+        .unwrap_or_default()
+}
+
+impl QuotaWatch {
+    /// Room came back in `q` (a loan returned or repaired, a charge
+    /// released, whoever wrote it): the borrowers queued under it get a
+    /// round, whatever the order in which the writes that freed it and
+    /// their rounds ran. A round that read the parent before the room came
+    /// back is otherwise never followed by one that sees it.
+    fn room_back(&mut self, q: &BizGroupResourceQuota) {
+        let now = held_room(q);
+        let Some(before) = self.held.insert(q.name_any(), now.clone()) else {
+            return;
+        };
+        let fell = before
+            .iter()
+            .any(|(k, b)| quota::resources::get(&now, k) < *b);
+        if fell {
+            self.ctx.touch_borrowers_under(&q.name_any());
+        }
+    }
 }
 
 impl QuotaWatch {
@@ -128,15 +163,21 @@ impl QuotaWatch {
             }
             Ok(Event::InitApply(q)) => {
                 self.listed.insert(q.name_any());
+                self.room_back(&q);
                 self.ctx.quota_applied(q, true)
             }
-            Ok(Event::Apply(q)) => self.ctx.quota_applied(q, false),
+            Ok(Event::Apply(q)) => {
+                self.room_back(&q);
+                self.ctx.quota_applied(q, false)
+            }
             Ok(Event::Delete(q)) => {
+                self.held.remove(&q.name_any());
                 self.ctx.quota_deleted(&q).await;
                 None
             }
             Ok(Event::InitDone) => {
                 let listed = std::mem::take(&mut self.listed);
+                self.held.retain(|n, _| listed.contains(n));
                 self.ctx.forget_quotas_not_in(&listed).await;
                 None
             }
@@ -311,18 +352,77 @@ impl Context {
                     .map(|t| t.0.as_millisecond());
                 let wref = adapter.workload_ref(&w.meta.namespace, &w.meta.name);
                 let classes = quota::queue::priority::class_names(&obj.json);
+                let bound = w.quota().map(str::to_string);
+                let queued = self.queued_on_object(adapter, obj, &wref, &classes, created, now);
+                let folds = queued.as_ref().and(bound);
                 let touched = {
                     let mut v = self.view.lock().unwrap();
                     let touched = v.apply_workload(adapter, w, created, now);
                     v.set_priority_classes(&wref, classes);
+                    v.set_queued(&wref, queued);
                     touched
                 };
                 self.touch(touched);
+                // Queued on itself by the mutating webhook: its quota's
+                // round folds it into the queue (docs/queueing.md §12).
+                if let Some(q) = folds {
+                    self.schedule(&q);
+                }
             }
             Err(e) => {
                 tracing::warn!(kind = adapter.kind, name = %obj.name_any(), error = %e, "unreadable workload ignored")
             }
         }
+    }
+
+    /// The queue entry a held workload carries on itself
+    /// (`quota::queue::mark`): its pod sets as its adapter reads it
+    /// released, `since` and the rest from the annotation, checked (a
+    /// forged or garbled one falls back to the creation time). None for a
+    /// workload not held or without the annotation.
+    fn queued_on_object(
+        &self,
+        adapter: &'static Adapter,
+        obj: &RawObject,
+        wref: &str,
+        classes: &[String],
+        created: Option<i64>,
+        now: i64,
+    ) -> Option<quota::queue::Queued> {
+        let value = obj
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(quota::queue::QUEUED_ANNOTATION)?;
+        let hold = adapter.hold();
+        if !quota::hold::is_held(hold, &obj.json) {
+            return None;
+        }
+        // Opted out of the queue: its owner's, never folded.
+        let labels = obj.metadata.labels.as_ref();
+        if labels
+            .and_then(|l| l.get(quota::queue::OPT_OUT_LABEL))
+            .map(String::as_str)
+            == Some("Refuse")
+        {
+            return None;
+        }
+        let released = quota::hold::as_released(hold, &obj.json);
+        let mut w = adapter.read_value(&released, &self.service.keys).ok()?;
+        // The API server's status: a finished one is not queued.
+        w.finish();
+        if w.pod_sets.iter().all(|s| s.count == 0) {
+            return None;
+        }
+        Some(quota::queue::mark::entry(
+            value,
+            wref,
+            &w.meta.uid,
+            classes.to_vec(),
+            w.pod_sets,
+            created,
+            now,
+        ))
     }
 
     /// Every pod (by uid): its runs are what cash accrues from. After a
