@@ -145,7 +145,7 @@ impl Frame {
 
 /// Used over time with hard as a step line; breaks the lines across gaps.
 pub fn usage_chart(samples: &[Sample], key: &str, cfg: &KeyConfig, frame: Frame) -> String {
-    let title = format!("{}: used and hard", crate::key_name(key, cfg));
+    let title = format!("{}: in use and hard", crate::key_name(key, cfg));
     let pts = sorted(samples);
     if pts.is_empty() {
         return message_svg("chart-usage", &title, "no data yet", frame);
@@ -166,7 +166,7 @@ pub fn usage_chart(samples: &[Sample], key: &str, cfg: &KeyConfig, frame: Frame)
         .map(|p| p.1)
         .chain(hard.iter().flatten().map(|h| to_f64(*h, per)))
         .fold(0.0, f64::max);
-    let mut legend = vec![("used", Swatch::Area(USED))];
+    let mut legend = vec![("in use", Swatch::Area(USED))];
     if hard.iter().any(Option::is_some) {
         legend.push(("hard", Swatch::Line(HARD)));
     }
@@ -1687,15 +1687,15 @@ mod tests {
     #[test]
     fn usage_chart_is_labelled_and_inline() {
         let svg = usage_chart(&week_of_gpu_usage(), GPU, &KeyConfig::default(), WIDE);
-        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 760 300\" width=\"100%\" role=\"img\" aria-label=\"GPUs: used and hard\" data-x0=\""), "{}", &svg[..200]);
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 760 300\" width=\"100%\" role=\"img\" aria-label=\"GPUs: in use and hard\" data-x0=\""), "{}", &svg[..200]);
         assert!(!svg.contains("<?xml"));
         assert!(svg.ends_with("</svg>\n"));
         assert_eq!(svg.matches("<svg").count(), 1);
         for text in [
-            "<title>GPUs: used and hard</title>",
+            "<title>GPUs: in use and hard</title>",
             ">\ncards\n</text>",
             ">\ndate (UTC)\n</text>",
-            ">\nused\n</text>",
+            ">\nin use\n</text>",
             ">\nhard\n</text>",
             ">\nNov 23\n</text>",
         ] {

@@ -77,9 +77,12 @@ pub struct QuotaDetail {
     /// Bound workloads not listed (the quota's status in the JSON API
     /// holds them all).
     pub workloads_more: usize,
-    /// Usage per key over the chosen range, burn-down per cash key, the
-    /// children's use stacked.
+    /// Usage of each GPU key over the chosen range, the children's use
+    /// stacked, and the burn-down of each budget (`chart_section::leads`).
     pub charts: crate::chart_section::Charts,
+    /// (key, its name) of every other key with a chart: each a link to
+    /// its charts' own page, so the page draws only what leads.
+    pub other_charts: Vec<(String, String)>,
     pub forecasts: Vec<String>,
     pub resource_version: String,
     pub can_edit: bool,
@@ -466,8 +469,12 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     let queue = d
         .queue
         .map(|(policy, rows)| crate::queue::section(policy, rows));
+    let range = d.charts.range;
+    let other_charts = other_charts_list(&name, range, d.other_charts);
     // Rendered inside the document: the chart island needs its context.
     let charts = d.charts;
+    // GPUs first, then budgets, the queue and the workloads; the rest
+    // after (docs/portal.md "Quota detail").
     document(move || {
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Tree flash=flash>
@@ -477,18 +484,72 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 <crate::BarLegend/>
                 {keys()}
                 {breakdowns}
-                <div class="extras">{extras}</div>
+                {crate::chart_section::view(charts, "No GPU or budget to chart: this quota has no hard or use of either yet.")}
                 {budgets}
                 {forecasts}
-                {crate::chart_section::view(charts, "Nothing to chart: no key of this quota has a hard or a use yet.")}
-                <h3>"Children"</h3>
-                {children}
+                {queue}
                 <h3>"Bound workloads"</h3>
                 {workloads}
-                {queue}
+                <div class="extras">{extras}</div>
+                <h3>"Children"</h3>
+                {children}
+                {other_charts}
                 <h3>"Members"</h3>
                 {members_list}
                 {invite}
+            </Layout>
+        }
+    })
+}
+
+/// The other keys' charts as links to their own page, in the range shown.
+#[cfg(feature = "ssr")]
+fn other_charts_list(
+    quota: &str,
+    range: quota::series::Range,
+    keys: Vec<(String, String)>,
+) -> Option<impl IntoView> {
+    if keys.is_empty() {
+        return None;
+    }
+    let base = format!("/quotas/{}/charts", crate::layout::encode_component(quota));
+    let all = format!("{base}?range={}", range.as_str());
+    let links = keys
+        .into_iter()
+        .map(|(key, name)| {
+            let href = format!(
+                "{base}?key={}&range={}",
+                crate::layout::encode_component(&key),
+                range.as_str()
+            );
+            view! { <li><a href=href title=key>{name}</a></li> }
+        })
+        .collect_view();
+    Some(view! {
+        <section class="other-charts">
+            <h3>"Other keys' charts"</h3>
+            <p class="hint">"Each on its own page, "<a href=all>"or all of them on one"</a>"."</p>
+            <ul class="inline-list">{links}</ul>
+        </section>
+    })
+}
+
+/// A quota's charts of one key, or of every key the quota page links
+/// (`/quotas/{name}/charts?key=`), under the same range picker.
+#[cfg(feature = "ssr")]
+pub fn render_charts_page(
+    viewer: Viewer,
+    quota: String,
+    what: String,
+    charts: crate::chart_section::Charts,
+) -> String {
+    let title = format!("Quota {quota}: {what}");
+    let back = format!("/quotas/{}", crate::layout::encode_component(&quota));
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title=title section=Section::Tree flash=None>
+                <p class="hint"><a href=back>{format!("Back to {quota}")}</a></p>
+                {crate::chart_section::view(charts, "Nothing to chart: no hard or use of this key in the range.")}
             </Layout>
         }
     })

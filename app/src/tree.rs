@@ -518,18 +518,9 @@ impl TreeQuery {
     }
 }
 
-/// Percent-encodes a query value (RFC 3986 unreserved characters kept).
+/// Percent-encodes a query value.
 fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    crate::layout::encode_component(s)
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
