@@ -638,7 +638,8 @@ pub fn model_breakdown_chart(
     )
 }
 
-/// "requests.nvidia.com/gpu by model: 14 of 20 cards in use".
+/// "GPUs by model: 1,400 of 2,000 cards in use" (thousands grouped, as
+/// every figure on the pages).
 pub fn model_breakdown_title(
     used: &ResourceList,
     hard: &ResourceList,
@@ -651,13 +652,13 @@ pub fn model_breakdown_title(
         Some(h) => format!(
             "{} by model: {} of {} {unit} in use",
             crate::key_name(generic_key, cfg),
-            decimal(generic_used, per, 2),
-            decimal(h, per, 2)
+            grouped(generic_used, per, 2),
+            grouped(h, per, 2)
         ),
         None => format!(
             "{} by model: {} {unit} in use",
             crate::key_name(generic_key, cfg),
-            decimal(generic_used, per, 2)
+            grouped(generic_used, per, 2)
         ),
     }
 }
@@ -1859,6 +1860,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_by_model_caption_groups_thousands() {
+        let cfg = KeyConfig::default();
+        let list = |v: i64| -> ResourceList { [(GPU.to_string(), Quantity::from_units(v))].into() };
+        assert_eq!(
+            model_breakdown_title(&list(1400), &list(2000), GPU, &cfg),
+            "GPUs by model: 1,400 of 2,000 cards in use"
+        );
+        assert_eq!(
+            model_breakdown_title(&list(12_345), &ResourceList::new(), GPU, &cfg),
+            "GPUs by model: 12,345 cards in use"
+        );
     }
 
     #[test]
