@@ -848,3 +848,82 @@ async fn a_parents_usage_chart_plots_what_runs_below_it_not_its_carve_outs() {
     let last = v["rows"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last[1], "2 cards", "the values table says the same: {v}");
 }
+
+/// An owner sees its teams' queues on the overview (docs/queueing.md §7):
+/// olga owns lab, not its team ml, and the work queued in ml is listed
+/// for her with who submitted it; a member of lab (who owns nothing) is
+/// not shown work queued below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_sees_the_work_queued_in_its_teams() {
+    use crate::cluster::{used, Cluster};
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    let c = Cluster::start().await;
+    for (name, parent, spec) in [
+        ("lab", "", json!({"requests.cpu": "8"})),
+        ("ml", "lab", json!({"requests.cpu": "4"})),
+    ] {
+        let (st, v) = c
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name},
+                    "spec": {"parent": parent, "hard": spec, "queueing": "Queue"}})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    for (name, user, cpu) in [("big", "alice", "4"), ("waits", "bob@example.com", "2")] {
+        let job: DynamicObject = serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
+            "spec": {"parallelism": 1, "completions": 1,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
+                    "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}}))
+        .unwrap();
+        Api::<DynamicObject>::namespaced_with(c.kubectl(user), "ml", &ar)
+            .create(&PostParams::default(), &job)
+            .await
+            .unwrap();
+        if name == "big" {
+            c.until("ml", "big charged", |q| used(q, "requests.cpu") == "4")
+                .await;
+        }
+    }
+    c.until("ml", "waits queued", |q| {
+        q["status"]["queue"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e["workloadRef"] == "batch/Job/ml/waits"))
+    })
+    .await;
+    let admin = Browser::admin(&c.server).await;
+    create_user(&admin, "olga", "olga-password-0123456").await;
+    create_user(&admin, "max", "max-password-01234567").await;
+    bind(&admin, "olga", "lab", "owner").await;
+    bind(&admin, "max", "lab", "member").await;
+    let olga = Browser::logged_in(&c.server, "olga", "olga-password-0123456").await;
+    let html = olga.get("/").await.body;
+    let at = html
+        .find("Queued in your quotas (1)")
+        .unwrap_or_else(|| panic!("the owner of lab sees ml's queue: {html}"));
+    let section = &html[at..];
+    let section = &section[..section.find("</section>").unwrap()];
+    for want in [
+        "batch/Job/ml/waits",
+        "bob@example.com",
+        "href=\"/quotas/ml#queue\"",
+    ] {
+        assert!(section.contains(want), "{want} not in {section}");
+    }
+    let max = Browser::logged_in(&c.server, "max", "max-password-01234567").await;
+    let html = max.get("/").await.body;
+    assert!(
+        !html.contains("batch/Job/ml/waits"),
+        "a member of lab owns nothing below it: {html}"
+    );
+}
