@@ -551,7 +551,7 @@ pub fn model_breakdown_chart(
     let centre = |i: usize| 100 * (n - i) as i64 - 50;
     // The legend names exactly the colours drawn.
     let colours: Vec<RGBColor> = rows.iter().map(|r| bar_colour(r.1, r.2)).collect();
-    let mut legend = vec![("used", Swatch::Bar(OK))];
+    let mut legend = vec![("in use", Swatch::Bar(OK))];
     if colours.contains(&WARN) {
         legend.push(("≥ 80 % of hard", Swatch::Bar(WARN)));
     }
@@ -1809,7 +1809,7 @@ mod tests {
             ">\n3 / 2\n</text>",
             ">\n3\n</text>",
             ">\ncards\n</text>",
-            ">\nused\n</text>",
+            ">\nin use\n</text>",
             ">\nhard\n</text>",
             ">\nover hard\n</text>",
         ] {

@@ -570,9 +570,10 @@ fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
         None => {
             view! { <td class="key" title=k.key.clone()>{display.clone()}{(k.required && !k.folded).then_some(" *")}</td> }.into_any()
         }
-        Some(i) => view! { <td><input name=format!("newkey:{i}") value=k.key.clone() placeholder="e.g. limits.cpu.A4" aria-label="key"/></td> }.into_any(),
+        Some(i) => view! { <td class="key"><input name=format!("newkey:{i}") value=k.key.clone() placeholder="e.g. limits.cpu.A4" aria-label="key"/></td> }.into_any(),
     };
     let left = k.left.clone().unwrap_or_default();
+    let left_label = (!left.is_empty()).then_some("Left in parent");
     let invalid = k.error.is_some().then_some("true");
     let error = k
         .error
@@ -586,7 +587,7 @@ fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
             .map(|(v, words)| view! { <option value=*v selected=*v == current>{*words}</option> })
             .collect_view();
         view! {
-            <td><select name=format!("mode:{}", k.key) aria-label=format!("{display}: what the child takes")>{options}</select></td>
+            <td class="mode"><select name=format!("mode:{}", k.key) aria-label=format!("{display}: what the child takes")>{options}</select></td>
         }
     });
     // A folded key's amounts count only when "set" is chosen: never
@@ -597,9 +598,9 @@ fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
         <tr class:refused=k.error.is_some()>
             {key_cell}
             {mode}
-            <td><input name=hard_name value=k.hard inputmode="decimal" aria-label=hard_label aria-invalid=invalid required=required/>{error}</td>
-            <td><input name=max_name value=k.max inputmode="decimal" aria-label=max_label placeholder="none"/></td>
-            <td class="num">{left}</td>
+            <td data-label="Hard"><input name=hard_name value=k.hard inputmode="decimal" aria-label=hard_label aria-invalid=invalid required=required/>{error}</td>
+            <td data-label="Max"><input name=max_name value=k.max inputmode="decimal" aria-label=max_label placeholder="none"/></td>
+            <td class="num" data-label=left_label>{left}</td>
         </tr>
     }
 }
@@ -682,7 +683,7 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
                 <form class="card quota-form" method="post" action=action>
                     <CsrfField csrf=csrf/>
                     {name_field}
-                    <table>
+                    <table class="key-form">
                         <thead><tr><th>"Key"</th><th>"Hard"</th><th>"Max (borrowing ceiling)"</th><th>"Left in parent"</th></tr></thead>
                         <tbody>{rows}{extra}</tbody>
                     </table>

@@ -53,6 +53,25 @@ fn list_line(l: &ResourceList) -> String {
         .join(" · ")
 }
 
+/// A child's hard as its row in the children table: keys by name, GPUs and
+/// budgets first (`quota::keys::display_order`), zero amounts left out,
+/// each raw key in the page's keys table and the JSON API:
+/// `A100 GPUs 32 · GPU card-hours 11,000 card-hours · CPU cores 96`.
+fn hard_line(l: &ResourceList, cfg: &KeyConfig) -> String {
+    let mut keys: Vec<(&String, &Quantity)> = l.iter().filter(|(_, v)| !v.is_zero()).collect();
+    keys.sort_by_cached_key(|(k, _)| quota::keys::display_order(k, cfg));
+    keys.into_iter()
+        .map(|(k, v)| {
+            format!(
+                "{} {}",
+                app::key_name(k, cfg),
+                quota::readable::amount(k, *v)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
 /// A form's prefill: exact and parseable, in the shorter of its own and the
 /// binary form (`1Ti`, not `1099511627776`).
 fn prefill(q: &Quantity) -> String {
@@ -427,7 +446,7 @@ pub async fn detail(
         .iter()
         .filter(|c| c.spec.parent == name)
         .map(|c| {
-            let hard = list_line(&c.spec.hard);
+            let hard = hard_line(&c.spec.hard, &cfg);
             let line = match quota::fair::against_line(c, &lendable, weights) {
                 Some(w) => format!("{hard} · {w}"),
                 None => hard,
@@ -1427,6 +1446,15 @@ mod tests {
             "cash/requests.nvidia.com/gpu 20,000 card-hours · pods 2,600 · requests.memory 1,024 GiB"
         );
         let q = |s: &str| s.parse::<Quantity>().unwrap();
+        let cfg = KeyConfig::default();
+        let mut hard = l.clone();
+        hard.insert("requests.nvidia.com/gpu.A100".into(), q("32"));
+        hard.insert("requests.cpu".into(), q("0"));
+        assert_eq!(
+            hard_line(&hard, &cfg),
+            "A100 GPUs 32 · GPU card-hours 20,000 card-hours · memory 1,024 GiB · pods 2,600",
+            "by name, GPUs first, no zeros"
+        );
         assert_eq!(prefill(&q("1099511627776")), "1Ti");
         assert_eq!(prefill(&q("11500")), "11500");
         assert_eq!(prefill(&q("1500m")), "1500m");
