@@ -296,6 +296,43 @@ try {
         await readable(page, `/tree sorted ${tag}`);
       });
 
+      // A GPU model's column sorts like the others, from the keyboard
+      // too (Enter on the header's link): fullest first, quotas without
+      // the model last, children under their parent.
+      await step(page, `tree-sort-by-a-gpu-model-${tag}`, async () => {
+        await open(page, base, '/tree', js);
+        const key = 'model:A100';
+        const th = `table.tree th[data-sort-key="${key}"]`;
+        if (w < 640) {
+          await page.selectOption('form.filters select[name=sort]', key);
+          await Promise.all([page.waitForLoadState('load'), page.click('form.filters button[type=submit]')]);
+        } else {
+          await page.focus(`${th} a`);
+          if (js) await page.keyboard.press('Enter');
+          else await Promise.all([page.waitForURL(/sort=model/), page.keyboard.press('Enter')]);
+        }
+        expect(/sort=model(%3A|:)A100/.test(page.url()), `the address says the A100 column: ${page.url()}`);
+        expect(await page.getAttribute(th, 'aria-sort') === 'descending', 'aria-sort: fullest first');
+        const sibs = await page.$eval('table.tree', (t, key) => {
+          const col = [...t.tHead.rows[0].cells].findIndex((h) => h.dataset.sortKey === key);
+          const out = {};
+          const stack = [];
+          for (const r of t.tBodies[0].rows) {
+            const d = Number(r.dataset.depth);
+            while (stack.length && Number(stack[stack.length - 1].dataset.depth) >= d) stack.pop();
+            const parent = stack.length ? stack[stack.length - 1].id : '';
+            const v = r.cells[col].dataset.sortValue;
+            (out[parent] ||= []).push(v === '' || v === undefined ? -1 : Number(v));
+            stack.push(r);
+          }
+          return out;
+        }, key);
+        for (const [p, vs] of Object.entries(sibs)) {
+          expect(vs.every((v, i) => i === 0 || vs[i - 1] >= v), `children of ${p || 'the top'} fullest A100 first: ${vs}`);
+        }
+        if (js && w >= 640) expect(await stayed(page), 'sorted in place: no reload');
+      });
+
       if (!js && w === 1440) {
         await step(page, 'tree-rows-endpoint-checks-what-it-is-asked', async () => {
           for (const [q, want] of [['parent=', 422], ['parent=no-such-quota', 404], ['parent=research&at=99999', 422], ['parent=research&at=1&depth=x', 400], ['parent=research&at=1&depth=1', 200]]) {

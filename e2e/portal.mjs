@@ -505,6 +505,19 @@ try {
         await login(page, base);
       });
 
+      // An owner of a department sees the work queued in its teams (nlp's
+      // queue for research's owner), with who submitted it.
+      await step(page, `owner-sees-teams-queue-${tag}`, async () => {
+        expect(await login(page, base, 'owner-research'), 'owner-research logs in');
+        await open(page, base, '/', js);
+        const text = await page.innerText('main');
+        expect(/Queued in your quotas \(\d+\)/.test(text), `the owner's overview lists its teams' queues: ${text.slice(0, 600)}`);
+        for (const want of ['finetune-13b', 'dana@acme.example']) expect(text.includes(want), `${want} on the owner's overview`);
+        expect(await page.$('a[href="/quotas/nlp#queue"]'), 'a link to nlp\'s queue');
+        await readable(page, `owner overview ${tag}`);
+        await login(page, base);
+      });
+
       await step(page, `own-password-change-${tag}`, async () => {
         const user = passwordUsers.shift();
         const fresh = `new-${tag}-password-0123`;

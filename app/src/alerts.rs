@@ -266,16 +266,9 @@ pub fn sort_rows(rows: &mut [AlertRow], sort: AlertSort, dir: SortDir) {
     });
 }
 
-/// Percent-encodes a query value (RFC 3986 unreserved characters kept).
+/// Percent-encodes a query value.
 fn enc(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    crate::layout::encode_component(v)
 }
 
 impl AlertQuery {

@@ -42,6 +42,13 @@ pub fn items(
         // Only what is said is formatted: this runs over every quota the
         // viewer may see (`most_over`, not the row's every key).
         if let Some(k) = crate::most_over(q, in_use, cfg) {
+            // Beyond its max too where it may borrow (`most_over`).
+            let max = q
+                .spec
+                .max
+                .get(&k.key)
+                .map(|m| format!(", max {}", crate::display_quantity(&k.key, *m, cfg)))
+                .unwrap_or_default();
             found.push((
                 0,
                 -(k.percent as i128),
@@ -49,7 +56,7 @@ pub fn items(
                     level: "critical",
                     quota: name.into(),
                     text: format!(
-                        "{name} is over quota: {} {} in use of {}",
+                        "{name} is over quota: {} {} in use of {}{max}",
                         k.name, k.used, k.hard
                     ),
                     href: link.clone(),
@@ -210,6 +217,38 @@ mod tests {
         assert_eq!(got[2].href, "/quotas/nlp");
     }
 
+    /// On a forest where many teams borrow within their max, "needs
+    /// attention" lists none of them as over quota (they may borrow), so
+    /// the budgets that run out still show; a team beyond its max is
+    /// listed.
+    #[test]
+    fn borrowing_within_max_is_not_over_quota() {
+        let gpu = "requests.nvidia.com/gpu";
+        let mut quotas = vec![q("ai", "", 1_000, 1_000_000, 0, 0)];
+        for i in 0..40 {
+            // 12 of 8 running, max 16: borrowing, allowed.
+            let mut t = q(&format!("team-{i:02}"), "ai", 8, 1_000_000, 12, 0);
+            t.spec.max.insert(gpu.into(), Quantity::from_units(16));
+            quotas.push(t);
+        }
+        // 240 card-hours left at 10 cards: 24 h.
+        quotas.push(q("nlp", "ai", 10, 1000, 10, 760));
+        // 20 of 8 with a max of 16: beyond what it may borrow.
+        let mut cv = q("cv", "ai", 8, 1_000_000, 20, 0);
+        cv.spec.max.insert(gpu.into(), Quantity::from_units(16));
+        quotas.push(cv);
+        let in_use = quota::rollup::subtree_in_use(&quotas);
+        let got = items(&quotas, &in_use, &KeyConfig::default(), &Pricing::default());
+        let texts: Vec<&str> = got.iter().map(|i| i.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "cv is over quota: GPUs 20 in use of 8, max 16",
+                "nlp's budget runs out in 1 day (1970-01-02) at what runs now: 240 card-hours left",
+            ]
+        );
+    }
+
     #[test]
     fn the_quick_readings_equal_the_full_rows() {
         let mut wide = q("wide", "", 8, 100, 12, 0);
@@ -240,6 +279,7 @@ mod tests {
             let full = crate::key_usages(q, &u, &cfg)
                 .into_iter()
                 .filter(|k| !k.cash && k.percent > 100)
+                .filter(|k| crate::beyond_max(q, &k.key, quota::Quantity::from_nanos(k.used_nanos)))
                 .max_by_key(|k| k.percent)
                 .map(|k| (k.key, k.used, k.hard, k.percent));
             let fast = crate::most_over(q, &u, &cfg).map(|k| (k.key, k.used, k.hard, k.percent));

@@ -1,14 +1,22 @@
 //! A quota's charts as its page shows them: range links, then one panel per
-//! chart (a heading, the chart in both frames, a readout the island fills
-//! in, and a table of the values), and the same panel as the samples API
-//! sends it to the island. Pure: the server reads the samples.
+//! chart (a heading, the chart drawn once, a readout the island fills in,
+//! and a table of the values), and the same panel as the samples API sends
+//! it to the island. Pure: the server reads the samples.
 //!
 //! Which charts: one per key with a hard or a use in the range (usage, or
 //! the burn-down for a cash key) and, at a parent, the children's use of
 //! each such key stacked. Every chart ends with the quota's current status,
-//! so an edit shows at once.
+//! so an edit shows at once. The quota page draws the charts of GPUs and
+//! budgets ([`leads`]) and links the others to their own page
+//! (`/quotas/{name}/charts?key=`), so its weight follows the keys people
+//! look at first, not every key the quota has.
+//!
+//! Each chart is drawn once, in [`charts::NARROW`]'s frame: its text is
+//! sized for a phone, and on a wide screen the panels sit side by side in
+//! columns of about that width (style/bizrq.css), so the same SVG reads
+//! well at both.
 
-use crate::charts::{self, amount, both};
+use crate::charts::{self, amount, NARROW};
 use bizrq_islands::{Point, SamplesReply};
 use quota::forecast::Sample;
 use quota::keys::cash_target;
@@ -77,7 +85,7 @@ pub struct Panel {
     pub title: String,
     /// The forecast's sentence, under a burn-down's heading.
     pub summary: Option<String>,
-    /// Both frames of the chart, for a `<figure>`.
+    /// The chart, drawn once, for a `<figure>`.
     pub figure: String,
     /// Says what a row stands for.
     pub caption: String,
@@ -93,6 +101,9 @@ pub struct Charts {
     pub quota: String,
     pub range: Range,
     pub panels: Vec<Panel>,
+    /// Query parameters the range links keep (`key=…&`), empty on the
+    /// quota page.
+    pub query: String,
 }
 
 /// The samples of a chart section folded to the range, once: the quota's
@@ -140,20 +151,61 @@ impl Folded {
 /// key's children chart follows its own chart. The samples are folded once for all of them: the work
 /// is linear in the keys times the points drawn.
 pub fn panels(inp: &Inputs<'_>) -> Vec<Panel> {
+    panels_of(inp, |_, _| true)
+}
+
+/// The charts `keep` takes (by key and kind), in [`panels`]' order.
+pub fn panels_of(inp: &Inputs<'_>, keep: impl Fn(&str, Kind) -> bool) -> Vec<Panel> {
     let folded = Folded::new(inp, true);
     let mut out = Vec::new();
     // GPUs and their models first, then budgets; CPU, memory, pods after.
-    let mut keys = series::keys_to_draw(&folded.own);
-    keys.sort_by_cached_key(|k| quota::keys::display_order(k, inp.cfg));
-    for key in keys {
-        if cash_target(&key).is_some() {
-            out.extend(draw(inp, &folded, &key, Kind::BurnDown));
+    for key in keys_to_draw(inp, &folded.own) {
+        let kinds: &[Kind] = if cash_target(&key).is_some() {
+            &[Kind::BurnDown]
         } else {
-            out.extend(draw(inp, &folded, &key, Kind::Usage));
-            out.extend(draw(inp, &folded, &key, Kind::Children));
+            &[Kind::Usage, Kind::Children]
+        };
+        for &kind in kinds {
+            if keep(&key, kind) {
+                out.extend(draw(inp, &folded, &key, kind));
+            }
         }
     }
     out
+}
+
+/// The keys that have a chart, GPUs first (`quota::keys::display_order`).
+fn keys_to_draw(inp: &Inputs<'_>, own: &[Sample]) -> Vec<String> {
+    let mut keys = series::keys_to_draw(own);
+    keys.sort_by_cached_key(|k| quota::keys::display_order(k, inp.cfg));
+    keys
+}
+
+/// The charts the quota page draws: the usage of GPUs and of each GPU
+/// model, the children's use of GPUs (of all models together: each
+/// model's is the same picture cut finer) and the budgets. The others'
+/// charts are a link away.
+pub fn leads(key: &str, kind: Kind, cfg: &KeyConfig) -> bool {
+    let model = quota::keys::Key::parse(key, cfg).is_ok_and(|k| k.model.is_some());
+    quota::keys::display_order(key, cfg).0 <= 2 && !(kind == Kind::Children && model)
+}
+
+/// The keys with a chart that `leads` leaves out, GPUs-first order, and
+/// whether their usage chart is drawn (only their children chart is
+/// not): the quota page links each to its own page. Reads only the
+/// stored samples' key names and the live status, no drawing.
+pub fn other_keys(inp: &Inputs<'_>) -> Vec<(String, bool)> {
+    let range = (inp.range, inp.now_ms);
+    let own = series::chart_samples(inp.own, range.0, range.1, inp.live);
+    let parent = !inp.children.is_empty();
+    keys_to_draw(inp, &own)
+        .into_iter()
+        .filter_map(|k| {
+            let usage_drawn = leads(&k, Kind::Usage, inp.cfg);
+            let children_drawn = leads(&k, Kind::Children, inp.cfg);
+            (!usage_drawn || (parent && !children_drawn)).then_some((k, usage_drawn))
+        })
+        .collect()
 }
 
 /// One chart; None when there is nothing to draw (a key nobody has, a
@@ -192,30 +244,19 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
                     .get(key)
                     .map_or("no limit".to_string(), |h| amount(key, *h, cfg))
             };
-            // At a parent the stored `used` is its own use plus what its
-            // children's carve-outs hold: named so, never "in use" (what
-            // runs in its subtree is the keys table's and the bars').
-            let parent = !inp.live.children.is_empty();
-            let (title, used_col) = if parent {
-                (
-                    format!(
-                        "{}: own use + allocated to children, and hard",
-                        crate::key_name(key, cfg)
-                    ),
-                    "Own use + allocated (peak)",
-                )
-            } else {
-                (
-                    format!("{}: used and hard", crate::key_name(key, cfg)),
-                    "Used (peak)",
-                )
-            };
+            // The samples' `used` is what runs in the quota's whole
+            // subtree, as the keys table's "in use" (`quota::rollup::sampled`),
+            // at a parent too: never what it carved out for children.
+            let (title, used_col) = (
+                format!("{}: in use and hard", crate::key_name(key, cfg)),
+                "In use (peak)",
+            );
             Some(Panel {
                 key: key.to_string(),
                 kind,
                 title,
                 summary: None,
-                figure: both(|f| charts::usage_chart(own, key, cfg, f)),
+                figure: charts::usage_chart(own, key, cfg, NARROW),
                 caption,
                 columns: vec!["Time (UTC)".into(), used_col.into(), "Hard".into()],
                 rows: table
@@ -231,7 +272,7 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
                             ("hard", s.hard.get(key).copied()),
                         ]),
                         readout: format!(
-                            "{} · used {}, hard {}",
+                            "{} · in use {}, hard {}",
                             format_when(s.at_ms),
                             amount(key, q(&s.used), cfg),
                             hard_text(s)
@@ -262,7 +303,7 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
                 kind,
                 title: format!("{}: remaining budget", crate::key_name(key, cfg)),
                 summary: Some(charts::describe_outlook(&outlook, cfg)),
-                figure: both(|fr| charts::burn_down_chart(own, &outlook, now, cfg, fr)),
+                figure: charts::burn_down_chart(own, &outlook, now, cfg, NARROW),
                 caption,
                 columns: vec![
                     "Time (UTC)".into(),
@@ -316,7 +357,7 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
                 kind,
                 title: format!("{}: used by children", crate::key_name(key, cfg)),
                 summary: None,
-                figure: both(|f| charts::children_chart(&stack, own, key, cfg, f)),
+                figure: charts::children_chart(&stack, own, key, cfg, NARROW),
                 caption: format!(
                     "One row per {}: each child's peak use, the last row now.{}",
                     span_words(range.table_bucket_ms()),
@@ -412,13 +453,13 @@ pub fn reply(quota: &str, range: Range, now_ms: i64, p: Panel, cfg: &KeyConfig) 
 #[cfg(feature = "ssr")]
 pub fn view(c: Charts, empty_hint: &'static str) -> impl IntoView {
     use bizrq_islands::ChartSection;
-    let range = c.range;
+    let (range, query) = (c.range, c.query);
     let links = Range::ALL
         .into_iter()
         .map(|r| {
             let current = (r == range).then_some("true");
             view! {
-                <a href=format!("?range={}#charts", r.as_str()) data-range=r.as_str()
+                <a href=format!("?{query}range={}#charts", r.as_str()) data-range=r.as_str()
                     data-range-label=r.words() aria-current=current>{r.short()}</a>
             }
         })
@@ -568,9 +609,15 @@ mod tests {
             .last()
             .unwrap()
             .readout
-            .ends_with("used 5 cards, hard 16 cards"));
-        assert!(usage.figure.contains("class=\"chart wide chart-usage\""));
-        assert!(usage.figure.contains("class=\"chart narrow chart-usage\""));
+            .ends_with("in use 5 cards, hard 16 cards"));
+        assert_eq!(
+            usage.figure.matches("<svg").count(),
+            1,
+            "each chart is drawn once"
+        );
+        assert!(usage
+            .figure
+            .contains("class=\"chart chart-usage\" viewBox=\"0 0 360 280\""));
         let burn = &got[2];
         assert_eq!(burn.columns[1], "Remaining");
         assert_eq!(
@@ -645,6 +692,68 @@ mod tests {
             ),
             "{}",
             got[1].caption
+        );
+    }
+
+    /// The quota page draws GPUs, the GPU children chart and budgets;
+    /// a model's children chart and every other key are links, and the
+    /// charts page of those draws exactly what the quota page left out.
+    #[test]
+    fn the_page_draws_gpus_and_budgets_and_links_the_rest() {
+        const A100: &str = "requests.nvidia.com/gpu.A100";
+        const CPU: &str = "requests.cpu";
+        let now = T0 + 24 * HOUR;
+        let hard = [(GPU, 8), (A100, 8), (CPU, 64), (CASH, 1000)];
+        let used = [(GPU, 2), (A100, 2), (CPU, 10), (CASH, 30)];
+        let own: Vec<Sample> = (0..24)
+            .map(|h| sample(T0 + h * HOUR, &used, &hard))
+            .collect();
+        let live = status(&used, &hard);
+        let kid: Vec<Sample> = (0..24)
+            .map(|h| sample(T0 + h * HOUR, &[(GPU, 1), (A100, 1), (CPU, 4)], &hard))
+            .collect();
+        let children = vec![("team-a".to_string(), kid, status(&[(GPU, 1)], &[(GPU, 4)]))];
+        let cfg = KeyConfig::default();
+        let inp = Inputs {
+            own: &own,
+            live: &live,
+            children: &children,
+            children_omitted: 0,
+            range: Range::Day,
+            now_ms: now,
+            cfg: &cfg,
+            outlooks: &[],
+        };
+        let page = panels_of(&inp, |k, kind| leads(k, kind, &cfg));
+        let drawn: Vec<(&str, Kind)> = page.iter().map(|p| (p.key.as_str(), p.kind)).collect();
+        assert_eq!(
+            drawn,
+            [
+                (GPU, Kind::Usage),
+                (GPU, Kind::Children),
+                (A100, Kind::Usage),
+                (CASH, Kind::BurnDown)
+            ]
+        );
+        assert_eq!(
+            other_keys(&inp),
+            [(A100.to_string(), true), (CPU.to_string(), false)],
+            "A100's children chart and cpu's charts are links"
+        );
+        let rest = panels_of(&inp, |k, kind| !leads(k, kind, &cfg));
+        let rest: Vec<(&str, Kind)> = rest.iter().map(|p| (p.key.as_str(), p.kind)).collect();
+        assert_eq!(
+            rest,
+            [
+                (A100, Kind::Children),
+                (CPU, Kind::Usage),
+                (CPU, Kind::Children)
+            ]
+        );
+        assert_eq!(
+            page.len() + rest.len(),
+            panels(&inp).len(),
+            "nothing is lost"
         );
     }
 

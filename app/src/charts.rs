@@ -145,7 +145,7 @@ impl Frame {
 
 /// Used over time with hard as a step line; breaks the lines across gaps.
 pub fn usage_chart(samples: &[Sample], key: &str, cfg: &KeyConfig, frame: Frame) -> String {
-    let title = format!("{}: used and hard", crate::key_name(key, cfg));
+    let title = format!("{}: in use and hard", crate::key_name(key, cfg));
     let pts = sorted(samples);
     if pts.is_empty() {
         return message_svg("chart-usage", &title, "no data yet", frame);
@@ -166,7 +166,7 @@ pub fn usage_chart(samples: &[Sample], key: &str, cfg: &KeyConfig, frame: Frame)
         .map(|p| p.1)
         .chain(hard.iter().flatten().map(|h| to_f64(*h, per)))
         .fold(0.0, f64::max);
-    let mut legend = vec![("used", Swatch::Area(USED))];
+    let mut legend = vec![("in use", Swatch::Area(USED))];
     if hard.iter().any(Option::is_some) {
         legend.push(("hard", Swatch::Line(HARD)));
     }
@@ -551,7 +551,7 @@ pub fn model_breakdown_chart(
     let centre = |i: usize| 100 * (n - i) as i64 - 50;
     // The legend names exactly the colours drawn.
     let colours: Vec<RGBColor> = rows.iter().map(|r| bar_colour(r.1, r.2)).collect();
-    let mut legend = vec![("used", Swatch::Bar(OK))];
+    let mut legend = vec![("in use", Swatch::Bar(OK))];
     if colours.contains(&WARN) {
         legend.push(("≥ 80 % of hard", Swatch::Bar(WARN)));
     }
@@ -638,7 +638,8 @@ pub fn model_breakdown_chart(
     )
 }
 
-/// "requests.nvidia.com/gpu by model: 14 of 20 cards in use".
+/// "GPUs by model: 1,400 of 2,000 cards in use" (thousands grouped, as
+/// every figure on the pages).
 pub fn model_breakdown_title(
     used: &ResourceList,
     hard: &ResourceList,
@@ -651,13 +652,13 @@ pub fn model_breakdown_title(
         Some(h) => format!(
             "{} by model: {} of {} {unit} in use",
             crate::key_name(generic_key, cfg),
-            decimal(generic_used, per, 2),
-            decimal(h, per, 2)
+            grouped(generic_used, per, 2),
+            grouped(h, per, 2)
         ),
         None => format!(
             "{} by model: {} {unit} in use",
             crate::key_name(generic_key, cfg),
-            decimal(generic_used, per, 2)
+            grouped(generic_used, per, 2)
         ),
     }
 }
@@ -1687,15 +1688,15 @@ mod tests {
     #[test]
     fn usage_chart_is_labelled_and_inline() {
         let svg = usage_chart(&week_of_gpu_usage(), GPU, &KeyConfig::default(), WIDE);
-        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 760 300\" width=\"100%\" role=\"img\" aria-label=\"GPUs: used and hard\" data-x0=\""), "{}", &svg[..200]);
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart chart-usage\" viewBox=\"0 0 760 300\" width=\"100%\" role=\"img\" aria-label=\"GPUs: in use and hard\" data-x0=\""), "{}", &svg[..200]);
         assert!(!svg.contains("<?xml"));
         assert!(svg.ends_with("</svg>\n"));
         assert_eq!(svg.matches("<svg").count(), 1);
         for text in [
-            "<title>GPUs: used and hard</title>",
+            "<title>GPUs: in use and hard</title>",
             ">\ncards\n</text>",
             ">\ndate (UTC)\n</text>",
-            ">\nused\n</text>",
+            ">\nin use\n</text>",
             ">\nhard\n</text>",
             ">\nNov 23\n</text>",
         ] {
@@ -1808,7 +1809,7 @@ mod tests {
             ">\n3 / 2\n</text>",
             ">\n3\n</text>",
             ">\ncards\n</text>",
-            ">\nused\n</text>",
+            ">\nin use\n</text>",
             ">\nhard\n</text>",
             ">\nover hard\n</text>",
         ] {
@@ -1859,6 +1860,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_by_model_caption_groups_thousands() {
+        let cfg = KeyConfig::default();
+        let list = |v: i64| -> ResourceList { [(GPU.to_string(), Quantity::from_units(v))].into() };
+        assert_eq!(
+            model_breakdown_title(&list(1400), &list(2000), GPU, &cfg),
+            "GPUs by model: 1,400 of 2,000 cards in use"
+        );
+        assert_eq!(
+            model_breakdown_title(&list(12_345), &ResourceList::new(), GPU, &cfg),
+            "GPUs by model: 12,345 cards in use"
+        );
     }
 
     #[test]

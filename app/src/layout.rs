@@ -144,6 +144,21 @@ pub fn Layout(
     }
 }
 
+/// Percent-encodes a URL path segment or query value (RFC 3986
+/// unreserved characters kept).
+pub fn encode_component(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
 /// Renders a whole HTML document (with its doctype) from a view.
 /// Text escaped for HTML (`&`, `<`, `>`, quotes). Leptos 0.8's SSR
 /// renderer writes the children of `<textarea>` as they are (tachys marks

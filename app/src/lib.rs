@@ -243,13 +243,24 @@ pub fn max_percent(q: &Quota, rolled: &[quota::rollup::KeyRollup], in_use: &Reso
 /// The key of `q`'s hard most over quota in the whole subtree, as
 /// `key_usages` shows it (the same key, amounts and percent; of equals the
 /// last by key), formatting only that one: the overview asks this of every
-/// quota the viewer may see.
+/// quota the viewer may see. A key with a max is over quota only beyond
+/// its max: running past its hard within its max is borrowing, which it
+/// was allowed to do, not a problem for anyone.
 pub fn most_over(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Option<KeyUsage> {
     let rolled = quota::rollup::rollup(q, in_use);
     let (k, shown) = shown_keys(q, &rolled, in_use)
-        .filter(|(_, s)| matches!(s, Shown::Used(_)) && s.percent() > 100)
+        .filter(|(k, s)| match s {
+            Shown::Used(r) => s.percent() > 100 && beyond_max(q, k, r.in_use),
+            Shown::Spent { .. } => false,
+        })
         .max_by_key(|(_, s)| s.percent())?;
     Some(key_usage(k, &shown, cfg))
+}
+
+/// Whether `in_use` of `key` is more than `q` may hold with what it may
+/// borrow: its max where it has one (else its hard, checked by the caller).
+pub fn beyond_max(q: &Quota, key: &str, in_use: quota::Quantity) -> bool {
+    q.spec.max.get(key).is_none_or(|m| in_use > *m)
 }
 
 #[cfg(feature = "ssr")]

@@ -77,9 +77,12 @@ pub struct QuotaDetail {
     /// Bound workloads not listed (the quota's status in the JSON API
     /// holds them all).
     pub workloads_more: usize,
-    /// Usage per key over the chosen range, burn-down per cash key, the
-    /// children's use stacked.
+    /// Usage of each GPU key over the chosen range, the children's use
+    /// stacked, and the burn-down of each budget (`chart_section::leads`).
     pub charts: crate::chart_section::Charts,
+    /// (key, its name) of every other key with a chart: each a link to
+    /// its charts' own page, so the page draws only what leads.
+    pub other_charts: Vec<(String, String)>,
     pub forecasts: Vec<String>,
     pub resource_version: String,
     pub can_edit: bool,
@@ -466,8 +469,12 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     let queue = d
         .queue
         .map(|(policy, rows)| crate::queue::section(policy, rows));
+    let range = d.charts.range;
+    let other_charts = other_charts_list(&name, range, d.other_charts);
     // Rendered inside the document: the chart island needs its context.
     let charts = d.charts;
+    // GPUs first, then budgets, the queue and the workloads; the rest
+    // after (docs/portal.md "Quota detail").
     document(move || {
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Tree flash=flash>
@@ -477,18 +484,72 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 <crate::BarLegend/>
                 {keys()}
                 {breakdowns}
-                <div class="extras">{extras}</div>
+                {crate::chart_section::view(charts, "No GPU or budget to chart: this quota has no hard or use of either yet.")}
                 {budgets}
                 {forecasts}
-                {crate::chart_section::view(charts, "Nothing to chart: no key of this quota has a hard or a use yet.")}
-                <h3>"Children"</h3>
-                {children}
+                {queue}
                 <h3>"Bound workloads"</h3>
                 {workloads}
-                {queue}
+                <div class="extras">{extras}</div>
+                <h3>"Children"</h3>
+                {children}
+                {other_charts}
                 <h3>"Members"</h3>
                 {members_list}
                 {invite}
+            </Layout>
+        }
+    })
+}
+
+/// The other keys' charts as links to their own page, in the range shown.
+#[cfg(feature = "ssr")]
+fn other_charts_list(
+    quota: &str,
+    range: quota::series::Range,
+    keys: Vec<(String, String)>,
+) -> Option<impl IntoView> {
+    if keys.is_empty() {
+        return None;
+    }
+    let base = format!("/quotas/{}/charts", crate::layout::encode_component(quota));
+    let all = format!("{base}?range={}", range.as_str());
+    let links = keys
+        .into_iter()
+        .map(|(key, name)| {
+            let href = format!(
+                "{base}?key={}&range={}",
+                crate::layout::encode_component(&key),
+                range.as_str()
+            );
+            view! { <li><a href=href title=key>{name}</a></li> }
+        })
+        .collect_view();
+    Some(view! {
+        <section class="other-charts">
+            <h3>"Other keys' charts"</h3>
+            <p class="hint">"Each on its own page, "<a href=all>"or all of them on one"</a>"."</p>
+            <ul class="inline-list">{links}</ul>
+        </section>
+    })
+}
+
+/// A quota's charts of one key, or of every key the quota page links
+/// (`/quotas/{name}/charts?key=`), under the same range picker.
+#[cfg(feature = "ssr")]
+pub fn render_charts_page(
+    viewer: Viewer,
+    quota: String,
+    what: String,
+    charts: crate::chart_section::Charts,
+) -> String {
+    let title = format!("Quota {quota}: {what}");
+    let back = format!("/quotas/{}", crate::layout::encode_component(&quota));
+    document(move || {
+        view! {
+            <Layout viewer=Some(viewer) title=title section=Section::Tree flash=None>
+                <p class="hint"><a href=back>{format!("Back to {quota}")}</a></p>
+                {crate::chart_section::view(charts, "Nothing to chart: no hard or use of this key in the range.")}
             </Layout>
         }
     })
@@ -509,9 +570,10 @@ fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
         None => {
             view! { <td class="key" title=k.key.clone()>{display.clone()}{(k.required && !k.folded).then_some(" *")}</td> }.into_any()
         }
-        Some(i) => view! { <td><input name=format!("newkey:{i}") value=k.key.clone() placeholder="e.g. limits.cpu.A4" aria-label="key"/></td> }.into_any(),
+        Some(i) => view! { <td class="key"><input name=format!("newkey:{i}") value=k.key.clone() placeholder="e.g. limits.cpu.A4" aria-label="key"/></td> }.into_any(),
     };
     let left = k.left.clone().unwrap_or_default();
+    let left_label = (!left.is_empty()).then_some("Left in parent");
     let invalid = k.error.is_some().then_some("true");
     let error = k
         .error
@@ -525,7 +587,7 @@ fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
             .map(|(v, words)| view! { <option value=*v selected=*v == current>{*words}</option> })
             .collect_view();
         view! {
-            <td><select name=format!("mode:{}", k.key) aria-label=format!("{display}: what the child takes")>{options}</select></td>
+            <td class="mode"><select name=format!("mode:{}", k.key) aria-label=format!("{display}: what the child takes")>{options}</select></td>
         }
     });
     // A folded key's amounts count only when "set" is chosen: never
@@ -536,9 +598,9 @@ fn key_row(k: FormKey, extra: Option<usize>) -> impl IntoView {
         <tr class:refused=k.error.is_some()>
             {key_cell}
             {mode}
-            <td><input name=hard_name value=k.hard inputmode="decimal" aria-label=hard_label aria-invalid=invalid required=required/>{error}</td>
-            <td><input name=max_name value=k.max inputmode="decimal" aria-label=max_label placeholder="none"/></td>
-            <td class="num">{left}</td>
+            <td data-label="Hard"><input name=hard_name value=k.hard inputmode="decimal" aria-label=hard_label aria-invalid=invalid required=required/>{error}</td>
+            <td data-label="Max"><input name=max_name value=k.max inputmode="decimal" aria-label=max_label placeholder="none"/></td>
+            <td class="num" data-label=left_label>{left}</td>
         </tr>
     }
 }
@@ -621,7 +683,7 @@ pub fn render_form_page(viewer: Viewer, f: QuotaForm, flash: Option<Flash>) -> S
                 <form class="card quota-form" method="post" action=action>
                     <CsrfField csrf=csrf/>
                     {name_field}
-                    <table>
+                    <table class="key-form">
                         <thead><tr><th>"Key"</th><th>"Hard"</th><th>"Max (borrowing ceiling)"</th><th>"Left in parent"</th></tr></thead>
                         <tbody>{rows}{extra}</tbody>
                     </table>

@@ -288,6 +288,38 @@ pub fn row_of(
     }
 }
 
+/// A GPU model's name (`A100`) held inline, so that a sort stays `Copy`:
+/// at most 63 bytes of letters, digits, `-` and `_`
+/// (`quota::keys::is_model_name`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelName {
+    len: u8,
+    bytes: [u8; 63],
+}
+
+impl ModelName {
+    pub fn new(m: &str) -> Option<ModelName> {
+        if !quota::keys::is_model_name(m) {
+            return None;
+        }
+        let mut bytes = [0; 63];
+        bytes[..m.len()].copy_from_slice(m.as_bytes());
+        Some(ModelName {
+            len: m.len() as u8,
+            bytes,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or_default()
+    }
+
+    /// The model of a model column's key (`requests.nvidia.com/gpu.A100`).
+    fn of_key(key: &str) -> Option<ModelName> {
+        key.rsplit_once('.').and_then(|(_, m)| ModelName::new(m))
+    }
+}
+
 /// How siblings are ordered: the column, each in the direction people
 /// look for first (fullest, least left, soonest out, busiest).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -295,6 +327,8 @@ pub enum TreeSort {
     #[default]
     Name,
     Gpu,
+    /// A GPU model's column (`?sort=model:A100`): fullest first.
+    Model(ModelName),
     Budget,
     Runway,
     Workloads,
@@ -310,6 +344,9 @@ impl TreeSort {
     ];
 
     pub fn parse(s: &str) -> TreeSort {
+        if let Some(m) = s.strip_prefix("model:").and_then(ModelName::new) {
+            return TreeSort::Model(m);
+        }
         TreeSort::ALL
             .iter()
             .find(|(_, v)| *v == s)
@@ -317,12 +354,16 @@ impl TreeSort {
             .unwrap_or_default()
     }
 
-    pub fn as_str(self) -> &'static str {
+    /// The `sort` parameter's value.
+    pub fn param(self) -> String {
+        if let TreeSort::Model(m) = self {
+            return format!("model:{}", m.as_str());
+        }
         TreeSort::ALL
             .iter()
             .find(|(f, _)| *f == self)
-            .map(|(_, v)| *v)
-            .unwrap_or("")
+            .map(|(_, v)| v.to_string())
+            .unwrap_or_default()
     }
 
     fn order(self, a: &TreeRow, b: &TreeRow) -> std::cmp::Ordering {
@@ -331,6 +372,19 @@ impl TreeSort {
             TreeSort::Name => std::cmp::Ordering::Equal,
             TreeSort::Gpu => {
                 let k = |r: &TreeRow| Reverse(r.gpu.as_ref().map(|g| g.percent));
+                k(a).cmp(&k(b))
+            }
+            // Rows without the model last; of two columns of one model
+            // (two GPU resources), the first.
+            TreeSort::Model(m) => {
+                let k = |r: &TreeRow| {
+                    Reverse(
+                        r.models
+                            .iter()
+                            .find(|c| ModelName::of_key(&c.key) == Some(m))
+                            .map(|c| c.percent),
+                    )
+                };
                 k(a).cmp(&k(b))
             }
             // Rows without a budget last.
@@ -480,7 +534,7 @@ impl TreeQuery {
             parts.push(("depth", d.to_string()));
         }
         if self.sort != TreeSort::Name {
-            parts.push(("sort", self.sort.as_str().into()));
+            parts.push(("sort", self.sort.param()));
         }
         let join = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(",");
         if !self.open.is_empty() {
@@ -518,18 +572,9 @@ impl TreeQuery {
     }
 }
 
-/// Percent-encodes a query value (RFC 3986 unreserved characters kept).
+/// Percent-encodes a query value.
 fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    crate::layout::encode_component(s)
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -739,7 +784,12 @@ pub fn rows_under(
 }
 
 #[cfg(feature = "ssr")]
-fn sort_header(query: &TreeQuery, sort: TreeSort, label: &'static str) -> impl IntoView {
+fn sort_header(
+    query: &TreeQuery,
+    sort: TreeSort,
+    label: String,
+    model_key: Option<String>,
+) -> impl IntoView {
     let mut q = query.clone();
     q.sort = sort;
     let current = (query.sort == sort).then_some("true");
@@ -747,13 +797,14 @@ fn sort_header(query: &TreeQuery, sort: TreeSort, label: &'static str) -> impl I
     // sorts each level the same way in place.
     let (kind, first, aria) = match sort {
         TreeSort::Name => ("text", "asc", "ascending"),
-        TreeSort::Gpu | TreeSort::Workloads => ("num", "desc", "descending"),
+        TreeSort::Gpu | TreeSort::Model(_) | TreeSort::Workloads => ("num", "desc", "descending"),
         TreeSort::Budget | TreeSort::Runway => ("num", "asc", "ascending"),
     };
     let sorted = (query.sort == sort).then_some(aria);
     let href = q.href();
     view! {
-        <th aria-sort=sorted data-sort=kind data-sort-key=sort.as_str() data-sort-first=first>
+        <th aria-sort=sorted data-sort=kind data-sort-key=sort.param() data-sort-first=first
+            title=model_key.clone() data-model=model_key>
             <a href=href data-current=current>{label}</a>
         </th>
     }
@@ -957,22 +1008,33 @@ fn tree_table(
         .into_iter()
         .map(|r| tree_row(r, query, &columns))
         .collect_view();
+    // Each model's column sorts like the GPU column (a link without
+    // scripts, in place with them); a key that names no model is a plain
+    // heading.
     let model_heads = columns
         .iter()
         .map(|(key, name)| {
-            view! { <th title=key.clone() data-model=key.clone()>{format!("{name} in use / hard")}</th> }
+            let label = format!("{name} in use / hard");
+            match ModelName::of_key(key) {
+                Some(m) => {
+                    sort_header(query, TreeSort::Model(m), label, Some(key.clone())).into_any()
+                }
+                None => {
+                    view! { <th title=key.clone() data-model=key.clone()>{label}</th> }.into_any()
+                }
+            }
         })
         .collect_view();
     let head = view! {
         <thead><tr>
-            {sort_header(query, TreeSort::Name, "Quota")}
-            {sort_header(query, TreeSort::Gpu, "GPUs in use / hard")}
+            {sort_header(query, TreeSort::Name, "Quota".into(), None)}
+            {sort_header(query, TreeSort::Gpu, "GPUs in use / hard".into(), None)}
             {model_heads}
-            {sort_header(query, TreeSort::Budget, "Budget left")}
-            {sort_header(query, TreeSort::Runway, "Runway")}
+            {sort_header(query, TreeSort::Budget, "Budget left".into(), None)}
+            {sort_header(query, TreeSort::Runway, "Runway".into(), None)}
             <th>"Borrowing"</th>
             <th>"Fullest other keys"</th>
-            {sort_header(query, TreeSort::Workloads, "Workloads")}
+            {sort_header(query, TreeSort::Workloads, "Workloads".into(), None)}
         </tr></thead>
     };
     view! {
@@ -1029,16 +1091,27 @@ pub fn render_tree_page(
         view! { <input type="hidden" name="under" value=u/> }
     });
     let current = query.sort;
-    let sorts = [
-        (TreeSort::Name, "name"),
-        (TreeSort::Gpu, "GPUs in use"),
-        (TreeSort::Budget, "card-hours left"),
-        (TreeSort::Runway, "runway"),
-        (TreeSort::Workloads, "workloads"),
-    ]
-    .into_iter()
-    .map(|(s, label)| view! { <option value=s.as_str() selected=s == current>{label}</option> })
-    .collect_view();
+    let mut sorts: Vec<(TreeSort, String)> =
+        [(TreeSort::Name, "name"), (TreeSort::Gpu, "GPUs in use")]
+            .into_iter()
+            .map(|(s, l)| (s, l.to_string()))
+            .collect();
+    sorts.extend(columns.iter().filter_map(|(key, name)| {
+        ModelName::of_key(key).map(|m| (TreeSort::Model(m), format!("{name} in use")))
+    }));
+    sorts.extend(
+        [
+            (TreeSort::Budget, "card-hours left"),
+            (TreeSort::Runway, "runway"),
+            (TreeSort::Workloads, "workloads"),
+        ]
+        .into_iter()
+        .map(|(s, l)| (s, l.to_string())),
+    );
+    let sorts = sorts
+        .into_iter()
+        .map(|(s, label)| view! { <option value=s.param() selected=s == current>{label}</option> })
+        .collect_view();
     let sort = view! { <label>"Sort by"<select name="sort">{sorts}</select></label> };
     let search = query.search.clone();
     let summary = if found > MAX_FOUND {
@@ -1156,14 +1229,60 @@ mod tests {
                 &Pricing::default(),
                 TreeQuery::default(),
             );
-            assert!(html.contains(">A100 GPUs in use / hard</th>"), "{html}");
-            assert!(html.contains(">H100 GPUs in use / hard</th>"), "{html}");
+            assert!(html.contains(">A100 GPUs in use / hard</a></th>"), "{html}");
+            assert!(html.contains(">H100 GPUs in use / hard</a></th>"), "{html}");
+            // Sortable like the other columns: a link without scripts,
+            // the island's key with them, and on the phone's menu.
+            assert!(
+                html.contains(r#"data-sort-key="model:A100""#)
+                    && html.contains(r#"href="/tree?sort=model%3AA100""#)
+                    && html.contains(r#"<option value="model:H100">H100 GPUs in use</option>"#),
+                "{html}"
+            );
             assert!(
                 html.find("A100 GPUs in use") < html.find("H100 GPUs in use"),
                 "A100 before H100"
             );
             assert!(html.contains(r#"data-label="A100 GPUs""#), "{html}");
         }
+    }
+
+    /// `?sort=model:A100` orders each level by that model's column,
+    /// fullest first, quotas without it last; a name that is no model
+    /// name sorts by name.
+    #[test]
+    fn a_model_column_sorts_its_level() {
+        let cfg = KeyConfig::default();
+        let a100 = "requests.nvidia.com/gpu.A100";
+        let with = |mut q: Quota, hard: i64, used: i64| {
+            q.spec.hard.insert(a100.into(), Quantity::from_units(hard));
+            q.status
+                .hard
+                .insert(a100.into(), Quantity::from_units(hard));
+            q.status
+                .self_used
+                .insert(a100.into(), Quantity::from_units(used));
+            q
+        };
+        let quotas = vec![
+            with(q("org", "", 32, None), 24, 0),
+            with(q("a-lab", "org", 8, None), 8, 2),
+            q("b-idle", "org", 8, None),
+            with(q("c-team", "org", 8, None), 8, 7),
+        ];
+        let in_use = quota::rollup::subtree_in_use(&quotas);
+        let m = ModelName::new("A100").unwrap();
+        let sort = TreeSort::parse("model:A100");
+        assert_eq!(sort, TreeSort::Model(m));
+        assert_eq!(sort.param(), "model:A100");
+        assert_eq!(TreeSort::parse("model:A 100"), TreeSort::Name);
+        assert_eq!(
+            TreeSort::parse(&format!("model:{}", "x".repeat(64))),
+            TreeSort::Name
+        );
+        let rows = tree_rows(&quotas, &in_use, &cfg, &Pricing::default(), sort);
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["org", "c-team", "a-lab", "b-idle"]);
     }
 
     fn using(mut q: Quota, gpus: i64, spent: i64) -> Quota {

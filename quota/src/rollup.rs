@@ -87,6 +87,25 @@ fn percent(part: Quantity, whole: Quantity) -> u32 {
     }
 }
 
+/// What a usage sample records as a quota's `used`: for every resource key
+/// what runs in its whole subtree (`in_use`, from [`subtree_in_use`]) —
+/// the keys table's "in use", at a parent never what it carved out for
+/// its children — and for every cash key what `status.used` spent.
+pub fn sampled_used(status: &crate::QuotaStatus, in_use: Option<&ResourceList>) -> ResourceList {
+    let mut out: ResourceList = status
+        .used
+        .iter()
+        .filter(|(k, _)| cash_target(k).is_some())
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    for (k, v) in in_use.into_iter().flatten() {
+        if cash_target(k).is_none() && !v.is_zero() {
+            out.insert(k.clone(), *v);
+        }
+    }
+    out
+}
+
 /// Every quota's subtree usage (Σ `selfUsed` of it and its descendants),
 /// by name. Bounded on bad data: on a parent cycle the walk stops where the
 /// cycle closes, so it ends and nothing is counted twice.
@@ -363,6 +382,51 @@ mod tests {
         // Everything is carved out: nothing is free for its own work.
         assert_eq!(units(r.free_now), 0);
         assert_eq!(units(r.borrowable_now), 0);
+    }
+
+    /// A parent's sample records what runs below it, not its carve-outs:
+    /// research carved 24 out and its children run 3, so its chart reads
+    /// 3 (then 10 when nlp starts 7); its budget's spending stays as spent.
+    #[test]
+    fn a_parents_sample_is_its_subtrees_running_use_not_its_carve_outs() {
+        const CASH: &str = "cash/requests.nvidia.com/gpu";
+        let mut research = q("research", "", 24, 0, &[("nlp", 12), ("cv", 12)]);
+        research.status.used = [
+            (GPU.to_string(), Quantity::from_units(24)),
+            (CASH.to_string(), Quantity::from_units(500)),
+        ]
+        .into();
+        let mut all = vec![
+            research,
+            q("nlp", "research", 12, 0, &[]),
+            q("cv", "research", 12, 3, &[]),
+        ];
+        let sampled = |all: &[Quota]| {
+            let sub = subtree_in_use(all);
+            sampled_used(&all[0].status, sub.get("research"))
+        };
+        let got = sampled(&all);
+        assert_eq!(units(get(&got, GPU)), 3, "what runs, not the 24 carved out");
+        assert_eq!(units(get(&got, CASH)), 500, "a budget's spending as spent");
+        all[1]
+            .status
+            .self_used
+            .insert(GPU.into(), Quantity::from_units(7));
+        assert_eq!(
+            units(get(&sampled(&all), GPU)),
+            10,
+            "it moves with the children"
+        );
+        // A leaf's sample is its own use.
+        let sub = subtree_in_use(&all);
+        assert_eq!(
+            units(get(&sampled_used(&all[2].status, sub.get("cv")), GPU)),
+            3
+        );
+        // Nothing running anywhere: no resource key at all (reads as 0).
+        all[1].status.self_used.clear();
+        all[2].status.self_used.clear();
+        assert!(!sampled(&all).contains_key(GPU));
     }
 
     /// A child with a max may borrow its siblings' idle guarantee: free

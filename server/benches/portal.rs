@@ -34,6 +34,10 @@
 //! (docs/benchmarks.md "Portal pages"): under 50 ms and 200 KB for every page a member
 //! opens, with time that follows what the viewer can see, not the forest.
 //!
+//! Then it starts a second server with the demo's data (`--demo`) and
+//! measures its quota pages of acme, the department research and the team
+//! nlp the same way (`--no-demo` skips them).
+//!
 //! Before the numbers it fetches `/healthz` the same way: the floor of a
 //! request through the same server, client and machine in this run.
 
@@ -272,6 +276,85 @@ async fn measure(c: &Client, who: &'static str, path: &str, runs: usize) -> Row 
     }
 }
 
+/// The real `bizrq` on the database at `url` (`BIZRQ_BENCH_BIN`, else this
+/// build's), with `env` set: the child and its HTTP and webhook addresses.
+async fn start_server(
+    url: &str,
+    extra: &[(&str, &str)],
+) -> (
+    tokio::process::Child,
+    std::net::SocketAddr,
+    std::net::SocketAddr,
+) {
+    let bin = std::env::var("BIZRQ_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_bizrq").to_string());
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--webhook-listen",
+        "127.0.0.1:0",
+        "--probe-listen",
+        "127.0.0.1:0",
+        "--standalone",
+        "--database-url",
+        url,
+    ])
+    .env("BIZRQ_LOG", "warn")
+    .stdout(std::process::Stdio::piped())
+    .kill_on_drop(true);
+    for (k, v) in extra {
+        if k.starts_with("--") {
+            cmd.arg(k);
+        } else {
+            cmd.env(k, v);
+        }
+    }
+    let mut child = cmd.spawn().expect("spawn bizrq");
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+    let (http_addr, webhook_addr) = loop {
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("the server exited before it was ready");
+        if let Some(addrs) = bizrq::parse_ready_line(&line) {
+            break addrs;
+        }
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, http_addr, webhook_addr)
+}
+
+/// The demo's quota pages as its admin opens them (`--demo`: acme, its
+/// department research and research's team nlp, with 30 days of hourly
+/// samples): the pages the 200 KB goal is about for a department
+/// (docs/benchmarks.md "Portal pages"). `--no-demo` skips them.
+async fn demo_pages(runs: usize) -> Vec<Row> {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("demo.db").display());
+    let (mut child, http_addr, _) = start_server(
+        &url,
+        &[
+            ("--demo", ""),
+            ("BIZRQ_ADMIN_PASSWORD", ADMIN_PASSWORD),
+            ("BIZRQ_DEMO_PASSWORD", ADMIN_PASSWORD),
+        ],
+    )
+    .await;
+    let admin = Client::login(&format!("http://{http_addr}"), "admin", ADMIN_PASSWORD).await;
+    let mut rows = Vec::new();
+    for path in ["/quotas/acme", "/quotas/research", "/quotas/nlp"] {
+        let mut r = measure(&admin, "admin", path, runs).await;
+        r.path = format!("{path} (demo)");
+        rows.push(r);
+    }
+    let _ = child.kill().await;
+    rows
+}
+
 /// Rewrites one team's status after another, `per_s` a second (each a
 /// new version, as a charge makes), from its own connection.
 async fn write_steadily(url: String, per_s: u64) {
@@ -325,39 +408,7 @@ async fn run(quotas: usize, runs: usize, smoke_soak: Option<u64>) {
     if soak_secs.is_some() {
         soak::prepare(&url, tenants).await;
     }
-    let bin = std::env::var("BIZRQ_BENCH_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_bizrq").to_string());
-    let mut child = tokio::process::Command::new(bin)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--webhook-listen",
-            "127.0.0.1:0",
-            "--probe-listen",
-            "127.0.0.1:0",
-            "--standalone",
-            "--database-url",
-            &url,
-        ])
-        .env("BIZRQ_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn bizrq");
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
-    let (http_addr, webhook_addr) = loop {
-        let line = lines
-            .next_line()
-            .await
-            .unwrap()
-            .expect("the server exited before it was ready");
-        if let Some(addrs) = bizrq::parse_ready_line(&line) {
-            break addrs;
-        }
-    };
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let (mut child, http_addr, webhook_addr) = start_server(&url, &[]).await;
     let base = format!("http://{http_addr}");
     let admin = Client::login(&base, "admin", ADMIN_PASSWORD).await;
     let member = Client::login(&base, "member", MEMBER_PASSWORD).await;
@@ -392,6 +443,9 @@ async fn run(quotas: usize, runs: usize, smoke_soak: Option<u64>) {
     }
     rows.push(measure(&admin, "admin", &format!("/quotas/{dept}"), runs).await);
     rows.push(measure(&admin, "admin", "/tree?q=team-00", runs).await);
+    if !std::env::args().any(|a| a == "--no-demo") {
+        rows.extend(demo_pages(runs).await);
+    }
 
     // The same while another replica writes `writes` quotas a second (as
     // admissions do): the admin's forest is kept between requests, so each
@@ -521,6 +575,10 @@ mod soak {
                         let used =
                             quota::Quantity::from_units(((step as i128 * 7) % n.max(1)) as i64);
                         q.status.used.insert("requests.nvidia.com/gpu".into(), used);
+                        // What runs: a sample's use (`quota::rollup::sampled_used`).
+                        q.status
+                            .self_used
+                            .insert("requests.nvidia.com/gpu".into(), used);
                         q.status.used.insert(
                             "cash/requests.nvidia.com/gpu".into(),
                             quota::Quantity::from_units(step),

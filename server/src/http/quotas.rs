@@ -130,53 +130,65 @@ pub async fn get(
 /// GET /api/v1/quotas/{name}/usage: each non-cash key of the quota as its
 /// bars show it (`quota::rollup`): in use in the whole subtree, its own
 /// use, allocated to children (and of that, idle), unallocated, lent and
-/// borrowed. The subtree counts every descendant, also those the caller
-/// may not see by name.
+/// borrowed, free now and borrowable now. The subtree counts every
+/// descendant, also those the caller may not see by name. A heavy request
+/// (`crate::heavy`): it takes a place before reading the subtree and the
+/// family, and rolls them up on the render threads.
 pub async fn usage(
     State(app): State<AppState>,
     p: Principal,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
+    let place = app.portal.heavy.enter(&p.username)?;
     changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     let all = app.service.subtrees(std::slice::from_ref(&name)).await?;
     let q = all
         .iter()
         .find(|q| q.name() == name)
         .ok_or_else(|| changes::not_found(&name))?;
-    let in_use = quota::rollup::subtree_in_use(&all)
-        .remove(&name)
-        .unwrap_or_default();
     // Free now and borrowable now as the quota page's keys table has them
     // (one computation: its parent and siblings, `with_borrowing`).
-    let (parent, siblings) = crate::portal::quotas::family_of(&app.service, q).await?;
-    let siblings: Vec<&quota::Quota> = siblings.iter().collect();
-    let rolled = quota::rollup::with_borrowing(
-        q,
-        quota::rollup::rollup(q, &in_use),
-        parent.as_ref(),
-        &siblings,
-        app.service.now(),
-    );
-    let keys: Vec<serde_json::Value> = rolled
-        .into_iter()
-        .map(|r| {
-            let borrows = q.spec.max.contains_key(&r.key);
-            serde_json::json!({
-                "freeNow": r.free_now,
-                "borrowableNow": borrows.then_some(r.borrowable_now),
-                "key": r.key,
-                "hard": r.hard,
-                "inUse": r.in_use,
-                "selfUsed": r.self_used,
-                "allocated": r.allocated,
-                "allocatedIdle": r.allocated_idle,
-                "unallocated": r.unallocated,
-                "lent": r.lent,
-                "borrowed": r.borrowed,
-            })
+    let family = crate::portal::quotas::family_of(&app.service, q).await?;
+    let now = app.service.now();
+    let body = place
+        .render(move || {
+            let Some(q) = all.iter().find(|q| q.name() == name) else {
+                return serde_json::Value::Null;
+            };
+            let in_use = quota::rollup::subtree_in_use(&all)
+                .remove(&name)
+                .unwrap_or_default();
+            let (parent, siblings) = crate::portal::quotas::family_in(family.as_deref(), q);
+            let rolled = quota::rollup::with_borrowing(
+                q,
+                quota::rollup::rollup(q, &in_use),
+                parent,
+                &siblings,
+                now,
+            );
+            let keys: Vec<serde_json::Value> = rolled
+                .into_iter()
+                .map(|r| {
+                    let borrows = q.spec.max.contains_key(&r.key);
+                    serde_json::json!({
+                        "freeNow": r.free_now,
+                        "borrowableNow": borrows.then_some(r.borrowable_now),
+                        "key": r.key,
+                        "hard": r.hard,
+                        "inUse": r.in_use,
+                        "selfUsed": r.self_used,
+                        "allocated": r.allocated,
+                        "allocatedIdle": r.allocated_idle,
+                        "unallocated": r.unallocated,
+                        "lent": r.lent,
+                        "borrowed": r.borrowed,
+                    })
+                })
+                .collect();
+            serde_json::json!({ "quota": name, "keys": keys })
         })
-        .collect();
-    Ok(Json(serde_json::json!({ "quota": name, "keys": keys })).into_response())
+        .await?;
+    Ok(Json(body).into_response())
 }
 
 /// Creating a child of X needs ownership of X or an ancestor (roots: admins).

@@ -68,17 +68,13 @@ pub async fn samples(
     )
     .await?;
     let outlooks = app::tree::outlooks(quota, &app.service.pricing());
-    let (key, cfg, status) = (
-        key.to_string(),
-        app.service.keys.clone(),
-        quota.status.clone(),
-    );
+    let (key, cfg) = (key.to_string(), app.service.keys.clone());
     drop(all);
     let panel = place
         .render(move || {
             let inputs = Inputs {
                 own: &g.own,
-                live: &status,
+                live: &g.live,
                 children: &g.children,
                 children_omitted: g.children_omitted,
                 range,

@@ -74,6 +74,7 @@ pub fn router() -> Router<AppState> {
         .route("/tree", get(quotas::tree))
         .route("/tree/rows", get(live::tree_rows))
         .route("/quotas/{name}", get(quotas::detail))
+        .route("/quotas/{name}/charts", get(quotas::charts_page))
         .route(
             "/quotas/{name}/children/new",
             get(quotas::new_child_form).post(quotas::create_child),

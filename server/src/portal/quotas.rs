@@ -53,6 +53,25 @@ fn list_line(l: &ResourceList) -> String {
         .join(" · ")
 }
 
+/// A child's hard as its row in the children table: keys by name, GPUs and
+/// budgets first (`quota::keys::display_order`), zero amounts left out,
+/// each raw key in the page's keys table and the JSON API:
+/// `A100 GPUs 32 · GPU card-hours 11,000 card-hours · CPU cores 96`.
+fn hard_line(l: &ResourceList, cfg: &KeyConfig) -> String {
+    let mut keys: Vec<(&String, &Quantity)> = l.iter().filter(|(_, v)| !v.is_zero()).collect();
+    keys.sort_by_cached_key(|(k, _)| quota::keys::display_order(k, cfg));
+    keys.into_iter()
+        .map(|(k, v)| {
+            format!(
+                "{} {}",
+                app::key_name(k, cfg),
+                quota::readable::amount(k, *v)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
 /// A form's prefill: exact and parseable, in the shorter of its own and the
 /// binary form (`1Ti`, not `1099511627776`).
 fn prefill(q: &Quantity) -> String {
@@ -384,7 +403,7 @@ fn breakdowns(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<String> 
             format!(
                 "<figcaption>{}</figcaption>{}",
                 app::layout::escape_text(&title),
-                charts::both(|f| charts::model_breakdown_chart(&used, &q.spec.hard, g, cfg, f))
+                charts::model_breakdown_chart(&used, &q.spec.hard, g, cfg, charts::NARROW)
             )
         })
         .collect()
@@ -427,7 +446,7 @@ pub async fn detail(
         .iter()
         .filter(|c| c.spec.parent == name)
         .map(|c| {
-            let hard = list_line(&c.spec.hard);
+            let hard = hard_line(&c.spec.hard, &cfg);
             let line = match quota::fair::against_line(c, &lendable, weights) {
                 Some(w) => format!("{hard} · {w}"),
                 None => hard,
@@ -466,6 +485,7 @@ pub async fn detail(
         workloads_more: q.status.workloads.len().saturating_sub(ROWS_SHOWN),
         forecasts: Vec::new(),
         charts: Charts::default(),
+        other_charts: Vec::new(),
         resource_version: version.to_string(),
         can_edit: authz::can_edit_hard(p, &name, &tree),
         can_create_child: authz::can_manage_children(p, &name, &tree),
@@ -486,27 +506,130 @@ pub async fn detail(
     let html = place
         .render(move || {
             let mut d = d;
-            let siblings: Vec<&Quota> = family.1.iter().collect();
-            d.keys = key_details(&q, &in_use, (family.0.as_ref(), &siblings), now, &cfg);
+            let (parent, siblings) = family_in(family.as_deref(), &q);
+            d.keys = key_details(&q, &in_use, (parent, &siblings), now, &cfg);
             d.breakdowns = breakdowns(&q, &in_use, &cfg);
             d.extras = extras(&q);
             d.workloads = workload_rows(&q, ROWS_SHOWN);
             d.forecasts = forecasts(&outlooks, &cfg);
+            let inputs = chart_section::Inputs {
+                own: &gathered.own,
+                live: &gathered.live,
+                children: &gathered.children,
+                children_omitted: gathered.children_omitted,
+                range,
+                now_ms: now,
+                cfg: &cfg,
+                outlooks: &outlooks,
+            };
+            // GPUs and budgets drawn here; the other keys a link away.
+            d.other_charts = chart_section::other_keys(&inputs)
+                .into_iter()
+                .map(|(k, usage_drawn)| {
+                    let name = app::key_name(&k, &cfg);
+                    let name = if usage_drawn {
+                        format!("{name} by child")
+                    } else {
+                        name
+                    };
+                    (k, name)
+                })
+                .collect();
             d.charts = Charts {
                 quota: q.name().to_string(),
                 range,
-                panels: chart_section::panels(&chart_section::Inputs {
-                    own: &gathered.own,
-                    live: &q.status,
-                    children: &gathered.children,
-                    children_omitted: gathered.children_omitted,
-                    range,
-                    now_ms: now,
-                    cfg: &cfg,
-                    outlooks: &outlooks,
+                panels: chart_section::panels_of(&inputs, |k, kind| {
+                    chart_section::leads(k, kind, &cfg)
                 }),
+                query: String::new(),
             };
             app::quotas::render_detail_page(page, d, flash)
+        })
+        .await?;
+    Ok(Html(html).into_response())
+}
+
+/// The charts page's query: `?key=` (empty: every key the quota page
+/// does not draw) and `?range=`.
+#[derive(Deserialize, Default)]
+pub struct ChartsParams {
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    range: String,
+}
+
+/// GET /quotas/{name}/charts — the charts of one key, or of every key the
+/// quota page links rather than draws (`chart_section::leads`): a heavy
+/// request, authorised as the quota page.
+pub async fn charts_page(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Query(params): Query<ChartsParams>,
+) -> Result<Response, PageError> {
+    let range = Range::parse(&params.range).map_err(PageError::Invalid)?;
+    let key = params.key.trim().to_string();
+    if key.len() > 253 || key.chars().any(char::is_control) {
+        return Err(PageError::Invalid(
+            "key: at most 253 characters, no control characters".into(),
+        ));
+    }
+    let place = app.portal.heavy.enter(&viewer.principal.username)?;
+    let (q, _, all, _) = visible_quota(&app, &viewer, &name).await?;
+    let cfg = app.service.keys.clone();
+    let now = app.service.now();
+    let gathered = crate::service::charts::gather(
+        &app.portal.sql,
+        &place,
+        &all,
+        &q,
+        (range, now),
+        if key.is_empty() {
+            crate::service::charts::Children::All
+        } else {
+            crate::service::charts::Children::ByKey(&key)
+        },
+        (!key.is_empty()).then_some(key.as_str()),
+    )
+    .await?;
+    drop(all);
+    let outlooks = app::tree::outlooks(&q, &app.service.pricing());
+    let page = viewer.page();
+    let html = place
+        .render(move || {
+            let inputs = chart_section::Inputs {
+                own: &gathered.own,
+                live: &gathered.live,
+                children: &gathered.children,
+                children_omitted: gathered.children_omitted,
+                range,
+                now_ms: now,
+                cfg: &cfg,
+                outlooks: &outlooks,
+            };
+            let (what, query, panels) = if key.is_empty() {
+                (
+                    "other keys' charts".to_string(),
+                    String::new(),
+                    chart_section::panels_of(&inputs, |k, kind| {
+                        !chart_section::leads(k, kind, &cfg)
+                    }),
+                )
+            } else {
+                (
+                    format!("{} charts", app::key_name(&key, &cfg)),
+                    format!("key={}&", app::layout::encode_component(&key)),
+                    chart_section::panels_of(&inputs, |k, _| k == key),
+                )
+            };
+            let charts = Charts {
+                quota: q.name().to_string(),
+                range,
+                panels,
+                query,
+            };
+            app::quotas::render_charts_page(page, q.name().to_string(), what, charts)
         })
         .await?;
     Ok(Html(html).into_response())
@@ -567,31 +690,38 @@ fn key_details(
         .collect()
 }
 
-/// `q`'s parent and siblings, for what it could borrow now
-/// (`quota::rollup::with_borrowing`): none for a quota without a max. The
-/// quota page's keys table and `GET /api/v1/quotas/{name}/usage` both ask
-/// it, so their free now and borrowable now are one figure.
+/// The forest `q`'s parent and siblings are read from, for what it could
+/// borrow now (`quota::rollup::with_borrowing`): none for a quota without
+/// a max. The quota page's keys table and `GET /api/v1/quotas/{name}/usage`
+/// both ask it and read it with [`family_in`] on the render threads, so
+/// their free now and borrowable now are one figure and nothing of the
+/// forest is copied.
 pub async fn family_of(
     service: &crate::service::Service,
     q: &Quota,
-) -> Result<(Option<Quota>, Vec<Quota>), ServiceError> {
+) -> Result<Option<std::sync::Arc<crate::service::forest::Forest>>, ServiceError> {
     if q.spec.max.is_empty() {
-        return Ok((None, Vec::new()));
+        return Ok(None);
     }
-    let forest = service.forest().await?;
-    Ok((
-        forest
-            .quotas
-            .iter()
-            .find(|p| p.name() == q.spec.parent)
-            .cloned(),
+    Ok(Some(service.forest().await?))
+}
+
+/// `q`'s parent and siblings in `forest` (none without one).
+pub fn family_in<'f>(
+    forest: Option<&'f crate::service::forest::Forest>,
+    q: &Quota,
+) -> (Option<&'f Quota>, Vec<&'f Quota>) {
+    let Some(forest) = forest else {
+        return (None, Vec::new());
+    };
+    (
+        forest.quotas.iter().find(|p| p.name() == q.spec.parent),
         forest
             .quotas
             .iter()
             .filter(|s| s.spec.parent == q.spec.parent)
-            .cloned()
             .collect(),
-    ))
+    )
 }
 
 /// The quota's queue for its page: None for a quota that refuses and
@@ -1316,6 +1446,15 @@ mod tests {
             "cash/requests.nvidia.com/gpu 20,000 card-hours · pods 2,600 · requests.memory 1,024 GiB"
         );
         let q = |s: &str| s.parse::<Quantity>().unwrap();
+        let cfg = KeyConfig::default();
+        let mut hard = l.clone();
+        hard.insert("requests.nvidia.com/gpu.A100".into(), q("32"));
+        hard.insert("requests.cpu".into(), q("0"));
+        assert_eq!(
+            hard_line(&hard, &cfg),
+            "A100 GPUs 32 · GPU card-hours 20,000 card-hours · memory 1,024 GiB · pods 2,600",
+            "by name, GPUs first, no zeros"
+        );
         assert_eq!(prefill(&q("1099511627776")), "1Ti");
         assert_eq!(prefill(&q("11500")), "11500");
         assert_eq!(prefill(&q("1500m")), "1500m");

@@ -12,12 +12,16 @@ use crate::store::StoreError;
 use quota::forecast::Sample;
 use quota::series::Range;
 use quota::{Quota, QuotaStatus};
+use std::collections::BTreeMap;
 
 /// The samples and statuses a quota's charts need.
 pub struct Gathered {
     pub own: Vec<Sample>,
-    /// (child, its samples, its status), children in name order: at most
-    /// `quota::series::MAX_CHART_CHILDREN`, those using the most now.
+    /// The quota's status as its charts' last point ([`live_status`]).
+    pub live: QuotaStatus,
+    /// (child, its samples, its status as its last point), children in
+    /// name order: at most `quota::series::MAX_CHART_CHILDREN`, those
+    /// running the most now.
     pub children: Vec<(String, Vec<Sample>, QuotaStatus)>,
     /// Children whose samples were not read.
     pub children_omitted: usize,
@@ -138,6 +142,16 @@ pub async fn read_folded(
     }
 }
 
+/// `q`'s status as a chart's point now: its `used` is what a sample
+/// records (`quota::rollup::sampled_used`: what runs in its subtree, and
+/// what its budgets spent), so the last point continues the stored line
+/// instead of jumping to a parent's carve-outs.
+pub fn live_status(q: &Quota, in_use: &BTreeMap<String, quota::ResourceList>) -> QuotaStatus {
+    let mut live = q.status.clone();
+    live.used = quota::rollup::sampled_used(&q.status, in_use.get(q.name()));
+    live
+}
+
 /// Whose samples besides the quota's a chart reads.
 #[derive(Clone, Copy, Debug)]
 pub enum Children<'a> {
@@ -193,10 +207,14 @@ pub async fn gather(
         },
     )
     .await?;
+    // `all` holds `q`'s whole subtree: what runs below each quota.
+    let in_use = quota::rollup::subtree_in_use(all);
+    let live = live_status(q, &in_use);
     let (key, max) = match children {
         Children::None => {
             return Ok(Gathered {
                 own,
+                live,
                 children: Vec::new(),
                 children_omitted: 0,
             })
@@ -207,21 +225,31 @@ pub async fn gather(
             (None, quota::series::page_children(keys))
         }
     };
-    let mut kids: Vec<&Quota> = all.iter().filter(|c| c.spec.parent == q.name()).collect();
-    kids.sort_by(|a, b| a.name().cmp(b.name()));
-    let statuses: Vec<(&str, &QuotaStatus)> = kids.iter().map(|c| (c.name(), &c.status)).collect();
+    let mut kids: Vec<(&str, QuotaStatus)> = all
+        .iter()
+        .filter(|c| c.spec.parent == q.name())
+        .map(|c| (c.name(), live_status(c, &in_use)))
+        .collect();
+    kids.sort_by(|a, b| a.0.cmp(b.0));
+    let statuses: Vec<(&str, &QuotaStatus)> = kids.iter().map(|(n, s)| (*n, s)).collect();
     let (drawn, omitted) = quota::series::children_to_draw(&statuses, key, max);
+    let drawn: Vec<String> = drawn.iter().map(|n| n.to_string()).collect();
+    drop(statuses);
     let mut read = Vec::with_capacity(drawn.len());
-    for c in kids.into_iter().filter(|c| drawn.contains(&c.name())) {
+    for (name, status) in kids
+        .into_iter()
+        .filter(|(n, _)| drawn.iter().any(|d| d == n))
+    {
         let wanted = Wanted {
             used_only: true,
             key: key.map(str::to_string),
         };
-        let s = read_folded(sql, place, c.name(), span, width, wanted).await?;
-        read.push((c.name().to_string(), s, c.status.clone()));
+        let s = read_folded(sql, place, name, span, width, wanted).await?;
+        read.push((name.to_string(), s, status));
     }
     Ok(Gathered {
         own,
+        live,
         children: read,
         children_omitted: omitted,
     })

@@ -204,9 +204,9 @@ pub(super) fn params_list(first: usize, n: usize) -> String {
 /// hashed with 64-bit FNV-1a: stable across builds, unlike std's hasher, and
 /// cheap for 10,000 quotas a minute. A collision would only delay a chart
 /// point until the next keepalive.
-fn digest(status: &QuotaStatus) -> String {
+fn digest(status: &QuotaStatus, used: &ResourceList) -> String {
     let mut h = Fnv1a::default();
-    for list in [&status.hard, &status.used, &status.self_used] {
+    for list in [&status.hard, used, &status.self_used] {
         h.write(&(list.len() as u64).to_le_bytes());
         for (key, value) in list {
             h.write(key.as_bytes());
@@ -436,7 +436,10 @@ impl SqlStore {
     /// Records one sample per quota at `at_ms`, in transactions of
     /// [`SAMPLE_ROWS`] quotas (so a sample of 10,000 quotas never holds the
     /// database's writer for long: admissions commit between them), and
-    /// returns how many were written. A quota whose hard, used, selfUsed and
+    /// returns how many were written. `quotas` is the whole forest: a
+    /// sample's `used` is what runs in the quota's subtree (its
+    /// descendants' `selfUsed` with its own; cash keys: what it spent),
+    /// never what a parent carved out for its children. A quota whose hard, used, selfUsed and
     /// cash accumulators equal its latest sample is skipped unless that
     /// sample is [`KEEPALIVE_MS`] old; an `at_ms` not after a quota's latest
     /// sample writes nothing for it (samples only move forward).
@@ -444,6 +447,9 @@ impl SqlStore {
         // One row per name (the last given): one statement may not touch a
         // row twice on PostgreSQL.
         let by_name: BTreeMap<&str, &Quota> = quotas.iter().map(|q| (q.name(), q)).collect();
+        // What runs in each quota's subtree: a sample's `used`
+        // (`quota::rollup::sampled_used`), at a parent never its carve-outs.
+        let in_use = quota::rollup::subtree_in_use(quotas);
         // Read outside the writes: a sample written meanwhile by another
         // replica is newer, and the writes below keep the newest
         // (`ON CONFLICT … WHERE excluded.at_ms > …`, `DO NOTHING`).
@@ -466,7 +472,8 @@ impl SqlStore {
         let mut pace = crate::util::Pace::start();
         let last = by_name.len();
         for (i, (name, q)) in by_name.into_iter().enumerate() {
-            let digest = digest(&q.status);
+            let used = quota::rollup::sampled_used(&q.status, in_use.get(name));
+            let digest = digest(&q.status, &used);
             let skip = latest.get(name).is_some_and(|(last_at, last_digest)| {
                 let due = at_ms - last_at >= KEEPALIVE_MS;
                 at_ms <= *last_at || (*last_digest == digest && !due)
@@ -476,7 +483,7 @@ impl SqlStore {
                     quota: name,
                     digest,
                     hard: to_json(&q.status.hard)?,
-                    used: to_json(&q.status.used)?,
+                    used: to_json(&used)?,
                     self_used: to_json(&q.status.self_used)?,
                 });
             }

@@ -54,8 +54,8 @@ async fn a_quota_with_more_keys_than_the_limit_is_refused_400_naming_it() {
     );
 }
 
-/// A quota at the key limit: its page shows every key once, one chart per
-/// key (counted, not timed: the section folds its samples once for all
+/// A quota at the key limit: its page shows every key once, its charts'
+/// page one chart per key (counted, not timed: the section folds its samples once for all
 /// keys, `app::chart_section`'s test), and a quota with more children
 /// than a page lists links to the tree for the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,8 +74,18 @@ async fn a_quota_page_shows_every_key_once_and_at_most_200_children() {
     for i in [0, 128, 255] {
         assert!(page.body.contains(&format!("limits.cpu.m{i:05}")));
     }
+    // No GPU and no budget: the page links the keys' charts, and their
+    // own page draws them all.
+    assert_eq!(page.body.matches("class=\"chart-panel\"").count(), 0);
     assert_eq!(
-        page.body.matches("class=\"chart-panel\"").count(),
+        page.body.matches("href=\"/quotas/wide/charts?key=").count(),
+        256,
+        "a link to each key's charts"
+    );
+    let charts = admin.get("/quotas/wide/charts?range=1y").await;
+    assert_eq!(charts.status, StatusCode::OK);
+    assert_eq!(
+        charts.body.matches("class=\"chart-panel\"").count(),
         256,
         "one usage chart per key (no child uses them: no children chart)"
     );
@@ -194,6 +204,7 @@ async fn record_history(url: &str, n: i64) {
                 );
                 q.status.hard = list(128, hard);
                 q.status.used = list(128, t % hard);
+                q.status.self_used = q.status.used.clone();
                 q
             })
             .collect();

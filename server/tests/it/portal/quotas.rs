@@ -201,6 +201,8 @@ async fn charts_and_forecasts_appear_once_usage_is_sampled(s: &Server) {
             ),
         ]
         .into();
+        // A sample's use is what runs (`selfUsed` here and below).
+        q.status.self_used = [("requests.nvidia.com/gpu".to_string(), "2".parse().unwrap())].into();
         sql.record_samples(now - i * 3_600_000, std::slice::from_ref(&q))
             .await
             .unwrap();
@@ -698,3 +700,230 @@ on_both!(
     error_pages_keep_the_navigation,
     a_cut_below_what_runs_is_confirmed_first,
 );
+
+/// The usage API's free now and borrowable now read the quota's parent and
+/// siblings: a heavy request's work (docs/limits.md). One person's
+/// requests beyond their cap are answered 429 with `Retry-After` before
+/// anything is read, and every one let in gives the same figures.
+#[tokio::test]
+async fn the_usage_api_takes_a_heavy_place_and_answers_one_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = Server::start_with(
+        &fresh_sqlite(&dir),
+        &["--heavy-requests-per-user", "1", "--render-threads", "1"],
+        Some(crate::common::ADMIN_PASSWORD),
+    )
+    .await;
+    s.create_quota("ai", "", json!({GPU: "16"})).await;
+    // nlp (hard 4, max 12) may borrow what its idle siblings leave.
+    let (st, v) = s
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "nlp"},
+                "spec": {"parent": "ai", "hard": {GPU: "4"}, "max": {GPU: "12"}}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    for i in 0..40 {
+        s.create_quota(&format!("team-{i:02}"), "ai", json!({GPU: "0"}))
+            .await;
+    }
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/v1/quotas/nlp/usage", s.http);
+    let sent: Vec<_> = (0..32)
+        .map(|_| {
+            let (c, url) = (client.clone(), url.clone());
+            tokio::spawn(async move {
+                let r = c.get(url).bearer_auth(TOKEN).send().await.unwrap();
+                let retry = r
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_string());
+                (r.status(), retry, r.text().await.unwrap())
+            })
+        })
+        .collect();
+    let (mut answers, mut refused) = (std::collections::BTreeSet::new(), 0);
+    for t in sent {
+        let (status, retry, body) = t.await.unwrap();
+        match status {
+            StatusCode::TOO_MANY_REQUESTS => {
+                refused += 1;
+                assert_eq!(retry.as_deref(), Some("2"), "{body}");
+                assert!(body.contains("you already have 1 heavy requests"), "{body}");
+            }
+            StatusCode::OK => {
+                let v: Value = serde_json::from_str(&body).unwrap();
+                let gpu = v["keys"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|k| k["key"] == GPU)
+                    .unwrap()
+                    .clone();
+                answers.insert(format!("{} {}", gpu["freeNow"], gpu["borrowableNow"]));
+            }
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!(refused > 0, "32 at once with a cap of 1: some refused");
+    // 4 free of its own; ai's 12 unallocated lend it 8 more (max 12).
+    assert_eq!(
+        answers.into_iter().collect::<Vec<_>>(),
+        ["\"4\" \"8\""],
+        "every answer let in says the same"
+    );
+    let (st, _) = s.api(Method::GET, "/api/v1/quotas/nlp/usage", None).await;
+    assert_eq!(st, StatusCode::OK, "the places were given back");
+}
+
+/// A parent's usage chart plots what runs in its subtree, the keys
+/// table's "in use", both in its stored samples and in its point now:
+/// ai carved 12 of its 16 GPUs out for nlp, which runs 2.
+#[tokio::test]
+async fn a_parents_usage_chart_plots_what_runs_below_it_not_its_carve_outs() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&fresh_sqlite(&dir)).await;
+    s.create_quota("ai", "", json!({GPU: "16"})).await;
+    s.create_quota("nlp", "ai", json!({GPU: "12"})).await;
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review(
+                "deployment-create.json",
+                "u-chart",
+                Some(deployment("train", "nlp", 1, 2)),
+                None,
+            ),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    // A sample of the whole forest, as the sampler takes it (after the
+    // one the server took when ai was made: samples only move forward).
+    let sql = bizrq::store::sql::SqlStore::connect(&s.database_url)
+        .await
+        .unwrap();
+    let mut forest: Vec<quota::Quota> = Vec::new();
+    for n in ["ai", "nlp"] {
+        forest.push(serde_json::from_value(s.quota(n).await).unwrap());
+    }
+    assert_eq!(
+        quota::resources::get(&forest[0].status.used, GPU),
+        quota::Quantity::from_units(12),
+        "ai's status counts its carve-out"
+    );
+    sql.record_samples(bizrq::util::now_ms(), &forest)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let (st, v) = s
+        .api(
+            Method::GET,
+            &format!("/api/v1/quotas/ai/samples?key={GPU}&range=24h"),
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let points = v["points"].as_array().unwrap();
+    let n = points.len();
+    assert!(n >= 2, "the sample and now: {v}");
+    for p in &points[n - 2..] {
+        let used = p["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|kv| kv[0] == "used")
+            .unwrap()[1]
+            .clone();
+        assert_eq!(used, json!("2"), "what runs, not the 12 carved out: {p}");
+    }
+    assert!(
+        points[n - 1]["readout"]
+            .as_str()
+            .unwrap()
+            .ends_with("in use 2 cards, hard 16 cards"),
+        "{v}"
+    );
+    let last = v["rows"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last[1], "2 cards", "the values table says the same: {v}");
+}
+
+/// An owner sees its teams' queues on the overview (docs/queueing.md §7):
+/// olga owns lab, not its team ml, and the work queued in ml is listed
+/// for her with who submitted it; a member of lab (who owns nothing) is
+/// not shown work queued below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_sees_the_work_queued_in_its_teams() {
+    use crate::cluster::{used, Cluster};
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    let c = Cluster::start().await;
+    for (name, parent, spec) in [
+        ("lab", "", json!({"requests.cpu": "8"})),
+        ("ml", "lab", json!({"requests.cpu": "4"})),
+    ] {
+        let (st, v) = c
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name},
+                    "spec": {"parent": parent, "hard": spec, "queueing": "Queue"}})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    for (name, user, cpu) in [("big", "alice", "4"), ("waits", "bob@example.com", "2")] {
+        let job: DynamicObject = serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
+            "spec": {"parallelism": 1, "completions": 1,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
+                    "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}}))
+        .unwrap();
+        Api::<DynamicObject>::namespaced_with(c.kubectl(user), "ml", &ar)
+            .create(&PostParams::default(), &job)
+            .await
+            .unwrap();
+        if name == "big" {
+            c.until("ml", "big charged", |q| used(q, "requests.cpu") == "4")
+                .await;
+        }
+    }
+    c.until("ml", "waits queued", |q| {
+        q["status"]["queue"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e["workloadRef"] == "batch/Job/ml/waits"))
+    })
+    .await;
+    let admin = Browser::admin(&c.server).await;
+    create_user(&admin, "olga", "olga-password-0123456").await;
+    create_user(&admin, "max", "max-password-01234567").await;
+    bind(&admin, "olga", "lab", "owner").await;
+    bind(&admin, "max", "lab", "member").await;
+    let olga = Browser::logged_in(&c.server, "olga", "olga-password-0123456").await;
+    let html = olga.get("/").await.body;
+    let at = html
+        .find("Queued in your quotas (1)")
+        .unwrap_or_else(|| panic!("the owner of lab sees ml's queue: {html}"));
+    let section = &html[at..];
+    let section = &section[..section.find("</section>").unwrap()];
+    for want in [
+        "batch/Job/ml/waits",
+        "bob@example.com",
+        "href=\"/quotas/ml#queue\"",
+    ] {
+        assert!(section.contains(want), "{want} not in {section}");
+    }
+    let max = Browser::logged_in(&c.server, "max", "max-password-01234567").await;
+    let html = max.get("/").await.body;
+    assert!(
+        !html.contains("batch/Job/ml/waits"),
+        "a member of lab owns nothing below it: {html}"
+    );
+}
