@@ -22,6 +22,18 @@ use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
+/// Keys of a quota page that count as one heavy request: the page holds
+/// the folded samples of every key (and its children's) while it draws.
+pub const KEYS_PER_PLACE: usize = 64;
+
+/// The places a quota page of `keys` keys takes: one per
+/// [`KEYS_PER_PLACE`] keys, four times that for a range whose samples are
+/// kept as stored (24 h: up to 1,441 points a series, about four times a
+/// year's 366).
+pub fn page_places(keys: usize, kept_as_stored: bool) -> usize {
+    keys.max(1).div_ceil(KEYS_PER_PLACE) * if kept_as_stored { 4 } else { 1 }
+}
+
 /// What a refused heavy request tells its client to wait, in seconds.
 pub const RETRY_SECS: u64 = 2;
 
@@ -235,8 +247,7 @@ impl Drop for Place {
 
 impl Permit {
     /// Count this request as `places` of the gate's `total` in all (at
-    /// least one, at most half the gate, so that one person's wide page
-    /// never shuts everybody else out): a request found, once it has read
+    /// least one, at most the whole gate): a request found, once it has read
     /// what it shows, to hold as much as several ordinary ones (a quota
     /// page of 256 keys holds the folded year of every key). Never waits:
     /// with the places not free it is refused as `enter` refuses, and its
@@ -246,7 +257,7 @@ impl Permit {
     pub fn widen(&self, places: usize) -> Result<(), Refused> {
         use std::sync::atomic::Ordering;
         let gate = &self.place.gate;
-        let want = places.clamp(1, (gate.config.total / 2).max(1)) - 1;
+        let want = places.clamp(1, gate.config.total) - 1;
         let mut r = gate.running.lock().unwrap_or_else(|e| e.into_inner());
         let have = self.place.extra.load(Ordering::Relaxed);
         if want <= have {
@@ -359,6 +370,15 @@ mod tests {
     }
 
     #[test]
+    fn a_page_takes_a_place_per_64_keys_and_four_for_a_day() {
+        assert_eq!(page_places(0, false), 1);
+        assert_eq!(page_places(64, false), 1);
+        assert_eq!(page_places(65, false), 2);
+        assert_eq!(page_places(256, false), 4);
+        assert_eq!(page_places(256, true), 16);
+    }
+
+    #[test]
     fn a_wide_request_counts_as_several_and_gives_them_all_back() {
         let gate = Heavy::new(Config {
             total: 8,
@@ -368,9 +388,11 @@ mod tests {
         let wide = gate.enter("ana").unwrap();
         wide.widen(4).unwrap();
         assert_eq!(gate.running(), 4);
-        // Never more than half the gate, whatever it asks.
+        // Never more than the whole gate, whatever it asks: with half of
+        // it taken, a request asking for all of it is refused.
         let wider = gate.enter("bo").unwrap();
-        wider.widen(100).unwrap();
+        assert_eq!(wider.widen(100).err(), Some(Refused::Total(5)));
+        wider.widen(4).unwrap();
         assert_eq!(gate.running(), 8);
         assert_eq!(gate.enter("cy").err(), Some(Refused::Total(8)));
         drop(wider);

@@ -421,6 +421,12 @@ pub async fn detail(
     let range = Range::parse(&params.range).map_err(PageError::Invalid)?;
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
     let (q, version, all, tree) = visible_quota(&app, &viewer, &name).await?;
+    // A page of many keys holds the folded samples of each while it
+    // draws: it counts as several heavy requests (docs/limits.md).
+    place.widen(crate::heavy::page_places(
+        q.spec.hard.len(),
+        range == Range::Day,
+    ))?;
     let p = &viewer.principal;
     let cfg = app.service.keys.clone();
     let now = app.service.now();
