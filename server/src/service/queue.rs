@@ -86,7 +86,9 @@ impl Pending {
     }
 
     /// The entries of `q` its status does not show (neither queued nor
-    /// charged), younger than `PENDING_MS`; the rest are dropped.
+    /// charged with running pods: the controller records a held object's
+    /// charge of nothing before its round folds it), younger than
+    /// `PENDING_MS`; the rest are dropped.
     pub fn of(&self, q: &Quota, now_ms: i64) -> Vec<Queued> {
         let mut m = self.by_quota.lock().unwrap_or_else(|e| e.into_inner());
         let Some(v) = m.get_mut(q.name()) else {
@@ -95,7 +97,7 @@ impl Pending {
         v.retain(|p| {
             now_ms.saturating_sub(p.submitted_ms) < PENDING_MS
                 && !ledger::holds(q, &p.workload_ref)
-                && !q.status.workloads.contains_key(&p.workload_ref)
+                && !ledger::runs(q, &p.workload_ref)
         });
         let out = v.clone();
         if v.is_empty() {
