@@ -583,6 +583,11 @@ pub async fn charts_page(
     }
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
     let (q, _, all, _) = visible_quota(&app, &viewer, &name).await?;
+    // Every key's charts at once weigh as the quota page does.
+    place.widen(crate::heavy::page_places(
+        if key.is_empty() { q.spec.hard.len() } else { 1 },
+        range == Range::Day,
+    ))?;
     let cfg = app.service.keys.clone();
     let now = app.service.now();
     let gathered = crate::service::charts::gather(
