@@ -420,20 +420,6 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
             for step in quota::admission::plan(old.as_ref(), new.as_ref()) {
                 match step {
                     quota::admission::Step::Charge { quota, workload } => {
-                        // Created held and queued on itself by the mutating
-                        // webhook (whose patch alone writes the mark on a
-                        // CREATE): nothing to charge, and no write of the
-                        // quota (docs/queueing.md §12).
-                        if req.operation == "CREATE"
-                            && svc.queueing
-                            && workload
-                                .meta
-                                .annotations
-                                .contains_key(quota::queue::QUEUED_ANNOTATION)
-                            && workload.pod_sets.iter().all(|s| s.count == 0)
-                        {
-                            continue;
-                        }
                         let sets = workload.pod_sets.clone();
                         let run = match &changes {
                             Some(c) => RunDecl::of_update(workload, c),

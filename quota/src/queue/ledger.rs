@@ -164,29 +164,6 @@ pub fn join(
     enqueue(q, work, position, waiting, reason)
 }
 
-/// Fold into `status.queue` the entries held workloads carry on
-/// themselves (`mark`, the mutating webhook queued them without a write
-/// of the quota), in the write the caller makes anyway. An entry already
-/// queued under its reference, or whose workload holds a charge of running
-/// pods (admitted, its release not yet seen), is left alone. Each joins
-/// as a new submission (`join`), so the bounds hold: one past `MAX_QUEUE`
-/// or its submitter's share is not folded and stays held, folded by a
-/// later round once the queue has room. The references folded.
-pub fn fold(q: &mut Quota, held: &[Queued]) -> Vec<String> {
-    let mut folded = Vec::new();
-    for work in held {
-        if holds(q, &work.workload_ref) || runs(q, &work.workload_ref) {
-            continue;
-        }
-        let position = u32::try_from(q.status.queue.len() + 1).unwrap_or(u32::MAX);
-        let reason = "queued; its place is stated by the next round".to_string();
-        if let Ok(true) = join(q, work.clone(), position, Waiting::Quota, reason) {
-            folded.push(work.workload_ref.clone());
-        }
-    }
-    folded
-}
-
 /// Remove the entries whose object was never seen (no uid: a CREATE's
 /// entry the controller never named) and that joined `grace_ms` or more
 /// before `now_ms`: their create was refused after the mutating webhook
@@ -521,46 +498,6 @@ mod tests {
         assert_eq!(expire_unseen(&mut q, i64::MAX, 100), ["batch/Job/ml/new"]);
         assert_eq!(q.status.queue.len(), 1);
         assert_eq!(q.status.queue[0].work.uid, "u", "a named entry stays");
-    }
-
-    #[test]
-    fn held_entries_fold_once_within_the_bounds_and_never_when_charged() {
-        let mut q = quota(4);
-        q.spec.queueing = crate::queue::QueuePolicy {
-            max_per_submitter: Some(2),
-            ..crate::queue::QueuePolicy::queue()
-        };
-        let by = |name: &str, who: &str| Queued {
-            submitted_by: Some(who.to_string()),
-            ..job(name, &format!("u-{name}"), 8, 5)
-        };
-        enqueue(&mut q, by("queued", "bob"), 1, Waiting::Quota, "r".into()).unwrap();
-        // Admitted, its release not yet seen: never queued again.
-        let running = Queued {
-            submitted_by: Some("bob".into()),
-            ..job("running", "u-running", 2, 5)
-        };
-        admission::charge(&mut q, &running.workload_ref, running.charge(1)).unwrap();
-        let held = [
-            by("queued", "bob"),
-            running,
-            by("m1", "mallory"),
-            by("m2", "mallory"),
-            by("m3", "mallory"),
-        ];
-        let folded = fold(&mut q, &held);
-        assert_eq!(folded, ["batch/Job/ml/m1", "batch/Job/ml/m2"]);
-        assert_eq!(q.status.queue.len(), 3);
-        assert_eq!(q.status.queue[1].work.submitted_ms, 5, "the mark's since");
-        // Past the share m3 stays held, not lost: folded once room frees.
-        assert!(
-            fold(&mut q, &held).is_empty(),
-            "a retried fold changes nothing"
-        );
-        dequeue(&mut q, "batch/Job/ml/m1");
-        assert_eq!(fold(&mut q, &held), ["batch/Job/ml/m1"]);
-        dequeue(&mut q, "batch/Job/ml/m2");
-        assert_eq!(fold(&mut q, &held[4..]), ["batch/Job/ml/m3"]);
     }
 
     #[test]

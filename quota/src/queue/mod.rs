@@ -24,7 +24,6 @@ pub mod batch;
 pub mod budgets;
 pub mod estimate;
 pub mod ledger;
-pub mod mark;
 pub mod order;
 pub mod policy;
 pub mod preempt;
@@ -39,7 +38,6 @@ pub use admit::{
 };
 pub use estimate::{estimate, Running};
 pub use ledger::MAX_QUEUE;
-pub use mark::QUEUED_ANNOTATION;
 pub use order::order;
 pub use policy::{Mode, Order, PolicyError, Preemption, QueuePolicy};
 pub use preempt::{plan as preemption_plan, Preempt};

@@ -43,9 +43,6 @@ pub struct WorkloadInfo {
     /// workload by them as the queue judges its entries, even before its
     /// pods exist.
     pub priority_classes: Vec<String>,
-    /// The queue entry it carries on itself while held
-    /// (`quota::queue::mark`), read as its adapter reads it released.
-    pub queued: Option<quota::queue::Queued>,
 }
 
 /// A governed workload as the watch shows it.
@@ -387,7 +384,6 @@ impl View {
                         uid: w.meta.uid.clone(),
                         run_ms,
                         priority_classes: Vec::new(),
-                        queued: None,
                     },
                 },
             );
@@ -937,26 +933,6 @@ impl View {
         if let Some(s) = self.workloads.get_mut(wref) {
             s.info.priority_classes = classes;
         }
-    }
-
-    /// What the watch shows of `wref` besides its pod sets.
-    pub fn workload_info(&self, wref: &str) -> Option<&WorkloadInfo> {
-        self.workloads.get(wref).map(|s| &s.info)
-    }
-
-    /// `wref`'s queue entry on itself (`WorkloadInfo::queued`).
-    pub fn set_queued(&mut self, wref: &str, queued: Option<quota::queue::Queued>) {
-        if let Some(s) = self.workloads.get_mut(wref) {
-            s.info.queued = queued;
-        }
-    }
-
-    /// The entries the held workloads bound to `quota` carry on
-    /// themselves.
-    pub fn queued_on_objects(&self, quota: &str) -> Vec<quota::queue::Queued> {
-        self.workloads_in(quota)
-            .filter_map(|(_, s)| s.info.queued.clone())
-            .collect()
     }
 
     pub fn workloads_of(&self, quota: &str) -> Vec<(String, Vec<PodSet>, WorkloadInfo)> {

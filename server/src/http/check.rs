@@ -143,9 +143,7 @@ async fn would_queue(
         preempted: false,
     };
     Ok(match svc.would_queue(quota_name, work).await? {
-        Queueing::Queued {
-            position, reason, ..
-        } => Some((position, reason)),
+        Queueing::Queued { position, reason } => Some((position, reason)),
         Queueing::Admits | Queueing::Never(_) => None,
     })
 }

@@ -245,10 +245,6 @@ pub struct Service {
     /// quota's queue, which the controller admits from. Standalone: false,
     /// so nothing queues — nothing there would ever admit it.
     pub queueing: bool,
-    /// Entries this process queued on their objects (the mutating
-    /// webhook) that their quota's status does not show yet
-    /// (`queue::Pending`).
-    pub pending: Arc<queue::Pending>,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
@@ -299,7 +295,6 @@ impl Service {
             service_account: String::new(),
             priorities: Arc::new(queue::NoClasses),
             queueing: false,
-            pending: Default::default(),
             deferred: Default::default(),
             clock: Arc::new(now_ms),
             locks: Default::default(),
@@ -1048,21 +1043,6 @@ impl Service {
         if admitted.lowered && !dry_run {
             self.recheck.mark(quota_name);
         }
-        if !dry_run && !admitted.ended.is_empty() {
-            // A suspend or scale-down of borrowing work: its loan goes back
-            // now, after the charge's write (docs/queueing.md §9).
-            if let Err(e) = self
-                .return_loan(
-                    &admitted.parent,
-                    quota_name,
-                    &admitted.ended,
-                    &admitted.borrowed,
-                )
-                .await
-            {
-                tracing::warn!(quota = quota_name, error = %e, "loan not returned; the parent's repair shrinks it later");
-            }
-        }
         Ok(())
     }
 
@@ -1180,11 +1160,9 @@ impl Service {
                                 .is_none_or(|r| r.outstanding() < h.outstanding())
                         })
                     });
-                    let used_before = q.status.used.clone();
                     match borrow::charge_or_request(q, &wref, c, loan.as_ref()) {
                         // Charged: it leaves the queue in the same write.
                         Ok(changed) => {
-                            let ended = borrow::ended(q, &used_before, &q.status.used);
                             let held_changed = hold::apply(&mut q.status, &wref, reserved);
                             let queued_since = q
                                 .status
@@ -1216,9 +1194,6 @@ impl Service {
                                     held,
                                     lowered,
                                     queued_since,
-                                    borrowed: q.spec.borrowed(&q.status.used),
-                                    parent: q.spec.parent.clone(),
-                                    ended,
                                 }),
                             ))
                         }
@@ -1297,22 +1272,12 @@ impl Service {
         wref: &str,
         dry_run: bool,
     ) -> Result<(), ServiceError> {
-        // With the release, the borrowing it ended and what the quota
-        // still borrows: the loan goes back right after, as a DELETE's
-        // (docs/queueing.md §9) — a suspend or scale-down through an
-        // UPDATE included.
         let decide = {
             let wref = wref.to_string();
             move |q: &mut Quota| {
-                let before = q.status.used.clone();
                 let dequeued = quota::queue::ledger::dequeue(q, &wref);
                 let released = admission::release(q, &wref) || dequeued;
-                let back = (
-                    borrow::ended(q, &before, &q.status.used),
-                    q.spec.borrowed(&q.status.used),
-                    q.spec.parent.clone(),
-                );
-                Ok((released, (released, back)))
+                Ok((released, released))
             }
         };
         // In its quota's group commit, like the charges it gives way to.
@@ -1322,15 +1287,9 @@ impl Service {
             self.commit(quota_name, decide).await
         };
         match result {
-            Ok((released, (ended, borrowed, parent))) => {
+            Ok(released) => {
                 if released && !dry_run {
                     self.recheck.mark(quota_name);
-                    if let Err(e) = self
-                        .return_loan(&parent, quota_name, &ended, &borrowed)
-                        .await
-                    {
-                        tracing::warn!(quota = quota_name, error = %e, "loan not returned; the parent's repair shrinks it later");
-                    }
                 }
                 Ok(())
             }
@@ -1726,7 +1685,7 @@ impl Service {
 type Build = Arc<dyn Fn(Option<&Charge>, &str) -> Option<Charge> + Send + Sync>;
 
 /// What an admission found and did.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Admitted {
     /// The workload held a charge in the quota.
     held: bool,
@@ -1736,12 +1695,6 @@ struct Admitted {
     /// unsuspended by hand that fits): when it had joined, for the
     /// queue's wait-time histogram.
     queued_since: Option<i64>,
-    /// The borrowing this charge ended (a lowered charge: a suspend, a
-    /// scale-down), what the quota still borrows, and its parent: the
-    /// loan goes back right after (`return_loan`).
-    ended: ResourceList,
-    borrowed: ResourceList,
-    parent: String,
 }
 
 /// One round of an admission on its quota: done, or short, with the loan

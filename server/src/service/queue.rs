@@ -60,76 +60,13 @@ impl PriorityLookup for NoClasses {
     fn set_watched(&self, _: Option<Classes>) {}
 }
 
-/// Entries this process's mutating webhook queued on their objects that
-/// their quota's status does not show yet (docs/queueing.md §12): counted
-/// with `status.queue` for the next creates' positions, strict FIFO and the
-/// queue's bounds. An entry goes once the status shows it (folded by the
-/// controller's round, or admitted), or `PENDING_MS` after it queued (its
-/// create failed, or the controller has not folded it yet: the round's
-/// fold enforces the bounds in any case). Another replica's pending
-/// entries are not seen here.
-#[derive(Default)]
-pub struct Pending {
-    by_quota: std::sync::Mutex<std::collections::HashMap<String, Vec<Queued>>>,
-}
-
-/// How long a pending entry counts without the status showing it.
-pub const PENDING_MS: i64 = ledger::UNSEEN_GRACE_MS;
-
-impl Pending {
-    /// `work` (its `submitted_ms` when it queued) waits in `quota`.
-    pub fn add(&self, quota: &str, work: Queued) {
-        let mut m = self.by_quota.lock().unwrap_or_else(|e| e.into_inner());
-        let v = m.entry(quota.to_string()).or_default();
-        v.retain(|p| p.workload_ref != work.workload_ref);
-        v.push(work);
-    }
-
-    /// The entries of `q` its status does not show (neither queued nor
-    /// charged with running pods: the controller records a held object's
-    /// charge of nothing before its round folds it), younger than
-    /// `PENDING_MS`; the rest are dropped.
-    pub fn of(&self, q: &Quota, now_ms: i64) -> Vec<Queued> {
-        let mut m = self.by_quota.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(v) = m.get_mut(q.name()) else {
-            return Vec::new();
-        };
-        v.retain(|p| {
-            now_ms.saturating_sub(p.submitted_ms) < PENDING_MS
-                && !ledger::holds(q, &p.workload_ref)
-                && !ledger::runs(q, &p.workload_ref)
-        });
-        let out = v.clone();
-        if v.is_empty() {
-            m.remove(q.name());
-        }
-        out
-    }
-
-    /// How many entries are pending, over every quota.
-    pub fn len(&self) -> usize {
-        let m = self.by_quota.lock().unwrap_or_else(|e| e.into_inner());
-        m.values().map(Vec::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// What the mutating webhook does with a queueable workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Queueing {
     /// It fits now: created as written, charged by the validating webhook.
     Admits,
-    /// It waits, suspended, at this 1-based position. `mark`: a CREATE
-    /// queued on its object, not in the quota's status: the value of
-    /// `queue::QUEUED_ANNOTATION` the object must carry.
-    Queued {
-        position: u32,
-        reason: String,
-        mark: Option<String>,
-    },
+    /// It waits, suspended, at this 1-based position.
+    Queued { position: u32, reason: String },
     /// Waiting would not help: left to the validating webhook, which
     /// refuses it with today's message.
     Never(String),
@@ -219,18 +156,6 @@ impl Service {
         let current = self.get(quota_name).await?.quota;
         let (limits, family) = self.queue_plan(&current).await?;
         let now = self.now();
-        // A CREATE that waits is queued on its object (the annotation in
-        // the webhook's patch), not in this quota's status: no write of
-        // the quota, which the controller's round folds it into. Entries
-        // this process queued so that the status does not show them yet
-        // count as queued ahead (positions, strict FIFO, bounds).
-        let on_object = create;
-        let pending: Vec<Queued> = self
-            .pending
-            .of(&current, now)
-            .into_iter()
-            .filter(|p| p.workload_ref != work.workload_ref)
-            .collect();
         // The bound that refused it, counted once whatever copies the
         // compare-and-swap judged it on.
         let refused = std::sync::Mutex::new(None::<&'static str>);
@@ -249,25 +174,7 @@ impl Service {
                 let mut judged = q.clone();
                 admission::release(&mut judged, &work.workload_ref);
                 let pool = Pool::new(&judged, &limits);
-                // The queue as this process knows it: the status's and its
-                // own pending entries (a CREATE joins that copy only).
-                let mut seen = on_object.then(|| q.clone());
-                if let Some(seen) = seen.as_mut() {
-                    let unseen: Vec<&Queued> = pending
-                        .iter()
-                        .filter(|p| !ledger::holds(seen, &p.workload_ref))
-                        .collect();
-                    for p in unseen {
-                        seen.status.queue.push(queue::QueueEntry {
-                            work: p.clone(),
-                            position: 0,
-                            waiting: queue::Waiting::Quota,
-                            reason: String::new(),
-                            estimated_start: None,
-                        });
-                    }
-                }
-                let waiting = ledger::entries(seen.as_ref().unwrap_or(q));
+                let waiting = ledger::entries(q);
                 // Card-hour budgets weigh as in the controller's rounds.
                 let budgets = queue::budgets::of(q);
                 let price_list = self.price_list();
@@ -277,27 +184,14 @@ impl Service {
                     .collect();
                 let check =
                     queue::would_queue_at(&waiting, &work, &pool, &views, &q.spec.queueing, now);
-                // Joined in the status (an UPDATE's refresh), or for a
-                // CREATE in this process's copy only, bounded alike; then
-                // the mark its object is to carry.
-                let mut join = |q: &mut quota::Quota,
-                                work: queue::Queued,
-                                position: u32,
-                                reason: &queue::Reason,
-                                text: String|
-                 -> Result<(bool, Option<Queued>), Denial> {
-                    let target = match seen.as_mut() {
-                        Some(s) => s,
-                        None => q,
-                    };
-                    let out = ledger::join(target, work.clone(), position, reason.waiting(), text)
-                        .map_err(|full| {
-                            *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(full.cause());
-                            Denial::from(full)
-                        })?;
-                    Ok(match on_object {
-                        true => (false, Some(work)),
-                        false => (out, None),
+                let join = |q: &mut quota::Quota,
+                            work: queue::Queued,
+                            position: u32,
+                            reason: &queue::Reason,
+                            text: String| {
+                    ledger::join(q, work, position, reason.waiting(), text).map_err(|full| {
+                        *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(full.cause());
+                        Denial::from(full)
                     })
                 };
                 match check {
@@ -307,7 +201,7 @@ impl Service {
                         let changed =
                             ledger::enqueue(q, work, 0, queue::Waiting::Quota, String::new())
                                 .map_err(Denial::from)?;
-                        Ok((changed || dropped, (Queueing::Admits, None)))
+                        Ok((changed || dropped, Queueing::Admits))
                     }
                     Check::AdmitsNow => {
                         match family.as_ref().and_then(|f| fair_turn(f, &judged, &work)) {
@@ -318,66 +212,54 @@ impl Service {
                                 let position = u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX);
                                 let reason = queue::Reason::Fair(turn);
                                 let text = worded(reason.to_string());
-                                let (changed, on) = join(q, work, position, &reason, text.clone())?;
+                                let changed = join(q, work, position, &reason, text.clone())?;
                                 Ok((
                                     changed || dropped,
-                                    (
-                                        Queueing::Queued {
-                                            position,
-                                            reason: text,
-                                            mark: None,
-                                        },
-                                        on,
-                                    ),
+                                    Queueing::Queued {
+                                        position,
+                                        reason: text,
+                                    },
                                 ))
                             }
-                            None => Ok((dropped, (Queueing::Admits, None))),
+                            None => Ok((dropped, Queueing::Admits)),
                         }
                     }
-                    Check::Never(r) => Ok((dropped, (Queueing::Never(r.to_string()), None))),
+                    Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
                     Check::Queues { position, reason } => {
                         let text = worded(reason.to_string());
-                        let (changed, on) = join(q, work, position, &reason, text.clone())?;
+                        let changed = join(q, work, position, &reason, text.clone())?;
                         Ok((
                             changed || dropped,
-                            (
-                                Queueing::Queued {
-                                    position,
-                                    reason: text,
-                                    mark: None,
-                                },
-                                on,
-                            ),
+                            Queueing::Queued {
+                                position,
+                                reason: text,
+                            },
                         ))
                     }
                 }
             })
             .await;
-        // Queued on its object: counted here until the status shows it.
-        let out = out.map(|(answer, on)| match (answer, on) {
-            (
-                Queueing::Queued {
-                    position, reason, ..
-                },
-                Some(work),
-            ) => {
-                let mark = queue::mark::Mark::of(&work).encode();
-                if !dry_run {
-                    self.pending.add(quota_name, work);
-                }
-                Queueing::Queued {
-                    position,
-                    reason,
-                    mark: Some(mark),
-                }
-            }
-            (answer, _) => answer,
-        });
         let cause = *refused.lock().unwrap_or_else(|e| e.into_inner());
         if let (Err(ServiceError::Denied(_)), Some(cause), false) = (&out, cause, dry_run) {
             self.metrics.count_queue_refused(cause);
         }
         out
+    }
+
+    /// Take `wref` out of `quota_name`'s queue, charging nothing: a queued
+    /// workload, still held, that opted out of the queue (docs/queueing.md
+    /// §4, "Opting out while queued"). Whether an entry was removed.
+    pub async fn leave_queue(
+        &self,
+        quota_name: &str,
+        wref: &str,
+        dry_run: bool,
+    ) -> Result<bool, ServiceError> {
+        self.update_status(quota_name, dry_run, |q| {
+            let left = ledger::dequeue(q, wref);
+            Ok((left, left))
+        })
+        .await
     }
 
     /// The priority of a workload whose pod templates name `classes`
@@ -413,17 +295,11 @@ impl Service {
     /// lend it all answers with the loan it holds, and the round admits,
     /// in order, what fits within hard + that loan. What does not fit stays
     /// queued for the next round, never admitted past the limits.
-    ///
-    /// `fold`: entries held workloads carry on themselves
-    /// (`queue::mark`), folded into `status.queue` first in the same
-    /// write (`ledger::fold`, within the queue's bounds), so a round may
-    /// admit them in it.
     pub async fn admit_round(
         &self,
         quota_name: &str,
         items: &[queue::batch::Admit],
         fresh: Option<Vec<queue::QueueEntry>>,
-        fold: &[Queued],
     ) -> Result<queue::batch::Batch, ServiceError> {
         let now_ms = self.now();
         let prices = self.price_list();
@@ -433,13 +309,12 @@ impl Service {
             let out = self
                 .update_status(quota_name, false, |q| {
                     parent.clone_from(&q.spec.parent);
-                    let folded = !ledger::fold(q, fold).is_empty();
                     let b =
                         queue::batch::admit(q, items, loan.as_ref(), now_ms, &self.prices, &prices);
                     match &b {
                         queue::batch::Batch::Done { admitted, .. } => {
                             let restated = fresh.clone().is_some_and(|f| ledger::restate(q, f));
-                            Ok((!admitted.is_empty() || restated || folded, b))
+                            Ok((!admitted.is_empty() || restated, b))
                         }
                         queue::batch::Batch::Borrow(_) => Ok((false, b)),
                     }

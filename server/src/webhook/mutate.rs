@@ -53,8 +53,7 @@ pub async fn workloads(State(app): State<AppState>, body: Bytes) -> Response {
         (None, true) => "allowed",
     };
     let patch = if verdict.allowed {
-        let patch = unmark_preempted(&req, patch);
-        guard_mark(&req, &app.service.service_account, patch)
+        unmark_preempted(&req, patch)
     } else {
         patch
     };
@@ -102,108 +101,6 @@ fn unmark_preempted(req: &Request, patch: Option<Value>) -> Option<Value> {
         let path = hold::pointer(&["metadata", "annotations", queue::PREEMPTED_ANNOTATION]);
         json!([{"op": "remove", "path": path}])
     })
-}
-
-/// The queue entry a workload carries on itself (`queue::mark`) is
-/// written by bizrq alone: a CREATE's own value is removed unless this
-/// webhook queued it (its patch then writes the annotation), and an
-/// UPDATE by anyone but bizrq that adds, changes or removes it gets the
-/// old value back — so a forged `since` never jumps the queue and a
-/// stripped one never loses an entry. An UPDATE that releases a held
-/// workload (by hand) drops it: released work waits in no queue, and a
-/// later suspend by hand must not be taken for a queueing.
-fn guard_mark(req: &Request, bizrq: &str, patch: Option<Value>) -> Option<Value> {
-    let create = match req.operation.as_str() {
-        "CREATE" => true,
-        "UPDATE" => false,
-        _ => return patch,
-    };
-    if req.sub_resource.is_some() || (!create && req.sent_by(bizrq)) {
-        return patch;
-    }
-    let adapter = adapter_for_kind(&req.kind.group, &req.kind.kind)?;
-    if !queue::queueable(adapter) {
-        return patch;
-    }
-    let path = hold::pointer(&["metadata", "annotations", queue::QUEUED_ANNOTATION]);
-    let ops: Vec<Value> = patch
-        .as_ref()
-        .and_then(|p| p.as_array().cloned())
-        .unwrap_or_default();
-    if ops.iter().any(|o| o["path"] == path.as_str()) {
-        return patch; // this webhook's own mark
-    }
-    let Some(obj) = req
-        .object
-        .as_deref()
-        .and_then(|o| serde_json::from_str::<Value>(o.get()).ok())
-    else {
-        return patch;
-    };
-    let mark = |o: &Value| {
-        o["metadata"]["annotations"][queue::QUEUED_ANNOTATION]
-            .as_str()
-            .map(str::to_string)
-    };
-    let now = mark(&obj);
-    let hold = adapter.hold();
-    // This webhook holds it back (re-suspends it): its patch holds the
-    // hold's own ops.
-    let holds_now = match hold::hold_patch(hold, &obj) {
-        Value::Array(h) => !h.is_empty() && h.iter().all(|op| ops.contains(op)),
-        _ => false,
-    };
-    let want = if create {
-        None
-    } else {
-        let old = req
-            .old_object
-            .as_deref()
-            .and_then(|o| serde_json::from_str::<Value>(o.get()).ok());
-        let released = !hold::is_held(hold, &obj) && !holds_now;
-        match old {
-            Some(_) if released => None,
-            Some(o) => mark(&o),
-            None => now.clone(),
-        }
-    };
-    if want == now {
-        return patch;
-    }
-    let mut ops = ops;
-    match want {
-        None => ops.push(json!({"op": "remove", "path": path})),
-        Some(v) => {
-            let has_map = obj["metadata"]["annotations"].is_object()
-                || ops.iter().any(|o| o["path"] == "/metadata/annotations");
-            if has_map {
-                ops.push(json!({"op": "add", "path": path, "value": v}));
-            } else {
-                ops.push(json!({"op": "add", "path": "/metadata/annotations",
-                    "value": {queue::QUEUED_ANNOTATION: v}}));
-            }
-        }
-    }
-    Some(Value::Array(ops))
-}
-
-/// `ops` and the op that sets `queue::QUEUED_ANNOTATION` to `mark` on
-/// `obj` once `ops` are applied.
-fn with_mark(obj: &Value, ops: Value, mark: &str) -> Value {
-    let mut ops = match ops {
-        Value::Array(a) => a,
-        other => vec![other],
-    };
-    let has_map = obj["metadata"]["annotations"].is_object()
-        || ops.iter().any(|o| o["path"] == "/metadata/annotations");
-    if has_map {
-        let path = hold::pointer(&["metadata", "annotations", queue::QUEUED_ANNOTATION]);
-        ops.push(json!({"op": "add", "path": path, "value": mark}));
-    } else {
-        ops.push(json!({"op": "add", "path": "/metadata/annotations",
-            "value": {queue::QUEUED_ANNOTATION: mark}}));
-    }
-    Value::Array(ops)
 }
 
 /// The decision, and the JSONPatch when the object is to be held back.
@@ -281,14 +178,7 @@ pub async fn mutate(
         Err(ServiceError::NotFound(_)) => return pass,
         Err(e) => return Err(e),
     };
-    // Queued: in the status, or on itself (the mark a held object
-    // carries until the controller's round folds it).
-    let old_mark = old_obj
-        .as_ref()
-        .filter(|_| old_held)
-        .and_then(|o| o["metadata"]["annotations"][queue::QUEUED_ANNOTATION].as_str());
-    let in_status = queue::ledger::holds(&q, &wref);
-    let queued = in_status || old_mark.is_some();
+    let queued = queue::ledger::holds(&q, &wref);
     // Admitted already (charged and being unsuspended by the controller):
     // the validating webhook's business, as for any running workload.
     let charged = q
@@ -296,7 +186,7 @@ pub async fn mutate(
         .workloads
         .get(&wref)
         .is_some_and(|c| c.usage().values().any(|v| v.nanos() > 0));
-    if charged && !in_status {
+    if charged && !queued {
         return pass;
     }
     // Judged: a create that would run, a queued workload (refreshed, or
@@ -325,22 +215,10 @@ pub async fn mutate(
             Err(m) => return Err(bad(format!("bizrq: {m}"))),
             Ok(Disposition::Queue) => {}
             Ok(Disposition::Refuse) => {
-                if !held {
-                    return pass;
+                if held {
+                    svc.leave_queue(&quota_name, &wref, req.dry()).await?;
                 }
-                // Out of the queue on itself: its mark goes in this
-                // update, and the controller's next round takes its entry
-                // out once its watch shows the opted-out object (not
-                // here: a round reading the watch's older copy, mark and
-                // all, would fold it back in between).
-                let marked = obj["metadata"]["annotations"]
-                    .get(queue::QUEUED_ANNOTATION)
-                    .is_some();
-                let path = hold::pointer(&["metadata", "annotations", queue::QUEUED_ANNOTATION]);
-                return Ok((
-                    Verdict::allow(),
-                    marked.then(|| json!([{"op": "remove", "path": path}])),
-                ));
+                return pass;
             }
         }
     }
@@ -367,19 +245,7 @@ pub async fn mutate(
         // such pods anyway).
         priority: 0,
         priority_classes: queue::priority::class_names(&obj),
-        // An UPDATE of one queued on itself keeps the place its mark
-        // gives (checked as the controller checks it).
-        submitted_ms: match old_mark {
-            Some(m) if !create => {
-                let created = old_obj
-                    .as_ref()
-                    .and_then(|o| o["metadata"]["creationTimestamp"].as_str())
-                    .and_then(quota::time::parse_rfc3339);
-                queue::mark::entry(m, &wref, "", Vec::new(), Vec::new(), created, svc.now())
-                    .submitted_ms
-            }
-            _ => svc.now(),
-        },
+        submitted_ms: svc.now(),
         pod_sets: w.pod_sets.clone(),
         run_ms: quota::budget::runtime::max_runtime(&running)
             .ok()
@@ -427,11 +293,7 @@ pub async fn mutate(
         }
     }
     match answer {
-        Queueing::Queued {
-            position,
-            reason,
-            mark,
-        } if !held => {
+        Queueing::Queued { position, reason } if !held => {
             let how = match hold {
                 Hold::PodGate(_) => "created with its pods gated",
                 _ => "created suspended",
@@ -443,12 +305,10 @@ pub async fn mutate(
             if !req.dry() && svc.events.enabled() {
                 notify_queued(svc, req, &wref, &note);
             }
-            let patch = hold::hold_patch(hold, &obj);
-            let patch = match &mark {
-                Some(m) => with_mark(&obj, patch, m),
-                None => patch,
-            };
-            Ok((Verdict::allow().warn([note]), Some(patch)))
+            Ok((
+                Verdict::allow().warn([note]),
+                Some(hold::hold_patch(hold, &obj)),
+            ))
         }
         _ => pass,
     }

@@ -28,7 +28,6 @@ mod preemption;
 mod prices;
 mod queue_flood;
 mod queue_hold;
-mod queue_marks;
 mod queue_opt_out;
 mod queue_visible;
 mod queueing;

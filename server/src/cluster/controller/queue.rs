@@ -63,11 +63,7 @@ impl Context {
         }
         // A preemption stopped between its entry and its suspend.
         self.repair_preemptions(name, &q).await;
-        // Entries the mutating webhook queued on their objects, not yet in
-        // the status (or whose status entry a crash lost): folded in this
-        // round's write (docs/queueing.md §12).
-        let held = self.held_unfolded(name, &q);
-        if q.status.queue.is_empty() && held.is_empty() {
+        if q.status.queue.is_empty() {
             self.after_round(name);
             self.note_borrower(&q, false);
             self.service.metrics.set_queue(name, [0; 4], 0);
@@ -102,16 +98,10 @@ impl Context {
         // Only entries whose object the watch has seen (with its uid) are
         // admitted: the unsuspend needs the object. A preempted entry whose
         // workload still runs waits for its suspend (preempt.rs).
-        let held = if unnamed.is_empty() {
-            held
-        } else {
-            self.held_unfolded(name, &q)
-        };
         let known: Vec<Queued> = {
             let v = self.view.lock().unwrap();
             queue::ledger::entries(&q)
                 .into_iter()
-                .chain(held.iter().cloned())
                 .filter(|e| {
                     !e.uid.is_empty()
                         && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
@@ -211,7 +201,7 @@ impl Context {
         let t_plan = t0.elapsed();
         let admitted = match self
             .service
-            .admit_round(name, &items, Some(fresh.clone()), &held)
+            .admit_round(name, &items, Some(fresh.clone()))
             .await?
         {
             queue::batch::Batch::Done { admitted, left, .. } => {
@@ -294,28 +284,6 @@ impl Context {
             self.wake_at(name, at);
         }
         Ok(())
-    }
-
-    /// The entries held workloads of `name` carry on themselves
-    /// (`quota::queue::mark`, read by the watch) that `q`'s status shows
-    /// neither queued nor charged with running pods, oldest first.
-    fn held_unfolded(&self, name: &str, q: &quota::Quota) -> Vec<Queued> {
-        let mut held: Vec<Queued> = self
-            .view
-            .lock()
-            .unwrap()
-            .queued_on_objects(name)
-            .into_iter()
-            .filter(|e| {
-                !e.uid.is_empty()
-                    && !queue::ledger::holds(q, &e.workload_ref)
-                    && !queue::ledger::runs(q, &e.workload_ref)
-            })
-            .collect();
-        held.sort_by(|a, b| {
-            (a.submitted_ms, &a.workload_ref).cmp(&(b.submitted_ms, &b.workload_ref))
-        });
-        held
     }
 
     /// Estimated starts for `status.queue` (docs/queueing.md §5): the
@@ -425,17 +393,7 @@ impl Context {
                 if !authoritative(kind_of_ref(wref)) {
                     continue;
                 }
-                // Opted out while queued (`bizrq.io/queueing: Refuse`, the
-                // webhook removed its mark): out, even if a round folded
-                // it again from the watch's older copy in between.
-                let opted_out = v.workload_info(wref).is_some_and(|i| {
-                    !e.work.preempted
-                        && i.labels.get(queue::OPT_OUT_LABEL).map(String::as_str) == Some("Refuse")
-                        && !i.annotations.contains_key(queue::QUEUED_ANNOTATION)
-                        && !i.annotations.contains_key(queue::PREEMPTED_ANNOTATION)
-                });
                 match v.workload_uid(wref) {
-                    Some(_) if opted_out => gone.push((wref.clone(), uid.clone())),
                     Some(seen) if uid.is_empty() || *uid == seen => {}
                     Some(_) => {
                         gone.push((wref.clone(), uid.clone()));
@@ -572,9 +530,8 @@ impl Context {
             return;
         };
         // Admitted again: no longer preempted (a later suspend by hand must
-        // not be taken for one), and no longer queued on itself.
+        // not be taken for one).
         patch["metadata"]["annotations"][queue::PREEMPTED_ANNOTATION] = serde_json::Value::Null;
-        patch["metadata"]["annotations"][queue::QUEUED_ANNOTATION] = serde_json::Value::Null;
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &ar);
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))

@@ -411,14 +411,13 @@ impl Context {
         }
         // A workload suspended by preemption may wait for its entry again
         // (preempt.rs, `repair_preemptions`).
-        // So may one queued on itself by the mutating webhook (folded by
-        // the round, docs/queueing.md §12).
-        let queued = queued || {
-            let v = self.view.lock().unwrap();
-            !v.annotated(name, quota::queue::PREEMPTED_ANNOTATION)
-                .is_empty()
-                || !v.queued_on_objects(name).is_empty()
-        };
+        let queued = queued
+            || !self
+                .view
+                .lock()
+                .unwrap()
+                .annotated(name, quota::queue::PREEMPTED_ANNOTATION)
+                .is_empty();
         // Pods of charged workloads still gated (made after the admission,
         // or a release cut short) are released.
         self.release_gated(name).await;

@@ -352,77 +352,18 @@ impl Context {
                     .map(|t| t.0.as_millisecond());
                 let wref = adapter.workload_ref(&w.meta.namespace, &w.meta.name);
                 let classes = quota::queue::priority::class_names(&obj.json);
-                let bound = w.quota().map(str::to_string);
-                let queued = self.queued_on_object(adapter, obj, &wref, &classes, created, now);
-                let folds = queued.as_ref().and(bound);
                 let touched = {
                     let mut v = self.view.lock().unwrap();
                     let touched = v.apply_workload(adapter, w, created, now);
                     v.set_priority_classes(&wref, classes);
-                    v.set_queued(&wref, queued);
                     touched
                 };
                 self.touch(touched);
-                // Queued on itself by the mutating webhook: its quota's
-                // round folds it into the queue (docs/queueing.md §12).
-                if let Some(q) = folds {
-                    self.schedule(&q);
-                }
             }
             Err(e) => {
                 tracing::warn!(kind = adapter.kind, name = %obj.name_any(), error = %e, "unreadable workload ignored")
             }
         }
-    }
-
-    /// The queue entry a held workload carries on itself
-    /// (`quota::queue::mark`): its pod sets as its adapter reads it
-    /// released, `since` and the rest from the annotation, checked (a
-    /// forged or garbled one falls back to the creation time). None for a
-    /// workload not held or without the annotation.
-    fn queued_on_object(
-        &self,
-        adapter: &'static Adapter,
-        obj: &RawObject,
-        wref: &str,
-        classes: &[String],
-        created: Option<i64>,
-        now: i64,
-    ) -> Option<quota::queue::Queued> {
-        let value = obj
-            .metadata
-            .annotations
-            .as_ref()?
-            .get(quota::queue::QUEUED_ANNOTATION)?;
-        let hold = adapter.hold();
-        if !quota::hold::is_held(hold, &obj.json) {
-            return None;
-        }
-        // Opted out of the queue: its owner's, never folded.
-        let labels = obj.metadata.labels.as_ref();
-        if labels
-            .and_then(|l| l.get(quota::queue::OPT_OUT_LABEL))
-            .map(String::as_str)
-            == Some("Refuse")
-        {
-            return None;
-        }
-        let released = quota::hold::as_released(hold, &obj.json);
-        let mut w = adapter.read_value(&released, &self.service.keys).ok()?;
-        // The API server's status: a finished one is not queued.
-        w.finish();
-        if w.pod_sets.iter().all(|s| s.count == 0) {
-            return None;
-        }
-        Some(quota::queue::mark::entry(
-            value,
-            wref,
-            &w.meta.uid,
-            classes.to_vec(),
-            w.pod_sets,
-            created,
-            now,
-        ))
     }
 
     /// Every pod (by uid): its runs are what cash accrues from. After a
