@@ -152,6 +152,19 @@ pub fn live_status(q: &Quota, in_use: &BTreeMap<String, quota::ResourceList>) ->
     live
 }
 
+/// A child's status as its chart reads it (`series::live_sample`, and
+/// `children_to_draw`'s ranking): `hard`, `self_used` and the `used` a
+/// sample records. Its workloads, queue and the rest are never copied: a
+/// chart request holds what it draws, not every child's whole status.
+fn live_point(q: &Quota, in_use: &BTreeMap<String, quota::ResourceList>) -> QuotaStatus {
+    QuotaStatus {
+        hard: q.status.hard.clone(),
+        self_used: q.status.self_used.clone(),
+        used: quota::rollup::sampled_used(&q.status, in_use.get(q.name())),
+        ..QuotaStatus::default()
+    }
+}
+
 /// Whose samples besides the quota's a chart reads.
 #[derive(Clone, Copy, Debug)]
 pub enum Children<'a> {
@@ -228,7 +241,7 @@ pub async fn gather(
     let mut kids: Vec<(&str, QuotaStatus)> = all
         .iter()
         .filter(|c| c.spec.parent == q.name())
-        .map(|c| (c.name(), live_status(c, &in_use)))
+        .map(|c| (c.name(), live_point(c, &in_use)))
         .collect();
     kids.sort_by(|a, b| a.0.cmp(b.0));
     let statuses: Vec<(&str, &QuotaStatus)> = kids.iter().map(|(n, s)| (*n, s)).collect();
@@ -263,6 +276,35 @@ mod tests {
 
     const GPU: &str = "requests.nvidia.com/gpu";
     const CASH: &str = "cash/requests.nvidia.com/gpu";
+
+    /// A child's point holds what its chart reads and none of its
+    /// workloads: a chart request's memory follows what it draws.
+    #[test]
+    fn a_childs_live_point_copies_no_workloads() {
+        let mut q = Quota::default();
+        q.metadata.name = "team".into();
+        q.status.hard = list(&[(GPU, 4)]);
+        q.status.self_used = list(&[(GPU, 2)]);
+        q.status.workloads.insert(
+            "batch/Job/team/a".into(),
+            quota::object::Charge {
+                pod_sets: Vec::new(),
+                hpa: None,
+                since: "2026-11-29T00:00:00Z".into(),
+                uid: String::new(),
+                admitted: None,
+            },
+        );
+        let p = live_point(&q, &BTreeMap::new());
+        assert_eq!(p.hard, q.status.hard);
+        assert_eq!(p.self_used, q.status.self_used);
+        assert_eq!(
+            p.used,
+            quota::rollup::sampled_used(&q.status, None),
+            "the used a sample records"
+        );
+        assert!(p.workloads.is_empty());
+    }
 
     fn list(pairs: &[(&str, i64)]) -> quota::ResourceList {
         pairs
