@@ -913,10 +913,14 @@ mod tests {
         let portal = sql.portal().unwrap();
         let rt = PortalRuntime::start(2).unwrap();
         let before = niced_sqlite_threads();
+        // A clone goes to the task: the last handle's drop would close the
+        // pool, and its connection's thread could end before it is looked
+        // for.
+        let in_task = portal.clone();
         let nice = rt
             .handle()
             .spawn(async move {
-                portal.setting("x").await.unwrap();
+                in_task.setting("x").await.unwrap();
                 // SAFETY: plain integers; `who` 0 is the calling thread.
                 unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
             })
@@ -929,6 +933,7 @@ mod tests {
             !niced_sqlite_threads().is_subset(&before),
             "the portal's connection runs on a niced thread"
         );
+        drop(portal);
         // The writer is shared, and still the admissions' own thread.
         sql.set_setting("y", "1").await.unwrap();
         assert_eq!(sql.setting("y").await.unwrap().as_deref(), Some("1"));
