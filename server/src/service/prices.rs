@@ -93,8 +93,12 @@ pub async fn watch_file(
         let m = std::fs::metadata(p).ok()?;
         Some((m.len(), m.modified().ok()?))
     };
-    let mut seen = stamp(&path);
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut seen = stamp(&path);
+    // A change between the server's first read and this stamp would
+    // otherwise wait for the next change: read it once more now (nothing
+    // happens when it is the list in force).
+    reload(&book, &sql, &path, clock()).await;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
