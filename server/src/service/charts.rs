@@ -142,21 +142,14 @@ pub async fn read_folded(
     }
 }
 
-/// `q`'s status as a chart's point now: its `used` is what a sample
-/// records (`quota::rollup::sampled_used`: what runs in its subtree, and
-/// what its budgets spent), so the last point continues the stored line
-/// instead of jumping to a parent's carve-outs.
+/// `q`'s status as a chart's point now (`series::live_sample`, the
+/// burn-down's "left", and `children_to_draw`'s ranking read no more):
+/// `hard`, `self_used`, and as `used` what a sample records
+/// (`quota::rollup::sampled_used`: what runs in its subtree, and what its
+/// budgets spent), so the last point continues the stored line instead of
+/// jumping to a parent's carve-outs. Its workloads, queue and the rest are
+/// never copied: a chart request holds what it draws, not whole statuses.
 pub fn live_status(q: &Quota, in_use: &BTreeMap<String, quota::ResourceList>) -> QuotaStatus {
-    let mut live = q.status.clone();
-    live.used = quota::rollup::sampled_used(&q.status, in_use.get(q.name()));
-    live
-}
-
-/// A child's status as its chart reads it (`series::live_sample`, and
-/// `children_to_draw`'s ranking): `hard`, `self_used` and the `used` a
-/// sample records. Its workloads, queue and the rest are never copied: a
-/// chart request holds what it draws, not every child's whole status.
-fn live_point(q: &Quota, in_use: &BTreeMap<String, quota::ResourceList>) -> QuotaStatus {
     QuotaStatus {
         hard: q.status.hard.clone(),
         self_used: q.status.self_used.clone(),
@@ -241,7 +234,7 @@ pub async fn gather(
     let mut kids: Vec<(&str, QuotaStatus)> = all
         .iter()
         .filter(|c| c.spec.parent == q.name())
-        .map(|c| (c.name(), live_point(c, &in_use)))
+        .map(|c| (c.name(), live_status(c, &in_use)))
         .collect();
     kids.sort_by(|a, b| a.0.cmp(b.0));
     let statuses: Vec<(&str, &QuotaStatus)> = kids.iter().map(|(n, s)| (*n, s)).collect();
@@ -277,10 +270,10 @@ mod tests {
     const GPU: &str = "requests.nvidia.com/gpu";
     const CASH: &str = "cash/requests.nvidia.com/gpu";
 
-    /// A child's point holds what its chart reads and none of its
+    /// A live point holds what a chart reads and none of the quota's
     /// workloads: a chart request's memory follows what it draws.
     #[test]
-    fn a_childs_live_point_copies_no_workloads() {
+    fn a_live_status_copies_no_workloads() {
         let mut q = Quota::default();
         q.metadata.name = "team".into();
         q.status.hard = list(&[(GPU, 4)]);
@@ -295,7 +288,7 @@ mod tests {
                 admitted: None,
             },
         );
-        let p = live_point(&q, &BTreeMap::new());
+        let p = live_status(&q, &BTreeMap::new());
         assert_eq!(p.hard, q.status.hard);
         assert_eq!(p.self_used, q.status.self_used);
         assert_eq!(
