@@ -2,7 +2,7 @@
 //! timeouts, so connections held on the portal port cost the webhook
 //! nothing, and half-open or dribbling connections are closed.
 
-use crate::common::{deployment, fresh_sqlite, review, Server};
+use crate::common::{deployment, fresh_sqlite, poll_until, review, Server};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -49,15 +49,11 @@ fn metric(running: &bizrq::Running, line: &str) -> Option<f64> {
 /// loop, niced on the portal, may lag on a loaded machine. Returns the
 /// last reading.
 async fn metric_reaches(running: &bizrq::Running, line: &str, want: f64) -> Option<f64> {
-    let mut last = None;
-    for _ in 0..200 {
-        last = metric(running, line);
-        if last == Some(want) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    last
+    poll_until(200, Duration::from_millis(100), || async {
+        (metric(running, line) == Some(want)).then_some(want)
+    })
+    .await
+    .or_else(|| metric(running, line))
 }
 
 /// Wait (up to `within`) until the server closes `c`: EOF or a reset.
