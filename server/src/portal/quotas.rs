@@ -576,9 +576,9 @@ pub async fn charts_page(
 ) -> Result<Response, PageError> {
     let range = Range::parse(&params.range).map_err(PageError::Invalid)?;
     let key = params.key.trim().to_string();
-    if key.len() > 253 || key.chars().any(char::is_control) {
+    if key.len() > 253 || quota::text::hostile_char(&key).is_some() {
         return Err(PageError::Invalid(
-            "key: at most 253 characters, no control characters".into(),
+            "key: at most 253 characters, no control or bidi characters".into(),
         ));
     }
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
