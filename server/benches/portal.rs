@@ -7,8 +7,9 @@
 //!
 //! `--soak SECS` then mixes admissions with the heaviest portal requests
 //! (docs/limits.md): admissions to their own quotas paced
-//! at `--soak-rate` a second (50), first alone for a fifth of SECS (at most
-//! 60 s), then for SECS while `--tenants` owners (4), each owner of one
+//! at `--soak-rate` a second (50) for SECS of load, in windows of
+//! `--soak-window` seconds (30) each after a quarter of that alone, while
+//! `--tenants` owners (4), each owner of one
 //! department with `--loops` requests in flight (8), fetch that
 //! department's page over a year, its children chart, its budget report
 //! as CSV, the tree and the tree's CSV in a loop. It prints admission
@@ -487,6 +488,7 @@ async fn run(quotas: usize, runs: usize, smoke_soak: Option<u64>) {
             tenants,
             loops: arg("--loops").unwrap_or(8),
             rate: arg("--soak-rate").unwrap_or(50),
+            window: arg("--soak-window").unwrap_or(30),
         };
         if soak::measure_memory() {
             soak::memory(&setup).await;
@@ -757,6 +759,7 @@ mod soak {
         );
         let asks = [
             (&wide, format!("/quotas/wide?range=1y ({WIDE_KEYS} keys, {WIDE_CHILDREN} children)"), "/quotas/wide?range=1y".to_string()),
+            (&wide, format!("/quotas/wide?range=24h ({WIDE_KEYS} keys, {WIDE_CHILDREN} children)"), "/quotas/wide?range=24h".to_string()),
             (&wide, "children chart 1y of wide".to_string(), "/api/v1/quotas/wide/samples?key=limits.cpu.m00000&range=1y&chart=children".to_string()),
             (&tenant, "children chart 1y of dept-000".to_string(), "/api/v1/quotas/dept-000/samples?key=requests.nvidia.com/gpu&range=1y&chart=children".to_string()),
             (&tenant, "report of dept-000, 30 days by child".to_string(), format!("/reports.csv?subtree=dept-000&by=child&bucket=day&from={from}&to={to}")),
@@ -784,6 +787,8 @@ mod soak {
         pub tenants: usize,
         pub loops: usize,
         pub rate: u64,
+        /// Seconds of load per window (`--soak-window`).
+        pub window: u64,
     }
 
     /// What the admissions got.
@@ -795,6 +800,17 @@ mod soak {
         quota: usize,
         /// Denied or failed for anything else, by reason.
         other: BTreeMap<String, usize>,
+    }
+
+    impl Admitted {
+        fn absorb(&mut self, o: Admitted) {
+            self.latencies.extend(o.latencies);
+            self.allowed += o.allowed;
+            self.quota += o.quota;
+            for (why, n) in o.other {
+                *self.other.entry(why).or_insert(0) += n;
+            }
+        }
     }
 
     fn kib(pid: u32, field: &str) -> u64 {
@@ -912,15 +928,22 @@ mod soak {
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap();
-        let quiet_secs = (s.secs as f64 / 5.0).clamp(1.0, 60.0);
+        // Quiet and loaded windows alternate (`--soak-window`, 30 s of load
+        // then a quarter of that alone), so that whatever else the machine
+        // runs meanwhile weighs on both alike: the comparison is of the
+        // portal's load, not of the hour's.
+        let window = (s.window as f64).min(s.secs as f64).max(1.0);
+        let quiet_window = (window / 4.0).max(1.0);
         println!(
-            "\nsoak: admissions paced at {}/s, {quiet_secs:.0} s alone, then {} s beside {} tenants × {} heavy requests in flight",
+            "\nsoak: admissions paced at {}/s for {} s beside {} tenants × {} heavy requests in flight, in windows of {window:.0} s, each after {quiet_window:.0} s alone",
             s.rate, s.secs, s.tenants, s.loops
         );
         let rss_before = kib(s.pid, "VmRSS:");
-        let mut quiet = admit(&s, &client, quiet_secs, "quiet").await;
 
         let stop = Arc::new(AtomicBool::new(false));
+        // The load waits while `paused`; `busy` counts its requests in flight.
+        let paused = Arc::new(AtomicBool::new(true));
+        let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let answers: Arc<Mutex<BTreeMap<(String, u16), usize>>> = Default::default();
         let peak_rss = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let watch = {
@@ -980,10 +1003,16 @@ mod soak {
             ];
             for l in 0..s.loops {
                 let (c, stop, answers) = (c.clone(), stop.clone(), answers.clone());
+                let (paused, busy) = (paused.clone(), busy.clone());
                 let paths = paths.clone();
                 load.push(load_rt.spawn(async move {
                     let mut i = l;
                     while !stop.load(Ordering::Relaxed) {
+                        if paused.load(Ordering::Relaxed) {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            continue;
+                        }
+                        busy.fetch_add(1, Ordering::Relaxed);
                         let (what, path) = &paths[i % paths.len()];
                         i += 1;
                         let status = match c
@@ -1000,6 +1029,7 @@ mod soak {
                             }
                             Err(_) => 0,
                         };
+                        busy.fetch_sub(1, Ordering::Relaxed);
                         *answers
                             .lock()
                             .unwrap()
@@ -1014,7 +1044,24 @@ mod soak {
                 }));
             }
         }
-        let mut loaded = admit(&s, &client, s.secs as f64, "loaded").await;
+        let (mut quiet, mut loaded) = (Admitted::default(), Admitted::default());
+        let (mut round, mut loaded_secs) = (0, 0.0);
+        while loaded_secs < s.secs as f64 - 0.5 {
+            round += 1;
+            // Alone: once the load's last request has been answered (the
+            // server may still be drawing an abandoned one; that counts
+            // against the quiet figure, never for it).
+            paused.store(true, Ordering::Relaxed);
+            let drained = Instant::now();
+            while busy.load(Ordering::Relaxed) > 0 && drained.elapsed() < Duration::from_secs(30) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            quiet.absorb(admit(&s, &client, quiet_window, &format!("quiet{round}")).await);
+            paused.store(false, Ordering::Relaxed);
+            let secs = window.min(s.secs as f64 - loaded_secs);
+            loaded.absorb(admit(&s, &client, secs, &format!("loaded{round}")).await);
+            loaded_secs += secs;
+        }
         stop.store(true, Ordering::Relaxed);
         for t in load {
             let _ = t.await;
