@@ -675,6 +675,28 @@ mod soak {
             }
             store.record_samples(at, &quotas).await.unwrap();
         }
+        // The last day a sample a minute (the most the sampler keeps), so
+        // that the 24 h page draws the 1,441 points a series it can hold;
+        // the children one every quarter hour.
+        let minute = 60_000i64;
+        for step in 0..day_samples() {
+            let at = now - 86_400_000 + step * minute;
+            let mut quotas = vec![sampled("wide", step, 10_000)];
+            if step % 15 == 0 {
+                quotas.extend(kids.iter().map(|k| sampled(k, step, 100)));
+            }
+            store.record_samples(at, &quotas).await.unwrap();
+        }
+    }
+
+    /// Samples of the wide quota's last day (a minute apart; the smoke run
+    /// a few).
+    fn day_samples() -> i64 {
+        if std::env::args().any(|a| a == "--smoke") {
+            30
+        } else {
+            1_440
+        }
     }
 
     /// Ledger entries for every tenant's department: each team spends
