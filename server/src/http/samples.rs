@@ -45,12 +45,20 @@ pub async fn samples(
     let place = app.portal.heavy.enter(&p.username)?;
     changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     // The quota and its subtree (its children's charts), not the forest.
+    // As of one `now` (`service::working`), as the quota page draws it:
+    // the live point and the forecast from the same copies.
+    let w = app.service.working(app.service.now());
+    let now = w.now();
     let all = app.service.subtrees(std::slice::from_ref(&name)).await?;
+    let copies = w.clone();
+    let all = place
+        .work(move || copies.quotas(all))
+        .await
+        .map_err(|e| crate::service::ServiceError::Internal(e.to_string()))?;
     let quota = all
         .iter()
         .find(|x| x.name() == name)
         .ok_or_else(|| changes::not_found(&name))?;
-    let now = app.service.now();
     // Read a chunk at a time, parsed and folded on the render threads;
     // of the quota's own samples only this key.
     let g = crate::service::charts::gather(
@@ -67,7 +75,7 @@ pub async fn samples(
         Some(key),
     )
     .await?;
-    let outlooks = app::tree::outlooks(quota, &app.service.pricing());
+    let outlooks = app::tree::outlooks(quota, &w.pricing());
     let (key, cfg) = (key.to_string(), app.service.keys.clone());
     drop(all);
     let panel = place

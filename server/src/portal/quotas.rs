@@ -118,8 +118,17 @@ pub struct OverviewData {
 pub async fn overview_data(
     app: &AppState,
     p: &authz::Principal,
+    place: &crate::heavy::Permit,
+    w: &crate::service::working::Working,
 ) -> Result<OverviewData, ServiceError> {
-    let forest = changes::visible_forest(&app.service, p).await?;
+    let forest = changes::visible_forest_on(&app.service, p, place).await?;
+    // As of the request's `now` (`service::working`), as the quota pages
+    // and `/tree` show them: on the render threads.
+    let copies = w.clone();
+    let forest = place
+        .work(move || copies.forest(forest))
+        .await
+        .map_err(|e| ServiceError::Internal(e.to_string()))?;
     // From the quotas already read: no second list of the tree (an admin
     // needs none: it decides every request).
     let scope =
@@ -137,7 +146,7 @@ pub async fn overview_data(
         &forest.quotas,
         &forest.in_use,
         &app.service.keys,
-        &app.service.pricing(),
+        &w.pricing(),
     );
     Ok(OverviewData {
         forest,
@@ -150,12 +159,12 @@ pub async fn overview_data(
 /// admin) with usage, card-hour burn and forecasts.
 pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
     // Its cost grows with the visible forest: a heavy request's place.
-    let _place = app.portal.heavy.enter(&viewer.principal.username)?;
+    let place = app.portal.heavy.enter(&viewer.principal.username)?;
     let p = &viewer.principal;
-    let data = overview_data(&app, p).await?;
+    let w = app.service.working(app.service.now());
+    let data = overview_data(&app, p, &place, &w).await?;
     let all = &data.forest.quotas;
-    let now = app.service.now();
-    let pricing = app.service.pricing();
+    let pricing = w.pricing();
     let mut cards = Vec::new();
     for (q, role) in my_quotas(all, p) {
         cards.push(OverviewCard {
@@ -174,7 +183,7 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
         super::alerts::open_for(&app, p).await?,
         data.awaiting_me,
         data.attention,
-        queued_in_my_quotas(all, p, now, &app.service.keys),
+        queued_in_my_quotas(all, p, &w, &app.service.keys),
         flash,
     ))
     .into_response())
@@ -208,6 +217,7 @@ pub async fn tree(
 ) -> Result<Response, PageError> {
     // A heavy request (`crate::heavy`): the whole visible forest.
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
+    let w = app.service.working(app.service.now());
     // What the viewer may see holds every descendant of what it shows, so
     // each subtree's usage is whole.
     let forest = changes::visible_forest_on(&app.service, &viewer.principal, &place).await?;
@@ -220,13 +230,11 @@ pub async fn tree(
         open: TreeQuery::names(&t.open),
         closed: TreeQuery::names(&t.closed),
     };
-    let (page, cfg, pricing) = (
-        viewer.page(),
-        app.service.keys.clone(),
-        app.service.pricing(),
-    );
+    let (page, cfg, pricing) = (viewer.page(), app.service.keys.clone(), w.pricing());
     let html = place
         .render(move || {
+            // As of the request's `now`, as the quota pages show them.
+            let forest = w.forest(forest);
             app::render_tree_page(page, &forest.quotas, &forest.in_use, &cfg, &pricing, query)
         })
         .await?;
@@ -255,15 +263,46 @@ pub async fn visible_tree(
     Ok((all, tree))
 }
 
-/// `visible_tree`, and the quota with the version its edit form names.
+/// `visible_tree`, and the quota with the version its edit form names
+/// (that very version in the quotas returned too, so the page shows the
+/// quota its form edits).
 async fn visible_quota(
     app: &AppState,
     viewer: &Viewer,
     name: &str,
 ) -> Result<(Quota, i64, Vec<Quota>, Tree), PageError> {
-    let (all, tree) = visible_tree(app, viewer, name).await?;
+    let (mut all, tree) = visible_tree(app, viewer, name).await?;
     let stored = app.service.get_for_view(name).await?;
+    if let Some(q) = all.iter_mut().find(|q| q.name() == name) {
+        q.clone_from(&stored.quota);
+    }
     Ok((stored.quota, stored.version, all, tree))
+}
+
+/// A page's quotas as of the request's one `now` (`service::working`):
+/// every quota it reads accrued on the render threads, and the quota
+/// `name` among them with its subtree's use (Σ `selfUsed`, its spending
+/// included), from those same copies.
+async fn working_page(
+    place: &crate::heavy::Permit,
+    w: &crate::service::working::Working,
+    all: Vec<Quota>,
+    name: &str,
+) -> Result<(Quota, Vec<Quota>, ResourceList), PageError> {
+    let (w, at) = (w.clone(), name.to_string());
+    place
+        .work(move || {
+            let all = w.quotas(all);
+            let in_use = subtree_in_use(&all).remove(&at).unwrap_or_default();
+            let q = all.iter().find(|q| q.name() == at).cloned();
+            (q, all, in_use)
+        })
+        .await
+        .map_err(PageError::from)
+        .and_then(|(q, all, in_use)| match q {
+            Some(q) => Ok((q, all, in_use)),
+            None => Err(PageError::NotFound(format!("bizrq {name} not found"))),
+        })
 }
 
 /// The first `at_most` of the workloads bound to `q`.
@@ -420,6 +459,9 @@ pub async fn detail(
 ) -> Result<Response, PageError> {
     let range = Range::parse(&params.range).map_err(PageError::Invalid)?;
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
+    // One `now` and one copy of each quota for every figure of the page.
+    let w = app.service.working(app.service.now());
+    let now = w.now();
     let (q, version, all, tree) = visible_quota(&app, &viewer, &name).await?;
     // A page of many keys holds the folded samples of each while it
     // draws: it counts as several heavy requests (docs/limits.md).
@@ -427,9 +469,9 @@ pub async fn detail(
         q.spec.hard.len(),
         range == Range::Day,
     ))?;
+    let (q, all, in_use) = working_page(&place, &w, all, &name).await?;
     let p = &viewer.principal;
     let cfg = app.service.keys.clone();
-    let now = app.service.now();
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
         &place,
@@ -475,9 +517,9 @@ pub async fn detail(
             (user.username, role.as_str().to_string(), removable)
         })
         .collect();
-    let in_use = subtree_in_use(&all).remove(&name).unwrap_or_default();
-    let budgets = super::budgets::lines(&app, &name, now).await?;
-    let outlooks = app::tree::outlooks(&q, &app.service.pricing());
+    let pricing = w.pricing();
+    let budgets = super::budgets::lines(&app, &q, &in_use, &pricing).await?;
+    let outlooks = app::tree::outlooks(&q, &pricing);
     // Its parent and siblings, for what it could borrow now.
     let family = family_of(&app.service, &q).await?;
     let page = viewer.page();
@@ -501,7 +543,7 @@ pub async fn detail(
         can_invite_member: authz::can_grant(p, &name, Role::Member, &tree),
         can_invite_owner: authz::can_grant(p, &name, Role::Owner, &tree),
         budgets,
-        queue: queue_section(&q, now, &cfg),
+        queue: None,
         children,
         children_more,
         name,
@@ -511,8 +553,11 @@ pub async fn detail(
     // the runtime's threads.
     let html = place
         .render(move || {
-            let mut d = d;
+            let (mut d, mut q) = (d, q);
             let (parent, siblings) = family_in(family.as_deref(), &q);
+            // Its budget reasons as of the page's `now`, as its budgets box.
+            w.restate_budget_reasons(&mut q, parent, &siblings);
+            d.queue = queue_section(&q, now, &cfg);
             d.keys = key_details(&q, &in_use, (parent, &siblings), now, &cfg);
             d.breakdowns = breakdowns(&q, &in_use, &cfg);
             d.extras = extras(&q);
@@ -582,14 +627,17 @@ pub async fn charts_page(
         ));
     }
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
+    // The quota page's one `now` and copies, so the two pages agree.
+    let w = app.service.working(app.service.now());
+    let now = w.now();
     let (q, _, all, _) = visible_quota(&app, &viewer, &name).await?;
     // Every key's charts at once weigh as the quota page does.
     place.widen(crate::heavy::page_places(
         if key.is_empty() { q.spec.hard.len() } else { 1 },
         range == Range::Day,
     ))?;
+    let (q, all, _) = working_page(&place, &w, all, &name).await?;
     let cfg = app.service.keys.clone();
-    let now = app.service.now();
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
         &place,
@@ -605,7 +653,7 @@ pub async fn charts_page(
     )
     .await?;
     drop(all);
-    let outlooks = app::tree::outlooks(&q, &app.service.pricing());
+    let outlooks = app::tree::outlooks(&q, &w.pricing());
     let page = viewer.page();
     let html = place
         .render(move || {
@@ -790,9 +838,10 @@ pub const OVERVIEW_QUEUED: usize = 50;
 fn queued_in_my_quotas(
     all: &[Quota],
     p: &authz::Principal,
-    now: i64,
+    w: &crate::service::working::Working,
     cfg: &quota::KeyConfig,
 ) -> (Vec<app::queue::WaitingRow>, usize) {
+    let now = w.now();
     let bound: BTreeSet<&str> = p.bindings.iter().map(|b| b.quota.as_str()).collect();
     let owns = p.bindings.iter().any(|b| b.role == authz::Role::Owner);
     // Only an owner's view needs the tree: what it owns below its bindings.
@@ -806,7 +855,17 @@ fn queued_in_my_quotas(
     };
     let mut rows = Vec::new();
     let mut more = 0usize;
-    for q in all.iter().filter(|q| mine(q)) {
+    for q in all.iter().filter(|q| mine(q) && !q.status.queue.is_empty()) {
+        // Budget reasons as of the page's `now` (its quota's page says
+        // the same).
+        let mut q = q.clone();
+        let parent = all.iter().find(|x| x.name() == q.spec.parent);
+        let siblings: Vec<&Quota> = all
+            .iter()
+            .filter(|x| parent.is_some() && x.spec.parent == q.spec.parent)
+            .collect();
+        w.restate_budget_reasons(&mut q, parent, &siblings);
+        let q = &q;
         for i in 0..q.status.queue.len() {
             if rows.len() >= OVERVIEW_QUEUED {
                 more += 1;
