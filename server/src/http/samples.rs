@@ -85,6 +85,7 @@ pub async fn samples(
                 live: &g.live,
                 children: &g.children,
                 children_omitted: g.children_omitted,
+                stacks: &g.stacks,
                 range,
                 now_ms: now,
                 cfg: &cfg,

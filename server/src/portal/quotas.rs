@@ -472,13 +472,18 @@ pub async fn detail(
     let (q, all, in_use) = working_page(&place, &w, all, &name).await?;
     let p = &viewer.principal;
     let cfg = app.service.keys.clone();
+    // The children chart of each key the page draws stacks that key's
+    // busiest children, as its range switch (the samples API) does.
+    let kids_keys = crate::service::charts::children_keys(&q, &cfg, |k| {
+        chart_section::leads(k, chart_section::Kind::Children, &cfg)
+    });
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
         &place,
         &all,
         &q,
         (range, now),
-        crate::service::charts::Children::All,
+        crate::service::charts::Children::ByKeys(&kids_keys),
         None,
     )
     .await?;
@@ -568,6 +573,7 @@ pub async fn detail(
                 live: &gathered.live,
                 children: &gathered.children,
                 children_omitted: gathered.children_omitted,
+                stacks: &gathered.stacks,
                 range,
                 now_ms: now,
                 cfg: &cfg,
@@ -638,6 +644,11 @@ pub async fn charts_page(
     ))?;
     let (q, all, _) = working_page(&place, &w, all, &name).await?;
     let cfg = app.service.keys.clone();
+    // Every other key's children chart stacks that key's busiest
+    // children, as its range switch does.
+    let kids_keys = crate::service::charts::children_keys(&q, &cfg, |k| {
+        !chart_section::leads(k, chart_section::Kind::Children, &cfg)
+    });
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
         &place,
@@ -645,7 +656,7 @@ pub async fn charts_page(
         &q,
         (range, now),
         if key.is_empty() {
-            crate::service::charts::Children::All
+            crate::service::charts::Children::ByKeys(&kids_keys)
         } else {
             crate::service::charts::Children::ByKey(&key)
         },
@@ -662,6 +673,7 @@ pub async fn charts_page(
                 live: &gathered.live,
                 children: &gathered.children,
                 children_omitted: gathered.children_omitted,
+                stacks: &gathered.stacks,
                 range,
                 now_ms: now,
                 cfg: &cfg,

@@ -174,3 +174,86 @@ async fn one_copy_per_request_sqlite() {
 async fn one_copy_per_request_postgres() {
     one_copy_per_request(&fresh_postgres().await).await;
 }
+
+/// A parent with more children than a chart stacks: its page's GPU
+/// children chart and the same chart from the samples API (what a range
+/// click swaps in) rank the children by GPUs alike, so a child busy on CPU
+/// only never takes a GPU child's place on either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_children_chart_stacks_the_same_children_on_the_page_and_after_a_range_click() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = bizrq::config::ServeArgs::for_tests(&fresh_sqlite(&dir));
+    args.admin_password = Some(ADMIN_PASSWORD.into());
+    let running = bizrq::start_with(&args, None, None).await.unwrap();
+    let s = Server::in_process(&running);
+    s.create_quota("lab", "", json!({GPU: "64", "requests.cpu": "256"}))
+        .await;
+    let kids: Vec<String> = (0..24)
+        .map(|i| format!("g{i:02}"))
+        .chain(["hog".to_string()])
+        .collect();
+    for k in &kids {
+        s.create_quota(k, "lab", json!({GPU: "2", "requests.cpu": "8"}))
+            .await;
+        let per_pod = if k == "hog" {
+            resources(&[("requests.cpu", "8")])
+        } else {
+            resources(&[(GPU, "1")])
+        };
+        running
+            .service
+            .charge_workload(
+                k,
+                &format!("batch/Job/{k}/w"),
+                vec![PodSet {
+                    name: "main".into(),
+                    count: 1,
+                    per_pod,
+                    qos: None,
+                }],
+                "u",
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    let (st, api) = s
+        .api(
+            Method::GET,
+            &format!("/api/v1/quotas/lab/samples?key={GPU}&range=7d&chart=children"),
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{api}");
+    let columns: Vec<&str> = api["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    // The busiest seven by name, the other 17 GPU children together; hog
+    // runs no GPU and is not stacked.
+    assert_eq!(columns.len(), 10, "{columns:?}");
+    assert_eq!(columns[8], "17 other children", "{columns:?}");
+    let admin = Browser::admin(&s).await;
+    let page = admin.get("/quotas/lab").await.body;
+    let at = page
+        .find("GPUs: used by children")
+        .unwrap_or_else(|| panic!("a GPU children chart: {page}"));
+    let chart = &page[at..];
+    let head = &chart[chart.find("<thead").unwrap()..chart.find("</thead>").unwrap()];
+    let on_page: Vec<String> = head
+        .split(r#"<th scope="col""#)
+        .skip(1)
+        .map(|th| {
+            let text = &th[th.find('>').unwrap() + 1..th.find("</th>").unwrap()];
+            text.replace("<!>", "")
+        })
+        .collect();
+    assert_eq!(on_page, columns, "the page stacks what a range click draws");
+    assert!(
+        chart.contains("1 more child is not drawn: the chart stacks the 24 using the most now."),
+        "{chart}"
+    );
+    running.shutdown().await;
+}
