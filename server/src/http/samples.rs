@@ -51,8 +51,12 @@ pub async fn samples(
     let now = w.now();
     let all = app.service.subtrees(std::slice::from_ref(&name)).await?;
     let copies = w.clone();
-    let all = place
-        .work(move || copies.quotas(all))
+    let (all, in_use) = place
+        .work(move || {
+            let all = copies.quotas(all);
+            let in_use = quota::rollup::subtree_in_use(&all);
+            (all, in_use)
+        })
         .await
         .map_err(|e| crate::service::ServiceError::Internal(e.to_string()))?;
     let quota = all
@@ -64,7 +68,7 @@ pub async fn samples(
     let g = crate::service::charts::gather(
         &app.portal.sql,
         &place,
-        &all,
+        (&all, &in_use),
         quota,
         (range, now),
         if kind == Kind::Children {

@@ -279,21 +279,25 @@ async fn visible_quota(
     Ok((stored.quota, stored.version, all, tree))
 }
 
+/// Each quota's subtree use (Σ `selfUsed` of it and its descendants).
+type SubtreeUse = BTreeMap<String, ResourceList>;
+
 /// A page's quotas as of the request's one `now` (`service::working`):
-/// every quota it reads accrued on the render threads, and the quota
-/// `name` among them with its subtree's use (Σ `selfUsed`, its spending
-/// included), from those same copies.
+/// every quota it reads accrued, and each one's subtree use (its spending
+/// included) summed from those same copies, on the render threads, never
+/// the runtime's (a member's page may read a large subtree); the quota
+/// `name` among them.
 async fn working_page(
     place: &crate::heavy::Permit,
     w: &crate::service::working::Working,
     all: Vec<Quota>,
     name: &str,
-) -> Result<(Quota, Vec<Quota>, ResourceList), PageError> {
+) -> Result<(Quota, Vec<Quota>, SubtreeUse), PageError> {
     let (w, at) = (w.clone(), name.to_string());
     place
         .work(move || {
             let all = w.quotas(all);
-            let in_use = subtree_in_use(&all).remove(&at).unwrap_or_default();
+            let in_use = subtree_in_use(&all);
             let q = all.iter().find(|q| q.name() == at).cloned();
             (q, all, in_use)
         })
@@ -469,7 +473,8 @@ pub async fn detail(
         q.spec.hard.len(),
         range == Range::Day,
     ))?;
-    let (q, all, in_use) = working_page(&place, &w, all, &name).await?;
+    let (q, all, subtree_use) = working_page(&place, &w, all, &name).await?;
+    let in_use = subtree_use.get(&name).cloned().unwrap_or_default();
     let p = &viewer.principal;
     let cfg = app.service.keys.clone();
     // The children chart of each key the page draws stacks that key's
@@ -480,7 +485,7 @@ pub async fn detail(
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
         &place,
-        &all,
+        (&all, &subtree_use),
         &q,
         (range, now),
         crate::service::charts::Children::ByKeys(&kids_keys),
@@ -642,7 +647,7 @@ pub async fn charts_page(
         if key.is_empty() { q.spec.hard.len() } else { 1 },
         range == Range::Day,
     ))?;
-    let (q, all, _) = working_page(&place, &w, all, &name).await?;
+    let (q, all, subtree_use) = working_page(&place, &w, all, &name).await?;
     let cfg = app.service.keys.clone();
     // Every other key's children chart stacks that key's busiest
     // children, as its range switch does.
@@ -652,7 +657,7 @@ pub async fn charts_page(
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
         &place,
-        &all,
+        (&all, &subtree_use),
         &q,
         (range, now),
         if key.is_empty() {

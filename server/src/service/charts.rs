@@ -210,6 +210,9 @@ pub fn to_samples(rows: Vec<StoredSample>) -> Vec<Sample> {
 }
 
 /// Reads `q`'s samples over `range` up to `now_ms` and those of the
+/// children of it in `all` (which holds `q`'s whole subtree, with `in_use`
+/// its subtree usage, `quota::rollup::subtree_in_use`, summed by the
+/// caller on the render threads) a chart stacks; in detail, those of the
 /// `children` of it in `all` a chart stacks (at most `MAX_CHART_CHILDREN`
 /// of them whatever the number of children, and for a page's every chart
 /// `series::page_children`: fewer, the more keys), each folded to the
@@ -219,7 +222,7 @@ pub fn to_samples(rows: Vec<StoredSample>) -> Vec<Sample> {
 pub async fn gather(
     sql: &SqlStore,
     place: &Permit,
-    all: &[Quota],
+    (all, in_use): (&[Quota], &BTreeMap<String, quota::ResourceList>),
     q: &Quota,
     (range, now_ms): (Range, i64),
     children: Children<'_>,
@@ -241,9 +244,7 @@ pub async fn gather(
         },
     )
     .await?;
-    // `all` holds `q`'s whole subtree: what runs below each quota.
-    let in_use = quota::rollup::subtree_in_use(all);
-    let live = live_status(q, &in_use);
+    let live = live_status(q, in_use);
     let one;
     let keys: &[String] = match children {
         Children::None => {
@@ -265,7 +266,7 @@ pub async fn gather(
     let mut kids: Vec<(&str, QuotaStatus)> = all
         .iter()
         .filter(|c| c.spec.parent == q.name())
-        .map(|c| (c.name(), live_status(c, &in_use)))
+        .map(|c| (c.name(), live_status(c, in_use)))
         .collect();
     kids.sort_by(|a, b| a.0.cmp(b.0));
     let statuses: Vec<(&str, &QuotaStatus)> = kids.iter().map(|(n, s)| (*n, s)).collect();
