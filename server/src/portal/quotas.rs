@@ -44,13 +44,26 @@ fn forecasts(outlooks: &[quota::forecast::Outlook], cfg: &KeyConfig) -> Vec<Stri
         .collect()
 }
 
-/// `pods 200 · requests.memory 1,024 GiB`: amounts as people read them
-/// (the exact spec is on the edit form and the JSON API).
-fn list_line(l: &ResourceList) -> String {
-    l.iter()
-        .map(|(k, v)| format!("{k} {}", quota::readable::amount(k, *v)))
-        .collect::<Vec<_>>()
-        .join(" · ")
+/// `2 A100 GPUs, 8 CPU cores, 64 GiB memory, 1 pod`: amounts in words,
+/// GPUs first, on the keys `q` limits (a workload's aliases such as `cpu`
+/// beside `requests.cpu`, and the keys nothing here counts, left out; all
+/// of it, in words, where none is limited); the exact amounts and raw keys
+/// are in the JSON API.
+fn list_line(l: &ResourceList, q: &Quota, cfg: &KeyConfig) -> String {
+    let counted = |(k, v): (&String, &Quantity)| {
+        (!v.is_zero() && cash_target(k).is_none()).then(|| (k.clone(), *v))
+    };
+    let limited: ResourceList = l
+        .iter()
+        .filter(|(k, _)| q.spec.hard.contains_key(*k))
+        .filter_map(counted)
+        .collect();
+    let shown = if limited.is_empty() {
+        l.iter().filter_map(counted).collect()
+    } else {
+        limited
+    };
+    app::queue::needs_words(&shown, cfg)
 }
 
 /// A child's hard as its row in the children table: keys by name, GPUs and
@@ -309,8 +322,8 @@ async fn working_page(
         })
 }
 
-/// The first `at_most` of the workloads bound to `q`.
-fn workload_rows(q: &Quota, at_most: usize) -> Vec<WorkloadRow> {
+/// The first `at_most` of the workloads bound to `q`, in words.
+fn workload_rows(q: &Quota, at_most: usize, cfg: &KeyConfig) -> Vec<WorkloadRow> {
     q.status
         .workloads
         .iter()
@@ -322,28 +335,33 @@ fn workload_rows(q: &Quota, at_most: usize) -> Vec<WorkloadRow> {
                 .iter()
                 .map(|s| {
                     format!(
-                        "{}: {} × {}",
+                        "{}: {} × ({})",
                         s.name,
                         c.charged_count(s),
-                        list_line(&s.per_pod)
+                        list_line(&s.per_pod, q, cfg)
                     )
                 })
                 .collect(),
-            charge: list_line(&c.usage()),
+            charge: list_line(&c.usage(), q, cfg),
             since: quota::time::format_stamp(&c.since),
         })
         .collect()
 }
 
-fn extras(q: &Quota) -> Vec<(String, Vec<(String, String)>)> {
+/// Borrowing, fair sharing, loans, reclaim marks and transfers in flight,
+/// amounts in words (`A100 GPUs` · `4`, not `requests.nvidia.com/gpu.A100`
+/// · `4`).
+fn extras(q: &Quota, cfg: &KeyConfig) -> Vec<(String, Vec<(String, String)>)> {
     let st = &q.status;
     let mut out = Vec::new();
     let amounts = |l: &ResourceList| {
-        l.iter()
-            .filter(|(_, v)| !v.is_zero())
-            .map(|(k, v)| (k.clone(), v.to_string()))
+        let mut keys: Vec<(&String, &Quantity)> = l.iter().filter(|(_, v)| !v.is_zero()).collect();
+        keys.sort_by_cached_key(|(k, _)| quota::keys::display_order(k, cfg));
+        keys.into_iter()
+            .map(|(k, v)| (app::key_name(k, cfg), app::display_quantity(k, *v, cfg)))
             .collect::<Vec<_>>()
     };
+    let list_line = |l: &ResourceList| list_line(l, q, cfg);
     let borrowed = amounts(&st.borrowed);
     if !borrowed.is_empty() {
         out.push(("Borrowed beyond hard".to_string(), borrowed));
@@ -570,8 +588,8 @@ pub async fn detail(
             d.queue = queue_section(&q, now, &cfg);
             d.keys = key_details(&q, &in_use, (parent, &siblings), now, &cfg);
             d.breakdowns = breakdowns(&q, &in_use, &cfg);
-            d.extras = extras(&q);
-            d.workloads = workload_rows(&q, ROWS_SHOWN);
+            d.extras = extras(&q, &cfg);
+            d.workloads = workload_rows(&q, ROWS_SHOWN, &cfg);
             d.forecasts = forecasts(&outlooks, &cfg);
             let inputs = chart_section::Inputs {
                 own: &gathered.own,
@@ -1500,7 +1518,7 @@ mod tests {
             "status": {"fairSharing": {"weight": "0.5", "share": "0.25", "dominant": "requests.cpu"}}
         }))
         .unwrap();
-        let fair = extras(&q)
+        let fair = extras(&q, &KeyConfig::default())
             .into_iter()
             .find(|(h, _)| h == "Fair sharing")
             .unwrap();
@@ -1513,7 +1531,9 @@ mod tests {
         );
         let mut root = q.clone();
         root.spec.parent.clear();
-        assert!(extras(&root).iter().all(|(h, _)| h != "Fair sharing"));
+        assert!(extras(&root, &KeyConfig::default())
+            .iter()
+            .all(|(h, _)| h != "Fair sharing"));
     }
 
     /// The children table and a form's prefill showed `1099511627776` and
@@ -1528,12 +1548,26 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
         .collect();
-        assert_eq!(
-            list_line(&l),
-            "cash/requests.nvidia.com/gpu 20,000 card-hours · pods 2,600 · requests.memory 1,024 GiB"
-        );
         let q = |s: &str| s.parse::<Quantity>().unwrap();
         let cfg = KeyConfig::default();
+        // A workload's charge: in words, GPUs first, one of a thing
+        // singular, on the keys the quota counts (not the alias `cpu`).
+        let mut quota = Quota::default();
+        quota.spec.hard = l.clone();
+        quota.spec.hard.insert("requests.cpu".into(), q("64"));
+        quota
+            .spec
+            .hard
+            .insert("requests.nvidia.com/gpu.A100".into(), q("8"));
+        let mut charge = l.clone();
+        charge.insert("cpu".into(), q("1"));
+        charge.insert("requests.cpu".into(), q("1"));
+        charge.insert("pods".into(), q("1"));
+        charge.insert("requests.nvidia.com/gpu.A100".into(), q("2"));
+        assert_eq!(
+            list_line(&charge, &quota, &cfg),
+            "2 A100 GPUs, 1 CPU core, 1,024 GiB memory, 1 pod"
+        );
         let mut hard = l.clone();
         hard.insert("requests.nvidia.com/gpu.A100".into(), q("32"));
         hard.insert("requests.cpu".into(), q("0"));
