@@ -1117,7 +1117,11 @@ pub async fn new_child_form(
 ) -> Result<Response, PageError> {
     let tree = changes::tree_for(&app.audited(), &viewer.principal).await?;
     changes::require_manage_children(&viewer.principal, &parent, &tree).map_err(page_error)?;
-    let p = app.service.get(&parent).await?.quota;
+    // What is left in the parent as the next decision reads it.
+    let p = app
+        .service
+        .working(app.service.now())
+        .copy(&app.service.get(&parent).await?.quota);
     let form = QuotaForm {
         editing: None,
         parent: parent.clone(),
@@ -1154,7 +1158,10 @@ pub async fn create_child(
     let p = &viewer.principal;
     let tree = changes::tree_for(&app.audited(), p).await?;
     changes::require_manage_children(p, &parent, &tree).map_err(page_error)?;
-    let parent_q = app.service.get(&parent).await?.quota;
+    let parent_q = app
+        .service
+        .working(app.service.now())
+        .copy(&app.service.get(&parent).await?.quota);
     let base = QuotaForm {
         parent: parent.clone(),
         ..Default::default()
@@ -1220,7 +1227,13 @@ async fn parent_of(app: &AppState, q: &Quota) -> Option<Quota> {
     if q.spec.parent.is_empty() {
         return None;
     }
-    app.service.get(&q.spec.parent).await.ok().map(|s| s.quota)
+    // Its hints say what is left as the next decision reads it.
+    let w = app.service.working(app.service.now());
+    app.service
+        .get(&q.spec.parent)
+        .await
+        .ok()
+        .map(|s| w.copy(&s.quota))
 }
 
 /// GET /quotas/{name}/edit — an owner of `name` itself may not (403): raising
