@@ -113,6 +113,11 @@ try {
         expect(after !== before, 'the chart covers another span');
         const rowsAfter = await firstRow();
         expect(rowsAfter !== rowsBefore, `the values table follows (first row ${rowsBefore} → ${rowsAfter})`);
+        // The links to the other keys' charts open them in the range shown.
+        const others = await page.$$eval('.other-charts a[href*="/charts"]', (as) => as.map((a) => a.getAttribute('href')));
+        expect(others.length > 0, 'research links its other keys\' charts');
+        const stale = others.filter((h) => !h.includes('range=30d') || h.includes('range=7d'));
+        expect(stale.length === 0, `the other charts' links name 30 d: ${stale.join(' ')}`);
         await page.screenshot({ path: join(ARTIFACTS, `range-30d-${tag}.png`), fullPage: false });
       });
       if (js) {

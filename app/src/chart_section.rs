@@ -58,6 +58,11 @@ impl Kind {
     }
 }
 
+/// Per key whose children chart is drawn: the children it stacks (ranked
+/// by that key's use now, `quota::series::children_to_draw`) and how many
+/// it leaves out.
+pub type Stacks = std::collections::BTreeMap<String, (Vec<String>, usize)>;
+
 /// What the charts are drawn from. `own` and each child's samples are as
 /// stored (any resolution, any order); the statuses are current.
 pub struct Inputs<'a> {
@@ -69,6 +74,10 @@ pub struct Inputs<'a> {
     /// Children of the quota left out of `children`, which a children
     /// chart's caption counts.
     pub children_omitted: usize,
+    /// Which of `children` each key's children chart stacks, and how many
+    /// it leaves out; a key not in it stacks every child given, leaving
+    /// out `children_omitted`.
+    pub stacks: &'a Stacks,
     pub range: Range,
     pub now_ms: i64,
     pub cfg: &'a KeyConfig,
@@ -342,12 +351,27 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
             })
         }
         Kind::Children => {
-            let stack = series::stack(&folded.children, key);
+            // This key's children: ranked by its own use, as the samples
+            // API's chart of the key ranks them.
+            let (stacked, omitted) = match inp.stacks.get(key) {
+                Some((names, omitted)) => (Some(names), *omitted),
+                None => (None, inp.children_omitted),
+            };
+            let of_key = |all: &[(String, Vec<Sample>)]| -> Vec<(String, Vec<Sample>)> {
+                all.iter()
+                    .filter(|(n, _)| stacked.is_none_or(|names| names.contains(n)))
+                    .cloned()
+                    .collect()
+            };
+            let (children, children_table) =
+                (of_key(&folded.children), of_key(&folded.children_table));
+            let drawn = stacked.map_or(inp.children.len(), Vec::len);
+            let stack = series::stack(&children, key);
             if stack.layers.is_empty() {
                 return None;
             }
             let layers = charts::children_layers(&stack);
-            let tab = series::stack(&folded.children_table, key);
+            let tab = series::stack(&children_table, key);
             let tab_layers = charts::children_layers(&tab);
             let mut columns = vec!["Time (UTC)".to_string()];
             columns.extend(tab_layers.iter().map(|(n, _)| n.clone()));
@@ -361,12 +385,11 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
                 caption: format!(
                     "One row per {}: each child's peak use, the last row now.{}",
                     span_words(range.table_bucket_ms()),
-                    match inp.children_omitted {
+                    match omitted {
                         0 => String::new(),
                         n => format!(
-                            " {n} more {} not drawn: the chart stacks the {} using the most now.",
+                            " {n} more {} not drawn: the chart stacks the {drawn} using the most now.",
                             if n == 1 { "child is" } else { "children are" },
-                            inp.children.len()
                         ),
                     }
                 ),
@@ -578,6 +601,7 @@ mod tests {
             live: &live,
             children: &children,
             children_omitted: 0,
+            stacks: &Default::default(),
             range: Range::Week,
             now_ms: now,
             cfg: &cfg,
@@ -670,6 +694,7 @@ mod tests {
             live: &live,
             children: &children,
             children_omitted: 3,
+            stacks: &Default::default(),
             range: Range::Day,
             now_ms: now,
             cfg: &cfg,
@@ -693,6 +718,58 @@ mod tests {
             "{}",
             got[1].caption
         );
+    }
+
+    /// Each key's children chart stacks the children ranked for it
+    /// (`Inputs::stacks`), whatever else was read for other keys' charts,
+    /// and counts the rest as left out.
+    #[test]
+    fn a_children_chart_stacks_the_children_ranked_by_its_key() {
+        const CPU: &str = "requests.cpu";
+        let now = T0 + 24 * HOUR;
+        let hard = [(GPU, 8), (CPU, 64)];
+        let own: Vec<Sample> = (0..24)
+            .map(|h| sample(T0 + h * HOUR, &[(GPU, 2), (CPU, 8)], &hard))
+            .collect();
+        let live = status(&[(GPU, 2), (CPU, 8)], &hard);
+        let kid = |used: &[(&str, i64)]| -> (Vec<Sample>, QuotaStatus) {
+            (
+                (0..24)
+                    .map(|h| sample(T0 + h * HOUR, used, &hard))
+                    .collect(),
+                status(used, &hard),
+            )
+        };
+        let (a, a_live) = kid(&[(GPU, 2), (CPU, 1)]);
+        let (b, b_live) = kid(&[(GPU, 1), (CPU, 7)]);
+        let children = vec![
+            ("team-a".to_string(), a, a_live),
+            ("team-b".to_string(), b, b_live),
+        ];
+        let stacks: Stacks = [
+            (GPU.to_string(), (vec!["team-a".to_string()], 1)),
+            (CPU.to_string(), (vec!["team-b".to_string()], 1)),
+        ]
+        .into();
+        let cfg = KeyConfig::default();
+        let inp = Inputs {
+            own: &own,
+            live: &live,
+            children: &children,
+            children_omitted: 0,
+            stacks: &stacks,
+            range: Range::Day,
+            now_ms: now,
+            cfg: &cfg,
+            outlooks: &[],
+        };
+        let gpu = panel(&inp, GPU, Kind::Children).unwrap();
+        assert_eq!(gpu.columns, ["Time (UTC)", "team-a", "Total"]);
+        assert!(gpu
+            .caption
+            .ends_with(" 1 more child is not drawn: the chart stacks the 1 using the most now."));
+        let cpu = panel(&inp, CPU, Kind::Children).unwrap();
+        assert_eq!(cpu.columns, ["Time (UTC)", "team-b", "Total"]);
     }
 
     /// The quota page draws GPUs, the GPU children chart and budgets;
@@ -719,6 +796,7 @@ mod tests {
             live: &live,
             children: &children,
             children_omitted: 0,
+            stacks: &Default::default(),
             range: Range::Day,
             now_ms: now,
             cfg: &cfg,

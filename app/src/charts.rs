@@ -390,7 +390,7 @@ pub fn burn_down_chart(
             let v = last.1 * (1.0 - (end - last.0) as f64 / (at - last.0).max(1) as f64);
             (
                 Some(vec![last, (end, v)]),
-                Mark::End((end, v), format!("runs out {} →", date(at)), VPos::Top),
+                Mark::Beyond((end, v), format!("runs out {} →", date(at))),
                 end,
             )
         }
@@ -470,7 +470,31 @@ pub fn burn_down_chart(
                             ),
                     ))?;
                 }
+                Mark::Beyond(at, label) => {
+                    // The dot where the line leaves the chart; the words at
+                    // the top right, under "now": beside a low dot they sat
+                    // on the axis's dates.
+                    chart.draw_series(std::iter::once(
+                        EmptyElement::at(at) + Circle::new((0, 0), 4, WARN.filled()),
+                    ))?;
+                    chart.draw_series(std::iter::once(
+                        EmptyElement::at((at.0, y.end))
+                            + Text::new(
+                                label,
+                                (-4, below_now),
+                                frame.font(FG).pos(Pos::new(HPos::Right, VPos::Top)),
+                            ),
+                    ))?;
+                }
                 Mark::End(at, label, v) => {
+                    // Words under a dot in the lowest third would sit on the
+                    // axis's dates: above it then.
+                    let low = at.1 - y.start < (y.end - y.start) / 3.0;
+                    let v = if low && matches!(v, VPos::Top) {
+                        VPos::Bottom
+                    } else {
+                        v
+                    };
                     let dy = if matches!(v, VPos::Top) { 6 } else { -6 };
                     chart.draw_series(std::iter::once(
                         EmptyElement::at(at)
@@ -836,6 +860,9 @@ const BAD: RGBColor = RGBColor(0xd9, 0x2d, 0x20);
 enum Mark {
     Date(i64, String),
     End((i64, f64), String, VPos),
+    /// The forecast leaves the chart at this point before its date: a dot
+    /// there, the words at the top right.
+    Beyond((i64, f64), String),
 }
 
 /// A legend entry's picture: drawn the way its series is.
@@ -1779,6 +1806,26 @@ mod tests {
         let slow = vec![cash(now - MS_PER_HOUR, 10_000, 0), cash(now, 10_000, NANO)];
         assert!(burn_down(&slow, CASH, now, &KeyConfig::default(), WIDE)
             .contains(">\nruns out 2028-01-12 →\n</text>"));
+        // Beyond the horizon with little left there: the line leaves the
+        // chart low, and its words sit at the top, not on the axis's dates.
+        let low = burn_down(
+            &steady_burn(24, 10, 280),
+            CASH,
+            now,
+            &KeyConfig::default(),
+            WIDE,
+        );
+        let y_of = |svg: &str, words: &str| -> f64 {
+            let at = svg.find(&format!(">\n{words}\n</text>")).unwrap();
+            let tag = &svg[svg[..at].rfind("<text").unwrap()..at];
+            let y = &tag[tag.find(" y=\"").unwrap() + 4..];
+            y[..y.find('"').unwrap()].parse().unwrap()
+        };
+        let words = "runs out 2026-11-23 →";
+        assert!(
+            y_of(&low, words) < y_of(&low, "now") + 40.0,
+            "{words} under now at the top: {low}"
+        );
         assert!(
             burn_down(&[], CASH, now, &KeyConfig::default(), WIDE).contains(">no data yet</text>")
         );

@@ -30,15 +30,34 @@ pub fn needs_words(needs: &quota::ResourceList, cfg: &quota::KeyConfig) -> Strin
     shown.sort();
     shown
         .into_iter()
-        .map(|(_, k, v)| {
-            format!(
-                "{} {}",
-                quota::readable::amount(k, *v),
-                crate::tree::short_key(k, cfg)
-            )
-        })
+        .map(|(_, k, v)| counted(k, *v, cfg))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `2 A100 GPUs`, `1 pod`, `1 CPU core`, `16 GiB memory`: an amount of a
+/// key with the key's name, singular for exactly one.
+pub fn counted(key: &str, q: quota::Quantity, cfg: &quota::KeyConfig) -> String {
+    let amount = quota::readable::amount(key, q);
+    let name = crate::tree::short_key(key, cfg);
+    let one = q == quota::Quantity::from_units(1) && amount == "1";
+    format!("{amount} {}", if one { singular(&name) } else { name })
+}
+
+/// `A100 GPUs` → `A100 GPU`, `CPU A4 cores (limit)` → `CPU A4 core
+/// (limit)`, `pods` → `pod`: the counted word of a key's name, one.
+fn singular(name: &str) -> String {
+    for (many, one) in [("GPUs", "GPU"), ("cores", "core"), ("pods", "pod")] {
+        let at_word = name.match_indices(many).find(|(i, _)| {
+            let end = i + many.len();
+            (*i == 0 || name.as_bytes()[i - 1] == b' ')
+                && (end == name.len() || name.as_bytes()[end] == b' ')
+        });
+        if let Some((i, _)) = at_word {
+            return format!("{}{one}{}", &name[..i], &name[i + many.len()..]);
+        }
+    }
+    name.to_string()
 }
 
 /// One queued workload as the quota page shows it.
@@ -156,6 +175,29 @@ pub fn overview_section(rows: Vec<WaitingRow>, more: usize) -> impl IntoView {
 mod tests {
     use super::*;
     use quota::{KeyConfig, Quantity, ResourceList};
+
+    #[test]
+    fn one_of_a_thing_reads_singular() {
+        let n = |v: i64| Quantity::from_units(v);
+        let one: ResourceList = [
+            ("limits.cpu.A4".to_string(), n(1)),
+            ("pods".to_string(), n(1)),
+            ("requests.cpu".to_string(), n(1)),
+            ("requests.memory".to_string(), n(1 << 30)),
+            ("requests.nvidia.com/gpu.A100".to_string(), n(1)),
+        ]
+        .into();
+        assert_eq!(
+            needs_words(&one, &KeyConfig::default()),
+            "1 A100 GPU, 1 CPU core, 1 CPU A4 core (limit), 1 GiB memory, 1 pod"
+        );
+        let cfg = KeyConfig::default();
+        assert_eq!(counted("pods", n(2), &cfg), "2 pods");
+        assert_eq!(
+            counted("requests.cpu", "1500m".parse().unwrap(), &cfg),
+            "1.5 CPU cores"
+        );
+    }
 
     #[test]
     fn needs_read_gpus_first_in_short_names() {

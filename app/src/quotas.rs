@@ -502,7 +502,8 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     })
 }
 
-/// The other keys' charts as links to their own page, in the range shown.
+/// The other keys' charts as links to their own page, in the range shown
+/// (`data-follows-range`: with JavaScript, a range click changes it).
 #[cfg(feature = "ssr")]
 fn other_charts_list(
     quota: &str,
@@ -522,13 +523,13 @@ fn other_charts_list(
                 crate::layout::encode_component(&key),
                 range.as_str()
             );
-            view! { <li><a href=href title=key>{name}</a></li> }
+            view! { <li><a href=href title=key data-follows-range="">{name}</a></li> }
         })
         .collect_view();
     Some(view! {
         <section class="other-charts">
             <h3>"Other keys' charts"</h3>
-            <p class="hint">"Each on its own page, "<a href=all>"or all of them on one"</a>"."</p>
+            <p class="hint">"Each on its own page, "<a href=all data-follows-range="">"or all of them on one"</a>"."</p>
             <ul class="inline-list">{links}</ul>
         </section>
     })

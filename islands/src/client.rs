@@ -81,6 +81,19 @@ pub fn range_click(quota: &str, ev: MouseEvent) {
         if let (Ok(history), Ok(href)) = (w.history(), link.get_attribute("href").ok_or(())) {
             let _ = history.replace_state_with_url(&JsValue::NULL, "", Some(&href));
         }
+        // The links to the other charts open them in the range shown now.
+        if let Some(follow) = w
+            .document()
+            .and_then(|d| d.query_selector_all("a[data-follows-range]").ok())
+        {
+            for i in 0..follow.length() {
+                if let Some(a) = follow.item(i).and_then(|n| n.dyn_into::<Element>().ok()) {
+                    if let Some(href) = a.get_attribute("href") {
+                        let _ = a.set_attribute("href", &super::links::with_range(&href, &range));
+                    }
+                }
+            }
+        }
     }
     let Ok(panels) = section.query_selector_all(".chart-panel[data-key]") else {
         return;

@@ -6,7 +6,8 @@
 //!   are plain links; with the bundle loaded, a click fetches each chart of
 //!   the new range from `GET /api/v1/quotas/{name}/samples` and swaps the
 //!   SVG and its values table in place, and moving the pointer over a chart
-//!   names the nearest point.
+//!   names the nearest point. The links to the quota's other charts
+//!   (`data-follows-range`) then name the new range too (`links`).
 //! - [`AlertsBadge`] is the navigation's count of open alerts; it asks
 //!   `GET /api/v1/live` every [`POLL_SECONDS`] and redraws itself. On the
 //!   overview (an element marked `data-live="overview"`) it asks
@@ -36,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "hydrate")]
 mod client;
+pub mod links;
 pub mod order;
 
 /// How often the badge asks for the count, in seconds.

@@ -58,18 +58,25 @@ pub async fn get(
             ))
         }
     };
-    let q = app.service.current(&name).await?;
-    let now = app.service.now();
-    let list = app.service.price_list();
+    // The quota and its subtree as of one `now` (`service::working`): the
+    // copies the quota page reads, so its budgets box says what this does.
+    let w = app.service.working(app.service.now());
+    let now = w.now();
     let forest = app.service.forest().await?;
+    let (copies, at) = (w.clone(), name.clone());
+    let (q, subtree) = tokio::task::spawn_blocking(move || copies.subtree_of(&forest, &at))
+        .await
+        .map_err(|e| crate::service::ServiceError::Internal(e.to_string()))?
+        .ok_or_else(|| changes::not_found(&name))?;
+    let pricing = w.pricing();
     let mut views = crate::budgets::views(
         &app.portal.sql,
         &q,
-        &app.service.pricing(),
-        Some(forest.in_use_of(&name)),
+        &pricing,
+        Some(&subtree),
         now,
         limit,
-        list.currency.as_ref(),
+        pricing.list.currency.as_ref(),
     )
     .await
     .map_err(crate::service::ServiceError::from)?;

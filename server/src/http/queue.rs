@@ -20,8 +20,15 @@ pub async fn get(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
-    let q = app.service.get(&name).await?.quota;
-    let now = app.service.now();
+    // As of one `now` (`service::working`): a budget reason says what is
+    // left now, as the quota page and its budgets API do.
+    let w = app.service.working(app.service.now());
+    let now = w.now();
+    let mut q = w.copy(&app.service.get(&name).await?.quota);
+    let (_, family) = app.service.queue_plan(&q).await?;
+    let siblings: Vec<&quota::Quota> = family.iter().flat_map(|f| f.kids.iter()).collect();
+    let parent = family.as_ref().map(|f| &f.parent);
+    w.restate_budget_reasons(&mut q, parent, &siblings);
     let items: Vec<_> = q
         .status
         .queue

@@ -124,6 +124,9 @@ pub async fn get(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
+    // The object as stored, as `kubectl get` has it (its ledger is what
+    // this status accrued; `lastReconcileTime` says up to when). The
+    // figures as of now are the usage, budgets and queue views.
     Ok(Json(app.service.get(&name).await?.quota).into_response())
 }
 
@@ -149,9 +152,12 @@ pub async fn usage(
     // Free now and borrowable now as the quota page's keys table has them
     // (one computation: its parent and siblings, `with_borrowing`).
     let family = crate::portal::quotas::family_of(&app.service, q).await?;
-    let now = app.service.now();
+    let w = app.service.working(app.service.now());
+    let now = w.now();
     let body = place
         .render(move || {
+            // The copies the quota page's keys table reads.
+            let all = w.quotas(all);
             let Some(q) = all.iter().find(|q| q.name() == name) else {
                 return serde_json::Value::Null;
             };

@@ -45,18 +45,30 @@ pub async fn samples(
     let place = app.portal.heavy.enter(&p.username)?;
     changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     // The quota and its subtree (its children's charts), not the forest.
+    // As of one `now` (`service::working`), as the quota page draws it:
+    // the live point and the forecast from the same copies.
+    let w = app.service.working(app.service.now());
+    let now = w.now();
     let all = app.service.subtrees(std::slice::from_ref(&name)).await?;
+    let copies = w.clone();
+    let (all, in_use) = place
+        .work(move || {
+            let all = copies.quotas(all);
+            let in_use = quota::rollup::subtree_in_use(&all);
+            (all, in_use)
+        })
+        .await
+        .map_err(|e| crate::service::ServiceError::Internal(e.to_string()))?;
     let quota = all
         .iter()
         .find(|x| x.name() == name)
         .ok_or_else(|| changes::not_found(&name))?;
-    let now = app.service.now();
     // Read a chunk at a time, parsed and folded on the render threads;
     // of the quota's own samples only this key.
     let g = crate::service::charts::gather(
         &app.portal.sql,
         &place,
-        &all,
+        (&all, &in_use),
         quota,
         (range, now),
         if kind == Kind::Children {
@@ -67,7 +79,7 @@ pub async fn samples(
         Some(key),
     )
     .await?;
-    let outlooks = app::tree::outlooks(quota, &app.service.pricing());
+    let outlooks = app::tree::outlooks(quota, &w.pricing());
     let (key, cfg) = (key.to_string(), app.service.keys.clone());
     drop(all);
     let panel = place
@@ -77,6 +89,7 @@ pub async fn samples(
                 live: &g.live,
                 children: &g.children,
                 children_omitted: g.children_omitted,
+                stacks: &g.stacks,
                 range,
                 now_ms: now,
                 cfg: &cfg,

@@ -23,18 +23,23 @@ const SHOWN_CLOSED: i64 = 6;
 /// Longest value a budget field may hold.
 const MAX_FIELD: usize = 64;
 
-/// The panel's lines for `name`, as of now.
-pub async fn lines(app: &AppState, name: &str, now: i64) -> Result<Vec<BudgetLine>, PageError> {
-    let q = app.service.current(name).await?;
-    let list = app.service.price_list();
-    let currency = list.currency.as_ref();
-    let forest = app.service.forest().await?;
+/// The panel's lines for `q`, a working copy of the request
+/// (`service::working`), whose subtree spent `subtree` (summed from the
+/// same copies): the figures the page's forecasts, queue and charts read.
+pub async fn lines(
+    app: &AppState,
+    q: &quota::Quota,
+    subtree: &quota::ResourceList,
+    pricing: &app::tree::Pricing,
+) -> Result<Vec<BudgetLine>, PageError> {
+    let name = q.name();
+    let currency = pricing.list.currency.as_ref();
     let views = crate::budgets::views(
         &app.portal.sql,
-        &q,
-        &app.service.pricing(),
-        Some(forest.in_use_of(name)),
-        now,
+        q,
+        pricing,
+        Some(subtree),
+        pricing.now_ms,
         SHOWN_CLOSED,
         currency,
     )

@@ -111,10 +111,15 @@ fn csv_response(name: &str, body: String) -> Response {
 /// (`crate::heavy`), written on the render threads.
 pub async fn tree(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
+    let w = app.service.working(app.service.now());
     let forest = changes::visible_forest_on(&app.service, &viewer.principal, &place).await?;
     let cfg = app.service.keys.clone();
     let body = place
-        .render(move || quotas_csv(&forest.quotas, &forest.in_use, &cfg))
+        .render(move || {
+            // Spent as of now, as `/tree` and the quota pages show it.
+            let forest = w.forest(forest);
+            quotas_csv(&forest.quotas, &forest.in_use, &cfg)
+        })
         .await?;
     Ok(csv_response("bizrq-quotas.csv", body))
 }

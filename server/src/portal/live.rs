@@ -65,8 +65,8 @@ pub async fn tree_rows(
             "at and depth must be depths from 0 to {MAX_AT}"
         )));
     }
+    let w = app.service.working(app.service.now());
     let (quotas, _) = super::quotas::visible_tree(&app, &viewer, parent).await?;
-    let in_use = subtree_in_use(&quotas);
     let query = TreeQuery {
         depth: p.depth,
         sort: TreeSort::parse(&p.sort),
@@ -74,24 +74,31 @@ pub async fn tree_rows(
         closed: TreeQuery::names(&p.closed),
         ..TreeQuery::default()
     };
-    let rows = app::tree::tree_rows(
-        &quotas,
-        &in_use,
-        &app.service.keys,
-        &app.service.pricing(),
-        query.sort,
-    );
-    let (rows, page, more) = app::tree::rows_under(rows, parent, p.at, &query)
-        .ok_or_else(|| PageError::NotFound(format!("bizrq {parent} not found")))?;
     // The page's model columns, asked of what the page shows: an admin's
     // page the whole (kept) forest, anyone else's what `quotas` holds.
-    let models = if viewer.principal.is_admin {
-        let all = changes::visible_forest_on(&app.service, &viewer.principal, &place).await?;
-        app::tree::model_columns(&all.quotas, &app.service.keys)
-    } else {
-        app::tree::model_columns(&quotas, &app.service.keys)
+    let forest = match viewer.principal.is_admin {
+        true => Some(changes::visible_forest_on(&app.service, &viewer.principal, &place).await?),
+        false => None,
     };
-    let html = app::tree::render_tree_rows(rows, &page, more, parent, &models, &app.service.keys);
+    let (cfg, parent) = (app.service.keys.clone(), parent.to_string());
+    // The rows as of the request's `now`, as `/tree` and the quota pages
+    // show them (`service::working`), summed and drawn on the render
+    // threads.
+    let html = place
+        .render(move || {
+            let quotas = w.quotas(quotas);
+            let in_use = subtree_in_use(&quotas);
+            let models = match &forest {
+                Some(all) => app::tree::model_columns(&all.quotas, &cfg),
+                None => app::tree::model_columns(&quotas, &cfg),
+            };
+            let rows = app::tree::tree_rows(&quotas, &in_use, &cfg, &w.pricing(), query.sort);
+            app::tree::rows_under(rows, &parent, p.at, &query).map(|(rows, page, more)| {
+                app::tree::render_tree_rows(rows, &page, more, &parent, &models, &cfg)
+            })
+        })
+        .await?
+        .ok_or_else(|| PageError::NotFound(format!("bizrq {} not found", p.parent.trim())))?;
     Ok((
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -121,8 +128,9 @@ fn api_error(e: PageError) -> ApiError {
 /// they move with the samples, hourly, and the page's reload has them.
 pub async fn overview(State(app): State<AppState>, p: Principal) -> Result<Response, ApiError> {
     // Its cost grows with the visible forest: a heavy request's place.
-    let _place = app.portal.heavy.enter(&p.username)?;
-    let data = super::quotas::overview_data(&app, &p).await?;
+    let place = app.portal.heavy.enter(&p.username)?;
+    let w = app.service.working(app.service.now());
+    let data = super::quotas::overview_data(&app, &p, &place, &w).await?;
     let all = &data.forest.quotas;
     let cfg = &app.service.keys;
     let cards = super::quotas::my_quotas(all, &p)

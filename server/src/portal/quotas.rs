@@ -44,13 +44,26 @@ fn forecasts(outlooks: &[quota::forecast::Outlook], cfg: &KeyConfig) -> Vec<Stri
         .collect()
 }
 
-/// `pods 200 · requests.memory 1,024 GiB`: amounts as people read them
-/// (the exact spec is on the edit form and the JSON API).
-fn list_line(l: &ResourceList) -> String {
-    l.iter()
-        .map(|(k, v)| format!("{k} {}", quota::readable::amount(k, *v)))
-        .collect::<Vec<_>>()
-        .join(" · ")
+/// `2 A100 GPUs, 8 CPU cores, 64 GiB memory, 1 pod`: amounts in words,
+/// GPUs first, on the keys `q` limits (a workload's aliases such as `cpu`
+/// beside `requests.cpu`, and the keys nothing here counts, left out; all
+/// of it, in words, where none is limited); the exact amounts and raw keys
+/// are in the JSON API.
+fn list_line(l: &ResourceList, q: &Quota, cfg: &KeyConfig) -> String {
+    let counted = |(k, v): (&String, &Quantity)| {
+        (!v.is_zero() && cash_target(k).is_none()).then(|| (k.clone(), *v))
+    };
+    let limited: ResourceList = l
+        .iter()
+        .filter(|(k, _)| q.spec.hard.contains_key(*k))
+        .filter_map(counted)
+        .collect();
+    let shown = if limited.is_empty() {
+        l.iter().filter_map(counted).collect()
+    } else {
+        limited
+    };
+    app::queue::needs_words(&shown, cfg)
 }
 
 /// A child's hard as its row in the children table: keys by name, GPUs and
@@ -118,8 +131,17 @@ pub struct OverviewData {
 pub async fn overview_data(
     app: &AppState,
     p: &authz::Principal,
+    place: &crate::heavy::Permit,
+    w: &crate::service::working::Working,
 ) -> Result<OverviewData, ServiceError> {
-    let forest = changes::visible_forest(&app.service, p).await?;
+    let forest = changes::visible_forest_on(&app.service, p, place).await?;
+    // As of the request's `now` (`service::working`), as the quota pages
+    // and `/tree` show them: on the render threads.
+    let copies = w.clone();
+    let forest = place
+        .work(move || copies.forest(forest))
+        .await
+        .map_err(|e| ServiceError::Internal(e.to_string()))?;
     // From the quotas already read: no second list of the tree (an admin
     // needs none: it decides every request).
     let scope =
@@ -137,7 +159,7 @@ pub async fn overview_data(
         &forest.quotas,
         &forest.in_use,
         &app.service.keys,
-        &app.service.pricing(),
+        &w.pricing(),
     );
     Ok(OverviewData {
         forest,
@@ -150,12 +172,12 @@ pub async fn overview_data(
 /// admin) with usage, card-hour burn and forecasts.
 pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
     // Its cost grows with the visible forest: a heavy request's place.
-    let _place = app.portal.heavy.enter(&viewer.principal.username)?;
+    let place = app.portal.heavy.enter(&viewer.principal.username)?;
     let p = &viewer.principal;
-    let data = overview_data(&app, p).await?;
+    let w = app.service.working(app.service.now());
+    let data = overview_data(&app, p, &place, &w).await?;
     let all = &data.forest.quotas;
-    let now = app.service.now();
-    let pricing = app.service.pricing();
+    let pricing = w.pricing();
     let mut cards = Vec::new();
     for (q, role) in my_quotas(all, p) {
         cards.push(OverviewCard {
@@ -174,7 +196,7 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
         super::alerts::open_for(&app, p).await?,
         data.awaiting_me,
         data.attention,
-        queued_in_my_quotas(all, p, now, &app.service.keys),
+        queued_in_my_quotas(all, p, &w, &app.service.keys),
         flash,
     ))
     .into_response())
@@ -208,6 +230,7 @@ pub async fn tree(
 ) -> Result<Response, PageError> {
     // A heavy request (`crate::heavy`): the whole visible forest.
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
+    let w = app.service.working(app.service.now());
     // What the viewer may see holds every descendant of what it shows, so
     // each subtree's usage is whole.
     let forest = changes::visible_forest_on(&app.service, &viewer.principal, &place).await?;
@@ -220,13 +243,11 @@ pub async fn tree(
         open: TreeQuery::names(&t.open),
         closed: TreeQuery::names(&t.closed),
     };
-    let (page, cfg, pricing) = (
-        viewer.page(),
-        app.service.keys.clone(),
-        app.service.pricing(),
-    );
+    let (page, cfg, pricing) = (viewer.page(), app.service.keys.clone(), w.pricing());
     let html = place
         .render(move || {
+            // As of the request's `now`, as the quota pages show them.
+            let forest = w.forest(forest);
             app::render_tree_page(page, &forest.quotas, &forest.in_use, &cfg, &pricing, query)
         })
         .await?;
@@ -255,19 +276,54 @@ pub async fn visible_tree(
     Ok((all, tree))
 }
 
-/// `visible_tree`, and the quota with the version its edit form names.
+/// `visible_tree`, and the quota with the version its edit form names
+/// (that very version in the quotas returned too, so the page shows the
+/// quota its form edits).
 async fn visible_quota(
     app: &AppState,
     viewer: &Viewer,
     name: &str,
 ) -> Result<(Quota, i64, Vec<Quota>, Tree), PageError> {
-    let (all, tree) = visible_tree(app, viewer, name).await?;
+    let (mut all, tree) = visible_tree(app, viewer, name).await?;
     let stored = app.service.get_for_view(name).await?;
+    if let Some(q) = all.iter_mut().find(|q| q.name() == name) {
+        q.clone_from(&stored.quota);
+    }
     Ok((stored.quota, stored.version, all, tree))
 }
 
-/// The first `at_most` of the workloads bound to `q`.
-fn workload_rows(q: &Quota, at_most: usize) -> Vec<WorkloadRow> {
+/// Each quota's subtree use (Σ `selfUsed` of it and its descendants).
+type SubtreeUse = BTreeMap<String, ResourceList>;
+
+/// A page's quotas as of the request's one `now` (`service::working`):
+/// every quota it reads accrued, and each one's subtree use (its spending
+/// included) summed from those same copies, on the render threads, never
+/// the runtime's (a member's page may read a large subtree); the quota
+/// `name` among them.
+async fn working_page(
+    place: &crate::heavy::Permit,
+    w: &crate::service::working::Working,
+    all: Vec<Quota>,
+    name: &str,
+) -> Result<(Quota, Vec<Quota>, SubtreeUse), PageError> {
+    let (w, at) = (w.clone(), name.to_string());
+    place
+        .work(move || {
+            let all = w.quotas(all);
+            let in_use = subtree_in_use(&all);
+            let q = all.iter().find(|q| q.name() == at).cloned();
+            (q, all, in_use)
+        })
+        .await
+        .map_err(PageError::from)
+        .and_then(|(q, all, in_use)| match q {
+            Some(q) => Ok((q, all, in_use)),
+            None => Err(PageError::NotFound(format!("bizrq {name} not found"))),
+        })
+}
+
+/// The first `at_most` of the workloads bound to `q`, in words.
+fn workload_rows(q: &Quota, at_most: usize, cfg: &KeyConfig) -> Vec<WorkloadRow> {
     q.status
         .workloads
         .iter()
@@ -279,28 +335,33 @@ fn workload_rows(q: &Quota, at_most: usize) -> Vec<WorkloadRow> {
                 .iter()
                 .map(|s| {
                     format!(
-                        "{}: {} × {}",
+                        "{}: {} × ({})",
                         s.name,
                         c.charged_count(s),
-                        list_line(&s.per_pod)
+                        list_line(&s.per_pod, q, cfg)
                     )
                 })
                 .collect(),
-            charge: list_line(&c.usage()),
+            charge: list_line(&c.usage(), q, cfg),
             since: quota::time::format_stamp(&c.since),
         })
         .collect()
 }
 
-fn extras(q: &Quota) -> Vec<(String, Vec<(String, String)>)> {
+/// Borrowing, fair sharing, loans, reclaim marks and transfers in flight,
+/// amounts in words (`A100 GPUs` · `4`, not `requests.nvidia.com/gpu.A100`
+/// · `4`).
+fn extras(q: &Quota, cfg: &KeyConfig) -> Vec<(String, Vec<(String, String)>)> {
     let st = &q.status;
     let mut out = Vec::new();
     let amounts = |l: &ResourceList| {
-        l.iter()
-            .filter(|(_, v)| !v.is_zero())
-            .map(|(k, v)| (k.clone(), v.to_string()))
+        let mut keys: Vec<(&String, &Quantity)> = l.iter().filter(|(_, v)| !v.is_zero()).collect();
+        keys.sort_by_cached_key(|(k, _)| quota::keys::display_order(k, cfg));
+        keys.into_iter()
+            .map(|(k, v)| (app::key_name(k, cfg), app::display_quantity(k, *v, cfg)))
             .collect::<Vec<_>>()
     };
+    let list_line = |l: &ResourceList| list_line(l, q, cfg);
     let borrowed = amounts(&st.borrowed);
     if !borrowed.is_empty() {
         out.push(("Borrowed beyond hard".to_string(), borrowed));
@@ -420,6 +481,9 @@ pub async fn detail(
 ) -> Result<Response, PageError> {
     let range = Range::parse(&params.range).map_err(PageError::Invalid)?;
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
+    // One `now` and one copy of each quota for every figure of the page.
+    let w = app.service.working(app.service.now());
+    let now = w.now();
     let (q, version, all, tree) = visible_quota(&app, &viewer, &name).await?;
     // A page of many keys holds the folded samples of each while it
     // draws: it counts as several heavy requests (docs/limits.md).
@@ -427,16 +491,22 @@ pub async fn detail(
         q.spec.hard.len(),
         range == Range::Day,
     ))?;
+    let (q, all, subtree_use) = working_page(&place, &w, all, &name).await?;
+    let in_use = subtree_use.get(&name).cloned().unwrap_or_default();
     let p = &viewer.principal;
     let cfg = app.service.keys.clone();
-    let now = app.service.now();
+    // The children chart of each key the page draws stacks that key's
+    // busiest children, as its range switch (the samples API) does.
+    let kids_keys = crate::service::charts::children_keys(&q, &cfg, |k| {
+        chart_section::leads(k, chart_section::Kind::Children, &cfg)
+    });
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
         &place,
-        &all,
+        (&all, &subtree_use),
         &q,
         (range, now),
-        crate::service::charts::Children::All,
+        crate::service::charts::Children::ByKeys(&kids_keys),
         None,
     )
     .await?;
@@ -475,9 +545,9 @@ pub async fn detail(
             (user.username, role.as_str().to_string(), removable)
         })
         .collect();
-    let in_use = subtree_in_use(&all).remove(&name).unwrap_or_default();
-    let budgets = super::budgets::lines(&app, &name, now).await?;
-    let outlooks = app::tree::outlooks(&q, &app.service.pricing());
+    let pricing = w.pricing();
+    let budgets = super::budgets::lines(&app, &q, &in_use, &pricing).await?;
+    let outlooks = app::tree::outlooks(&q, &pricing);
     // Its parent and siblings, for what it could borrow now.
     let family = family_of(&app.service, &q).await?;
     let page = viewer.page();
@@ -501,7 +571,7 @@ pub async fn detail(
         can_invite_member: authz::can_grant(p, &name, Role::Member, &tree),
         can_invite_owner: authz::can_grant(p, &name, Role::Owner, &tree),
         budgets,
-        queue: queue_section(&q, now, &cfg),
+        queue: None,
         children,
         children_more,
         name,
@@ -511,18 +581,22 @@ pub async fn detail(
     // the runtime's threads.
     let html = place
         .render(move || {
-            let mut d = d;
+            let (mut d, mut q) = (d, q);
             let (parent, siblings) = family_in(family.as_deref(), &q);
+            // Its budget reasons as of the page's `now`, as its budgets box.
+            w.restate_budget_reasons(&mut q, parent, &siblings);
+            d.queue = queue_section(&q, now, &cfg);
             d.keys = key_details(&q, &in_use, (parent, &siblings), now, &cfg);
             d.breakdowns = breakdowns(&q, &in_use, &cfg);
-            d.extras = extras(&q);
-            d.workloads = workload_rows(&q, ROWS_SHOWN);
+            d.extras = extras(&q, &cfg);
+            d.workloads = workload_rows(&q, ROWS_SHOWN, &cfg);
             d.forecasts = forecasts(&outlooks, &cfg);
             let inputs = chart_section::Inputs {
                 own: &gathered.own,
                 live: &gathered.live,
                 children: &gathered.children,
                 children_omitted: gathered.children_omitted,
+                stacks: &gathered.stacks,
                 range,
                 now_ms: now,
                 cfg: &cfg,
@@ -582,22 +656,30 @@ pub async fn charts_page(
         ));
     }
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
+    // The quota page's one `now` and copies, so the two pages agree.
+    let w = app.service.working(app.service.now());
+    let now = w.now();
     let (q, _, all, _) = visible_quota(&app, &viewer, &name).await?;
     // Every key's charts at once weigh as the quota page does.
     place.widen(crate::heavy::page_places(
         if key.is_empty() { q.spec.hard.len() } else { 1 },
         range == Range::Day,
     ))?;
+    let (q, all, subtree_use) = working_page(&place, &w, all, &name).await?;
     let cfg = app.service.keys.clone();
-    let now = app.service.now();
+    // Every other key's children chart stacks that key's busiest
+    // children, as its range switch does.
+    let kids_keys = crate::service::charts::children_keys(&q, &cfg, |k| {
+        !chart_section::leads(k, chart_section::Kind::Children, &cfg)
+    });
     let gathered = crate::service::charts::gather(
         &app.portal.sql,
         &place,
-        &all,
+        (&all, &subtree_use),
         &q,
         (range, now),
         if key.is_empty() {
-            crate::service::charts::Children::All
+            crate::service::charts::Children::ByKeys(&kids_keys)
         } else {
             crate::service::charts::Children::ByKey(&key)
         },
@@ -605,7 +687,7 @@ pub async fn charts_page(
     )
     .await?;
     drop(all);
-    let outlooks = app::tree::outlooks(&q, &app.service.pricing());
+    let outlooks = app::tree::outlooks(&q, &w.pricing());
     let page = viewer.page();
     let html = place
         .render(move || {
@@ -614,6 +696,7 @@ pub async fn charts_page(
                 live: &gathered.live,
                 children: &gathered.children,
                 children_omitted: gathered.children_omitted,
+                stacks: &gathered.stacks,
                 range,
                 now_ms: now,
                 cfg: &cfg,
@@ -790,9 +873,10 @@ pub const OVERVIEW_QUEUED: usize = 50;
 fn queued_in_my_quotas(
     all: &[Quota],
     p: &authz::Principal,
-    now: i64,
+    w: &crate::service::working::Working,
     cfg: &quota::KeyConfig,
 ) -> (Vec<app::queue::WaitingRow>, usize) {
+    let now = w.now();
     let bound: BTreeSet<&str> = p.bindings.iter().map(|b| b.quota.as_str()).collect();
     let owns = p.bindings.iter().any(|b| b.role == authz::Role::Owner);
     // Only an owner's view needs the tree: what it owns below its bindings.
@@ -806,7 +890,17 @@ fn queued_in_my_quotas(
     };
     let mut rows = Vec::new();
     let mut more = 0usize;
-    for q in all.iter().filter(|q| mine(q)) {
+    for q in all.iter().filter(|q| mine(q) && !q.status.queue.is_empty()) {
+        // Budget reasons as of the page's `now` (its quota's page says
+        // the same).
+        let mut q = q.clone();
+        let parent = all.iter().find(|x| x.name() == q.spec.parent);
+        let siblings: Vec<&Quota> = all
+            .iter()
+            .filter(|x| parent.is_some() && x.spec.parent == q.spec.parent)
+            .collect();
+        w.restate_budget_reasons(&mut q, parent, &siblings);
+        let q = &q;
         for i in 0..q.status.queue.len() {
             if rows.len() >= OVERVIEW_QUEUED {
                 more += 1;
@@ -1023,7 +1117,11 @@ pub async fn new_child_form(
 ) -> Result<Response, PageError> {
     let tree = changes::tree_for(&app.audited(), &viewer.principal).await?;
     changes::require_manage_children(&viewer.principal, &parent, &tree).map_err(page_error)?;
-    let p = app.service.get(&parent).await?.quota;
+    // What is left in the parent as the next decision reads it.
+    let p = app
+        .service
+        .working(app.service.now())
+        .copy(&app.service.get(&parent).await?.quota);
     let form = QuotaForm {
         editing: None,
         parent: parent.clone(),
@@ -1060,7 +1158,10 @@ pub async fn create_child(
     let p = &viewer.principal;
     let tree = changes::tree_for(&app.audited(), p).await?;
     changes::require_manage_children(p, &parent, &tree).map_err(page_error)?;
-    let parent_q = app.service.get(&parent).await?.quota;
+    let parent_q = app
+        .service
+        .working(app.service.now())
+        .copy(&app.service.get(&parent).await?.quota);
     let base = QuotaForm {
         parent: parent.clone(),
         ..Default::default()
@@ -1126,7 +1227,13 @@ async fn parent_of(app: &AppState, q: &Quota) -> Option<Quota> {
     if q.spec.parent.is_empty() {
         return None;
     }
-    app.service.get(&q.spec.parent).await.ok().map(|s| s.quota)
+    // Its hints say what is left as the next decision reads it.
+    let w = app.service.working(app.service.now());
+    app.service
+        .get(&q.spec.parent)
+        .await
+        .ok()
+        .map(|s| w.copy(&s.quota))
 }
 
 /// GET /quotas/{name}/edit — an owner of `name` itself may not (403): raising
@@ -1424,7 +1531,7 @@ mod tests {
             "status": {"fairSharing": {"weight": "0.5", "share": "0.25", "dominant": "requests.cpu"}}
         }))
         .unwrap();
-        let fair = extras(&q)
+        let fair = extras(&q, &KeyConfig::default())
             .into_iter()
             .find(|(h, _)| h == "Fair sharing")
             .unwrap();
@@ -1437,7 +1544,9 @@ mod tests {
         );
         let mut root = q.clone();
         root.spec.parent.clear();
-        assert!(extras(&root).iter().all(|(h, _)| h != "Fair sharing"));
+        assert!(extras(&root, &KeyConfig::default())
+            .iter()
+            .all(|(h, _)| h != "Fair sharing"));
     }
 
     /// The children table and a form's prefill showed `1099511627776` and
@@ -1452,12 +1561,26 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
         .collect();
-        assert_eq!(
-            list_line(&l),
-            "cash/requests.nvidia.com/gpu 20,000 card-hours · pods 2,600 · requests.memory 1,024 GiB"
-        );
         let q = |s: &str| s.parse::<Quantity>().unwrap();
         let cfg = KeyConfig::default();
+        // A workload's charge: in words, GPUs first, one of a thing
+        // singular, on the keys the quota counts (not the alias `cpu`).
+        let mut quota = Quota::default();
+        quota.spec.hard = l.clone();
+        quota.spec.hard.insert("requests.cpu".into(), q("64"));
+        quota
+            .spec
+            .hard
+            .insert("requests.nvidia.com/gpu.A100".into(), q("8"));
+        let mut charge = l.clone();
+        charge.insert("cpu".into(), q("1"));
+        charge.insert("requests.cpu".into(), q("1"));
+        charge.insert("pods".into(), q("1"));
+        charge.insert("requests.nvidia.com/gpu.A100".into(), q("2"));
+        assert_eq!(
+            list_line(&charge, &quota, &cfg),
+            "2 A100 GPUs, 1 CPU core, 1,024 GiB memory, 1 pod"
+        );
         let mut hard = l.clone();
         hard.insert("requests.nvidia.com/gpu.A100".into(), q("32"));
         hard.insert("requests.cpu".into(), q("0"));

@@ -25,6 +25,10 @@ pub struct Gathered {
     pub children: Vec<(String, Vec<Sample>, QuotaStatus)>,
     /// Children whose samples were not read.
     pub children_omitted: usize,
+    /// Per key whose children chart is drawn, the children it stacks and
+    /// how many it leaves out: ranked by that key's use now, as the
+    /// samples API's children chart of the key ranks them.
+    pub stacks: app::chart_section::Stacks,
 }
 
 /// Rows a chart reads at a time: about 6 MB of JSON for rows of 256 keys.
@@ -164,9 +168,33 @@ pub enum Children<'a> {
     None,
     /// The children using the most of this key now (one children chart).
     ByKey(&'a str),
-    /// The children using the greatest share of any hard (every chart of
-    /// the page).
-    All,
+    /// For each of these keys' children charts, the children using the
+    /// most of that key now (`series::page_children` of them per key:
+    /// `MAX_CHART_CHILDREN` up to 16 keys). One ranking per chart key,
+    /// the one the range switch's `ByKey` reads, so a range click never
+    /// changes which children a chart draws.
+    ByKeys(&'a [String]),
+}
+
+/// The non-cash keys of `q` (its hard and what it uses) whose children
+/// chart `drawn` says is drawn, GPUs first: what a page passes as
+/// [`Children::ByKeys`].
+pub fn children_keys(
+    q: &Quota,
+    cfg: &quota::KeyConfig,
+    drawn: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut keys: Vec<String> = q
+        .spec
+        .hard
+        .keys()
+        .chain(q.status.used.keys())
+        .filter(|k| quota::keys::cash_target(k).is_none() && drawn(k))
+        .cloned()
+        .collect();
+    keys.sort_by_cached_key(|k| quota::keys::display_order(k, cfg));
+    keys.dedup();
+    keys
 }
 
 /// Stored samples as the pure side reads them.
@@ -182,6 +210,9 @@ pub fn to_samples(rows: Vec<StoredSample>) -> Vec<Sample> {
 }
 
 /// Reads `q`'s samples over `range` up to `now_ms` and those of the
+/// children of it in `all` (which holds `q`'s whole subtree, with `in_use`
+/// its subtree usage, `quota::rollup::subtree_in_use`, summed by the
+/// caller on the render threads) a chart stacks; in detail, those of the
 /// `children` of it in `all` a chart stacks (at most `MAX_CHART_CHILDREN`
 /// of them whatever the number of children, and for a page's every chart
 /// `series::page_children`: fewer, the more keys), each folded to the
@@ -191,7 +222,7 @@ pub fn to_samples(rows: Vec<StoredSample>) -> Vec<Sample> {
 pub async fn gather(
     sql: &SqlStore,
     place: &Permit,
-    all: &[Quota],
+    (all, in_use): (&[Quota], &BTreeMap<String, quota::ResourceList>),
     q: &Quota,
     (range, now_ms): (Range, i64),
     children: Children<'_>,
@@ -213,42 +244,56 @@ pub async fn gather(
         },
     )
     .await?;
-    // `all` holds `q`'s whole subtree: what runs below each quota.
-    let in_use = quota::rollup::subtree_in_use(all);
-    let live = live_status(q, &in_use);
-    let (key, max) = match children {
+    let live = live_status(q, in_use);
+    let one;
+    let keys: &[String] = match children {
         Children::None => {
             return Ok(Gathered {
                 own,
                 live,
                 children: Vec::new(),
                 children_omitted: 0,
+                stacks: Default::default(),
             })
         }
-        Children::ByKey(k) => (Some(k), quota::series::MAX_CHART_CHILDREN),
-        Children::All => {
-            let keys = q.spec.hard.len().max(q.status.used.len());
-            (None, quota::series::page_children(keys))
+        Children::ByKey(k) => {
+            one = [k.to_string()];
+            &one
         }
+        Children::ByKeys(keys) => keys,
     };
+    let max = quota::series::page_children(keys.len());
     let mut kids: Vec<(&str, QuotaStatus)> = all
         .iter()
         .filter(|c| c.spec.parent == q.name())
-        .map(|c| (c.name(), live_status(c, &in_use)))
+        .map(|c| (c.name(), live_status(c, in_use)))
         .collect();
     kids.sort_by(|a, b| a.0.cmp(b.0));
     let statuses: Vec<(&str, &QuotaStatus)> = kids.iter().map(|(n, s)| (*n, s)).collect();
-    let (drawn, omitted) = quota::series::children_to_draw(&statuses, key, max);
-    let drawn: Vec<String> = drawn.iter().map(|n| n.to_string()).collect();
+    // Each chart's children, ranked by its own key; read once for all.
+    let mut stacks = app::chart_section::Stacks::new();
+    let mut drawn: Vec<String> = Vec::new();
+    for key in keys {
+        let (names, omitted) = quota::series::children_to_draw(&statuses, Some(key), max);
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        drawn.extend(names.iter().cloned());
+        stacks.insert(key.clone(), (names, omitted));
+    }
+    drawn.sort();
+    drawn.dedup();
+    let omitted = kids.len() - drawn.len();
     drop(statuses);
     let mut read = Vec::with_capacity(drawn.len());
     for (name, status) in kids
         .into_iter()
-        .filter(|(n, _)| drawn.iter().any(|d| d == n))
+        .filter(|(n, _)| drawn.binary_search_by(|d| d.as_str().cmp(n)).is_ok())
     {
         let wanted = Wanted {
             used_only: true,
-            key: key.map(str::to_string),
+            key: match keys {
+                [one] => Some(one.clone()),
+                _ => None,
+            },
         };
         let s = read_folded(sql, place, name, span, width, wanted).await?;
         read.push((name.to_string(), s, status));
@@ -258,6 +303,7 @@ pub async fn gather(
         live,
         children: read,
         children_omitted: omitted,
+        stacks,
     })
 }
 

@@ -71,6 +71,7 @@ pub mod prices;
 pub mod queue;
 pub mod transfer_ops;
 pub mod transfers;
+pub mod working;
 
 use crate::metrics::Metrics;
 use crate::store::{QuotaStore, StoreError, Stored};

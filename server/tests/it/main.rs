@@ -22,6 +22,7 @@ mod isolation;
 mod kueue_scenario;
 mod ledger;
 mod mail;
+mod one_copy;
 mod periods;
 mod portal;
 mod preemption;

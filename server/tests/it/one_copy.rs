@@ -1,0 +1,259 @@
+//! One working copy per request (docs/portal.md "One truth on every
+//! screen"): in standalone mode a budget accrues between writes, so the
+//! stored quota lags behind what the next decision sees, and across a
+//! period boundary it still holds the period that ended. Every figure of a
+//! request — the quota page's budgets box, its forecast line and chart
+//! sentence, `/tree`, `/tree.csv`, the overview, the API's usage, budgets
+//! and queue — is read from one copy taken at one `now`: here, with nothing
+//! written for hours and then across a month's end, they all say what the
+//! budgets API says.
+
+use crate::common::*;
+use quota::resources;
+use quota::workload::PodSet;
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use std::sync::atomic::Ordering;
+
+const CASH: &str = "cash/requests.nvidia.com/gpu";
+
+fn t(s: &str) -> i64 {
+    quota::time::parse_rfc3339(s).unwrap()
+}
+
+fn cards(n: i64) -> Vec<PodSet> {
+    vec![PodSet {
+        name: "main".into(),
+        count: n,
+        per_pod: resources(&[(GPU, "1")]),
+        qos: None,
+    }]
+}
+
+/// Every figure written before ` card-hours left` on a page (budgets box,
+/// forecast line, chart sentence, tree cell), in order.
+pub fn lefts(html: &str) -> Vec<String> {
+    html.match_indices(" card-hours left")
+        .map(|(i, _)| {
+            let before = &html[..i];
+            let start = before
+                .rfind(|c: char| !(c.is_ascii_digit() || c == ',' || c == '.' || c == '-'))
+                .map_or(0, |j| j + 1);
+            before[start..].to_string()
+        })
+        .collect()
+}
+
+/// The figures of the tree's "Budget left" cells, in order.
+pub fn tree_lefts(html: &str) -> Vec<String> {
+    html.split(r#"data-label="Budget left""#)
+        .skip(1)
+        .filter_map(|cell| {
+            let end = cell.find(" card-hours</span>")?;
+            let start = cell[..end].rfind('>')? + 1;
+            Some(cell[start..end].to_string())
+        })
+        .collect()
+}
+
+/// The budgets API's `left` of `name`'s one budget, and its period's start.
+async fn api_left(s: &Server, name: &str) -> (quota::Quantity, serde_json::Value) {
+    let (st, v) = s
+        .api(Method::GET, &format!("/api/v1/quotas/{name}/budgets"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let b = &v["budgets"][0];
+    (
+        b["left"].as_str().unwrap().parse().unwrap(),
+        b["period"]["start"].clone(),
+    )
+}
+
+/// What every reader says of team's and root's budgets, against the API.
+async fn all_agree(s: &Server, admin: &Browser, team_left: &str, spent: &str) {
+    let (left, _) = api_left(s, "team").await;
+    assert_eq!(quota::readable::grouped(left), team_left);
+    // The quota page: its budgets box, forecast line and chart sentence.
+    let page = admin.get("/quotas/team").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let on_page = lefts(&page.body);
+    assert!(on_page.len() >= 3, "box, forecast, chart: {on_page:?}");
+    assert!(
+        on_page.iter().all(|l| l == team_left),
+        "the page says {on_page:?}, the API {team_left}"
+    );
+    // Its charts page reads the same copies.
+    let charts = admin.get(&format!("/quotas/team/charts?key={CASH}")).await;
+    assert_eq!(charts.status, StatusCode::OK);
+    assert!(
+        lefts(&charts.body).iter().all(|l| l == team_left),
+        "the charts page says {:?}",
+        lefts(&charts.body)
+    );
+    // The tree's "Budget left" cells: root's own (5,000 − 2,000 carved,
+    // nothing of its own spent) and team's.
+    let tree = admin.get("/tree").await;
+    let on_tree = tree_lefts(&tree.body);
+    assert_eq!(
+        on_tree,
+        ["3,000", team_left],
+        "the tree, the API {team_left}"
+    );
+    // Root's subtree in the API, and the CSV: what team spent.
+    let (st, v) = s
+        .api(Method::GET, "/api/v1/quotas/root/budgets", None)
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["budgets"][0]["subtreeSpent"], spent, "{v}");
+    let csv = admin.get("/tree.csv").await.body;
+    let row = csv
+        .lines()
+        .find(|l| l.starts_with("team,") && l.contains(CASH))
+        .unwrap_or_else(|| panic!("team's budget in {csv}"));
+    assert!(row.ends_with(&format!(",{spent}")), "{row}");
+}
+
+async fn one_copy_per_request(url: &str) {
+    let mut args = bizrq::config::ServeArgs::for_tests(url);
+    args.admin_password = Some(ADMIN_PASSWORD.into());
+    args.resync_seconds = 3600;
+    let (clock, c) = test_clock(t("2026-11-30T12:00:00Z"));
+    let running = bizrq::start_with(&args, None, Some(c)).await.unwrap();
+    let s = Server::in_process(&running);
+    let monthly = json!({"period": {"kind": "monthly", "anchorDay": 1}});
+    for (name, parent, gpus, cash) in [("root", "", "16", "5000"), ("team", "root", "8", "2000")] {
+        let (st, v) = s
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name},
+                    "spec": {"parent": parent, "hard": {GPU: gpus, CASH: cash},
+                             "budgets": {CASH: monthly}}})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    running
+        .service
+        .charge_workload("team", "batch/Job/ml/a", cards(2), "u1", false)
+        .await
+        .unwrap();
+    let admin = Browser::admin(&s).await;
+
+    // Ten hours on, nothing written: 2 cards × 10 h spent, as of now.
+    clock.store(t("2026-11-30T22:00:00Z"), Ordering::SeqCst);
+    let stored = running.service.get("team").await.unwrap().quota;
+    assert_eq!(
+        resources::get(&stored.status.used, CASH),
+        quota::Quantity::ZERO,
+        "the stored quota lags: nothing written since the charge"
+    );
+    all_agree(&s, &admin, "1,980", "20").await;
+
+    // Across the month's end, still nothing written: November closed
+    // (24 card-hours spent), December's 2 h × 2 cards.
+    clock.store(t("2026-12-01T02:00:00Z"), Ordering::SeqCst);
+    let (_, start) = api_left(&s, "team").await;
+    assert_eq!(start, "2026-12-01T00:00:00.000Z");
+    all_agree(&s, &admin, "1,996", "4").await;
+    let page = admin.get("/quotas/team").await.body;
+    assert!(
+        page.contains("1,996 card-hours left of 2,000 this month"),
+        "{page}"
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_copy_per_request_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    one_copy_per_request(&fresh_sqlite(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_copy_per_request_postgres() {
+    one_copy_per_request(&fresh_postgres().await).await;
+}
+
+/// A parent with more children than a chart stacks: its page's GPU
+/// children chart and the same chart from the samples API (what a range
+/// click swaps in) rank the children by GPUs alike, so a child busy on CPU
+/// only never takes a GPU child's place on either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_children_chart_stacks_the_same_children_on_the_page_and_after_a_range_click() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = bizrq::config::ServeArgs::for_tests(&fresh_sqlite(&dir));
+    args.admin_password = Some(ADMIN_PASSWORD.into());
+    let running = bizrq::start_with(&args, None, None).await.unwrap();
+    let s = Server::in_process(&running);
+    s.create_quota("lab", "", json!({GPU: "64", "requests.cpu": "256"}))
+        .await;
+    let kids: Vec<String> = (0..24)
+        .map(|i| format!("g{i:02}"))
+        .chain(["hog".to_string()])
+        .collect();
+    for k in &kids {
+        s.create_quota(k, "lab", json!({GPU: "2", "requests.cpu": "8"}))
+            .await;
+        let per_pod = if k == "hog" {
+            resources(&[("requests.cpu", "8")])
+        } else {
+            resources(&[(GPU, "1")])
+        };
+        running
+            .service
+            .charge_workload(
+                k,
+                &format!("batch/Job/{k}/w"),
+                vec![PodSet {
+                    name: "main".into(),
+                    count: 1,
+                    per_pod,
+                    qos: None,
+                }],
+                "u",
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    let (st, api) = s
+        .api(
+            Method::GET,
+            &format!("/api/v1/quotas/lab/samples?key={GPU}&range=7d&chart=children"),
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{api}");
+    let columns: Vec<&str> = api["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    // The busiest seven by name, the other 17 GPU children together; hog
+    // runs no GPU and is not stacked.
+    assert_eq!(columns.len(), 10, "{columns:?}");
+    assert_eq!(columns[8], "17 other children", "{columns:?}");
+    let admin = Browser::admin(&s).await;
+    let page = admin.get("/quotas/lab").await.body;
+    let at = page
+        .find("GPUs: used by children")
+        .unwrap_or_else(|| panic!("a GPU children chart: {page}"));
+    let chart = &page[at..];
+    let head = &chart[chart.find("<thead").unwrap()..chart.find("</thead>").unwrap()];
+    let on_page: Vec<String> = head
+        .split(r#"<th scope="col""#)
+        .skip(1)
+        .map(|th| {
+            let text = &th[th.find('>').unwrap() + 1..th.find("</th>").unwrap()];
+            text.replace("<!>", "")
+        })
+        .collect();
+    assert_eq!(on_page, columns, "the page stacks what a range click draws");
+    assert!(
+        chart.contains("1 more child is not drawn: the chart stacks the 24 using the most now."),
+        "{chart}"
+    );
+    running.shutdown().await;
+}
