@@ -2,10 +2,19 @@
 //! PriorityClass first, then first come first served, ties by reference so
 //! the order never depends on how the queue was stored. The policy says
 //! which entries, when they do not fit, block everything behind them.
+//!
+//! With `submitterFairness` (docs/queueing.md §11, "Between the
+//! submitters of one quota") entries of equal priority go by their
+//! submitter's decayed usage (`crate::submitters`), lowest first, before
+//! first come first served: under strict FIFO for all of them, under
+//! best-effort for those not yet aged (the aged keep their place ahead, by
+//! age, so aging still bounds every wait).
 
 use super::policy::{Order, QueuePolicy};
 use super::Queued;
-use std::cmp::Reverse;
+use crate::fair::Share;
+use crate::submitters::Usages;
+use std::cmp::{Ordering, Reverse};
 
 /// An entry's place in the admission order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,12 +46,59 @@ pub fn aged(q: &Queued, policy: &QueuePolicy, now_ms: i64) -> bool {
 
 /// The admission order of `entries` at `now_ms`, first first.
 pub fn order(entries: &[Queued], policy: &QueuePolicy, now_ms: i64) -> Vec<Slot> {
+    order_by(entries, policy, now_ms, None)
+}
+
+/// `order`, with the submitters' decayed `usages` when the policy orders
+/// by them (`submitterFairness`; ignored otherwise). Within one priority:
+/// - strict FIFO: the lowest normalised usage first, then `since`;
+/// - best-effort: the aged entries first, by `since` as without it, then
+///   the rest by usage, then `since`.
+///
+/// Priority always comes first, and one submitter's entries keep their
+/// first-come order among themselves.
+pub fn order_by(
+    entries: &[Queued],
+    policy: &QueuePolicy,
+    now_ms: i64,
+    usages: Option<&Usages>,
+) -> Vec<Slot> {
+    let aged: Vec<bool> = entries.iter().map(|q| aged(q, policy, now_ms)).collect();
+    let usages = usages.filter(|_| policy.submitter_half_life_days.is_some());
+    let shares: Vec<Share> = match usages {
+        Some(u) => entries
+            .iter()
+            .map(|q| u.share(q.submitted_by.as_deref()))
+            .collect(),
+        None => Vec::new(),
+    };
+    let fair = |a: usize, b: usize| -> Ordering {
+        if shares.is_empty() {
+            return Ordering::Equal;
+        }
+        match policy.order {
+            Order::StrictFifo => shares[a].cmp(&shares[b]),
+            Order::BestEffortFifo { .. } => aged[b].cmp(&aged[a]).then_with(|| {
+                if aged[a] {
+                    Ordering::Equal
+                } else {
+                    shares[a].cmp(&shares[b])
+                }
+            }),
+        }
+    };
     let mut idx: Vec<usize> = (0..entries.len()).collect();
-    idx.sort_by(|&a, &b| key(&entries[a]).cmp(&key(&entries[b])));
+    idx.sort_by(|&a, &b| {
+        let (x, y) = (&entries[a], &entries[b]);
+        Reverse(x.priority)
+            .cmp(&Reverse(y.priority))
+            .then_with(|| fair(a, b))
+            .then_with(|| key(x).cmp(&key(y)))
+    });
     idx.into_iter()
         .map(|index| Slot {
             index,
-            blocks: aged(&entries[index], policy, now_ms),
+            blocks: aged[index],
         })
         .collect()
 }
@@ -72,6 +128,86 @@ mod tests {
         let names: Vec<&str> = o.iter().map(|s| &e[s.index].workload_ref[13..]).collect();
         assert_eq!(names, ["b", "d", "a", "c"]);
         assert!(o.iter().all(|s| s.blocks), "strict: every head blocks");
+    }
+
+    fn by(name: &str, user: &str, priority: i32, at: i64) -> Queued {
+        Queued {
+            submitted_by: Some(user.into()),
+            ..q(name, priority, at)
+        }
+    }
+
+    fn usages(pairs: &[(&str, u128)]) -> Usages {
+        Usages::from_decayed(
+            pairs
+                .iter()
+                .map(|(u, v)| (u.to_string(), [("cash/gpu".to_string(), *v)].into()))
+                .collect(),
+        )
+    }
+
+    fn names(e: &[Queued], o: &[Slot]) -> Vec<String> {
+        o.iter()
+            .map(|s| e[s.index].workload_ref[13..].to_string())
+            .collect()
+    }
+
+    #[test]
+    fn equal_priorities_go_by_the_submitters_decayed_usage_then_age() {
+        let fair = QueuePolicy {
+            submitter_half_life_days: Some(7),
+            ..QueuePolicy::queue()
+        };
+        let e = [
+            by("a1", "alice", 0, 1),
+            by("b1", "bob", 0, 5),
+            by("a2", "alice", 0, 2),
+            by("c1", "carol", 0, 9),
+            by("hi", "alice", 10, 10),
+        ];
+        let u = usages(&[("alice", 30), ("bob", 10)]);
+        let o = order_by(&e, &fair, 10, Some(&u));
+        // Priority first; carol (no usage) first among equals; each
+        // submitter's own in first-come order.
+        assert_eq!(names(&e, &o), ["hi", "c1", "b1", "a1", "a2"]);
+        assert!(
+            o.iter().all(|s| s.blocks),
+            "strict: every head still blocks"
+        );
+        // Without the policy, or without usages, first come first served.
+        let plain = ["hi", "a1", "a2", "b1", "c1"];
+        assert_eq!(
+            names(&e, &order_by(&e, &QueuePolicy::queue(), 10, Some(&u))),
+            plain
+        );
+        assert_eq!(names(&e, &order_by(&e, &fair, 10, None)), plain);
+    }
+
+    #[test]
+    fn under_best_effort_the_aged_keep_their_place_ahead() {
+        let p = QueuePolicy {
+            order: Order::BestEffortFifo { aging_seconds: 60 },
+            submitter_half_life_days: Some(7),
+            ..QueuePolicy::queue()
+        };
+        let e = [
+            by("old", "alice", 0, 0),
+            by("a2", "alice", 0, 50_000),
+            by("b1", "bob", 0, 55_000),
+        ];
+        let u = usages(&[("alice", 30), ("bob", 10)]);
+        // Nothing aged yet: bob first.
+        assert_eq!(
+            names(&e, &order_by(&e, &p, 59_999, Some(&u))),
+            ["b1", "old", "a2"]
+        );
+        // alice's old entry has aged: it heads and blocks.
+        let o = order_by(&e, &p, 60_000, Some(&u));
+        assert_eq!(names(&e, &o), ["old", "b1", "a2"]);
+        assert_eq!(
+            o.iter().map(|s| s.blocks).collect::<Vec<_>>(),
+            [true, false, false]
+        );
     }
 
     #[test]

@@ -1,0 +1,347 @@
+//! Fairness between the submitters of one quota (docs/queueing.md §11,
+//! "Between the submitters of one quota"), as SLURM's FairShare and
+//! Kueue's Admission Fair Sharing weigh them: each submitter's spending,
+//! decayed with a half-life, orders the queue's entries of equal
+//! priority (lowest first), and an `sshare`-like table shows it.
+//!
+//! **The usage** is what the budget ledger bills (docs/budgets.md §6): per
+//! cash key, the acc of every accrual less every refund, each row weighed
+//! by 2^(−age ÷ half-life), its age taken from the middle of its span. It
+//! is therefore priced resource-hours (card-hours of a GPU key at the
+//! price list's weights, as SLURM's billing weights price TRES), and a
+//! quota without a cash key has none. Rows older than
+//! `HORIZON_HALF_LIVES` half-lives weigh less than 2^−16 and are not read.
+//!
+//! **The order** compares submitters by their normalised usage: over the
+//! cash keys, the largest of (their decayed usage) ÷ (everyone's), an
+//! exact ratio compared by cross-multiplication (`fair::Share`); no float
+//! takes part. Every submitter has the same share (1 ÷ the submitters
+//! with usage), so this is SLURM's order by fair-share factor.
+//!
+//! **The factor** shown is SLURM's 2^(−U ÷ S): U the normalised usage, S
+//! the submitter's normalised shares. It is 1 for no usage, ½ exactly at
+//! the fair line and falls towards 0 above it, so a person reads it
+//! without knowing the other submitters; Kueue's ratio (usage ÷ weight)
+//! is unbounded and says nothing without the rest of the table.
+
+use crate::fair::Share;
+use std::collections::BTreeMap;
+
+/// Rows older than this many half-lives weigh less than 2^−16 of what
+/// they billed and are left out of the read.
+pub const HORIZON_HALF_LIVES: i64 = 16;
+
+/// The most submitters a table lists (the busiest; the rest are counted).
+pub const MAX_ROWS: usize = 500;
+
+/// The name a submitter without one (no username recorded) is shown as.
+/// Internally it is the empty string, which no recorded username is.
+pub const UNKNOWN: &str = "(unknown)";
+
+/// What one submitter spent on one cash key over `[start_ms, end_ms)`: a
+/// ledger row, or the sum of rows within one hour (signed: refunds are
+/// negative).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spent {
+    /// The username the ledger recorded; empty when none.
+    pub user: String,
+    pub key: String,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub amount: i128,
+}
+
+/// `amount` weighed by 2^(−age ÷ half-life): exact for whole half-lives
+/// (a shift, rounded towards zero), otherwise to a part in 10^15. An age
+/// of 0 or less (a row in the future of a skewed clock) weighs 1.
+pub fn decay(amount: i128, age_ms: i64, half_life_ms: i64) -> i128 {
+    let half_life_ms = half_life_ms.max(1);
+    if amount == 0 || age_ms <= 0 {
+        return amount;
+    }
+    let halvings = age_ms / half_life_ms;
+    if halvings >= 127 {
+        return 0;
+    }
+    let magnitude = amount.unsigned_abs() >> halvings;
+    let rest = age_ms % half_life_ms;
+    let magnitude = if rest == 0 {
+        magnitude
+    } else {
+        let f = (-(rest as f64) / half_life_ms as f64).exp2();
+        (magnitude as f64 * f) as u128
+    };
+    let m = magnitude.min(i128::MAX as u128) as i128;
+    if amount < 0 {
+        -m
+    } else {
+        m
+    }
+}
+
+/// One submitter's usage of one cash key, in acc.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// What the rows read add up to (their span: the horizon).
+    pub raw: i128,
+    /// The same, each row decayed to now.
+    pub decayed: i128,
+}
+
+/// Usage per submitter (empty: unknown), per cash key.
+pub type Tally = BTreeMap<String, BTreeMap<String, Usage>>;
+
+/// The first instant whose rows still count at `now_ms` (rows ending
+/// before it are left out).
+pub fn horizon(now_ms: i64, half_life_ms: i64) -> i64 {
+    now_ms.saturating_sub(half_life_ms.max(1).saturating_mul(HORIZON_HALF_LIVES))
+}
+
+/// Every submitter's usage at `now_ms` from the ledger's `rows`.
+pub fn tally(rows: &[Spent], now_ms: i64, half_life_ms: i64) -> Tally {
+    let mut out = Tally::new();
+    for r in rows {
+        let middle = r.start_ms / 2 + r.end_ms.max(r.start_ms) / 2;
+        let u = out
+            .entry(r.user.clone())
+            .or_default()
+            .entry(r.key.clone())
+            .or_default();
+        u.raw = u.raw.saturating_add(r.amount);
+        u.decayed =
+            u.decayed
+                .saturating_add(decay(r.amount, now_ms.saturating_sub(middle), half_life_ms));
+    }
+    out
+}
+
+/// The decayed usage the queue's order compares: per submitter and cash
+/// key (never below zero), and everyone's per key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Usages {
+    by_user: BTreeMap<String, BTreeMap<String, u128>>,
+    totals: BTreeMap<String, u128>,
+}
+
+impl Usages {
+    /// From a tally: each submitter's decayed usage, a refund-heavy
+    /// negative one counted as none.
+    pub fn of(tally: &Tally) -> Usages {
+        let mut by_user = BTreeMap::new();
+        for (user, keys) in tally {
+            let keys: BTreeMap<String, u128> = keys
+                .iter()
+                .filter(|(_, u)| u.decayed > 0)
+                .map(|(k, u)| (k.clone(), u.decayed as u128))
+                .collect();
+            if !keys.is_empty() {
+                by_user.insert(user.clone(), keys);
+            }
+        }
+        Usages::from_decayed(by_user)
+    }
+
+    /// From decayed usage per submitter and key.
+    pub fn from_decayed(by_user: BTreeMap<String, BTreeMap<String, u128>>) -> Usages {
+        let mut totals: BTreeMap<String, u128> = BTreeMap::new();
+        for keys in by_user.values() {
+            for (k, v) in keys {
+                let t = totals.entry(k.clone()).or_default();
+                *t = t.saturating_add(*v);
+            }
+        }
+        Usages { by_user, totals }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_user.is_empty()
+    }
+
+    /// How many submitters have usage.
+    pub fn len(&self) -> usize {
+        self.by_user.len()
+    }
+
+    /// A submitter's normalised usage: over the keys, the largest of its
+    /// decayed usage ÷ everyone's; zero without usage (or without a name
+    /// the ledger knows: `None` is the unknown submitter).
+    pub fn share(&self, user: Option<&str>) -> Share {
+        let Some(keys) = self.by_user.get(user.unwrap_or("")) else {
+            return Share::ZERO;
+        };
+        keys.iter()
+            .filter_map(|(k, v)| {
+                let den = *self.totals.get(k)?;
+                (den > 0).then_some(Share::Ratio { num: *v, den })
+            })
+            .max()
+            .unwrap_or(Share::ZERO)
+    }
+}
+
+/// One line of the `sshare`-like table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// The username, `UNKNOWN` for none.
+    pub user: String,
+    /// Per cash key, acc over the horizon, and the same decayed.
+    pub usage: BTreeMap<String, Usage>,
+    /// Normalised usage U (`Usages::share`).
+    pub normalised: Share,
+    /// The factor SLURM's `sshare` shows: 2^(−U ÷ S), with S = 1 ÷ the
+    /// number of submitters listed. For people only.
+    pub factor: f64,
+}
+
+/// The table of `tally`: one row per submitter, in the order the queue
+/// takes equals (lowest normalised usage first, then name); at most
+/// `MAX_ROWS` (the busiest kept), and how many were left out.
+pub fn table(tally: &Tally) -> (Vec<Row>, usize) {
+    let usages = Usages::of(tally);
+    let mut rows: Vec<Row> = tally
+        .iter()
+        .map(|(user, usage)| {
+            let normalised = usages.share(Some(user));
+            Row {
+                user: if user.is_empty() {
+                    UNKNOWN.to_string()
+                } else {
+                    user.clone()
+                },
+                usage: usage.clone(),
+                normalised,
+                factor: 0.0,
+            }
+        })
+        .collect();
+    // Busiest first to cut, then back to the queue's order.
+    rows.sort_by(|a, b| b.normalised.cmp(&a.normalised).then(a.user.cmp(&b.user)));
+    let left_out = rows.len().saturating_sub(MAX_ROWS);
+    rows.truncate(MAX_ROWS);
+    let n = rows.len().max(1) as f64;
+    for r in &mut rows {
+        r.factor = factor(&r.normalised, n);
+    }
+    rows.sort_by(|a, b| a.normalised.cmp(&b.normalised).then(a.user.cmp(&b.user)));
+    (rows, left_out)
+}
+
+/// SLURM's fair-share factor 2^(−U ÷ S) for normalised usage `u` and
+/// shares S = 1 ÷ `submitters`. For people only.
+pub fn factor(u: &Share, submitters: f64) -> f64 {
+    match *u {
+        Share::Infinite => 0.0,
+        Share::Ratio { num, den } => {
+            let u = num as f64 / den.max(1) as f64;
+            (-u * submitters).exp2()
+        }
+    }
+}
+
+/// Three decimals, for people (`0.500`).
+pub fn factor_display(f: f64) -> String {
+    format!("{:.3}", f.clamp(0.0, 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: i64 = 7 * 86_400_000;
+
+    fn spent(user: &str, key: &str, at: i64, amount: i128) -> Spent {
+        Spent {
+            user: user.into(),
+            key: key.into(),
+            start_ms: at,
+            end_ms: at,
+            amount,
+        }
+    }
+
+    #[test]
+    fn decay_halves_per_half_life_and_keeps_the_sign() {
+        assert_eq!(decay(1000, 0, H), 1000);
+        assert_eq!(decay(1000, -5, H), 1000, "a row from the future weighs 1");
+        assert_eq!(decay(1000, H, H), 500);
+        assert_eq!(decay(1000, 2 * H, H), 250);
+        assert_eq!(decay(-1000, H, H), -500);
+        assert_eq!(decay(i128::MAX, 200 * H, H), 0);
+        let half = decay(1_000_000, H / 2, H);
+        assert!((707_106..=707_107).contains(&half), "{half}");
+        assert_eq!(decay(8, 3, 0), 1, "a zero half-life is one millisecond");
+    }
+
+    #[test]
+    fn tally_reads_each_row_from_its_middle_and_sums_per_user_and_key() {
+        let rows = [
+            Spent {
+                user: "alice".into(),
+                key: "cash/gpu".into(),
+                start_ms: 0,
+                end_ms: 2 * H,
+                amount: 800,
+            },
+            spent("alice", "cash/gpu", 2 * H, -200),
+            spent("", "cash/gpu", 2 * H, 10),
+        ];
+        let t = tally(&rows, 2 * H, H);
+        let a = t["alice"]["cash/gpu"];
+        assert_eq!(a.raw, 600);
+        assert_eq!(a.decayed, 400 - 200);
+        assert_eq!(t[""]["cash/gpu"].decayed, 10);
+    }
+
+    #[test]
+    fn the_share_is_the_dominant_fraction_of_everyones_usage() {
+        let u = Usages::from_decayed(
+            [
+                (
+                    "a".to_string(),
+                    [("x".to_string(), 30u128), ("y".to_string(), 1)].into(),
+                ),
+                (
+                    "b".to_string(),
+                    [("x".to_string(), 10u128), ("y".to_string(), 9)].into(),
+                ),
+            ]
+            .into(),
+        );
+        assert_eq!(u.share(Some("a")), Share::Ratio { num: 30, den: 40 });
+        assert_eq!(u.share(Some("b")), Share::Ratio { num: 9, den: 10 });
+        assert_eq!(u.share(Some("nobody")), Share::ZERO);
+        assert_eq!(u.share(None), Share::ZERO);
+    }
+
+    #[test]
+    fn the_table_puts_the_least_used_first_with_slurms_factor() {
+        let rows = [
+            spent("alice", "cash/gpu", 0, 300),
+            spent("bob", "cash/gpu", 0, 100),
+            spent("", "cash/gpu", 0, 0),
+        ];
+        let (t, left) = table(&tally(&rows, 0, H));
+        assert_eq!(left, 0);
+        let names: Vec<&str> = t.iter().map(|r| r.user.as_str()).collect();
+        assert_eq!(names, [UNKNOWN, "bob", "alice"]);
+        assert_eq!(factor_display(t[0].factor), "1.000");
+        // bob: U = 1/4, S = 1/3: 2^(-3/4).
+        assert_eq!(factor_display(t[1].factor), "0.595");
+        assert_eq!(factor_display(t[2].factor), "0.210");
+        // At the fair line (U = S) the factor is one half.
+        assert_eq!(factor(&Share::Ratio { num: 1, den: 2 }, 2.0), 0.5);
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let rows: Vec<Spent> = (0..MAX_ROWS + 7)
+            .map(|i| spent(&format!("u{i:04}"), "cash/gpu", 0, i as i128 + 1))
+            .collect();
+        let (t, left) = table(&tally(&rows, 0, H));
+        assert_eq!((t.len(), left), (MAX_ROWS, 7));
+        assert!(
+            t.iter().all(|r| r.user.as_str() >= "u0007"),
+            "the busiest kept"
+        );
+    }
+}
