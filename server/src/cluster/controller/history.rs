@@ -69,6 +69,19 @@ pub trait History: Send + Sync + 'static {
     async fn forget_quota(&self, _name: &str, _now_ms: i64) -> Result<(), StoreError> {
         Ok(())
     }
+    /// What each submitter of `quotas` spent in `[from_ms, to_ms)`, per
+    /// cash key and bucket of `bucket_ms` (docs/queueing.md §11,
+    /// `SqlStore::submitter_spending`); None past `limit` groups.
+    async fn submitter_spending(
+        &self,
+        _quotas: &[String],
+        _from_ms: i64,
+        _to_ms: i64,
+        _bucket_ms: i64,
+        _limit: usize,
+    ) -> Result<Option<Vec<quota::submitters::Spent>>, StoreError> {
+        Ok(Some(Vec::new()))
+    }
     /// A complete list found these quotas: any other's roles and rules go.
     async fn forget_quotas_not_in(
         &self,
@@ -138,6 +151,20 @@ impl History for crate::store::sql::SqlStore {
     async fn forget_quota(&self, name: &str, now_ms: i64) -> Result<(), StoreError> {
         crate::store::sql::SqlStore::forget_quota(self, name, now_ms).await?;
         Ok(())
+    }
+    async fn submitter_spending(
+        &self,
+        quotas: &[String],
+        from_ms: i64,
+        to_ms: i64,
+        bucket_ms: i64,
+        limit: usize,
+    ) -> Result<Option<Vec<quota::submitters::Spent>>, StoreError> {
+        Ok(crate::store::sql::SqlStore::submitter_spending(
+            self, quotas, from_ms, to_ms, bucket_ms, limit,
+        )
+        .await?
+        .ok())
     }
     async fn forget_quotas_not_in(
         &self,

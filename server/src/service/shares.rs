@@ -1,0 +1,276 @@
+//! Fairness between the submitters of one quota, read from the budget
+//! ledger (docs/queueing.md §11, "Between the submitters of one quota"):
+//! the decayed usage a queue's round orders by (`usages`), and the
+//! `sshare`-like table of the API and the portal (`read`, `to_json`).
+//! The rules are `quota::submitters`'.
+
+use super::{Service, ServiceError};
+use crate::store::sql::SqlStore;
+use quota::queue::policy::DEFAULT_HALF_LIFE_DAYS;
+use quota::submitters::{self, Row, Spent, Usages};
+use serde_json::{json, Value};
+
+/// Buckets per half-life the ledger is summed in: a bucket's rows are
+/// aged from the middle of its span, so an amount's weight is off by at
+/// most 2^(1/64), about 1 %.
+pub const BUCKETS_PER_HALF_LIFE: i64 = 32;
+
+/// The most groups (submitters × cash keys × buckets) one read sums: with
+/// `BUCKETS_PER_HALF_LIFE` × `HORIZON_HALF_LIVES` = 512 buckets, about a
+/// hundred busy submitters of one key.
+pub const MAX_GROUPS: usize = 50_000;
+
+const DAY_MS: i64 = 86_400_000;
+
+/// Which quotas' ledger a table adds up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The quota's own workloads: what its queue orders by.
+    Own,
+    /// The quota and every quota under it.
+    Subtree,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Own => "own",
+            Scope::Subtree => "subtree",
+        }
+    }
+}
+
+/// The longest query string the table takes.
+pub const MAX_QUERY: usize = 256;
+
+/// The table's query string: `scope=own` (the default) or
+/// `scope=subtree`, nothing else; anything wrong says what to fix.
+pub fn parse_query(raw: Option<&str>) -> Result<Scope, String> {
+    const TAKES: &str = "the shares table takes only scope=own or scope=subtree";
+    let raw = raw.unwrap_or("");
+    if raw.len() > MAX_QUERY {
+        return Err(format!(
+            "the query string is longer than {MAX_QUERY} characters: {TAKES}"
+        ));
+    }
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(raw).map_err(|e| format!("{e}: {TAKES}"))?;
+    let mut scope = None;
+    for (k, v) in pairs {
+        if k != "scope" {
+            let k = quota::text::scrub(&k);
+            let k: String = k.chars().take(40).collect();
+            return Err(format!("unknown parameter '{k}': {TAKES}"));
+        }
+        if scope.is_some() {
+            return Err(format!("scope is given twice: {TAKES}"));
+        }
+        scope = Some(match v.as_str() {
+            "own" => Scope::Own,
+            "subtree" => Scope::Subtree,
+            _ => return Err(format!("scope must be own or subtree: {TAKES}")),
+        });
+    }
+    Ok(scope.unwrap_or(Scope::Own))
+}
+
+/// What each submitter of `quotas` spent over the horizon of
+/// `half_life_ms` before `now_ms`, summed per bucket; None when the
+/// groups pass `MAX_GROUPS`.
+pub async fn spending(
+    sql: &SqlStore,
+    quotas: &[String],
+    now_ms: i64,
+    half_life_ms: i64,
+) -> Result<Option<Vec<Spent>>, ServiceError> {
+    let rows = sql
+        .submitter_spending(
+            quotas,
+            submitters::horizon(now_ms, half_life_ms),
+            now_ms.saturating_add(1),
+            (half_life_ms / BUCKETS_PER_HALF_LIFE).max(1),
+            MAX_GROUPS,
+        )
+        .await
+        .map_err(|e| ServiceError::Internal(format!("reading the budget ledger: {e}")))?;
+    Ok(rows.ok())
+}
+
+/// The decayed usage `quota`'s queue orders by at `now_ms` (its own
+/// ledger, its policy's half-life); None when its queue does not order by
+/// it, or the ledger holds more than one read may sum (then the round
+/// goes first come first served, and says nothing false).
+pub async fn usages(
+    sql: &SqlStore,
+    q: &quota::Quota,
+    now_ms: i64,
+) -> Result<Option<Usages>, ServiceError> {
+    let Some(h) = q.spec.queueing.submitter_half_life_ms() else {
+        return Ok(None);
+    };
+    let Some(rows) = spending(sql, &[q.name().to_string()], now_ms, h).await? else {
+        return Ok(None);
+    };
+    Ok(Some(Usages::of(&submitters::tally(&rows, now_ms, h))))
+}
+
+/// An `sshare`-like table of one quota.
+#[derive(Clone, Debug)]
+pub struct Table {
+    pub quota: String,
+    pub scope: Scope,
+    /// Quotas whose ledger was read.
+    pub quotas: usize,
+    pub half_life_days: u32,
+    /// Whether the quota's queue orders by this (`submitterFairness`).
+    pub orders_queue: bool,
+    pub now_ms: i64,
+    /// The oldest instant read (`HORIZON_HALF_LIVES` half-lives back).
+    pub from_ms: i64,
+    /// In the queue's order among equals: least normalised usage first.
+    pub rows: Vec<Row>,
+    /// Submitters past `submitters::MAX_ROWS`, not listed.
+    pub left_out: usize,
+}
+
+/// The table of `name` (already authorised) at `now_ms`. Too busy a
+/// ledger is 422 naming the bound, never a partial table.
+pub async fn read(
+    service: &Service,
+    sql: &SqlStore,
+    name: &str,
+    scope: Scope,
+) -> Result<Table, ServiceError> {
+    let q = service.get(name).await?.quota;
+    let now_ms = service.now();
+    let names: Vec<String> = match scope {
+        Scope::Own => vec![name.to_string()],
+        Scope::Subtree => service
+            .subtrees(&[name.to_string()])
+            .await?
+            .iter()
+            .map(|q| q.name().to_string())
+            .collect(),
+    };
+    let days = q
+        .spec
+        .queueing
+        .submitter_half_life_days
+        .unwrap_or(DEFAULT_HALF_LIFE_DAYS);
+    let h = i64::from(days) * DAY_MS;
+    let Some(spent) = spending(sql, &names, now_ms, h).await? else {
+        return Err(ServiceError::BadRequest(format!(
+            "bizrq {name}: the ledger holds more than {MAX_GROUPS} submitter × key × \
+             {}-hour groups over the last {} days: ask for scope=own, or a smaller subtree",
+            h / BUCKETS_PER_HALF_LIFE / 3_600_000,
+            h * submitters::HORIZON_HALF_LIVES / DAY_MS
+        )));
+    };
+    let (rows, left_out) = submitters::table(&submitters::tally(&spent, now_ms, h));
+    Ok(Table {
+        quota: name.to_string(),
+        scope,
+        quotas: names.len(),
+        half_life_days: days,
+        orders_queue: q.spec.queueing.submitter_half_life_days.is_some()
+            && q.spec.queueing.queues(),
+        now_ms,
+        from_ms: submitters::horizon(now_ms, h),
+        rows,
+        left_out,
+    })
+}
+
+/// Resource-hours of `acc` on `key`, for people (`12.5 card-hours`).
+pub fn hours(key: &str, acc: i128) -> String {
+    quota::readable::cash(key, quota::budget::to_quantity(acc))
+}
+
+/// The table as the API answers it: amounts in the key's unit (exact
+/// decimal) with the ledger's acc beside them.
+pub fn to_json(t: &Table) -> Value {
+    let n = t.rows.len();
+    let rows: Vec<Value> = t
+        .rows
+        .iter()
+        .map(|r| {
+            let usage: Vec<Value> = r
+                .usage
+                .iter()
+                .map(|(k, u)| {
+                    json!({
+                        "key": k,
+                        "unit": quota::readable::cash_unit(k),
+                        "raw": quota::readable::exact(quota::budget::to_quantity(u.raw)),
+                        "rawAcc": u.raw.to_string(),
+                        "decayed": quota::readable::exact(quota::budget::to_quantity(u.decayed)),
+                        "decayedAcc": u.decayed.to_string(),
+                    })
+                })
+                .collect();
+            json!({
+                "user": r.user,
+                "usage": usage,
+                "normalizedUsage": r.normalised.display(),
+                "shares": share_text(n),
+                "weight": 1,
+                "fairShareFactor": submitters::factor_display(r.factor),
+            })
+        })
+        .collect();
+    json!({
+        "quota": t.quota,
+        "scope": t.scope.as_str(),
+        "quotasRead": t.quotas,
+        "halfLifeDays": t.half_life_days,
+        "ordersQueue": t.orders_queue,
+        "asOf": quota::time::format_rfc3339(t.now_ms),
+        "from": quota::time::format_rfc3339(t.from_ms),
+        "factor": "2^(-normalizedUsage/shares) (SLURM's fair-share factor)",
+        "submitters": n,
+        "leftOut": t.left_out,
+        "rows": rows,
+    })
+}
+
+/// Each submitter's normalised shares (all weigh 1): `0.33` of three.
+pub fn share_text(submitters: usize) -> String {
+    quota::fair::Share::Ratio {
+        num: 1,
+        den: submitters.max(1) as u128,
+    }
+    .display()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_query_takes_one_scope_and_says_what_is_wrong() {
+        assert_eq!(parse_query(None), Ok(Scope::Own));
+        assert_eq!(parse_query(Some("")), Ok(Scope::Own));
+        assert_eq!(parse_query(Some("scope=subtree")), Ok(Scope::Subtree));
+        for (bad, says) in [
+            ("scope=all", "scope must be own or subtree"),
+            ("scope=own&scope=subtree", "twice"),
+            ("limit=5", "unknown parameter 'limit'"),
+            ("%E2%80%AEevil=1", "unknown parameter"),
+            ("scope=%00", "scope must be"),
+        ] {
+            let e = parse_query(Some(bad)).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(quota::text::hostile_char(&e).is_none(), "{bad}: {e:?}");
+        }
+        let long = format!("scope={}", "x".repeat(MAX_QUERY));
+        assert!(parse_query(Some(&long))
+            .unwrap_err()
+            .contains("longer than"));
+    }
+
+    #[test]
+    fn shares_are_equal_for_every_submitter() {
+        assert_eq!(share_text(3), "0.33");
+        assert_eq!(share_text(0), "1.00");
+    }
+}
