@@ -1,13 +1,14 @@
 //! Fairness between the submitters of one quota, read from the budget
 //! ledger (docs/queueing.md §11, "Between the submitters of one quota"):
-//! the decayed usage a queue's round orders by (`usages`), and the
-//! `sshare`-like table of the API and the portal (`read`, `to_json`).
+//! the ledger read (`spending`) behind the `sshare`-like table of the API
+//! and the portal (`read`, `to_json`); the controller's round reads the
+//! same sums (`cluster/controller/submitters.rs`).
 //! The rules are `quota::submitters`'.
 
 use super::{Service, ServiceError};
 use crate::store::sql::SqlStore;
 use quota::queue::policy::DEFAULT_HALF_LIFE_DAYS;
-use quota::submitters::{self, Row, Spent, Usages};
+use quota::submitters::{self, Row, Spent};
 use serde_json::{json, Value};
 
 /// Buckets per half-life the ledger is summed in: a bucket's rows are
@@ -94,24 +95,6 @@ pub async fn spending(
         .await
         .map_err(|e| ServiceError::Internal(format!("reading the budget ledger: {e}")))?;
     Ok(rows.ok())
-}
-
-/// The decayed usage `quota`'s queue orders by at `now_ms` (its own
-/// ledger, its policy's half-life); None when its queue does not order by
-/// it, or the ledger holds more than one read may sum (then the round
-/// goes first come first served, and says nothing false).
-pub async fn usages(
-    sql: &SqlStore,
-    q: &quota::Quota,
-    now_ms: i64,
-) -> Result<Option<Usages>, ServiceError> {
-    let Some(h) = q.spec.queueing.submitter_half_life_ms() else {
-        return Ok(None);
-    };
-    let Some(rows) = spending(sql, &[q.name().to_string()], now_ms, h).await? else {
-        return Ok(None);
-    };
-    Ok(Some(Usages::of(&submitters::tally(&rows, now_ms, h))))
 }
 
 /// An `sshare`-like table of one quota.
