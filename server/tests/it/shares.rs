@@ -356,6 +356,12 @@ async fn standalone_story(url: &str) {
         olaf.get("/quotas/ml/shares").await.status,
         StatusCode::NOT_FOUND
     );
+    // The quota page links it, in one line.
+    let quota_page = mia.get("/quotas/ml").await;
+    assert!(
+        quota_page.body.contains("href=\"/quotas/ml/shares\""),
+        "the quota page links its shares table"
+    );
     assert_eq!(
         mia.get("/quotas/ml/shares?scope=nope").await.status,
         StatusCode::UNPROCESSABLE_ENTITY
