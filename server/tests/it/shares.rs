@@ -221,6 +221,24 @@ async fn standalone_story(url: &str) {
     .unwrap();
     sql.close().await;
 
+    // The policy is checked at the API like every spec field.
+    for (days, says) in [
+        (json!(0), "halfLifeDays is 0"),
+        (json!(366), "halfLifeDays is 366"),
+        (json!(-1), "queueing"),
+        (json!("7"), "queueing"),
+    ] {
+        let (s, v) = server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": "bad"}, "spec": {"parent": "", "hard": {"requests.cpu": "1"},
+                    "queueing": {"mode": "Queue", "submitterFairness": {"halfLifeDays": days}}}})),
+            )
+            .await;
+        assert!(s.is_client_error(), "{days}: {s} {v}");
+        assert!(v.to_string().contains(says), "{days}: {v}");
+    }
     let admin = Browser::admin(&server).await;
     for (u, q, role) in [
         ("mia", "ml", "member"),
