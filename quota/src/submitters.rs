@@ -97,13 +97,22 @@ pub fn horizon(now_ms: i64, half_life_ms: i64) -> i64 {
     now_ms.saturating_sub(half_life_ms.max(1).saturating_mul(HORIZON_HALF_LIVES))
 }
 
-/// Every submitter's usage at `now_ms` from the ledger's `rows`.
+/// The key a username is tallied and looked up under: the canonical
+/// submitter (`queue::submitter`), empty for none. Rows the ledger
+/// recorded under an older, longer or unscrubbed form of a name fold into
+/// the one key its queue entries carry.
+pub fn key(username: &str) -> String {
+    crate::queue::submitter(username).unwrap_or_default()
+}
+
+/// Every submitter's usage at `now_ms` from the ledger's `rows`, per
+/// canonical submitter (`key`).
 pub fn tally(rows: &[Spent], now_ms: i64, half_life_ms: i64) -> Tally {
     let mut out = Tally::new();
     for r in rows {
         let middle = r.start_ms / 2 + r.end_ms.max(r.start_ms) / 2;
         let u = out
-            .entry(r.user.clone())
+            .entry(key(&r.user))
             .or_default()
             .entry(r.key.clone())
             .or_default();
@@ -141,8 +150,17 @@ impl Usages {
         Usages::from_decayed(by_user)
     }
 
-    /// From decayed usage per submitter and key.
-    pub fn from_decayed(by_user: BTreeMap<String, BTreeMap<String, u128>>) -> Usages {
+    /// From decayed usage per submitter and key; names are folded into
+    /// their canonical key (`key`).
+    pub fn from_decayed(raw: BTreeMap<String, BTreeMap<String, u128>>) -> Usages {
+        let mut by_user: BTreeMap<String, BTreeMap<String, u128>> = BTreeMap::new();
+        for (user, keys) in raw {
+            let mine = by_user.entry(key(&user)).or_default();
+            for (k, v) in keys {
+                let t = mine.entry(k).or_default();
+                *t = t.saturating_add(v);
+            }
+        }
         let mut totals: BTreeMap<String, u128> = BTreeMap::new();
         for keys in by_user.values() {
             for (k, v) in keys {
@@ -166,7 +184,7 @@ impl Usages {
     /// decayed usage ÷ everyone's; zero without usage (or without a name
     /// the ledger knows: `None` is the unknown submitter).
     pub fn share(&self, user: Option<&str>) -> Share {
-        let Some(keys) = self.by_user.get(user.unwrap_or("")) else {
+        let Some(keys) = self.by_user.get(&key(user.unwrap_or(""))) else {
             return Share::ZERO;
         };
         keys.iter()
@@ -290,6 +308,42 @@ mod tests {
         assert_eq!(a.raw, 600);
         assert_eq!(a.decayed, 400 - 200);
         assert_eq!(t[""]["cash/gpu"].decayed, 10);
+    }
+
+    #[test]
+    fn one_key_for_the_queue_the_users_and_the_ledger() {
+        // A long username with a bidi override and a control character:
+        // the webhook refuses those, but a stored name may hold one; older
+        // writes kept 256 bytes in `status.users`, the ledger scrubbed it.
+        let raw = format!("\u{202E}evil\u{7}{}", "é".repeat(200));
+        let canonical = crate::queue::submitter(&raw).unwrap();
+        assert!(canonical.len() <= crate::queue::MAX_SUBMITTER);
+        assert!(crate::text::hostile_char(&canonical).is_none());
+        assert_eq!(
+            crate::queue::submitter(&canonical).as_deref(),
+            Some(&*canonical)
+        );
+        let mut end = 256;
+        while !raw.is_char_boundary(end) {
+            end -= 1;
+        }
+        let as_ledger_had_it = crate::text::scrub(&raw[..end]).into_owned();
+        let rows = [
+            spent(&as_ledger_had_it, "cash/gpu", 0, 300),
+            spent(&canonical, "cash/gpu", 0, 100),
+            spent("bob", "cash/gpu", 0, 100),
+        ];
+        let t = tally(&rows, 0, H);
+        assert_eq!(t.len(), 2, "both forms are one submitter: {t:?}");
+        assert_eq!(t[&canonical]["cash/gpu"].raw, 400);
+        let u = Usages::of(&t);
+        // The entry's `submittedBy`, in any form, finds that usage.
+        for by in [raw.as_str(), canonical.as_str(), as_ledger_had_it.as_str()] {
+            assert_eq!(u.share(Some(by)), Share::Ratio { num: 400, den: 500 });
+        }
+        let (rows, _) = table(&t);
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().any(|r| r.user == canonical));
     }
 
     #[test]

@@ -63,11 +63,23 @@ async fn create_as(c: &Cluster, user: &str, name: &str, cpu: &str) {
 /// alice queues one of 4 CPUs, then bob one; the running Job completes.
 /// Returns the Job admitted into the room, and the cluster.
 async fn who_goes_first(fair: bool) -> (&'static str, Cluster) {
+    who_goes_first_of(fair, "alice", "alice", "bob").await
+}
+
+/// `who_goes_first` with the Job `alice-1` created by `first` (billed as
+/// `billed_as`, 100 core-hours a day ago) and `bob-1` by `second`:
+/// "alice" or "bob" by the Job admitted.
+async fn who_goes_first_of(
+    fair: bool,
+    first: &str,
+    billed_as: &str,
+    second: &str,
+) -> (&'static str, Cluster) {
     let c = Cluster::start().await;
     let sql = SqlStore::connect(&fresh_sqlite_of(&c)).await.unwrap();
     sql.append_ledger(&[
-        billed("ml", "alice", T0 - DAY, 100),
-        billed("ml", "bob", T0 - 21 * DAY, 100),
+        billed("ml", billed_as, T0 - DAY, 100),
+        billed("ml", second, T0 - 21 * DAY, 100),
     ])
     .await
     .unwrap();
@@ -93,9 +105,9 @@ async fn who_goes_first(fair: bool) -> (&'static str, Cluster) {
     c.until("ml", "running charged", |q| used(q, "requests.cpu") == "4")
         .await;
     c.set_clock(T0 + 60_000);
-    create_as(&c, "alice", "alice-1", "4").await;
+    create_as(&c, first, "alice-1", "4").await;
     c.set_clock(T0 + 120_000);
-    create_as(&c, "bob", "bob-1", "4").await;
+    create_as(&c, second, "bob-1", "4").await;
     c.until("ml", "both queued and named", |q| {
         q["status"]["queue"].as_array().is_some_and(|a| {
             a.len() == 2
@@ -172,6 +184,39 @@ async fn the_submitter_with_less_decayed_usage_is_admitted_first() {
     assert_eq!(rows[0]["shares"], "0.50");
     let factor = |r: &Value| -> f64 { r["fairShareFactor"].as_str().unwrap().parse().unwrap() };
     assert!(factor(&rows[0]) > 0.5 && factor(&rows[1]) < 0.5, "{v}");
+}
+
+/// A username longer than any limit (Kubernetes sets none): the
+/// webhook's `submittedBy`, `status.users` and the ledger all key it the
+/// same (`quota::queue::submitter`), so its own usage finds it and it
+/// does not go first as a stranger would. The ledger holds it as older
+/// writes recorded it (cut at 256 bytes, the entry at 128).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_username_is_found_under_its_own_usage() {
+    let evil = format!("system:serviceaccount:ml:{}", "é".repeat(200));
+    let mut end = 256;
+    while !evil.is_char_boundary(end) {
+        end -= 1;
+    }
+    let (first, c) = who_goes_first_of(true, &evil, &evil[..end], "bob").await;
+    assert_eq!(first, "bob", "the heavy submitter's usage is found");
+    let q = c.fake.quota("ml");
+    let entry = &q["status"]["queue"][0];
+    let by = entry["submittedBy"].as_str().unwrap();
+    assert_eq!(Some(by), quota::queue::submitter(&evil).as_deref(), "{q}");
+    assert!(by.len() <= 128 && evil.starts_with(by), "{by}");
+    let (s, v) = c
+        .server
+        .api(Method::GET, "/api/v1/quotas/ml/shares", None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let users: Vec<&str> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["user"].as_str())
+        .collect();
+    assert_eq!(users, ["bob", by], "one row, under the entry's key: {v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
