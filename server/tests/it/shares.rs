@@ -444,3 +444,87 @@ async fn the_shares_table_on_sqlite() {
 async fn the_shares_table_on_postgres() {
     standalone_story(&fresh_postgres().await).await;
 }
+
+/// The preemption plan weighs the queue in the round's order: with
+/// `submitterFairness`, the head it makes room for is the light
+/// submitter's small Job, not the heavy one's earlier large one, so it
+/// marks only what that Job needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preemption_makes_room_for_the_entry_the_round_admits_first() {
+    use crate::preemption::{create_class, job, marks, until_event};
+    let c = Cluster::start().await;
+    let sql = SqlStore::connect(&fresh_sqlite_of(&c)).await.unwrap();
+    sql.append_ledger(&[
+        billed("ml", "alice", T0 - DAY, 100),
+        billed("ml", "bob", T0 - 21 * DAY, 100),
+    ])
+    .await
+    .unwrap();
+    let spec = |preemption: &str| {
+        json!({"parent": "", "hard": {"requests.cpu": "4"},
+            "queueing": {"mode": "Queue", "preemption": preemption,
+                "order": {"kind": "BestEffortFifo", "agingSeconds": 3600},
+                "submitterFairness": {"halfLifeDays": 7}}})
+    };
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"}, "spec": spec("Never")})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create_class(&c, "batch-low", 1).await;
+    create_class(&c, "urgent", 100).await;
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    let create = |user: &str, name: &str, cpu: &str, class: &str| {
+        let api = Api::<DynamicObject>::namespaced_with(c.kubectl(user), "ml", &ar);
+        let o: DynamicObject =
+            serde_json::from_value(job("ml", "ml", name, 1, cpu, class)).unwrap();
+        async move { api.create(&PostParams::default(), &o).await.unwrap() }
+    };
+    create("carol", "low-a", "2", "batch-low").await;
+    c.set_clock(T0 + 1_000);
+    create("carol", "low-b", "2", "batch-low").await;
+    c.until("ml", "both low Jobs charged", |q| {
+        used(q, "requests.cpu") == "4"
+    })
+    .await;
+    // alice (heavy of late) queues a 4-CPU Job first, bob a 2-CPU one.
+    c.set_clock(T0 + 60_000);
+    create("alice", "alice-big", "4", "urgent").await;
+    c.set_clock(T0 + 120_000);
+    create("bob", "bob-small", "2", "urgent").await;
+    c.until("ml", "both queued and named", |q| {
+        q["status"]["queue"].as_array().is_some_and(|a| {
+            a.len() == 2
+                && a.iter()
+                    .all(|e| e["uid"].as_str().is_some_and(|u| !u.is_empty()))
+        })
+    })
+    .await;
+    // Preemption on: the round takes bob's first, so the plan does.
+    let (s, v) = c
+        .server
+        .api(
+            Method::PUT,
+            "/api/v1/quotas/ml",
+            Some(json!({"metadata": {"name": "ml"}, "spec": spec("LowerPriority")})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let q = c
+        .until("ml", "a low Job marked", |q| !marks(q).is_empty())
+        .await;
+    let marked = marks(&q);
+    assert_eq!(marked.len(), 1, "only the 2 CPUs bob's Job needs: {q}");
+    let e = until_event(&c, "PreemptionPending", &marked[0][13..]).await;
+    let note = e["note"].as_str().unwrap();
+    assert!(note.contains("batch/Job/ml/bob-small"), "{note}");
+}

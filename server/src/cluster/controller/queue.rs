@@ -133,12 +133,9 @@ impl Context {
         // borrowing path does, so the plan is never more than is granted.
         let t_read = t0.elapsed();
         let (limits, family) = self.service.queue_plan(&q).await?;
-        let mut pool = Pool::new(&q, &limits);
         // Equals by their submitters' decayed usage, where the policy asks
         // (`submitters`, docs/queueing.md §11).
-        if let Some(u) = self.submitter_usages(&q).await {
-            pool = pool.with_submitters(u);
-        }
+        let pool = self.queue_pool(&q, &limits).await;
         // Card-hour budgets: an entry waits for one as for quota.
         let budgets = queue::budgets::of(&q);
         let price_list = self.service.price_list();

@@ -25,6 +25,21 @@ type Read = (Instant, i64, Option<Arc<Usages>>);
 pub struct Cache(Mutex<HashMap<String, Read>>);
 
 impl Context {
+    /// The pool `q`'s round and its preemption plan weigh the queue over:
+    /// with its submitters' usage where the policy asks, so the plan takes
+    /// room for the entry the round would admit first.
+    pub(super) async fn queue_pool(
+        &self,
+        q: &quota::Quota,
+        limits: &quota::resources::ResourceList,
+    ) -> quota::queue::Pool {
+        let pool = quota::queue::Pool::new(q, limits);
+        match self.submitter_usages(q).await {
+            Some(u) => pool.with_submitters(u),
+            None => pool,
+        }
+    }
+
     /// The usage `q`'s round orders its equals by, or None when its policy
     /// does not ask for it, there is no ledger, or it cannot be read (a
     /// warning says why).
