@@ -14,8 +14,11 @@ use leptos::prelude::*;
 /// One submitter's line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ShareRow {
-    /// The username, `(unknown)` where none was recorded.
+    /// The username; empty where none was recorded (`unnamed`).
     pub user: String,
+    /// No username recorded: shown in words of the page's own, set apart
+    /// so that no username can pass for it.
+    pub unnamed: bool,
     /// Spent over the horizon, one line per cash key (`12.5 card-hours`).
     pub raw: Vec<String>,
     /// The same decayed to now.
@@ -74,7 +77,11 @@ pub fn render_shares_page(viewer: Viewer, page: SharesPage) -> String {
                     </tr></thead>
                     <tbody>{page.rows.into_iter().map(|r| view! {
                         <tr>
-                            <td class="user">{r.user}</td>
+                            <td class="user">{if r.unnamed {
+                                view! { <em>"no username recorded"</em> }.into_any()
+                            } else {
+                                view! { <span>{r.user}</span> }.into_any()
+                            }}</td>
                             <td>{r.raw.into_iter().map(|l| view! { <div>{l}</div> }).collect_view()}</td>
                             <td>{r.decayed.into_iter().map(|l| view! { <div>{l}</div> }).collect_view()}</td>
                             <td class="num">{r.usage}</td>

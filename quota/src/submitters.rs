@@ -34,10 +34,6 @@ pub const HORIZON_HALF_LIVES: i64 = 16;
 /// The most submitters a table lists (the busiest; the rest are counted).
 pub const MAX_ROWS: usize = 500;
 
-/// The name a submitter without one (no username recorded) is shown as.
-/// Internally it is the empty string, which no recorded username is.
-pub const UNKNOWN: &str = "(unknown)";
-
 /// What one submitter spent on one cash key over `[start_ms, end_ms)`: a
 /// ledger row, or the sum of rows within one hour (signed: refunds are
 /// negative).
@@ -126,10 +122,19 @@ pub fn tally(rows: &[Spent], now_ms: i64, half_life_ms: i64) -> Tally {
 
 /// The decayed usage the queue's order compares: per submitter and cash
 /// key (never below zero), and everyone's per key.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Usages {
     by_user: BTreeMap<String, BTreeMap<String, u128>>,
     totals: BTreeMap<String, u128>,
+    /// The lower median of the known submitters' normalised usage: where
+    /// a submitter without recorded usage ranks (`share`).
+    median: Share,
+}
+
+impl Default for Usages {
+    fn default() -> Usages {
+        Usages::from_decayed(BTreeMap::new())
+    }
 }
 
 impl Usages {
@@ -168,7 +173,17 @@ impl Usages {
                 *t = t.saturating_add(*v);
             }
         }
-        Usages { by_user, totals }
+        let mut u = Usages {
+            by_user,
+            totals,
+            median: Share::ZERO,
+        };
+        let mut known: Vec<Share> = u.by_user.keys().map(|n| u.known(n)).collect();
+        known.sort();
+        if let Some(m) = known.get(known.len().saturating_sub(1) / 2) {
+            u.median = *m;
+        }
+        u
     }
 
     pub fn is_empty(&self) -> bool {
@@ -181,10 +196,32 @@ impl Usages {
     }
 
     /// A submitter's normalised usage: over the keys, the largest of its
-    /// decayed usage ÷ everyone's; zero without usage (or without a name
-    /// the ledger knows: `None` is the unknown submitter).
+    /// decayed usage ÷ everyone's. A submitter without recorded usage (a
+    /// new identity, or none: `None` is the unknown submitter) ranks at
+    /// the lower median of the known ones, never ahead of them all: a
+    /// fresh ServiceAccount gains nothing over the people it would pass.
+    /// Without any known usage, zero.
     pub fn share(&self, user: Option<&str>) -> Share {
-        let Some(keys) = self.by_user.get(&key(user.unwrap_or(""))) else {
+        let name = key(user.unwrap_or(""));
+        if self.by_user.contains_key(&name) {
+            self.known(&name)
+        } else {
+            self.median
+        }
+    }
+
+    /// Whether `user` has recorded usage (otherwise `share` is the median).
+    pub fn has_usage(&self, user: Option<&str>) -> bool {
+        self.by_user.contains_key(&key(user.unwrap_or("")))
+    }
+
+    /// Where a submitter without recorded usage ranks.
+    pub fn median(&self) -> Share {
+        self.median
+    }
+
+    fn known(&self, name: &str) -> Share {
+        let Some(keys) = self.by_user.get(name) else {
             return Share::ZERO;
         };
         keys.iter()
@@ -200,48 +237,61 @@ impl Usages {
 /// One line of the `sshare`-like table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
-    /// The username, `UNKNOWN` for none.
-    pub user: String,
+    /// The username; None where the ledger recorded none (shown apart,
+    /// so no username can pass for it).
+    pub user: Option<String>,
     /// Per cash key, acc over the horizon, and the same decayed.
     pub usage: BTreeMap<String, Usage>,
-    /// Normalised usage U (`Usages::share`).
+    /// Normalised usage U as the queue ranks it (`Usages::share`): for a
+    /// submitter without recorded usage, the median of those with.
     pub normalised: Share,
+    /// No recorded usage: ranked at the median (`Usages::share`).
+    pub at_median: bool,
     /// The factor SLURM's `sshare` shows: 2^(−U ÷ S), with S = 1 ÷ the
-    /// number of submitters listed. For people only.
+    /// number of submitters with usage (`Shares::with_usage`). For people
+    /// only.
     pub factor: f64,
 }
 
-/// The table of `tally`: one row per submitter, in the order the queue
-/// takes equals (lowest normalised usage first, then name); at most
-/// `MAX_ROWS` (the busiest kept), and how many were left out.
-pub fn table(tally: &Tally) -> (Vec<Row>, usize) {
+/// The `sshare`-like table of a tally.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shares {
+    /// In the order the queue takes equals (lowest normalised usage
+    /// first, then name); at most `MAX_ROWS`, the busiest kept.
+    pub rows: Vec<Row>,
+    /// Submitters past `MAX_ROWS`, not listed.
+    pub left_out: usize,
+    /// Submitters with usage: each one's normalised shares S is 1 ÷ this.
+    pub with_usage: usize,
+}
+
+/// The table of `tally`.
+pub fn table(tally: &Tally) -> Shares {
     let usages = Usages::of(tally);
     let mut rows: Vec<Row> = tally
         .iter()
-        .map(|(user, usage)| {
-            let normalised = usages.share(Some(user));
-            Row {
-                user: if user.is_empty() {
-                    UNKNOWN.to_string()
-                } else {
-                    user.clone()
-                },
-                usage: usage.clone(),
-                normalised,
-                factor: 0.0,
-            }
+        .map(|(user, usage)| Row {
+            user: (!user.is_empty()).then(|| user.clone()),
+            usage: usage.clone(),
+            normalised: usages.share(Some(user)),
+            at_median: !usages.has_usage(Some(user)),
+            factor: 0.0,
         })
         .collect();
     // Busiest first to cut, then back to the queue's order.
     rows.sort_by(|a, b| b.normalised.cmp(&a.normalised).then(a.user.cmp(&b.user)));
     let left_out = rows.len().saturating_sub(MAX_ROWS);
     rows.truncate(MAX_ROWS);
-    let n = rows.len().max(1) as f64;
+    let with_usage = usages.len();
     for r in &mut rows {
-        r.factor = factor(&r.normalised, n);
+        r.factor = factor(&r.normalised, with_usage.max(1) as f64);
     }
     rows.sort_by(|a, b| a.normalised.cmp(&b.normalised).then(a.user.cmp(&b.user)));
-    (rows, left_out)
+    Shares {
+        rows,
+        left_out,
+        with_usage,
+    }
 }
 
 /// SLURM's fair-share factor 2^(−U ÷ S) for normalised usage `u` and
@@ -341,9 +391,12 @@ mod tests {
         for by in [raw.as_str(), canonical.as_str(), as_ledger_had_it.as_str()] {
             assert_eq!(u.share(Some(by)), Share::Ratio { num: 400, den: 500 });
         }
-        let (rows, _) = table(&t);
-        assert_eq!(rows.len(), 2);
-        assert!(rows.iter().any(|r| r.user == canonical));
+        let t = table(&t);
+        assert_eq!(t.rows.len(), 2);
+        assert!(t
+            .rows
+            .iter()
+            .any(|r| r.user.as_deref() == Some(&*canonical)));
     }
 
     #[test]
@@ -363,8 +416,36 @@ mod tests {
         );
         assert_eq!(u.share(Some("a")), Share::Ratio { num: 30, den: 40 });
         assert_eq!(u.share(Some("b")), Share::Ratio { num: 9, den: 10 });
-        assert_eq!(u.share(Some("nobody")), Share::ZERO);
-        assert_eq!(u.share(None), Share::ZERO);
+        // Without recorded usage: the lower median of the known, a and b
+        // (9/10 and 3/4): 3/4. Never ahead of every known submitter.
+        assert_eq!(u.median(), Share::Ratio { num: 30, den: 40 });
+        assert_eq!(u.share(Some("nobody")), Share::Ratio { num: 30, den: 40 });
+        assert_eq!(u.share(None), Share::Ratio { num: 30, den: 40 });
+        assert!(!u.has_usage(Some("nobody")) && u.has_usage(Some("a")));
+        assert_eq!(Usages::default().share(Some("nobody")), Share::ZERO);
+    }
+
+    #[test]
+    fn a_fresh_identity_ranks_at_the_median_never_first() {
+        // Five known submitters: 10, 20, 30, 40, 100 of 200.
+        let u = Usages::from_decayed(
+            [("a", 10u128), ("b", 20), ("c", 30), ("d", 40), ("e", 100)]
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), [("x".to_string(), v)].into()))
+                .collect(),
+        );
+        let fresh = u.share(Some("system:serviceaccount:ml:fresh-1"));
+        assert_eq!(fresh, Share::Ratio { num: 30, den: 200 });
+        assert!(fresh > u.share(Some("a")) && fresh > u.share(Some("b")));
+        assert!(fresh < u.share(Some("d")));
+        // An even count takes the lower of the two middle ones.
+        let u = Usages::from_decayed(
+            [("a", 10u128), ("b", 30)]
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), [("x".to_string(), v)].into()))
+                .collect(),
+        );
+        assert_eq!(u.share(Some("new")), u.share(Some("a")));
     }
 
     #[test]
@@ -373,15 +454,22 @@ mod tests {
             spent("alice", "cash/gpu", 0, 300),
             spent("bob", "cash/gpu", 0, 100),
             spent("", "cash/gpu", 0, 0),
+            spent("(unknown)", "cash/gpu", 0, 0),
         ];
-        let (t, left) = table(&tally(&rows, 0, H));
-        assert_eq!(left, 0);
-        let names: Vec<&str> = t.iter().map(|r| r.user.as_str()).collect();
-        assert_eq!(names, [UNKNOWN, "bob", "alice"]);
-        assert_eq!(factor_display(t[0].factor), "1.000");
-        // bob: U = 1/4, S = 1/3: 2^(-3/4).
-        assert_eq!(factor_display(t[1].factor), "0.595");
-        assert_eq!(factor_display(t[2].factor), "0.210");
+        let t = table(&tally(&rows, 0, H));
+        assert_eq!((t.left_out, t.with_usage), (0, 2));
+        let names: Vec<Option<&str>> = t.rows.iter().map(|r| r.user.as_deref()).collect();
+        // Those without usage rank at the median (bob's); the one without
+        // a username is None, apart from anyone named "(unknown)".
+        assert_eq!(names, [None, Some("(unknown)"), Some("bob"), Some("alice")]);
+        assert_eq!(
+            t.rows.iter().map(|r| r.at_median).collect::<Vec<_>>(),
+            [true, true, false, false]
+        );
+        // S = 1/2 (two submitters with usage): bob U = 1/4: 2^(-1/2).
+        assert_eq!(factor_display(t.rows[0].factor), "0.707");
+        assert_eq!(factor_display(t.rows[2].factor), "0.707");
+        assert_eq!(factor_display(t.rows[3].factor), "0.354");
         // At the fair line (U = S) the factor is one half.
         assert_eq!(factor(&Share::Ratio { num: 1, den: 2 }, 2.0), 0.5);
     }
@@ -391,10 +479,10 @@ mod tests {
         let rows: Vec<Spent> = (0..MAX_ROWS + 7)
             .map(|i| spent(&format!("u{i:04}"), "cash/gpu", 0, i as i128 + 1))
             .collect();
-        let (t, left) = table(&tally(&rows, 0, H));
-        assert_eq!((t.len(), left), (MAX_ROWS, 7));
+        let t = table(&tally(&rows, 0, H));
+        assert_eq!((t.rows.len(), t.left_out), (MAX_ROWS, 7));
         assert!(
-            t.iter().all(|r| r.user.as_str() >= "u0007"),
+            t.rows.iter().all(|r| r.user.as_deref() >= Some("u0007")),
             "the busiest kept"
         );
     }

@@ -124,24 +124,34 @@ proptest! {
     }
 
     #[test]
-    fn a_submitter_with_no_usage_goes_first_among_equals(
+    fn among_equals_the_lowest_usage_goes_first_and_the_unknown_at_the_median(
         e in entries(),
         amounts in prop::collection::vec((0usize..4, 1u128..1_000_000, 0u128..10), 0..4),
     ) {
-        let p = policy(false);
+        let p = policy(true);
         let u = usages(&amounts, 1);
+        // At 0 nothing has aged: every entry is ordered by usage.
         let o = order_by(&e, &p, 0, Some(&u));
-        // A permutation, priority never rising, every entry blocking.
+        // A permutation, priority never rising, none blocking yet.
         let mut seen: Vec<usize> = o.iter().map(|s| s.index).collect();
         seen.sort();
         prop_assert_eq!(seen, (0..e.len()).collect::<Vec<_>>());
-        prop_assert!(o.iter().all(|s| s.blocks));
+        prop_assert!(o.iter().all(|s| !s.blocks));
+        // A submitter without usage ranks at the median of the known:
+        // never below every known one.
+        if !u.is_empty() {
+            let fresh = u.share(Some("system:serviceaccount:x:never-seen"));
+            prop_assert_eq!(fresh, u.median());
+            let below = USERS.iter().filter(|n| u.has_usage(Some(n)) && u.share(Some(n)) < fresh).count();
+            let above = USERS.iter().filter(|n| u.has_usage(Some(n)) && u.share(Some(n)) > fresh).count();
+            prop_assert!(below <= u.len() / 2 && above <= u.len() / 2, "{} {} {}", below, above, u.len());
+        }
         for w in o.windows(2) {
             let (a, b) = (&e[w[0].index], &e[w[1].index]);
             prop_assert!(a.priority >= b.priority);
             if a.priority == b.priority {
                 let (sa, sb) = (u.share(a.submitted_by.as_deref()), u.share(b.submitted_by.as_deref()));
-                // Lowest usage first, so none before some.
+                // Lowest usage first.
                 prop_assert!(sa <= sb);
                 // One submitter's own entries in first-come order.
                 if a.submitted_by == b.submitted_by {

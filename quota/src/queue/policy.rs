@@ -240,6 +240,8 @@ pub enum PolicyError {
     GraceWithoutPreemption,
     #[error("queueing: maxPerSubmitter is {0}: it must be 1 to {max} (the most a queue holds); leave it out for {DEFAULT_PER_SUBMITTER}", max = super::MAX_QUEUE)]
     PerSubmitter(u32),
+    #[error("queueing: submitterFairness needs order {{kind: BestEffortFifo, agingSeconds: N}}: under StrictFifo nothing ages, so a stream of lighter or new submitters could pass an entry forever; agingSeconds bounds how long fairness may pass it")]
+    FairnessNeedsAging,
     #[error("queueing: submitterFairness.halfLifeDays is {0}: it must be 1 to {MAX_HALF_LIFE_DAYS} (days); leave it out for {DEFAULT_HALF_LIFE_DAYS}")]
     HalfLife(u32),
 }
@@ -260,6 +262,15 @@ impl QueuePolicy {
 
     pub fn queues(&self) -> bool {
         self.mode == Mode::Queue
+    }
+
+    /// Whether the queue orders equals by their submitters' usage:
+    /// `submitterFairness` with best-effort FIFO (strict FIFO is refused
+    /// with it, `validate`).
+    pub fn orders_by_submitters(&self) -> bool {
+        self.queues()
+            && self.submitter_half_life_days.is_some()
+            && matches!(self.order, Order::BestEffortFifo { .. })
     }
 
     /// Checks ranges, and that a refusing quota sets nothing that only a
@@ -313,6 +324,9 @@ impl QueuePolicy {
             if let Some(field) = field {
                 return Err(PolicyError::NeedsQueue { field });
             }
+        }
+        if self.submitter_half_life_days.is_some() && self.order == Order::StrictFifo {
+            return Err(PolicyError::FairnessNeedsAging);
         }
         Ok(())
     }
@@ -474,11 +488,24 @@ mod tests {
 
     #[test]
     fn submitter_fairness_is_a_half_life_in_days_checked_and_written_back() {
-        let p = parse(r#"{"mode":"Queue","submitterFairness":{}}"#).unwrap();
+        const AGING: &str = r#""order":{"kind":"BestEffortFifo","agingSeconds":3600}"#;
+        let p = parse(&format!(
+            r#"{{"mode":"Queue",{AGING},"submitterFairness":{{}}}}"#
+        ))
+        .unwrap();
         assert_eq!(p.submitter_half_life_days, Some(DEFAULT_HALF_LIFE_DAYS));
         assert_eq!(p.submitter_half_life_ms(), Some(7 * 86_400_000));
         p.validate().unwrap();
-        let p = parse(r#"{"mode":"Queue","submitterFairness":{"halfLifeDays":30}}"#).unwrap();
+        // Under strict FIFO nothing ages: fairness could pass an entry forever.
+        let strict = parse(r#"{"mode":"Queue","submitterFairness":{}}"#).unwrap();
+        assert_eq!(strict.validate(), Err(PolicyError::FairnessNeedsAging));
+        assert!(PolicyError::FairnessNeedsAging
+            .to_string()
+            .contains("BestEffortFifo"));
+        let p = parse(&format!(
+            r#"{{"mode":"Queue",{AGING},"submitterFairness":{{"halfLifeDays":30}}}}"#
+        ))
+        .unwrap();
         let v = serde_json::to_value(p).unwrap();
         assert_eq!(v["submitterFairness"]["halfLifeDays"], 30);
         assert_eq!(parse(&v.to_string()).unwrap(), p);

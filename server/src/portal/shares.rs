@@ -32,7 +32,7 @@ pub async fn page(
 
 /// The page's words for `t`.
 pub fn page_of(t: &Table) -> SharesPage {
-    let n = t.rows.len();
+    let n = t.with_usage;
     let mut notes = vec![
         format!(
             "{} from {} to {}, each amount weighed by half for every {} {} of its age{}.",
@@ -54,8 +54,9 @@ pub fn page_of(t: &Table) -> SharesPage {
             },
         ),
         "Usage is a submitter's largest fraction of everyone's decayed spending over the budget keys; \
-         every submitter has an equal share; the factor is 2^(−usage ÷ share): 1 for none, 0.5 at an \
-         equal share, lower above it."
+         every submitter with usage has an equal share; the factor is 2^(−usage ÷ share): 0.5 at an \
+         equal share, lower above it. A submitter without usage ranks at the median of those with \
+         (marked median), never ahead of them all."
             .to_string(),
     ];
     if t.orders_queue {
@@ -74,7 +75,8 @@ pub fn page_of(t: &Table) -> SharesPage {
         .rows
         .iter()
         .map(|r| ShareRow {
-            user: r.user.clone(),
+            user: r.user.clone().unwrap_or_default(),
+            unnamed: r.user.is_none(),
             raw: r
                 .usage
                 .iter()
@@ -85,7 +87,11 @@ pub fn page_of(t: &Table) -> SharesPage {
                 .iter()
                 .map(|(k, u)| shares::hours(k, u.decayed))
                 .collect(),
-            usage: r.normalised.display(),
+            usage: if r.at_median {
+                format!("{} (median)", r.normalised.display())
+            } else {
+                r.normalised.display()
+            },
             shares: shares::share_text(n),
             factor: quota::submitters::factor_display(r.factor),
         })

@@ -114,6 +114,8 @@ pub struct Table {
     pub rows: Vec<Row>,
     /// Submitters past `submitters::MAX_ROWS`, not listed.
     pub left_out: usize,
+    /// Submitters with usage: each one's shares S is 1 ÷ this.
+    pub with_usage: usize,
 }
 
 /// The table of `name` (already authorised) at `now_ms`. Too busy a
@@ -149,18 +151,18 @@ pub async fn read(
             h * submitters::HORIZON_HALF_LIVES / DAY_MS
         )));
     };
-    let (rows, left_out) = submitters::table(&submitters::tally(&spent, now_ms, h));
+    let shares = submitters::table(&submitters::tally(&spent, now_ms, h));
     Ok(Table {
         quota: name.to_string(),
         scope,
         quotas: names.len(),
         half_life_days: days,
-        orders_queue: q.spec.queueing.submitter_half_life_days.is_some()
-            && q.spec.queueing.queues(),
+        orders_queue: q.spec.queueing.orders_by_submitters(),
         now_ms,
         from_ms: submitters::horizon(now_ms, h),
-        rows,
-        left_out,
+        rows: shares.rows,
+        left_out: shares.left_out,
+        with_usage: shares.with_usage,
     })
 }
 
@@ -172,7 +174,6 @@ pub fn hours(key: &str, acc: i128) -> String {
 /// The table as the API answers it: amounts in the key's unit (exact
 /// decimal) with the ledger's acc beside them.
 pub fn to_json(t: &Table) -> Value {
-    let n = t.rows.len();
     let rows: Vec<Value> = t
         .rows
         .iter()
@@ -195,7 +196,8 @@ pub fn to_json(t: &Table) -> Value {
                 "user": r.user,
                 "usage": usage,
                 "normalizedUsage": r.normalised.display(),
-                "shares": share_text(n),
+                "rankedAtMedian": r.at_median,
+                "shares": share_text(t.with_usage),
                 "weight": 1,
                 "fairShareFactor": submitters::factor_display(r.factor),
             })
@@ -210,13 +212,15 @@ pub fn to_json(t: &Table) -> Value {
         "asOf": quota::time::format_rfc3339(t.now_ms),
         "from": quota::time::format_rfc3339(t.from_ms),
         "factor": "2^(-normalizedUsage/shares) (SLURM's fair-share factor)",
-        "submitters": n,
+        "submitters": t.rows.len() + t.left_out,
+        "withUsage": t.with_usage,
         "leftOut": t.left_out,
         "rows": rows,
     })
 }
 
-/// Each submitter's normalised shares (all weigh 1): `0.33` of three.
+/// Each submitter's normalised shares (all weigh 1): `0.33` of three
+/// with usage.
 pub fn share_text(submitters: usize) -> String {
     quota::fair::Share::Ratio {
         num: 1,

@@ -63,28 +63,28 @@ async fn create_as(c: &Cluster, user: &str, name: &str, cpu: &str) {
 /// alice queues one of 4 CPUs, then bob one; the running Job completes.
 /// Returns the Job admitted into the room, and the cluster.
 async fn who_goes_first(fair: bool) -> (&'static str, Cluster) {
-    who_goes_first_of(fair, "alice", "alice", "bob").await
+    let bills = [
+        billed("ml", "alice", T0 - DAY, 100),
+        billed("ml", "bob", T0 - 21 * DAY, 100),
+    ];
+    who_goes_first_of(fair, "alice", "bob", &bills).await
 }
 
-/// `who_goes_first` with the Job `alice-1` created by `first` (billed as
-/// `billed_as`, 100 core-hours a day ago) and `bob-1` by `second`:
-/// "alice" or "bob" by the Job admitted.
+/// `who_goes_first` with the Job `alice-1` created by `first` and `bob-1`
+/// by `second`, the ledger holding `bills`: "alice" or "bob" by the Job
+/// admitted.
 async fn who_goes_first_of(
     fair: bool,
     first: &str,
-    billed_as: &str,
     second: &str,
+    bills: &[Entry],
 ) -> (&'static str, Cluster) {
     let c = Cluster::start().await;
     let sql = SqlStore::connect(&fresh_sqlite_of(&c)).await.unwrap();
-    sql.append_ledger(&[
-        billed("ml", billed_as, T0 - DAY, 100),
-        billed("ml", second, T0 - 21 * DAY, 100),
-    ])
-    .await
-    .unwrap();
+    sql.append_ledger(bills).await.unwrap();
     let mut queueing = json!({"mode": "Queue"});
     if fair {
+        queueing["order"] = json!({"kind": "BestEffortFifo", "agingSeconds": 3600});
         queueing["submitterFairness"] = json!({"halfLifeDays": 7});
     }
     let (s, v) = c
@@ -198,7 +198,11 @@ async fn a_long_username_is_found_under_its_own_usage() {
     while !evil.is_char_boundary(end) {
         end -= 1;
     }
-    let (first, c) = who_goes_first_of(true, &evil, &evil[..end], "bob").await;
+    let bills = [
+        billed("ml", &evil[..end], T0 - DAY, 100),
+        billed("ml", "bob", T0 - 21 * DAY, 100),
+    ];
+    let (first, c) = who_goes_first_of(true, &evil, "bob", &bills).await;
     assert_eq!(first, "bob", "the heavy submitter's usage is found");
     let q = c.fake.quota("ml");
     let entry = &q["status"]["queue"][0];
@@ -217,6 +221,24 @@ async fn a_long_username_is_found_under_its_own_usage() {
         .filter_map(|r| r["user"].as_str())
         .collect();
     assert_eq!(users, ["bob", by], "one row, under the entry's key: {v}");
+}
+
+/// A fresh identity (a new ServiceAccount, nothing in the ledger) ranks at
+/// the median of the known submitters, not at zero: against alice, the
+/// only one known, it ties and first come goes first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_identity_does_not_pass_the_known_submitters() {
+    let bills = [billed("ml", "alice", T0 - DAY, 100)];
+    let fresh = "system:serviceaccount:ml:fresh-0001";
+    let (first, c) = who_goes_first_of(true, "alice", fresh, &bills).await;
+    assert_eq!(first, "alice", "the newcomer gains nothing by being new");
+    let (s, v) = c
+        .server
+        .api(Method::GET, "/api/v1/quotas/ml/shares", None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["withUsage"], 1, "{v}");
+    assert_eq!(v["rows"][0]["rankedAtMedian"], false, "{v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,6 +294,7 @@ async fn standalone_story(url: &str) {
         (json!(366), "halfLifeDays is 366"),
         (json!(-1), "queueing"),
         (json!("7"), "queueing"),
+        (json!(7), "BestEffortFifo"),
     ] {
         let (s, v) = server
             .api(
@@ -300,16 +323,19 @@ async fn standalone_story(url: &str) {
     let (mia, olaf, owen) = (login("mia").await, login("olaf").await, login("owen").await);
 
     // A member sees their quota's table: least spent first, the unknown
-    // submitter named so, usage beyond the horizon (16 half-lives) left out.
+    // submitter as null (no username can pass for it), usage beyond the
+    // horizon (16 half-lives) left out.
     let (s, v) = mia.api(Method::GET, "/api/v1/quotas/ml/shares", None).await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    let users: Vec<&str> = v["rows"]
+    let users: Vec<Option<&str>> = v["rows"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| r["user"].as_str().unwrap())
+        .map(|r| r["user"].as_str())
         .collect();
-    assert_eq!(users, ["(unknown)", "bob", "alice"], "{v}");
+    assert_eq!(users, [None, Some("bob"), Some("alice")], "{v}");
+    assert!(v["rows"][0]["user"].is_null(), "{v}");
+    assert_eq!((&v["submitters"], &v["withUsage"]), (&json!(3), &json!(3)));
     assert_eq!(v["rows"][2]["usage"][0]["raw"], "30", "{v}");
     assert_eq!(v["rows"][2]["usage"][0]["unit"], "core-hours");
     assert_eq!(v["rows"][2]["normalizedUsage"], "0.69", "29.8 of 43.0: {v}");
@@ -406,7 +432,7 @@ async fn standalone_story(url: &str) {
     for want in [
         "alice",
         "bob",
-        "(unknown)",
+        "<em>no username recorded</em>",
         "30 core-hours",
         "Factor",
         "half-life",
