@@ -31,6 +31,11 @@ use std::collections::BTreeMap;
 /// they billed and are left out of the read.
 pub const HORIZON_HALF_LIVES: i64 = 16;
 
+/// Buckets per half-life the ledger is summed in before it is folded: a
+/// bucket's rows are aged from the middle of its span, so an amount's
+/// weight is off by at most 2^(1/64), about 1 %.
+pub const BUCKETS_PER_HALF_LIFE: i64 = 32;
+
 /// The most submitters a table lists (the busiest; the rest are counted).
 pub const MAX_ROWS: usize = 500;
 
@@ -104,20 +109,85 @@ pub fn key(username: &str) -> String {
 /// Every submitter's usage at `now_ms` from the ledger's `rows`, per
 /// canonical submitter (`key`).
 pub fn tally(rows: &[Spent], now_ms: i64, half_life_ms: i64) -> Tally {
-    let mut out = Tally::new();
+    let mut f = Folder::new(now_ms, half_life_ms, usize::MAX);
     for r in rows {
+        let _ = f.add(r);
+    }
+    f.into_tally()
+}
+
+/// The most (submitter, cash key) pairs one read folds: its memory. A
+/// ledger row is folded as it is read, so the read holds pairs, never
+/// rows or buckets.
+pub const MAX_PAIRS: usize = 20_000;
+
+/// More (submitter, cash key) pairs than a read may fold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooManyPairs {
+    pub limit: usize,
+}
+
+/// A tally built row by row as the ledger streams them: memory bounded by
+/// the (submitter, cash key) pairs, at most `limit` of them.
+#[derive(Clone, Debug)]
+pub struct Folder {
+    now_ms: i64,
+    half_life_ms: i64,
+    limit: usize,
+    pairs: usize,
+    tally: Tally,
+}
+
+impl Folder {
+    pub fn new(now_ms: i64, half_life_ms: i64, limit: usize) -> Folder {
+        Folder {
+            now_ms,
+            half_life_ms,
+            limit,
+            pairs: 0,
+            tally: Tally::new(),
+        }
+    }
+
+    /// Folds one row (or one bucket's sum), decayed from the middle of
+    /// its span. A row that would make a pair past `limit` is refused
+    /// and changes nothing.
+    pub fn add(&mut self, r: &Spent) -> Result<(), TooManyPairs> {
+        let user = key(&r.user);
+        let known = self
+            .tally
+            .get(&user)
+            .is_some_and(|keys| keys.contains_key(&r.key));
+        if !known {
+            if self.pairs >= self.limit {
+                return Err(TooManyPairs { limit: self.limit });
+            }
+            self.pairs += 1;
+        }
         let middle = r.start_ms / 2 + r.end_ms.max(r.start_ms) / 2;
-        let u = out
-            .entry(key(&r.user))
+        let u = self
+            .tally
+            .entry(user)
             .or_default()
             .entry(r.key.clone())
             .or_default();
         u.raw = u.raw.saturating_add(r.amount);
-        u.decayed =
-            u.decayed
-                .saturating_add(decay(r.amount, now_ms.saturating_sub(middle), half_life_ms));
+        u.decayed = u.decayed.saturating_add(decay(
+            r.amount,
+            self.now_ms.saturating_sub(middle),
+            self.half_life_ms,
+        ));
+        Ok(())
     }
-    out
+
+    /// How many (submitter, cash key) pairs it holds.
+    pub fn pairs(&self) -> usize {
+        self.pairs
+    }
+
+    pub fn into_tally(self) -> Tally {
+        self.tally
+    }
 }
 
 /// The decayed usage the queue's order compares: per submitter and cash
@@ -397,6 +467,38 @@ mod tests {
             .rows
             .iter()
             .any(|r| r.user.as_deref() == Some(&*canonical)));
+    }
+
+    #[test]
+    fn the_folder_holds_pairs_not_buckets_and_refuses_past_its_bound() {
+        // 200 submitters × 512 buckets of one key: 102,400 sums (past the
+        // 50,000 groups a bucketed read once refused) fold into 200 pairs.
+        let mut f = Folder::new(512 * H, H, 200);
+        let mut rows = Vec::new();
+        for u in 0..200 {
+            for b in 0..512 {
+                rows.push(spent(&format!("u{u:03}"), "cash/gpu", b * H, 1_000_000));
+            }
+        }
+        for r in &rows {
+            f.add(r).unwrap();
+        }
+        assert_eq!(f.pairs(), 200);
+        assert_eq!(f.clone().into_tally(), tally(&rows, 512 * H, H));
+        // A new pair past the bound is refused and changes nothing; a
+        // known one still folds.
+        let before = f.clone().into_tally();
+        assert_eq!(
+            f.add(&spent("newcomer", "cash/gpu", 0, 5)),
+            Err(TooManyPairs { limit: 200 })
+        );
+        assert_eq!(
+            f.add(&spent("u000", "cash/cpu", 0, 5)),
+            Err(TooManyPairs { limit: 200 })
+        );
+        assert_eq!(f.clone().into_tally(), before);
+        f.add(&spent("u000", "cash/gpu", 512 * H, 5)).unwrap();
+        assert_eq!(f.pairs(), 200);
     }
 
     #[test]

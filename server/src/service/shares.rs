@@ -1,25 +1,16 @@
 //! Fairness between the submitters of one quota, read from the budget
 //! ledger (docs/queueing.md §11, "Between the submitters of one quota"):
-//! the ledger read (`spending`) behind the `sshare`-like table of the API
-//! and the portal (`read`, `to_json`); the controller's round reads the
-//! same sums (`cluster/controller/submitters.rs`).
+//! the `sshare`-like table of the API and the portal (`read`, `to_json`)
+//! over the ledger read the controller's round uses too
+//! (`SqlStore::submitter_usage`, `cluster/controller/submitters.rs`).
 //! The rules are `quota::submitters`'.
 
 use super::{Service, ServiceError};
+use crate::store::shares::Refused;
 use crate::store::sql::SqlStore;
 use quota::queue::policy::DEFAULT_HALF_LIFE_DAYS;
-use quota::submitters::{self, Row, Spent};
+use quota::submitters::{self, Row};
 use serde_json::{json, Value};
-
-/// Buckets per half-life the ledger is summed in: a bucket's rows are
-/// aged from the middle of its span, so an amount's weight is off by at
-/// most 2^(1/64), about 1 %.
-pub const BUCKETS_PER_HALF_LIFE: i64 = 32;
-
-/// The most groups (submitters × cash keys × buckets) one read sums: with
-/// `BUCKETS_PER_HALF_LIFE` × `HORIZON_HALF_LIVES` = 512 buckets, about a
-/// hundred busy submitters of one key.
-pub const MAX_GROUPS: usize = 50_000;
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -75,28 +66,6 @@ pub fn parse_query(raw: Option<&str>) -> Result<Scope, String> {
     Ok(scope.unwrap_or(Scope::Own))
 }
 
-/// What each submitter of `quotas` spent over the horizon of
-/// `half_life_ms` before `now_ms`, summed per bucket; None when the
-/// groups pass `MAX_GROUPS`.
-pub async fn spending(
-    sql: &SqlStore,
-    quotas: &[String],
-    now_ms: i64,
-    half_life_ms: i64,
-) -> Result<Option<Vec<Spent>>, ServiceError> {
-    let rows = sql
-        .submitter_spending(
-            quotas,
-            submitters::horizon(now_ms, half_life_ms),
-            now_ms.saturating_add(1),
-            (half_life_ms / BUCKETS_PER_HALF_LIFE).max(1),
-            MAX_GROUPS,
-        )
-        .await
-        .map_err(|e| ServiceError::Internal(format!("reading the budget ledger: {e}")))?;
-    Ok(rows.ok())
-}
-
 /// An `sshare`-like table of one quota.
 #[derive(Clone, Debug)]
 pub struct Table {
@@ -119,7 +88,8 @@ pub struct Table {
 }
 
 /// The table of `name` (already authorised) at `now_ms`. Too busy a
-/// ledger is 422 naming the bound, never a partial table.
+/// ledger is 400 naming the bound (too many submitter × key pairs), too
+/// slow a read 503, never a partial table.
 pub async fn read(
     service: &Service,
     sql: &SqlStore,
@@ -143,15 +113,28 @@ pub async fn read(
         .submitter_half_life_days
         .unwrap_or(DEFAULT_HALF_LIFE_DAYS);
     let h = i64::from(days) * DAY_MS;
-    let Some(spent) = spending(sql, &names, now_ms, h).await? else {
-        return Err(ServiceError::BadRequest(format!(
-            "bizrq {name}: the ledger holds more than {MAX_GROUPS} submitter × key × \
-             {}-hour groups over the last {} days: ask for scope=own, or a smaller subtree",
-            h / BUCKETS_PER_HALF_LIFE / 3_600_000,
-            h * submitters::HORIZON_HALF_LIVES / DAY_MS
-        )));
+    let days_read = h * submitters::HORIZON_HALF_LIVES / DAY_MS;
+    let tally = match sql
+        .submitter_usage(&names, now_ms, h, submitters::MAX_PAIRS)
+        .await
+        .map_err(|e| ServiceError::Internal(format!("reading the budget ledger: {e}")))?
+    {
+        Ok(t) => t,
+        Err(Refused::TooMany(e)) => {
+            return Err(ServiceError::BadRequest(format!(
+                "bizrq {name}: the ledger names more than {} submitter × cash key pairs over \
+                 the last {days_read} days: ask for scope=own, or a smaller subtree",
+                e.limit
+            )))
+        }
+        Err(Refused::TooSlow { seconds }) => {
+            return Err(ServiceError::Unavailable(format!(
+                "bizrq {name}: summing the ledger's last {days_read} days took longer than \
+                 {seconds} s: ask for scope=own, or a smaller subtree"
+            )))
+        }
     };
-    let shares = submitters::table(&submitters::tally(&spent, now_ms, h));
+    let shares = submitters::table(&tally);
     Ok(Table {
         quota: name.to_string(),
         scope,

@@ -69,18 +69,16 @@ pub trait History: Send + Sync + 'static {
     async fn forget_quota(&self, _name: &str, _now_ms: i64) -> Result<(), StoreError> {
         Ok(())
     }
-    /// What each submitter of `quotas` spent in `[from_ms, to_ms)`, per
-    /// cash key and bucket of `bucket_ms` (docs/queueing.md §11,
-    /// `SqlStore::submitter_spending`); None past `limit` groups.
-    async fn submitter_spending(
+    /// The usage of every submitter of `quotas` at `now_ms`, decayed with
+    /// `half_life_ms` (docs/queueing.md §11, `SqlStore::submitter_usage`).
+    async fn submitter_usage(
         &self,
         _quotas: &[String],
-        _from_ms: i64,
-        _to_ms: i64,
-        _bucket_ms: i64,
-        _limit: usize,
-    ) -> Result<Option<Vec<quota::submitters::Spent>>, StoreError> {
-        Ok(Some(Vec::new()))
+        _now_ms: i64,
+        _half_life_ms: i64,
+        _max_pairs: usize,
+    ) -> Result<Result<quota::submitters::Tally, crate::store::shares::Refused>, StoreError> {
+        Ok(Ok(quota::submitters::Tally::new()))
     }
     /// A complete list found these quotas: any other's roles and rules go.
     async fn forget_quotas_not_in(
@@ -152,19 +150,15 @@ impl History for crate::store::sql::SqlStore {
         crate::store::sql::SqlStore::forget_quota(self, name, now_ms).await?;
         Ok(())
     }
-    async fn submitter_spending(
+    async fn submitter_usage(
         &self,
         quotas: &[String],
-        from_ms: i64,
-        to_ms: i64,
-        bucket_ms: i64,
-        limit: usize,
-    ) -> Result<Option<Vec<quota::submitters::Spent>>, StoreError> {
-        Ok(crate::store::sql::SqlStore::submitter_spending(
-            self, quotas, from_ms, to_ms, bucket_ms, limit,
-        )
-        .await?
-        .ok())
+        now_ms: i64,
+        half_life_ms: i64,
+        max_pairs: usize,
+    ) -> Result<Result<quota::submitters::Tally, crate::store::shares::Refused>, StoreError> {
+        crate::store::sql::SqlStore::submitter_usage(self, quotas, now_ms, half_life_ms, max_pairs)
+            .await
     }
     async fn forget_quotas_not_in(
         &self,

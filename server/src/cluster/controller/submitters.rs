@@ -2,12 +2,12 @@
 //! quota's policy asks for it (`queueing.submitterFairness`,
 //! docs/queueing.md §11, "Between the submitters of one quota"): read
 //! from the budget ledger the controller appends to, summed in SQL per
-//! submitter, cash key and bucket, and kept for `REFRESH` so a busy
+//! submitter, cash key and bucket and folded as it streams
+//! (`SqlStore::submitter_usage`), and kept for `REFRESH` so a busy
 //! queue's rounds do not each sum the ledger (a half-life is days; a
 //! minute's lag changes no order that matters).
 
 use super::Context;
-use crate::service::shares::{BUCKETS_PER_HALF_LIFE, MAX_GROUPS};
 use quota::submitters::{self, Usages};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -54,19 +54,13 @@ impl Context {
         }
         let now = self.now();
         let read = history
-            .submitter_spending(
-                &[name.to_string()],
-                submitters::horizon(now, h),
-                now.saturating_add(1),
-                (h / BUCKETS_PER_HALF_LIFE).max(1),
-                MAX_GROUPS,
-            )
+            .submitter_usage(&[name.to_string()], now, h, submitters::MAX_PAIRS)
             .await;
         let usages = match read {
-            Ok(Some(rows)) => Some(Arc::new(Usages::of(&submitters::tally(&rows, now, h)))),
-            Ok(None) => {
-                tracing::warn!(quota = %name.escape_debug(), groups = MAX_GROUPS,
-                    "the budget ledger holds too many submitter groups to order the queue by; first come, first served");
+            Ok(Ok(tally)) => Some(Arc::new(Usages::of(&tally))),
+            Ok(Err(why)) => {
+                tracing::warn!(quota = %name.escape_debug(), %why,
+                    "the budget ledger's submitters' usage was not read; this round goes first come, first served");
                 None
             }
             Err(e) => {
