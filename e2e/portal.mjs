@@ -192,7 +192,7 @@ try {
       // ---- 2. Numbers read as amounts; times as YYYY-MM-DD HH:MM UTC ----
       await step(page, `no-raw-numbers-${tag}`, async () => {
         const paths = ['/', '/tree', '/quotas/research', '/quotas/nlp', '/quotas/nlp/edit', '/quotas/research/children/new',
-          '/quotas/nlp/alerts', '/alerts', '/transfers', '/transfers/1', '/audit', '/account'];
+          '/quotas/nlp/alerts', '/quotas/nlp/shares', '/quotas/research/shares?scope=subtree', '/alerts', '/transfers', '/transfers/1', '/audit', '/account'];
         const bad = [];
         for (const path of paths) {
           await open(page, base, path, js);

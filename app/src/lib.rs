@@ -14,6 +14,7 @@ pub mod prices;
 pub mod queue;
 pub mod quotas;
 pub mod reports;
+pub mod shares;
 pub mod transfers;
 pub mod tree;
 

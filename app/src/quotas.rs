@@ -469,6 +469,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     let queue = d
         .queue
         .map(|(policy, rows)| crate::queue::section(policy, rows));
+    let shares = format!("/quotas/{}/shares", crate::layout::encode_component(&name));
     let range = d.charts.range;
     let other_charts = other_charts_list(&name, range, d.other_charts);
     // Rendered inside the document: the chart island needs its context.
@@ -488,6 +489,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 {budgets}
                 {forecasts}
                 {queue}
+                <p class="hint"><a href=shares>"Usage per submitter"</a>" (decayed, with each one's fair-share factor)"</p>
                 <h3>"Bound workloads"</h3>
                 {workloads}
                 <div class="extras">{extras}</div>

@@ -23,6 +23,7 @@ pub fn http_router(app: AppState) -> Router {
         .route("/api/v1/quotas/{name}/usage", get(quotas::usage))
         .route("/api/v1/quotas/{name}/budgets", get(http::budgets::get))
         .route("/api/v1/quotas/{name}/queue", get(http::queue::get))
+        .route("/api/v1/quotas/{name}/shares", get(http::shares::get))
         .route("/api/v1/quotas/{name}/samples", get(http::samples::samples))
         .route("/api/v1/live", get(http::live::live))
         .route("/api/v1/live/overview", get(portal::live::overview))

@@ -33,6 +33,9 @@ pub struct Pool {
     /// What the quota's own workloads hold, those admitted in the
     /// simulation included: all that finishing work could ever free.
     held: ResourceList,
+    /// The submitters' decayed usage, when the queue orders by it
+    /// (`submitterFairness`, `order::order_by`); shared by every copy.
+    submitters: Option<std::sync::Arc<crate::submitters::Usages>>,
 }
 
 impl Pool {
@@ -55,7 +58,20 @@ impl Pool {
             quota,
             limits: limits.clone(),
             held,
+            submitters: None,
         }
+    }
+
+    /// The pool whose rounds order entries of equal priority by their
+    /// submitters' decayed `usages` (where the policy asks for it).
+    pub fn with_submitters(mut self, usages: std::sync::Arc<crate::submitters::Usages>) -> Pool {
+        self.submitters = Some(usages);
+        self
+    }
+
+    /// The submitters' usage this pool's rounds order by, if any.
+    pub fn submitters(&self) -> Option<&crate::submitters::Usages> {
+        self.submitters.as_deref()
     }
 
     pub fn quota(&self) -> &Quota {
@@ -287,7 +303,7 @@ pub fn round(
     let mut blocker: Option<&str> = None;
     let mut position = 0u32;
     let mut out = Vec::with_capacity(queue.len());
-    for Slot { index, blocks } in order::order(queue, policy, now_ms) {
+    for Slot { index, blocks } in order::order_by(queue, policy, now_ms, pool.submitters()) {
         let q = &queue[index];
         let mut wait = |reason: Reason, out: &mut Vec<Decision>| {
             position += 1;

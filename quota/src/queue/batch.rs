@@ -134,7 +134,11 @@ fn charge_all(
         };
         // The budget first: a refusal changes nothing.
         let run = hold::RunDecl::Object(Ok(entry.work.run_ms));
-        let by = entry.work.submitted_by.clone();
+        let by = entry
+            .work
+            .submitted_by
+            .as_deref()
+            .and_then(super::submitter);
         let old = q.status.workloads.get(wref).cloned();
         let reserved =
             match hold::decide(q, wref, old.as_ref(), &a.charge, &run, now_ms, qos, prices) {

@@ -112,17 +112,23 @@ pub struct Queued {
 /// limit of its own, and every entry is written with the quota.
 pub const MAX_SUBMITTER: usize = 128;
 
-/// `username` as an entry keeps it: None when empty, cut at
-/// `MAX_SUBMITTER` bytes on a character boundary.
+/// The one canonical key of a submitter (docs/queueing.md §11): what an
+/// entry's `submittedBy`, `status.users` and the budget ledger's username
+/// all hold, so a submitter's usage is always found under the name its
+/// entries carry. None when empty; otherwise `username` with every
+/// hostile character replaced by U+FFFD (`text::scrub`, as the ledger
+/// stores it), cut at `MAX_SUBMITTER` bytes on a character boundary.
+/// Applying it twice changes nothing.
 pub fn submitter(username: &str) -> Option<String> {
     if username.is_empty() {
         return None;
     }
-    let mut end = username.len().min(MAX_SUBMITTER);
-    while !username.is_char_boundary(end) {
+    let clean = crate::text::scrub(username);
+    let mut end = clean.len().min(MAX_SUBMITTER);
+    while !clean.is_char_boundary(end) {
         end -= 1;
     }
-    Some(username[..end].to_string())
+    Some(clean[..end].to_string())
 }
 
 impl Queued {

@@ -73,6 +73,29 @@ pub struct QueuePolicy {
     /// At most this many entries per submitter (none:
     /// `DEFAULT_PER_SUBMITTER`); 1 to `MAX_QUEUE`.
     pub max_per_submitter: Option<u32>,
+    /// Fairness between the submitters of this quota
+    /// (`submitterFairness: {halfLifeDays: N}`, docs/queueing.md §11):
+    /// entries of equal priority go by their submitter's usage decayed
+    /// with this half-life, in days (1 to `MAX_HALF_LIFE_DAYS`); none: off.
+    pub submitter_half_life_days: Option<u32>,
+}
+
+/// The longest half-life `submitterFairness` may name: a year.
+pub const MAX_HALF_LIFE_DAYS: u32 = 365;
+/// The half-life when `submitterFairness` names none (SLURM's
+/// `PriorityDecayHalfLife` default).
+pub const DEFAULT_HALF_LIFE_DAYS: u32 = 7;
+
+/// `submitterFairness` as written.
+#[derive(Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SubmitterFairness {
+    #[serde(default = "default_half_life")]
+    half_life_days: u32,
+}
+
+fn default_half_life() -> u32 {
+    DEFAULT_HALF_LIFE_DAYS
 }
 
 /// `preemption` as written: `LowerPriority`, or the long form with its
@@ -113,6 +136,8 @@ struct Out {
     alert_after_seconds: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_per_submitter: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    submitter_fairness: Option<SubmitterFairness>,
 }
 
 impl Serialize for QueuePolicy {
@@ -131,6 +156,9 @@ impl Serialize for QueuePolicy {
             preemption,
             alert_after_seconds: self.alert_after_seconds,
             max_per_submitter: self.max_per_submitter,
+            submitter_fairness: self
+                .submitter_half_life_days
+                .map(|half_life_days| SubmitterFairness { half_life_days }),
         }
         .serialize(s)
     }
@@ -150,6 +178,8 @@ struct Full {
     alert_after_seconds: Option<u64>,
     #[serde(default)]
     max_per_submitter: Option<u32>,
+    #[serde(default)]
+    submitter_fairness: Option<SubmitterFairness>,
 }
 
 #[derive(Deserialize)]
@@ -165,9 +195,10 @@ impl<'de> Deserialize<'de> for QueuePolicy {
             match Form::deserialize(d).map_err(|_| {
                 serde::de::Error::custom(
                     "queueing is Refuse, Queue, or {mode, order, preemption, alertAfterSeconds, \
-                 maxPerSubmitter} with mode Refuse|Queue, order {kind: StrictFifo} or \
+                 maxPerSubmitter, submitterFairness} with mode Refuse|Queue, order {kind: StrictFifo} or \
                  {kind: BestEffortFifo, agingSeconds: N}, preemption Never|LowerPriority or \
-                 {policy: LowerPriority, graceSeconds: N, fairShare: LessThanOrEqualToFinalShare|LessThanInitialShare}",
+                 {policy: LowerPriority, graceSeconds: N, fairShare: LessThanOrEqualToFinalShare|LessThanInitialShare}, \
+                 submitterFairness {halfLifeDays: N}",
                 )
             })? {
                 Form::Short(mode) => QueuePolicy {
@@ -187,6 +218,7 @@ impl<'de> Deserialize<'de> for QueuePolicy {
                         fair_share,
                         alert_after_seconds: f.alert_after_seconds,
                         max_per_submitter: f.max_per_submitter,
+                        submitter_half_life_days: f.submitter_fairness.map(|s| s.half_life_days),
                     }
                 }
             },
@@ -208,6 +240,10 @@ pub enum PolicyError {
     GraceWithoutPreemption,
     #[error("queueing: maxPerSubmitter is {0}: it must be 1 to {max} (the most a queue holds); leave it out for {DEFAULT_PER_SUBMITTER}", max = super::MAX_QUEUE)]
     PerSubmitter(u32),
+    #[error("queueing: submitterFairness needs order {{kind: BestEffortFifo, agingSeconds: N}}: under StrictFifo nothing ages, so a stream of lighter or new submitters could pass an entry forever; agingSeconds bounds how long fairness may pass it")]
+    FairnessNeedsAging,
+    #[error("queueing: submitterFairness.halfLifeDays is {0}: it must be 1 to {MAX_HALF_LIFE_DAYS} (days); leave it out for {DEFAULT_HALF_LIFE_DAYS}")]
+    HalfLife(u32),
 }
 
 impl QueuePolicy {
@@ -226,6 +262,15 @@ impl QueuePolicy {
 
     pub fn queues(&self) -> bool {
         self.mode == Mode::Queue
+    }
+
+    /// Whether the queue orders equals by their submitters' usage:
+    /// `submitterFairness` with best-effort FIFO (strict FIFO is refused
+    /// with it, `validate`).
+    pub fn orders_by_submitters(&self) -> bool {
+        self.queues()
+            && self.submitter_half_life_days.is_some()
+            && matches!(self.order, Order::BestEffortFifo { .. })
     }
 
     /// Checks ranges, and that a refusing quota sets nothing that only a
@@ -254,6 +299,11 @@ impl QueuePolicy {
                 return Err(PolicyError::PerSubmitter(n));
             }
         }
+        if let Some(d) = self.submitter_half_life_days {
+            if !(1..=MAX_HALF_LIFE_DAYS).contains(&d) {
+                return Err(PolicyError::HalfLife(d));
+            }
+        }
         if self.mode == Mode::Refuse {
             let field = if self.order != Order::default() {
                 Some("order")
@@ -266,12 +316,17 @@ impl QueuePolicy {
                 Some("alertAfterSeconds")
             } else if self.max_per_submitter.is_some() {
                 Some("maxPerSubmitter")
+            } else if self.submitter_half_life_days.is_some() {
+                Some("submitterFairness")
             } else {
                 None
             };
             if let Some(field) = field {
                 return Err(PolicyError::NeedsQueue { field });
             }
+        }
+        if self.submitter_half_life_days.is_some() && self.order == Order::StrictFifo {
+            return Err(PolicyError::FairnessNeedsAging);
         }
         Ok(())
     }
@@ -283,6 +338,13 @@ impl QueuePolicy {
             Some(s) => (s.min(MAX_WAIT_SECONDS) as i64).saturating_mul(1000),
             None => reclaim_grace_ms,
         }
+    }
+
+    /// The half-life of submitters' usage in ms, when the queue orders by
+    /// it (`submitterFairness`); None: it does not.
+    pub fn submitter_half_life_ms(&self) -> Option<i64> {
+        self.submitter_half_life_days
+            .map(|d| i64::from(d.clamp(1, MAX_HALF_LIFE_DAYS)) * 86_400_000)
     }
 
     /// How many entries one submitter may hold in the queue.
@@ -421,6 +483,57 @@ mod tests {
         assert!(
             parse(r#"{"mode":"Queue","preemption":{"policy":"Never","fairShare":"Always"}}"#)
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn submitter_fairness_is_a_half_life_in_days_checked_and_written_back() {
+        const AGING: &str = r#""order":{"kind":"BestEffortFifo","agingSeconds":3600}"#;
+        let p = parse(&format!(
+            r#"{{"mode":"Queue",{AGING},"submitterFairness":{{}}}}"#
+        ))
+        .unwrap();
+        assert_eq!(p.submitter_half_life_days, Some(DEFAULT_HALF_LIFE_DAYS));
+        assert_eq!(p.submitter_half_life_ms(), Some(7 * 86_400_000));
+        p.validate().unwrap();
+        // Under strict FIFO nothing ages: fairness could pass an entry forever.
+        let strict = parse(r#"{"mode":"Queue","submitterFairness":{}}"#).unwrap();
+        assert_eq!(strict.validate(), Err(PolicyError::FairnessNeedsAging));
+        assert!(PolicyError::FairnessNeedsAging
+            .to_string()
+            .contains("BestEffortFifo"));
+        let p = parse(&format!(
+            r#"{{"mode":"Queue",{AGING},"submitterFairness":{{"halfLifeDays":30}}}}"#
+        ))
+        .unwrap();
+        let v = serde_json::to_value(p).unwrap();
+        assert_eq!(v["submitterFairness"]["halfLifeDays"], 30);
+        assert_eq!(parse(&v.to_string()).unwrap(), p);
+        assert_eq!(QueuePolicy::queue().submitter_half_life_ms(), None);
+        assert!(serde_json::to_value(QueuePolicy::queue()).unwrap()["submitterFairness"].is_null());
+        for d in [0, MAX_HALF_LIFE_DAYS + 1, u32::MAX] {
+            let p = QueuePolicy {
+                submitter_half_life_days: Some(d),
+                ..QueuePolicy::queue()
+            };
+            assert_eq!(p.validate(), Err(PolicyError::HalfLife(d)));
+        }
+        // Signs, fractions, strings and unknown fields are not days.
+        for bad in [
+            r#"{"mode":"Queue","submitterFairness":{"halfLifeDays":-1}}"#,
+            r#"{"mode":"Queue","submitterFairness":{"halfLifeDays":1.5}}"#,
+            r#"{"mode":"Queue","submitterFairness":{"halfLifeDays":"7"}}"#,
+            r#"{"mode":"Queue","submitterFairness":{"halfLife":7}}"#,
+            r#"{"mode":"Queue","submitterFairness":true}"#,
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        let p = parse(r#"{"submitterFairness":{"halfLifeDays":7}}"#).unwrap();
+        assert_eq!(
+            p.validate(),
+            Err(PolicyError::NeedsQueue {
+                field: "submitterFairness"
+            })
         );
     }
 

@@ -17,6 +17,7 @@ pub mod queue;
 pub mod quotas;
 pub mod reports;
 pub mod samples;
+pub mod shares;
 pub mod transfers;
 
 use crate::authz::Principal;

@@ -27,6 +27,7 @@ pub mod pages;
 pub mod prices;
 pub mod quotas;
 pub mod reports;
+pub mod shares;
 pub mod state;
 pub mod transfers;
 
@@ -75,6 +76,7 @@ pub fn router() -> Router<AppState> {
         .route("/tree/rows", get(live::tree_rows))
         .route("/quotas/{name}", get(quotas::detail))
         .route("/quotas/{name}/charts", get(quotas::charts_page))
+        .route("/quotas/{name}/shares", get(shares::page))
         .route(
             "/quotas/{name}/children/new",
             get(quotas::new_child_form).post(quotas::create_child),

@@ -69,6 +69,7 @@ mod group;
 pub mod notify;
 pub mod prices;
 pub mod queue;
+pub mod shares;
 pub mod transfer_ops;
 pub mod transfers;
 pub mod working;
@@ -1001,7 +1002,8 @@ impl Service {
     /// `charge_with_run_time` that also records who asked (`user`, the
     /// AdmissionReview's `userInfo.username`) in `status.users`, in the
     /// same write: the ledger's entries of the workload carry it
-    /// (docs/budgets.md §6). At most `MAX_USER_LEN` bytes are kept.
+    /// (docs/budgets.md §6), as the canonical submitter key
+    /// (`quota::queue::submitter`: scrubbed, at most `MAX_SUBMITTER` bytes).
     #[allow(clippy::too_many_arguments)]
     #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name, workload = wref, dry_run = dry_run))]
     pub async fn charge_by(
@@ -1015,13 +1017,9 @@ impl Service {
         dry_run: bool,
     ) -> Result<(), ServiceError> {
         let uid = uid.to_string();
-        let user = user.filter(|u| !u.is_empty()).map(|u| {
-            let mut end = u.len().min(MAX_USER_LEN);
-            while !u.is_char_boundary(end) {
-                end -= 1;
-            }
-            u[..end].to_string()
-        });
+        // The canonical submitter key (`queue::submitter`): the name the
+        // queue entries carry, so the ledger bills usage to it.
+        let user = user.and_then(quota::queue::submitter);
         let admitted = self
             .admit(
                 quota_name,
@@ -1896,7 +1894,8 @@ impl NameLocks {
     }
 }
 
-/// The most of a requesting user's name `status.users` keeps, in bytes.
+/// The longest name `status.users` may hold, in bytes (the CRD's bound;
+/// what is written is the shorter canonical key, `quota::queue::submitter`).
 pub const MAX_USER_LEN: usize = 256;
 
 /// The last version of each quota this process wrote or read, and the

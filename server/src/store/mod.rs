@@ -10,6 +10,7 @@ pub mod history;
 pub mod ledger;
 pub mod outbox;
 pub mod sessions;
+pub mod shares;
 pub mod sql;
 #[cfg(test)]
 pub(crate) mod testdb;

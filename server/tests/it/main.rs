@@ -38,6 +38,7 @@ mod resync;
 mod scenario;
 mod security_portal;
 mod seed004;
+mod shares;
 mod slowloris;
 mod topups;
 mod transfers;

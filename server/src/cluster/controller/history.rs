@@ -69,6 +69,17 @@ pub trait History: Send + Sync + 'static {
     async fn forget_quota(&self, _name: &str, _now_ms: i64) -> Result<(), StoreError> {
         Ok(())
     }
+    /// The usage of every submitter of `quotas` at `now_ms`, decayed with
+    /// `half_life_ms` (docs/queueing.md §11, `SqlStore::submitter_usage`).
+    async fn submitter_usage(
+        &self,
+        _quotas: &[String],
+        _now_ms: i64,
+        _half_life_ms: i64,
+        _max_pairs: usize,
+    ) -> Result<Result<quota::submitters::Tally, crate::store::shares::Refused>, StoreError> {
+        Ok(Ok(quota::submitters::Tally::new()))
+    }
     /// A complete list found these quotas: any other's roles and rules go.
     async fn forget_quotas_not_in(
         &self,
@@ -138,6 +149,16 @@ impl History for crate::store::sql::SqlStore {
     async fn forget_quota(&self, name: &str, now_ms: i64) -> Result<(), StoreError> {
         crate::store::sql::SqlStore::forget_quota(self, name, now_ms).await?;
         Ok(())
+    }
+    async fn submitter_usage(
+        &self,
+        quotas: &[String],
+        now_ms: i64,
+        half_life_ms: i64,
+        max_pairs: usize,
+    ) -> Result<Result<quota::submitters::Tally, crate::store::shares::Refused>, StoreError> {
+        crate::store::sql::SqlStore::submitter_usage(self, quotas, now_ms, half_life_ms, max_pairs)
+            .await
     }
     async fn forget_quotas_not_in(
         &self,

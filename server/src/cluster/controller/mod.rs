@@ -29,6 +29,7 @@ mod raw;
 mod reclaim;
 mod reconcile;
 mod scheduler;
+mod submitters;
 mod triggers;
 mod watches;
 
@@ -169,6 +170,9 @@ pub struct Context {
     /// never run at once (a round's releases and the reconcile's repair
     /// of the same workloads would cross).
     serial: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per quota, its submitters' decayed usage as last read
+    /// (`submitters`): what its round orders equals by.
+    submitters: submitters::Cache,
 }
 
 impl Context {
@@ -238,6 +242,7 @@ impl Context {
             suspended: Mutex::default(),
             scheduler: scheduler::Scheduler::default(),
             scheduler_timers: Mutex::default(),
+            submitters: submitters::Cache::default(),
             serial: Mutex::default(),
         };
         (Arc::new(ctx), rx)

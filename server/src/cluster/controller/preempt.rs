@@ -30,7 +30,7 @@ use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use quota::queue::preempt::{self, Weighed};
-use quota::queue::{self, Pool, Preemption, Queued};
+use quota::queue::{self, Preemption, Queued};
 use quota::reclaim::{self, Candidate, Origin, Stop, Victim};
 use quota::workload::{adapter_for_kind, WorkloadRef};
 use std::collections::BTreeMap;
@@ -240,7 +240,9 @@ impl Context {
             return Ok(Weighed::Nothing);
         }
         let limits = self.service.queue_limits(q).await?;
-        let pool = Pool::new(q, &limits);
+        // The same order as the round (`queue_pool`): by submitters' usage
+        // where the policy asks, so the head planned for is the one admitted.
+        let pool = self.queue_pool(q, &limits).await;
         let budgets = queue::budgets::of(q);
         let price_list = self.service.price_list();
         let views: Vec<_> = budgets

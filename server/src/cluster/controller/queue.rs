@@ -133,7 +133,9 @@ impl Context {
         // borrowing path does, so the plan is never more than is granted.
         let t_read = t0.elapsed();
         let (limits, family) = self.service.queue_plan(&q).await?;
-        let pool = Pool::new(&q, &limits);
+        // Equals by their submitters' decayed usage, where the policy asks
+        // (`submitters`, docs/queueing.md §11).
+        let pool = self.queue_pool(&q, &limits).await;
         // Card-hour budgets: an entry waits for one as for quota.
         let budgets = queue::budgets::of(&q);
         let price_list = self.service.price_list();
