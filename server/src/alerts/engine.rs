@@ -43,6 +43,8 @@ pub const SWEEP_SLACK_MS: i64 = 5_000;
 pub struct Swept {
     pub opened: usize,
     pub resolved: usize,
+    /// Open alerts whose keys changed.
+    pub updated: usize,
 }
 
 /// The alert for a transfer event, on the receiving quota.
@@ -87,6 +89,7 @@ pub fn transfer_condition(kind: Kind, t: &Transfer) -> Condition {
         kind,
         quota: t.to_quota.clone(),
         key: format!("#{}", t.id),
+        keys: Vec::new(),
         level: if kind == Kind::TransferRejected {
             Level::Warning
         } else {
@@ -177,7 +180,7 @@ async fn evaluate_listed(
         open.entry(a.quota.clone()).or_default().push(a.as_open());
     }
     let forecasts = forecasts(quotas, &rules, pricing);
-    let e = evaluate_in_chunks(quotas, in_use, &rules, &open, &forecasts, now_ms).await;
+    let e = evaluate_in_chunks(quotas, in_use, &rules, &open, &forecasts, now_ms, keys).await;
     if e.is_empty() {
         return Ok(Swept::default());
     }
@@ -208,13 +211,15 @@ pub async fn evaluate_in_chunks(
     open: &BTreeMap<String, Vec<OpenAlert>>,
     forecasts: &BTreeMap<String, BTreeMap<String, Outlook>>,
     now_ms: i64,
+    keys: &quota::KeyConfig,
 ) -> Evaluation {
     let mut out = Evaluation::default();
     let mut pace = crate::util::Pace::start();
     for chunk in quotas.chunks(EVALUATE_CHUNK) {
-        let e = super::evaluate_each(chunk, in_use, rules, open, forecasts, now_ms);
+        let e = super::evaluate_each(chunk, in_use, rules, open, forecasts, now_ms, keys);
         out.open.extend(e.open);
         out.resolve.extend(e.resolve);
+        out.update.extend(e.update);
         pace.rest().await;
     }
     out.resolve.extend(super::resolve_deleted(quotas, open));
@@ -331,7 +336,15 @@ pub async fn evaluate_changed(
         .filter_map(|s| s.quota.as_ref().map(|s| &s.quota))
         .collect();
     let forecasts = forecasts(&quotas, &rules, &service.pricing());
-    let mut e = evaluate_quotas(&quotas, in_use, &rules, &open, &forecasts, now_ms);
+    let mut e = evaluate_quotas(
+        &quotas,
+        in_use,
+        &rules,
+        &open,
+        &forecasts,
+        now_ms,
+        &service.keys,
+    );
     e.resolve.extend(super::evaluate(Vec::new(), &gone).resolve);
     let none = Vec::new();
     for name in &above {
@@ -348,8 +361,16 @@ pub async fn evaluate_changed(
         .into_iter()
         .filter(|c| c.kind == Kind::Threshold)
         .collect();
-        let opened = super::evaluate(usage, open.get(name).map(Vec::as_slice).unwrap_or_default());
-        e.open.extend(opened.open);
+        let was = open.get(name).map(Vec::as_slice).unwrap_or_default();
+        let found = super::evaluate(super::grouped(usage, &service.keys), was);
+        e.open.extend(found.open);
+        // Keys that crossed join its alert; none leaves it here (the
+        // sweep, which reads every quota, takes them out).
+        e.update.extend(found.update.into_iter().filter(|(id, c)| {
+            was.iter()
+                .find(|a| a.id == *id)
+                .is_some_and(|a| a.keys.iter().all(|k| c.keys.contains(k)))
+        }));
     }
     if e.is_empty() {
         return Ok(Swept::default());
@@ -444,7 +465,7 @@ pub async fn transfer_event(
     let c = transfer_condition(kind, t);
     let mut e = Evaluation {
         open: vec![c],
-        resolve: Vec::new(),
+        ..Evaluation::default()
     };
     if kind != Kind::TransferRequested {
         e.resolve = open_requested(sql, t).await?;
@@ -475,8 +496,8 @@ async fn transfer_expired(sql: &SqlStore, t: &Transfer, now_ms: i64) -> Result<(
     let resolve = open_requested(sql, t).await?;
     if !resolve.is_empty() {
         let e = Evaluation {
-            open: Vec::new(),
             resolve,
+            ..Evaluation::default()
         };
         // Resolutions only: no email, whatever the keys are called.
         let keys = quota::KeyConfig::default();
@@ -516,13 +537,24 @@ async fn store(
     let mut pace = crate::util::Pace::start();
     for chunk in e.resolve.chunks(RESOLVE_PER_TX) {
         let part = Evaluation {
-            open: Vec::new(),
             resolve: chunk.to_vec(),
+            ..Evaluation::default()
         };
         let applied = sql
             .apply_evaluation(&part, &BTreeMap::new(), public_url, keys, observed, now_ms)
             .await?;
         swept.resolved += applied.resolved;
+        pace.rest().await;
+    }
+    for chunk in e.update.chunks(RESOLVE_PER_TX) {
+        let part = Evaluation {
+            update: chunk.to_vec(),
+            ..Evaluation::default()
+        };
+        let applied = sql
+            .apply_evaluation(&part, &BTreeMap::new(), public_url, keys, observed, now_ms)
+            .await?;
+        swept.updated += applied.updated;
         pace.rest().await;
     }
     for chunk in open_chunks(&e.open) {
@@ -542,7 +574,7 @@ async fn store(
         }
         let part = Evaluation {
             open: chunk.to_vec(),
-            resolve: Vec::new(),
+            ..Evaluation::default()
         };
         let applied = sql
             .apply_evaluation(&part, &recipients, public_url, keys, observed, now_ms)
@@ -554,8 +586,7 @@ async fn store(
 }
 
 /// `open` in transactions of about `OPEN_PER_TX` alerts, never splitting
-/// one quota's (its alerts of one condition share one email, written in
-/// the transaction that opens them).
+/// one quota's.
 fn open_chunks(open: &[Condition]) -> Vec<&[Condition]> {
     let mut out = Vec::new();
     let mut start = 0;
@@ -689,7 +720,12 @@ pub async fn queue_digests(
 fn log(r: Result<Swept, StoreError>) {
     match r {
         Ok(s) if s != Swept::default() => {
-            tracing::info!(opened = s.opened, resolved = s.resolved, "alerts evaluated")
+            tracing::info!(
+                opened = s.opened,
+                resolved = s.resolved,
+                updated = s.updated,
+                "alerts evaluated"
+            )
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "evaluating alerts failed"),
@@ -829,17 +865,20 @@ mod chunks {
         let (rules, forecasts) = (BTreeMap::new(), BTreeMap::new());
         // Alerts open on two quotas that are gone and on one that recovered.
         let mut open: BTreeMap<String, Vec<OpenAlert>> = BTreeMap::new();
-        let held = evaluate_quotas(&quotas[1..3], &in_use, &rules, &open, &forecasts, T);
+        let keys = quota::KeyConfig::default();
+        let held = evaluate_quotas(&quotas[1..3], &in_use, &rules, &open, &forecasts, T, &keys);
         for (i, c) in held.open.iter().enumerate() {
             let a = OpenAlert {
                 id: i as i64 + 1,
                 fingerprint: c.fingerprint(),
                 kind: c.kind,
+                key: c.key.clone(),
+                keys: c.keys.clone(),
             };
             open.entry("gone".into()).or_default().push(a.clone());
             open.entry("team-00001".into()).or_default().push(a);
         }
-        let whole = evaluate_quotas(&quotas, &in_use, &rules, &open, &forecasts, T);
+        let whole = evaluate_quotas(&quotas, &in_use, &rules, &open, &forecasts, T, &keys);
         assert!(whole.open.len() >= 3_000, "{} alerts", whole.open.len());
         assert!(!whole.resolve.is_empty());
 
@@ -853,7 +892,8 @@ mod chunks {
                 }
             })
         };
-        let chunked = evaluate_in_chunks(&quotas, &in_use, &rules, &open, &forecasts, T).await;
+        let chunked =
+            evaluate_in_chunks(&quotas, &in_use, &rules, &open, &forecasts, T, &keys).await;
         let ran = ticks.load(Ordering::SeqCst);
         ticker.abort();
         assert_eq!(chunked, whole, "the same decisions in the same order");

@@ -20,9 +20,10 @@ use serde::Deserialize;
 /// Resolved alerts shown on the page, newest first.
 const HISTORY_ROWS: i64 = 200;
 
-/// An alert as the pages show it: its message with its key by name ("A100
-/// GPUs of nlp reached 80 %", `alerts::words`, as the emails say it); the
-/// API keeps the raw key.
+/// An alert as the pages show it: its message with its keys by name ("A100
+/// GPUs of nlp reached 80 %: 8 in use of 8; 6 keys: A100 GPUs 8 of 8 (100
+/// %), …", `alerts::words`, as the emails say it); the API keeps the raw
+/// keys.
 pub fn row(a: Alert, cfg: &quota::KeyConfig) -> AlertRow {
     let quiet = quiet_line(&a);
     let message = crate::alerts::words(&a.message, &a.key, &a.numbers, cfg);
@@ -38,7 +39,6 @@ pub fn row(a: Alert, cfg: &quota::KeyConfig) -> AlertRow {
         resolved_ms: a.resolved_at,
         quiet,
         can_quiet: false,
-        covers: Vec::new(),
     }
 }
 

@@ -68,6 +68,8 @@ pub struct Applied {
     /// Ids of the alerts it opened.
     pub opened: Vec<i64>,
     pub resolved: usize,
+    /// Open alerts whose keys it updated.
+    pub updated: usize,
 }
 
 /// A user's choice for one kind.
@@ -79,12 +81,13 @@ pub struct Pref {
 
 const ALERT_COLUMNS: &str =
     "id, fingerprint, kind, quota, key, level, message, numbers, opened_at, resolved_at, \
-     acked_by, acked_at, snoozed_until, snoozed_by";
+     acked_by, acked_at, snoozed_until, snoozed_by, keys, merged_into";
 
 fn alert_from_row(r: &AnyRow) -> Result<Alert, StoreError> {
     let kind: String = r.try_get("kind")?;
     let level: String = r.try_get("level")?;
     let numbers: String = r.try_get("numbers")?;
+    let keys: String = r.try_get("keys")?;
     Ok(Alert {
         id: r.try_get("id")?,
         fingerprint: r.try_get("fingerprint")?,
@@ -96,8 +99,10 @@ fn alert_from_row(r: &AnyRow) -> Result<Alert, StoreError> {
             .ok_or_else(|| StoreError::Backend(format!("unknown alert level '{level}' stored")))?,
         message: r.try_get("message")?,
         numbers: serde_json::from_str(&numbers).unwrap_or(serde_json::Value::Null),
+        keys: serde_json::from_str(&keys).unwrap_or_default(),
         opened_at: r.try_get("opened_at")?,
         resolved_at: r.try_get("resolved_at")?,
+        merged_into: r.try_get("merged_into")?,
         acked: match (
             r.try_get::<Option<String>, _>("acked_by")?,
             r.try_get::<Option<i64>, _>("acked_at")?,
@@ -426,16 +431,19 @@ impl SqlStore {
     }
 
     /// Applies an evaluation in one transaction: opens its new alerts, each
-    /// with one outbox row per recipient (`recipients` by fingerprint), and
-    /// resolves the cleared ones. An alert already open is left alone and
-    /// queues nothing, so replicas evaluating at once send one email.
+    /// with one outbox row per recipient (`recipients` by fingerprint),
+    /// updates the open ones whose keys changed, and resolves the cleared
+    /// ones. An alert already open is left alone and queues nothing, so
+    /// replicas evaluating at once send one email. An update sends none and
+    /// keeps an acknowledgement or a snooze: it is the same condition.
     ///
     /// `observed`: when the evaluation's view of each quota was current,
-    /// kept with what it opens and resolves. A view older than the one that
+    /// kept with what it opens, updates and resolves (`opened_seen_at`: the
+    /// view that last opened or updated it). A view older than the one that
     /// last changed an alert is stale there: it does not reopen an alert
     /// whose resolution came from a view as new as its own or newer, nor
-    /// resolve one opened from a newer view (the next evaluation decides
-    /// again).
+    /// update or resolve one opened or updated from a newer view (the next
+    /// evaluation decides again).
     ///
     /// Event kinds (transfers decided) are stored resolved at once: they
     /// are news, not a condition.
@@ -481,6 +489,23 @@ impl SqlStore {
             .await?;
             applied.resolved += done.rows_affected() as usize;
         }
+        for (id, c) in &e.update {
+            let seen = observed.of(&c.quota);
+            let done = sqlx::query(
+                "UPDATE alerts SET key = $1, keys = $2, message = $3, numbers = $4, \
+                 opened_seen_at = $5 WHERE id = $6 AND resolved_at IS NULL \
+                 AND COALESCE(opened_seen_at, opened_at) <= $5",
+            )
+            .bind(&c.key)
+            .bind(keys_json(c))
+            .bind(&c.message)
+            .bind(c.numbers.to_string())
+            .bind(seen)
+            .bind(*id)
+            .execute(&mut *tx)
+            .await?;
+            applied.updated += done.rows_affected() as usize;
+        }
         // What opened here, for the emails below.
         let mut opened: Vec<(i64, &Condition)> = Vec::new();
         for c in &e.open {
@@ -507,28 +532,23 @@ impl SqlStore {
                 }
             }
         }
-        // One email per quota, kind and level for the per-key kinds (the
-        // keys it covers listed inside), keyed by its first alert: one
-        // training job over six keys is one email, not six.
-        for group in crate::alerts::group_by(&opened, |(_, c)| crate::alerts::mail_group(c)) {
-            let conditions: Vec<&Condition> = group.iter().map(|(_, c)| *c).collect();
-            let mail = email(&conditions, public_url, cfg);
-            let first = group[0].0;
+        // One email per alert opened: a condition on keys is one alert, its
+        // keys listed inside (one training job over six keys, one email).
+        for (id, c) in &opened {
+            let mail = email(c, public_url, cfg);
             let mut sent: BTreeSet<&str> = BTreeSet::new();
-            for (_, c) in &group {
-                for to in recipients.get(&c.fingerprint()).into_iter().flatten() {
-                    if to.digest || !sent.insert(to.email.as_str()) {
-                        continue;
-                    }
-                    let queued = NewMail {
-                        idempotency_key: format!("alert-{first}-{}", to.email),
-                        recipient: to.email.clone(),
-                        subject: mail.subject.clone(),
-                        text_body: mail.text.clone(),
-                        html_body: mail.html.clone(),
-                    };
-                    outbox::enqueue(&mut *tx, &queued, now_ms).await?;
+            for to in recipients.get(&c.fingerprint()).into_iter().flatten() {
+                if to.digest || !sent.insert(to.email.as_str()) {
+                    continue;
                 }
+                let queued = NewMail {
+                    idempotency_key: format!("alert-{id}-{}", to.email),
+                    recipient: to.email.clone(),
+                    subject: mail.subject.clone(),
+                    text_body: mail.text.clone(),
+                    html_body: mail.html.clone(),
+                };
+                outbox::enqueue(&mut *tx, &queued, now_ms).await?;
             }
         }
         tx.commit().await?;
@@ -730,6 +750,11 @@ async fn resolved_since(
     Ok(row.try_get::<i64, _>("n")? > 0)
 }
 
+/// The keys a condition covers as stored: a JSON array.
+fn keys_json(c: &Condition) -> String {
+    serde_json::Value::from(c.keys.clone()).to_string()
+}
+
 /// Inserts an alert unless one with its fingerprint is open: the id, or
 /// None when another evaluation opened it first.
 async fn insert_alert(
@@ -742,8 +767,8 @@ async fn insert_alert(
         (!c.kind.is_condition() && c.kind != Kind::TransferRequested).then_some(now_ms);
     let row = sqlx::query(
         "INSERT INTO alerts (fingerprint, kind, quota, key, level, message, numbers, opened_at, \
-         resolved_at, opened_seen_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING RETURNING id",
+         resolved_at, opened_seen_at, keys) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING RETURNING id",
     )
     .bind(c.fingerprint())
     .bind(c.kind.as_str())
@@ -755,6 +780,7 @@ async fn insert_alert(
     .bind(now_ms)
     .bind(resolved_at)
     .bind(seen_at)
+    .bind(keys_json(c))
     .fetch_optional(&mut **tx)
     .await?;
     Ok(match row {
