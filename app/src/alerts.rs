@@ -648,6 +648,12 @@ pub struct ForecastLine {
     pub hours: Option<i64>,
     /// "a rule", "the budget's forecastDays", …
     pub from: String,
+    /// Its budget suspends batch work when spent (`onExhausted:
+    /// suspendBatch`): a critical forecast alert while it is, whatever the
+    /// horizon.
+    pub suspends: bool,
+    /// The forecast alerts open on it now: (level, what it says).
+    pub open: Vec<(String, String)>,
 }
 
 /// `168` → "7 days", `36` → "36 hours".
@@ -734,15 +740,32 @@ pub fn render_rules_page(
         let items = forecasts
             .into_iter()
             .map(|f| {
-                let words = match f.hours {
+                let mut words = match f.hours {
                     Some(h) => format!(
                         "\"Budget running out\" when it would run out within {} at what runs now ({})",
                         horizon_words(h),
                         f.from
                     ),
-                    None => format!("no forecast alert ({})", f.from),
+                    None => format!("no warning before it runs out ({})", f.from),
                 };
-                view! { <li><span title=f.key>{f.name}</span>": "{words}</li> }
+                if f.suspends {
+                    words.push_str(
+                        "; critical while it is spent, as its batch work is suspended (onExhausted suspendBatch)",
+                    );
+                }
+                // What is open now, from the alerts themselves: the page
+                // never says "none" beside an open one.
+                let open = (!f.open.is_empty()).then(|| {
+                    let items = f
+                        .open
+                        .into_iter()
+                        .map(|(level, said)| {
+                            view! { <li><span class=format!("level {level}")>{level.clone()}</span>" open now: "{said}</li> }
+                        })
+                        .collect_view();
+                    view! { <ul class="open-now">{items}</ul> }
+                });
+                view! { <li><span title=f.key>{f.name}</span>": "{words}{open}</li> }
             })
             .collect_view();
         view! {

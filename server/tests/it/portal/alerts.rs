@@ -530,6 +530,79 @@ async fn alerts_read_one_per_condition_and_quiet_in_bulk(s: &Server) {
     assert!(!home.contains("/alerts?quota=job6"), "still quiet: {home}");
 }
 
+/// The rules page says what the engine does, read from the same alerts:
+/// a budget that runs out within its horizon shows its forecast alert open
+/// there, as /alerts lists it; a rule that shortens the horizon resolves
+/// it at once (the quota is evaluated again as after a write), and the
+/// page then shows none open beside "no warning".
+async fn the_rules_page_reads_the_forecast_alert_open_now(s: &Server) {
+    let o = org(s).await;
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+    s.create_quota(
+        "fc",
+        "",
+        json!({"requests.nvidia.com/gpu": "8", CASH: "100"}),
+    )
+    .await;
+    bind(&o.admin, "alice", "fc", "owner").await;
+    // 4 cards burn 100 card-hours in 25 hours: inside the default 14 days.
+    let d = deployment("burn", "fc", 1, 4);
+    let r = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "fc-1", Some(d), None),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let forecasts = || async {
+        let (_, v) = o
+            .alice
+            .api(
+                Method::GET,
+                "/api/v1/alerts?kind=cash_forecast&state=open&quota=fc",
+                None,
+            )
+            .await;
+        v["items"].as_array().cloned().unwrap_or_default()
+    };
+    let open = poll_until(300, Duration::from_millis(100), || async {
+        let items = forecasts().await;
+        (!items.is_empty()).then_some(items)
+    })
+    .await
+    .unwrap_or_default();
+    assert_eq!(open.len(), 1, "{open:?}");
+    let said = open[0]["said"].as_str().unwrap().to_string();
+    assert!(
+        said.starts_with("GPU card-hours of fc runs out in"),
+        "{said}"
+    );
+    let page = o.alice.get("/quotas/fc/alerts").await.body;
+    assert!(
+        page.contains("within 14 days") && page.contains("open now: ") && page.contains(&said),
+        "{page}"
+    );
+    // One hour ahead only: the alert resolves now, not at the next sweep.
+    let p = o
+        .alice
+        .post(
+            "/quotas/fc/alerts",
+            &[("key", CASH), ("forecast_horizon_hours", "1")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let gone = poll_until(100, Duration::from_millis(100), || async {
+        forecasts().await.is_empty().then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "resolved within moments of the rule");
+    let page = o.alice.get("/quotas/fc/alerts").await.body;
+    assert!(
+        page.contains("within 1 hour") && !page.contains("open now"),
+        "{page}"
+    );
+}
+
 on_both!(
     a_transfer_request_shows_an_alert_to_those_who_may_see_it,
     alert_rules_are_saved_and_shown_again,
@@ -537,5 +610,6 @@ on_both!(
     the_alerts_api_lists_what_the_caller_may_see,
     an_owner_acknowledges_or_snoozes_an_alert,
     alerts_read_one_per_condition_and_quiet_in_bulk,
+    the_rules_page_reads_the_forecast_alert_open_now,
     csv_exports_hold_what_the_viewer_may_see,
 );
