@@ -3,7 +3,7 @@
 //! emails in one transaction. It runs on every replica: opening an alert is
 //! idempotent across them (see `SqlStore::apply_evaluation`).
 
-use super::{evaluate_quotas, Condition, Evaluation, Kind, Level, OpenAlert};
+use super::{Condition, Evaluation, Kind, Level, OpenAlert};
 use serde_json::json;
 // What the service marks as written; the engine takes it from there.
 pub use crate::service::changed::{Changed, Seen};
@@ -336,7 +336,12 @@ pub async fn evaluate_changed(
         .filter_map(|s| s.quota.as_ref().map(|s| &s.quota))
         .collect();
     let forecasts = forecasts(&quotas, &rules, &service.pricing());
-    let mut e = evaluate_quotas(
+    // Only the quotas written: `open` holds their ancestors' alerts too,
+    // which `evaluate_quotas` would take for a deleted quota's and resolve
+    // (a child's write, in a batch of its own, resolved its parent's usage
+    // alert, which then waited for the sweep to open again). A deleted
+    // quota's alerts are `gone`'s.
+    let mut e = super::evaluate_each(
         &quotas,
         in_use,
         &rules,
@@ -826,9 +831,92 @@ mod start_up {
     on_both_databases!(a_crossing_whose_evaluation_died_opens_at_the_next_start);
 }
 
+/// A write's evaluation reads its ancestors' open alerts (to open their
+/// usage alerts, never to resolve them). Whether a parent's write and its
+/// child's are one batch is a matter of timing (both within `SETTLE`, or
+/// not): as two, the child's must leave the parent's alerts as they are.
+#[cfg(test)]
+mod batches {
+    use super::*;
+    use crate::store::testdb::on_both_databases;
+    use crate::store::{QuotaStore, Stored};
+    use quota::{Quantity, QuotaSpec};
+
+    const GPU: &str = "requests.nvidia.com/gpu";
+    const T: i64 = 1_800_000_000_000;
+    const URL: &str = "http://bizrq.test";
+
+    fn quota(name: &str, parent: &str, hard: i64, running: i64) -> Quota {
+        let spec = QuotaSpec {
+            parent: parent.into(),
+            hard: [(GPU.to_string(), Quantity::from_units(hard))].into(),
+            ..QuotaSpec::default()
+        };
+        let mut q = Quota::new(name, spec);
+        q.status
+            .self_used
+            .insert(GPU.into(), Quantity::from_units(running));
+        q.status
+            .used
+            .insert(GPU.into(), Quantity::from_units(running));
+        q
+    }
+
+    fn seen(q: &Stored, at_ms: i64) -> (String, Seen) {
+        let s = Seen {
+            quota: Some(Arc::new(q.clone())),
+            at_ms,
+        };
+        (q.quota.name().to_string(), s)
+    }
+
+    /// org runs 8 of its 10 cards: its warning opens. Then team, below it,
+    /// starts 1 card, in a batch of its own: org (9 of 10) is still over
+    /// its line, and its warning stays open.
+    async fn a_childs_write_leaves_its_parents_alert_open(db: &SqlStore) {
+        let org = db.create(&quota("org", "", 10, 8)).await.unwrap();
+        let idle = db.create(&quota("team", "org", 4, 0)).await.unwrap();
+        let service = Service::new(
+            Arc::new(db.clone()),
+            quota::KeyConfig::default(),
+            quota::cash::Prices::default(),
+            Default::default(),
+        )
+        .with_clock(Arc::new(|| T + 5_000));
+        let mut kept = Kept::default();
+        let first = [seen(&org, T), seen(&idle, T)].into();
+        let done = evaluate_changed(&service, db, first, URL, &mut kept).await;
+        assert_eq!(done.unwrap().opened, 1);
+        let open = db.open_alerts().await.unwrap();
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].quota, "org");
+
+        let mut busy = idle.quota.clone();
+        busy.status
+            .self_used
+            .insert(GPU.into(), Quantity::from_units(1));
+        busy.status.used.insert(GPU.into(), Quantity::from_units(1));
+        let busy = db.replace_status(&idle, &busy.status).await.unwrap();
+        let team = db.get("team").await.unwrap().unwrap();
+        assert_eq!(team.version, busy);
+        let second = [seen(&team, T + 1_000)].into();
+        let done = evaluate_changed(&service, db, second, URL, &mut kept).await;
+        assert_eq!(done.unwrap(), Swept::default(), "nothing changed for org");
+        let open = db.open_alerts().await.unwrap();
+        assert_eq!(
+            open.iter().map(|a| a.quota.as_str()).collect::<Vec<_>>(),
+            ["org"],
+            "org's warning is still open"
+        );
+    }
+
+    on_both_databases!(a_childs_write_leaves_its_parents_alert_open);
+}
+
 #[cfg(test)]
 mod chunks {
     use super::*;
+    use crate::alerts::evaluate_quotas;
     use quota::{Quantity, QuotaSpec};
     use std::sync::atomic::{AtomicUsize, Ordering};
 

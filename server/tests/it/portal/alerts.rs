@@ -175,6 +175,10 @@ async fn the_alerts_api_lists_what_the_caller_may_see(s: &Server) {
     // ancestors, not by the next sweep.
     for (uid, name, quota, cards) in [("api-1", "train", "nlp", 6), ("api-2", "small", "nlp-a", 2)]
     {
+        // Each write its own evaluation (more than the engine's 250 ms
+        // apart), as on a busy machine: nlp-a's must leave nlp's warning
+        // open.
+        tokio::time::sleep(Duration::from_millis(600)).await;
         let d = deployment(name, quota, cards, 1);
         let r = s
             .review(
