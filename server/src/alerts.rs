@@ -555,6 +555,20 @@ pub fn grouped(conditions: Vec<Condition>, cfg: &KeyConfig) -> Vec<Condition> {
     .collect()
 }
 
+/// The keys a message or an email lists, GPUs first: a quota may have
+/// hundreds; the others are counted ("and 3 more"), and all of them are in
+/// the alert's `keys` and its `numbers`.
+pub const LISTED_KEYS: usize = 10;
+
+/// " and N more" after `LISTED_KEYS` of `n` keys, or nothing.
+fn more(n: usize) -> String {
+    if n > LISTED_KEYS {
+        format!(" and {} more", n - LISTED_KEYS)
+    } else {
+        String::new()
+    }
+}
+
 /// One condition of several keys' (same quota, kind and level).
 fn merge(group: &[&Condition], cfg: &KeyConfig) -> Condition {
     let mut by_order: Vec<&Condition> = group.to_vec();
@@ -589,13 +603,15 @@ fn merge(group: &[&Condition], cfg: &KeyConfig) -> Condition {
     } else {
         let list: Vec<String> = by_order
             .iter()
+            .take(LISTED_KEYS)
             .map(|c| format!("{} {}", c.key, figure(c)))
             .collect();
         format!(
-            "{}; {} keys: {}",
+            "{}; {} keys: {}{}",
             worst.message,
             by_order.len(),
-            list.join(", ")
+            list.join(", "),
+            more(by_order.len())
         )
     };
     Condition {
@@ -891,7 +907,7 @@ pub fn email(c: &Condition, public_url: &str, cfg: &KeyConfig) -> Email {
             figures.len()
         ));
         html.push_str("<table>");
-        for (name, key, figure) in &figures {
+        for (name, key, figure) in figures.iter().take(LISTED_KEYS) {
             text.push_str(&format!("- {name}: {figure}\n"));
             html.push_str(&format!(
                 "<tr><th title=\"{}\">{}</th><td>{}</td></tr>",
@@ -901,6 +917,11 @@ pub fn email(c: &Condition, public_url: &str, cfg: &KeyConfig) -> Email {
             ));
         }
         html.push_str("</table>");
+        if figures.len() > LISTED_KEYS {
+            let more = format!("and {} more keys", figures.len() - LISTED_KEYS);
+            text.push_str(&format!("- {more}\n"));
+            html.push_str(&format!("<p>{more}, listed on the alert's page</p>"));
+        }
     } else {
         let numbers = numbers_of(c);
         for (k, v) in &numbers {

@@ -771,3 +771,32 @@ fn a_parent_budget_is_judged_on_its_subtree_spending_not_its_carve_outs() {
         fired[0].message
     );
 }
+
+/// A quota of hundreds of keys over at once: the message and the email
+/// list ten (GPUs first) and count the others; the alert's keys hold all.
+#[test]
+fn a_condition_on_hundreds_of_keys_lists_ten_and_counts_the_rest() {
+    let mut quota = quota("9");
+    for i in 0..255 {
+        let key = format!("example.com/k{i:03}");
+        quota.spec.hard.insert(key.clone(), q("10"));
+        quota.status.used.insert(key.clone(), q("9"));
+        quota.status.self_used.insert(key, q("9"));
+    }
+    let cfg = KeyConfig::default();
+    let found = grouped(conditions(&quota, None, &[], &BTreeMap::new(), NOW), &cfg);
+    assert_eq!(found.len(), 1);
+    let c = &found[0];
+    assert_eq!(c.keys.len(), 256);
+    assert_eq!(c.keys[0], GPU);
+    assert!(c.message.contains("; 256 keys: "), "{}", c.message);
+    assert!(c.message.ends_with(" and 246 more"), "{}", c.message);
+    assert!(c.message.len() < 1_000, "{}", c.message.len());
+    let m = email(c, "https://bizrq.example", &cfg);
+    assert!(m.subject.ends_with("(and 255 more keys)"), "{}", m.subject);
+    assert!(m.subject.len() < 200, "{}", m.subject);
+    assert_eq!(m.text.matches("\n- ").count(), 11, "{}", m.text);
+    assert!(m.text.contains("- and 246 more keys\n"), "{}", m.text);
+    assert_eq!(m.html.matches("<tr>").count(), 10);
+    assert!(m.html.contains("and 246 more keys"));
+}
