@@ -245,6 +245,10 @@ pub struct Evaluation {
     /// or cleared while others hold, or another key is the worst): the id,
     /// and the condition as it is now.
     pub update: Vec<(i64, Condition)>,
+    /// The updates among `update` that ask for someone again
+    /// (`escalates`): their acknowledgement and snooze are cleared and
+    /// their recipients emailed once for the keys they cover now.
+    pub escalate: BTreeSet<i64>,
 }
 
 impl Evaluation {
@@ -526,11 +530,28 @@ pub fn evaluate(conditions: Vec<Condition>, open: &[OpenAlert]) -> Evaluation {
     for c in conditions {
         match opened.get(c.fingerprint().as_str()) {
             None => out.open.push(c),
-            Some(a) if a.keys != c.keys || a.key != c.key => out.update.push((a.id, c)),
+            Some(a) if a.keys != c.keys || a.key != c.key => {
+                if escalates(a, &c) {
+                    out.escalate.insert(a.id);
+                }
+                out.update.push((a.id, c))
+            }
             Some(_) => {}
         }
     }
     out
+}
+
+/// Whether updating the open alert `a` to `c` asks for someone again: a
+/// key joins it (one it did not cover, whichever), or another key becomes
+/// the worst while the one that was the worst still holds (one got worse
+/// than it). A key leaving, or the worst leaving so that the next one is
+/// the worst, is quieter news and keeps an acknowledgement or a snooze;
+/// so does an alert the migration merged (its worst key not yet named).
+pub fn escalates(a: &OpenAlert, c: &Condition) -> bool {
+    let joined = c.keys.iter().any(|k| !a.keys.contains(k));
+    let overtaken = !a.key.is_empty() && c.key != a.key && c.keys.contains(&a.key);
+    joined || overtaken
 }
 
 /// The conditions of one quota as alerts: those on keys (`per_key`) of one
@@ -735,6 +756,7 @@ pub fn evaluate_each<Q: std::borrow::Borrow<Quota>>(
         out.open.extend(e.open);
         out.resolve.extend(e.resolve);
         out.update.extend(e.update);
+        out.escalate.extend(e.escalate);
     }
     out
 }

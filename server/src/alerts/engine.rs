@@ -220,6 +220,7 @@ pub async fn evaluate_in_chunks(
         out.open.extend(e.open);
         out.resolve.extend(e.resolve);
         out.update.extend(e.update);
+        out.escalate.extend(e.escalate);
         pace.rest().await;
     }
     out.resolve.extend(super::resolve_deleted(quotas, open));
@@ -371,17 +372,33 @@ pub async fn evaluate_changed(
         e.open.extend(found.open);
         // Keys that crossed join its alert; none leaves it here (the
         // sweep, which reads every quota, takes them out).
-        e.update.extend(found.update.into_iter().filter(|(id, c)| {
-            was.iter()
-                .find(|a| a.id == *id)
-                .is_some_and(|a| a.keys.iter().all(|k| c.keys.contains(k)))
-        }));
+        let joined: Vec<(i64, Condition)> = found
+            .update
+            .into_iter()
+            .filter(|(id, c)| {
+                was.iter()
+                    .find(|a| a.id == *id)
+                    .is_some_and(|a| a.keys.iter().all(|k| c.keys.contains(k)))
+            })
+            .collect();
+        e.escalate.extend(
+            joined
+                .iter()
+                .map(|(id, _)| *id)
+                .filter(|id| found.escalate.contains(id)),
+        );
+        e.update.extend(joined);
     }
     if e.is_empty() {
         return Ok(Swept::default());
     }
     let mut parents = Forest::default();
-    for c in &e.open {
+    let escalated = e
+        .update
+        .iter()
+        .filter(|(id, _)| e.escalate.contains(id))
+        .map(|(_, c)| c);
+    for c in e.open.iter().chain(escalated) {
         ancestors(service, &c.quota, &mut parents).await;
     }
     store(
@@ -552,12 +569,31 @@ async fn store(
         pace.rest().await;
     }
     for chunk in e.update.chunks(RESOLVE_PER_TX) {
+        let mut recipients = BTreeMap::new();
+        for (_, c) in chunk.iter().filter(|(id, _)| e.escalate.contains(id)) {
+            let to = match by_quota.get(&(c.quota.as_str(), c.kind)) {
+                Some(to) => to.clone(),
+                None => {
+                    let to = sql
+                        .alert_recipients(&parents.line(&c.quota).names, c.kind)
+                        .await?;
+                    by_quota.insert((c.quota.as_str(), c.kind), to.clone());
+                    to
+                }
+            };
+            recipients.insert(c.fingerprint(), to);
+        }
         let part = Evaluation {
             update: chunk.to_vec(),
+            escalate: chunk
+                .iter()
+                .map(|(id, _)| *id)
+                .filter(|id| e.escalate.contains(id))
+                .collect(),
             ..Evaluation::default()
         };
         let applied = sql
-            .apply_evaluation(&part, &BTreeMap::new(), public_url, keys, observed, now_ms)
+            .apply_evaluation(&part, &recipients, public_url, keys, observed, now_ms)
             .await?;
         swept.updated += applied.updated;
         pace.rest().await;

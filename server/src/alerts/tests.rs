@@ -772,6 +772,50 @@ fn a_parent_budget_is_judged_on_its_subtree_spending_not_its_carve_outs() {
     );
 }
 
+/// What asks for someone again: a key joining, or a key getting worse than
+/// the worst while it holds; a key leaving, or the worst leaving, does not;
+/// nor does a merged alert's first rewrite (no worst named yet).
+#[test]
+fn a_key_joining_or_overtaking_the_worst_escalates() {
+    let cfg = KeyConfig::default();
+    let now = |used: [&str; 6]| {
+        grouped(
+            conditions(&six_keys(used), None, &[], &BTreeMap::new(), NOW),
+            &cfg,
+        )
+        .into_iter()
+        .find(|c| c.level == Level::Warning)
+        .unwrap()
+    };
+    let a100 = "requests.nvidia.com/gpu.A100";
+    let was = |key: &str, keys: &[&str]| OpenAlert {
+        id: 1,
+        kind: Kind::Threshold,
+        fingerprint: "threshold|nlp-team||warning".into(),
+        key: key.into(),
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+    };
+    // GPUs over, then A100 joins (and is the worst): escalates.
+    let both = now(["8", "9", "1", "1", "1", "1"]);
+    let e = evaluate(vec![both.clone()], &[was(GPU, &[GPU])]);
+    assert_eq!(e.escalate, [1].into());
+    assert!(escalates(&was(GPU, &[GPU]), &both));
+    // Both held, A100 got worse than GPUs (the worst): escalates.
+    assert!(escalates(&was(GPU, &[GPU, a100]), &both));
+    // A key leaving: no escalation.
+    let gpu_only = now(["8", "1", "1", "1", "1", "1"]);
+    assert!(!escalates(&was(a100, &[GPU, a100]), &gpu_only));
+    let e = evaluate(vec![gpu_only], &[was(a100, &[GPU, a100])]);
+    assert_eq!((e.update.len(), e.escalate.len()), (1, 0));
+    // The worst named the same, keys the same order or not: nothing.
+    assert!(!escalates(&was(a100, &[a100, GPU]), &both));
+    // A merged alert (no worst yet) with the same keys: rewritten quietly.
+    let e = evaluate(vec![both.clone()], &[was("", &[a100, GPU])]);
+    assert_eq!((e.update.len(), e.escalate.len()), (1, 0));
+    // …but a key it did not have joins loudly.
+    assert!(escalates(&was("", &[a100]), &both));
+}
+
 /// A quota of hundreds of keys over at once: the message and the email
 /// list ten (GPUs first) and count the others; the alert's keys hold all.
 #[test]

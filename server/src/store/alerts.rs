@@ -70,6 +70,9 @@ pub struct Applied {
     pub resolved: usize,
     /// Open alerts whose keys it updated.
     pub updated: usize,
+    /// Ids of the updated alerts that asked for someone again
+    /// (`alerts::escalates`): acknowledgement and snooze cleared, emailed.
+    pub escalated: Vec<i64>,
 }
 
 /// A user's choice for one kind.
@@ -434,8 +437,11 @@ impl SqlStore {
     /// with one outbox row per recipient (`recipients` by fingerprint),
     /// updates the open ones whose keys changed, and resolves the cleared
     /// ones. An alert already open is left alone and queues nothing, so
-    /// replicas evaluating at once send one email. An update sends none and
-    /// keeps an acknowledgement or a snooze: it is the same condition.
+    /// replicas evaluating at once send one email. An update keeps an
+    /// acknowledgement or a snooze and sends nothing, unless it escalates
+    /// (`e.escalate`: a key joined, or another got worse than the worst):
+    /// then both are cleared and its recipients (`recipients` by
+    /// fingerprint) get one email per set of keys and worst key.
     ///
     /// `observed`: when the evaluation's view of each quota was current,
     /// kept with what it opens, updates and resolves (`opened_seen_at`: the
@@ -489,13 +495,24 @@ impl SqlStore {
             .await?;
             applied.resolved += done.rows_affected() as usize;
         }
+        // What asks for someone, for the emails below: (id, condition,
+        // the email's key without its recipient).
+        let mut mail_for: Vec<(i64, &Condition, String)> = Vec::new();
         for (id, c) in &e.update {
             let seen = observed.of(&c.quota);
-            let done = sqlx::query(
+            let escalate = e.escalate.contains(id);
+            // An escalation asks again: acknowledgement and snooze go.
+            let quiet = if escalate {
+                ", acked_by = NULL, acked_at = NULL, snoozed_until = NULL, snoozed_by = NULL"
+            } else {
+                ""
+            };
+            let done = sqlx::query(&format!(
                 "UPDATE alerts SET key = $1, keys = $2, message = $3, numbers = $4, \
-                 opened_seen_at = $5 WHERE id = $6 AND resolved_at IS NULL \
-                 AND COALESCE(opened_seen_at, opened_at) <= $5",
-            )
+                 opened_seen_at = $5{quiet} \
+                 WHERE id = $6 AND resolved_at IS NULL \
+                 AND COALESCE(opened_seen_at, opened_at) <= $5"
+            ))
             .bind(&c.key)
             .bind(keys_json(c))
             .bind(&c.message)
@@ -505,6 +522,11 @@ impl SqlStore {
             .execute(&mut *tx)
             .await?;
             applied.updated += done.rows_affected() as usize;
+            if escalate && done.rows_affected() == 1 {
+                applied.escalated.push(*id);
+                mail_for.push((*id, c, format!("alert-{id}-{}", keys_tag(c))));
+                digest(&mut tx, *id, recipients.get(&c.fingerprint()), now_ms).await?;
+            }
         }
         // What opened here, for the emails below.
         let mut opened: Vec<(i64, &Condition)> = Vec::new();
@@ -518,23 +540,17 @@ impl SqlStore {
             };
             applied.opened.push(id);
             opened.push((id, c));
-            for to in recipients.get(&c.fingerprint()).into_iter().flatten() {
-                if to.digest {
-                    sqlx::query(
-                        "INSERT INTO alert_digest (user_id, alert_id, created_at) \
-                         VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                    )
-                    .bind(to.user_id)
-                    .bind(id)
-                    .bind(now_ms)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-            }
+            digest(&mut tx, id, recipients.get(&c.fingerprint()), now_ms).await?;
         }
         // One email per alert opened: a condition on keys is one alert, its
         // keys listed inside (one training job over six keys, one email).
-        for (id, c) in &opened {
+        // And one per escalation, keyed by the keys it covers and the worst
+        // of them: the same escalation evaluated twice (two replicas, a
+        // retry, a key flapping back to a set already mailed) mails once.
+        let opened = opened
+            .into_iter()
+            .map(|(id, c)| (id, c, format!("alert-{id}")));
+        for (_, c, key) in opened.chain(mail_for) {
             let mail = email(c, public_url, cfg);
             let mut sent: BTreeSet<&str> = BTreeSet::new();
             for to in recipients.get(&c.fingerprint()).into_iter().flatten() {
@@ -542,7 +558,7 @@ impl SqlStore {
                     continue;
                 }
                 let queued = NewMail {
-                    idempotency_key: format!("alert-{id}-{}", to.email),
+                    idempotency_key: format!("{key}-{}", to.email),
                     recipient: to.email.clone(),
                     subject: mail.subject.clone(),
                     text_body: mail.text.clone(),
@@ -753,6 +769,45 @@ async fn resolved_since(
 /// The keys a condition covers as stored: a JSON array.
 fn keys_json(c: &Condition) -> String {
     serde_json::Value::from(c.keys.clone()).to_string()
+}
+
+/// What an escalation's email is about, for its idempotency key: a hash
+/// of the worst key and the keys covered (16 hex digits of SHA-256; a key
+/// may be long, an idempotency key must not be).
+fn keys_tag(c: &Condition) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(c.key.as_bytes());
+    for k in &c.keys {
+        h.update([0u8]);
+        h.update(k.as_bytes());
+    }
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Queues `alert_id` for the digest of each recipient who takes its kind
+/// as one.
+async fn digest(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    alert_id: i64,
+    to: Option<&Vec<Recipient>>,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    for to in to.into_iter().flatten().filter(|t| t.digest) {
+        sqlx::query(
+            "INSERT INTO alert_digest (user_id, alert_id, created_at) \
+             VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        )
+        .bind(to.user_id)
+        .bind(alert_id)
+        .bind(now_ms)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// Inserts an alert unless one with its fingerprint is open: the id, or

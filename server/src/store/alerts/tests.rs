@@ -434,9 +434,10 @@ async fn a_digest_kind_waits_for_one_daily_email(s: &SqlStore) {
 }
 
 /// nlp-team's job over GPUs and CPU cores: one alert with both keys and
-/// one email; acknowledged, it stays quiet when A100 crosses later, which
-/// updates it (no second alert, no second email); it resolves when none is
-/// over.
+/// one email; acknowledged, A100 crossing later updates it (no second
+/// alert) and asks again: acknowledgement gone, one email for the keys it
+/// covers now, however often evaluated; a key leaving keeps a new
+/// acknowledgement quiet; it resolves when none is over.
 async fn a_condition_on_several_keys_is_one_alert_that_follows_its_keys(s: &SqlStore) {
     people(s).await;
     let a100 = "requests.nvidia.com/gpu.A100";
@@ -476,7 +477,7 @@ async fn a_condition_on_several_keys_is_one_alert_that_follows_its_keys(s: &SqlS
         out[0].text_body
     );
     assert!(s.ack_alert(id, "alice", T + 1).await.unwrap());
-    // A100 crosses too, the worst now: the same alert, still acknowledged.
+    // A100 crosses too, the worst now: the same alert, asking again.
     let swept = engine::evaluate_all(s, &team(9, 10, 8), T + 2, T + 2, URL)
         .await
         .unwrap();
@@ -489,19 +490,35 @@ async fn a_condition_on_several_keys_is_one_alert_that_follows_its_keys(s: &SqlS
         "{}",
         warning.message
     );
-    assert_eq!(
-        warning.acked.as_ref().map(|(by, _)| by.as_str()),
-        Some("alice")
-    );
+    assert_eq!(warning.acked, None, "a key joined: asks again");
     assert_eq!(warning.resolved_at, None);
-    assert_eq!(
-        s.outbox().await.unwrap().len(),
-        2,
-        "the critical's email only"
+    let out = s.outbox().await.unwrap();
+    assert_eq!(out.len(), 3, "the critical's email and the warning's again");
+    let again: Vec<_> = out
+        .iter()
+        .filter(|m| m.idempotency_key.starts_with(&format!("alert-{id}-")))
+        .collect();
+    assert_eq!(again.len(), 2, "{out:?}");
+    assert_ne!(again[0].idempotency_key, again[1].idempotency_key);
+    assert!(
+        again
+            .iter()
+            .any(|m| m.text_body.contains("- A100 GPUs: 10 of 10 (100 %)")),
+        "{again:?}"
     );
     // Again: nothing to write.
     let again = engine::evaluate_all(s, &team(9, 10, 8), T + 3, T + 3, URL).await;
     assert_eq!(again.unwrap(), Default::default());
+    // Acknowledged again, CPU cores clear: updated, still quiet, no email.
+    assert!(s.ack_alert(id, "alice", T + 3).await.unwrap());
+    let swept = engine::evaluate_all(s, &team(9, 10, 1), T + 3, T + 3, URL)
+        .await
+        .unwrap();
+    assert_eq!(swept.updated, 1);
+    let warning = s.alert(id).await.unwrap().unwrap();
+    assert_eq!(warning.keys, [GPU, a100]);
+    assert!(warning.acked.is_some(), "a key leaving asks nothing");
+    assert_eq!(s.outbox().await.unwrap().len(), 3);
     // None over: resolved.
     let swept = engine::evaluate_all(s, &team(1, 1, 1), T + 4, T + 4, URL)
         .await
