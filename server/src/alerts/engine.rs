@@ -261,9 +261,10 @@ pub async fn evaluate_changed(
         return Ok(Swept::default());
     };
     // Each quota as of its own write.
-    let observed = Observed {
+    let mut observed = Observed {
         default: oldest,
         by_quota: changed.iter().map(|(n, s)| (n.clone(), s.at_ms)).collect(),
+        ..Observed::default()
     };
     let now_ms = service.now();
     let written: Vec<(String, Option<Arc<crate::store::Stored>>)> = changed
@@ -388,6 +389,10 @@ pub async fn evaluate_changed(
                 .filter(|id| found.escalate.contains(id)),
         );
         e.update.extend(joined);
+        // Its figures are this process's cache's, of no known moment: an
+        // update keeps the moment of the view that last opened or updated
+        // the alert, so a sweep's newer view may still clear it.
+        observed.cached.insert(name.clone());
     }
     if e.is_empty() {
         return Ok(Swept::default());

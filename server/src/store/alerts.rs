@@ -47,13 +47,17 @@ pub struct Recipient {
 pub struct Observed {
     pub default: i64,
     pub by_quota: BTreeMap<String, i64>,
+    /// Quotas seen only in this process's cache, of no known moment (a
+    /// write's ancestors): an update of their alerts keeps the moment the
+    /// alert has, as a view of unknown age must not make it newer.
+    pub cached: BTreeSet<String>,
 }
 
 impl Observed {
     pub fn at(at_ms: i64) -> Observed {
         Observed {
             default: at_ms,
-            by_quota: BTreeMap::new(),
+            ..Observed::default()
         }
     }
 
@@ -500,6 +504,7 @@ impl SqlStore {
         let mut mail_for: Vec<(i64, &Condition, String)> = Vec::new();
         for (id, c) in &e.update {
             let seen = observed.of(&c.quota);
+            let keep_seen = i32::from(observed.cached.contains(&c.quota));
             let escalate = e.escalate.contains(id);
             // An escalation asks again: acknowledgement and snooze go.
             let quiet = if escalate {
@@ -509,7 +514,7 @@ impl SqlStore {
             };
             let done = sqlx::query(&format!(
                 "UPDATE alerts SET key = $1, keys = $2, message = $3, numbers = $4, \
-                 opened_seen_at = $5{quiet} \
+                 opened_seen_at = CASE WHEN $7 = 1 THEN opened_seen_at ELSE $5 END{quiet} \
                  WHERE id = $6 AND resolved_at IS NULL \
                  AND COALESCE(opened_seen_at, opened_at) <= $5"
             ))
@@ -519,6 +524,7 @@ impl SqlStore {
             .bind(c.numbers.to_string())
             .bind(seen)
             .bind(*id)
+            .bind(keep_seen)
             .execute(&mut *tx)
             .await?;
             applied.updated += done.rows_affected() as usize;

@@ -319,6 +319,7 @@ async fn each_quota_is_judged_as_of_its_own_write(s: &SqlStore) {
     let observed = Observed {
         default: T + 5,
         by_quota: [("org".to_string(), T + 20)].into(),
+        ..Observed::default()
     };
     let applied = s
         .apply_evaluation(&e, &BTreeMap::new(), URL, &keys(), &observed, T + 30)
@@ -327,7 +328,7 @@ async fn each_quota_is_judged_as_of_its_own_write(s: &SqlStore) {
     assert_eq!(applied.opened.len(), 1, "org's view (T + 20) is newer");
     let stale = Observed {
         default: T + 5,
-        by_quota: BTreeMap::new(),
+        ..Observed::default()
     };
     let open = s.open_alerts().await.unwrap();
     let e = Evaluation {
@@ -339,6 +340,57 @@ async fn each_quota_is_judged_as_of_its_own_write(s: &SqlStore) {
         .await
         .unwrap();
     assert_eq!(applied.resolved, 0, "a view older than the opening");
+}
+
+/// A write's ancestor is evaluated from this process's cache, of no known
+/// moment: a key joining its alert there keeps the alert's moment, so a
+/// sweep that saw every key clear after the alert opened (but before the
+/// write batch) still resolves it.
+async fn an_update_from_the_cache_keeps_the_alerts_moment(s: &SqlStore) {
+    people(s).await;
+    let org = |gpu: i64, cpu: i64| {
+        let mut q = quota("org", "", gpu);
+        let used = quota::Quantity::from_units(cpu);
+        q.spec
+            .hard
+            .insert("requests.cpu".into(), quota::Quantity::from_units(10));
+        q.status.used.insert("requests.cpu".into(), used);
+        q.status.self_used.insert("requests.cpu".into(), used);
+        q
+    };
+    let swept = engine::evaluate_all(s, &[org(9, 1)], T, T, URL)
+        .await
+        .unwrap();
+    assert_eq!(swept.opened, 1);
+    let open: Vec<_> = s
+        .open_alerts()
+        .await
+        .unwrap()
+        .iter()
+        .map(Alert::as_open)
+        .collect();
+    // A child written at T + 50; org, its ancestor, from the cache: CPU joins.
+    let found = conditions(&org(9, 9), None, &[], &Default::default(), T + 50);
+    let e = evaluate(grouped(found, &keys()), &open);
+    assert_eq!(e.update.len(), 1);
+    let observed = Observed {
+        default: T + 50,
+        by_quota: [("team".to_string(), T + 50)].into(),
+        cached: ["org".to_string()].into(),
+    };
+    let applied = s
+        .apply_evaluation(&e, &BTreeMap::new(), URL, &keys(), &observed, T + 60)
+        .await
+        .unwrap();
+    assert_eq!(applied.updated, 1);
+    // A sweep that listed at T + 20 (org clear by then) resolves it.
+    let swept = engine::evaluate_all(s, &[org(1, 1)], T + 20, T + 70, URL)
+        .await
+        .unwrap();
+    assert_eq!(
+        swept.resolved, 1,
+        "the cache's view is not newer than the sweep's"
+    );
 }
 
 /// Alice takes thresholds as a digest: a quota over hard mails her the
@@ -752,6 +804,7 @@ async fn alerts_per_key_are_merged_into_one_per_condition_on_postgres() {
 
 on_both_databases!(
     a_condition_on_several_keys_is_one_alert_that_follows_its_keys,
+    an_update_from_the_cache_keeps_the_alerts_moment,
     a_stale_evaluation_neither_reopens_nor_resolves,
     each_quota_is_judged_as_of_its_own_write,
     a_digest_kind_waits_for_one_daily_email,
