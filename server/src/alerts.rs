@@ -522,7 +522,7 @@ pub fn evaluate(conditions: Vec<Condition>, open: &[OpenAlert]) -> Evaluation {
     let mut out = Evaluation {
         resolve: open
             .iter()
-            .filter(|a| a.kind.is_condition() && !holding.contains(&a.fingerprint))
+            .filter(|a| a.kind.is_condition() && !holding.contains(&condition_of(&a.fingerprint)))
             .map(|a| a.id)
             .collect(),
         ..Evaluation::default()
@@ -552,6 +552,31 @@ pub fn escalates(a: &OpenAlert, c: &Condition) -> bool {
     let joined = c.keys.iter().any(|k| !a.keys.contains(k));
     let overtaken = !a.key.is_empty() && c.key != a.key && c.keys.contains(&a.key);
     joined || overtaken
+}
+
+/// The condition an open alert stands for, as a fingerprint: its own, or
+/// for an alert of one key of a condition on keys (the fingerprint before
+/// migration 0020, `kind|quota|key|level`, which a replica not yet
+/// upgraded still writes) the condition's, the key left out. Such an alert
+/// resolves when its condition no longer holds, not because its
+/// fingerprint is of the old form: an upgraded replica and an old one
+/// would otherwise resolve each other's alerts on every evaluation.
+pub fn condition_of(fingerprint: &str) -> String {
+    let mut parts = fingerprint.splitn(3, '|');
+    let (Some(kind), Some(quota), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
+        return fingerprint.to_string();
+    };
+    let Some((key, level)) = rest.rsplit_once('|') else {
+        return fingerprint.to_string();
+    };
+    match (Kind::parse(kind), Level::parse(level)) {
+        (Some(k), Some(l)) if per_key(k) && !key.is_empty() => fingerprint_of(k, quota, l),
+        _ => fingerprint.to_string(),
+    }
+}
+
+fn fingerprint_of(kind: Kind, quota: &str, level: Level) -> String {
+    format!("{}|{quota}||{}", kind.as_str(), level.as_str())
 }
 
 /// The conditions of one quota as alerts: those on keys (`per_key`) of one

@@ -816,6 +816,47 @@ fn a_key_joining_or_overtaking_the_worst_escalates() {
     assert!(escalates(&was("", &[a100]), &both));
 }
 
+/// An alert of one key as written before migration 0020 (by a replica not
+/// yet upgraded) is its condition's: it stays open while the condition
+/// holds on any key and resolves when it clears.
+#[test]
+fn an_alert_of_the_old_per_key_form_resolves_only_with_its_condition() {
+    assert_eq!(
+        condition_of("threshold|nlp-team|requests.nvidia.com/gpu|warning"),
+        "threshold|nlp-team||warning"
+    );
+    assert_eq!(
+        condition_of("threshold|nlp-team||warning"),
+        "threshold|nlp-team||warning"
+    );
+    // A workload's alert keeps its key: it is not on keys of the quota.
+    let reclaim = "reclaim_pending|nlp-team|job-a|warning";
+    assert_eq!(condition_of(reclaim), reclaim);
+    assert_eq!(condition_of("nonsense"), "nonsense");
+    let old = OpenAlert {
+        id: 7,
+        kind: Kind::Threshold,
+        fingerprint: "threshold|nlp-team|requests.cpu|warning".into(),
+        key: "requests.cpu".into(),
+        keys: Vec::new(),
+    };
+    let cfg = KeyConfig::default();
+    let found = |used: [&str; 6]| {
+        grouped(
+            conditions(&six_keys(used), None, &[], &BTreeMap::new(), NOW),
+            &cfg,
+        )
+    };
+    // GPUs over (not CPU): the condition holds, the old alert stays; the
+    // condition's own alert opens beside it.
+    let e = evaluate(found(["8", "1", "1", "1", "1", "1"]), &[old.clone()]);
+    assert!(e.resolve.is_empty(), "{e:?}");
+    assert_eq!(fingerprints(&e.open), ["threshold|nlp-team||warning"]);
+    // Nothing over: it resolves.
+    let e = evaluate(found(["1", "1", "1", "1", "1", "1"]), &[old]);
+    assert_eq!(e.resolve, [7]);
+}
+
 /// A quota of hundreds of keys over at once: the message and the email
 /// list ten (GPUs first) and count the others; the alert's keys hold all.
 #[test]
