@@ -12,11 +12,26 @@
 -- snooze included, resolved now with `merged_into` naming the new one;
 -- the engine's next evaluation rewrites the new alert's title and figures.
 -- A condition with one open alert keeps it (its id too), and resolved
--- alerts stay as history, both under the new fingerprint.
+-- alerts stay as history, both under the new fingerprint. The open ones,
+-- new or kept, name no key (`key` empty) until that evaluation names the
+-- worst: it always finds them changed, so none keeps the figures of the
+-- one key it was, and (no worst named) the rewrite asks nobody again.
 ALTER TABLE alerts ADD COLUMN keys TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE alerts ADD COLUMN merged_into BIGINT NULL;
 
-UPDATE alerts SET keys = json_build_array(key)::text, fingerprint = kind || '|' || quota || '||' || level
+-- An open alert of these kinds without a key already has the new
+-- fingerprint; beside other open alerts of its condition it would take the
+-- merged alert's place in the unique index of open fingerprints and stop
+-- this migration. It is merged like them (its fingerprint made its own
+-- until then, its empty key left out of the merged alert's keys).
+UPDATE alerts SET fingerprint = fingerprint || '#' || CAST(id AS TEXT)
+WHERE resolved_at IS NULL AND key = ''
+  AND kind IN ('threshold', 'over_quota', 'cash_forecast', 'allocation')
+  AND EXISTS (SELECT 1 FROM alerts o WHERE o.resolved_at IS NULL AND o.kind = alerts.kind
+      AND o.quota = alerts.quota AND o.level = alerts.level AND o.id <> alerts.id);
+
+UPDATE alerts SET keys = json_build_array(key)::text,
+    key = CASE WHEN resolved_at IS NULL THEN '' ELSE key END, fingerprint = kind || '|' || quota || '||' || level
 WHERE kind IN ('threshold', 'over_quota', 'cash_forecast', 'allocation') AND key <> ''
   AND (resolved_at IS NOT NULL
        OR (SELECT COUNT(*) FROM alerts o WHERE o.resolved_at IS NULL AND o.kind = alerts.kind
@@ -24,7 +39,7 @@ WHERE kind IN ('threshold', 'over_quota', 'cash_forecast', 'allocation') AND key
 
 INSERT INTO alerts (fingerprint, kind, quota, key, level, message, numbers, opened_at,
     opened_seen_at, keys, acked_by, acked_at, snoozed_until, snoozed_by)
-SELECT g.kind || '|' || g.quota || '||' || g.level, g.kind, g.quota, g.first_key, g.level,
+SELECT g.kind || '|' || g.quota || '||' || g.level, g.kind, g.quota, '', g.level,
     g.message, '{}', g.opened_at, g.seen_at, g.keys,
     CASE WHEN g.acked = g.n THEN (SELECT m.acked_by FROM alerts m WHERE m.resolved_at IS NULL
         AND m.kind = g.kind AND m.quota = g.quota AND m.level = g.level
@@ -38,9 +53,9 @@ FROM (SELECT kind, quota, level, COUNT(*) AS n, COUNT(acked_at) AS acked,
         SUM(CASE WHEN acked_at IS NULL AND snoozed_until IS NOT NULL THEN 1 ELSE 0 END) AS snoozed,
         MIN(CASE WHEN acked_at IS NULL THEN snoozed_until END) AS wakes,
         MAX(acked_at) AS last_ack, MIN(opened_at) AS opened_at,
-        MAX(COALESCE(opened_seen_at, opened_at)) AS seen_at, MIN(key) AS first_key,
+        MAX(COALESCE(opened_seen_at, opened_at)) AS seen_at,
         CAST(COUNT(*) AS TEXT) || ' keys: ' || string_agg(message, '; ' ORDER BY id) AS message,
-        json_agg(key ORDER BY key)::text AS keys
+        COALESCE(json_agg(key ORDER BY key) FILTER (WHERE key <> ''), '[]')::text AS keys
       FROM alerts
       WHERE resolved_at IS NULL AND kind IN ('threshold', 'over_quota', 'cash_forecast', 'allocation')
       GROUP BY kind, quota, level

@@ -595,7 +595,10 @@ type OldAlert<'a> = (
 /// open alerts of one quota, kind and level become one, quiet only if all
 /// were (acknowledged if every one was, else snoozed until the first wakes);
 /// the old ones are kept, acknowledgements included, resolved as merged;
-/// a condition with one alert keeps it; history and other kinds stay.
+/// a condition with one alert keeps it; history and other kinds stay. An
+/// open alert without a key beside others of its condition is merged too
+/// (it would collide with the merged one). The open ones name no key until
+/// the engine's first evaluation, which rewrites each of them.
 async fn alerts_per_key_are_merged_into_one_per_condition(url: &str, migrations: &str) {
     use sqlx::Row;
     sqlx::any::install_default_drivers();
@@ -617,7 +620,7 @@ async fn alerts_per_key_are_merged_into_one_per_condition(url: &str, migrations:
     let before = sqlx::migrate::Migrator::new(old.path()).await.unwrap();
     assert_eq!(before.iter().count(), 19);
     before.run(&pool).await.unwrap();
-    let rows: [OldAlert; 9] = [
+    let rows: [OldAlert; 11] = [
         // nlp's warning on three keys: two acknowledged, one snoozed.
         (
             "nlp",
@@ -679,6 +682,9 @@ async fn alerts_per_key_are_merged_into_one_per_condition(url: &str, migrations:
             None,
             Some(T + 70),
         ),
+        // cv's over quota: one alert without a key, one on GPUs.
+        ("cv", "over_quota", "", "critical", None, Some("bob"), None),
+        ("cv", "over_quota", GPU, "critical", None, None, None),
     ];
     for (i, (quota, kind, key, level, resolved, acked, snoozed)) in rows.iter().enumerate() {
         sqlx::query(
@@ -707,15 +713,16 @@ async fn alerts_per_key_are_merged_into_one_per_condition(url: &str, migrations:
         .await
         .unwrap()
         .get::<i64, _>(0);
-    assert_eq!(open_before, 8);
+    assert_eq!(open_before, 10);
     pool.close().await;
 
     let store = SqlStore::connect(url).await.unwrap();
     let open = store.open_alerts().await.unwrap();
     let by_fp = |fp: &str| open.iter().find(|a| a.fingerprint == fp).cloned();
-    assert_eq!(open.len(), 5, "{open:#?}");
+    assert_eq!(open.len(), 6, "{open:#?}");
     let nlp = by_fp("threshold|nlp||warning").unwrap();
-    assert!(nlp.id > 9, "a new alert for the condition");
+    assert!(nlp.id > 11, "a new alert for the condition");
+    assert_eq!(nlp.key, "", "no worst named until evaluated");
     let mut keys = nlp.keys.clone();
     keys.sort();
     assert_eq!(keys, ["requests.cpu", "requests.memory", GPU]);
@@ -735,6 +742,15 @@ async fn alerts_per_key_are_merged_into_one_per_condition(url: &str, migrations:
         (6, vec![GPU.to_string()]),
         "kept"
     );
+    assert_eq!(crit.key, "", "no worst named until evaluated");
+    let cv_over = by_fp("over_quota|cv||critical").unwrap();
+    assert!(cv_over.id > 11, "{cv_over:?}");
+    assert_eq!(cv_over.keys, [GPU], "the empty key left out");
+    assert_eq!(cv_over.acked, None, "GPUs' was loud");
+    for id in [10, 11] {
+        let a = store.alert(id).await.unwrap().unwrap();
+        assert_eq!(a.merged_into, Some(cv_over.id), "{a:?}");
+    }
     assert_eq!(crit.acked, Some(("alice".to_string(), T + 105)));
     let over = by_fp("over_quota|ai||critical").unwrap();
     assert_eq!(
@@ -764,6 +780,7 @@ async fn alerts_per_key_are_merged_into_one_per_condition(url: &str, migrations:
         ("threshold|nlp||warning", Some(T - 10), None)
     );
     assert_eq!(history.keys, ["pods"]);
+    assert_eq!(history.key, "pods", "history keeps its key");
     // The engine carries on with the merged alert: it updates it, opens
     // no second one.
     let mut q = Quota::new("nlp", QuotaSpec::default());
@@ -778,13 +795,40 @@ async fn alerts_per_key_are_merged_into_one_per_condition(url: &str, migrations:
             .self_used
             .insert(k.into(), quota::Quantity::from_units(9));
     }
-    let swept = engine::evaluate_all(&store, &[q], T + 200, T + 200, URL)
+    let mut ai = Quota::new("ai", QuotaSpec::default());
+    ai.spec
+        .hard
+        .insert(GPU.into(), quota::Quantity::from_units(10));
+    for used in [&mut ai.status.used, &mut ai.status.self_used] {
+        used.insert(GPU.into(), quota::Quantity::from_units(11));
+    }
+    let swept = engine::evaluate_all(&store, &[q, ai], T + 200, T + 200, URL)
         .await
         .unwrap();
-    assert_eq!(swept.opened, 0, "{swept:?}");
+    assert_eq!(
+        swept.updated, 2,
+        "nlp's warning and ai's over quota: {swept:?}"
+    );
+    let open = store.open_alerts().await.unwrap();
+    assert!(
+        open.iter().all(|a| a.quota == "ai" || a.id <= nlp.id),
+        "none opened beside nlp's merged alert: {open:#?}"
+    );
     let nlp = store.alert(nlp.id).await.unwrap().unwrap();
     assert_eq!(nlp.keys, [GPU, "requests.cpu"]);
-    assert_eq!(nlp.resolved_at, None);
+    assert_eq!((nlp.key.as_str(), nlp.resolved_at), (GPU, None));
+    assert_eq!(nlp.numbers["worst"], GPU, "rewritten");
+    assert_eq!(
+        store.alert(nlp.id).await.unwrap().unwrap().snoozed,
+        Some(("carol".to_string(), T + 50)),
+        "no key joined: the rewrite asks nobody again"
+    );
+    // ai's over quota on GPUs alone, kept, its keys as the engine would
+    // write them: rewritten all the same, still snoozed.
+    let over = store.alert(over.id).await.unwrap().unwrap();
+    assert_eq!((over.key.as_str(), over.resolved_at), (GPU, None));
+    assert_eq!(over.numbers["worst"], GPU, "{over:?}");
+    assert_eq!(over.snoozed, Some(("carol".to_string(), T + 70)));
     store.close().await;
 }
 
