@@ -849,7 +849,10 @@ fn an_alert_of_the_old_per_key_form_resolves_only_with_its_condition() {
     };
     // GPUs over (not CPU): the condition holds, the old alert stays; the
     // condition's own alert opens beside it.
-    let e = evaluate(found(["8", "1", "1", "1", "1", "1"]), &[old.clone()]);
+    let e = evaluate(
+        found(["8", "1", "1", "1", "1", "1"]),
+        std::slice::from_ref(&old),
+    );
     assert!(e.resolve.is_empty(), "{e:?}");
     assert_eq!(fingerprints(&e.open), ["threshold|nlp-team||warning"]);
     // Nothing over: it resolves.
