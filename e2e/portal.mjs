@@ -288,7 +288,8 @@ try {
         }
         expect(ids.length === 3, `${team}'s three rows to quiet: ${ids}`);
         const keyed = await page.$$eval('table.alerts tbody td:nth-child(4)', (c) => c.map((x) => x.textContent));
-        expect(keyed.some((m) => /^2 keys: /.test(m) && /pods of/.test(m) && /CPU cores of/.test(m)), `one row lists both keys: ${keyed}`);
+        // One alert per condition: its title the worst key, then both keys by name.
+        expect(keyed.some((m) => /; 2 keys: /.test(m) && /pods \d/.test(m) && /CPU cores \d/.test(m)), `one row lists both keys: ${keyed}`);
         await open(page, base, '/alerts', js);
         const before = await badgeCount(page);
         const n = (s) => s.split(',').length;
@@ -676,6 +677,17 @@ try {
         const alertsShown = async () => page.$eval('table.alerts', (t) => [...t.tBodies[0].rows].reduce((a, r) => a + r.dataset.ids.split(',').length, 0));
         const first = await alertsShown();
         const one = await ids();
+        // One alert per quota and condition: the demo may have fewer than a
+        // page open; then they are all on the first page, with no next one.
+        const { json: openNow } = await call('GET', '/api/v1/alerts?state=open&limit=1000');
+        const total = openNow.items.length;
+        if (total <= 100) {
+          expect(first === total && !(await page.$('main a:text-matches("more open alerts")')), `all ${total} open alerts on one page (${first})`);
+          await open(page, base, '/alerts?level=critical', js);
+          const levels = await page.$$eval('table.alerts tbody tr span.level', (s) => s.map((x) => x.textContent.trim()));
+          expect(levels.length > 0 && levels.every((l) => l === 'critical'), `critical only: ${[...new Set(levels)]}`);
+          return;
+        }
         expect(first === 100, `the first page holds 100 open alerts (${first}, in ${one.length} rows)`);
         const more = await page.$('main a:text-matches("more open alerts")');
         expect(more, 'a link to the next page');

@@ -48,72 +48,19 @@ pub struct AlertRow {
     pub quiet: Option<String>,
     /// The viewer may acknowledge or snooze it (an owner of its quota, an admin).
     pub can_quiet: bool,
-    /// The alerts this row stands for (`group_rows`: one quota's alerts of
-    /// one condition, its keys listed in `message`); empty: just `id`.
-    pub covers: Vec<i64>,
 }
 
 impl AlertRow {
-    /// The ids this row stands for, as its forms send them: `12` or `12,13,17`.
+    /// The id its forms send.
     pub fn ids(&self) -> String {
-        if self.covers.is_empty() {
-            self.id.to_string()
-        } else {
-            self.covers
-                .iter()
-                .map(i64::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        }
+        self.id.to_string()
     }
 }
 
-/// Kinds whose alerts are per key and read as one per quota and level on
-/// the alerts page: one training job over several keys is one row.
+/// Kinds whose alerts are about keys of the quota: one alert per quota,
+/// kind and level, listing the keys it covers (the server's
+/// `alerts::grouped`).
 pub const PER_KEY_KINDS: [&str; 4] = ["threshold", "over_quota", "cash_forecast", "allocation"];
-
-/// One row per quota, kind, level and state for the per-key kinds (the
-/// keys it covers listed in its message, worst order kept: a group sits
-/// where its first alert was); other alerts as they are.
-pub fn group_rows(rows: Vec<AlertRow>) -> Vec<AlertRow> {
-    let mut out: Vec<AlertRow> = Vec::with_capacity(rows.len());
-    let mut at: std::collections::HashMap<(String, String, String, bool, bool), usize> =
-        std::collections::HashMap::new();
-    for r in rows {
-        if !PER_KEY_KINDS.contains(&r.kind.as_str()) {
-            out.push(r);
-            continue;
-        }
-        let key = (
-            r.quota.clone(),
-            r.kind.clone(),
-            r.level.clone(),
-            r.quiet.is_some(),
-            r.can_quiet,
-        );
-        match at.get(&key) {
-            Some(&i) => {
-                let g = &mut out[i];
-                if g.covers.is_empty() {
-                    g.covers.push(g.id);
-                }
-                g.covers.push(r.id);
-                g.message = format!("{}; {}", g.message, r.message);
-                g.opened_ms = g.opened_ms.min(r.opened_ms);
-            }
-            None => {
-                at.insert(key, out.len());
-                out.push(r);
-            }
-        }
-    }
-    for g in &mut out {
-        if g.covers.len() > 1 {
-            g.message = format!("{} keys: {}", g.covers.len(), g.message);
-        }
-    }
-    out
-}
 
 /// Links to the rest: the next page of open alerts (how many are left,
 /// and where) and the older resolved ones.
@@ -670,7 +617,7 @@ pub fn render_alerts_page(
                 <h3>"Open"</h3>
                 {sort_note}
                 {bulk_form(&open, csrf.clone())}
-                {alert_table(group_rows(open), "No open alerts match.", Some(csrf), Some(&table_query))}
+                {alert_table(open, "No open alerts match.", Some(csrf), Some(&table_query))}
                 {more_open}
                 <h3>"Resolved"</h3>
                 {alert_table(resolved, "No resolved alerts match.", None, None)}
@@ -701,6 +648,12 @@ pub struct ForecastLine {
     pub hours: Option<i64>,
     /// "a rule", "the budget's forecastDays", …
     pub from: String,
+    /// Its budget suspends batch work when spent (`onExhausted:
+    /// suspendBatch`): a critical forecast alert while it is, whatever the
+    /// horizon.
+    pub suspends: bool,
+    /// The forecast alerts open on it now: (level, what it says).
+    pub open: Vec<(String, String)>,
 }
 
 /// `168` → "7 days", `36` → "36 hours".
@@ -787,15 +740,32 @@ pub fn render_rules_page(
         let items = forecasts
             .into_iter()
             .map(|f| {
-                let words = match f.hours {
+                let mut words = match f.hours {
                     Some(h) => format!(
                         "\"Budget running out\" when it would run out within {} at what runs now ({})",
                         horizon_words(h),
                         f.from
                     ),
-                    None => format!("no forecast alert ({})", f.from),
+                    None => format!("no warning before it runs out ({})", f.from),
                 };
-                view! { <li><span title=f.key>{f.name}</span>": "{words}</li> }
+                if f.suspends {
+                    words.push_str(
+                        "; critical while it is spent, as its batch work is suspended (onExhausted suspendBatch)",
+                    );
+                }
+                // What is open now, from the alerts themselves: the page
+                // never says "none" beside an open one.
+                let open = (!f.open.is_empty()).then(|| {
+                    let items = f
+                        .open
+                        .into_iter()
+                        .map(|(level, said)| {
+                            view! { <li><span class=format!("level {level}")>{level.clone()}</span>" open now: "{said}</li> }
+                        })
+                        .collect_view();
+                    view! { <ul class="open-now">{items}</ul> }
+                });
+                view! { <li><span title=f.key>{f.name}</span>": "{words}{open}</li> }
             })
             .collect_view();
         view! {
@@ -887,38 +857,7 @@ mod tests {
             resolved_ms: None,
             quiet: None,
             can_quiet: false,
-            covers: Vec::new(),
         }
-    }
-
-    #[test]
-    fn one_row_per_quota_and_condition_lists_its_keys() {
-        let mut a = alert("nlp", "warning", "A100 GPUs of nlp reached 80 %");
-        a.id = 1;
-        let mut b = alert("nlp", "warning", "GPUs of nlp reached 80 %");
-        b.id = 2;
-        let mut c = alert("nlp", "critical", "CPU cores of nlp reached 100 %");
-        c.id = 3;
-        let mut d = alert("cv", "warning", "GPUs of cv reached 80 %");
-        d.id = 4;
-        let mut t = alert("nlp", "warning", "transfer 9 requested");
-        t.kind = "transfer_requested".into();
-        t.id = 5;
-        let got = group_rows(vec![a, c, b, d, t]);
-        let rows: Vec<(String, String)> =
-            got.iter().map(|r| (r.ids(), r.message.clone())).collect();
-        assert_eq!(
-            rows,
-            [
-                (
-                    "1,2".to_string(),
-                    "2 keys: A100 GPUs of nlp reached 80 %; GPUs of nlp reached 80 %".to_string()
-                ),
-                ("3".into(), "CPU cores of nlp reached 100 %".into()),
-                ("4".into(), "GPUs of cv reached 80 %".into()),
-                ("5".into(), "transfer 9 requested".into()),
-            ]
-        );
     }
 
     #[test]

@@ -2,10 +2,15 @@
 //! open on it, which alerts open and which resolve; and the email an alert
 //! sends. No I/O and no clock: time and samples come in as arguments.
 //!
-//! An alert is identified while open by its fingerprint (kind, quota, key,
-//! level); the database keeps it unique among open alerts, so a condition
-//! that holds fires once, resolves when it clears and fires again when it
-//! recurs.
+//! An alert is identified while open by its fingerprint: kind, quota and
+//! level, and the key only for alerts that are not about keys of the quota
+//! (a queued workload, a transfer). The database keeps it unique among open
+//! alerts, so a condition that holds fires once, resolves when it clears and
+//! fires again when it recurs. A condition on keys (a usage threshold, over
+//! quota, a budget's forecast, an allocation notice) is one alert however
+//! many keys it covers (`grouped`): one training job over six keys is one
+//! alert that names the six, GPUs first, with the worst in its title; a key
+//! that crosses later, or clears while others hold, updates it.
 //!
 //! [`engine`] is the imperative shell: it loads, calls these and stores.
 
@@ -194,7 +199,12 @@ pub fn forecast_horizon(quota: &Quota, rules: &[Rule], key: &str) -> Option<i64>
 pub struct Condition {
     pub kind: Kind,
     pub quota: String,
+    /// The key its title names: for a condition on keys, the worst of
+    /// `keys`; else what it is about (a workload, `#12` for a transfer).
     pub key: String,
+    /// The keys a condition on keys covers, GPUs first (`grouped`); empty
+    /// for the others.
+    pub keys: Vec<String>,
     pub level: Level,
     pub message: String,
     pub numbers: serde_json::Value,
@@ -206,7 +216,11 @@ impl Condition {
     }
 }
 
+/// An open alert's identity. The key is left out for the kinds on keys
+/// (`per_key`): their alert is one per quota, kind and level, whichever
+/// keys it covers now.
 pub fn fingerprint(kind: Kind, quota: &str, key: &str, level: Level) -> String {
+    let key = if per_key(kind) { "" } else { key };
     format!("{}|{quota}|{key}|{}", kind.as_str(), level.as_str())
 }
 
@@ -216,6 +230,9 @@ pub struct OpenAlert {
     pub id: i64,
     pub kind: Kind,
     pub fingerprint: String,
+    /// The key its title names, and the keys it covers.
+    pub key: String,
+    pub keys: Vec<String>,
 }
 
 /// What one evaluation changes.
@@ -224,11 +241,19 @@ pub struct Evaluation {
     pub open: Vec<Condition>,
     /// Ids of open alerts whose condition has cleared.
     pub resolve: Vec<i64>,
+    /// Open alerts whose condition holds on other keys now (a key crossed,
+    /// or cleared while others hold, or another key is the worst): the id,
+    /// and the condition as it is now.
+    pub update: Vec<(i64, Condition)>,
+    /// The updates among `update` that ask for someone again
+    /// (`escalates`): their acknowledgement and snooze are cleared and
+    /// their recipients emailed once for the keys they cover now.
+    pub escalate: BTreeSet<i64>,
 }
 
 impl Evaluation {
     pub fn is_empty(&self) -> bool {
-        self.open.is_empty() && self.resolve.is_empty()
+        self.open.is_empty() && self.resolve.is_empty() && self.update.is_empty()
     }
 }
 
@@ -273,6 +298,7 @@ pub fn conditions(
                     kind: Kind::Allocation,
                     quota: name.to_string(),
                     key: key.clone(),
+                    keys: vec![key.clone()],
                     level: Level::Info,
                     message: format!(
                         "{key} of {name} is {percent} % allocated: {} to children and \
@@ -308,6 +334,7 @@ pub fn conditions(
                 kind: Kind::OverQuota,
                 quota: name.to_string(),
                 key: key.clone(),
+                keys: vec![key.clone()],
                 level: Level::Critical,
                 message: format!(
                     "{key} of {name} is over quota: {} used of {}",
@@ -328,6 +355,7 @@ pub fn conditions(
                         kind: Kind::Threshold,
                         quota: name.to_string(),
                         key: key.clone(),
+                        keys: vec![key.clone()],
                         level,
                         message: format!(
                             "{key} of {name} reached {percent} %: {} {what} of {}",
@@ -349,6 +377,7 @@ pub fn conditions(
                         kind: Kind::CashForecast,
                         quota: name.to_string(),
                         key: key.clone(),
+                        keys: vec![key.clone()],
                         level: Level::Warning,
                         message: format!("{key} of {name} {}", f.words()),
                         numbers: json!({
@@ -378,6 +407,7 @@ pub fn conditions(
             kind: Kind::CashForecast,
             quota: name.to_string(),
             key: key.clone(),
+            keys: vec![key.clone()],
             level: Level::Critical,
             message: format!(
                 "{key} of {name} is spent since {since}: its batch work is suspended from {} (onExhausted suspendBatch) unless the budget is raised or a new period starts",
@@ -394,6 +424,7 @@ pub fn conditions(
             kind: Kind::ReclaimPending,
             quota: name.to_string(),
             key: String::new(),
+            keys: Vec::new(),
             level: Level::Warning,
             message: format!(
                 "{}: {} workload(s) marked for reclaim{}",
@@ -449,6 +480,7 @@ fn queue_overdue(quota: &Quota, now_ms: i64) -> Vec<Condition> {
                 kind: Kind::QueueOverdue,
                 quota: name.to_string(),
                 key: wref.clone(),
+                keys: Vec::new(),
                 level: Level::Warning,
                 message: format!(
                     "{wref} has waited {} in the queue of {name}, longer than its {}: {}",
@@ -480,20 +512,223 @@ fn percent_of(used: Quantity, hard: Quantity) -> Option<i128> {
 }
 
 /// What changes for one quota: conditions without an open alert open;
-/// open condition alerts whose condition no longer holds resolve.
+/// open alerts whose condition holds on other keys (or with another worst
+/// key) are updated; open condition alerts whose condition no longer holds
+/// resolve. `conditions` are one per fingerprint (`grouped`).
 pub fn evaluate(conditions: Vec<Condition>, open: &[OpenAlert]) -> Evaluation {
     let holding: BTreeSet<String> = conditions.iter().map(Condition::fingerprint).collect();
-    let opened: BTreeSet<&str> = open.iter().map(|a| a.fingerprint.as_str()).collect();
-    Evaluation {
-        open: conditions
-            .into_iter()
-            .filter(|c| !opened.contains(c.fingerprint().as_str()))
-            .collect(),
+    let opened: BTreeMap<&str, &OpenAlert> =
+        open.iter().map(|a| (a.fingerprint.as_str(), a)).collect();
+    let mut out = Evaluation {
         resolve: open
             .iter()
-            .filter(|a| a.kind.is_condition() && !holding.contains(&a.fingerprint))
+            .filter(|a| a.kind.is_condition() && !holding.contains(&condition_of(&a.fingerprint)))
             .map(|a| a.id)
             .collect(),
+        ..Evaluation::default()
+    };
+    for c in conditions {
+        match opened.get(c.fingerprint().as_str()) {
+            None => out.open.push(c),
+            Some(a) if a.keys != c.keys || a.key != c.key => {
+                if escalates(a, &c) {
+                    out.escalate.insert(a.id);
+                }
+                out.update.push((a.id, c))
+            }
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+/// Whether updating the open alert `a` to `c` asks for someone again: a
+/// key joins it (one it did not cover, whichever), or another key becomes
+/// the worst while the one that was the worst still holds (one got worse
+/// than it). A key leaving, or the worst leaving so that the next one is
+/// the worst, is quieter news and keeps an acknowledgement or a snooze;
+/// so does an alert the migration merged (its worst key not yet named).
+pub fn escalates(a: &OpenAlert, c: &Condition) -> bool {
+    let joined = c.keys.iter().any(|k| !a.keys.contains(k));
+    let overtaken = !a.key.is_empty() && c.key != a.key && c.keys.contains(&a.key);
+    joined || overtaken
+}
+
+/// The condition an open alert stands for, as a fingerprint: its own, or
+/// for an alert of one key of a condition on keys (the fingerprint before
+/// migration 0020, `kind|quota|key|level`, which a replica not yet
+/// upgraded still writes) the condition's, the key left out. Such an alert
+/// resolves when its condition no longer holds, not because its
+/// fingerprint is of the old form: an upgraded replica and an old one
+/// would otherwise resolve each other's alerts on every evaluation.
+pub fn condition_of(fingerprint: &str) -> String {
+    let mut parts = fingerprint.splitn(3, '|');
+    let (Some(kind), Some(quota), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
+        return fingerprint.to_string();
+    };
+    let Some((key, level)) = rest.rsplit_once('|') else {
+        return fingerprint.to_string();
+    };
+    match (Kind::parse(kind), Level::parse(level)) {
+        (Some(k), Some(l)) if per_key(k) && !key.is_empty() => fingerprint_of(k, quota, l),
+        _ => fingerprint.to_string(),
+    }
+}
+
+fn fingerprint_of(kind: Kind, quota: &str, level: Level) -> String {
+    format!("{}|{quota}||{}", kind.as_str(), level.as_str())
+}
+
+/// The conditions of one quota as alerts: those on keys (`per_key`) of one
+/// kind and level made one, in the order each first appears; the others
+/// as they are. The one made of several names them all in `keys`, GPUs
+/// first, each with its figure in the message (raw keys, which pages and
+/// emails name, `words`), and the worst in its title; its `numbers` are the
+/// worst key's, with `keys` (each key's figure and numbers, in that order),
+/// `worst` and `title`.
+pub fn grouped(conditions: Vec<Condition>, cfg: &KeyConfig) -> Vec<Condition> {
+    group_by(&conditions, |c| {
+        per_key(c.kind).then_some((c.quota.as_str(), c.kind, c.level))
+    })
+    .into_iter()
+    .map(|g| {
+        if per_key(g[0].kind) {
+            merge(&g, cfg)
+        } else {
+            g[0].clone()
+        }
+    })
+    .collect()
+}
+
+/// The keys a message or an email lists, GPUs first: a quota may have
+/// hundreds; the others are counted ("and 3 more"), and all of them are in
+/// the alert's `keys` and its `numbers`.
+pub const LISTED_KEYS: usize = 10;
+
+/// " and N more" after `LISTED_KEYS` of `n` keys, or nothing.
+fn more(n: usize) -> String {
+    if n > LISTED_KEYS {
+        format!(" and {} more", n - LISTED_KEYS)
+    } else {
+        String::new()
+    }
+}
+
+/// One condition of several keys' (same quota, kind and level).
+fn merge(group: &[&Condition], cfg: &KeyConfig) -> Condition {
+    let mut by_order: Vec<&Condition> = group.to_vec();
+    by_order.sort_by_cached_key(|c| quota::keys::display_order(&c.key, cfg));
+    // The worst: the highest figure, the first in display order on a tie.
+    let worst = by_order
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, c)| (severity(c), std::cmp::Reverse(*i)))
+        .map(|(_, c)| *c)
+        .unwrap_or(group[0]);
+    let keys: Vec<serde_json::Value> = by_order
+        .iter()
+        .map(|c| {
+            let mut entry = serde_json::Map::new();
+            entry.insert("key".into(), json!(c.key));
+            entry.insert("figure".into(), json!(figure(c)));
+            if let Some(o) = c.numbers.as_object() {
+                for (k, v) in o {
+                    entry.insert(k.clone(), v.clone());
+                }
+            }
+            serde_json::Value::Object(entry)
+        })
+        .collect();
+    let mut numbers = worst.numbers.as_object().cloned().unwrap_or_default();
+    numbers.insert("worst".into(), json!(worst.key));
+    numbers.insert("title".into(), json!(worst.message));
+    numbers.insert("keys".into(), serde_json::Value::Array(keys));
+    let message = if by_order.len() == 1 {
+        worst.message.clone()
+    } else {
+        let list: Vec<String> = by_order
+            .iter()
+            .take(LISTED_KEYS)
+            .map(|c| format!("{} {}", c.key, figure(c)))
+            .collect();
+        format!(
+            "{}; {} keys: {}{}",
+            worst.message,
+            by_order.len(),
+            list.join(", "),
+            more(by_order.len())
+        )
+    };
+    Condition {
+        kind: worst.kind,
+        quota: worst.quota.clone(),
+        key: worst.key.clone(),
+        keys: by_order.iter().map(|c| c.key.clone()).collect(),
+        level: worst.level,
+        message,
+        numbers: serde_json::Value::Object(numbers),
+    }
+}
+
+/// How bad one key's condition is, to pick the worst of a group: the share
+/// in use (or allocated), or how soon a budget runs out.
+fn severity(c: &Condition) -> i128 {
+    let n = &c.numbers;
+    let int = |k: &str| n.get(k).and_then(serde_json::Value::as_i64);
+    match c.kind {
+        Kind::Allocation => int("allocatedPercent").unwrap_or(0) as i128,
+        Kind::CashForecast => {
+            -(int("exhaustedAtMs")
+                .or_else(|| int("dueMs"))
+                .unwrap_or(i64::MAX) as i128)
+        }
+        _ => {
+            let q = |k: &str| n.get(k).and_then(|v| v.as_str()?.parse::<Quantity>().ok());
+            match (q("used"), q("hard")) {
+                (Some(used), Some(hard)) if hard.nanos() > 0 => {
+                    used.nanos().saturating_mul(1_000_000) / hard.nanos()
+                }
+                _ => 0,
+            }
+        }
+    }
+}
+
+/// One key's figure as a group's list says it, amounts in words
+/// (`quota::readable`): `8 of 8 (100 %)`, `runs out 2026-12-07`.
+fn figure(c: &Condition) -> String {
+    let n = &c.numbers;
+    let text = |k: &str| n.get(k).and_then(|v| v.as_str()).unwrap_or_default();
+    let amount = |k: &str| {
+        text(k)
+            .parse::<Quantity>()
+            .map(|q| quota::readable::amount(&c.key, q))
+            .unwrap_or_default()
+    };
+    let day = |k: &str| {
+        n.get(k)
+            .and_then(serde_json::Value::as_i64)
+            .map(|ms| quota::time::format_rfc3339(ms)[..10].to_string())
+            .unwrap_or_default()
+    };
+    let percent = n
+        .get("usedPercent")
+        .and_then(serde_json::Value::as_i64)
+        .map(|p| format!(" ({p} %)"))
+        .unwrap_or_default();
+    match c.kind {
+        Kind::Allocation => format!(
+            "{} % allocated",
+            n.get("allocatedPercent")
+                .and_then(serde_json::Value::as_i64)
+                .unwrap_or(0)
+        ),
+        Kind::CashForecast if n.get("exhaustedAtMs").is_some() => {
+            format!("runs out {}", day("exhaustedAtMs"))
+        }
+        Kind::CashForecast => format!("spent, batch work suspended from {}", day("dueMs")),
+        _ => format!("{} of {}{percent}", amount("used"), amount("hard")),
     }
 }
 
@@ -508,8 +743,9 @@ pub fn evaluate_quotas<Q: std::borrow::Borrow<Quota>>(
     open: &BTreeMap<String, Vec<OpenAlert>>,
     forecasts: &BTreeMap<String, BTreeMap<String, Forecast>>,
     now_ms: i64,
+    cfg: &KeyConfig,
 ) -> Evaluation {
-    let mut out = evaluate_each(quotas, in_use, rules, open, forecasts, now_ms);
+    let mut out = evaluate_each(quotas, in_use, rules, open, forecasts, now_ms, cfg);
     out.resolve.extend(resolve_deleted(quotas, open));
     out
 }
@@ -523,6 +759,7 @@ pub fn evaluate_each<Q: std::borrow::Borrow<Quota>>(
     open: &BTreeMap<String, Vec<OpenAlert>>,
     forecasts: &BTreeMap<String, BTreeMap<String, Forecast>>,
     now_ms: i64,
+    cfg: &KeyConfig,
 ) -> Evaluation {
     let none = BTreeMap::new();
     let mut out = Evaluation::default();
@@ -537,9 +774,14 @@ pub fn evaluate_each<Q: std::borrow::Borrow<Quota>>(
             forecasts.get(name).unwrap_or(&none),
             now_ms,
         );
-        let e = evaluate(cs, open.get(name).map(Vec::as_slice).unwrap_or_default());
+        let e = evaluate(
+            grouped(cs, cfg),
+            open.get(name).map(Vec::as_slice).unwrap_or_default(),
+        );
         out.open.extend(e.open);
         out.resolve.extend(e.resolve);
+        out.update.extend(e.update);
+        out.escalate.extend(e.escalate);
     }
     out
 }
@@ -574,8 +816,13 @@ pub struct Alert {
     pub level: Level,
     pub message: String,
     pub numbers: serde_json::Value,
+    /// The keys it covers (a condition on keys), GPUs first.
+    pub keys: Vec<String>,
     pub opened_at: i64,
     pub resolved_at: Option<i64>,
+    /// Resolved by the migration that made one alert of a condition's
+    /// alerts per key: the alert that carries on for it.
+    pub merged_into: Option<i64>,
     /// Who acknowledged it, and when (it stays open while its condition holds).
     pub acked: Option<(String, i64)>,
     /// Quiet until then, and who asked.
@@ -598,6 +845,8 @@ impl Alert {
             id: self.id,
             kind: self.kind,
             fingerprint: self.fingerprint.clone(),
+            key: self.key.clone(),
+            keys: self.keys.clone(),
         }
     }
 }
@@ -610,26 +859,53 @@ pub struct Email {
     pub html: String,
 }
 
-/// Whether `kind`'s alerts are per key and read as one per quota, kind
-/// and level: one training job over six keys is one row on the alerts
-/// page (`app::alerts::group_rows`), one group in the API
-/// (`?group=condition`) and one email.
+/// Whether `kind`'s alerts are about keys of the quota, one alert per
+/// quota, kind and level whichever keys it covers (`grouped`): one
+/// training job over six keys is one alert, one row, one email.
 pub fn per_key(kind: Kind) -> bool {
     app::alerts::PER_KEY_KINDS.contains(&kind.as_str())
 }
 
-/// The keys an alert's words name: its key, a budget's target, a
-/// transfer's amounts.
+/// The keys an alert's words name: its key, the keys it covers (each
+/// with its budget's target), a transfer's amounts.
 pub fn named_keys<'a>(key: &'a str, numbers: &'a serde_json::Value) -> Vec<&'a str> {
     let amounts = numbers.get("amounts").and_then(|v| v.as_object());
-    [key, quota::keys::cash_target(key).unwrap_or("")]
+    let covered = numbers
+        .get("keys")
+        .and_then(|v| v.as_array())
         .into_iter()
+        .flatten()
+        .filter_map(|e| e.get("key")?.as_str());
+    std::iter::once(key)
+        .chain(covered)
+        .flat_map(|k| [k, quota::keys::cash_target(k).unwrap_or("")])
         .chain(
             amounts
                 .into_iter()
                 .flat_map(|m| m.keys().map(String::as_str)),
         )
         .filter(|k| !k.is_empty())
+        .collect()
+}
+
+/// Each key a condition covers with its figure, in words and in its
+/// order (GPUs first): `("A100 GPUs", "requests.nvidia.com/gpu.A100",
+/// "8 of 8 (100 %)")`. Empty for an alert not on keys.
+pub fn key_figures(numbers: &serde_json::Value, cfg: &KeyConfig) -> Vec<(String, String, String)> {
+    numbers
+        .get("keys")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let key = e.get("key")?.as_str()?;
+            let figure = e.get("figure").and_then(|f| f.as_str()).unwrap_or_default();
+            Some((
+                quota::keys::display_name(key, cfg),
+                key.to_string(),
+                figure.to_string(),
+            ))
+        })
         .collect()
 }
 
@@ -640,87 +916,75 @@ pub fn words(message: &str, key: &str, numbers: &serde_json::Value, cfg: &KeyCon
     quota::keys::with_names(message, named_keys(key, numbers), cfg)
 }
 
-/// The email for the alerts of one quota, kind and level opened together
-/// (`per_key` kinds: one condition over several keys; any other alert
-/// alone): what happened in words, each key's numbers, a link to the
-/// quota. Keys are named (`GPUs`, `A100 GPUs`), GPUs first.
-pub fn email(group: &[&Condition], public_url: &str, cfg: &KeyConfig) -> Email {
-    let mut group: Vec<&Condition> = group.to_vec();
-    group.sort_by_cached_key(|c| quota::keys::display_order(&c.key, cfg));
-    let Some(first) = group.first() else {
-        return Email {
-            subject: String::new(),
-            text: String::new(),
-            html: String::new(),
-        };
-    };
-    let link = format!(
-        "{}/quotas/{}",
-        public_url.trim_end_matches('/'),
-        first.quota
-    );
-    let said = |c: &Condition| words(&c.message, &c.key, &c.numbers, cfg);
-    let subject = if group.len() == 1 {
-        format!("[bizrq {}] {}", first.level.as_str(), said(first))
-    } else {
-        let names: Vec<String> = group
-            .iter()
-            .map(|c| quota::keys::display_name(&c.key, cfg))
-            .collect();
+/// The email of one alert as it opens: what happened in words, its
+/// figures (for a condition on keys, each key it covers, GPUs first, the
+/// raw key in the HTML's `title`), a link to the quota. The subject is its
+/// title: the worst key's figure, and how many keys.
+pub fn email(c: &Condition, public_url: &str, cfg: &KeyConfig) -> Email {
+    let link = format!("{}/quotas/{}", public_url.trim_end_matches('/'), c.quota);
+    let figures = key_figures(&c.numbers, cfg);
+    let said = words(&c.message, &c.key, &c.numbers, cfg);
+    let title = c
+        .numbers
+        .get("title")
+        .and_then(|t| t.as_str())
+        .map(|t| words(t, &c.key, &c.numbers, cfg))
+        .unwrap_or_else(|| said.clone());
+    let subject = if figures.len() > 1 {
         format!(
-            "[bizrq {}] {} on {}: {} keys ({})",
-            first.level.as_str(),
-            app::alerts::kind_label(first.kind.as_str()),
-            first.quota,
-            group.len(),
-            names.join(", ")
+            "[bizrq {}] {title} (and {} more keys)",
+            c.level.as_str(),
+            figures.len() - 1
         )
+    } else {
+        format!("[bizrq {}] {title}", c.level.as_str())
     };
-    let mut text = String::new();
-    let mut html = String::from("<!DOCTYPE html><html><body>");
-    if group.len() > 1 {
-        let head = format!(
-            "{} ({}) on {}, {} keys:",
-            app::alerts::kind_label(first.kind.as_str()),
-            first.level.as_str(),
-            first.quota,
-            group.len()
-        );
-        text.push_str(&format!("{head}\n\n"));
-        html.push_str(&format!("<p>{}</p>", escape(&head)));
-    }
-    for c in &group {
+    let mut text = format!("{title}\n\n");
+    let mut html = format!(
+        "<!DOCTYPE html><html><body><p title=\"{}\">{}</p>",
+        escape(&c.key),
+        escape(&title)
+    );
+    if figures.len() > 1 {
+        text.push_str(&format!(
+            "{} ({}) on {}, {} keys:\n",
+            app::alerts::kind_label(c.kind.as_str()),
+            c.level.as_str(),
+            c.quota,
+            figures.len()
+        ));
+        html.push_str("<table>");
+        for (name, key, figure) in figures.iter().take(LISTED_KEYS) {
+            text.push_str(&format!("- {name}: {figure}\n"));
+            html.push_str(&format!(
+                "<tr><th title=\"{}\">{}</th><td>{}</td></tr>",
+                escape(key),
+                escape(name),
+                escape(figure)
+            ));
+        }
+        html.push_str("</table>");
+        if figures.len() > LISTED_KEYS {
+            let more = format!("and {} more keys", figures.len() - LISTED_KEYS);
+            text.push_str(&format!("- {more}\n"));
+            html.push_str(&format!("<p>{more}, listed on the alert's page</p>"));
+        }
+    } else {
         let numbers = numbers_of(c);
-        let lead = if group.len() > 1 { "- " } else { "" };
-        let pad = if group.len() > 1 { "    " } else { "  " };
-        text.push_str(&format!("{lead}{}\n", said(c)));
-        if group.len() == 1 {
-            text.push('\n');
-        }
         for (k, v) in &numbers {
-            text.push_str(&format!("{pad}{k}: {v}\n"));
-        }
-        if group.len() > 1 {
-            text.push('\n');
+            text.push_str(&format!("  {k}: {v}\n"));
         }
         let rows: String = numbers
             .iter()
             .map(|(k, v)| format!("<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v)))
             .collect();
-        html.push_str(&format!(
-            "<p title=\"{}\">{}</p><table>{rows}</table>",
-            escape(&c.key),
-            escape(&said(c))
-        ));
+        html.push_str(&format!("<table>{rows}</table>"));
     }
-    text.push_str(&format!(
-        "{}Quota: {link}\n",
-        if group.len() == 1 { "\n" } else { "" }
-    ));
+    text.push_str(&format!("\nQuota: {link}\n"));
     html.push_str(&format!(
         "<p><a href=\"{}\">Open {} in bizrq</a></p></body></html>",
         escape(&link),
-        escape(&first.quota)
+        escape(&c.quota)
     ));
     Email {
         subject,
@@ -736,7 +1000,7 @@ fn numbers_of(c: &Condition) -> Vec<(String, String)> {
         .as_object()
         .map(|o| {
             o.iter()
-                .filter(|(_, v)| !v.is_null())
+                .filter(|(k, v)| !v.is_null() && !matches!(k.as_str(), "keys" | "title" | "worst"))
                 .map(|(k, v)| {
                     let v = v
                         .as_str()
@@ -752,9 +1016,8 @@ fn numbers_of(c: &Condition) -> Vec<(String, String)> {
 }
 
 /// `items` in groups, in the order each group first appears: those
-/// whose `key` is the same together, those without one alone. The email
-/// groups conditions by quota, kind and level for the `per_key` kinds
-/// (`mail_group`); the API's `group=condition` the same, by state too.
+/// whose `key` is the same together, those without one alone (`grouped`:
+/// a quota's conditions on keys by kind and level).
 pub fn group_by<'a, T, K: Eq + std::hash::Hash>(
     items: &'a [T],
     key: impl Fn(&'a T) -> Option<K>,
@@ -775,12 +1038,6 @@ pub fn group_by<'a, T, K: Eq + std::hash::Hash>(
         }
     }
     out
-}
-
-/// What an email groups by: quota, kind and level for the `per_key`
-/// kinds; None (alone) for any other.
-pub fn mail_group(c: &Condition) -> Option<(&str, Kind, Level)> {
-    per_key(c.kind).then_some((c.quota.as_str(), c.kind, c.level))
 }
 
 /// Where a day's digest ends: the last `hour`:00 UTC at or before `now_ms`.

@@ -3,7 +3,7 @@
 //! emails in one transaction. It runs on every replica: opening an alert is
 //! idempotent across them (see `SqlStore::apply_evaluation`).
 
-use super::{evaluate_quotas, Condition, Evaluation, Kind, Level, OpenAlert};
+use super::{Condition, Evaluation, Kind, Level, OpenAlert};
 use serde_json::json;
 // What the service marks as written; the engine takes it from there.
 pub use crate::service::changed::{Changed, Seen};
@@ -43,6 +43,8 @@ pub const SWEEP_SLACK_MS: i64 = 5_000;
 pub struct Swept {
     pub opened: usize,
     pub resolved: usize,
+    /// Open alerts whose keys changed.
+    pub updated: usize,
 }
 
 /// The alert for a transfer event, on the receiving quota.
@@ -87,6 +89,7 @@ pub fn transfer_condition(kind: Kind, t: &Transfer) -> Condition {
         kind,
         quota: t.to_quota.clone(),
         key: format!("#{}", t.id),
+        keys: Vec::new(),
         level: if kind == Kind::TransferRejected {
             Level::Warning
         } else {
@@ -177,7 +180,7 @@ async fn evaluate_listed(
         open.entry(a.quota.clone()).or_default().push(a.as_open());
     }
     let forecasts = forecasts(quotas, &rules, pricing);
-    let e = evaluate_in_chunks(quotas, in_use, &rules, &open, &forecasts, now_ms).await;
+    let e = evaluate_in_chunks(quotas, in_use, &rules, &open, &forecasts, now_ms, keys).await;
     if e.is_empty() {
         return Ok(Swept::default());
     }
@@ -208,13 +211,16 @@ pub async fn evaluate_in_chunks(
     open: &BTreeMap<String, Vec<OpenAlert>>,
     forecasts: &BTreeMap<String, BTreeMap<String, Outlook>>,
     now_ms: i64,
+    keys: &quota::KeyConfig,
 ) -> Evaluation {
     let mut out = Evaluation::default();
     let mut pace = crate::util::Pace::start();
     for chunk in quotas.chunks(EVALUATE_CHUNK) {
-        let e = super::evaluate_each(chunk, in_use, rules, open, forecasts, now_ms);
+        let e = super::evaluate_each(chunk, in_use, rules, open, forecasts, now_ms, keys);
         out.open.extend(e.open);
         out.resolve.extend(e.resolve);
+        out.update.extend(e.update);
+        out.escalate.extend(e.escalate);
         pace.rest().await;
     }
     out.resolve.extend(super::resolve_deleted(quotas, open));
@@ -255,9 +261,10 @@ pub async fn evaluate_changed(
         return Ok(Swept::default());
     };
     // Each quota as of its own write.
-    let observed = Observed {
+    let mut observed = Observed {
         default: oldest,
         by_quota: changed.iter().map(|(n, s)| (n.clone(), s.at_ms)).collect(),
+        ..Observed::default()
     };
     let now_ms = service.now();
     let written: Vec<(String, Option<Arc<crate::store::Stored>>)> = changed
@@ -331,7 +338,20 @@ pub async fn evaluate_changed(
         .filter_map(|s| s.quota.as_ref().map(|s| &s.quota))
         .collect();
     let forecasts = forecasts(&quotas, &rules, &service.pricing());
-    let mut e = evaluate_quotas(&quotas, in_use, &rules, &open, &forecasts, now_ms);
+    // Only the quotas written: `open` holds their ancestors' alerts too,
+    // which `evaluate_quotas` would take for a deleted quota's and resolve
+    // (a child's write, in a batch of its own, resolved its parent's usage
+    // alert, which then waited for the sweep to open again). A deleted
+    // quota's alerts are `gone`'s.
+    let mut e = super::evaluate_each(
+        &quotas,
+        in_use,
+        &rules,
+        &open,
+        &forecasts,
+        now_ms,
+        &service.keys,
+    );
     e.resolve.extend(super::evaluate(Vec::new(), &gone).resolve);
     let none = Vec::new();
     for name in &above {
@@ -348,14 +368,42 @@ pub async fn evaluate_changed(
         .into_iter()
         .filter(|c| c.kind == Kind::Threshold)
         .collect();
-        let opened = super::evaluate(usage, open.get(name).map(Vec::as_slice).unwrap_or_default());
-        e.open.extend(opened.open);
+        let was = open.get(name).map(Vec::as_slice).unwrap_or_default();
+        let found = super::evaluate(super::grouped(usage, &service.keys), was);
+        e.open.extend(found.open);
+        // Keys that crossed join its alert; none leaves it here (the
+        // sweep, which reads every quota, takes them out).
+        let joined: Vec<(i64, Condition)> = found
+            .update
+            .into_iter()
+            .filter(|(id, c)| {
+                was.iter()
+                    .find(|a| a.id == *id)
+                    .is_some_and(|a| a.keys.iter().all(|k| c.keys.contains(k)))
+            })
+            .collect();
+        e.escalate.extend(
+            joined
+                .iter()
+                .map(|(id, _)| *id)
+                .filter(|id| found.escalate.contains(id)),
+        );
+        e.update.extend(joined);
+        // Its figures are this process's cache's, of no known moment: an
+        // update keeps the moment of the view that last opened or updated
+        // the alert, so a sweep's newer view may still clear it.
+        observed.cached.insert(name.clone());
     }
     if e.is_empty() {
         return Ok(Swept::default());
     }
     let mut parents = Forest::default();
-    for c in &e.open {
+    let escalated = e
+        .update
+        .iter()
+        .filter(|(id, _)| e.escalate.contains(id))
+        .map(|(_, c)| c);
+    for c in e.open.iter().chain(escalated) {
         ancestors(service, &c.quota, &mut parents).await;
     }
     store(
@@ -444,7 +492,7 @@ pub async fn transfer_event(
     let c = transfer_condition(kind, t);
     let mut e = Evaluation {
         open: vec![c],
-        resolve: Vec::new(),
+        ..Evaluation::default()
     };
     if kind != Kind::TransferRequested {
         e.resolve = open_requested(sql, t).await?;
@@ -475,8 +523,8 @@ async fn transfer_expired(sql: &SqlStore, t: &Transfer, now_ms: i64) -> Result<(
     let resolve = open_requested(sql, t).await?;
     if !resolve.is_empty() {
         let e = Evaluation {
-            open: Vec::new(),
             resolve,
+            ..Evaluation::default()
         };
         // Resolutions only: no email, whatever the keys are called.
         let keys = quota::KeyConfig::default();
@@ -516,13 +564,43 @@ async fn store(
     let mut pace = crate::util::Pace::start();
     for chunk in e.resolve.chunks(RESOLVE_PER_TX) {
         let part = Evaluation {
-            open: Vec::new(),
             resolve: chunk.to_vec(),
+            ..Evaluation::default()
         };
         let applied = sql
             .apply_evaluation(&part, &BTreeMap::new(), public_url, keys, observed, now_ms)
             .await?;
         swept.resolved += applied.resolved;
+        pace.rest().await;
+    }
+    for chunk in e.update.chunks(RESOLVE_PER_TX) {
+        let mut recipients = BTreeMap::new();
+        for (_, c) in chunk.iter().filter(|(id, _)| e.escalate.contains(id)) {
+            let to = match by_quota.get(&(c.quota.as_str(), c.kind)) {
+                Some(to) => to.clone(),
+                None => {
+                    let to = sql
+                        .alert_recipients(&parents.line(&c.quota).names, c.kind)
+                        .await?;
+                    by_quota.insert((c.quota.as_str(), c.kind), to.clone());
+                    to
+                }
+            };
+            recipients.insert(c.fingerprint(), to);
+        }
+        let part = Evaluation {
+            update: chunk.to_vec(),
+            escalate: chunk
+                .iter()
+                .map(|(id, _)| *id)
+                .filter(|id| e.escalate.contains(id))
+                .collect(),
+            ..Evaluation::default()
+        };
+        let applied = sql
+            .apply_evaluation(&part, &recipients, public_url, keys, observed, now_ms)
+            .await?;
+        swept.updated += applied.updated;
         pace.rest().await;
     }
     for chunk in open_chunks(&e.open) {
@@ -542,7 +620,7 @@ async fn store(
         }
         let part = Evaluation {
             open: chunk.to_vec(),
-            resolve: Vec::new(),
+            ..Evaluation::default()
         };
         let applied = sql
             .apply_evaluation(&part, &recipients, public_url, keys, observed, now_ms)
@@ -554,8 +632,7 @@ async fn store(
 }
 
 /// `open` in transactions of about `OPEN_PER_TX` alerts, never splitting
-/// one quota's (its alerts of one condition share one email, written in
-/// the transaction that opens them).
+/// one quota's.
 fn open_chunks(open: &[Condition]) -> Vec<&[Condition]> {
     let mut out = Vec::new();
     let mut start = 0;
@@ -689,7 +766,12 @@ pub async fn queue_digests(
 fn log(r: Result<Swept, StoreError>) {
     match r {
         Ok(s) if s != Swept::default() => {
-            tracing::info!(opened = s.opened, resolved = s.resolved, "alerts evaluated")
+            tracing::info!(
+                opened = s.opened,
+                resolved = s.resolved,
+                updated = s.updated,
+                "alerts evaluated"
+            )
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "evaluating alerts failed"),
@@ -790,9 +872,92 @@ mod start_up {
     on_both_databases!(a_crossing_whose_evaluation_died_opens_at_the_next_start);
 }
 
+/// A write's evaluation reads its ancestors' open alerts (to open their
+/// usage alerts, never to resolve them). Whether a parent's write and its
+/// child's are one batch is a matter of timing (both within `SETTLE`, or
+/// not): as two, the child's must leave the parent's alerts as they are.
+#[cfg(test)]
+mod batches {
+    use super::*;
+    use crate::store::testdb::on_both_databases;
+    use crate::store::{QuotaStore, Stored};
+    use quota::{Quantity, QuotaSpec};
+
+    const GPU: &str = "requests.nvidia.com/gpu";
+    const T: i64 = 1_800_000_000_000;
+    const URL: &str = "http://bizrq.test";
+
+    fn quota(name: &str, parent: &str, hard: i64, running: i64) -> Quota {
+        let spec = QuotaSpec {
+            parent: parent.into(),
+            hard: [(GPU.to_string(), Quantity::from_units(hard))].into(),
+            ..QuotaSpec::default()
+        };
+        let mut q = Quota::new(name, spec);
+        q.status
+            .self_used
+            .insert(GPU.into(), Quantity::from_units(running));
+        q.status
+            .used
+            .insert(GPU.into(), Quantity::from_units(running));
+        q
+    }
+
+    fn seen(q: &Stored, at_ms: i64) -> (String, Seen) {
+        let s = Seen {
+            quota: Some(Arc::new(q.clone())),
+            at_ms,
+        };
+        (q.quota.name().to_string(), s)
+    }
+
+    /// org runs 8 of its 10 cards: its warning opens. Then team, below it,
+    /// starts 1 card, in a batch of its own: org (9 of 10) is still over
+    /// its line, and its warning stays open.
+    async fn a_childs_write_leaves_its_parents_alert_open(db: &SqlStore) {
+        let org = db.create(&quota("org", "", 10, 8)).await.unwrap();
+        let idle = db.create(&quota("team", "org", 4, 0)).await.unwrap();
+        let service = Service::new(
+            Arc::new(db.clone()),
+            quota::KeyConfig::default(),
+            quota::cash::Prices::default(),
+            Default::default(),
+        )
+        .with_clock(Arc::new(|| T + 5_000));
+        let mut kept = Kept::default();
+        let first = [seen(&org, T), seen(&idle, T)].into();
+        let done = evaluate_changed(&service, db, first, URL, &mut kept).await;
+        assert_eq!(done.unwrap().opened, 1);
+        let open = db.open_alerts().await.unwrap();
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].quota, "org");
+
+        let mut busy = idle.quota.clone();
+        busy.status
+            .self_used
+            .insert(GPU.into(), Quantity::from_units(1));
+        busy.status.used.insert(GPU.into(), Quantity::from_units(1));
+        let busy = db.replace_status(&idle, &busy.status).await.unwrap();
+        let team = db.get("team").await.unwrap().unwrap();
+        assert_eq!(team.version, busy);
+        let second = [seen(&team, T + 1_000)].into();
+        let done = evaluate_changed(&service, db, second, URL, &mut kept).await;
+        assert_eq!(done.unwrap(), Swept::default(), "nothing changed for org");
+        let open = db.open_alerts().await.unwrap();
+        assert_eq!(
+            open.iter().map(|a| a.quota.as_str()).collect::<Vec<_>>(),
+            ["org"],
+            "org's warning is still open"
+        );
+    }
+
+    on_both_databases!(a_childs_write_leaves_its_parents_alert_open);
+}
+
 #[cfg(test)]
 mod chunks {
     use super::*;
+    use crate::alerts::evaluate_quotas;
     use quota::{Quantity, QuotaSpec};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -829,17 +994,20 @@ mod chunks {
         let (rules, forecasts) = (BTreeMap::new(), BTreeMap::new());
         // Alerts open on two quotas that are gone and on one that recovered.
         let mut open: BTreeMap<String, Vec<OpenAlert>> = BTreeMap::new();
-        let held = evaluate_quotas(&quotas[1..3], &in_use, &rules, &open, &forecasts, T);
+        let keys = quota::KeyConfig::default();
+        let held = evaluate_quotas(&quotas[1..3], &in_use, &rules, &open, &forecasts, T, &keys);
         for (i, c) in held.open.iter().enumerate() {
             let a = OpenAlert {
                 id: i as i64 + 1,
                 fingerprint: c.fingerprint(),
                 kind: c.kind,
+                key: c.key.clone(),
+                keys: c.keys.clone(),
             };
             open.entry("gone".into()).or_default().push(a.clone());
             open.entry("team-00001".into()).or_default().push(a);
         }
-        let whole = evaluate_quotas(&quotas, &in_use, &rules, &open, &forecasts, T);
+        let whole = evaluate_quotas(&quotas, &in_use, &rules, &open, &forecasts, T, &keys);
         assert!(whole.open.len() >= 3_000, "{} alerts", whole.open.len());
         assert!(!whole.resolve.is_empty());
 
@@ -853,7 +1021,8 @@ mod chunks {
                 }
             })
         };
-        let chunked = evaluate_in_chunks(&quotas, &in_use, &rules, &open, &forecasts, T).await;
+        let chunked =
+            evaluate_in_chunks(&quotas, &in_use, &rules, &open, &forecasts, T, &keys).await;
         let ran = ticks.load(Ordering::SeqCst);
         ticker.abort();
         assert_eq!(chunked, whole, "the same decisions in the same order");

@@ -27,17 +27,32 @@ fn round(
     open: &mut Vec<OpenAlert>,
     next_id: &mut i64,
 ) -> Vec<Condition> {
-    let e = evaluate(conditions(quota, None, rules, &BTreeMap::new(), NOW), open);
+    let found = grouped(
+        conditions(quota, None, rules, &BTreeMap::new(), NOW),
+        &KeyConfig::default(),
+    );
+    let e = evaluate(found, open);
     open.retain(|a| !e.resolve.contains(&a.id));
+    for (id, c) in &e.update {
+        let a = open.iter_mut().find(|a| a.id == *id).unwrap();
+        a.key = c.key.clone();
+        a.keys = c.keys.clone();
+    }
     for c in &e.open {
         *next_id += 1;
-        open.push(OpenAlert {
-            id: *next_id,
-            kind: c.kind,
-            fingerprint: c.fingerprint(),
-        });
+        open.push(as_open(*next_id, c));
     }
     e.open
+}
+
+fn as_open(id: i64, c: &Condition) -> OpenAlert {
+    OpenAlert {
+        id,
+        kind: c.kind,
+        fingerprint: c.fingerprint(),
+        key: c.key.clone(),
+        keys: c.keys.clone(),
+    }
 }
 
 fn fingerprints(cs: &[Condition]) -> Vec<String> {
@@ -52,10 +67,7 @@ fn a_crossing_fires_once_resolves_when_it_clears_and_fires_again_when_it_recurs(
         "79.99 % is under 80 %"
     );
     let fired = round(&quota("8"), &[], &mut open, &mut id);
-    assert_eq!(
-        fingerprints(&fired),
-        ["threshold|nlp-team|requests.nvidia.com/gpu|warning"]
-    );
+    assert_eq!(fingerprints(&fired), ["threshold|nlp-team||warning"]);
     assert_eq!(fired[0].numbers["used"], "8");
     assert_eq!(fired[0].numbers["hard"], "10");
     // Still over 80 %: the open alert suppresses a repeat.
@@ -77,15 +89,12 @@ fn critical_at_100_percent_and_over_quota_above_hard() {
     assert_eq!(
         fingerprints(&at_hard),
         [
-            "threshold|nlp-team|requests.nvidia.com/gpu|warning",
-            "threshold|nlp-team|requests.nvidia.com/gpu|critical",
+            "threshold|nlp-team||warning",
+            "threshold|nlp-team||critical",
         ]
     );
     let over = round(&quota("10001m"), &[], &mut open, &mut id);
-    assert_eq!(
-        fingerprints(&over),
-        ["over_quota|nlp-team|requests.nvidia.com/gpu|critical"]
-    );
+    assert_eq!(fingerprints(&over), ["over_quota|nlp-team||critical"]);
     assert!(
         over[0].message.contains("over quota"),
         "{}",
@@ -106,10 +115,7 @@ fn rules_per_key_override_the_wildcard_and_the_defaults() {
         allocation_percent: None,
     }];
     let fired = conditions(&quota("5"), None, &rules, &BTreeMap::new(), NOW);
-    assert_eq!(
-        fingerprints(&fired),
-        ["threshold|nlp-team|requests.nvidia.com/gpu|warning"]
-    );
+    assert_eq!(fingerprints(&fired), ["threshold|nlp-team||warning"]);
     let rules = [
         rules[0].clone(),
         Rule {
@@ -131,10 +137,7 @@ fn a_cash_key_is_judged_on_its_spend() {
     quota.status.used.insert(CASH.into(), q("80"));
     quota.status.self_used.insert(CASH.into(), q("80"));
     let fired = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
-    assert_eq!(
-        fingerprints(&fired),
-        ["threshold|nlp-team|cash/requests.nvidia.com/gpu|warning"]
-    );
+    assert_eq!(fingerprints(&fired), ["threshold|nlp-team||warning"]);
     assert!(
         fired[0]
             .message
@@ -228,10 +231,7 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
         allocation_percent: None,
     };
     let fired = conditions(&quota, None, &[rule(10 * 24)], &forecasts, NOW);
-    assert_eq!(
-        fingerprints(&fired),
-        ["cash_forecast|nlp-team|cash/requests.nvidia.com/gpu|warning"]
-    );
+    assert_eq!(fingerprints(&fired), ["cash_forecast|nlp-team||warning"]);
     assert_eq!(
         fired[0].message,
         "cash/requests.nvidia.com/gpu of nlp-team runs out in 9 days (2027-01-24)"
@@ -248,7 +248,7 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
     // No rule: the budget's default horizon, 14 days, so 9 days fires.
     assert_eq!(
         fingerprints(&conditions(&quota, None, &[], &forecasts, NOW)),
-        ["cash_forecast|nlp-team|cash/requests.nvidia.com/gpu|warning"]
+        ["cash_forecast|nlp-team||warning"]
     );
     // The policy's forecastDays: 5 days is too short for 9; 0 turns it off.
     for (days, fires) in [(5, false), (0, false), (10, true)] {
@@ -311,14 +311,17 @@ fn transfer_alerts_are_not_resolved_by_an_evaluation() {
         id: 7,
         kind: Kind::TransferRequested,
         fingerprint: "transfer_requested|x|#1|info".into(),
+        key: "#1".into(),
+        keys: Vec::new(),
     }];
     assert!(evaluate(Vec::new(), &open).is_empty());
 }
 
 #[test]
 fn the_email_has_the_message_the_numbers_and_a_link() {
-    let c = &conditions(&quota("9"), None, &[], &BTreeMap::new(), NOW)[0];
-    let m = email(&[c], "https://bizrq.example/", &KeyConfig::default());
+    let cs = conditions(&quota("9"), None, &[], &BTreeMap::new(), NOW);
+    let c = &grouped(cs, &KeyConfig::default())[0];
+    let m = email(c, "https://bizrq.example/", &KeyConfig::default());
     assert_eq!(
         m.subject,
         "[bizrq warning] GPUs of nlp-team reached 80 %: 9 in use of 10"
@@ -343,69 +346,163 @@ fn the_email_has_the_message_the_numbers_and_a_link() {
     );
 }
 
-/// One job over several keys: one email for the quota's condition, its
-/// keys by name, GPUs first, each with its numbers; other levels and
-/// kinds, and other quotas, apart.
-#[test]
-fn the_keys_of_one_condition_share_one_email_by_name_gpus_first() {
-    let mut quota = quota("8");
-    for (k, hard, used) in [
-        ("pods", "10", "9"),
-        ("requests.cpu", "100", "85"),
-        ("requests.nvidia.com/gpu.A100", "10", "8"),
-    ] {
+/// A job that takes `used` of each of six keys of nlp-team (GPUs, A100
+/// GPUs, CPU cores and their limit, CPU A4 cores, memory).
+fn six_keys(used: [&str; 6]) -> Quota {
+    let mut quota = quota(used[0]);
+    for (i, (k, hard)) in [
+        ("requests.nvidia.com/gpu.A100", "10"),
+        ("requests.cpu", "100"),
+        ("limits.cpu", "100"),
+        ("requests.cpu.A4", "100"),
+        ("requests.memory", "100Gi"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let u: Quantity = if k == "requests.memory" {
+            format!("{}Gi", used[i + 1]).parse().unwrap()
+        } else {
+            q(used[i + 1])
+        };
         quota.spec.hard.insert(k.into(), q(hard));
-        quota.status.used.insert(k.into(), q(used));
-        quota.status.self_used.insert(k.into(), q(used));
+        quota.status.used.insert(k.into(), u);
+        quota.status.self_used.insert(k.into(), u);
     }
-    let mut other = quota.clone();
-    other.metadata.name = "cv-team".into();
-    let mut all = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
-    all.extend(conditions(&other, None, &[], &BTreeMap::new(), NOW));
-    let groups = group_by(&all, mail_group);
-    assert_eq!(groups.len(), 2, "one group per quota: {groups:?}");
-    assert_eq!(groups[0].len(), 4);
-    let m = email(&groups[0], "https://bizrq.example", &KeyConfig::default());
+    quota
+}
+
+/// One training job over six keys is one alert: its keys listed, GPUs
+/// first, each with its figure; the worst in its title; one email.
+#[test]
+fn a_crossing_on_six_keys_is_one_alert_that_names_them_gpus_first() {
+    let quota = six_keys(["8", "9", "85", "90", "95", "80"]);
+    let cfg = KeyConfig::default();
+    let per_key = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
+    assert_eq!(per_key.len(), 6, "{per_key:?}");
+    let found = grouped(per_key, &cfg);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let c = &found[0];
+    assert_eq!(c.fingerprint(), "threshold|nlp-team||warning");
+    assert_eq!(
+        c.keys,
+        [
+            "requests.nvidia.com/gpu",
+            "requests.nvidia.com/gpu.A100",
+            "requests.cpu",
+            "requests.cpu.A4",
+            "limits.cpu",
+            "requests.memory",
+        ],
+        "GPUs first"
+    );
+    // The worst (95 % of CPU A4 cores) in the title and the top numbers.
+    assert_eq!(c.key, "requests.cpu.A4");
+    assert_eq!(c.numbers["used"], "95");
+    assert_eq!(c.numbers["keys"][0]["figure"], "8 of 10 (80 %)");
+    assert_eq!(c.numbers["keys"][5]["figure"], "80 GiB of 100 GiB (80 %)");
+    let said = words(&c.message, &c.key, &c.numbers, &cfg);
+    assert_eq!(
+        said,
+        "CPU A4 cores of nlp-team reached 80 %: 95 in use of 100; 6 keys: GPUs 8 of 10 (80 %), \
+         A100 GPUs 9 of 10 (90 %), CPU cores 85 of 100 (85 %), CPU A4 cores 95 of 100 (95 %), \
+         CPU cores (limit) 90 of 100 (90 %), memory 80 GiB of 100 GiB (80 %)"
+    );
+    let m = email(c, "https://bizrq.example", &cfg);
     assert_eq!(
         m.subject,
-        "[bizrq warning] Usage threshold on nlp-team: 4 keys (GPUs, A100 GPUs, CPU cores, pods)"
+        "[bizrq warning] CPU A4 cores of nlp-team reached 80 %: 95 in use of 100 (and 5 more keys)"
     );
     assert!(
-        m.text.starts_with(
-            "Usage threshold (warning) on nlp-team, 4 keys:\n\n\
-             - GPUs of nlp-team reached 80 %: 8 in use of 10\n    hard: 10\n"
+        m.text.contains(
+            "Usage threshold (warning) on nlp-team, 6 keys:\n- GPUs: 8 of 10 (80 %)\n\
+             - A100 GPUs: 9 of 10 (90 %)\n"
         ),
         "{}",
         m.text
     );
     assert!(m
         .text
-        .contains("- CPU cores of nlp-team reached 80 %: 85 in use of 100\n"));
-    assert!(m
-        .text
-        .contains("- pods of nlp-team reached 80 %: 9 in use of 10\n"));
-    assert!(m
-        .text
         .ends_with("Quota: https://bizrq.example/quotas/nlp-team\n"));
     assert!(!m.text.contains("requests."), "no raw key: {}", m.text);
     assert!(m.html.contains("title=\"requests.cpu\""), "{}", m.html);
-    // A critical level, or another kind, is its own email.
-    quota.status.used.insert("pods".into(), q("11"));
-    quota.status.self_used.insert("pods".into(), q("11"));
-    let cs = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
-    let kinds: Vec<(Kind, Level, usize)> = group_by(&cs, mail_group)
-        .iter()
-        .map(|g| (g[0].kind, g[0].level, g.len()))
-        .collect();
-    assert_eq!(
-        kinds,
-        [
-            (Kind::OverQuota, Level::Critical, 1),
-            (Kind::Threshold, Level::Warning, 4),
-            (Kind::Threshold, Level::Critical, 1),
-        ],
-        "{cs:?}"
+}
+
+/// The alert follows its keys: a key that crosses later, or clears while
+/// others hold, updates it (no second alert); it resolves when none is
+/// over; another level or kind is its own alert.
+#[test]
+fn a_condition_updates_its_keys_and_resolves_when_none_is_over() {
+    let (mut open, mut id) = (Vec::new(), 0);
+    let cfg = KeyConfig::default();
+    let step = |q: &Quota, open: &mut Vec<OpenAlert>, id: &mut i64| {
+        let e = evaluate(
+            grouped(conditions(q, None, &[], &BTreeMap::new(), NOW), &cfg),
+            open,
+        );
+        open.retain(|a| !e.resolve.contains(&a.id));
+        for (i, c) in &e.update {
+            let a = open.iter_mut().find(|a| a.id == *i).unwrap();
+            a.key = c.key.clone();
+            a.keys = c.keys.clone();
+        }
+        for c in &e.open {
+            *id += 1;
+            open.push(as_open(*id, c));
+        }
+        e
+    };
+    let e = step(
+        &six_keys(["8", "1", "1", "1", "1", "1"]),
+        &mut open,
+        &mut id,
     );
+    assert_eq!((e.open.len(), e.update.len()), (1, 0));
+    assert_eq!(open[0].keys, ["requests.nvidia.com/gpu"]);
+    // A100 crosses too: the same alert, now of two keys, A100 the worst.
+    let e = step(
+        &six_keys(["8", "9", "1", "1", "1", "1"]),
+        &mut open,
+        &mut id,
+    );
+    assert_eq!((e.open.len(), e.update.len()), (0, 1), "{e:?}");
+    assert_eq!(e.update[0].0, 1);
+    assert_eq!(
+        open[0].keys,
+        ["requests.nvidia.com/gpu", "requests.nvidia.com/gpu.A100"]
+    );
+    assert_eq!(open[0].key, "requests.nvidia.com/gpu.A100");
+    // Nothing changed: nothing to write.
+    assert!(step(
+        &six_keys(["8", "9", "1", "1", "1", "1"]),
+        &mut open,
+        &mut id
+    )
+    .is_empty());
+    // GPUs clear, A100 holds: updated, still one.
+    let e = step(
+        &six_keys(["1", "9", "1", "1", "1", "1"]),
+        &mut open,
+        &mut id,
+    );
+    assert_eq!((e.open.len(), e.update.len(), e.resolve.len()), (0, 1, 0));
+    assert_eq!(open[0].keys, ["requests.nvidia.com/gpu.A100"]);
+    // A100 at its hard: critical is another condition, its own alert.
+    let e = step(
+        &six_keys(["1", "10", "1", "1", "1", "1"]),
+        &mut open,
+        &mut id,
+    );
+    let opened: Vec<String> = e.open.iter().map(Condition::fingerprint).collect();
+    assert_eq!(opened, ["threshold|nlp-team||critical"]);
+    // None over: both resolve.
+    let e = step(
+        &six_keys(["1", "1", "1", "1", "1", "1"]),
+        &mut open,
+        &mut id,
+    );
+    assert_eq!(e.resolve.len(), 2);
+    assert!(open.is_empty());
 }
 
 #[test]
@@ -425,6 +522,7 @@ fn ten_thousand_quotas_evaluate_well_under_a_second() {
         &BTreeMap::new(),
         &BTreeMap::new(),
         NOW,
+        &KeyConfig::default(),
     );
     let took = started.elapsed();
     println!("evaluated 10000 quotas in {took:?}");
@@ -440,7 +538,9 @@ fn alerts_of_a_deleted_quota_resolve_but_not_on_an_empty_list() {
         vec![OpenAlert {
             id: 3,
             kind: Kind::Threshold,
-            fingerprint: "threshold|gone|requests.nvidia.com/gpu|warning".into(),
+            fingerprint: "threshold|gone||warning".into(),
+            key: GPU.into(),
+            keys: vec![GPU.into()],
         }],
     )]
     .into();
@@ -451,6 +551,7 @@ fn alerts_of_a_deleted_quota_resolve_but_not_on_an_empty_list() {
         &open,
         &BTreeMap::new(),
         NOW,
+        &KeyConfig::default(),
     );
     assert_eq!(e.resolve, [3]);
     assert!(evaluate_quotas::<Quota>(
@@ -459,7 +560,8 @@ fn alerts_of_a_deleted_quota_resolve_but_not_on_an_empty_list() {
         &BTreeMap::new(),
         &open,
         &BTreeMap::new(),
-        NOW
+        NOW,
+        &KeyConfig::default(),
     )
     .is_empty());
 }
@@ -488,8 +590,10 @@ fn the_digest_lists_each_alert_with_its_times_and_link() {
         level: Level::Warning,
         message: message.into(),
         numbers: serde_json::json!({}),
+        keys: vec!["requests.nvidia.com/gpu".into()],
         opened_at: 1_800_000_000_000,
         resolved_at,
+        merged_into: None,
         acked: None,
         snoozed: None,
     };
@@ -557,10 +661,7 @@ fn a_parent_that_allocated_everything_but_runs_nothing_raises_no_usage_alert() {
     // 9 of its 10 run in the children: a usage warning on research.
     let running: quota::ResourceList = [(GPU.to_string(), q("9"))].into();
     let fired = conditions(&research, Some(&running), &[], &BTreeMap::new(), NOW);
-    assert_eq!(
-        fingerprints(&fired),
-        ["threshold|research|requests.nvidia.com/gpu|warning"]
-    );
+    assert_eq!(fingerprints(&fired), ["threshold|research||warning"]);
     assert_eq!(
         fired[0].message,
         "requests.nvidia.com/gpu of research reached 80 %: 9 in use of 10"
@@ -576,10 +677,7 @@ fn an_allocation_notice_is_info_and_only_where_a_rule_asks() {
     };
     let nothing = quota::ResourceList::new();
     let fired = conditions(&research, Some(&nothing), &[rule], &BTreeMap::new(), NOW);
-    assert_eq!(
-        fingerprints(&fired),
-        ["allocation|research|requests.nvidia.com/gpu|info"]
-    );
+    assert_eq!(fingerprints(&fired), ["allocation|research||info"]);
     assert_eq!(
         fired[0].message,
         "requests.nvidia.com/gpu of research is 90 % allocated: 10 to children and 0 used here, \
@@ -664,10 +762,7 @@ fn a_parent_budget_is_judged_on_its_subtree_spending_not_its_carve_outs() {
     // subtree's figures.
     sub.insert(CASH.into(), q("45000"));
     let fired = conditions(&parent, Some(&sub), &[], &BTreeMap::new(), NOW);
-    assert_eq!(
-        fingerprints(&fired),
-        ["threshold|research|cash/requests.nvidia.com/gpu|warning"]
-    );
+    assert_eq!(fingerprints(&fired), ["threshold|research||warning"]);
     assert!(
         fired[0]
             .message
@@ -675,4 +770,121 @@ fn a_parent_budget_is_judged_on_its_subtree_spending_not_its_carve_outs() {
         "{}",
         fired[0].message
     );
+}
+
+/// What asks for someone again: a key joining, or a key getting worse than
+/// the worst while it holds; a key leaving, or the worst leaving, does not;
+/// nor does a merged alert's first rewrite (no worst named yet).
+#[test]
+fn a_key_joining_or_overtaking_the_worst_escalates() {
+    let cfg = KeyConfig::default();
+    let now = |used: [&str; 6]| {
+        grouped(
+            conditions(&six_keys(used), None, &[], &BTreeMap::new(), NOW),
+            &cfg,
+        )
+        .into_iter()
+        .find(|c| c.level == Level::Warning)
+        .unwrap()
+    };
+    let a100 = "requests.nvidia.com/gpu.A100";
+    let was = |key: &str, keys: &[&str]| OpenAlert {
+        id: 1,
+        kind: Kind::Threshold,
+        fingerprint: "threshold|nlp-team||warning".into(),
+        key: key.into(),
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+    };
+    // GPUs over, then A100 joins (and is the worst): escalates.
+    let both = now(["8", "9", "1", "1", "1", "1"]);
+    let e = evaluate(vec![both.clone()], &[was(GPU, &[GPU])]);
+    assert_eq!(e.escalate, [1].into());
+    assert!(escalates(&was(GPU, &[GPU]), &both));
+    // Both held, A100 got worse than GPUs (the worst): escalates.
+    assert!(escalates(&was(GPU, &[GPU, a100]), &both));
+    // A key leaving: no escalation.
+    let gpu_only = now(["8", "1", "1", "1", "1", "1"]);
+    assert!(!escalates(&was(a100, &[GPU, a100]), &gpu_only));
+    let e = evaluate(vec![gpu_only], &[was(a100, &[GPU, a100])]);
+    assert_eq!((e.update.len(), e.escalate.len()), (1, 0));
+    // The worst named the same, keys the same order or not: nothing.
+    assert!(!escalates(&was(a100, &[a100, GPU]), &both));
+    // A merged alert (no worst yet) with the same keys: rewritten quietly.
+    let e = evaluate(vec![both.clone()], &[was("", &[a100, GPU])]);
+    assert_eq!((e.update.len(), e.escalate.len()), (1, 0));
+    // …but a key it did not have joins loudly.
+    assert!(escalates(&was("", &[a100]), &both));
+}
+
+/// An alert of one key as written before migration 0020 (by a replica not
+/// yet upgraded) is its condition's: it stays open while the condition
+/// holds on any key and resolves when it clears.
+#[test]
+fn an_alert_of_the_old_per_key_form_resolves_only_with_its_condition() {
+    assert_eq!(
+        condition_of("threshold|nlp-team|requests.nvidia.com/gpu|warning"),
+        "threshold|nlp-team||warning"
+    );
+    assert_eq!(
+        condition_of("threshold|nlp-team||warning"),
+        "threshold|nlp-team||warning"
+    );
+    // A workload's alert keeps its key: it is not on keys of the quota.
+    let reclaim = "reclaim_pending|nlp-team|job-a|warning";
+    assert_eq!(condition_of(reclaim), reclaim);
+    assert_eq!(condition_of("nonsense"), "nonsense");
+    let old = OpenAlert {
+        id: 7,
+        kind: Kind::Threshold,
+        fingerprint: "threshold|nlp-team|requests.cpu|warning".into(),
+        key: "requests.cpu".into(),
+        keys: Vec::new(),
+    };
+    let cfg = KeyConfig::default();
+    let found = |used: [&str; 6]| {
+        grouped(
+            conditions(&six_keys(used), None, &[], &BTreeMap::new(), NOW),
+            &cfg,
+        )
+    };
+    // GPUs over (not CPU): the condition holds, the old alert stays; the
+    // condition's own alert opens beside it.
+    let e = evaluate(
+        found(["8", "1", "1", "1", "1", "1"]),
+        std::slice::from_ref(&old),
+    );
+    assert!(e.resolve.is_empty(), "{e:?}");
+    assert_eq!(fingerprints(&e.open), ["threshold|nlp-team||warning"]);
+    // Nothing over: it resolves.
+    let e = evaluate(found(["1", "1", "1", "1", "1", "1"]), &[old]);
+    assert_eq!(e.resolve, [7]);
+}
+
+/// A quota of hundreds of keys over at once: the message and the email
+/// list ten (GPUs first) and count the others; the alert's keys hold all.
+#[test]
+fn a_condition_on_hundreds_of_keys_lists_ten_and_counts_the_rest() {
+    let mut quota = quota("9");
+    for i in 0..255 {
+        let key = format!("example.com/k{i:03}");
+        quota.spec.hard.insert(key.clone(), q("10"));
+        quota.status.used.insert(key.clone(), q("9"));
+        quota.status.self_used.insert(key, q("9"));
+    }
+    let cfg = KeyConfig::default();
+    let found = grouped(conditions(&quota, None, &[], &BTreeMap::new(), NOW), &cfg);
+    assert_eq!(found.len(), 1);
+    let c = &found[0];
+    assert_eq!(c.keys.len(), 256);
+    assert_eq!(c.keys[0], GPU);
+    assert!(c.message.contains("; 256 keys: "), "{}", c.message);
+    assert!(c.message.ends_with(" and 246 more"), "{}", c.message);
+    assert!(c.message.len() < 1_000, "{}", c.message.len());
+    let m = email(c, "https://bizrq.example", &cfg);
+    assert!(m.subject.ends_with("(and 255 more keys)"), "{}", m.subject);
+    assert!(m.subject.len() < 200, "{}", m.subject);
+    assert_eq!(m.text.matches("\n- ").count(), 11, "{}", m.text);
+    assert!(m.text.contains("- and 246 more keys\n"), "{}", m.text);
+    assert_eq!(m.html.matches("<tr>").count(), 10);
+    assert!(m.html.contains("and 246 more keys"));
 }

@@ -40,25 +40,31 @@ pub struct ApiParams {
     limit: Option<i64>,
     /// Paging: alerts older than this id (the previous page's `next`).
     before: Option<i64>,
-    /// `condition`: the page's alerts of one quota, kind, level and state
-    /// as one item (the per-key kinds: threshold, over quota, forecast,
-    /// allocation), its keys listed; empty: one item per alert.
+    /// `condition`: kept for clients that ask for it; every alert is one
+    /// condition (its keys listed in it), so the items are the same, each
+    /// with its `ids`.
     #[serde(default)]
     group: String,
 }
 
 const API_MAX_LIMIT: i64 = 1000;
 
-/// An alert as the API shows it.
-pub fn alert_json(a: &Alert) -> serde_json::Value {
+/// An alert as the API shows it: `key` the one its title names, `keys`
+/// (raw) and `names` (as the pages and emails say them) those it covers,
+/// GPUs first; `message` with raw keys, `said` as people read it.
+pub fn alert_json(a: &Alert, cfg: &quota::KeyConfig) -> serde_json::Value {
     serde_json::json!({
         "id": a.id,
         "kind": a.kind.as_str(),
         "quota": a.quota,
         "key": a.key,
+        "keys": a.keys,
+        "names": a.keys.iter().map(|k| quota::keys::display_name(k, cfg)).collect::<Vec<_>>(),
         "level": a.level.as_str(),
         "message": a.message,
+        "said": crate::alerts::words(&a.message, &a.key, &a.numbers, cfg),
         "numbers": a.numbers,
+        "mergedInto": a.merged_into,
         "state": if a.resolved_at.is_some() { "resolved" } else { "open" },
         "openedAt": quota::time::format_rfc3339(a.opened_at),
         "resolvedAt": a.resolved_at.map(quota::time::format_rfc3339),
@@ -123,55 +129,22 @@ pub async fn api_list(
     let next = (items.len() as i64 == limit)
         .then(|| items.last().map(|a| a.id))
         .flatten();
-    let items: Vec<serde_json::Value> = if grouped {
-        group_json(&items, &app.service.keys)
-    } else {
-        items.iter().map(alert_json).collect()
-    };
+    let cfg = &app.service.keys;
+    let items: Vec<serde_json::Value> = items
+        .iter()
+        .map(|a| {
+            let mut item = alert_json(a, cfg);
+            if grouped {
+                item["ids"] = serde_json::json!([a.id]);
+            }
+            item
+        })
+        .collect();
     Ok(axum::Json(serde_json::json!({
         "items": items,
         "next": next,
     }))
     .into_response())
-}
-
-/// A page's alerts, one item per quota, kind, level and state for the
-/// per-key kinds (one per alert otherwise), in the page's order: `keys`
-/// (raw) and `names` (as the pages and emails say them), GPUs first, the
-/// `ids`, the earliest `openedAt`, and each alert as `alert_json`.
-fn group_json(items: &[Alert], cfg: &quota::KeyConfig) -> Vec<serde_json::Value> {
-    crate::alerts::group_by(items, |a| {
-        crate::alerts::per_key(a.kind).then_some((
-            a.quota.as_str(),
-            a.kind,
-            a.level,
-            a.resolved_at.is_some(),
-        ))
-    })
-    .into_iter()
-    .map(|mut g| {
-        g.sort_by_cached_key(|a| (quota::keys::display_order(&a.key, cfg), a.id));
-        let first = g[0];
-        serde_json::json!({
-            "quota": first.quota,
-            "kind": first.kind.as_str(),
-            "level": first.level.as_str(),
-            "state": if first.resolved_at.is_some() { "resolved" } else { "open" },
-            "keys": g.iter().map(|a| a.key.as_str()).collect::<Vec<_>>(),
-            "names": g
-                .iter()
-                .map(|a| quota::keys::display_name(&a.key, cfg))
-                .collect::<Vec<_>>(),
-            "ids": g.iter().map(|a| a.id).collect::<Vec<_>>(),
-            "openedAt": g
-                .iter()
-                .map(|a| a.opened_at)
-                .min()
-                .map(quota::time::format_rfc3339),
-            "alerts": g.iter().map(|a| alert_json(a)).collect::<Vec<_>>(),
-        })
-    })
-    .collect()
 }
 
 /// GET /api/v1/alerts/{id} — one alert (404 when it is not the caller's
@@ -199,7 +172,7 @@ pub async fn api_get(
             return Err(missing());
         }
     }
-    Ok(axum::Json(alert_json(&a)).into_response())
+    Ok(axum::Json(alert_json(&a, &app.service.keys)).into_response())
 }
 
 fn alert_id(id: &str) -> Result<i64, ApiError> {

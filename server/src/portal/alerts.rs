@@ -20,9 +20,10 @@ use serde::Deserialize;
 /// Resolved alerts shown on the page, newest first.
 const HISTORY_ROWS: i64 = 200;
 
-/// An alert as the pages show it: its message with its key by name ("A100
-/// GPUs of nlp reached 80 %", `alerts::words`, as the emails say it); the
-/// API keeps the raw key.
+/// An alert as the pages show it: its message with its keys by name ("A100
+/// GPUs of nlp reached 80 %: 8 in use of 8; 6 keys: A100 GPUs 8 of 8 (100
+/// %), …", `alerts::words`, as the emails say it); the API keeps the raw
+/// keys.
 pub fn row(a: Alert, cfg: &quota::KeyConfig) -> AlertRow {
     let quiet = quiet_line(&a);
     let message = crate::alerts::words(&a.message, &a.key, &a.numbers, cfg);
@@ -38,7 +39,6 @@ pub fn row(a: Alert, cfg: &quota::KeyConfig) -> AlertRow {
         resolved_ms: a.resolved_at,
         quiet,
         can_quiet: false,
-        covers: Vec::new(),
     }
 }
 
@@ -457,6 +457,21 @@ pub async fn rules_page(
     let (q, can_edit) = rules_context(&app, &viewer, &name).await?;
     let stored = app.portal.sql.alert_rules(&name).await?;
     let cfg = &app.service.keys;
+    // The forecast alerts open on it now, as /alerts lists them: what the
+    // page says of each budget is read with them, never instead of them.
+    let open_now = app
+        .portal
+        .sql
+        .alerts(
+            &AlertFilter {
+                quota: Some(name.clone()),
+                kind: Some(Kind::CashForecast),
+                open: Some(true),
+                ..AlertFilter::default()
+            },
+            100,
+        )
+        .await?;
     let mut cash: Vec<&String> = q
         .spec
         .hard
@@ -480,11 +495,29 @@ pub async fn rules_page(
             } else {
                 "the budgets' default horizon".to_string()
             };
+            let open = open_now
+                .iter()
+                .filter(|a| a.key == *k || a.keys.contains(k))
+                .map(|a| {
+                    (
+                        a.level.as_str().to_string(),
+                        crate::alerts::words(&a.message, &a.key, &a.numbers, cfg),
+                    )
+                })
+                .collect();
+            let suspends = q.spec.budgets.get(k).is_some_and(|b| {
+                matches!(
+                    b.on_exhausted,
+                    quota::budget::refund::Exhaustion::SuspendBatch { .. }
+                )
+            });
             app::alerts::ForecastLine {
                 key: k.clone(),
                 name: app::key_name(k, cfg),
                 hours: crate::alerts::forecast_horizon(&q, &stored, k),
                 from,
+                suspends,
+                open,
             }
         })
         .collect();
@@ -609,6 +642,15 @@ pub async fn save_rule(
         &done,
     )
     .await;
+    // Its alerts follow the rule at once (an alert the rule no longer asks
+    // for resolves), not at the next sweep: the quota is evaluated again as
+    // after a write of it.
+    let before_read = app.service.now();
+    if let Ok(s) = app.service.get(&name).await {
+        app.service
+            .changed
+            .mark(&name, before_read, Some(std::sync::Arc::new(s)));
+    }
     viewer.set_flash(Flash::Ok(done)).await;
     Ok(Redirect::to(&format!("/quotas/{name}/alerts")).into_response())
 }

@@ -144,7 +144,7 @@ pub async fn alerts(
 
 fn alerts_csv(rows: Vec<crate::alerts::Alert>) -> String {
     let mut out = String::from(
-        "id,quota,key,kind,level,message,opened_at,resolved_at,acknowledged_by,snoozed_until\r\n",
+        "id,quota,key,kind,level,message,opened_at,resolved_at,acknowledged_by,snoozed_until,keys\r\n",
     );
     for a in rows {
         out.push_str(&line(&[
@@ -162,6 +162,8 @@ fn alerts_csv(rows: Vec<crate::alerts::Alert>) -> String {
             a.snoozed
                 .map(|(_, until)| quota::time::format_rfc3339(until))
                 .unwrap_or_default(),
+            // The keys a condition on keys covers, GPUs first.
+            a.keys.join(" "),
         ]));
     }
     out

@@ -47,13 +47,17 @@ pub struct Recipient {
 pub struct Observed {
     pub default: i64,
     pub by_quota: BTreeMap<String, i64>,
+    /// Quotas seen only in this process's cache, of no known moment (a
+    /// write's ancestors): an update of their alerts keeps the moment the
+    /// alert has, as a view of unknown age must not make it newer.
+    pub cached: BTreeSet<String>,
 }
 
 impl Observed {
     pub fn at(at_ms: i64) -> Observed {
         Observed {
             default: at_ms,
-            by_quota: BTreeMap::new(),
+            ..Observed::default()
         }
     }
 
@@ -68,6 +72,11 @@ pub struct Applied {
     /// Ids of the alerts it opened.
     pub opened: Vec<i64>,
     pub resolved: usize,
+    /// Open alerts whose keys it updated.
+    pub updated: usize,
+    /// Ids of the updated alerts that asked for someone again
+    /// (`alerts::escalates`): acknowledgement and snooze cleared, emailed.
+    pub escalated: Vec<i64>,
 }
 
 /// A user's choice for one kind.
@@ -79,12 +88,13 @@ pub struct Pref {
 
 const ALERT_COLUMNS: &str =
     "id, fingerprint, kind, quota, key, level, message, numbers, opened_at, resolved_at, \
-     acked_by, acked_at, snoozed_until, snoozed_by";
+     acked_by, acked_at, snoozed_until, snoozed_by, keys, merged_into";
 
 fn alert_from_row(r: &AnyRow) -> Result<Alert, StoreError> {
     let kind: String = r.try_get("kind")?;
     let level: String = r.try_get("level")?;
     let numbers: String = r.try_get("numbers")?;
+    let keys: String = r.try_get("keys")?;
     Ok(Alert {
         id: r.try_get("id")?,
         fingerprint: r.try_get("fingerprint")?,
@@ -96,8 +106,10 @@ fn alert_from_row(r: &AnyRow) -> Result<Alert, StoreError> {
             .ok_or_else(|| StoreError::Backend(format!("unknown alert level '{level}' stored")))?,
         message: r.try_get("message")?,
         numbers: serde_json::from_str(&numbers).unwrap_or(serde_json::Value::Null),
+        keys: serde_json::from_str(&keys).unwrap_or_default(),
         opened_at: r.try_get("opened_at")?,
         resolved_at: r.try_get("resolved_at")?,
+        merged_into: r.try_get("merged_into")?,
         acked: match (
             r.try_get::<Option<String>, _>("acked_by")?,
             r.try_get::<Option<i64>, _>("acked_at")?,
@@ -426,16 +438,22 @@ impl SqlStore {
     }
 
     /// Applies an evaluation in one transaction: opens its new alerts, each
-    /// with one outbox row per recipient (`recipients` by fingerprint), and
-    /// resolves the cleared ones. An alert already open is left alone and
-    /// queues nothing, so replicas evaluating at once send one email.
+    /// with one outbox row per recipient (`recipients` by fingerprint),
+    /// updates the open ones whose keys changed, and resolves the cleared
+    /// ones. An alert already open is left alone and queues nothing, so
+    /// replicas evaluating at once send one email. An update keeps an
+    /// acknowledgement or a snooze and sends nothing, unless it escalates
+    /// (`e.escalate`: a key joined, or another got worse than the worst):
+    /// then both are cleared and its recipients (`recipients` by
+    /// fingerprint) get one email per set of keys and worst key.
     ///
     /// `observed`: when the evaluation's view of each quota was current,
-    /// kept with what it opens and resolves. A view older than the one that
+    /// kept with what it opens, updates and resolves (`opened_seen_at`: the
+    /// view that last opened or updated it). A view older than the one that
     /// last changed an alert is stale there: it does not reopen an alert
     /// whose resolution came from a view as new as its own or newer, nor
-    /// resolve one opened from a newer view (the next evaluation decides
-    /// again).
+    /// update or resolve one opened or updated from a newer view (the next
+    /// evaluation decides again).
     ///
     /// Event kinds (transfers decided) are stored resolved at once: they
     /// are news, not a condition.
@@ -481,6 +499,41 @@ impl SqlStore {
             .await?;
             applied.resolved += done.rows_affected() as usize;
         }
+        // What asks for someone, for the emails below: (id, condition,
+        // the email's key without its recipient).
+        let mut mail_for: Vec<(i64, &Condition, String)> = Vec::new();
+        for (id, c) in &e.update {
+            let seen = observed.of(&c.quota);
+            let keep_seen = i32::from(observed.cached.contains(&c.quota));
+            let escalate = e.escalate.contains(id);
+            // An escalation asks again: acknowledgement and snooze go.
+            let quiet = if escalate {
+                ", acked_by = NULL, acked_at = NULL, snoozed_until = NULL, snoozed_by = NULL"
+            } else {
+                ""
+            };
+            let done = sqlx::query(&format!(
+                "UPDATE alerts SET key = $1, keys = $2, message = $3, numbers = $4, \
+                 opened_seen_at = CASE WHEN $7 = 1 THEN opened_seen_at ELSE $5 END{quiet} \
+                 WHERE id = $6 AND resolved_at IS NULL \
+                 AND COALESCE(opened_seen_at, opened_at) <= $5"
+            ))
+            .bind(&c.key)
+            .bind(keys_json(c))
+            .bind(&c.message)
+            .bind(c.numbers.to_string())
+            .bind(seen)
+            .bind(*id)
+            .bind(keep_seen)
+            .execute(&mut *tx)
+            .await?;
+            applied.updated += done.rows_affected() as usize;
+            if escalate && done.rows_affected() == 1 {
+                applied.escalated.push(*id);
+                mail_for.push((*id, c, format!("alert-{id}-{}", keys_tag(c))));
+                digest(&mut tx, *id, recipients.get(&c.fingerprint()), now_ms).await?;
+            }
+        }
         // What opened here, for the emails below.
         let mut opened: Vec<(i64, &Condition)> = Vec::new();
         for c in &e.open {
@@ -493,42 +546,31 @@ impl SqlStore {
             };
             applied.opened.push(id);
             opened.push((id, c));
-            for to in recipients.get(&c.fingerprint()).into_iter().flatten() {
-                if to.digest {
-                    sqlx::query(
-                        "INSERT INTO alert_digest (user_id, alert_id, created_at) \
-                         VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                    )
-                    .bind(to.user_id)
-                    .bind(id)
-                    .bind(now_ms)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-            }
+            digest(&mut tx, id, recipients.get(&c.fingerprint()), now_ms).await?;
         }
-        // One email per quota, kind and level for the per-key kinds (the
-        // keys it covers listed inside), keyed by its first alert: one
-        // training job over six keys is one email, not six.
-        for group in crate::alerts::group_by(&opened, |(_, c)| crate::alerts::mail_group(c)) {
-            let conditions: Vec<&Condition> = group.iter().map(|(_, c)| *c).collect();
-            let mail = email(&conditions, public_url, cfg);
-            let first = group[0].0;
+        // One email per alert opened: a condition on keys is one alert, its
+        // keys listed inside (one training job over six keys, one email).
+        // And one per escalation, keyed by the keys it covers and the worst
+        // of them: the same escalation evaluated twice (two replicas, a
+        // retry, a key flapping back to a set already mailed) mails once.
+        let opened = opened
+            .into_iter()
+            .map(|(id, c)| (id, c, format!("alert-{id}")));
+        for (_, c, key) in opened.chain(mail_for) {
+            let mail = email(c, public_url, cfg);
             let mut sent: BTreeSet<&str> = BTreeSet::new();
-            for (_, c) in &group {
-                for to in recipients.get(&c.fingerprint()).into_iter().flatten() {
-                    if to.digest || !sent.insert(to.email.as_str()) {
-                        continue;
-                    }
-                    let queued = NewMail {
-                        idempotency_key: format!("alert-{first}-{}", to.email),
-                        recipient: to.email.clone(),
-                        subject: mail.subject.clone(),
-                        text_body: mail.text.clone(),
-                        html_body: mail.html.clone(),
-                    };
-                    outbox::enqueue(&mut *tx, &queued, now_ms).await?;
+            for to in recipients.get(&c.fingerprint()).into_iter().flatten() {
+                if to.digest || !sent.insert(to.email.as_str()) {
+                    continue;
                 }
+                let queued = NewMail {
+                    idempotency_key: format!("{key}-{}", to.email),
+                    recipient: to.email.clone(),
+                    subject: mail.subject.clone(),
+                    text_body: mail.text.clone(),
+                    html_body: mail.html.clone(),
+                };
+                outbox::enqueue(&mut *tx, &queued, now_ms).await?;
             }
         }
         tx.commit().await?;
@@ -730,6 +772,50 @@ async fn resolved_since(
     Ok(row.try_get::<i64, _>("n")? > 0)
 }
 
+/// The keys a condition covers as stored: a JSON array.
+fn keys_json(c: &Condition) -> String {
+    serde_json::Value::from(c.keys.clone()).to_string()
+}
+
+/// What an escalation's email is about, for its idempotency key: a hash
+/// of the worst key and the keys covered (16 hex digits of SHA-256; a key
+/// may be long, an idempotency key must not be).
+fn keys_tag(c: &Condition) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(c.key.as_bytes());
+    for k in &c.keys {
+        h.update([0u8]);
+        h.update(k.as_bytes());
+    }
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Queues `alert_id` for the digest of each recipient who takes its kind
+/// as one.
+async fn digest(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    alert_id: i64,
+    to: Option<&Vec<Recipient>>,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    for to in to.into_iter().flatten().filter(|t| t.digest) {
+        sqlx::query(
+            "INSERT INTO alert_digest (user_id, alert_id, created_at) \
+             VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        )
+        .bind(to.user_id)
+        .bind(alert_id)
+        .bind(now_ms)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
 /// Inserts an alert unless one with its fingerprint is open: the id, or
 /// None when another evaluation opened it first.
 async fn insert_alert(
@@ -742,8 +828,8 @@ async fn insert_alert(
         (!c.kind.is_condition() && c.kind != Kind::TransferRequested).then_some(now_ms);
     let row = sqlx::query(
         "INSERT INTO alerts (fingerprint, kind, quota, key, level, message, numbers, opened_at, \
-         resolved_at, opened_seen_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING RETURNING id",
+         resolved_at, opened_seen_at, keys) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING RETURNING id",
     )
     .bind(c.fingerprint())
     .bind(c.kind.as_str())
@@ -755,6 +841,7 @@ async fn insert_alert(
     .bind(now_ms)
     .bind(resolved_at)
     .bind(seen_at)
+    .bind(keys_json(c))
     .fetch_optional(&mut **tx)
     .await?;
     Ok(match row {

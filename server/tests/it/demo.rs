@@ -207,7 +207,13 @@ async fn seeds_a_living_organisation_once(url: &str) {
     for a in &items {
         let parent =
             [ROOT, "research", "platform", "product"].contains(&a["quota"].as_str().unwrap_or(""));
-        let budget = a["key"].as_str().unwrap_or("").starts_with("cash/");
+        // Any key the alert covers, not only the one its title names.
+        let budget = a["keys"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain([&a["key"]])
+            .any(|k| k.as_str().unwrap_or("").starts_with("cash/"));
         assert!(
             !(parent && budget && a["kind"] == "threshold"),
             "a false budget alert at a parent: {a}"

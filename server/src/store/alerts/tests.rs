@@ -1,5 +1,5 @@
 use super::*;
-use crate::alerts::{conditions, engine, evaluate};
+use crate::alerts::{conditions, engine, evaluate, grouped};
 use crate::authz::Role;
 use crate::store::testdb::on_both_databases;
 use quota::{Quota, QuotaSpec};
@@ -71,10 +71,7 @@ async fn a_crossing_writes_the_alert_and_its_email_in_one_go(s: &SqlStore) {
     assert_eq!(swept.opened, 1);
     let open = s.open_alerts().await.unwrap();
     assert_eq!(open.len(), 1);
-    assert_eq!(
-        open[0].fingerprint,
-        "threshold|nlp-team|requests.nvidia.com/gpu|warning"
-    );
+    assert_eq!(open[0].fingerprint, "threshold|nlp-team||warning");
     assert_eq!(open[0].numbers["used"], "9");
     // The nearest owners are org's: alice; carol (admin) only hears of transfers.
     let out = s.outbox().await.unwrap();
@@ -153,7 +150,8 @@ async fn a_muted_kind_sends_no_email(s: &SqlStore) {
 async fn two_evaluators_at_once_open_the_alert_once(s: &SqlStore) {
     people(s).await;
     let q = quota("org", "", 9);
-    let e = evaluate(conditions(&q, None, &[], &Default::default(), T), &[]);
+    let found = conditions(&q, None, &[], &Default::default(), T);
+    let e = evaluate(grouped(found, &keys()), &[]);
     let recipients: BTreeMap<String, Vec<Recipient>> = e
         .open
         .iter()
@@ -253,7 +251,7 @@ async fn a_transfer_alert_reaches_the_admins_and_outlives_a_sweep(s: &SqlStore) 
     };
     let e = Evaluation {
         open: vec![requested.clone()],
-        resolve: vec![],
+        ..Evaluation::default()
     };
     s.apply_evaluation(&e, &to(&requested), URL, &keys(), &Observed::at(T), T)
         .await
@@ -316,13 +314,12 @@ async fn each_quota_is_judged_as_of_its_own_write(s: &SqlStore) {
     assert_eq!(sweep(quota("org", "", 9), T).await.opened, 1);
     assert_eq!(sweep(quota("org", "", 1), T + 10).await.resolved, 1);
     let held = quota("org", "", 9);
-    let e = evaluate(
-        conditions(&held, None, &[], &Default::default(), T + 30),
-        &[],
-    );
+    let found = conditions(&held, None, &[], &Default::default(), T + 30);
+    let e = evaluate(grouped(found, &keys()), &[]);
     let observed = Observed {
         default: T + 5,
         by_quota: [("org".to_string(), T + 20)].into(),
+        ..Observed::default()
     };
     let applied = s
         .apply_evaluation(&e, &BTreeMap::new(), URL, &keys(), &observed, T + 30)
@@ -331,18 +328,69 @@ async fn each_quota_is_judged_as_of_its_own_write(s: &SqlStore) {
     assert_eq!(applied.opened.len(), 1, "org's view (T + 20) is newer");
     let stale = Observed {
         default: T + 5,
-        by_quota: BTreeMap::new(),
+        ..Observed::default()
     };
     let open = s.open_alerts().await.unwrap();
     let e = Evaluation {
-        open: Vec::new(),
         resolve: open.iter().map(|a| a.id).collect(),
+        ..Evaluation::default()
     };
     let applied = s
         .apply_evaluation(&e, &BTreeMap::new(), URL, &keys(), &stale, T + 40)
         .await
         .unwrap();
     assert_eq!(applied.resolved, 0, "a view older than the opening");
+}
+
+/// A write's ancestor is evaluated from this process's cache, of no known
+/// moment: a key joining its alert there keeps the alert's moment, so a
+/// sweep that saw every key clear after the alert opened (but before the
+/// write batch) still resolves it.
+async fn an_update_from_the_cache_keeps_the_alerts_moment(s: &SqlStore) {
+    people(s).await;
+    let org = |gpu: i64, cpu: i64| {
+        let mut q = quota("org", "", gpu);
+        let used = quota::Quantity::from_units(cpu);
+        q.spec
+            .hard
+            .insert("requests.cpu".into(), quota::Quantity::from_units(10));
+        q.status.used.insert("requests.cpu".into(), used);
+        q.status.self_used.insert("requests.cpu".into(), used);
+        q
+    };
+    let swept = engine::evaluate_all(s, &[org(9, 1)], T, T, URL)
+        .await
+        .unwrap();
+    assert_eq!(swept.opened, 1);
+    let open: Vec<_> = s
+        .open_alerts()
+        .await
+        .unwrap()
+        .iter()
+        .map(Alert::as_open)
+        .collect();
+    // A child written at T + 50; org, its ancestor, from the cache: CPU joins.
+    let found = conditions(&org(9, 9), None, &[], &Default::default(), T + 50);
+    let e = evaluate(grouped(found, &keys()), &open);
+    assert_eq!(e.update.len(), 1);
+    let observed = Observed {
+        default: T + 50,
+        by_quota: [("team".to_string(), T + 50)].into(),
+        cached: ["org".to_string()].into(),
+    };
+    let applied = s
+        .apply_evaluation(&e, &BTreeMap::new(), URL, &keys(), &observed, T + 60)
+        .await
+        .unwrap();
+    assert_eq!(applied.updated, 1);
+    // A sweep that listed at T + 20 (org clear by then) resolves it.
+    let swept = engine::evaluate_all(s, &[org(1, 1)], T + 20, T + 70, URL)
+        .await
+        .unwrap();
+    assert_eq!(
+        swept.resolved, 1,
+        "the cache's view is not newer than the sweep's"
+    );
 }
 
 /// Alice takes thresholds as a digest: a quota over hard mails her the
@@ -437,7 +485,370 @@ async fn a_digest_kind_waits_for_one_daily_email(s: &SqlStore) {
     assert!(out[2].text_body.contains("/quotas/team"));
 }
 
+/// nlp-team's job over GPUs and CPU cores: one alert with both keys and
+/// one email; acknowledged, A100 crossing later updates it (no second
+/// alert) and asks again: acknowledgement gone, one email for the keys it
+/// covers now, however often evaluated; a key leaving keeps a new
+/// acknowledgement quiet; it resolves when none is over.
+async fn a_condition_on_several_keys_is_one_alert_that_follows_its_keys(s: &SqlStore) {
+    people(s).await;
+    let a100 = "requests.nvidia.com/gpu.A100";
+    let cpu = "requests.cpu";
+    let team = |gpu: i64, a: i64, c: i64| {
+        let mut q = quota("nlp-team", "org", gpu);
+        for (k, used) in [(a100, a), (cpu, c)] {
+            let used = quota::Quantity::from_units(used);
+            q.spec
+                .hard
+                .insert(k.into(), quota::Quantity::from_units(10));
+            q.status.used.insert(k.into(), used);
+            q.status.self_used.insert(k.into(), used);
+        }
+        [roomy_org(), q]
+    };
+    let swept = engine::evaluate_all(s, &team(9, 1, 8), T, T, URL)
+        .await
+        .unwrap();
+    assert_eq!((swept.opened, swept.updated), (1, 0));
+    let open = s.open_alerts().await.unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].fingerprint, "threshold|nlp-team||warning");
+    assert_eq!(open[0].keys, [GPU, cpu]);
+    assert_eq!(open[0].key, GPU, "the worst: 90 %");
+    let id = open[0].id;
+    let out = s.outbox().await.unwrap();
+    assert_eq!(out.len(), 1);
+    assert!(
+        out[0].subject.contains("(and 1 more keys)"),
+        "{}",
+        out[0].subject
+    );
+    assert!(
+        out[0].text_body.contains("- CPU cores: 8 of 10 (80 %)"),
+        "{}",
+        out[0].text_body
+    );
+    assert!(s.ack_alert(id, "alice", T + 1).await.unwrap());
+    // A100 crosses too, the worst now: the same alert, asking again.
+    let swept = engine::evaluate_all(s, &team(9, 10, 8), T + 2, T + 2, URL)
+        .await
+        .unwrap();
+    assert_eq!((swept.opened, swept.updated), (1, 1), "critical is its own");
+    let warning = s.alert(id).await.unwrap().unwrap();
+    assert_eq!(warning.keys, [GPU, a100, cpu]);
+    assert_eq!(warning.key, a100);
+    assert!(
+        warning.message.contains("; 3 keys: "),
+        "{}",
+        warning.message
+    );
+    assert_eq!(warning.acked, None, "a key joined: asks again");
+    assert_eq!(warning.resolved_at, None);
+    let out = s.outbox().await.unwrap();
+    assert_eq!(out.len(), 3, "the critical's email and the warning's again");
+    let again: Vec<_> = out
+        .iter()
+        .filter(|m| m.idempotency_key.starts_with(&format!("alert-{id}-")))
+        .collect();
+    assert_eq!(again.len(), 2, "{out:?}");
+    assert_ne!(again[0].idempotency_key, again[1].idempotency_key);
+    assert!(
+        again
+            .iter()
+            .any(|m| m.text_body.contains("- A100 GPUs: 10 of 10 (100 %)")),
+        "{again:?}"
+    );
+    // Again: nothing to write.
+    let again = engine::evaluate_all(s, &team(9, 10, 8), T + 3, T + 3, URL).await;
+    assert_eq!(again.unwrap(), Default::default());
+    // Acknowledged again, CPU cores clear: updated, still quiet, no email.
+    assert!(s.ack_alert(id, "alice", T + 3).await.unwrap());
+    let swept = engine::evaluate_all(s, &team(9, 10, 1), T + 3, T + 3, URL)
+        .await
+        .unwrap();
+    assert_eq!(swept.updated, 1);
+    let warning = s.alert(id).await.unwrap().unwrap();
+    assert_eq!(warning.keys, [GPU, a100]);
+    assert!(warning.acked.is_some(), "a key leaving asks nothing");
+    assert_eq!(s.outbox().await.unwrap().len(), 3);
+    // None over: resolved.
+    let swept = engine::evaluate_all(s, &team(1, 1, 1), T + 4, T + 4, URL)
+        .await
+        .unwrap();
+    assert_eq!(swept.resolved, 2);
+    assert!(s.open_alerts().await.unwrap().is_empty());
+}
+
+/// An alert as stored before migration 0020: (quota, kind, key, level,
+/// resolved_at, acked_by, snoozed_until).
+type OldAlert<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    &'a str,
+    Option<i64>,
+    Option<&'a str>,
+    Option<i64>,
+);
+
+/// A database whose alerts were one per key (up to migration 0019): the
+/// open alerts of one quota, kind and level become one, quiet only if all
+/// were (acknowledged if every one was, else snoozed until the first wakes);
+/// the old ones are kept, acknowledgements included, resolved as merged;
+/// a condition with one alert keeps it; history and other kinds stay. An
+/// open alert without a key beside others of its condition is merged too
+/// (it would collide with the merged one). The open ones name no key until
+/// the engine's first evaluation, which rewrites each of them.
+async fn alerts_per_key_are_merged_into_one_per_condition(url: &str, migrations: &str) {
+    use sqlx::Row;
+    sqlx::any::install_default_drivers();
+    let old = tempfile::tempdir().unwrap();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrations")
+        .join(migrations);
+    for f in std::fs::read_dir(&dir).unwrap() {
+        let f = f.unwrap();
+        if f.file_name().to_string_lossy().as_ref() < "0020" {
+            std::fs::copy(f.path(), old.path().join(f.file_name())).unwrap();
+        }
+    }
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .unwrap();
+    let before = sqlx::migrate::Migrator::new(old.path()).await.unwrap();
+    assert_eq!(before.iter().count(), 19);
+    before.run(&pool).await.unwrap();
+    let rows: [OldAlert; 11] = [
+        // nlp's warning on three keys: two acknowledged, one snoozed.
+        (
+            "nlp",
+            "threshold",
+            GPU,
+            "warning",
+            None,
+            Some("alice"),
+            None,
+        ),
+        (
+            "nlp",
+            "threshold",
+            "requests.cpu",
+            "warning",
+            None,
+            Some("bob"),
+            None,
+        ),
+        (
+            "nlp",
+            "threshold",
+            "requests.memory",
+            "warning",
+            None,
+            None,
+            Some(T + 50),
+        ),
+        // cv's warning on two keys, one of them loud: the merged one is loud.
+        ("cv", "threshold", GPU, "warning", None, Some("alice"), None),
+        ("cv", "threshold", "pods", "warning", None, None, None),
+        // nlp's critical on one key: kept as it is.
+        (
+            "nlp",
+            "threshold",
+            GPU,
+            "critical",
+            None,
+            Some("alice"),
+            None,
+        ),
+        // History, and a reclaim (not on keys).
+        (
+            "nlp",
+            "threshold",
+            "pods",
+            "warning",
+            Some(T - 10),
+            None,
+            None,
+        ),
+        ("nlp", "reclaim_pending", "", "warning", None, None, None),
+        (
+            "ai",
+            "over_quota",
+            GPU,
+            "critical",
+            None,
+            None,
+            Some(T + 70),
+        ),
+        // cv's over quota: one alert without a key, one on GPUs.
+        ("cv", "over_quota", "", "critical", None, Some("bob"), None),
+        ("cv", "over_quota", GPU, "critical", None, None, None),
+    ];
+    for (i, (quota, kind, key, level, resolved, acked, snoozed)) in rows.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO alerts (fingerprint, kind, quota, key, level, message, numbers, \
+             opened_at, resolved_at, opened_seen_at, acked_by, acked_at, snoozed_until, snoozed_by) \
+             VALUES ($1, $2, $3, $4, $5, $6, '{}', $7, $8, $7, $9, $10, $11, $12)",
+        )
+        .bind(format!("{kind}|{quota}|{key}|{level}"))
+        .bind(*kind)
+        .bind(*quota)
+        .bind(*key)
+        .bind(*level)
+        .bind(format!("{key} of {quota} at {i}"))
+        .bind(T + i as i64)
+        .bind(*resolved)
+        .bind(acked.map(str::to_string))
+        .bind(acked.map(|_| T + 100 + i as i64))
+        .bind(*snoozed)
+        .bind(snoozed.map(|_| "carol".to_string()))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let open_before = sqlx::query("SELECT COUNT(*) FROM alerts WHERE resolved_at IS NULL")
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get::<i64, _>(0);
+    assert_eq!(open_before, 10);
+    pool.close().await;
+
+    let store = SqlStore::connect(url).await.unwrap();
+    let open = store.open_alerts().await.unwrap();
+    let by_fp = |fp: &str| open.iter().find(|a| a.fingerprint == fp).cloned();
+    assert_eq!(open.len(), 6, "{open:#?}");
+    let nlp = by_fp("threshold|nlp||warning").unwrap();
+    assert!(nlp.id > 11, "a new alert for the condition");
+    assert_eq!(nlp.key, "", "no worst named until evaluated");
+    let mut keys = nlp.keys.clone();
+    keys.sort();
+    assert_eq!(keys, ["requests.cpu", "requests.memory", GPU]);
+    assert_eq!(nlp.opened_at, T, "when the first opened");
+    assert_eq!(nlp.acked, None, "one of them was snoozed, not acknowledged");
+    assert_eq!(nlp.snoozed, Some(("carol".to_string(), T + 50)));
+    assert!(nlp.message.starts_with("3 keys: "), "{}", nlp.message);
+    let cv = by_fp("threshold|cv||warning").unwrap();
+    assert_eq!(
+        (cv.acked.clone(), cv.snoozed.clone()),
+        (None, None),
+        "pods was loud"
+    );
+    let crit = by_fp("threshold|nlp||critical").unwrap();
+    assert_eq!(
+        (crit.id, crit.keys.clone()),
+        (6, vec![GPU.to_string()]),
+        "kept"
+    );
+    assert_eq!(crit.key, "", "no worst named until evaluated");
+    let cv_over = by_fp("over_quota|cv||critical").unwrap();
+    assert!(cv_over.id > 11, "{cv_over:?}");
+    assert_eq!(cv_over.keys, [GPU], "the empty key left out");
+    assert_eq!(cv_over.acked, None, "GPUs' was loud");
+    for id in [10, 11] {
+        let a = store.alert(id).await.unwrap().unwrap();
+        assert_eq!(a.merged_into, Some(cv_over.id), "{a:?}");
+    }
+    assert_eq!(crit.acked, Some(("alice".to_string(), T + 105)));
+    let over = by_fp("over_quota|ai||critical").unwrap();
+    assert_eq!(
+        (over.id, over.snoozed.clone()),
+        (9, Some(("carol".into(), T + 70)))
+    );
+    assert!(by_fp("reclaim_pending|nlp||warning").is_some());
+    // The old ones: resolved as merged, each as it was.
+    for id in [1, 2, 3] {
+        let a = store.alert(id).await.unwrap().unwrap();
+        assert_eq!(a.merged_into, Some(nlp.id), "{a:?}");
+        assert!(a.resolved_at.is_some());
+    }
+    let first = store.alert(1).await.unwrap().unwrap();
+    assert_eq!(first.acked, Some(("alice".to_string(), T + 100)));
+    assert_eq!(
+        store.alert(4).await.unwrap().unwrap().merged_into,
+        Some(cv.id)
+    );
+    let history = store.alert(7).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            history.fingerprint.as_str(),
+            history.resolved_at,
+            history.merged_into
+        ),
+        ("threshold|nlp||warning", Some(T - 10), None)
+    );
+    assert_eq!(history.keys, ["pods"]);
+    assert_eq!(history.key, "pods", "history keeps its key");
+    // The engine carries on with the merged alert: it updates it, opens
+    // no second one.
+    let mut q = Quota::new("nlp", QuotaSpec::default());
+    for k in [GPU, "requests.cpu"] {
+        q.spec
+            .hard
+            .insert(k.into(), quota::Quantity::from_units(10));
+        q.status
+            .used
+            .insert(k.into(), quota::Quantity::from_units(9));
+        q.status
+            .self_used
+            .insert(k.into(), quota::Quantity::from_units(9));
+    }
+    let mut ai = Quota::new("ai", QuotaSpec::default());
+    ai.spec
+        .hard
+        .insert(GPU.into(), quota::Quantity::from_units(10));
+    for used in [&mut ai.status.used, &mut ai.status.self_used] {
+        used.insert(GPU.into(), quota::Quantity::from_units(11));
+    }
+    let swept = engine::evaluate_all(&store, &[q, ai], T + 200, T + 200, URL)
+        .await
+        .unwrap();
+    assert_eq!(
+        swept.updated, 2,
+        "nlp's warning and ai's over quota: {swept:?}"
+    );
+    let open = store.open_alerts().await.unwrap();
+    assert!(
+        open.iter().all(|a| a.quota == "ai" || a.id <= nlp.id),
+        "none opened beside nlp's merged alert: {open:#?}"
+    );
+    let nlp = store.alert(nlp.id).await.unwrap().unwrap();
+    assert_eq!(nlp.keys, [GPU, "requests.cpu"]);
+    assert_eq!((nlp.key.as_str(), nlp.resolved_at), (GPU, None));
+    assert_eq!(nlp.numbers["worst"], GPU, "rewritten");
+    assert_eq!(
+        store.alert(nlp.id).await.unwrap().unwrap().snoozed,
+        Some(("carol".to_string(), T + 50)),
+        "no key joined: the rewrite asks nobody again"
+    );
+    // ai's over quota on GPUs alone, kept, its keys as the engine would
+    // write them: rewritten all the same, still snoozed.
+    let over = store.alert(over.id).await.unwrap().unwrap();
+    assert_eq!((over.key.as_str(), over.resolved_at), (GPU, None));
+    assert_eq!(over.numbers["worst"], GPU, "{over:?}");
+    assert_eq!(over.snoozed, Some(("carol".to_string(), T + 70)));
+    store.close().await;
+}
+
+#[tokio::test]
+async fn alerts_per_key_are_merged_into_one_per_condition_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display());
+    alerts_per_key_are_merged_into_one_per_condition(&url, "sqlite").await;
+}
+
+#[tokio::test]
+async fn alerts_per_key_are_merged_into_one_per_condition_on_postgres() {
+    let (base, db) = crate::store::testdb::new_postgres_database().await;
+    alerts_per_key_are_merged_into_one_per_condition(&format!("{base}/{db}"), "postgres").await;
+    crate::store::testdb::drop_postgres_database(&base, &db).await;
+}
+
 on_both_databases!(
+    a_condition_on_several_keys_is_one_alert_that_follows_its_keys,
+    an_update_from_the_cache_keeps_the_alerts_moment,
     a_stale_evaluation_neither_reopens_nor_resolves,
     each_quota_is_judged_as_of_its_own_write,
     a_digest_kind_waits_for_one_daily_email,
