@@ -50,9 +50,14 @@
 //! Also: wall time until every Job was admitted, admissions per second
 //! from queues, the latency of each call the API server made to the
 //! mutating webhook, the largest stored quota object, and invariants
-//! checked on every quota version the watch shows: no child above its
-//! max, no cohort (the parent's children together) above its hard, and
-//! no cohort running more than its hard by the Jobs' own truth.
+//! checked on every quota version the watch shows, each on a consistent
+//! cut (the watch shows versions in the API server's order; a relist is
+//! applied whole): no child above its max, no parent above its hard, no
+//! child borrowing beyond the loan its parent records while every loan is
+//! backed, how often and how far a cohort (the parent's children
+//! together) was charged above its hard with every child within its loan
+//! (the guarantee: a lender's use within its hard beside what it lent),
+//! and no cohort running more than its hard by the Jobs' own truth.
 
 #[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../tests/it/common.rs"]
