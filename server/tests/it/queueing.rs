@@ -1386,3 +1386,145 @@ async fn a_replica_without_the_watch_reads_priority_classes_through_the_api() {
     leader.running.shutdown().await;
     c.running.shutdown().await;
 }
+
+/// Finished Jobs give their room back at once even while their quota's
+/// queue round is still releasing what it admitted (docs/queueing.md §9):
+/// the release of a queued Job (its unsuspend, through the API server and
+/// both webhooks) can take seconds under load, and the reconcile that
+/// lowers a finished Job's charge must not wait for it. Three quotas
+/// under one parent, each with four Jobs of 1 CPU running (their pods
+/// Running) and a fifth queued; one Job of each completes, so each
+/// queue's round admits its fifth, whose release is slowed to 10 s; then
+/// the other three of each complete at once, their pods Succeeded. Every
+/// one of those charges is gone within a few seconds, long before the
+/// slowed releases are answered (before, they stayed until then: the
+/// reconcile waited for the round to let its quota go).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_jobs_give_their_room_back_while_a_round_still_releases() {
+    let c = Cluster::start().await;
+    let kids = ["q0", "q1", "q2"];
+    for (name, parent, spec) in [
+        ("org", "", json!({"hard": {"requests.cpu": "12"}})),
+        (
+            "q0",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "queueing": "Queue"}),
+        ),
+        (
+            "q1",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "queueing": "Queue"}),
+        ),
+        (
+            "q2",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "queueing": "Queue"}),
+        ),
+    ] {
+        let mut spec = spec;
+        spec["parent"] = json!(parent);
+        let (s, v) = c
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name}, "spec": spec})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    c.until_requested("pod watch", |r| {
+        r.starts_with("GET /api/v1/pods?") && r.contains("watch=true")
+    })
+    .await;
+    c.fake.set_write_delay(std::time::Duration::from_millis(5));
+    let pod_of = |q: &str, i: usize| {
+        crate::cluster::pod(
+            "ml",
+            &format!("{q}-j{i}-0"),
+            "Job",
+            &format!("{q}-j{i}"),
+            0,
+            "2026-11-21T10:00:00Z",
+        )
+    };
+    for q in kids {
+        for i in 0..4 {
+            create_in(&c, "ml", &job_in("ml", q, &format!("{q}-j{i}"), "1"))
+                .await
+                .unwrap();
+            c.fake.put(pod_of(q, i));
+        }
+        c.until(q, "four Jobs charged", |v| used(v, "requests.cpu") == "4")
+            .await;
+        create_in(&c, "ml", &job_in("ml", q, &format!("{q}-w"), "1"))
+            .await
+            .unwrap();
+        assert!(suspended(&c, &format!("{q}-w")), "queued");
+        c.fake.slow_writes(
+            &format!("/apis/batch/v1/namespaces/ml/jobs/{q}-w"),
+            std::time::Duration::from_secs(10),
+        );
+    }
+    let end = |q: &str, i: usize| {
+        let mut ended = pod_of(q, i);
+        ended["status"]["phase"] = json!("Succeeded");
+        ended["status"]["containerStatuses"] = json!([{"name": "c",
+            "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-11-21T10:00:01Z"}}}]);
+        ended
+    };
+    // One Job of each completes: its room goes to the queued Job, whose
+    // release then hangs.
+    for q in kids {
+        c.fake.put(end(q, 0));
+        finish(&c, q, "ml", &format!("{q}-j0"), "Complete");
+    }
+    for q in kids {
+        let wref = format!("batch/Job/ml/{q}-w");
+        c.until(q, "the queued Job admitted", |v| {
+            v["status"]["workloads"].get(&wref).is_some() && used(v, "requests.cpu") == "4"
+        })
+        .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for q in kids {
+        assert!(
+            suspended(&c, &format!("{q}-w")),
+            "its release is still under way"
+        );
+    }
+    // The other three of each complete at once, their pods Succeeded.
+    let started = std::time::Instant::now();
+    for q in kids {
+        for i in 1..4 {
+            c.fake.put(end(q, i));
+            finish(&c, q, "ml", &format!("{q}-j{i}"), "Complete");
+        }
+    }
+    for q in kids {
+        let mut last = Value::Null;
+        while started.elapsed() < std::time::Duration::from_secs(4) {
+            last = c.fake.quota(q);
+            if used(&last, "requests.cpu") == "1" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            used(&last, "requests.cpu"),
+            "1",
+            "{q}: the finished Jobs' charges still held {:?} after they completed, while the round's release hangs: {last}",
+            started.elapsed()
+        );
+    }
+    for q in kids {
+        assert!(
+            suspended(&c, &format!("{q}-w")),
+            "released within the bound, before the slowed releases were answered"
+        );
+    }
+}
