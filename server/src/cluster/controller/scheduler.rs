@@ -23,7 +23,8 @@
 //!
 //! A quota's round and its reconcile never run at once (`one_at_a_time`),
 //! as when the round ran inside the reconcile, except for the releases of
-//! what the round admitted: those are writes through the API server and
+//! what the round admitted and the suspends of the preemptions it made
+//! due: those are writes through the API server and
 //! both webhooks, seconds under load, and run without the quota held, so
 //! a finished workload's charge is released by its reconcile at once and
 //! not after them (docs/queueing.md §9).
@@ -166,13 +167,16 @@ impl Context {
         // The releases are writes through the webhooks: the quota is not
         // held meanwhile, so its reconcile never waits for them.
         self.release_all(name, release).await;
+        let mut due = Vec::new();
         {
             let _serial = self.one_at_a_time(name).await;
             let now = self.now();
-            if let Err(e) = self.preempt_for_queue(name, now).await {
+            if let Err(e) = self.preempt_for_queue(name, now, &mut due).await {
                 tracing::warn!(quota = %name, error = %e, "preemption step failed; next reconcile retries");
             }
         }
+        // The suspends likewise.
+        self.carry_out_all(name, due).await;
         // A time of its own (an alert threshold, an orphan's grace): the
         // quota is reconciled then, which asks for its round.
         let at = self.wake.lock().unwrap().get(name).copied();
