@@ -13,8 +13,18 @@
 //! 2. `lend(parent, &request, &children, now)` in the parent's CAS: grants
 //!    (raises the child's loan to at least what it wants) only out of idle
 //!    capacity.
-//! 3. `admission::charge_within(child, wref, charge, &limits(child, loan))`
-//!    in the child's CAS, the loan read from the parent step 2 wrote.
+//! 3. `charge_or_request(child, wref, charge, Some(&lent))` in the child's
+//!    CAS: within `limits(child, loan)`, the loan read from the parent
+//!    step 2 wrote — unless the child has fenced that grant since.
+//!
+//! A release that ends borrowing gives the loan back at once, in three
+//! steps whose order makes it safe beside admissions in flight: the
+//! parent's loan generation is read (every grant takes a new one); the
+//! release's write in the child fences every grant up to it
+//! (`fence_release`: no charge rides them any more) and reads what the
+//! child still borrows; the parent's CAS shrinks the loan to that, only if
+//! no grant came after the fence (`return_loan`). A charge in flight on the
+//! old loan asks again; one granted after the fence keeps its loan.
 //!
 //! A loan granted whose charge then fails is left in place: it is a
 //! reservation that `repair_loans` shrinks once it is older than
@@ -57,6 +67,37 @@ pub struct Loan {
     /// leaves a loan this recent alone: its charge may be in flight.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub raised: String,
+    /// The parent's `loanGeneration` when this loan was last granted
+    /// (`lend`); 0 in loans stored before generations were kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A loan as one grant left it: what a charge riding it may use beyond
+/// hard, and the grant's generation, which the child's `loanFence` may
+/// have retired since (`charge_or_request`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lent {
+    pub amount: ResourceList,
+    pub generation: u64,
+}
+
+/// The loan `parent` holds for `child` as a charge rides it: its amount
+/// and generation (empty and 0 if none).
+pub fn lent_to(parent: &Quota, child: &str) -> Lent {
+    parent
+        .status
+        .loans
+        .get(child)
+        .map(|l| Lent {
+            amount: l.amount.clone(),
+            generation: l.generation,
+        })
+        .unwrap_or_default()
 }
 
 impl Loan {
@@ -120,6 +161,9 @@ pub struct LoanRequest {
     pub used: ResourceList,
     pub hard: ResourceList,
     pub max: ResourceList,
+    /// The child's `loanFence` when it asked: the grant takes a generation
+    /// above it, or the charge riding it would be refused.
+    pub fence: u64,
 }
 
 impl LoanRequest {
@@ -132,6 +176,7 @@ impl LoanRequest {
             used: ResourceList::new(),
             hard: ResourceList::new(),
             max: ResourceList::new(),
+            fence: 0,
         }
     }
 
@@ -183,6 +228,7 @@ impl LoanRequest {
 pub fn needed(child: &Quota, delta: &ResourceList) -> Result<Option<LoanRequest>, Denial> {
     crate::admission::check_fits_within(child, delta, &child.spec.max)?;
     let mut req = LoanRequest::of(child.name());
+    req.fence = child.status.loan_fence;
     for (k, d) in delta {
         let Some(h) = child.spec.hard.get(k) else {
             continue;
@@ -204,15 +250,18 @@ pub fn needed(child: &Quota, delta: &ResourceList) -> Result<Option<LoanRequest>
 
 /// Admission of one charge with borrowing (§5): `charge_within` the
 /// child's hard, or, once its parent answered a request (`loan`: the loan
-/// `lend` left, possibly none), within hard + loan. On a denial, the loan
-/// that would make room when the child may borrow (it has `max` and a
-/// parent) and every key fits under `max`; a key past `max` is the denial
-/// then. The difference is worked out only for a child that may borrow.
+/// `lend` left, possibly none), within hard + loan — unless the child has
+/// fenced that grant since (`fence_release`: a release gave back the loan
+/// it rode on), when it is charged as if no loan had been answered and a
+/// denial asks for a new grant. On a denial, the loan that would make room
+/// when the child may borrow (it has `max` and a parent) and every key
+/// fits under `max`; a key past `max` is the denial then. The difference
+/// is worked out only for a child that may borrow.
 pub fn charge_or_request(
     child: &mut Quota,
     wref: &str,
     charge: crate::object::Charge,
-    loan: Option<&ResourceList>,
+    loan: Option<&Lent>,
 ) -> Result<bool, (Denial, Option<Box<LoanRequest>>)> {
     let may_borrow = !child.spec.max.is_empty() && !child.spec.parent.is_empty();
     let delta = may_borrow.then(|| {
@@ -220,7 +269,11 @@ pub fn charge_or_request(
         let old = old.map(crate::object::Charge::usage).unwrap_or_default();
         resources::diff(&charge.usage(), &old)
     });
-    let within = loan.map(|l| limits(child, l)).unwrap_or_default();
+    let fence = child.status.loan_fence;
+    let within = loan
+        .filter(|l| l.generation > fence)
+        .map(|l| limits(child, &l.amount))
+        .unwrap_or_default();
     match crate::admission::charge_within(child, wref, charge, &within) {
         Ok(changed) => Ok(changed),
         Err(d) => match delta {
@@ -365,10 +418,12 @@ pub fn idle_room(
 /// idle: every loan `lend` writes is fully backed, so the child may be
 /// charged against hard + loan (`limits`) by each of its admissions in
 /// flight, together. A loan changed or renewed is safe from `repair_loans`
-/// for `LOAN_TTL_MS`; a loan already right and renewed less than half that
-/// long ago is not written again. Returns whether the parent changed. The
-/// denial names the child, the key, what it asked and how much could be
-/// borrowed.
+/// for `LOAN_TTL_MS` (renewed when last raised half that long ago). Every
+/// grant, even of a loan already right, takes the parent's next
+/// `loanGeneration`, so the parent is always written (returns true): the
+/// charge that rides the grant is one a release reading the loan before it
+/// has not seen (`fence_release`). The denial names the child, the key,
+/// what it asked and how much could be borrowed.
 pub fn lend(
     parent: &mut Quota,
     req: &LoanRequest,
@@ -399,6 +454,11 @@ pub fn lend(
     }
 
     let now = time::format_rfc3339(now_ms);
+    let generation = parent
+        .status
+        .loan_generation
+        .max(req.fence)
+        .saturating_add(1);
     let loan = parent
         .status
         .loans
@@ -407,6 +467,7 @@ pub fn lend(
             amount: ResourceList::new(),
             since: now.clone(),
             raised: String::new(),
+            generation: 0,
         });
     let mut changed = false;
     for (key, want) in &req.want {
@@ -424,9 +485,14 @@ pub fn lend(
     let stale = !loan.younger_than(now_ms, LOAN_TTL_MS / 2);
     if changed || stale {
         loan.raised = now;
-        parent.status.refresh(&parent.spec);
     }
-    Ok(changed || stale)
+    // Every grant takes a new generation, changed or not: a charge may ride
+    // it, so a release that read the loan before it must not give it back
+    // (`return_loan`).
+    loan.generation = generation;
+    parent.status.loan_generation = generation;
+    parent.status.refresh(&parent.spec);
+    Ok(true)
 }
 
 /// Repair a parent's ledgers of its children from the children as stored
@@ -480,8 +546,9 @@ pub fn repair_loans(
 }
 
 /// How much a child's borrowing fell, per key of its `max`, between its
-/// use `before` and `after` a release: what that release ended of its
-/// loan (`return_loan`). Keys whose borrowing did not fall are left out.
+/// use `before` and `after` a release: whether that release ended any of
+/// its loan (`fence_release`). Keys whose borrowing did not fall are left
+/// out.
 pub fn ended(child: &Quota, before: &ResourceList, after: &ResourceList) -> ResourceList {
     let (was, now) = (child.spec.borrowed(before), child.spec.borrowed(after));
     was.iter()
@@ -492,31 +559,76 @@ pub fn ended(child: &Quota, before: &ResourceList, after: &ResourceList) -> Reso
         .collect()
 }
 
-/// Give back to `parent`, at once, the part of `child`'s loan a release
-/// ended (`ended`), whatever the loan's age: each key's loan falls by
-/// `ended`, but never below what the child still borrows (`borrowed`).
-/// Safe beside an admission in flight (a loan raised for a charge not yet
-/// written): the loan covered what the child borrowed before plus that
-/// charge, so less what the release ended it still covers both. An empty
-/// loan is removed. Refreshes the parent; whether anything changed.
-pub fn return_loan(
-    parent: &mut Quota,
-    child: &str,
-    ended: &ResourceList,
-    borrowed: &ResourceList,
-) -> bool {
+/// What a release that ended borrowing gives back at once (§9): the
+/// fence it wrote in the child, and what the child still borrowed as that
+/// write left it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Giveback {
+    pub fence: u64,
+    pub borrowed: ResourceList,
+}
+
+/// In the child's compare-and-swap of a release, `before` being its use
+/// before the release: when the release ended borrowing (`ended`) and its
+/// parent's loan to it was at generation `seen` (read before this write;
+/// None: no loan), fence every grant up to `seen` (`fence`). None when
+/// there is nothing to give back.
+pub fn fence_release(
+    child: &mut Quota,
+    before: &ResourceList,
+    seen: Option<u64>,
+) -> Option<Giveback> {
+    let seen = seen?;
+    if ended(child, before, &child.status.used).is_empty() {
+        return None;
+    }
+    Some(fence(child, seen))
+}
+
+/// Retire the grants of the child's loan up to `generation` (the fence
+/// never falls): no charge rides them any more (`charge_or_request`), so
+/// until a new grant the child never borrows more than it does as this
+/// write leaves it — what its loan must still cover.
+pub fn fence(child: &mut Quota, generation: u64) -> Giveback {
+    child.status.loan_fence = child.status.loan_fence.max(generation);
+    Giveback {
+        fence: child.status.loan_fence,
+        borrowed: child.spec.borrowed(&child.status.used),
+    }
+}
+
+/// What `return_loan` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Returned {
+    /// The loan now covers no more than what the child borrowed at the
+    /// fence (whether it changed).
+    Back(bool),
+    /// Granted again after the fence, at this generation: a charge may
+    /// ride it, so nothing went back (fence it and try again).
+    Granted(u64),
+    /// No loan to give back.
+    NoLoan,
+}
+
+/// Give back to `parent`, at once, what `child`'s loan holds beyond what
+/// the child borrowed at its fence (`give`), whatever the loan's age — but
+/// only if the loan was not granted again after that fence: every charge
+/// that could still ride it then was written before the fence (and is in
+/// `give.borrowed`) or is refused by it. An empty loan is removed.
+/// Refreshes the parent when it changed. Call in the parent's
+/// compare-and-swap.
+pub fn return_loan(parent: &mut Quota, child: &str, give: &Giveback) -> Returned {
     let Some(loan) = parent.status.loans.get_mut(child) else {
-        return false;
+        return Returned::NoLoan;
     };
+    if loan.generation > give.fence {
+        return Returned::Granted(loan.generation);
+    }
     let before = loan.amount.clone();
     loan.amount = before
         .iter()
         .filter_map(|(k, amount)| {
-            let back = resources::get(ended, k);
-            let keep = amount
-                .saturating_sub(back)
-                .max(resources::get(borrowed, k))
-                .min(*amount);
+            let keep = (*amount).min(resources::get(&give.borrowed, k));
             (keep.nanos() > 0).then(|| (k.clone(), keep))
         })
         .collect();
@@ -527,7 +639,7 @@ pub fn return_loan(
     if changed {
         parent.status.refresh(&parent.spec);
     }
-    changed
+    Returned::Back(changed)
 }
 
 /// Drop a child's loan (the child was deleted, with `tree::uncarve`).
@@ -615,51 +727,167 @@ mod tests {
         }
     }
 
+    /// A release's return, as the server makes it: the parent's loan
+    /// generation read first, the release and its fence in the child's
+    /// write, then the return in the parent's.
+    fn release_and_return(parent: &mut Quota, kid: &mut Quota, wref: &str) -> Returned {
+        let seen = parent.status.loans.get(kid.name()).map(|l| l.generation);
+        let before = kid.status.used.clone();
+        admission::release(kid, wref);
+        match fence_release(kid, &before, seen) {
+            Some(give) => return_loan(parent, kid.name(), &give),
+            None => Returned::NoLoan,
+        }
+    }
+
+    /// Every child's borrowing is covered by the loan its parent records.
+    fn covered(parent: &Quota, kids: &[Quota]) {
+        for k in kids {
+            let b = resources::get(&k.spec.borrowed(&k.status.used), CPU);
+            let l = resources::get(&loan_of(parent, k.name()), CPU);
+            assert!(b <= l, "{} borrows {b} on a loan of {l}", k.name());
+        }
+    }
+
     #[test]
-    fn a_release_returns_what_it_ended_of_the_loan_at_once_and_no_more() {
+    fn a_release_returns_its_loan_at_once_down_to_what_is_still_borrowed() {
         let (mut parent, mut kids) = family(12, &[("a", 4, Some(10)), ("b", 8, None)]);
         // a runs 4 within hard, then two jobs of 2 on a loan of 4.
         admit(&mut parent, &mut kids, 0, "base", pods(1, 4), T0).unwrap();
         admit(&mut parent, &mut kids, 0, "j1", pods(1, 2), T0).unwrap();
         admit(&mut parent, &mut kids, 0, "j2", pods(1, 2), T0).unwrap();
         assert_eq!(loan_of(&parent, "a"), cpu(4));
-        // A third loan is raised for j3, whose charge is still in flight.
-        let req = needed(&kids[0], &cpu(2)).unwrap().unwrap();
-        lend(&mut parent, &req, &Standing::of_all(kids.iter()), T0).unwrap();
-        assert_eq!(loan_of(&parent, "a"), cpu(6));
-        // j1 finishes: its 2 of borrowing end and go back at once, though
-        // the loan is young (repair_loans would keep it for LOAN_TTL_MS).
-        let before = kids[0].status.used.clone();
-        admission::release(&mut kids[0], "j1");
-        let e = ended(&kids[0], &before, &kids[0].status.used);
-        assert_eq!(e, cpu(2));
-        let borrowed = kids[0].spec.borrowed(&kids[0].status.used);
-        assert!(return_loan(&mut parent, "a", &e, &borrowed));
-        assert_eq!(
-            loan_of(&parent, "a"),
-            cpu(4),
-            "j2 and j3 in flight stay covered"
-        );
-        assert_eq!(parent.status.lent, cpu(4));
-        // j3's charge lands within what is left.
-        let l = limits(&kids[0], &loan_of(&parent, "a"));
-        admission::charge_within(&mut kids[0], "j3", pods(1, 2), &l).unwrap();
-        // Releasing within hard ends no borrowing: nothing goes back.
-        assert!(ended(&kids[0], &cpu(4), &cpu(2)).is_empty());
-        // Told twice (a retried write), it never falls below what a borrows.
-        let borrowed = kids[0].spec.borrowed(&kids[0].status.used);
-        return_loan(&mut parent, "a", &cpu(2), &borrowed);
-        return_loan(&mut parent, "a", &cpu(2), &borrowed);
-        assert_eq!(loan_of(&parent, "a"), cpu(4));
+        // j1 finishes: its 2 go back at once, though the loan is young
+        // (repair_loans would keep it for LOAN_TTL_MS).
+        let back = release_and_return(&mut parent, &mut kids[0], "j1");
+        assert_eq!(back, Returned::Back(true));
+        assert_eq!(loan_of(&parent, "a"), cpu(2), "j2 stays covered");
+        assert_eq!(parent.status.lent, cpu(2));
+        covered(&parent, &kids);
+        // Releasing within hard ends no borrowing: no fence, nothing back.
+        let mut b = kids[1].clone();
+        admission::charge(&mut b, "w", pods(1, 2)).unwrap();
+        let before = b.status.used.clone();
+        admission::release(&mut b, "w");
+        assert_eq!(fence_release(&mut b, &before, Some(1)), None);
+        assert_eq!(b.status.loan_fence, 0);
+        // Told twice (a retried write), it changes nothing more.
+        let give = fence(&mut kids[0], parent.status.loans["a"].generation);
+        assert_eq!(return_loan(&mut parent, "a", &give), Returned::Back(false));
+        assert_eq!(loan_of(&parent, "a"), cpu(2));
         // All of it ends: the loan goes, and the parent lends nothing.
-        let before = kids[0].status.used.clone();
-        admission::release(&mut kids[0], "j2");
-        admission::release(&mut kids[0], "j3");
-        let e = ended(&kids[0], &before, &kids[0].status.used);
-        assert!(return_loan(&mut parent, "a", &e, &ResourceList::new()));
+        assert_eq!(
+            release_and_return(&mut parent, &mut kids[0], "j2"),
+            Returned::Back(true)
+        );
         assert!(parent.status.loans.is_empty());
         assert!(parent.status.lent.values().all(|v| v.nanos() == 0));
-        assert!(!return_loan(&mut parent, "a", &e, &ResourceList::new()));
+        let give = fence(&mut kids[0], 99);
+        assert_eq!(return_loan(&mut parent, "a", &give), Returned::NoLoan);
+    }
+
+    #[test]
+    fn every_grant_takes_a_new_generation_and_none_is_reused() {
+        let (mut p, mut kids) = family(12, &[("a", 0, Some(8)), ("b", 0, Some(8))]);
+        let req = needed(&kids[0], &cpu(2)).unwrap().unwrap();
+        let view = Standing::of_all(kids.iter());
+        assert!(lend(&mut p, &req, &view, T0).unwrap());
+        assert_eq!(p.status.loans["a"].generation, 1);
+        // The same request again: the loan is already right, but a charge
+        // may ride this grant, so it is a grant of its own.
+        assert!(lend(&mut p, &req, &view, T0 + 1).unwrap());
+        assert_eq!(p.status.loans["a"].generation, 2);
+        let rb = needed(&kids[1], &cpu(1)).unwrap().unwrap();
+        lend(&mut p, &rb, &view, T0 + 2).unwrap();
+        assert_eq!(p.status.loans["b"].generation, 3);
+        assert_eq!(p.status.loan_generation, 3);
+        // a's loan is dropped and granted anew: never a generation seen
+        // before, so a release that read generation 2 cannot mistake it.
+        assert!(drop_loan(&mut p, "a"));
+        lend(&mut p, &req, &view, T0 + 3).unwrap();
+        assert_eq!(p.status.loans["a"].generation, 4);
+        // A child fenced past the parent's count (moved from another
+        // parent) is granted above its fence.
+        kids[1].status.loan_fence = 40;
+        let rb = needed(&kids[1], &cpu(1)).unwrap().unwrap();
+        lend(&mut p, &rb, &view, T0 + 4).unwrap();
+        assert_eq!(p.status.loans["b"].generation, 41);
+        let lent = lent_to(&p, "b");
+        let mut b = kids[1].clone();
+        assert!(charge_or_request(&mut b, "w", pods(1, 1), Some(&lent)).is_ok());
+    }
+
+    #[test]
+    fn a_return_never_takes_the_loan_an_admission_in_flight_rides() {
+        // a (hard 0, max 8) borrows everything. X and Z ask for 2 each
+        // from the same view (a borrows nothing yet): both are granted the
+        // same loan of 2, and Z's charge lands first.
+        let (mut p, mut kids) = family(8, &[("a", 0, Some(8)), ("b", 0, Some(8))]);
+        let view = Standing::of_all(kids.iter());
+        let rx = needed(&kids[0], &cpu(2)).unwrap().unwrap();
+        let rz = needed(&kids[0], &cpu(2)).unwrap().unwrap();
+        lend(&mut p, &rx, &view, T0).unwrap();
+        let x = lent_to(&p, "a");
+        lend(&mut p, &rz, &view, T0).unwrap();
+        let z = lent_to(&p, "a");
+        charge_or_request(&mut kids[0], "z", pods(1, 2), Some(&z)).unwrap();
+        // X alone would not fit beside Z (4 > 2)...
+        let mut probe = kids[0].clone();
+        assert!(charge_or_request(&mut probe, "x", pods(1, 2), Some(&x)).is_err());
+        // ...but Z finishes first: its release gives the loan back at once.
+        assert_eq!(
+            release_and_return(&mut p, &mut kids[0], "z"),
+            Returned::Back(true)
+        );
+        assert!(p.status.loans.is_empty());
+        // X's charge now lands on the loan it was granted: without the
+        // fence it would borrow 2 on no loan at all, and b could be lent
+        // all 8 meanwhile. The fence refuses it and it asks again.
+        let Err((_, Some(again))) = charge_or_request(&mut kids[0], "x", pods(1, 2), Some(&x))
+        else {
+            panic!("a fenced grant carries no charge beyond hard")
+        };
+        covered(&p, &kids);
+        lend(&mut p, &again, &Standing::of_all(kids.iter()), T0 + 1).unwrap();
+        let x = lent_to(&p, "a");
+        charge_or_request(&mut kids[0], "x", pods(1, 2), Some(&x)).unwrap();
+        covered(&p, &kids);
+        // b is lent only what is left: 6.
+        let rb = needed(&kids[1], &cpu(7)).unwrap().unwrap();
+        assert!(lend(&mut p, &rb, &Standing::of_all(kids.iter()), T0 + 2).is_err());
+        let rb = needed(&kids[1], &cpu(6)).unwrap().unwrap();
+        lend(&mut p, &rb, &Standing::of_all(kids.iter()), T0 + 2).unwrap();
+        assert!(resources::get(&p.status.lent, CPU) <= Quantity::from_units(8));
+    }
+
+    #[test]
+    fn a_return_after_a_new_grant_gives_nothing_back_until_fenced_again() {
+        let (mut p, mut kids) = family(8, &[("a", 0, Some(8))]);
+        admit(&mut p, &mut kids, 0, "j1", pods(1, 2), T0).unwrap();
+        admit(&mut p, &mut kids, 0, "j2", pods(1, 2), T0).unwrap();
+        // The release reads the loan's generation, then an admission is
+        // granted again (a charge of 2 in flight on a loan of 6).
+        let seen = p.status.loans["a"].generation;
+        let req = needed(&kids[0], &cpu(2)).unwrap().unwrap();
+        lend(&mut p, &req, &Standing::of_all(kids.iter()), T0 + 1).unwrap();
+        let flying = lent_to(&p, "a");
+        let before = kids[0].status.used.clone();
+        admission::release(&mut kids[0], "j1");
+        let give = fence_release(&mut kids[0], &before, Some(seen)).unwrap();
+        let granted = p.status.loans["a"].generation;
+        assert_eq!(
+            return_loan(&mut p, "a", &give),
+            Returned::Granted(granted),
+            "the grant after the read may carry a charge"
+        );
+        assert_eq!(loan_of(&p, "a"), cpu(6));
+        // The charge in flight lands (its grant is after the fence).
+        charge_or_request(&mut kids[0], "j3", pods(1, 2), Some(&flying)).unwrap();
+        // Fenced again at the grant: now what a borrows (4) is kept.
+        let give = fence(&mut kids[0], granted);
+        assert_eq!(return_loan(&mut p, "a", &give), Returned::Back(true));
+        assert_eq!(loan_of(&p, "a"), cpu(4));
+        covered(&p, &kids);
     }
 
     #[test]
@@ -778,20 +1006,19 @@ mod tests {
     }
 
     #[test]
-    fn lending_is_idempotent_and_renews_only_when_old() {
+    fn lending_renews_only_when_old() {
         let (mut p, mut kids) = family(10, &[("a", 4, Some(8)), ("b", 6, None)]);
         admission::charge(&mut kids[0], "w", pods(1, 4)).unwrap();
         let req = needed(&kids[0], &cpu(2)).unwrap().unwrap();
         let view = Standing::of_all(kids.iter());
         assert!(lend(&mut p, &req, &view, T0).unwrap());
-        assert!(
-            !lend(&mut p, &req, &view, T0 + 1000).unwrap(),
-            "a retry writes nothing"
+        lend(&mut p, &req, &view, T0 + 1000).unwrap();
+        assert_eq!(
+            p.status.loans["a"].raised,
+            time::format_rfc3339(T0),
+            "a retry soon after is not a renewal"
         );
-        assert!(
-            lend(&mut p, &req, &view, T0 + LOAN_TTL_MS / 2).unwrap(),
-            "renewed"
-        );
+        lend(&mut p, &req, &view, T0 + LOAN_TTL_MS / 2).unwrap();
         assert_eq!(p.status.loans["a"].since, time::format_rfc3339(T0));
         assert_eq!(
             p.status.loans["a"].raised,
@@ -861,6 +1088,7 @@ mod tests {
                 amount: cpu(3),
                 since: time::format_rfc3339(T0),
                 raised: String::new(),
+                generation: 0,
             },
         );
         let spec = kids[1].spec.clone();

@@ -573,6 +573,17 @@ pub struct QuotaStatus {
     /// once serialise on this object's compare-and-swap.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub loans: BTreeMap<String, Loan>,
+    /// As a lender: the generation of the latest loan granted here; each
+    /// grant (`borrow::lend`) takes the next, so a loan's generation says
+    /// whether it was granted again since it was read.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub loan_generation: u64,
+    /// As a borrower: no charge rides a loan its parent granted at this
+    /// generation or before. A release that gives its loan back at once
+    /// raises it in the release's own write (`borrow::fence_release`), so
+    /// an admission in flight on the loan it returns asks again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub loan_fence: u64,
     /// Σ loans: what this node has lent its children (derived).
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     pub lent: ResourceList,
@@ -699,6 +710,8 @@ impl QuotaStatus {
             || self.budgets != other.budgets
             || self.reservations != other.reservations
             || self.loans != other.loans
+            || self.loan_generation != other.loan_generation
+            || self.loan_fence != other.loan_fence
             || self.lent != other.lent
             || self.borrowed != other.borrowed
             || self.reclaim != other.reclaim
@@ -871,6 +884,10 @@ pub struct Quota {
     pub spec: QuotaSpec,
     #[serde(default)]
     pub status: QuotaStatus,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn kind() -> String {

@@ -39,6 +39,8 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
         budgets,
         reservations,
         loans,
+        loan_generation,
+        loan_fence,
         lent,
         borrowed,
         reclaim,
@@ -70,6 +72,8 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
     p.map("budgets", &old.budgets, budgets, IfAny);
     p.map("reservations", &old.reservations, reservations, IfAny);
     p.map("loans", &old.loans, loans, IfAny);
+    p.count("loanGeneration", old.loan_generation, *loan_generation);
+    p.count("loanFence", old.loan_fence, *loan_fence);
     p.map("lent", &old.lent, lent, IfAny);
     p.map("borrowed", &old.borrowed, borrowed, IfAny);
     p.map("reclaim", &old.reclaim, reclaim, IfAny);
@@ -230,6 +234,14 @@ impl Patch {
         };
         if let Some(d) = d {
             self.0.insert(name.into(), d);
+        }
+    }
+
+    /// A counter left out when zero.
+    fn count(&mut self, name: &str, old: u64, new: u64) {
+        if old != new {
+            let v = if new == 0 { Value::Null } else { new.into() };
+            self.0.insert(name.into(), v);
         }
     }
 

@@ -76,7 +76,10 @@ fn decide(op: &mut Op, q: &mut Quota, now: i64) -> Verdict<Answer, Denial> {
                 uid: format!("uid-{w}"),
                 admitted: Some(time::format_rfc3339(now)),
             };
-            let loan = loan.map(|(c, g)| list(c, g));
+            let loan = loan.map(|(c, g)| borrow::Lent {
+                amount: list(c, g),
+                generation: 1,
+            });
             match borrow::charge_or_request(q, &wref, c, loan.as_ref()) {
                 Ok(changed) => Ok((changed, Answer::Applied(true))),
                 Err((d, _request)) => Err(d),

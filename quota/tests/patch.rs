@@ -99,13 +99,14 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
     let rest = (
         btree_map(
             name(),
-            (resources(), time(), prop::option::of(time())).prop_map(|(amount, since, raised)| {
-                Loan {
+            (resources(), time(), prop::option::of(time()), 0u64..3).prop_map(
+                |(amount, since, raised, generation)| Loan {
                     amount,
                     since,
                     raised: raised.unwrap_or_default(),
-                }
-            }),
+                    generation,
+                },
+            ),
             0..3,
         ),
         btree_map(
@@ -207,6 +208,9 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
             (loans, reclaim, transfers, refunds, reservations),
             ledger_outbox,
         )| QuotaStatus {
+            // Counters drawn from what varies with them: zero and not.
+            loan_generation: loans.values().map(|l| l.generation).max().unwrap_or(0),
+            loan_fence: cash_accrued.len() as u64,
             hard,
             used,
             self_used,

@@ -50,9 +50,14 @@
 //! Also: wall time until every Job was admitted, admissions per second
 //! from queues, the latency of each call the API server made to the
 //! mutating webhook, the largest stored quota object, and invariants
-//! checked on every quota version the watch shows: no child above its
-//! max, no cohort (the parent's children together) above its hard, and
-//! no cohort running more than its hard by the Jobs' own truth.
+//! checked on every quota version the watch shows, each on a consistent
+//! cut (the watch shows versions in the API server's order; a relist is
+//! applied whole): no child above its max, no parent above its hard, no
+//! child borrowing beyond the loan its parent records while every loan is
+//! backed, how often and how far a cohort (the parent's children
+//! together) was charged above its hard with every child within its loan
+//! (the guarantee: a lender's use within its hard beside what it lent),
+//! and no cohort running more than its hard by the Jobs' own truth.
 
 #[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../tests/it/common.rs"]
@@ -254,12 +259,25 @@ struct Rec {
     cluster_errors: Vec<String>,
 }
 
-/// What the quota watch saw.
+/// What the quota watch saw. The watch shows every version of every
+/// quota in the order the API server wrote them (one resourceVersion
+/// sequence), so the latest version of each quota after any event is the
+/// store as it stood at that event's resourceVersion: a consistent cut.
+/// The invariants are checked on each such cut, never on a mix of
+/// versions — a relist's objects are applied together when it is done.
 #[derive(Default)]
 struct QuotaRec {
     /// Latest `status.used[requests.cpu]` per child, in milli-CPUs.
     used: HashMap<String, i64>,
+    /// Each child's hard (milli-CPUs), its parent, and each parent's
+    /// hard, own use and loans (child → milli-CPUs) at the latest cut.
+    hard: HashMap<String, i64>,
     parent_of: HashMap<String, String>,
+    parent_hard: HashMap<String, i64>,
+    parent_self_used: HashMap<String, i64>,
+    loans_of: HashMap<String, HashMap<String, i64>>,
+    /// A relist under way: its objects, applied at its end.
+    relisting: Option<Vec<DynamicObject>>,
     /// Time-weighted sum of the children's used (milli-CPU × ms) since
     /// `from`, and when it was last advanced.
     from: Option<Instant>,
@@ -270,12 +288,27 @@ struct QuotaRec {
     largest: usize,
     largest_name: String,
     /// Versions of a child above its max, of a parent above its hard, and
-    /// moments of a cohort's children above the parent's hard.
+    /// cuts where a cohort's children were charged above the parent's hard.
     child_over_max: u64,
     parent_over_hard: u64,
     cohort_over_hard: u64,
     max_cohort_used: i64,
+    /// Cuts where a child borrowed (used beyond hard) more than the loan
+    /// its parent records for it: a charge the parent does not back. The
+    /// largest such excess (milli-CPUs).
+    beyond_loan: u64,
+    max_beyond_loan: i64,
+    /// Cuts where a child borrowed beyond a loan that was no longer all
+    /// backed (a lender used guarantee it had lent): not counted above.
+    beyond_unbacked: u64,
+    /// Cuts where the children were above the parent's hard and every
+    /// child's borrowing was within its loan: lenders using the
+    /// guarantee they had lent, honoured at once (reclaim takes the
+    /// loans back). The largest excess over hard among them (milli-CPUs).
+    over_within_loans: u64,
+    max_over_within_loans: i64,
     first_violation: Option<String>,
+    first_beyond_loan: Option<String>,
     /// The latest `status.loans` of each parent.
     loans: HashMap<String, Value>,
 }
@@ -301,8 +334,47 @@ impl QuotaRec {
         }
     }
 
+    /// One event of the watch: applied at once, or kept for the end of a
+    /// relist.
+    fn event(&mut self, ev: watcher::Event<DynamicObject>, now: Instant) {
+        match ev {
+            watcher::Event::Apply(q) => {
+                self.versions += 1;
+                self.apply(&q, now);
+            }
+            watcher::Event::Init => {
+                // The first list is not a relist.
+                if self.versions > 0 {
+                    self.relists += 1;
+                }
+                self.relisting = Some(Vec::new());
+            }
+            watcher::Event::InitApply(q) => match self.relisting.as_mut() {
+                Some(list) => list.push(q),
+                None => self.apply(&q, now),
+            },
+            watcher::Event::InitDone => {
+                for q in self.relisting.take().unwrap_or_default() {
+                    self.versions += 1;
+                    self.store(&q, now);
+                }
+                let parents: Vec<String> = self.parent_hard.keys().cloned().collect();
+                for p in parents {
+                    self.check(&p);
+                }
+            }
+            watcher::Event::Delete(_) => {}
+        }
+    }
+
     fn apply(&mut self, q: &DynamicObject, now: Instant) {
-        self.versions += 1;
+        if let Some(parent) = self.store(q, now) {
+            self.check(&parent);
+        }
+    }
+
+    /// Record one quota's version; the parent whose cohort it touches.
+    fn store(&mut self, q: &DynamicObject, now: Instant) -> Option<String> {
         let name = q.metadata.name.clone().unwrap_or_default();
         let used = milli(&q.data["status"]["used"][CPU]);
         let hard = milli(&q.data["spec"]["hard"][CPU]);
@@ -310,11 +382,23 @@ impl QuotaRec {
         if parent.is_empty() {
             self.loans
                 .insert(name.clone(), q.data["status"]["loans"].clone());
+            let loans = q.data["status"]["loans"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(c, l)| (c.clone(), milli(&l["amount"][CPU])))
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.loans_of.insert(name.clone(), loans);
+            self.parent_hard.insert(name.clone(), hard);
+            self.parent_self_used
+                .insert(name.clone(), milli(&q.data["status"]["selfUsed"][CPU]));
             if used > hard {
                 self.parent_over_hard += 1;
                 self.violation(format!("{name}: used {used}m of hard {hard}m"));
             }
-            return;
+            return Some(name);
         }
         let max = milli(&q.data["spec"]["max"][CPU]).max(hard);
         if used > max {
@@ -323,29 +407,92 @@ impl QuotaRec {
         }
         self.advance(now);
         self.used.insert(name.clone(), used);
+        self.hard.insert(name.clone(), hard);
         self.parent_of.insert(name, parent.clone());
-        let cohort: i64 = self
+        Some(parent)
+    }
+
+    /// The cohort under `parent` at this cut: its children together
+    /// against the parent's hard, and each child's borrowing against the
+    /// loan the parent records.
+    fn check(&mut self, parent: &str) {
+        let Some(&cap) = self.parent_hard.get(parent) else {
+            return;
+        };
+        let kids: Vec<(&String, i64)> = self
             .used
             .iter()
-            .filter(|(c, _)| self.parent_of.get(*c) == Some(&parent))
-            .map(|(_, u)| u)
-            .sum();
+            .filter(|(c, _)| self.parent_of.get(*c).map(String::as_str) == Some(parent))
+            .map(|(c, u)| (c, *u))
+            .collect();
+        let no_loans = HashMap::new();
+        let loans = self.loans_of.get(parent).unwrap_or(&no_loans);
+        let mut beyond = Vec::new();
+        for (c, u) in &kids {
+            let borrowed = u - self.hard.get(*c).copied().unwrap_or(0);
+            let loan = loans.get(*c).copied().unwrap_or(0);
+            if borrowed > loan {
+                beyond.push((c.to_string(), borrowed, loan));
+            }
+        }
+        let own = self.parent_self_used.get(parent).copied().unwrap_or(0);
+        let cohort: i64 = kids.iter().map(|(_, u)| u).sum::<i64>() + own;
+        // Whether every loan is backed at this cut: the parent's own use,
+        // each child's use within its hard and every loan fit its hard.
+        // When not (a lender took back guarantee it had lent), a loan is
+        // cut to what is backed at the next grant, below what its child
+        // may still borrow: reclaim's to take back, not an over-admission.
+        let backed = own
+            + kids
+                .iter()
+                .map(|(c, u)| (*u).min(self.hard.get(*c).copied().unwrap_or(0)))
+                .sum::<i64>()
+            + loans.values().sum::<i64>()
+            <= cap;
+        if !backed && !beyond.is_empty() {
+            self.beyond_unbacked += 1;
+            beyond.clear();
+        }
+        let mut each: Vec<String> = kids
+            .iter()
+            .map(|(c, u)| {
+                let loan = loans.get(*c).copied().unwrap_or(0);
+                format!("{c} {} (loan {})", *u as f64 / 1000.0, loan as f64 / 1000.0)
+            })
+            .collect();
+        each.sort();
+        if !beyond.is_empty() {
+            self.beyond_loan += 1;
+            let worst = beyond.iter().map(|(_, b, l)| b - l).max().unwrap_or(0);
+            self.max_beyond_loan = self.max_beyond_loan.max(worst);
+            if self.first_beyond_loan.is_none() {
+                self.first_beyond_loan = Some(format!(
+                    "cohort {parent}: {} (used: {})",
+                    beyond
+                        .iter()
+                        .map(|(c, b, l)| format!(
+                            "{c} borrows {} on a loan of {}",
+                            *b as f64 / 1000.0,
+                            *l as f64 / 1000.0
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    each.join(", ")
+                ));
+            }
+        }
         self.max_cohort_used = self.max_cohort_used.max(cohort);
-        if cohort > MAX * 1000 {
+        if cohort > cap {
             self.cohort_over_hard += 1;
+            if beyond.is_empty() {
+                self.over_within_loans += 1;
+                self.max_over_within_loans = self.max_over_within_loans.max(cohort - cap);
+            }
             if self.first_violation.is_none() {
-                let mut each: Vec<String> = self
-                    .used
-                    .iter()
-                    .filter(|(c, _)| self.parent_of.get(*c) == Some(&parent))
-                    .map(|(c, u)| format!("{c} {}", *u as f64 / 1000.0))
-                    .collect();
-                each.sort();
-                let loans = self.loans.get(&parent).cloned().unwrap_or_default();
+                let loans = self.loans.get(parent).cloned().unwrap_or_default();
                 self.violation(format!(
-                    "cohort {parent}: its children use {cohort}m together, above its hard {}m \
+                    "cohort {parent}: its children use {cohort}m together, above its hard {cap}m \
                      (used: {}; the parent's loans: {loans})",
-                    MAX * 1000,
                     each.join(", ")
                 ));
             }
@@ -441,12 +588,8 @@ fn watch_quotas(c: &Cluster, qrec: Arc<Mutex<QuotaRec>>) {
             .boxed();
         while let Some(ev) = events.next().await {
             let now = Instant::now();
-            let mut r = qrec.lock().unwrap();
-            match ev {
-                Ok(watcher::Event::Apply(q) | watcher::Event::InitApply(q)) => r.apply(&q, now),
-                // The first list is not a relist.
-                Ok(watcher::Event::Init) if r.versions > 0 => r.relists += 1,
-                _ => {}
+            if let Ok(ev) = ev {
+                qrec.lock().unwrap().event(ev, now);
             }
         }
     });
@@ -1174,15 +1317,47 @@ fn report(
         "0",
     );
     row(
-        "parent above hard (versions; children summed)",
+        "parent above hard (versions)",
+        q.parent_over_hard.to_string(),
+        "",
+        "0",
+    );
+    row(
+        "cohort's children charged above its hard (cuts)",
         format!(
-            "{}; {} (max {} CPUs)",
-            q.parent_over_hard,
+            "{} of {} (max {:.1} CPUs charged)",
             q.cohort_over_hard,
-            q.max_cohort_used / 1000
+            q.versions,
+            q.max_cohort_used as f64 / 1000.0
         ),
         "",
-        "0; 0",
+        "",
+    );
+    row(
+        "  of those, every child within its loan",
+        format!(
+            "{} (at most {:.1} CPUs over hard)",
+            q.over_within_loans,
+            q.max_over_within_loans as f64 / 1000.0
+        ),
+        "",
+        "all",
+    );
+    row(
+        "child beyond a loan no longer backed (cuts)",
+        q.beyond_unbacked.to_string(),
+        "",
+        "",
+    );
+    row(
+        "child borrowing beyond its backed loan (cuts)",
+        format!(
+            "{} (at most {:.1} CPUs beyond)",
+            q.beyond_loan,
+            q.max_beyond_loan as f64 / 1000.0
+        ),
+        "",
+        "0",
     );
     row(
         "cohort running above hard (Jobs' own truth)",
@@ -1200,6 +1375,9 @@ fn report(
     );
     if let Some(v) = &q.first_violation {
         println!("first invariant broken: {v}");
+    }
+    if let Some(v) = &q.first_beyond_loan {
+        println!("first borrowing beyond a loan: {v}");
     }
     if !per_cq_waiting.is_empty() {
         let list: Vec<String> = per_cq_waiting
@@ -1232,13 +1410,16 @@ fn report(
         std::fs::write(&path, serde_json::to_vec_pretty(&all).unwrap()).unwrap();
         println!("stored objects written to {}", path.display());
     }
-    // A child past its max is never allowed. A cohort's children above
-    // its hard together is what bizrq's borrowing allows until the
-    // parent's reclaim takes the loan back (the reclaim grace): reported,
-    // not failed.
-    let broken = q.child_over_max + q.parent_over_hard > 0;
+    // A child past its max, or borrowing more than its parent lent it,
+    // is never allowed. A cohort's children above its hard together,
+    // each within its loan, is what bizrq's borrowing allows (a lender's
+    // guarantee is honoured at once; the parent's reclaim takes the loans
+    // back): reported, not failed.
+    let broken = q.child_over_max + q.parent_over_hard + q.beyond_loan > 0;
     if broken {
-        println!("FAILED: a quota was stored above its max or hard");
+        println!(
+            "FAILED: a quota was stored above its max or hard, or a child borrowed beyond its loan"
+        );
     }
     if o.smoke && n.admitted == 0 {
         println!("FAILED: nothing was admitted");

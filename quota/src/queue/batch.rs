@@ -11,7 +11,7 @@
 
 use super::ledger;
 use crate::admission::Denial;
-use crate::borrow::{self, LoanRequest};
+use crate::borrow::{self, Lent, LoanRequest};
 use crate::budget::hold;
 use crate::budget::price::PriceList;
 use crate::cash::Prices;
@@ -54,7 +54,7 @@ pub enum Batch {
 pub fn admit(
     q: &mut Quota,
     items: &[Admit],
-    loan: Option<&ResourceList>,
+    loan: Option<&Lent>,
     now_ms: i64,
     qos: &Prices,
     prices: &PriceList,
@@ -118,7 +118,7 @@ fn round_request(q: &Quota, items: &[Admit], refused: &[&str]) -> Option<LoanReq
 fn charge_all(
     q: &mut Quota,
     items: &[Admit],
-    loan: Option<&ResourceList>,
+    loan: Option<&Lent>,
     now_ms: i64,
     qos: &Prices,
     prices: &PriceList,
@@ -244,10 +244,14 @@ mod tests {
     }
 
     fn run(q: &mut Quota, items: &[Admit], loan: Option<&ResourceList>) -> Batch {
+        let loan = loan.map(|amount| Lent {
+            amount: amount.clone(),
+            generation: 1,
+        });
         admit(
             q,
             items,
-            loan,
+            loan.as_ref(),
             2_000,
             &Prices::default(),
             &PriceList::default(),
@@ -387,6 +391,7 @@ mod tests {
             hard: cpu(4),
             used: ResourceList::new(),
             max: cpu(12),
+            fence: 0,
         };
         borrow::lend(&mut parent, &first, &idle_sib, 1_000).unwrap();
         assert_eq!(borrow::loan_of(&parent, "kid"), cpu(6));

@@ -107,6 +107,9 @@ pub use quota::tree::CARVE_TTL_MS;
 pub const CREATE_TOKEN_ANNOTATION: &str = "bizrq.io/create-token";
 /// Borrowing admissions: rounds of (lend in the parent, charge the child).
 const BORROW_ROUNDS: usize = 3;
+/// How many times a loan's return meets a grant made after its fence
+/// before it is left to the parent's repair.
+const RETURN_ROUNDS: usize = 3;
 
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -1042,6 +1045,9 @@ impl Service {
         if admitted.lowered && !dry_run {
             self.recheck.mark(quota_name);
         }
+        if let (Some((parent, give)), false) = (admitted.giveback, dry_run) {
+            self.give_back(&parent, quota_name, give).await;
+        }
         Ok(())
     }
 
@@ -1098,7 +1104,10 @@ impl Service {
         let now_ms = self.now();
         let now = quota::time::format_rfc3339(now_ms);
         // The parent's answer to the last loan request (None: none asked).
-        let mut loan: Option<ResourceList> = None;
+        let mut loan: Option<borrow::Lent> = None;
+        // The loan's generation before this write: a charge lowered here
+        // (a scale-down) that ends borrowing gives the loan back at once.
+        let seen = self.loan_seen(quota_name);
         let mut last_denial = None;
         for _round in 0..BORROW_ROUNDS {
             let decide = {
@@ -1159,9 +1168,13 @@ impl Service {
                                 .is_none_or(|r| r.outstanding() < h.outstanding())
                         })
                     });
+                    let before = lowered.then(|| q.status.used.clone());
                     match borrow::charge_or_request(q, &wref, c, loan.as_ref()) {
                         // Charged: it leaves the queue in the same write.
                         Ok(changed) => {
+                            let giveback = before
+                                .and_then(|b| borrow::fence_release(q, &b, seen))
+                                .map(|g| (q.spec.parent.clone(), g));
                             let held_changed = hold::apply(&mut q.status, &wref, reserved);
                             let queued_since = q
                                 .status
@@ -1192,6 +1205,7 @@ impl Service {
                                 Round::Done(Admitted {
                                     held,
                                     lowered,
+                                    giveback,
                                     queued_since,
                                 }),
                             ))
@@ -1236,7 +1250,7 @@ impl Service {
             loan = Some(
                 self.update_status(&parent, dry_run, |p| {
                     let changed = borrow::lend(p, &req, &children, now_ms)?;
-                    Ok((changed, borrow::loan_of(p, &child)))
+                    Ok((changed, borrow::lent_to(p, &child)))
                 })
                 .await?,
             );
@@ -1263,7 +1277,9 @@ impl Service {
     }
 
     /// Give back what a workload holds. Always allowed; a quota that is gone
-    /// holds nothing. The controller confirms it against the cluster.
+    /// holds nothing. The controller confirms it against the cluster. The
+    /// loan the release ends goes back to the parent right after (an
+    /// UPDATE that moves the workload to another quota).
     #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name, workload = wref, dry_run = dry_run))]
     pub async fn release_workload(
         &self,
@@ -1271,12 +1287,16 @@ impl Service {
         wref: &str,
         dry_run: bool,
     ) -> Result<(), ServiceError> {
+        let seen = self.loan_seen(quota_name);
         let decide = {
             let wref = wref.to_string();
             move |q: &mut Quota| {
+                let before = q.status.used.clone();
                 let dequeued = quota::queue::ledger::dequeue(q, &wref);
                 let released = admission::release(q, &wref) || dequeued;
-                Ok((released, released))
+                let give =
+                    borrow::fence_release(q, &before, seen).map(|g| (q.spec.parent.clone(), g));
+                Ok((released, (released, give)))
             }
         };
         // In its quota's group commit, like the charges it gives way to.
@@ -1286,9 +1306,12 @@ impl Service {
             self.commit(quota_name, decide).await
         };
         match result {
-            Ok(released) => {
+            Ok((released, give)) => {
                 if released && !dry_run {
                     self.recheck.mark(quota_name);
+                    if let Some((parent, give)) = give {
+                        self.give_back(&parent, quota_name, give).await;
+                    }
                 }
                 Ok(())
             }
@@ -1297,29 +1320,79 @@ impl Service {
         }
     }
 
-    /// Give back to `parent`, in its compare-and-swap, the part of
-    /// `child`'s loan that a release ended (`borrow::return_loan`: never
-    /// below what `child` still borrows). Nothing to do without a parent,
-    /// a loan, or borrowing ended. Whether the parent changed.
+    /// The generation of the loan `child`'s parent holds for it, as this
+    /// process last saw the parent (0 when it saw none), for a child that
+    /// may borrow; read before a release's write (`borrow::fence_release`).
+    /// A stale copy is safe: the return then finds a later grant, fences
+    /// it and tries again.
+    pub fn loan_seen(&self, child: &str) -> Option<u64> {
+        let c = self.cached(child)?;
+        let spec = &c.quota.spec;
+        if spec.max.is_empty() || spec.parent.is_empty() {
+            return None;
+        }
+        let seen = self
+            .cached(&spec.parent)
+            .and_then(|p| p.quota.status.loans.get(child).map(|l| l.generation));
+        Some(seen.unwrap_or(0))
+    }
+
+    /// Give back to `parent`, in its compare-and-swap, what `child`'s loan
+    /// holds beyond what the child borrowed at its release's fence
+    /// (`borrow::return_loan`). A grant after the fence is fenced in turn
+    /// (a write of the child) and the return tried again, at most
+    /// `RETURN_ROUNDS` times; past them, or without a parent, nothing goes
+    /// back now (the parent's repair shrinks the loan after
+    /// `LOAN_TTL_MS`). Whether the parent changed.
     pub async fn return_loan(
         &self,
         parent: &str,
         child: &str,
-        ended: &ResourceList,
-        borrowed: &ResourceList,
+        mut give: borrow::Giveback,
     ) -> Result<bool, ServiceError> {
-        if parent.is_empty() || ended.is_empty() {
+        if parent.is_empty() {
             return Ok(false);
         }
-        let result = self
-            .update_status(parent, false, |p| {
-                let changed = borrow::return_loan(p, child, ended, borrowed);
-                Ok((changed, changed))
-            })
-            .await;
-        match result {
-            Err(ServiceError::NotFound(_)) => Ok(false),
-            r => r,
+        for _ in 0..RETURN_ROUNDS {
+            let result = self
+                .update_status(parent, false, |p| {
+                    Ok(match borrow::return_loan(p, child, &give) {
+                        borrow::Returned::Back(changed) => (changed, Ok(changed)),
+                        borrow::Returned::NoLoan => (false, Ok(false)),
+                        borrow::Returned::Granted(g) => (false, Err(g)),
+                    })
+                })
+                .await;
+            let granted = match result {
+                Ok(Ok(changed)) => return Ok(changed),
+                Ok(Err(g)) => g,
+                Err(ServiceError::NotFound(_)) => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            give = match self
+                .update_status(child, false, |q| {
+                    let was = q.status.loan_fence;
+                    let give = borrow::fence(q, granted);
+                    Ok((q.status.loan_fence != was, give))
+                })
+                .await
+            {
+                Ok(g) => g,
+                Err(ServiceError::NotFound(_)) => return Ok(false),
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(false)
+    }
+
+    /// `return_loan`, its failure logged: the loan is then the parent's
+    /// repair's to shrink.
+    async fn give_back(&self, parent: &str, child: &str, give: borrow::Giveback) {
+        match self.return_loan(parent, child, give).await {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(quota = child, error = %e, "loan not returned; the parent's repair shrinks it later")
+            }
         }
     }
 
@@ -1336,9 +1409,10 @@ impl Service {
         dry_run: bool,
         seen: &mut Option<Seen>,
     ) -> Result<(), ServiceError> {
-        // The borrowing this release ends, what the quota still borrows,
-        // and its parent: the loan goes back right after.
-        let mut loan_back = (ResourceList::new(), ResourceList::new(), String::new());
+        // What the loan gives back after this release, and to which
+        // parent: right after its write.
+        let loan_seen = self.loan_seen(quota_name);
+        let mut loan_back = None;
         let result = self
             .update_status(quota_name, dry_run, |q| {
                 if seen.is_none() {
@@ -1349,11 +1423,8 @@ impl Service {
                 let before = q.status.used.clone();
                 let dequeued = quota::queue::ledger::dequeue(q, wref);
                 let released = admission::release(q, wref) || dequeued;
-                loan_back = (
-                    borrow::ended(q, &before, &q.status.used),
-                    q.spec.borrowed(&q.status.used),
-                    q.spec.parent.clone(),
-                );
+                loan_back = borrow::fence_release(q, &before, loan_seen)
+                    .map(|g| (q.spec.parent.clone(), g));
                 Ok((released, released))
             })
             .await;
@@ -1361,12 +1432,8 @@ impl Service {
             Ok(released) => {
                 if released && !dry_run {
                     self.recheck.mark(quota_name);
-                    let (ended, borrowed, parent) = loan_back;
-                    if let Err(e) = self
-                        .return_loan(&parent, quota_name, &ended, &borrowed)
-                        .await
-                    {
-                        tracing::warn!(quota = quota_name, error = %e, "loan not returned; the parent's repair shrinks it later");
+                    if let Some((parent, give)) = loan_back {
+                        self.give_back(&parent, quota_name, give).await;
                     }
                 }
                 Ok(())
@@ -1520,6 +1587,9 @@ impl Service {
             .await?;
         if admitted.lowered && !dry_run {
             self.recheck.mark(&quota_name);
+        }
+        if let (Some((parent, give)), false) = (admitted.giveback, dry_run) {
+            self.give_back(&parent, &quota_name, give).await;
         }
         Ok(admitted.held)
     }
@@ -1684,12 +1754,15 @@ impl Service {
 type Build = Arc<dyn Fn(Option<&Charge>, &str) -> Option<Charge> + Send + Sync>;
 
 /// What an admission found and did.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Admitted {
     /// The workload held a charge in the quota.
     held: bool,
     /// The new charge is below the old one on some key.
     lowered: bool,
+    /// The lowered charge ended borrowing: its parent and what the loan
+    /// gives back at once (`Service::return_loan`).
+    giveback: Option<(String, borrow::Giveback)>,
     /// It left the quota's queue with this charge (a queued workload
     /// unsuspended by hand that fits): when it had joined, for the
     /// queue's wait-time histogram.

@@ -303,7 +303,7 @@ impl Service {
     ) -> Result<queue::batch::Batch, ServiceError> {
         let now_ms = self.now();
         let prices = self.price_list();
-        let mut loan: Option<ResourceList> = None;
+        let mut loan: Option<borrow::Lent> = None;
         let mut parent = String::new();
         for _round in 0..super::BORROW_ROUNDS {
             let out = self
@@ -329,7 +329,7 @@ impl Service {
             loan = Some(
                 self.update_status(&parent, false, |p| {
                     match borrow::lend(p, &req, &children, now_ms) {
-                        Ok(changed) => Ok((changed, borrow::loan_of(p, quota_name))),
+                        Ok(changed) => Ok((changed, borrow::lent_to(p, quota_name))),
                         // Not all of it: the round admits what the loan it
                         // holds covers, but only as far as that loan is
                         // still backed (a sibling may have taken back its
@@ -339,7 +339,7 @@ impl Service {
                         // does. If even that is short (the parent is
                         // over-committed), nothing beyond hard.
                         Err(_) if !p.status.loans.contains_key(quota_name) => {
-                            Ok((false, ResourceList::new()))
+                            Ok((false, borrow::Lent::default()))
                         }
                         Err(_) => {
                             let mut keep = (*req).clone();
@@ -347,8 +347,8 @@ impl Service {
                                 *want = quota::Quantity::ZERO;
                             }
                             match borrow::lend(p, &keep, &children, now_ms) {
-                                Ok(changed) => Ok((changed, borrow::loan_of(p, quota_name))),
-                                Err(_) => Ok((false, ResourceList::new())),
+                                Ok(changed) => Ok((changed, borrow::lent_to(p, quota_name))),
+                                Err(_) => Ok((false, borrow::Lent::default())),
                             }
                         }
                     }

@@ -3,6 +3,7 @@
 mod admission;
 mod api;
 mod bodies;
+mod borrow_return;
 mod carve_safety;
 mod cluster;
 mod cluster_errors;

@@ -872,6 +872,111 @@ async fn a_finished_job_gives_its_room_and_its_loan_back_at_once() {
     );
 }
 
+/// The scheduler's round on a short loan (`Service::admit_round`, the
+/// pure rule `quota::queue::batch`'s
+/// `a_short_loan_admits_within_hard_and_the_loan_still_backed_only`): the
+/// parent refuses the round's loan, and the loan the child still holds
+/// from a grant whose charge never came (a crash between the two writes)
+/// is no longer backed, since the lender took part of its guarantee back.
+/// The round asks for nothing more, which cuts that loan to what is
+/// backed, and admits in order only what fits within hard + the cut loan,
+/// never against the stale one: the parent is never lent past its hard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_on_a_short_loan_admits_only_what_the_backed_loan_covers() {
+    let c = Cluster::start().await;
+    for (name, parent, spec) in [
+        ("org", "", json!({"hard": {"requests.cpu": "10"}})),
+        (
+            "kid",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "12"}, "queueing": "Queue"}),
+        ),
+        ("sib", "org", json!({"hard": {"requests.cpu": "6"}})),
+    ] {
+        let mut spec = spec;
+        spec["parent"] = json!(parent);
+        let (s, v) = c
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name}, "spec": spec})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    // The parent is full: sib runs its 6, kid its 4.
+    for (ns, q, name, cpu) in [
+        ("web", "sib", "s0", "2"),
+        ("web", "sib", "s1", "4"),
+        ("ml", "kid", "k0", "4"),
+    ] {
+        create_in(&c, ns, &job_in(ns, q, name, cpu)).await.unwrap();
+    }
+    c.until("sib", "sib full", |q| used(q, "requests.cpu") == "6")
+        .await;
+    c.until("kid", "kid at its hard", |q| used(q, "requests.cpu") == "4")
+        .await;
+    // Three Jobs of 1 wait for room.
+    for name in ["j0", "j1", "j2"] {
+        create_in(&c, "ml", &job_in("ml", "kid", name, "1"))
+            .await
+            .unwrap();
+        assert!(
+            c.fake.get("batch", "jobs", "ml", name).unwrap()["spec"]["suspend"] == true,
+            "{name} queued"
+        );
+    }
+    // A grant of 6 whose charge never came, as a crash between the two
+    // writes leaves it (young, so the parent's repair keeps it).
+    let mut org = c.fake.quota("org");
+    let at = quota::time::format_rfc3339(crate::cluster::T0);
+    org["status"]["loans"] =
+        json!({"kid": {"amount": {"requests.cpu": "6"}, "since": at, "raised": at}});
+    org["status"]["lent"] = json!({"requests.cpu": "6"});
+    c.fake.put(org);
+    let start = c.fake.quota("org")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    // s0 ends: 2 of sib's guarantee idle. The round wants 3 on loan (kid
+    // at 4 + 3), which would need 11 of 10: refused. The stale loan of 6
+    // would admit all three; cut to the 2 still backed, two go.
+    finish(&c, "sib", "web", "s0", "Complete");
+    let kid = c
+        .until("kid", "j0 and j1 admitted", |q| {
+            used(q, "requests.cpu") == "6"
+        })
+        .await;
+    assert_eq!(queue_refs(&kid), vec!["batch/Job/ml/j2".to_string()]);
+    for name in ["j0", "j1"] {
+        let mut n = 0;
+        while suspended(&c, name) {
+            n += 1;
+            assert!(n < 400, "{name} never released");
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+    assert!(suspended(&c, "j2"), "j2 waits");
+    assert_eq!(
+        c.fake.quota("org")["status"]["loans"]["kid"]["amount"]["requests.cpu"],
+        "2"
+    );
+    // Never past the parent's hard: no version of kid charged beyond
+    // hard + what the parent could back (sib 4 + kid 4 + 2 = 10).
+    for q in c.fake.quota_versions("kid", start) {
+        assert!(
+            used(&q, "requests.cpu").parse::<i64>().unwrap_or(0) <= 6,
+            "{q}"
+        );
+    }
+}
+
 /// Mark Job `ns/name`, charged to `quota`, finished with `condition`, as
 /// the Job controller does, at the time its charge was made.
 fn finish(c: &Cluster, quota: &str, ns: &str, name: &str, condition: &str) {
@@ -1280,4 +1385,146 @@ async fn a_replica_without_the_watch_reads_priority_classes_through_the_api() {
     assert_eq!(lists(), before + 1, "one LIST for both creates");
     leader.running.shutdown().await;
     c.running.shutdown().await;
+}
+
+/// Finished Jobs give their room back at once even while their quota's
+/// queue round is still releasing what it admitted (docs/queueing.md §9):
+/// the release of a queued Job (its unsuspend, through the API server and
+/// both webhooks) can take seconds under load, and the reconcile that
+/// lowers a finished Job's charge must not wait for it. Three quotas
+/// under one parent, each with four Jobs of 1 CPU running (their pods
+/// Running) and a fifth queued; one Job of each completes, so each
+/// queue's round admits its fifth, whose release is slowed to 10 s; then
+/// the other three of each complete at once, their pods Succeeded. Every
+/// one of those charges is gone within a few seconds, long before the
+/// slowed releases are answered (before, they stayed until then: the
+/// reconcile waited for the round to let its quota go).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_jobs_give_their_room_back_while_a_round_still_releases() {
+    let c = Cluster::start().await;
+    let kids = ["q0", "q1", "q2"];
+    for (name, parent, spec) in [
+        ("org", "", json!({"hard": {"requests.cpu": "12"}})),
+        (
+            "q0",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "queueing": "Queue"}),
+        ),
+        (
+            "q1",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "queueing": "Queue"}),
+        ),
+        (
+            "q2",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "queueing": "Queue"}),
+        ),
+    ] {
+        let mut spec = spec;
+        spec["parent"] = json!(parent);
+        let (s, v) = c
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name}, "spec": spec})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    c.until_requested("pod watch", |r| {
+        r.starts_with("GET /api/v1/pods?") && r.contains("watch=true")
+    })
+    .await;
+    c.fake.set_write_delay(std::time::Duration::from_millis(5));
+    let pod_of = |q: &str, i: usize| {
+        crate::cluster::pod(
+            "ml",
+            &format!("{q}-j{i}-0"),
+            "Job",
+            &format!("{q}-j{i}"),
+            0,
+            "2026-11-21T10:00:00Z",
+        )
+    };
+    for q in kids {
+        for i in 0..4 {
+            create_in(&c, "ml", &job_in("ml", q, &format!("{q}-j{i}"), "1"))
+                .await
+                .unwrap();
+            c.fake.put(pod_of(q, i));
+        }
+        c.until(q, "four Jobs charged", |v| used(v, "requests.cpu") == "4")
+            .await;
+        create_in(&c, "ml", &job_in("ml", q, &format!("{q}-w"), "1"))
+            .await
+            .unwrap();
+        assert!(suspended(&c, &format!("{q}-w")), "queued");
+        c.fake.slow_writes(
+            &format!("/apis/batch/v1/namespaces/ml/jobs/{q}-w"),
+            std::time::Duration::from_secs(10),
+        );
+    }
+    let end = |q: &str, i: usize| {
+        let mut ended = pod_of(q, i);
+        ended["status"]["phase"] = json!("Succeeded");
+        ended["status"]["containerStatuses"] = json!([{"name": "c",
+            "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-11-21T10:00:01Z"}}}]);
+        ended
+    };
+    // One Job of each completes: its room goes to the queued Job, whose
+    // release then hangs.
+    for q in kids {
+        c.fake.put(end(q, 0));
+        finish(&c, q, "ml", &format!("{q}-j0"), "Complete");
+    }
+    for q in kids {
+        let wref = format!("batch/Job/ml/{q}-w");
+        c.until(q, "the queued Job admitted", |v| {
+            v["status"]["workloads"].get(&wref).is_some() && used(v, "requests.cpu") == "4"
+        })
+        .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for q in kids {
+        assert!(
+            suspended(&c, &format!("{q}-w")),
+            "its release is still under way"
+        );
+    }
+    // The other three of each complete at once, their pods Succeeded.
+    let started = std::time::Instant::now();
+    for q in kids {
+        for i in 1..4 {
+            c.fake.put(end(q, i));
+            finish(&c, q, "ml", &format!("{q}-j{i}"), "Complete");
+        }
+    }
+    for q in kids {
+        let mut last = Value::Null;
+        while started.elapsed() < std::time::Duration::from_secs(4) {
+            last = c.fake.quota(q);
+            if used(&last, "requests.cpu") == "1" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            used(&last, "requests.cpu"),
+            "1",
+            "{q}: the finished Jobs' charges still held {:?} after they completed, while the round's release hangs: {last}",
+            started.elapsed()
+        );
+    }
+    for q in kids {
+        assert!(
+            suspended(&c, &format!("{q}-w")),
+            "released within the bound, before the slowed releases were answered"
+        );
+    }
 }

@@ -45,8 +45,16 @@ const SUSPEND_SEEN_WITHIN: Duration = Duration::from_secs(10);
 impl Context {
     /// Mark, cancel or carry out `name`'s preemptions as its queue stands
     /// now. Runs after each queue round, and while marks of its own
-    /// remain (to cancel them once the queue no longer needs them).
-    pub(super) async fn preempt_for_queue(&self, name: &str, now: i64) -> Result<(), ServiceError> {
+    /// remain (to cancel them once the queue no longer needs them). The
+    /// preemptions due, already queued in this step's write, are left in
+    /// `due` for `carry_out_all`, once the caller no longer holds the
+    /// quota.
+    pub(super) async fn preempt_for_queue(
+        &self,
+        name: &str,
+        now: i64,
+        due: &mut Vec<(String, Victim)>,
+    ) -> Result<(), ServiceError> {
         let q = self.service.get(name).await?.quota;
         let ours = q
             .status
@@ -159,7 +167,7 @@ impl Context {
         }
         for v in &outcome.due {
             if queued.contains(&v.workload_ref) {
-                self.carry_out(name, &head, v).await;
+                due.push((head.clone(), v.clone()));
             } else {
                 metrics.count_preemption(name, "failed");
                 tracing::warn!(workload = %v.workload_ref, "preemption due but not queued (gone, stopped, or the queue is full); left running");
@@ -257,6 +265,16 @@ impl Context {
             now,
             &running,
         ))
+    }
+
+    /// The preemptions `preempt_for_queue` left due, carried out at once
+    /// without the quota held: each suspend is a write through the API
+    /// server and both webhooks, seconds under load, and the quota's
+    /// reconcile (a finished workload's charge released, docs/queueing.md
+    /// §9) must not wait for them. Each victim is queued already (crash
+    /// safety as before: a suspend not made is the repair's).
+    pub(super) async fn carry_out_all(&self, name: &str, due: Vec<(String, Victim)>) {
+        futures::future::join_all(due.iter().map(|(head, v)| self.carry_out(name, head, v))).await;
     }
 
     /// A preemption due, its entry already queued: suspend the victim

@@ -33,10 +33,28 @@ use quota::queue::{self, Decision, Pool, Queued};
 use quota::workload::{adapter_for_kind, WorkloadRef};
 use std::collections::BTreeMap;
 
+/// What a round leaves to release once the quota is no longer held.
+#[derive(Default)]
+pub(super) struct ToRelease {
+    /// Charged by an admission whose release did not happen (crash repair).
+    repairs: Vec<String>,
+    /// Admitted by this round.
+    admitted: Vec<String>,
+}
+
 impl Context {
     /// One round of admissions from `name`'s queue, the crash repair, and
     /// the restated positions. Errors are the next reconcile's to retry.
-    pub(super) async fn admit_from_queue(&self, name: &str, now: i64) -> Result<(), ServiceError> {
+    /// What the round charged and the crash repair found charged but held
+    /// is left in `out` to be released (`release_all`) once the caller no
+    /// longer holds the quota (`one_at_a_time`), even when the round
+    /// failed after the repair.
+    pub(super) async fn admit_from_queue(
+        &self,
+        name: &str,
+        now: i64,
+        out: &mut ToRelease,
+    ) -> Result<(), ServiceError> {
         let t0 = std::time::Instant::now();
         let q = self.service.get(name).await?.quota;
         let repairs: Vec<String> = {
@@ -57,10 +75,8 @@ impl Context {
                 .map(|(wref, _)| wref.clone())
                 .collect()
         };
-        for wref in repairs {
-            // Charged by an admission whose release did not happen.
-            self.release(&wref).await;
-        }
+        // Charged by an admission whose release did not happen.
+        out.repairs = repairs;
         // A preemption stopped between its entry and its suspend.
         self.repair_preemptions(name, &q).await;
         if q.status.queue.is_empty() {
@@ -229,18 +245,8 @@ impl Context {
                     .observe_queue_wait(name, waited as f64 / 1000.0);
             }
         }
-        let t_write = t0.elapsed();
-        futures::future::join_all(admitted.iter().map(|w| self.release(w))).await;
-        tracing::debug!(quota = %name, waiting = known.len(), planned = items.len(), admitted = admitted.len(), read = ?t_read, planned_at = ?t_plan, written_at = ?t_write, released_at = ?t0.elapsed(), "queue round");
-        for wref in &admitted {
-            self.notify_workload(
-                wref,
-                false,
-                "Queue",
-                "Admitted",
-                format!("bizrq {name}: admitted from the queue; released"),
-            );
-        }
+        tracing::debug!(quota = %name, waiting = known.len(), planned = items.len(), admitted = admitted.len(), read = ?t_read, planned_at = ?t_plan, written_at = ?t0.elapsed(), "queue round");
+        out.admitted = admitted;
         for e in &fresh {
             if before.get(&e.work.workload_ref) != Some(&(e.position, e.waiting)) {
                 self.notify_workload(
@@ -503,6 +509,30 @@ impl Context {
                     self.touch_borrowers_under(&s.quota.spec.parent);
                 }
             }
+        }
+    }
+
+    /// Release what a round left in `out`: the crash repair's and the
+    /// round's admissions, all at once, each "Admitted" event after its
+    /// release. Called without the quota held: each release is a write
+    /// through the API server and both admission webhooks, which may take
+    /// seconds under load, and the quota's reconcile (a finished
+    /// workload's charge released, docs/queueing.md §9) must not wait for
+    /// them. The charges are written already; what the reconcile sees
+    /// meanwhile is what it sees right after the round's write when the
+    /// watch has not caught up yet (a fresh admission kept as a
+    /// reservation).
+    pub(super) async fn release_all(&self, name: &str, out: ToRelease) {
+        futures::future::join_all(out.repairs.iter().map(|w| self.release(w))).await;
+        futures::future::join_all(out.admitted.iter().map(|w| self.release(w))).await;
+        for wref in &out.admitted {
+            self.notify_workload(
+                wref,
+                false,
+                "Queue",
+                "Admitted",
+                format!("bizrq {name}: admitted from the queue; released"),
+            );
         }
     }
 

@@ -15,7 +15,6 @@ use quota::borrow;
 use quota::budget::enforce::OwnWindows;
 use quota::keys::cash_target;
 use quota::reconcile::{Observed, RESERVATION_TTL_MS};
-use quota::ResourceList;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -116,9 +115,11 @@ impl Context {
         let mut queued = false;
         let mut preempting = false;
         let mut freed = false;
-        // Borrowing this write ended (a borrowing charge released), and
-        // what the quota still borrows: its loan goes back right after.
-        let mut loan_back: Option<(ResourceList, ResourceList)> = None;
+        // Borrowing this write ended (a borrowing charge released): what
+        // its loan gives back, right after (docs/queueing.md §9). The
+        // loan's generation is read before the write that fences it.
+        let seen = self.service.loan_seen(name);
+        let mut loan_back: Option<borrow::Giveback> = None;
         let mut paid_to: Option<i64> = None;
         let mut uid: Option<String> = None;
         let mut plans = Vec::new();
@@ -298,9 +299,7 @@ impl Context {
                     .used
                     .iter()
                     .any(|(k, b)| quota::resources::get(&q.status.used, k) < *b);
-                let ended = borrow::ended(q, &before.used, &q.status.used);
-                loan_back = (!ended.is_empty() && !q.spec.parent.is_empty())
-                    .then(|| (ended, q.spec.borrowed(&q.status.used)));
+                loan_back = borrow::fence_release(q, &before.used, seen);
                 exhausted = newly_exhausted(&before, q);
                 queued = quota::queue::ledger::waits_or_admits(q);
                 preempting = q
@@ -377,14 +376,10 @@ impl Context {
         if !plans.is_empty() {
             self.enforce_exhaustion(name, uid.clone(), plans).await;
         }
-        if let (true, Some((ended, borrowed))) = (written, loan_back) {
+        if let (true, Some(give)) = (written, loan_back) {
             // The loan the released work rode on goes back now, not when
             // the parent's repair finds it old (docs/queueing.md §9).
-            if let Err(e) = self
-                .service
-                .return_loan(&parent, name, &ended, &borrowed)
-                .await
-            {
+            if let Err(e) = self.service.return_loan(&parent, name, give).await {
                 tracing::warn!(quota = %name, error = %e, "loan not returned; the parent's repair shrinks it later");
             }
         }

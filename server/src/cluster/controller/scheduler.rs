@@ -22,7 +22,12 @@
 //!   preemption step, as the reconcile ran them before.
 //!
 //! A quota's round and its reconcile never run at once (`one_at_a_time`),
-//! as when the round ran inside the reconcile.
+//! as when the round ran inside the reconcile, except for the releases of
+//! what the round admitted and the suspends of the preemptions it made
+//! due: those are writes through the API server and
+//! both webhooks, seconds under load, and run without the quota held, so
+//! a finished workload's charge is released by its reconcile at once and
+//! not after them (docs/queueing.md §9).
 //!
 //! Crash safety is the round's own (`queue.rs`): an entry leaves the queue
 //! only in the write that charges it, and a charge `queue:<uid>` on a held
@@ -151,14 +156,27 @@ impl Context {
     /// cancelled or carried out as the queue stands after the round).
     /// Errors are logged: the next reconcile of the quota asks again.
     pub async fn queue_round(&self, name: &str) {
-        let _serial = self.one_at_a_time(name).await;
-        let now = self.now();
-        if let Err(e) = self.admit_from_queue(name, now).await {
-            tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
+        let mut release = super::queue::ToRelease::default();
+        {
+            let _serial = self.one_at_a_time(name).await;
+            let now = self.now();
+            if let Err(e) = self.admit_from_queue(name, now, &mut release).await {
+                tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
+            }
         }
-        if let Err(e) = self.preempt_for_queue(name, now).await {
-            tracing::warn!(quota = %name, error = %e, "preemption step failed; next reconcile retries");
+        // The releases are writes through the webhooks: the quota is not
+        // held meanwhile, so its reconcile never waits for them.
+        self.release_all(name, release).await;
+        let mut due = Vec::new();
+        {
+            let _serial = self.one_at_a_time(name).await;
+            let now = self.now();
+            if let Err(e) = self.preempt_for_queue(name, now, &mut due).await {
+                tracing::warn!(quota = %name, error = %e, "preemption step failed; next reconcile retries");
+            }
         }
+        // The suspends likewise.
+        self.carry_out_all(name, due).await;
         // A time of its own (an alert threshold, an orphan's grace): the
         // quota is reconciled then, which asks for its round.
         let at = self.wake.lock().unwrap().get(name).copied();

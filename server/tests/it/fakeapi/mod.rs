@@ -73,6 +73,9 @@ struct State {
     /// How long each write (POST, PUT, PATCH, DELETE; dry runs too) takes
     /// before it is made, as etcd's commit would; zero by default.
     write_delay: std::time::Duration,
+    /// Writes to these paths take this long besides `write_delay` (one
+    /// object's writes slow, as under a loaded API server and webhooks).
+    slow_writes: HashMap<String, std::time::Duration>,
     /// Make the next write to these paths, then answer 504 as if the
     /// connection had timed out after the write.
     lost_answers: HashMap<String, usize>,
@@ -407,6 +410,17 @@ impl FakeApi {
     /// watches and the webhooks' own time are not delayed.
     pub fn set_write_delay(&self, delay: std::time::Duration) {
         self.state.lock().unwrap().write_delay = delay;
+    }
+
+    /// Every write to `path` from now on takes `delay` more before it is
+    /// made (after its admission), as one object's writes do when the API
+    /// server and the webhooks it calls are loaded.
+    pub fn slow_writes(&self, path: &str, delay: std::time::Duration) {
+        self.state
+            .lock()
+            .unwrap()
+            .slow_writes
+            .insert(path.to_string(), delay);
     }
 
     /// Just before the next write to `path` is made (after its admission

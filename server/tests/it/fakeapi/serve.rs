@@ -584,7 +584,10 @@ impl tower::Service<Request<Body>> for FakeApi {
             }
             let write = method != Method::GET;
             if write {
-                let delay = me.state.lock().unwrap().write_delay;
+                let delay = {
+                    let g = me.state.lock().unwrap();
+                    g.write_delay + g.slow_writes.get(&path).copied().unwrap_or_default()
+                };
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }

@@ -1,0 +1,308 @@
+//! A loan goes back at once when the borrowing it carried ends
+//! (docs/queueing.md §9), in cluster mode over the fake API server with
+//! the shipped webhooks: through an UPDATE that lowers the charge (a
+//! scale-down) or moves the workload to another quota, as through a
+//! DELETE or a finish; and never while an admission may still charge on
+//! it (the loan's generation and the child's fence, `quota::borrow`).
+//!
+//! The test clock does not move, so the parent's repair (which shrinks a
+//! loan only once it is `LOAN_TTL_MS` old) never takes part: every loan
+//! that falls here was returned at once.
+
+use crate::cluster::{used, Cluster};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+const CPU: &str = "requests.cpu";
+
+fn job(ns: &str, quota: &str, name: &str, pods: i64, cpu: i64) -> DynamicObject {
+    serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": {"biz.group.resource.quota": quota}},
+        "spec": {"parallelism": pods, "completions": pods,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
+                "resources": {"requests": {"cpu": cpu.to_string()}, "limits": {"cpu": cpu.to_string()}}}]}}}}))
+    .unwrap()
+}
+
+fn jobs(c: &Cluster, ns: &str) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    Api::namespaced_with(c.kubectl("alice"), ns, &ar)
+}
+
+async fn quota(c: &Cluster, name: &str, spec: Value) {
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": name}, "spec": spec})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+}
+
+/// `org` (hard `cap`) with children `a` and `b`, each of hard `hard` and
+/// max `cap`, no queueing: a create that does not fit is refused.
+async fn family(cap: i64, hard: i64) -> Cluster {
+    let c = Cluster::start().await;
+    quota(
+        &c,
+        "org",
+        json!({"parent": "", "hard": {CPU: cap.to_string()}}),
+    )
+    .await;
+    for name in ["a", "b"] {
+        quota(
+            &c,
+            name,
+            json!({"parent": "org", "hard": {CPU: hard.to_string()}, "max": {CPU: cap.to_string()}}),
+        )
+        .await;
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    c
+}
+
+fn loan(c: &Cluster, who: &str) -> Value {
+    c.fake.quota("org")["status"]["loans"][who]["amount"][CPU].clone()
+}
+
+/// A scale-down through an UPDATE gives back at once the loan the pods it
+/// removed rode on: by the time the UPDATE is answered, the parent holds
+/// no loan for them, and the sibling that needs the room is admitted on
+/// it. (Before, the loan stayed until the parent's repair found it
+/// `LOAN_TTL_MS` old, and the sibling's create was refused.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_down_gives_its_loan_back_at_once() {
+    let c = family(8, 4).await;
+    jobs(&c, "ml")
+        .create(&PostParams::default(), &job("ml", "a", "wide", 2, 3))
+        .await
+        .unwrap();
+    c.until("a", "wide charged on a loan", |q| used(q, CPU) == "6")
+        .await;
+    assert_eq!(loan(&c, "a"), "2");
+    // One pod of the two: 3 within a's hard, nothing borrowed.
+    jobs(&c, "ml")
+        .patch(
+            "wide",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"parallelism": 1, "completions": 1}})),
+        )
+        .await
+        .unwrap();
+    let org = c.fake.quota("org");
+    assert!(
+        org["status"]["loans"].get("a").is_none(),
+        "returned by the time the UPDATE is answered: {org}"
+    );
+    c.until("a", "wide at one pod", |q| used(q, CPU) == "3")
+        .await;
+    // b needs 1 beyond its hard: a's idle 1 (with the loan kept, a would
+    // hold hard + loan = 6 and nothing would be idle).
+    jobs(&c, "web")
+        .create(&PostParams::default(), &job("web", "b", "b1", 1, 5))
+        .await
+        .expect("b1 admitted on the room a gave back");
+    assert_eq!(loan(&c, "b"), "1");
+    assert!(c.fake.quota("org")["status"]["loans"].get("a").is_none());
+}
+
+/// A Job moved to another quota by an UPDATE of its label leaves its old
+/// quota's charge and the loan it rode on at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_moved_to_another_quota_gives_its_loan_back_at_once() {
+    let c = family(8, 4).await;
+    quota(&c, "elsewhere", json!({"parent": "", "hard": {CPU: "8"}})).await;
+    jobs(&c, "ml")
+        .create(&PostParams::default(), &job("ml", "a", "mover", 1, 8))
+        .await
+        .unwrap();
+    c.until("a", "mover charged on a loan", |q| used(q, CPU) == "8")
+        .await;
+    assert_eq!(loan(&c, "a"), "4");
+    jobs(&c, "ml")
+        .patch(
+            "mover",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"biz.group.resource.quota": "elsewhere"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(used(&c.fake.quota("elsewhere"), CPU), "8");
+    let org = c.fake.quota("org");
+    assert!(
+        org["status"]["loans"].get("a").is_none(),
+        "returned by the time the UPDATE is answered: {org} {}",
+        c.fake.quota("a")
+    );
+    c.until("a", "mover gone from a", |q| used(q, CPU) == "0")
+        .await;
+    jobs(&c, "web")
+        .create(&PostParams::default(), &job("web", "b", "b1", 1, 8))
+        .await
+        .expect("b1 admitted on the room a gave back");
+    assert_eq!(loan(&c, "b"), "4");
+}
+
+/// One quota's figures at a version: used and hard (milli-CPUs), and for
+/// the parent its loans.
+#[derive(Clone, Default)]
+struct Cut {
+    used: BTreeMap<String, i64>,
+    loans: BTreeMap<String, i64>,
+}
+
+fn milli(v: &Value) -> i64 {
+    v.as_str()
+        .and_then(|s| s.parse::<quota::quantity::Quantity>().ok())
+        .map_or(0, |q| (q.nanos() / 1_000_000) as i64)
+}
+
+/// Borrowers admitting and deleting Jobs side by side, each admission a
+/// grant then a charge and each DELETE a release then an at-once return:
+/// at every version the API server stored, in the order it stored them
+/// (each a consistent cut of the three quotas), no child borrows more than
+/// the loan the parent records, the parent never lends more than its hard
+/// and the children never use more than it. At the end every loan is back
+/// without the repair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returns_racing_grants_never_lend_past_the_parents_hard() {
+    const CAP: i64 = 6;
+    let c = family(CAP, 0).await;
+    let start = c.fake.quota("org")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    let mut tasks = Vec::new();
+    for (child, ns) in [("a", "ml"), ("b", "web")] {
+        for lane in 0..3 {
+            let api = jobs(&c, ns);
+            let fake = c.fake.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0;
+                for i in 0..8 {
+                    let name = format!("{child}-{lane}-{i}");
+                    let j = job(ns, child, &name, 1, 1 + (lane + i) as i64 % 2);
+                    if api.create(&PostParams::default(), &j).await.is_err() {
+                        continue;
+                    }
+                    admitted += 1;
+                    // It completes: the controller releases its charge and
+                    // gives its loan back, while the other lanes admit.
+                    let wref = format!("batch/Job/{ns}/{name}");
+                    let since = fake.quota(child)["status"]["workloads"][&wref]["since"].clone();
+                    let mut done = fake.get("batch", "jobs", ns, &name).unwrap();
+                    done["status"] = json!({"conditions": [
+                        {"type": "Complete", "status": "True", "lastTransitionTime": since}]});
+                    fake.put(done);
+                    if i % 3 == 2 {
+                        // Now and then one is deleted instead, once done:
+                        // the DELETE's release gives nothing back twice.
+                        let _ = api.delete(&name, &DeleteParams::default()).await;
+                    }
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    assert!(admitted > 8, "the lanes borrowed: {admitted} admitted");
+    // Every version of the three quotas, in the API server's order.
+    let mut versions: Vec<(u64, Value)> = ["org", "a", "b"]
+        .iter()
+        .flat_map(|n| c.fake.quota_versions(n, start))
+        .map(|q| {
+            let rv = q["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            (rv, q)
+        })
+        .collect();
+    versions.sort_by_key(|(rv, _)| *rv);
+    assert!(versions.len() > 20, "{} versions", versions.len());
+    let mut cut = Cut::default();
+    let story = |upto: u64| -> String {
+        versions
+            .iter()
+            .filter(|(rv, _)| *rv <= upto && *rv + 12 >= upto)
+            .map(|(rv, q)| {
+                let s = &q["status"];
+                format!(
+                    "{rv} {}: used {} loans {} gen {} fence {} workloads {}",
+                    q["metadata"]["name"],
+                    s["used"][CPU],
+                    s["loans"],
+                    s["loanGeneration"],
+                    s["loanFence"],
+                    s["workloads"]
+                        .as_object()
+                        .map(|m| m
+                            .iter()
+                            .map(|(k, v)| format!("{k}={}", v["podSets"][0]["count"]))
+                            .collect::<Vec<_>>()
+                            .join(","))
+                        .unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for (rv, q) in &versions {
+        let name = q["metadata"]["name"].as_str().unwrap().to_string();
+        if name == "org" {
+            cut.loans = q["status"]["loans"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, l)| (k.clone(), milli(&l["amount"][CPU])))
+                        .collect()
+                })
+                .unwrap_or_default();
+        } else {
+            cut.used.insert(name, milli(&q["status"]["used"][CPU]));
+        }
+        for (child, used) in &cut.used {
+            let lent = cut.loans.get(child).copied().unwrap_or(0);
+            assert!(
+                *used <= lent,
+                "at {rv}: {child} borrows {used}m on a loan of {lent}m\n{}",
+                story(*rv)
+            );
+        }
+        let lent: i64 = cut.loans.values().sum();
+        assert!(lent <= CAP * 1000, "at {rv}: org lends {lent}m of {CAP}");
+        let used: i64 = cut.used.values().sum();
+        assert!(
+            used <= CAP * 1000,
+            "at {rv}: the children use {used}m of {CAP}"
+        );
+    }
+    let org = c
+        .until("org", "every loan back", |q| {
+            q["status"]["loans"]
+                .as_object()
+                .is_none_or(|m| m.is_empty())
+        })
+        .await;
+    assert!(
+        org["status"]["loanGeneration"].as_u64().unwrap_or(0) >= admitted as u64,
+        "each grant its generation: {org}"
+    );
+}
