@@ -418,7 +418,7 @@ pub fn idle_room(
 /// idle: every loan `lend` writes is fully backed, so the child may be
 /// charged against hard + loan (`limits`) by each of its admissions in
 /// flight, together. A loan changed or renewed is safe from `repair_loans`
-/// for `LOAN_TTL_MS` (renewed when last raised half that long ago). Every
+/// for `LOAN_TTL_MS` (every grant renews it). Every
 /// grant, even of a loan already right, takes the parent's next
 /// `loanGeneration`, so the parent is always written (returns true): the
 /// charge that rides the grant is one a release reading the loan before it
@@ -469,7 +469,6 @@ pub fn lend(
             raised: String::new(),
             generation: 0,
         });
-    let mut changed = false;
     for (key, want) in &req.want {
         let current = resources::get(&loan.amount, key);
         // A loan granted earlier may no longer be backed (a lender took its
@@ -479,13 +478,11 @@ pub fn lend(
         let next = (*want).max(kept);
         if next != current {
             loan.amount.insert(key.clone(), next);
-            changed = true;
         }
     }
-    let stale = !loan.younger_than(now_ms, LOAN_TTL_MS / 2);
-    if changed || stale {
-        loan.raised = now;
-    }
+    // Every grant is written (below), so every grant renews the loan's
+    // age: `repair_loans` never shrinks a loan a charge may be riding.
+    loan.raised = now;
     // Every grant takes a new generation, changed or not: a charge may ride
     // it, so a release that read the loan before it must not give it back
     // (`return_loan`).
@@ -1006,7 +1003,7 @@ mod tests {
     }
 
     #[test]
-    fn lending_renews_only_when_old() {
+    fn every_grant_renews_the_loan() {
         let (mut p, mut kids) = family(10, &[("a", 4, Some(8)), ("b", 6, None)]);
         admission::charge(&mut kids[0], "w", pods(1, 4)).unwrap();
         let req = needed(&kids[0], &cpu(2)).unwrap().unwrap();
@@ -1015,8 +1012,8 @@ mod tests {
         lend(&mut p, &req, &view, T0 + 1000).unwrap();
         assert_eq!(
             p.status.loans["a"].raised,
-            time::format_rfc3339(T0),
-            "a retry soon after is not a renewal"
+            time::format_rfc3339(T0 + 1000),
+            "a charge may ride the second grant: the repair must leave it its full age"
         );
         lend(&mut p, &req, &view, T0 + LOAN_TTL_MS / 2).unwrap();
         assert_eq!(p.status.loans["a"].since, time::format_rfc3339(T0));

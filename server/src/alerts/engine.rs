@@ -549,6 +549,24 @@ const OPEN_PER_TX: usize = 25;
 /// Alerts resolved per transaction.
 const RESOLVE_PER_TX: usize = 200;
 
+/// Who is told of `c`: the recipients on its quota's line, looked up once
+/// per quota and kind (`by_quota`).
+async fn recipients_of<'a>(
+    sql: &SqlStore,
+    parents: &Forest,
+    by_quota: &mut BTreeMap<(&'a str, Kind), Vec<Recipient>>,
+    c: &'a Condition,
+) -> Result<Vec<Recipient>, StoreError> {
+    if let Some(to) = by_quota.get(&(c.quota.as_str(), c.kind)) {
+        return Ok(to.clone());
+    }
+    let to = sql
+        .alert_recipients(&parents.line(&c.quota).names, c.kind)
+        .await?;
+    by_quota.insert((c.quota.as_str(), c.kind), to.clone());
+    Ok(to)
+}
+
 async fn store(
     sql: &SqlStore,
     e: &Evaluation,
@@ -576,16 +594,7 @@ async fn store(
     for chunk in e.update.chunks(RESOLVE_PER_TX) {
         let mut recipients = BTreeMap::new();
         for (_, c) in chunk.iter().filter(|(id, _)| e.escalate.contains(id)) {
-            let to = match by_quota.get(&(c.quota.as_str(), c.kind)) {
-                Some(to) => to.clone(),
-                None => {
-                    let to = sql
-                        .alert_recipients(&parents.line(&c.quota).names, c.kind)
-                        .await?;
-                    by_quota.insert((c.quota.as_str(), c.kind), to.clone());
-                    to
-                }
-            };
+            let to = recipients_of(sql, parents, &mut by_quota, c).await?;
             recipients.insert(c.fingerprint(), to);
         }
         let part = Evaluation {
@@ -606,16 +615,7 @@ async fn store(
     for chunk in open_chunks(&e.open) {
         let mut recipients = BTreeMap::new();
         for c in chunk {
-            let to = match by_quota.get(&(c.quota.as_str(), c.kind)) {
-                Some(to) => to.clone(),
-                None => {
-                    let to = sql
-                        .alert_recipients(&parents.line(&c.quota).names, c.kind)
-                        .await?;
-                    by_quota.insert((c.quota.as_str(), c.kind), to.clone());
-                    to
-                }
-            };
+            let to = recipients_of(sql, parents, &mut by_quota, c).await?;
             recipients.insert(c.fingerprint(), to);
         }
         let part = Evaluation {

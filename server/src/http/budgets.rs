@@ -31,6 +31,9 @@ pub async fn get(
     Path(name): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
+    // A heavy request (`crate::heavy`): it copies and accrues the quota's
+    // whole subtree and reads the ledger, so it takes a place first.
+    let place = app.portal.heavy.enter(&p.username)?;
     changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     let limit = match params.limit.as_deref() {
         None | Some("") => DEFAULT_LIMIT,
@@ -64,9 +67,9 @@ pub async fn get(
     let now = w.now();
     let forest = app.service.forest().await?;
     let (copies, at) = (w.clone(), name.clone());
-    let (q, subtree) = tokio::task::spawn_blocking(move || copies.subtree_of(&forest, &at))
-        .await
-        .map_err(|e| crate::service::ServiceError::Internal(e.to_string()))?
+    let (q, subtree) = place
+        .work(move || copies.subtree_of(&forest, &at))
+        .await?
         .ok_or_else(|| changes::not_found(&name))?;
     let pricing = w.pricing();
     let mut views = crate::budgets::views(

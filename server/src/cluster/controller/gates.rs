@@ -33,8 +33,11 @@ impl Context {
                 .get(wref)
                 .is_some_and(|c| c.usage().values().any(|v| v.nanos() > 0))
         };
+        // A round releasing a workload now ungates its pods itself.
+        let releasing = self.releasing.lock().unwrap().clone();
         let release: Vec<GatedPod> = hold::to_ungate(&pods, charged)
             .into_iter()
+            .filter(|p| !releasing.contains(&p.workload_ref))
             .cloned()
             .collect();
         self.ungate(&release).await;

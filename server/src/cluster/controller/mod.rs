@@ -166,6 +166,11 @@ pub struct Context {
     scheduler: scheduler::Scheduler,
     /// When a quota whose round asked for a time of its own is touched.
     scheduler_timers: Mutex<HashMap<String, tokio::time::Instant>>,
+    /// Workloads a queue round is releasing now, without its quota held
+    /// (`release_all`): the reconcile's repair of gated pods
+    /// (`release_gated`) leaves their pods to that release, so a pod is
+    /// never ungated twice.
+    releasing: Mutex<HashSet<String>>,
     /// Per quota, held by its reconcile and by its queue round: the two
     /// never run at once (a round's releases and the reconcile's repair
     /// of the same workloads would cross).
@@ -243,6 +248,7 @@ impl Context {
             scheduler: scheduler::Scheduler::default(),
             scheduler_timers: Mutex::default(),
             submitters: submitters::Cache::default(),
+            releasing: Mutex::default(),
             serial: Mutex::default(),
         };
         (Arc::new(ctx), rx)

@@ -523,8 +523,16 @@ impl Context {
     /// watch has not caught up yet (a fresh admission kept as a
     /// reservation).
     pub(super) async fn release_all(&self, name: &str, out: ToRelease) {
+        let all: Vec<String> = out.repairs.iter().chain(&out.admitted).cloned().collect();
+        self.releasing.lock().unwrap().extend(all.iter().cloned());
         futures::future::join_all(out.repairs.iter().map(|w| self.release(w))).await;
         futures::future::join_all(out.admitted.iter().map(|w| self.release(w))).await;
+        {
+            let mut releasing = self.releasing.lock().unwrap();
+            for w in &all {
+                releasing.remove(w);
+            }
+        }
         for wref in &out.admitted {
             self.notify_workload(
                 wref,
