@@ -285,11 +285,18 @@ impl Server {
     }
 
     pub async fn create_quota(&self, name: &str, parent: &str, hard: Value) {
+        self.create_quota_spec(name, parent, serde_json::json!({"hard": hard}))
+            .await;
+    }
+
+    /// Create `name` under `parent` with the rest of its `spec` as given.
+    pub async fn create_quota_spec(&self, name: &str, parent: &str, mut spec: Value) {
+        spec["parent"] = serde_json::json!(parent);
         let (s, v) = self
             .api(
                 Method::POST,
                 "/api/v1/quotas",
-                Some(serde_json::json!({"metadata": {"name": name}, "spec": {"parent": parent, "hard": hard}})),
+                Some(serde_json::json!({"metadata": {"name": name}, "spec": spec})),
             )
             .await;
         assert_eq!(s, StatusCode::CREATED, "{v}");

@@ -682,17 +682,7 @@ async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
         ),
         ("b", "org", json!({"hard": {"requests.cpu": "4"}})),
     ] {
-        let mut spec = spec;
-        spec["parent"] = json!(parent);
-        let (s, v) = c
-            .server
-            .api(
-                Method::POST,
-                "/api/v1/quotas",
-                Some(json!({"metadata": {"name": name}, "spec": spec})),
-            )
-            .await;
-        assert_eq!(s, StatusCode::CREATED, "{v}");
+        c.server.create_quota_spec(name, parent, spec).await;
     }
     c.until_requested("job watch", |r| {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
@@ -786,17 +776,7 @@ async fn a_finished_job_gives_its_room_and_its_loan_back_at_once() {
             json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "8"}, "queueing": "Queue"}),
         ),
     ] {
-        let mut spec = spec;
-        spec["parent"] = json!(parent);
-        let (s, v) = c
-            .server
-            .api(
-                Method::POST,
-                "/api/v1/quotas",
-                Some(json!({"metadata": {"name": name}, "spec": spec})),
-            )
-            .await;
-        assert_eq!(s, StatusCode::CREATED, "{v}");
+        c.server.create_quota_spec(name, parent, spec).await;
     }
     c.until_requested("job watch", |r| {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
@@ -893,17 +873,7 @@ async fn a_round_on_a_short_loan_admits_only_what_the_backed_loan_covers() {
         ),
         ("sib", "org", json!({"hard": {"requests.cpu": "6"}})),
     ] {
-        let mut spec = spec;
-        spec["parent"] = json!(parent);
-        let (s, v) = c
-            .server
-            .api(
-                Method::POST,
-                "/api/v1/quotas",
-                Some(json!({"metadata": {"name": name}, "spec": spec})),
-            )
-            .await;
-        assert_eq!(s, StatusCode::CREATED, "{v}");
+        c.server.create_quota_spec(name, parent, spec).await;
     }
     c.until_requested("job watch", |r| {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
@@ -1007,17 +977,7 @@ async fn a_finished_job_keeps_its_charge_while_a_pod_of_it_still_runs() {
         ),
         ("b", "org", json!({"hard": {"requests.cpu": "4"}})),
     ] {
-        let mut spec = spec;
-        spec["parent"] = json!(parent);
-        let (s, v) = c
-            .server
-            .api(
-                Method::POST,
-                "/api/v1/quotas",
-                Some(json!({"metadata": {"name": name}, "spec": spec})),
-            )
-            .await;
-        assert_eq!(s, StatusCode::CREATED, "{v}");
+        c.server.create_quota_spec(name, parent, spec).await;
     }
     c.until_requested("job watch", |r| {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
@@ -1421,17 +1381,7 @@ async fn finished_jobs_give_their_room_back_while_a_round_still_releases() {
             json!({"hard": {"requests.cpu": "4"}, "queueing": "Queue"}),
         ),
     ] {
-        let mut spec = spec;
-        spec["parent"] = json!(parent);
-        let (s, v) = c
-            .server
-            .api(
-                Method::POST,
-                "/api/v1/quotas",
-                Some(json!({"metadata": {"name": name}, "spec": spec})),
-            )
-            .await;
-        assert_eq!(s, StatusCode::CREATED, "{v}");
+        c.server.create_quota_spec(name, parent, spec).await;
     }
     c.until_requested("job watch", |r| {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
