@@ -26,6 +26,10 @@
 //! no grant came after the fence (`return_loan`). A charge in flight on the
 //! old loan asks again; one granted after the fence keeps its loan.
 //!
+//! A cut of a loan no longer backed (a lender took its guarantee back) is
+//! a return as well: `lend` makes it only for a child fenced at the
+//! loan's generation, and otherwise answers `Lending::FenceFirst`.
+//!
 //! A loan granted whose charge then fails is left in place: it is a
 //! reservation that `repair_loans` shrinks once it is older than
 //! `LOAN_TTL_MS`. A loan only reserves: every borrowing admission goes
