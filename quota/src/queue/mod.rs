@@ -24,6 +24,7 @@ pub mod batch;
 pub mod budgets;
 pub mod estimate;
 pub mod ledger;
+pub mod mark;
 pub mod order;
 pub mod policy;
 pub mod preempt;
