@@ -26,6 +26,7 @@ pub mod estimate;
 pub mod ledger;
 pub mod mark;
 pub mod order;
+pub mod pending;
 pub mod policy;
 pub mod preempt;
 pub mod priority;
