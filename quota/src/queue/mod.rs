@@ -23,6 +23,7 @@ pub mod allowance;
 pub mod batch;
 pub mod budgets;
 pub mod estimate;
+pub mod fold;
 pub mod ledger;
 pub mod mark;
 pub mod order;
