@@ -69,6 +69,7 @@ mod group;
 pub mod notify;
 pub mod prices;
 pub mod queue;
+pub mod queue_mark;
 pub mod shares;
 pub mod transfer_ops;
 pub mod transfers;
