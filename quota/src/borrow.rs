@@ -26,6 +26,10 @@
 //! no grant came after the fence (`return_loan`). A charge in flight on the
 //! old loan asks again; one granted after the fence keeps its loan.
 //!
+//! A cut of a loan no longer backed (a lender took its guarantee back) is
+//! a return as well: `lend` makes it only for a child fenced at the
+//! loan's generation, and otherwise answers `Lending::FenceFirst`.
+//!
 //! A loan granted whose charge then fails is left in place: it is a
 //! reservation that `repair_loans` shrinks once it is older than
 //! `LOAN_TTL_MS`. A loan only reserves: every borrowing admission goes
@@ -420,16 +424,26 @@ pub fn idle_room(
 /// flight, together. A loan changed or renewed is safe from `repair_loans`
 /// for `LOAN_TTL_MS` (every grant renews it). Every
 /// grant, even of a loan already right, takes the parent's next
-/// `loanGeneration`, so the parent is always written (returns true): the
-/// charge that rides the grant is one a release reading the loan before it
-/// has not seen (`fence_release`). The denial names the child, the key,
-/// what it asked and how much could be borrowed.
+/// `loanGeneration`, so the parent is always written (`Lending::Granted`):
+/// the charge that rides the grant is one a release reading the loan
+/// before it has not seen (`fence_release`). The denial names the child,
+/// the key, what it asked and how much could be borrowed.
+///
+/// A cut is a return: a loan no longer backed (a lender took its guarantee
+/// back) is cut only once the child has fenced every grant of it
+/// (`req.fence` at or above the loan's generation), since a charge may
+/// still be in flight on the larger grant and would land past the cut,
+/// on room the cut frees for a sibling. Otherwise nothing changes and the
+/// answer is `Lending::FenceFirst(generation)`: fence the child at it
+/// (`fence`, in its compare-and-swap) and ask again. A fenced cut keeps
+/// at least what the child borrowed as its request read it (after the
+/// fence: no charge beyond hard lands until this grant).
 pub fn lend(
     parent: &mut Quota,
     req: &LoanRequest,
     children: &BTreeMap<String, Standing>,
     now_ms: i64,
-) -> Result<bool, Denial> {
+) -> Result<Lending, Denial> {
     parent.status.refresh(&parent.spec);
     let carved = parent.status.carved(&req.child);
     let mut short = Vec::new();
@@ -452,6 +466,36 @@ pub fn lend(
     if !short.is_empty() {
         return Err(Denial::Short(short));
     }
+    // What each key of the loan becomes: what the child wants, or what it
+    // holds if more — but only as far as that is still backed (a lender
+    // took its guarantee back), and never below what it borrows.
+    let current = parent
+        .status
+        .loans
+        .get(&req.child)
+        .map(|l| (l.amount.clone(), l.generation));
+    let next: ResourceList = req
+        .want
+        .iter()
+        .map(|(key, want)| {
+            let held = current
+                .as_ref()
+                .map_or(Quantity::ZERO, |(a, _)| resources::get(a, key));
+            let borrows = resources::get(&req.used, key)
+                .saturating_sub(resources::get(&req.hard, key))
+                .max(Quantity::ZERO);
+            let kept = backed
+                .get(key)
+                .map_or(held, |b| held.min((*b).max(borrows)));
+            (key.clone(), (*want).max(kept))
+        })
+        .collect();
+    if let Some((amount, generation)) = &current {
+        let cut = next.iter().any(|(k, n)| *n < resources::get(amount, k));
+        if cut && *generation > req.fence {
+            return Ok(Lending::FenceFirst(*generation));
+        }
+    }
 
     let now = time::format_rfc3339(now_ms);
     let generation = parent
@@ -469,15 +513,12 @@ pub fn lend(
             raised: String::new(),
             generation: 0,
         });
-    for (key, want) in &req.want {
-        let current = resources::get(&loan.amount, key);
-        // A loan granted earlier may no longer be backed (a lender took its
-        // guarantee back): keep only what is, so hard + loan stays a safe
-        // limit for every admission of the child now in flight.
-        let kept = backed.get(key).map_or(current, |b| current.min(*b));
-        let next = (*want).max(kept);
-        if next != current {
-            loan.amount.insert(key.clone(), next);
+    // A loan cut to what is backed keeps hard + loan a safe limit for
+    // every admission of the child from now on; those before the cut are
+    // fenced (above).
+    for (key, next) in next {
+        if next != resources::get(&loan.amount, &key) {
+            loan.amount.insert(key, next);
         }
     }
     // Every grant is written (below), so every grant renews the loan's
@@ -489,7 +530,19 @@ pub fn lend(
     loan.generation = generation;
     parent.status.loan_generation = generation;
     parent.status.refresh(&parent.spec);
-    Ok(true)
+    Ok(Lending::Granted)
+}
+
+/// What `lend` did when it did not deny.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lending {
+    /// Granted at the parent's next generation (the parent changed).
+    Granted,
+    /// Nothing changed: the loan must be cut to what is still backed, and
+    /// a charge may still ride its grant at this generation. Fence the
+    /// child at it (`fence`, in the child's compare-and-swap), then ask
+    /// again with the fenced child's request.
+    FenceFirst(u64),
 }
 
 /// Repair a parent's ledgers of its children from the children as stored
@@ -716,8 +769,15 @@ mod tests {
         let delta = resources::diff(&c.usage(), &old);
         match needed(&kids[who], &delta)? {
             None => admission::charge(&mut kids[who], wref, c),
-            Some(req) => {
-                lend(parent, &req, &Standing::of_all(kids.iter()), now)?;
+            Some(mut req) => {
+                // A cut asks for the child's fence first, then its
+                // request again.
+                while let Lending::FenceFirst(g) =
+                    lend(parent, &req, &Standing::of_all(kids.iter()), now)?
+                {
+                    fence(&mut kids[who], g);
+                    req = needed(&kids[who], &delta)?.expect("still beyond hard");
+                }
                 let l = limits(&kids[who], &loan_of(parent, kids[who].name()));
                 admission::charge_within(&mut kids[who], wref, c, &l)
             }
@@ -788,11 +848,11 @@ mod tests {
         let (mut p, mut kids) = family(12, &[("a", 0, Some(8)), ("b", 0, Some(8))]);
         let req = needed(&kids[0], &cpu(2)).unwrap().unwrap();
         let view = Standing::of_all(kids.iter());
-        assert!(lend(&mut p, &req, &view, T0).unwrap());
+        assert_eq!(lend(&mut p, &req, &view, T0).unwrap(), Lending::Granted);
         assert_eq!(p.status.loans["a"].generation, 1);
         // The same request again: the loan is already right, but a charge
         // may ride this grant, so it is a grant of its own.
-        assert!(lend(&mut p, &req, &view, T0 + 1).unwrap());
+        assert_eq!(lend(&mut p, &req, &view, T0 + 1).unwrap(), Lending::Granted);
         assert_eq!(p.status.loans["a"].generation, 2);
         let rb = needed(&kids[1], &cpu(1)).unwrap().unwrap();
         lend(&mut p, &rb, &view, T0 + 2).unwrap();
@@ -960,7 +1020,7 @@ mod tests {
         let rb = needed(&kids[1], &cpu(1)).unwrap().unwrap();
         // The parent's CAS orders them: the first wins, the second sees the
         // first's loan reserved although neither has charged yet.
-        assert!(lend(&mut p, &ra, &view, T0).unwrap());
+        assert_eq!(lend(&mut p, &ra, &view, T0).unwrap(), Lending::Granted);
         let err = lend(&mut p, &rb, &view, T0).unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -994,12 +1054,83 @@ mod tests {
         let view = Standing::of_all(kids.iter());
         let r1 = needed(&kids[0], &cpu(1)).unwrap().unwrap();
         let r2 = needed(&kids[0], &cpu(2)).unwrap().unwrap();
-        lend(&mut p, &r1, &view, T0 + 1).unwrap();
-        lend(&mut p, &r2, &view, T0 + 1).unwrap();
+        // Trimming the loan is a return: a is fenced at its grant first.
+        assert_eq!(
+            lend(&mut p, &r1, &view, T0 + 1).unwrap(),
+            Lending::FenceFirst(1)
+        );
+        assert_eq!(loan_of(&p, "a"), cpu(3), "nothing changed yet");
+        fence(&mut kids[0], 1);
+        let r1 = needed(&kids[0], &cpu(1)).unwrap().unwrap();
+        assert_eq!(lend(&mut p, &r1, &view, T0 + 1).unwrap(), Lending::Granted);
+        assert_eq!(lend(&mut p, &r2, &view, T0 + 1).unwrap(), Lending::Granted);
         assert_eq!(loan_of(&p, "a"), cpu(2), "trimmed to what is idle");
         let l = limits(&kids[0], &loan_of(&p, "a"));
         admission::charge_within(&mut kids[0], "y", pods(1, 1), &l).unwrap();
         assert!(admission::charge_within(&mut kids[0], "z", pods(1, 2), &l).is_err());
+    }
+
+    #[test]
+    fn a_cut_waits_for_the_fence_of_the_grant_a_charge_may_ride() {
+        // p 4 = a 0 + b 4. a is lent b's idle 4 for X (4); X's charge is
+        // still in flight when b takes 3 of its guarantee back.
+        let (mut p, mut kids) = family(4, &[("a", 0, Some(4)), ("b", 4, Some(4))]);
+        let rx = needed(&kids[0], &cpu(4)).unwrap().unwrap();
+        let view = Standing::of_all(kids.iter());
+        assert_eq!(lend(&mut p, &rx, &view, T0).unwrap(), Lending::Granted);
+        let x = lent_to(&p, "a");
+        admission::charge(&mut kids[1], "w", pods(1, 3)).unwrap();
+        // a asks for 1 more (Y): only 1 is backed now, so the loan of 4
+        // would be cut to 1 — but X may still land on it.
+        let ry = needed(&kids[0], &cpu(1)).unwrap().unwrap();
+        let view = Standing::of_all(kids.iter());
+        let before = p.clone();
+        assert_eq!(
+            lend(&mut p, &ry, &view, T0 + 1).unwrap(),
+            Lending::FenceFirst(x.generation)
+        );
+        assert_eq!(p, before, "nothing changes before the fence");
+        // The fence, in a's write: X's charge is refused from now on.
+        let give = fence(&mut kids[0], x.generation);
+        assert_eq!(give.borrowed, ResourceList::new());
+        let mut probe = kids[0].clone();
+        assert!(charge_or_request(&mut probe, "x", pods(1, 4), Some(&x)).is_err());
+        // Asked again, fenced: the loan is cut to the 1 backed.
+        let ry = needed(&kids[0], &cpu(1)).unwrap().unwrap();
+        assert_eq!(lend(&mut p, &ry, &view, T0 + 2).unwrap(), Lending::Granted);
+        assert_eq!(loan_of(&p, "a"), cpu(1));
+        let y = lent_to(&p, "a");
+        charge_or_request(&mut kids[0], "y", pods(1, 1), Some(&y)).unwrap();
+        // b lets go; the room the cut freed is b's again, and X, late,
+        // cannot take it on its old grant.
+        admission::release(&mut kids[1], "w");
+        assert!(charge_or_request(&mut kids[0], "x", pods(1, 4), Some(&x)).is_err());
+        covered(&p, &kids);
+    }
+
+    #[test]
+    fn a_fenced_cut_never_goes_below_what_the_child_borrows() {
+        // a's hard was lowered from 1 to 0 and its carve-out not yet
+        // repaired, so the parent counts 1 for it beside the 3 it borrows.
+        let (mut p, mut kids) = family(4, &[("a", 1, Some(4)), ("b", 3, None)]);
+        kids[0].spec.hard = cpu(0);
+        admit(&mut p, &mut kids, 0, "x", pods(1, 3), T0).unwrap();
+        assert_eq!(loan_of(&p, "a"), cpu(3));
+        // b takes 1 of its guarantee back: 2 of a's loan are backed now.
+        admission::charge(&mut kids[1], "w", pods(1, 1)).unwrap();
+        // A request for nothing more (a queue round keeping its loan),
+        // fenced: the loan is not cut below the 3 a still borrows.
+        let g = p.status.loans["a"].generation;
+        fence(&mut kids[0], g);
+        let mut keep = needed(&kids[0], &cpu(1)).unwrap().unwrap();
+        keep.want.insert(CPU.into(), Quantity::ZERO);
+        let view = Standing::of_all(kids.iter());
+        assert_eq!(
+            lend(&mut p, &keep, &view, T0 + 1).unwrap(),
+            Lending::Granted
+        );
+        assert_eq!(loan_of(&p, "a"), cpu(3));
+        covered(&p, &kids);
     }
 
     #[test]
@@ -1008,7 +1139,7 @@ mod tests {
         admission::charge(&mut kids[0], "w", pods(1, 4)).unwrap();
         let req = needed(&kids[0], &cpu(2)).unwrap().unwrap();
         let view = Standing::of_all(kids.iter());
-        assert!(lend(&mut p, &req, &view, T0).unwrap());
+        assert_eq!(lend(&mut p, &req, &view, T0).unwrap(), Lending::Granted);
         lend(&mut p, &req, &view, T0 + 1000).unwrap();
         assert_eq!(
             p.status.loans["a"].raised,

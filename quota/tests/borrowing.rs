@@ -77,8 +77,15 @@ fn admit(
             admission::charge(&mut kids[who], wref, c)?;
             Ok(None)
         }
-        Some(req) => {
-            borrow::lend(parent, &req, &Standing::of_all(kids.iter()), now)?;
+        Some(mut req) => {
+            // A cut asks for the child's fence first, then its request
+            // again.
+            while let borrow::Lending::FenceFirst(g) =
+                borrow::lend(parent, &req, &Standing::of_all(kids.iter()), now)?
+            {
+                borrow::fence(&mut kids[who], g);
+                req = borrow::needed(&kids[who], &delta)?.expect("still beyond hard");
+            }
             let loan = borrow::loan_of(parent, kids[who].name());
             let limits = borrow::limits(&kids[who], &loan);
             admission::charge_within(&mut kids[who], wref, c, &limits)?;
@@ -377,7 +384,9 @@ proptest! {
                     let mut granted = Vec::new();
                     for (c, w, n) in [(c1, w1, n1), (c2, w2, n2)] {
                         if let Ok(Some(req)) = borrow::needed(&kids[c], &delta(&kids[c], w, n)) {
-                            if borrow::lend(&mut p, &req, &view, now).is_ok() {
+                            // A cut that asks for a fence first lends
+                            // nothing now.
+                            if matches!(borrow::lend(&mut p, &req, &view, now), Ok(borrow::Lending::Granted)) {
                                 // Each charges with the loan its own lend saw.
                                 let loan = borrow::loan_of(&p, kids[c].name());
                                 granted.push((c, w, n, borrow::limits(&kids[c], &loan)));
@@ -530,6 +539,9 @@ struct Admission {
     n: i64,
     req: Option<borrow::LoanRequest>,
     lent: Option<borrow::Lent>,
+    /// The parent asked for a fence at this generation before a cut: the
+    /// next step writes it in the child, then the admission asks again.
+    fence: Option<u64>,
 }
 
 /// A release in flight, as the server gives its loan back at once: read
@@ -571,6 +583,11 @@ fn advance(f: &mut Flight, p: &mut Quota, kids: &mut [Quota], now: i64) -> bool 
     match f {
         Flight::Admit(a) => {
             let c = charge(a.n, 1, now);
+            if let Some(g) = a.fence.take() {
+                borrow::fence(&mut kids[a.c], g);
+                a.req = None;
+                return false;
+            }
             match (&a.req, &a.lent) {
                 (None, _) => {
                     let d = delta(&kids[a.c], a.w, a.n);
@@ -588,10 +605,13 @@ fn advance(f: &mut Flight, p: &mut Quota, kids: &mut [Quota], now: i64) -> bool 
                 }
                 (Some(req), None) => {
                     let view = Standing::of_all(kids.iter());
-                    if borrow::lend(p, req, &view, now).is_err() {
-                        return true;
+                    match borrow::lend(p, req, &view, now) {
+                        Err(_) => return true,
+                        Ok(borrow::Lending::FenceFirst(g)) => a.fence = Some(g),
+                        Ok(borrow::Lending::Granted) => {
+                            a.lent = Some(borrow::lent_to(p, kids[a.c].name()));
+                        }
                     }
-                    a.lent = Some(borrow::lent_to(p, kids[a.c].name()));
                     false
                 }
                 (Some(_), Some(lent)) => {
@@ -658,7 +678,7 @@ proptest! {
             now += 1;
             match s {
                 Step::Admit(c, w, n) if i < drain => flying.push(Flight::Admit(Admission {
-                    c, w, n, req: None, lent: None,
+                    c, w, n, req: None, lent: None, fence: None,
                 })),
                 Step::Release(c, w) if i < drain => flying.push(Flight::Release(Giving {
                     c, w, seen: None, give: None, granted: None,
@@ -680,6 +700,77 @@ proptest! {
             }
             prop_assert!(q(&p.status.lent) <= Quantity::from_units(cap), "lent {:?} of {}", p.status.lent, cap);
             prop_assert!(used <= Quantity::from_units(cap), "children use {} of {}", used, cap);
+        }
+    }
+}
+
+proptest! {
+    /// As above, but the children hold guarantees they lend out idle
+    /// (hard above 0) and take back by admissions within hard, which need
+    /// no one's consent: a loan is then no longer backed, and `lend` cuts
+    /// it to what is when the borrower asks again. A charge already in
+    /// flight on the larger grant must not land past the cut: the cut is a
+    /// return (the borrower fenced at the loan's generation first). So no
+    /// child ever borrows more than the loan its parent records, and the
+    /// children together are above the parent's hard only by what the
+    /// lenders took back: what they use within their hard plus the loans
+    /// outstanding. Without the fence of a cut this fails: the charge in
+    /// flight lands beyond the cut loan, and once the lender lets go, the
+    /// room the cut freed is lent to a sibling too.
+    #[test]
+    fn a_loan_cut_to_what_is_backed_never_races_an_admission(
+        hard in prop::collection::vec(0i64..4, KIDS),
+        spare in 0i64..3,
+        steps in prop::collection::vec(step(), 1..80),
+    ) {
+        let cap: i64 = hard.iter().sum::<i64>() + spare;
+        let mut p = node("p", "", cap, None);
+        let mut kids: Vec<Quota> = (0..KIDS)
+            .map(|i| {
+                let name = format!("c{i}");
+                tree::carve(&mut p, &name, &cpu(hard[i]), "2026-01-01T00:00:00Z").unwrap();
+                node(&name, "p", hard[i], Some(hard[i] + 4))
+            })
+            .collect();
+        let mut flying: Vec<Flight> = Vec::new();
+        let mut now = T0;
+        let drain = steps.len();
+        for (i, s) in steps.into_iter().chain((0..drain * 8).map(|_| Step::Advance(0))).enumerate() {
+            now += 1;
+            match s {
+                Step::Admit(c, w, n) if i < drain => flying.push(Flight::Admit(Admission {
+                    c, w, n, req: None, lent: None, fence: None,
+                })),
+                Step::Release(c, w) if i < drain => flying.push(Flight::Release(Giving {
+                    c, w, seen: None, give: None, granted: None,
+                })),
+                Step::Advance(k) if !flying.is_empty() => {
+                    let k = k % flying.len();
+                    if advance(&mut flying[k], &mut p, &mut kids, now) {
+                        flying.remove(k);
+                    }
+                }
+                _ => {}
+            }
+            let (mut used, mut allowed) = (Quantity::ZERO, Quantity::ZERO);
+            for k in &kids {
+                let u = q(&k.status.used);
+                let l = q(&borrow::loan_of(&p, k.name()));
+                used = used.saturating_add(u);
+                allowed = allowed.saturating_add(u.min(q(&k.spec.hard))).saturating_add(l);
+            }
+            let allowed = allowed.max(Quantity::from_units(cap));
+            prop_assert!(
+                used <= allowed,
+                "children use {} of {}: more than the lenders took back ({}): {:?} {:?}",
+                used, cap, allowed, p.status.loans,
+                kids.iter().map(|k| (k.name().to_string(), q(&k.status.used))).collect::<Vec<_>>()
+            );
+            for k in &kids {
+                let b = q(&k.spec.borrowed(&k.status.used));
+                let l = q(&borrow::loan_of(&p, k.name()));
+                prop_assert!(b <= l, "{} borrows {} on a loan of {}: {:?}", k.name(), b, l, p.status.loans);
+            }
         }
     }
 }

@@ -244,9 +244,10 @@ mod tests {
     }
 
     fn run(q: &mut Quota, items: &[Admit], loan: Option<&ResourceList>) -> Batch {
+        // A grant the child has not fenced, as every fresh answer is.
         let loan = loan.map(|amount| Lent {
             amount: amount.clone(),
-            generation: 1,
+            generation: q.status.loan_fence + 1,
         });
         admit(
             q,
@@ -426,7 +427,19 @@ mod tests {
         for want in keep.want.values_mut() {
             *want = Quantity::ZERO;
         }
-        borrow::lend(&mut parent, &keep, &now, 2_000).unwrap();
+        // Cutting the loan is a return: the kid is fenced at its grant
+        // first (a charge may still ride it), then asks again.
+        let granted = parent.status.loans["kid"].generation;
+        assert_eq!(
+            borrow::lend(&mut parent, &keep, &now, 2_000).unwrap(),
+            borrow::Lending::FenceFirst(granted)
+        );
+        borrow::fence(&mut kid, granted);
+        keep.fence = kid.status.loan_fence;
+        assert_eq!(
+            borrow::lend(&mut parent, &keep, &now, 2_000).unwrap(),
+            borrow::Lending::Granted
+        );
         let loan = borrow::loan_of(&parent, "kid");
         assert_eq!(loan, cpu(2), "cut to what is backed, not the stored 6");
         let Batch::Done { admitted, left, .. } = run(&mut kid, &items, Some(&loan)) else {

@@ -69,6 +69,7 @@ mod group;
 pub mod notify;
 pub mod prices;
 pub mod queue;
+pub mod queue_mark;
 pub mod shares;
 pub mod transfer_ops;
 pub mod transfers;
@@ -1105,6 +1106,10 @@ impl Service {
         let now = quota::time::format_rfc3339(now_ms);
         // The parent's answer to the last loan request (None: none asked).
         let mut loan: Option<borrow::Lent> = None;
+        // The parent's ask for a fence before it cuts the loan
+        // (`borrow::Lending::FenceFirst`): written in the next round's
+        // compare-and-swap of the child, before its charge is tried.
+        let mut fence_first: Option<u64> = None;
         // The loan's generation before this write: a charge lowered here
         // (a scale-down) that ends borrowing gives the loan back at once.
         let seen = self.loan_seen(quota_name);
@@ -1121,6 +1126,14 @@ impl Service {
                     user.clone(),
                 );
                 move |q: &mut Quota| -> Result<(bool, Round), ServiceError> {
+                    // Every grant up to the parent's ask is retired before
+                    // anything else is decided here: a charge in flight on
+                    // it is refused, so the parent may cut it.
+                    let was = q.status.loan_fence;
+                    if let Some(g) = fence_first {
+                        borrow::fence(q, g);
+                    }
+                    let fenced = q.status.loan_fence != was;
                     let old = q.status.workloads.get(&wref);
                     let held = old.is_some();
                     // Admitted from the queue: the controller recorded its
@@ -1132,7 +1145,7 @@ impl Service {
                             held,
                             ..Default::default()
                         };
-                        return Ok((false, Round::Done(nothing)));
+                        return Ok((fenced, Round::Done(nothing)));
                     };
                     // A queued workload, suspended, has nothing to charge:
                     // it stays queued and uncharged (docs/queueing.md §4).
@@ -1146,7 +1159,7 @@ impl Service {
                             held,
                             ..Default::default()
                         };
-                        return Ok((false, Round::Done(nothing)));
+                        return Ok((fenced, Round::Done(nothing)));
                     }
                     let mut lowered = old.is_some_and(|o| lowers(&c, o));
                     // Budgets first: a refusal changes nothing, and the
@@ -1156,7 +1169,7 @@ impl Service {
                             Ok(r) => r,
                             Err(r) => {
                                 let d = Denial::Budget(Box::new(r));
-                                return Ok((false, Round::Short(d, None)));
+                                return Ok((fenced, Round::Short(d, None)));
                             }
                         };
                     // A reservation that shrank (an update declaring a
@@ -1198,7 +1211,7 @@ impl Service {
                                 }
                                 _ => false,
                             };
-                            let changed = changed || held_changed || left || by;
+                            let changed = changed || held_changed || left || by || fenced;
                             let queued_since = queued_since.filter(|_| left);
                             Ok((
                                 changed,
@@ -1210,10 +1223,11 @@ impl Service {
                                 }),
                             ))
                         }
-                        // A refusal changes nothing; as one it is proven
-                        // by the write of its batch, or read again fresh.
+                        // A refusal changes nothing but the fence; as one
+                        // it is proven by the write of its batch, or read
+                        // again fresh.
                         Err((d, req)) => Ok((
-                            false,
+                            fenced,
                             Round::Short(d, req.map(|r| (q.spec.parent.clone(), *r))),
                         )),
                     }
@@ -1247,13 +1261,29 @@ impl Service {
                 self.store.children(&parent).await?.iter().map(|s| &s.quota),
             );
             let child = quota_name.to_string();
-            loan = Some(
-                self.update_status(&parent, dry_run, |p| {
-                    let changed = borrow::lend(p, &req, &children, now_ms)?;
-                    Ok((changed, borrow::lent_to(p, &child)))
+            let lent = self
+                .update_status(&parent, dry_run, |p| {
+                    match borrow::lend(p, &req, &children, now_ms)? {
+                        borrow::Lending::Granted => Ok((true, Ok(borrow::lent_to(p, &child)))),
+                        // A dry run writes no fence: it answers as the cut
+                        // would once fenced (nothing of it is written).
+                        borrow::Lending::FenceFirst(g) if dry_run => {
+                            let fenced = borrow::LoanRequest {
+                                fence: g,
+                                ..req.clone()
+                            };
+                            borrow::lend(p, &fenced, &children, now_ms)?;
+                            Ok((true, Ok(borrow::lent_to(p, &child))))
+                        }
+                        borrow::Lending::FenceFirst(g) => Ok((false, Err(g))),
+                    }
                 })
-                .await?,
-            );
+                .await?;
+            (loan, fence_first) = match lent {
+                Ok(lent) => (Some(lent), None),
+                // Asked again next round, the child fenced at `g` first.
+                Err(g) => (None, Some(g)),
+            };
             last_denial = Some(denial);
         }
         Err(last_denial

@@ -304,19 +304,27 @@ impl Service {
         let now_ms = self.now();
         let prices = self.price_list();
         let mut loan: Option<borrow::Lent> = None;
+        // The parent's ask for a fence before it cuts the loan: written
+        // first in the next write of the quota.
+        let mut fence_first: Option<u64> = None;
         let mut parent = String::new();
         for _round in 0..super::BORROW_ROUNDS {
             let out = self
                 .update_status(quota_name, false, |q| {
                     parent.clone_from(&q.spec.parent);
+                    let was = q.status.loan_fence;
+                    if let Some(g) = fence_first {
+                        borrow::fence(q, g);
+                    }
+                    let fenced = q.status.loan_fence != was;
                     let b =
                         queue::batch::admit(q, items, loan.as_ref(), now_ms, &self.prices, &prices);
                     match &b {
                         queue::batch::Batch::Done { admitted, .. } => {
                             let restated = fresh.clone().is_some_and(|f| ledger::restate(q, f));
-                            Ok((!admitted.is_empty() || restated, b))
+                            Ok((!admitted.is_empty() || restated || fenced, b))
                         }
-                        queue::batch::Batch::Borrow(_) => Ok((false, b)),
+                        queue::batch::Batch::Borrow(_) => Ok((fenced, b)),
                     }
                 })
                 .await?;
@@ -326,10 +334,14 @@ impl Service {
             };
             let children =
                 Standing::of_all(self.store.children(&parent).await?.iter().map(|s| &s.quota));
-            loan = Some(
-                self.update_status(&parent, false, |p| {
+            let lent = self
+                .update_status(&parent, false, |p| {
                     match borrow::lend(p, &req, &children, now_ms) {
-                        Ok(changed) => Ok((changed, borrow::lent_to(p, quota_name))),
+                        Ok(borrow::Lending::Granted) => {
+                            Ok((true, Ok(borrow::lent_to(p, quota_name))))
+                        }
+                        // A cut of the loan waits for the quota's fence.
+                        Ok(borrow::Lending::FenceFirst(g)) => Ok((false, Err(g))),
                         // Not all of it: the round admits what the loan it
                         // holds covers, but only as far as that loan is
                         // still backed (a sibling may have taken back its
@@ -339,7 +351,7 @@ impl Service {
                         // does. If even that is short (the parent is
                         // over-committed), nothing beyond hard.
                         Err(_) if !p.status.loans.contains_key(quota_name) => {
-                            Ok((false, borrow::Lent::default()))
+                            Ok((false, Ok(borrow::Lent::default())))
                         }
                         Err(_) => {
                             let mut keep = (*req).clone();
@@ -347,14 +359,21 @@ impl Service {
                                 *want = quota::Quantity::ZERO;
                             }
                             match borrow::lend(p, &keep, &children, now_ms) {
-                                Ok(changed) => Ok((changed, borrow::lent_to(p, quota_name))),
-                                Err(_) => Ok((false, borrow::Lent::default())),
+                                Ok(borrow::Lending::Granted) => {
+                                    Ok((true, Ok(borrow::lent_to(p, quota_name))))
+                                }
+                                Ok(borrow::Lending::FenceFirst(g)) => Ok((false, Err(g))),
+                                Err(_) => Ok((false, Ok(borrow::Lent::default()))),
                             }
                         }
                     }
                 })
-                .await?,
-            );
+                .await?;
+            (loan, fence_first) = match lent {
+                Ok(lent) => (Some(lent), None),
+                // Asked again next round, the quota fenced at `g` first.
+                Err(g) => (None, Some(g)),
+            };
         }
         Err(ServiceError::Contention(quota_name.to_string()))
     }

@@ -1,0 +1,362 @@
+//! The fold of marked, held objects into the queue a round plans over
+//! (docs/queueing.md §12, "the second attempt", constraints 1, 3 and 4):
+//! each mark is checked (`mark::accept`), what left is skipped
+//! (`Pending::skips`), the caps hold over the status's entries and what
+//! the fold adds, and what the object runs (its pod sets, run time and
+//! priority classes) is read from the object, never from the mark. The
+//! round plans only over the queue this returns: an entry the fold
+//! refuses never takes room nor heads a strict FIFO queue.
+//!
+//! Pure and not wired yet: the webhook still queues in the quota's status.
+
+use super::allowance;
+use super::ledger::{Full, MAX_QUEUE};
+use super::mark::{self, Binding, Refused};
+use super::pending::Pending;
+use super::Queued;
+use crate::object::Quota;
+
+/// A held object carrying a mark, as the controller's watch shows it.
+#[derive(Clone, Debug)]
+pub struct Marked<'a> {
+    /// The annotation's value (`mark::ANNOTATION`).
+    pub annotation: &'a str,
+    /// The object it was read on.
+    pub at: Binding<'a>,
+    /// The object's uid.
+    pub uid: &'a str,
+    /// What the object runs, read from it unsuspended by its adapter:
+    /// pod sets, run time, priority and priority classes. Its place and
+    /// submitter are the mark's.
+    pub work: Queued,
+}
+
+/// Why a marked object is not in the queue a round plans over. It stays
+/// held; the server tells its owner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotFolded {
+    /// Its mark is not accepted (forged, misbound, hostile, unreadable).
+    Mark(Refused),
+    /// It left the queue (deleted, opted out): a stale copy.
+    Left,
+    /// The queue or its submitter's share is full.
+    Full(Full),
+}
+
+/// What a fold gives the round.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Folded {
+    /// The queue to plan over: the status's entries (refreshed from their
+    /// objects where marked) and the entries accepted, in that order.
+    pub queue: Vec<Queued>,
+    /// The references added to the queue by this fold.
+    pub added: Vec<String>,
+    /// The marked objects left out, and why.
+    pub refused: Vec<(String, NotFolded)>,
+}
+
+/// Fold `marked` into `q`'s queue (call in the round's compare-and-swap
+/// of `q`; the caller writes `queue` with the round's admissions).
+/// `verify` is the MAC check of `mark::accept`.
+pub fn fold(
+    q: &Quota,
+    marked: &[Marked<'_>],
+    pending: &Pending,
+    verify: impl Fn(&[u8], &str) -> bool,
+) -> Folded {
+    fold_within(q, marked, pending, verify, MAX_QUEUE)
+}
+
+fn fold_within(
+    q: &Quota,
+    marked: &[Marked<'_>],
+    pending: &Pending,
+    verify: impl Fn(&[u8], &str) -> bool,
+    max: usize,
+) -> Folded {
+    let mut out = Folded {
+        queue: q.status.queue.iter().map(|e| e.work.clone()).collect(),
+        ..Folded::default()
+    };
+    let cap = q.spec.queueing.per_submitter();
+    let mut order: Vec<&Marked<'_>> = marked.iter().collect();
+    // First come first: a cap refuses the latest marks, never an older one.
+    order.sort_by_key(|m| (m.work.submitted_ms, m.at.workload_ref));
+    for m in order {
+        let r = m.at.workload_ref.to_string();
+        if pending.skips(&r, m.uid) {
+            out.refused.push((r, NotFolded::Left));
+            continue;
+        }
+        let accepted = match mark::accept(m.annotation, &m.at, &verify) {
+            Ok(a) => a,
+            Err(e) => {
+                out.refused.push((r, NotFolded::Mark(e)));
+                continue;
+            }
+        };
+        let mut work = m.work.clone();
+        work.workload_ref.clone_from(&r);
+        work.uid = m.uid.to_string();
+        work.submitted_ms = accepted.since;
+        work.submitted_by = (!accepted.by.is_empty()).then(|| accepted.by.clone());
+        if let Some(e) = out.queue.iter_mut().find(|e| e.workload_ref == r) {
+            if e.uid.is_empty() || e.uid == work.uid {
+                // Already queued: what it runs is read again from the
+                // object; its place and submitter stay as queued.
+                work.submitted_ms = e.submitted_ms;
+                work.submitted_by.clone_from(&e.submitted_by);
+                work.preempted |= e.preempted;
+                *e = work;
+                continue;
+            }
+        }
+        // An entry of the name under another uid is an earlier object's,
+        // gone (two objects never hold one name at once): the new one
+        // takes its own place, never the old one's.
+        out.queue.retain(|e| e.workload_ref != r);
+        if out.queue.len() >= max {
+            out.refused.push((
+                r.clone(),
+                NotFolded::Full(Full::Queue {
+                    quota: q.name().to_string(),
+                    workload_ref: r,
+                }),
+            ));
+            continue;
+        }
+        let mine = allowance::of(work.submitted_by.as_deref(), &r);
+        let held = out
+            .queue
+            .iter()
+            .filter(|e| allowance::of(e.submitted_by.as_deref(), &e.workload_ref) == mine)
+            .count();
+        if held >= cap {
+            let full = Full::Share {
+                quota: q.name().to_string(),
+                workload_ref: r.clone(),
+                share: mine.to_string(),
+                held,
+                cap,
+            };
+            out.refused.push((r, NotFolded::Full(full)));
+            continue;
+        }
+        out.added.push(r);
+        out.queue.push(work);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::QuotaSpec;
+    use crate::queue::mark::sign;
+    use crate::queue::{QueueEntry, Waiting};
+    use crate::workload::PodSet;
+
+    const T: i64 = 1_800_000_000_000;
+
+    fn mac(b: &[u8]) -> String {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for x in b {
+            h = (h ^ u64::from(*x)).wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}")
+    }
+
+    fn verify(b: &[u8], m: &str) -> bool {
+        mac(b) == m
+    }
+
+    fn quota(share: Option<u32>) -> Quota {
+        let mut spec = QuotaSpec::default();
+        spec.queueing.max_per_submitter = share;
+        Quota::new("ml", spec)
+    }
+
+    fn r(name: &str) -> &'static str {
+        Box::leak(format!("batch/Job/ml/{name}").into_boxed_str())
+    }
+
+    fn object(name: &str, pods: i64, run_ms: Option<i64>) -> Queued {
+        Queued {
+            workload_ref: r(name).to_string(),
+            uid: String::new(),
+            priority: 0,
+            priority_classes: Vec::new(),
+            // Whatever the object says of its place is ignored.
+            submitted_ms: 0,
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: pods,
+                per_pod: Default::default(),
+                qos: None,
+            }],
+            run_ms,
+            submitted_by: None,
+            preempted: false,
+        }
+    }
+
+    fn marked(name: &str, annotation: &'static str, since_created: i64) -> Marked<'static> {
+        Marked {
+            annotation,
+            at: Binding {
+                quota: "ml",
+                workload_ref: r(name),
+                created_ms: since_created,
+                now_ms: T + 600_000,
+            },
+            uid: Box::leak(format!("uid-{name}").into_boxed_str()),
+            work: object(name, 1, Some(60_000)),
+        }
+    }
+
+    fn signed(name: &str, since: i64, by: &str) -> &'static str {
+        let m = sign("ml", r(name), since, 0, by, mac);
+        Box::leak(serde_json::to_string(&m).unwrap().into_boxed_str())
+    }
+
+    #[test]
+    fn accepted_marks_join_in_their_order_with_the_objects_own_work() {
+        let q = quota(None);
+        let f = fold(
+            &q,
+            &[
+                marked("b", signed("b", T + 2, "bob"), T),
+                marked("a", signed("a", T + 1, "alice"), T),
+            ],
+            &Pending::default(),
+            verify,
+        );
+        assert_eq!(f.added, [r("a"), r("b")]);
+        assert_eq!(f.queue[0].submitted_ms, T + 1);
+        assert_eq!(f.queue[0].submitted_by.as_deref(), Some("alice"));
+        assert_eq!(f.queue[0].uid, "uid-a");
+        assert_eq!(f.queue[0].run_ms, Some(60_000), "read from the object");
+        assert!(f.refused.is_empty());
+    }
+
+    #[test]
+    fn a_refused_mark_is_never_planned_over() {
+        // A forged mark claims the earliest place: under strict FIFO it
+        // would head the queue and block everyone, or take room nobody
+        // got. It is not in the queue the round plans over.
+        let q = quota(None);
+        let mut forged: mark::Mark = serde_json::from_str(signed("x", T + 5, "eve")).unwrap();
+        forged.since = T;
+        let forged: &'static str =
+            Box::leak(serde_json::to_string(&forged).unwrap().into_boxed_str());
+        let f = fold(
+            &q,
+            &[
+                marked("x", forged, T),
+                marked("a", signed("a", T + 1, "alice"), T),
+            ],
+            &Pending::default(),
+            verify,
+        );
+        assert_eq!(f.queue.len(), 1);
+        assert_eq!(f.queue[0].workload_ref, r("a"));
+        assert_eq!(
+            f.refused,
+            [(r("x").to_string(), NotFolded::Mark(Refused::Mac))]
+        );
+    }
+
+    #[test]
+    fn what_left_is_not_folded_back_from_a_stale_copy() {
+        let q = quota(None);
+        let mut p = Pending::default();
+        p.leave(r("a"), "uid-a");
+        let f = fold(
+            &q,
+            &[marked("a", signed("a", T + 1, "alice"), T)],
+            &p,
+            verify,
+        );
+        assert!(f.queue.is_empty());
+        assert_eq!(f.refused, [(r("a").to_string(), NotFolded::Left)]);
+    }
+
+    #[test]
+    fn an_entry_already_queued_is_refreshed_from_its_object_and_keeps_its_place() {
+        let mut q = quota(None);
+        let mut old = object("a", 1, Some(1_000));
+        old.submitted_ms = T + 1;
+        old.submitted_by = Some("alice".into());
+        old.uid = "uid-a".into();
+        q.status.queue.push(QueueEntry {
+            work: old,
+            position: 1,
+            waiting: Waiting::Quota,
+            reason: String::new(),
+            estimated_start: None,
+        });
+        let mut m = marked("a", signed("a", T + 1, "alice"), T);
+        m.work = object("a", 3, Some(90_000));
+        let f = fold(&q, &[m], &Pending::default(), verify);
+        assert!(f.added.is_empty());
+        assert_eq!(f.queue.len(), 1);
+        assert_eq!(f.queue[0].pod_sets[0].count, 3);
+        assert_eq!(f.queue[0].run_ms, Some(90_000));
+        assert_eq!(f.queue[0].submitted_ms, T + 1);
+    }
+
+    #[test]
+    fn an_object_created_again_under_the_name_never_takes_the_old_place() {
+        let mut q = quota(None);
+        let mut old = object("a", 1, None);
+        old.submitted_ms = T - 1_000;
+        old.uid = "uid-old".into();
+        q.status.queue.push(QueueEntry {
+            work: old,
+            position: 1,
+            waiting: Waiting::Quota,
+            reason: String::new(),
+            estimated_start: None,
+        });
+        let f = fold(
+            &q,
+            &[marked("a", signed("a", T + 7, "alice"), T)],
+            &Pending::default(),
+            verify,
+        );
+        assert_eq!(f.queue.len(), 1, "one entry per name");
+        assert_eq!(f.queue[0].uid, "uid-a");
+        assert_eq!(f.queue[0].submitted_ms, T + 7);
+    }
+
+    #[test]
+    fn the_caps_refuse_the_latest_marks_and_hold_them_unfolded() {
+        let q = quota(Some(2));
+        let f = fold_within(
+            &q,
+            &[
+                marked("c", signed("c", T + 3, "mallory"), T),
+                marked("a", signed("a", T + 1, "mallory"), T),
+                marked("b", signed("b", T + 2, "mallory"), T),
+                marked("d", signed("d", T + 4, "alice"), T),
+                marked("e", signed("e", T + 5, "bob"), T),
+            ],
+            &Pending::default(),
+            verify,
+            3,
+        );
+        assert_eq!(f.added, [r("a"), r("b"), r("d")]);
+        let refused: Vec<(&str, &str)> = f
+            .refused
+            .iter()
+            .map(|(w, n)| match n {
+                NotFolded::Full(full) => (w.as_str(), full.cause()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            refused,
+            [(r("c"), "submitter_share"), (r("e"), "queue_full")]
+        );
+    }
+}

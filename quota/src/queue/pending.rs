@@ -1,0 +1,332 @@
+//! Entries marked but not yet folded (docs/queueing.md §12, "the second
+//! attempt", constraints 2 and 5): once the mutating webhook queues by a
+//! mark on the object instead of a compare-and-swap of the quota, the
+//! caps (`MAX_QUEUE`, the submitter's share) must still count every entry
+//! admitted to the queue, including those the quota's status does not show
+//! yet. One `Pending` per quota, held under one lock by its caller, so
+//! the check and the add are one step (`join`); an entry leaves it only
+//! when a status shows it (`seen`) or its object is gone (`gone`), never
+//! by a timer. What left by a DELETE or an opt-out is remembered
+//! (`leave`) until the watch shows it gone, so a fold never takes a stale
+//! copy of it back (`skips`).
+//!
+//! Pure and not wired yet: the webhook still queues in the quota's status.
+
+use super::allowance;
+use super::ledger::{Full, MAX_QUEUE};
+use super::Queued;
+use crate::object::Quota;
+use std::collections::BTreeMap;
+
+/// One quota's entries marked and not yet folded, and its tombstones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// By reference: what the webhook marked.
+    entries: BTreeMap<String, Queued>,
+    /// By reference: the uid (empty: any) of what left the queue.
+    tombs: BTreeMap<String, String>,
+}
+
+impl Pending {
+    /// How many entries are pending.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The queue as the caps and a plan must see it: `q`'s status entries,
+    /// then the pending entries it does not show, in the order they came.
+    pub fn queue(&self, q: &Quota) -> Vec<Queued> {
+        let mut out: Vec<Queued> = q.status.queue.iter().map(|e| e.work.clone()).collect();
+        let mut more: Vec<&Queued> = self
+            .entries
+            .values()
+            .filter(|p| {
+                !q.status
+                    .queue
+                    .iter()
+                    .any(|e| e.work.workload_ref == p.workload_ref)
+            })
+            .collect();
+        more.sort_by(|a, b| {
+            (a.submitted_ms, &a.workload_ref).cmp(&(b.submitted_ms, &b.workload_ref))
+        });
+        out.extend(more.into_iter().cloned());
+        out
+    }
+
+    /// Check `work` against `q`'s caps counting the pending entries too,
+    /// and add it, in one step (call under the quota's lock): past
+    /// `MAX_QUEUE` or past its submitter's share it is refused and nothing
+    /// is added. An entry already queued or pending under its reference is
+    /// a refresh, never refused (it keeps its place).
+    pub fn join(&mut self, q: &Quota, work: Queued) -> Result<(), Full> {
+        self.join_within(q, work, MAX_QUEUE)
+    }
+
+    fn join_within(&mut self, q: &Quota, mut work: Queued, max: usize) -> Result<(), Full> {
+        let queue = self.queue(q);
+        if let Some(old) = queue.iter().find(|e| e.workload_ref == work.workload_ref) {
+            work.submitted_ms = old.submitted_ms;
+            if old.submitted_by.is_some() {
+                work.submitted_by.clone_from(&old.submitted_by);
+            }
+            self.tombs.remove(&work.workload_ref);
+            self.entries.insert(work.workload_ref.clone(), work);
+            return Ok(());
+        }
+        if queue.len() >= max {
+            return Err(Full::Queue {
+                quota: q.name().to_string(),
+                workload_ref: work.workload_ref,
+            });
+        }
+        let cap = q.spec.queueing.per_submitter();
+        let mine = allowance::of(work.submitted_by.as_deref(), &work.workload_ref);
+        let held = queue
+            .iter()
+            .filter(|e| allowance::of(e.submitted_by.as_deref(), &e.workload_ref) == mine)
+            .count();
+        if held >= cap {
+            return Err(Full::Share {
+                quota: q.name().to_string(),
+                workload_ref: work.workload_ref.clone(),
+                share: mine.to_string(),
+                held,
+                cap,
+            });
+        }
+        self.tombs.remove(&work.workload_ref);
+        self.entries.insert(work.workload_ref.clone(), work);
+        Ok(())
+    }
+
+    /// Forget the pending entries a status of the quota shows (the same
+    /// reference and place: an older entry of the name does not count).
+    /// How many.
+    pub fn seen(&mut self, q: &Quota) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|r, p| {
+            !q.status
+                .queue
+                .iter()
+                .any(|e| e.work.workload_ref == *r && e.work.submitted_ms == p.submitted_ms)
+        });
+        before - self.entries.len()
+    }
+
+    /// The watch shows the object gone, or no longer marked: its pending
+    /// entry and its tombstone go.
+    pub fn gone(&mut self, workload_ref: &str) {
+        self.entries.remove(workload_ref);
+        self.tombs.remove(workload_ref);
+    }
+
+    /// A DELETE or an opt-out took `workload_ref` (of `uid`; empty: a
+    /// CREATE's, not named yet) out of the queue: its pending entry goes,
+    /// and a fold skips it until the watch shows it gone (`gone`). At
+    /// most `MAX_QUEUE` tombstones: past them, false, and the caller must
+    /// remove the entry in the quota's compare-and-swap instead.
+    pub fn leave(&mut self, workload_ref: &str, uid: &str) -> bool {
+        self.entries.remove(workload_ref);
+        if self.tombs.len() >= MAX_QUEUE && !self.tombs.contains_key(workload_ref) {
+            return false;
+        }
+        self.tombs.insert(workload_ref.to_string(), uid.to_string());
+        true
+    }
+
+    /// Whether a fold must skip the marked object `workload_ref` of `uid`:
+    /// it left the queue, and this copy of it is older than its leaving.
+    pub fn skips(&self, workload_ref: &str, uid: &str) -> bool {
+        self.tombs
+            .get(workload_ref)
+            .is_some_and(|t| t.is_empty() || t == uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::QuotaSpec;
+    use crate::queue::{QueueEntry, Waiting};
+    use proptest::prelude::*;
+
+    fn quota(per_submitter: Option<u32>) -> Quota {
+        let mut spec = QuotaSpec::default();
+        if let Some(n) = per_submitter {
+            spec.queueing.max_per_submitter = Some(n);
+        }
+        Quota::new("ml", spec)
+    }
+
+    fn work(name: &str, by: &str, at: i64) -> Queued {
+        Queued {
+            workload_ref: format!("batch/Job/ml/{name}"),
+            uid: String::new(),
+            priority: 0,
+            priority_classes: Vec::new(),
+            submitted_ms: at,
+            pod_sets: Vec::new(),
+            run_ms: None,
+            submitted_by: Some(by.to_string()),
+            preempted: false,
+        }
+    }
+
+    fn fold(q: &mut Quota, w: Queued) {
+        q.status.queue.push(QueueEntry {
+            work: w,
+            position: 0,
+            waiting: Waiting::Quota,
+            reason: String::new(),
+            estimated_start: None,
+        });
+    }
+
+    #[test]
+    fn parallel_creates_against_one_status_never_pass_the_share() {
+        // The first attempt checked each create against the status alone,
+        // which showed none of them yet: all passed. Counted with the
+        // pending ones, the share holds.
+        let q = quota(Some(3));
+        let mut p = Pending::default();
+        let results: Vec<bool> = (0..6)
+            .map(|i| p.join(&q, work(&format!("j{i}"), "mallory", i)).is_ok())
+            .collect();
+        assert_eq!(results, [true, true, true, false, false, false]);
+        assert_eq!(p.len(), 3);
+        // Another submitter still has their share.
+        assert!(p.join(&q, work("k", "alice", 9)).is_ok());
+    }
+
+    #[test]
+    fn a_refresh_keeps_its_place_and_is_never_refused() {
+        let q = quota(Some(1));
+        let mut p = Pending::default();
+        p.join(&q, work("j", "mallory", 5)).unwrap();
+        p.join(&q, work("j", "mallory", 50)).unwrap();
+        assert_eq!(p.queue(&q)[0].submitted_ms, 5);
+    }
+
+    #[test]
+    fn an_entry_counts_until_the_status_shows_it_or_its_object_is_gone() {
+        let mut q = quota(Some(2));
+        let mut p = Pending::default();
+        p.join(&q, work("a", "u", 1)).unwrap();
+        p.join(&q, work("b", "u", 2)).unwrap();
+        // A status showing an older entry of the name does not count it.
+        fold(&mut q, work("a", "u", 0));
+        assert_eq!(p.seen(&q), 0);
+        q.status.queue.clear();
+        // Folded: it moves from pending to the status, still counted once.
+        fold(&mut q, work("a", "u", 1));
+        assert_eq!(p.seen(&q), 1);
+        assert_eq!(p.queue(&q).len(), 2);
+        assert!(p.join(&q, work("c", "u", 3)).is_err());
+        // b's object is gone: room for c.
+        p.gone("batch/Job/ml/b");
+        assert!(p.join(&q, work("c", "u", 3)).is_ok());
+    }
+
+    #[test]
+    fn what_left_is_skipped_by_a_fold_until_the_watch_shows_it_gone() {
+        let q = quota(None);
+        let mut p = Pending::default();
+        p.join(&q, work("j", "u", 1)).unwrap();
+        assert!(p.leave("batch/Job/ml/j", "uid-1"));
+        assert!(p.is_empty());
+        assert!(p.skips("batch/Job/ml/j", "uid-1"));
+        // Created again under the name: a new object, not skipped.
+        assert!(!p.skips("batch/Job/ml/j", "uid-2"));
+        p.gone("batch/Job/ml/j");
+        assert!(!p.skips("batch/Job/ml/j", "uid-1"));
+        // A CREATE's entry (no uid yet) is skipped whatever its uid.
+        p.leave("batch/Job/ml/k", "");
+        assert!(p.skips("batch/Job/ml/k", "any"));
+    }
+
+    #[test]
+    fn tombstones_are_bounded() {
+        let mut p = Pending::default();
+        for i in 0..MAX_QUEUE {
+            assert!(p.leave(&format!("batch/Job/ml/j{i}"), "u"));
+        }
+        assert!(!p.leave("batch/Job/ml/one-more", "u"));
+        assert!(
+            p.leave("batch/Job/ml/j0", "u"),
+            "an existing one is renewed"
+        );
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Join(usize, usize),
+        Fold,
+        Gone(usize),
+        Leave(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0usize..12, 0usize..3).prop_map(|(w, u)| Op::Join(w, u)),
+            1 => Just(Op::Fold),
+            1 => (0usize..12).prop_map(Op::Gone),
+            1 => (0usize..12).prop_map(Op::Leave),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the order of joins, folds (a round writing pending
+        /// entries into the status), objects gone and leavings: the queue
+        /// (status and pending together) never holds more than the cap,
+        /// nor a submitter more than the share, and no reference twice.
+        #[test]
+        fn the_caps_hold_with_entries_in_flight(
+            cap in 1usize..6,
+            share in 1u32..4,
+            ops in prop::collection::vec(op(), 1..60),
+        ) {
+            let mut q = quota(Some(share));
+            let mut p = Pending::default();
+            for (t, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Join(w, u) => {
+                        let _ = p.join_within(&q, work(&format!("j{w}"), &format!("u{u}"), t as i64), cap);
+                    }
+                    Op::Fold => {
+                        for w in p.queue(&q).into_iter().skip(q.status.queue.len()) {
+                            fold(&mut q, w);
+                        }
+                        p.seen(&q);
+                    }
+                    Op::Gone(w) => {
+                        let r = format!("batch/Job/ml/j{w}");
+                        q.status.queue.retain(|e| e.work.workload_ref != r);
+                        p.gone(&r);
+                    }
+                    Op::Leave(w) => {
+                        let r = format!("batch/Job/ml/j{w}");
+                        q.status.queue.retain(|e| e.work.workload_ref != r);
+                        p.leave(&r, "");
+                    }
+                }
+                let all = p.queue(&q);
+                prop_assert!(all.len() <= cap, "{} > {}", all.len(), cap);
+                for u in 0..3 {
+                    let by = format!("u{u}");
+                    let n = all.iter().filter(|e| e.submitted_by.as_deref() == Some(by.as_str())).count();
+                    prop_assert!(n <= share as usize, "{} holds {}", by, n);
+                }
+                let mut refs: Vec<&str> = all.iter().map(|e| e.workload_ref.as_str()).collect();
+                refs.sort();
+                refs.dedup();
+                prop_assert_eq!(refs.len(), all.len());
+            }
+        }
+    }
+}
