@@ -11,10 +11,9 @@
 //! their samples in memory. With this gate the memory of heavy requests is
 //! at most `total` times one request's (each bounded by the limits in
 //! docs/limits.md), the portal's runtime threads only wait for them, and
-//! the render threads run at the lowest scheduling priority (Linux's
-//! `SCHED_IDLE`, nice 19 where that is refused), as the portal's runtime
-//! does (`lib::PortalRuntime`), so that an admission that needs a CPU
-//! gets it first.
+//! the render threads run at a lower scheduling priority (nice 10 on
+//! Linux), as the portal's runtime does (`lib::PortalRuntime`), so that an
+//! admission that needs a CPU gets it first.
 
 use crate::metrics::ScopeLabels;
 use prometheus_client::metrics::counter::Counter;
@@ -38,9 +37,8 @@ pub fn page_places(keys: usize, kept_as_stored: bool) -> usize {
 /// What a refused heavy request tells its client to wait, in seconds.
 pub const RETRY_SECS: u64 = 2;
 
-/// The nice value of the render threads where `SCHED_IDLE` is refused
-/// (the lowest: Linux's weight 15 against 1,024 at nice 0).
-const RENDER_NICE: i32 = 19;
+/// The scheduling priority of the render threads (Linux nice value).
+const RENDER_NICE: i32 = 10;
 
 /// How many heavy requests may run, and where they render.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -329,17 +327,10 @@ impl Permit {
     }
 }
 
-/// Lowers the calling thread's scheduling priority to the lowest there
-/// is: Linux's `SCHED_IDLE` policy, under which the thread runs only on
-/// a CPU that no thread of the normal policy in its scheduling group
-/// wants (its weight is 3 against nice 0's 1,024; nice 10, used before,
-/// is 110, which left an admission's p99 2.7 times its quiet value beside
-/// the heaviest pages). A thread may always lower itself to it, without
-/// privileges; where it is refused all the same (a seccomp filter), the
-/// thread falls back to nice 19. On Linux both are per thread, so this
-/// leaves the other threads as they are; a thread this one creates later
-/// inherits them. The render threads, the password hashing threads and
-/// the portal's runtime call it.
+/// Lowers the calling thread's scheduling priority (to nice 10). On Linux
+/// the nice value is per thread, so this leaves the other threads as they
+/// are; a thread this one creates later inherits it. The render threads,
+/// the password hashing threads and the portal's runtime call it.
 #[cfg(target_os = "linux")]
 pub fn lower_priority() {
     // SAFETY: setpriority takes plain integers and touches no memory of ours;
@@ -347,13 +338,6 @@ pub fn lower_priority() {
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, RENDER_NICE) };
     if r != 0 {
         tracing::debug!("could not lower the thread's priority");
-    }
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` lives across the call, which only reads it; pid 0 is
-    // the calling thread on Linux.
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if r != 0 {
-        tracing::debug!("SCHED_IDLE refused; the thread stays at nice 19");
     }
 }
 
@@ -435,24 +419,13 @@ mod tests {
             per_user: 1,
             threads: 1,
         });
-        let (name, policy) = gate
+        let name = gate
             .enter("ana")
             .unwrap()
-            .render(|| {
-                let name = std::thread::current().name().map(str::to_string);
-                // SAFETY: plain integers; pid 0 is the calling thread.
-                #[cfg(target_os = "linux")]
-                let policy = unsafe { libc::sched_getscheduler(0) };
-                #[cfg(not(target_os = "linux"))]
-                let policy = 0;
-                (name, policy)
-            })
+            .render(|| std::thread::current().name().map(str::to_string))
             .await
             .unwrap();
         assert_eq!(name.as_deref(), Some("bizrq-render-0"));
-        #[cfg(target_os = "linux")]
-        assert_eq!(policy, libc::SCHED_IDLE, "renders run under SCHED_IDLE");
-        let _ = policy;
         assert_eq!(gate.running(), 0, "given back when the job ended");
         // An abandoned request's job keeps its place until the job ends.
         let (started_tx, started) = tokio::sync::oneshot::channel();

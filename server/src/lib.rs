@@ -107,8 +107,8 @@ impl Running {
 }
 
 /// The runtime the portal and JSON API listener runs on: threads of its
-/// own, at the render threads' lowest scheduling priority (`SCHED_IDLE`
-/// on Linux, `heavy::lower_priority`), apart from the runtime that serves
+/// own, at the render threads' lower scheduling priority (nice 10 on
+/// Linux, `heavy::lower_priority`), apart from the runtime that serves
 /// admissions, the probes and the background work.
 ///
 /// Why: the portal's request handling that stays on a runtime (TLS-less
@@ -883,9 +883,9 @@ async fn lead_and_control(
 mod tests {
     use super::*;
 
-    /// The ids of this process's threads named as sqlx names its SQLite
-    /// connection threads (the name cut at 15 bytes) that run under
-    /// `SCHED_IDLE`.
+    /// Threads of this process named as sqlx names its SQLite connection
+    /// threads (the name cut at 15 bytes), at nice 10.
+    /// The ids of this process's SQLite connection threads at nice 10.
     fn niced_sqlite_threads() -> std::collections::BTreeSet<String> {
         std::fs::read_dir("/proc/self/task")
             .unwrap()
@@ -893,18 +893,17 @@ mod tests {
                 let t = t.ok()?.path();
                 let comm = std::fs::read_to_string(t.join("comm")).ok()?;
                 let stat = std::fs::read_to_string(t.join("stat")).ok()?;
-                // After "(comm) ": state is field 3 of stat(5), policy 41.
+                // After "(comm) ": state is field 3 of stat(5), nice 19.
                 let rest = &stat[stat.rfind(')')? + 2..];
-                let policy: i32 = rest.split_whitespace().nth(38)?.parse().ok()?;
+                let nice: i32 = rest.split_whitespace().nth(16)?.parse().ok()?;
                 let tid = t.file_name()?.to_string_lossy().into_owned();
-                (comm.starts_with("sqlx-sqlite-wor") && policy == libc::SCHED_IDLE).then_some(tid)
+                (comm.starts_with("sqlx-sqlite-wor") && nice == 10).then_some(tid)
             })
             .collect()
     }
 
-    /// The portal's runtime runs under `SCHED_IDLE`, and a SQLite
-    /// connection of the portal's store opened from it runs on such a
-    /// thread. Dropped on a runtime's thread, the
+    /// The portal's runtime runs niced, and a SQLite connection of the
+    /// portal's store opened from it runs on a niced thread. Dropped on a runtime's thread, the
     /// portal's runtime stops without a panic.
     #[tokio::test]
     async fn the_portal_runs_niced_and_so_do_its_sqlite_connections() {
@@ -918,25 +917,21 @@ mod tests {
         // pool, and its connection's thread could end before it is looked
         // for.
         let in_task = portal.clone();
-        let policy = rt
+        let nice = rt
             .handle()
             .spawn(async move {
                 in_task.setting("x").await.unwrap();
-                // SAFETY: plain integers; pid 0 is the calling thread.
-                unsafe { libc::sched_getscheduler(0) }
+                // SAFETY: plain integers; `who` 0 is the calling thread.
+                unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
             })
             .await
             .unwrap();
-        assert_eq!(
-            policy,
-            libc::SCHED_IDLE,
-            "the portal's threads run under SCHED_IDLE"
-        );
+        assert_eq!(nice, 10, "the portal's threads are niced");
         // A thread that was not there before (other tests' threads come
         // and go meanwhile: a count would miss it).
         assert!(
             !niced_sqlite_threads().is_subset(&before),
-            "the portal's connection runs on a SCHED_IDLE thread"
+            "the portal's connection runs on a niced thread"
         );
         drop(portal);
         // The writer is shared, and still the admissions' own thread.
