@@ -174,6 +174,37 @@ impl SubtreeUsage {
         self.parent.is_empty()
     }
 
+    /// The `selfUsed` of `name` that the sums hold.
+    pub fn self_used_of(&self, name: &str) -> Option<&ResourceList> {
+        self.self_used.get(name)
+    }
+
+    /// The known quotas below any of `names` (their descendants, none of
+    /// `names` among them), each once. One pass over the known quotas
+    /// when there are none; a cycle ends a walk.
+    pub fn below(&self, names: &BTreeSet<&str>) -> Vec<String> {
+        if !self.parent.values().any(|p| names.contains(p.as_str())) {
+            return Vec::new();
+        }
+        let mut children: std::collections::HashMap<&str, Vec<&str>> =
+            std::collections::HashMap::new();
+        for (c, p) in &self.parent {
+            children.entry(p.as_str()).or_default().push(c.as_str());
+        }
+        let mut out = Vec::new();
+        let mut seen: BTreeSet<&str> = names.clone();
+        let mut next: Vec<&str> = names.iter().copied().collect();
+        while let Some(at) = next.pop() {
+            for c in children.get(at).into_iter().flatten() {
+                if seen.insert(c) {
+                    out.push(c.to_string());
+                    next.push(c);
+                }
+            }
+        }
+        out
+    }
+
     /// The known quotas above `name`, nearest first (a cycle ends the line).
     pub fn ancestors(&self, name: &str) -> Vec<String> {
         let mut out = Vec::new();

@@ -3,17 +3,20 @@
 //! emails in one transaction. It runs on every replica: opening an alert is
 //! idempotent across them (see `SqlStore::apply_evaluation`).
 
-use super::{Condition, Evaluation, Kind, Level, OpenAlert};
+use super::{Condition, Evaluation, Kind, Level, OpenAlert, SubtreeUse};
 use serde_json::json;
 // What the service marks as written; the engine takes it from there.
 pub use crate::service::changed::{Changed, Seen};
 use crate::service::transfers::TransferWatcher;
+use crate::service::working::has_budget;
+use crate::service::working::{Accrued, Working};
 use crate::service::Service;
 use crate::store::alerts::{AlertFilter, Observed, Recipient};
 use crate::store::sql::SqlStore;
 use crate::store::transfers::Transfer;
 use crate::store::StoreError;
 use quota::forecast::Outlook;
+use quota::keys::cash_target;
 use quota::lineage::Forest;
 #[cfg(test)]
 use quota::rollup::subtree_in_use;
@@ -142,37 +145,56 @@ pub async fn evaluate_all(
     .await
 }
 
-/// `evaluate_all` over a forest the service keeps (its subtree usage
-/// already summed).
+/// `evaluate_all` over the working copies of the forest the service
+/// keeps (`accrue_in_chunks`), at `pricing.now_ms`: in standalone mode
+/// every budget as accrued and its ended periods closed up to that `now`,
+/// the figures the pages and the budgets API show at that moment.
 pub async fn evaluate_forest(
     sql: &SqlStore,
-    forest: &crate::service::forest::Forest,
+    forest: &Accrued,
     observed_at: i64,
     pricing: &app::tree::Pricing,
     public_url: &str,
     keys: &quota::KeyConfig,
 ) -> Result<Swept, StoreError> {
-    evaluate_listed(
-        sql,
-        &forest.quotas,
-        &forest.in_use,
-        observed_at,
-        pricing,
-        public_url,
-        keys,
-    )
-    .await
+    let quotas = forest.quotas();
+    evaluate_listed(sql, &quotas, forest, observed_at, pricing, public_url, keys).await
 }
 
-async fn evaluate_listed(
+impl SubtreeUse for Accrued {
+    fn of(&self, name: &str) -> Option<&quota::ResourceList> {
+        self.in_use_of(name)
+    }
+}
+
+/// `w.accrued(forest)`, copying at most `EVALUATE_CHUNK` quotas between
+/// two rests (`util::Pace`): accruing every budget of a large forest is
+/// CPU that admissions would otherwise wait behind. Only the quotas with
+/// a budget are copied (none in cluster mode); the others are shared.
+pub async fn accrue_in_chunks(w: &Working, forest: Arc<crate::service::forest::Forest>) -> Accrued {
+    let places = w.to_accrue(&forest);
+    let mut copies = Vec::with_capacity(places.len());
+    let mut pace = crate::util::Pace::start();
+    for chunk in places.chunks(EVALUATE_CHUNK) {
+        copies.extend(w.copies_at(&forest, chunk));
+        pace.rest().await;
+    }
+    Accrued::of(forest, copies)
+}
+
+async fn evaluate_listed<Q, U>(
     sql: &SqlStore,
-    quotas: &[Quota],
-    in_use: &BTreeMap<String, quota::ResourceList>,
+    quotas: &[Q],
+    in_use: &U,
     observed_at: i64,
     pricing: &app::tree::Pricing,
     public_url: &str,
     keys: &quota::KeyConfig,
-) -> Result<Swept, StoreError> {
+) -> Result<Swept, StoreError>
+where
+    Q: std::borrow::Borrow<Quota> + Sync,
+    U: SubtreeUse + Sync + ?Sized,
+{
     let now_ms = pricing.now_ms;
     let rules = sql.all_alert_rules().await?;
     let mut open: BTreeMap<String, Vec<OpenAlert>> = BTreeMap::new();
@@ -184,7 +206,7 @@ async fn evaluate_listed(
     if e.is_empty() {
         return Ok(Swept::default());
     }
-    let parents = Forest::from_quotas(quotas.iter());
+    let parents = Forest::from_quotas(quotas.iter().map(std::borrow::Borrow::borrow));
     store(
         sql,
         &e,
@@ -204,15 +226,19 @@ pub const EVALUATE_CHUNK: usize = 250;
 
 /// `alerts::evaluate_quotas`, the same result in the same order, yielding
 /// to the runtime after every `EVALUATE_CHUNK` quotas.
-pub async fn evaluate_in_chunks(
-    quotas: &[Quota],
-    in_use: &BTreeMap<String, quota::ResourceList>,
+pub async fn evaluate_in_chunks<Q, U>(
+    quotas: &[Q],
+    in_use: &U,
     rules: &BTreeMap<String, Vec<super::Rule>>,
     open: &BTreeMap<String, Vec<OpenAlert>>,
     forecasts: &BTreeMap<String, BTreeMap<String, Outlook>>,
     now_ms: i64,
     keys: &quota::KeyConfig,
-) -> Evaluation {
+) -> Evaluation
+where
+    Q: std::borrow::Borrow<Quota> + Sync,
+    U: SubtreeUse + Sync + ?Sized,
+{
     let mut out = Evaluation::default();
     let mut pace = crate::util::Pace::start();
     for chunk in quotas.chunks(EVALUATE_CHUNK) {
@@ -312,7 +338,45 @@ pub async fn evaluate_changed(
         }
     }
     let (subtrees, _) = kept.subtrees.insert((subtrees, built));
-    let in_use = subtrees.in_use();
+    // Each written quota as of `now` (its budget accrued and its ended
+    // periods closed, as a page read now shows it), and below a written
+    // quota with a budget every quota with one: that budget is judged on
+    // what its whole subtree spent. What the copies change of `selfUsed`
+    // moves the usage of their lines (a write's cost stays its depth, and
+    // a budgeted parent's its subtree's budgets).
+    let w = service.working(now_ms);
+    let copies: Vec<Quota> = changed
+        .values()
+        .filter_map(|s| s.quota.as_ref().map(|s| w.copy(&s.quota)))
+        .collect();
+    let budgeted: std::collections::BTreeSet<&str> = copies
+        .iter()
+        .filter(|q| w.accrues() && q.spec.hard.keys().any(|k| cash_target(k).is_some()))
+        .map(|q| q.name())
+        .collect();
+    let mut below = Vec::new();
+    let mut pace = crate::util::Pace::start();
+    for chunk in subtrees.below(&budgeted).chunks(EVALUATE_CHUNK) {
+        below.extend(
+            chunk
+                .iter()
+                .filter_map(|n| service.cached_quota(n))
+                .filter(|s| has_budget(&s.quota))
+                .map(|s| w.copy(&s.quota)),
+        );
+        pace.rest().await;
+    }
+    let moved = crate::service::working::moved(
+        copies.iter().chain(&below).filter_map(|c| {
+            let was = subtrees.self_used_of(c.name())?;
+            Some((was, c, subtrees.ancestors(c.name())))
+        }),
+        |n| subtrees.in_use().get(n),
+    );
+    let in_use = Moved {
+        base: subtrees.in_use(),
+        moved: &moved,
+    };
     let names: Vec<String> = changed
         .keys()
         .cloned()
@@ -333,19 +397,15 @@ pub async fn evaluate_changed(
             _ => open.entry(a.quota.clone()).or_default().push(a.as_open()),
         }
     }
-    let quotas: Vec<&Quota> = changed
-        .values()
-        .filter_map(|s| s.quota.as_ref().map(|s| &s.quota))
-        .collect();
-    let forecasts = forecasts(&quotas, &rules, &service.pricing());
+    let forecasts = forecasts(&copies, &rules, &w.pricing());
     // Only the quotas written: `open` holds their ancestors' alerts too,
     // which `evaluate_quotas` would take for a deleted quota's and resolve
     // (a child's write, in a batch of its own, resolved its parent's usage
     // alert, which then waited for the sweep to open again). A deleted
     // quota's alerts are `gone`'s.
     let mut e = super::evaluate_each(
-        &quotas,
-        in_use,
+        &copies,
+        &in_use,
         &rules,
         &open,
         &forecasts,
@@ -358,15 +418,18 @@ pub async fn evaluate_changed(
         let Some(q) = service.cached_quota(name) else {
             continue;
         };
+        // Usage only: a budget above the written quotas is judged by the
+        // sweep, on the working copies of its whole subtree (here only
+        // the lines written are accrued, and the rest would lag).
         let usage: Vec<Condition> = super::conditions(
             &q.quota,
-            in_use.get(name),
+            in_use.of(name),
             rules.get(name).unwrap_or(&none),
             &BTreeMap::new(),
             now_ms,
         )
         .into_iter()
-        .filter(|c| c.kind == Kind::Threshold)
+        .filter(|c| c.kind == Kind::Threshold && cash_target(&c.key).is_none())
         .collect();
         let was = open.get(name).map(Vec::as_slice).unwrap_or_default();
         let found = super::evaluate(super::grouped(usage, &service.keys), was);
@@ -416,6 +479,19 @@ pub async fn evaluate_changed(
         &service.keys,
     )
     .await
+}
+
+/// Subtree usage as `Kept` sums it, with the lines of working copies
+/// moved (`service::working::moved`).
+struct Moved<'a> {
+    base: &'a BTreeMap<String, quota::ResourceList>,
+    moved: &'a std::collections::HashMap<String, quota::ResourceList>,
+}
+
+impl SubtreeUse for Moved<'_> {
+    fn of(&self, name: &str) -> Option<&quota::ResourceList> {
+        self.moved.get(name).or_else(|| self.base.get(name))
+    }
 }
 
 /// The tree as this process knows it: its cache of every quota, with the
@@ -713,25 +789,30 @@ async fn wait_out_slack(service: &Service, started_ms: i64) {
 /// One sweep over all quotas, logged rather than failed: the next one
 /// retries.
 pub async fn evaluate_now(service: &Service, sql: &SqlStore, public_url: &str) {
-    let observed_at = service.now() - SWEEP_SLACK_MS;
+    // One `now` for the whole sweep: every budget is judged on its working
+    // copy at it, as a page read at that moment shows it.
+    let now = service.now();
+    let observed_at = now - SWEEP_SLACK_MS;
     // The forest the service keeps: a sweep reads again only what was
     // written since the forest was last read (by a page, the sampler or
     // the last sweep).
     let started = std::time::Instant::now();
     match service.forest().await {
         Ok(all) => {
+            let w = service.working(now);
+            let all = accrue_in_chunks(&w, all).await;
             log(evaluate_forest(
                 sql,
                 &all,
                 observed_at,
-                &service.pricing(),
+                &w.pricing(),
                 public_url,
                 &service.keys,
             )
             .await);
             service
                 .metrics
-                .background_done("alert_sweep", started, all.quotas.len());
+                .background_done("alert_sweep", started, all.len());
         }
         Err(e) => tracing::warn!(error = %e, "cannot list quotas for alerts"),
     }
