@@ -927,7 +927,11 @@ mod tests {
             })
             .await
             .unwrap();
-        assert_eq!(policy, libc::SCHED_IDLE, "the portal's threads run under SCHED_IDLE");
+        assert_eq!(
+            policy,
+            libc::SCHED_IDLE,
+            "the portal's threads run under SCHED_IDLE"
+        );
         // A thread that was not there before (other tests' threads come
         // and go meanwhile: a count would miss it).
         assert!(

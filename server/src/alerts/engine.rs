@@ -1033,6 +1033,97 @@ mod batches {
     }
 
     on_both_databases!(a_childs_write_leaves_its_parents_alert_open);
+
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+
+    /// A quota with a monthly budget of `cash` card-hours.
+    fn budgeted(name: &str, parent: &str, cash: i64) -> Quota {
+        let mut q = quota(name, parent, 16, 0);
+        q.spec.hard.insert(CASH.into(), Quantity::from_units(cash));
+        let monthly = json!({"period": {"kind": "monthly", "anchorDay": 1}, "forecastDays": 0});
+        q.spec
+            .budgets
+            .insert(CASH.into(), serde_json::from_value(monthly).unwrap());
+        q
+    }
+
+    /// team runs 10 cards from `t0`, accrued up to then.
+    fn running_from(mut q: Quota, t0: i64) -> Quota {
+        let since = quota::time::format_rfc3339(t0);
+        let c = quota::Charge {
+            pod_sets: vec![quota::workload::PodSet {
+                name: "main".into(),
+                count: 10,
+                per_pod: [(GPU.to_string(), Quantity::from_units(1))].into(),
+                qos: None,
+            }],
+            hpa: None,
+            since: since.clone(),
+            uid: "u".into(),
+            admitted: None,
+        };
+        quota::admission::charge(&mut q, "batch/Job/ml/a", c).unwrap();
+        q.status.last_reconcile_time = Some(since);
+        q
+    }
+
+    /// A write's evaluation judges the written quota's budget on its
+    /// working copy at the evaluation's `now`, not on the figure stored
+    /// with the write: team, written when it started 10 cards and
+    /// evaluated 84 hours later, has spent 840 of its 1,000. root's
+    /// budget, above the write, is the sweep's to judge (on its whole
+    /// subtree's copies): at 96 hours (960 of 1,200 spent below it) this
+    /// evaluation leaves it alone, and the sweep warns.
+    async fn a_writes_evaluation_reads_the_budget_as_of_now(db: &SqlStore) {
+        let t0 = quota::time::parse_rfc3339("2026-11-26T04:00:00Z").unwrap();
+        db.create(&budgeted("root", "", 1200)).await.unwrap();
+        let team = db
+            .create(&running_from(budgeted("team", "root", 1000), t0))
+            .await
+            .unwrap();
+        let hours = |h: i64| t0 + h * 3_600_000;
+        let clock = Arc::new(std::sync::atomic::AtomicI64::new(hours(84)));
+        let at = clock.clone();
+        let service = Service::new(
+            Arc::new(db.clone()),
+            quota::KeyConfig::default(),
+            quota::cash::Prices::default(),
+            Default::default(),
+        )
+        .with_clock(Arc::new(move || {
+            at.load(std::sync::atomic::Ordering::SeqCst)
+        }));
+        let mut kept = Kept::default();
+        let written = [seen(&team, t0)].into();
+        let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
+        assert_eq!(done.unwrap().opened, 1);
+        let open = db.open_alerts().await.unwrap();
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(open[0].quota, "team");
+        assert!(
+            open[0].message.contains("840 card-hours spent of 1,000"),
+            "{}",
+            open[0].message
+        );
+
+        clock.store(hours(96), std::sync::atomic::Ordering::SeqCst);
+        let written = [seen(&team, hours(96))].into();
+        let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
+        assert_eq!(done.unwrap(), Swept::default(), "root is the sweep's");
+        evaluate_now(&service, db, URL).await;
+        let open = db.open_alerts().await.unwrap();
+        let root = open
+            .iter()
+            .find(|a| a.quota == "root")
+            .expect("the sweep warns");
+        assert!(
+            root.message.contains("960 card-hours spent of 1,200"),
+            "{}",
+            root.message
+        );
+    }
+
+    on_both_databases!(a_writes_evaluation_reads_the_budget_as_of_now);
 }
 
 #[cfg(test)]
@@ -1062,6 +1153,46 @@ mod chunks {
             out.push(q);
         }
         out
+    }
+
+    /// The sweep's accrual of 10,000 budgeted quotas gives the runtime
+    /// back between its chunks, as its evaluation does, and ends where
+    /// accruing them all at once does.
+    #[tokio::test(flavor = "current_thread")]
+    async fn accruing_10000_budgets_yields_between_chunks() {
+        const CASH: &str = "cash/requests.nvidia.com/gpu";
+        let quotas: Vec<Quota> = forest(10_000)
+            .into_iter()
+            .map(|mut q| {
+                q.spec.hard.insert(CASH.into(), Quantity::from_units(100));
+                q.status.last_reconcile_time = Some(quota::time::format_rfc3339(T));
+                q
+            })
+            .collect();
+        let f = Arc::new(crate::service::forest::Forest::of(quotas));
+        let w = Working::for_tests(true, T + 3_600_000);
+        let ticks = std::sync::Arc::new(AtomicUsize::new(0));
+        let ticker = {
+            let ticks = ticks.clone();
+            tokio::spawn(async move {
+                loop {
+                    ticks.fetch_add(1, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        let chunked = accrue_in_chunks(&w, f.clone()).await;
+        let ran = ticks.load(Ordering::SeqCst);
+        ticker.abort();
+        let whole = w.accrued(f);
+        assert_eq!(chunked.copied(), 10_001, "the teams and their root");
+        assert_eq!(chunked.quotas(), whole.quotas());
+        assert_eq!(chunked.in_use_of("root"), whole.in_use_of("root"));
+        let chunks = 10_001usize.div_ceil(EVALUATE_CHUNK);
+        assert!(
+            ran + 1 >= chunks,
+            "a task beside the accrual ran {ran} times over its {chunks} chunks"
+        );
     }
 
     /// A sweep of 10,000 quotas decides what `evaluate_quotas` decides, in

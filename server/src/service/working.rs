@@ -49,6 +49,17 @@ impl Service {
 }
 
 impl Working {
+    /// Copies at `now`, accrued or not, at face price.
+    #[cfg(test)]
+    pub(crate) fn for_tests(accrue: bool, now: i64) -> Working {
+        Working {
+            accrue,
+            now,
+            prices: Prices::default(),
+            list: Arc::new(PriceList::default()),
+        }
+    }
+
     /// The request's one `now`.
     pub fn now(&self) -> i64 {
         self.now
@@ -365,12 +376,7 @@ mod tests {
     }
 
     fn working(accrue: bool, now: i64) -> Working {
-        Working {
-            accrue,
-            now,
-            prices: Prices::default(),
-            list: Arc::new(PriceList::default()),
-        }
+        Working::for_tests(accrue, now)
     }
 
     const GPU: &str = "requests.nvidia.com/gpu";
