@@ -128,6 +128,18 @@ pub fn subtree_in_use<Q: std::borrow::Borrow<Quota>>(
     out
 }
 
+/// What runs in each quota's subtree, by name: `subtree_in_use`'s map, or
+/// a view that moves some of it (the server's working copies).
+pub trait SubtreeUse {
+    fn of(&self, name: &str) -> Option<&ResourceList>;
+}
+
+impl SubtreeUse for BTreeMap<String, ResourceList> {
+    fn of(&self, name: &str) -> Option<&ResourceList> {
+        self.get(name)
+    }
+}
+
 /// Subtree usage (`subtree_in_use`) kept current between whole builds:
 /// built once from every known quota, then moved by each written quota's
 /// change of `selfUsed` — the difference added to it and to each quota

@@ -732,17 +732,9 @@ fn figure(c: &Condition) -> String {
     }
 }
 
-/// What runs in each quota's subtree, by name: `quota::rollup::
-/// subtree_in_use`'s map, or the working copies' (`alerts::engine`).
-pub trait SubtreeUse {
-    fn of(&self, name: &str) -> Option<&quota::ResourceList>;
-}
-
-impl SubtreeUse for BTreeMap<String, quota::ResourceList> {
-    fn of(&self, name: &str) -> Option<&quota::ResourceList> {
-        self.get(name)
-    }
-}
+/// What runs in each quota's subtree: `subtree_in_use`'s map, or the
+/// working copies' (`service::working::Accrued`).
+pub use quota::rollup::SubtreeUse;
 
 /// One evaluation over many quotas: `in_use` what runs in each one's
 /// subtree (a quota it lacks: only the quota itself is known), `open`

@@ -161,12 +161,6 @@ pub async fn evaluate_forest(
     evaluate_listed(sql, &quotas, forest, observed_at, pricing, public_url, keys).await
 }
 
-impl SubtreeUse for Accrued {
-    fn of(&self, name: &str) -> Option<&quota::ResourceList> {
-        self.in_use_of(name)
-    }
-}
-
 /// `w.accrued(forest)`, copying at most `EVALUATE_CHUNK` quotas between
 /// two rests (`util::Pace`): accruing every budget of a large forest is
 /// CPU that admissions would otherwise wait behind. Only the quotas with

@@ -107,20 +107,6 @@ impl Working {
         quotas
     }
 
-    /// A forest as of `now`, its subtree usage summed from the working
-    /// copies; the same forest, shared, where nothing accrues. CPU work
-    /// over the whole forest: call it on the render threads.
-    pub fn forest(&self, f: Arc<Forest>) -> Arc<Forest> {
-        if !self.accrue || !f.quotas.iter().any(has_budget) {
-            return f;
-        }
-        let quotas = match Arc::try_unwrap(f) {
-            Ok(f) => f.quotas,
-            Err(shared) => shared.quotas.clone(),
-        };
-        Arc::new(Forest::of(self.quotas(quotas)))
-    }
-
     /// `name` as of `now` and what its whole subtree uses (Σ `selfUsed` of
     /// the working copies of it and its descendants, spending included),
     /// from the kept forest: only the subtree is copied. None when `name`
@@ -290,12 +276,12 @@ impl Accrued {
             .collect()
     }
 
-    /// What `name`'s whole subtree uses as of `now` (None for a quota the
-    /// forest does not hold).
-    pub fn in_use_of(&self, name: &str) -> Option<&ResourceList> {
+    /// What `name`'s whole subtree uses as of `now` (empty for a quota
+    /// the forest does not hold).
+    pub fn in_use_of(&self, name: &str) -> &ResourceList {
         self.moved
             .get(name)
-            .or_else(|| self.forest.in_use.get(name))
+            .unwrap_or_else(|| self.forest.in_use_of(name))
     }
 
     /// How many quotas were copied.
@@ -310,6 +296,14 @@ impl Accrued {
 
     pub fn is_empty(&self) -> bool {
         self.forest.quotas.is_empty()
+    }
+}
+
+impl quota::rollup::SubtreeUse for Accrued {
+    fn of(&self, name: &str) -> Option<&ResourceList> {
+        self.moved
+            .get(name)
+            .or_else(|| self.forest.in_use.get(name))
     }
 }
 
@@ -356,7 +350,7 @@ pub fn has_budget(q: &Quota) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use quota::QuotaSpec;
 
@@ -387,7 +381,7 @@ mod tests {
     }
 
     /// `q` running `cards` cards since `since`, accrued up to then.
-    fn running(mut q: Quota, cards: i64, since: i64) -> Quota {
+    pub(crate) fn running(mut q: Quota, cards: i64, since: i64) -> Quota {
         let since = quota::time::format_rfc3339(since);
         let c = quota::Charge {
             pod_sets: vec![quota::workload::PodSet {
@@ -407,18 +401,45 @@ mod tests {
         q
     }
 
+    /// A quota with 16 GPUs and a monthly budget of `cash` card-hours.
+    pub(crate) fn budget(name: &str, parent: &str, cash: &str) -> Quota {
+        let mut q = quota(name, parent, &[(GPU, "16"), (CASH, cash)]);
+        let monthly = serde_json::json!({"period": {"kind": "monthly", "anchorDay": 1}});
+        q.spec
+            .budgets
+            .insert(CASH.into(), serde_json::from_value(monthly).unwrap());
+        q
+    }
+
+    /// root → `depts` departments → `teams` teams each, the root and the
+    /// departments with a budget (the teams too if `team_budgets`), every
+    /// team running one card since `t0`.
+    pub(crate) fn big_forest(
+        depts: usize,
+        teams: usize,
+        team_budgets: bool,
+        t0: i64,
+    ) -> Vec<Quota> {
+        let mut out = vec![budget("root", "", "1000000")];
+        for d in 0..depts {
+            let dept = format!("d{d:03}");
+            out.push(budget(&dept, "root", "10000"));
+            for t in 0..teams {
+                let name = format!("{dept}-t{t:03}");
+                let team = match team_budgets {
+                    true => budget(&name, &dept, "100"),
+                    false => quota(&name, &dept, &[(GPU, "16")]),
+                };
+                out.push(running(team, 1, t0));
+            }
+        }
+        out
+    }
+
     /// root (a budget) ← a (a budget, 2 cards) ← a1 (a budget, 1 card),
     /// root ← b (no budget, 4 cards), and c, whose parent is not there.
     fn budgeted_forest() -> Vec<Quota> {
         let t0 = at("2026-11-30T12:00:00Z");
-        let budget = |name, parent, cash| {
-            let mut q = quota(name, parent, &[(GPU, "16"), (CASH, cash)]);
-            let monthly = serde_json::json!({"period": {"kind": "monthly", "anchorDay": 1}});
-            q.spec
-                .budgets
-                .insert(CASH.into(), serde_json::from_value(monthly).unwrap());
-            q
-        };
         vec![
             budget("root", "", "5000"),
             running(budget("a", "root", "2000"), 2, t0),
@@ -447,7 +468,7 @@ mod tests {
                 assert_eq!(*q, c, "{now}: {}", c.name());
                 for key in [GPU, CASH] {
                     assert_eq!(
-                        quota::resources::get(a.in_use_of(c.name()).unwrap(), key),
+                        quota::resources::get(a.in_use_of(c.name()), key),
                         quota::resources::get(&whole[c.name()], key),
                         "{now}: {} {key}",
                         c.name()
@@ -455,7 +476,7 @@ mod tests {
                 }
             }
             assert_eq!(
-                quota::resources::get(a.in_use_of("root").unwrap(), CASH),
+                quota::resources::get(a.in_use_of("root"), CASH),
                 quota::Quantity::from_units(root_spent),
                 "{now}: a and a1 spent 3 card-hours an hour"
             );
@@ -463,26 +484,26 @@ mod tests {
         // Nothing is copied where the controller accrues.
         let a = working(false, at("2026-12-01T02:00:00Z")).accrued(f.clone());
         assert_eq!(a.copied(), 0);
-        assert_eq!(a.in_use_of("root"), Some(f.in_use_of("root")));
+        assert_eq!(a.in_use_of("root"), f.in_use_of("root"));
     }
 
     #[test]
     fn a_quota_without_a_budget_is_shared_not_copied() {
-        let f = Arc::new(Forest::of(vec![quota(
-            "a",
-            "",
-            &[("requests.nvidia.com/gpu", "4")],
-        )]));
-        let w = working(true, 1_000);
-        assert!(Arc::ptr_eq(&w.forest(f.clone()), &f));
-        let with_cash = Arc::new(Forest::of(vec![quota(
-            "b",
-            "",
-            &[("cash/requests.nvidia.com/gpu", "10")],
-        )]));
-        assert!(Arc::ptr_eq(
-            &working(false, 1_000).forest(with_cash.clone()),
-            &with_cash
-        ));
+        let f = Arc::new(Forest::of(vec![
+            quota("a", "", &[("requests.nvidia.com/gpu", "4")]),
+            quota("b", "", &[("cash/requests.nvidia.com/gpu", "10")]),
+        ]));
+        let a = working(true, 1_000).accrued(f.clone());
+        assert_eq!(a.copied(), 1);
+        let quotas = a.quotas();
+        assert!(std::ptr::eq(quotas[0], &f.quotas[0]), "a is shared");
+        assert!(!std::ptr::eq(quotas[1], &f.quotas[1]), "b is a copy");
+        let cluster = working(false, 1_000).accrued(f.clone());
+        assert_eq!(cluster.copied(), 0, "the controller accrues");
+        assert!(cluster
+            .quotas()
+            .iter()
+            .zip(&f.quotas)
+            .all(|(q, k)| std::ptr::eq(*q, k)));
     }
 }
