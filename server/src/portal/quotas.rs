@@ -1673,13 +1673,6 @@ mod tests {
             };
             println!("{} quotas, a budget on {budgets}:", all.len());
             ms(
-                "  the visible quotas as read (a clone; in both below)",
-                5,
-                &mut || {
-                    std::hint::black_box(all.clone());
-                },
-            );
-            ms(
                 "  a leaf's page, before: every visible quota copied and summed",
                 5,
                 &mut || {
