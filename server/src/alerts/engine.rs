@@ -1066,8 +1066,9 @@ mod batches {
     /// with the write: team, written when it started 10 cards and
     /// evaluated 84 hours later, has spent 840 of its 1,000. root's
     /// budget, above the write, is the sweep's to judge (on its whole
-    /// subtree's copies): at 96 hours (960 of 1,200 spent below it) this
-    /// evaluation leaves it alone, and the sweep warns.
+    /// subtree's copies): at 96 hours (960 of 1,200 spent below it) a
+    /// write of team leaves it alone; a write of root itself judges it on
+    /// the copies of the budgets below it, and warns.
     async fn a_writes_evaluation_reads_the_budget_as_of_now(db: &SqlStore) {
         let t0 = quota::time::parse_rfc3339("2026-11-26T04:00:00Z").unwrap();
         db.create(&budgeted("root", "", 1200)).await.unwrap();
@@ -1104,17 +1105,24 @@ mod batches {
         let written = [seen(&team, hours(96))].into();
         let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
         assert_eq!(done.unwrap(), Swept::default(), "root is the sweep's");
-        evaluate_now(&service, db, URL).await;
+        // root itself written (as a change of its spec would): its budget
+        // is judged here, on the copies of every budget below it (this
+        // process's cache holds them, as a started server's does).
+        service.warm_cache().await.unwrap();
+        let root = service.get("root").await.unwrap();
+        let written = [seen(&root, hours(96))].into();
+        let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
+        assert_eq!(done.unwrap().opened, 1);
         let open = db.open_alerts().await.unwrap();
-        let root = open
-            .iter()
-            .find(|a| a.quota == "root")
-            .expect("the sweep warns");
+        let warned = open.iter().find(|a| a.quota == "root").expect("root warns");
         assert!(
-            root.message.contains("960 card-hours spent of 1,200"),
+            warned.message.contains("960 card-hours spent of 1,200"),
             "{}",
-            root.message
+            warned.message
         );
+        // The sweep agrees: nothing to open, nothing to resolve.
+        evaluate_now(&service, db, URL).await;
+        assert_eq!(db.open_alerts().await.unwrap().len(), 2);
     }
 
     on_both_databases!(a_writes_evaluation_reads_the_budget_as_of_now);
