@@ -339,9 +339,14 @@ pub async fn evaluate_changed(
     // moves the usage of their lines (a write's cost stays its depth, and
     // a budgeted parent's its subtree's budgets).
     let w = service.working(now_ms);
-    let copies: Vec<Quota> = changed
+    // A quota without a budget is its own copy: borrowed, not cloned.
+    let copies: Vec<std::borrow::Cow<Quota>> = changed
         .values()
-        .filter_map(|s| s.quota.as_ref().map(|s| w.copy(&s.quota)))
+        .filter_map(|s| s.quota.as_ref().map(|s| &s.quota))
+        .map(|q| match w.accrues() && has_budget(q) {
+            true => std::borrow::Cow::Owned(w.copy(q)),
+            false => std::borrow::Cow::Borrowed(q),
+        })
         .collect();
     let budgeted: std::collections::BTreeSet<&str> = copies
         .iter()
@@ -361,7 +366,7 @@ pub async fn evaluate_changed(
         pace.rest().await;
     }
     let moved = crate::service::working::moved(
-        copies.iter().chain(&below).filter_map(|c| {
+        copies.iter().map(|c| &**c).chain(&below).filter_map(|c| {
             let was = subtrees.self_used_of(c.name())?;
             Some((was, c, subtrees.ancestors(c.name())))
         }),
