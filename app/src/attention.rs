@@ -6,7 +6,6 @@
 
 use crate::tree::{cash_cells, Pricing};
 use quota::{KeyConfig, Quota, ResourceList};
-use std::collections::BTreeMap;
 
 /// A budget that lasts less than this at what runs now is worth a line.
 pub const RUNWAY_WARN_HOURS: i128 = 14 * 24;
@@ -26,18 +25,18 @@ pub struct Item {
 /// Items for `quotas` (what the viewer may see), worst first: over quota
 /// and spent budgets (critical), then budgets by how soon they run out,
 /// then reclaims by how soon they are due.
-pub fn items(
-    quotas: &[Quota],
-    in_use: &BTreeMap<String, ResourceList>,
-    cfg: &KeyConfig,
-    pricing: &Pricing,
-) -> Vec<Item> {
+pub fn items<Q, U>(quotas: &[Q], in_use: &U, cfg: &KeyConfig, pricing: &Pricing) -> Vec<Item>
+where
+    Q: std::borrow::Borrow<Quota>,
+    U: quota::rollup::SubtreeUse + ?Sized,
+{
     let empty = ResourceList::new();
     // (rank, then a time or amount for order within the rank, item)
     let mut found: Vec<(u8, i128, Item)> = Vec::new();
     for q in quotas {
+        let q = q.borrow();
         let name = q.name();
-        let in_use = in_use.get(name).unwrap_or(&empty);
+        let in_use = in_use.of(name).unwrap_or(&empty);
         let link = format!("/quotas/{name}");
         // Only what is said is formatted: this runs over every quota the
         // viewer may see (`most_over`, not the row's every key).

@@ -127,10 +127,10 @@ fn is_model_key(key: &str, cfg: &KeyConfig) -> bool {
 /// order (`A100 GPUs` before `H100 GPUs`): one tree column each. The page
 /// and `GET /tree/rows` ask it of the same quotas, so inserted rows have
 /// the page's columns.
-pub fn model_columns(quotas: &[Quota], cfg: &KeyConfig) -> Vec<String> {
+pub fn model_columns<Q: std::borrow::Borrow<Quota>>(quotas: &[Q], cfg: &KeyConfig) -> Vec<String> {
     let keys: BTreeSet<&str> = quotas
         .iter()
-        .flat_map(|q| q.spec.hard.iter())
+        .flat_map(|q| q.borrow().spec.hard.iter())
         .filter(|(k, v)| !v.is_zero() && is_model_key(k, cfg))
         .map(|(k, _)| k.as_str())
         .collect();
@@ -413,16 +413,21 @@ fn k_runway(r: &TreeRow) -> i128 {
 /// Quotas in depth-first order, siblings in `sort` order, with orphans
 /// (parent unknown) listed as roots so nothing is hidden. `in_use`: every
 /// quota's subtree usage.
-pub fn tree_rows(
-    quotas: &[Quota],
-    in_use: &BTreeMap<String, ResourceList>,
+pub fn tree_rows<Q, U>(
+    quotas: &[Q],
+    in_use: &U,
     cfg: &KeyConfig,
     pricing: &Pricing,
     sort: TreeSort,
-) -> Vec<TreeRow> {
-    let names: BTreeSet<&str> = quotas.iter().map(|q| q.name()).collect();
+) -> Vec<TreeRow>
+where
+    Q: std::borrow::Borrow<Quota>,
+    U: quota::rollup::SubtreeUse + ?Sized,
+{
+    let names: BTreeSet<&str> = quotas.iter().map(|q| q.borrow().name()).collect();
     let mut kids: BTreeMap<&str, Vec<&Quota>> = BTreeMap::new();
     for q in quotas {
+        let q = q.borrow();
         let p = q.spec.parent.as_str();
         let p = if names.contains(p) && p != q.name() {
             p
@@ -434,7 +439,7 @@ pub fn tree_rows(
     let empty = ResourceList::new();
     let row = |q: &Quota| {
         let n = kids.get(q.name()).map_or(0, Vec::len);
-        row_of(q, in_use.get(q.name()).unwrap_or(&empty), n, cfg, pricing)
+        row_of(q, in_use.of(q.name()).unwrap_or(&empty), n, cfg, pricing)
     };
     let sorted = |list: &[&Quota]| {
         let mut rows: Vec<TreeRow> = list.iter().map(|q| row(q)).collect();
@@ -1053,14 +1058,18 @@ fn tree_table(
 /// The quota tree (the quotas the viewer may see) as a whole HTML document,
 /// with a search and filter form (a plain GET).
 #[cfg(feature = "ssr")]
-pub fn render_tree_page(
+pub fn render_tree_page<Q, U>(
     viewer: Viewer,
-    quotas: &[Quota],
-    in_use: &BTreeMap<String, ResourceList>,
+    quotas: &[Q],
+    in_use: &U,
     cfg: &KeyConfig,
     pricing: &Pricing,
     mut query: TreeQuery,
-) -> String {
+) -> String
+where
+    Q: std::borrow::Borrow<Quota>,
+    U: quota::rollup::SubtreeUse + ?Sized,
+{
     let all = tree_rows(quotas, in_use, cfg, pricing, query.sort);
     let columns = named_columns(&model_columns(quotas, cfg), cfg);
     let total = all.len();

@@ -128,6 +128,18 @@ pub fn subtree_in_use<Q: std::borrow::Borrow<Quota>>(
     out
 }
 
+/// What runs in each quota's subtree, by name: `subtree_in_use`'s map, or
+/// a view that moves some of it (the server's working copies).
+pub trait SubtreeUse {
+    fn of(&self, name: &str) -> Option<&ResourceList>;
+}
+
+impl SubtreeUse for BTreeMap<String, ResourceList> {
+    fn of(&self, name: &str) -> Option<&ResourceList> {
+        self.get(name)
+    }
+}
+
 /// Subtree usage (`subtree_in_use`) kept current between whole builds:
 /// built once from every known quota, then moved by each written quota's
 /// change of `selfUsed` — the difference added to it and to each quota
@@ -172,6 +184,37 @@ impl SubtreeUsage {
 
     pub fn is_empty(&self) -> bool {
         self.parent.is_empty()
+    }
+
+    /// The `selfUsed` of `name` that the sums hold.
+    pub fn self_used_of(&self, name: &str) -> Option<&ResourceList> {
+        self.self_used.get(name)
+    }
+
+    /// The known quotas below any of `names` (their descendants, none of
+    /// `names` among them), each once. One pass over the known quotas
+    /// when there are none; a cycle ends a walk.
+    pub fn below(&self, names: &BTreeSet<&str>) -> Vec<String> {
+        if !self.parent.values().any(|p| names.contains(p.as_str())) {
+            return Vec::new();
+        }
+        let mut children: std::collections::HashMap<&str, Vec<&str>> =
+            std::collections::HashMap::new();
+        for (c, p) in &self.parent {
+            children.entry(p.as_str()).or_default().push(c.as_str());
+        }
+        let mut out = Vec::new();
+        let mut seen: BTreeSet<&str> = names.clone();
+        let mut next: Vec<&str> = names.iter().copied().collect();
+        while let Some(at) = next.pop() {
+            for c in children.get(at).into_iter().flatten() {
+                if seen.insert(c) {
+                    out.push(c.to_string());
+                    next.push(c);
+                }
+            }
+        }
+        out
     }
 
     /// The known quotas above `name`, nearest first (a cycle ends the line).

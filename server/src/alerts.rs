@@ -732,13 +732,17 @@ fn figure(c: &Condition) -> String {
     }
 }
 
+/// What runs in each quota's subtree: `subtree_in_use`'s map, or the
+/// working copies' (`service::working::Accrued`).
+pub use quota::rollup::SubtreeUse;
+
 /// One evaluation over many quotas: `in_use` what runs in each one's
 /// subtree (a quota it lacks: only the quota itself is known), `open`
 /// every open alert by quota, `forecasts` the cash forecasts by quota and
 /// key.
-pub fn evaluate_quotas<Q: std::borrow::Borrow<Quota>>(
+pub fn evaluate_quotas<Q: std::borrow::Borrow<Quota>, U: SubtreeUse + ?Sized>(
     quotas: &[Q],
-    in_use: &BTreeMap<String, quota::ResourceList>,
+    in_use: &U,
     rules: &BTreeMap<String, Vec<Rule>>,
     open: &BTreeMap<String, Vec<OpenAlert>>,
     forecasts: &BTreeMap<String, BTreeMap<String, Forecast>>,
@@ -752,9 +756,9 @@ pub fn evaluate_quotas<Q: std::borrow::Borrow<Quota>>(
 
 /// `evaluate_quotas` of each quota given, and nothing of the quotas not
 /// given: a part of a sweep, which calls `resolve_deleted` once at its end.
-pub fn evaluate_each<Q: std::borrow::Borrow<Quota>>(
+pub fn evaluate_each<Q: std::borrow::Borrow<Quota>, U: SubtreeUse + ?Sized>(
     quotas: &[Q],
-    in_use: &BTreeMap<String, quota::ResourceList>,
+    in_use: &U,
     rules: &BTreeMap<String, Vec<Rule>>,
     open: &BTreeMap<String, Vec<OpenAlert>>,
     forecasts: &BTreeMap<String, BTreeMap<String, Forecast>>,
@@ -769,7 +773,7 @@ pub fn evaluate_each<Q: std::borrow::Borrow<Quota>>(
         let rules = rules.get(name).map(Vec::as_slice).unwrap_or_default();
         let cs = conditions(
             q,
-            in_use.get(name),
+            in_use.of(name),
             rules,
             forecasts.get(name).unwrap_or(&none),
             now_ms,

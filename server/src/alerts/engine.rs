@@ -3,17 +3,20 @@
 //! emails in one transaction. It runs on every replica: opening an alert is
 //! idempotent across them (see `SqlStore::apply_evaluation`).
 
-use super::{Condition, Evaluation, Kind, Level, OpenAlert};
+use super::{Condition, Evaluation, Kind, Level, OpenAlert, SubtreeUse};
 use serde_json::json;
 // What the service marks as written; the engine takes it from there.
 pub use crate::service::changed::{Changed, Seen};
 use crate::service::transfers::TransferWatcher;
+use crate::service::working::has_budget;
+use crate::service::working::{Accrued, Working};
 use crate::service::Service;
 use crate::store::alerts::{AlertFilter, Observed, Recipient};
 use crate::store::sql::SqlStore;
 use crate::store::transfers::Transfer;
 use crate::store::StoreError;
 use quota::forecast::Outlook;
+use quota::keys::cash_target;
 use quota::lineage::Forest;
 #[cfg(test)]
 use quota::rollup::subtree_in_use;
@@ -142,37 +145,50 @@ pub async fn evaluate_all(
     .await
 }
 
-/// `evaluate_all` over a forest the service keeps (its subtree usage
-/// already summed).
+/// `evaluate_all` over the working copies of the forest the service
+/// keeps (`accrue_in_chunks`), at `pricing.now_ms`: in standalone mode
+/// every budget as accrued and its ended periods closed up to that `now`,
+/// the figures the pages and the budgets API show at that moment.
 pub async fn evaluate_forest(
     sql: &SqlStore,
-    forest: &crate::service::forest::Forest,
+    forest: &Accrued,
     observed_at: i64,
     pricing: &app::tree::Pricing,
     public_url: &str,
     keys: &quota::KeyConfig,
 ) -> Result<Swept, StoreError> {
-    evaluate_listed(
-        sql,
-        &forest.quotas,
-        &forest.in_use,
-        observed_at,
-        pricing,
-        public_url,
-        keys,
-    )
-    .await
+    let quotas = forest.quotas();
+    evaluate_listed(sql, &quotas, forest, observed_at, pricing, public_url, keys).await
 }
 
-async fn evaluate_listed(
+/// `w.accrued(forest)`, copying at most `EVALUATE_CHUNK` quotas between
+/// two rests (`util::Pace`): accruing every budget of a large forest is
+/// CPU that admissions would otherwise wait behind. Only the quotas with
+/// a budget are copied (none in cluster mode); the others are shared.
+pub async fn accrue_in_chunks(w: &Working, forest: Arc<crate::service::forest::Forest>) -> Accrued {
+    let places = w.to_accrue(&forest);
+    let mut copies = Vec::with_capacity(places.len());
+    let mut pace = crate::util::Pace::start();
+    for chunk in places.chunks(EVALUATE_CHUNK) {
+        copies.extend(w.copies_at(&forest, chunk));
+        pace.rest().await;
+    }
+    Accrued::of(forest, copies)
+}
+
+async fn evaluate_listed<Q, U>(
     sql: &SqlStore,
-    quotas: &[Quota],
-    in_use: &BTreeMap<String, quota::ResourceList>,
+    quotas: &[Q],
+    in_use: &U,
     observed_at: i64,
     pricing: &app::tree::Pricing,
     public_url: &str,
     keys: &quota::KeyConfig,
-) -> Result<Swept, StoreError> {
+) -> Result<Swept, StoreError>
+where
+    Q: std::borrow::Borrow<Quota> + Sync,
+    U: SubtreeUse + Sync + ?Sized,
+{
     let now_ms = pricing.now_ms;
     let rules = sql.all_alert_rules().await?;
     let mut open: BTreeMap<String, Vec<OpenAlert>> = BTreeMap::new();
@@ -184,7 +200,7 @@ async fn evaluate_listed(
     if e.is_empty() {
         return Ok(Swept::default());
     }
-    let parents = Forest::from_quotas(quotas.iter());
+    let parents = Forest::from_quotas(quotas.iter().map(std::borrow::Borrow::borrow));
     store(
         sql,
         &e,
@@ -204,15 +220,19 @@ pub const EVALUATE_CHUNK: usize = 250;
 
 /// `alerts::evaluate_quotas`, the same result in the same order, yielding
 /// to the runtime after every `EVALUATE_CHUNK` quotas.
-pub async fn evaluate_in_chunks(
-    quotas: &[Quota],
-    in_use: &BTreeMap<String, quota::ResourceList>,
+pub async fn evaluate_in_chunks<Q, U>(
+    quotas: &[Q],
+    in_use: &U,
     rules: &BTreeMap<String, Vec<super::Rule>>,
     open: &BTreeMap<String, Vec<OpenAlert>>,
     forecasts: &BTreeMap<String, BTreeMap<String, Outlook>>,
     now_ms: i64,
     keys: &quota::KeyConfig,
-) -> Evaluation {
+) -> Evaluation
+where
+    Q: std::borrow::Borrow<Quota> + Sync,
+    U: SubtreeUse + Sync + ?Sized,
+{
     let mut out = Evaluation::default();
     let mut pace = crate::util::Pace::start();
     for chunk in quotas.chunks(EVALUATE_CHUNK) {
@@ -312,7 +332,50 @@ pub async fn evaluate_changed(
         }
     }
     let (subtrees, _) = kept.subtrees.insert((subtrees, built));
-    let in_use = subtrees.in_use();
+    // Each written quota as of `now` (its budget accrued and its ended
+    // periods closed, as a page read now shows it), and below a written
+    // quota with a budget every quota with one: that budget is judged on
+    // what its whole subtree spent. What the copies change of `selfUsed`
+    // moves the usage of their lines (a write's cost stays its depth, and
+    // a budgeted parent's its subtree's budgets).
+    let w = service.working(now_ms);
+    // A quota without a budget is its own copy: borrowed, not cloned.
+    let copies: Vec<std::borrow::Cow<Quota>> = changed
+        .values()
+        .filter_map(|s| s.quota.as_ref().map(|s| &s.quota))
+        .map(|q| match w.accrues() && has_budget(q) {
+            true => std::borrow::Cow::Owned(w.copy(q)),
+            false => std::borrow::Cow::Borrowed(q),
+        })
+        .collect();
+    let budgeted: std::collections::BTreeSet<&str> = copies
+        .iter()
+        .filter(|q| w.accrues() && q.spec.hard.keys().any(|k| cash_target(k).is_some()))
+        .map(|q| q.name())
+        .collect();
+    let mut below = Vec::new();
+    let mut pace = crate::util::Pace::start();
+    for chunk in subtrees.below(&budgeted).chunks(EVALUATE_CHUNK) {
+        below.extend(
+            chunk
+                .iter()
+                .filter_map(|n| service.cached_quota(n))
+                .filter(|s| has_budget(&s.quota))
+                .map(|s| w.copy(&s.quota)),
+        );
+        pace.rest().await;
+    }
+    let moved = crate::service::working::moved(
+        copies.iter().map(|c| &**c).chain(&below).filter_map(|c| {
+            let was = subtrees.self_used_of(c.name())?;
+            Some((was, c, subtrees.ancestors(c.name())))
+        }),
+        |n| subtrees.in_use().get(n),
+    );
+    let in_use = Moved {
+        base: subtrees.in_use(),
+        moved: &moved,
+    };
     let names: Vec<String> = changed
         .keys()
         .cloned()
@@ -333,19 +396,15 @@ pub async fn evaluate_changed(
             _ => open.entry(a.quota.clone()).or_default().push(a.as_open()),
         }
     }
-    let quotas: Vec<&Quota> = changed
-        .values()
-        .filter_map(|s| s.quota.as_ref().map(|s| &s.quota))
-        .collect();
-    let forecasts = forecasts(&quotas, &rules, &service.pricing());
+    let forecasts = forecasts(&copies, &rules, &w.pricing());
     // Only the quotas written: `open` holds their ancestors' alerts too,
     // which `evaluate_quotas` would take for a deleted quota's and resolve
     // (a child's write, in a batch of its own, resolved its parent's usage
     // alert, which then waited for the sweep to open again). A deleted
     // quota's alerts are `gone`'s.
     let mut e = super::evaluate_each(
-        &quotas,
-        in_use,
+        &copies,
+        &in_use,
         &rules,
         &open,
         &forecasts,
@@ -358,15 +417,18 @@ pub async fn evaluate_changed(
         let Some(q) = service.cached_quota(name) else {
             continue;
         };
+        // Usage only: a budget above the written quotas is judged by the
+        // sweep, on the working copies of its whole subtree (here only
+        // the lines written are accrued, and the rest would lag).
         let usage: Vec<Condition> = super::conditions(
             &q.quota,
-            in_use.get(name),
+            in_use.of(name),
             rules.get(name).unwrap_or(&none),
             &BTreeMap::new(),
             now_ms,
         )
         .into_iter()
-        .filter(|c| c.kind == Kind::Threshold)
+        .filter(|c| c.kind == Kind::Threshold && cash_target(&c.key).is_none())
         .collect();
         let was = open.get(name).map(Vec::as_slice).unwrap_or_default();
         let found = super::evaluate(super::grouped(usage, &service.keys), was);
@@ -416,6 +478,19 @@ pub async fn evaluate_changed(
         &service.keys,
     )
     .await
+}
+
+/// Subtree usage as `Kept` sums it, with the lines of working copies
+/// moved (`service::working::moved`).
+struct Moved<'a> {
+    base: &'a BTreeMap<String, quota::ResourceList>,
+    moved: &'a std::collections::HashMap<String, quota::ResourceList>,
+}
+
+impl SubtreeUse for Moved<'_> {
+    fn of(&self, name: &str) -> Option<&quota::ResourceList> {
+        self.moved.get(name).or_else(|| self.base.get(name))
+    }
 }
 
 /// The tree as this process knows it: its cache of every quota, with the
@@ -713,25 +788,30 @@ async fn wait_out_slack(service: &Service, started_ms: i64) {
 /// One sweep over all quotas, logged rather than failed: the next one
 /// retries.
 pub async fn evaluate_now(service: &Service, sql: &SqlStore, public_url: &str) {
-    let observed_at = service.now() - SWEEP_SLACK_MS;
+    // One `now` for the whole sweep: every budget is judged on its working
+    // copy at it, as a page read at that moment shows it.
+    let now = service.now();
+    let observed_at = now - SWEEP_SLACK_MS;
     // The forest the service keeps: a sweep reads again only what was
     // written since the forest was last read (by a page, the sampler or
     // the last sweep).
     let started = std::time::Instant::now();
     match service.forest().await {
         Ok(all) => {
+            let w = service.working(now);
+            let all = accrue_in_chunks(&w, all).await;
             log(evaluate_forest(
                 sql,
                 &all,
                 observed_at,
-                &service.pricing(),
+                &w.pricing(),
                 public_url,
                 &service.keys,
             )
             .await);
             service
                 .metrics
-                .background_done("alert_sweep", started, all.quotas.len());
+                .background_done("alert_sweep", started, all.len());
         }
         Err(e) => tracing::warn!(error = %e, "cannot list quotas for alerts"),
     }
@@ -952,6 +1032,105 @@ mod batches {
     }
 
     on_both_databases!(a_childs_write_leaves_its_parents_alert_open);
+
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+
+    /// A quota with a monthly budget of `cash` card-hours.
+    fn budgeted(name: &str, parent: &str, cash: i64) -> Quota {
+        let mut q = quota(name, parent, 16, 0);
+        q.spec.hard.insert(CASH.into(), Quantity::from_units(cash));
+        let monthly = json!({"period": {"kind": "monthly", "anchorDay": 1}, "forecastDays": 0});
+        q.spec
+            .budgets
+            .insert(CASH.into(), serde_json::from_value(monthly).unwrap());
+        q
+    }
+
+    /// team runs 10 cards from `t0`, accrued up to then.
+    fn running_from(mut q: Quota, t0: i64) -> Quota {
+        let since = quota::time::format_rfc3339(t0);
+        let c = quota::Charge {
+            pod_sets: vec![quota::workload::PodSet {
+                name: "main".into(),
+                count: 10,
+                per_pod: [(GPU.to_string(), Quantity::from_units(1))].into(),
+                qos: None,
+            }],
+            hpa: None,
+            since: since.clone(),
+            uid: "u".into(),
+            admitted: None,
+        };
+        quota::admission::charge(&mut q, "batch/Job/ml/a", c).unwrap();
+        q.status.last_reconcile_time = Some(since);
+        q
+    }
+
+    /// A write's evaluation judges the written quota's budget on its
+    /// working copy at the evaluation's `now`, not on the figure stored
+    /// with the write: team, written when it started 10 cards and
+    /// evaluated 84 hours later, has spent 840 of its 1,000. root's
+    /// budget, above the write, is the sweep's to judge (on its whole
+    /// subtree's copies): at 96 hours (960 of 1,200 spent below it) a
+    /// write of team leaves it alone; a write of root itself judges it on
+    /// the copies of the budgets below it, and warns.
+    async fn a_writes_evaluation_reads_the_budget_as_of_now(db: &SqlStore) {
+        let t0 = quota::time::parse_rfc3339("2026-11-26T04:00:00Z").unwrap();
+        db.create(&budgeted("root", "", 1200)).await.unwrap();
+        let team = db
+            .create(&running_from(budgeted("team", "root", 1000), t0))
+            .await
+            .unwrap();
+        let hours = |h: i64| t0 + h * 3_600_000;
+        let clock = Arc::new(std::sync::atomic::AtomicI64::new(hours(84)));
+        let at = clock.clone();
+        let service = Service::new(
+            Arc::new(db.clone()),
+            quota::KeyConfig::default(),
+            quota::cash::Prices::default(),
+            Default::default(),
+        )
+        .with_clock(Arc::new(move || {
+            at.load(std::sync::atomic::Ordering::SeqCst)
+        }));
+        let mut kept = Kept::default();
+        let written = [seen(&team, t0)].into();
+        let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
+        assert_eq!(done.unwrap().opened, 1);
+        let open = db.open_alerts().await.unwrap();
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(open[0].quota, "team");
+        assert!(
+            open[0].message.contains("840 card-hours spent of 1,000"),
+            "{}",
+            open[0].message
+        );
+
+        clock.store(hours(96), std::sync::atomic::Ordering::SeqCst);
+        let written = [seen(&team, hours(96))].into();
+        let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
+        assert_eq!(done.unwrap(), Swept::default(), "root is the sweep's");
+        // root itself written (as a change of its spec would): its budget
+        // is judged here, on the copies of every budget below it (this
+        // process's cache holds them, as a started server's does).
+        service.warm_cache().await.unwrap();
+        let root = service.get("root").await.unwrap();
+        let written = [seen(&root, hours(96))].into();
+        let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
+        assert_eq!(done.unwrap().opened, 1);
+        let open = db.open_alerts().await.unwrap();
+        let warned = open.iter().find(|a| a.quota == "root").expect("root warns");
+        assert!(
+            warned.message.contains("960 card-hours spent of 1,200"),
+            "{}",
+            warned.message
+        );
+        // The sweep agrees: nothing to open, nothing to resolve.
+        evaluate_now(&service, db, URL).await;
+        assert_eq!(db.open_alerts().await.unwrap().len(), 2);
+    }
+
+    on_both_databases!(a_writes_evaluation_reads_the_budget_as_of_now);
 }
 
 #[cfg(test)]
@@ -981,6 +1160,46 @@ mod chunks {
             out.push(q);
         }
         out
+    }
+
+    /// The sweep's accrual of 10,000 budgeted quotas gives the runtime
+    /// back between its chunks, as its evaluation does, and ends where
+    /// accruing them all at once does.
+    #[tokio::test(flavor = "current_thread")]
+    async fn accruing_10000_budgets_yields_between_chunks() {
+        const CASH: &str = "cash/requests.nvidia.com/gpu";
+        let quotas: Vec<Quota> = forest(10_000)
+            .into_iter()
+            .map(|mut q| {
+                q.spec.hard.insert(CASH.into(), Quantity::from_units(100));
+                q.status.last_reconcile_time = Some(quota::time::format_rfc3339(T));
+                q
+            })
+            .collect();
+        let f = Arc::new(crate::service::forest::Forest::of(quotas));
+        let w = Working::for_tests(true, T + 3_600_000);
+        let ticks = std::sync::Arc::new(AtomicUsize::new(0));
+        let ticker = {
+            let ticks = ticks.clone();
+            tokio::spawn(async move {
+                loop {
+                    ticks.fetch_add(1, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        let chunked = accrue_in_chunks(&w, f.clone()).await;
+        let ran = ticks.load(Ordering::SeqCst);
+        ticker.abort();
+        let whole = w.accrued(f);
+        assert_eq!(chunked.copied(), 10_001, "the teams and their root");
+        assert_eq!(chunked.quotas(), whole.quotas());
+        assert_eq!(chunked.in_use_of("root"), whole.in_use_of("root"));
+        let chunks = 10_001usize.div_ceil(EVALUATE_CHUNK);
+        assert!(
+            ran + 1 >= chunks,
+            "a task beside the accrual ran {ran} times over its {chunks} chunks"
+        );
     }
 
     /// A sweep of 10,000 quotas decides what `evaluate_quotas` decides, in

@@ -554,7 +554,7 @@ fn alerts_of_a_deleted_quota_resolve_but_not_on_an_empty_list() {
         &KeyConfig::default(),
     );
     assert_eq!(e.resolve, [3]);
-    assert!(evaluate_quotas::<Quota>(
+    assert!(evaluate_quotas::<Quota, _>(
         &[],
         &BTreeMap::new(),
         &BTreeMap::new(),

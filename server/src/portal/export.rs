@@ -44,18 +44,19 @@ fn line(fields: &[String]) -> String {
 
 /// One line per quota and key of its hard: what the tree and the quota
 /// page show, exactly. Cash keys fill `spent`; the others the rollup.
-pub fn quotas_csv(
-    quotas: &[Quota],
-    in_use: &BTreeMap<String, ResourceList>,
-    cfg: &KeyConfig,
-) -> String {
+pub fn quotas_csv<Q, U>(quotas: &[Q], in_use: &U, cfg: &KeyConfig) -> String
+where
+    Q: std::borrow::Borrow<Quota>,
+    U: quota::rollup::SubtreeUse + ?Sized,
+{
     let mut out = String::from(
         "quota,parent,key,unit,hard,in_use_subtree,self_used,allocated_to_children,allocated_idle,unallocated,lent,borrowed,spent\r\n",
     );
     let empty = ResourceList::new();
     for q in quotas {
+        let q = q.borrow();
         let rolled: BTreeMap<String, quota::rollup::KeyRollup> =
-            rollup(q, in_use.get(q.name()).unwrap_or(&empty))
+            rollup(q, in_use.of(q.name()).unwrap_or(&empty))
                 .into_iter()
                 .map(|r| (r.key.clone(), r))
                 .collect();
@@ -116,9 +117,10 @@ pub async fn tree(State(app): State<AppState>, viewer: Viewer) -> Result<Respons
     let cfg = app.service.keys.clone();
     let body = place
         .render(move || {
-            // Spent as of now, as `/tree` and the quota pages show it.
-            let forest = w.forest(forest);
-            quotas_csv(&forest.quotas, &forest.in_use, &cfg)
+            // Spent as of now, as `/tree` and the quota pages show it:
+            // the budgeted quotas copied, the rest shared.
+            let forest = w.accrued(forest);
+            quotas_csv(&forest.quotas(), &forest, &cfg)
         })
         .await?;
     Ok(csv_response("bizrq-quotas.csv", body))

@@ -131,9 +131,9 @@ pub async fn overview(State(app): State<AppState>, p: Principal) -> Result<Respo
     let place = app.portal.heavy.enter(&p.username)?;
     let w = app.service.working(app.service.now());
     let data = super::quotas::overview_data(&app, &p, &place, &w).await?;
-    let all = &data.forest.quotas;
+    let all = data.forest.quotas();
     let cfg = &app.service.keys;
-    let cards = super::quotas::my_quotas(all, &p)
+    let cards = super::quotas::my_quotas(&all, &p)
         .into_iter()
         .map(|(q, _)| {
             let keys = app::key_usages(q, data.forest.in_use_of(q.name()), cfg);

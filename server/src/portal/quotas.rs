@@ -26,7 +26,7 @@ use quota::rollup::subtree_in_use;
 use quota::series::Range;
 use quota::{resources, KeyConfig, Quantity, Quota, QuotaSpec, ResourceList};
 use serde::Deserialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The detail page's query: `?range=24h|7d|30d|90d|1y` for the charts.
 #[derive(Deserialize, Default)]
@@ -99,10 +99,14 @@ fn prefill(q: &Quantity) -> String {
 
 /// The overview's cards: the viewer's bound quotas with its role, or the
 /// roots for an admin (also what `/api/v1/live/overview` redraws).
-pub fn my_quotas<'a>(all: &'a [Quota], p: &authz::Principal) -> Vec<(&'a Quota, String)> {
-    let names: BTreeSet<&str> = all.iter().map(|q| q.name()).collect();
+pub fn my_quotas<'a, Q: std::borrow::Borrow<Quota>>(
+    all: &'a [Q],
+    p: &authz::Principal,
+) -> Vec<(&'a Quota, String)> {
+    let names: BTreeSet<&str> = all.iter().map(|q| q.borrow().name()).collect();
     if p.is_admin {
         all.iter()
+            .map(|q| q.borrow())
             .filter(|q| !names.contains(q.spec.parent.as_str()))
             .map(|q| (q, "admin".to_string()))
             .collect()
@@ -113,6 +117,7 @@ pub fn my_quotas<'a>(all: &'a [Quota], p: &authz::Principal) -> Vec<(&'a Quota, 
             .map(|b| (b.quota.as_str(), b.role))
             .collect();
         all.iter()
+            .map(|q| q.borrow())
             .filter_map(|q| roles.get(q.name()).map(|r| (q, r.to_string())))
             .collect()
     }
@@ -123,7 +128,9 @@ pub fn my_quotas<'a>(all: &'a [Quota], p: &authz::Principal) -> Vec<(&'a Quota, 
 /// their subtree use, the transfers awaiting the viewer, what needs
 /// someone.
 pub struct OverviewData {
-    pub forest: std::sync::Arc<crate::service::forest::Forest>,
+    /// As of the request's `now`: the budgeted quotas copied and accrued,
+    /// the rest shared with the kept forest.
+    pub forest: std::sync::Arc<crate::service::working::Accrued>,
     pub awaiting_me: usize,
     pub attention: Vec<app::attention::Item>,
 }
@@ -139,13 +146,15 @@ pub async fn overview_data(
     // and `/tree` show them: on the render threads.
     let copies = w.clone();
     let forest = place
-        .work(move || copies.forest(forest))
+        .work(move || std::sync::Arc::new(copies.accrued(forest)))
         .await
         .map_err(|e| ServiceError::Internal(e.to_string()))?;
     // From the quotas already read: no second list of the tree (an admin
     // needs none: it decides every request).
-    let scope =
-        (!p.is_admin).then(|| crate::service::transfer_ops::Scope::of(forest.quotas.clone()));
+    let scope = (!p.is_admin).then(|| {
+        let quotas = forest.quotas().into_iter().cloned().collect();
+        crate::service::transfer_ops::Scope::of(quotas)
+    });
     let awaiting_me = app
         .transfer_desk()
         .awaiting(p, scope.as_ref())
@@ -156,8 +165,8 @@ pub async fn overview_data(
             0
         });
     let attention = app::attention::items(
-        &forest.quotas,
-        &forest.in_use,
+        &forest.quotas(),
+        forest.as_ref(),
         &app.service.keys,
         &w.pricing(),
     );
@@ -176,10 +185,10 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
     let p = &viewer.principal;
     let w = app.service.working(app.service.now());
     let data = overview_data(&app, p, &place, &w).await?;
-    let all = &data.forest.quotas;
+    let all = data.forest.quotas();
     let pricing = w.pricing();
     let mut cards = Vec::new();
-    for (q, role) in my_quotas(all, p) {
+    for (q, role) in my_quotas(&all, p) {
         cards.push(OverviewCard {
             name: q.name().to_string(),
             role,
@@ -189,6 +198,20 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
             forecasts: forecasts(&app::tree::outlooks(q, &pricing), &app.service.keys),
         });
     }
+    // The queues' budget reasons restated as of `now`: CPU that grows
+    // with the queues shown, on the render threads.
+    let queued = {
+        let (forest, p, w, cfg) = (
+            data.forest.clone(),
+            p.clone(),
+            w.clone(),
+            app.service.keys.clone(),
+        );
+        place
+            .work(move || queued_in_my_quotas(&forest.quotas(), &p, &w, &cfg))
+            .await
+            .map_err(|e| ServiceError::Internal(e.to_string()))?
+    };
     let flash = viewer.take_flash().await;
     Ok(Html(app::quotas::render_overview_page(
         viewer.page(),
@@ -196,7 +219,7 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
         super::alerts::open_for(&app, p).await?,
         data.awaiting_me,
         data.attention,
-        queued_in_my_quotas(all, p, &w, &app.service.keys),
+        queued,
         flash,
     ))
     .into_response())
@@ -246,9 +269,10 @@ pub async fn tree(
     let (page, cfg, pricing) = (viewer.page(), app.service.keys.clone(), w.pricing());
     let html = place
         .render(move || {
-            // As of the request's `now`, as the quota pages show them.
-            let forest = w.forest(forest);
-            app::render_tree_page(page, &forest.quotas, &forest.in_use, &cfg, &pricing, query)
+            // As of the request's `now`, as the quota pages show them:
+            // the budgeted quotas copied, the rest shared.
+            let forest = w.accrued(forest);
+            app::render_tree_page(page, &forest.quotas(), &forest, &cfg, &pricing, query)
         })
         .await?;
     Ok(Html(html).into_response())
@@ -296,10 +320,13 @@ async fn visible_quota(
 type SubtreeUse = BTreeMap<String, ResourceList>;
 
 /// A page's quotas as of the request's one `now` (`service::working`):
-/// every quota it reads accrued, and each one's subtree use (its spending
-/// included) summed from those same copies, on the render threads, never
-/// the runtime's (a member's page may read a large subtree); the quota
-/// `name` among them.
+/// the quota `name` and its descendants — every quota whose figures the
+/// page shows: its own, its children's — accrued, and their subtree use
+/// (spending included) summed from those same copies, on the render
+/// threads, never the runtime's. The rest of what the viewer may see (a
+/// member bound at a forest's root who opens a leaf reads the whole
+/// forest for its names, specs and rights) is left as stored, not copied
+/// nor accrued, and has no subtree use here. The quota `name` among them.
 async fn working_page(
     place: &crate::heavy::Permit,
     w: &crate::service::working::Working,
@@ -308,18 +335,53 @@ async fn working_page(
 ) -> Result<(Quota, Vec<Quota>, SubtreeUse), PageError> {
     let (w, at) = (w.clone(), name.to_string());
     place
-        .work(move || {
-            let all = w.quotas(all);
-            let in_use = subtree_in_use(&all);
-            let q = all.iter().find(|q| q.name() == at).cloned();
-            (q, all, in_use)
-        })
+        .work(move || page_copies(&w, all, &at))
         .await
         .map_err(PageError::from)
         .and_then(|(q, all, in_use)| match q {
             Some(q) => Ok((q, all, in_use)),
             None => Err(PageError::NotFound(format!("bizrq {name} not found"))),
         })
+}
+
+/// `working_page`'s CPU part: `name` and its descendants copied and
+/// accrued, their subtree use summed; the rest of `all` as read, after.
+fn page_copies(
+    w: &crate::service::working::Working,
+    all: Vec<Quota>,
+    name: &str,
+) -> (Option<Quota>, Vec<Quota>, SubtreeUse) {
+    let below = subtree_names(&all, name);
+    // Split in place, each part in the order read (children stay in their
+    // order).
+    let (shown, rest): (Vec<Quota>, Vec<Quota>) =
+        all.into_iter().partition(|q| below.contains(q.name()));
+    let shown = w.quotas(shown);
+    let in_use = subtree_in_use(&shown);
+    let q = shown.iter().find(|q| q.name() == name).cloned();
+    let mut all = shown;
+    all.extend(rest);
+    (q, all, in_use)
+}
+
+/// `name` and every quota below it in `all` (a cycle ends a walk).
+fn subtree_names(all: &[Quota], name: &str) -> BTreeSet<String> {
+    let mut kids: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for q in all {
+        kids.entry(q.spec.parent.as_str())
+            .or_default()
+            .push(q.name());
+    }
+    let mut out = BTreeSet::from([name.to_string()]);
+    let mut next = vec![name];
+    while let Some(at) = next.pop() {
+        for c in kids.get(at).into_iter().flatten() {
+            if out.insert(c.to_string()) {
+                next.push(c);
+            }
+        }
+    }
+    out
 }
 
 /// The first `at_most` of the workloads bound to `q`, in words.
@@ -871,7 +933,7 @@ pub const OVERVIEW_QUEUED: usize = 50;
 /// so "the viewer's own jobs" can only be its quotas' jobs; each row says
 /// who submitted it as the API server named them.
 fn queued_in_my_quotas(
-    all: &[Quota],
+    all: &[&Quota],
     p: &authz::Principal,
     w: &crate::service::working::Working,
     cfg: &quota::KeyConfig,
@@ -880,7 +942,7 @@ fn queued_in_my_quotas(
     let bound: BTreeSet<&str> = p.bindings.iter().map(|b| b.quota.as_str()).collect();
     let owns = p.bindings.iter().any(|b| b.role == authz::Role::Owner);
     // Only an owner's view needs the tree: what it owns below its bindings.
-    let tree = (owns && !p.is_admin).then(|| Tree::from_quotas(all));
+    let tree = (owns && !p.is_admin).then(|| Tree::from_quotas(all.iter().copied()));
     let mine = |q: &Quota| {
         p.is_admin
             || bound.contains(q.name())
@@ -890,16 +952,34 @@ fn queued_in_my_quotas(
     };
     let mut rows = Vec::new();
     let mut more = 0usize;
-    for q in all.iter().filter(|q| mine(q) && !q.status.queue.is_empty()) {
+    let queued: Vec<&Quota> = all
+        .iter()
+        .copied()
+        .filter(|q| !q.status.queue.is_empty() && mine(q))
+        .collect();
+    if queued.is_empty() {
+        return (rows, more);
+    }
+    let by_name: HashMap<&str, &Quota> = all.iter().map(|q| (q.name(), *q)).collect();
+    let mut kids: HashMap<&str, Vec<&Quota>> = HashMap::new();
+    for &q in all {
+        kids.entry(q.spec.parent.as_str()).or_default().push(q);
+    }
+    for q in queued {
+        // Past what the overview lists: counted, not restated.
+        if rows.len() >= OVERVIEW_QUEUED {
+            more += q.status.queue.len();
+            continue;
+        }
         // Budget reasons as of the page's `now` (its quota's page says
         // the same).
         let mut q = q.clone();
-        let parent = all.iter().find(|x| x.name() == q.spec.parent);
-        let siblings: Vec<&Quota> = all
-            .iter()
-            .filter(|x| parent.is_some() && x.spec.parent == q.spec.parent)
-            .collect();
-        w.restate_budget_reasons(&mut q, parent, &siblings);
+        let parent = by_name.get(q.spec.parent.as_str()).copied();
+        let siblings: &[&Quota] = match parent {
+            Some(_) => kids.get(q.spec.parent.as_str()).map_or(&[], Vec::as_slice),
+            None => &[],
+        };
+        w.restate_budget_reasons(&mut q, parent, siblings);
         let q = &q;
         for i in 0..q.status.queue.len() {
             if rows.len() >= OVERVIEW_QUEUED {
@@ -1519,6 +1599,111 @@ pub async fn remove_member(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::working::tests::big_forest;
+    use crate::service::working::Working;
+
+    const HOUR: i64 = 3_600_000;
+
+    /// A page copies and accrues its quota and what is below it, and
+    /// nothing else: its figures (the quota, its subtree's use, each
+    /// child's) are those of copying every quota the viewer may see, its
+    /// children keep their order, and the rest is left as read.
+    #[test]
+    fn a_page_copies_only_its_subtree() {
+        let t0 = quota::time::parse_rfc3339("2026-11-30T00:00:00Z").unwrap();
+        let all = big_forest(3, 4, true, t0);
+        let w = Working::for_tests(true, t0 + 10 * HOUR);
+        let whole = w.quotas(all.clone());
+        let whole_use = subtree_in_use(&whole);
+        let find = |v: &[Quota], n: &str| v.iter().find(|q| q.name() == n).cloned().unwrap();
+        let kids = |v: &[Quota], n: &str| -> Vec<String> {
+            v.iter()
+                .filter(|c| c.spec.parent == n)
+                .map(|c| c.name().to_string())
+                .collect()
+        };
+        for name in ["d001-t002", "d001", "root"] {
+            let (q, got, in_use) = page_copies(&w, all.clone(), name);
+            assert_eq!(q.unwrap(), find(&whole, name), "{name}");
+            assert_eq!(in_use[name], whole_use[name], "{name}");
+            for c in kids(&whole, name) {
+                assert_eq!(in_use[&c], whole_use[&c], "{c}");
+                assert_eq!(find(&got, &c), find(&whole, &c), "{c}");
+            }
+            assert_eq!(got.len(), all.len());
+            assert_eq!(kids(&got, name), kids(&all, name));
+        }
+        let (_, got, in_use) = page_copies(&w, all.clone(), "d001-t002");
+        assert_eq!(in_use.len(), 1, "only the leaf is summed");
+        assert_eq!(
+            find(&got, "d000-t000"),
+            find(&all, "d000-t000"),
+            "another team is left as read"
+        );
+    }
+
+    /// Debug timings of the working copies on a forest of 10,101 quotas
+    /// (root → 100 departments → 100 teams, each team running a card),
+    /// the way each reader made them before and makes them now
+    /// (docs/benchmarks.md "Working copies on a big forest"):
+    /// `cargo test -p bizrq --lib -- --ignored copies_on_a_big_forest --nocapture`.
+    #[test]
+    #[ignore]
+    fn copies_on_a_big_forest_cost() {
+        use crate::service::forest::Forest;
+        use std::sync::Arc;
+        let t0 = quota::time::parse_rfc3339("2026-11-30T00:00:00Z").unwrap();
+        let ms = |label: &str, runs: u32, f: &mut dyn FnMut()| {
+            f();
+            let start = std::time::Instant::now();
+            for _ in 0..runs {
+                f();
+            }
+            let each = start.elapsed().as_secs_f64() * 1000.0 / f64::from(runs);
+            println!("{label}: {each:.1} ms");
+        };
+        for team_budgets in [true, false] {
+            let all = big_forest(100, 100, team_budgets, t0);
+            let w = Working::for_tests(true, t0 + 10 * HOUR);
+            let f = Arc::new(Forest::of(all.clone()));
+            let budgets = if team_budgets {
+                "every quota"
+            } else {
+                "root and departments"
+            };
+            println!("{} quotas, a budget on {budgets}:", all.len());
+            ms(
+                "  a leaf's page, before: every visible quota copied and summed",
+                5,
+                &mut || {
+                    let c = w.quotas(all.clone());
+                    std::hint::black_box(subtree_in_use(&c));
+                },
+            );
+            ms(
+                "  a leaf's page, now: its subtree copied and summed",
+                5,
+                &mut || {
+                    std::hint::black_box(page_copies(&w, all.clone(), "d050-t050"));
+                },
+            );
+            ms(
+                "  /tree, overview, CSV, before: the kept forest copied and summed",
+                5,
+                &mut || {
+                    std::hint::black_box(Forest::of(w.quotas(f.quotas.clone())));
+                },
+            );
+            ms(
+                "  /tree, overview, CSV, now: budgeted copies, the rest shared",
+                5,
+                &mut || {
+                    let a = w.accrued(f.clone());
+                    std::hint::black_box(a.quotas());
+                },
+            );
+        }
+    }
 
     /// A quota that may borrow shows its weight, and its share once the
     /// controller has stated it; one that cannot borrow shows neither.

@@ -49,6 +49,17 @@ impl Service {
 }
 
 impl Working {
+    /// Copies at `now`, accrued or not, at face price.
+    #[cfg(test)]
+    pub(crate) fn for_tests(accrue: bool, now: i64) -> Working {
+        Working {
+            accrue,
+            now,
+            prices: Prices::default(),
+            list: Arc::new(PriceList::default()),
+        }
+    }
+
     /// The request's one `now`.
     pub fn now(&self) -> i64 {
         self.now
@@ -94,20 +105,6 @@ impl Working {
             self.accrue(q);
         }
         quotas
-    }
-
-    /// A forest as of `now`, its subtree usage summed from the working
-    /// copies; the same forest, shared, where nothing accrues. CPU work
-    /// over the whole forest: call it on the render threads.
-    pub fn forest(&self, f: Arc<Forest>) -> Arc<Forest> {
-        if !self.accrue || !f.quotas.iter().any(has_budget) {
-            return f;
-        }
-        let quotas = match Arc::try_unwrap(f) {
-            Ok(f) => f.quotas,
-            Err(shared) => shared.quotas.clone(),
-        };
-        Arc::new(Forest::of(self.quotas(quotas)))
     }
 
     /// `name` as of `now` and what its whole subtree uses (Σ `selfUsed` of
@@ -195,14 +192,165 @@ impl Working {
     }
 }
 
+/// A forest as of `now` for a reader of every quota that changes none
+/// (the alert sweep): only the quotas with a budget are copied and
+/// accrued, the others are the kept forest's, shared; a quota's subtree
+/// usage is the kept forest's moved by its copies' change of `selfUsed`
+/// along their lines — what `subtree_in_use` of all the copies sums,
+/// without copying nor summing the forest again.
+pub struct Accrued {
+    forest: Arc<Forest>,
+    /// By their place in `forest.quotas`.
+    copies: HashMap<usize, Quota>,
+    /// The subtree usage of the quotas on a copy's line, moved.
+    moved: HashMap<String, ResourceList>,
+}
+
+impl Working {
+    /// The places in `f.quotas` of the quotas whose copy may differ from
+    /// the stored one: those with a budget, none in cluster mode.
+    pub fn to_accrue(&self, f: &Forest) -> Vec<usize> {
+        if !self.accrue {
+            return Vec::new();
+        }
+        (0..f.quotas.len())
+            .filter(|&i| has_budget(&f.quotas[i]))
+            .collect()
+    }
+
+    /// The copies of the quotas at `places` in `f.quotas`: CPU, for a
+    /// chunk at a time.
+    pub fn copies_at(&self, f: &Forest, places: &[usize]) -> Vec<(usize, Quota)> {
+        places
+            .iter()
+            .map(|&i| (i, self.copy(&f.quotas[i])))
+            .collect()
+    }
+
+    /// `f` as of `now`, at once (`to_accrue`, `copies_at` and
+    /// `Accrued::of` in one).
+    pub fn accrued(&self, f: Arc<Forest>) -> Accrued {
+        let copies = self.copies_at(&f, &self.to_accrue(&f));
+        Accrued::of(f, copies)
+    }
+}
+
+impl Accrued {
+    /// `forest` with `copies` (by place) in place of its quotas.
+    pub fn of(forest: Arc<Forest>, copies: Vec<(usize, Quota)>) -> Accrued {
+        let parents: HashMap<&str, &str> = forest
+            .quotas
+            .iter()
+            .map(|q| (q.name(), q.spec.parent.as_str()))
+            .collect();
+        let line = |name: &str| -> Vec<String> {
+            let mut out = Vec::new();
+            let mut at = name;
+            while let Some(p) = parents.get(at).filter(|p| parents.contains_key(**p)) {
+                if *p == name || out.iter().any(|o| o == p) {
+                    break;
+                }
+                out.push(p.to_string());
+                at = p;
+            }
+            out
+        };
+        let moved = moved(
+            copies
+                .iter()
+                .map(|(i, c)| (&forest.quotas[*i].status.self_used, c, line(c.name()))),
+            |name| forest.in_use.get(name),
+        );
+        let copies = copies.into_iter().collect();
+        Accrued {
+            forest,
+            copies,
+            moved,
+        }
+    }
+
+    /// Every quota as of `now`, in the kept forest's order.
+    pub fn quotas(&self) -> Vec<&Quota> {
+        (0..self.forest.quotas.len())
+            .map(|i| self.copies.get(&i).unwrap_or(&self.forest.quotas[i]))
+            .collect()
+    }
+
+    /// What `name`'s whole subtree uses as of `now` (empty for a quota
+    /// the forest does not hold).
+    pub fn in_use_of(&self, name: &str) -> &ResourceList {
+        self.moved
+            .get(name)
+            .unwrap_or_else(|| self.forest.in_use_of(name))
+    }
+
+    /// How many quotas were copied.
+    pub fn copied(&self) -> usize {
+        self.copies.len()
+    }
+
+    /// How many quotas the forest holds.
+    pub fn len(&self) -> usize {
+        self.forest.quotas.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.forest.quotas.is_empty()
+    }
+}
+
+impl quota::rollup::SubtreeUse for Accrued {
+    fn of(&self, name: &str) -> Option<&ResourceList> {
+        self.moved
+            .get(name)
+            .or_else(|| self.forest.in_use.get(name))
+    }
+}
+
+/// Subtree usage moved by working copies: each `(self_used, copy, line)` —
+/// what a quota's `selfUsed` was where `base` summed it, its copy, and the
+/// quotas above it nearest first — adds the copy's change of `selfUsed`
+/// (a budget's accrual, or a period's close taking it back) to the usage
+/// of the quota and of each quota on its line, starting from `base`'s.
+/// Only the quotas on a changed line are in the result.
+pub fn moved<'a>(
+    changes: impl IntoIterator<Item = (&'a ResourceList, &'a Quota, Vec<String>)>,
+    base: impl Fn(&str) -> Option<&'a ResourceList>,
+) -> HashMap<String, ResourceList> {
+    use quota::resources::get;
+    let mut out: HashMap<String, ResourceList> = HashMap::new();
+    for (was, copy, line) in changes {
+        let now = &copy.status.self_used;
+        if was == now {
+            continue;
+        }
+        let keys: std::collections::BTreeSet<&String> = was.keys().chain(now.keys()).collect();
+        let delta: Vec<(&String, quota::Quantity)> = keys
+            .into_iter()
+            .map(|k| (k, get(now, k).saturating_sub(get(was, k))))
+            .filter(|(_, d)| !d.is_zero())
+            .collect();
+        for at in std::iter::once(copy.name().to_string()).chain(line) {
+            let list = out
+                .entry(at)
+                .or_insert_with_key(|at| base(at).cloned().unwrap_or_default());
+            for (k, d) in &delta {
+                let v = get(list, k).saturating_add(*d);
+                list.insert((*k).clone(), v);
+            }
+        }
+    }
+    out
+}
+
 /// A quota whose copy can differ from its stored version: one with a
 /// budget (a cash key of hard) or a budget status left from one.
-fn has_budget(q: &Quota) -> bool {
+pub fn has_budget(q: &Quota) -> bool {
     q.spec.hard.keys().any(|k| cash_target(k).is_some()) || !q.status.budgets.is_empty()
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use quota::QuotaSpec;
 
@@ -222,31 +370,140 @@ mod tests {
     }
 
     fn working(accrue: bool, now: i64) -> Working {
-        Working {
-            accrue,
-            now,
-            prices: Prices::default(),
-            list: Arc::new(PriceList::default()),
+        Working::for_tests(accrue, now)
+    }
+
+    const GPU: &str = "requests.nvidia.com/gpu";
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+
+    fn at(s: &str) -> i64 {
+        quota::time::parse_rfc3339(s).unwrap()
+    }
+
+    /// `q` running `cards` cards since `since`, accrued up to then.
+    pub(crate) fn running(mut q: Quota, cards: i64, since: i64) -> Quota {
+        let since = quota::time::format_rfc3339(since);
+        let c = quota::Charge {
+            pod_sets: vec![quota::workload::PodSet {
+                name: "main".into(),
+                count: cards,
+                per_pod: [(GPU.to_string(), "1".parse().unwrap())].into(),
+                qos: None,
+            }],
+            hpa: None,
+            since: since.clone(),
+            uid: "u".into(),
+            admitted: None,
+        };
+        let wref = format!("batch/Job/x/{}", q.name());
+        quota::admission::charge(&mut q, &wref, c).unwrap();
+        q.status.last_reconcile_time = Some(since);
+        q
+    }
+
+    /// A quota with 16 GPUs and a monthly budget of `cash` card-hours.
+    pub(crate) fn budget(name: &str, parent: &str, cash: &str) -> Quota {
+        let mut q = quota(name, parent, &[(GPU, "16"), (CASH, cash)]);
+        let monthly = serde_json::json!({"period": {"kind": "monthly", "anchorDay": 1}});
+        q.spec
+            .budgets
+            .insert(CASH.into(), serde_json::from_value(monthly).unwrap());
+        q
+    }
+
+    /// root → `depts` departments → `teams` teams each, the root and the
+    /// departments with a budget (the teams too if `team_budgets`), every
+    /// team running one card since `t0`.
+    pub(crate) fn big_forest(
+        depts: usize,
+        teams: usize,
+        team_budgets: bool,
+        t0: i64,
+    ) -> Vec<Quota> {
+        let mut out = vec![budget("root", "", "1000000")];
+        for d in 0..depts {
+            let dept = format!("d{d:03}");
+            out.push(budget(&dept, "root", "10000"));
+            for t in 0..teams {
+                let name = format!("{dept}-t{t:03}");
+                let team = match team_budgets {
+                    true => budget(&name, &dept, "100"),
+                    false => quota(&name, &dept, &[(GPU, "16")]),
+                };
+                out.push(running(team, 1, t0));
+            }
         }
+        out
+    }
+
+    /// root (a budget) ← a (a budget, 2 cards) ← a1 (a budget, 1 card),
+    /// root ← b (no budget, 4 cards), and c, whose parent is not there.
+    fn budgeted_forest() -> Vec<Quota> {
+        let t0 = at("2026-11-30T12:00:00Z");
+        vec![
+            budget("root", "", "5000"),
+            running(budget("a", "root", "2000"), 2, t0),
+            running(budget("a1", "a", "500"), 1, t0),
+            running(quota("b", "root", &[(GPU, "8")]), 4, t0),
+            running(budget("c", "gone", "100"), 1, t0),
+        ]
+    }
+
+    /// The sweep's copies (`accrued`: only the budgeted quotas copied, the
+    /// subtree usage of the kept forest moved along their lines) say what
+    /// copying every quota and summing their subtrees again says, ten
+    /// hours on and across a month's end (November's spending closed).
+    #[test]
+    fn a_forest_accrued_sums_what_its_copies_sum() {
+        let f = Arc::new(Forest::of(budgeted_forest()));
+        for (now, root_spent) in [("2026-11-30T22:00:00Z", 30), ("2026-12-01T02:00:00Z", 6)] {
+            let w = working(true, at(now));
+            let a = w.accrued(f.clone());
+            assert_eq!(a.copied(), 4, "b has no budget: shared");
+            let copies = w.quotas(f.quotas.clone());
+            let whole = subtree_in_use(&copies);
+            let mine: Vec<&Quota> = a.quotas();
+            assert_eq!(mine.len(), copies.len());
+            for (q, c) in mine.iter().zip(&copies) {
+                assert_eq!(*q, c, "{now}: {}", c.name());
+                for key in [GPU, CASH] {
+                    assert_eq!(
+                        quota::resources::get(a.in_use_of(c.name()), key),
+                        quota::resources::get(&whole[c.name()], key),
+                        "{now}: {} {key}",
+                        c.name()
+                    );
+                }
+            }
+            assert_eq!(
+                quota::resources::get(a.in_use_of("root"), CASH),
+                quota::Quantity::from_units(root_spent),
+                "{now}: a and a1 spent 3 card-hours an hour"
+            );
+        }
+        // Nothing is copied where the controller accrues.
+        let a = working(false, at("2026-12-01T02:00:00Z")).accrued(f.clone());
+        assert_eq!(a.copied(), 0);
+        assert_eq!(a.in_use_of("root"), f.in_use_of("root"));
     }
 
     #[test]
     fn a_quota_without_a_budget_is_shared_not_copied() {
-        let f = Arc::new(Forest::of(vec![quota(
-            "a",
-            "",
-            &[("requests.nvidia.com/gpu", "4")],
-        )]));
-        let w = working(true, 1_000);
-        assert!(Arc::ptr_eq(&w.forest(f.clone()), &f));
-        let with_cash = Arc::new(Forest::of(vec![quota(
-            "b",
-            "",
-            &[("cash/requests.nvidia.com/gpu", "10")],
-        )]));
-        assert!(Arc::ptr_eq(
-            &working(false, 1_000).forest(with_cash.clone()),
-            &with_cash
-        ));
+        let f = Arc::new(Forest::of(vec![
+            quota("a", "", &[("requests.nvidia.com/gpu", "4")]),
+            quota("b", "", &[("cash/requests.nvidia.com/gpu", "10")]),
+        ]));
+        let a = working(true, 1_000).accrued(f.clone());
+        assert_eq!(a.copied(), 1);
+        let quotas = a.quotas();
+        assert!(std::ptr::eq(quotas[0], &f.quotas[0]), "a is shared");
+        assert!(!std::ptr::eq(quotas[1], &f.quotas[1]), "b is a copy");
+        let cluster = working(false, 1_000).accrued(f.clone());
+        assert_eq!(cluster.copied(), 0, "the controller accrues");
+        assert!(cluster
+            .quotas()
+            .iter()
+            .zip(&f.quotas)
+            .all(|(q, k)| std::ptr::eq(*q, k)));
     }
 }

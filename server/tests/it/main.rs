@@ -1,6 +1,7 @@
 //! Integration tests: one binary, real server processes, real databases.
 
 mod admission;
+mod alert_pages;
 mod api;
 mod bodies;
 mod borrow_return;

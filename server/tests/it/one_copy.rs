@@ -257,3 +257,225 @@ async fn a_children_chart_stacks_the_same_children_on_the_page_and_after_a_range
     );
     running.shutdown().await;
 }
+
+/// The open alerts of `quota` in the API, once `done` holds of them.
+async fn alerts_once(
+    s: &Server,
+    quota: &str,
+    done: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let path = format!("/api/v1/alerts?state=open&quota={quota}");
+    let mut last = Vec::new();
+    for _ in 0..100 {
+        let (st, v) = s.api(Method::GET, &path, None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        last = v["items"].as_array().cloned().unwrap_or_default();
+        if done(&last) {
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{quota}'s alerts never settled: {last:?}");
+}
+
+fn of_kind<'a>(items: &'a [serde_json::Value], kind: &str) -> Option<&'a serde_json::Value> {
+    items.iter().find(|a| a["kind"] == kind)
+}
+
+/// The budgets API's view of `name`'s one budget.
+async fn budget(s: &Server, name: &str) -> serde_json::Value {
+    let (st, v) = s
+        .api(Method::GET, &format!("/api/v1/quotas/{name}/budgets"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v["budgets"][0].clone()
+}
+
+/// The alert engine judges budgets on the working copies a page reads at
+/// the same moment (docs/portal.md "One copy per request"): with nothing
+/// written for days while team burns 10 cards in standalone mode, the
+/// sweep's warning says what the budgets API and the quota page say then
+/// ("840 card-hours spent", 160 left, the same run-out), and so does its
+/// email; root's budget is judged on what its subtree spent, never on the
+/// 1,000 it carved out for team (83 % of its 1,200), and warns once the
+/// spending itself reaches 80 %; after the month's end the sweep judges
+/// December, and every budget alert resolves.
+async fn budget_alerts_read_the_pages_copy(url: &str) {
+    let mut args = bizrq::config::ServeArgs::for_tests(url);
+    args.admin_password = Some(ADMIN_PASSWORD.into());
+    args.resync_seconds = 3600;
+    args.alert_sweep_seconds = 1;
+    let t0 = t("2026-11-26T04:00:00Z");
+    let (clock, c) = test_clock(t0);
+    let running = bizrq::start_with(&args, None, Some(c)).await.unwrap();
+    let s = Server::in_process(&running);
+    let sql = bizrq::store::sql::SqlStore::connect(url).await.unwrap();
+    let olga = sql.create_user("olga", "x", false, t0).await.unwrap();
+    sql.set_user_email(olga.id, Some("olga@example.com"))
+        .await
+        .unwrap();
+    sql.set_binding(olga.id, "root", bizrq::portal::authz::Role::Owner, t0)
+        .await
+        .unwrap();
+    // team's forecast horizon is a day (a forecast alert within it);
+    // root forecasts nothing, its budget is judged on spending alone.
+    let monthly =
+        |days: i64| json!({"period": {"kind": "monthly", "anchorDay": 1}, "forecastDays": days});
+    for (name, parent, cash, policy) in [
+        ("root", "", "1200", monthly(0)),
+        ("team", "root", "1000", monthly(1)),
+    ] {
+        let (st, v) = s
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name},
+                    "spec": {"parent": parent, "hard": {GPU: "16", CASH: cash},
+                             "budgets": {CASH: policy}}})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    running
+        .service
+        .charge_workload("team", "batch/Job/ml/a", cards(10), "u1", false)
+        .await
+        .unwrap();
+    let admin = Browser::admin(&s).await;
+
+    // 84 hours on, nothing written: the stored team says nothing spent.
+    clock.store(t("2026-11-29T16:00:00Z"), Ordering::SeqCst);
+    let stored = running.service.get("team").await.unwrap().quota;
+    assert_eq!(
+        resources::get(&stored.status.used, CASH),
+        quota::Quantity::ZERO
+    );
+    let items = alerts_once(&s, "team", |a| {
+        of_kind(a, "threshold").is_some() && of_kind(a, "cash_forecast").is_some()
+    })
+    .await;
+    let b = budget(&s, "team").await;
+    assert_eq!(
+        (b["spent"].as_str(), b["left"].as_str()),
+        (Some("840"), Some("160")),
+        "{b}"
+    );
+    let warning = of_kind(&items, "threshold").unwrap();
+    assert_eq!(warning["numbers"]["used"], b["spent"], "{warning}");
+    assert!(
+        warning["said"]
+            .as_str()
+            .unwrap()
+            .contains("reached 80 %: 840 card-hours spent of 1,000"),
+        "{warning}"
+    );
+    let forecast = of_kind(&items, "cash_forecast").unwrap();
+    assert_eq!(forecast["numbers"]["remaining"], b["left"], "{forecast}");
+    let runs_out = forecast["numbers"]["exhaustedAtMs"].as_i64().unwrap();
+    assert_eq!(
+        json!(quota::time::format_rfc3339(runs_out)),
+        b["runsOutAt"],
+        "{forecast} {b}"
+    );
+    assert!(
+        forecast["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(b["runway"].as_str().unwrap()),
+        "the alert says the API's words: {forecast} {b}"
+    );
+    // The quota page, at the same moment, says the same left.
+    let page = admin.get("/quotas/team").await.body;
+    let on_page = lefts(&page);
+    assert!(
+        !on_page.is_empty() && on_page.iter().all(|l| l == "160"),
+        "{on_page:?}"
+    );
+    assert!(page.contains(b["runway"].as_str().unwrap()), "{page}");
+    // The email olga (root's owner) is sent says it too.
+    let mails = sql.outbox().await.unwrap();
+    let mail = mails
+        .iter()
+        .find(|m| m.subject.contains("team reached 80 %"))
+        .unwrap_or_else(|| {
+            let subjects: Vec<&str> = mails.iter().map(|m| m.subject.as_str()).collect();
+            panic!("team's warning mailed: {subjects:?}")
+        });
+    assert_eq!(mail.recipient, "olga@example.com");
+    assert!(
+        mail.text_body.contains("840 card-hours spent of 1,000"),
+        "{}",
+        mail.text_body
+    );
+    // root: 840 of 1,200 spent below it (70 %), 1,000 carved out (83 %):
+    // no budget alert. A few more sweeps to be sure.
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    let root = alerts_once(&s, "root", |_| true).await;
+    assert!(root.is_empty(), "no alert on carve-outs: {root:?}");
+    assert_eq!(budget(&s, "root").await["subtreeSpent"], "840");
+
+    // Twelve hours more: team spent 960, root's subtree 960 of 1,200.
+    clock.store(t("2026-11-30T04:00:00Z"), Ordering::SeqCst);
+    let root = alerts_once(&s, "root", |a| of_kind(a, "threshold").is_some()).await;
+    let b = budget(&s, "root").await;
+    assert_eq!(b["subtreeSpent"], "960", "{b}");
+    let warning = of_kind(&root, "threshold").unwrap();
+    assert_eq!(warning["numbers"]["used"], b["subtreeSpent"], "{warning}");
+    assert!(
+        warning["said"]
+            .as_str()
+            .unwrap()
+            .contains("reached 80 %: 960 card-hours spent of 1,200"),
+        "{warning}"
+    );
+    assert!(
+        sql.outbox()
+            .await
+            .unwrap()
+            .iter()
+            .any(|m| m.text_body.contains("960 card-hours spent of 1,200")),
+        "root's warning mailed with its figure"
+    );
+    // The job ends: team is written, as of now.
+    running
+        .service
+        .release_workload("team", "batch/Job/ml/a", false)
+        .await
+        .unwrap();
+
+    // Across the month's end, nothing written since: the stored quotas
+    // still hold November (960 spent); the sweep judges December, where
+    // nothing ran, and every budget alert resolves.
+    clock.store(t("2026-12-01T01:00:00Z"), Ordering::SeqCst);
+    let stored = running.service.get("team").await.unwrap().quota;
+    assert_eq!(
+        resources::get(&stored.status.used, CASH),
+        quota::Quantity::from_units(960),
+        "the stored quota still holds November"
+    );
+    for name in ["team", "root"] {
+        let left = alerts_once(&s, name, |a| a.is_empty()).await;
+        assert!(left.is_empty(), "{name}: {left:?}");
+        let b = budget(&s, name).await;
+        assert_eq!(b["period"]["start"], "2026-12-01T00:00:00.000Z", "{b}");
+        assert_eq!(b["subtreeSpent"], "0", "{b}");
+    }
+    // And they stay resolved: the sweep does not reopen November's.
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    for name in ["team", "root"] {
+        let left = alerts_once(&s, name, |_| true).await;
+        assert!(left.is_empty(), "{name}: {left:?}");
+    }
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_alerts_read_the_pages_copy_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    budget_alerts_read_the_pages_copy(&fresh_sqlite(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_alerts_read_the_pages_copy_postgres() {
+    budget_alerts_read_the_pages_copy(&fresh_postgres().await).await;
+}
