@@ -417,9 +417,12 @@ pub async fn evaluate_changed(
         let Some(q) = service.cached_quota(name) else {
             continue;
         };
-        // Usage only: a budget above the written quotas is judged by the
-        // sweep, on the working copies of its whole subtree (here only
-        // the lines written are accrued, and the rest would lag).
+        // Where budgets accrue from the ledger (standalone), usage only: a
+        // budget above the written quotas is judged by the sweep, on the
+        // working copies of its whole subtree (here only the lines
+        // written are accrued, and the rest would lag). In a cluster the
+        // stored spending is the working copy, so its budget is judged
+        // here too, at once.
         let usage: Vec<Condition> = super::conditions(
             &q.quota,
             in_use.of(name),
@@ -428,7 +431,7 @@ pub async fn evaluate_changed(
             now_ms,
         )
         .into_iter()
-        .filter(|c| c.kind == Kind::Threshold && cash_target(&c.key).is_none())
+        .filter(|c| c.kind == Kind::Threshold && (!w.accrues() || cash_target(&c.key).is_none()))
         .collect();
         let was = open.get(name).map(Vec::as_slice).unwrap_or_default();
         let found = super::evaluate(super::grouped(usage, &service.keys), was);
@@ -1131,6 +1134,51 @@ mod batches {
     }
 
     on_both_databases!(a_writes_evaluation_reads_the_budget_as_of_now);
+
+    /// In a cluster the controller accrues from pods and the stored
+    /// spending is what every page shows, so a child's write judges its
+    /// parent's budget at once, on the subtree's real spending (not on
+    /// what the parent carved out): team, stored with 96 hours of 10
+    /// cards accrued, is written; root warns with 960 of 1,200 spent
+    /// below it, without waiting for the sweep.
+    async fn in_a_cluster_a_childs_write_judges_its_parents_budget_at_once(db: &SqlStore) {
+        let t0 = quota::time::parse_rfc3339("2026-11-26T04:00:00Z").unwrap();
+        let at = t0 + 96 * 3_600_000;
+        db.create(&budgeted("root", "", 1200)).await.unwrap();
+        let mut team = running_from(budgeted("team", "root", 1000), t0);
+        {
+            let Quota { spec, status, .. } = &mut team;
+            status.accrue_ledger_priced(
+                spec,
+                at,
+                &quota::cash::Prices::default(),
+                &quota::budget::PriceList::default(),
+            );
+        }
+        let team = db.create(&team).await.unwrap();
+        let service = Service::new(
+            Arc::new(db.clone()),
+            quota::KeyConfig::default(),
+            quota::cash::Prices::default(),
+            Default::default(),
+        )
+        .with_accrual_from_pods()
+        .with_clock(Arc::new(move || at));
+        service.warm_cache().await.unwrap();
+        let mut kept = Kept::default();
+        let written = [seen(&team, at)].into();
+        let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
+        assert_eq!(done.unwrap().opened, 2, "team's budget and root's");
+        let open = db.open_alerts().await.unwrap();
+        let warned = open.iter().find(|a| a.quota == "root").expect("root warns");
+        assert!(
+            warned.message.contains("960 card-hours spent of 1,200"),
+            "{}",
+            warned.message
+        );
+    }
+
+    on_both_databases!(in_a_cluster_a_childs_write_judges_its_parents_budget_at_once);
 }
 
 #[cfg(test)]
