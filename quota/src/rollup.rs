@@ -220,9 +220,12 @@ impl SubtreeUsage {
     /// The known quotas above `name`, nearest first (a cycle ends the line).
     pub fn ancestors(&self, name: &str) -> Vec<String> {
         let mut out = Vec::new();
+        // The cycle check in a set: in the list, a chain of N quotas cost
+        // N² per call.
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::from([name]);
         let mut at = name;
         while let Some(p) = self.parent.get(at).filter(|p| !p.is_empty()) {
-            if !self.parent.contains_key(p.as_str()) || p == name || out.contains(p) {
+            if !self.parent.contains_key(p.as_str()) || !seen.insert(p.as_str()) {
                 break;
             }
             out.push(p.clone());

@@ -108,6 +108,37 @@ pub use quota::tree::CARVE_TTL_MS;
 pub const CREATE_TOKEN_ANNOTATION: &str = "bizrq.io/create-token";
 /// Borrowing admissions: rounds of (lend in the parent, charge the child).
 const BORROW_ROUNDS: usize = 3;
+/// Rounds a borrowing admission may spend, beyond `BORROW_ROUNDS`, on a
+/// parent's ask to fence a grant before it cuts the loan
+/// (`borrow::Lending::FenceFirst`): such a round decides nothing, and a
+/// cut takes one (ask, fence and ask again, charge), so with three rounds
+/// in all a grant made meanwhile (another admission of the same child)
+/// left none for the charge.
+const FENCE_ROUNDS: usize = 3;
+
+/// The rounds of one borrowing admission (a direct one or a queue round).
+#[derive(Default)]
+pub(crate) struct BorrowRounds {
+    asked: usize,
+    fenced: usize,
+}
+
+impl BorrowRounds {
+    /// Whether another round may run.
+    pub(crate) fn more(&self) -> bool {
+        self.asked < BORROW_ROUNDS
+    }
+
+    /// A round ended; `fence` when the parent asked for a fence first,
+    /// which counts against `FENCE_ROUNDS` while any are left.
+    pub(crate) fn done(&mut self, fence: bool) {
+        if fence && self.fenced < FENCE_ROUNDS {
+            self.fenced += 1;
+        } else {
+            self.asked += 1;
+        }
+    }
+}
 /// How many times a loan's return meets a grant made after its fence
 /// before it is left to the parent's repair.
 const RETURN_ROUNDS: usize = 3;
@@ -1114,7 +1145,8 @@ impl Service {
         // (a scale-down) that ends borrowing gives the loan back at once.
         let seen = self.loan_seen(quota_name);
         let mut last_denial = None;
-        for _round in 0..BORROW_ROUNDS {
+        let mut rounds = BorrowRounds::default();
+        while rounds.more() {
             let decide = {
                 let (build, wref, now, loan, run, prices, user) = (
                     build.clone(),
@@ -1284,7 +1316,14 @@ impl Service {
                 // Asked again next round, the child fenced at `g` first.
                 Err(g) => (None, Some(g)),
             };
+            rounds.done(fence_first.is_some());
             last_denial = Some(denial);
+        }
+        // Out of rounds while the parent still asks for a fence: the loan
+        // is being cut under other admissions of this child, which is
+        // contention (asked again), not this admission's denial.
+        if fence_first.is_some() {
+            return Err(ServiceError::Contention(quota_name.to_string()));
         }
         Err(last_denial
             .map(ServiceError::Denied)
@@ -2196,5 +2235,35 @@ mod tests {
         assert!(!c.wrote("ai", 4));
         c.forget("ai");
         assert!(!c.wrote("ai", 6));
+    }
+}
+
+#[cfg(test)]
+mod borrow_rounds {
+    use super::{BorrowRounds, BORROW_ROUNDS, FENCE_ROUNDS};
+
+    /// A parent's ask for a fence does not use up a round of the
+    /// admission: a cut (ask, fence, ask again) met by another grant of
+    /// the same child (a second fence) still leaves rounds to charge; and
+    /// fences without end stop after `FENCE_ROUNDS`.
+    #[test]
+    fn a_fence_asked_first_takes_no_round_until_fences_run_out() {
+        let mut r = BorrowRounds::default();
+        r.done(true);
+        r.done(true);
+        let mut charged = 0;
+        while r.more() {
+            r.done(false);
+            charged += 1;
+        }
+        assert_eq!(charged, BORROW_ROUNDS, "two fences left every round");
+
+        let mut r = BorrowRounds::default();
+        let mut spent = 0;
+        while r.more() {
+            r.done(true);
+            spent += 1;
+        }
+        assert_eq!(spent, FENCE_ROUNDS + BORROW_ROUNDS, "bounded");
     }
 }

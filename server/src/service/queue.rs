@@ -308,7 +308,8 @@ impl Service {
         // first in the next write of the quota.
         let mut fence_first: Option<u64> = None;
         let mut parent = String::new();
-        for _round in 0..super::BORROW_ROUNDS {
+        let mut rounds = super::BorrowRounds::default();
+        while rounds.more() {
             let out = self
                 .update_status(quota_name, false, |q| {
                     parent.clone_from(&q.spec.parent);
@@ -374,6 +375,7 @@ impl Service {
                 // Asked again next round, the quota fenced at `g` first.
                 Err(g) => (None, Some(g)),
             };
+            rounds.done(fence_first.is_some());
         }
         Err(ServiceError::Contention(quota_name.to_string()))
     }

@@ -243,11 +243,14 @@ impl Accrued {
             .iter()
             .map(|q| (q.name(), q.spec.parent.as_str()))
             .collect();
+        // A line's cycle check in a set: in a list it made a chain of N
+        // budgeted quotas cost N³.
         let line = |name: &str| -> Vec<String> {
             let mut out = Vec::new();
+            let mut seen: HashSet<&str> = HashSet::from([name]);
             let mut at = name;
             while let Some(p) = parents.get(at).filter(|p| parents.contains_key(**p)) {
-                if *p == name || out.iter().any(|o| o == p) {
+                if !seen.insert(p) {
                     break;
                 }
                 out.push(p.to_string());
