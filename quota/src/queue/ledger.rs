@@ -143,25 +143,34 @@ pub fn join(
     reason: String,
 ) -> Result<bool, Full> {
     if !holds(q, &work.workload_ref) {
-        let cap = q.spec.queueing.per_submitter();
-        let mine = allowance::of(work.submitted_by.as_deref(), &work.workload_ref);
-        let held = q
-            .status
-            .queue
-            .iter()
-            .filter(|e| allowance::of(e.work.submitted_by.as_deref(), &e.work.workload_ref) == mine)
-            .count();
-        if held >= cap {
-            return Err(Full::Share {
-                quota: q.name().to_string(),
-                workload_ref: work.workload_ref.clone(),
-                share: mine.to_string(),
-                held,
-                cap,
-            });
-        }
+        within_share(q, &work, q.status.queue.iter().map(|e| &e.work))?;
     }
     enqueue(q, work, position, waiting, reason)
+}
+
+/// Refused when `work`, a new entry, would be past its submitter's share
+/// of `q`'s queue, whose entries are `queued` (`QueuePolicy::per_submitter`,
+/// counted by `allowance::of`).
+pub(crate) fn within_share<'a>(
+    q: &Quota,
+    work: &Queued,
+    queued: impl Iterator<Item = &'a Queued>,
+) -> Result<(), Full> {
+    let cap = q.spec.queueing.per_submitter();
+    let mine = allowance::of(work.submitted_by.as_deref(), &work.workload_ref);
+    let held = queued
+        .filter(|e| allowance::of(e.submitted_by.as_deref(), &e.workload_ref) == mine)
+        .count();
+    if held >= cap {
+        return Err(Full::Share {
+            quota: q.name().to_string(),
+            workload_ref: work.workload_ref.clone(),
+            share: mine.to_string(),
+            held,
+            cap,
+        });
+    }
+    Ok(())
 }
 
 /// Remove the entries whose object was never seen (no uid: a CREATE's

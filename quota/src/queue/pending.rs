@@ -12,7 +12,6 @@
 //!
 //! Pure and not wired yet: the webhook still queues in the quota's status.
 
-use super::allowance;
 use super::ledger::{Full, MAX_QUEUE};
 use super::Queued;
 use crate::object::Quota;
@@ -85,21 +84,7 @@ impl Pending {
                 workload_ref: work.workload_ref,
             });
         }
-        let cap = q.spec.queueing.per_submitter();
-        let mine = allowance::of(work.submitted_by.as_deref(), &work.workload_ref);
-        let held = queue
-            .iter()
-            .filter(|e| allowance::of(e.submitted_by.as_deref(), &e.workload_ref) == mine)
-            .count();
-        if held >= cap {
-            return Err(Full::Share {
-                quota: q.name().to_string(),
-                workload_ref: work.workload_ref.clone(),
-                share: mine.to_string(),
-                held,
-                cap,
-            });
-        }
+        super::ledger::within_share(q, &work, queue.iter())?;
         self.tombs.remove(&work.workload_ref);
         self.entries.insert(work.workload_ref.clone(), work);
         Ok(())
