@@ -323,6 +323,56 @@ async fn a_round_cut_short_after_its_write_is_released_whole() {
     assert!(queue_refs(&q).is_empty());
 }
 
+/// A release names the object it was charged for (`metadata.uid` as a
+/// precondition, docs/queueing.md §12 constraint 5): a charge left by a
+/// crash for an object since deleted never releases the object created
+/// again under its name, held and waiting its own turn. The API server
+/// refuses that patch (409); the one with the right uid is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_never_unholds_an_object_created_again_under_the_name() {
+    let c = queueing_cluster().await;
+    let mut workloads = serde_json::Map::new();
+    for (n, stored, charged) in [
+        ("old", "uid-new", "uid-old"),
+        ("same", "uid-same", "uid-same"),
+    ] {
+        let mut j = job(n, "2", None);
+        j["metadata"]["uid"] = json!(stored);
+        j["spec"]["suspend"] = json!(true);
+        c.fake.put(j);
+        workloads.insert(
+            format!("batch/Job/ml/{n}"),
+            json!({"podSets": [{"name": "main", "count": 1,
+                "perPod": {"requests.cpu": "2", "limits.cpu": "2", "cpu": "2", "pods": "1"}}],
+                "since": "2026-11-21T10:00:00.000Z", "uid": format!("queue:{charged}"),
+                "admitted": "2026-11-21T10:00:00.000Z"}),
+        );
+    }
+    let mut q = c.fake.quota("ml");
+    q["status"]["workloads"] = Value::Object(workloads);
+    q["status"]["used"] = json!({"requests.cpu": "4"});
+    c.fake.put(q);
+    let patched = |c: &Cluster| {
+        c.fake
+            .requests()
+            .iter()
+            .any(|r| r.starts_with("PATCH /apis/batch/v1/namespaces/ml/jobs/old"))
+    };
+    for _ in 0..200 {
+        if !suspended(&c, "same") && patched(&c) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!suspended(&c, "same"), "the charged object is released");
+    assert!(patched(&c), "the other's release was tried");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        suspended(&c, "old"),
+        "the object created again under the name stays held"
+    );
+}
+
 /// The scheduler writes a round whole: the charges of every Job it admits
 /// and their removal from the queue in one compare-and-swap. Every version
 /// of the quota the watch shows has the round's Jobs all waiting or all

@@ -36,10 +36,11 @@ use std::collections::BTreeMap;
 /// What a round leaves to release once the quota is no longer held.
 #[derive(Default)]
 pub(super) struct ToRelease {
-    /// Charged by an admission whose release did not happen (crash repair).
-    repairs: Vec<String>,
-    /// Admitted by this round.
-    admitted: Vec<String>,
+    /// Charged by an admission whose release did not happen (crash repair):
+    /// reference and the uid the charge names.
+    repairs: Vec<(String, String)>,
+    /// Admitted by this round: reference and the uid it was admitted under.
+    admitted: Vec<(String, String)>,
 }
 
 impl Context {
@@ -57,7 +58,7 @@ impl Context {
     ) -> Result<(), ServiceError> {
         let t0 = std::time::Instant::now();
         let q = self.service.get(name).await?.quota;
-        let repairs: Vec<String> = {
+        let repairs: Vec<(String, String)> = {
             let snap = self.view.lock().unwrap().snapshot(name);
             q.status
                 .workloads
@@ -72,7 +73,10 @@ impl Context {
                             .get(*wref)
                             .is_some_and(|o| o.pod_sets.iter().all(|s| s.count == 0))
                 })
-                .map(|(wref, _)| wref.clone())
+                .map(|(wref, c)| {
+                    let uid = c.uid.strip_prefix("queue:").unwrap_or_default();
+                    (wref.clone(), uid.to_string())
+                })
                 .collect()
         };
         // Charged by an admission whose release did not happen.
@@ -246,7 +250,13 @@ impl Context {
             }
         }
         tracing::debug!(quota = %name, waiting = known.len(), planned = items.len(), admitted = admitted.len(), read = ?t_read, planned_at = ?t_plan, written_at = ?t0.elapsed(), "queue round");
-        out.admitted = admitted;
+        out.admitted = admitted
+            .into_iter()
+            .map(|w| {
+                let uid = uids.get(w.as_str()).copied().unwrap_or("").to_string();
+                (w, uid)
+            })
+            .collect();
         for e in &fresh {
             if before.get(&e.work.workload_ref) != Some(&(e.position, e.waiting)) {
                 self.notify_workload(
@@ -523,17 +533,22 @@ impl Context {
     /// watch has not caught up yet (a fresh admission kept as a
     /// reservation).
     pub(super) async fn release_all(&self, name: &str, out: ToRelease) {
-        let all: Vec<String> = out.repairs.iter().chain(&out.admitted).cloned().collect();
+        let all: Vec<String> = out
+            .repairs
+            .iter()
+            .chain(&out.admitted)
+            .map(|(w, _)| w.clone())
+            .collect();
         self.releasing.lock().unwrap().extend(all.iter().cloned());
-        futures::future::join_all(out.repairs.iter().map(|w| self.release(w))).await;
-        futures::future::join_all(out.admitted.iter().map(|w| self.release(w))).await;
+        futures::future::join_all(out.repairs.iter().map(|(w, u)| self.release(w, u))).await;
+        futures::future::join_all(out.admitted.iter().map(|(w, u)| self.release(w, u))).await;
         {
             let mut releasing = self.releasing.lock().unwrap();
             for w in &all {
                 releasing.remove(w);
             }
         }
-        for wref in &out.admitted {
+        for (wref, _) in &out.admitted {
             self.notify_workload(
                 wref,
                 false,
@@ -549,7 +564,12 @@ impl Context {
     /// suspend flag to false, or the hold annotation removed), through the
     /// admission webhooks like anyone's write; then the gate off each of
     /// its pods the watch shows (`gates`; none for a suspended kind).
-    async fn release(&self, wref: &str) {
+    /// The patch names `uid` (the object the charge was written for) as a
+    /// precondition: the API server refuses it (409) when the name now
+    /// holds another object, created again after the charge, which must
+    /// not be released on the old one's charge (docs/queueing.md §12,
+    /// constraint 5). Nothing is ungated then either.
+    async fn release(&self, wref: &str, uid: &str) {
         let kind = kind_of_ref(wref).to_string();
         let Some(ar) = self.installed.lock().unwrap().get(&kind).cloned() else {
             return;
@@ -572,6 +592,9 @@ impl Context {
         // Admitted again: no longer preempted (a later suspend by hand must
         // not be taken for one).
         patch["metadata"]["annotations"][queue::PREEMPTED_ANNOTATION] = serde_json::Value::Null;
+        if !uid.is_empty() {
+            patch["metadata"]["uid"] = serde_json::Value::String(uid.to_string());
+        }
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &ar);
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
@@ -579,6 +602,15 @@ impl Context {
         {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            // 409 as a uid precondition's failure; 422 as the immutable
+            // field's, should an API server word it so.
+            Err(kube::Error::Api(s))
+                if s.message.contains("UID in precondition")
+                    || (s.code == 422 && s.message.contains("metadata.uid")) =>
+            {
+                tracing::info!(workload = %wref, %uid, error = %s.message, "not released: the name holds another object now");
+                return;
+            }
             Err(e) => {
                 tracing::warn!(workload = %wref, error = %e, "release failed; the next reconcile repairs it")
             }

@@ -1,7 +1,9 @@
 //! An in-memory Kubernetes API server behind `kube::Client` (a tower
 //! service at its HTTP boundary): discovery, list, watch (a live stream of
 //! JSON lines from a resourceVersion), get, create, replace with
-//! `resourceVersion` compare-and-swap (409 on a stale one), the status and
+//! `resourceVersion` compare-and-swap (409 on a stale one), a write naming
+//! a `metadata.uid` refused with 409 when the stored object has another
+//! (the uid precondition, before validating admission), the status and
 //! scale subresources, JSON merge patch and JSON patch (RFC 6902, 422 when
 //! it cannot be applied), delete and `dryRun=All`. Every request is
 //! recorded, so tests assert the exact calls the controller makes.

@@ -427,6 +427,42 @@ fn finalized(o: &Value) -> bool {
         .is_some_and(|f| !f.is_empty())
 }
 
+impl FakeApi {
+    /// A PUT or PATCH whose object (a merge patch's result, or the patch
+    /// itself) names a `metadata.uid` other than the stored object's is
+    /// refused with 409, as kube-apiserver refuses a write whose uid
+    /// precondition fails; before validating admission, which never sees
+    /// it. A write naming no uid is not checked.
+    fn uid_mismatch(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Option<Response<RespBody>> {
+        if !matches!(*method, Method::PUT | Method::PATCH) {
+            return None;
+        }
+        let sent = body?["metadata"]["uid"]
+            .as_str()
+            .filter(|u| !u.is_empty())?;
+        let t = Self::parse(path)?;
+        let name = t.name.clone()?;
+        let g = self.state.lock().unwrap();
+        let coll = g.colls.get(&t.coll)?;
+        let current = coll
+            .objects
+            .get(&(t.namespace.clone().unwrap_or_default(), name.clone()))?;
+        let have = current["metadata"]["uid"].as_str().unwrap_or("");
+        (have != sent).then(|| {
+            let msg = format!(
+                "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {sent}, UID in object meta: {have}",
+                coll.def.plural
+            );
+            once(409, &status(409, "Conflict", &msg))
+        })
+    }
+}
+
 pub(super) fn stale(body: &Value, current: &Value) -> bool {
     let sent = body["metadata"]["resourceVersion"].as_str().unwrap_or("");
     !sent.is_empty()
@@ -572,6 +608,9 @@ impl tower::Service<Request<Body>> for FakeApi {
                     Ok((None, w)) => warnings = w,
                     Err(refused) => return Ok(refused),
                 }
+            }
+            if let Some(refused) = me.uid_mismatch(&method, &path, body.as_ref()) {
+                return Ok(refused);
             }
             if let Some(attrs) = me.attributes(&method, &path, body.as_ref()) {
                 if let Some(invalid) = super::admission::invalid(&attrs) {
