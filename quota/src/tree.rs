@@ -60,7 +60,19 @@ pub enum TreeError {
         parent: String,
         entries: usize,
     },
+    /// A new quota whose line (itself and its ancestors) would be longer
+    /// than [`MAX_DEPTH`].
+    #[error("bizrq {name}: it would sit at level {depth} or below of its tree; a tree may have at most {MAX_DEPTH} levels (the limit on a tree's depth, docs/limits.md)")]
+    TooDeep { name: String, depth: usize },
 }
+
+/// Levels a tree may have, its root the first: every reader that sums a
+/// quota's use or spending along its line (the working copies, the alert
+/// engine, a create's walk up its ancestors) costs the depth of the line
+/// it walks, so a chain of N quotas cost N² per sweep. Organisations are
+/// a handful of levels deep (company, division, department, team,
+/// project); 16 leaves room.
+pub const MAX_DEPTH: usize = 16;
 
 /// Keys a parent's `status.children` may hold in all (Σ over its children
 /// of the keys each carves out). Every write of the parent carries them —
@@ -167,6 +179,10 @@ pub fn validate_spec(name: &str, spec: &QuotaSpec, cfg: &KeyConfig) -> Result<()
 pub fn check_ancestry(name: &str, forest: &Forest) -> Result<(), TreeError> {
     let line = forest.line(name);
     match line.end {
+        End::Root if line.names.len() > MAX_DEPTH => Err(TreeError::TooDeep {
+            name: name.into(),
+            depth: line.names.len(),
+        }),
         End::Root => Ok(()),
         End::Cycle(_) => Err(TreeError::Cycle {
             name: name.into(),
@@ -537,6 +553,33 @@ pub fn uncarve(parent: &mut Quota, child: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    /// A tree has at most `MAX_DEPTH` levels: a line of 16 (the root at
+    /// level 1) is taken, one of 17 refused naming the limit.
+    #[test]
+    fn a_tree_has_at_most_max_depth_levels() {
+        let chain = |n: usize| {
+            Forest::new(
+                (1..n)
+                    .map(|i| (format!("q{i}"), format!("q{}", i - 1)))
+                    .chain([("q0".to_string(), String::new())]),
+            )
+        };
+        assert_eq!(
+            check_ancestry(&format!("q{}", MAX_DEPTH - 1), &chain(MAX_DEPTH)),
+            Ok(())
+        );
+        let e = check_ancestry(&format!("q{MAX_DEPTH}"), &chain(MAX_DEPTH + 1)).unwrap_err();
+        assert!(
+            matches!(e, TreeError::TooDeep { depth, .. } if depth == MAX_DEPTH + 1),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("a tree may have at most 16 levels"),
+            "{e}"
+        );
+    }
+
     use super::*;
 
     fn list(pairs: &[(&str, &str)]) -> ResourceList {

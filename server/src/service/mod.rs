@@ -213,9 +213,9 @@ impl From<TreeError> for ServiceError {
             TreeError::Held { .. } => ServiceError::Conflict(e.to_string()),
             // A request over a limit: 400 naming it, as the API's other
             // bounds answer.
-            TreeError::TooManyKeys { .. } | TreeError::TooWide { .. } => {
-                ServiceError::BadRequest(e.to_string())
-            }
+            TreeError::TooManyKeys { .. }
+            | TreeError::TooWide { .. }
+            | TreeError::TooDeep { .. } => ServiceError::BadRequest(e.to_string()),
             e => ServiceError::Tree(e),
         }
     }
@@ -755,6 +755,15 @@ impl Service {
     async fn check_ancestry(&self, name: &str, parent: &str) -> Result<(), ServiceError> {
         let mut forest = quota::lineage::Forest::new([(name, parent)]);
         while let Some(at) = forest.next_unknown(name).map(str::to_string) {
+            // A line already past the limit (a store from before it) is
+            // not walked to its end: one read per level.
+            if forest.len() > tree::MAX_DEPTH {
+                return Err(TreeError::TooDeep {
+                    name: name.into(),
+                    depth: forest.len() + 1,
+                }
+                .into());
+            }
             let Some(p) = self.store.get(&at).await? else {
                 break;
             };

@@ -54,6 +54,40 @@ async fn a_quota_with_more_keys_than_the_limit_is_refused_400_naming_it() {
     );
 }
 
+/// A tree has at most 16 levels: the 17th is refused with a 400 naming
+/// the limit and nothing is created (no carve-out left in its parent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_deeper_than_the_limit_is_refused_400_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&fresh_sqlite(&dir)).await;
+    s.create_quota("l01", "", json!({"pods": "1000"})).await;
+    for i in 2..=quota::tree::MAX_DEPTH {
+        s.create_quota(
+            &format!("l{i:02}"),
+            &format!("l{:02}", i - 1),
+            json!({"pods": "10"}),
+        )
+        .await;
+    }
+    let body =
+        json!({"metadata": {"name": "l17"}, "spec": {"parent": "l16", "hard": {"pods": "1"}}});
+    let (status, v) = s.api(Method::POST, "/api/v1/quotas", Some(body)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(
+        m.contains("level 17 or below of its tree; a tree may have at most 16 levels"),
+        "{m}"
+    );
+    let (status, _) = s.api(Method::GET, "/api/v1/quotas/l17", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was created");
+    let parent = s.quota("l16").await;
+    assert!(
+        parent["status"]["children"].get("l17").is_none(),
+        "no carve-out left: {}",
+        parent["status"]
+    );
+}
+
 /// A quota at the key limit: its page shows every key once, its charts'
 /// page one chart per key (counted, not timed: the section folds its samples once for all
 /// keys, `app::chart_section`'s test), and a quota with more children
