@@ -649,6 +649,43 @@ fn advance(f: &mut Flight, p: &mut Quota, kids: &mut [Quota], now: i64) -> bool 
     }
 }
 
+/// One step of a run: `s` starts an admission or a release (only while
+/// `starting`: the run's own steps, not the drain after them) or advances
+/// one in flight by one compare-and-swap, dropping it when it is done.
+fn fly(
+    s: Step,
+    starting: bool,
+    flying: &mut Vec<Flight>,
+    p: &mut Quota,
+    kids: &mut [Quota],
+    now: i64,
+) {
+    match s {
+        Step::Admit(c, w, n) if starting => flying.push(Flight::Admit(Admission {
+            c,
+            w,
+            n,
+            req: None,
+            lent: None,
+            fence: None,
+        })),
+        Step::Release(c, w) if starting => flying.push(Flight::Release(Giving {
+            c,
+            w,
+            seen: None,
+            give: None,
+            granted: None,
+        })),
+        Step::Advance(k) if !flying.is_empty() => {
+            let k = k % flying.len();
+            if advance(&mut flying[k], p, kids, now) {
+                flying.remove(k);
+            }
+        }
+        _ => {}
+    }
+}
+
 proptest! {
     /// Admissions and releases of borrowers, every step of each its own
     /// compare-and-swap, interleaved in any order: a release gives its
@@ -676,21 +713,7 @@ proptest! {
         let drain = steps.len();
         for (i, s) in steps.into_iter().chain((0..drain * 8).map(|_| Step::Advance(0))).enumerate() {
             now += 1;
-            match s {
-                Step::Admit(c, w, n) if i < drain => flying.push(Flight::Admit(Admission {
-                    c, w, n, req: None, lent: None, fence: None,
-                })),
-                Step::Release(c, w) if i < drain => flying.push(Flight::Release(Giving {
-                    c, w, seen: None, give: None, granted: None,
-                })),
-                Step::Advance(k) if !flying.is_empty() => {
-                    let k = k % flying.len();
-                    if advance(&mut flying[k], &mut p, &mut kids, now) {
-                        flying.remove(k);
-                    }
-                }
-                _ => {}
-            }
+            fly(s, i < drain, &mut flying, &mut p, &mut kids, now);
             let mut used = Quantity::ZERO;
             for k in &kids {
                 let b = q(&k.spec.borrowed(&k.status.used));
@@ -737,21 +760,7 @@ proptest! {
         let drain = steps.len();
         for (i, s) in steps.into_iter().chain((0..drain * 8).map(|_| Step::Advance(0))).enumerate() {
             now += 1;
-            match s {
-                Step::Admit(c, w, n) if i < drain => flying.push(Flight::Admit(Admission {
-                    c, w, n, req: None, lent: None, fence: None,
-                })),
-                Step::Release(c, w) if i < drain => flying.push(Flight::Release(Giving {
-                    c, w, seen: None, give: None, granted: None,
-                })),
-                Step::Advance(k) if !flying.is_empty() => {
-                    let k = k % flying.len();
-                    if advance(&mut flying[k], &mut p, &mut kids, now) {
-                        flying.remove(k);
-                    }
-                }
-                _ => {}
-            }
+            fly(s, i < drain, &mut flying, &mut p, &mut kids, now);
             let (mut used, mut allowed) = (Quantity::ZERO, Quantity::ZERO);
             for k in &kids {
                 let u = q(&k.status.used);

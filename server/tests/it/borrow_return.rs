@@ -163,6 +163,25 @@ struct Cut {
     loans: BTreeMap<String, i64>,
 }
 
+/// Every version of the family's three quotas (org, a, b) stored since
+/// `start`, in the API server's order (by resourceVersion).
+fn versions(c: &Cluster, start: u64) -> Vec<(u64, Value)> {
+    let mut versions: Vec<(u64, Value)> = ["org", "a", "b"]
+        .iter()
+        .flat_map(|n| c.fake.quota_versions(n, start))
+        .map(|q| {
+            let rv = q["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            (rv, q)
+        })
+        .collect();
+    versions.sort_by_key(|(rv, _)| *rv);
+    versions
+}
+
 fn milli(v: &Value) -> i64 {
     v.as_str()
         .and_then(|s| s.parse::<quota::quantity::Quantity>().ok())
@@ -222,20 +241,7 @@ async fn returns_racing_grants_never_lend_past_the_parents_hard() {
         admitted += t.await.unwrap();
     }
     assert!(admitted > 8, "the lanes borrowed: {admitted} admitted");
-    // Every version of the three quotas, in the API server's order.
-    let mut versions: Vec<(u64, Value)> = ["org", "a", "b"]
-        .iter()
-        .flat_map(|n| c.fake.quota_versions(n, start))
-        .map(|q| {
-            let rv = q["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .parse()
-                .unwrap();
-            (rv, q)
-        })
-        .collect();
-    versions.sort_by_key(|(rv, _)| *rv);
+    let versions = versions(&c, start);
     assert!(versions.len() > 20, "{} versions", versions.len());
     let mut cut = Cut::default();
     let story = |upto: u64| -> String {
@@ -404,20 +410,7 @@ async fn a_loan_cut_while_a_charge_rides_it_waits_for_the_borrowers_fence() {
     // borrows.
     let a = c.fake.quota("a");
     assert!(x.is_ok() || y.is_ok(), "{x:?} {y:?}");
-    // Every version, in the API server's order.
-    let mut versions: Vec<(u64, Value)> = ["org", "a", "b"]
-        .iter()
-        .flat_map(|n| c.fake.quota_versions(n, start))
-        .map(|q| {
-            let rv = q["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .parse()
-                .unwrap();
-            (rv, q)
-        })
-        .collect();
-    versions.sort_by_key(|(rv, _)| *rv);
+    let versions = versions(&c, start);
     let hard: BTreeMap<&str, i64> = [("a", 0), ("b", CAP * 1000)].into();
     let mut cut = Cut::default();
     for (rv, q) in &versions {
