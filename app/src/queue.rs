@@ -171,6 +171,14 @@ pub fn overview_section(rows: Vec<WaitingRow>, more: usize) -> impl IntoView {
     .into_any()
 }
 
+/// [`overview_section`] as HTML (for `/api/v1/live/overview`, which
+/// redraws it beside "needs attention", so that both say one budget's
+/// "left" as of one moment).
+#[cfg(feature = "ssr")]
+pub fn overview_html(rows: Vec<WaitingRow>, more: usize) -> String {
+    Owner::new().with(|| overview_section(rows, more).to_html())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -704,6 +704,11 @@ fn redraw_overview(reply: &OverviewReply) {
     if let Some(section) = doc.query_selector("section.attention").ok().flatten() {
         section.set_outer_html(&reply.attention);
     }
+    // Its budget reasons say the same "left" as the attention items just
+    // drawn (a section that appears only on a reload when none was).
+    if let Some(section) = doc.query_selector("section.queued-mine").ok().flatten() {
+        section.set_outer_html(&reply.queued);
+    }
     if let Ok(cards) = doc.query_selector_all("section.quota-card[data-quota]") {
         for i in 0..cards.length() {
             let Some(card) = cards.item(i).and_then(|n| n.dyn_into::<Element>().ok()) else {

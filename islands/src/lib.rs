@@ -101,6 +101,10 @@ pub struct OverviewReply {
     pub attention: String,
     /// The viewer's quota cards' changing parts.
     pub cards: Vec<CardLive>,
+    /// The "Queued in your quotas" section, as HTML
+    /// (`section.queued-mine`; empty when nothing waits).
+    #[serde(default)]
+    pub queued: String,
 }
 
 /// One overview card's changing parts.

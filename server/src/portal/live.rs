@@ -121,8 +121,8 @@ fn api_error(e: PageError) -> ApiError {
 }
 
 /// GET /api/v1/live/overview — the overview's changing parts for its
-/// island: its quota cards' bars and counts and its "needs attention"
-/// section, drawn by the page's components from the same reads (the
+/// island: its quota cards' bars and counts, its "needs attention"
+/// section and its queued work, drawn by the page's components from the same reads (the
 /// quotas the caller may see, their subtree use, the attention items, the
 /// transfers awaiting the caller, the open alerts). Not the forecasts:
 /// they move with the samples, hourly, and the page's reload has them.
@@ -145,6 +145,24 @@ pub async fn overview(State(app): State<AppState>, p: Principal) -> Result<Respo
             }
         })
         .collect();
+    // The queued work's budget reasons at the same `now` as the
+    // attention items (on the render threads, as the page does).
+    let queued = {
+        let (forest, p, w, cfg) = (
+            data.forest.clone(),
+            p.clone(),
+            w.clone(),
+            app.service.keys.clone(),
+        );
+        place
+            .work(move || {
+                let (rows, more) =
+                    super::quotas::queued_in_my_quotas(&forest.quotas(), &p, &w, &cfg);
+                app::queue::overview_html(rows, more)
+            })
+            .await
+            .map_err(|e| ApiError::Service(ServiceError::Internal(e.to_string())))?
+    };
     let open_alerts = super::alerts::open_count(&app, &p)
         .await
         .map_err(api_error)?;
@@ -155,6 +173,7 @@ pub async fn overview(State(app): State<AppState>, p: Principal) -> Result<Respo
         open_alerts,
         attention,
         cards,
+        queued,
     };
     Ok(([(header::CACHE_CONTROL, "no-store")], Json(reply)).into_response())
 }

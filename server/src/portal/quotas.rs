@@ -932,7 +932,7 @@ pub const OVERVIEW_QUEUED: usize = 50;
 /// more. A portal account is not a Kubernetes user (docs/portal-accounts.md),
 /// so "the viewer's own jobs" can only be its quotas' jobs; each row says
 /// who submitted it as the API server named them.
-fn queued_in_my_quotas(
+pub(crate) fn queued_in_my_quotas(
     all: &[&Quota],
     p: &authz::Principal,
     w: &crate::service::working::Working,

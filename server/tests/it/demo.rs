@@ -440,6 +440,23 @@ async fn nlp_says_one_left_hours_later(url: &str) {
         reasons.iter().any(|r| r.ends_with(&format!("{left} left"))),
         "the queue API's budget reason says {left}: {reasons:?}"
     );
+    // The overview's live parts, which its island draws over the page
+    // every few seconds: the attention items and the queued work (whose
+    // budget reason stayed as of the page's load before) say one figure.
+    let (st, live) = api
+        .api(reqwest::Method::GET, "/api/v1/live/overview", None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{live}");
+    one(
+        "the live overview's attention",
+        live["attention"].as_str().unwrap(),
+    );
+    let queued = live["queued"].as_str().unwrap();
+    assert!(
+        queued.contains("Queued in your quotas")
+            && queued.contains(&format!("needs 8,640, {left} left")),
+        "the live overview's queued work says {left}: {queued}"
+    );
     let member = Browser::logged_in(&api, "member-nlp", PASSWORD).await;
     one("member-nlp's overview", &member.get("/").await.body);
     running.shutdown().await;
