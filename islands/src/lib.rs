@@ -230,9 +230,11 @@ mod tests {
                 counts: "1 workloads · 0 children".into(),
                 keys: "<span/>".into(),
             }],
+            queued: "<section class=\"queued-mine\"/>".into(),
         };
         let text = serde_json::to_string(&o).unwrap();
         assert!(text.contains("\"openAlerts\":1"), "{text}");
+        assert!(text.contains("\"queued\":"), "{text}");
         assert_eq!(serde_json::from_str::<OverviewReply>(&text).unwrap(), o);
     }
 }
