@@ -475,10 +475,16 @@ impl Service {
     }
 
     /// The subtrees under `roots` (roots included), read without the rest
-    /// of the forest (`QuotaStore::subtrees`).
+    /// of the forest (`QuotaStore::subtrees`), for what a person is shown:
+    /// on the view store (`with_view_store`) like `get_for_view`. Every
+    /// member's page, badge and API call reads its subtrees; on the
+    /// admissions' read connections that was most of their work beside
+    /// the heaviest pages (docs/limits.md, "What the portal shared").
     pub async fn subtrees(&self, roots: &[String]) -> Result<Vec<Quota>, ServiceError> {
         Ok(self
-            .store
+            .view
+            .as_ref()
+            .unwrap_or(&self.store)
             .subtrees(roots)
             .await?
             .into_iter()
