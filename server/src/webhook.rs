@@ -546,6 +546,17 @@ async fn release_deleted(svc: &Arc<Service>, adapter: &Adapter, req: &Request, w
         Err(_) if !dry => svc.defer_release(None, wref, None, deleted_at, &timed_out()),
         _ => {}
     }
+    if !dry {
+        let uid = req
+            .old_object
+            .as_deref()
+            .and_then(|o| serde_json::from_str::<serde_json::Value>(o.get()).ok())
+            .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        for q in &holders {
+            svc.left_marked(q, wref, &uid);
+        }
+    }
     for q in holders {
         let mut seen = None;
         let release = svc.release_for_delete(&q, wref, dry, &mut seen);

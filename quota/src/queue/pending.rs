@@ -58,6 +58,19 @@ impl Pending {
         out
     }
 
+    /// The pending entries' references and places.
+    pub fn refs(&self) -> Vec<(String, i64)> {
+        self.entries
+            .iter()
+            .map(|(r, p)| (r.clone(), p.submitted_ms))
+            .collect()
+    }
+
+    /// The references of what left and is remembered.
+    pub fn tombstones(&self) -> Vec<String> {
+        self.tombs.keys().cloned().collect()
+    }
+
     /// Check `work` against `q`'s caps counting the pending entries too,
     /// and add it, in one step (call under the quota's lock): past
     /// `MAX_QUEUE` or past its submitter's share it is refused and nothing

@@ -109,6 +109,10 @@ impl Cluster {
         args.admin_password = Some(crate::common::ADMIN_PASSWORD.into());
         args.discovery_seconds = 1;
         args.resync_seconds = 3600;
+        // Every cluster test with queue marks on (docs/queueing.md §12).
+        if std::env::var_os("BIZRQ_TEST_QUEUE_MARKS").is_some() {
+            args.queue_mark_key_file = Some(mark_key_file(dir.path()));
+        }
         configure(&mut args);
         let (clock, c) = match test_clock {
             Some((clock, c)) => (clock, Some(c)),
@@ -711,4 +715,14 @@ async fn a_watch_from_a_compacted_version_is_told_410_expired() {
         Some(Ok(WatchEvent::Added(o))) => assert_eq!(o.metadata.name.as_deref(), Some("c21")),
         other => panic!("expected c21, got {other:?}"),
     }
+}
+
+/// The queue mark key every test replica shares (hex, 32 bytes).
+pub const MARK_KEY: &str = "6d61726b2d6b65792d666f722d62697a72712d746573742d6f6e6c792d303031";
+
+/// A key file holding `MARK_KEY` in `dir`.
+pub fn mark_key_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("queue-mark-keys");
+    std::fs::write(&path, format!("# test key\n{MARK_KEY}\n")).unwrap();
+    path
 }

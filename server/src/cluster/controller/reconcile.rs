@@ -413,6 +413,23 @@ impl Context {
                 .unwrap()
                 .annotated(name, quota::queue::PREEMPTED_ANNOTATION)
                 .is_empty();
+        // Held objects carrying a queue mark wait for a round's fold, and
+        // so do this replica's pending entries to be forgotten
+        // (docs/queueing.md §12).
+        let queued = queued
+            || (self.service.marks.is_some()
+                && (!self
+                    .view
+                    .lock()
+                    .unwrap()
+                    .annotated(name, quota::queue::mark::ANNOTATION)
+                    .is_empty()
+                    || self
+                        .service
+                        .marked
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .contains_key(name)));
         // Pods of charged workloads still gated (made after the admission,
         // or a release cut short) are released.
         self.release_gated(name).await;
