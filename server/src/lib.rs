@@ -332,7 +332,7 @@ impl Core {
             service = service
                 .with_accrual_from_pods()
                 .with_queueing()
-                .with_queue_marks(queue_mark_keys(&args)?)
+                .with_queue_marks(queue_mark_keys(args)?)
                 .with_notifier(Arc::new(events.clone()))
                 .with_priorities(Arc::new(cluster::priority::PriorityCache::new(c.clone())));
         }

@@ -10,7 +10,8 @@
 //! (`leave`) until the watch shows it gone, so a fold never takes a stale
 //! copy of it back (`skips`).
 //!
-//! Pure and not wired yet: the webhook still queues in the quota's status.
+//! Pure; held per quota by the server's `Service::marked` when queue marks
+//! are on.
 
 use super::ledger::{Full, MAX_QUEUE};
 use super::Queued;

@@ -354,8 +354,8 @@ impl Context {
             .collect()
     }
 
-    /// A marked, held object left out of the queue: said once on the
-    /// object (an Event), at most once per reason.
+    /// A marked, held object left out of the queue: said on the object
+    /// (an Event), each round that leaves it out.
     fn not_folded(&self, name: &str, wref: &str, why: &queue::fold::NotFolded) {
         use queue::fold::NotFolded;
         let text = match why {
