@@ -385,8 +385,16 @@ impl Service {
             .cloned()
             .unwrap_or_default();
         let name = q.name().to_string();
+        // An object charged already (admitted, its release not yet seen by
+        // the watch, or charged by hand) is never folded again: the mark
+        // stays on the object after it left the queue.
         let marked: Vec<queue::fold::Marked<'_>> = objects
             .iter()
+            .filter(|o| {
+                !q.status.workloads.get(&o.workload_ref).is_some_and(|c| {
+                    c.uid.starts_with("queue:") || c.usage().values().any(|v| v.nanos() > 0)
+                })
+            })
             .map(|o| queue::fold::Marked {
                 annotation: &o.annotation,
                 at: queue::mark::Binding {

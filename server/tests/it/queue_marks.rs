@@ -314,3 +314,62 @@ async fn parallel_creates_never_pass_a_submitters_share() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(queue_refs(&c.fake.quota("ml")).len(), 3);
 }
+
+/// The mark stays on an object after the round admitted it: a round that
+/// runs before the watch shows it released (its release slowed) never
+/// folds it into the queue again, so no version of the quota has it both
+/// charged and waiting, and it is charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_marked_job_is_never_folded_again_before_its_release_shows() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "3")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+    create(&c, "alice", job("b", "2")).await.unwrap();
+    c.until("ml", "b folded", |q| queue_refs(q) == ["batch/Job/ml/b"])
+        .await;
+    let after: u64 = c.fake.quota("ml")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    c.fake.slow_writes(
+        "/apis/batch/v1/namespaces/ml/jobs/b",
+        std::time::Duration::from_secs(2),
+    );
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "b charged", |q| {
+        q["status"]["workloads"]["batch/Job/ml/b"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("queue:"))
+    })
+    .await;
+    // Rounds while the release is in flight.
+    for n in 1..=5 {
+        c.touch("ml", n);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    for _ in 0..100 {
+        if !suspended(&c, "b") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!suspended(&c, "b"), "b released");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for v in c.fake.quota_versions("ml", after) {
+        let charged = v["status"]["workloads"]["batch/Job/ml/b"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("queue:"));
+        assert!(
+            !(charged && queue_refs(&v).contains(&"batch/Job/ml/b".to_string())),
+            "b both charged and waiting: {v}"
+        );
+    }
+    let q = c.fake.quota("ml");
+    assert!(queue_refs(&q).is_empty(), "{q}");
+    assert_eq!(used(&q, "requests.cpu"), "2", "{q}");
+}
