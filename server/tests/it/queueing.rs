@@ -83,8 +83,10 @@ async fn a_job_that_does_not_fit_waits_suspended_and_is_admitted_when_room_frees
     // Does not fit: created suspended, queued at position 1, not charged.
     create(&c, &job("b", "2", None)).await.unwrap();
     assert!(suspended(&c, "b"), "the mutating webhook suspends it");
-    let q = c.fake.quota("ml");
-    assert_eq!(queue_refs(&q), ["batch/Job/ml/b"]);
+    // At once without marks; after the round's fold with them.
+    let q = c
+        .until("ml", "b queued", |q| queue_refs(q) == ["batch/Job/ml/b"])
+        .await;
     let e = &q["status"]["queue"][0];
     assert_eq!(e["submittedBy"], "alice");
     assert_eq!(e["position"], 1);
