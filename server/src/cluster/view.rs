@@ -940,6 +940,15 @@ impl View {
             .map(|s| (s.quota.as_str(), s.info.released.is_some()))
     }
 
+    /// The workloads bound to `quota` the watch shows held with a queue
+    /// mark (`set_released`).
+    pub fn marked_waiting(&self, quota: &str) -> BTreeSet<String> {
+        self.workloads_in(quota)
+            .filter(|(_, s)| s.info.released.is_some())
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+
     /// Record what the held, marked `wref` runs once released (None: not
     /// held, or not marked).
     pub fn set_released(&mut self, wref: &str, released: Option<Vec<PodSet>>) {

@@ -290,6 +290,10 @@ pub struct Service {
     /// Per quota, the entries this replica marked that no status it read
     /// shows yet, checked and added under the lock (`quota::queue::pending`).
     pub marked: Arc<std::sync::Mutex<HashMap<String, quota::queue::pending::Pending>>>,
+    /// When this replica's controller last judged its pending marks by its
+    /// watch (`forget_marked`); long ago on a replica that runs no rounds,
+    /// whose webhook then forgets them by time alone.
+    pub marks_judged_at: Arc<std::sync::atomic::AtomicI64>,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
@@ -342,6 +346,7 @@ impl Service {
             queueing: false,
             marks: None,
             marked: Default::default(),
+            marks_judged_at: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
             deferred: Default::default(),
             clock: Arc::new(now_ms),
             locks: Default::default(),

@@ -313,6 +313,16 @@ impl Service {
         let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
         let pending = all.entry(quota_name.to_string()).or_default();
         pending.seen(&current);
+        // A replica running no rounds (not the leader) has no watch to
+        // tell a create never stored from one waiting: what it marked
+        // stops counting once the API server can no longer store it. The
+        // leader's fold holds the caps again in the quota's write.
+        let judged_at = self
+            .marks_judged_at
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if judged_at < now.saturating_sub(MARK_STORE_MS) {
+            pending.expire(now.saturating_sub(MARK_STORE_MS));
+        }
         // A mark of this object not folded yet keeps its place.
         let waiting = pending.queue(&current);
         if let Some(p) = waiting.iter().find(|e| e.workload_ref == work.workload_ref) {
@@ -436,6 +446,8 @@ impl Service {
     /// never stored shows nothing); a tombstone once the object is not
     /// shown.
     pub fn forget_marked(&self, quota_name: &str, now: i64, shown: impl Fn(&str) -> Option<bool>) {
+        self.marks_judged_at
+            .store(now, std::sync::atomic::Ordering::Relaxed);
         let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
         let Some(p) = all.get_mut(quota_name) else {
             return;

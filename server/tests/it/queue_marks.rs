@@ -213,7 +213,7 @@ async fn the_webhook_marks_without_writing_the_quota_and_counts_what_it_marked()
     assert!(allowed, "the marks never stored no longer count");
 }
 
-fn base64_decode(s: &str) -> Vec<u8> {
+pub(crate) fn base64_decode(s: &str) -> Vec<u8> {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = Vec::new();
     let mut buf = 0u32;
@@ -372,4 +372,204 @@ async fn an_admitted_marked_job_is_never_folded_again_before_its_release_shows()
     let q = c.fake.quota("ml");
     assert!(queue_refs(&q).is_empty(), "{q}");
     assert_eq!(used(&q, "requests.cpu"), "2", "{q}");
+}
+
+/// A create that must wait writes no quota: not the mutating webhook
+/// (it marks the object), not the validating review of the same create
+/// (a held object charges nothing), not the controller's reconcile of
+/// what its watch shows (a held, marked object is not a charge). The
+/// first write of the quota after the create is the round that folds it,
+/// and no version ever records the waiting Job as a workload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_create_writes_no_quota_until_the_round_folds_it() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "3")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+    // Whatever a's create set off has been written.
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let before: u64 = c.fake.quota("ml")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    create(&c, "alice", job("b", "2")).await.unwrap();
+    assert!(suspended(&c, "b"));
+    assert!(mark_of(&c, "b").is_some());
+    // The create and both reviews are done: no write of the quota yet
+    // unless it is the round's fold.
+    let versions = c.fake.quota_versions("ml", before);
+    assert!(
+        versions.iter().all(|v| queue_refs(v) == ["batch/Job/ml/b"]),
+        "written before the round: {versions:?}"
+    );
+    c.until("ml", "b folded", |q| {
+        queue_refs(q) == ["batch/Job/ml/b"] && q["status"]["queue"][0]["uid"].is_string()
+    })
+    .await;
+    // The controller's reactions to the watch's event of b settle.
+    for n in 1..=3 {
+        c.touch("ml", n);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let versions = c.fake.quota_versions("ml", before);
+    assert!(!versions.is_empty());
+    assert_eq!(
+        queue_refs(&versions[0]),
+        ["batch/Job/ml/b"],
+        "the first write after the create is the round's fold: {}",
+        versions[0]
+    );
+    for v in &versions {
+        assert!(
+            v["status"]["workloads"].get("batch/Job/ml/b").is_none(),
+            "a waiting Job recorded as a workload: {v}"
+        );
+        assert_eq!(used(v, "requests.cpu"), "3", "{v}");
+    }
+}
+
+/// A second replica over the same API server, with the same mark key, not
+/// leading (it runs no rounds) and not serving the webhooks until told.
+async fn second_replica(c: &Cluster) -> Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = mark_key_file(dir.path());
+    let db = crate::common::fresh_sqlite(&dir);
+    Cluster::replica_configured(c.fake.clone(), dir, T0, "bizrq-1", false, &db, |a| {
+        a.queue_mark_key_file = Some(keys)
+    })
+    .await
+}
+
+/// Two replicas: the one serving the webhooks marks a create, the leader
+/// (which never reviewed it) folds it and admits it once: one charge by
+/// the queue, the Job released, never both charged and waiting, and the
+/// marking replica's count of it forgotten once a status shows it
+/// admitted (its submitter may queue again to the share).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_replicas_a_marked_create_is_folded_and_admitted_once() {
+    let c = marked_cluster(Some(1)).await;
+    let other = second_replica(&c).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let start: u64 = c.fake.quota("ml")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    other.serve_webhooks();
+    create(&c, "bob", job("b", "2")).await.unwrap();
+    assert!(suspended(&c, "b"));
+    assert_eq!(
+        mark_of(&c, "b").expect("marked by the other replica")["by"],
+        "bob"
+    );
+    // Bob's share of 1 is taken on the replica that marked b.
+    let err = create(&c, "bob", job("b2", "2")).await.unwrap_err();
+    assert!(err.contains("maxPerSubmitter 1"), "{err}");
+    c.until("ml", "b folded by the leader", |q| {
+        queue_refs(q) == ["batch/Job/ml/b"] && q["status"]["queue"][0]["uid"].is_string()
+    })
+    .await;
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "b admitted", |q| {
+        queue_refs(q).is_empty() && used(q, "requests.cpu") == "2"
+    })
+    .await;
+    for _ in 0..100 {
+        if !suspended(&c, "b") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!suspended(&c, "b"), "b released");
+    for n in 1..=3 {
+        c.touch("ml", n);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let mut charges = std::collections::BTreeSet::new();
+    for v in c.fake.quota_versions("ml", start) {
+        let charge = &v["status"]["workloads"]["batch/Job/ml/b"];
+        let charged = charge["uid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("queue:"));
+        assert!(
+            !(charged && queue_refs(&v).contains(&"batch/Job/ml/b".to_string())),
+            "b both charged and waiting: {v}"
+        );
+        if charged {
+            charges.insert(charge["since"].to_string());
+        }
+        assert!(
+            ["0", "2", "4"].contains(&used(&v, "requests.cpu")),
+            "b charged twice: {v}"
+        );
+    }
+    assert_eq!(charges.len(), 1, "admitted once: {charges:?}");
+    assert_eq!(used(&c.fake.quota("ml"), "requests.cpu"), "2");
+    // b is admitted: bob's share on the marking replica is free again.
+    create(&c, "bob", job("b3", "4")).await.unwrap();
+    assert!(suspended(&c, "b3"));
+}
+
+/// Two replicas marking at once: each counts what it marked, so together
+/// their webhooks may let through up to the share each before a status
+/// shows any (the bound across replicas: the share per replica); the
+/// leader's fold holds the share again in the quota's write, so no stored
+/// version ever has more of one submitter waiting than the share, and what
+/// is over it stays held, marked, out of the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_replicas_the_stored_queue_never_passes_a_submitters_share() {
+    let c = marked_cluster(Some(3)).await;
+    let other = second_replica(&c).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let start: u64 = c.fake.quota("ml")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The leader's folds land late: the other replica marks before any
+    // status shows the first replica's marks.
+    let status = "/apis/bizrq.io/v1/bizgroupresourcequotas/ml/status";
+    c.fake
+        .slow_writes(status, std::time::Duration::from_secs(2));
+    let burst = |from: usize| {
+        futures::future::join_all((from..from + 6).map(|i| {
+            let c = &c;
+            async move { create(c, "mallory", job(&format!("p-{i}"), "1")).await }
+        }))
+    };
+    let first = burst(0).await.iter().filter(|r| r.is_ok()).count();
+    other.serve_webhooks();
+    let second = burst(6).await.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(first, 3, "one replica never passes the share");
+    assert!(second <= 3, "nor the other: {second}");
+    c.fake.slow_writes(status, std::time::Duration::ZERO);
+    c.until("ml", "three folded", |q| queue_refs(q).len() == 3)
+        .await;
+    for n in 1..=4 {
+        c.touch("ml", n);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    for v in c.fake.quota_versions("ml", start) {
+        assert!(queue_refs(&v).len() <= 3, "past the share: {v}");
+        assert_eq!(used(&v, "requests.cpu"), "4", "{v}");
+    }
+    // Every Job created is held and marked, in the queue or out of it.
+    let made: Vec<String> = (0..12)
+        .map(|i| format!("p-{i}"))
+        .filter(|n| c.fake.get("batch", "jobs", "ml", n).is_some())
+        .collect();
+    assert_eq!(made.len(), first + second);
+    for n in &made {
+        assert!(suspended(&c, n), "{n} held");
+        assert!(mark_of(&c, n).is_some(), "{n} marked");
+    }
+    println!("created through two replicas: {first} + {second}, stored queue 3");
 }
