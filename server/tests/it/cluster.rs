@@ -110,7 +110,7 @@ impl Cluster {
         args.discovery_seconds = 1;
         args.resync_seconds = 3600;
         // Every cluster test with queue marks on (docs/queueing.md §12).
-        if std::env::var_os("BIZRQ_TEST_QUEUE_MARKS").is_some() {
+        if marks_on() {
             args.queue_mark_key_file = Some(mark_key_file(dir.path()));
         }
         configure(&mut args);
@@ -271,6 +271,13 @@ pub fn webhook_certificate(dir: &std::path::Path) -> String {
     std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
     std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
     ca.pem()
+}
+
+/// Whether the cluster tests run with queue marks on
+/// (`BIZRQ_TEST_QUEUE_MARKS`, docs/queueing.md §12): a create that must
+/// wait is then in the quota's status only after a round folds it.
+pub fn marks_on() -> bool {
+    std::env::var_os("BIZRQ_TEST_QUEUE_MARKS").is_some()
 }
 
 pub fn used<'a>(q: &'a Value, key: &str) -> &'a str {
