@@ -424,15 +424,12 @@ impl Context {
                 .is_empty();
         // Held objects carrying a queue mark wait for a round's fold, and
         // so do this replica's pending entries to be forgotten
-        // (docs/queueing.md §12).
+        // (docs/queueing.md §12). Only held ones: the mark stays on an
+        // object after its admission, and would ask for a round at every
+        // reconcile of its quota from then on.
         let queued = queued
             || (self.service.marks.is_some()
-                && (!self
-                    .view
-                    .lock()
-                    .unwrap()
-                    .annotated(name, quota::queue::mark::ANNOTATION)
-                    .is_empty()
+                && (!self.view.lock().unwrap().marked_waiting(name).is_empty()
                     || self
                         .service
                         .marked
