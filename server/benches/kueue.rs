@@ -1085,7 +1085,62 @@ async fn run(o: Opts) -> bool {
     {
         qrec.lock().unwrap().advance(start + end);
     }
-    report(&o, &fake, &rec, &qrec, total, end, all_admitted, cpu)
+    let broken = report(&o, &fake, &rec, &qrec, total, end, all_admitted, cpu);
+    settle_held(&fake, &rec).await;
+    broken
+}
+
+/// Charges of finished Jobs the quotas hold, by reference.
+fn held_refs(fake: &FakeApi, r: &Rec) -> Vec<String> {
+    let mut out = Vec::new();
+    for q in fake.list("bizrq.io", "bizgroupresourcequotas") {
+        let Some(charges) = q["status"]["workloads"].as_object() else {
+            continue;
+        };
+        for (wref, charge) in charges {
+            let finished = wref
+                .strip_prefix("batch/Job/")
+                .and_then(|k| r.jobs.get(k))
+                .is_some_and(|j| j.finished.is_some());
+            let charged = charge["podSets"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|p| p["count"].as_i64().unwrap_or(0) > 0));
+            if finished && charged {
+                out.push(wref.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Whether a finished Job's charge still held at the end is a leak or the
+/// controller catching up (its reconciles queued behind others): watched
+/// for up to 20 s after the end.
+async fn settle_held(fake: &FakeApi, rec: &Arc<Mutex<Rec>>) {
+    let t0 = Instant::now();
+    let first = held_refs(fake, &rec.lock().unwrap());
+    if first.is_empty() {
+        return;
+    }
+    loop {
+        let now = held_refs(fake, &rec.lock().unwrap());
+        if now.is_empty() || t0.elapsed() > Duration::from_secs(20) {
+            println!(
+                "finished Jobs charged at the end: {} ({}); {:.1} s later: {}{}",
+                first.len(),
+                first.join(", "),
+                t0.elapsed().as_secs_f64(),
+                now.len(),
+                if now.is_empty() {
+                    " (released: the controller caught up)"
+                } else {
+                    " (never released)"
+                },
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The charges the quotas still hold at the end for Jobs that finished,
@@ -1114,6 +1169,21 @@ fn held_charges(fake: &FakeApi, r: &Rec) {
             held += 1;
             cpus += j.cpu;
             let (ns, name) = key.split_once('/').unwrap_or_default();
+            // Enough to tell which writer left it: the charge, and the
+            // Job's hold, annotations and conditions as stored.
+            if held <= 3 {
+                let o = fake.get("batch", "jobs", ns, name).unwrap_or_default();
+                println!(
+                    "  still charged: {wref} in {}: {charge}; the Job: suspend {}, annotations {}, \
+                     conditions {}, evictions {}, queued at create {}",
+                    q["metadata"]["name"],
+                    o["spec"]["suspend"],
+                    o["metadata"]["annotations"],
+                    o["status"]["conditions"],
+                    j.evictions,
+                    j.queued_at_create,
+                );
+            }
             let finished_at = fake
                 .get("batch", "jobs", ns, name)
                 .and_then(|o| {

@@ -157,6 +157,16 @@ pub struct ServeArgs {
     /// read at start; surrounding whitespace (a final newline) is ignored.
     #[arg(long, env = "BIZRQ_WEBHOOK_TOKEN_FILE")]
     pub webhook_token_file: Option<PathBuf>,
+    /// A file of queue mark keys (a mounted Secret): one hex key of at least
+    /// 32 random bytes a line, the first signing and any verifying, so a
+    /// key is rotated by adding the new one first. With it, the mutating
+    /// webhook queues a create by a signed mark on the object instead of a
+    /// compare-and-swap of the quota, and the controller's rounds fold the
+    /// marked, held objects into the queue (docs/queueing.md §12). Every
+    /// replica must mount the same keys. Without it, queues are kept in
+    /// the quota's status as before.
+    #[arg(long, env = "BIZRQ_QUEUE_MARK_KEY_FILE")]
+    pub queue_mark_key_file: Option<PathBuf>,
     /// Serve the webhook on a non-loopback address without a client CA or a
     /// token (reviews change quotas: rely on a NetworkPolicy and the
     /// controller's re-checks; see docs/webhook-trust.md).

@@ -332,6 +332,7 @@ impl Core {
             service = service
                 .with_accrual_from_pods()
                 .with_queueing()
+                .with_queue_marks(queue_mark_keys(args)?)
                 .with_notifier(Arc::new(events.clone()))
                 .with_priorities(Arc::new(cluster::priority::PriorityCache::new(c.clone())));
         }
@@ -753,6 +754,21 @@ pub fn webhook_token(args: &ServeArgs) -> anyhow::Result<Option<String>> {
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .map(str::to_string))
+}
+
+/// The queue mark keys of `--queue-mark-key-file`, None without one.
+pub fn queue_mark_keys(
+    args: &ServeArgs,
+) -> anyhow::Result<Option<Arc<service::queue_mark::MarkKeys>>> {
+    let Some(path) = &args.queue_mark_key_file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        anyhow::anyhow!("cannot read --queue-mark-key-file {}: {e}", path.display())
+    })?;
+    let keys = service::queue_mark::MarkKeys::parse(&text)
+        .map_err(|e| anyhow::anyhow!("--queue-mark-key-file {}: {e}", path.display()))?;
+    Ok(Some(Arc::new(keys)))
 }
 
 fn seconds(s: u64) -> Duration {

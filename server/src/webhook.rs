@@ -419,6 +419,13 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
             };
             for step in quota::admission::plan(old.as_ref(), new.as_ref()) {
                 match step {
+                    // A create the mutating webhook held and marked waits
+                    // outside the quota (docs/queueing.md §12): it runs
+                    // nothing, so there is nothing to charge, and a record
+                    // of it would write the quota for every create that
+                    // waits. The round charges it when it admits it.
+                    quota::admission::Step::Charge { workload, .. }
+                        if waits_marked(svc, &req.operation, workload) => {}
                     quota::admission::Step::Charge { quota, workload } => {
                         let sets = workload.pod_sets.clone();
                         let run = match &changes {
@@ -448,6 +455,19 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
         }
         _ => Ok(Verdict::allow()),
     }
+}
+
+/// A CREATE, with queue marks on, of an object carrying a mark and
+/// running nothing (held): what the mutating webhook queued by the mark.
+/// An object marked by anyone else that runs nothing is charged nothing
+/// either way; one that runs something is charged as any.
+fn waits_marked(svc: &Service, operation: &str, w: &Workload) -> bool {
+    operation == "CREATE"
+        && svc.marks.is_some()
+        && w.meta
+            .annotations
+            .contains_key(quota::queue::mark::ANNOTATION)
+        && w.usage().values().all(|v| v.nanos() == 0)
 }
 
 /// What an UPDATE changes of what admission, budgets and queueing read
@@ -545,6 +565,17 @@ async fn release_deleted(svc: &Arc<Service>, adapter: &Adapter, req: &Request, w
         Ok(Err(e)) if !dry => svc.defer_release(None, wref, None, deleted_at, &e.into()),
         Err(_) if !dry => svc.defer_release(None, wref, None, deleted_at, &timed_out()),
         _ => {}
+    }
+    if !dry {
+        let uid = req
+            .old_object
+            .as_deref()
+            .and_then(|o| serde_json::from_str::<serde_json::Value>(o.get()).ok())
+            .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        for q in &holders {
+            svc.left_marked(q, wref, &uid);
+        }
     }
     for q in holders {
         let mut seen = None;

@@ -7,7 +7,7 @@
 //! round plans only over the queue this returns: an entry the fold
 //! refuses never takes room nor heads a strict FIFO queue.
 //!
-//! Pure and not wired yet: the webhook still queues in the quota's status.
+//! Pure; run by `Service::fold_marks` in the round when queue marks are on.
 
 use super::allowance;
 use super::ledger::{Full, MAX_QUEUE};

@@ -7,8 +7,8 @@
 //! itself (HMAC-SHA256 with a key every replica mounts) is the caller's,
 //! passed in as a function, so this crate stays free of keys and crypto.
 //!
-//! Nothing here is wired yet: the webhook still queues in the quota's
-//! status.
+//! Wired with `--queue-mark-key-file`: the webhook signs, the round's
+//! fold accepts.
 
 use crate::queue::MAX_SUBMITTER;
 use serde::{Deserialize, Serialize};

@@ -10,7 +10,8 @@
 //! (`leave`) until the watch shows it gone, so a fold never takes a stale
 //! copy of it back (`skips`).
 //!
-//! Pure and not wired yet: the webhook still queues in the quota's status.
+//! Pure; held per quota by the server's `Service::marked` when queue marks
+//! are on.
 
 use super::ledger::{Full, MAX_QUEUE};
 use super::Queued;
@@ -58,6 +59,19 @@ impl Pending {
         out
     }
 
+    /// The pending entries' references and places.
+    pub fn refs(&self) -> Vec<(String, i64)> {
+        self.entries
+            .iter()
+            .map(|(r, p)| (r.clone(), p.submitted_ms))
+            .collect()
+    }
+
+    /// The references of what left and is remembered.
+    pub fn tombstones(&self) -> Vec<String> {
+        self.tombs.keys().cloned().collect()
+    }
+
     /// Check `work` against `q`'s caps counting the pending entries too,
     /// and add it, in one step (call under the quota's lock): past
     /// `MAX_QUEUE` or past its submitter's share it is refused and nothing
@@ -90,17 +104,36 @@ impl Pending {
         Ok(())
     }
 
-    /// Forget the pending entries a status of the quota shows (the same
-    /// reference and place: an older entry of the name does not count).
+    /// Forget the pending entries a status of the quota shows: waiting
+    /// (the same reference and place: an older entry of the name does not
+    /// count), or admitted from the queue since its place (a round folds
+    /// and admits in one write, so the status may never show it waiting;
+    /// an older object's charge of the name was made before the place).
     /// How many.
     pub fn seen(&mut self, q: &Quota) -> usize {
         let before = self.entries.len();
         self.entries.retain(|r, p| {
-            !q.status
+            let waiting = q
+                .status
                 .queue
                 .iter()
-                .any(|e| e.work.workload_ref == *r && e.work.submitted_ms == p.submitted_ms)
+                .any(|e| e.work.workload_ref == *r && e.work.submitted_ms == p.submitted_ms);
+            let admitted = q.status.workloads.get(r).is_some_and(|c| {
+                c.uid.starts_with("queue:")
+                    && crate::time::parse_rfc3339(&c.since).is_some_and(|s| s >= p.submitted_ms)
+            });
+            !(waiting || admitted)
         });
+        before - self.entries.len()
+    }
+
+    /// Forget the pending entries placed before `before_ms`: on a replica
+    /// whose watch does not judge them (it runs no rounds), once the API
+    /// server can no longer store their objects. One stored since is the
+    /// leader's to fold, and the fold holds the caps again.
+    pub fn expire(&mut self, before_ms: i64) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|_, p| p.submitted_ms >= before_ms);
         before - self.entries.len()
     }
 
@@ -216,6 +249,36 @@ mod tests {
         // b's object is gone: room for c.
         p.gone("batch/Job/ml/b");
         assert!(p.join(&q, work("c", "u", 3)).is_ok());
+    }
+
+    #[test]
+    fn an_entry_folded_and_admitted_in_one_write_no_longer_counts() {
+        let charge = |uid: &str, since: i64| crate::object::Charge {
+            pod_sets: Vec::new(),
+            hpa: None,
+            since: crate::time::format_rfc3339(since),
+            uid: uid.into(),
+            admitted: None,
+        };
+        let mut q = quota(Some(1));
+        let mut p = Pending::default();
+        p.join(&q, work("a", "u", 1_000)).unwrap();
+        // An older object of the name, charged before the place: still
+        // counted; so is a charge the queue did not make.
+        let a = "batch/Job/ml/a".to_string();
+        q.status
+            .workloads
+            .insert(a.clone(), charge("queue:old", 999));
+        assert_eq!(p.seen(&q), 0);
+        q.status
+            .workloads
+            .insert(a.clone(), charge("review-7", 2_000));
+        assert_eq!(p.seen(&q), 0);
+        assert!(p.join(&q, work("b", "u", 3_000)).is_err());
+        // Admitted from the queue after its place: forgotten, room for b.
+        q.status.workloads.insert(a, charge("queue:new", 2_000));
+        assert_eq!(p.seen(&q), 1);
+        assert!(p.join(&q, work("b", "u", 3_000)).is_ok());
     }
 
     #[test]

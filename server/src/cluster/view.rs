@@ -43,6 +43,9 @@ pub struct WorkloadInfo {
     /// workload by them as the queue judges its entries, even before its
     /// pods exist.
     pub priority_classes: Vec<String>,
+    /// A held object carrying a queue mark (docs/queueing.md §12): what
+    /// it runs once released, as its adapter reads it; None otherwise.
+    pub released: Option<Vec<PodSet>>,
 }
 
 /// A governed workload as the watch shows it.
@@ -384,6 +387,7 @@ impl View {
                         uid: w.meta.uid.clone(),
                         run_ms,
                         priority_classes: Vec::new(),
+                        released: None,
                     },
                 },
             );
@@ -926,6 +930,31 @@ impl View {
     /// declares one.
     pub fn workload_run_ms(&self, wref: &str) -> Option<i64> {
         self.workloads.get(wref).and_then(|s| s.info.run_ms)
+    }
+
+    /// The quota `wref` is bound to, and whether it is held with a queue
+    /// mark (`set_released`); None when the watch does not show it.
+    pub fn marked_held(&self, wref: &str) -> Option<(&str, bool)> {
+        self.workloads
+            .get(wref)
+            .map(|s| (s.quota.as_str(), s.info.released.is_some()))
+    }
+
+    /// The workloads bound to `quota` the watch shows held with a queue
+    /// mark (`set_released`).
+    pub fn marked_waiting(&self, quota: &str) -> BTreeSet<String> {
+        self.workloads_in(quota)
+            .filter(|(_, s)| s.info.released.is_some())
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+
+    /// Record what the held, marked `wref` runs once released (None: not
+    /// held, or not marked).
+    pub fn set_released(&mut self, wref: &str, released: Option<Vec<PodSet>>) {
+        if let Some(s) = self.workloads.get_mut(wref) {
+            s.info.released = released;
+        }
     }
 
     /// Record the PriorityClasses `wref`'s pod templates name.

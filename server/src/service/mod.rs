@@ -282,6 +282,18 @@ pub struct Service {
     /// quota's queue, which the controller admits from. Standalone: false,
     /// so nothing queues — nothing there would ever admit it.
     pub queueing: bool,
+    /// Queue marks (`--queue-mark-key-file`, docs/queueing.md §12): with
+    /// keys, a create that must wait is queued by a signed mark on the
+    /// object and counted in `marked` until a status shows it; None: the
+    /// quota's status holds every entry.
+    pub marks: Option<Arc<queue_mark::MarkKeys>>,
+    /// Per quota, the entries this replica marked that no status it read
+    /// shows yet, checked and added under the lock (`quota::queue::pending`).
+    pub marked: Arc<std::sync::Mutex<HashMap<String, quota::queue::pending::Pending>>>,
+    /// When this replica's controller last judged its pending marks by its
+    /// watch (`forget_marked`); long ago on a replica that runs no rounds,
+    /// whose webhook then forgets them by time alone.
+    pub marks_judged_at: Arc<std::sync::atomic::AtomicI64>,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
@@ -332,6 +344,9 @@ impl Service {
             service_account: String::new(),
             priorities: Arc::new(queue::NoClasses),
             queueing: false,
+            marks: None,
+            marked: Default::default(),
+            marks_judged_at: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
             deferred: Default::default(),
             clock: Arc::new(now_ms),
             locks: Default::default(),
@@ -389,6 +404,12 @@ impl Service {
     /// does not fit may queue.
     pub fn with_queueing(mut self) -> Service {
         self.queueing = true;
+        self
+    }
+
+    /// Queue by signed marks on the objects (docs/queueing.md §12).
+    pub fn with_queue_marks(mut self, keys: Option<Arc<queue_mark::MarkKeys>>) -> Service {
+        self.marks = keys;
         self
     }
 

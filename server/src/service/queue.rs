@@ -60,6 +60,25 @@ impl PriorityLookup for NoClasses {
     fn set_watched(&self, _: Option<Classes>) {}
 }
 
+/// How long after a mark's place an entry the watch never shows is still
+/// counted: the API server's `--request-timeout` (60 s by default), past
+/// which a create reviewed then can no longer be stored.
+pub const MARK_STORE_MS: i64 = 60_000;
+
+/// A held object carrying a queue mark, as the controller's watch shows
+/// it (`Service::fold_marks`).
+#[derive(Clone, Debug)]
+pub struct MarkedObject {
+    pub workload_ref: String,
+    /// The annotation's value (`quota::queue::mark::ANNOTATION`).
+    pub annotation: String,
+    pub uid: String,
+    /// Its `creationTimestamp` (ms).
+    pub created_ms: i64,
+    /// What it runs once released, read from the object.
+    pub work: Queued,
+}
+
 /// What the mutating webhook does with a queueable workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Queueing {
@@ -246,6 +265,225 @@ impl Service {
         out
     }
 
+    /// `queue_workload` with queue marks on (docs/queueing.md §12): a
+    /// workload that must wait is checked against the quota's status plus
+    /// the entries this replica marked and no status shows yet, and added
+    /// to those, under one lock (`quota::queue::pending`), with no write
+    /// of the quota; the caller holds the object back and writes the
+    /// signed mark this returns in its annotation. An entry the status
+    /// holds already is judged as `queue_workload` does (in the quota's
+    /// compare-and-swap).
+    pub async fn mark_workload(
+        &self,
+        quota_name: &str,
+        mut work: Queued,
+        create: bool,
+        dry_run: bool,
+    ) -> Result<(Queueing, Option<queue::mark::Mark>), ServiceError> {
+        let Some(keys) = self.marks.clone() else {
+            let out = self
+                .queue_workload(quota_name, work, create, dry_run)
+                .await?;
+            return Ok((out, None));
+        };
+        let current = self.get(quota_name).await?.quota;
+        if ledger::holds(&current, &work.workload_ref) {
+            let out = self
+                .queue_workload(quota_name, work, create, dry_run)
+                .await?;
+            return Ok((out, None));
+        }
+        let (priority, note) = self.resolve_priority(&work.priority_classes).await;
+        work.priority = priority;
+        let worded = |reason: String| match &note {
+            Some(n) => format!("{reason}; {n}"),
+            None => reason,
+        };
+        let (limits, family) = self.queue_plan(&current).await?;
+        let now = self.now();
+        let budgets = queue::budgets::of(&current);
+        let price_list = self.price_list();
+        let views: Vec<_> = budgets
+            .iter()
+            .map(|b| b.view(&self.prices, &price_list))
+            .collect();
+        let mut judged = current.clone();
+        admission::release(&mut judged, &work.workload_ref);
+        let pool = Pool::new(&judged, &limits);
+        let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = all.entry(quota_name.to_string()).or_default();
+        pending.seen(&current);
+        // A replica running no rounds (not the leader) has no watch to
+        // tell a create never stored from one waiting: what it marked
+        // stops counting once the API server can no longer store it. The
+        // leader's fold holds the caps again in the quota's write.
+        let judged_at = self
+            .marks_judged_at
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if judged_at < now.saturating_sub(MARK_STORE_MS) {
+            pending.expire(now.saturating_sub(MARK_STORE_MS));
+        }
+        // A mark of this object not folded yet keeps its place.
+        let waiting = pending.queue(&current);
+        if let Some(p) = waiting.iter().find(|e| e.workload_ref == work.workload_ref) {
+            work.submitted_ms = p.submitted_ms;
+        }
+        let check =
+            queue::would_queue_at(&waiting, &work, &pool, &views, &current.spec.queueing, now);
+        let (position, reason) = match check {
+            Check::Never(r) => return Ok((Queueing::Never(r.to_string()), None)),
+            Check::AdmitsNow => match family.as_ref().and_then(|f| fair_turn(f, &judged, &work)) {
+                Some(turn) => (
+                    u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX),
+                    queue::Reason::Fair(turn),
+                ),
+                None => return Ok((Queueing::Admits, None)),
+            },
+            Check::Queues { position, reason } => (position, reason),
+        };
+        let joined = if dry_run {
+            pending.clone().join(&current, work.clone())
+        } else {
+            pending.join(&current, work.clone())
+        };
+        if let Err(full) = joined {
+            if !dry_run {
+                self.metrics.count_queue_refused(full.cause());
+            }
+            return Err(ServiceError::Denied(Denial::from(full)));
+        }
+        drop(all);
+        let mark = queue::mark::sign(
+            quota_name,
+            &work.workload_ref,
+            work.submitted_ms,
+            work.priority,
+            work.submitted_by.as_deref().unwrap_or(""),
+            |b| keys.sign(b),
+        );
+        Ok((
+            Queueing::Queued {
+                position,
+                reason: worded(reason.to_string()),
+            },
+            Some(mark),
+        ))
+    }
+
+    /// Fold the marked, held objects `objects` of `q` into its queue
+    /// (`quota::queue::fold`: each mark checked with our keys, what left
+    /// this replica's queue skipped, the caps held again), in memory: the
+    /// caller plans over `q` and writes it in the round's one
+    /// compare-and-swap. Whether the queue changed, and what was refused.
+    pub fn fold_marks(
+        &self,
+        q: &mut Quota,
+        objects: &[MarkedObject],
+        now: i64,
+    ) -> (bool, Vec<(String, queue::fold::NotFolded)>) {
+        let Some(keys) = self.marks.as_ref() else {
+            return (false, Vec::new());
+        };
+        if objects.is_empty() {
+            return (false, Vec::new());
+        }
+        let pending = self
+            .marked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(q.name())
+            .cloned()
+            .unwrap_or_default();
+        let name = q.name().to_string();
+        // An object charged already (admitted, its release not yet seen by
+        // the watch, or charged by hand) is never folded again: the mark
+        // stays on the object after it left the queue.
+        let marked: Vec<queue::fold::Marked<'_>> = objects
+            .iter()
+            .filter(|o| {
+                !q.status.workloads.get(&o.workload_ref).is_some_and(|c| {
+                    c.uid.starts_with("queue:") || c.usage().values().any(|v| v.nanos() > 0)
+                })
+            })
+            .map(|o| queue::fold::Marked {
+                annotation: &o.annotation,
+                at: queue::mark::Binding {
+                    quota: &name,
+                    workload_ref: &o.workload_ref,
+                    created_ms: o.created_ms,
+                    now_ms: now,
+                },
+                uid: &o.uid,
+                work: o.work.clone(),
+            })
+            .collect();
+        let folded = queue::fold::fold(q, &marked, &pending, |b, m| keys.verify(b, m));
+        let mut changed = false;
+        for r in &folded.added {
+            let Some(work) = folded.queue.iter().find(|e| e.workload_ref == *r) else {
+                continue;
+            };
+            let position = u32::try_from(q.status.queue.len() + 1).unwrap_or(u32::MAX);
+            // The fold held the caps; a refusal here leaves it held, marked.
+            if let Ok(c) = ledger::join(
+                q,
+                work.clone(),
+                position,
+                queue::Waiting::Quota,
+                "queued; placed by the next round".into(),
+            ) {
+                changed |= c;
+            }
+        }
+        (changed, folded.refused)
+    }
+
+    /// Forget what this replica marked for `quota_name` and the watch no
+    /// longer needs counted: `shown(wref)` says whether the watch shows
+    /// the object bound to the quota (Some) and held with a mark (true).
+    /// An entry goes once its object is shown unmarked, or not shown at
+    /// all and `MARK_STORE_MS` after its place (a create the API server
+    /// never stored shows nothing); a tombstone once the object is not
+    /// shown.
+    pub fn forget_marked(&self, quota_name: &str, now: i64, shown: impl Fn(&str) -> Option<bool>) {
+        self.marks_judged_at
+            .store(now, std::sync::atomic::Ordering::Relaxed);
+        let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(p) = all.get_mut(quota_name) else {
+            return;
+        };
+        for (r, since) in p.refs() {
+            let go = match shown(&r) {
+                Some(marked) => !marked && since.saturating_add(MARK_STORE_MS) < now,
+                None => since.saturating_add(MARK_STORE_MS) < now,
+            };
+            if go {
+                p.gone(&r);
+            }
+        }
+        for r in p.tombstones() {
+            if shown(&r).is_none() {
+                p.gone(&r);
+            }
+        }
+        if p.is_empty() && p.tombstones().is_empty() {
+            all.remove(quota_name);
+        }
+    }
+
+    /// A DELETE or an opt-out took `wref` (of `uid`) out of `quota_name`'s
+    /// queue: with marks on, this replica's fold skips stale copies of it
+    /// and its pending entry no longer counts (`Pending::leave`).
+    pub fn left_marked(&self, quota_name: &str, wref: &str, uid: &str) {
+        if self.marks.is_none() {
+            return;
+        }
+        let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
+        all.entry(quota_name.to_string())
+            .or_default()
+            .leave(wref, uid);
+    }
+
     /// Take `wref` out of `quota_name`'s queue, charging nothing: a queued
     /// workload, still held, that opted out of the queue (docs/queueing.md
     /// §4, "Opting out while queued"). Whether an entry was removed.
@@ -300,6 +538,7 @@ impl Service {
         quota_name: &str,
         items: &[queue::batch::Admit],
         fresh: Option<Vec<queue::QueueEntry>>,
+        marked: &[MarkedObject],
     ) -> Result<queue::batch::Batch, ServiceError> {
         let now_ms = self.now();
         let prices = self.price_list();
@@ -318,12 +557,15 @@ impl Service {
                         borrow::fence(q, g);
                     }
                     let fenced = q.status.loan_fence != was;
+                    // The marked objects folded first, in this write: the
+                    // round plans over what this fold accepts.
+                    let (folded, _) = self.fold_marks(q, marked, now_ms);
                     let b =
                         queue::batch::admit(q, items, loan.as_ref(), now_ms, &self.prices, &prices);
                     match &b {
                         queue::batch::Batch::Done { admitted, .. } => {
                             let restated = fresh.clone().is_some_and(|f| ledger::restate(q, f));
-                            Ok((!admitted.is_empty() || restated || fenced, b))
+                            Ok((!admitted.is_empty() || restated || fenced || folded, b))
                         }
                         queue::batch::Batch::Borrow(_) => Ok((fenced, b)),
                     }

@@ -3,8 +3,7 @@
 //! `quota::queue::mark::signed_bytes`, with keys every replica mounts
 //! (one a line, hex; the first signs, any verifies, so a key is rotated by
 //! adding the new one first and removing the old one once no mark of it
-//! is queued). Not wired yet: the webhook still queues in the quota's
-//! status.
+//! is queued). Loaded from `--queue-mark-key-file`.
 
 use sha2::{Digest, Sha256};
 

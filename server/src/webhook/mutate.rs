@@ -197,6 +197,19 @@ pub async fn mutate(
         queued || (old_held && !held)
     };
     if !judged {
+        // Opted out while held with a mark not folded yet: this replica's
+        // fold skips it from now on (docs/queueing.md §12, constraint 5).
+        let opted_out = || {
+            matches!(
+                queue::disposition(adapter, &q.spec.queueing, &w.meta.labels),
+                Ok(Disposition::Refuse)
+            )
+        };
+        let marked = obj["metadata"]["annotations"][queue::mark::ANNOTATION].is_string();
+        if !create && !queued && held && marked && !req.dry() && svc.marks.is_some() && opted_out()
+        {
+            svc.left_marked(&quota_name, &wref, &w.meta.uid);
+        }
         return pass;
     }
     // A queued workload whose update changes the opt-out label is judged
@@ -217,6 +230,9 @@ pub async fn mutate(
             Ok(Disposition::Refuse) => {
                 if held {
                     svc.leave_queue(&quota_name, &wref, req.dry()).await?;
+                    if !req.dry() {
+                        svc.left_marked(&quota_name, &wref, &w.meta.uid);
+                    }
                 }
                 return pass;
             }
@@ -254,8 +270,11 @@ pub async fn mutate(
         submitted_by: queue::submitter(&req.user_info.username),
         preempted: false,
     };
-    let mut answer = svc
-        .queue_workload(&quota_name, work.clone(), create, req.dry())
+    // With queue marks (docs/queueing.md §12) a workload that must wait
+    // and is not queued in the status yet is marked, not written into the
+    // quota: `mark` is its signed entry.
+    let (mut answer, mut mark) = svc
+        .mark_workload(&quota_name, work.clone(), create, req.dry())
         .await?;
     // A create that fits now is charged here, so the room it saw is its own
     // when the validating webhook comes: that review finds the charge and
@@ -284,8 +303,8 @@ pub async fn mutate(
             match charged {
                 Ok(()) => return pass,
                 Err(ServiceError::Denied(_)) => {
-                    answer = svc
-                        .queue_workload(&quota_name, work.clone(), create, false)
+                    (answer, mark) = svc
+                        .mark_workload(&quota_name, work.clone(), create, false)
                         .await?;
                 }
                 Err(e) => return Err(e),
@@ -305,12 +324,40 @@ pub async fn mutate(
             if !req.dry() && svc.events.enabled() {
                 notify_queued(svc, req, &wref, &note);
             }
-            Ok((
-                Verdict::allow().warn([note]),
-                Some(hold::hold_patch(hold, &obj)),
-            ))
+            let mut patch = hold::hold_patch(hold, &obj);
+            if let Some(m) = &mark {
+                add_mark(&mut patch, &obj, m);
+            }
+            Ok((Verdict::allow().warn([note]), Some(patch)))
+        }
+        // Marked while held already (an UPDATE that keeps it held): the
+        // mark is written alone.
+        Queueing::Queued { .. } if mark.is_some() => {
+            let mut patch = json!([]);
+            if let Some(m) = &mark {
+                add_mark(&mut patch, &obj, m);
+            }
+            Ok((Verdict::allow(), Some(patch)))
         }
         _ => pass,
+    }
+}
+
+/// Append to the JSONPatch `patch` (of `obj`) the op that writes the mark
+/// `m` in its annotation, replacing whatever the object carried there.
+fn add_mark(patch: &mut Value, obj: &Value, m: &queue::mark::Mark) {
+    let Some(ops) = patch.as_array_mut() else {
+        return;
+    };
+    let value = serde_json::to_string(m).expect("a mark serialises");
+    let annotations_made = obj["metadata"]["annotations"].is_object()
+        || ops.iter().any(|o| o["path"] == "/metadata/annotations");
+    if annotations_made {
+        let path = hold::pointer(&["metadata", "annotations", queue::mark::ANNOTATION]);
+        ops.push(json!({"op": "add", "path": path, "value": value}));
+    } else if obj["metadata"].is_object() {
+        ops.push(json!({"op": "add", "path": "/metadata/annotations",
+            "value": {queue::mark::ANNOTATION: value}}));
     }
 }
 

@@ -109,6 +109,10 @@ impl Cluster {
         args.admin_password = Some(crate::common::ADMIN_PASSWORD.into());
         args.discovery_seconds = 1;
         args.resync_seconds = 3600;
+        // Every cluster test with queue marks on (docs/queueing.md §12).
+        if marks_on() {
+            args.queue_mark_key_file = Some(mark_key_file(dir.path()));
+        }
         configure(&mut args);
         let (clock, c) = match test_clock {
             Some((clock, c)) => (clock, Some(c)),
@@ -267,6 +271,13 @@ pub fn webhook_certificate(dir: &std::path::Path) -> String {
     std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
     std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
     ca.pem()
+}
+
+/// Whether the cluster tests run with queue marks on
+/// (`BIZRQ_TEST_QUEUE_MARKS`, docs/queueing.md §12): a create that must
+/// wait is then in the quota's status only after a round folds it.
+pub fn marks_on() -> bool {
+    std::env::var_os("BIZRQ_TEST_QUEUE_MARKS").is_some()
 }
 
 pub fn used<'a>(q: &'a Value, key: &str) -> &'a str {
@@ -711,4 +722,14 @@ async fn a_watch_from_a_compacted_version_is_told_410_expired() {
         Some(Ok(WatchEvent::Added(o))) => assert_eq!(o.metadata.name.as_deref(), Some("c21")),
         other => panic!("expected c21, got {other:?}"),
     }
+}
+
+/// The queue mark key every test replica shares (hex, 32 bytes).
+pub const MARK_KEY: &str = "6d61726b2d6b65792d666f722d62697a72712d746573742d6f6e6c792d303031";
+
+/// A key file holding `MARK_KEY` in `dir`.
+pub fn mark_key_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("queue-mark-keys");
+    std::fs::write(&path, format!("# test key\n{MARK_KEY}\n")).unwrap();
+    path
 }

@@ -31,6 +31,7 @@ mod preemption;
 mod prices;
 mod queue_flood;
 mod queue_hold;
+mod queue_marks;
 mod queue_opt_out;
 mod queue_visible;
 mod queueing;

@@ -413,8 +413,11 @@ async fn a_jobset_queues_is_admitted_and_is_preempted_whole() {
         jobset_suspended(&c, "js"),
         "the mutating webhook suspends it"
     );
-    let q = c.fake.quota("ml");
-    assert_eq!(queue_refs(&q), ["jobset.x-k8s.io/JobSet/ml/js"]);
+    let q = c
+        .until("ml", "js queued", |q| {
+            queue_refs(q) == ["jobset.x-k8s.io/JobSet/ml/js"]
+        })
+        .await;
     let sets = &q["status"]["queue"][0]["podSets"];
     assert_eq!(sets[0]["name"], "driver");
     assert_eq!(sets[0]["count"], 1);

@@ -96,7 +96,7 @@ async fn concurrent_creates_on_a_queueing_quota_are_admitted_or_queued_never_ref
         .map(|i| format!("j{i}"))
         .filter(|n| c.fake.get("batch", "jobs", "ml", n).unwrap()["spec"]["suspend"] != true)
         .collect();
-    let q = c.fake.quota("ml");
+    let q = c.until("ml", "17 queued", |q| queue_len(q) == 17).await;
     assert_eq!(running.len(), 3, "{running:?} {q}");
     assert_eq!(
         used(&q, "requests.cpu"),

@@ -45,7 +45,7 @@ async fn opting_out_while_queued_is_judged_like_a_create() {
     create(&c, job("b", "2")).await;
     create(&c, job("c", "2")).await;
     assert!(suspended(&c, "b") && suspended(&c, "c"));
-    assert_eq!(queue_len(&c.fake.quota("ml")), 2);
+    c.until("ml", "b and c queued", |q| queue_len(q) == 2).await;
 
     // A wrong value is refused, naming the label; nothing changes.
     let err = patch(&c, "b", json!({"metadata": {"labels": {OPT_OUT: "Never"}}}))

@@ -210,8 +210,12 @@ async fn a_volcano_job_that_does_not_fit_is_gated_queued_and_released_when_room_
         );
         assert_eq!(tpl["metadata"]["labels"][GATE], "true");
     }
-    let q = c.fake.quota("ml");
-    assert_eq!(queue_refs(&q), ["batch.volcano.sh/Job/ml/big"]);
+    // At once without marks; after the round's fold with them.
+    let q = c
+        .until("ml", "big queued", |q| {
+            queue_refs(q) == ["batch.volcano.sh/Job/ml/big"]
+        })
+        .await;
     assert_eq!(
         q["status"]["queue"][0]["reason"],
         "waits for 2 × requests.cpu: 1 free, 3 needed"

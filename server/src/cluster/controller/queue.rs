@@ -83,7 +83,18 @@ impl Context {
         out.repairs = repairs;
         // A preemption stopped between its entry and its suspend.
         self.repair_preemptions(name, &q).await;
-        if q.status.queue.is_empty() {
+        // Held objects carrying a queue mark (docs/queueing.md §12), folded
+        // into the queue this round plans over and in its one write.
+        let marked = self.marked_objects(name);
+        if self.service.marks.is_some() {
+            let v = self.view.lock().unwrap();
+            self.service.forget_marked(name, now, |r| {
+                v.marked_held(r)
+                    .filter(|(quota, _)| *quota == name)
+                    .map(|(_, marked)| marked)
+            });
+        }
+        if q.status.queue.is_empty() && marked.is_empty() {
             self.after_round(name);
             self.note_borrower(&q, false);
             self.service.metrics.set_queue(name, [0; 4], 0);
@@ -111,10 +122,14 @@ impl Context {
         } else {
             self.service.get(name).await?.quota
         };
-        let q = match self.prune_orphans(name, &q, now).await? {
+        let mut q = match self.prune_orphans(name, &q, now).await? {
             true => self.service.get(name).await?.quota,
             false => q,
         };
+        let (_, refused) = self.service.fold_marks(&mut q, &marked, now);
+        for (wref, why) in refused {
+            self.not_folded(name, &wref, &why);
+        }
         // Only entries whose object the watch has seen (with its uid) are
         // admitted: the unsuspend needs the object. A preempted entry whose
         // workload still runs waits for its suspend (preempt.rs).
@@ -223,7 +238,7 @@ impl Context {
         let t_plan = t0.elapsed();
         let admitted = match self
             .service
-            .admit_round(name, &items, Some(fresh.clone()))
+            .admit_round(name, &items, Some(fresh.clone()), &marked)
             .await?
         {
             queue::batch::Batch::Done { admitted, left, .. } => {
@@ -302,6 +317,54 @@ impl Context {
             self.wake_at(name, at);
         }
         Ok(())
+    }
+
+    /// The held objects bound to `name` that carry a queue mark, as the
+    /// watch shows them, with what each runs once released. None when
+    /// marks are off.
+    fn marked_objects(&self, name: &str) -> Vec<crate::service::queue::MarkedObject> {
+        if self.service.marks.is_none() {
+            return Vec::new();
+        }
+        let v = self.view.lock().unwrap();
+        v.workloads_of(name)
+            .into_iter()
+            .filter_map(|(wref, _, info)| {
+                let annotation = info.annotations.get(queue::mark::ANNOTATION)?.clone();
+                let pod_sets = info.released.clone()?;
+                Some(crate::service::queue::MarkedObject {
+                    work: Queued {
+                        workload_ref: wref.clone(),
+                        uid: info.uid.clone(),
+                        priority: 0,
+                        priority_classes: info.priority_classes.clone(),
+                        submitted_ms: 0,
+                        pod_sets,
+                        run_ms: info.run_ms,
+                        submitted_by: None,
+                        preempted: false,
+                    },
+                    workload_ref: wref,
+                    annotation,
+                    uid: info.uid,
+                    // No creation time: no mark may claim a place before now.
+                    created_ms: info.created_ms.unwrap_or(i64::MAX),
+                })
+            })
+            .collect()
+    }
+
+    /// A marked, held object left out of the queue: said on the object
+    /// (an Event), each round that leaves it out.
+    fn not_folded(&self, name: &str, wref: &str, why: &queue::fold::NotFolded) {
+        use queue::fold::NotFolded;
+        let text = match why {
+            // A stale copy of what left: nothing to tell.
+            NotFolded::Left => return,
+            NotFolded::Mark(r) => format!("bizrq {name}: its queue mark is not accepted ({r:?}); it stays held: remove the annotation {} to be judged again", queue::mark::ANNOTATION),
+            NotFolded::Full(f) => format!("bizrq {name}: {}; it stays held, marked, until the queue has room", quota::admission::Denial::from(f.clone())),
+        };
+        self.notify_workload(wref, true, "Queue", "NotQueued", text);
     }
 
     /// Estimated starts for `status.queue` (docs/queueing.md §5): the

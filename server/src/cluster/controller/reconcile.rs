@@ -101,7 +101,10 @@ impl Context {
     pub async fn reconcile_quota(&self, name: &str) -> Result<Reconciled, ServiceError> {
         let _serial = self.one_at_a_time(name).await;
         let now = self.now();
-        let snap = self.view.lock().unwrap().snapshot(name);
+        let (snap, waiting_marked) = {
+            let v = self.view.lock().unwrap();
+            (v.snapshot(name), v.marked_waiting(name))
+        };
         let authoritative = self.authoritative();
         let listed = self.service.store.children(name).await?;
         let (kids, confirmed) = self.service.confirm_children(name, listed).await?;
@@ -171,6 +174,12 @@ impl Context {
             .service
             .update_status(name, false, |q| {
                 let mut observed = snap.observed.clone();
+                // A held, marked object with no charge waits for a round
+                // (docs/queueing.md §12): not a workload to record, or every
+                // create that waits would write the quota.
+                observed.retain(|w, _| {
+                    !waiting_marked.contains(w) || q.status.workloads.contains_key(w)
+                });
                 for (wref, c) in &q.status.workloads {
                     if !authoritative(kind_of_ref(wref)) {
                         observed.entry(wref.clone()).or_insert_with(|| Observed {
@@ -413,6 +422,20 @@ impl Context {
                 .unwrap()
                 .annotated(name, quota::queue::PREEMPTED_ANNOTATION)
                 .is_empty();
+        // Held objects carrying a queue mark wait for a round's fold, and
+        // so do this replica's pending entries to be forgotten
+        // (docs/queueing.md §12). Only held ones: the mark stays on an
+        // object after its admission, and would ask for a round at every
+        // reconcile of its quota from then on.
+        let queued = queued
+            || (self.service.marks.is_some()
+                && (!self.view.lock().unwrap().marked_waiting(name).is_empty()
+                    || self
+                        .service
+                        .marked
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .contains_key(name)));
         // Pods of charged workloads still gated (made after the admission,
         // or a release cut short) are released.
         self.release_gated(name).await;

@@ -352,10 +352,25 @@ impl Context {
                     .map(|t| t.0.as_millisecond());
                 let wref = adapter.workload_ref(&w.meta.namespace, &w.meta.name);
                 let classes = quota::queue::priority::class_names(&obj.json);
+                // A held object carrying a queue mark: what it runs once
+                // released, for the round's fold (docs/queueing.md §12).
+                let marked = self.service.marks.is_some()
+                    && w.meta
+                        .annotations
+                        .contains_key(quota::queue::mark::ANNOTATION)
+                    && quota::hold::is_held(adapter.hold(), &obj.json);
+                let released = marked
+                    .then(|| {
+                        let running = quota::hold::as_released(adapter.hold(), &obj.json);
+                        adapter.read_value(&running, &self.service.keys).ok()
+                    })
+                    .flatten()
+                    .map(|r| r.pod_sets);
                 let touched = {
                     let mut v = self.view.lock().unwrap();
                     let touched = v.apply_workload(adapter, w, created, now);
                     v.set_priority_classes(&wref, classes);
+                    v.set_released(&wref, released);
                     touched
                 };
                 self.touch(touched);

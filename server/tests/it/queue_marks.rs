@@ -1,0 +1,575 @@
+//! Queue marks on (`--queue-mark-key-file`, docs/queueing.md §12): the
+//! mutating webhook queues a create by a signed mark on the object, with
+//! no write of the quota, counting what it marked against the caps until
+//! a status shows it; the controller's round folds the marked, held
+//! objects into the queue in its one write. Through the fake API server
+//! and both webhooks. (Every other queue test runs with marks on too
+//! under `BIZRQ_TEST_QUEUE_MARKS=1`.)
+
+use crate::cluster::{mark_key_file, used, Cluster, MARK_KEY, T0};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+fn job(name: &str, cpu: &str) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
+        "spec": {"parallelism": 1, "completions": 1,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
+                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}})
+}
+
+fn jobs(c: &Cluster, user: &str) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    Api::namespaced_with(c.kubectl(user), "ml", &ar)
+}
+
+async fn create(c: &Cluster, user: &str, obj: Value) -> Result<(), String> {
+    let o: DynamicObject = serde_json::from_value(obj).unwrap();
+    jobs(c, user)
+        .create(&PostParams::default(), &o)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+fn stored(c: &Cluster, name: &str) -> Value {
+    c.fake.get("batch", "jobs", "ml", name).unwrap()
+}
+
+fn suspended(c: &Cluster, name: &str) -> bool {
+    stored(c, name)["spec"]["suspend"] == true
+}
+
+fn mark_of(c: &Cluster, name: &str) -> Option<Value> {
+    stored(c, name)["metadata"]["annotations"]["queue.bizrq.io/entry"]
+        .as_str()
+        .map(|s| serde_json::from_str(s).unwrap())
+}
+
+fn queue_refs(q: &Value) -> Vec<String> {
+    q["status"]["queue"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| e["workloadRef"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A replica with marks on, its quota `ml` of 4 cpu queueing, with
+/// `share` as its `maxPerSubmitter`.
+async fn marked_cluster(share: Option<u32>) -> Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = mark_key_file(dir.path());
+    let db = crate::common::fresh_sqlite(&dir);
+    let c = Cluster::replica_configured(
+        crate::fakeapi::FakeApi::new(),
+        dir,
+        T0,
+        "bizrq-0",
+        true,
+        &db,
+        |a| a.queue_mark_key_file = Some(keys),
+    )
+    .await;
+    let queueing = match share {
+        Some(n) => json!({"mode": "Queue", "maxPerSubmitter": n}),
+        None => json!("Queue"),
+    };
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"},
+                "spec": {"parent": "", "hard": {"requests.cpu": "4"}, "queueing": queueing}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    c
+}
+
+/// A mark as the webhook would write it, signed with `key` (hex).
+fn mark(quota: &str, name: &str, since: i64, by: &str, key: &str) -> String {
+    let keys = bizrq::service::queue_mark::MarkKeys::parse(key).unwrap();
+    let m = quota::queue::mark::sign(quota, &format!("batch/Job/ml/{name}"), since, 0, by, |b| {
+        keys.sign(b)
+    });
+    serde_json::to_string(&m).unwrap()
+}
+
+/// A Job that must wait is created held with a signed mark naming its
+/// quota, itself, its place and its submitter; the round folds it into
+/// the queue (with the object's uid) and admits it when room frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_job_is_folded_into_the_queue_and_admitted_when_room_frees() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "3")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+    assert!(mark_of(&c, "a").is_none(), "what fits carries no mark");
+    create(&c, "alice", job("b", "2")).await.unwrap();
+    assert!(suspended(&c, "b"));
+    let m = mark_of(&c, "b").expect("b carries a mark");
+    assert_eq!(m["quota"], "ml");
+    assert_eq!(m["ref"], "batch/Job/ml/b");
+    assert_eq!(m["by"], "alice");
+    assert_eq!(m["since"], T0);
+    assert_eq!(m["mac"].as_str().unwrap().len(), 64, "{m}");
+    let uid = stored(&c, "b")["metadata"]["uid"].clone();
+    c.until("ml", "b folded with its uid", |q| {
+        q["status"]["queue"]
+            .as_array()
+            .is_some_and(|a| a.len() == 1 && a[0]["uid"] == uid)
+    })
+    .await;
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    let q = c
+        .until("ml", "b admitted", |q| {
+            queue_refs(q).is_empty() && used(q, "requests.cpu") == "2"
+        })
+        .await;
+    assert!(q["status"]["workloads"]["batch/Job/ml/b"].is_object());
+    for _ in 0..100 {
+        if !suspended(&c, "b") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!suspended(&c, "b"), "b released");
+}
+
+/// The webhook's queueing writes no quota: a review of a create that must
+/// wait is answered with the hold and the mark while the quota's stored
+/// version stays the same. What it marked counts against the submitter's
+/// share (no status shows it, the object is never created) until the API
+/// server could no longer store it; then it no longer counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_marks_without_writing_the_quota_and_counts_what_it_marked() {
+    let c = marked_cluster(Some(2)).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let version = c.fake.quota("ml")["metadata"]["resourceVersion"].clone();
+    let review = |i: usize| {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": format!("r-{i}"),
+                "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+                "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+                "name": format!("g-{i}"), "namespace": "ml", "operation": "CREATE",
+                "userInfo": {"username": "mallory"}, "object": job(&format!("g-{i}"), "1"),
+                "dryRun": false}})
+    };
+    for i in 0..2 {
+        let r = c.server.review("/mutate/workloads", &review(i)).await;
+        assert_eq!(r["allowed"], true, "{i}: {r}");
+        let patch =
+            String::from_utf8(base64_decode(r["patch"].as_str().expect("a patch"))).unwrap();
+        assert!(patch.contains("/spec/suspend"), "{patch}");
+        assert!(patch.contains("queue.bizrq.io"), "{patch}");
+    }
+    let r = c.server.review("/mutate/workloads", &review(2)).await;
+    assert_eq!(r["allowed"], false, "the share counts what was marked: {r}");
+    assert!(
+        r["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("maxPerSubmitter 2"),
+        "{r}"
+    );
+    assert_eq!(
+        c.fake.quota("ml")["metadata"]["resourceVersion"],
+        version,
+        "no write of the quota"
+    );
+    // Within the API server's request timeout they still count; past it,
+    // with no object shown, they go.
+    c.set_clock(T0 + 59_000);
+    c.touch("ml", 1);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let r = c.server.review("/mutate/workloads", &review(3)).await;
+    assert_eq!(r["allowed"], false, "{r}");
+    c.set_clock(T0 + 120_000);
+    c.touch("ml", 2);
+    let mut allowed = false;
+    for _ in 0..100 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let r = c.server.review("/mutate/workloads", &review(4)).await;
+        if r["allowed"] == true {
+            allowed = true;
+            break;
+        }
+    }
+    assert!(allowed, "the marks never stored no longer count");
+}
+
+pub(crate) fn base64_decode(s: &str) -> Vec<u8> {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let mut buf = 0u32;
+    let mut bits = 0;
+    for c in s.bytes().filter(|c| *c != b'=') {
+        buf = buf << 6 | T.iter().position(|t| *t == c).unwrap() as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((buf >> bits) as u8);
+            buf &= (1 << bits) - 1;
+        }
+    }
+    out
+}
+
+/// A mark bizrq did not sign, or signed for another quota, never gets a
+/// place: objects created held with such marks (outside the webhook's
+/// judgement, claiming a place before everyone) are left out of the queue
+/// and stay held, while a Job queued after them is admitted first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_or_misbound_mark_never_gets_a_place() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let stranger = "00".repeat(32);
+    for (name, m) in [
+        (
+            "forged",
+            mark("ml", "forged", T0 - 3_600_000, "mallory", &stranger),
+        ),
+        ("unsigned", {
+            let mut v: Value =
+                serde_json::from_str(&mark("ml", "unsigned", T0, "mallory", MARK_KEY)).unwrap();
+            v["since"] = json!(T0 - 4_000);
+            v.to_string()
+        }),
+        (
+            "misbound",
+            mark("other", "misbound", T0, "mallory", MARK_KEY),
+        ),
+    ] {
+        let mut j = job(name, "2");
+        j["spec"]["suspend"] = json!(true);
+        j["metadata"]["annotations"] = json!({"queue.bizrq.io/entry": m});
+        create(&c, "mallory", j).await.unwrap();
+    }
+    c.set_clock(T0 + 1_000);
+    create(&c, "bob", job("b", "2")).await.unwrap();
+    assert!(suspended(&c, "b"));
+    c.until("ml", "b folded alone", |q| {
+        queue_refs(q) == ["batch/Job/ml/b"]
+    })
+    .await;
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "b admitted", |q| {
+        queue_refs(q).is_empty() && used(q, "requests.cpu") == "2"
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let q = c.fake.quota("ml");
+    assert!(queue_refs(&q).is_empty(), "{q}");
+    assert_eq!(used(&q, "requests.cpu"), "2", "nothing forged charged: {q}");
+    for name in ["forged", "unsigned", "misbound"] {
+        assert!(suspended(&c, name), "{name} stays held");
+    }
+}
+
+/// Parallel creates of one submitter never pass its share: twelve at once
+/// against a share of 3 with no room, each judged against the status plus
+/// what this replica marked, under one lock. Exactly three are created
+/// (held and marked), the rest refused, and the queue the rounds fold
+/// never holds more than three of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_creates_never_pass_a_submitters_share() {
+    let c = marked_cluster(Some(3)).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let results = futures::future::join_all((0..12).map(|i| {
+        let c = &c;
+        async move { create(c, "mallory", job(&format!("p-{i}"), "1")).await }
+    }))
+    .await;
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(ok, 3, "{results:?}");
+    for r in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert!(r.contains("maxPerSubmitter 3"), "{r}");
+    }
+    let q = c
+        .until("ml", "the three folded", |q| queue_refs(q).len() == 3)
+        .await;
+    assert_eq!(used(&q, "requests.cpu"), "4");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(queue_refs(&c.fake.quota("ml")).len(), 3);
+}
+
+/// The mark stays on an object after the round admitted it: a round that
+/// runs before the watch shows it released (its release slowed) never
+/// folds it into the queue again, so no version of the quota has it both
+/// charged and waiting, and it is charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_marked_job_is_never_folded_again_before_its_release_shows() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "3")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+    create(&c, "alice", job("b", "2")).await.unwrap();
+    c.until("ml", "b folded", |q| queue_refs(q) == ["batch/Job/ml/b"])
+        .await;
+    let after: u64 = c.fake.quota("ml")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    c.fake.slow_writes(
+        "/apis/batch/v1/namespaces/ml/jobs/b",
+        std::time::Duration::from_secs(2),
+    );
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "b charged", |q| {
+        q["status"]["workloads"]["batch/Job/ml/b"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("queue:"))
+    })
+    .await;
+    // Rounds while the release is in flight.
+    for n in 1..=5 {
+        c.touch("ml", n);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    for _ in 0..100 {
+        if !suspended(&c, "b") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!suspended(&c, "b"), "b released");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for v in c.fake.quota_versions("ml", after) {
+        let charged = v["status"]["workloads"]["batch/Job/ml/b"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("queue:"));
+        assert!(
+            !(charged && queue_refs(&v).contains(&"batch/Job/ml/b".to_string())),
+            "b both charged and waiting: {v}"
+        );
+    }
+    let q = c.fake.quota("ml");
+    assert!(queue_refs(&q).is_empty(), "{q}");
+    assert_eq!(used(&q, "requests.cpu"), "2", "{q}");
+}
+
+/// A create that must wait writes no quota: not the mutating webhook
+/// (it marks the object), not the validating review of the same create
+/// (a held object charges nothing), not the controller's reconcile of
+/// what its watch shows (a held, marked object is not a charge). The
+/// first write of the quota after the create is the round that folds it,
+/// and no version ever records the waiting Job as a workload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_create_writes_no_quota_until_the_round_folds_it() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "3")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+    // Whatever a's create set off has been written.
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let before: u64 = c.fake.quota("ml")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    create(&c, "alice", job("b", "2")).await.unwrap();
+    assert!(suspended(&c, "b"));
+    assert!(mark_of(&c, "b").is_some());
+    // The create and both reviews are done: no write of the quota yet
+    // unless it is the round's fold.
+    let versions = c.fake.quota_versions("ml", before);
+    assert!(
+        versions.iter().all(|v| queue_refs(v) == ["batch/Job/ml/b"]),
+        "written before the round: {versions:?}"
+    );
+    c.until("ml", "b folded", |q| {
+        queue_refs(q) == ["batch/Job/ml/b"] && q["status"]["queue"][0]["uid"].is_string()
+    })
+    .await;
+    // The controller's reactions to the watch's event of b settle.
+    for n in 1..=3 {
+        c.touch("ml", n);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let versions = c.fake.quota_versions("ml", before);
+    assert!(!versions.is_empty());
+    assert_eq!(
+        queue_refs(&versions[0]),
+        ["batch/Job/ml/b"],
+        "the first write after the create is the round's fold: {}",
+        versions[0]
+    );
+    for v in &versions {
+        assert!(
+            v["status"]["workloads"].get("batch/Job/ml/b").is_none(),
+            "a waiting Job recorded as a workload: {v}"
+        );
+        assert_eq!(used(v, "requests.cpu"), "3", "{v}");
+    }
+}
+
+/// A second replica over the same API server, with the same mark key, not
+/// leading (it runs no rounds) and not serving the webhooks until told.
+async fn second_replica(c: &Cluster) -> Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = mark_key_file(dir.path());
+    let db = crate::common::fresh_sqlite(&dir);
+    Cluster::replica_configured(c.fake.clone(), dir, T0, "bizrq-1", false, &db, |a| {
+        a.queue_mark_key_file = Some(keys)
+    })
+    .await
+}
+
+/// Two replicas: the one serving the webhooks marks a create, the leader
+/// (which never reviewed it) folds it and admits it once: one charge by
+/// the queue, the Job released, never both charged and waiting, and the
+/// marking replica's count of it forgotten once a status shows it
+/// admitted (its submitter may queue again to the share).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_replicas_a_marked_create_is_folded_and_admitted_once() {
+    let c = marked_cluster(Some(1)).await;
+    let other = second_replica(&c).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let start: u64 = c.fake.quota("ml")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    other.serve_webhooks();
+    create(&c, "bob", job("b", "2")).await.unwrap();
+    assert!(suspended(&c, "b"));
+    assert_eq!(
+        mark_of(&c, "b").expect("marked by the other replica")["by"],
+        "bob"
+    );
+    // Bob's share of 1 is taken on the replica that marked b.
+    let err = create(&c, "bob", job("b2", "2")).await.unwrap_err();
+    assert!(err.contains("maxPerSubmitter 1"), "{err}");
+    c.until("ml", "b folded by the leader", |q| {
+        queue_refs(q) == ["batch/Job/ml/b"] && q["status"]["queue"][0]["uid"].is_string()
+    })
+    .await;
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "b admitted", |q| {
+        queue_refs(q).is_empty() && used(q, "requests.cpu") == "2"
+    })
+    .await;
+    for _ in 0..100 {
+        if !suspended(&c, "b") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!suspended(&c, "b"), "b released");
+    for n in 1..=3 {
+        c.touch("ml", n);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let mut charges = std::collections::BTreeSet::new();
+    for v in c.fake.quota_versions("ml", start) {
+        let charge = &v["status"]["workloads"]["batch/Job/ml/b"];
+        let charged = charge["uid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("queue:"));
+        assert!(
+            !(charged && queue_refs(&v).contains(&"batch/Job/ml/b".to_string())),
+            "b both charged and waiting: {v}"
+        );
+        if charged {
+            charges.insert(charge["since"].to_string());
+        }
+        assert!(
+            ["0", "2", "4"].contains(&used(&v, "requests.cpu")),
+            "b charged twice: {v}"
+        );
+    }
+    assert_eq!(charges.len(), 1, "admitted once: {charges:?}");
+    assert_eq!(used(&c.fake.quota("ml"), "requests.cpu"), "2");
+    // b is admitted: bob's share on the marking replica is free again.
+    create(&c, "bob", job("b3", "4")).await.unwrap();
+    assert!(suspended(&c, "b3"));
+}
+
+/// Two replicas marking at once: each counts what it marked, so together
+/// their webhooks may let through up to the share each before a status
+/// shows any (the bound across replicas: the share per replica); the
+/// leader's fold holds the share again in the quota's write, so no stored
+/// version ever has more of one submitter waiting than the share, and what
+/// is over it stays held, marked, out of the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_replicas_the_stored_queue_never_passes_a_submitters_share() {
+    let c = marked_cluster(Some(3)).await;
+    let other = second_replica(&c).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let start: u64 = c.fake.quota("ml")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The leader's folds land late: the other replica marks before any
+    // status shows the first replica's marks.
+    let status = "/apis/bizrq.io/v1/bizgroupresourcequotas/ml/status";
+    c.fake
+        .slow_writes(status, std::time::Duration::from_secs(2));
+    let burst = |from: usize| {
+        futures::future::join_all((from..from + 6).map(|i| {
+            let c = &c;
+            async move { create(c, "mallory", job(&format!("p-{i}"), "1")).await }
+        }))
+    };
+    let first = burst(0).await.iter().filter(|r| r.is_ok()).count();
+    other.serve_webhooks();
+    let second = burst(6).await.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(first, 3, "one replica never passes the share");
+    assert!(second <= 3, "nor the other: {second}");
+    c.fake.slow_writes(status, std::time::Duration::ZERO);
+    c.until("ml", "three folded", |q| queue_refs(q).len() == 3)
+        .await;
+    for n in 1..=4 {
+        c.touch("ml", n);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    for v in c.fake.quota_versions("ml", start) {
+        assert!(queue_refs(&v).len() <= 3, "past the share: {v}");
+        assert_eq!(used(&v, "requests.cpu"), "4", "{v}");
+    }
+    // Every Job created is held and marked, in the queue or out of it.
+    let made: Vec<String> = (0..12)
+        .map(|i| format!("p-{i}"))
+        .filter(|n| c.fake.get("batch", "jobs", "ml", n).is_some())
+        .collect();
+    assert_eq!(made.len(), first + second);
+    for n in &made {
+        assert!(suspended(&c, n), "{n} held");
+        assert!(mark_of(&c, n).is_some(), "{n} marked");
+    }
+    println!("created through two replicas: {first} + {second}, stored queue 3");
+}
