@@ -217,6 +217,7 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
         key: CASH.into(),
         now_ms: NOW,
         left: q("900"),
+        carved: Quantity::ZERO,
         burn_per_hour: Quantity::from_nanos(100 * quota::quantity::NANO / 24),
         runway: quota::budget::Runway::Until {
             at_ms: NOW + 9 * 86_400_000,

@@ -596,6 +596,17 @@ async fn every_demo_figure_agrees_everywhere(url: &str) {
                     grouped("subtreeSpent")
                 );
                 assert!(page.contains(&words), "{name}'s budgets box says {words}");
+                // What is left and its run-out are its own work's, and
+                // every sentence that gives them says so.
+                let own = format!("its own work: {}", budget["runway"].as_str().unwrap());
+                assert!(page.contains(&own), "{name}'s budgets box says {own}");
+                let bare = page.matches("card-hours left").count();
+                let owned = page.matches(" allocated to children): ").count()
+                    + page.matches(" for its own work · ").count();
+                assert!(
+                    bare > 0 && owned >= bare,
+                    "{name}: {bare} 'left' on the page, {owned} of them said to be its own work's"
+                );
             }
             // Left: the page's every "… card-hours left" and the tree's
             // cell.
