@@ -523,6 +523,12 @@ async fn every_demo_figure_agrees_everywhere(url: &str) {
         let page = admin.get(&format!("/quotas/{name}")).await;
         assert_eq!(page.status, StatusCode::OK, "{name}");
         let page = page.body;
+        // The keys table's column and its phone labels say the same
+        // words: a key is in use, a budget spent.
+        assert!(
+            page.contains(">In use / spent</th>") && page.contains("data-label=\"Spent\""),
+            "{name}'s keys table names its budget's figure as its column does"
+        );
         for k in usage["keys"].as_array().unwrap() {
             let key = k["key"].as_str().unwrap();
             let row = by_csv
