@@ -304,6 +304,7 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
                     key: key.to_string(),
                     now_ms: now,
                     left: q(&inp.live.hard).saturating_sub(q(&inp.live.used)),
+                    carved: quota::Quantity::ZERO,
                     burn_per_hour: quota::Quantity::ZERO,
                     runway: quota::budget::Runway::Unknown,
                 });
@@ -591,6 +592,7 @@ mod tests {
             key: CASH.into(),
             now_ms: now,
             left: quota::Quantity::from_units(850),
+            carved: quota::Quantity::ZERO,
             burn_per_hour: quota::Quantity::from_units(5),
             runway: quota::budget::Runway::Until {
                 at_ms: now + 170 * HOUR,

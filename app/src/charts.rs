@@ -75,6 +75,31 @@ pub fn describe_outlook(o: &quota::forecast::Outlook, cfg: &KeyConfig) -> String
     let k = &crate::key_name(&o.key, cfg);
     let amount = |q: Quantity| crate::display_quantity(&o.key, q, cfg);
     let left = o.left.nanos();
+    // At a parent, what is left and what burns are its own work's, beside
+    // its subtree's spending: say whose, and what went to its children.
+    if !o.carved.is_zero() {
+        let own = format!(
+            "{k} for its own work ({} allocated to children)",
+            amount(o.carved)
+        );
+        return match o.runway {
+            Runway::Spent if left < 0 => format!(
+                "{own}: run out, {} over budget",
+                amount(Quantity::from_nanos(-left))
+            ),
+            Runway::Spent => format!("{own}: run out"),
+            Runway::NotBurning => {
+                format!("{own}: {} left, its own work not burning", amount(o.left))
+            }
+            Runway::Unknown => format!("{own}: {} left, no burn measured yet", amount(o.left)),
+            Runway::Until { .. } | Runway::OutlastsPeriod { .. } => format!(
+                "{own}: {} left · {}, its own work burning {}/h",
+                amount(o.left),
+                o.words(),
+                amount(o.burn_per_hour)
+            ),
+        };
+    }
     match o.runway {
         Runway::Spent if left < 0 => {
             format!(
@@ -1421,6 +1446,7 @@ mod tests {
             key: f.key.clone(),
             now_ms: f.now_ms,
             left: f.remaining,
+            carved: quota::Quantity::ZERO,
             burn_per_hour: f.burn_per_hour,
             runway,
         }
@@ -1558,6 +1584,46 @@ mod tests {
         assert_eq!(
             describe(&f, &KeyConfig::default()),
             "GPU card-hours: 60 card-hours left, not burning"
+        );
+    }
+
+    /// At a parent (research: 42,000 of its 51,000 card-hours allocated
+    /// to its teams, which spent 18,096), "9,000 left, not burning" beside
+    /// "18,096 spent in its subtree" read as a contradiction: the words
+    /// say whose the figures are.
+    #[test]
+    fn a_parents_outlook_says_it_is_its_own_works() {
+        let mut o = quota::forecast::Outlook {
+            key: CASH.into(),
+            now_ms: T0,
+            left: Quantity::from_units(9_000),
+            carved: Quantity::from_units(42_000),
+            burn_per_hour: Quantity::ZERO,
+            runway: quota::budget::Runway::NotBurning,
+        };
+        let cfg = KeyConfig::default();
+        assert_eq!(
+            describe_outlook(&o, &cfg),
+            "GPU card-hours for its own work (42,000 card-hours allocated to children): \
+             9,000 card-hours left, its own work not burning"
+        );
+        o.burn_per_hour = Quantity::from_units(10);
+        o.runway = quota::budget::Runway::Until {
+            at_ms: T0 + 900 * MS_PER_HOUR,
+        };
+        let words = describe_outlook(&o, &cfg);
+        assert!(
+            words.starts_with("GPU card-hours for its own work (42,000 card-hours allocated to children): 9,000 card-hours left · runs out in 37.5 days")
+                && words.ends_with(", its own work burning 10 card-hours/h"),
+            "{words}"
+        );
+        o.carved = Quantity::ZERO;
+        assert_eq!(
+            describe_outlook(&o, &cfg),
+            format!(
+                "GPU card-hours: 9,000 card-hours left · {}, burning 10 card-hours/h",
+                o.words()
+            )
         );
     }
 
@@ -2072,6 +2138,7 @@ mod samples_out {
                     key: cash.to_string(),
                     now_ms: now,
                     left: f.remaining,
+                    carved: quota::Quantity::ZERO,
                     burn_per_hour: f.burn_per_hour,
                     runway: quota::budget::runway::runway(&f, None),
                 };

@@ -326,6 +326,14 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     }
     // Sortable in place when scripts run, by the exact values. Drawn
     // inside the document: the island needs its context.
+    // One column, two words: a key is in use, a budget spent (by its
+    // subtree); the header names both where the table has a budget, as
+    // each row's phone label names its own.
+    let used_header = if d.keys.iter().any(|k| k.usage.cash) {
+        "In use / spent"
+    } else {
+        "In use"
+    };
     let keys = move || {
         view! {
             <bizrq_islands::SortTable>
@@ -334,7 +342,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                     <th data-sort="text">"Key"</th>
                     <th data-sort="num" data-sort-first="desc">"Usage"</th>
                     <th data-sort="num" data-sort-first="desc">"Hard"</th>
-                    <th data-sort="num" data-sort-first="desc">"In use"</th>
+                    <th data-sort="num" data-sort-first="desc">{used_header}</th>
                     <th data-sort="num" data-sort-first="desc">"Allocated to children"</th>
                     <th data-sort="num" data-sort-first="desc">"Free now"</th>
                     <th data-sort="num" data-sort-first="desc">"Borrowable now"</th>

@@ -121,6 +121,10 @@ pub struct Outlook {
     pub now_ms: i64,
     /// Left for the quota's own new work (negative: overspent).
     pub left: Quantity,
+    /// What the quota allocated to its children out of the budget (their
+    /// budgets: not its own to spend). Non-zero at a parent, whose `left`
+    /// and burn are its own work's, not its subtree's: the words say so.
+    pub carved: Quantity,
     pub burn_per_hour: Quantity,
     pub runway: crate::budget::runway::Runway,
 }
@@ -161,6 +165,7 @@ pub fn outlook(
         key: key.to_string(),
         now_ms,
         left,
+        carved: crate::budget::periods::carved(&q.status, key),
         burn_per_hour: burn,
         runway,
     }

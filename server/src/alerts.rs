@@ -583,7 +583,8 @@ fn fingerprint_of(kind: Kind, quota: &str, level: Level) -> String {
 /// kind and level made one, in the order each first appears; the others
 /// as they are. The one made of several names them all in `keys`, GPUs
 /// first, each with its figure in the message (raw keys, which pages and
-/// emails name, `words`), and the worst in its title; its `numbers` are the
+/// emails name, `words`), and the worst in its title (the worst GPU or
+/// budget key where it has one, else the worst key); its `numbers` are the
 /// worst key's, with `keys` (each key's figure and numbers, in that order),
 /// `worst` and `title`.
 pub fn grouped(conditions: Vec<Condition>, cfg: &KeyConfig) -> Vec<Condition> {
@@ -619,10 +620,15 @@ fn more(n: usize) -> String {
 fn merge(group: &[&Condition], cfg: &KeyConfig) -> Condition {
     let mut by_order: Vec<&Condition> = group.to_vec();
     by_order.sort_by_cached_key(|c| quota::keys::display_order(&c.key, cfg));
-    // The worst: the highest figure, the first in display order on a tie.
+    // The worst: the highest figure, the first in display order on a tie;
+    // of the GPU and budget keys where the alert has one (a title saying
+    // "CPU cores … 91 %" above a GPU-first list read as the wrong alert).
+    let gpu_or_budget = |c: &Condition| quota::keys::display_order(&c.key, cfg).0 <= 2;
+    let lead = by_order.iter().any(|c| gpu_or_budget(c));
     let worst = by_order
         .iter()
         .enumerate()
+        .filter(|(_, c)| !lead || gpu_or_budget(c))
         .max_by_key(|(i, c)| (severity(c), std::cmp::Reverse(*i)))
         .map(|(_, c)| *c)
         .unwrap_or(group[0]);

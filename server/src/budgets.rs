@@ -285,7 +285,12 @@ impl BudgetView {
                 s.push_str(&format!(" · renews {}", quota::time::format_when(w.end_ms)));
             }
         }
-        s.push_str(&format!(" · {}", self.outlook.words()));
+        if self.carved.is_zero() {
+            s.push_str(&format!(" · {}", self.outlook.words()));
+        } else {
+            // The run-out is its own work's, not its subtree's.
+            s.push_str(&format!(" · its own work: {}", self.outlook.words()));
+        }
         s
     }
 }

@@ -254,11 +254,64 @@ pub const REBUILD_SUBTREES: Duration = Duration::from_secs(10);
 
 /// What `evaluate_forever` keeps between evaluations of what changed: the
 /// subtree usage of every known quota (`quota::rollup::SubtreeUsage`),
-/// moved by each batch's writes, and when it was built whole.
+/// moved by each batch's writes, and when it was built whole; what each
+/// budgeted quota written here last held of what its budget's judgement
+/// reads (`BudgetInputs`), so a write that changed none of it is not
+/// judged again; and how many working copies the last evaluation made.
 #[derive(Default)]
 pub struct Kept {
     subtrees: Option<(quota::rollup::SubtreeUsage, std::time::Instant)>,
+    budgets: std::collections::HashMap<String, BudgetInputs>,
+    copied: usize,
 }
+
+impl Kept {
+    /// How many working copies (budgets accrued to the evaluation's `now`)
+    /// the last evaluation of what changed made.
+    pub fn copied(&self) -> usize {
+        self.copied
+    }
+}
+
+/// What a budget's judgement reads of its own quota as stored (its
+/// subtree's spending is its descendants'): the cash keys of hard, the
+/// budgets' terms and periods, its own spending, and its alert rules. A write that changed
+/// none of it (a loan grant writes the lending parent) changed nothing its
+/// budget, nor any budget above it, is judged on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetInputs {
+    hard: Vec<(String, quota::Quantity)>,
+    terms: BTreeMap<String, quota::budget::config::BudgetPolicy>,
+    periods: BTreeMap<String, quota::budget::periods::PeriodStatus>,
+    spending: Vec<(String, quota::Quantity)>,
+    /// Its alert rules (a threshold lowered judges it again).
+    rules: Vec<super::Rule>,
+}
+
+impl BudgetInputs {
+    pub fn of(q: &Quota, rules: &[super::Rule]) -> BudgetInputs {
+        let cash = |l: &quota::ResourceList| -> Vec<(String, quota::Quantity)> {
+            l.iter()
+                .filter(|(k, _)| cash_target(k).is_some())
+                .map(|(k, v)| (k.clone(), *v))
+                .collect()
+        };
+        BudgetInputs {
+            hard: cash(&q.spec.hard),
+            terms: q.spec.budgets.clone(),
+            periods: q.status.budgets.clone(),
+            spending: cash(&q.status.self_used),
+            rules: rules.to_vec(),
+        }
+    }
+}
+
+/// The most quotas a write's evaluation walks below the budgets above it
+/// to judge them at once (each accrued to `now`, paced): an ancestor whose
+/// subtree holds more is left to the sweep, which reads every quota
+/// anyway. A line has at most 16 levels (`quota::tree::MAX_DEPTH`), and
+/// the subtrees along it nest, so the walk is one subtree's, at most this.
+pub const ABOVE_AT_ONCE: usize = 2_000;
 
 /// Evaluates the quotas just written (`Changed::take`), from the objects
 /// written, and their ancestors' usage: what runs below a parent changed
@@ -332,13 +385,64 @@ pub async fn evaluate_changed(
         }
     }
     let (subtrees, _) = kept.subtrees.insert((subtrees, built));
-    // Each written quota as of `now` (its budget accrued and its ended
-    // periods closed, as a page read now shows it), and below a written
-    // quota with a budget every quota with one: that budget is judged on
-    // what its whole subtree spent. What the copies change of `selfUsed`
-    // moves the usage of their lines (a write's cost stays its depth, and
-    // a budgeted parent's its subtree's budgets).
     let w = service.working(now_ms);
+    let all_names: Vec<String> = changed
+        .keys()
+        .cloned()
+        .chain(above.iter().cloned())
+        .collect();
+    let rules = sql.alert_rules_of(&all_names).await?;
+    let none = Vec::new();
+    // In standalone mode, what each write changed of what budgets are
+    // judged on: its quota's spending moves every budget above it, its
+    // budget's terms, periods or spending its own. A write that changed
+    // none of it (a loan grant writes the lending parent) calls for no
+    // budget's judgement, nor for accruing what runs below it; the sweep
+    // judges time passing. Kept once the evaluation is stored (a failed
+    // one is retried as new).
+    let mut spent: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let mut rejudged: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let mut inputs: Vec<(String, Option<BudgetInputs>)> = Vec::new();
+    if w.accrues() {
+        for (name, s) in &changed {
+            let Some(s) = &s.quota else { continue };
+            let now = has_budget(&s.quota)
+                .then(|| BudgetInputs::of(&s.quota, rules.get(name).unwrap_or(&none)));
+            let was = kept.budgets.get(name);
+            if was.map(|b| &b.spending) != now.as_ref().map(|b| &b.spending) {
+                spent.insert(name);
+            }
+            if now.is_some() && was != now.as_ref() {
+                rejudged.insert(name);
+            }
+            inputs.push((name.clone(), now));
+        }
+    }
+    // The budgets above a write that changed spending, judged here on the
+    // working copies of every budget below them (as the sweep does, on
+    // their subtree only), nearest first; the subtrees along a line nest,
+    // so the farthest ones are dropped while what they hold passes
+    // `ABOVE_AT_ONCE` (the sweep judges those).
+    let budgeted_at = |n: &str| {
+        service
+            .cached_quota(n)
+            .is_some_and(|s| s.quota.spec.hard.keys().any(|k| cash_target(k).is_some()))
+    };
+    let mut judged: Vec<(usize, String)> = Vec::new();
+    for name in &spent {
+        for (depth, a) in subtrees.ancestors(name).into_iter().rev().enumerate() {
+            if !names.contains(a.as_str())
+                && !judged.iter().any(|(_, j)| *j == a)
+                && budgeted_at(&a)
+            {
+                judged.push((depth, a));
+            }
+        }
+    }
+    // Below a written quota whose budget is judged, and below a judged
+    // budget above the writes, every quota with a budget: each is judged
+    // on what its whole subtree spent. What the copies change of
+    // `selfUsed` moves the usage of their lines.
     // A quota without a budget is its own copy: borrowed, not cloned.
     let copies: Vec<std::borrow::Cow<Quota>> = changed
         .values()
@@ -348,45 +452,70 @@ pub async fn evaluate_changed(
             false => std::borrow::Cow::Borrowed(q),
         })
         .collect();
-    let budgeted: std::collections::BTreeSet<&str> = copies
-        .iter()
-        .filter(|q| w.accrues() && q.spec.hard.keys().any(|k| cash_target(k).is_some()))
-        .map(|q| q.name())
-        .collect();
+    let below_of = |judged: &[(usize, String)]| {
+        let roots: std::collections::BTreeSet<&str> = rejudged
+            .iter()
+            .copied()
+            .filter(|n| {
+                changed[*n]
+                    .quota
+                    .as_ref()
+                    .is_some_and(|s| s.quota.spec.hard.keys().any(|k| cash_target(k).is_some()))
+            })
+            .chain(judged.iter().map(|(_, a)| a.as_str()))
+            .collect();
+        subtrees.below(&roots)
+    };
+    let mut below_names = below_of(&judged);
+    while below_names.len() > ABOVE_AT_ONCE && !judged.is_empty() {
+        let top = judged.iter().map(|(d, _)| *d).min().unwrap_or_default();
+        judged.retain(|(d, _)| *d != top);
+        below_names = below_of(&judged);
+    }
     let mut below = Vec::new();
     let mut pace = crate::util::Pace::start();
-    for chunk in subtrees.below(&budgeted).chunks(EVALUATE_CHUNK) {
+    for chunk in below_names.chunks(EVALUATE_CHUNK) {
         below.extend(
             chunk
                 .iter()
+                .filter(|n| !changed.contains_key(*n))
                 .filter_map(|n| service.cached_quota(n))
                 .filter(|s| has_budget(&s.quota))
                 .map(|s| w.copy(&s.quota)),
         );
         pace.rest().await;
     }
+    let judged: BTreeMap<String, Quota> = judged
+        .into_iter()
+        .filter_map(|(_, a)| Some((a.clone(), w.copy(&service.cached_quota(&a)?.quota))))
+        .collect();
+    kept.copied = copies
+        .iter()
+        .filter(|c| matches!(c, std::borrow::Cow::Owned(_)))
+        .count()
+        + below.len()
+        + judged.len();
     let moved = crate::service::working::moved(
-        copies.iter().map(|c| &**c).chain(&below).filter_map(|c| {
-            let was = subtrees.self_used_of(c.name())?;
-            Some((was, c, subtrees.ancestors(c.name())))
-        }),
+        copies
+            .iter()
+            .map(|c| &**c)
+            .chain(&below)
+            .chain(judged.values())
+            .filter_map(|c| {
+                let was = subtrees.self_used_of(c.name())?;
+                Some((was, c, subtrees.ancestors(c.name())))
+            }),
         |n| subtrees.in_use().get(n),
     );
     let in_use = Moved {
         base: subtrees.in_use(),
         moved: &moved,
     };
-    let names: Vec<String> = changed
-        .keys()
-        .cloned()
-        .chain(above.iter().cloned())
-        .collect();
-    let rules = sql.alert_rules_of(&names).await?;
     let mut open: BTreeMap<String, Vec<OpenAlert>> = BTreeMap::new();
     let mut gone = Vec::new();
     let of_changed = AlertFilter {
         open: Some(true),
-        quotas_in: Some(names),
+        quotas_in: Some(all_names),
         ..AlertFilter::default()
     };
     for a in sql.alerts(&of_changed, i64::MAX).await? {
@@ -402,8 +531,14 @@ pub async fn evaluate_changed(
     // (a child's write, in a batch of its own, resolved its parent's usage
     // alert, which then waited for the sweep to open again). A deleted
     // quota's alerts are `gone`'s.
+    // A written budget whose write changed nothing it is judged on keeps
+    // its budget keys as they are (its subtree's spending was not accrued).
+    let (full, kept_budgets): (Vec<&Quota>, Vec<&Quota>) = copies
+        .iter()
+        .map(|c| &**c)
+        .partition(|c| !w.accrues() || !has_budget(c) || rejudged.contains(c.name()));
     let mut e = super::evaluate_each(
-        &copies,
+        &full,
         &in_use,
         &rules,
         &open,
@@ -411,27 +546,48 @@ pub async fn evaluate_changed(
         now_ms,
         &service.keys,
     );
+    for q in kept_budgets {
+        let cs = super::conditions(
+            q,
+            in_use.of(q.name()),
+            rules.get(q.name()).unwrap_or(&none),
+            forecasts.get(q.name()).unwrap_or(&BTreeMap::new()),
+            now_ms,
+        );
+        let was = open.get(q.name()).map(Vec::as_slice).unwrap_or_default();
+        let found = keeping_budget_keys(
+            super::evaluate(super::grouped(without_budgets(cs), &service.keys), was),
+            was,
+        );
+        e.open.extend(found.open);
+        e.resolve.extend(found.resolve);
+        e.update.extend(found.update);
+        e.escalate.extend(found.escalate);
+    }
     e.resolve.extend(super::evaluate(Vec::new(), &gone).resolve);
-    let none = Vec::new();
     for name in &above {
         let Some(q) = service.cached_quota(name) else {
             continue;
         };
-        // Where budgets accrue from the ledger (standalone), usage only: a
-        // budget above the written quotas is judged by the sweep, on the
-        // working copies of its whole subtree (here only the lines
-        // written are accrued, and the rest would lag). In a cluster the
-        // stored spending is the working copy, so its budget is judged
-        // here too, at once.
+        // A budget above the writes is judged here on its working copy and
+        // those of every budget below it (`judged`). One left to the sweep
+        // (the writes changed no spending below it, or its subtree is
+        // larger than `ABOVE_AT_ONCE`) is not: its figure would lag. In a
+        // cluster the stored spending is the working copy, so its budget
+        // is judged here too, at once.
+        let judged_copy = judged.get(name);
         let usage: Vec<Condition> = super::conditions(
-            &q.quota,
+            judged_copy.unwrap_or(&q.quota),
             in_use.of(name),
             rules.get(name).unwrap_or(&none),
             &BTreeMap::new(),
             now_ms,
         )
         .into_iter()
-        .filter(|c| c.kind == Kind::Threshold && (!w.accrues() || cash_target(&c.key).is_none()))
+        .filter(|c| {
+            c.kind == Kind::Threshold
+                && (!w.accrues() || judged_copy.is_some() || cash_target(&c.key).is_none())
+        })
         .collect();
         let was = open.get(name).map(Vec::as_slice).unwrap_or_default();
         let found = super::evaluate(super::grouped(usage, &service.keys), was);
@@ -460,6 +616,7 @@ pub async fn evaluate_changed(
         observed.cached.insert(name.clone());
     }
     if e.is_empty() {
+        kept.remember(inputs);
         return Ok(Swept::default());
     }
     let mut parents = Forest::default();
@@ -471,7 +628,7 @@ pub async fn evaluate_changed(
     for c in e.open.iter().chain(escalated) {
         ancestors(service, &c.quota, &mut parents).await;
     }
-    store(
+    let swept = store(
         sql,
         &e,
         &parents,
@@ -480,7 +637,46 @@ pub async fn evaluate_changed(
         public_url,
         &service.keys,
     )
-    .await
+    .await?;
+    kept.remember(inputs);
+    Ok(swept)
+}
+
+/// `conditions` without a budget's threshold (a cash key's: what its
+/// subtree spent).
+fn without_budgets(cs: Vec<Condition>) -> Vec<Condition> {
+    cs.into_iter()
+        .filter(|c| c.kind != Kind::Threshold || cash_target(&c.key).is_none())
+        .collect()
+}
+
+/// `e` (of conditions `without_budgets`) leaving every open threshold
+/// alert that covers a budget key as it is: neither resolved nor updated,
+/// since its budget's spending was not judged.
+fn keeping_budget_keys(mut e: Evaluation, was: &[OpenAlert]) -> Evaluation {
+    let budget = |id: i64| {
+        was.iter().any(|a| {
+            a.id == id
+                && a.kind == Kind::Threshold
+                && (cash_target(&a.key).is_some()
+                    || a.keys.iter().any(|k| cash_target(k).is_some()))
+        })
+    };
+    e.resolve.retain(|id| !budget(*id));
+    e.update.retain(|(id, _)| !budget(*id));
+    e.escalate.retain(|id| !budget(*id));
+    e
+}
+
+impl Kept {
+    fn remember(&mut self, inputs: Vec<(String, Option<BudgetInputs>)>) {
+        for (name, i) in inputs {
+            match i {
+                Some(i) => self.budgets.insert(name, i),
+                None => self.budgets.remove(&name),
+            };
+        }
+    }
 }
 
 /// Subtree usage as `Kept` sums it, with the lines of working copies
@@ -1069,14 +1265,44 @@ mod batches {
         q
     }
 
+    /// `team` written as the service writes it at `at`: its spending
+    /// accrued up to then (a new stored version).
+    async fn accrued_write(db: &SqlStore, name: &str, at: i64) -> Stored {
+        let s = db.get(name).await.unwrap().unwrap();
+        let mut q = s.quota.clone();
+        let Quota { spec, status, .. } = &mut q;
+        status.accrue_ledger_priced(
+            spec,
+            at,
+            &quota::cash::Prices::default(),
+            &quota::budget::PriceList::default(),
+        );
+        db.replace_status(&s, &q.status).await.unwrap();
+        db.get(name).await.unwrap().unwrap()
+    }
+
+    fn standalone(db: &SqlStore, clock: Arc<std::sync::atomic::AtomicI64>) -> Service {
+        Service::new(
+            Arc::new(db.clone()),
+            quota::KeyConfig::default(),
+            quota::cash::Prices::default(),
+            Default::default(),
+        )
+        .with_clock(Arc::new(move || {
+            clock.load(std::sync::atomic::Ordering::SeqCst)
+        }))
+    }
+
     /// A write's evaluation judges the written quota's budget on its
     /// working copy at the evaluation's `now`, not on the figure stored
     /// with the write: team, written when it started 10 cards and
-    /// evaluated 84 hours later, has spent 840 of its 1,000. root's
-    /// budget, above the write, is the sweep's to judge (on its whole
-    /// subtree's copies): at 96 hours (960 of 1,200 spent below it) a
-    /// write of team leaves it alone; a write of root itself judges it on
-    /// the copies of the budgets below it, and warns.
+    /// evaluated 84 hours later, has spent 840 of its 1,000 (root, 840 of
+    /// 1,200 below it, stays under its line). A write that changed no
+    /// spending judges no budget and accrues nothing below it (time
+    /// passing is the sweep's); team's next write (its spending accrued
+    /// at 96 hours) judges root's budget at once, on the copies of every
+    /// budget below it: 960 of 1,200, a warning. root's own write and the
+    /// sweep then agree.
     async fn a_writes_evaluation_reads_the_budget_as_of_now(db: &SqlStore) {
         let t0 = quota::time::parse_rfc3339("2026-11-26T04:00:00Z").unwrap();
         db.create(&budgeted("root", "", 1200)).await.unwrap();
@@ -1086,16 +1312,8 @@ mod batches {
             .unwrap();
         let hours = |h: i64| t0 + h * 3_600_000;
         let clock = Arc::new(std::sync::atomic::AtomicI64::new(hours(84)));
-        let at = clock.clone();
-        let service = Service::new(
-            Arc::new(db.clone()),
-            quota::KeyConfig::default(),
-            quota::cash::Prices::default(),
-            Default::default(),
-        )
-        .with_clock(Arc::new(move || {
-            at.load(std::sync::atomic::Ordering::SeqCst)
-        }));
+        let service = standalone(db, clock.clone());
+        service.warm_cache().await.unwrap();
         let mut kept = Kept::default();
         let written = [seen(&team, t0)].into();
         let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
@@ -1108,19 +1326,19 @@ mod batches {
             "{}",
             open[0].message
         );
+        assert_eq!(kept.copied(), 2, "team, and root above it");
 
         clock.store(hours(96), std::sync::atomic::Ordering::SeqCst);
         let written = [seen(&team, hours(96))].into();
         let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
-        assert_eq!(done.unwrap(), Swept::default(), "root is the sweep's");
-        // root itself written (as a change of its spec would): its budget
-        // is judged here, on the copies of every budget below it (this
-        // process's cache holds them, as a started server's does).
+        assert_eq!(done.unwrap(), Swept::default(), "nothing written changed");
+        assert_eq!(kept.copied(), 1, "team's own copy, no budget above it");
+
+        let team = accrued_write(db, "team", hours(96)).await;
         service.warm_cache().await.unwrap();
-        let root = service.get("root").await.unwrap();
-        let written = [seen(&root, hours(96))].into();
+        let written = [seen(&team, hours(96))].into();
         let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
-        assert_eq!(done.unwrap().opened, 1);
+        assert_eq!(done.unwrap().opened, 1, "root, at once");
         let open = db.open_alerts().await.unwrap();
         let warned = open.iter().find(|a| a.quota == "root").expect("root warns");
         assert!(
@@ -1128,6 +1346,12 @@ mod batches {
             "{}",
             warned.message
         );
+        // root itself written (as a change of its spec would): its budget
+        // is judged on the copies of every budget below it, and holds.
+        let root = service.get("root").await.unwrap();
+        let written = [seen(&root, hours(96))].into();
+        let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
+        assert_eq!(done.unwrap(), Swept::default());
         // The sweep agrees: nothing to open, nothing to resolve.
         evaluate_now(&service, db, URL).await;
         assert_eq!(db.open_alerts().await.unwrap().len(), 2);
@@ -1179,6 +1403,142 @@ mod batches {
     }
 
     on_both_databases!(in_a_cluster_a_childs_write_judges_its_parents_budget_at_once);
+
+    /// root: 12 cards and a budget of 1,200 card-hours, owned by alice;
+    /// team below it (owned by bob) running 10 cards from `t0`, with a
+    /// budget of 1,000 (a budget of 50,000 when `quiet_team`).
+    async fn owned_line(db: &SqlStore, t0: i64, quiet_team: bool) -> Stored {
+        use crate::authz::Role;
+        let mut root = budgeted("root", "", 1200);
+        root.spec.hard.insert(GPU.into(), Quantity::from_units(12));
+        db.create(&root).await.unwrap();
+        let cash = if quiet_team { 50_000 } else { 1000 };
+        let team = db
+            .create(&running_from(budgeted("team", "root", cash), t0))
+            .await
+            .unwrap();
+        for (user, quota) in [("alice", "root"), ("bob", "team")] {
+            let u = db.create_user(user, "x", false, T).await.unwrap();
+            let email = format!("{user}@example.com");
+            db.set_user_email(u.id, Some(&email)).await.unwrap();
+            db.set_binding(u.id, quota, Role::Owner, T).await.unwrap();
+        }
+        team
+    }
+
+    /// Standalone: team's write at 96 hours (10 of root's 12 cards run,
+    /// 960 of its 1,200 card-hours spent below it) opens root's one
+    /// warning with both keys, and alice gets one email; the sweep after
+    /// it finds nothing new and sends none (it once joined the budget key
+    /// to the alert the write had opened on the GPU key alone, and asked
+    /// again).
+    async fn a_childs_write_opens_its_parents_alert_with_its_budget_in_one_email(db: &SqlStore) {
+        let t0 = quota::time::parse_rfc3339("2026-11-26T04:00:00Z").unwrap();
+        let at = t0 + 96 * 3_600_000;
+        owned_line(db, t0, true).await;
+        let team = accrued_write(db, "team", at).await;
+        let clock = Arc::new(std::sync::atomic::AtomicI64::new(at));
+        let service = standalone(db, clock);
+        service.warm_cache().await.unwrap();
+        let mut kept = Kept::default();
+        let written = [seen(&team, at)].into();
+        let done = evaluate_changed(&service, db, written, URL, &mut kept).await;
+        assert_eq!(done.unwrap().opened, 1, "root's; team spent 960 of 50,000");
+        let open = db.open_alerts().await.unwrap();
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(open[0].quota, "root");
+        let both = |keys: &[String]| {
+            let mut keys = keys.to_vec();
+            keys.sort();
+            keys == [CASH, GPU]
+        };
+        assert!(both(&open[0].keys), "{}", open[0].message);
+        let to_alice = || async {
+            let out = db.outbox().await.unwrap();
+            out.iter()
+                .filter(|m| m.recipient == "alice@example.com")
+                .count()
+        };
+        assert_eq!(to_alice().await, 1);
+        evaluate_now(&service, db, URL).await;
+        let open = db.open_alerts().await.unwrap();
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert!(both(&open[0].keys), "{}", open[0].message);
+        assert_eq!(to_alice().await, 1, "the sweep asks nobody again");
+        assert!(
+            db.outbox().await.unwrap().len() == 1,
+            "nobody else was asked"
+        );
+    }
+
+    on_both_databases!(a_childs_write_opens_its_parents_alert_with_its_budget_in_one_email);
+
+    /// A loan grant writes the lending parent without changing any
+    /// spending: its evaluation copies the parent alone (its budgets below
+    /// are not accrued again) and leaves its budget's alert as it is. A
+    /// write that changes the parent's budget judges it again, on every
+    /// budget below it.
+    async fn a_parents_write_that_changed_no_spending_accrues_nothing_below(db: &SqlStore) {
+        let t0 = quota::time::parse_rfc3339("2026-11-26T04:00:00Z").unwrap();
+        let at = t0 + 96 * 3_600_000;
+        owned_line(db, t0, false).await;
+        for i in 0..5 {
+            let q = running_from(budgeted(&format!("other-{i}"), "root", 10), t0);
+            db.create(&q).await.unwrap();
+        }
+        let clock = Arc::new(std::sync::atomic::AtomicI64::new(at));
+        let service = standalone(db, clock.clone());
+        service.warm_cache().await.unwrap();
+        let mut kept = Kept::default();
+        let root = db.get("root").await.unwrap().unwrap();
+        let written = [seen(&root, at)].into();
+        evaluate_changed(&service, db, written, URL, &mut kept)
+            .await
+            .unwrap();
+        assert_eq!(kept.copied(), 7, "root and the six budgets below it");
+        let open = db.open_alerts().await.unwrap();
+        let warned = open.iter().find(|a| a.quota == "root").expect("root warns");
+        assert!(warned.keys.contains(&CASH.to_string()), "{warned:?}");
+        let before = warned.clone();
+
+        // A grant: root's CPUs raised, its spending and budget untouched.
+        let mut granted = root.quota.clone();
+        granted
+            .spec
+            .hard
+            .insert("requests.cpu".into(), Quantity::from_units(100));
+        granted.status.hard = granted.spec.hard.clone();
+        db.replace(&root, &granted).await.unwrap();
+        let root = db.get("root").await.unwrap().unwrap();
+        service.warm_cache().await.unwrap();
+        clock.store(at + 60_000, std::sync::atomic::Ordering::SeqCst);
+        let written = [seen(&root, at + 60_000)].into();
+        evaluate_changed(&service, db, written, URL, &mut kept)
+            .await
+            .unwrap();
+        assert_eq!(kept.copied(), 1, "root alone: nothing below it accrued");
+        let open = db.open_alerts().await.unwrap();
+        let still = open.iter().find(|a| a.id == before.id).expect("kept open");
+        assert_eq!(still.keys, before.keys, "its budget key stays");
+        assert_eq!(still.message, before.message);
+
+        // Its budget lowered: judged again, on every budget below it.
+        let mut lowered = root.quota.clone();
+        lowered
+            .spec
+            .hard
+            .insert(CASH.into(), Quantity::from_units(1100));
+        db.replace(&root, &lowered).await.unwrap();
+        let root = db.get("root").await.unwrap().unwrap();
+        service.warm_cache().await.unwrap();
+        let written = [seen(&root, at + 60_000)].into();
+        evaluate_changed(&service, db, written, URL, &mut kept)
+            .await
+            .unwrap();
+        assert_eq!(kept.copied(), 7);
+    }
+
+    on_both_databases!(a_parents_write_that_changed_no_spending_accrues_nothing_below);
 }
 
 #[cfg(test)]

@@ -217,6 +217,7 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
         key: CASH.into(),
         now_ms: NOW,
         left: q("900"),
+        carved: Quantity::ZERO,
         burn_per_hour: Quantity::from_nanos(100 * quota::quantity::NANO / 24),
         runway: quota::budget::Runway::Until {
             at_ms: NOW + 9 * 86_400_000,
@@ -396,22 +397,23 @@ fn a_crossing_on_six_keys_is_one_alert_that_names_them_gpus_first() {
         ],
         "GPUs first"
     );
-    // The worst (95 % of CPU A4 cores) in the title and the top numbers.
-    assert_eq!(c.key, "requests.cpu.A4");
-    assert_eq!(c.numbers["used"], "95");
+    // The worst GPU key (90 % of A100 GPUs) in the title and the top
+    // numbers, though CPU A4 cores are at 95 %: GPUs lead.
+    assert_eq!(c.key, "requests.nvidia.com/gpu.A100");
+    assert_eq!(c.numbers["used"], "9");
     assert_eq!(c.numbers["keys"][0]["figure"], "8 of 10 (80 %)");
     assert_eq!(c.numbers["keys"][5]["figure"], "80 GiB of 100 GiB (80 %)");
     let said = words(&c.message, &c.key, &c.numbers, &cfg);
     assert_eq!(
         said,
-        "CPU A4 cores of nlp-team reached 80 %: 95 in use of 100; 6 keys: GPUs 8 of 10 (80 %), \
+        "A100 GPUs of nlp-team reached 80 %: 9 in use of 10; 6 keys: GPUs 8 of 10 (80 %), \
          A100 GPUs 9 of 10 (90 %), CPU cores 85 of 100 (85 %), CPU A4 cores 95 of 100 (95 %), \
          CPU cores (limit) 90 of 100 (90 %), memory 80 GiB of 100 GiB (80 %)"
     );
     let m = email(c, "https://bizrq.example", &cfg);
     assert_eq!(
         m.subject,
-        "[bizrq warning] CPU A4 cores of nlp-team reached 80 %: 95 in use of 100 (and 5 more keys)"
+        "[bizrq warning] A100 GPUs of nlp-team reached 80 %: 9 in use of 10 (and 5 more keys)"
     );
     assert!(
         m.text.contains(
@@ -426,6 +428,18 @@ fn a_crossing_on_six_keys_is_one_alert_that_names_them_gpus_first() {
         .ends_with("Quota: https://bizrq.example/quotas/nlp-team\n"));
     assert!(!m.text.contains("requests."), "no raw key: {}", m.text);
     assert!(m.html.contains("title=\"requests.cpu\""), "{}", m.html);
+}
+
+/// Without a GPU or budget key over, the title names the worst key.
+#[test]
+fn without_a_gpu_key_the_title_names_the_worst() {
+    let quota = six_keys(["1", "1", "85", "90", "95", "80"]);
+    let cfg = KeyConfig::default();
+    let found = grouped(conditions(&quota, None, &[], &BTreeMap::new(), NOW), &cfg);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].keys.len(), 4, "{found:?}");
+    assert_eq!(found[0].key, "requests.cpu.A4");
+    assert_eq!(found[0].numbers["used"], "95");
 }
 
 /// The alert follows its keys: a key that crosses later, or clears while

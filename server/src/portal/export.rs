@@ -43,7 +43,8 @@ fn line(fields: &[String]) -> String {
 }
 
 /// One line per quota and key of its hard: what the tree and the quota
-/// page show, exactly. Cash keys fill `spent`; the others the rollup.
+/// page show, exactly. Cash keys fill `spent` (the subtree's spending)
+/// and `allocated_to_children` (carved out); the others the rollup.
 pub fn quotas_csv<Q, U>(quotas: &[Q], in_use: &U, cfg: &KeyConfig) -> String
 where
     Q: std::borrow::Borrow<Quota>,
@@ -83,9 +84,20 @@ where
                     .into_iter()
                     .chain([String::new()]),
                 ),
+                // A budget: what the quota's subtree spent (the budgets
+                // API's `subtreeSpent`, the figure its alerts read), and
+                // what it carved out for its children under
+                // `allocated_to_children` — never the sum of the two
+                // (`status.used` at a parent), which read as spending.
                 None => {
-                    f.extend(std::iter::repeat_n(String::new(), 7));
-                    f.push(exact(resources::get(&q.status.used, key)));
+                    let spent = match in_use.of(q.name()) {
+                        Some(sub) => resources::get(sub, key),
+                        None => resources::get(&q.status.self_used, key),
+                    };
+                    f.extend(std::iter::repeat_n(String::new(), 2));
+                    f.push(exact(quota::budget::periods::carved(&q.status, key)));
+                    f.extend(std::iter::repeat_n(String::new(), 4));
+                    f.push(exact(spent));
                 }
             }
             out.push_str(&line(&f));
@@ -209,7 +221,7 @@ mod tests {
         assert!(lines[0].starts_with("quota,parent,key,unit,hard,"));
         assert_eq!(
             lines[1],
-            "nlp,ai,cash/requests.nvidia.com/gpu,card-hours,100,,,,,,,,0"
+            "nlp,ai,cash/requests.nvidia.com/gpu,card-hours,100,,,0,,,,,0"
         );
         assert_eq!(
             lines[2],

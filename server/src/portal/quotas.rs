@@ -278,26 +278,55 @@ pub async fn tree(
     Ok(Html(html).into_response())
 }
 
-/// The quotas the viewer may see (`changes::visible_quotas`: every one
-/// with all its descendants) and their tree, if the viewer may see `name`
-/// (else 404, as for a quota that does not exist).
+/// What a page about `name` reads: `name` with all its descendants (its
+/// usage, its children) and, for a member, its line above it (every right
+/// is decided on the line: a binding on it or on an ancestor); and their
+/// tree, if the viewer may see `name` (else 404, as for a quota that does
+/// not exist). Never the rest of what a member may see: a member bound at
+/// a forest's root who opens a leaf reads the leaf and its line, not the
+/// forest.
 pub async fn visible_tree(
     app: &AppState,
     viewer: &Viewer,
     name: &str,
 ) -> Result<(Vec<Quota>, Tree), PageError> {
-    // An admin may see everything, and a page about one quota needs only
-    // its subtree (its usage, its children): not the forest.
-    let all = if viewer.principal.is_admin {
-        app.service.subtrees(&[name.to_string()]).await?
-    } else {
-        changes::visible_quotas(&app.service, &viewer.principal).await?
-    };
+    let mut all = app.service.subtrees(&[name.to_string()]).await?;
+    if !viewer.principal.is_admin {
+        // An admin may see everything: the line is not needed.
+        let line = line_above(app, &all, name).await?;
+        all.extend(line);
+    }
     let tree = Tree::from_quotas(&all);
     if !authz::can_view(&viewer.principal, name, &tree) || !tree.contains(name) {
         return Err(PageError::NotFound(format!("bizrq {name} not found")));
     }
     Ok((all, tree))
+}
+
+/// The quotas above `name` (found in `subtree`), nearest first, read one
+/// by one: at most the tree's depth (`quota::tree::MAX_DEPTH`) in a valid
+/// store; a cycle or a missing parent ends it, and so does a line longer
+/// than that (a hand-edited store).
+async fn line_above(
+    app: &AppState,
+    subtree: &[Quota],
+    name: &str,
+) -> Result<Vec<Quota>, PageError> {
+    let mut seen: BTreeSet<String> = subtree.iter().map(|q| q.name().to_string()).collect();
+    let mut next = subtree
+        .iter()
+        .find(|q| q.name() == name)
+        .map(|q| q.spec.parent.clone())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    while !next.is_empty() && out.len() < quota::tree::MAX_DEPTH && seen.insert(next.clone()) {
+        let Some(s) = app.service.store.get(&next).await? else {
+            break;
+        };
+        next = s.quota.spec.parent.clone();
+        out.push(s.quota);
+    }
+    Ok(out)
 }
 
 /// `visible_tree`, and the quota with the version its edit form names
@@ -1642,6 +1671,29 @@ mod tests {
         );
     }
 
+    /// A parent cycle in a hand-edited store (a → b → c → a, x below b):
+    /// a quota's page sums its copies again, `/tree` moves the copies'
+    /// spending along their lines (`quota::rollup::line_above`); both say
+    /// one figure for every member.
+    #[test]
+    fn a_cycle_shows_one_figure_on_the_page_and_on_the_tree() {
+        use crate::service::forest::Forest;
+        use crate::service::working::tests::{budget, running};
+        let t0 = quota::time::parse_rfc3339("2026-11-30T00:00:00Z").unwrap();
+        let all = vec![
+            running(budget("a", "b", "1000"), 1, t0),
+            running(budget("b", "c", "1000"), 2, t0),
+            running(budget("c", "a", "1000"), 4, t0),
+            running(budget("x", "b", "1000"), 8, t0),
+        ];
+        let w = Working::for_tests(true, t0 + 10 * HOUR);
+        let tree = w.accrued(std::sync::Arc::new(Forest::of(all.clone())));
+        for name in ["a", "b", "c", "x"] {
+            let (_, _, page) = page_copies(&w, all.clone(), name);
+            assert_eq!(&page[name], tree.in_use_of(name), "{name}");
+        }
+    }
+
     /// Debug timings of the working copies on a forest of 10,101 quotas
     /// (root → 100 departments → 100 teams, each team running a card),
     /// the way each reader made them before and makes them now
@@ -1681,10 +1733,23 @@ mod tests {
                 },
             );
             ms(
-                "  a leaf's page, now: its subtree copied and summed",
+                "  a leaf's page, then: its subtree copied and summed, every visible quota read",
                 5,
                 &mut || {
                     std::hint::black_box(page_copies(&w, all.clone(), "d050-t050"));
+                },
+            );
+            // What a member's page reads now: the leaf and its line.
+            let read: Vec<Quota> = all
+                .iter()
+                .filter(|q| ["d050-t050", "d050", "root"].contains(&q.name()))
+                .cloned()
+                .collect();
+            ms(
+                "  a leaf's page, now: its subtree and line read, its subtree copied",
+                5,
+                &mut || {
+                    std::hint::black_box(page_copies(&w, read.clone(), "d050-t050"));
                 },
             );
             ms(
@@ -1703,6 +1768,78 @@ mod tests {
                 },
             );
         }
+    }
+
+    /// Debug timings of what a member's quota page reads from SQLite on
+    /// the same forest of 10,101 quotas, the member bound at the root
+    /// (docs/benchmarks.md "A member's page reads what it shows"): before,
+    /// every quota the member may see (`changes::visible_quotas`, the
+    /// root's subtree); now a leaf's page reads its subtree and its line
+    /// (`line_above`), a department's its 101 quotas and the root:
+    /// `cargo test -p bizrq --lib -- --ignored a_members_page_reads --nocapture`.
+    #[tokio::test]
+    #[ignore]
+    async fn a_members_page_reads_cost() {
+        use crate::store::QuotaStore;
+        let t0 = quota::time::parse_rfc3339("2026-11-30T00:00:00Z").unwrap();
+        let db = crate::store::testdb::sqlite().await;
+        let all = big_forest(100, 100, true, t0);
+        for q in &all {
+            db.store.create(q).await.unwrap();
+        }
+        let s = &db.store;
+        let line = |name: &str| {
+            let mut out = Vec::new();
+            let mut at = all
+                .iter()
+                .find(|q| q.name() == name)
+                .unwrap()
+                .spec
+                .parent
+                .clone();
+            while !at.is_empty() {
+                out.push(at.clone());
+                at = all
+                    .iter()
+                    .find(|q| q.name() == at)
+                    .unwrap()
+                    .spec
+                    .parent
+                    .clone();
+            }
+            out
+        };
+        for (label, name) in [("a leaf", "d050-t050"), ("a department", "d050")] {
+            let mut before = Vec::new();
+            let mut after = Vec::new();
+            for _ in 0..5 {
+                let start = std::time::Instant::now();
+                let read = s.subtrees(&["root".to_string()]).await.unwrap();
+                before.push(start.elapsed().as_secs_f64() * 1000.0);
+                assert_eq!(read.len(), all.len());
+                let start = std::time::Instant::now();
+                let mut read = s.subtrees(&[name.to_string()]).await.unwrap();
+                for a in line(name) {
+                    read.push(s.get(&a).await.unwrap().unwrap());
+                }
+                after.push(start.elapsed().as_secs_f64() * 1000.0);
+                std::hint::black_box(read);
+            }
+            let range = |v: &[f64]| {
+                let lo = v.iter().cloned().fold(f64::MAX, f64::min);
+                let hi = v.iter().cloned().fold(0.0, f64::max);
+                format!("{lo:.1}–{hi:.1} ms")
+            };
+            println!(
+                "{label}'s page for a member bound at the root, read before: {}",
+                range(&before)
+            );
+            println!(
+                "{label}'s page, read now (its subtree and line): {}",
+                range(&after)
+            );
+        }
+        db.finish().await;
     }
 
     /// A quota that may borrow shows its weight, and its share once the

@@ -21,7 +21,6 @@ use super::Service;
 use quota::budget::PriceList;
 use quota::cash::Prices;
 use quota::keys::cash_target;
-use quota::rollup::subtree_in_use;
 use quota::{Quota, ResourceList};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -109,29 +108,55 @@ impl Working {
 
     /// `name` as of `now` and what its whole subtree uses (Σ `selfUsed` of
     /// the working copies of it and its descendants, spending included),
-    /// from the kept forest: only the subtree is copied. None when `name`
-    /// is not in it.
+    /// from the kept forest: only the subtree's budgets are copied, and
+    /// their change of `selfUsed` moved along their lines onto the kept
+    /// forest's subtree usage (`moved`, `rollup::line_above`: as `/tree`
+    /// moves it, so a cycle in a hand-edited store gives one figure on
+    /// both). None when `name` is not in it.
     pub fn subtree_of(&self, f: &Forest, name: &str) -> Option<(Quota, ResourceList)> {
-        let q = f.quotas.iter().find(|q| q.name() == name)?;
+        let at = f.quotas.iter().position(|q| q.name() == name)?;
         if !self.accrue {
-            return Some((q.clone(), f.in_use_of(name).clone()));
+            return Some((f.quotas[at].clone(), f.in_use_of(name).clone()));
         }
-        let mut children: HashMap<&str, Vec<&Quota>> = HashMap::new();
-        for c in &f.quotas {
-            children.entry(c.spec.parent.as_str()).or_default().push(c);
+        let mut children: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, c) in f.quotas.iter().enumerate() {
+            children.entry(c.spec.parent.as_str()).or_default().push(i);
         }
-        let mut subtree = Vec::new();
-        let mut next = vec![q];
-        let mut seen: HashSet<&str> = HashSet::new();
-        while let Some(at) = next.pop() {
-            if !seen.insert(at.name()) {
+        let mut places = Vec::new();
+        let mut next = vec![at];
+        let mut seen: HashSet<usize> = HashSet::new();
+        while let Some(i) = next.pop() {
+            if !seen.insert(i) {
                 continue;
             }
-            subtree.push(self.copy(at));
-            next.extend(children.get(at.name()).into_iter().flatten().copied());
+            if has_budget(&f.quotas[i]) {
+                places.push(i);
+            }
+            let below = children.get(f.quotas[i].name());
+            next.extend(below.into_iter().flatten().copied());
         }
-        let in_use = subtree_in_use(&subtree).remove(name).unwrap_or_default();
-        let q = subtree.into_iter().find(|q| q.name() == name)?;
+        let parents: HashMap<&str, &str> = f
+            .quotas
+            .iter()
+            .map(|q| (q.name(), q.spec.parent.as_str()))
+            .collect();
+        let copies = self.copies_at(f, &places);
+        let mut moved = moved(
+            copies.iter().map(|(i, c)| {
+                let line = quota::rollup::line_above(c.name(), |at| {
+                    parents.get(at).copied().filter(|p| parents.contains_key(p))
+                });
+                (&f.quotas[*i].status.self_used, c, line)
+            }),
+            |n| f.in_use.get(n),
+        );
+        let in_use = moved
+            .remove(name)
+            .unwrap_or_else(|| f.in_use_of(name).clone());
+        let q = match copies.into_iter().find(|(i, _)| *i == at) {
+            Some((_, q)) => q,
+            None => f.quotas[at].clone(),
+        };
         Some((q, in_use))
     }
 
@@ -243,20 +268,12 @@ impl Accrued {
             .iter()
             .map(|q| (q.name(), q.spec.parent.as_str()))
             .collect();
-        // A line's cycle check in a set: in a list it made a chain of N
-        // budgeted quotas cost N³.
+        // The line a page's sum and the alerts' walk too: a cycle broken
+        // where `subtree_in_use` breaks it.
         let line = |name: &str| -> Vec<String> {
-            let mut out = Vec::new();
-            let mut seen: HashSet<&str> = HashSet::from([name]);
-            let mut at = name;
-            while let Some(p) = parents.get(at).filter(|p| parents.contains_key(**p)) {
-                if !seen.insert(p) {
-                    break;
-                }
-                out.push(p.to_string());
-                at = p;
-            }
-            out
+            quota::rollup::line_above(name, |at| {
+                parents.get(at).copied().filter(|p| parents.contains_key(p))
+            })
         };
         let moved = moved(
             copies
@@ -355,6 +372,7 @@ pub fn has_budget(q: &Quota) -> bool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use quota::rollup::subtree_in_use;
     use quota::QuotaSpec;
 
     fn quota(name: &str, parent: &str, hard: &[(&str, &str)]) -> Quota {
@@ -488,6 +506,66 @@ pub(crate) mod tests {
         let a = working(false, at("2026-12-01T02:00:00Z")).accrued(f.clone());
         assert_eq!(a.copied(), 0);
         assert_eq!(a.in_use_of("root"), f.in_use_of("root"));
+    }
+
+    /// A parent cycle (only a store edited by hand holds one): a → b → c
+    /// → a, x below b, each a budget running cards. A quota's page
+    /// (`subtree_of`) and `/tree` (`accrued`) move each copy's spending
+    /// along the same line (`rollup::line_above`), so they say one figure
+    /// for every member, the figure summing every copy again says (`/tree`
+    /// once moved a's spending onto b and c, whose sum does not hold a).
+    #[test]
+    fn a_cycle_gives_one_figure_on_the_tree_and_on_the_page() {
+        let t0 = at("2026-11-30T12:00:00Z");
+        let f = Arc::new(Forest::of(vec![
+            running(budget("a", "b", "1000"), 1, t0),
+            running(budget("b", "c", "1000"), 2, t0),
+            running(budget("c", "a", "1000"), 4, t0),
+            running(budget("x", "b", "1000"), 8, t0),
+        ]));
+        let w = working(true, at("2026-11-30T22:00:00Z"));
+        let tree = w.accrued(f.clone());
+        let whole = subtree_in_use(&w.quotas(f.quotas.clone()));
+        for name in ["a", "b", "c", "x"] {
+            let (_, page) = w.subtree_of(&f, name).unwrap();
+            for key in [GPU, CASH] {
+                let sum = quota::resources::get(&whole[name], key);
+                assert_eq!(quota::resources::get(&page, key), sum, "{name} {key}");
+                assert_eq!(
+                    quota::resources::get(tree.in_use_of(name), key),
+                    sum,
+                    "{name} {key}"
+                );
+            }
+        }
+        // a, the first by name, holds the whole cycle: 15 cards for 10 h.
+        assert_eq!(
+            quota::resources::get(tree.in_use_of("a"), CASH),
+            quota::Quantity::from_units(150)
+        );
+    }
+
+    /// A quota's page copies only the budgets of its subtree and says
+    /// what copying and summing every quota of it says.
+    #[test]
+    fn a_page_copies_its_subtrees_budgets_and_sums_what_they_sum() {
+        let f = Forest::of(budgeted_forest());
+        for now in ["2026-11-30T22:00:00Z", "2026-12-01T02:00:00Z"] {
+            let w = working(true, at(now));
+            let whole = subtree_in_use(&w.quotas(f.quotas.clone()));
+            for name in ["root", "a", "a1", "b", "c"] {
+                let (q, in_use) = w.subtree_of(&f, name).unwrap();
+                let copy = w.copy(f.quotas.iter().find(|q| q.name() == name).unwrap());
+                assert_eq!(q, copy, "{now}: {name}");
+                for key in [GPU, CASH] {
+                    assert_eq!(
+                        quota::resources::get(&in_use, key),
+                        quota::resources::get(&whole[name], key),
+                        "{now}: {name} {key}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

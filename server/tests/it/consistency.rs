@@ -117,7 +117,7 @@ async fn build(url: &str) -> usize {
 }
 
 /// A quantity as the API or the CSV writes it, in nano-units.
-fn nanos(v: &Value) -> Option<i128> {
+pub(crate) fn nanos(v: &Value) -> Option<i128> {
     v.as_str().filter(|s| !s.is_empty()).map(|s| {
         s.parse::<Quantity>()
             .unwrap_or_else(|_| panic!("{s}"))
@@ -127,7 +127,7 @@ fn nanos(v: &Value) -> Option<i128> {
 
 /// The keys table's exact figure (`data-sort-value`) of `key` under the
 /// column `label` on a quota page.
-fn page_figure(page: &str, key: &str, label: &str) -> Option<i128> {
+pub(crate) fn page_figure(page: &str, key: &str, label: &str) -> Option<i128> {
     let start = format!("<td title=\"{key}\" class=\"key\">");
     // The keys table's row: the one with the table's columns (a key's
     // name also heads other tables' rows).

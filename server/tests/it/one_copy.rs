@@ -479,3 +479,111 @@ async fn budget_alerts_read_the_pages_copy_sqlite() {
 async fn budget_alerts_read_the_pages_copy_postgres() {
     budget_alerts_read_the_pages_copy(&fresh_postgres().await).await;
 }
+
+/// Standalone mode, no sweep for an hour: a child's write judges its
+/// parent's budget at once, on the working copies at the write's
+/// evaluation (issue 31: it waited for the sweep, up to 5 minutes). team
+/// (a budget of 1,000 carved out of root's 1,200) burns 10 of root's 12
+/// cards for 96 hours, nothing written; then it starts one more card:
+/// root's warning opens within moments with its GPUs and its budget (960 card-hours spent of 1,200, the budgets
+/// API's figure) in one alert, and olga, root's owner, gets one email
+/// (it once opened on the GPU key and the sweep joined the budget key,
+/// asking again). A sweep then finds nothing new and sends nothing.
+async fn a_childs_write_judges_its_parents_budget_at_once(url: &str) {
+    let mut args = bizrq::config::ServeArgs::for_tests(url);
+    args.admin_password = Some(ADMIN_PASSWORD.into());
+    args.resync_seconds = 3600;
+    args.alert_sweep_seconds = 3600;
+    let t0 = t("2026-11-26T04:00:00Z");
+    let (clock, c) = test_clock(t0);
+    let running = bizrq::start_with(&args, None, Some(c)).await.unwrap();
+    let s = Server::in_process(&running);
+    let sql = bizrq::store::sql::SqlStore::connect(url).await.unwrap();
+    let olga = sql.create_user("olga", "x", false, t0).await.unwrap();
+    sql.set_user_email(olga.id, Some("olga@example.com"))
+        .await
+        .unwrap();
+    sql.set_binding(olga.id, "root", bizrq::portal::authz::Role::Owner, t0)
+        .await
+        .unwrap();
+    let monthly = json!({"period": {"kind": "monthly", "anchorDay": 1}, "forecastDays": 0});
+    for (name, parent, gpus, cash) in [("root", "", "12", "1200"), ("team", "root", "12", "1000")] {
+        let (st, v) = s
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name},
+                    "spec": {"parent": parent, "hard": {GPU: gpus, CASH: cash},
+                             "budgets": {CASH: monthly}}})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    running
+        .service
+        .charge_workload("team", "batch/Job/ml/a", cards(10), "u1", false)
+        .await
+        .unwrap();
+    // 96 hours on: one more card, a write of team.
+    clock.store(t("2026-11-30T04:00:00Z"), Ordering::SeqCst);
+    running
+        .service
+        .charge_workload("team", "batch/Job/ml/b", cards(1), "u2", false)
+        .await
+        .unwrap();
+    let root = alerts_once(&s, "root", |a| of_kind(a, "threshold").is_some()).await;
+    let warning = of_kind(&root, "threshold").expect("root warns at once");
+    let keys: Vec<&str> = warning["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert!(keys.contains(&GPU) && keys.contains(&CASH), "{warning}");
+    let b = budget(&s, "root").await;
+    assert_eq!(b["subtreeSpent"], "960", "{b}");
+    let spent = warning["numbers"]["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == CASH)
+        .expect("the budget key's figure");
+    assert_eq!(spent["used"], b["subtreeSpent"], "{warning}");
+    let to_olga = || async {
+        sql.outbox()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.recipient == "olga@example.com")
+            // root's, not team's (olga, the nearest owner, hears of both).
+            .filter(|m| {
+                m.text_body.contains("/quotas/root") && !m.text_body.contains("/quotas/team")
+            })
+            .collect::<Vec<_>>()
+    };
+    let mails = to_olga().await;
+    assert_eq!(
+        mails.len(),
+        1,
+        "one email: {:?}",
+        mails.iter().map(|m| &m.subject).collect::<Vec<_>>()
+    );
+    assert!(mails[0].text_body.contains("960"), "{}", mails[0].text_body);
+    // The sweep agrees: nothing opened, nothing joined, nobody asked again.
+    bizrq::alerts::engine::evaluate_now(&running.service, &sql, "http://bizrq.test").await;
+    let again = alerts_once(&s, "root", |_| true).await;
+    assert_eq!(again.len(), root.len(), "{again:?}");
+    assert_eq!(to_olga().await.len(), 1, "no second email");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_childs_write_judges_its_parents_budget_at_once_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_childs_write_judges_its_parents_budget_at_once(&fresh_sqlite(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_childs_write_judges_its_parents_budget_at_once_postgres() {
+    a_childs_write_judges_its_parents_budget_at_once(&fresh_postgres().await).await;
+}
