@@ -235,6 +235,36 @@ mod tests {
         f.quotas.iter().map(|q| q.name()).collect()
     }
 
+    /// What a person is shown is read on the view store (in standalone
+    /// mode the portal's own, niced connections), never on the service's
+    /// own store, whose readers admissions wait for (docs/limits.md, "What
+    /// the portal shared"): two databases tell which one was read.
+    #[tokio::test]
+    async fn a_viewers_subtrees_are_read_on_the_view_store() {
+        let (own, view) = (
+            crate::store::testdb::sqlite().await,
+            crate::store::testdb::sqlite().await,
+        );
+        let shown = service(&view.store);
+        make(&shown, "dept", "", 4).await;
+        make(&shown, "team", "dept", 2).await;
+        let svc = service(&own.store).with_view_store(Arc::new(view.store.clone()));
+        let mut read: Vec<String> = svc
+            .subtrees(&["dept".to_string()])
+            .await
+            .unwrap()
+            .iter()
+            .map(|q| q.name().to_string())
+            .collect();
+        read.sort();
+        assert_eq!(read, ["dept", "team"]);
+        let own_only = service(&own.store).subtrees(&["dept".to_string()]).await;
+        assert!(
+            own_only.unwrap().is_empty(),
+            "the service's own store holds none"
+        );
+    }
+
     /// Kept between requests, it reads again only what was written since,
     /// by this replica or another, and never serves a stale copy: a
     /// change, a delete and a quota made again under an old name are all
