@@ -573,3 +573,52 @@ async fn with_two_replicas_the_stored_queue_never_passes_a_submitters_share() {
     }
     println!("created through two replicas: {first} + {second}, stored queue 3");
 }
+
+/// A mark skips the create's charge only on an object that waits by it:
+/// a kind that can queue, held, with a mark we signed for its quota and
+/// itself. A Deployment of 0 replicas carrying a junk mark (it cannot
+/// queue) is charged as any create, so a later `/scale` to 500 replicas
+/// is judged against its charge and refused, not let through as
+/// ungoverned (review of issue 30, finding 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_on_what_cannot_wait_skips_no_charge() {
+    let c = marked_cluster(None).await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+        "deployments",
+    );
+    let deps: Api<DynamicObject> = Api::namespaced_with(c.kubectl("mallory"), "ml", &ar);
+    for (name, m) in [
+        ("junk", "junk".to_string()),
+        ("signed", mark("ml", "signed", T0, "mallory", MARK_KEY)),
+    ] {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "ml",
+                "labels": {"biz.group.resource.quota": "ml"},
+                "annotations": {"queue.bizrq.io/entry": m}},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "c", "image": "web",
+                        "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}});
+        let o: DynamicObject = serde_json::from_value(d).unwrap();
+        deps.create(&PostParams::default(), &o).await.unwrap();
+        let q = c.fake.quota("ml");
+        assert!(
+            q["status"]["workloads"][format!("apps/Deployment/ml/{name}")].is_object(),
+            "{name} charged (nothing) at its create: {q}"
+        );
+        let scaled = deps
+            .patch_scale(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"replicas": 500}})),
+            )
+            .await;
+        let (code, _, message) = crate::admission::refusal(scaled);
+        assert_eq!(code, 403, "{message}");
+        let stored = c.fake.get("apps", "deployments", "ml", name).unwrap();
+        assert_eq!(stored["spec"]["replicas"], 0, "{name} not scaled");
+    }
+    let q = c.fake.quota("ml");
+    assert_eq!(used(&q, "requests.cpu"), "0", "{q}");
+}
