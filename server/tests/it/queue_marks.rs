@@ -622,3 +622,62 @@ async fn a_mark_on_what_cannot_wait_skips_no_charge() {
     let q = c.fake.quota("ml");
     assert_eq!(used(&q, "requests.cpu"), "0", "{q}");
 }
+
+/// A marked Job the queue admitted and its owner then suspends by hand
+/// does not re-enter the queue at its old place: the release removes its
+/// mark with the hold, so the suspended Job is judged as any suspended
+/// Job (it waits unqueued until its owner resumes it), and a Job that
+/// queued after it keeps the head (review of issue 30, finding 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_job_suspended_by_hand_does_not_return_to_its_old_place() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "3")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+    create(&c, "alice", job("b", "2")).await.unwrap();
+    c.until("ml", "b folded", |q| queue_refs(q) == ["batch/Job/ml/b"])
+        .await;
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "b admitted", |q| {
+        queue_refs(q).is_empty() && used(q, "requests.cpu") == "2"
+    })
+    .await;
+    for _ in 0..100 {
+        if !suspended(&c, "b") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!suspended(&c, "b"), "b released");
+    create(&c, "bob", job("d", "2")).await.unwrap();
+    c.until("ml", "d charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    c.set_clock(T0 + 10_000);
+    create(&c, "bob", job("e", "3")).await.unwrap();
+    c.until("ml", "e folded", |q| queue_refs(q) == ["batch/Job/ml/e"])
+        .await;
+    jobs(&c, "alice")
+        .patch(
+            "b",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .unwrap();
+    // Before the fix the round folded b back at its old place (ahead of
+    // e) and admitted it again: its charge never came down.
+    c.until("ml", "b's charge down", |q| used(q, "requests.cpu") == "2")
+        .await;
+    for n in 1..=5 {
+        c.touch("ml", n);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let q = c.fake.quota("ml");
+    assert_eq!(queue_refs(&q), ["batch/Job/ml/e"], "{q}");
+    assert!(suspended(&c, "b"), "b stays suspended by its owner");
+    assert_eq!(used(&q, "requests.cpu"), "2", "{q}");
+    assert!(mark_of(&c, "b").is_none(), "the release removed b's mark");
+}
