@@ -681,3 +681,30 @@ async fn a_released_job_suspended_by_hand_does_not_return_to_its_old_place() {
     assert_eq!(used(&q, "requests.cpu"), "2", "{q}");
     assert!(mark_of(&c, "b").is_none(), "the release removed b's mark");
 }
+
+/// A dry-run create that would wait is answered held, with no mark: a
+/// dry run counts nowhere, so a mark signed for it would be a place no
+/// cap ever counted, which a real write could then carry (review of
+/// issue 30, finding 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_is_never_given_a_signed_mark() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let o: DynamicObject = serde_json::from_value(job("b", "2")).unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let answered = jobs(&c, "mallory").create(&dry, &o).await.unwrap();
+    let answered = serde_json::to_value(&answered).unwrap();
+    assert_eq!(answered["spec"]["suspend"], true, "{answered}");
+    assert!(
+        answered["metadata"]["annotations"]
+            .get("queue.bizrq.io/entry")
+            .is_none(),
+        "{answered}"
+    );
+    assert!(c.fake.get("batch", "jobs", "ml", "b").is_none());
+}
