@@ -424,8 +424,8 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
                     // nothing, so there is nothing to charge, and a record
                     // of it would write the quota for every create that
                     // waits. The round charges it when it admits it.
-                    quota::admission::Step::Charge { workload, .. }
-                        if waits_marked(svc, &req.operation, workload) => {}
+                    quota::admission::Step::Charge { quota, workload }
+                        if waits_marked(svc, adapter, req, quota, &wref, workload) => {}
                     quota::admission::Step::Charge { quota, workload } => {
                         let sets = workload.pod_sets.clone();
                         let run = match &changes {
@@ -457,17 +457,53 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
     }
 }
 
-/// A CREATE, with queue marks on, of an object carrying a mark and
-/// running nothing (held): what the mutating webhook queued by the mark.
-/// An object marked by anyone else that runs nothing is charged nothing
-/// either way; one that runs something is charged as any.
-fn waits_marked(svc: &Service, operation: &str, w: &Workload) -> bool {
-    operation == "CREATE"
-        && svc.marks.is_some()
-        && w.meta
-            .annotations
-            .contains_key(quota::queue::mark::ANNOTATION)
-        && w.usage().values().all(|v| v.nanos() == 0)
+/// A CREATE, with queue marks on, of an object the mutating webhook held
+/// and marked: a kind that can wait in a queue (`quota::queue::queueable`),
+/// held back now (`quota::hold::is_held`), running nothing, and carrying a
+/// mark we accept for this quota and this object, placed now
+/// (`quota::queue::mark::accept`: our MAC, its quota, its ref, its
+/// `since`). Anything else is charged as any create: a kind that cannot
+/// wait (a Deployment) or an unsigned or misbound mark never skips the
+/// charge, so a later `/scale` or UPDATE finds the charge it changes.
+fn waits_marked(
+    svc: &Service,
+    adapter: &Adapter,
+    req: &Request,
+    quota_name: &str,
+    wref: &str,
+    w: &Workload,
+) -> bool {
+    let Some(keys) = svc.marks.as_ref() else {
+        return false;
+    };
+    if req.operation != "CREATE"
+        || !quota::queue::queueable(adapter)
+        || w.usage().values().any(|v| v.nanos() != 0)
+    {
+        return false;
+    }
+    let Some(annotation) = w.meta.annotations.get(quota::queue::mark::ANNOTATION) else {
+        return false;
+    };
+    let held = req
+        .object
+        .as_deref()
+        .and_then(|r| serde_json::from_str::<serde_json::Value>(r.get()).ok())
+        .is_some_and(|o| quota::hold::is_held(adapter.hold(), &o));
+    if !held {
+        return false;
+    }
+    // A create is made now: the mark the mutating webhook just signed is
+    // placed now, and a mark copied from an older object is refused, as
+    // the fold refuses it against the object's creationTimestamp.
+    let now = svc.now();
+    let at = quota::queue::mark::Binding {
+        quota: quota_name,
+        workload_ref: wref,
+        created_ms: now,
+        now_ms: now,
+    };
+    quota::queue::mark::accept(annotation, &at, |b, m| keys.verify(b, m)).is_ok()
 }
 
 /// What an UPDATE changes of what admission, budgets and queueing read

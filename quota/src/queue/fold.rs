@@ -79,22 +79,26 @@ fn fold_within(
         ..Folded::default()
     };
     let cap = q.spec.queueing.per_submitter();
-    let mut order: Vec<&Marked<'_>> = marked.iter().collect();
-    // First come first: a cap refuses the latest marks, never an older one.
-    order.sort_by_key(|m| (m.work.submitted_ms, m.at.workload_ref));
-    for m in order {
+    // Each mark judged first, then the accepted ones taken in the order
+    // of their places (the mark's `since`, then the name): first come
+    // first, so a cap refuses the latest marks, never an older one. The
+    // object's own `submitted_ms` says nothing of its place.
+    let mut accepted: Vec<(&Marked<'_>, mark::Mark)> = Vec::new();
+    for m in marked {
         let r = m.at.workload_ref.to_string();
         if pending.skips(&r, m.uid) {
             out.refused.push((r, NotFolded::Left));
             continue;
         }
-        let accepted = match mark::accept(m.annotation, &m.at, &verify) {
-            Ok(a) => a,
-            Err(e) => {
-                out.refused.push((r, NotFolded::Mark(e)));
-                continue;
-            }
-        };
+        match mark::accept(m.annotation, &m.at, &verify) {
+            Ok(a) => accepted.push((m, a)),
+            Err(e) => out.refused.push((r, NotFolded::Mark(e))),
+        }
+    }
+    accepted
+        .sort_by(|(m, a), (n, b)| (a.since, m.at.workload_ref).cmp(&(b.since, n.at.workload_ref)));
+    for (m, accepted) in accepted {
+        let r = m.at.workload_ref.to_string();
         let mut work = m.work.clone();
         work.workload_ref.clone_from(&r);
         work.uid = m.uid.to_string();
@@ -237,6 +241,40 @@ mod tests {
         assert_eq!(f.queue[0].uid, "uid-a");
         assert_eq!(f.queue[0].run_ms, Some(60_000), "read from the object");
         assert!(f.refused.is_empty());
+    }
+
+    #[test]
+    fn marks_join_in_the_order_of_their_places_not_their_names() {
+        // The object's own `submitted_ms` says nothing (0): the accepted
+        // mark's `since` is the place. "z" queued first, "a" later; with a
+        // share of one, the later one is the one refused.
+        let q = quota(Some(1));
+        let f = fold(
+            &q,
+            &[
+                marked("a", signed("a", T + 9, "alice"), T),
+                marked("z", signed("z", T + 1, "alice"), T),
+            ],
+            &Pending::default(),
+            verify,
+        );
+        assert_eq!(f.added, [r("z")]);
+        assert_eq!(f.queue[0].submitted_ms, T + 1);
+        assert!(
+            matches!(f.refused.as_slice(), [(x, NotFolded::Full(Full::Share { .. }))] if x == r("a")),
+            "{:?}",
+            f.refused
+        );
+        let f = fold(
+            &quota(None),
+            &[
+                marked("a", signed("a", T + 9, "alice"), T),
+                marked("z", signed("z", T + 1, "bob"), T),
+            ],
+            &Pending::default(),
+            verify,
+        );
+        assert_eq!(f.added, [r("z"), r("a")]);
     }
 
     #[test]

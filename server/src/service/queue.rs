@@ -353,20 +353,25 @@ impl Service {
             return Err(ServiceError::Denied(Denial::from(full)));
         }
         drop(all);
-        let mark = queue::mark::sign(
-            quota_name,
-            &work.workload_ref,
-            work.submitted_ms,
-            work.priority,
-            work.submitted_by.as_deref().unwrap_or(""),
-            |b| keys.sign(b),
-        );
+        // A dry run is counted nowhere (its join above was on a copy): a
+        // mark signed for it would be a place no cap counted, which a real
+        // write could carry. It is answered held, unmarked.
+        let mark = (!dry_run).then(|| {
+            queue::mark::sign(
+                quota_name,
+                &work.workload_ref,
+                work.submitted_ms,
+                work.priority,
+                work.submitted_by.as_deref().unwrap_or(""),
+                |b| keys.sign(b),
+            )
+        });
         Ok((
             Queueing::Queued {
                 position,
                 reason: worded(reason.to_string()),
             },
-            Some(mark),
+            mark,
         ))
     }
 

@@ -573,3 +573,138 @@ async fn with_two_replicas_the_stored_queue_never_passes_a_submitters_share() {
     }
     println!("created through two replicas: {first} + {second}, stored queue 3");
 }
+
+/// A mark skips the create's charge only on an object that waits by it:
+/// a kind that can queue, held, with a mark we signed for its quota and
+/// itself. A Deployment of 0 replicas carrying a junk mark (it cannot
+/// queue) is charged as any create, so a later `/scale` to 500 replicas
+/// is judged against its charge and refused, not let through as
+/// ungoverned (review of issue 30, finding 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_on_what_cannot_wait_skips_no_charge() {
+    let c = marked_cluster(None).await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+        "deployments",
+    );
+    let deps: Api<DynamicObject> = Api::namespaced_with(c.kubectl("mallory"), "ml", &ar);
+    for (name, m) in [
+        ("junk", "junk".to_string()),
+        ("signed", mark("ml", "signed", T0, "mallory", MARK_KEY)),
+    ] {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "ml",
+                "labels": {"biz.group.resource.quota": "ml"},
+                "annotations": {"queue.bizrq.io/entry": m}},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "c", "image": "web",
+                        "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}});
+        let o: DynamicObject = serde_json::from_value(d).unwrap();
+        deps.create(&PostParams::default(), &o).await.unwrap();
+        let q = c.fake.quota("ml");
+        assert!(
+            q["status"]["workloads"][format!("apps/Deployment/ml/{name}")].is_object(),
+            "{name} charged (nothing) at its create: {q}"
+        );
+        let scaled = deps
+            .patch_scale(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"replicas": 500}})),
+            )
+            .await;
+        let (code, _, message) = crate::admission::refusal(scaled);
+        assert_eq!(code, 403, "{message}");
+        let stored = c.fake.get("apps", "deployments", "ml", name).unwrap();
+        assert_eq!(stored["spec"]["replicas"], 0, "{name} not scaled");
+    }
+    let q = c.fake.quota("ml");
+    assert_eq!(used(&q, "requests.cpu"), "0", "{q}");
+}
+
+/// A marked Job the queue admitted and its owner then suspends by hand
+/// does not re-enter the queue at its old place: the release removes its
+/// mark with the hold, so the suspended Job is judged as any suspended
+/// Job (it waits unqueued until its owner resumes it), and a Job that
+/// queued after it keeps the head (review of issue 30, finding 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_job_suspended_by_hand_does_not_return_to_its_old_place() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "3")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+    create(&c, "alice", job("b", "2")).await.unwrap();
+    c.until("ml", "b folded", |q| queue_refs(q) == ["batch/Job/ml/b"])
+        .await;
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "b admitted", |q| {
+        queue_refs(q).is_empty() && used(q, "requests.cpu") == "2"
+    })
+    .await;
+    for _ in 0..100 {
+        if !suspended(&c, "b") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!suspended(&c, "b"), "b released");
+    create(&c, "bob", job("d", "2")).await.unwrap();
+    c.until("ml", "d charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    c.set_clock(T0 + 10_000);
+    create(&c, "bob", job("e", "3")).await.unwrap();
+    c.until("ml", "e folded", |q| queue_refs(q) == ["batch/Job/ml/e"])
+        .await;
+    jobs(&c, "alice")
+        .patch(
+            "b",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .unwrap();
+    // Before the fix the round folded b back at its old place (ahead of
+    // e) and admitted it again: its charge never came down.
+    c.until("ml", "b's charge down", |q| used(q, "requests.cpu") == "2")
+        .await;
+    for n in 1..=5 {
+        c.touch("ml", n);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let q = c.fake.quota("ml");
+    assert_eq!(queue_refs(&q), ["batch/Job/ml/e"], "{q}");
+    assert!(suspended(&c, "b"), "b stays suspended by its owner");
+    assert_eq!(used(&q, "requests.cpu"), "2", "{q}");
+    assert!(mark_of(&c, "b").is_none(), "the release removed b's mark");
+}
+
+/// A dry-run create that would wait is answered held, with no mark: a
+/// dry run counts nowhere, so a mark signed for it would be a place no
+/// cap ever counted, which a real write could then carry (review of
+/// issue 30, finding 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_is_never_given_a_signed_mark() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let o: DynamicObject = serde_json::from_value(job("b", "2")).unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let answered = jobs(&c, "mallory").create(&dry, &o).await.unwrap();
+    let answered = serde_json::to_value(&answered).unwrap();
+    assert_eq!(answered["spec"]["suspend"], true, "{answered}");
+    assert!(
+        answered["metadata"]["annotations"]
+            .get("queue.bizrq.io/entry")
+            .is_none(),
+        "{answered}"
+    );
+    assert!(c.fake.get("batch", "jobs", "ml", "b").is_none());
+}

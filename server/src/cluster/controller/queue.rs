@@ -652,9 +652,12 @@ impl Context {
         let Some(mut patch) = quota::hold::release_patch(adapter.hold()) else {
             return;
         };
-        // Admitted again: no longer preempted (a later suspend by hand must
-        // not be taken for one).
+        // Admitted again: no longer preempted, and no longer waiting by a
+        // mark (docs/queueing.md §12): a later suspend by hand must not be
+        // taken for a preemption, nor fold the object back into the queue
+        // at its old place.
         patch["metadata"]["annotations"][queue::PREEMPTED_ANNOTATION] = serde_json::Value::Null;
+        patch["metadata"]["annotations"][queue::mark::ANNOTATION] = serde_json::Value::Null;
         if !uid.is_empty() {
             patch["metadata"]["uid"] = serde_json::Value::String(uid.to_string());
         }
