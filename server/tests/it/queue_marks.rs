@@ -42,6 +42,17 @@ fn suspended(c: &Cluster, name: &str) -> bool {
     stored(c, name)["spec"]["suspend"] == true
 }
 
+/// Waits (5 s at most) for the round's release of `name` to show on the
+/// stored object; the caller asserts it.
+async fn until_released(c: &Cluster, name: &str) {
+    for _ in 0..100 {
+        if !suspended(c, name) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 fn mark_of(c: &Cluster, name: &str) -> Option<Value> {
     stored(c, name)["metadata"]["annotations"]["queue.bizrq.io/entry"]
         .as_str()
@@ -140,12 +151,7 @@ async fn a_marked_job_is_folded_into_the_queue_and_admitted_when_room_frees() {
         })
         .await;
     assert!(q["status"]["workloads"]["batch/Job/ml/b"].is_object());
-    for _ in 0..100 {
-        if !suspended(&c, "b") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until_released(&c, "b").await;
     assert!(!suspended(&c, "b"), "b released");
 }
 
@@ -352,12 +358,7 @@ async fn an_admitted_marked_job_is_never_folded_again_before_its_release_shows()
         c.touch("ml", n);
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    for _ in 0..100 {
-        if !suspended(&c, "b") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until_released(&c, "b").await;
     assert!(!suspended(&c, "b"), "b released");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     for v in c.fake.quota_versions("ml", after) {
@@ -480,12 +481,7 @@ async fn with_two_replicas_a_marked_create_is_folded_and_admitted_once() {
         queue_refs(q).is_empty() && used(q, "requests.cpu") == "2"
     })
     .await;
-    for _ in 0..100 {
-        if !suspended(&c, "b") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until_released(&c, "b").await;
     assert!(!suspended(&c, "b"), "b released");
     for n in 1..=3 {
         c.touch("ml", n);
@@ -645,12 +641,7 @@ async fn a_released_job_suspended_by_hand_does_not_return_to_its_old_place() {
         queue_refs(q).is_empty() && used(q, "requests.cpu") == "2"
     })
     .await;
-    for _ in 0..100 {
-        if !suspended(&c, "b") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until_released(&c, "b").await;
     assert!(!suspended(&c, "b"), "b released");
     create(&c, "bob", job("d", "2")).await.unwrap();
     c.until("ml", "d charged", |q| used(q, "requests.cpu") == "4")
