@@ -768,7 +768,9 @@ pub fn report_chart(
         .max()
         .unwrap_or(0) as f64;
     let (x0, x1) = (label_w + 12.0, w - 8.0);
-    let (y0, y1) = (ly + line * 0.9, h - line * 1.6);
+    // Below the legend, a row of its own for the unit, then the bars.
+    let unit_y = ly + line;
+    let (y0, y1) = (unit_y + line * 0.7, h - line * 1.6);
     let yv = |v: f64| y1 - (y1 - y0) * if y_max > 0.0 { v / y_max } else { 0.0 };
     let mut body = String::new();
     for i in 0..=ticks {
@@ -808,16 +810,18 @@ pub fn report_chart(
     let widest = buckets.iter().map(|l| frame.text_w(l)).max().unwrap_or(0) as f64 + 8.0;
     let every = ((widest / slot).ceil() as usize).max(1);
     for (b, label) in buckets.iter().enumerate().step_by(every) {
+        // Centred under its bar, but never past the chart's edges (the
+        // last day's date was cut at the right).
+        let half = frame.text_w(label) as f64 / 2.0;
+        let x = (x0 + slot * (b as f64 + 0.5)).clamp(half + 2.0, (w - half - 2.0).max(half + 2.0));
         body.push_str(&format!(
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"{tp}\" fill=\"#667085\">{}</text>\n",
-            x0 + slot * (b as f64 + 0.5),
+            "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"{tp}\" fill=\"#667085\">{}</text>\n",
             y1 + line,
             escape(label)
         ));
     }
     body.push_str(&format!(
-        "<text x=\"{x0:.1}\" y=\"{:.1}\" font-family=\"sans-serif\" font-size=\"{tp}\" fill=\"#667085\">{}</text>\n",
-        y0 - tp * 0.4,
+        "<text x=\"{x0:.1}\" y=\"{unit_y:.1}\" font-family=\"sans-serif\" font-size=\"{tp}\" fill=\"#667085\">{}</text>\n",
         escape(unit)
     ));
     format!(
@@ -1428,6 +1432,64 @@ mod tests {
 
     fn q(s: &str) -> Quantity {
         s.parse().unwrap()
+    }
+
+    /// A month's report by day: every date stays inside the chart (the
+    /// last one was cut at the right edge at 1440 px), and the unit sits
+    /// on a row of its own, below the legend it overlapped.
+    #[test]
+    fn a_reports_dates_and_unit_fit_and_do_not_overlap_its_legend() {
+        let days: Vec<String> = (1..=30).map(|d| format!("2026-11-{d:02}")).collect();
+        let layers: Vec<(String, Vec<f64>)> = ["nlp", "cv", "speech", "platform", "product"]
+            .iter()
+            .map(|n| (n.to_string(), vec![120.0; 30]))
+            .collect();
+        for frame in [WIDE, NARROW] {
+            let svg = report_chart("spent", &days, &layers, "card-hours", frame);
+            let texts: Vec<(f64, f64, String, bool)> = svg
+                .split("<text ")
+                .skip(1)
+                .map(|t| {
+                    let attr = |a: &str| -> f64 {
+                        let from = t.find(&format!("{a}=\"")).unwrap() + a.len() + 2;
+                        t[from..from + t[from..].find('"').unwrap()]
+                            .parse()
+                            .unwrap()
+                    };
+                    let text = t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()].to_string();
+                    (
+                        attr("x"),
+                        attr("y"),
+                        text,
+                        t.contains("text-anchor=\"middle\""),
+                    )
+                })
+                .collect();
+            let w = frame.w as f64;
+            for (x, _, text, middle) in texts.iter().filter(|t| t.2.starts_with("2026-")) {
+                let tw = frame.text_w(text) as f64;
+                let (a, b) = if *middle {
+                    (x - tw / 2.0, x + tw / 2.0)
+                } else {
+                    (*x, x + tw)
+                };
+                assert!(
+                    a >= 0.0 && b <= w,
+                    "{text} at {a:.0}..{b:.0} outside 0..{w}"
+                );
+            }
+            let legend_y = texts
+                .iter()
+                .filter(|t| layers.iter().any(|(n, _)| *n == t.2))
+                .map(|t| t.1)
+                .fold(0.0, f64::max);
+            let unit = texts.iter().find(|t| t.2 == "card-hours").unwrap();
+            assert!(
+                unit.1 - frame.text_px * 0.8 >= legend_y + frame.text_px * 0.2,
+                "the unit ({}) overlaps the legend's last row ({legend_y})",
+                unit.1
+            );
+        }
     }
 
     fn list(items: &[(&str, Quantity)]) -> ResourceList {
