@@ -582,16 +582,19 @@ fn refuse_late_gate(adapter: &Adapter, req: &Request) -> Result<(), ServiceError
 async fn release_deleted(svc: &Arc<Service>, adapter: &Adapter, req: &Request, wref: &str) {
     let dry = req.dry();
     let deleted_at = svc.now();
-    let mut holders: Vec<String> = match read_old(adapter, &req.old_object) {
-        Ok(old) => old
-            .as_ref()
-            .and_then(|w| w.quota())
-            .map(str::to_string)
-            .into_iter()
-            .collect(),
+    // The old object's quota, and its uid (a queue mark's tombstone).
+    let (mut holders, uid): (Vec<String>, String) = match read_old(adapter, &req.old_object) {
+        Ok(old) => (
+            old.as_ref()
+                .and_then(|w| w.quota())
+                .map(str::to_string)
+                .into_iter()
+                .collect(),
+            old.map(|w| w.meta.uid).unwrap_or_default(),
+        ),
         Err(e) => {
             tracing::warn!(uid = %req.uid, workload = wref, error = %e, "DELETE with an unreadable oldObject; releasing by binding");
-            Vec::new()
+            (Vec::new(), String::new())
         }
     };
     let deadline = tokio::time::Instant::now() + RELEASE_IN_REQUEST;
@@ -603,12 +606,6 @@ async fn release_deleted(svc: &Arc<Service>, adapter: &Adapter, req: &Request, w
         _ => {}
     }
     if !dry {
-        let uid = req
-            .old_object
-            .as_deref()
-            .and_then(|o| serde_json::from_str::<serde_json::Value>(o.get()).ok())
-            .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_string))
-            .unwrap_or_default();
         for q in &holders {
             svc.left_marked(q, wref, &uid);
         }
