@@ -116,6 +116,23 @@ async fn build(url: &str) -> usize {
     made
 }
 
+/// Each quota whose run-out the overview's "needs attention" names, with
+/// the words it says ("runs out in …)"), as the budgets API words them.
+pub(crate) fn overview_run_outs(home: &str) -> Vec<(String, String)> {
+    let parts: Vec<&str> = home.split("'s budget runs out in ").collect();
+    parts
+        .windows(2)
+        .map(|pair| {
+            let name = pair[0]
+                .rsplit(|c: char| c == '>' || c.is_whitespace())
+                .next()
+                .unwrap();
+            let words = format!("runs out in {})", pair[1].split(')').next().unwrap());
+            (name.to_string(), words)
+        })
+        .collect()
+}
+
 /// A quantity as the API or the CSV writes it, in nano-units.
 pub(crate) fn nanos(v: &Value) -> Option<i128> {
     v.as_str().filter(|s| !s.is_empty()).map(|s| {
@@ -315,13 +332,7 @@ async fn every_figure_agrees_everywhere_on_a_2000_quota_forest() {
     let tess = Browser::logged_in(&s, "tess", "tess-password-1234").await;
     let home = tess.get("/").await.body;
     let mut named = 0;
-    let parts: Vec<&str> = home.split("'s budget runs out in ").collect();
-    for pair in parts.windows(2) {
-        let name = pair[0]
-            .rsplit(|c: char| c == '>' || c.is_whitespace())
-            .next()
-            .unwrap();
-        let words = format!("runs out in {})", pair[1].split(')').next().unwrap());
+    for (name, words) in overview_run_outs(&home) {
         let b = get(format!("/api/v1/quotas/{name}/budgets")).await;
         assert_eq!(
             b["budgets"][0]["runway"],

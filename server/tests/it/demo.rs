@@ -652,13 +652,7 @@ async fn every_demo_figure_agrees_everywhere(url: &str) {
     // The overview's "needs attention": each run-out it names is the
     // budgets API's, word for word.
     let mut named = 0;
-    let parts: Vec<&str> = home.split("'s budget runs out in ").collect();
-    for pair in parts.windows(2) {
-        let name = pair[0]
-            .rsplit(|c: char| c == '>' || c.is_whitespace())
-            .next()
-            .unwrap();
-        let words = format!("runs out in {})", pair[1].split(')').next().unwrap());
+    for (name, words) in crate::consistency::overview_run_outs(&home) {
         let b = get(format!("/api/v1/quotas/{name}/budgets")).await;
         assert_eq!(
             b["budgets"][0]["runway"],
