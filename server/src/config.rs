@@ -118,6 +118,13 @@ pub struct ServeArgs {
     /// runtime's priority (0: half the CPUs, at least one).
     #[arg(long, env = "BIZRQ_RENDER_THREADS", default_value_t = 0)]
     pub render_threads: usize,
+    /// CPUs kept free of the portal's work (its runtime, render and
+    /// password threads, their SQLite connections) for the webhook, the
+    /// probes and the background: the portal's threads are pinned to the
+    /// others, at most (the CPUs the process may use − this) of them. 0
+    /// leaves them unpinned; nothing is pinned on one CPU (docs/limits.md).
+    #[arg(long, env = "BIZRQ_ADMISSION_CPUS", default_value_t = 1)]
+    pub admission_cpus: usize,
     /// The portal's islands bundle: a directory holding `bizrq_islands.js`
     /// and `bizrq_islands_bg.wasm` (wasm-bindgen's output, README "Portal
     /// islands"). Unset: pages are server-rendered only, as with JavaScript off.

@@ -327,10 +327,76 @@ impl Permit {
     }
 }
 
-/// Lowers the calling thread's scheduling priority (to nice 10). On Linux
-/// the nice value is per thread, so this leaves the other threads as they
-/// are; a thread this one creates later inherits it. The render threads,
-/// the password hashing threads and the portal's runtime call it.
+/// Which CPUs the portal's threads may run on, out of those the process
+/// may use (`allowed`, ascending) when its CPU time is worth `usable` CPUs
+/// (`std::thread::available_parallelism`: a container's CPU limit
+/// included): all but the first `reserved`, and never more than `usable -
+/// reserved` of them. `None`: no pin (nothing can be kept apart, or
+/// `reserved` is 0).
+///
+/// Why a count and not only a set: under a CPU limit (a cgroup quota) the
+/// process may be allowed every CPU of the node while its time is worth
+/// two; a portal free to run on all of them could spend the whole quota
+/// and have the admissions throttled with it. Pinned to `usable -
+/// reserved` CPUs it can spend at most that.
+pub fn portal_cpus(allowed: &[usize], usable: usize, reserved: usize) -> Option<Vec<usize>> {
+    if reserved == 0 || allowed.len() <= reserved || usable <= reserved {
+        return None;
+    }
+    let keep = (usable - reserved).min(allowed.len() - reserved);
+    Some(allowed[allowed.len() - keep..].to_vec())
+}
+
+/// The portal's CPUs, chosen once at start (`keep_cpus_for_admissions`).
+#[cfg(target_os = "linux")]
+static PORTAL_CPUS: std::sync::OnceLock<Option<libc::cpu_set_t>> = std::sync::OnceLock::new();
+
+/// Keeps `reserved` CPUs free of the portal's threads (render, password
+/// hashing, the portal's runtime and the SQLite connections it opens):
+/// every thread that calls `lower_priority` afterwards is pinned to the
+/// others (`portal_cpus`). Called once at start, before any of them is
+/// created; later calls change nothing. Returns the CPUs chosen.
+#[cfg(target_os = "linux")]
+pub fn keep_cpus_for_admissions(reserved: usize) -> Option<Vec<usize>> {
+    let chosen = PORTAL_CPUS.get_or_init(|| {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set, and
+        // sched_getaffinity writes at most its size into it.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let got =
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        if got != 0 {
+            return None;
+        }
+        let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect();
+        let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = portal_cpus(&allowed, usable, reserved)?;
+        let mut pin: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for c in cpus {
+            // SAFETY: c < CPU_SETSIZE (it came from the set above).
+            unsafe { libc::CPU_SET(c, &mut pin) };
+        }
+        Some(pin)
+    });
+    chosen.as_ref().map(|set| {
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, set) })
+            .collect()
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn keep_cpus_for_admissions(_reserved: usize) -> Option<Vec<usize>> {
+    None
+}
+
+/// Lowers the calling thread's scheduling priority (to nice 10) and, if
+/// CPUs are kept for admissions (`keep_cpus_for_admissions`), pins it to
+/// the others. On Linux both are per thread, so this leaves the other
+/// threads as they are; a thread this one creates later (sqlx's SQLite
+/// connection threads) inherits both. The render threads, the password
+/// hashing threads and the portal's runtime call it.
 #[cfg(target_os = "linux")]
 pub fn lower_priority() {
     // SAFETY: setpriority takes plain integers and touches no memory of ours;
@@ -338,6 +404,14 @@ pub fn lower_priority() {
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, RENDER_NICE) };
     if r != 0 {
         tracing::debug!("could not lower the thread's priority");
+    }
+    if let Some(Some(set)) = PORTAL_CPUS.get() {
+        // SAFETY: `set` is a valid cpu_set_t of ours, read only; pid 0 is
+        // the calling thread.
+        let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) };
+        if r != 0 {
+            tracing::debug!("could not pin the thread to the portal's CPUs");
+        }
     }
 }
 
@@ -347,6 +421,30 @@ pub fn lower_priority() {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_portal_keeps_off_the_reserved_cpus_and_within_the_limit() {
+        // Two CPUs, one kept: the portal runs on the second.
+        assert_eq!(portal_cpus(&[0, 1], 2, 1), Some(vec![1]));
+        // Eight: seven for the portal, CPU 0 free.
+        assert_eq!(
+            portal_cpus(&(0..8).collect::<Vec<_>>(), 8, 1),
+            Some((1..8).collect())
+        );
+        // A node of 64 CPUs under a limit worth 2: one CPU, so the portal
+        // can never spend the whole quota.
+        assert_eq!(
+            portal_cpus(&(0..64).collect::<Vec<_>>(), 2, 1),
+            Some(vec![63])
+        );
+        // Nothing to keep apart: one CPU, a limit of one, or none reserved.
+        assert_eq!(portal_cpus(&[0], 1, 1), None);
+        assert_eq!(portal_cpus(&[0, 1, 2, 3], 1, 1), None);
+        assert_eq!(portal_cpus(&[0, 1], 2, 0), None);
+        assert_eq!(portal_cpus(&[0, 1], 2, 2), None);
+        // A cpuset of odd CPUs: the last ones are chosen.
+        assert_eq!(portal_cpus(&[3, 5, 7], 3, 1), Some(vec![5, 7]));
+    }
 
     #[test]
     fn places_are_capped_per_user_and_in_all_and_given_back() {

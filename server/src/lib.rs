@@ -209,6 +209,13 @@ pub async fn start_with(
     clock: Option<service::Clock>,
 ) -> anyhow::Result<Running> {
     tls::install_crypto_provider();
+    // Before any portal thread is created: they pin themselves at start.
+    if let Some(cpus) = heavy::keep_cpus_for_admissions(args.admission_cpus) {
+        tracing::info!(
+            ?cpus,
+            "the portal's threads run on these CPUs only; the others are kept for admissions"
+        );
+    }
     if let Some(dir) = &args.islands_dir {
         http::pkg::install(dir)?;
     }

@@ -447,3 +447,96 @@ async fn the_login_page_stores_no_session() {
     assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
     assert!(p.session_cookie().is_some());
 }
+
+/// `0-2,5` → [0, 1, 2, 5] (`Cpus_allowed_list` in /proc).
+fn cpu_list(s: &str) -> Vec<usize> {
+    s.trim()
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| match p.split_once('-') {
+            Some((a, b)) => (a.parse().unwrap()..=b.parse().unwrap()).collect::<Vec<usize>>(),
+            None => vec![p.parse().unwrap()],
+        })
+        .collect()
+}
+
+/// Every thread of process `pid`: its name and the CPUs it may run on.
+fn threads(pid: u32) -> Vec<(String, Vec<usize>)> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| {
+            let t = t.ok()?.path();
+            let name = std::fs::read_to_string(t.join("comm")).ok()?;
+            let status = std::fs::read_to_string(t.join("status")).ok()?;
+            let cpus = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(cpu_list)?;
+            Some((name.trim().to_string(), cpus))
+        })
+        .collect()
+}
+
+/// The portal's threads (its runtime, render and password threads) run
+/// only on the CPUs `--admission-cpus` (1) leaves them: on a machine of
+/// two CPUs, never on the first, which stays the admissions'. The
+/// runtime that serves admissions is not pinned. (The process's own
+/// allowed CPUs are its main thread's, which is never pinned.)
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_portals_threads_keep_off_the_cpus_kept_for_admissions() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&fresh_sqlite(&dir)).await;
+    s.create_quota("root", "", json!({"pods": "10"})).await;
+    // A page (the portal's runtime and a render thread) and a login (a
+    // password thread).
+    let admin = Browser::admin(&s).await;
+    assert_eq!(admin.get("/quotas/root").await.status, StatusCode::OK);
+    let all = threads(s.pid());
+    let process: Vec<usize> = {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+        cpu_list(
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .unwrap(),
+        )
+    };
+    let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let expected = bizrq::heavy::portal_cpus(&process, usable, 1);
+    let portal: Vec<&(String, Vec<usize>)> = all
+        .iter()
+        .filter(|(n, _)| {
+            n.starts_with("bizrq-portal")
+                || n.starts_with("bizrq-render")
+                || n.starts_with("bizrq-hash")
+        })
+        .collect();
+    assert!(
+        portal.iter().any(|(n, _)| n.starts_with("bizrq-portal"))
+            && portal.iter().any(|(n, _)| n.starts_with("bizrq-render"))
+            && portal.iter().any(|(n, _)| n.starts_with("bizrq-hash")),
+        "the portal's threads are running: {all:?}"
+    );
+    match expected {
+        Some(cpus) => {
+            for (name, allowed) in &portal {
+                assert_eq!(allowed, &cpus, "{name} runs only on the portal's CPUs");
+            }
+            assert!(
+                !cpus.contains(&process[0]),
+                "the first CPU is kept: {cpus:?}"
+            );
+            assert!(
+                all.iter().any(|(_, allowed)| allowed.contains(&process[0])),
+                "the other threads may still run on the kept CPU"
+            );
+        }
+        // One CPU: nothing to keep apart, nothing pinned.
+        None => {
+            for (name, allowed) in &portal {
+                assert_eq!(allowed, &process, "{name}");
+            }
+        }
+    }
+}
