@@ -23,7 +23,8 @@ use kube::runtime::reflector;
 use kube::Client;
 use kube::Resource;
 use quota::object::{Quota, QuotaStatus};
-use quota::KeyConfig;
+use quota::{KeyConfig, ResourceList};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 pub struct ClusterStore {
     api: Api<BizGroupResourceQuota>,
@@ -83,6 +84,93 @@ impl ClusterStore {
     fn cached(&self) -> Vec<std::sync::Arc<BizGroupResourceQuota>> {
         self.cache.state()
     }
+
+    /// What runs in `name`'s whole subtree (`quota::rollup::subtree_in_use`'s
+    /// figure), with `status` as about to be written: its own `selfUsed`
+    /// plus its descendants' as the watch's copy holds them. A quota that
+    /// carves nothing out has no children, and its figure is its own (no
+    /// walk: the admission path writes leaves). At a parent, one pass over
+    /// the watch's copy (as `children` makes); a figure that a child's
+    /// later write moves is restated by the controller
+    /// (`controller::summaries`).
+    pub fn in_use(&self, name: &str, status: &QuotaStatus) -> ResourceList {
+        if status.children.is_empty() {
+            return status.self_used.clone();
+        }
+        let cached = self.cached();
+        Family::of(&cached).in_use(name, &status.self_used)
+    }
+}
+
+/// The watch's copy of the forest by parent, for subtree sums.
+struct Family<'a> {
+    by_name: HashMap<&'a str, &'a BizGroupResourceQuota>,
+    kids: HashMap<&'a str, Vec<&'a BizGroupResourceQuota>>,
+}
+
+impl<'a> Family<'a> {
+    fn of(cached: &'a [std::sync::Arc<BizGroupResourceQuota>]) -> Family<'a> {
+        let mut f = Family {
+            by_name: HashMap::with_capacity(cached.len()),
+            kids: HashMap::new(),
+        };
+        for k in cached {
+            f.by_name
+                .insert(k.metadata.name.as_deref().unwrap_or_default(), k);
+            if !k.spec.parent.is_empty() {
+                f.kids.entry(k.spec.parent.as_str()).or_default().push(k);
+            }
+        }
+        f
+    }
+
+    /// `own` (the quota's `selfUsed`) plus every descendant's of `name`,
+    /// each once: a parent cycle (only a store edited by hand holds one)
+    /// ends the walk.
+    fn in_use(&self, name: &str, own: &ResourceList) -> ResourceList {
+        let mut total = own.clone();
+        let mut seen: HashSet<&str> = HashSet::from([name]);
+        let mut next: Vec<&str> = vec![name];
+        while let Some(at) = next.pop() {
+            for k in self.kids.get(at).into_iter().flatten() {
+                let child = k.metadata.name.as_deref().unwrap_or_default();
+                if !seen.insert(child) {
+                    continue;
+                }
+                if let Some(st) = &k.status {
+                    quota::resources::add_into(&mut total, &st.0.self_used);
+                }
+                next.push(child);
+            }
+        }
+        total
+    }
+
+    /// Whether the summaries stored on `k` differ from what a write of
+    /// its stored status would derive now (None: no status yet).
+    fn stale(&self, k: &BizGroupResourceQuota, keys: &KeyConfig) -> Option<bool> {
+        let status = &k.status.as_ref()?.0;
+        let name = k.metadata.name.as_deref().unwrap_or_default();
+        let in_use = if status.children.is_empty() {
+            status.self_used.clone()
+        } else {
+            self.in_use(name, &status.self_used)
+        };
+        let (summary, readable) = quota::readable::summarize(&spec_of(k), status, &in_use, keys);
+        Some(status.summary.as_ref() != Some(&summary) || status.readable != readable)
+    }
+}
+
+/// The spec of `k` as `quota` has it.
+fn spec_of(k: &BizGroupResourceQuota) -> quota::QuotaSpec {
+    quota::QuotaSpec {
+        parent: k.spec.parent.clone(),
+        hard: k.spec.hard.clone(),
+        max: k.spec.max.clone(),
+        budgets: k.spec.budgets.clone(),
+        queueing: k.spec.queueing.clone(),
+        fair_sharing: k.spec.fair_sharing.clone(),
+    }
 }
 
 /// The object's resourceVersion, which is the store's version.
@@ -112,9 +200,10 @@ fn to_stored(k: &BizGroupResourceQuota) -> Result<Stored, StoreError> {
 fn to_object(
     mut q: Quota,
     version: Option<i64>,
+    in_use: &ResourceList,
     keys: &KeyConfig,
 ) -> Result<BizGroupResourceQuota, StoreError> {
-    q.status.summarize(&q.spec, keys);
+    q.status.summarize(&q.spec, in_use, keys);
     let mut k =
         BizGroupResourceQuota::from_owned(q).map_err(|e| StoreError::Backend(e.to_string()))?;
     k.metadata.resource_version = version.map(|v| v.to_string());
@@ -141,14 +230,15 @@ impl ClusterStore {
         let mut members = quota::patch::status_merge_patch(&old.status, status);
         // Readable balances are per cash key of the spec: any the last
         // spec had and this one has not are removed.
+        let in_use = self.in_use(name, status);
         let before = (old.spec != *spec)
-            .then(|| quota::readable::summarize(&old.spec, &old.status, &self.keys).1);
+            .then(|| quota::readable::summarize(&old.spec, &old.status, &in_use, &self.keys).1);
         let stored: Vec<&std::collections::BTreeMap<String, String>> =
             std::iter::once(&old.status.readable)
                 .chain(&before)
                 .collect();
         members.extend(quota::patch::derived_patch(
-            spec, status, &self.keys, &stored,
+            spec, status, &in_use, &self.keys, &stored,
         ));
         let patch = serde_json::json!({
             "metadata": {"resourceVersion": version.to_string()},
@@ -408,7 +498,10 @@ impl QuotaStore for ClusterStore {
         fresh.metadata.creation_timestamp = None;
         let created = self
             .api
-            .create(&PostParams::default(), &to_object(fresh, None, &self.keys)?)
+            .create(
+                &PostParams::default(),
+                &to_object(fresh, None, &ResourceList::new(), &self.keys)?,
+            )
             .await
             .map_err(|e| map_err(name, e))?;
         // The API server drops status on create; write it through its
@@ -449,7 +542,12 @@ impl QuotaStore for ClusterStore {
                 .replace(
                     name,
                     &PostParams::default(),
-                    &to_object(quota.clone(), Some(version), &self.keys)?,
+                    &to_object(
+                        quota.clone(),
+                        Some(version),
+                        &self.in_use(name, &quota.status),
+                        &self.keys,
+                    )?,
                 )
                 .await
                 .map_err(|e| map_err(name, e))?;
@@ -503,6 +601,29 @@ impl QuotaStore for ClusterStore {
             .await
             .map_err(|e| map_err("list", e))?;
         Ok(())
+    }
+
+    fn stale_summaries(&self, marked: &BTreeSet<String>) -> Vec<String> {
+        let cached = self.cached();
+        let family = Family::of(&cached);
+        let parent_of = |n: &str| family.by_name.get(n).map(|k| k.spec.parent.as_str());
+        let mut check: BTreeSet<String> = BTreeSet::new();
+        for name in marked {
+            if family.by_name.contains_key(name.as_str()) {
+                check.insert(name.clone());
+            }
+            check.extend(quota::rollup::line_above(name, parent_of));
+        }
+        check
+            .into_iter()
+            .filter(|n| {
+                family
+                    .by_name
+                    .get(n.as_str())
+                    .and_then(|k| family.stale(k, &self.keys))
+                    .unwrap_or(false)
+            })
+            .collect()
     }
 }
 
@@ -594,6 +715,15 @@ mod tests {
         status.used.insert(
             "cash/requests.nvidia.com/gpu".into(),
             "422200u".parse().unwrap(),
+        );
+        // A quota without children: what runs in its subtree is its own.
+        status
+            .self_used
+            .insert("requests.nvidia.com/gpu".into(), "12".parse().unwrap());
+        let per_mille = quota::budget::PRICE_ONE / quota::cash::PER_MILLE;
+        status.add_accrued(
+            "cash/requests.nvidia.com/gpu",
+            quota::budget::from_quantity("422200u".parse().unwrap()) / per_mille,
         );
         let server = tokio::spawn(async move {
             let (body, send) =

@@ -184,4 +184,15 @@ pub trait QuotaStore: Send + Sync + 'static {
     async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError>;
     /// Whether the backend answers (for /readyz).
     async fn ping(&self) -> Result<(), StoreError>;
+    /// Of the quotas `marked` (changed since the last call, or gone) and
+    /// every quota above them, those whose stored summaries for people
+    /// (`status.summary`, `kubectl get`'s columns, and `status.readable`)
+    /// differ from what a write of their stored status would derive now:
+    /// a parent's figures read its subtree, which a child's write moves
+    /// without writing the parent. Empty for a store that keeps no
+    /// summaries (the SQL store). Cluster mode: the controller's
+    /// `summaries` writes them.
+    fn stale_summaries(&self, _marked: &std::collections::BTreeSet<String>) -> Vec<String> {
+        Vec::new()
+    }
 }
