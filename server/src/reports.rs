@@ -432,20 +432,117 @@ pub async fn read(
         None if p.is_admin => None,
         None => Some(parents.keys().cloned().collect()),
     };
-    let agg = match sql
-        .ledger_aggregate(&spec, names.as_deref(), MAX_ENTRIES)
+    let working = service.working(service.now());
+    let mut visible = visible;
+    for attempt in 1..=UNWRITTEN_ATTEMPTS {
+        // Standalone, what a budget spent since its quota's last write is
+        // in no ledger row yet, though the budgets count it (a working
+        // copy accrued to now): the report adds it as that write will
+        // record it. Copies and ledger are one moment's when no budget in
+        // scope was written while both were read (versions before and
+        // after); else both are read again.
+        let before = match working.accrues() {
+            true => Some(budget_versions(service, &visible, names.as_deref(), &spec).await?),
+            false => None,
+        };
+        let agg = match sql
+            .ledger_aggregate(&spec, names.as_deref(), MAX_ENTRIES)
+            .await
+            .map_err(ServiceError::from)?
+        {
+            Ok(a) => a,
+            Err(refused) => return Err(invalid(refused.to_string())),
+        };
+        let Some(before) = before else {
+            return Ok(Read {
+                spec,
+                agg,
+                parents,
+                notes,
+                unwritten: None,
+            });
+        };
+        let after = budget_versions(service, &visible, names.as_deref(), &spec).await?;
+        let one_moment = after == before && before.values().all(|(copy, _)| copy.is_some());
+        if one_moment || attempt == UNWRITTEN_ATTEMPTS {
+            if !one_moment {
+                notes.push(
+                    "Budgets in this report were being written while it was read: the last \
+                     minutes of their spending may be counted once too often or not at all."
+                        .to_string(),
+                );
+            }
+            let copies = visible
+                .into_iter()
+                .filter(|q| before.contains_key(q.name()))
+                .collect();
+            return Ok(Read {
+                spec,
+                agg,
+                parents,
+                notes,
+                unwritten: Some((working, copies)),
+            });
+        }
+        visible = changes::visible_quotas(service, p).await?;
+    }
+    unreachable!("the last attempt returns")
+}
+
+/// How many times a report's copies and ledger are read again while the
+/// budgets in it are written (standalone).
+const UNWRITTEN_ATTEMPTS: usize = 3;
+
+/// Of each quota of `visible` in the report's scope (`names`; None: all)
+/// with a budget it may count, its copy's version if that is the version
+/// stored now (None: older, or unknown), and the version stored now.
+/// Equal before and after the ledger's read, each copy current: the
+/// copies and the ledger rows are one moment's.
+async fn budget_versions(
+    service: &Service,
+    visible: &[quota::Quota],
+    names: Option<&[String]>,
+    spec: &ReportSpec,
+) -> Result<BTreeMap<String, (Option<i64>, i64)>, ReportError> {
+    let wanted: Option<BTreeSet<&str>> = names.map(|n| n.iter().map(String::as_str).collect());
+    let counted = |q: &quota::Quota| {
+        wanted.as_ref().is_none_or(|w| w.contains(q.name()))
+            && q.spec
+                .hard
+                .keys()
+                .any(|k| cash_target(k).is_some() && spec.key.as_ref().is_none_or(|want| want == k))
+    };
+    let copies: BTreeMap<&str, Option<i64>> = visible
+        .iter()
+        .filter(|q| counted(q))
+        .map(|q| {
+            let v = q
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse().ok());
+            (q.name(), v)
+        })
+        .collect();
+    if copies.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let stored: BTreeMap<String, i64> = service
+        .store
+        .stamps()
         .await
         .map_err(ServiceError::from)?
-    {
-        Ok(a) => a,
-        Err(refused) => return Err(invalid(refused.to_string())),
-    };
-    Ok(Read {
-        spec,
-        agg,
-        parents,
-        notes,
-    })
+        .into_iter()
+        .filter(|s| copies.contains_key(s.name.as_str()))
+        .map(|s| (s.name, s.version))
+        .collect();
+    Ok(copies
+        .into_iter()
+        .map(|(name, copy)| {
+            let now = stored.get(name).copied().unwrap_or(-1);
+            (name.to_string(), (copy.filter(|c| *c == now), now))
+        })
+        .collect())
 }
 
 /// What `read` read for a report: the spec as snapped, the ledger's
@@ -457,6 +554,9 @@ pub struct Read {
     agg: crate::store::ledger::Aggregated,
     parents: BTreeMap<String, String>,
     notes: Vec<String>,
+    /// Standalone: the copies of the budgeted quotas in scope, whose
+    /// spending since their last write `make` adds (`Working::unwritten`).
+    unwritten: Option<(crate::service::working::Working, Vec<quota::Quota>)>,
 }
 
 /// Reads and makes the report `spec` asks for (`read`, then `Read::make`).
@@ -474,10 +574,18 @@ impl Read {
     pub fn make(self) -> Result<Made, ReportError> {
         let Read {
             spec,
-            agg,
+            mut agg,
             parents,
             notes,
+            unwritten,
         } = self;
+        if let Some((working, copies)) = unwritten {
+            for q in &copies {
+                let entries = working.unwritten(q);
+                agg.rows = agg.rows.saturating_add(entries.len() as u64);
+                agg.entries.extend(entries);
+            }
+        }
         finish(spec, agg, &parents, notes)
     }
 }
