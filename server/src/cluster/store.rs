@@ -168,8 +168,8 @@ fn spec_of(k: &BizGroupResourceQuota) -> quota::QuotaSpec {
         hard: k.spec.hard.clone(),
         max: k.spec.max.clone(),
         budgets: k.spec.budgets.clone(),
-        queueing: k.spec.queueing.clone(),
-        fair_sharing: k.spec.fair_sharing.clone(),
+        queueing: k.spec.queueing,
+        fair_sharing: k.spec.fair_sharing,
     }
 }
 
