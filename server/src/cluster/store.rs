@@ -1006,6 +1006,55 @@ mod tests {
         server.await.unwrap();
     }
 
+    /// A quota as the watch holds it: `used_gpu` of its own running,
+    /// `kids` carved out of it (8 cards each), and the GPU column stored.
+    fn with_summary(name: &str, parent: &str, own: &str, kids: &[&str], gpu: &str) -> Value {
+        let mut o = object(name, "5", own);
+        o["spec"]["parent"] = json!(parent);
+        for k in kids {
+            o["status"]["children"][*k] =
+                json!({"hard": {"requests.nvidia.com/gpu": "8"}, "since": "2026-11-21T10:00:00Z"});
+        }
+        o["status"]["summary"] = json!({"gpu": gpu, "reclaimPending": 0, "queued": 0});
+        o
+    }
+
+    /// At a parent the GPU column reads its subtree, from the watch's
+    /// copy of its descendants: a child's write leaves the parents above
+    /// it to restate, and only those whose stored figure differs are
+    /// given (the controller writes them).
+    #[tokio::test]
+    async fn a_parents_column_reads_its_subtree_and_a_stale_one_is_found_above_a_write() {
+        let (client, _handle) = mock();
+        let (cache, mut writer) = reflector::store();
+        for o in [
+            // 3 run in the team; the department runs 1 of its own and
+            // carved 8 out for the team: its column said 9 (carve-out
+            // and own), the subtree runs 4. The root's says 4, right.
+            with_summary("team", "dept", "3", &[], "3/16"),
+            with_summary("dept", "org", "1", &["team"], "9/16"),
+            with_summary("org", "", "0", &["dept"], "4/16"),
+            with_summary("other", "org", "0", &[], "0/16"),
+        ] {
+            let k: BizGroupResourceQuota = serde_json::from_value(o).unwrap();
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(k));
+        }
+        let store = ClusterStore::new(client, cache);
+        let dept = store.get_many(&["dept".to_string()]).await.unwrap();
+        let in_use = store.in_use("dept", &dept[0].quota.status);
+        assert_eq!(
+            quota::resources::get(&in_use, "requests.nvidia.com/gpu"),
+            "4".parse().unwrap()
+        );
+        let marked = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        assert_eq!(store.stale_summaries(&marked(&["team"])), ["dept"]);
+        // A quota gone from the watch marks nothing; its parent is marked
+        // by the watch's delete.
+        assert!(store.stale_summaries(&marked(&["gone"])).is_empty());
+        assert!(store.stale_summaries(&marked(&["other"])).is_empty());
+        assert_eq!(store.stale_summaries(&marked(&["org", "dept"])), ["dept"]);
+    }
+
     #[tokio::test]
     async fn lists_and_workload_lookups_come_from_the_watch_cache() {
         let (client, _handle) = mock();
