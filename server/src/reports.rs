@@ -433,116 +433,69 @@ pub async fn read(
         None => Some(parents.keys().cloned().collect()),
     };
     let working = service.working(service.now());
-    let mut visible = visible;
-    for attempt in 1..=UNWRITTEN_ATTEMPTS {
-        // Standalone, what a budget spent since its quota's last write is
-        // in no ledger row yet, though the budgets count it (a working
-        // copy accrued to now): the report adds it as that write will
-        // record it. Copies and ledger are one moment's when no budget in
-        // scope was written while both were read (versions before and
-        // after); else both are read again.
-        let before = match working.accrues() {
-            true => Some(budget_versions(service, &visible, names.as_deref(), &spec).await?),
-            false => None,
-        };
-        let agg = match sql
-            .ledger_aggregate(&spec, names.as_deref(), MAX_ENTRIES)
-            .await
-            .map_err(ServiceError::from)?
-        {
-            Ok(a) => a,
-            Err(refused) => return Err(invalid(refused.to_string())),
-        };
-        let Some(before) = before else {
-            return Ok(Read {
-                spec,
-                agg,
-                parents,
-                notes,
-                unwritten: None,
-            });
-        };
-        let after = budget_versions(service, &visible, names.as_deref(), &spec).await?;
-        let one_moment = after == before && before.values().all(|(copy, _)| copy.is_some());
-        if one_moment || attempt == UNWRITTEN_ATTEMPTS {
-            if !one_moment {
-                notes.push(
-                    "Budgets in this report were being written while it was read: the last \
-                     minutes of their spending may be counted once too often or not at all."
-                        .to_string(),
-                );
-            }
-            let copies = visible
-                .into_iter()
-                .filter(|q| before.contains_key(q.name()))
-                .collect();
-            return Ok(Read {
-                spec,
-                agg,
-                parents,
-                notes,
-                unwritten: Some((working, copies)),
-            });
-        }
-        visible = changes::visible_quotas(service, p).await?;
-    }
-    unreachable!("the last attempt returns")
+    // Standalone, what a budget spent since its quota's last write is in
+    // no ledger row yet, though the budgets count it (a working copy
+    // accrued to now): the report adds it as that write will record it.
+    // The budgeted quotas in scope are read in the ledger's snapshot, so
+    // what each had written is in the rows and the rest is not, however
+    // busy the writes. A quota last written at or after the range's end
+    // has no unwritten spending in it and is not read.
+    let budgeted: Vec<String> = match working.accrues() {
+        true => budgeted_in(&visible, names.as_deref(), &spec),
+        false => Vec::new(),
+    };
+    let (agg, copies) = match sql
+        .ledger_aggregate_with(&spec, names.as_deref(), MAX_ENTRIES, &budgeted)
+        .await
+        .map_err(ServiceError::from)?
+    {
+        Ok(a) => a,
+        Err(refused) => return Err(invalid(refused.to_string())),
+    };
+    let unwritten = working.accrues().then(|| {
+        let copies = copies.into_iter().map(|s| s.quota).collect();
+        (working, copies)
+    });
+    Ok(Read {
+        spec,
+        agg,
+        parents,
+        notes,
+        unwritten,
+    })
 }
 
-/// How many times a report's copies and ledger are read again while the
-/// budgets in it are written (standalone).
-const UNWRITTEN_ATTEMPTS: usize = 3;
-
-/// Of each quota of `visible` in the report's scope (`names`; None: all)
-/// with a budget it may count, its copy's version if that is the version
-/// stored now (None: older, or unknown), and the version stored now.
-/// Equal before and after the ledger's read, each copy current: the
-/// copies and the ledger rows are one moment's.
-async fn budget_versions(
-    service: &Service,
+/// Of `visible`, the quotas in the report's scope (`names`; None: all)
+/// with a budget it may count (a cash key, the report's if it names one)
+/// and last written before the range ends.
+fn budgeted_in(
     visible: &[quota::Quota],
     names: Option<&[String]>,
     spec: &ReportSpec,
-) -> Result<BTreeMap<String, (Option<i64>, i64)>, ReportError> {
+) -> Vec<String> {
     let wanted: Option<BTreeSet<&str>> = names.map(|n| n.iter().map(String::as_str).collect());
-    let counted = |q: &quota::Quota| {
-        wanted.as_ref().is_none_or(|w| w.contains(q.name()))
-            && q.spec
-                .hard
-                .keys()
-                .any(|k| cash_target(k).is_some() && spec.key.as_ref().is_none_or(|want| want == k))
-    };
-    let copies: BTreeMap<&str, Option<i64>> = visible
+    visible
         .iter()
-        .filter(|q| counted(q))
-        .map(|q| {
-            let v = q
-                .metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse().ok());
-            (q.name(), v)
+        .filter(|q| {
+            wanted.as_ref().is_none_or(|w| w.contains(q.name()))
+                && q.spec.hard.keys().any(|k| {
+                    cash_target(k).is_some() && spec.key.as_ref().is_none_or(|want| want == k)
+                })
+                && written_before(q, spec.to_ms)
         })
-        .collect();
-    if copies.is_empty() {
-        return Ok(BTreeMap::new());
-    }
-    let stored: BTreeMap<String, i64> = service
-        .store
-        .stamps()
-        .await
-        .map_err(ServiceError::from)?
-        .into_iter()
-        .filter(|s| copies.contains_key(s.name.as_str()))
-        .map(|s| (s.name, s.version))
-        .collect();
-    Ok(copies
-        .into_iter()
-        .map(|(name, copy)| {
-            let now = stored.get(name).copied().unwrap_or(-1);
-            (name.to_string(), (copy.filter(|c| *c == now), now))
-        })
-        .collect())
+        .map(|q| q.name().to_string())
+        .collect()
+}
+
+/// Whether `q` was last written before `to_ms` (or has never been): only
+/// then can it have spent in a range ending at `to_ms` what no ledger row
+/// holds yet.
+fn written_before(q: &quota::Quota, to_ms: i64) -> bool {
+    q.status
+        .last_reconcile_time
+        .as_deref()
+        .and_then(quota::time::parse_rfc3339)
+        .is_none_or(|t| t < to_ms)
 }
 
 /// What `read` read for a report: the spec as snapped, the ledger's
@@ -580,10 +533,15 @@ impl Read {
             unwritten,
         } = self;
         if let Some((working, copies)) = unwritten {
-            for q in &copies {
-                let entries = working.unwritten(q);
-                agg.rows = agg.rows.saturating_add(entries.len() as u64);
-                agg.entries.extend(entries);
+            for q in copies.iter().filter(|q| written_before(q, spec.to_ms)) {
+                // As the ledger's read keeps rows: those starting in the
+                // range, and those starting before it that reach into it.
+                // They are no ledger rows yet: `rows` does not count them.
+                agg.entries
+                    .extend(working.unwritten(q).into_iter().filter(|e| {
+                        e.start_ms < spec.to_ms
+                            && (e.start_ms >= spec.from_ms || e.end_ms > spec.from_ms)
+                    }));
             }
         }
         finish(spec, agg, &parents, notes)

@@ -293,7 +293,16 @@ async fn standalone_story(url: &str) {
     assert_eq!(st, StatusCode::UNAUTHORIZED);
 
     // A member of b sees b only: org is not found, and by default their
-    // report is b's.
+    // report is b's. An hour on, both quotas have spending no write has
+    // recorded yet (a's four cards, b's two): bob's report adds b's, and
+    // none of a's.
+    clock.store(T0 + 4 * HOUR, Ordering::SeqCst);
+    let a_now = a + 4 * CARD_HOUR;
+    let b_now = b + 2 * CARD_HOUR;
+    for (q, want) in [("a", a_now), ("b", b_now)] {
+        let r = report(&s, &format!("{RANGE}&subtree={q}&by=quota")).await;
+        assert_eq!(acc(&r["total"]), want, "{q}: {r}");
+    }
     create_user(&admin, "bob", "a long password 1").await;
     bind(&admin, "bob", "b", "member").await;
     let bob = Browser::logged_in(&s, "bob", "a long password 1").await;
@@ -309,7 +318,16 @@ async fn standalone_story(url: &str) {
         .api(Method::GET, &format!("/api/v1/reports?{RANGE}"), None)
         .await;
     assert_eq!(st, StatusCode::OK, "{v}");
-    assert_eq!(acc(&v["total"]), b, "{v}");
+    assert_eq!(acc(&v["total"]), b_now, "{v}");
+    // A range from T0 + 3.5 h takes the last half hour of b's unwritten
+    // window (T0 + 2 h to now, two cards): the same before b's next write
+    // records it as after, when the ledger's read keeps the row as one
+    // reaching into the range.
+    let half = "from=2026-11-21T13:30:00Z&to=2026-11-22&subtree=b&by=quota";
+    let before = acc(&report(&s, half).await["total"]);
+    assert_eq!(before, CARD_HOUR, "two cards' last half hour");
+    admit(&s, "y3", "bob", &job("y3", "b", 1, None)).await;
+    assert_eq!(acc(&report(&s, half).await["total"]), before);
     running.shutdown().await;
 }
 
