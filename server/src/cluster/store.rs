@@ -24,7 +24,7 @@ use kube::Client;
 use kube::Resource;
 use quota::object::{Quota, QuotaStatus};
 use quota::{KeyConfig, ResourceList};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 pub struct ClusterStore {
     api: Api<BizGroupResourceQuota>,
@@ -33,6 +33,9 @@ pub struct ClusterStore {
     cache: reflector::Store<BizGroupResourceQuota>,
     /// Which resources are GPUs, for the status summary.
     keys: KeyConfig,
+    /// Quotas whose summaries may have gone stale, marked by the cache's
+    /// own watch (`SummaryMarks`).
+    marks: std::sync::Arc<SummaryMarks>,
 }
 
 impl ClusterStore {
@@ -44,7 +47,13 @@ impl ClusterStore {
             client,
             cache,
             keys: KeyConfig::default(),
+            marks: Default::default(),
         }
+    }
+
+    /// Where the cache's feed marks what it applied (`SummaryMarks::seen`).
+    pub fn marks(&self) -> std::sync::Arc<SummaryMarks> {
+        self.marks.clone()
     }
 
     pub fn with_keys(mut self, keys: KeyConfig) -> ClusterStore {
@@ -61,11 +70,17 @@ impl ClusterStore {
         let api: Api<BizGroupResourceQuota> = Api::all(client.clone());
         let feed = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
             .default_backoff();
+        let marks = std::sync::Arc::new(SummaryMarks::default());
+        let marking = marks.clone();
         tokio::spawn(async move {
             let mut feed = std::pin::pin!(feed);
             while let Some(ev) = feed.next().await {
-                if let Err(e) = ev {
-                    tracing::debug!(error = %e, "quota cache watch error; retrying");
+                match ev {
+                    // The reflector applied the event to the cache before
+                    // passing it on: a mark is judged on a copy that holds
+                    // at least what it marks.
+                    Ok(ev) => marking.seen(&ev),
+                    Err(e) => tracing::debug!(error = %e, "quota cache watch error; retrying"),
                 }
             }
         });
@@ -78,7 +93,9 @@ impl ClusterStore {
         {
             tracing::warn!("quota cache not synced after 30 s; serving anyway (lists may be partial until it is)");
         }
-        ClusterStore::new(client, reader)
+        let mut store = ClusterStore::new(client, reader);
+        store.marks = marks;
+        store
     }
 
     fn cached(&self) -> Vec<std::sync::Arc<BizGroupResourceQuota>> {
@@ -99,6 +116,82 @@ impl ClusterStore {
         }
         let cached = self.cached();
         Family::of(&cached).in_use(name, &status.self_used)
+    }
+}
+
+/// The quotas whose summaries for people may have gone stale: each quota
+/// the cache's watch saw written, and the parent of each it saw deleted,
+/// in the order first marked. The controller takes them every
+/// `--summary-seconds` (`controller::summaries`) and judges them on this
+/// store's cache, which already holds what marked them: the reflector
+/// applies an event before passing it on, and a (re)list's objects are
+/// marked only when it is complete and the cache swapped to it. A
+/// separate watch's marks (the controller's) could be judged on a cache
+/// behind them, find the parent fresh and be dropped.
+#[derive(Default)]
+pub struct SummaryMarks(std::sync::Mutex<Marks>);
+
+#[derive(Default)]
+struct Marks {
+    next: u64,
+    /// By name, when first marked (a mark put back keeps its place).
+    names: HashMap<String, u64>,
+    /// The objects of a (re)list not yet complete.
+    listing: Vec<String>,
+}
+
+impl SummaryMarks {
+    /// Marks what `ev` changed, once the cache holds it.
+    pub fn seen(&self, ev: &kube::runtime::watcher::Event<BizGroupResourceQuota>) {
+        use kube::runtime::watcher::Event;
+        match ev {
+            Event::Apply(k) => self.mark(k.metadata.name.as_deref().unwrap_or_default()),
+            // What runs below its parent changed.
+            Event::Delete(k) => self.mark(&k.spec.parent),
+            Event::Init => self.0.lock().unwrap().listing.clear(),
+            Event::InitApply(k) => {
+                let name = k.metadata.name.clone().unwrap_or_default();
+                self.0.lock().unwrap().listing.push(name);
+            }
+            // Every listed quota: a summary written by an older bizrq,
+            // or a parent whose child vanished between lists, is judged.
+            Event::InitDone => {
+                let listed = std::mem::take(&mut self.0.lock().unwrap().listing);
+                for name in listed {
+                    self.mark(&name);
+                }
+            }
+        }
+    }
+
+    pub fn mark(&self, name: &str) {
+        if name.is_empty() {
+            return;
+        }
+        let mut m = self.0.lock().unwrap();
+        let seq = m.next;
+        if let std::collections::hash_map::Entry::Vacant(v) = m.names.entry(name.to_string()) {
+            v.insert(seq);
+            m.next += 1;
+        }
+    }
+
+    /// Every mark, oldest first; none left.
+    pub fn take(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = std::mem::take(&mut self.0.lock().unwrap().names)
+            .into_iter()
+            .collect();
+        out.sort_by_key(|(_, seq)| *seq);
+        out
+    }
+
+    /// Marks taken and not dealt with, in their places.
+    pub fn put_back(&self, marks: impl IntoIterator<Item = (String, u64)>) {
+        let mut m = self.0.lock().unwrap();
+        for (name, seq) in marks {
+            let at = m.names.entry(name).or_insert(seq);
+            *at = (*at).min(seq);
+        }
     }
 }
 
@@ -156,8 +249,11 @@ impl<'a> Family<'a> {
         } else {
             self.in_use(name, &status.self_used)
         };
-        let (summary, readable) = quota::readable::summarize(&spec_of(k), status, &in_use, keys);
-        Some(status.summary.as_ref() != Some(&summary) || status.readable != readable)
+        // The columns' text only: `readable` may hold a key the service's
+        // copy lacks, which no write removes, and would be judged stale
+        // for ever.
+        let (summary, _) = quota::readable::summarize(&spec_of(k), status, &in_use, keys);
+        Some(status.summary.as_ref() != Some(&summary))
     }
 }
 
@@ -603,27 +699,45 @@ impl QuotaStore for ClusterStore {
         Ok(())
     }
 
-    fn stale_summaries(&self, marked: &BTreeSet<String>) -> Vec<String> {
+    fn summary_marks(&self) -> Vec<(String, u64)> {
+        self.marks.take()
+    }
+
+    fn put_back_summary_marks(&self, marks: Vec<(String, u64)>) {
+        self.marks.put_back(marks)
+    }
+
+    fn stale_summaries(&self, marked: &[(String, u64)]) -> Vec<(String, u64)> {
         let cached = self.cached();
         let family = Family::of(&cached);
         let parent_of = |n: &str| family.by_name.get(n).map(|k| k.spec.parent.as_str());
-        let mut check: BTreeSet<String> = BTreeSet::new();
-        for name in marked {
+        // Each quota to judge, with its earliest mark (an ancestor takes
+        // that of the first mark below it).
+        let mut check: HashMap<String, u64> = HashMap::new();
+        let mut note = |name: String, seq: u64| {
+            let at = check.entry(name).or_insert(seq);
+            *at = (*at).min(seq);
+        };
+        for (name, seq) in marked {
             if family.by_name.contains_key(name.as_str()) {
-                check.insert(name.clone());
+                note(name.clone(), *seq);
             }
-            check.extend(quota::rollup::line_above(name, parent_of));
+            for above in quota::rollup::line_above(name, parent_of) {
+                note(above, *seq);
+            }
         }
-        check
+        let mut stale: Vec<(String, u64)> = check
             .into_iter()
-            .filter(|n| {
+            .filter(|(n, _)| {
                 family
                     .by_name
                     .get(n.as_str())
                     .and_then(|k| family.stale(k, &self.keys))
                     .unwrap_or(false)
             })
-            .collect()
+            .collect();
+        stale.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        stale
     }
 }
 
@@ -1046,13 +1160,80 @@ mod tests {
             quota::resources::get(&in_use, "requests.nvidia.com/gpu"),
             "4".parse().unwrap()
         );
-        let marked = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
-        assert_eq!(store.stale_summaries(&marked(&["team"])), ["dept"]);
+        let stale = |names: &[&str]| -> Vec<String> {
+            let marked: Vec<(String, u64)> =
+                (0..).zip(names).map(|(i, n)| (n.to_string(), i)).collect();
+            store
+                .stale_summaries(&marked)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
+        assert_eq!(stale(&["team"]), ["dept"]);
         // A quota gone from the watch marks nothing; its parent is marked
         // by the watch's delete.
-        assert!(store.stale_summaries(&marked(&["gone"])).is_empty());
-        assert!(store.stale_summaries(&marked(&["other"])).is_empty());
-        assert_eq!(store.stale_summaries(&marked(&["org", "dept"])), ["dept"]);
+        assert!(stale(&["gone"]).is_empty());
+        assert!(stale(&["other"]).is_empty());
+        assert_eq!(stale(&["org", "dept"]), ["dept"]);
+    }
+
+    /// The marks come from the cache's own feed, after the cache applied
+    /// each event: a relist marks its quotas only once the cache holds the
+    /// whole list, a delete marks the parent once the child is gone from
+    /// the cache, and marks judged stale come oldest first (an ancestor
+    /// at its first descendant's place), a mark given back keeping its
+    /// place.
+    #[tokio::test]
+    async fn summary_marks_are_judged_on_a_cache_that_holds_them() {
+        use kube::runtime::watcher::Event;
+        let (client, _handle) = mock();
+        let (cache, mut writer) = reflector::store();
+        let store = ClusterStore::new(client, cache);
+        let marks = store.marks();
+        let feed = |writer: &mut reflector::store::Writer<BizGroupResourceQuota>, ev| {
+            // As `reflector` does: the cache first, then the event on.
+            writer.apply_watcher_event(&ev);
+            marks.seen(&ev);
+        };
+        let quota = |o: Value| -> BizGroupResourceQuota { serde_json::from_value(o).unwrap() };
+        feed(&mut writer, Event::Init);
+        for o in [
+            with_summary("team", "dept", "3", &[], "3/16"),
+            with_summary("dept", "org", "1", &["team"], "4/16"),
+            with_summary("org", "", "0", &["dept"], "4/16"),
+        ] {
+            feed(&mut writer, Event::InitApply(quota(o)));
+        }
+        // The cache holds none of the list yet: no mark to judge on it.
+        assert!(store.cached().is_empty());
+        assert!(store.summary_marks().is_empty());
+        feed(&mut writer, Event::InitDone);
+        let listed = store.summary_marks();
+        let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["team", "dept", "org"]);
+        // Every figure is right: nothing to restate.
+        assert!(store.stale_summaries(&listed).is_empty());
+        // The team is deleted: the mark is its parent, and judged on a
+        // cache without the team, the department's and the root's columns
+        // (4 in use, 1 now) are stale; in the order marked.
+        feed(
+            &mut writer,
+            Event::Delete(quota(with_summary("team", "dept", "3", &[], "3/16"))),
+        );
+        let marked = store.summary_marks();
+        assert_eq!(marked.len(), 1);
+        assert_eq!(marked[0].0, "dept");
+        let stale = store.stale_summaries(&marked);
+        let names: Vec<&str> = stale.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["dept", "org"]);
+        // A mark given back keeps its place ahead of a later one.
+        feed(
+            &mut writer,
+            Event::Apply(quota(with_summary("org", "", "0", &["dept"], "4/16"))),
+        );
+        store.put_back_summary_marks(marked);
+        let again: Vec<String> = store.summary_marks().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(again, ["dept", "org"]);
     }
 
     #[tokio::test]

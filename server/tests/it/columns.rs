@@ -266,11 +266,32 @@ async fn kubectl_columns_are_the_apis_figures_at_leaves_and_parents() {
         (1..6).contains(&research_writes) && (1..6).contains(&org_writes),
         "6 charges below: research written {research_writes} times, org {org_writes}"
     );
-    let (_, metrics) = s.get_text("/metrics").await;
-    let restated: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("bizrq_summaries_restated_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(restated >= 2, "restated {restated}:\n{metrics}");
+    let restated = || async {
+        let (_, metrics) = s.get_text("/metrics").await;
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("bizrq_summaries_restated_total "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(restated().await >= 2);
+
+    // Once the figures agree, the writes stop: two more periods restate
+    // nothing and patch neither parent (no write whose text is the same).
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+    let settled = (
+        restated().await,
+        status_writes("research"),
+        status_writes("org"),
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+    assert_eq!(
+        (
+            restated().await,
+            status_writes("research"),
+            status_writes("org")
+        ),
+        settled,
+        "(restatements, research's status writes, org's) went on after the figures converged"
+    );
 }

@@ -183,9 +183,6 @@ pub struct Context {
     /// Per quota, its submitters' decayed usage as last read
     /// (`submitters`): what its round orders equals by.
     submitters: submitters::Cache,
-    /// Quotas seen written since the last restatement of summaries
-    /// (`summaries`).
-    summaries: summaries::Marked,
 }
 
 impl Context {
@@ -258,7 +255,6 @@ impl Context {
             submitters: submitters::Cache::default(),
             releasing: Mutex::default(),
             serial: Mutex::default(),
-            summaries: summaries::Marked::default(),
         };
         (Arc::new(ctx), rx)
     }

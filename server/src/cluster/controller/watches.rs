@@ -163,21 +163,15 @@ impl QuotaWatch {
             }
             Ok(Event::InitApply(q)) => {
                 self.listed.insert(q.name_any());
-                self.ctx.summaries.mark(&q.name_any());
                 self.room_back(&q);
                 self.ctx.quota_applied(q, true)
             }
             Ok(Event::Apply(q)) => {
-                self.ctx.summaries.mark(&q.name_any());
                 self.room_back(&q);
                 self.ctx.quota_applied(q, false)
             }
             Ok(Event::Delete(q)) => {
                 self.held.remove(&q.name_any());
-                // What runs below its parent changed.
-                if !q.spec.parent.is_empty() {
-                    self.ctx.summaries.mark(&q.spec.parent);
-                }
                 self.ctx.quota_deleted(&q).await;
                 None
             }
