@@ -36,6 +36,8 @@ pub struct ClusterStore {
     /// Quotas whose summaries may have gone stale, marked by the cache's
     /// own watch (`SummaryMarks`).
     marks: std::sync::Arc<SummaryMarks>,
+    /// The cache's quotas by parent, kept by the same feed (`Kids`).
+    kids: std::sync::Arc<std::sync::RwLock<Kids>>,
 }
 
 impl ClusterStore {
@@ -48,12 +50,19 @@ impl ClusterStore {
             cache,
             keys: KeyConfig::default(),
             marks: Default::default(),
+            kids: Default::default(),
         }
     }
 
-    /// Where the cache's feed marks what it applied (`SummaryMarks::seen`).
-    pub fn marks(&self) -> std::sync::Arc<SummaryMarks> {
-        self.marks.clone()
+    /// What the cache's feed does with each event the reflector applied:
+    /// marks it (`SummaryMarks::seen`) and keeps the index by parent
+    /// (`Kids::seen`). Returns the function the feed calls.
+    pub fn feed(&self) -> impl Fn(&kube::runtime::watcher::Event<BizGroupResourceQuota>) {
+        let (marks, kids) = (self.marks.clone(), self.kids.clone());
+        move |ev| {
+            kids.write().unwrap().seen(ev);
+            marks.seen(ev);
+        }
     }
 
     pub fn with_keys(mut self, keys: KeyConfig) -> ClusterStore {
@@ -70,8 +79,8 @@ impl ClusterStore {
         let api: Api<BizGroupResourceQuota> = Api::all(client.clone());
         let feed = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
             .default_backoff();
-        let marks = std::sync::Arc::new(SummaryMarks::default());
-        let marking = marks.clone();
+        let store = ClusterStore::new(client, reader.clone());
+        let fed = store.feed();
         tokio::spawn(async move {
             let mut feed = std::pin::pin!(feed);
             while let Some(ev) = feed.next().await {
@@ -79,7 +88,7 @@ impl ClusterStore {
                     // The reflector applied the event to the cache before
                     // passing it on: a mark is judged on a copy that holds
                     // at least what it marks.
-                    Ok(ev) => marking.seen(&ev),
+                    Ok(ev) => fed(&ev),
                     Err(e) => tracing::debug!(error = %e, "quota cache watch error; retrying"),
                 }
             }
@@ -93,8 +102,6 @@ impl ClusterStore {
         {
             tracing::warn!("quota cache not synced after 30 s; serving anyway (lists may be partial until it is)");
         }
-        let mut store = ClusterStore::new(client, reader);
-        store.marks = marks;
         store
     }
 
@@ -106,16 +113,93 @@ impl ClusterStore {
     /// figure), with `status` as about to be written: its own `selfUsed`
     /// plus its descendants' as the watch's copy holds them. A quota that
     /// carves nothing out has no children, and its figure is its own (no
-    /// walk: the admission path writes leaves). At a parent, one pass over
-    /// the watch's copy (as `children` makes); a figure that a child's
-    /// later write moves is restated by the controller
-    /// (`controller::summaries`).
+    /// walk: the admission path writes leaves). At a parent (a borrowing
+    /// admission writes its lender), a walk of its subtree only, by the
+    /// feed's index of children (`Kids`), each child's copy looked up in
+    /// the cache; each quota once, so a parent cycle (only a store edited
+    /// by hand holds one) ends the walk. A figure that a child's later
+    /// write moves is restated by the controller (`controller::summaries`).
     pub fn in_use(&self, name: &str, status: &QuotaStatus) -> ResourceList {
+        let mut total = status.self_used.clone();
         if status.children.is_empty() {
-            return status.self_used.clone();
+            return total;
         }
-        let cached = self.cached();
-        Family::of(&cached).in_use(name, &status.self_used)
+        let kids = self.kids.read().unwrap();
+        let mut seen: HashSet<&str> = HashSet::from([name]);
+        let mut next: Vec<&str> = vec![name];
+        while let Some(at) = next.pop() {
+            for child in kids.of.get(at).into_iter().flatten() {
+                if !seen.insert(child) {
+                    continue;
+                }
+                let k = self.cache.get(&reflector::ObjectRef::new(child));
+                if let Some(st) = k.as_ref().and_then(|k| k.status.as_ref()) {
+                    quota::resources::add_into(&mut total, &st.0.self_used);
+                }
+                next.push(child);
+            }
+        }
+        total
+    }
+}
+
+/// The cache's quotas by parent (`spec.parent`, as the usage API's
+/// subtree sums read it), kept by the cache's feed after each event the
+/// reflector applied; a (re)list replaces it once complete, as the cache.
+#[derive(Default)]
+pub struct Kids {
+    parent_of: HashMap<String, String>,
+    of: HashMap<String, std::collections::BTreeSet<String>>,
+    listing: Vec<(String, String)>,
+}
+
+impl Kids {
+    fn seen(&mut self, ev: &kube::runtime::watcher::Event<BizGroupResourceQuota>) {
+        use kube::runtime::watcher::Event;
+        let named = |k: &BizGroupResourceQuota| {
+            (
+                k.metadata.name.clone().unwrap_or_default(),
+                k.spec.parent.clone(),
+            )
+        };
+        match ev {
+            Event::Apply(k) => {
+                let (name, parent) = named(k);
+                self.set(name, parent);
+            }
+            Event::Delete(k) => self.remove(k.metadata.name.as_deref().unwrap_or_default()),
+            Event::Init => self.listing.clear(),
+            Event::InitApply(k) => self.listing.push(named(k)),
+            Event::InitDone => {
+                let listed = std::mem::take(&mut self.listing);
+                *self = Kids::default();
+                for (name, parent) in listed {
+                    self.set(name, parent);
+                }
+            }
+        }
+    }
+
+    fn set(&mut self, name: String, parent: String) {
+        self.remove(&name);
+        if !parent.is_empty() {
+            self.of
+                .entry(parent.clone())
+                .or_default()
+                .insert(name.clone());
+        }
+        self.parent_of.insert(name, parent);
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Some(parent) = self.parent_of.remove(name) {
+            if let Some(kids) = self.of.get_mut(&parent) {
+                kids.remove(name);
+                if kids.is_empty() {
+                    self.of.remove(&parent);
+                }
+            }
+        }
     }
 }
 
@@ -1141,6 +1225,8 @@ mod tests {
     async fn a_parents_column_reads_its_subtree_and_a_stale_one_is_found_above_a_write() {
         let (client, _handle) = mock();
         let (cache, mut writer) = reflector::store();
+        let store = ClusterStore::new(client, cache);
+        let fed = store.feed();
         for o in [
             // 3 run in the team; the department runs 1 of its own and
             // carved 8 out for the team: its column said 9 (carve-out
@@ -1151,9 +1237,10 @@ mod tests {
             with_summary("other", "org", "0", &[], "0/16"),
         ] {
             let k: BizGroupResourceQuota = serde_json::from_value(o).unwrap();
-            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(k));
+            let ev = kube::runtime::watcher::Event::Apply(k);
+            writer.apply_watcher_event(&ev);
+            fed(&ev);
         }
-        let store = ClusterStore::new(client, cache);
         let dept = store.get_many(&["dept".to_string()]).await.unwrap();
         let in_use = store.in_use("dept", &dept[0].quota.status);
         assert_eq!(
@@ -1189,11 +1276,11 @@ mod tests {
         let (client, _handle) = mock();
         let (cache, mut writer) = reflector::store();
         let store = ClusterStore::new(client, cache);
-        let marks = store.marks();
+        let fed = store.feed();
         let feed = |writer: &mut reflector::store::Writer<BizGroupResourceQuota>, ev| {
             // As `reflector` does: the cache first, then the event on.
             writer.apply_watcher_event(&ev);
-            marks.seen(&ev);
+            fed(&ev);
         };
         let quota = |o: Value| -> BizGroupResourceQuota { serde_json::from_value(o).unwrap() };
         feed(&mut writer, Event::Init);
@@ -1211,8 +1298,16 @@ mod tests {
         let listed = store.summary_marks();
         let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["team", "dept", "org"]);
-        // Every figure is right: nothing to restate.
+        // Every figure is right: nothing to restate. The department's
+        // subtree is walked from the feed's index: 1 of its own, 3 below.
         assert!(store.stale_summaries(&listed).is_empty());
+        let gpu_in_use = |name: &str| {
+            let k = store.cache.get(&reflector::ObjectRef::new(name)).unwrap();
+            let in_use = store.in_use(name, &k.status.as_ref().unwrap().0);
+            quota::resources::get(&in_use, "requests.nvidia.com/gpu")
+        };
+        assert_eq!(gpu_in_use("dept"), "4".parse().unwrap());
+        assert_eq!(gpu_in_use("org"), "4".parse().unwrap());
         // The team is deleted: the mark is its parent, and judged on a
         // cache without the team, the department's and the root's columns
         // (4 in use, 1 now) are stale; in the order marked.
@@ -1226,6 +1321,8 @@ mod tests {
         let stale = store.stale_summaries(&marked);
         let names: Vec<&str> = stale.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["dept", "org"]);
+        assert_eq!(gpu_in_use("dept"), "1".parse().unwrap());
+        assert_eq!(gpu_in_use("org"), "1".parse().unwrap());
         // A mark given back keeps its place ahead of a later one.
         feed(
             &mut writer,
