@@ -708,6 +708,106 @@ pub fn to_csv(m: &Made) -> String {
 mod tests {
     use super::*;
 
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+
+    /// A quota with a monthly budget of `cash` card-hours; with `run_from`,
+    /// 10 cards running since then, written then (nothing accrued since).
+    fn budgeted(name: &str, parent: &str, cash: i64, run_from: Option<i64>) -> quota::Quota {
+        use quota::{Quantity, Quota};
+        let mut q = Quota::default();
+        q.metadata.name = name.into();
+        q.spec.parent = parent.into();
+        q.spec.hard = [
+            (
+                "requests.nvidia.com/gpu".to_string(),
+                Quantity::from_units(16),
+            ),
+            (CASH.to_string(), Quantity::from_units(cash)),
+        ]
+        .into();
+        let monthly = json!({"period": {"kind": "monthly", "anchorDay": 1}, "forecastDays": 0});
+        q.spec
+            .budgets
+            .insert(CASH.into(), serde_json::from_value(monthly).unwrap());
+        if let Some(t0) = run_from {
+            let since = quota::time::format_rfc3339(t0);
+            let c = quota::Charge {
+                pod_sets: vec![quota::workload::PodSet {
+                    name: "main".into(),
+                    count: 10,
+                    per_pod: [(
+                        "requests.nvidia.com/gpu".to_string(),
+                        Quantity::from_units(1),
+                    )]
+                    .into(),
+                    qos: None,
+                }],
+                hpa: None,
+                since: since.clone(),
+                uid: "u".into(),
+                admitted: None,
+            };
+            quota::admission::charge(&mut q, "batch/Job/ml/a", c).unwrap();
+            q.status.last_reconcile_time = Some(since);
+        }
+        q
+    }
+
+    /// A report reads the budgeted quotas whose unwritten spending it adds
+    /// on the portal's store, in the ledger read's snapshot, never on the
+    /// service's own store, whose connections admissions wait for: two
+    /// databases tell which was read (the service's own holds nothing).
+    /// team runs 10 cards from t0, not written since: five hours on, its
+    /// report is the 50 card-hours its budget spent, with no word of
+    /// budgets written while it was read.
+    #[tokio::test]
+    async fn a_report_reads_the_budgets_with_the_ledger_on_the_portals_store() {
+        use crate::store::QuotaStore;
+        let (own, view) = (
+            crate::store::testdb::sqlite().await,
+            crate::store::testdb::sqlite().await,
+        );
+        let t0 = quota::time::parse_rfc3339("2026-11-26T04:00:00Z").unwrap();
+        view.store
+            .create(&budgeted("root", "", 1200, None))
+            .await
+            .unwrap();
+        view.store
+            .create(&budgeted("team", "root", 1000, Some(t0)))
+            .await
+            .unwrap();
+        let portal = std::sync::Arc::new(view.store.clone());
+        let service = Service::new(
+            std::sync::Arc::new(own.store.clone()),
+            quota::KeyConfig::default(),
+            quota::cash::Prices::default(),
+            Default::default(),
+        )
+        .with_bulk_store(portal.clone())
+        .with_view_store(portal)
+        .with_clock(std::sync::Arc::new(move || t0 + 5 * 3_600_000));
+        let (spec, _) = parse(
+            &params(&[
+                ("from", "2026-11-26"),
+                ("to", "2026-11-27"),
+                ("subtree", "root"),
+            ]),
+            t0 + 5 * 3_600_000,
+        )
+        .unwrap();
+        let made = make(&service, &view.store, &Principal::admin_token(), spec)
+            .await
+            .unwrap();
+        const CARD_HOUR: i128 = 3_600_000_000_000_000_000_000;
+        assert_eq!(made.report.total, 50 * CARD_HOUR, "{made:?}");
+        assert_eq!(made.entries, 0, "no ledger row was read: {made:?}");
+        assert!(
+            made.notes.iter().all(|n| !n.contains("being written")),
+            "{:?}",
+            made.notes
+        );
+    }
+
     fn params(pairs: &[(&str, &str)]) -> Params {
         let q: String = pairs
             .iter()
