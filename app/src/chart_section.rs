@@ -303,8 +303,10 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
                 .unwrap_or_else(|| quota::forecast::Outlook {
                     key: key.to_string(),
                     now_ms: now,
+                    // `used` holds what its children hold: left is its
+                    // own work's, and the words say what went to them.
                     left: q(&inp.live.hard).saturating_sub(q(&inp.live.used)),
-                    carved: quota::Quantity::ZERO,
+                    carved: quota::budget::periods::carved(inp.live, key),
                     burn_per_hour: quota::Quantity::ZERO,
                     runway: quota::budget::Runway::Unknown,
                 });
@@ -670,6 +672,50 @@ mod tests {
             ("usage", "7d", "cards")
         );
         assert_eq!(r.to_ms - r.from_ms, 7 * 24 * HOUR);
+    }
+
+    /// A budget without a forecast of its own (a key its samples hold and
+    /// the outlooks do not) is worded from the live status; at a parent,
+    /// with what it allocated to its children, as its budgets box and
+    /// forecast line word it, never as a leaf's "left".
+    #[test]
+    fn a_parents_burn_down_without_an_outlook_says_what_its_children_hold() {
+        use quota::object::Carve;
+        let now = T0 + 24 * HOUR;
+        let hard = [(GPU, 16), (CASH, 51_000)];
+        let own: Vec<Sample> = (0..24)
+            .map(|h| sample(T0 + h * HOUR, &[(GPU, 2), (CASH, 42_000 + h)], &hard))
+            .collect();
+        // 42,000 carved out for a child, 100 spent by its own work.
+        let mut live = status(&[(GPU, 2), (CASH, 42_100)], &hard);
+        live.children.insert(
+            "nlp".into(),
+            Carve {
+                hard: list(&[(GPU, 8), (CASH, 42_000)]),
+                since: "2026-11-01T00:00:00Z".into(),
+                uid: String::new(),
+            },
+        );
+        let cfg = KeyConfig::default();
+        let inp = Inputs {
+            own: &own,
+            live: &live,
+            children: &[],
+            children_omitted: 0,
+            stacks: &Default::default(),
+            range: Range::Day,
+            now_ms: now,
+            cfg: &cfg,
+            outlooks: &[],
+        };
+        let burn = panel(&inp, CASH, Kind::BurnDown).expect("a burn-down");
+        assert_eq!(
+            burn.summary.as_deref(),
+            Some(
+                "GPU card-hours for its own work (42,000 card-hours allocated to children): \
+                 8,900 card-hours left, no burn measured yet"
+            )
+        );
     }
 
     /// The section's samples are folded once whatever the number of keys

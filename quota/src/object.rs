@@ -630,7 +630,8 @@ pub struct QuotaStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger_outbox: Option<crate::budget::ledger::Outbox>,
     /// For people: each cash key's balance in its unit, rounded
-    /// (`0.42 of 1000 card-hours used, 999.58 left`). The exact amounts
+    /// (`0.42 of 1000 card-hours used, 999.58 left`;
+    /// `readable::cash_balance_of`). The exact amounts
     /// stay in `used` and `cashAccrued`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub readable: BTreeMap<String, String>,
@@ -661,9 +662,11 @@ impl QuotaStatus {
         serde_json::to_string(self)
     }
 
-    /// Derive `summary` and `readable` from spec and status, as written.
-    pub fn summarize(&mut self, spec: &QuotaSpec, cfg: &KeyConfig) {
-        let (summary, readable) = readable::summarize(spec, self, cfg);
+    /// Derive `summary` and `readable` from spec and status, as written;
+    /// `in_use` is what runs in the quota's whole subtree
+    /// (`readable::summarize`).
+    pub fn summarize(&mut self, spec: &QuotaSpec, in_use: &ResourceList, cfg: &KeyConfig) {
+        let (summary, readable) = readable::summarize(spec, self, in_use, cfg);
         self.summary = Some(summary);
         self.readable = readable;
     }

@@ -92,15 +92,17 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
 /// a merge patch that replaces whatever a reader may find stored there:
 /// `summary` whole, every member the written one lacks removed, and
 /// `readable` with every key of `stored` (the status as last read, and as
-/// derived from the last spec) it no longer has removed. Derived for
+/// derived from the last spec) it no longer has removed. `in_use` is
+/// what runs in the quota's subtree (`readable::summarize`). Derived for
 /// people, so not worth a comparison: a few short strings per write.
 pub fn derived_patch(
     spec: &QuotaSpec,
     status: &QuotaStatus,
+    in_use: &crate::ResourceList,
     cfg: &KeyConfig,
     stored: &[&BTreeMap<String, String>],
 ) -> Map<String, Value> {
-    let (summary, readable) = readable::summarize(spec, status, cfg);
+    let (summary, readable) = readable::summarize(spec, status, in_use, cfg);
     let mut out = Map::new();
     let mut s = to_value(&summary);
     if let Value::Object(members) = &mut s {

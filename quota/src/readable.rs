@@ -3,6 +3,7 @@
 //! decimals, or three significant digits below one; the canonical exact
 //! quantity stays where it is. Pure, so the portal can reuse it.
 
+use crate::budget::periods;
 use crate::keys::{cash_target, Class, Key, KeyConfig};
 use crate::object::{QuotaSpec, QuotaStatus};
 use crate::quantity::{Quantity, NANO};
@@ -143,14 +144,20 @@ pub fn cash_balance(cash_key: &str, used: Quantity, hard: Quantity) -> String {
     )
 }
 
-/// What `kubectl get bizrq` shows first (the CRD's printer columns).
+/// What `kubectl get bizrq` shows first (the CRD's printer columns): the
+/// figures the portal and the API show, never a parent's carve-outs read
+/// as use.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
-    /// GPU cards `used/hard` over the quota's GPU keys (`12/16`).
+    /// GPU cards in use in the quota's whole subtree over its hard
+    /// (`12/16`): the keys table's "in use" (`rollup`), over its GPU keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,
-    /// Card-hours left on its GPU cash keys, rounded (`812.5`).
+    /// Card-hours left on its GPU cash keys for its own new work,
+    /// rounded, never below 0 (`812.5`): `budget::periods::left`, the
+    /// budgets API's `left` (carry-in and top-ups in, its children's
+    /// carve-outs out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub card_hours_left: Option<String>,
     /// What it uses beyond hard, on loan from its parent
@@ -166,12 +173,15 @@ pub struct Summary {
 }
 
 /// The summary of a quota and a readable balance per cash key, from its
-/// spec and (refreshed) status. GPU keys are the generic ones
+/// spec, its (refreshed) status and `in_use`, what runs in its whole
+/// subtree (`rollup::subtree_in_use`'s figure for it; a quota without
+/// children: its own `selfUsed`). GPU keys are the generic ones
 /// (`requests.nvidia.com/gpu`), else the model keys, of the configured
 /// GPU resources.
 pub fn summarize(
     spec: &QuotaSpec,
     status: &QuotaStatus,
+    in_use: &resources::ResourceList,
     cfg: &KeyConfig,
 ) -> (Summary, BTreeMap<String, String>) {
     let gpu_keys = |cash: bool, model: bool| -> Vec<&String> {
@@ -195,23 +205,24 @@ pub fn summarize(
             generic
         }
     };
-    let total = |keys: &[&String], list: &resources::ResourceList| {
-        keys.iter().fold(Quantity::ZERO, |acc, k| {
-            acc.saturating_add(resources::get(list, k))
-        })
+    let total = |keys: &[&String], of: &dyn Fn(&str) -> Quantity| {
+        keys.iter()
+            .fold(Quantity::ZERO, |acc, k| acc.saturating_add(of(k)))
     };
     let cards = pick(false);
     let gpu = (!cards.is_empty()).then(|| {
         format!(
             "{}/{}",
-            decimal(total(&cards, &status.used)),
-            decimal(total(&cards, &spec.hard))
+            decimal(total(&cards, &|k| resources::get(in_use, k))),
+            decimal(total(&cards, &|k| resources::get(&spec.hard, k)))
         )
     });
     let card_cash = pick(true);
     let card_hours_left = (!card_cash.is_empty()).then(|| {
-        let left = total(&card_cash, &spec.hard).saturating_sub(total(&card_cash, &status.used));
-        decimal(left.max(Quantity::ZERO))
+        let left = total(&card_cash, &|k| {
+            periods::left(spec, status, k).max(Quantity::ZERO)
+        });
+        decimal(left)
     });
     let borrowing = (!status.borrowed.is_empty()).then(|| {
         status
@@ -223,14 +234,9 @@ pub fn summarize(
     });
     let readable = spec
         .hard
-        .iter()
-        .filter(|(k, _)| cash_target(k).is_some())
-        .map(|(k, h)| {
-            (
-                k.clone(),
-                cash_balance(k, resources::get(&status.used, k), *h),
-            )
-        })
+        .keys()
+        .filter(|k| cash_target(k).is_some())
+        .map(|k| (k.clone(), cash_balance_of(spec, status, k)))
         .collect();
     let summary = Summary {
         gpu,
@@ -240,6 +246,47 @@ pub fn summarize(
         queued: status.queue.len().try_into().unwrap_or(u32::MAX),
     };
     (summary, readable)
+}
+
+/// A budget's balance as the budgets API has it, for people: what the
+/// quota's own work spent of what it has this period (its budget, carry-in
+/// and top-ups), what its children hold of it, and what is left
+/// (`periods::left`, never below 0): `2 of 150 card-hours used, 148 left`;
+/// at a parent `5 of 620 card-hours used by its own work, 200 allocated to
+/// children, 415 left` (a carve-out is not spending).
+pub fn cash_balance_of(spec: &QuotaSpec, status: &QuotaStatus, key: &str) -> String {
+    let (has, spent, carved) = match periods::balance(spec, status, key) {
+        Some(b) => (
+            b.budget
+                .saturating_add(b.carry_in)
+                .saturating_add(b.top_ups),
+            b.spent,
+            b.carved,
+        ),
+        None => (
+            resources::get(&spec.hard, key),
+            periods::own_used(status, spec, key),
+            periods::carved(status, key),
+        ),
+    };
+    let left = periods::left(spec, status, key).max(Quantity::ZERO);
+    if carved.is_zero() {
+        return format!(
+            "{} of {} {} used, {} left",
+            decimal(spent),
+            decimal(has),
+            cash_unit(key),
+            decimal(left)
+        );
+    }
+    format!(
+        "{} of {} {} used by its own work, {} allocated to children, {} left",
+        decimal(spent),
+        decimal(has),
+        cash_unit(key),
+        decimal(carved),
+        decimal(left)
+    )
 }
 
 #[cfg(test)]
@@ -308,11 +355,18 @@ mod tests {
         );
     }
 
+    /// Spent cash in `status`'s accumulators, in card-hours.
+    fn spend(status: &mut QuotaStatus, key: &str, hours: &str) {
+        let per_mille = crate::budget::PRICE_ONE / crate::cash::PER_MILLE;
+        status.add_accrued(key, crate::budget::from_quantity(q(hours)) / per_mille);
+    }
+
+    fn list(pairs: &[(&str, &str)]) -> resources::ResourceList {
+        pairs.iter().map(|(k, v)| (k.to_string(), q(v))).collect()
+    }
+
     #[test]
     fn summary_shows_gpu_cards_card_hours_borrowing_and_reclaim() {
-        let list = |pairs: &[(&str, &str)]| -> resources::ResourceList {
-            pairs.iter().map(|(k, v)| (k.to_string(), q(v))).collect()
-        };
         let spec = QuotaSpec {
             parent: "ai".into(),
             hard: list(&[
@@ -326,17 +380,16 @@ mod tests {
             queueing: Default::default(),
             fair_sharing: Default::default(),
         };
-        let mut status = QuotaStatus {
-            used: list(&[
-                ("requests.nvidia.com/gpu", "20"),
-                ("requests.nvidia.com/gpu.A100", "8"),
-                ("cash/requests.nvidia.com/gpu", "187500m"),
-                ("requests.cpu", "10"),
-            ]),
-            ..QuotaStatus::default()
-        };
-        status.borrowed = spec.borrowed(&status.used);
-        let (s, readable) = summarize(&spec, &status, &KeyConfig::default());
+        let mut status = QuotaStatus::default();
+        spend(&mut status, "cash/requests.nvidia.com/gpu", "187.5");
+        status.refresh(&spec);
+        let in_use = list(&[
+            ("requests.nvidia.com/gpu", "20"),
+            ("requests.nvidia.com/gpu.A100", "8"),
+            ("requests.cpu", "10"),
+        ]);
+        status.borrowed = spec.borrowed(&in_use);
+        let (s, readable) = summarize(&spec, &status, &in_use, &KeyConfig::default());
         assert_eq!(
             s,
             Summary {
@@ -358,8 +411,65 @@ mod tests {
             hard: list(&[("requests.cpu", "4")]),
             ..QuotaSpec::default()
         };
-        let (s, readable) = summarize(&cpu_only, &QuotaStatus::default(), &KeyConfig::default());
+        let (s, readable) = summarize(
+            &cpu_only,
+            &QuotaStatus::default(),
+            &Default::default(),
+            &KeyConfig::default(),
+        );
         assert_eq!(s, Summary::default());
         assert!(readable.is_empty());
+    }
+
+    /// At a parent `status.used` holds its children's carve-outs: the
+    /// columns read the subtree's running use and what is left for its
+    /// own work (`periods::left`: its top-ups in, carve-outs out), as
+    /// the usage and budgets APIs do, never the carve-outs as use or
+    /// spending.
+    #[test]
+    fn a_parents_summary_reads_its_subtree_not_its_carve_outs() {
+        use crate::object::Carve;
+        let gpu = "requests.nvidia.com/gpu";
+        let cash = "cash/requests.nvidia.com/gpu";
+        let spec = QuotaSpec {
+            hard: list(&[(gpu, "104"), (cash, "51000")]),
+            ..QuotaSpec::default()
+        };
+        let mut status = QuotaStatus::default();
+        for (child, cards, hours) in [("nlp", "48", "30000"), ("cv", "40", "12000")] {
+            status.children.insert(
+                child.into(),
+                Carve {
+                    hard: list(&[(gpu, cards), (cash, hours)]),
+                    since: "2026-11-01T00:00:00Z".into(),
+                    uid: String::new(),
+                },
+            );
+        }
+        spend(&mut status, cash, "8100");
+        status.budgets.insert(
+            cash.into(),
+            crate::budget::periods::PeriodStatus {
+                top_ups: crate::budget::from_quantity(q("20")),
+                ..serde_json::from_value(serde_json::json!({})).unwrap()
+            },
+        );
+        status.refresh(&spec);
+        assert_eq!(resources::get(&status.used, gpu), q("88"), "carved");
+        // 46 cards run below it (its own work runs none).
+        let in_use = list(&[(gpu, "46"), (cash, "18100")]);
+        let (s, readable) = summarize(&spec, &status, &in_use, &KeyConfig::default());
+        assert_eq!(s.gpu.as_deref(), Some("46/104"));
+        // 51,000 + 20 − 8,100 − 42,000.
+        assert_eq!(
+            periods::left(&spec, &status, cash),
+            q("920"),
+            "the budgets API's left"
+        );
+        assert_eq!(s.card_hours_left.as_deref(), Some("920"));
+        assert_eq!(
+            readable[cash],
+            "8100 of 51020 card-hours used by its own work, 42000 allocated to children, 920 left"
+        );
     }
 }

@@ -368,9 +368,11 @@ fn the_summaries_replace_what_is_stored() {
         "summary": {"gpu": "3/16", "borrowing": "requests.nvidia.com/gpu=2", "reclaimPending": 1, "queued": 0},
         "readable": stale,
     });
-    let patch = derived_patch(&spec, &status, &KeyConfig::default(), &[&stale]);
+    let in_use = status.self_used.clone();
+    let patch = derived_patch(&spec, &status, &in_use, &KeyConfig::default(), &[&stale]);
     apply_merge_patch(&mut stored, &Value::Object(patch));
-    let (summary, readable) = quota::readable::summarize(&spec, &status, &KeyConfig::default());
+    let (summary, readable) =
+        quota::readable::summarize(&spec, &status, &in_use, &KeyConfig::default());
     assert_eq!(stored["summary"], serde_json::to_value(&summary).unwrap());
     assert!(readable.is_empty());
     assert!(

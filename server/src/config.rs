@@ -238,6 +238,11 @@ pub struct ServeArgs {
     /// Seconds between usage samples of every quota (the history charts).
     #[arg(long, env = "BIZRQ_SAMPLE_SECONDS", default_value_t = 60)]
     pub sample_seconds: u64,
+    /// Cluster mode: seconds between restatements of parents' summaries
+    /// (`kubectl get`'s columns) after their subtree changed: at most one
+    /// summary write per quota in each.
+    #[arg(long, env = "BIZRQ_SUMMARY_SECONDS", default_value_t = 10)]
+    pub summary_seconds: u64,
     /// Extended resources that are GPUs (take the gpu-type model label).
     #[arg(
         long,

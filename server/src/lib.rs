@@ -543,6 +543,7 @@ impl Core {
             reclaim_grace: Duration::from_secs(args.reclaim_grace_seconds),
             discovery_every: Duration::from_secs(args.discovery_seconds.max(1)),
             sample_every: Duration::from_secs(args.sample_seconds.max(1)),
+            summary_every: Duration::from_secs(args.summary_seconds.max(1)),
             ..ControllerConfig::default()
         };
         let clock = self.service.clock();

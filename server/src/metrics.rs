@@ -167,6 +167,9 @@ pub struct Metrics {
     pub deferred_releases_over_cap: Counter,
     /// Quotas re-checked against the cluster after a review lowered a charge.
     pub rechecks: Counter,
+    /// Summaries for people (`kubectl get`'s columns) restated by the
+    /// controller, without a write of the quota's own.
+    pub summaries_restated: Counter,
     /// Requests answered 503 because the listener's budget of buffered body
     /// bytes was spent.
     pub body_budget_exhausted: Family<ListenerLabels, Counter>,
@@ -356,6 +359,7 @@ impl Default for Metrics {
         let deferred_releases_over_cap = Counter::default();
         let body_budget_exhausted = Family::<ListenerLabels, Counter>::default();
         let rechecks = Counter::default();
+        let summaries_restated = Counter::default();
         let webhook_unauthorized = Counter::default();
         let open_connections = Family::<ListenerLabels, Gauge>::default();
         let connections_closed = Family::<ClosedLabels, Counter>::default();
@@ -383,6 +387,11 @@ impl Default for Metrics {
             "rechecks",
             "Quotas re-checked against the cluster after an admission review lowered a charge",
             rechecks.clone(),
+        );
+        registry.register(
+            "summaries_restated",
+            "Quota summaries (kubectl get's columns) restated by the controller after their subtree changed",
+            summaries_restated.clone(),
         );
         registry.register(
             "webhook_unauthorized",
@@ -458,6 +467,7 @@ impl Default for Metrics {
             deferred_releases_over_cap,
             body_budget_exhausted,
             rechecks,
+            summaries_restated,
             webhook_unauthorized,
             open_connections,
             connections_closed,

@@ -432,20 +432,70 @@ pub async fn read(
         None if p.is_admin => None,
         None => Some(parents.keys().cloned().collect()),
     };
-    let agg = match sql
-        .ledger_aggregate(&spec, names.as_deref(), MAX_ENTRIES)
+    let working = service.working(service.now());
+    // Standalone, what a budget spent since its quota's last write is in
+    // no ledger row yet, though the budgets count it (a working copy
+    // accrued to now): the report adds it as that write will record it.
+    // The budgeted quotas in scope are read in the ledger's snapshot, so
+    // what each had written is in the rows and the rest is not, however
+    // busy the writes. A quota last written at or after the range's end
+    // has no unwritten spending in it and is not read.
+    let budgeted: Vec<String> = match working.accrues() {
+        true => budgeted_in(&visible, names.as_deref(), &spec),
+        false => Vec::new(),
+    };
+    let (agg, copies) = match sql
+        .ledger_aggregate_with(&spec, names.as_deref(), MAX_ENTRIES, &budgeted)
         .await
         .map_err(ServiceError::from)?
     {
         Ok(a) => a,
         Err(refused) => return Err(invalid(refused.to_string())),
     };
+    let unwritten = working.accrues().then(|| {
+        let copies = copies.into_iter().map(|s| s.quota).collect();
+        (working, copies)
+    });
     Ok(Read {
         spec,
         agg,
         parents,
         notes,
+        unwritten,
     })
+}
+
+/// Of `visible`, the quotas in the report's scope (`names`; None: all)
+/// with a budget it may count (a cash key, the report's if it names one)
+/// and last written before the range ends.
+fn budgeted_in(
+    visible: &[quota::Quota],
+    names: Option<&[String]>,
+    spec: &ReportSpec,
+) -> Vec<String> {
+    let wanted: Option<BTreeSet<&str>> = names.map(|n| n.iter().map(String::as_str).collect());
+    visible
+        .iter()
+        .filter(|q| {
+            wanted.as_ref().is_none_or(|w| w.contains(q.name()))
+                && q.spec.hard.keys().any(|k| {
+                    cash_target(k).is_some() && spec.key.as_ref().is_none_or(|want| want == k)
+                })
+                && written_before(q, spec.to_ms)
+        })
+        .map(|q| q.name().to_string())
+        .collect()
+}
+
+/// Whether `q` was last written before `to_ms` (or has never been): only
+/// then can it have spent in a range ending at `to_ms` what no ledger row
+/// holds yet.
+fn written_before(q: &quota::Quota, to_ms: i64) -> bool {
+    q.status
+        .last_reconcile_time
+        .as_deref()
+        .and_then(quota::time::parse_rfc3339)
+        .is_none_or(|t| t < to_ms)
 }
 
 /// What `read` read for a report: the spec as snapped, the ledger's
@@ -457,6 +507,9 @@ pub struct Read {
     agg: crate::store::ledger::Aggregated,
     parents: BTreeMap<String, String>,
     notes: Vec<String>,
+    /// Standalone: the copies of the budgeted quotas in scope, whose
+    /// spending since their last write `make` adds (`Working::unwritten`).
+    unwritten: Option<(crate::service::working::Working, Vec<quota::Quota>)>,
 }
 
 /// Reads and makes the report `spec` asks for (`read`, then `Read::make`).
@@ -474,10 +527,23 @@ impl Read {
     pub fn make(self) -> Result<Made, ReportError> {
         let Read {
             spec,
-            agg,
+            mut agg,
             parents,
             notes,
+            unwritten,
         } = self;
+        if let Some((working, copies)) = unwritten {
+            for q in copies.iter().filter(|q| written_before(q, spec.to_ms)) {
+                // As the ledger's read keeps rows: those starting in the
+                // range, and those starting before it that reach into it.
+                // They are no ledger rows yet: `rows` does not count them.
+                agg.entries
+                    .extend(working.unwritten(q).into_iter().filter(|e| {
+                        e.start_ms < spec.to_ms
+                            && (e.start_ms >= spec.from_ms || e.end_ms > spec.from_ms)
+                    }));
+            }
+        }
         finish(spec, agg, &parents, notes)
     }
 }
@@ -641,6 +707,106 @@ pub fn to_csv(m: &Made) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const CASH: &str = "cash/requests.nvidia.com/gpu";
+
+    /// A quota with a monthly budget of `cash` card-hours; with `run_from`,
+    /// 10 cards running since then, written then (nothing accrued since).
+    fn budgeted(name: &str, parent: &str, cash: i64, run_from: Option<i64>) -> quota::Quota {
+        use quota::{Quantity, Quota};
+        let mut q = Quota::default();
+        q.metadata.name = name.into();
+        q.spec.parent = parent.into();
+        q.spec.hard = [
+            (
+                "requests.nvidia.com/gpu".to_string(),
+                Quantity::from_units(16),
+            ),
+            (CASH.to_string(), Quantity::from_units(cash)),
+        ]
+        .into();
+        let monthly = json!({"period": {"kind": "monthly", "anchorDay": 1}, "forecastDays": 0});
+        q.spec
+            .budgets
+            .insert(CASH.into(), serde_json::from_value(monthly).unwrap());
+        if let Some(t0) = run_from {
+            let since = quota::time::format_rfc3339(t0);
+            let c = quota::Charge {
+                pod_sets: vec![quota::workload::PodSet {
+                    name: "main".into(),
+                    count: 10,
+                    per_pod: [(
+                        "requests.nvidia.com/gpu".to_string(),
+                        Quantity::from_units(1),
+                    )]
+                    .into(),
+                    qos: None,
+                }],
+                hpa: None,
+                since: since.clone(),
+                uid: "u".into(),
+                admitted: None,
+            };
+            quota::admission::charge(&mut q, "batch/Job/ml/a", c).unwrap();
+            q.status.last_reconcile_time = Some(since);
+        }
+        q
+    }
+
+    /// A report reads the budgeted quotas whose unwritten spending it adds
+    /// on the portal's store, in the ledger read's snapshot, never on the
+    /// service's own store, whose connections admissions wait for: two
+    /// databases tell which was read (the service's own holds nothing).
+    /// team runs 10 cards from t0, not written since: five hours on, its
+    /// report is the 50 card-hours its budget spent, with no word of
+    /// budgets written while it was read.
+    #[tokio::test]
+    async fn a_report_reads_the_budgets_with_the_ledger_on_the_portals_store() {
+        use crate::store::QuotaStore;
+        let (own, view) = (
+            crate::store::testdb::sqlite().await,
+            crate::store::testdb::sqlite().await,
+        );
+        let t0 = quota::time::parse_rfc3339("2026-11-26T04:00:00Z").unwrap();
+        view.store
+            .create(&budgeted("root", "", 1200, None))
+            .await
+            .unwrap();
+        view.store
+            .create(&budgeted("team", "root", 1000, Some(t0)))
+            .await
+            .unwrap();
+        let portal = std::sync::Arc::new(view.store.clone());
+        let service = Service::new(
+            std::sync::Arc::new(own.store.clone()),
+            quota::KeyConfig::default(),
+            quota::cash::Prices::default(),
+            Default::default(),
+        )
+        .with_bulk_store(portal.clone())
+        .with_view_store(portal)
+        .with_clock(std::sync::Arc::new(move || t0 + 5 * 3_600_000));
+        let (spec, _) = parse(
+            &params(&[
+                ("from", "2026-11-26"),
+                ("to", "2026-11-27"),
+                ("subtree", "root"),
+            ]),
+            t0 + 5 * 3_600_000,
+        )
+        .unwrap();
+        let made = make(&service, &view.store, &Principal::admin_token(), spec)
+            .await
+            .unwrap();
+        const CARD_HOUR: i128 = 3_600_000_000_000_000_000_000;
+        assert_eq!(made.report.total, 50 * CARD_HOUR, "{made:?}");
+        assert_eq!(made.entries, 0, "no ledger row was read: {made:?}");
+        assert!(
+            made.notes.iter().all(|n| !n.contains("being written")),
+            "{:?}",
+            made.notes
+        );
+    }
 
     fn params(pairs: &[(&str, &str)]) -> Params {
         let q: String = pairs

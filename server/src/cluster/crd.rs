@@ -49,8 +49,8 @@ pub const MAX_KEYS: u64 = quota::tree::MAX_KEYS as u64;
         "a quota cannot be its own parent"
     ),
     printcolumn = r#"{"name":"Parent","type":"string","jsonPath":".spec.parent","description":"The parent quota (empty for a root)"}"#,
-    printcolumn = r#"{"name":"GPU","type":"string","jsonPath":".status.summary.gpu","description":"GPU cards used/hard"}"#,
-    printcolumn = r#"{"name":"Card-hours Left","type":"string","jsonPath":".status.summary.cardHoursLeft","description":"GPU card-hours left of the cash budget"}"#,
+    printcolumn = r#"{"name":"GPU","type":"string","jsonPath":".status.summary.gpu","description":"GPU cards in use in the whole subtree / hard (a parent's carve-outs are not use)"}"#,
+    printcolumn = r#"{"name":"Card-hours Left","type":"string","jsonPath":".status.summary.cardHoursLeft","description":"GPU card-hours left for its own new work: budget, carry-in and top-ups, less its spending and its children's carve-outs"}"#,
     printcolumn = r#"{"name":"Borrowing","type":"string","jsonPath":".status.summary.borrowing","description":"Used beyond hard, on loan from the parent"}"#,
     printcolumn = r#"{"name":"Weight","type":"string","jsonPath":".status.fairSharing.weight","description":"Weight among siblings sharing the parent's idle capacity"}"#,
     printcolumn = r#"{"name":"Share","type":"string","jsonPath":".status.fairSharing.share","description":"Dominant share of what the parent can lend, divided by the weight"}"#,
@@ -308,10 +308,10 @@ impl JsonSchema for Status {
                 },
                 "summary": {
                     "type": "object",
-                    "description": "what kubectl get shows, derived from the rest at each status write",
+                    "description": "what kubectl get shows, derived from the rest at each status write; at a parent restated by the controller when its subtree changes",
                     "properties": {
-                        "gpu": text("GPU cards used/hard over the GPU keys of hard (e.g. 12/16)"),
-                        "cardHoursLeft": text("GPU card-hours left of the cash budget, rounded (exact: hard and used of the cash/ keys)"),
+                        "gpu": text("GPU cards in use in the whole subtree over hard, on the GPU keys of hard (e.g. 12/16); a parent's carve-outs are not use"),
+                        "cardHoursLeft": text("GPU card-hours left for its own new work, rounded, never below 0: budget, carry-in and top-ups less its own spending and its children's carve-outs (the budgets API's left)"),
                         "borrowing": text("used beyond hard, on loan from the parent, key=amount, comma-separated; absent when nothing is borrowed"),
                         "reclaimPending": { "type": "integer", "description": "workloads marked for reclaim (see reclaim)" },
                         "queued": { "type": "integer", "description": "workloads waiting in the queue (see queue)" }
@@ -320,7 +320,7 @@ impl JsonSchema for Status {
                 "readable": {
                     "type": "object",
                     "additionalProperties": { "type": "string" },
-                    "description": "each cash key's balance in its unit, rounded (e.g. 0.42 of 1000 card-hours used, 999.58 left); the exact amounts are in used"
+                    "description": "each cash key's balance in its unit, rounded (e.g. 0.42 of 1000 card-hours used, 999.58 left; at a parent what its own work used and what its children hold apart); the exact amounts are in used and cashAccrued"
                 }
             }
         })

@@ -23,7 +23,8 @@ use kube::runtime::reflector;
 use kube::Client;
 use kube::Resource;
 use quota::object::{Quota, QuotaStatus};
-use quota::KeyConfig;
+use quota::{KeyConfig, ResourceList};
+use std::collections::{HashMap, HashSet};
 
 pub struct ClusterStore {
     api: Api<BizGroupResourceQuota>,
@@ -32,6 +33,11 @@ pub struct ClusterStore {
     cache: reflector::Store<BizGroupResourceQuota>,
     /// Which resources are GPUs, for the status summary.
     keys: KeyConfig,
+    /// Quotas whose summaries may have gone stale, marked by the cache's
+    /// own watch (`SummaryMarks`).
+    marks: std::sync::Arc<SummaryMarks>,
+    /// The cache's quotas by parent, kept by the same feed (`Kids`).
+    kids: std::sync::Arc<std::sync::RwLock<Kids>>,
 }
 
 impl ClusterStore {
@@ -43,6 +49,19 @@ impl ClusterStore {
             client,
             cache,
             keys: KeyConfig::default(),
+            marks: Default::default(),
+            kids: Default::default(),
+        }
+    }
+
+    /// What the cache's feed does with each event the reflector applied:
+    /// marks it (`SummaryMarks::seen`) and keeps the index by parent
+    /// (`Kids::seen`). Returns the function the feed calls.
+    pub fn feed(&self) -> impl Fn(&kube::runtime::watcher::Event<BizGroupResourceQuota>) {
+        let (marks, kids) = (self.marks.clone(), self.kids.clone());
+        move |ev| {
+            kids.write().unwrap().seen(ev);
+            marks.seen(ev);
         }
     }
 
@@ -60,11 +79,17 @@ impl ClusterStore {
         let api: Api<BizGroupResourceQuota> = Api::all(client.clone());
         let feed = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
             .default_backoff();
+        let store = ClusterStore::new(client, reader.clone());
+        let fed = store.feed();
         tokio::spawn(async move {
             let mut feed = std::pin::pin!(feed);
             while let Some(ev) = feed.next().await {
-                if let Err(e) = ev {
-                    tracing::debug!(error = %e, "quota cache watch error; retrying");
+                match ev {
+                    // The reflector applied the event to the cache before
+                    // passing it on: a mark is judged on a copy that holds
+                    // at least what it marks.
+                    Ok(ev) => fed(&ev),
+                    Err(e) => tracing::debug!(error = %e, "quota cache watch error; retrying"),
                 }
             }
         });
@@ -77,11 +102,254 @@ impl ClusterStore {
         {
             tracing::warn!("quota cache not synced after 30 s; serving anyway (lists may be partial until it is)");
         }
-        ClusterStore::new(client, reader)
+        store
     }
 
     fn cached(&self) -> Vec<std::sync::Arc<BizGroupResourceQuota>> {
         self.cache.state()
+    }
+
+    /// What runs in `name`'s whole subtree (`quota::rollup::subtree_in_use`'s
+    /// figure), with `status` as about to be written: its own `selfUsed`
+    /// plus its descendants' as the watch's copy holds them. A quota that
+    /// carves nothing out has no children, and its figure is its own (no
+    /// walk: the admission path writes leaves). At a parent (a borrowing
+    /// admission writes its lender), a walk of its subtree only, by the
+    /// feed's index of children (`Kids`), each child's copy looked up in
+    /// the cache; each quota once, so a parent cycle (only a store edited
+    /// by hand holds one) ends the walk. A figure that a child's later
+    /// write moves is restated by the controller (`controller::summaries`).
+    pub fn in_use(&self, name: &str, status: &QuotaStatus) -> ResourceList {
+        let mut total = status.self_used.clone();
+        if status.children.is_empty() {
+            return total;
+        }
+        let kids = self.kids.read().unwrap();
+        let mut seen: HashSet<&str> = HashSet::from([name]);
+        let mut next: Vec<&str> = vec![name];
+        while let Some(at) = next.pop() {
+            for child in kids.of.get(at).into_iter().flatten() {
+                if !seen.insert(child) {
+                    continue;
+                }
+                let k = self.cache.get(&reflector::ObjectRef::new(child));
+                if let Some(st) = k.as_ref().and_then(|k| k.status.as_ref()) {
+                    quota::resources::add_into(&mut total, &st.0.self_used);
+                }
+                next.push(child);
+            }
+        }
+        total
+    }
+}
+
+/// The cache's quotas by parent (`spec.parent`, as the usage API's
+/// subtree sums read it), kept by the cache's feed after each event the
+/// reflector applied; a (re)list replaces it once complete, as the cache.
+#[derive(Default)]
+pub struct Kids {
+    parent_of: HashMap<String, String>,
+    of: HashMap<String, std::collections::BTreeSet<String>>,
+    listing: Vec<(String, String)>,
+}
+
+impl Kids {
+    fn seen(&mut self, ev: &kube::runtime::watcher::Event<BizGroupResourceQuota>) {
+        use kube::runtime::watcher::Event;
+        let named = |k: &BizGroupResourceQuota| {
+            (
+                k.metadata.name.clone().unwrap_or_default(),
+                k.spec.parent.clone(),
+            )
+        };
+        match ev {
+            Event::Apply(k) => {
+                let (name, parent) = named(k);
+                self.set(name, parent);
+            }
+            Event::Delete(k) => self.remove(k.metadata.name.as_deref().unwrap_or_default()),
+            Event::Init => self.listing.clear(),
+            Event::InitApply(k) => self.listing.push(named(k)),
+            Event::InitDone => {
+                let listed = std::mem::take(&mut self.listing);
+                *self = Kids::default();
+                for (name, parent) in listed {
+                    self.set(name, parent);
+                }
+            }
+        }
+    }
+
+    fn set(&mut self, name: String, parent: String) {
+        self.remove(&name);
+        if !parent.is_empty() {
+            self.of
+                .entry(parent.clone())
+                .or_default()
+                .insert(name.clone());
+        }
+        self.parent_of.insert(name, parent);
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Some(parent) = self.parent_of.remove(name) {
+            if let Some(kids) = self.of.get_mut(&parent) {
+                kids.remove(name);
+                if kids.is_empty() {
+                    self.of.remove(&parent);
+                }
+            }
+        }
+    }
+}
+
+/// The quotas whose summaries for people may have gone stale: each quota
+/// the cache's watch saw written, and the parent of each it saw deleted,
+/// in the order first marked. The controller takes them every
+/// `--summary-seconds` (`controller::summaries`) and judges them on this
+/// store's cache, which already holds what marked them: the reflector
+/// applies an event before passing it on, and a (re)list's objects are
+/// marked only when it is complete and the cache swapped to it. A
+/// separate watch's marks (the controller's) could be judged on a cache
+/// behind them, find the parent fresh and be dropped.
+#[derive(Default)]
+pub struct SummaryMarks(std::sync::Mutex<Marks>);
+
+#[derive(Default)]
+struct Marks {
+    next: u64,
+    /// By name, when first marked (a mark put back keeps its place).
+    names: HashMap<String, u64>,
+    /// The objects of a (re)list not yet complete.
+    listing: Vec<String>,
+}
+
+impl SummaryMarks {
+    /// Marks what `ev` changed, once the cache holds it.
+    pub fn seen(&self, ev: &kube::runtime::watcher::Event<BizGroupResourceQuota>) {
+        use kube::runtime::watcher::Event;
+        match ev {
+            Event::Apply(k) => self.mark(k.metadata.name.as_deref().unwrap_or_default()),
+            // What runs below its parent changed.
+            Event::Delete(k) => self.mark(&k.spec.parent),
+            Event::Init => self.0.lock().unwrap().listing.clear(),
+            Event::InitApply(k) => {
+                let name = k.metadata.name.clone().unwrap_or_default();
+                self.0.lock().unwrap().listing.push(name);
+            }
+            // Every listed quota: a summary written by an older bizrq,
+            // or a parent whose child vanished between lists, is judged.
+            Event::InitDone => {
+                let listed = std::mem::take(&mut self.0.lock().unwrap().listing);
+                for name in listed {
+                    self.mark(&name);
+                }
+            }
+        }
+    }
+
+    pub fn mark(&self, name: &str) {
+        if name.is_empty() {
+            return;
+        }
+        let mut m = self.0.lock().unwrap();
+        let seq = m.next;
+        if let std::collections::hash_map::Entry::Vacant(v) = m.names.entry(name.to_string()) {
+            v.insert(seq);
+            m.next += 1;
+        }
+    }
+
+    /// Every mark, oldest first; none left.
+    pub fn take(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = std::mem::take(&mut self.0.lock().unwrap().names)
+            .into_iter()
+            .collect();
+        out.sort_by_key(|(_, seq)| *seq);
+        out
+    }
+
+    /// Marks taken and not dealt with, in their places.
+    pub fn put_back(&self, marks: impl IntoIterator<Item = (String, u64)>) {
+        let mut m = self.0.lock().unwrap();
+        for (name, seq) in marks {
+            let at = m.names.entry(name).or_insert(seq);
+            *at = (*at).min(seq);
+        }
+    }
+}
+
+/// The watch's copy of the forest by parent, for subtree sums.
+struct Family<'a> {
+    by_name: HashMap<&'a str, &'a BizGroupResourceQuota>,
+    kids: HashMap<&'a str, Vec<&'a BizGroupResourceQuota>>,
+}
+
+impl<'a> Family<'a> {
+    fn of(cached: &'a [std::sync::Arc<BizGroupResourceQuota>]) -> Family<'a> {
+        let mut f = Family {
+            by_name: HashMap::with_capacity(cached.len()),
+            kids: HashMap::new(),
+        };
+        for k in cached {
+            f.by_name
+                .insert(k.metadata.name.as_deref().unwrap_or_default(), k);
+            if !k.spec.parent.is_empty() {
+                f.kids.entry(k.spec.parent.as_str()).or_default().push(k);
+            }
+        }
+        f
+    }
+
+    /// `own` (the quota's `selfUsed`) plus every descendant's of `name`,
+    /// each once: a parent cycle (only a store edited by hand holds one)
+    /// ends the walk.
+    fn in_use(&self, name: &str, own: &ResourceList) -> ResourceList {
+        let mut total = own.clone();
+        let mut seen: HashSet<&str> = HashSet::from([name]);
+        let mut next: Vec<&str> = vec![name];
+        while let Some(at) = next.pop() {
+            for k in self.kids.get(at).into_iter().flatten() {
+                let child = k.metadata.name.as_deref().unwrap_or_default();
+                if !seen.insert(child) {
+                    continue;
+                }
+                if let Some(st) = &k.status {
+                    quota::resources::add_into(&mut total, &st.0.self_used);
+                }
+                next.push(child);
+            }
+        }
+        total
+    }
+
+    /// Whether the summaries stored on `k` differ from what a write of
+    /// its stored status would derive now (None: no status yet).
+    fn stale(&self, k: &BizGroupResourceQuota, keys: &KeyConfig) -> Option<bool> {
+        let status = &k.status.as_ref()?.0;
+        let name = k.metadata.name.as_deref().unwrap_or_default();
+        let in_use = if status.children.is_empty() {
+            status.self_used.clone()
+        } else {
+            self.in_use(name, &status.self_used)
+        };
+        // The columns' text only: `readable` may hold a key the service's
+        // copy lacks, which no write removes, and would be judged stale
+        // for ever.
+        let (summary, _) = quota::readable::summarize(&spec_of(k), status, &in_use, keys);
+        Some(status.summary.as_ref() != Some(&summary))
+    }
+}
+
+/// The spec of `k` as `quota` has it.
+fn spec_of(k: &BizGroupResourceQuota) -> quota::QuotaSpec {
+    quota::QuotaSpec {
+        parent: k.spec.parent.clone(),
+        hard: k.spec.hard.clone(),
+        max: k.spec.max.clone(),
+        budgets: k.spec.budgets.clone(),
+        queueing: k.spec.queueing,
+        fair_sharing: k.spec.fair_sharing,
     }
 }
 
@@ -112,9 +380,10 @@ fn to_stored(k: &BizGroupResourceQuota) -> Result<Stored, StoreError> {
 fn to_object(
     mut q: Quota,
     version: Option<i64>,
+    in_use: &ResourceList,
     keys: &KeyConfig,
 ) -> Result<BizGroupResourceQuota, StoreError> {
-    q.status.summarize(&q.spec, keys);
+    q.status.summarize(&q.spec, in_use, keys);
     let mut k =
         BizGroupResourceQuota::from_owned(q).map_err(|e| StoreError::Backend(e.to_string()))?;
     k.metadata.resource_version = version.map(|v| v.to_string());
@@ -141,14 +410,15 @@ impl ClusterStore {
         let mut members = quota::patch::status_merge_patch(&old.status, status);
         // Readable balances are per cash key of the spec: any the last
         // spec had and this one has not are removed.
+        let in_use = self.in_use(name, status);
         let before = (old.spec != *spec)
-            .then(|| quota::readable::summarize(&old.spec, &old.status, &self.keys).1);
+            .then(|| quota::readable::summarize(&old.spec, &old.status, &in_use, &self.keys).1);
         let stored: Vec<&std::collections::BTreeMap<String, String>> =
             std::iter::once(&old.status.readable)
                 .chain(&before)
                 .collect();
         members.extend(quota::patch::derived_patch(
-            spec, status, &self.keys, &stored,
+            spec, status, &in_use, &self.keys, &stored,
         ));
         let patch = serde_json::json!({
             "metadata": {"resourceVersion": version.to_string()},
@@ -408,7 +678,10 @@ impl QuotaStore for ClusterStore {
         fresh.metadata.creation_timestamp = None;
         let created = self
             .api
-            .create(&PostParams::default(), &to_object(fresh, None, &self.keys)?)
+            .create(
+                &PostParams::default(),
+                &to_object(fresh, None, &ResourceList::new(), &self.keys)?,
+            )
             .await
             .map_err(|e| map_err(name, e))?;
         // The API server drops status on create; write it through its
@@ -449,7 +722,12 @@ impl QuotaStore for ClusterStore {
                 .replace(
                     name,
                     &PostParams::default(),
-                    &to_object(quota.clone(), Some(version), &self.keys)?,
+                    &to_object(
+                        quota.clone(),
+                        Some(version),
+                        &self.in_use(name, &quota.status),
+                        &self.keys,
+                    )?,
                 )
                 .await
                 .map_err(|e| map_err(name, e))?;
@@ -503,6 +781,47 @@ impl QuotaStore for ClusterStore {
             .await
             .map_err(|e| map_err("list", e))?;
         Ok(())
+    }
+
+    fn summary_marks(&self) -> Vec<(String, u64)> {
+        self.marks.take()
+    }
+
+    fn put_back_summary_marks(&self, marks: Vec<(String, u64)>) {
+        self.marks.put_back(marks)
+    }
+
+    fn stale_summaries(&self, marked: &[(String, u64)]) -> Vec<(String, u64)> {
+        let cached = self.cached();
+        let family = Family::of(&cached);
+        let parent_of = |n: &str| family.by_name.get(n).map(|k| k.spec.parent.as_str());
+        // Each quota to judge, with its earliest mark (an ancestor takes
+        // that of the first mark below it).
+        let mut check: HashMap<String, u64> = HashMap::new();
+        let mut note = |name: String, seq: u64| {
+            let at = check.entry(name).or_insert(seq);
+            *at = (*at).min(seq);
+        };
+        for (name, seq) in marked {
+            if family.by_name.contains_key(name.as_str()) {
+                note(name.clone(), *seq);
+            }
+            for above in quota::rollup::line_above(name, parent_of) {
+                note(above, *seq);
+            }
+        }
+        let mut stale: Vec<(String, u64)> = check
+            .into_iter()
+            .filter(|(n, _)| {
+                family
+                    .by_name
+                    .get(n.as_str())
+                    .and_then(|k| family.stale(k, &self.keys))
+                    .unwrap_or(false)
+            })
+            .collect();
+        stale.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        stale
     }
 }
 
@@ -594,6 +913,15 @@ mod tests {
         status.used.insert(
             "cash/requests.nvidia.com/gpu".into(),
             "422200u".parse().unwrap(),
+        );
+        // A quota without children: what runs in its subtree is its own.
+        status
+            .self_used
+            .insert("requests.nvidia.com/gpu".into(), "12".parse().unwrap());
+        let per_mille = quota::budget::PRICE_ONE / quota::cash::PER_MILLE;
+        status.add_accrued(
+            "cash/requests.nvidia.com/gpu",
+            quota::budget::from_quantity("422200u".parse().unwrap()) / per_mille,
         );
         let server = tokio::spawn(async move {
             let (body, send) =
@@ -874,6 +1202,135 @@ mod tests {
         assert_eq!(stored.version, 101);
         store.delete(&stored).await.unwrap();
         server.await.unwrap();
+    }
+
+    /// A quota as the watch holds it: `used_gpu` of its own running,
+    /// `kids` carved out of it (8 cards each), and the GPU column stored.
+    fn with_summary(name: &str, parent: &str, own: &str, kids: &[&str], gpu: &str) -> Value {
+        let mut o = object(name, "5", own);
+        o["spec"]["parent"] = json!(parent);
+        for k in kids {
+            o["status"]["children"][*k] =
+                json!({"hard": {"requests.nvidia.com/gpu": "8"}, "since": "2026-11-21T10:00:00Z"});
+        }
+        o["status"]["summary"] = json!({"gpu": gpu, "reclaimPending": 0, "queued": 0});
+        o
+    }
+
+    /// At a parent the GPU column reads its subtree, from the watch's
+    /// copy of its descendants: a child's write leaves the parents above
+    /// it to restate, and only those whose stored figure differs are
+    /// given (the controller writes them).
+    #[tokio::test]
+    async fn a_parents_column_reads_its_subtree_and_a_stale_one_is_found_above_a_write() {
+        let (client, _handle) = mock();
+        let (cache, mut writer) = reflector::store();
+        let store = ClusterStore::new(client, cache);
+        let fed = store.feed();
+        for o in [
+            // 3 run in the team; the department runs 1 of its own and
+            // carved 8 out for the team: its column said 9 (carve-out
+            // and own), the subtree runs 4. The root's says 4, right.
+            with_summary("team", "dept", "3", &[], "3/16"),
+            with_summary("dept", "org", "1", &["team"], "9/16"),
+            with_summary("org", "", "0", &["dept"], "4/16"),
+            with_summary("other", "org", "0", &[], "0/16"),
+        ] {
+            let k: BizGroupResourceQuota = serde_json::from_value(o).unwrap();
+            let ev = kube::runtime::watcher::Event::Apply(k);
+            writer.apply_watcher_event(&ev);
+            fed(&ev);
+        }
+        let dept = store.get_many(&["dept".to_string()]).await.unwrap();
+        let in_use = store.in_use("dept", &dept[0].quota.status);
+        assert_eq!(
+            quota::resources::get(&in_use, "requests.nvidia.com/gpu"),
+            "4".parse().unwrap()
+        );
+        let stale = |names: &[&str]| -> Vec<String> {
+            let marked: Vec<(String, u64)> =
+                (0..).zip(names).map(|(i, n)| (n.to_string(), i)).collect();
+            store
+                .stale_summaries(&marked)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
+        assert_eq!(stale(&["team"]), ["dept"]);
+        // A quota gone from the watch marks nothing; its parent is marked
+        // by the watch's delete.
+        assert!(stale(&["gone"]).is_empty());
+        assert!(stale(&["other"]).is_empty());
+        assert_eq!(stale(&["org", "dept"]), ["dept"]);
+    }
+
+    /// The marks come from the cache's own feed, after the cache applied
+    /// each event: a relist marks its quotas only once the cache holds the
+    /// whole list, a delete marks the parent once the child is gone from
+    /// the cache, and marks judged stale come oldest first (an ancestor
+    /// at its first descendant's place), a mark given back keeping its
+    /// place.
+    #[tokio::test]
+    async fn summary_marks_are_judged_on_a_cache_that_holds_them() {
+        use kube::runtime::watcher::Event;
+        let (client, _handle) = mock();
+        let (cache, mut writer) = reflector::store();
+        let store = ClusterStore::new(client, cache);
+        let fed = store.feed();
+        let feed = |writer: &mut reflector::store::Writer<BizGroupResourceQuota>, ev| {
+            // As `reflector` does: the cache first, then the event on.
+            writer.apply_watcher_event(&ev);
+            fed(&ev);
+        };
+        let quota = |o: Value| -> BizGroupResourceQuota { serde_json::from_value(o).unwrap() };
+        feed(&mut writer, Event::Init);
+        for o in [
+            with_summary("team", "dept", "3", &[], "3/16"),
+            with_summary("dept", "org", "1", &["team"], "4/16"),
+            with_summary("org", "", "0", &["dept"], "4/16"),
+        ] {
+            feed(&mut writer, Event::InitApply(quota(o)));
+        }
+        // The cache holds none of the list yet: no mark to judge on it.
+        assert!(store.cached().is_empty());
+        assert!(store.summary_marks().is_empty());
+        feed(&mut writer, Event::InitDone);
+        let listed = store.summary_marks();
+        let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["team", "dept", "org"]);
+        // Every figure is right: nothing to restate. The department's
+        // subtree is walked from the feed's index: 1 of its own, 3 below.
+        assert!(store.stale_summaries(&listed).is_empty());
+        let gpu_in_use = |name: &str| {
+            let k = store.cache.get(&reflector::ObjectRef::new(name)).unwrap();
+            let in_use = store.in_use(name, &k.status.as_ref().unwrap().0);
+            quota::resources::get(&in_use, "requests.nvidia.com/gpu")
+        };
+        assert_eq!(gpu_in_use("dept"), "4".parse().unwrap());
+        assert_eq!(gpu_in_use("org"), "4".parse().unwrap());
+        // The team is deleted: the mark is its parent, and judged on a
+        // cache without the team, the department's and the root's columns
+        // (4 in use, 1 now) are stale; in the order marked.
+        feed(
+            &mut writer,
+            Event::Delete(quota(with_summary("team", "dept", "3", &[], "3/16"))),
+        );
+        let marked = store.summary_marks();
+        assert_eq!(marked.len(), 1);
+        assert_eq!(marked[0].0, "dept");
+        let stale = store.stale_summaries(&marked);
+        let names: Vec<&str> = stale.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["dept", "org"]);
+        assert_eq!(gpu_in_use("dept"), "1".parse().unwrap());
+        assert_eq!(gpu_in_use("org"), "1".parse().unwrap());
+        // A mark given back keeps its place ahead of a later one.
+        feed(
+            &mut writer,
+            Event::Apply(quota(with_summary("org", "", "0", &["dept"], "4/16"))),
+        );
+        store.put_back_summary_marks(marked);
+        let again: Vec<String> = store.summary_marks().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(again, ["dept", "org"]);
     }
 
     #[tokio::test]

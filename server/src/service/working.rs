@@ -91,6 +91,40 @@ impl Working {
         status.ledger = Default::default();
     }
 
+    /// The ledger entries `q` accrues from its last write up to `now`:
+    /// what its next write will record, which the working copy counts
+    /// already (none in cluster mode, where the controller accrues, nor
+    /// for a quota without a budget). A report adds them to the ledger's
+    /// rows, so its total is the budgets' spending.
+    pub fn unwritten(&self, q: &Quota) -> Vec<quota::budget::Entry> {
+        if !self.accrue || !has_budget(q) {
+            return Vec::new();
+        }
+        let name = q.name();
+        let from = q
+            .status
+            .last_reconcile_time
+            .as_deref()
+            .and_then(quota::time::parse_rfc3339);
+        let mut copy = q.clone();
+        copy.status.ledger = Default::default();
+        let Quota { spec, status, .. } = &mut copy;
+        status.accrue_ledger_priced(spec, self.now, &self.prices, &self.list);
+        // As the SQL store's write adds them (`ledger_entries_of`): the
+        // windows accrued, named; the carry of the periods closed; the
+        // scheduled top-ups granted.
+        let mut entries = status.ledger.since(from);
+        for e in &mut entries {
+            e.quota = name.to_string();
+        }
+        let closed = quota::budget::periods::new_records(&q.status, status);
+        entries.extend(quota::budget::ledger::carry_entries(name, &closed));
+        entries.extend(quota::budget::ledger::scheduled_entries(
+            name, &q.status, status,
+        ));
+        entries
+    }
+
     /// A working copy of `q`.
     pub fn copy(&self, q: &Quota) -> Quota {
         let mut q = q.clone();

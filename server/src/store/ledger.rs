@@ -684,13 +684,30 @@ impl SqlStore {
         quotas: Option<&[String]>,
         limit: usize,
     ) -> Result<Result<Aggregated, Refused>, StoreError> {
+        Ok(self
+            .ledger_aggregate_with(spec, quotas, limit, &[])
+            .await?
+            .map(|(agg, _)| agg))
+    }
+
+    /// `ledger_aggregate`, and the quotas `also` (with their charges) read
+    /// in the same snapshot as the rows: what each had written by then is
+    /// in the rows, and what it spent since is not (a standalone report
+    /// adds that, `Working::unwritten`), by construction.
+    pub async fn ledger_aggregate_with(
+        &self,
+        spec: &ReportSpec,
+        quotas: Option<&[String]>,
+        limit: usize,
+        also: &[String],
+    ) -> Result<Result<(Aggregated, Vec<super::Stored>), Refused>, StoreError> {
         let mut out = Aggregated::default();
         let chunks: Vec<Option<&[String]>> = match quotas {
             None => vec![None],
-            Some([]) => return Ok(Ok(out)),
+            Some([]) => return Ok(Ok((out, Vec::new()))),
             Some(names) => names.chunks(NAMES_PER_SUM).map(Some).collect(),
         };
-        // One snapshot for the marks and every read.
+        // One snapshot for the marks, the quotas and every read.
         let mut tx = self.read.begin().await?;
         if self.backend == super::sql::Backend::Postgres {
             sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -702,6 +719,12 @@ impl SqlStore {
         if let Err(e) = rollup::check(spec, &stored) {
             return Ok(Err(e.into()));
         }
+        // (SQLite: a read transaction's snapshot starts at its first read,
+        // the marks' above, so the quotas and the rows are one moment's.)
+        let copies = match also.is_empty() {
+            true => Vec::new(),
+            false => super::sql::quotas_named(self.backend, &mut tx, also).await?,
+        };
         let (dim, by_quota) = match spec.by {
             Dimension::Quota | Dimension::Child => ("''", true),
             Dimension::Workload => ("workload", false),
@@ -715,7 +738,7 @@ impl SqlStore {
         let (cell, next) = bucket_sql(spec);
         let reasons: Vec<&str> = spec.reasons.iter().map(|r| reason_text(*r)).collect();
         if reasons.is_empty() {
-            return Ok(Ok(out));
+            return Ok(Ok((out, copies)));
         }
         for names in chunks {
             let mut sql = format!(
@@ -840,7 +863,7 @@ impl SqlStore {
         if out.entries.len() > limit {
             return Ok(Err(TooMany { limit }.into()));
         }
-        Ok(Ok(out))
+        Ok(Ok((out, copies)))
     }
 }
 

@@ -184,4 +184,24 @@ pub trait QuotaStore: Send + Sync + 'static {
     async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError>;
     /// Whether the backend answers (for /readyz).
     async fn ping(&self) -> Result<(), StoreError>;
+    /// The quotas whose summaries for people (`status.summary`,
+    /// `kubectl get`'s columns) may have gone stale since the last call,
+    /// each with its place (oldest first), as this store's own view of
+    /// the quotas saw them change (cluster: `SummaryMarks`). None for a
+    /// store that keeps no summaries (the SQL store).
+    fn summary_marks(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+    /// Marks taken (`summary_marks`) and not dealt with: given back.
+    fn put_back_summary_marks(&self, _marks: Vec<(String, u64)>) {}
+    /// Of the quotas `marked` (`summary_marks`) and every quota above
+    /// them, those whose stored columns differ from what a write of their
+    /// stored status would derive now (a parent's figures read its
+    /// subtree, which a child's write moves without writing the parent),
+    /// oldest mark first. A full pass over the store's copy: run it off
+    /// the async workers. Cluster mode: the controller's `summaries`
+    /// writes them.
+    fn stale_summaries(&self, _marked: &[(String, u64)]) -> Vec<(String, u64)> {
+        Vec::new()
+    }
 }

@@ -828,41 +828,8 @@ impl QuotaStore for SqlStore {
     }
 
     async fn get_many(&self, names: &[String]) -> Result<Vec<Stored>, StoreError> {
-        // In chunks, as one statement's parameters are bounded (SQLite: 999
-        // in older builds).
-        let mut rows = Vec::new();
-        for chunk in names.chunks(GET_MANY_CHUNK) {
-            let params = super::history::Params::on(self.backend);
-            let sql = with_charges(
-                self.backend,
-                Some(&format!("name IN ({})", params.list(chunk.len()))),
-            );
-            let mut q = sqlx::query(&sql);
-            // The list is in the statement twice: `$n` name a parameter
-            // again, `?` (SQLite) are bound again.
-            let times = if params == super::history::Params::Anonymous {
-                2
-            } else {
-                1
-            };
-            for _ in 0..times {
-                for name in chunk {
-                    q = q.bind(name);
-                }
-            }
-            rows.push(q.fetch_all(&self.read).await?);
-        }
-        let mut out = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            for rows in &rows {
-                out.extend(from_rows(rows, None)?);
-            }
-            Ok::<_, StoreError>(out)
-        })
-        .await
-        .map_err(|e| StoreError::Backend(format!("reading quotas: {e}")))??;
-        out.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
-        Ok(out)
+        let mut conn = self.read.acquire().await?;
+        quotas_named(self.backend, &mut conn, names).await
     }
 
     async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError> {
@@ -1105,6 +1072,51 @@ fn is_scheme(s: &str) -> bool {
     s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// The quotas `names` (with their charges) as `conn` sees them: on a
+/// transaction's connection, in its snapshot (a report reads the budgeted
+/// quotas with the ledger's rows, `SqlStore::ledger_aggregate_with`).
+pub(super) async fn quotas_named(
+    backend: Backend,
+    conn: &mut sqlx::AnyConnection,
+    names: &[String],
+) -> Result<Vec<Stored>, StoreError> {
+    // In chunks, as one statement's parameters are bounded (SQLite: 999
+    // in older builds).
+    let mut rows = Vec::new();
+    for chunk in names.chunks(GET_MANY_CHUNK) {
+        let params = super::history::Params::on(backend);
+        let sql = with_charges(
+            backend,
+            Some(&format!("name IN ({})", params.list(chunk.len()))),
+        );
+        let mut q = sqlx::query(&sql);
+        // The list is in the statement twice: `$n` name a parameter
+        // again, `?` (SQLite) are bound again.
+        let times = if params == super::history::Params::Anonymous {
+            2
+        } else {
+            1
+        };
+        for _ in 0..times {
+            for name in chunk {
+                q = q.bind(name);
+            }
+        }
+        rows.push(q.fetch_all(&mut *conn).await?);
+    }
+    let mut out = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        for rows in &rows {
+            out.extend(from_rows(rows, None)?);
+        }
+        Ok::<_, StoreError>(out)
+    })
+    .await
+    .map_err(|e| StoreError::Backend(format!("reading quotas: {e}")))??;
+    out.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -5,14 +5,16 @@
 //! then every figure — in use, allocated, unallocated, free now,
 //! borrowable now, lent, borrowed, spent, the run-out — is read from the
 //! JSON API, the tree's CSV, quota pages, the tree page, the overview and
-//! the alerts, and must be the same wherever it appears.
+//! the alerts, and must be the same wherever it appears; and a report's
+//! total is the budgets' spending, at the root, a department and a team.
+//! On a stopped clock, three hours after the work was admitted.
 
 use crate::common::{deployment, review, Browser, Server};
 use bizrq::metrics::Metrics;
 use bizrq::service::{Persist, Service};
 use bizrq::store::sql::SqlStore;
 use quota::object::QuotaSpec;
-use quota::{KeyConfig, Quantity};
+use quota::{KeyConfig, Quantity, Quota};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -23,6 +25,7 @@ const TEAMS: usize = 44;
 const GPU: &str = "requests.nvidia.com/gpu";
 const A100: &str = "requests.nvidia.com/gpu.A100";
 const CASH: &str = "cash/requests.nvidia.com/gpu";
+const HOUR_MS: i64 = 3_600_000;
 
 fn list(pairs: &[(&str, String)]) -> quota::ResourceList {
     pairs
@@ -160,10 +163,34 @@ pub(crate) fn page_figure(page: &str, key: &str, label: &str) -> Option<i128> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_figure_agrees_everywhere_on_a_2000_quota_forest() {
     let db = tempfile::tempdir().unwrap();
-    let url = crate::common::fresh_sqlite(&db);
-    let made = build(&url).await;
+    every_figure_agrees(&crate::common::fresh_sqlite(&db)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_figure_agrees_everywhere_on_a_2000_quota_forest_postgres() {
+    every_figure_agrees(&crate::common::fresh_postgres().await).await;
+}
+
+async fn every_figure_agrees(url: &str) {
+    let made = build(url).await;
     assert!(made >= 1_900, "{made} quotas");
-    let s = Server::start(&url).await;
+    // A stopped clock (as the demo's every-figure test), at the next whole
+    // hour after the quotas were made: the work is admitted then, and read
+    // three hours on, so budgets have spent and no figure moves between
+    // two reads.
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let t0 = (wall / HOUR_MS + 1) * HOUR_MS;
+    let (clock, c) = crate::common::test_clock(t0);
+    let mut args = bizrq::config::ServeArgs::for_tests(url);
+    args.admin_password = Some(crate::common::ADMIN_PASSWORD.into());
+    // No resync writes the budgets' spending to the ledger meanwhile: a
+    // report reads the ledger as the admissions left it.
+    args.resync_seconds = 3600;
+    let running = bizrq::start_with(&args, None, Some(c)).await.unwrap();
+    let s = Server::in_process(&running);
 
     // Every team's work, admitted as the API server would send it (eight
     // at a time).
@@ -193,6 +220,7 @@ async fn every_figure_agrees_everywhere_on_a_2000_quota_forest() {
         });
         futures::future::join_all(runs).await;
     }
+    clock.store(t0 + 3 * HOUR_MS, std::sync::atomic::Ordering::SeqCst);
 
     let get = |path: String| {
         let s = s.clone();
@@ -386,4 +414,66 @@ async fn every_figure_agrees_everywhere_on_a_2000_quota_forest() {
     }
     assert!(thresholds > 0, "usage alerts to compare: {alerts:?}");
     assert!(forecasts > 0, "forecast alerts to compare: {alerts:?}");
+
+    // A report's total for the period is the budgets' spending: at the
+    // root (by child), a department (by child) and a team (by workload),
+    // over the days the work ran, the budgets API's subtree spending, and
+    // the exact sum of what each quota's budget spent.
+    let day = |ms: i64| quota::time::format_rfc3339(ms)[..10].to_string();
+    let (from, to) = (day(t0), day(t0 + 3 * HOUR_MS));
+    let copies: BTreeMap<String, Quota> = {
+        let w = running.service.working(t0 + 3 * HOUR_MS);
+        running
+            .service
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|q| (q.name().to_string(), w.copy(&q)))
+            .collect()
+    };
+    for (subtree, by) in [
+        ("org", "child"),
+        ("dept-07", "child"),
+        ("team-07-03", "workload"),
+    ] {
+        let r = get(format!(
+            "/api/v1/reports?from={from}&to={to}&subtree={subtree}&key={CASH}"
+        ))
+        .await;
+        assert_eq!(r["by"], by, "{r}");
+        // Nothing is written meanwhile: the copies and the ledger were
+        // read at one moment the first time.
+        assert!(!r["notes"].to_string().contains("being written"), "{r}");
+        let total: i128 = r["total"].as_str().unwrap().parse().unwrap();
+        let spent: i128 = copies
+            .values()
+            .filter(|q| q.name() == subtree || under(q.name(), subtree, &copies))
+            .map(|q| quota::budget::from_cash_accrued(q.status.accrued(CASH)))
+            .sum();
+        assert!(spent > 0, "{subtree} spent nothing");
+        assert_eq!(
+            total, spent,
+            "{subtree}: the report's total is what its budgets spent: {r}"
+        );
+        let b = get(format!("/api/v1/quotas/{subtree}/budgets")).await;
+        assert_eq!(
+            nanos(&b["budgets"][0]["subtreeSpent"]),
+            Some(quota::budget::to_quantity(total).nanos()),
+            "{subtree}: the report's total is the budgets API's subtree spending: {b}"
+        );
+    }
+}
+
+/// Whether `name` is below `root` in `quotas`.
+fn under(name: &str, root: &str, quotas: &BTreeMap<String, Quota>) -> bool {
+    let mut at = name;
+    for _ in 0..16 {
+        match quotas.get(at).map(|q| q.spec.parent.as_str()) {
+            Some(p) if p == root => return true,
+            Some(p) if !p.is_empty() => at = p,
+            _ => return false,
+        }
+    }
+    false
 }

@@ -22,7 +22,15 @@ fn demo_args(url: &str) -> bizrq::config::ServeArgs {
 
 async fn seeds_a_living_organisation_once(url: &str) {
     let started = std::time::Instant::now();
-    let running = bizrq::start_with(&demo_args(url), None, None)
+    // A stopped clock at the wall's time: the report read below counts
+    // the budgets' spending up to its now, which the statuses seeded
+    // hold (on a moving clock the budgets spend on between the reads).
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let (_clock, c) = test_clock(wall);
+    let running = bizrq::start_with(&demo_args(url), None, Some(c))
         .await
         .unwrap();
     let Some(Outcome::Seeded(seeded)) = running.demo.clone() else {

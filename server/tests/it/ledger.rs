@@ -4,7 +4,8 @@
 //! per quota the ledger's sum is what `status.cashAccrued` says, to the
 //! acc; the user of each admission review is on its entries; reports by
 //! child, user and model, per day, agree with the ledger as JSON, CSV and
-//! the /reports page; a wrong parameter is 422 and a member sees only
+//! the /reports page, and with the budgets, whose spending since a
+//! quota's last write they add; a wrong parameter is 422 and a member sees only
 //! their subtree. In a cluster (the fake API server, the shipped
 //! webhooks) the controller appends each window it accrues from the pods.
 
@@ -104,15 +105,27 @@ async fn standalone_story(url: &str) {
     clock.store(T0 + 3 * HOUR, Ordering::SeqCst);
     admit(&s, "x3", "carol", &job("x3", "a", 1, None)).await;
 
-    // Per quota, the ledger is what the status accrued, to the acc.
+    // Per quota, a report is what its budget spent, to the acc: a's
+    // status as written at T0 + 3 h; b's as written at T0 + 2 h plus its
+    // two cards' last hour, which its next write will record and which
+    // its budget (a copy accrued to now) counts already.
     let (qa, qb) = (s.quota("a").await, s.quota("b").await);
-    let (a, b) = (accrued_acc(&qa), accrued_acc(&qb));
+    let (a, written_b) = (accrued_acc(&qa), accrued_acc(&qb));
     assert_eq!(a, 2 * 3 * CARD_HOUR + CARD_HOUR, "{qa}");
-    assert_eq!(b, 3 * CARD_HOUR / 2, "{qb}");
+    assert_eq!(written_b, 3 * CARD_HOUR / 2, "{qb}");
+    let b = written_b + 2 * CARD_HOUR;
     assert_eq!(qa["status"]["users"]["batch/Job/ml/x"], "alice", "{qa}");
     for (q, want) in [("a", a), ("b", b)] {
         let r = report(&s, &format!("{RANGE}&subtree={q}&by=quota")).await;
         assert_eq!(acc(&r["total"]), want, "{q}: {r}");
+        let (_, budgets) = s
+            .api(Method::GET, &format!("/api/v1/quotas/{q}/budgets"), None)
+            .await;
+        assert_eq!(
+            budgets["budgets"][0]["spent"],
+            json!(quota::budget::to_quantity(want).to_string()),
+            "{q}: the report is the budgets API's spending"
+        );
     }
     // By child per day: the rows are a and b, and add up to the total.
     let r = report(&s, &format!("{RANGE}&subtree=org&bucket=day")).await;
@@ -123,7 +136,7 @@ async fn standalone_story(url: &str) {
     assert_eq!(groups, vec!["a", "b"], "{r}");
     assert_eq!(rows[0]["bucket"], "2026-11-21");
     assert_eq!(rows.iter().map(|x| acc(&x["amount"])).sum::<i128>(), a + b);
-    assert_eq!(r["totalHours"], "8.5", "{r}");
+    assert_eq!(r["totalHours"], "10.5", "{r}");
     // By user and by model: who asked, from the reviews.
     let r = report(&s, &format!("{RANGE}&by=user&key={CASH}")).await;
     let by_user: Vec<(String, i128)> = r["rows"]
@@ -136,7 +149,7 @@ async fn standalone_story(url: &str) {
         by_user,
         vec![
             ("alice".to_string(), 6 * CARD_HOUR),
-            ("bob".to_string(), 3 * CARD_HOUR / 2),
+            ("bob".to_string(), 7 * CARD_HOUR / 2),
             ("carol".to_string(), CARD_HOUR)
         ],
         "{r}"
@@ -166,7 +179,7 @@ async fn standalone_story(url: &str) {
         csv.body
     );
     assert!(
-        csv.body.ends_with(&format!("total,,,8.5,{}\r\n", a + b)),
+        csv.body.ends_with(&format!("total,,,10.5,{}\r\n", a + b)),
         "{}",
         csv.body
     );
@@ -189,7 +202,7 @@ async fn standalone_story(url: &str) {
         "<svg",
         "chart-report",
         "<td data-label=\"Group\" class=\"name\">a</td>",
-        "8.5 card-hours",
+        "10.5 card-hours",
         "ledger entries in this range",
         "href=\"/reports.csv?",
     ] {
@@ -205,7 +218,7 @@ async fn standalone_story(url: &str) {
         "2026-11-01 00:00 UTC – 2026-11-22 00:00 UTC",
         "<td data-label=\"Group\" class=\"name\">a</td>",
         "<td data-label=\"Group\" class=\"name\">b</td>",
-        "8.5 card-hours",
+        "10.5 card-hours",
         "The ledger starts at 2026-11-21 10:00 UTC",
         "value=\"2026-11-01\"",
         "value=\"2026-11-21\"",
@@ -237,7 +250,7 @@ async fn standalone_story(url: &str) {
         csv.body
     );
     assert!(
-        csv.body.ends_with(&format!(",8.5,{}\r\n", a + b)),
+        csv.body.ends_with(&format!(",10.5,{}\r\n", a + b)),
         "{}",
         csv.body
     );
@@ -280,7 +293,16 @@ async fn standalone_story(url: &str) {
     assert_eq!(st, StatusCode::UNAUTHORIZED);
 
     // A member of b sees b only: org is not found, and by default their
-    // report is b's.
+    // report is b's. An hour on, both quotas have spending no write has
+    // recorded yet (a's four cards, b's two): bob's report adds b's, and
+    // none of a's.
+    clock.store(T0 + 4 * HOUR, Ordering::SeqCst);
+    let a_now = a + 4 * CARD_HOUR;
+    let b_now = b + 2 * CARD_HOUR;
+    for (q, want) in [("a", a_now), ("b", b_now)] {
+        let r = report(&s, &format!("{RANGE}&subtree={q}&by=quota")).await;
+        assert_eq!(acc(&r["total"]), want, "{q}: {r}");
+    }
     create_user(&admin, "bob", "a long password 1").await;
     bind(&admin, "bob", "b", "member").await;
     let bob = Browser::logged_in(&s, "bob", "a long password 1").await;
@@ -296,7 +318,16 @@ async fn standalone_story(url: &str) {
         .api(Method::GET, &format!("/api/v1/reports?{RANGE}"), None)
         .await;
     assert_eq!(st, StatusCode::OK, "{v}");
-    assert_eq!(acc(&v["total"]), b, "{v}");
+    assert_eq!(acc(&v["total"]), b_now, "{v}");
+    // A range from T0 + 3.5 h takes the last half hour of b's unwritten
+    // window (T0 + 2 h to now, two cards): the same before b's next write
+    // records it as after, when the ledger's read keeps the row as one
+    // reaching into the range.
+    let half = "from=2026-11-21T13:30:00Z&to=2026-11-22&subtree=b&by=quota";
+    let before = acc(&report(&s, half).await["total"]);
+    assert_eq!(before, CARD_HOUR, "two cards' last half hour");
+    admit(&s, "y3", "bob", &job("y3", "b", 1, None)).await;
+    assert_eq!(acc(&report(&s, half).await["total"]), before);
     running.shutdown().await;
 }
 

@@ -8,6 +8,7 @@ mod borrow_return;
 mod carve_safety;
 mod cluster;
 mod cluster_errors;
+mod columns;
 mod common;
 mod concurrency;
 mod consistency;

@@ -30,6 +30,7 @@ mod reclaim;
 mod reconcile;
 mod scheduler;
 mod submitters;
+mod summaries;
 mod triggers;
 mod watches;
 
@@ -62,6 +63,9 @@ pub struct ControllerConfig {
     pub discovery_every: Duration,
     pub flush_every: Duration,
     pub sample_every: Duration,
+    /// How often parents' summaries (`kubectl get`'s columns) are
+    /// restated after their subtree changed (`summaries`).
+    pub summary_every: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -73,6 +77,7 @@ impl Default for ControllerConfig {
             discovery_every: Duration::from_secs(60),
             flush_every: Duration::from_secs(5),
             sample_every: Duration::from_secs(60),
+            summary_every: Duration::from_secs(10),
         }
     }
 }
@@ -355,6 +360,7 @@ impl Controller {
         tasks.spawn(ctx.clone().resync_loop());
         tasks.spawn(ctx.clone().recheck_loop());
         tasks.spawn(ctx.clone().discovery_loop(watched));
+        tasks.spawn(ctx.clone().summaries_loop());
         if let Some(h) = ctx.history.clone() {
             tasks.spawn(ctx.clone().flush_loop(h.clone()));
             tasks.spawn(sample_forever(ctx.service.clone(), h, ctx.cfg.sample_every));
