@@ -171,6 +171,11 @@ pub struct Context {
     /// (`release_gated`) leaves their pods to that release, so a pod is
     /// never ungated twice.
     releasing: Mutex<HashSet<String>>,
+    /// Per quota, by workload: the uid and the mark of each held object
+    /// whose queue mark the fold refused (forged, misbound, unreadable).
+    /// Told once (one Event), then left out of the rounds and of what asks
+    /// for one, until the object or its mark changes.
+    bad_marks: Mutex<HashMap<String, HashMap<String, (String, String)>>>,
     /// Per quota, held by its reconcile and by its queue round: the two
     /// never run at once (a round's releases and the reconcile's repair
     /// of the same workloads would cross).
@@ -249,6 +254,7 @@ impl Context {
             scheduler_timers: Mutex::default(),
             submitters: submitters::Cache::default(),
             releasing: Mutex::default(),
+            bad_marks: Mutex::default(),
             serial: Mutex::default(),
         };
         (Arc::new(ctx), rx)
