@@ -650,6 +650,17 @@ impl Context {
         }
     }
 
+    /// Mark what `out` will release as being released (`releasing`), so
+    /// the reconcile leaves their pods to `release_all`.
+    pub(super) fn mark_releasing(&self, out: &ToRelease) {
+        self.releasing.lock().unwrap().extend(
+            out.repairs
+                .iter()
+                .chain(&out.admitted)
+                .map(|(w, _)| w.clone()),
+        );
+    }
+
     /// Release what a round left in `out`: the crash repair's and the
     /// round's admissions, all at once, each "Admitted" event after its
     /// release. Called without the quota held: each release is a write
