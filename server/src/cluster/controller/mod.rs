@@ -115,6 +115,10 @@ impl Retries {
 /// An outbox as appended (`quota::budget::ledger::Outbox::key`).
 type OutboxKey = (i64, i64, usize);
 
+/// One quota's refused queue marks: by workload reference, the object's
+/// uid and the mark refused (`Context::bad_marks`).
+type BadMarks = HashMap<String, (String, String)>;
+
 /// Everything a reconcile and the watches share; kube-runtime hands it to
 /// every `reconcile` and `error_policy` call.
 pub struct Context {
@@ -175,7 +179,7 @@ pub struct Context {
     /// whose queue mark the fold refused (forged, misbound, unreadable).
     /// Told once (one Event), then left out of the rounds and of what asks
     /// for one, until the object or its mark changes.
-    bad_marks: Mutex<HashMap<String, HashMap<String, (String, String)>>>,
+    bad_marks: Mutex<HashMap<String, BadMarks>>,
     /// Per quota, held by its reconcile and by its queue round: the two
     /// never run at once (a round's releases and the reconcile's repair
     /// of the same workloads would cross).
