@@ -186,6 +186,18 @@ mod tests {
         assert_eq!(s.head.as_deref(), Some("batch/Job/ml/job-00000"));
         assert_eq!(s.oldest.as_deref(), Some("batch/Job/ml/job-00000"));
         assert_eq!(waiting(&kept, Some(&s)), 600);
+        // kubectl's Queued column counts the whole queue.
+        let status = crate::object::QuotaStatus {
+            queue: kept,
+            queue_summary: Some(s),
+            ..Default::default()
+        };
+        let (shown, _) = crate::readable::summarize(
+            &crate::object::QuotaSpec::default(),
+            &status,
+            &crate::keys::KeyConfig::default(),
+        );
+        assert_eq!(shown.queued, 600);
     }
 
     #[test]

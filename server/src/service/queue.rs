@@ -667,10 +667,12 @@ impl Service {
                     if self.marks.is_some() {
                         let whole =
                             std::mem::take(&mut *whole.lock().unwrap_or_else(|e| e.into_inner()));
-                        self.rounds_queue
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .insert(quota_name.to_string(), Arc::new(whole));
+                        let mut kept = self.rounds_queue.lock().unwrap_or_else(|e| e.into_inner());
+                        if whole.is_empty() {
+                            kept.remove(quota_name);
+                        } else {
+                            kept.insert(quota_name.to_string(), Arc::new(whole));
+                        }
                     }
                     return Ok(done);
                 }

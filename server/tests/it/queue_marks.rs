@@ -825,6 +825,18 @@ async fn six_hundred_marked_jobs_keep_the_quota_small_and_are_admitted_in_order_
         .count();
     assert_eq!(held, N, "the summary counts every held Job");
     assert_eq!(queue_refs(&q).len(), top, "the status lists the top");
+    // How many wait, where people read it: kubectl's Queued column and
+    // the API (its items are the top).
+    assert_eq!(q["status"]["summary"]["queued"], N);
+    let (s, v) = c
+        .server
+        .api(Method::GET, "/api/v1/quotas/ml/queue", None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["length"], N);
+    assert_eq!(v["listed"], top);
+    assert_eq!(v["items"].as_array().map(Vec::len), Some(top));
+    assert_eq!(v["summary"]["head"], "batch/Job/ml/w-000");
     assert_eq!(
         queue_refs(&q),
         names[..top]
