@@ -918,3 +918,32 @@ async fn six_hundred_marked_jobs_keep_the_quota_small_and_are_admitted_in_order_
         versions.len()
     );
 }
+
+/// A submitter's share counts the whole queue, not the top a status
+/// lists (docs/queueing.md §12): with a share of 25, thirty creates one
+/// after another (each folded before the next) pass exactly 25 times,
+/// though the status lists 20 of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_past_the_listed_top_still_holds() {
+    let c = marked_cluster(Some(25)).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let mut ok = 0;
+    for i in 0..30 {
+        match create(&c, "mallory", job(&format!("p-{i:02}"), "1")).await {
+            Ok(()) => {
+                ok += 1;
+                c.until("ml", "folded", |q| {
+                    q["status"]["queueSummary"]["total"].as_u64() == Some(ok)
+                })
+                .await;
+            }
+            Err(e) => assert!(e.contains("maxPerSubmitter 25"), "{e}"),
+        }
+    }
+    assert_eq!(ok, 25);
+    let q = c.fake.quota("ml");
+    assert_eq!(queue_refs(&q).len(), quota::queue::summary::TOP_ENTRIES);
+    assert_eq!(q["status"]["queueSummary"]["total"], 25);
+}
