@@ -81,12 +81,14 @@ impl Pending {
         self.join_within(q, work, MAX_QUEUE, 0)
     }
 
-    /// `join`, where `unlisted` more entries wait than `q`'s status lists
-    /// (a status that shows only the top of its queue, `summary`): they
-    /// count towards `MAX_QUEUE`. Their submitters are not known, so they
-    /// count towards no share.
-    pub fn join_beyond(&mut self, q: &Quota, work: Queued, unlisted: usize) -> Result<(), Full> {
-        self.join_within(q, work, MAX_QUEUE, unlisted)
+    /// `join`, where a status that shows only the top of its queue
+    /// (`summary`) counts `whole` entries waiting in all: the queue is
+    /// taken to hold the larger of that and what `q` lists plus the
+    /// pending entries, towards `MAX_QUEUE` (the pending ones may be among
+    /// `whole` already: never counted twice). The unlisted entries'
+    /// submitters are not known, so they count towards no share.
+    pub fn join_beyond(&mut self, q: &Quota, work: Queued, whole: usize) -> Result<(), Full> {
+        self.join_within(q, work, MAX_QUEUE, whole)
     }
 
     fn join_within(
@@ -94,7 +96,7 @@ impl Pending {
         q: &Quota,
         mut work: Queued,
         max: usize,
-        unlisted: usize,
+        whole: usize,
     ) -> Result<(), Full> {
         let queue = self.queue(q);
         if let Some(old) = queue.iter().find(|e| e.workload_ref == work.workload_ref) {
@@ -106,7 +108,7 @@ impl Pending {
             self.entries.insert(work.workload_ref.clone(), work);
             return Ok(());
         }
-        if queue.len().saturating_add(unlisted) >= max {
+        if queue.len().max(whole) >= max {
             return Err(Full::Queue {
                 quota: q.name().to_string(),
                 workload_ref: work.workload_ref,
@@ -234,6 +236,9 @@ mod tests {
         p.join_beyond(&q, work("a", "alice", 1), MAX_QUEUE - 1)
             .unwrap();
         assert_eq!(p.len(), 1);
+        // A pending entry the summary counts already is not counted again.
+        p.join_beyond(&q, work("b", "bob", 2), MAX_QUEUE - 1)
+            .unwrap();
     }
 
     #[test]

@@ -325,7 +325,7 @@ impl Service {
         let pool = Pool::new(&judged, &limits);
         // The caps count the whole queue: the status's top, the marked
         // objects this replica's last round folded, and its pending marks.
-        let (counted, unlisted) = self.whole_queue(&current);
+        let (counted, whole) = self.whole_queue(&current);
         let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
         let pending = all.entry(quota_name.to_string()).or_default();
         pending.seen(&counted);
@@ -358,11 +358,9 @@ impl Service {
             Check::Queues { position, reason } => (position, reason),
         };
         let joined = if dry_run {
-            pending
-                .clone()
-                .join_beyond(&counted, work.clone(), unlisted)
+            pending.clone().join_beyond(&counted, work.clone(), whole)
         } else {
-            pending.join_beyond(&counted, work.clone(), unlisted)
+            pending.join_beyond(&counted, work.clone(), whole)
         };
         if let Err(full) = joined {
             if !dry_run {
@@ -486,12 +484,12 @@ impl Service {
     /// with marks on: the entries its status lists, then those this
     /// replica's last round of it found (`rounds_queue`: held objects
     /// whose marks the fold accepted) that the status neither lists nor
-    /// has charged since; and how many more the status's summary counts
-    /// that neither shows (a replica that runs no rounds sees only the
-    /// top: those count towards `MAX_QUEUE`, though not towards a
-    /// submitter's share, which the leader's fold holds again).
-    /// Over-counts an entry gone since the last round, never under-counts
-    /// one that waits.
+    /// has charged since; and how many the status's summary counts waiting
+    /// in all (a replica that runs no rounds sees only the top: the
+    /// summary's count holds `MAX_QUEUE` there, `Pending::join_beyond`,
+    /// though not a submitter's share, which the leader's fold holds
+    /// again). The copy over-counts an entry gone since the last round,
+    /// never under-counts one that waits.
     pub fn whole_queue(&self, current: &Quota) -> (Quota, usize) {
         let copy = self
             .rounds_queue
@@ -509,10 +507,9 @@ impl Service {
                 q.status.queue.push(e.clone());
             }
         }
-        let counted =
+        let whole =
             queue::summary::waiting(&current.status.queue, current.status.queue_summary.as_ref());
-        let unlisted = counted.saturating_sub(q.status.queue.len());
-        (q, unlisted)
+        (q, whole)
     }
 
     /// Forget what this replica marked for `quota_name` and the watch no
