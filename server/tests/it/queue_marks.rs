@@ -759,6 +759,27 @@ async fn a_forged_mark_is_refused_once_and_asks_for_no_more_rounds() {
     );
     assert!(suspended(&c, "forged"), "it stays held");
     assert_eq!(used(&c.fake.quota("ml"), "requests.cpu"), "4");
+    // A mark of ours placed in the future is refused until that place is
+    // no longer in the future, not for good.
+    let mut j = job("later", "2");
+    j["spec"]["suspend"] = json!(true);
+    j["metadata"]["annotations"] =
+        json!({"queue.bizrq.io/entry": mark("ml", "later", T0 + 60_000, "bob", MARK_KEY)});
+    create(&c, "bob", j).await.unwrap();
+    crate::preemption::until_event(&c, "NotQueued", "later").await;
+    c.set_clock(T0 + 60_000);
+    jobs(&c, "bob")
+        .patch(
+            "later",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {"touch": "now"}}})),
+        )
+        .await
+        .unwrap();
+    c.until("ml", "the future mark folded once its place came", |q| {
+        queue_refs(q) == ["batch/Job/ml/later"]
+    })
+    .await;
 }
 
 /// The queue lives on the held, marked objects and the status keeps its

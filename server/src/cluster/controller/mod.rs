@@ -116,8 +116,10 @@ impl Retries {
 type OutboxKey = (i64, i64, usize);
 
 /// One quota's refused queue marks: by workload reference, the object's
-/// uid and the mark refused (`Context::bad_marks`).
-type BadMarks = HashMap<String, (String, String)>;
+/// uid, the mark refused, and until when (ms) the refusal holds: forever,
+/// or for a mark placed in the future, until that place is no longer
+/// (`Context::bad_marks`).
+type BadMarks = HashMap<String, (String, String, i64)>;
 
 /// Everything a reconcile and the watches share; kube-runtime hands it to
 /// every `reconcile` and `error_policy` call.

@@ -340,20 +340,23 @@ impl Context {
             return Vec::new();
         }
         let mut objects = self.held_marked(name);
+        let now = self.now();
         let mut bad = self.bad_marks.lock().unwrap();
         if let Some(refused) = bad.get_mut(name) {
             // A refusal is remembered while its object is held with that
             // very mark: a new object of the name, or a new mark, is
-            // judged again.
-            refused.retain(|r, (uid, mark)| {
-                objects
-                    .iter()
-                    .any(|o| o.workload_ref == *r && o.uid == *uid && o.annotation == *mark)
+            // judged again; so is a mark placed in the future once its
+            // place is no longer.
+            refused.retain(|r, (uid, mark, until)| {
+                now < *until
+                    && objects
+                        .iter()
+                        .any(|o| o.workload_ref == *r && o.uid == *uid && o.annotation == *mark)
             });
             objects.retain(|o| {
                 refused
                     .get(&o.workload_ref)
-                    .is_none_or(|(uid, mark)| *uid != o.uid || *mark != o.annotation)
+                    .is_none_or(|(uid, mark, _)| *uid != o.uid || *mark != o.annotation)
             });
             if refused.is_empty() {
                 bad.remove(name);
@@ -411,14 +414,32 @@ impl Context {
                 let Some(o) = marked.iter().find(|o| o.workload_ref == wref) else {
                     return;
                 };
+                // Time changes only a refusal of a place in the future
+                // (`mark::accept`: beyond now and its skew allowance): it
+                // holds until then; every other one for good.
+                let until = match r {
+                    // The watch has not read its creation time yet.
+                    queue::mark::Refused::Since if o.created_ms == i64::MAX => 0,
+                    queue::mark::Refused::Since => {
+                        serde_json::from_str::<queue::mark::Mark>(&o.annotation)
+                            .ok()
+                            .map(|m| m.since.saturating_sub(queue::mark::SKEW_MS))
+                            .filter(|t| *t > self.now())
+                            .unwrap_or(i64::MAX)
+                    }
+                    _ => i64::MAX,
+                };
                 let first = self
                     .bad_marks
                     .lock()
                     .unwrap()
                     .entry(name.to_string())
                     .or_default()
-                    .insert(wref.to_string(), (o.uid.clone(), o.annotation.clone()))
-                    .is_none_or(|was| was != (o.uid.clone(), o.annotation.clone()));
+                    .insert(
+                        wref.to_string(),
+                        (o.uid.clone(), o.annotation.clone(), until),
+                    )
+                    .is_none_or(|(uid, mark, _)| uid != o.uid || mark != o.annotation);
                 if !first {
                     return;
                 }
