@@ -86,8 +86,13 @@ pub struct QueueRow {
 /// The Queue section: the policy in words, then the rows (or that none
 /// waits).
 #[cfg(feature = "ssr")]
-pub fn section(policy: String, rows: Vec<QueueRow>) -> impl IntoView {
-    let count = rows.len();
+/// `more`: entries waiting beyond those listed (a status with queue marks
+/// lists only the head of its queue, docs/queueing.md §12).
+pub fn section(policy: String, rows: Vec<QueueRow>, more: usize) -> impl IntoView {
+    let count = rows.len() + more;
+    let tail = (more > 0).then(|| {
+        view! { <p class="hint more">{format!("and {more} more, waiting in their places behind these.")}</p> }
+    });
     let body = if rows.is_empty() {
         view! { <p class="hint">"Nothing waits in this quota's queue."</p> }.into_any()
     } else {
@@ -116,6 +121,7 @@ pub fn section(policy: String, rows: Vec<QueueRow>) -> impl IntoView {
         <h3 id="queue">{format!("Queue ({count})")}</h3>
         <p class="hint">{policy}</p>
         {body}
+        {tail}
     }
 }
 
@@ -140,7 +146,7 @@ pub fn overview_section(rows: Vec<WaitingRow>, more: usize) -> impl IntoView {
     }
     let count = rows.len() + more;
     let tail = (more > 0).then(|| {
-        view! { <p class="hint">{format!("and {more} more: each quota's page lists its whole queue.")}</p> }
+        view! { <p class="hint">{format!("and {more} more: each quota's page shows its queue.")}</p> }
     });
     view! {
         <section class="card queued-mine" id="queued">

@@ -100,7 +100,7 @@ pub struct QuotaDetail {
     pub budgets: Vec<crate::budgets::BudgetLine>,
     /// The queue (docs/queueing.md): the policy in words and the waiting
     /// workloads; None for a quota that refuses and holds none.
-    pub queue: Option<(String, Vec<crate::queue::QueueRow>)>,
+    pub queue: Option<(String, Vec<crate::queue::QueueRow>, usize)>,
 }
 
 /// Rows a quota page lists at most of its children and of its workloads:
@@ -476,7 +476,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     });
     let queue = d
         .queue
-        .map(|(policy, rows)| crate::queue::section(policy, rows));
+        .map(|(policy, rows, more)| crate::queue::section(policy, rows, more));
     let shares = format!("/quotas/{}/shares", crate::layout::encode_component(&name));
     let range = d.charts.range;
     let other_charts = other_charts_list(&name, range, d.other_charts);

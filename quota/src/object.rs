@@ -610,6 +610,12 @@ pub struct QuotaStatus {
     /// charges it, or when its workload is deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<QueueEntry>,
+    /// With queue marks on (docs/queueing.md §12): the whole queue in a
+    /// few numbers, since `queue` then lists only its first
+    /// `queue::summary::TOP_ENTRIES` entries (and those no mark backs).
+    /// Written by the controller's round; None without marks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_summary: Option<crate::queue::summary::Summary>,
     /// For people: its weight and dominant share of what its parent can
     /// lend, for a quota that may borrow (derived by the controller's
     /// queue round; never read for a decision).
@@ -722,6 +728,7 @@ impl QuotaStatus {
             || self.exhausted != other.exhausted
             || self.transfers != other.transfers
             || self.queue != other.queue
+            || self.queue_summary != other.queue_summary
             || self.fair_sharing != other.fair_sharing
     }
 

@@ -47,6 +47,7 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
         transfers,
         summary: _,
         queue,
+        queue_summary,
         users,
         ledger: _,
         ledger_outbox,
@@ -79,6 +80,7 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
     p.map("reclaim", &old.reclaim, reclaim, IfAny);
     p.map("transfers", &old.transfers, transfers, IfAny);
     p.list("queue", &old.queue, queue);
+    p.whole("queueSummary", &old.queue_summary, queue_summary);
     p.map("users", &old.users, users, IfAny);
     p.map("refunds", &old.refunds, refunds, IfAny);
     p.map("exhausted", &old.exhausted, exhausted, IfAny);

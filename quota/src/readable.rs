@@ -243,7 +243,9 @@ pub fn summarize(
         card_hours_left,
         borrowing,
         reclaim_pending: status.reclaim.len().try_into().unwrap_or(u32::MAX),
-        queued: status.queue.len().try_into().unwrap_or(u32::MAX),
+        queued: crate::queue::summary::waiting(&status.queue, status.queue_summary.as_ref())
+            .try_into()
+            .unwrap_or(u32::MAX),
     };
     (summary, readable)
 }

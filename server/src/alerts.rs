@@ -468,6 +468,9 @@ fn queue_overdue(quota: &Quota, now_ms: i64) -> Vec<Condition> {
     };
     let name = quota.name();
     let span = quota::budget::runway::span;
+    // With queue marks the status lists the head of the queue; the
+    // oldest entry beyond it alerts by the summary (`oldest_beyond`).
+    let beyond = oldest_beyond(quota, now_ms, after);
     quota
         .status
         .queue
@@ -498,7 +501,52 @@ fn queue_overdue(quota: &Quota, now_ms: i64) -> Vec<Condition> {
                 }),
             }
         })
+        .chain(beyond)
         .collect()
+}
+
+/// The oldest entry of a queue whose status lists only its head
+/// (`status.queueSummary`, docs/queueing.md §12), when it is not listed
+/// and has waited past the threshold `after` (seconds): one alert, keyed
+/// by that workload, saying how many more wait unlisted.
+fn oldest_beyond(quota: &Quota, now_ms: i64, after: u64) -> Option<Condition> {
+    let s = quota.status.queue_summary.as_ref()?;
+    let (wref, since) = (s.oldest.as_ref()?, s.oldest_ms()?);
+    if quota
+        .status
+        .queue
+        .iter()
+        .any(|e| e.work.workload_ref == *wref)
+        || !quota.spec.queueing.alerts(since, now_ms)
+    {
+        return None;
+    }
+    let span = quota::budget::runway::span;
+    let name = quota.name();
+    let waited = now_ms.saturating_sub(since);
+    let unlisted = quota::queue::summary::waiting(&quota.status.queue, Some(s))
+        .saturating_sub(quota.status.queue.len());
+    Some(Condition {
+        kind: Kind::QueueOverdue,
+        quota: name.to_string(),
+        key: wref.clone(),
+        keys: Vec::new(),
+        level: Level::Warning,
+        message: format!(
+            "{wref} has waited {} in the queue of {name}, longer than its {}; it is among {unlisted} \
+             entries behind the {} the quota lists",
+            span(waited),
+            span((after as i64).saturating_mul(1000)),
+            quota.status.queue.len()
+        ),
+        numbers: json!({
+            "workload": wref,
+            "since": quota::time::format_rfc3339(since),
+            "waitedSeconds": waited / 1000,
+            "alertAfterSeconds": after,
+            "unlisted": unlisted,
+        }),
+    })
 }
 
 /// `used ≥ percent % of hard`, exactly.

@@ -192,6 +192,8 @@ pub struct Metrics {
     pub queue_preemptions: Family<PreemptLabels, Counter>,
     /// New queue entries refused by a bound of the queue, by cause.
     pub queue_refused: Family<CauseLabels, Counter>,
+    /// Queue rounds the scheduler ran, every quota together.
+    pub queue_rounds: Counter,
     /// Heavy requests (pages with charts, charts, reports, exports)
     /// answered 429 by a cap, by scope (`heavy::Refused::scope`).
     pub heavy_refused: Family<ScopeLabels, Counter>,
@@ -439,6 +441,12 @@ impl Default for Metrics {
             "Workloads refused a place in a quota's queue by its bounds: queue_full (the queue holds the most it may), submitter_share (the submitter's share, queueing.maxPerSubmitter, is full)",
             queue_refused.clone(),
         );
+        let queue_rounds = Counter::default();
+        registry.register(
+            "admission_queue_rounds",
+            "Queue rounds the controller's scheduler ran (each asked for by a reconcile of a quota with a queue, held marked objects or preemption marks, or by room freed)",
+            queue_rounds.clone(),
+        );
         let heavy_refused = Family::<ScopeLabels, Counter>::default();
         registry.register(
             "heavy_refused",
@@ -456,6 +464,7 @@ impl Default for Metrics {
             heavy_refused,
             requests_refused,
             queue_preemptions,
+            queue_rounds,
             queue_length,
             queue_oldest_wait,
             queue_wait,

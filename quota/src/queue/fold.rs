@@ -53,6 +53,11 @@ pub struct Folded {
     pub added: Vec<String>,
     /// The marked objects left out, and why.
     pub refused: Vec<(String, NotFolded)>,
+    /// The references in `queue` an accepted mark backs (added by this
+    /// fold, or already queued and refreshed from their marked object):
+    /// a status may leave them out (`summary::bound`), since the next fold
+    /// takes them back from their objects at the same place.
+    pub marked: std::collections::BTreeSet<String>,
 }
 
 /// Fold `marked` into `q`'s queue (call in the round's compare-and-swap
@@ -107,11 +112,17 @@ fn fold_within(
         if let Some(e) = out.queue.iter_mut().find(|e| e.workload_ref == r) {
             if e.uid.is_empty() || e.uid == work.uid {
                 // Already queued: what it runs is read again from the
-                // object; its place and submitter stay as queued.
+                // object; its place and submitter stay as queued. Backed
+                // by its mark only where the mark holds that very place
+                // (a preempted entry's place is its charge's, not a mark's).
+                let backed = !e.preempted && e.submitted_ms == accepted.since;
                 work.submitted_ms = e.submitted_ms;
                 work.submitted_by.clone_from(&e.submitted_by);
                 work.preempted |= e.preempted;
                 *e = work;
+                if backed {
+                    out.marked.insert(r);
+                }
                 continue;
             }
         }
@@ -146,6 +157,7 @@ fn fold_within(
             out.refused.push((r, NotFolded::Full(full)));
             continue;
         }
+        out.marked.insert(r.clone());
         out.added.push(r);
         out.queue.push(work);
     }
@@ -241,6 +253,11 @@ mod tests {
         assert_eq!(f.queue[0].uid, "uid-a");
         assert_eq!(f.queue[0].run_ms, Some(60_000), "read from the object");
         assert!(f.refused.is_empty());
+        assert_eq!(
+            f.marked.iter().map(String::as_str).collect::<Vec<_>>(),
+            [r("a"), r("b")],
+            "both backed by their marks"
+        );
     }
 
     #[test]
@@ -341,6 +358,14 @@ mod tests {
         assert_eq!(f.queue[0].pod_sets[0].count, 3);
         assert_eq!(f.queue[0].run_ms, Some(90_000));
         assert_eq!(f.queue[0].submitted_ms, T + 1);
+        assert!(f.marked.contains(r("a")), "its mark holds its place");
+        // Queued by preemption (its place is its charge's): no mark backs
+        // it, so a status must keep it.
+        q.status.queue[0].work.preempted = true;
+        let mut m = marked("a", signed("a", T + 1, "alice"), T);
+        m.work = object("a", 3, Some(90_000));
+        let f = fold(&q, &[m], &Pending::default(), verify);
+        assert!(f.marked.is_empty());
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! | `budgets` | a quota's card-hour budgets as a round weighs them |
 //! | `ledger` | `status.queue` as writes change it: join, refresh, leave |
 //! | `share` | whose share of a queue an entry counts against (`maxPerSubmitter`) |
+//! | `summary` | the bounded queue a status shows with marks on: the top entries and a summary |
 
 pub mod admit;
 pub mod allowance;
@@ -34,6 +35,7 @@ pub mod priority;
 pub mod reason;
 pub mod room;
 pub mod share;
+pub mod summary;
 
 pub use admit::{
     next_admissions, status, would_queue_at, Admission, BudgetView, Check, Decision, Pool,

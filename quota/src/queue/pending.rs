@@ -78,10 +78,26 @@ impl Pending {
     /// is added. An entry already queued or pending under its reference is
     /// a refresh, never refused (it keeps its place).
     pub fn join(&mut self, q: &Quota, work: Queued) -> Result<(), Full> {
-        self.join_within(q, work, MAX_QUEUE)
+        self.join_within(q, work, MAX_QUEUE, 0)
     }
 
-    fn join_within(&mut self, q: &Quota, mut work: Queued, max: usize) -> Result<(), Full> {
+    /// `join`, where a status that shows only the top of its queue
+    /// (`summary`) counts `whole` entries waiting in all: the queue is
+    /// taken to hold the larger of that and what `q` lists plus the
+    /// pending entries, towards `MAX_QUEUE` (the pending ones may be among
+    /// `whole` already: never counted twice). The unlisted entries'
+    /// submitters are not known, so they count towards no share.
+    pub fn join_beyond(&mut self, q: &Quota, work: Queued, whole: usize) -> Result<(), Full> {
+        self.join_within(q, work, MAX_QUEUE, whole)
+    }
+
+    fn join_within(
+        &mut self,
+        q: &Quota,
+        mut work: Queued,
+        max: usize,
+        whole: usize,
+    ) -> Result<(), Full> {
         let queue = self.queue(q);
         if let Some(old) = queue.iter().find(|e| e.workload_ref == work.workload_ref) {
             work.submitted_ms = old.submitted_ms;
@@ -92,7 +108,7 @@ impl Pending {
             self.entries.insert(work.workload_ref.clone(), work);
             return Ok(());
         }
-        if queue.len() >= max {
+        if queue.len().max(whole) >= max {
             return Err(Full::Queue {
                 quota: q.name().to_string(),
                 workload_ref: work.workload_ref,
@@ -204,6 +220,25 @@ mod tests {
             reason: String::new(),
             estimated_start: None,
         });
+    }
+
+    #[test]
+    fn entries_a_status_does_not_list_count_towards_the_queue_cap() {
+        // A status that lists only the top of its queue: what it counts
+        // beyond fills the queue as much as what it lists.
+        let q = quota(None);
+        let mut p = Pending::default();
+        assert!(matches!(
+            p.join_beyond(&q, work("a", "alice", 1), MAX_QUEUE),
+            Err(Full::Queue { .. })
+        ));
+        assert!(p.is_empty());
+        p.join_beyond(&q, work("a", "alice", 1), MAX_QUEUE - 1)
+            .unwrap();
+        assert_eq!(p.len(), 1);
+        // A pending entry the summary counts already is not counted again.
+        p.join_beyond(&q, work("b", "bob", 2), MAX_QUEUE - 1)
+            .unwrap();
     }
 
     #[test]
@@ -344,7 +379,7 @@ mod tests {
             for (t, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Join(w, u) => {
-                        let _ = p.join_within(&q, work(&format!("j{w}"), &format!("u{u}"), t as i64), cap);
+                        let _ = p.join_within(&q, work(&format!("j{w}"), &format!("u{u}"), t as i64), cap, 0);
                     }
                     Op::Fold => {
                         for w in p.queue(&q).into_iter().skip(q.status.queue.len()) {

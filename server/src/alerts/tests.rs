@@ -753,6 +753,30 @@ fn a_queued_workload_waiting_past_the_threshold_alerts_once_and_resolves_when_it
     quota.status.queue.remove(0);
     assert!(round(&quota, &[], &mut open, &mut id).is_empty());
     assert!(open.is_empty(), "resolved once it left the queue");
+    // With queue marks the status lists the head; the oldest entry,
+    // beyond it, alerts by the summary (docs/queueing.md §12).
+    let mut far = entry("far", 5 * 3_600_000);
+    far.position = 30;
+    let mut listed = vec![entry("new", 60_000)];
+    listed.extend(
+        (0..quota::queue::summary::TOP_ENTRIES - 1).map(|i| entry(&format!("n{i}"), 60_000)),
+    );
+    let whole: Vec<_> = listed.iter().cloned().chain([far]).collect();
+    let (kept, summary) = quota::queue::summary::bound(
+        whole.clone(),
+        &whole.iter().map(|e| e.work.workload_ref.clone()).collect(),
+    );
+    quota.status.queue = kept;
+    quota.status.queue_summary = Some(summary);
+    let fired = round(&quota, &[], &mut open, &mut id);
+    assert_eq!(
+        fingerprints(&fired),
+        ["queue_overdue|nlp-team|batch/Job/ml/far|warning"]
+    );
+    assert_eq!(fired[0].numbers["unlisted"], 1);
+    quota.status.queue_summary = None;
+    assert!(round(&quota, &[], &mut open, &mut id).is_empty());
+    assert!(open.is_empty(), "resolved once it left the queue");
     // Without a threshold nothing alerts, however long it waits.
     quota.status.queue = vec![entry("old", 400 * 86_400_000)];
     quota.spec.queueing.alert_after_seconds = None;

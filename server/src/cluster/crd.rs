@@ -276,7 +276,21 @@ impl JsonSchema for Status {
                     "type": "array",
                     "maxItems": quota::queue::MAX_QUEUE,
                     "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
-                    "description": "workloads waiting, suspended and not charged, in admission order: workloadRef, uid, priority, since, podSets, runMs, submittedBy, position, waiting, reason, estimatedStart"
+                    "description": "workloads waiting, suspended and not charged, in admission order: workloadRef, uid, priority, since, podSets, runMs, submittedBy, position, waiting, reason, estimatedStart; with queue marks on, only the first 20 (and those no mark backs), queueSummary counting all"
+                },
+                "queueSummary": {
+                    "type": "object",
+                    "description": "with queue marks on, the whole queue in numbers (queue then lists only the first entries in admission order): total, forQuota, forBudget, forTurn, never, head, oldest, oldestSince",
+                    "properties": {
+                        "total": { "type": "integer", "minimum": 0, "description": "workloads waiting in all" },
+                        "forQuota": { "type": "integer", "minimum": 0, "description": "of them, waiting for quota" },
+                        "forBudget": { "type": "integer", "minimum": 0, "description": "of them, waiting for a card-hour budget" },
+                        "forTurn": { "type": "integer", "minimum": 0, "description": "of them, waiting for their turn behind a blocked head" },
+                        "never": { "type": "integer", "minimum": 0, "description": "of them, never admissible by waiting" },
+                        "head": text("the head of the queue, group/Kind/namespace/name"),
+                        "oldest": text("the entry waiting longest, group/Kind/namespace/name"),
+                        "oldestSince": { "type": "string", "format": "date-time", "description": "since when the oldest entry waits" }
+                    }
                 },
                 "fairSharing": {
                     "type": "object",

@@ -54,11 +54,16 @@ pub async fn get(
             })
         })
         .collect();
+    // With queue marks the status lists the head of the queue; its
+    // summary counts the whole (docs/queueing.md §12).
+    let length = quota::queue::summary::waiting(&q.status.queue, q.status.queue_summary.as_ref());
     Ok(Json(json!({
         "quota": name,
         "policy": q.spec.queueing,
         "policyText": words::policy_words(&q.spec.queueing),
-        "length": items.len(),
+        "length": length,
+        "listed": items.len(),
+        "summary": q.status.queue_summary,
         "items": items,
     }))
     .into_response())

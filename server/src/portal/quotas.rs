@@ -915,7 +915,7 @@ fn queue_section(
     q: &Quota,
     now: i64,
     cfg: &quota::KeyConfig,
-) -> Option<(String, Vec<app::queue::QueueRow>)> {
+) -> Option<(String, Vec<app::queue::QueueRow>, usize)> {
     use crate::service::queue as words;
     if !q.spec.queueing.queues() && q.status.queue.is_empty() {
         return None;
@@ -923,7 +923,14 @@ fn queue_section(
     let rows = (0..q.status.queue.len())
         .map(|i| queue_row(q, i, now, cfg))
         .collect();
-    Some((words::policy_words(&q.spec.queueing), rows))
+    Some((words::policy_words(&q.spec.queueing), rows, unlisted(q)))
+}
+
+/// How many wait in `q`'s queue beyond the entries its status lists (with
+/// queue marks on it lists the head, `quota::queue::summary`).
+fn unlisted(q: &Quota) -> usize {
+    quota::queue::summary::waiting(&q.status.queue, q.status.queue_summary.as_ref())
+        .saturating_sub(q.status.queue.len())
 }
 
 /// Entry `i` of `q`'s queue as the quota page and the overview show it.
@@ -996,6 +1003,7 @@ pub(crate) fn queued_in_my_quotas(
     }
     for q in queued {
         // Past what the overview lists: counted, not restated.
+        more += unlisted(q);
         if rows.len() >= OVERVIEW_QUEUED {
             more += q.status.queue.len();
             continue;

@@ -294,6 +294,12 @@ pub struct Service {
     /// watch (`forget_marked`); long ago on a replica that runs no rounds,
     /// whose webhook then forgets them by time alone.
     pub marks_judged_at: Arc<std::sync::atomic::AtomicI64>,
+    /// Per quota, with marks on: the whole queue as this replica's last
+    /// round wrote it (its status lists only the top,
+    /// `quota::queue::summary`), so the webhook's caps and positions count
+    /// the marked objects the watch showed then (`Service::whole_queue`).
+    /// Only on the replica that runs the rounds.
+    pub rounds_queue: Arc<std::sync::Mutex<HashMap<String, Arc<Vec<quota::queue::QueueEntry>>>>>,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
@@ -347,6 +353,7 @@ impl Service {
             marks: None,
             marked: Default::default(),
             marks_judged_at: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
+            rounds_queue: Default::default(),
             deferred: Default::default(),
             clock: Arc::new(now_ms),
             locks: Default::default(),

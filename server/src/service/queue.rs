@@ -79,6 +79,18 @@ pub struct MarkedObject {
     pub work: Queued,
 }
 
+/// What a fold of marked objects did to a quota's queue
+/// (`Service::fold_marks`).
+#[derive(Debug, Default)]
+pub struct Folding {
+    /// Whether the queue changed.
+    pub changed: bool,
+    /// The marked objects left out, and why.
+    pub refused: Vec<(String, queue::fold::NotFolded)>,
+    /// The entries an accepted mark backs (`quota::queue::fold::Folded::marked`).
+    pub backed: std::collections::BTreeSet<String>,
+}
+
 /// What the mutating webhook does with a queueable workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Queueing {
@@ -266,8 +278,9 @@ impl Service {
     }
 
     /// `queue_workload` with queue marks on (docs/queueing.md §12): a
-    /// workload that must wait is checked against the quota's status plus
-    /// the entries this replica marked and no status shows yet, and added
+    /// workload that must wait is checked against the whole queue
+    /// (`whole_queue`: the status's top, the marked objects the last round
+    /// folded) plus the entries this replica marked and none shows yet, and added
     /// to those, under one lock (`quota::queue::pending`), with no write
     /// of the quota; the caller holds the object back and writes the
     /// signed mark this returns in its annotation. An entry the status
@@ -310,9 +323,12 @@ impl Service {
         let mut judged = current.clone();
         admission::release(&mut judged, &work.workload_ref);
         let pool = Pool::new(&judged, &limits);
+        // The caps count the whole queue: the status's top, the marked
+        // objects this replica's last round folded, and its pending marks.
+        let (counted, whole) = self.whole_queue(&current);
         let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
         let pending = all.entry(quota_name.to_string()).or_default();
-        pending.seen(&current);
+        pending.seen(&counted);
         // A replica running no rounds (not the leader) has no watch to
         // tell a create never stored from one waiting: what it marked
         // stops counting once the API server can no longer store it. The
@@ -324,7 +340,7 @@ impl Service {
             pending.expire(now.saturating_sub(MARK_STORE_MS));
         }
         // A mark of this object not folded yet keeps its place.
-        let waiting = pending.queue(&current);
+        let waiting = pending.queue(&counted);
         if let Some(p) = waiting.iter().find(|e| e.workload_ref == work.workload_ref) {
             work.submitted_ms = p.submitted_ms;
         }
@@ -342,9 +358,9 @@ impl Service {
             Check::Queues { position, reason } => (position, reason),
         };
         let joined = if dry_run {
-            pending.clone().join(&current, work.clone())
+            pending.clone().join_beyond(&counted, work.clone(), whole)
         } else {
-            pending.join(&current, work.clone())
+            pending.join_beyond(&counted, work.clone(), whole)
         };
         if let Err(full) = joined {
             if !dry_run {
@@ -380,17 +396,12 @@ impl Service {
     /// this replica's queue skipped, the caps held again), in memory: the
     /// caller plans over `q` and writes it in the round's one
     /// compare-and-swap. Whether the queue changed, and what was refused.
-    pub fn fold_marks(
-        &self,
-        q: &mut Quota,
-        objects: &[MarkedObject],
-        now: i64,
-    ) -> (bool, Vec<(String, queue::fold::NotFolded)>) {
+    pub fn fold_marks(&self, q: &mut Quota, objects: &[MarkedObject], now: i64) -> Folding {
         let Some(keys) = self.marks.as_ref() else {
-            return (false, Vec::new());
+            return Folding::default();
         };
         if objects.is_empty() {
-            return (false, Vec::new());
+            return Folding::default();
         }
         let pending = self
             .marked
@@ -440,7 +451,65 @@ impl Service {
                 changed |= c;
             }
         }
-        (changed, folded.refused)
+        Folding {
+            changed,
+            refused: folded.refused,
+            backed: folded.marked,
+        }
+    }
+
+    /// The queue `q`'s status keeps after a round, with marks on: the top
+    /// entries and those no mark backs, and the summary of the whole
+    /// (`quota::queue::summary::bound`); `backed` are the entries a mark
+    /// on their held object backs (the round's fold). Without marks the
+    /// status keeps every entry and no summary. The whole queue, as it was
+    /// before the cut.
+    pub fn bound_queue(
+        &self,
+        q: &mut Quota,
+        backed: &std::collections::BTreeSet<String>,
+    ) -> Vec<queue::QueueEntry> {
+        if self.marks.is_none() {
+            q.status.queue_summary = None;
+            return Vec::new();
+        }
+        let whole = std::mem::take(&mut q.status.queue);
+        let (kept, summary) = queue::summary::bound(whole.clone(), backed);
+        q.status.queue = kept;
+        q.status.queue_summary = (summary.total > 0).then_some(summary);
+        whole
+    }
+
+    /// `current` as the webhook's caps and positions must count its queue
+    /// with marks on: the entries its status lists, then those this
+    /// replica's last round of it found (`rounds_queue`: held objects
+    /// whose marks the fold accepted) that the status neither lists nor
+    /// has charged since; and how many the status's summary counts waiting
+    /// in all (a replica that runs no rounds sees only the top: the
+    /// summary's count holds `MAX_QUEUE` there, `Pending::join_beyond`,
+    /// though not a submitter's share, which the leader's fold holds
+    /// again). The copy over-counts an entry gone since the last round,
+    /// never under-counts one that waits.
+    pub fn whole_queue(&self, current: &Quota) -> (Quota, usize) {
+        let copy = self
+            .rounds_queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(current.name())
+            .cloned();
+        let mut q = current.clone();
+        if let Some(copy) = copy {
+            for e in copy.iter() {
+                let r = &e.work.workload_ref;
+                if ledger::holds(&q, r) || current.status.workloads.contains_key(r) {
+                    continue;
+                }
+                q.status.queue.push(e.clone());
+            }
+        }
+        let whole =
+            queue::summary::waiting(&current.status.queue, current.status.queue_summary.as_ref());
+        (q, whole)
     }
 
     /// Forget what this replica marked for `quota_name` and the watch no
@@ -525,7 +594,8 @@ impl Service {
         quota_name: &str,
         work: Queued,
     ) -> Result<Queueing, ServiceError> {
-        self.queue_workload(quota_name, work, true, true).await
+        // With marks, against the whole queue (the status lists its top).
+        Ok(self.mark_workload(quota_name, work, true, true).await?.0)
     }
 
     /// The scheduler's admission of a whole round of `quota_name`
@@ -553,10 +623,13 @@ impl Service {
         let mut fence_first: Option<u64> = None;
         let mut parent = String::new();
         let mut rounds = super::BorrowRounds::default();
+        // The whole queue the written status was cut from (marks on).
+        let whole = std::sync::Mutex::new(Vec::new());
         while rounds.more() {
             let out = self
                 .update_status(quota_name, false, |q| {
                     parent.clone_from(&q.spec.parent);
+                    let listed = (q.status.queue.clone(), q.status.queue_summary.clone());
                     let was = q.status.loan_fence;
                     if let Some(g) = fence_first {
                         borrow::fence(q, g);
@@ -564,13 +637,22 @@ impl Service {
                     let fenced = q.status.loan_fence != was;
                     // The marked objects folded first, in this write: the
                     // round plans over what this fold accepts.
-                    let (folded, _) = self.fold_marks(q, marked, now_ms);
+                    let folding = self.fold_marks(q, marked, now_ms);
                     let b =
                         queue::batch::admit(q, items, loan.as_ref(), now_ms, &self.prices, &prices);
+                    if let (queue::batch::Batch::Done { .. }, Some(f)) = (&b, fresh.clone()) {
+                        ledger::restate(q, f);
+                    }
+                    // With marks, the status keeps the top and a summary;
+                    // the rest waits on its marked objects, folded back by
+                    // the next round at the same places.
+                    *whole.lock().unwrap_or_else(|e| e.into_inner()) =
+                        self.bound_queue(q, &folding.backed);
+                    let restated =
+                        (&q.status.queue, &q.status.queue_summary) != (&listed.0, &listed.1);
                     match &b {
                         queue::batch::Batch::Done { admitted, .. } => {
-                            let restated = fresh.clone().is_some_and(|f| ledger::restate(q, f));
-                            Ok((!admitted.is_empty() || restated || fenced || folded, b))
+                            Ok((!admitted.is_empty() || restated || fenced, b))
                         }
                         queue::batch::Batch::Borrow(_) => Ok((fenced, b)),
                     }
@@ -578,7 +660,19 @@ impl Service {
                 .await?;
             let req = match out {
                 queue::batch::Batch::Borrow(req) => req,
-                done => return Ok(done),
+                done => {
+                    if self.marks.is_some() {
+                        let whole =
+                            std::mem::take(&mut *whole.lock().unwrap_or_else(|e| e.into_inner()));
+                        let mut kept = self.rounds_queue.lock().unwrap_or_else(|e| e.into_inner());
+                        if whole.is_empty() {
+                            kept.remove(quota_name);
+                        } else {
+                            kept.insert(quota_name.to_string(), Arc::new(whole));
+                        }
+                    }
+                    return Ok(done);
+                }
             };
             let children =
                 Standing::of_all(self.store.children(&parent).await?.iter().map(|s| &s.quota));

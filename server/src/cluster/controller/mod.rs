@@ -120,6 +120,12 @@ impl Retries {
 /// An outbox as appended (`quota::budget::ledger::Outbox::key`).
 type OutboxKey = (i64, i64, usize);
 
+/// One quota's refused queue marks: by workload reference, the object's
+/// uid, the mark refused, and until when (ms) the refusal holds: forever,
+/// or for a mark placed in the future, until that place is no longer
+/// (`Context::bad_marks`).
+type BadMarks = HashMap<String, (String, String, i64)>;
+
 /// Everything a reconcile and the watches share; kube-runtime hands it to
 /// every `reconcile` and `error_policy` call.
 pub struct Context {
@@ -176,6 +182,11 @@ pub struct Context {
     /// (`release_gated`) leaves their pods to that release, so a pod is
     /// never ungated twice.
     releasing: Mutex<HashSet<String>>,
+    /// Per quota, by workload: the uid and the mark of each held object
+    /// whose queue mark the fold refused (forged, misbound, unreadable).
+    /// Told once (one Event), then left out of the rounds and of what asks
+    /// for one, until the object or its mark changes.
+    bad_marks: Mutex<HashMap<String, BadMarks>>,
     /// Per quota, held by its reconcile and by its queue round: the two
     /// never run at once (a round's releases and the reconcile's repair
     /// of the same workloads would cross).
@@ -254,6 +265,7 @@ impl Context {
             scheduler_timers: Mutex::default(),
             submitters: submitters::Cache::default(),
             releasing: Mutex::default(),
+            bad_marks: Mutex::default(),
             serial: Mutex::default(),
         };
         (Arc::new(ctx), rx)

@@ -57,6 +57,7 @@ impl Context {
         out: &mut ToRelease,
     ) -> Result<(), ServiceError> {
         let t0 = std::time::Instant::now();
+        self.service.metrics.queue_rounds.inc();
         let q = self.service.get(name).await?.quota;
         let repairs: Vec<(String, String)> = {
             let snap = self.view.lock().unwrap().snapshot(name);
@@ -94,7 +95,7 @@ impl Context {
                     .map(|(_, marked)| marked)
             });
         }
-        if q.status.queue.is_empty() && marked.is_empty() {
+        if q.status.queue.is_empty() && marked.is_empty() && q.status.queue_summary.is_none() {
             self.after_round(name);
             self.note_borrower(&q, false);
             self.service.metrics.set_queue(name, [0; 4], 0);
@@ -126,9 +127,9 @@ impl Context {
             true => self.service.get(name).await?.quota,
             false => q,
         };
-        let (_, refused) = self.service.fold_marks(&mut q, &marked, now);
+        let refused = self.service.fold_marks(&mut q, &marked, now).refused;
         for (wref, why) in refused {
-            self.not_folded(name, &wref, &why);
+            self.not_folded(name, &wref, &why, &marked);
         }
         // Only entries whose object the watch has seen (with its uid) are
         // admitted: the unsuspend needs the object. A preempted entry whose
@@ -186,9 +187,12 @@ impl Context {
             .any(|d| matches!(d, Decision::Admit(a) if !a.borrows.is_empty()));
         let field = family.filter(|_| borrows).map(|f| f.field(&q));
         let decisions = self.yield_to_fairer(name, &known, decisions, field);
-        let before: BTreeMap<String, (u32, queue::Waiting)> = q
-            .status
-            .queue
+        // As the last round left them: with marks, the whole queue that
+        // round wrote the top of.
+        let last = self.service.rounds_queue.lock().unwrap().get(name).cloned();
+        let before: BTreeMap<String, (u32, queue::Waiting)> = last
+            .as_deref()
+            .unwrap_or(&q.status.queue)
             .iter()
             .map(|e| (e.work.workload_ref.clone(), (e.position, e.waiting)))
             .collect();
@@ -272,7 +276,15 @@ impl Context {
                 (w, uid)
             })
             .collect();
-        for e in &fresh {
+        // With marks, a place beyond the listed top is told once, when it
+        // joins: every admission moves every place behind it, and a queue
+        // of hundreds would send hundreds of Events a round.
+        let told = |e: &queue::QueueEntry| {
+            self.service.marks.is_none()
+                || (e.position as usize) <= queue::summary::TOP_ENTRIES
+                || !before.contains_key(&e.work.workload_ref)
+        };
+        for e in fresh.iter().filter(|e| told(e)) {
             if before.get(&e.work.workload_ref) != Some(&(e.position, e.waiting)) {
                 self.notify_workload(
                     &e.work.workload_ref,
@@ -320,12 +332,40 @@ impl Context {
     }
 
     /// The held objects bound to `name` that carry a queue mark, as the
-    /// watch shows them, with what each runs once released. None when
-    /// marks are off.
-    fn marked_objects(&self, name: &str) -> Vec<crate::service::queue::MarkedObject> {
+    /// watch shows them, with what each runs once released; not those
+    /// whose mark a fold refused already (`bad_marks`), which are told
+    /// once and then ask for no round. None when marks are off.
+    pub(super) fn marked_objects(&self, name: &str) -> Vec<crate::service::queue::MarkedObject> {
         if self.service.marks.is_none() {
             return Vec::new();
         }
+        let mut objects = self.held_marked(name);
+        let now = self.now();
+        let mut bad = self.bad_marks.lock().unwrap();
+        if let Some(refused) = bad.get_mut(name) {
+            // A refusal is remembered while its object is held with that
+            // very mark: a new object of the name, or a new mark, is
+            // judged again; so is a mark placed in the future once its
+            // place is no longer.
+            refused.retain(|r, (uid, mark, until)| {
+                now < *until
+                    && objects
+                        .iter()
+                        .any(|o| o.workload_ref == *r && o.uid == *uid && o.annotation == *mark)
+            });
+            objects.retain(|o| {
+                refused
+                    .get(&o.workload_ref)
+                    .is_none_or(|(uid, mark, _)| *uid != o.uid || *mark != o.annotation)
+            });
+            if refused.is_empty() {
+                bad.remove(name);
+            }
+        }
+        objects
+    }
+
+    fn held_marked(&self, name: &str) -> Vec<crate::service::queue::MarkedObject> {
         let v = self.view.lock().unwrap();
         v.workloads_of(name)
             .into_iter()
@@ -355,14 +395,60 @@ impl Context {
     }
 
     /// A marked, held object left out of the queue: said on the object
-    /// (an Event), each round that leaves it out.
-    fn not_folded(&self, name: &str, wref: &str, why: &queue::fold::NotFolded) {
+    /// (an Event). A mark refused is said once: the refusal is remembered
+    /// by the object's uid and mark (`bad_marks`), and the object asks
+    /// for no round from then on. A queue full is said each round that
+    /// leaves it out (it joins once there is room).
+    fn not_folded(
+        &self,
+        name: &str,
+        wref: &str,
+        why: &queue::fold::NotFolded,
+        marked: &[crate::service::queue::MarkedObject],
+    ) {
         use queue::fold::NotFolded;
         let text = match why {
             // A stale copy of what left: nothing to tell.
             NotFolded::Left => return,
-            NotFolded::Mark(r) => format!("bizrq {name}: its queue mark is not accepted ({r:?}); it stays held: remove the annotation {} to be judged again", queue::mark::ANNOTATION),
-            NotFolded::Full(f) => format!("bizrq {name}: {}; it stays held, marked, until the queue has room", quota::admission::Denial::from(f.clone())),
+            NotFolded::Mark(r) => {
+                let Some(o) = marked.iter().find(|o| o.workload_ref == wref) else {
+                    return;
+                };
+                // Time changes only a refusal of a place in the future
+                // (`mark::accept`: beyond now and its skew allowance): it
+                // holds until then; every other one for good.
+                let until = match r {
+                    // The watch has not read its creation time yet.
+                    queue::mark::Refused::Since if o.created_ms == i64::MAX => 0,
+                    queue::mark::Refused::Since => {
+                        serde_json::from_str::<queue::mark::Mark>(&o.annotation)
+                            .ok()
+                            .map(|m| m.since.saturating_sub(queue::mark::SKEW_MS))
+                            .filter(|t| *t > self.now())
+                            .unwrap_or(i64::MAX)
+                    }
+                    _ => i64::MAX,
+                };
+                let first = self
+                    .bad_marks
+                    .lock()
+                    .unwrap()
+                    .entry(name.to_string())
+                    .or_default()
+                    .insert(
+                        wref.to_string(),
+                        (o.uid.clone(), o.annotation.clone(), until),
+                    )
+                    .is_none_or(|(uid, mark, _)| uid != o.uid || mark != o.annotation);
+                if !first {
+                    return;
+                }
+                format!("bizrq {name}: its queue mark is not accepted ({r:?}); it stays held: remove the annotation {} to be judged again", queue::mark::ANNOTATION)
+            }
+            NotFolded::Full(f) => format!(
+                "bizrq {name}: {}; it stays held, marked, until the queue has room",
+                quota::admission::Denial::from(f.clone())
+            ),
         };
         self.notify_workload(wref, true, "Queue", "NotQueued", text);
     }
@@ -583,6 +669,17 @@ impl Context {
                 }
             }
         }
+    }
+
+    /// Mark what `out` will release as being released (`releasing`), so
+    /// the reconcile leaves their pods to `release_all`.
+    pub(super) fn mark_releasing(&self, out: &ToRelease) {
+        self.releasing.lock().unwrap().extend(
+            out.repairs
+                .iter()
+                .chain(&out.admitted)
+                .map(|(w, _)| w.clone()),
+        );
     }
 
     /// Release what a round left in `out`: the crash repair's and the

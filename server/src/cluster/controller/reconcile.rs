@@ -427,9 +427,11 @@ impl Context {
         // (docs/queueing.md §12). Only held ones: the mark stays on an
         // object after its admission, and would ask for a round at every
         // reconcile of its quota from then on.
+        // Not those whose mark was refused already: told once, they ask
+        // for no round until the object or its mark changes.
         let queued = queued
             || (self.service.marks.is_some()
-                && (!self.view.lock().unwrap().marked_waiting(name).is_empty()
+                && (!self.marked_objects(name).is_empty()
                     || self
                         .service
                         .marked

@@ -163,6 +163,10 @@ impl Context {
             if let Err(e) = self.admit_from_queue(name, now, &mut release).await {
                 tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
             }
+            // Marked as being released before the quota is let go: a
+            // reconcile in between would otherwise ungate their pods
+            // (`release_gated`) before the round releases the workloads.
+            self.mark_releasing(&release);
         }
         // The releases are writes through the webhooks: the quota is not
         // held meanwhile, so its reconcile never waits for them.
