@@ -624,6 +624,42 @@ async fn a_mark_on_what_cannot_wait_skips_no_charge() {
     assert_eq!(used(&q, "requests.cpu"), "0", "{q}");
 }
 
+/// A scale right after the create is judged against the create's charge
+/// even while the quota watch lags behind that charge: finding which
+/// quota holds a workload reads the API server when the watch's copy does
+/// not know it. Before, a lagging watch made the scale look ungoverned and
+/// it went through uncharged (the flake of the test above under load).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_right_after_the_create_is_judged_while_the_watch_lags() {
+    let c = marked_cluster(None).await;
+    c.fake.set_watch_delay(std::time::Duration::from_secs(2));
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+        "deployments",
+    );
+    let deps: Api<DynamicObject> = Api::namespaced_with(c.kubectl("mallory"), "ml", &ar);
+    let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "ml",
+            "labels": {"biz.group.resource.quota": "ml"}},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "web",
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}});
+    let o: DynamicObject = serde_json::from_value(d).unwrap();
+    deps.create(&PostParams::default(), &o).await.unwrap();
+    let scaled = deps
+        .patch_scale(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 500}})),
+        )
+        .await;
+    let (code, _, message) = crate::admission::refusal(scaled);
+    assert_eq!(code, 403, "{message}");
+    let stored = c.fake.get("apps", "deployments", "ml", "web").unwrap();
+    assert_eq!(stored["spec"]["replicas"], 0, "not scaled");
+}
+
 /// A marked Job the queue admitted and its owner then suspends by hand
 /// does not re-enter the queue at its old place: the release removes its
 /// mark with the hold, so the suspended Job is judged as any suspended

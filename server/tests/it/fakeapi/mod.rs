@@ -75,6 +75,11 @@ struct State {
     /// How long each write (POST, PUT, PATCH, DELETE; dry runs too) takes
     /// before it is made, as etcd's commit would; zero by default.
     write_delay: std::time::Duration,
+    /// How late each live watch event reaches its watchers (a loaded API
+    /// server's or client's lag); zero by default. Reads see writes at once.
+    /// (milliseconds, shared with every open watch, so a change reaches
+    /// watches already open)
+    watch_delay: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Writes to these paths take this long besides `write_delay` (one
     /// object's writes slow, as under a loaded API server and webhooks).
     slow_writes: HashMap<String, std::time::Duration>,
@@ -412,6 +417,16 @@ impl FakeApi {
     /// watches and the webhooks' own time are not delayed.
     pub fn set_write_delay(&self, delay: std::time::Duration) {
         self.state.lock().unwrap().write_delay = delay;
+    }
+
+    /// Every live watch event from now on reaches its watchers `delay`
+    /// after it is made, while reads (GET, LIST) see it at once: the lag a
+    /// loaded cluster puts between a write and the caches watching it.
+    pub fn set_watch_delay(&self, delay: std::time::Duration) {
+        self.state.lock().unwrap().watch_delay.store(
+            delay.as_millis() as u64,
+            std::sync::atomic::Ordering::SeqCst,
+        );
     }
 
     /// Every write to `path` from now on takes `delay` more before it is
