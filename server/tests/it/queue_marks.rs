@@ -1004,3 +1004,72 @@ async fn a_share_past_the_listed_top_still_holds() {
     assert_eq!(queue_refs(&q).len(), quota::queue::summary::TOP_ENTRIES);
     assert_eq!(q["status"]["queueSummary"]["total"], 25);
 }
+
+/// A waiting Job behind the listed top, deleted and created again under
+/// its name before the next round, is a new object: it takes a new place
+/// (never the old object's, older than itself, which the fold would
+/// refuse for good), is folded and admitted in its turn (review of the
+/// bounded queue, finding 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_re_created_behind_the_top_is_queued_and_admitted() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let n = quota::queue::summary::TOP_ENTRIES as u64 + 3;
+    for i in 0..n {
+        create(&c, "bob", job(&format!("p-{i:02}"), "1"))
+            .await
+            .unwrap();
+        c.until("ml", "folded", |q| {
+            q["status"]["queueSummary"]["total"].as_u64() == Some(i + 1)
+        })
+        .await;
+    }
+    let last = format!("p-{:02}", n - 1);
+    let q = c.fake.quota("ml");
+    assert!(
+        !queue_refs(&q).contains(&format!("batch/Job/ml/{last}")),
+        "{last} behind the top: {q}"
+    );
+    // The watches lag, so no round sees the delete before the create.
+    c.set_clock(T0 + 10_000);
+    c.fake.stamp_creations_at(T0 + 10_000);
+    c.fake
+        .set_watch_delay(std::time::Duration::from_millis(1500));
+    jobs(&c, "bob")
+        .delete(&last, &DeleteParams::default())
+        .await
+        .unwrap();
+    create(&c, "bob", job(&last, "1")).await.unwrap();
+    let since = mark_of(&c, &last).expect("re-created held with a mark")["since"].clone();
+    c.fake.set_watch_delay(std::time::Duration::ZERO);
+    assert_eq!(since, T0 + 10_000, "a new place, not the old object's");
+    // Room for everything: each waiting Job is admitted in turn, the
+    // re-created one too.
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    for i in 0..n - 1 {
+        c.until("ml", "admitted", |q| {
+            q["status"]["workloads"][format!("batch/Job/ml/p-{i:02}")].is_object()
+        })
+        .await;
+        // Deleted once its release is stored (a delete racing the
+        // release is not what this test is about).
+        until_released(&c, &format!("p-{i:02}")).await;
+        jobs(&c, "bob")
+            .delete(&format!("p-{i:02}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    c.until("ml", "the re-created Job admitted", |q| {
+        q["status"]["workloads"][format!("batch/Job/ml/{last}")]["uid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("queue:"))
+    })
+    .await;
+    until_released(&c, &last).await;
+    assert!(!suspended(&c, &last), "{last} released");
+}

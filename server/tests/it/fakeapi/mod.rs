@@ -111,6 +111,8 @@ struct State {
     latencies: HashMap<String, Vec<std::time::Duration>>,
     /// Stamp `creationTimestamp` with the wall clock (`wall_clock_stamps`).
     wall_clock: bool,
+    /// Stamp `creationTimestamp` at this time (`stamp_creations_at`).
+    stamp_at: Option<i64>,
 }
 
 /// A review sent, kept within the bounded history.
@@ -361,8 +363,20 @@ impl FakeApi {
         self.state.lock().unwrap().wall_clock = true;
     }
 
+    /// Stamp each object created from now on with `ms` as its
+    /// `creationTimestamp`: the time an API server on the tests' clock,
+    /// moved on, would give it.
+    pub fn stamp_creations_at(&self, ms: i64) {
+        self.state.lock().unwrap().stamp_at = Some(ms);
+    }
+
     /// The `creationTimestamp` of an object created now.
     pub(super) fn creation_stamp(&self) -> String {
+        if let Some(ms) = self.state.lock().unwrap().stamp_at {
+            return chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap()
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        }
         if self.state.lock().unwrap().wall_clock {
             chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         } else {
