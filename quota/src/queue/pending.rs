@@ -291,8 +291,44 @@ mod tests {
         let q = quota(Some(1));
         let mut p = Pending::default();
         p.join(&q, work("j", "mallory", 5)).unwrap();
-        p.join(&q, work("j", "mallory", 50)).unwrap();
+        // An update of the object the CREATE made (its uid now known).
+        let mut update = work("j", "mallory", 50);
+        update.uid = "u1".into();
+        p.join(&q, update).unwrap();
         assert_eq!(p.queue(&q)[0].submitted_ms, 5);
+    }
+
+    #[test]
+    fn a_create_under_a_taken_name_never_inherits_its_place() {
+        let q = quota(None);
+        let mut p = Pending::default();
+        p.join(&q, work("j", "mallory", 5)).unwrap();
+        // Deleted (its tombstone names its uid) and created again.
+        assert!(p.leave("batch/Job/ml/j", "u1"));
+        p.join(&q, work("j", "mallory", 50)).unwrap();
+        assert_eq!(p.queue(&q)[0].submitted_ms, 50);
+        // The old object's stale copies are still skipped, the new not.
+        assert!(p.skips("batch/Job/ml/j", "u1"));
+        assert!(!p.skips("batch/Job/ml/j", "u2"));
+        // A CREATE again (a retry, or another re-create): a new place.
+        p.join(&q, work("j", "mallory", 70)).unwrap();
+        assert_eq!(p.queue(&q)[0].submitted_ms, 70);
+        // An update of another object of the name takes no place from
+        // an entry listed with another uid.
+        let mut listed = quota(None);
+        let mut old = work("k", "mallory", 5);
+        old.uid = "k1".into();
+        listed.status.queue.push(QueueEntry {
+            work: old,
+            position: 1,
+            waiting: Waiting::Quota,
+            reason: String::new(),
+            estimated_start: None,
+        });
+        let mut other = work("k", "mallory", 60);
+        other.uid = "k2".into();
+        p.join(&listed, other).unwrap();
+        assert!(p.refs().contains(&("batch/Job/ml/k".to_string(), 60)));
     }
 
     #[test]

@@ -195,6 +195,7 @@ mod tests {
         let (shown, _) = crate::readable::summarize(
             &crate::object::QuotaSpec::default(),
             &status,
+            &Default::default(),
             &crate::keys::KeyConfig::default(),
         );
         assert_eq!(shown.queued, 600);
