@@ -865,6 +865,12 @@ async fn lead_and_control(
     loop {
         let lead = *leading.borrow_and_update();
         service.metrics.leader.set(lead as i64);
+        // A replica that runs no rounds keeps no copy of their queues: it
+        // would count entries nobody judges again (checked on every turn,
+        // so a round the abort below caught mid-write is cleared too).
+        if !lead {
+            service.forget_rounds(|_| false);
+        }
         if let Some(t) = running.take_if(|t| t.is_finished()) {
             match t.await {
                 Ok(Err(e)) => tracing::error!(error = %e, "controller stopped; restarting it"),
@@ -876,6 +882,9 @@ async fn lead_and_control(
         }
         match (lead, running.is_some()) {
             (true, false) => {
+                // A new controller (leading again, or restarted) starts
+                // from its own first round, not a copy from before.
+                service.forget_rounds(|_| false);
                 let c = Controller::new(
                     client.clone(),
                     service.clone(),

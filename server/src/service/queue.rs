@@ -567,6 +567,18 @@ impl Service {
         }
     }
 
+    /// Forget this replica's copy of the last rounds' whole queues
+    /// (`rounds_queue`): of the quotas `keep` says no to (deleted), or of
+    /// all when it runs no rounds any more (lost the lease). A copy kept
+    /// past either would count entries no round judges again: false
+    /// queue-full and share refusals, wrong positions.
+    pub fn forget_rounds(&self, keep: impl Fn(&str) -> bool) {
+        self.rounds_queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|name, _| keep(name));
+    }
+
     /// A DELETE or an opt-out took `wref` (of `uid`) out of `quota_name`'s
     /// queue: with marks on, this replica's fold skips stale copies of it
     /// and its pending entry no longer counts (`Pending::leave`).
