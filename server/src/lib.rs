@@ -343,6 +343,9 @@ impl Core {
                 .with_notifier(Arc::new(events.clone()))
                 .with_priorities(Arc::new(cluster::priority::PriorityCache::new(c.clone())));
         }
+        if client.is_some() && args.queue_mark_key_file.is_none() {
+            stranded_without_marks(&service).await;
+        }
         match (&client, &args.price_list) {
             (Some(_), Some(_)) => anyhow::bail!(
                 "--price-list (BIZRQ_PRICE_LIST) is for standalone mode; in a cluster the price \
@@ -764,6 +767,42 @@ pub fn webhook_token(args: &ServeArgs) -> anyhow::Result<Option<String>> {
         .map(str::to_string))
 }
 
+/// Started without queue marks: the quotas whose status lists only the
+/// top of a queue it summarizes (a replica with marks cut it) strand what
+/// waits behind that top, since nothing folds marks any more. Logged as
+/// an error naming them (docs/queueing.md §12: restore the key file, or
+/// do not turn marks off while a queue holds more than its listed top).
+async fn stranded_without_marks(service: &Service) {
+    let listed = match service.store.list().await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not list quotas to check for queues cut by queue marks");
+            return;
+        }
+    };
+    let stranded: Vec<String> = listed
+        .iter()
+        .filter_map(|s| {
+            let st = &s.quota.status;
+            let total = st.queue_summary.as_ref()?.total as usize;
+            (total > st.queue.len()).then(|| {
+                format!(
+                    "{} ({} waiting, {} listed)",
+                    s.quota.name(),
+                    total,
+                    st.queue.len()
+                )
+            })
+        })
+        .collect();
+    if !stranded.is_empty() {
+        tracing::error!(
+            quotas = %stranded.join(", "),
+            "queue marks are off (no --queue-mark-key-file) but these quotas' queues were cut to              their top by a replica with marks: the Jobs waiting behind the top are held with              marks nothing folds now and will never be admitted; restore the key file              (docs/queueing.md §12)"
+        );
+    }
+}
+
 /// The queue mark keys of `--queue-mark-key-file`, None without one.
 pub fn queue_mark_keys(
     args: &ServeArgs,
@@ -865,6 +904,12 @@ async fn lead_and_control(
     loop {
         let lead = *leading.borrow_and_update();
         service.metrics.leader.set(lead as i64);
+        // A replica that runs no rounds keeps no copy of their queues: it
+        // would count entries nobody judges again (checked on every turn,
+        // so a round the abort below caught mid-write is cleared too).
+        if !lead {
+            service.forget_rounds(|_| false);
+        }
         if let Some(t) = running.take_if(|t| t.is_finished()) {
             match t.await {
                 Ok(Err(e)) => tracing::error!(error = %e, "controller stopped; restarting it"),
@@ -876,6 +921,9 @@ async fn lead_and_control(
         }
         match (lead, running.is_some()) {
             (true, false) => {
+                // A new controller (leading again, or restarted) starts
+                // from its own first round, not a copy from before.
+                service.forget_rounds(|_| false);
                 let c = Controller::new(
                     client.clone(),
                     service.clone(),

@@ -98,13 +98,21 @@ impl Pending {
         max: usize,
         whole: usize,
     ) -> Result<(), Full> {
+        // A CREATE (no uid yet) is a new object: an entry of its name
+        // belongs to an older one (deleted since) and gives it no place.
+        if work.uid.is_empty() {
+            self.entries.remove(&work.workload_ref);
+        }
         let queue = self.queue(q);
-        if let Some(old) = queue.iter().find(|e| e.workload_ref == work.workload_ref) {
+        if let Some(old) = queue
+            .iter()
+            .find(|e| e.workload_ref == work.workload_ref && same_object(e, &work))
+        {
             work.submitted_ms = old.submitted_ms;
             if old.submitted_by.is_some() {
                 work.submitted_by.clone_from(&old.submitted_by);
             }
-            self.tombs.remove(&work.workload_ref);
+            self.unbury(&work);
             self.entries.insert(work.workload_ref.clone(), work);
             return Ok(());
         }
@@ -115,9 +123,23 @@ impl Pending {
             });
         }
         super::ledger::within_share(q, &work, queue.iter())?;
-        self.tombs.remove(&work.workload_ref);
+        self.unbury(&work);
         self.entries.insert(work.workload_ref.clone(), work);
         Ok(())
+    }
+
+    /// A join of `work` lifts the tombstone of its name only when the
+    /// tombstone is of the same object (or of a CREATE's, not named): one
+    /// of an older object deleted under the name stays, so a fold still
+    /// skips that object's stale copies.
+    fn unbury(&mut self, work: &Queued) {
+        if self
+            .tombs
+            .get(&work.workload_ref)
+            .is_some_and(|t| t.is_empty() || *t == work.uid)
+        {
+            self.tombs.remove(&work.workload_ref);
+        }
     }
 
     /// Forget the pending entries a status of the quota shows: waiting
@@ -181,6 +203,13 @@ impl Pending {
             .get(workload_ref)
             .is_some_and(|t| t.is_empty() || t == uid)
     }
+}
+
+/// Whether the queued `entry` of a name is `work`'s object: never for a
+/// CREATE (no uid yet: a new object); for an update, an entry of the same
+/// uid, or a CREATE's entry (not named yet, the object's own mark).
+fn same_object(entry: &Queued, work: &Queued) -> bool {
+    !work.uid.is_empty() && (entry.uid.is_empty() || entry.uid == work.uid)
 }
 
 #[cfg(test)]
@@ -262,8 +291,44 @@ mod tests {
         let q = quota(Some(1));
         let mut p = Pending::default();
         p.join(&q, work("j", "mallory", 5)).unwrap();
-        p.join(&q, work("j", "mallory", 50)).unwrap();
+        // An update of the object the CREATE made (its uid now known).
+        let mut update = work("j", "mallory", 50);
+        update.uid = "u1".into();
+        p.join(&q, update).unwrap();
         assert_eq!(p.queue(&q)[0].submitted_ms, 5);
+    }
+
+    #[test]
+    fn a_create_under_a_taken_name_never_inherits_its_place() {
+        let q = quota(None);
+        let mut p = Pending::default();
+        p.join(&q, work("j", "mallory", 5)).unwrap();
+        // Deleted (its tombstone names its uid) and created again.
+        assert!(p.leave("batch/Job/ml/j", "u1"));
+        p.join(&q, work("j", "mallory", 50)).unwrap();
+        assert_eq!(p.queue(&q)[0].submitted_ms, 50);
+        // The old object's stale copies are still skipped, the new not.
+        assert!(p.skips("batch/Job/ml/j", "u1"));
+        assert!(!p.skips("batch/Job/ml/j", "u2"));
+        // A CREATE again (a retry, or another re-create): a new place.
+        p.join(&q, work("j", "mallory", 70)).unwrap();
+        assert_eq!(p.queue(&q)[0].submitted_ms, 70);
+        // An update of another object of the name takes no place from
+        // an entry listed with another uid.
+        let mut listed = quota(None);
+        let mut old = work("k", "mallory", 5);
+        old.uid = "k1".into();
+        listed.status.queue.push(QueueEntry {
+            work: old,
+            position: 1,
+            waiting: Waiting::Quota,
+            reason: String::new(),
+            estimated_start: None,
+        });
+        let mut other = work("k", "mallory", 60);
+        other.uid = "k2".into();
+        p.join(&listed, other).unwrap();
+        assert!(p.refs().contains(&("batch/Job/ml/k".to_string(), 60)));
     }
 
     #[test]

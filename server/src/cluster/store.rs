@@ -763,15 +763,29 @@ impl QuotaStore for ClusterStore {
         Ok(())
     }
 
+    /// The quota whose status holds `workload`'s charge. The cache answers
+    /// when it knows; a miss is read again from the API server, because the
+    /// watch may not yet have delivered a charge just written (a scale or
+    /// delete right after the create would otherwise be judged ungoverned:
+    /// let through uncharged, or its charge never released).
     async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .cached()
+        let holds = |k: &BizGroupResourceQuota| {
+            k.status
+                .as_ref()
+                .is_some_and(|s| s.0.workloads.contains_key(workload))
+        };
+        if let Some(k) = self.cached().iter().find(|k| holds(k)) {
+            return Ok(k.metadata.name.clone());
+        }
+        let listed = self
+            .api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| map_err("list", e))?;
+        Ok(listed
+            .items
             .iter()
-            .find(|k| {
-                k.status
-                    .as_ref()
-                    .is_some_and(|s| s.0.workloads.contains_key(workload))
-            })
+            .find(|k| holds(k))
             .and_then(|k| k.metadata.name.clone()))
     }
 

@@ -325,7 +325,17 @@ impl Service {
         let pool = Pool::new(&judged, &limits);
         // The caps count the whole queue: the status's top, the marked
         // objects this replica's last round folded, and its pending marks.
-        let (counted, whole) = self.whole_queue(&current);
+        let (mut counted, whole) = self.whole_queue(&current);
+        // An entry of this name the copy of the last round holds is this
+        // object's only if its uid says so: a CREATE (no uid yet) or an
+        // object re-created under the name never takes an older object's
+        // place (its mark's place would then be older than the object, and
+        // the fold refuses it). The status lists no entry of the name here
+        // (`holds` above), so only the copy's can be dropped.
+        counted.status.queue.retain(|e| {
+            e.work.workload_ref != work.workload_ref
+                || (!work.uid.is_empty() && e.work.uid == work.uid)
+        });
         let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
         let pending = all.entry(quota_name.to_string()).or_default();
         pending.seen(&counted);
@@ -341,7 +351,11 @@ impl Service {
         }
         // A mark of this object not folded yet keeps its place.
         let waiting = pending.queue(&counted);
-        if let Some(p) = waiting.iter().find(|e| e.workload_ref == work.workload_ref) {
+        if let Some(p) = waiting.iter().find(|e| {
+            e.workload_ref == work.workload_ref
+                && !work.uid.is_empty()
+                && (e.uid.is_empty() || e.uid == work.uid)
+        }) {
             work.submitted_ms = p.submitted_ms;
         }
         let check =
@@ -499,9 +513,17 @@ impl Service {
             .cloned();
         let mut q = current.clone();
         if let Some(copy) = copy {
+            // What left since the round (a DELETE, an opt-out) is not
+            // counted again from the copy.
+            let marked = self.marked.lock().unwrap_or_else(|e| e.into_inner());
+            let left =
+                |r: &str, uid: &str| marked.get(current.name()).is_some_and(|p| p.skips(r, uid));
             for e in copy.iter() {
                 let r = &e.work.workload_ref;
-                if ledger::holds(&q, r) || current.status.workloads.contains_key(r) {
+                if ledger::holds(&q, r)
+                    || current.status.workloads.contains_key(r)
+                    || left(r, &e.work.uid)
+                {
                     continue;
                 }
                 q.status.queue.push(e.clone());
@@ -545,6 +567,18 @@ impl Service {
         }
     }
 
+    /// Forget this replica's copy of the last rounds' whole queues
+    /// (`rounds_queue`): of the quotas `keep` says no to (deleted), or of
+    /// all when it runs no rounds any more (lost the lease). A copy kept
+    /// past either would count entries no round judges again: false
+    /// queue-full and share refusals, wrong positions.
+    pub fn forget_rounds(&self, keep: impl Fn(&str) -> bool) {
+        self.rounds_queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|name, _| keep(name));
+    }
+
     /// A DELETE or an opt-out took `wref` (of `uid`) out of `quota_name`'s
     /// queue: with marks on, this replica's fold skips stale copies of it
     /// and its pending entry no longer counts (`Pending::leave`).
@@ -556,6 +590,18 @@ impl Service {
         all.entry(quota_name.to_string())
             .or_default()
             .leave(wref, uid);
+        drop(all);
+        // Nor does the copy of the last round's queue count it any more.
+        let mut kept = self.rounds_queue.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(copy) = kept.get_mut(quota_name) {
+            let stays = |e: &queue::QueueEntry| {
+                e.work.workload_ref != wref || !(uid.is_empty() || e.work.uid == uid)
+            };
+            if !copy.iter().all(stays) {
+                let rest: Vec<_> = copy.iter().filter(|e| stays(e)).cloned().collect();
+                *copy = Arc::new(rest);
+            }
+        }
     }
 
     /// Take `wref` out of `quota_name`'s queue, charging nothing: a queued

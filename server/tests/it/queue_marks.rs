@@ -624,6 +624,42 @@ async fn a_mark_on_what_cannot_wait_skips_no_charge() {
     assert_eq!(used(&q, "requests.cpu"), "0", "{q}");
 }
 
+/// A scale right after the create is judged against the create's charge
+/// even while the quota watch lags behind that charge: finding which
+/// quota holds a workload reads the API server when the watch's copy does
+/// not know it. Before, a lagging watch made the scale look ungoverned and
+/// it went through uncharged (the flake of the test above under load).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_right_after_the_create_is_judged_while_the_watch_lags() {
+    let c = marked_cluster(None).await;
+    c.fake.set_watch_delay(std::time::Duration::from_secs(2));
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+        "deployments",
+    );
+    let deps: Api<DynamicObject> = Api::namespaced_with(c.kubectl("mallory"), "ml", &ar);
+    let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "ml",
+            "labels": {"biz.group.resource.quota": "ml"}},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "web",
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}});
+    let o: DynamicObject = serde_json::from_value(d).unwrap();
+    deps.create(&PostParams::default(), &o).await.unwrap();
+    let scaled = deps
+        .patch_scale(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 500}})),
+        )
+        .await;
+    let (code, _, message) = crate::admission::refusal(scaled);
+    assert_eq!(code, 403, "{message}");
+    let stored = c.fake.get("apps", "deployments", "ml", "web").unwrap();
+    assert_eq!(stored["spec"]["replicas"], 0, "not scaled");
+}
+
 /// A marked Job the queue admitted and its owner then suspends by hand
 /// does not re-enter the queue at its old place: the release removes its
 /// mark with the hold, so the suspended Job is judged as any suspended
@@ -967,4 +1003,73 @@ async fn a_share_past_the_listed_top_still_holds() {
     let q = c.fake.quota("ml");
     assert_eq!(queue_refs(&q).len(), quota::queue::summary::TOP_ENTRIES);
     assert_eq!(q["status"]["queueSummary"]["total"], 25);
+}
+
+/// A waiting Job behind the listed top, deleted and created again under
+/// its name before the next round, is a new object: it takes a new place
+/// (never the old object's, older than itself, which the fold would
+/// refuse for good), is folded and admitted in its turn (review of the
+/// bounded queue, finding 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_re_created_behind_the_top_is_queued_and_admitted() {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let n = quota::queue::summary::TOP_ENTRIES as u64 + 3;
+    for i in 0..n {
+        create(&c, "bob", job(&format!("p-{i:02}"), "1"))
+            .await
+            .unwrap();
+        c.until("ml", "folded", |q| {
+            q["status"]["queueSummary"]["total"].as_u64() == Some(i + 1)
+        })
+        .await;
+    }
+    let last = format!("p-{:02}", n - 1);
+    let q = c.fake.quota("ml");
+    assert!(
+        !queue_refs(&q).contains(&format!("batch/Job/ml/{last}")),
+        "{last} behind the top: {q}"
+    );
+    // The watches lag, so no round sees the delete before the create.
+    c.set_clock(T0 + 10_000);
+    c.fake.stamp_creations_at(T0 + 10_000);
+    c.fake
+        .set_watch_delay(std::time::Duration::from_millis(1500));
+    jobs(&c, "bob")
+        .delete(&last, &DeleteParams::default())
+        .await
+        .unwrap();
+    create(&c, "bob", job(&last, "1")).await.unwrap();
+    let since = mark_of(&c, &last).expect("re-created held with a mark")["since"].clone();
+    c.fake.set_watch_delay(std::time::Duration::ZERO);
+    assert_eq!(since, T0 + 10_000, "a new place, not the old object's");
+    // Room for everything: each waiting Job is admitted in turn, the
+    // re-created one too.
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    for i in 0..n - 1 {
+        c.until("ml", "admitted", |q| {
+            q["status"]["workloads"][format!("batch/Job/ml/p-{i:02}")].is_object()
+        })
+        .await;
+        // Deleted once its release is stored (a delete racing the
+        // release is not what this test is about).
+        until_released(&c, &format!("p-{i:02}")).await;
+        jobs(&c, "bob")
+            .delete(&format!("p-{i:02}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    c.until("ml", "the re-created Job admitted", |q| {
+        q["status"]["workloads"][format!("batch/Job/ml/{last}")]["uid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("queue:"))
+    })
+    .await;
+    until_released(&c, &last).await;
+    assert!(!suspended(&c, &last), "{last} released");
 }

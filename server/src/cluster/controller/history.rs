@@ -364,6 +364,9 @@ impl Context {
 
     /// A quota was deleted: its roles and alert rules go.
     pub(super) async fn forget_quota(&self, name: &str) {
+        // Its copy of the last round's queue goes too (a quota created
+        // again under the name starts with none).
+        self.service.forget_rounds(|q| q != name);
         if let Some(h) = &self.history {
             if let Err(e) = h.forget_quota(name, self.now()).await {
                 tracing::warn!(quota = %name, error = %e, "could not remove the roles and alert rules of a deleted quota");
@@ -374,6 +377,7 @@ impl Context {
     /// Roles and alert rules of quotas not in `live` (a complete list) go:
     /// their deletion was missed.
     pub(super) async fn forget_quotas_not_in(&self, live: &BTreeSet<String>) {
+        self.service.forget_rounds(|q| live.contains(q));
         if let Some(h) = &self.history {
             if let Err(e) = h.forget_quotas_not_in(live, self.now()).await {
                 tracing::warn!(error = %e, "could not remove the roles and alert rules of deleted quotas");

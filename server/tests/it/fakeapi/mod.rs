@@ -75,6 +75,11 @@ struct State {
     /// How long each write (POST, PUT, PATCH, DELETE; dry runs too) takes
     /// before it is made, as etcd's commit would; zero by default.
     write_delay: std::time::Duration,
+    /// How late each live watch event reaches its watchers (a loaded API
+    /// server's or client's lag); zero by default. Reads see writes at once.
+    /// (milliseconds, shared with every open watch, so a change reaches
+    /// watches already open)
+    watch_delay: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Writes to these paths take this long besides `write_delay` (one
     /// object's writes slow, as under a loaded API server and webhooks).
     slow_writes: HashMap<String, std::time::Duration>,
@@ -106,6 +111,8 @@ struct State {
     latencies: HashMap<String, Vec<std::time::Duration>>,
     /// Stamp `creationTimestamp` with the wall clock (`wall_clock_stamps`).
     wall_clock: bool,
+    /// Stamp `creationTimestamp` at this time (`stamp_creations_at`).
+    stamp_at: Option<i64>,
 }
 
 /// A review sent, kept within the bounded history.
@@ -356,8 +363,20 @@ impl FakeApi {
         self.state.lock().unwrap().wall_clock = true;
     }
 
+    /// Stamp each object created from now on with `ms` as its
+    /// `creationTimestamp`: the time an API server on the tests' clock,
+    /// moved on, would give it.
+    pub fn stamp_creations_at(&self, ms: i64) {
+        self.state.lock().unwrap().stamp_at = Some(ms);
+    }
+
     /// The `creationTimestamp` of an object created now.
     pub(super) fn creation_stamp(&self) -> String {
+        if let Some(ms) = self.state.lock().unwrap().stamp_at {
+            return chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap()
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        }
         if self.state.lock().unwrap().wall_clock {
             chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         } else {
@@ -412,6 +431,16 @@ impl FakeApi {
     /// watches and the webhooks' own time are not delayed.
     pub fn set_write_delay(&self, delay: std::time::Duration) {
         self.state.lock().unwrap().write_delay = delay;
+    }
+
+    /// Every live watch event from now on reaches its watchers `delay`
+    /// after it is made, while reads (GET, LIST) see it at once: the lag a
+    /// loaded cluster puts between a write and the caches watching it.
+    pub fn set_watch_delay(&self, delay: std::time::Duration) {
+        self.state.lock().unwrap().watch_delay.store(
+            delay.as_millis() as u64,
+            std::sync::atomic::Ordering::SeqCst,
+        );
     }
 
     /// Every write to `path` from now on takes `delay` more before it is

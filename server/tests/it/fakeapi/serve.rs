@@ -127,6 +127,7 @@ impl FakeApi {
         }
         g.rv += 1;
         let rv = g.rv;
+        let lag = g.watch_delay.clone();
         let coll = g.colls.get_mut(&t.coll).unwrap();
         let ns = t.namespace.clone().unwrap_or_default();
         match (method, t.name.clone()) {
@@ -172,8 +173,16 @@ impl FakeApi {
                 // stream ended, as kube-apiserver closes a watcher that
                 // cannot keep up: its client watches again from the last
                 // version it saw, never silently missing the events between.
-                let live = futures::stream::unfold(rx, |mut rx| async move {
-                    rx.recv().await.ok().map(|ev| (ev, rx))
+                let live = futures::stream::unfold(rx, move |mut rx| {
+                    let lag = lag.clone();
+                    async move {
+                        let ev = rx.recv().await.ok()?;
+                        let lag = lag.load(std::sync::atomic::Ordering::SeqCst);
+                        if lag > 0 {
+                            tokio::time::sleep(std::time::Duration::from_millis(lag)).await;
+                        }
+                        Some((ev, rx))
+                    }
                 });
                 let keep2 = keep.clone();
                 let stream = futures::stream::iter(backlog)
