@@ -1349,7 +1349,7 @@ mod tests {
 
     #[tokio::test]
     async fn lists_and_workload_lookups_come_from_the_watch_cache() {
-        let (client, _handle) = mock();
+        let (client, mut handle) = mock();
         let (cache, mut writer) = reflector::store();
         let mut child: BizGroupResourceQuota =
             serde_json::from_value(object("cv", "3", "0")).unwrap();
@@ -1398,6 +1398,18 @@ mod tests {
                 .as_deref(),
             Some("cv")
         );
+        // A workload the cache does not hold is looked up again in a fresh
+        // list (the watch may lag a charge just written); the one request.
+        let api = tokio::spawn(async move {
+            let (req, send) = handle.next_request().await.expect("a request");
+            assert_eq!(req.method(), "GET");
+            let list = json!({"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuotaList", "metadata": {"resourceVersion": "3"}, "items": [object("ai", "2", "0")]});
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(list.to_string().into_bytes()))
+                    .unwrap(),
+            );
+        });
         assert_eq!(
             store
                 .workload_quota("apps/Deployment/ml/none")
@@ -1405,6 +1417,7 @@ mod tests {
                 .unwrap(),
             None
         );
+        api.await.unwrap();
     }
 
     fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
