@@ -822,13 +822,24 @@ mod soak {
         quota: usize,
         /// Denied or failed for anything else, by reason.
         other: BTreeMap<String, usize>,
+        /// Admissions over `SLOW`: (phase, seconds since the soak began
+        /// when it was sent, how long it took), to be laid beside the
+        /// server's log and a `perf sched` record of the same instant.
+        slow: Vec<(String, f64, Duration)>,
     }
+
+    /// An admission this slow is named with its instant (`Admitted::slow`).
+    const SLOW: Duration = Duration::from_millis(250);
+
+    /// When the soak began: the instants `Admitted::slow` gives.
+    static SOAK_START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
     impl Admitted {
         fn absorb(&mut self, o: Admitted) {
             self.latencies.extend(o.latencies);
             self.allowed += o.allowed;
             self.quota += o.quota;
+            self.slow.extend(o.slow);
             for (why, n) in o.other {
                 *self.other.entry(why).or_insert(0) += n;
             }
@@ -881,6 +892,7 @@ mod soak {
                 format!("{}/validate/workloads", s.webhook),
                 out.clone(),
             );
+            let phase = phase.to_string();
             sent.push(tokio::spawn(async move {
                 let t = Instant::now();
                 let res = client.post(url).json(&r).send().await;
@@ -898,6 +910,10 @@ mod soak {
                 let took = t.elapsed();
                 let mut o = out.lock().unwrap();
                 o.latencies.push(took);
+                if took > SLOW {
+                    let at = t.duration_since(*SOAK_START.get_or_init(Instant::now));
+                    o.slow.push((phase, at.as_secs_f64(), took));
+                }
                 match verdict {
                     Ok(v) if v["allowed"] == true => o.allowed += 1,
                     Ok(v) => {
@@ -916,6 +932,16 @@ mod soak {
             let _ = t.await;
         }
         Arc::try_unwrap(out).ok().unwrap().into_inner().unwrap()
+    }
+
+    /// The wall clock when the soak began (seconds since 1970), so that a
+    /// slow admission's instant can be found in a `perf sched` record
+    /// (whose times are the kernel's monotonic clock: `sched-delays.py`
+    /// prints the offset) and in the server's log.
+    static SOAK_UNIX: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+
+    fn unix_at(since_start: f64) -> f64 {
+        SOAK_UNIX.get().copied().unwrap_or(0.0) + since_start
     }
 
     fn pct(sorted: &[Duration], p: f64) -> f64 {
@@ -941,6 +967,17 @@ mod soak {
         for (why, n) in &a.other {
             println!("         refused {n}×: {why}");
         }
+        a.slow.sort_by(|x, y| y.2.cmp(&x.2));
+        for (phase, at, took) in a.slow.iter().take(10) {
+            println!(
+                "         slow: {:>8.1} ms, sent {at:.3} s into the soak ({phase}; unix {:.3})",
+                took.as_secs_f64() * 1e3,
+                unix_at(*at)
+            );
+        }
+        if a.slow.len() > 10 {
+            println!("         slow: {} more over {} ms", a.slow.len() - 10, SLOW.as_millis());
+        }
         p99
     }
 
@@ -961,6 +998,13 @@ mod soak {
             s.rate, s.secs, s.tenants, s.loops
         );
         let rss_before = kib(s.pid, "VmRSS:");
+        SOAK_START.get_or_init(Instant::now);
+        SOAK_UNIX.get_or_init(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs_f64()
+        });
 
         let stop = Arc::new(AtomicBool::new(false));
         // The load waits while `paused`; `busy` counts its requests in flight.
@@ -1111,6 +1155,22 @@ mod soak {
         println!(
             "refusals the server counted (bizrq_*_refused_total, body budget, connections closed):"
         );
+        // Where the slow admissions' time went, as the server measured it:
+        // the whole review (`admission_duration_seconds`, from the
+        // handler's start) and the service's decision and durable write
+        // (`admission_commit_duration_seconds`, by path). A slow
+        // admission the server did not see was slow outside it: the
+        // connection, TLS, the client.
+        println!("admissions the server timed (count within 0.2048 s, within 1.6384 s, and in all):");
+        for l in metrics.lines().filter(|l| {
+            (l.starts_with("bizrq_admission_duration_seconds_bucket")
+                || l.starts_with("bizrq_admission_commit_duration_seconds_bucket"))
+                && (l.contains("le=\"0.2048\"")
+                    || l.contains("le=\"1.6384\"")
+                    || l.contains("le=\"+Inf\""))
+        }) {
+            println!("  {l}");
+        }
         for l in metrics.lines().filter(|l| {
             !l.starts_with('#')
                 && (l.contains("_refused_total")
