@@ -313,7 +313,8 @@ impl Core {
             Some(c) => Arc::new(
                 cluster::store::ClusterStore::start(c.clone())
                     .await
-                    .with_keys(args.key_config()),
+                    .with_keys(args.key_config())
+                    .count_lookup_lists(metrics.workload_lookup_lists.clone()),
             ),
         };
         let events = match &client {
