@@ -872,9 +872,9 @@ fn webhook_limits(args: &ServeArgs) -> listen::Limits {
 }
 
 /// Aborts a task when dropped (with the task that owns it).
-struct AbortOnDrop(JoinHandle<()>);
+struct AbortOnDrop<T = ()>(JoinHandle<T>);
 
-impl Drop for AbortOnDrop {
+impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
@@ -888,7 +888,10 @@ async fn until_aborted(task: JoinHandle<()>) {
 }
 
 /// Campaign for the Lease; while leading, run the controller (restarted
-/// if it fails), and stop it the moment the Lease is lost.
+/// if it fails), and stop it the moment the Lease is lost. Aborted (the
+/// background set's shutdown), it stops both: the campaign would
+/// otherwise take back the Lease `Running::shutdown` gives up, and the
+/// controller would run on beside the next leader's.
 async fn lead_and_control(
     client: kube::Client,
     lease: LeaseConfig,
@@ -899,8 +902,13 @@ async fn lead_and_control(
 ) {
     let (tx, mut leading) = tokio::sync::watch::channel(false);
     let clock = service.clock();
-    let campaign = tokio::spawn(cluster::leader::campaign(client.clone(), lease, clock, tx));
-    let mut running: Option<JoinHandle<anyhow::Result<()>>> = None;
+    let campaign = AbortOnDrop(tokio::spawn(cluster::leader::campaign(
+        client.clone(),
+        lease,
+        clock,
+        tx,
+    )));
+    let mut running: Option<AbortOnDrop<anyhow::Result<()>>> = None;
     let mut check = tokio::time::interval(Duration::from_secs(5));
     loop {
         let lead = *leading.borrow_and_update();
@@ -911,8 +919,8 @@ async fn lead_and_control(
         if !lead {
             service.forget_rounds(|_| false);
         }
-        if let Some(t) = running.take_if(|t| t.is_finished()) {
-            match t.await {
+        if let Some(mut t) = running.take_if(|t| t.0.is_finished()) {
+            match (&mut t.0).await {
                 Ok(Err(e)) => tracing::error!(error = %e, "controller stopped; restarting it"),
                 Err(e) if e.is_panic() => {
                     tracing::error!(error = %e, "controller panicked; restarting it")
@@ -932,12 +940,11 @@ async fn lead_and_control(
                     events.clone(),
                     cfg.clone(),
                 );
-                running = Some(tokio::spawn(c.run()));
+                running = Some(AbortOnDrop(tokio::spawn(c.run())));
             }
             (false, true) => {
-                if let Some(t) = running.take() {
-                    t.abort();
-                }
+                // Dropped: aborted.
+                running = None;
             }
             _ => {}
         }
@@ -946,10 +953,8 @@ async fn lead_and_control(
             _ = check.tick() => {}
         }
     }
-    if let Some(t) = running.take() {
-        t.abort();
-    }
-    campaign.abort();
+    drop(running);
+    drop(campaign);
 }
 
 #[cfg(all(test, target_os = "linux"))]
