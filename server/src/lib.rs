@@ -341,8 +341,15 @@ impl Core {
                 .with_accrual_from_pods()
                 .with_queueing()
                 .with_queue_marks(queue_mark_keys(args)?)
+                .with_queue_mark_drain(args.queue_mark_drain)
                 .with_notifier(Arc::new(events.clone()))
                 .with_priorities(Arc::new(cluster::priority::PriorityCache::new(c.clone())));
+        }
+        if args.queue_mark_drain && args.queue_mark_key_file.is_none() {
+            anyhow::bail!(
+                "--queue-mark-drain (BIZRQ_QUEUE_MARK_DRAIN) folds the marks already placed with \
+                 their keys: it needs --queue-mark-key-file (BIZRQ_QUEUE_MARK_KEY_FILE) too"
+            );
         }
         if client.is_some() && args.queue_mark_key_file.is_none() {
             stranded_without_marks(&service).await;
@@ -799,7 +806,12 @@ async fn stranded_without_marks(service: &Service) {
     if !stranded.is_empty() {
         tracing::error!(
             quotas = %stranded.join(", "),
-            "queue marks are off (no --queue-mark-key-file) but these quotas' queues were cut to              their top by a replica with marks: the Jobs waiting behind the top are held with              marks nothing folds now and will never be admitted; restore the key file              (docs/queueing.md §12)"
+            "queue marks are off (no --queue-mark-key-file) but these quotas' queues were cut to \
+             their top by a replica with marks: the Jobs waiting behind the top are held with \
+             marks nothing folds now and will never be admitted (the controller's round raises \
+             a critical queue_overdue alert on each such quota); restore the key file, with \
+             --queue-mark-drain to empty the unlisted part before turning marks off \
+             (docs/queueing.md §12)"
         );
     }
 }
