@@ -367,9 +367,18 @@ impl Reach {
     /// Waits, up to `bound`, for the cache to hold this replica's latest
     /// write (woken by the feed, never polling). True when it does.
     pub async fn caught_up(&self, bound: std::time::Duration) -> bool {
-        let written = self.written.load(std::sync::atomic::Ordering::SeqCst);
+        self.reached(
+            self.written.load(std::sync::atomic::Ordering::SeqCst),
+            bound,
+        )
+        .await
+    }
+
+    /// Waits, up to `bound`, for the cache to hold every write up to
+    /// `version` (woken by the feed, never polling). True when it does.
+    pub async fn reached(&self, version: i64, bound: std::time::Duration) -> bool {
         let mut seen = self.seen.subscribe();
-        let reached = seen.wait_for(|s| miss_is_answer(*s, written));
+        let reached = seen.wait_for(|s| miss_is_answer(*s, version));
         let caught = tokio::time::timeout(bound, reached).await;
         matches!(caught, Ok(Ok(_)))
     }
@@ -897,6 +906,10 @@ impl QuotaStore for ClusterStore {
             .iter()
             .find(|k| holds(k))
             .and_then(|k| k.metadata.name.clone()))
+    }
+
+    async fn caught_up_to(&self, version: i64) -> bool {
+        self.reach.reached(version, CATCH_UP).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -58,6 +58,8 @@ impl Context {
     ) -> Result<(), ServiceError> {
         let t0 = std::time::Instant::now();
         self.service.metrics.queue_rounds.inc();
+        // The parent and siblings the plan reads, as new as what asked.
+        self.store_caught_up(name).await;
         let q = self.service.get(name).await?.quota;
         let repairs: Vec<(String, String)> = {
             let snap = self.view.lock().unwrap().snapshot(name);

@@ -100,6 +100,7 @@ impl Context {
     /// Bring one quota's status to what the cluster shows.
     pub async fn reconcile_quota(&self, name: &str) -> Result<Reconciled, ServiceError> {
         let _serial = self.one_at_a_time(name).await;
+        self.store_caught_up(name).await;
         let now = self.now();
         let (snap, waiting_marked) = {
             let v = self.view.lock().unwrap();

@@ -208,6 +208,10 @@ impl Context {
             .resource_version
             .as_deref()
             .and_then(|v| v.parse::<i64>().ok());
+        if let Some(v) = rv {
+            self.quota_seen
+                .fetch_max(v, std::sync::atomic::Ordering::SeqCst);
+        }
         let missed = self.missed.lock().unwrap().remove(&name);
         let ours = !relist && !missed && rv.is_some_and(|v| self.service.wrote(&name, v));
         if !q.spec.parent.is_empty() {
