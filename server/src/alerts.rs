@@ -102,10 +102,22 @@ impl Kind {
         )
     }
 
-    /// Transfers are the admins' business too; the rest go to owners only.
+    /// Transfers are the admins' business too; the rest go to owners only
+    /// (but see `tells_admins`).
     pub fn notifies_admins(self) -> bool {
         !self.is_condition()
     }
+}
+
+/// The key of the `queue_overdue` alert on a queue whose held objects wait
+/// by marks no replica folds (`marks_unfolded`).
+pub const MARKS_OFF_KEY: &str = "queue marks off";
+
+/// Whether an alert of `kind` about `key` is emailed to the admins besides
+/// the quota's owners: transfers, and a queue stranded by turning queue
+/// marks off, which only whoever runs bizrq can mend.
+pub fn tells_admins(kind: Kind, key: &str) -> bool {
+    kind.notifies_admins() || (kind == Kind::QueueOverdue && key == MARKS_OFF_KEY)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -417,6 +429,7 @@ pub fn conditions(
         });
     }
     out.extend(queue_overdue(quota, now_ms));
+    out.extend(marks_unfolded(quota));
     if !quota.status.reclaim.is_empty() {
         let workloads: Vec<&String> = quota.status.reclaim.keys().collect();
         let due = quota.status.reclaim.values().map(|m| m.due.as_str()).min();
@@ -545,6 +558,41 @@ fn oldest_beyond(quota: &Quota, now_ms: i64, after: u64) -> Option<Condition> {
             "waitedSeconds": waited / 1000,
             "alertAfterSeconds": after,
             "unlisted": unlisted,
+        }),
+    })
+}
+
+/// A queue whose status counts held objects waiting by queue marks that
+/// no replica folds (`status.queueSummary.unfolded`, written by a
+/// controller started without `--queue-mark-key-file`,
+/// docs/queueing.md §12): they are never admitted until marks are on
+/// again. Critical, to the owners and the admins; resolved when a round
+/// finds none (marks back on, or the objects gone).
+fn marks_unfolded(quota: &Quota) -> Option<Condition> {
+    let s = quota.status.queue_summary.as_ref()?;
+    if s.unfolded == 0 {
+        return None;
+    }
+    let name = quota.name();
+    let listed = quota.status.queue.len();
+    Some(Condition {
+        kind: Kind::QueueOverdue,
+        quota: name.to_string(),
+        key: MARKS_OFF_KEY.to_string(),
+        keys: Vec::new(),
+        level: Level::Critical,
+        message: format!(
+            "{} workloads bound to {name} wait held beyond the {listed} its queue lists, placed \
+             by queue marks that no bizrq replica reads: queue marks are off (no \
+             --queue-mark-key-file), so they will never be admitted. Mount the key file again \
+             on every replica (BIZRQ_QUEUE_MARK_KEY_FILE) and, to turn marks off for good, set \
+             BIZRQ_QUEUE_MARK_DRAIN=true until no quota raises this alert",
+            s.unfolded
+        ),
+        numbers: json!({
+            "unfolded": s.unfolded,
+            "listed": listed,
+            "waiting": s.total,
         }),
     })
 }

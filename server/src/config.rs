@@ -174,6 +174,15 @@ pub struct ServeArgs {
     /// the quota's status as before.
     #[arg(long, env = "BIZRQ_QUEUE_MARK_KEY_FILE")]
     pub queue_mark_key_file: Option<PathBuf>,
+    /// Drain queue marks before turning them off: marks already on held
+    /// objects are still folded with the keys of `--queue-mark-key-file`
+    /// (required), none is signed (a create that must wait is queued in
+    /// the quota's status, as without marks), and a round writes its
+    /// quota's whole queue into the status instead of its top. Once no
+    /// quota's status counts more waiting than it lists, the key file can
+    /// go (docs/queueing.md §12, "Turning marks off").
+    #[arg(long, env = "BIZRQ_QUEUE_MARK_DRAIN", requires = "queue_mark_key_file")]
+    pub queue_mark_drain: bool,
     /// Serve the webhook on a non-loopback address without a client CA or a
     /// token (reviews change quotas: rely on a NetworkPolicy and the
     /// controller's re-checks; see docs/webhook-trust.md).

@@ -313,7 +313,8 @@ impl Core {
             Some(c) => Arc::new(
                 cluster::store::ClusterStore::start(c.clone())
                     .await
-                    .with_keys(args.key_config()),
+                    .with_keys(args.key_config())
+                    .count_lookup_lists(metrics.workload_lookup_lists.clone()),
             ),
         };
         let events = match &client {
@@ -340,8 +341,15 @@ impl Core {
                 .with_accrual_from_pods()
                 .with_queueing()
                 .with_queue_marks(queue_mark_keys(args)?)
+                .with_queue_mark_drain(args.queue_mark_drain)
                 .with_notifier(Arc::new(events.clone()))
                 .with_priorities(Arc::new(cluster::priority::PriorityCache::new(c.clone())));
+        }
+        if args.queue_mark_drain && args.queue_mark_key_file.is_none() {
+            anyhow::bail!(
+                "--queue-mark-drain (BIZRQ_QUEUE_MARK_DRAIN) folds the marks already placed with \
+                 their keys: it needs --queue-mark-key-file (BIZRQ_QUEUE_MARK_KEY_FILE) too"
+            );
         }
         if client.is_some() && args.queue_mark_key_file.is_none() {
             stranded_without_marks(&service).await;
@@ -798,7 +806,12 @@ async fn stranded_without_marks(service: &Service) {
     if !stranded.is_empty() {
         tracing::error!(
             quotas = %stranded.join(", "),
-            "queue marks are off (no --queue-mark-key-file) but these quotas' queues were cut to              their top by a replica with marks: the Jobs waiting behind the top are held with              marks nothing folds now and will never be admitted; restore the key file              (docs/queueing.md §12)"
+            "queue marks are off (no --queue-mark-key-file) but these quotas' queues were cut to \
+             their top by a replica with marks: the Jobs waiting behind the top are held with \
+             marks nothing folds now and will never be admitted (the controller's round raises \
+             a critical queue_overdue alert on each such quota); restore the key file, with \
+             --queue-mark-drain to empty the unlisted part before turning marks off \
+             (docs/queueing.md §12)"
         );
     }
 }
@@ -871,9 +884,9 @@ fn webhook_limits(args: &ServeArgs) -> listen::Limits {
 }
 
 /// Aborts a task when dropped (with the task that owns it).
-struct AbortOnDrop(JoinHandle<()>);
+struct AbortOnDrop<T = ()>(JoinHandle<T>);
 
-impl Drop for AbortOnDrop {
+impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
@@ -887,7 +900,10 @@ async fn until_aborted(task: JoinHandle<()>) {
 }
 
 /// Campaign for the Lease; while leading, run the controller (restarted
-/// if it fails), and stop it the moment the Lease is lost.
+/// if it fails), and stop it the moment the Lease is lost. Aborted (the
+/// background set's shutdown), it stops both: the campaign would
+/// otherwise take back the Lease `Running::shutdown` gives up, and the
+/// controller would run on beside the next leader's.
 async fn lead_and_control(
     client: kube::Client,
     lease: LeaseConfig,
@@ -898,8 +914,13 @@ async fn lead_and_control(
 ) {
     let (tx, mut leading) = tokio::sync::watch::channel(false);
     let clock = service.clock();
-    let campaign = tokio::spawn(cluster::leader::campaign(client.clone(), lease, clock, tx));
-    let mut running: Option<JoinHandle<anyhow::Result<()>>> = None;
+    let campaign = AbortOnDrop(tokio::spawn(cluster::leader::campaign(
+        client.clone(),
+        lease,
+        clock,
+        tx,
+    )));
+    let mut running: Option<AbortOnDrop<anyhow::Result<()>>> = None;
     let mut check = tokio::time::interval(Duration::from_secs(5));
     loop {
         let lead = *leading.borrow_and_update();
@@ -910,8 +931,8 @@ async fn lead_and_control(
         if !lead {
             service.forget_rounds(|_| false);
         }
-        if let Some(t) = running.take_if(|t| t.is_finished()) {
-            match t.await {
+        if let Some(mut t) = running.take_if(|t| t.0.is_finished()) {
+            match (&mut t.0).await {
                 Ok(Err(e)) => tracing::error!(error = %e, "controller stopped; restarting it"),
                 Err(e) if e.is_panic() => {
                     tracing::error!(error = %e, "controller panicked; restarting it")
@@ -931,12 +952,11 @@ async fn lead_and_control(
                     events.clone(),
                     cfg.clone(),
                 );
-                running = Some(tokio::spawn(c.run()));
+                running = Some(AbortOnDrop(tokio::spawn(c.run())));
             }
             (false, true) => {
-                if let Some(t) = running.take() {
-                    t.abort();
-                }
+                // Dropped: aborted.
+                running = None;
             }
             _ => {}
         }
@@ -945,10 +965,8 @@ async fn lead_and_control(
             _ = check.tick() => {}
         }
     }
-    if let Some(t) = running.take() {
-        t.abort();
-    }
-    campaign.abort();
+    drop(running);
+    drop(campaign);
 }
 
 #[cfg(all(test, target_os = "linux"))]

@@ -170,6 +170,10 @@ pub struct Metrics {
     /// Summaries for people (`kubectl get`'s columns) restated by the
     /// controller, without a write of the quota's own.
     pub summaries_restated: Counter,
+    /// Lookups of a workload's quota that the watch's copy could not
+    /// answer within `cluster::store::CATCH_UP`, read again by a LIST of
+    /// every quota (cluster mode).
+    pub workload_lookup_lists: Counter,
     /// Requests answered 503 because the listener's budget of buffered body
     /// bytes was spent.
     pub body_budget_exhausted: Family<ListenerLabels, Counter>,
@@ -362,6 +366,12 @@ impl Default for Metrics {
         let body_budget_exhausted = Family::<ListenerLabels, Counter>::default();
         let rechecks = Counter::default();
         let summaries_restated = Counter::default();
+        let workload_lookup_lists = Counter::default();
+        registry.register(
+            "workload_lookup_lists",
+            "Lookups of which quota holds a workload that the quota watch's copy had not caught up with bizrq's own latest quota write within 1 s, answered by a LIST of every quota instead",
+            workload_lookup_lists.clone(),
+        );
         let webhook_unauthorized = Counter::default();
         let open_connections = Family::<ListenerLabels, Gauge>::default();
         let connections_closed = Family::<ClosedLabels, Counter>::default();
@@ -477,6 +487,7 @@ impl Default for Metrics {
             body_budget_exhausted,
             rechecks,
             summaries_restated,
+            workload_lookup_lists,
             webhook_unauthorized,
             open_connections,
             connections_closed,

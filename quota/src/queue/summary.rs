@@ -46,6 +46,16 @@ pub struct Summary {
     pub oldest: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oldest_since: Option<String>,
+    /// Of `total`, the held objects that wait by a queue mark no replica
+    /// folds (marks turned off while they waited beyond the listed top):
+    /// never admitted until marks are on again (`stranded`). Written only
+    /// by a controller without mark keys; 0 otherwise.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unfolded: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Summary {
@@ -100,6 +110,39 @@ pub fn bound(queue: Vec<QueueEntry>, marked: &BTreeSet<String>) -> (Vec<QueueEnt
         .map(|(_, e)| e)
         .collect();
     (kept, summary)
+}
+
+/// The held objects bound to a quota that wait by a queue mark nothing
+/// folds, with marks off: of `marked` (the held objects carrying a mark),
+/// those its status neither lists in `queue` nor charges. With marks on a
+/// round folds them back; off, they stay held for good.
+pub fn stranded<'a>(
+    status: &crate::object::QuotaStatus,
+    marked: impl IntoIterator<Item = &'a str>,
+) -> Vec<&'a str> {
+    let listed: BTreeSet<&str> = status
+        .queue
+        .iter()
+        .map(|e| e.work.workload_ref.as_str())
+        .collect();
+    marked
+        .into_iter()
+        .filter(|r| !listed.contains(r) && !status.workloads.contains_key(r))
+        .collect()
+}
+
+/// The summary a status keeps with marks off: none, unless held objects
+/// wait by marks nothing folds (`stranded`); then the listed queue's
+/// summary, counting them in `total` and in `unfolded`, so the status
+/// says how many wait unseen, and the alert on them reads it.
+pub fn unfolded(queue: &[QueueEntry], stranded: usize) -> Option<Summary> {
+    if stranded == 0 {
+        return None;
+    }
+    let mut s = Summary::of(queue);
+    s.unfolded = count(stranded);
+    s.total = s.total.saturating_add(s.unfolded);
+    Some(s)
 }
 
 /// How many wait in a status's queue: its summary's count where it has
@@ -235,6 +278,53 @@ mod tests {
         assert_eq!(s.total, 3);
         assert_eq!(waiting(&[], None), 0);
         assert_eq!(Summary::of(&[]), Summary::default());
+    }
+
+    #[test]
+    fn with_marks_off_only_held_objects_nothing_lists_or_charges_are_stranded() {
+        let q = queue(25);
+        let (kept, _) = bound(q.clone(), &all_marked(&q));
+        let mut status = crate::object::QuotaStatus {
+            queue: kept,
+            ..Default::default()
+        };
+        // One admitted (charged, its release not yet seen).
+        status.workloads.insert(
+            "batch/Job/ml/job-00021".into(),
+            crate::object::Charge {
+                pod_sets: vec![],
+                hpa: None,
+                since: String::new(),
+                uid: "queue:uid-00021".into(),
+                admitted: None,
+            },
+        );
+        let marked: Vec<String> = q.iter().map(|e| e.work.workload_ref.clone()).collect();
+        let left = stranded(&status, marked.iter().map(String::as_str));
+        assert_eq!(
+            left,
+            [
+                "batch/Job/ml/job-00020",
+                "batch/Job/ml/job-00022",
+                "batch/Job/ml/job-00023",
+                "batch/Job/ml/job-00024"
+            ]
+        );
+        let s = unfolded(&status.queue, left.len()).expect("a summary while any is stranded");
+        assert_eq!((s.total, s.unfolded), (24, 4), "the listed 20 and the 4");
+        assert_eq!(waiting(&status.queue, Some(&s)), 24);
+        assert_eq!(
+            unfolded(&status.queue, 0),
+            None,
+            "none stranded: no summary"
+        );
+        let text = serde_json::to_value(&s).unwrap();
+        assert_eq!(text["unfolded"], 4);
+        let plain = serde_json::to_value(Summary::of(&status.queue)).unwrap();
+        assert!(
+            plain.get("unfolded").is_none(),
+            "written only when some are: {plain}"
+        );
     }
 
     proptest! {

@@ -828,16 +828,17 @@ const RESOLVE_PER_TX: usize = 200;
 async fn recipients_of<'a>(
     sql: &SqlStore,
     parents: &Forest,
-    by_quota: &mut BTreeMap<(&'a str, Kind), Vec<Recipient>>,
+    by_quota: &mut BTreeMap<(&'a str, Kind, bool), Vec<Recipient>>,
     c: &'a Condition,
 ) -> Result<Vec<Recipient>, StoreError> {
-    if let Some(to) = by_quota.get(&(c.quota.as_str(), c.kind)) {
+    let admins = super::tells_admins(c.kind, &c.key);
+    if let Some(to) = by_quota.get(&(c.quota.as_str(), c.kind, admins)) {
         return Ok(to.clone());
     }
     let to = sql
-        .alert_recipients(&parents.line(&c.quota).names, c.kind)
+        .alert_recipients(&parents.line(&c.quota).names, c.kind, admins)
         .await?;
-    by_quota.insert((c.quota.as_str(), c.kind), to.clone());
+    by_quota.insert((c.quota.as_str(), c.kind, admins), to.clone());
     Ok(to)
 }
 
@@ -852,7 +853,7 @@ async fn store(
 ) -> Result<Swept, StoreError> {
     let mut swept = Swept::default();
     // Alerts on one quota share their recipients: looked up once.
-    let mut by_quota: BTreeMap<(&str, Kind), Vec<Recipient>> = BTreeMap::new();
+    let mut by_quota: BTreeMap<(&str, Kind, bool), Vec<Recipient>> = BTreeMap::new();
     let mut pace = crate::util::Pace::start();
     for chunk in e.resolve.chunks(RESOLVE_PER_TX) {
         let part = Evaluation {

@@ -783,6 +783,47 @@ fn a_queued_workload_waiting_past_the_threshold_alerts_once_and_resolves_when_it
     assert!(round(&quota, &[], &mut open, &mut id).is_empty());
 }
 
+/// Queue marks turned off while objects waited beyond the listed top: the
+/// controller's round counts them in `queueSummary.unfolded`, and one
+/// critical alert names the quota and what to do, for the admins too; it
+/// resolves once a round finds none (`summary::unfolded` gives no summary).
+#[test]
+fn a_queue_stranded_by_turning_marks_off_alerts_the_admins_until_none_is() {
+    let mut quota = quota("1");
+    let (mut open, mut id) = (Vec::new(), 0);
+    quota.status.queue_summary = quota::queue::summary::unfolded(&[], 7);
+    let fired = round(&quota, &[], &mut open, &mut id);
+    assert_eq!(
+        fingerprints(&fired),
+        ["queue_overdue|nlp-team|queue marks off|critical"]
+    );
+    assert_eq!(
+        fired[0].message,
+        "7 workloads bound to nlp-team wait held beyond the 0 its queue lists, placed by queue \
+         marks that no bizrq replica reads: queue marks are off (no --queue-mark-key-file), so \
+         they will never be admitted. Mount the key file again on every replica \
+         (BIZRQ_QUEUE_MARK_KEY_FILE) and, to turn marks off for good, set \
+         BIZRQ_QUEUE_MARK_DRAIN=true until no quota raises this alert"
+    );
+    assert_eq!(fired[0].numbers["unfolded"], 7);
+    assert!(tells_admins(fired[0].kind, &fired[0].key));
+    assert!(
+        !tells_admins(Kind::QueueOverdue, "batch/Job/ml/old"),
+        "a late entry: owners only"
+    );
+    // Still stranded (fewer now): the same alert, not a second one.
+    quota.status.queue_summary = quota::queue::summary::unfolded(&[], 3);
+    assert!(round(&quota, &[], &mut open, &mut id).is_empty());
+    // A summary written with marks on counts unlisted entries too, but
+    // none unfolded: no alert, and the open one resolves.
+    quota.status.queue_summary = Some(quota::queue::summary::Summary {
+        total: 40,
+        ..Default::default()
+    });
+    assert!(round(&quota, &[], &mut open, &mut id).is_empty());
+    assert!(open.is_empty(), "resolved once a round found none stranded");
+}
+
 #[test]
 fn a_parent_budget_is_judged_on_its_subtree_spending_not_its_carve_outs() {
     // research: 51,000 card-hours, 42,000 carved out for its teams, who

@@ -280,7 +280,7 @@ impl JsonSchema for Status {
                 },
                 "queueSummary": {
                     "type": "object",
-                    "description": "with queue marks on, the whole queue in numbers (queue then lists only the first entries in admission order): total, forQuota, forBudget, forTurn, never, head, oldest, oldestSince",
+                    "description": "with queue marks on, the whole queue in numbers (queue then lists only the first entries in admission order): total, forQuota, forBudget, forTurn, never, head, oldest, oldestSince; with marks off, only while held objects wait by marks nothing folds (unfolded)",
                     "properties": {
                         "total": { "type": "integer", "minimum": 0, "description": "workloads waiting in all" },
                         "forQuota": { "type": "integer", "minimum": 0, "description": "of them, waiting for quota" },
@@ -289,7 +289,8 @@ impl JsonSchema for Status {
                         "never": { "type": "integer", "minimum": 0, "description": "of them, never admissible by waiting" },
                         "head": text("the head of the queue, group/Kind/namespace/name"),
                         "oldest": text("the entry waiting longest, group/Kind/namespace/name"),
-                        "oldestSince": { "type": "string", "format": "date-time", "description": "since when the oldest entry waits" }
+                        "oldestSince": { "type": "string", "format": "date-time", "description": "since when the oldest entry waits" },
+                        "unfolded": { "type": "integer", "minimum": 0, "description": "of them, held objects waiting by a queue mark that no replica folds (queue marks turned off): never admitted until marks are on again" }
                     }
                 },
                 "fairSharing": {

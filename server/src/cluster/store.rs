@@ -38,6 +38,11 @@ pub struct ClusterStore {
     marks: std::sync::Arc<SummaryMarks>,
     /// The cache's quotas by parent, kept by the same feed (`Kids`).
     kids: std::sync::Arc<std::sync::RwLock<Kids>>,
+    /// How far the cache has read against this replica's own writes, for
+    /// a workload lookup the cache misses (`Reach`).
+    reach: std::sync::Arc<Reach>,
+    /// Lookups the cache could not answer within `CATCH_UP`.
+    lookup_lists: prometheus_client::metrics::counter::Counter,
 }
 
 impl ClusterStore {
@@ -51,17 +56,26 @@ impl ClusterStore {
             keys: KeyConfig::default(),
             marks: Default::default(),
             kids: Default::default(),
+            reach: Default::default(),
+            lookup_lists: Default::default(),
         }
+    }
+
+    /// Counts the lookups answered by a LIST (`workload_quota`) in `c`.
+    pub fn count_lookup_lists(mut self, c: prometheus_client::metrics::counter::Counter) -> Self {
+        self.lookup_lists = c;
+        self
     }
 
     /// What the cache's feed does with each event the reflector applied:
     /// marks it (`SummaryMarks::seen`) and keeps the index by parent
     /// (`Kids::seen`). Returns the function the feed calls.
     pub fn feed(&self) -> impl Fn(&kube::runtime::watcher::Event<BizGroupResourceQuota>) {
-        let (marks, kids) = (self.marks.clone(), self.kids.clone());
+        let (marks, kids, reach) = (self.marks.clone(), self.kids.clone(), self.reach.clone());
         move |ev| {
             kids.write().unwrap().seen(ev);
             marks.seen(ev);
+            reach.seen(ev);
         }
     }
 
@@ -279,6 +293,97 @@ impl SummaryMarks {
     }
 }
 
+/// How long a workload lookup the cache misses waits for the watch to
+/// reach this replica's latest quota write before it lists every quota.
+pub const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How far the watch's copy has read, against this replica's own quota
+/// writes: what makes a cache miss in `workload_quota` an answer.
+///
+/// A charge is a status write; the watch delivers a resource's events in
+/// resourceVersion order, each applied to the cache before the feed sees
+/// it. So once the cache holds an event at or past this replica's latest
+/// write, it holds that write and every write (any replica's) before it.
+/// A charge this replica made for a workload (its create reviewed here)
+/// is then in the cache, and the webhook answered that create only after
+/// the write: a later scale or delete of the workload, reviewed here, is
+/// judged on a copy that holds the charge. Across replicas the same holds
+/// for every charge written before this replica's own latest write; a
+/// charge another replica wrote after it is known once this replica's
+/// watch delivers it (see docs/cluster-mode.md).
+#[derive(Default)]
+pub struct Reach {
+    /// The highest resourceVersion of this replica's own status writes.
+    written: std::sync::atomic::AtomicI64,
+    /// The highest resourceVersion the cache holds; `None` until the
+    /// first list is complete (an empty cache answers nothing).
+    seen: tokio::sync::watch::Sender<Option<i64>>,
+    /// The highest version of a (re)list not yet complete.
+    listing: std::sync::Mutex<i64>,
+}
+
+/// What a cache miss means: the answer (the cache holds every charge
+/// written up to `written`), or not yet known.
+pub fn miss_is_answer(seen: Option<i64>, written: i64) -> bool {
+    seen.is_some_and(|s| s >= written)
+}
+
+impl Reach {
+    /// Notes one of this replica's own writes, at `version`.
+    pub fn wrote(&self, version: i64) {
+        self.written
+            .fetch_max(version, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn saw(&self, version: i64) {
+        self.seen.send_if_modified(|s| {
+            let higher = s.is_none_or(|s| version > s);
+            if higher {
+                *s = Some(version);
+            }
+            higher
+        });
+    }
+
+    /// Follows the cache: an event once applied; a (re)list once complete
+    /// (the reflector swaps its copy then).
+    pub fn seen(&self, ev: &kube::runtime::watcher::Event<BizGroupResourceQuota>) {
+        use kube::runtime::watcher::Event;
+        let rv = |k: &BizGroupResourceQuota| version_of(k).unwrap_or(0);
+        match ev {
+            Event::Apply(k) | Event::Delete(k) => self.saw(rv(k)),
+            Event::Init => *self.listing.lock().unwrap() = 0,
+            Event::InitApply(k) => {
+                let mut at = self.listing.lock().unwrap();
+                *at = (*at).max(rv(k));
+            }
+            Event::InitDone => {
+                let listed = std::mem::take(&mut *self.listing.lock().unwrap());
+                self.saw(listed);
+            }
+        }
+    }
+
+    /// Waits, up to `bound`, for the cache to hold this replica's latest
+    /// write (woken by the feed, never polling). True when it does.
+    pub async fn caught_up(&self, bound: std::time::Duration) -> bool {
+        self.reached(
+            self.written.load(std::sync::atomic::Ordering::SeqCst),
+            bound,
+        )
+        .await
+    }
+
+    /// Waits, up to `bound`, for the cache to hold every write up to
+    /// `version` (woken by the feed, never polling). True when it does.
+    pub async fn reached(&self, version: i64, bound: std::time::Duration) -> bool {
+        let mut seen = self.seen.subscribe();
+        let reached = seen.wait_for(|s| miss_is_answer(*s, version));
+        let caught = tokio::time::timeout(bound, reached).await;
+        matches!(caught, Ok(Ok(_)))
+    }
+}
+
 /// The watch's copy of the forest by parent, for subtree sums.
 struct Family<'a> {
     by_name: HashMap<&'a str, &'a BizGroupResourceQuota>,
@@ -447,7 +552,9 @@ impl ClusterStore {
             .request(req)
             .await
             .map_err(|e| map_err(name, e))?;
-        written.version(name)
+        let version = written.version(name)?;
+        self.reach.wrote(version);
+        Ok(version)
     }
 }
 
@@ -763,20 +870,32 @@ impl QuotaStore for ClusterStore {
         Ok(())
     }
 
-    /// The quota whose status holds `workload`'s charge. The cache answers
-    /// when it knows; a miss is read again from the API server, because the
-    /// watch may not yet have delivered a charge just written (a scale or
-    /// delete right after the create would otherwise be judged ungoverned:
-    /// let through uncharged, or its charge never released).
+    /// The quota whose status holds `workload`'s charge, from the cache.
+    /// A miss is the answer once the cache holds this replica's latest
+    /// quota write (`Reach`); until then it waits for the watch, up to
+    /// `CATCH_UP`, because the watch may not yet have delivered a charge
+    /// just written (a scale or delete right after the create would
+    /// otherwise be judged ungoverned: let through uncharged, or its charge
+    /// never released). Past that, one LIST of every quota answers.
     async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError> {
         let holds = |k: &BizGroupResourceQuota| {
             k.status
                 .as_ref()
                 .is_some_and(|s| s.0.workloads.contains_key(workload))
         };
-        if let Some(k) = self.cached().iter().find(|k| holds(k)) {
-            return Ok(k.metadata.name.clone());
+        let cached = || {
+            self.cached()
+                .iter()
+                .find(|k| holds(k))
+                .and_then(|k| k.metadata.name.clone())
+        };
+        if let Some(name) = cached() {
+            return Ok(Some(name));
         }
+        if self.reach.caught_up(CATCH_UP).await {
+            return Ok(cached());
+        }
+        self.lookup_lists.inc();
         let listed = self
             .api
             .list(&ListParams::default())
@@ -787,6 +906,10 @@ impl QuotaStore for ClusterStore {
             .iter()
             .find(|k| holds(k))
             .and_then(|k| k.metadata.name.clone()))
+    }
+
+    async fn caught_up_to(&self, version: i64) -> bool {
+        self.reach.reached(version, CATCH_UP).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -1365,9 +1488,20 @@ mod tests {
             },
         );
         let root: BizGroupResourceQuota = serde_json::from_value(object("ai", "2", "0")).unwrap();
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(child));
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(root));
         let store = ClusterStore::new(client, cache);
+        let lists = prometheus_client::metrics::counter::Counter::default();
+        let store = store.count_lookup_lists(lists.clone());
+        // As `start`'s feed: the reflector applies, then the feed sees.
+        let fed = store.feed();
+        let mut apply = |ev: kube::runtime::watcher::Event<BizGroupResourceQuota>| {
+            writer.apply_watcher_event(&ev);
+            fed(&ev);
+        };
+        use kube::runtime::watcher::Event;
+        apply(Event::Init);
+        apply(Event::InitApply(child.clone()));
+        apply(Event::InitApply(root));
+        apply(Event::InitDone);
         let names: Vec<String> = store
             .list()
             .await
@@ -1398,18 +1532,52 @@ mod tests {
                 .as_deref(),
             Some("cv")
         );
-        // A workload the cache does not hold is looked up again in a fresh
-        // list (the watch may lag a charge just written); the one request.
+        // A miss on a cache that holds every write this replica made is
+        // the answer: no request (the mock answers none, so one would hang).
+        let bound = std::time::Duration::from_secs(5);
+        let miss = tokio::time::timeout(bound, store.workload_quota("apps/Deployment/ml/none"));
+        assert_eq!(miss.await.expect("no request").unwrap(), None);
+        // A charge written here (version 10) that the watch has not yet
+        // delivered: the lookup waits for the watch, which wakes it.
+        store.reach.wrote(10);
+        let store = Arc::new(store);
+        let late = tokio::spawn({
+            let store = store.clone();
+            async move { store.workload_quota("apps/Deployment/ml/late").await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!late.is_finished(), "waits for the watch");
+        let mut charged = child.clone();
+        charged.metadata.resource_version = Some("10".into());
+        let held = charged.status.as_ref().unwrap().0.workloads["apps/Deployment/ml/web"].clone();
+        charged
+            .status
+            .as_mut()
+            .unwrap()
+            .0
+            .workloads
+            .insert("apps/Deployment/ml/late".into(), held);
+        apply(Event::Apply(charged));
+        let found = tokio::time::timeout(bound, late)
+            .await
+            .expect("woken by the watch");
+        assert_eq!(found.unwrap().unwrap().as_deref(), Some("cv"));
+        assert_eq!(lists.get(), 0);
+        // A watch that never reaches this replica's latest write: past
+        // `CATCH_UP`, one fresh LIST answers, counted.
+        store.reach.wrote(20);
         let api = tokio::spawn(async move {
             let (req, send) = handle.next_request().await.expect("a request");
             assert_eq!(req.method(), "GET");
-            let list = json!({"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuotaList", "metadata": {"resourceVersion": "3"}, "items": [object("ai", "2", "0")]});
+            assert_eq!(req.uri().path(), "/apis/bizrq.io/v1/bizgroupresourcequotas");
+            let list = json!({"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuotaList", "metadata": {"resourceVersion": "20"}, "items": [object("ai", "2", "0")]});
             send.send_response(
                 Response::builder()
                     .body(Body::from(list.to_string().into_bytes()))
                     .unwrap(),
             );
         });
+        let asked = std::time::Instant::now();
         assert_eq!(
             store
                 .workload_quota("apps/Deployment/ml/none")
@@ -1417,7 +1585,52 @@ mod tests {
                 .unwrap(),
             None
         );
+        assert!(asked.elapsed() >= CATCH_UP, "listed only past the bound");
         api.await.unwrap();
+        assert_eq!(lists.get(), 1);
+    }
+
+    /// The decision behind a miss: an answer once the cache has read up to
+    /// this replica's latest write, never before the first complete list.
+    #[test]
+    fn a_miss_is_an_answer_only_on_a_cache_at_or_past_the_latest_write() {
+        assert!(
+            !miss_is_answer(None, 0),
+            "a cache never listed answers nothing"
+        );
+        assert!(miss_is_answer(Some(0), 0));
+        assert!(miss_is_answer(Some(12), 10));
+        assert!(miss_is_answer(Some(10), 10));
+        assert!(!miss_is_answer(Some(9), 10));
+    }
+
+    /// The cache's reach follows what the reflector swapped in: a relist's
+    /// objects only once it is complete, and never moves back.
+    #[test]
+    fn the_reach_follows_events_and_whole_lists_only() {
+        use kube::runtime::watcher::Event;
+        let reach = Reach::default();
+        let at = |rv: &str| -> BizGroupResourceQuota {
+            serde_json::from_value(object("ai", rv, "0")).unwrap()
+        };
+        let seen = || *reach.seen.borrow();
+        assert_eq!(seen(), None);
+        reach.seen(&Event::Init);
+        reach.seen(&Event::InitApply(at("7")));
+        reach.seen(&Event::InitApply(at("4")));
+        assert_eq!(seen(), None, "a list not yet complete");
+        reach.seen(&Event::InitDone);
+        assert_eq!(seen(), Some(7));
+        reach.seen(&Event::Apply(at("9")));
+        assert_eq!(seen(), Some(9));
+        reach.seen(&Event::Delete(at("11")));
+        assert_eq!(seen(), Some(11));
+        // A relist after a compaction can hold only older objects (the
+        // newest was deleted): the reach does not move back.
+        reach.seen(&Event::Init);
+        reach.seen(&Event::InitApply(at("8")));
+        reach.seen(&Event::InitDone);
+        assert_eq!(seen(), Some(11));
     }
 
     fn status(code: u16, reason: &str, message: &str) -> Response<Body> {

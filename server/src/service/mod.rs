@@ -287,6 +287,10 @@ pub struct Service {
     /// object and counted in `marked` until a status shows it; None: the
     /// quota's status holds every entry.
     pub marks: Option<Arc<queue_mark::MarkKeys>>,
+    /// `--queue-mark-drain`: with `marks`, fold the marks already placed
+    /// but sign none, and keep every entry in the status (`signing_keys`,
+    /// `bound_queue`).
+    pub mark_drain: bool,
     /// Per quota, the entries this replica marked that no status it read
     /// shows yet, checked and added under the lock (`quota::queue::pending`).
     pub marked: Arc<std::sync::Mutex<HashMap<String, quota::queue::pending::Pending>>>,
@@ -351,6 +355,7 @@ impl Service {
             priorities: Arc::new(queue::NoClasses),
             queueing: false,
             marks: None,
+            mark_drain: false,
             marked: Default::default(),
             marks_judged_at: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
             rounds_queue: Default::default(),
@@ -418,6 +423,19 @@ impl Service {
     pub fn with_queue_marks(mut self, keys: Option<Arc<queue_mark::MarkKeys>>) -> Service {
         self.marks = keys;
         self
+    }
+
+    /// Drain queue marks (`--queue-mark-drain`, docs/queueing.md §12):
+    /// marks are folded, none signed, every entry kept in the status.
+    pub fn with_queue_mark_drain(mut self, drain: bool) -> Service {
+        self.mark_drain = drain;
+        self
+    }
+
+    /// The keys a new mark is signed with: none without marks, and none
+    /// while draining them (a create that must wait goes to the status).
+    pub fn signing_keys(&self) -> Option<Arc<queue_mark::MarkKeys>> {
+        self.marks.clone().filter(|_| !self.mark_drain)
     }
 
     /// Cluster mode: pods are seen, so cash accrues from their run time

@@ -293,7 +293,8 @@ impl Service {
         create: bool,
         dry_run: bool,
     ) -> Result<(Queueing, Option<queue::mark::Mark>), ServiceError> {
-        let Some(keys) = self.marks.clone() else {
+        // Draining marks: queued in the status, no mark signed.
+        let Some(keys) = self.signing_keys() else {
             let out = self
                 .queue_workload(quota_name, work, create, dry_run)
                 .await?;
@@ -478,12 +479,28 @@ impl Service {
     /// on their held object backs (the round's fold). Without marks the
     /// status keeps every entry and no summary. The whole queue, as it was
     /// before the cut.
+    ///
+    /// Draining marks (`--queue-mark-drain`): every entry is kept, folded
+    /// ones too, and no summary, so one round lists the whole queue and
+    /// nothing waits by its mark alone. Without marks, `marked` (the held
+    /// objects carrying a mark) that the status neither lists nor charges
+    /// wait by marks nothing folds: the summary counts them
+    /// (`summary::unfolded`) while there are any, for people and the
+    /// alert on them.
     pub fn bound_queue(
         &self,
         q: &mut Quota,
         backed: &std::collections::BTreeSet<String>,
+        marked: &[MarkedObject],
     ) -> Vec<queue::QueueEntry> {
         if self.marks.is_none() {
+            let stranded =
+                queue::summary::stranded(&q.status, marked.iter().map(|o| o.workload_ref.as_str()))
+                    .len();
+            q.status.queue_summary = queue::summary::unfolded(&q.status.queue, stranded);
+            return Vec::new();
+        }
+        if self.mark_drain {
             q.status.queue_summary = None;
             return Vec::new();
         }
@@ -693,7 +710,7 @@ impl Service {
                     // the rest waits on its marked objects, folded back by
                     // the next round at the same places.
                     *whole.lock().unwrap_or_else(|e| e.into_inner()) =
-                        self.bound_queue(q, &folding.backed);
+                        self.bound_queue(q, &folding.backed, marked);
                     let restated =
                         (&q.status.queue, &q.status.queue_summary) != (&listed.0, &listed.1);
                     match &b {

@@ -379,13 +379,15 @@ impl SqlStore {
 
     /// Who is emailed about an alert of `kind` on the first quota of
     /// `chain` (the quota, then its ancestors, nearest first): the owners
-    /// of the nearest quota that has owners, and the admins for transfers;
-    /// without users who muted the kind or have no email address. Each says
-    /// whether the user takes this kind as a daily digest.
+    /// of the nearest quota that has owners, and with `admins` the admins
+    /// (`alerts::tells_admins`); without users who muted the kind or have
+    /// no email address. Each says whether the user takes this kind as a
+    /// daily digest.
     pub async fn alert_recipients(
         &self,
         chain: &[&str],
         kind: Kind,
+        admins: bool,
     ) -> Result<Vec<Recipient>, StoreError> {
         // Per user: email, and the kind's mute and digest choices.
         const USER: &str = "u.id AS id, u.email AS email, \
@@ -406,7 +408,7 @@ impl SqlStore {
                 break;
             }
         }
-        if kind.notifies_admins() {
+        if admins {
             rows.extend(
                 sqlx::query(&format!(
                     "SELECT {USER} FROM users u WHERE u.is_admin = 1 AND u.disabled = 0 \

@@ -184,6 +184,14 @@ pub trait QuotaStore: Send + Sync + 'static {
     async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError>;
     /// Whether the backend answers (for /readyz).
     async fn ping(&self) -> Result<(), StoreError>;
+    /// Waits (bounded) until this store's lists hold every write up to
+    /// `version`, a resourceVersion another watch of the same objects has
+    /// delivered (cluster: the controller's, which may run ahead of this
+    /// store's cache). Whether they do. A store whose lists are read
+    /// fresh (SQL) always does.
+    async fn caught_up_to(&self, _version: i64) -> bool {
+        true
+    }
     /// The quotas whose summaries for people (`status.summary`,
     /// `kubectl get`'s columns) may have gone stale since the last call,
     /// each with its place (oldest first), as this store's own view of

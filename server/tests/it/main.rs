@@ -50,3 +50,4 @@ mod trust;
 mod updates;
 mod volcano;
 mod webhook;
+mod workload_lookup;

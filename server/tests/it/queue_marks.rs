@@ -1073,3 +1073,180 @@ async fn a_job_re_created_behind_the_top_is_queued_and_admitted() {
     until_released(&c, &last).await;
     assert!(!suspended(&c, &last), "{last} released");
 }
+
+/// `marked_cluster` with `a` (4 cpu) charged and `n` one-cpu Jobs of bob
+/// queued behind it by marks, each folded before the next: the status
+/// lists the top 20 and its summary counts all `n`.
+async fn queue_beyond_the_top(n: u64) -> Cluster {
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    for i in 0..n {
+        create(&c, "bob", job(&format!("p-{i:02}"), "1"))
+            .await
+            .unwrap();
+        c.until("ml", "folded", |q| {
+            q["status"]["queueSummary"]["total"].as_u64() == Some(i + 1)
+        })
+        .await;
+    }
+    let q = c.fake.quota("ml");
+    assert_eq!(queue_refs(&q).len(), quota::queue::summary::TOP_ENTRIES);
+    c
+}
+
+/// `c` stopped (its Lease released), and another replica started over the
+/// same API server, leading and serving the webhooks, with `configure`d
+/// arguments: an operator's rollout of a new setting.
+async fn replaced(c: Cluster, configure: impl FnOnce(&mut bizrq::config::ServeArgs)) -> Cluster {
+    let fake = c.fake.clone();
+    c.running.shutdown().await;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = mark_key_file(dir.path());
+    let db = crate::common::fresh_sqlite(&dir);
+    Cluster::replica_configured(fake, dir, T0, "bizrq-1", true, &db, |a| {
+        a.queue_mark_key_file = Some(keys);
+        configure(a);
+    })
+    .await
+}
+
+/// Draining marks (`--queue-mark-drain`) before turning them off: the
+/// first round lists the whole queue in the status (the 25 marked Jobs,
+/// 20 of them listed before), a create that must wait is queued in the
+/// status with no mark signed, and as room frees the rounds admit every
+/// one, each once, in order, the new one last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_marks_lists_the_whole_queue_signs_none_and_admits_every_entry() {
+    let n = quota::queue::summary::TOP_ENTRIES as u64 + 5;
+    let c = queue_beyond_the_top(n).await;
+    let c = replaced(c, |a| a.queue_mark_drain = true).await;
+    let q = c
+        .until("ml", "every marked entry listed", |q| {
+            queue_refs(q).len() == n as usize && q["status"]["queueSummary"].is_null()
+        })
+        .await;
+    let order: Vec<String> = (0..n).map(|i| format!("batch/Job/ml/p-{i:02}")).collect();
+    assert_eq!(queue_refs(&q), order, "in their marks' order");
+    create(&c, "carol", job("late", "1")).await.unwrap();
+    assert!(suspended(&c, "late"), "held: it must wait");
+    assert!(
+        mark_of(&c, "late").is_none(),
+        "no mark signed while draining"
+    );
+    c.until("ml", "late queued in the status", |q| {
+        queue_refs(q).last().map(String::as_str) == Some("batch/Job/ml/late")
+    })
+    .await;
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    let all: Vec<String> = (0..n)
+        .map(|i| format!("p-{i:02}"))
+        .chain(["late".to_string()])
+        .collect();
+    for name in &all {
+        c.until("ml", "admitted in turn", |q| {
+            q["status"]["workloads"][format!("batch/Job/ml/{name}")]["uid"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("queue:"))
+        })
+        .await;
+        until_released(&c, name).await;
+        assert!(!suspended(&c, name), "{name} released");
+        let q = c.fake.quota("ml");
+        assert!(
+            !queue_refs(&q).contains(&format!("batch/Job/ml/{name}")),
+            "never both charged and waiting: {q}"
+        );
+        assert!(q["status"]["queueSummary"].is_null(), "{q}");
+        jobs(&c, "bob")
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let q = c
+        .until("ml", "the queue empty", |q| {
+            queue_refs(q).is_empty() && used(q, "requests.cpu") == "0"
+        })
+        .await;
+    assert!(q["status"]["queueSummary"].is_null(), "{q}");
+}
+
+async fn marks_off_alerts(c: &Cluster) -> Vec<Value> {
+    let (s, v) = c
+        .server
+        .api(
+            Method::GET,
+            "/api/v1/alerts?quota=ml&kind=queue_overdue",
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    v["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a["key"] == bizrq::alerts::MARKS_OFF_KEY)
+        .collect()
+}
+
+/// Turning marks off while Jobs wait beyond the listed top: the round of
+/// a controller without keys counts them in `queueSummary.unfolded` and a
+/// critical alert names the quota and what to do; once those Jobs are
+/// gone (deleted here; mounting the keys again would fold them), the
+/// next round finds none and the alert resolves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_marks_off_with_jobs_beyond_the_top_alerts_until_none_is_left() {
+    let n = quota::queue::summary::TOP_ENTRIES as u64 + 3;
+    let c = queue_beyond_the_top(n).await;
+    let c = replaced(c, |a| a.queue_mark_key_file = None).await;
+    let q = c
+        .until("ml", "the stranded counted", |q| {
+            q["status"]["queueSummary"]["unfolded"] == 3
+        })
+        .await;
+    assert_eq!(q["status"]["queueSummary"]["total"], n, "{q}");
+    let mut open = Vec::new();
+    for _ in 0..400 {
+        open = marks_off_alerts(&c).await;
+        if !open.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(open.len(), 1, "{open:?}");
+    let a = &open[0];
+    assert_eq!(a["level"], "critical");
+    assert_eq!(a["state"], "open");
+    let said = a["message"].as_str().unwrap();
+    assert!(
+        said.starts_with("3 workloads bound to ml wait held beyond the 20 its queue lists"),
+        "{said}"
+    );
+    assert!(said.contains("BIZRQ_QUEUE_MARK_KEY_FILE") && said.contains("BIZRQ_QUEUE_MARK_DRAIN"));
+    // The three behind the top are deleted: nothing is stranded any more.
+    for i in quota::queue::summary::TOP_ENTRIES as u64..n {
+        jobs(&c, "bob")
+            .delete(&format!("p-{i:02}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    c.until("ml", "no summary once none is stranded", |q| {
+        q["status"]["queueSummary"].is_null()
+    })
+    .await;
+    let mut state = Value::Null;
+    for _ in 0..400 {
+        state = marks_off_alerts(&c).await[0]["state"].clone();
+        if state == "resolved" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(state, "resolved");
+    assert_eq!(marks_off_alerts(&c).await.len(), 1, "fired once");
+}

@@ -143,6 +143,10 @@ pub struct Context {
     /// drops such a trigger): their next Apply is reconciled even when it is
     /// this process's own write coming back.
     missed: Mutex<HashSet<String>>,
+    /// The highest resourceVersion of a quota this controller's watch has
+    /// delivered: a reconcile reads the service's store (whose own watch
+    /// may lag this one) only once that store has reached it.
+    quota_seen: std::sync::atomic::AtomicI64,
     /// No reconcile before the view's startup watches have listed once.
     gate: Gate,
     /// Quotas that may borrow and have a queue, by parent: room freed under
@@ -197,6 +201,20 @@ pub struct Context {
 }
 
 impl Context {
+    /// Waits (at most `cluster::store::CATCH_UP`) until the service's
+    /// store has read every quota version this controller's watch has
+    /// delivered. The event that asked for a reconcile or a round came
+    /// through that watch, but a parent's children, a borrower's parent
+    /// and siblings are read from the store's cache, a watch of its own
+    /// that may lag it: a child's queue head or a sibling's release
+    /// written just before would be missed, and nothing would ask again.
+    pub(super) async fn store_caught_up(&self, name: &str) {
+        let seen = self.quota_seen.load(std::sync::atomic::Ordering::SeqCst);
+        if !self.service.store.caught_up_to(seen).await {
+            tracing::debug!(quota = %name, version = seen, "the store's cache lags the controller's watch; going on with it");
+        }
+    }
+
     /// An Event on a workload (`action`: the controller's part that acts,
     /// `reason`: what happened), addressed by the API version its kind is
     /// installed at and its uid as last seen.
@@ -253,6 +271,7 @@ impl Context {
             triggers,
             retries: Retries::default(),
             missed: Mutex::default(),
+            quota_seen: Default::default(),
             gate: Gate::default(),
             borrowers: Mutex::default(),
             fair: fair::Yields::default(),

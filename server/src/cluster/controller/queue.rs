@@ -58,6 +58,8 @@ impl Context {
     ) -> Result<(), ServiceError> {
         let t0 = std::time::Instant::now();
         self.service.metrics.queue_rounds.inc();
+        // The parent and siblings the plan reads, as new as what asked.
+        self.store_caught_up(name).await;
         let q = self.service.get(name).await?.quota;
         let repairs: Vec<(String, String)> = {
             let snap = self.view.lock().unwrap().snapshot(name);
@@ -334,10 +336,12 @@ impl Context {
     /// The held objects bound to `name` that carry a queue mark, as the
     /// watch shows them, with what each runs once released; not those
     /// whose mark a fold refused already (`bad_marks`), which are told
-    /// once and then ask for no round. None when marks are off.
+    /// once and then ask for no round. With marks off, every held object
+    /// carrying a mark: none is folded, and those the status neither lists
+    /// nor charges are counted as stranded (`Service::bound_queue`).
     pub(super) fn marked_objects(&self, name: &str) -> Vec<crate::service::queue::MarkedObject> {
         if self.service.marks.is_none() {
-            return Vec::new();
+            return self.held_marked(name);
         }
         let mut objects = self.held_marked(name);
         let now = self.now();

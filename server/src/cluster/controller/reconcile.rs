@@ -100,6 +100,7 @@ impl Context {
     /// Bring one quota's status to what the cluster shows.
     pub async fn reconcile_quota(&self, name: &str) -> Result<Reconciled, ServiceError> {
         let _serial = self.one_at_a_time(name).await;
+        self.store_caught_up(name).await;
         let now = self.now();
         let (snap, waiting_marked) = {
             let v = self.view.lock().unwrap();
@@ -116,6 +117,7 @@ impl Context {
         let list = self.service.price_list();
         let mut exhausted: Vec<String> = Vec::new();
         let mut queued = false;
+        let mut summarized = false;
         let mut preempting = false;
         let mut freed = false;
         // Borrowing this write ended (a borrowing charge released): what
@@ -311,6 +313,7 @@ impl Context {
                 loan_back = borrow::fence_release(q, &before.used, seen);
                 exhausted = newly_exhausted(&before, q);
                 queued = quota::queue::ledger::waits_or_admits(q);
+                summarized = q.status.queue_summary.is_some();
                 preempting = q
                     .status
                     .reclaim
@@ -429,6 +432,12 @@ impl Context {
         // reconcile of its quota from then on.
         // Not those whose mark was refused already: told once, they ask
         // for no round until the object or its mark changes.
+        // Without marks, held objects carrying one (stranded unless the
+        // status lists them) and a summary still counting such objects ask
+        // for a round, which restates the summary the alert reads.
+        let queued = queued
+            || (self.service.marks.is_none()
+                && (summarized || !self.marked_objects(name).is_empty()));
         let queued = queued
             || (self.service.marks.is_some()
                 && (!self.marked_objects(name).is_empty()

@@ -208,6 +208,10 @@ impl Context {
             .resource_version
             .as_deref()
             .and_then(|v| v.parse::<i64>().ok());
+        if let Some(v) = rv {
+            self.quota_seen
+                .fetch_max(v, std::sync::atomic::Ordering::SeqCst);
+        }
         let missed = self.missed.lock().unwrap().remove(&name);
         let ours = !relist && !missed && rv.is_some_and(|v| self.service.wrote(&name, v));
         if !q.spec.parent.is_empty() {
@@ -353,11 +357,12 @@ impl Context {
                 let wref = adapter.workload_ref(&w.meta.namespace, &w.meta.name);
                 let classes = quota::queue::priority::class_names(&obj.json);
                 // A held object carrying a queue mark: what it runs once
-                // released, for the round's fold (docs/queueing.md §12).
-                let marked = self.service.marks.is_some()
-                    && w.meta
-                        .annotations
-                        .contains_key(quota::queue::mark::ANNOTATION)
+                // released, for the round's fold (docs/queueing.md §12);
+                // with marks off, what waits by a mark nothing folds.
+                let marked = w
+                    .meta
+                    .annotations
+                    .contains_key(quota::queue::mark::ANNOTATION)
                     && quota::hold::is_held(adapter.hold(), &obj.json);
                 let released = marked
                     .then(|| {

@@ -259,14 +259,18 @@ async fn a_transfer_alert_reaches_the_admins_and_outlives_a_sweep(s: &SqlStore) 
     assert_eq!(s.open_alerts().await.unwrap().len(), 1);
     assert_eq!(
         emails(
-            s.alert_recipients(&["org"], Kind::TransferApproved)
+            s.alert_recipients(&["org"], Kind::TransferApproved, true)
                 .await
                 .unwrap()
         ),
         ["alice@example.com", "carol@example.com"]
     );
     assert_eq!(
-        emails(s.alert_recipients(&["org"], Kind::Threshold).await.unwrap()),
+        emails(
+            s.alert_recipients(&["org"], Kind::Threshold, false)
+                .await
+                .unwrap()
+        ),
         ["alice@example.com"]
     );
     assert_eq!(s.outbox().await.unwrap().len(), 2);

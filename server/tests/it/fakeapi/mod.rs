@@ -80,6 +80,9 @@ struct State {
     /// (milliseconds, shared with every open watch, so a change reaches
     /// watches already open)
     watch_delay: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The next watch opened on these collections lags this much more than
+    /// `watch_delay` (`lag_next_watch`): one client's watch behind another's.
+    next_watch_lag: HashMap<String, std::time::Duration>,
     /// Writes to these paths take this long besides `write_delay` (one
     /// object's writes slow, as under a loaded API server and webhooks).
     slow_writes: HashMap<String, std::time::Duration>,
@@ -441,6 +444,18 @@ impl FakeApi {
             delay.as_millis() as u64,
             std::sync::atomic::Ordering::SeqCst,
         );
+    }
+
+    /// The next watch opened on `group`/`plural` delivers each live event
+    /// `delay` later than the others do (bizrq watches quotas twice, its
+    /// store's cache first at start and then its controller: this makes
+    /// the cache lag the controller, as one task starved under load does).
+    pub fn lag_next_watch(&self, group: &str, plural: &str, delay: std::time::Duration) {
+        self.state
+            .lock()
+            .unwrap()
+            .next_watch_lag
+            .insert(coll_key(group, plural), delay);
     }
 
     /// Every write to `path` from now on takes `delay` more before it is

@@ -128,6 +128,14 @@ impl FakeApi {
         g.rv += 1;
         let rv = g.rv;
         let lag = g.watch_delay.clone();
+        let watching = method == Method::GET
+            && t.name.is_none()
+            && params.get("watch").is_some_and(|w| w == "true" || w == "1");
+        let extra_lag = if watching {
+            g.next_watch_lag.remove(&t.coll).unwrap_or_default()
+        } else {
+            std::time::Duration::ZERO
+        };
         let coll = g.colls.get_mut(&t.coll).unwrap();
         let ns = t.namespace.clone().unwrap_or_default();
         match (method, t.name.clone()) {
@@ -183,7 +191,31 @@ impl FakeApi {
                         }
                         Some((ev, rx))
                     }
-                });
+                })
+                .boxed();
+                // A watch lagging the others (`lag_next_watch`): each event
+                // reaches it `extra_lag` after it was made, however many
+                // come at once (a starved reader catches up in a burst).
+                let live = if extra_lag.is_zero() {
+                    live
+                } else {
+                    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                    tokio::spawn(async move {
+                        let mut live = live;
+                        while let Some(ev) = live.next().await {
+                            let due = tokio::time::Instant::now() + extra_lag;
+                            if tx.send((due, ev)).is_err() {
+                                break;
+                            }
+                        }
+                    });
+                    futures::stream::unfold(rx, |mut rx| async move {
+                        let (due, ev) = rx.recv().await?;
+                        tokio::time::sleep_until(due).await;
+                        Some((ev, rx))
+                    })
+                    .boxed()
+                };
                 let keep2 = keep.clone();
                 let stream = futures::stream::iter(backlog)
                     .chain(live.filter(move |(r, _, o)| std::future::ready(*r > from && keep2(o))))
