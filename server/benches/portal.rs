@@ -967,7 +967,7 @@ mod soak {
         for (why, n) in &a.other {
             println!("         refused {n}×: {why}");
         }
-        a.slow.sort_by(|x, y| y.2.cmp(&x.2));
+        a.slow.sort_by_key(|x| std::cmp::Reverse(x.2));
         for (phase, at, took) in a.slow.iter().take(10) {
             println!(
                 "         slow: {:>8.1} ms, sent {at:.3} s into the soak ({phase}; unix {:.3})",
@@ -976,7 +976,11 @@ mod soak {
             );
         }
         if a.slow.len() > 10 {
-            println!("         slow: {} more over {} ms", a.slow.len() - 10, SLOW.as_millis());
+            println!(
+                "         slow: {} more over {} ms",
+                a.slow.len() - 10,
+                SLOW.as_millis()
+            );
         }
         p99
     }
@@ -1161,7 +1165,9 @@ mod soak {
         // (`admission_commit_duration_seconds`, by path). A slow
         // admission the server did not see was slow outside it: the
         // connection, TLS, the client.
-        println!("admissions the server timed (count within 0.2048 s, within 1.6384 s, and in all):");
+        println!(
+            "admissions the server timed (count within 0.2048 s, within 1.6384 s, and in all):"
+        );
         for l in metrics.lines().filter(|l| {
             (l.starts_with("bizrq_admission_duration_seconds_bucket")
                 || l.starts_with("bizrq_admission_commit_duration_seconds_bucket"))
