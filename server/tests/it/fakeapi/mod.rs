@@ -67,11 +67,17 @@ struct State {
     rv: u64,
     colls: HashMap<String, Coll>,
     requests: Vec<String>,
+    /// How many requests of each verb and resource were served, whatever
+    /// `history` keeps (`tally`): "get bizgroupresourcequotas",
+    /// "patch jobs", "put bizgroupresourcequotas/status", "list …", "watch …".
+    tally: HashMap<String, u64>,
     /// Answer the next N writes to these paths with 409.
     conflicts: HashMap<String, usize>,
     /// Answer the next N writes to these paths with 500, writing nothing
     /// (etcd unavailable).
     failures: HashMap<String, usize>,
+    /// Answer the next N GETs of these objects' paths with 500.
+    failed_reads: HashMap<String, usize>,
     /// How long each write (POST, PUT, PATCH, DELETE; dry runs too) takes
     /// before it is made, as etcd's commit would; zero by default.
     write_delay: std::time::Duration,
@@ -409,6 +415,13 @@ impl FakeApi {
         self.state.lock().unwrap().requests.clone()
     }
 
+    /// How many requests of each verb and resource were served since the
+    /// start, counted whatever the bounded history keeps (see `State::tally`).
+    #[allow(dead_code)] // for benches/kueue.rs
+    pub fn tally(&self) -> HashMap<String, u64> {
+        self.state.lock().unwrap().tally.clone()
+    }
+
     /// Answer the next `n` writes (PUT/PATCH) of `path` with 409 Conflict,
     /// as if someone else had just written the object.
     pub fn conflict_next(&self, path: &str, n: usize) {
@@ -426,6 +439,16 @@ impl FakeApi {
             .lock()
             .unwrap()
             .failures
+            .insert(path.to_string(), n);
+    }
+
+    /// Answer the next `n` GETs of the object at `path` with 500 (0: none
+    /// from now on): a read that must not happen shows as a failure.
+    pub fn fail_reads(&self, path: &str, n: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .failed_reads
             .insert(path.to_string(), n);
     }
 

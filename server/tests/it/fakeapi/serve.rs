@@ -76,6 +76,7 @@ impl FakeApi {
         ));
         let keep = g.history;
         trim(&mut g.requests, keep);
+        *g.tally.entry(tally_key(method, path, query)).or_default() += 1;
     }
 
     /// Serve one request; with `dry` (dryRun=All) a write is checked and
@@ -110,6 +111,15 @@ impl FakeApi {
                     &format!("the server could not find the requested resource ({path})"),
                 ),
             );
+        }
+        if method == Method::GET && t.name.is_some() {
+            if let Some(n) = g.failed_reads.get_mut(path).filter(|n| **n > 0) {
+                *n -= 1;
+                return once(
+                    500,
+                    &status(500, "InternalError", "etcdserver: request timed out"),
+                );
+            }
         }
         let write = matches!(method, Method::PUT | Method::PATCH);
         if write {
@@ -697,4 +707,34 @@ impl tower::Service<Request<Body>> for FakeApi {
             Ok(resp)
         })
     }
+}
+
+/// The key `FakeApi::tally` counts a request under: its verb (get, list,
+/// watch, post, put, patch, delete) and its resource, with a subresource
+/// after a slash ("put bizgroupresourcequotas/status").
+fn tally_key(method: &Method, path: &str, query: &str) -> String {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let mut at = match segs.first() {
+        Some(&"api") => 2,
+        Some(&"apis") => 3,
+        _ => return format!("{} {path}", method.as_str().to_lowercase()),
+    };
+    if segs.get(at) == Some(&"namespaces") && segs.len() > at + 2 {
+        at += 2;
+    }
+    let plural = segs.get(at).copied().unwrap_or("");
+    let named = segs.len() > at + 1;
+    let verb = match method.as_str() {
+        "GET" if named => "get",
+        "GET" if query.contains("watch=true") || query.contains("watch=1") => "watch",
+        "GET" => "list",
+        m => return format!("{} {plural}{}", m.to_lowercase(), sub_of(&segs, at)),
+    };
+    format!("{verb} {plural}{}", sub_of(&segs, at))
+}
+
+fn sub_of(segs: &[&str], at: usize) -> String {
+    segs.get(at + 2)
+        .map(|s| format!("/{s}"))
+        .unwrap_or_default()
 }
