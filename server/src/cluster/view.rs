@@ -970,6 +970,18 @@ impl View {
             .collect()
     }
 
+    /// `workloads_of`, without those whose status says they finished: what
+    /// reclaim and preemption may stop. A finished workload runs nothing
+    /// and its charge goes by itself (docs/queueing.md §9), so suspending
+    /// it frees nothing: taken as a victim, it would be held, queued,
+    /// admitted with nothing to charge and released, again and again.
+    pub fn unfinished_of(&self, quota: &str) -> Vec<(String, Vec<PodSet>, WorkloadInfo)> {
+        self.workloads_in(quota)
+            .filter(|(_, s)| !s.finished)
+            .map(|(r, s)| (r.clone(), s.pod_sets.clone(), s.info.clone()))
+            .collect()
+    }
+
     /// Usage of the unschedulable pods of workloads bound to `quota`.
     pub fn unschedulable_usage(&self, quota: &str) -> ResourceList {
         let mut out = ResourceList::new();

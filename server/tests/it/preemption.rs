@@ -832,3 +832,58 @@ async fn a_preemption_grace_of_zero_suspends_at_once_whatever_the_reclaim_grace(
         assert!(v.to_string().contains(want), "{v}");
     }
 }
+
+/// A finished Job is never a victim (docs/queueing.md §6): it runs
+/// nothing and its charge went when it finished, so suspending it frees
+/// nothing. Taken for the newest running Job of lower priority, it was
+/// held, queued, admitted with nothing to charge and released, again and
+/// again, while the Job that waited stayed queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_is_never_preempted() {
+    let c = Cluster::start().await;
+    create_quota(
+        &c,
+        "ml",
+        "",
+        json!({"hard": {"requests.cpu": "3"},
+            "queueing": {"mode": "Queue",
+                "preemption": {"policy": "LowerPriority", "graceSeconds": 0}}}),
+    )
+    .await;
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create_class(&c, "batch-low", 1).await;
+    create_class(&c, "urgent", 100).await;
+    create(&c, &job("ml", "ml", "low", 2, "1", "batch-low")).await;
+    create(&c, &job("ml", "ml", "done", 1, "1", "batch-low")).await;
+    c.until("ml", "both charged", |q| used(q, "requests.cpu") == "3")
+        .await;
+    // The newest Job of lower priority finishes (not deleted): its charge goes.
+    let since = c.fake.quota("ml")["status"]["workloads"]["batch/Job/ml/done"]["since"].clone();
+    let mut done = c.fake.get("batch", "jobs", "ml", "done").unwrap();
+    done["status"] = json!({"conditions": [
+        {"type": "Complete", "status": "True", "lastTransitionTime": since}]});
+    c.fake.put(done);
+    c.until("ml", "done's charge gone", |q| {
+        used(q, "requests.cpu") == "2"
+    })
+    .await;
+    // 2 CPUs wait where 1 is free: only low, running, can make the room.
+    create(&c, &job("ml", "ml", "urgent", 1, "2", "urgent")).await;
+    until_suspended(&c, "ml", "low", true).await;
+    c.until("ml", "urgent admitted, low queued", |q| {
+        queue_refs(q) == ["batch/Job/ml/low"]
+            && q["status"]["workloads"]["batch/Job/ml/urgent"].is_object()
+            && used(q, "requests.cpu") == "2"
+    })
+    .await;
+    until_suspended(&c, "ml", "urgent", false).await;
+    assert_eq!(
+        patches(&c, "ml", "done"),
+        0,
+        "the finished Job is left alone"
+    );
+    assert!(suspend_reviews(&c, "done").is_empty());
+}

@@ -220,7 +220,7 @@ impl Context {
                 })
                 .collect();
             let running: Vec<Candidate> = v
-                .workloads_of(q.name())
+                .unfinished_of(q.name())
                 .into_iter()
                 .filter(|(wref, sets, _)| {
                     !queue::ledger::holds(q, wref) && sets.iter().any(|s| s.count > 0)

@@ -50,7 +50,7 @@ impl Context {
                         return None;
                     }
                     let workloads = v
-                        .workloads_of(name)
+                        .unfinished_of(name)
                         .into_iter()
                         .map(|(wref, pod_sets, info)| Candidate {
                             stop: adapter_of(&wref).map_or(Stop::Never, Stop::of),
