@@ -14,7 +14,7 @@
 
 use super::crd::BizGroupResourceQuota;
 use crate::service::ServiceError;
-use crate::store::{QuotaStore, Stamp, StoreError, Stored};
+use crate::store::{QuotaStore, Stamp, StoreError, Stored, Watched};
 use async_trait::async_trait;
 use kube::api::{
     Api, DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
@@ -684,6 +684,17 @@ impl QuotaStore for ClusterStore {
         match self.api.get_opt(name).await.map_err(|e| map_err(name, e))? {
             Some(k) => Ok(Some(to_stored(&k)?)),
             None => Ok(None),
+        }
+    }
+
+    fn watched(&self, name: &str, than: Option<i64>) -> Watched {
+        let Some(k) = self.cache.get(&reflector::ObjectRef::new(name)) else {
+            return Watched::Missing;
+        };
+        match version_of(&k) {
+            Ok(v) if than.is_some_and(|t| v <= t) => Watched::NotNewer,
+            Ok(_) => to_stored(&k).map_or(Watched::Missing, |s| Watched::Newer(Box::new(s))),
+            Err(_) => Watched::Missing,
         }
     }
 

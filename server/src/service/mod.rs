@@ -76,7 +76,7 @@ pub mod transfers;
 pub mod working;
 
 use crate::metrics::Metrics;
-use crate::store::{QuotaStore, StoreError, Stored};
+use crate::store::{QuotaStore, StoreError, Stored, Watched};
 use crate::util::{new_uid, now_ms};
 use axum::http::StatusCode;
 use quota::admission::{self, Denial};
@@ -480,6 +480,27 @@ impl Service {
             .get(name)
             .await?
             .ok_or_else(|| ServiceError::NotFound(format!("bizrq {name} not found")))
+    }
+
+    /// `name` as recently as this replica knows it with no request: the
+    /// newer of its own copy (what it last wrote or read) and the store's
+    /// feed (the watch's copy, with every replica's writes it delivered);
+    /// read fresh when neither holds it, or when the store has no feed
+    /// and this process has no copy. Possibly behind the store by the
+    /// watch's lag: only for a decision an old copy cannot make unsafe, as
+    /// the mutating webhook's choice between "charge now" and "queue" for
+    /// a create (the charge itself is a compare-and-swap that reads again
+    /// when it loses; a queued create is admitted by the next round).
+    pub async fn recent(&self, name: &str) -> Result<Arc<Stored>, ServiceError> {
+        let copy = self.cached(name);
+        match (
+            self.store.watched(name, copy.as_ref().map(|c| c.version)),
+            copy,
+        ) {
+            (Watched::Newer(s), _) => Ok(Arc::new(*s)),
+            (Watched::NotNewer, Some(c)) => Ok(c),
+            _ => self.get(name).await.map(Arc::new),
+        }
     }
 
     /// `name` as stored, for a page that shows it (`with_view_store`): a

@@ -147,11 +147,26 @@ impl Service {
         &self,
         q: &Quota,
     ) -> Result<(ResourceList, Option<queue::share::Family>), ServiceError> {
+        self.plan_on(q, false).await
+    }
+
+    /// `queue_plan`, the parent read fresh, or with `recent` as this
+    /// replica knows it with no request (`Service::recent`).
+    async fn plan_on(
+        &self,
+        q: &Quota,
+        recent: bool,
+    ) -> Result<(ResourceList, Option<queue::share::Family>), ServiceError> {
         if q.spec.max.is_empty() || q.spec.parent.is_empty() {
             return Ok((ResourceList::new(), None));
         }
-        let parent = match self.get(&q.spec.parent).await {
-            Ok(p) => p.quota,
+        let read = if recent {
+            self.recent(&q.spec.parent).await.map(|s| s.quota.clone())
+        } else {
+            self.get(&q.spec.parent).await.map(|s| s.quota)
+        };
+        let parent = match read {
+            Ok(p) => p,
             Err(ServiceError::NotFound(_)) => return Ok((ResourceList::new(), None)),
             Err(e) => return Err(e),
         };
@@ -184,92 +199,110 @@ impl Service {
             Some(n) => format!("{reason}; {n}"),
             None => reason,
         };
-        let current = self.get(quota_name).await?.quota;
-        let (limits, family) = self.queue_plan(&current).await?;
+        // What the plan's limits and fair shares come from; the judgement
+        // itself is the compare-and-swap's, on the version it writes. A
+        // create plans on this replica's most recent copies, with no read
+        // (`Service::recent`), as the mutating webhook judged it.
+        let current = if create {
+            self.recent(quota_name).await?.quota.clone()
+        } else {
+            self.get(quota_name).await?.quota
+        };
+        let (limits, family) = self.plan_on(&current, create).await?;
         let now = self.now();
         // The bound that refused it, counted once whatever copies the
         // compare-and-swap judged it on.
         let refused = std::sync::Mutex::new(None::<&'static str>);
-        let out = self
-            .update_status(quota_name, dry_run, |q| {
-                *refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                let mut work = work.clone();
-                let dropped = create && ledger::dequeue(q, &work.workload_ref);
-                if let Some(e) =
-                    q.status.queue.iter().find(|e| {
-                        e.work.workload_ref == work.workload_ref && e.work.uid == work.uid
-                    })
-                {
-                    work.submitted_ms = e.work.submitted_ms;
+        let decide = |q: &mut Quota| {
+            *refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            let mut work = work.clone();
+            let dropped = create && ledger::dequeue(q, &work.workload_ref);
+            if let Some(e) = q
+                .status
+                .queue
+                .iter()
+                .find(|e| e.work.workload_ref == work.workload_ref && e.work.uid == work.uid)
+            {
+                work.submitted_ms = e.work.submitted_ms;
+            }
+            let mut judged = q.clone();
+            admission::release(&mut judged, &work.workload_ref);
+            let pool = Pool::new(&judged, &limits);
+            let waiting = ledger::entries(q);
+            // Card-hour budgets weigh as in the controller's rounds.
+            let budgets = queue::budgets::of(q);
+            let price_list = self.price_list();
+            let views: Vec<_> = budgets
+                .iter()
+                .map(|b| b.view(&self.prices, &price_list))
+                .collect();
+            let check =
+                queue::would_queue_at(&waiting, &work, &pool, &views, &q.spec.queueing, now);
+            let join = |q: &mut quota::Quota,
+                        work: queue::Queued,
+                        position: u32,
+                        reason: &queue::Reason,
+                        text: String| {
+                ledger::join(q, work, position, reason.waiting(), text).map_err(|full| {
+                    *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(full.cause());
+                    Denial::from(full)
+                })
+            };
+            match check {
+                // A queued entry that now fits keeps its place with what it
+                // asks now; the controller's next round admits it.
+                Check::AdmitsNow if ledger::holds(q, &work.workload_ref) => {
+                    let changed = ledger::enqueue(q, work, 0, queue::Waiting::Quota, String::new())
+                        .map_err(Denial::from)?;
+                    Ok((changed || dropped, Queueing::Admits))
                 }
-                let mut judged = q.clone();
-                admission::release(&mut judged, &work.workload_ref);
-                let pool = Pool::new(&judged, &limits);
-                let waiting = ledger::entries(q);
-                // Card-hour budgets weigh as in the controller's rounds.
-                let budgets = queue::budgets::of(q);
-                let price_list = self.price_list();
-                let views: Vec<_> = budgets
-                    .iter()
-                    .map(|b| b.view(&self.prices, &price_list))
-                    .collect();
-                let check =
-                    queue::would_queue_at(&waiting, &work, &pool, &views, &q.spec.queueing, now);
-                let join = |q: &mut quota::Quota,
-                            work: queue::Queued,
-                            position: u32,
-                            reason: &queue::Reason,
-                            text: String| {
-                    ledger::join(q, work, position, reason.waiting(), text).map_err(|full| {
-                        *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(full.cause());
-                        Denial::from(full)
-                    })
-                };
-                match check {
-                    // A queued entry that now fits keeps its place with what it
-                    // asks now; the controller's next round admits it.
-                    Check::AdmitsNow if ledger::holds(q, &work.workload_ref) => {
-                        let changed =
-                            ledger::enqueue(q, work, 0, queue::Waiting::Quota, String::new())
-                                .map_err(Denial::from)?;
-                        Ok((changed || dropped, Queueing::Admits))
-                    }
-                    Check::AdmitsNow => {
-                        match family.as_ref().and_then(|f| fair_turn(f, &judged, &work)) {
-                            // It fits on a loan, but a sibling with a smaller
-                            // share waits for the same idle room: it queues
-                            // behind what waits, and the sibling goes first.
-                            Some(turn) => {
-                                let position = u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX);
-                                let reason = queue::Reason::Fair(turn);
-                                let text = worded(reason.to_string());
-                                let changed = join(q, work, position, &reason, text.clone())?;
-                                Ok((
-                                    changed || dropped,
-                                    Queueing::Queued {
-                                        position,
-                                        reason: text,
-                                    },
-                                ))
-                            }
-                            None => Ok((dropped, Queueing::Admits)),
+                Check::AdmitsNow => {
+                    match family.as_ref().and_then(|f| fair_turn(f, &judged, &work)) {
+                        // It fits on a loan, but a sibling with a smaller
+                        // share waits for the same idle room: it queues
+                        // behind what waits, and the sibling goes first.
+                        Some(turn) => {
+                            let position = u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX);
+                            let reason = queue::Reason::Fair(turn);
+                            let text = worded(reason.to_string());
+                            let changed = join(q, work, position, &reason, text.clone())?;
+                            Ok((
+                                changed || dropped,
+                                Queueing::Queued {
+                                    position,
+                                    reason: text,
+                                },
+                            ))
                         }
-                    }
-                    Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
-                    Check::Queues { position, reason } => {
-                        let text = worded(reason.to_string());
-                        let changed = join(q, work, position, &reason, text.clone())?;
-                        Ok((
-                            changed || dropped,
-                            Queueing::Queued {
-                                position,
-                                reason: text,
-                            },
-                        ))
+                        None => Ok((dropped, Queueing::Admits)),
                     }
                 }
-            })
-            .await;
+                Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
+                Check::Queues { position, reason } => {
+                    let text = worded(reason.to_string());
+                    let changed = join(q, work, position, &reason, text.clone())?;
+                    Ok((
+                        changed || dropped,
+                        Queueing::Queued {
+                            position,
+                            reason: text,
+                        },
+                    ))
+                }
+            }
+        };
+        // A create that fits on the recent copy, which holds nothing under
+        // its name, writes nothing: its answer needs no compare-and-swap,
+        // nor the fresh read that would prove a write-less decision. The
+        // caller's charge is the compare-and-swap; should it lose the room,
+        // the create is judged again on the copy that charge read.
+        if create {
+            let mut probe = current.clone();
+            if let Ok((false, Queueing::Admits)) = decide(&mut probe) {
+                return Ok(Queueing::Admits);
+            }
+        }
+        let out = self.update_status(quota_name, dry_run, decide).await;
         let cause = *refused.lock().unwrap_or_else(|e| e.into_inner());
         if let (Err(ServiceError::Denied(_)), Some(cause), false) = (&out, cause, dry_run) {
             self.metrics.count_queue_refused(cause);
@@ -300,7 +333,17 @@ impl Service {
                 .await?;
             return Ok((out, None));
         };
-        let current = self.get(quota_name).await?.quota;
+        // A create is judged on this replica's most recent copy, with no
+        // read (`Service::recent`): an old copy can only make it wait when
+        // it fits (the next round admits it) or try a charge that its
+        // compare-and-swap then refuses (judged again, fresh). An update
+        // of a held object may be bizrq's own release of it, which only
+        // the stored status tells from a release by hand.
+        let current = if create {
+            self.recent(quota_name).await?.quota.clone()
+        } else {
+            self.get(quota_name).await?.quota
+        };
         if ledger::holds(&current, &work.workload_ref) {
             let out = self
                 .queue_workload(quota_name, work, create, dry_run)
@@ -313,7 +356,7 @@ impl Service {
             Some(n) => format!("{reason}; {n}"),
             None => reason,
         };
-        let (limits, family) = self.queue_plan(&current).await?;
+        let (limits, family) = self.plan_on(&current, create).await?;
         let now = self.now();
         let budgets = queue::budgets::of(&current);
         let price_list = self.price_list();

@@ -94,9 +94,30 @@ impl<T> ResultExt<T> for Result<T, sqlx::Error> {
     }
 }
 
+/// What a store's feed (a watch's copy of every quota) shows of one quota,
+/// against a version the caller holds (`QuotaStore::watched`).
+#[derive(Debug)]
+pub enum Watched {
+    /// The store has no feed: every read is a fresh one (SQL).
+    NoFeed,
+    /// The feed does not show it (not listed yet, or deleted).
+    Missing,
+    /// The feed's copy is not newer than the version held.
+    NotNewer,
+    /// The feed's copy, newer than the version held (or none was held).
+    Newer(Box<Stored>),
+}
+
 #[async_trait]
 pub trait QuotaStore: Send + Sync + 'static {
     async fn get(&self, name: &str) -> Result<Option<Stored>, StoreError>;
+    /// `name` as this process's feed of the store shows it, with no
+    /// request: possibly behind the store, so only for a decision that is
+    /// safe on an old copy. `than`: the version the caller holds; the
+    /// feed's copy is converted only when newer.
+    fn watched(&self, _name: &str, _than: Option<i64>) -> Watched {
+        Watched::NoFeed
+    }
     /// The version `name` is at now (None: gone), read fresh: what proves
     /// a kept copy current without reading and parsing the whole quota.
     /// By default a whole read.

@@ -172,8 +172,31 @@ pub async fn mutate(
             return pass;
         }
     }
-    let q = match svc.get(&quota_name).await {
-        Ok(s) => s.quota,
+    // A create is judged on this replica's most recent copy, with no
+    // read (`Service::recent`): what an old copy gets wrong is safe (a
+    // create that fits queues, and the next round admits it; one that no
+    // longer fits loses its charge's compare-and-swap and is judged again
+    // on the copy that write read). An update may be the controller's
+    // release of an admitted workload, which only the stored status tells.
+    // A copy that shows a create's name charged is read again, fresh: the
+    // charge may be an earlier object's under the name, released since,
+    // and a create passed on as charged is never queued.
+    let charged_in = |q: &quota::object::Quota| {
+        q.status
+            .workloads
+            .get(&wref)
+            .is_some_and(|c| c.usage().values().any(|v| v.nanos() > 0))
+    };
+    let mut read = if create {
+        svc.recent(&quota_name).await.map(|s| s.quota.clone())
+    } else {
+        svc.get(&quota_name).await.map(|s| s.quota)
+    };
+    if create && read.as_ref().is_ok_and(charged_in) {
+        read = svc.get(&quota_name).await.map(|s| s.quota);
+    }
+    let q = match read {
+        Ok(q) => q,
         // The validating webhook refuses a missing quota with its message.
         Err(ServiceError::NotFound(_)) => return pass,
         Err(e) => return Err(e),
@@ -181,11 +204,7 @@ pub async fn mutate(
     let queued = queue::ledger::holds(&q, &wref);
     // Admitted already (charged and being unsuspended by the controller):
     // the validating webhook's business, as for any running workload.
-    let charged = q
-        .status
-        .workloads
-        .get(&wref)
-        .is_some_and(|c| c.usage().values().any(|v| v.nanos() > 0));
+    let charged = charged_in(&q);
     if charged && !queued {
         return pass;
     }

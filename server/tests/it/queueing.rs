@@ -1557,3 +1557,86 @@ async fn finished_jobs_give_their_room_back_while_a_round_still_releases() {
         );
     }
 }
+
+/// The mutating webhook judges a create on this replica's copies of its
+/// quota and of the quota's parent, with no read of either
+/// (`Service::recent`; docs/queueing.md §4): with every GET of both
+/// answered 500, a create that fits is charged at once and one past `max`
+/// is queued, none refused. (A create on a loan, and the validating
+/// review, which prove a write-less decision with a fresh read, are sent
+/// while reads work.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_is_judged_with_no_read_of_its_quota_or_its_parent() {
+    let c = Cluster::start().await;
+    for (name, parent, spec) in [
+        ("org", "", json!({"hard": {"requests.cpu": "8"}})),
+        (
+            "a",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "6"}, "queueing": "Queue"}),
+        ),
+        ("b", "org", json!({"hard": {"requests.cpu": "4"}})),
+    ] {
+        c.server.create_quota_spec(name, parent, spec).await;
+    }
+    for q in ["org", "a", "b"] {
+        c.until(q, "first reconcile", |q| {
+            !q["status"]["lastReconcileTime"].is_null()
+        })
+        .await;
+    }
+    let path = |q: &str| format!("/apis/bizrq.io/v1/bizgroupresourcequotas/{q}");
+    let review = |name: &str, cpu: &str| {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": format!("uid-{name}"),
+                "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+                "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+                "name": name, "namespace": "ml", "operation": "CREATE",
+                "userInfo": {"username": "alice"}, "object": job_in("ml", "a", name, cpu),
+                "dryRun": false}})
+    };
+    let fail_reads = |n: usize| {
+        for q in ["org", "a"] {
+            c.fake.fail_reads(&path(q), n);
+        }
+    };
+    fail_reads(1_000_000);
+    let a1 = c
+        .server
+        .review("/mutate/workloads", &review("a1", "3"))
+        .await;
+    // A create on a loan proves the child's copy before it asks the parent
+    // (a loan sized on an old copy could take more than is needed): the
+    // one read on this path.
+    fail_reads(0);
+    let a2 = c
+        .server
+        .review("/mutate/workloads", &review("a2", "2"))
+        .await;
+    fail_reads(1_000_000);
+    let a3 = c
+        .server
+        .review("/mutate/workloads", &review("a3", "2"))
+        .await;
+    fail_reads(0);
+    assert_eq!(a1["allowed"], true, "{a1}");
+    assert!(a1["patch"].is_null(), "fits: admitted as written: {a1}");
+    assert_eq!(a2["allowed"], true, "{a2}");
+    assert!(a2["patch"].is_null(), "fits on a loan of 1: {a2}");
+    assert_eq!(a3["allowed"], true, "{a3}");
+    assert!(a3["patch"].is_string(), "past max 6: held and queued: {a3}");
+    let q = c.fake.quota("a");
+    assert_eq!(used(&q, "requests.cpu"), "5", "{q}");
+    assert!(
+        q["status"]["workloads"].get("batch/Job/ml/a3").is_none(),
+        "{q}"
+    );
+    for (name, cpu) in [("a1", "3"), ("a2", "2")] {
+        let v = c
+            .server
+            .review("/validate/workloads", &review(name, cpu))
+            .await;
+        assert_eq!(v["allowed"], true, "the validating review confirms: {v}");
+    }
+    assert_eq!(used(&c.fake.quota("a"), "requests.cpu"), "5");
+}
