@@ -350,3 +350,64 @@ async fn an_hpa_target_is_read_in_one_get_not_a_list() {
     }
     c.until_metric("bizrq_workload_lookup_lists_total 0").await;
 }
+
+/// The documents of a shipped manifest under `deploy/base`.
+fn shipped(file: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/base")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// The shipped ClusterRole lets the lookup GET every object it reads:
+/// each kind whose `/scale` the shipped scale webhook matches, and each
+/// kind bizrq governs (what an HPA's target can be). Without it, each
+/// such lookup falls back to a LIST of every quota.
+#[test]
+fn the_shipped_role_lets_the_lookup_get_every_object_it_reads() {
+    let rbac = shipped("rbac.yaml");
+    let role = rbac
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "bizrq")
+        .expect("the ClusterRole bizrq");
+    let has = |list: &Value, x: &str| {
+        list.as_array()
+            .is_some_and(|l| l.iter().any(|v| v == x || v == "*"))
+    };
+    let grants_get = |group: &str, resource: &str| {
+        role["rules"].as_array().unwrap().iter().any(|r| {
+            has(&r["apiGroups"], group) && has(&r["resources"], resource) && has(&r["verbs"], "get")
+        })
+    };
+    let webhooks = shipped("webhook.yaml");
+    let scale = webhooks
+        .iter()
+        .flat_map(|d| d["webhooks"].as_array().cloned().unwrap_or_default())
+        .find(|w| w["name"] == "scale.bizrq.io")
+        .expect("the scale webhook");
+    let mut scaled = 0;
+    for rule in scale["rules"].as_array().unwrap() {
+        for group in rule["apiGroups"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                let parent = resource.as_str().unwrap().strip_suffix("/scale").unwrap();
+                let group = group.as_str().unwrap();
+                assert!(grants_get(group, parent), "get on {parent}.{group}");
+                scaled += 1;
+            }
+        }
+    }
+    assert!(scaled >= 7, "{scale:#}");
+    for a in quota::workload::ADAPTERS {
+        assert!(
+            grants_get(a.group, a.resource),
+            "get on {}.{}",
+            a.resource,
+            a.group
+        );
+    }
+}
