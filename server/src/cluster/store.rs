@@ -1716,6 +1716,94 @@ mod tests {
         assert_eq!(lists.get(), 1);
     }
 
+    /// A lookup the cache misses, for a workload it can name: one GET of
+    /// the workload's metadata; no label answers at once, a label adds one
+    /// GET of the quota it names; a refused GET falls back to one LIST,
+    /// counted twice. Each request asserted, and none else made.
+    #[tokio::test]
+    async fn a_miss_reads_the_workload_then_the_quota_its_label_names() {
+        let (client, mut handle) = mock();
+        let (cache, mut writer) = reflector::store();
+        let lists = prometheus_client::metrics::counter::Counter::default();
+        let failures = prometheus_client::metrics::counter::Counter::default();
+        let store = ClusterStore::new(client, cache)
+            .count_lookup_lists(lists.clone())
+            .count_lookup_read_failures(failures.clone());
+        let fed = store.feed();
+        use kube::runtime::watcher::Event;
+        let ml: BizGroupResourceQuota = serde_json::from_value(object("ml", "2", "0")).unwrap();
+        for ev in [Event::Init, Event::InitApply(ml), Event::InitDone] {
+            writer.apply_watcher_event(&ev);
+            fed(&ev);
+        }
+        let deployment = quota::workload::adapter_for_kind("apps", "Deployment").unwrap();
+        let at = |name: &'static str| WorkloadAt {
+            adapter: deployment,
+            version: "v1",
+            namespace: "ml",
+            name,
+        };
+        let meta = |name: &str, labels: Value| {
+            ok(
+                &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": name, "namespace": "ml", "labels": labels}}),
+            )
+        };
+        let deployments = "/apis/apps/v1/namespaces/ml/deployments";
+        let store = Arc::new(store);
+        let ask = |name: &'static str| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let wref = format!("apps/Deployment/ml/{name}");
+                store.workload_quota_at(&wref, &at(name)).await
+            })
+        };
+
+        let free = ask("free");
+        let (_, send) = expect(&mut handle, Method::GET, &format!("{deployments}/free")).await;
+        send.send_response(meta("free", json!({"app": "free"})));
+        assert_eq!(free.await.unwrap().unwrap(), None, "ungoverned");
+
+        let web = ask("web");
+        let (_, send) = expect(&mut handle, Method::GET, &format!("{deployments}/web")).await;
+        send.send_response(meta(
+            "web",
+            json!({quota::keys::QUOTA_LABEL: "ml", "app": "web"}),
+        ));
+        let (_, send) = expect(&mut handle, Method::GET, &format!("{PATH}/ml")).await;
+        let mut charged = object("ml", "3", "1");
+        charged["status"]["workloads"] = json!({"apps/Deployment/ml/web": {
+            "podSets": [], "since": "2026-11-21T10:00:00.000Z", "uid": "d-1"}});
+        send.send_response(ok(&charged));
+        assert_eq!(
+            web.await.unwrap().unwrap().as_deref(),
+            Some("ml"),
+            "another replica's charge, not yet in the cache"
+        );
+        assert_eq!((lists.get(), failures.get()), (0, 0));
+
+        let hidden = ask("hidden");
+        let (_, send) = expect(&mut handle, Method::GET, &format!("{deployments}/hidden")).await;
+        let forbidden = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+            "message": "deployments.apps \"hidden\" is forbidden"});
+        send.send_response(
+            Response::builder()
+                .status(403)
+                .body(Body::from(serde_json::to_vec(&forbidden).unwrap()))
+                .unwrap(),
+        );
+        let (_, send) = expect(&mut handle, Method::GET, PATH).await;
+        send.send_response(ok(
+            &json!({"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuotaList",
+            "metadata": {"resourceVersion": "3"}, "items": [object("ml", "3", "0")]}),
+        ));
+        assert_eq!(hidden.await.unwrap().unwrap(), None);
+        assert_eq!((lists.get(), failures.get()), (1, 1));
+        let more =
+            tokio::time::timeout(std::time::Duration::from_millis(50), handle.next_request());
+        assert!(more.await.is_err(), "no other request");
+    }
+
     /// The decision behind a miss: an answer once the cache has read up to
     /// this replica's latest write, never before the first complete list.
     #[test]
