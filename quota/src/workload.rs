@@ -671,6 +671,14 @@ pub fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("")
 }
 
+/// `apps/v1` → `v1`; `v1` → `v1`.
+pub fn version_of(api_version: &str) -> &str {
+    api_version
+        .rsplit_once('/')
+        .map(|(_, v)| v)
+        .unwrap_or(api_version)
+}
+
 fn parse<'a, T: Deserialize<'a>>(json: &'a str) -> Result<T, String> {
     Source::Text(json).parse()
 }
@@ -1143,6 +1151,8 @@ pub fn read_scale_replicas(json: &str) -> Result<i64, AdapterError> {
 pub struct Hpa {
     pub meta: ObjectMeta,
     pub target_group: String,
+    /// The version of the target's `apiVersion` (`apps/v1` → `v1`).
+    pub target_version: String,
     pub target_kind: String,
     pub target_name: String,
     pub max_replicas: i64,
@@ -1198,6 +1208,7 @@ fn hpa_from(src: Source<'_>) -> Result<Hpa, AdapterError> {
         .map_err(|p| AdapterError::Invalid(format!("bizrq: {KIND}: {p}")))?;
     Ok(Hpa {
         target_group: group_of(&h.spec.scale_target_ref.api_version).to_string(),
+        target_version: version_of(&h.spec.scale_target_ref.api_version).to_string(),
         target_kind: h.spec.scale_target_ref.kind,
         target_name: h.spec.scale_target_ref.name,
         max_replicas: h.spec.max_replicas,
@@ -1629,6 +1640,8 @@ mod tests {
         );
         let h = read_hpa(r#"{"metadata":{"name":"h","namespace":"ml"},"spec":{"scaleTargetRef":{"apiVersion":"apps/v1","kind":"Deployment","name":"web"},"minReplicas":1,"maxReplicas":10}}"#).unwrap();
         assert_eq!((h.target_group.as_str(), h.max_replicas), ("apps", 10));
+        assert_eq!(h.target_version, "v1", "where a lookup GETs the target");
+        assert_eq!((group_of("v1"), version_of("v1")), ("", "v1"));
     }
 
     #[test]

@@ -314,7 +314,8 @@ impl Core {
                 cluster::store::ClusterStore::start(c.clone())
                     .await
                     .with_keys(args.key_config())
-                    .count_lookup_lists(metrics.workload_lookup_lists.clone()),
+                    .count_lookup_lists(metrics.workload_lookup_lists.clone())
+                    .count_lookup_read_failures(metrics.workload_lookup_read_failures.clone()),
             ),
         };
         let events = match &client {

@@ -170,10 +170,13 @@ pub struct Metrics {
     /// Summaries for people (`kubectl get`'s columns) restated by the
     /// controller, without a write of the quota's own.
     pub summaries_restated: Counter,
-    /// Lookups of a workload's quota that the watch's copy could not
-    /// answer within `cluster::store::CATCH_UP`, read again by a LIST of
-    /// every quota (cluster mode).
+    /// Lookups of a workload's quota answered by a LIST of every quota:
+    /// the workload could not be read, and the watch's copy could not
+    /// answer within `cluster::store::CATCH_UP` (cluster mode).
     pub workload_lookup_lists: Counter,
+    /// Lookups whose GET of the workload itself failed (RBAC, an API
+    /// error), answered by a LIST of every quota instead (cluster mode).
+    pub workload_lookup_read_failures: Counter,
     /// Requests answered 503 because the listener's budget of buffered body
     /// bytes was spent.
     pub body_budget_exhausted: Family<ListenerLabels, Counter>,
@@ -369,8 +372,14 @@ impl Default for Metrics {
         let workload_lookup_lists = Counter::default();
         registry.register(
             "workload_lookup_lists",
-            "Lookups of which quota holds a workload that the quota watch's copy had not caught up with bizrq's own latest quota write within 1 s, answered by a LIST of every quota instead",
+            "Lookups of which quota holds a workload answered by a LIST of every quota: a workload that could not be read (its GET failed or found it gone; a DELETE without a readable old object; a deferred release), after the quota watch's copy had not caught up with bizrq's own latest quota write within 1 s",
             workload_lookup_lists.clone(),
+        );
+        let workload_lookup_read_failures = Counter::default();
+        registry.register(
+            "workload_lookup_read_failures",
+            "Lookups of which quota holds a workload (a /scale, an HPA's target) whose GET of the workload failed (RBAC, an API error), answered by a LIST of every quota instead",
+            workload_lookup_read_failures.clone(),
         );
         let webhook_unauthorized = Counter::default();
         let open_connections = Family::<ListenerLabels, Gauge>::default();
@@ -488,6 +497,7 @@ impl Default for Metrics {
             rechecks,
             summaries_restated,
             workload_lookup_lists,
+            workload_lookup_read_failures,
             webhook_unauthorized,
             open_connections,
             connections_closed,

@@ -5,6 +5,7 @@
 use crate::cluster::events::{self, Refusal};
 use crate::http::AppState;
 use crate::service::{Persist, Service, ServiceError, CREATE_TOKEN_ANNOTATION};
+use crate::store::WorkloadAt;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -583,27 +584,36 @@ async fn release_deleted(svc: &Arc<Service>, adapter: &Adapter, req: &Request, w
     let dry = req.dry();
     let deleted_at = svc.now();
     // The old object's quota, and its uid (a queue mark's tombstone).
-    let (mut holders, uid): (Vec<String>, String) = match read_old(adapter, &req.old_object) {
+    let (mut holders, uid, read): (Vec<String>, String, bool) = match read_old(
+        adapter,
+        &req.old_object,
+    ) {
         Ok(old) => (
             old.as_ref()
                 .and_then(|w| w.quota())
                 .map(str::to_string)
                 .into_iter()
                 .collect(),
-            old.map(|w| w.meta.uid).unwrap_or_default(),
+            old.as_ref().map(|w| w.meta.uid.clone()).unwrap_or_default(),
+            old.is_some(),
         ),
         Err(e) => {
             tracing::warn!(uid = %req.uid, workload = wref, error = %e, "DELETE with an unreadable oldObject; releasing by binding");
-            (Vec::new(), String::new())
+            (Vec::new(), String::new(), false)
         }
     };
     let deadline = tokio::time::Instant::now() + RELEASE_IN_REQUEST;
-    match tokio::time::timeout_at(deadline, svc.store.workload_quota(wref)).await {
-        Ok(Ok(Some(q))) if !holders.contains(&q) => holders.push(q),
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) if !dry => svc.defer_release(None, wref, None, deleted_at, &e.into()),
-        Err(_) if !dry => svc.defer_release(None, wref, None, deleted_at, &timed_out()),
-        _ => {}
+    // The old object's label says where its charge is, as it said to
+    // every review that charged it: only a DELETE without a readable old
+    // object looks its charge up by reference (docs/cluster-mode.md).
+    if !read {
+        match tokio::time::timeout_at(deadline, svc.store.workload_quota(wref)).await {
+            Ok(Ok(Some(q))) if !holders.contains(&q) => holders.push(q),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if !dry => svc.defer_release(None, wref, None, deleted_at, &e.into()),
+            Err(_) if !dry => svc.defer_release(None, wref, None, deleted_at, &timed_out()),
+            _ => {}
+        }
     }
     if !dry {
         for q in &holders {
@@ -648,7 +658,8 @@ async fn review_scale(svc: &Service, req: &Request) -> Result<Verdict, ServiceEr
         // alone: refused for a governed workload, never let through unpaid.
         let (ns, name) = target(req);
         let wref = checked_ref(adapter, &ns, &name)?;
-        if svc.store.workload_quota(&wref).await?.is_none() {
+        let at = scaled_at(adapter, req, &ns, &name);
+        if svc.store.workload_quota_at(&wref, &at).await?.is_none() {
             return Ok(Verdict::allow());
         }
         return Err(ServiceError::BadRequest(format!(
@@ -667,12 +678,30 @@ async fn review_scale(svc: &Service, req: &Request) -> Result<Verdict, ServiceEr
     let (ns, name) = target(req);
     svc.scale_workload(
         &checked_ref(adapter, &ns, &name)?,
+        &scaled_at(adapter, req, &ns, &name),
         replicas,
         &req.uid,
         req.dry(),
     )
     .await?;
     Ok(Verdict::allow())
+}
+
+/// The object a `/scale` review scales, where the API server keeps it:
+/// the review's resource (at the version the webhook configuration
+/// matched), its namespace and name.
+fn scaled_at<'a>(
+    adapter: &'static Adapter,
+    req: &'a Request,
+    ns: &'a str,
+    name: &'a str,
+) -> WorkloadAt<'a> {
+    WorkloadAt {
+        adapter,
+        version: &req.resource.version,
+        namespace: ns,
+        name,
+    }
 }
 
 async fn review_hpa(svc: &Service, req: &Request) -> Result<Verdict, ServiceError> {
@@ -685,28 +714,27 @@ async fn review_hpa(svc: &Service, req: &Request) -> Result<Verdict, ServiceErro
     let (ns, name) = target(req);
     quota::workload::check_target(&ns, &name)
         .map_err(|p| ServiceError::BadRequest(format!("bizrq: HorizontalPodAutoscaler: {p}")))?;
-    let target_ref = |h: &quota::workload::Hpa| {
-        adapter_for_kind(&h.target_group, &h.target_kind)
-            .map(|a| a.workload_ref(&ns, &h.target_name))
-    };
     let old = parse(&req.old_object)?;
     let new = if req.operation == "DELETE" {
         None
     } else {
         parse(&req.object)?
     };
-    let old_ref = old.as_ref().and_then(target_ref);
-    let new_ref = new.as_ref().and_then(target_ref);
-    if let (Some(h), Some(wref)) = (&new, &new_ref) {
+    let old_target = old.as_ref().and_then(|h| hpa_target(&ns, h));
+    let new_target = new.as_ref().and_then(|h| hpa_target(&ns, h));
+    let new_ref = new_target.as_ref().map(|(r, _)| r);
+    if let (Some(h), Some((wref, at))) = (&new, &new_target) {
         let charge = HpaCharge {
             name: name.clone(),
             max_replicas: h.max_replicas,
         };
-        svc.set_hpa(wref, Some(charge), &name, &req.uid, req.dry())
+        svc.set_hpa(wref, Some(at), Some(charge), &name, &req.uid, req.dry())
             .await?;
     }
-    if let Some(wref) = old_ref.filter(|r| Some(r) != new_ref.as_ref()) {
-        let lifted = svc.set_hpa(&wref, None, &name, &req.uid, req.dry()).await;
+    if let Some((wref, at)) = old_target.filter(|(r, _)| Some(r) != new_ref) {
+        let lifted = svc
+            .set_hpa(&wref, Some(&at), None, &name, &req.uid, req.dry())
+            .await;
         match lifted {
             Ok(_) => {}
             // Deleting an HPA only lowers a charge: never refused. In a
@@ -721,6 +749,18 @@ async fn review_hpa(svc: &Service, req: &Request) -> Result<Verdict, ServiceErro
         }
     }
     Ok(Verdict::allow())
+}
+
+/// An HPA's target: its reference, and where the API server keeps it.
+fn hpa_target<'a>(ns: &'a str, h: &'a quota::workload::Hpa) -> Option<(String, WorkloadAt<'a>)> {
+    let adapter = adapter_for_kind(&h.target_group, &h.target_kind)?;
+    let at = WorkloadAt {
+        adapter,
+        version: &h.target_version,
+        namespace: ns,
+        name: &h.target_name,
+    };
+    Some((adapter.workload_ref(ns, &h.target_name), at))
 }
 
 #[derive(Deserialize)]

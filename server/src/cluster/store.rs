@@ -10,11 +10,12 @@
 //! exactly the status decided; merged anywhere else it is refused. Any other refusal (an admission webhook's denial, an invalid
 //! object, a webhook the API server cannot reach) is said to the person in
 //! its own words (`from_status`). Lists and workload lookups come from a
-//! watch-fed reflector cache.
+//! watch-fed reflector cache; a lookup the cache misses reads the workload
+//! itself (`workload_quota_at`).
 
 use super::crd::BizGroupResourceQuota;
 use crate::service::ServiceError;
-use crate::store::{QuotaStore, Stamp, StoreError, Stored, Watched};
+use crate::store::{QuotaStore, Stamp, StoreError, Stored, Watched, WorkloadAt};
 use async_trait::async_trait;
 use kube::api::{
     Api, DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
@@ -41,8 +42,11 @@ pub struct ClusterStore {
     /// How far the cache has read against this replica's own writes, for
     /// a workload lookup the cache misses (`Reach`).
     reach: std::sync::Arc<Reach>,
-    /// Lookups the cache could not answer within `CATCH_UP`.
+    /// Lookups answered by a LIST (the cache could not answer within
+    /// `CATCH_UP`, and the workload could not be read).
     lookup_lists: prometheus_client::metrics::counter::Counter,
+    /// Lookups whose GET of the workload failed, answered by a LIST.
+    lookup_read_failures: prometheus_client::metrics::counter::Counter,
 }
 
 impl ClusterStore {
@@ -58,6 +62,7 @@ impl ClusterStore {
             kids: Default::default(),
             reach: Default::default(),
             lookup_lists: Default::default(),
+            lookup_read_failures: Default::default(),
         }
     }
 
@@ -65,6 +70,63 @@ impl ClusterStore {
     pub fn count_lookup_lists(mut self, c: prometheus_client::metrics::counter::Counter) -> Self {
         self.lookup_lists = c;
         self
+    }
+
+    /// Counts in `c` the lookups whose GET of the workload failed
+    /// (`workload_quota_at`), each then answered by a LIST.
+    pub fn count_lookup_read_failures(
+        mut self,
+        c: prometheus_client::metrics::counter::Counter,
+    ) -> Self {
+        self.lookup_read_failures = c;
+        self
+    }
+
+    /// The quota in the cache whose status holds `workload`'s charge.
+    fn cached_holder(&self, workload: &str) -> Option<String> {
+        self.cached()
+            .iter()
+            .find(|k| holds(k, workload))
+            .and_then(|k| k.metadata.name.clone())
+    }
+
+    /// Whether `quota` holds `workload`'s charge: from the cache when it
+    /// shows the charge, else from one GET of the quota (another replica
+    /// may have written it within this replica's watch lag).
+    async fn holder_in(&self, quota: &str, workload: &str) -> Result<Option<String>, StoreError> {
+        let cached = self.cache.get(&reflector::ObjectRef::new(quota));
+        if cached.is_some_and(|k| holds(&k, workload)) {
+            return Ok(Some(quota.to_string()));
+        }
+        let read = self
+            .api
+            .get_opt(quota)
+            .await
+            .map_err(|e| map_err(quota, e))?;
+        Ok(read
+            .filter(|k| holds(k, workload))
+            .map(|_| quota.to_string()))
+    }
+
+    /// The binding of the workload at `at`, read with one GET of its
+    /// metadata. None: no such object (gone, or a name no object of a
+    /// workload kind can have).
+    async fn read_bound(&self, at: &WorkloadAt<'_>) -> Result<Option<Bound>, String> {
+        if !servable_version(at.version) || !quota::workload::is_dns_subdomain(at.name) {
+            return Ok(None);
+        }
+        let a = at.adapter;
+        let ar = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(a.group, at.version, a.kind),
+            a.resource,
+        );
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(self.client.clone(), at.namespace, &ar);
+        match api.get_metadata_opt(at.name).await {
+            Ok(Some(o)) => bound(a, &o.metadata).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// What the cache's feed does with each event the reflector applied:
@@ -291,6 +353,47 @@ impl SummaryMarks {
             *at = (*at).min(seq);
         }
     }
+}
+
+/// Whether `k`'s status holds `workload`'s charge.
+fn holds(k: &BizGroupResourceQuota, workload: &str) -> bool {
+    k.status
+        .as_ref()
+        .is_some_and(|s| s.0.workloads.contains_key(workload))
+}
+
+/// What a workload's own metadata says of where its charge is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// No quota label, or a kind that defers to its controller: no quota
+    /// holds its charge, whoever wrote last.
+    Ungoverned,
+    /// Labelled: its charge, if it has one, is in this quota.
+    To(String),
+}
+
+/// The binding of an object of `adapter`'s kind from its metadata, read
+/// as the validating webhook reads it (`Adapter::read_binding`): the same
+/// label, the same controller-owner rule.
+pub fn bound(
+    adapter: &quota::workload::Adapter,
+    metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Result<Bound, String> {
+    let json = serde_json::json!({ "metadata": metadata }).to_string();
+    let w = adapter.read_binding(&json).map_err(|e| e.to_string())?;
+    Ok(match w.quota() {
+        Some(q) => Bound::To(q.to_string()),
+        None => Bound::Ungoverned,
+    })
+}
+
+/// A version a lookup may put in a URL as the API server serves one
+/// (`v1`, `v1alpha2`): never a path or a query.
+pub fn servable_version(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 63
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 
 /// How long a workload lookup the cache misses waits for the watch to
@@ -894,22 +997,11 @@ impl QuotaStore for ClusterStore {
     /// a scale of that workload through unjudged, past `hard`
     /// (docs/cluster-mode.md).
     async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError> {
-        let holds = |k: &BizGroupResourceQuota| {
-            k.status
-                .as_ref()
-                .is_some_and(|s| s.0.workloads.contains_key(workload))
-        };
-        let cached = || {
-            self.cached()
-                .iter()
-                .find(|k| holds(k))
-                .and_then(|k| k.metadata.name.clone())
-        };
-        if let Some(name) = cached() {
+        if let Some(name) = self.cached_holder(workload) {
             return Ok(Some(name));
         }
         if self.reach.caught_up(CATCH_UP).await {
-            if let Some(name) = cached() {
+            if let Some(name) = self.cached_holder(workload) {
                 return Ok(Some(name));
             }
         }
@@ -922,8 +1014,39 @@ impl QuotaStore for ClusterStore {
         Ok(listed
             .items
             .iter()
-            .find(|k| holds(k))
+            .find(|k| holds(k, workload))
             .and_then(|k| k.metadata.name.clone()))
+    }
+
+    /// The quota holding the charge of the workload stored at `at`, from
+    /// the cache; on a miss, one GET of the workload's metadata decides,
+    /// by the quota label the validating webhook charges by: none (or a
+    /// kind that defers to its controller) is ungoverned, whatever any
+    /// replica wrote; labelled `q`, the charge can only be in `q`, read
+    /// from the cache or one GET of `q`. Never a LIST of every quota,
+    /// except where the GET cannot answer: the object is gone or cannot
+    /// be named (as `workload_quota` answers), or the GET failed (RBAC, an
+    /// API error; logged and counted), so nothing passes unjudged
+    /// (docs/cluster-mode.md).
+    async fn workload_quota_at(
+        &self,
+        workload: &str,
+        at: &WorkloadAt<'_>,
+    ) -> Result<Option<String>, StoreError> {
+        if let Some(name) = self.cached_holder(workload) {
+            return Ok(Some(name));
+        }
+        match self.read_bound(at).await {
+            Ok(Some(Bound::Ungoverned)) => Ok(None),
+            Ok(Some(Bound::To(q))) => self.holder_in(&q, workload).await,
+            Ok(None) => self.workload_quota(workload).await,
+            Err(error) => {
+                self.lookup_read_failures.inc();
+                tracing::warn!(workload, %error,
+                    "cannot read the workload to find its quota label; looking its charge up in a LIST of every quota (grant bizrq `get` on the kind)");
+                self.workload_quota(workload).await
+            }
+        }
     }
 
     async fn caught_up_to(&self, version: i64) -> bool {
@@ -1604,6 +1727,94 @@ mod tests {
         assert_eq!(lists.get(), 1);
     }
 
+    /// A lookup the cache misses, for a workload it can name: one GET of
+    /// the workload's metadata; no label answers at once, a label adds one
+    /// GET of the quota it names; a refused GET falls back to one LIST,
+    /// counted twice. Each request asserted, and none else made.
+    #[tokio::test]
+    async fn a_miss_reads_the_workload_then_the_quota_its_label_names() {
+        let (client, mut handle) = mock();
+        let (cache, mut writer) = reflector::store();
+        let lists = prometheus_client::metrics::counter::Counter::default();
+        let failures = prometheus_client::metrics::counter::Counter::default();
+        let store = ClusterStore::new(client, cache)
+            .count_lookup_lists(lists.clone())
+            .count_lookup_read_failures(failures.clone());
+        let fed = store.feed();
+        use kube::runtime::watcher::Event;
+        let ml: BizGroupResourceQuota = serde_json::from_value(object("ml", "2", "0")).unwrap();
+        for ev in [Event::Init, Event::InitApply(ml), Event::InitDone] {
+            writer.apply_watcher_event(&ev);
+            fed(&ev);
+        }
+        let deployment = quota::workload::adapter_for_kind("apps", "Deployment").unwrap();
+        let at = |name: &'static str| WorkloadAt {
+            adapter: deployment,
+            version: "v1",
+            namespace: "ml",
+            name,
+        };
+        let meta = |name: &str, labels: Value| {
+            ok(
+                &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": name, "namespace": "ml", "labels": labels}}),
+            )
+        };
+        let deployments = "/apis/apps/v1/namespaces/ml/deployments";
+        let store = Arc::new(store);
+        let ask = |name: &'static str| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let wref = format!("apps/Deployment/ml/{name}");
+                store.workload_quota_at(&wref, &at(name)).await
+            })
+        };
+
+        let free = ask("free");
+        let (_, send) = expect(&mut handle, Method::GET, &format!("{deployments}/free")).await;
+        send.send_response(meta("free", json!({"app": "free"})));
+        assert_eq!(free.await.unwrap().unwrap(), None, "ungoverned");
+
+        let web = ask("web");
+        let (_, send) = expect(&mut handle, Method::GET, &format!("{deployments}/web")).await;
+        send.send_response(meta(
+            "web",
+            json!({quota::keys::QUOTA_LABEL: "ml", "app": "web"}),
+        ));
+        let (_, send) = expect(&mut handle, Method::GET, &format!("{PATH}/ml")).await;
+        let mut charged = object("ml", "3", "1");
+        charged["status"]["workloads"] = json!({"apps/Deployment/ml/web": {
+            "podSets": [], "since": "2026-11-21T10:00:00.000Z", "uid": "d-1"}});
+        send.send_response(ok(&charged));
+        assert_eq!(
+            web.await.unwrap().unwrap().as_deref(),
+            Some("ml"),
+            "another replica's charge, not yet in the cache"
+        );
+        assert_eq!((lists.get(), failures.get()), (0, 0));
+
+        let hidden = ask("hidden");
+        let (_, send) = expect(&mut handle, Method::GET, &format!("{deployments}/hidden")).await;
+        let forbidden = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+            "message": "deployments.apps \"hidden\" is forbidden"});
+        send.send_response(
+            Response::builder()
+                .status(403)
+                .body(Body::from(serde_json::to_vec(&forbidden).unwrap()))
+                .unwrap(),
+        );
+        let (_, send) = expect(&mut handle, Method::GET, PATH).await;
+        send.send_response(ok(
+            &json!({"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuotaList",
+            "metadata": {"resourceVersion": "3"}, "items": [object("ml", "3", "0")]}),
+        ));
+        assert_eq!(hidden.await.unwrap().unwrap(), None);
+        assert_eq!((lists.get(), failures.get()), (1, 1));
+        let more =
+            tokio::time::timeout(std::time::Duration::from_millis(50), handle.next_request());
+        assert!(more.await.is_err(), "no other request");
+    }
+
     /// The decision behind a miss: an answer once the cache has read up to
     /// this replica's latest write, never before the first complete list.
     #[test]
@@ -1786,5 +1997,67 @@ mod tests {
             message,
             format!("bizrq nlp: the API server refused it: {msg}")
         );
+    }
+
+    /// The label the validating webhook charges by, read from the
+    /// metadata a lookup GETs: the same rule, controller owners included.
+    #[test]
+    fn a_workload_is_bound_by_its_quota_label_as_the_webhook_reads_it() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let deployment = quota::workload::adapter_for_kind("apps", "Deployment").unwrap();
+        let replicaset = quota::workload::adapter_for_kind("apps", "ReplicaSet").unwrap();
+        let meta = |v: Value| -> ObjectMeta { serde_json::from_value(v).unwrap() };
+        let labelled = |q: &str| {
+            json!({"name": "web", "namespace": "ml",
+                "labels": {quota::keys::QUOTA_LABEL: q, "app": "web"}})
+        };
+        assert_eq!(
+            bound(deployment, &meta(labelled("ml"))),
+            Ok(Bound::To("ml".into()))
+        );
+        assert_eq!(
+            bound(
+                deployment,
+                &meta(json!({"name": "web", "labels": {"app": "web"}}))
+            ),
+            Ok(Bound::Ungoverned)
+        );
+        assert_eq!(
+            bound(deployment, &meta(labelled(""))),
+            Ok(Bound::Ungoverned),
+            "an empty label binds to nothing"
+        );
+        assert_eq!(
+            bound(replicaset, &meta(labelled("ml"))),
+            Ok(Bound::To("ml".into()))
+        );
+        let mut owned = labelled("ml");
+        owned["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "Deployment",
+            "name": "web", "uid": "d-1", "controller": true}]);
+        assert_eq!(
+            bound(replicaset, &meta(owned)),
+            Ok(Bound::Ungoverned),
+            "a ReplicaSet its Deployment controls is the Deployment's business"
+        );
+    }
+
+    /// Only a version as the API server serves one is put in the GET's
+    /// URL: an HPA's `scaleTargetRef.apiVersion` is the user's text.
+    #[test]
+    fn only_a_served_version_reaches_a_url() {
+        for ok in ["v1", "v1alpha1", "v2beta1"] {
+            assert!(servable_version(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "V1",
+            "v1/../../api",
+            "v1?watch=true",
+            "v1#x",
+            "v 1",
+            &"v".repeat(64),
+        ] {
+            assert!(!servable_version(bad), "{bad:?}");
+        }
     }
 }

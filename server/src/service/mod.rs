@@ -76,7 +76,7 @@ pub mod transfers;
 pub mod working;
 
 use crate::metrics::Metrics;
-use crate::store::{QuotaStore, StoreError, Stored, Watched};
+use crate::store::{QuotaStore, StoreError, Stored, Watched, WorkloadAt};
 use crate::util::{new_uid, now_ms};
 use axum::http::StatusCode;
 use quota::admission::{self, Denial};
@@ -1709,17 +1709,24 @@ impl Service {
     }
 
     /// Change the charge a workload already holds (found through its
-    /// binding) and charge the difference. `change` returns false when it
-    /// does not apply. Returns false when the workload holds no charge (not
+    /// binding; `at`, where the API server keeps it, bounds a lookup the
+    /// cache misses to reading it, `QuotaStore::workload_quota_at`) and
+    /// charge the difference. `change` returns false when it does not
+    /// apply. Returns false when the workload holds no charge (not
     /// governed).
     async fn change_held(
         &self,
         wref: &str,
+        at: Option<&WorkloadAt<'_>>,
         uid: &str,
         dry_run: bool,
         change: impl Fn(&mut Charge) -> bool + Send + Sync + 'static,
     ) -> Result<bool, ServiceError> {
-        let Some(quota_name) = self.store.workload_quota(wref).await? else {
+        let holder = match at {
+            Some(at) => self.store.workload_quota_at(wref, at).await?,
+            None => self.store.workload_quota(wref).await?,
+        };
+        let Some(quota_name) = holder else {
             return Ok(false);
         };
         let uid = uid.to_string();
@@ -1750,17 +1757,19 @@ impl Service {
         Ok(admitted.held)
     }
 
-    /// A scale subresource change: the held charge at the new replica count
-    /// (for workloads of a single pod set). Returns false when not governed.
+    /// A scale subresource change of the workload stored `at`: the held
+    /// charge at the new replica count (for workloads of a single pod
+    /// set). Returns false when not governed.
     #[tracing::instrument(level = "debug", skip_all, fields(workload = wref, replicas = replicas, dry_run = dry_run))]
     pub async fn scale_workload(
         &self,
         wref: &str,
+        at: &WorkloadAt<'_>,
         replicas: i64,
         uid: &str,
         dry_run: bool,
     ) -> Result<bool, ServiceError> {
-        self.change_held(wref, uid, dry_run, move |c| {
+        self.change_held(wref, Some(at), uid, dry_run, move |c| {
             if c.pod_sets.len() != 1 {
                 return false;
             }
@@ -1770,19 +1779,21 @@ impl Service {
         .await
     }
 
-    /// An HPA targeting a held workload reserves `maxReplicas` (or stops
-    /// reserving, with `None`). Returns false when the target is not governed.
+    /// An HPA targeting a held workload (stored `at`, when the HPA names
+    /// where) reserves `maxReplicas` (or stops reserving, with `None`).
+    /// Returns false when the target is not governed.
     #[tracing::instrument(level = "debug", skip_all, fields(workload = wref, hpa = hpa_name, dry_run = dry_run))]
     pub async fn set_hpa(
         &self,
         wref: &str,
+        at: Option<&WorkloadAt<'_>>,
         hpa: Option<HpaCharge>,
         hpa_name: &str,
         uid: &str,
         dry_run: bool,
     ) -> Result<bool, ServiceError> {
         let hpa_name = hpa_name.to_string();
-        self.change_held(wref, uid, dry_run, move |c| match &hpa {
+        self.change_held(wref, at, uid, dry_run, move |c| match &hpa {
             Some(h) => {
                 c.hpa = Some(h.clone());
                 true

@@ -36,6 +36,19 @@ pub struct Stamp {
     pub uid: String,
 }
 
+/// Where the API server keeps a workload a review names but does not
+/// carry (a `/scale`'s parent, an HPA's target): what a workload lookup
+/// reads when its cache misses (`QuotaStore::workload_quota_at`).
+#[derive(Clone, Copy)]
+pub struct WorkloadAt<'a> {
+    pub adapter: &'static quota::workload::Adapter,
+    /// The API version served for the kind (the review's, or the
+    /// HPA's `scaleTargetRef`), e.g. `v1`.
+    pub version: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
 impl Stamp {
     pub fn of(s: &Stored) -> Stamp {
         Stamp {
@@ -203,6 +216,17 @@ pub trait QuotaStore: Send + Sync + 'static {
     async fn delete(&self, current: &Stored) -> Result<(), StoreError>;
     /// Which quota holds the charge of a workload reference, if any.
     async fn workload_quota(&self, workload: &str) -> Result<Option<String>, StoreError>;
+    /// As `workload_quota`, for a workload stored at `at`: a store that
+    /// can read the object itself answers a miss from its quota label
+    /// (cluster: one GET, never a LIST of every quota). A store whose
+    /// lookup is one indexed read (SQL) answers as `workload_quota`.
+    async fn workload_quota_at(
+        &self,
+        workload: &str,
+        _at: &WorkloadAt<'_>,
+    ) -> Result<Option<String>, StoreError> {
+        self.workload_quota(workload).await
+    }
     /// Whether the backend answers (for /readyz).
     async fn ping(&self) -> Result<(), StoreError>;
     /// Waits (bounded) until this store's lists hold every write up to

@@ -78,6 +78,9 @@ struct State {
     failures: HashMap<String, usize>,
     /// Answer the next N GETs of these objects' paths with 500.
     failed_reads: HashMap<String, usize>,
+    /// Answer the next N GETs of these objects' paths with 403, as RBAC
+    /// refuses an identity without `get` on the resource.
+    forbidden_reads: HashMap<String, usize>,
     /// How long each write (POST, PUT, PATCH, DELETE; dry runs too) takes
     /// before it is made, as etcd's commit would; zero by default.
     write_delay: std::time::Duration,
@@ -449,6 +452,17 @@ impl FakeApi {
             .lock()
             .unwrap()
             .failed_reads
+            .insert(path.to_string(), n);
+    }
+
+    /// Answer the next `n` GETs of the object at `path` with 403 Forbidden
+    /// (0: none from now on), as kube-apiserver's authorizer answers a
+    /// caller whose roles grant no `get` on the resource.
+    pub fn forbid_reads(&self, path: &str, n: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .forbidden_reads
             .insert(path.to_string(), n);
     }
 

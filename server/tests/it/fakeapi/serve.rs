@@ -113,6 +113,18 @@ impl FakeApi {
             );
         }
         if method == Method::GET && t.name.is_some() {
+            if let Some(n) = g.forbidden_reads.get_mut(path).filter(|n| **n > 0) {
+                *n -= 1;
+                let name = t.name.as_deref().unwrap_or_default();
+                return once(
+                    403,
+                    &status(
+                        403,
+                        "Forbidden",
+                        &format!("{name:?} is forbidden: the caller cannot get {path}"),
+                    ),
+                );
+            }
             if let Some(n) = g.failed_reads.get_mut(path).filter(|n| **n > 0) {
                 *n -= 1;
                 return once(
