@@ -150,16 +150,6 @@ impl Service {
         self.plan_on(q, false).await
     }
 
-    /// `queue_plan` on the parent as this replica knows it with no read
-    /// (`Service::recent`), for a plan whose loan is then asked in the
-    /// parent's compare-and-swap.
-    pub async fn queue_plan_recent(
-        &self,
-        q: &Quota,
-    ) -> Result<(ResourceList, Option<queue::share::Family>), ServiceError> {
-        self.plan_on(q, true).await
-    }
-
     /// `queue_plan`, the parent read fresh, or with `recent` as this
     /// replica knows it with no request (`Service::recent`).
     async fn plan_on(

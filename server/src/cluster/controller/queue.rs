@@ -60,15 +60,7 @@ impl Context {
         self.service.metrics.queue_rounds.inc();
         // The parent and siblings the plan reads, as new as what asked.
         self.store_caught_up(name).await;
-        // The quota as this replica knows it, with no read: the newer of
-        // its own last write (most often this round's previous one) and
-        // the watch's copy, which has reached what asked for the round.
-        // The round's one write decides again on the version it writes
-        // (`queue::batch::admit`: only entries still queued, within the
-        // limits there; `ledger::restate` keeps entries that joined since),
-        // and a release it then makes goes through the webhooks, which
-        // judge it on the stored quota.
-        let q = self.service.recent(name).await?.quota.clone();
+        let q = self.service.get(name).await?.quota;
         let repairs: Vec<(String, String)> = {
             let snap = self.view.lock().unwrap().snapshot(name);
             q.status
@@ -178,10 +170,7 @@ impl Context {
         // for its loan in the parent's compare-and-swap, as the webhook's
         // borrowing path does, so the plan is never more than is granted.
         let t_read = t0.elapsed();
-        // The parent as recently known, with no read: the loan is asked
-        // in the parent's own compare-and-swap, which lends only what it
-        // holds idle then.
-        let (limits, family) = self.service.queue_plan_recent(&q).await?;
+        let (limits, family) = self.service.queue_plan(&q).await?;
         // Equals by their submitters' decayed usage, where the policy asks
         // (`submitters`, docs/queueing.md §11).
         let pool = self.queue_pool(&q, &limits).await;
