@@ -485,8 +485,8 @@ impl Service {
     /// `name` as recently as this replica knows it with no request: the
     /// newer of its own copy (what it last wrote or read) and the store's
     /// feed (the watch's copy, with every replica's writes it delivered);
-    /// read fresh when neither holds it, or when the store has no feed
-    /// and this process has no copy. Possibly behind the store by the
+    /// read fresh when the feed does not show it, and always on a store
+    /// with no feed (SQL, where a read is local). Possibly behind the store by the
     /// watch's lag: only for a decision an old copy cannot make unsafe, as
     /// the mutating webhook's choice between "charge now" and "queue" for
     /// a create (the charge itself is a compare-and-swap that reads again

@@ -238,15 +238,25 @@ impl Service {
                 .collect();
             let check =
                 queue::would_queue_at(&waiting, &work, &pool, &views, &q.spec.queueing, now);
+            // Joins the queue at `position` for `reason`, said in words.
             let join = |q: &mut quota::Quota,
                         work: queue::Queued,
                         position: u32,
-                        reason: &queue::Reason,
-                        text: String| {
-                ledger::join(q, work, position, reason.waiting(), text).map_err(|full| {
-                    *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(full.cause());
-                    Denial::from(full)
-                })
+                        reason: &queue::Reason|
+             -> Result<(bool, Queueing), ServiceError> {
+                let text = worded(reason.to_string());
+                let changed = ledger::join(q, work, position, reason.waiting(), text.clone())
+                    .map_err(|full| {
+                        *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(full.cause());
+                        Denial::from(full)
+                    })?;
+                Ok((
+                    changed || dropped,
+                    Queueing::Queued {
+                        position,
+                        reason: text,
+                    },
+                ))
             };
             match check {
                 // A queued entry that now fits keeps its place with what it
@@ -263,32 +273,13 @@ impl Service {
                         // behind what waits, and the sibling goes first.
                         Some(turn) => {
                             let position = u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX);
-                            let reason = queue::Reason::Fair(turn);
-                            let text = worded(reason.to_string());
-                            let changed = join(q, work, position, &reason, text.clone())?;
-                            Ok((
-                                changed || dropped,
-                                Queueing::Queued {
-                                    position,
-                                    reason: text,
-                                },
-                            ))
+                            join(q, work, position, &queue::Reason::Fair(turn))
                         }
                         None => Ok((dropped, Queueing::Admits)),
                     }
                 }
                 Check::Never(r) => Ok((dropped, Queueing::Never(r.to_string()))),
-                Check::Queues { position, reason } => {
-                    let text = worded(reason.to_string());
-                    let changed = join(q, work, position, &reason, text.clone())?;
-                    Ok((
-                        changed || dropped,
-                        Queueing::Queued {
-                            position,
-                            reason: text,
-                        },
-                    ))
-                }
+                Check::Queues { position, reason } => join(q, work, position, &reason),
             }
         };
         // A create that fits on the recent copy, which holds nothing under

@@ -174,15 +174,16 @@ pub fn suspend_reviews(c: &Cluster, name: &str) -> Vec<Value> {
 }
 
 async fn preempting_cluster() -> Cluster {
+    preempting_cluster_of(json!({"hard": {"requests.cpu": "5"},
+        "queueing": {"mode": "Queue", "preemption": "LowerPriority"}}))
+    .await
+}
+
+/// The quota `ml` of `spec`, the Job watch running, the classes
+/// `batch-low` (1) and `urgent` (100) made.
+async fn preempting_cluster_of(spec: Value) -> Cluster {
     let c = Cluster::start().await;
-    create_quota(
-        &c,
-        "ml",
-        "",
-        json!({"hard": {"requests.cpu": "5"},
-            "queueing": {"mode": "Queue", "preemption": "LowerPriority"}}),
-    )
-    .await;
+    create_quota(&c, "ml", "", spec).await;
     c.until_requested("job watch", |r| {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
@@ -764,15 +765,9 @@ async fn no_preemption_for_a_job_its_budget_would_still_hold_back() {
 /// place; the Event says 0 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preemption_grace_of_zero_suspends_at_once_whatever_the_reclaim_grace() {
-    let c = Cluster::start().await;
-    create_quota(
-        &c,
-        "ml",
-        "",
-        json!({"hard": {"requests.cpu": "2"},
-            "queueing": {"mode": "Queue",
-                "preemption": {"policy": "LowerPriority", "graceSeconds": 0}}}),
-    )
+    let c = preempting_cluster_of(json!({"hard": {"requests.cpu": "2"},
+        "queueing": {"mode": "Queue",
+            "preemption": {"policy": "LowerPriority", "graceSeconds": 0}}}))
     .await;
     let (_, q) = c.server.api(Method::GET, "/api/v1/quotas/ml", None).await;
     assert_eq!(
@@ -780,12 +775,6 @@ async fn a_preemption_grace_of_zero_suspends_at_once_whatever_the_reclaim_grace(
         json!({"policy": "LowerPriority", "graceSeconds": 0}),
         "stored in the long form: {q}"
     );
-    c.until_requested("job watch", |r| {
-        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
-    })
-    .await;
-    create_class(&c, "batch-low", 1).await;
-    create_class(&c, "urgent", 100).await;
     create(&c, &job("ml", "ml", "low", 2, "1", "batch-low")).await;
     c.until("ml", "low charged", |q| used(q, "requests.cpu") == "2")
         .await;
@@ -840,22 +829,10 @@ async fn a_preemption_grace_of_zero_suspends_at_once_whatever_the_reclaim_grace(
 /// again, while the Job that waited stayed queued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_job_is_never_preempted() {
-    let c = Cluster::start().await;
-    create_quota(
-        &c,
-        "ml",
-        "",
-        json!({"hard": {"requests.cpu": "3"},
-            "queueing": {"mode": "Queue",
-                "preemption": {"policy": "LowerPriority", "graceSeconds": 0}}}),
-    )
+    let c = preempting_cluster_of(json!({"hard": {"requests.cpu": "3"},
+        "queueing": {"mode": "Queue",
+            "preemption": {"policy": "LowerPriority", "graceSeconds": 0}}}))
     .await;
-    c.until_requested("job watch", |r| {
-        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
-    })
-    .await;
-    create_class(&c, "batch-low", 1).await;
-    create_class(&c, "urgent", 100).await;
     create(&c, &job("ml", "ml", "low", 2, "1", "batch-low")).await;
     create(&c, &job("ml", "ml", "done", 1, "1", "batch-low")).await;
     c.until("ml", "both charged", |q| used(q, "requests.cpu") == "3")
