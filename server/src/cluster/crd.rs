@@ -343,8 +343,59 @@ impl JsonSchema for Status {
 }
 
 impl BizGroupResourceQuota {
-    /// The same object in the engine's type.
+    /// The same object in the engine's type, field by field: the status (a
+    /// busy quota's largest part) is cloned, not converted through JSON.
+    /// Every read of the watch's copy (a create's judgement, a quota's
+    /// children, a round) converts, so a JSON round trip here was most of
+    /// the controller's and the webhook's CPU at scale (docs/benchmarks.md,
+    /// "converting the watch's copies"). `to_quota_via_json` is the
+    /// reference it must equal.
     pub fn to_quota(&self) -> Result<Quota, serde_json::Error> {
+        let m = &self.metadata;
+        let creation_timestamp = match &m.creation_timestamp {
+            Some(t) => match serde_json::to_value(t)? {
+                serde_json::Value::String(s) => Some(s),
+                serde_json::Value::Null => None,
+                other => serde_json::from_value(other)?,
+            },
+            None => None,
+        };
+        let mut status = self
+            .status
+            .as_ref()
+            .map(|s| s.0.clone())
+            .unwrap_or_default();
+        // Never serialised, so never part of a stored object.
+        status.ledger = Default::default();
+        Ok(Quota {
+            api_version: quota::object::api_version(),
+            kind: quota::object::KIND.to_string(),
+            metadata: quota::object::ObjectMeta {
+                name: m.name.clone().ok_or_else(|| {
+                    <serde_json::Error as serde::de::Error>::missing_field("name")
+                })?,
+                resource_version: m.resource_version.clone(),
+                uid: m.uid.clone(),
+                creation_timestamp,
+                labels: m.labels.clone().unwrap_or_default(),
+                annotations: m.annotations.clone().unwrap_or_default(),
+            },
+            spec: quota::QuotaSpec {
+                parent: self.spec.parent.clone(),
+                hard: self.spec.hard.clone(),
+                max: self.spec.max.clone(),
+                budgets: self.spec.budgets.clone(),
+                queueing: self.spec.queueing,
+                fair_sharing: self.spec.fair_sharing,
+            },
+            status,
+        })
+    }
+
+    /// `to_quota` through JSON: what the field-by-field conversion must
+    /// equal (tests).
+    #[cfg(test)]
+    fn to_quota_via_json(&self) -> Result<Quota, serde_json::Error> {
         serde_json::from_value(serde_json::to_value(self)?)
     }
 
@@ -461,6 +512,48 @@ mod tests {
             serde_json::to_value(&converted).unwrap()
         );
         assert_eq!(moved.to_quota().unwrap(), q);
+        assert_eq!(
+            moved.to_quota().unwrap(),
+            moved.to_quota_via_json().unwrap()
+        );
+    }
+
+    /// The watch's copy becomes the quota its JSON would, whatever the
+    /// object holds: metadata the engine ignores, an empty status, a
+    /// queue, loans, budgets and a summary.
+    #[test]
+    fn a_watched_object_becomes_the_quota_its_json_would() {
+        let objects = [
+            serde_json::json!({"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuota",
+                "metadata": {"name": "bare", "resourceVersion": "7"},
+                "spec": {"hard": {"pods": "4"}}}),
+            serde_json::json!({"apiVersion": "bizrq.io/v1", "kind": "BizGroupResourceQuota",
+                "metadata": {"name": "team", "resourceVersion": "42", "uid": "u-1",
+                    "generation": 3, "managedFields": [{"manager": "kubectl"}],
+                    "creationTimestamp": "2026-11-21T10:00:00Z", "labels": {"a": "b"},
+                    "annotations": {"bizrq.io/x": "y"}, "finalizers": ["f"]},
+                "spec": {"parent": "dept", "hard": {"requests.cpu": "20", "cash/pods": "10"},
+                    "max": {"requests.cpu": "120"},
+                    "queueing": {"mode": "Queue", "order": {"kind": "BestEffortFifo", "agingSeconds": 60}},
+                    "fairSharing": {"weight": 2}},
+                "status": {
+                    "hard": {"requests.cpu": "20"}, "used": {"requests.cpu": "1"},
+                    "selfUsed": {"requests.cpu": "1"},
+                    "workloads": {"batch/Job/ns/w": {"podSets": [], "since": "2026-11-21T10:00:00Z", "uid": "u"}},
+                    "queue": [{"workloadRef": "batch/Job/ns/q", "since": "2026-11-21T10:00:01Z",
+                        "podSets": [], "submittedBy": "alice", "position": 1,
+                        "waiting": "Quota", "reason": "20 free, 25 needed"}],
+                    "users": {"batch/Job/ns/w": "alice"},
+                    "cashAccrued": {"cash/pods": "1"},
+                    "loans": {"c": {"amount": {"requests.cpu": "1"}, "since": "2026-11-21T10:00:00Z"}},
+                    "summary": {"gpu": "1/2", "cardHoursLeft": "3", "borrowing": "pods=1", "reclaimPending": 1}
+                }
+            }),
+        ];
+        for o in objects {
+            let k: BizGroupResourceQuota = serde_json::from_value(o).unwrap();
+            assert_eq!(k.to_quota().unwrap(), k.to_quota_via_json().unwrap());
+        }
     }
 
     #[test]
