@@ -16,7 +16,7 @@
 use super::ledger::{Full, MAX_QUEUE};
 use super::Queued;
 use crate::object::Quota;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 /// One quota's entries marked and not yet folded, and its tombstones.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -42,15 +42,18 @@ impl Pending {
     /// then the pending entries it does not show, in the order they came.
     pub fn queue(&self, q: &Quota) -> Vec<Queued> {
         let mut out: Vec<Queued> = q.status.queue.iter().map(|e| e.work.clone()).collect();
+        // By reference, once: a webhook review builds this for every
+        // create, with hundreds of entries on each side.
+        let listed: HashSet<&str> = q
+            .status
+            .queue
+            .iter()
+            .map(|e| e.work.workload_ref.as_str())
+            .collect();
         let mut more: Vec<&Queued> = self
             .entries
             .values()
-            .filter(|p| {
-                !q.status
-                    .queue
-                    .iter()
-                    .any(|e| e.work.workload_ref == p.workload_ref)
-            })
+            .filter(|p| !listed.contains(p.workload_ref.as_str()))
             .collect();
         more.sort_by(|a, b| {
             (a.submitted_ms, &a.workload_ref).cmp(&(b.submitted_ms, &b.workload_ref))
@@ -150,12 +153,14 @@ impl Pending {
     /// How many.
     pub fn seen(&mut self, q: &Quota) -> usize {
         let before = self.entries.len();
+        let listed: HashSet<(&str, i64)> = q
+            .status
+            .queue
+            .iter()
+            .map(|e| (e.work.workload_ref.as_str(), e.work.submitted_ms))
+            .collect();
         self.entries.retain(|r, p| {
-            let waiting = q
-                .status
-                .queue
-                .iter()
-                .any(|e| e.work.workload_ref == *r && e.work.submitted_ms == p.submitted_ms);
+            let waiting = listed.contains(&(r.as_str(), p.submitted_ms));
             let admitted = q.status.workloads.get(r).is_some_and(|c| {
                 c.uid.starts_with("queue:")
                     && crate::time::parse_rfc3339(&c.since).is_some_and(|s| s >= p.submitted_ms)

@@ -569,14 +569,24 @@ impl Service {
             let marked = self.marked.lock().unwrap_or_else(|e| e.into_inner());
             let left =
                 |r: &str, uid: &str| marked.get(current.name()).is_some_and(|p| p.skips(r, uid));
+            // What the status lists, by reference (`ledger::holds` on each
+            // entry of the copy walked the growing queue: quadratic in
+            // its length on every create's review).
+            let mut listed: std::collections::HashSet<&str> = current
+                .status
+                .queue
+                .iter()
+                .map(|e| e.work.workload_ref.as_str())
+                .collect();
             for e in copy.iter() {
                 let r = &e.work.workload_ref;
-                if ledger::holds(&q, r)
+                if listed.contains(r.as_str())
                     || current.status.workloads.contains_key(r)
                     || left(r, &e.work.uid)
                 {
                     continue;
                 }
+                listed.insert(r);
                 q.status.queue.push(e.clone());
             }
         }
