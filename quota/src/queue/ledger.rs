@@ -80,6 +80,16 @@ pub fn holds(q: &Quota, wref: &str) -> bool {
     q.status.queue.iter().any(|e| e.work.workload_ref == wref)
 }
 
+/// The references `q`'s status lists, for many `holds` questions at
+/// once (each `holds` walks the queue).
+pub fn listed(q: &Quota) -> std::collections::HashSet<&str> {
+    q.status
+        .queue
+        .iter()
+        .map(|e| e.work.workload_ref.as_str())
+        .collect()
+}
+
 /// Queue `work` (or refresh its entry: same reference and uid keep their
 /// `since` and place, with the new pod sets, priority and run time), with
 /// the position and reason the caller computed. An entry of the same

@@ -44,12 +44,7 @@ impl Pending {
         let mut out: Vec<Queued> = q.status.queue.iter().map(|e| e.work.clone()).collect();
         // By reference, once: a webhook review builds this for every
         // create, with hundreds of entries on each side.
-        let listed: HashSet<&str> = q
-            .status
-            .queue
-            .iter()
-            .map(|e| e.work.workload_ref.as_str())
-            .collect();
+        let listed = super::ledger::listed(q);
         let mut more: Vec<&Queued> = self
             .entries
             .values()

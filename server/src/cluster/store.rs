@@ -546,20 +546,8 @@ impl<'a> Family<'a> {
         // The columns' text only: `readable` may hold a key the service's
         // copy lacks, which no write removes, and would be judged stale
         // for ever.
-        let (summary, _) = quota::readable::summarize(&spec_of(k), status, &in_use, keys);
+        let (summary, _) = quota::readable::summarize(&k.engine_spec(), status, &in_use, keys);
         Some(status.summary.as_ref() != Some(&summary))
-    }
-}
-
-/// The spec of `k` as `quota` has it.
-fn spec_of(k: &BizGroupResourceQuota) -> quota::QuotaSpec {
-    quota::QuotaSpec {
-        parent: k.spec.parent.clone(),
-        hard: k.spec.hard.clone(),
-        max: k.spec.max.clone(),
-        budgets: k.spec.budgets.clone(),
-        queueing: k.spec.queueing,
-        fair_sharing: k.spec.fair_sharing,
     }
 }
 

@@ -572,12 +572,7 @@ impl Service {
             // What the status lists, by reference (`ledger::holds` on each
             // entry of the copy walked the growing queue: quadratic in
             // its length on every create's review).
-            let mut listed: std::collections::HashSet<&str> = current
-                .status
-                .queue
-                .iter()
-                .map(|e| e.work.workload_ref.as_str())
-                .collect();
+            let mut listed = ledger::listed(current);
             for e in copy.iter() {
                 let r = &e.work.workload_ref;
                 if listed.contains(r.as_str())
