@@ -433,16 +433,20 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
                             Some(c) => RunDecl::of_update(workload, c),
                             None => RunDecl::of(workload),
                         };
-                        svc.charge_by(
-                            quota,
-                            &wref,
-                            sets,
-                            run,
-                            &req.uid,
-                            Some(&req.user_info.username),
-                            dry,
-                        )
-                        .await?
+                        // bizrq's own writes (a queue's release, a
+                        // preemption's suspend) are not who asked for the
+                        // work: its submitter stays as recorded. Their
+                        // charge names the object (`OWN_CHARGE`), so the
+                        // controller can take back one its write left
+                        // when that write found the object deleted.
+                        let own = req.sent_by(&svc.service_account);
+                        let by = (!own).then_some(req.user_info.username.as_str());
+                        let uid = match own {
+                            true => format!("{}{}", crate::service::OWN_CHARGE, workload.meta.uid),
+                            false => req.uid.clone(),
+                        };
+                        svc.charge_by(quota, &wref, sets, run, &uid, by, dry)
+                            .await?
                     }
                     quota::admission::Step::Check { quota, usage } => {
                         svc.check_usage(quota, &usage).await?

@@ -1438,10 +1438,61 @@ impl Service {
         wref: &str,
         dry_run: bool,
     ) -> Result<(), ServiceError> {
+        self.release_where(quota_name, wref, dry_run, |_| true)
+            .await
+            .map(|_| ())
+    }
+
+    /// Give back `wref`'s charge in `quota_name` only if it is the charge
+    /// of the object `object_uid` that bizrq's own writes left: admitted
+    /// from the queue (`queue:<uid>`) or written by a review of bizrq's
+    /// own write (`OWN_CHARGE`). The controller calls it when its write
+    /// to that object found it deleted: the write's review may have
+    /// charged it after the DELETE's release, and the object the charge
+    /// stands for is gone. A charge of a newer object of the same name
+    /// (its CREATE's review) is never this one, and stays. Whether it
+    /// was given back.
+    pub async fn release_charge_of(
+        &self,
+        quota_name: &str,
+        wref: &str,
+        object_uid: &str,
+    ) -> Result<bool, ServiceError> {
+        if object_uid.is_empty() {
+            return Ok(false);
+        }
+        let ours = [
+            format!("queue:{object_uid}"),
+            format!("{OWN_CHARGE}{object_uid}"),
+        ];
+        let held = self
+            .cached(quota_name)
+            .and_then(|c| c.quota.status.workloads.get(wref).map(|c| c.uid.clone()));
+        if held.is_some_and(|u| !ours.contains(&u)) {
+            return Ok(false);
+        }
+        self.release_where(quota_name, wref, false, move |c| ours.contains(&c.uid))
+            .await
+    }
+
+    /// Give back what `wref` holds in `quota_name` (its charge, and its
+    /// queue entry) when its charge, if any, is one `release` accepts; a
+    /// charge it refuses stays, and so does the entry. Whether anything
+    /// was given back.
+    async fn release_where(
+        &self,
+        quota_name: &str,
+        wref: &str,
+        dry_run: bool,
+        release: impl Fn(&Charge) -> bool + Send + Sync + 'static,
+    ) -> Result<bool, ServiceError> {
         let seen = self.loan_seen(quota_name);
         let decide = {
             let wref = wref.to_string();
             move |q: &mut Quota| {
+                if q.status.workloads.get(&wref).is_some_and(|c| !release(c)) {
+                    return Ok((false, (false, None)));
+                }
                 let before = q.status.used.clone();
                 let dequeued = quota::queue::ledger::dequeue(q, &wref);
                 let released = admission::release(q, &wref) || dequeued;
@@ -1464,9 +1515,9 @@ impl Service {
                         self.give_back(&parent, quota_name, give).await;
                     }
                 }
-                Ok(())
+                Ok(released)
             }
-            Err(ServiceError::NotFound(_)) => Ok(()),
+            Err(ServiceError::NotFound(_)) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -2133,6 +2184,12 @@ impl NameLocks {
         }
     }
 }
+
+/// The prefix of a charge's `uid` written by a review of bizrq's own
+/// write (a queue's release, a preemption's suspend): the object's uid
+/// follows, where anyone else's review leaves the request's uid
+/// (`Service::release_charge_of`).
+pub const OWN_CHARGE: &str = "bizrq:";
 
 /// The longest name `status.users` may hold, in bytes (the CRD's bound;
 /// what is written is the shorter canonical key, `quota::queue::submitter`).

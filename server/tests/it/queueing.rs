@@ -191,6 +191,78 @@ async fn a_job_that_does_not_fit_waits_suspended_and_is_admitted_when_room_frees
         .await;
 }
 
+/// A Job deleted while the controller's release of it is under review:
+/// the DELETE's review releases the charge the round wrote, then the
+/// release's own review (delayed, as a loaded webhook delays it) charges
+/// the Job again, and its write finds the Job gone (404). The controller
+/// takes that charge back at once (`Service::release_charge_of`): the
+/// quota does not hold a deleted Job's room until the reservation's TTL
+/// (never, on this frozen clock), and the charge bizrq's own write made
+/// names no submitter of bizrq's service account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_deleted_while_its_release_is_reviewed_leaves_no_charge() {
+    let c = queueing_cluster().await;
+    create(&c, &job("run", "4", None)).await.unwrap();
+    c.until("ml", "run charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    create(&c, &job("w", "2", None)).await.unwrap();
+    assert!(suspended(&c, "w"));
+    c.until("ml", "w queued and named", |q| {
+        queue_refs(q) == ["batch/Job/ml/w"]
+            && q["status"]["queue"][0]["uid"]
+                .as_str()
+                .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    // The release's PATCH: read, then held 1.5 s before its reviews.
+    c.fake.pause_next_validation(
+        "/apis/batch/v1/namespaces/ml/jobs/w",
+        std::time::Duration::from_millis(1500),
+    );
+    jobs(&c)
+        .delete("run", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "w admitted by the round", |q| {
+        q["status"]["workloads"]["batch/Job/ml/w"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("queue:"))
+    })
+    .await;
+    c.until_requested("the release sent", |r| {
+        r.starts_with("PATCH /apis/batch/v1/namespaces/ml/jobs/w")
+    })
+    .await;
+    // Deleted while the release waits for its review.
+    jobs(&c)
+        .delete("w", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(c.fake.get("batch", "jobs", "ml", "w").is_none());
+    // The release's review comes after the DELETE's: it charges w again.
+    let reviewed = || {
+        c.fake.reviews().iter().any(|r| {
+            r["request"]["name"] == "w"
+                && r["request"]["operation"] == "UPDATE"
+                && r["webhook"] == "workloads.bizrq.io"
+        })
+    };
+    for _ in 0..100 {
+        if reviewed() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(reviewed(), "the release's review never came");
+    let q = c
+        .until("ml", "no charge left for the deleted Job", |q| {
+            used(q, "requests.cpu") == "0"
+                && q["status"]["workloads"].get("batch/Job/ml/w").is_none()
+        })
+        .await;
+    assert!(q["status"]["users"].get("batch/Job/ml/w").is_none(), "{q}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_jobs_are_admitted_by_priority_then_first_come_never_over() {
     let c = queueing_cluster().await;

@@ -63,10 +63,15 @@ impl Context {
         let q = self.service.get(name).await?.quota;
         let repairs: Vec<(String, String)> = {
             let snap = self.view.lock().unwrap().snapshot(name);
+            // An earlier round's release still in flight is not one that
+            // did not happen: released twice, its second write could land
+            // after the object's DELETE and charge it again.
+            let releasing = self.releasing.lock().unwrap();
             q.status
                 .workloads
                 .iter()
                 .filter(|(_, c)| c.uid.starts_with("queue:"))
+                .filter(|(wref, _)| !releasing.contains(*wref))
                 .filter(|(wref, _)| {
                     // Observed running nothing: held back (a finished
                     // workload runs nothing too, and is not held).
@@ -704,8 +709,18 @@ impl Context {
             .map(|(w, _)| w.clone())
             .collect();
         self.releasing.lock().unwrap().extend(all.iter().cloned());
-        futures::future::join_all(out.repairs.iter().map(|(w, u)| self.release(w, u))).await;
-        futures::future::join_all(out.admitted.iter().map(|(w, u)| self.release(w, u))).await;
+        futures::future::join_all(
+            out.repairs
+                .iter()
+                .map(|(w, u)| self.release(name, w, u, true)),
+        )
+        .await;
+        futures::future::join_all(
+            out.admitted
+                .iter()
+                .map(|(w, u)| self.release(name, w, u, false)),
+        )
+        .await;
         {
             let mut releasing = self.releasing.lock().unwrap();
             for w in &all {
@@ -723,6 +738,21 @@ impl Context {
         }
     }
 
+    /// The object `uid` a release wrote to is gone: its charge, if the
+    /// release's review wrote it back after the DELETE's, is taken back
+    /// now rather than held as a reservation until `RESERVATION_TTL_MS`.
+    async fn gone_after_release(&self, quota: &str, wref: &str, uid: &str) {
+        match self.service.release_charge_of(quota, wref, uid).await {
+            Ok(true) => {
+                tracing::info!(workload = %wref, %uid, "released into a deleted object: its charge taken back")
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(workload = %wref, error = %e, "the charge of a deleted object could not be taken back; the reconcile drops it")
+            }
+        }
+    }
+
     /// Release a workload the queue admitted (its charge is in place): a
     /// merge patch of what holds it back (`quota::hold::release_patch`: the
     /// suspend flag to false, or the hold annotation removed), through the
@@ -733,7 +763,17 @@ impl Context {
     /// holds another object, created again after the charge, which must
     /// not be released on the old one's charge (docs/queueing.md §12,
     /// constraint 5). Nothing is ungated then either.
-    async fn release(&self, wref: &str, uid: &str) {
+    ///
+    /// A `repair` (a charge whose release seemed not to happen) reads the
+    /// object first and leaves it alone when it is no longer held: the
+    /// watch lagged behind a release that did happen, and a second write
+    /// is a review that could land after the object's DELETE.
+    ///
+    /// A release that finds the object gone (deleted, or its name holding
+    /// a newer object) takes back the charge of that object
+    /// (`Service::release_charge_of`): the patch's review may have charged
+    /// it again after the DELETE's review released it.
+    async fn release(&self, quota: &str, wref: &str, uid: &str, repair: bool) {
         let kind = kind_of_ref(wref).to_string();
         let Some(ar) = self.installed.lock().unwrap().get(&kind).cloned() else {
             return;
@@ -763,12 +803,30 @@ impl Context {
             patch["metadata"]["uid"] = serde_json::Value::String(uid.to_string());
         }
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &ar);
+        if repair {
+            match api.get_opt(name).await {
+                Ok(Some(o)) => {
+                    let held = serde_json::to_value(&o)
+                        .is_ok_and(|v| quota::hold::is_held(adapter.hold(), &v));
+                    if !held {
+                        return;
+                    }
+                }
+                Ok(None) => return,
+                // Unread: the patch's own preconditions decide.
+                Err(e) => {
+                    tracing::debug!(workload = %wref, error = %e, "repair: the object could not be read first")
+                }
+            }
+        }
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {
+                self.gone_after_release(quota, wref, uid).await;
+            }
             // 409 as a uid precondition's failure; 422 as the immutable
             // field's, should an API server word it so.
             Err(kube::Error::Api(s))
@@ -776,6 +834,7 @@ impl Context {
                     || (s.code == 422 && s.message.contains("metadata.uid")) =>
             {
                 tracing::info!(workload = %wref, %uid, error = %s.message, "not released: the name holds another object now");
+                self.gone_after_release(quota, wref, uid).await;
                 return;
             }
             Err(e) => {

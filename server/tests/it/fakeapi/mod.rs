@@ -95,6 +95,9 @@ struct State {
     /// Writes to these paths take this long besides `write_delay` (one
     /// object's writes slow, as under a loaded API server and webhooks).
     slow_writes: HashMap<String, std::time::Duration>,
+    /// One-shot pauses of the next write to a path, between reading the
+    /// object its validating reviews are sent about and sending them.
+    paused_validation: HashMap<String, std::time::Duration>,
     /// Make the next write to these paths, then answer 504 as if the
     /// connection had timed out after the write.
     lost_answers: HashMap<String, usize>,
@@ -503,6 +506,19 @@ impl FakeApi {
             .lock()
             .unwrap()
             .slow_writes
+            .insert(path.to_string(), delay);
+    }
+
+    /// The next write to `path` (POST, PUT or PATCH) waits `delay` after
+    /// the API server has read the object it reviews and before its
+    /// validating webhooks are called: what a loaded webhook's queue does
+    /// to a write, so another write (a DELETE) can be reviewed and made
+    /// in between, and this one is then stored against what is left.
+    pub fn pause_next_validation(&self, path: &str, delay: std::time::Duration) {
+        self.state
+            .lock()
+            .unwrap()
+            .paused_validation
             .insert(path.to_string(), delay);
     }
 

@@ -679,6 +679,12 @@ impl tower::Service<Request<Body>> for FakeApi {
                 if let Some(invalid) = super::admission::invalid(&attrs) {
                     return Ok(invalid);
                 }
+                let paused = matches!(method, Method::POST | Method::PUT | Method::PATCH)
+                    .then(|| me.state.lock().unwrap().paused_validation.remove(&path))
+                    .flatten();
+                if let Some(delay) = paused {
+                    tokio::time::sleep(delay).await;
+                }
                 match me.admit(&attrs, dry).await {
                     Ok(w) => warnings.extend(w),
                     Err(refused) => return Ok(refused),
