@@ -8,7 +8,10 @@
 //! Flags: `--cohorts N` (5), `--deadline SECS` (900), `--write-delay-ms MS`
 //! (5), `--workers N` (the controller's, 5), `--order best-effort|strict`,
 //! `--no-preemption`, `--no-pods`, `--delete-finished`, `--scale F` (the
-//! share of each class's Jobs created; `--smoke` is 1 cohort at 0.1).
+//! share of each class's Jobs created; `--smoke` is 1 cohort at 0.1),
+//! `--marks-off` (queues in the quota's status; by default queue marks
+//! are on, their key in a Secret bizrq makes, as the shipped deployment
+//! runs: docs/queueing.md §12).
 //!
 //! What Kueue runs (kubernetes-sigs/kueue, `test/performance/scheduler`,
 //! configuration `baseline`): 5 cohorts × 6 ClusterQueues of nominal 20
@@ -157,6 +160,7 @@ struct Opts {
     preemption: bool,
     pods: bool,
     delete_finished: bool,
+    marks: bool,
 }
 
 fn opts() -> Opts {
@@ -195,6 +199,7 @@ fn opts() -> Opts {
         preemption: !flag("--no-preemption"),
         pods: !flag("--no-pods"),
         delete_finished: flag("--delete-finished"),
+        marks: !flag("--marks-off"),
     }
 }
 
@@ -976,11 +981,14 @@ async fn run(o: Opts) -> bool {
     fake.wall_clock_stamps();
     let dir = tempfile::tempdir().unwrap();
     let workers = o.workers;
+    let marks = o.marks;
     let c = Cluster::on_wall_clock(fake.clone(), dir, |args| {
         // The shipped defaults, not the test harness's.
         args.resync_seconds = 300;
         args.discovery_seconds = 60;
         args.workers = workers;
+        args.queue_mark_key_file = None;
+        args.queue_mark_key_secret = marks.then(|| "bizrq-queue-mark-keys".to_string());
     })
     .await;
     c.until_requested("job watch", |r| {
@@ -1015,7 +1023,8 @@ async fn run(o: Opts) -> bool {
 
     println!(
         "Kueue's scheduler benchmark (baseline) on bizrq: {} cohort(s) × {CHILDREN} quotas, \
-         scale {}, write delay {} ms, {} workers, order {}, preemption {}, pods {}, finished Jobs {}{}",
+         scale {}, write delay {} ms, {} workers, order {}, preemption {}, pods {}, finished Jobs {}, \
+         queue marks {}{}",
         o.cohorts,
         o.scale,
         o.write_delay_ms,
@@ -1024,6 +1033,7 @@ async fn run(o: Opts) -> bool {
         if o.preemption { "LowerPriority (grace 0)" } else { "off" },
         if o.pods { "made" } else { "none" },
         if o.delete_finished { "deleted" } else { "left" },
+        if o.marks { "on" } else { "off" },
         if o.smoke { ", smoke" } else { "" },
     );
     println!("load average at start: {}", load());

@@ -584,9 +584,9 @@ fn marks_unfolded(quota: &Quota) -> Option<Condition> {
         message: format!(
             "{} workloads bound to {name} wait held beyond the {listed} its queue lists, placed \
              by queue marks that no bizrq replica reads: queue marks are off (no \
-             --queue-mark-key-file), so they will never be admitted. Mount the key file again \
-             on every replica (BIZRQ_QUEUE_MARK_KEY_FILE) and, to turn marks off for good, set \
-             BIZRQ_QUEUE_MARK_DRAIN=true until no quota raises this alert",
+             keys), so they will never be admitted. Give every replica its keys again \
+             (BIZRQ_QUEUE_MARK_KEY_SECRET or BIZRQ_QUEUE_MARK_KEY_FILE) and, to turn marks off \
+             for good, set BIZRQ_QUEUE_MARK_DRAIN=true until no quota raises this alert",
             s.unfolded
         ),
         numbers: json!({

@@ -174,14 +174,22 @@ pub struct ServeArgs {
     /// the quota's status as before.
     #[arg(long, env = "BIZRQ_QUEUE_MARK_KEY_FILE")]
     pub queue_mark_key_file: Option<PathBuf>,
+    /// The Secret in `--namespace` that holds the queue mark keys (its
+    /// data key `keys`, as the key file holds them), cluster mode: read
+    /// at start, and created with a fresh random key by the first replica
+    /// that finds none, so every replica shares one key without anyone
+    /// making it by hand. The shipped deployment sets it. A key file
+    /// (`--queue-mark-key-file`), when given, is used instead.
+    #[arg(long, env = "BIZRQ_QUEUE_MARK_KEY_SECRET")]
+    pub queue_mark_key_secret: Option<String>,
     /// Drain queue marks before turning them off: marks already on held
     /// objects are still folded with the keys of `--queue-mark-key-file`
-    /// (required), none is signed (a create that must wait is queued in
+    /// or `--queue-mark-key-secret` (one is required), none is signed (a create that must wait is queued in
     /// the quota's status, as without marks), and a round writes its
     /// quota's whole queue into the status instead of its top. Once no
-    /// quota's status counts more waiting than it lists, the key file can
-    /// go (docs/queueing.md §12, "Turning marks off").
-    #[arg(long, env = "BIZRQ_QUEUE_MARK_DRAIN", requires = "queue_mark_key_file")]
+    /// quota's status counts more waiting than it lists, the keys can go
+    /// (docs/queueing.md §12, "Turning marks off").
+    #[arg(long, env = "BIZRQ_QUEUE_MARK_DRAIN")]
     pub queue_mark_drain: bool,
     /// Serve the webhook on a non-loopback address without a client CA or a
     /// token (reviews change quotas: rely on a NetworkPolicy and the

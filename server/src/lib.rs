@@ -338,21 +338,23 @@ impl Core {
             service = service.with_clock(clock);
         }
         if let Some(c) = &client {
+            let keys = queue_mark_keys(args, Some(c)).await?;
             service = service
                 .with_accrual_from_pods()
                 .with_queueing()
-                .with_queue_marks(queue_mark_keys(args)?)
+                .with_queue_marks(keys)
                 .with_queue_mark_drain(args.queue_mark_drain)
                 .with_notifier(Arc::new(events.clone()))
                 .with_priorities(Arc::new(cluster::priority::PriorityCache::new(c.clone())));
         }
-        if args.queue_mark_drain && args.queue_mark_key_file.is_none() {
+        if args.queue_mark_drain && service.marks.is_none() {
             anyhow::bail!(
                 "--queue-mark-drain (BIZRQ_QUEUE_MARK_DRAIN) folds the marks already placed with \
-                 their keys: it needs --queue-mark-key-file (BIZRQ_QUEUE_MARK_KEY_FILE) too"
+                 their keys: it needs --queue-mark-key-file (BIZRQ_QUEUE_MARK_KEY_FILE) or \
+                 --queue-mark-key-secret (BIZRQ_QUEUE_MARK_KEY_SECRET) too, in cluster mode"
             );
         }
-        if client.is_some() && args.queue_mark_key_file.is_none() {
+        if client.is_some() && service.marks.is_none() {
             stranded_without_marks(&service).await;
         }
         match (&client, &args.price_list) {
@@ -807,23 +809,41 @@ async fn stranded_without_marks(service: &Service) {
     if !stranded.is_empty() {
         tracing::error!(
             quotas = %stranded.join(", "),
-            "queue marks are off (no --queue-mark-key-file) but these quotas' queues were cut to \
+            "queue marks are off (no --queue-mark-key-secret or --queue-mark-key-file) but these quotas' queues were cut to \
              their top by a replica with marks: the Jobs waiting behind the top are held with \
              marks nothing folds now and will never be admitted (the controller's round raises \
-             a critical queue_overdue alert on each such quota); restore the key file, with \
+             a critical queue_overdue alert on each such quota); restore the keys, with \
              --queue-mark-drain to empty the unlisted part before turning marks off \
              (docs/queueing.md §12)"
         );
     }
 }
 
-/// The queue mark keys of `--queue-mark-key-file`, None without one.
-pub fn queue_mark_keys(
+/// The queue mark keys: `--queue-mark-key-file`'s; else, in cluster mode
+/// (`client`), those of the Secret `--queue-mark-key-secret`, created with
+/// a fresh key when none exists (`cluster::mark_keys`); None without
+/// either (marks off).
+pub async fn queue_mark_keys(
     args: &ServeArgs,
+    client: Option<&kube::Client>,
 ) -> anyhow::Result<Option<Arc<service::queue_mark::MarkKeys>>> {
+    let secret = args
+        .queue_mark_key_secret
+        .as_deref()
+        .filter(|s| !s.is_empty());
     let Some(path) = &args.queue_mark_key_file else {
-        return Ok(None);
+        return match (secret, client) {
+            (Some(name), Some(c)) => {
+                let keys =
+                    cluster::mark_keys::get_or_create(c.clone(), &args.namespace, name).await?;
+                Ok(Some(Arc::new(keys)))
+            }
+            _ => Ok(None),
+        };
     };
+    if let Some(name) = secret {
+        tracing::info!(file = %path.display(), secret = name, "queue mark keys from the file; --queue-mark-key-secret is not read");
+    }
     let text = std::fs::read_to_string(path).map_err(|e| {
         anyhow::anyhow!("cannot read --queue-mark-key-file {}: {e}", path.display())
     })?;

@@ -800,9 +800,9 @@ fn a_queue_stranded_by_turning_marks_off_alerts_the_admins_until_none_is() {
     assert_eq!(
         fired[0].message,
         "7 workloads bound to nlp-team wait held beyond the 0 its queue lists, placed by queue \
-         marks that no bizrq replica reads: queue marks are off (no --queue-mark-key-file), so \
-         they will never be admitted. Mount the key file again on every replica \
-         (BIZRQ_QUEUE_MARK_KEY_FILE) and, to turn marks off for good, set \
+         marks that no bizrq replica reads: queue marks are off (no keys), so they will never be \
+         admitted. Give every replica its keys again (BIZRQ_QUEUE_MARK_KEY_SECRET or \
+         BIZRQ_QUEUE_MARK_KEY_FILE) and, to turn marks off for good, set \
          BIZRQ_QUEUE_MARK_DRAIN=true until no quota raises this alert"
     );
     assert_eq!(fired[0].numbers["unfolded"], 7);

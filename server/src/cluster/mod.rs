@@ -5,6 +5,7 @@ pub mod controller;
 pub mod crd;
 pub mod events;
 pub mod leader;
+pub mod mark_keys;
 pub mod prices;
 pub mod priority;
 pub mod store;

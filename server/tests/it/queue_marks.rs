@@ -1250,3 +1250,151 @@ async fn turning_marks_off_with_jobs_beyond_the_top_alerts_until_none_is_left() 
     assert_eq!(state, "resolved");
     assert_eq!(marks_off_alerts(&c).await.len(), 1, "fired once");
 }
+
+/// Keys from a Secret bizrq makes itself (`--queue-mark-key-secret`, the
+/// shipped deployment's setting): the first replica finds none and
+/// creates it with a fresh key; marks work with it; the next replica
+/// reads the same Secret (not made again) and folds the marks the first
+/// one signed; two replicas starting at once over no Secret end with one
+/// key between them (one create wins, the other reads it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_kept_in_a_secret_bizrq_creates_are_shared_by_every_replica() {
+    const SECRET: &str = "bizrq-queue-mark-keys";
+    let by_secret = |a: &mut bizrq::config::ServeArgs| {
+        a.queue_mark_key_file = None;
+        a.queue_mark_key_secret = Some(SECRET.into());
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::common::fresh_sqlite(&dir);
+    let fake = crate::fakeapi::FakeApi::new();
+    assert!(fake.get("", "secrets", "bizrq-system", SECRET).is_none());
+    let c = Cluster::replica_configured(fake, dir, T0, "bizrq-0", true, &db, by_secret).await;
+    let secret = c
+        .fake
+        .get("", "secrets", "bizrq-system", SECRET)
+        .expect("created at start");
+    let made = secret["metadata"]["resourceVersion"].clone();
+    assert!(secret["data"]["keys"].is_string(), "{secret}");
+    let (s, v) = c
+        .server
+        .api(
+            Method::POST,
+            "/api/v1/quotas",
+            Some(json!({"metadata": {"name": "ml"},
+                "spec": {"parent": "", "hard": {"requests.cpu": "4"}, "queueing": "Queue"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create(&c, "alice", job("a", "4")).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    create(&c, "bob", job("b", "2")).await.unwrap();
+    assert!(suspended(&c, "b"));
+    assert!(mark_of(&c, "b").is_some(), "marked with the Secret's key");
+    // A new replica: the same Secret, read, not made again; it folds the
+    // mark the first one signed and admits b when room frees.
+    let fake = c.fake.clone();
+    c.running.shutdown().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::common::fresh_sqlite(&dir);
+    let c = Cluster::replica_configured(fake, dir, T0, "bizrq-1", true, &db, by_secret).await;
+    let again = c.fake.get("", "secrets", "bizrq-system", SECRET).unwrap();
+    assert_eq!(again["metadata"]["resourceVersion"], made);
+    c.until("ml", "b folded by the new replica", |q| {
+        queue_refs(q) == ["batch/Job/ml/b"]
+    })
+    .await;
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "b admitted", |q| {
+        queue_refs(q).is_empty() && used(q, "requests.cpu") == "2"
+    })
+    .await;
+    // Two replicas at once over no Secret: one key between them.
+    let client = c.kubectl("system:serviceaccount:bizrq-system:bizrq");
+    let (x, y) = tokio::join!(
+        bizrq::cluster::mark_keys::get_or_create(client.clone(), "bizrq-system", "other"),
+        bizrq::cluster::mark_keys::get_or_create(client.clone(), "bizrq-system", "other"),
+    );
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!(x.sign(b"one key"), y.sign(b"one key"));
+    // A Secret that holds no usable key is refused in words.
+    let broken = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "broken", "namespace": "bizrq-system"},
+        "data": {"keys": "YWJjZAo="}});
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "bizrq-system",
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Secret"), "secrets"),
+    );
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(broken).unwrap(),
+    )
+    .await
+    .unwrap();
+    let err = bizrq::cluster::mark_keys::get_or_create(client, "bizrq-system", "broken")
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("Secret bizrq-system/broken") && err.contains("at least 32 random bytes"),
+        "{err}"
+    );
+}
+
+/// The shipped deployment turns marks on with the Secret bizrq makes, and
+/// its RBAC lets it do so: `get` on that Secret by name and `create` on
+/// Secrets, in bizrq's own namespace only (a Role, not the ClusterRole).
+#[test]
+fn the_shipped_deployment_keeps_its_mark_keys_in_a_secret_its_role_may_make() {
+    let deployment = crate::workload_lookup::shipped("deployment.yaml");
+    let env = deployment[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let secret = env
+        .iter()
+        .find(|e| e["name"] == "BIZRQ_QUEUE_MARK_KEY_SECRET")
+        .expect("BIZRQ_QUEUE_MARK_KEY_SECRET set")["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!env.iter().any(|e| e["name"] == "BIZRQ_QUEUE_MARK_KEY_FILE"));
+    let rbac = crate::workload_lookup::shipped("rbac.yaml");
+    let grants = |verb: &str, by_name: bool| {
+        rbac.iter().any(|d| {
+            d["kind"] == "Role"
+                && d["metadata"]["namespace"] == "bizrq-system"
+                && d["rules"].as_array().unwrap().iter().any(|r| {
+                    r["apiGroups"][0] == ""
+                        && r["resources"][0] == "secrets"
+                        && r["verbs"].as_array().unwrap().iter().any(|v| v == verb)
+                        && (!by_name
+                            || r["resourceNames"]
+                                .as_array()
+                                .is_some_and(|n| n.iter().any(|n| *n == secret)))
+                })
+        })
+    };
+    assert!(grants("get", true), "get on {secret} by name");
+    assert!(grants("create", false), "create on secrets");
+    let cluster_wide = rbac.iter().any(|d| {
+        d["kind"] == "ClusterRole"
+            && d["rules"].as_array().unwrap().iter().any(|r| {
+                r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x == "secrets")
+            })
+    });
+    assert!(!cluster_wide, "no Secret anywhere else");
+}

@@ -352,7 +352,7 @@ async fn an_hpa_target_is_read_in_one_get_not_a_list() {
 }
 
 /// The documents of a shipped manifest under `deploy/base`.
-fn shipped(file: &str) -> Vec<Value> {
+pub(crate) fn shipped(file: &str) -> Vec<Value> {
     use serde::Deserialize;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../deploy/base")

@@ -14,6 +14,16 @@ pub struct KindDef {
 }
 
 pub const KINDS: &[KindDef] = &[
+    // bizrq's queue mark keys (`--queue-mark-key-secret`).
+    KindDef {
+        group: "",
+        version: "v1",
+        kind: "Secret",
+        plural: "secrets",
+        namespaced: true,
+        status: false,
+        scale: false,
+    },
     KindDef {
         group: "",
         version: "v1",
