@@ -36,8 +36,13 @@ pub const FINISH_RESOLUTION_MS: i64 = 1_000;
 
 /// Finished workloads whose pods have all ended, each with when it
 /// finished (`finished`: the caller has seen every pod of them end): each
-/// runs nothing for good, so its observed pod sets go to 0 pods and its
-/// charge is not held as a reservation — it goes in this reconcile. Not
+/// runs nothing for good, so it leaves the picture — its observed entry
+/// and its charge go in this reconcile, not held as a reservation nor
+/// kept at 0 pods (a quota whose finished Jobs stay, as Kueue leaves
+/// them, kept a record of each: 148 KB objects at 15,000 Jobs). Its
+/// submitter goes with the charge (`QuotaStatus::refresh`); the window
+/// this reconcile bills, which holds the last of its runs, still names
+/// it (the status before the write). Not
 /// when its charge was first made after it finished: then the finished
 /// object is an older one of the same name that a stale cache still
 /// shows (deleted and created again), and the charge is the new one's; it
@@ -61,14 +66,8 @@ pub fn release_finished(
                 continue;
             }
         }
-        if let Some(o) = observed.get_mut(wref) {
-            for s in &mut o.pod_sets {
-                s.count = 0;
-            }
-        }
-        if let Some(c) = workloads.get_mut(wref) {
-            c.admitted = None;
-        }
+        observed.remove(wref);
+        workloads.remove(wref);
         released.insert(wref.clone());
     }
     released
@@ -306,8 +305,10 @@ mod tests {
                 "batch/Job/n/short".to_string()
             ]),
         );
-        assert_eq!(observed["batch/Job/n/done"].pod_sets[0].count, 0);
-        assert_eq!(workloads.get("batch/Job/n/done").unwrap().admitted, None);
+        for gone in ["batch/Job/n/done", "batch/Job/n/short"] {
+            assert!(!observed.contains_key(gone), "{gone}");
+            assert!(!workloads.contains_key(gone), "{gone}");
+        }
         for kept in [
             "batch/Job/n/again",
             "batch/Job/n/unreadable",

@@ -567,7 +567,8 @@ async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
     assert_eq!(used(&q, GPU), "8", "a's pod still runs: {q}");
 
     // Its pod ends: a finished Job with no pod left runs nothing, so its
-    // charge goes (it holds no room until it is deleted).
+    // charge goes (it holds no room until it is deleted), and its record
+    // with it (no entry at 0 pods, no submitter kept).
     let mut ended = crate::cluster::pod("ml", "a-1", "Job", "a", 4, "2026-11-21T10:00:00Z");
     ended["status"]["phase"] = json!("Succeeded");
     ended["status"]["containerStatuses"] = json!([{"name": "c",
@@ -578,10 +579,11 @@ async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
             used(q, GPU) == "4"
         })
         .await;
-    assert_eq!(
-        q["status"]["workloads"]["batch/Job/ml/a"]["podSets"][0]["count"], 0,
+    assert!(
+        q["status"]["workloads"].get("batch/Job/ml/a").is_none(),
         "{q}"
     );
+    assert!(q["status"]["users"].get("batch/Job/ml/a").is_none(), "{q}");
 
     // Deleting b settles its reservation in the release's write.
     jobs.delete("b", &DeleteParams::default()).await.unwrap();
