@@ -105,7 +105,26 @@ pub struct HpaCharge {
     pub max_replicas: i64,
 }
 
+/// A charge's `uid` when the controller's round admitted it from the
+/// queue: this prefix, then the object's uid.
+pub const QUEUE_CHARGE: &str = "queue:";
+
+/// A charge's `uid` when a review of bizrq's own write of the object (a
+/// queue's release, a preemption's suspend) wrote it: this prefix, then
+/// the object's uid. Anyone else's review leaves the request's uid.
+pub const OWN_CHARGE: &str = "bizrq:";
+
 impl Charge {
+    /// The uid of the object this charge was written for, when its `uid`
+    /// names one (`QUEUE_CHARGE`, `OWN_CHARGE`); None for a charge a
+    /// tenant's review wrote (its `uid` is the request's).
+    pub fn object_uid(&self) -> Option<&str> {
+        self.uid
+            .strip_prefix(QUEUE_CHARGE)
+            .or_else(|| self.uid.strip_prefix(OWN_CHARGE))
+            .filter(|u| !u.is_empty())
+    }
+
     /// Count of a pod set as charged: an HPA's maxReplicas reserves room for
     /// the single scalable set.
     pub fn charged_count(&self, set: &PodSet) -> i64 {

@@ -42,7 +42,11 @@ pub const FINISH_RESOLUTION_MS: i64 = 1_000;
 /// them, kept a record of each: 148 KB objects at 15,000 Jobs). Its
 /// submitter goes with the charge (`QuotaStatus::refresh`); the window
 /// this reconcile bills, which holds the last of its runs, still names
-/// it (the status before the write). Not
+/// it (the status before the write). A charge that names its object
+/// (`Charge::object_uid`: bizrq admitted or released it) is that
+/// object's by its uid, whatever the clocks say: it goes when the
+/// finished object (`uids`) is the one it names, and stays when it names
+/// another (a newer object of the same name). Otherwise, not
 /// when its charge was first made after it finished: then the finished
 /// object is an older one of the same name that a stale cache still
 /// shows (deleted and created again), and the charge is the new one's; it
@@ -56,13 +60,18 @@ pub fn release_finished(
     workloads: &mut Workloads,
     observed: &mut BTreeMap<String, Observed>,
     finished: &BTreeMap<String, i64>,
+    uids: &BTreeMap<String, String>,
 ) -> BTreeSet<String> {
     let mut released = BTreeSet::new();
     for (wref, &at) in finished {
         if let Some(c) = workloads.get(wref) {
-            if time::parse_rfc3339(&c.since)
-                .is_none_or(|since| since >= at.saturating_add(FINISH_RESOLUTION_MS))
-            {
+            let finished_uid = uids.get(wref).filter(|u| !u.is_empty());
+            let newer = match (c.object_uid(), finished_uid) {
+                (Some(charged), Some(done)) => charged != done,
+                _ => time::parse_rfc3339(&c.since)
+                    .is_none_or(|since| since >= at.saturating_add(FINISH_RESOLUTION_MS)),
+            };
+            if newer {
                 continue;
             }
         }
@@ -251,6 +260,7 @@ pub fn reconcile_priced(
 mod tests {
     use super::*;
     use crate::object::QuotaSpec;
+    use crate::object::{OWN_CHARGE, QUEUE_CHARGE};
     use crate::quantity::Quantity;
     use crate::resources::{self, ResourceList};
 
@@ -297,11 +307,43 @@ mod tests {
             .collect();
         let at = time::parse_rfc3339("2026-11-29T11:00:00Z").unwrap();
         let finished: BTreeMap<String, i64> = observed.keys().map(|w| (w.clone(), at)).collect();
-        let released = release_finished(&mut workloads, &mut observed, &finished);
+        // Charges that name their object: judged by uid, not by time.
+        // Written by bizrq's release a second after the finish stamp
+        // (clocks, or a late write): the finished object's own, it goes.
+        let mut own = charge("2026-11-29T11:00:05.000Z");
+        own.uid = format!("{OWN_CHARGE}obj-1");
+        workloads.insert("batch/Job/n/own".into(), own);
+        observed.insert(
+            "batch/Job/n/own".into(),
+            Observed {
+                pod_sets: sets(4),
+                hpa: None,
+            },
+        );
+        // Admitted from the queue before the finish, for another object
+        // (the name created again): it stays.
+        let mut other = charge("2026-11-29T10:00:00Z");
+        other.uid = format!("{QUEUE_CHARGE}obj-2");
+        workloads.insert("batch/Job/n/other".into(), other);
+        observed.insert(
+            "batch/Job/n/other".into(),
+            Observed {
+                pod_sets: sets(4),
+                hpa: None,
+            },
+        );
+        let finished: BTreeMap<String, i64> = observed.keys().map(|w| (w.clone(), at)).collect();
+        let uids: BTreeMap<String, String> = [
+            ("batch/Job/n/own".to_string(), "obj-1".to_string()),
+            ("batch/Job/n/other".to_string(), "obj-3".to_string()),
+        ]
+        .into();
+        let released = release_finished(&mut workloads, &mut observed, &finished, &uids);
         assert_eq!(
             released,
             BTreeSet::from([
                 "batch/Job/n/done".to_string(),
+                "batch/Job/n/own".to_string(),
                 "batch/Job/n/short".to_string()
             ]),
         );
@@ -310,6 +352,7 @@ mod tests {
             assert!(!workloads.contains_key(gone), "{gone}");
         }
         for kept in [
+            "batch/Job/n/other",
             "batch/Job/n/again",
             "batch/Job/n/unreadable",
             "batch/Job/n/later",

@@ -442,7 +442,7 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
                         let own = req.sent_by(&svc.service_account);
                         let by = (!own).then_some(req.user_info.username.as_str());
                         let uid = match own {
-                            true => format!("{}{}", crate::service::OWN_CHARGE, workload.meta.uid),
+                            true => format!("{}{}", quota::object::OWN_CHARGE, workload.meta.uid),
                             false => req.uid.clone(),
                         };
                         svc.charge_by(quota, &wref, sets, run, &uid, by, dry)

@@ -169,7 +169,7 @@ impl Queued {
 /// finds a charge and a suspended object knows the charge was its own
 /// (crash between charge and unsuspend, docs/queueing.md §4).
 pub fn request_uid(q: &Queued) -> String {
-    format!("queue:{}", q.uid)
+    format!("{}{}", crate::object::QUEUE_CHARGE, q.uid)
 }
 
 /// Whether a kind can wait in a queue: it is charged (not only checked)

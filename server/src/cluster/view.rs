@@ -128,6 +128,9 @@ pub struct Snapshot {
     /// still run (a Kubeflow job's `cleanPodPolicy: None`, a pod in a long
     /// grace period, a forged status) is charged as declared.
     pub released: BTreeMap<String, i64>,
+    /// Of `finished`, each one's object uid: a charge that names its
+    /// object is judged by it (`quota::reconcile::release_finished`).
+    pub finished_uids: BTreeMap<String, String>,
 }
 
 impl Snapshot {
@@ -762,9 +765,11 @@ impl View {
         let mut observed = BTreeMap::new();
         let mut finished = BTreeSet::new();
         let mut released = BTreeMap::new();
+        let mut finished_uids = BTreeMap::new();
         for (wref, s) in self.workloads_in(quota) {
             if s.finished {
                 finished.insert(wref.clone());
+                finished_uids.insert(wref.clone(), s.info.uid.clone());
                 if let Some(at) = s.finished_at.filter(|_| !self.runs_pods(wref)) {
                     released.insert(wref.clone(), at);
                 }
@@ -797,6 +802,7 @@ impl View {
             unbilled,
             finished,
             released,
+            finished_uids,
         }
     }
 

@@ -1445,8 +1445,8 @@ impl Service {
 
     /// Give back `wref`'s charge in `quota_name` only if it is the charge
     /// of the object `object_uid` that bizrq's own writes left: admitted
-    /// from the queue (`queue:<uid>`) or written by a review of bizrq's
-    /// own write (`OWN_CHARGE`). The controller calls it when its write
+    /// from the queue or written by a review of bizrq's own write
+    /// (`Charge::object_uid`). The controller calls it when its write
     /// to that object found it deleted: the write's review may have
     /// charged it after the DELETE's release, and the object the charge
     /// stands for is gone. A charge of a newer object of the same name
@@ -1461,18 +1461,19 @@ impl Service {
         if object_uid.is_empty() {
             return Ok(false);
         }
-        let ours = [
-            format!("queue:{object_uid}"),
-            format!("{OWN_CHARGE}{object_uid}"),
-        ];
-        let held = self
-            .cached(quota_name)
-            .and_then(|c| c.quota.status.workloads.get(wref).map(|c| c.uid.clone()));
-        if held.is_some_and(|u| !ours.contains(&u)) {
+        let ours = |c: &Charge| c.object_uid() == Some(object_uid);
+        let cached = self.cached(quota_name);
+        let held = cached
+            .as_ref()
+            .and_then(|c| c.quota.status.workloads.get(wref));
+        if held.is_some_and(|c| !ours(c)) {
             return Ok(false);
         }
-        self.release_where(quota_name, wref, false, move |c| ours.contains(&c.uid))
-            .await
+        let object_uid = object_uid.to_string();
+        self.release_where(quota_name, wref, false, move |c| {
+            c.object_uid() == Some(object_uid.as_str())
+        })
+        .await
     }
 
     /// Give back what `wref` holds in `quota_name` (its charge, and its
@@ -2184,12 +2185,6 @@ impl NameLocks {
         }
     }
 }
-
-/// The prefix of a charge's `uid` written by a review of bizrq's own
-/// write (a queue's release, a preemption's suspend): the object's uid
-/// follows, where anyone else's review leaves the request's uid
-/// (`Service::release_charge_of`).
-pub const OWN_CHARGE: &str = "bizrq:";
 
 /// The longest name `status.users` may hold, in bytes (the CRD's bound;
 /// what is written is the shorter canonical key, `quota::queue::submitter`).

@@ -216,6 +216,7 @@ impl Context {
                     &mut q.status.workloads,
                     &mut observed,
                     &snap.released,
+                    &snap.finished_uids,
                 );
                 let out = quota::reconcile::reconcile_priced(
                     q,
