@@ -306,7 +306,6 @@ mod tests {
             })
             .collect();
         let at = time::parse_rfc3339("2026-11-29T11:00:00Z").unwrap();
-        let finished: BTreeMap<String, i64> = observed.keys().map(|w| (w.clone(), at)).collect();
         // Charges that name their object: judged by uid, not by time.
         // Written by bizrq's release a second after the finish stamp
         // (clocks, or a late write): the finished object's own, it goes.

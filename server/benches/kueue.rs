@@ -322,6 +322,11 @@ struct QuotaRec {
     /// The first cut counted in `over_within_loans`, for the record.
     first_over_within_loans: Option<String>,
     first_beyond_loan: Option<String>,
+    first_over_max: Option<String>,
+    /// Per child, its charges that hold CPUs at its latest version, in
+    /// short (reference, CPUs, who wrote the charge, since), for the
+    /// first borrowing beyond a loan.
+    charges_of: HashMap<String, String>,
     /// The latest `status.loans` of each parent.
     loans: HashMap<String, Value>,
 }
@@ -416,9 +421,48 @@ impl QuotaRec {
         let max = milli(&q.data["spec"]["max"][CPU]).max(hard);
         if used > max {
             self.child_over_max += 1;
-            self.violation(format!("{name}: used {used}m above max {max}m"));
+            let what = format!(
+                "{name}: used {used}m above max {max}m (resourceVersion {}): {}",
+                q.data["metadata"]["resourceVersion"], q.data["status"]["workloads"]
+            );
+            self.first_over_max.get_or_insert_with(|| what.clone());
+            self.violation(what);
         }
         self.advance(now);
+        let charges: Vec<String> = q.data["status"]["workloads"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(r, c)| {
+                        let cpus: i64 = c["podSets"]
+                            .as_array()?
+                            .iter()
+                            .map(|s| s["count"].as_i64().unwrap_or(0) * milli(&s["perPod"][CPU]))
+                            .sum();
+                        let uid = c["uid"].as_str().unwrap_or("");
+                        let by = match uid.split_once(':') {
+                            Some((p, _)) => p,
+                            None if uid.is_empty() => "controller",
+                            None => "review",
+                        };
+                        (cpus > 0).then(|| {
+                            format!(
+                                "{} {} {by}{} {}",
+                                r.rsplit('/').next().unwrap_or(r),
+                                cpus / 1000,
+                                if c["admitted"].is_null() {
+                                    ""
+                                } else {
+                                    " admitted"
+                                },
+                                c["since"].as_str().unwrap_or("").get(11..23).unwrap_or("")
+                            )
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.charges_of.insert(name.clone(), charges.join("; "));
         self.used.insert(name.clone(), used);
         self.hard.insert(name.clone(), hard);
         self.parent_of.insert(name, parent.clone());
@@ -479,19 +523,29 @@ impl QuotaRec {
             let worst = beyond.iter().map(|(_, b, l)| b - l).max().unwrap_or(0);
             self.max_beyond_loan = self.max_beyond_loan.max(worst);
             if self.first_beyond_loan.is_none() {
-                self.first_beyond_loan = Some(format!(
-                    "cohort {parent}: {} (used: {})",
-                    beyond
+                self.first_beyond_loan = Some(
+                    format!(
+                        "cohort {parent}: {} (used: {})",
+                        beyond
+                            .iter()
+                            .map(|(c, b, l)| format!(
+                                "{c} borrows {} on a loan of {}",
+                                *b as f64 / 1000.0,
+                                *l as f64 / 1000.0
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        each.join(", ")
+                    ) + &beyond
                         .iter()
-                        .map(|(c, b, l)| format!(
-                            "{c} borrows {} on a loan of {}",
-                            *b as f64 / 1000.0,
-                            *l as f64 / 1000.0
-                        ))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    each.join(", ")
-                ));
+                        .map(|(c, _, _)| {
+                            format!(
+                                "; {c}'s charges: {}",
+                                self.charges_of.get(c).map(String::as_str).unwrap_or("")
+                            )
+                        })
+                        .collect::<String>(),
+                );
             }
         }
         self.max_cohort_used = self.max_cohort_used.max(cohort);
@@ -1517,6 +1571,9 @@ fn report(
     }
     if let Some(v) = &q.first_beyond_loan {
         println!("first borrowing beyond a loan: {v}");
+    }
+    if let Some(v) = &q.first_over_max {
+        println!("first child above its max: {v}");
     }
     if !per_cq_waiting.is_empty() {
         let list: Vec<String> = per_cq_waiting

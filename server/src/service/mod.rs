@@ -1470,28 +1470,28 @@ impl Service {
             return Ok(false);
         }
         let object_uid = object_uid.to_string();
+        // Only that charge: a queue entry of the name is a newer object's.
         self.release_where(quota_name, wref, false, move |c| {
-            c.object_uid() == Some(object_uid.as_str())
+            c.is_some_and(|c| c.object_uid() == Some(object_uid.as_str()))
         })
         .await
     }
 
     /// Give back what `wref` holds in `quota_name` (its charge, and its
-    /// queue entry) when its charge, if any, is one `release` accepts; a
-    /// charge it refuses stays, and so does the entry. Whether anything
-    /// was given back.
+    /// queue entry) when `release` accepts its charge (None: it holds
+    /// none); otherwise nothing changes. Whether anything was given back.
     async fn release_where(
         &self,
         quota_name: &str,
         wref: &str,
         dry_run: bool,
-        release: impl Fn(&Charge) -> bool + Send + Sync + 'static,
+        release: impl Fn(Option<&Charge>) -> bool + Send + Sync + 'static,
     ) -> Result<bool, ServiceError> {
         let seen = self.loan_seen(quota_name);
         let decide = {
             let wref = wref.to_string();
             move |q: &mut Quota| {
-                if q.status.workloads.get(&wref).is_some_and(|c| !release(c)) {
+                if !release(q.status.workloads.get(&wref)) {
                     return Ok((false, (false, None)));
                 }
                 let before = q.status.used.clone();

@@ -1092,25 +1092,16 @@ mod tests {
         }]
     }
 
-    on_both_databases!(a_hand_unsuspend_that_fits_counts_its_wait);
-    on_both_databases!(standalone_resync_expires_entries_never_seen);
-
-    /// Standalone mode never queues, but entries an older version queued
-    /// there from a CREATE's review (no uid: never seen, and nothing
-    /// there ever names one) leave at the resync once
-    /// `UNSEEN_GRACE_MS` old; a named entry stays. In cluster mode the
-    /// resync leaves them to the controller's watch.
-    async fn standalone_resync_expires_entries_never_seen(store: &SqlStore) {
-        let clock = Arc::new(AtomicI64::new(T0));
-        let c = clock.clone();
+    /// A standalone service on `store` and `clock` with the quota `ml` of
+    /// 4 cpu, queueing.
+    async fn with_ml(store: &SqlStore, clock: crate::service::Clock) -> Service {
         let svc = Service::new(
             Arc::new(store.clone()),
             Default::default(),
             Default::default(),
             Arc::new(Metrics::default()),
         )
-        .with_clock(Arc::new(move || c.load(Ordering::SeqCst)));
-        assert!(!svc.queueing, "standalone unless told");
+        .with_clock(clock);
         let spec = QuotaSpec {
             parent: String::new(),
             hard: [(CPU.to_string(), quota::Quantity::from_units(4))].into(),
@@ -1122,6 +1113,93 @@ mod tests {
         svc.create_quota("ml", spec, Persist::Here, "", false)
             .await
             .unwrap();
+        svc
+    }
+
+    on_both_databases!(a_hand_unsuspend_that_fits_counts_its_wait);
+    on_both_databases!(standalone_resync_expires_entries_never_seen);
+    on_both_databases!(taking_back_a_deleted_objects_charge_takes_only_that_one);
+
+    /// `release_charge_of`, what the controller calls when its release
+    /// found the object gone: it gives back the charge that names that
+    /// object (queued or bizrq's own), never a charge of another object
+    /// under the name (a newer one's, or a tenant review's), and never a
+    /// queue entry when no charge is there (a newer object waiting).
+    async fn taking_back_a_deleted_objects_charge_takes_only_that_one(store: &SqlStore) {
+        let svc = with_ml(store, Arc::new(|| T0)).await;
+        let used = |q: quota::Quota| {
+            q.status
+                .used
+                .get(CPU)
+                .map_or(0, |v| v.nanos() / 1_000_000_000)
+        };
+        let own = format!("{}obj-1", quota::object::OWN_CHARGE);
+        svc.charge_workload("ml", "batch/Job/ml/a", sets(1), &own, false)
+            .await
+            .unwrap();
+        svc.charge_workload("ml", "batch/Job/ml/b", sets(1), "review-uid", false)
+            .await
+            .unwrap();
+        let queued = format!("{}obj-3", quota::object::QUEUE_CHARGE);
+        svc.charge_workload("ml", "batch/Job/ml/c", sets(1), &queued, false)
+            .await
+            .unwrap();
+        assert_eq!(used(svc.get("ml").await.unwrap().quota), 3);
+        // Another object's uid, a tenant review's charge: both stay.
+        assert!(!svc
+            .release_charge_of("ml", "batch/Job/ml/a", "obj-2")
+            .await
+            .unwrap());
+        assert!(!svc
+            .release_charge_of("ml", "batch/Job/ml/b", "obj-2")
+            .await
+            .unwrap());
+        assert_eq!(used(svc.get("ml").await.unwrap().quota), 3);
+        // The object's own, bizrq's and the queue's: given back.
+        assert!(svc
+            .release_charge_of("ml", "batch/Job/ml/a", "obj-1")
+            .await
+            .unwrap());
+        assert!(svc
+            .release_charge_of("ml", "batch/Job/ml/c", "obj-3")
+            .await
+            .unwrap());
+        assert_eq!(used(svc.get("ml").await.unwrap().quota), 1);
+        // No charge, a newer object of the name queued: its entry stays.
+        let work = Queued {
+            workload_ref: "batch/Job/ml/w".into(),
+            uid: "obj-5".into(),
+            priority: 0,
+            priority_classes: Vec::new(),
+            submitted_ms: T0,
+            pod_sets: sets(4),
+            run_ms: None,
+            submitted_by: None,
+            preempted: false,
+        };
+        let answer = svc.queue_workload("ml", work, true, false).await.unwrap();
+        assert!(
+            matches!(answer, super::Queueing::Queued { .. }),
+            "{answer:?}"
+        );
+        assert!(!svc
+            .release_charge_of("ml", "batch/Job/ml/w", "obj-4")
+            .await
+            .unwrap());
+        let q = svc.get("ml").await.unwrap().quota;
+        assert_eq!(q.status.queue.len(), 1, "{:?}", q.status.queue);
+    }
+
+    /// Standalone mode never queues, but entries an older version queued
+    /// there from a CREATE's review (no uid: never seen, and nothing
+    /// there ever names one) leave at the resync once
+    /// `UNSEEN_GRACE_MS` old; a named entry stays. In cluster mode the
+    /// resync leaves them to the controller's watch.
+    async fn standalone_resync_expires_entries_never_seen(store: &SqlStore) {
+        let clock = Arc::new(AtomicI64::new(T0));
+        let c = clock.clone();
+        let svc = with_ml(store, Arc::new(move || c.load(Ordering::SeqCst))).await;
+        assert!(!svc.queueing, "standalone unless told");
         svc.charge_workload("ml", "batch/Job/ml/run", sets(4), "u-run", false)
             .await
             .unwrap();
@@ -1167,24 +1245,7 @@ mod tests {
     async fn a_hand_unsuspend_that_fits_counts_its_wait(store: &SqlStore) {
         let clock = Arc::new(AtomicI64::new(T0));
         let c = clock.clone();
-        let svc = Service::new(
-            Arc::new(store.clone()),
-            Default::default(),
-            Default::default(),
-            Arc::new(Metrics::default()),
-        )
-        .with_clock(Arc::new(move || c.load(Ordering::SeqCst)));
-        let spec = QuotaSpec {
-            parent: String::new(),
-            hard: [(CPU.to_string(), quota::Quantity::from_units(4))].into(),
-            max: Default::default(),
-            budgets: Default::default(),
-            queueing: QueuePolicy::queue(),
-            fair_sharing: Default::default(),
-        };
-        svc.create_quota("ml", spec, Persist::Here, "", false)
-            .await
-            .unwrap();
+        let svc = with_ml(store, Arc::new(move || c.load(Ordering::SeqCst))).await;
         svc.charge_workload("ml", "batch/Job/ml/run", sets(4), "u-run", false)
             .await
             .unwrap();

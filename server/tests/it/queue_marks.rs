@@ -95,6 +95,13 @@ async fn marked_cluster_of(share: Option<u32>, cpu: &str) -> Cluster {
         Some(n) => json!({"mode": "Queue", "maxPerSubmitter": n}),
         None => json!("Queue"),
     };
+    with_quota_ml(&c, queueing, cpu).await;
+    c
+}
+
+/// The quota `ml` of `cpu` with `queueing`, made through the API on `c`,
+/// once the controller watches Jobs.
+async fn with_quota_ml(c: &Cluster, queueing: Value, cpu: &str) {
     let (s, v) = c
         .server
         .api(
@@ -109,7 +116,6 @@ async fn marked_cluster_of(share: Option<u32>, cpu: &str) -> Cluster {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
     .await;
-    c
 }
 
 /// A mark as the webhook would write it, signed with `key` (hex).
@@ -1275,20 +1281,7 @@ async fn keys_kept_in_a_secret_bizrq_creates_are_shared_by_every_replica() {
         .expect("created at start");
     let made = secret["metadata"]["resourceVersion"].clone();
     assert!(secret["data"]["keys"].is_string(), "{secret}");
-    let (s, v) = c
-        .server
-        .api(
-            Method::POST,
-            "/api/v1/quotas",
-            Some(json!({"metadata": {"name": "ml"},
-                "spec": {"parent": "", "hard": {"requests.cpu": "4"}, "queueing": "Queue"}})),
-        )
-        .await;
-    assert_eq!(s, StatusCode::CREATED, "{v}");
-    c.until_requested("job watch", |r| {
-        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
-    })
-    .await;
+    with_quota_ml(&c, json!("Queue"), "4").await;
     create(&c, "alice", job("a", "4")).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
