@@ -82,6 +82,67 @@ pub fn release_finished(
     released
 }
 
+/// The charges a review lowered below what the cache still shows (a
+/// preemption's suspend the watch has not seen yet, a scale-down whose
+/// pods still run): each with what is observed. The reconcile charges
+/// them back up to it (a lowered charge never outranks the cache), so a
+/// queue round that gave their room away first would leave the quota
+/// borrowing beyond its loan once it does; the round raises them itself,
+/// in its own write (`raise`), and plans with them raised. Finished
+/// workloads (`released`) and charges the cache shows no more of are not
+/// raised.
+pub fn lowered_below_observed(
+    workloads: &Workloads,
+    observed: &BTreeMap<String, Observed>,
+    released: &BTreeMap<String, i64>,
+) -> Vec<(String, Observed)> {
+    workloads
+        .iter()
+        .filter(|(wref, _)| !released.contains_key(*wref))
+        .filter_map(|(wref, c)| {
+            let obs = observed.get(wref)?;
+            let seen = observed_usage(obs);
+            let charged = c.usage();
+            (covers(&seen, &charged) && !covers(&charged, &seen))
+                .then(|| (wref.clone(), obs.clone()))
+        })
+        .collect()
+}
+
+/// Charge each of `raised` (`lowered_below_observed`) as observed, where
+/// its charge is still below it, and restate the usage. Whether any
+/// charge changed.
+pub fn raise(q: &mut Quota, raised: &[(String, Observed)]) -> bool {
+    let mut changed = false;
+    for (wref, obs) in raised {
+        let seen = observed_usage(obs);
+        if let Some(c) = q.status.workloads.get_mut(wref) {
+            let charged = c.usage();
+            if covers(&seen, &charged) && !covers(&charged, &seen) {
+                c.pod_sets = obs.pod_sets.clone();
+                c.hpa = obs.hpa.clone();
+                c.admitted = None;
+                changed = true;
+            }
+        }
+    }
+    if changed {
+        q.status.refresh(&q.spec);
+    }
+    changed
+}
+
+fn observed_usage(o: &Observed) -> ResourceList {
+    Charge {
+        pod_sets: o.pod_sets.clone(),
+        hpa: o.hpa.clone(),
+        since: String::new(),
+        uid: String::new(),
+        admitted: None,
+    }
+    .usage()
+}
+
 /// Whether `a` holds at least `b` of every key.
 pub fn covers(a: &ResourceList, b: &ResourceList) -> bool {
     resources::diff(b, a).values().all(|q| q.nanos() <= 0)
@@ -359,6 +420,82 @@ mod tests {
             assert_eq!(observed[kept].pod_sets[0].count, 4, "{kept}");
             assert!(workloads.get(kept).unwrap().admitted.is_some(), "{kept}");
         }
+    }
+
+    #[test]
+    fn a_charge_a_review_lowered_below_the_cache_is_raised_to_it() {
+        let mut q = Quota::new(
+            "q",
+            QuotaSpec {
+                parent: String::new(),
+                hard: [(
+                    "requests.nvidia.com/gpu".to_string(),
+                    Quantity::from_units(8),
+                )]
+                .into(),
+                max: Default::default(),
+                budgets: Default::default(),
+                queueing: Default::default(),
+                fair_sharing: Default::default(),
+            },
+        );
+        let charge = |count: i64| Charge {
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count,
+                per_pod: gpus(1),
+                qos: None,
+            }],
+            hpa: None,
+            since: "2026-11-29T10:00:00Z".into(),
+            uid: "u".into(),
+            admitted: Some("2026-11-29T10:00:00Z".into()),
+        };
+        // Suspended by a review (0), the cache still shows 4 running.
+        q.status
+            .workloads
+            .insert("batch/Job/n/victim".into(), charge(0));
+        // Charged 2, the cache shows 2: nothing to raise.
+        q.status
+            .workloads
+            .insert("batch/Job/n/even".into(), charge(2));
+        // Charged 3, the cache shows 1 (a fresh admission): kept.
+        q.status
+            .workloads
+            .insert("batch/Job/n/fresh".into(), charge(3));
+        // Finished: its charge goes, never raised.
+        q.status
+            .workloads
+            .insert("batch/Job/n/done".into(), charge(0));
+        q.status.refresh(&q.spec.clone());
+        let obs = |n: i64| Observed {
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: n,
+                per_pod: gpus(1),
+                qos: None,
+            }],
+            hpa: None,
+        };
+        let observed: BTreeMap<String, Observed> = [
+            ("batch/Job/n/victim".to_string(), obs(4)),
+            ("batch/Job/n/even".to_string(), obs(2)),
+            ("batch/Job/n/fresh".to_string(), obs(1)),
+            ("batch/Job/n/done".to_string(), obs(1)),
+        ]
+        .into();
+        let finished: BTreeMap<String, i64> = [("batch/Job/n/done".to_string(), T0)].into();
+        let raised = lowered_below_observed(&q.status.workloads, &observed, &finished);
+        let refs: Vec<&str> = raised.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(refs, ["batch/Job/n/victim"]);
+        assert!(raise(&mut q, &raised));
+        assert_eq!(
+            q.status.used["requests.nvidia.com/gpu"],
+            Quantity::from_units(9)
+        );
+        assert_eq!(q.status.workloads["batch/Job/n/victim"].admitted, None);
+        // Raised already (by the reconcile, or a round before): no change.
+        assert!(!raise(&mut q, &raised));
     }
 
     fn gpus(n: i64) -> ResourceList {

@@ -1261,6 +1261,34 @@ impl Service {
                         };
                         return Ok((fenced, Round::Done(nothing)));
                     };
+                    // bizrq's own suspend (a preemption's, a reclaim's) of
+                    // running work frees nothing yet: its pods run until
+                    // the workload controller sees the suspend. The charge
+                    // stays as it ran, no longer an admission, so the
+                    // controller's reconcile lowers it as soon as its watch
+                    // shows the suspend (`quota::reconcile`); lowered here,
+                    // the room went to another admission while that
+                    // reconcile still saw it running and charged it back,
+                    // the quota then borrowing beyond its loan.
+                    let runs_now = old.is_some_and(|o| o.usage().values().any(|v| v.nanos() > 0));
+                    if runs_now
+                        && c.uid.starts_with(quota::object::OWN_CHARGE)
+                        && c.usage().values().all(|v| v.nanos() == 0)
+                    {
+                        let mut changed = fenced;
+                        if let Some(o) = q.status.workloads.get_mut(&wref) {
+                            if o.admitted.is_some() || o.uid != c.uid {
+                                o.admitted = None;
+                                o.uid = c.uid;
+                                changed = true;
+                            }
+                        }
+                        let kept = Admitted {
+                            held,
+                            ..Default::default()
+                        };
+                        return Ok((changed, Round::Done(kept)));
+                    }
                     // A queued workload, suspended, has nothing to charge:
                     // it stays queued and uncharged (docs/queueing.md §4).
                     // One queued by preemption still holds its running

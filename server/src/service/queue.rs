@@ -716,6 +716,7 @@ impl Service {
         items: &[queue::batch::Admit],
         fresh: Option<Vec<queue::QueueEntry>>,
         marked: &[MarkedObject],
+        raised: &[(String, quota::reconcile::Observed)],
     ) -> Result<queue::batch::Batch, ServiceError> {
         let now_ms = self.now();
         let prices = self.price_list();
@@ -740,6 +741,11 @@ impl Service {
                     // The marked objects folded first, in this write: the
                     // round plans over what this fold accepts.
                     let folding = self.fold_marks(q, marked, now_ms);
+                    // Charges a review lowered below what the controller's
+                    // cache still shows are charged as the cache shows
+                    // first, as its reconcile would: the room they seem
+                    // to free is not given away (`reconcile::raise`).
+                    quota::reconcile::raise(q, raised);
                     let b =
                         queue::batch::admit(q, items, loan.as_ref(), now_ms, &self.prices, &prices);
                     if let (queue::batch::Batch::Done { .. }, Some(f)) = (&b, fresh.clone()) {
@@ -1119,6 +1125,43 @@ mod tests {
     on_both_databases!(a_hand_unsuspend_that_fits_counts_its_wait);
     on_both_databases!(standalone_resync_expires_entries_never_seen);
     on_both_databases!(taking_back_a_deleted_objects_charge_takes_only_that_one);
+    on_both_databases!(bizrqs_own_suspend_keeps_the_charge_for_the_reconcile);
+
+    /// A suspend by bizrq's own write (a preemption's, a reclaim's; its
+    /// review's charge names the object) of running work keeps the charge
+    /// as it ran, no longer an admission: the room is not given to
+    /// anyone else until the controller's reconcile sees the suspend and
+    /// lowers it. A tenant's suspend lowers it at once, as before.
+    async fn bizrqs_own_suspend_keeps_the_charge_for_the_reconcile(store: &SqlStore) {
+        let svc = with_ml(store, Arc::new(|| T0)).await;
+        let suspended = || {
+            let mut s = sets(2);
+            s[0].count = 0;
+            s
+        };
+        svc.charge_workload("ml", "batch/Job/ml/v", sets(2), "review-1", false)
+            .await
+            .unwrap();
+        svc.charge_workload("ml", "batch/Job/ml/t", sets(1), "review-2", false)
+            .await
+            .unwrap();
+        let own = format!("{}obj-v", quota::object::OWN_CHARGE);
+        svc.charge_workload("ml", "batch/Job/ml/v", suspended(), &own, false)
+            .await
+            .unwrap();
+        let q = svc.get("ml").await.unwrap().quota;
+        let v = &q.status.workloads["batch/Job/ml/v"];
+        assert_eq!(v.pod_sets[0].count, 1, "kept as it ran: {v:?}");
+        assert_eq!(v.admitted, None, "no longer an admission");
+        assert_eq!(v.uid, own);
+        assert_eq!(q.status.used[CPU].nanos(), 3_000_000_000);
+        // A tenant's suspend of its own Job lowers it at once.
+        svc.charge_workload("ml", "batch/Job/ml/t", suspended(), "review-3", false)
+            .await
+            .unwrap();
+        let q = svc.get("ml").await.unwrap().quota;
+        assert_eq!(q.status.used[CPU].nanos(), 2_000_000_000);
+    }
 
     /// `release_charge_of`, what the controller calls when its release
     /// found the object gone: it gives back the charge that names that

@@ -61,8 +61,17 @@ impl Context {
         // The parent and siblings the plan reads, as new as what asked.
         self.store_caught_up(name).await;
         let q = self.service.get(name).await?.quota;
+        let snap = self.view.lock().unwrap().snapshot(name);
+        // Lowered by a review (a preemption's suspend) while the watch
+        // still shows them running: planned and written as the watch shows
+        // them, so the round never gives away room the next reconcile
+        // charges again (`quota::reconcile::lowered_below_observed`).
+        let raised = quota::reconcile::lowered_below_observed(
+            &q.status.workloads,
+            &snap.observed,
+            &snap.released,
+        );
         let repairs: Vec<(String, String)> = {
-            let snap = self.view.lock().unwrap().snapshot(name);
             // An earlier round's release still in flight is not one that
             // did not happen: released twice, its second write could land
             // after the object's DELETE and charge it again.
@@ -135,6 +144,7 @@ impl Context {
             false => q,
         };
         let refused = self.service.fold_marks(&mut q, &marked, now).refused;
+        quota::reconcile::raise(&mut q, &raised);
         for (wref, why) in refused {
             self.not_folded(name, &wref, &why, &marked);
         }
@@ -249,7 +259,7 @@ impl Context {
         let t_plan = t0.elapsed();
         let admitted = match self
             .service
-            .admit_round(name, &items, Some(fresh.clone()), &marked)
+            .admit_round(name, &items, Some(fresh.clone()), &marked, &raised)
             .await?
         {
             queue::batch::Batch::Done { admitted, left, .. } => {
