@@ -101,10 +101,7 @@ pub fn lowered_below_observed(
         .filter(|(wref, _)| !released.contains_key(*wref))
         .filter_map(|(wref, c)| {
             let obs = observed.get(wref)?;
-            let seen = observed_usage(obs);
-            let charged = c.usage();
-            (covers(&seen, &charged) && !covers(&charged, &seen))
-                .then(|| (wref.clone(), obs.clone()))
+            below(c, obs).then(|| (wref.clone(), obs.clone()))
         })
         .collect()
 }
@@ -115,10 +112,8 @@ pub fn lowered_below_observed(
 pub fn raise(q: &mut Quota, raised: &[(String, Observed)]) -> bool {
     let mut changed = false;
     for (wref, obs) in raised {
-        let seen = observed_usage(obs);
         if let Some(c) = q.status.workloads.get_mut(wref) {
-            let charged = c.usage();
-            if covers(&seen, &charged) && !covers(&charged, &seen) {
+            if below(c, obs) {
                 c.pod_sets = obs.pod_sets.clone();
                 c.hpa = obs.hpa.clone();
                 c.admitted = None;
@@ -132,15 +127,17 @@ pub fn raise(q: &mut Quota, raised: &[(String, Observed)]) -> bool {
     changed
 }
 
-fn observed_usage(o: &Observed) -> ResourceList {
-    Charge {
-        pod_sets: o.pod_sets.clone(),
-        hpa: o.hpa.clone(),
-        since: String::new(),
-        uid: String::new(),
-        admitted: None,
+/// Whether charge `c` holds less than `obs` shows running and nothing
+/// more (the cache shows more, on every key at least as much).
+fn below(c: &Charge, obs: &Observed) -> bool {
+    let seen = Charge {
+        pod_sets: obs.pod_sets.clone(),
+        hpa: obs.hpa.clone(),
+        ..c.clone()
     }
-    .usage()
+    .usage();
+    let charged = c.usage();
+    covers(&seen, &charged) && !covers(&charged, &seen)
 }
 
 /// Whether `a` holds at least `b` of every key.
@@ -370,28 +367,29 @@ mod tests {
         // Charges that name their object: judged by uid, not by time.
         // Written by bizrq's release a second after the finish stamp
         // (clocks, or a late write): the finished object's own, it goes.
-        let mut own = charge("2026-11-29T11:00:05.000Z");
-        own.uid = format!("{OWN_CHARGE}obj-1");
-        workloads.insert("batch/Job/n/own".into(), own);
-        observed.insert(
-            "batch/Job/n/own".into(),
-            Observed {
-                pod_sets: sets(4),
-                hpa: None,
-            },
-        );
         // Admitted from the queue before the finish, for another object
         // (the name created again): it stays.
-        let mut other = charge("2026-11-29T10:00:00Z");
-        other.uid = format!("{QUEUE_CHARGE}obj-2");
-        workloads.insert("batch/Job/n/other".into(), other);
-        observed.insert(
-            "batch/Job/n/other".into(),
-            Observed {
+        for (name, since, uid) in [
+            (
+                "own",
+                "2026-11-29T11:00:05.000Z",
+                format!("{OWN_CHARGE}obj-1"),
+            ),
+            (
+                "other",
+                "2026-11-29T10:00:00Z",
+                format!("{QUEUE_CHARGE}obj-2"),
+            ),
+        ] {
+            let mut c = charge(since);
+            c.uid = uid;
+            workloads.insert(format!("batch/Job/n/{name}"), c);
+            let o = Observed {
                 pod_sets: sets(4),
                 hpa: None,
-            },
-        );
+            };
+            observed.insert(format!("batch/Job/n/{name}"), o);
+        }
         let finished: BTreeMap<String, i64> = observed.keys().map(|w| (w.clone(), at)).collect();
         let uids: BTreeMap<String, String> = [
             ("batch/Job/n/own".to_string(), "obj-1".to_string()),

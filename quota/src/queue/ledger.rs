@@ -252,7 +252,7 @@ pub fn waits_or_admits(q: &Quota) -> bool {
         || q.status
             .workloads
             .values()
-            .any(|c| c.uid.starts_with("queue:"))
+            .any(|c| c.uid.starts_with(crate::object::QUEUE_CHARGE))
 }
 
 /// Remove `wref`'s entry (its workload was deleted): whether there was one.

@@ -157,7 +157,7 @@ impl Pending {
         self.entries.retain(|r, p| {
             let waiting = listed.contains(&(r.as_str(), p.submitted_ms));
             let admitted = q.status.workloads.get(r).is_some_and(|c| {
-                c.uid.starts_with("queue:")
+                c.uid.starts_with(crate::object::QUEUE_CHARGE)
                     && crate::time::parse_rfc3339(&c.since).is_some_and(|s| s >= p.submitted_ms)
             });
             !(waiting || admitted)

@@ -1253,7 +1253,8 @@ impl Service {
                     // Admitted from the queue: the controller recorded its
                     // submitter, and its unsuspend (bizrq's own write) is
                     // not who asked.
-                    let from_queue = old.is_some_and(|o| o.uid.starts_with("queue:"));
+                    let from_queue =
+                        old.is_some_and(|o| o.uid.starts_with(quota::object::QUEUE_CHARGE));
                     let Some(c) = build(old, &now) else {
                         let nothing = Admitted {
                             held,
@@ -1487,14 +1488,6 @@ impl Service {
         object_uid: &str,
     ) -> Result<bool, ServiceError> {
         if object_uid.is_empty() {
-            return Ok(false);
-        }
-        let ours = |c: &Charge| c.object_uid() == Some(object_uid);
-        let cached = self.cached(quota_name);
-        let held = cached
-            .as_ref()
-            .and_then(|c| c.quota.status.workloads.get(wref));
-        if held.is_some_and(|c| !ours(c)) {
             return Ok(false);
         }
         let object_uid = object_uid.to_string();

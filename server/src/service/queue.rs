@@ -467,7 +467,8 @@ impl Service {
             .iter()
             .filter(|o| {
                 !q.status.workloads.get(&o.workload_ref).is_some_and(|c| {
-                    c.uid.starts_with("queue:") || c.usage().values().any(|v| v.nanos() > 0)
+                    c.uid.starts_with(quota::object::QUEUE_CHARGE)
+                        || c.usage().values().any(|v| v.nanos() > 0)
                 })
             })
             .map(|o| queue::fold::Marked {

@@ -79,7 +79,7 @@ impl Context {
             q.status
                 .workloads
                 .iter()
-                .filter(|(_, c)| c.uid.starts_with("queue:"))
+                .filter(|(_, c)| c.uid.starts_with(quota::object::QUEUE_CHARGE))
                 .filter(|(wref, _)| !releasing.contains(*wref))
                 .filter(|(wref, _)| {
                     // Observed running nothing: held back (a finished
@@ -91,7 +91,10 @@ impl Context {
                             .is_some_and(|o| o.pod_sets.iter().all(|s| s.count == 0))
                 })
                 .map(|(wref, c)| {
-                    let uid = c.uid.strip_prefix("queue:").unwrap_or_default();
+                    let uid = c
+                        .uid
+                        .strip_prefix(quota::object::QUEUE_CHARGE)
+                        .unwrap_or_default();
                     (wref.clone(), uid.to_string())
                 })
                 .collect()
