@@ -12,7 +12,7 @@
 //! at most `total` times one request's (each bounded by the limits in
 //! docs/limits.md), the portal's runtime threads only wait for them, and
 //! the render threads run at a lower scheduling priority (nice 10 on
-//! Linux), as the portal's runtime does (`lib::PortalRuntime`), so that an
+//! Linux), as the portal's runtime does (`lib::SideRuntime`), so that an
 //! admission that needs a CPU gets it first.
 
 use crate::metrics::ScopeLabels;

@@ -79,8 +79,11 @@ pub struct Running {
     /// Stops both listeners (each lets its connections finish, 10 s at most).
     http_shutdown: tokio::sync::watch::Sender<bool>,
     listeners: Vec<JoinHandle<()>>,
-    /// The portal's runtime (`PortalRuntime`), stopped after its listener.
-    portal_runtime: PortalRuntime,
+    /// The portal's runtime (`SideRuntime`), stopped after its listener.
+    portal_runtime: SideRuntime,
+    /// The controller's runtime (`SideRuntime`), stopped after the
+    /// background tasks that start the controller on it.
+    controller_runtime: Option<SideRuntime>,
     /// The session janitor, the mail sender, the alert engine, the
     /// certificate reload, the resync or the controller (with its sweep):
     /// stopped together, before the Lease is given up.
@@ -92,6 +95,9 @@ pub struct Running {
 impl Running {
     pub async fn shutdown(mut self) {
         self.background.shutdown().await;
+        // The controller was aborted with the background tasks; what it
+        // left on its runtime (its watches' tasks) stops here.
+        drop(self.controller_runtime.take());
         if let Some((client, lease)) = &self.lease {
             let api = kube::Api::namespaced(client.clone(), &lease.namespace);
             if let Err(e) = cluster::leader::release(&api, lease).await {
@@ -106,41 +112,53 @@ impl Running {
     }
 }
 
-/// The runtime the portal and JSON API listener runs on: threads of its
-/// own, at the render threads' lower scheduling priority (nice 10 on
-/// Linux, `heavy::lower_priority`), apart from the runtime that serves
-/// admissions, the probes and the background work.
+/// A runtime of threads of its own, at the render threads' lower
+/// scheduling priority (nice 10 on Linux, `heavy::lower_priority`, and off
+/// the CPUs kept for admissions when `--admission-cpus` keeps some), apart
+/// from the runtime that serves admissions and the probes. Two run so:
 ///
-/// Why: the portal's request handling that stays on a runtime (TLS-less
-/// HTTP, sessions read and decoded, authorisation, 429 answers, the
-/// waiting on the database and on the render threads) then never takes a
-/// thread an admission is ready to run on, and a CPU that both want goes
-/// to the admission first. Its SQL runs on connections of its own
-/// (`SqlStore::portal`), opened from these threads, so sqlx's SQLite
-/// connection threads inherit their priority, and on PostgreSQL their
-/// sockets are this runtime's, used by it alone: no connection is shared
-/// between the runtimes' reactors (docs/limits.md).
-struct PortalRuntime(Option<tokio::runtime::Runtime>);
+/// - **The portal's** (and the JSON API's listener). Its request handling
+///   that stays on a runtime (TLS-less HTTP, sessions read and decoded,
+///   authorisation, 429 answers, the waiting on the database and on the
+///   render threads) then never takes a thread an admission is ready to
+///   run on, and a CPU that both want goes to the admission first. Its
+///   SQL runs on connections of its own (`SqlStore::portal`), opened from
+///   these threads, so sqlx's SQLite connection threads inherit their
+///   priority, and on PostgreSQL their sockets are this runtime's, used
+///   by it alone: no connection is shared between the runtimes' reactors
+///   (docs/limits.md).
+/// - **The controller's** (cluster mode, while this replica leads):
+///   reconciles, queue rounds, preemption plans and the watches' caches.
+///   A round over a queue of hundreds of entries is milliseconds of CPU
+///   without an await; on the admissions' runtime every review that
+///   arrived meanwhile waited behind it (docs/queueing.md §12, "Reviews never wait behind a round"). Its
+///   history and samples go to the background connections
+///   (`SqlStore::background`); its Kubernetes requests leave through the
+///   client's own connection tasks, which stay on the admissions' runtime.
+struct SideRuntime(Option<tokio::runtime::Runtime>);
 
-impl PortalRuntime {
-    fn start(threads: usize) -> anyhow::Result<PortalRuntime> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads.max(1))
-            .thread_name("bizrq-portal")
+impl SideRuntime {
+    fn start(name: &str, threads: usize, niced: bool) -> anyhow::Result<SideRuntime> {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if niced {
             // Its blocking threads too.
-            .on_thread_start(heavy::lower_priority)
+            b.on_thread_start(heavy::lower_priority);
+        }
+        let rt = b
+            .worker_threads(threads.max(1))
+            .thread_name(name)
             .enable_all()
             .build()
-            .map_err(|e| anyhow::anyhow!("cannot start the portal's runtime: {e}"))?;
-        Ok(PortalRuntime(Some(rt)))
+            .map_err(|e| anyhow::anyhow!("cannot start the runtime {name}: {e}"))?;
+        Ok(SideRuntime(Some(rt)))
     }
 
     fn handle(&self) -> &tokio::runtime::Handle {
-        self.0.as_ref().expect("the portal's runtime runs").handle()
+        self.0.as_ref().expect("the runtime runs").handle()
     }
 }
 
-impl Drop for PortalRuntime {
+impl Drop for SideRuntime {
     fn drop(&mut self) {
         // Without waiting: this may run on another runtime's thread (a
         // dropped `Running`), where a blocking shutdown would panic.
@@ -234,7 +252,7 @@ pub async fn start_with(
     let (tls_config, self_signed_cert) = webhook_tls(args, &mut background).await?;
     let bound = Bound::bind(args).await?;
     let (http_addr, webhook_addr, probe_addr) = (bound.http, bound.webhook, bound.probe);
-    let portal_runtime = PortalRuntime::start(portal_threads())?;
+    let portal_runtime = SideRuntime::start("bizrq-portal", portal_threads(), true)?;
     let (http_shutdown, listeners) = bound.serve(
         args,
         core.app_state(args),
@@ -242,7 +260,19 @@ pub async fn start_with(
         webhook_token.as_deref(),
         portal_runtime.handle(),
     )?;
-    let lease = core.spawn_mode(args, &mut background);
+    let controller_runtime = match core.client {
+        Some(_) => Some(SideRuntime::start(
+            "bizrq-control",
+            portal_threads(),
+            false,
+        )?),
+        None => None,
+    };
+    let lease = core.spawn_mode(
+        args,
+        &mut background,
+        controller_runtime.as_ref().map(SideRuntime::handle),
+    );
     Ok(Running {
         http_addr,
         webhook_addr,
@@ -256,6 +286,7 @@ pub async fn start_with(
         http_shutdown,
         listeners,
         portal_runtime,
+        controller_runtime,
         background,
         lease,
     })
@@ -504,6 +535,7 @@ impl Core {
         &self,
         args: &ServeArgs,
         background: &mut JoinSet<()>,
+        controller_runtime: Option<&tokio::runtime::Handle>,
     ) -> Option<(kube::Client, LeaseConfig)> {
         let every = Duration::from_secs(args.resync_seconds.max(1));
         let history: Arc<dyn History> = Arc::new(self.sql.background());
@@ -579,6 +611,9 @@ impl Core {
             history,
             self.events.clone(),
             cfg,
+            controller_runtime
+                .cloned()
+                .unwrap_or_else(tokio::runtime::Handle::current),
         ));
         Some((client, lease))
     }
@@ -670,7 +705,7 @@ impl Bound {
 
     /// Serve each listener with its own connection pool and timeouts, so
     /// that no load on the portal takes what the API server needs; the
-    /// portal's on `portal` (`PortalRuntime`), the webhook's and the
+    /// portal's on `portal` (`SideRuntime`), the webhook's and the
     /// probes' on the runtime this runs on. One sender stops them all.
     fn serve(
         self,
@@ -932,6 +967,7 @@ async fn lead_and_control(
     history: Arc<dyn History>,
     events: cluster::events::Events,
     cfg: ControllerConfig,
+    runtime: tokio::runtime::Handle,
 ) {
     let (tx, mut leading) = tokio::sync::watch::channel(false);
     let clock = service.clock();
@@ -973,7 +1009,9 @@ async fn lead_and_control(
                     events.clone(),
                     cfg.clone(),
                 );
-                running = Some(AbortOnDrop(tokio::spawn(c.run())));
+                // On the controller's runtime (`SideRuntime`): its rounds
+                // never hold a thread an admission waits for.
+                running = Some(AbortOnDrop(runtime.spawn(c.run())));
             }
             (false, true) => {
                 // Dropped: aborted.
@@ -1022,7 +1060,7 @@ mod tests {
         let url = format!("sqlite://{}", dir.path().join("p.db").display());
         let sql = SqlStore::connect(&url).await.unwrap();
         let portal = sql.portal().unwrap();
-        let rt = PortalRuntime::start(2).unwrap();
+        let rt = SideRuntime::start("bizrq-portal", 2, true).unwrap();
         let before = niced_sqlite_threads();
         // A clone goes to the task: the last handle's drop would close the
         // pool, and its connection's thread could end before it is looked

@@ -64,6 +64,8 @@ struct Coll {
 
 #[derive(Default)]
 struct State {
+    /// Where requests are served (`serve_on`); None: the caller's runtime.
+    runtime: Option<tokio::runtime::Handle>,
     rv: u64,
     colls: HashMap<String, Coll>,
     requests: Vec<String>,
@@ -363,6 +365,15 @@ impl FakeApi {
     pub fn webhook_latencies(&self, name: &str) -> Vec<std::time::Duration> {
         let g = self.state.lock().unwrap();
         g.latencies.get(name).cloned().unwrap_or_default()
+    }
+
+    /// Serve every request on `rt`, a runtime of its own, as
+    /// kube-apiserver runs in a process of its own: the bench's server
+    /// then shares the machine's CPUs with it, never its runtime's
+    /// threads.
+    #[allow(dead_code)] // for benches/kueue.rs
+    pub fn serve_on(&self, rt: tokio::runtime::Handle) {
+        self.state.lock().unwrap().runtime = Some(rt);
     }
 
     pub(super) fn observe_webhook(&self, name: &str, took: std::time::Duration) {

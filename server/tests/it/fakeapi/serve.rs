@@ -612,7 +612,7 @@ impl tower::Service<Request<Body>> for FakeApi {
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let me = self.clone();
-        Box::pin(async move {
+        let served: Self::Future = Box::pin(async move {
             let method = req.method().clone();
             let metadata_only = req.headers().get_all(http::header::ACCEPT).iter().any(|a| {
                 a.to_str()
@@ -723,7 +723,15 @@ impl tower::Service<Request<Body>> for FakeApi {
                     .push((b, resp.status().as_u16(), together));
             }
             Ok(resp)
-        })
+        });
+        // A runtime of its own (`serve_on`), as kube-apiserver is a process
+        // of its own: its work never holds a thread of the server's.
+        match self.state.lock().unwrap().runtime.clone() {
+            Some(rt) => {
+                Box::pin(async move { rt.spawn(served).await.expect("the API server's task") })
+            }
+            None => served,
+        }
     }
 }
 
