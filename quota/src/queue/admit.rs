@@ -404,10 +404,55 @@ pub fn would_queue_at(
     policy: &QueuePolicy,
     now_ms: i64,
 ) -> Check {
+    let queue: Vec<&Queued> = queue.iter().collect();
+    would_queue_among(&queue, candidate, pool, budgets, policy, now_ms)
+}
+
+/// `would_queue_at` over a queue borrowed from where it is kept (the
+/// mutating webhook's review of every create: the status's entries and
+/// the pending marks, hundreds of each, never copied for it).
+///
+/// A candidate the pool can never hold, or that does not fit the pool as
+/// it is now, is judged alone, in time independent of the queue's length:
+/// a round only takes room, so no round admits it (exact), and it waits
+/// behind every entry ordered ahead of it (its position counts them all;
+/// the controller's next round, which restates it, leaves out those it
+/// admits meanwhile). Only one that fits now is judged by a round over
+/// the whole queue, which the entries ahead may leave without room.
+pub fn would_queue_among(
+    queue: &[&Queued],
+    candidate: &Queued,
+    pool: &Pool,
+    budgets: &[BudgetView<'_>],
+    policy: &QueuePolicy,
+    now_ms: i64,
+) -> Check {
+    if let Some(why) = pool.never(candidate) {
+        return Check::Never(Reason::Never(why));
+    }
+    let usage = candidate.usage();
+    let mut states: Vec<BudgetState> = budgets.iter().map(|b| b.state.clone()).collect();
+    if let Err(reason) = try_fit(pool, budgets, &mut states, candidate, &usage, now_ms) {
+        if reason.waiting() == Waiting::Never {
+            return Check::Never(reason);
+        }
+        let me = order::key(candidate);
+        let ahead = queue
+            .iter()
+            .filter(|q| q.workload_ref != candidate.workload_ref && order::key(q) < me)
+            .count();
+        return Check::Queues {
+            position: u32::try_from(ahead + 1).unwrap_or(u32::MAX),
+            reason,
+        };
+    }
+    // Entries of a lower priority come after it in every order (fairness
+    // between submitters orders within one priority only): they change
+    // neither its decision nor its position, and are left out.
     let mut all: Vec<Queued> = queue
         .iter()
-        .filter(|q| q.workload_ref != candidate.workload_ref)
-        .cloned()
+        .filter(|q| q.workload_ref != candidate.workload_ref && q.priority >= candidate.priority)
+        .map(|q| (*q).clone())
         .collect();
     all.push(candidate.clone());
     let decisions = next_admissions(&all, pool, budgets, policy, now_ms);
@@ -700,6 +745,59 @@ mod tests {
         assert!(matches!(
             would_queue_at(&q, &huge, &pool, &[], &p, T0 + 100),
             Check::Never(_)
+        ));
+    }
+
+    /// A candidate that does not fit the pool now is judged alone: the
+    /// same answer as the round over the whole queue when nothing ahead
+    /// of it is admitted, and never admitted whatever the queue holds.
+    #[test]
+    fn a_candidate_that_does_not_fit_now_is_judged_without_the_round() {
+        let pool = Pool::new(&quota(8, 6), &ResourceList::new());
+        let p = QueuePolicy::queue();
+        // Two ahead that do not fit either (by priority, then age), one
+        // behind (lower priority).
+        let q = [job("a", 5, 0, 4), job("b", 0, 1, 3), job("low", -1, 2, 3)];
+        let c = job("new", 0, 100, 3);
+        let full = {
+            let mut all = q.to_vec();
+            all.push(c.clone());
+            next_admissions(&all, &pool, &[], &p, T0 + 100)
+        };
+        let Some(Decision::Wait(w)) = full
+            .iter()
+            .find(|d| d.workload_ref() == c.workload_ref)
+            .cloned()
+        else {
+            panic!("{full:?}")
+        };
+        assert_eq!(
+            would_queue_at(&q, &c, &pool, &[], &p, T0 + 100),
+            Check::Queues {
+                position: w.position,
+                reason: w.reason.clone()
+            }
+        );
+        assert_eq!(w.position, 3);
+        // One that fits is judged by the round over what is ahead of it:
+        // lower priorities behind it change nothing.
+        let fits = job("fits", 0, 100, 2);
+        let mut behind = q.to_vec();
+        behind.extend((0..50).map(|i| job(&format!("lo{i}"), -5, 0, 1)));
+        assert_eq!(
+            would_queue_at(&behind, &fits, &pool, &[], &p, T0 + 100),
+            would_queue_at(&q, &fits, &pool, &[], &p, T0 + 100)
+        );
+        // A queue of 100,000 entries answers the same.
+        let long: Vec<Queued> = (0..100_000)
+            .map(|i| job(&format!("j{i}"), 0, 1, 3))
+            .collect();
+        assert!(matches!(
+            would_queue_at(&long, &c, &pool, &[], &p, T0 + 100),
+            Check::Queues {
+                position: 100_001,
+                ..
+            }
         ));
     }
 

@@ -41,9 +41,15 @@ impl Pending {
     /// The queue as the caps and a plan must see it: `q`'s status entries,
     /// then the pending entries it does not show, in the order they came.
     pub fn queue(&self, q: &Quota) -> Vec<Queued> {
-        let mut out: Vec<Queued> = q.status.queue.iter().map(|e| e.work.clone()).collect();
-        // By reference, once: a webhook review builds this for every
-        // create, with hundreds of entries on each side.
+        self.queue_refs(q).into_iter().cloned().collect()
+    }
+
+    /// `queue`, borrowed where the entries are kept: a webhook review
+    /// builds this for every create, with hundreds of entries on each
+    /// side, and copies none of them.
+    pub fn queue_refs<'a>(&'a self, q: &'a Quota) -> Vec<&'a Queued> {
+        let mut out: Vec<&Queued> = q.status.queue.iter().map(|e| &e.work).collect();
+        // By reference, once.
         let listed = super::ledger::listed(q);
         let mut more: Vec<&Queued> = self
             .entries
@@ -53,7 +59,7 @@ impl Pending {
         more.sort_by(|a, b| {
             (a.submitted_ms, &a.workload_ref).cmp(&(b.submitted_ms, &b.workload_ref))
         });
-        out.extend(more.into_iter().cloned());
+        out.extend(more);
         out
     }
 
@@ -101,14 +107,15 @@ impl Pending {
         if work.uid.is_empty() {
             self.entries.remove(&work.workload_ref);
         }
-        let queue = self.queue(q);
-        if let Some(old) = queue
+        let queue = self.queue_refs(q);
+        let refresh = queue
             .iter()
             .find(|e| e.workload_ref == work.workload_ref && same_object(e, &work))
-        {
-            work.submitted_ms = old.submitted_ms;
-            if old.submitted_by.is_some() {
-                work.submitted_by.clone_from(&old.submitted_by);
+            .map(|old| (old.submitted_ms, old.submitted_by.clone()));
+        if let Some((since, by)) = refresh {
+            work.submitted_ms = since;
+            if by.is_some() {
+                work.submitted_by = by;
             }
             self.unbury(&work);
             self.entries.insert(work.workload_ref.clone(), work);
@@ -120,7 +127,7 @@ impl Pending {
                 workload_ref: work.workload_ref,
             });
         }
-        super::ledger::within_share(q, &work, queue.iter())?;
+        super::ledger::within_share(q, &work, queue.iter().copied())?;
         self.unbury(&work);
         self.entries.insert(work.workload_ref.clone(), work);
         Ok(())

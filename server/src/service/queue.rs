@@ -385,7 +385,7 @@ impl Service {
             pending.expire(now.saturating_sub(MARK_STORE_MS));
         }
         // A mark of this object not folded yet keeps its place.
-        let waiting = pending.queue(&counted);
+        let waiting = pending.queue_refs(&counted);
         if let Some(p) = waiting.iter().find(|e| {
             e.workload_ref == work.workload_ref
                 && !work.uid.is_empty()
@@ -394,12 +394,13 @@ impl Service {
             work.submitted_ms = p.submitted_ms;
         }
         let check =
-            queue::would_queue_at(&waiting, &work, &pool, &views, &current.spec.queueing, now);
+            queue::would_queue_among(&waiting, &work, &pool, &views, &current.spec.queueing, now);
+        let waiting = waiting.len();
         let (position, reason) = match check {
             Check::Never(r) => return Ok((Queueing::Never(r.to_string()), None)),
             Check::AdmitsNow => match family.as_ref().and_then(|f| fair_turn(f, &judged, &work)) {
                 Some(turn) => (
-                    u32::try_from(waiting.len() + 1).unwrap_or(u32::MAX),
+                    u32::try_from(waiting + 1).unwrap_or(u32::MAX),
                     queue::Reason::Fair(turn),
                 ),
                 None => return Ok((Queueing::Admits, None)),
