@@ -112,29 +112,34 @@ impl Running {
     }
 }
 
-/// A runtime of threads of its own, at the render threads' lower
-/// scheduling priority (nice 10 on Linux, `heavy::lower_priority`, and off
-/// the CPUs kept for admissions when `--admission-cpus` keeps some), apart
-/// from the runtime that serves admissions and the probes. Two run so:
+/// A runtime of threads of its own, apart from the runtime that serves
+/// admissions and the probes. Two run so:
 ///
-/// - **The portal's** (and the JSON API's listener). Its request handling
-///   that stays on a runtime (TLS-less HTTP, sessions read and decoded,
-///   authorisation, 429 answers, the waiting on the database and on the
-///   render threads) then never takes a thread an admission is ready to
-///   run on, and a CPU that both want goes to the admission first. Its
-///   SQL runs on connections of its own (`SqlStore::portal`), opened from
-///   these threads, so sqlx's SQLite connection threads inherit their
-///   priority, and on PostgreSQL their sockets are this runtime's, used
-///   by it alone: no connection is shared between the runtimes' reactors
-///   (docs/limits.md).
-/// - **The controller's** (cluster mode, while this replica leads):
+/// - **The portal's** (and the JSON API's listener), niced: at the render
+///   threads' lower scheduling priority (nice 10 on Linux,
+///   `heavy::lower_priority`, and off the CPUs kept for admissions when
+///   `--admission-cpus` keeps some). Its request handling that stays on a
+///   runtime (TLS-less HTTP, sessions read and decoded, authorisation, 429
+///   answers, the waiting on the database and on the render threads) then
+///   never takes a thread an admission is ready to run on, and a CPU that
+///   both want goes to the admission first. Its SQL runs on connections
+///   of its own (`SqlStore::portal`), opened from these threads, so sqlx's
+///   SQLite connection threads inherit their priority, and on PostgreSQL
+///   their sockets are this runtime's, used by it alone: no connection is
+///   shared between the runtimes' reactors (docs/limits.md).
+/// - **The controller's** (cluster mode, while this replica leads), at the
+///   normal priority (niced, it starved whenever the CPUs were full):
 ///   reconciles, queue rounds, preemption plans and the watches' caches.
 ///   A round over a queue of hundreds of entries is milliseconds of CPU
 ///   without an await; on the admissions' runtime every review that
-///   arrived meanwhile waited behind it (docs/queueing.md §12, "Reviews never wait behind a round"). Its
-///   history and samples go to the background connections
-///   (`SqlStore::background`); its Kubernetes requests leave through the
-///   client's own connection tasks, which stay on the admissions' runtime.
+///   arrived meanwhile waited behind it (docs/queueing.md §12, "Reviews
+///   never wait behind a round"). Its history and samples go to the
+///   background connections (`SqlStore::background`); its Kubernetes
+///   requests leave through the client's own connection tasks, which stay
+///   on the admissions' runtime. Its charges and queue writes go through
+///   the service's store as the webhooks' do: on PostgreSQL a connection
+///   the controller opens first is registered with this runtime's reactor,
+///   which lives as long as the server.
 struct SideRuntime(Option<tokio::runtime::Runtime>);
 
 impl SideRuntime {
