@@ -42,6 +42,25 @@ fn suspended(c: &Cluster, name: &str) -> bool {
     c.fake.get("batch", "jobs", "ml", name).unwrap()["spec"]["suspend"] == true
 }
 
+/// Wait until the server's own list (its watch's copy, where loans and
+/// rounds read the siblings) shows `quota` as `f` wants.
+async fn until_listed(c: &Cluster, quota: &str, f: impl Fn(&Value) -> bool) {
+    for _ in 0..800 {
+        let (_, all) = c.server.api(Method::GET, "/api/v1/quotas", None).await;
+        let items = all.get("items").unwrap_or(&all);
+        if items
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|q| q["metadata"]["name"] == quota && f(q))
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{quota} never listed as wanted");
+}
+
 fn queue_refs(q: &Value) -> Vec<String> {
     q["status"]["queue"]
         .as_array()
@@ -833,6 +852,11 @@ async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
         .unwrap();
     c.until("b", "b1 charged", |q| used(q, "requests.cpu") == "4")
         .await;
+    // The lender judges a loan on its watch's copy of the siblings: until
+    // that copy shows b1's charge, b looks idle and a loan is right (it
+    // would be reclaimed once b's use shows, §5). Waited for here, as a
+    // cluster's watch is seconds behind at most.
+    until_listed(&c, "b", |q| used(q, "requests.cpu") == "4").await;
     // a is full and b uses all of its share: nothing idle to lend.
     create_in(&c, "ml", &job_in("ml", "a", "a2", "2"))
         .await
