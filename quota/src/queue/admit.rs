@@ -20,6 +20,7 @@ use crate::object::{Charge, Quota};
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
 use serde::{Deserialize, Serialize};
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 /// A quota as the queue admits against: its spec, its used, and the
@@ -291,8 +292,8 @@ fn try_fit(
 
 /// One round: the decisions in admission order, and the pool and budget
 /// states as they would be once the admissions are written.
-pub fn round(
-    queue: &[Queued],
+pub fn round<Q: Borrow<Queued>>(
+    queue: &[Q],
     pool: &Pool,
     budgets: &[BudgetView<'_>],
     policy: &QueuePolicy,
@@ -304,7 +305,7 @@ pub fn round(
     let mut position = 0u32;
     let mut out = Vec::with_capacity(queue.len());
     for Slot { index, blocks } in order::order_by(queue, policy, now_ms, pool.submitters()) {
-        let q = &queue[index];
+        let q = queue[index].borrow();
         let mut wait = |reason: Reason, out: &mut Vec<Decision>| {
             position += 1;
             out.push(Decision::Wait(Wait {
@@ -372,8 +373,8 @@ fn beyond_hard(pool: &Pool, usage: &ResourceList) -> ResourceList {
 /// The admissions of one round from `queue` into `pool` at `now_ms`, and
 /// why the rest wait, in admission order (docs/queueing.md §3). Never
 /// partial, never past a key's ceiling, never past a budget.
-pub fn next_admissions(
-    queue: &[Queued],
+pub fn next_admissions<Q: Borrow<Queued>>(
+    queue: &[Q],
     pool: &Pool,
     budgets: &[BudgetView<'_>],
     policy: &QueuePolicy,
@@ -449,12 +450,12 @@ pub fn would_queue_among(
     // Entries of a lower priority come after it in every order (fairness
     // between submitters orders within one priority only): they change
     // neither its decision nor its position, and are left out.
-    let mut all: Vec<Queued> = queue
+    let mut all: Vec<&Queued> = queue
         .iter()
         .filter(|q| q.workload_ref != candidate.workload_ref && q.priority >= candidate.priority)
-        .map(|q| (*q).clone())
+        .copied()
         .collect();
-    all.push(candidate.clone());
+    all.push(candidate);
     let decisions = next_admissions(&all, pool, budgets, policy, now_ms);
     match decisions
         .into_iter()

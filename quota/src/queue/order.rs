@@ -14,6 +14,7 @@ use super::policy::{Order, QueuePolicy};
 use super::Queued;
 use crate::fair::Share;
 use crate::submitters::Usages;
+use std::borrow::Borrow;
 use std::cmp::{Ordering, Reverse};
 
 /// An entry's place in the admission order.
@@ -57,13 +58,16 @@ pub fn order(entries: &[Queued], policy: &QueuePolicy, now_ms: i64) -> Vec<Slot>
 ///
 /// Priority always comes first, and one submitter's entries keep their
 /// first-come order among themselves.
-pub fn order_by(
-    entries: &[Queued],
+pub fn order_by<Q: Borrow<Queued>>(
+    entries: &[Q],
     policy: &QueuePolicy,
     now_ms: i64,
     usages: Option<&Usages>,
 ) -> Vec<Slot> {
-    let aged: Vec<bool> = entries.iter().map(|q| aged(q, policy, now_ms)).collect();
+    let aged: Vec<bool> = entries
+        .iter()
+        .map(|q| aged(q.borrow(), policy, now_ms))
+        .collect();
     // Only under best-effort FIFO, whose aging bounds how long fairness
     // may pass an entry (`QueuePolicy::validate` refuses it with strict
     // FIFO; a policy that bypassed that is first come, first served).
@@ -71,7 +75,7 @@ pub fn order_by(
     let shares: Vec<Share> = match usages {
         Some(u) => entries
             .iter()
-            .map(|q| u.share(q.submitted_by.as_deref()))
+            .map(|q| u.share(q.borrow().submitted_by.as_deref()))
             .collect(),
         None => Vec::new(),
     };
@@ -89,7 +93,7 @@ pub fn order_by(
     };
     let mut idx: Vec<usize> = (0..entries.len()).collect();
     idx.sort_by(|&a, &b| {
-        let (x, y) = (&entries[a], &entries[b]);
+        let (x, y) = (entries[a].borrow(), entries[b].borrow());
         Reverse(x.priority)
             .cmp(&Reverse(y.priority))
             .then_with(|| fair(a, b))

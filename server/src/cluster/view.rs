@@ -762,11 +762,37 @@ impl View {
     /// What one reconcile of `quota` needs: its workloads as observed (with
     /// the reservation of an HPA on each) and its pods' runs.
     pub fn snapshot(&self, quota: &str) -> Snapshot {
+        let mut snap = self.observe(self.workloads_in(quota));
+        for (uid, run) in self.ledger.runs_with_uids(quota) {
+            snap.unbilled.push(self.ledger.is_unbilled(uid));
+            snap.uids.push(uid.clone());
+            snap.runs.push(run.clone());
+        }
+        snap
+    }
+
+    /// `snapshot` of only the workloads `charged` names that are bound
+    /// to `quota`, without runs: what a queue round reads of its charges
+    /// (a few dozen), never the hundreds of finished objects a quota
+    /// keeps nor their pods' runs.
+    pub fn charges_seen<'a>(
+        &self,
+        quota: &str,
+        charged: impl Iterator<Item = &'a String>,
+    ) -> Snapshot {
+        self.observe(charged.filter_map(|w| {
+            self.workloads
+                .get_key_value(w)
+                .filter(|(_, s)| s.quota == quota)
+        }))
+    }
+
+    fn observe<'a>(&'a self, seen: impl Iterator<Item = (&'a String, &'a Seen)>) -> Snapshot {
         let mut observed = BTreeMap::new();
         let mut finished = BTreeSet::new();
         let mut released = BTreeMap::new();
         let mut finished_uids = BTreeMap::new();
-        for (wref, s) in self.workloads_in(quota) {
+        for (wref, s) in seen {
             if s.finished {
                 finished.insert(wref.clone());
                 finished_uids.insert(wref.clone(), s.info.uid.clone());
@@ -787,19 +813,11 @@ impl View {
                 },
             );
         }
-        let mut runs = Vec::new();
-        let mut uids = Vec::new();
-        let mut unbilled = Vec::new();
-        for (uid, run) in self.ledger.runs_with_uids(quota) {
-            unbilled.push(self.ledger.is_unbilled(uid));
-            uids.push(uid.clone());
-            runs.push(run.clone());
-        }
         Snapshot {
             observed,
-            runs,
-            uids,
-            unbilled,
+            runs: Vec::new(),
+            uids: Vec::new(),
+            unbilled: Vec::new(),
             finished,
             released,
             finished_uids,
@@ -910,12 +928,21 @@ impl View {
             .filter(|u| !u.is_empty())
     }
 
-    /// The workloads bound to `quota` that carry the annotation `key`, with
-    /// its value (a reconcile reads only these, not every workload).
-    pub fn annotated(&self, quota: &str, key: &str) -> Vec<(String, String)> {
+    /// Whether a workload bound to `quota` carries the annotation `key`.
+    pub fn any_annotated(&self, quota: &str, key: &str) -> bool {
         self.workloads_in(quota)
-            .filter_map(|(w, s)| Some((w.clone(), s.info.annotations.get(key)?.clone())))
-            .collect()
+            .any(|(_, s)| s.info.annotations.contains_key(key))
+    }
+
+    /// The annotation `key` of `wref`, where the watch shows it bound to
+    /// `quota` (a reconcile asks this of its few charged workloads, not of
+    /// every object the quota keeps).
+    pub fn annotation_of(&self, quota: &str, wref: &str, key: &str) -> Option<&str> {
+        self.workloads
+            .get(wref)
+            .filter(|s| s.quota == quota)
+            .and_then(|s| s.info.annotations.get(key))
+            .map(String::as_str)
     }
 
     /// The runs the ledger still holds of the pods of `wref` bound to
@@ -970,10 +997,15 @@ impl View {
         }
     }
 
-    pub fn workloads_of(&self, quota: &str) -> Vec<(String, Vec<PodSet>, WorkloadInfo)> {
+    /// The workloads bound to `quota` as the watch shows them, borrowed
+    /// (a quota's round reads hundreds each time: each caller copies only
+    /// what it keeps of the few it takes).
+    pub fn workloads_of<'a>(
+        &'a self,
+        quota: &str,
+    ) -> impl Iterator<Item = (&'a String, &'a [PodSet], &'a WorkloadInfo)> + 'a {
         self.workloads_in(quota)
-            .map(|(r, s)| (r.clone(), s.pod_sets.clone(), s.info.clone()))
-            .collect()
+            .map(|(r, s)| (r, s.pod_sets.as_slice(), &s.info))
     }
 
     /// `workloads_of`, without those whose status says they finished: what
@@ -981,11 +1013,21 @@ impl View {
     /// and its charge goes by itself (docs/queueing.md §9), so suspending
     /// it frees nothing: taken as a victim, it would be held, queued,
     /// admitted with nothing to charge and released, again and again.
-    pub fn unfinished_of(&self, quota: &str) -> Vec<(String, Vec<PodSet>, WorkloadInfo)> {
+    pub fn unfinished_of<'a>(
+        &'a self,
+        quota: &str,
+    ) -> impl Iterator<Item = (&'a String, &'a [PodSet], &'a WorkloadInfo)> + 'a {
         self.workloads_in(quota)
             .filter(|(_, s)| !s.finished)
-            .map(|(r, s)| (r.clone(), s.pod_sets.clone(), s.info.clone()))
-            .collect()
+            .map(|(r, s)| (r, s.pod_sets.as_slice(), &s.info))
+    }
+
+    /// One workload as the watch shows it: what it runs and what is
+    /// known of it.
+    pub fn workload(&self, wref: &str) -> Option<(&[PodSet], &WorkloadInfo)> {
+        self.workloads
+            .get(wref)
+            .map(|s| (s.pod_sets.as_slice(), &s.info))
     }
 
     /// Usage of the unschedulable pods of workloads bound to `quota`.

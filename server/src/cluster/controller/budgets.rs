@@ -290,35 +290,33 @@ impl Context {
     /// if they hold one, else when they were charged. Only charged,
     /// suspendable workloads count (a suspended Job holds no charge).
     pub(super) fn declared_runs(&self, q: &Quota) -> Vec<(String, i64, i64)> {
-        let annotated = self
-            .view
-            .lock()
-            .unwrap()
-            .annotated(q.name(), MAX_RUNTIME_ANNOTATION);
-        annotated
-            .into_iter()
+        // Only charged ones count: looked up one by one, never the
+        // hundreds of finished objects a quota may keep.
+        let v = self.view.lock().unwrap();
+        q.status
+            .workloads
+            .iter()
             .filter(|(wref, _)| {
                 super::reclaim::adapter_of(wref).map(Stop::of) == Some(Stop::Suspend)
             })
-            .filter_map(|(wref, text)| {
+            .filter_map(|(wref, charge)| {
+                let text = v.annotation_of(q.name(), wref, MAX_RUNTIME_ANNOTATION)?;
                 // A wrong annotation was refused or reported at admission.
-                let run = parse_duration(&text).ok()?;
+                let run = parse_duration(text).ok()?;
                 // Charged and running: a suspended Job keeps a charge of
                 // no pods, and is not stopped again.
-                let charge = q
-                    .status
-                    .workloads
-                    .get(&wref)
-                    .filter(|c| c.usage().values().any(|n| n.nanos() > 0))?;
+                if !charge.usage().values().any(|n| n.nanos() > 0) {
+                    return None;
+                }
                 let reserved = q
                     .status
                     .reservations
                     .values()
-                    .filter_map(|m| m.get(&wref))
+                    .filter_map(|m| m.get(wref))
                     .map(|r| r.at_ms)
                     .min();
                 let start = reserved.or_else(|| quota::time::parse_rfc3339(&charge.since))?;
-                Some((wref, start, run))
+                Some((wref.clone(), start, run))
             })
             .collect()
     }
@@ -392,17 +390,16 @@ impl Context {
     pub(super) fn candidates(&self, q: &Quota) -> Vec<Candidate> {
         let v = self.view.lock().unwrap();
         v.workloads_of(q.name())
-            .into_iter()
             .filter(|(wref, _, _)| q.status.workloads.contains_key(wref))
             .map(|(wref, pod_sets, info)| Candidate {
-                stop: super::reclaim::adapter_of(&wref).map_or(Stop::Never, Stop::of),
+                stop: super::reclaim::adapter_of(wref).map_or(Stop::Never, Stop::of),
                 priority: info.priority,
                 online: reclaim::is_online(&info.labels, &info.annotations),
                 created_ms: info.created_ms.unwrap_or(0),
                 min_replicas: reclaim::min_replicas(&info.annotations),
-                marked: q.status.reclaim.contains_key(&wref),
-                pod_sets,
-                workload_ref: wref,
+                marked: q.status.reclaim.contains_key(wref),
+                pod_sets: pod_sets.to_vec(),
+                workload_ref: wref.clone(),
             })
             .collect()
     }

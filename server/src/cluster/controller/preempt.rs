@@ -82,23 +82,29 @@ impl Context {
         // watch shows it now, running (after the suspend it shows 0 pods).
         let works: BTreeMap<String, Queued> = {
             let v = self.view.lock().unwrap();
-            v.workloads_of(name)
-                .into_iter()
-                .filter(|(w, _, _)| plan.iter().any(|p| &p.workload_ref == w))
+            plan.iter()
+                .filter_map(|p| {
+                    let (pod_sets, info) = v.workload(&p.workload_ref)?;
+                    (v.quota_of(&p.workload_ref) == Some(name)).then_some((
+                        &p.workload_ref,
+                        pod_sets,
+                        info,
+                    ))
+                })
                 .filter(|(_, sets, _)| sets.iter().any(|s| s.count > 0))
                 .map(|(w, pod_sets, info)| {
                     let work = Queued {
                         workload_ref: w.clone(),
-                        uid: info.uid,
+                        uid: info.uid.clone(),
                         priority: info.priority,
-                        priority_classes: info.priority_classes,
+                        priority_classes: info.priority_classes.clone(),
                         submitted_ms: info.created_ms.unwrap_or(now),
-                        pod_sets,
+                        pod_sets: pod_sets.to_vec(),
                         run_ms: info.run_ms,
                         submitted_by: None,
                         preempted: true,
                     };
-                    (w, work)
+                    (w.clone(), work)
                 })
                 .collect()
         };
@@ -221,12 +227,11 @@ impl Context {
                 .collect();
             let running: Vec<Candidate> = v
                 .unfinished_of(q.name())
-                .into_iter()
                 .filter(|(wref, sets, _)| {
                     !queue::ledger::holds(q, wref) && sets.iter().any(|s| s.count > 0)
                 })
                 .map(|(wref, pod_sets, info)| Candidate {
-                    stop: adapter_of(&wref).map_or(Stop::Never, Stop::of),
+                    stop: adapter_of(wref).map_or(Stop::Never, Stop::of),
                     // Its pods' priority, or its templates' classes where
                     // no pod shows one yet: never judged lower than either.
                     priority: resolve(&info.priority_classes, info.priority),
@@ -236,10 +241,10 @@ impl Context {
                     marked: q
                         .status
                         .reclaim
-                        .get(&wref)
+                        .get(wref)
                         .is_some_and(|m| m.origin == Origin::Preempt),
-                    pod_sets,
-                    workload_ref: wref,
+                    pod_sets: pod_sets.to_vec(),
+                    workload_ref: wref.clone(),
                 })
                 .collect();
             (known, running)
@@ -341,7 +346,6 @@ impl Context {
         let (suspend, requeue) = {
             let just_suspended = self.suspended.lock().unwrap().clone();
             let v = self.view.lock().unwrap();
-            let seen = v.workloads_of(name);
             // Still running as the watch shows it (one it shows suspended
             // has had its suspend; the release follows it).
             let suspend: Vec<String> = queue::ledger::suspending(q)
@@ -354,9 +358,9 @@ impl Context {
                         .is_none_or(|at| at.elapsed() >= SUSPEND_SEEN_WITHIN)
                 })
                 .filter(|e| {
-                    seen.iter().any(|(w, sets, _)| {
-                        *w == e.work.workload_ref && sets.iter().any(|s| s.count > 0)
-                    })
+                    v.quota_of(&e.work.workload_ref) == Some(name)
+                        && v.workload(&e.work.workload_ref)
+                            .is_some_and(|(sets, _)| sets.iter().any(|s| s.count > 0))
                 })
                 .map(|e| e.work.workload_ref.clone())
                 .collect();
@@ -364,14 +368,15 @@ impl Context {
                 String,
                 Vec<quota::workload::PodSet>,
                 crate::cluster::view::WorkloadInfo,
-            )> = seen
-                .into_iter()
+            )> = v
+                .workloads_of(name)
                 .filter(|(w, sets, info)| {
                     info.annotations.contains_key(queue::PREEMPTED_ANNOTATION)
                         && sets.iter().all(|s| s.count == 0)
                         && !queue::ledger::holds(q, w)
                         && !queue::ledger::runs(q, w)
                 })
+                .map(|(w, sets, info)| (w.clone(), sets.to_vec(), info.clone()))
                 .collect();
             (suspend, requeue)
         };

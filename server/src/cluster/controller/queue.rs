@@ -61,7 +61,11 @@ impl Context {
         // The parent and siblings the plan reads, as new as what asked.
         self.store_caught_up(name).await;
         let q = self.service.get(name).await?.quota;
-        let snap = self.view.lock().unwrap().snapshot(name);
+        let snap = self
+            .view
+            .lock()
+            .unwrap()
+            .charges_seen(name, q.status.workloads.keys());
         // Lowered by a review (a preemption's suspend) while the watch
         // still shows them running: planned and written as the watch shows
         // them, so the round never gives away room the next reconcile
@@ -390,7 +394,6 @@ impl Context {
     fn held_marked(&self, name: &str) -> Vec<crate::service::queue::MarkedObject> {
         let v = self.view.lock().unwrap();
         v.workloads_of(name)
-            .into_iter()
             .filter_map(|(wref, _, info)| {
                 let annotation = info.annotations.get(queue::mark::ANNOTATION)?.clone();
                 let pod_sets = info.released.clone()?;
@@ -406,9 +409,9 @@ impl Context {
                         submitted_by: None,
                         preempted: false,
                     },
-                    workload_ref: wref,
+                    workload_ref: wref.clone(),
                     annotation,
-                    uid: info.uid,
+                    uid: info.uid.clone(),
                     // No creation time: no mark may claim a place before now.
                     created_ms: info.created_ms.unwrap_or(i64::MAX),
                 })

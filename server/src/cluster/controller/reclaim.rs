@@ -51,16 +51,15 @@ impl Context {
                     }
                     let workloads = v
                         .unfinished_of(name)
-                        .into_iter()
                         .map(|(wref, pod_sets, info)| Candidate {
-                            stop: adapter_of(&wref).map_or(Stop::Never, Stop::of),
+                            stop: adapter_of(wref).map_or(Stop::Never, Stop::of),
                             priority: info.priority,
                             online: reclaim::is_online(&info.labels, &info.annotations),
                             created_ms: info.created_ms.unwrap_or(0),
                             min_replicas: reclaim::min_replicas(&info.annotations),
-                            marked: k.quota.status.reclaim.contains_key(&wref),
-                            pod_sets,
-                            workload_ref: wref,
+                            marked: k.quota.status.reclaim.contains_key(wref),
+                            pod_sets: pod_sets.to_vec(),
+                            workload_ref: wref.clone(),
                         })
                         .collect();
                     Some(Borrower {

@@ -420,12 +420,11 @@ impl Context {
         // A workload suspended by preemption may wait for its entry again
         // (preempt.rs, `repair_preemptions`).
         let queued = queued
-            || !self
+            || self
                 .view
                 .lock()
                 .unwrap()
-                .annotated(name, quota::queue::PREEMPTED_ANNOTATION)
-                .is_empty();
+                .any_annotated(name, quota::queue::PREEMPTED_ANNOTATION);
         // Held objects carrying a queue mark wait for a round's fold, and
         // so do this replica's pending entries to be forgotten
         // (docs/queueing.md §12). Only held ones: the mark stays on an

@@ -725,11 +725,18 @@ impl tower::Service<Request<Body>> for FakeApi {
             Ok(resp)
         });
         // A runtime of its own (`serve_on`), as kube-apiserver is a process
-        // of its own: its work never holds a thread of the server's.
+        // of its own: its work never holds a thread of the server's. A
+        // request in flight when that runtime shuts down (the end of a
+        // bench) is answered 503, as a stopping kube-apiserver answers.
         match self.state.lock().unwrap().runtime.clone() {
-            Some(rt) => {
-                Box::pin(async move { rt.spawn(served).await.expect("the API server's task") })
-            }
+            Some(rt) => Box::pin(async move {
+                rt.spawn(served).await.unwrap_or_else(|_| {
+                    Ok(once(
+                        503,
+                        &status(503, "ServiceUnavailable", "the API server is stopping"),
+                    ))
+                })
+            }),
             None => served,
         }
     }
