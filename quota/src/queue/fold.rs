@@ -15,6 +15,7 @@ use super::mark::{self, Binding, Refused};
 use super::pending::Pending;
 use super::Queued;
 use crate::object::Quota;
+use std::collections::HashMap;
 
 /// A held object carrying a mark, as the controller's watch shows it.
 #[derive(Clone, Debug)]
@@ -102,6 +103,22 @@ fn fold_within(
     }
     accepted
         .sort_by(|(m, a), (n, b)| (a.since, m.at.workload_ref).cmp(&(b.since, n.at.workload_ref)));
+    // The queue as it grows, indexed by reference and counted by share,
+    // so each mark is placed in constant time: hundreds of marks are
+    // folded by every round, twice (a walk of the queue per mark was
+    // quadratic in its length). An entry a mark replaces is left as a
+    // gap (`None`) and the rest keep their order.
+    let mut queue: Vec<Option<Queued>> = std::mem::take(&mut out.queue)
+        .into_iter()
+        .map(Some)
+        .collect();
+    let mut by_ref: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut held: HashMap<(bool, String), usize> = HashMap::new();
+    for (i, e) in queue.iter().flatten().enumerate() {
+        by_ref.entry(e.workload_ref.clone()).or_default().push(i);
+        *held.entry(share_of(e)).or_default() += 1;
+    }
+    let mut live = queue.len();
     for (m, accepted) in accepted {
         let r = m.at.workload_ref.to_string();
         let mut work = m.work.clone();
@@ -109,7 +126,8 @@ fn fold_within(
         work.uid = m.uid.to_string();
         work.submitted_ms = accepted.since;
         work.submitted_by = (!accepted.by.is_empty()).then(|| accepted.by.clone());
-        if let Some(e) = out.queue.iter_mut().find(|e| e.workload_ref == r) {
+        let first = by_ref.get(&r).and_then(|at| at.first().copied());
+        if let Some(e) = first.and_then(|i| queue[i].as_mut()) {
             if e.uid.is_empty() || e.uid == work.uid {
                 // Already queued: what it runs is read again from the
                 // object; its place and submitter stay as queued. Backed
@@ -129,8 +147,15 @@ fn fold_within(
         // An entry of the name under another uid is an earlier object's,
         // gone (two objects never hold one name at once): the new one
         // takes its own place, never the old one's.
-        out.queue.retain(|e| e.workload_ref != r);
-        if out.queue.len() >= max {
+        for i in by_ref.remove(&r).unwrap_or_default() {
+            if let Some(old) = queue[i].take() {
+                live -= 1;
+                if let Some(n) = held.get_mut(&share_of(&old)) {
+                    *n -= 1;
+                }
+            }
+        }
+        if live >= max {
             out.refused.push((
                 r.clone(),
                 NotFolded::Full(Full::Queue {
@@ -140,28 +165,37 @@ fn fold_within(
             ));
             continue;
         }
-        let mine = allowance::of(work.submitted_by.as_deref(), &r);
-        let held = out
-            .queue
-            .iter()
-            .filter(|e| allowance::of(e.submitted_by.as_deref(), &e.workload_ref) == mine)
-            .count();
-        if held >= cap {
+        let mine = share_of(&work);
+        let n = held.get(&mine).copied().unwrap_or(0);
+        if n >= cap {
             let full = Full::Share {
                 quota: q.name().to_string(),
                 workload_ref: r.clone(),
-                share: mine.to_string(),
-                held,
+                share: allowance::of(work.submitted_by.as_deref(), &r).to_string(),
+                held: n,
                 cap,
             };
             out.refused.push((r, NotFolded::Full(full)));
             continue;
         }
+        *held.entry(mine).or_default() += 1;
+        live += 1;
+        by_ref.entry(r.clone()).or_default().push(queue.len());
         out.marked.insert(r.clone());
         out.added.push(r);
-        out.queue.push(work);
+        queue.push(Some(work));
     }
+    out.queue = queue.into_iter().flatten().collect();
     out
+}
+
+/// The share an entry counts towards (`allowance::of`), owned: the
+/// queue it is counted in changes while it is counted.
+fn share_of(e: &Queued) -> (bool, String) {
+    match allowance::of(e.submitted_by.as_deref(), &e.workload_ref) {
+        allowance::Share::Person(u) => (true, u.to_string()),
+        allowance::Share::Namespace(ns) => (false, ns.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -421,5 +455,128 @@ mod tests {
             refused,
             [(r("c"), "submitter_share"), (r("e"), "queue_full")]
         );
+    }
+
+    /// The fold as first written, a walk of the queue per mark: what the
+    /// indexed fold must equal.
+    fn reference(q: &Quota, accepted: &[(Queued, i64, &str)], max: usize) -> Folded {
+        let mut out = Folded {
+            queue: q.status.queue.iter().map(|e| e.work.clone()).collect(),
+            ..Folded::default()
+        };
+        let cap = q.spec.queueing.per_submitter();
+        for (w, since, by) in accepted {
+            let r = w.workload_ref.clone();
+            let mut work = w.clone();
+            work.submitted_ms = *since;
+            work.submitted_by = (!by.is_empty()).then(|| by.to_string());
+            if let Some(e) = out.queue.iter_mut().find(|e| e.workload_ref == r) {
+                if e.uid.is_empty() || e.uid == work.uid {
+                    let backed = !e.preempted && e.submitted_ms == *since;
+                    work.submitted_ms = e.submitted_ms;
+                    work.submitted_by.clone_from(&e.submitted_by);
+                    work.preempted |= e.preempted;
+                    *e = work;
+                    if backed {
+                        out.marked.insert(r);
+                    }
+                    continue;
+                }
+            }
+            out.queue.retain(|e| e.workload_ref != r);
+            if out.queue.len() >= max {
+                out.refused.push((
+                    r.clone(),
+                    NotFolded::Full(Full::Queue {
+                        quota: q.name().to_string(),
+                        workload_ref: r,
+                    }),
+                ));
+                continue;
+            }
+            let mine = allowance::of(work.submitted_by.as_deref(), &r);
+            let held = out
+                .queue
+                .iter()
+                .filter(|e| allowance::of(e.submitted_by.as_deref(), &e.workload_ref) == mine)
+                .count();
+            if held >= cap {
+                let full = Full::Share {
+                    quota: q.name().to_string(),
+                    workload_ref: r.clone(),
+                    share: mine.to_string(),
+                    held,
+                    cap,
+                };
+                out.refused.push((r, NotFolded::Full(full)));
+                continue;
+            }
+            out.marked.insert(r.clone());
+            out.added.push(r);
+            out.queue.push(work);
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// Queues listed with duplicates, marks of objects created again
+        /// under a listed name, shares and a queue cap that refuse: the
+        /// indexed fold decides as the walk did, entry for entry.
+        #[test]
+        fn the_indexed_fold_equals_the_walk(
+            listed in proptest::collection::vec((0u8..12, 0u8..3, 0u8..3, proptest::bool::ANY, 0i64..4), 0..14),
+            marks in proptest::collection::vec((0u8..16, 0u8..3, 0u8..4), 0..24),
+            share in proptest::option::of(1u32..5),
+            max in 1usize..30,
+        ) {
+            let mut q = quota(share);
+            let users = ["", "alice", "bob", "system:serviceaccount:ml:ci"];
+            for (n, uid, by, preempted, at) in &listed {
+                let mut work = object(&format!("o{n}"), 1, None);
+                work.uid = if *uid == 0 { String::new() } else { format!("uid-o{n}-{uid}") };
+                work.submitted_by = (*by > 0).then(|| users[*by as usize].to_string());
+                work.preempted = *preempted;
+                work.submitted_ms = T + at;
+                q.status.queue.push(crate::queue::QueueEntry {
+                    work,
+                    position: 1,
+                    waiting: Waiting::Quota,
+                    reason: String::new(),
+                    estimated_start: None,
+                });
+            }
+            let mut all: Vec<Marked<'static>> = Vec::new();
+            let mut seen = std::collections::BTreeSet::new();
+            for (i, (n, uid, by)) in marks.iter().enumerate() {
+                let name = format!("o{n}");
+                // One mark per object name: a watch shows one object of a
+                // name at a time.
+                if !seen.insert(name.clone()) {
+                    continue;
+                }
+                let since = T + i as i64 % 4;
+                let mut m = marked(&name, signed(&name, since, users[*by as usize]), T);
+                m.uid = Box::leak(format!("uid-{name}-{uid}").into_boxed_str());
+                all.push(m);
+            }
+            let got = fold_within(&q, &all, &Pending::default(), verify, max);
+            // The reference takes the accepted marks in the same order.
+            let mut accepted: Vec<(Queued, i64, &str)> = all
+                .iter()
+                .map(|m| {
+                    let a = mark::accept(m.annotation, &m.at, verify).unwrap();
+                    let mut w = m.work.clone();
+                    w.workload_ref = m.at.workload_ref.to_string();
+                    w.uid = m.uid.to_string();
+                    (w, a.since, Box::leak(a.by.into_boxed_str()) as &str)
+                })
+                .collect();
+            accepted.sort_by(|a, b| (a.1, &a.0.workload_ref).cmp(&(b.1, &b.0.workload_ref)));
+            let want = reference(&q, &accepted, max);
+            proptest::prop_assert_eq!(&got.queue, &want.queue);
+            proptest::prop_assert_eq!(&got.added, &want.added);
+            proptest::prop_assert_eq!(&got.marked, &want.marked);
+            proptest::prop_assert_eq!(format!("{:?}", got.refused), format!("{:?}", want.refused));
+        }
     }
 }

@@ -485,23 +485,21 @@ impl Service {
             })
             .collect();
         let folded = queue::fold::fold(q, &marked, &pending, |b, m| keys.verify(b, m));
-        let mut changed = false;
-        for r in &folded.added {
-            let Some(work) = folded.queue.iter().find(|e| e.workload_ref == *r) else {
-                continue;
-            };
-            let position = u32::try_from(q.status.queue.len() + 1).unwrap_or(u32::MAX);
-            // The fold held the caps; a refusal here leaves it held, marked.
-            if let Ok(c) = ledger::join(
-                q,
-                work.clone(),
-                position,
-                queue::Waiting::Quota,
-                "queued; placed by the next round".into(),
-            ) {
-                changed |= c;
-            }
-        }
+        // The fold held the caps; one refused here stays held, marked.
+        let added: std::collections::HashSet<&str> =
+            folded.added.iter().map(String::as_str).collect();
+        let works: Vec<Queued> = folded
+            .queue
+            .iter()
+            .filter(|e| added.contains(e.workload_ref.as_str()))
+            .cloned()
+            .collect();
+        let changed = ledger::join_all(
+            q,
+            works,
+            queue::Waiting::Quota,
+            "queued; placed by the next round",
+        );
         Folding {
             changed,
             refused: folded.refused,
