@@ -50,6 +50,16 @@ pub fn of<'a>(username: Option<&'a str>, workload_ref: &'a str) -> Share<'a> {
     }
 }
 
+/// `of` for an entry, owned (a person's share `(true, username)`, a
+/// namespace's `(false, namespace)`): a key to count a queue's entries
+/// by while the queue changes.
+pub(crate) fn key(e: &super::Queued) -> (bool, String) {
+    match of(e.submitted_by.as_deref(), &e.workload_ref) {
+        Share::Person(u) => (true, u.to_string()),
+        Share::Namespace(ns) => (false, ns.to_string()),
+    }
+}
+
 /// The namespace part of a reference, also of one too long to parse
 /// (never of a stored entry: the webhook writes parsed references).
 fn namespace(workload_ref: &str) -> &str {

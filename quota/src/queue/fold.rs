@@ -116,7 +116,7 @@ fn fold_within(
     let mut held: HashMap<(bool, String), usize> = HashMap::new();
     for (i, e) in queue.iter().flatten().enumerate() {
         by_ref.entry(e.workload_ref.clone()).or_default().push(i);
-        *held.entry(share_of(e)).or_default() += 1;
+        *held.entry(allowance::key(e)).or_default() += 1;
     }
     let mut live = queue.len();
     for (m, accepted) in accepted {
@@ -150,7 +150,7 @@ fn fold_within(
         for i in by_ref.remove(&r).unwrap_or_default() {
             if let Some(old) = queue[i].take() {
                 live -= 1;
-                if let Some(n) = held.get_mut(&share_of(&old)) {
+                if let Some(n) = held.get_mut(&allowance::key(&old)) {
                     *n -= 1;
                 }
             }
@@ -165,7 +165,7 @@ fn fold_within(
             ));
             continue;
         }
-        let mine = share_of(&work);
+        let mine = allowance::key(&work);
         let n = held.get(&mine).copied().unwrap_or(0);
         if n >= cap {
             let full = Full::Share {
@@ -187,15 +187,6 @@ fn fold_within(
     }
     out.queue = queue.into_iter().flatten().collect();
     out
-}
-
-/// The share an entry counts towards (`allowance::of`), owned: the
-/// queue it is counted in changes while it is counted.
-fn share_of(e: &Queued) -> (bool, String) {
-    match allowance::of(e.submitted_by.as_deref(), &e.workload_ref) {
-        allowance::Share::Person(u) => (true, u.to_string()),
-        allowance::Share::Namespace(ns) => (false, ns.to_string()),
-    }
 }
 
 #[cfg(test)]

@@ -166,10 +166,7 @@ pub fn join(
 pub fn join_all(q: &mut Quota, works: Vec<Queued>, waiting: Waiting, reason: &str) -> bool {
     use std::collections::HashMap;
     let cap = q.spec.queueing.per_submitter();
-    let share = |e: &Queued| match allowance::of(e.submitted_by.as_deref(), &e.workload_ref) {
-        allowance::Share::Person(u) => (true, u.to_string()),
-        allowance::Share::Namespace(ns) => (false, ns.to_string()),
-    };
+    let share = allowance::key;
     let mut first: HashMap<String, usize> = HashMap::new();
     let mut held: HashMap<(bool, String), usize> = HashMap::new();
     for (i, e) in q.status.queue.iter().enumerate() {
