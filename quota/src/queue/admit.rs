@@ -397,21 +397,9 @@ pub enum Check {
 /// Where `candidate` (submitted now) would land in the queue: admitted at
 /// once, queued at position N (after this round's admissions leave), or
 /// never. The caller asks only for work whose `disposition` is `Queue`.
-pub fn would_queue_at(
-    queue: &[Queued],
-    candidate: &Queued,
-    pool: &Pool,
-    budgets: &[BudgetView<'_>],
-    policy: &QueuePolicy,
-    now_ms: i64,
-) -> Check {
-    let queue: Vec<&Queued> = queue.iter().collect();
-    would_queue_among(&queue, candidate, pool, budgets, policy, now_ms)
-}
-
-/// `would_queue_at` over a queue borrowed from where it is kept (the
-/// mutating webhook's review of every create: the status's entries and
-/// the pending marks, hundreds of each, never copied for it).
+/// The queue may be borrowed from where it is kept (the mutating
+/// webhook's review of every create: the status's entries and the
+/// pending marks, hundreds of each, never copied for it).
 ///
 /// A candidate the pool can never hold, or that does not fit the pool as
 /// it is now, is judged alone, in time independent of the queue's length:
@@ -420,8 +408,8 @@ pub fn would_queue_at(
 /// the controller's next round, which restates it, leaves out those it
 /// admits meanwhile). Only one that fits now is judged by a round over
 /// the whole queue, which the entries ahead may leave without room.
-pub fn would_queue_among(
-    queue: &[&Queued],
+pub fn would_queue_at<Q: Borrow<Queued>>(
+    queue: &[Q],
     candidate: &Queued,
     pool: &Pool,
     budgets: &[BudgetView<'_>],
@@ -440,6 +428,7 @@ pub fn would_queue_among(
         let me = order::key(candidate);
         let ahead = queue
             .iter()
+            .map(Borrow::borrow)
             .filter(|q| q.workload_ref != candidate.workload_ref && order::key(q) < me)
             .count();
         return Check::Queues {
@@ -452,8 +441,8 @@ pub fn would_queue_among(
     // neither its decision nor its position, and are left out.
     let mut all: Vec<&Queued> = queue
         .iter()
+        .map(Borrow::borrow)
         .filter(|q| q.workload_ref != candidate.workload_ref && q.priority >= candidate.priority)
-        .copied()
         .collect();
     all.push(candidate);
     let decisions = next_admissions(&all, pool, budgets, policy, now_ms);

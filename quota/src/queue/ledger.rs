@@ -90,6 +90,26 @@ pub fn listed(q: &Quota) -> std::collections::HashSet<&str> {
         .collect()
 }
 
+/// Replace the queued `entry` of `work`'s reference by `work`; the same
+/// object (uid) keeps its `since`, its submitter and its preemption.
+/// Whether anything changed.
+fn refresh(entry: &mut Queued, mut work: Queued) -> bool {
+    if entry.uid == work.uid {
+        work.submitted_ms = entry.submitted_ms;
+        // Whoever changes it later, it was submitted by its creator.
+        if entry.submitted_by.is_some() {
+            work.submitted_by = entry.submitted_by.clone();
+        }
+        // A preempted entry stays one until it leaves the queue: a
+        // refresh by the webhook must not make it admissible while its
+        // workload still runs.
+        work.preempted |= entry.preempted;
+    }
+    let changed = *entry != work;
+    *entry = work;
+    changed
+}
+
 /// Queue `work` (or refresh its entry: same reference and uid keep their
 /// `since` and place, with the new pod sets, priority and run time), with
 /// the position and reason the caller computed. An entry of the same
@@ -97,7 +117,7 @@ pub fn listed(q: &Quota) -> std::collections::HashSet<&str> {
 /// replaced. Refused past `MAX_QUEUE`. Whether anything changed.
 pub fn enqueue(
     q: &mut Quota,
-    mut work: Queued,
+    work: Queued,
     position: u32,
     waiting: Waiting,
     reason: String,
@@ -108,20 +128,7 @@ pub fn enqueue(
         .iter_mut()
         .find(|e| e.work.workload_ref == work.workload_ref)
     {
-        if e.work.uid == work.uid {
-            work.submitted_ms = e.work.submitted_ms;
-            // Whoever changes it later, it was submitted by its creator.
-            if e.work.submitted_by.is_some() {
-                work.submitted_by = e.work.submitted_by.clone();
-            }
-            // A preempted entry stays one until it leaves the queue: a
-            // refresh by the webhook must not make it admissible while its
-            // workload still runs.
-            work.preempted |= e.work.preempted;
-        }
-        let changed = e.work != work;
-        e.work = work;
-        return Ok(changed);
+        return Ok(refresh(&mut e.work, work));
     }
     if q.status.queue.len() >= MAX_QUEUE {
         return Err(Full::Queue {
@@ -174,29 +181,21 @@ pub fn join_all(q: &mut Quota, works: Vec<Queued>, waiting: Waiting, reason: &st
         *held.entry(share(&e.work)).or_default() += 1;
     }
     let mut changed = false;
-    for mut work in works {
+    for work in works {
         match first.get(&work.workload_ref) {
             Some(&i) => {
-                // A refresh (`enqueue`): never refused; its share is the
-                // one it was counted under, the object's creator's.
-                let e = &mut q.status.queue[i];
-                let was = share(&e.work);
-                if e.work.uid == work.uid {
-                    work.submitted_ms = e.work.submitted_ms;
-                    if e.work.submitted_by.is_some() {
-                        work.submitted_by = e.work.submitted_by.clone();
-                    }
-                    work.preempted |= e.work.preempted;
-                }
-                let now = share(&work);
+                // A refresh (`enqueue`): never refused; counted after it
+                // under the share it then has.
+                let e = &mut q.status.queue[i].work;
+                let was = share(e);
+                changed |= refresh(e, work);
+                let now = share(e);
                 if now != was {
                     if let Some(n) = held.get_mut(&was) {
                         *n -= 1;
                     }
                     *held.entry(now).or_default() += 1;
                 }
-                changed |= e.work != work;
-                e.work = work;
             }
             None => {
                 let mine = share(&work);

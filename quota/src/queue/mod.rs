@@ -38,8 +38,8 @@ pub mod share;
 pub mod summary;
 
 pub use admit::{
-    next_admissions, status, would_queue_among, would_queue_at, Admission, BudgetView, Check,
-    Decision, Pool, QueueEntry, Wait,
+    next_admissions, status, would_queue_at, Admission, BudgetView, Check, Decision, Pool,
+    QueueEntry, Wait,
 };
 pub use estimate::{estimate, Running};
 pub use ledger::MAX_QUEUE;

@@ -780,14 +780,15 @@ impl View {
         quota: &str,
         charged: impl Iterator<Item = &'a String>,
     ) -> Snapshot {
-        self.observe(charged.filter_map(|w| {
-            self.workloads
-                .get_key_value(w)
-                .filter(|(_, s)| s.quota == quota)
-        }))
+        self.observe(charged.filter_map(|w| Some((w, self.seen_in(quota, w)?))))
     }
 
-    fn observe<'a>(&'a self, seen: impl Iterator<Item = (&'a String, &'a Seen)>) -> Snapshot {
+    /// `wref` as the watch shows it, where it is bound to `quota`.
+    fn seen_in(&self, quota: &str, wref: &str) -> Option<&Seen> {
+        self.workloads.get(wref).filter(|s| s.quota == quota)
+    }
+
+    fn observe<'k, 's>(&'s self, seen: impl Iterator<Item = (&'k String, &'s Seen)>) -> Snapshot {
         let mut observed = BTreeMap::new();
         let mut finished = BTreeSet::new();
         let mut released = BTreeMap::new();
@@ -938,9 +939,7 @@ impl View {
     /// `quota` (a reconcile asks this of its few charged workloads, not of
     /// every object the quota keeps).
     pub fn annotation_of(&self, quota: &str, wref: &str, key: &str) -> Option<&str> {
-        self.workloads
-            .get(wref)
-            .filter(|s| s.quota == quota)
+        self.seen_in(quota, wref)
             .and_then(|s| s.info.annotations.get(key))
             .map(String::as_str)
     }
@@ -1022,11 +1021,10 @@ impl View {
             .map(|(r, s)| (r, s.pod_sets.as_slice(), &s.info))
     }
 
-    /// One workload as the watch shows it: what it runs and what is
-    /// known of it.
-    pub fn workload(&self, wref: &str) -> Option<(&[PodSet], &WorkloadInfo)> {
-        self.workloads
-            .get(wref)
+    /// One workload bound to `quota` as the watch shows it: what it runs
+    /// and what is known of it.
+    pub fn workload_in(&self, quota: &str, wref: &str) -> Option<(&[PodSet], &WorkloadInfo)> {
+        self.seen_in(quota, wref)
             .map(|s| (s.pod_sets.as_slice(), &s.info))
     }
 

@@ -394,7 +394,7 @@ impl Service {
             work.submitted_ms = p.submitted_ms;
         }
         let check =
-            queue::would_queue_among(&waiting, &work, &pool, &views, &current.spec.queueing, now);
+            queue::would_queue_at(&waiting, &work, &pool, &views, &current.spec.queueing, now);
         let waiting = waiting.len();
         let (position, reason) = match check {
             Check::Never(r) => return Ok((Queueing::Never(r.to_string()), None)),

@@ -84,12 +84,8 @@ impl Context {
             let v = self.view.lock().unwrap();
             plan.iter()
                 .filter_map(|p| {
-                    let (pod_sets, info) = v.workload(&p.workload_ref)?;
-                    (v.quota_of(&p.workload_ref) == Some(name)).then_some((
-                        &p.workload_ref,
-                        pod_sets,
-                        info,
-                    ))
+                    let (pod_sets, info) = v.workload_in(name, &p.workload_ref)?;
+                    Some((&p.workload_ref, pod_sets, info))
                 })
                 .filter(|(_, sets, _)| sets.iter().any(|s| s.count > 0))
                 .map(|(w, pod_sets, info)| {
@@ -358,9 +354,8 @@ impl Context {
                         .is_none_or(|at| at.elapsed() >= SUSPEND_SEEN_WITHIN)
                 })
                 .filter(|e| {
-                    v.quota_of(&e.work.workload_ref) == Some(name)
-                        && v.workload(&e.work.workload_ref)
-                            .is_some_and(|(sets, _)| sets.iter().any(|s| s.count > 0))
+                    v.workload_in(name, &e.work.workload_ref)
+                        .is_some_and(|(sets, _)| sets.iter().any(|s| s.count > 0))
                 })
                 .map(|e| e.work.workload_ref.clone())
                 .collect();
