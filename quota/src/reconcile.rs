@@ -91,32 +91,71 @@ pub fn release_finished(
 /// in its own write (`raise`), and plans with them raised. Finished
 /// workloads (`released`) and charges the cache shows no more of are not
 /// raised.
+///
+/// A charge a review took away entirely while the cache still shows its
+/// workload running (a DELETE's release the watch has not delivered yet)
+/// is the extreme of one lowered: the reconcile charges it again from its
+/// cache (`reconcile`, an observed workload without a charge), so it is
+/// among them too, and `raise` charges it as observed.
 pub fn lowered_below_observed(
     workloads: &Workloads,
     observed: &BTreeMap<String, Observed>,
     released: &BTreeMap<String, i64>,
 ) -> Vec<(String, Observed)> {
-    workloads
+    let lowered = workloads
         .iter()
         .filter(|(wref, _)| !released.contains_key(*wref))
         .filter_map(|(wref, c)| {
             let obs = observed.get(wref)?;
             below(c, obs).then(|| (wref.clone(), obs.clone()))
-        })
-        .collect()
+        });
+    let taken = observed
+        .iter()
+        .filter(|(wref, _)| !released.contains_key(*wref) && !workloads.contains_key(wref))
+        .filter(|(_, obs)| runs_anything(obs))
+        .map(|(wref, obs)| (wref.clone(), obs.clone()));
+    lowered.chain(taken).collect()
+}
+
+/// Whether `obs` holds anything (a held workload runs nothing).
+fn runs_anything(obs: &Observed) -> bool {
+    let c = Charge {
+        pod_sets: obs.pod_sets.clone(),
+        hpa: obs.hpa.clone(),
+        since: String::new(),
+        uid: String::new(),
+        admitted: None,
+    };
+    c.usage().values().any(|v| v.nanos() > 0)
 }
 
 /// Charge each of `raised` (`lowered_below_observed`) as observed, where
-/// its charge is still below it, and restate the usage. Whether any
-/// charge changed.
-pub fn raise(q: &mut Quota, raised: &[(String, Observed)]) -> bool {
+/// its charge is still below it or gone (charged since `now_ms`, as the
+/// reconcile charges an observed workload), and restate the usage.
+/// Whether any charge changed.
+pub fn raise(q: &mut Quota, raised: &[(String, Observed)], now_ms: i64) -> bool {
     let mut changed = false;
     for (wref, obs) in raised {
-        if let Some(c) = q.status.workloads.get_mut(wref) {
-            if below(c, obs) {
-                c.pod_sets = obs.pod_sets.clone();
-                c.hpa = obs.hpa.clone();
-                c.admitted = None;
+        match q.status.workloads.get_mut(wref) {
+            Some(c) => {
+                if below(c, obs) {
+                    c.pod_sets = obs.pod_sets.clone();
+                    c.hpa = obs.hpa.clone();
+                    c.admitted = None;
+                    changed = true;
+                }
+            }
+            None => {
+                q.status.workloads.insert(
+                    wref.clone(),
+                    Charge {
+                        pod_sets: obs.pod_sets.clone(),
+                        hpa: obs.hpa.clone(),
+                        since: time::format_rfc3339(now_ms),
+                        uid: String::new(),
+                        admitted: None,
+                    },
+                );
                 changed = true;
             }
         }
@@ -486,14 +525,32 @@ mod tests {
         let raised = lowered_below_observed(&q.status.workloads, &observed, &finished);
         let refs: Vec<&str> = raised.iter().map(|(w, _)| w.as_str()).collect();
         assert_eq!(refs, ["batch/Job/n/victim"]);
-        assert!(raise(&mut q, &raised));
+        assert!(raise(&mut q, &raised, T0));
         assert_eq!(
             q.status.used["requests.nvidia.com/gpu"],
             Quantity::from_units(9)
         );
         assert_eq!(q.status.workloads["batch/Job/n/victim"].admitted, None);
         // Raised already (by the reconcile, or a round before): no change.
-        assert!(!raise(&mut q, &raised));
+        assert!(!raise(&mut q, &raised, T0));
+        // A DELETE's review released "gone" while the cache still shows it
+        // running 2: the reconcile would charge it again, so a round plans
+        // with it charged (since now); a held one (0 running) is not.
+        let mut observed = observed;
+        observed.insert("batch/Job/n/gone".into(), obs(2));
+        observed.insert("batch/Job/n/held".into(), obs(0));
+        let raised = lowered_below_observed(&q.status.workloads, &observed, &finished);
+        let refs: Vec<&str> = raised.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(refs, ["batch/Job/n/gone"]);
+        assert!(raise(&mut q, &raised, T0));
+        assert_eq!(
+            q.status.used["requests.nvidia.com/gpu"],
+            Quantity::from_units(11)
+        );
+        assert_eq!(
+            q.status.workloads["batch/Job/n/gone"].since,
+            crate::time::format_rfc3339(T0)
+        );
     }
 
     fn gpus(n: i64) -> ResourceList {

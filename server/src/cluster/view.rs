@@ -771,16 +771,28 @@ impl View {
         snap
     }
 
-    /// `snapshot` of only the workloads `charged` names that are bound
-    /// to `quota`, without runs: what a queue round reads of its charges
-    /// (a few dozen), never the hundreds of finished objects a quota
-    /// keeps nor their pods' runs.
-    pub fn charges_seen<'a>(
-        &self,
+    /// `snapshot` of what a queue round reads, without runs: the workloads
+    /// `charged` names that are bound to `quota` (a few dozen), and those
+    /// bound to it that run pods without a charge, which its reconcile
+    /// charges again (a DELETE's release the watch has not delivered);
+    /// never the hundreds of finished or held objects a quota keeps.
+    pub fn round_seen<'a>(
+        &'a self,
         quota: &str,
-        charged: impl Iterator<Item = &'a String>,
+        charged: impl Iterator<Item = &'a String> + Clone,
     ) -> Snapshot {
-        self.observe(charged.filter_map(|w| Some((w, self.seen_in(quota, w)?))))
+        let listed: HashSet<&str> = charged.clone().map(String::as_str).collect();
+        let uncharged = self.workloads_in(quota).filter(|(w, s)| {
+            !s.finished
+                && s.info.released.is_none()
+                && s.pod_sets.iter().any(|p| p.count > 0)
+                && !listed.contains(w.as_str())
+        });
+        self.observe(
+            charged
+                .filter_map(|w| Some((w, self.seen_in(quota, w)?)))
+                .chain(uncharged),
+        )
     }
 
     /// `wref` as the watch shows it, where it is bound to `quota`.

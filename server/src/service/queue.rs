@@ -745,7 +745,7 @@ impl Service {
                     // cache still shows are charged as the cache shows
                     // first, as its reconcile would: the room they seem
                     // to free is not given away (`reconcile::raise`).
-                    quota::reconcile::raise(q, raised);
+                    quota::reconcile::raise(q, raised, now_ms);
                     let b =
                         queue::batch::admit(q, items, loan.as_ref(), now_ms, &self.prices, &prices);
                     if let (queue::batch::Batch::Done { .. }, Some(f)) = (&b, fresh.clone()) {

@@ -65,7 +65,7 @@ impl Context {
             .view
             .lock()
             .unwrap()
-            .charges_seen(name, q.status.workloads.keys());
+            .round_seen(name, q.status.workloads.keys());
         // Lowered by a review (a preemption's suspend) while the watch
         // still shows them running: planned and written as the watch shows
         // them, so the round never gives away room the next reconcile
@@ -151,7 +151,7 @@ impl Context {
             false => q,
         };
         let refused = self.service.fold_marks(&mut q, &marked, now).refused;
-        quota::reconcile::raise(&mut q, &raised);
+        quota::reconcile::raise(&mut q, &raised, now);
         for (wref, why) in refused {
             self.not_folded(name, &wref, &why, &marked);
         }
