@@ -160,6 +160,197 @@ pub(crate) fn page_figure(page: &str, key: &str, label: &str) -> Option<i128> {
     (!v.is_empty()).then(|| v.parse().unwrap())
 }
 
+/// The tree CSV's rows by (quota, key).
+pub(crate) fn csv_rows(csv: &str) -> BTreeMap<(String, String), Vec<String>> {
+    csv.lines()
+        .skip(1)
+        .map(|line| {
+            let f: Vec<String> = line
+                .split(',')
+                .map(|x| x.trim_matches('"').to_string())
+                .collect();
+            ((f[0].clone(), f[2].clone()), f)
+        })
+        .collect()
+}
+
+/// One quota's figures agree wherever they appear: each key's hard, in
+/// use, allocated, allocated idle, unallocated, lent and borrowed in the
+/// usage API (`usage`) and the tree's CSV (`csv`); hard, in use,
+/// allocated, free now, borrowable now and self used on its page (the
+/// keys table's exact figures); and each budget of the budgets API
+/// (`budgets`): its subtree's spending and carve-outs in the CSV, its
+/// spending in the keys table, its left in every "… card-hours left" of
+/// the page and in the tree's cell (`tree`, the `/tree` page with the
+/// quota's row shown), its run-out in one set of words on the page (and
+/// at a parent, every left said to be its own work's). Returns how many
+/// figures it compared.
+pub(crate) fn quota_agrees(
+    name: &str,
+    page: &str,
+    usage: &Value,
+    budgets: &Value,
+    csv: &BTreeMap<(String, String), Vec<String>>,
+    tree: &str,
+) -> usize {
+    let mut compared = 0;
+    // The keys table's column and its phone labels say the same words: a
+    // key is in use, a budget spent.
+    if !budgets["budgets"].as_array().unwrap().is_empty() {
+        assert!(
+            page.contains(">In use / spent</th>") && page.contains("data-label=\"Spent\""),
+            "{name}'s keys table names its budget's figure as its column does"
+        );
+    }
+    for k in usage["keys"].as_array().unwrap() {
+        let key = k["key"].as_str().unwrap();
+        if key.starts_with("cash/") {
+            continue; // a budget: below
+        }
+        let row = csv
+            .get(&(name.to_string(), key.to_string()))
+            .unwrap_or_else(|| panic!("{name} {key} in the CSV"));
+        // quota,parent,key,unit,hard,in_use_subtree,self_used,
+        // allocated_to_children,allocated_idle,unallocated,lent,borrowed,spent
+        let csv_n = |i: usize| nanos(&Value::String(row[i].clone()));
+        for (field, i) in [
+            ("hard", 4),
+            ("inUse", 5),
+            ("selfUsed", 6),
+            ("allocated", 7),
+            ("allocatedIdle", 8),
+            ("unallocated", 9),
+            ("lent", 10),
+            ("borrowed", 11),
+        ] {
+            assert_eq!(
+                nanos(&k[field]),
+                csv_n(i),
+                "{name} {key} {field}: API {} vs CSV {}",
+                k[field],
+                row[i]
+            );
+            compared += 1;
+        }
+        for (field, label) in [
+            ("hard", "Hard"),
+            ("inUse", "In use"),
+            ("allocated", "Allocated to children"),
+            ("freeNow", "Free now"),
+            ("borrowableNow", "Borrowable now"),
+            ("selfUsed", "Self used"),
+        ] {
+            let api = nanos(&k[field]);
+            let shown = page_figure(page, key, label);
+            // The page leaves a zero allocation blank at a leaf.
+            let same = api == shown || (shown.is_none() && api == Some(0));
+            assert!(same, "{name} {key} {label}: API {api:?}, page {shown:?}");
+            compared += 1;
+        }
+        // The tree's GPU cells (all GPUs, and a column per model): in use
+        // in the subtree, allocated to children and hard, as the API.
+        let cfg = KeyConfig::default();
+        let gpu_requests = quota::keys::Key::parse(key, &cfg).is_ok_and(|k| {
+            !k.cash && cfg.is_gpu(&k.resource) && k.class == quota::keys::Class::Requests
+        });
+        if gpu_requests {
+            let row = tree
+                .split(&format!("<tr id=\"{name}\""))
+                .nth(1)
+                .and_then(|r| r.split("</tr>").next())
+                .unwrap_or_else(|| panic!("{name}'s row on the tree"));
+            let show = |f: &str| {
+                let q: Quantity = k[f].as_str().unwrap().parse().unwrap();
+                app::display_quantity(key, q, &cfg)
+            };
+            let title = format!(
+                "title=\"{key}: {} in use (subtree), {} allocated to children, {} hard\"",
+                show("inUse"),
+                show("allocated"),
+                show("hard")
+            );
+            assert!(row.contains(&title), "{name}'s tree row: {title} in {row}");
+            compared += 3;
+        }
+    }
+    for budget in budgets["budgets"].as_array().unwrap() {
+        let key = budget["key"].as_str().unwrap();
+        let row = &csv[&(name.to_string(), key.to_string())];
+        let n = |field: &str| nanos(&budget[field]).unwrap();
+        let csv_n = |i: usize| nanos(&Value::String(row[i].clone()));
+        // Spent: the subtree's, in the API, the CSV and the keys table;
+        // what a parent carved out is its own column.
+        assert_eq!(
+            csv_n(12),
+            Some(n("subtreeSpent")),
+            "{name} CSV spent: {budget} {row:?}"
+        );
+        assert_eq!(
+            csv_n(7),
+            Some(n("carvedOut")),
+            "{name} CSV carved: {budget} {row:?}"
+        );
+        assert_eq!(
+            page_figure(page, key, "Spent"),
+            Some(n("subtreeSpent")),
+            "{name}'s keys table: {budget}"
+        );
+        let grouped =
+            |f: &str| quota::readable::grouped(budget[f].as_str().unwrap().parse().unwrap());
+        if n("carvedOut") > 0 {
+            let words = format!(
+                "{} card-hours spent in its subtree",
+                grouped("subtreeSpent")
+            );
+            assert!(page.contains(&words), "{name}'s budgets box says {words}");
+            // What is left and its run-out are its own work's, and every
+            // sentence that gives them says so.
+            let own = format!("its own work: {}", budget["runway"].as_str().unwrap());
+            assert!(page.contains(&own), "{name}'s budgets box says {own}");
+            let bare = page.matches("card-hours left").count();
+            let owned = page.matches(" allocated to children): ").count()
+                + page.matches(" for its own work · ").count();
+            assert!(
+                bare > 0 && owned >= bare,
+                "{name}: {bare} 'left' on the page, {owned} of them said to be its own work's"
+            );
+        }
+        // Left: the page's every "… card-hours left" and the tree's cell.
+        let left = grouped("left");
+        let lefts = crate::one_copy::lefts(page);
+        assert!(
+            !lefts.is_empty() && lefts.iter().all(|l| *l == left),
+            "{name}'s page says {lefts:?}, the API {left}"
+        );
+        let cell = tree
+            .split(&format!("<tr id=\"{name}\""))
+            .nth(1)
+            .and_then(|r| {
+                r.split("data-label=\"Budget left\" data-sort-value=\"")
+                    .nth(1)
+            })
+            .and_then(|v| v.split('"').next())
+            .unwrap_or_else(|| panic!("{name}'s budget on the tree"));
+        assert_eq!(
+            cell.parse::<i128>().ok(),
+            Some(n("left")),
+            "{name} on the tree"
+        );
+        // The run-out: one set of words.
+        let words = budget["runway"].as_str().unwrap();
+        assert!(page.contains(words), "{name}'s page says {words}");
+        if page.contains("runs out in") {
+            assert_eq!(
+                page.matches("runs out in").count(),
+                page.matches(words).count(),
+                "{name}'s page has another run-out than {words}"
+            );
+        }
+        compared += 4;
+    }
+    compared
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_figure_agrees_everywhere_on_a_2000_quota_forest() {
     let db = tempfile::tempdir().unwrap();
@@ -233,15 +424,7 @@ async fn every_figure_agrees(url: &str) {
 
     // The tree's CSV: every key of every quota, exact.
     let admin = Browser::admin(&s).await;
-    let csv = admin.get("/tree.csv").await.body;
-    let mut by_csv: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    for line in csv.lines().skip(1) {
-        let f: Vec<String> = line
-            .split(',')
-            .map(|x| x.trim_matches('"').to_string())
-            .collect();
-        by_csv.insert((f[0].clone(), f[2].clone()), f);
-    }
+    let by_csv = csv_rows(&admin.get("/tree.csv").await.body);
     assert_eq!(
         by_csv
             .keys()
@@ -252,104 +435,51 @@ async fn every_figure_agrees(url: &str) {
         "every quota in the CSV"
     );
 
-    // Every quota: the API's figures per key are the CSV's.
-    let mut usage: BTreeMap<String, Value> = BTreeMap::new();
+    // Every quota, on its page, in the usage and budgets APIs, the CSV and
+    // its row of the tree (every row shown: the forest is three deep):
+    // each figure is the same (`quota_agrees`), two pages at a time (a
+    // person may have two heavy requests in flight: `heavy::Config`).
     let names: Vec<String> = std::iter::once("org".to_string())
         .chain((0..DEPTS).map(|d| format!("dept-{d:02}")))
         .chain(teams.iter().map(|&(d, t)| team(d, t)))
         .collect();
-    let mut borrowing = 0;
-    for name in &names {
-        let v = get(format!("/api/v1/quotas/{name}/usage")).await;
-        for k in v["keys"].as_array().unwrap() {
-            let key = k["key"].as_str().unwrap().to_string();
-            let row = by_csv
-                .get(&(name.clone(), key.clone()))
-                .unwrap_or_else(|| panic!("{name} {key} in the CSV"));
-            // quota,parent,key,unit,hard,in_use_subtree,self_used,
-            // allocated_to_children,allocated_idle,unallocated,lent,borrowed,spent
-            let csv_n = |i: usize| nanos(&Value::String(row[i].clone()));
-            for (field, i) in [
-                ("hard", 4),
-                ("inUse", 5),
-                ("selfUsed", 6),
-                ("allocated", 7),
-                ("allocatedIdle", 8),
-                ("unallocated", 9),
-                ("lent", 10),
-                ("borrowed", 11),
-            ] {
-                if key.starts_with("cash/") && field != "hard" {
-                    continue; // amounts of a budget: in card-hours, below
+    let tree = admin.get("/tree?depth=3").await;
+    assert_eq!(tree.status, StatusCode::OK);
+    let tree = tree.body;
+    let mut usage: BTreeMap<String, Value> = BTreeMap::new();
+    let mut runs_out: BTreeMap<String, String> = BTreeMap::new();
+    let (mut borrowing, mut compared) = (0, 0);
+    for chunk in names.chunks(2) {
+        let reads = chunk.iter().map(|name| {
+            let (admin, get) = (&admin, &get);
+            async move {
+                let page = admin.get(&format!("/quotas/{name}")).await;
+                assert_eq!(page.status, StatusCode::OK, "{name}");
+                let u = get(format!("/api/v1/quotas/{name}/usage")).await;
+                let b = get(format!("/api/v1/quotas/{name}/budgets")).await;
+                (name, page.body, u, b)
+            }
+        });
+        for (name, page, u, b) in futures::future::join_all(reads).await {
+            compared += quota_agrees(name, &page, &u, &b, &by_csv, &tree);
+            borrowing += u["keys"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|k| nanos(&k["borrowed"]).unwrap_or(0) > 0)
+                .count();
+            for budget in b["budgets"].as_array().unwrap() {
+                let words = budget["runway"].as_str().unwrap_or_default();
+                if words.starts_with("runs out in ") {
+                    runs_out.insert(name.to_string(), words.to_string());
                 }
-                assert_eq!(
-                    nanos(&k[field]),
-                    csv_n(i),
-                    "{name} {key} {field}: API {} vs CSV {}",
-                    k[field],
-                    row[i]
-                );
             }
-            if nanos(&k["borrowed"]).unwrap_or(0) > 0 {
-                borrowing += 1;
-            }
+            usage.insert(name.clone(), u);
         }
-        usage.insert(name.clone(), v);
     }
     assert!(borrowing > 0, "some teams borrow beyond hard");
-
-    // A sample of quota pages (the root, every department, every 20th
-    // team and every borrower of the first departments): the keys table's
-    // exact figures are the API's, and each budget's run-out words are
-    // the budgets API's.
-    let sample: Vec<&String> = names
-        .iter()
-        .enumerate()
-        .filter(|(i, n)| {
-            *i <= DEPTS
-                || i % 20 == 0
-                || (n.starts_with("team-0") && {
-                    let (d, t) = (&n[5..7], &n[8..10]);
-                    (d.parse::<usize>().unwrap() + t.parse::<usize>().unwrap()) % 5 == 0
-                })
-        })
-        .map(|(_, n)| n)
-        .collect();
-    let mut runs_out: BTreeMap<String, String> = BTreeMap::new();
-    for name in &sample {
-        let page = admin.get(&format!("/quotas/{name}")).await;
-        assert_eq!(page.status, StatusCode::OK);
-        let page = page.body;
-        for k in usage[*name]["keys"].as_array().unwrap() {
-            let key = k["key"].as_str().unwrap();
-            if key.starts_with("cash/") {
-                continue;
-            }
-            for (field, label) in [
-                ("hard", "Hard"),
-                ("inUse", "In use"),
-                ("allocated", "Allocated to children"),
-                ("freeNow", "Free now"),
-                ("borrowableNow", "Borrowable now"),
-                ("selfUsed", "Self used"),
-            ] {
-                let api = nanos(&k[field]);
-                let shown = page_figure(&page, key, label);
-                // The page leaves a zero allocation blank at a leaf.
-                let same = api == shown || (shown.is_none() && api == Some(0));
-                assert!(same, "{name} {key} {label}: API {api:?}, page {shown:?}");
-            }
-        }
-        let b = get(format!("/api/v1/quotas/{name}/budgets")).await;
-        for budget in b["budgets"].as_array().unwrap() {
-            let words = budget["runway"].as_str().unwrap_or_default();
-            if words.starts_with("runs out in ") {
-                assert!(page.contains(words), "{name}'s page says {words}");
-                runs_out.insert(name.to_string(), words.to_string());
-            }
-        }
-    }
-    assert!(!runs_out.is_empty(), "budgets run out within the sample");
+    assert!(compared > made * 20, "{compared} figures compared");
+    assert!(!runs_out.is_empty(), "budgets run out in the forest");
 
     // The overview's "needs attention" names run-outs: each is the budgets
     // API's, word for word. (An admin's lists the 387 borrowers over their
