@@ -444,7 +444,8 @@ async fn a_threshold_crossing_emails_the_owner_once_and_again_when_it_recurs() {
 
 /// One training job that crosses 80 % of four keys of its quota at once is
 /// one alert and one email, its keys by name, GPUs first; the raw keys stay
-/// in the API.
+/// in the API. (Its quota watches every key by a '*' rule; by default only
+/// its GPUs would warn.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_job_over_several_keys_is_one_email_naming_them() {
     use crate::common::{deployment, review, Server};
@@ -466,6 +467,12 @@ async fn one_job_over_several_keys_is_one_email_naming_them() {
             bizrq::portal::authz::Role::Owner,
             bizrq::util::now_ms(),
         )
+        .await
+        .unwrap();
+    // Every key watched (by default a GPU quota warns on GPUs and budgets
+    // only: `alerts::Defaults`).
+    store
+        .set_alert_rule("team", &bizrq::alerts::Rule::default_for("*"))
         .await
         .unwrap();
     store.close().await;
