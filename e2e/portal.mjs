@@ -475,8 +475,8 @@ try {
         const plan = await page.$$eval('table.plan tbody tr', (rs) => rs.map((r) => [...r.cells].map((c) => c.innerText.trim())));
         const gives = plan.find((r) => r[1] === 'speech');
         const gets = plan.find((r) => r[1] === 'vision');
-        expect(gives && /requests\.nvidia\.com\/gpu\.V100 8/.test(gives[3]) && /requests\.nvidia\.com\/gpu\.V100 4/.test(gives[4]), `speech's V100 8 → 4: ${gives}`);
-        expect(gets && /requests\.nvidia\.com\/gpu\.V100 16/.test(gets[3]) && /requests\.nvidia\.com\/gpu\.V100 20/.test(gets[4]), `vision's V100 16 → 20: ${gets}`);
+        expect(gives && /V100 GPUs 8/.test(gives[3]) && /V100 GPUs 4/.test(gives[4]), `speech's V100 8 → 4, by name: ${gives}`);
+        expect(gets && /V100 GPUs 16/.test(gets[3]) && /V100 GPUs 20/.test(gets[4]), `vision's V100 16 → 20, by name: ${gets}`);
         await open(page, base, '/transfers', js);
         const awaiting = await page.innerText('p.awaiting');
         expect(/^1 request awaits your decision/.test(awaiting), `the count awaiting me: ${awaiting}`);
