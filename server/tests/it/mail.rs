@@ -15,11 +15,11 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 /// aiosmtpd writing each accepted message to `dir` as JSON.
-struct Smtp {
+pub struct Smtp {
     _child: Child,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -27,7 +27,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-async fn start_smtp(port: u16, dir: &Path) -> Smtp {
+pub async fn start_smtp(port: u16, dir: &Path) -> Smtp {
     let tests = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests");
     let child = Command::new("python3")
         .args(["-m", "aiosmtpd", "-n", "-l"])
@@ -50,7 +50,7 @@ async fn start_smtp(port: u16, dir: &Path) -> Smtp {
     panic!("aiosmtpd did not listen on port {port} (is it installed? pip install aiosmtpd)");
 }
 
-fn received(dir: &Path) -> Vec<Value> {
+pub fn received(dir: &Path) -> Vec<Value> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
