@@ -273,8 +273,15 @@ try {
       await step(page, `acknowledge-and-snooze-${tag}`, async () => {
         // A team of its own per pass, brought over its pods and to its
         // CPU: a threshold warning and critical (over both keys, one
-        // row each) and an over-quota alert — three rows to quiet.
+        // row each) and an over-quota alert — three rows to quiet. By
+        // default only GPUs and budgets warn (the rules page says so):
+        // the team watches every key first, by a '*' rule.
         const team = quietTeams.shift();
+        await open(page, base, `/quotas/${team}/alerts`, js);
+        const said = await page.innerText('main');
+        expect(said.includes('By default: GPU models and budgets at 80 % and 100 %'), `the rules page says the default: ${said.slice(0, 300)}`);
+        const everyKey = await page.request.post(`${base}/quotas/${team}/alerts`, { form: { csrf: await csrfOf(page), key: '*', warn_percent: '80', crit_percent: '100' }, maxRedirects: 0 });
+        expect(everyKey.status() === 303, `the '*' rule is saved: ${everyKey.status()}`);
         const { json: q } = await call('GET', `/api/v1/quotas/${team}`);
         const pods = Number(q.status.self_used?.pods ?? q.status.selfUsed?.pods ?? q.status.used.pods);
         expect(pods >= 2, `${team} runs pods: ${pods}`);
