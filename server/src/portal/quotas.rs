@@ -1538,8 +1538,9 @@ pub fn lowering_consequences(
             (*hard < using).then(|| {
                 let show = |n| app::display_quantity(k, n, cfg);
                 format!(
-                    "set {k} to {}, below the {} in use in {name} and below: nothing running is \
+                    "set {} to {}, below the {} in use in {name} and below: nothing running is \
                      stopped, but {name} is over quota by {} and new work is refused until use falls under it",
+                    app::key_name(k, cfg),
                     show(*hard),
                     show(using),
                     show(using.saturating_sub(*hard))

@@ -484,7 +484,7 @@ async fn a_cut_below_what_runs_is_confirmed_first(s: &Server) {
     assert_eq!(asked.status, StatusCode::CONFLICT, "{}", asked.body);
     assert!(
         asked.body.contains(
-            "set requests.nvidia.com/gpu to 1, below the 2 in use in nlp-a and below: nothing \
+            "set GPUs to 1, below the 2 in use in nlp-a and below: nothing \
              running is stopped, but nlp-a is over quota by 1"
         ),
         "{}",
