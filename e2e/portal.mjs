@@ -273,8 +273,15 @@ try {
       await step(page, `acknowledge-and-snooze-${tag}`, async () => {
         // A team of its own per pass, brought over its pods and to its
         // CPU: a threshold warning and critical (over both keys, one
-        // row each) and an over-quota alert — three rows to quiet.
+        // row each) and an over-quota alert — three rows to quiet. By
+        // default only GPUs and budgets warn (the rules page says so):
+        // the team watches every key first, by a '*' rule.
         const team = quietTeams.shift();
+        await open(page, base, `/quotas/${team}/alerts`, js);
+        const said = await page.innerText('main');
+        expect(said.includes('By default: GPU models and budgets at 80 % and 100 %'), `the rules page says the default: ${said.slice(0, 300)}`);
+        const everyKey = await page.request.post(`${base}/quotas/${team}/alerts`, { form: { csrf: await csrfOf(page), key: '*', warn_percent: '80', crit_percent: '100' }, maxRedirects: 0 });
+        expect(everyKey.status() === 303, `the '*' rule is saved: ${everyKey.status()}`);
         const { json: q } = await call('GET', `/api/v1/quotas/${team}`);
         const pods = Number(q.status.self_used?.pods ?? q.status.selfUsed?.pods ?? q.status.used.pods);
         expect(pods >= 2, `${team} runs pods: ${pods}`);
@@ -475,8 +482,8 @@ try {
         const plan = await page.$$eval('table.plan tbody tr', (rs) => rs.map((r) => [...r.cells].map((c) => c.innerText.trim())));
         const gives = plan.find((r) => r[1] === 'speech');
         const gets = plan.find((r) => r[1] === 'vision');
-        expect(gives && /requests\.nvidia\.com\/gpu\.V100 8/.test(gives[3]) && /requests\.nvidia\.com\/gpu\.V100 4/.test(gives[4]), `speech's V100 8 → 4: ${gives}`);
-        expect(gets && /requests\.nvidia\.com\/gpu\.V100 16/.test(gets[3]) && /requests\.nvidia\.com\/gpu\.V100 20/.test(gets[4]), `vision's V100 16 → 20: ${gets}`);
+        expect(gives && /V100 GPUs 8/.test(gives[3]) && /V100 GPUs 4/.test(gives[4]), `speech's V100 8 → 4, by name: ${gives}`);
+        expect(gets && /V100 GPUs 16/.test(gets[3]) && /V100 GPUs 20/.test(gets[4]), `vision's V100 16 → 20, by name: ${gets}`);
         await open(page, base, '/transfers', js);
         const awaiting = await page.innerText('p.awaiting');
         expect(/^1 request awaits your decision/.test(awaiting), `the count awaiting me: ${awaiting}`);

@@ -115,10 +115,11 @@ try {
     await page.fill('input[name="hard:requests.nvidia.com/gpu.A100"]', '100');
     await submit('form.quota-form button[type=submit]');
     const text = await page.innerText('body');
-    expect(/requests\.nvidia\.com\/gpu\.A100 asks 100, \d+ left of 32/.test(text), `the refusal names the key and the amount: ${text.slice(0, 600)}`);
+    expect(/A100 GPUs: 100 asked, \d+ left of 32 in nlp: ask research's owners for more, or lower it to \d+/.test(text), `the refusal names the key and the amount, and says what to do: ${text.slice(0, 600)}`);
+    expect(!/requests\.nvidia\.com\/gpu\.A100 asks/.test(text), `no raw key in the refusal: ${text.slice(0, 600)}`);
     const beside = await page.$('tr.refused input[name="hard:requests.nvidia.com/gpu.A100"][aria-invalid="true"]');
     expect(beside !== null, 'the refusal sits beside the A100 field');
-    expect(/asks 100/.test(await page.innerText('tr.refused small.field-error')), 'the message beside the field');
+    expect(/100 asked/.test(await page.innerText('tr.refused small.field-error')), 'the message beside the field');
   });
 
   await step('create-a-child-quota', async () => {

@@ -667,13 +667,17 @@ pub fn horizon_words(hours: i64) -> String {
 }
 
 /// GET /quotas/{name}/alerts: the quota's rules, and (for its owners and
-/// admins) the form to set or remove one. `keys` are the quota's keys.
+/// admins) the form to set or remove one. `keys` are the quota's keys, raw
+/// and by name, in display order; `defaults` says in words which keys the
+/// default rule watches (`server::alerts::Defaults::words`).
 #[cfg(feature = "ssr")]
+#[allow(clippy::too_many_arguments)]
 pub fn render_rules_page(
     viewer: Viewer,
     quota: String,
     rules: Vec<RuleRow>,
-    keys: Vec<String>,
+    keys: Vec<(String, String)>,
+    defaults: String,
     forecasts: Vec<ForecastLine>,
     can_edit: bool,
     flash: Option<Flash>,
@@ -681,8 +685,16 @@ pub fn render_rules_page(
     use crate::layout::CsrfField;
     let action = format!("/quotas/{quota}/alerts");
     let csrf = viewer.csrf.clone();
+    let named: std::collections::BTreeMap<String, String> = keys.iter().cloned().collect();
+    let name_of = move |k: &str| match k {
+        "*" => "every key (*)".to_string(),
+        k => named.get(k).cloned().unwrap_or_else(|| k.to_string()),
+    };
+    // What applies where no rule does, always in view: the rules below
+    // replace it for their keys ('*': for every key without its own).
+    let defaults = view! { <p class="defaults">{format!("{defaults}. A rule below replaces the default for its key; a rule for every key (*) applies to CPU, memory and pods too.")}</p> };
     let rows = if rules.is_empty() {
-        view! { <p class="empty">"No rules: every key warns when what runs in the quota and below it reaches 80 % of hard, and is critical at 100 %; no allocation notice. Budgets forecast as below."</p> }.into_any()
+        view! { <p class="empty">"No rules set: the defaults apply; no allocation notice. Budgets forecast as below."</p> }.into_any()
     } else {
         let rows = rules
             .into_iter()
@@ -699,7 +711,7 @@ pub fn render_rules_page(
                 });
                 view! {
                     <tr>
-                        <td><code>{r.key.clone()}</code></td>
+                        <td title=r.key.clone()>{name_of(&r.key)}</td>
                         <td class="num">{format!("{} %", r.warn_percent)}</td>
                         <td class="num">{format!("{} %", r.crit_percent)}</td>
                         <td class="num">{r.forecast_horizon_hours.map(|h| format!("{h} h")).unwrap_or_else(|| "—".into())}</td>
@@ -718,9 +730,9 @@ pub fn render_rules_page(
         .into_any()
     };
     let form = can_edit.then(|| {
-        let options = std::iter::once("*".to_string())
+        let options = std::iter::once(("*".to_string(), "every key (*)".to_string()))
             .chain(keys)
-            .map(|k| view! { <option value=k.clone()>{k.clone()}</option> })
+            .map(|(k, name)| view! { <option value=k.clone() title=k>{name}</option> })
             .collect_view();
         view! {
             <form class="card inline" method="post" action=action.clone()>
@@ -779,6 +791,7 @@ pub fn render_rules_page(
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Alerts flash=flash>
                 <p><a href=back>"← the quota"</a></p>
+                {defaults}
                 {rows}
                 {forecasts}
                 {form}

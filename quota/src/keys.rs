@@ -276,6 +276,26 @@ pub fn display_order(key: &str, cfg: &KeyConfig) -> (u8, u8, String, String) {
     (rank, class, k.resource, k.model.unwrap_or_default())
 }
 
+/// Whether `key` counts GPUs: a configured GPU resource, generic or of a
+/// model, requests or limits (`requests.nvidia.com/gpu`,
+/// `requests.nvidia.com/gpu.A100`, `limits.amd.com/gpu`); a budget is not
+/// (`is_budget`). A key that does not parse is not.
+pub fn is_gpu_key(key: &str, cfg: &KeyConfig) -> bool {
+    Key::parse(key, cfg).is_ok_and(|k| !k.cash && cfg.is_gpu(&k.resource))
+}
+
+/// Whether `key` is a budget (`cash/…`), whatever it accrues from.
+pub fn is_budget(key: &str) -> bool {
+    key.starts_with(CASH_PREFIX)
+}
+
+/// The keys people plan and pay by: GPUs (every GPU resource and model)
+/// and budgets. What alerts watch by default (`server::alerts`), before
+/// CPU, memory and pods, which a GPU job takes alongside.
+pub fn is_gpu_or_budget(key: &str, cfg: &KeyConfig) -> bool {
+    is_budget(key) || is_gpu_key(key, cfg)
+}
+
 /// `cash/requests.nvidia.com/gpu` → `requests.nvidia.com/gpu`.
 pub fn cash_target(key: &str) -> Option<&str> {
     key.strip_prefix(CASH_PREFIX)
@@ -420,6 +440,41 @@ mod tests {
                 "pods",
             ]
         );
+    }
+
+    #[test]
+    fn gpus_and_budgets_are_told_from_the_rest() {
+        let cfg = KeyConfig::default();
+        for k in [
+            "requests.nvidia.com/gpu",
+            "requests.nvidia.com/gpu.A100",
+            "limits.nvidia.com/gpu.T4",
+            "requests.amd.com/gpu",
+        ] {
+            assert!(is_gpu_key(k, &cfg) && is_gpu_or_budget(k, &cfg), "{k}");
+        }
+        for k in [
+            "cash/requests.nvidia.com/gpu",
+            "cash/requests.nvidia.com/gpu.A100",
+            "cash/requests.cpu",
+        ] {
+            assert!(
+                is_budget(k) && !is_gpu_key(k, &cfg) && is_gpu_or_budget(k, &cfg),
+                "{k}"
+            );
+        }
+        for k in [
+            "requests.cpu",
+            "limits.cpu.A4",
+            "cpu",
+            "requests.memory",
+            "pods",
+            "requests.nvidia.com/mig-1g.5gb",
+            "requests.example.com/fpga",
+            "not a key",
+        ] {
+            assert!(!is_gpu_or_budget(k, &cfg), "{k}");
+        }
     }
 
     #[test]

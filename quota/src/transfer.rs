@@ -85,13 +85,13 @@ pub enum TransferError {
     Invalid(String),
     #[error("bizrq {0} not found")]
     NotFound(String),
-    #[error("bizrq {quota}: {key} is not in its hard, so it cannot {role} it")]
+    #[error("bizrq {quota}: {key} is not in its hard, so it cannot {role} it: choose a key both ends have")]
     MissingKey {
         quota: String,
         key: String,
         role: &'static str,
     },
-    #[error("bizrq {quota}: {key} gives {asked}, its hard is only {hard}")]
+    #[error("bizrq {quota}: {key} gives {asked}, its hard is only {hard}: give {hard} at most")]
     Insufficient {
         quota: String,
         key: String,

@@ -178,14 +178,82 @@ impl Rule {
     }
 }
 
-/// The rule that applies to `key`: its own, else '*', else the defaults.
-pub fn rule_for<'a>(rules: &'a [Rule], key: &str) -> std::borrow::Cow<'a, Rule> {
+/// The rule a quota set for `key`: its own, else '*'.
+pub fn set_rule<'a>(rules: &'a [Rule], key: &str) -> Option<&'a Rule> {
     rules
         .iter()
         .find(|r| r.key == key)
         .or_else(|| rules.iter().find(|r| r.key == "*"))
-        .map(std::borrow::Cow::Borrowed)
-        .unwrap_or_else(|| std::borrow::Cow::Owned(Rule::default_for(key)))
+}
+
+/// The rule that applies to `key` of a quota whose default rule is
+/// `defaults`: the one it set (`set_rule`), else the default thresholds
+/// where they watch the key, else none (no usage threshold on it; over
+/// quota and forecasts do not ask for a rule).
+pub fn rule_for<'a>(
+    rules: &'a [Rule],
+    key: &str,
+    defaults: Defaults,
+    cfg: &KeyConfig,
+) -> Option<std::borrow::Cow<'a, Rule>> {
+    match set_rule(rules, key) {
+        Some(r) => Some(std::borrow::Cow::Borrowed(r)),
+        None => defaults
+            .watches(key, cfg)
+            .then(|| std::borrow::Cow::Owned(Rule::default_for(key))),
+    }
+}
+
+/// Which keys of a quota the default rule (80 % warning, 100 % critical)
+/// watches, where the quota set no rule for a key and no '*'.
+///
+/// GPUs and budgets are what people plan and pay by; a GPU job also takes
+/// CPU, memory and pods, and warning on all of them made one job six
+/// warnings. So a quota that limits GPUs or a budget (a GPU or budget key
+/// with a hard above 0) is watched on those keys only. A quota that limits
+/// neither (a CPU-only cluster, a CPU-only team) is watched on every key:
+/// narrowing it would leave nobody told it is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Defaults {
+    GpusAndBudgets,
+    EveryKey,
+}
+
+impl Defaults {
+    pub fn of(quota: &Quota, cfg: &KeyConfig) -> Defaults {
+        let limits_gpus_or_budgets = quota
+            .spec
+            .hard
+            .iter()
+            .any(|(k, hard)| hard.nanos() > 0 && quota::keys::is_gpu_or_budget(k, cfg));
+        if limits_gpus_or_budgets {
+            Defaults::GpusAndBudgets
+        } else {
+            Defaults::EveryKey
+        }
+    }
+
+    pub fn watches(self, key: &str, cfg: &KeyConfig) -> bool {
+        match self {
+            Defaults::EveryKey => true,
+            Defaults::GpusAndBudgets => quota::keys::is_gpu_or_budget(key, cfg),
+        }
+    }
+
+    /// The default in words, as the rules page says it.
+    pub fn words(self) -> String {
+        let (w, c) = (DEFAULT_WARN_PERCENT, DEFAULT_CRIT_PERCENT);
+        match self {
+            Defaults::GpusAndBudgets => format!(
+                "By default: GPU models and budgets at {w} % and {c} % (warning, critical); \
+                 CPU, memory, pods and other keys raise no usage alert unless a rule asks"
+            ),
+            Defaults::EveryKey => format!(
+                "By default: every key at {w} % and {c} % (warning, critical), as this quota \
+                 limits neither GPUs nor budgets"
+            ),
+        }
+    }
 }
 
 /// The cash forecast's horizon for `key` of `quota`, in hours: its alert
@@ -193,7 +261,7 @@ pub fn rule_for<'a>(rules: &'a [Rule], key: &str) -> std::borrow::Cow<'a, Rule> 
 /// default, none with `forecastDays: 0` (docs/budgets.md §7). Other keys:
 /// only a rule's.
 pub fn forecast_horizon(quota: &Quota, rules: &[Rule], key: &str) -> Option<i64> {
-    let ruled = rule_for(rules, key).forecast_horizon_hours;
+    let ruled = set_rule(rules, key).and_then(|r| r.forecast_horizon_hours);
     if ruled.is_some() || !key.starts_with(quota::keys::CASH_PREFIX) {
         return ruled;
     }
@@ -286,10 +354,12 @@ pub fn conditions(
     rules: &[Rule],
     forecasts: &BTreeMap<String, Forecast>,
     now_ms: i64,
+    cfg: &KeyConfig,
 ) -> Vec<Condition> {
     let name = quota.name();
     let mut out = Vec::new();
     let allocated = quota.status.allocated();
+    let defaults = Defaults::of(quota, cfg);
     for (key, &hard) in &quota.spec.hard {
         let booked = resources::get(&quota.status.used, key);
         let cash = key.starts_with(quota::keys::CASH_PREFIX);
@@ -300,11 +370,12 @@ pub fn conditions(
             Some(sub) => resources::get(sub, key),
             None => resources::get(&quota.status.self_used, key),
         };
-        let rule = rule_for(rules, key);
+        let rule = rule_for(rules, key, defaults, cfg);
         // Amounts as people read them, whatever form the spec was written in.
         let show = |q: Quantity| quota::readable::amount(key, q);
         let carved = resources::get(&allocated, key);
-        if let (Some(percent), false, false) = (rule.allocation_percent, cash, carved.is_zero()) {
+        let allocation_percent = rule.as_ref().and_then(|r| r.allocation_percent);
+        if let (Some(percent), false, false) = (allocation_percent, cash, carved.is_zero()) {
             if hard.nanos() > 0 && reaches(booked, hard, percent) {
                 out.push(Condition {
                     kind: Kind::Allocation,
@@ -356,7 +427,8 @@ pub fn conditions(
                 numbers: numbers(booked, None),
             });
         }
-        if hard.nanos() > 0 {
+        // Usage thresholds: where a rule, or the default, watches the key.
+        if let (true, Some(rule)) = (hard.nanos() > 0, &rule) {
             for (level, percent) in [
                 (Level::Warning, rule.warn_percent),
                 (Level::Critical, rule.crit_percent),
@@ -879,6 +951,7 @@ pub fn evaluate_each<Q: std::borrow::Borrow<Quota>, U: SubtreeUse + ?Sized>(
             rules,
             forecasts.get(name).unwrap_or(&none),
             now_ms,
+            cfg,
         );
         let e = evaluate(
             grouped(cs, cfg),

@@ -1024,6 +1024,10 @@ pub async fn seed(
     }));
     for (username, role, quota) in &people {
         let user = sql.create_user(username, &hash, false, now).await?;
+        // An address each, so a demo pointed at an SMTP server (aiosmtpd)
+        // mails its owners their alerts.
+        sql.set_user_email(user.id, Some(&format!("{username}@acme.example")))
+            .await?;
         sql.set_binding(user.id, quota, *role, now).await?;
         for entry in [
             audit::entry(

@@ -235,13 +235,13 @@ fn a_quota_gives_at_most_its_hard_and_only_keys_both_ends_have() {
         plan_of(&t, Some("seg"), "det", &[(GPU, "5")])
             .unwrap_err()
             .to_string(),
-        "bizrq seg: requests.nvidia.com/gpu gives 5, its hard is only 4"
+        "bizrq seg: requests.nvidia.com/gpu gives 5, its hard is only 4: give 4 at most"
     );
     assert_eq!(
         plan_of(&t, Some("seg"), "det", &[("limits.cpu", "1")])
             .unwrap_err()
             .to_string(),
-        "bizrq seg: limits.cpu is not in its hard, so it cannot give it"
+        "bizrq seg: limits.cpu is not in its hard, so it cannot give it: choose a key both ends have"
     );
     for bad in [&[(GPU, "0")][..], &[(GPU, "-1")], &[], &[("gpus", "1")]] {
         assert!(matches!(

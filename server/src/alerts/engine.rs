@@ -553,6 +553,7 @@ pub async fn evaluate_changed(
             rules.get(q.name()).unwrap_or(&none),
             forecasts.get(q.name()).unwrap_or(&BTreeMap::new()),
             now_ms,
+            &service.keys,
         );
         let was = open.get(q.name()).map(Vec::as_slice).unwrap_or_default();
         let found = keeping_budget_keys(
@@ -582,6 +583,7 @@ pub async fn evaluate_changed(
             rules.get(name).unwrap_or(&none),
             &BTreeMap::new(),
             now_ms,
+            &service.keys,
         )
         .into_iter()
         .filter(|c| {

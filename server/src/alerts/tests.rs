@@ -28,7 +28,14 @@ fn round(
     next_id: &mut i64,
 ) -> Vec<Condition> {
     let found = grouped(
-        conditions(quota, None, rules, &BTreeMap::new(), NOW),
+        conditions(
+            quota,
+            None,
+            rules,
+            &BTreeMap::new(),
+            NOW,
+            &KeyConfig::default(),
+        ),
         &KeyConfig::default(),
     );
     let e = evaluate(found, open);
@@ -114,7 +121,14 @@ fn rules_per_key_override_the_wildcard_and_the_defaults() {
         forecast_horizon_hours: None,
         allocation_percent: None,
     }];
-    let fired = conditions(&quota("5"), None, &rules, &BTreeMap::new(), NOW);
+    let fired = conditions(
+        &quota("5"),
+        None,
+        &rules,
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default(),
+    );
     assert_eq!(fingerprints(&fired), ["threshold|nlp-team||warning"]);
     let rules = [
         rules[0].clone(),
@@ -126,7 +140,15 @@ fn rules_per_key_override_the_wildcard_and_the_defaults() {
             allocation_percent: None,
         },
     ];
-    assert!(conditions(&quota("5"), None, &rules, &BTreeMap::new(), NOW).is_empty());
+    assert!(conditions(
+        &quota("5"),
+        None,
+        &rules,
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default()
+    )
+    .is_empty());
 }
 
 #[test]
@@ -136,7 +158,14 @@ fn a_cash_key_is_judged_on_its_spend() {
     let mut quota = Quota::new("nlp-team", spec);
     quota.status.used.insert(CASH.into(), q("80"));
     quota.status.self_used.insert(CASH.into(), q("80"));
-    let fired = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
+    let fired = conditions(
+        &quota,
+        None,
+        &[],
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default(),
+    );
     assert_eq!(fingerprints(&fired), ["threshold|nlp-team||warning"]);
     assert!(
         fired[0]
@@ -231,7 +260,14 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
         forecast_horizon_hours: Some(hours),
         allocation_percent: None,
     };
-    let fired = conditions(&quota, None, &[rule(10 * 24)], &forecasts, NOW);
+    let fired = conditions(
+        &quota,
+        None,
+        &[rule(10 * 24)],
+        &forecasts,
+        NOW,
+        &KeyConfig::default(),
+    );
     assert_eq!(fingerprints(&fired), ["cash_forecast|nlp-team||warning"]);
     assert_eq!(
         fired[0].message,
@@ -245,10 +281,25 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
         ),
         "the alert says what the pages say"
     );
-    assert!(conditions(&quota, None, &[rule(8 * 24)], &forecasts, NOW).is_empty());
+    assert!(conditions(
+        &quota,
+        None,
+        &[rule(8 * 24)],
+        &forecasts,
+        NOW,
+        &KeyConfig::default()
+    )
+    .is_empty());
     // No rule: the budget's default horizon, 14 days, so 9 days fires.
     assert_eq!(
-        fingerprints(&conditions(&quota, None, &[], &forecasts, NOW)),
+        fingerprints(&conditions(
+            &quota,
+            None,
+            &[],
+            &forecasts,
+            NOW,
+            &KeyConfig::default()
+        )),
         ["cash_forecast|nlp-team||warning"]
     );
     // The policy's forecastDays: 5 days is too short for 9; 0 turns it off.
@@ -259,12 +310,20 @@ fn a_cash_forecast_inside_the_horizon_fires_and_outside_does_not() {
             serde_json::from_value(json!({"forecastDays": days})).unwrap(),
         );
         assert_eq!(
-            !conditions(&q2, None, &[], &forecasts, NOW).is_empty(),
+            !conditions(&q2, None, &[], &forecasts, NOW, &KeyConfig::default()).is_empty(),
             fires,
             "forecastDays {days}"
         );
         // A rule's own horizon wins over the policy's.
-        assert!(!conditions(&q2, None, &[rule(10 * 24)], &forecasts, NOW).is_empty());
+        assert!(!conditions(
+            &q2,
+            None,
+            &[rule(10 * 24)],
+            &forecasts,
+            NOW,
+            &KeyConfig::default()
+        )
+        .is_empty());
     }
 }
 
@@ -285,7 +344,14 @@ fn a_spent_budget_that_suspends_batch_work_is_critical() {
         .status
         .exhausted
         .insert(CASH.into(), "2026-11-21T10:00:00.000Z".into());
-    let fired = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
+    let fired = conditions(
+        &quota,
+        None,
+        &[],
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default(),
+    );
     let crit: Vec<&Condition> = fired
         .iter()
         .filter(|c| c.kind == Kind::CashForecast)
@@ -301,9 +367,16 @@ fn a_spent_budget_that_suspends_batch_work_is_critical() {
     );
     // Not spent any more: the time is gone from status, and the alert.
     quota.status.exhausted.clear();
-    assert!(conditions(&quota, None, &[], &BTreeMap::new(), NOW)
-        .iter()
-        .all(|c| c.kind != Kind::CashForecast));
+    assert!(conditions(
+        &quota,
+        None,
+        &[],
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default()
+    )
+    .iter()
+    .all(|c| c.kind != Kind::CashForecast));
 }
 
 #[test]
@@ -320,7 +393,14 @@ fn transfer_alerts_are_not_resolved_by_an_evaluation() {
 
 #[test]
 fn the_email_has_the_message_the_numbers_and_a_link() {
-    let cs = conditions(&quota("9"), None, &[], &BTreeMap::new(), NOW);
+    let cs = conditions(
+        &quota("9"),
+        None,
+        &[],
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default(),
+    );
     let c = &grouped(cs, &KeyConfig::default())[0];
     let m = email(c, "https://bizrq.example/", &KeyConfig::default());
     assert_eq!(
@@ -373,13 +453,101 @@ fn six_keys(used: [&str; 6]) -> Quota {
     quota
 }
 
+/// A rule for every key ('*') at the default thresholds: what a quota
+/// that wants CPU, memory and pods watched too sets.
+fn every_key() -> [Rule; 1] {
+    [Rule::default_for("*")]
+}
+
+/// By default one training job over six keys warns on its GPUs only: a
+/// quota that limits GPUs (or a budget) is watched on those; CPU, memory
+/// and pods raise nothing unless a rule asks. Over quota is not a
+/// threshold: a CPU key beyond its hard is still an alert.
+#[test]
+fn by_default_a_gpu_job_warns_on_its_gpus_only() {
+    let cfg = KeyConfig::default();
+    let quota = six_keys(["8", "9", "85", "90", "95", "80"]);
+    assert_eq!(Defaults::of(&quota, &cfg), Defaults::GpusAndBudgets);
+    let found = grouped(
+        conditions(&quota, None, &[], &BTreeMap::new(), NOW, &cfg),
+        &cfg,
+    );
+    assert_eq!(fingerprints(&found), ["threshold|nlp-team||warning"]);
+    assert_eq!(
+        found[0].keys,
+        ["requests.nvidia.com/gpu", "requests.nvidia.com/gpu.A100"]
+    );
+    // Only CPU cores full: nothing.
+    let cpu_only = six_keys(["1", "1", "99", "1", "1", "1"]);
+    assert!(conditions(&cpu_only, None, &[], &BTreeMap::new(), NOW, &cfg).is_empty());
+    // CPU cores beyond hard: over quota, whatever the thresholds watch.
+    let over = six_keys(["1", "1", "101", "1", "1", "1"]);
+    let found = conditions(&over, None, &[], &BTreeMap::new(), NOW, &cfg);
+    assert_eq!(fingerprints(&found), ["over_quota|nlp-team||critical"]);
+    assert_eq!(found[0].key, "requests.cpu");
+    // A rule of the CPU key's own watches it, the others stay quiet.
+    let cpu_rule = Rule::default_for("requests.cpu");
+    let found = conditions(&cpu_only, None, &[cpu_rule], &BTreeMap::new(), NOW, &cfg);
+    assert_eq!(fingerprints(&found), ["threshold|nlp-team||warning"]);
+    assert_eq!(found[0].key, "requests.cpu");
+}
+
+/// A quota that limits neither GPUs nor budgets (a CPU-only cluster) is
+/// watched on every key by default: someone must be told it is full. A
+/// GPU key whose hard is 0 limits nothing. A budget alone narrows the
+/// defaults as GPUs do.
+#[test]
+fn a_quota_without_gpus_or_budgets_is_watched_on_every_key() {
+    let cfg = KeyConfig::default();
+    let mut spec = QuotaSpec::default();
+    spec.hard.insert("requests.cpu".into(), q("100"));
+    spec.hard.insert("pods".into(), q("10"));
+    spec.hard.insert(GPU.into(), q("0"));
+    let mut cpu = Quota::new("cpu-team", spec);
+    for (k, u) in [("requests.cpu", "85"), ("pods", "10")] {
+        cpu.status.used.insert(k.into(), q(u));
+        cpu.status.self_used.insert(k.into(), q(u));
+    }
+    assert_eq!(Defaults::of(&cpu, &cfg), Defaults::EveryKey);
+    let found = grouped(
+        conditions(&cpu, None, &[], &BTreeMap::new(), NOW, &cfg),
+        &cfg,
+    );
+    assert_eq!(
+        fingerprints(&found),
+        [
+            "threshold|cpu-team||warning",
+            "threshold|cpu-team||critical"
+        ]
+    );
+    assert_eq!(found[0].keys, ["requests.cpu", "pods"]);
+    assert!(Defaults::EveryKey
+        .words()
+        .contains("every key at 80 % and 100 %"));
+    assert!(Defaults::GpusAndBudgets
+        .words()
+        .starts_with("By default: GPU models and budgets at 80 % and 100 %"));
+    // With a budget it is watched on the budget only.
+    cpu.spec.hard.insert(CASH.into(), q("1000"));
+    assert_eq!(Defaults::of(&cpu, &cfg), Defaults::GpusAndBudgets);
+    assert!(conditions(&cpu, None, &[], &BTreeMap::new(), NOW, &cfg).is_empty());
+}
+
 /// One training job over six keys is one alert: its keys listed, GPUs
-/// first, each with its figure; the worst in its title; one email.
+/// first, each with its figure; the worst in its title; one email. (A
+/// rule for every key: by default CPU, memory and pods would be quiet.)
 #[test]
 fn a_crossing_on_six_keys_is_one_alert_that_names_them_gpus_first() {
     let quota = six_keys(["8", "9", "85", "90", "95", "80"]);
     let cfg = KeyConfig::default();
-    let per_key = conditions(&quota, None, &[], &BTreeMap::new(), NOW);
+    let per_key = conditions(
+        &quota,
+        None,
+        &every_key(),
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default(),
+    );
     assert_eq!(per_key.len(), 6, "{per_key:?}");
     let found = grouped(per_key, &cfg);
     assert_eq!(found.len(), 1, "{found:?}");
@@ -430,12 +598,23 @@ fn a_crossing_on_six_keys_is_one_alert_that_names_them_gpus_first() {
     assert!(m.html.contains("title=\"requests.cpu\""), "{}", m.html);
 }
 
-/// Without a GPU or budget key over, the title names the worst key.
+/// Without a GPU or budget key over, the title names the worst key (a
+/// rule for every key watches CPU, memory and pods).
 #[test]
 fn without_a_gpu_key_the_title_names_the_worst() {
     let quota = six_keys(["1", "1", "85", "90", "95", "80"]);
     let cfg = KeyConfig::default();
-    let found = grouped(conditions(&quota, None, &[], &BTreeMap::new(), NOW), &cfg);
+    let found = grouped(
+        conditions(
+            &quota,
+            None,
+            &every_key(),
+            &BTreeMap::new(),
+            NOW,
+            &KeyConfig::default(),
+        ),
+        &cfg,
+    );
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].keys.len(), 4, "{found:?}");
     assert_eq!(found[0].key, "requests.cpu.A4");
@@ -451,7 +630,10 @@ fn a_condition_updates_its_keys_and_resolves_when_none_is_over() {
     let cfg = KeyConfig::default();
     let step = |q: &Quota, open: &mut Vec<OpenAlert>, id: &mut i64| {
         let e = evaluate(
-            grouped(conditions(q, None, &[], &BTreeMap::new(), NOW), &cfg),
+            grouped(
+                conditions(q, None, &[], &BTreeMap::new(), NOW, &KeyConfig::default()),
+                &cfg,
+            ),
             open,
         );
         open.retain(|a| !e.resolve.contains(&a.id));
@@ -667,14 +849,37 @@ fn a_parent_that_allocated_everything_but_runs_nothing_raises_no_usage_alert() {
     let research = idle_parent();
     let nothing = quota::ResourceList::new();
     assert!(
-        conditions(&research, Some(&nothing), &[], &BTreeMap::new(), NOW).is_empty(),
+        conditions(
+            &research,
+            Some(&nothing),
+            &[],
+            &BTreeMap::new(),
+            NOW,
+            &KeyConfig::default()
+        )
+        .is_empty(),
         "allocation is not usage, and allocation notices are off by default"
     );
     // Without its subtree known, only its own use counts: none.
-    assert!(conditions(&research, None, &[], &BTreeMap::new(), NOW).is_empty());
+    assert!(conditions(
+        &research,
+        None,
+        &[],
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default()
+    )
+    .is_empty());
     // 9 of its 10 run in the children: a usage warning on research.
     let running: quota::ResourceList = [(GPU.to_string(), q("9"))].into();
-    let fired = conditions(&research, Some(&running), &[], &BTreeMap::new(), NOW);
+    let fired = conditions(
+        &research,
+        Some(&running),
+        &[],
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default(),
+    );
     assert_eq!(fingerprints(&fired), ["threshold|research||warning"]);
     assert_eq!(
         fired[0].message,
@@ -690,7 +895,14 @@ fn an_allocation_notice_is_info_and_only_where_a_rule_asks() {
         ..Rule::default_for("*")
     };
     let nothing = quota::ResourceList::new();
-    let fired = conditions(&research, Some(&nothing), &[rule], &BTreeMap::new(), NOW);
+    let fired = conditions(
+        &research,
+        Some(&nothing),
+        &[rule],
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default(),
+    );
     assert_eq!(fingerprints(&fired), ["allocation|research||info"]);
     assert_eq!(
         fired[0].message,
@@ -704,9 +916,16 @@ fn an_allocation_notice_is_info_and_only_where_a_rule_asks() {
         allocation_percent: Some(50),
         ..Rule::default_for("*")
     };
-    assert!(!conditions(&leaf, None, &[rule], &BTreeMap::new(), NOW)
-        .iter()
-        .any(|c| c.kind == Kind::Allocation));
+    assert!(!conditions(
+        &leaf,
+        None,
+        &[rule],
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default()
+    )
+    .iter()
+    .any(|c| c.kind == Kind::Allocation));
 }
 
 #[test]
@@ -835,12 +1054,26 @@ fn a_parent_budget_is_judged_on_its_subtree_spending_not_its_carve_outs() {
     parent.status.self_used.insert(CASH.into(), q("0"));
     let mut sub = quota::ResourceList::new();
     sub.insert(CASH.into(), q("18100"));
-    let fired = conditions(&parent, Some(&sub), &[], &BTreeMap::new(), NOW);
+    let fired = conditions(
+        &parent,
+        Some(&sub),
+        &[],
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default(),
+    );
     assert!(fingerprints(&fired).is_empty(), "{fired:?}");
     // The same subtree spending 45,000: the budget alert fires, in the
     // subtree's figures.
     sub.insert(CASH.into(), q("45000"));
-    let fired = conditions(&parent, Some(&sub), &[], &BTreeMap::new(), NOW);
+    let fired = conditions(
+        &parent,
+        Some(&sub),
+        &[],
+        &BTreeMap::new(),
+        NOW,
+        &KeyConfig::default(),
+    );
     assert_eq!(fingerprints(&fired), ["threshold|research||warning"]);
     assert!(
         fired[0]
@@ -859,7 +1092,14 @@ fn a_key_joining_or_overtaking_the_worst_escalates() {
     let cfg = KeyConfig::default();
     let now = |used: [&str; 6]| {
         grouped(
-            conditions(&six_keys(used), None, &[], &BTreeMap::new(), NOW),
+            conditions(
+                &six_keys(used),
+                None,
+                &[],
+                &BTreeMap::new(),
+                NOW,
+                &KeyConfig::default(),
+            ),
             &cfg,
         )
         .into_iter()
@@ -922,7 +1162,14 @@ fn an_alert_of_the_old_per_key_form_resolves_only_with_its_condition() {
     let cfg = KeyConfig::default();
     let found = |used: [&str; 6]| {
         grouped(
-            conditions(&six_keys(used), None, &[], &BTreeMap::new(), NOW),
+            conditions(
+                &six_keys(used),
+                None,
+                &[],
+                &BTreeMap::new(),
+                NOW,
+                &KeyConfig::default(),
+            ),
             &cfg,
         )
     };
@@ -951,7 +1198,17 @@ fn a_condition_on_hundreds_of_keys_lists_ten_and_counts_the_rest() {
         quota.status.self_used.insert(key, q("9"));
     }
     let cfg = KeyConfig::default();
-    let found = grouped(conditions(&quota, None, &[], &BTreeMap::new(), NOW), &cfg);
+    let found = grouped(
+        conditions(
+            &quota,
+            None,
+            &every_key(),
+            &BTreeMap::new(),
+            NOW,
+            &KeyConfig::default(),
+        ),
+        &cfg,
+    );
     assert_eq!(found.len(), 1);
     let c = &found[0];
     assert_eq!(c.keys.len(), 256);

@@ -482,7 +482,7 @@ pub async fn rules_page(
     let forecasts = cash
         .into_iter()
         .map(|k| {
-            let ruled = crate::alerts::rule_for(&stored, k).forecast_horizon_hours;
+            let ruled = crate::alerts::set_rule(&stored, k).and_then(|r| r.forecast_horizon_hours);
             let from = if ruled.is_some() {
                 "its rule's horizon".to_string()
             } else if q
@@ -531,12 +531,23 @@ pub async fn rules_page(
             allocation_percent: r.allocation_percent,
         })
         .collect();
+    let defaults = crate::alerts::Defaults::of(&q, cfg).words();
+    let mut keys: Vec<String> = q.spec.hard.keys().cloned().collect();
+    keys.sort_by_cached_key(|k| quota::keys::display_order(k, cfg));
+    let keys = keys
+        .into_iter()
+        .map(|k| {
+            let name = app::key_name(&k, cfg);
+            (k, name)
+        })
+        .collect();
     let flash = viewer.take_flash().await;
     Ok(Html(app::alerts::render_rules_page(
         viewer.page(),
         name,
         rules,
-        q.spec.hard.keys().cloned().collect(),
+        keys,
+        defaults,
         forecasts,
         can_edit,
         flash,
@@ -591,9 +602,16 @@ pub async fn save_rule(
         )));
     }
     let sql = &app.portal.sql;
+    let said = match key.as_str() {
+        "*" => "every key (*)".to_string(),
+        k => app::key_name(k, &app.service.keys),
+    };
     let (done, after) = if !f.delete.is_empty() {
         sql.delete_alert_rule(&name, &key).await?;
-        (format!("the rule for {key} of {name} is removed"), None)
+        (
+            format!("the rule for {said} of {name} is removed: the defaults apply"),
+            None,
+        )
     } else {
         let warn = number(
             "warn %",
@@ -609,7 +627,8 @@ pub async fn save_rule(
         .unwrap_or(crate::alerts::DEFAULT_CRIT_PERCENT);
         if warn > crit {
             return Err(PageError::Invalid(format!(
-                "warn at {warn} % comes after critical at {crit} %: warn must not be above critical"
+                "warn at {warn} % comes after critical at {crit} %: lower warn to {crit} % or \
+                 less, or raise critical to {warn} % or more"
             )));
         }
         let horizon = number("the forecast horizon", &f.forecast_horizon_hours, None)?;
@@ -626,7 +645,7 @@ pub async fn save_rule(
             .map(|p| format!(", a notice at {p} % allocated"))
             .unwrap_or_default();
         (
-            format!("{key} of {name}: warn at {warn} % in use, critical at {crit} %{notice}"),
+            format!("{said} of {name}: warn at {warn} % in use, critical at {crit} %{notice}"),
             Some(serde_json::json!({
                 "key": key, "warnPercent": warn, "critPercent": crit, "forecastHorizonHours": horizon,
                 "allocationPercent": allocation,

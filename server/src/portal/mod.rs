@@ -26,6 +26,7 @@ pub mod live;
 pub mod pages;
 pub mod prices;
 pub mod quotas;
+pub mod refusal;
 pub mod reports;
 pub mod shares;
 pub mod state;

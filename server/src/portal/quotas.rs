@@ -1189,28 +1189,59 @@ fn read_form(
     }
 }
 
-/// The form again with what went wrong, answering `status`.
+/// The form again with what went wrong, answering `status`. `raw` (the
+/// service's words, raw keys) places the refusal beside the field it names;
+/// the person reads `said` there and at the top (`super::refusal`), or, for
+/// a form's own complaint, `raw` with its keys named.
 fn refused_form(
     viewer: &Viewer,
     mut form: QuotaForm,
-    message: String,
+    raw: String,
+    said: Option<String>,
     status: StatusCode,
+    cfg: &KeyConfig,
 ) -> Response {
-    form.place_error(&message);
-    let html = app::quotas::render_form_page(viewer.page(), form, Some(Flash::Error(message)));
+    form.place_error(&raw);
+    let said = said.unwrap_or_else(|| {
+        let keys = form.keys.iter().chain(form.extra.iter());
+        quota::keys::with_names(&raw, keys.map(|k| k.key.as_str()), cfg)
+    });
+    for k in form.keys.iter_mut().chain(form.extra.iter_mut()) {
+        if k.error.is_some() {
+            k.error = Some(said.clone());
+        }
+    }
+    if form.name_error.is_some() {
+        form.name_error = Some(said.clone());
+    }
+    let html = app::quotas::render_form_page(viewer.page(), form, Some(Flash::Error(said)));
     (status, Html(html)).into_response()
 }
 
 /// A refused change: a permission refusal, 404 and 500 as pages of their
 /// own; anything the person can fix (a quota or tree rule, a name taken, a
 /// stale form) on the form, with the status of the one table
-/// (`ServiceError::status`).
-fn form_status(e: ChangeError) -> Result<(StatusCode, String), PageError> {
+/// (`ServiceError::status`), the service's words and the same in words
+/// that say what to do (`super::refusal::words`).
+async fn form_status(
+    app: &AppState,
+    e: ChangeError,
+    form: &QuotaForm,
+) -> Result<(StatusCode, String, String), PageError> {
     match e {
         ChangeError::Forbidden(m) => Err(PageError::Forbidden(m)),
         ChangeError::Service(e) => match e {
             ServiceError::NotFound(_) | ServiceError::Internal(_) => Err(e.into()),
-            e => Ok((e.status().0, e.to_string())),
+            e => {
+                let keys: Vec<&str> = form
+                    .keys
+                    .iter()
+                    .chain(form.extra.iter())
+                    .map(|k| k.key.as_str())
+                    .collect();
+                let said = super::refusal::words(app, &e, &keys).await;
+                Ok((e.status().0, e.to_string(), said))
+            }
         },
     }
 }
@@ -1291,7 +1322,9 @@ pub async fn create_child(
                 &viewer,
                 sub.form,
                 m,
+                None,
                 StatusCode::UNPROCESSABLE_ENTITY,
+                &app.service.keys,
             ))
         }
     };
@@ -1304,8 +1337,15 @@ pub async fn create_child(
             Ok(Redirect::to(&format!("/quotas/{}", q.name())).into_response())
         }
         Err(e) => {
-            let (status, m) = form_status(e)?;
-            Ok(refused_form(&viewer, sub.form, m, status))
+            let (status, m, said) = form_status(&app, e, &sub.form).await?;
+            Ok(refused_form(
+                &viewer,
+                sub.form,
+                m,
+                Some(said),
+                status,
+                &app.service.keys,
+            ))
         }
     }
 }
@@ -1418,7 +1458,9 @@ pub async fn edit(
                 &viewer,
                 sub.form,
                 m,
+                None,
                 StatusCode::UNPROCESSABLE_ENTITY,
+                &app.service.keys,
             ))
         }
     };
@@ -1435,7 +1477,9 @@ pub async fn edit(
                 &viewer,
                 form,
                 format!("{name} is not saved yet: check what saving would do, then confirm"),
+                None,
                 StatusCode::CONFLICT,
+                &app.service.keys,
             ));
         }
     }
@@ -1454,11 +1498,25 @@ pub async fn edit(
             );
             tracing::debug!(quota = %name, conflict = %m, "stale edit form");
             let m = format!("Someone else changed {name} after you opened this form; these are its current values: check them and save again.");
-            Ok(refused_form(&viewer, form, m, StatusCode::CONFLICT))
+            Ok(refused_form(
+                &viewer,
+                form,
+                m,
+                None,
+                StatusCode::CONFLICT,
+                &app.service.keys,
+            ))
         }
         Err(e) => {
-            let (status, m) = form_status(e)?;
-            Ok(refused_form(&viewer, sub.form, m, status))
+            let (status, m, said) = form_status(&app, e, &sub.form).await?;
+            Ok(refused_form(
+                &viewer,
+                sub.form,
+                m,
+                Some(said),
+                status,
+                &app.service.keys,
+            ))
         }
     }
 }
@@ -1480,8 +1538,9 @@ pub fn lowering_consequences(
             (*hard < using).then(|| {
                 let show = |n| app::display_quantity(k, n, cfg);
                 format!(
-                    "set {k} to {}, below the {} in use in {name} and below: nothing running is \
+                    "set {} to {}, below the {} in use in {name} and below: nothing running is \
                      stopped, but {name} is over quota by {} and new work is refused until use falls under it",
+                    app::key_name(k, cfg),
                     show(*hard),
                     show(using),
                     show(using.saturating_sub(*hard))

@@ -385,7 +385,9 @@ async fn page_request(
             Ok(Redirect::to(&format!("/transfers/{}", t.id)).into_response())
         }
         Err(TransferOpError::Service(e)) if !matches!(e, ServiceError::Internal(_)) => {
-            refused(e.to_string(), typed, e.status().0).await
+            let keys: Vec<&str> = typed.rows.iter().map(|(k, _)| k.as_str()).collect();
+            let said = super::refusal::words(&app, &e, &keys).await;
+            refused(said, typed, e.status().0).await
         }
         Err(e) => Err(e.into()),
     }
@@ -397,7 +399,13 @@ async fn page_request(
 fn plan_rows(plan: &quota::transfer::Plan, cfg: &KeyConfig) -> Vec<PlanRow> {
     let list = |l: &ResourceList| {
         l.iter()
-            .map(|(k, v)| format!("{k} {}", app::display_quantity(k, *v, cfg)))
+            .map(|(k, v)| {
+                format!(
+                    "{} {}",
+                    app::key_name(k, cfg),
+                    app::display_quantity(k, *v, cfg)
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -418,7 +426,7 @@ fn plan_rows(plan: &quota::transfer::Plan, cfg: &KeyConfig) -> Vec<PlanRow> {
 }
 
 /// Each end the viewer may see, on the transfer's keys, as it is now:
-/// `nlp: requests.nvidia.com/gpu 6 in use of 8, 2 unallocated`.
+/// `nlp: GPUs 6 in use of 8, 2 unallocated` (keys by name).
 fn ends_now(t: &Transfer, p: &Principal, scope: &Scope, cfg: &KeyConfig) -> Vec<(String, String)> {
     let in_use = quota::rollup::subtree_in_use(&scope.quotas.values().collect::<Vec<_>>());
     let ends = t.from_quota.iter().chain(std::iter::once(&t.to_quota));
@@ -431,9 +439,10 @@ fn ends_now(t: &Transfer, p: &Principal, scope: &Scope, cfg: &KeyConfig) -> Vec<
                 .keys()
                 .map(|k| {
                     let show = |n| app::display_quantity(k, n, cfg);
+                    let name = app::key_name(k, cfg);
                     match rolled.iter().find(|r| &r.key == k) {
                         Some(r) => format!(
-                            "{k} {} in use of {}, {} unallocated",
+                            "{name} {} in use of {}, {} unallocated",
                             show(r.in_use),
                             show(r.hard),
                             show(r.unallocated)
@@ -441,7 +450,7 @@ fn ends_now(t: &Transfer, p: &Principal, scope: &Scope, cfg: &KeyConfig) -> Vec<
                         None => {
                             let used = quota::resources::get(&q.status.used, k);
                             let hard = quota::resources::get(&q.spec.hard, k);
-                            format!("{k} {} used of {}", show(used), show(hard))
+                            format!("{name} {} used of {}", show(used), show(hard))
                         }
                     }
                 })
@@ -549,7 +558,11 @@ async fn detail_page(
             cfg,
         ) {
             Ok(plan) => (plan_rows(&plan, cfg), true, None),
-            Err(e) => (Vec::new(), true, Some(e.to_string())),
+            Err(e) => {
+                let keys = t.amounts.keys().map(String::as_str);
+                let said = quota::keys::with_names(&e.to_string(), keys, cfg);
+                (Vec::new(), true, Some(said))
+            }
         },
         None => (Vec::new(), false, None),
     };
@@ -606,7 +619,11 @@ async fn decided(
                 TransferStatus::Done => format!("transfer #{id} approved and done"),
                 TransferStatus::Rejected if t.decision_note.is_none() => format!(
                     "transfer #{id} approved, but it no longer fits and was rejected: {}",
-                    t.result.as_deref().unwrap_or("")
+                    quota::keys::with_names(
+                        t.result.as_deref().unwrap_or(""),
+                        t.amounts.keys().map(String::as_str),
+                        &app.service.keys
+                    )
                 ),
                 TransferStatus::Rejected => format!("transfer #{id} rejected"),
                 s => format!(
@@ -623,14 +640,8 @@ async fn decided(
             Ok(Redirect::to(&format!("/transfers/{id}")).into_response())
         }
         Err(TransferOpError::Service(e)) if !matches!(e, ServiceError::Internal(_)) => {
-            detail_page(
-                app,
-                viewer,
-                id,
-                Some(Flash::Error(e.to_string())),
-                e.status().0,
-            )
-            .await
+            let said = super::refusal::words(app, &e, &[]).await;
+            detail_page(app, viewer, id, Some(Flash::Error(said)), e.status().0).await
         }
         Err(e) => Err(e.into()),
     }

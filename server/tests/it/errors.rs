@@ -63,8 +63,9 @@ async fn a_quota_denial_is_403_on_every_edge() {
         .await;
     assert_eq!(p.status, StatusCode::FORBIDDEN, "{}", p.body);
     assert!(
-        p.body
-            .contains("requests.nvidia.com/gpu asks 10, 4 left of 16"),
+        p.body.contains(
+            "GPUs: 10 asked, 4 left of 16 in ai: ask an admin for more, or lower it to 4"
+        ),
         "{}",
         p.body
     );
@@ -100,7 +101,14 @@ async fn a_tree_rule_is_422_on_every_edge() {
         )
         .await;
     assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", p.body);
-    assert!(p.body.contains("asks 8, 4 left of 16"), "{}", p.body);
+    // The page says it in words, and what to do; the API keeps raw keys.
+    assert!(
+        p.body.contains(
+            "cv does not fit: GPUs: 8 asked, 4 left of 16 in ai: ask an admin for more, or lower it to 4"
+        ),
+        "{}",
+        p.body
+    );
 }
 
 /// Every service error, through each edge's own error type: the same

@@ -263,7 +263,7 @@ async fn a_refused_approval_changes_nothing(w: World) {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "bizrq seg: requests.nvidia.com/gpu gives 5, its hard is only 4"
+        "bizrq seg: requests.nvidia.com/gpu gives 5, its hard is only 4: give 4 at most"
     );
     // Refused at the common ancestor after the giving side was lowered:
     // the room there goes (ai is lowered below what it carved, which §2
@@ -586,7 +586,7 @@ async fn a_loan_returns_on_its_own(w: World) {
     assert_eq!(back.status, TransferStatus::Approved);
     assert_eq!(
         back.result.as_deref(),
-        Some("bizrq llm: requests.nvidia.com/gpu gives 4, its hard is only 2")
+        Some("bizrq llm: requests.nvidia.com/gpu gives 4, its hard is only 2: give 2 at most")
     );
     spec.hard.insert(GPU.into(), q("24"));
     w.svc

@@ -150,7 +150,7 @@ async fn a_muted_kind_sends_no_email(s: &SqlStore) {
 async fn two_evaluators_at_once_open_the_alert_once(s: &SqlStore) {
     people(s).await;
     let q = quota("org", "", 9);
-    let found = conditions(&q, None, &[], &Default::default(), T);
+    let found = conditions(&q, None, &[], &Default::default(), T, &keys());
     let e = evaluate(grouped(found, &keys()), &[]);
     let recipients: BTreeMap<String, Vec<Recipient>> = e
         .open
@@ -318,7 +318,7 @@ async fn each_quota_is_judged_as_of_its_own_write(s: &SqlStore) {
     assert_eq!(sweep(quota("org", "", 9), T).await.opened, 1);
     assert_eq!(sweep(quota("org", "", 1), T + 10).await.resolved, 1);
     let held = quota("org", "", 9);
-    let found = conditions(&held, None, &[], &Default::default(), T + 30);
+    let found = conditions(&held, None, &[], &Default::default(), T + 30, &keys());
     let e = evaluate(grouped(found, &keys()), &[]);
     let observed = Observed {
         default: T + 5,
@@ -362,6 +362,9 @@ async fn an_update_from_the_cache_keeps_the_alerts_moment(s: &SqlStore) {
         q.status.self_used.insert("requests.cpu".into(), used);
         q
     };
+    // CPU cores are watched by a rule (by default only GPUs are, here).
+    let every_key = crate::alerts::Rule::default_for("*");
+    s.set_alert_rule("org", &every_key).await.unwrap();
     let swept = engine::evaluate_all(s, &[org(9, 1)], T, T, URL)
         .await
         .unwrap();
@@ -374,7 +377,14 @@ async fn an_update_from_the_cache_keeps_the_alerts_moment(s: &SqlStore) {
         .map(Alert::as_open)
         .collect();
     // A child written at T + 50; org, its ancestor, from the cache: CPU joins.
-    let found = conditions(&org(9, 9), None, &[], &Default::default(), T + 50);
+    let found = conditions(
+        &org(9, 9),
+        None,
+        &[every_key],
+        &Default::default(),
+        T + 50,
+        &keys(),
+    );
     let e = evaluate(grouped(found, &keys()), &open);
     assert_eq!(e.update.len(), 1);
     let observed = Observed {
@@ -510,6 +520,10 @@ async fn a_condition_on_several_keys_is_one_alert_that_follows_its_keys(s: &SqlS
         }
         [roomy_org(), q]
     };
+    // CPU cores are watched by a rule (by default only GPUs are, here).
+    s.set_alert_rule("nlp-team", &crate::alerts::Rule::default_for("*"))
+        .await
+        .unwrap();
     let swept = engine::evaluate_all(s, &team(9, 1, 8), T, T, URL)
         .await
         .unwrap();
@@ -806,6 +820,11 @@ async fn alerts_per_key_are_merged_into_one_per_condition(url: &str, migrations:
     for used in [&mut ai.status.used, &mut ai.status.self_used] {
         used.insert(GPU.into(), quota::Quantity::from_units(11));
     }
+    // Its CPU cores are watched by a rule (by default only GPUs are).
+    store
+        .set_alert_rule("nlp", &crate::alerts::Rule::default_for("*"))
+        .await
+        .unwrap();
     let swept = engine::evaluate_all(&store, &[q, ai], T + 200, T + 200, URL)
         .await
         .unwrap();

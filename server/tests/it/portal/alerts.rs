@@ -69,6 +69,15 @@ async fn alert_rules_are_saved_and_shown_again(s: &Server) {
     sets_nlp_alert_rules(&o).await;
     let rules = o.alice.get("/quotas/nlp/alerts").await.body;
     assert!(rules.contains("55 %") && rules.contains("95 %"), "{rules}");
+    // The default, in words, above the rules; keys by name.
+    assert!(
+        rules.contains("By default: GPU models and budgets at 80 % and 100 %"),
+        "{rules}"
+    );
+    assert!(
+        rules.contains(&format!(r#"<td title="{GPU}">GPUs</td>"#)),
+        "{rules}"
+    );
 }
 
 /// A user's email and alert preferences are saved, shown again and audited
@@ -357,7 +366,8 @@ async fn csv_exports_hold_what_the_viewer_may_see(s: &Server) {
 }
 
 /// A training job over six keys of its quota (GPUs, A100 GPUs, CPU
-/// cores, CPU A4 cores, their limit, memory) at 80 % each: one alert that
+/// cores, CPU A4 cores, their limit, memory; every key watched by a '*'
+/// rule, the page having said the default) at 80 % each: one alert that
 /// names the six, GPUs first, in the API, on the page and on the
 /// overview. An owner acknowledges it (in bulk: authorised and audited,
 /// refused without the CSRF token, nothing learnt by someone who may not
@@ -381,6 +391,24 @@ async fn alerts_read_one_per_condition_and_quiet_in_bulk(s: &Server) {
     )
     .await;
     bind(&o.admin, "alice", "job6", "owner").await;
+    // By default job6 would warn on its GPUs only; alice watches every key.
+    let rules = o.alice.get("/quotas/job6/alerts").await.body;
+    assert!(
+        rules.contains("By default: GPU models and budgets at 80 % and 100 %"),
+        "{rules}"
+    );
+    let p = o
+        .alice
+        .post(
+            "/quotas/job6/alerts",
+            &[
+                ("key", "*"),
+                ("warn_percent", "80"),
+                ("crit_percent", "100"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
     // One pod: 4 A100 cards, 8 A4 cores (limit 8), 64 GiB.
     let d = deployment("train", "job6", 1, 4);
     let r = s

@@ -22,7 +22,8 @@ async fn creates_nlp_small(o: &Org) -> Page {
 }
 
 /// The child form offers the parent's keys; a child that does not fit is
-/// refused on the form, naming the key and the amounts, keeping what was
+/// refused on the form, naming the key (by name) and the amounts and what
+/// to do (ask the parent's parent's owners, or lower it), keeping what was
 /// typed, and nothing is created.
 async fn a_child_that_does_not_fit_is_refused_on_the_form(s: &Server) {
     let o = org(s).await;
@@ -47,9 +48,16 @@ async fn a_child_that_does_not_fit_is_refused_on_the_form(s: &Server) {
         .await;
     assert_eq!(big.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
+        big.body.contains(
+            "nlp-big does not fit: GPUs: 7 asked, 6 left of 8 in nlp: ask ai's owners for more, \
+             or lower it to 6"
+        ),
+        "the refusal names the key and the amounts, and says what to do: {}",
         big.body
-            .contains("requests.nvidia.com/gpu asks 7, 6 left of 8"),
-        "the refusal names the key and the amounts: {}",
+    );
+    assert!(
+        !big.body.contains("requests.nvidia.com/gpu asks"),
+        "no raw key in the words: {}",
         big.body
     );
     assert!(
@@ -476,7 +484,7 @@ async fn a_cut_below_what_runs_is_confirmed_first(s: &Server) {
     assert_eq!(asked.status, StatusCode::CONFLICT, "{}", asked.body);
     assert!(
         asked.body.contains(
-            "set requests.nvidia.com/gpu to 1, below the 2 in use in nlp-a and below: nothing \
+            "set GPUs to 1, below the 2 in use in nlp-a and below: nothing \
              running is stopped, but nlp-a is over quota by 1"
         ),
         "{}",

@@ -66,7 +66,8 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
         .body
         .contains("Request a transfer"));
 
-    // A refusal names the key and the amount, and keeps what was typed.
+    // A refusal names the key (by name) and the amount, says what to do,
+    // and keeps what was typed.
     let p = alice
         .post(
             "/transfers",
@@ -82,7 +83,7 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
     assert_eq!(p.status, StatusCode::BAD_REQUEST, "{}", p.body);
     assert!(
         p.body
-            .contains("bizrq nlp: requests.nvidia.com/gpu gives 100, its hard is only 8"),
+            .contains("bizrq nlp: GPUs gives 100, its hard is only 8: give 8 at most"),
         "{}",
         p.body
     );
@@ -101,8 +102,9 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
         .await;
     assert_eq!(p.status, StatusCode::FORBIDDEN, "{}", p.body);
     assert!(
-        p.body
-            .contains("requests.nvidia.com/gpu asks 10, 4 left of 16"),
+        p.body.contains(
+            "GPUs: 10 asked, 4 left of 16 in ai-platform: ask an admin for more, or lower it to 4"
+        ),
         "{}",
         p.body
     );
@@ -174,13 +176,13 @@ async fn transfers_are_asked_decided_and_expired_on_the_forms(s: &Server) {
     );
     assert!(page.contains("What approving now would do"), "{page}");
     assert!(
-        page.contains("requests.nvidia.com/gpu 8") && page.contains("requests.nvidia.com/gpu 6"),
-        "nlp's hard before and after: {page}"
+        page.contains("GPUs 8") && page.contains("GPUs 6"),
+        "nlp's hard before and after, keys by name: {page}"
     );
     assert!(page.contains("Both ends now"), "{page}");
     assert!(
-        page.contains("requests.nvidia.com/gpu 0 in use of 8, 6 unallocated"),
-        "nlp as it is: {page}"
+        page.contains("GPUs 0 in use of 8, 6 unallocated"),
+        "nlp as it is, keys by name: {page}"
     );
     assert!(
         !bob.get(&at)
