@@ -57,6 +57,9 @@ pub struct KeyUsage {
     pub cash: bool,
     /// A model-qualified key (`limits.cpu.A4`), shown under its generic key.
     pub model: bool,
+    /// A GPU key or a budget, shown first; the others fold below
+    /// (`quota::keys::leads`).
+    pub lead: bool,
     /// `used` and `hard` exactly, in nano-units (what tables sort by).
     pub used_nanos: i128,
     pub hard_nanos: i128,
@@ -210,6 +213,7 @@ fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
                 detail: detail.join(" · "),
                 cash: false,
                 model,
+                lead: quota::keys::leads(k, cfg),
                 used_nanos: r.in_use.nanos(),
                 hard_nanos: r.hard.nanos(),
             }
@@ -225,6 +229,7 @@ fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
             detail: String::new(),
             cash: true,
             model,
+            lead: quota::keys::leads(k, cfg),
             used_nanos: used.nanos(),
             hard_nanos: hard.nanos(),
         },

@@ -187,12 +187,16 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
     let data = overview_data(&app, p, &place, &w).await?;
     let all = data.forest.quotas();
     let pricing = w.pricing();
+    let mine = my_quotas(&all, p);
+    let family = cards_family(&app.service, mine.iter().map(|(q, _)| *q)).await?;
     let mut cards = Vec::new();
-    for (q, role) in my_quotas(&all, p) {
+    for (q, role) in mine {
+        let in_use = data.forest.in_use_of(q.name());
         cards.push(OverviewCard {
             name: q.name().to_string(),
             role,
-            keys: key_usages(q, data.forest.in_use_of(q.name()), &app.service.keys),
+            strip: card_strip(q, in_use, family.as_deref(), &pricing, &app.service.keys),
+            keys: key_usages(q, in_use, &app.service.keys),
             workloads: q.status.workloads.len(),
             children: all.iter().filter(|c| c.spec.parent == q.name()).count(),
             forecasts: forecasts(&app::tree::outlooks(q, &pricing), &app.service.keys),
@@ -645,6 +649,7 @@ pub async fn detail(
     let flash = viewer.take_flash().await;
     let d = QuotaDetail {
         parent: q.spec.parent.clone(),
+        strip: Vec::new(),
         keys: Vec::new(),
         breakdowns: Vec::new(),
         extras: Vec::new(),
@@ -677,7 +682,12 @@ pub async fn detail(
             // Its budget reasons as of the page's `now`, as its budgets box.
             w.restate_budget_reasons(&mut q, parent, &siblings);
             d.queue = queue_section(&q, now, &cfg);
-            d.keys = key_details(&q, &in_use, (parent, &siblings), now, &cfg);
+            // One set of rows for the keys table and the line under the
+            // name: one free now and one borrowable now on the page.
+            let rows = rows_now(&q, &in_use, (parent, &siblings), now);
+            d.keys = key_details(&q, &in_use, &rows, &cfg);
+            d.strip =
+                app::quotas::strip_words(&quota::strip::parts(&q, &rows, &outlooks, &cfg), &cfg);
             d.breakdowns = breakdowns(&q, &in_use, &cfg);
             d.extras = extras(&q, &cfg);
             d.workloads = workload_rows(&q, ROWS_SHOWN, &cfg);
@@ -826,13 +836,10 @@ pub async fn charts_page(
 fn key_details(
     q: &Quota,
     in_use: &ResourceList,
-    family: (Option<&Quota>, &[&Quota]),
-    now: i64,
+    rolled: &[quota::rollup::KeyRollup],
     cfg: &KeyConfig,
 ) -> Vec<KeyDetail> {
     let allocated = q.status.allocated();
-    let rolled =
-        quota::rollup::with_borrowing(q, quota::rollup::rollup(q, in_use), family.0, family.1, now);
     key_usages(q, in_use, cfg)
         .into_iter()
         .map(|u| {
@@ -907,6 +914,45 @@ pub fn family_in<'f>(
             .filter(|s| s.spec.parent == q.spec.parent)
             .collect(),
     )
+}
+
+/// The rows of `q`'s keys as its page's keys table and its one line read
+/// them: `quota::rollup` of its subtree use `in_use`, with what it could
+/// borrow now from its parent and siblings (`family`).
+fn rows_now(
+    q: &Quota,
+    in_use: &ResourceList,
+    family: (Option<&Quota>, &[&Quota]),
+    now: i64,
+) -> Vec<quota::rollup::KeyRollup> {
+    quota::rollup::with_borrowing(q, quota::rollup::rollup(q, in_use), family.0, family.1, now)
+}
+
+/// The forest the cards of `quotas` read their borrowing from, as the
+/// quota page does (`family_of`): none when none of them borrows.
+pub async fn cards_family<'a>(
+    service: &crate::service::Service,
+    mut quotas: impl Iterator<Item = &'a Quota>,
+) -> Result<Option<std::sync::Arc<crate::service::forest::Forest>>, ServiceError> {
+    match quotas.find(|q| !q.spec.max.is_empty()) {
+        Some(q) => family_of(service, q).await,
+        None => Ok(None),
+    }
+}
+
+/// A card's one line (`quota::strip`): its keys' rows as its page reads
+/// them (`rows_now`) and its budgets' one forecast, in words.
+pub fn card_strip(
+    q: &Quota,
+    in_use: &ResourceList,
+    family: Option<&crate::service::forest::Forest>,
+    pricing: &app::tree::Pricing,
+    cfg: &KeyConfig,
+) -> Vec<String> {
+    let (parent, siblings) = family_in(family, q);
+    let rows = rows_now(q, in_use, (parent, &siblings), pricing.now_ms);
+    let outlooks = app::tree::outlooks(q, pricing);
+    app::quotas::strip_words(&quota::strip::parts(q, &rows, &outlooks, cfg), cfg)
 }
 
 /// The quota's queue for its page: None for a quota that refuses and
