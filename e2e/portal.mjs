@@ -355,7 +355,7 @@ try {
         // The line right under the heading: GPU models first, then the budget.
         const line = await page.$eval('h1', (h) => { const p = h.nextElementSibling; return p && p.matches('p.strip') ? p.innerText : null; });
         expect(line && /^A100 GPUs: \d+ of [\d,]+ free( \(\+\d+ borrowable\))?/.test(line), `nlp's line under its heading: ${line}`);
-        expect(/ · [\d,.]+ card-hours left · (runs out \d{4}-\d\d-\d\d|.+)$/.test(line), `nlp's line ends with its budget: ${line}`);
+        expect(/\s·\s[\d,.]+ card-hours left · (runs out \d{4}-\d\d-\d\d|.+)$/.test(line), `nlp's line ends with its budget: ${line}`);
         const { json: b } = await call('GET', '/api/v1/quotas/nlp/budgets');
         if (b.budgets[0].runsOutAt) expect(line.endsWith(`runs out ${b.budgets[0].runsOutAt.slice(0, 10)}`), `the budgets API's day: ${line}`);
         // CPU, memory and pods: in the fold, closed, opened by its summary.

@@ -67,8 +67,10 @@ pub struct QuotaDetail {
     /// The quota in one line under its name (`strip_words`).
     pub strip: Vec<String>,
     pub keys: Vec<KeyDetail>,
-    /// Inline SVG: one model breakdown per generic key that has models.
+    /// Inline SVG: one model breakdown per GPU key that has models.
     pub breakdowns: Vec<String>,
+    /// The other keys' model breakdowns (CPU, memory), in the fold.
+    pub other_breakdowns: Vec<String>,
     /// (heading, [(what, amount)]) for borrowed, lent, loans, reclaim marks,
     /// transfers in flight; empty sections are left out.
     pub extras: Vec<(String, Vec<(String, String)>)>,
@@ -268,7 +270,12 @@ pub fn Strip(parts: Vec<String>) -> impl IntoView {
         let items = parts
             .into_iter()
             .enumerate()
-            .map(|(i, p)| view! { <span>{p}</span>{(i + 1 < n).then_some(" · ")} })
+            // Each dot ends its part (after a no-break space): a wrapped
+            // line starts with a part, never with a separator.
+            .map(|(i, p)| {
+                let more = i + 1 < n;
+                view! { <span>{p}{more.then_some("\u{a0}·")}</span>{more.then_some(" ")} }
+            })
             .collect_view();
         view! { <p class="strip">{items}</p> }
     })
@@ -517,6 +524,12 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
             .iter()
             .map(|k| (k.usage.name.as_str(), k.usage.model)),
     );
+    let other_breakdowns = (!d.other_breakdowns.is_empty()).then(|| {
+        view! {
+            <h4>"By model"</h4>
+            <div class="charts">{d.other_breakdowns.into_iter().map(svg).collect_view()}</div>
+        }
+    });
     let breakdowns = (!d.breakdowns.is_empty()).then(|| {
         view! {
             <h3>"By model"</h3>
@@ -637,6 +650,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                     <details class="other-keys" id="other-keys">
                         <summary>{other_summary}</summary>
                         {keys_table(other_keys, "keys-table other-keys")}
+                        {other_breakdowns}
                     </details>
                 })}
                 {other_charts}

@@ -536,8 +536,9 @@ fn extras(q: &Quota, cfg: &KeyConfig) -> Vec<(String, Vec<(String, String)>)> {
 /// Model breakdowns: one chart per generic (non-cash) key of hard that has
 /// model keys in hard or in what the bound workloads hold.
 /// What runs of each model in `q`'s whole subtree (`in_use`), never what
-/// a parent carved out for its children.
-fn breakdowns(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<String> {
+/// a parent carved out for its children. The GPUs' (`quota::keys::leads`)
+/// first, then the others' (CPU, memory), which the page folds below.
+fn breakdowns(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> (Vec<String>, Vec<String>) {
     let mut used = q.status.self_usage();
     used.extend(in_use.iter().map(|(k, v)| (k.clone(), *v)));
     let generics: BTreeSet<String> = q
@@ -552,17 +553,21 @@ fn breakdowns(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<String> 
     // GPUs first, as everywhere.
     let mut generics: Vec<String> = generics.into_iter().collect();
     generics.sort_by_cached_key(|g| quota::keys::display_order(g, cfg));
-    generics
-        .iter()
-        .map(|g| {
-            let title = charts::model_breakdown_title(&used, &q.spec.hard, g, cfg);
-            format!(
-                "<figcaption>{}</figcaption>{}",
-                app::layout::escape_text(&title),
-                charts::model_breakdown_chart(&used, &q.spec.hard, g, cfg, charts::NARROW)
-            )
-        })
-        .collect()
+    let (lead, rest): (Vec<String>, Vec<String>) = generics
+        .into_iter()
+        .partition(|g| quota::keys::leads(g, cfg));
+    let draw = |g: &String| {
+        let title = charts::model_breakdown_title(&used, &q.spec.hard, g, cfg);
+        format!(
+            "<figcaption>{}</figcaption>{}",
+            app::layout::escape_text(&title),
+            charts::model_breakdown_chart(&used, &q.spec.hard, g, cfg, charts::NARROW)
+        )
+    };
+    (
+        lead.iter().map(draw).collect(),
+        rest.iter().map(draw).collect(),
+    )
 }
 
 /// GET /quotas/{name} — a heavy request (`crate::heavy`): it takes a
@@ -652,6 +657,7 @@ pub async fn detail(
         strip: Vec::new(),
         keys: Vec::new(),
         breakdowns: Vec::new(),
+        other_breakdowns: Vec::new(),
         extras: Vec::new(),
         workloads: Vec::new(),
         workloads_more: q.status.workloads.len().saturating_sub(ROWS_SHOWN),
@@ -688,7 +694,7 @@ pub async fn detail(
             d.keys = key_details(&q, &in_use, &rows, &cfg);
             d.strip =
                 app::quotas::strip_words(&quota::strip::parts(&q, &rows, &outlooks, &cfg), &cfg);
-            d.breakdowns = breakdowns(&q, &in_use, &cfg);
+            (d.breakdowns, d.other_breakdowns) = breakdowns(&q, &in_use, &cfg);
             d.extras = extras(&q, &cfg);
             d.workloads = workload_rows(&q, ROWS_SHOWN, &cfg);
             d.forecasts = forecasts(&outlooks, &cfg);
@@ -2010,12 +2016,14 @@ mod tests {
             forecasts(&outlooks, &cfg),
             ["GPU card-hours: 100 card-hours left, not burning"]
         );
-        let charts = breakdowns(&q, &ResourceList::new(), &cfg);
+        let (charts, others) = breakdowns(&q, &ResourceList::new(), &cfg);
+        assert!(others.is_empty(), "a configured GPU's models lead the page");
         assert_eq!(charts.len(), 1);
         assert!(charts[0].contains("GPUs by model"));
         assert!(charts[0].contains("cards"), "{}", charts[0]);
         // What the default configuration (the page's before) made of it.
-        assert!(breakdowns(&q, &ResourceList::new(), &KeyConfig::default()).is_empty());
+        let (charts, others) = breakdowns(&q, &ResourceList::new(), &KeyConfig::default());
+        assert!(charts.is_empty() && others.is_empty());
         assert_eq!(
             forecasts(&outlooks, &KeyConfig::default()),
             ["example.com/tpu budget: 100 unit-hours left, not burning"]

@@ -699,6 +699,8 @@ fn strip_text(page: &str) -> String {
         match c {
             '<' => tag = true,
             '>' => tag = false,
+            // The separators' no-break spaces read as spaces.
+            '\u{a0}' if !tag => text.push(' '),
             c if !tag => text.push(c),
             _ => {}
         }
@@ -783,6 +785,17 @@ async fn quota_pages_read_gpus_then_budgets_then_queue_then_workloads(url: &str)
             let row = at(&page, &format!("<td title=\"{key}\" class=\"key\">"), name);
             assert!(row > fold, "{name}: the {key} row is in the fold");
         }
+        // So are their by-model charts; the GPUs' lead.
+        let by_model: Vec<(usize, bool)> = page
+            .match_indices("<figcaption>")
+            .map(|(i, _)| (i, page[i..].starts_with("<figcaption>GPUs by model")))
+            .collect();
+        assert!(
+            by_model.iter().any(|(i, gpu)| *gpu && *i < fold)
+                && by_model.iter().any(|(_, gpu)| !gpu)
+                && by_model.iter().all(|(i, gpu)| *gpu || *i > fold),
+            "{name}: the GPUs' by-model chart leads, the CPU's are in the fold: {by_model:?}"
+        );
         assert!(
             page.contains(
                 "<summary>Other keys: CPU cores, CPU cores (limit), memory, pods</summary>"
