@@ -373,14 +373,15 @@ try {
         const next = String(Number(q.spec.hard[key]) + (js && w === 390 ? 2 : 1));
         // An over-quota leaf for "needs attention".
         const leaf = leaves.find((l) => /^\d+$/.test(l.status?.used?.['requests.nvidia.com/gpu'] || '') && Number(l.status.used['requests.nvidia.com/gpu']) >= 2 && !l.__over);
-        const cardText = () => page.innerText(`section.quota-card[data-quota="${root}"] .keys`);
+        // textContent: the key may sit in the card's closed "Other keys" fold.
+        const cardText = () => page.textContent(`section.quota-card[data-quota="${root}"] .keys`);
         const before = await cardText();
         await setHard(call, root, key, next);
         if (leaf) {
           leaf.__over = true;
           await setHard(call, leaf.metadata.name, 'requests.nvidia.com/gpu', String(Number(leaf.status.used['requests.nvidia.com/gpu']) - 1));
         }
-        await page.waitForFunction(([sel, b]) => document.querySelector(sel)?.innerText !== b, [`section.quota-card[data-quota="${root}"] .keys`, before], { timeout: 45_000, polling: 500 });
+        await page.waitForFunction(([sel, b]) => document.querySelector(sel)?.textContent !== b, [`section.quota-card[data-quota="${root}"] .keys`, before], { timeout: 45_000, polling: 500 });
         expect((await cardText()).includes(`of ${Number(next).toLocaleString('en-US')}`), `the card shows the new hard ${next}: ${(await cardText()).slice(0, 300)}`);
         if (leaf) {
           await page.waitForFunction((name) => (document.querySelector('section.attention')?.innerText || '').includes(`${name} is over quota`), leaf.metadata.name, { timeout: 45_000, polling: 500 });

@@ -356,6 +356,42 @@ try {
         expect(messages.every((m) => !/requests\.nvidia|cash\//.test(m)), `alerts by name: ${messages.slice(0, 3)}`);
       });
 
+      // ---- One line per quota; CPU, memory and pods folded below ----
+      await step(page, `one-line-and-other-keys-folded-${tag}`, async () => {
+        await open(page, base, '/quotas/nlp', js);
+        // The line right under the heading: GPU models first, then the budget.
+        const line = await page.$eval('h1', (h) => { const p = h.nextElementSibling; return p && p.matches('p.strip') ? p.innerText : null; });
+        expect(line && /^A100 GPUs: \d+ of [\d,]+ free( \(\+\d+ borrowable\))?/.test(line), `nlp's line under its heading: ${line}`);
+        expect(/\s·\s[\d,.]+ card-hours left · (runs out \d{4}-\d\d-\d\d|.+)$/.test(line), `nlp's line ends with its budget: ${line}`);
+        const { json: b } = await call('GET', '/api/v1/quotas/nlp/budgets');
+        if (b.budgets[0].runsOutAt) expect(line.endsWith(`runs out ${b.budgets[0].runsOutAt.slice(0, 10)}`), `the budgets API's day: ${line}`);
+        // CPU, memory and pods: in the fold, closed, opened by its summary.
+        const fold = await page.$eval('details#other-keys', (d) => ({
+          open: d.open, summary: d.querySelector('summary').innerText,
+          keys: [...d.querySelectorAll('td.key')].map((k) => k.getAttribute('title')),
+          shown: [...d.querySelectorAll('td.key')].some((k) => k.checkVisibility()),
+          lead: [...document.querySelectorAll('table.keys-table:not(.other-keys) td.key')].map((k) => k.getAttribute('title')),
+        }));
+        expect(!fold.open && !fold.shown, `the other keys start folded: ${JSON.stringify(fold)}`);
+        expect(/^Other keys: CPU cores, .*memory, pods$/.test(fold.summary), `the fold names what it holds: ${fold.summary}`);
+        expect(['requests.cpu', 'requests.memory', 'pods'].every((k) => fold.keys.includes(k) && !fold.lead.includes(k)), `CPU, memory and pods in the fold only: ${JSON.stringify(fold)}`);
+        expect(fold.lead.length > 0 && fold.lead.every((k) => /nvidia\.com\/gpu/.test(k)), `the first table: GPUs and budgets: ${fold.lead}`);
+        await page.click('details#other-keys > summary');
+        const cpu = await page.$eval('details#other-keys td.key[title="requests.cpu"]', (k) => ({ shown: k.checkVisibility(), row: k.closest('tr').innerText }));
+        expect(cpu.shown && /\d+ in use|\d/.test(cpu.row), `the summary opens the fold, CPU's figures inside: ${JSON.stringify(cpu)}`);
+        // The cards: the line first in each card's keys, the rest folded.
+        await open(page, base, '/', js);
+        const card = await page.$eval('section.quota-card[data-quota=acme]', (c) => ({
+          first: c.querySelector('.keys > *')?.className,
+          line: c.querySelector('.keys > p.strip')?.innerText || '',
+          fold: c.querySelector('.keys details.other-keys:not([open]) summary')?.innerText || '',
+          hidden: [...c.querySelectorAll('details.other-keys span.key')].map((k) => [k.textContent, k.checkVisibility()]),
+        }));
+        expect(card.first === 'strip' && /^A100 GPUs: \d+ of [\d,]+ free/.test(card.line) && /card-hours left/.test(card.line), `acme's card leads with its line: ${JSON.stringify(card)}`);
+        expect(/^Other keys: CPU cores/.test(card.fold) && card.hidden.some(([k]) => k === 'pods') && card.hidden.every(([, v]) => !v), `acme's CPU, memory and pods folded: ${JSON.stringify(card)}`);
+        await readable(page, `/ ${tag}`);
+      });
+
       await step(page, `every-page-has-a-heading-and-labels-${tag}`, async () => {
         for (const path of ['/', '/tree', '/quotas/research', '/alerts', '/reports', '/transfers', '/audit', '/users', '/account', '/tokens']) {
           await open(page, base, path, js);
@@ -563,10 +599,20 @@ try {
           });
           expect(bg.lum < 0.25, `${path} dark: the background is dark (${bg.c})`);
           expect(bg.fg > 0.6, `${path} dark: the text is light (${bg.fg.toFixed(2)})`);
+          if (path === '/quotas/research') {
+            // Every chart shown (usage, children, burn-down, by model) is
+            // inverted with its hues turned back: a dark ground, series in
+            // their colours.
+            const filters = await page.$$eval('main svg.chart', (ss) => ss.filter((s) => s.checkVisibility()).map((s) => getComputedStyle(s).filter));
+            expect(filters.length >= 3 && filters.every((f) => /invert\(0?\.9\)/.test(f) && /hue-rotate\(180deg\)/.test(f)), `dark charts: ${[...new Set(filters)]}`);
+          }
           await readable(page, `${path} dark ${tag}`);
         }
         await page.screenshot({ path: join(ARTIFACTS, `portal-dark-alerts-${tag}.png`), fullPage: true });
         await page.emulateMedia({ colorScheme: 'light' });
+        await open(page, base, '/quotas/research', js);
+        const light = await page.$$eval('main svg.chart', (ss) => ss.filter((s) => s.checkVisibility()).map((s) => getComputedStyle(s).filter));
+        expect(light.length >= 3 && light.every((f) => f === 'none'), `light charts are drawn as they are: ${[...new Set(light)]}`);
       });
 
       await step(page, `csv-exports-${tag}`, async () => {
@@ -621,8 +667,25 @@ try {
         await page.click('table.users details.manage summary >> nth=1');
         expect(await page.isVisible('table.users details.manage[open] button:has-text("Make admin")'), 'Manage opens the actions');
         await readable(page, `/users ${tag}`);
-        for (const path of ['/users', '/quotas/research', '/quotas/nlp', '/quotas/nlp/edit', '/tree', '/audit', '/transfers', '/reports']) {
+        // A rule on nlp, so its rules page has a table (the defaults' own
+        // thresholds: nothing else changes); tokens exist by now.
+        await open(page, base, '/quotas/nlp/alerts', js);
+        if (!(await page.$('table.rules'))) {
+          await page.selectOption('form[action="/quotas/nlp/alerts"] select[name=key]', 'requests.nvidia.com/gpu');
+          await submit(page, 'form[action="/quotas/nlp/alerts"] button[type=submit]');
+        }
+        for (const path of ['/users', '/quotas/research', '/quotas/nlp', '/quotas/nlp/edit', '/tree', '/audit', '/transfers', '/reports',
+          '/transfers/1', '/tokens', '/quotas/nlp/alerts']) {
           await open(page, base, path, js);
+          // A transfer's plan, the tokens and the alert rules are cards on a
+          // phone (table.cards): none scrolls sideways inside itself.
+          const cards = { '/transfers/1': 'table.plan', '/tokens': 'table.tokens', '/quotas/nlp/alerts': 'table.rules' }[path];
+          if (cards) {
+            const t = await page.$eval(cards, (t) => ({ cls: t.className, right: t.getBoundingClientRect().right, sw: t.scrollWidth, cw: t.clientWidth, shown: getComputedStyle(t.querySelector('thead')).display, w: window.innerWidth }));
+            expect(/\bcards\b/.test(t.cls), `${path}: ${cards} has the card layout: ${t.cls}`);
+            expect(t.right <= t.w + 0.5 && t.sw <= t.cw + 1, `${path}: ${cards} fits the screen without scrolling: ${JSON.stringify(t)}`);
+            if (w === 390) expect(t.shown === 'none', `${path}: ${cards} reads as cards on a phone (its header hidden)`);
+          }
           const r = await page.evaluate(() => {
             const bad = [];
             for (const el of document.querySelectorAll('main .key, main td.name, main table.keys-table td:first-child')) {

@@ -225,15 +225,15 @@ pub fn render_tokens_page(
                 view! {
                     <tr class:disabled=t.revoked.is_some()>
                         <td class="name">{t.name}</td>
-                        <td class="num">{t.created}</td>
-                        <td class="num">{t.last_used.unwrap_or_else(|| "never".into())}</td>
-                        <td>{state}</td>
+                        <td class="num" data-label="Created">{t.created}</td>
+                        <td class="num" data-label="Last used">{t.last_used.unwrap_or_else(|| "never".into())}</td>
+                        <td class="wide">{state}</td>
                     </tr>
                 }
             })
             .collect_view();
         view! {
-            <table class="tokens">
+            <table class="tokens cards">
                 <thead><tr><th>"Name"</th><th>"Created"</th><th>"Last used"</th><th></th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>

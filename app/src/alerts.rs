@@ -711,18 +711,18 @@ pub fn render_rules_page(
                 });
                 view! {
                     <tr>
-                        <td title=r.key.clone()>{name_of(&r.key)}</td>
-                        <td class="num">{format!("{} %", r.warn_percent)}</td>
-                        <td class="num">{format!("{} %", r.crit_percent)}</td>
-                        <td class="num">{r.forecast_horizon_hours.map(|h| format!("{h} h")).unwrap_or_else(|| "—".into())}</td>
-                        <td class="num">{r.allocation_percent.map(|p| format!("{p} %")).unwrap_or_else(|| "off".into())}</td>
+                        <td class="key" title=r.key.clone()>{name_of(&r.key)}</td>
+                        <td class="num" data-label="Warn at">{format!("{} %", r.warn_percent)}</td>
+                        <td class="num" data-label="Critical at">{format!("{} %", r.crit_percent)}</td>
+                        <td class="num" data-label="Forecast horizon">{r.forecast_horizon_hours.map(|h| format!("{h} h")).unwrap_or_else(|| "—".into())}</td>
+                        <td class="num" data-label="Allocation notice at">{r.allocation_percent.map(|p| format!("{p} %")).unwrap_or_else(|| "off".into())}</td>
                         <td>{remove}</td>
                     </tr>
                 }
             })
             .collect_view();
         view! {
-            <table class="rules">
+            <table class="rules cards">
                 <thead><tr><th>"Key"</th><th>"Warn at"</th><th>"Critical at"</th><th>"Forecast horizon"</th><th>"Allocation notice at"</th><th></th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>

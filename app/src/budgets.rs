@@ -116,7 +116,7 @@ pub fn panel(lines: Vec<BudgetLine>) -> impl IntoView {
             })
             .collect_view();
         view! {
-            <h3>"Budgets"</h3>
+            <h3 id="budgets">"Budgets"</h3>
             <div class="budgets">{rows}</div>
             <p class="hint"><a href="/prices">"Prices per model"</a>" — what a card-hour of each model costs, and when prices change."</p>
         }

@@ -196,7 +196,7 @@ fn keys_to_draw(inp: &Inputs<'_>, own: &[Sample]) -> Vec<String> {
 /// charts are a link away.
 pub fn leads(key: &str, kind: Kind, cfg: &KeyConfig) -> bool {
     let model = quota::keys::Key::parse(key, cfg).is_ok_and(|k| k.model.is_some());
-    quota::keys::display_order(key, cfg).0 <= 2 && !(kind == Kind::Children && model)
+    quota::keys::leads(key, cfg) && !(kind == Kind::Children && model)
 }
 
 /// The keys with a chart that `leads` leaves out, GPUs-first order, and

@@ -57,6 +57,9 @@ pub struct KeyUsage {
     pub cash: bool,
     /// A model-qualified key (`limits.cpu.A4`), shown under its generic key.
     pub model: bool,
+    /// A GPU key or a budget, shown first; the others fold below
+    /// (`quota::keys::leads`).
+    pub lead: bool,
     /// `used` and `hard` exactly, in nano-units (what tables sort by).
     pub used_nanos: i128,
     pub hard_nanos: i128,
@@ -210,6 +213,7 @@ fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
                 detail: detail.join(" · "),
                 cash: false,
                 model,
+                lead: quota::keys::leads(k, cfg),
                 used_nanos: r.in_use.nanos(),
                 hard_nanos: r.hard.nanos(),
             }
@@ -225,6 +229,7 @@ fn key_usage(k: &str, shown: &Shown, cfg: &KeyConfig) -> KeyUsage {
             detail: String::new(),
             cash: true,
             model,
+            lead: quota::keys::leads(k, cfg),
             used_nanos: used.nanos(),
             hard_nanos: hard.nanos(),
         },
@@ -413,5 +418,84 @@ mod tests {
             "requests.nvidia.com/gpu",
             &KeyConfig::default()
         ));
+    }
+}
+
+#[cfg(test)]
+mod style_tests {
+    use super::STYLE;
+
+    /// The value of `--name` in the first `:root { … }` of `css`.
+    fn var(css: &str, name: &str) -> String {
+        let root = &css[css.find(":root {").expect("a :root rule")..];
+        let root = &root[..root.find('}').unwrap()];
+        let at = root
+            .find(&format!("--{name}:"))
+            .unwrap_or_else(|| panic!("--{name} in {root}"));
+        let v = &root[at + name.len() + 3..];
+        v[..v.find(';').unwrap()].trim().to_string()
+    }
+
+    /// WCAG 2 relative luminance of `#rrggbb` (or `#rgb`).
+    fn luminance(hex: &str) -> f64 {
+        let hex = if hex.len() == 4 {
+            hex.chars().flat_map(|c| [c, c]).skip(1).collect::<String>()
+        } else {
+            hex.to_string()
+        };
+        let c = |i: usize| {
+            let v = u8::from_str_radix(&hex[1 + 2 * i..3 + 2 * i], 16).unwrap() as f64 / 255.0;
+            if v <= 0.03928 {
+                v / 12.92
+            } else {
+                ((v + 0.055) / 1.055).powf(2.4)
+            }
+        };
+        0.2126 * c(0) + 0.7152 * c(1) + 0.0722 * c(2)
+    }
+
+    fn contrast(a: &str, b: &str) -> f64 {
+        let (x, y) = (luminance(a), luminance(b));
+        (x.max(y) + 0.05) / (x.min(y) + 0.05)
+    }
+
+    /// Muted, amber (warn), red (over quota, refusals) and link text
+    /// reads at 4.5:1 or more on the page and on a card, in light mode and
+    /// in dark mode (`prefers-color-scheme: dark` overrides the variables
+    /// it names; the rest keep their light values). The amber of the bars
+    /// (`--warn`) is for shapes only.
+    #[test]
+    fn text_colours_contrast_at_least_4_5_to_1_in_light_and_dark() {
+        let dark_at = STYLE
+            .find("@media (prefers-color-scheme: dark)")
+            .expect("a dark mode");
+        let (light, dark) = (STYLE, &STYLE[dark_at..]);
+        let in_dark = |name: &str| {
+            let root = &dark[dark.find(":root {").unwrap()..];
+            let root = &root[..root.find('}').unwrap()];
+            if root.contains(&format!("--{name}:")) {
+                var(dark, name)
+            } else {
+                var(light, name)
+            }
+        };
+        for (mode, get) in [
+            (
+                "light",
+                &(|n: &str| var(light, n)) as &dyn Fn(&str) -> String,
+            ),
+            ("dark", &in_dark),
+        ] {
+            for text in ["muted", "warn-text", "bad", "link", "fg"] {
+                for ground in ["bg", "card"] {
+                    let (t, g) = (get(text), get(ground));
+                    let ratio = contrast(&t, &g);
+                    assert!(
+                        ratio >= 4.5,
+                        "{mode}: --{text} {t} on --{ground} {g} is {ratio:.2}:1"
+                    );
+                }
+            }
+        }
     }
 }

@@ -18,6 +18,8 @@ pub struct OverviewCard {
     pub name: String,
     /// "admin", "owner" or "member".
     pub role: String,
+    /// The quota in one line (`strip_words`): GPUs free, budgets left.
+    pub strip: Vec<String>,
     pub keys: Vec<KeyUsage>,
     pub workloads: usize,
     pub children: usize,
@@ -62,9 +64,13 @@ pub struct WorkloadRow {
 pub struct QuotaDetail {
     pub name: String,
     pub parent: String,
+    /// The quota in one line under its name (`strip_words`).
+    pub strip: Vec<String>,
     pub keys: Vec<KeyDetail>,
-    /// Inline SVG: one model breakdown per generic key that has models.
+    /// Inline SVG: one model breakdown per GPU key that has models.
     pub breakdowns: Vec<String>,
+    /// The other keys' model breakdowns (CPU, memory), in the fold.
+    pub other_breakdowns: Vec<String>,
     /// (heading, [(what, amount)]) for borrowed, lent, loans, reclaim marks,
     /// transfers in flight; empty sections are left out.
     pub extras: Vec<(String, Vec<(String, String)>)>,
@@ -185,6 +191,96 @@ impl QuotaForm {
 /// Blank rows offered for keys beyond the parent's.
 pub const EXTRA_ROWS: usize = 2;
 
+/// A quota's one line (`quota::strip`), in words, one string a part:
+/// "A100 GPUs: 6 of 32 free (+14 borrowable)", "5,240 card-hours left ·
+/// runs out 2026-12-07". Each figure as the keys table and the budget's
+/// forecast give it; a budget is named where the quota has several.
+pub fn strip_words(parts: &[quota::strip::Part], cfg: &quota::KeyConfig) -> Vec<String> {
+    use quota::budget::runway::Runway;
+    use quota::strip::Part;
+    let budgets = parts
+        .iter()
+        .filter(|p| matches!(p, Part::Budget(_)))
+        .count();
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Gpu { row, borrows } => {
+                let show = |n| crate::display_quantity(&row.key, n, cfg);
+                let more = if *borrows && !row.borrowable_now.is_zero() {
+                    format!(" (+{} borrowable)", show(row.borrowable_now))
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{}: {} of {} free{more}",
+                    crate::key_name(&row.key, cfg),
+                    show(row.free_now),
+                    show(row.hard)
+                )
+            }
+            Part::Fullest(row) => {
+                let show = |n| crate::display_quantity(&row.key, n, cfg);
+                format!(
+                    "{}: {} of {} free ({} % in use, the fullest key)",
+                    crate::key_name(&row.key, cfg),
+                    show(row.free_now),
+                    show(row.hard),
+                    row.in_use_percent()
+                )
+            }
+            Part::Budget(o) => {
+                let name = crate::key_name(&o.key, cfg);
+                let named = if budgets > 1 {
+                    format!("{name}: ")
+                } else {
+                    String::new()
+                };
+                // At a parent, what is left is its own work's (its
+                // children spend their carve-outs), as the budgets box says.
+                let own = if o.carved.is_zero() {
+                    ""
+                } else {
+                    " for its own work"
+                };
+                let left = crate::display_quantity(&o.key, o.left, cfg);
+                match o.runway {
+                    Runway::Spent => format!("{name}{own}: run out"),
+                    Runway::Until { .. } => format!(
+                        "{named}{left} left{own} · runs out {}",
+                        o.date().unwrap_or_default()
+                    ),
+                    Runway::OutlastsPeriod { .. } => {
+                        format!("{named}{left} left{own} · lasts the period")
+                    }
+                    Runway::NotBurning => format!("{named}{left} left{own} · not burning"),
+                    Runway::Unknown => format!("{named}{left} left{own} · no burn measured yet"),
+                }
+            }
+        })
+        .collect()
+}
+
+/// The one line under a quota's name, on its page and its card.
+#[cfg(feature = "ssr")]
+#[component]
+pub fn Strip(parts: Vec<String>) -> impl IntoView {
+    (!parts.is_empty()).then(|| {
+        let n = parts.len();
+        let items = parts
+            .into_iter()
+            .enumerate()
+            // Each dot ends its part (after a no-break space): a wrapped
+            // line starts with a part, never with a separator.
+            .map(|(i, p)| {
+                let more = i + 1 < n;
+                view! { <span>{p}{more.then_some("\u{a0}·")}</span>{more.then_some(" ")} }
+            })
+            .collect_view();
+        view! { <p class="strip">{items}</p> }
+    })
+}
+
 #[cfg(feature = "ssr")]
 fn svg(s: String) -> impl IntoView {
     view! { <figure class="chart" inner_html=s></figure> }
@@ -201,16 +297,45 @@ pub fn card_counts(workloads: usize, children: usize) -> String {
     format!("{workloads} workloads · {children} children")
 }
 
-/// An overview card's bars as HTML, as the page draws them (for
-/// `/api/v1/live/overview`).
+/// "Other keys: CPU cores, memory, pods": the fold's summary, naming each
+/// folded key once (a model under its generic key's name).
+pub fn other_keys_summary<'a>(keys: impl IntoIterator<Item = (&'a str, bool)>) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for (name, model) in keys {
+        if !model && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    format!("Other keys: {}", names.join(", "))
+}
+
+/// A card's keys: its one line, the GPU keys and budgets' bars, and the
+/// other keys' bars folded below them (`quota::keys::leads`).
 #[cfg(feature = "ssr")]
-pub fn card_keys_html(keys: Vec<crate::KeyUsage>) -> String {
-    Owner::new().with(|| {
-        keys.into_iter()
-            .map(|k| view! { <KeyBar k=k/> })
-            .collect_view()
-            .to_html()
-    })
+#[component]
+fn CardKeys(strip: Vec<String>, keys: Vec<KeyUsage>) -> impl IntoView {
+    let (lead, rest): (Vec<KeyUsage>, Vec<KeyUsage>) = keys.into_iter().partition(|k| k.lead);
+    let fold = (!rest.is_empty()).then(|| {
+        let summary = other_keys_summary(rest.iter().map(|k| (k.name.as_str(), k.model)));
+        view! {
+            <details class="other-keys">
+                <summary>{summary}</summary>
+                <div class="keys">{rest.into_iter().map(|k| view! { <KeyBar k=k/> }).collect_view()}</div>
+            </details>
+        }
+    });
+    view! {
+        <Strip parts=strip/>
+        {lead.into_iter().map(|k| view! { <KeyBar k=k/> }).collect_view()}
+        {fold}
+    }
+}
+
+/// An overview card's keys as HTML, as the page draws them (for
+/// `/api/v1/live/overview`, which redraws the card's `.keys`).
+#[cfg(feature = "ssr")]
+pub fn card_keys_html(strip: Vec<String>, keys: Vec<crate::KeyUsage>) -> String {
+    Owner::new().with(|| view! { <CardKeys strip=strip keys=keys/> }.to_html())
 }
 
 /// The overview: the viewer's quotas with usage, burn and forecasts.
@@ -242,7 +367,7 @@ pub fn render_overview_page(
                     <section class="card quota-card" data-quota=c.name.clone()>
                         <h3>{quota_link(&c.name)}" "<span class=format!("role {}", c.role)>{c.role.clone()}</span></h3>
                         <p class="hint" data-live="counts">{card_counts(c.workloads, c.children)}</p>
-                        <div class="keys">{c.keys.into_iter().map(|k| view! { <KeyBar k=k/> }).collect_view()}</div>
+                        <div class="keys"><CardKeys strip=c.strip keys=c.keys/></div>
                         <h4>"Burn and forecast"</h4>
                         {forecasts}
                     </section>
@@ -278,12 +403,78 @@ fn pairs_table(rows: Vec<(String, String)>) -> impl IntoView {
     }
 }
 
+/// A keys table of a quota's page: bars, hard, in use or spent,
+/// allocated, free and borrowable now, own use and max; sortable in place
+/// when scripts run, by the exact values. Drawn inside the document: the
+/// island needs its context.
+#[cfg(feature = "ssr")]
+fn keys_table(rows: Vec<KeyDetail>, class: &'static str) -> impl IntoView {
+    // One column, two words: a key is in use, a budget spent (by its
+    // subtree); the header names both where the table has a budget, as
+    // each row's phone label names its own.
+    let used_header = if rows.iter().any(|k| k.usage.cash) {
+        "In use / spent"
+    } else {
+        "In use"
+    };
+    view! {
+            <bizrq_islands::SortTable>
+            <table class=class>
+                <thead><tr>
+                    <th data-sort="text">"Key"</th>
+                    <th data-sort="num" data-sort-first="desc">"Usage"</th>
+                    <th data-sort="num" data-sort-first="desc">"Hard"</th>
+                    <th data-sort="num" data-sort-first="desc">{used_header}</th>
+                    <th data-sort="num" data-sort-first="desc">"Allocated to children"</th>
+                    <th data-sort="num" data-sort-first="desc">"Free now"</th>
+                    <th data-sort="num" data-sort-first="desc">"Borrowable now"</th>
+                    <th data-sort="num" data-sort-first="desc">"Self used"</th>
+                    <th data-sort="num" data-sort-first="desc">"Max"</th>
+                </tr></thead>
+                <tbody>
+                    {rows.into_iter().map(|k| {
+                        let class = if k.usage.model { "model" } else { "" };
+                        let (hard, used) = (k.usage.hard.clone(), k.usage.used.clone());
+                        let pct = k.usage.percent;
+                        let bar_class = match pct { p if p > 100 => "bar over", p if p >= 80 => "bar warn", _ => "bar" };
+                        let width = format!("width:{}%", pct.min(100));
+                        let idle = format!("width:{}%", k.usage.idle_percent);
+                        let detail = (!k.usage.detail.is_empty()).then(|| view! { <small class="detail">{k.usage.detail.clone()}</small> });
+                        let alloc_class = if k.allocated.is_empty() { "num empty" } else { "num" };
+                        let max_class = if k.max.is_none() { "num empty" } else { "num" };
+                        let free_class = if k.free_now.is_empty() { "num empty" } else { "num" };
+                        let borrow_class = if k.borrowable_now.is_empty() { "num empty" } else { "num" };
+                        let exact = |n: Option<i128>| n.map(|n| n.to_string()).unwrap_or_default();
+                        let (hard_n, used_n) = (k.usage.hard_nanos.to_string(), k.usage.used_nanos.to_string());
+                        // A budget is spent (by its subtree), not in use.
+                        let used_label = if k.usage.cash { "Spent" } else { "In use" };
+                        view! {
+                            <tr class=class>
+                                <td class="key" title=k.usage.key>{k.usage.name}</td>
+                                <td class="usage" data-label="Usage" data-sort-value=pct.to_string()><span class=bar_class><i class="use" style=width></i><i class="idle" style=idle></i></span><span class="num">{format!("{pct}%")}{detail}</span></td>
+                                <td class="num" data-label="Hard" data-sort-value=hard_n>{hard}</td>
+                                <td class="num" data-label=used_label data-sort-value=used_n>{used}</td>
+                                <td class=alloc_class data-label="Allocated to children" data-sort-value=exact(k.allocated_nanos)>{k.allocated}</td>
+                                <td class=free_class data-label="Free now" data-sort-value=exact(k.free_now_nanos)>{k.free_now}</td>
+                                <td class=borrow_class data-label="Borrowable now" data-sort-value=exact(k.borrowable_now_nanos)>{k.borrowable_now}</td>
+                                <td class="num" data-label="Self used" data-sort-value=k.self_used_nanos.to_string()>{k.self_used}</td>
+                                <td class=max_class data-label="Max" data-sort-value=exact(k.max_nanos)>{k.max.unwrap_or_default()}</td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+            </bizrq_islands::SortTable>
+    }
+}
+
 /// One quota: keys, model breakdown, status extras, children, workloads,
 /// charts, and the actions the viewer may take.
 #[cfg(feature = "ssr")]
 pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) -> String {
     let csrf = viewer.csrf.clone();
     let budgets = crate::budgets::panel(d.budgets);
+    let strip = d.strip;
     let title = format!("Quota {}", d.name);
     let name = d.name.clone();
     let parent = (!d.parent.is_empty()).then(|| {
@@ -324,67 +515,21 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     if d.delete_blocked {
         actions.push(view! { <span class="hint">"Only leaves can be deleted: delete its children first."</span> }.into_any());
     }
-    // Sortable in place when scripts run, by the exact values. Drawn
-    // inside the document: the island needs its context.
-    // One column, two words: a key is in use, a budget spent (by its
-    // subtree); the header names both where the table has a budget, as
-    // each row's phone label names its own.
-    let used_header = if d.keys.iter().any(|k| k.usage.cash) {
-        "In use / spent"
-    } else {
-        "In use"
-    };
-    let keys = move || {
+    // GPU keys and budgets first; CPU, memory, pods folded below the
+    // workloads (`quota::keys::leads`), in a `<details>`: no script needed.
+    let (lead_keys, other_keys): (Vec<KeyDetail>, Vec<KeyDetail>) =
+        d.keys.into_iter().partition(|k| k.usage.lead);
+    let other_summary = other_keys_summary(
+        other_keys
+            .iter()
+            .map(|k| (k.usage.name.as_str(), k.usage.model)),
+    );
+    let other_breakdowns = (!d.other_breakdowns.is_empty()).then(|| {
         view! {
-            <bizrq_islands::SortTable>
-            <table class="keys-table">
-                <thead><tr>
-                    <th data-sort="text">"Key"</th>
-                    <th data-sort="num" data-sort-first="desc">"Usage"</th>
-                    <th data-sort="num" data-sort-first="desc">"Hard"</th>
-                    <th data-sort="num" data-sort-first="desc">{used_header}</th>
-                    <th data-sort="num" data-sort-first="desc">"Allocated to children"</th>
-                    <th data-sort="num" data-sort-first="desc">"Free now"</th>
-                    <th data-sort="num" data-sort-first="desc">"Borrowable now"</th>
-                    <th data-sort="num" data-sort-first="desc">"Self used"</th>
-                    <th data-sort="num" data-sort-first="desc">"Max"</th>
-                </tr></thead>
-                <tbody>
-                    {d.keys.into_iter().map(|k| {
-                        let class = if k.usage.model { "model" } else { "" };
-                        let (hard, used) = (k.usage.hard.clone(), k.usage.used.clone());
-                        let pct = k.usage.percent;
-                        let bar_class = match pct { p if p > 100 => "bar over", p if p >= 80 => "bar warn", _ => "bar" };
-                        let width = format!("width:{}%", pct.min(100));
-                        let idle = format!("width:{}%", k.usage.idle_percent);
-                        let detail = (!k.usage.detail.is_empty()).then(|| view! { <small class="detail">{k.usage.detail.clone()}</small> });
-                        let alloc_class = if k.allocated.is_empty() { "num empty" } else { "num" };
-                        let max_class = if k.max.is_none() { "num empty" } else { "num" };
-                        let free_class = if k.free_now.is_empty() { "num empty" } else { "num" };
-                        let borrow_class = if k.borrowable_now.is_empty() { "num empty" } else { "num" };
-                        let exact = |n: Option<i128>| n.map(|n| n.to_string()).unwrap_or_default();
-                        let (hard_n, used_n) = (k.usage.hard_nanos.to_string(), k.usage.used_nanos.to_string());
-                        // A budget is spent (by its subtree), not in use.
-                        let used_label = if k.usage.cash { "Spent" } else { "In use" };
-                        view! {
-                            <tr class=class>
-                                <td class="key" title=k.usage.key>{k.usage.name}</td>
-                                <td class="usage" data-label="Usage" data-sort-value=pct.to_string()><span class=bar_class><i class="use" style=width></i><i class="idle" style=idle></i></span><span class="num">{format!("{pct}%")}{detail}</span></td>
-                                <td class="num" data-label="Hard" data-sort-value=hard_n>{hard}</td>
-                                <td class="num" data-label=used_label data-sort-value=used_n>{used}</td>
-                                <td class=alloc_class data-label="Allocated to children" data-sort-value=exact(k.allocated_nanos)>{k.allocated}</td>
-                                <td class=free_class data-label="Free now" data-sort-value=exact(k.free_now_nanos)>{k.free_now}</td>
-                                <td class=borrow_class data-label="Borrowable now" data-sort-value=exact(k.borrowable_now_nanos)>{k.borrowable_now}</td>
-                                <td class="num" data-label="Self used" data-sort-value=k.self_used_nanos.to_string()>{k.self_used}</td>
-                                <td class=max_class data-label="Max" data-sort-value=exact(k.max_nanos)>{k.max.unwrap_or_default()}</td>
-                            </tr>
-                        }
-                    }).collect_view()}
-                </tbody>
-            </table>
-            </bizrq_islands::SortTable>
+            <h4>"By model"</h4>
+            <div class="charts">{d.other_breakdowns.into_iter().map(svg).collect_view()}</div>
         }
-    };
+    });
     let breakdowns = (!d.breakdowns.is_empty()).then(|| {
         view! {
             <h3>"By model"</h3>
@@ -487,24 +632,32 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     document(move || {
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Tree flash=flash>
+                <Strip parts=strip/>
                 {parent}
                 <div class="actions">{actions}</div>
-                <h3>"Keys"</h3>
+                <h3 id="keys">"GPUs and budgets"</h3>
                 <crate::BarLegend/>
-                {keys()}
+                {keys_table(lead_keys, "keys-table")}
                 {breakdowns}
                 {crate::chart_section::view(charts, "No GPU or budget to chart: this quota has no hard or use of either yet.")}
                 {budgets}
                 {forecasts}
                 {queue}
                 <p class="hint"><a href=shares>"Usage per submitter"</a>" (decayed, with each one's fair-share factor)"</p>
-                <h3>"Bound workloads"</h3>
+                <h3 id="workloads">"Bound workloads"</h3>
                 {workloads}
-                <div class="extras">{extras}</div>
-                <h3>"Children"</h3>
-                {children}
+                {(!other_keys.is_empty()).then(|| view! {
+                    <details class="other-keys" id="other-keys">
+                        <summary>{other_summary}</summary>
+                        {keys_table(other_keys, "keys-table other-keys")}
+                        {other_breakdowns}
+                    </details>
+                })}
                 {other_charts}
-                <h3>"Members"</h3>
+                <div class="extras">{extras}</div>
+                <h3 id="children">"Children"</h3>
+                {children}
+                <h3 id="members">"Members"</h3>
                 {members_list}
                 {invite}
             </Layout>

@@ -405,18 +405,18 @@ pub fn render_transfer_page(viewer: Viewer, d: TransferDetail, flash: Option<Fla
             .map(|p| {
                 view! {
                     <tr>
-                        <td>{p.side}</td>
+                        <td data-label="Side">{p.side}</td>
                         <td class="name">{p.quota}</td>
-                        <td>{p.parent}</td>
-                        <td class="key">{p.before}</td>
-                        <td class="key">{p.after}</td>
+                        <td data-label="Parent (carve-out)">{p.parent}</td>
+                        <td class="key" data-label=before_h>{p.before}</td>
+                        <td class="key" data-label=after_h>{p.after}</td>
                     </tr>
                 }
             })
             .collect_view();
         view! {
             <h3>{heading}</h3>
-            <table class="plan">
+            <table class="plan cards">
                 <thead><tr><th>"Side"</th><th>"Quota"</th><th>"Parent (carve-out)"</th><th>{before_h}</th><th>{after_h}</th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>

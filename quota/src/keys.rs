@@ -251,6 +251,13 @@ pub fn with_names<'a>(
     out
 }
 
+/// Whether a key leads a page: GPU keys and budgets, shown first on
+/// cards, quota pages and charts; CPU, memory, storage and pods fold
+/// below them.
+pub fn leads(key: &str, cfg: &KeyConfig) -> bool {
+    display_order(key, cfg).0 <= 2
+}
+
 /// Where a key is listed, GPUs first: GPUs and their models, then
 /// budgets (GPU budgets first), then CPU, memory, storage and other
 /// resources, pods last; within each, `requests.*` before `limits.*`, a

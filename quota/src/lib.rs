@@ -25,6 +25,7 @@ pub mod resources;
 pub mod review;
 pub mod rollup;
 pub mod series;
+pub mod strip;
 pub mod submitters;
 pub mod text;
 pub mod time;

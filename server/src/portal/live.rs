@@ -133,15 +133,21 @@ pub async fn overview(State(app): State<AppState>, p: Principal) -> Result<Respo
     let data = super::quotas::overview_data(&app, &p, &place, &w).await?;
     let all = data.forest.quotas();
     let cfg = &app.service.keys;
-    let cards = super::quotas::my_quotas(&all, &p)
+    let mine = super::quotas::my_quotas(&all, &p);
+    let family = super::quotas::cards_family(&app.service, mine.iter().map(|(q, _)| *q)).await?;
+    let pricing = w.pricing();
+    let cards = mine
         .into_iter()
         .map(|(q, _)| {
-            let keys = app::key_usages(q, data.forest.in_use_of(q.name()), cfg);
+            let in_use = data.forest.in_use_of(q.name());
+            let keys = app::key_usages(q, in_use, cfg);
+            // The card's one line is in its `.keys`: redrawn with its bars.
+            let strip = super::quotas::card_strip(q, in_use, family.as_deref(), &pricing, cfg);
             let children = all.iter().filter(|c| c.spec.parent == q.name()).count();
             CardLive {
                 name: q.name().to_string(),
                 counts: app::quotas::card_counts(q.status.workloads.len(), children),
-                keys: app::quotas::card_keys_html(keys),
+                keys: app::quotas::card_keys_html(strip, keys),
             }
         })
         .collect();

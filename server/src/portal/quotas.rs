@@ -187,12 +187,16 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
     let data = overview_data(&app, p, &place, &w).await?;
     let all = data.forest.quotas();
     let pricing = w.pricing();
+    let mine = my_quotas(&all, p);
+    let family = cards_family(&app.service, mine.iter().map(|(q, _)| *q)).await?;
     let mut cards = Vec::new();
-    for (q, role) in my_quotas(&all, p) {
+    for (q, role) in mine {
+        let in_use = data.forest.in_use_of(q.name());
         cards.push(OverviewCard {
             name: q.name().to_string(),
             role,
-            keys: key_usages(q, data.forest.in_use_of(q.name()), &app.service.keys),
+            strip: card_strip(q, in_use, family.as_deref(), &pricing, &app.service.keys),
+            keys: key_usages(q, in_use, &app.service.keys),
             workloads: q.status.workloads.len(),
             children: all.iter().filter(|c| c.spec.parent == q.name()).count(),
             forecasts: forecasts(&app::tree::outlooks(q, &pricing), &app.service.keys),
@@ -532,8 +536,9 @@ fn extras(q: &Quota, cfg: &KeyConfig) -> Vec<(String, Vec<(String, String)>)> {
 /// Model breakdowns: one chart per generic (non-cash) key of hard that has
 /// model keys in hard or in what the bound workloads hold.
 /// What runs of each model in `q`'s whole subtree (`in_use`), never what
-/// a parent carved out for its children.
-fn breakdowns(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<String> {
+/// a parent carved out for its children. The GPUs' (`quota::keys::leads`)
+/// first, then the others' (CPU, memory), which the page folds below.
+fn breakdowns(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> (Vec<String>, Vec<String>) {
     let mut used = q.status.self_usage();
     used.extend(in_use.iter().map(|(k, v)| (k.clone(), *v)));
     let generics: BTreeSet<String> = q
@@ -548,17 +553,21 @@ fn breakdowns(q: &Quota, in_use: &ResourceList, cfg: &KeyConfig) -> Vec<String> 
     // GPUs first, as everywhere.
     let mut generics: Vec<String> = generics.into_iter().collect();
     generics.sort_by_cached_key(|g| quota::keys::display_order(g, cfg));
-    generics
-        .iter()
-        .map(|g| {
-            let title = charts::model_breakdown_title(&used, &q.spec.hard, g, cfg);
-            format!(
-                "<figcaption>{}</figcaption>{}",
-                app::layout::escape_text(&title),
-                charts::model_breakdown_chart(&used, &q.spec.hard, g, cfg, charts::NARROW)
-            )
-        })
-        .collect()
+    let (lead, rest): (Vec<String>, Vec<String>) = generics
+        .into_iter()
+        .partition(|g| quota::keys::leads(g, cfg));
+    let draw = |g: &String| {
+        let title = charts::model_breakdown_title(&used, &q.spec.hard, g, cfg);
+        format!(
+            "<figcaption>{}</figcaption>{}",
+            app::layout::escape_text(&title),
+            charts::model_breakdown_chart(&used, &q.spec.hard, g, cfg, charts::NARROW)
+        )
+    };
+    (
+        lead.iter().map(draw).collect(),
+        rest.iter().map(draw).collect(),
+    )
 }
 
 /// GET /quotas/{name} — a heavy request (`crate::heavy`): it takes a
@@ -645,8 +654,10 @@ pub async fn detail(
     let flash = viewer.take_flash().await;
     let d = QuotaDetail {
         parent: q.spec.parent.clone(),
+        strip: Vec::new(),
         keys: Vec::new(),
         breakdowns: Vec::new(),
+        other_breakdowns: Vec::new(),
         extras: Vec::new(),
         workloads: Vec::new(),
         workloads_more: q.status.workloads.len().saturating_sub(ROWS_SHOWN),
@@ -677,8 +688,13 @@ pub async fn detail(
             // Its budget reasons as of the page's `now`, as its budgets box.
             w.restate_budget_reasons(&mut q, parent, &siblings);
             d.queue = queue_section(&q, now, &cfg);
-            d.keys = key_details(&q, &in_use, (parent, &siblings), now, &cfg);
-            d.breakdowns = breakdowns(&q, &in_use, &cfg);
+            // One set of rows for the keys table and the line under the
+            // name: one free now and one borrowable now on the page.
+            let rows = rows_now(&q, &in_use, (parent, &siblings), now);
+            d.keys = key_details(&q, &in_use, &rows, &cfg);
+            d.strip =
+                app::quotas::strip_words(&quota::strip::parts(&q, &rows, &outlooks, &cfg), &cfg);
+            (d.breakdowns, d.other_breakdowns) = breakdowns(&q, &in_use, &cfg);
             d.extras = extras(&q, &cfg);
             d.workloads = workload_rows(&q, ROWS_SHOWN, &cfg);
             d.forecasts = forecasts(&outlooks, &cfg);
@@ -826,13 +842,10 @@ pub async fn charts_page(
 fn key_details(
     q: &Quota,
     in_use: &ResourceList,
-    family: (Option<&Quota>, &[&Quota]),
-    now: i64,
+    rolled: &[quota::rollup::KeyRollup],
     cfg: &KeyConfig,
 ) -> Vec<KeyDetail> {
     let allocated = q.status.allocated();
-    let rolled =
-        quota::rollup::with_borrowing(q, quota::rollup::rollup(q, in_use), family.0, family.1, now);
     key_usages(q, in_use, cfg)
         .into_iter()
         .map(|u| {
@@ -907,6 +920,45 @@ pub fn family_in<'f>(
             .filter(|s| s.spec.parent == q.spec.parent)
             .collect(),
     )
+}
+
+/// The rows of `q`'s keys as its page's keys table and its one line read
+/// them: `quota::rollup` of its subtree use `in_use`, with what it could
+/// borrow now from its parent and siblings (`family`).
+fn rows_now(
+    q: &Quota,
+    in_use: &ResourceList,
+    family: (Option<&Quota>, &[&Quota]),
+    now: i64,
+) -> Vec<quota::rollup::KeyRollup> {
+    quota::rollup::with_borrowing(q, quota::rollup::rollup(q, in_use), family.0, family.1, now)
+}
+
+/// The forest the cards of `quotas` read their borrowing from, as the
+/// quota page does (`family_of`): none when none of them borrows.
+pub async fn cards_family<'a>(
+    service: &crate::service::Service,
+    mut quotas: impl Iterator<Item = &'a Quota>,
+) -> Result<Option<std::sync::Arc<crate::service::forest::Forest>>, ServiceError> {
+    match quotas.find(|q| !q.spec.max.is_empty()) {
+        Some(q) => family_of(service, q).await,
+        None => Ok(None),
+    }
+}
+
+/// A card's one line (`quota::strip`): its keys' rows as its page reads
+/// them (`rows_now`) and its budgets' one forecast, in words.
+pub fn card_strip(
+    q: &Quota,
+    in_use: &ResourceList,
+    family: Option<&crate::service::forest::Forest>,
+    pricing: &app::tree::Pricing,
+    cfg: &KeyConfig,
+) -> Vec<String> {
+    let (parent, siblings) = family_in(family, q);
+    let rows = rows_now(q, in_use, (parent, &siblings), pricing.now_ms);
+    let outlooks = app::tree::outlooks(q, pricing);
+    app::quotas::strip_words(&quota::strip::parts(q, &rows, &outlooks, cfg), cfg)
 }
 
 /// The quota's queue for its page: None for a quota that refuses and
@@ -2023,12 +2075,14 @@ mod tests {
             forecasts(&outlooks, &cfg),
             ["GPU card-hours: 100 card-hours left, not burning"]
         );
-        let charts = breakdowns(&q, &ResourceList::new(), &cfg);
+        let (charts, others) = breakdowns(&q, &ResourceList::new(), &cfg);
+        assert!(others.is_empty(), "a configured GPU's models lead the page");
         assert_eq!(charts.len(), 1);
         assert!(charts[0].contains("GPUs by model"));
         assert!(charts[0].contains("cards"), "{}", charts[0]);
         // What the default configuration (the page's before) made of it.
-        assert!(breakdowns(&q, &ResourceList::new(), &KeyConfig::default()).is_empty());
+        let (charts, others) = breakdowns(&q, &ResourceList::new(), &KeyConfig::default());
+        assert!(charts.is_empty() && others.is_empty());
         assert_eq!(
             forecasts(&outlooks, &KeyConfig::default()),
             ["example.com/tpu budget: 100 unit-hours left, not burning"]
