@@ -153,7 +153,8 @@ try {
           for (const q of items) {
             const hard = q.spec.hard || {};
             const used = (q.status && q.status.used) || {};
-            const key = Object.keys(hard).find((k) => !k.startsWith('cash/') && used[k] && used[k] !== '0' && used[k] !== hard[k]
+            // A GPU key: the default alert rules watch GPUs and budgets.
+            const key = Object.keys(hard).find((k) => /^requests\.nvidia\.com\/gpu/.test(k) && used[k] && used[k] !== '0' && used[k] !== hard[k]
               && !items.some((c) => c.spec.parent === q.metadata.name));
             if (key) {
               q.spec.hard[key] = used[key];

@@ -376,6 +376,10 @@ try {
         // textContent: the key may sit in the card's closed "Other keys" fold.
         const cardText = () => page.textContent(`section.quota-card[data-quota="${root}"] .keys`);
         const before = await cardText();
+        // A fold the person opened stays open through the redraw.
+        const fold = `section.quota-card[data-quota="${root}"] .keys details`;
+        const folded = await page.$(fold);
+        if (folded) await page.$eval(fold, (d) => { d.open = true; });
         await setHard(call, root, key, next);
         if (leaf) {
           leaf.__over = true;
@@ -386,6 +390,7 @@ try {
         if (leaf) {
           await page.waitForFunction((name) => (document.querySelector('section.attention')?.innerText || '').includes(`${name} is over quota`), leaf.metadata.name, { timeout: 45_000, polling: 500 });
         }
+        if (folded) expect(await page.$eval(fold, (d) => d.open), 'the opened fold stays open after the refresh');
         expect(await stayed(page), 'no reload');
         await readable(page, `/ refreshed ${tag}`);
       });

@@ -711,7 +711,7 @@ pub fn render_rules_page(
                 });
                 view! {
                     <tr>
-                        <td class="key" title=r.key.clone()>{name_of(&r.key)}</td>
+                        <td title=r.key.clone() class="name">{name_of(&r.key)}</td>
                         <td class="num" data-label="Warn at">{format!("{} %", r.warn_percent)}</td>
                         <td class="num" data-label="Critical at">{format!("{} %", r.crit_percent)}</td>
                         <td class="num" data-label="Forecast horizon">{r.forecast_horizon_hours.map(|h| format!("{h} h")).unwrap_or_else(|| "—".into())}</td>

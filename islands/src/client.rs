@@ -719,7 +719,15 @@ fn redraw_overview(reply: &OverviewReply) {
                 continue;
             };
             if let Some(keys) = card.query_selector(".keys").ok().flatten() {
+                // The other keys' fold stays as the person left it.
+                let fold = |keys: &Element| keys.query_selector("details").ok().flatten();
+                let open = fold(&keys).is_some_and(|d| d.has_attribute("open"));
                 keys.set_inner_html(&live.keys);
+                if open {
+                    if let Some(d) = fold(&keys) {
+                        let _ = d.set_attribute("open", "");
+                    }
+                }
             }
             if let Some(counts) = card.query_selector("[data-live=counts]").ok().flatten() {
                 counts.set_text_content(Some(&live.counts));

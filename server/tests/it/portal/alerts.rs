@@ -75,7 +75,7 @@ async fn alert_rules_are_saved_and_shown_again(s: &Server) {
         "{rules}"
     );
     assert!(
-        rules.contains(&format!(r#"<td title="{GPU}">GPUs</td>"#)),
+        rules.contains(&format!(r#"<td title="{GPU}" class="name">GPUs</td>"#)),
         "{rules}"
     );
 }
