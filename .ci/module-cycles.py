@@ -1,11 +1,22 @@
 #!/usr/bin/env python3
-"""Fail when the modules of a crate import each other in a cycle.
+"""Fail when the files of a crate import each other in a cycle.
 
-Reads every `crate::a::b` path in the crate's source files (use lines and
-inline paths), maps each to the deepest module file that exists, and
-reports every strongly connected component of more than one module. A
-module and its own submodules are one room: `a` importing `a::b` is not
-a cycle edge. Usage: module-cycles.py CRATE_SRC_DIR
+Reads every path into the crate in its source files, whole (`crate::a::b`,
+`super::x`, `self::y`, in use lines and inline), and maps each to the
+deepest module file that exists. Only test code is left out: a
+`#[cfg(test)] mod name { ... }` block, and a file that a
+`#[cfg(test)] mod name;` declares (a test module's own file), may reach
+anywhere.
+
+Two passes, both must find no cycle:
+- modules: each top-level module with its submodules is one room (the
+  crate's layers: `service`, `store`, `portal`, ...), so this shows the
+  layering between them;
+- files: every file is a node; a parent's `mod` declarations and its
+  `pub use` re-exports of its children are naming, not dependence, and
+  are not edges, every other path is.
+
+Usage: module-cycles.py CRATE_SRC_DIR
 """
 import os
 import re
@@ -32,72 +43,163 @@ def resolve(parts):
 
 
 def strip_comments(text):
+    # String literals first (a "//" in a URL is not a comment), then
+    # block and line comments.
+    text = re.sub(r'r#"(?:.|\n)*?"#', '""', text)
+    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     return "\n".join(l.split("//")[0] for l in text.splitlines())
 
 
-graph = {m: set() for m in mods}
+TEST_MOD = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*([{;])")
+
+
+def cut_tests(m, text):
+    """The text without its `#[cfg(test)] mod x { ... }` blocks, and the
+    modules that `#[cfg(test)] mod x;` declares."""
+    out, tests, at = [], set(), 0
+    while True:
+        hit = TEST_MOD.search(text, at)
+        if not hit:
+            out.append(text[at:])
+            break
+        out.append(text[at : hit.start()])
+        if hit.group(2) == ";":
+            tests.add(m + (hit.group(1),))
+            at = hit.end()
+            continue
+        depth, i = 1, hit.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        at = i
+    return "".join(out), tests
+
+
+texts, test_files = {}, set()
 for m, path in mods.items():
-    text = strip_comments(open(path, encoding="utf-8").read())
-    # Test modules may reach anywhere; only the product's imports count.
-    text = re.split(r"#\[cfg\(test\)\]", text)[0]
-    targets = []
-    for brace in re.finditer(r"crate::((?:\w+::)*)\{([^}]*)\}", text):
-        base = [p for p in brace.group(1).split("::") if p]
-        for item in brace.group(2).split(","):
-            item = item.strip().split(" as ")[0]
-            if item:
-                targets.append(base + [p for p in item.split("::") if p])
-    for path_ in re.finditer(r"crate::((?:\w+)(?:::\w+)*)", text):
-        targets.append(path_.group(1).split("::"))
-    for parts in targets:
-        t = resolve(parts)
-        if t is None or t == m:
+    text, tests = cut_tests(m, strip_comments(open(path, encoding="utf-8").read()))
+    texts[m] = text
+    test_files |= tests
+# A test module's own submodules are test code too.
+product = {
+    m: t for m, t in texts.items() if not any(m[: len(x)] == x for x in test_files)
+}
+
+
+def targets_of(m, text):
+    """Every module path `m`'s text names, made absolute, with whether the
+    line re-exports (`pub use`)."""
+    found = []
+    for line in re.split(r";", text):
+        reexport = re.match(r"\s*pub(?:\([^)]*\))?\s+use\b", line) is not None
+        for hit in re.finditer(r"\b(crate|super|self)((?:::(?:\w+|\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}))+)", line):
+            head, rest = hit.group(1), hit.group(2)
+            if head == "crate":
+                base = []
+            elif head == "self":
+                base = list(m)
+            else:
+                base = list(m)
+                while rest.startswith("::super"):
+                    rest = rest[len("::super") :]
+                    base = base[:-1]
+                base = base[:-1]
+            for p in expand(rest):
+                found.append((base + p, reexport))
+    return found
+
+
+def expand(rest):
+    """`::a::{b, c::d}` -> [[a, b], [a, c, d]] (one level of nesting deep)."""
+    rest = rest.lstrip(":")
+    brace = rest.find("{")
+    if brace < 0:
+        return [[p for p in rest.split("::") if p]]
+    base = [p for p in rest[:brace].split("::") if p]
+    inner = rest[brace + 1 : rest.rfind("}")]
+    items, depth, cur = [], 0, ""
+    for ch in inner:
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
             continue
-        # Within one room (a module and its descendants) is not an edge.
-        if t[: len(m)] == m or m[: len(t)] == t:
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        cur += ch
+    items.append(cur)
+    out = []
+    for item in items:
+        item = item.strip().split(" as ")[0].strip()
+        if not item or item == "self":
+            out.append(base)
             continue
-        graph[m].add(t)
+        for p in expand("::" + item):
+            out.append(base + p)
+    return out
 
-# Tarjan's strongly connected components.
-index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
-sys.setrecursionlimit(10000)
-
-
-def visit(v):
-    index[v] = low[v] = counter[0]
-    counter[0] += 1
-    stack.append(v)
-    on.add(v)
-    for w in graph[v]:
-        if w not in index:
-            visit(w)
-            low[v] = min(low[v], low[w])
-        elif w in on:
-            low[v] = min(low[v], index[w])
-    if low[v] == index[v]:
-        comp = []
-        while True:
-            w = stack.pop()
-            on.discard(w)
-            comp.append(w)
-            if w == v:
-                break
-        if len(comp) > 1:
-            sccs.append(comp)
-
-
-for v in sorted(graph):
-    if v not in index:
-        visit(v)
 
 name = lambda m: "::".join(m) or "crate"
-if sccs:
-    print(f"module cycles in {src}:")
-    for comp in sccs:
+
+
+def sccs_of(graph):
+    index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
+    sys.setrecursionlimit(10000)
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                sccs.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sccs
+
+
+rooms = {m[:1]: set() for m in product}
+files = {m: set() for m in product}
+for m, text in product.items():
+    for parts, reexport in targets_of(m, text):
+        t = resolve(parts)
+        if t is None or t == m or t not in product:
+            continue
+        if m and t and m[0] != t[0]:
+            rooms.setdefault(m[:1], set()).add(t[:1])
+        # A parent re-exporting what its children define names them; it
+        # does not depend on them.
+        if reexport and t[: len(m)] == m:
+            continue
+        files[m].add(t)
+
+failed = False
+for kind, graph in (("module", rooms), ("file", files)):
+    sccs = sccs_of(graph)
+    if not sccs:
+        continue
+    failed = True
+    print(f"{kind} cycles in {src}:")
+    for comp in sorted(sccs, key=lambda c: sorted(c)):
         print("  " + " <-> ".join(sorted(name(m) for m in comp)))
         for m in sorted(comp):
             inside = sorted(name(t) for t in graph[m] if t in comp)
             print(f"    {name(m)} imports {', '.join(inside)}")
+if failed:
     sys.exit(1)
-print(f"no module cycles in {src} ({len(mods)} modules)")
+print(f"no module or file cycles in {src} ({len(product)} files)")
