@@ -482,6 +482,41 @@ impl Service {
             .ok_or_else(|| ServiceError::NotFound(format!("bizrq {name} not found")))
     }
 
+    /// The standings of `parent`'s children for a loan (`borrow::lend`):
+    /// as the store lists them (in cluster mode the watch's copy), each
+    /// replaced by this replica's own copy where that is newer (what it
+    /// wrote itself, before the watch echoes it); with `stored`, each read
+    /// again from the store (a few GETs), for a refusal that a lagging
+    /// copy may have caused.
+    async fn siblings(
+        &self,
+        parent: &str,
+        stored: bool,
+    ) -> Result<std::collections::BTreeMap<String, borrow::Standing>, ServiceError> {
+        use futures::{StreamExt, TryStreamExt};
+        let listed = self.store.children(parent).await?;
+        if stored {
+            // A child gone since the listing lends nothing and holds nothing.
+            let read: Vec<Stored> = futures::stream::iter(listed)
+                .map(|s| async move { self.store.get(s.quota.name()).await })
+                .buffered(8)
+                .try_filter_map(|s| async move { Ok(s) })
+                .try_collect()
+                .await?;
+            return Ok(borrow::Standing::of_all(read.iter().map(|s| &s.quota)));
+        }
+        Ok(listed
+            .iter()
+            .map(|s| {
+                let own = self
+                    .cached(s.quota.name())
+                    .filter(|c| c.version > s.version);
+                let q = own.as_deref().map_or(&s.quota, |c| &c.quota);
+                (q.name().to_string(), borrow::Standing::of(q))
+            })
+            .collect())
+    }
+
     /// `name` as recently as this replica knows it with no request: the
     /// newer of its own copy (what it last wrote or read) and the store's
     /// feed (the watch's copy, with every replica's writes it delivered);
@@ -1400,28 +1435,42 @@ impl Service {
             if !dry_run {
                 *path = "borrowing";
             }
-            let children = quota::borrow::Standing::of_all(
-                self.store.children(&parent).await?.iter().map(|s| &s.quota),
-            );
             let child = quota_name.to_string();
-            let lent = self
-                .update_status(&parent, dry_run, |p| {
-                    match borrow::lend(p, &req, &children, now_ms)? {
-                        borrow::Lending::Granted => Ok((true, Ok(borrow::lent_to(p, &child)))),
-                        // A dry run writes no fence: it answers as the cut
-                        // would once fenced (nothing of it is written).
-                        borrow::Lending::FenceFirst(g) if dry_run => {
-                            let fenced = borrow::LoanRequest {
-                                fence: g,
-                                ..req.clone()
-                            };
-                            borrow::lend(p, &fenced, &children, now_ms)?;
-                            Ok((true, Ok(borrow::lent_to(p, &child))))
-                        }
-                        borrow::Lending::FenceFirst(g) => Ok((false, Err(g))),
+            type Standings = std::collections::BTreeMap<String, borrow::Standing>;
+            let lend = |p: &mut Quota,
+                        children: &Standings|
+             -> Result<(bool, Result<borrow::Lent, u64>), ServiceError> {
+                match borrow::lend(p, &req, children, now_ms)? {
+                    borrow::Lending::Granted => Ok((true, Ok(borrow::lent_to(p, &child)))),
+                    // A dry run writes no fence: it answers as the cut
+                    // would once fenced (nothing of it is written).
+                    borrow::Lending::FenceFirst(g) if dry_run => {
+                        let fenced = borrow::LoanRequest {
+                            fence: g,
+                            ..req.clone()
+                        };
+                        borrow::lend(p, &fenced, children, now_ms)?;
+                        Ok((true, Ok(borrow::lent_to(p, &child))))
                     }
-                })
-                .await?;
+                    borrow::Lending::FenceFirst(g) => Ok((false, Err(g))),
+                }
+            };
+            let watched = self.siblings(&parent, false).await?;
+            let lent = match self
+                .update_status(&parent, dry_run, |p| lend(p, &watched))
+                .await
+            {
+                // Refused on the siblings' usage as the watch showed it:
+                // one that released since (by this replica's write or
+                // another's) may have left the room. Judged once more on
+                // their stored copies, so a lagging watch never refuses.
+                Err(ServiceError::Denied(_)) => {
+                    let stored = self.siblings(&parent, true).await?;
+                    self.update_status(&parent, dry_run, |p| lend(p, &stored))
+                        .await?
+                }
+                r => r?,
+            };
             (loan, fence_first) = match lent {
                 Ok(lent) => (Some(lent), None),
                 // Asked again next round, the child fenced at `g` first.
