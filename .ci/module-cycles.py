@@ -43,12 +43,43 @@ def resolve(parts):
 
 
 def strip_comments(text):
-    # String literals first (a "//" in a URL is not a comment), then
-    # block and line comments.
-    text = re.sub(r'r#"(?:.|\n)*?"#', '""', text)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    return "\n".join(l.split("//")[0] for l in text.splitlines())
+    """The code of `text` with comments removed and string and char
+    literals emptied, by one pass over its tokens (a "//" in a string is
+    not a comment; an apostrophe in a comment opens nothing)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            i = text.find("\n", i)
+            i = n if i < 0 else i
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        elif re.match(r'b?r#*"', text[i : i + 8]) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            m = re.match(r'b?r(#*)"', text[i : i + 8])
+            end = text.find('"' + m.group(1), i + m.end())
+            i = n if end < 0 else end + 1 + len(m.group(1))
+            out.append('""')
+        elif c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+            out.append('""')
+        elif c == "'" and re.match(r"'(\\.|\\u\{[0-9a-fA-F]+\}|[^'\\])'", text[i : i + 12]):
+            m = re.match(r"'(\\.|\\u\{[0-9a-fA-F]+\}|[^'\\])'", text[i : i + 12])
+            i += m.end()
+            out.append("' '")
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 TEST_MOD = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*([{;])")

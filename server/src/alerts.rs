@@ -1297,7 +1297,5 @@ fn escape(s: &str) -> String {
         .replace('\'', "&#39;")
 }
 
-pub mod engine;
-
 #[cfg(test)]
 mod tests;

@@ -2,12 +2,14 @@
 //! layer, with the quota objects in SQL (standalone) or in the cluster as
 //! CRDs, where the Lease holder also runs the controller — see `start`.
 
+pub mod alert_engine;
 pub mod alerts;
 pub mod authz;
 pub mod budgets;
 pub mod cluster;
 pub mod config;
 pub mod demo;
+pub mod edge;
 pub mod heavy;
 pub mod http;
 pub mod listen;
@@ -29,7 +31,7 @@ pub use service::{changes, transfers};
 use crate::cluster::controller::{Controller, ControllerConfig, History};
 use crate::cluster::leader::LeaseConfig;
 use crate::config::ServeArgs;
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::metrics::Metrics;
 use crate::service::Service;
 use crate::store::sql::SqlStore;
@@ -417,7 +419,7 @@ impl Core {
         let transfers = Arc::new(service::transfers::TransferService::new(
             service.clone(),
             sql.clone(),
-            Arc::new(alerts::engine::TransferAlerts {
+            Arc::new(alert_engine::TransferAlerts {
                 sql: sql.clone(),
                 service: service.clone(),
                 public_url: args.public_url.clone(),
@@ -462,9 +464,9 @@ impl Core {
         AppState {
             service: self.service.clone(),
             token_sha256: Arc::new(self.token_sha256.clone()),
-            portal: Arc::new(portal::Portal::new(
+            portal: Arc::new(edge::state::Portal::new(
                 self.portal_sql.clone(),
-                portal::PortalConfig::from_args(args),
+                edge::state::PortalConfig::from_args(args),
                 &self.metrics,
             )),
             transfers: self.transfers.clone(),
@@ -522,7 +524,7 @@ impl Core {
         }
         // On the background's connections, as the sampler: a sweep never
         // waits for nor holds a connection an admission needs.
-        background.spawn(alerts::engine::evaluate_forever(
+        background.spawn(alert_engine::evaluate_forever(
             self.service.clone(),
             Arc::new(self.sql.background()),
             args.public_url.clone(),

@@ -1,7 +1,8 @@
 //! Which edges exist and where they answer: the routers of the three
 //! listeners, composed once at the top so that no edge imports another.
 
-use crate::http::{self, check, health, quotas, AppState};
+use crate::edge::{self, AppState};
+use crate::http::{self, check, health, quotas};
 use crate::{portal, webhook};
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
@@ -33,7 +34,7 @@ pub fn http_router(app: AppState) -> Router {
         .merge(http::transfers::router())
         .merge(http::alerts::router())
         // Inside `authenticate`: a body is read only for a known caller.
-        .route_layer(middleware::from_fn(portal::edge::check_api_body))
+        .route_layer(middleware::from_fn(portal::guards::check_api_body))
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             portal::auth::authenticate,
@@ -56,12 +57,12 @@ pub fn http_router(app: AppState) -> Router {
         // Inside the CSRF check: a body is read for control characters only
         // once the CSRF check (which reads at most 16 KiB of a form before
         // login) let it through.
-        .layer(middleware::from_fn(portal::edge::reject_control_chars))
+        .layer(middleware::from_fn(portal::guards::reject_control_chars))
         .layer(middleware::from_fn(portal::auth::require_csrf))
         .layer(app.portal.session_layer())
         .layer(middleware::from_fn(portal::auth::secure_cookie_behind_tls))
-        .layer(DefaultBodyLimit::max(http::API_BODY_LIMIT))
-        .layer(middleware::from_fn(portal::edge::security_headers))
+        .layer(DefaultBodyLimit::max(edge::API_BODY_LIMIT))
+        .layer(middleware::from_fn(portal::guards::security_headers))
         // Pages, JSON and CSV gzipped for clients that accept it (a
         // department's page is ~1 MB of HTML, ~10 % of it gzipped). The
         // fastest level: the cost is bounded by what a request may render.
@@ -72,7 +73,7 @@ pub fn http_router(app: AppState) -> Router {
         .layer(CompressionLayer::new().quality(CompressionLevel::Fastest))
         .layer(middleware::from_fn_with_state(
             (app.service.metrics.clone(), "http"),
-            http::count_refusals,
+            edge::count_refusals,
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
@@ -110,16 +111,16 @@ pub fn webhook_router(app: AppState, token: Option<&str>) -> Router {
         );
         reviews = reviews.route_layer(middleware::from_fn_with_state(
             expected,
-            http::require_webhook_token,
+            edge::require_webhook_token,
         ));
     }
     reviews
         .route("/healthz", get(health::healthz))
-        .layer(DefaultBodyLimit::max(http::WEBHOOK_BODY_LIMIT))
-        .layer(middleware::from_fn(http::webhook_errors_as_status))
+        .layer(DefaultBodyLimit::max(edge::WEBHOOK_BODY_LIMIT))
+        .layer(middleware::from_fn(edge::webhook_errors_as_status))
         .layer(middleware::from_fn_with_state(
             (app.service.metrics.clone(), "webhook"),
-            http::count_refusals,
+            edge::count_refusals,
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(app)

@@ -3,7 +3,7 @@
 //! adapter needs; decisions come from the service layer.
 
 use crate::cluster::events::{self, Refusal};
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::service::{Persist, Service, ServiceError, CREATE_TOKEN_ANNOTATION};
 use crate::store::WorkloadAt;
 use axum::body::Bytes;

@@ -14,7 +14,6 @@
 //! itself (`workload_quota_at`).
 
 use super::crd::BizGroupResourceQuota;
-use crate::service::ServiceError;
 use crate::store::{QuotaStore, Stamp, StoreError, Stored, Watched, WorkloadAt};
 use async_trait::async_trait;
 use kube::api::{
@@ -690,29 +689,33 @@ const OWN_WEBHOOKS: &str = ".bizrq.io";
 /// compare-and-swap re-reads and retries; a webhook's 409 is a decision,
 /// said in the webhook's words and not retried.
 fn from_status(name: &str, s: &kube::core::Status) -> StoreError {
-    let refused = |e: ServiceError| StoreError::Refused(Box::new(e));
+    use crate::store::Refusal;
+    let refused = StoreError::refused;
     if let Some((webhook, said)) = webhook_denial(&s.message) {
         // Another webhook's words keep its name, so the person knows whose.
         let said = match said {
             Some(said) if webhook.ends_with(OWN_WEBHOOKS) => said.to_string(),
             _ => s.message.clone(),
         };
-        return refused(match s.code {
-            400 | 422 => ServiceError::BadRequest(said),
-            404 => ServiceError::NotFound(said),
-            409 if s.is_already_exists() => ServiceError::AlreadyExists(said),
-            409 => ServiceError::Conflict(said),
-            429 | 503 | 504 => ServiceError::Unavailable(said),
-            500 => ServiceError::Internal(s.message.clone()),
-            _ => ServiceError::Refused(said),
-        });
+        return match s.code {
+            400 | 422 => refused(Refusal::BadRequest, said),
+            404 => refused(Refusal::NotFound, said),
+            409 if s.is_already_exists() => refused(Refusal::AlreadyExists, said),
+            409 => refused(Refusal::Conflict, said),
+            429 | 503 | 504 => refused(Refusal::Unavailable, said),
+            500 => refused(Refusal::Internal, s.message.clone()),
+            _ => refused(Refusal::Forbidden, said),
+        };
     }
     if let Some((webhook, cause)) = webhook_unreachable(&s.message) {
-        return refused(ServiceError::Unavailable(format!(
-            "bizrq {name} was not written: the API server could not reach the admission \
+        return refused(
+            Refusal::Unavailable,
+            format!(
+                "bizrq {name} was not written: the API server could not reach the admission \
              webhook {webhook} ({cause}); check that a bizrq replica is ready \
              (kubectl -n bizrq-system get pods) and try again"
-        )));
+            ),
+        );
     }
     let message = &s.message;
     if s.is_already_exists() {
@@ -722,18 +725,23 @@ fn from_status(name: &str, s: &kube::core::Status) -> StoreError {
     } else if s.is_not_found() {
         StoreError::NotFound(name.into())
     } else if s.is_invalid() || s.code == 400 {
-        refused(ServiceError::BadRequest(format!(
-            "bizrq {name}: the API server refused it as invalid: {message}"
-        )))
+        refused(
+            Refusal::BadRequest,
+            format!("bizrq {name}: the API server refused it as invalid: {message}"),
+        )
     } else if s.is_forbidden() {
-        refused(ServiceError::Refused(format!(
-            "bizrq {name}: the API server refused it: {message}"
-        )))
+        refused(
+            Refusal::Forbidden,
+            format!("bizrq {name}: the API server refused it: {message}"),
+        )
     } else if matches!(s.code, 429 | 503 | 504) {
-        refused(ServiceError::Unavailable(format!(
+        refused(
+            Refusal::Unavailable,
+            format!(
             "bizrq {name}: the API server cannot take the change now ({} {}): {message}; try again",
             s.code, s.reason
-        )))
+        ),
+        )
     } else {
         StoreError::Backend(format!("bizrq {name}: {s}"))
     }
@@ -1098,7 +1106,7 @@ mod tests {
 
     use super::*;
     use crate::metrics::Metrics;
-    use crate::service::Service;
+    use crate::service::{Service, ServiceError};
     use http::{Method, Request, Response};
     use kube::client::Body;
     use serde_json::{json, Value};
@@ -1881,7 +1889,7 @@ mod tests {
         let err = store.replace(&current, &raised).await.unwrap_err();
         server.await.unwrap();
         let e: ServiceError = err.into();
-        let resp = crate::http::ApiError::Service(e).into_response();
+        let resp = crate::edge::ApiError::Service(e).into_response();
         let code = resp.status().as_u16();
         let body = http_body_util::BodyExt::collect(resp.into_body())
             .await

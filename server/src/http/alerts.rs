@@ -3,7 +3,7 @@
 
 use crate::alerts::{Kind, Level};
 use crate::authz::Principal;
-use crate::http::{ApiError, AppState};
+use crate::edge::{ApiError, AppState};
 use crate::service::alert_ops::{self, Quiet};
 use crate::service::changes::records_scope;
 use crate::store::alerts::{Alert, AlertFilter};

@@ -9,7 +9,7 @@
 //! whoever may see the quota (404 otherwise, as `GET /api/v1/quotas/{name}`).
 
 use crate::authz::Principal;
-use crate::http::{ApiError, AppState};
+use crate::edge::{ApiError, AppState};
 use crate::service::changes::{self, tree_for};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};

@@ -2,7 +2,7 @@
 //! it be charged? A dry run through the same service call as the webhook.
 
 use crate::authz::{self, Principal};
-use crate::http::{ApiError, AppState};
+use crate::edge::{ApiError, AppState};
 use crate::service::changes::{not_found, tree_for};
 use crate::service::queue::Queueing;
 use crate::service::ServiceError;

@@ -1,7 +1,7 @@
 //! What probes, scrapers and browsers fetch without logging in: liveness,
 //! readiness (the store answers), Prometheus metrics and the stylesheet.
 
-use super::AppState;
+use crate::edge::AppState;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -3,7 +3,7 @@
 //! pages count it: open alerts on the quotas the caller may see.
 
 use crate::authz::Principal;
-use crate::http::{ApiError, AppState};
+use crate::edge::{ApiError, AppState};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;

@@ -5,7 +5,7 @@
 //! every budget is charged at.
 
 use crate::authz::Principal;
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::service::prices::PricesView;
 use axum::extract::State;
 use axum::Json;

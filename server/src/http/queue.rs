@@ -6,7 +6,7 @@
 //! /api/v1/quotas/{name}`).
 
 use crate::authz::Principal;
-use crate::http::{ApiError, AppState};
+use crate::edge::{ApiError, AppState};
 use crate::service::changes::{self, tree_for};
 use crate::service::queue as words;
 use axum::extract::{Path, State};

@@ -5,7 +5,7 @@
 //! may not make answer 403. Changes are written to the audit log.
 
 use crate::authz::Principal;
-use crate::http::{ApiError, AppState};
+use crate::edge::{ApiError, AppState};
 use crate::service::changes::{self, tree_for, ChangeError};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -151,7 +151,7 @@ pub async fn usage(
         .ok_or_else(|| changes::not_found(&name))?;
     // Free now and borrowable now as the quota page's keys table has them
     // (one computation: its parent and siblings, `with_borrowing`).
-    let family = crate::portal::quotas::family_of(&app.service, q).await?;
+    let family = app.service.family_of(q).await?;
     let w = app.service.working(app.service.now());
     let now = w.now();
     let body = place
@@ -164,7 +164,7 @@ pub async fn usage(
             let in_use = quota::rollup::subtree_in_use(&all)
                 .remove(&name)
                 .unwrap_or_default();
-            let (parent, siblings) = crate::portal::quotas::family_in(family.as_deref(), q);
+            let (parent, siblings) = crate::service::forest::family_in(family.as_deref(), q);
             let rolled = quota::rollup::with_borrowing(
                 q,
                 quota::rollup::rollup(q, &in_use),

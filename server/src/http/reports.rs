@@ -5,7 +5,7 @@
 //! what to fix, and nothing is read.
 
 use crate::authz::Principal;
-use crate::http::{ApiError, AppState};
+use crate::edge::{ApiError, AppState};
 use crate::reports::{self, params_of, Format, ReportError};
 use axum::extract::{RawQuery, State};
 use axum::http::header;

@@ -5,7 +5,7 @@
 //! may not see answers 404.
 
 use crate::authz::Principal;
-use crate::http::{ApiError, AppState};
+use crate::edge::{ApiError, AppState};
 use crate::service::changes::{self, tree_for};
 use app::chart_section::{self, Inputs, Kind};
 use axum::extract::{Path, Query, State};

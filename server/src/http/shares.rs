@@ -8,7 +8,7 @@
 //! (`crate::heavy`), since it sums the ledger.
 
 use crate::authz::Principal;
-use crate::http::{ApiError, AppState};
+use crate::edge::{ApiError, AppState};
 use crate::service::changes::{self, tree_for};
 use crate::service::shares;
 use axum::extract::{Path, RawQuery, State};

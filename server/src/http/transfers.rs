@@ -2,7 +2,7 @@
 //! through [`TransferDesk`](crate::service::transfer_ops::TransferDesk).
 
 use crate::authz::Principal;
-use crate::http::{ApiError, AppState};
+use crate::edge::{ApiError, AppState};
 use crate::service::transfer_ops::{non_empty, parse_statuses, TransferOpError};
 use crate::service::transfers::{TransferFilter, TransferRequest};
 use crate::service::ServiceError;

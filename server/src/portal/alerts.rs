@@ -7,7 +7,7 @@ use super::auth::Viewer;
 use super::PageError;
 use crate::alerts::{Kind, Level};
 use crate::authz::{self, Principal};
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::service::alert_ops::{self, Quiet};
 use crate::store::alerts::{Alert, AlertFilter, Pref};
 use app::alerts::{AccountAlerts, AlertQuery, AlertRow, AlertSort, RuleRow, SortDir};
@@ -71,12 +71,6 @@ fn loud(app: &AppState, quotas_in: Option<Vec<String>>) -> AlertFilter {
         loud_at: Some(app.service.now()),
         ..AlertFilter::default()
     }
-}
-
-/// How many open alerts the viewer may see ask for someone now (the badge):
-/// one count, whatever the size of the tree.
-pub async fn open_count(app: &AppState, p: &Principal) -> Result<usize, PageError> {
-    Ok(crate::service::alert_ops::open_count(&app.audited(), p).await?)
 }
 
 /// The open alerts the viewer may see that ask for someone now, for the
@@ -439,7 +433,7 @@ async fn rules_context(
     viewer: &Viewer,
     name: &str,
 ) -> Result<(quota::Quota, bool), PageError> {
-    let (all, tree) = super::quotas::visible_tree(app, viewer, name).await?;
+    let (all, tree) = super::scope::visible_tree(app, viewer, name).await?;
     let q = all
         .into_iter()
         .find(|q| q.name() == name)
@@ -712,50 +706,6 @@ fn user_id(viewer: &Viewer) -> Result<i64, PageError> {
         .ok_or_else(|| PageError::Forbidden("the account page is for users, not tokens".into()))
 }
 
-/// Sets the alert email of `username` (`user_id`) as `actor` asked, audited
-/// with before and after when it changed.
-pub async fn set_email(
-    app: &AppState,
-    actor: &Principal,
-    user_id: i64,
-    username: &str,
-    email: Option<&str>,
-    detail: &str,
-) -> Result<(), PageError> {
-    let sql = &app.portal.sql;
-    let was = sql.user_email(user_id).await?;
-    if was.as_deref() != email {
-        sql.set_user_email(user_id, email).await?;
-        app.audit(
-            actor,
-            crate::service::audit::action::USER_EMAIL,
-            &crate::service::audit::user_target(username),
-            Some(serde_json::json!({ "email": was })),
-            Some(serde_json::json!({ "email": email })),
-            detail,
-        )
-        .await;
-    }
-    Ok(())
-}
-
-/// An email address as typed: None for "" (no email), else it must look
-/// like one.
-pub fn parse_email(typed: &str) -> Result<Option<&str>, PageError> {
-    let email = typed.trim();
-    if email.is_empty() {
-        return Ok(None);
-    }
-    // As the mailer will read it (`mail.rs`): an address it cannot parse
-    // would wait in the outbox forever.
-    if email.len() > 254 || email.parse::<lettre::Address>().is_err() {
-        return Err(PageError::Invalid(format!(
-            "'{email}' is not an email address"
-        )));
-    }
-    Ok(Some(email))
-}
-
 /// POST /account — email (empty: none) and, per kind, mute.KIND and
 /// digest.KIND checkboxes. Each change is audited.
 pub async fn save_account(
@@ -770,9 +720,9 @@ pub async fn save_account(
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.trim())
     };
-    let email = parse_email(get("email").unwrap_or_default())?;
+    let email = super::forms::parse_email(get("email").unwrap_or_default())?;
     let p = &viewer.principal;
-    set_email(
+    super::pages::change_email(
         &app,
         p,
         id,
@@ -832,23 +782,4 @@ pub async fn save_account(
         .set_flash(Flash::Ok("your alert settings are saved".into()))
         .await;
     Ok(Redirect::to("/account").into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_email;
-
-    #[test]
-    fn an_email_is_read_as_the_mailer_reads_it() {
-        assert_eq!(parse_email("").unwrap(), None);
-        assert_eq!(parse_email("  ").unwrap(), None);
-        assert_eq!(
-            parse_email(" ada@example.org ").unwrap(),
-            Some("ada@example.org")
-        );
-        for bad in ["ada", "a@b@c", "a b@c.org", "<a@b.org>", "a@", "@b.org"] {
-            let e = parse_email(bad).unwrap_err().to_string();
-            assert!(e.contains("is not an email address"), "{bad}: {e}");
-        }
-    }
 }

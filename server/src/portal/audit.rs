@@ -4,7 +4,7 @@
 use super::auth::Viewer;
 use super::PageError;
 use crate::authz::Principal;
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::service::audit::{action, user_target};
 use crate::store::audit::{AuditFilter, AuditRecord};
 use axum::extract::{Query, State};

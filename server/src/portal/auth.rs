@@ -8,9 +8,9 @@
 //! - Pages: take a [`Viewer`]: the session's principal and CSRF token, or a
 //!   303 redirect to `/login` when nobody is logged in.
 
-use super::limits::{Standing, BUSY_RETRY_SECS, MAX_PASSWORD_BYTES};
 use crate::authz::{Credential, Principal};
-use crate::http::{ApiError, AppState, API_BODY_LIMIT};
+use crate::edge::limits::{Standing, BUSY_RETRY_SECS, MAX_PASSWORD_BYTES};
+use crate::edge::{ApiError, AppState, API_BODY_LIMIT};
 use crate::store::accounts::User;
 use crate::store::sessions::{CREDENTIAL_GEN_KEY, USER_ID_KEY};
 use crate::store::sql::SqlStore;
@@ -48,7 +48,7 @@ pub const LOGIN_FAILED: &str = "Wrong username or password.";
 
 /// Argon2id hash (PHC string) of a password, off the async threads. For
 /// start-up only (bootstrap admin, demo); requests use the bounded
-/// [`super::limits::PasswordHasher`] of the portal.
+/// [`crate::edge::limits::PasswordHasher`] of the portal.
 pub async fn hash_password(password: String) -> anyhow::Result<String> {
     Ok(tokio::task::spawn_blocking(move || password_auth::generate_hash(password)).await?)
 }
@@ -277,7 +277,7 @@ impl FromRequestParts<AppState> for Viewer {
         let open_alerts = if parts.method != axum::http::Method::GET {
             0
         } else {
-            super::alerts::open_count(app, &principal)
+            crate::service::alert_ops::open_count(&app.audited(), &principal)
                 .await
                 .unwrap_or_else(|e| {
                     tracing::warn!(error = %e, "cannot count open alerts");
@@ -315,7 +315,7 @@ pub async fn error_pages_with_navigation(
         return resp;
     };
     // The badge as on every other page (it read 0 on error pages).
-    let open_alerts = super::alerts::open_count(&app, &p)
+    let open_alerts = crate::service::alert_ops::open_count(&app.audited(), &p)
         .await
         .unwrap_or_else(|e| {
             tracing::warn!(error = %e, "cannot count open alerts");
@@ -329,7 +329,7 @@ pub async fn error_pages_with_navigation(
     };
     let (mut parts, _) = resp.into_parts();
     parts.headers.remove(header::CONTENT_LENGTH);
-    let html = super::pages::error_page(page.status, page.message, Some(viewer));
+    let html = super::frame::error_page(page.status, page.message, Some(viewer));
     Response::from_parts(parts, axum::body::Body::from(html))
 }
 
@@ -699,8 +699,10 @@ async fn login_inner(
     let next = safe_next(f.next.as_deref());
     // Limited and counted by the address's key (IPv6 by /64): rotating
     // through one host's addresses does not make fresh counters.
-    let client =
-        super::limits::address_key(&client_addr(parts, app.portal.config.trust_forwarded_for));
+    let client = crate::edge::limits::address_key(&client_addr(
+        parts,
+        app.portal.config.trust_forwarded_for,
+    ));
     let now = crate::util::now_ms();
     // A username no account can have is not echoed back whole.
     let shown: String = username.chars().take(64).collect();
@@ -781,7 +783,7 @@ async fn login_inner(
         )
         .await;
     }
-    if !super::pages::valid_username(&username) {
+    if !super::forms::valid_username(&username) {
         // No account has such a name: nothing to record or check.
         return again(
             StatusCode::UNAUTHORIZED,

@@ -7,7 +7,7 @@
 //! then validated with the spec (`BudgetPolicy::validate`).
 
 use super::PageError;
-use crate::http::AppState;
+use crate::edge::AppState;
 use app::budgets::{
     BudgetFormRow, BudgetLine, ClosedRow, CARRIES, PERIODS, WEEKDAYS, WITHOUT_RUN_TIME,
 };

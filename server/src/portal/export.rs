@@ -7,7 +7,7 @@
 use super::audit::csv_field;
 use super::auth::Viewer;
 use super::PageError;
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::service::changes;
 use crate::store::alerts::AlertFilter;
 use axum::extract::{Query, State};

@@ -11,7 +11,7 @@
 use super::auth::Viewer;
 use super::PageError;
 use crate::authz::Principal;
-use crate::http::{ApiError, AppState};
+use crate::edge::{ApiError, AppState};
 use crate::service::{changes, ServiceError};
 use app::{TreeQuery, TreeSort};
 use axum::extract::{Query, State};
@@ -66,7 +66,7 @@ pub async fn tree_rows(
         )));
     }
     let w = app.service.working(app.service.now());
-    let (quotas, _) = super::quotas::visible_tree(&app, &viewer, parent).await?;
+    let (quotas, _) = super::scope::visible_tree(&app, &viewer, parent).await?;
     let query = TreeQuery {
         depth: p.depth,
         sort: TreeSort::parse(&p.sort),
@@ -169,9 +169,7 @@ pub async fn overview(State(app): State<AppState>, p: Principal) -> Result<Respo
             .await
             .map_err(|e| ApiError::Service(ServiceError::Internal(e.to_string())))?
     };
-    let open_alerts = super::alerts::open_count(&app, &p)
-        .await
-        .map_err(api_error)?;
+    let open_alerts = crate::service::alert_ops::open_count(&app.audited(), &p).await?;
     let open = super::alerts::open_for(&app, &p).await.map_err(api_error)?;
     let attention =
         app::alerts::attention_html(open, open_alerts, data.awaiting_me, data.attention);

@@ -19,24 +19,26 @@ pub mod alerts;
 pub mod audit;
 pub mod auth;
 pub mod budgets;
-pub mod edge;
 pub mod export;
-pub mod limits;
+pub mod forms;
+pub mod frame;
+pub mod guards;
 pub mod live;
 pub mod pages;
 pub mod prices;
 pub mod quotas;
 pub mod refusal;
 pub mod reports;
+pub mod scope;
 pub mod shares;
-pub mod state;
 pub mod transfers;
 
 // Tests and callers knew them here; the permissions table sits below the edges.
 pub use crate::authz;
-pub use state::{Portal, PortalConfig};
+use crate::edge::limits;
+use crate::edge::state::Portal;
 
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::store::sessions::SqlSessionStore;
 use crate::store::sql::SqlStore;
 use crate::store::StoreError;
@@ -256,7 +258,7 @@ pub struct ErrorPage {
 /// Any other URL: a page that says so (the JSON API answers in JSON).
 pub async fn no_such_page(uri: axum::http::Uri) -> Response {
     if uri.path().starts_with("/api/") {
-        return crate::http::ApiError::Service(crate::service::ServiceError::NotFound(format!(
+        return crate::edge::ApiError::Service(crate::service::ServiceError::NotFound(format!(
             "no API at {}",
             uri.path()
         )))
@@ -284,7 +286,7 @@ impl IntoResponse for PageError {
         };
         let mut resp = (
             status,
-            Html(pages::error_page(status, message.clone(), None)),
+            Html(frame::error_page(status, message.clone(), None)),
         )
             .into_response();
         // Drawn again with the navigation when someone is logged in

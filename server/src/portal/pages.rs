@@ -4,14 +4,14 @@
 //! success (303), or the page again with the error (422), 403 or 404.
 
 use super::auth::{client_addr, random_token, Viewer};
-use super::limits::MAX_PASSWORD_BYTES;
 use super::PageError;
 use crate::authz::{Principal, Role};
-use crate::http::AppState;
+use crate::edge::limits::MAX_PASSWORD_BYTES;
+use crate::edge::AppState;
 use crate::service::audit::{action, user_json, user_target};
 use crate::store::accounts::User;
 use crate::store::StoreError;
-use app::layout::{Flash, Section};
+use app::layout::Flash;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -19,54 +19,8 @@ use axum::Form;
 use serde::Deserialize;
 use serde_json::json;
 
-/// Passwords set in the portal are at least this long.
-pub const MIN_PASSWORD: usize = 12;
 /// Personal API tokens start with this, so a leaked one is recognisable.
 pub const TOKEN_PREFIX: &str = "bzq_";
-
-/// A small page for an error (no navigation: the viewer may be unknown).
-pub fn error_page(status: StatusCode, message: String, viewer: Option<app::Viewer>) -> String {
-    use leptos::prelude::*;
-    let title = format!(
-        "{} {}",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or("")
-    );
-    app::layout::document(move || {
-        view! {
-            <app::layout::Layout viewer=viewer title=title section=Section::None flash=Some(Flash::Error(message))>
-                <p><a href="/">"Back to bizrq"</a></p>
-            </app::layout::Layout>
-        }
-    })
-}
-
-/// A new password's length: at least [`MIN_PASSWORD`] characters, at most
-/// [`MAX_PASSWORD_BYTES`] bytes.
-pub fn check_new_password(password: &str) -> Result<(), String> {
-    if password.chars().count() < MIN_PASSWORD {
-        return Err(format!(
-            "the password must have at least {MIN_PASSWORD} characters"
-        ));
-    }
-    if password.len() > MAX_PASSWORD_BYTES {
-        return Err(format!(
-            "the password may have at most {MAX_PASSWORD_BYTES} bytes"
-        ));
-    }
-    Ok(())
-}
-
-/// Lower-case letters, digits, '.', '_' and '-', starting with a letter or
-/// digit, at most 64.
-pub fn valid_username(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 64
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(c))
-}
 
 async fn users_page(
     app: &AppState,
@@ -150,10 +104,10 @@ pub async fn create_user(
 ) -> Result<Response, PageError> {
     viewer.require_admin()?;
     let username = f.username.trim().to_lowercase();
-    if !valid_username(&username) {
+    if !super::forms::valid_username(&username) {
         return refused(&app, &viewer, format!("'{username}' is not a valid username: use 1–64 lower-case letters, digits, '.', '_' or '-'")).await;
     }
-    if let Err(m) = check_new_password(&f.password) {
+    if let Err(m) = super::forms::check_new_password(&f.password) {
         return refused(&app, &viewer, m).await;
     }
     let is_admin = f.admin.as_deref() == Some("true");
@@ -322,7 +276,7 @@ pub async fn set_password(
 ) -> Result<Response, PageError> {
     viewer.require_admin()?;
     let user = user_named(&app, &name).await?;
-    if let Err(m) = check_new_password(&f.password) {
+    if let Err(m) = super::forms::check_new_password(&f.password) {
         return refused(&app, &viewer, m).await;
     }
     let hash = app.portal.hasher.hash(f.password).await?;
@@ -387,8 +341,10 @@ pub async fn change_password(
         let page = app::accounts::render_password_page(viewer.page(), Some(Flash::Error(m)));
         Ok((StatusCode::UNPROCESSABLE_ENTITY, Html(page)).into_response())
     };
-    let client =
-        super::limits::address_key(&client_addr(&parts, app.portal.config.trust_forwarded_for));
+    let client = crate::edge::limits::address_key(&client_addr(
+        &parts,
+        app.portal.config.trust_forwarded_for,
+    ));
     let now = crate::util::now_ms();
     if let Err(secs) = app.portal.attempts.attempt(&client, now) {
         return Err(PageError::TooMany(
@@ -399,7 +355,7 @@ pub async fn change_password(
     if f.current.len() > MAX_PASSWORD_BYTES {
         return again("the current password is wrong".into());
     }
-    if let Err(m) = check_new_password(&f.new) {
+    if let Err(m) = super::forms::check_new_password(&f.new) {
         return again(m);
     }
     if f.new != f.confirm {
@@ -494,9 +450,9 @@ pub async fn set_email(
 ) -> Result<Response, PageError> {
     viewer.require_admin()?;
     let user = user_named(&app, &name).await?;
-    let email = super::alerts::parse_email(&f.email)?;
+    let email = super::forms::parse_email(&f.email)?;
     let by_admin = "alert email address set by an admin";
-    super::alerts::set_email(&app, &viewer.principal, user.id, &name, email, by_admin).await?;
+    change_email(&app, &viewer.principal, user.id, &name, email, by_admin).await?;
     done(&viewer, "/users", format!("email of {name} set")).await
 }
 
@@ -777,26 +733,29 @@ pub(crate) async fn revoke(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn usernames_are_plain_lower_case_names() {
-        for ok in ["admin", "alice", "a.b-c_d", "7", "x".repeat(64).as_str()] {
-            assert!(valid_username(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "Alice",
-            "-x",
-            ".x",
-            "a b",
-            "a/b",
-            "é",
-            "x".repeat(65).as_str(),
-        ] {
-            assert!(!valid_username(bad), "{bad}");
-        }
+/// Sets the alert email of `username` (`user_id`) as `actor` asked, audited
+/// with before and after when it changed.
+pub async fn change_email(
+    app: &AppState,
+    actor: &Principal,
+    user_id: i64,
+    username: &str,
+    email: Option<&str>,
+    detail: &str,
+) -> Result<(), PageError> {
+    let sql = &app.portal.sql;
+    let was = sql.user_email(user_id).await?;
+    if was.as_deref() != email {
+        sql.set_user_email(user_id, email).await?;
+        app.audit(
+            actor,
+            crate::service::audit::action::USER_EMAIL,
+            &crate::service::audit::user_target(username),
+            Some(serde_json::json!({ "email": was })),
+            Some(serde_json::json!({ "email": email })),
+            detail,
+        )
+        .await;
     }
+    Ok(())
 }

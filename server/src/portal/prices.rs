@@ -3,7 +3,7 @@
 
 use super::auth::Viewer;
 use super::PageError;
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::service::prices::PricesView;
 use app::prices::{PricesPage, VersionBlock, WeightRow};
 use axum::extract::State;

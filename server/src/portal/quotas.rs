@@ -7,7 +7,7 @@
 use super::auth::Viewer;
 use super::PageError;
 use crate::authz::{self, Role, Tree};
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::service::changes::{self, ChangeError};
 use crate::service::ServiceError;
 use app::chart_section::{self, Charts};
@@ -282,57 +282,6 @@ pub async fn tree(
     Ok(Html(html).into_response())
 }
 
-/// What a page about `name` reads: `name` with all its descendants (its
-/// usage, its children) and, for a member, its line above it (every right
-/// is decided on the line: a binding on it or on an ancestor); and their
-/// tree, if the viewer may see `name` (else 404, as for a quota that does
-/// not exist). Never the rest of what a member may see: a member bound at
-/// a forest's root who opens a leaf reads the leaf and its line, not the
-/// forest.
-pub async fn visible_tree(
-    app: &AppState,
-    viewer: &Viewer,
-    name: &str,
-) -> Result<(Vec<Quota>, Tree), PageError> {
-    let mut all = app.service.subtrees(&[name.to_string()]).await?;
-    if !viewer.principal.is_admin {
-        // An admin may see everything: the line is not needed.
-        let line = line_above(app, &all, name).await?;
-        all.extend(line);
-    }
-    let tree = Tree::from_quotas(&all);
-    if !authz::can_view(&viewer.principal, name, &tree) || !tree.contains(name) {
-        return Err(PageError::NotFound(format!("bizrq {name} not found")));
-    }
-    Ok((all, tree))
-}
-
-/// The quotas above `name` (found in `subtree`), nearest first, read one
-/// by one: at most the tree's depth (`quota::tree::MAX_DEPTH`) in a valid
-/// store; a cycle or a missing parent ends it, and so does a line longer
-/// than that (a hand-edited store).
-async fn line_above(
-    app: &AppState,
-    subtree: &[Quota],
-    name: &str,
-) -> Result<Vec<Quota>, PageError> {
-    let mut seen: BTreeSet<String> = subtree.iter().map(|q| q.name().to_string()).collect();
-    let mut next = subtree
-        .iter()
-        .find(|q| q.name() == name)
-        .map(|q| q.spec.parent.clone())
-        .unwrap_or_default();
-    let mut out = Vec::new();
-    while !next.is_empty() && out.len() < quota::tree::MAX_DEPTH && seen.insert(next.clone()) {
-        let Some(s) = app.service.store.get(&next).await? else {
-            break;
-        };
-        next = s.quota.spec.parent.clone();
-        out.push(s.quota);
-    }
-    Ok(out)
-}
-
 /// `visible_tree`, and the quota with the version its edit form names
 /// (that very version in the quotas returned too, so the page shows the
 /// quota its form edits).
@@ -341,7 +290,7 @@ async fn visible_quota(
     viewer: &Viewer,
     name: &str,
 ) -> Result<(Quota, i64, Vec<Quota>, Tree), PageError> {
-    let (mut all, tree) = visible_tree(app, viewer, name).await?;
+    let (mut all, tree) = super::scope::visible_tree(app, viewer, name).await?;
     let stored = app.service.get_for_view(name).await?;
     if let Some(q) = all.iter_mut().find(|q| q.name() == name) {
         q.clone_from(&stored.quota);
@@ -649,7 +598,7 @@ pub async fn detail(
     let budgets = super::budgets::lines(&app, &q, &in_use, &pricing).await?;
     let outlooks = app::tree::outlooks(&q, &pricing);
     // Its parent and siblings, for what it could borrow now.
-    let family = family_of(&app.service, &q).await?;
+    let family = app.service.family_of(&q).await?;
     let page = viewer.page();
     let flash = viewer.take_flash().await;
     let d = QuotaDetail {
@@ -684,7 +633,7 @@ pub async fn detail(
     let html = place
         .render(move || {
             let (mut d, mut q) = (d, q);
-            let (parent, siblings) = family_in(family.as_deref(), &q);
+            let (parent, siblings) = crate::service::forest::family_in(family.as_deref(), &q);
             // Its budget reasons as of the page's `now`, as its budgets box.
             w.restate_budget_reasons(&mut q, parent, &siblings);
             d.queue = queue_section(&q, now, &cfg);
@@ -888,40 +837,6 @@ fn key_details(
         .collect()
 }
 
-/// The forest `q`'s parent and siblings are read from, for what it could
-/// borrow now (`quota::rollup::with_borrowing`): none for a quota without
-/// a max. The quota page's keys table and `GET /api/v1/quotas/{name}/usage`
-/// both ask it and read it with [`family_in`] on the render threads, so
-/// their free now and borrowable now are one figure and nothing of the
-/// forest is copied.
-pub async fn family_of(
-    service: &crate::service::Service,
-    q: &Quota,
-) -> Result<Option<std::sync::Arc<crate::service::forest::Forest>>, ServiceError> {
-    if q.spec.max.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(service.forest().await?))
-}
-
-/// `q`'s parent and siblings in `forest` (none without one).
-pub fn family_in<'f>(
-    forest: Option<&'f crate::service::forest::Forest>,
-    q: &Quota,
-) -> (Option<&'f Quota>, Vec<&'f Quota>) {
-    let Some(forest) = forest else {
-        return (None, Vec::new());
-    };
-    (
-        forest.quotas.iter().find(|p| p.name() == q.spec.parent),
-        forest
-            .quotas
-            .iter()
-            .filter(|s| s.spec.parent == q.spec.parent)
-            .collect(),
-    )
-}
-
 /// The rows of `q`'s keys as its page's keys table and its one line read
 /// them: `quota::rollup` of its subtree use `in_use`, with what it could
 /// borrow now from its parent and siblings (`family`).
@@ -935,13 +850,13 @@ fn rows_now(
 }
 
 /// The forest the cards of `quotas` read their borrowing from, as the
-/// quota page does (`family_of`): none when none of them borrows.
+/// quota page does (`Service::family_of`): none when none of them borrows.
 pub async fn cards_family<'a>(
     service: &crate::service::Service,
     mut quotas: impl Iterator<Item = &'a Quota>,
 ) -> Result<Option<std::sync::Arc<crate::service::forest::Forest>>, ServiceError> {
     match quotas.find(|q| !q.spec.max.is_empty()) {
-        Some(q) => family_of(service, q).await,
+        Some(q) => service.family_of(q).await,
         None => Ok(None),
     }
 }
@@ -955,7 +870,7 @@ pub fn card_strip(
     pricing: &app::tree::Pricing,
     cfg: &KeyConfig,
 ) -> Vec<String> {
-    let (parent, siblings) = family_in(family, q);
+    let (parent, siblings) = crate::service::forest::family_in(family, q);
     let rows = rows_now(q, in_use, (parent, &siblings), pricing.now_ms);
     let outlooks = app::tree::outlooks(q, pricing);
     app::quotas::strip_words(&quota::strip::parts(q, &rows, &outlooks, cfg), cfg)
@@ -1667,7 +1582,7 @@ pub async fn add_member(
     Path(name): Path<String>,
     Form(f): Form<MemberForm>,
 ) -> Result<Response, PageError> {
-    let (_, tree) = visible_tree(&app, &viewer, &name).await?;
+    let (_, tree) = super::scope::visible_tree(&app, &viewer, &name).await?;
     let Some(role) = f.role.as_deref().and_then(Role::parse) else {
         return Err(PageError::Invalid(
             "the role must be owner or member".into(),
@@ -1716,7 +1631,7 @@ pub async fn remove_member(
     Path(name): Path<String>,
     Form(f): Form<MemberForm>,
 ) -> Result<Response, PageError> {
-    let (_, tree) = visible_tree(&app, &viewer, &name).await?;
+    let (_, tree) = super::scope::visible_tree(&app, &viewer, &name).await?;
     let username = f.username.trim().to_lowercase();
     let held = app
         .portal

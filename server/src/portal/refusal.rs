@@ -7,7 +7,7 @@
 //!
 //! [`said`] is pure; [`words`] reads the parents it names.
 
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::service::ServiceError;
 use quota::admission::{Denial, Shortfall};
 use quota::tree::TreeError;

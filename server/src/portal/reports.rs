@@ -6,7 +6,7 @@
 
 use super::auth::Viewer;
 use super::PageError;
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::reports::{self, Made, Params, ReportError};
 use crate::service::ServiceError;
 use app::reports::{ReportForm, ReportRow, ReportsPage};

@@ -5,9 +5,9 @@
 //! query string as the API (`?scope=own|subtree`).
 
 use super::auth::Viewer;
-use super::quotas::visible_tree;
+use super::scope::visible_tree;
 use super::PageError;
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::service::shares::{self, Scope, Table};
 use app::shares::{ShareRow, SharesPage};
 use axum::extract::{Path, RawQuery, State};

@@ -5,7 +5,7 @@
 use super::auth::Viewer;
 use super::PageError;
 use crate::authz::{self, Principal};
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::service::transfer_ops::{non_empty, parse_statuses, Scope, TransferOpError};
 use crate::service::transfers::{
     TopUp, Transfer, TransferFilter, TransferKind, TransferRequest, TransferStatus,
@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 pub const LIST_ROWS: i64 = 200;
 
 /// The pages (`/transfers…`).
-pub fn pages() -> Router<crate::http::AppState> {
+pub fn pages() -> Router<crate::edge::AppState> {
     Router::new()
         .route("/transfers", get(page_list).post(page_request))
         .route("/transfers/{id}", get(page_detail))

@@ -1,5 +1,5 @@
 //! Quotas written since the alert engine last looked: the service marks
-//! each write here, the engine (`alerts::engine`) takes the batch.
+//! each write here, the engine (`alert_engine`) takes the batch.
 
 use crate::store::Stored;
 use std::collections::BTreeMap;

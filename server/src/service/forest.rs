@@ -65,6 +65,19 @@ pub struct Refresh {
 }
 
 impl Service {
+    /// The forest `q`'s parent and siblings are read from, for what it
+    /// could borrow now (`quota::rollup::with_borrowing`): none for a
+    /// quota without a max. The quota page's keys table and
+    /// `GET /api/v1/quotas/{name}/usage` both ask it and read it with
+    /// [`family_in`] on the render threads, so their free now and
+    /// borrowable now are one figure and nothing of the forest is copied.
+    pub async fn family_of(&self, q: &Quota) -> Result<Option<Arc<Forest>>, ServiceError> {
+        if q.spec.max.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(self.forest().await?))
+    }
+
     /// Every quota as of now, with its subtree usage. Reads the stamps of
     /// all and the quotas written since the last call (none: the same
     /// forest as before, shared).
@@ -192,6 +205,21 @@ async fn build(
     })
     .await
     .map_err(|e| ServiceError::Internal(format!("building the forest: {e}")))
+}
+
+/// `q`'s parent and siblings in `forest` (none without one).
+pub fn family_in<'f>(forest: Option<&'f Forest>, q: &Quota) -> (Option<&'f Quota>, Vec<&'f Quota>) {
+    let Some(forest) = forest else {
+        return (None, Vec::new());
+    };
+    (
+        forest.quotas.iter().find(|p| p.name() == q.spec.parent),
+        forest
+            .quotas
+            .iter()
+            .filter(|s| s.spec.parent == q.spec.parent)
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@ pub mod transfers;
 pub mod working;
 
 use crate::metrics::Metrics;
-use crate::store::{QuotaStore, StoreError, Stored, Watched, WorkloadAt};
+use crate::store::{QuotaStore, Refusal, StoreError, Stored, Watched, WorkloadAt};
 use crate::util::{new_uid, now_ms};
 use axum::http::StatusCode;
 use quota::admission::{self, Denial};
@@ -248,7 +248,15 @@ impl From<StoreError> for ServiceError {
                 "bizrq {n} was changed by someone else; read it again"
             )),
             StoreError::Backend(m) => ServiceError::Internal(m),
-            StoreError::Refused(e) => *e,
+            StoreError::Refused { kind, message } => match kind {
+                Refusal::BadRequest => ServiceError::BadRequest(message),
+                Refusal::NotFound => ServiceError::NotFound(message),
+                Refusal::AlreadyExists => ServiceError::AlreadyExists(message),
+                Refusal::Conflict => ServiceError::Conflict(message),
+                Refusal::Forbidden => ServiceError::Refused(message),
+                Refusal::Unavailable => ServiceError::Unavailable(message),
+                Refusal::Internal => ServiceError::Internal(message),
+            },
         }
     }
 }

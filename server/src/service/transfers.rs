@@ -168,7 +168,7 @@ pub enum CrashPoint {
 }
 
 /// Who hears of a transfer's life: the alert engine
-/// (`alerts::engine::TransferAlerts`), passed in at startup, so the service
+/// (`alert_engine::TransferAlerts`), passed in at startup, so the service
 /// does not depend on it. Failures are the watcher's to log: a decision
 /// stands whatever happens to its alert.
 #[async_trait::async_trait]

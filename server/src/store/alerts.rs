@@ -3,8 +3,8 @@
 //! transaction; an alert already open (the same fingerprint, possibly opened
 //! by another replica a moment ago) is skipped together with its emails.
 
-use super::history::Params;
 use super::outbox::{self, NewMail};
+use super::sql::query::Params;
 use super::sql::SqlStore;
 use super::StoreError;
 use crate::alerts::{email, Condition, Evaluation, Kind, Level, Rule};

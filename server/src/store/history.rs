@@ -8,7 +8,9 @@
 //! quotas writes 10,000 rows rather than one per key. Quantities are stored
 //! as exact Kubernetes quantity strings inside JSON, never as floats.
 
-use super::sql::{to_json, SqlStore};
+use super::sql::query::{params_list, qos_text, values_list, Params};
+use super::sql::rows::to_json;
+use super::sql::SqlStore;
 use super::StoreError;
 use futures::TryStreamExt;
 use quota::keys::cash_target;
@@ -121,82 +123,6 @@ const INTO_DAYS: Folding = Folding {
 /// Start of the UTC bucket of `width` that holds `at_ms`.
 fn bucket_start(at_ms: i64, width: i64) -> i64 {
     at_ms - at_ms.rem_euclid(width)
-}
-
-/// How a statement writes its parameters on the database at hand. `$n`
-/// serves both, but SQLite finds a named parameter by walking the list of
-/// all of them, and sqlx asks it for every parameter's name as it binds:
-/// a statement of n `$n` parameters costs O(n²) to bind, which was half
-/// the ledger benchmark's CPU at 3,400 a statement (perf,
-/// `sqlite3_bind_parameter_name`). Anonymous `?`, which PostgreSQL
-/// refuses, are bound by position at no such cost; sqlx numbers them
-/// apart from `$n`, so they serve only a statement whose every parameter
-/// is in the one list (`values_list`, `Params::list`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Params {
-    Numbered,
-    Anonymous,
-}
-
-impl Params {
-    pub(super) fn of(conn: &sqlx::AnyConnection) -> Params {
-        if conn.backend_name().eq_ignore_ascii_case("sqlite") {
-            Params::Anonymous
-        } else {
-            Params::Numbered
-        }
-    }
-
-    pub(super) fn on(backend: super::sql::Backend) -> Params {
-        match backend {
-            super::sql::Backend::Sqlite => Params::Anonymous,
-            super::sql::Backend::Postgres => Params::Numbered,
-        }
-    }
-
-    /// `$1, $2, $3` (or `?, ?, ?`): a statement's only parameters.
-    pub(super) fn list(self, n: usize) -> String {
-        match self {
-            Params::Numbered => params_list(1, n),
-            Params::Anonymous => vec!["?"; n].join(", "),
-        }
-    }
-}
-
-/// `($1, $2, $3), ($4, $5, $6)` for 2 rows of 3 columns (`?` each on
-/// SQLite: `Params`), a statement's only parameters.
-/// Not `sqlx::QueryBuilder::push_values`: through the `Any` driver it
-/// writes `?` placeholders whatever the database, which PostgreSQL refuses.
-pub(super) fn values_list(params: Params, rows: usize, cols: usize) -> String {
-    let mut out = String::with_capacity(rows * cols * 5);
-    for r in 0..rows {
-        if r > 0 {
-            out.push_str(", ");
-        }
-        out.push('(');
-        for c in 0..cols {
-            if c > 0 {
-                out.push_str(", ");
-            }
-            match params {
-                Params::Numbered => {
-                    out.push('$');
-                    out.push_str(&(r * cols + c + 1).to_string());
-                }
-                Params::Anonymous => out.push('?'),
-            }
-        }
-        out.push(')');
-    }
-    out
-}
-
-/// `$4, $5, $6` for 3 parameters from the 4th.
-pub(super) fn params_list(first: usize, n: usize) -> String {
-    (first..first + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// What a sample records of a status (hard, used, selfUsed by value, so
@@ -401,14 +327,6 @@ impl Fold {
         }
         self.used.add(s.at_ms, s.used);
         self.self_used.add(s.at_ms, s.self_used);
-    }
-}
-
-pub(super) fn qos_text(q: QosClass) -> &'static str {
-    match q {
-        QosClass::Guaranteed => "Guaranteed",
-        QosClass::Burstable => "Burstable",
-        QosClass::BestEffort => "BestEffort",
     }
 }
 

@@ -10,7 +10,7 @@
 //! one. In cluster mode the controller appends each window after its
 //! status write (`append_window`), guarded by a per-quota mark.
 
-use super::history::{params_list, qos_text, values_list, Params};
+use super::sql::query::{params_list, qos_text, values_list, Params};
 use super::sql::SqlStore;
 use super::StoreError;
 use quota::budget::report::{self, Bucket, Dimension, Entry, Reason, ReportSpec};
@@ -723,7 +723,7 @@ impl SqlStore {
         // the marks' above, so the quotas and the rows are one moment's.)
         let copies = match also.is_empty() {
             true => Vec::new(),
-            false => super::sql::quotas_named(self.backend, &mut tx, also).await?,
+            false => super::sql::rows::quotas_named(self.backend, &mut tx, also).await?,
         };
         let (dim, by_quota) = match spec.by {
             Dimension::Quota | Dimension::Child => ("''", true),

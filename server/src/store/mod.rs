@@ -70,9 +70,37 @@ pub enum StoreError {
     #[error("store: {0}")]
     Backend(String),
     /// The store refused the write for a reason the person who asked can
-    /// read (the API server or an admission webhook), already said as such.
-    #[error(transparent)]
-    Refused(Box<crate::service::ServiceError>),
+    /// read (the API server or an admission webhook), already said as such
+    /// in `message`; `kind` says what sort of refusal it is.
+    #[error("{message}")]
+    Refused { kind: Refusal, message: String },
+}
+
+/// What sort of refusal a store passes on (`StoreError::Refused`): the
+/// service answers each as its own error of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Invalid as sent.
+    BadRequest,
+    NotFound,
+    AlreadyExists,
+    /// Changed by someone else, in the refuser's words.
+    Conflict,
+    /// Not allowed: a webhook's denial or the API server's authorisation.
+    Forbidden,
+    /// Cannot be taken now; trying again later may succeed.
+    Unavailable,
+    /// The refuser failed.
+    Internal,
+}
+
+impl StoreError {
+    pub fn refused(kind: Refusal, message: impl Into<String>) -> StoreError {
+        StoreError::Refused {
+            kind,
+            message: message.into(),
+        }
+    }
 }
 
 impl From<sqlx::Error> for StoreError {

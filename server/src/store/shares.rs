@@ -5,8 +5,8 @@
 //! the read holds (submitter, key) pairs, never rows or buckets; it is
 //! refused past `submitters::MAX_PAIRS` pairs or `READ_SECONDS`.
 
-use super::history::params_list;
 use super::ledger::from_limbs;
+use super::sql::query::params_list;
 use super::sql::SqlStore;
 use super::StoreError;
 use futures::TryStreamExt;

@@ -3,7 +3,8 @@
 //! guarded `UPDATE … WHERE status = …`, so two replicas acting on the same
 //! transfer cannot both move it: the loser touches no row and says so.
 
-use super::sql::{to_json, SqlStore};
+use super::sql::rows::to_json;
+use super::sql::SqlStore;
 use super::StoreError;
 use quota::transfer::{Decision, Plan};
 use quota::ResourceList;

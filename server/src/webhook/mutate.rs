@@ -12,7 +12,7 @@
 
 use super::{review_json, target, Verdict};
 use crate::cluster::events::{self, Notice};
-use crate::http::AppState;
+use crate::edge::AppState;
 use crate::service::queue::Queueing;
 use crate::service::{Service, ServiceError};
 use axum::body::Bytes;

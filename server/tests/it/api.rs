@@ -186,7 +186,7 @@ async fn tree_rules_and_bad_input() {
     // Oversized bodies are cut off at the limit. (Just over it: the server
     // answers 413 without reading the rest, and a body this size is already
     // in the socket buffers, so the client always gets to read the answer.)
-    let huge = vec![b' '; bizrq::http::API_BODY_LIMIT + 1024];
+    let huge = vec![b' '; bizrq::edge::API_BODY_LIMIT + 1024];
     let (st, _) = s
         .api_with(Method::POST, "/api/v1/quotas", Some(huge), Some(TOKEN))
         .await;

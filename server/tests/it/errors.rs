@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use axum::response::IntoResponse;
-use bizrq::http::ApiError;
+use bizrq::edge::ApiError;
 use bizrq::portal::PageError;
 use bizrq::service::ServiceError;
 use bizrq::webhook::{review_json, Verdict};

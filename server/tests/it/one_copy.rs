@@ -570,7 +570,7 @@ async fn a_childs_write_judges_its_parents_budget_at_once(url: &str) {
     );
     assert!(mails[0].text_body.contains("960"), "{}", mails[0].text_body);
     // The sweep agrees: nothing opened, nothing joined, nobody asked again.
-    bizrq::alerts::engine::evaluate_now(&running.service, &sql, "http://bizrq.test").await;
+    bizrq::alert_engine::evaluate_now(&running.service, &sql, "http://bizrq.test").await;
     let again = alerts_once(&s, "root", |_| true).await;
     assert_eq!(again.len(), root.len(), "{again:?}");
     assert_eq!(to_olga().await.len(), 1, "no second email");

@@ -9,7 +9,7 @@
 //! an admin's), and cluster mode through the fake API server.
 
 use crate::common::*;
-use bizrq::alerts::engine::TransferAlerts;
+use bizrq::alert_engine::TransferAlerts;
 use bizrq::metrics::Metrics;
 use bizrq::service::{Persist, Service, ServiceError};
 use bizrq::store::audit::AuditFilter;

@@ -4,7 +4,7 @@
 //! every scenario, used == selfUsed + Σ children's hard at every quota.
 
 use crate::common::*;
-use bizrq::alerts::engine::TransferAlerts;
+use bizrq::alert_engine::TransferAlerts;
 use bizrq::metrics::Metrics;
 use bizrq::service::{Persist, Service, ServiceError};
 use bizrq::store::sql::SqlStore;

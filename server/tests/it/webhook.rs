@@ -244,7 +244,7 @@ async fn scenario(db: &str) {
     let (code, text) = s
         .post_review_raw(
             "/validate/workloads",
-            vec![b' '; bizrq::http::WEBHOOK_BODY_LIMIT + 1024],
+            vec![b' '; bizrq::edge::WEBHOOK_BODY_LIMIT + 1024],
         )
         .await;
     assert_eq!(code, 413);

@@ -1,5 +1,6 @@
 use super::*;
-use crate::alerts::{conditions, engine, evaluate, grouped};
+use crate::alert_engine as engine;
+use crate::alerts::{conditions, evaluate, grouped};
 use crate::authz::Role;
 use crate::store::testdb::on_both_databases;
 use quota::{Quota, QuotaSpec};
@@ -238,7 +239,7 @@ async fn a_transfer_alert_reaches_the_admins_and_outlives_a_sweep(s: &SqlStore) 
         kind: Default::default(),
         top_up: None,
     };
-    let requested = crate::alerts::engine::transfer_condition(Kind::TransferRequested, &t);
+    let requested = crate::alert_engine::transfer_condition(Kind::TransferRequested, &t);
     let to = |c: &crate::alerts::Condition| -> BTreeMap<String, Vec<Recipient>> {
         [(
             c.fingerprint(),

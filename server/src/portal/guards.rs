@@ -14,8 +14,8 @@
 //! - On `/api/` routes, a body over the limit answers 413 in the API's
 //!   JSON error shape instead of plain text.
 
-use super::limits::control_char;
-use crate::http::{ApiError, API_BODY_LIMIT};
+use crate::edge::limits::control_char;
+use crate::edge::{ApiError, API_BODY_LIMIT};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, Method, StatusCode};

@@ -3,10 +3,10 @@
 //! emails in one transaction. It runs on every replica: opening an alert is
 //! idempotent across them (see `SqlStore::apply_evaluation`).
 
-use super::{Condition, Evaluation, Kind, Level, OpenAlert, SubtreeUse};
+use crate::alerts::{Condition, Evaluation, Kind, Level, OpenAlert, SubtreeUse};
 use serde_json::json;
 // What the service marks as written; the engine takes it from there.
-pub use crate::service::changed::{Changed, Seen};
+use crate::service::changed::Seen;
 use crate::service::transfers::TransferWatcher;
 use crate::service::working::has_budget;
 use crate::service::working::{Accrued, Working};
@@ -223,7 +223,7 @@ pub const EVALUATE_CHUNK: usize = 250;
 pub async fn evaluate_in_chunks<Q, U>(
     quotas: &[Q],
     in_use: &U,
-    rules: &BTreeMap<String, Vec<super::Rule>>,
+    rules: &BTreeMap<String, Vec<crate::alerts::Rule>>,
     open: &BTreeMap<String, Vec<OpenAlert>>,
     forecasts: &BTreeMap<String, BTreeMap<String, Outlook>>,
     now_ms: i64,
@@ -236,14 +236,15 @@ where
     let mut out = Evaluation::default();
     let mut pace = crate::util::Pace::start();
     for chunk in quotas.chunks(EVALUATE_CHUNK) {
-        let e = super::evaluate_each(chunk, in_use, rules, open, forecasts, now_ms, keys);
+        let e = crate::alerts::evaluate_each(chunk, in_use, rules, open, forecasts, now_ms, keys);
         out.open.extend(e.open);
         out.resolve.extend(e.resolve);
         out.update.extend(e.update);
         out.escalate.extend(e.escalate);
         pace.rest().await;
     }
-    out.resolve.extend(super::resolve_deleted(quotas, open));
+    out.resolve
+        .extend(crate::alerts::resolve_deleted(quotas, open));
     out
 }
 
@@ -285,11 +286,11 @@ pub struct BudgetInputs {
     periods: BTreeMap<String, quota::budget::periods::PeriodStatus>,
     spending: Vec<(String, quota::Quantity)>,
     /// Its alert rules (a threshold lowered judges it again).
-    rules: Vec<super::Rule>,
+    rules: Vec<crate::alerts::Rule>,
 }
 
 impl BudgetInputs {
-    pub fn of(q: &Quota, rules: &[super::Rule]) -> BudgetInputs {
+    pub fn of(q: &Quota, rules: &[crate::alerts::Rule]) -> BudgetInputs {
         let cash = |l: &quota::ResourceList| -> Vec<(String, quota::Quantity)> {
             l.iter()
                 .filter(|(k, _)| cash_target(k).is_some())
@@ -537,7 +538,7 @@ pub async fn evaluate_changed(
         .iter()
         .map(|c| &**c)
         .partition(|c| !w.accrues() || !has_budget(c) || rejudged.contains(c.name()));
-    let mut e = super::evaluate_each(
+    let mut e = crate::alerts::evaluate_each(
         &full,
         &in_use,
         &rules,
@@ -547,7 +548,7 @@ pub async fn evaluate_changed(
         &service.keys,
     );
     for q in kept_budgets {
-        let cs = super::conditions(
+        let cs = crate::alerts::conditions(
             q,
             in_use.of(q.name()),
             rules.get(q.name()).unwrap_or(&none),
@@ -557,7 +558,10 @@ pub async fn evaluate_changed(
         );
         let was = open.get(q.name()).map(Vec::as_slice).unwrap_or_default();
         let found = keeping_budget_keys(
-            super::evaluate(super::grouped(without_budgets(cs), &service.keys), was),
+            crate::alerts::evaluate(
+                crate::alerts::grouped(without_budgets(cs), &service.keys),
+                was,
+            ),
             was,
         );
         e.open.extend(found.open);
@@ -565,7 +569,8 @@ pub async fn evaluate_changed(
         e.update.extend(found.update);
         e.escalate.extend(found.escalate);
     }
-    e.resolve.extend(super::evaluate(Vec::new(), &gone).resolve);
+    e.resolve
+        .extend(crate::alerts::evaluate(Vec::new(), &gone).resolve);
     for name in &above {
         let Some(q) = service.cached_quota(name) else {
             continue;
@@ -577,7 +582,7 @@ pub async fn evaluate_changed(
         // cluster the stored spending is the working copy, so its budget
         // is judged here too, at once.
         let judged_copy = judged.get(name);
-        let usage: Vec<Condition> = super::conditions(
+        let usage: Vec<Condition> = crate::alerts::conditions(
             judged_copy.unwrap_or(&q.quota),
             in_use.of(name),
             rules.get(name).unwrap_or(&none),
@@ -592,7 +597,7 @@ pub async fn evaluate_changed(
         })
         .collect();
         let was = open.get(name).map(Vec::as_slice).unwrap_or_default();
-        let found = super::evaluate(super::grouped(usage, &service.keys), was);
+        let found = crate::alerts::evaluate(crate::alerts::grouped(usage, &service.keys), was);
         e.open.extend(found.open);
         // Keys that crossed join its alert; none leaves it here (the
         // sweep, which reads every quota, takes them out).
@@ -729,7 +734,7 @@ async fn ancestors(service: &Service, quota: &str, parents: &mut Forest) {
 /// runs now: no samples are read.
 fn forecasts<Q: std::borrow::Borrow<Quota>>(
     quotas: &[Q],
-    rules: &BTreeMap<String, Vec<super::Rule>>,
+    rules: &BTreeMap<String, Vec<crate::alerts::Rule>>,
     pricing: &app::tree::Pricing,
 ) -> BTreeMap<String, BTreeMap<String, Outlook>> {
     let mut out = BTreeMap::new();
@@ -741,7 +746,7 @@ fn forecasts<Q: std::borrow::Borrow<Quota>>(
             .hard
             .keys()
             .filter(|k| k.starts_with(quota::keys::CASH_PREFIX))
-            .filter(|k| super::forecast_horizon(q, rs, k).is_some())
+            .filter(|k| crate::alerts::forecast_horizon(q, rs, k).is_some())
             .map(|k| {
                 let o = quota::forecast::outlook(q, k, pricing.now_ms, &pricing.qos, &pricing.list);
                 (k.clone(), o)
@@ -833,7 +838,7 @@ async fn recipients_of<'a>(
     by_quota: &mut BTreeMap<(&'a str, Kind, bool), Vec<Recipient>>,
     c: &'a Condition,
 ) -> Result<Vec<Recipient>, StoreError> {
-    let admins = super::tells_admins(c.kind, &c.key);
+    let admins = crate::alerts::tells_admins(c.kind, &c.key);
     if let Some(to) = by_quota.get(&(c.quota.as_str(), c.kind, admins)) {
         return Ok(to.clone());
     }
@@ -1029,7 +1034,7 @@ pub async fn queue_digests(
     public_url: &str,
     keys: &quota::KeyConfig,
 ) -> Result<usize, StoreError> {
-    let cutoff = super::digest_cutoff(now_ms, digest_hour);
+    let cutoff = crate::alerts::digest_cutoff(now_ms, digest_hour);
     let mut queued = 0;
     for user in sql.digest_users(cutoff).await? {
         if sql
