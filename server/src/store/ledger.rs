@@ -606,9 +606,9 @@ impl SqlStore {
                 // then overwritten in place (an upsert changes no indexed
                 // column, so of a row's six b-trees only the table's is
                 // touched): a cell is summed into once per chunk that holds
-                // its entries, about twenty times an hour at this chunk
-                // size in the benchmark, and was deleted and
-                // inserted again each time (README, ledger benchmark).
+                // its entries, many times over a long history, and a delete
+                // and insert each time would touch all six b-trees
+                // (docs/benchmarks.md, "Budget ledger and reports").
                 let ids: Vec<String> = rollup::roll_up(&entries, grid)
                     .iter()
                     .map(|e| rolled_id(e, level))

@@ -53,7 +53,8 @@ pub struct SqlStore {
 /// compared on its version. With reviews spread over many quotas every
 /// group commit (`service::group`) is a write of its own; one statement
 /// for many is one trip to sqlx's SQLite thread, one commit and one
-/// write-ahead-log append instead of one each (README, issue 16).
+/// write-ahead-log append instead of one each (docs/benchmarks.md,
+/// "Writes of many quotas in one statement").
 /// A writer is answered only once the statement that holds its row is
 /// committed; one whose row the statement did not match lost its swap.
 #[derive(Default)]
@@ -137,10 +138,10 @@ const PING_IF_IDLE: Duration = Duration::from_secs(30);
 
 /// What every pool shares. sqlx pings a connection before every acquire
 /// by default: a round trip to the SQLite connection's worker thread, or
-/// to PostgreSQL, before each statement, which a flat-out admission
-/// profile put at a tenth of the server's CPU with the thread switches it
-/// causes (README, issue 16's figures). Only a connection idle for
-/// `PING_IF_IDLE` is pinged now: one a statement just used is alive, and
+/// to PostgreSQL, before each statement, which costs a flat-out admission
+/// profile a share of the server's CPU with the thread switches it causes
+/// (docs/benchmarks.md, "Where a flat-out review's CPU goes"). Only a connection idle for
+/// `PING_IF_IDLE` is pinged: one a statement just used is alive, and
 /// a statement on a connection that broke since fails like any other.
 fn pool_options() -> AnyPoolOptions {
     AnyPoolOptions::new()
@@ -181,9 +182,9 @@ fn sqlite_options(n: u32) -> AnyPoolOptions {
                     // default), so the log restarts from its
                     // beginning: checkpoints from another
                     // connection alone never catch up with a
-                    // writer that never pauses, and the log grew
-                    // by 25-60 MB a second under load (README,
-                    // issue 16). The background's checkpoints
+                    // writer that never pauses, and the log would
+                    // grow without end under load (docs/benchmarks.md,
+                    // "Writes of many quotas in one statement"). The background's checkpoints
                     // (`checkpoint`, every 200 ms) copy most of
                     // the log first, off the commit path, and
                     // what remains when writes stop.
