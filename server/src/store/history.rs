@@ -41,9 +41,9 @@ pub const HOURLY_FOR_MS: i64 = 90 * DAY_MS;
 /// Samples older than this are deleted.
 pub const KEEP_FOR_MS: i64 = 730 * DAY_MS;
 
-/// Rows per multi-row statement. Through sqlx, 100 rows records 10,000
-/// quotas on SQLite 2.5× faster than 500 (measured), and 600 parameters are
-/// far below either database's limit.
+/// Rows per multi-row statement. Through sqlx, 100 rows a statement records
+/// a large forest on SQLite faster than 500 do (docs/benchmarks.md, "Figures
+/// kept from code comments"), and 600 parameters are far below either database's limit.
 const BATCH_ROWS: usize = 100;
 /// Quotas per usage-sample transaction: each holds SQLite's one writer
 /// (which admissions wait for) for about a millisecond.
@@ -126,9 +126,9 @@ fn bucket_start(at_ms: i64, width: i64) -> i64 {
 /// How a statement writes its parameters on the database at hand. `$n`
 /// serves both, but SQLite finds a named parameter by walking the list of
 /// all of them, and sqlx asks it for every parameter's name as it binds:
-/// a statement of n `$n` parameters costs O(n²) to bind, which was half
-/// the ledger benchmark's CPU at 3,400 a statement (perf,
-/// `sqlite3_bind_parameter_name`). Anonymous `?`, which PostgreSQL
+/// a statement of n `$n` parameters costs O(n²) to bind, which dominates
+/// the ledger benchmark's profile at thousands a statement
+/// (`sqlite3_bind_parameter_name`; docs/benchmarks.md, "Budget ledger and reports"). Anonymous `?`, which PostgreSQL
 /// refuses, are bound by position at no such cost; sqlx numbers them
 /// apart from `$n`, so they serve only a statement whose every parameter
 /// is in the one list (`values_list`, `Params::list`).

@@ -64,9 +64,9 @@ fn qos_from(s: &str) -> Result<QosClass, StoreError> {
 /// Fields are separated by a byte no Kubernetes name or key can hold.
 /// The hash is led by the entry's start (16 hex digits and `-`), so the
 /// entries of one window sit together in the primary key's index and an
-/// append dirties a few of its pages, not one per entry (with the hash
-/// alone the ledger benchmark wrote half as fast; migration 0017
-/// gave stored ids the same lead).
+/// append dirties a few of its pages, not one per entry, which would
+/// slow the ledger's writes (docs/benchmarks.md, "Budget ledger and reports");
+/// migration 0017 gives stored ids the same lead.
 pub fn entry_id(e: &Entry) -> String {
     let parts = [
         e.quota.as_str(),
