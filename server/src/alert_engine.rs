@@ -29,8 +29,8 @@ use std::time::Duration;
 /// happen (`Changed`); the sweep is the net under them (a process that
 /// died between a write and its evaluation, kubectl changes nobody here
 /// wrote) and the clock for the cash forecast. It reads every quota, which
-/// on 10,000 quotas costs a few hundred ms of one core: at 30 s that
-/// showed in admission latency (p99 5 → 200 ms at 1,000/s).
+/// on a large forest takes a core for a while: swept every few seconds, that
+/// shows in admission latency (docs/benchmarks.md, "No stalls").
 pub const EVERY: Duration = Duration::from_secs(300);
 /// After a write, how long to wait for more before evaluating: a burst of
 /// admissions is one evaluation.

@@ -126,8 +126,8 @@ pub struct ServeArgs {
     #[arg(long, env = "BIZRQ_ADMISSION_CPUS", default_value_t = 1)]
     pub admission_cpus: usize,
     /// The portal's islands bundle: a directory holding `bizrq_islands.js`
-    /// and `bizrq_islands_bg.wasm` (wasm-bindgen's output, README "Portal
-    /// islands"). Unset: pages are server-rendered only, as with JavaScript off.
+    /// and `bizrq_islands_bg.wasm` (wasm-bindgen's output, docs/portal.md
+    /// "Portal islands"). Unset: pages are server-rendered only, as with JavaScript off.
     #[arg(long, env = "BIZRQ_ISLANDS_DIR")]
     pub islands_dir: Option<PathBuf>,
     /// PEM certificate for the webhook; self-signed when absent.

@@ -627,11 +627,11 @@ impl Core {
 }
 
 /// How often SQLite's write-ahead log is checkpointed off the admissions'
-/// path: at 1,000 admissions/s it grows by a few MB a second, and what this
+/// path: under steady admissions the log grows quickly, and what this
 /// copies the writer's own checkpoint (at 1,000 pages of log, inside the
 /// commit of whichever write crosses them) need not copy while admissions
-/// wait. Every 2 s, paced admissions' p99 on SQLite was 6.2–7.3 ms; every
-/// 200 ms, 4.9 ms (README, Benchmarks, "The allocator and kept sums").
+/// wait. A short period leaves the writer's checkpoint little to copy, which
+/// shortens paced admissions' tail (docs/benchmarks.md, "The allocator and kept sums").
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 
 /// The webhook's TLS: the given certificate (reloaded when its files

@@ -3,10 +3,10 @@ use clap::Parser;
 use std::io::Write;
 
 /// jemalloc rather than glibc's malloc. Under admission load glibc's
-/// allocator took about 30 % of the server's CPU, most of it consolidating
-/// its fast bins whenever a TLS record or a review body asked for a large
-/// block; with jemalloc the same load costs 15–30 % less CPU per admission
-/// (README, Benchmarks, "The allocator and kept sums"). Only the binary:
+/// allocator spends much of the server's CPU consolidating its fast bins
+/// whenever a TLS record or a review body asks for a large block; jemalloc
+/// does not, so the same load costs less CPU per admission
+/// (docs/benchmarks.md, "The allocator and kept sums"). Only the binary:
 /// the library and its tests keep the system allocator.
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]

@@ -64,7 +64,7 @@ pub fn http_router(app: AppState) -> Router {
         .layer(DefaultBodyLimit::max(edge::API_BODY_LIMIT))
         .layer(middleware::from_fn(portal::guards::security_headers))
         // Pages, JSON and CSV gzipped for clients that accept it (a
-        // department's page is ~1 MB of HTML, ~10 % of it gzipped). The
+        // department's page is much repetitive HTML, which gzip shrinks well). The
         // fastest level: the cost is bounded by what a request may render.
         // Not the webhook's: the API server's reviews are small and
         // latency is all that matters there. Pages carry their CSRF token

@@ -76,9 +76,9 @@ fn formula_like(s: &str) -> bool {
 /// sleeps `RATIO` times as long as the chunk took, so the work uses at most
 /// a quarter of the time while it runs — the cost-based delay PostgreSQL's
 /// autovacuum paces itself with (`vacuum_cost_delay`). Only yielding is not
-/// enough on two cores: a sample of 10,000 quotas is 0.2–0.6 s of CPU, and
-/// every admission arriving meanwhile waits behind it (600 of them at
-/// 1,000/s, enough to make a minute's p99 alone).
+/// enough on two cores: a sample of a large forest keeps a core busy for a
+/// long stretch, and every admission arriving meanwhile waits behind it,
+/// enough of them to make a minute's p99 alone (docs/benchmarks.md, "No stalls").
 pub struct Pace {
     since: std::time::Instant,
 }

@@ -346,7 +346,7 @@ impl BizGroupResourceQuota {
     /// The same object in the engine's type, field by field: the status (a
     /// busy quota's largest part) is cloned, not converted through JSON.
     /// Every read of the watch's copy (a create's judgement, a quota's
-    /// children, a round) converts, so a JSON round trip here was most of
+    /// children, a round) converts, so a JSON round trip here would be most of
     /// the controller's and the webhook's CPU at scale (docs/benchmarks.md,
     /// "where the CPU goes at scale"). `to_quota_via_json` is the
     /// reference it must equal.

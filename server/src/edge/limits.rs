@@ -84,8 +84,9 @@ const MAX_BLOCKS: usize = 64 * 1024;
 
 /// A hashing thread's argon2 memory, allocated once and reused. Given a
 /// fresh 19 MiB buffer per hash (as `password-auth` does), glibc's
-/// allocator kept about ten of them per thread (measured: +19 MiB resident
-/// per hash up to ~220 MiB); one buffer per thread keeps it at 19 MiB.
+/// allocator keeps several of them per thread, so resident memory grows
+/// with each hash (docs/portal-accounts.md, "Passwords"); one buffer per
+/// thread keeps it at 19 MiB.
 /// The PHC strings are the same as `password-auth`'s (argon2id, v=19,
 /// default parameters), so either verifies the other's.
 #[derive(Default)]

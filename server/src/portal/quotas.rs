@@ -1730,7 +1730,7 @@ mod tests {
 
     /// Debug timings of the working copies on a forest of 10,101 quotas
     /// (root → 100 departments → 100 teams, each team running a card),
-    /// the way each reader made them before and makes them now
+    /// the way each reader makes them, beside the whole-forest way they replace
     /// (docs/benchmarks.md "Working copies on a big forest"):
     /// `cargo test -p bizrq --lib -- --ignored copies_on_a_big_forest --nocapture`.
     #[test]
@@ -1806,9 +1806,9 @@ mod tests {
 
     /// Debug timings of what a member's quota page reads from SQLite on
     /// the same forest of 10,101 quotas, the member bound at the root
-    /// (docs/benchmarks.md "A member's page reads what it shows"): before,
+    /// (docs/benchmarks.md "A member's page reads what it shows"), beside
     /// every quota the member may see (`changes::visible_quotas`, the
-    /// root's subtree); now a leaf's page reads its subtree and its line
+    /// root's subtree): a leaf's page reads its subtree and its line
     /// (`line_above`), a department's its 101 quotas and the root:
     /// `cargo test -p bizrq --lib -- --ignored a_members_page_reads --nocapture`.
     #[tokio::test]

@@ -66,8 +66,8 @@ pub struct Scope {
 impl Scope {
     /// From the forest the service keeps (`Service::forest`): each call
     /// reads only the quotas' stamps and what was written since the last,
-    /// never the whole forest again (a member's transfer list read and
-    /// parsed every quota, 0.3 s per request at 2,000 quotas).
+    /// never the whole forest again (reading and parsing every quota for a
+    /// member's transfer list is slow on a large forest).
     pub async fn load(service: &Service) -> Result<Scope, ServiceError> {
         Ok(Scope::of(service.forest().await?.quotas.clone()))
     }

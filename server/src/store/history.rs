@@ -43,9 +43,9 @@ pub const HOURLY_FOR_MS: i64 = 90 * DAY_MS;
 /// Samples older than this are deleted.
 pub const KEEP_FOR_MS: i64 = 730 * DAY_MS;
 
-/// Rows per multi-row statement. Through sqlx, 100 rows records 10,000
-/// quotas on SQLite 2.5× faster than 500 (measured), and 600 parameters are
-/// far below either database's limit.
+/// Rows per multi-row statement. Through sqlx, 100 rows a statement records
+/// a large forest on SQLite faster than 500 do (docs/benchmarks.md, "Figures
+/// once kept in code comments"), and 600 parameters are far below either database's limit.
 const BATCH_ROWS: usize = 100;
 /// Quotas per usage-sample transaction: each holds SQLite's one writer
 /// (which admissions wait for) for about a millisecond.

@@ -64,9 +64,9 @@ fn qos_from(s: &str) -> Result<QosClass, StoreError> {
 /// Fields are separated by a byte no Kubernetes name or key can hold.
 /// The hash is led by the entry's start (16 hex digits and `-`), so the
 /// entries of one window sit together in the primary key's index and an
-/// append dirties a few of its pages, not one per entry (with the hash
-/// alone the ledger benchmark wrote half as fast; migration 0017
-/// gave stored ids the same lead).
+/// append dirties a few of its pages, not one per entry, which would
+/// slow the ledger's writes (docs/benchmarks.md, "Budget ledger and reports");
+/// migration 0017 gives stored ids the same lead.
 pub fn entry_id(e: &Entry) -> String {
     let parts = [
         e.quota.as_str(),
@@ -606,9 +606,9 @@ impl SqlStore {
                 // then overwritten in place (an upsert changes no indexed
                 // column, so of a row's six b-trees only the table's is
                 // touched): a cell is summed into once per chunk that holds
-                // its entries, about twenty times an hour at this chunk
-                // size in the benchmark, and was deleted and
-                // inserted again each time (README, ledger benchmark).
+                // its entries, many times over a long history, and a delete
+                // and insert each time would touch all six b-trees
+                // (docs/benchmarks.md, "Budget ledger and reports").
                 let ids: Vec<String> = rollup::roll_up(&entries, grid)
                     .iter()
                     .map(|e| rolled_id(e, level))

@@ -27,7 +27,7 @@ pub const CREDENTIAL_GEN_KEY: &str = "credential_gen";
 /// again. With an idle expiry tower-sessions saves the session on every
 /// request to push it forward, and on SQLite each save is a write on the
 /// one writer admissions commit on: a portal under load (clients retrying
-/// their 429s) made tens of such writes a second. A session then ends
+/// their 429s) would make tens of such writes a second. A session then ends
 /// after between `idle − 60 s` and `idle` without activity.
 pub const EXPIRY_REFRESH_MS: i64 = 60_000;
 

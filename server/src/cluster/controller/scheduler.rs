@@ -1,5 +1,5 @@
-//! The one scheduling loop over every queue (docs/queueing.md, "The
-//! scheduler"). A quota's reconcile no longer runs its queue's round: it
+//! The one scheduling loop over every queue (docs/queueing.md §12, "One
+//! scheduler over every queue"). A quota's reconcile does not run its queue's round: it
 //! asks for one (`schedule`), and this loop, one task for the whole
 //! controller, takes every quota asked for since its last cycle and runs
 //! their rounds:
@@ -7,8 +7,8 @@
 //! - **every queue asked for gets its round in the next cycle**: a cycle
 //!   takes the whole set at once, so no queue waits behind the reconcile
 //!   workers' backlog nor behind other queues' rounds for more than one
-//!   cycle (issue 30: with rounds inside the per-quota reconciles, 19 of
-//!   30 queues got none for minutes);
+//!   cycle (rounds inside the per-quota reconciles leave most queues of a
+//!   busy controller without one for minutes: docs/queueing.md §12);
 //! - **in fair order**: the rounds start, `--workers` at once, the quota
 //!   whose dominant share (`quota::fair`) of its parent's room is smallest
 //!   first (ties by name). Who gets which part of a parent's idle room is
@@ -19,10 +19,10 @@
 //!   admission's charge, the entries' removal and the restated queue in
 //!   one compare-and-swap; one loan asked of the parent for the whole
 //!   round), then the holds released together, then the quota's
-//!   preemption step, as the reconcile ran them before.
+//!   preemption step, in that order.
 //!
 //! A quota's round and its reconcile never run at once (`one_at_a_time`),
-//! as when the round ran inside the reconcile, except for the releases of
+//! except for the releases of
 //! what the round admitted and the suspends of the preemptions it made
 //! due: those are writes through the API server and
 //! both webhooks, seconds under load, and run without the quota held, so

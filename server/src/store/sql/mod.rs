@@ -529,8 +529,8 @@ mod tests {
         }
         // 40 rounds of a charge more on each quota: 4,000 commits, each
         // appending every page it changed (the quota's row, the new
-        // charge's row and its two index entries) to the log: 74 MB of it
-        // when only another connection checkpoints.
+        // charge's row and its two index entries) to the log: far past the
+        // bound below when only another connection checkpoints.
         for round in 0..40 {
             for s in current.iter_mut() {
                 let mut status = s.quota.status.clone();

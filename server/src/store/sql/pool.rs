@@ -35,10 +35,10 @@ pub(super) const PING_IF_IDLE: Duration = Duration::from_secs(30);
 
 /// What every pool shares. sqlx pings a connection before every acquire
 /// by default: a round trip to the SQLite connection's worker thread, or
-/// to PostgreSQL, before each statement, which a flat-out admission
-/// profile put at a tenth of the server's CPU with the thread switches it
-/// causes (README, issue 16's figures). Only a connection idle for
-/// `PING_IF_IDLE` is pinged now: one a statement just used is alive, and
+/// to PostgreSQL, before each statement, which costs a flat-out admission
+/// profile a share of the server's CPU with the thread switches it causes
+/// (docs/benchmarks.md, "Figures once kept in code comments"). Only a connection idle for
+/// `PING_IF_IDLE` is pinged: one a statement just used is alive, and
 /// a statement on a connection that broke since fails like any other.
 pub(super) fn pool_options() -> AnyPoolOptions {
     AnyPoolOptions::new()
@@ -79,9 +79,9 @@ pub(super) fn sqlite_options(n: u32) -> AnyPoolOptions {
                     // default), so the log restarts from its
                     // beginning: checkpoints from another
                     // connection alone never catch up with a
-                    // writer that never pauses, and the log grew
-                    // by 25-60 MB a second under load (README,
-                    // issue 16). The background's checkpoints
+                    // writer that never pauses, and the log would
+                    // grow without end under load (docs/benchmarks.md,
+                    // "Writes of many quotas in one statement"). The background's checkpoints
                     // (`checkpoint`, every 200 ms) copy most of
                     // the log first, off the commit path, and
                     // what remains when writes stop.

@@ -9,9 +9,9 @@ use quota::usage::QosClass;
 /// How a statement writes its parameters on the database at hand. `$n`
 /// serves both, but SQLite finds a named parameter by walking the list of
 /// all of them, and sqlx asks it for every parameter's name as it binds:
-/// a statement of n `$n` parameters costs O(n²) to bind, which was half
-/// the ledger benchmark's CPU at 3,400 a statement (perf,
-/// `sqlite3_bind_parameter_name`). Anonymous `?`, which PostgreSQL
+/// a statement of n `$n` parameters costs O(n²) to bind, which dominates
+/// the ledger benchmark's profile at thousands a statement
+/// (`sqlite3_bind_parameter_name`; docs/benchmarks.md, "Budget ledger and reports"). Anonymous `?`, which PostgreSQL
 /// refuses, are bound by position at no such cost; sqlx numbers them
 /// apart from `$n`, so they serve only a statement whose every parameter
 /// is in the one list (`values_list`, `Params::list`).

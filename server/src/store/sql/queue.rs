@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 /// compared on its version. With reviews spread over many quotas every
 /// group commit (`service::group`) is a write of its own; one statement
 /// for many is one trip to sqlx's SQLite thread, one commit and one
-/// write-ahead-log append instead of one each (README, issue 16).
+/// write-ahead-log append instead of one each (docs/benchmarks.md,
+/// "Writes of many quotas in one statement").
 /// A writer is answered only once the statement that holds its row is
 /// committed; one whose row the statement did not match lost its swap.
 #[derive(Default)]
