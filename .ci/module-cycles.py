@@ -12,9 +12,11 @@ Two passes, both must find no cycle:
 - modules: each top-level module with its submodules is one room (the
   crate's layers: `service`, `store`, `portal`, ...), so this shows the
   layering between them;
-- files: every file is a node; a parent's `mod` declarations and its
-  `pub use` re-exports of its children are naming, not dependence, and
-  are not edges, every other path is.
+- files: every file is a node, and every `crate::`, `super::` and
+  `self::` path is an edge to the file it names. A parent reaching its
+  own children by their bare names (`mod child;`, `child::Item`, and a
+  `pub use` of them) composes them and is not an edge; a child reaching
+  back up (`super::Item`) is.
 
 Usage: module-cycles.py CRATE_SRC_DIR
 """
