@@ -183,13 +183,12 @@ async fn run(quotas: usize, per: usize) {
             .read(&job_json(&name, &run, 10, false), &cfg)
             .unwrap();
         service
-            .charge_workload(
+            .charge(bizrq::service::ChargeRequest::new(
                 &name,
                 &format!("batch/Job/ns/{run}"),
                 w.pod_sets.clone(),
                 &format!("uid-{run}"),
-                false,
-            )
+            ))
             .await
             .unwrap();
         ctx.seed_for_bench(&[(adapter, ar.clone())], |v| {

@@ -909,14 +909,14 @@ pub async fn seed(
         let count = replicas_at(&b.work, now, now);
         let user = submitter(&b.quota);
         service
-            .charge_by(
-                &b.quota,
-                &b.wref,
-                scaled(&b.pod_sets, count),
-                quota::budget::hold::RunDecl::Object(Ok(None)),
-                &crate::util::new_uid(),
-                Some(user.as_str()),
-                false,
+            .charge(
+                crate::service::ChargeRequest::new(
+                    &b.quota,
+                    &b.wref,
+                    scaled(&b.pod_sets, count),
+                    &crate::util::new_uid(),
+                )
+                .submitted_by(Some(user.as_str())),
             )
             .await?;
     }

@@ -56,10 +56,10 @@ impl Verdict {
         self
     }
 
-    /// A refusal, coded by the one table (`ServiceError::status`,
+    /// A refusal, coded by the one table (`edge::status_of`,
     /// docs/errors.md).
     pub fn from_error(e: ServiceError) -> Verdict {
-        let (status, reason) = e.status();
+        let (status, reason) = crate::edge::status_of(&e);
         let refusal = events::refusal(&e);
         let retry_after = e.retry_after();
         let message = match e {
@@ -445,8 +445,13 @@ async fn review_workload(svc: &Arc<Service>, req: &Request) -> Result<Verdict, S
                             true => format!("{}{}", quota::object::OWN_CHARGE, workload.meta.uid),
                             false => req.uid.clone(),
                         };
-                        svc.charge_by(quota, &wref, sets, run, &uid, by, dry)
-                            .await?
+                        svc.charge(
+                            crate::service::ChargeRequest::new(quota, &wref, sets, &uid)
+                                .run_time(run)
+                                .submitted_by(by)
+                                .dry_run(dry),
+                        )
+                        .await?
                     }
                     quota::admission::Step::Check { quota, usage } => {
                         svc.check_usage(quota, &usage).await?

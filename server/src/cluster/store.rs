@@ -1320,9 +1320,14 @@ mod tests {
             per_pod,
             qos: None,
         }];
-        svc.charge_workload("nlp", "apps/Deployment/ml/mine", sets, "uid", false)
-            .await
-            .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "nlp",
+            "apps/Deployment/ml/mine",
+            sets,
+            "uid",
+        ))
+        .await
+        .unwrap();
         server.await.unwrap();
         assert_eq!(svc.metrics.cas_conflicts.get(), 1);
     }

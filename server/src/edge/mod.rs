@@ -117,8 +117,30 @@ impl ApiError {
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
             ApiError::TooMany(..) => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
-            ApiError::Service(e) => e.status(),
+            ApiError::Service(e) => status_of(e),
         }
+    }
+}
+
+/// The one table from a service error to an HTTP status and a reason,
+/// used by the JSON API, the portal's pages and the webhook's verdicts
+/// (docs/errors.md). `Internal` details are logged by the edges, never
+/// sent.
+pub fn status_of(e: &ServiceError) -> (StatusCode, &'static str) {
+    match e {
+        ServiceError::Denied(_) => (StatusCode::FORBIDDEN, "QuotaExceeded"),
+        ServiceError::Tree(_) => (StatusCode::UNPROCESSABLE_ENTITY, "TreeRule"),
+        ServiceError::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
+        ServiceError::AlreadyExists(_) => (StatusCode::CONFLICT, "AlreadyExists"),
+        ServiceError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
+        ServiceError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
+        ServiceError::Contention(_) => (StatusCode::TOO_MANY_REQUESTS, "Contention"),
+        // The API server refused one of bizrq's own writes (another
+        // webhook, RBAC): in its words, as a refusal.
+        ServiceError::Refused(_) => (StatusCode::FORBIDDEN, "Refused"),
+        // The API server could not reach the admission webhook.
+        ServiceError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Unavailable"),
+        ServiceError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal"),
     }
 }
 

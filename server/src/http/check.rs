@@ -85,8 +85,12 @@ pub async fn check(
                 quota::budget::hold::RunDecl::Object(r) => quota::budget::hold::RunDecl::Changed(r),
                 other => other,
             };
-            svc.charge_with_run_time(quota, &wref, w.pod_sets.clone(), run, "check", true)
-                .await
+            svc.charge(
+                crate::service::ChargeRequest::new(quota, &wref, w.pod_sets.clone(), "check")
+                    .run_time(run)
+                    .dry_run(true),
+            )
+            .await
         }
         ChargeMode::CheckOnly => svc.check_usage(quota, &usage).await,
     };

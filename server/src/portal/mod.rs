@@ -207,7 +207,7 @@ pub enum PageError {
     #[error("{0}")]
     Internal(String),
     /// A refusal of the service layer, coded by its one table
-    /// (`ServiceError::status`, docs/errors.md).
+    /// (`edge::status_of`, docs/errors.md).
     #[error(transparent)]
     Service(crate::service::ServiceError),
 }
@@ -275,7 +275,7 @@ impl IntoResponse for PageError {
             PageError::Invalid(m) => (StatusCode::UNPROCESSABLE_ENTITY, m.clone()),
             PageError::TooMany(m, _) => (StatusCode::TOO_MANY_REQUESTS, m.clone()),
             PageError::Busy(m, _) => (StatusCode::SERVICE_UNAVAILABLE, m.clone()),
-            PageError::Service(e) => (e.status().0, e.to_string()),
+            PageError::Service(e) => (crate::edge::status_of(&e).0, e.to_string()),
             PageError::Internal(m) => {
                 tracing::error!(error = %m, "portal internal error");
                 (

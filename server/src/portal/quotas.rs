@@ -1188,7 +1188,7 @@ fn refused_form(
 /// A refused change: a permission refusal, 404 and 500 as pages of their
 /// own; anything the person can fix (a quota or tree rule, a name taken, a
 /// stale form) on the form, with the status of the one table
-/// (`ServiceError::status`), the service's words and the same in words
+/// (`edge::status_of`), the service's words and the same in words
 /// that say what to do (`super::refusal::words`).
 async fn form_status(
     app: &AppState,
@@ -1207,7 +1207,7 @@ async fn form_status(
                     .map(|k| k.key.as_str())
                     .collect();
                 let said = super::refusal::words(app, &e, &keys).await;
-                Ok((e.status().0, e.to_string(), said))
+                Ok((crate::edge::status_of(&e).0, e.to_string(), said))
             }
         },
     }

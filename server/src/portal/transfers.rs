@@ -348,7 +348,7 @@ fn parse_request_form(
 
 /// POST /transfers: a request → 303 to its page; refused → the list again
 /// with the message, the form as typed: 422 for a form that does not read,
-/// else the status of the service's refusal (`ServiceError::status`).
+/// else the status of the service's refusal (`edge::status_of`).
 async fn page_request(
     State(app): State<AppState>,
     viewer: Viewer,
@@ -387,7 +387,7 @@ async fn page_request(
         Err(TransferOpError::Service(e)) if !matches!(e, ServiceError::Internal(_)) => {
             let keys: Vec<&str> = typed.rows.iter().map(|(k, _)| k.as_str()).collect();
             let said = super::refusal::words(&app, &e, &keys).await;
-            refused(said, typed, e.status().0).await
+            refused(said, typed, crate::edge::status_of(&e).0).await
         }
         Err(e) => Err(e.into()),
     }
@@ -605,7 +605,7 @@ async fn page_detail(
 }
 
 /// A decision's answer: 303 back to the transfer with what happened, or
-/// its page again with why not (the status of `ServiceError::status`);
+/// its page again with why not (the status of `edge::status_of`);
 /// 403/404 as error pages.
 async fn decided(
     app: &AppState,
@@ -641,7 +641,14 @@ async fn decided(
         }
         Err(TransferOpError::Service(e)) if !matches!(e, ServiceError::Internal(_)) => {
             let said = super::refusal::words(app, &e, &[]).await;
-            detail_page(app, viewer, id, Some(Flash::Error(said)), e.status().0).await
+            detail_page(
+                app,
+                viewer,
+                id,
+                Some(Flash::Error(said)),
+                crate::edge::status_of(&e).0,
+            )
+            .await
         }
         Err(e) => Err(e.into()),
     }

@@ -16,7 +16,8 @@
 //! the version still decides and nothing is over-admitted. Then it takes
 //! the next batch, until none is queued.
 
-use super::{backoff, Cache, Clock, NameLocks, ServiceError, MAX_ATTEMPTS};
+use super::cache::{Cache, NameLocks};
+use super::{backoff, Clock, ServiceError, MAX_ATTEMPTS};
 use crate::metrics::Metrics;
 use crate::store::{QuotaStore, StoreError, Stored};
 use quota::batch;
@@ -254,7 +255,7 @@ impl Leader {
                     }
                 },
             };
-            let mut q = super::working_copy(
+            let mut q = super::cache::working_copy(
                 &current,
                 self.accrue_from_ledger,
                 self.now(),
@@ -279,7 +280,7 @@ impl Leader {
                 self.metrics.admission_batch_size.observe(jobs.len() as f64);
                 return answer(jobs, decided, Ok(()));
             }
-            let written = super::write_over(
+            let written = super::cache::write_over(
                 &*self.store,
                 &self.cache,
                 &self.changed,
@@ -344,7 +345,7 @@ impl Leader {
                 {
                     self.contended.mark(name);
                 }
-                let mut q = super::working_copy(
+                let mut q = super::cache::working_copy(
                     current,
                     self.accrue_from_ledger,
                     now,
@@ -368,7 +369,7 @@ impl Leader {
             // Decided on the row as locked: every verdict stands.
             (Ok(written), Some(decided)) => {
                 if let Some(stored) = written {
-                    super::remember_written(&self.cache, &self.changed, now, stored);
+                    super::cache::remember_written(&self.cache, &self.changed, now, stored);
                 }
                 self.metrics.admission_batch_size.observe(jobs.len() as f64);
                 answer(jobs, decided, Ok(()));
@@ -573,8 +574,13 @@ mod tests {
                 let svc = svc.clone();
                 tokio::spawn(async move {
                     let wref = format!("apps/Deployment/ns/w{i}");
-                    svc.charge_workload("team", &wref, pod_sets(1), &format!("uid-{i}"), false)
-                        .await
+                    svc.charge(crate::service::ChargeRequest::new(
+                        "team",
+                        &wref,
+                        pod_sets(1),
+                        &format!("uid-{i}"),
+                    ))
+                    .await
                 })
             })
             .collect();
@@ -653,7 +659,14 @@ mod tests {
     async fn an_unchanged_batch_is_proven_by_the_version_alone(store: &SqlStore) {
         let (rigged, svc) = rigged(store, "10").await;
         let w0 = "apps/Deployment/ns/w0";
-        let again = || svc.charge_workload("team", w0, pod_sets(1), "uid-0", false);
+        let again = || {
+            svc.charge(crate::service::ChargeRequest::new(
+                "team",
+                w0,
+                pod_sets(1),
+                "uid-0",
+            ))
+        };
         again().await.unwrap();
         let gets = rigged.gets.load(Ordering::SeqCst);
         // The same charge again changes nothing: the copy it was decided

@@ -1139,16 +1139,31 @@ mod tests {
             s[0].count = 0;
             s
         };
-        svc.charge_workload("ml", "batch/Job/ml/v", sets(2), "review-1", false)
-            .await
-            .unwrap();
-        svc.charge_workload("ml", "batch/Job/ml/t", sets(1), "review-2", false)
-            .await
-            .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/v",
+            sets(2),
+            "review-1",
+        ))
+        .await
+        .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/t",
+            sets(1),
+            "review-2",
+        ))
+        .await
+        .unwrap();
         let own = format!("{}obj-v", quota::object::OWN_CHARGE);
-        svc.charge_workload("ml", "batch/Job/ml/v", suspended(), &own, false)
-            .await
-            .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/v",
+            suspended(),
+            &own,
+        ))
+        .await
+        .unwrap();
         let q = svc.get("ml").await.unwrap().quota;
         let v = &q.status.workloads["batch/Job/ml/v"];
         assert_eq!(v.pod_sets[0].count, 1, "kept as it ran: {v:?}");
@@ -1156,9 +1171,14 @@ mod tests {
         assert_eq!(v.uid, own);
         assert_eq!(q.status.used[CPU].nanos(), 3_000_000_000);
         // A tenant's suspend of its own Job lowers it at once.
-        svc.charge_workload("ml", "batch/Job/ml/t", suspended(), "review-3", false)
-            .await
-            .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/t",
+            suspended(),
+            "review-3",
+        ))
+        .await
+        .unwrap();
         let q = svc.get("ml").await.unwrap().quota;
         assert_eq!(q.status.used[CPU].nanos(), 2_000_000_000);
     }
@@ -1177,16 +1197,31 @@ mod tests {
                 .map_or(0, |v| v.nanos() / 1_000_000_000)
         };
         let own = format!("{}obj-1", quota::object::OWN_CHARGE);
-        svc.charge_workload("ml", "batch/Job/ml/a", sets(1), &own, false)
-            .await
-            .unwrap();
-        svc.charge_workload("ml", "batch/Job/ml/b", sets(1), "review-uid", false)
-            .await
-            .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/a",
+            sets(1),
+            &own,
+        ))
+        .await
+        .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/b",
+            sets(1),
+            "review-uid",
+        ))
+        .await
+        .unwrap();
         let queued = format!("{}obj-3", quota::object::QUEUE_CHARGE);
-        svc.charge_workload("ml", "batch/Job/ml/c", sets(1), &queued, false)
-            .await
-            .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/c",
+            sets(1),
+            &queued,
+        ))
+        .await
+        .unwrap();
         assert_eq!(used(svc.get("ml").await.unwrap().quota), 3);
         // Another object's uid, a tenant review's charge: both stay.
         assert!(!svc
@@ -1243,9 +1278,14 @@ mod tests {
         let c = clock.clone();
         let svc = with_ml(store, Arc::new(move || c.load(Ordering::SeqCst))).await;
         assert!(!svc.queueing, "standalone unless told");
-        svc.charge_workload("ml", "batch/Job/ml/run", sets(4), "u-run", false)
-            .await
-            .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/run",
+            sets(4),
+            "u-run",
+        ))
+        .await
+        .unwrap();
         for (name, uid) in [("ghost", ""), ("named", "u-named")] {
             let work = Queued {
                 workload_ref: format!("batch/Job/ml/{name}"),
@@ -1289,9 +1329,14 @@ mod tests {
         let clock = Arc::new(AtomicI64::new(T0));
         let c = clock.clone();
         let svc = with_ml(store, Arc::new(move || c.load(Ordering::SeqCst))).await;
-        svc.charge_workload("ml", "batch/Job/ml/run", sets(4), "u-run", false)
-            .await
-            .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/run",
+            sets(4),
+            "u-run",
+        ))
+        .await
+        .unwrap();
         let work = Queued {
             workload_ref: "batch/Job/ml/b".into(),
             uid: "u-b".into(),
@@ -1318,9 +1363,14 @@ mod tests {
             .unwrap();
         clock.store(T0 + 90_000, Ordering::SeqCst);
         // The hand unsuspend: the validating webhook charges it.
-        svc.charge_workload("ml", "batch/Job/ml/b", sets(2), "u-b", false)
-            .await
-            .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/b",
+            sets(2),
+            "u-b",
+        ))
+        .await
+        .unwrap();
         let q = svc.get("ml").await.unwrap().quota;
         assert!(q.status.queue.is_empty(), "left the queue with its charge");
         let text = svc.metrics.render();
@@ -1333,9 +1383,14 @@ mod tests {
             "{text}"
         );
         // A charge of a workload that was not queued counts nothing.
-        svc.charge_workload("ml", "batch/Job/ml/c", sets(1), "u-c", false)
-            .await
-            .unwrap();
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/c",
+            sets(1),
+            "u-c",
+        ))
+        .await
+        .unwrap();
         assert!(svc
             .metrics
             .render()

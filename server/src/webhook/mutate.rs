@@ -309,14 +309,10 @@ pub async fn mutate(
                 break;
             }
             let charged = svc
-                .charge_by(
-                    &quota_name,
-                    &wref,
-                    w.pod_sets.clone(),
-                    RunDecl::of(&w),
-                    "",
-                    Some(&req.user_info.username),
-                    false,
+                .charge(
+                    crate::service::ChargeRequest::new(&quota_name, &wref, w.pod_sets.clone(), "")
+                        .run_time(RunDecl::of(&w))
+                        .submitted_by(Some(&req.user_info.username)),
                 )
                 .await;
             match charged {

@@ -76,7 +76,12 @@ async fn more_than_a_page_of_open_alerts(url: &str) {
         // 9 of 10 cards: a warning, not critical.
         running
             .service
-            .charge_workload(&name, &format!("batch/Job/{name}/w"), cards(9), "u", false)
+            .charge(bizrq::service::ChargeRequest::new(
+                &name,
+                &format!("batch/Job/{name}/w"),
+                cards(9),
+                "u",
+            ))
             .await
             .unwrap();
     }

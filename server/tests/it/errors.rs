@@ -133,7 +133,7 @@ fn the_edges_share_one_table() {
         .zip(errors().into_iter().map(PageError::from))
         .zip(errors().into_iter().zip(want))
     {
-        assert_eq!(e.status().0.as_u16(), want, "{e:?}");
+        assert_eq!(bizrq::edge::status_of(&e).0.as_u16(), want, "{e:?}");
         let contention = matches!(e, ServiceError::Contention(_));
         let verdict: Value =
             serde_json::from_slice(&review_json("uid", Verdict::from_error(e))).unwrap();

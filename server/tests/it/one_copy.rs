@@ -135,7 +135,12 @@ async fn one_copy_per_request(url: &str) {
     }
     running
         .service
-        .charge_workload("team", "batch/Job/ml/a", cards(2), "u1", false)
+        .charge(bizrq::service::ChargeRequest::new(
+            "team",
+            "batch/Job/ml/a",
+            cards(2),
+            "u1",
+        ))
         .await
         .unwrap();
     let admin = Browser::admin(&s).await;
@@ -202,7 +207,7 @@ async fn a_children_chart_stacks_the_same_children_on_the_page_and_after_a_range
         };
         running
             .service
-            .charge_workload(
+            .charge(bizrq::service::ChargeRequest::new(
                 k,
                 &format!("batch/Job/{k}/w"),
                 vec![PodSet {
@@ -212,8 +217,7 @@ async fn a_children_chart_stacks_the_same_children_on_the_page_and_after_a_range
                     qos: None,
                 }],
                 "u",
-                false,
-            )
+            ))
             .await
             .unwrap();
     }
@@ -338,7 +342,12 @@ async fn budget_alerts_read_the_pages_copy(url: &str) {
     }
     running
         .service
-        .charge_workload("team", "batch/Job/ml/a", cards(10), "u1", false)
+        .charge(bizrq::service::ChargeRequest::new(
+            "team",
+            "batch/Job/ml/a",
+            cards(10),
+            "u1",
+        ))
         .await
         .unwrap();
     let admin = Browser::admin(&s).await;
@@ -521,14 +530,24 @@ async fn a_childs_write_judges_its_parents_budget_at_once(url: &str) {
     }
     running
         .service
-        .charge_workload("team", "batch/Job/ml/a", cards(10), "u1", false)
+        .charge(bizrq::service::ChargeRequest::new(
+            "team",
+            "batch/Job/ml/a",
+            cards(10),
+            "u1",
+        ))
         .await
         .unwrap();
     // 96 hours on: one more card, a write of team.
     clock.store(t("2026-11-30T04:00:00Z"), Ordering::SeqCst);
     running
         .service
-        .charge_workload("team", "batch/Job/ml/b", cards(1), "u2", false)
+        .charge(bizrq::service::ChargeRequest::new(
+            "team",
+            "batch/Job/ml/b",
+            cards(1),
+            "u2",
+        ))
         .await
         .unwrap();
     let root = alerts_once(&s, "root", |a| of_kind(a, "threshold").is_some()).await;

@@ -93,14 +93,24 @@ async fn a_month_closes_at_its_boundary(url: &str) {
     )
     .await
     .unwrap();
-    svc.charge_workload("team", "batch/Job/ml/a", cards(4), "u1", false)
-        .await
-        .unwrap();
+    svc.charge(bizrq::service::ChargeRequest::new(
+        "team",
+        "batch/Job/ml/a",
+        cards(4),
+        "u1",
+    ))
+    .await
+    .unwrap();
 
     // 2.5 h × 4 cards = 10 card-hours: the month's budget is spent.
     clock.store(t("2026-11-30T23:30:00Z"), Ordering::SeqCst);
     let refused = svc
-        .charge_workload("team", "batch/Job/ml/b", cards(1), "u2", false)
+        .charge(bizrq::service::ChargeRequest::new(
+            "team",
+            "batch/Job/ml/b",
+            cards(1),
+            "u2",
+        ))
         .await
         .unwrap_err();
     assert!(
@@ -139,9 +149,14 @@ async fn a_month_closes_at_its_boundary(url: &str) {
     assert_eq!(stored, vec![record.clone()]);
 
     // The budget started again: the refused workload is admitted now.
-    svc.charge_workload("team", "batch/Job/ml/b", cards(1), "u2", false)
-        .await
-        .unwrap();
+    svc.charge(bizrq::service::ChargeRequest::new(
+        "team",
+        "batch/Job/ml/b",
+        cards(1),
+        "u2",
+    ))
+    .await
+    .unwrap();
 
     // Into January: what December left carries, at most 50 % of its 10.
     svc.release_workload("team", "batch/Job/ml/a", false)
@@ -207,9 +222,14 @@ async fn two_replicas_store_a_closed_period_once() {
     )
     .await
     .unwrap();
-    a.charge_workload("root", "batch/Job/ml/a", cards(2), "u1", false)
-        .await
-        .unwrap();
+    a.charge(bizrq::service::ChargeRequest::new(
+        "root",
+        "batch/Job/ml/a",
+        cards(2),
+        "u1",
+    ))
+    .await
+    .unwrap();
     clock.store(t("2026-12-01T01:00:00Z"), Ordering::SeqCst);
     let (ra, rb) = tokio::join!(a.resync(), b.resync());
     ra.unwrap();
@@ -288,7 +308,12 @@ async fn the_api_and_the_portal_show_and_set_budgets() {
 
     running
         .service
-        .charge_workload("root", "batch/Job/ml/a", cards(2), "u1", false)
+        .charge(bizrq::service::ChargeRequest::new(
+            "root",
+            "batch/Job/ml/a",
+            cards(2),
+            "u1",
+        ))
         .await
         .unwrap();
     clock.store(t("2026-11-30T00:00:00Z"), Ordering::SeqCst);

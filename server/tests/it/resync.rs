@@ -97,9 +97,14 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
         per_pod,
         qos: None,
     }];
-    svc.charge_workload("team", "apps/Deployment/ml/train", sets, "u1", false)
-        .await
-        .unwrap();
+    svc.charge(bizrq::service::ChargeRequest::new(
+        "team",
+        "apps/Deployment/ml/train",
+        sets,
+        "u1",
+    ))
+    .await
+    .unwrap();
     clock.store(t0 + 5_400_000, Ordering::SeqCst);
 
     let written = svc.resync().await.unwrap();

@@ -361,7 +361,12 @@ async fn top_ups_through_the_transfer_flow(url: &str) {
         .unwrap();
     w.transfers.approve(id, "admin", now).await.unwrap();
     w.svc
-        .charge_workload("tiny", "batch/Job/ml/a", cards(2), "u1", false)
+        .charge(bizrq::service::ChargeRequest::new(
+            "tiny",
+            "batch/Job/ml/a",
+            cards(2),
+            "u1",
+        ))
         .await
         .unwrap();
     w.clock.fetch_add(H, Ordering::SeqCst);
