@@ -4,6 +4,7 @@
 
 pub mod alert_engine;
 pub mod alerts;
+pub mod api;
 pub mod authz;
 pub mod budgets;
 pub mod cluster;
@@ -11,7 +12,6 @@ pub mod config;
 pub mod demo;
 pub mod edge;
 pub mod heavy;
-pub mod http;
 pub mod listen;
 pub mod mail;
 pub mod metrics;
@@ -26,7 +26,6 @@ pub mod util;
 pub mod webhook;
 
 // The old paths of modules that moved below the edges.
-pub use service::{changes, transfers};
 
 use crate::cluster::controller::{Controller, ControllerConfig, History};
 use crate::cluster::leader::LeaseConfig;
@@ -242,7 +241,7 @@ pub async fn start_with(
         );
     }
     if let Some(dir) = &args.islands_dir {
-        http::pkg::install(dir)?;
+        api::pkg::install(dir)?;
     }
     check_webhook_exposure(args)?;
     let webhook_token = webhook_token(args)?;

@@ -12,7 +12,7 @@
 //! entries and an answer at most `MAX_ROWS` rows.
 
 use crate::authz::Principal;
-use crate::service::changes;
+use crate::service::quota_ops;
 use crate::service::{Service, ServiceError};
 use crate::store::sql::SqlStore;
 use quota::budget::period::{Weekday, MS_PER_DAY};
@@ -367,7 +367,7 @@ pub async fn read(
     p: &Principal,
     mut spec: ReportSpec,
 ) -> Result<Read, ReportError> {
-    let visible = changes::visible_quotas(service, p).await?;
+    let visible = quota_ops::visible_quotas(service, p).await?;
     let parents: BTreeMap<String, String> = visible
         .iter()
         .map(|q| (q.name().to_string(), q.spec.parent.clone()))
@@ -425,7 +425,7 @@ pub async fn read(
     let names: Option<Vec<String>> = match &spec.subtree {
         Some(root) => {
             if !parents.contains_key(root) {
-                return Err(changes::not_found(root).into());
+                return Err(quota_ops::not_found(root).into());
             }
             Some(subtree_of(root, &parents))
         }

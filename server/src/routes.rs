@@ -1,8 +1,8 @@
 //! Which edges exist and where they answer: the routers of the three
 //! listeners, composed once at the top so that no edge imports another.
 
+use crate::api::{self, check, health, quotas};
 use crate::edge::{self, AppState};
-use crate::http::{self, check, health, quotas};
 use crate::{portal, webhook};
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
@@ -22,17 +22,17 @@ pub fn http_router(app: AppState) -> Router {
             get(quotas::get).put(quotas::replace).delete(quotas::delete),
         )
         .route("/api/v1/quotas/{name}/usage", get(quotas::usage))
-        .route("/api/v1/quotas/{name}/budgets", get(http::budgets::get))
-        .route("/api/v1/quotas/{name}/queue", get(http::queue::get))
-        .route("/api/v1/quotas/{name}/shares", get(http::shares::get))
-        .route("/api/v1/quotas/{name}/samples", get(http::samples::samples))
-        .route("/api/v1/live", get(http::live::live))
+        .route("/api/v1/quotas/{name}/budgets", get(api::budgets::get))
+        .route("/api/v1/quotas/{name}/queue", get(api::queue::get))
+        .route("/api/v1/quotas/{name}/shares", get(api::shares::get))
+        .route("/api/v1/quotas/{name}/samples", get(api::samples::samples))
+        .route("/api/v1/live", get(api::live::live))
         .route("/api/v1/live/overview", get(portal::live::overview))
-        .route("/api/v1/prices", get(http::prices::get))
-        .route("/api/v1/reports", get(http::reports::get))
+        .route("/api/v1/prices", get(api::prices::get))
+        .route("/api/v1/reports", get(api::reports::get))
         .route("/api/v1/check", post(check::check))
-        .merge(http::transfers::router())
-        .merge(http::alerts::router())
+        .merge(api::transfers::router())
+        .merge(api::alerts::router())
         // Inside `authenticate`: a body is read only for a known caller.
         .route_layer(middleware::from_fn(portal::guards::check_api_body))
         .route_layer(middleware::from_fn_with_state(
@@ -43,7 +43,7 @@ pub fn http_router(app: AppState) -> Router {
     // before the CSRF check reads the session's token.
     Router::new()
         .route("/style.css", get(health::style))
-        .route("/pkg/{file}", get(http::pkg::file))
+        .route("/pkg/{file}", get(api::pkg::file))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

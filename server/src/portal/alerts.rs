@@ -77,7 +77,7 @@ fn loud(app: &AppState, quotas_in: Option<Vec<String>>) -> AlertFilter {
 /// overview: critical first, then warnings, then the rest, newest first
 /// within a level, at most [`ATTENTION_ALERTS`].
 pub async fn open_for(app: &AppState, p: &Principal) -> Result<Vec<AlertRow>, PageError> {
-    let scope = crate::service::changes::records_scope(&app.service, p).await?;
+    let scope = crate::service::quota_ops::records_scope(&app.service, p).await?;
     let sql = &app.portal.sql;
     let mut out = Vec::new();
     for level in [Level::Critical, Level::Warning, Level::Info] {
@@ -151,7 +151,7 @@ pub async fn page(
     } else {
         (sort.as_str(), dir.as_str())
     };
-    let scope = crate::service::changes::records_scope(&app.service, &viewer.principal).await?;
+    let scope = crate::service::quota_ops::records_scope(&app.service, &viewer.principal).await?;
     let filter = |open| AlertFilter {
         quota: quota.clone(),
         kind,
@@ -214,7 +214,7 @@ pub async fn page(
     });
     // Who may quiet which: admins all, owners their quotas' (as for rules).
     let p = &viewer.principal;
-    let tree = crate::service::changes::tree_for(&app.audited(), p).await?;
+    let tree = crate::service::quota_ops::tree_for(&app.audited(), p).await?;
     let mut open_rows: Vec<AlertRow> = open
         .into_iter()
         .map(|a| {
@@ -268,9 +268,9 @@ pub struct SnoozeForm {
 /// viewer's to see).
 async fn quieted(
     viewer: &Viewer,
-    done: Result<String, crate::service::changes::ChangeError>,
+    done: Result<String, crate::service::quota_ops::ChangeError>,
 ) -> Result<Response, PageError> {
-    use crate::service::changes::ChangeError;
+    use crate::service::quota_ops::ChangeError;
     use crate::service::ServiceError;
     let flash = match done {
         Ok(s) => Flash::Ok(s),
@@ -400,8 +400,8 @@ pub async fn quiet_many(
     for id in &ids {
         match alert_ops::quiet(&app.audited(), &viewer.principal, *id, how).await {
             Ok(_) => done += 1,
-            Err(crate::service::changes::ChangeError::Forbidden(m)) => refused.push(m),
-            Err(crate::service::changes::ChangeError::Service(e)) => match e {
+            Err(crate::service::quota_ops::ChangeError::Forbidden(m)) => refused.push(m),
+            Err(crate::service::quota_ops::ChangeError::Service(e)) => match e {
                 crate::service::ServiceError::NotFound(_)
                 | crate::service::ServiceError::Conflict(_) => refused.push(e.to_string()),
                 e => return Err(e.into()),
@@ -722,7 +722,7 @@ pub async fn save_account(
     };
     let email = super::forms::parse_email(get("email").unwrap_or_default())?;
     let p = &viewer.principal;
-    super::pages::change_email(
+    super::accounts::change_email(
         &app,
         p,
         id,

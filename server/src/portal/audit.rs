@@ -97,7 +97,7 @@ async fn scoped(
     p: &Principal,
     mut f: AuditFilter,
 ) -> Result<AuditFilter, PageError> {
-    if let Some(mut targets) = crate::service::changes::records_scope(&app.service, p).await? {
+    if let Some(mut targets) = crate::service::quota_ops::records_scope(&app.service, p).await? {
         targets.push(user_target(&p.username));
         f.targets_in = Some(targets);
     }

@@ -8,7 +8,7 @@ use super::audit::csv_field;
 use super::auth::Viewer;
 use super::PageError;
 use crate::edge::AppState;
-use crate::service::changes;
+use crate::service::quota_ops;
 use crate::store::alerts::AlertFilter;
 use axum::extract::{Query, State};
 use axum::http::header;
@@ -125,7 +125,7 @@ fn csv_response(name: &str, body: String) -> Response {
 pub async fn tree(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
     let w = app.service.working(app.service.now());
-    let forest = changes::visible_forest_on(&app.service, &viewer.principal, &place).await?;
+    let forest = quota_ops::visible_forest_on(&app.service, &viewer.principal, &place).await?;
     let cfg = app.service.keys.clone();
     let body = place
         .render(move || {
@@ -146,7 +146,7 @@ pub async fn alerts(
     Query(q): Query<super::alerts::AlertParams>,
 ) -> Result<Response, PageError> {
     let f = AlertFilter {
-        quotas_in: changes::records_scope(&app.service, &viewer.principal).await?,
+        quotas_in: quota_ops::records_scope(&app.service, &viewer.principal).await?,
         ..q.filters()?
     };
     // A heavy request (`crate::heavy`): up to `ALERT_ROWS` rows.

@@ -12,7 +12,7 @@ use super::auth::Viewer;
 use super::PageError;
 use crate::authz::Principal;
 use crate::edge::{ApiError, AppState};
-use crate::service::{changes, ServiceError};
+use crate::service::{quota_ops, ServiceError};
 use app::{TreeQuery, TreeSort};
 use axum::extract::{Query, State};
 use axum::http::header;
@@ -77,7 +77,7 @@ pub async fn tree_rows(
     // The page's model columns, asked of what the page shows: an admin's
     // page the whole (kept) forest, anyone else's what `quotas` holds.
     let forest = match viewer.principal.is_admin {
-        true => Some(changes::visible_forest_on(&app.service, &viewer.principal, &place).await?),
+        true => Some(quota_ops::visible_forest_on(&app.service, &viewer.principal, &place).await?),
         false => None,
     };
     let (cfg, parent) = (app.service.keys.clone(), parent.to_string());

@@ -15,6 +15,7 @@
 //! The portal's tables always live in SQL ([`SqlStore`]), also in cluster
 //! mode where the quota objects live in the cluster.
 
+pub mod accounts;
 pub mod alerts;
 pub mod audit;
 pub mod auth;
@@ -24,7 +25,6 @@ pub mod forms;
 pub mod frame;
 pub mod guards;
 pub mod live;
-pub mod pages;
 pub mod prices;
 pub mod quotas;
 pub mod refusal;
@@ -93,15 +93,18 @@ pub fn router() -> Router<AppState> {
         .route("/quotas/{name}/members/delete", post(quotas::remove_member))
         .route("/login", get(auth::login_page).post(auth::login))
         .route("/logout", post(auth::logout))
-        .route("/users", get(pages::users).post(pages::create_user))
-        .route("/users/{name}/disabled", post(pages::set_disabled))
-        .route("/users/{name}/admin", post(pages::set_admin))
-        .route("/users/{name}/password", post(pages::set_password))
-        .route("/users/{name}/email", post(pages::set_email))
-        .route("/users/{name}/roles", post(pages::add_role))
-        .route("/users/{name}/roles/delete", post(pages::remove_role))
-        .route("/tokens", get(pages::tokens).post(pages::create_token))
-        .route("/tokens/{id}/revoke", post(pages::revoke_token))
+        .route("/users", get(accounts::users).post(accounts::create_user))
+        .route("/users/{name}/disabled", post(accounts::set_disabled))
+        .route("/users/{name}/admin", post(accounts::set_admin))
+        .route("/users/{name}/password", post(accounts::set_password))
+        .route("/users/{name}/email", post(accounts::set_email))
+        .route("/users/{name}/roles", post(accounts::add_role))
+        .route("/users/{name}/roles/delete", post(accounts::remove_role))
+        .route(
+            "/tokens",
+            get(accounts::tokens).post(accounts::create_token),
+        )
+        .route("/tokens/{id}/revoke", post(accounts::revoke_token))
         .route("/alerts", get(alerts::page))
         .route("/alerts.csv", get(export::alerts))
         .route("/tree.csv", get(export::tree))
@@ -118,7 +121,7 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/account/password",
-            get(pages::password_page).post(pages::change_password),
+            get(accounts::password_page).post(accounts::change_password),
         )
         .route("/audit", get(audit::page))
         .route("/prices", get(prices::page))

@@ -1,6 +1,6 @@
 //! Quota pages: overview, tree, detail, and the create / edit / delete
 //! forms. Reading is authorised here with `authz`; changes go through
-//! [`crate::service::changes`], the same authorised and audited path as the JSON API,
+//! [`crate::service::quota_ops`], the same authorised and audited path as the JSON API,
 //! and the service checks the tree rules. A refused form comes back with
 //! the service's message, which names the key and the amount.
 
@@ -8,7 +8,7 @@ use super::auth::Viewer;
 use super::PageError;
 use crate::authz::{self, Role, Tree};
 use crate::edge::AppState;
-use crate::service::changes::{self, ChangeError};
+use crate::service::quota_ops::{self, ChangeError};
 use crate::service::ServiceError;
 use app::chart_section::{self, Charts};
 use app::charts;
@@ -141,7 +141,7 @@ pub async fn overview_data(
     place: &crate::heavy::Permit,
     w: &crate::service::working::Working,
 ) -> Result<OverviewData, ServiceError> {
-    let forest = changes::visible_forest_on(&app.service, p, place).await?;
+    let forest = quota_ops::visible_forest_on(&app.service, p, place).await?;
     // As of the request's `now` (`service::working`), as the quota pages
     // and `/tree` show them: on the render threads.
     let copies = w.clone();
@@ -260,7 +260,7 @@ pub async fn tree(
     let w = app.service.working(app.service.now());
     // What the viewer may see holds every descendant of what it shows, so
     // each subtree's usage is whole.
-    let forest = changes::visible_forest_on(&app.service, &viewer.principal, &place).await?;
+    let forest = quota_ops::visible_forest_on(&app.service, &viewer.principal, &place).await?;
     let query = TreeQuery {
         search: t.q,
         filter: TreeFilter::parse(&t.filter),
@@ -1230,8 +1230,8 @@ pub async fn new_child_form(
     viewer: Viewer,
     Path(parent): Path<String>,
 ) -> Result<Response, PageError> {
-    let tree = changes::tree_for(&app.audited(), &viewer.principal).await?;
-    changes::require_manage_children(&viewer.principal, &parent, &tree).map_err(page_error)?;
+    let tree = quota_ops::tree_for(&app.audited(), &viewer.principal).await?;
+    quota_ops::require_manage_children(&viewer.principal, &parent, &tree).map_err(page_error)?;
     // What is left in the parent as the next decision reads it.
     let p = app
         .service
@@ -1271,8 +1271,8 @@ pub async fn create_child(
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
     let p = &viewer.principal;
-    let tree = changes::tree_for(&app.audited(), p).await?;
-    changes::require_manage_children(p, &parent, &tree).map_err(page_error)?;
+    let tree = quota_ops::tree_for(&app.audited(), p).await?;
+    quota_ops::require_manage_children(p, &parent, &tree).map_err(page_error)?;
     let parent_q = app
         .service
         .working(app.service.now())
@@ -1296,7 +1296,7 @@ pub async fn create_child(
         }
     };
     let name = sub.form.name.clone();
-    match changes::create(&app.audited(), p, &tree, &name, spec, false).await {
+    match quota_ops::create(&app.audited(), p, &tree, &name, spec, false).await {
         Ok(q) => {
             viewer
                 .set_flash(Flash::Ok(format!("created {} under {parent}", q.name())))
@@ -1367,8 +1367,8 @@ pub async fn edit_page(
     viewer: Viewer,
     Path(name): Path<String>,
 ) -> Result<Response, PageError> {
-    let tree = changes::tree_for(&app.audited(), &viewer.principal).await?;
-    changes::require_edit(&viewer.principal, &name, &tree).map_err(page_error)?;
+    let tree = quota_ops::tree_for(&app.audited(), &viewer.principal).await?;
+    quota_ops::require_edit(&viewer.principal, &name, &tree).map_err(page_error)?;
     let stored = app.service.get(&name).await?;
     let parent = parent_of(&app, &stored.quota).await;
     let form = edit_form(
@@ -1390,8 +1390,8 @@ pub async fn edit(
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
     let p = &viewer.principal;
-    let tree = changes::tree_for(&app.audited(), p).await?;
-    changes::require_edit(p, &name, &tree).map_err(page_error)?;
+    let tree = quota_ops::tree_for(&app.audited(), p).await?;
+    quota_ops::require_edit(p, &name, &tree).map_err(page_error)?;
     let confirmed = fields
         .iter()
         .any(|(k, v)| k == "confirm_lower" && v == "yes");
@@ -1450,7 +1450,7 @@ pub async fn edit(
             ));
         }
     }
-    match changes::update(&app.audited(), p, &tree, &name, spec, sub.version, false).await {
+    match quota_ops::update(&app.audited(), p, &tree, &name, spec, sub.version, false).await {
         Ok(_) => {
             viewer.set_flash(Flash::Ok(format!("saved {name}"))).await;
             Ok(Redirect::to(&format!("/quotas/{name}")).into_response())
@@ -1534,15 +1534,15 @@ pub async fn delete(
     Form(f): Form<DeleteForm>,
 ) -> Result<Response, PageError> {
     let p = &viewer.principal;
-    let tree = changes::tree_for(&app.audited(), p).await?;
-    changes::require_edit(p, &name, &tree).map_err(page_error)?;
+    let tree = quota_ops::tree_for(&app.audited(), p).await?;
+    quota_ops::require_edit(p, &name, &tree).map_err(page_error)?;
     if f.confirm != "yes" {
         return Err(PageError::Invalid(format!(
             "deleting {name} needs confirming: tick the box next to Delete"
         )));
     }
     let version = f.resource_version.trim().parse::<i64>().ok();
-    let parent = changes::delete(&app.audited(), p, &tree, &name, version, false)
+    let parent = quota_ops::delete(&app.audited(), p, &tree, &name, version, false)
         .await
         .map_err(page_error)?
         .spec
@@ -1613,7 +1613,7 @@ pub async fn add_member(
             held.map(|r| r.as_str()).unwrap_or("nothing")
         )));
     }
-    if !super::pages::grant_replacing(&app, &viewer.principal, &user, &name, role, held).await? {
+    if !super::accounts::grant_replacing(&app, &viewer.principal, &user, &name, role, held).await? {
         return Err(PageError::Invalid(format!(
             "{username}'s role on {name} changed meanwhile; look again and retry"
         )));
@@ -1650,7 +1650,7 @@ pub async fn remove_member(
             "you may not take {role} of {name} away"
         )));
     }
-    super::pages::revoke(&app, &viewer.principal, &user, &name, role).await?;
+    super::accounts::revoke(&app, &viewer.principal, &user, &name, role).await?;
     viewer
         .set_flash(Flash::Ok(format!(
             "{username} is no longer {role} of {name}"
@@ -1807,7 +1807,7 @@ mod tests {
     /// Debug timings of what a member's quota page reads from SQLite on
     /// the same forest of 10,101 quotas, the member bound at the root
     /// (docs/benchmarks.md "A member's page reads what it shows"), beside
-    /// every quota the member may see (`changes::visible_quotas`, the
+    /// every quota the member may see (`quota_ops::visible_quotas`, the
     /// root's subtree): a leaf's page reads its subtree and its line
     /// (`line_above`), a department's its 101 quotas and the root:
     /// `cargo test -p bizrq --lib -- --ignored a_members_page_reads --nocapture`.

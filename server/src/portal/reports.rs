@@ -147,7 +147,8 @@ pub async fn page(
 ) -> Result<Response, PageError> {
     // A heavy request (`crate::heavy`).
     let place = app.portal.heavy.enter(&viewer.principal.username)?;
-    let visible = crate::service::changes::visible_quotas(&app.service, &viewer.principal).await?;
+    let visible =
+        crate::service::quota_ops::visible_quotas(&app.service, &viewer.principal).await?;
     let quotas: Vec<String> = visible.iter().map(|q| q.name().to_string()).collect();
     let keys: Vec<String> = visible
         .iter()

@@ -3,7 +3,7 @@
 //! that ask for someone now (the navigation's badge).
 
 use super::audit::{action, Audited};
-use super::changes::{records_scope, tree_for, ChangeError};
+use super::quota_ops::{records_scope, tree_for, ChangeError};
 use super::ServiceError;
 use crate::authz::{self, Principal};
 use crate::store::alerts::AlertFilter;

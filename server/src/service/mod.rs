@@ -11,14 +11,14 @@
 pub mod alert_ops;
 pub mod audit;
 pub mod changed;
-pub mod changes;
 pub mod charts;
 pub mod forest;
-mod group;
+mod group_commit;
 pub mod notify;
 pub mod prices;
 pub mod queue;
 pub mod queue_mark;
+pub mod quota_ops;
 pub mod shares;
 pub mod transfer_ops;
 pub mod transfers;
@@ -110,9 +110,9 @@ pub struct Service {
     /// swap and is re-read, so no decision is committed on stale data.
     cache: Arc<Cache>,
     /// Admissions waiting for their quota's next group commit (`group`).
-    queues: Arc<group::Queues>,
-    /// Quotas another replica writes too (`group::Contended`).
-    contended: Arc<group::Contended>,
+    queues: Arc<group_commit::Queues>,
+    /// Quotas another replica writes too (`group_commit::Contended`).
+    contended: Arc<group_commit::Contended>,
     /// The forest the pages read, refreshed by what changed (`forest`).
     forest: Arc<forest::ForestCache>,
     /// Where the forest's reads over every quota go (`with_bulk_store`:

@@ -1,6 +1,6 @@
 //! A person's transfer requests and decisions (§6, docs/semantics.md):
 //! authorised, capped, made through [`TransferService`], audited. The JSON
-//! API (`http::transfers`) and the portal's pages (`portal::transfers`) both
+//! API (`api::transfers`) and the portal's pages (`portal::transfers`) both
 //! go through this one set of operations.
 //!
 //! Who may do what (`authz::can_*_transfer`):

@@ -6,11 +6,11 @@
 use crate::common::*;
 use bizrq::alert_engine::TransferAlerts;
 use bizrq::metrics::Metrics;
-use bizrq::service::{Persist, Service, ServiceError};
-use bizrq::store::sql::SqlStore;
-use bizrq::transfers::{
+use bizrq::service::transfers::{
     CrashPoint, TransferFilter, TransferRequest, TransferService, TransferStatus, LEASE_MS,
 };
+use bizrq::service::{Persist, Service, ServiceError};
+use bizrq::store::sql::SqlStore;
 use quota::object::QuotaSpec;
 use quota::Quantity;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 /// is under way queues, and the queued ones go to the database as one
 /// statement (`UPDATE … FROM (VALUES …) RETURNING name`), each row still
 /// compared on its version. With reviews spread over many quotas every
-/// group commit (`service::group`) is a write of its own; one statement
+/// group commit (`service::group_commit`) is a write of its own; one statement
 /// for many is one trip to sqlx's SQLite thread, one commit and one
 /// write-ahead-log append instead of one each (docs/benchmarks.md,
 /// "Writes of many quotas in one statement").

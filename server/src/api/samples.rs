@@ -6,7 +6,7 @@
 
 use crate::authz::Principal;
 use crate::edge::{ApiError, AppState};
-use crate::service::changes::{self, tree_for};
+use crate::service::quota_ops::{self, tree_for};
 use app::chart_section::{self, Inputs, Kind};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -43,7 +43,7 @@ pub async fn samples(
     let kind = Kind::parse(&q.chart, key).map_err(ApiError::BadRequest)?;
     // A heavy request (`crate::heavy`): a place before anything is read.
     let place = app.portal.heavy.enter(&p.username)?;
-    changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
+    quota_ops::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     // The quota and its subtree (its children's charts), not the forest.
     // As of one `now` (`service::working`), as the quota page draws it:
     // the live point and the forecast from the same copies.
@@ -62,7 +62,7 @@ pub async fn samples(
     let quota = all
         .iter()
         .find(|x| x.name() == name)
-        .ok_or_else(|| changes::not_found(&name))?;
+        .ok_or_else(|| quota_ops::not_found(&name))?;
     // Read a chunk at a time, parsed and folded on the render threads;
     // of the quota's own samples only this key.
     let g = crate::service::charts::gather(
@@ -98,7 +98,7 @@ pub async fn samples(
             chart_section::panel(&inputs, &key, kind)
                 .map(|panel| chart_section::reply(&name, range, now, panel, &cfg))
                 .ok_or_else(|| {
-                    changes::not_found(&format!(
+                    quota_ops::not_found(&format!(
                         "{name}: no {} chart of {key} (no hard or use of it in the {})",
                         kind.as_str(),
                         range.words()

@@ -9,7 +9,7 @@
 
 use crate::authz::Principal;
 use crate::edge::{ApiError, AppState};
-use crate::service::changes::{self, tree_for};
+use crate::service::quota_ops::{self, tree_for};
 use crate::service::shares;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
@@ -22,7 +22,7 @@ pub async fn get(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let scope = shares::parse_query(raw.as_deref()).map_err(ApiError::Invalid)?;
-    changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
+    quota_ops::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     let place = app.portal.heavy.enter(&p.username)?;
     let table = shares::read(&app.service, &app.portal.sql, &name, scope).await?;
     let body = place.render(move || shares::to_json(&table)).await?;

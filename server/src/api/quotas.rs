@@ -6,7 +6,7 @@
 
 use crate::authz::Principal;
 use crate::edge::{ApiError, AppState};
-use crate::service::changes::{self, tree_for, ChangeError};
+use crate::service::quota_ops::{self, tree_for, ChangeError};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -109,7 +109,7 @@ impl From<ChangeError> for ApiError {
 pub async fn list(State(app): State<AppState>, p: Principal) -> Result<Response, ApiError> {
     // Every visible quota whole: a heavy request's place.
     let _place = app.portal.heavy.enter(&p.username)?;
-    let items = changes::visible_quotas(&app.service, &p).await?;
+    let items = quota_ops::visible_quotas(&app.service, &p).await?;
     Ok(Json(serde_json::json!({
         "apiVersion": api_version(),
         "kind": format!("{KIND}List"),
@@ -123,7 +123,7 @@ pub async fn get(
     p: Principal,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
+    quota_ops::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     // The object as stored, as `kubectl get` has it (its ledger is what
     // this status accrued; `lastReconcileTime` says up to when). The
     // figures as of now are the usage, budgets and queue views.
@@ -143,12 +143,12 @@ pub async fn usage(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     let place = app.portal.heavy.enter(&p.username)?;
-    changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
+    quota_ops::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     let all = app.service.subtrees(std::slice::from_ref(&name)).await?;
     let q = all
         .iter()
         .find(|q| q.name() == name)
-        .ok_or_else(|| changes::not_found(&name))?;
+        .ok_or_else(|| quota_ops::not_found(&name))?;
     // Free now and borrowable now as the quota page's keys table has them
     // (one computation: its parent and siblings, `with_borrowing`).
     let family = app.service.family_of(q).await?;
@@ -209,7 +209,7 @@ pub async fn create(
     let dry = p.dry()?;
     let tree = tree_for(&app.audited(), &principal).await?;
     let name = &input.metadata.name;
-    let q = changes::create(&app.audited(), &principal, &tree, name, input.spec, dry).await?;
+    let q = quota_ops::create(&app.audited(), &principal, &tree, name, input.spec, dry).await?;
     Ok((StatusCode::CREATED, Json(q)).into_response())
 }
 
@@ -230,7 +230,7 @@ pub async fn replace(
     let version = parse_version(input.metadata.resource_version.as_deref())?;
     let dry = p.dry()?;
     let tree = tree_for(&app.audited(), &principal).await?;
-    let q = changes::update(
+    let q = quota_ops::update(
         &app.audited(),
         &principal,
         &tree,
@@ -252,7 +252,7 @@ pub async fn delete(
     let version = parse_version(p.resource_version.as_deref())?;
     let dry = p.dry()?;
     let tree = tree_for(&app.audited(), &principal).await?;
-    changes::delete(&app.audited(), &principal, &tree, &name, version, dry).await?;
+    quota_ops::delete(&app.audited(), &principal, &tree, &name, version, dry).await?;
     Ok(
         Json(serde_json::json!({ "status": "Success", "details": { "name": name, "kind": KIND } }))
             .into_response(),

@@ -10,7 +10,7 @@
 
 use crate::authz::Principal;
 use crate::edge::{ApiError, AppState};
-use crate::service::changes::{self, tree_for};
+use crate::service::quota_ops::{self, tree_for};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -34,7 +34,7 @@ pub async fn get(
     // A heavy request (`crate::heavy`): it copies and accrues the quota's
     // whole subtree and reads the ledger, so it takes a place first.
     let place = app.portal.heavy.enter(&p.username)?;
-    changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
+    quota_ops::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     let limit = match params.limit.as_deref() {
         None | Some("") => DEFAULT_LIMIT,
         Some(l) => l
@@ -70,7 +70,7 @@ pub async fn get(
     let (q, subtree) = place
         .work(move || copies.subtree_of(&forest, &at))
         .await?
-        .ok_or_else(|| changes::not_found(&name))?;
+        .ok_or_else(|| quota_ops::not_found(&name))?;
     let pricing = w.pricing();
     let mut views = crate::budgets::views(
         &app.portal.sql,

@@ -3,8 +3,8 @@
 
 use crate::authz::{self, Principal};
 use crate::edge::{ApiError, AppState};
-use crate::service::changes::{not_found, tree_for};
 use crate::service::queue::Queueing;
+use crate::service::quota_ops::{not_found, tree_for};
 use crate::service::ServiceError;
 use axum::body::Bytes;
 use axum::extract::State;

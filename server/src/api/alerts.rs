@@ -5,7 +5,7 @@ use crate::alerts::{Kind, Level};
 use crate::authz::Principal;
 use crate::edge::{ApiError, AppState};
 use crate::service::alert_ops::{self, Quiet};
-use crate::service::changes::records_scope;
+use crate::service::quota_ops::records_scope;
 use crate::store::alerts::{Alert, AlertFilter};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};

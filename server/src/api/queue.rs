@@ -7,8 +7,8 @@
 
 use crate::authz::Principal;
 use crate::edge::{ApiError, AppState};
-use crate::service::changes::{self, tree_for};
 use crate::service::queue as words;
+use crate::service::quota_ops::{self, tree_for};
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -19,7 +19,7 @@ pub async fn get(
     p: Principal,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    changes::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
+    quota_ops::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
     // As of one `now` (`service::working`): a budget reason says what is
     // left now, as the quota page and its budgets API do.
     let w = app.service.working(app.service.now());
