@@ -3,7 +3,8 @@
 //! emails in one transaction. It runs on every replica: opening an alert is
 //! idempotent across them (see `SqlStore::apply_evaluation`).
 
-use crate::alerts::{Condition, Evaluation, Kind, Level, OpenAlert, SubtreeUse};
+use crate::alerts::{Condition, Evaluation, Kind, Level, OpenAlert};
+use quota::rollup::SubtreeUse;
 use serde_json::json;
 // What the service marks as written; the engine takes it from there.
 use crate::service::changed::Seen;

@@ -908,7 +908,7 @@ fn figure(c: &Condition) -> String {
 
 /// What runs in each quota's subtree: `subtree_in_use`'s map, or the
 /// working copies' (`service::working::Accrued`).
-pub use quota::rollup::SubtreeUse;
+use quota::rollup::SubtreeUse;
 
 /// One evaluation over many quotas: `in_use` what runs in each one's
 /// subtree (a quota it lacks: only the quota itself is known), `open`

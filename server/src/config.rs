@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 // Where it always was for callers; it belongs to the store that connects.
-pub use crate::store::sql::redacted_url;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -513,7 +512,7 @@ pub fn init_tracing(format: LogFormat) {
 
 #[cfg(test)]
 mod redaction_tests {
-    use super::redacted_url;
+    use crate::store::sql::redacted_url;
 
     #[test]
     fn a_database_password_never_reaches_the_log() {

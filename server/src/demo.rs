@@ -7,9 +7,10 @@
 
 use crate::authz::Role;
 use crate::portal::auth::hash_password;
-use crate::service::audit::{self, action};
+use crate::service::audit;
 use crate::service::transfers::{TransferRequest, TransferService, DEFAULT_TTL_MS};
 use crate::service::{Persist, Service, ServiceError};
+use crate::store::audit::action;
 use crate::store::history::{DAY_MS, HOUR_MS};
 use crate::store::sql::SqlStore;
 use quota::keys::{cash_target, CPU_TYPE_LABEL, GPU_TYPE_LABEL, QUOTA_LABEL};
@@ -891,7 +892,7 @@ pub async fn seed(
         created.push(service.create_quota(t, s, Persist::Here, "", false).await?);
     }
     for q in &created {
-        let entry = audit::entry(
+        let entry = crate::store::audit::entry(
             now,
             ACTOR,
             action::QUOTA_CREATE,
@@ -1030,7 +1031,7 @@ pub async fn seed(
             .await?;
         sql.set_binding(user.id, quota, *role, now).await?;
         for entry in [
-            audit::entry(
+            crate::store::audit::entry(
                 now,
                 ACTOR,
                 action::USER_CREATE,
@@ -1039,7 +1040,7 @@ pub async fn seed(
                 Some(audit::user_json(&user)),
                 "demo user",
             ),
-            audit::entry(
+            crate::store::audit::entry(
                 now,
                 ACTOR,
                 action::ROLE_ADD,

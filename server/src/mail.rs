@@ -10,7 +10,7 @@
 
 // An argument of `serve`, so its values are the config's.
 use crate::config::ServeArgs;
-pub use crate::config::SmtpSecurity;
+use crate::config::SmtpSecurity;
 use crate::metrics::Metrics;
 use crate::service::Clock;
 use crate::store::outbox::OutboxRow;

@@ -65,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
             if running.self_signed_cert.is_some() {
                 tracing::info!("webhook uses a self-signed certificate (pass --tls-cert/--tls-key for a real one)");
             }
-            tracing::info!(http = %running.http_addr, webhook = %running.webhook_addr, database = %bizrq::config::redacted_url(&args.database_url), "bizrq serving");
+            tracing::info!(http = %running.http_addr, webhook = %running.webhook_addr, database = %bizrq::store::sql::redacted_url(&args.database_url), "bizrq serving");
             // One machine-readable line for scripts and tests.
             println!(
                 "{}",

@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use quota::review::{Gvk, Gvr, Request, REVIEW_API_VERSION};
+use quota::review::Request;
 
 pub mod mutate;
 
@@ -223,7 +223,7 @@ fn denial_notices(
     refusal: &Refusal,
     message: &str,
     uid_of: impl Fn(&str) -> Option<String>,
-) -> Vec<events::Notice> {
+) -> Vec<crate::service::notify::Notice> {
     let scale = endpoint == Endpoint::Scale || req.sub_resource.as_deref() == Some("scale");
     let action = match req.operation.as_str() {
         _ if scale => "Scale",
@@ -876,8 +876,9 @@ fn review_prices(req: &Request) -> Result<Verdict, ServiceError> {
 mod tests {
     use super::*;
     use crate::cluster::events::{
-        quota_ref, Notice, ADMISSION_DENIED, CASH_EXHAUSTED, QUOTA_EXCEEDED, TREE_RULE_VIOLATED,
+        quota_ref, ADMISSION_DENIED, CASH_EXHAUSTED, QUOTA_EXCEEDED, TREE_RULE_VIOLATED,
     };
+    use crate::service::notify::Notice;
     use serde_json::json;
 
     fn request(v: serde_json::Value) -> Request {

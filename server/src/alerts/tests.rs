@@ -776,7 +776,7 @@ fn the_digest_cutoff_is_the_last_digest_hour() {
 
 #[test]
 fn the_digest_lists_each_alert_with_its_times_and_link() {
-    use crate::store::alerts::Alert;
+    use crate::alerts::Alert;
     let a = |id, quota: &str, message: &str, resolved_at| Alert {
         id,
         fingerprint: format!("f{id}"),

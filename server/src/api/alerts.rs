@@ -1,12 +1,13 @@
 //! `/api/v1/alerts`: the alerts on the quotas the caller may see, newest
 //! first, paged; one alert by id.
 
+use crate::alerts::Alert;
 use crate::alerts::{Kind, Level};
 use crate::authz::Principal;
 use crate::edge::{ApiError, AppState};
 use crate::service::alert_ops::{self, Quiet};
 use crate::service::quota_ops::records_scope;
-use crate::store::alerts::{Alert, AlertFilter};
+use crate::store::alerts::AlertFilter;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};

@@ -4,8 +4,9 @@
 use crate::authz::Principal;
 use crate::edge::{ApiError, AppState};
 use crate::service::transfer_ops::{non_empty, parse_statuses, TransferOpError};
-use crate::service::transfers::{TransferFilter, TransferRequest};
+use crate::service::transfers::TransferRequest;
 use crate::service::ServiceError;
+use crate::store::transfers::TransferFilter;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

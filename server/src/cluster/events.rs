@@ -10,7 +10,7 @@
 //! API server refuses is logged at warn and counted (`bizrq_events_failed`).
 
 use crate::metrics::Metrics;
-pub use crate::service::notify::Notice;
+use crate::service::notify::Notice;
 use crate::service::notify::Notifier;
 use crate::service::{Clock, ServiceError};
 use k8s_openapi::api::core::v1::ObjectReference;

@@ -8,8 +8,9 @@ use super::PageError;
 use crate::authz::{Principal, Role};
 use crate::edge::limits::MAX_PASSWORD_BYTES;
 use crate::edge::AppState;
-use crate::service::audit::{action, user_json, user_target};
+use crate::service::audit::{user_json, user_target};
 use crate::store::accounts::User;
+use crate::store::audit::action;
 use crate::store::StoreError;
 use app::layout::Flash;
 use axum::extract::{Path, State};
@@ -749,7 +750,7 @@ pub async fn change_email(
         sql.set_user_email(user_id, email).await?;
         app.audit(
             actor,
-            crate::service::audit::action::USER_EMAIL,
+            crate::store::audit::action::USER_EMAIL,
             &crate::service::audit::user_target(username),
             Some(serde_json::json!({ "email": was })),
             Some(serde_json::json!({ "email": email })),

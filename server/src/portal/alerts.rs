@@ -5,11 +5,12 @@
 
 use super::auth::Viewer;
 use super::PageError;
+use crate::alerts::Alert;
 use crate::alerts::{Kind, Level};
 use crate::authz::{self, Principal};
 use crate::edge::AppState;
 use crate::service::alert_ops::{self, Quiet};
-use crate::store::alerts::{Alert, AlertFilter, Pref};
+use crate::store::alerts::{AlertFilter, Pref};
 use app::alerts::{AccountAlerts, AlertQuery, AlertRow, AlertSort, RuleRow, SortDir};
 use app::layout::Flash;
 use axum::extract::{Path, Query, State};
@@ -648,7 +649,7 @@ pub async fn save_rule(
     };
     app.audit(
         &viewer.principal,
-        crate::service::audit::action::ALERT_RULE,
+        crate::store::audit::action::ALERT_RULE,
         &name,
         None,
         after,
@@ -763,7 +764,7 @@ pub async fn save_account(
         let after = sql.alert_prefs(id).await?;
         app.audit(
             &viewer.principal,
-            crate::service::audit::action::ALERT_PREFS,
+            crate::store::audit::action::ALERT_PREFS,
             &target,
             Some(prefs(&before)),
             Some(prefs(&after)),

@@ -5,7 +5,8 @@ use super::auth::Viewer;
 use super::PageError;
 use crate::authz::Principal;
 use crate::edge::AppState;
-use crate::service::audit::{action, user_target};
+use crate::service::audit::user_target;
+use crate::store::audit::action;
 use crate::store::audit::{AuditFilter, AuditRecord};
 use axum::extract::{Query, State};
 use axum::http::header;
@@ -247,7 +248,7 @@ pub async fn csv(
 }
 
 /// One CSV field (RFC 4180), formulas defused (`util::csv_field`).
-pub use crate::util::csv_field;
+use crate::util::csv_field;
 
 /// The entries as CSV with a header line, CRLF line ends.
 pub fn to_csv(rows: &[AuditRecord]) -> String {
@@ -272,7 +273,7 @@ pub fn to_csv(rows: &[AuditRecord]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::audit::entry;
+    use crate::store::audit::entry;
     use serde_json::json;
 
     /// Saving the edit form as it was rewrote `1099511627776` as `1Ti`, and

@@ -4,12 +4,12 @@
 //! header names, so a spreadsheet sums them; fields are quoted as the audit
 //! export quotes them (`audit::csv_field`, formulas defused).
 
-use super::audit::csv_field;
 use super::auth::Viewer;
 use super::PageError;
 use crate::edge::AppState;
 use crate::service::quota_ops;
 use crate::store::alerts::AlertFilter;
+use crate::util::csv_field;
 use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};

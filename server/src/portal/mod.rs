@@ -34,7 +34,6 @@ pub mod shares;
 pub mod transfers;
 
 // Tests and callers knew them here; the permissions table sits below the edges.
-pub use crate::authz;
 use crate::edge::limits;
 use crate::edge::state::Portal;
 
@@ -152,10 +151,10 @@ pub async fn bootstrap_admin(
     let hash = auth::hash_password(password).await?;
     match sql.create_user(BOOTSTRAP_ADMIN, &hash, true, now_ms).await {
         Ok(user) => {
-            let entry = crate::service::audit::entry(
+            let entry = crate::store::audit::entry(
                 now_ms,
                 "bizrq",
-                crate::service::audit::action::USER_CREATE,
+                crate::store::audit::action::USER_CREATE,
                 &crate::service::audit::user_target(BOOTSTRAP_ADMIN),
                 None,
                 Some(crate::service::audit::user_json(&user)),

@@ -7,10 +7,9 @@ use super::PageError;
 use crate::authz::{self, Principal};
 use crate::edge::AppState;
 use crate::service::transfer_ops::{non_empty, parse_statuses, Scope, TransferOpError};
-use crate::service::transfers::{
-    TopUp, Transfer, TransferFilter, TransferKind, TransferRequest, TransferStatus,
-};
+use crate::service::transfers::TransferRequest;
 use crate::service::ServiceError;
+use crate::store::transfers::{TopUp, Transfer, TransferFilter, TransferKind, TransferStatus};
 use app::layout::Flash;
 use app::transfers::{PlanRow, RequestForm, TransferDetail, TransferQuery, TransferRow};
 use axum::extract::{Path, Query, State};

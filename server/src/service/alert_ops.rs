@@ -2,11 +2,12 @@
 //! acknowledge or snooze one (authorised, audited), and count the ones
 //! that ask for someone now (the navigation's badge).
 
-use super::audit::{action, Audited};
+use super::audit::Audited;
 use super::quota_ops::{records_scope, tree_for, ChangeError};
 use super::ServiceError;
 use crate::authz::{self, Principal};
 use crate::store::alerts::AlertFilter;
+use crate::store::audit::action;
 
 /// How long an alert may be snoozed, in hours: the choices people have.
 pub const SNOOZE_HOURS: [i64; 4] = [1, 4, 24, 168];

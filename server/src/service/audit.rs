@@ -16,7 +16,7 @@ use quota::Quota;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-pub use crate::store::audit::{action, entry};
+use crate::store::audit::entry;
 
 /// The target of an entry about an account.
 pub fn user_target(username: &str) -> String {

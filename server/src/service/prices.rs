@@ -10,7 +10,7 @@
 //! follows the object with a watch (`cluster::prices`): the webhook has
 //! already refused a bad one, the API server's audit log has the write.
 
-use crate::service::audit::{self, entry};
+use crate::store::audit::{self, entry};
 use crate::store::sql::SqlStore;
 use quota::budget::price_doc::{PriceListObject, MAX_DOCUMENT_BYTES};
 use quota::budget::PriceList;

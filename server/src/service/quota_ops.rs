@@ -5,9 +5,10 @@
 
 use super::audit::Audited;
 use crate::authz::{self, Principal, Tree};
-use crate::service::audit::{action, quota_json};
+use crate::service::audit::quota_json;
 use crate::service::forest::Forest;
 use crate::service::{Persist, ServiceError};
+use crate::store::audit::action;
 use quota::{Quota, QuotaSpec};
 
 /// Why a change was not made.

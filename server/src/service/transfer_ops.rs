@@ -22,12 +22,12 @@
 //! Every request, approval and rejection is audited here (the expiry and a
 //! loan's return by the service itself, as `bizrq`).
 
-use super::audit::{action, transfer_json, transfer_summary, transfer_target, Audited};
-use super::transfers::{
-    Transfer, TransferFilter, TransferRequest, TransferService, TransferStatus, DEFAULT_TTL_MS,
-};
+use super::audit::{transfer_json, transfer_summary, transfer_target, Audited};
+use super::transfers::{TransferRequest, TransferService, DEFAULT_TTL_MS};
 use super::{Service, ServiceError};
 use crate::authz::{self, Principal, Tree};
+use crate::store::audit::action;
+use crate::store::transfers::{Transfer, TransferFilter, TransferStatus};
 use quota::Quota;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -97,11 +97,12 @@
 //! allowed; the plan warns). Loans carry no cash keys.
 
 use crate::alerts;
-use crate::service::audit::{self, action};
+use crate::service::audit;
 use crate::service::{Service, ServiceError};
+use crate::store::audit::action;
 use crate::store::sql::SqlStore;
 use crate::store::transfers::{NewTransfer, Outcome};
-pub use crate::store::transfers::{TopUp, Transfer, TransferFilter, TransferKind, TransferStatus};
+use crate::store::transfers::{TopUp, Transfer, TransferFilter, TransferKind, TransferStatus};
 use quota::budget::topup::{self, Source, TopUpError};
 use quota::budget::Entry;
 use quota::object::Quota;
@@ -687,7 +688,7 @@ impl Executor {
     /// Appends an audit entry for what the system did to a transfer. Never
     /// fails the caller: a write error is logged.
     async fn audit(&self, act: &str, before: Option<&Transfer>, after: &Transfer, detail: &str) {
-        let e = audit::entry(
+        let e = crate::store::audit::entry(
             self.service.now(),
             SYSTEM_ACTOR,
             act,
@@ -1085,7 +1086,7 @@ impl Executor {
     async fn record_entries(&self, act: &str, t: &Transfer, entries: &[Entry], detail: &str) {
         let mut after = audit::transfer_json(t);
         after["entries"] = serde_json::to_value(entries).unwrap_or_default();
-        let e = audit::entry(
+        let e = crate::store::audit::entry(
             self.service.now(),
             SYSTEM_ACTOR,
             act,

@@ -9,7 +9,7 @@ use super::sql::SqlStore;
 use super::StoreError;
 use crate::alerts::{email, Condition, Evaluation, Kind, Level, Rule};
 // The alert as stored is a plain type of the alert rules, which sit below the store.
-pub use crate::alerts::Alert;
+use crate::alerts::Alert;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 use std::collections::{BTreeMap, BTreeSet};

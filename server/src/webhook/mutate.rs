@@ -11,8 +11,9 @@
 //! webhook charges nothing for.
 
 use super::{review_json, target, Verdict};
-use crate::cluster::events::{self, Notice};
+use crate::cluster::events;
 use crate::edge::AppState;
+use crate::service::notify::Notice;
 use crate::service::queue::Queueing;
 use crate::service::{Service, ServiceError};
 use axum::body::Bytes;

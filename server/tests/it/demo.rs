@@ -573,7 +573,7 @@ async fn alert_emails_state_the_apis_figures(url: &str) {
     let mut args = demo_args(url);
     args.smtp_host = Some("127.0.0.1".into());
     args.smtp_port = port;
-    args.smtp_security = bizrq::mail::SmtpSecurity::Plain;
+    args.smtp_security = bizrq::config::SmtpSecurity::Plain;
     let running = bizrq::start_with(&args, None, Some(c)).await.unwrap();
     // research's budget (a parent's: its subtree's spending) is watched
     // from 1 %, so a spent figure is mailed too; before the first sweep.

@@ -2,7 +2,8 @@
 //! tests/smtp_sink.py), on SQLite and PostgreSQL.
 
 use crate::common::test_clock;
-use bizrq::mail::{message_id, Mailer, Sender, SmtpConfig, SmtpSecurity, LEASE_MS};
+use bizrq::config::SmtpSecurity;
+use bizrq::mail::{message_id, Mailer, Sender, SmtpConfig, LEASE_MS};
 use bizrq::metrics::Metrics;
 use bizrq::store::outbox::NewMail;
 use bizrq::store::sql::SqlStore;
@@ -358,7 +359,7 @@ async fn a_threshold_crossing_emails_the_owner_once_and_again_when_it_recurs() {
         .set_binding(
             ada.id,
             "team",
-            bizrq::portal::authz::Role::Owner,
+            bizrq::authz::Role::Owner,
             bizrq::util::now_ms(),
         )
         .await
@@ -464,7 +465,7 @@ async fn one_job_over_several_keys_is_one_email_naming_them() {
         .set_binding(
             ada.id,
             "team",
-            bizrq::portal::authz::Role::Owner,
+            bizrq::authz::Role::Owner,
             bizrq::util::now_ms(),
         )
         .await

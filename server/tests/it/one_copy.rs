@@ -318,7 +318,7 @@ async fn budget_alerts_read_the_pages_copy(url: &str) {
     sql.set_user_email(olga.id, Some("olga@example.com"))
         .await
         .unwrap();
-    sql.set_binding(olga.id, "root", bizrq::portal::authz::Role::Owner, t0)
+    sql.set_binding(olga.id, "root", bizrq::authz::Role::Owner, t0)
         .await
         .unwrap();
     // team's forecast horizon is a day (a forecast alert within it);
@@ -512,7 +512,7 @@ async fn a_childs_write_judges_its_parents_budget_at_once(url: &str) {
     sql.set_user_email(olga.id, Some("olga@example.com"))
         .await
         .unwrap();
-    sql.set_binding(olga.id, "root", bizrq::portal::authz::Role::Owner, t0)
+    sql.set_binding(olga.id, "root", bizrq::authz::Role::Owner, t0)
         .await
         .unwrap();
     let monthly = json!({"period": {"kind": "monthly", "anchorDay": 1}, "forecastDays": 0});

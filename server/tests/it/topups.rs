@@ -12,12 +12,12 @@ use crate::common::*;
 use bizrq::alert_engine::TransferAlerts;
 use bizrq::metrics::Metrics;
 use bizrq::service::transfers::{
-    CrashPoint, TransferKind, TransferRequest, TransferService, TransferStatus, DEFAULT_TTL_MS,
-    LEASE_MS,
+    CrashPoint, TransferRequest, TransferService, DEFAULT_TTL_MS, LEASE_MS,
 };
 use bizrq::service::{Persist, Service, ServiceError};
 use bizrq::store::audit::AuditFilter;
 use bizrq::store::sql::SqlStore;
+use bizrq::store::transfers::{TransferKind, TransferStatus};
 use quota::budget::hold::state_of;
 use quota::budget::topup::Source;
 use quota::budget::{from_quantity, BudgetPolicy};

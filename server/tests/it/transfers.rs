@@ -6,11 +6,10 @@
 use crate::common::*;
 use bizrq::alert_engine::TransferAlerts;
 use bizrq::metrics::Metrics;
-use bizrq::service::transfers::{
-    CrashPoint, TransferFilter, TransferRequest, TransferService, TransferStatus, LEASE_MS,
-};
+use bizrq::service::transfers::{CrashPoint, TransferRequest, TransferService, LEASE_MS};
 use bizrq::service::{Persist, Service, ServiceError};
 use bizrq::store::sql::SqlStore;
+use bizrq::store::transfers::{TransferFilter, TransferStatus};
 use quota::object::QuotaSpec;
 use quota::Quantity;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -638,7 +637,7 @@ macro_rules! on_both {
 
 async fn transfer_events_raise_alerts_to_owners_and_admins(w: World) {
     use bizrq::alerts::Kind;
-    use bizrq::portal::authz::Role;
+    use bizrq::authz::Role;
     let owner = w.sql.create_user("olga", "x", false, T0).await.unwrap();
     w.sql
         .set_user_email(owner.id, Some("olga@example.com"))

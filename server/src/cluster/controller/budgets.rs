@@ -21,7 +21,8 @@
 //! The decisions are `quota::budget::{enforce, refund}`'s; here is the I/O.
 
 use super::Context;
-use crate::cluster::events::{quota_ref, Notice};
+use crate::cluster::events::quota_ref;
+use crate::service::notify::Notice;
 use crate::service::transfers::SYSTEM_ACTOR;
 use crate::store::audit::{action, entry};
 use quota::budget::enforce::{self, Running};

@@ -236,7 +236,7 @@ impl Context {
             .unwrap_or_default();
         if let Some(mut r) = crate::cluster::events::workload_ref(&api_version, wref) {
             r.uid = self.view.lock().unwrap().workload_uid(wref);
-            self.events.emit(crate::cluster::events::Notice {
+            self.events.emit(crate::service::notify::Notice {
                 regarding: r,
                 warning,
                 reason,

@@ -6,8 +6,9 @@
 
 use super::{Context, Error};
 use crate::cluster::crd::BizGroupResourceQuota;
-use crate::cluster::events::{quota_ref, Notice};
+use crate::cluster::events::quota_ref;
 use crate::cluster::view::kind_of_ref;
+use crate::service::notify::Notice;
 use crate::service::ServiceError;
 use kube::runtime::controller::Action;
 use kube::ResourceExt;

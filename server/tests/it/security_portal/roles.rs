@@ -112,7 +112,7 @@ async fn a_quota_deleted_in_the_cluster_takes_its_roles_and_rules_along() {
     c.server.create_quota("cv", "ai", json!({ GPU: "4" })).await;
     let sql = bizrq::store::sql::SqlStore::connect(&url).await.unwrap();
     let carol = sql.create_user("carol", "h", false, 1).await.unwrap();
-    sql.set_binding(carol.id, "cv", bizrq::portal::authz::Role::Owner, 1)
+    sql.set_binding(carol.id, "cv", bizrq::authz::Role::Owner, 1)
         .await
         .unwrap();
     sql.set_alert_rule(
@@ -159,7 +159,7 @@ async fn a_quota_deleted_in_the_cluster_takes_its_roles_and_rules_along() {
 #[tokio::test]
 async fn a_quota_deleted_while_no_controller_ran_loses_its_roles_and_rules_at_start() {
     use crate::cluster::{Cluster, T0};
-    use bizrq::portal::authz::Role;
+    use bizrq::authz::Role;
     let dir = tempfile::tempdir().unwrap();
     let url = fresh_sqlite(&dir);
     let sql = bizrq::store::sql::SqlStore::connect(&url).await.unwrap();
