@@ -1,6 +1,7 @@
 //! bizrq's quota engine: the pure part of the product. No I/O, no async, no
 //! clock — time and state come in as arguments, decisions go out as values.
-//! It also compiles for wasm32 so the portal can reuse it in the browser.
+//! The server and the portal's server-rendered pages use it; the browser's
+//! bundle (`islands`) does not depend on it.
 
 pub mod admission;
 pub mod batch;

@@ -6,7 +6,7 @@
 //!
 //! The patch is exact against the document the old status serialises to:
 //! applied to it, it gives the document the new status serialises to,
-//! member for member (`tests/patch.rs`). Maps keyed by name (workloads,
+//! member for member (`tests/all/patch.rs`). Maps keyed by name (workloads,
 //! children, users, …) are patched entry by entry, an entry that changed
 //! by its changed members; a member a status leaves out when empty is
 //! removed (`null`) when it becomes empty, as a whole write would leave it
