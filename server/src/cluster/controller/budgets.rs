@@ -34,7 +34,7 @@ use quota::cash::Prices;
 use quota::keys::cash_target;
 use quota::pods::PodRun;
 use quota::reclaim::{self, Action, Candidate, Mark, Stop, Victim};
-use quota::workload::WorkloadRef;
+use quota::workload::{adapter_of, WorkloadRef};
 use quota::Quota;
 use std::collections::BTreeMap;
 
@@ -296,9 +296,7 @@ impl Context {
         q.status
             .workloads
             .iter()
-            .filter(|(wref, _)| {
-                super::reclaim::adapter_of(wref).map(Stop::of) == Some(Stop::Suspend)
-            })
+            .filter(|(wref, _)| adapter_of(wref).map(Stop::of) == Some(Stop::Suspend))
             .filter_map(|(wref, charge)| {
                 let text = v.annotation_of(q.name(), wref, MAX_RUNTIME_ANNOTATION)?;
                 // A wrong annotation was refused or reported at admission.
@@ -392,7 +390,7 @@ impl Context {
         v.workloads_of(q.name())
             .filter(|(wref, _, _)| q.status.workloads.contains_key(wref))
             .map(|(wref, pod_sets, info)| Candidate {
-                stop: super::reclaim::adapter_of(wref).map_or(Stop::Never, Stop::of),
+                stop: adapter_of(wref).map_or(Stop::Never, Stop::of),
                 priority: info.priority,
                 online: reclaim::is_online(&info.labels, &info.annotations),
                 created_ms: info.created_ms.unwrap_or(0),

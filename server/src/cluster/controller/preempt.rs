@@ -32,7 +32,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use quota::queue::preempt::{self, Weighed};
 use quota::queue::{self, Preemption, Queued};
 use quota::reclaim::{self, Candidate, Origin, Stop, Victim};
-use quota::workload::{adapter_for_kind, WorkloadRef};
+use quota::workload::{adapter_of, WorkloadRef};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -451,12 +451,6 @@ impl Context {
             preempted: true,
         })
     }
-}
-
-/// The adapter of the workload `wref` (`group/Kind/ns/name`).
-fn adapter_of(wref: &str) -> Option<&'static quota::workload::Adapter> {
-    let (group, kind) = kind_of_ref(wref).split_once('/')?;
-    adapter_for_kind(group, kind)
 }
 
 fn words(r: &quota::ResourceList) -> String {

@@ -11,7 +11,7 @@ use crate::service::ServiceError;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use quota::borrow::Standing;
 use quota::reclaim::{self, Action, Borrower, Candidate, Stop, Victim};
-use quota::workload::{adapter_for_kind, Adapter, WorkloadRef};
+use quota::workload::{adapter_of, WorkloadRef};
 use quota::ResourceList;
 use std::collections::BTreeMap;
 
@@ -232,12 +232,6 @@ impl Context {
             r => r,
         }
     }
-}
-
-/// The adapter of the workload `wref` (`group/Kind/ns/name`).
-pub(super) fn adapter_of(wref: &str) -> Option<&'static Adapter> {
-    let (group, kind) = kind_of_ref(wref).split_once('/')?;
-    adapter_for_kind(group, kind)
 }
 
 fn describe(a: &Action) -> String {
