@@ -105,7 +105,7 @@ pub async fn views(
         let outlook = quota::forecast::outlook(q, key, now, &pricing.qos, &pricing.list);
         out.push(BudgetView {
             key: key.clone(),
-            unit: quota::readable::cash_unit(key),
+            unit: quota::keys::cash_unit(key),
             policy,
             period,
             budget,

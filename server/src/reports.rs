@@ -564,8 +564,8 @@ fn finish(
     let units: BTreeSet<&'static str> = agg
         .entries
         .iter()
-        .map(|e| readable::cash_unit(&e.key))
-        .chain(spec.key.as_deref().map(readable::cash_unit))
+        .map(|e| quota::keys::cash_unit(&e.key))
+        .chain(spec.key.as_deref().map(quota::keys::cash_unit))
         .collect();
     let unit = match units.len() {
         1 => units.into_iter().next().unwrap_or("resource-hours"),

@@ -6,10 +6,10 @@
 use super::period::{Carry, Overspend, Period, PeriodError};
 use super::refund::{Exhaustion, PolicyError, RefundPolicy};
 use super::reserve::WithoutRunTime;
-use super::runtime::MAX_RUN_MS;
 use super::topup::{ScheduledTopUp, TopUpError};
 use crate::keys::cash_target;
 use crate::quantity::Quantity;
+use crate::workload::runtime::MAX_RUN_MS;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -27,12 +27,12 @@
 
 use super::price::PriceList;
 use super::reserve::{Ask, BudgetDenial, BudgetState, Reservation, WithoutRunTime};
-use super::runtime::RunTimeError;
 use super::{from_cash_accrued, from_quantity};
 use crate::cash::Prices;
 use crate::keys::cash_target;
 use crate::object::{Charge, Quota, QuotaSpec, QuotaStatus};
 use crate::resources;
+use crate::workload::runtime::RunTimeError;
 use crate::workload::{PodSet, Workload, WorkloadRef};
 use std::collections::BTreeMap;
 

@@ -21,8 +21,8 @@ pub mod refund;
 pub mod report;
 pub mod reserve;
 pub mod rollup;
-pub mod runtime;
 pub mod runway;
+pub mod status;
 pub mod topup;
 
 pub use config::{BudgetError, BudgetPolicy};
@@ -32,7 +32,6 @@ pub use price_doc::{PriceListObject, PriceListSpec};
 pub use refund::{Exhaustion, ExhaustionPlan, RefundPolicy};
 pub use report::{Bucket, Dimension, Entry, Reason, Report, ReportSpec};
 pub use reserve::{BudgetDenial, BudgetState, Reservation, Settlement, WithoutRunTime};
-pub use runtime::{RunTime, RunTimeError};
 pub use runway::Runway;
 
 use crate::cash::MS_PER_HOUR;

@@ -11,9 +11,9 @@
 //! after a grace period — never online services, in reclaim's order.
 
 use super::report::{share, Entry, Reason};
-use super::runtime::MAX_RUN_MS;
 use crate::reclaim::{order_key, Candidate, Stop};
 use crate::resources;
+use crate::workload::runtime::MAX_RUN_MS;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -172,7 +172,7 @@ pub enum BudgetDenial {
         .0.quota, .0.key, .0.workload, readable::decimal(.0.available),
         readable::decimal(.0.spent), readable::decimal(.0.reserved))]
     Spent(Box<Numbers>),
-    #[error("bizrq {quota}: {key} admits only workloads that declare a maximum run time: set spec.activeDeadlineSeconds (Job), spec.runPolicy.activeDeadlineSeconds (Kubeflow) or the annotation {} (e.g. \"4h\") on {workload}", super::runtime::MAX_RUNTIME_ANNOTATION)]
+    #[error("bizrq {quota}: {key} admits only workloads that declare a maximum run time: set spec.activeDeadlineSeconds (Job), spec.runPolicy.activeDeadlineSeconds (Kubeflow) or the annotation {} (e.g. \"4h\") on {workload}", crate::workload::runtime::MAX_RUNTIME_ANNOTATION)]
     NoRunTime {
         quota: String,
         key: String,
@@ -476,7 +476,7 @@ fn basis(pod_sets: &[PodSet], target: &str, run_ms: i64) -> String {
         "{} × {} for {}",
         readable::decimal(total),
         target.strip_prefix("requests.").unwrap_or(target),
-        super::runtime::format_duration(run_ms)
+        crate::workload::runtime::format_duration(run_ms)
     )
 }
 

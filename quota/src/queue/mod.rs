@@ -93,7 +93,7 @@ pub struct Queued {
     pub submitted_ms: i64,
     /// What it runs once admitted, as the adapter read it unsuspended.
     pub pod_sets: Vec<PodSet>,
-    /// Its declared maximum run time (`budget::runtime::max_runtime`), for
+    /// Its declared maximum run time (`workload::runtime::max_runtime`), for
     /// budget reservations and start estimates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_ms: Option<i64>,

@@ -162,7 +162,7 @@ fn budget(f: &mut fmt::Formatter<'_>, d: &BudgetDenial) -> fmt::Result {
     write!(
         f,
         "waits for {} of {}: ",
-        readable::cash_unit(&n.key),
+        crate::keys::cash_unit(&n.key),
         n.key
     )?;
     let num = |q: Quantity| readable::grouped(q.max(Quantity::ZERO));

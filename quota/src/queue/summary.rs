@@ -235,7 +235,7 @@ mod tests {
             queue_summary: Some(s),
             ..Default::default()
         };
-        let (shown, _) = crate::readable::summarize(
+        let (shown, _) = crate::summary::summarize(
             &crate::object::QuotaSpec::default(),
             &status,
             &Default::default(),

@@ -3,7 +3,7 @@
 
 use super::model::{check_count, Workload};
 use super::read::{classes, parse_object, pod_set, workload, Fault, Finishing, Source};
-use crate::budget::runtime;
+use super::runtime;
 use crate::keys::KeyConfig;
 use crate::usage::{nullable, ObjectMeta, PodTemplate};
 use serde::Deserialize;

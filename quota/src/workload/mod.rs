@@ -10,6 +10,7 @@ mod kubeflow;
 mod model;
 mod read;
 mod replicated;
+pub mod runtime;
 mod volcano;
 
 pub use hpa::{read_hpa, read_hpa_value, read_scale_replicas, Hpa};

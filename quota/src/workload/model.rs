@@ -2,7 +2,7 @@
 //! its reference (`group/Kind/namespace/name`), and the bounds Kubernetes
 //! puts on the names and counts an object may hold.
 
-use crate::budget::runtime::{RunTime, RunTimeError};
+use super::runtime::{RunTime, RunTimeError};
 use crate::keys::QUOTA_LABEL;
 use crate::resources::{self, ResourceList};
 use crate::usage::{ObjectMeta, QosClass};

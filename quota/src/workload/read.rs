@@ -3,7 +3,7 @@
 //! name, and a pod set made of a count and a pod template.
 
 use super::model::{check_count, check_names, is_dns_subdomain, ChargeMode, PodSet, Workload};
-use crate::budget::runtime;
+use super::runtime;
 use crate::keys::KeyConfig;
 use crate::quantity::MAX_NANOS;
 use crate::usage::{

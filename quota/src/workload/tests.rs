@@ -1,5 +1,5 @@
+use super::runtime;
 use super::*;
-use crate::budget::runtime;
 use crate::quantity::Quantity;
 
 #[test]

@@ -372,7 +372,7 @@ fn the_summaries_replace_what_is_stored() {
     let patch = derived_patch(&spec, &status, &in_use, &KeyConfig::default(), &[&stale]);
     apply_merge_patch(&mut stored, &Value::Object(patch));
     let (summary, readable) =
-        quota::readable::summarize(&spec, &status, &in_use, &KeyConfig::default());
+        quota::summary::summarize(&spec, &status, &in_use, &KeyConfig::default());
     assert_eq!(stored["summary"], serde_json::to_value(&summary).unwrap());
     assert!(readable.is_empty());
     assert!(

@@ -135,7 +135,7 @@ async fn would_queue(
         priority_classes: quota::queue::priority::class_names(&obj),
         submitted_ms: svc.now(),
         pod_sets: w.pod_sets.clone(),
-        run_ms: quota::budget::runtime::max_runtime(&obj)
+        run_ms: quota::workload::runtime::max_runtime(&obj)
             .ok()
             .flatten()
             .map(|r| r.ms),

@@ -282,7 +282,7 @@ pub async fn mutate(
         priority_classes: queue::priority::class_names(&obj),
         submitted_ms: svc.now(),
         pod_sets: w.pod_sets.clone(),
-        run_ms: quota::budget::runtime::max_runtime(&running)
+        run_ms: quota::workload::runtime::max_runtime(&running)
             .ok()
             .flatten()
             .map(|r| r.ms),

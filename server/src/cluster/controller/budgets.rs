@@ -28,12 +28,12 @@ use quota::budget::enforce::{self, Running};
 use quota::budget::price::{accrue_priced, Holding};
 use quota::budget::refund::{on_exhausted, Exhaustion, ExhaustionPlan, RefundPolicy};
 use quota::budget::report::Entry;
-use quota::budget::runtime::{parse_duration, MAX_RUNTIME_ANNOTATION};
 use quota::budget::{hold, to_quantity, PriceList};
 use quota::cash::Prices;
 use quota::keys::cash_target;
 use quota::pods::PodRun;
 use quota::reclaim::{self, Action, Candidate, Mark, Stop, Victim};
+use quota::workload::runtime::{parse_duration, MAX_RUNTIME_ANNOTATION};
 use quota::workload::{adapter_of, WorkloadRef};
 use quota::Quota;
 use std::collections::BTreeMap;
@@ -343,7 +343,7 @@ impl Context {
             let r = running.iter().find(|r| r.workload == w).unwrap();
             let why = format!(
                 "bizrq {quota}: {w} declared a run time of {} ({MAX_RUNTIME_ANNOTATION}) and ran past it (since {}); suspended",
-                quota::budget::runtime::format_duration(r.run_ms),
+                quota::workload::runtime::format_duration(r.run_ms),
                 quota::time::format_rfc3339(r.deadline_ms())
             );
             self.suspend(quota, w, "RunTimeExceeded", why).await;

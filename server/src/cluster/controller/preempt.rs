@@ -443,7 +443,7 @@ impl Context {
             priority_classes: queue::priority::class_names(&json),
             submitted_ms: since.or(info.created_ms).unwrap_or_else(|| self.now()),
             pod_sets: w.pod_sets,
-            run_ms: quota::budget::runtime::max_runtime(&json)
+            run_ms: quota::workload::runtime::max_runtime(&json)
                 .ok()
                 .flatten()
                 .map(|r| r.ms),
