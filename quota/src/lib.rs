@@ -39,12 +39,14 @@ pub mod usage;
 pub mod workload;
 
 pub use admission::{Borrowing, Denial, Shortfall};
-pub use borrow::{Loan, LoanRequest, Standing};
+pub use borrow::{LoanRequest, Standing};
 pub use keys::KeyConfig;
 pub use namespaces::Namespaces;
+pub use object::loans::Loan;
+pub use object::marks::{Action, Mark};
 pub use object::{Charge, Quota, QuotaSpec, QuotaStatus};
 pub use quantity::Quantity;
-pub use reclaim::{Action, Mark, Victim};
+pub use reclaim::Victim;
 pub use resources::ResourceList;
 pub use tree::TreeError;
 pub use workload::{Adapter, Workload};

@@ -4,25 +4,32 @@
 //! and so are the borrowing reports `lent` and `borrowed` (§5).
 //! Transfers in flight hold carve-outs here too (`transfers`, §6).
 
-use crate::borrow::Loan;
-use crate::budget::enforce::Refunded;
 use crate::budget::hold;
 use crate::budget::periods::PeriodStatus;
 use crate::budget::BudgetPolicy;
 use crate::keys::cash_target;
 use crate::quantity::Quantity;
-use crate::queue::{QueueEntry, QueuePolicy};
-use crate::reclaim::Mark;
 use crate::resources::{self, ResourceList};
-use crate::transfer::Hold;
 use crate::workload::PodSet;
 use fair_sharing::{FairSharing, FairStatus};
+use loans::Loan;
+use marks::Mark;
+use queue::QueueEntry;
+use queueing::QueuePolicy;
+use refunds::Refunded;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
+use transfers::Hold;
 
 pub mod fair_sharing;
+pub mod loans;
+pub mod marks;
+pub mod queue;
+pub mod queueing;
+pub mod refunds;
 mod sums;
+pub mod transfers;
 
 /// What `kubectl get bizrq` shows first (the CRD's printer columns): the
 /// figures the portal and the API show, never a parent's carve-outs read
@@ -657,7 +664,7 @@ pub struct QuotaStatus {
     /// `queue::summary::TOP_ENTRIES` entries (and those no mark backs).
     /// Written by the controller's round; None without marks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue_summary: Option<crate::queue::summary::Summary>,
+    pub queue_summary: Option<queue::Summary>,
     /// For people: its weight and dominant share of what its parent can
     /// lend, for a quota that may borrow (derived by the controller's
     /// queue round; never read for a decision).

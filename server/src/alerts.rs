@@ -531,7 +531,7 @@ fn reclaim_why(quota: &Quota) -> String {
     let marks = quota.status.reclaim.values();
     let preempt = marks
         .clone()
-        .filter(|m| m.origin == quota::reclaim::Origin::Preempt)
+        .filter(|m| m.origin == quota::object::marks::Origin::Preempt)
         .count();
     let borrow = quota.status.reclaim.len() - preempt;
     match (borrow > 0, preempt > 0) {

@@ -99,15 +99,6 @@ impl RunDecl {
     pub fn of(w: &Workload) -> RunDecl {
         RunDecl::Object(w.run_time.clone().map(|r| r.map(|r| r.ms)))
     }
-
-    /// What the new object `w` of an update declares, judged again when
-    /// `changes` holds anything a budget reads.
-    pub fn of_update(w: &Workload, changes: &crate::update::Changes) -> RunDecl {
-        match RunDecl::of(w) {
-            RunDecl::Object(run) if changes.budget() => RunDecl::Changed(run),
-            run => run,
-        }
-    }
 }
 
 /// The state of `key`'s budget as `q`'s status holds it now: the period

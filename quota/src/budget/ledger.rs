@@ -28,9 +28,9 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Outbox {
-    #[serde(rename = "from", with = "super::serde_stamp")]
+    #[serde(rename = "from", with = "crate::time::serde_stamp")]
     pub from_ms: i64,
-    #[serde(rename = "to", with = "super::serde_stamp")]
+    #[serde(rename = "to", with = "crate::time::serde_stamp")]
     pub to_ms: i64,
     #[serde(default)]
     pub entries: Vec<Entry>,

@@ -29,7 +29,7 @@ pub use config::{BudgetError, BudgetPolicy};
 pub use period::{Carry, Overspend, Period, PeriodRecord, Weekday, Window};
 pub use price::{Currency, PriceError, PriceList, PriceVersion, Weight};
 pub use price_doc::{PriceListObject, PriceListSpec};
-pub use refund::{Exhaustion, ExhaustionPlan, RefundPolicy};
+pub use refund::{Exhaustion, RefundPolicy};
 pub use report::{Bucket, Dimension, Entry, Reason, Report, ReportSpec};
 pub use reserve::{BudgetDenial, BudgetState, Reservation, Settlement, WithoutRunTime};
 pub use runway::Runway;
@@ -59,8 +59,8 @@ pub fn from_cash_accrued(per_mille: i128) -> i128 {
     per_mille.saturating_mul(PRICE_ONE / crate::cash::PER_MILLE)
 }
 
-/// Serde helpers for plain data: accumulators as decimal strings (JSON
-/// numbers lose precision beyond 2^53), instants as RFC 3339.
+/// Serde helper for plain data: accumulators as decimal strings (JSON
+/// numbers lose precision beyond 2^53).
 pub(crate) mod serde_acc {
     use serde::{Deserialize, Deserializer, Serializer};
 
@@ -73,23 +73,6 @@ pub(crate) mod serde_acc {
         s.trim()
             .parse()
             .map_err(|_| serde::de::Error::custom(format!("'{s}' is not an integer amount")))
-    }
-}
-
-pub(crate) mod serde_stamp {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &i64, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&crate::time::format_rfc3339(*v))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-        let s = String::deserialize(d)?;
-        crate::time::parse_rfc3339(&s).ok_or_else(|| {
-            serde::de::Error::custom(format!(
-                "'{s}' is not an RFC 3339 time such as 2026-12-01T00:00:00Z"
-            ))
-        })
     }
 }
 

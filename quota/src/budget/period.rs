@@ -74,9 +74,9 @@ pub enum Period {
     /// One funded window `[start, end)`; outside it the budget is zero.
     #[serde(rename_all = "camelCase")]
     Term {
-        #[serde(rename = "start", with = "super::serde_stamp")]
+        #[serde(rename = "start", with = "crate::time::serde_stamp")]
         start_ms: i64,
-        #[serde(rename = "end", with = "super::serde_stamp")]
+        #[serde(rename = "end", with = "crate::time::serde_stamp")]
         end_ms: i64,
     },
 }

@@ -110,7 +110,7 @@ fn one() -> Weight {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PriceVersion {
-    #[serde(rename = "effective", with = "super::serde_stamp")]
+    #[serde(rename = "effective", with = "crate::time::serde_stamp")]
     pub effective_ms: i64,
     /// `<resource>.<MODEL>` (`nvidia.com/gpu.H100`, `cpu.A4`) or a bare
     /// resource (`nvidia.com/gpu`: any model not named) → weight.

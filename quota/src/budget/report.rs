@@ -124,9 +124,9 @@ fn spending() -> Vec<Reason> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReportSpec {
-    #[serde(rename = "from", with = "super::serde_stamp")]
+    #[serde(rename = "from", with = "crate::time::serde_stamp")]
     pub from_ms: i64,
-    #[serde(rename = "to", with = "super::serde_stamp")]
+    #[serde(rename = "to", with = "crate::time::serde_stamp")]
     pub to_ms: i64,
     pub by: Dimension,
     #[serde(default)]

@@ -28,11 +28,12 @@
 use super::hold::state_of;
 use super::period::Period;
 use super::periods::PeriodStatus;
-use super::{from_quantity, serde_acc, serde_stamp, to_quantity};
+use super::{from_quantity, serde_acc, to_quantity};
 use crate::keys::cash_target;
 use crate::object::Quota;
 use crate::quantity::Quantity;
 use crate::time::format_rfc3339;
+use crate::time::serde_stamp;
 use serde::{Deserialize, Serialize};
 
 /// The largest top-up, in resource-hours (a billion card-hours): far

@@ -12,10 +12,12 @@
 //! would not make room, nothing is taken.
 
 use super::admit::{self, BudgetView, Decision, Pool};
-use super::policy::{Preemption, QueuePolicy};
-use super::reason::{Reason, Waiting};
-use super::Queued;
-use crate::reclaim::{self, Action, Candidate, Stop, Victim};
+use super::reason::Reason;
+use crate::object::marks::Action;
+use crate::object::queue::Queued;
+use crate::object::queue::Waiting;
+use crate::object::queueing::{Preemption, QueuePolicy};
+use crate::reclaim::{self, Candidate, Stop, Victim};
 use crate::resources::{self, ResourceList};
 
 /// What preemption would do for one queued entry.

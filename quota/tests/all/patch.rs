@@ -4,13 +4,13 @@
 
 use proptest::collection::btree_map;
 use proptest::prelude::*;
-use quota::borrow::Loan;
-use quota::budget::enforce::Refunded;
 use quota::budget::reserve::Reservation;
+use quota::object::loans::Loan;
+use quota::object::marks::{Action, Mark, Origin};
+use quota::object::refunds::Refunded;
+use quota::object::transfers::Hold;
 use quota::object::{Carve, Charge, HpaCharge, QuotaStatus};
 use quota::patch::{apply_merge_patch, derived_patch, status_merge_patch};
-use quota::reclaim::{Action, Mark, Origin};
-use quota::transfer::Hold;
 use quota::workload::PodSet;
 use quota::{KeyConfig, Quantity, QuotaSpec, ResourceList};
 use serde_json::Value;

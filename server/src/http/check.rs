@@ -128,7 +128,7 @@ async fn would_queue(
         Err(m) => return Err(ApiError::BadRequest(format!("bizrq: {m}"))),
     }
     let obj: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
-    let work = quota::queue::Queued {
+    let work = quota::object::queue::Queued {
         workload_ref: wref.to_string(),
         uid: String::new(),
         priority: 0,

@@ -303,7 +303,8 @@ pub struct Service {
     /// `quota::queue::summary`), so the webhook's caps and positions count
     /// the marked objects the watch showed then (`Service::whole_queue`).
     /// Only on the replica that runs the rounds.
-    pub rounds_queue: Arc<std::sync::Mutex<HashMap<String, Arc<Vec<quota::queue::QueueEntry>>>>>,
+    pub rounds_queue:
+        Arc<std::sync::Mutex<HashMap<String, Arc<Vec<quota::object::queue::QueueEntry>>>>>,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
@@ -1120,7 +1121,7 @@ impl Service {
     /// AdmissionReview's `userInfo.username`) in `status.users`, in the
     /// same write: the ledger's entries of the workload carry it
     /// (docs/budgets.md §6), as the canonical submitter key
-    /// (`quota::queue::submitter`: scrubbed, at most `MAX_SUBMITTER` bytes).
+    /// (`quota::submitters::submitter`: scrubbed, at most `MAX_SUBMITTER` bytes).
     #[allow(clippy::too_many_arguments)]
     #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name, workload = wref, dry_run = dry_run))]
     pub async fn charge_by(
@@ -1134,9 +1135,9 @@ impl Service {
         dry_run: bool,
     ) -> Result<(), ServiceError> {
         let uid = uid.to_string();
-        // The canonical submitter key (`queue::submitter`): the name the
+        // The canonical submitter key (`submitters::submitter`): the name the
         // queue entries carry, so the ledger bills usage to it.
-        let user = user.and_then(quota::queue::submitter);
+        let user = user.and_then(quota::submitters::submitter);
         let admitted = self
             .admit(
                 quota_name,
@@ -2208,7 +2209,7 @@ impl NameLocks {
 }
 
 /// The longest name `status.users` may hold, in bytes (the CRD's bound;
-/// what is written is the shorter canonical key, `quota::queue::submitter`).
+/// what is written is the shorter canonical key, `quota::submitters::submitter`).
 pub const MAX_USER_LEN: usize = 256;
 
 /// The last version of each quota this process wrote or read, and the

@@ -8,7 +8,7 @@
 use super::{Service, ServiceError};
 use crate::store::shares::Refused;
 use crate::store::sql::SqlStore;
-use quota::queue::policy::DEFAULT_HALF_LIFE_DAYS;
+use quota::object::queueing::DEFAULT_HALF_LIFE_DAYS;
 use quota::submitters::{self, Row};
 use serde_json::{json, Value};
 

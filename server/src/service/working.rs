@@ -210,7 +210,8 @@ impl Working {
         parent: Option<&Quota>,
         siblings: &[&Quota],
     ) {
-        use quota::queue::{self, Decision, Pool, Waiting};
+        use quota::object::queue::Waiting;
+        use quota::queue::{self, Decision, Pool};
         if q.status.queue.is_empty() || (!q.spec.max.is_empty() && parent.is_none()) {
             return;
         }

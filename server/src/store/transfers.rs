@@ -5,7 +5,8 @@
 
 use super::sql::{to_json, SqlStore};
 use super::StoreError;
-use quota::transfer::{Decision, Plan};
+use quota::object::transfers::Decision;
+use quota::transfer::Plan;
 use quota::ResourceList;
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;

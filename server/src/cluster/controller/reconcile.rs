@@ -319,7 +319,7 @@ impl Context {
                     .status
                     .reclaim
                     .values()
-                    .any(|m| m.origin == quota::reclaim::Origin::Preempt);
+                    .any(|m| m.origin == quota::object::marks::Origin::Preempt);
                 uid = q.metadata.uid.clone();
                 let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
                 let borrowing = !q.spec.max.is_empty() || !q.status.reclaim.is_empty();
