@@ -1,16 +1,19 @@
-//! The `BizGroupResourceQuota` object: spec, status and the ledgers kept in
-//! status (carve-outs of children, charges of workloads, cash accumulators).
-//! `used` and `selfUsed` are always derived from the ledgers by `refresh`,
-//! and so are the borrowing reports `lent` and `borrowed` (§5).
-//! Transfers in flight hold carve-outs here too (`transfers`, §6).
+//! The `BizGroupResourceQuota` object as plain data: spec, status and the
+//! ledgers kept in status (carve-outs of children, charges of workloads,
+//! cash accumulators), with their serde and what derives from them alone.
+//! The types of the status's parts are the submodules (`budgets`,
+//! `period`, `loans`, `marks`, `queue`, `queueing`, `refunds`,
+//! `transfers`); the rules that change them import this module, never the
+//! other way. `used` and `selfUsed` are always derived from the ledgers by
+//! `QuotaStatus::refresh` (`crate::budget::status`), and so are the
+//! borrowing reports `lent` and `borrowed` (§5). Transfers in flight hold
+//! carve-outs here too (`transfers`, §6).
 
-use crate::budget::hold;
-use crate::budget::periods::PeriodStatus;
-use crate::budget::BudgetPolicy;
 use crate::keys::cash_target;
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
 use crate::workload::PodSet;
+use budgets::{BudgetPolicy, Outbox, Pending, PeriodStatus, Reservations};
 use fair_sharing::{FairSharing, FairStatus};
 use loans::Loan;
 use marks::Mark;
@@ -22,9 +25,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use transfers::Hold;
 
+pub mod budgets;
 pub mod fair_sharing;
 pub mod loans;
 pub mod marks;
+pub mod period;
 pub mod queue;
 pub mod queueing;
 pub mod refunds;
@@ -616,7 +621,7 @@ pub struct QuotaStatus {
     /// holds back of the budget. Written only with the workload's charge,
     /// and settled when the charge goes (`budget::hold`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub reservations: hold::Reservations,
+    pub reservations: Reservations,
     /// Loans granted to children beyond their hard, by child name (§5). A
     /// child's loan lives here, in the lender, so two children borrowing at
     /// once serialise on this object's compare-and-swap.
@@ -677,13 +682,13 @@ pub struct QuotaStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub users: BTreeMap<String, String>,
     /// Ledger entries accrued on this copy and not yet written (never
-    /// serialized, never compared: `budget::ledger::Pending`).
+    /// serialized, never compared: `budgets::Pending`).
     #[serde(skip)]
-    pub ledger: crate::budget::ledger::Pending,
+    pub ledger: Pending,
     /// Cluster mode: the ledger entries of the window this write accrued,
-    /// until the next write (`budget::ledger::Outbox`).
+    /// until the next write (`budgets::Outbox`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ledger_outbox: Option<crate::budget::ledger::Outbox>,
+    pub ledger_outbox: Option<Outbox>,
     /// For people: each cash key's balance in its unit, rounded
     /// (`0.42 of 1000 card-hours used, 999.58 left`;
     /// `summary::cash_balance_of`). The exact amounts

@@ -281,7 +281,7 @@ mod tests {
         spend(&mut status, cash, "8100");
         status.budgets.insert(
             cash.into(),
-            crate::budget::periods::PeriodStatus {
+            crate::object::budgets::PeriodStatus {
                 top_ups: crate::budget::from_quantity(q("20")),
                 ..serde_json::from_value(serde_json::json!({})).unwrap()
             },

@@ -14,8 +14,8 @@
 //!    or suspend) and tells the owners of `cleared` the reclaim is off.
 
 use crate::borrow::Standing;
-use crate::budget::refund::Exhaustion;
 use crate::keys::cash_target;
+use crate::object::budgets::Exhaustion;
 use crate::object::marks::{Action, Mark, Origin};
 use crate::object::Quota;
 use crate::quantity::{div_ceil, Quantity};

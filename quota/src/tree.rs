@@ -895,7 +895,7 @@ mod tests {
         let cfg = KeyConfig::default();
         assert!(validate_spec("ok", &spec("", &[("limits.cpu.A4", "4")]), &cfg).is_ok());
         let mut budgeted = spec("", &[("cash/requests.nvidia.com/gpu", "100")]);
-        let policy: crate::budget::BudgetPolicy =
+        let policy: crate::object::budgets::BudgetPolicy =
             serde_json::from_str(r#"{"period": {"kind": "monthly", "anchorDay": 0}}"#).unwrap();
         budgeted
             .budgets

@@ -478,7 +478,7 @@ pub fn conditions(
     // A spent budget whose policy suspends batch work: critical while it
     // stays spent (the suspension is pending, then done).
     for (key, since) in &quota.status.exhausted {
-        let Some(quota::budget::refund::Exhaustion::SuspendBatch { grace_seconds }) =
+        let Some(quota::object::budgets::Exhaustion::SuspendBatch { grace_seconds }) =
             quota.spec.budgets.get(key).map(|p| p.on_exhausted)
         else {
             continue;

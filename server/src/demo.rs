@@ -932,7 +932,7 @@ pub async fn seed(
     let current = service.list().await?;
     let mut spent: BTreeMap<String, i128> = BTreeMap::new();
     let mut samples = 0;
-    let mut ledger: Vec<quota::budget::report::Entry> = Vec::new();
+    let mut ledger: Vec<quota::object::budgets::Entry> = Vec::new();
     let list = service.price_list();
     for at in hours(now) {
         let mut past = Vec::with_capacity(current.len());

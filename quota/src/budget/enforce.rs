@@ -10,8 +10,9 @@
 //! that removes the reclaim mark, so two replicas never refund one mark
 //! twice (`take_refund` also refuses a mark already recorded).
 
-use super::refund::{refund_after, RefundPolicy};
-use super::report::{Entry, Reason};
+use super::refund::refund_after;
+use crate::object::budgets::RefundPolicy;
+use crate::object::budgets::{Entry, Reason};
 use crate::object::refunds::Refunded;
 use crate::object::QuotaStatus;
 use crate::time;

@@ -11,25 +11,11 @@
 //! after a grace period — never online services, in reclaim's order
 //! (`reclaim::on_exhausted` plans it).
 
-use super::report::{share, Entry, Reason};
+use super::report::share;
+use crate::object::budgets::{Entry, Reason};
+use crate::object::budgets::{Exhaustion, RefundPolicy};
 use crate::workload::runtime::MAX_RUN_MS;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// What a workload stopped by reclaim gets back.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-pub enum RefundPolicy {
-    /// Nothing: reclaim is a risk of borrowing.
-    #[default]
-    None,
-    /// The work since its last checkpoint, assuming one every
-    /// `checkpointEverySeconds` from the start of the run.
-    #[serde(rename_all = "camelCase")]
-    LastStretch { checkpoint_every_seconds: i64 },
-    /// Everything the run spent.
-    WholeRun,
-}
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
@@ -142,19 +128,6 @@ pub fn refund_after(
             ..e
         })
         .collect()
-}
-
-/// What happens when a budget is spent.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-pub enum Exhaustion {
-    /// New admissions that need it are refused; running work goes on.
-    #[default]
-    RefuseNew,
-    /// Also suspend the batch work using it, `graceSeconds` after the
-    /// budget ran out, unless it is no longer spent by then.
-    #[serde(rename_all = "camelCase")]
-    SuspendBatch { grace_seconds: i64 },
 }
 
 impl Exhaustion {

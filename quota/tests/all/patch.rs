@@ -4,7 +4,7 @@
 
 use proptest::collection::btree_map;
 use proptest::prelude::*;
-use quota::budget::reserve::Reservation;
+use quota::object::budgets::Reservation;
 use quota::object::loans::Loan;
 use quota::object::marks::{Action, Mark, Origin};
 use quota::object::refunds::Refunded;
@@ -169,33 +169,39 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
     // a refund taken since riding along (none, or one).
     let outbox = prop::option::of(
         (0i64..3, 0usize..3, 0i128..5).prop_map(|(from, n, amount)| {
-            let entry = |workload: String, amount, reason, note: &str| quota::budget::Entry {
-                quota: "q".into(),
-                key: "cash/requests.nvidia.com/gpu".into(),
-                workload,
-                namespace: "ns".into(),
-                model: None,
-                qos: None,
-                user: None,
-                start_ms: from * 60_000,
-                end_ms: (from + 1) * 60_000,
-                amount,
-                reason,
-                note: note.into(),
-            };
-            quota::budget::ledger::Outbox {
+            let entry =
+                |workload: String, amount, reason, note: &str| quota::object::budgets::Entry {
+                    quota: "q".into(),
+                    key: "cash/requests.nvidia.com/gpu".into(),
+                    workload,
+                    namespace: "ns".into(),
+                    model: None,
+                    qos: None,
+                    user: None,
+                    start_ms: from * 60_000,
+                    end_ms: (from + 1) * 60_000,
+                    amount,
+                    reason,
+                    note: note.into(),
+                };
+            quota::object::budgets::Outbox {
                 from_ms: from * 60_000,
                 to_ms: (from + 1) * 60_000,
                 entries: (0..n)
                     .map(|i| {
                         let w = format!("batch/Job/ns/w{i}");
-                        entry(w, amount, quota::budget::Reason::Accrual, "")
+                        entry(w, amount, quota::object::budgets::Reason::Accrual, "")
                     })
                     .collect(),
                 extra: (0..n / 2)
                     .map(|_| {
                         let w = "batch/Job/ns/stopped".to_string();
-                        entry(w, -amount, quota::budget::Reason::Refund, "reclaim mark")
+                        entry(
+                            w,
+                            -amount,
+                            quota::object::budgets::Reason::Refund,
+                            "reclaim mark",
+                        )
                     })
                     .collect(),
             }

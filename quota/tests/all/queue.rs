@@ -5,8 +5,9 @@
 
 use proptest::prelude::*;
 use quota::admission;
-use quota::budget::{self, BudgetState, PriceList, WithoutRunTime};
+use quota::budget::{self, BudgetState, PriceList};
 use quota::cash::Prices;
+use quota::object::budgets::WithoutRunTime;
 use quota::object::queue::{Queued, Waiting};
 use quota::object::queueing::{Order, Preemption, QueuePolicy};
 use quota::object::{Quota, QuotaSpec};

@@ -5,7 +5,7 @@
 //! only a real API server can check: docs/events-and-crd.md.
 
 use kube::CustomResource;
-use quota::budget::BudgetPolicy;
+use quota::object::budgets::BudgetPolicy;
 use quota::object::fair_sharing::FairSharing;
 use quota::object::queueing::QueuePolicy;
 use quota::object::{Quota, QuotaStatus};

@@ -11,8 +11,10 @@ use crate::http::AppState;
 use app::budgets::{
     BudgetFormRow, BudgetLine, ClosedRow, CARRIES, PERIODS, WEEKDAYS, WITHOUT_RUN_TIME,
 };
-use quota::budget::{to_quantity, BudgetPolicy, Carry, Period, Weekday, WithoutRunTime};
+use quota::budget::to_quantity;
 use quota::keys::cash_target;
+use quota::object::budgets::{BudgetPolicy, WithoutRunTime};
+use quota::object::period::{Carry, Period, Weekday};
 use quota::readable::grouped;
 use quota::time::{format_when, parse_rfc3339};
 use quota::{Quantity, QuotaSpec};

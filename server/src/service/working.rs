@@ -96,7 +96,7 @@ impl Working {
     /// already (none in cluster mode, where the controller accrues, nor
     /// for a quota without a budget). A report adds them to the ledger's
     /// rows, so its total is the budgets' spending.
-    pub fn unwritten(&self, q: &Quota) -> Vec<quota::budget::Entry> {
+    pub fn unwritten(&self, q: &Quota) -> Vec<quota::object::budgets::Entry> {
         if !self.accrue || !has_budget(q) {
             return Vec::new();
         }

@@ -13,8 +13,9 @@
 use super::history::{params_list, qos_text, values_list, Params};
 use super::sql::SqlStore;
 use super::StoreError;
-use quota::budget::report::{self, Bucket, Dimension, Entry, Reason, ReportSpec};
+use quota::budget::report::{self, Bucket, Dimension, ReportSpec};
 use quota::budget::rollup;
+use quota::object::budgets::{Entry, Reason};
 use quota::usage::QosClass;
 use sqlx::{Any, Row, Transaction};
 
@@ -872,7 +873,7 @@ impl SqlStore {
 /// a `CASE` over the cuts otherwise (months: a dozen a year). Numbers are
 /// ours, written as literals.
 fn bucket_sql(spec: &ReportSpec) -> (String, String) {
-    use quota::budget::period::MS_PER_DAY;
+    use quota::object::period::MS_PER_DAY;
     let step = match spec.bucket {
         Bucket::Day => Some(MS_PER_DAY),
         Bucket::Week { .. } => Some(7 * MS_PER_DAY),
@@ -1241,7 +1242,7 @@ mod tests {
     /// The reports the tests compare: every dimension, several buckets,
     /// ranges on whole hours and days (what a rolled ledger answers).
     fn specs() -> Vec<ReportSpec> {
-        use quota::budget::Weekday;
+        use quota::object::period::Weekday;
         let all = [
             Reason::Accrual,
             Reason::Refund,

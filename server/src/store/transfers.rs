@@ -139,7 +139,7 @@ impl TransferKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TopUp {
-    pub source: quota::budget::topup::Source,
+    pub source: quota::object::budgets::Source,
     /// The parent that gives it (source `parent`), as at the request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,

@@ -13,7 +13,7 @@ use crate::cluster::{used, Cluster, T0};
 use crate::common::{bind, create_user, fresh_postgres, fresh_sqlite, Browser, Server};
 use bizrq::store::sql::SqlStore;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-use quota::budget::{Entry, Reason};
+use quota::object::budgets::{Entry, Reason};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 

@@ -18,9 +18,10 @@ use bizrq::transfers::{
     CrashPoint, TransferKind, TransferRequest, TransferService, TransferStatus, DEFAULT_TTL_MS,
     LEASE_MS,
 };
+use quota::budget::from_quantity;
 use quota::budget::hold::state_of;
-use quota::budget::topup::Source;
-use quota::budget::{from_quantity, BudgetPolicy};
+use quota::object::budgets::BudgetPolicy;
+use quota::object::budgets::Source;
 use quota::object::QuotaSpec;
 use quota::time::parse_rfc3339;
 use quota::workload::PodSet;

@@ -26,11 +26,11 @@ use crate::service::transfers::SYSTEM_ACTOR;
 use crate::store::audit::{action, entry};
 use quota::budget::enforce::{self, Running};
 use quota::budget::price::{accrue_priced, Holding};
-use quota::budget::refund::{Exhaustion, RefundPolicy};
-use quota::budget::report::Entry;
 use quota::budget::{hold, to_quantity, PriceList};
 use quota::cash::Prices;
 use quota::keys::cash_target;
+use quota::object::budgets::Entry;
+use quota::object::budgets::{Exhaustion, RefundPolicy};
 use quota::object::marks::{Action, Mark};
 use quota::pods::PodRun;
 use quota::reclaim::{self, Candidate, Stop, Victim};
@@ -74,7 +74,7 @@ pub(super) fn refunds_in(
     prices: &Prices,
     list: &PriceList,
 ) -> Vec<Taken> {
-    let policies: Vec<(String, String, RefundPolicy, quota::budget::Period)> = q
+    let policies: Vec<(String, String, RefundPolicy, quota::object::period::Period)> = q
         .spec
         .budgets
         .iter()

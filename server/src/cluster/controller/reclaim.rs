@@ -130,7 +130,7 @@ impl Context {
                         // The refund's entries ride in this write's outbox:
                         // a controller that stops right after it leaves
                         // them to the next reconcile's replay, not lost.
-                        quota::budget::ledger::Outbox::carry_extra(
+                        quota::object::budgets::Outbox::carry_extra(
                             &mut q.status.ledger_outbox,
                             now,
                             taken.iter().flat_map(|t| t.entries.clone()).collect(),

@@ -130,10 +130,10 @@ impl Context {
         let mut plans = Vec::new();
         let mut declared = Vec::new();
         // The ledger entries of the window this write accrues.
-        let mut window: Option<(i64, Vec<quota::budget::Entry>)> = None;
-        let mut granted_alone: Vec<quota::budget::Entry> = Vec::new();
+        let mut window: Option<(i64, Vec<quota::object::budgets::Entry>)> = None;
+        let mut granted_alone: Vec<quota::object::budgets::Entry> = Vec::new();
         // Runs recorded late, billed back in this write (their entries).
-        let mut late: Vec<quota::budget::Entry> = Vec::new();
+        let mut late: Vec<quota::object::budgets::Entry> = Vec::new();
         // The stored status's outbox goes to the ledger before this write
         // replaces it (a no-op unless an append was lost).
         let stored_outbox = self
@@ -294,13 +294,13 @@ impl Context {
                     q.status.ledger_outbox =
                         window
                             .as_ref()
-                            .map(|(from, entries)| quota::budget::ledger::Outbox {
+                            .map(|(from, entries)| quota::object::budgets::Outbox {
                                 from_ms: *from,
                                 to_ms: now,
                                 entries: entries.clone(),
                                 extra: Vec::new(),
                             });
-                    quota::budget::ledger::Outbox::carry_extra(
+                    quota::object::budgets::Outbox::carry_extra(
                         &mut q.status.ledger_outbox,
                         now,
                         late.clone(),
