@@ -1,6 +1,7 @@
 //! Workload adapters: each kind turns its object into pod sets (count × pod
-//! template usage). The table `ADAPTERS` is the only place that names kinds;
-//! admission and reconcile look adapters up by group/kind or resource.
+//! template usage), one file per kind. The table `ADAPTERS` is the only
+//! place that names kinds; admission and reconcile look adapters up by
+//! group/kind, by resource, or by a workload reference (`adapter_of`).
 
 mod cronjob;
 mod hpa;
