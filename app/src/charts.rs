@@ -1502,7 +1502,7 @@ mod tests {
         let runway = if f.as_of_ms.is_none() {
             quota::budget::Runway::Unknown
         } else {
-            quota::budget::runway::runway(f, None)
+            quota::forecast::runway(f, None)
         };
         quota::forecast::Outlook {
             key: f.key.clone(),
@@ -2202,7 +2202,7 @@ mod samples_out {
                     left: f.remaining,
                     carved: quota::Quantity::ZERO,
                     burn_per_hour: f.burn_per_hour,
-                    runway: quota::budget::runway::runway(&f, None),
+                    runway: quota::forecast::runway(&f, None),
                 };
                 burn_down_chart(&burn, &o, now, &KeyConfig::default(), WIDE)
             }),

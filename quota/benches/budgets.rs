@@ -10,10 +10,10 @@
 
 use quota::budget::price::{accrue_priced, Holding};
 use quota::budget::report::report;
-use quota::budget::{
-    Bucket, Dimension, Entry, Period, PriceList, PriceVersion, Reason, ReportSpec, Weight,
-};
+use quota::budget::{Bucket, Dimension, PriceList, PriceVersion, ReportSpec, Weight};
 use quota::cash::Prices;
+use quota::object::budgets::{Entry, Reason};
+use quota::object::period::Period;
 use quota::{Quantity, ResourceList};
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -8,9 +8,10 @@
 //! 500 running jobs that declare their ends — what the controller does per
 //! quota and event.
 
+use quota::object::queue::Queued;
+use quota::object::queueing::{Order, QueuePolicy};
 use quota::object::{Charge, Quota, QuotaSpec};
-use quota::queue::policy::{Order, QueuePolicy};
-use quota::queue::{estimate, next_admissions, Pool, Queued, Running};
+use quota::queue::{estimate, next_admissions, Pool, Running};
 use quota::workload::PodSet;
 use quota::{Quantity, ResourceList};
 use std::time::Instant;

@@ -3,7 +3,7 @@
 //! as one compare-and-swap (the service's per-quota batcher does the I/O).
 //!
 //! Two rules make a batch decide exactly what the one-at-a-time path would
-//! for the same order (`tests/batch.rs` holds them as properties):
+//! for the same order (`tests/all/batch.rs` holds them as properties):
 //!
 //! - each decision sees what the ones before it left, and a refused one
 //!   leaves the quota as it found it. The rules this is run with

@@ -47,39 +47,17 @@
 //! both loans are written to the same parent object under its CAS.
 
 use crate::admission::{Borrowing, Denial, Shortfall};
+use crate::object::loans::Loan;
 use crate::object::Quota;
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
 use crate::time;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How long a loan raised or renewed by `lend` is left alone by
 /// `repair_loans`: long enough for the child's charge, which follows the
 /// parent's write, to land.
 pub const LOAN_TTL_MS: i64 = 120_000;
-
-/// A child's loan, as recorded in its parent's `status.loans`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Loan {
-    /// What the child may use beyond its hard, per key.
-    pub amount: ResourceList,
-    /// When first granted (RFC 3339).
-    pub since: String,
-    /// When last raised or renewed (RFC 3339); `since` when empty. Repair
-    /// leaves a loan this recent alone: its charge may be in flight.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub raised: String,
-    /// The parent's `loanGeneration` when this loan was last granted
-    /// (`lend`); 0 in loans stored before generations were kept.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub generation: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
 
 /// A loan as one grant left it: what a charge riding it may use beyond
 /// hard, and the grant's generation, which the child's `loanFence` may

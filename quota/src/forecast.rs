@@ -2,6 +2,7 @@
 //! from the stored usage samples of a quota. Exact: nano-units and integer
 //! milliseconds throughout (`days_left` is for display only).
 
+use crate::budget::runway::Runway;
 use crate::resources::{self, ResourceList};
 use crate::Quantity;
 
@@ -100,6 +101,22 @@ pub fn forecast(samples: &[Sample], cash_key: &str, now_ms: i64, window_ms: i64)
         f.days_left = Some(at.saturating_sub(now_ms).max(0) as f64 / MS_PER_DAY as f64);
     }
     f
+}
+
+/// The runway of `f`; `period_end_ms` is when the budget's period ends
+/// (None without periods).
+pub fn runway(f: &Forecast, period_end_ms: Option<i64>) -> Runway {
+    if f.as_of_ms.is_some() && f.remaining.nanos() <= 0 {
+        return Runway::Spent;
+    }
+    match f.exhausted_at_ms {
+        Some(at) => match period_end_ms {
+            Some(end) if end <= at => Runway::OutlastsPeriod { ends_ms: end },
+            _ => Runway::Until { at_ms: at },
+        },
+        None if f.burn_from_ms.is_some() => Runway::NotBurning,
+        None => Runway::Unknown,
+    }
 }
 
 /// A budget's one forecast, which every page, the API, the charts and the

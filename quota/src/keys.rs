@@ -174,7 +174,7 @@ pub fn display_name(key: &str, cfg: &KeyConfig) -> String {
         None => word.to_string(),
     };
     let name = if k.cash {
-        let unit = crate::readable::cash_unit(key);
+        let unit = cash_unit(key);
         match k.resource.as_str() {
             _ if gpu => format!("{} {unit}", m.unwrap_or("GPU")),
             "cpu" => format!("{} {unit}", with("CPU")),
@@ -301,6 +301,30 @@ pub fn is_budget(key: &str) -> bool {
 /// CPU, memory and pods, which a GPU job takes alongside.
 pub fn is_gpu_or_budget(key: &str, cfg: &KeyConfig) -> bool {
     is_budget(key) || is_gpu_key(key, cfg)
+}
+
+/// The unit a cash key counts in: `card-hours` for devices such as GPUs,
+/// `core-hours`, `pod-hours`, `byte-hours` for memory and storage.
+pub fn cash_unit(cash_key: &str) -> &'static str {
+    let target = cash_target(cash_key).unwrap_or(cash_key);
+    let resource = target
+        .strip_prefix("requests.")
+        .or_else(|| target.strip_prefix("limits."))
+        .unwrap_or(target);
+    if resource.contains('/') {
+        "card-hours"
+    } else if resource == "cpu" || resource.starts_with("cpu.") {
+        "core-hours"
+    } else if resource == "pods" {
+        "pod-hours"
+    } else if resource.starts_with("memory")
+        || resource.starts_with("ephemeral-storage")
+        || resource.starts_with("hugepages-")
+    {
+        "byte-hours"
+    } else {
+        "resource-hours"
+    }
 }
 
 /// `cash/requests.nvidia.com/gpu` → `requests.nvidia.com/gpu`.

@@ -1,6 +1,7 @@
 //! bizrq's quota engine: the pure part of the product. No I/O, no async, no
 //! clock — time and state come in as arguments, decisions go out as values.
-//! It also compiles for wasm32 so the portal can reuse it in the browser.
+//! The server and the portal's server-rendered pages use it; the browser's
+//! bundle (`islands`) does not depend on it.
 
 pub mod admission;
 pub mod batch;
@@ -21,12 +22,14 @@ pub mod queue;
 pub mod readable;
 pub mod reclaim;
 pub mod reconcile;
+pub mod repair;
 pub mod resources;
 pub mod review;
 pub mod rollup;
 pub mod series;
 pub mod strip;
 pub mod submitters;
+pub mod summary;
 pub mod text;
 pub mod time;
 pub mod transfer;
@@ -36,12 +39,14 @@ pub mod usage;
 pub mod workload;
 
 pub use admission::{Borrowing, Denial, Shortfall};
-pub use borrow::{Loan, LoanRequest, Standing};
+pub use borrow::{LoanRequest, Standing};
 pub use keys::KeyConfig;
 pub use namespaces::Namespaces;
+pub use object::loans::Loan;
+pub use object::marks::{Action, Mark};
 pub use object::{Charge, Quota, QuotaSpec, QuotaStatus};
 pub use quantity::Quantity;
-pub use reclaim::{Action, Mark, Victim};
+pub use reclaim::Victim;
 pub use resources::ResourceList;
 pub use tree::TreeError;
 pub use workload::{Adapter, Workload};

@@ -1,33 +1,68 @@
-//! The `BizGroupResourceQuota` object: spec, status and the ledgers kept in
-//! status (carve-outs of children, charges of workloads, cash accumulators).
-//! `used` and `selfUsed` are always derived from the ledgers by `refresh`,
-//! and so are the borrowing reports `lent` and `borrowed` (§5).
-//! Transfers in flight hold carve-outs here too (`transfers`, §6).
+//! The `BizGroupResourceQuota` object as plain data: spec, status and the
+//! ledgers kept in status (carve-outs of children, charges of workloads,
+//! cash accumulators), with their serde and what derives from them alone.
+//! The types of the status's parts are the submodules (`budgets`,
+//! `period`, `loans`, `marks`, `queue`, `queueing`, `refunds`,
+//! `transfers`); the rules that change them import this module, never the
+//! other way. `used` and `selfUsed` are always derived from the ledgers by
+//! `QuotaStatus::refresh` (`crate::budget::status`), and so are the
+//! borrowing reports `lent` and `borrowed` (§5). Transfers in flight hold
+//! carve-outs here too (`transfers`, §6).
 
-use crate::borrow::Loan;
-use crate::budget::enforce::Refunded;
-use crate::budget::hold;
-use crate::budget::periods::{self, PeriodStatus};
-use crate::budget::price::{self, PriceList};
-use crate::budget::BudgetPolicy;
-use crate::cash::Prices;
-use crate::keys::{cash_target, KeyConfig};
+use crate::keys::cash_target;
 use crate::quantity::Quantity;
-use crate::queue::{QueueEntry, QueuePolicy};
-use crate::readable::{self, Summary};
-use crate::reclaim::Mark;
 use crate::resources::{self, ResourceList};
-use crate::time;
-use crate::transfer::Hold;
 use crate::workload::PodSet;
+use budgets::{BudgetPolicy, Outbox, Pending, PeriodStatus, Reservations};
 use fair_sharing::{FairSharing, FairStatus};
+use loans::Loan;
+use marks::Mark;
+use queue::QueueEntry;
+use queueing::QueuePolicy;
+use refunds::Refunded;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
+use transfers::Hold;
 
+pub mod budgets;
 pub mod fair_sharing;
-pub mod repair;
+pub mod loans;
+pub mod marks;
+pub mod period;
+pub mod queue;
+pub mod queueing;
+pub mod refunds;
 mod sums;
+pub mod transfers;
+
+/// What `kubectl get bizrq` shows first (the CRD's printer columns): the
+/// figures the portal and the API show, never a parent's carve-outs read
+/// as use.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// GPU cards in use in the quota's whole subtree over its hard
+    /// (`12/16`): the keys table's "in use" (`rollup`), over its GPU keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    /// Card-hours left on its GPU cash keys for its own new work,
+    /// rounded, never below 0 (`812.5`): `budget::periods::left`, the
+    /// budgets API's `left` (carry-in and top-ups in, its children's
+    /// carve-outs out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_hours_left: Option<String>,
+    /// What it uses beyond hard, on loan from its parent
+    /// (`requests.nvidia.com/gpu=4`); absent when nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing: Option<String>,
+    /// Workloads marked for reclaim.
+    #[serde(default)]
+    pub reclaim_pending: u32,
+    /// Workloads waiting in the quota's queue.
+    #[serde(default)]
+    pub queued: u32,
+}
 
 pub const API_GROUP: &str = "bizrq.io";
 pub const API_VERSION: &str = "v1";
@@ -586,7 +621,7 @@ pub struct QuotaStatus {
     /// holds back of the budget. Written only with the workload's charge,
     /// and settled when the charge goes (`budget::hold`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub reservations: hold::Reservations,
+    pub reservations: Reservations,
     /// Loans granted to children beyond their hard, by child name (§5). A
     /// child's loan lives here, in the lender, so two children borrowing at
     /// once serialise on this object's compare-and-swap.
@@ -634,7 +669,7 @@ pub struct QuotaStatus {
     /// `queue::summary::TOP_ENTRIES` entries (and those no mark backs).
     /// Written by the controller's round; None without marks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue_summary: Option<crate::queue::summary::Summary>,
+    pub queue_summary: Option<queue::Summary>,
     /// For people: its weight and dominant share of what its parent can
     /// lend, for a quota that may borrow (derived by the controller's
     /// queue round; never read for a decision).
@@ -647,16 +682,16 @@ pub struct QuotaStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub users: BTreeMap<String, String>,
     /// Ledger entries accrued on this copy and not yet written (never
-    /// serialized, never compared: `budget::ledger::Pending`).
+    /// serialized, never compared: `budgets::Pending`).
     #[serde(skip)]
-    pub ledger: crate::budget::ledger::Pending,
+    pub ledger: Pending,
     /// Cluster mode: the ledger entries of the window this write accrued,
-    /// until the next write (`budget::ledger::Outbox`).
+    /// until the next write (`budgets::Outbox`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ledger_outbox: Option<crate::budget::ledger::Outbox>,
+    pub ledger_outbox: Option<Outbox>,
     /// For people: each cash key's balance in its unit, rounded
     /// (`0.42 of 1000 card-hours used, 999.58 left`;
-    /// `readable::cash_balance_of`). The exact amounts
+    /// `summary::cash_balance_of`). The exact amounts
     /// stay in `used` and `cashAccrued`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub readable: BTreeMap<String, String>,
@@ -685,15 +720,6 @@ impl QuotaStatus {
         }
         let _reset = Reset(WITHOUT_WORKLOADS.with(|c| c.replace(true)));
         serde_json::to_string(self)
-    }
-
-    /// Derive `summary` and `readable` from spec and status, as written;
-    /// `in_use` is what runs in the quota's whole subtree
-    /// (`readable::summarize`).
-    pub fn summarize(&mut self, spec: &QuotaSpec, in_use: &ResourceList, cfg: &KeyConfig) {
-        let (summary, readable) = readable::summarize(spec, self, in_use, cfg);
-        self.summary = Some(summary);
-        self.readable = readable;
     }
 
     pub fn accrued(&self, cash_key: &str) -> i128 {
@@ -768,40 +794,6 @@ impl QuotaStatus {
         }
     }
 
-    /// Recompute `hard`, `selfUsed` and `used` from spec and ledgers, key by
-    /// key of hard (the only keys status reports), without building each
-    /// workload's usage; then the borrowing reports `borrowed` and `lent`.
-    /// Loans do not enter `used`: a loan is lent out of idle guarantee that
-    /// `used` already counts (a child's hard) or out of the uncarved rest.
-    pub fn refresh(&mut self, spec: &QuotaSpec) {
-        let mut self_used = ResourceList::new();
-        let mut used = ResourceList::new();
-        for key in spec.hard.keys() {
-            let own = if cash_target(key).is_some() {
-                periods::own_used(self, spec, key)
-            } else {
-                self.held(key)
-            };
-            let carved = periods::carved(self, key);
-            self_used.insert(key.clone(), own);
-            used.insert(key.clone(), own.saturating_add(carved));
-        }
-        if self.hard != spec.hard {
-            self.hard = spec.hard.clone();
-        }
-        hold::settle_released(self, spec);
-        if !self.users.is_empty() {
-            let workloads = &self.workloads;
-            self.users.retain(|w, _| workloads.contains_key(w));
-        }
-        self.borrowed = spec.borrowed(&used);
-        self.self_used = self_used;
-        self.used = used;
-        if !(self.loans.is_empty() && self.lent.is_empty()) {
-            self.lent = resources::sum(self.loans.values().map(|l| &l.amount));
-        }
-    }
-
     /// What all children's carve-outs hold here, key by key.
     pub fn allocated(&self) -> ResourceList {
         resources::sum(self.children.values().map(|c| &c.hard))
@@ -813,75 +805,6 @@ impl QuotaStatus {
             .get(child)
             .map(|c| c.hard.clone())
             .unwrap_or_default()
-    }
-
-    /// Standalone cash accrual: every charged workload held its usage since
-    /// the later of its charge and the last window's end (called before any
-    /// change to the ledger, so within a window the usage was constant).
-    /// The window is cut at budget period boundaries; periods that ended
-    /// by `now_ms` are closed (their records land in `budgets`). Every
-    /// weight is 1 (no price list): `accrue_ledger_priced` with one.
-    pub fn accrue_ledger(&mut self, spec: &QuotaSpec, now_ms: i64, prices: &Prices) {
-        self.accrue_ledger_priced(spec, now_ms, prices, &PriceList::default());
-    }
-
-    /// `accrue_ledger` at the weights of `list` in force at each instant:
-    /// the window is also cut at every price change, to the millisecond.
-    pub fn accrue_ledger_priced(
-        &mut self,
-        spec: &QuotaSpec,
-        now_ms: i64,
-        prices: &Prices,
-        list: &PriceList,
-    ) {
-        let last = self
-            .last_reconcile_time
-            .as_deref()
-            .and_then(time::parse_rfc3339);
-        match last {
-            Some(last) if now_ms <= last => return,
-            Some(last) => {
-                let entries = crate::budget::ledger::charge_entries(
-                    "",
-                    spec,
-                    &self.workloads,
-                    &self.users,
-                    last,
-                    now_ms,
-                    prices,
-                    list,
-                );
-                self.ledger.0.extend(entries);
-                let workloads = std::mem::take(&mut self.workloads);
-                periods::accrue_in_periods(spec, self, last, now_ms, |a, b| {
-                    let mut out = BTreeMap::new();
-                    for ck in spec.hard.keys() {
-                        let Some(target) = cash_target(ck) else {
-                            continue;
-                        };
-                        let mut acc = 0i128;
-                        for c in workloads.values() {
-                            let start = time::parse_rfc3339(&c.since).unwrap_or(a).max(a);
-                            let cost =
-                                price::charge_cost_weighted(c, target, start, b, prices, list);
-                            acc = acc.saturating_add(cost);
-                        }
-                        let amount = price::to_cash_accrued(acc);
-                        if amount != 0 {
-                            out.insert(ck.clone(), amount);
-                        }
-                    }
-                    out
-                });
-                self.workloads = workloads;
-                hold::consume(self, last, now_ms, prices, list);
-            }
-            None => {
-                periods::sync(spec, self, now_ms);
-            }
-        }
-        self.last_reconcile_time = Some(time::format_rfc3339(now_ms));
-        self.refresh(spec);
     }
 }
 
@@ -924,21 +847,6 @@ fn kind() -> String {
 }
 
 impl Quota {
-    pub fn new(name: &str, spec: QuotaSpec) -> Quota {
-        let mut q = Quota {
-            api_version: api_version(),
-            kind: kind(),
-            metadata: ObjectMeta {
-                name: name.to_string(),
-                ..Default::default()
-            },
-            spec,
-            status: QuotaStatus::default(),
-        };
-        q.status.refresh(&q.spec);
-        q
-    }
-
     pub fn name(&self) -> &str {
         &self.metadata.name
     }

@@ -6,7 +6,7 @@
 //!
 //! The patch is exact against the document the old status serialises to:
 //! applied to it, it gives the document the new status serialises to,
-//! member for member (`tests/patch.rs`). Maps keyed by name (workloads,
+//! member for member (`tests/all/patch.rs`). Maps keyed by name (workloads,
 //! children, users, …) are patched entry by entry, an entry that changed
 //! by its changed members; a member a status leaves out when empty is
 //! removed (`null`) when it becomes empty, as a whole write would leave it
@@ -18,7 +18,7 @@
 
 use crate::keys::KeyConfig;
 use crate::object::{QuotaSpec, QuotaStatus};
-use crate::readable;
+use crate::summary;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -95,7 +95,7 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
 /// `summary` whole, every member the written one lacks removed, and
 /// `readable` with every key of `stored` (the status as last read, and as
 /// derived from the last spec) it no longer has removed. `in_use` is
-/// what runs in the quota's subtree (`readable::summarize`). Derived for
+/// what runs in the quota's subtree (`summary::summarize`). Derived for
 /// people, so not worth a comparison: a few short strings per write.
 pub fn derived_patch(
     spec: &QuotaSpec,
@@ -104,12 +104,12 @@ pub fn derived_patch(
     cfg: &KeyConfig,
     stored: &[&BTreeMap<String, String>],
 ) -> Map<String, Value> {
-    let (summary, readable) = readable::summarize(spec, status, in_use, cfg);
+    let (summary, readable) = summary::summarize(spec, status, in_use, cfg);
     let mut out = Map::new();
     let mut s = to_value(&summary);
     if let Value::Object(members) = &mut s {
         // The optional members left out of the JSON: removed, not kept.
-        let everything = to_value(&readable::Summary {
+        let everything = to_value(&crate::object::Summary {
             gpu: Some(String::new()),
             card_hours_left: Some(String::new()),
             borrowing: Some(String::new()),

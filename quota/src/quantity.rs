@@ -412,6 +412,23 @@ impl<'de> serde::Deserialize<'de> for Quantity {
     }
 }
 
+/// Serde helper for plain data: accumulators as decimal strings (JSON
+/// numbers lose precision beyond 2^53).
+pub(crate) mod serde_acc {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &i128, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i128, D::Error> {
+        let s = String::deserialize(d)?;
+        s.trim()
+            .parse()
+            .map_err(|_| serde::de::Error::custom(format!("'{s}' is not an integer amount")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

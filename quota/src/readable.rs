@@ -3,13 +3,8 @@
 //! decimals, or three significant digits below one; the canonical exact
 //! quantity stays where it is. Pure, so the portal can reuse it.
 
-use crate::budget::periods;
-use crate::keys::{cash_target, Class, Key, KeyConfig};
-use crate::object::{QuotaSpec, QuotaStatus};
+use crate::keys::{cash_target, cash_unit};
 use crate::quantity::{Quantity, NANO};
-use crate::resources;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// `16`, `4.06`, `0.422`, `0.00406`, `-1.5`: two decimals from one up,
 /// three significant digits below; halves round away from zero.
@@ -52,30 +47,6 @@ pub fn exact(q: Quantity) -> String {
     } else {
         let f = format!("{frac:09}");
         format!("{sign}{whole}.{}", f.trim_end_matches('0'))
-    }
-}
-
-/// The unit a cash key counts in: `card-hours` for devices such as GPUs,
-/// `core-hours`, `pod-hours`, `byte-hours` for memory and storage.
-pub fn cash_unit(cash_key: &str) -> &'static str {
-    let target = cash_target(cash_key).unwrap_or(cash_key);
-    let resource = target
-        .strip_prefix("requests.")
-        .or_else(|| target.strip_prefix("limits."))
-        .unwrap_or(target);
-    if resource.contains('/') {
-        "card-hours"
-    } else if resource == "cpu" || resource.starts_with("cpu.") {
-        "core-hours"
-    } else if resource == "pods" {
-        "pod-hours"
-    } else if resource.starts_with("memory")
-        || resource.starts_with("ephemeral-storage")
-        || resource.starts_with("hugepages-")
-    {
-        "byte-hours"
-    } else {
-        "resource-hours"
     }
 }
 
@@ -144,153 +115,6 @@ pub fn cash_balance(cash_key: &str, used: Quantity, hard: Quantity) -> String {
     )
 }
 
-/// What `kubectl get bizrq` shows first (the CRD's printer columns): the
-/// figures the portal and the API show, never a parent's carve-outs read
-/// as use.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Summary {
-    /// GPU cards in use in the quota's whole subtree over its hard
-    /// (`12/16`): the keys table's "in use" (`rollup`), over its GPU keys.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<String>,
-    /// Card-hours left on its GPU cash keys for its own new work,
-    /// rounded, never below 0 (`812.5`): `budget::periods::left`, the
-    /// budgets API's `left` (carry-in and top-ups in, its children's
-    /// carve-outs out).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub card_hours_left: Option<String>,
-    /// What it uses beyond hard, on loan from its parent
-    /// (`requests.nvidia.com/gpu=4`); absent when nothing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub borrowing: Option<String>,
-    /// Workloads marked for reclaim.
-    #[serde(default)]
-    pub reclaim_pending: u32,
-    /// Workloads waiting in the quota's queue.
-    #[serde(default)]
-    pub queued: u32,
-}
-
-/// The summary of a quota and a readable balance per cash key, from its
-/// spec, its (refreshed) status and `in_use`, what runs in its whole
-/// subtree (`rollup::subtree_in_use`'s figure for it; a quota without
-/// children: its own `selfUsed`). GPU keys are the generic ones
-/// (`requests.nvidia.com/gpu`), else the model keys, of the configured
-/// GPU resources.
-pub fn summarize(
-    spec: &QuotaSpec,
-    status: &QuotaStatus,
-    in_use: &resources::ResourceList,
-    cfg: &KeyConfig,
-) -> (Summary, BTreeMap<String, String>) {
-    let gpu_keys = |cash: bool, model: bool| -> Vec<&String> {
-        spec.hard
-            .keys()
-            .filter(|k| {
-                Key::parse(k, cfg).is_ok_and(|p| {
-                    p.cash == cash
-                        && p.class == Class::Requests
-                        && p.model.is_some() == model
-                        && cfg.is_gpu(&p.resource)
-                })
-            })
-            .collect()
-    };
-    let pick = |cash: bool| {
-        let generic = gpu_keys(cash, false);
-        if generic.is_empty() {
-            gpu_keys(cash, true)
-        } else {
-            generic
-        }
-    };
-    let total = |keys: &[&String], of: &dyn Fn(&str) -> Quantity| {
-        keys.iter()
-            .fold(Quantity::ZERO, |acc, k| acc.saturating_add(of(k)))
-    };
-    let cards = pick(false);
-    let gpu = (!cards.is_empty()).then(|| {
-        format!(
-            "{}/{}",
-            decimal(total(&cards, &|k| resources::get(in_use, k))),
-            decimal(total(&cards, &|k| resources::get(&spec.hard, k)))
-        )
-    });
-    let card_cash = pick(true);
-    let card_hours_left = (!card_cash.is_empty()).then(|| {
-        let left = total(&card_cash, &|k| {
-            periods::left(spec, status, k).max(Quantity::ZERO)
-        });
-        decimal(left)
-    });
-    let borrowing = (!status.borrowed.is_empty()).then(|| {
-        status
-            .borrowed
-            .iter()
-            .map(|(k, q)| format!("{k}={}", decimal(*q)))
-            .collect::<Vec<_>>()
-            .join(",")
-    });
-    let readable = spec
-        .hard
-        .keys()
-        .filter(|k| cash_target(k).is_some())
-        .map(|k| (k.clone(), cash_balance_of(spec, status, k)))
-        .collect();
-    let summary = Summary {
-        gpu,
-        card_hours_left,
-        borrowing,
-        reclaim_pending: status.reclaim.len().try_into().unwrap_or(u32::MAX),
-        queued: crate::queue::summary::waiting(&status.queue, status.queue_summary.as_ref())
-            .try_into()
-            .unwrap_or(u32::MAX),
-    };
-    (summary, readable)
-}
-
-/// A budget's balance as the budgets API has it, for people: what the
-/// quota's own work spent of what it has this period (its budget, carry-in
-/// and top-ups), what its children hold of it, and what is left
-/// (`periods::left`, never below 0): `2 of 150 card-hours used, 148 left`;
-/// at a parent `5 of 620 card-hours used by its own work, 200 allocated to
-/// children, 415 left` (a carve-out is not spending).
-pub fn cash_balance_of(spec: &QuotaSpec, status: &QuotaStatus, key: &str) -> String {
-    let (has, spent, carved) = match periods::balance(spec, status, key) {
-        Some(b) => (
-            b.budget
-                .saturating_add(b.carry_in)
-                .saturating_add(b.top_ups),
-            b.spent,
-            b.carved,
-        ),
-        None => (
-            resources::get(&spec.hard, key),
-            periods::own_used(status, spec, key),
-            periods::carved(status, key),
-        ),
-    };
-    let left = periods::left(spec, status, key).max(Quantity::ZERO);
-    if carved.is_zero() {
-        return format!(
-            "{} of {} {} used, {} left",
-            decimal(spent),
-            decimal(has),
-            cash_unit(key),
-            decimal(left)
-        );
-    }
-    format!(
-        "{} of {} {} used by its own work, {} allocated to children, {} left",
-        decimal(spent),
-        decimal(has),
-        cash_unit(key),
-        decimal(carved),
-        decimal(left)
-    )
-}
-
 #[cfg(test)]
 mod amount_tests {
     use super::*;
@@ -313,6 +137,12 @@ mod amount_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::periods;
+    use crate::keys::KeyConfig;
+    use crate::object::{QuotaSpec, QuotaStatus, Summary};
+    use crate::resources;
+    use crate::summary::summarize;
+    use std::collections::BTreeMap;
 
     fn q(s: &str) -> Quantity {
         s.parse().unwrap()
@@ -451,7 +281,7 @@ mod tests {
         spend(&mut status, cash, "8100");
         status.budgets.insert(
             cash.into(),
-            crate::budget::periods::PeriodStatus {
+            crate::object::budgets::PeriodStatus {
                 top_ups: crate::budget::from_quantity(q("20")),
                 ..serde_json::from_value(serde_json::json!({})).unwrap()
             },

@@ -15,6 +15,8 @@
 
 use crate::borrow::Standing;
 use crate::keys::cash_target;
+use crate::object::budgets::Exhaustion;
+use crate::object::marks::{Action, Mark, Origin};
 use crate::object::Quota;
 use crate::quantity::{div_ceil, Quantity};
 use crate::resources::{self, ResourceList};
@@ -55,61 +57,6 @@ pub fn is_online(
         m.get(ONLINE_LABEL)
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
     })
-}
-
-/// What reclaim does to a workload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Action {
-    /// Set the replicas (a Job's parallelism) of its single pod set.
-    ScaleTo(i64),
-    /// Suspend it (`spec.suspend: true`); everything it runs is freed.
-    Suspend,
-}
-
-impl Action {
-    /// Whether it stops the workload altogether.
-    pub fn stops(&self) -> bool {
-        matches!(self, Action::Suspend | Action::ScaleTo(0))
-    }
-}
-
-/// Who marked a workload: the parent's reclaim of borrowed capacity, or
-/// the quota's own queue preempting lower-priority work
-/// (docs/queueing.md §6). Each side reconciles only its own marks, so
-/// neither clears the other's.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Origin {
-    /// Reclaim of a loan by the parent (`plan`); what a mark without an
-    /// `origin` field is, so statuses written before it read the same.
-    #[default]
-    Borrow,
-    /// Preemption by a higher-priority entry of the quota's queue
-    /// (`queue::preempt`).
-    Preempt,
-}
-
-impl Origin {
-    pub fn is_borrow(&self) -> bool {
-        *self == Origin::Borrow
-    }
-}
-
-/// A workload marked for reclaim, in its quota's `status.reclaim`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Mark {
-    pub action: Action,
-    /// What the action frees, as planned.
-    pub frees: ResourceList,
-    /// When the owners were first warned (RFC 3339).
-    pub marked: String,
-    /// When it will be reclaimed if still needed (RFC 3339).
-    pub due: String,
-    /// Who marked it; left out for `borrow`.
-    #[serde(default, skip_serializing_if = "Origin::is_borrow")]
-    pub origin: Origin,
 }
 
 /// How a workload of its kind can be stopped.
@@ -635,7 +582,7 @@ pub fn for_fair_share(parent: &Quota, kids: &[&Quota], borrowers: &[Borrower]) -
         let Some(head) = k.status.queue.first() else {
             continue;
         };
-        if k.spec.max.is_empty() || head.waiting != crate::queue::Waiting::Quota {
+        if k.spec.max.is_empty() || head.waiting != crate::object::queue::Waiting::Quota {
             continue;
         }
         takers.push((
@@ -780,6 +727,64 @@ pub fn reconcile_marks_of(
         .collect();
     out.changed = out.marks != *marks;
     out
+}
+
+/// What to do about an exhausted budget now.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExhaustionPlan {
+    /// Since when the budget is spent, for the caller to keep (None: it is
+    /// not spent, forget any earlier time).
+    pub since_ms: Option<i64>,
+    /// When the suspension is due (None: the policy suspends nothing).
+    pub due_ms: Option<i64>,
+    /// Whether to suspend now (`due_ms` reached).
+    pub act: bool,
+    /// The batch workloads using the budget, in the order to suspend them
+    /// (to warn their owners before `due_ms`, to suspend at it).
+    pub suspend: Vec<String>,
+}
+
+/// The plan for a budget with `left` (available − spent, acc) on
+/// `target` (its usage key). `since_ms` is the caller's record of when it
+/// was first seen spent. Candidates are the quota's workloads as reclaim
+/// sees them; only suspendable batch work that uses `target` is taken —
+/// never online services, never kinds that can only be scaled.
+pub fn on_exhausted(
+    policy: &Exhaustion,
+    left: i128,
+    since_ms: Option<i64>,
+    now_ms: i64,
+    target: &str,
+    candidates: &[Candidate],
+) -> ExhaustionPlan {
+    if left > 0 {
+        return ExhaustionPlan::default();
+    }
+    let since = since_ms.unwrap_or(now_ms).min(now_ms);
+    let Exhaustion::SuspendBatch { grace_seconds } = *policy else {
+        return ExhaustionPlan {
+            since_ms: Some(since),
+            ..Default::default()
+        };
+    };
+    let due = since.saturating_add(grace_seconds.max(0).saturating_mul(1000));
+    let mut batch: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| !c.online && c.stop == Stop::Suspend)
+        .filter(|c| {
+            c.pod_sets
+                .iter()
+                .any(|s| s.count > 0 && resources::get(&s.per_pod, target).nanos() > 0)
+        })
+        .collect();
+    batch.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
+    ExhaustionPlan {
+        since_ms: Some(since),
+        due_ms: Some(due),
+        act: now_ms >= due,
+        suspend: batch.into_iter().map(|c| c.workload_ref.clone()).collect(),
+    }
 }
 
 #[cfg(test)]

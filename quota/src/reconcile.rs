@@ -12,9 +12,10 @@
 //! genuine but not yet in effect, or forged — frees nothing that runs.
 
 use crate::budget::periods;
-use crate::budget::{PeriodRecord, PriceList};
+use crate::budget::PriceList;
 use crate::cash::{Interval, Prices};
 use crate::keys::cash_target;
+use crate::object::period::PeriodRecord;
 use crate::object::{Charge, HpaCharge, Quota, Workloads};
 use crate::resources::{self, ResourceList};
 use crate::time;

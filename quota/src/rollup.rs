@@ -146,7 +146,7 @@ impl SubtreeUse for BTreeMap<String, ResourceList> {
 /// above it — so what one write changes costs its depth, not the tree's
 /// size. A write it cannot place (a quota it does not know, or one whose
 /// parent changed) is refused, and the caller builds it whole again.
-/// Property test (`tests/properties.rs`): after any sequence of usage
+/// Property test (`tests/all/properties.rs`): after any sequence of usage
 /// changes it reads, key by key, what `subtree_in_use` of the same quotas
 /// reads.
 #[derive(Clone, Debug, Default)]

@@ -27,6 +27,29 @@
 use crate::fair::Share;
 use std::collections::BTreeMap;
 
+/// The longest `submittedBy` kept: a Kubernetes username has no length
+/// limit of its own, and every entry is written with the quota.
+pub const MAX_SUBMITTER: usize = 128;
+
+/// The one canonical key of a submitter (docs/queueing.md §11): what an
+/// entry's `submittedBy`, `status.users` and the budget ledger's username
+/// all hold, so a submitter's usage is always found under the name its
+/// entries carry. None when empty; otherwise `username` with every
+/// hostile character replaced by U+FFFD (`text::scrub`, as the ledger
+/// stores it), cut at `MAX_SUBMITTER` bytes on a character boundary.
+/// Applying it twice changes nothing.
+pub fn submitter(username: &str) -> Option<String> {
+    if username.is_empty() {
+        return None;
+    }
+    let clean = crate::text::scrub(username);
+    let mut end = clean.len().min(MAX_SUBMITTER);
+    while !clean.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(clean[..end].to_string())
+}
+
 /// Rows older than this many half-lives weigh less than 2^−16 of what
 /// they billed and are left out of the read.
 pub const HORIZON_HALF_LIVES: i64 = 16;
@@ -99,11 +122,11 @@ pub fn horizon(now_ms: i64, half_life_ms: i64) -> i64 {
 }
 
 /// The key a username is tallied and looked up under: the canonical
-/// submitter (`queue::submitter`), empty for none. Rows the ledger
+/// submitter (`submitter`), empty for none. Rows the ledger
 /// recorded under an older, longer or unscrubbed form of a name fold into
 /// the one key its queue entries carry.
 pub fn key(username: &str) -> String {
-    crate::queue::submitter(username).unwrap_or_default()
+    submitter(username).unwrap_or_default()
 }
 
 /// Every submitter's usage at `now_ms` from the ledger's `rows`, per
@@ -436,13 +459,10 @@ mod tests {
         // the webhook refuses those, but a stored name may hold one; older
         // writes kept 256 bytes in `status.users`, the ledger scrubbed it.
         let raw = format!("\u{202E}evil\u{7}{}", "é".repeat(200));
-        let canonical = crate::queue::submitter(&raw).unwrap();
-        assert!(canonical.len() <= crate::queue::MAX_SUBMITTER);
+        let canonical = submitter(&raw).unwrap();
+        assert!(canonical.len() <= MAX_SUBMITTER);
         assert!(crate::text::hostile_char(&canonical).is_none());
-        assert_eq!(
-            crate::queue::submitter(&canonical).as_deref(),
-            Some(&*canonical)
-        );
+        assert_eq!(submitter(&canonical).as_deref(), Some(&*canonical));
         let mut end = 256;
         while !raw.is_char_boundary(end) {
             end -= 1;

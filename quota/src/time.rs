@@ -147,6 +147,24 @@ pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Serde helper for plain data: an instant (ms since the epoch) as RFC 3339.
+pub(crate) mod serde_stamp {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &i64, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&super::format_rfc3339(*v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        let s = String::deserialize(d)?;
+        super::parse_rfc3339(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "'{s}' is not an RFC 3339 time such as 2026-12-01T00:00:00Z"
+            ))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -72,6 +72,7 @@
 use crate::admission::{self, Shortfall};
 use crate::keys::{cash_target, Key, KeyConfig};
 use crate::lineage::{End, Forest};
+use crate::object::transfers::{Decision, Hold};
 use crate::object::Quota;
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
@@ -583,28 +584,6 @@ fn set_hard_keys(q: &mut Quota, values: &ResourceList) {
         }
     }
     q.status.refresh(&q.spec);
-}
-
-/// A transfer's decision, taken once at the LCA and recorded in its hold
-/// there, so every executor of the transfer follows the same one.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "outcome")]
-pub enum Decision {
-    Committed,
-    Aborted { reason: String },
-}
-
-/// A transfer in flight, as recorded in a parent's `status.transfers`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Hold {
-    /// The held children → their hard on the moved keys once the transfer
-    /// is done (what the transfer's own writes may set them to).
-    #[serde(default)]
-    pub children: BTreeMap<String, ResourceList>,
-    pub since: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decision: Option<Decision>,
 }
 
 /// Hold `children`'s carve-outs in `parent` for transfer `id`. Refused when

@@ -394,7 +394,7 @@ fn at_least(a: &ResourceList, b: &ResourceList) -> ResourceList {
     out
 }
 
-/// A carve-out held by a transfer in flight (`transfer::Hold`) changes only
+/// A carve-out held by a transfer in flight (`object::transfers::Hold`) changes only
 /// as that transfer plans: key by key, to its current value or to the
 /// transfer's target. So the transfer's own spec writes pass (in cluster
 /// mode they come back through the webhook), and nobody else's do.
@@ -895,7 +895,7 @@ mod tests {
         let cfg = KeyConfig::default();
         assert!(validate_spec("ok", &spec("", &[("limits.cpu.A4", "4")]), &cfg).is_ok());
         let mut budgeted = spec("", &[("cash/requests.nvidia.com/gpu", "100")]);
-        let policy: crate::budget::BudgetPolicy =
+        let policy: crate::object::budgets::BudgetPolicy =
             serde_json::from_str(r#"{"period": {"kind": "monthly", "anchorDay": 0}}"#).unwrap();
         budgeted
             .budgets
@@ -931,8 +931,8 @@ mod tests {
             .to_string()
             .contains("below"));
         let mut s = spec("", &[("pods", "5")]);
-        s.queueing.order = crate::queue::Order::BestEffortFifo { aging_seconds: 0 };
-        s.queueing.mode = crate::queue::Mode::Queue;
+        s.queueing.order = crate::object::queueing::Order::BestEffortFifo { aging_seconds: 0 };
+        s.queueing.mode = crate::object::queueing::Mode::Queue;
         assert_eq!(
             validate_spec("q", &s, &cfg).unwrap_err().to_string(),
             "bizrq q: spec.queueing: order.agingSeconds is 0: it must be 1 to 31622400 (366 days); \

@@ -13,6 +13,7 @@
 //! An update that changes none of them (a status, an unrelated label)
 //! changes nothing a decision read, and leaves what it holds alone.
 
+use crate::budget::hold::RunDecl;
 use crate::budget::price::split_model;
 use crate::queue::OPT_OUT_LABEL;
 use crate::resources::ResourceList;
@@ -175,6 +176,17 @@ fn generic(per_pod: &ResourceList) -> Vec<(&String, &crate::Quantity)> {
 /// Which model qualifies each resource (amounts are the generic key's).
 fn models(per_pod: &ResourceList) -> BTreeSet<(&str, &str)> {
     per_pod.keys().filter_map(|k| model_key(k)).collect()
+}
+
+impl RunDecl {
+    /// What the new object `w` of an update declares, judged again when
+    /// `changes` holds anything a budget reads.
+    pub fn of_update(w: &Workload, changes: &Changes) -> RunDecl {
+        match RunDecl::of(w) {
+            RunDecl::Object(run) if changes.budget() => RunDecl::Changed(run),
+            run => run,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -39,9 +39,10 @@
 
 use bizrq::store::sql::SqlStore;
 use quota::budget::ledger::run_entries;
-use quota::budget::report::{report, Bucket, Dimension, Entry, Reason, ReportSpec};
+use quota::budget::report::{report, Bucket, Dimension, ReportSpec};
 use quota::budget::PriceList;
 use quota::cash::{Interval, Prices};
+use quota::object::budgets::{Entry, Reason};
 use quota::object::QuotaSpec;
 use quota::usage::QosClass;
 use quota::{Quantity, ResourceList};

@@ -702,7 +702,7 @@ mod soak {
     /// Ledger entries for every tenant's department: each team spends
     /// every hour for the last 30 days (what a report of a month reads).
     async fn ledger(store: &SqlStore, names: &[String], tenants: usize, now: i64) {
-        use quota::budget::report::{Entry, Reason};
+        use quota::object::budgets::{Entry, Reason};
         let hour = 3_600_000i64;
         let until = now / hour * hour;
         for t in 0..tenants {

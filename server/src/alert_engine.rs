@@ -55,7 +55,7 @@ pub struct Swept {
 pub fn transfer_condition(kind: Kind, t: &Transfer) -> Condition {
     let amounts: Vec<String> = t.amounts.iter().map(|(k, v)| format!("{v} {k}")).collect();
     let from = match &t.top_up {
-        Some(u) if u.source == quota::budget::topup::Source::Grant => "a grant".to_string(),
+        Some(u) if u.source == quota::object::budgets::Source::Grant => "a grant".to_string(),
         _ => t.from_quota.as_deref().unwrap_or("its parent").to_string(),
     };
     let noun = if t.top_up.is_some() {
@@ -283,8 +283,8 @@ impl Kept {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BudgetInputs {
     hard: Vec<(String, quota::Quantity)>,
-    terms: BTreeMap<String, quota::budget::config::BudgetPolicy>,
-    periods: BTreeMap<String, quota::budget::periods::PeriodStatus>,
+    terms: BTreeMap<String, quota::object::budgets::BudgetPolicy>,
+    periods: BTreeMap<String, quota::object::budgets::PeriodStatus>,
     spending: Vec<(String, quota::Quantity)>,
     /// Its alert rules (a threshold lowered judges it again).
     rules: Vec<crate::alerts::Rule>,

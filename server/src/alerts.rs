@@ -478,7 +478,7 @@ pub fn conditions(
     // A spent budget whose policy suspends batch work: critical while it
     // stays spent (the suspension is pending, then done).
     for (key, since) in &quota.status.exhausted {
-        let Some(quota::budget::refund::Exhaustion::SuspendBatch { grace_seconds }) =
+        let Some(quota::object::budgets::Exhaustion::SuspendBatch { grace_seconds }) =
             quota.spec.budgets.get(key).map(|p| p.on_exhausted)
         else {
             continue;
@@ -531,7 +531,7 @@ fn reclaim_why(quota: &Quota) -> String {
     let marks = quota.status.reclaim.values();
     let preempt = marks
         .clone()
-        .filter(|m| m.origin == quota::reclaim::Origin::Preempt)
+        .filter(|m| m.origin == quota::object::marks::Origin::Preempt)
         .count();
     let borrow = quota.status.reclaim.len() - preempt;
     match (borrow > 0, preempt > 0) {

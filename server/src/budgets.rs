@@ -8,8 +8,10 @@ use crate::store::budgets::MAX_PAGE;
 use crate::store::sql::SqlStore;
 use crate::store::StoreError;
 use quota::budget::periods::{self, KEEP_CLOSED};
-use quota::budget::{to_quantity, BudgetPolicy, Currency, PeriodRecord};
+use quota::budget::{to_quantity, Currency};
 use quota::keys::cash_target;
+use quota::object::budgets::BudgetPolicy;
+use quota::object::period::PeriodRecord;
 use quota::object::Quota;
 use quota::Quantity;
 use serde_json::{json, Value};
@@ -23,7 +25,7 @@ pub struct BudgetView {
     /// As in spec (the default, `{}`, when the key has none).
     pub policy: BudgetPolicy,
     /// The current period; None without one (one budget for all time).
-    pub period: Option<quota::budget::Window>,
+    pub period: Option<quota::object::period::Window>,
     /// The period's own budget (hard; zero outside a term).
     pub budget: Quantity,
     pub carry_in: Quantity,
@@ -105,7 +107,7 @@ pub async fn views(
         let outlook = quota::forecast::outlook(q, key, now, &pricing.qos, &pricing.list);
         out.push(BudgetView {
             key: key.clone(),
-            unit: quota::readable::cash_unit(key),
+            unit: quota::keys::cash_unit(key),
             policy,
             period,
             budget,
@@ -229,10 +231,10 @@ impl BudgetView {
     pub fn line(&self) -> String {
         let show = |q: Quantity| quota::readable::grouped(q);
         let this = match &self.policy.period {
-            quota::budget::Period::None => "in all",
-            quota::budget::Period::Weekly { .. } => "this week",
-            quota::budget::Period::Monthly { .. } => "this month",
-            quota::budget::Period::Term { .. } => "this term",
+            quota::object::period::Period::None => "in all",
+            quota::object::period::Period::Weekly { .. } => "this week",
+            quota::object::period::Period::Monthly { .. } => "this month",
+            quota::object::period::Period::Term { .. } => "this term",
         };
         let mut s = match &self.currency {
             // In money where a currency is configured, the hours beside.

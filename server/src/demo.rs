@@ -655,7 +655,8 @@ const QUEUED: [(&str, i64, i64, i64, i64, &str); 3] = [
 /// against its charged work and their declared ends, `status`) — so the
 /// portal's queue views show what a cluster shows. They stay as seeded.
 async fn record_queue(service: &Service, now: i64) -> anyhow::Result<usize> {
-    use quota::queue::{self, Pool, Queued};
+    use quota::object::queue::Queued;
+    use quota::queue::{self, Pool};
     let adapter = adapter_for_kind("batch", "Job").expect("Job adapter");
     let mut waiting: Vec<Queued> = Vec::new();
     for (name, pods, cards, run_h, ago_min, by) in QUEUED {
@@ -681,7 +682,7 @@ async fn record_queue(service: &Service, now: i64) -> anyhow::Result<usize> {
             submitted_ms: now - ago_min * 60_000,
             pod_sets: read.pod_sets,
             run_ms: Some(run_h * HOUR_MS),
-            submitted_by: queue::submitter(by),
+            submitted_by: quota::submitters::submitter(by),
             preempted: false,
         });
     }
@@ -825,7 +826,7 @@ pub async fn seed(
             ..Default::default()
         };
         if t.name == QUEUE_TEAM {
-            spec.queueing = quota::queue::QueuePolicy::queue();
+            spec.queueing = quota::object::queueing::QueuePolicy::queue();
         }
         if let Some((model, ceiling, all)) = t.max {
             spec.max.insert(
@@ -932,7 +933,7 @@ pub async fn seed(
     let current = service.list().await?;
     let mut spent: BTreeMap<String, i128> = BTreeMap::new();
     let mut samples = 0;
-    let mut ledger: Vec<quota::budget::report::Entry> = Vec::new();
+    let mut ledger: Vec<quota::object::budgets::Entry> = Vec::new();
     let list = service.price_list();
     for at in hours(now) {
         let mut past = Vec::with_capacity(current.len());

@@ -2,7 +2,7 @@
 //! clean again, when a version that did not check a review's strings
 //! stored one no identifier may hold (a NUL in a username, a review uid, a
 //! workload or an extra resource name; docs/hostile-input.md). Each quota
-//! is read, repaired by the pure `quota::object::repair`, and written back
+//! is read, repaired by the pure `quota::repair`, and written back
 //! with the store's compare-and-swap, so a server running beside it loses
 //! nothing: a write that races the repair makes it read the quota again.
 
@@ -44,7 +44,7 @@ async fn repair_one(
             return Ok(None);
         };
         let mut status = current.quota.status.clone();
-        let changes = quota::object::repair::repair(&mut status, &current.quota.spec);
+        let changes = quota::repair::repair(&mut status, &current.quota.spec);
         if changes.is_empty() {
             return Ok(None);
         }

@@ -15,10 +15,11 @@ use crate::authz::Principal;
 use crate::service::quota_ops;
 use crate::service::{Service, ServiceError};
 use crate::store::sql::SqlStore;
-use quota::budget::period::{Weekday, MS_PER_DAY};
-use quota::budget::report::{self, Bucket, Dimension, Reason, Report, ReportSpec};
+use quota::budget::report::{self, Bucket, Dimension, Report, ReportSpec};
 use quota::budget::to_quantity;
 use quota::keys::cash_target;
+use quota::object::budgets::Reason;
+use quota::object::period::{Weekday, MS_PER_DAY};
 use quota::readable;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -564,8 +565,8 @@ fn finish(
     let units: BTreeSet<&'static str> = agg
         .entries
         .iter()
-        .map(|e| readable::cash_unit(&e.key))
-        .chain(spec.key.as_deref().map(readable::cash_unit))
+        .map(|e| quota::keys::cash_unit(&e.key))
+        .chain(spec.key.as_deref().map(quota::keys::cash_unit))
         .collect();
     let unit = match units.len() {
         1 => units.into_iter().next().unwrap_or("resource-hours"),

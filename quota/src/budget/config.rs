@@ -3,48 +3,20 @@
 //! exhaustion, as plain serde data (camelCase) with one validation that
 //! says which key and what is wrong.
 
-use super::period::{Carry, Overspend, Period, PeriodError};
-use super::refund::{Exhaustion, PolicyError, RefundPolicy};
-use super::reserve::WithoutRunTime;
-use super::runtime::MAX_RUN_MS;
-use super::topup::{ScheduledTopUp, TopUpError};
+use super::refund::PolicyError;
+use super::topup::TopUpError;
 use crate::keys::cash_target;
+use crate::object::budgets::BudgetPolicy;
+use crate::object::budgets::WithoutRunTime;
+use crate::object::period::{Carry, Period, PeriodError};
 use crate::quantity::Quantity;
-use serde::{Deserialize, Serialize};
+use crate::workload::runtime::MAX_RUN_MS;
 use std::collections::BTreeMap;
 
 /// The largest reservation cap, in resource-hours: a trillion card-hours,
 /// far beyond any budget, and small enough that every sum of reservations
 /// stays exact.
 pub const MAX_CAP_HOURS: i64 = 1_000_000_000_000;
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct BudgetPolicy {
-    #[serde(default)]
-    pub period: Period,
-    #[serde(default)]
-    pub carry: Carry,
-    #[serde(default)]
-    pub overspend: Overspend,
-    #[serde(default)]
-    pub without_run_time: WithoutRunTime,
-    /// At most this many resource-hours held by all open reservations.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reservation_cap: Option<Quantity>,
-    #[serde(default)]
-    pub refund: RefundPolicy,
-    #[serde(default)]
-    pub on_exhausted: Exhaustion,
-    /// Added at every period start (docs/budgets.md §5).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scheduled_top_up: Option<ScheduledTopUp>,
-    /// The forecast alert's horizon, in days: an alert opens when the burn
-    /// of the last day would spend the budget within it. Absent: the
-    /// default, `DEFAULT_FORECAST_DAYS`; `0` turns the alert off.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forecast_days: Option<i64>,
-}
 
 /// A cash key's forecast alert looks this many days ahead unless its
 /// policy says otherwise (`forecastDays`; 0 turns it off).

@@ -10,11 +10,12 @@
 //! that removes the reclaim mark, so two replicas never refund one mark
 //! twice (`take_refund` also refuses a mark already recorded).
 
-use super::refund::{refund_after, RefundPolicy};
-use super::report::{Entry, Reason};
+use super::refund::refund_after;
+use crate::object::budgets::RefundPolicy;
+use crate::object::budgets::{Entry, Reason};
+use crate::object::refunds::Refunded;
 use crate::object::QuotaStatus;
 use crate::time;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// At most this many refunds are kept in `status.refunds` (the newest).
@@ -58,23 +59,6 @@ pub fn overdue<'a>(running: &[Running<'a>], now_ms: i64) -> (Vec<&'a str>, Optio
         }
     }
     (over, next)
-}
-
-/// A refund as `status.refunds` keeps it, by workload reference.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Refunded {
-    /// The reclaim mark it refunds (the mark's `marked` time, RFC 3339):
-    /// one refund per mark.
-    pub mark: String,
-    /// When it was refunded (RFC 3339).
-    pub at: String,
-    /// The refunded stretch of the run, RFC 3339.
-    pub from: String,
-    pub to: String,
-    /// Per cash key, the amount given back, in acc (a positive decimal
-    /// string; the ledger entries are its negatives).
-    pub amounts: BTreeMap<String, String>,
 }
 
 /// The refund due to `workload`, stopped by reclaim at `stopped_ms` after

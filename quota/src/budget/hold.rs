@@ -26,13 +26,14 @@
 //! its hard less what its children's carve-outs hold of the key.
 
 use super::price::PriceList;
-use super::reserve::{Ask, BudgetDenial, BudgetState, Reservation, WithoutRunTime};
-use super::runtime::RunTimeError;
+use super::reserve::{Ask, BudgetDenial, BudgetState};
 use super::{from_cash_accrued, from_quantity};
 use crate::cash::Prices;
 use crate::keys::cash_target;
+use crate::object::budgets::{Reservation, WithoutRunTime};
 use crate::object::{Charge, Quota, QuotaSpec, QuotaStatus};
 use crate::resources;
+use crate::workload::runtime::RunTimeError;
 use crate::workload::{PodSet, Workload, WorkloadRef};
 use std::collections::BTreeMap;
 
@@ -40,9 +41,6 @@ use std::collections::BTreeMap;
 /// refused (with `BudgetRefusal::TooMany`) until some settle: the status
 /// is one object, and each reservation is a line of it.
 pub const MAX_OPEN: usize = 10_000;
-
-/// Open reservations by cash key, then by workload reference.
-pub type Reservations = BTreeMap<String, BTreeMap<String, Reservation>>;
 
 /// Why a budget refuses a charge.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -99,15 +97,6 @@ impl RunDecl {
     pub fn of(w: &Workload) -> RunDecl {
         RunDecl::Object(w.run_time.clone().map(|r| r.map(|r| r.ms)))
     }
-
-    /// What the new object `w` of an update declares, judged again when
-    /// `changes` holds anything a budget reads.
-    pub fn of_update(w: &Workload, changes: &crate::update::Changes) -> RunDecl {
-        match RunDecl::of(w) {
-            RunDecl::Object(run) if changes.budget() => RunDecl::Changed(run),
-            run => run,
-        }
-    }
 }
 
 /// The state of `key`'s budget as `q`'s status holds it now: the period
@@ -121,7 +110,7 @@ pub fn state_of(q: &Quota, key: &str) -> BudgetState {
     BudgetState {
         quota: q.name().to_string(),
         key: key.to_string(),
-        window: period.map_or_else(|| super::Period::None.at(0), |p| p.window()),
+        window: period.map_or_else(|| crate::object::period::Period::None.at(0), |p| p.window()),
         budget: from_quantity(hard.saturating_sub(carved)),
         carry_in: period.map_or(0, |p| p.carry_in),
         top_ups: period.map_or(0, |p| p.top_ups),
@@ -454,8 +443,9 @@ pub fn open(status: &QuotaStatus, key: &str) -> (usize, i128) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::period::Period;
-    use crate::budget::{to_quantity, BudgetPolicy};
+    use crate::budget::to_quantity;
+    use crate::object::budgets::BudgetPolicy;
+    use crate::object::period::Period;
     use crate::object::QuotaSpec;
     use crate::quantity::Quantity;
 

@@ -7,40 +7,18 @@
 //! add up to what the window added to `cashAccrued`, to the acc (× 1000
 //! of its per-mille unit) whenever quantities are whole micro-units.
 
-use super::period::Period;
 use super::price::{accrue_priced, Holding, PriceList};
-use super::report::Entry;
 use crate::cash::{Interval, Prices};
 use crate::keys::cash_target;
+use crate::object::budgets::Entry;
+use crate::object::budgets::Outbox;
+use crate::object::period::Period;
 use crate::object::QuotaSpec;
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
 use crate::time;
 use crate::workload::WorkloadRef;
 use std::collections::BTreeMap;
-
-/// Cluster mode: the window a status write accrued, carried in that very
-/// write (`status.ledgerOutbox`), so a controller that stops between the
-/// write and the ledger append loses nothing: the next reconcile, before
-/// it writes again, appends the outbox it reads (a no-op when it was
-/// appended: the window records refuse a window twice), and only then
-/// replaces it with its own window (docs/budgets.md §6 "Cluster mode").
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Outbox {
-    #[serde(rename = "from", with = "super::serde_stamp")]
-    pub from_ms: i64,
-    #[serde(rename = "to", with = "super::serde_stamp")]
-    pub to_ms: i64,
-    #[serde(default)]
-    pub entries: Vec<Entry>,
-    /// Entries of no accrual window — a refund's, taken in the write that
-    /// removed its reclaim mark — carried until appended by their ids
-    /// (idempotent), with the window's. An outbox of `extra` alone has
-    /// `from == to` and no window to append.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub extra: Vec<Entry>,
-}
 
 impl Outbox {
     pub fn bounds(&self) -> (i64, i64) {
@@ -77,35 +55,6 @@ impl Outbox {
                 })
             }
         }
-    }
-}
-
-/// Entries accrued on a working copy and not yet written: the store
-/// writes them with the status, in the same transaction (standalone), or
-/// the controller appends them after its status write (cluster mode).
-/// Never serialized, and never part of a status's equality, so a status
-/// read back equals the one written.
-#[derive(Clone, Debug, Default)]
-pub struct Pending(pub Vec<Entry>);
-
-impl PartialEq for Pending {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl Eq for Pending {}
-
-impl Pending {
-    /// The entries of windows that start at or after `from_ms`: what this
-    /// copy accrued since the stored status it was read from (a copy
-    /// cloned from one that was already written keeps its old entries,
-    /// which start before).
-    pub fn since(&self, from_ms: Option<i64>) -> Vec<Entry> {
-        self.0
-            .iter()
-            .filter(|e| from_ms.is_none_or(|f| e.start_ms >= f))
-            .cloned()
-            .collect()
     }
 }
 
@@ -284,7 +233,7 @@ pub fn scheduled_entries(
                 start_ms: m.at,
                 end_ms: m.at,
                 amount: m.amount,
-                reason: super::report::Reason::TopUp,
+                reason: crate::object::budgets::Reason::TopUp,
                 note: format!("scheduled top-up, period from {period}"),
             });
         }
@@ -293,7 +242,10 @@ pub fn scheduled_entries(
 }
 
 /// The carry entries of the periods a write closed (`periods::new_records`).
-pub fn carry_entries(quota: &str, closed: &[(String, super::PeriodRecord)]) -> Vec<Entry> {
+pub fn carry_entries(
+    quota: &str,
+    closed: &[(String, crate::object::period::PeriodRecord)],
+) -> Vec<Entry> {
     closed
         .iter()
         .filter_map(|(k, r)| Entry::carry(r, quota, k))
@@ -330,7 +282,7 @@ mod tests {
         super::super::periods::sync(&spec, &mut old, nov);
         let first = scheduled_entries("q", &QuotaStatus::default(), &old);
         assert_eq!(first.len(), 1, "{old:?}");
-        assert_eq!(first[0].reason, super::super::report::Reason::TopUp);
+        assert_eq!(first[0].reason, crate::object::budgets::Reason::TopUp);
         assert_eq!(
             first[0].amount,
             super::super::from_quantity(Quantity::from_units(5))

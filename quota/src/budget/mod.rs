@@ -21,18 +21,15 @@ pub mod refund;
 pub mod report;
 pub mod reserve;
 pub mod rollup;
-pub mod runtime;
 pub mod runway;
+pub mod status;
 pub mod topup;
 
-pub use config::{BudgetError, BudgetPolicy};
-pub use period::{Carry, Overspend, Period, PeriodRecord, Weekday, Window};
+pub use config::BudgetError;
 pub use price::{Currency, PriceError, PriceList, PriceVersion, Weight};
 pub use price_doc::{PriceListObject, PriceListSpec};
-pub use refund::{Exhaustion, ExhaustionPlan, RefundPolicy};
-pub use report::{Bucket, Dimension, Entry, Reason, Report, ReportSpec};
-pub use reserve::{BudgetDenial, BudgetState, Reservation, Settlement, WithoutRunTime};
-pub use runtime::{RunTime, RunTimeError};
+pub use report::{Bucket, Dimension, Report, ReportSpec};
+pub use reserve::{BudgetDenial, BudgetState, Settlement};
 pub use runway::Runway;
 
 use crate::cash::MS_PER_HOUR;
@@ -58,40 +55,6 @@ pub fn from_quantity(q: Quantity) -> i128 {
 /// The per-mille accumulators of `cash` (`status.cashAccrued`) → acc.
 pub fn from_cash_accrued(per_mille: i128) -> i128 {
     per_mille.saturating_mul(PRICE_ONE / crate::cash::PER_MILLE)
-}
-
-/// Serde helpers for plain data: accumulators as decimal strings (JSON
-/// numbers lose precision beyond 2^53), instants as RFC 3339.
-pub(crate) mod serde_acc {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &i128, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(v)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i128, D::Error> {
-        let s = String::deserialize(d)?;
-        s.trim()
-            .parse()
-            .map_err(|_| serde::de::Error::custom(format!("'{s}' is not an integer amount")))
-    }
-}
-
-pub(crate) mod serde_stamp {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &i64, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&crate::time::format_rfc3339(*v))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-        let s = String::deserialize(d)?;
-        crate::time::parse_rfc3339(&s).ok_or_else(|| {
-            serde::de::Error::custom(format!(
-                "'{s}' is not an RFC 3339 time such as 2026-12-01T00:00:00Z"
-            ))
-        })
-    }
 }
 
 #[cfg(test)]

@@ -9,16 +9,15 @@
 //! existing check of a cash key (`used ≥ hard` refuses new work, the
 //! tree's card-hours left) reads the period without knowing of it.
 
-use super::period::{split, Period, PeriodRecord, Window};
 use super::reserve::BudgetState;
-use super::topup::TopUpMark;
-use super::{from_cash_accrued, from_quantity, serde_acc, to_quantity};
+use super::{from_cash_accrued, from_quantity, to_quantity};
 use crate::keys::cash_target;
+use crate::object::budgets::PeriodStatus;
+use crate::object::period::{split, Period, PeriodRecord, Window};
 use crate::object::{QuotaSpec, QuotaStatus};
 use crate::quantity::Quantity;
 use crate::resources;
 use crate::time::{format_rfc3339, parse_rfc3339};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Closed periods kept in status per key, newest first. The SQL store
@@ -29,51 +28,6 @@ pub const KEEP_CLOSED: usize = 12;
 /// about ten years): past it the window is re-anchored at its end, so a
 /// clock gone wild cannot make a reconcile loop for ever.
 const MAX_CUTS: usize = 520;
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PeriodStatus {
-    /// Start of the current period (RFC 3339); absent before a term.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start: Option<String>,
-    /// When it ends and the budget starts again; absent after a term.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end: Option<String>,
-    /// False outside a term: the budget counts as zero.
-    #[serde(default = "yes", skip_serializing_if = "is_true")]
-    pub funded: bool,
-    /// Carried in from the period before, in acc (negative: a debt).
-    #[serde(default, with = "serde_acc")]
-    pub carry_in: i128,
-    /// Top-ups of this period, net, in acc (docs/budgets.md §5): added by
-    /// grants and by the parent, less what a parent gave its children and
-    /// what expiries withdrew. Counts like carry-in.
-    #[serde(default, with = "serde_acc", skip_serializing_if = "is_zero")]
-    pub top_ups: i128,
-    /// The top-ups applied here, newest last (`topup::KEEP_MARKS`), so a
-    /// retried one is applied once.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub top_up_log: Vec<TopUpMark>,
-    /// The start of the period the policy's scheduled top-up was added to
-    /// (`start`, or absent): once per period.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scheduled: Option<String>,
-    /// The last closed periods, newest first (at most `KEEP_CLOSED`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub closed: Vec<PeriodRecord>,
-}
-
-fn is_zero(v: &i128) -> bool {
-    *v == 0
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn is_true(b: &bool) -> bool {
-    *b
-}
 
 impl PeriodStatus {
     pub(crate) fn new(w: Window) -> PeriodStatus {
@@ -197,11 +151,13 @@ pub fn own_used(status: &QuotaStatus, spec: &QuotaSpec, key: &str) -> Quantity {
 
 /// The keys that have a period: in hard, cash, with a policy whose period
 /// is not `none`.
-fn periodic(spec: &QuotaSpec) -> impl Iterator<Item = (&String, &super::BudgetPolicy)> {
+fn periodic(
+    spec: &QuotaSpec,
+) -> impl Iterator<Item = (&String, &crate::object::budgets::BudgetPolicy)> {
     spec.budgets.iter().filter(|(k, p)| {
         cash_target(k).is_some()
             && spec.hard.contains_key(*k)
-            && p.period != super::period::Period::None
+            && p.period != crate::object::period::Period::None
     })
 }
 
@@ -336,7 +292,7 @@ fn scheduled_in(spec: &QuotaSpec, p: &mut PeriodStatus, key: &str) {
     else {
         return;
     };
-    if s.source == super::topup::Source::Grant && p.funded {
+    if s.source == crate::object::budgets::Source::Grant && p.funded {
         let at = p.window().start_ms;
         p.schedule(from_quantity(s.amount), at);
     }
@@ -392,9 +348,9 @@ pub fn new_records(old: &QuotaStatus, new: &QuotaStatus) -> Vec<(String, PeriodR
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::period::{Carry, Period};
-    use crate::budget::BudgetPolicy;
     use crate::cash::MS_PER_HOUR;
+    use crate::object::budgets::BudgetPolicy;
+    use crate::object::period::{Carry, Period};
 
     const KEY: &str = "cash/requests.nvidia.com/gpu";
 

@@ -4,11 +4,11 @@
 //! is cut exactly at every price change and period boundary, so each piece
 //! is charged at the one price in force over all of it.
 
-use super::period::{split, Period};
-use super::report::{Entry, Reason};
 use super::PRICE_ONE;
 use crate::cash::Prices;
 use crate::keys::{cash_target, is_model_name};
+use crate::object::budgets::{Entry, Reason};
+use crate::object::period::{split, Period};
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
 use crate::usage::QosClass;
@@ -110,7 +110,7 @@ fn one() -> Weight {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PriceVersion {
-    #[serde(rename = "effective", with = "super::serde_stamp")]
+    #[serde(rename = "effective", with = "crate::time::serde_stamp")]
     pub effective_ms: i64,
     /// `<resource>.<MODEL>` (`nvidia.com/gpu.H100`, `cpu.A4`) or a bare
     /// resource (`nvidia.com/gpu`: any model not named) → weight.

@@ -8,29 +8,14 @@
 //!
 //! On exhaustion running work is not killed by default (§4); the
 //! `SuspendBatch` policy suspends the quota's batch work using the budget
-//! after a grace period — never online services, in reclaim's order.
+//! after a grace period — never online services, in reclaim's order
+//! (`reclaim::on_exhausted` plans it).
 
-use super::report::{share, Entry, Reason};
-use super::runtime::MAX_RUN_MS;
-use crate::reclaim::{order_key, Candidate, Stop};
-use crate::resources;
-use serde::{Deserialize, Serialize};
+use super::report::share;
+use crate::object::budgets::{Entry, Reason};
+use crate::object::budgets::{Exhaustion, RefundPolicy};
+use crate::workload::runtime::MAX_RUN_MS;
 use std::collections::BTreeMap;
-
-/// What a workload stopped by reclaim gets back.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-pub enum RefundPolicy {
-    /// Nothing: reclaim is a risk of borrowing.
-    #[default]
-    None,
-    /// The work since its last checkpoint, assuming one every
-    /// `checkpointEverySeconds` from the start of the run.
-    #[serde(rename_all = "camelCase")]
-    LastStretch { checkpoint_every_seconds: i64 },
-    /// Everything the run spent.
-    WholeRun,
-}
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
@@ -145,19 +130,6 @@ pub fn refund_after(
         .collect()
 }
 
-/// What happens when a budget is spent.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-pub enum Exhaustion {
-    /// New admissions that need it are refused; running work goes on.
-    #[default]
-    RefuseNew,
-    /// Also suspend the batch work using it, `graceSeconds` after the
-    /// budget ran out, unless it is no longer spent by then.
-    #[serde(rename_all = "camelCase")]
-    SuspendBatch { grace_seconds: i64 },
-}
-
 impl Exhaustion {
     pub fn validate(&self) -> Result<(), PolicyError> {
         match *self {
@@ -171,68 +143,11 @@ impl Exhaustion {
     }
 }
 
-/// What to do about an exhausted budget now.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExhaustionPlan {
-    /// Since when the budget is spent, for the caller to keep (None: it is
-    /// not spent, forget any earlier time).
-    pub since_ms: Option<i64>,
-    /// When the suspension is due (None: the policy suspends nothing).
-    pub due_ms: Option<i64>,
-    /// Whether to suspend now (`due_ms` reached).
-    pub act: bool,
-    /// The batch workloads using the budget, in the order to suspend them
-    /// (to warn their owners before `due_ms`, to suspend at it).
-    pub suspend: Vec<String>,
-}
-
-/// The plan for a budget with `left` (available − spent, acc) on
-/// `target` (its usage key). `since_ms` is the caller's record of when it
-/// was first seen spent. Candidates are the quota's workloads as reclaim
-/// sees them; only suspendable batch work that uses `target` is taken —
-/// never online services, never kinds that can only be scaled.
-pub fn on_exhausted(
-    policy: &Exhaustion,
-    left: i128,
-    since_ms: Option<i64>,
-    now_ms: i64,
-    target: &str,
-    candidates: &[Candidate],
-) -> ExhaustionPlan {
-    if left > 0 {
-        return ExhaustionPlan::default();
-    }
-    let since = since_ms.unwrap_or(now_ms).min(now_ms);
-    let Exhaustion::SuspendBatch { grace_seconds } = *policy else {
-        return ExhaustionPlan {
-            since_ms: Some(since),
-            ..Default::default()
-        };
-    };
-    let due = since.saturating_add(grace_seconds.max(0).saturating_mul(1000));
-    let mut batch: Vec<&Candidate> = candidates
-        .iter()
-        .filter(|c| !c.online && c.stop == Stop::Suspend)
-        .filter(|c| {
-            c.pod_sets
-                .iter()
-                .any(|s| s.count > 0 && resources::get(&s.per_pod, target).nanos() > 0)
-        })
-        .collect();
-    batch.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
-    ExhaustionPlan {
-        since_ms: Some(since),
-        due_ms: Some(due),
-        act: now_ms >= due,
-        suspend: batch.into_iter().map(|c| c.workload_ref.clone()).collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::quantity::Quantity;
+    use crate::reclaim::{on_exhausted, Candidate, ExhaustionPlan, Stop};
     use crate::workload::PodSet;
 
     const GPU: &str = "requests.nvidia.com/gpu";

@@ -5,25 +5,11 @@
 //! partition add up to the entry exactly: a report's rows sum to its
 //! total, and its total is the ledger's sum, to the unit of acc.
 
-use super::period::{Period, Weekday, MS_PER_DAY};
-use super::serde_acc;
-use crate::usage::QosClass;
+use crate::object::budgets::{Entry, Reason};
+use crate::object::period::{Period, Weekday, MS_PER_DAY};
+use crate::quantity::serde_acc;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// Why a budget changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Reason {
-    /// Use: `amount` > 0 is spent.
-    Accrual,
-    /// Use given back (reclaimed work, `refund`): `amount` < 0.
-    Refund,
-    /// Budget added for the current period: `amount` > 0.
-    TopUp,
-    /// Carried in from the period before at its start; < 0 for a debt.
-    Carry,
-}
 
 impl Reason {
     /// Whether the amount counts as spending (accrual and refunds) rather
@@ -33,39 +19,14 @@ impl Reason {
     }
 }
 
-/// One change of one cash key's budget in one quota. `amount` in acc.
-/// Spending entries carry the workload's identity; budget entries
-/// (top-up, carry) leave the workload fields empty.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Entry {
-    pub quota: String,
-    pub key: String,
-    #[serde(default)]
-    pub workload: String,
-    #[serde(default)]
-    pub namespace: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub qos: Option<QosClass>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    pub start_ms: i64,
-    /// Equal to `start_ms` for an instant (top-up, carry).
-    pub end_ms: i64,
-    #[serde(with = "serde_acc")]
-    pub amount: i128,
-    pub reason: Reason,
-    /// For people: why a refund or top-up was made.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub note: String,
-}
-
 impl Entry {
     /// The carry entry a closed period leaves for reports: what it carried
     /// into the next period, at the boundary (None when nothing carried).
-    pub fn carry(record: &super::period::PeriodRecord, quota: &str, key: &str) -> Option<Entry> {
+    pub fn carry(
+        record: &crate::object::period::PeriodRecord,
+        quota: &str,
+        key: &str,
+    ) -> Option<Entry> {
         (record.carried != 0).then(|| Entry {
             quota: quota.to_string(),
             key: key.to_string(),
@@ -124,9 +85,9 @@ fn spending() -> Vec<Reason> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReportSpec {
-    #[serde(rename = "from", with = "super::serde_stamp")]
+    #[serde(rename = "from", with = "crate::time::serde_stamp")]
     pub from_ms: i64,
-    #[serde(rename = "to", with = "super::serde_stamp")]
+    #[serde(rename = "to", with = "crate::time::serde_stamp")]
     pub to_ms: i64,
     pub by: Dimension,
     #[serde(default)]
@@ -151,7 +112,7 @@ pub enum ReportError {
     #[error("a report by child needs a subtree root")]
     ChildWithoutSubtree,
     #[error("{0}")]
-    Period(#[from] super::period::PeriodError),
+    Period(#[from] crate::object::period::PeriodError),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -221,7 +182,7 @@ impl ReportSpec {
 struct BucketPeriod(Period, bool);
 
 impl BucketPeriod {
-    fn validate(&self) -> Result<(), super::period::PeriodError> {
+    fn validate(&self) -> Result<(), crate::object::period::PeriodError> {
         self.0.validate()
     }
 
@@ -371,7 +332,7 @@ pub fn report(
             continue;
         }
         let cuts = buckets.cuts(a, b, off_ms);
-        for (x, y) in super::period::split(a, b, cuts) {
+        for (x, y) in crate::object::period::split(a, b, cuts) {
             let amount = share(e, x, y);
             let bucket = match spec.bucket {
                 Bucket::None => spec.from_ms,
@@ -400,6 +361,7 @@ pub fn report(
 mod tests {
     use super::*;
     use crate::time::parse_rfc3339;
+    use crate::usage::QosClass;
 
     fn t(s: &str) -> i64 {
         parse_rfc3339(s).unwrap()

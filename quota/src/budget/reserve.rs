@@ -12,45 +12,20 @@
 //! once it holds — every admission checks it, accrual moves amounts from
 //! outstanding to spent, settling only lowers outstanding.
 
-use super::period::{close, Carry, Closing, Overspend, Period, PeriodRecord, Window};
+use super::period::{close, Closing};
 use super::price::{model_of, price, split_model, PriceList};
-use super::report::{Entry, Reason};
-use super::{serde_acc, to_quantity};
+use super::to_quantity;
 use crate::cash::Prices;
+use crate::object::budgets::{Entry, Reason};
+use crate::object::budgets::{Reservation, WithoutRunTime};
+use crate::object::period::{Carry, Overspend, Period, PeriodRecord, Window};
+use crate::quantity::serde_acc;
 use crate::quantity::Quantity;
 use crate::readable;
 use crate::resources;
 use crate::workload::PodSet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// What admission does with a workload that declares no run time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-pub enum WithoutRunTime {
-    /// Admit without a reservation while anything is left (as before).
-    #[default]
-    Admit,
-    /// Refuse: every workload using the budget must declare a run time.
-    Refuse,
-    /// Reserve as if it declared `horizonSeconds`.
-    #[serde(rename_all = "camelCase")]
-    ReserveDefault { horizon_seconds: i64 },
-}
-
-/// An open reservation of one workload on one budget. Amounts in acc.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Reservation {
-    #[serde(with = "serde_acc")]
-    pub reserved: i128,
-    /// Accrued by the workload since it was reserved (this period).
-    #[serde(with = "serde_acc")]
-    pub used: i128,
-    pub at_ms: i64,
-    /// The run time reserved for, from `at_ms`.
-    pub run_ms: i64,
-}
 
 impl Reservation {
     /// What the reservation still holds back: reserved − used, never < 0.
@@ -172,7 +147,7 @@ pub enum BudgetDenial {
         .0.quota, .0.key, .0.workload, readable::decimal(.0.available),
         readable::decimal(.0.spent), readable::decimal(.0.reserved))]
     Spent(Box<Numbers>),
-    #[error("bizrq {quota}: {key} admits only workloads that declare a maximum run time: set spec.activeDeadlineSeconds (Job), spec.runPolicy.activeDeadlineSeconds (Kubeflow) or the annotation {} (e.g. \"4h\") on {workload}", super::runtime::MAX_RUNTIME_ANNOTATION)]
+    #[error("bizrq {quota}: {key} admits only workloads that declare a maximum run time: set spec.activeDeadlineSeconds (Job), spec.runPolicy.activeDeadlineSeconds (Kubeflow) or the annotation {} (e.g. \"4h\") on {workload}", crate::workload::runtime::MAX_RUNTIME_ANNOTATION)]
     NoRunTime {
         quota: String,
         key: String,
@@ -476,7 +451,7 @@ fn basis(pod_sets: &[PodSet], target: &str, run_ms: i64) -> String {
         "{} × {} for {}",
         readable::decimal(total),
         target.strip_prefix("requests.").unwrap_or(target),
-        super::runtime::format_duration(run_ms)
+        crate::workload::runtime::format_duration(run_ms)
     )
 }
 

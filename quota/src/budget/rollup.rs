@@ -11,7 +11,8 @@
 //! before the roll-up; one that cuts inside a rolled cell is refused
 //! (`check`), never mis-bucketed.
 
-use super::report::{share, Entry, ReportSpec};
+use super::report::{share, ReportSpec};
+use crate::object::budgets::Entry;
 use std::collections::BTreeMap;
 
 pub const MS_PER_HOUR: i64 = 3_600_000;
@@ -58,7 +59,7 @@ pub fn rollable(e: &Entry) -> bool {
 type Tuple = (
     String,
     String,
-    super::report::Reason,
+    crate::object::budgets::Reason,
     String,
     String,
     Option<String>,
@@ -277,8 +278,9 @@ pub fn snap(spec: &ReportSpec, stored: &Stored) -> Option<ReportSpec> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::report::{report, Bucket, Dimension, Reason};
+    use super::super::report::{report, Bucket, Dimension};
     use super::*;
+    use crate::object::budgets::Reason;
     use crate::usage::QosClass;
     use proptest::prelude::*;
 

@@ -1,7 +1,7 @@
-//! Runway: how long a budget lasts at its recent burn ("runs out in 8.8
-//! days"), from `forecast::Forecast`, and whether the period ends first.
+//! Runway: how long a budget lasts at its burn ("runs out in 8.8 days"),
+//! and whether the period ends first; a forecast's runway is
+//! `forecast::runway`.
 
-use crate::forecast::Forecast;
 use crate::quantity::Quantity;
 use serde::{Deserialize, Serialize};
 
@@ -24,22 +24,6 @@ pub enum Runway {
     /// Would run out after the period ends (`endsMs`), when it starts again.
     #[serde(rename_all = "camelCase")]
     OutlastsPeriod { ends_ms: i64 },
-}
-
-/// The runway of `f`; `period_end_ms` is when the budget's period ends
-/// (None without periods).
-pub fn runway(f: &Forecast, period_end_ms: Option<i64>) -> Runway {
-    if f.as_of_ms.is_some() && f.remaining.nanos() <= 0 {
-        return Runway::Spent;
-    }
-    match f.exhausted_at_ms {
-        Some(at) => match period_end_ms {
-            Some(end) if end <= at => Runway::OutlastsPeriod { ends_ms: end },
-            _ => Runway::Until { at_ms: at },
-        },
-        None if f.burn_from_ms.is_some() => Runway::NotBurning,
-        None => Runway::Unknown,
-    }
 }
 
 /// How many milliseconds `left` lasts at `burn_per_hour` — what runs now,
@@ -142,6 +126,7 @@ pub fn span(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::forecast::{runway, Forecast};
 
     fn forecast(remaining: i64, exhausted_at: Option<i64>, measured: bool) -> Forecast {
         Forecast {

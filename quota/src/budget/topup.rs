@@ -26,14 +26,14 @@
 //!   nothing to withdraw: it closed with its period.
 
 use super::hold::state_of;
-use super::period::Period;
-use super::periods::PeriodStatus;
-use super::{from_quantity, serde_acc, serde_stamp, to_quantity};
+use super::{from_quantity, to_quantity};
 use crate::keys::cash_target;
+use crate::object::budgets::PeriodStatus;
+use crate::object::budgets::{ScheduledTopUp, Source, TopUpMark};
+use crate::object::period::Period;
 use crate::object::Quota;
 use crate::quantity::Quantity;
 use crate::time::format_rfc3339;
-use serde::{Deserialize, Serialize};
 
 /// The largest top-up, in resource-hours (a billion card-hours): far
 /// beyond any budget, small enough that every sum stays exact.
@@ -45,16 +45,6 @@ pub const KEEP_MARKS: usize = 64;
 /// The id of the mark a scheduled top-up leaves.
 pub const SCHEDULED: &str = "scheduled";
 
-/// Where a top-up's amount comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Source {
-    /// The parent's current period of the same key gives it up.
-    Parent,
-    /// New budget, granted by an admin.
-    Grant,
-}
-
 impl Source {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -62,42 +52,6 @@ impl Source {
             Source::Grant => "grant",
         }
     }
-}
-
-/// A policy's top-up at every period start (`BudgetPolicy::scheduled_top_up`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ScheduledTopUp {
-    /// Resource-hours added at each period start.
-    pub amount: Quantity,
-    pub source: Source,
-}
-
-/// One top-up as the status of the quota it changed records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TopUpMark {
-    /// Who applied it: `t<transfer id>` (received), `t<id>-from` (given by
-    /// the parent), `t<id>-back` (an expiry's return to the parent), or
-    /// `scheduled`.
-    pub id: String,
-    /// Acc added to the period (negative: given away).
-    #[serde(with = "serde_acc")]
-    pub amount: i128,
-    #[serde(with = "serde_stamp")]
-    pub at: i64,
-    /// The start of the period it counts in (absent: all time).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub period: Option<String>,
-    /// Set once its expiry was applied, with what it withdrew.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub expired: bool,
-    #[serde(default, with = "serde_acc", skip_serializing_if = "is_zero")]
-    pub withdrawn: i128,
-}
-
-fn is_zero(v: &i128) -> bool {
-    *v == 0
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -9,17 +9,19 @@
 //! that loses a race leaves that entry queued for the next round.
 
 use super::order::{self, Slot};
-use super::policy::QueuePolicy;
-use super::reason::{Need, Reason, Waiting};
-use super::Queued;
+use super::reason::{Need, Reason};
 use crate::admission::{self, Denial};
 use crate::budget::reserve::Ask;
-use crate::budget::{BudgetDenial, BudgetState, PriceList, WithoutRunTime};
+use crate::budget::{BudgetDenial, BudgetState, PriceList};
 use crate::cash::Prices;
+use crate::object::budgets::WithoutRunTime;
+use crate::object::queue::QueueEntry;
+use crate::object::queue::Queued;
+use crate::object::queue::Waiting;
+use crate::object::queueing::QueuePolicy;
 use crate::object::{Charge, Quota};
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
-use serde::{Deserialize, Serialize};
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
@@ -459,21 +461,6 @@ pub fn would_queue_at<Q: Borrow<Queued>>(
     }
 }
 
-/// One entry of `status.queue`: the queued work, its place and why it
-/// waits. `since` is when it joined.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QueueEntry {
-    #[serde(flatten)]
-    pub work: Queued,
-    pub position: u32,
-    pub waiting: Waiting,
-    pub reason: String,
-    /// When it would start if nothing else arrived (`estimate`), RFC 3339.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub estimated_start: Option<String>,
-}
-
 /// `status.queue` after a round: the entries still waiting, in admission
 /// order, with position, reason and, where known, the estimated start.
 pub fn status(
@@ -515,8 +502,8 @@ pub fn overdue<'a>(queue: &'a [Queued], policy: &QueuePolicy, now_ms: i64) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::queueing::Order;
     use crate::object::QuotaSpec;
-    use crate::queue::policy::Order;
     use crate::workload::PodSet;
 
     const GPU: &str = "requests.nvidia.com/gpu.A100";

@@ -42,7 +42,7 @@ pub enum Share<'a> {
 }
 
 /// The share of a workload `workload_ref` (`group/Kind/namespace/name`)
-/// created by `username` (as the entry keeps it: `queue::submitter`).
+/// created by `username` (as the entry keeps it: `submitters::submitter`).
 pub fn of<'a>(username: Option<&'a str>, workload_ref: &'a str) -> Share<'a> {
     match username {
         Some(u) if !u.is_empty() && !u.starts_with(SYSTEM_PREFIX) => Share::Person(u),
@@ -53,7 +53,7 @@ pub fn of<'a>(username: Option<&'a str>, workload_ref: &'a str) -> Share<'a> {
 /// `of` for an entry, owned (a person's share `(true, username)`, a
 /// namespace's `(false, namespace)`): a key to count a queue's entries
 /// by while the queue changes.
-pub(crate) fn key(e: &super::Queued) -> (bool, String) {
+pub(crate) fn key(e: &crate::object::queue::Queued) -> (bool, String) {
     match of(e.submitted_by.as_deref(), &e.workload_ref) {
         Share::Person(u) => (true, u.to_string()),
         Share::Namespace(ns) => (false, ns.to_string()),
@@ -173,8 +173,8 @@ mod tests {
     fn a_submitter_cut_to_its_stored_length_keeps_its_share() {
         // `submittedBy` keeps 128 bytes; the prefix decides, not the rest.
         let sa = format!("system:serviceaccount:team-a:{}", "r".repeat(200));
-        let kept = crate::queue::submitter(&sa).unwrap();
-        assert_eq!(kept.len(), crate::queue::MAX_SUBMITTER);
+        let kept = crate::submitters::submitter(&sa).unwrap();
+        assert_eq!(kept.len(), crate::submitters::MAX_SUBMITTER);
         assert_eq!(of(Some(&kept), JOB_IN_TEAM_A), Share::Namespace("team-a"));
     }
 

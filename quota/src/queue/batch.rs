@@ -138,7 +138,7 @@ fn charge_all(
             .work
             .submitted_by
             .as_deref()
-            .and_then(super::submitter);
+            .and_then(crate::submitters::submitter);
         let old = q.status.workloads.get(wref).cloned();
         let reserved =
             match hold::decide(q, wref, old.as_ref(), &a.charge, &run, now_ms, qos, prices) {
@@ -177,9 +177,9 @@ fn charge_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::queue::{Queued, Waiting};
     use crate::object::QuotaSpec;
     use crate::quantity::Quantity;
-    use crate::queue::{Queued, Waiting};
     use crate::workload::PodSet;
 
     const CPU: &str = "requests.cpu";

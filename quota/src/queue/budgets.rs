@@ -11,9 +11,10 @@
 //! itself would refuse.
 
 use super::admit::BudgetView;
-use crate::budget::{hold, BudgetPolicy, BudgetState, PriceList, WithoutRunTime};
+use crate::budget::{hold, BudgetState, PriceList};
 use crate::cash::Prices;
 use crate::keys::cash_target;
+use crate::object::budgets::{BudgetPolicy, WithoutRunTime};
 use crate::object::Quota;
 
 /// One budget of a quota, owned, for `BudgetView`s.

@@ -10,8 +10,8 @@
 //! declares no end (it might run forever) — the estimate never guesses.
 
 use super::admit::{self, Decision, Pool};
-use super::policy::QueuePolicy;
-use super::Queued;
+use crate::object::queue::Queued;
+use crate::object::queueing::QueuePolicy;
 use crate::resources::ResourceList;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -114,7 +114,7 @@ pub fn for_status(
     now_ms: i64,
     head: usize,
 ) -> BTreeMap<String, i64> {
-    use super::reason::Waiting;
+    use crate::object::queue::Waiting;
     let by_ref: BTreeMap<&str, &Queued> =
         queue.iter().map(|q| (q.workload_ref.as_str(), q)).collect();
     let mut simulated: Vec<Queued> = Vec::new();

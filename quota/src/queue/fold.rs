@@ -10,10 +10,11 @@
 //! Pure; run by `Service::fold_marks` in the round when queue marks are on.
 
 use super::allowance;
-use super::ledger::{Full, MAX_QUEUE};
+use super::ledger::Full;
 use super::mark::{self, Binding, Refused};
 use super::pending::Pending;
-use super::Queued;
+use crate::object::queue::Queued;
+use crate::object::queueing::MAX_QUEUE;
 use crate::object::Quota;
 use std::collections::HashMap;
 
@@ -192,9 +193,9 @@ fn fold_within(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::queue::{QueueEntry, Waiting};
     use crate::object::QuotaSpec;
     use crate::queue::mark::sign;
-    use crate::queue::{QueueEntry, Waiting};
     use crate::workload::PodSet;
 
     const T: i64 = 1_800_000_000_000;
@@ -528,7 +529,7 @@ mod tests {
                 work.submitted_by = (*by > 0).then(|| users[*by as usize].to_string());
                 work.preempted = *preempted;
                 work.submitted_ms = T + at;
-                q.status.queue.push(crate::queue::QueueEntry {
+                q.status.queue.push(crate::object::queue::QueueEntry {
                     work,
                     position: 1,
                     waiting: Waiting::Quota,

@@ -3,18 +3,14 @@
 //! the same write as the charge, so an entry is never in neither place
 //! (lost) nor in both (charged twice).
 
-use super::admit::QueueEntry;
-use super::reason::Waiting;
-use super::{allowance, Queued};
+use super::allowance;
 use crate::admission::{self, Denial};
+use crate::object::queue::QueueEntry;
+use crate::object::queue::Queued;
+use crate::object::queue::Waiting;
+use crate::object::queueing::MAX_QUEUE;
 use crate::object::{Charge, Quota};
 use crate::resources::ResourceList;
-
-/// The most entries one quota's queue holds. Past it a workload that does
-/// not fit is refused as without queueing: a queue is a promise to admit,
-/// and one nobody can work through is a denial of service on the status
-/// object (every entry is written with it).
-pub const MAX_QUEUE: usize = 1_000;
 
 /// How long an entry whose object has never been seen stays queued (2
 /// minutes): the mutating webhook queues a CREATE before the API server
@@ -276,7 +272,7 @@ pub fn preempt(q: &mut Quota, mut work: Queued, reason: String) -> Result<bool, 
         work.submitted_ms = since;
     }
     if let Some(u) = q.status.users.get(&work.workload_ref) {
-        work.submitted_by = super::submitter(u);
+        work.submitted_by = crate::submitters::submitter(u);
     }
     work.preempted = true;
     enqueue(q, work, 0, Waiting::Quota, reason)
@@ -457,9 +453,9 @@ mod tests {
     #[test]
     fn one_submitter_holds_at_most_its_share_of_the_queue() {
         let mut q = quota(4);
-        q.spec.queueing = crate::queue::QueuePolicy {
+        q.spec.queueing = crate::object::queueing::QueuePolicy {
             max_per_submitter: Some(2),
-            ..crate::queue::QueuePolicy::queue()
+            ..crate::object::queueing::QueuePolicy::queue()
         };
         let by = |name: &str, who: Option<&str>| Queued {
             submitted_by: who.map(str::to_string),
@@ -491,9 +487,9 @@ mod tests {
     #[test]
     fn service_accounts_and_controllers_count_as_the_namespace_they_create_in() {
         let mut q = quota(4);
-        q.spec.queueing = crate::queue::QueuePolicy {
+        q.spec.queueing = crate::object::queueing::QueuePolicy {
             max_per_submitter: Some(2),
-            ..crate::queue::QueuePolicy::queue()
+            ..crate::object::queueing::QueuePolicy::queue()
         };
         let join_as = |q: &mut Quota, ns: &str, name: &str, who: Option<&str>| {
             let work = Queued {

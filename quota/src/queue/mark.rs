@@ -10,7 +10,7 @@
 //! Wired with `--queue-mark-key-file`: the webhook signs, the round's
 //! fold accepts.
 
-use crate::queue::MAX_SUBMITTER;
+use crate::submitters::MAX_SUBMITTER;
 use serde::{Deserialize, Serialize};
 
 /// The annotation a mark is written in.

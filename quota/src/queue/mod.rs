@@ -6,7 +6,6 @@
 //!
 //! | module | what it decides |
 //! |---|---|
-//! | `policy` | `spec.queueing` and its validation |
 //! | `order` | the admission order, and which waiting entry blocks |
 //! | `admit` | one round of admissions (`next_admissions`), `status.queue`, `would_queue_at` |
 //! | `reason` | why an entry waits, in words |
@@ -18,6 +17,10 @@
 //! | `ledger` | `status.queue` as writes change it: join, refresh, leave |
 //! | `share` | whose share of a queue an entry counts against (`maxPerSubmitter`) |
 //! | `summary` | the bounded queue a status shows with marks on: the top entries and a summary |
+//!
+//! What the queue keeps in a quota — `spec.queueing`, `status.queue` and
+//! `status.queueSummary` — is plain data in `crate::object::queueing` and
+//! `crate::object::queue`.
 
 pub mod admit;
 pub mod allowance;
@@ -29,7 +32,6 @@ pub mod ledger;
 pub mod mark;
 pub mod order;
 pub mod pending;
-pub mod policy;
 pub mod preempt;
 pub mod priority;
 pub mod reason;
@@ -38,21 +40,18 @@ pub mod share;
 pub mod summary;
 
 pub use admit::{
-    next_admissions, status, would_queue_at, Admission, BudgetView, Check, Decision, Pool,
-    QueueEntry, Wait,
+    next_admissions, status, would_queue_at, Admission, BudgetView, Check, Decision, Pool, Wait,
 };
 pub use estimate::{estimate, Running};
-pub use ledger::MAX_QUEUE;
 pub use order::order;
-pub use policy::{Mode, Order, PolicyError, Preemption, QueuePolicy};
 pub use preempt::{plan as preemption_plan, Preempt};
-pub use reason::{FairTurn, Need, Reason, Waiting};
+pub use reason::{FairTurn, Need, Reason};
 pub use room::borrow_limits;
 
+use crate::object::queue::Queued;
+use crate::object::queueing::QueuePolicy;
 use crate::object::Charge;
-use crate::resources::{self, ResourceList};
-use crate::workload::{Adapter, ChargeMode, PodSet, WorkloadRef};
-use serde::{Deserialize, Serialize};
+use crate::workload::{Adapter, ChargeMode};
 use std::collections::BTreeMap;
 
 /// Annotation bizrq writes on a workload in the same PATCH that suspends
@@ -67,90 +66,7 @@ pub const PREEMPTED_ANNOTATION: &str = "bizrq.io/preempted";
 /// refused at once when it does not fit, as without queueing).
 pub const OPT_OUT_LABEL: &str = "bizrq.io/queueing";
 
-/// One workload waiting in its quota's queue: what admission needs to
-/// decide without reading the object again. Stored in `status.queue`
-/// (inside a `QueueEntry`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Queued {
-    /// `group/Kind/namespace/name`, as in `status.workloads`.
-    pub workload_ref: String,
-    /// The object's uid: a workload deleted and created again under the
-    /// same name is a new entry, not this one.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub uid: String,
-    /// PriorityClass value of its pods (`priority::Classes::resolve`; 0
-    /// without one), never a number written in its template.
-    #[serde(default)]
-    pub priority: i32,
-    /// The PriorityClasses its pod templates name (empty: none, so the
-    /// global default applies): the controller resolves them again from
-    /// its watch every round, so a class created or changed later counts.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub priority_classes: Vec<String>,
-    /// When it joined the queue (RFC 3339 `since`): first come, first served.
-    #[serde(rename = "since", with = "crate::budget::serde_stamp")]
-    pub submitted_ms: i64,
-    /// What it runs once admitted, as the adapter read it unsuspended.
-    pub pod_sets: Vec<PodSet>,
-    /// Its declared maximum run time (`budget::runtime::max_runtime`), for
-    /// budget reservations and start estimates.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_ms: Option<i64>,
-    /// Who created it, as the API server authenticated them (the
-    /// AdmissionReview's `userInfo.username` at the mutating webhook), at
-    /// most `MAX_SUBMITTER` bytes: shown to people, and with the
-    /// reference's namespace it says whose share of the queue the entry
-    /// takes (`allowance::of`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub submitted_by: Option<String>,
-    /// Queued again by its quota's preemption (docs/queueing.md §6). The
-    /// entry is written before the suspend, in the write that spends the
-    /// mark: while its workload still holds a charge of running pods, no
-    /// round admits it and the controller suspends it (the repair of a
-    /// crash between the two writes).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub preempted: bool,
-}
-
-/// The longest `submittedBy` kept: a Kubernetes username has no length
-/// limit of its own, and every entry is written with the quota.
-pub const MAX_SUBMITTER: usize = 128;
-
-/// The one canonical key of a submitter (docs/queueing.md §11): what an
-/// entry's `submittedBy`, `status.users` and the budget ledger's username
-/// all hold, so a submitter's usage is always found under the name its
-/// entries carry. None when empty; otherwise `username` with every
-/// hostile character replaced by U+FFFD (`text::scrub`, as the ledger
-/// stores it), cut at `MAX_SUBMITTER` bytes on a character boundary.
-/// Applying it twice changes nothing.
-pub fn submitter(username: &str) -> Option<String> {
-    if username.is_empty() {
-        return None;
-    }
-    let clean = crate::text::scrub(username);
-    let mut end = clean.len().min(MAX_SUBMITTER);
-    while !clean.is_char_boundary(end) {
-        end -= 1;
-    }
-    Some(clean[..end].to_string())
-}
-
 impl Queued {
-    /// The kind, from the reference (`Job`, `PyTorchJob`).
-    pub fn kind(&self) -> &str {
-        WorkloadRef::parse(&self.workload_ref).map_or("", |r| r.kind)
-    }
-
-    /// What it would be charged, over all its pod sets.
-    pub fn usage(&self) -> ResourceList {
-        let mut out = ResourceList::new();
-        for s in &self.pod_sets {
-            resources::add_into(&mut out, &s.usage(s.count));
-        }
-        out
-    }
-
     /// The charge admission writes for it at `now_ms`. `uid` names the
     /// admission (see `Admission::request_uid`).
     pub fn charge(&self, now_ms: i64) -> Charge {

@@ -10,9 +10,9 @@
 //! aged (the aged keep their place ahead, by age, so aging bounds every
 //! wait). Strict FIFO has no aging and takes no fairness.
 
-use super::policy::{Order, QueuePolicy};
-use super::Queued;
 use crate::fair::Share;
+use crate::object::queue::Queued;
+use crate::object::queueing::{Order, QueuePolicy};
 use crate::submitters::Usages;
 use std::borrow::Borrow;
 use std::cmp::{Ordering, Reverse};

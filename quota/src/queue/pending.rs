@@ -13,8 +13,9 @@
 //! Pure; held per quota by the server's `Service::marked` when queue marks
 //! are on.
 
-use super::ledger::{Full, MAX_QUEUE};
-use super::Queued;
+use super::ledger::Full;
+use crate::object::queue::Queued;
+use crate::object::queueing::MAX_QUEUE;
 use crate::object::Quota;
 use std::collections::{BTreeMap, HashSet};
 
@@ -222,8 +223,8 @@ fn same_object(entry: &Queued, work: &Queued) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::queue::{QueueEntry, Waiting};
     use crate::object::QuotaSpec;
-    use crate::queue::{QueueEntry, Waiting};
     use proptest::prelude::*;
 
     fn quota(per_submitter: Option<u32>) -> Quota {

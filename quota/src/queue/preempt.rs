@@ -12,10 +12,12 @@
 //! would not make room, nothing is taken.
 
 use super::admit::{self, BudgetView, Decision, Pool};
-use super::policy::{Preemption, QueuePolicy};
-use super::reason::{Reason, Waiting};
-use super::Queued;
-use crate::reclaim::{self, Action, Candidate, Stop, Victim};
+use super::reason::Reason;
+use crate::object::marks::Action;
+use crate::object::queue::Queued;
+use crate::object::queue::Waiting;
+use crate::object::queueing::{Preemption, QueuePolicy};
+use crate::reclaim::{self, Candidate, Stop, Victim};
 use crate::resources::{self, ResourceList};
 
 /// What preemption would do for one queued entry.
@@ -322,8 +324,9 @@ mod tests {
 
     #[test]
     fn a_budget_wait_is_never_a_reason_to_preempt() {
-        use crate::budget::{self, BudgetState, PriceList, WithoutRunTime};
+        use crate::budget::{self, BudgetState, PriceList};
         use crate::cash::Prices;
+        use crate::object::budgets::WithoutRunTime;
         // 2 of 4 cards used by low work: the urgent job (2) fits the quota
         // but its card-hour budget is spent. It waits for the budget, and
         // taking cards from anyone would not help.
@@ -371,8 +374,9 @@ mod tests {
 
     #[test]
     fn a_head_short_of_budget_after_preemption_takes_nothing_and_says_why() {
-        use crate::budget::{self, BudgetState, PriceList, WithoutRunTime};
+        use crate::budget::{self, BudgetState, PriceList};
         use crate::cash::Prices;
+        use crate::object::budgets::WithoutRunTime;
         // All 4 cards run low work; the urgent job needs 2 for an hour
         // (2 card-hours) and its budget has 1 left: freeing the cards
         // would leave it waiting for card-hours.

@@ -5,26 +5,10 @@
 //! `readable`.
 
 use crate::budget::BudgetDenial;
+use crate::object::queue::Waiting;
 use crate::quantity::Quantity;
 use crate::readable;
-use serde::{Deserialize, Serialize};
 use std::fmt;
-
-/// What an entry waits for, in one word: for metrics labels and filters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Waiting {
-    /// Quota (hard, or max when borrowing) is short.
-    Quota,
-    /// A card-hour budget is short.
-    Budget,
-    /// It would fit, but an entry ahead of it blocks (strict FIFO, or an
-    /// aged head under best-effort).
-    Turn,
-    /// It cannot be admitted by waiting: larger than the quota could ever
-    /// hold, or refused by a rule that capacity does not change. It blocks
-    /// no one; the server should tell its owner.
-    Never,
-}
 
 /// One key an entry is short of.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,7 +146,7 @@ fn budget(f: &mut fmt::Formatter<'_>, d: &BudgetDenial) -> fmt::Result {
     write!(
         f,
         "waits for {} of {}: ",
-        readable::cash_unit(&n.key),
+        crate::keys::cash_unit(&n.key),
         n.key
     )?;
     let num = |q: Quantity| readable::grouped(q.max(Quantity::ZERO));

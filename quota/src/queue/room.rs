@@ -73,9 +73,11 @@ pub fn borrow_limits(
 mod tests {
     use super::*;
     use crate::admission;
+    use crate::object::queue::Queued;
+    use crate::object::queueing::QueuePolicy;
     use crate::object::{Charge, QuotaSpec};
     use crate::quantity::Quantity;
-    use crate::queue::{next_admissions, Decision, Pool, QueuePolicy, Queued};
+    use crate::queue::{next_admissions, Decision, Pool};
     use crate::workload::PodSet;
 
     const CPU: &str = "requests.cpu";

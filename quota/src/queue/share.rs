@@ -7,11 +7,11 @@
 //! triggers. Admissions within the quota's own hard are never held back.
 
 use super::admit::{Decision, Wait};
-use super::reason::Waiting;
 use super::reason::{FairTurn, Reason};
-use super::Queued;
 use crate::borrow::{self, Standing};
 use crate::fair::{self, Head, Rival, Share, Sibling};
+use crate::object::queue::Queued;
+use crate::object::queue::Waiting;
 use crate::object::Quota;
 use crate::resources::{self, ResourceList};
 
@@ -196,8 +196,9 @@ pub fn yield_to_fairer(decisions: Vec<Decision>, queue: &[Queued], field: &Field
 mod tests {
     use super::*;
     use crate::object::fair_sharing::Weight;
+    use crate::object::queueing::QueuePolicy;
     use crate::quantity::Quantity;
-    use crate::queue::{next_admissions, Pool, QueuePolicy};
+    use crate::queue::{next_admissions, Pool};
     use crate::workload::PodSet;
 
     const CPU: &str = "requests.cpu";

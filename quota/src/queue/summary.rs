@@ -10,53 +10,15 @@
 //! preemption, or by the status path before marks were turned on) has no
 //! other home, so it stays whatever its position (`bound`). Pure.
 
-use super::admit::QueueEntry;
-use super::reason::Waiting;
-use serde::{Deserialize, Serialize};
+use crate::object::queue::QueueEntry;
+use crate::object::queue::Summary;
+use crate::object::queue::Waiting;
 use std::collections::BTreeSet;
 
 /// How many entries a status lists, in admission order, when marks back
 /// the rest: the head and enough behind it for people and for a
 /// sibling's fair-sharing view (`share::field` reads the heads).
 pub const TOP_ENTRIES: usize = 20;
-
-/// `status.queueSummary`: the whole queue in a few numbers, as the round
-/// that wrote it saw it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Summary {
-    /// Entries waiting in all (those listed in `status.queue` included).
-    pub total: u32,
-    /// Of them, waiting for quota, for a budget, for their turn, and
-    /// those that can never be admitted.
-    #[serde(default)]
-    pub for_quota: u32,
-    #[serde(default)]
-    pub for_budget: u32,
-    #[serde(default)]
-    pub for_turn: u32,
-    #[serde(default)]
-    pub never: u32,
-    /// The head's `group/Kind/namespace/name`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub head: Option<String>,
-    /// The oldest entry (earliest `since`) and its `since` (RFC 3339):
-    /// the alert on waiting too long reads it when it is not listed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oldest: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oldest_since: Option<String>,
-    /// Of `total`, the held objects that wait by a queue mark no replica
-    /// folds (marks turned off while they waited beyond the listed top):
-    /// never admitted until marks are on again (`stranded`). Written only
-    /// by a controller without mark keys; 0 otherwise.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub unfolded: u32,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
 
 impl Summary {
     /// The summary of `queue`, whole and in admission order.
@@ -160,7 +122,7 @@ pub fn waiting(queue: &[QueueEntry], summary: Option<&Summary>) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::Queued;
+    use crate::object::queue::Queued;
     use crate::workload::PodSet;
     use proptest::prelude::*;
 
@@ -235,7 +197,7 @@ mod tests {
             queue_summary: Some(s),
             ..Default::default()
         };
-        let (shown, _) = crate::readable::summarize(
+        let (shown, _) = crate::summary::summarize(
             &crate::object::QuotaSpec::default(),
             &status,
             &Default::default(),
@@ -331,7 +293,7 @@ mod tests {
         /// Whatever the queue's length, a status whose entries marks back
         /// serialises within a bound that does not grow with it.
         #[test]
-        fn the_stored_queue_is_bounded_whatever_its_length(n in 0usize..=crate::queue::MAX_QUEUE) {
+        fn the_stored_queue_is_bounded_whatever_its_length(n in 0usize..=crate::object::queueing::MAX_QUEUE) {
             let q = queue(n);
             let (kept, s) = bound(q.clone(), &all_marked(&q));
             prop_assert_eq!(kept.len(), n.min(TOP_ENTRIES));

@@ -217,7 +217,7 @@ fn reclaim_pending_says_whether_a_loan_or_the_queue_marked() {
     let mut quota = quota("1");
     quota.status.reclaim.insert(
         "batch/Job/ml/low".into(),
-        mark(quota::reclaim::Origin::Preempt),
+        mark(quota::object::marks::Origin::Preempt),
     );
     assert_eq!(
         message(&quota),
@@ -930,7 +930,8 @@ fn an_allocation_notice_is_info_and_only_where_a_rule_asks() {
 
 #[test]
 fn a_queued_workload_waiting_past_the_threshold_alerts_once_and_resolves_when_it_leaves() {
-    use quota::queue::{QueueEntry, QueuePolicy, Queued, Waiting};
+    use quota::object::queue::{QueueEntry, Queued, Waiting};
+    use quota::object::queueing::QueuePolicy;
     let mut quota = quota("1");
     quota.spec.queueing = QueuePolicy {
         alert_after_seconds: Some(3600),
@@ -1035,7 +1036,7 @@ fn a_queue_stranded_by_turning_marks_off_alerts_the_admins_until_none_is() {
     assert!(round(&quota, &[], &mut open, &mut id).is_empty());
     // A summary written with marks on counts unlisted entries too, but
     // none unfolded: no alert, and the open one resolves.
-    quota.status.queue_summary = Some(quota::queue::summary::Summary {
+    quota.status.queue_summary = Some(quota::object::queue::Summary {
         total: 40,
         ..Default::default()
     });

@@ -132,14 +132,14 @@ async fn would_queue(
         Err(m) => return Err(ApiError::BadRequest(format!("bizrq: {m}"))),
     }
     let obj: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
-    let work = quota::queue::Queued {
+    let work = quota::object::queue::Queued {
         workload_ref: wref.to_string(),
         uid: String::new(),
         priority: 0,
         priority_classes: quota::queue::priority::class_names(&obj),
         submitted_ms: svc.now(),
         pod_sets: w.pod_sets.clone(),
-        run_ms: quota::budget::runtime::max_runtime(&obj)
+        run_ms: quota::workload::runtime::max_runtime(&obj)
             .ok()
             .flatten()
             .map(|r| r.ms),

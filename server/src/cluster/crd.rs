@@ -5,10 +5,10 @@
 //! only a real API server can check: docs/events-and-crd.md.
 
 use kube::CustomResource;
-use quota::budget::BudgetPolicy;
+use quota::object::budgets::BudgetPolicy;
 use quota::object::fair_sharing::FairSharing;
+use quota::object::queueing::QueuePolicy;
 use quota::object::{Quota, QuotaStatus};
-use quota::queue::QueuePolicy;
 use quota::ResourceList;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -274,7 +274,7 @@ impl JsonSchema for Status {
                 "reclaim": ledger("workloads marked for reclaim, by group/Kind/namespace/name: action, frees, marked, due, and origin (preempt for the queue's preemption of lower-priority work; left out for the reclaim of a loan)"),
                 "queue": {
                     "type": "array",
-                    "maxItems": quota::queue::MAX_QUEUE,
+                    "maxItems": quota::object::queueing::MAX_QUEUE,
                     "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
                     "description": "workloads waiting, suspended and not charged, in admission order: workloadRef, uid, priority, since, podSets, runMs, submittedBy, position, waiting, reason, estimatedStart; with queue marks on, only the first 20 (and those no mark backs), queueSummary counting all"
                 },

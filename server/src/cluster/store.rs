@@ -545,7 +545,7 @@ impl<'a> Family<'a> {
         // The columns' text only: `readable` may hold a key the service's
         // copy lacks, which no write removes, and would be judged stale
         // for ever.
-        let (summary, _) = quota::readable::summarize(&k.engine_spec(), status, &in_use, keys);
+        let (summary, _) = quota::summary::summarize(&k.engine_spec(), status, &in_use, keys);
         Some(status.summary.as_ref() != Some(&summary))
     }
 }
@@ -609,7 +609,7 @@ impl ClusterStore {
         // spec had and this one has not are removed.
         let in_use = self.in_use(name, status);
         let before = (old.spec != *spec)
-            .then(|| quota::readable::summarize(&old.spec, &old.status, &in_use, &self.keys).1);
+            .then(|| quota::summary::summarize(&old.spec, &old.status, &in_use, &self.keys).1);
         let stored: Vec<&std::collections::BTreeMap<String, String>> =
             std::iter::once(&old.status.readable)
                 .chain(&before)

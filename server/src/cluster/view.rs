@@ -35,7 +35,7 @@ pub struct WorkloadInfo {
     pub priority: i32,
     /// The object's uid, so Events about it show in `kubectl describe`.
     pub uid: String,
-    /// Its declared maximum run time (`budget::runtime`), for the queue's
+    /// Its declared maximum run time (`workload::runtime`), for the queue's
     /// start estimates (docs/queueing.md §5).
     pub run_ms: Option<i64>,
     /// The PriorityClasses its pod templates name

@@ -503,7 +503,7 @@ pub async fn rules_page(
             let suspends = q.spec.budgets.get(k).is_some_and(|b| {
                 matches!(
                     b.on_exhausted,
-                    quota::budget::refund::Exhaustion::SuspendBatch { .. }
+                    quota::object::budgets::Exhaustion::SuspendBatch { .. }
                 )
             });
             app::alerts::ForecastLine {

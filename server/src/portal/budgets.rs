@@ -11,8 +11,10 @@ use crate::edge::AppState;
 use app::budgets::{
     BudgetFormRow, BudgetLine, ClosedRow, CARRIES, PERIODS, WEEKDAYS, WITHOUT_RUN_TIME,
 };
-use quota::budget::{to_quantity, BudgetPolicy, Carry, Period, Weekday, WithoutRunTime};
+use quota::budget::to_quantity;
 use quota::keys::cash_target;
+use quota::object::budgets::{BudgetPolicy, WithoutRunTime};
+use quota::object::period::{Carry, Period, Weekday};
 use quota::readable::grouped;
 use quota::time::{format_when, parse_rfc3339};
 use quota::{Quantity, QuotaSpec};
@@ -149,7 +151,7 @@ fn row_of(key: &str, p: BudgetPolicy) -> BudgetFormRow {
         WithoutRunTime::Refuse => r.without_run_time = "refuse".into(),
         WithoutRunTime::ReserveDefault { horizon_seconds } => {
             r.without_run_time = "reserveDefault".into();
-            r.horizon = quota::budget::runtime::format_duration(horizon_seconds * 1000);
+            r.horizon = quota::workload::runtime::format_duration(horizon_seconds * 1000);
         }
     }
     r.reservation_cap = p.reservation_cap.map(|c| c.to_string()).unwrap_or_default();
@@ -333,7 +335,7 @@ fn policy_of(row: &BudgetFormRow, mut p: BudgetPolicy) -> Result<BudgetPolicy, S
         "" | "admit" => WithoutRunTime::Admit,
         "refuse" => WithoutRunTime::Refuse,
         "reserveDefault" => {
-            let ms = quota::budget::runtime::parse_duration(&row.horizon)
+            let ms = quota::workload::runtime::parse_duration(&row.horizon)
                 .map_err(|e| format!("horizon: {e}"))?;
             // Whole seconds: a horizon of "1500ms" cannot be written.
             WithoutRunTime::ReserveDefault {

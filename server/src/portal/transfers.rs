@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use quota::budget::topup::Source;
+use quota::object::budgets::Source;
 use quota::{KeyConfig, ResourceList};
 use serde::Deserialize;
 use std::collections::BTreeSet;

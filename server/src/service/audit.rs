@@ -68,8 +68,8 @@ pub fn transfer_summary(t: &Transfer) -> String {
     };
     if let Some(u) = &t.top_up {
         let from = match u.source {
-            quota::budget::topup::Source::Parent => format!("from the parent of {}", t.to_quota),
-            quota::budget::topup::Source::Grant => "granted".to_string(),
+            quota::object::budgets::Source::Parent => format!("from the parent of {}", t.to_quota),
+            quota::object::budgets::Source::Grant => "granted".to_string(),
         };
         return format!(
             "#{} top-up of {} {from}: {}",

@@ -100,7 +100,8 @@ pub struct Service {
     /// `quota::queue::summary`), so the webhook's caps and positions count
     /// the marked objects the watch showed then (`Service::whole_queue`).
     /// Only on the replica that runs the rounds.
-    pub rounds_queue: Arc<std::sync::Mutex<HashMap<String, Arc<Vec<quota::queue::QueueEntry>>>>>,
+    pub rounds_queue:
+        Arc<std::sync::Mutex<HashMap<String, Arc<Vec<quota::object::queue::QueueEntry>>>>>,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,
@@ -517,7 +518,7 @@ async fn backoff(attempt: u32) {
 }
 
 /// The longest name `status.users` may hold, in bytes (the CRD's bound;
-/// what is written is the shorter canonical key, `quota::queue::submitter`).
+/// what is written is the shorter canonical key, `quota::submitters::submitter`).
 pub const MAX_USER_LEN: usize = 256;
 
 /// A resource list as a person reads it: `k=v, k=v`.

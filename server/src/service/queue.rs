@@ -24,9 +24,10 @@
 use super::{Service, ServiceError};
 use quota::admission::{self, Denial};
 use quota::borrow::{self, Standing};
+use quota::object::queue::Queued;
 use quota::object::Quota;
 use quota::queue::priority::Classes;
-use quota::queue::{self, ledger, Check, Pool, Queued};
+use quota::queue::{self, ledger, Check, Pool};
 use quota::ResourceList;
 use std::sync::Arc;
 
@@ -240,7 +241,7 @@ impl Service {
                 queue::would_queue_at(&waiting, &work, &pool, &views, &q.spec.queueing, now);
             // Joins the queue at `position` for `reason`, said in words.
             let join = |q: &mut quota::Quota,
-                        work: queue::Queued,
+                        work: quota::object::queue::Queued,
                         position: u32,
                         reason: &queue::Reason|
              -> Result<(bool, Queueing), ServiceError> {
@@ -262,8 +263,14 @@ impl Service {
                 // A queued entry that now fits keeps its place with what it
                 // asks now; the controller's next round admits it.
                 Check::AdmitsNow if ledger::holds(q, &work.workload_ref) => {
-                    let changed = ledger::enqueue(q, work, 0, queue::Waiting::Quota, String::new())
-                        .map_err(Denial::from)?;
+                    let changed = ledger::enqueue(
+                        q,
+                        work,
+                        0,
+                        quota::object::queue::Waiting::Quota,
+                        String::new(),
+                    )
+                    .map_err(Denial::from)?;
                     Ok((changed || dropped, Queueing::Admits))
                 }
                 Check::AdmitsNow => {
@@ -497,7 +504,7 @@ impl Service {
         let changed = ledger::join_all(
             q,
             works,
-            queue::Waiting::Quota,
+            quota::object::queue::Waiting::Quota,
             "queued; placed by the next round",
         );
         Folding {
@@ -526,7 +533,7 @@ impl Service {
         q: &mut Quota,
         backed: &std::collections::BTreeSet<String>,
         marked: &[MarkedObject],
-    ) -> Vec<queue::QueueEntry> {
+    ) -> Vec<quota::object::queue::QueueEntry> {
         if self.marks.is_none() {
             let stranded =
                 queue::summary::stranded(&q.status, marked.iter().map(|o| o.workload_ref.as_str()))
@@ -650,7 +657,7 @@ impl Service {
         // Nor does the copy of the last round's queue count it any more.
         let mut kept = self.rounds_queue.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(copy) = kept.get_mut(quota_name) {
-            let stays = |e: &queue::QueueEntry| {
+            let stays = |e: &quota::object::queue::QueueEntry| {
                 e.work.workload_ref != wref || !(uid.is_empty() || e.work.uid == uid)
             };
             if !copy.iter().all(stays) {
@@ -714,7 +721,7 @@ impl Service {
         &self,
         quota_name: &str,
         items: &[queue::batch::Admit],
-        fresh: Option<Vec<queue::QueueEntry>>,
+        fresh: Option<Vec<quota::object::queue::QueueEntry>>,
         marked: &[MarkedObject],
         raised: &[(String, quota::reconcile::Observed)],
     ) -> Result<queue::batch::Batch, ServiceError> {
@@ -903,7 +910,7 @@ impl Service {
                     .status
                     .users
                     .get(&work.workload_ref)
-                    .and_then(|u| queue::submitter(u));
+                    .and_then(|u| quota::submitters::submitter(u));
             }
             let mut judged = q.clone();
             admission::release(&mut judged, &work.workload_ref);
@@ -929,10 +936,10 @@ impl Service {
                 Check::Queues { position, reason } => {
                     (position, reason.waiting(), reason.to_string())
                 }
-                Check::Never(r) => (0, queue::Waiting::Never, r.to_string()),
+                Check::Never(r) => (0, quota::object::queue::Waiting::Never, r.to_string()),
                 Check::AdmitsNow => (
                     0,
-                    queue::Waiting::Turn,
+                    quota::object::queue::Waiting::Turn,
                     "preempted; admitted again at the controller's next round".to_string(),
                 ),
             };
@@ -969,7 +976,7 @@ pub fn needs(q: &Quota, work: &Queued) -> ResourceList {
 }
 
 /// A quota's queueing policy in words, for the top of its queue.
-pub fn policy_words(p: &queue::QueuePolicy) -> String {
+pub fn policy_words(p: &quota::object::queueing::QueuePolicy) -> String {
     let span = |s: u64| quota::budget::runway::span((s as i64).saturating_mul(1000));
     if !p.queues() {
         return "This quota refuses work that does not fit (queueing: Refuse); what was \
@@ -977,19 +984,19 @@ pub fn policy_words(p: &queue::QueuePolicy) -> String {
             .into();
     }
     let mut out = match p.order {
-        queue::Order::StrictFifo => {
+        quota::object::queueing::Order::StrictFifo => {
             "Work that does not fit waits here, suspended, and is admitted whole when it fits: \
              highest priority first, then first come; nothing passes a workload that waits."
                 .to_string()
         }
-        queue::Order::BestEffortFifo { aging_seconds } => format!(
+        quota::object::queueing::Order::BestEffortFifo { aging_seconds } => format!(
             "Work that does not fit waits here, suspended, and is admitted whole when it fits: \
              highest priority first, then first come; smaller work may pass a waiting workload \
              until it has waited {}.",
             span(aging_seconds)
         ),
     };
-    if p.preemption == queue::Preemption::LowerPriority {
+    if p.preemption == quota::object::queueing::Preemption::LowerPriority {
         out.push_str(" The first waiting workload may reclaim running work of lower priority");
         match p.preemption_grace_seconds {
             Some(0) => out.push_str(", which is suspended at once."),
@@ -1032,7 +1039,7 @@ pub fn priority_words(work: &Queued) -> String {
 /// quota page and `GET /api/v1/quotas/{name}/queue`: `starts by about
 /// 2026-11-27 14:00 UTC`, or why there is none. `queue` is the quota's
 /// whole `status.queue`, in order.
-pub fn estimate_words(queue: &[queue::QueueEntry], i: usize) -> String {
+pub fn estimate_words(queue: &[quota::object::queue::QueueEntry], i: usize) -> String {
     let Some(e) = queue.get(i) else {
         return String::new();
     };
@@ -1047,10 +1054,10 @@ pub fn estimate_words(queue: &[queue::QueueEntry], i: usize) -> String {
         return "no estimate yet: it joined after the last round".into();
     }
     match e.waiting {
-        queue::Waiting::Never => {
+        quota::object::queue::Waiting::Never => {
             return "no estimate: it cannot be admitted as things stand".into()
         }
-        queue::Waiting::Budget => {
+        quota::object::queue::Waiting::Budget => {
             return "no estimate: budgets refill by top-ups and periods, which cannot be foreseen"
                 .into()
         }
@@ -1058,7 +1065,7 @@ pub fn estimate_words(queue: &[queue::QueueEntry], i: usize) -> String {
     }
     if let Some(b) = queue[..i]
         .iter()
-        .find(|b| b.waiting == queue::Waiting::Budget)
+        .find(|b| b.waiting == quota::object::queue::Waiting::Budget)
     {
         return format!(
             "no estimate: behind {}, which waits for a budget",
@@ -1080,8 +1087,9 @@ mod tests {
     use crate::service::{Persist, Service};
     use crate::store::sql::SqlStore;
     use crate::store::testdb::on_both_databases;
+    use quota::object::queue::Queued;
+    use quota::object::queueing::QueuePolicy;
     use quota::object::QuotaSpec;
-    use quota::queue::{QueuePolicy, Queued};
     use quota::workload::PodSet;
     use std::sync::atomic::{AtomicI64, Ordering};
     use std::sync::Arc;
@@ -1345,7 +1353,7 @@ mod tests {
             submitted_ms: T0,
             pod_sets: sets(2),
             run_ms: None,
-            submitted_by: quota::queue::submitter("alice"),
+            submitted_by: quota::submitters::submitter("alice"),
             preempted: false,
         };
         let answer = svc.queue_workload("ml", work, true, false).await.unwrap();

@@ -8,7 +8,7 @@
 use super::{Service, ServiceError};
 use crate::store::shares::Refused;
 use crate::store::sql::SqlStore;
-use quota::queue::policy::DEFAULT_HALF_LIFE_DAYS;
+use quota::object::queueing::DEFAULT_HALF_LIFE_DAYS;
 use quota::submitters::{self, Row};
 use serde_json::{json, Value};
 
@@ -167,7 +167,7 @@ pub fn to_json(t: &Table) -> Value {
                 .map(|(k, u)| {
                     json!({
                         "key": k,
-                        "unit": quota::readable::cash_unit(k),
+                        "unit": quota::keys::cash_unit(k),
                         "raw": quota::readable::exact(quota::budget::to_quantity(u.raw)),
                         "rawAcc": u.raw.to_string(),
                         "decayed": quota::readable::exact(quota::budget::to_quantity(u.decayed)),

@@ -106,7 +106,7 @@ impl Scope {
 pub fn is_grant(t: &Transfer) -> bool {
     t.top_up
         .as_ref()
-        .is_some_and(|u| u.source == quota::budget::topup::Source::Grant)
+        .is_some_and(|u| u.source == quota::object::budgets::Source::Grant)
 }
 
 impl Scope {
@@ -204,7 +204,7 @@ impl TransferDesk {
         // owners decide.
         let budget_ask = req.from.is_none()
             && req.kind == crate::store::transfers::TransferKind::TopUp
-            && req.source == Some(quota::budget::topup::Source::Parent)
+            && req.source == Some(quota::object::budgets::Source::Parent)
             && authz::can_ask_for_budget(p, &req.to, &scope.tree);
         if !budget_ask && !authz::can_request_transfer(p, req.from.as_deref(), &req.to, &scope.tree)
         {

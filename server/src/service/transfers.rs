@@ -103,11 +103,13 @@ use crate::store::audit::action;
 use crate::store::sql::SqlStore;
 use crate::store::transfers::{NewTransfer, Outcome};
 use crate::store::transfers::{TopUp, Transfer, TransferFilter, TransferKind, TransferStatus};
-use quota::budget::topup::{self, Source, TopUpError};
-use quota::budget::Entry;
+use quota::budget::topup::{self, TopUpError};
+use quota::object::budgets::Entry;
+use quota::object::budgets::Source;
+use quota::object::transfers::Decision;
 use quota::object::Quota;
 use quota::resources::ResourceList;
-use quota::transfer::{self, Decision, Plan, Step};
+use quota::transfer::{self, Plan, Step};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -1381,7 +1383,7 @@ fn top_up_entry(quota: &str, key: &str, amount: i128, at: i64, t: &Transfer) -> 
         start_ms: at,
         end_ms: at,
         amount,
-        reason: quota::budget::Reason::TopUp,
+        reason: quota::object::budgets::Reason::TopUp,
         note: format!("transfer #{}: {}", t.id, t.reason),
     }
 }

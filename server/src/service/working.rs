@@ -96,7 +96,7 @@ impl Working {
     /// already (none in cluster mode, where the controller accrues, nor
     /// for a quota without a budget). A report adds them to the ledger's
     /// rows, so its total is the budgets' spending.
-    pub fn unwritten(&self, q: &Quota) -> Vec<quota::budget::Entry> {
+    pub fn unwritten(&self, q: &Quota) -> Vec<quota::object::budgets::Entry> {
         if !self.accrue || !has_budget(q) {
             return Vec::new();
         }
@@ -210,7 +210,8 @@ impl Working {
         parent: Option<&Quota>,
         siblings: &[&Quota],
     ) {
-        use quota::queue::{self, Decision, Pool, Waiting};
+        use quota::object::queue::Waiting;
+        use quota::queue::{self, Decision, Pool};
         if q.status.queue.is_empty() || (!q.spec.max.is_empty() && parent.is_none()) {
             return;
         }

@@ -221,7 +221,7 @@ impl Service {
     /// (docs/budgets.md §2, `budget::hold`), and who asked is recorded in
     /// `status.users` there too, so the ledger's entries of the workload
     /// carry it (docs/budgets.md §6) as the canonical submitter key
-    /// (`quota::queue::submitter`: scrubbed, at most `MAX_SUBMITTER` bytes).
+    /// (`quota::submitters::submitter`: scrubbed, at most `MAX_SUBMITTER` bytes).
     #[tracing::instrument(level = "debug", skip_all, fields(quota = req.quota, workload = req.workload, dry_run = req.dry_run))]
     pub async fn charge(&self, req: ChargeRequest<'_>) -> Result<(), ServiceError> {
         let ChargeRequest {
@@ -234,9 +234,9 @@ impl Service {
             dry_run,
         } = req;
         let uid = uid.to_string();
-        // The canonical submitter key (`queue::submitter`): the name the
+        // The canonical submitter key (`submitters::submitter`): the name the
         // queue entries carry, so the ledger bills usage to it.
-        let user = user.and_then(quota::queue::submitter);
+        let user = user.and_then(quota::submitters::submitter);
         let admitted = self
             .admit(
                 quota_name,

@@ -5,7 +5,7 @@
 
 use super::sql::SqlStore;
 use super::StoreError;
-use quota::budget::PeriodRecord;
+use quota::object::period::PeriodRecord;
 use sqlx::{Any, Row, Transaction};
 
 /// The most records one read returns.

@@ -114,7 +114,7 @@ mod tests {
     use super::Refused;
     use crate::store::sql::SqlStore;
     use crate::store::testdb::on_both_databases;
-    use quota::budget::{Entry, Reason};
+    use quota::object::budgets::{Entry, Reason};
 
     on_both_databases!(usage_is_folded_per_user_and_key_and_bounded_by_pairs);
 

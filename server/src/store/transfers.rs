@@ -6,7 +6,8 @@
 use super::sql::rows::to_json;
 use super::sql::SqlStore;
 use super::StoreError;
-use quota::transfer::{Decision, Plan};
+use quota::object::transfers::Decision;
+use quota::transfer::Plan;
 use quota::ResourceList;
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
@@ -139,7 +140,7 @@ impl TransferKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TopUp {
-    pub source: quota::budget::topup::Source,
+    pub source: quota::object::budgets::Source,
     /// The parent that gives it (source `parent`), as at the request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,

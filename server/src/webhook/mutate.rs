@@ -22,7 +22,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use quota::budget::hold::RunDecl;
 use quota::hold::{self, Hold};
-use quota::queue::{self, Disposition, Queued};
+use quota::object::queue::Queued;
+use quota::queue::{self, Disposition};
 use quota::review::Request;
 use quota::workload::adapter_for_kind;
 use serde_json::{json, Value};
@@ -167,7 +168,7 @@ pub async fn mutate(
     // only means one more job is refused as before, never over-admitted;
     // a workload in that copy's queue is read fresh as any other.
     if let Some(c) = svc.cached_quota(&quota_name) {
-        if c.quota.spec.queueing.mode == queue::Mode::Refuse
+        if c.quota.spec.queueing.mode == quota::object::queueing::Mode::Refuse
             && !queue::ledger::holds(&c.quota, &wref)
         {
             return pass;
@@ -283,11 +284,11 @@ pub async fn mutate(
         priority_classes: queue::priority::class_names(&obj),
         submitted_ms: svc.now(),
         pod_sets: w.pod_sets.clone(),
-        run_ms: quota::budget::runtime::max_runtime(&running)
+        run_ms: quota::workload::runtime::max_runtime(&running)
             .ok()
             .flatten()
             .map(|r| r.ms),
-        submitted_by: queue::submitter(&req.user_info.username),
+        submitted_by: quota::submitters::submitter(&req.user_info.username),
         preempted: false,
     };
     // With queue marks (docs/queueing.md §12) a workload that must wait

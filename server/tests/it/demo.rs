@@ -142,8 +142,8 @@ async fn seeds_a_living_organisation_once(url: &str) {
     // by child at the root totals every quota's spending; the spending
     // is the submitting user's.
     let reasons = [
-        quota::budget::Reason::Accrual,
-        quota::budget::Reason::Refund,
+        quota::object::budgets::Reason::Accrual,
+        quota::object::budgets::Reason::Refund,
     ];
     let mut all_spent = 0i128;
     for q in running.service.list().await.unwrap() {

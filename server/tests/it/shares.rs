@@ -13,7 +13,7 @@ use crate::cluster::{used, Cluster, T0};
 use crate::common::{bind, create_user, fresh_postgres, fresh_sqlite, Browser, Server};
 use bizrq::store::sql::SqlStore;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-use quota::budget::{Entry, Reason};
+use quota::object::budgets::{Entry, Reason};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -188,7 +188,7 @@ async fn the_submitter_with_less_decayed_usage_is_admitted_first() {
 
 /// A username longer than any limit (Kubernetes sets none): the
 /// webhook's `submittedBy`, `status.users` and the ledger all key it the
-/// same (`quota::queue::submitter`), so its own usage finds it and it
+/// same (`quota::submitters::submitter`), so its own usage finds it and it
 /// does not go first as a stranger would. The ledger holds it as older
 /// writes recorded it (cut at 256 bytes, the entry at 128).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,7 +207,11 @@ async fn a_long_username_is_found_under_its_own_usage() {
     let q = c.fake.quota("ml");
     let entry = &q["status"]["queue"][0];
     let by = entry["submittedBy"].as_str().unwrap();
-    assert_eq!(Some(by), quota::queue::submitter(&evil).as_deref(), "{q}");
+    assert_eq!(
+        Some(by),
+        quota::submitters::submitter(&evil).as_deref(),
+        "{q}"
+    );
     assert!(by.len() <= 128 && evil.starts_with(by), "{by}");
     let (s, v) = c
         .server

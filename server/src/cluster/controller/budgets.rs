@@ -27,15 +27,17 @@ use crate::service::transfers::SYSTEM_ACTOR;
 use crate::store::audit::{action, entry};
 use quota::budget::enforce::{self, Running};
 use quota::budget::price::{accrue_priced, Holding};
-use quota::budget::refund::{on_exhausted, Exhaustion, ExhaustionPlan, RefundPolicy};
-use quota::budget::report::Entry;
-use quota::budget::runtime::{parse_duration, MAX_RUNTIME_ANNOTATION};
 use quota::budget::{hold, to_quantity, PriceList};
 use quota::cash::Prices;
 use quota::keys::cash_target;
+use quota::object::budgets::Entry;
+use quota::object::budgets::{Exhaustion, RefundPolicy};
+use quota::object::marks::{Action, Mark};
 use quota::pods::PodRun;
-use quota::reclaim::{self, Action, Candidate, Mark, Stop, Victim};
-use quota::workload::WorkloadRef;
+use quota::reclaim::{self, Candidate, Stop, Victim};
+use quota::reclaim::{on_exhausted, ExhaustionPlan};
+use quota::workload::runtime::{parse_duration, MAX_RUNTIME_ANNOTATION};
+use quota::workload::{adapter_of, WorkloadRef};
 use quota::Quota;
 use std::collections::BTreeMap;
 
@@ -73,7 +75,7 @@ pub(super) fn refunds_in(
     prices: &Prices,
     list: &PriceList,
 ) -> Vec<Taken> {
-    let policies: Vec<(String, String, RefundPolicy, quota::budget::Period)> = q
+    let policies: Vec<(String, String, RefundPolicy, quota::object::period::Period)> = q
         .spec
         .budgets
         .iter()
@@ -297,9 +299,7 @@ impl Context {
         q.status
             .workloads
             .iter()
-            .filter(|(wref, _)| {
-                super::reclaim::adapter_of(wref).map(Stop::of) == Some(Stop::Suspend)
-            })
+            .filter(|(wref, _)| adapter_of(wref).map(Stop::of) == Some(Stop::Suspend))
             .filter_map(|(wref, charge)| {
                 let text = v.annotation_of(q.name(), wref, MAX_RUNTIME_ANNOTATION)?;
                 // A wrong annotation was refused or reported at admission.
@@ -346,7 +346,7 @@ impl Context {
             let r = running.iter().find(|r| r.workload == w).unwrap();
             let why = format!(
                 "bizrq {quota}: {w} declared a run time of {} ({MAX_RUNTIME_ANNOTATION}) and ran past it (since {}); suspended",
-                quota::budget::runtime::format_duration(r.run_ms),
+                quota::workload::runtime::format_duration(r.run_ms),
                 quota::time::format_rfc3339(r.deadline_ms())
             );
             self.suspend(quota, w, "RunTimeExceeded", why).await;
@@ -393,7 +393,7 @@ impl Context {
         v.workloads_of(q.name())
             .filter(|(wref, _, _)| q.status.workloads.contains_key(wref))
             .map(|(wref, pod_sets, info)| Candidate {
-                stop: super::reclaim::adapter_of(wref).map_or(Stop::Never, Stop::of),
+                stop: adapter_of(wref).map_or(Stop::Never, Stop::of),
                 priority: info.priority,
                 online: reclaim::is_online(&info.labels, &info.annotations),
                 created_ms: info.created_ms.unwrap_or(0),

@@ -14,8 +14,9 @@
 //! `MAX_YIELDS` times in a row for the same head, then passed.
 
 use super::Context;
+use quota::object::queue::Queued;
 use quota::queue::share::{self, Field};
-use quota::queue::{Decision, Queued};
+use quota::queue::Decision;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 

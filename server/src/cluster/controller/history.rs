@@ -45,7 +45,10 @@ pub trait History: Send + Sync + 'static {
     /// user, start, end and note) is left alone, so a retry writes it once.
     /// Returns how many were new. Any part of the server may call it
     /// (`Context::append_ledger` logs and counts failures).
-    async fn append_ledger(&self, entries: &[quota::budget::Entry]) -> Result<u64, StoreError>;
+    async fn append_ledger(
+        &self,
+        entries: &[quota::object::budgets::Entry],
+    ) -> Result<u64, StoreError>;
     /// The entries of one status window of `quota`, `[from_ms, to_ms)`,
     /// appended after the status write that accrued it; written once
     /// (`store::ledger::SqlStore::append_window`).
@@ -54,7 +57,7 @@ pub trait History: Send + Sync + 'static {
         quota: &str,
         from_ms: i64,
         to_ms: i64,
-        entries: &[quota::budget::Entry],
+        entries: &[quota::object::budgets::Entry],
     ) -> Result<crate::store::ledger::Appended, StoreError>;
     /// Drops the records of ledger windows that ended a day before
     /// `now_ms` (they guard against a window appended twice, which happens
@@ -124,7 +127,10 @@ impl History for crate::store::sql::SqlStore {
         crate::store::sql::SqlStore::append_audit(self, e).await?;
         Ok(())
     }
-    async fn append_ledger(&self, entries: &[quota::budget::Entry]) -> Result<u64, StoreError> {
+    async fn append_ledger(
+        &self,
+        entries: &[quota::object::budgets::Entry],
+    ) -> Result<u64, StoreError> {
         crate::store::sql::SqlStore::append_ledger(self, entries).await
     }
     async fn append_ledger_window(
@@ -132,7 +138,7 @@ impl History for crate::store::sql::SqlStore {
         quota: &str,
         from_ms: i64,
         to_ms: i64,
-        entries: &[quota::budget::Entry],
+        entries: &[quota::object::budgets::Entry],
     ) -> Result<crate::store::ledger::Appended, StoreError> {
         crate::store::sql::SqlStore::append_window(self, quota, from_ms, to_ms, entries).await
     }
@@ -178,7 +184,7 @@ async fn append_once(
     quota: &str,
     from_ms: i64,
     to_ms: i64,
-    entries: &[quota::budget::Entry],
+    entries: &[quota::object::budgets::Entry],
 ) -> Result<(), StoreError> {
     if let crate::store::ledger::Appended::Overlaps { start_ms, end_ms } = h
         .append_ledger_window(quota, from_ms, to_ms, entries)
@@ -237,7 +243,7 @@ impl Context {
     /// Appends ledger entries (scheduled grants) through the history, if
     /// the controller has one; false when they could not be written (the
     /// caller keeps them to try again: appending is idempotent).
-    pub async fn append_ledger(&self, entries: &[quota::budget::Entry]) -> bool {
+    pub async fn append_ledger(&self, entries: &[quota::object::budgets::Entry]) -> bool {
         let Some(h) = &self.history else {
             return true;
         };
@@ -257,7 +263,7 @@ impl Context {
     /// still appends what it wrote, if the process lives on. A process that
     /// dies first leaves them in the status's outbox (`Outbox::extra`),
     /// which the next reconcile appends before it writes over it.
-    pub(super) fn append_ledger_soon(&self, entries: Vec<quota::budget::Entry>) {
+    pub(super) fn append_ledger_soon(&self, entries: Vec<quota::object::budgets::Entry>) {
         let Some(h) = self.history.clone() else {
             return;
         };
@@ -290,7 +296,7 @@ impl Context {
         quota: &str,
         from_ms: i64,
         to_ms: i64,
-        entries: Vec<quota::budget::Entry>,
+        entries: Vec<quota::object::budgets::Entry>,
     ) {
         let Some(h) = self.history.clone() else {
             return;
@@ -330,7 +336,7 @@ impl Context {
     pub(super) async fn replay_outbox(
         &self,
         quota: &str,
-        outbox: Option<&quota::budget::ledger::Outbox>,
+        outbox: Option<&quota::object::budgets::Outbox>,
     ) -> bool {
         let (Some(h), Some(o)) = (&self.history, outbox) else {
             return true;

@@ -117,7 +117,7 @@ impl Retries {
     }
 }
 
-/// An outbox as appended (`quota::budget::ledger::Outbox::key`).
+/// An outbox as appended (`quota::object::budgets::Outbox::key`).
 type OutboxKey = (i64, i64, usize);
 
 /// One quota's refused queue marks: by workload reference, the object's
@@ -168,7 +168,7 @@ pub struct Context {
     /// (the service's cached copy, which the reconcile replays first, can
     /// lag what is stored — another writer may even have put an older
     /// window back): the next reconcile of the quota replays it.
-    ledger_unseen: Arc<Mutex<HashMap<String, quota::budget::ledger::Outbox>>>,
+    ledger_unseen: Arc<Mutex<HashMap<String, quota::object::budgets::Outbox>>>,
     /// Of each quota, the accrual windows this controller wrote itself
     /// (`enforce::OwnWindows`): late runs are billed back over them only.
     accrued_to: Mutex<HashMap<String, quota::budget::enforce::OwnWindows>>,

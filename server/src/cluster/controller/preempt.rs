@@ -29,10 +29,13 @@ use super::Context;
 use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use quota::object::marks::Origin;
+use quota::object::queue::Queued;
+use quota::object::queueing::Preemption;
+use quota::queue;
 use quota::queue::preempt::{self, Weighed};
-use quota::queue::{self, Preemption, Queued};
-use quota::reclaim::{self, Candidate, Origin, Stop, Victim};
-use quota::workload::{adapter_for_kind, WorkloadRef};
+use quota::reclaim::{self, Candidate, Stop, Victim};
+use quota::workload::{adapter_of, WorkloadRef};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -443,7 +446,7 @@ impl Context {
             priority_classes: queue::priority::class_names(&json),
             submitted_ms: since.or(info.created_ms).unwrap_or_else(|| self.now()),
             pod_sets: w.pod_sets,
-            run_ms: quota::budget::runtime::max_runtime(&json)
+            run_ms: quota::workload::runtime::max_runtime(&json)
                 .ok()
                 .flatten()
                 .map(|r| r.ms),
@@ -451,12 +454,6 @@ impl Context {
             preempted: true,
         })
     }
-}
-
-/// The adapter of the workload `wref` (`group/Kind/ns/name`).
-fn adapter_of(wref: &str) -> Option<&'static quota::workload::Adapter> {
-    let (group, kind) = kind_of_ref(wref).split_once('/')?;
-    adapter_for_kind(group, kind)
 }
 
 fn words(r: &quota::ResourceList) -> String {

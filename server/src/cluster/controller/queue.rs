@@ -29,7 +29,8 @@ pub const ORPHAN_GRACE_MS: i64 = queue::ledger::UNSEEN_GRACE_MS;
 use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use quota::queue::{self, Decision, Pool, Queued};
+use quota::object::queue::Queued;
+use quota::queue::{self, Decision, Pool};
 use quota::workload::{adapter_for_kind, WorkloadRef};
 use std::collections::BTreeMap;
 
@@ -214,7 +215,7 @@ impl Context {
         // As the last round left them: with marks, the whole queue that
         // round wrote the top of.
         let last = self.service.rounds_queue.lock().unwrap().get(name).cloned();
-        let before: BTreeMap<String, (u32, queue::Waiting)> = last
+        let before: BTreeMap<String, (u32, quota::object::queue::Waiting)> = last
             .as_deref()
             .unwrap_or(&q.status.queue)
             .iter()
@@ -224,7 +225,7 @@ impl Context {
         let mut fresh = queue::status(&known, &decisions, &estimates);
         // A head that preemption would not admit says what else it waits
         // for (its budget, its turn): a person sees why nothing is taken.
-        if q.spec.queueing.preemption == queue::Preemption::LowerPriority {
+        if q.spec.queueing.preemption == quota::object::queueing::Preemption::LowerPriority {
             if let queue::preempt::Weighed::Futile { head, after } =
                 self.preemption_plan(&q, now).await?
             {
@@ -303,7 +304,7 @@ impl Context {
         // With marks, a place beyond the listed top is told once, when it
         // joins: every admission moves every place behind it, and a queue
         // of hundreds would send hundreds of Events a round.
-        let told = |e: &queue::QueueEntry| {
+        let told = |e: &quota::object::queue::QueueEntry| {
             self.service.marks.is_none()
                 || (e.position as usize) <= queue::summary::TOP_ENTRIES
                 || !before.contains_key(&e.work.workload_ref)
@@ -538,7 +539,7 @@ impl Context {
         name: &str,
         q: &quota::Quota,
         known: &[Queued],
-        fresh: &[queue::QueueEntry],
+        fresh: &[quota::object::queue::QueueEntry],
         now: i64,
     ) {
         let mut counts = [0i64; 4];
@@ -550,10 +551,10 @@ impl Context {
             .filter(|e| !known.iter().any(|k| k.workload_ref == e.work.workload_ref));
         for e in fresh.iter().chain(rest) {
             let i = match e.waiting {
-                queue::Waiting::Quota => 0,
-                queue::Waiting::Budget => 1,
-                queue::Waiting::Turn => 2,
-                queue::Waiting::Never => 3,
+                quota::object::queue::Waiting::Quota => 0,
+                quota::object::queue::Waiting::Budget => 1,
+                quota::object::queue::Waiting::Turn => 2,
+                quota::object::queue::Waiting::Never => 3,
             };
             counts[i] += 1;
             oldest = oldest.max(now.saturating_sub(e.work.submitted_ms) / 1000);

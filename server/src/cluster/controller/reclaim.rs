@@ -10,8 +10,9 @@ use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use quota::borrow::Standing;
-use quota::reclaim::{self, Action, Borrower, Candidate, Stop, Victim};
-use quota::workload::{adapter_for_kind, Adapter, WorkloadRef};
+use quota::object::marks::Action;
+use quota::reclaim::{self, Borrower, Candidate, Stop, Victim};
+use quota::workload::{adapter_of, WorkloadRef};
 use quota::ResourceList;
 use std::collections::BTreeMap;
 
@@ -129,7 +130,7 @@ impl Context {
                         // The refund's entries ride in this write's outbox:
                         // a controller that stops right after it leaves
                         // them to the next reconcile's replay, not lost.
-                        quota::budget::ledger::Outbox::carry_extra(
+                        quota::object::budgets::Outbox::carry_extra(
                             &mut q.status.ledger_outbox,
                             now,
                             taken.iter().flat_map(|t| t.entries.clone()).collect(),
@@ -232,12 +233,6 @@ impl Context {
             r => r,
         }
     }
-}
-
-/// The adapter of the workload `wref` (`group/Kind/ns/name`).
-pub(super) fn adapter_of(wref: &str) -> Option<&'static Adapter> {
-    let (group, kind) = kind_of_ref(wref).split_once('/')?;
-    adapter_for_kind(group, kind)
 }
 
 fn describe(a: &Action) -> String {

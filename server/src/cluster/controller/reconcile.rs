@@ -131,10 +131,10 @@ impl Context {
         let mut plans = Vec::new();
         let mut declared = Vec::new();
         // The ledger entries of the window this write accrues.
-        let mut window: Option<(i64, Vec<quota::budget::Entry>)> = None;
-        let mut granted_alone: Vec<quota::budget::Entry> = Vec::new();
+        let mut window: Option<(i64, Vec<quota::object::budgets::Entry>)> = None;
+        let mut granted_alone: Vec<quota::object::budgets::Entry> = Vec::new();
         // Runs recorded late, billed back in this write (their entries).
-        let mut late: Vec<quota::budget::Entry> = Vec::new();
+        let mut late: Vec<quota::object::budgets::Entry> = Vec::new();
         // The stored status's outbox goes to the ledger before this write
         // replaces it (a no-op unless an append was lost).
         let stored_outbox = self
@@ -295,13 +295,13 @@ impl Context {
                     q.status.ledger_outbox =
                         window
                             .as_ref()
-                            .map(|(from, entries)| quota::budget::ledger::Outbox {
+                            .map(|(from, entries)| quota::object::budgets::Outbox {
                                 from_ms: *from,
                                 to_ms: now,
                                 entries: entries.clone(),
                                 extra: Vec::new(),
                             });
-                    quota::budget::ledger::Outbox::carry_extra(
+                    quota::object::budgets::Outbox::carry_extra(
                         &mut q.status.ledger_outbox,
                         now,
                         late.clone(),
@@ -320,7 +320,7 @@ impl Context {
                     .status
                     .reclaim
                     .values()
-                    .any(|m| m.origin == quota::reclaim::Origin::Preempt);
+                    .any(|m| m.origin == quota::object::marks::Origin::Preempt);
                 uid = q.metadata.uid.clone();
                 let has_cash = q.spec.hard.keys().any(|k| cash_target(k).is_some());
                 let borrowing = !q.spec.max.is_empty() || !q.status.reclaim.is_empty();

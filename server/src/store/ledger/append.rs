@@ -6,7 +6,7 @@ use super::*;
 use crate::store::sql::query::{qos_text, values_list, Params};
 use crate::store::sql::SqlStore;
 use crate::store::StoreError;
-use quota::budget::report::Entry;
+use quota::object::budgets::Entry;
 use sqlx::{Any, Row, Transaction};
 
 pub(super) const INSERT_COLUMNS: &str =

@@ -21,8 +21,8 @@ pub use query::{Aggregated, Refused, Selection, TooMany};
 
 use super::sql::query::qos_text;
 use super::StoreError;
-use quota::budget::report::{Entry, Reason};
 use quota::budget::rollup;
+use quota::object::budgets::{Entry, Reason};
 use quota::usage::QosClass;
 use sqlx::Row;
 
@@ -163,8 +163,8 @@ const ENTRY_COLUMNS: &str = "quota, key, workload, namespace, model, qos, userna
 mod tests {
     use super::*;
     use crate::store::sql::SqlStore;
-    use quota::budget::report::{self, Bucket, Dimension, ReportSpec};
     use crate::store::testdb::on_both_databases;
+    use quota::budget::report::{self, Bucket, Dimension, ReportSpec};
 
     on_both_databases!(
         appending_twice_writes_once,
@@ -477,7 +477,7 @@ mod tests {
     /// The reports the tests compare: every dimension, several buckets,
     /// ranges on whole hours and days (what a rolled ledger answers).
     fn specs() -> Vec<ReportSpec> {
-        use quota::budget::Weekday;
+        use quota::object::period::Weekday;
         let all = [
             Reason::Accrual,
             Reason::Refund,

@@ -5,8 +5,9 @@ use super::*;
 use crate::store::sql::query::params_list;
 use crate::store::sql::SqlStore;
 use crate::store::StoreError;
-use quota::budget::report::{self, Bucket, Dimension, Entry, Reason, ReportSpec};
+use quota::budget::report::{self, Bucket, Dimension, ReportSpec};
 use quota::budget::rollup;
+use quota::object::budgets::{Entry, Reason};
 use sqlx::Row;
 
 /// A read that matched more entries than it may return.
@@ -56,7 +57,7 @@ pub(super) const NAMES_PER_SUM: usize = 10_000;
 /// a `CASE` over the cuts otherwise (months: a dozen a year). Numbers are
 /// ours, written as literals.
 pub(super) fn bucket_sql(spec: &ReportSpec) -> (String, String) {
-    use quota::budget::period::MS_PER_DAY;
+    use quota::object::period::MS_PER_DAY;
     let step = match spec.bucket {
         Bucket::Day => Some(MS_PER_DAY),
         Bucket::Week { .. } => Some(7 * MS_PER_DAY),

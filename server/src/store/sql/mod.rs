@@ -649,7 +649,7 @@ mod tests {
                 if i == round {
                     // A write through the ledger's transaction: an entry
                     // it accrued is stored with it.
-                    status.ledger.0.push(quota::budget::Entry {
+                    status.ledger.0.push(quota::object::budgets::Entry {
                         quota: String::new(),
                         key: "bizrq.io/gpu-hours".into(),
                         workload: String::new(),
@@ -660,7 +660,7 @@ mod tests {
                         start_ms: 1_000 * round as i64,
                         end_ms: 1_000 * round as i64 + 1,
                         amount: 1,
-                        reason: quota::budget::Reason::Accrual,
+                        reason: quota::object::budgets::Reason::Accrual,
                         note: String::new(),
                     });
                 }

@@ -23,8 +23,8 @@ fn ledger_entries_of(
     name: &str,
     old: &QuotaStatus,
     new: &QuotaStatus,
-    closed: &[(String, quota::budget::PeriodRecord)],
-) -> Vec<quota::budget::Entry> {
+    closed: &[(String, quota::object::period::PeriodRecord)],
+) -> Vec<quota::object::budgets::Entry> {
     let from = old
         .last_reconcile_time
         .as_deref()

@@ -4,8 +4,9 @@
 //! no usage goes first among equals.
 
 use proptest::prelude::*;
+use quota::object::queue::Queued;
+use quota::object::queueing::{Order, QueuePolicy};
 use quota::queue::order::{order_by, Slot};
-use quota::queue::{Order, QueuePolicy, Queued};
 use quota::submitters::{decay, tally, Spent, Usages};
 use std::collections::BTreeMap;
 

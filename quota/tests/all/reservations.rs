@@ -8,8 +8,9 @@
 use proptest::prelude::*;
 use quota::admission;
 use quota::budget::hold::{self, RunDecl};
-use quota::budget::{from_quantity, BudgetPolicy, PriceList, WithoutRunTime};
+use quota::budget::{from_quantity, PriceList};
 use quota::cash::Prices;
+use quota::object::budgets::{BudgetPolicy, WithoutRunTime};
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::quantity::Quantity;
 use quota::time::format_rfc3339;

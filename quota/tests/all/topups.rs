@@ -4,12 +4,13 @@
 //! added once per period whatever the interleaving of syncs.
 
 use proptest::prelude::*;
+use quota::budget::from_quantity;
 use quota::budget::hold::state_of;
 use quota::budget::periods::{accrue_in_periods, own_used};
-use quota::budget::topup::{
-    self, check_amount, unspent_part, ScheduledTopUp, Source, TopUpError, MAX_TOP_UP_HOURS,
-};
-use quota::budget::{from_quantity, BudgetPolicy, Carry, Period, Weekday};
+use quota::budget::topup::{self, check_amount, unspent_part, TopUpError, MAX_TOP_UP_HOURS};
+use quota::object::budgets::BudgetPolicy;
+use quota::object::budgets::{ScheduledTopUp, Source};
+use quota::object::period::{Carry, Period, Weekday};
 use quota::object::{Quota, QuotaSpec};
 use quota::resources;
 use quota::time::parse_rfc3339;

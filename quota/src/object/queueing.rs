@@ -5,8 +5,14 @@
 //! `StrictFifo`), as the issue and Kueue spell them. `queueing: Queue` is
 //! accepted as shorthand for `queueing: {mode: Queue}`.
 
-use crate::object::fair_sharing::Strategy;
+use super::fair_sharing::Strategy;
 use serde::{Deserialize, Deserializer, Serialize};
+
+/// The most entries one quota's queue holds. Past it a workload that does
+/// not fit is refused as without queueing: a queue is a promise to admit,
+/// and one nobody can work through is a denial of service on the status
+/// object (every entry is written with it).
+pub const MAX_QUEUE: usize = 1_000;
 
 /// The longest wait a policy may name (aging, alert): 366 days. Longer is
 /// "never", which is what leaving the field out says.
@@ -16,7 +22,7 @@ pub const MAX_WAIT_SECONDS: u64 = 366 * 86_400;
 /// namespace's service accounts and controllers: `super::share`) may hold
 /// when the policy does not say: one user's
 /// burst of Jobs, or of creates that never complete, cannot take the whole
-/// queue (`super::MAX_QUEUE`) from everyone else.
+/// queue (`MAX_QUEUE`) from everyone else.
 pub const DEFAULT_PER_SUBMITTER: u32 = 100;
 
 /// What admission does with suspendable batch work that does not fit.
@@ -238,7 +244,7 @@ pub enum PolicyError {
     PreemptionGrace(u64),
     #[error("queueing: preemption.graceSeconds only applies with policy LowerPriority; remove it or set policy: LowerPriority")]
     GraceWithoutPreemption,
-    #[error("queueing: maxPerSubmitter is {0}: it must be 1 to {max} (the most a queue holds); leave it out for {DEFAULT_PER_SUBMITTER}", max = super::MAX_QUEUE)]
+    #[error("queueing: maxPerSubmitter is {0}: it must be 1 to {max} (the most a queue holds); leave it out for {DEFAULT_PER_SUBMITTER}", max = MAX_QUEUE)]
     PerSubmitter(u32),
     #[error("queueing: submitterFairness needs order {{kind: BestEffortFifo, agingSeconds: N}}: under StrictFifo nothing ages, so a stream of lighter or new submitters could pass an entry forever; agingSeconds bounds how long fairness may pass it")]
     FairnessNeedsAging,
@@ -295,7 +301,7 @@ impl QueuePolicy {
             }
         }
         if let Some(n) = self.max_per_submitter {
-            if n == 0 || n as usize > super::MAX_QUEUE {
+            if n == 0 || n as usize > MAX_QUEUE {
                 return Err(PolicyError::PerSubmitter(n));
             }
         }
@@ -351,7 +357,7 @@ impl QueuePolicy {
     pub fn per_submitter(&self) -> usize {
         self.max_per_submitter
             .unwrap_or(DEFAULT_PER_SUBMITTER)
-            .clamp(1, super::MAX_QUEUE as u32) as usize
+            .clamp(1, MAX_QUEUE as u32) as usize
     }
 
     /// How long an entry may wait before it blocks everything behind it
@@ -559,7 +565,7 @@ mod tests {
             ..QueuePolicy::queue()
         };
         assert_eq!(p.validate(), Err(PolicyError::AlertAfter(0)));
-        for n in [0, super::super::MAX_QUEUE as u32 + 1] {
+        for n in [0, MAX_QUEUE as u32 + 1] {
             let p = QueuePolicy {
                 max_per_submitter: Some(n),
                 ..QueuePolicy::queue()

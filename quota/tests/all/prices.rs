@@ -5,8 +5,9 @@
 
 use proptest::prelude::*;
 use quota::budget::price::{accrue_priced, accrue_weighted, to_cash_accrued, totals, Holding};
-use quota::budget::{Period, PriceList, PriceVersion, Weight};
+use quota::budget::{PriceList, PriceVersion, Weight};
 use quota::cash::{Interval, Prices};
+use quota::object::period::Period;
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::usage::QosClass;
 use quota::workload::PodSet;

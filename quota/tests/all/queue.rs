@@ -5,12 +5,14 @@
 
 use proptest::prelude::*;
 use quota::admission;
-use quota::budget::{self, BudgetState, PriceList, WithoutRunTime};
+use quota::budget::{self, BudgetState, PriceList};
 use quota::cash::Prices;
+use quota::object::budgets::WithoutRunTime;
+use quota::object::queue::{Queued, Waiting};
+use quota::object::queueing::{Order, Preemption, QueuePolicy};
 use quota::object::{Quota, QuotaSpec};
 use quota::quantity::Quantity;
-use quota::queue::policy::{Order, Preemption, QueuePolicy};
-use quota::queue::{self, preempt, BudgetView, Decision, Pool, Queued, Waiting};
+use quota::queue::{self, preempt, BudgetView, Decision, Pool};
 use quota::reclaim::{Candidate, Stop};
 use quota::resources::{self, ResourceList};
 use quota::workload::PodSet;

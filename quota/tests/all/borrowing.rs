@@ -4,9 +4,10 @@
 use proptest::prelude::*;
 use quota::admission::{self, Denial};
 use quota::borrow::{self, Standing, LOAN_TTL_MS};
+use quota::object::marks::Action;
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::quantity::Quantity;
-use quota::reclaim::{self, Action, Borrower, Candidate, Stop, Victim};
+use quota::reclaim::{self, Borrower, Candidate, Stop, Victim};
 use quota::resources::{self, ResourceList};
 use quota::time;
 use quota::tree;

@@ -4,13 +4,13 @@
 
 use proptest::collection::btree_map;
 use proptest::prelude::*;
-use quota::borrow::Loan;
-use quota::budget::enforce::Refunded;
-use quota::budget::reserve::Reservation;
+use quota::object::budgets::Reservation;
+use quota::object::loans::Loan;
+use quota::object::marks::{Action, Mark, Origin};
+use quota::object::refunds::Refunded;
+use quota::object::transfers::Hold;
 use quota::object::{Carve, Charge, HpaCharge, QuotaStatus};
 use quota::patch::{apply_merge_patch, derived_patch, status_merge_patch};
-use quota::reclaim::{Action, Mark, Origin};
-use quota::transfer::Hold;
 use quota::workload::PodSet;
 use quota::{KeyConfig, Quantity, QuotaSpec, ResourceList};
 use serde_json::Value;
@@ -169,33 +169,39 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
     // a refund taken since riding along (none, or one).
     let outbox = prop::option::of(
         (0i64..3, 0usize..3, 0i128..5).prop_map(|(from, n, amount)| {
-            let entry = |workload: String, amount, reason, note: &str| quota::budget::Entry {
-                quota: "q".into(),
-                key: "cash/requests.nvidia.com/gpu".into(),
-                workload,
-                namespace: "ns".into(),
-                model: None,
-                qos: None,
-                user: None,
-                start_ms: from * 60_000,
-                end_ms: (from + 1) * 60_000,
-                amount,
-                reason,
-                note: note.into(),
-            };
-            quota::budget::ledger::Outbox {
+            let entry =
+                |workload: String, amount, reason, note: &str| quota::object::budgets::Entry {
+                    quota: "q".into(),
+                    key: "cash/requests.nvidia.com/gpu".into(),
+                    workload,
+                    namespace: "ns".into(),
+                    model: None,
+                    qos: None,
+                    user: None,
+                    start_ms: from * 60_000,
+                    end_ms: (from + 1) * 60_000,
+                    amount,
+                    reason,
+                    note: note.into(),
+                };
+            quota::object::budgets::Outbox {
                 from_ms: from * 60_000,
                 to_ms: (from + 1) * 60_000,
                 entries: (0..n)
                     .map(|i| {
                         let w = format!("batch/Job/ns/w{i}");
-                        entry(w, amount, quota::budget::Reason::Accrual, "")
+                        entry(w, amount, quota::object::budgets::Reason::Accrual, "")
                     })
                     .collect(),
                 extra: (0..n / 2)
                     .map(|_| {
                         let w = "batch/Job/ns/stopped".to_string();
-                        entry(w, -amount, quota::budget::Reason::Refund, "reclaim mark")
+                        entry(
+                            w,
+                            -amount,
+                            quota::object::budgets::Reason::Refund,
+                            "reclaim mark",
+                        )
                     })
                     .collect(),
             }
@@ -372,7 +378,7 @@ fn the_summaries_replace_what_is_stored() {
     let patch = derived_patch(&spec, &status, &in_use, &KeyConfig::default(), &[&stale]);
     apply_merge_patch(&mut stored, &Value::Object(patch));
     let (summary, readable) =
-        quota::readable::summarize(&spec, &status, &in_use, &KeyConfig::default());
+        quota::summary::summarize(&spec, &status, &in_use, &KeyConfig::default());
     assert_eq!(stored["summary"], serde_json::to_value(&summary).unwrap());
     assert!(readable.is_empty());
     assert!(

@@ -6,9 +6,11 @@
 use proptest::prelude::*;
 use quota::budget::ledger::{charge_entries, run_entries};
 use quota::budget::price::{accrue_weighted, totals};
-use quota::budget::report::{report, Bucket, Dimension, Entry, Reason, ReportSpec};
-use quota::budget::{from_cash_accrued, BudgetPolicy, PriceList, PriceVersion, Weight};
+use quota::budget::report::{report, Bucket, Dimension, ReportSpec};
+use quota::budget::{from_cash_accrued, PriceList, PriceVersion, Weight};
 use quota::cash::{Interval, Prices};
+use quota::object::budgets::BudgetPolicy;
+use quota::object::budgets::{Entry, Reason};
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::usage::QosClass;
 use quota::workload::PodSet;
@@ -213,7 +215,7 @@ proptest! {
         let entries: Vec<Entry> = q.status.ledger.0.iter().cloned().map(|mut e| { e.quota = "q".into(); e }).collect();
         let dims = [Dimension::Quota, Dimension::Child, Dimension::Workload, Dimension::Namespace,
             Dimension::Model, Dimension::Qos, Dimension::User, Dimension::Key, Dimension::Reason];
-        let buckets = [Bucket::None, Bucket::Day, Bucket::Week { starts_on: quota::budget::Weekday::Sunday }, Bucket::Month];
+        let buckets = [Bucket::None, Bucket::Day, Bucket::Week { starts_on: quota::object::period::Weekday::Sunday }, Bucket::Month];
         let parents: BTreeMap<String, String> = [("q".to_string(), "root".to_string()), ("root".to_string(), String::new())].into();
         let r = report(&entries, &ReportSpec {
             from_ms: T0 - 40 * 24 * H, to_ms: T0 + 80 * 24 * H, by: dims[by], bucket: buckets[bucket],

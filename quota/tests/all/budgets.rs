@@ -3,15 +3,17 @@
 //! to the ledger, closing periods conserves, periods tile time.
 
 use proptest::prelude::*;
-use quota::budget::period::{close, split, Closing};
+use quota::budget::period::{close, Closing};
 use quota::budget::price::{accrue_priced, totals, Holding};
 use quota::budget::report::{report, share};
 use quota::budget::reserve::Ask;
 use quota::budget::{
-    from_quantity, Bucket, BudgetState, Carry, Dimension, Entry, Overspend, Period, PriceList,
-    PriceVersion, Reason, ReportSpec, Weekday, Weight, WithoutRunTime,
+    from_quantity, Bucket, BudgetState, Dimension, PriceList, PriceVersion, ReportSpec, Weight,
 };
 use quota::cash::{accrue, Interval, Prices};
+use quota::object::budgets::{Entry, Reason, WithoutRunTime};
+use quota::object::period::split;
+use quota::object::period::{Carry, Overspend, Period, Weekday};
 use quota::usage::QosClass;
 use quota::workload::PodSet;
 use quota::{Quantity, ResourceList};

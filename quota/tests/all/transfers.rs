@@ -6,10 +6,11 @@
 //! so that a transfer is refused after giving and must undo it.
 
 use proptest::prelude::*;
+use quota::object::transfers::Decision;
 use quota::object::{Quota, QuotaSpec};
 use quota::quantity::Quantity;
 use quota::resources::{self, ResourceList};
-use quota::transfer::{self, Decision, Plan, Step};
+use quota::transfer::{self, Plan, Step};
 use quota::tree;
 use quota::KeyConfig;
 use std::collections::BTreeMap;

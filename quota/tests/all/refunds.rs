@@ -11,7 +11,7 @@ use quota::budget::enforce::{
     Running,
 };
 use quota::budget::report::share;
-use quota::budget::{Entry, Reason, RefundPolicy};
+use quota::object::budgets::{Entry, Reason, RefundPolicy};
 use quota::object::QuotaStatus;
 use std::collections::BTreeMap;
 

@@ -16,7 +16,7 @@
 //!   scrubbed (U+FFFD) so the ledger still says who asked;
 //! - then `used` and `selfUsed` are computed again (`QuotaStatus::refresh`).
 
-use super::{Charge, QuotaSpec, QuotaStatus};
+use crate::object::{Charge, QuotaSpec, QuotaStatus};
 use crate::resources::ResourceList;
 use crate::text::{hostile_char, scrub};
 use crate::workload::PodSet;
