@@ -17,6 +17,7 @@
 //! `data-x1` in viewBox units, `data-t0`, `data-t1` in epoch ms), so a
 //! pointer can be turned into a time without knowing plotters' layout.
 
+use crate::layout::escape_text;
 use plotters::coord::combinators::WithKeyPoints;
 use plotters::coord::types::{RangedCoordf64, RangedCoordi64};
 use plotters::coord::Shift;
@@ -747,7 +748,7 @@ pub fn report_chart(
             ly - tp * 0.85,
             layer_colour(i),
             lx + tp + 4.0,
-            escape(&label)
+            escape_text(&label)
         ));
         lx += lw;
     }
@@ -798,10 +799,10 @@ pub fn report_chart(
                 "<rect x=\"{x:.1}\" y=\"{ya:.1}\" width=\"{bar:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{} · {}: {} {}</title></rect>\n",
                 (yb - ya).max(0.5),
                 layer_colour(i),
-                escape(label),
-                escape(name),
+                escape_text(label),
+                escape_text(name),
                 crate_group(v),
-                escape(unit)
+                escape_text(unit)
             ));
             base += v;
         }
@@ -817,12 +818,12 @@ pub fn report_chart(
         body.push_str(&format!(
             "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"{tp}\" fill=\"#667085\">{}</text>\n",
             y1 + line,
-            escape(label)
+            escape_text(label)
         ));
     }
     body.push_str(&format!(
         "<text x=\"{x0:.1}\" y=\"{unit_y:.1}\" font-family=\"sans-serif\" font-size=\"{tp}\" fill=\"#667085\">{}</text>\n",
-        escape(unit)
+        escape_text(unit)
     ));
     format!(
         "{}<rect x=\"0\" y=\"0\" width=\"{w}\" height=\"{h}\" fill=\"#FFFFFF\"/>\n{legend}{body}</svg>\n",
@@ -968,7 +969,7 @@ fn render(
 }
 
 fn svg_open(class: &str, title: &str, frame: Frame, map: Option<Mapping>) -> String {
-    let t = escape(title);
+    let t = escape_text(title);
     let (w, h) = (frame.w, frame.h);
     let data = map.map_or(String::new(), |m| {
         format!(
@@ -991,22 +992,8 @@ fn message_svg(class: &str, title: &str, message: &str, frame: Frame) -> String 
         w / 2,
         h / 2,
         frame.text_px,
-        escape(message)
+        escape_text(message)
     )
-}
-
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            _ => out.push(c),
-        }
-    }
-    out
 }
 
 /// The legend, left to right, wrapping onto more rows where the width
@@ -2096,6 +2083,19 @@ mod tests {
             burn_down(&b, CASH, now, &KeyConfig::default(), WIDE),
             burn_down(&b, CASH, now, &KeyConfig::default(), WIDE)
         );
+    }
+
+    /// A chart's text is escaped for XML, apostrophes too: a title or a
+    /// message cannot end the attribute or element it is written into.
+    #[test]
+    fn chart_text_is_escaped() {
+        let svg = message_svg("chart-usage", "nlp's <GPU> & \"cards\"", "a'b", WIDE);
+        assert!(
+            svg.contains("aria-label=\"nlp&#39;s &lt;GPU&gt; &amp; &quot;cards&quot;: a&#39;b\""),
+            "{svg}"
+        );
+        assert!(svg.contains(">a&#39;b</text>"), "{svg}");
+        assert!(!svg.contains('\''), "{svg}");
     }
 
     #[test]
