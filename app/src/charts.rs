@@ -2098,8 +2098,36 @@ mod tests {
         assert!(!svg.contains('\''), "{svg}");
     }
 
+    /// The points of the longest line stroked in `colour` (a series, not
+    /// its legend's swatch), in pixels.
+    fn line_points(svg: &str, colour: RGBColor) -> Vec<(i32, i32)> {
+        let stroke = format!(
+            "stroke=\"#{:02X}{:02X}{:02X}\"",
+            colour.0, colour.1, colour.2
+        );
+        svg.lines()
+            .filter(|l| l.starts_with("<polyline") && l.contains(&stroke))
+            .map(|l| {
+                let from = l.find("points=\"").unwrap() + "points=\"".len();
+                l[from..from + l[from..].find('"').unwrap()]
+                    .split_whitespace()
+                    .map(|p| {
+                        let (x, y) = p.split_once(',').unwrap();
+                        (x.parse().unwrap(), y.parse().unwrap())
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .max_by_key(Vec::len)
+            .unwrap_or_default()
+    }
+
+    /// A long series is drawn decimated: at most four points per pixel
+    /// column of the plot (`decimate`), every column of its span drawn,
+    /// each column's highest and lowest value kept, and the SVG a fraction
+    /// of what ten thousand points written out would take.
     #[test]
-    fn ten_thousand_points_render_quickly_and_small() {
+    fn ten_thousand_points_render_small_without_losing_a_peak() {
+        // Every five consecutive minutes take each of 3..=7 once.
         let s: Vec<Sample> = (0..10_000)
             .map(|i| {
                 usage(
@@ -2109,25 +2137,50 @@ mod tests {
                 )
             })
             .collect();
-        let start = std::time::Instant::now();
         let svg = usage_chart(&s, GPU, &KeyConfig::default(), WIDE);
-        let took = start.elapsed();
-        println!("10,000-point usage chart: {took:?}, {} bytes", svg.len());
         let cash: Vec<Sample> = steady_burn(166, 10, 100);
-        let start = std::time::Instant::now();
-        let svg = burn_down(
+        let burn = burn_down(
             &cash,
             CASH,
             T0 + 166 * MS_PER_HOUR,
             &KeyConfig::default(),
             WIDE,
         );
-        println!(
-            "{}-point burn-down: {:?}, {} bytes",
-            cash.len(),
-            start.elapsed(),
-            svg.len()
-        );
+        for (name, svg, n) in [("usage", &svg, s.len()), ("burn-down", &burn, cash.len())] {
+            let pts = line_points(svg, USED);
+            let xs: Vec<i32> = pts.iter().map(|p| p.0).collect();
+            assert!(xs.is_sorted(), "{name}: drawn left to right");
+            let mut columns = xs.clone();
+            columns.dedup();
+            let span = (xs[xs.len() - 1] - xs[0] + 1) as usize;
+            assert_eq!(
+                columns.len(),
+                span,
+                "{name}: every column of the span drawn"
+            );
+            assert!(
+                pts.len() <= 4 * span && pts.len() < n / 3,
+                "{name}: {} points of {n} in {span} columns",
+                pts.len()
+            );
+            // Written out, the points take at least `x,y ` (8 bytes) each,
+            // once for the line and once for its area: over twice this.
+            assert!(svg.len() < 64 * 1024, "{name}: {} bytes", svg.len());
+        }
+        // Each column of the usage line rises to 7 and falls to 3 (the
+        // last column may hold fewer than five samples).
+        let pts = line_points(&svg, USED);
+        let top = pts.iter().map(|p| p.1).min().unwrap();
+        let bottom = pts.iter().map(|p| p.1).max().unwrap();
+        let mut by_x: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+        for (x, y) in &pts {
+            by_x.entry(*x).or_default().push(*y);
+        }
+        let both = by_x
+            .values()
+            .filter(|ys| ys.contains(&top) && ys.contains(&bottom))
+            .count();
+        assert!(both + 1 >= by_x.len(), "{both} of {} columns", by_x.len());
     }
 }
 
