@@ -17,6 +17,7 @@
 //! `data-x1` in viewBox units, `data-t0`, `data-t1` in epoch ms), so a
 //! pointer can be turned into a time without knowing plotters' layout.
 
+use crate::layout::escape_text;
 use plotters::coord::combinators::WithKeyPoints;
 use plotters::coord::types::{RangedCoordf64, RangedCoordi64};
 use plotters::coord::Shift;
@@ -747,7 +748,7 @@ pub fn report_chart(
             ly - tp * 0.85,
             layer_colour(i),
             lx + tp + 4.0,
-            escape(&label)
+            escape_text(&label)
         ));
         lx += lw;
     }
@@ -798,10 +799,10 @@ pub fn report_chart(
                 "<rect x=\"{x:.1}\" y=\"{ya:.1}\" width=\"{bar:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{} · {}: {} {}</title></rect>\n",
                 (yb - ya).max(0.5),
                 layer_colour(i),
-                escape(label),
-                escape(name),
+                escape_text(label),
+                escape_text(name),
                 crate_group(v),
-                escape(unit)
+                escape_text(unit)
             ));
             base += v;
         }
@@ -817,12 +818,12 @@ pub fn report_chart(
         body.push_str(&format!(
             "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"{tp}\" fill=\"#667085\">{}</text>\n",
             y1 + line,
-            escape(label)
+            escape_text(label)
         ));
     }
     body.push_str(&format!(
         "<text x=\"{x0:.1}\" y=\"{unit_y:.1}\" font-family=\"sans-serif\" font-size=\"{tp}\" fill=\"#667085\">{}</text>\n",
-        escape(unit)
+        escape_text(unit)
     ));
     format!(
         "{}<rect x=\"0\" y=\"0\" width=\"{w}\" height=\"{h}\" fill=\"#FFFFFF\"/>\n{legend}{body}</svg>\n",
@@ -968,7 +969,7 @@ fn render(
 }
 
 fn svg_open(class: &str, title: &str, frame: Frame, map: Option<Mapping>) -> String {
-    let t = escape(title);
+    let t = escape_text(title);
     let (w, h) = (frame.w, frame.h);
     let data = map.map_or(String::new(), |m| {
         format!(
@@ -991,22 +992,8 @@ fn message_svg(class: &str, title: &str, message: &str, frame: Frame) -> String 
         w / 2,
         h / 2,
         frame.text_px,
-        escape(message)
+        escape_text(message)
     )
-}
-
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            _ => out.push(c),
-        }
-    }
-    out
 }
 
 /// The legend, left to right, wrapping onto more rows where the width
@@ -2098,8 +2085,49 @@ mod tests {
         );
     }
 
+    /// A chart's text is escaped for XML, apostrophes too: a title or a
+    /// message cannot end the attribute or element it is written into.
     #[test]
-    fn ten_thousand_points_render_quickly_and_small() {
+    fn chart_text_is_escaped() {
+        let svg = message_svg("chart-usage", "nlp's <GPU> & \"cards\"", "a'b", WIDE);
+        assert!(
+            svg.contains("aria-label=\"nlp&#39;s &lt;GPU&gt; &amp; &quot;cards&quot;: a&#39;b\""),
+            "{svg}"
+        );
+        assert!(svg.contains(">a&#39;b</text>"), "{svg}");
+        assert!(!svg.contains('\''), "{svg}");
+    }
+
+    /// The points of the longest line stroked in `colour` (a series, not
+    /// its legend's swatch), in pixels.
+    fn line_points(svg: &str, colour: RGBColor) -> Vec<(i32, i32)> {
+        let stroke = format!(
+            "stroke=\"#{:02X}{:02X}{:02X}\"",
+            colour.0, colour.1, colour.2
+        );
+        svg.lines()
+            .filter(|l| l.starts_with("<polyline") && l.contains(&stroke))
+            .map(|l| {
+                let from = l.find("points=\"").unwrap() + "points=\"".len();
+                l[from..from + l[from..].find('"').unwrap()]
+                    .split_whitespace()
+                    .map(|p| {
+                        let (x, y) = p.split_once(',').unwrap();
+                        (x.parse().unwrap(), y.parse().unwrap())
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .max_by_key(Vec::len)
+            .unwrap_or_default()
+    }
+
+    /// A long series is drawn decimated: at most four points per pixel
+    /// column of the plot (`decimate`), every column of its span drawn,
+    /// each column's highest and lowest value kept, and the SVG a fraction
+    /// of what ten thousand points written out would take.
+    #[test]
+    fn ten_thousand_points_render_small_without_losing_a_peak() {
+        // Every five consecutive minutes take each of 3..=7 once.
         let s: Vec<Sample> = (0..10_000)
             .map(|i| {
                 usage(
@@ -2109,25 +2137,50 @@ mod tests {
                 )
             })
             .collect();
-        let start = std::time::Instant::now();
         let svg = usage_chart(&s, GPU, &KeyConfig::default(), WIDE);
-        let took = start.elapsed();
-        println!("10,000-point usage chart: {took:?}, {} bytes", svg.len());
         let cash: Vec<Sample> = steady_burn(166, 10, 100);
-        let start = std::time::Instant::now();
-        let svg = burn_down(
+        let burn = burn_down(
             &cash,
             CASH,
             T0 + 166 * MS_PER_HOUR,
             &KeyConfig::default(),
             WIDE,
         );
-        println!(
-            "{}-point burn-down: {:?}, {} bytes",
-            cash.len(),
-            start.elapsed(),
-            svg.len()
-        );
+        for (name, svg, n) in [("usage", &svg, s.len()), ("burn-down", &burn, cash.len())] {
+            let pts = line_points(svg, USED);
+            let xs: Vec<i32> = pts.iter().map(|p| p.0).collect();
+            assert!(xs.is_sorted(), "{name}: drawn left to right");
+            let mut columns = xs.clone();
+            columns.dedup();
+            let span = (xs[xs.len() - 1] - xs[0] + 1) as usize;
+            assert_eq!(
+                columns.len(),
+                span,
+                "{name}: every column of the span drawn"
+            );
+            assert!(
+                pts.len() <= 4 * span && pts.len() < n / 3,
+                "{name}: {} points of {n} in {span} columns",
+                pts.len()
+            );
+            // Written out, the points take at least `x,y ` (8 bytes) each,
+            // once for the line and once for its area: over twice this.
+            assert!(svg.len() < 64 * 1024, "{name}: {} bytes", svg.len());
+        }
+        // Each column of the usage line rises to 7 and falls to 3 (the
+        // last column may hold fewer than five samples).
+        let pts = line_points(&svg, USED);
+        let top = pts.iter().map(|p| p.1).min().unwrap();
+        let bottom = pts.iter().map(|p| p.1).max().unwrap();
+        let mut by_x: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+        for (x, y) in &pts {
+            by_x.entry(*x).or_default().push(*y);
+        }
+        let both = by_x
+            .values()
+            .filter(|ys| ys.contains(&top) && ys.contains(&bottom))
+            .count();
+        assert!(both + 1 >= by_x.len(), "{both} of {} columns", by_x.len());
     }
 }
 

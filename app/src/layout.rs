@@ -159,12 +159,14 @@ pub fn encode_component(s: &str) -> String {
     out
 }
 
-/// Renders a whole HTML document (with its doctype) from a view.
-/// Text escaped for HTML (`&`, `<`, `>`, quotes). Leptos 0.8's SSR
-/// renderer writes the children of `<textarea>` as they are (tachys marks
-/// it as an element whose children are not escaped), so text put into a
-/// textarea must be escaped here, or `</textarea><script>` gets through.
-/// The browser decodes the entities back into the textarea's value.
+/// Text escaped for HTML and XML (`&`, `<`, `>`, both quotes), safe as
+/// element text and as a quoted attribute value: the one escaper of text
+/// written into markup by hand (this textarea text, the charts' SVG, the
+/// alert mails' HTML). Leptos 0.8's SSR renderer writes the children of
+/// `<textarea>` as they are (tachys marks it as an element whose children
+/// are not escaped), so text put into a textarea must be escaped here, or
+/// `</textarea><script>` gets through. The browser decodes the entities
+/// back into the textarea's value.
 pub fn escape_text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -180,6 +182,7 @@ pub fn escape_text(s: &str) -> String {
     out
 }
 
+/// Renders a whole HTML document (with its doctype) from a view.
 #[cfg(feature = "ssr")]
 pub fn document<V: IntoView + 'static>(f: impl FnOnce() -> V) -> String {
     // An islands context: an island's server-rendered children need one.
@@ -187,4 +190,19 @@ pub fn document<V: IntoView + 'static>(f: impl FnOnce() -> V) -> String {
     let owner = Owner::new_root(Some(std::sync::Arc::new(context)));
     let html = owner.with(|| f().to_html());
     format!("<!DOCTYPE html>{html}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaped_text_is_safe_in_elements_and_in_either_quotes() {
+        assert_eq!(
+            escape_text(r#"</textarea><a href="x" title='y'>Tom & Jerry</a>"#),
+            "&lt;/textarea&gt;&lt;a href=&quot;x&quot; title=&#39;y&#39;&gt;Tom &amp; Jerry&lt;/a&gt;"
+        );
+        assert_eq!(escape_text("plain ünï"), "plain ünï");
+        assert_eq!(escape_text("&amp;"), "&amp;amp;");
+    }
 }

@@ -216,7 +216,9 @@ fn pods_resource() -> ApiResource {
 
 /// A time as Kubernetes stores `metav1.Time`: RFC 3339 in whole seconds.
 fn kube_now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 /// `requests.cpu` as stored ("20", "1500m") in milli-CPUs.

@@ -14,6 +14,7 @@
 //!
 //! [`engine`] is the imperative shell: it loads, calls these and stores.
 
+use app::layout::escape_text;
 use quota::forecast::Outlook as Forecast;
 use quota::object::Quota;
 use quota::{resources, KeyConfig, Quantity};
@@ -1121,8 +1122,8 @@ pub fn email(c: &Condition, public_url: &str, cfg: &KeyConfig) -> Email {
     let mut text = format!("{title}\n\n");
     let mut html = format!(
         "<!DOCTYPE html><html><body><p title=\"{}\">{}</p>",
-        escape(&c.key),
-        escape(&title)
+        escape_text(&c.key),
+        escape_text(&title)
     );
     if figures.len() > 1 {
         text.push_str(&format!(
@@ -1137,9 +1138,9 @@ pub fn email(c: &Condition, public_url: &str, cfg: &KeyConfig) -> Email {
             text.push_str(&format!("- {name}: {figure}\n"));
             html.push_str(&format!(
                 "<tr><th title=\"{}\">{}</th><td>{}</td></tr>",
-                escape(key),
-                escape(name),
-                escape(figure)
+                escape_text(key),
+                escape_text(name),
+                escape_text(figure)
             ));
         }
         html.push_str("</table>");
@@ -1155,15 +1156,21 @@ pub fn email(c: &Condition, public_url: &str, cfg: &KeyConfig) -> Email {
         }
         let rows: String = numbers
             .iter()
-            .map(|(k, v)| format!("<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v)))
+            .map(|(k, v)| {
+                format!(
+                    "<tr><th>{}</th><td>{}</td></tr>",
+                    escape_text(k),
+                    escape_text(v)
+                )
+            })
             .collect();
         html.push_str(&format!("<table>{rows}</table>"));
     }
     text.push_str(&format!("\nQuota: {link}\n"));
     html.push_str(&format!(
         "<p><a href=\"{}\">Open {} in bizrq</a></p></body></html>",
-        escape(&link),
-        escape(&c.quota)
+        escape_text(&link),
+        escape_text(&c.quota)
     ));
     Email {
         subject,
@@ -1263,11 +1270,11 @@ pub fn digest_email(alerts: &[Alert], cutoff_ms: i64, public_url: &str, cfg: &Ke
         ));
         rows.push_str(&format!(
             "<tr><td>{}</td><td><a href=\"{}\">{}</a></td><td>{}</td><td>{}</td></tr>",
-            escape(a.level.as_str()),
-            escape(&link),
-            escape(&a.quota),
-            escape(&said),
-            escape(&when(a))
+            escape_text(a.level.as_str()),
+            escape_text(&link),
+            escape_text(&a.quota),
+            escape_text(&said),
+            escape_text(&when(a))
         ));
     }
     text.push_str(&format!(
@@ -1278,23 +1285,15 @@ pub fn digest_email(alerts: &[Alert], cutoff_ms: i64, public_url: &str, cfg: &Ke
          digest, up to {}:</p><table><tr><th>Level</th><th>Quota</th><th>Alert</th><th>When</th></tr>\
          {rows}</table><p><a href=\"{}/alerts\">All alerts</a> · \
          <a href=\"{}/account\">Your settings</a></p></body></html>",
-        escape(&utc(cutoff_ms)),
-        escape(url),
-        escape(url)
+        escape_text(&utc(cutoff_ms)),
+        escape_text(url),
+        escape_text(url)
     );
     Email {
         subject,
         text,
         html,
     }
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
 }
 
 #[cfg(test)]

@@ -101,6 +101,11 @@ fn status_reason(status: StatusCode, reason: &'static str) -> &'static str {
 /// allocations per review, nothing next to decoding the request, which
 /// stays `quota::review`'s (straight into what the adapters need).
 pub fn review_json(uid: &str, v: Verdict) -> Vec<u8> {
+    serde_json::to_vec(&response(uid, v).into_review()).expect("review serialises")
+}
+
+/// The answer to the review `uid` in kube's `AdmissionResponse`.
+fn response(uid: &str, v: Verdict) -> AdmissionResponse {
     // `invalid` is kube's one constructor without a typed request; every
     // field that matters is set below.
     let mut r = AdmissionResponse::invalid("");
@@ -132,7 +137,7 @@ pub fn review_json(uid: &str, v: Verdict) -> Vec<u8> {
         }
     };
     r.warnings = (!v.warnings.is_empty()).then_some(v.warnings);
-    serde_json::to_vec(&r.into_review()).expect("review serialises")
+    r
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

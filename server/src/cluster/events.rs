@@ -8,6 +8,24 @@
 //! series of the first Event (`series.count`); any other notice is an Event
 //! of its own, so an Event's note always says what happened. An Event the
 //! API server refuses is logged at warn and counted (`bizrq_events_failed`).
+//!
+//! The queue's consumer is this module's `Publisher`, not kube-runtime's
+//! `events::Recorder`, which gives up four things the publisher keeps:
+//! - Its series key is object, type, reason and action, not the note: a
+//!   second denial with a different note would patch the first Event's
+//!   series, and the Event would keep saying the first denial.
+//! - Its series cache is pruned only by age: every distinct object seen
+//!   within six minutes stays in memory, however many there are; here at
+//!   most `SERIES_MAX` series are kept, the oldest forgotten first.
+//! - It names an Event `<object name>.<nanoseconds>` and posts the note as
+//!   given: a long or non-DNS object name, or a note over 1 kB, makes an
+//!   Event the API server refuses. Here names are DNS-1123 subdomains
+//!   unique per replica, and notes and the instance are cut to the limits.
+//! - A repeat whose Event has expired fails its patch (404) and keeps
+//!   failing until its cache entry ages out; here it starts a new Event.
+//!
+//! It also reads the wall clock itself, where this module's clock is
+//! passed in, as its tests need.
 
 use crate::metrics::Metrics;
 use crate::service::notify::Notice;

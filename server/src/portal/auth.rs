@@ -583,24 +583,12 @@ pub fn safe_next(next: Option<&str>) -> String {
     }
 }
 
-/// `%XX` sequences decoded (invalid ones kept), as a browser may.
+/// `%XX` sequences decoded (invalid ones kept, `+` kept: a path, not a
+/// form), as a browser may; bytes that are not UTF-8 become U+FFFD.
 pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[derive(Deserialize, Default)]
@@ -1007,5 +995,25 @@ mod tests {
             assert_eq!(client_addr(&parts(&[header]), true), "10.9.9.9", "{header}");
         }
         assert_eq!(client_addr(&parts(&["1.1.1.1"]), false), "10.9.9.9");
+    }
+
+    #[test]
+    fn percent_decoding_keeps_what_is_not_an_escape() {
+        for (raw, decoded) in [
+            ("/a%2Fb%2f", "/a/b/"),
+            ("%41", "A"),
+            ("a+b", "a+b"),
+            ("%", "%"),
+            ("%4", "%4"),
+            ("%zz%4g", "%zz%4g"),
+            ("%%41", "%A"),
+            ("%E2%82%AC", "€"),
+            ("%FF", "\u{FFFD}"),
+            ("/%09x%0A", "/\tx\n"),
+        ] {
+            assert_eq!(percent_decode(raw), decoded, "{raw}");
+        }
+        assert_eq!(safe_next(Some("/%2F%2Fevil.example")), "/");
+        assert_eq!(safe_next(Some("/quotas/a%2Bb")), "/quotas/a%2Bb");
     }
 }

@@ -10,7 +10,7 @@
 //! object is one its adapter reads as running nothing, which the validating
 //! webhook charges nothing for.
 
-use super::{review_json, target, Verdict};
+use super::{response, review_json, target, Verdict};
 use crate::cluster::events;
 use crate::edge::AppState;
 use crate::service::notify::Notice;
@@ -20,12 +20,16 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use kube::core::admission::AdmissionResponse;
+use kube::core::TypeMeta;
 use quota::budget::hold::RunDecl;
 use quota::hold::{self, Hold};
 use quota::object::queue::Queued;
 use quota::queue::{self, Disposition};
 use quota::review::Request;
 use quota::workload::adapter_for_kind;
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,23 +63,52 @@ pub async fn workloads(State(app): State<AppState>, body: Bytes) -> Response {
     } else {
         patch
     };
-    let mut review: Value =
-        serde_json::from_slice(&review_json(&req.uid, verdict)).expect("review is JSON");
-    if let Some(p) = patch {
-        let bytes = serde_json::to_vec(&p).expect("patch serialises");
-        review["response"]["patch"] = json!(base64(&bytes));
-        review["response"]["patchType"] = json!("JSONPatch");
-    }
+    let body = match patch {
+        Some(p) => patched_review_json(&req.uid, verdict, &p),
+        None => review_json(&req.uid, verdict),
+    };
     app.service.metrics.observe_admission(
         "mutate-workloads",
         decision,
         started.elapsed().as_secs_f64(),
     );
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        serde_json::to_vec(&review).expect("review serialises"),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// How `AdmissionResponse.patch` is written: the API server's field is
+/// `[]byte`, which JSON carries as standard, padded base64 (RFC 4648).
+const PATCH_BASE64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// The review answered with a JSONPatch, written in one pass: kube's
+/// response with `patch` and `patchType` beside its fields. kube's
+/// `AdmissionResponse::with_patch` is not used: it writes the patch as an
+/// array of byte values, not as the base64 string the API server documents.
+fn patched_review_json(uid: &str, verdict: Verdict, patch: &Value) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Review<'a> {
+        #[serde(flatten)]
+        types: &'a TypeMeta,
+        response: Patched<'a>,
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Patched<'a> {
+        #[serde(flatten)]
+        response: &'a AdmissionResponse,
+        patch: String,
+        patch_type: &'static str,
+    }
+    let r = response(uid, verdict);
+    let ops = serde_json::to_vec(patch).expect("patch serialises");
+    let review = Review {
+        types: &r.types,
+        response: Patched {
+            response: &r,
+            patch: PATCH_BASE64.encode(ops),
+            patch_type: "JSONPatch",
+        },
+    };
+    serde_json::to_vec(&review).expect("review serialises")
 }
 
 /// A workload preempted by bizrq carries `queue::PREEMPTED_ANNOTATION`
@@ -394,28 +427,13 @@ fn notify_queued(svc: &Service, req: &Request, wref: &str, note: &str) {
     }
 }
 
-/// Standard base64 (RFC 4648, padded), as `AdmissionResponse.patch` is.
-fn base64(bytes: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for c in bytes.chunks(3) {
-        let n = (c[0] as u32) << 16
-            | (*c.get(1).unwrap_or(&0) as u32) << 8
-            | *c.get(2).unwrap_or(&0) as u32;
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn base64(bytes: &[u8]) -> String {
+        PATCH_BASE64.encode(bytes)
+    }
 
     #[test]
     fn base64_is_rfc_4648() {
@@ -424,5 +442,33 @@ mod tests {
         assert_eq!(base64(b"fo"), "Zm8=");
         assert_eq!(base64(b"foo"), "Zm9v");
         assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+        // The standard alphabet, not the URL-safe one.
+        assert_eq!(base64(&[0xfb, 0xff]), "+/8=");
+    }
+
+    /// A patched review is the plain review of the same verdict with
+    /// `patch` (the operations' JSON in base64) and `patchType` added.
+    #[test]
+    fn a_patched_review_is_the_review_with_its_patch_in_base64() {
+        let ops = json!([{"op": "add", "path": "/spec/suspend", "value": true}]);
+        let verdict = || Verdict {
+            warnings: vec!["queued".into()],
+            ..Verdict::allow()
+        };
+        let patched: Value =
+            serde_json::from_slice(&patched_review_json("u-1", verdict(), &ops)).unwrap();
+        let mut plain: Value = serde_json::from_slice(&review_json("u-1", verdict())).unwrap();
+        plain["response"]["patch"] = json!(base64(&serde_json::to_vec(&ops).unwrap()));
+        plain["response"]["patchType"] = json!("JSONPatch");
+        assert_eq!(patched, plain);
+        assert_eq!(patched["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(patched["kind"], "AdmissionReview");
+        assert_eq!(patched["response"]["uid"], "u-1");
+        assert_eq!(patched["response"]["allowed"], true);
+        assert_eq!(patched["response"]["warnings"], json!(["queued"]));
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(patched["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&decoded).unwrap(), ops);
     }
 }

@@ -2,6 +2,7 @@
 
 use super::serve::{scale_of, stale, updated};
 use super::*;
+use base64::prelude::{Engine as _, BASE64_STANDARD};
 
 /// What kube-apiserver knows of a write when it runs validating admission.
 pub(super) struct Attrs {
@@ -541,48 +542,13 @@ fn selects(sel: &Value, labels: &Value) -> bool {
     by_labels && by_expr
 }
 
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    BASE64_STANDARD.encode(bytes)
 }
 
+/// As the API server reads a `[]byte` field: standard, padded base64.
 fn base64_decode(text: &str) -> Vec<u8> {
-    let mut out = Vec::new();
-    let (mut acc, mut bits) = (0u32, 0);
-    for c in text
-        .bytes()
-        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
-    {
-        let v = B64
-            .iter()
-            .position(|b| *b == c)
-            .expect("caBundle is base64") as u32;
-        acc = acc << 6 | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    out
+    BASE64_STANDARD.decode(text).expect("valid base64")
 }
 
 /// RFC 6902 `add`, `replace`, `remove` and `test`, on object members and

@@ -38,6 +38,7 @@ use axum::body::Bytes;
 use futures::StreamExt;
 use http::{Method, Request, Response};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, StreamBody};
+use k8s_openapi::jiff::Timestamp;
 use kube::client::Body;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -399,12 +400,10 @@ impl FakeApi {
     /// The `creationTimestamp` of an object created now.
     pub(super) fn creation_stamp(&self) -> String {
         if let Some(ms) = self.state.lock().unwrap().stamp_at {
-            return chrono::DateTime::from_timestamp_millis(ms)
-                .unwrap()
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            return rfc3339_secs(Timestamp::from_millisecond(ms).unwrap());
         }
         if self.state.lock().unwrap().wall_clock {
-            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            rfc3339_secs(Timestamp::now())
         } else {
             "2026-11-21T10:00:00Z".to_string()
         }
@@ -695,4 +694,9 @@ impl FakeApi {
         self.get("bizrq.io", "bizgroupresourcequotas", "", name)
             .unwrap_or_else(|| panic!("no quota {name}"))
     }
+}
+
+/// A time as Kubernetes stores `metav1.Time`: RFC 3339 in whole seconds.
+fn rfc3339_secs(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
