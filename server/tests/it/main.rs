@@ -44,6 +44,8 @@ mod security_portal;
 mod seed004;
 mod shares;
 mod slowloris;
+mod support;
+mod support_check;
 mod topups;
 mod transfers;
 mod trust;

@@ -8,23 +8,13 @@
 //! services are never taken.
 
 use crate::cluster::{used, Cluster, T0};
+use crate::support::{events, job, queue_refs, until_event};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 pub const GRACE_MS: i64 = 300_000;
-
-/// A Job of `pods` pods of `cpu` each, all at once, in `ns` for `quota`,
-/// whose template names `class`.
-pub fn job(ns: &str, quota: &str, name: &str, pods: i64, cpu: &str, class: &str) -> Value {
-    json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns, "labels": {"biz.group.resource.quota": quota}},
-        "spec": {"parallelism": pods, "completions": pods,
-            "template": {"spec": {"restartPolicy": "Never", "priorityClassName": class,
-                "containers": [{"name": "c", "image": "trainer",
-                    "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}})
-}
 
 fn api(
     c: &Cluster,
@@ -111,44 +101,11 @@ pub async fn until_suspended(c: &Cluster, ns: &str, name: &str, want: bool) {
     );
 }
 
-pub fn queue_refs(q: &Value) -> Vec<String> {
-    q["status"]["queue"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| e["workloadRef"].as_str().unwrap().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 pub fn marks(q: &Value) -> Vec<String> {
     q["status"]["reclaim"]
         .as_object()
         .map(|m| m.keys().cloned().collect())
         .unwrap_or_default()
-}
-
-/// Events about `name` with `reason`, as published so far.
-pub fn events(c: &Cluster, reason: &str, name: &str) -> Vec<Value> {
-    c.fake
-        .list("events.k8s.io", "events")
-        .into_iter()
-        .filter(|e| e["reason"] == reason && e["regarding"]["name"] == name)
-        .collect()
-}
-
-pub async fn until_event(c: &Cluster, reason: &str, name: &str) -> Value {
-    for _ in 0..400 {
-        if let Some(e) = events(c, reason, name).pop() {
-            return e;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "no Event {reason} on {name}: {:#?}",
-        c.fake.list("events.k8s.io", "events")
-    );
 }
 
 /// The suspend PATCHes sent for `ns/name` so far.
@@ -209,18 +166,18 @@ async fn a_higher_priority_job_preempts_lower_priority_work_after_the_grace_peri
                 "spec": {"containers": [{"name": "c", "image": "web",
                     "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}});
     create(&c, &web).await;
-    let mut online = job("ml", "ml", "online", 1, "1", "batch-low");
+    let mut online = job("online").cpu("1").class("batch-low").obj();
     online["metadata"]["labels"]["bizrq.io/online"] = json!("true");
     create(&c, &online).await;
-    create(&c, &job("ml", "ml", "old", 1, "1", "batch-low")).await;
+    create(&c, &job("old").cpu("1").class("batch-low").obj()).await;
     c.set_clock(T0 + 1_000);
-    create(&c, &job("ml", "ml", "new", 2, "1", "batch-low")).await;
+    create(&c, &job("new").pods(2).cpu("1").class("batch-low").obj()).await;
     c.until("ml", "all charged", |q| used(q, "requests.cpu") == "5")
         .await;
 
     // 2 needed, 0 free: the newest low job (2) is enough; the older one,
     // the online job and the Deployment are left alone.
-    create(&c, &job("ml", "ml", "urgent", 2, "1", "urgent")).await;
+    create(&c, &job("urgent").pods(2).cpu("1").class("urgent").obj()).await;
     assert!(suspended(&c, "ml", "urgent"), "queued");
     let q = c.until("ml", "new marked", |q| !marks(q).is_empty()).await;
     assert_eq!(marks(&q), ["batch/Job/ml/new"], "{q}");
@@ -295,10 +252,10 @@ async fn a_higher_priority_job_preempts_lower_priority_work_after_the_grace_peri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preemption_is_cancelled_when_the_waiting_job_goes_away() {
     let c = preempting_cluster().await;
-    create(&c, &job("ml", "ml", "low", 5, "1", "batch-low")).await;
+    create(&c, &job("low").pods(5).cpu("1").class("batch-low").obj()).await;
     c.until("ml", "charged", |q| used(q, "requests.cpu") == "5")
         .await;
-    create(&c, &job("ml", "ml", "urgent", 1, "1", "urgent")).await;
+    create(&c, &job("urgent").cpu("1").class("urgent").obj()).await;
     c.until("ml", "low marked", |q| marks(q) == ["batch/Job/ml/low"])
         .await;
     until_event(&c, "PreemptionPending", "low").await;
@@ -334,14 +291,31 @@ async fn equal_priority_or_no_policy_never_preempts() {
         json!({"hard": {"requests.cpu": "2"}, "queueing": "Queue"}),
     )
     .await;
-    create(&c, &job("ml", "ml", "peer", 5, "1", "urgent")).await;
-    create(&c, &job("ml", "plain", "low", 2, "1", "batch-low")).await;
+    create(&c, &job("peer").pods(5).cpu("1").class("urgent").obj()).await;
+    create(
+        &c,
+        &job("low")
+            .quota("plain")
+            .pods(2)
+            .cpu("1")
+            .class("batch-low")
+            .obj(),
+    )
+    .await;
     c.until("ml", "charged", |q| used(q, "requests.cpu") == "5")
         .await;
     c.until("plain", "charged", |q| used(q, "requests.cpu") == "2")
         .await;
-    create(&c, &job("ml", "ml", "urgent", 1, "1", "urgent")).await;
-    create(&c, &job("ml", "plain", "urgent-2", 1, "1", "urgent")).await;
+    create(&c, &job("urgent").cpu("1").class("urgent").obj()).await;
+    create(
+        &c,
+        &job("urgent-2")
+            .quota("plain")
+            .cpu("1")
+            .class("urgent")
+            .obj(),
+    )
+    .await;
     c.until("ml", "queued", |q| queue_refs(q).len() == 1).await;
     c.until("plain", "queued", |q| queue_refs(q).len() == 1)
         .await;
@@ -404,7 +378,7 @@ async fn a_jobset_queues_is_admitted_and_is_preempted_whole() {
         r.starts_with("GET /apis/jobset.x-k8s.io/v1alpha2/jobsets?") && r.contains("watch=true")
     })
     .await;
-    create(&c, &job("ml", "ml", "run", 3, "1", "batch-low")).await;
+    create(&c, &job("run").pods(3).cpu("1").class("batch-low").obj()).await;
     c.until("ml", "run charged", |q| used(q, "requests.cpu") == "3")
         .await;
 
@@ -439,7 +413,7 @@ async fn a_jobset_queues_is_admitted_and_is_preempted_whole() {
 
     // An urgent job needs 4 of the 2 free: the JobSet is marked, then
     // suspended whole once due, and queued again.
-    create(&c, &job("ml", "ml", "urgent", 4, "1", "urgent")).await;
+    create(&c, &job("urgent").pods(4).cpu("1").class("urgent").obj()).await;
     let q = c
         .until("ml", "js marked", |q| {
             marks(q) == ["jobset.x-k8s.io/JobSet/ml/js"]
@@ -498,14 +472,14 @@ fn entry<'a>(q: &'a Value, wref: &str) -> &'a Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preemption_stopped_between_its_entry_and_its_suspend_is_repaired() {
     let c = preempting_cluster().await;
-    create(&c, &job("ml", "ml", "low", 5, "1", "batch-low")).await;
+    create(&c, &job("low").pods(5).cpu("1").class("batch-low").obj()).await;
     let q = c
         .until("ml", "charged", |q| used(q, "requests.cpu") == "5")
         .await;
     let charged_since = q["status"]["workloads"]["batch/Job/ml/low"]["since"].clone();
     assert_eq!(q["status"]["users"]["batch/Job/ml/low"], "alice");
     c.set_clock(T0 + 60_000);
-    create(&c, &job("ml", "ml", "urgent", 1, "1", "urgent")).await;
+    create(&c, &job("urgent").cpu("1").class("urgent").obj()).await;
     c.until("ml", "low marked", |q| marks(q) == ["batch/Job/ml/low"])
         .await;
 
@@ -589,10 +563,10 @@ async fn a_preemption_stopped_between_its_entry_and_its_suspend_is_repaired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preemption_whose_suspend_answer_is_lost_is_neither_repeated_nor_lost() {
     let c = preempting_cluster().await;
-    create(&c, &job("ml", "ml", "low", 5, "1", "batch-low")).await;
+    create(&c, &job("low").pods(5).cpu("1").class("batch-low").obj()).await;
     c.until("ml", "charged", |q| used(q, "requests.cpu") == "5")
         .await;
-    create(&c, &job("ml", "ml", "urgent", 1, "1", "urgent")).await;
+    create(&c, &job("urgent").cpu("1").class("urgent").obj()).await;
     c.until("ml", "low marked", |q| marks(q) == ["batch/Job/ml/low"])
         .await;
     c.fake.lose_answer_next(&job_path("ml", "low"), 1);
@@ -625,8 +599,8 @@ async fn a_preemption_whose_suspend_answer_is_lost_is_neither_repeated_nor_lost(
 async fn only_a_job_suspended_by_preemption_is_queued_again_never_one_suspended_by_hand() {
     use kube::api::{Patch, PatchParams};
     let c = preempting_cluster().await;
-    create(&c, &job("ml", "ml", "big", 4, "1", "batch-low")).await;
-    create(&c, &job("ml", "ml", "mine", 1, "1", "batch-low")).await;
+    create(&c, &job("big").pods(4).cpu("1").class("batch-low").obj()).await;
+    create(&c, &job("mine").cpu("1").class("batch-low").obj()).await;
     c.until("ml", "charged", |q| used(q, "requests.cpu") == "5")
         .await;
     let hand = |name: &'static str, suspend: bool| {
@@ -647,7 +621,7 @@ async fn only_a_job_suspended_by_preemption_is_queued_again_never_one_suspended_
         .await;
     // As a preemption of an older version left it: suspended, annotated,
     // in neither the queue nor the charges. It needs 2 of the 1 free.
-    let mut p = job("ml", "ml", "p", 2, "1", "batch-low");
+    let mut p = job("p").pods(2).cpu("1").class("batch-low").obj();
     p["metadata"]["uid"] = json!("uid-p");
     p["metadata"]["annotations"] = json!({"bizrq.io/preempted": "2026-11-21T09:00:00.000Z"});
     p["spec"]["suspend"] = json!(true);
@@ -669,7 +643,7 @@ async fn only_a_job_suspended_by_preemption_is_queued_again_never_one_suspended_
     assert_eq!(patches(&c, "ml", "mine"), 1, "only its owner's suspend");
 
     // Unsuspended by hand while marked: the annotation goes with it.
-    let mut h = job("ml", "ml", "h", 1, "1", "batch-low");
+    let mut h = job("h").cpu("1").class("batch-low").obj();
     h["metadata"]["uid"] = json!("uid-h");
     h["metadata"]["annotations"] = json!({"bizrq.io/preempted": "2026-11-21T09:00:00.000Z"});
     h["spec"]["suspend"] = json!(true);
@@ -717,13 +691,13 @@ async fn no_preemption_for_a_job_its_budget_would_still_hold_back() {
     create_class(&c, "batch-low", 1).await;
     create_class(&c, "urgent", 100).await;
     // 5 cores for at most 1 h: 5 of the 10 core-hours reserved.
-    let mut low = job("ml", "ml", "low", 5, "1", "batch-low");
+    let mut low = job("low").pods(5).cpu("1").class("batch-low").obj();
     low["spec"]["activeDeadlineSeconds"] = json!(3600);
     create(&c, &low).await;
     c.until("ml", "charged", |q| used(q, "requests.cpu") == "5")
         .await;
     // 2 cores for 3 h: 6 core-hours, 5 left once room is made.
-    let mut urgent = job("ml", "ml", "urgent", 2, "1", "urgent");
+    let mut urgent = job("urgent").pods(2).cpu("1").class("urgent").obj();
     urgent["spec"]["activeDeadlineSeconds"] = json!(3 * 3600);
     create(&c, &urgent).await;
     let want = "waits for 2 × requests.cpu: 0 free, 2 needed; no lower-priority work is \
@@ -775,10 +749,10 @@ async fn a_preemption_grace_of_zero_suspends_at_once_whatever_the_reclaim_grace(
         json!({"policy": "LowerPriority", "graceSeconds": 0}),
         "stored in the long form: {q}"
     );
-    create(&c, &job("ml", "ml", "low", 2, "1", "batch-low")).await;
+    create(&c, &job("low").pods(2).cpu("1").class("batch-low").obj()).await;
     c.until("ml", "low charged", |q| used(q, "requests.cpu") == "2")
         .await;
-    create(&c, &job("ml", "ml", "urgent", 1, "1", "urgent")).await;
+    create(&c, &job("urgent").cpu("1").class("urgent").obj()).await;
     assert!(suspended(&c, "ml", "urgent"), "queued");
     let e = until_event(&c, "PreemptionPending", "low").await;
     let note = e["note"].as_str().unwrap();
@@ -833,8 +807,8 @@ async fn a_finished_job_is_never_preempted() {
         "queueing": {"mode": "Queue",
             "preemption": {"policy": "LowerPriority", "graceSeconds": 0}}}))
     .await;
-    create(&c, &job("ml", "ml", "low", 2, "1", "batch-low")).await;
-    create(&c, &job("ml", "ml", "done", 1, "1", "batch-low")).await;
+    create(&c, &job("low").pods(2).cpu("1").class("batch-low").obj()).await;
+    create(&c, &job("done").cpu("1").class("batch-low").obj()).await;
     c.until("ml", "both charged", |q| used(q, "requests.cpu") == "3")
         .await;
     // The newest Job of lower priority finishes (not deleted): its charge goes.
@@ -848,7 +822,7 @@ async fn a_finished_job_is_never_preempted() {
     })
     .await;
     // 2 CPUs wait where 1 is free: only low, running, can make the room.
-    create(&c, &job("ml", "ml", "urgent", 1, "2", "urgent")).await;
+    create(&c, &job("urgent").cpu("2").class("urgent").obj()).await;
     until_suspended(&c, "ml", "low", true).await;
     c.until("ml", "urgent admitted, low queued", |q| {
         queue_refs(q) == ["batch/Job/ml/low"]

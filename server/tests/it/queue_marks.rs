@@ -7,17 +7,10 @@
 //! under `BIZRQ_TEST_QUEUE_MARKS=1`.)
 
 use crate::cluster::{mark_key_file, used, Cluster, MARK_KEY, T0};
+use crate::support::{events, job, metric, queue_refs, until_event};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-
-fn job(name: &str, cpu: &str) -> Value {
-    json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
-        "spec": {"parallelism": 1, "completions": 1,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}})
-}
 
 fn jobs(c: &Cluster, user: &str) -> Api<DynamicObject> {
     let ar =
@@ -57,17 +50,6 @@ fn mark_of(c: &Cluster, name: &str) -> Option<Value> {
     stored(c, name)["metadata"]["annotations"]["queue.bizrq.io/entry"]
         .as_str()
         .map(|s| serde_json::from_str(s).unwrap())
-}
-
-fn queue_refs(q: &Value) -> Vec<String> {
-    q["status"]["queue"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| e["workloadRef"].as_str().unwrap().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// A replica with marks on, its quota `ml` of 4 cpu queueing, with
@@ -133,11 +115,11 @@ fn mark(quota: &str, name: &str, since: i64, by: &str, key: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_marked_job_is_folded_into_the_queue_and_admitted_when_room_frees() {
     let c = marked_cluster(None).await;
-    create(&c, "alice", job("a", "3")).await.unwrap();
+    create(&c, "alice", job("a").cpu("3").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
         .await;
     assert!(mark_of(&c, "a").is_none(), "what fits carries no mark");
-    create(&c, "alice", job("b", "2")).await.unwrap();
+    create(&c, "alice", job("b").cpu("2").obj()).await.unwrap();
     assert!(suspended(&c, "b"));
     let m = mark_of(&c, "b").expect("b carries a mark");
     assert_eq!(m["quota"], "ml");
@@ -174,7 +156,7 @@ async fn a_marked_job_is_folded_into_the_queue_and_admitted_when_room_frees() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_marks_without_writing_the_quota_and_counts_what_it_marked() {
     let c = marked_cluster(Some(2)).await;
-    create(&c, "alice", job("a", "4")).await.unwrap();
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
     let version = c.fake.quota("ml")["metadata"]["resourceVersion"].clone();
@@ -184,7 +166,7 @@ async fn the_webhook_marks_without_writing_the_quota_and_counts_what_it_marked()
                 "kind": {"group": "batch", "version": "v1", "kind": "Job"},
                 "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
                 "name": format!("g-{i}"), "namespace": "ml", "operation": "CREATE",
-                "userInfo": {"username": "mallory"}, "object": job(&format!("g-{i}"), "1"),
+                "userInfo": {"username": "mallory"}, "object": job(&format!("g-{i}")).cpu("1").obj(),
                 "dryRun": false}})
     };
     for i in 0..2 {
@@ -254,7 +236,7 @@ pub(crate) fn base64_decode(s: &str) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_or_misbound_mark_never_gets_a_place() {
     let c = marked_cluster(None).await;
-    create(&c, "alice", job("a", "4")).await.unwrap();
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
     let stranger = "00".repeat(32);
@@ -274,13 +256,13 @@ async fn a_forged_or_misbound_mark_never_gets_a_place() {
             mark("other", "misbound", T0, "mallory", MARK_KEY),
         ),
     ] {
-        let mut j = job(name, "2");
+        let mut j = job(name).cpu("2").obj();
         j["spec"]["suspend"] = json!(true);
         j["metadata"]["annotations"] = json!({"queue.bizrq.io/entry": m});
         create(&c, "mallory", j).await.unwrap();
     }
     c.set_clock(T0 + 1_000);
-    create(&c, "bob", job("b", "2")).await.unwrap();
+    create(&c, "bob", job("b").cpu("2").obj()).await.unwrap();
     assert!(suspended(&c, "b"));
     c.until("ml", "b folded alone", |q| {
         queue_refs(q) == ["batch/Job/ml/b"]
@@ -311,12 +293,12 @@ async fn a_forged_or_misbound_mark_never_gets_a_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_creates_never_pass_a_submitters_share() {
     let c = marked_cluster(Some(3)).await;
-    create(&c, "alice", job("a", "4")).await.unwrap();
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
     let results = futures::future::join_all((0..12).map(|i| {
         let c = &c;
-        async move { create(c, "mallory", job(&format!("p-{i}"), "1")).await }
+        async move { create(c, "mallory", job(&format!("p-{i}")).cpu("1").obj()).await }
     }))
     .await;
     let ok = results.iter().filter(|r| r.is_ok()).count();
@@ -339,10 +321,10 @@ async fn parallel_creates_never_pass_a_submitters_share() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admitted_marked_job_is_never_folded_again_before_its_release_shows() {
     let c = marked_cluster(None).await;
-    create(&c, "alice", job("a", "3")).await.unwrap();
+    create(&c, "alice", job("a").cpu("3").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
         .await;
-    create(&c, "alice", job("b", "2")).await.unwrap();
+    create(&c, "alice", job("b").cpu("2").obj()).await.unwrap();
     c.until("ml", "b folded", |q| queue_refs(q) == ["batch/Job/ml/b"])
         .await;
     let after: u64 = c.fake.quota("ml")["metadata"]["resourceVersion"]
@@ -395,7 +377,7 @@ async fn an_admitted_marked_job_is_never_folded_again_before_its_release_shows()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_marked_create_writes_no_quota_until_the_round_folds_it() {
     let c = marked_cluster(None).await;
-    create(&c, "alice", job("a", "3")).await.unwrap();
+    create(&c, "alice", job("a").cpu("3").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
         .await;
     // Whatever a's create set off has been written.
@@ -405,7 +387,7 @@ async fn a_marked_create_writes_no_quota_until_the_round_folds_it() {
         .unwrap()
         .parse()
         .unwrap();
-    create(&c, "alice", job("b", "2")).await.unwrap();
+    create(&c, "alice", job("b").cpu("2").obj()).await.unwrap();
     assert!(suspended(&c, "b"));
     assert!(mark_of(&c, "b").is_some());
     // The create and both reviews are done: no write of the quota yet
@@ -462,7 +444,7 @@ async fn second_replica(c: &Cluster) -> Cluster {
 async fn with_two_replicas_a_marked_create_is_folded_and_admitted_once() {
     let c = marked_cluster(Some(1)).await;
     let other = second_replica(&c).await;
-    create(&c, "alice", job("a", "4")).await.unwrap();
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
     let start: u64 = c.fake.quota("ml")["metadata"]["resourceVersion"]
@@ -471,14 +453,16 @@ async fn with_two_replicas_a_marked_create_is_folded_and_admitted_once() {
         .parse()
         .unwrap();
     other.serve_webhooks();
-    create(&c, "bob", job("b", "2")).await.unwrap();
+    create(&c, "bob", job("b").cpu("2").obj()).await.unwrap();
     assert!(suspended(&c, "b"));
     assert_eq!(
         mark_of(&c, "b").expect("marked by the other replica")["by"],
         "bob"
     );
     // Bob's share of 1 is taken on the replica that marked b.
-    let err = create(&c, "bob", job("b2", "2")).await.unwrap_err();
+    let err = create(&c, "bob", job("b2").cpu("2").obj())
+        .await
+        .unwrap_err();
     assert!(err.contains("maxPerSubmitter 1"), "{err}");
     c.until("ml", "b folded by the leader", |q| {
         queue_refs(q) == ["batch/Job/ml/b"] && q["status"]["queue"][0]["uid"].is_string()
@@ -519,7 +503,7 @@ async fn with_two_replicas_a_marked_create_is_folded_and_admitted_once() {
     assert_eq!(charges.len(), 1, "admitted once: {charges:?}");
     assert_eq!(used(&c.fake.quota("ml"), "requests.cpu"), "2");
     // b is admitted: bob's share on the marking replica is free again.
-    create(&c, "bob", job("b3", "4")).await.unwrap();
+    create(&c, "bob", job("b3").cpu("4").obj()).await.unwrap();
     assert!(suspended(&c, "b3"));
 }
 
@@ -533,7 +517,7 @@ async fn with_two_replicas_a_marked_create_is_folded_and_admitted_once() {
 async fn with_two_replicas_the_stored_queue_never_passes_a_submitters_share() {
     let c = marked_cluster(Some(3)).await;
     let other = second_replica(&c).await;
-    create(&c, "alice", job("a", "4")).await.unwrap();
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
     let start: u64 = c.fake.quota("ml")["metadata"]["resourceVersion"]
@@ -549,7 +533,7 @@ async fn with_two_replicas_the_stored_queue_never_passes_a_submitters_share() {
     let burst = |from: usize| {
         futures::future::join_all((from..from + 6).map(|i| {
             let c = &c;
-            async move { create(c, "mallory", job(&format!("p-{i}"), "1")).await }
+            async move { create(c, "mallory", job(&format!("p-{i}")).cpu("1").obj()).await }
         }))
     };
     let first = burst(0).await.iter().filter(|r| r.is_ok()).count();
@@ -674,10 +658,10 @@ async fn a_scale_right_after_the_create_is_judged_while_the_watch_lags() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_released_job_suspended_by_hand_does_not_return_to_its_old_place() {
     let c = marked_cluster(None).await;
-    create(&c, "alice", job("a", "3")).await.unwrap();
+    create(&c, "alice", job("a").cpu("3").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
         .await;
-    create(&c, "alice", job("b", "2")).await.unwrap();
+    create(&c, "alice", job("b").cpu("2").obj()).await.unwrap();
     c.until("ml", "b folded", |q| queue_refs(q) == ["batch/Job/ml/b"])
         .await;
     jobs(&c, "alice")
@@ -690,11 +674,11 @@ async fn a_released_job_suspended_by_hand_does_not_return_to_its_old_place() {
     .await;
     until_released(&c, "b").await;
     assert!(!suspended(&c, "b"), "b released");
-    create(&c, "bob", job("d", "2")).await.unwrap();
+    create(&c, "bob", job("d").cpu("2").obj()).await.unwrap();
     c.until("ml", "d charged", |q| used(q, "requests.cpu") == "4")
         .await;
     c.set_clock(T0 + 10_000);
-    create(&c, "bob", job("e", "3")).await.unwrap();
+    create(&c, "bob", job("e").cpu("3").obj()).await.unwrap();
     c.until("ml", "e folded", |q| queue_refs(q) == ["batch/Job/ml/e"])
         .await;
     jobs(&c, "alice")
@@ -727,10 +711,10 @@ async fn a_released_job_suspended_by_hand_does_not_return_to_its_old_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_is_never_given_a_signed_mark() {
     let c = marked_cluster(None).await;
-    create(&c, "alice", job("a", "4")).await.unwrap();
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
-    let o: DynamicObject = serde_json::from_value(job("b", "2")).unwrap();
+    let o: DynamicObject = serde_json::from_value(job("b").cpu("2").obj()).unwrap();
     let dry = PostParams {
         dry_run: true,
         ..Default::default()
@@ -747,14 +731,6 @@ async fn a_dry_run_is_never_given_a_signed_mark() {
     assert!(c.fake.get("batch", "jobs", "ml", "b").is_none());
 }
 
-/// The number after `line ` in `/metrics` (0 when absent).
-async fn metric(c: &Cluster, line: &str) -> f64 {
-    let (_, text) = c.server.get_text("/metrics").await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// Review finding 5: a held object whose mark the fold refuses (forged,
 /// misbound) is told once — one NotQueued Event — and from then on asks
 /// for no round: before, every reconcile of its quota asked for one and
@@ -762,18 +738,18 @@ async fn metric(c: &Cluster, line: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_mark_is_refused_once_and_asks_for_no_more_rounds() {
     let c = marked_cluster(None).await;
-    create(&c, "alice", job("a", "4")).await.unwrap();
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
     let stranger = "00".repeat(32);
-    let mut j = job("forged", "2");
+    let mut j = job("forged").cpu("2").obj();
     j["spec"]["suspend"] = json!(true);
     j["metadata"]["annotations"] =
         json!({"queue.bizrq.io/entry": mark("ml", "forged", T0, "mallory", &stranger)});
     create(&c, "mallory", j).await.unwrap();
-    crate::preemption::until_event(&c, "NotQueued", "forged").await;
+    until_event(&c, "NotQueued", "forged").await;
     tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
-    let rounds = metric(&c, "bizrq_admission_queue_rounds_total").await;
+    let rounds = metric(&c.server, "bizrq_admission_queue_rounds_total").await;
     // Each label change is a watch event of the quota's workload: a
     // reconcile of `ml`.
     for i in 0..5 {
@@ -789,11 +765,11 @@ async fn a_forged_mark_is_refused_once_and_asks_for_no_more_rounds() {
     }
     tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
     assert_eq!(
-        metric(&c, "bizrq_admission_queue_rounds_total").await,
+        metric(&c.server, "bizrq_admission_queue_rounds_total").await,
         rounds,
         "no round asked for the refused mark"
     );
-    let told = crate::preemption::events(&c, "NotQueued", "forged");
+    let told = events(&c, "NotQueued", "forged");
     assert_eq!(told.len(), 1, "{told:#?}");
     assert!(
         told[0]["series"]["count"].as_i64().unwrap_or(1) <= 1,
@@ -803,12 +779,12 @@ async fn a_forged_mark_is_refused_once_and_asks_for_no_more_rounds() {
     assert_eq!(used(&c.fake.quota("ml"), "requests.cpu"), "4");
     // A mark of ours placed in the future is refused until that place is
     // no longer in the future, not for good.
-    let mut j = job("later", "2");
+    let mut j = job("later").cpu("2").obj();
     j["spec"]["suspend"] = json!(true);
     j["metadata"]["annotations"] =
         json!({"queue.bizrq.io/entry": mark("ml", "later", T0 + 60_000, "bob", MARK_KEY)});
     create(&c, "bob", j).await.unwrap();
-    crate::preemption::until_event(&c, "NotQueued", "later").await;
+    until_event(&c, "NotQueued", "later").await;
     c.set_clock(T0 + 60_000);
     jobs(&c, "bob")
         .patch(
@@ -840,7 +816,9 @@ async fn six_hundred_marked_jobs_keep_the_quota_small_and_are_admitted_in_order_
     const LIMIT: usize = 64 * 1024;
     let top = quota::queue::summary::TOP_ENTRIES;
     let c = marked_cluster_of(Some(1_000), "40").await;
-    create(&c, "alice", job("run", "40")).await.unwrap();
+    create(&c, "alice", job("run").cpu("40").obj())
+        .await
+        .unwrap();
     c.until("ml", "run charged", |q| used(q, "requests.cpu") == "40")
         .await;
     let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
@@ -871,7 +849,7 @@ async fn six_hundred_marked_jobs_keep_the_quota_small_and_are_admitted_in_order_
     futures::stream::iter(names.iter())
         .for_each_concurrent(24, |n| {
             let c = &c;
-            async move { create(c, "alice", job(n, "1")).await.unwrap() }
+            async move { create(c, "alice", job(n).cpu("1").obj()).await.unwrap() }
         })
         .await;
     eprintln!("{N} creates in {:?}", started.elapsed());
@@ -989,12 +967,12 @@ async fn six_hundred_marked_jobs_keep_the_quota_small_and_are_admitted_in_order_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_share_past_the_listed_top_still_holds() {
     let c = marked_cluster(Some(25)).await;
-    create(&c, "alice", job("a", "4")).await.unwrap();
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
     let mut ok = 0;
     for i in 0..30 {
-        match create(&c, "mallory", job(&format!("p-{i:02}"), "1")).await {
+        match create(&c, "mallory", job(&format!("p-{i:02}")).cpu("1").obj()).await {
             Ok(()) => {
                 ok += 1;
                 c.until("ml", "folded", |q| {
@@ -1019,12 +997,12 @@ async fn a_share_past_the_listed_top_still_holds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_re_created_behind_the_top_is_queued_and_admitted() {
     let c = marked_cluster(None).await;
-    create(&c, "alice", job("a", "4")).await.unwrap();
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
     let n = quota::queue::summary::TOP_ENTRIES as u64 + 3;
     for i in 0..n {
-        create(&c, "bob", job(&format!("p-{i:02}"), "1"))
+        create(&c, "bob", job(&format!("p-{i:02}")).cpu("1").obj())
             .await
             .unwrap();
         c.until("ml", "folded", |q| {
@@ -1047,7 +1025,7 @@ async fn a_job_re_created_behind_the_top_is_queued_and_admitted() {
         .delete(&last, &DeleteParams::default())
         .await
         .unwrap();
-    create(&c, "bob", job(&last, "1")).await.unwrap();
+    create(&c, "bob", job(&last).cpu("1").obj()).await.unwrap();
     let since = mark_of(&c, &last).expect("re-created held with a mark")["since"].clone();
     c.fake.set_watch_delay(std::time::Duration::ZERO);
     assert_eq!(since, T0 + 10_000, "a new place, not the old object's");
@@ -1085,11 +1063,11 @@ async fn a_job_re_created_behind_the_top_is_queued_and_admitted() {
 /// lists the top 20 and its summary counts all `n`.
 async fn queue_beyond_the_top(n: u64) -> Cluster {
     let c = marked_cluster(None).await;
-    create(&c, "alice", job("a", "4")).await.unwrap();
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
     for i in 0..n {
-        create(&c, "bob", job(&format!("p-{i:02}"), "1"))
+        create(&c, "bob", job(&format!("p-{i:02}")).cpu("1").obj())
             .await
             .unwrap();
         c.until("ml", "folded", |q| {
@@ -1135,7 +1113,9 @@ async fn draining_marks_lists_the_whole_queue_signs_none_and_admits_every_entry(
         .await;
     let order: Vec<String> = (0..n).map(|i| format!("batch/Job/ml/p-{i:02}")).collect();
     assert_eq!(queue_refs(&q), order, "in their marks' order");
-    create(&c, "carol", job("late", "1")).await.unwrap();
+    create(&c, "carol", job("late").cpu("1").obj())
+        .await
+        .unwrap();
     assert!(suspended(&c, "late"), "held: it must wait");
     assert!(
         mark_of(&c, "late").is_none(),
@@ -1282,10 +1262,10 @@ async fn keys_kept_in_a_secret_bizrq_creates_are_shared_by_every_replica() {
     let made = secret["metadata"]["resourceVersion"].clone();
     assert!(secret["data"]["keys"].is_string(), "{secret}");
     with_quota_ml(&c, json!("Queue"), "4").await;
-    create(&c, "alice", job("a", "4")).await.unwrap();
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
         .await;
-    create(&c, "bob", job("b", "2")).await.unwrap();
+    create(&c, "bob", job("b").cpu("2").obj()).await.unwrap();
     assert!(suspended(&c, "b"));
     assert!(mark_of(&c, "b").is_some(), "marked with the Secret's key");
     // A new replica: the same Secret, read, not made again; it folds the

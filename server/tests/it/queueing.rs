@@ -5,23 +5,12 @@
 //! frees (charge first, then unsuspend).
 
 use crate::cluster::{used, Cluster};
+use crate::support::{job, queue_refs, until_event_where};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-
-fn job(name: &str, cpu: &str, priority: Option<i64>) -> Value {
-    let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
-        "spec": {"parallelism": 1, "completions": 1,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}});
-    if let Some(p) = priority {
-        j["spec"]["template"]["spec"]["priority"] = json!(p);
-    }
-    j
-}
 
 fn jobs(c: &Cluster) -> Api<DynamicObject> {
     let ar =
@@ -61,17 +50,6 @@ async fn until_listed(c: &Cluster, quota: &str, f: impl Fn(&Value) -> bool) {
     panic!("{quota} never listed as wanted");
 }
 
-fn queue_refs(q: &Value) -> Vec<String> {
-    q["status"]["queue"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| e["workloadRef"].as_str().unwrap().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 async fn queueing_cluster() -> Cluster {
     let c = Cluster::start().await;
     let (s, v) = c
@@ -94,13 +72,13 @@ async fn queueing_cluster() -> Cluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_that_does_not_fit_waits_suspended_and_is_admitted_when_room_frees() {
     let c = queueing_cluster().await;
-    create(&c, &job("a", "3", None)).await.unwrap();
+    create(&c, &job("a").cpu("3").obj()).await.unwrap();
     assert!(!suspended(&c, "a"));
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
         .await;
 
     // Does not fit: created suspended, queued at position 1, not charged.
-    create(&c, &job("b", "2", None)).await.unwrap();
+    create(&c, &job("b").cpu("2").obj()).await.unwrap();
     assert!(suspended(&c, "b"), "the mutating webhook suspends it");
     // At once without marks; after the round's fold with them.
     let q = c
@@ -129,7 +107,7 @@ async fn a_job_that_does_not_fit_waits_suspended_and_is_admitted_when_room_frees
     assert_eq!(order, ["queue.bizrq.io", "workloads.bizrq.io"]);
 
     // More than the quota could ever give: refused at once, as today.
-    let err = create(&c, &job("huge", "9", None)).await.unwrap_err();
+    let err = create(&c, &job("huge").cpu("9").obj()).await.unwrap_err();
     assert!(err.contains("requests.cpu"), "{err}");
 
     // The controller learns b's uid from its watch.
@@ -178,7 +156,7 @@ async fn a_job_that_does_not_fit_waits_suspended_and_is_admitted_when_room_frees
     // c does not fit beside b (2 + 3 > 4): queued. Unsuspended by hand it
     // is judged like a new admission: still no room, so it is suspended
     // again and keeps its place and its since.
-    create(&c, &job("c", "3", None)).await.unwrap();
+    create(&c, &job("c").cpu("3").obj()).await.unwrap();
     // At once without marks; after the round's fold with them.
     let since = c
         .until("ml", "c queued", |q| queue_refs(q) == ["batch/Job/ml/c"])
@@ -221,10 +199,10 @@ async fn a_job_that_does_not_fit_waits_suspended_and_is_admitted_when_room_frees
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_deleted_while_its_release_is_reviewed_leaves_no_charge() {
     let c = queueing_cluster().await;
-    create(&c, &job("run", "4", None)).await.unwrap();
+    create(&c, &job("run").cpu("4").obj()).await.unwrap();
     c.until("ml", "run charged", |q| used(q, "requests.cpu") == "4")
         .await;
-    create(&c, &job("w", "2", None)).await.unwrap();
+    create(&c, &job("w").cpu("2").obj()).await.unwrap();
     assert!(suspended(&c, "w"));
     c.until("ml", "w queued and named", |q| {
         queue_refs(q) == ["batch/Job/ml/w"]
@@ -287,15 +265,15 @@ async fn queued_jobs_are_admitted_by_priority_then_first_come_never_over() {
     let c = queueing_cluster().await;
     create_class(&c, "batch-low", 1, false).await;
     create_class(&c, "urgent", 100, false).await;
-    create(&c, &job("run", "4", None)).await.unwrap();
+    create(&c, &job("run").cpu("4").obj()).await.unwrap();
     c.until("ml", "run charged", |q| used(q, "requests.cpu") == "4")
         .await;
     // Created last and named after the others, so neither its arrival
     // nor its name puts it first: only its class does.
-    let low = |n: &str| with_class(job(n, "2", None), "batch-low");
+    let low = |n: &str| with_class(job(n).cpu("2").obj(), "batch-low");
     create(&c, &low("low-1")).await.unwrap();
     create(&c, &low("low-2")).await.unwrap();
-    create(&c, &with_class(job("z-high", "3", None), "urgent"))
+    create(&c, &with_class(job("z-high").cpu("3").obj(), "urgent"))
         .await
         .unwrap();
     for n in ["low-1", "low-2", "z-high"] {
@@ -351,7 +329,7 @@ async fn queued_jobs_are_admitted_by_priority_then_first_come_never_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_charged_suspended_job_left_by_a_crash_is_unsuspended() {
     let c = queueing_cluster().await;
-    let mut j = job("r", "2", None);
+    let mut j = job("r").cpu("2").obj();
     j["metadata"]["uid"] = json!("uid-r");
     j["spec"]["suspend"] = json!(true);
     c.fake.put(j);
@@ -389,7 +367,7 @@ async fn a_round_cut_short_after_its_write_is_released_whole() {
     let c = queueing_cluster().await;
     let mut workloads = serde_json::Map::new();
     for n in ["r1", "r2"] {
-        let mut j = job(n, "2", None);
+        let mut j = job(n).cpu("2").obj();
         j["metadata"]["uid"] = json!(format!("uid-{n}"));
         j["spec"]["suspend"] = json!(true);
         c.fake.put(j);
@@ -433,7 +411,7 @@ async fn a_release_never_unholds_an_object_created_again_under_the_name() {
         ("old", "uid-new", "uid-old"),
         ("same", "uid-same", "uid-same"),
     ] {
-        let mut j = job(n, "2", None);
+        let mut j = job(n).cpu("2").obj();
         j["metadata"]["uid"] = json!(stored);
         j["spec"]["suspend"] = json!(true);
         c.fake.put(j);
@@ -480,12 +458,12 @@ async fn a_round_is_written_whole_in_one_write() {
     use futures::StreamExt;
     use kube::runtime::{watcher, WatchStreamExt};
     let c = queueing_cluster().await;
-    create(&c, &job("run", "4", None)).await.unwrap();
+    create(&c, &job("run").cpu("4").obj()).await.unwrap();
     c.until("ml", "run charged", |q| used(q, "requests.cpu") == "4")
         .await;
     let names: Vec<String> = (0..4).map(|i| format!("w-{i}")).collect();
     for n in &names {
-        create(&c, &job(n, "1", None)).await.unwrap();
+        create(&c, &job(n).cpu("1").obj()).await.unwrap();
     }
     c.until("ml", "all four queued and named", |q| {
         queue_refs(q).len() == 4
@@ -563,12 +541,12 @@ async fn a_round_is_written_whole_in_one_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_says_where_a_job_would_queue() {
     let c = queueing_cluster().await;
-    create(&c, &job("a", "3", None)).await.unwrap();
+    create(&c, &job("a").cpu("3").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
         .await;
     let (s, v) = c
         .server
-        .api(Method::POST, "/api/v1/check", Some(job("b", "2", None)))
+        .api(Method::POST, "/api/v1/check", Some(job("b").cpu("2").obj()))
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["allowed"], false);
@@ -581,7 +559,11 @@ async fn check_says_where_a_job_would_queue() {
     assert!(queue_refs(&c.fake.quota("ml")).is_empty());
     let (_, v) = c
         .server
-        .api(Method::POST, "/api/v1/check", Some(job("small", "1", None)))
+        .api(
+            Method::POST,
+            "/api/v1/check",
+            Some(job("small").cpu("1").obj()),
+        )
         .await;
     assert_eq!(v["allowed"], true, "{v}");
 }
@@ -646,20 +628,20 @@ async fn priority_comes_from_the_priority_class_not_from_the_template() {
     create_class(&c, "high", 1000, false).await;
     create_class(&c, "low", 10, false).await;
 
-    create(&c, &job("run", "4", None)).await.unwrap();
+    create(&c, &job("run").cpu("4").obj()).await.unwrap();
     c.until("ml", "run charged", |q| used(q, "requests.cpu") == "4")
         .await;
     // A number in the template, the highest a pod could have: ignored.
-    create(&c, &job("forged", "1", Some(2_000_000_000)))
+    create(&c, &job("forged").cpu("1").priority(2_000_000_000).obj())
         .await
         .unwrap();
-    create(&c, &with_class(job("low", "1", None), "low"))
+    create(&c, &with_class(job("low").cpu("1").obj(), "low"))
         .await
         .unwrap();
-    create(&c, &with_class(job("ghost", "1", None), "nope"))
+    create(&c, &with_class(job("ghost").cpu("1").obj(), "nope"))
         .await
         .unwrap();
-    create(&c, &with_class(job("high", "1", None), "high"))
+    create(&c, &with_class(job("high").cpu("1").obj(), "high"))
         .await
         .unwrap();
     let q = c
@@ -714,25 +696,6 @@ async fn priority_comes_from_the_priority_class_not_from_the_template() {
     );
 }
 
-/// Until `f` holds of some Event the API server has.
-async fn until_event(c: &Cluster, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..400 {
-        if let Some(e) = c
-            .fake
-            .list("events.k8s.io", "events")
-            .into_iter()
-            .find(|e| f(e))
-        {
-            return e;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!(
-        "no Event: {what}\n{:#?}",
-        c.fake.list("events.k8s.io", "events")
-    );
-}
-
 /// A job that fits the quota but not what is left of its card-hour
 /// budget waits for the budget as it would for quota, and its reason says
 /// which (status.queue and the Queued Event); a top-up admits it.
@@ -755,7 +718,7 @@ async fn a_queued_job_waits_for_card_hours_and_a_top_up_admits_it() {
     })
     .await;
     // 4 cores for at most 3 h: 12 core-hours to reserve, 10 left.
-    let mut big = job("big", "4", None);
+    let mut big = job("big").cpu("4").obj();
     big["spec"]["activeDeadlineSeconds"] = json!(3 * 3600);
     create(&c, &big).await.unwrap();
     assert!(
@@ -772,7 +735,7 @@ async fn a_queued_job_waits_for_card_hours_and_a_top_up_admits_it() {
     assert_eq!(q["status"]["queue"][0]["waiting"], "Budget", "{q}");
     assert_eq!(q["status"]["queue"][0]["reason"], want);
     assert_eq!(used(&q, "requests.cpu"), "0");
-    let e = until_event(&c, "Queued on big", |e| {
+    let e = until_event_where(&c, "Queued on big", |e| {
         e["reason"] == "Queued" && e["regarding"]["name"] == "big"
     })
     .await;
@@ -802,13 +765,6 @@ async fn a_queued_job_waits_for_card_hours_and_a_top_up_admits_it() {
         .as_str()
         .unwrap()
         .starts_with("queue:"));
-}
-
-fn job_in(ns: &str, quota: &str, name: &str, cpu: &str) -> Value {
-    let mut j = job(name, cpu, None);
-    j["metadata"]["namespace"] = json!(ns);
-    j["metadata"]["labels"]["biz.group.resource.quota"] = json!(quota);
-    j
 }
 
 async fn create_in(c: &Cluster, ns: &str, obj: &Value) -> Result<(), String> {
@@ -844,10 +800,10 @@ async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
     .await;
-    create_in(&c, "ml", &job_in("ml", "a", "a1", "4"))
+    create_in(&c, "ml", &job("a1").quota("a").cpu("4").obj())
         .await
         .unwrap();
-    create_in(&c, "web", &job_in("web", "b", "b1", "4"))
+    create_in(&c, "web", &job("b1").ns("web").quota("b").cpu("4").obj())
         .await
         .unwrap();
     c.until("b", "b1 charged", |q| used(q, "requests.cpu") == "4")
@@ -858,10 +814,10 @@ async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
     // cluster's watch is seconds behind at most.
     until_listed(&c, "b", |q| used(q, "requests.cpu") == "4").await;
     // a is full and b uses all of its share: nothing idle to lend.
-    create_in(&c, "ml", &job_in("ml", "a", "a2", "2"))
+    create_in(&c, "ml", &job("a2").quota("a").cpu("2").obj())
         .await
         .unwrap();
-    create_in(&c, "ml", &job_in("ml", "a", "a3", "2"))
+    create_in(&c, "ml", &job("a3").quota("a").cpu("2").obj())
         .await
         .unwrap();
     assert!(suspended(&c, "a2") && suspended(&c, "a3"));
@@ -945,7 +901,7 @@ async fn a_finished_job_gives_its_room_and_its_loan_back_at_once() {
     .await;
     let loan =
         |who: &str| c.fake.quota("org")["status"]["loans"][who]["amount"]["requests.cpu"].clone();
-    create_in(&c, "ml", &job_in("ml", "a", "a1", "8"))
+    create_in(&c, "ml", &job("a1").quota("a").cpu("8").obj())
         .await
         .unwrap();
     assert!(!suspended(&c, "a1"), "admitted on a loan of b's idle room");
@@ -970,7 +926,7 @@ async fn a_finished_job_gives_its_room_and_its_loan_back_at_once() {
     );
 
     // b's Job of 8 needs the same room on a loan: admitted at once.
-    create_in(&c, "web", &job_in("web", "b", "b1", "8"))
+    create_in(&c, "web", &job("b1").ns("web").quota("b").cpu("8").obj())
         .await
         .unwrap();
     let b1 = c.fake.get("batch", "jobs", "web", "b1").unwrap();
@@ -994,7 +950,7 @@ async fn a_finished_job_gives_its_room_and_its_loan_back_at_once() {
     .await;
 
     // Deleted while running on a loan: the DELETE's release returns it.
-    create_in(&c, "ml", &job_in("ml", "a", "a2", "6"))
+    create_in(&c, "ml", &job("a2").quota("a").cpu("6").obj())
         .await
         .unwrap();
     c.until("a", "a2 charged", |q| used(q, "requests.cpu") == "6")
@@ -1046,7 +1002,9 @@ async fn a_round_on_a_short_loan_admits_only_what_the_backed_loan_covers() {
         ("web", "sib", "s1", "4"),
         ("ml", "kid", "k0", "4"),
     ] {
-        create_in(&c, ns, &job_in(ns, q, name, cpu)).await.unwrap();
+        create_in(&c, ns, &job(name).ns(ns).quota(q).cpu(cpu).obj())
+            .await
+            .unwrap();
     }
     c.until("sib", "sib full", |q| used(q, "requests.cpu") == "6")
         .await;
@@ -1054,7 +1012,7 @@ async fn a_round_on_a_short_loan_admits_only_what_the_backed_loan_covers() {
         .await;
     // Three Jobs of 1 wait for room.
     for name in ["j0", "j1", "j2"] {
-        create_in(&c, "ml", &job_in("ml", "kid", name, "1"))
+        create_in(&c, "ml", &job(name).quota("kid").cpu("1").obj())
             .await
             .unwrap();
         assert!(
@@ -1153,7 +1111,7 @@ async fn a_finished_job_keeps_its_charge_while_a_pod_of_it_still_runs() {
     // Its pod, as the Job controller makes it.
     let running = crate::cluster::pod("ml", "a1-0", "Job", "a1", 0, "2026-11-21T10:00:00Z");
     c.fake.put(running.clone());
-    create_in(&c, "ml", &job_in("ml", "a", "a1", "8"))
+    create_in(&c, "ml", &job("a1").quota("a").cpu("8").obj())
         .await
         .unwrap();
     c.until("a", "a1 charged", |q| used(q, "requests.cpu") == "8")
@@ -1223,8 +1181,8 @@ async fn a_job_queued_past_the_alert_threshold_alerts_until_it_is_admitted() {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
     .await;
-    create(&c, &job("a", "3", None)).await.unwrap();
-    create(&c, &job("b", "2", None)).await.unwrap();
+    create(&c, &job("a").cpu("3").obj()).await.unwrap();
+    create(&c, &job("b").cpu("2").obj()).await.unwrap();
     c.until("ml", "b named", |q| {
         q["status"]["queue"][0]["uid"]
             .as_str()
@@ -1307,8 +1265,8 @@ fn stored_entry(name: &str, uid: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_entries_without_their_object_are_pruned() {
     let c = queueing_cluster().await;
-    create(&c, &job("a", "3", None)).await.unwrap();
-    create(&c, &job("b", "2", None)).await.unwrap();
+    create(&c, &job("a").cpu("3").obj()).await.unwrap();
+    create(&c, &job("b").cpu("2").obj()).await.unwrap();
     c.until("ml", "b named", |q| {
         q["status"]["queue"][0]["uid"]
             .as_str()
@@ -1316,7 +1274,7 @@ async fn queue_entries_without_their_object_are_pruned() {
     })
     .await;
     // c exists now as a new object; its entry names an earlier one.
-    let mut cj = job("c", "1", None);
+    let mut cj = job("c").cpu("1").obj();
     cj["metadata"]["uid"] = json!("uid-c-new");
     cj["spec"]["suspend"] = json!(true);
     c.fake.put(cj);
@@ -1332,7 +1290,7 @@ async fn queue_entries_without_their_object_are_pruned() {
         })
         .await;
     assert_eq!(used(&q, "requests.cpu"), "3");
-    until_event(&c, "QueueEntryRemoved on c", |e| {
+    until_event_where(&c, "QueueEntryRemoved on c", |e| {
         e["reason"] == "QueueEntryRemoved" && e["regarding"]["name"] == "c"
     })
     .await;
@@ -1365,8 +1323,8 @@ async fn the_queue_is_shown_on_the_quota_page_and_as_json_to_who_may_see_it() {
     use crate::common::{bind, create_user, Browser};
     let c = queueing_cluster().await;
     create_class(&c, "urgent", 1000, false).await;
-    create(&c, &job("a", "3", None)).await.unwrap();
-    create(&c, &with_class(job("b", "2", None), "urgent"))
+    create(&c, &job("a").cpu("3").obj()).await.unwrap();
+    create(&c, &with_class(job("b").cpu("2").obj(), "urgent"))
         .await
         .unwrap();
     c.until("ml", "b named", |q| {
@@ -1492,11 +1450,11 @@ async fn a_replica_without_the_watch_reads_priority_classes_through_the_api() {
             .count()
     };
     let before = lists();
-    create(&c, &job("run", "4", None)).await.unwrap();
-    create(&c, &with_class(job("b", "2", None), "urgent"))
+    create(&c, &job("run").cpu("4").obj()).await.unwrap();
+    create(&c, &with_class(job("b").cpu("2").obj(), "urgent"))
         .await
         .unwrap();
-    create(&c, &with_class(job("c", "2", None), "urgent"))
+    create(&c, &with_class(job("c").cpu("2").obj(), "urgent"))
         .await
         .unwrap();
     // Judged by the serving replica's webhook, before any round: in the
@@ -1579,14 +1537,14 @@ async fn finished_jobs_give_their_room_back_while_a_round_still_releases() {
     };
     for q in kids {
         for i in 0..4 {
-            create_in(&c, "ml", &job_in("ml", q, &format!("{q}-j{i}"), "1"))
+            create_in(&c, "ml", &job(&format!("{q}-j{i}")).quota(q).cpu("1").obj())
                 .await
                 .unwrap();
             c.fake.put(pod_of(q, i));
         }
         c.until(q, "four Jobs charged", |v| used(v, "requests.cpu") == "4")
             .await;
-        create_in(&c, "ml", &job_in("ml", q, &format!("{q}-w"), "1"))
+        create_in(&c, "ml", &job(&format!("{q}-w")).quota(q).cpu("1").obj())
             .await
             .unwrap();
         assert!(suspended(&c, &format!("{q}-w")), "queued");
@@ -1688,7 +1646,7 @@ async fn a_create_is_judged_with_no_read_of_its_quota_or_its_parent() {
                 "kind": {"group": "batch", "version": "v1", "kind": "Job"},
                 "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
                 "name": name, "namespace": "ml", "operation": "CREATE",
-                "userInfo": {"username": "alice"}, "object": job_in("ml", "a", name, cpu),
+                "userInfo": {"username": "alice"}, "object": job(name).quota("a").cpu(cpu).obj(),
                 "dryRun": false}})
     };
     let fail_reads = |n: usize| {

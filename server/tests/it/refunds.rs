@@ -16,6 +16,7 @@
 use crate::cluster::{pod, Cluster, HOUR, T0};
 use crate::common::*;
 use crate::fakeapi::FakeApi;
+use crate::support::{job, metric, until_first_event};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -23,18 +24,6 @@ use std::time::Duration;
 
 const KEY: &str = "cash/requests.cpu";
 const MIN: i64 = 60_000;
-
-fn job(ns: &str, name: &str, quota: &str, pods: i64, cpu: &str, runtime: Option<&str>) -> Value {
-    let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns, "labels": {"biz.group.resource.quota": quota}},
-        "spec": {"parallelism": pods, "completions": pods,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x",
-                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}});
-    if let Some(r) = runtime {
-        j["metadata"]["annotations"] = json!({"biz.group.resource.quota/max-runtime": r});
-    }
-    j
-}
 
 async fn create_job(c: &Cluster, j: &Value) -> Result<(), String> {
     let ar =
@@ -70,24 +59,6 @@ fn accrued(q: &Value) -> i128 {
 /// Per mille of a core for `ms`: `status.cashAccrued`'s unit.
 fn per_mille(cores: i128, ms: i128) -> i128 {
     cores * 1_000_000_000 * ms * 1000
-}
-
-async fn until_event(c: &Cluster, reason: &str, name: &str) -> Value {
-    for _ in 0..400 {
-        if let Some(e) = c
-            .fake
-            .list("events.k8s.io", "events")
-            .into_iter()
-            .find(|e| e["reason"] == reason && e["regarding"]["name"] == name)
-        {
-            return e;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "no {reason} Event on {name}: {:#?}",
-        c.fake.list("events.k8s.io", "events")
-    );
 }
 
 async fn until_suspended(c: &Cluster, ns: &str, name: &str) {
@@ -149,12 +120,36 @@ async fn seed_004_run_time_billing_with_a_reclaimed_job_refunded() {
 
     // Seed 004's billing by run time: both of A's Jobs declare theirs and
     // reserve it; `sweep` borrows.
-    let train = job("ns-a", "train", "user-a", 2, "2", Some("2h"));
-    let sweep = job("ns-a", "sweep", "user-a", 2, "2", Some("10h"));
+    let train = job("train")
+        .image("x")
+        .ns("ns-a")
+        .quota("user-a")
+        .pods(2)
+        .cpu("2")
+        .max_runtime("2h")
+        .obj();
+    let sweep = job("sweep")
+        .image("x")
+        .ns("ns-a")
+        .quota("user-a")
+        .pods(2)
+        .cpu("2")
+        .max_runtime("10h")
+        .obj();
     create_job(&c, &train).await.unwrap();
     create_job(&c, &sweep).await.unwrap();
-    let job1 = job("ns-b", "job-1", "user-b", 1, "3", None);
-    let job2 = job("ns-b", "job-2", "user-b", 1, "5", None);
+    let job1 = job("job-1")
+        .image("x")
+        .ns("ns-b")
+        .quota("user-b")
+        .cpu("3")
+        .obj();
+    let job2 = job("job-2")
+        .image("x")
+        .ns("ns-b")
+        .quota("user-b")
+        .cpu("5")
+        .obj();
     create_job(&c, &job1).await.unwrap();
     create_job(&c, &job2).await.unwrap();
     let a = c
@@ -215,7 +210,7 @@ async fn seed_004_run_time_billing_with_a_reclaimed_job_refunded() {
     );
     // Billed: train 4 cores × 50 min + sweep 4 × 50 min, less the refund.
     assert_eq!(accrued(&a), per_mille(8, 50 * MIN as i128) - refund, "{a}");
-    let e = until_event(&c, "Refunded", "sweep").await;
+    let e = until_first_event(&c, "Refunded", "sweep").await;
     let note = e["note"].as_str().unwrap();
     assert!(
         note.contains("refunded 1.33 core-hours of cash/requests.cpu"),
@@ -248,7 +243,7 @@ async fn seed_004_run_time_billing_with_a_reclaimed_job_refunded() {
     c.set_clock(T0 + 2 * HOUR + MIN);
     c.touch("user-a", 4);
     until_suspended(&c, "ns-a", "train").await;
-    let e = until_event(&c, "RunTimeExceeded", "train").await;
+    let e = until_first_event(&c, "RunTimeExceeded", "train").await;
     assert!(
         e["note"]
             .as_str()
@@ -283,7 +278,12 @@ async fn a_spent_budget_suspends_its_batch_work_after_the_grace() {
         )
         .await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
-    let batch = job("ns-x", "batch", "ex", 1, "1", None);
+    let batch = job("batch")
+        .image("x")
+        .ns("ns-x")
+        .quota("ex")
+        .cpu("1")
+        .obj();
     create_job(&c, &batch).await.unwrap();
     let serve = json!({"apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "serve", "namespace": "ns-x",
@@ -337,7 +337,7 @@ async fn a_spent_budget_suspends_its_batch_work_after_the_grace() {
         })
         .await;
     assert_eq!(q["status"]["used"][KEY], "2", "{q}");
-    let e = until_event(&c, "BudgetExhausted", "ex").await;
+    let e = until_first_event(&c, "BudgetExhausted", "ex").await;
     assert!(
         e["note"]
             .as_str()
@@ -351,7 +351,7 @@ async fn a_spent_budget_suspends_its_batch_work_after_the_grace() {
     c.set_clock(T0 + HOUR + 11 * MIN);
     c.touch("ex", 2);
     until_suspended(&c, "ns-x", "batch").await;
-    let e = until_event(&c, "BudgetExhausted", "batch").await;
+    let e = until_first_event(&c, "BudgetExhausted", "batch").await;
     assert!(e["note"].as_str().unwrap().contains("suspendBatch"), "{e}");
     assert_eq!(
         c.fake.get("apps", "deployments", "ns-x", "serve").unwrap()["spec"]["replicas"],
@@ -365,14 +365,6 @@ async fn a_spent_budget_suspends_its_batch_work_after_the_grace() {
 
 const USER_A_STATUS: &str = "/apis/bizrq.io/v1/bizgroupresourcequotas/user-a/status";
 const SWEEP: &str = "batch/Job/ns-a/sweep";
-
-/// A metric's value on one replica (0 when absent).
-async fn metric(c: &Cluster, line: &str) -> f64 {
-    let (_, text) = c.server.get_text("/metrics").await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
 
 /// The budget ledger of `user-a`'s key as stored: (reason, amount in acc,
 /// note) per entry.
@@ -400,10 +392,34 @@ async fn ledger_rows(db: &str) -> Vec<(String, i128, String)> {
 /// scheduled, and `sweep` is marked. Returns the mark (`marked`).
 async fn seed_004_until_marked(c: &Cluster) -> Value {
     seed_004_quotas(c).await;
-    let train = job("ns-a", "train", "user-a", 2, "2", Some("2h"));
-    let sweep = job("ns-a", "sweep", "user-a", 2, "2", Some("10h"));
-    let job1 = job("ns-b", "job-1", "user-b", 1, "3", None);
-    let job2 = job("ns-b", "job-2", "user-b", 1, "5", None);
+    let train = job("train")
+        .image("x")
+        .ns("ns-a")
+        .quota("user-a")
+        .pods(2)
+        .cpu("2")
+        .max_runtime("2h")
+        .obj();
+    let sweep = job("sweep")
+        .image("x")
+        .ns("ns-a")
+        .quota("user-a")
+        .pods(2)
+        .cpu("2")
+        .max_runtime("10h")
+        .obj();
+    let job1 = job("job-1")
+        .image("x")
+        .ns("ns-b")
+        .quota("user-b")
+        .cpu("3")
+        .obj();
+    let job2 = job("job-2")
+        .image("x")
+        .ns("ns-b")
+        .quota("user-b")
+        .cpu("5")
+        .obj();
     for j in [&train, &sweep, &job1, &job2] {
         create_job(c, j).await.unwrap();
     }
@@ -516,7 +532,11 @@ async fn two_leaders_refund_one_mark(db: &str) {
         .unwrap()
         .to_string();
     b.until_metric(&runs).await;
-    assert_eq!(metric(&a, "bizrq_leader").await, 1.0, "A still leads");
+    assert_eq!(
+        metric(&a.server, "bizrq_leader").await,
+        1.0,
+        "A still leads"
+    );
     for quota in ["user-a", "user-b"] {
         a.until(quota, "reconciled at 10:01", |q| {
             q["status"]["lastReconcileTime"] == "2026-11-21T10:01:00.000Z"
@@ -526,13 +546,21 @@ async fn two_leaders_refund_one_mark(db: &str) {
     // What racing accrual writes left to retry (5 s backoff) settles.
     tokio::time::sleep(Duration::from_secs(6)).await;
     let (refunded_a, refunded_b) = (
-        metric(&a, "bizrq_reclaim_actions_total{result=\"refunded\"}").await,
-        metric(&b, "bizrq_reclaim_actions_total{result=\"refunded\"}").await,
+        metric(
+            &a.server,
+            "bizrq_reclaim_actions_total{result=\"refunded\"}",
+        )
+        .await,
+        metric(
+            &b.server,
+            "bizrq_reclaim_actions_total{result=\"refunded\"}",
+        )
+        .await,
     );
     assert_eq!((refunded_a, refunded_b), (0.0, 0.0));
     let conflicts = (
-        metric(&a, "bizrq_cas_conflicts_total").await,
-        metric(&b, "bizrq_cas_conflicts_total").await,
+        metric(&a.server, "bizrq_cas_conflicts_total").await,
+        metric(&b.server, "bizrq_cas_conflicts_total").await,
     );
 
     // 10:50: the mark is long due. Both controllers reconcile `pool`; their
@@ -585,11 +613,19 @@ async fn two_leaders_refund_one_mark(db: &str) {
     assert_eq!(r[SWEEP]["from"], "2026-11-21T10:30:00.000Z", "{q}");
     assert_eq!(r[SWEEP]["to"], "2026-11-21T10:50:00.000Z", "{q}");
     assert_eq!(r[SWEEP]["amounts"][KEY], (refund * 1000).to_string());
-    let refunded = metric(&a, "bizrq_reclaim_actions_total{result=\"refunded\"}").await
-        + metric(&b, "bizrq_reclaim_actions_total{result=\"refunded\"}").await;
+    let refunded = metric(
+        &a.server,
+        "bizrq_reclaim_actions_total{result=\"refunded\"}",
+    )
+    .await
+        + metric(
+            &b.server,
+            "bizrq_reclaim_actions_total{result=\"refunded\"}",
+        )
+        .await;
     assert_eq!(refunded, 1.0, "one replica took the refund");
-    let lost = metric(&a, "bizrq_cas_conflicts_total").await
-        + metric(&b, "bizrq_cas_conflicts_total").await;
+    let lost = metric(&a.server, "bizrq_cas_conflicts_total").await
+        + metric(&b.server, "bizrq_cas_conflicts_total").await;
     assert!(
         lost > conflicts.0 + conflicts.1,
         "the loser's swap conflicted"
@@ -599,7 +635,7 @@ async fn two_leaders_refund_one_mark(db: &str) {
     // Sweep's pods stop at 10:50 (both controllers see them go first:
     // until then they run and are billed).
     const PODS: &str = "bizrq_controller_tracked{kind=\"pods\"}";
-    let pods = metric(&a, PODS).await;
+    let pods = metric(&a.server, PODS).await;
     fake.remove("", "pods", "ns-a", "sweep-x");
     fake.remove("", "pods", "ns-a", "sweep-y");
     for c in [&a, &b] {
@@ -791,7 +827,7 @@ async fn a_refund_whose_ledger_append_fails_is_appended_by_a_retry() {
     c.set_clock(T0 + 50 * MIN);
     c.touch("pool", 1);
     until_suspended(&c, "ns-a", "sweep").await;
-    until_event(&c, "Refunded", "sweep").await;
+    until_first_event(&c, "Refunded", "sweep").await;
     // The first attempt has met the trigger; the database heals.
     tokio::time::sleep(Duration::from_millis(300)).await;
     sqlx::query("DROP TRIGGER refuse_refunds")
@@ -819,7 +855,7 @@ async fn a_refund_outlives_a_controller_that_never_appended_it() {
     c.set_clock(T0 + 50 * MIN);
     c.touch("pool", 1);
     until_suspended(&c, "ns-a", "sweep").await;
-    until_event(&c, "Refunded", "sweep").await;
+    until_first_event(&c, "Refunded", "sweep").await;
     let q = c
         .until("user-a", "the refund in the outbox", |q| {
             q["status"]["refunds"][SWEEP]["mark"] == mark
