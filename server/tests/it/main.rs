@@ -37,6 +37,7 @@ mod queue_opt_out;
 mod queue_visible;
 mod queueing;
 mod refunds;
+mod relist;
 mod reservations;
 mod resync;
 mod scenario;

@@ -60,6 +60,8 @@ struct Coll {
     /// How many events `log` keeps (None: all).
     keep: Option<usize>,
     tx: broadcast::Sender<(u64, &'static str, Value)>,
+    /// Bumped by `end_watches`: every watch open on the kind ends.
+    ends: tokio::sync::watch::Sender<u64>,
 }
 
 #[derive(Default)]
@@ -71,7 +73,8 @@ struct State {
     requests: Vec<String>,
     /// How many requests of each verb and resource were served, whatever
     /// `history` keeps (`tally`): "get bizgroupresourcequotas",
-    /// "patch jobs", "put bizgroupresourcequotas/status", "list …", "watch …".
+    /// "patch jobs", "put bizgroupresourcequotas/status", "list …", "watch …";
+    /// and "expired …", the watches answered 410 Expired.
     tally: HashMap<String, u64>,
     /// Answer the next N writes to these paths with 409.
     conflicts: HashMap<String, usize>,
@@ -424,6 +427,7 @@ impl FakeApi {
                 compacted: 0,
                 keep,
                 tx,
+                ends: tokio::sync::watch::Sender::new(0),
             },
         );
     }
@@ -507,6 +511,17 @@ impl FakeApi {
             .unwrap()
             .next_watch_lag
             .insert(coll_key(group, plural), delay);
+    }
+
+    /// End every watch open now on `group`/`plural`, as kube-apiserver
+    /// ends its watches at their timeout or when it restarts: each client
+    /// watches again from the last version it saw (and, if that version
+    /// has been compacted meanwhile, is told 410 Expired and lists again).
+    pub fn end_watches(&self, group: &str, plural: &str) {
+        let g = self.state.lock().unwrap();
+        g.colls[&coll_key(group, plural)]
+            .ends
+            .send_modify(|n| *n += 1);
     }
 
     /// Every write to `path` from now on takes `delay` more before it is
