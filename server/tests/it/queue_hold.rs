@@ -7,7 +7,7 @@
 //! dropped by the controller after the reservation window.
 
 use crate::cluster::{used, Cluster, T0};
-use crate::support::job;
+use crate::support::{job, Review};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -125,12 +125,7 @@ async fn a_mutating_hold_whose_create_never_comes_is_released() {
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "1")
         .await;
 
-    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "uid-ghost",
-            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
-            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
-            "name": "ghost", "namespace": "ml", "operation": "CREATE",
-            "userInfo": {"username": "mallory"}, "object": job("ghost").cpu("2").obj(), "dryRun": false}});
+    let review = Review::bare_job_create("uid-ghost", "mallory", job("ghost").cpu("2").obj()).obj();
     let r = c.server.review("/mutate/workloads", &review).await;
     assert_eq!(r["allowed"], true, "{r}");
     assert!(r["patch"].is_null(), "fits now, not suspended: {r}");

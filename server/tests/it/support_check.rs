@@ -382,3 +382,139 @@ fn every_old_builder_equals_the_support_builder() {
             .obj()
     );
 }
+
+// The review builders, against the old hand-written ones.
+use crate::common::review;
+
+fn old_reservations_job_review(uid: &str, object: Option<Value>, old: Option<Value>) -> Value {
+    let fixture = if object.is_some() {
+        "deployment-create.json"
+    } else {
+        "deployment-delete.json"
+    };
+    let mut r = review(fixture, uid, object, old);
+    let gvk = json!({"group": "batch", "version": "v1", "kind": "Job"});
+    let gvr = json!({"group": "batch", "version": "v1", "resource": "jobs"});
+    r["request"]["kind"] = gvk.clone();
+    r["request"]["requestKind"] = gvk;
+    r["request"]["resource"] = gvr.clone();
+    r["request"]["requestResource"] = gvr;
+    r["request"]["namespace"] = "ml".into();
+    r
+}
+
+fn old_updates_job_review(uid: &str, object: Value, old: Option<Value>) -> Value {
+    let update = old.is_some();
+    let mut r = review("deployment-create.json", uid, Some(object), old);
+    let gvk = json!({"group": "batch", "version": "v1", "kind": "Job"});
+    let gvr = json!({"group": "batch", "version": "v1", "resource": "jobs"});
+    r["request"]["kind"] = gvk.clone();
+    r["request"]["requestKind"] = gvk;
+    r["request"]["resource"] = gvr.clone();
+    r["request"]["requestResource"] = gvr;
+    r["request"]["namespace"] = "ml".into();
+    if update {
+        r["request"]["operation"] = "UPDATE".into();
+    }
+    r
+}
+
+fn old_edges_job_review(uid: &str, job: Value) -> Value {
+    let mut rv = review("deployment-create.json", uid, Some(job), None);
+    let r = &mut rv["request"];
+    r["kind"] = json!({"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"});
+    r["resource"] = json!({"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"});
+    r["name"] = "bert".into();
+    r["namespace"] = "ml".into();
+    rv
+}
+
+fn old_queue_flood_job_review(uid: &str, user: &str, object: Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": uid,
+            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "name": object["metadata"]["name"], "namespace": "ml", "operation": "CREATE",
+            "userInfo": {"username": user}, "object": object, "dryRun": false}})
+}
+
+fn old_queue_flood_review_by(uid: &str, user: &str, object: Value) -> Value {
+    let mut r = old_queue_flood_job_review(uid, user, object);
+    r["request"]["namespace"] = r["request"]["object"]["metadata"]["namespace"].clone();
+    r
+}
+
+fn old_ledger_admit_review(uid: &str, user: &str, j: &Value) -> Value {
+    let mut r = review("deployment-create.json", uid, Some(j.clone()), None);
+    let gvk = json!({"group": "batch", "version": "v1", "kind": "Job"});
+    let gvr = json!({"group": "batch", "version": "v1", "resource": "jobs"});
+    r["request"]["kind"] = gvk.clone();
+    r["request"]["requestKind"] = gvk;
+    r["request"]["resource"] = gvr.clone();
+    r["request"]["requestResource"] = gvr;
+    r["request"]["namespace"] = "ml".into();
+    r["request"]["userInfo"]["username"] = user.into();
+    r
+}
+
+#[test]
+fn every_old_review_equals_the_support_builder() {
+    let a = job("a").quota("team").cards(2).obj();
+    let b = job("b").ns("ns-b").cpu("2").obj();
+    assert_eq!(
+        old_reservations_job_review("u", Some(a.clone()), None),
+        Review::create("u", a.clone()).of_job().ns("ml").obj()
+    );
+    assert_eq!(
+        old_reservations_job_review("u", None, Some(a.clone())),
+        Review::delete("u", a.clone()).of_job().ns("ml").obj()
+    );
+    assert_eq!(
+        old_updates_job_review("u", a.clone(), None),
+        Review::create("u", a.clone()).of_job().ns("ml").obj()
+    );
+    assert_eq!(
+        old_updates_job_review("u", b.clone(), Some(a.clone())),
+        Review::update("u", b.clone(), a.clone())
+            .of_job()
+            .ns("ml")
+            .obj()
+    );
+    assert_eq!(
+        old_edges_job_review("neg", a.clone()),
+        Review::create("neg", a.clone())
+            .kind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+            .name("bert")
+            .ns("ml")
+            .obj()
+    );
+    assert_eq!(
+        old_queue_flood_job_review("u", "mallory", a.clone()),
+        Review::bare_job_create("u", "mallory", a.clone()).obj()
+    );
+    assert_eq!(
+        old_queue_flood_review_by("u", "alice", b.clone()),
+        Review::bare_job_create("u", "alice", b.clone())
+            .ns_of_object()
+            .obj()
+    );
+    assert_eq!(
+        old_ledger_admit_review("x", "carol", &a),
+        Review::create("x", a.clone())
+            .of_job()
+            .ns("ml")
+            .user("carol")
+            .obj()
+    );
+    // The three reviews written out inline (queue_hold, queueing, queue_marks).
+    let ghost = job("ghost").cpu("2").obj();
+    assert_eq!(
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "uid-ghost",
+            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "name": "ghost", "namespace": "ml", "operation": "CREATE",
+            "userInfo": {"username": "mallory"}, "object": ghost.clone(), "dryRun": false}}),
+        Review::bare_job_create("uid-ghost", "mallory", ghost).obj()
+    );
+}
