@@ -46,7 +46,6 @@ mod seed004;
 mod shares;
 mod slowloris;
 mod support;
-mod support_check;
 mod topups;
 mod transfers;
 mod trust;
