@@ -6,14 +6,12 @@
 //! controller, from the list, learns what it missed (a deletion whose
 //! event was compacted away) and acts on it.
 //!
-//! The fake's history is not bounded by default, although kube-apiserver
-//! always compacts: `bound_history` bounds, with the watch log, the
-//! requests and reviews the fake keeps, and the suite's tests read those
-//! in full (`requests()`, `reviews()`, `until_requested`) as well as every
-//! stored version of a quota (`quota_versions`). Bounding only what
-//! watches are served from would need a second, unbounded record of each
-//! kind's versions beside the watch log; the tests that bound it (this
-//! one, the benches) say so instead.
+//! The fake always compacts, as kube-apiserver does: watches are served
+//! from about the last 5,000 events of each kind (`WATCH_HISTORY`), while
+//! the requests, reviews and stored versions the suite's tests read in
+//! full (`requests()`, `reviews()`, `quota_versions`) are kept whole
+//! unless a test bounds them too with `bound_history`, as this one does
+//! (to two events, so that a few writes compact what the watch missed).
 use crate::cluster::{used, HOUR, T0};
 use crate::queue_hold::{jobs, queueing_cluster};
 use crate::support::{job, queue_refs};
