@@ -10,6 +10,7 @@
 //! that falls here was returned at once.
 
 use crate::cluster::{used, Cluster};
+use crate::support::job;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -18,15 +19,6 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 const CPU: &str = "requests.cpu";
-
-fn job(ns: &str, quota: &str, name: &str, pods: i64, cpu: i64) -> DynamicObject {
-    serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns, "labels": {"biz.group.resource.quota": quota}},
-        "spec": {"parallelism": pods, "completions": pods,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"cpu": cpu.to_string()}, "limits": {"cpu": cpu.to_string()}}}]}}}}))
-    .unwrap()
-}
 
 fn jobs(c: &Cluster, ns: &str) -> Api<DynamicObject> {
     let ar =
@@ -84,7 +76,10 @@ fn loan(c: &Cluster, who: &str) -> Value {
 async fn a_scale_down_gives_its_loan_back_at_once() {
     let c = family(8, 4).await;
     jobs(&c, "ml")
-        .create(&PostParams::default(), &job("ml", "a", "wide", 2, 3))
+        .create(
+            &PostParams::default(),
+            &job("wide").quota("a").pods(2).cpu("3").dynamic(),
+        )
         .await
         .unwrap();
     c.until("a", "wide charged on a loan", |q| used(q, CPU) == "6")
@@ -109,7 +104,10 @@ async fn a_scale_down_gives_its_loan_back_at_once() {
     // b needs 1 beyond its hard: a's idle 1 (with the loan kept, a would
     // hold hard + loan = 6 and nothing would be idle).
     jobs(&c, "web")
-        .create(&PostParams::default(), &job("web", "b", "b1", 1, 5))
+        .create(
+            &PostParams::default(),
+            &job("b1").ns("web").quota("b").cpu("5").dynamic(),
+        )
         .await
         .expect("b1 admitted on the room a gave back");
     assert_eq!(loan(&c, "b"), "1");
@@ -123,7 +121,10 @@ async fn a_job_moved_to_another_quota_gives_its_loan_back_at_once() {
     let c = family(8, 4).await;
     quota(&c, "elsewhere", json!({"parent": "", "hard": {CPU: "8"}})).await;
     jobs(&c, "ml")
-        .create(&PostParams::default(), &job("ml", "a", "mover", 1, 8))
+        .create(
+            &PostParams::default(),
+            &job("mover").quota("a").cpu("8").dynamic(),
+        )
         .await
         .unwrap();
     c.until("a", "mover charged on a loan", |q| used(q, CPU) == "8")
@@ -149,7 +150,10 @@ async fn a_job_moved_to_another_quota_gives_its_loan_back_at_once() {
     c.until("a", "mover gone from a", |q| used(q, CPU) == "0")
         .await;
     jobs(&c, "web")
-        .create(&PostParams::default(), &job("web", "b", "b1", 1, 8))
+        .create(
+            &PostParams::default(),
+            &job("b1").ns("web").quota("b").cpu("8").dynamic(),
+        )
         .await
         .expect("b1 admitted on the room a gave back");
     assert_eq!(loan(&c, "b"), "4");
@@ -213,7 +217,11 @@ async fn returns_racing_grants_never_lend_past_the_parents_hard() {
                 let mut admitted = 0;
                 for i in 0..8 {
                     let name = format!("{child}-{lane}-{i}");
-                    let j = job(ns, child, &name, 1, 1 + (lane + i) as i64 % 2);
+                    let j = job(&name)
+                        .ns(ns)
+                        .quota(child)
+                        .cpu(1 + (lane + i) as i64 % 2)
+                        .dynamic();
                     if api.create(&PostParams::default(), &j).await.is_err() {
                         continue;
                     }
@@ -366,8 +374,11 @@ async fn a_loan_cut_while_a_charge_rides_it_waits_for_the_borrowers_fence() {
     let x = {
         let api = jobs(&c, "ml");
         tokio::spawn(async move {
-            api.create(&PostParams::default(), &job("ml", "a", "x", 1, 4))
-                .await
+            api.create(
+                &PostParams::default(),
+                &job("x").quota("a").cpu("4").dynamic(),
+            )
+            .await
         })
     };
     c.until("org", "x's grant", |q| {
@@ -387,7 +398,10 @@ async fn a_loan_cut_while_a_charge_rides_it_waits_for_the_borrowers_fence() {
     // of a's loan of 4 is still backed.
     other.serve_webhooks();
     jobs(&c, "web")
-        .create(&PostParams::default(), &job("web", "b", "b1", 1, 3))
+        .create(
+            &PostParams::default(),
+            &job("b1").ns("web").quota("b").cpu("3").dynamic(),
+        )
         .await
         .expect("within b's hard");
     // The other replica's watch of b catches up (its grants read the
@@ -396,8 +410,11 @@ async fn a_loan_cut_while_a_charge_rides_it_waits_for_the_borrowers_fence() {
     let y = {
         let api = jobs(&c, "ml");
         tokio::spawn(async move {
-            api.create(&PostParams::default(), &job("ml", "a", "y", 1, 1))
-                .await
+            api.create(
+                &PostParams::default(),
+                &job("y").quota("a").cpu("1").dynamic(),
+            )
+            .await
         })
     };
     // y's first write of a is on its way, slowed as x's: a's writes are

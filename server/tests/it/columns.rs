@@ -10,7 +10,8 @@
 //! (docs/portal.md, "One truth on every screen").
 
 use crate::cluster::{pod, replicaset, used, Cluster, HOUR, T0};
-use crate::common::{deployment, review};
+use crate::common::deployment;
+use crate::support::Review;
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -124,10 +125,7 @@ async fn admit(c: &Cluster, uid: &str, workload: &str, quota: &str, gpus: i64) {
     let d = deployment(workload, quota, 1, gpus);
     let r = c
         .server
-        .review(
-            "/validate/workloads",
-            &review("deployment-create.json", uid, Some(d.clone()), None),
-        )
+        .review("/validate/workloads", &Review::create(uid, d.clone()).obj())
         .await;
     assert_eq!(r["allowed"], true, "{workload} in {quota}: {r}");
     c.fake.put(d);

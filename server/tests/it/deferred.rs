@@ -5,6 +5,7 @@
 //! status writes fail, or hang.
 
 use crate::common::{deployment, fresh_sqlite, review};
+use crate::support::metric_text;
 use bizrq::service::{Persist, Service};
 use bizrq::store::sql::SqlStore;
 use bizrq::store::{QuotaStore, StoreError, Stored};
@@ -175,14 +176,6 @@ fn delete_review(uid: &str) -> Request {
     request(review("deployment-delete.json", uid, None, Some(d)))
 }
 
-fn metric(svc: &Service, name: &str) -> String {
-    svc.metrics
-        .render()
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(str::to_string))
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_under_contention_is_allowed_and_released_later() {
     delete_is_allowed_and_released_later(CONFLICTS).await;
@@ -207,7 +200,10 @@ async fn a_delete_on_a_hanging_store_is_answered_in_time_and_released_later() {
     .await
     .expect("the DELETE was answered before the API server's 5 s");
     assert!(v.allowed, "{} {}", v.code, v.message);
-    assert_eq!(metric(&svc, "bizrq_deferred_releases_total"), "1");
+    assert_eq!(
+        metric_text(&svc.metrics.render(), "bizrq_deferred_releases_total"),
+        "1"
+    );
     store.fault.store(HEALTHY, Ordering::SeqCst);
     until_released(&svc).await;
 }
@@ -277,7 +273,10 @@ async fn deferred_releases_are_one_per_workload_and_capped() {
         let v = decide(&svc, Endpoint::Workloads, &delete_review(&format!("u-{i}"))).await;
         assert!(v.allowed);
     }
-    assert_eq!(metric(&svc, "bizrq_deferred_releases_total"), "1");
+    assert_eq!(
+        metric_text(&svc.metrics.render(), "bizrq_deferred_releases_total"),
+        "1"
+    );
     // Many workloads: beyond the cap of tasks, counted and left to the
     // reconcile.
     let error = bizrq::service::ServiceError::Internal("disk I/O error".into());
@@ -292,8 +291,14 @@ async fn deferred_releases_are_one_per_workload_and_capped() {
         );
     }
     assert_eq!(
-        metric(&svc, "bizrq_deferred_releases_total"),
+        metric_text(&svc.metrics.render(), "bizrq_deferred_releases_total"),
         cap.to_string()
     );
-    assert_eq!(metric(&svc, "bizrq_deferred_releases_over_cap_total"), "10");
+    assert_eq!(
+        metric_text(
+            &svc.metrics.render(),
+            "bizrq_deferred_releases_over_cap_total"
+        ),
+        "10"
+    );
 }

@@ -3,6 +3,7 @@
 //! and nothing is charged or stored.
 
 use crate::common::*;
+use crate::support::Review;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -13,16 +14,6 @@ fn pytorch_job(gpus: &str) -> Value {
         "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
             "containers": [{"name": "worker", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]}}}}}
     })
-}
-
-fn job_review(uid: &str, job: Value) -> Value {
-    let mut rv = review("deployment-create.json", uid, Some(job), None);
-    let r = &mut rv["request"];
-    r["kind"] = json!({"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"});
-    r["resource"] = json!({"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"});
-    r["name"] = "bert".into();
-    r["namespace"] = "ml".into();
-    rv
 }
 
 #[tokio::test]
@@ -40,7 +31,11 @@ async fn a_negative_gpu_request_is_refused_by_the_webhook_and_the_check() {
     let r = s
         .review(
             "/validate/workloads",
-            &job_review("neg", pytorch_job("-100")),
+            &Review::create("neg", pytorch_job("-100"))
+                .kind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+                .name("bert")
+                .ns("ml")
+                .obj(),
         )
         .await;
     assert_eq!(r["allowed"], false, "{r}");
@@ -57,7 +52,14 @@ async fn a_negative_gpu_request_is_refused_by_the_webhook_and_the_check() {
 
     // The same job asking 2 cards is charged as ever.
     let r = s
-        .review("/validate/workloads", &job_review("pos", pytorch_job("2")))
+        .review(
+            "/validate/workloads",
+            &Review::create("pos", pytorch_job("2"))
+                .kind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+                .name("bert")
+                .ns("ml")
+                .obj(),
+        )
         .await;
     assert_eq!(r["allowed"], true, "{r}");
     assert_eq!(s.used("ml", "requests.nvidia.com/gpu").await, "2");

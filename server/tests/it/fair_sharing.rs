@@ -9,6 +9,7 @@
 //! is on loan and their shares are what they borrow of the parent's 40.
 
 use crate::cluster::{used, Cluster, T0};
+use crate::support::job;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -21,15 +22,6 @@ const JOB_CPU: i64 = 2;
 const JOBS_EACH: usize = 16;
 /// CPUs the holder keeps running while the rest is shared out.
 const KEPT: i64 = 10;
-
-fn job(ns: &str, quota: &str, name: &str, cpu: i64) -> DynamicObject {
-    serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns, "labels": {"biz.group.resource.quota": quota}},
-        "spec": {"parallelism": 1, "completions": 1,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"cpu": cpu.to_string()}, "limits": {"cpu": cpu.to_string()}}}]}}}}))
-    .unwrap()
-}
 
 fn jobs(c: &Cluster, ns: &str) -> Api<DynamicObject> {
     let ar =
@@ -92,7 +84,10 @@ async fn share_out(c: &Cluster, children: &[&str], holder: &str) -> Vec<i64> {
     let first = holder;
     for (name, n) in [("kept", KEPT), ("fill", PARENT_CPU - KEPT)] {
         jobs(c, first)
-            .create(&PostParams::default(), &job(first, first, name, n))
+            .create(
+                &PostParams::default(),
+                &job(name).ns(first).quota(first).cpu(n).dynamic(),
+            )
             .await
             .unwrap();
     }
@@ -105,7 +100,11 @@ async fn share_out(c: &Cluster, children: &[&str], holder: &str) -> Vec<i64> {
             jobs(c, child)
                 .create(
                     &PostParams::default(),
-                    &job(child, child, &format!("{child}-{i:02}"), JOB_CPU),
+                    &job(&format!("{child}-{i:02}"))
+                        .ns(child)
+                        .quota(child)
+                        .cpu(JOB_CPU)
+                        .dynamic(),
                 )
                 .await
                 .unwrap();
@@ -246,7 +245,11 @@ async fn takes_room_back(c: Cluster) {
         jobs(&c, "greedy")
             .create(
                 &PostParams::default(),
-                &job("greedy", "greedy", &format!("g{i}"), 4),
+                &job(&format!("g{i}"))
+                    .ns("greedy")
+                    .quota("greedy")
+                    .cpu("4")
+                    .dynamic(),
             )
             .await
             .unwrap();
@@ -254,7 +257,10 @@ async fn takes_room_back(c: Cluster) {
     c.until("greedy", "all 40 on loans", |q| cpu(q) == PARENT_CPU)
         .await;
     jobs(&c, "late")
-        .create(&PostParams::default(), &job("late", "late", "l0", 4))
+        .create(
+            &PostParams::default(),
+            &job("l0").ns("late").quota("late").cpu("4").dynamic(),
+        )
         .await
         .unwrap();
     let marked = c

@@ -4,6 +4,7 @@
 //! one server, and on PostgreSQL with two servers racing on one quota.
 
 use crate::common::*;
+use crate::support::metric_sum;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -73,15 +74,6 @@ fn held(q: &Value) -> BTreeSet<String> {
         .collect()
 }
 
-/// A metric's value summed over a server's `/metrics` lines that start with `name`.
-async fn metric(server: &Server, name: &str) -> f64 {
-    let (_, text) = server.get_text("/metrics").await;
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test]
 async fn one_quota_under_a_flood_fills_exactly_in_batches() {
     const HARD: usize = 40;
@@ -111,8 +103,8 @@ async fn one_quota_under_a_flood_fills_exactly_in_batches() {
     );
 
     // The writes carried batches: fewer writes than decisions.
-    let decisions = metric(&s, "bizrq_admission_batch_size_sum").await;
-    let writes = metric(&s, "bizrq_admission_batch_size_count").await;
+    let decisions = metric_sum(&s, "bizrq_admission_batch_size_sum").await;
+    let writes = metric_sum(&s, "bizrq_admission_batch_size_count").await;
     eprintln!("group commit: {decisions} decisions in {writes} batches");
     assert!(decisions >= 200.0, "{decisions}");
     assert!(
@@ -120,15 +112,15 @@ async fn one_quota_under_a_flood_fills_exactly_in_batches() {
         "{writes} batches for {decisions} decisions"
     );
     assert_eq!(
-        metric(&s, "bizrq_admission_batches_failed_total").await,
+        metric_sum(&s, "bizrq_admission_batches_failed_total").await,
         0.0
     );
     // Each answer timed by its path: the admitted ones through the group
     // commit, the refused ones as denied.
     let path = |p: &str| format!("bizrq_admission_commit_duration_seconds_count{{path=\"{p}\"}}");
-    assert_eq!(metric(&s, &path("group")).await, HARD as f64);
-    assert_eq!(metric(&s, &path("denied")).await, 160.0);
-    assert_eq!(metric(&s, &path("error")).await, 0.0);
+    assert_eq!(metric_sum(&s, &path("group")).await, HARD as f64);
+    assert_eq!(metric_sum(&s, &path("denied")).await, 160.0);
+    assert_eq!(metric_sum(&s, &path("error")).await, 0.0);
 
     // Releases and new charges racing on the quota still balance.
     let gone: Vec<String> = admitted.iter().take(HARD / 2).cloned().collect();
@@ -221,8 +213,8 @@ async fn two_replicas_flooding_one_quota_never_over_admit() {
         "group commit, two replicas: {} admitted of {HARD}, {contention} refused for contention; \
          batches {} / {}",
         admitted.len(),
-        metric(&a, "bizrq_admission_batch_size_count").await,
-        metric(&b, "bizrq_admission_batch_size_count").await,
+        metric_sum(&a, "bizrq_admission_batch_size_count").await,
+        metric_sum(&b, "bizrq_admission_batch_size_count").await,
     );
     assert!(admitted.len() <= HARD, "over-admitted: {}", admitted.len());
     assert_eq!(
@@ -244,11 +236,11 @@ async fn two_replicas_flooding_one_quota_never_over_admit() {
     // none gives up.
     assert_eq!(contention, 0, "refused for contention");
     assert_eq!(
-        metric(&a, "bizrq_admission_batches_failed_total").await,
+        metric_sum(&a, "bizrq_admission_batches_failed_total").await,
         0.0
     );
     assert_eq!(
-        metric(&b, "bizrq_admission_batches_failed_total").await,
+        metric_sum(&b, "bizrq_admission_batches_failed_total").await,
         0.0
     );
 }
@@ -315,9 +307,9 @@ async fn cluster_mode_one_hot_quota_shares_slow_status_writes() {
     for v in c.fake.quota_versions("pool", from) {
         assert!(used_gpus(&v) <= HARD as i64, "over hard: {}", v["status"]);
     }
-    assert!(metric(&c.server, "bizrq_admission_batch_size_count").await >= 1.0);
+    assert!(metric_sum(&c.server, "bizrq_admission_batch_size_count").await >= 1.0);
     assert_eq!(
-        metric(&c.server, "bizrq_admission_batches_failed_total").await,
+        metric_sum(&c.server, "bizrq_admission_batches_failed_total").await,
         0.0
     );
 }
@@ -364,7 +356,7 @@ async fn cluster_mode_a_failed_status_write_answers_nobody_allowed() {
     }
     let writes = status_writes(&c.fake, "pool") - before;
     assert!((1..N).contains(&writes), "{writes} writes for {N} reviews");
-    let failed = metric(&c.server, "bizrq_admission_batches_failed_total").await;
+    let failed = metric_sum(&c.server, "bizrq_admission_batches_failed_total").await;
     assert!(
         failed >= 1.0 && failed < N as f64,
         "{failed} failed batches"
@@ -452,7 +444,7 @@ async fn cluster_mode_a_conflicting_patch_answers_nobody_and_retries_on_the_late
             .any(|r| r.starts_with("GET /apis/bizrq.io/v1/bizgroupresourcequotas/pool")),
         "a fresh read after the 409: {after:#?}"
     );
-    assert!(metric(&c.server, "bizrq_cas_conflicts_total").await >= 1.0);
+    assert!(metric_sum(&c.server, "bizrq_cas_conflicts_total").await >= 1.0);
     // No reader ever saw the quota over hard, nor a version whose used
     // disagrees with its charges (as the refused patch, merged over the
     // other writer's change, would have left it).

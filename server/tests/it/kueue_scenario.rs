@@ -10,6 +10,7 @@
 //! quota is ever over its hard.
 
 use crate::cluster::{used, Cluster, T0};
+use crate::support::{job, queue_refs};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -43,18 +44,6 @@ fn jobs_api(c: &Cluster) -> Api<DynamicObject> {
     Api::namespaced_with(c.kubectl("alice"), "ml", &ar)
 }
 
-fn job_object(name: &str, team: &str, cpus: i64, class: Option<&str>) -> DynamicObject {
-    let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": team}},
-        "spec": {"parallelism": 1, "completions": 1,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"cpu": cpus.to_string()}, "limits": {"cpu": cpus.to_string()}}}]}}}});
-    if let Some(c) = class {
-        j["spec"]["template"]["spec"]["priorityClassName"] = json!(c);
-    }
-    serde_json::from_value(j).unwrap()
-}
-
 /// The order rule of docs/queueing.md §3 for one quota, on whole CPUs:
 /// which waiting jobs one round admits with `free` CPUs at `now`.
 /// `aging`: None for StrictFifo (every entry blocks), Some(s) for
@@ -82,17 +71,6 @@ fn round(waiting: &[Job], free: i64, aging: Option<i64>, now: i64) -> Vec<String
         }
     }
     admitted
-}
-
-fn queue_refs(q: &Value) -> Vec<String> {
-    q["status"]["queue"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| e["workloadRef"].as_str().unwrap().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// How many wait in the quota's queue: the summary's count with queue
@@ -150,7 +128,10 @@ async fn three_teams_two_hundred_jobs_are_admitted_in_the_rules_order_never_over
 
     // Each team's quota is filled by one running job.
     for team in TEAMS {
-        let o = job_object(&format!("{team}-hold"), team, CAPACITY, None);
+        let o = job(&format!("{team}-hold"))
+            .quota(team)
+            .cpu(CAPACITY)
+            .dynamic();
         api.create(&PostParams::default(), &o).await.unwrap();
     }
     for team in TEAMS {
@@ -189,7 +170,11 @@ async fn three_teams_two_hundred_jobs_are_admitted_in_the_rules_order_never_over
         c.set_clock(round[0].since);
         let creates = round.iter().map(|j| {
             let class = CLASSES.iter().find(|(_, v)| *v == j.priority).unwrap().0;
-            let o = job_object(&j.name, TEAMS[j.team], j.cpus, Some(class));
+            let o = job(&j.name)
+                .quota(TEAMS[j.team])
+                .cpu(j.cpus)
+                .class(class)
+                .dynamic();
             let api = api.clone();
             async move {
                 // The mutating webhook has failurePolicy Ignore and 5 s

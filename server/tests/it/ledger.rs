@@ -10,6 +10,7 @@
 //! webhooks) the controller appends each window it accrues from the pods.
 
 use crate::common::*;
+use crate::support::{admit_job, job};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
@@ -18,32 +19,6 @@ const CASH: &str = "cash/requests.nvidia.com/gpu";
 const T0: i64 = 1_795_255_200_000; // 2026-11-21T10:00:00Z
 const HOUR: i64 = 3_600_000;
 const CARD_HOUR: i128 = 3_600_000_000_000_000_000_000;
-
-fn job(name: &str, quota: &str, cards: i64, model: Option<&str>) -> Value {
-    let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": quota}},
-        "spec": {"parallelism": cards, "completions": cards,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}}});
-    if let Some(m) = model {
-        j["metadata"]["labels"]["biz.group.resource.quota/gpu-type"] = json!(m);
-    }
-    j
-}
-
-async fn admit(s: &Server, uid: &str, user: &str, j: &Value) {
-    let mut r = review("deployment-create.json", uid, Some(j.clone()), None);
-    let gvk = json!({"group": "batch", "version": "v1", "kind": "Job"});
-    let gvr = json!({"group": "batch", "version": "v1", "resource": "jobs"});
-    r["request"]["kind"] = gvk.clone();
-    r["request"]["requestKind"] = gvk;
-    r["request"]["resource"] = gvr.clone();
-    r["request"]["requestResource"] = gvr;
-    r["request"]["namespace"] = "ml".into();
-    r["request"]["userInfo"]["username"] = user.into();
-    let v = s.review("/validate/workloads", &r).await;
-    assert_eq!(v["allowed"], true, "{v}");
-}
 
 /// `status.cashAccrued` in acc.
 fn accrued_acc(q: &Value) -> i128 {
@@ -95,15 +70,33 @@ async fn standalone_story(url: &str) {
     )
     .await;
     // a: 2 A100 by alice from T0; b: 1 card by bob from T0 + 30 min.
-    admit(&s, "x", "alice", &job("x", "a", 2, Some("A100"))).await;
+    admit_job(
+        &s,
+        "x",
+        Some("alice"),
+        &job("x").quota("a").cards(2).model("A100").obj(),
+    )
+    .await;
     clock.store(T0 + HOUR / 2, Ordering::SeqCst);
-    admit(&s, "y", "bob", &job("y", "b", 1, None)).await;
+    admit_job(&s, "y", Some("bob"), &job("y").quota("b").cards(1).obj()).await;
     // Writes at T0 + 2 h accrue both windows; at T0 + 3 h a's again.
     clock.store(T0 + 2 * HOUR, Ordering::SeqCst);
-    admit(&s, "x2", "carol", &job("x2", "a", 1, None)).await;
-    admit(&s, "y2", "bob", &job("y2", "b", 1, None)).await;
+    admit_job(
+        &s,
+        "x2",
+        Some("carol"),
+        &job("x2").quota("a").cards(1).obj(),
+    )
+    .await;
+    admit_job(&s, "y2", Some("bob"), &job("y2").quota("b").cards(1).obj()).await;
     clock.store(T0 + 3 * HOUR, Ordering::SeqCst);
-    admit(&s, "x3", "carol", &job("x3", "a", 1, None)).await;
+    admit_job(
+        &s,
+        "x3",
+        Some("carol"),
+        &job("x3").quota("a").cards(1).obj(),
+    )
+    .await;
 
     // Per quota, a report is what its budget spent, to the acc: a's
     // status as written at T0 + 3 h; b's as written at T0 + 2 h plus its
@@ -326,7 +319,7 @@ async fn standalone_story(url: &str) {
     let half = "from=2026-11-21T13:30:00Z&to=2026-11-22&subtree=b&by=quota";
     let before = acc(&report(&s, half).await["total"]);
     assert_eq!(before, CARD_HOUR, "two cards' last half hour");
-    admit(&s, "y3", "bob", &job("y3", "b", 1, None)).await;
+    admit_job(&s, "y3", Some("bob"), &job("y3").quota("b").cards(1).obj()).await;
     assert_eq!(acc(&report(&s, half).await["total"]), before);
     running.shutdown().await;
 }
@@ -358,17 +351,23 @@ async fn a_report_csv_defuses_formulas_in_usernames() {
         "  -2+3",
     ];
     for (i, u) in users.iter().enumerate() {
-        admit(
+        admit_job(
             &s,
             &format!("u{i}"),
-            u,
-            &job(&format!("j{i}"), "org", 1, None),
+            Some(u),
+            &job(&format!("j{i}")).quota("org").cards(1).obj(),
         )
         .await;
     }
     // A later write accrues their first hour into the ledger.
     clock.store(T0 + HOUR, Ordering::SeqCst);
-    admit(&s, "late", "zed", &job("late", "org", 1, None)).await;
+    admit_job(
+        &s,
+        "late",
+        Some("zed"),
+        &job("late").quota("org").cards(1).obj(),
+    )
+    .await;
     let admin = Browser::admin(&s).await;
     let csv = admin
         .get(&format!("/reports.csv?{RANGE}&by=user&key={CASH}"))
@@ -411,7 +410,7 @@ async fn in_a_cluster_the_controller_appends_what_it_accrues() {
     use std::time::Duration;
     let c = Cluster::start().await;
     let jobs = c.cash_team_watching_jobs().await;
-    let j: DynamicObject = serde_json::from_value(job("a", "team", 4, None)).unwrap();
+    let j: DynamicObject = serde_json::from_value(job("a").quota("team").cards(4).obj()).unwrap();
     jobs.create(&PostParams::default(), &j).await.unwrap();
     let q = c
         .until("team", "the user recorded", |q| {
@@ -475,7 +474,7 @@ async fn a_run_seen_after_its_window_was_paid_is_billed_back_once() {
     use std::time::Duration;
     let c = Cluster::start().await;
     let jobs = c.cash_team_watching_jobs().await;
-    let j: DynamicObject = serde_json::from_value(job("a", "team", 4, None)).unwrap();
+    let j: DynamicObject = serde_json::from_value(job("a").quota("team").cards(4).obj()).unwrap();
     jobs.create(&PostParams::default(), &j).await.unwrap();
     c.until_metric("bizrq_controller_tracked{kind=\"workloads\"} 1")
         .await;
@@ -540,7 +539,7 @@ async fn a_window_lost_between_status_write_and_append_is_appended_once() {
     let db = crate::common::fresh_sqlite(&dir);
     let c = Cluster::start_on(fake.clone(), dir, T0).await;
     let jobs = c.cash_team_watching_jobs().await;
-    let j: DynamicObject = serde_json::from_value(job("a", "team", 4, None)).unwrap();
+    let j: DynamicObject = serde_json::from_value(job("a").quota("team").cards(4).obj()).unwrap();
     jobs.create(&PostParams::default(), &j).await.unwrap();
     c.until("team", "charged", |q| {
         !q["status"]["users"]["batch/Job/ml/a"].is_null()

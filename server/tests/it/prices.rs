@@ -10,6 +10,7 @@
 //! every amount is exact.
 
 use crate::common::*;
+use crate::support::{admit_job, job};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
@@ -42,36 +43,6 @@ fn document(later: bool) -> String {
         "spec": {"currency": {"unit": "EUR", "perCardHour": 2}, "versions": versions}});
     // YAML is what people write; JSON is YAML too.
     serde_yaml_ng::to_string(&doc).unwrap()
-}
-
-/// A Job of `cards` one-GPU pods in namespace `ml`, of `model` (the
-/// gpu-type label) if any, declaring `run_s` seconds if any.
-fn job(name: &str, cards: i64, model: Option<&str>, run_s: Option<i64>) -> Value {
-    let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "team"}},
-        "spec": {"parallelism": cards, "completions": cards,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}}});
-    if let Some(m) = model {
-        j["metadata"]["labels"]["biz.group.resource.quota/gpu-type"] = json!(m);
-    }
-    if let Some(s) = run_s {
-        j["spec"]["activeDeadlineSeconds"] = json!(s);
-    }
-    j
-}
-
-async fn admit(s: &Server, uid: &str, j: &Value) {
-    let mut r = review("deployment-create.json", uid, Some(j.clone()), None);
-    let gvk = json!({"group": "batch", "version": "v1", "kind": "Job"});
-    let gvr = json!({"group": "batch", "version": "v1", "resource": "jobs"});
-    r["request"]["kind"] = gvk.clone();
-    r["request"]["requestKind"] = gvk;
-    r["request"]["resource"] = gvr.clone();
-    r["request"]["requestResource"] = gvr;
-    r["request"]["namespace"] = "ml".into();
-    let v = s.review("/validate/workloads", &r).await;
-    assert_eq!(v["allowed"], true, "{v}");
 }
 
 fn accrued(q: &Value) -> i128 {
@@ -146,12 +117,18 @@ async fn standalone_story(url: &str) {
     )
     .await;
     // a: 4 A100 from T0; b: 1 card of no model from T0 + 30 min.
-    admit(&s, "a", &job("a", 4, Some("A100"), None)).await;
+    admit_job(
+        &s,
+        "a",
+        None,
+        &job("a").quota("team").cards(4).model("A100").obj(),
+    )
+    .await;
     clock.store(T0 + HOUR / 2, Ordering::SeqCst);
-    admit(&s, "b", &job("b", 1, None, None)).await;
+    admit_job(&s, "b", None, &job("b").quota("team").cards(1).obj()).await;
     // Two hours on, a write (c's admission) accrues the window since.
     clock.store(T0 + 2 * HOUR, Ordering::SeqCst);
-    admit(&s, "c", &job("c", 1, None, None)).await;
+    admit_job(&s, "c", None, &job("c").quota("team").cards(1).obj()).await;
     let q = s.quota("team").await;
     // Per mille: a at 1 until the change (1 h + 1 ms), then 2.5; b at 1
     // for 30 min + 1 ms, then 0.5. Split to the millisecond, no rounding.
@@ -188,7 +165,18 @@ async fn standalone_story(url: &str) {
 
     // A reservation at T0 + 2 h for 4 h assumes the highest A100 price
     // in force over [T0 + 2 h, T0 + 6 h): 4, announced for T0 + 3 h.
-    admit(&s, "d", &job("d", 1, Some("A100"), Some(4 * 3600))).await;
+    admit_job(
+        &s,
+        "d",
+        None,
+        &job("d")
+            .quota("team")
+            .cards(1)
+            .model("A100")
+            .deadline(4 * 3600)
+            .obj(),
+    )
+    .await;
     let q = s.quota("team").await;
     let reserved: i128 = q["status"]["reservations"][CASH]["batch/Job/ml/d"]["reserved"]
         .as_str()
@@ -349,7 +337,7 @@ async fn in_a_cluster_the_object_is_checked_and_accrual_splits_at_a_change() {
     // A Job of 4 cards, its pod running from T0; two hours on, the
     // controller accrues [T0, T0 + 2 h): 1 h + 1 ms at 1, the rest at 3.
     let jobs = c.cash_team_watching_jobs().await;
-    let j: DynamicObject = serde_json::from_value(job("a", 4, None, None)).unwrap();
+    let j: DynamicObject = serde_json::from_value(job("a").quota("team").cards(4).obj()).unwrap();
     jobs.create(&PostParams::default(), &j).await.unwrap();
     // Its pod runs since T0, and the controller has recorded the run (pod
     // and Job both seen; the pod alone raced the Job's event) before two

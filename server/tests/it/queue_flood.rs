@@ -6,29 +6,10 @@
 
 use crate::cluster::{used, Cluster, T0};
 use crate::common::{on_both, Server};
+use crate::support::{job, queue_refs, Review};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-
-fn job(name: &str, cpu: &str) -> Value {
-    json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
-        "spec": {"parallelism": 1, "completions": 1,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}})
-}
-
-/// A review of a CREATE under `kind: Job`, by `user`, of `object` (which
-/// need not be a Job): what reaches the webhook when nobody creates the
-/// object afterwards.
-fn job_review(uid: &str, user: &str, object: Value) -> Value {
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": uid,
-            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
-            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
-            "name": object["metadata"]["name"], "namespace": "ml", "operation": "CREATE",
-            "userInfo": {"username": user}, "object": object, "dryRun": false}})
-}
 
 /// A Deployment of `replicas` pods of 1 cpu each, bound to `ml`.
 fn deployment(name: &str, replicas: i64) -> Value {
@@ -40,17 +21,6 @@ fn deployment(name: &str, replicas: i64) -> Value {
                     "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}})
 }
 
-fn queue_refs(q: &Value) -> Vec<String> {
-    q["status"]["queue"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| e["workloadRef"].as_str().unwrap().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// A Deployment sent under `kind: Job` is refused by both webhooks with a
 /// message that says what is wrong, never read as a Job nor patched at
 /// `/spec/suspend`. The caller checks that nothing was charged or queued.
@@ -59,7 +29,7 @@ async fn assert_kind_mismatch_refused(s: &Server) {
         let r = s
             .review(
                 path,
-                &job_review("uid-mismatch", "mallory", deployment("web", 2)),
+                &Review::bare_job_create("uid-mismatch", "mallory", deployment("web", 2)).obj(),
             )
             .await;
         assert_eq!(r["allowed"], false, "{path}: {r}");
@@ -110,13 +80,13 @@ async fn standalone_never_queues_and_refuses_a_kind_mismatch(s: &Server) {
     let r = s
         .review(
             "/validate/workloads",
-            &job_review("uid-a", "alice", job("a", "3")),
+            &Review::bare_job_create("uid-a", "alice", job("a").cpu("3").obj()).obj(),
         )
         .await;
     assert_eq!(r["allowed"], true, "{r}");
     assert_eq!(s.used("ml", "requests.cpu").await, "3");
 
-    let b = job_review("uid-b", "alice", job("b", "2"));
+    let b = Review::bare_job_create("uid-b", "alice", job("b").cpu("2").obj()).obj();
     let m = s.review("/mutate/workloads", &b).await;
     assert_eq!(m["allowed"], true, "{m}");
     assert!(m.get("patch").is_none(), "not suspended: {m}");
@@ -127,7 +97,7 @@ async fn standalone_never_queues_and_refuses_a_kind_mismatch(s: &Server) {
     assert!(msg.contains("requests.cpu asks 2, 1 left of 4"), "{msg}");
 
     let (st, v) = s
-        .api(Method::POST, "/api/v1/check", Some(job("b", "2")))
+        .api(Method::POST, "/api/v1/check", Some(job("b").cpu("2").obj()))
         .await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["allowed"], false, "{v}");
@@ -173,18 +143,18 @@ async fn a_forged_finished_status_on_create_is_not_read_as_running_nothing() {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
     .await;
-    create(&c, "alice", job("a", "3")).await.unwrap();
+    create(&c, "alice", job("a").cpu("3").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
         .await;
 
-    let mut forged = job("f", "2");
+    let mut forged = job("f").cpu("2").obj();
     forged["status"] = json!({"conditions": [
         {"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-21T09:00:00Z"}]});
     let r = c
         .server
         .review(
             "/mutate/workloads",
-            &job_review("uid-f", "mallory", forged.clone()),
+            &Review::bare_job_create("uid-f", "mallory", forged.clone()).obj(),
         )
         .await;
     assert_eq!(r["allowed"], true, "{r}");
@@ -207,13 +177,13 @@ async fn a_forged_finished_status_on_create_is_not_read_as_running_nothing() {
         );
     }
 
-    let mut forged2 = job("g", "2");
+    let mut forged2 = job("g").cpu("2").obj();
     forged2["status"] = forged["status"].clone();
     let r = c
         .server
         .review(
             "/validate/workloads",
-            &job_review("uid-g", "mallory", forged2.clone()),
+            &Review::bare_job_create("uid-g", "mallory", forged2.clone()).obj(),
         )
         .await;
     assert_eq!(r["allowed"], false, "{r}");
@@ -251,16 +221,16 @@ async fn reviews_of_jobs_never_created_cannot_fill_the_queue() {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
     .await;
-    create(&c, "alice", job("a", "3")).await.unwrap();
+    create(&c, "alice", job("a").cpu("3").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
         .await;
 
     let ghost = |i: usize| {
-        let mut j = job(&format!("ghost-{i}"), "2");
+        let mut j = job(&format!("ghost-{i}")).cpu("2").obj();
         // A uid the review makes up is not the API server's: the entry
         // still reads as never seen.
         j["metadata"]["uid"] = json!(format!("forged-{i}"));
-        job_review(&format!("uid-ghost-{i}"), "mallory", j)
+        Review::bare_job_create(&format!("uid-ghost-{i}"), "mallory", j).obj()
     };
     for i in 0..100 {
         let r = c.server.review("/mutate/workloads", &ghost(i)).await;
@@ -293,7 +263,7 @@ async fn reviews_of_jobs_never_created_cannot_fill_the_queue() {
     }
 
     // Another user's real Job still queues behind them.
-    create(&c, "bob", job("b", "2")).await.unwrap();
+    create(&c, "bob", job("b").cpu("2").obj()).await.unwrap();
     assert_eq!(
         c.fake.get("batch", "jobs", "ml", "b").unwrap()["spec"]["suspend"],
         true
@@ -345,20 +315,6 @@ async fn reviews_of_jobs_never_created_cannot_fill_the_queue() {
     unchanged(&before, &c.fake.quota("ml"));
 }
 
-/// A Job of `cpu` in namespace `ns`, bound to `ml`.
-fn job_in(ns: &str, name: &str, cpu: &str) -> Value {
-    let mut j = job(name, cpu);
-    j["metadata"]["namespace"] = json!(ns);
-    j
-}
-
-/// A CREATE review of `object` (a Job) by `user`, in the object's namespace.
-fn review_by(uid: &str, user: &str, object: Value) -> Value {
-    let mut r = job_review(uid, user, object);
-    r["request"]["namespace"] = r["request"]["object"]["metadata"]["namespace"].clone();
-    r
-}
-
 /// Cluster mode: a queue's share is counted by whom the work is for, not by
 /// the account that sent it. Two service accounts of one namespace share
 /// its share; the CronJob controller's account creating in two namespaces
@@ -383,18 +339,20 @@ async fn service_accounts_and_controllers_take_the_share_of_the_namespace_they_c
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
     .await;
-    create(&c, "alice", job("a", "3")).await.unwrap();
+    create(&c, "alice", job("a").cpu("3").obj()).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
         .await;
 
     let mut n = 0;
     let mut send = |user: &str, ns: &str| {
         n += 1;
-        review_by(
+        Review::bare_job_create(
             &format!("uid-{n}"),
             user,
-            job_in(ns, &format!("j-{n}"), "2"),
+            job(&format!("j-{n}")).ns(ns).cpu("2").obj(),
         )
+        .ns_of_object()
+        .obj()
     };
     let queued = |r: &Value| r["allowed"] == true && r["patch"].is_string();
     let share_full = |r: &Value, wref: &str, who: &str| {

@@ -7,17 +7,10 @@
 //! dropped by the controller after the reservation window.
 
 use crate::cluster::{used, Cluster, T0};
+use crate::support::{job, Review};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-
-pub(crate) fn job(name: &str, cpu: &str) -> Value {
-    json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
-        "spec": {"parallelism": 1, "completions": 1,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}})
-}
 
 pub(crate) fn jobs(c: &Cluster) -> Api<DynamicObject> {
     let ar =
@@ -55,7 +48,7 @@ pub(crate) fn queue_len(q: &Value) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_creates_on_a_queueing_quota_are_admitted_or_queued_never_refused() {
     let c = queueing_cluster("20").await;
-    let a: DynamicObject = serde_json::from_value(job("a", "7")).unwrap();
+    let a: DynamicObject = serde_json::from_value(job("a").cpu("7").obj()).unwrap();
     jobs(&c).create(&PostParams::default(), &a).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "7")
         .await;
@@ -63,7 +56,8 @@ async fn concurrent_creates_on_a_queueing_quota_are_admitted_or_queued_never_ref
     let mut set = tokio::task::JoinSet::new();
     for i in 0..20 {
         let api = jobs(&c);
-        let o: DynamicObject = serde_json::from_value(job(&format!("j{i}"), "4")).unwrap();
+        let o: DynamicObject =
+            serde_json::from_value(job(&format!("j{i}")).cpu("4").obj()).unwrap();
         set.spawn(async move {
             api.create(&PostParams::default(), &o)
                 .await
@@ -126,17 +120,12 @@ async fn concurrent_creates_on_a_queueing_quota_are_admitted_or_queued_never_ref
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mutating_hold_whose_create_never_comes_is_released() {
     let c = queueing_cluster("4").await;
-    let a: DynamicObject = serde_json::from_value(job("a", "1")).unwrap();
+    let a: DynamicObject = serde_json::from_value(job("a").cpu("1").obj()).unwrap();
     jobs(&c).create(&PostParams::default(), &a).await.unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "1")
         .await;
 
-    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "uid-ghost",
-            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
-            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
-            "name": "ghost", "namespace": "ml", "operation": "CREATE",
-            "userInfo": {"username": "mallory"}, "object": job("ghost", "2"), "dryRun": false}});
+    let review = Review::bare_job_create("uid-ghost", "mallory", job("ghost").cpu("2").obj()).obj();
     let r = c.server.review("/mutate/workloads", &review).await;
     assert_eq!(r["allowed"], true, "{r}");
     assert!(r["patch"].is_null(), "fits now, not suspended: {r}");
@@ -149,7 +138,7 @@ async fn a_mutating_hold_whose_create_never_comes_is_released() {
     assert!(q["status"]["workloads"].get("batch/Job/ml/ghost").is_some());
 
     // The held room is not given to another: b (2) waits.
-    let b: DynamicObject = serde_json::from_value(job("b", "2")).unwrap();
+    let b: DynamicObject = serde_json::from_value(job("b").cpu("2").obj()).unwrap();
     jobs(&c).create(&PostParams::default(), &b).await.unwrap();
     assert_eq!(
         c.fake.get("batch", "jobs", "ml", "b").unwrap()["spec"]["suspend"],

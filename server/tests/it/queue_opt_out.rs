@@ -6,7 +6,8 @@
 //! refused update leaves it queued as it was.
 
 use crate::cluster::{used, Cluster};
-use crate::queue_hold::{job, jobs, queue_len, queueing_cluster};
+use crate::queue_hold::{jobs, queue_len, queueing_cluster};
+use crate::support::job;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
@@ -39,11 +40,11 @@ const OPT_OUT: &str = "bizrq.io/queueing";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opting_out_while_queued_is_judged_like_a_create() {
     let c = queueing_cluster("4").await;
-    create(&c, job("a", "3")).await;
+    create(&c, job("a").cpu("3").obj()).await;
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "3")
         .await;
-    create(&c, job("b", "2")).await;
-    create(&c, job("c", "2")).await;
+    create(&c, job("b").cpu("2").obj()).await;
+    create(&c, job("c").cpu("2").obj()).await;
     assert!(suspended(&c, "b") && suspended(&c, "c"));
     c.until("ml", "b and c queued", |q| queue_len(q) == 2).await;
 

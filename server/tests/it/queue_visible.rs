@@ -5,21 +5,10 @@
 
 use crate::cluster::{used, Cluster, T0};
 use crate::common::{bind, create_user, Browser};
+use crate::support::job;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-
-fn job(name: &str, cpu: &str, deadline_s: Option<i64>) -> DynamicObject {
-    let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
-        "spec": {"parallelism": 1, "completions": 1,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}});
-    if let Some(d) = deadline_s {
-        j["spec"]["activeDeadlineSeconds"] = json!(d);
-    }
-    serde_json::from_value(j).unwrap()
-}
 
 async fn create_as(c: &Cluster, user: &str, o: &DynamicObject) {
     let ar =
@@ -58,15 +47,20 @@ async fn queued_work_shows_its_estimated_start_and_who_submitted_it() {
     })
     .await;
     // Running: 2 CPUs for at most 1 hour, 2 CPUs with no declared end.
-    create_as(&c, "alice", &job("timed", "2", Some(3600))).await;
-    create_as(&c, "alice", &job("open", "2", None)).await;
+    create_as(&c, "alice", &job("timed").cpu("2").deadline(3600).dynamic()).await;
+    create_as(&c, "alice", &job("open").cpu("2").dynamic()).await;
     c.until("ml", "both charged", |q| used(q, "requests.cpu") == "4")
         .await;
     // Queued: 2 CPUs fit once `timed` ends; 4 need `open` gone too.
     c.set_clock(T0 + 60_000);
-    create_as(&c, "bob@example.com", &job("soon", "2", Some(1800))).await;
+    create_as(
+        &c,
+        "bob@example.com",
+        &job("soon").cpu("2").deadline(1800).dynamic(),
+    )
+    .await;
     c.set_clock(T0 + 120_000);
-    create_as(&c, "carol", &job("later", "4", None)).await;
+    create_as(&c, "carol", &job("later").cpu("4").dynamic()).await;
     let q = c
         .until("ml", "estimates computed", |q| {
             entry(q, "soon")["estimatedStart"].is_string() && entry(q, "later")["position"] == 2

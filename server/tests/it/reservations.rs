@@ -11,6 +11,7 @@
 //! clock, so every amount is exact.
 
 use crate::common::*;
+use crate::support::{job, review_job_create, Review};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,55 +24,11 @@ const HOUR: i64 = 3_600_000;
 /// One card-hour at face value, in acc (docs/budgets.md §0).
 const CARD_HOUR: i128 = 3_600_000_000_000_000_000_000;
 
-/// A Job of `cards` one-GPU pods in namespace `ml`, bound to `quota`,
-/// declaring `deadline` seconds (activeDeadlineSeconds) and/or the
-/// max-runtime annotation.
-fn job(name: &str, quota: &str, cards: i64, deadline: Option<i64>, note: Option<&str>) -> Value {
-    let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": quota}},
-        "spec": {"parallelism": cards, "completions": cards,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}}});
-    if let Some(d) = deadline {
-        j["spec"]["activeDeadlineSeconds"] = json!(d);
-    }
-    if let Some(n) = note {
-        j["metadata"]["annotations"] = json!({"biz.group.resource.quota/max-runtime": n});
-    }
-    j
-}
-
-/// An AdmissionReview of a Job: CREATE with `object`, DELETE with `old`.
-fn job_review(uid: &str, object: Option<Value>, old: Option<Value>) -> Value {
-    let fixture = if object.is_some() {
-        "deployment-create.json"
-    } else {
-        "deployment-delete.json"
-    };
-    let mut r = review(fixture, uid, object, old);
-    let gvk = json!({"group": "batch", "version": "v1", "kind": "Job"});
-    let gvr = json!({"group": "batch", "version": "v1", "resource": "jobs"});
-    r["request"]["kind"] = gvk.clone();
-    r["request"]["requestKind"] = gvk;
-    r["request"]["resource"] = gvr.clone();
-    r["request"]["requestResource"] = gvr;
-    r["request"]["namespace"] = "ml".into();
-    r
-}
-
-async fn admit(s: &Server, uid: &str, j: &Value) -> Value {
-    s.review(
-        "/validate/workloads",
-        &job_review(uid, Some(j.clone()), None),
-    )
-    .await
-}
-
 async fn delete(s: &Server, uid: &str, j: &Value) {
     let r = s
         .review(
             "/validate/workloads",
-            &job_review(uid, None, Some(j.clone())),
+            &Review::delete(uid, j.clone()).of_job().ns("ml").obj(),
         )
         .await;
     assert_eq!(r["allowed"], true, "{r}");
@@ -144,8 +101,8 @@ async fn reserve_use_settle_and_refuse(url: &str) {
         .await;
 
     // 8 cards for 10 h: 80 of 100 card-hours held back.
-    let a = job("a", "team", 8, Some(10 * 3600), None);
-    let r = admit(&s, "u-a", &a).await;
+    let a = job("a").quota("team").cards(8).deadline(10 * 3600).obj();
+    let r = review_job_create(&s, "u-a", None, &a).await;
     assert_eq!(r["allowed"], true, "{r}");
     let q = s.quota("team").await;
     let held = reservations(&q);
@@ -162,10 +119,10 @@ async fn reserve_use_settle_and_refuse(url: &str) {
 
     // 8 cards for 3 h need 24: refused by the webhook and the dry run,
     // in the same words, and nothing changes.
-    let bj = job("b", "team", 8, None, Some("3h"));
+    let bj = job("b").quota("team").cards(8).max_runtime("3h").obj();
     let said = "bizrq team: cash/requests.nvidia.com/gpu needs 24 card-hours for Job ml/b \
                 (8 × nvidia.com/gpu for 3h), 20 left (100 this period, 0 spent, 80 reserved)";
-    assert_eq!(denial(&admit(&s, "u-b", &bj).await), said);
+    assert_eq!(denial(&review_job_create(&s, "u-b", None, &bj).await), said);
     let (st, v) = s.api(Method::POST, "/api/v1/check", Some(bj.clone())).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(
@@ -176,7 +133,10 @@ async fn reserve_use_settle_and_refuse(url: &str) {
     assert_eq!(after["status"], q["status"], "a denial changes nothing");
 
     // The API server retries a's review: nothing is reserved twice.
-    assert_eq!(admit(&s, "u-a", &a).await["allowed"], true);
+    assert_eq!(
+        review_job_create(&s, "u-a", None, &a).await["allowed"],
+        true
+    );
     assert_eq!(reservations(&s.quota("team").await), held);
 
     // 3 h on: a used 24 card-hours, moved from its reservation to spent,
@@ -190,8 +150,11 @@ async fn reserve_use_settle_and_refuse(url: &str) {
     assert_eq!(b["reservations"]["reserved"], "56", "{b}");
     assert_eq!(b["reservations"]["leftAfterReservations"], "20", "{b}");
     // b for 2 h (16) fits in those 20 now.
-    let b2 = job("b", "team", 8, Some(2 * 3600), None);
-    assert_eq!(admit(&s, "u-b2", &b2).await["allowed"], true);
+    let b2 = job("b").quota("team").cards(8).deadline(2 * 3600).obj();
+    assert_eq!(
+        review_job_create(&s, "u-b2", None, &b2).await["allowed"],
+        true
+    );
     let q = s.quota("team").await;
     let held = reservations(&q);
     assert_eq!(
@@ -217,14 +180,17 @@ async fn reserve_use_settle_and_refuse(url: &str) {
     assert_eq!(b["reservations"]["leftAfterReservations"], "60", "{b}");
 
     // Without a declared run time (policy admit): admitted, nothing reserved.
-    let c = job("c", "team", 1, None, None);
-    assert_eq!(admit(&s, "u-c", &c).await["allowed"], true);
+    let c = job("c").quota("team").cards(1).obj();
+    assert_eq!(
+        review_job_create(&s, "u-c", None, &c).await["allowed"],
+        true
+    );
     assert_eq!(reservations(&s.quota("team").await).len(), 1);
     delete(&s, "d-c", &c).await;
 
     // A declaration that is wrong is refused where a budget reserves on it.
-    let e = job("e", "team", 1, None, Some("1.5h"));
-    let m = denial(&admit(&s, "u-e", &e).await).to_string();
+    let e = job("e").quota("team").cards(1).max_runtime("1.5h").obj();
+    let m = denial(&review_job_create(&s, "u-e", None, &e).await).to_string();
     assert!(
         m.starts_with(
             "bizrq team: cash/requests.nvidia.com/gpu cannot reserve for Job ml/e: \
@@ -266,13 +232,21 @@ async fn reserve_use_settle_and_refuse(url: &str) {
     .await;
     assert!(ok.is_null(), "{ok}");
     assert_eq!(
-        denial(&admit(&s, "u-d", &job("d", "team", 1, None, None)).await),
+        denial(&review_job_create(&s, "u-d", None, &job("d").quota("team").cards(1).obj()).await),
         "bizrq team: cash/requests.nvidia.com/gpu admits only workloads that declare a maximum \
          run time: set spec.activeDeadlineSeconds (Job), spec.runPolicy.activeDeadlineSeconds \
          (Kubeflow) or the annotation biz.group.resource.quota/max-runtime (e.g. \"4h\") on Job ml/d"
     );
     assert_eq!(
-        denial(&admit(&s, "u-d", &job("d", "team", 1, Some(20 * 3600), None)).await),
+        denial(
+            &review_job_create(
+                &s,
+                "u-d",
+                None,
+                &job("d").quota("team").cards(1).deadline(20 * 3600).obj()
+            )
+            .await
+        ),
         "bizrq team: cash/requests.nvidia.com/gpu needs 20 card-hours for Job ml/d, but open \
          reservations already hold 16 of the 30 they may hold at once"
     );
@@ -380,14 +354,15 @@ async fn two_replicas_never_reserve_more_than_the_budget() {
             let sem = sem.clone();
             tasks.spawn(async move {
                 let _p = sem.acquire().await.unwrap();
-                let j = job(
-                    &format!("j{i}"),
-                    "pool",
-                    1 + i % 3,
-                    Some((1 + i % 4) * 3600),
-                    None,
-                );
-                (i, admit(&server, &format!("uid-{i}"), &j).await)
+                let j = job(&format!("j{i}"))
+                    .quota("pool")
+                    .cards(1 + i % 3)
+                    .deadline((1 + i % 4) * 3600)
+                    .obj();
+                (
+                    i,
+                    review_job_create(&server, &format!("uid-{i}"), None, &j).await,
+                )
             });
         }
     }
@@ -489,7 +464,7 @@ async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
         }
     };
 
-    create(job("a", "ml", 4, Some(10 * 3600), None))
+    create(job("a").cards(4).deadline(10 * 3600).obj())
         .await
         .unwrap();
     let q = c
@@ -503,7 +478,7 @@ async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
     assert_eq!(used(&q, GPU), "4");
 
     // 4 × 14 h = 56 > 60 left? No: 60 left, but the cap holds 40 of 90.
-    let err = create(job("b", "ml", 4, None, Some("14h")))
+    let err = create(job("b").cards(4).max_runtime("14h").obj())
         .await
         .unwrap_err();
     assert!(
@@ -514,7 +489,7 @@ async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
         "{err}"
     );
     assert!(c.fake.get("batch", "jobs", "ml", "b").is_none());
-    let err = create(job("b", "ml", 4, None, Some("16h")))
+    let err = create(job("b").cards(4).max_runtime("16h").obj())
         .await
         .unwrap_err();
     assert!(err.contains("needs 64 card-hours for Job ml/b (4 × nvidia.com/gpu for 16h), 60 left (100 this period, 0 spent, 40 reserved)"), "{err}");
@@ -542,7 +517,9 @@ async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
 
     // b (4 × 14 h = 56) fits now: 100 − 8 spent − 32 a still holds = 60
     // left, and 32 + 56 = 88 within the cap of 90.
-    create(job("b", "ml", 4, None, Some("14h"))).await.unwrap();
+    create(job("b").cards(4).max_runtime("14h").obj())
+        .await
+        .unwrap();
     let q = c
         .until("ml", "b reserved", |q| reservations(q).len() == 2)
         .await;
@@ -625,11 +602,11 @@ async fn a_job_admitted_from_the_queue_reserves_then() {
             jobs.create(&PostParams::default(), &o).await.unwrap();
         }
     };
-    create(job("a", "ml", 4, Some(2 * 3600), None)).await;
+    create(job("a").cards(4).deadline(2 * 3600).obj()).await;
     c.until("ml", "a reserved", |q| reservations(q).len() == 1)
         .await;
     // b does not fit the 4 cards: queued, suspended, nothing reserved.
-    create(job("b", "ml", 4, Some(3 * 3600), None)).await;
+    create(job("b").cards(4).deadline(3 * 3600).obj()).await;
     let q = c
         .until("ml", "b queued", |q| {
             q["status"]["queue"][0]["uid"]

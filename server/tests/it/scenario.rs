@@ -14,6 +14,7 @@
 //! closes at its boundary and the budget starts over.
 
 use crate::cluster::{pod, used, Cluster, HOUR, T0};
+use crate::support::job;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -42,14 +43,6 @@ fn deployment(
         "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
             "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx",
-                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}})
-}
-
-fn job(ns: &str, name: &str, quota: &str, parallelism: i64, cpu: &str) -> Value {
-    json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns, "labels": {"biz.group.resource.quota": quota}},
-        "spec": {"parallelism": parallelism, "completions": parallelism,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "nginx",
                 "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}})
 }
 
@@ -256,8 +249,19 @@ async fn seed_001_borrowing_and_ordered_reclaim() {
     }
 
     // 1. A's Job (2 × 2 cores) and B's Job-1 (1 × 3) fit their guarantees.
-    let job_a = job("ns-a", "job", "user-a", 2, "2");
-    let job1 = job("ns-b", "job-1", "user-b", 1, "3");
+    let job_a = job("job")
+        .image("nginx")
+        .ns("ns-a")
+        .quota("user-a")
+        .pods(2)
+        .cpu("2")
+        .obj();
+    let job1 = job("job-1")
+        .image("nginx")
+        .ns("ns-b")
+        .quota("user-b")
+        .cpu("3")
+        .obj();
     assert_eq!(admit(&c, &job_a).await["allowed"], true);
     assert_eq!(admit(&c, &job1).await["allowed"], true);
     // 2. A's NoteBook (2 × 2): 8 > 6, borrowed from B's idle guarantee.
@@ -288,7 +292,12 @@ async fn seed_001_borrowing_and_ordered_reclaim() {
         "{r}"
     );
     // 3. B's Job-2 (1 × 5) is within B's own guarantee: always admitted.
-    let job2 = job("ns-b", "job-2", "user-b", 1, "5");
+    let job2 = job("job-2")
+        .image("nginx")
+        .ns("ns-b")
+        .quota("user-b")
+        .cpu("5")
+        .obj();
     assert_eq!(admit(&c, &job2).await["allowed"], true);
     c.until("user-b", "job-2 charged", |q| {
         used(q, "requests.cpu") == "8"

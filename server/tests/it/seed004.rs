@@ -16,9 +16,10 @@
 
 use crate::cluster::{used, Cluster, T0};
 use crate::preemption::{
-    create, create_class, create_quota, delete, events, job, marks, patches, queue_refs,
-    suspend_reviews, suspended, until_event, until_suspended, GRACE_MS,
+    create, create_class, create_quota, delete, marks, patches, suspend_reviews, suspended,
+    until_suspended, GRACE_MS,
 };
+use crate::support::{events, job, queue_refs, until_event};
 use serde_json::json;
 use std::time::Duration;
 
@@ -50,17 +51,64 @@ async fn seed_004_per_project_queues_job_level_eviction_delayed_preemption_with_
 
     // Project A runs an evaluation (high) and a 3-pod ETL job (low);
     // project B is full with its own job.
-    create(&c, &job("a", "proj-a", "eval", 1, "1", "training")).await;
-    create(&c, &job("a", "proj-a", "etl", 3, "1", "etl")).await;
-    create(&c, &job("b", "proj-b", "b-run", 4, "1", "etl")).await;
+    create(
+        &c,
+        &job("eval")
+            .ns("a")
+            .quota("proj-a")
+            .cpu("1")
+            .class("training")
+            .obj(),
+    )
+    .await;
+    create(
+        &c,
+        &job("etl")
+            .ns("a")
+            .quota("proj-a")
+            .pods(3)
+            .cpu("1")
+            .class("etl")
+            .obj(),
+    )
+    .await;
+    create(
+        &c,
+        &job("b-run")
+            .ns("b")
+            .quota("proj-b")
+            .pods(4)
+            .cpu("1")
+            .class("etl")
+            .obj(),
+    )
+    .await;
     c.until("proj-a", "charged", |q| used(q, "requests.cpu") == "4")
         .await;
     c.until("proj-b", "charged", |q| used(q, "requests.cpu") == "4")
         .await;
 
     // Per-project queues: B's job waits in B's queue, A's in A's.
-    create(&c, &job("b", "proj-b", "b-next", 1, "1", "etl")).await;
-    create(&c, &job("a", "proj-a", "train-1", 1, "1", "training")).await;
+    create(
+        &c,
+        &job("b-next")
+            .ns("b")
+            .quota("proj-b")
+            .cpu("1")
+            .class("etl")
+            .obj(),
+    )
+    .await;
+    create(
+        &c,
+        &job("train-1")
+            .ns("a")
+            .quota("proj-a")
+            .cpu("1")
+            .class("training")
+            .obj(),
+    )
+    .await;
     assert!(suspended(&c, "a", "train-1") && suspended(&c, "b", "b-next"));
     let a = c
         .until("proj-a", "etl marked", |q| marks(q) == ["batch/Job/a/etl"])
@@ -105,7 +153,16 @@ async fn seed_004_per_project_queues_job_level_eviction_delayed_preemption_with_
 
     // Again: another high job waits; the ETL job is marked afresh, with a
     // new grace period.
-    create(&c, &job("a", "proj-a", "train-2", 1, "1", "training")).await;
+    create(
+        &c,
+        &job("train-2")
+            .ns("a")
+            .quota("proj-a")
+            .cpu("1")
+            .class("training")
+            .obj(),
+    )
+    .await;
     let a = c
         .until("proj-a", "etl marked again", |q| {
             marks(q) == ["batch/Job/a/etl"]

@@ -11,6 +11,7 @@
 
 use crate::cluster::{used, Cluster, T0};
 use crate::common::{bind, create_user, fresh_postgres, fresh_sqlite, Browser, Server};
+use crate::support::{job, until_event};
 use bizrq::store::sql::SqlStore;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use quota::object::budgets::{Entry, Reason};
@@ -39,20 +40,11 @@ fn billed(quota: &str, user: &str, at: i64, core_hours: i128) -> Entry {
     }
 }
 
-fn job(name: &str, cpu: &str) -> DynamicObject {
-    serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "labels": {"biz.group.resource.quota": "ml"}},
-        "spec": {"parallelism": 1, "completions": 1,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}}))
-    .unwrap()
-}
-
 async fn create_as(c: &Cluster, user: &str, name: &str, cpu: &str) {
     let ar =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
     Api::<DynamicObject>::namespaced_with(c.kubectl(user), "ml", &ar)
-        .create(&PostParams::default(), &job(name, cpu))
+        .create(&PostParams::default(), &job(name).cpu(cpu).dynamic())
         .await
         .unwrap();
 }
@@ -481,7 +473,7 @@ async fn the_shares_table_on_postgres() {
 /// marks only what that Job needs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preemption_makes_room_for_the_entry_the_round_admits_first() {
-    use crate::preemption::{create_class, job, marks, until_event};
+    use crate::preemption::{create_class, marks};
     let c = Cluster::start().await;
     let sql = SqlStore::connect(&fresh_sqlite_of(&c)).await.unwrap();
     sql.append_ledger(&[
@@ -516,7 +508,7 @@ async fn preemption_makes_room_for_the_entry_the_round_admits_first() {
     let create = |user: &str, name: &str, cpu: &str, class: &str| {
         let api = Api::<DynamicObject>::namespaced_with(c.kubectl(user), "ml", &ar);
         let o: DynamicObject =
-            serde_json::from_value(job("ml", "ml", name, 1, cpu, class)).unwrap();
+            serde_json::from_value(job(name).cpu(cpu).class(class).obj()).unwrap();
         async move { api.create(&PostParams::default(), &o).await.unwrap() }
     };
     create("carol", "low-a", "2", "batch-low").await;

@@ -3,6 +3,7 @@
 //! nothing, and half-open or dribbling connections are closed.
 
 use crate::common::{deployment, fresh_sqlite, poll_until, review, Server};
+use crate::support::metric_in;
 use serde_json::json;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -36,24 +37,15 @@ async fn start_with_timeouts(
     (running, server, dir)
 }
 
-fn metric(running: &bizrq::Running, line: &str) -> Option<f64> {
-    running
-        .service
-        .metrics
-        .render()
-        .lines()
-        .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
-}
-
 /// Poll `line` until it reads `want` (up to 20 s): a listener's accept
 /// loop, niced on the portal, may lag on a loaded machine. Returns the
 /// last reading.
 async fn metric_reaches(running: &bizrq::Running, line: &str, want: f64) -> Option<f64> {
     poll_until(200, Duration::from_millis(100), || async {
-        (metric(running, line) == Some(want)).then_some(want)
+        (metric_in(&running.service.metrics.render(), line) == Some(want)).then_some(want)
     })
     .await
-    .or_else(|| metric(running, line))
+    .or_else(|| metric_in(&running.service.metrics.render(), line))
 }
 
 /// Wait (up to `within`) until the server closes `c`: EOF or a reset.
@@ -107,22 +99,28 @@ async fn idle_portal_connections_leave_admissions_prompt() {
     // The portal's listener runs niced (docs/limits.md): on a busy machine
     // it accepts and closes later than admissions would; wait for it.
     for _ in 0..100 {
-        let closed = metric(
-            &running,
+        let closed = metric_in(
+            &running.service.metrics.render(),
             "bizrq_connections_closed_total{listener=\"http\",reason=\"limit\"}",
         )
         .unwrap_or(0.0);
-        let open = metric(&running, "bizrq_open_connections{listener=\"http\"}");
+        let open = metric_in(
+            &running.service.metrics.render(),
+            "bizrq_open_connections{listener=\"http\"}",
+        );
         if closed >= 300.0 && open == Some(100.0) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let open = metric(&running, "bizrq_open_connections{listener=\"http\"}");
+    let open = metric_in(
+        &running.service.metrics.render(),
+        "bizrq_open_connections{listener=\"http\"}",
+    );
     assert_eq!(open, Some(100.0), "the portal pool is full");
     assert!(
-        metric(
-            &running,
+        metric_in(
+            &running.service.metrics.render(),
             "bizrq_connections_closed_total{listener=\"http\",reason=\"limit\"}"
         )
         .unwrap_or(0.0)
@@ -155,13 +153,20 @@ async fn idle_portal_connections_leave_admissions_prompt() {
         );
     }
     for _ in 0..200 {
-        if metric(&running, "bizrq_open_connections{listener=\"http\"}") == Some(0.0) {
+        if metric_in(
+            &running.service.metrics.render(),
+            "bizrq_open_connections{listener=\"http\"}",
+        ) == Some(0.0)
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
-        metric(&running, "bizrq_open_connections{listener=\"http\"}"),
+        metric_in(
+            &running.service.metrics.render(),
+            "bizrq_open_connections{listener=\"http\"}"
+        ),
         Some(0.0)
     );
     let (status, body) = s.get_text("/healthz").await;
@@ -215,13 +220,13 @@ async fn half_open_and_dribbling_connections_are_closed_after_the_timeout() {
     let mut no_tls = TcpStream::connect(running.webhook_addr).await.unwrap();
     let took = closed_within(&mut no_tls, Duration::from_secs(6)).await;
     assert!(took.is_some(), "webhook connection without a handshake");
-    assert!(metric(
-        &running,
+    assert!(metric_in(
+        &running.service.metrics.render(),
         "bizrq_connections_closed_total{listener=\"webhook\",reason=\"tls_handshake_timeout\"}"
     )
     .is_some_and(|n| n >= 1.0));
-    assert!(metric(
-        &running,
+    assert!(metric_in(
+        &running.service.metrics.render(),
         "bizrq_connections_closed_total{listener=\"http\",reason=\"header_timeout\"}"
     )
     .is_some_and(|n| n >= 1.0));
@@ -292,7 +297,10 @@ async fn one_address_cannot_take_the_whole_portal_pool() {
         Some(20.0)
     );
     assert_eq!(
-        metric(&running, "bizrq_open_connections{listener=\"http\"}"),
+        metric_in(
+            &running.service.metrics.render(),
+            "bizrq_open_connections{listener=\"http\"}"
+        ),
         Some(10.0)
     );
     // Another address still gets in.
@@ -343,8 +351,8 @@ async fn silent_connections_cannot_lock_new_api_server_connections_out_of_the_we
             }
         }
     }
-    assert!(metric(
-        &running,
+    assert!(metric_in(
+        &running.service.metrics.render(),
         "bizrq_connections_closed_total{listener=\"webhook\",reason=\"handshake_evicted\"}"
     )
     .is_some_and(|n| n >= 40.0));

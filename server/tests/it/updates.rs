@@ -9,6 +9,7 @@
 //! suspends a Job at the end it declared.
 
 use crate::common::*;
+use crate::support::{job, Review, MAX_RUNTIME};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -18,43 +19,6 @@ const CASH: &str = "cash/requests.nvidia.com/gpu";
 const T0: i64 = 1_795_255_200_000; // 2026-11-21T10:00:00Z
 /// One card-hour at face value, in acc (docs/budgets.md §0).
 const CARD_HOUR: i128 = 3_600_000_000_000_000_000_000;
-const MAX_RUNTIME: &str = "biz.group.resource.quota/max-runtime";
-
-/// A Job of `cards` one-GPU pods in namespace `ml`, bound to `quota`,
-/// declaring `deadline` seconds (activeDeadlineSeconds) and/or the
-/// max-runtime annotation.
-fn job(name: &str, quota: &str, cards: i64, deadline: Option<i64>, note: Option<&str>) -> Value {
-    let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
-            "labels": {"biz.group.resource.quota": quota}},
-        "spec": {"parallelism": cards, "completions": cards,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer",
-                "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}}});
-    if let Some(d) = deadline {
-        j["spec"]["activeDeadlineSeconds"] = json!(d);
-    }
-    if let Some(n) = note {
-        j["metadata"]["annotations"] = json!({MAX_RUNTIME: n});
-    }
-    j
-}
-
-/// An AdmissionReview of a Job: CREATE of `object`, or UPDATE from `old`.
-fn job_review(uid: &str, object: Value, old: Option<Value>) -> Value {
-    let update = old.is_some();
-    let mut r = review("deployment-create.json", uid, Some(object), old);
-    let gvk = json!({"group": "batch", "version": "v1", "kind": "Job"});
-    let gvr = json!({"group": "batch", "version": "v1", "resource": "jobs"});
-    r["request"]["kind"] = gvk.clone();
-    r["request"]["requestKind"] = gvk;
-    r["request"]["resource"] = gvr.clone();
-    r["request"]["requestResource"] = gvr;
-    r["request"]["namespace"] = "ml".into();
-    if update {
-        r["request"]["operation"] = "UPDATE".into();
-    }
-    r
-}
 
 fn denial(r: &Value) -> &str {
     assert_eq!(r["allowed"], false, "{r}");
@@ -102,11 +66,16 @@ async fn a_lengthened_run_time_is_judged_again(url: &str) {
     s.create_quota("team", "", json!({GPU: "16", CASH: "10"}))
         .await;
 
-    let hour = job("j", "team", 4, Some(3600), None);
+    let hour = job("j")
+        .named_uid()
+        .quota("team")
+        .cards(4)
+        .deadline(3600)
+        .obj();
     let r = s
         .review(
             "/validate/workloads",
-            &job_review("c-1", hour.clone(), None),
+            &Review::create("c-1", hour.clone()).of_job().ns("ml").obj(),
         )
         .await;
     assert_eq!(r["allowed"], true, "{r}");
@@ -116,13 +85,21 @@ async fn a_lengthened_run_time_is_judged_again(url: &str) {
         BTreeMap::from([("batch/Job/ml/j".to_string(), (4 * CARD_HOUR, 3_600_000))])
     );
 
-    let nine = job("j", "team", 4, Some(32400), None);
+    let nine = job("j")
+        .named_uid()
+        .quota("team")
+        .cards(4)
+        .deadline(32400)
+        .obj();
     let said = "bizrq team: cash/requests.nvidia.com/gpu needs 36 card-hours for Job ml/j \
                 (4 × nvidia.com/gpu for 9h), 10 left (10 this period, 0 spent, 0 reserved)";
     let r = s
         .review(
             "/validate/workloads",
-            &job_review("u-1", nine.clone(), Some(hour.clone())),
+            &Review::update("u-1", nine.clone(), hour.clone())
+                .of_job()
+                .ns("ml")
+                .obj(),
         )
         .await;
     assert_eq!(denial(&r), said);
@@ -134,7 +111,16 @@ async fn a_lengthened_run_time_is_judged_again(url: &str) {
     // The check of that object, under its name, is the same decision.
     assert_eq!(check(&s, &nine).await, (false, said.to_string()));
     // As a new Job, it is judged beside j's 4.
-    let (ok, m) = check(&s, &job("k", "team", 4, Some(32400), None)).await;
+    let (ok, m) = check(
+        &s,
+        &job("k")
+            .named_uid()
+            .quota("team")
+            .cards(4)
+            .deadline(32400)
+            .obj(),
+    )
+    .await;
     assert!(!ok);
     assert!(m.contains("needs 36 card-hours for Job ml/k"), "{m}");
     assert!(
@@ -143,11 +129,19 @@ async fn a_lengthened_run_time_is_judged_again(url: &str) {
     );
 
     // Two hours fit (8 of 10): reserved, counted from the Job's start.
-    let two = job("j", "team", 4, Some(7200), None);
+    let two = job("j")
+        .named_uid()
+        .quota("team")
+        .cards(4)
+        .deadline(7200)
+        .obj();
     let r = s
         .review(
             "/validate/workloads",
-            &job_review("u-2", two.clone(), Some(hour.clone())),
+            &Review::update("u-2", two.clone(), hour.clone())
+                .of_job()
+                .ns("ml")
+                .obj(),
         )
         .await;
     assert_eq!(r["allowed"], true, "{r}");
@@ -156,11 +150,19 @@ async fn a_lengthened_run_time_is_judged_again(url: &str) {
         (8 * CARD_HOUR, 7_200_000)
     );
     // Half an hour: 2 held, the rest released.
-    let half = job("j", "team", 4, Some(1800), None);
+    let half = job("j")
+        .named_uid()
+        .quota("team")
+        .cards(4)
+        .deadline(1800)
+        .obj();
     let r = s
         .review(
             "/validate/workloads",
-            &job_review("u-3", half.clone(), Some(two.clone())),
+            &Review::update("u-3", half.clone(), two.clone())
+                .of_job()
+                .ns("ml")
+                .obj(),
         )
         .await;
     assert_eq!(r["allowed"], true, "{r}");
@@ -173,7 +175,10 @@ async fn a_lengthened_run_time_is_judged_again(url: &str) {
     let r = s
         .review(
             "/validate/workloads",
-            &job_review("u-3", half.clone(), Some(two.clone())),
+            &Review::update("u-3", half.clone(), two.clone())
+                .of_job()
+                .ns("ml")
+                .obj(),
         )
         .await;
     assert_eq!(r["allowed"], true, "{r}");
@@ -190,11 +195,14 @@ async fn a_lengthened_run_time_is_judged_again(url: &str) {
         )
         .await;
     assert_eq!(st, StatusCode::OK, "{v}");
-    let none = job("j", "team", 4, None, None);
+    let none = job("j").named_uid().quota("team").cards(4).obj();
     let r = s
         .review(
             "/validate/workloads",
-            &job_review("u-4", none, Some(half.clone())),
+            &Review::update("u-4", none, half.clone())
+                .of_job()
+                .ns("ml")
+                .obj(),
         )
         .await;
     assert_eq!(
@@ -222,11 +230,12 @@ async fn a_lengthened_run_time_is_judged_again_postgres() {
 }
 
 async fn validate(s: &Server, uid: &str, object: &Value, old: Option<&Value>) -> Value {
-    s.review(
-        "/validate/workloads",
-        &job_review(uid, object.clone(), old.cloned()),
-    )
-    .await
+    let r = match old {
+        Some(old) => Review::update(uid, object.clone(), old.clone()),
+        None => Review::create(uid, object.clone()),
+    };
+    s.review("/validate/workloads", &r.of_job().ns("ml").obj())
+        .await
 }
 
 /// Standalone, at the webhook: an update that asks more is judged in
@@ -246,10 +255,20 @@ async fn an_update_is_refused_only_when_it_asks_more(url: &str) {
         .await;
 
     // A run that ended does not make a scale-up free.
-    let one = job("d", "team", 1, None, Some("1h"));
+    let one = job("d")
+        .named_uid()
+        .quota("team")
+        .cards(1)
+        .max_runtime("1h")
+        .obj();
     assert_eq!(validate(&s, "c-d", &one, None).await["allowed"], true);
     clock.store(T0 + 2 * 3_600_000, std::sync::atomic::Ordering::SeqCst);
-    let sixteen = job("d", "team", 16, None, Some("1h"));
+    let sixteen = job("d")
+        .named_uid()
+        .quota("team")
+        .cards(16)
+        .max_runtime("1h")
+        .obj();
     let r = validate(&s, "u-d", &sixteen, Some(&one)).await;
     let m = denial(&r);
     assert!(
@@ -260,11 +279,16 @@ async fn an_update_is_refused_only_when_it_asks_more(url: &str) {
     // A decrease under a budget all reserved by another is allowed.
     s.create_quota("tight", "", json!({GPU: "32", CASH: "10"}))
         .await;
-    let eight = job("w", "tight", 8, None, None);
+    let eight = job("w").named_uid().quota("tight").cards(8).obj();
     assert_eq!(validate(&s, "c-w", &eight, None).await["allowed"], true);
-    let x = job("x", "tight", 1, None, Some("10h"));
+    let x = job("x")
+        .named_uid()
+        .quota("tight")
+        .cards(1)
+        .max_runtime("10h")
+        .obj();
     assert_eq!(validate(&s, "c-x", &x, None).await["allowed"], true);
-    let four = job("w", "tight", 4, None, None);
+    let four = job("w").named_uid().quota("tight").cards(4).obj();
     let r = validate(&s, "u-w", &four, Some(&eight)).await;
     assert_eq!(r["allowed"], true, "{r}");
     let q = s.quota("tight").await;
@@ -349,7 +373,7 @@ async fn in_a_cluster_a_lengthened_run_time_is_judged_again() {
     };
 
     // kubectl patch job j2 --type=merge -p '{"spec":{"activeDeadlineSeconds":32400}}'
-    create(job("j2", "ml", 4, Some(3600), None)).await;
+    create(job("j2").named_uid().cards(4).deadline(3600).obj()).await;
     c.until("ml", "j2 reserved", |q| reservations(q).len() == 1)
         .await;
     let err = patch("j2", json!({"spec": {"activeDeadlineSeconds": 32400}}))
@@ -372,10 +396,10 @@ async fn in_a_cluster_a_lengthened_run_time_is_judged_again() {
     );
 
     // A Job declaring one minute, annotated to nine hours: refused.
-    create(job("short", "ml", 4, None, Some("1m"))).await;
+    create(job("short").named_uid().cards(4).max_runtime("1m").obj()).await;
     // Another declaring one minute, annotated to one hour: 4 fit in the
     // 6 left beside j2, so it is reserved, its end moved to 11:00.
-    create(job("long", "ml", 4, None, Some("1m"))).await;
+    create(job("long").named_uid().cards(4).max_runtime("1m").obj()).await;
     c.until("ml", "short and long reserved", |q| {
         reservations(q).len() == 3
     })

@@ -9,6 +9,7 @@
 
 use crate::cluster::{used, Cluster};
 use crate::fakeapi::VOLCANOJOB;
+use crate::support::queue_refs;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -143,17 +144,6 @@ async fn json_patch(c: &Cluster, user: &str, pod: &str, ops: Value) -> Result<()
         Err(kube::Error::Api(s)) => Err((s.code, s.message)),
         Err(e) => panic!("{e}"),
     }
-}
-
-fn queue_refs(q: &Value) -> Vec<String> {
-    q["status"]["queue"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| e["workloadRef"].as_str().unwrap().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn rv(o: &Value) -> u64 {

@@ -54,13 +54,23 @@ type RespBody = UnsyncBoxBody<Bytes, Infallible>;
 struct Coll {
     def: KindDef,
     objects: BTreeMap<(String, String), Value>,
+    /// The events watches are served from: bounded, as kube-apiserver's
+    /// watch cache and etcd's compaction bound them (`WATCH_HISTORY`, or
+    /// `bound_history`).
     log: Vec<(u64, &'static str, Value)>,
-    /// The newest resourceVersion dropped from `log` (`bound_history`):
-    /// a watch from an older version cannot be served.
+    /// The newest resourceVersion dropped from `log`: a watch from an
+    /// older version cannot be served.
     compacted: u64,
-    /// How many events `log` keeps (None: all).
+    /// How many events `log` keeps.
     keep: Option<usize>,
+    /// Every version stored, for the tests that read them all
+    /// (`quota_versions`): unbounded unless `bound_history` bounds it.
+    versions: Vec<(u64, Value)>,
+    /// How many `versions` keeps (None: all).
+    versions_keep: Option<usize>,
     tx: broadcast::Sender<(u64, &'static str, Value)>,
+    /// Bumped by `end_watches`: every watch open on the kind ends.
+    ends: tokio::sync::watch::Sender<u64>,
 }
 
 #[derive(Default)]
@@ -72,7 +82,8 @@ struct State {
     requests: Vec<String>,
     /// How many requests of each verb and resource were served, whatever
     /// `history` keeps (`tally`): "get bizgroupresourcequotas",
-    /// "patch jobs", "put bizgroupresourcequotas/status", "list …", "watch …".
+    /// "patch jobs", "put bizgroupresourcequotas/status", "list …", "watch …";
+    /// and "expired …", the watches answered 410 Expired.
     tally: HashMap<String, u64>,
     /// Answer the next N writes to these paths with 409.
     conflicts: HashMap<String, usize>,
@@ -132,6 +143,13 @@ struct State {
     /// Stamp `creationTimestamp` at this time (`stamp_creations_at`).
     stamp_at: Option<i64>,
 }
+
+/// About how many events of each kind watches are served from by default
+/// (`Coll::log`): kube-apiserver always compacts, so a watch from a version
+/// older than that is told 410 Expired and lists again. More than a live
+/// watch's channel holds (4096), so a watcher ended for lagging is resumed
+/// from the log, as before.
+const WATCH_HISTORY: usize = 5_000;
 
 /// A review sent, kept within the bounded history.
 fn keep_review(g: &mut State, review: Value) {
@@ -346,16 +364,19 @@ impl FakeApi {
         self.state.lock().unwrap().reviews.clone()
     }
 
-    /// Keep only about the last `n` events of each kind, requests and
-    /// reviews, as kube-apiserver's watch cache and etcd's compaction keep
-    /// a bounded history: a long run (a benchmark) then holds bounded
-    /// memory. A watch from a resourceVersion older than the history kept
-    /// is answered `410 Expired`, and its client lists again.
+    /// Keep only about the last `n` events of each kind (for watches and
+    /// for `quota_versions`), requests and reviews, as kube-apiserver's
+    /// watch cache and etcd's compaction keep a bounded history: a long run
+    /// (a benchmark) then holds bounded memory. A watch from a
+    /// resourceVersion older than the history kept is answered `410
+    /// Expired`, and its client lists again. Without it, watches are served
+    /// from about the last `WATCH_HISTORY` events and the rest is kept whole.
     pub fn bound_history(&self, n: usize) {
         let mut g = self.state.lock().unwrap();
         g.history = Some(n.max(1));
         for c in g.colls.values_mut() {
             c.keep = Some(n.max(1));
+            c.versions_keep = Some(n.max(1));
         }
     }
 
@@ -413,7 +434,8 @@ impl FakeApi {
     pub fn install(&self, def: KindDef) {
         let (tx, _) = broadcast::channel(4096);
         let mut g = self.state.lock().unwrap();
-        let keep = g.history;
+        let versions_keep = g.history;
+        let keep = versions_keep.or(Some(WATCH_HISTORY));
         g.colls.insert(
             coll_key(def.group, def.plural),
             Coll {
@@ -422,7 +444,10 @@ impl FakeApi {
                 log: Vec::new(),
                 compacted: 0,
                 keep,
+                versions: Vec::new(),
+                versions_keep,
                 tx,
+                ends: tokio::sync::watch::Sender::new(0),
             },
         );
     }
@@ -506,6 +531,17 @@ impl FakeApi {
             .unwrap()
             .next_watch_lag
             .insert(coll_key(group, plural), delay);
+    }
+
+    /// End every watch open now on `group`/`plural`, as kube-apiserver
+    /// ends its watches at their timeout or when it restarts: each client
+    /// watches again from the last version it saw (and, if that version
+    /// has been compacted meanwhile, is told 410 Expired and lists again).
+    pub fn end_watches(&self, group: &str, plural: &str) {
+        let g = self.state.lock().unwrap();
+        g.colls[&coll_key(group, plural)]
+            .ends
+            .send_modify(|n| *n += 1);
     }
 
     /// Every write to `path` from now on takes `delay` more before it is
@@ -595,6 +631,8 @@ impl FakeApi {
         if let Some((last, _, _)) = trim(&mut coll.log, coll.keep).last() {
             coll.compacted = *last;
         }
+        coll.versions.push((rv, obj.clone()));
+        trim(&mut coll.versions, coll.versions_keep);
         let _ = coll.tx.send((rv, kind, obj));
     }
 
@@ -683,10 +721,10 @@ impl FakeApi {
     pub fn quota_versions(&self, name: &str, after: u64) -> Vec<Value> {
         let g = self.state.lock().unwrap();
         g.colls[&coll_key("bizrq.io", "bizgroupresourcequotas")]
-            .log
+            .versions
             .iter()
-            .filter(|(rv, _, o)| *rv > after && o["metadata"]["name"] == name)
-            .map(|(_, _, o)| o.clone())
+            .filter(|(rv, o)| *rv > after && o["metadata"]["name"] == name)
+            .map(|(_, o)| o.clone())
             .collect()
     }
 

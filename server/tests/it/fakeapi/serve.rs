@@ -171,6 +171,8 @@ impl FakeApi {
                 // Expired; its client lists again.
                 if from != 0 && from < coll.compacted {
                     let msg = format!("too old resource version: {from} ({})", coll.compacted);
+                    let plural = coll.def.plural;
+                    *g.tally.entry(format!("expired {plural}")).or_default() += 1;
                     let ev = json!({"type": "ERROR", "object": status(410, "Expired", &msg)});
                     let mut b = serde_json::to_vec(&ev).unwrap();
                     b.push(b'\n');
@@ -239,9 +241,14 @@ impl FakeApi {
                     .boxed()
                 };
                 let keep2 = keep.clone();
+                // `end_watches` ends it.
+                let mut ends = coll.ends.subscribe();
                 let stream = futures::stream::iter(backlog)
                     .chain(live.filter(move |(r, _, o)| std::future::ready(*r > from && keep2(o))))
-                    .map(line);
+                    .map(line)
+                    .take_until(async move {
+                        let _ = ends.changed().await;
+                    });
                 Response::builder()
                     .status(200)
                     .header("content-type", "application/json")

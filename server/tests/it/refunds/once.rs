@@ -1,378 +1,7 @@
-//! Seed 004 in cluster mode (docs/budgets.md §4, §9): billing by run time
-//! with delayed, job-level reclaim — and the work reclaim throws away
-//! refunded by the borrower's policy; a Job that runs past the run time it
-//! declared is suspended. Through the emulated API server and the shipped
-//! webhooks, as kubectl users see it.
-//!
-//! `user-a` (cpu 6, max 10, 100 core-hours, refund `lastStretch` every
-//! 30 min) runs `train` (2 × 2 cores, declared 2 h, priority 100) and
-//! `sweep` (2 × 2 cores, declared 10 h, priority 0: it borrows 2 of
-//! `user-b`'s idle guarantee). At 10:00 `user-b`'s Job-2 cannot be
-//! scheduled: `sweep` is marked, and reclaimed once the grace is over. At
-//! 10:50 it is suspended; its checkpoints were at 10:30, so the 20 minutes
-//! since are refunded (4 cores × 20 min = 1.33 core-hours), once. At 12:01
-//! `train` has run past its declared 2 h and is suspended.
-
-use crate::cluster::{pod, Cluster, HOUR, T0};
-use crate::common::*;
-use crate::fakeapi::FakeApi;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-use reqwest::{Method, StatusCode};
-use serde_json::{json, Value};
-use std::time::Duration;
-
-const KEY: &str = "cash/requests.cpu";
-const MIN: i64 = 60_000;
-
-fn job(ns: &str, name: &str, quota: &str, pods: i64, cpu: &str, runtime: Option<&str>) -> Value {
-    let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns, "labels": {"biz.group.resource.quota": quota}},
-        "spec": {"parallelism": pods, "completions": pods,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x",
-                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}}}});
-    if let Some(r) = runtime {
-        j["metadata"]["annotations"] = json!({"biz.group.resource.quota/max-runtime": r});
-    }
-    j
-}
-
-async fn create_job(c: &Cluster, j: &Value) -> Result<(), String> {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        c.kubectl("alice"),
-        j["metadata"]["namespace"].as_str().unwrap(),
-        &ar,
-    );
-    let o: DynamicObject = serde_json::from_value(j.clone()).unwrap();
-    match api.create(&PostParams::default(), &o).await {
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-fn running(ns: &str, name: &str, owner: &str, cpu: &str, priority: i64) -> Value {
-    let mut p = pod(ns, name, "Job", owner, 0, "2026-11-21T10:00:00Z");
-    p["spec"]["containers"][0]["resources"] =
-        json!({"requests": {"cpu": cpu}, "limits": {"cpu": cpu}});
-    p["spec"]["priority"] = json!(priority);
-    p
-}
-
-fn accrued(q: &Value) -> i128 {
-    q["status"]["cashAccrued"][KEY]
-        .as_str()
-        .unwrap_or("0")
-        .parse()
-        .unwrap()
-}
-
-/// Per mille of a core for `ms`: `status.cashAccrued`'s unit.
-fn per_mille(cores: i128, ms: i128) -> i128 {
-    cores * 1_000_000_000 * ms * 1000
-}
-
-async fn until_event(c: &Cluster, reason: &str, name: &str) -> Value {
-    for _ in 0..400 {
-        if let Some(e) = c
-            .fake
-            .list("events.k8s.io", "events")
-            .into_iter()
-            .find(|e| e["reason"] == reason && e["regarding"]["name"] == name)
-        {
-            return e;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "no {reason} Event on {name}: {:#?}",
-        c.fake.list("events.k8s.io", "events")
-    );
-}
-
-async fn until_suspended(c: &Cluster, ns: &str, name: &str) {
-    for _ in 0..400 {
-        if c.fake.get("batch", "jobs", ns, name).unwrap()["spec"]["suspend"] == true {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "{ns}/{name} never suspended: {}",
-        c.fake.get("batch", "jobs", ns, name).unwrap()
-    );
-}
-
-/// Touch a quota (a label) so the controller reconciles it now.
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seed_004_run_time_billing_with_a_reclaimed_job_refunded() {
-    let c = Cluster::start().await;
-    let s = &c.server;
-    seed_004_quotas(&c).await;
-    // A hostile refund policy is refused, naming the key, and changes nothing.
-    for bad in [
-        json!({"kind": "lastStretch", "checkpointEverySeconds": 0}),
-        json!({"kind": "lastStretch", "checkpointEverySeconds": -5}),
-        json!({"kind": "lastStretch", "checkpointEverySeconds": 31_622_401}),
-        json!({"kind": "lastStretch", "checkpointEverySeconds": 1.5}),
-        json!({"kind": "sometimes"}),
-    ] {
-        let (st, v) = s
-            .api(
-                Method::PUT,
-                "/api/v1/quotas/user-a",
-                Some(
-                    json!({"metadata": {"name": "user-a"}, "spec": {"parent": "pool",
-                    "hard": {"requests.cpu": "6", KEY: "100"}, "max": {"requests.cpu": "10"},
-                    "budgets": {KEY: {"refund": bad}}}}),
-                ),
-            )
-            .await;
-        // 422 naming the key for a rule, 400 for what is not a policy.
-        assert!(
-            st == StatusCode::UNPROCESSABLE_ENTITY || st == StatusCode::BAD_REQUEST,
-            "{bad}: {v}"
-        );
-        if st == StatusCode::UNPROCESSABLE_ENTITY {
-            let m = v["error"]["message"].as_str().unwrap();
-            assert!(
-                m.contains("budget cash/requests.cpu: checkpointEverySeconds"),
-                "{m}"
-            );
-        }
-    }
-    assert_eq!(
-        c.fake.quota("user-a")["spec"]["budgets"][KEY]["refund"]["checkpointEverySeconds"],
-        1800
-    );
-
-    // Seed 004's billing by run time: both of A's Jobs declare theirs and
-    // reserve it; `sweep` borrows.
-    let train = job("ns-a", "train", "user-a", 2, "2", Some("2h"));
-    let sweep = job("ns-a", "sweep", "user-a", 2, "2", Some("10h"));
-    create_job(&c, &train).await.unwrap();
-    create_job(&c, &sweep).await.unwrap();
-    let job1 = job("ns-b", "job-1", "user-b", 1, "3", None);
-    let job2 = job("ns-b", "job-2", "user-b", 1, "5", None);
-    create_job(&c, &job1).await.unwrap();
-    create_job(&c, &job2).await.unwrap();
-    let a = c
-        .until("user-a", "both reserved", |q| {
-            q["status"]["reservations"][KEY]
-                .as_object()
-                .is_some_and(|m| m.len() == 2)
-        })
-        .await;
-    assert_eq!(a["status"]["borrowed"]["requests.cpu"], "2", "{a}");
-
-    for o in [&train, &sweep, &job1, &job2] {
-        c.fake.put(o.clone());
-    }
-    for p in ["train-x", "train-y"] {
-        c.fake.put(running("ns-a", p, "train", "2", 100));
-    }
-    for p in ["sweep-x", "sweep-y"] {
-        c.fake.put(running("ns-a", p, "sweep", "2", 0));
-    }
-    c.fake.put(running("ns-b", "job-1-x", "job-1", "3", 0));
-    let mut pending = running("ns-b", "job-2-x", "job-2", "5", 0);
-    pending["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-        "message": "0/3 nodes are available: 3 Insufficient cpu."}]});
-    c.fake.put(pending);
-
-    // B needs its room back: the low-priority `sweep` is marked, not `train`.
-    let a = c
-        .until("user-a", "sweep marked", |q| {
-            q["status"]["reclaim"].is_object()
-        })
-        .await;
-    let marks: Vec<&String> = a["status"]["reclaim"].as_object().unwrap().keys().collect();
-    assert_eq!(marks, ["batch/Job/ns-a/sweep"], "{a}");
-
-    // 10:50: A's status bills the 50 minutes, then the grace (5 min) is
-    // long over and the parent's reclaim suspends `sweep`.
-    c.set_clock(T0 + 50 * MIN);
-    c.touch("user-a", 1);
-    until_suspended(&c, "ns-a", "sweep").await;
-    let expected = per_mille(8, 50 * MIN as i128) - per_mille(4, 20 * MIN as i128);
-    let a = c
-        .until("user-a", "refunded and billed to 10:50", |q| {
-            q["status"]["refunds"].is_object()
-                && q["status"]["lastReconcileTime"] == "2026-11-21T10:50:00.000Z"
-                && accrued(q) == expected
-        })
-        .await;
-    let r = &a["status"]["refunds"]["batch/Job/ns-a/sweep"];
-    // Checkpoints every 30 min from 10:00: 10:30 → 10:50 is lost.
-    assert_eq!(r["from"], "2026-11-21T10:30:00.000Z", "{a}");
-    assert_eq!(r["to"], "2026-11-21T10:50:00.000Z", "{a}");
-    let refund = per_mille(4, 20 * MIN as i128);
-    assert_eq!(
-        r["amounts"][KEY],
-        (refund * 1000).to_string(),
-        "in acc: {a}"
-    );
-    // Billed: train 4 cores × 50 min + sweep 4 × 50 min, less the refund.
-    assert_eq!(accrued(&a), per_mille(8, 50 * MIN as i128) - refund, "{a}");
-    let e = until_event(&c, "Refunded", "sweep").await;
-    let note = e["note"].as_str().unwrap();
-    assert!(
-        note.contains("refunded 1.33 core-hours of cash/requests.cpu"),
-        "{note}"
-    );
-
-    // Refunded once per mark: more reconciles give nothing more.
-    c.fake.remove("", "pods", "ns-a", "sweep-x");
-    c.fake.remove("", "pods", "ns-a", "sweep-y");
-    c.touch("user-a", 2);
-    c.touch("pool", 3);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let again = c.fake.quota("user-a");
-    assert_eq!(accrued(&again), accrued(&a), "{again}");
-    assert_eq!(again["status"]["refunds"], a["status"]["refunds"]);
-
-    // The audit log has the refund, with its entries.
-    let admin = Browser::admin(s).await;
-    let audit = admin.get("/audit?action=budget.refund").await;
-    assert_eq!(
-        audit.body.matches("<code>budget.refund</code>").count(),
-        1,
-        "one refund: {}",
-        audit.body
-    );
-    assert!(audit.body.contains("sweep"), "{}", audit.body);
-
-    // 12:01: `train` declared 2 h from 10:00 and still runs: suspended.
-    assert!(c.fake.get("batch", "jobs", "ns-a", "train").unwrap()["spec"]["suspend"].is_null());
-    c.set_clock(T0 + 2 * HOUR + MIN);
-    c.touch("user-a", 4);
-    until_suspended(&c, "ns-a", "train").await;
-    let e = until_event(&c, "RunTimeExceeded", "train").await;
-    assert!(
-        e["note"]
-            .as_str()
-            .unwrap()
-            .contains("declared a run time of 2h"),
-        "{e}"
-    );
-    assert_eq!(e["type"], "Warning");
-    // B's Jobs declared nothing and are never stopped.
-    for j in ["job-1", "job-2"] {
-        assert!(c.fake.get("batch", "jobs", "ns-b", j).unwrap()["spec"]["suspend"].is_null());
-    }
-    let audit = admin.get("/audit?action=budget.suspend").await;
-    assert!(audit.body.contains("RunTimeExceeded"), "{}", audit.body);
-}
-
-/// `onExhausted: suspendBatch` in cluster mode: `ex` may spend 2
-/// core-hours; a batch Job and an online Deployment of a core each spend
-/// them in an hour. The quota says since when it is spent and warns; 10
-/// minutes later the Job is suspended, the online service keeps running.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spent_budget_suspends_its_batch_work_after_the_grace() {
-    let c = Cluster::start().await;
-    let s = &c.server;
-    let (st, v) = s
-        .api(
-            Method::POST,
-            "/api/v1/quotas",
-            Some(json!({"metadata": {"name": "ex"}, "spec": {"parent": "",
-                "hard": {"requests.cpu": "10", KEY: "2"},
-                "budgets": {KEY: {"onExhausted": {"kind": "suspendBatch", "graceSeconds": 600}}}}})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    let batch = job("ns-x", "batch", "ex", 1, "1", None);
-    create_job(&c, &batch).await.unwrap();
-    let serve = json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "serve", "namespace": "ns-x",
-            "labels": {"biz.group.resource.quota": "ex", "bizrq.io/online": "true"}},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "serve"}},
-            "template": {"metadata": {"labels": {"app": "serve"}}, "spec": {"containers": [{"name": "c", "image": "x",
-                "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}});
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("apps", "v1", "Deployment"),
-        "deployments",
-    );
-    let api: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ns-x", &ar);
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(serve.clone()).unwrap(),
-    )
-    .await
-    .unwrap();
-    c.fake.put(batch.clone());
-    c.fake.put(serve.clone());
-    c.fake.put(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": "serve-1", "namespace": "ns-x",
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve", "uid": "x", "controller": true}]},
-        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}}}}));
-    c.fake.put(running("ns-x", "batch-x", "batch", "1", 0));
-    let mut sp = pod(
-        "ns-x",
-        "serve-x",
-        "ReplicaSet",
-        "serve-1",
-        0,
-        "2026-11-21T10:00:00Z",
-    );
-    sp["spec"]["containers"][0]["resources"] =
-        json!({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}});
-    c.fake.put(sp);
-    c.until_metric("bizrq_controller_tracked{kind=\"pod_runs\"} 2")
-        .await;
-    c.until("ex", "window opened", |q| {
-        !q["status"]["lastReconcileTime"].is_null()
-    })
-    .await;
-
-    // 11:00: 2 cores × 1 h, the budget is spent. Pending: a warning, no
-    // suspension yet.
-    c.set_clock(T0 + HOUR);
-    c.touch("ex", 1);
-    let q = c
-        .until("ex", "spent, since recorded", |q| {
-            q["status"]["exhausted"][KEY] == "2026-11-21T11:00:00.000Z"
-        })
-        .await;
-    assert_eq!(q["status"]["used"][KEY], "2", "{q}");
-    let e = until_event(&c, "BudgetExhausted", "ex").await;
-    assert!(
-        e["note"]
-            .as_str()
-            .unwrap()
-            .contains("will be suspended at 2026-11-21T11:10:00.000Z"),
-        "{e}"
-    );
-    assert!(c.fake.get("batch", "jobs", "ns-x", "batch").unwrap()["spec"]["suspend"].is_null());
-
-    // 11:11: the grace is over: the batch Job is suspended, not the service.
-    c.set_clock(T0 + HOUR + 11 * MIN);
-    c.touch("ex", 2);
-    until_suspended(&c, "ns-x", "batch").await;
-    let e = until_event(&c, "BudgetExhausted", "batch").await;
-    assert!(e["note"].as_str().unwrap().contains("suspendBatch"), "{e}");
-    assert_eq!(
-        c.fake.get("apps", "deployments", "ns-x", "serve").unwrap()["spec"]["replicas"],
-        1,
-        "online services are never stopped"
-    );
-    let admin = Browser::admin(s).await;
-    let audit = admin.get("/audit?action=budget.suspend").await;
-    assert!(audit.body.contains("BudgetExhausted"), "{}", audit.body);
-}
-
-const USER_A_STATUS: &str = "/apis/bizrq.io/v1/bizgroupresourcequotas/user-a/status";
-const SWEEP: &str = "batch/Job/ns-a/sweep";
-
-/// A metric's value on one replica (0 when absent).
-async fn metric(c: &Cluster, line: &str) -> f64 {
-    let (_, text) = c.server.get_text("/metrics").await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
+//! A refund is made once, whatever fails: two leaders racing on one mark;
+//! a job marked again after its stop failed; a ledger append that fails is
+//! appended by a retry; a controller that never appended it is outlived.
+use super::*;
 
 /// The budget ledger of `user-a`'s key as stored: (reason, amount in acc,
 /// note) per entry.
@@ -400,10 +29,34 @@ async fn ledger_rows(db: &str) -> Vec<(String, i128, String)> {
 /// scheduled, and `sweep` is marked. Returns the mark (`marked`).
 async fn seed_004_until_marked(c: &Cluster) -> Value {
     seed_004_quotas(c).await;
-    let train = job("ns-a", "train", "user-a", 2, "2", Some("2h"));
-    let sweep = job("ns-a", "sweep", "user-a", 2, "2", Some("10h"));
-    let job1 = job("ns-b", "job-1", "user-b", 1, "3", None);
-    let job2 = job("ns-b", "job-2", "user-b", 1, "5", None);
+    let train = job("train")
+        .image("x")
+        .ns("ns-a")
+        .quota("user-a")
+        .pods(2)
+        .cpu("2")
+        .max_runtime("2h")
+        .obj();
+    let sweep = job("sweep")
+        .image("x")
+        .ns("ns-a")
+        .quota("user-a")
+        .pods(2)
+        .cpu("2")
+        .max_runtime("10h")
+        .obj();
+    let job1 = job("job-1")
+        .image("x")
+        .ns("ns-b")
+        .quota("user-b")
+        .cpu("3")
+        .obj();
+    let job2 = job("job-2")
+        .image("x")
+        .ns("ns-b")
+        .quota("user-b")
+        .cpu("5")
+        .obj();
     for j in [&train, &sweep, &job1, &job2] {
         create_job(c, j).await.unwrap();
     }
@@ -516,7 +169,11 @@ async fn two_leaders_refund_one_mark(db: &str) {
         .unwrap()
         .to_string();
     b.until_metric(&runs).await;
-    assert_eq!(metric(&a, "bizrq_leader").await, 1.0, "A still leads");
+    assert_eq!(
+        metric(&a.server, "bizrq_leader").await,
+        1.0,
+        "A still leads"
+    );
     for quota in ["user-a", "user-b"] {
         a.until(quota, "reconciled at 10:01", |q| {
             q["status"]["lastReconcileTime"] == "2026-11-21T10:01:00.000Z"
@@ -526,13 +183,21 @@ async fn two_leaders_refund_one_mark(db: &str) {
     // What racing accrual writes left to retry (5 s backoff) settles.
     tokio::time::sleep(Duration::from_secs(6)).await;
     let (refunded_a, refunded_b) = (
-        metric(&a, "bizrq_reclaim_actions_total{result=\"refunded\"}").await,
-        metric(&b, "bizrq_reclaim_actions_total{result=\"refunded\"}").await,
+        metric(
+            &a.server,
+            "bizrq_reclaim_actions_total{result=\"refunded\"}",
+        )
+        .await,
+        metric(
+            &b.server,
+            "bizrq_reclaim_actions_total{result=\"refunded\"}",
+        )
+        .await,
     );
     assert_eq!((refunded_a, refunded_b), (0.0, 0.0));
     let conflicts = (
-        metric(&a, "bizrq_cas_conflicts_total").await,
-        metric(&b, "bizrq_cas_conflicts_total").await,
+        metric(&a.server, "bizrq_cas_conflicts_total").await,
+        metric(&b.server, "bizrq_cas_conflicts_total").await,
     );
 
     // 10:50: the mark is long due. Both controllers reconcile `pool`; their
@@ -585,11 +250,19 @@ async fn two_leaders_refund_one_mark(db: &str) {
     assert_eq!(r[SWEEP]["from"], "2026-11-21T10:30:00.000Z", "{q}");
     assert_eq!(r[SWEEP]["to"], "2026-11-21T10:50:00.000Z", "{q}");
     assert_eq!(r[SWEEP]["amounts"][KEY], (refund * 1000).to_string());
-    let refunded = metric(&a, "bizrq_reclaim_actions_total{result=\"refunded\"}").await
-        + metric(&b, "bizrq_reclaim_actions_total{result=\"refunded\"}").await;
+    let refunded = metric(
+        &a.server,
+        "bizrq_reclaim_actions_total{result=\"refunded\"}",
+    )
+    .await
+        + metric(
+            &b.server,
+            "bizrq_reclaim_actions_total{result=\"refunded\"}",
+        )
+        .await;
     assert_eq!(refunded, 1.0, "one replica took the refund");
-    let lost = metric(&a, "bizrq_cas_conflicts_total").await
-        + metric(&b, "bizrq_cas_conflicts_total").await;
+    let lost = metric(&a.server, "bizrq_cas_conflicts_total").await
+        + metric(&b.server, "bizrq_cas_conflicts_total").await;
     assert!(
         lost > conflicts.0 + conflicts.1,
         "the loser's swap conflicted"
@@ -599,7 +272,7 @@ async fn two_leaders_refund_one_mark(db: &str) {
     // Sweep's pods stop at 10:50 (both controllers see them go first:
     // until then they run and are billed).
     const PODS: &str = "bizrq_controller_tracked{kind=\"pods\"}";
-    let pods = metric(&a, PODS).await;
+    let pods = metric(&a.server, PODS).await;
     fake.remove("", "pods", "ns-a", "sweep-x");
     fake.remove("", "pods", "ns-a", "sweep-y");
     for c in [&a, &b] {
@@ -791,7 +464,7 @@ async fn a_refund_whose_ledger_append_fails_is_appended_by_a_retry() {
     c.set_clock(T0 + 50 * MIN);
     c.touch("pool", 1);
     until_suspended(&c, "ns-a", "sweep").await;
-    until_event(&c, "Refunded", "sweep").await;
+    until_first_event(&c, "Refunded", "sweep").await;
     // The first attempt has met the trigger; the database heals.
     tokio::time::sleep(Duration::from_millis(300)).await;
     sqlx::query("DROP TRIGGER refuse_refunds")
@@ -819,7 +492,7 @@ async fn a_refund_outlives_a_controller_that_never_appended_it() {
     c.set_clock(T0 + 50 * MIN);
     c.touch("pool", 1);
     until_suspended(&c, "ns-a", "sweep").await;
-    until_event(&c, "Refunded", "sweep").await;
+    until_first_event(&c, "Refunded", "sweep").await;
     let q = c
         .until("user-a", "the refund in the outbox", |q| {
             q["status"]["refunds"][SWEEP]["mark"] == mark
@@ -893,34 +566,4 @@ async fn refunded_once_and_in_the_ledger(c: &Cluster, db: &str, mark: &Value) {
     assert_eq!(rows.iter().map(|r| r.1).sum::<i128>(), want, "{rows:#?}");
     let refunded: i128 = rows.iter().filter(|r| r.0 == "refund").map(|r| r.1).sum();
     assert_eq!(refunded, -refund * 1000, "{rows:#?}");
-}
-
-/// Seed 004's tree: `pool` (18 cores, 1,000 core-hours) over `user-a` (6,
-/// max 10, refunds of the last 30-minute stretch) and `user-b` (12, max 14).
-async fn seed_004_quotas(c: &Cluster) {
-    let s = &c.server;
-    s.create_quota("pool", "", json!({"requests.cpu": "18", KEY: "1000"}))
-        .await;
-    for (name, hard, max, budgets) in [
-        (
-            "user-a",
-            "6",
-            "10",
-            json!({KEY: {"refund": {"kind": "lastStretch", "checkpointEverySeconds": 1800}}}),
-        ),
-        ("user-b", "12", "14", json!({})),
-    ] {
-        let (st, v) = s
-            .api(
-                Method::POST,
-                "/api/v1/quotas",
-                Some(
-                    json!({"metadata": {"name": name}, "spec": {"parent": "pool",
-                    "hard": {"requests.cpu": hard, KEY: "100"}, "max": {"requests.cpu": max},
-                    "budgets": budgets}}),
-                ),
-            )
-            .await;
-        assert_eq!(st, StatusCode::CREATED, "{v}");
-    }
 }
