@@ -277,7 +277,7 @@ impl IntoResponse for PageError {
             PageError::Invalid(m) => (StatusCode::UNPROCESSABLE_ENTITY, m.clone()),
             PageError::TooMany(m, _) => (StatusCode::TOO_MANY_REQUESTS, m.clone()),
             PageError::Busy(m, _) => (StatusCode::SERVICE_UNAVAILABLE, m.clone()),
-            PageError::Service(e) => (crate::edge::status_of(&e).0, e.to_string()),
+            PageError::Service(e) => (crate::edge::status_of(e).0, e.to_string()),
             PageError::Internal(m) => {
                 tracing::error!(error = %m, "portal internal error");
                 (
