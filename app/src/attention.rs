@@ -4,7 +4,8 @@
 //! children at risk under it. Pure: the quotas the viewer may see and
 //! their subtree usage in, the items out, worst first.
 
-use crate::tree::{cash_cells, Pricing};
+use crate::tree::cash_cells;
+use quota::forecast::Pricing;
 use quota::{KeyConfig, Quota, ResourceList};
 
 /// A budget that lasts less than this at what runs now is worth a line.

@@ -8,6 +8,7 @@
 //! subtree usage (pure, tested below); the server only reads those quotas.
 
 use crate::display_quantity;
+use quota::forecast::Pricing;
 use quota::keys::{cash_target, Key};
 use quota::rollup::{rollup, KeyRollup};
 use quota::{resources, KeyConfig, Quantity, Quota, ResourceList};
@@ -150,28 +151,6 @@ fn cell_of(r: &KeyRollup, cfg: &KeyConfig) -> GpuCell {
         percent: r.in_use_percent(),
         idle_percent: idle,
     }
-}
-
-/// What a budget's burn is priced at: the QoS multipliers, the price list
-/// and the instant the burn is taken at (`now_ms`). The default prices
-/// everything at face value.
-#[derive(Clone, Debug, Default)]
-pub struct Pricing {
-    pub qos: quota::cash::Prices,
-    pub list: std::sync::Arc<quota::budget::PriceList>,
-    pub now_ms: i64,
-}
-
-/// The one forecast (`quota::forecast::outlook`) of every cash key of
-/// `q`'s hard, in key order: what the quota page, its charts, the budgets
-/// API and the alerts read.
-pub fn outlooks(q: &Quota, pricing: &Pricing) -> Vec<quota::forecast::Outlook> {
-    q.spec
-        .hard
-        .keys()
-        .filter(|k| cash_target(k).is_some())
-        .map(|k| quota::forecast::outlook(q, k, pricing.now_ms, &pricing.qos, &pricing.list))
-        .collect()
 }
 
 /// Every budget of `q` (cash keys of hard that are not zero): what is left

@@ -282,6 +282,28 @@ fn sorted(samples: &[Sample]) -> Vec<&Sample> {
     v
 }
 
+/// What a budget's burn is priced at: the QoS multipliers, the price list
+/// and the instant the burn is taken at (`now_ms`). The default prices
+/// everything at face value.
+#[derive(Clone, Debug, Default)]
+pub struct Pricing {
+    pub qos: crate::cash::Prices,
+    pub list: std::sync::Arc<crate::budget::PriceList>,
+    pub now_ms: i64,
+}
+
+/// The one forecast (`outlook`) of every cash key of
+/// `q`'s hard, in key order: what the quota page, its charts, the budgets
+/// API and the alerts read.
+pub fn outlooks(q: &crate::object::Quota, pricing: &Pricing) -> Vec<Outlook> {
+    q.spec
+        .hard
+        .keys()
+        .filter(|k| crate::keys::cash_target(k).is_some())
+        .map(|k| outlook(q, k, pricing.now_ms, &pricing.qos, &pricing.list))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

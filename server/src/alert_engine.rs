@@ -129,7 +129,7 @@ pub async fn evaluate_all(
     public_url: &str,
 ) -> Result<Swept, StoreError> {
     let in_use = subtree_in_use(quotas);
-    let pricing = app::tree::Pricing {
+    let pricing = quota::forecast::Pricing {
         now_ms,
         ..Default::default()
     };
@@ -154,7 +154,7 @@ pub async fn evaluate_forest(
     sql: &SqlStore,
     forest: &Accrued,
     observed_at: i64,
-    pricing: &app::tree::Pricing,
+    pricing: &quota::forecast::Pricing,
     public_url: &str,
     keys: &quota::KeyConfig,
 ) -> Result<Swept, StoreError> {
@@ -182,7 +182,7 @@ async fn evaluate_listed<Q, U>(
     quotas: &[Q],
     in_use: &U,
     observed_at: i64,
-    pricing: &app::tree::Pricing,
+    pricing: &quota::forecast::Pricing,
     public_url: &str,
     keys: &quota::KeyConfig,
 ) -> Result<Swept, StoreError>
@@ -736,7 +736,7 @@ async fn ancestors(service: &Service, quota: &str, parents: &mut Forest) {
 fn forecasts<Q: std::borrow::Borrow<Quota>>(
     quotas: &[Q],
     rules: &BTreeMap<String, Vec<crate::alerts::Rule>>,
-    pricing: &app::tree::Pricing,
+    pricing: &quota::forecast::Pricing,
 ) -> BTreeMap<String, BTreeMap<String, Outlook>> {
     let mut out = BTreeMap::new();
     for q in quotas {

@@ -66,7 +66,7 @@ fn resources_own(q: &Quota, key: &str) -> Quantity {
 pub async fn views(
     sql: &SqlStore,
     q: &Quota,
-    pricing: &app::tree::Pricing,
+    pricing: &quota::forecast::Pricing,
     subtree: Option<&quota::ResourceList>,
     now: i64,
     limit: i64,

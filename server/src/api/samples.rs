@@ -79,7 +79,7 @@ pub async fn samples(
         Some(key),
     )
     .await?;
-    let outlooks = app::tree::outlooks(quota, &w.pricing());
+    let outlooks = quota::forecast::outlooks(quota, &w.pricing());
     let (key, cfg) = (key.to_string(), app.service.keys.clone());
     drop(all);
     let panel = place

@@ -32,7 +32,7 @@ pub async fn lines(
     app: &AppState,
     q: &quota::Quota,
     subtree: &quota::ResourceList,
-    pricing: &app::tree::Pricing,
+    pricing: &quota::forecast::Pricing,
 ) -> Result<Vec<BudgetLine>, PageError> {
     let name = q.name();
     let currency = pricing.list.currency.as_ref();

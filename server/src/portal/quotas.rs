@@ -199,7 +199,7 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
             keys: key_usages(q, in_use, &app.service.keys),
             workloads: q.status.workloads.len(),
             children: all.iter().filter(|c| c.spec.parent == q.name()).count(),
-            forecasts: forecasts(&app::tree::outlooks(q, &pricing), &app.service.keys),
+            forecasts: forecasts(&quota::forecast::outlooks(q, &pricing), &app.service.keys),
         });
     }
     // The queues' budget reasons restated as of `now`: CPU that grows
@@ -596,7 +596,7 @@ pub async fn detail(
         .collect();
     let pricing = w.pricing();
     let budgets = super::budgets::lines(&app, &q, &in_use, &pricing).await?;
-    let outlooks = app::tree::outlooks(&q, &pricing);
+    let outlooks = quota::forecast::outlooks(&q, &pricing);
     // Its parent and siblings, for what it could borrow now.
     let family = app.service.family_of(&q).await?;
     let page = viewer.page();
@@ -743,7 +743,7 @@ pub async fn charts_page(
     )
     .await?;
     drop(all);
-    let outlooks = app::tree::outlooks(&q, &w.pricing());
+    let outlooks = quota::forecast::outlooks(&q, &w.pricing());
     let page = viewer.page();
     let html = place
         .render(move || {
@@ -867,12 +867,12 @@ pub fn card_strip(
     q: &Quota,
     in_use: &ResourceList,
     family: Option<&crate::service::forest::Forest>,
-    pricing: &app::tree::Pricing,
+    pricing: &quota::forecast::Pricing,
     cfg: &KeyConfig,
 ) -> Vec<String> {
     let (parent, siblings) = crate::service::forest::family_in(family, q);
     let rows = rows_now(q, in_use, (parent, &siblings), pricing.now_ms);
-    let outlooks = app::tree::outlooks(q, pricing);
+    let outlooks = quota::forecast::outlooks(q, pricing);
     app::quotas::strip_words(&quota::strip::parts(q, &rows, &outlooks, cfg), cfg)
 }
 
@@ -1981,11 +1981,11 @@ mod tests {
                 fair_sharing: Default::default(),
             },
         );
-        let pricing = app::tree::Pricing {
+        let pricing = quota::forecast::Pricing {
             now_ms: 1_800_000_000_000,
             ..Default::default()
         };
-        let outlooks = app::tree::outlooks(&q, &pricing);
+        let outlooks = quota::forecast::outlooks(&q, &pricing);
         assert_eq!(
             forecasts(&outlooks, &cfg),
             ["GPU card-hours: 100 card-hours left, not burning"]

@@ -260,8 +260,8 @@ impl Service {
 
     /// What the tree and the overview price a budget's burn at: the QoS
     /// multipliers and the price list in force, now.
-    pub fn pricing(&self) -> app::tree::Pricing {
-        app::tree::Pricing {
+    pub fn pricing(&self) -> quota::forecast::Pricing {
+        quota::forecast::Pricing {
             qos: self.prices,
             list: self.price_list(),
             now_ms: self.now(),

@@ -65,8 +65,8 @@ impl Working {
     }
 
     /// What budgets are priced and forecast at, at the request's `now`.
-    pub fn pricing(&self) -> app::tree::Pricing {
-        app::tree::Pricing {
+    pub fn pricing(&self) -> quota::forecast::Pricing {
+        quota::forecast::Pricing {
             qos: self.prices,
             list: self.list.clone(),
             now_ms: self.now,
