@@ -66,7 +66,7 @@ pub enum Denial {
     Invalid(String),
     /// A budget's reservation rules refuse it (docs/budgets.md §2).
     #[error("{0}")]
-    Budget(Box<crate::budget::hold::BudgetRefusal>),
+    Budget(Box<crate::budget::reservations::BudgetRefusal>),
 }
 
 /// A cash budget that is spent while the request asks for its resource.

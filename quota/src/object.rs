@@ -619,7 +619,7 @@ pub struct QuotaStatus {
     /// Open reservations of budgets (docs/budgets.md §2), by cash key then
     /// by workload reference: what a workload that declared its run time
     /// holds back of the budget. Written only with the workload's charge,
-    /// and settled when the charge goes (`budget::hold`).
+    /// and settled when the charge goes (`budget::reservations`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reservations: Reservations,
     /// Loans granted to children beyond their hard, by child name (§5). A

@@ -337,8 +337,8 @@ pub fn reconcile_priced(
                     crate::budget::price::accrue_weighted(runs, &keys, a, b, prices, list)
                 });
             // Reservations are used at their admitted charge's rate, an
-            // upper bound of what the pods accrue (`budget::hold`).
-            crate::budget::hold::consume(&mut q.status, last, now_ms, prices, list);
+            // upper bound of what the pods accrue (`budget::reservations`).
+            crate::budget::reservations::consume(&mut q.status, last, now_ms, prices, list);
         }
         None => periods::sync(&q.spec, &mut q.status, now_ms),
     }

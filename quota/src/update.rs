@@ -13,8 +13,8 @@
 //! An update that changes none of them (a status, an unrelated label)
 //! changes nothing a decision read, and leaves what it holds alone.
 
-use crate::budget::hold::RunDecl;
 use crate::budget::price::split_model;
+use crate::budget::reservations::RunDecl;
 use crate::queue::OPT_OUT_LABEL;
 use crate::resources::ResourceList;
 use crate::workload::{PodSet, Workload};

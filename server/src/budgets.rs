@@ -103,7 +103,7 @@ pub async fn views(
         }
         closed.sort_by_key(|r| std::cmp::Reverse(r.start_ms));
         closed.truncate(limit as usize);
-        let (open, reserved) = quota::budget::hold::open(&q.status, key);
+        let (open, reserved) = quota::budget::reservations::open(&q.status, key);
         let outlook = quota::forecast::outlook(q, key, now, &pricing.qos, &pricing.list);
         out.push(BudgetView {
             key: key.clone(),

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::core::admission::AdmissionResponse;
 use kube::core::response::{Status, StatusDetails, StatusSummary};
-use quota::budget::hold::RunDecl;
+use quota::budget::reservations::RunDecl;
 use quota::object::{HpaCharge, QuotaSpec, KIND};
 use quota::workload::{
     adapter_for_kind, adapter_for_resource, read_hpa, read_scale_replicas, Adapter, Workload,

@@ -11,7 +11,6 @@
 
 pub mod config;
 pub mod enforce;
-pub mod hold;
 pub mod ledger;
 pub mod period;
 pub mod periods;
@@ -19,6 +18,7 @@ pub mod price;
 pub mod price_doc;
 pub mod refund;
 pub mod report;
+pub mod reservations;
 pub mod reserve;
 pub mod rollup;
 pub mod runway;

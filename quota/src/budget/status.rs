@@ -4,7 +4,7 @@
 //! ledgers along in time (`QuotaStatus::accrue_ledger`).
 
 use super::price::{self, PriceList};
-use super::{hold, periods};
+use super::{periods, reservations};
 use crate::cash::Prices;
 use crate::keys::cash_target;
 use crate::object::{api_version, ObjectMeta, Quota, QuotaSpec, QuotaStatus, KIND};
@@ -34,7 +34,7 @@ impl QuotaStatus {
         if self.hard != spec.hard {
             self.hard = spec.hard.clone();
         }
-        hold::settle_released(self, spec);
+        reservations::settle_released(self, spec);
         if !self.users.is_empty() {
             let workloads = &self.workloads;
             self.users.retain(|w, _| workloads.contains_key(w));
@@ -106,7 +106,7 @@ impl QuotaStatus {
                     out
                 });
                 self.workloads = workloads;
-                hold::consume(self, last, now_ms, prices, list);
+                reservations::consume(self, last, now_ms, prices, list);
             }
             None => {
                 periods::sync(spec, self, now_ms);

@@ -25,7 +25,7 @@
 //!   up beyond what is available. A top-up whose period has closed has
 //!   nothing to withdraw: it closed with its period.
 
-use super::hold::state_of;
+use super::reservations::state_of;
 use super::{from_quantity, to_quantity};
 use crate::keys::cash_target;
 use crate::object::budgets::PeriodStatus;

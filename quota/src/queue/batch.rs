@@ -12,8 +12,8 @@
 use super::ledger;
 use crate::admission::Denial;
 use crate::borrow::{self, Lent, LoanRequest};
-use crate::budget::hold;
 use crate::budget::price::PriceList;
+use crate::budget::reservations;
 use crate::cash::Prices;
 use crate::object::{Charge, Quota};
 use crate::resources::{self, ResourceList};
@@ -133,7 +133,7 @@ fn charge_all(
             continue;
         };
         // The budget first: a refusal changes nothing.
-        let run = hold::RunDecl::Object(Ok(entry.work.run_ms));
+        let run = reservations::RunDecl::Object(Ok(entry.work.run_ms));
         let by = entry
             .work
             .submitted_by
@@ -141,7 +141,8 @@ fn charge_all(
             .and_then(crate::submitters::submitter);
         let old = q.status.workloads.get(wref).cloned();
         let reserved =
-            match hold::decide(q, wref, old.as_ref(), &a.charge, &run, now_ms, qos, prices) {
+            match reservations::decide(q, wref, old.as_ref(), &a.charge, &run, now_ms, qos, prices)
+            {
                 Ok(r) => r,
                 Err(r) => {
                     left.push((a.workload_ref.clone(), Denial::Budget(Box::new(r))));
@@ -151,7 +152,7 @@ fn charge_all(
         match borrow::charge_or_request(q, wref, a.charge.clone(), loan) {
             Ok(_) => {
                 ledger::dequeue(q, wref);
-                hold::apply(&mut q.status, wref, reserved);
+                reservations::apply(&mut q.status, wref, reserved);
                 // Who submitted it asked for this charge: the ledger's
                 // entries carry it (docs/budgets.md §6).
                 match by {

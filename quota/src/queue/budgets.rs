@@ -5,13 +5,13 @@
 //! so that `available − spent` is exactly `hard − used` of the key, what
 //! the webhook's cash check reads.
 //!
-//! The state is the one admission decides on (`budget::hold::state_of`):
+//! The state is the one admission decides on (`budget::reservations::state_of`):
 //! the quota's own budget (hard less its children's carve-outs), its
 //! open reservations included, so a round never admits what the admission
 //! itself would refuse.
 
 use super::admit::BudgetView;
-use crate::budget::{hold, BudgetState, PriceList};
+use crate::budget::{reservations, BudgetState, PriceList};
 use crate::cash::Prices;
 use crate::keys::cash_target;
 use crate::object::budgets::{BudgetPolicy, WithoutRunTime};
@@ -49,7 +49,7 @@ pub fn of(q: &Quota) -> Vec<Budget> {
             let policy: BudgetPolicy = q.spec.budgets.get(key).cloned().unwrap_or_default();
             // As admission reads it: its own budget (hard less what children
             // carved out), this period's spending, its open reservations.
-            let state = hold::state_of(q, key);
+            let state = reservations::state_of(q, key);
             Some(Budget {
                 state,
                 target: target.to_string(),

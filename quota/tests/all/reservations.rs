@@ -1,4 +1,4 @@
-//! Safe admission as the server runs it (`budget::hold`): decide, charge
+//! Safe admission as the server runs it (`budget::reservations`): decide, charge
 //! and write the reservation together; accrue the ledger as time passes;
 //! release at the end. Under any interleaving of admissions (retries
 //! included), time and releases, with every workload stopped at its
@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use quota::admission;
-use quota::budget::hold::{self, RunDecl};
+use quota::budget::reservations::{self, RunDecl};
 use quota::budget::{from_quantity, PriceList};
 use quota::cash::Prices;
 use quota::object::budgets::{BudgetPolicy, WithoutRunTime};
@@ -91,7 +91,7 @@ fn admit(q: &mut Quota, w: u8, cards: i64, run: Option<i64>, now: i64) -> bool {
     };
     let old = q.status.workloads.get(&wref).cloned();
     let run = RunDecl::Object(Ok(run));
-    let Ok(held) = hold::decide(
+    let Ok(held) = reservations::decide(
         q,
         &wref,
         old.as_ref(),
@@ -106,7 +106,7 @@ fn admit(q: &mut Quota, w: u8, cards: i64, run: Option<i64>, now: i64) -> bool {
     if admission::charge(q, &wref, new).is_err() {
         return false;
     }
-    hold::apply(&mut q.status, &wref, held);
+    reservations::apply(&mut q.status, &wref, held);
     true
 }
 
@@ -162,7 +162,7 @@ proptest! {
                     ends.remove(&w);
                 }
             }
-            let s = hold::state_of(&q, CASH);
+            let s = reservations::state_of(&q, CASH);
             let outstanding = s.outstanding();
             prop_assert!(
                 s.spent + outstanding <= available,

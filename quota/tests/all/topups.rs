@@ -5,8 +5,8 @@
 
 use proptest::prelude::*;
 use quota::budget::from_quantity;
-use quota::budget::hold::state_of;
 use quota::budget::periods::{accrue_in_periods, own_used};
+use quota::budget::reservations::state_of;
 use quota::budget::topup::{self, check_amount, unspent_part, TopUpError, MAX_TOP_UP_HOURS};
 use quota::object::budgets::BudgetPolicy;
 use quota::object::budgets::{ScheduledTopUp, Source};

@@ -17,8 +17,8 @@
 
 use proptest::prelude::*;
 use quota::admission::{self, Denial, Step};
-use quota::budget::hold::{self, RunDecl};
 use quota::budget::price::{PriceList, PriceVersion, Weight};
+use quota::budget::reservations::{self, RunDecl};
 use quota::cash::Prices;
 use quota::object::budgets::{BudgetPolicy, WithoutRunTime};
 use quota::object::{Charge, Quota, QuotaSpec};
@@ -336,11 +336,12 @@ fn review_at(
                 let q = qs.get_mut(quota).unwrap();
                 let held = q.status.workloads.get(wref).cloned();
                 let c = charge_of(workload, now);
-                let reserved = hold::decide(q, wref, held.as_ref(), &c, &run, now, &qos, &list)
-                    .map_err(|r| said(&Denial::Budget(Box::new(r))))?;
+                let reserved =
+                    reservations::decide(q, wref, held.as_ref(), &c, &run, now, &qos, &list)
+                        .map_err(|r| said(&Denial::Budget(Box::new(r))))?;
                 let mut next = q.clone();
                 admission::charge(&mut next, wref, c).map_err(|d| said(&d))?;
-                hold::apply(&mut next.status, wref, reserved);
+                reservations::apply(&mut next.status, wref, reserved);
                 next.status.refresh(&next.spec.clone());
                 *q = next;
             }
@@ -416,9 +417,9 @@ fn base(w: &World) -> Quotas {
             admitted: None,
         };
         let run = RunDecl::Object(Ok(Some(hours * 3_600_000)));
-        if let Ok(r) = hold::decide(q, "batch/Job/ml/x", None, &x, &run, NOW, &qos, &list) {
+        if let Ok(r) = reservations::decide(q, "batch/Job/ml/x", None, &x, &run, NOW, &qos, &list) {
             if admission::charge(q, "batch/Job/ml/x", x).is_ok() {
-                hold::apply(&mut q.status, "batch/Job/ml/x", r);
+                reservations::apply(&mut q.status, "batch/Job/ml/x", r);
                 q.status.refresh(&q.spec.clone());
             }
         }

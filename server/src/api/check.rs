@@ -81,8 +81,10 @@ pub async fn check(
             // Judged as the object would be if created, given what the
             // workload of that name already holds: the same decision an
             // update to it gets (`RunDecl::Changed`).
-            let run = match quota::budget::hold::RunDecl::of(&w) {
-                quota::budget::hold::RunDecl::Object(r) => quota::budget::hold::RunDecl::Changed(r),
+            let run = match quota::budget::reservations::RunDecl::of(&w) {
+                quota::budget::reservations::RunDecl::Object(r) => {
+                    quota::budget::reservations::RunDecl::Changed(r)
+                }
                 other => other,
             };
             svc.charge(

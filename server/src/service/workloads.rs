@@ -9,7 +9,7 @@ use super::Service;
 use crate::store::{Stored, WorkloadAt};
 use quota::admission::{self, Denial};
 use quota::borrow;
-use quota::budget::hold::{self, RunDecl};
+use quota::budget::reservations::{self, RunDecl};
 use quota::object::{Charge, HpaCharge, Quota};
 use quota::resources::ResourceList;
 use quota::workload::PodSet;
@@ -218,7 +218,7 @@ impl Service {
 
     /// Charge a workload as `req` asks (`ChargeRequest`): its quota's
     /// budgets reserve on the run time it declares in the same write
-    /// (docs/budgets.md §2, `budget::hold`), and who asked is recorded in
+    /// (docs/budgets.md §2, `budget::reservations`), and who asked is recorded in
     /// `status.users` there too, so the ledger's entries of the workload
     /// carry it (docs/budgets.md §6) as the canonical submitter key
     /// (`quota::submitters::submitter`: scrubbed, at most `MAX_SUBMITTER` bytes).
@@ -407,14 +407,15 @@ impl Service {
                     let mut lowered = old.is_some_and(|o| lowers(&c, o));
                     // Budgets first: a refusal changes nothing, and the
                     // reservations are written with the charge below.
-                    let reserved =
-                        match hold::decide(q, &wref, old, &c, &run, now_ms, &qos, &prices) {
-                            Ok(r) => r,
-                            Err(r) => {
-                                let d = Denial::Budget(Box::new(r));
-                                return Ok((fenced, Round::Short(d, None)));
-                            }
-                        };
+                    let reserved = match reservations::decide(
+                        q, &wref, old, &c, &run, now_ms, &qos, &prices,
+                    ) {
+                        Ok(r) => r,
+                        Err(r) => {
+                            let d = Denial::Budget(Box::new(r));
+                            return Ok((fenced, Round::Short(d, None)));
+                        }
+                    };
                     // A reservation that shrank (an update declaring a
                     // shorter run) leaves room the queue may take.
                     lowered |= q.status.reservations.iter().any(|(k, m)| {
@@ -431,7 +432,7 @@ impl Service {
                             let giveback = before
                                 .and_then(|b| borrow::fence_release(q, &b, seen))
                                 .map(|g| (q.spec.parent.clone(), g));
-                            let held_changed = hold::apply(&mut q.status, &wref, reserved);
+                            let held_changed = reservations::apply(&mut q.status, &wref, reserved);
                             let queued_since = q
                                 .status
                                 .queue

@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use kube::core::admission::AdmissionResponse;
 use kube::core::TypeMeta;
-use quota::budget::hold::RunDecl;
+use quota::budget::reservations::RunDecl;
 use quota::hold::{self, Hold};
 use quota::object::queue::Queued;
 use quota::queue::{self, Disposition};

@@ -19,7 +19,7 @@ use bizrq::store::audit::AuditFilter;
 use bizrq::store::sql::SqlStore;
 use bizrq::store::transfers::{TransferKind, TransferStatus};
 use quota::budget::from_quantity;
-use quota::budget::hold::state_of;
+use quota::budget::reservations::state_of;
 use quota::object::budgets::BudgetPolicy;
 use quota::object::budgets::Source;
 use quota::object::QuotaSpec;

@@ -27,7 +27,7 @@ use crate::service::transfers::SYSTEM_ACTOR;
 use crate::store::audit::{action, entry};
 use quota::budget::enforce::{self, Running};
 use quota::budget::price::{accrue_priced, Holding};
-use quota::budget::{hold, to_quantity, PriceList};
+use quota::budget::{reservations, to_quantity, PriceList};
 use quota::cash::Prices;
 use quota::keys::cash_target;
 use quota::object::budgets::Entry;
@@ -472,7 +472,7 @@ pub(super) fn exhaustion_in(
         let Some(target) = cash_target(&key).map(str::to_string) else {
             continue;
         };
-        let unspent = hold::state_of(q, &key).unspent();
+        let unspent = reservations::state_of(q, &key).unspent();
         let since = q
             .status
             .exhausted

@@ -278,7 +278,7 @@ impl Context {
                     None => granted,
                 };
                 // A finished Job's reservation settles with its charge.
-                quota::budget::hold::settle_finished(&mut q.status, &snap.finished);
+                quota::budget::reservations::settle_finished(&mut q.status, &snap.finished);
                 borrow::repair_children(q, &confirmed.for_repair(q, &kids), now);
                 match &lendable {
                     Some(l) => q.status.fair_sharing = quota::fair::status(q, l),
