@@ -11,7 +11,7 @@
 use quota::budget::price::{accrue_priced, Holding};
 use quota::budget::report::report;
 use quota::budget::{Bucket, Dimension, PriceList, PriceVersion, ReportSpec, Weight};
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::object::budgets::{Entry, Reason};
 use quota::object::period::Period;
 use quota::{Quantity, ResourceList};
@@ -84,7 +84,7 @@ fn main() {
         &keys,
         T0,
         T0 + 20 * 60_000,
-        &Prices::default(),
+        &QosMultipliers::default(),
         &prices,
         &period,
     );

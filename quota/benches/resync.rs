@@ -11,7 +11,7 @@
 //! reservations, cash accrual from pod runs, derived usage. Reports time and
 //! the process's peak resident memory.
 
-use quota::cash::{Interval, Prices};
+use quota::cash::{Interval, QosMultipliers};
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::quantity::Quantity;
 use quota::reconcile::{reconcile, Observed, RESERVATION_TTL_MS};
@@ -232,7 +232,7 @@ fn main() {
         by_quota[*qi].insert(wref.clone(), o.clone());
     }
     let grouped = started.elapsed();
-    let prices = Prices::default();
+    let prices = QosMultipliers::default();
     let mut changed = 0;
     let mut reserved = 0;
     for (qi, q) in quotas.iter_mut().enumerate() {

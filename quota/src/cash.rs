@@ -14,15 +14,15 @@ pub const PER_MILLE: i128 = 1000;
 /// Price multipliers per QoS class in per-mille (seed 002's tiers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Prices {
+pub struct QosMultipliers {
     pub guaranteed: i128,
     pub burstable: i128,
     pub best_effort: i128,
 }
 
-impl Default for Prices {
+impl Default for QosMultipliers {
     fn default() -> Self {
-        Prices {
+        QosMultipliers {
             guaranteed: PER_MILLE,
             burstable: PER_MILLE,
             best_effort: PER_MILLE,
@@ -30,7 +30,7 @@ impl Default for Prices {
     }
 }
 
-impl Prices {
+impl QosMultipliers {
     pub fn for_class(&self, qos: Option<QosClass>) -> i128 {
         match qos {
             Some(QosClass::Guaranteed) | None => self.guaranteed,
@@ -57,7 +57,7 @@ pub fn accrue(
     cash_keys: &[(String, String)],
     from_ms: i64,
     to_ms: i64,
-    prices: &Prices,
+    prices: &QosMultipliers,
 ) -> BTreeMap<String, i128> {
     let mut out = BTreeMap::new();
     for iv in intervals {
@@ -95,7 +95,7 @@ pub fn set_cost(
     count: i64,
     target: &str,
     ms: i64,
-    prices: &Prices,
+    prices: &QosMultipliers,
 ) -> i128 {
     match set.per_pod.get(target) {
         Some(q) => cost(
@@ -109,7 +109,12 @@ pub fn set_cost(
 
 /// What `charge` costs on `target` over `ms`, its pod sets counted as
 /// charged (an HPA's reservation included).
-pub fn charge_cost(charge: &crate::object::Charge, target: &str, ms: i64, prices: &Prices) -> i128 {
+pub fn charge_cost(
+    charge: &crate::object::Charge,
+    target: &str,
+    ms: i64,
+    prices: &QosMultipliers,
+) -> i128 {
     charge.pod_sets.iter().fold(0i128, |sum, s| {
         sum.saturating_add(set_cost(s, charge.charged_count(s), target, ms, prices))
     })
@@ -147,7 +152,7 @@ mod tests {
             start_ms: 0,
             end_ms: None,
         };
-        let acc = accrue(&[iv], &keys(), 0, 3_600_000, &Prices::default());
+        let acc = accrue(&[iv], &keys(), 0, 3_600_000, &QosMultipliers::default());
         assert_eq!(
             to_quantity(acc["cash/requests.nvidia.com/gpu"]),
             Quantity::from_units(10)
@@ -171,9 +176,9 @@ mod tests {
                 end_ms: None,
             },
         ];
-        let prices = Prices {
+        let prices = QosMultipliers {
             best_effort: 500,
-            ..Prices::default()
+            ..QosMultipliers::default()
         };
         let acc = accrue(&ivs, &keys(), 0, 3_600_000, &prices);
         // 2 cards × 0.5 h × 0.5 = 0.5 card-hour; the second starts after the window.

@@ -151,7 +151,7 @@ pub fn outlook(
     q: &crate::Quota,
     key: &str,
     now_ms: i64,
-    qos: &crate::cash::Prices,
+    qos: &crate::cash::QosMultipliers,
     list: &crate::budget::PriceList,
 ) -> Outlook {
     use crate::budget::runway::{self, Runway};
@@ -287,7 +287,7 @@ fn sorted(samples: &[Sample]) -> Vec<&Sample> {
 /// everything at face value.
 #[derive(Clone, Debug, Default)]
 pub struct Pricing {
-    pub qos: crate::cash::Prices,
+    pub qos: crate::cash::QosMultipliers,
     pub list: std::sync::Arc<crate::budget::PriceList>,
     pub now_ms: i64,
 }

@@ -421,7 +421,7 @@ impl PodLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cash::{self, Prices};
+    use crate::cash::{self, QosMultipliers};
     use crate::quantity::Quantity;
 
     const POD: &str = r#"{
@@ -563,13 +563,25 @@ mod tests {
         );
         let h = cash::MS_PER_HOUR as i64;
         // Reconcile at 1 h: one hour paid.
-        let first = cash::accrue(&ledger.intervals("q"), &keys, 0, h, &Prices::default());
+        let first = cash::accrue(
+            &ledger.intervals("q"),
+            &keys,
+            0,
+            h,
+            &QosMultipliers::default(),
+        );
         ledger.settle("q", h, None);
         // Deleted at 1.5 h, before the next reconcile at 2 h.
         ledger.deleted("p", h + h / 2);
         ledger.observe("p", run.clone()); // a late update from the cache changes nothing
         ledger.deleted("p", 2 * h);
-        let second = cash::accrue(&ledger.intervals("q"), &keys, h, 2 * h, &Prices::default());
+        let second = cash::accrue(
+            &ledger.intervals("q"),
+            &keys,
+            h,
+            2 * h,
+            &QosMultipliers::default(),
+        );
         let total = first["cash/requests.nvidia.com/gpu"] + second["cash/requests.nvidia.com/gpu"];
         assert_eq!(
             cash::to_quantity(total),

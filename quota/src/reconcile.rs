@@ -13,7 +13,7 @@
 
 use crate::budget::periods;
 use crate::budget::PriceList;
-use crate::cash::{Interval, Prices};
+use crate::cash::{Interval, QosMultipliers};
 use crate::keys::cash_target;
 use crate::object::period::PeriodRecord;
 use crate::object::{Charge, HpaCharge, Quota, Workloads};
@@ -229,7 +229,7 @@ pub fn reconcile(
     runs: &[Interval<'_>],
     now_ms: i64,
     ttl_ms: i64,
-    prices: &Prices,
+    prices: &QosMultipliers,
 ) -> Outcome {
     reconcile_priced(
         q,
@@ -250,7 +250,7 @@ pub fn reconcile_priced(
     runs: &[Interval<'_>],
     now_ms: i64,
     ttl_ms: i64,
-    prices: &Prices,
+    prices: &QosMultipliers,
     list: &PriceList,
 ) -> Outcome {
     let before = q.status.clone();
@@ -625,7 +625,7 @@ mod tests {
             &[],
             T0 + 1000,
             RESERVATION_TTL_MS,
-            &Prices::default(),
+            &QosMultipliers::default(),
         );
         assert_eq!(out.dropped, vec!["gone".to_string()]);
         assert_eq!(out.reserved, vec!["w".to_string(), "new".to_string()]);
@@ -638,7 +638,7 @@ mod tests {
             &[],
             T0 + RESERVATION_TTL_MS + 1,
             RESERVATION_TTL_MS,
-            &Prices::default(),
+            &QosMultipliers::default(),
         );
         assert_eq!(out.dropped, vec!["new".to_string()]);
         assert_eq!(used(&q), Quantity::from_units(2));
@@ -657,7 +657,7 @@ mod tests {
             &[],
             T0 + 1000,
             RESERVATION_TTL_MS,
-            &Prices::default(),
+            &QosMultipliers::default(),
         );
         assert!(out.reserved.is_empty());
         assert_eq!(used(&q), Quantity::from_units(5));
@@ -669,7 +669,7 @@ mod tests {
             &[],
             T0 + 2000,
             RESERVATION_TTL_MS,
-            &Prices::default(),
+            &QosMultipliers::default(),
         );
         assert_eq!(used(&q), Quantity::from_units(1));
     }
@@ -693,7 +693,7 @@ mod tests {
                 &[],
                 at,
                 RESERVATION_TTL_MS,
-                &Prices::default(),
+                &QosMultipliers::default(),
             );
             assert_eq!(out.reserved, vec!["w".to_string()]);
             assert_eq!(used(&q), Quantity::from_units(2));
@@ -713,7 +713,7 @@ mod tests {
             &[],
             T0 + 3000,
             RESERVATION_TTL_MS,
-            &Prices::default(),
+            &QosMultipliers::default(),
         );
         assert_eq!(used(&q), Quantity::ZERO);
         assert_eq!(cpu_used(&q), Quantity::from_units(3));
@@ -728,7 +728,7 @@ mod tests {
             &[],
             T0 + 1,
             RESERVATION_TTL_MS,
-            &Prices::default(),
+            &QosMultipliers::default(),
         );
         assert!(out.changed);
         assert_eq!(used(&q), Quantity::from_units(7));
@@ -760,7 +760,7 @@ mod tests {
             &runs,
             T0 + 3_600_000,
             RESERVATION_TTL_MS,
-            &Prices::default(),
+            &QosMultipliers::default(),
         );
         let spent = resources::get(&q.status.used, "cash/requests.nvidia.com/gpu");
         assert_eq!(spent, "1500m".parse().unwrap());
@@ -771,7 +771,7 @@ mod tests {
             &runs,
             T0 + 3_600_000,
             RESERVATION_TTL_MS,
-            &Prices::default(),
+            &QosMultipliers::default(),
         );
         assert!(!out.changed);
         assert_eq!(
@@ -797,7 +797,7 @@ mod tests {
             &runs,
             T0 + 3_600_000,
             RESERVATION_TTL_MS,
-            &Prices::default(),
+            &QosMultipliers::default(),
         );
         // The write lost its compare-and-swap; the retry starts from the
         // stored status again, a little later.
@@ -808,7 +808,7 @@ mod tests {
             &runs,
             T0 + 3_600_500,
             RESERVATION_TTL_MS,
-            &Prices::default(),
+            &QosMultipliers::default(),
         );
         let spent = |q: &Quota| q.status.accrued("cash/requests.nvidia.com/gpu");
         assert!(spent(&retry) > spent(&first) && spent(&retry) < 2 * spent(&first));

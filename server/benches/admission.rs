@@ -35,7 +35,7 @@
 use bizrq::metrics::Metrics;
 use bizrq::service::{Persist, Service};
 use bizrq::store::sql::SqlStore;
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::object::{Quota, QuotaSpec};
 use quota::workload::adapter_for_kind;
 use quota::KeyConfig;
@@ -300,7 +300,7 @@ async fn build_tree(url: &str, quotas: usize) -> Vec<String> {
     let svc = Service::new(
         Arc::new(store.clone()),
         KeyConfig::default(),
-        Prices::default(),
+        QosMultipliers::default(),
         Arc::new(Metrics::default()),
     );
     let t = Instant::now();

@@ -14,7 +14,7 @@
 //! Reports the time of each phase and the process's peak resident memory.
 
 use bizrq::cluster::view::View;
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::pods::{Owner, PodFacts};
 use quota::quantity::Quantity;
@@ -202,7 +202,7 @@ fn main() {
 
     // Full resync: every quota, as a worker reconciles it.
     let now = T0 + 3_600_000;
-    let prices = Prices::default();
+    let prices = QosMultipliers::default();
     let started = Instant::now();
     let mut written = 0;
     let mut card_hours = Quantity::ZERO;

@@ -41,7 +41,7 @@ use bizrq::store::sql::SqlStore;
 use quota::budget::ledger::run_entries;
 use quota::budget::report::{report, Bucket, Dimension, ReportSpec};
 use quota::budget::PriceList;
-use quota::cash::{Interval, Prices};
+use quota::cash::{Interval, QosMultipliers};
 use quota::object::budgets::{Entry, Reason};
 use quota::object::QuotaSpec;
 use quota::usage::QosClass;
@@ -155,7 +155,7 @@ async fn bench(
         hard: [(CASH.to_string(), Quantity::from_units(1_000_000))].into(),
         ..Default::default()
     };
-    let (prices, list) = (Prices::default(), PriceList::default());
+    let (prices, list) = (QosMultipliers::default(), PriceList::default());
     let span = days * DAY;
     let step = (span / windows as i64).max(window_min * MINUTE);
     println!(
@@ -453,7 +453,7 @@ async fn issue() {
         hard: [(CASH.to_string(), Quantity::from_units(1_000_000))].into(),
         ..Default::default()
     };
-    let (prices, list) = (Prices::default(), PriceList::default());
+    let (prices, list) = (QosMultipliers::default(), PriceList::default());
     println!(
         "ledger --issue: {} quotas ({} teams), {runs} pod runs of 1–119 min over {days} days ({run_minutes} run-minutes), per-minute accrual, roll-up hourly after {} days, daily after {} days, {}",
         parents.len(),

@@ -45,7 +45,7 @@
 use bizrq::metrics::Metrics;
 use bizrq::service::{Persist, Service};
 use bizrq::store::sql::SqlStore;
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::object::QuotaSpec;
 use quota::KeyConfig;
 use std::sync::Arc;
@@ -75,7 +75,7 @@ async fn build_forest(url: &str, quotas: usize) -> (String, String) {
     let svc = Service::new(
         Arc::new(store.clone()),
         KeyConfig::default(),
-        Prices::default(),
+        QosMultipliers::default(),
         Arc::new(Metrics::default()),
     );
     let t = Instant::now();
@@ -519,7 +519,7 @@ mod soak {
         let svc = Service::new(
             Arc::new(store.clone()),
             KeyConfig::default(),
-            Prices::default(),
+            QosMultipliers::default(),
             Arc::new(Metrics::default()),
         );
         for i in 0..ADMIT_QUOTAS {

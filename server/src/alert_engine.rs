@@ -1134,7 +1134,7 @@ mod start_up {
         let service = Service::new(
             Arc::new(db.clone()),
             quota::KeyConfig::default(),
-            quota::cash::Prices::default(),
+            quota::cash::QosMultipliers::default(),
             Default::default(),
         )
         .with_clock(clock);
@@ -1208,7 +1208,7 @@ mod batches {
         let service = Service::new(
             Arc::new(db.clone()),
             quota::KeyConfig::default(),
-            quota::cash::Prices::default(),
+            quota::cash::QosMultipliers::default(),
             Default::default(),
         )
         .with_clock(Arc::new(|| T + 5_000));
@@ -1283,7 +1283,7 @@ mod batches {
         status.accrue_ledger_priced(
             spec,
             at,
-            &quota::cash::Prices::default(),
+            &quota::cash::QosMultipliers::default(),
             &quota::budget::PriceList::default(),
         );
         db.replace_status(&s, &q.status).await.unwrap();
@@ -1294,7 +1294,7 @@ mod batches {
         Service::new(
             Arc::new(db.clone()),
             quota::KeyConfig::default(),
-            quota::cash::Prices::default(),
+            quota::cash::QosMultipliers::default(),
             Default::default(),
         )
         .with_clock(Arc::new(move || {
@@ -1384,7 +1384,7 @@ mod batches {
             status.accrue_ledger_priced(
                 spec,
                 at,
-                &quota::cash::Prices::default(),
+                &quota::cash::QosMultipliers::default(),
                 &quota::budget::PriceList::default(),
             );
         }
@@ -1392,7 +1392,7 @@ mod batches {
         let service = Service::new(
             Arc::new(db.clone()),
             quota::KeyConfig::default(),
-            quota::cash::Prices::default(),
+            quota::cash::QosMultipliers::default(),
             Default::default(),
         )
         .with_accrual_from_pods()

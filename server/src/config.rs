@@ -1,7 +1,7 @@
 //! Command line and environment.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::KeyConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -428,8 +428,8 @@ impl ServeArgs {
             .unwrap_or_else(|| format!("system:serviceaccount:{}:bizrq", self.namespace))
     }
 
-    pub fn prices(&self) -> Prices {
-        Prices {
+    pub fn prices(&self) -> QosMultipliers {
+        QosMultipliers {
             guaranteed: self.price_guaranteed as i128,
             burstable: self.price_burstable as i128,
             best_effort: self.price_best_effort as i128,

@@ -781,7 +781,7 @@ mod tests {
         let service = Service::new(
             std::sync::Arc::new(own.store.clone()),
             quota::KeyConfig::default(),
-            quota::cash::Prices::default(),
+            quota::cash::QosMultipliers::default(),
             Default::default(),
         )
         .with_bulk_store(portal.clone())

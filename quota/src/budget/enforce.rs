@@ -227,7 +227,7 @@ pub fn bill_late(
     late: &[(&str, crate::cash::Interval<'_>)],
     from_ms: i64,
     paid_to: i64,
-    prices: &crate::cash::Prices,
+    prices: &crate::cash::QosMultipliers,
     list: &super::price::PriceList,
 ) -> Vec<Entry> {
     let runs: Vec<(&str, crate::cash::Interval<'_>)> = late
@@ -344,7 +344,7 @@ mod tests {
     /// would have billed; a workload not charged is not billed back.
     #[test]
     fn a_late_run_is_billed_from_its_charge_to_the_paid_window() {
-        use crate::cash::{Interval, Prices};
+        use crate::cash::{Interval, QosMultipliers};
         use crate::object::{Charge, QuotaSpec};
         use crate::quantity::Quantity;
         let spec = QuotaSpec {
@@ -400,7 +400,7 @@ mod tests {
                 late,
                 from,
                 paid_to,
-                &Prices::default(),
+                &QosMultipliers::default(),
                 &super::super::price::PriceList::default(),
             );
             (q.status, entries)

@@ -8,7 +8,7 @@
 //! of its per-mille unit) whenever quantities are whole micro-units.
 
 use super::price::{accrue_priced, Holding, PriceList};
-use crate::cash::{Interval, Prices};
+use crate::cash::{Interval, QosMultipliers};
 use crate::keys::cash_target;
 use crate::object::budgets::Entry;
 use crate::object::budgets::Outbox;
@@ -100,7 +100,7 @@ pub fn charge_entries(
     users: &BTreeMap<String, String>,
     from_ms: i64,
     to_ms: i64,
-    qos: &Prices,
+    qos: &QosMultipliers,
     list: &PriceList,
 ) -> Vec<Entry> {
     let keys = cash_keys(spec);
@@ -158,7 +158,7 @@ pub fn run_entries(
     users: &BTreeMap<String, String>,
     from_ms: i64,
     to_ms: i64,
-    qos: &Prices,
+    qos: &QosMultipliers,
     list: &PriceList,
 ) -> Vec<Entry> {
     let keys = cash_keys(spec);
@@ -186,7 +186,7 @@ fn entries_of(
     holdings: &[Holding<'_>],
     from_ms: i64,
     to_ms: i64,
-    qos: &Prices,
+    qos: &QosMultipliers,
     list: &PriceList,
 ) -> Vec<Entry> {
     let mut out = Vec::new();

@@ -1,11 +1,11 @@
 //! Prices per model (docs/budgets.md §3): billing weights per resource and
 //! model (A100 1.0, H100 2.5, T4 0.3), versioned by the instant they take
-//! effect, multiplied by the QoS multipliers of `cash::Prices`. Accrual
+//! effect, multiplied by the QoS multipliers of `cash::QosMultipliers`. Accrual
 //! is cut exactly at every price change and period boundary, so each piece
 //! is charged at the one price in force over all of it.
 
 use super::PRICE_ONE;
-use crate::cash::Prices;
+use crate::cash::QosMultipliers;
 use crate::keys::{cash_target, is_model_name};
 use crate::object::budgets::{Entry, Reason};
 use crate::object::period::{split, Period};
@@ -319,7 +319,7 @@ pub fn weight_for(prices: &PriceList, ms: i64, usage: &ResourceList, usage_key: 
 }
 
 /// Price in millionths: weight (‰) × QoS multiplier (‰).
-pub fn price(weight: Weight, qos: &Prices, class: Option<QosClass>) -> i128 {
+pub fn price(weight: Weight, qos: &QosMultipliers, class: Option<QosClass>) -> i128 {
     weight.0.saturating_mul(qos.for_class(class))
 }
 
@@ -341,7 +341,7 @@ pub fn accrue_weighted(
     cash_keys: &[(String, String)],
     from_ms: i64,
     to_ms: i64,
-    qos: &Prices,
+    qos: &QosMultipliers,
     prices: &PriceList,
 ) -> BTreeMap<String, i128> {
     let pieces = split(from_ms, to_ms, prices.changes_within(from_ms, to_ms));
@@ -379,7 +379,7 @@ pub fn charge_cost_weighted(
     target: &str,
     from_ms: i64,
     to_ms: i64,
-    qos: &Prices,
+    qos: &QosMultipliers,
     prices: &PriceList,
 ) -> i128 {
     if to_ms <= from_ms {
@@ -426,7 +426,7 @@ pub fn accrue_priced(
     cash_keys: &[(String, String)],
     from_ms: i64,
     to_ms: i64,
-    qos: &Prices,
+    qos: &QosMultipliers,
     prices: &PriceList,
     period: &Period,
 ) -> Vec<Entry> {
@@ -629,7 +629,7 @@ mod tests {
             &keys,
             t0,
             t0 + 7_200_000,
-            &Prices::default(),
+            &QosMultipliers::default(),
             &p,
             &Period::None,
         );

@@ -28,7 +28,7 @@
 use super::price::PriceList;
 use super::reserve::{Ask, BudgetDenial, BudgetState};
 use super::{from_cash_accrued, from_quantity};
-use crate::cash::Prices;
+use crate::cash::QosMultipliers;
 use crate::keys::cash_target;
 use crate::object::budgets::{Reservation, WithoutRunTime};
 use crate::object::{Charge, Quota, QuotaSpec, QuotaStatus};
@@ -174,7 +174,7 @@ pub fn decide(
     new: &Charge,
     run: &RunDecl,
     now_ms: i64,
-    qos: &Prices,
+    qos: &QosMultipliers,
     prices: &PriceList,
 ) -> Result<BTreeMap<String, Reservation>, BudgetRefusal> {
     let mut out = BTreeMap::new();
@@ -410,7 +410,7 @@ pub fn consume(
     status: &mut QuotaStatus,
     from_ms: i64,
     to_ms: i64,
-    qos: &Prices,
+    qos: &QosMultipliers,
     prices: &super::PriceList,
 ) {
     let workloads = &status.workloads;
@@ -500,7 +500,7 @@ mod tests {
             &new,
             &run,
             now,
-            &Prices::default(),
+            &QosMultipliers::default(),
             &PriceList::default(),
         )?;
         q.status.workloads.insert(wref.to_string(), new);
@@ -547,7 +547,8 @@ mod tests {
         q.status.last_reconcile_time = Some(crate::time::format_rfc3339(0));
         admit(&mut q, "batch/Job/nlp/a", 8, hours(10), 0).unwrap();
         let spec = q.spec.clone();
-        q.status.accrue_ledger(&spec, 3 * H, &Prices::default());
+        q.status
+            .accrue_ledger(&spec, 3 * H, &QosMultipliers::default());
         let (n, held) = open(&q.status, KEY);
         assert_eq!((n, to_quantity(held)), (1, Quantity::from_units(56)));
         let st = state_of(&q, KEY);

@@ -15,7 +15,7 @@
 use super::period::{close, Closing};
 use super::price::{model_of, price, split_model, PriceList};
 use super::to_quantity;
-use crate::cash::Prices;
+use crate::cash::QosMultipliers;
 use crate::object::budgets::{Entry, Reason};
 use crate::object::budgets::{Reservation, WithoutRunTime};
 use crate::object::period::{Carry, Overspend, Period, PeriodRecord, Window};
@@ -367,7 +367,7 @@ impl BudgetState {
         ask: &Ask<'_>,
         policy: WithoutRunTime,
         target: &str,
-        qos: &Prices,
+        qos: &QosMultipliers,
         prices: &PriceList,
     ) -> Result<Option<i128>, BudgetDenial> {
         let run_ms = match (ask.declared_ms, policy) {
@@ -419,7 +419,7 @@ pub fn reservation_cost(
     target: &str,
     now_ms: i64,
     run_ms: i64,
-    qos: &Prices,
+    qos: &QosMultipliers,
     prices: &PriceList,
 ) -> i128 {
     let end = now_ms.saturating_add(run_ms.max(0));
@@ -494,7 +494,7 @@ mod tests {
         a: &Ask<'_>,
         p: WithoutRunTime,
     ) -> Result<Option<i128>, BudgetDenial> {
-        s.admit(a, p, GPU, &Prices::default(), &PriceList::default())
+        s.admit(a, p, GPU, &QosMultipliers::default(), &PriceList::default())
     }
 
     #[test]
@@ -576,8 +576,22 @@ mod tests {
         )
         .unwrap();
         let sets = cards(1);
-        let short = reservation_cost(&sets, GPU, 0, 3_600_000, &Prices::default(), &prices);
-        let long = reservation_cost(&sets, GPU, 0, 6 * 3_600_000, &Prices::default(), &prices);
+        let short = reservation_cost(
+            &sets,
+            GPU,
+            0,
+            3_600_000,
+            &QosMultipliers::default(),
+            &prices,
+        );
+        let long = reservation_cost(
+            &sets,
+            GPU,
+            0,
+            6 * 3_600_000,
+            &QosMultipliers::default(),
+            &prices,
+        );
         assert_eq!(to_quantity(short), Quantity::from_units(1));
         assert_eq!(to_quantity(long), Quantity::from_units(12));
     }

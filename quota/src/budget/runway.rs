@@ -52,7 +52,7 @@ pub fn burn_per_hour<'a>(
     workloads: impl IntoIterator<Item = &'a crate::object::Charge>,
     target: &str,
     now_ms: i64,
-    qos: &crate::cash::Prices,
+    qos: &crate::cash::QosMultipliers,
     list: &super::PriceList,
 ) -> Quantity {
     let acc = workloads.into_iter().fold(0i128, |sum, c| {

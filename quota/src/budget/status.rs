@@ -5,7 +5,7 @@
 
 use super::price::{self, PriceList};
 use super::{periods, reservations};
-use crate::cash::Prices;
+use crate::cash::QosMultipliers;
 use crate::keys::cash_target;
 use crate::object::{api_version, ObjectMeta, Quota, QuotaSpec, QuotaStatus, KIND};
 use crate::resources::{self, ResourceList};
@@ -53,7 +53,7 @@ impl QuotaStatus {
     /// The window is cut at budget period boundaries; periods that ended
     /// by `now_ms` are closed (their records land in `budgets`). Every
     /// weight is 1 (no price list): `accrue_ledger_priced` with one.
-    pub fn accrue_ledger(&mut self, spec: &QuotaSpec, now_ms: i64, prices: &Prices) {
+    pub fn accrue_ledger(&mut self, spec: &QuotaSpec, now_ms: i64, prices: &QosMultipliers) {
         self.accrue_ledger_priced(spec, now_ms, prices, &PriceList::default());
     }
 
@@ -63,7 +63,7 @@ impl QuotaStatus {
         &mut self,
         spec: &QuotaSpec,
         now_ms: i64,
-        prices: &Prices,
+        prices: &QosMultipliers,
         list: &PriceList,
     ) {
         let last = self

@@ -13,7 +13,7 @@ use super::reason::{Need, Reason};
 use crate::admission::{self, Denial};
 use crate::budget::reserve::Ask;
 use crate::budget::{BudgetDenial, BudgetState, PriceList};
-use crate::cash::Prices;
+use crate::cash::QosMultipliers;
 use crate::object::budgets::WithoutRunTime;
 use crate::object::queue::QueueEntry;
 use crate::object::queue::Queued;
@@ -209,7 +209,7 @@ pub struct BudgetView<'a> {
     /// The cash key's usage key (`requests.nvidia.com/gpu`).
     pub target: &'a str,
     pub without_run_time: WithoutRunTime,
-    pub qos: &'a Prices,
+    pub qos: &'a QosMultipliers,
     pub prices: &'a PriceList,
 }
 
@@ -662,7 +662,7 @@ mod tests {
             budget: from_quantity(Quantity::from_units(20)),
             ..Default::default()
         };
-        let (qos, prices) = (Prices::default(), PriceList::default());
+        let (qos, prices) = (QosMultipliers::default(), PriceList::default());
         let view = BudgetView {
             state: &state,
             target: GPU,

@@ -14,7 +14,7 @@ use crate::admission::Denial;
 use crate::borrow::{self, Lent, LoanRequest};
 use crate::budget::price::PriceList;
 use crate::budget::reservations;
-use crate::cash::Prices;
+use crate::cash::QosMultipliers;
 use crate::object::{Charge, Quota};
 use crate::resources::{self, ResourceList};
 
@@ -56,7 +56,7 @@ pub fn admit(
     items: &[Admit],
     loan: Option<&Lent>,
     now_ms: i64,
-    qos: &Prices,
+    qos: &QosMultipliers,
     prices: &PriceList,
 ) -> Batch {
     let may_borrow = !q.spec.max.is_empty() && !q.spec.parent.is_empty();
@@ -120,7 +120,7 @@ fn charge_all(
     items: &[Admit],
     loan: Option<&Lent>,
     now_ms: i64,
-    qos: &Prices,
+    qos: &QosMultipliers,
     prices: &PriceList,
 ) -> Batch {
     let mut admitted = Vec::new();
@@ -255,7 +255,7 @@ mod tests {
             items,
             loan.as_ref(),
             2_000,
-            &Prices::default(),
+            &QosMultipliers::default(),
             &PriceList::default(),
         )
     }

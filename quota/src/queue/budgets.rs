@@ -12,7 +12,7 @@
 
 use super::admit::BudgetView;
 use crate::budget::{reservations, BudgetState, PriceList};
-use crate::cash::Prices;
+use crate::cash::QosMultipliers;
 use crate::keys::cash_target;
 use crate::object::budgets::{BudgetPolicy, WithoutRunTime};
 use crate::object::Quota;
@@ -28,7 +28,7 @@ pub struct Budget {
 
 impl Budget {
     /// As `next_admissions` and `would_queue_at` take it.
-    pub fn view<'a>(&'a self, qos: &'a Prices, prices: &'a PriceList) -> BudgetView<'a> {
+    pub fn view<'a>(&'a self, qos: &'a QosMultipliers, prices: &'a PriceList) -> BudgetView<'a> {
         BudgetView {
             state: &self.state,
             target: &self.target,

@@ -325,7 +325,7 @@ mod tests {
     #[test]
     fn a_budget_wait_is_never_a_reason_to_preempt() {
         use crate::budget::{self, BudgetState, PriceList};
-        use crate::cash::Prices;
+        use crate::cash::QosMultipliers;
         use crate::object::budgets::WithoutRunTime;
         // 2 of 4 cards used by low work: the urgent job (2) fits the quota
         // but its card-hour budget is spent. It waits for the budget, and
@@ -339,7 +339,7 @@ mod tests {
             spent: budget::from_quantity(Quantity::from_units(1)),
             ..Default::default()
         };
-        let (qos, prices) = (Prices::default(), PriceList::default());
+        let (qos, prices) = (QosMultipliers::default(), PriceList::default());
         let view = BudgetView {
             state: &state,
             target: GPU,
@@ -375,7 +375,7 @@ mod tests {
     #[test]
     fn a_head_short_of_budget_after_preemption_takes_nothing_and_says_why() {
         use crate::budget::{self, BudgetState, PriceList};
-        use crate::cash::Prices;
+        use crate::cash::QosMultipliers;
         use crate::object::budgets::WithoutRunTime;
         // All 4 cards run low work; the urgent job needs 2 for an hour
         // (2 card-hours) and its budget has 1 left: freeing the cards
@@ -389,7 +389,7 @@ mod tests {
             spent: budget::from_quantity(Quantity::from_units(9)),
             ..Default::default()
         };
-        let (qos, prices) = (Prices::default(), PriceList::default());
+        let (qos, prices) = (QosMultipliers::default(), PriceList::default());
         let view = BudgetView {
             state: &state,
             target: GPU,

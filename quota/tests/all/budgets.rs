@@ -10,7 +10,7 @@ use quota::budget::reserve::Ask;
 use quota::budget::{
     from_quantity, Bucket, BudgetState, Dimension, PriceList, PriceVersion, ReportSpec, Weight,
 };
-use quota::cash::{accrue, Interval, Prices};
+use quota::cash::{accrue, Interval, QosMultipliers};
 use quota::object::budgets::{Entry, Reason, WithoutRunTime};
 use quota::object::period::split;
 use quota::object::period::{Carry, Overspend, Period, Weekday};
@@ -137,8 +137,8 @@ fn keys() -> Vec<(String, String)> {
     vec![(CASH.to_string(), GPU.to_string())]
 }
 
-fn qos_prices() -> Prices {
-    Prices {
+fn qos_prices() -> QosMultipliers {
+    QosMultipliers {
         guaranteed: 1000,
         burstable: 700,
         best_effort: 300,
@@ -253,7 +253,7 @@ proptest! {
                     }];
                     let ask = Ask { workload: name, declared_ms: Some(hours * H), pod_sets: &sets, now_ms: T0 };
                     let before = s.clone();
-                    if let Err(d) = s.admit(&ask, WithoutRunTime::Refuse, GPU, &Prices::default(), &PriceList::default()) {
+                    if let Err(d) = s.admit(&ask, WithoutRunTime::Refuse, GPU, &QosMultipliers::default(), &PriceList::default()) {
                         prop_assert_eq!(&s, &before, "a denial changes nothing");
                         prop_assert!(d.to_string().starts_with("bizrq q: "));
                     }

@@ -8,7 +8,7 @@ use quota::budget::ledger::{charge_entries, run_entries};
 use quota::budget::price::{accrue_weighted, totals};
 use quota::budget::report::{report, Bucket, Dimension, ReportSpec};
 use quota::budget::{from_cash_accrued, PriceList, PriceVersion, Weight};
-use quota::cash::{Interval, Prices};
+use quota::cash::{Interval, QosMultipliers};
 use quota::object::budgets::BudgetPolicy;
 use quota::object::budgets::{Entry, Reason};
 use quota::object::{Charge, Quota, QuotaSpec};
@@ -51,8 +51,8 @@ fn qos() -> impl Strategy<Value = Option<QosClass>> {
     ]
 }
 
-fn multipliers() -> Prices {
-    Prices {
+fn multipliers() -> QosMultipliers {
+    QosMultipliers {
         guaranteed: 1000,
         burstable: 700,
         best_effort: 333,

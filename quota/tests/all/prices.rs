@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use quota::budget::price::{accrue_priced, accrue_weighted, to_cash_accrued, totals, Holding};
 use quota::budget::{PriceList, PriceVersion, Weight};
-use quota::cash::{Interval, Prices};
+use quota::cash::{Interval, QosMultipliers};
 use quota::object::period::Period;
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::usage::QosClass;
@@ -52,8 +52,8 @@ fn qos() -> impl Strategy<Value = Option<QosClass>> {
     ]
 }
 
-fn multipliers() -> Prices {
-    Prices {
+fn multipliers() -> QosMultipliers {
+    QosMultipliers {
         guaranteed: 1000,
         burstable: 700,
         best_effort: 333,
@@ -187,7 +187,14 @@ fn four_a100_for_two_hours_across_a_rise_cost_the_two_prices() {
         start_ms: T0,
         end_ms: None,
     };
-    let acc = accrue_weighted(&[iv], &keys(), T0, T0 + 2 * H, &Prices::default(), &list)[CASH];
+    let acc = accrue_weighted(
+        &[iv],
+        &keys(),
+        T0,
+        T0 + 2 * H,
+        &QosMultipliers::default(),
+        &list,
+    )[CASH];
     // 4 × (1 h + 1 ms) × 1 + 4 × (1 h − 1 ms) × 2.5, per mille.
     let expect = 4_000_000_000i128 * ((H as i128 + 1) * 1000 + (H as i128 - 1) * 2500);
     assert_eq!(acc, expect);
@@ -247,7 +254,7 @@ fn an_h100_at_two_and_a_half_burns_two_and_a_half_card_hours_an_hour() {
         admitted: None,
     };
     let burn = |c: &Charge| {
-        quota::budget::runway::burn_per_hour([c], GPU, T0 + H, &Prices::default(), &list)
+        quota::budget::runway::burn_per_hour([c], GPU, T0 + H, &QosMultipliers::default(), &list)
     };
     assert_eq!(burn(&charge("H100")), Quantity::from_units(10));
     assert_eq!(

@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 use quota::admission;
-use quota::cash::{self, Interval, Prices};
+use quota::cash::{self, Interval, QosMultipliers};
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::quantity::{Format, Quantity, MAX_NANOS};
 use quota::resources::{self, ResourceList};
@@ -158,7 +158,7 @@ proptest! {
             end_ms: e.map(|e| e.max(*s)),
         }).collect();
         let keys: Vec<(String, String)> = KEYS.iter().map(|k| (format!("cash/{k}"), k.to_string())).collect();
-        let prices = Prices { guaranteed: 1000, burstable: 700, best_effort: 333 };
+        let prices = QosMultipliers { guaranteed: 1000, burstable: 700, best_effort: 333 };
         let whole = cash::accrue(&intervals, &keys, a, c, &prices);
         let mut parts = cash::accrue(&intervals, &keys, a, b, &prices);
         for (k, v) in cash::accrue(&intervals, &keys, b, c, &prices) {
@@ -192,14 +192,14 @@ proptest! {
         let intervals: Vec<Interval> = usages.iter().map(|(usage, since)| Interval { usage, qos: None, start_ms: *since, end_ms: None }).collect();
         let c = b + c_extra;
         let mut split = q.clone();
-        split.status.accrue_ledger(&spec, b, &Prices::default());
-        split.status.accrue_ledger(&spec, c, &Prices::default());
+        split.status.accrue_ledger(&spec, b, &QosMultipliers::default());
+        split.status.accrue_ledger(&spec, c, &QosMultipliers::default());
         let mut once = q.clone();
-        once.status.accrue_ledger(&spec, c, &Prices::default());
+        once.status.accrue_ledger(&spec, c, &QosMultipliers::default());
         let key = "cash/requests.nvidia.com/gpu";
         prop_assert_eq!(split.status.accrued(key), once.status.accrued(key));
         let keys = vec![(key.to_string(), "requests.nvidia.com/gpu".to_string())];
-        let expect = cash::accrue(&intervals, &keys, 0, c, &Prices::default()).get(key).copied().unwrap_or(0);
+        let expect = cash::accrue(&intervals, &keys, 0, c, &QosMultipliers::default()).get(key).copied().unwrap_or(0);
         prop_assert_eq!(once.status.accrued(key), expect);
     }
 }

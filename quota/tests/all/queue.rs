@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use quota::admission;
 use quota::budget::{self, BudgetState, PriceList};
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::object::budgets::WithoutRunTime;
 use quota::object::queue::{Queued, Waiting};
 use quota::object::queueing::{Order, Preemption, QueuePolicy};
@@ -238,7 +238,7 @@ proptest! {
             spent: budget::from_quantity(Quantity::from_units(spent_h.min(b))),
             ..Default::default()
         });
-        let (qos, prices) = (Prices::default(), PriceList::default());
+        let (qos, prices) = (QosMultipliers::default(), PriceList::default());
         let views: Vec<BudgetView> = state.iter().map(|s| BudgetView {
             state: s,
             target: GPU,
@@ -383,7 +383,7 @@ proptest! {
             spent: budget::from_quantity(Quantity::from_units(spent_h)),
             ..Default::default()
         };
-        let (qos, prices) = (Prices::default(), PriceList::default());
+        let (qos, prices) = (QosMultipliers::default(), PriceList::default());
         let view = BudgetView {
             state: &state,
             target: GPU,

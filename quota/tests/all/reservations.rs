@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use quota::admission;
 use quota::budget::reservations::{self, RunDecl};
 use quota::budget::{from_quantity, PriceList};
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::object::budgets::{BudgetPolicy, WithoutRunTime};
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::quantity::Quantity;
@@ -74,7 +74,8 @@ fn wref(w: u8) -> String {
 /// As the service: accrue to now, decide, charge, write the reservation.
 fn admit(q: &mut Quota, w: u8, cards: i64, run: Option<i64>, now: i64) -> bool {
     let spec = q.spec.clone();
-    q.status.accrue_ledger(&spec, now, &Prices::default());
+    q.status
+        .accrue_ledger(&spec, now, &QosMultipliers::default());
     let wref = wref(w);
     let t = format_rfc3339(now);
     let new = Charge {
@@ -98,7 +99,7 @@ fn admit(q: &mut Quota, w: u8, cards: i64, run: Option<i64>, now: i64) -> bool {
         &new,
         &run,
         now,
-        &Prices::default(),
+        &QosMultipliers::default(),
         &PriceList::default(),
     ) else {
         return false;
@@ -148,13 +149,13 @@ proptest! {
                             break;
                         }
                         let spec = q.spec.clone();
-                        q.status.accrue_ledger(&spec, end.max(now), &Prices::default());
+                        q.status.accrue_ledger(&spec, end.max(now), &QosMultipliers::default());
                         now = end.max(now);
                         admission::release(&mut q, &wref(w));
                         ends.remove(&w);
                     }
                     let spec = q.spec.clone();
-                    q.status.accrue_ledger(&spec, target, &Prices::default());
+                    q.status.accrue_ledger(&spec, target, &QosMultipliers::default());
                     now = target;
                 }
                 Op::Release { w } => {

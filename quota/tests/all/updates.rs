@@ -19,7 +19,7 @@ use proptest::prelude::*;
 use quota::admission::{self, Denial, Step};
 use quota::budget::price::{PriceList, PriceVersion, Weight};
 use quota::budget::reservations::{self, RunDecl};
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::object::budgets::{BudgetPolicy, WithoutRunTime};
 use quota::object::{Charge, Quota, QuotaSpec};
 use quota::update::{changed, Input};
@@ -274,8 +274,8 @@ fn quota(name: &str, w: &World) -> Quota {
     )
 }
 
-fn prices() -> (Prices, PriceList) {
-    let qos = Prices {
+fn prices() -> (QosMultipliers, PriceList) {
+    let qos = QosMultipliers {
         guaranteed: 1000,
         burstable: 1500,
         best_effort: 1000,

@@ -4,7 +4,7 @@
 
 use super::changed;
 use crate::store::{QuotaStore, StoreError, Stored};
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::object::Quota;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -71,7 +71,7 @@ pub(super) fn working_copy(
     current: &Stored,
     accrue: bool,
     now: i64,
-    prices: &Prices,
+    prices: &QosMultipliers,
     list: &quota::budget::PriceList,
 ) -> Quota {
     current.quota.status.workloads.keep_sums();

@@ -229,14 +229,14 @@ mod tests {
     use crate::service::Persist;
     use crate::store::sql::SqlStore;
     use crate::store::testdb::on_both_databases;
-    use quota::cash::Prices;
+    use quota::cash::QosMultipliers;
     use quota::{KeyConfig, Quantity, QuotaSpec, QuotaStatus};
 
     fn service(store: &SqlStore) -> Service {
         Service::new(
             Arc::new(store.clone()),
             KeyConfig::default(),
-            Prices::default(),
+            QosMultipliers::default(),
             Arc::new(Metrics::default()),
         )
     }

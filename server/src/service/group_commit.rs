@@ -21,7 +21,7 @@ use super::{backoff, Clock, ServiceError, MAX_ATTEMPTS};
 use crate::metrics::Metrics;
 use crate::store::{QuotaStore, StoreError, Stored};
 use quota::batch;
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::object::Quota;
 use std::any::Any;
 use std::collections::HashMap;
@@ -126,7 +126,7 @@ pub(super) struct Leader {
     pub metrics: Arc<Metrics>,
     pub changed: Arc<super::changed::Changed>,
     pub clock: Clock,
-    pub prices: Prices,
+    pub prices: QosMultipliers,
     pub price_book: Arc<super::prices::PriceBook>,
     pub accrue_from_ledger: bool,
 }
@@ -431,7 +431,7 @@ mod tests {
     use crate::store::testdb::on_both_databases;
     use crate::store::{QuotaStore, StoreError, Stored};
     use async_trait::async_trait;
-    use quota::cash::Prices;
+    use quota::cash::QosMultipliers;
     use quota::object::{Charge, Quota, QuotaSpec, QuotaStatus};
     use quota::workload::PodSet;
     use quota::KeyConfig;
@@ -550,7 +550,7 @@ mod tests {
         let svc = Arc::new(Service::new(
             rigged.clone(),
             KeyConfig::default(),
-            Prices::default(),
+            QosMultipliers::default(),
             Arc::new(Metrics::default()),
         ));
         let spec = QuotaSpec {

@@ -40,7 +40,7 @@ pub use workloads::{ChargeRequest, Seen, MAX_DEFERRED};
 use crate::metrics::Metrics;
 use crate::store::{QuotaStore, StoreError, Stored, Watched};
 use crate::util::now_ms;
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::object::Quota;
 use quota::resources::ResourceList;
 use quota::KeyConfig;
@@ -55,7 +55,7 @@ pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 pub struct Service {
     pub store: Arc<dyn QuotaStore>,
     pub keys: KeyConfig,
-    pub prices: Prices,
+    pub prices: QosMultipliers,
     /// The price list per model in force (`prices`): accrual and
     /// reservations read it through `price_list`.
     pub price_book: Arc<prices::PriceBook>,
@@ -136,7 +136,7 @@ impl Service {
     pub fn new(
         store: Arc<dyn QuotaStore>,
         keys: KeyConfig,
-        prices: Prices,
+        prices: QosMultipliers,
         metrics: Arc<Metrics>,
     ) -> Service {
         Service {

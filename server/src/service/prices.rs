@@ -158,7 +158,7 @@ pub struct PricesView {
     pub loaded_ms: i64,
     pub currency: Option<quota::budget::Currency>,
     /// QoS multipliers (`--price-*`), per mille.
-    pub qos: quota::cash::Prices,
+    pub qos: quota::cash::QosMultipliers,
     /// Newest first.
     pub versions: Vec<VersionView>,
 }
@@ -176,7 +176,7 @@ pub struct VersionView {
 }
 
 impl PricesView {
-    pub fn of(f: &InForce, qos: quota::cash::Prices, now_ms: i64) -> PricesView {
+    pub fn of(f: &InForce, qos: quota::cash::QosMultipliers, now_ms: i64) -> PricesView {
         let current = f.list.version_at(now_ms).map(|v| v.effective_ms);
         let mut versions: Vec<VersionView> = f
             .list

@@ -19,7 +19,7 @@
 use super::forest::Forest;
 use super::Service;
 use quota::budget::PriceList;
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::keys::cash_target;
 use quota::{Quota, ResourceList};
 use std::collections::{HashMap, HashSet};
@@ -31,7 +31,7 @@ use std::sync::Arc;
 pub struct Working {
     accrue: bool,
     now: i64,
-    prices: Prices,
+    prices: QosMultipliers,
     list: Arc<PriceList>,
 }
 
@@ -54,7 +54,7 @@ impl Working {
         Working {
             accrue,
             now,
-            prices: Prices::default(),
+            prices: QosMultipliers::default(),
             list: Arc::new(PriceList::default()),
         }
     }

@@ -65,7 +65,7 @@ async fn build(url: &str) -> usize {
     let svc = Service::new(
         Arc::new(store.clone()),
         KeyConfig::default(),
-        quota::cash::Prices::default(),
+        quota::cash::QosMultipliers::default(),
         Arc::new(Metrics::default()),
     );
     let spec = |parent: &str, n: usize, max: Option<usize>| QuotaSpec {

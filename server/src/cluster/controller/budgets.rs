@@ -28,7 +28,7 @@ use crate::store::audit::{action, entry};
 use quota::budget::enforce::{self, Running};
 use quota::budget::price::{accrue_priced, Holding};
 use quota::budget::{reservations, to_quantity, PriceList};
-use quota::cash::Prices;
+use quota::cash::QosMultipliers;
 use quota::keys::cash_target;
 use quota::object::budgets::Entry;
 use quota::object::budgets::{Exhaustion, RefundPolicy};
@@ -72,7 +72,7 @@ pub(super) fn refunds_in(
     before: &BTreeMap<String, Mark>,
     runs: &RefundRuns,
     now: i64,
-    prices: &Prices,
+    prices: &QosMultipliers,
     list: &PriceList,
 ) -> Vec<Taken> {
     let policies: Vec<(String, String, RefundPolicy, quota::object::period::Period)> = q
