@@ -8,7 +8,7 @@
 //! (cut at a period boundary and a price change), then a month's report
 //! by day and model over the ledger such windows write.
 
-use quota::budget::price::{accrue_priced, Holding};
+use quota::budget::price_list::{accrue_priced, Holding};
 use quota::budget::report::report;
 use quota::budget::{Bucket, Dimension, PriceList, PriceVersion, ReportSpec, Weight};
 use quota::cash::QosMultipliers;

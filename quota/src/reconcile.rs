@@ -334,7 +334,7 @@ pub fn reconcile_priced(
                     if keys.is_empty() {
                         return BTreeMap::new();
                     }
-                    crate::budget::price::accrue_weighted(runs, &keys, a, b, prices, list)
+                    crate::budget::price_list::accrue_weighted(runs, &keys, a, b, prices, list)
                 });
             // Reservations are used at their admitted charge's rate, an
             // upper bound of what the pods accrue (`budget::reservations`).

@@ -13,7 +13,7 @@
 //! An update that changes none of them (a status, an unrelated label)
 //! changes nothing a decision read, and leaves what it holds alone.
 
-use crate::budget::price::split_model;
+use crate::budget::price_list::split_model;
 use crate::budget::reservations::RunDecl;
 use crate::queue::OPT_OUT_LABEL;
 use crate::resources::ResourceList;

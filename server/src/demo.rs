@@ -969,7 +969,7 @@ pub async fn seed(
             );
             // The ledger holds acc, the status its per-mille unit; whole
             // cards for whole hours divide exactly.
-            let hour = quota::budget::price::to_cash_accrued(
+            let hour = quota::budget::price_list::to_cash_accrued(
                 entries
                     .iter()
                     .filter(|e| e.key == CASH_GPU)

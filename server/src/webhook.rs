@@ -845,7 +845,7 @@ async fn review_quota(svc: &Service, req: &Request) -> Result<Verdict, ServiceEr
 /// force stays. An admitted change is logged (the API server's audit log
 /// has the write itself).
 fn review_prices(req: &Request) -> Result<Verdict, ServiceError> {
-    use quota::budget::price_doc::{self, PriceListObject};
+    use quota::budget::price_list_doc::{self, PriceListObject};
     if req.sub_resource.is_some() || !matches!(req.operation.as_str(), "CREATE" | "UPDATE") {
         return Ok(Verdict::allow());
     }
@@ -853,10 +853,10 @@ fn review_prices(req: &Request) -> Result<Verdict, ServiceError> {
         .object
         .as_deref()
         .ok_or_else(|| ServiceError::BadRequest(format!("{} without object", req.operation)))?;
-    if raw.get().len() > price_doc::MAX_DOCUMENT_BYTES {
+    if raw.get().len() > price_list_doc::MAX_DOCUMENT_BYTES {
         return Err(ServiceError::BadRequest(format!(
             "bizrq: a price list is at most {} bytes",
-            price_doc::MAX_DOCUMENT_BYTES
+            price_list_doc::MAX_DOCUMENT_BYTES
         )));
     }
     // Through a Value: serde's errors then name the field, not a column.

@@ -228,7 +228,7 @@ pub fn bill_late(
     from_ms: i64,
     paid_to: i64,
     prices: &crate::cash::QosMultipliers,
-    list: &super::price::PriceList,
+    list: &super::price_list::PriceList,
 ) -> Vec<Entry> {
     let runs: Vec<(&str, crate::cash::Interval<'_>)> = late
         .iter()
@@ -273,7 +273,7 @@ pub fn bill_late(
         *amounts.entry(&e.key).or_insert(0) += e.amount;
     }
     for (key, acc) in amounts {
-        status.add_accrued(key, super::price::to_cash_accrued(acc));
+        status.add_accrued(key, super::price_list::to_cash_accrued(acc));
     }
     if !entries.is_empty() {
         status.refresh(spec);
@@ -401,7 +401,7 @@ mod tests {
                 from,
                 paid_to,
                 &QosMultipliers::default(),
-                &super::super::price::PriceList::default(),
+                &super::super::price_list::PriceList::default(),
             );
             (q.status, entries)
         };
@@ -414,7 +414,7 @@ mod tests {
         );
         let total: i128 = entries.iter().map(|e| e.amount).sum();
         assert_eq!(
-            super::super::price::to_cash_accrued(total),
+            super::super::price_list::to_cash_accrued(total),
             status.accrued(KEY)
         );
         assert!(entries.iter().all(|e| e.start_ms >= 0 && e.end_ms <= 3 * H));

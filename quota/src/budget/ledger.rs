@@ -7,7 +7,7 @@
 //! add up to what the window added to `cashAccrued`, to the acc (× 1000
 //! of its per-mille unit) whenever quantities are whole micro-units.
 
-use super::price::{accrue_priced, Holding, PriceList};
+use super::price_list::{accrue_priced, Holding, PriceList};
 use crate::cash::{Interval, QosMultipliers};
 use crate::keys::cash_target;
 use crate::object::budgets::Entry;

@@ -25,7 +25,7 @@
 //! whose cash is carved out to their children. The quota's own budget is
 //! its hard less what its children's carve-outs hold of the key.
 
-use super::price::PriceList;
+use super::price_list::PriceList;
 use super::reserve::{Ask, BudgetDenial, BudgetState};
 use super::{from_cash_accrued, from_quantity};
 use crate::cash::QosMultipliers;
@@ -423,7 +423,8 @@ pub fn consume(
                 continue;
             };
             let start = from_ms.max(r.at_ms);
-            let cost = super::price::charge_cost_weighted(c, target, start, to_ms, qos, prices);
+            let cost =
+                super::price_list::charge_cost_weighted(c, target, start, to_ms, qos, prices);
             r.used = r.used.saturating_add(cost);
         }
     }

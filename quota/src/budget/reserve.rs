@@ -13,7 +13,7 @@
 //! outstanding to spent, settling only lowers outstanding.
 
 use super::period::{close, Closing};
-use super::price::{model_of, price, split_model, PriceList};
+use super::price_list::{model_of, price, split_model, PriceList};
 use super::to_quantity;
 use crate::cash::QosMultipliers;
 use crate::object::budgets::{Entry, Reason};

@@ -56,7 +56,7 @@ pub fn burn_per_hour<'a>(
     list: &super::PriceList,
 ) -> Quantity {
     let acc = workloads.into_iter().fold(0i128, |sum, c| {
-        sum.saturating_add(super::price::charge_cost_weighted(
+        sum.saturating_add(super::price_list::charge_cost_weighted(
             c,
             target,
             now_ms,

@@ -3,7 +3,7 @@
 //! quota starts from), and the standalone cash accrual that moves the
 //! ledgers along in time (`QuotaStatus::accrue_ledger`).
 
-use super::price::{self, PriceList};
+use super::price_list::{self, PriceList};
 use super::{periods, reservations};
 use crate::cash::QosMultipliers;
 use crate::keys::cash_target;
@@ -95,10 +95,10 @@ impl QuotaStatus {
                         for c in workloads.values() {
                             let start = time::parse_rfc3339(&c.since).unwrap_or(a).max(a);
                             let cost =
-                                price::charge_cost_weighted(c, target, start, b, prices, list);
+                                price_list::charge_cost_weighted(c, target, start, b, prices, list);
                             acc = acc.saturating_add(cost);
                         }
-                        let amount = price::to_cash_accrued(acc);
+                        let amount = price_list::to_cash_accrued(acc);
                         if amount != 0 {
                             out.insert(ck.clone(), amount);
                         }

@@ -12,7 +12,7 @@
 use super::ledger;
 use crate::admission::Denial;
 use crate::borrow::{self, Lent, LoanRequest};
-use crate::budget::price::PriceList;
+use crate::budget::price_list::PriceList;
 use crate::budget::reservations;
 use crate::cash::QosMultipliers;
 use crate::object::{Charge, Quota};

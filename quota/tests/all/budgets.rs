@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use quota::budget::period::{close, Closing};
-use quota::budget::price::{accrue_priced, totals, Holding};
+use quota::budget::price_list::{accrue_priced, totals, Holding};
 use quota::budget::report::{report, share};
 use quota::budget::reserve::Ask;
 use quota::budget::{

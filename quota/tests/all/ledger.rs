@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 use quota::budget::ledger::{charge_entries, run_entries};
-use quota::budget::price::{accrue_weighted, totals};
+use quota::budget::price_list::{accrue_weighted, totals};
 use quota::budget::report::{report, Bucket, Dimension, ReportSpec};
 use quota::budget::{from_cash_accrued, PriceList, PriceVersion, Weight};
 use quota::cash::{Interval, QosMultipliers};

@@ -4,7 +4,7 @@
 //! weighted amounts agree with the ledger's priced entries.
 
 use proptest::prelude::*;
-use quota::budget::price::{accrue_priced, accrue_weighted, to_cash_accrued, totals, Holding};
+use quota::budget::price_list::{accrue_priced, accrue_weighted, to_cash_accrued, totals, Holding};
 use quota::budget::{PriceList, PriceVersion, Weight};
 use quota::cash::{Interval, QosMultipliers};
 use quota::object::period::Period;

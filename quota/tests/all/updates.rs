@@ -17,7 +17,7 @@
 
 use proptest::prelude::*;
 use quota::admission::{self, Denial, Step};
-use quota::budget::price::{PriceList, PriceVersion, Weight};
+use quota::budget::price_list::{PriceList, PriceVersion, Weight};
 use quota::budget::reservations::{self, RunDecl};
 use quota::cash::QosMultipliers;
 use quota::object::budgets::{BudgetPolicy, WithoutRunTime};
@@ -550,7 +550,7 @@ fn spend_all(qs: &mut Quotas, world: &World) {
     let q = qs.get_mut("team").unwrap();
     let all = quota::budget::from_quantity(Quantity::from_units(world.budget));
     q.status
-        .add_accrued(CASH, quota::budget::price::to_cash_accrued(all));
+        .add_accrued(CASH, quota::budget::price_list::to_cash_accrued(all));
     q.status.refresh(&q.spec.clone());
 }
 

@@ -8,7 +8,7 @@
 use crate::service::prices::{InForce, PriceBook};
 use kube::api::Api;
 use kube::{Client, CustomResource};
-use quota::budget::price_doc::{
+use quota::budget::price_list_doc::{
     PriceListObject, ANY_MODEL, MAX_PER_CARD_HOUR, MAX_VERSIONS, MAX_WEIGHTS, NAME,
 };
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};

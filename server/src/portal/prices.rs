@@ -8,7 +8,7 @@ use crate::service::prices::PricesView;
 use app::prices::{PricesPage, VersionBlock, WeightRow};
 use axum::extract::State;
 use axum::response::{Html, IntoResponse, Response};
-use quota::budget::price_doc::ANY_MODEL;
+use quota::budget::price_list_doc::ANY_MODEL;
 use quota::budget::Weight;
 use quota::time::format_when;
 

@@ -12,7 +12,7 @@
 
 use crate::store::audit::{self, entry};
 use crate::store::sql::SqlStore;
-use quota::budget::price_doc::{PriceListObject, MAX_DOCUMENT_BYTES};
+use quota::budget::price_list_doc::{PriceListObject, MAX_DOCUMENT_BYTES};
 use quota::budget::PriceList;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -195,8 +195,8 @@ impl PricesView {
                     .weights
                     .iter()
                     .map(|(k, w)| {
-                        let (r, m) = quota::budget::price::split_model(k);
-                        let m = m.unwrap_or(quota::budget::price_doc::ANY_MODEL);
+                        let (r, m) = quota::budget::price_list::split_model(k);
+                        let m = m.unwrap_or(quota::budget::price_list_doc::ANY_MODEL);
                         (r.to_string(), m.to_string(), *w)
                     })
                     .collect(),

@@ -26,7 +26,7 @@ use crate::service::notify::Notice;
 use crate::service::transfers::SYSTEM_ACTOR;
 use crate::store::audit::{action, entry};
 use quota::budget::enforce::{self, Running};
-use quota::budget::price::{accrue_priced, Holding};
+use quota::budget::price_list::{accrue_priced, Holding};
 use quota::budget::{reservations, to_quantity, PriceList};
 use quota::cash::QosMultipliers;
 use quota::keys::cash_target;
@@ -104,7 +104,7 @@ pub(super) fn refunds_in(
         .map(|(k, t, _, _)| (k.clone(), t.clone()))
         .collect();
     let pending =
-        quota::budget::price::accrue_weighted(&intervals, &pairs, billed, now, prices, list);
+        quota::budget::price_list::accrue_weighted(&intervals, &pairs, billed, now, prices, list);
     let mut taken = Vec::new();
     for v in due.iter().filter(|v| v.action.stops()) {
         let Some(mark) = before.get(&v.workload_ref) else {

@@ -19,7 +19,7 @@
 //! lengths, times, order, weights) and turns it into the `PriceList` the
 //! accrual reads. A document that does not compile changes nothing.
 
-use super::price::{split_model, Currency, PriceError, PriceList, PriceVersion, Weight};
+use super::price_list::{split_model, Currency, PriceError, PriceList, PriceVersion, Weight};
 use crate::keys::is_model_name;
 use crate::quantity::Quantity;
 use serde::{Deserialize, Serialize};
