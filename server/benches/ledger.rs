@@ -377,7 +377,7 @@ async fn floor_group(pool: &sqlx::AnyPool) -> usize {
 
 /// Issue 13's scenario (`--issue`; the module doc says what it models).
 async fn issue() {
-    use quota::budget::rollup::{Policy, MS_PER_DAY as D};
+    use quota::budget::ledger_rollup::{Policy, MS_PER_DAY as D};
     let days: i64 = arg("--days").unwrap_or(30);
     let quotas: usize = arg("--quotas").unwrap_or(10_000);
     let runs_month: usize = arg("--runs").unwrap_or(500_000);

@@ -329,10 +329,11 @@ impl Core {
         clock: Option<service::Clock>,
     ) -> anyhow::Result<Core> {
         let sql = Arc::new(SqlStore::connect(&args.database_url).await?);
-        sql.set_ledger_rollup(quota::budget::rollup::Policy {
+        sql.set_ledger_rollup(quota::budget::ledger_rollup::Policy {
             hourly_after_ms: args.ledger_hourly_after_days as i64
-                * quota::budget::rollup::MS_PER_DAY,
-            daily_after_ms: args.ledger_daily_after_days as i64 * quota::budget::rollup::MS_PER_DAY,
+                * quota::budget::ledger_rollup::MS_PER_DAY,
+            daily_after_ms: args.ledger_daily_after_days as i64
+                * quota::budget::ledger_rollup::MS_PER_DAY,
             daily_utc_offset_minutes: args.ledger_day_utc_offset_minutes,
         })?;
         let (token_sha256, generated_token) =

@@ -196,7 +196,7 @@ pub fn parse(p: &Params, now_ms: i64) -> Result<(ReportSpec, Format), ReportErro
                 ))
             })?,
     };
-    let days = quota::budget::rollup::Grid::days(offset);
+    let days = quota::budget::ledger_rollup::Grid::days(offset);
     let to = match nonempty(&p.to) {
         None => days.cell_start(now_ms).saturating_add(MS_PER_DAY),
         Some(v) => parse_time("to", v, offset, true)?,
@@ -392,7 +392,7 @@ pub async fn read(
         }
     }
     let (stored, first) = sql.ledger_extent().await.map_err(ServiceError::from)?;
-    if let Some(snapped) = quota::budget::rollup::snap(&spec, &stored) {
+    if let Some(snapped) = quota::budget::ledger_rollup::snap(&spec, &stored) {
         let shown = |a: i64, b: i64| {
             format!(
                 "{} – {}",

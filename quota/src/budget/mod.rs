@@ -12,6 +12,7 @@
 pub mod config;
 pub mod enforce;
 pub mod ledger;
+pub mod ledger_rollup;
 pub mod period;
 pub mod periods;
 pub mod price_list;
@@ -20,7 +21,6 @@ pub mod refund;
 pub mod report;
 pub mod reservations;
 pub mod reserve;
-pub mod rollup;
 pub mod runway;
 pub mod status;
 pub mod topup;

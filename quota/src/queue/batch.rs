@@ -9,7 +9,7 @@
 //! an entry no longer queued under its uid (admitted or deleted meanwhile)
 //! is skipped.
 
-use super::ledger;
+use super::entries;
 use crate::admission::Denial;
 use crate::borrow::{self, Lent, LoanRequest};
 use crate::budget::price_list::PriceList;
@@ -88,7 +88,7 @@ fn round_request(q: &Quota, items: &[Admit], refused: &[&str]) -> Option<LoanReq
     let mut best = None;
     for a in items {
         if refused.contains(&a.workload_ref.as_str())
-            || ledger::find(q, &a.workload_ref, &a.uid).is_none()
+            || entries::find(q, &a.workload_ref, &a.uid).is_none()
         {
             continue;
         }
@@ -128,7 +128,7 @@ fn charge_all(
     let mut left = Vec::new();
     for a in items {
         let wref = a.workload_ref.as_str();
-        let Some(entry) = ledger::find(q, wref, &a.uid) else {
+        let Some(entry) = entries::find(q, wref, &a.uid) else {
             gone.push(a.workload_ref.clone());
             continue;
         };
@@ -151,7 +151,7 @@ fn charge_all(
             };
         match borrow::charge_or_request(q, wref, a.charge.clone(), loan) {
             Ok(_) => {
-                ledger::dequeue(q, wref);
+                entries::dequeue(q, wref);
                 reservations::apply(&mut q.status, wref, reserved);
                 // Who submitted it asked for this charge: the ledger's
                 // entries carry it (docs/budgets.md §6).
@@ -223,7 +223,7 @@ mod tests {
     }
 
     fn queued(q: &mut Quota, w: &Queued) {
-        ledger::enqueue(q, w.clone(), 0, Waiting::Quota, String::new()).unwrap();
+        entries::enqueue(q, w.clone(), 0, Waiting::Quota, String::new()).unwrap();
     }
 
     fn item(w: &Queued) -> Admit {
@@ -286,7 +286,7 @@ mod tests {
         // Nothing both charged and queued, nothing in neither place.
         for w in &ws {
             let charged = q.status.workloads.contains_key(&w.workload_ref);
-            let waits = ledger::holds(&q, &w.workload_ref);
+            let waits = entries::holds(&q, &w.workload_ref);
             assert!(
                 charged ^ waits,
                 "{} charged {charged} queued {waits}",

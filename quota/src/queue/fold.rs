@@ -10,7 +10,7 @@
 //! Pure; run by `Service::fold_marks` in the round when queue marks are on.
 
 use super::allowance;
-use super::ledger::Full;
+use super::entries::Full;
 use super::mark::{self, Binding, Refused};
 use super::pending::Pending;
 use crate::object::queue::Queued;

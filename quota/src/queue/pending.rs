@@ -13,7 +13,7 @@
 //! Pure; held per quota by the server's `Service::marked` when queue marks
 //! are on.
 
-use super::ledger::Full;
+use super::entries::Full;
 use crate::object::queue::Queued;
 use crate::object::queueing::MAX_QUEUE;
 use crate::object::Quota;
@@ -51,7 +51,7 @@ impl Pending {
     pub fn queue_refs<'a>(&'a self, q: &'a Quota) -> Vec<&'a Queued> {
         let mut out: Vec<&Queued> = q.status.queue.iter().map(|e| &e.work).collect();
         // By reference, once.
-        let listed = super::ledger::listed(q);
+        let listed = super::entries::listed(q);
         let mut more: Vec<&Queued> = self
             .entries
             .values()
@@ -128,7 +128,7 @@ impl Pending {
                 workload_ref: work.workload_ref,
             });
         }
-        super::ledger::within_share(q, &work, queue.iter().copied())?;
+        super::entries::within_share(q, &work, queue.iter().copied())?;
         self.unbury(&work);
         self.entries.insert(work.workload_ref.clone(), work);
         Ok(())

@@ -200,7 +200,7 @@ pub async fn page(
                 quota::time::format_rfc3339(ms + s.utc_offset_minutes as i64 * 60_000)[..10]
                     .to_string()
             };
-            let days = quota::budget::rollup::Grid::days(s.utc_offset_minutes);
+            let days = quota::budget::ledger_rollup::Grid::days(s.utc_offset_minutes);
             let (whole_from, whole_to) = (days.aligned(s.from_ms), days.aligned(s.to_ms));
             page.form.from = if whole_from {
                 day(s.from_ms)

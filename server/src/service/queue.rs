@@ -17,7 +17,7 @@
 //! - a queued workload the user unsuspends by hand and that fits is
 //!   charged by the validating webhook, and that charge removes the entry
 //!   in the same write (`admission::charge` here is followed by
-//!   `ledger::dequeue` in one closure); one that does not fit is suspended
+//!   `entries::dequeue` in one closure); one that does not fit is suspended
 //!   again by the mutating webhook;
 //! - a deleted workload's entry leaves with its release.
 
@@ -27,7 +27,7 @@ use quota::borrow::{self, Standing};
 use quota::object::queue::Queued;
 use quota::object::Quota;
 use quota::queue::priority::Classes;
-use quota::queue::{self, ledger, Check, Pool};
+use quota::queue::{self, entries, Check, Pool};
 use quota::ResourceList;
 use std::sync::Arc;
 
@@ -217,7 +217,7 @@ impl Service {
         let decide = |q: &mut Quota| {
             *refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
             let mut work = work.clone();
-            let dropped = create && ledger::dequeue(q, &work.workload_ref);
+            let dropped = create && entries::dequeue(q, &work.workload_ref);
             if let Some(e) = q
                 .status
                 .queue
@@ -229,7 +229,7 @@ impl Service {
             let mut judged = q.clone();
             admission::release(&mut judged, &work.workload_ref);
             let pool = Pool::new(&judged, &limits);
-            let waiting = ledger::entries(q);
+            let waiting = entries::entries(q);
             // Card-hour budgets weigh as in the controller's rounds.
             let budgets = queue::budgets::of(q);
             let price_list = self.price_list();
@@ -246,7 +246,7 @@ impl Service {
                         reason: &queue::Reason|
              -> Result<(bool, Queueing), ServiceError> {
                 let text = worded(reason.to_string());
-                let changed = ledger::join(q, work, position, reason.waiting(), text.clone())
+                let changed = entries::join(q, work, position, reason.waiting(), text.clone())
                     .map_err(|full| {
                         *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(full.cause());
                         Denial::from(full)
@@ -262,8 +262,8 @@ impl Service {
             match check {
                 // A queued entry that now fits keeps its place with what it
                 // asks now; the controller's next round admits it.
-                Check::AdmitsNow if ledger::holds(q, &work.workload_ref) => {
-                    let changed = ledger::enqueue(
+                Check::AdmitsNow if entries::holds(q, &work.workload_ref) => {
+                    let changed = entries::enqueue(
                         q,
                         work,
                         0,
@@ -342,7 +342,7 @@ impl Service {
         } else {
             self.get(quota_name).await?.quota
         };
-        if ledger::holds(&current, &work.workload_ref) {
+        if entries::holds(&current, &work.workload_ref) {
             let out = self
                 .queue_workload(quota_name, work, create, dry_run)
                 .await?;
@@ -501,7 +501,7 @@ impl Service {
             .filter(|e| added.contains(e.workload_ref.as_str()))
             .cloned()
             .collect();
-        let changed = ledger::join_all(
+        let changed = entries::join_all(
             q,
             works,
             quota::object::queue::Waiting::Quota,
@@ -576,10 +576,10 @@ impl Service {
             let marked = self.marked.lock().unwrap_or_else(|e| e.into_inner());
             let left =
                 |r: &str, uid: &str| marked.get(current.name()).is_some_and(|p| p.skips(r, uid));
-            // What the status lists, by reference (`ledger::holds` on each
+            // What the status lists, by reference (`entries::holds` on each
             // entry of the copy walked the growing queue: quadratic in
             // its length on every create's review).
-            let mut listed = ledger::listed(current);
+            let mut listed = entries::listed(current);
             for e in copy.iter() {
                 let r = &e.work.workload_ref;
                 if listed.contains(r.as_str())
@@ -677,7 +677,7 @@ impl Service {
         dry_run: bool,
     ) -> Result<bool, ServiceError> {
         self.update_status(quota_name, dry_run, |q| {
-            let left = ledger::dequeue(q, wref);
+            let left = entries::dequeue(q, wref);
             Ok((left, left))
         })
         .await
@@ -756,7 +756,7 @@ impl Service {
                     let b =
                         queue::batch::admit(q, items, loan.as_ref(), now_ms, &self.prices, &prices);
                     if let (queue::batch::Batch::Done { .. }, Some(f)) = (&b, fresh.clone()) {
-                        ledger::restate(q, f);
+                        entries::restate(q, f);
                     }
                     // With marks, the status keeps the top and a summary;
                     // the rest waits on its marked objects, folded back by
@@ -915,7 +915,7 @@ impl Service {
             let mut judged = q.clone();
             admission::release(&mut judged, &work.workload_ref);
             let pool = Pool::new(&judged, &limits);
-            let waiting: Vec<Queued> = ledger::entries(q)
+            let waiting: Vec<Queued> = entries::entries(q)
                 .into_iter()
                 .filter(|e| e.workload_ref != work.workload_ref)
                 .collect();
@@ -947,7 +947,7 @@ impl Service {
                 Some(n) => format!("{reason}; {n}"),
                 None => reason,
             };
-            let changed = ledger::enqueue(q, work.clone(), position, waiting, reason)
+            let changed = entries::enqueue(q, work.clone(), position, waiting, reason)
                 .map_err(Denial::from)?;
             Ok((changed, changed))
         })
@@ -1316,12 +1316,15 @@ mod tests {
                 .collect()
         };
         clock.store(
-            T0 + quota::queue::ledger::UNSEEN_GRACE_MS - 1,
+            T0 + quota::queue::entries::UNSEEN_GRACE_MS - 1,
             Ordering::SeqCst,
         );
         svc.resync().await.unwrap();
         assert_eq!(refs(&svc.get("ml").await.unwrap().quota).len(), 2);
-        clock.store(T0 + quota::queue::ledger::UNSEEN_GRACE_MS, Ordering::SeqCst);
+        clock.store(
+            T0 + quota::queue::entries::UNSEEN_GRACE_MS,
+            Ordering::SeqCst,
+        );
         svc.resync().await.unwrap();
         assert_eq!(
             refs(&svc.get("ml").await.unwrap().quota),

@@ -583,8 +583,8 @@ impl Service {
                     // watch): one a CREATE's review left (older versions
                     // queued here too) expires; nothing queues now.
                     if !self.queueing {
-                        let grace = quota::queue::ledger::UNSEEN_GRACE_MS;
-                        quota::queue::ledger::expire_unseen(q, now, grace);
+                        let grace = quota::queue::entries::UNSEEN_GRACE_MS;
+                        quota::queue::entries::expire_unseen(q, now, grace);
                     }
                     // Write only what a reader would see change.
                     let changed = q.status.differs_visibly(listed);

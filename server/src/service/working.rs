@@ -223,7 +223,7 @@ impl Working {
             .map(|b| b.view(&self.prices, &self.list))
             .collect();
         let decisions = queue::next_admissions(
-            &queue::ledger::entries(q),
+            &queue::entries::entries(q),
             &Pool::new(q, &limits),
             &views,
             &q.spec.queueing,

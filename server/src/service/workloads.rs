@@ -395,9 +395,9 @@ impl Service {
                     // One queued by preemption still holds its running
                     // charge until this, its suspend, releases it (the
                     // entry stays: preempt.rs in the controller).
-                    let queued = quota::queue::ledger::holds(q, &wref);
+                    let queued = quota::queue::entries::holds(q, &wref);
                     let nothing = c.usage().values().all(|v| v.nanos() == 0);
-                    if queued && nothing && !quota::queue::ledger::runs(q, &wref) {
+                    if queued && nothing && !quota::queue::entries::runs(q, &wref) {
                         let nothing = Admitted {
                             held,
                             ..Default::default()
@@ -440,7 +440,7 @@ impl Service {
                                 .find(|e| e.work.workload_ref == wref)
                                 .map(|e| e.work.submitted_ms);
                             let left =
-                                queued && !nothing && quota::queue::ledger::dequeue(q, &wref);
+                                queued && !nothing && quota::queue::entries::dequeue(q, &wref);
                             // Who asked, for the ledger (docs/budgets.md §6).
                             let by = match &user {
                                 // A suspend asks for nothing: who asked for
@@ -631,7 +631,7 @@ impl Service {
                     return Ok((false, (false, None)));
                 }
                 let before = q.status.used.clone();
-                let dequeued = quota::queue::ledger::dequeue(q, &wref);
+                let dequeued = quota::queue::entries::dequeue(q, &wref);
                 let released = admission::release(q, &wref) || dequeued;
                 let give =
                     borrow::fence_release(q, &before, seen).map(|g| (q.spec.parent.clone(), g));
@@ -765,7 +765,7 @@ impl Service {
                     });
                 }
                 let before = q.status.used.clone();
-                let dequeued = quota::queue::ledger::dequeue(q, wref);
+                let dequeued = quota::queue::entries::dequeue(q, wref);
                 let released = admission::release(q, wref) || dequeued;
                 loan_back = borrow::fence_release(q, &before, loan_seen)
                     .map(|g| (q.spec.parent.clone(), g));

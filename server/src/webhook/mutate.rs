@@ -202,7 +202,7 @@ pub async fn mutate(
     // a workload in that copy's queue is read fresh as any other.
     if let Some(c) = svc.cached_quota(&quota_name) {
         if c.quota.spec.queueing.mode == quota::object::queueing::Mode::Refuse
-            && !queue::ledger::holds(&c.quota, &wref)
+            && !queue::entries::holds(&c.quota, &wref)
         {
             return pass;
         }
@@ -236,7 +236,7 @@ pub async fn mutate(
         Err(ServiceError::NotFound(_)) => return pass,
         Err(e) => return Err(e),
     };
-    let queued = queue::ledger::holds(&q, &wref);
+    let queued = queue::entries::holds(&q, &wref);
     // Admitted already (charged and being unsuspended by the controller):
     // the validating webhook's business, as for any running workload.
     let charged = charged_in(&q);

@@ -134,7 +134,7 @@ impl Context {
                         continue; // gone, or already stopped: nothing to take
                     };
                     // Past MAX_QUEUE it is not queued, so not suspended.
-                    if let Ok(c) = queue::ledger::preempt(q, work.clone(), reason.clone()) {
+                    if let Ok(c) = queue::entries::preempt(q, work.clone(), reason.clone()) {
                         changed |= c;
                         queued.push(v.workload_ref.clone());
                     }
@@ -210,12 +210,12 @@ impl Context {
         };
         let (known, running) = {
             let v = self.view.lock().unwrap();
-            let known: Vec<Queued> = queue::ledger::entries(q)
+            let known: Vec<Queued> = queue::entries::entries(q)
                 .into_iter()
                 .filter(|e| {
                     !e.uid.is_empty()
                         && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
-                        && queue::ledger::admissible(q, e)
+                        && queue::entries::admissible(q, e)
                 })
                 .map(|mut e| {
                     if let Some(c) = &classes {
@@ -227,7 +227,7 @@ impl Context {
             let running: Vec<Candidate> = v
                 .unfinished_of(q.name())
                 .filter(|(wref, sets, _)| {
-                    !queue::ledger::holds(q, wref) && sets.iter().any(|s| s.count > 0)
+                    !queue::entries::holds(q, wref) && sets.iter().any(|s| s.count > 0)
                 })
                 .map(|(wref, pod_sets, info)| Candidate {
                     stop: adapter_of(wref).map_or(Stop::Never, Stop::of),
@@ -347,7 +347,7 @@ impl Context {
             let v = self.view.lock().unwrap();
             // Still running as the watch shows it (one it shows suspended
             // has had its suspend; the release follows it).
-            let suspend: Vec<String> = queue::ledger::suspending(q)
+            let suspend: Vec<String> = queue::entries::suspending(q)
                 .into_iter()
                 .filter(|e| v.workload_uid(&e.work.workload_ref).as_deref() == Some(&e.work.uid))
                 // Suspended by this controller a moment ago: the view lags.
@@ -371,8 +371,8 @@ impl Context {
                 .filter(|(w, sets, info)| {
                     info.annotations.contains_key(queue::PREEMPTED_ANNOTATION)
                         && sets.iter().all(|s| s.count == 0)
-                        && !queue::ledger::holds(q, w)
-                        && !queue::ledger::runs(q, w)
+                        && !queue::entries::holds(q, w)
+                        && !queue::entries::runs(q, w)
                 })
                 .map(|(w, sets, info)| (w.clone(), sets.to_vec(), info.clone()))
                 .collect();

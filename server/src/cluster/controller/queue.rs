@@ -23,8 +23,8 @@
 use super::Context;
 
 /// How long an entry whose object the controller has never seen stays
-/// queued (`quota::queue::ledger::UNSEEN_GRACE_MS`).
-pub const ORPHAN_GRACE_MS: i64 = queue::ledger::UNSEEN_GRACE_MS;
+/// queued (`quota::queue::entries::UNSEEN_GRACE_MS`).
+pub const ORPHAN_GRACE_MS: i64 = queue::entries::UNSEEN_GRACE_MS;
 
 use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
@@ -161,12 +161,12 @@ impl Context {
         // workload still runs waits for its suspend (preempt.rs).
         let known: Vec<Queued> = {
             let v = self.view.lock().unwrap();
-            queue::ledger::entries(&q)
+            queue::entries::entries(&q)
                 .into_iter()
                 .filter(|e| {
                     !e.uid.is_empty()
                         && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
-                        && queue::ledger::admissible(&q, e)
+                        && queue::entries::admissible(&q, e)
                 })
                 .collect()
         };

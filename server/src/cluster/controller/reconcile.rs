@@ -314,7 +314,7 @@ impl Context {
                     .any(|(k, b)| quota::resources::get(&q.status.used, k) < *b);
                 loan_back = borrow::fence_release(q, &before.used, seen);
                 exhausted = newly_exhausted(&before, q);
-                queued = quota::queue::ledger::waits_or_admits(q);
+                queued = quota::queue::entries::waits_or_admits(q);
                 summarized = q.status.queue_summary.is_some();
                 preempting = q
                     .status

@@ -5,7 +5,7 @@ use super::*;
 use crate::store::sql::query::Params;
 use crate::store::sql::SqlStore;
 use crate::store::StoreError;
-use quota::budget::rollup;
+use quota::budget::ledger_rollup;
 use sqlx::{Any, Row};
 
 /// What one roll-up pass did.
@@ -24,7 +24,10 @@ pub const ROLL_CHUNK: i64 = 2_000;
 
 impl SqlStore {
     /// Sets how old ledger entries are rolled up (checked first).
-    pub fn set_ledger_rollup(&self, p: rollup::Policy) -> Result<(), rollup::PolicyError> {
+    pub fn set_ledger_rollup(
+        &self,
+        p: ledger_rollup::Policy,
+    ) -> Result<(), ledger_rollup::PolicyError> {
         p.validate()?;
         *self
             .ledger_rollup
@@ -33,7 +36,7 @@ impl SqlStore {
         Ok(())
     }
 
-    pub fn ledger_rollup(&self) -> rollup::Policy {
+    pub fn ledger_rollup(&self) -> ledger_rollup::Policy {
         *self.ledger_rollup.read().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -42,14 +45,14 @@ impl SqlStore {
         &self,
         ex: E,
         policy_offset: i32,
-    ) -> Result<rollup::Stored, StoreError>
+    ) -> Result<ledger_rollup::Stored, StoreError>
     where
         E: sqlx::Executor<'c, Database = Any>,
     {
         let rows = sqlx::query("SELECT level, until_ms FROM budget_ledger_rollup")
             .fetch_all(ex)
             .await?;
-        let mut out = rollup::Stored {
+        let mut out = ledger_rollup::Stored {
             hourly_until_ms: i64::MIN,
             daily_until_ms: i64::MIN,
             daily_utc_offset_minutes: policy_offset,
@@ -75,14 +78,14 @@ impl SqlStore {
     /// made meanwhile already refuses to cut inside cells being rolled.
     pub async fn roll_up_ledger(
         &self,
-        policy: &rollup::Policy,
+        policy: &ledger_rollup::Policy,
         now_ms: i64,
     ) -> Result<Rolled, StoreError> {
         let (hourly, daily) = policy.cutoffs(now_ms);
         let mut out = Rolled::default();
-        self.roll_level(1, &[0], rollup::Grid::hours(), hourly, &mut out)
+        self.roll_level(1, &[0], ledger_rollup::Grid::hours(), hourly, &mut out)
             .await?;
-        let days = rollup::Grid::days(policy.daily_utc_offset_minutes);
+        let days = ledger_rollup::Grid::days(policy.daily_utc_offset_minutes);
         self.roll_level(2, &[0, 1], days, daily, &mut out).await?;
         Ok(out)
     }
@@ -91,7 +94,7 @@ impl SqlStore {
         &self,
         level: i64,
         from_levels: &[i64],
-        grid: rollup::Grid,
+        grid: ledger_rollup::Grid,
         until: i64,
         out: &mut Rolled,
     ) -> Result<(), StoreError> {
@@ -130,7 +133,7 @@ impl SqlStore {
                 // its entries, many times over a long history, and a delete
                 // and insert each time would touch all six b-trees
                 // (docs/benchmarks.md, "Budget ledger and reports").
-                let ids: Vec<String> = rollup::roll_up(&entries, grid)
+                let ids: Vec<String> = ledger_rollup::roll_up(&entries, grid)
                     .iter()
                     .map(|e| rolled_id(e, level))
                     .collect();
@@ -150,7 +153,7 @@ impl SqlStore {
                         entries.push(entry_of(r)?);
                     }
                 }
-                let merged = rollup::roll_up(&entries, grid);
+                let merged = ledger_rollup::roll_up(&entries, grid);
                 // A stored cell whose sum came to nothing is not in
                 // `merged`: it goes.
                 let kept: std::collections::HashSet<String> =

@@ -21,7 +21,7 @@ pub use query::{Aggregated, Refused, Selection, TooMany};
 
 use super::sql::query::qos_text;
 use super::StoreError;
-use quota::budget::rollup;
+use quota::budget::ledger_rollup;
 use quota::object::budgets::{Entry, Reason};
 use quota::usage::QosClass;
 use sqlx::Row;
@@ -117,7 +117,7 @@ pub fn from_limbs(hi: i64, mid: i64, lo: i64) -> i128 {
 /// Roll-up level of an entry as written: 0, or 3 (kept as written for
 /// good) for what is never rolled.
 fn written_level(e: &Entry) -> i64 {
-    if rollup::rollable(e) {
+    if ledger_rollup::rollable(e) {
         0
     } else {
         3
@@ -573,7 +573,7 @@ mod tests {
     async fn a_rolled_cell_that_comes_to_nothing_goes(store: &SqlStore) {
         const MIN: i64 = 60_000;
         const HOUR: i64 = 3_600_000;
-        let policy = rollup::Policy {
+        let policy = ledger_rollup::Policy {
             hourly_after_ms: HOUR,
             daily_after_ms: 400 * DAY,
             daily_utc_offset_minutes: 0,
@@ -659,7 +659,7 @@ mod tests {
         assert_eq!(rows(store).await as usize, entries.len());
         // Hours after one day, days after two: at T0 + 4 days the first
         // two days are daily rows, the third hourly.
-        let policy = rollup::Policy {
+        let policy = ledger_rollup::Policy {
             hourly_after_ms: DAY,
             daily_after_ms: 2 * DAY,
             daily_utc_offset_minutes: 0,
@@ -704,7 +704,7 @@ mod tests {
 
     async fn reports_finer_than_the_rolled_grid_are_refused(store: &SqlStore) {
         store.append_ledger(&three_days()).await.unwrap();
-        let policy = rollup::Policy {
+        let policy = ledger_rollup::Policy {
             hourly_after_ms: DAY,
             daily_after_ms: 2 * DAY,
             daily_utc_offset_minutes: 0,

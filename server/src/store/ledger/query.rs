@@ -5,8 +5,8 @@ use super::*;
 use crate::store::sql::query::params_list;
 use crate::store::sql::SqlStore;
 use crate::store::StoreError;
+use quota::budget::ledger_rollup;
 use quota::budget::report::{self, Bucket, Dimension, ReportSpec};
-use quota::budget::rollup;
 use quota::object::budgets::{Entry, Reason};
 use sqlx::Row;
 
@@ -33,7 +33,7 @@ pub enum Refused {
     #[error(transparent)]
     TooMany(#[from] TooMany),
     #[error(transparent)]
-    TooFine(#[from] rollup::TooFine),
+    TooFine(#[from] ledger_rollup::TooFine),
 }
 
 /// A report's ledger, summed in SQL: entries that stand for the ledger's
@@ -169,9 +169,9 @@ impl SqlStore {
     }
 
     /// How far the ledger is rolled up now, for fitting a report to it
-    /// (`rollup::snap`) before reading (`ledger_aggregate` checks again in
+    /// (`ledger_rollup::snap`) before reading (`ledger_aggregate` checks again in
     /// its own snapshot), and when its first entry starts (`None`: empty).
-    pub async fn ledger_extent(&self) -> Result<(rollup::Stored, Option<i64>), StoreError> {
+    pub async fn ledger_extent(&self) -> Result<(ledger_rollup::Stored, Option<i64>), StoreError> {
         let offset = self.ledger_rollup().daily_utc_offset_minutes;
         let stored = self.stored_in(&self.read, offset).await?;
         let first: Option<i64> = sqlx::query("SELECT MIN(start_ms) AS s FROM budget_ledger")
@@ -185,7 +185,7 @@ impl SqlStore {
     /// `quotas`: only these), summed in SQL per dimension, key and bucket,
     /// as `Aggregated` entries: `report::report` over them gives exactly
     /// what it gives over the rows. Refused when the report would cut
-    /// inside a rolled cell (`rollup::check`, read in the same snapshot
+    /// inside a rolled cell (`ledger_rollup::check`, read in the same snapshot
     /// as the rows) or would sum more than `limit` groups.
     pub async fn ledger_aggregate(
         &self,
@@ -225,7 +225,7 @@ impl SqlStore {
         }
         let offset = self.ledger_rollup().daily_utc_offset_minutes;
         let stored = self.stored_in(&mut *tx, offset).await?;
-        if let Err(e) = rollup::check(spec, &stored) {
+        if let Err(e) = ledger_rollup::check(spec, &stored) {
             return Ok(Err(e.into()));
         }
         // (SQLite: a read transaction's snapshot starts at its first read,

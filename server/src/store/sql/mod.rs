@@ -41,7 +41,8 @@ pub struct SqlStore {
     pub backend: Backend,
     /// How old ledger entries are rolled up (`roll_up_ledger`; set from
     /// the configuration at start).
-    pub(super) ledger_rollup: std::sync::Arc<std::sync::RwLock<quota::budget::rollup::Policy>>,
+    pub(super) ledger_rollup:
+        std::sync::Arc<std::sync::RwLock<quota::budget::ledger_rollup::Policy>>,
     /// Status writes waiting to go to the database together (`Writes`).
     writes: Arc<Writes>,
 }
