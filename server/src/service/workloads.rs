@@ -13,7 +13,8 @@ use quota::budget::reservations::{self, RunDecl};
 use quota::object::{Charge, HpaCharge, Quota};
 use quota::resources::ResourceList;
 use quota::workload::PodSet;
-use std::collections::BTreeSet;
+use quota::Quantity;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -180,31 +181,22 @@ impl<'a> ChargeRequest<'a> {
     }
 }
 
+/// Siblings read again after a refused loan (`Service::reread_holders`).
+pub(super) const MAX_SIBLING_READS: usize = 16;
+
 impl Service {
     /// The standings of `parent`'s children for a loan (`borrow::lend`):
     /// as the store lists them (in cluster mode the watch's copy), each
     /// replaced by this replica's own copy where that is newer (what it
-    /// wrote itself, before the watch echoes it); with `stored`, each read
-    /// again from the store (a few GETs), for a refusal that a lagging
-    /// copy may have caused.
+    /// wrote itself, before the watch echoes it).
     pub(super) async fn siblings(
         &self,
         parent: &str,
-        stored: bool,
-    ) -> Result<std::collections::BTreeMap<String, borrow::Standing>, ServiceError> {
-        use futures::{StreamExt, TryStreamExt};
-        let listed = self.store.children(parent).await?;
-        if stored {
-            // A child gone since the listing lends nothing and holds nothing.
-            let read: Vec<Stored> = futures::stream::iter(listed)
-                .map(|s| async move { self.store.get(s.quota.name()).await })
-                .buffered(8)
-                .try_filter_map(|s| async move { Ok(s) })
-                .try_collect()
-                .await?;
-            return Ok(borrow::Standing::of_all(read.iter().map(|s| &s.quota)));
-        }
-        Ok(listed
+    ) -> Result<BTreeMap<String, borrow::Standing>, ServiceError> {
+        Ok(self
+            .store
+            .children(parent)
+            .await?
             .iter()
             .map(|s| {
                 let own = self
@@ -214,6 +206,50 @@ impl Service {
                 (q.name().to_string(), borrow::Standing::of(q))
             })
             .collect())
+    }
+
+    /// After a refusal judged on `standings`: the siblings whose copy
+    /// shows use of a key `wanted` names (only those can have given room
+    /// back since), read again from the store, the [`MAX_SIBLING_READS`]
+    /// using most first. Bounded, so a tenant whose creates keep being
+    /// refused costs a few GETs each, whatever the size of the family. A
+    /// sibling gone since holds nothing.
+    pub(super) async fn reread_holders(
+        &self,
+        standings: &mut BTreeMap<String, borrow::Standing>,
+        asker: &str,
+        wanted: &ResourceList,
+    ) -> Result<(), ServiceError> {
+        use futures::{StreamExt, TryStreamExt};
+        let mut holders: Vec<(Quantity, String)> = standings
+            .iter()
+            .filter(|(name, _)| name.as_str() != asker)
+            .map(|(name, st)| {
+                let held = wanted
+                    .keys()
+                    .map(|k| quota::resources::get(&st.used, k))
+                    .fold(Quantity::ZERO, Quantity::saturating_add);
+                (held, name.clone())
+            })
+            .filter(|(held, _)| held.nanos() > 0)
+            .collect();
+        holders.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        holders.truncate(MAX_SIBLING_READS);
+        let read: Vec<(String, Option<Stored>)> = futures::stream::iter(holders)
+            .map(|(_, name)| async move {
+                let s = self.store.get(&name).await?;
+                Ok::<_, ServiceError>((name, s))
+            })
+            .buffered(8)
+            .try_collect()
+            .await?;
+        for (name, stored) in read {
+            match stored {
+                Some(s) => standings.insert(name, borrow::Standing::of(&s.quota)),
+                None => standings.remove(&name),
+            };
+        }
+        Ok(())
     }
 
     /// Charge a workload as `req` asks (`ChargeRequest`): its quota's
@@ -521,18 +557,19 @@ impl Service {
                     borrow::Lending::FenceFirst(g) => Ok((false, Err(g))),
                 }
             };
-            let watched = self.siblings(&parent, false).await?;
+            let mut standings = self.siblings(&parent).await?;
             let lent = match self
-                .update_status(&parent, dry_run, |p| lend(p, &watched))
+                .update_status(&parent, dry_run, |p| lend(p, &standings))
                 .await
             {
                 // Refused on the siblings' usage as the watch showed it:
-                // one that released since (by this replica's write or
-                // another's) may have left the room. Judged once more on
-                // their stored copies, so a lagging watch never refuses.
+                // one that released since (by another replica's write)
+                // may have left the room. Judged once more with those
+                // that use what is asked read again from the store.
                 Err(ServiceError::Denied(_)) => {
-                    let stored = self.siblings(&parent, true).await?;
-                    self.update_status(&parent, dry_run, |p| lend(p, &stored))
+                    self.reread_holders(&mut standings, quota_name, &req.want)
+                        .await?;
+                    self.update_status(&parent, dry_run, |p| lend(p, &standings))
                         .await?
                 }
                 r => r?,
