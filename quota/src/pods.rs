@@ -200,7 +200,7 @@ pub fn owning_workload(
         let up = controller_of(&current);
         if let Some(adapter) = adapter_for_kind(group_of(&current.api_version), &current.kind) {
             if adapter.governed(up.is_some()) {
-                return Some(adapter.workload_ref(namespace, &current.name));
+                return Some(adapter.workload_ref(namespace, &current.name).into());
             }
         }
         current = up?;
@@ -250,7 +250,7 @@ impl PodRun {
 /// is remembered (`paid_off`) while its pod exists, so seeing the
 /// finished pod again does not bill it twice.
 #[derive(Clone, Debug, Default)]
-pub struct PodLedger {
+pub struct PodRuns {
     runs: HashMap<String, PodRun>,
     /// Uids by quota, so one quota's runs are found without a scan.
     by_quota: HashMap<String, BTreeSet<String>>,
@@ -262,7 +262,7 @@ pub struct PodLedger {
     paid_off: HashSet<String>,
 }
 
-impl PodLedger {
+impl PodRuns {
     fn index(&mut self, uid: &str, old_quota: Option<&str>, new_quota: &str) {
         if old_quota == Some(new_quota) {
             return;
@@ -552,7 +552,7 @@ mod tests {
             end_ms: None,
             workload: "".into(),
         };
-        let mut ledger = PodLedger::default();
+        let mut ledger = PodRuns::default();
         ledger.observe("p", run.clone());
         ledger.observe(
             "other",
@@ -608,7 +608,7 @@ mod tests {
             end_ms: end,
             workload: "".into(),
         };
-        let mut ledger = PodLedger::default();
+        let mut ledger = PodRuns::default();
         // The first lists: an earlier life billed these.
         ledger.observe("listed", run(None));
         assert!(!ledger.is_unbilled("listed"));

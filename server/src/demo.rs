@@ -590,7 +590,7 @@ fn bind(service: &Service, quota: &str, work: Work) -> Result<Bound, ServiceErro
         .map_err(|e| ServiceError::Internal(e.to_string()))?;
     Ok(Bound {
         quota: quota.to_string(),
-        wref: adapter.workload_ref(quota, work.name),
+        wref: adapter.workload_ref(quota, work.name).into(),
         pod_sets: read.pod_sets,
         work,
     })
@@ -675,7 +675,7 @@ async fn record_queue(service: &Service, now: i64) -> anyhow::Result<usize> {
         obj["spec"]["activeDeadlineSeconds"] = json!(run_h * 3600);
         let read = adapter.read(&obj.to_string(), &service.keys)?;
         waiting.push(Queued {
-            workload_ref: adapter.workload_ref(QUEUE_TEAM, name),
+            workload_ref: adapter.workload_ref(QUEUE_TEAM, name).into(),
             uid: crate::util::new_uid(),
             priority: 0,
             priority_classes: Vec::new(),
@@ -694,7 +694,10 @@ async fn record_queue(service: &Service, now: i64) -> anyhow::Result<usize> {
         .filter(|w| matches!(w.kind, Kind::Job))
         .map(|w| {
             let a = adapter_for_kind("batch", "Job").expect("Job adapter");
-            (a.workload_ref(QUEUE_TEAM, w.name), JOB_DEADLINE_H * HOUR_MS)
+            (
+                a.workload_ref(QUEUE_TEAM, w.name).into(),
+                JOB_DEADLINE_H * HOUR_MS,
+            )
         })
         .collect();
     let q = service.get(QUEUE_TEAM).await?.quota;

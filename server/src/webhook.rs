@@ -17,6 +17,7 @@ use quota::budget::reservations::RunDecl;
 use quota::object::{HpaCharge, QuotaSpec, KIND};
 use quota::workload::{
     adapter_for_kind, adapter_for_resource, read_hpa, read_scale_replicas, Adapter, Workload,
+    WorkloadKey,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -381,7 +382,7 @@ fn read_old(
 /// The reference of a workload named by the request: a name Kubernetes
 /// would not take (too long, a '/' in it) is refused before anything is
 /// stored under it.
-fn checked_ref(adapter: &Adapter, ns: &str, name: &str) -> Result<String, ServiceError> {
+fn checked_ref(adapter: &Adapter, ns: &str, name: &str) -> Result<WorkloadKey, ServiceError> {
     adapter
         .checked_ref(ns, name)
         .map_err(|e| ServiceError::BadRequest(e.to_string()))
@@ -621,10 +622,10 @@ async fn release_deleted(svc: &Arc<Service>, adapter: &Adapter, req: &Request, w
     // every review that charged it: only a DELETE without a readable old
     // object looks its charge up by reference (docs/cluster-mode.md).
     if !read {
-        match tokio::time::timeout_at(deadline, svc.store.workload_quota(wref)).await {
+        match tokio::time::timeout_at(deadline, svc.holder_of(wref, None)).await {
             Ok(Ok(Some(q))) if !holders.contains(&q) => holders.push(q),
             Ok(Ok(_)) => {}
-            Ok(Err(e)) if !dry => svc.defer_release(None, wref, None, deleted_at, &e.into()),
+            Ok(Err(e)) if !dry => svc.defer_release(None, wref, None, deleted_at, &e),
             Err(_) if !dry => svc.defer_release(None, wref, None, deleted_at, &timed_out()),
             _ => {}
         }
@@ -673,7 +674,7 @@ async fn review_scale(svc: &Service, req: &Request) -> Result<Verdict, ServiceEr
         let (ns, name) = target(req);
         let wref = checked_ref(adapter, &ns, &name)?;
         let at = scaled_at(adapter, req, &ns, &name);
-        if svc.store.workload_quota_at(&wref, &at).await?.is_none() {
+        if svc.holder_of(&wref, Some(&at)).await?.is_none() {
             return Ok(Verdict::allow());
         }
         return Err(ServiceError::BadRequest(format!(
@@ -774,7 +775,7 @@ fn hpa_target<'a>(ns: &'a str, h: &'a quota::workload::Hpa) -> Option<(String, W
         namespace: ns,
         name: &h.target_name,
     };
-    Some((adapter.workload_ref(ns, &h.target_name), at))
+    Some((adapter.workload_ref(ns, &h.target_name).into(), at))
 }
 
 #[derive(Deserialize)]

@@ -17,7 +17,8 @@ mod volcano;
 pub use hpa::{read_hpa, read_hpa_value, read_scale_replicas, Hpa};
 pub use model::{
     check_target, group_of, is_dns_subdomain, version_of, AdapterError, ChargeMode, PodSet,
-    Workload, WorkloadRef, MAX_KIND, MAX_NAME, MAX_NAMESPACE, MAX_REPLICAS, MAX_RESOURCE_NAMES,
+    Workload, WorkloadKey, WorkloadRef, MAX_KIND, MAX_NAME, MAX_NAMESPACE, MAX_REPLICAS,
+    MAX_RESOURCE_NAMES,
 };
 pub(crate) use read::Source;
 
@@ -201,7 +202,7 @@ impl Adapter {
 
     /// `workload_ref` of a namespace and name taken from outside (an
     /// admission request), refused when longer than Kubernetes allows.
-    pub fn checked_ref(&self, namespace: &str, name: &str) -> Result<String, AdapterError> {
+    pub fn checked_ref(&self, namespace: &str, name: &str) -> Result<WorkloadKey, AdapterError> {
         check_target(namespace, name)
             .map_err(|p| AdapterError::Invalid(format!("bizrq: {}: {p}", self.kind)))?;
         Ok(self.workload_ref(namespace, name))
@@ -241,8 +242,8 @@ impl Adapter {
     }
 
     /// Reference to an object of this kind, the key of its charge.
-    pub fn workload_ref(&self, namespace: &str, name: &str) -> String {
-        format!("{}/{}/{namespace}/{name}", self.group, self.kind)
+    pub fn workload_ref(&self, namespace: &str, name: &str) -> WorkloadKey {
+        WorkloadKey::of(self.group, self.kind, namespace, name)
     }
 }
 

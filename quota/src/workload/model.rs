@@ -202,8 +202,94 @@ pub fn is_dns_subdomain(name: &str) -> bool {
         })
 }
 
+/// A workload's reference, `group/Kind/namespace/name`: the key of its
+/// charge, its queue entry and its ledger entries. Made only by an adapter
+/// from an object's namespace and name (`Adapter::workload_ref`,
+/// `Adapter::checked_ref`) or parsed from a string, which checks it
+/// ([`WorkloadKey::parse`]); stored (in a quota's status, a queue entry, the
+/// budget ledger) as that string, which it dereferences to.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WorkloadKey(String);
+
+impl WorkloadKey {
+    pub(crate) fn of(group: &str, kind: &str, namespace: &str, name: &str) -> WorkloadKey {
+        WorkloadKey(format!("{group}/{kind}/{namespace}/{name}"))
+    }
+
+    /// None for a string that is not a workload reference, or whose parts
+    /// are longer than Kubernetes allows.
+    pub fn parse(wref: &str) -> Option<WorkloadKey> {
+        WorkloadRef::parse(wref).map(|_| WorkloadKey(wref.to_string()))
+    }
+
+    /// Its group, kind, namespace and name.
+    pub fn parts(&self) -> WorkloadRef<'_> {
+        let mut parts = self.0.splitn(4, '/');
+        let mut next = || parts.next().unwrap_or("");
+        WorkloadRef {
+            group: next(),
+            kind: next(),
+            namespace: next(),
+            name: next(),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for WorkloadKey {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for WorkloadKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for WorkloadKey {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<WorkloadKey> for String {
+    fn from(k: WorkloadKey) -> String {
+        k.0
+    }
+}
+
+impl std::fmt::Display for WorkloadKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for WorkloadKey {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for WorkloadKey {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for WorkloadKey {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
 /// The parts of a workload reference `group/Kind/namespace/name`, as
-/// `Adapter::workload_ref` writes it.
+/// `Adapter::workload_ref` writes it ([`WorkloadKey::parts`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkloadRef<'a> {
     pub group: &'a str,

@@ -570,6 +570,35 @@ fn names_longer_than_kubernetes_allows_are_refused() {
     assert!(WorkloadRef::parse("apps/Deployment/ml/d").is_some());
 }
 
+/// A `WorkloadKey` made by an adapter is the string the store keeps, its
+/// parts read back as they were given, and parsing a string checks it as
+/// `WorkloadRef::parse` does.
+#[test]
+fn a_workload_key_is_its_reference_and_reads_back_its_parts() {
+    let a = adapter_for_kind("batch", "Job").unwrap();
+    let key = a.checked_ref("ml", "train").unwrap();
+    assert_eq!(key, "batch/Job/ml/train");
+    assert_eq!(key.as_str(), &*key);
+    let parts = key.parts();
+    assert_eq!(
+        (parts.group, parts.kind, parts.namespace, parts.name),
+        ("batch", "Job", "ml", "train")
+    );
+    assert_eq!(parts.adapter().map(|a| a.kind), Some("Job"));
+    assert_eq!(WorkloadKey::parse("batch/Job/ml/train"), Some(key.clone()));
+    assert_eq!(String::from(key), "batch/Job/ml/train");
+    let core = adapter_for_kind("", "Pod").map(|p| p.workload_ref("ml", "p"));
+    if let Some(core) = core {
+        assert_eq!(core.parts().group, "");
+        assert_eq!(core.parts().name, "p");
+    }
+    assert_eq!(WorkloadKey::parse("batch/Job/ml"), None);
+    assert_eq!(
+        WorkloadKey::parse(&format!("apps/{}/ml/d", "K".repeat(64))),
+        None
+    );
+}
+
 /// Found by fuzzing (admission_review): a namespace "/nlp" made the
 /// reference "apps/Deployment//nlp/d", which reads back as namespace ""
 /// and name "nlp/d": a charge filed under another workload's name.

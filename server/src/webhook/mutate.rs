@@ -300,7 +300,7 @@ pub async fn mutate(
         }
     }
     let work = Queued {
-        workload_ref: wref.clone(),
+        workload_ref: wref.to_string(),
         // A CREATE's object has no uid until the API server stores it: one
         // a review states is not the API server's, and the entry must read
         // as never seen until the controller's watch names it (so it
