@@ -11,7 +11,7 @@ pub async fn healthz() -> &'static str {
 }
 
 pub async fn readyz(State(app): State<AppState>) -> Response {
-    match app.service.store.ping().await {
+    match app.service.ping().await {
         Ok(()) => "ok".into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "not ready");

@@ -5,6 +5,7 @@ use super::auth::Viewer;
 use super::PageError;
 use crate::authz::{self, Tree};
 use crate::edge::AppState;
+use crate::service::ServiceError;
 use quota::Quota;
 use std::collections::BTreeSet;
 
@@ -50,8 +51,10 @@ async fn line_above(
         .unwrap_or_default();
     let mut out = Vec::new();
     while !next.is_empty() && out.len() < quota::tree::MAX_DEPTH && seen.insert(next.clone()) {
-        let Some(s) = app.service.store.get(&next).await? else {
-            break;
+        let s = match app.service.get_for_view(&next).await {
+            Ok(s) => s,
+            Err(ServiceError::NotFound(_)) => break,
+            Err(e) => return Err(e.into()),
         };
         next = s.quota.spec.parent.clone();
         out.push(s.quota);

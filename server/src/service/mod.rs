@@ -272,6 +272,11 @@ impl Service {
         self.locks.lock(name).await
     }
 
+    /// Whether the store answers (readiness).
+    pub async fn ping(&self) -> Result<(), ServiceError> {
+        Ok(self.store.ping().await?)
+    }
+
     #[tracing::instrument(level = "debug", skip_all, fields(quota = name))]
     pub async fn get(&self, name: &str) -> Result<Stored, ServiceError> {
         self.store

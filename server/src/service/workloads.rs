@@ -899,7 +899,7 @@ impl Service {
     ) -> Result<(), ServiceError> {
         let holders: Vec<String> = match quota {
             Some(q) => vec![q.to_string()],
-            None => self.store.workload_quota(wref).await?.into_iter().collect(),
+            None => self.holder_of(wref, None).await?.into_iter().collect(),
         };
         for name in holders {
             let result = self
@@ -933,6 +933,20 @@ impl Service {
         Ok(())
     }
 
+    /// The quota that charges `wref`, if any, found through its binding;
+    /// `at`, where the API server keeps the workload, bounds a lookup the
+    /// cache misses to reading it (`QuotaStore::workload_quota_at`).
+    pub async fn holder_of(
+        &self,
+        wref: &str,
+        at: Option<&WorkloadAt<'_>>,
+    ) -> Result<Option<String>, ServiceError> {
+        Ok(match at {
+            Some(at) => self.store.workload_quota_at(wref, at).await?,
+            None => self.store.workload_quota(wref).await?,
+        })
+    }
+
     /// Change the charge a workload already holds (found through its
     /// binding; `at`, where the API server keeps it, bounds a lookup the
     /// cache misses to reading it, `QuotaStore::workload_quota_at`) and
@@ -947,11 +961,7 @@ impl Service {
         dry_run: bool,
         change: impl Fn(&mut Charge) -> bool + Send + Sync + 'static,
     ) -> Result<bool, ServiceError> {
-        let holder = match at {
-            Some(at) => self.store.workload_quota_at(wref, at).await?,
-            None => self.store.workload_quota(wref).await?,
-        };
-        let Some(quota_name) = holder else {
+        let Some(quota_name) = self.holder_of(wref, at).await? else {
             return Ok(false);
         };
         let uid = uid.to_string();
