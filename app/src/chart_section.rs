@@ -20,7 +20,7 @@ use crate::charts::{self, amount, NARROW};
 use bizrq_islands::{Point, SamplesReply};
 use quota::forecast::Sample;
 use quota::keys::cash_target;
-use quota::series::{self, Range};
+use quota::series::{self, Range, Stacks};
 use quota::time::{format_minute, format_when};
 use quota::{resources, KeyConfig, Quantity, QuotaStatus};
 
@@ -57,11 +57,6 @@ impl Kind {
         }
     }
 }
-
-/// Per key whose children chart is drawn: the children it stacks (ranked
-/// by that key's use now, `quota::series::children_to_draw`) and how many
-/// it leaves out.
-pub type Stacks = std::collections::BTreeMap<String, (Vec<String>, usize)>;
 
 /// What the charts are drawn from. `own` and each child's samples are as
 /// stored (any resolution, any order); the statuses are current.

@@ -243,6 +243,11 @@ fn point_width(range: Range, width_ms: i64, samples: usize) -> i64 {
     minutes.max(1) * MINUTE_MS
 }
 
+/// Per key whose children chart is drawn: the children it stacks (ranked
+/// by that key's use now, [`children_to_draw`]) and how many it leaves
+/// out.
+pub type Stacks = std::collections::BTreeMap<String, (Vec<String>, usize)>;
+
 /// Which children a chart of a parent reads and stacks: at most `max`, the
 /// ones using the most now (of `key`, or for the page's charts of every key
 /// (`None`) the greatest share of any hard), in their given order; and how

@@ -28,7 +28,7 @@ pub struct Gathered {
     /// Per key whose children chart is drawn, the children it stacks and
     /// how many it leaves out: ranked by that key's use now, as the
     /// samples API's children chart of the key ranks them.
-    pub stacks: app::chart_section::Stacks,
+    pub stacks: quota::series::Stacks,
 }
 
 /// Rows a chart reads at a time: about 6 MB of JSON for rows of 256 keys.
@@ -271,7 +271,7 @@ pub async fn gather(
     kids.sort_by(|a, b| a.0.cmp(b.0));
     let statuses: Vec<(&str, &QuotaStatus)> = kids.iter().map(|(n, s)| (*n, s)).collect();
     // Each chart's children, ranked by its own key; read once for all.
-    let mut stacks = app::chart_section::Stacks::new();
+    let mut stacks = quota::series::Stacks::new();
     let mut drawn: Vec<String> = Vec::new();
     for key in keys {
         let (names, omitted) = quota::series::children_to_draw(&statuses, Some(key), max);
