@@ -209,7 +209,7 @@ impl OwnWindows {
     }
 }
 
-/// Bill runs the controller recorded late (`pods::PodLedger`: seen only
+/// Bill runs the controller recorded late (`pods::PodRuns`: seen only
 /// after a status write had paid past their start) back, into `q`: each of
 /// `late` (workload reference, run) from the latest of its start, its
 /// workload's charge (`before`: the status as stored), the end of a

@@ -7,7 +7,7 @@ use quota::cash::Interval;
 use quota::hold::GatedPod;
 use quota::keys::{CPU_TYPE_LABEL, GPU_TYPE_LABEL, MEMORY_TYPE_LABEL};
 use quota::object::HpaCharge;
-use quota::pods::{owning_workload, Owner, PodFacts, PodLedger, PodRun};
+use quota::pods::{owning_workload, Owner, PodFacts, PodRun, PodRuns};
 use quota::reconcile::Observed;
 use quota::usage::Models;
 use quota::usage::PodSpec;
@@ -116,7 +116,7 @@ pub struct Snapshot {
     /// The pod uid of each of `runs`, for `View::settle`.
     pub uids: Vec<String>,
     /// Whether each of `runs` was recorded late and no written status has
-    /// accrued it yet (`PodLedger`): the next write bills it back from its
+    /// accrued it yet (`PodRuns`): the next write bills it back from its
     /// start.
     pub unbilled: Vec<bool>,
     /// Workloads whose status says they finished.
@@ -150,7 +150,7 @@ pub struct View {
     pods: HashMap<String, PodEntry>,
     /// Pod uids by the workload reference their owners resolve to.
     by_workload: HashMap<Arc<str>, HashSet<String>>,
-    pub ledger: PodLedger,
+    pub pod_runs: PodRuns,
     /// Kinds ("group/Kind") whose initial list is complete.
     synced: HashSet<String>,
     /// Whether the pod watch's first list is complete: until then no
@@ -353,7 +353,7 @@ impl View {
             Some(o) => self.owners.insert(key.clone(), o.clone()) != Some(o),
             None => self.owners.remove(&key).is_some(),
         };
-        let wref = adapter.workload_ref(&meta.namespace, &meta.name);
+        let wref: String = adapter.workload_ref(&meta.namespace, &meta.name).into();
         let mut touched = BTreeSet::new();
         // A workload in a namespace bizrq does not govern is never reviewed,
         // so it is not charged either: as if it carried no label.
@@ -416,7 +416,7 @@ impl View {
             name: name.to_string(),
         };
         self.owners.remove(&key);
-        let wref = adapter.workload_ref(namespace, name);
+        let wref: String = adapter.workload_ref(namespace, name).into();
         let mut touched = BTreeSet::new();
         if let Some(old) = self.take_workload(&wref) {
             touched.insert(old.quota);
@@ -546,7 +546,7 @@ impl View {
             .or_default()
             .insert(uid.clone());
         let mut touched = BTreeSet::new();
-        let previous = self.ledger.get(&uid).cloned();
+        let previous = self.pod_runs.get(&uid).cloned();
         match self.workloads.get_mut(&*p.workload) {
             Some(seen) => {
                 seen.info.priority = seen.info.priority.max(p.priority);
@@ -574,36 +574,36 @@ impl View {
                         let mut old = prev.clone();
                         old.end_ms = Some(old.end_ms.map_or(now_ms, |e| e.min(now_ms)));
                         let old_key = format!("{uid}@{}", prev.quota);
-                        self.ledger.replace(&old_key, old.clone());
-                        if self.ledger.is_unbilled(&uid) {
-                            self.ledger.mark_unbilled(&old_key);
+                        self.pod_runs.replace(&old_key, old.clone());
+                        if self.pod_runs.is_unbilled(&uid) {
+                            self.pod_runs.mark_unbilled(&old_key);
                         }
                         self.dirty_runs.insert(old_key, Some(old));
                         touched.insert(prev.quota.clone());
                         let mut moved = run;
                         moved.start_ms = moved.start_ms.max(now_ms);
                         moved.end_ms = None;
-                        self.ledger.replace(&uid, moved);
+                        self.pod_runs.replace(&uid, moved);
                     } else {
-                        self.ledger.observe(&uid, run);
+                        self.pod_runs.observe(&uid, run);
                     }
                 }
             }
             None => {
                 if previous.is_some() {
                     // No longer governed: its run ends now.
-                    self.ledger.deleted(&uid, now_ms);
+                    self.pod_runs.deleted(&uid, now_ms);
                 }
             }
         }
-        let now_run = self.ledger.get(&uid).cloned();
+        let now_run = self.pod_runs.get(&uid).cloned();
         if now_run != previous {
             self.dirty_runs.insert(uid.clone(), now_run.clone());
             for r in previous.iter().chain(now_run.iter()) {
                 touched.insert(r.quota.clone());
             }
         }
-        if p.deleted_ms.is_some() && self.ledger.get(&uid).is_some() {
+        if p.deleted_ms.is_some() && self.pod_runs.get(&uid).is_some() {
             // A tombstone whose run is recorded has served its purpose.
             if let Some(s) = self.by_workload.get_mut(&p.workload) {
                 s.remove(&uid);
@@ -628,7 +628,7 @@ impl View {
         // Gone from the cluster, whether the view still held it or had
         // dropped it (its owners stopped resolving): its paid-off run can
         // no longer be seen again.
-        self.ledger.forget(uid);
+        self.pod_runs.forget(uid);
         if let Some(mut p) = self.pods.remove(uid) {
             touched.extend(self.finished_quota(&p.workload));
             if p.unschedulable {
@@ -636,7 +636,7 @@ impl View {
                     touched.insert(w.quota.clone());
                 }
             }
-            if self.ledger.get(uid).is_none()
+            if self.pod_runs.get(uid).is_none()
                 && p.facts.scheduled_ms.is_some()
                 && !self.workloads.contains_key(&*p.workload)
             {
@@ -654,28 +654,28 @@ impl View {
                 }
             }
         }
-        self.ledger.deleted(uid, now_ms);
-        if let Some(r) = self.ledger.get(uid).cloned() {
+        self.pod_runs.deleted(uid, now_ms);
+        if let Some(r) = self.pod_runs.get(uid).cloned() {
             touched.insert(r.quota.clone());
             self.dirty_runs.insert(uid.to_string(), Some(r));
         }
         touched
     }
 
-    /// Pods known from an earlier life (the persisted ledger) that the
+    /// Pods known from an earlier life (the persisted pod runs) that the
     /// first complete pod list did not show: deleted while nobody watched.
     /// Their runs end at `at_ms` (the last moment they were known alive).
     pub fn end_missing_pods(&mut self, listed: &HashSet<String>, at_ms: i64) -> BTreeSet<String> {
         let missing: Vec<String> = self
-            .ledger
+            .pod_runs
             .uids()
             .filter(|u| !listed.contains(*u))
             .cloned()
             .collect();
         let mut touched = BTreeSet::new();
         for uid in missing {
-            self.ledger.deleted(&uid, at_ms);
-            if let Some(r) = self.ledger.get(&uid).cloned() {
+            self.pod_runs.deleted(&uid, at_ms);
+            if let Some(r) = self.pod_runs.get(&uid).cloned() {
                 touched.insert(r.quota.clone());
                 self.dirty_runs.insert(uid, Some(r));
             }
@@ -717,7 +717,7 @@ impl View {
     }
 
     pub fn run_count(&self) -> usize {
-        self.ledger.len()
+        self.pod_runs.len()
     }
 
     /// An HPA was added or changed: the quota of its target.
@@ -725,7 +725,7 @@ impl View {
         let key = (h.meta.namespace.clone(), h.meta.name.clone());
         let target = adapter_for_kind(&h.target_group, &h.target_kind)
             .filter(|a| a.scalable)
-            .map(|a| a.workload_ref(&h.meta.namespace, &h.target_name));
+            .map(|a| String::from(a.workload_ref(&h.meta.namespace, &h.target_name)));
         let mut touched = BTreeSet::new();
         if let Some(old) = self.take_hpa(&key) {
             add(&mut touched, self.quota_of(&old.target));
@@ -763,8 +763,8 @@ impl View {
     /// the reservation of an HPA on each) and its pods' runs.
     pub fn snapshot(&self, quota: &str) -> Snapshot {
         let mut snap = self.observe(self.workloads_in(quota));
-        for (uid, run) in self.ledger.runs_with_uids(quota) {
-            snap.unbilled.push(self.ledger.is_unbilled(uid));
+        for (uid, run) in self.pod_runs.runs_with_uids(quota) {
+            snap.unbilled.push(self.pod_runs.is_unbilled(uid));
             snap.uids.push(uid.clone());
             snap.runs.push(run.clone());
         }
@@ -956,7 +956,7 @@ impl View {
             .map(String::as_str)
     }
 
-    /// The runs the ledger still holds of the pods of `wref` bound to
+    /// The runs still held of the pods of `wref` bound to
     /// `quota`, for a refund: runs already paid in full and forgotten are
     /// not among them, so what they give is at most what the run accrued.
     pub fn runs_of_workload(&self, wref: &str, quota: &str) -> Vec<quota::pods::PodRun> {
@@ -964,7 +964,7 @@ impl View {
             .get(wref)
             .into_iter()
             .flatten()
-            .filter_map(|uid| self.ledger.get(uid))
+            .filter_map(|uid| self.pod_runs.get(uid))
             .filter(|r| r.quota == quota)
             .cloned()
             .collect()
@@ -1069,9 +1069,9 @@ impl View {
     /// the stored window starts): drop runs paid in full (and remember to
     /// forget them on disk).
     pub fn settle(&mut self, quota: &str, up_to_ms: i64, billed: Option<&[String]>) {
-        for uid in self.ledger.settle(quota, up_to_ms, billed) {
+        for uid in self.pod_runs.settle(quota, up_to_ms, billed) {
             if !self.pods.contains_key(&uid) {
-                self.ledger.forget(&uid);
+                self.pod_runs.forget(&uid);
             }
             self.dirty_runs.insert(uid, None);
         }
@@ -1079,7 +1079,7 @@ impl View {
 
     /// The first lists are done: runs recorded from now on may be late.
     pub fn set_live(&mut self) {
-        self.ledger.set_live();
+        self.pod_runs.set_live();
     }
 
     /// Load runs persisted by an earlier life.
@@ -1092,7 +1092,7 @@ impl View {
                     run.usage
                 }
             };
-            self.ledger.replace(&uid, run);
+            self.pod_runs.replace(&uid, run);
         }
     }
 

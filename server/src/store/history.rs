@@ -1,5 +1,5 @@
 //! The controller's memory in SQL: usage samples for the portal's charts,
-//! kept at falling resolution so they stay bounded, and the pod ledger, so a
+//! kept at falling resolution so they stay bounded, and the pod runs, so a
 //! restart still charges pods that ended while the controller was away.
 //!
 //! Samples are one row per quota and instant (`usage_samples`, migration

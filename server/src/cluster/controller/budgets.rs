@@ -212,7 +212,7 @@ impl Context {
         let all = if of.is_empty() {
             Vec::new()
         } else {
-            v.ledger.runs_of(quota).cloned().collect()
+            v.pod_runs.runs_of(quota).cloned().collect()
         };
         RefundRuns { of, all }
     }

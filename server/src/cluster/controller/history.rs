@@ -1,5 +1,5 @@
 //! What the controller keeps in the SQL database, so a restart or a new
-//! leader loses nothing: the pod ledger (every pod's run, restored at
+//! leader loses nothing: the pod runs (every pod's run, restored at
 //! start and flushed every `flush_every` with a watermark saying until
 //! when it was current), and the usage samples behind the portal's charts.
 
@@ -16,7 +16,7 @@ use std::time::Duration;
 /// charged up to this moment.
 pub const WATERMARK_SETTING: &str = "controller_watermark_ms";
 
-/// What the controller keeps in the SQL database: its pod ledger (so a
+/// What the controller keeps in the SQL database: its pod runs (so a
 /// restart loses no stretch of any pod), a watermark, and usage samples.
 #[async_trait::async_trait]
 pub trait History: Send + Sync + 'static {
@@ -196,7 +196,7 @@ async fn append_once(
 }
 
 impl Context {
-    /// Load the pod ledger an earlier life persisted; returns the
+    /// Load the pod runs an earlier life persisted; returns the
     /// watermark to end runs of pods that vanished meanwhile.
     pub(super) async fn restore(&self) -> anyhow::Result<i64> {
         let Some(h) = &self.history else {
@@ -211,7 +211,7 @@ impl Context {
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| self.now());
         if n > 0 {
-            tracing::info!(runs = n, watermark, "pod ledger restored");
+            tracing::info!(runs = n, watermark, "pod runs restored");
         }
         Ok(watermark)
     }

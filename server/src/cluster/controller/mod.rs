@@ -375,7 +375,7 @@ impl Controller {
         {
             let mut v = ctx.view.lock().unwrap();
             // From here on a run recorded after its quota was paid past
-            // its start is billed back (`PodLedger`).
+            // its start is billed back (`PodRuns`).
             v.set_live();
             tracing::info!(
                 workloads = v.workload_count(),
