@@ -10,21 +10,13 @@
 //! that falls here was returned at once.
 
 use crate::cluster::{used, Cluster};
-use crate::support::job;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use crate::support::{job, jobs_of};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 const CPU: &str = "requests.cpu";
-
-fn jobs(c: &Cluster, ns: &str) -> Api<DynamicObject> {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    Api::namespaced_with(c.kubectl("alice"), ns, &ar)
-}
 
 async fn quota(c: &Cluster, name: &str, spec: Value) {
     let (s, v) = c
@@ -75,7 +67,7 @@ fn loan(c: &Cluster, who: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scale_down_gives_its_loan_back_at_once() {
     let c = family(8, 4).await;
-    jobs(&c, "ml")
+    jobs_of(&c, "alice", "ml")
         .create(
             &PostParams::default(),
             &job("wide").quota("a").pods(2).cpu("3").dynamic(),
@@ -86,7 +78,7 @@ async fn a_scale_down_gives_its_loan_back_at_once() {
         .await;
     assert_eq!(loan(&c, "a"), "2");
     // One pod of the two: 3 within a's hard, nothing borrowed.
-    jobs(&c, "ml")
+    jobs_of(&c, "alice", "ml")
         .patch(
             "wide",
             &PatchParams::default(),
@@ -103,7 +95,7 @@ async fn a_scale_down_gives_its_loan_back_at_once() {
         .await;
     // b needs 1 beyond its hard: a's idle 1 (with the loan kept, a would
     // hold hard + loan = 6 and nothing would be idle).
-    jobs(&c, "web")
+    jobs_of(&c, "alice", "web")
         .create(
             &PostParams::default(),
             &job("b1").ns("web").quota("b").cpu("5").dynamic(),
@@ -120,7 +112,7 @@ async fn a_scale_down_gives_its_loan_back_at_once() {
 async fn a_job_moved_to_another_quota_gives_its_loan_back_at_once() {
     let c = family(8, 4).await;
     quota(&c, "elsewhere", json!({"parent": "", "hard": {CPU: "8"}})).await;
-    jobs(&c, "ml")
+    jobs_of(&c, "alice", "ml")
         .create(
             &PostParams::default(),
             &job("mover").quota("a").cpu("8").dynamic(),
@@ -130,7 +122,7 @@ async fn a_job_moved_to_another_quota_gives_its_loan_back_at_once() {
     c.until("a", "mover charged on a loan", |q| used(q, CPU) == "8")
         .await;
     assert_eq!(loan(&c, "a"), "4");
-    jobs(&c, "ml")
+    jobs_of(&c, "alice", "ml")
         .patch(
             "mover",
             &PatchParams::default(),
@@ -149,7 +141,7 @@ async fn a_job_moved_to_another_quota_gives_its_loan_back_at_once() {
     );
     c.until("a", "mover gone from a", |q| used(q, CPU) == "0")
         .await;
-    jobs(&c, "web")
+    jobs_of(&c, "alice", "web")
         .create(
             &PostParams::default(),
             &job("b1").ns("web").quota("b").cpu("8").dynamic(),
@@ -211,7 +203,7 @@ async fn returns_racing_grants_never_lend_past_the_parents_hard() {
     let mut tasks = Vec::new();
     for (child, ns) in [("a", "ml"), ("b", "web")] {
         for lane in 0..3 {
-            let api = jobs(&c, ns);
+            let api = jobs_of(&c, "alice", ns);
             let fake = c.fake.clone();
             tasks.push(tokio::spawn(async move {
                 let mut admitted = 0;
@@ -372,7 +364,7 @@ async fn a_loan_cut_while_a_charge_rides_it_waits_for_the_borrowers_fence() {
     c.fake
         .slow_writes(a_status, std::time::Duration::from_secs(3));
     let x = {
-        let api = jobs(&c, "ml");
+        let api = jobs_of(&c, "alice", "ml");
         tokio::spawn(async move {
             api.create(
                 &PostParams::default(),
@@ -397,7 +389,7 @@ async fn a_loan_cut_while_a_charge_rides_it_waits_for_the_borrowers_fence() {
     // back (its own room: nobody is asked), then a asks for 1 more: only 1
     // of a's loan of 4 is still backed.
     other.serve_webhooks();
-    jobs(&c, "web")
+    jobs_of(&c, "alice", "web")
         .create(
             &PostParams::default(),
             &job("b1").ns("web").quota("b").cpu("3").dynamic(),
@@ -408,7 +400,7 @@ async fn a_loan_cut_while_a_charge_rides_it_waits_for_the_borrowers_fence() {
     // siblings from it).
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let y = {
-        let api = jobs(&c, "ml");
+        let api = jobs_of(&c, "alice", "ml");
         tokio::spawn(async move {
             api.create(
                 &PostParams::default(),

@@ -169,7 +169,6 @@ impl Cluster {
     /// through the JSON API and reconciled once, with the controller
     /// watching Jobs: alice's Jobs in namespace `ml`, ready to create.
     pub async fn cash_team_watching_jobs(&self) -> kube::Api<kube::api::DynamicObject> {
-        use kube::api::{ApiResource, GroupVersionKind};
         self.server
             .create_quota(
                 "team",
@@ -185,6 +184,7 @@ impl Cluster {
             r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
         })
         .await;
+        use kube::api::{ApiResource, GroupVersionKind};
         let jr =
             ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
         kube::Api::namespaced_with(self.kubectl("alice"), "ml", &jr)

@@ -9,8 +9,8 @@
 //! is on loan and their shares are what they borrow of the parent's 40.
 
 use crate::cluster::{used, Cluster, T0};
-use crate::support::job;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use crate::support::{job, jobs_of};
+use kube::api::PostParams;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -22,12 +22,6 @@ const JOB_CPU: i64 = 2;
 const JOBS_EACH: usize = 16;
 /// CPUs the holder keeps running while the rest is shared out.
 const KEPT: i64 = 10;
-
-fn jobs(c: &Cluster, ns: &str) -> Api<DynamicObject> {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    Api::namespaced_with(c.kubectl("alice"), ns, &ar)
-}
 
 fn cpu(q: &Value) -> i64 {
     used(q, "requests.cpu").parse().unwrap_or(0)
@@ -83,7 +77,7 @@ async fn family_on(fake: crate::fakeapi::FakeApi, children: &[(&str, u32)]) -> C
 async fn share_out(c: &Cluster, children: &[&str], holder: &str) -> Vec<i64> {
     let first = holder;
     for (name, n) in [("kept", KEPT), ("fill", PARENT_CPU - KEPT)] {
-        jobs(c, first)
+        jobs_of(c, "alice", first)
             .create(
                 &PostParams::default(),
                 &job(name).ns(first).quota(first).cpu(n).dynamic(),
@@ -97,7 +91,7 @@ async fn share_out(c: &Cluster, children: &[&str], holder: &str) -> Vec<i64> {
     .await;
     for i in 0..JOBS_EACH {
         for child in children {
-            jobs(c, child)
+            jobs_of(c, "alice", child)
                 .create(
                     &PostParams::default(),
                     &job(&format!("{child}-{i:02}"))
@@ -242,7 +236,7 @@ async fn takes_room_back(c: Cluster) {
     assert_eq!(s, StatusCode::CREATED, "{v}");
     c.set_clock(T0 + 1_000);
     for i in 0..10 {
-        jobs(&c, "greedy")
+        jobs_of(&c, "alice", "greedy")
             .create(
                 &PostParams::default(),
                 &job(&format!("g{i}"))
@@ -256,7 +250,7 @@ async fn takes_room_back(c: Cluster) {
     }
     c.until("greedy", "all 40 on loans", |q| cpu(q) == PARENT_CPU)
         .await;
-    jobs(&c, "late")
+    jobs_of(&c, "alice", "late")
         .create(
             &PostParams::default(),
             &job("l0").ns("late").quota("late").cpu("4").dynamic(),

@@ -10,7 +10,7 @@
 //! quota is ever over its hard.
 
 use crate::cluster::{used, Cluster, T0};
-use crate::support::{job, queue_refs};
+use crate::support::{job, jobs_of, queue_refs};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -37,12 +37,6 @@ struct Job {
 
 const TEAMS: [&str; 3] = ["team-a", "team-b", "team-c"];
 const CLASSES: [(&str, i32); 3] = [("low", 1), ("mid", 10), ("high", 100)];
-
-fn jobs_api(c: &Cluster) -> Api<DynamicObject> {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    Api::namespaced_with(c.kubectl("alice"), "ml", &ar)
-}
 
 /// The order rule of docs/queueing.md §3 for one quota, on whole CPUs:
 /// which waiting jobs one round admits with `free` CPUs at `now`.
@@ -124,7 +118,7 @@ async fn three_teams_two_hundred_jobs_are_admitted_in_the_rules_order_never_over
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
     .await;
-    let api = jobs_api(&c);
+    let api = jobs_of(&c, "alice", "ml");
 
     // Each team's quota is filled by one running job.
     for team in TEAMS {

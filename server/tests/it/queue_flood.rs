@@ -6,8 +6,8 @@
 
 use crate::cluster::{used, Cluster, T0};
 use crate::common::{on_both, Server};
-use crate::support::{job, queue_refs, Review};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use crate::support::{job, jobs_of, queue_refs, Review};
+use kube::api::{DynamicObject, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -51,10 +51,8 @@ fn unchanged(before: &Value, after: &Value) {
 }
 
 async fn create(c: &Cluster, user: &str, obj: Value) -> Result<(), String> {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
     let o: DynamicObject = serde_json::from_value(obj).unwrap();
-    Api::<DynamicObject>::namespaced_with(c.kubectl(user), "ml", &ar)
+    jobs_of(c, user, "ml")
         .create(&PostParams::default(), &o)
         .await
         .map(|_| ())

@@ -7,16 +7,10 @@
 //! dropped by the controller after the reservation window.
 
 use crate::cluster::{used, Cluster, T0};
-use crate::support::{job, Review};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use crate::support::{job, jobs_of, Review};
+use kube::api::{DynamicObject, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-
-pub(crate) fn jobs(c: &Cluster) -> Api<DynamicObject> {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    Api::namespaced_with(c.kubectl("alice"), "ml", &ar)
-}
 
 pub(crate) async fn queueing_cluster(hard: &str) -> Cluster {
     let c = Cluster::start().await;
@@ -49,13 +43,16 @@ pub(crate) fn queue_len(q: &Value) -> usize {
 async fn concurrent_creates_on_a_queueing_quota_are_admitted_or_queued_never_refused() {
     let c = queueing_cluster("20").await;
     let a: DynamicObject = serde_json::from_value(job("a").cpu("7").obj()).unwrap();
-    jobs(&c).create(&PostParams::default(), &a).await.unwrap();
+    jobs_of(&c, "alice", "ml")
+        .create(&PostParams::default(), &a)
+        .await
+        .unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "7")
         .await;
 
     let mut set = tokio::task::JoinSet::new();
     for i in 0..20 {
-        let api = jobs(&c);
+        let api = jobs_of(&c, "alice", "ml");
         let o: DynamicObject =
             serde_json::from_value(job(&format!("j{i}")).cpu("4").obj()).unwrap();
         set.spawn(async move {
@@ -121,7 +118,10 @@ async fn concurrent_creates_on_a_queueing_quota_are_admitted_or_queued_never_ref
 async fn a_mutating_hold_whose_create_never_comes_is_released() {
     let c = queueing_cluster("4").await;
     let a: DynamicObject = serde_json::from_value(job("a").cpu("1").obj()).unwrap();
-    jobs(&c).create(&PostParams::default(), &a).await.unwrap();
+    jobs_of(&c, "alice", "ml")
+        .create(&PostParams::default(), &a)
+        .await
+        .unwrap();
     c.until("ml", "a charged", |q| used(q, "requests.cpu") == "1")
         .await;
 
@@ -139,7 +139,10 @@ async fn a_mutating_hold_whose_create_never_comes_is_released() {
 
     // The held room is not given to another: b (2) waits.
     let b: DynamicObject = serde_json::from_value(job("b").cpu("2").obj()).unwrap();
-    jobs(&c).create(&PostParams::default(), &b).await.unwrap();
+    jobs_of(&c, "alice", "ml")
+        .create(&PostParams::default(), &b)
+        .await
+        .unwrap();
     assert_eq!(
         c.fake.get("batch", "jobs", "ml", "b").unwrap()["spec"]["suspend"],
         true

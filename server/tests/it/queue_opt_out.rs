@@ -6,18 +6,21 @@
 //! refused update leaves it queued as it was.
 
 use crate::cluster::{used, Cluster};
-use crate::queue_hold::{jobs, queue_len, queueing_cluster};
-use crate::support::job;
+use crate::queue_hold::{queue_len, queueing_cluster};
+use crate::support::{job, jobs_of};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
 async fn create(c: &Cluster, obj: Value) {
     let o: DynamicObject = serde_json::from_value(obj).unwrap();
-    jobs(c).create(&PostParams::default(), &o).await.unwrap();
+    jobs_of(c, "alice", "ml")
+        .create(&PostParams::default(), &o)
+        .await
+        .unwrap();
 }
 
 async fn patch(c: &Cluster, name: &str, p: Value) -> Result<(), String> {
-    jobs(c)
+    jobs_of(c, "alice", "ml")
         .patch(name, &PatchParams::default(), &Patch::Merge(p))
         .await
         .map(|_| ())
@@ -93,7 +96,7 @@ async fn opting_out_while_queued_is_judged_like_a_create() {
     assert!(!queued(&c.fake.quota("ml"), "b"));
 
     // Room frees: the queue admits c, never b.
-    jobs(&c)
+    jobs_of(&c, "alice", "ml")
         .delete("a", &DeleteParams::default())
         .await
         .unwrap();

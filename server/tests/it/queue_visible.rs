@@ -5,15 +5,13 @@
 
 use crate::cluster::{used, Cluster, T0};
 use crate::common::{bind, create_user, Browser};
-use crate::support::job;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use crate::support::{job, jobs_of};
+use kube::api::{DynamicObject, PostParams};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 async fn create_as(c: &Cluster, user: &str, o: &DynamicObject) {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    Api::<DynamicObject>::namespaced_with(c.kubectl(user), "ml", &ar)
+    jobs_of(c, user, "ml")
         .create(&PostParams::default(), o)
         .await
         .unwrap();

@@ -13,8 +13,8 @@
 //! unless a test bounds them too with `bound_history`, as this one does
 //! (to two events, so that a few writes compact what the watch missed).
 use crate::cluster::{used, HOUR, T0};
-use crate::queue_hold::{jobs, queueing_cluster};
-use crate::support::{job, queue_refs};
+use crate::queue_hold::queueing_cluster;
+use crate::support::{job, jobs_of, queue_refs};
 use kube::api::{DynamicObject, PostParams};
 use std::time::Duration;
 
@@ -23,7 +23,10 @@ fn tally(c: &crate::cluster::Cluster, key: &str) -> u64 {
 }
 
 async fn create(c: &crate::cluster::Cluster, o: &DynamicObject) {
-    jobs(c).create(&PostParams::default(), o).await.unwrap();
+    jobs_of(c, "alice", "ml")
+        .create(&PostParams::default(), o)
+        .await
+        .unwrap();
 }
 
 /// Polls (10 s at most) until `key` has been tallied more than `than`.

@@ -11,7 +11,7 @@
 //! clock, so every amount is exact.
 
 use crate::common::*;
-use crate::support::{job, review_job_create, Review};
+use crate::support::{job, jobs_of, review_job_create, Review};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -433,7 +433,7 @@ async fn two_replicas_never_reserve_more_than_the_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
     use crate::cluster::{used, Cluster};
-    use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+    use kube::api::{DeleteParams, DynamicObject, PostParams};
     let c = Cluster::start().await;
     let (st, v) = c
         .server
@@ -450,9 +450,7 @@ async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
     .await;
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &ar);
+    let jobs = jobs_of(&c, "alice", "ml");
     let create = |j: Value| {
         let jobs = jobs.clone();
         async move {
@@ -576,7 +574,7 @@ async fn in_a_cluster_the_webhook_reserves_and_finish_or_delete_settles() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_admitted_from_the_queue_reserves_then() {
     use crate::cluster::{used, Cluster};
-    use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+    use kube::api::{DeleteParams, DynamicObject, PostParams};
     let c = Cluster::start().await;
     let (st, v) = c
         .server
@@ -592,9 +590,7 @@ async fn a_job_admitted_from_the_queue_reserves_then() {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
     .await;
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &ar);
+    let jobs = jobs_of(&c, "alice", "ml");
     let create = |j: Value| {
         let jobs = jobs.clone();
         async move {

@@ -11,9 +11,9 @@
 
 use crate::cluster::{used, Cluster, T0};
 use crate::common::{bind, create_user, fresh_postgres, fresh_sqlite, Browser, Server};
-use crate::support::{job, until_event};
+use crate::support::{job, jobs_of, until_event};
 use bizrq::store::sql::SqlStore;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{DynamicObject, PostParams};
 use quota::object::budgets::{Entry, Reason};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -41,9 +41,7 @@ fn billed(quota: &str, user: &str, at: i64, core_hours: i128) -> Entry {
 }
 
 async fn create_as(c: &Cluster, user: &str, name: &str, cpu: &str) {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    Api::<DynamicObject>::namespaced_with(c.kubectl(user), "ml", &ar)
+    jobs_of(c, user, "ml")
         .create(&PostParams::default(), &job(name).cpu(cpu).dynamic())
         .await
         .unwrap();
@@ -503,10 +501,8 @@ async fn preemption_makes_room_for_the_entry_the_round_admits_first() {
     .await;
     create_class(&c, "batch-low", 1).await;
     create_class(&c, "urgent", 100).await;
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
     let create = |user: &str, name: &str, cpu: &str, class: &str| {
-        let api = Api::<DynamicObject>::namespaced_with(c.kubectl(user), "ml", &ar);
+        let api = jobs_of(&c, user, "ml");
         let o: DynamicObject =
             serde_json::from_value(job(name).cpu(cpu).class(class).obj()).unwrap();
         async move { api.create(&PostParams::default(), &o).await.unwrap() }

@@ -4,13 +4,14 @@
 //! AdmissionReview builder (`Review`), and the readers several modules
 //! share: a quota's queue (`queue_refs`), the Events the emulated API
 //! server holds (`events`, `until_event` and its named variants) and
-//! `/metrics` (`metric` and its named variants).
+//! `/metrics` (`metric` and its named variants); and a user's Jobs as
+//! kubectl reaches them (`jobs_of`).
 //!
 //! Each builder produces exactly the JSON the hand-written helpers it
 //! replaced produced for the same arguments.
 use crate::cluster::Cluster;
 use crate::common::{review, Server};
-use kube::api::DynamicObject;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -20,6 +21,14 @@ pub const QUOTA_LABEL: &str = "biz.group.resource.quota";
 pub const MODEL_LABEL: &str = "biz.group.resource.quota/gpu-type";
 /// The annotation declaring a workload's maximum run time.
 pub const MAX_RUNTIME: &str = "biz.group.resource.quota/max-runtime";
+
+/// The Jobs of `ns` as `user` reaches them through the emulated API
+/// server, as kubectl would: every write goes through bizrq's webhooks.
+pub fn jobs_of(c: &Cluster, user: &str, ns: &str) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    Api::namespaced_with(c.kubectl(user), ns, &ar)
+}
 
 /// What each pod of a `Job` asks for.
 #[derive(Clone)]

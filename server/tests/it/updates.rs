@@ -9,7 +9,7 @@
 //! suspends a Job at the end it declared.
 
 use crate::common::*;
-use crate::support::{job, Review, MAX_RUNTIME};
+use crate::support::{job, jobs_of, Review, MAX_RUNTIME};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -337,7 +337,7 @@ async fn until_suspended(c: &crate::cluster::Cluster, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_cluster_a_lengthened_run_time_is_judged_again() {
     use crate::cluster::Cluster;
-    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    use kube::api::{DynamicObject, Patch, PatchParams};
     let c = Cluster::start().await;
     let (st, v) = c
         .server
@@ -352,9 +352,7 @@ async fn in_a_cluster_a_lengthened_run_time_is_judged_again() {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
     .await;
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    let jobs: Api<DynamicObject> = Api::namespaced_with(c.kubectl("alice"), "ml", &ar);
+    let jobs = jobs_of(&c, "alice", "ml");
     let create = |j: Value| {
         let jobs = jobs.clone();
         async move {
