@@ -48,8 +48,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use quota::tree::CARVE_TTL_MS;
-
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
 pub struct Service {

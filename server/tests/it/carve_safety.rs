@@ -200,7 +200,7 @@ async fn an_update_allowed_but_never_stored_leaves_no_carve_out_below_the_child(
     never_freed(&c, "ai", "nlp", "10", reviewed);
     // Had the lowering been stored, its room is freed after the window.
     c.fake.put(with("2"));
-    c.set_clock(T0 + bizrq::service::CARVE_TTL_MS + 1);
+    c.set_clock(T0 + quota::tree::CARVE_TTL_MS + 1);
     let mut touch = c.fake.quota("ai");
     touch["metadata"]["labels"] = json!({"touched": "1"});
     c.fake.put(touch);

@@ -150,7 +150,7 @@ async fn a_webhooks_refusal_reaches_the_json_api_in_its_own_words() {
             c.fake.quota("ai")["status"]["children"]["nlp"]["hard"][GPU],
             "4"
         );
-        c.set_clock(T0 + (round as i64 + 1) * (bizrq::service::CARVE_TTL_MS + 1));
+        c.set_clock(T0 + (round as i64 + 1) * (quota::tree::CARVE_TTL_MS + 1));
         let mut touch = c.fake.quota("ai");
         touch["metadata"]["labels"] = json!({"touched": round.to_string()});
         c.fake.put(touch);

@@ -3,9 +3,10 @@
 
 use crate::common::*;
 use bizrq::metrics::Metrics;
-use bizrq::service::{Persist, Service, CARVE_TTL_MS};
+use bizrq::service::{Persist, Service};
 use bizrq::store::sql::SqlStore;
 use quota::object::{Carve, QuotaSpec};
+use quota::tree::CARVE_TTL_MS;
 use quota::workload::PodSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

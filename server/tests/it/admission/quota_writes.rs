@@ -247,7 +247,7 @@ async fn kubectl_create_of_an_existing_quota_is_already_exists() {
     // kubectl's delete returns the carve-out once the controller sees the
     // child gone. (A carve-out younger than CARVE_TTL_MS that no token ties
     // to the deleted object waits for the window: it may be a new create's.)
-    c.set_clock(T0 + bizrq::service::CARVE_TTL_MS + 1);
+    c.set_clock(T0 + quota::tree::CARVE_TTL_MS + 1);
     api.delete("nlp", &DeleteParams::default()).await.unwrap();
     settles(&c, "ai", "nlp", "0").await;
     c.running.shutdown().await;
@@ -342,7 +342,7 @@ async fn a_carve_out_left_by_a_crashed_create_blocks_the_name_until_repaired() {
     );
     assert_eq!(carve(&c, "ai", "nlp"), (Some("6".into()), "6".into()));
     // Past CARVE_TTL_MS the controller's repair returns it.
-    c.set_clock(T0 + bizrq::service::CARVE_TTL_MS + 1);
+    c.set_clock(T0 + quota::tree::CARVE_TTL_MS + 1);
     let mut touch = c.fake.quota("ai");
     touch["metadata"]["labels"] = json!({"touched": "1"});
     c.fake.put(touch);
