@@ -826,7 +826,7 @@ pub fn webhook_token(args: &ServeArgs) -> anyhow::Result<Option<String>> {
 /// an error naming them (docs/queueing.md §12: restore the key file, or
 /// do not turn marks off while a queue holds more than its listed top).
 async fn stranded_without_marks(service: &Service) {
-    let listed = match service.store.list().await {
+    let listed = match service.list().await {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(error = %e, "could not list quotas to check for queues cut by queue marks");
@@ -835,13 +835,13 @@ async fn stranded_without_marks(service: &Service) {
     };
     let stranded: Vec<String> = listed
         .iter()
-        .filter_map(|s| {
-            let st = &s.quota.status;
+        .filter_map(|q| {
+            let st = &q.status;
             let total = st.queue_summary.as_ref()?.total as usize;
             (total > st.queue.len()).then(|| {
                 format!(
                     "{} ({} waiting, {} listed)",
-                    s.quota.name(),
+                    q.name(),
                     total,
                     st.queue.len()
                 )

@@ -270,6 +270,18 @@ impl Service {
         self.locks.lock(name).await
     }
 
+    /// `name`'s children as the store lists them (a cluster store: its
+    /// watch cache, which `caught_up_to` waits for).
+    pub async fn children(&self, name: &str) -> Result<Vec<Stored>, ServiceError> {
+        Ok(self.store.children(name).await?)
+    }
+
+    /// Waits (bounded) until the store's lists hold every write up to
+    /// `version` (`QuotaStore::caught_up_to`); whether they do.
+    pub async fn caught_up_to(&self, version: i64) -> bool {
+        self.store.caught_up_to(version).await
+    }
+
     /// Whether the store answers (readiness).
     pub async fn ping(&self) -> Result<(), ServiceError> {
         Ok(self.store.ping().await?)

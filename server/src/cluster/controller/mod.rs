@@ -210,7 +210,7 @@ impl Context {
     /// written just before would be missed, and nothing would ask again.
     pub(super) async fn store_caught_up(&self, name: &str) {
         let seen = self.quota_seen.load(std::sync::atomic::Ordering::SeqCst);
-        if !self.service.store.caught_up_to(seen).await {
+        if !self.service.caught_up_to(seen).await {
             tracing::debug!(quota = %name, version = seen, "the store's cache lags the controller's watch; going on with it");
         }
     }

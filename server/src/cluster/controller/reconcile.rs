@@ -108,7 +108,7 @@ impl Context {
             (v.snapshot(name), v.marked_waiting(name))
         };
         let authoritative = self.authoritative();
-        let listed = self.service.store.children(name).await?;
+        let listed = self.service.children(name).await?;
         let (kids, confirmed) = self.service.confirm_children(name, listed).await?;
         // Reclaim is weighed only where a child may borrow or is marked.
         let reclaim_kids = kids

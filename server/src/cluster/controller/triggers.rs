@@ -47,10 +47,10 @@ impl Triggers {
         }
     }
 
-    /// Every quota, as the service's store lists them.
+    /// Every quota, as the service lists them.
     pub(super) async fn touch_all(&self, service: &Service) {
-        match service.store.list().await {
-            Ok(all) => self.touch(all.iter().map(|s| s.quota.name().to_string())),
+        match service.list().await {
+            Ok(all) => self.touch(all.iter().map(|q| q.name().to_string())),
             Err(e) => tracing::warn!(error = %e, "cannot list quotas for a resync"),
         }
     }
@@ -76,7 +76,7 @@ impl Context {
         self.gauges();
     }
 
-    /// Every quota, as the service's store lists them.
+    /// Every quota, as the service lists them.
     pub(super) async fn touch_all(&self) {
         self.triggers.touch_all(&self.service).await;
         self.gauges();

@@ -71,8 +71,7 @@ async fn the_status_write_carries_the_summary_and_readable_cash() {
     let (client, mut handle) = mock();
     let (cache, _writer) = reflector::store();
     let store = ClusterStore::new(client, cache).with_keys(quota::KeyConfig::default());
-    let mut current =
-        to_stored(&serde_json::from_value(object("nlp", "7", "0")).unwrap()).unwrap();
+    let mut current = to_stored(&serde_json::from_value(object("nlp", "7", "0")).unwrap()).unwrap();
     current.quota.spec.hard.insert(
         "cash/requests.nvidia.com/gpu".into(),
         "1000".parse().unwrap(),
@@ -95,8 +94,7 @@ async fn the_status_write_carries_the_summary_and_readable_cash() {
         quota::budget::from_quantity("422200u".parse().unwrap()) / per_mille,
     );
     let server = tokio::spawn(async move {
-        let (body, send) =
-            expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
+        let (body, send) = expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
         let mut written = body.clone();
         written["metadata"]["resourceVersion"] = json!("8");
         send.send_response(ok(&written));
@@ -135,8 +133,7 @@ async fn a_create_whose_status_the_controller_wrote_first_succeeds() {
         let mut created = object("nlp", "5", "0");
         created.as_object_mut().unwrap().remove("status");
         send.send_response(ok(&created));
-        let (body, send) =
-            expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
+        let (body, send) = expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
         assert_eq!(body["metadata"]["resourceVersion"], "5");
         send.send_response(conflict("nlp"));
         let (_, send) = expect(&mut handle, Method::GET, &format!("{PATH}/nlp")).await;
@@ -158,8 +155,7 @@ async fn status_write_carries_the_resource_version_and_409_is_a_conflict() {
         .used
         .insert("requests.nvidia.com/gpu".into(), "4".parse().unwrap());
     let server = tokio::spawn(async move {
-        let (body, send) =
-            expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
+        let (body, send) = expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
         assert_eq!(body["metadata"]["resourceVersion"], "7");
         assert_eq!(body["status"]["used"]["requests.nvidia.com/gpu"], "4");
         send.send_response(conflict("nlp"));
@@ -189,8 +185,7 @@ async fn a_conflict_is_re_read_and_retried() {
     let server = tokio::spawn(async move {
         let (_, send) = expect(&mut handle, Method::GET, &format!("{PATH}/nlp")).await;
         send.send_response(ok(&object("nlp", "7", "0")));
-        let (body, send) =
-            expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
+        let (body, send) = expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
         assert_eq!(body["metadata"]["resourceVersion"], "7");
         send.send_response(conflict("nlp"));
         // Someone else charged 10 meanwhile.
@@ -198,8 +193,7 @@ async fn a_conflict_is_re_read_and_retried() {
         let mut theirs = object("nlp", "8", "10");
         theirs["status"]["workloads"] = json!({"apps/Deployment/ml/other": {"podSets": [{"name": "main", "count": 10, "perPod": {"requests.nvidia.com/gpu": "1"}}], "since": "2026-11-21T10:00:00.000Z"}});
         send.send_response(ok(&theirs));
-        let (body, send) =
-            expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
+        let (body, send) = expect(&mut handle, Method::PATCH, &format!("{PATH}/nlp/status")).await;
         assert_eq!(body["metadata"]["resourceVersion"], "8");
         assert_eq!(
             body["status"]["used"]["requests.nvidia.com/gpu"], "14",
@@ -236,8 +230,7 @@ async fn the_status_write_patches_only_what_changed() {
     let (client, mut handle) = mock();
     let (cache, _writer) = reflector::store();
     let store = ClusterStore::new(client, cache);
-    let mut start: BizGroupResourceQuota =
-        serde_json::from_value(object("nlp", "7", "0")).unwrap();
+    let mut start: BizGroupResourceQuota = serde_json::from_value(object("nlp", "7", "0")).unwrap();
     let charge = |n: i64| quota::object::Charge {
         pod_sets: vec![quota::workload::PodSet {
             name: "main".into(),
@@ -361,8 +354,7 @@ async fn create_posts_then_writes_status_and_delete_names_its_version() {
         created["metadata"]["resourceVersion"] = "100".into();
         created.as_object_mut().unwrap().remove("status");
         send.send_response(ok(&created));
-        let (body, send) =
-            expect(&mut handle, Method::PATCH, &format!("{PATH}/cv/status")).await;
+        let (body, send) = expect(&mut handle, Method::PATCH, &format!("{PATH}/cv/status")).await;
         assert_eq!(body["metadata"]["resourceVersion"], "100");
         assert_eq!(body["status"]["used"]["pods"], "0");
         let mut written = body.clone();
@@ -513,8 +505,7 @@ async fn summary_marks_are_judged_on_a_cache_that_holds_them() {
 async fn lists_and_workload_lookups_come_from_the_watch_cache() {
     let (client, mut handle) = mock();
     let (cache, mut writer) = reflector::store();
-    let mut child: BizGroupResourceQuota =
-        serde_json::from_value(object("cv", "3", "0")).unwrap();
+    let mut child: BizGroupResourceQuota = serde_json::from_value(object("cv", "3", "0")).unwrap();
     child.spec.parent = "ai".into();
     child.status.as_mut().unwrap().0.workloads.insert(
         "apps/Deployment/ml/web".into(),
@@ -708,8 +699,7 @@ async fn a_miss_reads_the_workload_then_the_quota_its_label_names() {
     ));
     assert_eq!(hidden.await.unwrap().unwrap(), None);
     assert_eq!((lists.get(), failures.get()), (1, 1));
-    let more =
-        tokio::time::timeout(std::time::Duration::from_millis(50), handle.next_request());
+    let more = tokio::time::timeout(std::time::Duration::from_millis(50), handle.next_request());
     assert!(more.await.is_err(), "no other request");
 }
 
@@ -827,7 +817,8 @@ async fn a_denial_by_bizrqs_own_webhook_reaches_the_person_in_bizrqs_words() {
 /// message, so the person knows whom to ask.
 #[tokio::test]
 async fn a_denial_by_another_webhook_names_that_webhook() {
-    let msg = "admission webhook \"policy.example.com\" denied the request: quotas need an owner label";
+    let msg =
+        "admission webhook \"policy.example.com\" denied the request: quotas need an owner label";
     let (code, reason, message) = refused_write(status(403, "Forbidden", msg)).await;
     assert_eq!(
         (code, reason.as_str(), message.as_str()),
