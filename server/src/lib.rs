@@ -15,6 +15,7 @@ pub mod heavy;
 pub mod listen;
 pub mod mail;
 pub mod metrics;
+pub mod oidc;
 pub mod portal;
 pub mod repair;
 pub mod reports;
