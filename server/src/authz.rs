@@ -45,6 +45,32 @@ impl std::fmt::Display for Role {
     }
 }
 
+/// Who gave a role or an admin flag: by hand (an admin on `/users`, an
+/// owner inviting) or by the group mapping of an identity provider
+/// (`identity::mapping`), which adds and removes only its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    Hand,
+    Mapping,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Hand => "hand",
+            Source::Mapping => "mapping",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Source> {
+        match s {
+            "hand" => Some(Source::Hand),
+            "mapping" => Some(Source::Mapping),
+            _ => None,
+        }
+    }
+}
+
 /// A role on one quota (and so on its subtree).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Binding {
@@ -95,6 +121,23 @@ impl Principal {
     pub fn actor(&self) -> &str {
         &self.username
     }
+}
+
+/// The longest portal username.
+pub const MAX_USERNAME: usize = 64;
+
+/// A portal username: 1–64 of lower-case letters, digits, '.', '_', '-'
+/// and at most one '@' (an identity provider's email-like names), starting
+/// with a letter or digit. Every username is a path segment of `/users/…`
+/// and an audit target as it is.
+pub fn valid_username(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_USERNAME
+        && b[0].is_ascii_alphanumeric()
+        && b.iter().filter(|c| **c == b'@').count() <= 1
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-@".contains(c))
 }
 
 /// The tree's shape: each quota's parent ("" for a root).
@@ -152,6 +195,44 @@ pub fn role_on(p: &Principal, quota: &str, tree: &Tree) -> Option<Role> {
                 .max()
         })
         .max()
+}
+
+/// `p` held to the subtrees of `scope` (an API token's scope): on each
+/// scope quota the role `p` has there (an admin's: owner), and `p`'s
+/// bindings on quotas inside those subtrees; never an admin, nothing
+/// outside. `tree` needs the lineage of the scope's quotas and of `p`'s
+/// bindings only. A scope quota `p` holds no role on gives nothing.
+pub fn scoped(p: &Principal, scope: &[String], tree: &Tree) -> Principal {
+    let mut bindings: Vec<Binding> = Vec::new();
+    for q in scope {
+        let role = if p.is_admin {
+            Some(Role::Owner)
+        } else {
+            role_on(p, q, tree)
+        };
+        if let Some(role) = role {
+            bindings.push(Binding {
+                quota: q.clone(),
+                role,
+            });
+        }
+    }
+    for b in &p.bindings {
+        let inside = tree
+            .lineage(&b.quota)
+            .skip(1)
+            .any(|q| scope.iter().any(|s| s == q));
+        if inside && !bindings.iter().any(|x| x.quota == b.quota) {
+            bindings.push(b.clone());
+        }
+    }
+    Principal {
+        user_id: p.user_id,
+        username: p.username.clone(),
+        is_admin: false,
+        bindings,
+        via: p.via,
+    }
 }
 
 /// May `p` see `quota` (its spec, status, audit entries)?
@@ -261,6 +342,74 @@ pub fn visible(p: &Principal, all: Vec<Quota>) -> Vec<Quota> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scoped_token_acts_only_inside_its_quotas_and_never_as_admin() {
+        let t = tree();
+        let p = user(&[
+            ("ai", Role::Member),
+            ("nlp-a", Role::Owner),
+            ("ops", Role::Owner),
+        ]);
+        let s = scoped(&p, &["nlp".to_string()], &t);
+        assert!(!s.is_admin);
+        assert_eq!(
+            role_on(&s, "nlp", &t),
+            Some(Role::Member),
+            "its role there, through ai"
+        );
+        assert_eq!(
+            role_on(&s, "nlp-a1", &t),
+            Some(Role::Owner),
+            "a stronger binding inside"
+        );
+        assert!(!can_view(&s, "ai", &t) && !can_view(&s, "cv", &t) && !can_view(&s, "ops", &t));
+        let mut admin = user(&[]);
+        admin.is_admin = true;
+        let s = scoped(&admin, &["cv".to_string(), "nope".to_string()], &t);
+        assert!(!s.is_admin);
+        assert_eq!(role_on(&s, "cv-a", &t), Some(Role::Owner));
+        assert!(
+            !can_edit_hard(&s, "cv", &t),
+            "an admin's token on cv is an owner of cv"
+        );
+        assert!(!can_view(&s, "nlp", &t));
+        // A quota the user holds no role on gives nothing.
+        assert!(
+            scoped(&user(&[("cv", Role::Member)]), &["nlp".to_string()], &t)
+                .bindings
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn usernames_are_plain_lower_case_names() {
+        for ok in [
+            "admin",
+            "alice",
+            "a.b-c_d",
+            "7",
+            "alice@example.com",
+            "x".repeat(64).as_str(),
+        ] {
+            assert!(valid_username(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "Alice",
+            "-x",
+            ".x",
+            "@x",
+            "a@b@c",
+            "a b",
+            "a/b",
+            "a+b@example.com",
+            "é",
+            "x".repeat(65).as_str(),
+        ] {
+            assert!(!valid_username(bad), "{bad}");
+        }
+    }
 
     /// ai ─┬─ nlp ─┬─ nlp-a ── nlp-a1
     ///     │       └─ nlp-b

@@ -105,7 +105,7 @@ pub async fn create_user(
 ) -> Result<Response, PageError> {
     viewer.require_admin()?;
     let username = f.username.trim().to_lowercase();
-    if !super::forms::valid_username(&username) {
+    if !crate::authz::valid_username(&username) {
         return refused(&app, &viewer, format!("'{username}' is not a valid username: use 1–64 lower-case letters, digits, '.', '_' or '-'")).await;
     }
     if let Err(m) = super::forms::check_new_password(&f.password) {

@@ -84,7 +84,7 @@ async fn from_bearer(app: &AppState, token: &str) -> Result<Option<Principal>, S
         return Ok(Some(Principal::admin_token()));
     }
     let sql = &app.portal.sql;
-    let Some(t) = sql.live_token(&h).await? else {
+    let Some(t) = sql.live_token(&h, crate::util::now_ms()).await? else {
         return Ok(None);
     };
     let Some(user) = sql.user_by_id(t.user_id).await? else {
@@ -771,7 +771,7 @@ async fn login_inner(
         )
         .await;
     }
-    if !super::forms::valid_username(&username) {
+    if !crate::authz::valid_username(&username) {
         // No account has such a name: nothing to record or check.
         return again(
             StatusCode::UNAUTHORIZED,

@@ -24,17 +24,6 @@ pub fn check_new_password(password: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Lower-case letters, digits, '.', '_' and '-', starting with a letter or
-/// digit, at most 64.
-pub fn valid_username(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 64
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(c))
-}
-
 /// An email address as typed: None for "" (no email), else it must look
 /// like one.
 pub fn parse_email(typed: &str) -> Result<Option<&str>, PageError> {
@@ -55,25 +44,6 @@ pub fn parse_email(typed: &str) -> Result<Option<&str>, PageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn usernames_are_plain_lower_case_names() {
-        for ok in ["admin", "alice", "a.b-c_d", "7", "x".repeat(64).as_str()] {
-            assert!(valid_username(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "Alice",
-            "-x",
-            ".x",
-            "a b",
-            "a/b",
-            "é",
-            "x".repeat(65).as_str(),
-        ] {
-            assert!(!valid_username(bad), "{bad}");
-        }
-    }
 
     #[test]
     fn an_email_is_read_as_the_mailer_reads_it() {

@@ -5,7 +5,7 @@
 
 use super::sql::SqlStore;
 use super::{ResultExt, StoreError};
-use crate::authz::{Binding, Role};
+use crate::authz::{Binding, Role, Source};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
@@ -21,7 +21,20 @@ pub struct User {
     /// Rises with every new password; a session or token made under an
     /// older one no longer works (migration 0019).
     pub credential_gen: i64,
+    /// Who made the user an admin (or last did): by hand or the group
+    /// mapping, which takes away only what it gave (migration 0021).
+    pub admin_source: Source,
+    /// The username the Kubernetes API server gives the same person, in
+    /// the canonical form `status.users` keeps (migration 0021).
+    pub kube_username: Option<String>,
+    /// A service account: never signs in, acts through the API tokens an
+    /// admin makes for it (migration 0022).
+    pub is_service: bool,
 }
+
+/// The password hash of a user who signs in with the identity provider
+/// only: no PHC string, so no password ever matches it.
+pub const NO_PASSWORD: &str = "!sign-in-with-provider";
 
 /// A personal API token as listed (the token itself is never stored).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +45,18 @@ pub struct ApiToken {
     pub created_at_ms: i64,
     pub last_used_ms: Option<i64>,
     pub revoked_at_ms: Option<i64>,
+    /// When it stops working (None: when revoked).
+    pub expires_at_ms: Option<i64>,
+    /// The quotas (and their subtrees) it is held to (None: everything its
+    /// user may do).
+    pub scope: Option<Vec<String>>,
+}
+
+/// What a new token may do and for how long.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TokenTerms {
+    pub expires_at_ms: Option<i64>,
+    pub scope: Option<Vec<String>>,
 }
 
 /// A role binding with its user's name, for the users page.
@@ -39,6 +64,8 @@ pub struct ApiToken {
 pub struct UserBinding {
     pub user_id: i64,
     pub binding: Binding,
+    /// Given by hand or by the group mapping.
+    pub source: Source,
 }
 
 /// What a new password did: how many API tokens it revoked, and the
@@ -49,19 +76,28 @@ pub struct PasswordSet {
     pub credential_gen: i64,
 }
 
-const USER_COLUMNS: &str =
-    "id, username, password_hash, is_admin, disabled, created_at_ms, credential_gen";
-const TOKEN_COLUMNS: &str = "id, user_id, name, created_at_ms, last_used_ms, revoked_at_ms";
+pub(crate) const USER_COLUMNS: &str =
+    "id, username, password_hash, is_admin, disabled, created_at_ms, credential_gen, admin_source, kube_username, kind";
+const TOKEN_COLUMNS: &str =
+    "id, user_id, name, created_at_ms, last_used_ms, revoked_at_ms, expires_at_ms, scope";
 /// Browsers and addresses the login limiter trusts, kept per user.
 pub const MAX_TRUSTED: i64 = 20;
 /// A token's last use is written at most this often, not on every request.
 const TOUCH_EVERY_MS: i64 = 60_000;
 
+fn scope_json(terms: &TokenTerms) -> Option<String> {
+    terms
+        .scope
+        .as_ref()
+        .map(|s| serde_json::to_string(s).unwrap_or_else(|_| "[]".into()))
+}
+
 fn flag(b: bool) -> i16 {
     b as i16
 }
 
-fn user_from_row(row: &AnyRow) -> Result<User, StoreError> {
+pub(crate) fn user_from_row(row: &AnyRow) -> Result<User, StoreError> {
+    let admin_source: String = row.try_get("admin_source")?;
     Ok(User {
         id: row.try_get("id")?,
         username: row.try_get("username")?,
@@ -70,6 +106,11 @@ fn user_from_row(row: &AnyRow) -> Result<User, StoreError> {
         disabled: row.try_get::<i64, _>("disabled")? != 0,
         created_at_ms: row.try_get("created_at_ms")?,
         credential_gen: row.try_get("credential_gen")?,
+        admin_source: Source::parse(&admin_source).ok_or_else(|| {
+            StoreError::Backend(format!("unknown admin source '{admin_source}' stored"))
+        })?,
+        kube_username: row.try_get("kube_username")?,
+        is_service: row.try_get::<String, _>("kind")? == "service",
     })
 }
 
@@ -81,12 +122,19 @@ fn token_from_row(row: &AnyRow) -> Result<ApiToken, StoreError> {
         created_at_ms: row.try_get("created_at_ms")?,
         last_used_ms: row.try_get("last_used_ms")?,
         revoked_at_ms: row.try_get("revoked_at_ms")?,
+        expires_at_ms: row.try_get("expires_at_ms")?,
+        scope: row
+            .try_get::<Option<String>, _>("scope")?
+            .and_then(|s| serde_json::from_str(&s).ok()),
     })
 }
 
 fn binding_from_row(row: &AnyRow) -> Result<UserBinding, StoreError> {
     let role: String = row.try_get("role")?;
+    let source: String = row.try_get("source")?;
     Ok(UserBinding {
+        source: Source::parse(&source)
+            .ok_or_else(|| StoreError::Backend(format!("unknown role source '{source}' stored")))?,
         user_id: row.try_get("user_id")?,
         binding: Binding {
             quota: row.try_get("quota")?,
@@ -154,8 +202,9 @@ impl SqlStore {
         rows.iter().map(user_from_row).collect()
     }
 
+    /// By hand: an admin made so here stays one whatever the groups say.
     pub async fn set_user_admin(&self, id: i64, is_admin: bool) -> Result<(), StoreError> {
-        sqlx::query("UPDATE users SET is_admin = $1 WHERE id = $2")
+        sqlx::query("UPDATE users SET is_admin = $1, admin_source = 'hand' WHERE id = $2")
             .bind(flag(is_admin))
             .bind(id)
             .execute(&self.write)
@@ -226,7 +275,7 @@ impl SqlStore {
 
     pub async fn bindings_of(&self, user_id: i64) -> Result<Vec<Binding>, StoreError> {
         let rows = sqlx::query(
-            "SELECT user_id, quota, role FROM role_bindings WHERE user_id = $1 ORDER BY quota",
+            "SELECT user_id, quota, role, source FROM role_bindings WHERE user_id = $1 ORDER BY quota",
         )
         .bind(user_id)
         .fetch_all(&self.read)
@@ -238,9 +287,10 @@ impl SqlStore {
 
     /// Every binding of every user.
     pub async fn all_bindings(&self) -> Result<Vec<UserBinding>, StoreError> {
-        let rows = sqlx::query("SELECT user_id, quota, role FROM role_bindings ORDER BY quota")
-            .fetch_all(&self.read)
-            .await?;
+        let rows =
+            sqlx::query("SELECT user_id, quota, role, source FROM role_bindings ORDER BY quota")
+                .fetch_all(&self.read)
+                .await?;
         rows.iter().map(binding_from_row).collect()
     }
 
@@ -269,8 +319,9 @@ impl SqlStore {
             .collect()
     }
 
-    /// Binds a user to a quota with a role, replacing the role it had there.
-    /// Returns the role it replaced.
+    /// Binds a user to a quota with a role by hand, replacing the role it
+    /// had there (a role the mapping gave becomes the hand's). Returns the
+    /// role it replaced.
     pub async fn set_binding(
         &self,
         user_id: i64,
@@ -286,7 +337,7 @@ impl SqlStore {
             .map(|b| b.role);
         sqlx::query(
             "INSERT INTO role_bindings (user_id, quota, role, created_at_ms) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (user_id, quota) DO UPDATE SET role = excluded.role",
+             ON CONFLICT (user_id, quota) DO UPDATE SET role = excluded.role, source = 'hand'",
         )
         .bind(user_id)
         .bind(quota)
@@ -323,7 +374,8 @@ impl SqlStore {
             }
             Some(old) => {
                 sqlx::query(
-                    "UPDATE role_bindings SET role = $1 WHERE user_id = $2 AND quota = $3 AND role = $4",
+                    "UPDATE role_bindings SET role = $1, source = 'hand' \
+                     WHERE user_id = $2 AND quota = $3 AND role = $4",
                 )
                 .bind(role.as_str())
                 .bind(user_id)
@@ -485,9 +537,33 @@ impl SqlStore {
         token_sha256: &str,
         now_ms: i64,
     ) -> Result<Option<ApiToken>, StoreError> {
+        self.create_token_with(
+            user_id,
+            session_id,
+            credential_gen,
+            name,
+            token_sha256,
+            &TokenTerms::default(),
+            now_ms,
+        )
+        .await
+    }
+
+    /// [`Self::create_token`] with an expiry and a scope.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create_token_with(
+        &self,
+        user_id: i64,
+        session_id: &str,
+        credential_gen: i64,
+        name: &str,
+        token_sha256: &str,
+        terms: &TokenTerms,
+        now_ms: i64,
+    ) -> Result<Option<ApiToken>, StoreError> {
         let row = sqlx::query(&format!(
-            "INSERT INTO api_tokens (user_id, name, token_sha256, created_at_ms, credential_gen) \
-             SELECT $1, $2, $3, $4, $6 \
+            "INSERT INTO api_tokens (user_id, name, token_sha256, created_at_ms, credential_gen, expires_at_ms, scope) \
+             SELECT $1, $2, $3, $4, $6, $7, $8 \
               WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $5 AND user_id = $1) \
              RETURNING {TOKEN_COLUMNS}"
         ))
@@ -497,9 +573,57 @@ impl SqlStore {
         .bind(now_ms)
         .bind(session_id)
         .bind(credential_gen)
+        .bind(terms.expires_at_ms)
+        .bind(scope_json(terms))
         .fetch_optional(&self.write)
         .await?;
         row.as_ref().map(token_from_row).transpose()
+    }
+
+    /// A token of a service account, made by an admin: it carries the
+    /// account's credential generation as it is now.
+    pub async fn create_service_token(
+        &self,
+        user_id: i64,
+        name: &str,
+        token_sha256: &str,
+        terms: &TokenTerms,
+        now_ms: i64,
+    ) -> Result<Option<ApiToken>, StoreError> {
+        let row = sqlx::query(&format!(
+            "INSERT INTO api_tokens (user_id, name, token_sha256, created_at_ms, credential_gen, expires_at_ms, scope) \
+             SELECT id, $2, $3, $4, credential_gen, $5, $6 FROM users WHERE id = $1 AND kind = 'service' \
+             RETURNING {TOKEN_COLUMNS}"
+        ))
+        .bind(user_id)
+        .bind(name)
+        .bind(token_sha256)
+        .bind(now_ms)
+        .bind(terms.expires_at_ms)
+        .bind(scope_json(terms))
+        .fetch_optional(&self.write)
+        .await?;
+        row.as_ref().map(token_from_row).transpose()
+    }
+
+    /// A service account: a user of its own kind with no password.
+    /// `AlreadyExists` when the name is taken.
+    pub async fn create_service_account(
+        &self,
+        username: &str,
+        now_ms: i64,
+    ) -> Result<User, StoreError> {
+        let res = sqlx::query(&format!(
+            "INSERT INTO users (username, password_hash, is_admin, disabled, created_at_ms, kind) \
+             VALUES ($1, $2, 0, 0, $3, 'service') RETURNING {USER_COLUMNS}"
+        ))
+        .bind(username)
+        .bind(NO_PASSWORD)
+        .bind(now_ms)
+        .fetch_one(&self.write)
+        .await;
+        let row = res.on_unique(|| StoreError::AlreadyExists(format!("user {username}")))?;
+        user_from_row(&row)
     }
 
     /// A user's tokens, newest first (revoked ones too). A token made
@@ -509,6 +633,7 @@ impl SqlStore {
         let rows = sqlx::query(
             "SELECT t.id AS id, t.user_id AS user_id, t.name AS name, \
                     t.created_at_ms AS created_at_ms, t.last_used_ms AS last_used_ms, \
+                    t.expires_at_ms AS expires_at_ms, t.scope AS scope, \
                     COALESCE(t.revoked_at_ms, CASE WHEN t.credential_gen <> u.credential_gen \
                       THEN t.created_at_ms END) AS revoked_at_ms \
                FROM api_tokens t JOIN users u ON u.id = t.user_id \
@@ -520,13 +645,18 @@ impl SqlStore {
         rows.iter().map(token_from_row).collect()
     }
 
-    /// The live token with this hash: not revoked, and made under its
-    /// user's current credential generation.
-    pub async fn live_token(&self, token_sha256: &str) -> Result<Option<ApiToken>, StoreError> {
+    /// The live token with this hash at `now_ms`: not revoked, not
+    /// expired, and made under its user's current credential generation.
+    pub async fn live_token(
+        &self,
+        token_sha256: &str,
+        now_ms: i64,
+    ) -> Result<Option<ApiToken>, StoreError> {
         let row = sqlx::query(&format!(
             "SELECT {} FROM api_tokens t JOIN users u ON u.id = t.user_id \
              WHERE t.token_sha256 = $1 AND t.revoked_at_ms IS NULL \
-               AND t.credential_gen = u.credential_gen",
+               AND t.credential_gen = u.credential_gen \
+               AND (t.expires_at_ms IS NULL OR t.expires_at_ms > $2)",
             TOKEN_COLUMNS
                 .split(", ")
                 .map(|c| format!("t.{c} AS {c}"))
@@ -534,6 +664,7 @@ impl SqlStore {
                 .join(", ")
         ))
         .bind(token_sha256)
+        .bind(now_ms)
         .fetch_optional(&self.read)
         .await?;
         row.as_ref().map(token_from_row).transpose()
@@ -798,7 +929,68 @@ mod tests {
         quotas_not_listed_lose_their_roles_and_rules,
         a_token_made_under_a_replaced_password_never_works,
         trusted_browsers_and_addresses_are_kept_bounded_and_outlive_a_password,
+        tokens_expire_carry_their_scope_and_service_accounts_get_theirs,
     );
+
+    async fn tokens_expire_carry_their_scope_and_service_accounts_get_theirs(sql: &SqlStore) {
+        let u = sql.create_user("ulla", "h1", false, 5).await.unwrap();
+        sqlx::query(
+            "INSERT INTO sessions (id, user_id, data, expiry_ms) VALUES ('s-u', $1, '{}', 1)",
+        )
+        .bind(u.id)
+        .execute(&sql.write)
+        .await
+        .unwrap();
+        let terms = TokenTerms {
+            expires_at_ms: Some(1_000),
+            scope: Some(vec!["nlp".into(), "cv".into()]),
+        };
+        let t = sql
+            .create_token_with(u.id, "s-u", 0, "ci", "sha-ci", &terms, 10)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (t.expires_at_ms, t.scope.clone()),
+            (terms.expires_at_ms, terms.scope.clone())
+        );
+        assert_eq!(
+            sql.live_token("sha-ci", 999).await.unwrap().unwrap().scope,
+            terms.scope
+        );
+        assert!(
+            sql.live_token("sha-ci", 1_000).await.unwrap().is_none(),
+            "expired"
+        );
+        assert_eq!(
+            sql.tokens_of(u.id).await.unwrap()[0].expires_at_ms,
+            Some(1_000)
+        );
+        // A service account: no password, tokens made without a session.
+        let svc = sql.create_service_account("ci-bot", 20).await.unwrap();
+        assert!(svc.is_service && svc.password_hash == NO_PASSWORD);
+        assert!(!u.is_service);
+        let st = sql
+            .create_service_token(svc.id, "deploy", "sha-svc", &TokenTerms::default(), 21)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            sql.live_token("sha-svc", 10_000).await.unwrap().unwrap().id,
+            st.id
+        );
+        assert!(
+            sql.create_service_token(u.id, "x", "sha-x", &TokenTerms::default(), 22)
+                .await
+                .unwrap()
+                .is_none(),
+            "a person's tokens are made by the person"
+        );
+        assert!(matches!(
+            sql.create_service_account("ulla", 23).await,
+            Err(StoreError::AlreadyExists(_))
+        ));
+    }
 
     async fn users_bindings_and_tokens(sql: &SqlStore) {
         assert_eq!(sql.count_users().await.unwrap(), 0);
@@ -879,8 +1071,8 @@ mod tests {
             (t.user_id, t.last_used_ms, t.revoked_at_ms),
             (b.id, None, None)
         );
-        assert_eq!(sql.live_token("sha-1").await.unwrap().unwrap().id, t.id);
-        assert!(sql.live_token("sha-2").await.unwrap().is_none());
+        assert_eq!(sql.live_token("sha-1", 0).await.unwrap().unwrap().id, t.id);
+        assert!(sql.live_token("sha-2", 0).await.unwrap().is_none());
         sql.touch_token(t.id, 1_000).await.unwrap();
         sql.touch_token(t.id, 30_000).await.unwrap();
         assert_eq!(
@@ -904,7 +1096,7 @@ mod tests {
             sql.revoke_token(b.id, t.id, 6).await.unwrap().is_none(),
             "once"
         );
-        assert!(sql.live_token("sha-1").await.unwrap().is_none());
+        assert!(sql.live_token("sha-1", 0).await.unwrap().is_none());
         assert_eq!(sql.tokens_of(b.id).await.unwrap()[0].revoked_at_ms, Some(5));
     }
 
@@ -1190,7 +1382,7 @@ mod tests {
             .await
             .unwrap()
             .expect("inserted");
-        assert!(sql.live_token("sha-raced").await.unwrap().is_none());
+        assert!(sql.live_token("sha-raced", 0).await.unwrap().is_none());
         assert_eq!(
             sql.tokens_of(u.id).await.unwrap()[0].revoked_at_ms,
             Some(t.created_at_ms),
@@ -1201,7 +1393,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert!(sql.live_token("sha-now").await.unwrap().is_some());
+        assert!(sql.live_token("sha-now", 0).await.unwrap().is_some());
         assert_eq!(
             sql.set_password_hash(u.id, "h3", 13).await.unwrap(),
             PasswordSet {
@@ -1210,7 +1402,7 @@ mod tests {
             },
             "the raced token is revoked for good with the live one"
         );
-        assert!(sql.live_token("sha-now").await.unwrap().is_none());
+        assert!(sql.live_token("sha-now", 0).await.unwrap().is_none());
     }
 
     async fn trusted_browsers_and_addresses_are_kept_bounded_and_outlive_a_password(

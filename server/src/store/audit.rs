@@ -48,9 +48,22 @@ pub mod action {
     /// (`onExhausted: suspendBatch`), or because it ran past its declared
     /// run time.
     pub const BUDGET_SUSPEND: &str = "budget.suspend";
+    /// A user linked to an identity provider's person (first sign-in, or
+    /// a local account adopted).
+    pub const USER_IDENTITY: &str = "user.identity";
+    /// A user's Kubernetes username, set at sign-in or by an admin.
+    pub const USER_KUBE_USERNAME: &str = "user.kubeUsername";
+    /// By `bizrq`: the provider no longer refreshes a sign-in (the person
+    /// left, or the provider ended the session): sessions ended.
+    pub const USER_SIGNED_OUT: &str = "user.signedOut";
+    /// A rule from a provider group to a role, added or removed on `/groups`.
+    pub const GROUP_ROLE_ADD: &str = "groupRole.add";
+    pub const GROUP_ROLE_REMOVE: &str = "groupRole.remove";
+    /// By `bizrq`: the group roles file changed and took effect.
+    pub const GROUP_ROLES_RELOAD: &str = "groupRoles.reload";
 
     /// Every action, for the page's filter (other pages add theirs here).
-    pub const ALL: [&str; 27] = [
+    pub const ALL: [&str; 33] = [
         QUOTA_CREATE,
         QUOTA_UPDATE,
         QUOTA_DELETE,
@@ -78,6 +91,12 @@ pub mod action {
         BUDGET_TOP_UP_EXPIRE,
         BUDGET_REFUND,
         BUDGET_SUSPEND,
+        USER_IDENTITY,
+        USER_KUBE_USERNAME,
+        USER_SIGNED_OUT,
+        GROUP_ROLE_ADD,
+        GROUP_ROLE_REMOVE,
+        GROUP_ROLES_RELOAD,
     ];
 }
 

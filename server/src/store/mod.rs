@@ -7,6 +7,7 @@ pub mod alerts;
 pub mod audit;
 pub mod budgets;
 pub mod history;
+pub mod identity;
 pub mod ledger;
 pub mod outbox;
 pub mod sessions;
