@@ -9,6 +9,7 @@ pub mod audit;
 pub mod budgets;
 pub mod chart_section;
 pub mod charts;
+pub mod groups;
 pub mod layout;
 pub mod prices;
 pub mod queue;
@@ -17,6 +18,7 @@ pub mod reports;
 pub mod shares;
 pub mod transfers;
 pub mod tree;
+pub mod workloads;
 
 pub use layout::{Flash, Section, Viewer};
 #[cfg(feature = "ssr")]

@@ -379,6 +379,7 @@ pub fn render_overview_page(
     document(move || {
         view! {
             <Layout viewer=Some(viewer) title=title section=Section::Overview flash=flash>
+                <p class="hint my-workloads"><a href="/workloads">"My workloads"</a>": what you submitted with kubectl, in every quota it runs or waits in."</p>
                 // Redrawn in place every 15 s when scripts run (by the
                 // navigation's badge island, which polls on every page).
                 <div data-live="overview">

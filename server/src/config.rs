@@ -50,6 +50,29 @@ pub enum LogFormat {
     Json,
 }
 
+/// Who may still sign in with a password (`--local-login`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LocalLogin {
+    /// Every local account.
+    #[default]
+    All,
+    /// Only the break-glass accounts (`--break-glass-users`); everyone
+    /// else signs in with the identity provider.
+    BreakGlass,
+}
+
+/// How bizrq authenticates at the provider's token endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum OidcClientAuth {
+    /// HTTP Basic with the client id and secret (`client_secret_basic`).
+    #[default]
+    Basic,
+    /// In the form (`client_secret_post`).
+    Post,
+    /// A public client, PKCE only (`none`).
+    None,
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Portal, JSON API, /metrics and health (plain HTTP).
@@ -402,6 +425,124 @@ pub struct ServeArgs {
     /// with every alert of a digest kind opened since the last one.
     #[arg(long, env = "BIZRQ_DIGEST_HOUR", default_value_t = 8, value_parser = clap::value_parser!(u8).range(0..=23))]
     pub digest_hour: u8,
+    /// Sign in with this OpenID Connect provider (its issuer exactly as
+    /// it writes it in `iss`; https, or http to a loopback address).
+    /// docs/oidc.md.
+    #[arg(long, env = "BIZRQ_OIDC_ISSUER")]
+    pub oidc_issuer: Option<String>,
+    /// The client id bizrq is registered under at the provider.
+    #[arg(long, env = "BIZRQ_OIDC_CLIENT_ID")]
+    pub oidc_client_id: Option<String>,
+    /// A file holding the client secret (a mounted Secret), read at start.
+    /// Without it the secret is read from BIZRQ_OIDC_CLIENT_SECRET; there
+    /// is no flag for the value, so it never shows in the process list.
+    #[arg(long, env = "BIZRQ_OIDC_CLIENT_SECRET_FILE")]
+    pub oidc_client_secret_file: Option<PathBuf>,
+    /// How the client authenticates at the token endpoint.
+    #[arg(long, env = "BIZRQ_OIDC_CLIENT_AUTH", value_enum, default_value_t = OidcClientAuth::Basic)]
+    pub oidc_client_auth: OidcClientAuth,
+    /// Scopes asked for (openid is always added). Add `groups` (Dex,
+    /// Okta) or `offline_access` where the provider wants them for the
+    /// groups claim or a refresh token.
+    #[arg(
+        long,
+        env = "BIZRQ_OIDC_SCOPES",
+        value_delimiter = ',',
+        default_value = "openid,email,profile"
+    )]
+    pub oidc_scopes: Vec<String>,
+    /// The ID token claim a new user's name comes from (a dotted path
+    /// reaches into objects).
+    #[arg(
+        long,
+        env = "BIZRQ_OIDC_USERNAME_CLAIM",
+        default_value = "preferred_username"
+    )]
+    pub oidc_username_claim: String,
+    /// The claim holding the person's email address.
+    #[arg(long, env = "BIZRQ_OIDC_EMAIL_CLAIM", default_value = "email")]
+    pub oidc_email_claim: String,
+    /// The claim listing the person's groups (e.g. `groups`,
+    /// `realm_access.roles`).
+    #[arg(long, env = "BIZRQ_OIDC_GROUPS_CLAIM", default_value = "groups")]
+    pub oidc_groups_claim: String,
+    /// What the login page calls the provider ("Sign in with …").
+    #[arg(
+        long,
+        env = "BIZRQ_OIDC_DISPLAY_NAME",
+        default_value = "single sign-on"
+    )]
+    pub oidc_display_name: String,
+    /// The redirect URI registered at the provider (default:
+    /// `<--public-url>/login/oidc/callback`).
+    #[arg(long, env = "BIZRQ_OIDC_REDIRECT_URL")]
+    pub oidc_redirect_url: Option<String>,
+    /// Where the provider sends the browser after logging out (default:
+    /// `<--public-url>/login`); register it at the provider too.
+    #[arg(long, env = "BIZRQ_OIDC_POST_LOGOUT_REDIRECT_URL")]
+    pub oidc_post_logout_redirect_url: Option<String>,
+    /// PEM CA certificates trusted for the provider besides the system's.
+    #[arg(long, env = "BIZRQ_OIDC_CA_FILE")]
+    pub oidc_ca_file: Option<PathBuf>,
+    /// Seconds a request to the provider may take, answer read.
+    #[arg(long, env = "BIZRQ_OIDC_TIMEOUT_SECONDS", default_value_t = 10)]
+    pub oidc_timeout_seconds: u64,
+    /// Clock skew allowed either way when checking exp, nbf and iat.
+    #[arg(long, env = "BIZRQ_OIDC_CLOCK_SKEW_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub oidc_clock_skew_seconds: u64,
+    /// The least time between two reads of the provider's key set (a token
+    /// naming an unknown key asks for it again, at most this often).
+    #[arg(long, env = "BIZRQ_OIDC_JWKS_REFETCH_SECONDS", default_value_t = 10)]
+    pub oidc_jwks_refetch_seconds: u64,
+    /// How often the roles of signed-in people are refreshed from the
+    /// provider (with their refresh token or userinfo): removal from a
+    /// group takes effect within this.
+    #[arg(long, env = "BIZRQ_OIDC_REFRESH_SECONDS", default_value_t = 300)]
+    pub oidc_refresh_seconds: u64,
+    /// A file of rules from provider groups to roles (YAML or JSON,
+    /// `groupRoles: [{group, role, quota}]`; a ConfigMap for GitOps),
+    /// applied with the rules admins keep on /groups; read again when it
+    /// changes.
+    #[arg(long, env = "BIZRQ_OIDC_GROUP_ROLES")]
+    pub oidc_group_roles: Option<PathBuf>,
+    /// How often the group roles file is checked for a change.
+    #[arg(
+        long,
+        env = "BIZRQ_OIDC_GROUP_ROLES_POLL_SECONDS",
+        default_value_t = 10
+    )]
+    pub oidc_group_roles_poll_seconds: u64,
+    /// The claim the Kubernetes API server names people by
+    /// (`--oidc-username-claim` of kube-apiserver): with it, a person's
+    /// Kubernetes username is linked to their portal user at sign-in.
+    #[arg(long, env = "BIZRQ_OIDC_KUBE_USERNAME_CLAIM")]
+    pub oidc_kube_username_claim: Option<String>,
+    /// The API server's `--oidc-username-prefix` (default as the API
+    /// server's: none for `email`, `<issuer>#` otherwise; `-` for none).
+    #[arg(
+        long,
+        env = "BIZRQ_OIDC_KUBE_USERNAME_PREFIX",
+        allow_hyphen_values = true
+    )]
+    pub oidc_kube_username_prefix: Option<String>,
+    /// On a first sign-in whose username is a local account's that no
+    /// provider person has yet, link the person to that account instead of
+    /// refusing. Only with a username claim people cannot change.
+    #[arg(long, env = "BIZRQ_OIDC_ADOPT_LOCAL_USERS")]
+    pub oidc_adopt_local_users: bool,
+    /// Who may sign in with a password: everyone (`all`), or only the
+    /// break-glass accounts (`break-glass`, with --oidc-issuer).
+    #[arg(long, env = "BIZRQ_LOCAL_LOGIN", value_enum, default_value_t = LocalLogin::All)]
+    pub local_login: LocalLogin,
+    /// The local accounts that may still sign in with a password under
+    /// `--local-login break-glass`.
+    #[arg(
+        long,
+        env = "BIZRQ_BREAK_GLASS_USERS",
+        value_delimiter = ',',
+        default_value = "admin"
+    )]
+    pub break_glass_users: Vec<String>,
     /// Log format.
     #[arg(long, env = "BIZRQ_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -12,6 +12,7 @@ pub mod config;
 pub mod demo;
 pub mod edge;
 pub mod heavy;
+pub mod identity;
 pub mod listen;
 pub mod mail;
 pub mod metrics;
@@ -321,6 +322,8 @@ struct Core {
     generated_token: Option<String>,
     generated_admin_password: Option<String>,
     demo: Option<demo::Outcome>,
+    /// Sign-in with the company's identity provider (`--oidc-issuer`).
+    sign_in: Option<Arc<identity::Identities>>,
 }
 
 impl Core {
@@ -434,6 +437,17 @@ impl Core {
                 tracing::warn!(error = %e, "transfers not recovered at startup; the sweep retries")
             }
         }
+        let sign_in = match identity::Settings::from_args(
+            args,
+            std::env::var("BIZRQ_OIDC_CLIENT_SECRET").ok(),
+        )? {
+            Some(settings) => Some(Arc::new(identity::Identities::new(
+                settings,
+                portal_sql.clone(),
+                service.clone(),
+            )?)),
+            None => None,
+        };
         // Before the sampler starts: history is written oldest first.
         let demo = if args.demo {
             let outcome =
@@ -455,6 +469,7 @@ impl Core {
             generated_token,
             generated_admin_password,
             demo,
+            sign_in,
         })
     }
 
@@ -465,11 +480,14 @@ impl Core {
         AppState {
             service: self.service.clone(),
             token_sha256: Arc::new(self.token_sha256.clone()),
-            portal: Arc::new(edge::state::Portal::new(
-                self.portal_sql.clone(),
-                edge::state::PortalConfig::from_args(args),
-                &self.metrics,
-            )),
+            portal: Arc::new(
+                edge::state::Portal::new(
+                    self.portal_sql.clone(),
+                    edge::state::PortalConfig::from_args(args),
+                    &self.metrics,
+                )
+                .with_identity(self.sign_in.clone()),
+            ),
             transfers: self.transfers.clone(),
         }
     }
@@ -483,6 +501,20 @@ impl Core {
     ) -> anyhow::Result<()> {
         let janitor = portal::spawn_janitor(self.sql.clone(), Duration::from_secs(600));
         background.spawn(until_aborted(janitor));
+        if let Some(ids) = &self.sign_in {
+            // Discovery at start, so the first page knows the provider's
+            // endpoints; a provider that is down is said in the log and
+            // asked again at the first sign-in.
+            let first = ids.clone();
+            background.spawn(async move {
+                match first.provider.metadata().await {
+                    Ok(_) => tracing::info!(issuer = %first.issuer(), "OpenID provider discovered"),
+                    Err(e) => tracing::warn!(issuer = %first.issuer(), error = %e, "OpenID provider not discovered at start; sign-in asks again"),
+                }
+            });
+            background.spawn(identity::refresh::run(ids.clone()));
+            background.spawn(identity::watch_rules_file(ids.clone()));
+        }
         let mailer = match mail::SmtpConfig::from_args(args) {
             Some(c) => Some(mail::Mailer::new(&c)?),
             None => {

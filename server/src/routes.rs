@@ -62,7 +62,10 @@ pub fn http_router(app: AppState) -> Router {
         .layer(app.portal.session_layer())
         .layer(middleware::from_fn(portal::auth::secure_cookie_behind_tls))
         .layer(DefaultBodyLimit::max(edge::API_BODY_LIMIT))
-        .layer(middleware::from_fn(portal::guards::security_headers))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            portal::guards::security_headers,
+        ))
         // Pages, JSON and CSV gzipped for clients that accept it (a
         // department's page is much repetitive HTML, which gzip shrinks well). The
         // fastest level: the cost is bounded by what a request may render.

@@ -76,6 +76,9 @@ pub struct Portal {
     pub heavy: Arc<crate::heavy::Heavy>,
     /// Logins and password changes per client address, before hashing.
     pub attempts: limits::AddressLimiter,
+    /// Sign-in with the company's identity provider, when configured
+    /// (`--oidc-issuer`).
+    pub identity: Option<Arc<crate::identity::Identities>>,
 }
 
 impl Portal {
@@ -85,8 +88,15 @@ impl Portal {
             hasher: limits::PasswordHasher::new(config.password_hash_threads),
             heavy: crate::heavy::Heavy::counted(config.heavy, metrics.heavy_refused.clone()),
             attempts: limits::AddressLimiter::new(config.login_attempts_per_minute),
+            identity: None,
             sql,
             config,
         }
+    }
+
+    /// With sign-in through an identity provider.
+    pub fn with_identity(mut self, identity: Option<Arc<crate::identity::Identities>>) -> Portal {
+        self.identity = identity;
+        self
     }
 }

@@ -1,11 +1,11 @@
-//! Portal pages: users and roles (admins), API tokens (the quota pages are
-//! in [`super::quotas`]).
+//! Portal pages: users and roles (admins) (API tokens: [`super::tokens`];
+//! the quota pages: [`super::quotas`]).
 //! Forms post here; each answers with a redirect and a flash message on
 //! success (303), or the page again with the error (422), 403 or 404.
 
-use super::auth::{client_addr, random_token, Viewer};
+use super::auth::{client_addr, Viewer};
 use super::PageError;
-use crate::authz::{Principal, Role};
+use crate::authz::{Principal, Role, Source};
 use crate::edge::limits::MAX_PASSWORD_BYTES;
 use crate::edge::AppState;
 use crate::service::audit::{user_json, user_target};
@@ -20,9 +20,6 @@ use axum::Form;
 use serde::Deserialize;
 use serde_json::json;
 
-/// Personal API tokens start with this, so a leaked one is recognisable.
-pub const TOKEN_PREFIX: &str = "bzq_";
-
 async fn users_page(
     app: &AppState,
     viewer: &Viewer,
@@ -32,6 +29,13 @@ async fn users_page(
     let sql = &app.portal.sql;
     let bindings = sql.all_bindings().await?;
     let emails = sql.user_emails().await?;
+    let linked = sql.users_with_identity().await?;
+    let provider = app
+        .portal
+        .identity
+        .as_ref()
+        .map(|i| i.settings.provider.display_name.clone())
+        .unwrap_or_else(|| "an identity provider".into());
     let me = viewer.principal.user_id;
     let rows = sql
         .users()
@@ -41,8 +45,18 @@ async fn users_page(
             bindings: bindings
                 .iter()
                 .filter(|b| b.user_id == u.id)
-                .map(|b| (b.binding.quota.clone(), b.binding.role.to_string()))
+                .map(|b| {
+                    (
+                        b.binding.quota.clone(),
+                        b.binding.role.to_string(),
+                        b.source == Source::Mapping,
+                    )
+                })
                 .collect(),
+            signs_in_with: linked.contains_key(&u.id).then(|| provider.clone()),
+            admin_by_group: u.admin_source == Source::Mapping,
+            kube_username: u.kube_username.clone().unwrap_or_default(),
+            is_service: u.is_service,
             is_self: Some(u.id) == me,
             email: emails.get(&u.id).cloned().unwrap_or_default(),
             created: quota::time::format_when(u.created_at_ms),
@@ -66,7 +80,11 @@ pub async fn users(State(app): State<AppState>, viewer: Viewer) -> Result<Respon
 }
 
 /// The users page again with an error (422), for a form that was refused.
-async fn refused(app: &AppState, viewer: &Viewer, message: String) -> Result<Response, PageError> {
+pub(super) async fn refused(
+    app: &AppState,
+    viewer: &Viewer,
+    message: String,
+) -> Result<Response, PageError> {
     users_page(
         app,
         viewer,
@@ -76,12 +94,16 @@ async fn refused(app: &AppState, viewer: &Viewer, message: String) -> Result<Res
     .await
 }
 
-async fn done(viewer: &Viewer, to: &str, message: String) -> Result<Response, PageError> {
+pub(super) async fn done(
+    viewer: &Viewer,
+    to: &str,
+    message: String,
+) -> Result<Response, PageError> {
     viewer.set_flash(Flash::Ok(message)).await;
     Ok(Redirect::to(to).into_response())
 }
 
-async fn user_named(app: &AppState, name: &str) -> Result<User, PageError> {
+pub(super) async fn user_named(app: &AppState, name: &str) -> Result<User, PageError> {
     app.portal
         .sql
         .user_by_name(name)
@@ -148,7 +170,7 @@ pub struct FlagForm {
 
 /// Ticked, or refused with what to do (the form's box is `required`, so
 /// only a client that skips the browser gets here without it).
-fn require_confirm(confirm: &str, what: &str) -> Result<(), PageError> {
+pub(super) fn require_confirm(confirm: &str, what: &str) -> Result<(), PageError> {
     if confirm == "yes" {
         Ok(())
     } else {
@@ -161,7 +183,7 @@ fn require_confirm(confirm: &str, what: &str) -> Result<(), PageError> {
 #[derive(Deserialize, Default)]
 pub struct ConfirmForm {
     #[serde(default)]
-    confirm: String,
+    pub(super) confirm: String,
 }
 
 fn parse_flag(v: &str) -> Result<bool, PageError> {
@@ -277,6 +299,24 @@ pub async fn set_password(
 ) -> Result<Response, PageError> {
     viewer.require_admin()?;
     let user = user_named(&app, &name).await?;
+    if user.is_service {
+        return refused(
+            &app,
+            &viewer,
+            format!(
+                "{name} is a service account: it acts through its API tokens, never a password"
+            ),
+        )
+        .await;
+    }
+    if !app.portal.sql.identities_of(user.id).await?.is_empty() {
+        return refused(
+            &app,
+            &viewer,
+            format!("{name} signs in with the identity provider; bizrq keeps no password for them"),
+        )
+        .await;
+    }
     if let Err(m) = super::forms::check_new_password(&f.password) {
         return refused(&app, &viewer, m).await;
     }
@@ -303,13 +343,33 @@ pub async fn set_password(
     done(&viewer, "/users", format!("password of {name} set")).await
 }
 
+/// A user who signs in with the identity provider has no password here.
+async fn refuse_if_signs_in_with_provider(app: &AppState, user_id: i64) -> Result<(), PageError> {
+    if app.portal.sql.identities_of(user_id).await?.is_empty() {
+        return Ok(());
+    }
+    let provider = app
+        .portal
+        .identity
+        .as_ref()
+        .map(|i| i.settings.provider.display_name.clone())
+        .unwrap_or_else(|| "your identity provider".into());
+    Err(PageError::Forbidden(format!(
+        "you sign in with {provider}; bizrq keeps no password for you (change it there)"
+    )))
+}
+
 /// GET /account/password: the form to change one's own password.
-pub async fn password_page(viewer: Viewer) -> Result<Response, PageError> {
-    if viewer.principal.user_id.is_none() {
+pub async fn password_page(
+    State(app): State<AppState>,
+    viewer: Viewer,
+) -> Result<Response, PageError> {
+    let Some(user_id) = viewer.principal.user_id else {
         return Err(PageError::Forbidden(
             "the admin token has no password".into(),
         ));
-    }
+    };
+    refuse_if_signs_in_with_provider(&app, user_id).await?;
     let flash = viewer.take_flash().await;
     Ok(Html(app::accounts::render_password_page(viewer.page(), flash)).into_response())
 }
@@ -337,6 +397,7 @@ pub async fn change_password(
             "the admin token has no password".into(),
         ));
     };
+    refuse_if_signs_in_with_provider(&app, user_id).await?;
     let sql = &app.portal.sql;
     let again = |m: String| {
         let page = app::accounts::render_password_page(viewer.page(), Some(Flash::Error(m)));
@@ -458,6 +519,85 @@ pub async fn set_email(
 }
 
 #[derive(Deserialize)]
+pub struct KubeUsernameForm {
+    #[serde(default)]
+    kube_username: String,
+}
+
+/// POST /users/{name}/kube-username (admins): the username the Kubernetes
+/// API server gives this person ("" for none), by hand (a local account, a
+/// cluster without OIDC); audited. A sign-in whose claim gives another sets
+/// it again.
+pub async fn set_kube_username(
+    State(app): State<AppState>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Form(f): Form<KubeUsernameForm>,
+) -> Result<Response, PageError> {
+    viewer.require_admin()?;
+    let user = user_named(&app, &name).await?;
+    let typed = f.kube_username.trim();
+    let kube = if typed.is_empty() {
+        None
+    } else if typed.len() > quota::submitters::MAX_SUBMITTER {
+        return refused(
+            &app,
+            &viewer,
+            format!(
+                "a Kubernetes username has at most {} bytes here",
+                quota::submitters::MAX_SUBMITTER
+            ),
+        )
+        .await;
+    } else {
+        quota::submitters::submitter(typed)
+    };
+    if kube == user.kube_username {
+        return done(
+            &viewer,
+            "/users",
+            format!("{name}'s Kubernetes username is unchanged"),
+        )
+        .await;
+    }
+    match app
+        .portal
+        .sql
+        .set_kube_username(user.id, kube.as_deref())
+        .await
+    {
+        Ok(()) => {}
+        Err(StoreError::AlreadyExists(_)) => {
+            return refused(
+                &app,
+                &viewer,
+                format!(
+                    "another user already has the Kubernetes username {}",
+                    kube.unwrap_or_default()
+                ),
+            )
+            .await
+        }
+        Err(e) => return Err(e.into()),
+    }
+    app.audit(
+        &viewer.principal,
+        action::USER_KUBE_USERNAME,
+        &user_target(&name),
+        Some(json!({"kubeUsername": user.kube_username})),
+        Some(json!({"kubeUsername": kube, "source": "hand"})),
+        &format!("{name}'s Kubernetes username set by an admin"),
+    )
+    .await;
+    done(
+        &viewer,
+        "/users",
+        format!("{name}'s Kubernetes username set"),
+    )
+    .await
+}
+
+#[derive(Deserialize)]
 pub struct RoleForm {
     quota: String,
     #[serde(default)]
@@ -521,133 +661,6 @@ pub async fn remove_role(
     .await
 }
 
-async fn tokens_page(
-    app: &AppState,
-    viewer: &Viewer,
-    new_token: Option<(String, String)>,
-    flash: Option<Flash>,
-) -> Result<Response, PageError> {
-    let Some(user_id) = viewer.principal.user_id else {
-        return Err(PageError::Forbidden(
-            "the admin token has no personal tokens".into(),
-        ));
-    };
-    let rows = app
-        .portal
-        .sql
-        .tokens_of(user_id)
-        .await?
-        .into_iter()
-        .map(|t| app::accounts::TokenRow {
-            id: t.id,
-            name: t.name,
-            created: quota::time::format_when(t.created_at_ms),
-            last_used: t.last_used_ms.map(quota::time::format_when),
-            revoked: t.revoked_at_ms.map(quota::time::format_when),
-        })
-        .collect();
-    Ok(Html(app::accounts::render_tokens_page(
-        viewer.page(),
-        rows,
-        new_token,
-        flash,
-    ))
-    .into_response())
-}
-
-/// GET /tokens: the viewer's own tokens.
-pub async fn tokens(State(app): State<AppState>, viewer: Viewer) -> Result<Response, PageError> {
-    let flash = viewer.take_flash().await;
-    tokens_page(&app, &viewer, None, flash).await
-}
-
-#[derive(Deserialize)]
-pub struct TokenForm {
-    name: String,
-}
-
-/// POST /tokens: a new personal token, shown once on the page it answers
-/// with (only its SHA-256 is kept).
-pub async fn create_token(
-    State(app): State<AppState>,
-    viewer: Viewer,
-    Form(f): Form<TokenForm>,
-) -> Result<Response, PageError> {
-    let Some(user_id) = viewer.principal.user_id else {
-        return Err(PageError::Forbidden(
-            "the admin token has no personal tokens".into(),
-        ));
-    };
-    let name = f.name.trim().to_string();
-    if name.is_empty() || name.chars().count() > 100 {
-        return Err(PageError::Invalid(
-            "a token needs a name of 1–100 characters".into(),
-        ));
-    }
-    let token = random_token(TOKEN_PREFIX);
-    let ended = || PageError::Forbidden("your session has ended; sign in again".into());
-    let session_id = viewer.session.id().ok_or_else(ended)?.to_string();
-    // The generation this session signed in under (checked when the
-    // viewer was resolved): a reset since leaves the token dead.
-    let credential_gen = super::auth::session_generation(&viewer.session).await?;
-    let t = app
-        .portal
-        .sql
-        .create_token(
-            user_id,
-            &session_id,
-            credential_gen,
-            &name,
-            &crate::util::sha256_hex(&token),
-            app.service.now(),
-        )
-        .await?
-        .ok_or_else(ended)?;
-    app.audit(
-        &viewer.principal,
-        action::TOKEN_CREATE,
-        &user_target(&viewer.principal.username),
-        None,
-        Some(json!({"id": t.id, "name": name})),
-        &format!("token '{name}'"),
-    )
-    .await;
-    tokens_page(&app, &viewer, Some((name, token)), None).await
-}
-
-/// POST /tokens/{id}/revoke: revoke one of the viewer's own tokens.
-pub async fn revoke_token(
-    State(app): State<AppState>,
-    viewer: Viewer,
-    Path(id): Path<i64>,
-    Form(f): Form<ConfirmForm>,
-) -> Result<Response, PageError> {
-    let Some(user_id) = viewer.principal.user_id else {
-        return Err(PageError::Forbidden(
-            "the admin token has no personal tokens".into(),
-        ));
-    };
-    require_confirm(&f.confirm, &format!("revoking token {id}"))?;
-    let Some(t) = app
-        .portal
-        .sql
-        .revoke_token(user_id, id, app.service.now())
-        .await?
-    else {
-        return Err(PageError::NotFound(format!("you have no live token {id}")));
-    };
-    app.audit(
-        &viewer.principal,
-        action::TOKEN_REVOKE,
-        &user_target(&viewer.principal.username),
-        Some(json!({"id": t.id, "name": t.name})),
-        None,
-        &format!("token '{}'", t.name),
-    )
-    .await;
-    done(&viewer, "/tokens", format!("token '{}' revoked", t.name)).await
-}
-
 /// Bind `user` as `role` on `quota`, audited (whoever may: the admin page
 /// and an owner's quota page both come here).
 pub(crate) async fn grant(
@@ -668,7 +681,7 @@ pub(crate) async fn grant(
         action::ROLE_ADD,
         quota,
         before.map(|r| json!({"user": name, "quota": quota, "role": r.as_str()})),
-        Some(json!({"user": name, "quota": quota, "role": role.as_str()})),
+        Some(json!({"user": name, "quota": quota, "role": role.as_str(), "source": "hand"})),
         &format!("{name} is {role} of {quota}"),
     )
     .await;
@@ -700,7 +713,7 @@ pub(crate) async fn grant_replacing(
         action::ROLE_ADD,
         quota,
         expected.map(|r| json!({"user": name, "quota": quota, "role": r.as_str()})),
-        Some(json!({"user": name, "quota": quota, "role": role.as_str()})),
+        Some(json!({"user": name, "quota": quota, "role": role.as_str(), "source": "hand"})),
         &format!("{name} is {role} of {quota}"),
     )
     .await;
@@ -726,7 +739,7 @@ pub(crate) async fn revoke(
         by,
         action::ROLE_REMOVE,
         quota,
-        Some(json!({"user": name, "quota": quota, "role": role.as_str()})),
+        Some(json!({"user": name, "quota": quota, "role": role.as_str(), "source": "hand"})),
         None,
         &format!("{name} is no longer {role} of {quota}"),
     )

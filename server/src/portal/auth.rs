@@ -84,17 +84,58 @@ async fn from_bearer(app: &AppState, token: &str) -> Result<Option<Principal>, S
         return Ok(Some(Principal::admin_token()));
     }
     let sql = &app.portal.sql;
-    let Some(t) = sql.live_token(&h, crate::util::now_ms()).await? else {
+    let now = crate::util::now_ms();
+    let Some(t) = sql.live_token(&h, now).await? else {
         return Ok(None);
     };
     let Some(user) = sql.user_by_id(t.user_id).await? else {
         return Ok(None);
     };
-    let p = principal_of(sql, user, Credential::Token(t.id)).await?;
+    let mut p = principal_of(sql, user, Credential::Token(t.id)).await?;
+    if let (Some(principal), Some(scope)) = (&p, &t.scope) {
+        p = Some(scoped_principal(app, principal, scope).await);
+    }
     if p.is_some() {
-        sql.touch_token(t.id, crate::util::now_ms()).await?;
+        sql.touch_token(t.id, now).await?;
     }
     Ok(p)
+}
+
+/// A token's principal held to its scope (`authz::scoped`).
+async fn scoped_principal(app: &AppState, p: &Principal, scope: &[String]) -> Principal {
+    let tree = lineage_tree(app, scope, p).await;
+    crate::authz::scoped(p, scope, &tree)
+}
+
+/// The tree of the lines above `names` and above `p`'s bindings, read one
+/// quota at a time from the portal's connections (a line is short; a
+/// corrupt one ends at `quota::tree::MAX_DEPTH` steps a name).
+pub async fn lineage_tree(app: &AppState, names: &[String], p: &Principal) -> crate::authz::Tree {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut todo: Vec<String> = names
+        .iter()
+        .cloned()
+        .chain(p.bindings.iter().map(|b| b.quota.clone()))
+        .collect();
+    let budget = quota::tree::MAX_DEPTH * todo.len().max(1);
+    let mut steps = 0;
+    while let Some(name) = todo.pop() {
+        steps += 1;
+        if steps > budget {
+            break;
+        }
+        if pairs.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        if let Ok(s) = app.service.get_for_view(&name).await {
+            let parent = s.quota.spec.parent.clone();
+            if !parent.is_empty() {
+                todo.push(parent.clone());
+            }
+            pairs.push((name, parent));
+        }
+    }
+    crate::authz::Tree::new(pairs)
 }
 
 /// The session's user, if one is logged in (and still enabled), and the
@@ -407,7 +448,7 @@ pub async fn require_csrf(req: Request, next: Next) -> Response {
         None => None,
     };
     // The login form's token lives in its own cookie (`LOGIN_COOKIE`).
-    let login_form = req.uri().path() == "/login";
+    let login_form = req.uri().path() == "/login" || req.uri().path() == "/login/oidc";
     let login_cookie_token = if login_form {
         login_token(req.headers())
     } else {
@@ -614,6 +655,7 @@ pub async fn login_page(
         String::new(),
         safe_next(q.next.as_deref()),
         None,
+        sign_in_options(&app),
     ))
     .into_response();
     r.headers_mut().append(
@@ -621,6 +663,19 @@ pub async fn login_page(
         login_cookie(&token, app.portal.config.secure_cookies),
     );
     r
+}
+
+/// How the login page offers to sign in: with the identity provider when
+/// one is configured, and passwords for everyone or the break-glass
+/// accounts only.
+pub fn sign_in_options(app: &AppState) -> app::accounts::SignInOptions {
+    match &app.portal.identity {
+        Some(ids) => app::accounts::SignInOptions {
+            provider: Some(ids.settings.provider.display_name.clone()),
+            break_glass_only: ids.settings.local_login == crate::config::LocalLogin::BreakGlass,
+        },
+        None => app::accounts::SignInOptions::default(),
+    }
 }
 
 /// The login form's CSRF cookie: sent only to `/login`, HttpOnly,
@@ -705,6 +760,7 @@ async fn login_inner(
                     username,
                     next,
                     Some(flash),
+                    sign_in_options(app),
                 )),
             )
                 .into_response();
@@ -766,6 +822,23 @@ async fn login_inner(
             StatusCode::UNPROCESSABLE_ENTITY,
             Flash::Error(format!(
                 "A password has at most {MAX_PASSWORD_BYTES} bytes."
+            )),
+            None,
+        )
+        .await;
+    }
+    if app
+        .portal
+        .identity
+        .as_ref()
+        .is_some_and(|ids| !ids.password_allowed(&username))
+    {
+        // Nothing to count or hash: no password is taken from this name.
+        let provider = sign_in_options(app).provider.unwrap_or_default();
+        return again(
+            StatusCode::FORBIDDEN,
+            Flash::Error(format!(
+                "Passwords are turned off here except for break-glass accounts: sign in with {provider}."
             )),
             None,
         )
@@ -872,7 +945,23 @@ async fn login_inner(
             Some(token)
         }
     };
-    // A new session id at login (no fixation) and a new CSRF token.
+    begin_session(session, &user, now).await?;
+    let mut r = Redirect::to(&next).into_response();
+    if let Some(token) = new_device {
+        r.headers_mut().append(
+            header::SET_COOKIE,
+            device_cookie(&token, app.portal.config.secure_cookies),
+        );
+    }
+    Ok(r)
+}
+
+/// Makes `session` the signed-in session of `user`: a new id (no
+/// fixation), the user, the credential generation, a new CSRF token; it is
+/// stored only if the user still has the password hash seen here and is
+/// enabled (`store::sessions`), so a sign-in that raced a new password or
+/// a disabling leaves nothing behind.
+pub async fn begin_session(session: &Session, user: &User, now: i64) -> Result<(), StoreError> {
     session.cycle_id().await.map_err(session_error)?;
     session
         .insert(USER_ID_KEY, user.id)
@@ -887,7 +976,6 @@ async fn login_inner(
         .await
         .map_err(session_error)?;
     session.insert(SEEN_KEY, now).await.map_err(session_error)?;
-    // The session is stored only if this hash is still the user's then.
     session
         .insert(
             crate::store::sessions::PASSWORD_HASH_KEY,
@@ -895,14 +983,7 @@ async fn login_inner(
         )
         .await
         .map_err(session_error)?;
-    let mut r = Redirect::to(&next).into_response();
-    if let Some(token) = new_device {
-        r.headers_mut().append(
-            header::SET_COOKIE,
-            device_cookie(&token, app.portal.config.secure_cookies),
-        );
-    }
-    Ok(r)
+    Ok(())
 }
 
 /// The cookie of a browser that signed in before: `bzd_` and 192 random
@@ -947,12 +1028,32 @@ pub fn device_cookie(token: &str, secure: bool) -> HeaderValue {
     HeaderValue::from_str(&v).expect("a device cookie is ASCII")
 }
 
-/// POST /logout: the session is deleted, the cookie removed.
-pub async fn logout(session: Session) -> Response {
+/// The session key of the ID token a sign-in through the identity
+/// provider received: the hint of RP-initiated logout.
+pub const ID_TOKEN_KEY: &str = "oidc_id_token";
+
+/// POST /logout: the session is deleted, the cookie removed. A session
+/// signed in through the identity provider is then ended there too
+/// (RP-initiated logout) when the provider has an end-session endpoint;
+/// otherwise, and for passwords, back to the login page.
+pub async fn logout(State(app): State<AppState>, session: Session) -> Response {
+    let id_token: Option<String> = session.get(ID_TOKEN_KEY).await.ok().flatten();
     if let Err(e) = session.flush().await {
         tracing::warn!(error = %e, "could not delete a session at logout");
     }
-    Redirect::to("/login").into_response()
+    let end_session = match (&app.portal.identity, &id_token) {
+        (Some(ids), Some(t)) => ids.provider.end_session_endpoint().map(|endpoint| {
+            let s = &ids.settings.provider;
+            crate::oidc::flow::end_session_url(
+                &endpoint,
+                Some(t),
+                &s.client_id,
+                &s.post_logout_redirect_uri,
+            )
+        }),
+        _ => None,
+    };
+    Redirect::to(end_session.as_deref().unwrap_or("/login")).into_response()
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 use crate::edge::limits::control_char;
 use crate::edge::{ApiError, API_BODY_LIMIT};
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -32,16 +32,36 @@ pub const CONTENT_SECURITY_POLICY: &str =
      connect-src 'self'; style-src 'self' 'unsafe-inline'; \
      img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
+/// The policy with the identity provider's origins added to
+/// `form-action`: the login page's button and the logout form end in a
+/// redirect to the provider, and browsers hold a form's redirects to
+/// `form-action` too.
+pub fn content_security_policy(form_origins: &[String]) -> String {
+    if form_origins.is_empty() {
+        return CONTENT_SECURITY_POLICY.to_string();
+    }
+    CONTENT_SECURITY_POLICY.replace(
+        "form-action 'self'",
+        &format!("form-action 'self' {}", form_origins.join(" ")),
+    )
+}
+
 /// Adds the security headers to every response (unless a handler set its
 /// own).
-pub async fn security_headers(req: Request, next: Next) -> Response {
+pub async fn security_headers(
+    State(app): State<crate::edge::AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
     let mut resp = next.run(req).await;
+    let csp = match &app.portal.identity {
+        Some(ids) => HeaderValue::from_str(&content_security_policy(&ids.provider.form_origins()))
+            .unwrap_or_else(|_| HeaderValue::from_static(CONTENT_SECURITY_POLICY)),
+        None => HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    };
     let h = resp.headers_mut();
     for (name, value) in [
-        (
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-        ),
+        (header::CONTENT_SECURITY_POLICY, csp),
         (
             header::X_CONTENT_TYPE_OPTIONS,
             HeaderValue::from_static("nosniff"),

@@ -153,6 +153,12 @@ pub async fn overview(State(app): State<AppState>, p: Principal) -> Result<Respo
         .collect();
     // The queued work's budget reasons at the same `now` as the
     // attention items (on the render threads, as the page does).
+    let linked = app
+        .portal
+        .sql
+        .kube_usernames()
+        .await
+        .map_err(|e| ApiError::Service(e.into()))?;
     let queued = {
         let (forest, p, w, cfg) = (
             data.forest.clone(),
@@ -163,7 +169,7 @@ pub async fn overview(State(app): State<AppState>, p: Principal) -> Result<Respo
         place
             .work(move || {
                 let (rows, more) =
-                    super::quotas::queued_in_my_quotas(&forest.quotas(), &p, &w, &cfg);
+                    super::quotas::queued_in_my_quotas(&forest.quotas(), &p, &w, &cfg, &linked);
                 app::queue::overview_html(rows, more)
             })
             .await

@@ -8,9 +8,13 @@
 //! - [`audit`]: the audit page and CSV export (appending: `service::audit`).
 //! - [`transfers`]: transfer pages and JSON API, authorised and audited.
 //! - [`quotas`]: overview, tree, quota detail, create / edit / delete forms.
-//! - [`pages`]: users and roles, API tokens.
+//! - [`accounts`]: users and roles; [`tokens`]: API tokens of people and
+//!   of service accounts.
 //! - [`live`]: what the islands fetch to redraw in place (the tree's rows
 //!   under a quota, the overview's changing parts).
+//! - [`oidc`]: sign-in with the company's identity provider (the code
+//!   flow's start and callback); [`groups`]: the rules from its groups to
+//!   roles (admins).
 //!
 //! The portal's tables always live in SQL ([`SqlStore`]), also in cluster
 //! mode where the quota objects live in the cluster.
@@ -23,15 +27,19 @@ pub mod budgets;
 pub mod export;
 pub mod forms;
 pub mod frame;
+pub mod groups;
 pub mod guards;
 pub mod live;
+pub mod oidc;
 pub mod prices;
 pub mod quotas;
 pub mod refusal;
 pub mod reports;
 pub mod scope;
 pub mod shares;
+pub mod tokens;
 pub mod transfers;
+pub mod workloads;
 
 // Tests and callers knew them here; the permissions table sits below the edges.
 use crate::edge::limits;
@@ -76,6 +84,7 @@ pub fn router() -> Router<AppState> {
         .route("/", get(quotas::overview))
         .route("/tree", get(quotas::tree))
         .route("/tree/rows", get(live::tree_rows))
+        .route("/workloads", get(workloads::mine))
         .route("/quotas/{name}", get(quotas::detail))
         .route("/quotas/{name}/charts", get(quotas::charts_page))
         .route("/quotas/{name}/shares", get(shares::page))
@@ -92,18 +101,35 @@ pub fn router() -> Router<AppState> {
         .route("/quotas/{name}/members/delete", post(quotas::remove_member))
         .route("/login", get(auth::login_page).post(auth::login))
         .route("/logout", post(auth::logout))
+        .route("/login/oidc", post(oidc::start))
+        .route("/login/oidc/callback", get(oidc::callback))
+        .route("/groups", get(groups::show).post(groups::add))
+        .route("/groups/delete", post(groups::remove))
         .route("/users", get(accounts::users).post(accounts::create_user))
         .route("/users/{name}/disabled", post(accounts::set_disabled))
         .route("/users/{name}/admin", post(accounts::set_admin))
         .route("/users/{name}/password", post(accounts::set_password))
         .route("/users/{name}/email", post(accounts::set_email))
+        .route(
+            "/users/{name}/kube-username",
+            post(accounts::set_kube_username),
+        )
         .route("/users/{name}/roles", post(accounts::add_role))
         .route("/users/{name}/roles/delete", post(accounts::remove_role))
+        .route("/tokens", get(tokens::mine).post(tokens::create_mine))
+        .route("/tokens/{id}/revoke", post(tokens::revoke_mine))
         .route(
-            "/tokens",
-            get(accounts::tokens).post(accounts::create_token),
+            "/users/service-accounts",
+            post(tokens::create_service_account),
         )
-        .route("/tokens/{id}/revoke", post(accounts::revoke_token))
+        .route(
+            "/users/{name}/tokens",
+            get(tokens::of_service).post(tokens::create_for_service),
+        )
+        .route(
+            "/users/{name}/tokens/{id}/revoke",
+            post(tokens::revoke_for_service),
+        )
         .route("/alerts", get(alerts::page))
         .route("/alerts.csv", get(export::alerts))
         .route("/tree.csv", get(export::tree))
@@ -168,8 +194,9 @@ pub async fn bootstrap_admin(
     }
 }
 
-/// Deletes expired sessions, old login failures, and browsers and
-/// addresses no longer trusted, every `every`.
+/// Deletes expired sessions, old login failures, browsers and addresses
+/// no longer trusted, sign-ins never finished and ID tokens expired, every
+/// `every`.
 pub fn spawn_janitor(sql: Arc<SqlStore>, every: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -186,6 +213,9 @@ pub fn spawn_janitor(sql: Arc<SqlStore>, every: Duration) -> JoinHandle<()> {
             }
             if let Err(e) = sql.prune_login_trust(now - auth::DEVICE_TRUST_MS).await {
                 tracing::warn!(error = %e, "could not forget old browsers and addresses");
+            }
+            if let Err(e) = sql.prune_sign_ins(now - oidc::FLOW_TTL_MS, now).await {
+                tracing::warn!(error = %e, "could not forget old sign-ins");
             }
         }
     })

@@ -204,6 +204,7 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
     }
     // The queues' budget reasons restated as of `now`: CPU that grows
     // with the queues shown, on the render threads.
+    let linked = app.portal.sql.kube_usernames().await?;
     let queued = {
         let (forest, p, w, cfg) = (
             data.forest.clone(),
@@ -212,7 +213,7 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
             app.service.keys.clone(),
         );
         place
-            .work(move || queued_in_my_quotas(&forest.quotas(), &p, &w, &cfg))
+            .work(move || queued_in_my_quotas(&forest.quotas(), &p, &w, &cfg, &linked))
             .await
             .map_err(|e| ServiceError::Internal(e.to_string()))?
     };
@@ -932,14 +933,15 @@ pub const OVERVIEW_QUEUED: usize = 50;
 /// the quotas the viewer holds a role on and, for an owner, every quota
 /// of the subtree it owns (its teams' queues; every visible quota for an
 /// admin), by quota then place, at most `OVERVIEW_QUEUED`, and how many
-/// more. A portal account is not a Kubernetes user (docs/portal-accounts.md),
-/// so "the viewer's own jobs" can only be its quotas' jobs; each row says
-/// who submitted it as the API server named them.
+/// more. Each row says who submitted it as the API server named them, and
+/// the portal user that name is linked to (`linked`: Kubernetes username →
+/// portal username; docs/oidc.md "One name from kubectl to the portal").
 pub(crate) fn queued_in_my_quotas(
     all: &[&Quota],
     p: &authz::Principal,
     w: &crate::service::working::Working,
     cfg: &quota::KeyConfig,
+    linked: &HashMap<String, String>,
 ) -> (Vec<app::queue::WaitingRow>, usize) {
     let now = w.now();
     let bound: BTreeSet<&str> = p.bindings.iter().map(|b| b.quota.as_str()).collect();
@@ -996,7 +998,8 @@ pub(crate) fn queued_in_my_quotas(
                 submitted_by: q.status.queue[i]
                     .work
                     .submitted_by
-                    .clone()
+                    .as_deref()
+                    .map(|k| crate::identity::kube_name::shown(linked, k))
                     .unwrap_or_else(|| "unknown".into()),
             });
         }

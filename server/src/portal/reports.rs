@@ -186,7 +186,14 @@ pub async fn page(
     }
     .await;
     let status = match made {
-        Ok(((s, notes, (title, chart, rows, total, reconcile)), p)) => {
+        Ok(((s, notes, (title, chart, mut rows, total, reconcile)), p)) => {
+            if s.by == quota::budget::report::Dimension::User {
+                // Who each Kubernetes username is here, where linked.
+                let linked = app.portal.sql.kube_usernames().await.unwrap_or_default();
+                for r in &mut rows {
+                    r.group = crate::identity::kube_name::shown(&linked, &r.group);
+                }
+            }
             page.title = title;
             page.chart = chart;
             page.rows = rows;
