@@ -331,6 +331,9 @@ pub struct Browser {
     device: std::sync::Mutex<Option<String>>,
     /// The login form's CSRF cookie, sent back as a browser would.
     login: std::sync::Mutex<Option<String>>,
+    /// The cookie of a sign-in with the identity provider under way
+    /// (`bizrq_oidc`, sent to `/login/oidc/` only).
+    flow: std::sync::Mutex<Option<String>>,
     csrf: std::sync::Mutex<Option<String>>,
 }
 
@@ -378,6 +381,7 @@ impl Browser {
             cookie: Default::default(),
             device: Default::default(),
             login: Default::default(),
+            flow: Default::default(),
             csrf: Default::default(),
         }
     }
@@ -432,6 +436,11 @@ impl Browser {
                 cookies.push(format!("bizrq_login={l}"));
             }
         }
+        if path.starts_with("/login/oidc/") {
+            if let Some(f) = self.flow.lock().unwrap().clone() {
+                cookies.push(format!("bizrq_oidc={f}"));
+            }
+        }
         if !cookies.is_empty() {
             req = req.header("cookie", cookies.join("; "));
         }
@@ -472,6 +481,16 @@ impl Browser {
         {
             let value = set["bizrq_login=".len()..].split(';').next().unwrap_or("");
             *self.login.lock().unwrap() = Some(value.to_string());
+        }
+        if let Some(set) = page
+            .headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|c| c.starts_with("bizrq_oidc="))
+        {
+            let value = set["bizrq_oidc=".len()..].split(';').next().unwrap_or("");
+            *self.flow.lock().unwrap() = (!value.is_empty()).then(|| value.to_string());
         }
         if let Some(t) = hidden_field(&page.body, "csrf") {
             *self.csrf.lock().unwrap() = Some(t);

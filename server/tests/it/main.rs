@@ -25,6 +25,7 @@ mod isolation;
 mod kueue_scenario;
 mod ledger;
 mod mail;
+mod oidc;
 mod one_copy;
 mod periods;
 mod portal;
