@@ -426,6 +426,15 @@ async fn callbacks_and_codes_are_good_once_and_in_their_own_browser() {
     assert_eq!(p.status, StatusCode::BAD_REQUEST, "{}", p.body);
     assert!(p.body.contains("refused this sign-in's code"), "{}", p.body);
     assert!(signed_out(&b2).await);
+    // Starting a sign-in is a form like the login's: without its CSRF
+    // token, refused.
+    let c = Browser::new(&s);
+    c.get("/login").await;
+    c.forget_csrf();
+    assert_eq!(
+        c.post("/login/oidc", &[]).await.status,
+        StatusCode::FORBIDDEN
+    );
     // A state bizrq never made, an error from the provider.
     let p = b1.get("/login/oidc/callback?code=x&state=made-up").await;
     assert_eq!(p.status, StatusCode::BAD_REQUEST);
