@@ -126,6 +126,17 @@ impl Principal {
 /// The longest portal username.
 pub const MAX_USERNAME: usize = 64;
 
+/// Names the audit log gives to actors that are not people: bizrq's own
+/// background work (`service::transfers::SYSTEM_ACTOR`, the group mapping)
+/// and the bootstrap admin token. No account may take
+/// one, or its changes would read as the system's (docs/oidc.md).
+pub const RESERVED_USERNAMES: [&str; 2] = ["bizrq", ADMIN_TOKEN_ACTOR];
+
+/// Whether `name` is one of [`RESERVED_USERNAMES`].
+pub fn reserved_username(name: &str) -> bool {
+    RESERVED_USERNAMES.contains(&name)
+}
+
 /// A portal username: 1–64 of lower-case letters, digits, '.', '_', '-'
 /// and at most one '@' (an identity provider's email-like names), starting
 /// with a letter or digit. Every username is a path segment of `/users/…`

@@ -499,6 +499,12 @@ pub struct ServeArgs {
     /// group takes effect within this.
     #[arg(long, env = "BIZRQ_OIDC_REFRESH_SECONDS", default_value_t = 300)]
     pub oidc_refresh_seconds: u64,
+    /// For a person whose provider gave no refresh token, so whose groups
+    /// cannot be asked about again: how long the roles a sign-in's groups
+    /// gave last. After it, their sessions end and their API tokens carry
+    /// only the roles given by hand, until they sign in again.
+    #[arg(long, env = "BIZRQ_OIDC_UNREFRESHED_ROLES_SECONDS", default_value_t = 43_200, value_parser = clap::value_parser!(u64).range(1..=2_592_000))]
+    pub oidc_unrefreshed_roles_seconds: u64,
     /// A file of rules from provider groups to roles (YAML or JSON,
     /// `groupRoles: [{group, role, quota}]`; a ConfigMap for GitOps),
     /// applied with the rules admins keep on /groups; read again when it

@@ -41,9 +41,7 @@ impl KubeNames {
         if v.is_empty() {
             return None;
         }
-        if self.claim == "email"
-            && claims.get("email_verified").and_then(Value::as_bool) == Some(false)
-        {
+        if self.claim == "email" && crate::oidc::claims::email_unverified(claims) {
             return None;
         }
         quota::submitters::submitter(&format!("{}{v}", self.prefix_for(issuer)))

@@ -51,6 +51,9 @@ pub struct Settings {
     pub kube_names: Option<KubeNames>,
     /// How often the roles of people who can act are refreshed.
     pub refresh_every: Duration,
+    /// How long a sign-in's mapped roles last for a person without a
+    /// refresh token (`--oidc-unrefreshed-roles-seconds`).
+    pub unrefreshed_roles_for: Duration,
     pub group_roles_file: Option<PathBuf>,
     pub group_roles_poll: Duration,
 }
@@ -161,6 +164,7 @@ impl Settings {
                     prefix: args.oidc_kube_username_prefix.clone(),
                 }),
             refresh_every: Duration::from_secs(args.oidc_refresh_seconds.max(1)),
+            unrefreshed_roles_for: Duration::from_secs(args.oidc_unrefreshed_roles_seconds),
             group_roles_file: args.oidc_group_roles.clone(),
             group_roles_poll: Duration::from_secs(args.oidc_group_roles_poll_seconds.max(1)),
         }))
@@ -192,6 +196,8 @@ pub enum SignInError {
     NameTaken(String),
     #[error("your bizrq account is disabled: ask an admin")]
     Disabled,
+    #[error("the username \"{0}\" is reserved in bizrq (its own work, or an account kept for when the provider is down): ask an admin to choose another claim (--oidc-username-claim)")]
+    Reserved(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -208,6 +214,24 @@ pub struct SignedIn {
 pub fn portal_username(provider_username: &str) -> Option<String> {
     let u = provider_username.trim().to_lowercase();
     crate::authz::valid_username(&u).then_some(u)
+}
+
+/// Why `local` may not be adopted by a sign-in of `person`, if so. An
+/// admin, a service account or a disabled account is never handed to a
+/// provider's person by name; nor is any account to an email the
+/// provider did not say it verified, when the email is the username.
+pub fn not_adoptable(local: &User, person: &Person, username_claim: &str) -> Option<&'static str> {
+    if local.is_admin {
+        Some("it is an admin's")
+    } else if local.is_service {
+        Some("it is a service account")
+    } else if local.disabled {
+        Some("it is disabled")
+    } else if username_claim == "email" && !person.email_verified {
+        Some("the provider did not say the email is verified")
+    } else {
+        None
+    }
 }
 
 fn rule_of_row(r: &crate::store::identity::GroupRoleRow) -> Option<Rule> {
@@ -273,6 +297,20 @@ impl Identities {
         }
         f.rules = Arc::new(rules);
         true
+    }
+
+    /// Whether `user` is a local account (a person with a password) that
+    /// `--local-login break-glass` turned off: what it already holds (a
+    /// session, API tokens) stops working too, not only its password.
+    pub fn local_account_off(&self, user: &User) -> bool {
+        self.settings.local_login == LocalLogin::BreakGlass
+            && !user.is_service
+            && user.password_hash != crate::store::accounts::NO_PASSWORD
+            && !self
+                .settings
+                .break_glass
+                .iter()
+                .any(|b| *b == user.username)
     }
 
     /// May `username` sign in with a password?
@@ -361,24 +399,46 @@ impl Identities {
                 value: person.username.chars().take(64).collect(),
             });
         };
+        if crate::authz::reserved_username(&username)
+            || self.settings.break_glass.iter().any(|b| *b == username)
+        {
+            // bizrq's own actors, and the accounts kept for when the
+            // provider is down, are never a provider's person's.
+            tracing::warn!(username = %username, subject = %person.subject, "refused a sign-in whose username is reserved");
+            return Err(SignInError::Reserved(username));
+        }
         if let Some(local) = sql.user_by_name(&username).await? {
             let linked = !sql.identities_of(local.id).await?.is_empty();
             if !self.settings.adopt_local_users || linked {
                 return Err(SignInError::NameTaken(username));
             }
-            sql.link_identity(issuer, &person.subject, local.id, now)
+            if let Some(why) = not_adoptable(&local, person, claim) {
+                tracing::warn!(username = %username, subject = %person.subject, why, "refused to adopt a local account");
+                self.audit(
+                    action::USER_IDENTITY,
+                    &crate::service::audit::user_target(&username),
+                    json!({"issuer": issuer, "subject": person.subject, "adopted": false, "why": why}),
+                    &format!("{username}'s local account was not adopted by a sign-in with the identity provider: {why}"),
+                )
+                .await;
+                return Err(SignInError::NameTaken(username));
+            }
+            sql.adopt_identity(issuer, &person.subject, local.id, now)
                 .await
                 .map_err(|e| match e {
-                    StoreError::AlreadyExists(_) => SignInError::NameTaken(username.clone()),
+                    StoreError::AlreadyExists(_) | StoreError::Conflict(_) => {
+                        SignInError::NameTaken(username.clone())
+                    }
                     e => e.into(),
                 })?;
             self.audit(
                 action::USER_IDENTITY,
                 &crate::service::audit::user_target(&username),
                 json!({"issuer": issuer, "subject": person.subject, "adopted": true}),
-                &format!("{username} signs in with the identity provider from now on (the local account of that name was adopted)"),
+                &format!("{username} signs in with the identity provider from now on (the local account of that name was adopted; its password and tokens ended)"),
             )
             .await;
+            let local = sql.user_by_id(local.id).await?.unwrap_or(local);
             return Ok((local, false));
         }
         let user = match sql.sign_up(issuer, &person.subject, &username, now).await {

@@ -51,22 +51,53 @@ pub async fn run(ids: Arc<Identities>) {
     }
 }
 
-/// One round: everyone due; how many were refreshed.
+/// People refreshed at once: a slow provider holds up a few, not a round.
+pub const AT_ONCE: usize = 8;
+
+/// Batches taken in one round at most (of [`MAX_PER_ROUND`] each), so a
+/// round ends even when every person is due at every tick.
+pub const MAX_BATCHES: usize = 10;
+
+/// One round: everyone due, [`AT_ONCE`] at a time, in batches until none
+/// is due; how many were refreshed. A batch in which the provider answered
+/// nobody ends the round (it is down: the next tick tries again).
 pub async fn round(ids: &Identities) -> Result<usize, crate::store::StoreError> {
-    let now = ids.service.now();
-    let every = ids.settings.refresh_every.as_millis() as i64;
-    let due = ids
-        .sql
-        .identities_due(now - every + 500, now, MAX_PER_ROUND)
-        .await?;
+    use futures::StreamExt;
     let mut n = 0;
-    for id in due.iter().filter(|i| i.issuer == ids.issuer()) {
-        match one(ids, id).await {
-            Ok(Outcome::Taken) => {}
-            Ok(_) => n += 1,
-            Err(e) => {
-                tracing::warn!(error = %e, subject = %id.subject, "could not refresh one person's roles")
-            }
+    for _ in 0..MAX_BATCHES {
+        let now = ids.service.now();
+        let every = ids.settings.refresh_every.as_millis() as i64;
+        let due = ids
+            .sql
+            .identities_due(now - every + 500, now, MAX_PER_ROUND)
+            .await?;
+        let fetched = due.len();
+        let ours: Vec<Identity> = due
+            .into_iter()
+            .filter(|i| i.issuer == ids.issuer())
+            .collect();
+        let outcomes: Vec<_> = futures::stream::iter(ours)
+            .map(|id| async move {
+                let r = one(ids, &id).await;
+                if let Err(e) = &r {
+                    tracing::warn!(error = %e, subject = %id.subject, "could not refresh one person's roles");
+                }
+                r
+            })
+            .buffer_unordered(AT_ONCE)
+            .collect()
+            .await;
+        let done = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(Outcome::Applied(_) | Outcome::Ended)))
+            .count();
+        n += done;
+        let asked = outcomes
+            .iter()
+            .filter(|o| !matches!(o, Ok(Outcome::Taken)))
+            .count();
+        if (fetched as i64) < MAX_PER_ROUND || (asked > 0 && done == 0) {
+            break;
         }
     }
     Ok(n)
@@ -75,14 +106,14 @@ pub async fn round(ids: &Identities) -> Result<usize, crate::store::StoreError> 
 /// Refreshes one person.
 pub async fn one(ids: &Identities, id: &Identity) -> Result<Outcome, crate::store::StoreError> {
     let now = ids.service.now();
-    let Some(refresh_token) = id.refresh_token.as_deref() else {
-        return Ok(Outcome::Skipped);
-    };
     if !ids.sql.claim_refresh(id, now).await? {
         return Ok(Outcome::Taken);
     }
     let Some(user) = ids.sql.user_by_id(id.user_id).await? else {
         return Ok(Outcome::Skipped);
+    };
+    let Some(refresh_token) = id.refresh_token.as_deref() else {
+        return unrefreshed(ids, id, &user, now).await;
     };
     let p = &ids.provider;
     let tokens = match p.refresh(refresh_token).await {
@@ -118,10 +149,15 @@ pub async fn one(ids: &Identities, id: &Identity) -> Result<Outcome, crate::stor
         }
     };
     let names = &p.settings.claims;
-    let groups = match (&tokens.id_token, &tokens.access_token) {
-        (Some(t), _) => match p.check_id_token(t, None, now / 1000).await {
+    // The groups claim as the fresh ID token names it; without an ID
+    // token, or one that leaves the claim out (some providers send groups
+    // at sign-in only), as userinfo names it. Absent everywhere is not "in
+    // no group": roles stay as they are. An empty list is no group.
+    let mut named = None;
+    if let Some(t) = &tokens.id_token {
+        match p.check_id_token(t, None, now / 1000).await {
             Ok(tok) if tok.subject == id.subject => {
-                claims::groups_of(claims::at(&tok.claims, &names.groups)).0
+                named = claims::at(&tok.claims, &names.groups).cloned()
             }
             Ok(_) => {
                 tracing::warn!(user = %user.username, "a refreshed ID token names another subject; roles stay as they are");
@@ -131,19 +167,24 @@ pub async fn one(ids: &Identities, id: &Identity) -> Result<Outcome, crate::stor
                 tracing::warn!(user = %user.username, error = %e, "a refreshed ID token was refused; roles stay as they are");
                 return Ok(Outcome::Skipped);
             }
-        },
-        (None, Some(access)) => match p.userinfo(access, &id.subject).await {
-            Ok(c) => claims::groups_of(claims::at(&c, &names.groups)).0,
-            Err(e) => {
-                tracing::warn!(user = %user.username, error = %e, "userinfo failed; roles stay as they are");
-                return Ok(Outcome::Skipped);
-            }
-        },
-        (None, None) => {
-            tracing::warn!(user = %user.username, "the refresh gave neither an ID token nor an access token; roles stay as they are");
-            return Ok(Outcome::Skipped);
         }
+    }
+    if named.is_none() {
+        if let Some(access) = &tokens.access_token {
+            match p.userinfo(access, &id.subject).await {
+                Ok(c) => named = claims::at(&c, &names.groups).cloned(),
+                Err(e) => {
+                    tracing::warn!(user = %user.username, error = %e, "userinfo failed; roles stay as they are");
+                    return Ok(Outcome::Skipped);
+                }
+            }
+        }
+    }
+    let Some(named) = named else {
+        tracing::warn!(user = %user.username, claim = %names.groups, "the refresh named no groups claim (neither the ID token nor userinfo); roles stay as they are");
+        return Ok(Outcome::Skipped);
     };
+    let groups = claims::groups_of(Some(&named)).0;
     // A rotated refresh token replaces the one used; none given keeps it.
     let keep = tokens.refresh_token.as_deref().map(Some);
     ids.sql
@@ -151,4 +192,53 @@ pub async fn one(ids: &Identities, id: &Identity) -> Result<Outcome, crate::stor
         .await?;
     let changes = ids.apply_roles(&user, &groups, "on a refresh").await?;
     Ok(Outcome::Applied(changes.len()))
+}
+
+/// A person whose provider gave no refresh token: their groups cannot be
+/// asked about again, so what a sign-in's groups gave lasts
+/// `--oidc-unrefreshed-roles-seconds` from it. After that their sessions end
+/// and the mapping's roles go (their API tokens keep the roles given by
+/// hand), until they sign in again.
+async fn unrefreshed(
+    ids: &Identities,
+    id: &Identity,
+    user: &crate::store::accounts::User,
+    now: i64,
+) -> Result<Outcome, crate::store::StoreError> {
+    let lasts = ids.settings.unrefreshed_roles_for.as_millis() as i64;
+    if now.saturating_sub(id.last_login_ms) < lasts {
+        return Ok(Outcome::Skipped);
+    }
+    let ended = ids.sql.delete_sessions_of(user.id).await? > 0;
+    if !id.groups.is_empty() {
+        ids.sql
+            .record_identity(&id.issuer, &id.subject, &[], None, false, now)
+            .await?;
+    }
+    let changes = ids
+        .apply_roles(user, &[], "the sign-in that gave them is older than --oidc-unrefreshed-roles-seconds, and the provider gave no refresh token")
+        .await?;
+    if ended {
+        let e = entry(
+            now,
+            "bizrq",
+            action::USER_SIGNED_OUT,
+            &crate::service::audit::user_target(&user.username),
+            None,
+            None,
+            &format!(
+                "{} signed out: the sign-in is older than {} and the identity provider gave no refresh token to ask about it again",
+                user.username,
+                quota::budget::runway::span(lasts)
+            ),
+        );
+        if let Err(err) = ids.sql.append_audit(&e).await {
+            tracing::error!(error = %err, "could not write an audit entry");
+        }
+    }
+    Ok(if ended || !changes.is_empty() {
+        Outcome::Applied(changes.len())
+    } else {
+        Outcome::Skipped
+    })
 }

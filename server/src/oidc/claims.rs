@@ -128,20 +128,22 @@ pub fn check(payload: &[u8], e: &Expected) -> Result<IdToken, ClaimError> {
         _ => {}
     }
     let exp = seconds(&claims, "exp")?.ok_or(ClaimError::Missing("exp"))?;
-    if exp + e.skew_s <= e.now_s {
-        return Err(ClaimError::Expired(e.now_s - exp));
+    // Saturating: a signed value near the ends of i64 is refused, never a
+    // panic or a wrap.
+    if exp.saturating_add(e.skew_s) <= e.now_s {
+        return Err(ClaimError::Expired(e.now_s.saturating_sub(exp)));
     }
     if let Some(nbf) = seconds(&claims, "nbf")? {
-        if nbf - e.skew_s > e.now_s {
-            return Err(ClaimError::NotYetValid(nbf - e.now_s));
+        if nbf.saturating_sub(e.skew_s) > e.now_s {
+            return Err(ClaimError::NotYetValid(nbf.saturating_sub(e.now_s)));
         }
     }
     let iat = seconds(&claims, "iat")?.ok_or(ClaimError::Missing("iat"))?;
-    if iat - e.skew_s > e.now_s {
-        return Err(ClaimError::IssuedInFuture(iat - e.now_s));
+    if iat.saturating_sub(e.skew_s) > e.now_s {
+        return Err(ClaimError::IssuedInFuture(iat.saturating_sub(e.now_s)));
     }
-    if e.now_s - iat > e.max_age_s + e.skew_s {
-        return Err(ClaimError::TooOld(e.now_s - iat));
+    if e.now_s.saturating_sub(iat) > e.max_age_s.saturating_add(e.skew_s) {
+        return Err(ClaimError::TooOld(e.now_s.saturating_sub(iat)));
     }
     if let Some(want) = e.nonce {
         let got = claims
@@ -205,6 +207,16 @@ pub struct Person {
     /// Groups left out: over [`MAX_GROUP`] bytes, holding a control
     /// character, or past [`MAX_GROUPS`].
     pub groups_dropped: usize,
+    /// The provider said, with a JSON `true`, that the email is verified.
+    pub email_verified: bool,
+}
+
+/// Whether the claims mark the email unverified: `email_verified` given as
+/// anything but `true` (`false`, `"false"`, `"true"`, a number). Absent is
+/// not unverified: some providers never send it.
+pub fn email_unverified(c: &serde_json::Map<String, Value>) -> bool {
+    c.get("email_verified")
+        .is_some_and(|v| v != &Value::Bool(true))
 }
 
 fn clean_string(v: &Value, max: usize) -> Option<String> {
@@ -242,7 +254,7 @@ pub fn person(token: &IdToken, names: &ClaimNames) -> Result<Person, ClaimError>
     let username = at(c, &names.username)
         .ok_or(ClaimError::Missing("username"))
         .and_then(|v| clean_string(v, MAX_NAME).ok_or(ClaimError::Unusable("username")))?;
-    let unverified = c.get("email_verified").and_then(Value::as_bool) == Some(false);
+    let unverified = email_unverified(c);
     if names.username == "email" && unverified {
         return Err(ClaimError::Unusable("email (not verified by the provider)"));
     }
@@ -256,6 +268,7 @@ pub fn person(token: &IdToken, names: &ClaimNames) -> Result<Person, ClaimError>
         email,
         groups,
         groups_dropped,
+        email_verified: c.get("email_verified") == Some(&Value::Bool(true)),
     })
 }
 

@@ -155,10 +155,16 @@ fn usable(raw: RawJwk) -> Option<Jwk> {
     let key = match raw.kty.as_str() {
         "RSA" => {
             // 8192 bits at most: 1,366 base64url characters.
-            let n = decode_b64(raw.n.as_deref()?, 1400)?;
-            let e = decode_b64(raw.e.as_deref()?, 16)?;
+            // Leading zero bytes, which some providers publish, dropped:
+            // ring refuses a modulus or exponent that has them.
+            let strip = |v: Vec<u8>| -> Vec<u8> {
+                let zeros = v.iter().take_while(|b| **b == 0).count();
+                v[zeros..].to_vec()
+            };
+            let n = strip(decode_b64(raw.n.as_deref()?, 1400)?);
+            let e = strip(decode_b64(raw.e.as_deref()?, 16)?);
             // Below 2048 bits ring refuses to verify anyway; say so here.
-            let bits = n.iter().skip_while(|b| **b == 0).count() * 8;
+            let bits = n.len() * 8;
             if bits < 2048 {
                 return None;
             }
@@ -249,13 +255,14 @@ pub enum TokenError {
 
 impl TokenError {
     /// Whether fetching the key set again might help: the provider may
-    /// have rotated its keys since they were read.
-    pub fn may_be_rotation(&self, had_kid: bool) -> bool {
-        match self {
-            TokenError::UnknownKey(_) | TokenError::NoKeyFor(_) => true,
-            TokenError::BadSignature => !had_kid,
-            _ => false,
-        }
+    /// have rotated its keys since they were read — to a new kid, or (some
+    /// do) a new key under a kid it used before. The refetch window
+    /// bounds what a forged signature can make bizrq read.
+    pub fn may_be_rotation(&self) -> bool {
+        matches!(
+            self,
+            TokenError::UnknownKey(_) | TokenError::NoKeyFor(_) | TokenError::BadSignature
+        )
     }
 }
 
@@ -498,7 +505,7 @@ mod tests {
         );
         let e = parse(&t).unwrap().verify(&keys).unwrap_err();
         assert_eq!(e, TokenError::UnknownKey("b".into()));
-        assert!(e.may_be_rotation(true));
+        assert!(e.may_be_rotation());
         // A payload changed after signing.
         let good = rs256(&claims());
         let mut parts: Vec<&str> = good.split('.').collect();

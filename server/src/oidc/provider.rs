@@ -169,7 +169,16 @@ struct Keys {
     /// key it did not hold (answered or not). The first read does not
     /// count: a rotation right after it is still followed.
     asked_on_miss: Option<Instant>,
+    /// When the set held was read, and when a read was last tried
+    /// because it had grown old ([`KEY_SET_MAX_AGE`]).
+    read_at: Option<Instant>,
+    aged_try_at: Option<Instant>,
 }
+
+/// A key set is read again once it is this old, so a key the provider
+/// retired stops being trusted (the set read before is kept, and tried
+/// again each refetch window, while the provider is down).
+pub const KEY_SET_MAX_AGE: Duration = METADATA_TTL;
 
 /// One configured provider.
 pub struct Provider {
@@ -287,7 +296,18 @@ impl Provider {
     }
 
     async fn verify(&self, signed: &jws::Signed) -> Result<(), ProviderError> {
-        let had_kid = signed.header.kid.is_some();
+        if self.key_set_aged() {
+            let _one = self.refetching.lock().await;
+            if self.key_set_aged() {
+                self.keys
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .aged_try_at = Some(Instant::now());
+                if let Err(e) = self.read_key_set(false).await {
+                    tracing::warn!(error = %e, "could not read the provider's key set again; the one read before is kept");
+                }
+            }
+        }
         let current = self
             .keys
             .lock()
@@ -297,7 +317,7 @@ impl Provider {
         let first = match &current {
             Some(set) => match signed.verify(set) {
                 Ok(()) => return Ok(()),
-                Err(e) if e.may_be_rotation(had_kid) => e,
+                Err(e) if e.may_be_rotation() => e,
                 Err(e) => return Err(e.into()),
             },
             None => TokenError::UnknownKey(String::new()),
@@ -332,6 +352,17 @@ impl Provider {
         Ok(signed.verify(&set)?)
     }
 
+    /// Whether the set held is older than [`KEY_SET_MAX_AGE`] and no read
+    /// was tried for that within the refetch window.
+    fn key_set_aged(&self) -> bool {
+        let k = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        k.set.is_some()
+            && k.read_at.is_some_and(|at| at.elapsed() >= KEY_SET_MAX_AGE)
+            && !k
+                .aged_try_at
+                .is_some_and(|at| at.elapsed() < self.settings.jwks_refetch)
+    }
+
     /// Reads the key set; `on_miss`: because a token named a key the set
     /// held did not have (what the refetch window limits).
     async fn read_key_set(&self, on_miss: bool) -> Result<Arc<KeySet>, ProviderError> {
@@ -363,7 +394,11 @@ impl Provider {
             })?,
         );
         tracing::info!(keys = set.keys.len(), "read the OpenID provider's key set");
-        self.keys.lock().unwrap_or_else(|e| e.into_inner()).set = Some(set.clone());
+        {
+            let mut k = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+            k.set = Some(set.clone());
+            k.read_at = Some(Instant::now());
+        }
         Ok(set)
     }
 

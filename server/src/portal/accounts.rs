@@ -130,6 +130,16 @@ pub async fn create_user(
     if !crate::authz::valid_username(&username) {
         return refused(&app, &viewer, format!("'{username}' is not a valid username: use 1–64 lower-case letters, digits, '.', '_' or '-'")).await;
     }
+    if crate::authz::reserved_username(&username) {
+        return refused(
+            &app,
+            &viewer,
+            format!(
+                "'{username}' is the name the audit log gives bizrq's own work: choose another"
+            ),
+        )
+        .await;
+    }
     if let Err(m) = super::forms::check_new_password(&f.password) {
         return refused(&app, &viewer, m).await;
     }
@@ -256,12 +266,31 @@ pub async fn set_admin(
         )
         .await;
     }
+    if user.is_admin == is_admin
+        && (!is_admin
+            || user.admin_source == Source::Hand
+            || Some(user.id) == viewer.principal.user_id)
+    {
+        // Nothing to do; and an admin by the group mapping cannot make
+        // their own role one by hand, which the mapping would never take
+        // back (another admin can).
+        return done(
+            &viewer,
+            "/users",
+            format!(
+                "{name} is {}an admin already",
+                if is_admin { "" } else { "not " }
+            ),
+        )
+        .await;
+    }
     if is_admin {
         require_confirm(&f.confirm, &format!("making {name} an admin"))?;
     }
     app.portal.sql.set_user_admin(user.id, is_admin).await?;
     let after = User {
         is_admin,
+        admin_source: Source::Hand,
         ..user.clone()
     };
     app.audit(

@@ -91,6 +91,9 @@ async fn from_bearer(app: &AppState, token: &str) -> Result<Option<Principal>, S
     let Some(user) = sql.user_by_id(t.user_id).await? else {
         return Ok(None);
     };
+    if local_account_off(app, &user) {
+        return Ok(None);
+    }
     let mut p = principal_of(sql, user, Credential::Token(t.id)).await?;
     if let (Some(principal), Some(scope)) = (&p, &t.scope) {
         p = Some(scoped_principal(app, principal, scope).await);
@@ -152,7 +155,21 @@ async fn from_session(app: &AppState, session: &Session) -> Result<Option<Princi
         session.flush().await.map_err(session_error)?;
         return Ok(None);
     }
+    if local_account_off(app, &user) {
+        tracing::info!(user = %user.username, "a local account's session ended: passwords are turned off here except for break-glass accounts");
+        session.flush().await.map_err(session_error)?;
+        return Ok(None);
+    }
     principal_of(&app.portal.sql, user, Credential::Session).await
+}
+
+/// A local account that `--local-login break-glass` turned off
+/// (`Identities::local_account_off`).
+fn local_account_off(app: &AppState, user: &crate::store::accounts::User) -> bool {
+    app.portal
+        .identity
+        .as_ref()
+        .is_some_and(|ids| ids.local_account_off(user))
 }
 
 /// The credential generation a session signed in under (0 for sessions

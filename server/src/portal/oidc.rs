@@ -48,7 +48,8 @@ pub const FLOW_COOKIE: &str = "bizrq_oidc";
 /// A sign-in must come back within this long.
 pub const FLOW_TTL_MS: i64 = 10 * 60_000;
 /// Sign-ins under way at once (started within [`FLOW_TTL_MS`]); beyond it
-/// a start is refused (503), so anonymous clients cannot fill the table.
+/// the oldest are forgotten, so anonymous clients can neither grow the
+/// table nor lock people out of signing in.
 pub const MAX_FLOWS: i64 = 10_000;
 /// The longest `code`, `state` or error text read from a callback.
 const MAX_PARAM: usize = 2048;
@@ -160,19 +161,19 @@ pub async fn start(
         return r;
     }
     let sql = &app.portal.sql;
+    // At the cap, the oldest sign-ins under way make room: anonymous
+    // clients can fill the table but never lock people out of it.
     match sql.flows_since(now - FLOW_TTL_MS).await {
-        Ok(n) if n >= MAX_FLOWS => {
-            tracing::warn!(flows = n, "sign-in refused: too many sign-ins under way");
-            let mut r = login_again(
-                &app,
-                &parts.headers,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Too many sign-ins are under way. Try again in a minute.".into(),
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(60));
-            return r;
-        }
+        Ok(n) if n >= MAX_FLOWS => match sql.evict_oldest_flows(MAX_FLOWS).await {
+            Ok(gone) => {
+                tracing::warn!(
+                    flows = n,
+                    evicted = gone,
+                    "too many sign-ins under way: the oldest were forgotten"
+                )
+            }
+            Err(e) => return super::PageError::from(e).into_response(),
+        },
         Ok(_) => {}
         Err(e) => return super::PageError::from(e).into_response(),
     }
@@ -354,7 +355,10 @@ pub async fn callback(
     match app
         .portal
         .sql
-        .first_use_of_token(&crate::util::sha256_hex(id_token), token.expires_s * 1000)
+        .first_use_of_token(
+            &crate::util::sha256_hex(id_token),
+            token.expires_s.saturating_mul(1000),
+        )
         .await
     {
         Ok(true) => {}

@@ -279,6 +279,16 @@ pub async fn create_service_account(
     if !crate::authz::valid_username(&username) {
         return refused(&app, &viewer, format!("'{username}' is not a valid name: use 1–64 lower-case letters, digits, '.', '_', '-' and one '@'")).await;
     }
+    if crate::authz::reserved_username(&username) {
+        return refused(
+            &app,
+            &viewer,
+            format!(
+                "'{username}' is the name the audit log gives bizrq's own work: choose another"
+            ),
+        )
+        .await;
+    }
     let user = match app
         .portal
         .sql

@@ -83,7 +83,13 @@ pub fn transfer_summary(t: &Transfer) -> String {
 
 /// What the log keeps of a user (never the password hash).
 pub fn user_json(u: &User) -> Value {
-    json!({ "username": u.username, "isAdmin": u.is_admin, "disabled": u.disabled })
+    let mut v = json!({ "username": u.username, "isAdmin": u.is_admin, "disabled": u.disabled });
+    if u.is_admin {
+        // Who gave the admin role: by hand, or the group mapping (which
+        // takes away only what it gave).
+        v["adminSource"] = json!(u.admin_source.as_str());
+    }
+    v
 }
 /// The service and the audit log together: what a person's change goes
 /// through, whichever edge (JSON API, portal) it came in by.

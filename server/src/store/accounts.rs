@@ -125,7 +125,9 @@ fn token_from_row(row: &AnyRow) -> Result<ApiToken, StoreError> {
         expires_at_ms: row.try_get("expires_at_ms")?,
         scope: row
             .try_get::<Option<String>, _>("scope")?
-            .and_then(|s| serde_json::from_str(&s).ok()),
+            // A scope that does not read back scopes the token to nothing:
+            // closed, never unscoped.
+            .map(|s| serde_json::from_str(&s).unwrap_or_default()),
     })
 }
 

@@ -159,15 +159,34 @@ impl SqlStore {
         Ok(user)
     }
 
-    /// Links an existing user to (issuer, subject). `AlreadyExists` when
-    /// either is linked already.
-    pub async fn link_identity(
+    /// Adopts a local account for (issuer, subject): links it, and ends its
+    /// password and everything made under it (the hash no password
+    /// matches, a new credential generation), in one transaction. Only a
+    /// person's account that is neither admin nor disabled is adopted; any
+    /// other (or one that changed since it was read) is `Conflict`, and
+    /// nothing is written. `AlreadyExists` when either end is linked.
+    pub async fn adopt_identity(
         &self,
         issuer: &str,
         subject: &str,
         user_id: i64,
         now_ms: i64,
     ) -> Result<(), StoreError> {
+        let mut tx = self.write.begin().await?;
+        let ended = sqlx::query(
+            "UPDATE users SET password_hash = $1, credential_gen = credential_gen + 1 \
+             WHERE id = $2 AND is_admin = 0 AND disabled = 0 AND kind = 'person'",
+        )
+        .bind(NO_PASSWORD)
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if ended != 1 {
+            return Err(StoreError::Conflict(format!(
+                "user {user_id} is an admin, a service account or disabled"
+            )));
+        }
         sqlx::query(
             "INSERT INTO user_identities (issuer, subject, user_id, created_at_ms, last_login_ms, synced_at_ms) \
              VALUES ($1, $2, $3, $4, $4, $4)",
@@ -176,9 +195,10 @@ impl SqlStore {
         .bind(subject)
         .bind(user_id)
         .bind(now_ms)
-        .execute(&self.write)
+        .execute(&mut *tx)
         .await
         .on_unique(|| StoreError::AlreadyExists(format!("identity {subject}")))?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -231,7 +251,7 @@ impl SqlStore {
     ) -> Result<Vec<Identity>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {} FROM user_identities i JOIN users u ON u.id = i.user_id \
-             WHERE i.refresh_token IS NOT NULL AND i.synced_at_ms < $1 AND u.disabled = 0 \
+             WHERE i.synced_at_ms < $1 AND u.disabled = 0 \
                AND (EXISTS (SELECT 1 FROM sessions s WHERE s.user_id = i.user_id AND s.expiry_ms > $2) \
                  OR EXISTS (SELECT 1 FROM api_tokens t WHERE t.user_id = i.user_id \
                             AND t.revoked_at_ms IS NULL AND t.credential_gen = u.credential_gen)) \
@@ -308,6 +328,21 @@ impl SqlStore {
     }
 
     /// Sign-ins started since an instant (the cap on those under way).
+    /// Makes room for one more sign-in under way when `keep` are: forgets
+    /// the oldest beyond the newest `keep - 1`; how many went. A flood of
+    /// starts pushes out the flood's own oldest, never a person's sign-in
+    /// of a moment ago.
+    pub async fn evict_oldest_flows(&self, keep: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM oidc_flows WHERE created_at_ms <= \
+             (SELECT created_at_ms FROM oidc_flows ORDER BY created_at_ms DESC LIMIT 1 OFFSET $1)",
+        )
+        .bind((keep - 1).max(0))
+        .execute(&self.write)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     pub async fn flows_since(&self, since_ms: i64) -> Result<i64, StoreError> {
         let row = sqlx::query("SELECT COUNT(*) FROM oidc_flows WHERE created_at_ms >= $1")
             .bind(since_ms)

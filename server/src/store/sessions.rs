@@ -242,13 +242,14 @@ impl SqlStore {
         Ok(done.rows_affected())
     }
 
-    /// Ends every session of a user (disabled, or a new password).
-    pub async fn delete_sessions_of(&self, user_id: i64) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM sessions WHERE user_id = $1")
+    /// Ends every session of a user (disabled, or a new password); how
+    /// many there were.
+    pub async fn delete_sessions_of(&self, user_id: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1")
             .bind(user_id)
             .execute(&self.write)
             .await?;
-        Ok(())
+        Ok(done.rows_affected())
     }
 
     /// How many live sessions a user has (tests, the users page).

@@ -764,3 +764,159 @@ async fn service_accounts_and_scoped_tokens_act_only_where_they_may() {
     let p = admin.get("/users/admin/tokens").await;
     assert_eq!(p.status, StatusCode::NOT_FOUND);
 }
+
+/// `--oidc-adopt-local-users` hands a provider's person only a plain
+/// local person's account of their name, and ends its password, sessions
+/// and tokens; never an admin's, a service account, a disabled account,
+/// nor bizrq's own names or a break-glass account's.
+#[tokio::test]
+async fn adoption_hands_over_only_a_plain_person_and_ends_what_its_password_made() {
+    let Setup { s, op, _dir } = setup(None, &["--oidc-adopt-local-users"]).await;
+    let admin = Browser::admin(&s).await;
+    for u in ["carol", "boss", "dave"] {
+        create_user(&admin, u, &format!("{u}-password-123")).await;
+    }
+    admin.get("/users").await;
+    let p = admin
+        .post(
+            "/users/boss/admin",
+            &[("value", "true"), ("confirm", "yes")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let p = admin
+        .post(
+            "/users/dave/disabled",
+            &[("value", "true"), ("confirm", "yes")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let p = admin
+        .post("/users/service-accounts", &[("username", "ci-bot")])
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    // Carol's password made a session and a token before.
+    let carol_local = Browser::new(&s);
+    assert_eq!(
+        carol_local
+            .login("carol", "carol-password-123")
+            .await
+            .status,
+        StatusCode::SEE_OTHER
+    );
+    let carol_token = create_token(&carol_local, "laptop").await;
+    assert_eq!(
+        status_with(&s, &carol_token, "/api/v1/quotas").await,
+        StatusCode::OK
+    );
+    // Adopted: signed in with the provider, her password and what it made end.
+    op.add_person("carol", "carol", &["team-nlp"]);
+    let carol = Browser::new(&s);
+    signed_in(&carol, &op, "carol").await;
+    assert_eq!(carol.get("/quotas/nlp").await.status, StatusCode::OK);
+    assert_eq!(
+        Browser::new(&s)
+            .login("carol", "carol-password-123")
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED,
+        "the adopted password no longer signs in"
+    );
+    assert!(signed_out(&carol_local).await, "its session ended");
+    assert_eq!(
+        status_with(&s, &carol_token, "/api/v1/quotas").await,
+        StatusCode::UNAUTHORIZED,
+        "its token ended"
+    );
+    // Never an admin's, a service account's or a disabled account's.
+    for (who, name) in [("boss", "boss"), ("bot", "ci-bot"), ("dave", "dave")] {
+        op.add_person(who, name, &["platform-admins"]);
+        let p = sign_in(&Browser::new(&s), &op, who).await;
+        assert_eq!(p.status, StatusCode::FORBIDDEN, "{name}: {}", p.body);
+        assert!(
+            p.body.contains("belongs to a local bizrq account"),
+            "{name}: {}",
+            p.body
+        );
+    }
+    assert_eq!(
+        Browser::new(&s)
+            .login("boss", "boss-password-123")
+            .await
+            .status,
+        StatusCode::SEE_OTHER,
+        "boss's password still works"
+    );
+    let log = admin.get("/audit?target=user:ci-bot").await.body;
+    assert!(
+        log.contains("was not adopted") && log.contains("it is a service account"),
+        "{log}"
+    );
+    // Nor the names of bizrq's own work or of the break-glass admin.
+    for (who, name) in [("sys", "bizrq"), ("tok", "admin-token"), ("adm", "admin")] {
+        op.add_person(who, name, &["platform-admins"]);
+        let p = sign_in(&Browser::new(&s), &op, who).await;
+        assert_eq!(p.status, StatusCode::FORBIDDEN, "{name}: {}", p.body);
+        assert!(
+            p.body.contains("is reserved in bizrq"),
+            "{name}: {}",
+            p.body
+        );
+    }
+    // An admin cannot make those names local accounts either.
+    admin.get("/users").await;
+    let p = admin
+        .post(
+            "/users",
+            &[("username", "bizrq"), ("password", "bizrq-password-123")],
+        )
+        .await;
+    assert!(
+        p.body.contains("the name the audit log gives"),
+        "{}",
+        p.body
+    );
+}
+
+/// A provider that gives no refresh token (Dex, Okta, Google without
+/// `offline_access`): what a sign-in's groups gave lasts
+/// `--oidc-unrefreshed-roles-seconds`; then the session ends and the
+/// person's API tokens keep only the roles given by hand.
+#[tokio::test]
+async fn without_a_refresh_token_group_roles_end_with_the_sign_in_that_gave_them() {
+    let Setup { s, op, _dir } = setup(None, &["--oidc-unrefreshed-roles-seconds", "4"]).await;
+    op.state.lock().unwrap().no_refresh_tokens = true;
+    let alice = Browser::new(&s);
+    signed_in(&alice, &op, "alice").await;
+    let token = create_token(&alice, "laptop").await;
+    assert_eq!(
+        status_with(&s, &token, "/api/v1/quotas/nlp").await,
+        StatusCode::OK,
+        "member of nlp by team-nlp"
+    );
+    let admin = Browser::admin(&s).await;
+    bind(&admin, "alice", "cv", "member").await;
+    // Removed from the group at the provider: bizrq cannot ask, so the
+    // role lasts the window, then goes with the session.
+    op.set_groups("alice", &[]);
+    let gone = poll_until(40, Duration::from_millis(300), || async {
+        (status_with(&s, &token, "/api/v1/quotas/nlp").await == StatusCode::NOT_FOUND).then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the group's role ended with the sign-in");
+    assert!(signed_out(&alice).await, "the session ended");
+    assert_eq!(
+        status_with(&s, &token, "/api/v1/quotas/cv").await,
+        StatusCode::OK,
+        "the role given by hand stays on the token"
+    );
+    let log = admin.get("/audit?action=role.remove&target=nlp").await.body;
+    assert!(log.contains("no refresh token"), "{log}");
+    // Signing in again gives what the groups give then.
+    op.set_groups("alice", &["team-nlp"]);
+    signed_in(&alice, &op, "alice").await;
+    assert_eq!(
+        status_with(&s, &token, "/api/v1/quotas/nlp").await,
+        StatusCode::OK
+    );
+}

@@ -83,6 +83,9 @@ pub struct State {
     pub token_requests: u64,
     pub slow: Option<Duration>,
     pub huge_jwks: bool,
+    /// Answer sign-ins without a refresh token (as Dex, Okta and Google
+    /// do unless asked for `offline_access`).
+    pub no_refresh_tokens: bool,
     /// Refresh grants answer `invalid_grant` (the person left).
     pub revoked: bool,
 }
@@ -265,13 +268,14 @@ async fn token(
                 return oauth_error("invalid_grant");
             }
             let id_token = st.id_token(&c.who, Some(&c.nonce));
-            let rt = random();
-            st.refresh.insert(rt.clone(), c.who.clone());
-            axum::Json(
-                json!({"access_token": random(), "token_type": "Bearer", "expires_in": 300,
-                              "id_token": id_token, "refresh_token": rt}),
-            )
-            .into_response()
+            let mut answer = json!({"access_token": random(), "token_type": "Bearer", "expires_in": 300,
+                                    "id_token": id_token});
+            if !st.no_refresh_tokens {
+                let rt = random();
+                st.refresh.insert(rt.clone(), c.who.clone());
+                answer["refresh_token"] = rt.into();
+            }
+            axum::Json(answer).into_response()
         }
         "refresh_token" => {
             if st.revoked {
@@ -332,6 +336,7 @@ impl FakeOp {
             token_requests: 0,
             slow: None,
             huge_jwks: false,
+            no_refresh_tokens: false,
             revoked: false,
         }));
         let app = axum::Router::new()
@@ -401,6 +406,20 @@ impl FakeOp {
             .get_mut(who)
             .unwrap()
             .groups = groups.iter().map(|g| g.to_string()).collect();
+    }
+
+    /// A person the provider knows from now on: `who` signs in with
+    /// username claim `username` and these groups.
+    pub fn add_person(&self, who: &str, username: &str, groups: &[&str]) {
+        self.state.lock().unwrap().people.insert(
+            who.to_string(),
+            Person {
+                sub: format!("sub-{who}"),
+                username: username.into(),
+                email: format!("{who}@example.com"),
+                groups: groups.iter().map(|g| g.to_string()).collect(),
+            },
+        );
     }
 
     pub fn forge(&self, f: Forge) {
