@@ -119,7 +119,7 @@ fn parse_time(name: &str, v: &str, offset_min: i32, end: bool) -> Result<i64, Re
     match date {
         Some(ms) => Ok(ms - offset_min as i64 * 60_000 + if end { MS_PER_DAY } else { 0 }),
         None => Err(invalid(format!(
-            "{name} '{v}' is not a time: use a date (2026-11-01) or RFC 3339 (2026-11-01T00:00:00Z)"
+            "{name} '{v}' is not a date: write one as 2026-11-01, or a time as 2026-11-01T00:00:00Z"
         ))),
     }
 }
@@ -325,19 +325,35 @@ fn month_start(ms: i64, offset: i32) -> i64 {
 /// The longest query string accepted.
 pub const MAX_QUERY: usize = 4096;
 
-/// The parameters of a query string, or 422 naming what is wrong.
+/// The parameters of a query string, or 422 naming what is wrong in
+/// words: an option a report does not have, or one given twice, is said
+/// so before the parser (whose messages name its own fields) reads them.
 pub fn params_of(raw: Option<&str>) -> Result<Params, ReportError> {
+    const TAKES: &str = "a report is asked for by its dates (from, to), grouping (by), \
+         buckets (bucket, startsOn), subtree, budget (key), UTC offset, reasons and format";
     let raw = raw.unwrap_or("");
     if raw.len() > MAX_QUERY {
         return Err(ReportError::Invalid(format!(
             "the query string is longer than {MAX_QUERY} characters"
         )));
     }
-    serde_urlencoded::from_str(raw).map_err(|e| {
-        ReportError::Invalid(format!(
-            "{e}: a report takes from, to, by, bucket, startsOn, subtree, key, utcOffsetMinutes, reasons and format"
-        ))
-    })
+    let known = Params::default().named().map(|(name, _)| name);
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw)
+        .map_err(|_| ReportError::Invalid(format!("the address cannot be read: {TAKES}")))?;
+    let mut seen = BTreeSet::new();
+    for (name, _) in &pairs {
+        let shown: String = name.chars().take(40).collect();
+        if !known.contains(&name.as_str()) {
+            return Err(invalid(format!(
+                "a report has no option '{shown}': {TAKES}"
+            )));
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(invalid(format!("'{shown}' is given twice: give it once")));
+        }
+    }
+    serde_urlencoded::from_str(raw)
+        .map_err(|_| ReportError::Invalid(format!("the address cannot be read: {TAKES}")))
 }
 
 /// A report made: the spec, its rows and what it read.
@@ -886,7 +902,7 @@ mod tests {
     #[test]
     fn hostile_parameters_are_refused_with_what_to_do() {
         let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[("from", "yesterday")], "is not a time"),
+            (&[("from", "yesterday")], "is not a date"),
             (
                 &[("from", "2026-11-02"), ("to", "2026-11-01")],
                 "must end after it starts",
@@ -927,6 +943,30 @@ mod tests {
             .to_string();
         assert!(e.contains("longer than 320"), "{e}");
         assert!(serde_urlencoded::from_str::<Params>("colour=red").is_err());
+    }
+
+    #[test]
+    fn a_wrong_or_repeated_option_is_refused_in_words() {
+        for (q, want) in [
+            ("colour=red", "a report has no option 'colour'"),
+            ("by=child&by=user", "'by' is given twice"),
+            ("from=2026-11-01&x%20y=1", "a report has no option 'x y'"),
+        ] {
+            let e = params_of(Some(q)).unwrap_err().to_string();
+            assert!(e.contains(want), "{q}: {e}");
+            for jargon in ["`", "unknown field", "expected", "duplicate field"] {
+                assert!(!e.contains(jargon), "{q}: {jargon} in {e}");
+            }
+        }
+        let p = params_of(Some("by=user&subtree=a&utcOffsetMinutes=60")).unwrap();
+        assert_eq!(
+            (
+                p.by.as_deref(),
+                p.subtree.as_deref(),
+                p.utc_offset_minutes.as_deref()
+            ),
+            (Some("user"), Some("a"), Some("60"))
+        );
     }
 
     #[test]

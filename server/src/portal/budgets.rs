@@ -57,12 +57,13 @@ pub async fn lines(
     Ok(views
         .into_iter()
         .map(|v| BudgetLine {
+            // As the navigation's Reports opens (this month, by child;
+            // by workload under a leaf), under this quota and budget.
             report_href: format!(
                 "/reports?{}",
                 serde_urlencoded::to_string([
                     ("subtree", name),
                     ("key", v.key.as_str()),
-                    ("by", "model"),
                     ("bucket", "day"),
                 ])
                 .unwrap_or_default()
