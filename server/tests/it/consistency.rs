@@ -3,11 +3,14 @@
 //! admissions through the webhook (GPUs, A100s, CPU, memory, pods; some
 //! teams borrowing beyond hard) and a GPU budget burning on every team;
 //! then every figure — in use, allocated, unallocated, free now,
-//! borrowable now, lent, borrowed, spent, the run-out — is read from the
-//! JSON API, the tree's CSV, quota pages, the tree page, the overview and
-//! the alerts, and must be the same wherever it appears; and a report's
-//! total is the budgets' spending, at the root, a department and a team.
-//! On a stopped clock, three hours after the work was admitted.
+//! borrowable now, lent, borrowed, spent, reserved, the run-out — is read
+//! from the JSON API, the tree's CSV, quota pages (their borrowing and
+//! loans cards, their budgets box's reservations), the tree page, the
+//! overview, charts pages, the alerts API, `/alerts` and the alert emails
+//! (a sample, through a real SMTP server), and must be the same wherever
+//! it appears; and a report's total, as JSON and CSV, is the budgets'
+//! spending, at the root, a department and a team. On a stopped clock,
+//! three hours after the work was admitted.
 
 use crate::common::{deployment, review, Browser, Server};
 use bizrq::metrics::Metrics;
@@ -60,6 +63,21 @@ fn replicas(d: usize, t: usize) -> i64 {
     }
 }
 
+/// The budget policy of a team whose work reserves what it would spend
+/// in a day (its Deployments declare no run time): every eleventh team
+/// from the fourth, half of them under a cap, so budgets hold open
+/// reservations for the pages and the API to state.
+fn reserving(d: usize, t: usize) -> Option<quota::object::budgets::BudgetPolicy> {
+    use quota::object::budgets::{BudgetPolicy, WithoutRunTime};
+    (t % 11 == 3).then(|| BudgetPolicy {
+        without_run_time: WithoutRunTime::ReserveDefault {
+            horizon_seconds: 24 * 3600,
+        },
+        reservation_cap: d.is_multiple_of(2).then(|| "400".parse().unwrap()),
+        ..BudgetPolicy::default()
+    })
+}
+
 async fn build(url: &str) -> usize {
     let store = SqlStore::connect(url).await.unwrap();
     let svc = Service::new(
@@ -109,7 +127,11 @@ async fn build(url: &str) -> usize {
         made += 1;
         for t in 0..TEAMS {
             let max = ((d + t) % 5 == 0).then_some(12);
-            svc.create_quota(&team(d, t), spec(&dept, 8, max), Persist::Here, "", false)
+            let mut spec = spec(&dept, 8, max);
+            if let Some(policy) = reserving(d, t) {
+                spec.budgets.insert(CASH.to_string(), policy);
+            }
+            svc.create_quota(&team(d, t), spec, Persist::Here, "", false)
                 .await
                 .unwrap();
             made += 1;
@@ -174,6 +196,29 @@ pub(crate) fn csv_rows(csv: &str) -> BTreeMap<(String, String), Vec<String>> {
         .collect()
 }
 
+/// The (name, amount) rows of the card headed `heading` on a quota page
+/// (its borrowing and loans: `<h4>Borrowed beyond hard</h4>` and a pairs
+/// table); empty when the page has no such card.
+fn pairs_card(page: &str, heading: &str) -> BTreeMap<String, String> {
+    let Some(card) = page.split(&format!("<h4>{heading}</h4>")).nth(1) else {
+        return BTreeMap::new();
+    };
+    let table = card.split("</table>").next().unwrap();
+    table
+        .split("<tr><td class=\"key\">")
+        .skip(1)
+        .map(|row| {
+            let (name, rest) = row.split_once("</td>").unwrap();
+            let amount = rest
+                .split("<td class=\"num\">")
+                .nth(1)
+                .and_then(|a| a.split("</td>").next())
+                .unwrap();
+            (name.to_string(), amount.to_string())
+        })
+        .collect()
+}
+
 /// One quota's figures agree wherever they appear: each key's hard, in
 /// use, allocated, allocated idle, unallocated, lent and borrowed in the
 /// usage API (`usage`) and the tree's CSV (`csv`); hard, in use,
@@ -183,8 +228,11 @@ pub(crate) fn csv_rows(csv: &str) -> BTreeMap<(String, String), Vec<String>> {
 /// spending in the keys table, its left in every "… card-hours left" of
 /// the page and in the tree's cell (`tree`, the `/tree` page with the
 /// quota's row shown), its run-out in one set of words on the page (and
-/// at a parent, every left said to be its own work's). Returns how many
-/// figures it compared.
+/// at a parent, every left said to be its own work's); what its open
+/// reservations hold (`reserved`) and what is left after them, in the
+/// budgets box as in the budgets API; and each key borrowed beyond hard
+/// or lent to children, in the page's borrowing and loans cards as in the
+/// usage API. Returns how many figures it compared.
 pub(crate) fn quota_agrees(
     name: &str,
     page: &str,
@@ -273,6 +321,35 @@ pub(crate) fn quota_agrees(
             compared += 3;
         }
     }
+    // Borrowing and loans: the "Borrowed beyond hard" and "Lent to
+    // children" cards list each key the usage API says is borrowed or
+    // lent, by name, with its amount, and no other.
+    let cfg = KeyConfig::default();
+    for (field, heading) in [
+        ("borrowed", "Borrowed beyond hard"),
+        ("lent", "Lent to children"),
+    ] {
+        let api: BTreeMap<String, String> = usage["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| nanos(&k[field]).unwrap_or(0) != 0)
+            .map(|k| {
+                let key = k["key"].as_str().unwrap();
+                let q: Quantity = k[field].as_str().unwrap().parse().unwrap();
+                (
+                    app::key_name(key, &cfg),
+                    app::display_quantity(key, q, &cfg),
+                )
+            })
+            .collect();
+        assert_eq!(
+            pairs_card(page, heading),
+            api,
+            "{name}'s {heading} card vs the usage API's {field}"
+        );
+        compared += api.len().max(1);
+    }
     for budget in budgets["budgets"].as_array().unwrap() {
         let key = budget["key"].as_str().unwrap();
         let row = &csv[&(name.to_string(), key.to_string())];
@@ -307,7 +384,8 @@ pub(crate) fn quota_agrees(
             // sentence that gives them says so.
             let own = format!("its own work: {}", budget["runway"].as_str().unwrap());
             assert!(page.contains(&own), "{name}'s budgets box says {own}");
-            let bare = page.matches("card-hours left").count();
+            let bare = page.matches("card-hours left").count()
+                - page.matches("card-hours left after them").count();
             let owned = page.matches(" allocated to children): ").count()
                 + page.matches(" for its own work · ").count();
             assert!(
@@ -346,9 +424,388 @@ pub(crate) fn quota_agrees(
                 "{name}'s page has another run-out than {words}"
             );
         }
+        // Reserved: what the open reservations hold back and what is left
+        // after them, in the budgets box's line, as the API has them.
+        let r = &budget["reservations"];
+        let open = r["open"].as_u64().unwrap();
+        let unit = budget["unit"].as_str().unwrap();
+        let show = |v: &Value| quota::readable::grouped(v.as_str().unwrap().parse().unwrap());
+        if open > 0 || !r["cap"].is_null() {
+            let (plural, verb) = if open == 1 {
+                ("", "holds")
+            } else {
+                ("s", "hold")
+            };
+            let held = format!(
+                "{open} open reservation{plural} {verb} {} {unit}",
+                show(&r["reserved"])
+            );
+            let cap = if r["cap"].is_null() {
+                String::new()
+            } else {
+                format!(" (cap {})", show(&r["cap"]))
+            };
+            let line = format!(
+                "{held}{cap} · {} {unit} left after them",
+                show(&r["leftAfterReservations"])
+            );
+            assert!(
+                page.contains(&line),
+                "{name}'s budgets box says {line}: {r}"
+            );
+            assert_eq!(
+                n("left") - nanos(&r["reserved"]).unwrap(),
+                nanos(&r["leftAfterReservations"]).unwrap(),
+                "{name}: left after the reservations is left less what they hold: {budget}"
+            );
+            compared += 2;
+        } else {
+            assert!(
+                !page.contains("open reservation"),
+                "{name} has no reservation, and its page none: {r}"
+            );
+        }
         compared += 4;
     }
     compared
+}
+
+/// A quota's keys by the names people read (`quota::keys::display_name`):
+/// its usage keys and its budgets, the longest name first (so "CPU cores
+/// (limit)" is found before "CPU cores").
+fn names_of(usage: &Value, budgets: &Value, cfg: &KeyConfig) -> Vec<(String, String)> {
+    let mut names: Vec<(String, String)> = usage["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(budgets["budgets"].as_array().unwrap())
+        .map(|k| {
+            let key = k["key"].as_str().unwrap();
+            (quota::keys::display_name(key, cfg), key.to_string())
+        })
+        .collect();
+    names.sort_by_key(|(n, _)| std::cmp::Reverse(n.len()));
+    names.dedup();
+    names
+}
+
+/// A figure an alert states of one key of its quota.
+#[derive(Debug)]
+pub(crate) enum Stated {
+    /// `7 in use of 8`, `9 spent of 720`, `10 used of 8` (over quota:
+    /// what the quota holds), `7 of 8 (87 %)`: as `quota::readable::amount`
+    /// writes amounts.
+    Used {
+        key: String,
+        used: String,
+        hard: String,
+        over: bool,
+    },
+    /// A budget's run-out: its day, and the whole words where the alert
+    /// gives them (its title: `runs out in 8.3 days (2026-12-07)`).
+    RunsOut {
+        key: String,
+        day: String,
+        words: Option<String>,
+    },
+}
+
+/// The figures an alert on `name` states: its title's (`GPUs of q reached
+/// 80 %: 7 in use of 8`, `… is over quota: 10 used of 8`, `GPU
+/// card-hours of q runs out in …`) and, for one on several keys, each
+/// listed key's — an email's lines (`A100 GPUs: 7 of 8 (87 %)`) or an
+/// /alerts row's (`A100 GPUs 7 of 8 (87 %)`). `names`: `names_of`. Other
+/// alerts (transfers, reclaim) state none.
+pub(crate) fn stated(
+    name: &str,
+    title: &str,
+    list: &[&str],
+    names: &[(String, String)],
+) -> Vec<Stated> {
+    let key_of = |shown: &str| -> String {
+        names
+            .iter()
+            .find(|(n, _)| n == shown)
+            .map(|(_, k)| k.clone())
+            .unwrap_or_else(|| panic!("{name} has a key named {shown}: {title}"))
+    };
+    // `used of hard`, without a trailing `(87 %)`.
+    let used_of = |figure: &str, key: String, over: bool| -> Option<Stated> {
+        let figure = figure.rsplit_once(" (").map_or(figure, |(f, _)| f);
+        let (used, hard) = figure.split_once(" of ")?;
+        let used = ["in use", "spent", "used"]
+            .iter()
+            .find_map(|w| used.strip_suffix(&format!(" {w}")))
+            .unwrap_or(used);
+        Some(Stated::Used {
+            key,
+            used: used.to_string(),
+            hard: hard.to_string(),
+            over,
+        })
+    };
+    let Some((head, what)) = title.split_once(&format!(" of {name} ")) else {
+        return Vec::new();
+    };
+    // An email's subject starts `[bizrq warning] `.
+    let shown = head.rsplit("] ").next().unwrap();
+    let mut out = Vec::new();
+    let over = what.starts_with("is over quota: ");
+    if let Some(figure) = what.strip_prefix("is over quota: ").or_else(|| {
+        what.starts_with("reached ")
+            .then(|| what.split_once(": ").unwrap().1)
+    }) {
+        out.extend(used_of(figure, key_of(shown), over));
+    } else if let Some(words) = what.strip_prefix("runs out in ") {
+        let day = words.rsplit('(').next().unwrap().trim_end_matches(')');
+        out.push(Stated::RunsOut {
+            key: key_of(shown),
+            day: day.to_string(),
+            words: Some(format!("runs out in {words}")),
+        });
+    } else {
+        return out;
+    }
+    for item in list {
+        let Some((n, key)) = names.iter().find(|(n, _)| {
+            item.strip_prefix(n.as_str())
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with(": "))
+        }) else {
+            continue; // `and 3 more keys`
+        };
+        let figure = item[n.len()..].trim_start_matches(':').trim();
+        let figure = figure.split(" and ").next().unwrap(); // `… and 2 more`
+        if let Some(day) = figure.strip_prefix("runs out ") {
+            out.push(Stated::RunsOut {
+                key: key.clone(),
+                day: day.to_string(),
+                words: None,
+            });
+        } else {
+            out.extend(used_of(figure, key.clone(), over));
+        }
+    }
+    out
+}
+
+/// How many figures of each kind were compared.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Agreed {
+    pub in_use: usize,
+    pub spent: usize,
+    pub run_outs: usize,
+}
+
+impl std::ops::AddAssign for Agreed {
+    fn add_assign(&mut self, o: Agreed) {
+        self.in_use += o.in_use;
+        self.spent += o.spent;
+        self.run_outs += o.run_outs;
+    }
+}
+
+/// Each figure an alert states (`stated`) is its quota's in the usage and
+/// budgets APIs, as the alert writes amounts (`quota::readable::amount`,
+/// which the pages use too): a key's in use and hard, a budget's
+/// subtree spending (never its carve-outs) and budget; over quota, what the
+/// quota holds (allocated to children and its own use); a run-out's day,
+/// and with `words` the whole words (an alert written at the moment the
+/// APIs are read; one opened earlier said "in N days" then).
+pub(crate) fn stated_agree(
+    what: &str,
+    stated: &[Stated],
+    usage: &Value,
+    budgets: &Value,
+    words: bool,
+) -> Agreed {
+    let name = usage["quota"].as_str().unwrap();
+    let api_key = |key: &str| -> &Value {
+        usage["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["key"] == key)
+            .unwrap_or_else(|| panic!("{name}'s key {key}: {usage}"))
+    };
+    let budget = |key: &str| -> &Value {
+        budgets["budgets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["key"] == key)
+            .unwrap_or_else(|| panic!("{name}'s budget {key}: {budgets}"))
+    };
+    let amount =
+        |key: &str, v: &Value| quota::readable::amount(key, v.as_str().unwrap().parse().unwrap());
+    let mut agreed = Agreed::default();
+    for s in stated {
+        match s {
+            Stated::Used {
+                key,
+                used,
+                hard,
+                over,
+            } if key.starts_with("cash/") => {
+                let b = budget(key);
+                assert_eq!(
+                    *hard,
+                    amount(key, &b["budget"]),
+                    "{name} {key} budget: {what}"
+                );
+                if !over {
+                    assert_eq!(
+                        *used,
+                        amount(key, &b["subtreeSpent"]),
+                        "{name} {key} spent: {what} vs the budgets API {b}"
+                    );
+                    agreed.spent += 1;
+                }
+            }
+            Stated::Used {
+                key,
+                used,
+                hard,
+                over,
+            } => {
+                let k = api_key(key);
+                assert_eq!(*hard, amount(key, &k["hard"]), "{name} {key} hard: {what}");
+                let api = if *over {
+                    // What it holds: its children's carve-outs and its own use.
+                    let n = |f: &str| nanos(&k[f]).unwrap();
+                    quota::readable::amount(
+                        key,
+                        Quantity::from_nanos(n("allocated") + n("selfUsed")),
+                    )
+                } else {
+                    amount(key, &k["inUse"])
+                };
+                assert_eq!(
+                    *used, api,
+                    "{name} {key} in use: {what} vs the usage API {k}"
+                );
+                agreed.in_use += 1;
+            }
+            Stated::RunsOut {
+                key,
+                day,
+                words: said,
+            } => {
+                let b = budget(key);
+                let api_day = &b["runsOutAt"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{name} {key} runs out: {what} vs {b}"))[..10];
+                assert_eq!(day, api_day, "{name} {key} run-out day: {what} vs {b}");
+                if let (true, Some(said)) = (words, said) {
+                    assert_eq!(
+                        said,
+                        b["runway"].as_str().unwrap(),
+                        "{name} {key}: the run-out's words vs the budgets API: {what}"
+                    );
+                }
+                agreed.run_outs += 1;
+            }
+        }
+    }
+    agreed
+}
+
+/// One alert email (its text, lines in `\n`) against the usage and
+/// budgets APIs of the quota it links to (`Quota: …/quotas/{name}`):
+/// every figure it states (`stated_agree`, the run-out's words whole: the
+/// email was written on the stopped clock the APIs read), and a budget's
+/// remaining to the nano-unit. None for an email on no quota.
+pub(crate) async fn email_agrees(s: &Server, text: &str, cfg: &KeyConfig) -> Option<Agreed> {
+    let name = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Quota: "))
+        .and_then(|l| l.rsplit('/').next())?;
+    let get = |path: String| async move {
+        let (st, v) = s.api(Method::GET, &path, None).await;
+        assert_eq!(st, StatusCode::OK, "{path}: {v}");
+        v
+    };
+    let usage = get(format!("/api/v1/quotas/{name}/usage")).await;
+    let budgets = get(format!("/api/v1/quotas/{name}/budgets")).await;
+    let title = text.lines().next().unwrap();
+    let list: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("- ")).collect();
+    let said = stated(name, title, &list, &names_of(&usage, &budgets, cfg));
+    let agreed = stated_agree(text, &said, &usage, &budgets, true);
+    if let Some(Stated::RunsOut { key, .. }) = said.first() {
+        if let Some(left) = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("remaining: "))
+        {
+            let b = budgets["budgets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|b| b["key"] == key.as_str())
+                .unwrap();
+            assert_eq!(
+                nanos(&Value::String(left.to_string())),
+                nanos(&b["left"]),
+                "{name} {key} left: the email vs the budgets API: {text}"
+            );
+        }
+    }
+    Some(agreed)
+}
+
+/// The open alerts as `/alerts` lists them, every page of them: each
+/// row's quota and message (the words people read), and how many alerts
+/// the rows hold (a row names each of its alerts' ids).
+async fn alert_rows(admin: &Browser) -> (Vec<(String, String)>, usize) {
+    let unescape = |s: &str| {
+        s.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&#x27;", "'")
+            .replace("&#39;", "'")
+            .replace("&amp;", "&")
+    };
+    let text = |cell: &str| {
+        let mut out = String::new();
+        let mut tag = false;
+        for c in cell.chars() {
+            match c {
+                '<' => tag = true,
+                '>' => tag = false,
+                c if !tag => out.push(c),
+                _ => {}
+            }
+        }
+        unescape(out.trim())
+    };
+    let (mut rows, mut ids) = (Vec::new(), 0);
+    for page in 0.. {
+        let body = admin
+            .get(&format!("/alerts?open_from={}", page * 100))
+            .await;
+        assert_eq!(body.status, StatusCode::OK);
+        // The first table: the open alerts (the resolved ones follow).
+        let open = body
+            .body
+            .split("<table ")
+            .find(|t| t.split('>').next().unwrap().contains("class=\"alerts\""))
+            .unwrap_or_else(|| panic!("the open alerts' table: {}", body.body));
+        let open = open.split("</table>").next().unwrap();
+        let before = rows.len();
+        for row in open.split("<tr data-ids=\"").skip(1) {
+            ids += row.split('"').next().unwrap().split(',').count();
+            let quota = row
+                .split("<a href=\"/quotas/")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap()
+                .to_string();
+            let message = text(row.split("<td").nth(4).unwrap().split_once('>').unwrap().1);
+            rows.push((quota, message));
+        }
+        if rows.len() == before || !body.body.contains("more open alerts") {
+            break;
+        }
+    }
+    (rows, ids)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -380,8 +837,17 @@ async fn every_figure_agrees(url: &str) {
     // No resync writes the budgets' spending to the ledger meanwhile: a
     // report reads the ledger as the admissions left it.
     args.resync_seconds = 3600;
+    // Alert emails go through a real SMTP server (aiosmtpd), as the
+    // demo's (`demo::figures`); nobody has an address until the end.
+    let mail = tempfile::tempdir().unwrap();
+    let port = crate::mail::free_port();
+    let _smtp = crate::mail::start_smtp(port, mail.path()).await;
+    args.smtp_host = Some("127.0.0.1".into());
+    args.smtp_port = port;
+    args.smtp_security = bizrq::config::SmtpSecurity::Plain;
     let running = bizrq::start_with(&args, None, Some(c)).await.unwrap();
     let s = Server::in_process(&running);
+    let cfg = running.service.keys.clone();
 
     // Every team's work, admitted as the API server would send it (eight
     // at a time).
@@ -447,8 +913,9 @@ async fn every_figure_agrees(url: &str) {
     assert_eq!(tree.status, StatusCode::OK);
     let tree = tree.body;
     let mut usage: BTreeMap<String, Value> = BTreeMap::new();
+    let mut budgets: BTreeMap<String, Value> = BTreeMap::new();
     let mut runs_out: BTreeMap<String, String> = BTreeMap::new();
-    let (mut borrowing, mut compared) = (0, 0);
+    let (mut borrowing, mut lending, mut holding, mut compared) = (0, 0, 0, 0);
     for chunk in names.chunks(2) {
         let reads = chunk.iter().map(|name| {
             let (admin, get) = (&admin, &get);
@@ -468,16 +935,26 @@ async fn every_figure_agrees(url: &str) {
                 .iter()
                 .filter(|k| nanos(&k["borrowed"]).unwrap_or(0) > 0)
                 .count();
+            lending += u["keys"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|k| nanos(&k["lent"]).unwrap_or(0) > 0)
+                .count();
             for budget in b["budgets"].as_array().unwrap() {
+                holding += (budget["reservations"]["open"].as_u64() > Some(0)) as usize;
                 let words = budget["runway"].as_str().unwrap_or_default();
                 if words.starts_with("runs out in ") {
                     runs_out.insert(name.to_string(), words.to_string());
                 }
             }
             usage.insert(name.clone(), u);
+            budgets.insert(name.clone(), b);
         }
     }
     assert!(borrowing > 0, "some teams borrow beyond hard");
+    assert!(lending > 0, "departments lend to their teams");
+    assert!(holding > 100, "{holding} budgets hold open reservations");
     assert!(compared > made * 20, "{compared} figures compared");
     assert!(!runs_out.is_empty(), "budgets run out in the forest");
 
@@ -545,6 +1022,91 @@ async fn every_figure_agrees(url: &str) {
     assert!(thresholds > 0, "usage alerts to compare: {alerts:?}");
     assert!(forecasts > 0, "forecast alerts to compare: {alerts:?}");
 
+    // `/alerts`, every page: each open alert once, and each figure a row
+    // states the APIs' (its run-out's day: the words were written when
+    // it opened, hours before).
+    let sql = SqlStore::connect(url).await.unwrap();
+    let open = bizrq::store::alerts::AlertFilter {
+        open: Some(true),
+        ..Default::default()
+    };
+    let (rows, ids) = alert_rows(&admin).await;
+    assert_eq!(
+        ids as i64,
+        sql.count_alerts(&open).await.unwrap(),
+        "every open alert on /alerts"
+    );
+    let mut on_rows = Agreed::default();
+    for (q, message) in &rows {
+        let (title, list) = match message.split_once("; ") {
+            Some((title, rest)) => (
+                title,
+                rest.split_once(" keys: ")
+                    .map_or(Vec::new(), |(_, l)| l.split(", ").collect()),
+            ),
+            None => (message.as_str(), Vec::new()),
+        };
+        let said = stated(q, title, &list, &names_of(&usage[q], &budgets[q], &cfg));
+        on_rows += stated_agree(message, &said, &usage[q], &budgets[q], false);
+    }
+    assert!(
+        on_rows.in_use > 0 && on_rows.run_outs > 0,
+        "figures compared on /alerts: {on_rows:?}"
+    );
+
+    // The charts pages' sentences (a sample: the root, every department,
+    // two teams of each, one of them holding reservations): every "…
+    // card-hours left" is the budgets API's left, its run-out the API's
+    // words, and at a parent what it allocated to its children the API's
+    // carve-outs.
+    let mut charted = 0;
+    let sampled = |n: &&String| !n.starts_with("team-") || n.ends_with("-00") || n.ends_with("-03");
+    for name in names.iter().filter(sampled) {
+        let page = admin
+            .get(&format!("/quotas/{name}/charts?key={CASH}"))
+            .await;
+        assert_eq!(page.status, StatusCode::OK, "{name}'s charts");
+        let b = &budgets[name]["budgets"][0];
+        let left = quota::readable::grouped(b["left"].as_str().unwrap().parse().unwrap());
+        let lefts = crate::one_copy::lefts(&page.body);
+        assert!(
+            lefts.iter().all(|l| *l == left),
+            "{name}'s charts page says {lefts:?}, the budgets API {left}"
+        );
+        // Nothing left (org carved out all of its budget) is said in words.
+        let spent = nanos(&b["left"]).unwrap() <= 0;
+        assert!(
+            !lefts.is_empty() || (spent && page.body.contains(": run out")),
+            "{name}'s charts page says what is left ({left}): {}",
+            page.body
+        );
+        let words = b["runway"].as_str().unwrap();
+        let run_outs = page.body.matches("runs out in ").count();
+        if words.starts_with("runs out in ") {
+            assert!(
+                run_outs > 0 && run_outs == page.body.matches(words).count(),
+                "{name}'s charts page says {words}, and no other run-out"
+            );
+        } else {
+            assert_eq!(
+                run_outs, 0,
+                "{name}'s charts page: a run-out where the API says {words}"
+            );
+        }
+        if nanos(&b["carvedOut"]).unwrap() > 0 {
+            let carved = format!(
+                "({} card-hours allocated to children)",
+                quota::readable::grouped(b["carvedOut"].as_str().unwrap().parse().unwrap())
+            );
+            assert!(
+                page.body.contains(&carved),
+                "{name}'s charts page says {carved}"
+            );
+        }
+        charted += 1;
+    }
+    assert!(charted > 100, "{charted} charts pages read");
+
     // A report's total for the period is the budgets' spending: at the
     // root (by child), a department (by child) and a team (by workload),
     // over the days the work ran, the budgets API's subtree spending, and
@@ -592,7 +1154,112 @@ async fn every_figure_agrees(url: &str) {
             Some(quota::budget::to_quantity(total).nanos()),
             "{subtree}: the report's total is the budgets API's subtree spending: {b}"
         );
+        // The same report as CSV: its total line is the API's, exactly,
+        // and in card-hours the budgets API's subtree spending.
+        let csv = admin
+            .get(&format!(
+                "/reports.csv?from={from}&to={to}&subtree={subtree}&key={CASH}"
+            ))
+            .await;
+        assert_eq!(csv.status, StatusCode::OK, "{}", csv.body);
+        let last: Vec<&str> = csv
+            .body
+            .trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .split(',')
+            .collect();
+        assert_eq!(
+            last[0], "total",
+            "{subtree}'s CSV ends with its total: {}",
+            csv.body
+        );
+        assert_eq!(
+            last[4], r["total"],
+            "{subtree}: the CSV's exact total is the API's"
+        );
+        assert_eq!(
+            nanos(&Value::String(last[3].to_string())),
+            nanos(&b["budgets"][0]["subtreeSpent"]),
+            "{subtree}: the CSV's total in card-hours is the budgets API's subtree spending"
+        );
     }
+
+    // The alert emails. A sample, since every alert of the forest mailed
+    // would be hundreds: olga, with an address, owns dept-01, so she hears
+    // of its subtree's alerts (45 quotas). She and the rules below come
+    // after the clock stopped three hours on, so each email is written at
+    // the moment the APIs are read: a sweep then opens, on dept-01 and its
+    // teams, usage alerts on their GPUs from 10 %, on their budgets from
+    // 1 % (dept-01's: its subtree's spending) and run-outs within a year.
+    let olga = sql
+        .create_user("olga", "not-a-login", false, t0)
+        .await
+        .unwrap();
+    sql.set_user_email(olga.id, Some("olga@example.com"))
+        .await
+        .unwrap();
+    sql.set_binding(olga.id, "dept-01", bizrq::authz::Role::Owner, t0)
+        .await
+        .unwrap();
+    let watched: Vec<String> = names
+        .iter()
+        .filter(|n| *n == "dept-01" || n.starts_with("team-01-"))
+        .cloned()
+        .collect();
+    for name in &watched {
+        for rule in [
+            bizrq::alerts::Rule {
+                warn_percent: 10,
+                ..bizrq::alerts::Rule::default_for(GPU)
+            },
+            bizrq::alerts::Rule {
+                warn_percent: 1,
+                forecast_horizon_hours: Some(365 * 24),
+                ..bizrq::alerts::Rule::default_for(CASH)
+            },
+        ] {
+            sql.set_alert_rule(name, &rule).await.unwrap();
+        }
+    }
+    bizrq::alert_engine::evaluate_now(&running.service, &sql, "http://bizrq.test").await;
+    // Every email queued is delivered (the sender polls every 5 s).
+    let queued = sql.outbox().await.unwrap().len();
+    assert!(queued > 0, "emails to olga");
+    let mut texts = Vec::new();
+    for _ in 0..600 {
+        texts = crate::mail::received(mail.path());
+        if texts.len() >= queued {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(texts.len(), queued, "every email delivered");
+    let mut mailed = Agreed::default();
+    for m in &texts {
+        assert_eq!(
+            m["rcpt_tos"],
+            serde_json::json!(["olga@example.com"]),
+            "{m}"
+        );
+        let text = m["text"].as_str().unwrap().replace("\r\n", "\n");
+        let name = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Quota: http://bizrq.test/quotas/"));
+        assert!(
+            name.is_some_and(|n| watched.iter().any(|w| w == n)),
+            "{text}"
+        );
+        mailed += email_agrees(&s, &text, &cfg).await.unwrap();
+    }
+    eprintln!("{} emails: {mailed:?} figures compared", texts.len());
+    assert!(
+        mailed.in_use > 0 && mailed.spent > 0 && mailed.run_outs > 0,
+        "in use, spent and run-out figures compared in {} emails: {mailed:?}",
+        texts.len()
+    );
+    sql.close().await;
 }
 
 /// Whether `name` is below `root` in `quotas`.

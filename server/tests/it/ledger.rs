@@ -247,16 +247,38 @@ async fn standalone_story(url: &str) {
         "{}",
         csv.body
     );
-    let quota_page = admin.get("/quotas/a").await;
-    assert!(
-        quota_page.body.contains("/reports?subtree=a"),
-        "{}",
-        quota_page.body
-    );
+    // A budget's Report link opens as Reports does: this month in whole
+    // UTC days, by child under the quota (by workload under a leaf).
+    for (name, says) in [
+        ("org", "Spending by child per day under org"),
+        ("a", "Spending by workload per day under a"),
+    ] {
+        let quota_page = admin.get(&format!("/quotas/{name}")).await;
+        let link = quota_page
+            .body
+            .split("href=\"")
+            .filter_map(|h| h.split('"').next())
+            .find(|h| h.starts_with(&format!("/reports?subtree={name}&")))
+            .unwrap_or_else(|| panic!("{name}'s Report link: {}", quota_page.body))
+            .replace("&amp;", "&");
+        let report = admin.get(&link).await;
+        assert_eq!(report.status, StatusCode::OK, "{link}: {}", report.body);
+        assert!(
+            report.body.contains(says)
+                && report
+                    .body
+                    .contains("2026-11-01 00:00 UTC – 2026-11-22 00:00 UTC"),
+            "{link} opens on {says}, this month: {}",
+            report.body
+        );
+    }
 
     // Hostile parameters: 422 with what to fix; nothing anonymous.
     for (q, want) in [
-        ("from=yesterday", "is not a time"),
+        (
+            "from=yesterday",
+            "'yesterday' is not a date: write one as 2026-11-01",
+        ),
         (
             "from=2026-11-22&to=2026-11-20",
             "must end after it starts: it ends 2026-11-21 00:00 UTC",
@@ -267,17 +289,27 @@ async fn standalone_story(url: &str) {
             "longer than 3700 days",
         ),
         ("bucket=day&from=2016-01-01&to=2026-01-01", "more than 1100"),
-        ("colour=red", "unknown field"),
+        ("colour=red", "a report has no option 'colour'"),
+        ("from=2026-11-01&from=2026-11-02", "'from' is given twice"),
         ("key=requests.cpu", "is not a cash key"),
     ] {
         let (st, v) = s
             .api(Method::GET, &format!("/api/v1/reports?{q}"), None)
             .await;
         assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{q}: {v}");
-        assert!(
-            v["error"]["message"].as_str().unwrap().contains(want),
-            "{q}: {v}"
-        );
+        let said = v["error"]["message"].as_str().unwrap();
+        assert!(said.contains(want), "{q}: {v}");
+        // In a person's words: none of the parser's or a standard's names.
+        for jargon in [
+            "`",
+            "unknown field",
+            "expected",
+            "RFC",
+            ".000Z",
+            "utcOffsetMinutes",
+        ] {
+            assert!(!said.contains(jargon), "{q}: {jargon} in {said}");
+        }
     }
     let page = admin.get("/reports?by=colour").await;
     assert_eq!(page.status, StatusCode::UNPROCESSABLE_ENTITY);

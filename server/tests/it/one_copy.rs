@@ -31,9 +31,12 @@ fn cards(n: i64) -> Vec<PodSet> {
 }
 
 /// Every figure written before ` card-hours left` on a page (budgets box,
-/// forecast line, chart sentence, tree cell), in order.
+/// forecast line, chart sentence, tree cell), in order; not what is left
+/// after the open reservations (`… card-hours left after them`), another
+/// figure, which `consistency::quota_agrees` reads on its own.
 pub fn lefts(html: &str) -> Vec<String> {
     html.match_indices(" card-hours left")
+        .filter(|(i, m)| !html[i + m.len()..].starts_with(" after them"))
         .map(|(i, _)| {
             let before = &html[..i];
             let start = before

@@ -183,12 +183,11 @@ async fn every_demo_figure_agrees_on_postgres() {
 /// spent (a budget), each key's hard, a budget's left and its run-out
 /// words and day — equals the usage and budgets APIs' for that quota, at
 /// the email's precision (the amounts as `quota::readable` writes them,
-/// which the pages use too; a budget's left to the nano-unit). A rule
+/// which the pages use too; a budget's left to the nano-unit): one check,
+/// `consistency::email_agrees`, which the 2,000-quota forest runs too. A rule
 /// watches research's budget from 1 %, so a parent's spent figure (its
 /// subtree's spending, never its carve-outs) is mailed and compared too.
 async fn alert_emails_state_the_apis_figures(url: &str) {
-    use crate::consistency::nanos;
-    use serde_json::Value;
     let start = quota::time::parse_rfc3339("2026-11-22T04:00:00Z").unwrap();
     let (_clock, c) = test_clock(start);
     let mail = tempfile::tempdir().unwrap();
@@ -210,14 +209,6 @@ async fn alert_emails_state_the_apis_figures(url: &str) {
     sql.close().await;
     let cfg = running.service.keys.clone();
     let api = Server::in_process(&running);
-    let get = |path: String| {
-        let api = &api;
-        async move {
-            let (st, v) = api.api(reqwest::Method::GET, &path, None).await;
-            assert_eq!(st, StatusCode::OK, "{path}: {v}");
-            v
-        }
-    };
     // The sweep opens the alerts 5 s after the start; the senders poll
     // every 5 s. Wait for nlp's forecast email, then one more poll.
     let texts = || -> Vec<String> {
@@ -234,125 +225,17 @@ async fn alert_emails_state_the_apis_figures(url: &str) {
     }
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
     let texts = texts();
-    let (mut in_use, mut spent, mut run_outs) = (0, 0, 0);
+    let mut agreed = crate::consistency::Agreed::default();
     for text in &texts {
-        let Some(name) = text
-            .lines()
-            .find_map(|l| l.strip_prefix("Quota: "))
-            .and_then(|l| l.rsplit('/').next())
-        else {
-            continue;
-        };
-        let title = text.lines().next().unwrap();
-        let usage = get(format!("/api/v1/quotas/{name}/usage")).await;
-        let budgets = get(format!("/api/v1/quotas/{name}/budgets")).await;
-        // Its keys: the usage API's and its budgets'.
-        let key_of = |shown: &str| -> String {
-            let usage = usage["keys"].as_array().unwrap().iter();
-            let budgets = budgets["budgets"].as_array().unwrap().iter();
-            usage
-                .chain(budgets)
-                .map(|k| k["key"].as_str().unwrap().to_string())
-                .find(|k| quota::keys::display_name(k, &cfg) == shown)
-                .unwrap_or_else(|| panic!("{name} has a key named {shown}: {text}"))
-        };
-        let api_key = |key: &str| -> Value {
-            usage["keys"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|k| k["key"] == key)
-                .cloned()
-                .unwrap()
-        };
-        let budget = |key: &str| -> Value {
-            budgets["budgets"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|b| b["key"] == key)
-                .cloned()
-                .unwrap_or_else(|| panic!("{name}'s budget {key}: {budgets}"))
-        };
-        let amount = |key: &str, v: &Value| {
-            quota::readable::amount(key, v.as_str().unwrap().parse().unwrap())
-        };
-        // A usage threshold: each key's "used of hard", from the list of
-        // a condition on several keys or from the title of one on a key.
-        if title.contains(" reached ") {
-            let mut figures: Vec<(String, String, String)> = text
-                .lines()
-                .filter_map(|l| l.strip_prefix("- "))
-                .filter_map(|l| {
-                    let (shown, figure) = l.split_once(": ")?;
-                    let figure = figure.rsplit_once(" (").map_or(figure, |(f, _)| f);
-                    let (used, hard) = figure.split_once(" of ")?;
-                    Some((shown.to_string(), used.to_string(), hard.to_string()))
-                })
-                .collect();
-            if figures.is_empty() {
-                let (head, tail) = title.split_once(&format!(" of {name} reached ")).unwrap();
-                let shown = head.rsplit("] ").next().unwrap();
-                let figure = tail.split_once(": ").unwrap().1;
-                let (used, hard) = figure
-                    .split_once(" in use of ")
-                    .or_else(|| figure.split_once(" spent of "))
-                    .unwrap_or_else(|| panic!("{title}"));
-                figures.push((shown.to_string(), used.to_string(), hard.to_string()));
-            }
-            for (shown, used, hard) in figures {
-                let key = key_of(&shown);
-                if key.starts_with("cash/") {
-                    let b = budget(&key);
-                    assert_eq!(
-                        hard,
-                        amount(&key, &b["budget"]),
-                        "{name} {key} budget: {text}"
-                    );
-                    assert_eq!(
-                        used,
-                        amount(&key, &b["subtreeSpent"]),
-                        "{name} {key} spent: the email vs the budgets API: {text}"
-                    );
-                    spent += 1;
-                } else {
-                    let k = api_key(&key);
-                    assert_eq!(hard, amount(&key, &k["hard"]), "{name} {key} hard: {text}");
-                    assert_eq!(
-                        used,
-                        amount(&key, &k["inUse"]),
-                        "{name} {key} in use: the email vs the usage API: {text}"
-                    );
-                    in_use += 1;
-                }
-            }
-        }
-        // A budget running out: the API's words and day, and its left.
-        if let Some((head, words)) = title.split_once(&format!(" of {name} runs out in ")) {
-            let shown = head.rsplit("] ").next().unwrap();
-            let key = key_of(shown);
-            let b = budget(&key);
-            let runway = b["runway"].as_str().unwrap();
-            assert_eq!(
-                format!("runs out in {words}"),
-                runway,
-                "{name} {key}: the email's run-out vs the budgets API: {text}"
-            );
-            let day = &b["runsOutAt"].as_str().unwrap()[..10];
-            assert!(words.ends_with(&format!("({day})")), "{day}: {text}");
-            if let Some(left) = text
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("remaining: "))
-            {
-                assert_eq!(
-                    nanos(&Value::String(left.to_string())),
-                    nanos(&b["left"]),
-                    "{name} {key} left: the email vs the budgets API: {text}"
-                );
-            }
-            run_outs += 1;
+        if let Some(a) = crate::consistency::email_agrees(&api, text, &cfg).await {
+            agreed += a;
         }
     }
+    let crate::consistency::Agreed {
+        in_use,
+        spent,
+        run_outs,
+    } = agreed;
     eprintln!(
         "{} emails: {in_use} in use, {spent} spent, {run_outs} run-out figures compared",
         texts.len()
