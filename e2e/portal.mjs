@@ -4,7 +4,11 @@
 // numbers read as amounts, the overview is a to-do list, risky actions need
 // a second look, approvals show both ends, error pages keep the navigation,
 // a user changes their password, dark mode, CSV exports, and the users page
-// and key names on a phone. Screenshots go to e2e/artifacts/portal-*.png.
+// and key names on a phone; and what "one truth on every screen" asked of
+// reports (they open on an answer, their CSV in card-hours, errors in
+// words) and of forms (a 2-T4 child from the fields a person cares about,
+// a refusal that says what to do, a transfer's key from a list).
+// Screenshots go to e2e/artifacts/portal-*.png.
 //
 //   BIZRQ_BIN=… [BIZRQ_ISLANDS_DIR=dir] [E2E_REQUIRE_JS=1] node portal.mjs
 //
@@ -57,6 +61,18 @@ async function open(page, base, path, js) {
 
 async function submit(page, selector) {
   await Promise.all([page.waitForLoadState('load'), page.click(selector)]);
+}
+
+/** With scripts: waits until the bundle hydrated the page. */
+async function hydrated(page) {
+  await page.waitForFunction(() => document.documentElement.dataset.islands === 'ready', null, { timeout: 30_000 });
+}
+
+/** Clicks the link `selector` as a person would and waits for the page it opens. */
+async function follow(page, selector, js) {
+  const to = new URL(await page.getAttribute(selector, 'href'), page.url());
+  await Promise.all([page.waitForURL((u) => u.pathname === to.pathname && u.search === to.search), page.click(selector)]);
+  if (js) await hydrated(page);
 }
 
 
@@ -413,6 +429,83 @@ try {
         expect(first && /^Total: [\d,.]+ card-hours/.test(first), `the report's total first: ${first}`);
       });
 
+      // ---- One truth, 2: reports open on an answer ----
+      // The navigation's Reports and a budget's Report link: this month in
+      // whole UTC days, by child (by workload under a leaf); the CSV in
+      // decimal card-hours with the exact integer beside; by user, no
+      // "(unknown)"; a wrong parameter said in a person's words.
+      await step(page, `reports-open-on-an-answer-${tag}`, async () => {
+        const ymd = (d) => d.toISOString().slice(0, 10);
+        const now = new Date();
+        const from = `${ymd(now).slice(0, 8)}01`;
+        const end = ymd(new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1)));
+        const thisMonth = `${from} 00:00 UTC – ${end} 00:00 UTC (UTC)`;
+        const { json: all } = await call('GET', '/api/v1/quotas');
+        const childrenOf = (name) => (all.items || all).filter((q) => q.spec.parent === name).map((q) => q.metadata.name);
+        const shown = () => page.evaluate(() => ({
+          title: document.querySelector('main h3')?.textContent.trim() || '',
+          total: document.querySelector('main .report-total')?.textContent.trim() || '',
+          groups: [...document.querySelectorAll('main table.report tbody td[data-label=Group]')].map((c) => c.textContent.trim()),
+          error: document.querySelector('main .flash.error')?.textContent.trim() || '',
+          notes: [...document.querySelectorAll('main .report-note')].map((n) => n.textContent.trim()),
+          from: document.querySelector('form.report-form input[name=from]')?.value,
+          to: document.querySelector('form.report-form input[name=to]')?.value,
+        }));
+        // The navigation's link: under the admin's top quota, acme.
+        await open(page, base, '/', js);
+        await follow(page, 'header nav a[href="/reports"]', js);
+        let r = await shown();
+        expect(r.error === '' && r.title === `Spending by child per day under acme, ${thisMonth}`, `Reports opens on this month by child: ${JSON.stringify(r)}`);
+        expect(r.from === from && r.to === ymd(now), `the form shows the days reported on: ${r.from} – ${r.to}`);
+        const acme = childrenOf('acme');
+        expect(r.groups.length > 0 && r.groups.every((g) => acme.includes(g)), `one row per child of acme: ${r.groups} (${acme})`);
+        expect(/^Total: [\d,.]+ card-hours$/.test(r.total) && !/^Total: 0 /.test(r.total), `a total in card-hours: ${r.total}`);
+        const pageTotal = Number(r.total.replace(/^Total: |,| card-hours$/g, ''));
+        // Its CSV: decimal card-hours, then the ledger's exact integer (10^-18 of a card-hour).
+        const [dl] = await Promise.all([page.waitForEvent('download'), page.click('form.report-form a.button:text-is("CSV")')]);
+        const lines = readFileSync(await dl.path(), 'utf8').trim().split(/\r?\n/).map((l) => l.split(','));
+        expect(lines[0].join() === 'bucket,bucket_start,child,amount_card-hours,amount_exact_acc', `the CSV's header: ${lines[0]}`);
+        const body = lines.slice(1, -1);
+        const [totalLine] = lines.slice(-1);
+        expect(body.length === r.groups.length && body.every((c) => acme.includes(c[2])), `the CSV's rows are the page's: ${body.map((c) => c[2])}`);
+        const nanos = (d) => { const [i, f = ''] = d.split('.'); return BigInt(i) * 10n ** 9n + BigInt((f + '000000000').slice(0, 9)); };
+        const upToNano = (acc) => (BigInt(acc) + 10n ** 9n - 1n) / 10n ** 9n;
+        for (const c of [...body, totalLine]) {
+          expect(/^\d+(\.\d{1,9})?$/.test(c[3]) && /^\d+$/.test(c[4]), `a decimal and an exact integer: ${c}`);
+          expect(nanos(c[3]) === upToNano(c[4]), `the decimal is the exact integer in card-hours: ${c}`);
+        }
+        expect(totalLine[0] === 'total' && body.reduce((s, c) => s + BigInt(c[4]), 0n) === BigInt(totalLine[4]), `the rows add up to the total exactly: ${totalLine}`);
+        // Read a moment after the page: what ran since is in it too.
+        const csvTotal = Number(totalLine[3]);
+        expect(csvTotal >= pageTotal - 0.01 && csvTotal - pageTotal < 1, `the CSV's total (${csvTotal}) is the page's (${pageTotal})`);
+        // By user: the demo's submitters, none unknown.
+        await page.selectOption('form.report-form select[name=by]', 'user');
+        await submit(page, 'form.report-form button[type=submit]');
+        if (js) await hydrated(page);
+        r = await shown();
+        expect(r.error === '' && r.title.startsWith('Spending by user per day under acme') && r.groups.length > 0, `by user: ${JSON.stringify(r)}`);
+        expect(!r.groups.includes('(unknown)') && r.groups.every((g) => /^(member|owner)-/.test(g)), `spending by who submitted it: ${r.groups}`);
+        // A quota page's Report link: under research, by child; under nlp
+        // (no children), by workload, said in words.
+        for (const [name, by] of [['research', 'child'], ['nlp', 'workload']]) {
+          await open(page, base, `/quotas/${name}`, js);
+          await follow(page, 'main a:text-is("Report")', js);
+          r = await shown();
+          expect(r.error === '' && r.title === `Spending by ${by} per day under ${name}, ${thisMonth}`, `${name}'s Report link opens on this month by ${by}: ${JSON.stringify(r)}`);
+          if (by === 'child') expect(r.groups.every((g) => childrenOf(name).includes(g)), `research's children: ${r.groups}`);
+          else expect(r.notes.some((n) => n === 'nlp has no child quotas, so its spending is shown by workload.'), `nlp's note: ${r.notes}`);
+        }
+        // A wrong parameter: the form again, with what is wrong in words.
+        const JARGON = /`|unknown field|expected one of|duplicate field|RFC|\.\d{3}Z|utcOffsetMinutes|serde|Invalid|Unprocessable|\{"/;
+        for (const query of ['from=yesterday', 'colour=red', 'by=colour', 'from=2026-11-02&to=2026-11-01', 'utcOffsetMinutes=900', 'from=2026-11-01&from=2026-11-02']) {
+          const resp = await open(page, base, `/reports?${query}`, js);
+          r = await shown();
+          expect(resp.status() === 422 && r.error && await hasNav(page) && await page.$('form.report-form'), `${query}: 422, the form and the navigation: ${resp.status()} ${JSON.stringify(r)}`);
+          expect(!JARGON.test(r.error) && !INTERNAL.test(r.error), `${query}: in a person's words: ${r.error}`);
+        }
+        await readable(page, `/reports ${tag}`);
+      });
+
       // ---- 4. Risky actions need a second look ----
       await step(page, `cutting-below-use-needs-confirmation-${tag}`, async () => {
         const key = 'requests.nvidia.com/gpu.A100';
@@ -529,6 +622,85 @@ try {
         const rows = await page.$$eval('table.transfers tbody tr', (r) => r.map((x) => x.cells[0].innerText.trim()));
         expect(rows.length === 1 && rows[0] === '#1', `only #1 awaits me: ${rows}`);
         expect(await page.$('table.transfers a[href="/quotas/speech"]'), 'ends link to their quotas in the list');
+      });
+
+      // ---- One truth, 5: forms for people ----
+      // An owner makes a 2-T4 child with the name, two GPU numbers and a
+      // budget (every other key folded); a child that does not fit is
+      // refused in words that say what to do; a transfer's key is chosen
+      // from a list of names.
+      await step(page, `forms-for-people-${tag}`, async () => {
+        expect(await login(page, base, 'owner-research'), 'owner-research logs in');
+        await open(page, base, '/quotas/research', js);
+        await follow(page, 'main a[href="/quotas/research/children/new"]', js);
+        const form = await page.evaluate(() => {
+          const fold = document.querySelector('form.quota-form details.more-keys');
+          const shown = [...document.querySelectorAll('form.quota-form input:not([type=hidden]), form.quota-form select')].filter((i) => i.checkVisibility());
+          return {
+            folded: !!fold && !fold.open,
+            asked: shown.filter((i) => i.required).map((i) => i.name),
+            empty: shown.filter((i) => i.required && !i.value).map((i) => i.name),
+            inFold: fold ? [...fold.querySelectorAll('input[name^="hard:"]')].map((i) => i.name.slice(5)) : [],
+          };
+        });
+        expect(form.folded, 'the other keys start folded');
+        expect(form.asked.every((n) => n === 'name' || /^hard:(requests\.nvidia\.com\/gpu|cash\/)/.test(n)), `only the name, GPUs and budgets asked for: ${form.asked}`);
+        expect(form.empty.join() === 'name', `only the name is empty (no "Please fill out this field" first): ${form.empty}`);
+        expect(['requests.cpu', 'requests.memory', 'pods'].every((k) => form.inFold.includes(k)), `CPU, memory and pods in the fold: ${form.inFold}`);
+        const name = `t4-${tag}`;
+        const T4 = 'input[name="hard:requests.nvidia.com/gpu.T4"]';
+        // Too many T4s: refused beside the field, in words, with what to do.
+        await page.fill('input[name=name]', name);
+        await page.fill('input[name="hard:requests.nvidia.com/gpu"]', '2');
+        await page.fill(T4, '100');
+        await submit(page, 'form.quota-form button[type=submit]');
+        if (js) await hydrated(page);
+        const said = await page.innerText(`tr.refused:has(${T4}) small.field-error`);
+        expect(/^.*T4 GPUs: 100 asked, \d+ left of \d+ in research: ask acme's owners for more, or lower it to \d+$/.test(said.trim()), `the refusal says what to do: ${said}`);
+        expect(!/requests\.|nvidia\.com|asks \d/.test(said) && !INTERNAL.test(said), `in words, no raw key: ${said}`);
+        expect(await page.$(`tr.refused ${T4}[aria-invalid="true"]`) && await page.inputValue('input[name=name]') === name, 'beside its field, the name kept');
+        expect((await call('GET', `/api/v1/quotas/${name}`)).status === 404, 'nothing was made');
+        // Two T4s and a budget: made.
+        await page.fill(T4, '2');
+        await page.fill('input[name="hard:cash/requests.nvidia.com/gpu"]', '100');
+        await submit(page, 'form.quota-form button[type=submit]');
+        expect(page.url().endsWith(`/quotas/${name}`), `on the new quota's page: ${page.url()}`);
+        const { json: q } = await call('GET', `/api/v1/quotas/${name}`);
+        const { json: research } = await call('GET', '/api/v1/quotas/research');
+        const h = q.spec.hard;
+        expect(q.spec.parent === 'research' && h['requests.nvidia.com/gpu.T4'] === '2' && h['requests.nvidia.com/gpu'] === '2'
+          && h['cash/requests.nvidia.com/gpu'] === '100' && h['requests.nvidia.com/gpu.A100'] === '0', `2 T4s and 100 card-hours: ${JSON.stringify(q.spec)}`);
+        // A folded key takes the parent's idle room: hard 0, borrowing up to the parent's hard.
+        expect(h['requests.cpu'] === '0' && q.spec.max?.['requests.cpu'] === research.spec.hard['requests.cpu'], `CPU from the parent's idle room: ${JSON.stringify(q.spec)}`);
+        // Removed again: each pass makes its own out of research's four T4s.
+        const del = await call('DELETE', `/api/v1/quotas/${name}`);
+        expect(del.status < 300, `${name} deleted: ${del.status} ${JSON.stringify(del.json).slice(0, 200)}`);
+        // A transfer's key: a list of names, never typed.
+        await open(page, base, '/transfers', js);
+        const keys = await page.evaluate(() => ({
+          lists: document.querySelectorAll('form.request select[name=key]').length,
+          typed: document.querySelectorAll('form.request input[name=key], form.request textarea[name=key]').length,
+          options: [...document.querySelectorAll('form.request select[name=key]')[0].options].map((o) => [o.value, o.textContent.trim()]),
+        }));
+        expect(keys.lists >= 1 && keys.typed === 0, `keys chosen from lists: ${JSON.stringify(keys).slice(0, 200)}`);
+        const v100 = keys.options.find(([v]) => v === 'requests.nvidia.com/gpu.V100');
+        expect(v100 && v100[1].startsWith('V100 GPUs') && keys.options.find(([v]) => v === 'requests.nvidia.com/gpu.T4')?.[1].startsWith('T4 GPUs'), `keys by name: ${keys.options.map(([, l]) => l)}`);
+        await page.selectOption('form.request select[name=from]', 'speech');
+        await page.fill('form.request input[name=to]', 'vision');
+        await page.selectOption('form.request select[name=key] >> nth=0', { label: v100[1] });
+        await page.fill('form.request input[name=amount] >> nth=0', '1');
+        await page.fill('form.request textarea[name=reason]', `e2e ${tag}: a V100 chosen from the list`);
+        await submit(page, 'form.request button[type=submit]');
+        const id = page.url().match(/\/transfers\/(\d+)$/)?.[1];
+        expect(id, `on the new transfer: ${page.url()} ${(await page.innerText('main')).slice(0, 300)}`);
+        const { json: t } = await call('GET', `/api/v1/transfers/${id}`);
+        expect(JSON.stringify(t.amounts) === '{"requests.nvidia.com/gpu.V100":"1"}', `the key chosen: ${JSON.stringify(t.amounts)}`);
+        expect(/V100 GPUs/.test(await page.innerText('main')), 'the request names the key');
+        // #1 stays the one request awaiting a decision (other steps count on it).
+        const rejected = await call('POST', `/api/v1/transfers/${id}/reject`, { note: 'e2e: only the form was tried' });
+        expect(rejected.status < 300, `#${id} rejected: ${rejected.status}`);
+        await readable(page, `/transfers/${id} ${tag}`);
+        await login(page, base);
       });
 
       // ---- 6. Small things ----
