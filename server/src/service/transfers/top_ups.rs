@@ -229,19 +229,10 @@ impl Executor {
                 Some(m) if topup_mark_missing(&self.service, parent, &key, &from_id).await => {
                     Err(m)
                 }
-                _ => self
-                    .service
-                    .update_status(parent, false, move |q| {
-                        Ok(match topup::give(q, &k, &from_id, amount, now) {
-                            Ok(changed) => (changed, Ok(())),
-                            Err(e) => (false, Err(e.to_string())),
-                        })
-                    })
-                    .await
-                    .or_else(|e| match e {
-                        ServiceError::NotFound(m) => Ok(Err(m)),
-                        e => Err(e),
-                    })?,
+                _ => {
+                    self.apply_top_up(parent, move |q| topup::give(q, &k, &from_id, amount, now))
+                        .await?
+                }
             };
             if let Err(reason) = given {
                 self.finish(t, TransferStatus::Rejected, Some(&reason))
@@ -254,18 +245,10 @@ impl Executor {
         }
         let (k, to_id) = (key.clone(), format!("t{id}"));
         let received = self
-            .service
-            .update_status(&t.to_quota, false, move |q| {
-                Ok(match topup::receive(q, &k, &to_id, amount, now) {
-                    Ok(changed) => (changed, Ok(())),
-                    Err(e) => (false, Err(e.to_string())),
-                })
+            .apply_top_up(&t.to_quota, move |q| {
+                topup::receive(q, &k, &to_id, amount, now)
             })
-            .await
-            .or_else(|e| match e {
-                ServiceError::NotFound(m) => Ok(Err(m)),
-                e => Err(e),
-            })?;
+            .await?;
         if let Err(reason) = received {
             if let Some(parent) = &parent {
                 let acc = quota::budget::from_quantity(amount);
@@ -371,19 +354,32 @@ impl Executor {
         now: i64,
     ) -> Result<(), ServiceError> {
         let (k, back) = (key.to_string(), format!("t{id}-back"));
-        match self
-            .service
-            .update_status(parent, false, move |q| {
-                Ok(match topup::receive_acc(q, &k, &back, acc, now) {
-                    Ok(changed) => (changed, ()),
-                    Err(_) => (false, ()),
+        // A parent that is gone or refuses keeps nothing to give back to.
+        self.apply_top_up(parent, move |q| topup::receive_acc(q, &k, &back, acc, now))
+            .await
+            .map(|_| ())
+    }
+
+    /// One step of a top-up on `quota`'s status: `Ok(Err(reason))` when
+    /// the step refuses or the quota is gone (what rejects a top-up),
+    /// nothing written; `Err` only when the store fails.
+    async fn apply_top_up<E: std::fmt::Display>(
+        &self,
+        quota: &str,
+        mut step: impl FnMut(&mut quota::Quota) -> Result<bool, E>,
+    ) -> Result<Result<(), String>, ServiceError> {
+        self.service
+            .update_status(quota, false, move |q| {
+                Ok(match step(q) {
+                    Ok(changed) => (changed, Ok(())),
+                    Err(e) => (false, Err(e.to_string())),
                 })
             })
             .await
-        {
-            Ok(()) | Err(ServiceError::NotFound(_)) => Ok(()),
-            Err(e) => Err(e),
-        }
+            .or_else(|e| match e {
+                ServiceError::NotFound(m) => Ok(Err(m)),
+                e => Err(e),
+            })
     }
 }
 
