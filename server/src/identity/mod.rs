@@ -306,11 +306,7 @@ impl Identities {
         self.settings.local_login == LocalLogin::BreakGlass
             && !user.is_service
             && user.password_hash != crate::store::accounts::NO_PASSWORD
-            && !self
-                .settings
-                .break_glass
-                .iter()
-                .any(|b| *b == user.username)
+            && !self.settings.break_glass.contains(&user.username)
     }
 
     /// May `username` sign in with a password?
@@ -400,7 +396,7 @@ impl Identities {
             });
         };
         if crate::authz::reserved_username(&username)
-            || self.settings.break_glass.iter().any(|b| *b == username)
+            || self.settings.break_glass.contains(&username)
         {
             // bizrq's own actors, and the accounts kept for when the
             // provider is down, are never a provider's person's.

@@ -358,9 +358,8 @@ impl Provider {
         let k = self.keys.lock().unwrap_or_else(|e| e.into_inner());
         k.set.is_some()
             && k.read_at.is_some_and(|at| at.elapsed() >= KEY_SET_MAX_AGE)
-            && !k
-                .aged_try_at
-                .is_some_and(|at| at.elapsed() < self.settings.jwks_refetch)
+            && k.aged_try_at
+                .is_none_or(|at| at.elapsed() >= self.settings.jwks_refetch)
     }
 
     /// Reads the key set; `on_miss`: because a token named a key the set

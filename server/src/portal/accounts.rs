@@ -266,6 +266,9 @@ pub async fn set_admin(
         )
         .await;
     }
+    if is_admin {
+        require_confirm(&f.confirm, &format!("making {name} an admin"))?;
+    }
     if user.is_admin == is_admin
         && (!is_admin
             || user.admin_source == Source::Hand
@@ -283,9 +286,6 @@ pub async fn set_admin(
             ),
         )
         .await;
-    }
-    if is_admin {
-        require_confirm(&f.confirm, &format!("making {name} an admin"))?;
     }
     app.portal.sql.set_user_admin(user.id, is_admin).await?;
     let after = User {

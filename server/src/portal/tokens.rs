@@ -21,6 +21,7 @@ use crate::store::StoreError;
 use app::accounts::TokensOf;
 use app::layout::Flash;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::Form;
 use serde::Deserialize;
@@ -59,14 +60,24 @@ async fn page(
             scope: t.scope.unwrap_or_default().join(", "),
         })
         .collect();
-    Ok(Html(app::accounts::render_tokens_page(
-        viewer.page(),
-        of,
-        rows,
-        new_token,
-        flash,
-    ))
-    .into_response())
+    // A form refused is answered with its page again, the reason on top,
+    // as a refusal (422), never as a success.
+    let status = if matches!(flash, Some(Flash::Error(_))) {
+        StatusCode::UNPROCESSABLE_ENTITY
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Html(app::accounts::render_tokens_page(
+            viewer.page(),
+            of,
+            rows,
+            new_token,
+            flash,
+        )),
+    )
+        .into_response())
 }
 
 fn own_id(viewer: &Viewer) -> Result<i64, PageError> {

@@ -758,6 +758,7 @@ async fn service_accounts_and_scoped_tokens_act_only_where_they_may() {
         ),
     ] {
         let p = admin.post("/tokens", &fields).await;
+        assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{says}");
         assert!(p.body.contains(says), "{says}: {}", p.body);
     }
     // A person's tokens are made by the person.

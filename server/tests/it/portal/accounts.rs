@@ -119,9 +119,16 @@ async fn a_revoked_or_disabled_users_token_is_refused_at_once(s: &Server) {
         "{page}"
     );
     assert_eq!(
-        page.matches("never").count(),
+        page.matches("data-label=\"Last used\" class=\"num\">never<")
+            .count(),
         0,
         "both tokens were used: {page}"
+    );
+    assert_eq!(
+        page.matches("data-label=\"Last used\" class=\"num\">")
+            .count(),
+        2,
+        "{page}"
     );
 }
 
