@@ -461,7 +461,9 @@ try {
         expect(r.groups.length > 0 && r.groups.every((g) => acme.includes(g)), `one row per child of acme: ${r.groups} (${acme})`);
         expect(/^Total: [\d,.]+ card-hours$/.test(r.total) && !/^Total: 0 /.test(r.total), `a total in card-hours: ${r.total}`);
         const pageTotal = Number(r.total.replace(/^Total: |,| card-hours$/g, ''));
-        // Its CSV: decimal card-hours, then the ledger's exact integer (10^-18 of a card-hour).
+        // Its CSV: decimal card-hours, then the ledger's exact integer (acc:
+        // 3.6e12 to a nano card-hour, quota::budget's ACC_PER_NANO_HOUR),
+        // the decimal being it rounded up to the nano card-hour.
         const [dl] = await Promise.all([page.waitForEvent('download'), page.click('form.report-form a.button:text-is("CSV")')]);
         const lines = readFileSync(await dl.path(), 'utf8').trim().split(/\r?\n/).map((l) => l.split(','));
         expect(lines[0].join() === 'bucket,bucket_start,child,amount_card-hours,amount_exact_acc', `the CSV's header: ${lines[0]}`);
@@ -469,7 +471,8 @@ try {
         const [totalLine] = lines.slice(-1);
         expect(body.length === r.groups.length && body.every((c) => acme.includes(c[2])), `the CSV's rows are the page's: ${body.map((c) => c[2])}`);
         const nanos = (d) => { const [i, f = ''] = d.split('.'); return BigInt(i) * 10n ** 9n + BigInt((f + '000000000').slice(0, 9)); };
-        const upToNano = (acc) => (BigInt(acc) + 10n ** 9n - 1n) / 10n ** 9n;
+        const ACC_PER_NANO_HOUR = 3_600_000_000_000n;
+        const upToNano = (acc) => (BigInt(acc) + ACC_PER_NANO_HOUR - 1n) / ACC_PER_NANO_HOUR;
         for (const c of [...body, totalLine]) {
           expect(/^\d+(\.\d{1,9})?$/.test(c[3]) && /^\d+$/.test(c[4]), `a decimal and an exact integer: ${c}`);
           expect(nanos(c[3]) === upToNano(c[4]), `the decimal is the exact integer in card-hours: ${c}`);
