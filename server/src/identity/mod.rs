@@ -370,6 +370,7 @@ impl Identities {
                     .await;
             }
         }
+        self.adopt_email(&user, person).await?;
         let changes = self
             .apply_roles(&user, &person.groups, "at sign-in")
             .await?;
@@ -460,6 +461,40 @@ impl Identities {
         )
         .await;
         Ok((user, true))
+    }
+
+    /// The provider's email (not marked unverified) becomes the user's
+    /// alert address when they have none, so alerts about their work reach
+    /// them (an address set by hand or by an admin is kept); audited.
+    async fn adopt_email(&self, user: &User, person: &Person) -> Result<(), StoreError> {
+        let Some(email) = person.email.as_deref() else {
+            return Ok(());
+        };
+        // As the mailer reads it: an address it cannot parse would wait
+        // in the outbox forever.
+        if email.len() > 254 || email.parse::<lettre::Address>().is_err() {
+            return Ok(());
+        }
+        if self.sql.user_email(user.id).await?.is_some() {
+            return Ok(());
+        }
+        self.sql.set_user_email(user.id, Some(email)).await?;
+        let e = entry(
+            self.service.now(),
+            "bizrq",
+            action::USER_EMAIL,
+            &crate::service::audit::user_target(&user.username),
+            Some(json!({"email": null})),
+            Some(json!({"email": email, "source": "sign-in"})),
+            &format!(
+                "{}'s alert email is {email} (the identity provider's, at sign-in)",
+                user.username
+            ),
+        );
+        if let Err(err) = self.sql.append_audit(&e).await {
+            tracing::error!(error = %err, "could not write an audit entry");
+        }
+        Ok(())
     }
 
     async fn audit(&self, act: &str, target: &str, after: serde_json::Value, detail: &str) {

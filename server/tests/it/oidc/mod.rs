@@ -151,6 +151,15 @@ async fn a_person_signs_in_gets_the_roles_of_their_groups_and_loses_them_on_a_re
     let admin = Browser::admin(&s).await;
     let users = admin.get("/users").await.body;
     assert!(users.contains("SSO"), "{users}");
+    // The provider's email is alice's alert address.
+    let log = admin
+        .get("/audit?action=user.email&target=user:alice")
+        .await
+        .body;
+    assert!(
+        log.contains("alert email is alice@example.com (the identity provider"),
+        "{log}"
+    );
     assert!(users.contains("oidc:alice@example.com"), "{users}");
     assert!(users.contains("(group)"), "{users}");
     let log = admin.get("/audit?action=role.add&target=nlp").await.body;
