@@ -126,21 +126,15 @@ pub async fn one(ids: &Identities, id: &Identity) -> Result<Outcome, crate::stor
                 .await?;
             ids.apply_roles(&user, &[], "the provider ended the sign-in")
                 .await?;
-            let e = entry(
-                now,
-                "bizrq",
-                action::USER_SIGNED_OUT,
-                &crate::service::audit::user_target(&user.username),
-                None,
-                None,
+            signed_out(
+                ids,
+                &user,
                 &format!(
                     "{} signed out: the identity provider no longer refreshes the sign-in ({e})",
                     user.username
                 ),
-            );
-            if let Err(err) = ids.sql.append_audit(&e).await {
-                tracing::error!(error = %err, "could not write an audit entry");
-            }
+            )
+            .await;
             return Ok(Outcome::Ended);
         }
         Err(e) => {
@@ -219,26 +213,36 @@ async fn unrefreshed(
         .apply_roles(user, &[], "the sign-in that gave them is older than --oidc-unrefreshed-roles-seconds, and the provider gave no refresh token")
         .await?;
     if ended {
-        let e = entry(
-            now,
-            "bizrq",
-            action::USER_SIGNED_OUT,
-            &crate::service::audit::user_target(&user.username),
-            None,
-            None,
+        signed_out(
+            ids,
+            user,
             &format!(
                 "{} signed out: the sign-in is older than {} and the identity provider gave no refresh token to ask about it again",
                 user.username,
                 quota::budget::runway::span(lasts)
             ),
-        );
-        if let Err(err) = ids.sql.append_audit(&e).await {
-            tracing::error!(error = %err, "could not write an audit entry");
-        }
+        )
+        .await;
     }
     Ok(if ended || !changes.is_empty() {
         Outcome::Applied(changes.len())
     } else {
         Outcome::Skipped
     })
+}
+
+/// Audits that `user` was signed out by the refresh, and why.
+async fn signed_out(ids: &Identities, user: &crate::store::accounts::User, why: &str) {
+    let e = entry(
+        ids.service.now(),
+        "bizrq",
+        action::USER_SIGNED_OUT,
+        &crate::service::audit::user_target(&user.username),
+        None,
+        None,
+        why,
+    );
+    if let Err(err) = ids.sql.append_audit(&e).await {
+        tracing::error!(error = %err, "could not write an audit entry");
+    }
 }
