@@ -527,17 +527,6 @@ impl Provider {
         Ok(claims)
     }
 
-    /// Where logging out sends the browser, when the provider has an
-    /// end-session endpoint (read from discovery already done; never
-    /// waits for the provider).
-    pub fn end_session_endpoint(&self) -> Option<String> {
-        self.metadata
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .and_then(|(m, _)| m.end_session_endpoint.clone())
-    }
-
     /// The origins a form may be sent on to (the Content-Security-Policy's
     /// `form-action`): the issuer's, its authorization and end-session
     /// endpoints'.
@@ -591,10 +580,17 @@ pub fn check_metadata(m: &Metadata, issuer: &str) -> Result<(), ProviderError> {
     if let Some(u) = &m.end_session_endpoint {
         endpoints.push(("end_session_endpoint", u));
     }
+    // http (to a loopback address) only for a provider that is itself one
+    // (a test or a sidecar): an https issuer's discovery never sends the
+    // client secret or the codes over plain http, even to this machine.
+    let issuer_is_https = issuer.starts_with("https://");
     for (name, url) in endpoints {
-        if url.len() > 2048 || !allowed_url(url) {
+        if url.len() > 2048
+            || !allowed_url(url)
+            || (issuer_is_https && !url.starts_with("https://"))
+        {
             return Err(ProviderError::Misconfigured(format!(
-                "its {name} \"{}\" is not https (nor http to a loopback address)",
+                "its {name} \"{}\" is not https (http only to a loopback address, and only for a provider on one)",
                 clean(url, 200)
             )));
         }
@@ -644,6 +640,20 @@ mod tests {
         assert!(
             matches!(check_metadata(&m, iss), Err(ProviderError::Misconfigured(t)) if t.contains("token_endpoint"))
         );
+        // An https issuer's endpoints stay https, loopback or not.
+        let mut m = meta();
+        m.jwks_uri = "http://127.0.0.1:9000/jwks".into();
+        assert!(
+            matches!(check_metadata(&m, iss), Err(ProviderError::Misconfigured(t)) if t.contains("jwks_uri"))
+        );
+        let local = "http://127.0.0.1:8080";
+        let mut m = meta();
+        m.issuer = local.into();
+        m.authorization_endpoint = format!("{local}/auth");
+        m.token_endpoint = format!("{local}/token");
+        m.jwks_uri = format!("{local}/jwks");
+        m.end_session_endpoint = None;
+        assert_eq!(check_metadata(&m, local), Ok(()));
         let mut m = meta();
         m.code_challenge_methods_supported = Some(vec!["plain".into()]);
         assert!(check_metadata(&m, iss).is_err());

@@ -1049,6 +1049,9 @@ pub fn device_cookie(token: &str, secure: bool) -> HeaderValue {
 /// provider received: the hint of RP-initiated logout.
 pub const ID_TOKEN_KEY: &str = "oidc_id_token";
 
+/// The longest ID token sent back as `id_token_hint` at logout.
+const MAX_LOGOUT_HINT: usize = 4096;
+
 /// POST /logout: the session is deleted, the cookie removed. A session
 /// signed in through the identity provider is then ended there too
 /// (RP-initiated logout) when the provider has an end-session endpoint;
@@ -1059,15 +1062,27 @@ pub async fn logout(State(app): State<AppState>, session: Session) -> Response {
         tracing::warn!(error = %e, "could not delete a session at logout");
     }
     let end_session = match (&app.portal.identity, &id_token) {
-        (Some(ids), Some(t)) => ids.provider.end_session_endpoint().map(|endpoint| {
-            let s = &ids.settings.provider;
-            crate::oidc::flow::end_session_url(
-                &endpoint,
-                Some(t),
-                &s.client_id,
-                &s.post_logout_redirect_uri,
-            )
-        }),
+        // The discovery document as cached (read again if missing, as
+        // after a start whose discovery failed); without it the sign-in at
+        // the provider cannot be ended, and the log says so.
+        (Some(ids), Some(t)) => match ids.provider.metadata().await {
+            Ok(m) => m.end_session_endpoint.as_ref().map(|endpoint| {
+                let s = &ids.settings.provider;
+                // A large ID token (many groups) would make a URL some
+                // providers refuse: the client id alone names the sign-in.
+                let hint = (t.len() <= MAX_LOGOUT_HINT).then_some(t.as_str());
+                crate::oidc::flow::end_session_url(
+                    endpoint,
+                    hint,
+                    &s.client_id,
+                    &s.post_logout_redirect_uri,
+                )
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, "logged out of bizrq only: the identity provider's discovery failed, so its sign-in was not ended");
+                None
+            }
+        },
         _ => None,
     };
     Redirect::to(end_session.as_deref().unwrap_or("/login")).into_response()
