@@ -123,10 +123,27 @@ pub struct StartForm {
     next: Option<String>,
 }
 
+/// The flow cookie's name: behind HTTPS with the `__Host-` prefix, so a
+/// sibling subdomain cannot set one of its own into the browser (a
+/// sign-in of its own finished in someone else's browser).
+fn flow_cookie_name(secure: bool) -> String {
+    if secure {
+        format!("__Host-{FLOW_COOKIE}")
+    } else {
+        FLOW_COOKIE.to_string()
+    }
+}
+
 fn flow_cookie(value: &str, max_age: i64, secure: bool) -> HeaderValue {
-    let secure = if secure { "; Secure" } else { "" };
+    let name = flow_cookie_name(secure);
+    // A `__Host-` cookie must have `Path=/`.
+    let (path, secure) = if secure {
+        ("/", "; Secure")
+    } else {
+        ("/login/oidc/", "")
+    };
     HeaderValue::from_str(&format!(
-        "{FLOW_COOKIE}={value}; Path=/login/oidc/; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}"
+        "{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}"
     ))
     .expect("a flow cookie is ASCII")
 }
@@ -231,13 +248,14 @@ pub struct Callback {
 }
 
 /// The browser's flow cookie, if it has the shape of one.
-fn browser_cookie(headers: &HeaderMap) -> Option<String> {
+fn browser_cookie(headers: &HeaderMap, secure: bool) -> Option<String> {
+    let name = flow_cookie_name(secure);
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().strip_prefix(FLOW_COOKIE)?.strip_prefix('='))
+        .filter_map(|c| c.trim().strip_prefix(name.as_str())?.strip_prefix('='))
         .find(|t| flow::is_secret(t))
         .map(str::to_string)
 }
@@ -293,9 +311,13 @@ pub async fn callback(
         }
         Err(e) => return super::PageError::from(e).into_response(),
     };
-    let same_browser = browser_cookie(&headers).is_some_and(|b| {
-        crate::util::constant_time_eq(flow::digest(&b).as_bytes(), flow.browser_sha256.as_bytes())
-    });
+    let same_browser =
+        browser_cookie(&headers, app.portal.config.secure_cookies).is_some_and(|b| {
+            crate::util::constant_time_eq(
+                flow::digest(&b).as_bytes(),
+                flow.browser_sha256.as_bytes(),
+            )
+        });
     if !same_browser {
         tracing::warn!("sign-in callback refused: it came back to another browser than the one that started it");
         return refuse(
@@ -352,11 +374,15 @@ pub async fn callback(
         Ok(t) => t,
         Err(e) => return failed(e),
     };
+    // Keyed on what was signed (header and claims), not the signature:
+    // an ES256 signature re-encoded (s → n − s) still verifies, and must
+    // not make the same token new again.
+    let signed_part = id_token.rsplit_once('.').map_or(id_token, |(a, _)| a);
     match app
         .portal
         .sql
         .first_use_of_token(
-            &crate::util::sha256_hex(id_token),
+            &crate::util::sha256_hex(signed_part),
             token.expires_s.saturating_mul(1000),
         )
         .await
@@ -414,4 +440,37 @@ pub async fn callback(
         flow_cookie("", 0, app.portal.config.secure_cookies),
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn behind_https_the_flow_cookie_is_a_host_cookie_read_by_that_name_only() {
+        let secret = "a".repeat(crate::oidc::flow::SECRET_CHARS);
+        let set = flow_cookie(&secret, 600, true);
+        assert_eq!(
+            set.to_str().unwrap(),
+            format!(
+                "__Host-bizrq_oidc={secret}; Path=/; Max-Age=600; HttpOnly; SameSite=Lax; Secure"
+            )
+        );
+        let plain = flow_cookie(&secret, 600, false);
+        assert!(plain.to_str().unwrap().starts_with("bizrq_oidc="));
+        let mut h = HeaderMap::new();
+        // A cookie a sibling subdomain could set (no prefix) is not read
+        // behind HTTPS.
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("bizrq_oidc={secret}")).unwrap(),
+        );
+        assert_eq!(browser_cookie(&h, true), None);
+        assert_eq!(browser_cookie(&h, false).as_deref(), Some(secret.as_str()));
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("__Host-bizrq_oidc={secret}")).unwrap(),
+        );
+        assert_eq!(browser_cookie(&h, true).as_deref(), Some(secret.as_str()));
+    }
 }
