@@ -142,6 +142,21 @@ pub async fn one(ids: &Identities, id: &Identity) -> Result<Outcome, crate::stor
             return Ok(Outcome::Skipped);
         }
     };
+    // A provider that rotates refresh tokens has spent the one used: the
+    // new one is kept before anything below may leave roles as they are,
+    // or the next refresh would be refused and sign the person out.
+    if let Some(rotated) = tokens.refresh_token.as_deref() {
+        ids.sql
+            .record_identity(
+                &id.issuer,
+                &id.subject,
+                &id.groups,
+                Some(Some(rotated)),
+                false,
+                now,
+            )
+            .await?;
+    }
     let names = &p.settings.claims;
     // The groups claim as the fresh ID token names it; without an ID
     // token, or one that leaves the claim out (some providers send groups

@@ -240,9 +240,10 @@ impl SqlStore {
         Ok(())
     }
 
-    /// Identities whose roles are due a refresh: a refresh token held,
-    /// last synced before `before_ms`, and a user who can still act (a
-    /// live session or a live API token). Oldest first, at most `limit`.
+    /// Identities whose roles are due a refresh (with their refresh token,
+    /// or, without one, to end what an old sign-in gave): last synced
+    /// before `before_ms`, and a user who can still act (a live session or
+    /// a live API token). Oldest first, at most `limit`.
     pub async fn identities_due(
         &self,
         before_ms: i64,

@@ -208,12 +208,34 @@ async fn a_person_signs_in_gets_the_roles_of_their_groups_and_loses_them_on_a_re
     })
     .await
     .is_some());
+    // An admin by the mapping cannot make the role their own by hand (the
+    // mapping would never take it back): nothing changes.
+    let p = alice
+        .post(
+            "/users/alice/admin",
+            &[("value", "true"), ("confirm", "yes")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    // A refresh whose token leaves the groups claim out (some providers
+    // send it at sign-in only) is not "in no group": roles stay.
+    op.state.lock().unwrap().omit_groups = true;
     op.set_groups("alice", &[]);
-    assert!(poll_until(30, Duration::from_millis(300), || async {
-        (alice.get("/users").await.status == StatusCode::FORBIDDEN).then_some(())
-    })
-    .await
-    .is_some());
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    assert_eq!(
+        alice.get("/users").await.status,
+        StatusCode::OK,
+        "no groups claim: roles as they were"
+    );
+    op.state.lock().unwrap().omit_groups = false;
+    assert!(
+        poll_until(30, Duration::from_millis(300), || async {
+            (alice.get("/users").await.status == StatusCode::FORBIDDEN).then_some(())
+        })
+        .await
+        .is_some(),
+        "the group gone, the mapped admin goes"
+    );
     // No password: neither a password login nor a password change.
     assert_eq!(
         Browser::new(&s)

@@ -78,6 +78,8 @@ pub struct State {
     pub people: HashMap<String, Person>,
     codes: HashMap<String, Code>,
     refresh: HashMap<String, String>,
+    /// Access tokens given, by whom (userinfo).
+    access: HashMap<String, String>,
     pub forge: Option<Forge>,
     pub jwks_reads: u64,
     pub token_requests: u64,
@@ -86,6 +88,8 @@ pub struct State {
     /// Answer sign-ins without a refresh token (as Dex, Okta and Google
     /// do unless asked for `offline_access`).
     pub no_refresh_tokens: bool,
+    /// Leave the groups claim out of ID tokens and userinfo.
+    pub omit_groups: bool,
     /// Refresh grants answer `invalid_grant` (the person left).
     pub revoked: bool,
 }
@@ -145,6 +149,9 @@ impl State {
         });
         if let Some(n) = nonce {
             claims["nonce"] = n.into();
+        }
+        if self.omit_groups {
+            claims.as_object_mut().unwrap().remove("groups");
         }
         let (kid, pk8) = self.signing.clone();
         let header = json!({"alg": "RS256", "kid": kid, "typ": "JWT"});
@@ -286,15 +293,38 @@ async fn token(
             };
             let id_token = st.id_token(&who, None);
             let rt = random();
+            let at = random();
+            st.access.insert(at.clone(), who.clone());
             st.refresh.insert(rt.clone(), who);
             axum::Json(
-                json!({"access_token": random(), "token_type": "Bearer", "expires_in": 300,
+                json!({"access_token": at, "token_type": "Bearer", "expires_in": 300,
                               "id_token": id_token, "refresh_token": rt}),
             )
             .into_response()
         }
         _ => oauth_error("unsupported_grant_type"),
     }
+}
+
+async fn userinfo(
+    axum::extract::State(s): axum::extract::State<Shared>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let st = s.lock().unwrap();
+    let who = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|t| st.access.get(t));
+    let Some(p) = who.and_then(|w| st.people.get(w)) else {
+        return axum::http::StatusCode::UNAUTHORIZED.into_response();
+    };
+    let mut claims = json!({"sub": p.sub, "preferred_username": p.username, "groups": p.groups});
+    if st.omit_groups {
+        claims.as_object_mut().unwrap().remove("groups");
+    }
+    axum::Json(claims).into_response()
 }
 
 async fn logout() -> &'static str {
@@ -331,12 +361,14 @@ impl FakeOp {
             .into(),
             codes: HashMap::new(),
             refresh: HashMap::new(),
+            access: HashMap::new(),
             forge: None,
             jwks_reads: 0,
             token_requests: 0,
             slow: None,
             huge_jwks: false,
             no_refresh_tokens: false,
+            omit_groups: false,
             revoked: false,
         }));
         let app = axum::Router::new()
@@ -347,6 +379,7 @@ impl FakeOp {
             .route("/jwks", axum::routing::get(jwks))
             .route("/token", axum::routing::post(token))
             .route("/logout", axum::routing::get(logout))
+            .route("/userinfo", axum::routing::get(userinfo))
             .with_state(state.clone());
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
