@@ -341,6 +341,7 @@ mod tests {
                 budgets: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         if cards > 0 {

@@ -20,6 +20,7 @@ pub mod pods;
 pub mod quantity;
 pub mod queue;
 pub mod readable;
+pub mod real_usage;
 pub mod reclaim;
 pub mod reconcile;
 pub mod repair;

@@ -27,6 +27,7 @@ use transfers::Hold;
 
 pub mod budgets;
 pub mod fair_sharing;
+pub mod idle;
 pub mod loans;
 pub mod marks;
 pub mod period;
@@ -98,6 +99,11 @@ pub struct QuotaSpec {
     /// capacity (docs/queueing.md, "Fair sharing"); weight 1 when absent.
     #[serde(default, skip_serializing_if = "FairSharing::is_default")]
     pub fair_sharing: FairSharing,
+    /// When its workloads' GPUs count as idle, and what then happens
+    /// (docs/real-usage.md); absent: its nearest ancestor's, or the
+    /// defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<idle::IdlePolicy>,
 }
 
 impl QuotaSpec {

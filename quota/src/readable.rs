@@ -211,6 +211,7 @@ mod tests {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         };
         let mut status = QuotaStatus::default();
         spend(&mut status, "cash/requests.nvidia.com/gpu", "187.5");

@@ -1112,6 +1112,7 @@ mod tests {
                 budgets: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         for (name, hard) in [("a", 6), ("b", 12)] {

@@ -475,6 +475,7 @@ mod tests {
                 budgets: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         let charge = |count: i64| Charge {
@@ -584,6 +585,7 @@ mod tests {
                 budgets: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         q.status.last_reconcile_time = Some(time::format_rfc3339(T0));

@@ -522,6 +522,7 @@ mod tests {
                 max: ResourceList::new(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         if used > 0 {

@@ -198,6 +198,7 @@ mod tests {
                 max: ResourceList::new(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         let r1 = job("r1", 0, 4, None);

@@ -243,6 +243,7 @@ mod tests {
                 max: ResourceList::new(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         for c in run {

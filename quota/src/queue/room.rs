@@ -96,6 +96,7 @@ mod tests {
                 max: max.map(cpu).unwrap_or_default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         )
     }

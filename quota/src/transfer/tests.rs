@@ -31,6 +31,7 @@ impl Tree {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         };
         if !parent.is_empty() {
             tree::carve(self.0.get_mut(parent).unwrap(), name, &spec.hard, T).unwrap();

@@ -134,6 +134,7 @@ fn start() -> impl Strategy<Value = Quota> {
                     budgets: Default::default(),
                     queueing: Default::default(),
                     fair_sharing: Default::default(),
+                    idle: None,
                 },
             );
             for mut o in seed {

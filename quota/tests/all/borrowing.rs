@@ -32,6 +32,7 @@ fn node(name: &str, parent: &str, hard: i64, max: Option<i64>) -> Quota {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         },
     )
 }

@@ -14,6 +14,7 @@ mod patch;
 mod prices;
 mod properties;
 mod queue;
+mod real_usage;
 mod refunds;
 mod reservations;
 mod submitters;

@@ -65,7 +65,7 @@ proptest! {
     #[test]
     fn no_over_admission(hard in prop::collection::vec(0i64..40, 3),
                          ops in prop::collection::vec((0usize..6, prop::collection::vec(0i64..5, 3), 0i64..6, any::<bool>()), 1..60)) {
-        let mut q = Quota::new("q", QuotaSpec { parent: String::new(), hard: list(&hard), max: Default::default(), budgets: Default::default(), queueing: Default::default(), fair_sharing: Default::default() });
+        let mut q = Quota::new("q", QuotaSpec { parent: String::new(), hard: list(&hard), max: Default::default(), budgets: Default::default(), queueing: Default::default(), fair_sharing: Default::default(), idle: None, });
         let mut held: BTreeMap<String, ResourceList> = BTreeMap::new();
         for (w, per_pod, count, release) in ops {
             let wref = format!("w{w}");
@@ -90,7 +90,7 @@ proptest! {
     /// ever carved beyond its hard, under creates, resizes, deletes, charges.
     #[test]
     fn carve_outs_balance(ops in prop::collection::vec((0u8..4, 0usize..8, 0usize..8, prop::collection::vec(0i64..30, 3)), 1..80)) {
-        let mut nodes: Vec<Quota> = vec![Quota::new("n0", QuotaSpec { parent: String::new(), hard: list(&[100, 100, 100]), max: Default::default(), budgets: Default::default(), queueing: Default::default(), fair_sharing: Default::default() })];
+        let mut nodes: Vec<Quota> = vec![Quota::new("n0", QuotaSpec { parent: String::new(), hard: list(&[100, 100, 100]), max: Default::default(), budgets: Default::default(), queueing: Default::default(), fair_sharing: Default::default(), idle: None, })];
         // Lowering hard is allowed below used; such nodes may be over.
         let mut lowered: std::collections::BTreeSet<String> = Default::default();
         let idx = |nodes: &Vec<Quota>, name: &str| nodes.iter().position(|n| n.name() == name);
@@ -103,7 +103,7 @@ proptest! {
                     let hard = list(&vals);
                     if tree::carve(&mut nodes[a], &name, &hard, T).is_ok() {
                         let parent = nodes[a].name().to_string();
-                        nodes.push(Quota::new(&name, QuotaSpec { parent, hard, max: Default::default(), budgets: Default::default(), queueing: Default::default(), fair_sharing: Default::default() }));
+                        nodes.push(Quota::new(&name, QuotaSpec { parent, hard, max: Default::default(), budgets: Default::default(), queueing: Default::default(), fair_sharing: Default::default(), idle: None, }));
                     }
                 }
                 1 => { // resize a (not the root)
@@ -179,7 +179,7 @@ proptest! {
         charges in prop::collection::vec((0i64..8, 0i64..4, 0i64..3_600_000), 1..10),
         b in 1i64..10_000_000, c_extra in 0i64..10_000_000)
     {
-        let spec = QuotaSpec { parent: String::new(), hard: [("cash/requests.nvidia.com/gpu".to_string(), Quantity::from_units(1_000_000))].into(), max: Default::default(), budgets: Default::default(), queueing: Default::default(), fair_sharing: Default::default() };
+        let spec = QuotaSpec { parent: String::new(), hard: [("cash/requests.nvidia.com/gpu".to_string(), Quantity::from_units(1_000_000))].into(), max: Default::default(), budgets: Default::default(), queueing: Default::default(), fair_sharing: Default::default(), idle: None, };
         let mut q = Quota::new("q", spec.clone());
         q.status.last_reconcile_time = Some(quota::time::format_rfc3339(0));
         let mut usages = Vec::new();

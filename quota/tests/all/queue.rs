@@ -46,6 +46,7 @@ fn quota(name: &str, hard: (i64, i64), max: Option<(i64, i64)>) -> Quota {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         },
     )
 }

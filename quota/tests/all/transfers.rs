@@ -54,6 +54,7 @@ fn spec(parent: &str, hard: i64) -> QuotaSpec {
         budgets: Default::default(),
         queueing: Default::default(),
         fair_sharing: Default::default(),
+        idle: None,
     }
 }
 

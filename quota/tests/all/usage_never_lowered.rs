@@ -114,6 +114,7 @@ fn quota() -> Quota {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         },
     );
     let held = PodSet {
