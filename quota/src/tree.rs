@@ -141,6 +141,9 @@ pub fn validate_spec(name: &str, spec: &QuotaSpec, cfg: &KeyConfig) -> Result<()
     spec.queueing
         .validate()
         .map_err(|e| invalid(format!("spec.{e}")))?;
+    if let Some(idle) = &spec.idle {
+        idle.validate().map_err(|e| invalid(format!("spec.{e}")))?;
+    }
     for (k, m) in &spec.max {
         if cash_target(k).is_some() {
             return Err(invalid(format!("spec.max.{k}: cash cannot be borrowed")));

@@ -1,7 +1,9 @@
 //! Command line and environment.
 
+use crate::real_usage::RealUsageConfig;
 use clap::{Parser, Subcommand, ValueEnum};
 use quota::cash::QosMultipliers;
+use quota::real_usage::template::{Metric, Template, TemplateError};
 use quota::KeyConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -337,6 +339,71 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     pub ledger_day_utc_offset_minutes: i32,
+    /// Real usage (cluster mode, docs/real-usage.md): the base URL of the
+    /// Prometheus that scrapes the NVIDIA DCGM exporter and cAdvisor
+    /// (`http://prometheus.monitoring:9090`). Without it bizrq shows what
+    /// workloads were allocated only.
+    #[arg(long, env = "BIZRQ_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+    /// A file holding the bearer token sent to Prometheus (a mounted
+    /// ServiceAccount token), read again for every reading.
+    #[arg(long, env = "BIZRQ_PROMETHEUS_TOKEN_FILE")]
+    pub prometheus_token_file: Option<PathBuf>,
+    /// The CA bundle (PEM) that signs Prometheus's certificate; the
+    /// system's roots without it.
+    #[arg(long, env = "BIZRQ_PROMETHEUS_CA_FILE")]
+    pub prometheus_ca_file: Option<PathBuf>,
+    /// Seconds between readings (each one query per metric for every pod).
+    #[arg(long, env = "BIZRQ_PROMETHEUS_EVERY_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub prometheus_every_seconds: u64,
+    /// The range queries' step: each point stands for this many seconds.
+    #[arg(long, env = "BIZRQ_PROMETHEUS_STEP_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub prometheus_step_seconds: u64,
+    /// A step is read this many seconds after it ended (Prometheus has
+    /// scraped it by then).
+    #[arg(long, env = "BIZRQ_PROMETHEUS_DELAY_SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub prometheus_delay_seconds: u64,
+    /// The window of `rate()` in the CPU query (`${range}` in a template).
+    #[arg(long, env = "BIZRQ_PROMETHEUS_RATE_RANGE_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub prometheus_rate_range_seconds: u64,
+    /// Seconds a query may take, answer included; a slower Prometheus is
+    /// taken as down for that reading.
+    #[arg(long, env = "BIZRQ_PROMETHEUS_TIMEOUT_SECONDS", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub prometheus_timeout_seconds: u64,
+    /// Series one query may answer; beyond it the answer is refused.
+    #[arg(long, env = "BIZRQ_PROMETHEUS_MAX_SERIES", default_value_t = 200_000)]
+    pub prometheus_max_series: usize,
+    /// MiB one answer may take; a larger one is refused unread.
+    #[arg(long, env = "BIZRQ_PROMETHEUS_MAX_RESPONSE_MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub prometheus_max_response_mib: u64,
+    /// Steps one reading covers at most: after an outage, bizrq catches
+    /// up this many steps per reading.
+    #[arg(long, env = "BIZRQ_PROMETHEUS_MAX_STEPS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=10000))]
+    pub prometheus_max_steps: u64,
+    /// How far back bizrq catches up after an outage; older is left
+    /// unknown.
+    #[arg(long, env = "BIZRQ_PROMETHEUS_CATCH_UP_HOURS", default_value_t = 24, value_parser = clap::value_parser!(u64).range(1..=720))]
+    pub prometheus_catch_up_hours: u64,
+    /// Admins are alerted once Prometheus has not answered for this long.
+    #[arg(
+        long,
+        env = "BIZRQ_PROMETHEUS_ALERT_AFTER_SECONDS",
+        default_value_t = 600
+    )]
+    pub prometheus_alert_after_seconds: u64,
+    /// PromQL of busy GPU cards per pod (`namespace`, `pod` labels; a
+    /// pod's busy cards, 0 to its cards).
+    #[arg(long, env = "BIZRQ_PROMETHEUS_QUERY_GPU_BUSY", default_value = quota::real_usage::template::Metric::GpuBusy.default_template())]
+    pub prometheus_query_gpu_busy: String,
+    /// PromQL of GPU framebuffer memory in use per pod, in bytes.
+    #[arg(long, env = "BIZRQ_PROMETHEUS_QUERY_GPU_MEMORY", default_value = quota::real_usage::template::Metric::GpuMemory.default_template())]
+    pub prometheus_query_gpu_memory: String,
+    /// PromQL of CPU in use per pod, in cores (`${range}`: the rate window).
+    #[arg(long, env = "BIZRQ_PROMETHEUS_QUERY_CPU", default_value = quota::real_usage::template::Metric::Cpu.default_template())]
+    pub prometheus_query_cpu: String,
+    /// PromQL of memory in use per pod (the working set), in bytes.
+    #[arg(long, env = "BIZRQ_PROMETHEUS_QUERY_MEMORY", default_value = quota::real_usage::template::Metric::Memory.default_template())]
+    pub prometheus_query_memory: String,
     /// Kubeconfig of the cluster to run in. With it (or KUBECONFIG, or a
     /// service account inside a pod) quota objects are the cluster's CRD and
     /// the controller runs; without, bizrq is standalone on SQL.
@@ -573,6 +640,55 @@ impl ServeArgs {
             .clone()
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| format!("system:serviceaccount:{}:bizrq", self.namespace))
+    }
+
+    /// Real usage's settings (`--prometheus-*`): None without
+    /// `--prometheus-url`; an error for a URL or a template bizrq cannot
+    /// use (the start stops, saying which).
+    pub fn real_usage(&self) -> anyhow::Result<Option<RealUsageConfig>> {
+        let args = self;
+        let Some(url) = args
+            .prometheus_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+        else {
+            return Ok(None);
+        };
+        if !(url.starts_with("http://") || url.starts_with("https://"))
+            || url.contains(['?', '#'])
+            || quota::text::hostile_char(url).is_some()
+            || url.contains(' ')
+        {
+            anyhow::bail!(
+                "--prometheus-url {url:?} is not a Prometheus base URL: write http(s)://HOST:PORT[/PATH]"
+            );
+        }
+        let parse = |m: Metric, text: &str| -> Result<(Metric, Template), TemplateError> {
+            Ok((m, Template::parse(m, text)?))
+        };
+        let queries = vec![
+            parse(Metric::GpuBusy, &args.prometheus_query_gpu_busy)?,
+            parse(Metric::GpuMemory, &args.prometheus_query_gpu_memory)?,
+            parse(Metric::Cpu, &args.prometheus_query_cpu)?,
+            parse(Metric::Memory, &args.prometheus_query_memory)?,
+        ];
+        Ok(Some(RealUsageConfig {
+            url: url.to_string(),
+            token_file: args.prometheus_token_file.clone(),
+            ca_file: args.prometheus_ca_file.clone(),
+            every: Duration::from_secs(args.prometheus_every_seconds.max(1)),
+            step_ms: args.prometheus_step_seconds.max(1) as i64 * 1000,
+            delay_ms: args.prometheus_delay_seconds as i64 * 1000,
+            rate_range_seconds: args.prometheus_rate_range_seconds.max(1),
+            timeout: Duration::from_secs(args.prometheus_timeout_seconds.max(1)),
+            max_series: args.prometheus_max_series.max(1),
+            max_bytes: (args.prometheus_max_response_mib as usize).saturating_mul(1 << 20),
+            max_steps: args.prometheus_max_steps.max(1) as i64,
+            catch_up_ms: args.prometheus_catch_up_hours.max(1) as i64 * 3_600_000,
+            alert_after_ms: args.prometheus_alert_after_seconds as i64 * 1000,
+            queries,
+        }))
     }
 
     pub fn prices(&self) -> QosMultipliers {
@@ -823,6 +939,34 @@ mod namespace_tests {
         assert!(ns.governs("bizrq-system"));
         let e = serve(&["--excluded-namespaces", "Kube-System"]).unwrap_err();
         assert!(e.to_string().contains("is not a namespace name"), "{e}");
+    }
+
+    #[test]
+    fn prometheus_settings_are_checked_when_read() {
+        assert!(serve(&[]).unwrap().real_usage().unwrap().is_none());
+        let ok = serve(&["--prometheus-url", "https://prom.monitoring:9090/"])
+            .unwrap()
+            .real_usage()
+            .unwrap()
+            .unwrap();
+        assert_eq!((ok.queries.len(), ok.step_ms, ok.delay_ms), (4, 60_000, 30_000));
+        for bad in ["prom:9090", "ftp://prom", "http://prom/?q=1", "http://pr om"] {
+            let e = serve(&["--prometheus-url", bad])
+                .unwrap()
+                .real_usage()
+                .unwrap_err();
+            assert!(e.to_string().contains("not a Prometheus base URL"), "{bad}: {e}");
+        }
+        let e = serve(&[
+            "--prometheus-url",
+            "http://prom",
+            "--prometheus-query-cpu",
+            "rate(x[${window}])",
+        ])
+        .unwrap()
+        .real_usage()
+        .unwrap_err();
+        assert!(e.to_string().contains("placeholder '${window'"), "{e}");
     }
 
     #[test]

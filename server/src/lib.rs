@@ -18,6 +18,7 @@ pub mod mail;
 pub mod metrics;
 pub mod oidc;
 pub mod portal;
+pub mod real_usage;
 pub mod repair;
 pub mod reports;
 pub mod routes;
@@ -318,6 +319,8 @@ struct Core {
     client: Option<kube::Client>,
     events: cluster::events::Events,
     identity: String,
+    /// `--prometheus-*`, checked at start (cluster mode reads it).
+    real_usage: Option<real_usage::RealUsageConfig>,
     token_sha256: String,
     generated_token: Option<String>,
     generated_admin_password: Option<String>,
@@ -332,6 +335,18 @@ impl Core {
         client: Option<kube::Client>,
         clock: Option<service::Clock>,
     ) -> anyhow::Result<Core> {
+        let real_usage = args.real_usage()?;
+        if let Some(cfg) = &real_usage {
+            // A CA file or token that cannot be used stops the start here,
+            // not a reading later.
+            real_usage::prometheus::Prometheus::new(cfg)?;
+            if client.is_none() {
+                tracing::warn!(
+                    url = %cfg.url,
+                    "--prometheus-url is read by the controller, in cluster mode only: standalone, no pod runs to read"
+                );
+            }
+        }
         let sql = Arc::new(SqlStore::connect(&args.database_url).await?);
         sql.set_ledger_rollup(quota::budget::ledger_rollup::Policy {
             hourly_after_ms: args.ledger_hourly_after_days as i64
@@ -465,6 +480,7 @@ impl Core {
             client,
             events,
             identity,
+            real_usage,
             token_sha256,
             generated_token,
             generated_admin_password,
@@ -630,6 +646,7 @@ impl Core {
             discovery_every: Duration::from_secs(args.discovery_seconds.max(1)),
             sample_every: Duration::from_secs(args.sample_seconds.max(1)),
             summary_every: Duration::from_secs(args.summary_seconds.max(1)),
+            real_usage: self.real_usage.clone(),
             ..ControllerConfig::default()
         };
         let clock = self.service.clock();

@@ -11,6 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+pub mod real_usage;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointLabels {
     pub endpoint: String,
@@ -207,6 +209,8 @@ pub struct Metrics {
     /// Requests a router answered 413 (too large) or 429 (too many), by
     /// listener and code.
     pub requests_refused: Family<RefusedLabels, Counter>,
+    /// Real usage read from Prometheus (`real_usage`).
+    pub real_usage: real_usage::RealUsageMetrics,
 }
 
 fn wait_histogram() -> Histogram {
@@ -478,7 +482,9 @@ impl Default for Metrics {
             "Requests a listener's router answered 413 (body too large) or 429 (a login, transfer, contention or heavy-request cap), by listener (http, webhook) and code; the listeners' own refusals are body_budget_exhausted and connections_closed",
             requests_refused.clone(),
         );
+        let real_usage = real_usage::RealUsageMetrics::register(&mut registry);
         Metrics {
+            real_usage,
             queue_refused,
             heavy_refused,
             requests_refused,

@@ -79,8 +79,10 @@ pub struct Held {
     /// The workload it belongs to (its reference) and the quota it is charged to.
     pub workload: String,
     pub quota: String,
-    /// GPU cards it holds, in nano-units (0 for none).
+    /// GPU cards it holds, in nano-units (0 for none), and their model
+    /// when its workload names one.
     pub cards: i128,
+    pub model: Option<String>,
     /// Its requests, in nano-units (cores, bytes).
     pub cpu_request: i128,
     pub memory_request: i128,
@@ -133,6 +135,8 @@ impl Step {
 pub struct Reading {
     pub quota: String,
     pub namespace: String,
+    /// The model of its cards, if its pods name one.
+    pub model: Option<String>,
     pub figures: Figures,
     /// Its GPU steps in time order (empty for a workload without cards).
     pub steps: Vec<Step>,
@@ -194,6 +198,9 @@ pub fn measure(
             namespace: pod.name.namespace.clone(),
             ..Reading::default()
         });
+        if r.model.is_none() && pod.cards > 0 {
+            r.model = pod.model.clone();
+        }
         let sums = exact.entry(pod.workload.clone()).or_default();
         let (busy, cpu, mem) = (
             points_of(answers.gpu_busy, &pod.name),
@@ -311,6 +318,7 @@ mod tests {
             workload: workload.into(),
             quota: "team".into(),
             cards: cards as i128 * ONE,
+            model: None,
             cpu_request: 2 * ONE,
             memory_request: (1 << 30) * ONE,
             qos: QosClass::Burstable,

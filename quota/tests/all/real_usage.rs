@@ -39,6 +39,7 @@ fn held(spec: &[(i64, i64, Option<i64>, i64)]) -> Vec<Held> {
             workload: format!("batch/Job/ml/w{w}"),
             quota: "team".into(),
             cards: cards as i128 * NANO,
+            model: None,
             cpu_request: NANO,
             memory_request: NANO << 20,
             qos: QosClass::Burstable,

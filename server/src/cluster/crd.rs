@@ -7,6 +7,7 @@
 use kube::CustomResource;
 use quota::object::budgets::BudgetPolicy;
 use quota::object::fair_sharing::FairSharing;
+use quota::object::idle::IdlePolicy;
 use quota::object::queueing::QueuePolicy;
 use quota::object::{Quota, QuotaStatus};
 use quota::ResourceList;
@@ -101,6 +102,15 @@ pub struct BizGroupResourceQuotaSpec {
     #[serde(default, skip_serializing_if = "FairSharing::is_default")]
     #[schemars(schema_with = "fair_sharing")]
     pub fair_sharing: FairSharing,
+    /// When its workloads' GPUs count as idle and what then happens
+    /// (docs/real-usage.md): {threshold: percent busy below which a GPU
+    /// is idle (5), showAfter: idle this long shows as "idle now" (30m),
+    /// after: idle this long is told to the submitter and owners (2h),
+    /// action: Notify or Suspend (batch work is then reclaimed)}. Absent:
+    /// the nearest ancestor's, or those defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "idle")]
+    pub idle: Option<IdlePolicy>,
 }
 
 /// Status as bizrq writes it: `quota::QuotaStatus`.
@@ -149,6 +159,22 @@ fn fair_sharing(_: &mut SchemaGenerator) -> Schema {
                 "description": "relative weight among siblings, 0 to 1000 (default 1; 0 = always last)"
             }
         }
+    })
+}
+
+/// `spec.idle`: the webhook checks the rules (`IdlePolicy::validate`);
+/// the schema bounds the shape a bypassing write can store.
+fn idle(_: &mut SchemaGenerator) -> Schema {
+    let span = |description: &str| json!({ "type": "string", "maxLength": 32, "pattern": r"^([0-9]+[dhms])+$|^[0-9]+$", "description": description });
+    json_schema!({
+        "type": "object",
+        "properties": {
+            "threshold": { "type": "integer", "minimum": 1, "maximum": 100, "description": "percent busy below which a workload's GPUs are idle (default 5)" },
+            "showAfter": span("idle this long shows as idle now (default 30m)"),
+            "after": span("idle this long is told to the submitter and the owners, and under Suspend reclaimed (default 2h)"),
+            "action": { "type": "string", "enum": ["Notify", "Suspend"], "description": "Notify (default), or Suspend: batch work is reclaimed through the reclaim grace" }
+        },
+        "additionalProperties": false
     })
 }
 
@@ -390,6 +416,7 @@ impl BizGroupResourceQuota {
             budgets: self.spec.budgets.clone(),
             queueing: self.spec.queueing,
             fair_sharing: self.spec.fair_sharing,
+            idle: self.spec.idle,
         }
     }
 
@@ -415,6 +442,7 @@ impl BizGroupResourceQuota {
             budgets: q.spec.budgets,
             queueing: q.spec.queueing,
             fair_sharing: q.spec.fair_sharing,
+            idle: q.spec.idle,
         };
         Ok(BizGroupResourceQuota {
             metadata: serde_json::from_value(serde_json::to_value(&q.metadata)?)?,
@@ -811,6 +839,7 @@ mod tests {
                 budgets: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         q.metadata.resource_version = Some("42".into());

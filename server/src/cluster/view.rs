@@ -66,6 +66,8 @@ struct Seen {
 #[derive(Clone, Debug)]
 struct Facts {
     namespace: Arc<str>,
+    /// Its name: what Prometheus's series of it are labelled with.
+    name: Arc<str>,
     owner: Option<Arc<Owner>>,
     spec: Arc<PodSpec>,
     scheduled_ms: Option<i64>,
@@ -493,6 +495,7 @@ impl View {
         });
         let facts = Facts {
             namespace: intern_str(&mut self.strs, &facts.namespace),
+            name: Arc::from(facts.name.as_str()),
             owner,
             spec,
             scheduled_ms: facts.scheduled_ms,
@@ -714,6 +717,67 @@ impl View {
             }
         }
         old.len()
+    }
+
+    /// The pods bizrq accounts, as real usage reads them
+    /// (`quota::real_usage::measure::Held`), by uid: every recorded run
+    /// whose pod is known by name — from the view, or from `names` (what
+    /// an earlier reading saw) for a pod deleted since, so its last
+    /// stretch is read too. A moved pod's old part (`uid@quota`) is its
+    /// old quota's, whose figures the move does not change.
+    pub fn held(
+        &self,
+        names: &HashMap<String, quota::real_usage::answer::PodName>,
+    ) -> Vec<(String, quota::real_usage::measure::Held)> {
+        use quota::real_usage::answer::PodName;
+        let mut out = Vec::new();
+        for uid in self.pod_runs.uids() {
+            if uid.contains('@') {
+                continue;
+            }
+            let Some(run) = self.pod_runs.get(uid) else {
+                continue;
+            };
+            let name = match self.pods.get(uid) {
+                Some(p) if !p.facts.name.is_empty() => PodName {
+                    namespace: p.facts.namespace.to_string(),
+                    pod: p.facts.name.to_string(),
+                },
+                _ => match names.get(uid) {
+                    Some(n) => n.clone(),
+                    None => continue,
+                },
+            };
+            let mut cards = 0i128;
+            let mut model = None;
+            for gpu in &self.cfg.gpu_resources {
+                let key = format!("requests.{gpu}");
+                cards += quota::resources::get(&run.usage, &key).nanos();
+                if model.is_none() {
+                    let prefix = format!("{key}.");
+                    model = run
+                        .usage
+                        .keys()
+                        .find_map(|k| k.strip_prefix(&prefix).map(str::to_string));
+                }
+            }
+            out.push((
+                uid.clone(),
+                quota::real_usage::measure::Held {
+                    name,
+                    workload: run.workload.to_string(),
+                    quota: run.quota.clone(),
+                    cards,
+                    model,
+                    cpu_request: quota::resources::get(&run.usage, "requests.cpu").nanos(),
+                    memory_request: quota::resources::get(&run.usage, "requests.memory").nanos(),
+                    qos: run.qos.unwrap_or(quota::usage::QosClass::Guaranteed),
+                    start_ms: run.start_ms,
+                    end_ms: run.end_ms,
+                },
+            ));
+        }
+        out
     }
 
     pub fn run_count(&self) -> usize {

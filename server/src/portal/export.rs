@@ -209,6 +209,7 @@ mod tests {
                 max: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         let one = std::slice::from_ref(&q);

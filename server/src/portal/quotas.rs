@@ -1982,6 +1982,7 @@ mod tests {
                 budgets: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         let pricing = quota::forecast::Pricing {

@@ -560,6 +560,7 @@ mod tests {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         };
         svc.create_quota("team", spec, Persist::Here, "", false)
             .await

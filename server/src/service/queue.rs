@@ -1123,6 +1123,7 @@ mod tests {
             budgets: Default::default(),
             queueing: QueuePolicy::queue(),
             fair_sharing: Default::default(),
+            idle: None,
         };
         svc.create_quota("ml", spec, Persist::Here, "", false)
             .await

@@ -10,6 +10,7 @@ pub mod history;
 pub mod identity;
 pub mod ledger;
 pub mod outbox;
+pub mod real_usage;
 pub mod sessions;
 pub mod shares;
 pub mod sql;

@@ -88,6 +88,18 @@ impl Cluster {
         Cluster::launch(fake, dir, None, "bizrq-0", true, &db, configure).await
     }
 
+    /// One serving replica over `fake` on the wall clock, its SQL
+    /// database at `db`, its arguments changed by `configure`.
+    #[allow(dead_code)] // for benches/kueue.rs
+    pub async fn on_wall_clock_at(
+        fake: FakeApi,
+        dir: tempfile::TempDir,
+        db: &str,
+        configure: impl FnOnce(&mut bizrq::config::ServeArgs),
+    ) -> Cluster {
+        Cluster::launch(fake, dir, None, "bizrq-0", true, db, configure).await
+    }
+
     /// A replica on the test clock given (None: the wall clock).
     async fn launch(
         fake: FakeApi,

@@ -108,6 +108,7 @@ async fn charged_at(
         budgets: Default::default(),
         queueing: Default::default(),
         fair_sharing: Default::default(),
+        idle: None,
     };
     svc.create_quota("team", spec, Persist::Here, "", false)
         .await

@@ -37,6 +37,7 @@ mod queue_marks;
 mod queue_opt_out;
 mod queue_visible;
 mod queueing;
+mod real_usage;
 mod refunds;
 mod relist;
 mod reservations;

@@ -45,6 +45,7 @@ fn spec(parent: &str, gpus: &str, cash: &str, policy: Option<BudgetPolicy>) -> Q
             .unwrap_or_default(),
         queueing: Default::default(),
         fair_sharing: Default::default(),
+        idle: None,
     }
 }
 

@@ -38,6 +38,7 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
         budgets: Default::default(),
         queueing: Default::default(),
         fair_sharing: Default::default(),
+        idle: None,
     };
     svc.create_quota(
         "root",
@@ -48,6 +49,7 @@ async fn resync_repairs_carve_outs_and_accrues_cash() {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         },
         Persist::Here,
         "",

@@ -61,6 +61,7 @@ fn spec(parent: &str, cash: &str, policy: Option<BudgetPolicy>) -> QuotaSpec {
             .unwrap_or_default(),
         queueing: Default::default(),
         fair_sharing: Default::default(),
+        idle: None,
     }
 }
 

@@ -97,6 +97,7 @@ impl World {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         };
         self.svc
             .create_quota(name, spec, Persist::Here, "", false)

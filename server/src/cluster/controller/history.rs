@@ -83,6 +83,32 @@ pub trait History: Send + Sync + 'static {
     ) -> Result<Result<quota::submitters::Tally, crate::store::shares::Refused>, StoreError> {
         Ok(Ok(quota::submitters::Tally::new()))
     }
+    /// One reading of real usage (`store::real_usage`), written once.
+    async fn record_reading(
+        &self,
+        _from_ms: i64,
+        _to_ms: i64,
+        _rows: &[crate::store::real_usage::Row],
+        _idle: &[quota::real_usage::idle::IdleNow],
+    ) -> Result<crate::store::real_usage::Recorded, StoreError> {
+        Ok(crate::store::real_usage::Recorded::Written)
+    }
+    /// Readings of real usage fail since `since_ms`, for `error`.
+    async fn record_real_usage_down(&self, _since_ms: i64, _error: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Where the readings of real usage stand.
+    async fn real_usage_state(&self) -> Result<crate::store::real_usage::State, StoreError> {
+        Ok(Default::default())
+    }
+    /// The workloads idle at the last reading.
+    async fn idle_now(&self) -> Result<Vec<quota::real_usage::idle::IdleNow>, StoreError> {
+        Ok(Vec::new())
+    }
+    /// Real usage older than `before_ms` goes.
+    async fn forget_real_usage_before(&self, _before_ms: i64) -> Result<u64, StoreError> {
+        Ok(0)
+    }
     /// A complete list found these quotas: any other's roles and rules go.
     async fn forget_quotas_not_in(
         &self,
@@ -173,6 +199,27 @@ impl History for crate::store::sql::SqlStore {
     ) -> Result<(), StoreError> {
         crate::store::sql::SqlStore::forget_quotas_not_in(self, live, now_ms).await?;
         Ok(())
+    }
+    async fn record_reading(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        rows: &[crate::store::real_usage::Row],
+        idle: &[quota::real_usage::idle::IdleNow],
+    ) -> Result<crate::store::real_usage::Recorded, StoreError> {
+        crate::store::sql::SqlStore::record_reading(self, from_ms, to_ms, rows, idle).await
+    }
+    async fn record_real_usage_down(&self, since_ms: i64, error: &str) -> Result<(), StoreError> {
+        crate::store::sql::SqlStore::record_real_usage_down(self, since_ms, error).await
+    }
+    async fn real_usage_state(&self) -> Result<crate::store::real_usage::State, StoreError> {
+        crate::store::sql::SqlStore::real_usage_state(self).await
+    }
+    async fn idle_now(&self) -> Result<Vec<quota::real_usage::idle::IdleNow>, StoreError> {
+        crate::store::sql::SqlStore::idle_now(self, None).await
+    }
+    async fn forget_real_usage_before(&self, before_ms: i64) -> Result<u64, StoreError> {
+        crate::store::sql::SqlStore::forget_real_usage_before(self, before_ms).await
     }
 }
 

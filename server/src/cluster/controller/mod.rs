@@ -26,6 +26,7 @@ mod history;
 mod preempt;
 mod queue;
 mod raw;
+mod real_usage;
 mod reclaim;
 mod reconcile;
 mod scheduler;
@@ -66,6 +67,9 @@ pub struct ControllerConfig {
     /// How often parents' summaries (`kubectl get`'s columns) are
     /// restated after their subtree changed (`summaries`).
     pub summary_every: Duration,
+    /// Real usage read from Prometheus (`real_usage`); None without
+    /// `--prometheus-url`.
+    pub real_usage: Option<crate::real_usage::RealUsageConfig>,
 }
 
 impl Default for ControllerConfig {
@@ -78,6 +82,7 @@ impl Default for ControllerConfig {
             flush_every: Duration::from_secs(5),
             sample_every: Duration::from_secs(60),
             summary_every: Duration::from_secs(10),
+            real_usage: None,
         }
     }
 }
@@ -392,6 +397,9 @@ impl Controller {
         tasks.spawn(ctx.clone().recheck_loop());
         tasks.spawn(ctx.clone().discovery_loop(watched));
         tasks.spawn(ctx.clone().summaries_loop());
+        if let (Some(cfg), Some(h)) = (ctx.cfg.real_usage.clone(), ctx.history.clone()) {
+            tasks.spawn(ctx.clone().read_real_usage_forever(cfg, h));
+        }
         if let Some(h) = ctx.history.clone() {
             tasks.spawn(ctx.clone().flush_loop(h.clone()));
             tasks.spawn(sample_forever(ctx.service.clone(), h, ctx.cfg.sample_every));
