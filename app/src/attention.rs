@@ -156,6 +156,7 @@ mod tests {
                 max: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         q.status.self_used = [(g.clone(), Quantity::from_units(used))].into();

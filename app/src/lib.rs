@@ -336,6 +336,7 @@ mod display_tests {
                 budgets: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         let shown: Vec<(String, String, bool)> =

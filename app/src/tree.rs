@@ -1160,6 +1160,7 @@ mod tests {
                 budgets: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         )
     }

@@ -44,6 +44,7 @@ fn main() {
             max: ResourceList::new(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         },
     );
     let mut running = Vec::new();

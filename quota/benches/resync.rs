@@ -83,6 +83,7 @@ fn main() {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         },
     )];
     let mut teams = Vec::new();
@@ -96,6 +97,7 @@ fn main() {
                 budgets: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         ));
         for t in 0..depts {
@@ -112,6 +114,7 @@ fn main() {
                     budgets: Default::default(),
                     queueing: Default::default(),
                     fair_sharing: Default::default(),
+                    idle: None,
                 },
             ));
         }

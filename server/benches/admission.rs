@@ -234,6 +234,7 @@ fn pure(o: &Opts) {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         },
     );
     #[derive(serde::Deserialize)]
@@ -322,6 +323,7 @@ async fn build_tree(url: &str, quotas: usize) -> Vec<String> {
         budgets: Default::default(),
         queueing: Default::default(),
         fair_sharing: Default::default(),
+        idle: None,
     };
     svc.create_quota("root", spec("", "1e12"), Persist::Here, "", false)
         .await

@@ -81,6 +81,7 @@ fn main() {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         },
     );
     root.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));
@@ -97,6 +98,7 @@ fn main() {
                 budgets: Default::default(),
                 queueing: Default::default(),
                 fair_sharing: Default::default(),
+                idle: None,
             },
         );
         q.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));
@@ -115,6 +117,7 @@ fn main() {
                     budgets: Default::default(),
                     queueing: Default::default(),
                     fair_sharing: Default::default(),
+                    idle: None,
                 },
             );
             q.status.last_reconcile_time = Some(quota::time::format_rfc3339(T0));

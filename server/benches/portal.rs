@@ -96,6 +96,7 @@ async fn build_forest(url: &str, quotas: usize) -> (String, String) {
         budgets: Default::default(),
         queueing: Default::default(),
         fair_sharing: Default::default(),
+        idle: None,
     };
     let depts = ((quotas as f64).sqrt() as usize).max(1);
     let per_team = 8;

@@ -174,6 +174,7 @@ async fn run(quotas: usize, per: usize) {
             budgets: Default::default(),
             queueing: QueuePolicy::queue(),
             fair_sharing: Default::default(),
+            idle: None,
         };
         service
             .create_quota(&name, spec, Persist::Here, "", false)

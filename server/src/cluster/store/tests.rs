@@ -344,7 +344,7 @@ async fn create_posts_then_writes_status_and_delete_names_its_version() {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
-                idle: None,
+            idle: None,
         },
     );
     let server = tokio::spawn(async move {
