@@ -22,6 +22,8 @@ pub fn kind_label(kind: &str) -> &str {
         "transfer_approved" => "Transfer approved",
         "transfer_rejected" => "Transfer rejected",
         "queue_overdue" => "Queued too long",
+        "idle_gpus" => "Idle GPUs",
+        "real_usage_unknown" => "Real usage unknown",
         other => other,
     }
 }

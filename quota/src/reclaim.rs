@@ -103,6 +103,10 @@ pub struct Candidate {
     /// unmarked of the same phase, so a warned victim is not swapped each
     /// round for a newer workload (which would restart its grace forever).
     pub marked: bool,
+    /// Its GPUs sit idle now (real usage, docs/real-usage.md: idle for its
+    /// quota's `idle.showAfter`): taken before busy work, so a borrower
+    /// gives back first what it holds and does not use.
+    pub idle: bool,
 }
 
 impl Candidate {
@@ -273,11 +277,12 @@ fn pods_needed(set: &PodSet, need: &ResourceList, debt: &ResourceList) -> i64 {
 }
 
 /// The order reclaim takes workloads in, first first: already marked,
-/// lowest priority, batch before online, newest, then by reference. Also
-/// the order budget exhaustion suspends in (`budget::refund`).
-pub fn order_key(c: &Candidate) -> (bool, i32, bool, Reverse<i64>, &str) {
+/// idle, lowest priority, batch before online, newest, then by reference.
+/// Also the order budget exhaustion suspends in (`budget::refund`).
+pub fn order_key(c: &Candidate) -> (bool, bool, i32, bool, Reverse<i64>, &str) {
     (
         !c.marked,
+        !c.idle,
         c.priority,
         c.online,
         Reverse(c.created_ms),
@@ -816,6 +821,7 @@ mod tests {
             }],
             min_replicas: None,
             marked: false,
+            idle: false,
         }
     }
     fn borrower(quota: &str, borrowed: &[(&str, i64)], workloads: Vec<Candidate>) -> Borrower {
@@ -853,6 +859,19 @@ mod tests {
         );
         // Stops as soon as covered.
         assert_eq!(plan(&[b], &list(&[(CPU, 2)])).len(), 2);
+    }
+
+    /// A borrower gives back first what it holds and does not use: an
+    /// idle workload before busier work of lower priority.
+    #[test]
+    fn an_idle_workload_is_reclaimed_before_busy_ones() {
+        let busy = cand("busy", Stop::Suspend, 1, &[(GPU, 4)]);
+        let mut idle = cand("idle", Stop::Suspend, 1, &[(GPU, 4)]);
+        idle.idle = true;
+        idle.priority = 100;
+        let b = borrower("a", &[(GPU, 8)], vec![busy, idle]);
+        let p = plan(std::slice::from_ref(&b), &list(&[(GPU, 4)]));
+        assert_eq!(refs(&p), [("idle", Action::Suspend)]);
     }
 
     #[test]

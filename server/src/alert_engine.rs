@@ -4,6 +4,8 @@
 //! idempotent across them (see `SqlStore::apply_evaluation`).
 
 use crate::alerts::{Condition, Evaluation, Kind, Level, OpenAlert};
+
+pub mod real_usage;
 use quota::rollup::SubtreeUse;
 use serde_json::json;
 // What the service marks as written; the engine takes it from there.

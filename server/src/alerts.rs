@@ -21,6 +21,8 @@ use quota::{resources, KeyConfig, Quantity};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod real_usage;
+
 pub const DEFAULT_WARN_PERCENT: i64 = 80;
 pub const DEFAULT_CRIT_PERCENT: i64 = 100;
 const MS_PER_HOUR: i64 = 3_600_000;
@@ -42,6 +44,13 @@ pub enum Kind {
     TransferRequested,
     TransferApproved,
     TransferRejected,
+    /// A workload's GPUs have been idle past its quota's `idle.after`
+    /// (docs/real-usage.md): one alert per workload, to its submitter and
+    /// the quota's owners, resolved when it gets busy or ends.
+    IdleGpus,
+    /// Prometheus has not answered for `--prometheus-alert-after-seconds`:
+    /// real usage is unknown (to the admins; on no quota).
+    RealUsageUnknown,
 }
 
 impl Kind {
@@ -58,7 +67,7 @@ impl Kind {
         }
     }
 
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Threshold,
         Kind::Allocation,
         Kind::OverQuota,
@@ -68,6 +77,8 @@ impl Kind {
         Kind::TransferRequested,
         Kind::TransferApproved,
         Kind::TransferRejected,
+        Kind::IdleGpus,
+        Kind::RealUsageUnknown,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -81,6 +92,8 @@ impl Kind {
             Kind::TransferRequested => "transfer_requested",
             Kind::TransferApproved => "transfer_approved",
             Kind::TransferRejected => "transfer_rejected",
+            Kind::IdleGpus => "idle_gpus",
+            Kind::RealUsageUnknown => "real_usage_unknown",
         }
     }
 
@@ -100,7 +113,16 @@ impl Kind {
                 | Kind::CashForecast
                 | Kind::ReclaimPending
                 | Kind::QueueOverdue
+                | Kind::IdleGpus
+                | Kind::RealUsageUnknown
         )
+    }
+
+    /// Conditions judged by the reader of real usage after each reading
+    /// (`alerts::real_usage`), not from a quota's status: the alert
+    /// engine's evaluations leave them alone.
+    pub fn judged_by_reader(self) -> bool {
+        matches!(self, Kind::IdleGpus | Kind::RealUsageUnknown)
     }
 
     /// Transfers are the admins' business too; the rest go to owners only
@@ -118,7 +140,9 @@ pub const MARKS_OFF_KEY: &str = "queue marks off";
 /// the quota's owners: transfers, and a queue stranded by turning queue
 /// marks off, which only whoever runs bizrq can mend.
 pub fn tells_admins(kind: Kind, key: &str) -> bool {
-    kind.notifies_admins() || (kind == Kind::QueueOverdue && key == MARKS_OFF_KEY)
+    kind.notifies_admins()
+        || (kind == Kind::QueueOverdue && key == MARKS_OFF_KEY)
+        || kind == Kind::RealUsageUnknown
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -528,18 +552,29 @@ pub fn conditions(
 /// back, its own queue preempts lower-priority work (docs/queueing.md §6),
 /// or both.
 fn reclaim_why(quota: &Quota) -> String {
+    use quota::object::marks::Origin;
     let name = quota.name();
-    let marks = quota.status.reclaim.values();
-    let preempt = marks
-        .clone()
-        .filter(|m| m.origin == quota::object::marks::Origin::Preempt)
-        .count();
-    let borrow = quota.status.reclaim.len() - preempt;
-    match (borrow > 0, preempt > 0) {
-        (true, true) => format!(
+    let count = |o: Origin| {
+        quota
+            .status
+            .reclaim
+            .values()
+            .filter(|m| m.origin == o)
+            .count()
+    };
+    let (borrow, preempt, idle) = (
+        count(Origin::Borrow),
+        count(Origin::Preempt),
+        count(Origin::Idle),
+    );
+    match (borrow > 0, preempt > 0, idle > 0) {
+        (true, true, _) => format!(
             "{name} borrows capacity its lenders need back, and its queue preempts lower-priority work"
         ),
-        (false, true) => format!("{name}'s queue preempts lower-priority work for a waiting job"),
+        (false, true, _) => format!("{name}'s queue preempts lower-priority work for a waiting job"),
+        (false, false, true) => {
+            format!("{name}'s batch work sits on idle GPUs (idle.action Suspend)")
+        }
         _ => format!("{name} borrows capacity its lenders need back"),
     }
 }
@@ -685,13 +720,26 @@ fn percent_of(used: Quantity, hard: Quantity) -> Option<i128> {
 /// key) are updated; open condition alerts whose condition no longer holds
 /// resolve. `conditions` are one per fingerprint (`grouped`).
 pub fn evaluate(conditions: Vec<Condition>, open: &[OpenAlert]) -> Evaluation {
+    evaluate_where(conditions, open, |k| !k.judged_by_reader())
+}
+
+/// `evaluate`, resolving only open alerts of the kinds `judged` judges.
+pub fn evaluate_where(
+    conditions: Vec<Condition>,
+    open: &[OpenAlert],
+    judged: impl Fn(Kind) -> bool,
+) -> Evaluation {
     let holding: BTreeSet<String> = conditions.iter().map(Condition::fingerprint).collect();
     let opened: BTreeMap<&str, &OpenAlert> =
         open.iter().map(|a| (a.fingerprint.as_str(), a)).collect();
     let mut out = Evaluation {
         resolve: open
             .iter()
-            .filter(|a| a.kind.is_condition() && !holding.contains(&condition_of(&a.fingerprint)))
+            .filter(|a| {
+                a.kind.is_condition()
+                    && judged(a.kind)
+                    && !holding.contains(&condition_of(&a.fingerprint))
+            })
             .map(|a| a.id)
             .collect(),
         ..Evaluation::default()
@@ -1101,7 +1149,11 @@ pub fn words(message: &str, key: &str, numbers: &serde_json::Value, cfg: &KeyCon
 /// raw key in the HTML's `title`), a link to the quota. The subject is its
 /// title: the worst key's figure, and how many keys.
 pub fn email(c: &Condition, public_url: &str, cfg: &KeyConfig) -> Email {
-    let link = format!("{}/quotas/{}", public_url.trim_end_matches('/'), c.quota);
+    // An alert on no quota (real usage unknown) links to the overview.
+    let link = match c.quota.as_str() {
+        "" => format!("{}/", public_url.trim_end_matches('/')),
+        q => format!("{}/quotas/{q}", public_url.trim_end_matches('/')),
+    };
     let figures = key_figures(&c.numbers, cfg);
     let said = words(&c.message, &c.key, &c.numbers, cfg);
     let title = c
@@ -1170,7 +1222,11 @@ pub fn email(c: &Condition, public_url: &str, cfg: &KeyConfig) -> Email {
     html.push_str(&format!(
         "<p><a href=\"{}\">Open {} in bizrq</a></p></body></html>",
         escape_text(&link),
-        escape_text(&c.quota)
+        escape_text(if c.quota.is_empty() {
+            "the overview"
+        } else {
+            c.quota.as_str()
+        })
     ));
     Email {
         subject,

@@ -7,6 +7,7 @@ use quota::real_usage::template::{Metric, Template, TemplateError};
 use quota::KeyConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 // Where it always was for callers; it belongs to the store that connects.
 
@@ -687,6 +688,7 @@ impl ServeArgs {
             max_steps: args.prometheus_max_steps.max(1) as i64,
             catch_up_ms: args.prometheus_catch_up_hours.max(1) as i64 * 3_600_000,
             alert_after_ms: args.prometheus_alert_after_seconds as i64 * 1000,
+            public_url: args.public_url.clone(),
             queries,
         }))
     }
@@ -949,13 +951,24 @@ mod namespace_tests {
             .real_usage()
             .unwrap()
             .unwrap();
-        assert_eq!((ok.queries.len(), ok.step_ms, ok.delay_ms), (4, 60_000, 30_000));
-        for bad in ["prom:9090", "ftp://prom", "http://prom/?q=1", "http://pr om"] {
+        assert_eq!(
+            (ok.queries.len(), ok.step_ms, ok.delay_ms),
+            (4, 60_000, 30_000)
+        );
+        for bad in [
+            "prom:9090",
+            "ftp://prom",
+            "http://prom/?q=1",
+            "http://pr om",
+        ] {
             let e = serve(&["--prometheus-url", bad])
                 .unwrap()
                 .real_usage()
                 .unwrap_err();
-            assert!(e.to_string().contains("not a Prometheus base URL"), "{bad}: {e}");
+            assert!(
+                e.to_string().contains("not a Prometheus base URL"),
+                "{bad}: {e}"
+            );
         }
         let e = serve(&[
             "--prometheus-url",

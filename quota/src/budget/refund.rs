@@ -221,6 +221,7 @@ mod tests {
             }],
             min_replicas: None,
             marked: false,
+            idle: false,
         }
     }
 

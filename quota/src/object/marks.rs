@@ -37,6 +37,10 @@ pub enum Origin {
     /// Preemption by a higher-priority entry of the quota's queue
     /// (`queue::preempt`).
     Preempt,
+    /// Batch work whose GPUs sat idle past its quota's `idle.after`, under
+    /// `idle.action: Suspend` (docs/real-usage.md); cleared if it gets busy
+    /// within the grace.
+    Idle,
 }
 
 impl Origin {

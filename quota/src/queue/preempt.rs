@@ -231,6 +231,7 @@ mod tests {
             pod_sets: sets(n),
             min_replicas: None,
             marked: false,
+            idle: false,
         }
     }
     fn setup(hard: i64, run: &[Candidate]) -> Pool {

@@ -144,14 +144,35 @@ pub fn standing(streak: &Streak, policy: &IdlePolicy) -> Standing {
     }
 }
 
+/// The idle workloads shown as "idle now" (idle for their quota's
+/// `showAfter` or longer), with their policies: what the overview, the
+/// quota page, the API and reclaim's idle-first order read. `find`
+/// answers a quota by name (a forest's lookup).
+pub fn shown<'a>(
+    idle: Vec<IdleNow>,
+    find: impl Fn(&str) -> Option<&'a Quota> + Copy,
+) -> Vec<(IdleNow, IdlePolicy)> {
+    idle.into_iter()
+        .filter_map(|i| {
+            let policy = policy_of(find(&i.quota)?, find);
+            (standing(&i.streak, &policy) != Standing::Quiet).then_some((i, policy))
+        })
+        .collect()
+}
+
 impl IdleNow {
     /// "8 A100 GPUs idle for 3h: 24 card-hours" (what the alert and the
     /// overview say of it).
     pub fn words(&self) -> String {
         let cards = crate::readable::grouped(self.streak.cards());
+        let plural = if self.streak.cards == crate::quantity::NANO {
+            "GPU"
+        } else {
+            "GPUs"
+        };
         let what = match &self.model {
-            Some(m) => format!("{m} GPUs"),
-            None => "GPUs".to_string(),
+            Some(m) => format!("{m} {plural}"),
+            None => plural.to_string(),
         };
         format!(
             "{cards} {what} idle for {}: {}",

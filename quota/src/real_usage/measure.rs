@@ -141,15 +141,16 @@ pub struct Reading {
     /// Its GPU steps in time order (empty for a workload without cards).
     pub steps: Vec<Step>,
     /// The part of each Burstable pod's use above its request, and each
-    /// BestEffort pod's use, in nano-unit-milliseconds (`quality`).
+    /// BestEffort pod's use, in nano-unit-milliseconds.
     pub above_request: Quality,
     /// Points above the cards the pod holds, dropped.
     pub absurd: u64,
 }
 
 /// Use beyond what was requested, by QoS class and resource, in
-/// nano-unit-milliseconds (cores, bytes): what `billing: ByQuality`
-/// prices on real use (docs/real-usage.md).
+/// nano-unit-milliseconds (cores, bytes): measured for pricing by
+/// quality of service, which is not built yet (docs/real-usage.md, "Not
+/// built yet"); nothing bills it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Quality {
     pub burstable_cpu: i128,

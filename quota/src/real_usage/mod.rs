@@ -7,11 +7,15 @@
 //! - `measure` — one window's answers → each workload's figures and steps;
 //! - `figures` — allocated, measured, busy, idle card-time and efficiency:
 //!   the one definition every page, the API and the alerts read;
+//! - `reading` — one reading whole: measured hour by hour, rows per
+//!   workload and hour, streaks carried, the idle at its end;
+//! - `readings` — where the readings stand ("unknown since …");
 //! - `idle` — idle streaks, "idle now", who is told, and its words;
-//! - `quality` — `billing: ByQuality`: real use priced by QoS class.
 
 pub mod answer;
 pub mod figures;
 pub mod idle;
 pub mod measure;
+pub mod reading;
+pub mod readings;
 pub mod template;

@@ -187,6 +187,7 @@ fn team_a_borrower(a: &Quota) -> Borrower {
                 pod_sets: pods(2, 2),
                 min_replicas: None,
                 marked: a.status.reclaim.contains_key(JOB),
+                idle: false,
             },
             Candidate {
                 workload_ref: NOTEBOOK.into(),
@@ -197,6 +198,7 @@ fn team_a_borrower(a: &Quota) -> Borrower {
                 pod_sets: pods(2, 2),
                 min_replicas: None,
                 marked: a.status.reclaim.contains_key(NOTEBOOK),
+                idle: false,
             },
         ],
     }
@@ -468,6 +470,7 @@ fn borrowers_from(raw: &[(i64, Vec<RawCandidate>)]) -> Vec<Borrower> {
                         pod_sets: pods(*count, *each),
                         min_replicas: *min,
                         marked: *marked,
+                        idle: false,
                     },
                 )
                 .collect(),

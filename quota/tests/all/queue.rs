@@ -224,7 +224,7 @@ proptest! {
                 created_ms: j.submitted_ms,
                 pod_sets: j.pod_sets.clone(),
                 min_replicas: None,
-                marked: false,
+                marked: false, idle: false,
             });
         }
         let queued: Vec<Queued> = entries.iter().enumerate().map(|(i, (p, at, cards, run))| {
@@ -578,6 +578,7 @@ fn day() -> BTreeMap<&'static str, Vec<(String, i64)>> {
                     pod_sets: j.pod_sets.clone(),
                     min_replicas: None,
                     marked: false,
+                    idle: false,
                 })
                 .collect();
             let pool = Pool::new(&quotas[ti], &none);

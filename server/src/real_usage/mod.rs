@@ -27,5 +27,7 @@ pub struct RealUsageConfig {
     pub catch_up_ms: i64,
     /// Admins are told once Prometheus has been unreachable this long.
     pub alert_after_ms: i64,
+    /// Where people reach the portal: the links in the reader's alerts.
+    pub public_url: String,
     pub queries: Vec<(Metric, Template)>,
 }

@@ -439,6 +439,45 @@ impl SqlStore {
         Ok(out)
     }
 
+    /// The portal user named `username` (a workload's submitter as the
+    /// API server named it), as a recipient of an alert of `kind`: None
+    /// when no enabled user has that name, an email address, and the kind
+    /// unmuted.
+    pub async fn alert_recipient_named(
+        &self,
+        username: &str,
+        kind: Kind,
+    ) -> Result<Option<Recipient>, StoreError> {
+        if username.is_empty() {
+            return Ok(None);
+        }
+        let row = sqlx::query(
+            "SELECT u.id AS id, u.email AS email, \
+             (SELECT COUNT(*) FROM alert_prefs p WHERE p.user_id = u.id AND p.kind = $1 AND p.muted = 1) AS muted, \
+             (SELECT COUNT(*) FROM alert_prefs p WHERE p.user_id = u.id AND p.kind = $1 AND p.digest = 1) AS digest \
+             FROM users u WHERE u.username = $2 AND u.disabled = 0",
+        )
+        .bind(kind.as_str())
+        .bind(username)
+        .fetch_optional(&self.read)
+        .await?;
+        let Some(r) = row else {
+            return Ok(None);
+        };
+        let email: Option<String> = r.try_get("email")?;
+        let Some(email) = email.filter(|e| !e.trim().is_empty()) else {
+            return Ok(None);
+        };
+        if r.try_get::<i64, _>("muted")? > 0 {
+            return Ok(None);
+        }
+        Ok(Some(Recipient {
+            user_id: r.try_get("id")?,
+            email,
+            digest: r.try_get::<i64, _>("digest")? > 0,
+        }))
+    }
+
     /// Applies an evaluation in one transaction: opens its new alerts, each
     /// with one outbox row per recipient (`recipients` by fingerprint),
     /// updates the open ones whose keys changed, and resolves the cleared

@@ -11,11 +11,13 @@ use super::sql::SqlStore;
 use super::StoreError;
 use quota::real_usage::figures::{Figures, GpuFigures, UseFigures};
 use quota::real_usage::idle::{IdleNow, Streak};
+use quota::real_usage::reading::Row;
+use quota::real_usage::readings::Readings;
 use sqlx::any::AnyRow;
 use sqlx::Row as _;
 use std::collections::BTreeMap;
 
-pub const HOUR_MS: i64 = 3_600_000;
+use quota::real_usage::reading::HOUR_MS;
 /// Settings: the end of the last window written (ms).
 pub const KNOWN_TO: &str = "real_usage_known_to_ms";
 /// Settings: since when readings fail (ms), and the last failure's words.
@@ -26,17 +28,6 @@ pub const KEEP_MS: i64 = 730 * 24 * HOUR_MS;
 /// Rows per multi-row statement (13 columns: 1,300 parameters).
 const BATCH_ROWS: usize = 100;
 
-/// One workload's figures for one hour (or the part of it a reading read).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Row {
-    pub quota: String,
-    pub hour_ms: i64,
-    pub workload: String,
-    pub namespace: String,
-    pub username: String,
-    pub figures: Figures,
-}
-
 /// What writing a reading did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recorded {
@@ -44,28 +35,6 @@ pub enum Recorded {
     /// This window, or one overlapping it, was written before: nothing
     /// was added (a retry, or another leader read it).
     AlreadyRead,
-}
-
-/// Where the readings stand, for "real usage unknown since …".
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct State {
-    /// The end of the last window read (figures are known up to it).
-    pub known_to_ms: Option<i64>,
-    /// Since when readings have failed, and why (None: they succeed).
-    pub down_since_ms: Option<i64>,
-    pub error: Option<String>,
-}
-
-impl State {
-    /// Since when real usage is unknown as of `now_ms`, if it is: the last
-    /// window's end, when readings fail or have fallen `stale_ms` behind.
-    pub fn unknown_since(&self, now_ms: i64, stale_ms: i64) -> Option<i64> {
-        match (self.known_to_ms, self.down_since_ms) {
-            (known, Some(down)) => Some(known.unwrap_or(down).min(down)),
-            (Some(k), None) if now_ms - k > stale_ms => Some(k),
-            _ => None,
-        }
-    }
 }
 
 /// Figures summed by a grouping (workload, submitter, quota, hour).
@@ -271,14 +240,14 @@ impl SqlStore {
     }
 
     /// Where the readings stand.
-    pub async fn real_usage_state(&self) -> Result<State, StoreError> {
+    pub async fn real_usage_state(&self) -> Result<Readings, StoreError> {
         let rows = sqlx::query("SELECT key, value FROM settings WHERE key IN ($1, $2, $3)")
             .bind(KNOWN_TO)
             .bind(DOWN_SINCE)
             .bind(DOWN_ERROR)
             .fetch_all(&self.read)
             .await?;
-        let mut s = State::default();
+        let mut s = Readings::default();
         for r in rows {
             let (k, v): (String, String) = (r.try_get(0)?, r.try_get(1)?);
             match k.as_str() {
@@ -492,7 +461,7 @@ mod tests {
     }
 
     async fn a_reading_adds_once_and_sums_by_workload_user_quota_and_hour(s: &SqlStore) {
-        assert_eq!(s.real_usage_state().await.unwrap(), State::default());
+        assert_eq!(s.real_usage_state().await.unwrap(), Readings::default());
         let first = [
             row("nlp", 0, "batch/Job/ml/a", "alice", 60_000),
             row("nlp", 0, "batch/Job/ml/b", "bob", 0),

@@ -399,6 +399,7 @@ impl Context {
                 created_ms: info.created_ms.unwrap_or(0),
                 min_replicas: reclaim::min_replicas(&info.annotations),
                 marked: q.status.reclaim.contains_key(wref),
+                idle: false,
                 pod_sets: pod_sets.to_vec(),
                 workload_ref: wref.clone(),
             })

@@ -88,7 +88,7 @@ pub trait History: Send + Sync + 'static {
         &self,
         _from_ms: i64,
         _to_ms: i64,
-        _rows: &[crate::store::real_usage::Row],
+        _rows: &[quota::real_usage::reading::Row],
         _idle: &[quota::real_usage::idle::IdleNow],
     ) -> Result<crate::store::real_usage::Recorded, StoreError> {
         Ok(crate::store::real_usage::Recorded::Written)
@@ -98,12 +98,22 @@ pub trait History: Send + Sync + 'static {
         Ok(())
     }
     /// Where the readings of real usage stand.
-    async fn real_usage_state(&self) -> Result<crate::store::real_usage::State, StoreError> {
+    async fn real_usage_state(&self) -> Result<quota::real_usage::readings::Readings, StoreError> {
         Ok(Default::default())
     }
     /// The workloads idle at the last reading.
     async fn idle_now(&self) -> Result<Vec<quota::real_usage::idle::IdleNow>, StoreError> {
         Ok(Vec::new())
+    }
+    /// The reader's alerts judged and stored (`alert_engine::real_usage`):
+    /// idle GPUs, and real usage unknown. `suspends`: whether a workload
+    /// is batch work idle reclaim suspends.
+    async fn judge_real_usage(
+        &self,
+        _judged: crate::alert_engine::real_usage::Judged<'_>,
+        _suspends: for<'w> fn(&'w str) -> bool,
+    ) -> Result<(), StoreError> {
+        Ok(())
     }
     /// Real usage older than `before_ms` goes.
     async fn forget_real_usage_before(&self, _before_ms: i64) -> Result<u64, StoreError> {
@@ -204,7 +214,7 @@ impl History for crate::store::sql::SqlStore {
         &self,
         from_ms: i64,
         to_ms: i64,
-        rows: &[crate::store::real_usage::Row],
+        rows: &[quota::real_usage::reading::Row],
         idle: &[quota::real_usage::idle::IdleNow],
     ) -> Result<crate::store::real_usage::Recorded, StoreError> {
         crate::store::sql::SqlStore::record_reading(self, from_ms, to_ms, rows, idle).await
@@ -212,7 +222,7 @@ impl History for crate::store::sql::SqlStore {
     async fn record_real_usage_down(&self, since_ms: i64, error: &str) -> Result<(), StoreError> {
         crate::store::sql::SqlStore::record_real_usage_down(self, since_ms, error).await
     }
-    async fn real_usage_state(&self) -> Result<crate::store::real_usage::State, StoreError> {
+    async fn real_usage_state(&self) -> Result<quota::real_usage::readings::Readings, StoreError> {
         crate::store::sql::SqlStore::real_usage_state(self).await
     }
     async fn idle_now(&self) -> Result<Vec<quota::real_usage::idle::IdleNow>, StoreError> {
@@ -220,6 +230,21 @@ impl History for crate::store::sql::SqlStore {
     }
     async fn forget_real_usage_before(&self, before_ms: i64) -> Result<u64, StoreError> {
         crate::store::sql::SqlStore::forget_real_usage_before(self, before_ms).await
+    }
+    async fn judge_real_usage(
+        &self,
+        judged: crate::alert_engine::real_usage::Judged<'_>,
+        suspends: for<'w> fn(&'w str) -> bool,
+    ) -> Result<(), StoreError> {
+        let a = crate::alert_engine::real_usage::judge(self, judged, suspends).await?;
+        if !a.opened.is_empty() || a.resolved > 0 {
+            tracing::info!(
+                opened = a.opened.len(),
+                resolved = a.resolved,
+                "real usage alerts"
+            );
+        }
+        Ok(())
     }
 }
 

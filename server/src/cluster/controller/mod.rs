@@ -23,6 +23,7 @@ mod discovery;
 mod fair;
 mod gates;
 mod history;
+mod idle;
 mod preempt;
 mod queue;
 mod raw;
@@ -203,6 +204,10 @@ pub struct Context {
     /// Per quota, its submitters' decayed usage as last read
     /// (`submitters`): what its round orders equals by.
     submitters: submitters::Cache,
+    /// Workloads whose GPUs sit idle now, as the last reading of real
+    /// usage found them (idle for their quota's `idle.showAfter`): reclaim
+    /// takes them first.
+    idle: Mutex<HashSet<String>>,
 }
 
 impl Context {
@@ -291,6 +296,7 @@ impl Context {
             releasing: Mutex::default(),
             bad_marks: Mutex::default(),
             serial: Mutex::default(),
+            idle: Mutex::default(),
         };
         (Arc::new(ctx), rx)
     }

@@ -242,6 +242,7 @@ impl Context {
                         .reclaim
                         .get(wref)
                         .is_some_and(|m| m.origin == Origin::Preempt),
+                    idle: false,
                     pod_sets: pod_sets.to_vec(),
                     workload_ref: wref.clone(),
                 })

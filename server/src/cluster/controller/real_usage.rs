@@ -18,11 +18,12 @@ use super::history::History;
 use super::Context;
 use crate::real_usage::prometheus::{Prometheus, QueryError};
 use crate::real_usage::RealUsageConfig;
-use crate::store::real_usage::{Recorded, Row, HOUR_MS, KEEP_MS};
+use crate::store::real_usage::{Recorded, KEEP_MS};
 use quota::real_usage::answer::{self, Answer, Limits, PodName};
-use quota::real_usage::figures::Figures;
-use quota::real_usage::idle::{advance, policy_of, IdleNow, Streak};
-use quota::real_usage::measure::{measure, Answers, Held, Reading, Window};
+use quota::real_usage::idle::{policy_of, standing, IdleNow, Standing, Streak};
+use quota::real_usage::measure::{Held, Window};
+use quota::real_usage::reading::measure_window;
+use quota::real_usage::reading::HOUR_MS;
 use quota::real_usage::template::Metric;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -39,6 +40,8 @@ pub struct ReaderState {
     /// The names of the pods of the last reading, by uid: a pod deleted
     /// since is read by it for its last stretch.
     names: HashMap<String, PodName>,
+    /// The idle workloads of the last reading written.
+    idle: Vec<IdleNow>,
     last_compaction: Option<i64>,
 }
 
@@ -54,13 +57,6 @@ pub enum Outcome {
     AlreadyRead,
     /// A query got no answer: nothing written, the window is read again.
     Down(String),
-}
-
-/// The figures of one window, as the store and the alerts take them.
-pub struct Measured {
-    pub rows: Vec<Row>,
-    pub idle: Vec<IdleNow>,
-    pub by_quota: BTreeMap<String, Figures>,
 }
 
 impl Context {
@@ -106,11 +102,11 @@ impl Context {
         if !state.loaded {
             let s = h.real_usage_state().await?;
             state.known_to = s.known_to_ms;
-            state.streaks = h
-                .idle_now()
-                .await?
-                .into_iter()
-                .map(|i| (i.workload, i.streak))
+            state.idle = h.idle_now().await?;
+            state.streaks = state
+                .idle
+                .iter()
+                .map(|i| (i.workload.clone(), i.streak.clone()))
                 .collect();
             state.loaded = true;
         }
@@ -140,6 +136,11 @@ impl Context {
                     m.count_reading("down");
                     m.up.set(0);
                     h.record_real_usage_down(now, &why).await?;
+                    // Told, once it has lasted; idle alerts stay as they
+                    // were (what is not known is not news), and nothing
+                    // is reclaimed on what is not known.
+                    let forest = self.service.forest().await?;
+                    self.judge(h, cfg, &forest.quotas, &state.idle, now).await;
                     return Ok(Outcome::Down(why));
                 }
             }
@@ -181,6 +182,23 @@ impl Context {
                     e.1 += 1;
                 }
                 m.set_idle(&idle);
+                let by_name: HashMap<&str, &quota::Quota> =
+                    forest.quotas.iter().map(|q| (q.name(), q)).collect();
+                *self.idle.lock().unwrap() = measured
+                    .idle
+                    .iter()
+                    .filter(|i| {
+                        let p = by_name
+                            .get(i.quota.as_str())
+                            .map(|q| policy_of(q, |n| by_name.get(n).copied()))
+                            .unwrap_or_default();
+                        standing(&i.streak, &p) != Standing::Quiet
+                    })
+                    .map(|i| i.workload.clone())
+                    .collect();
+                state.idle = measured.idle;
+                self.judge(h, cfg, &forest.quotas, &state.idle, now).await;
+                self.reclaim_idle(&forest.quotas, &state.idle, now).await;
                 Ok(Outcome::Written {
                     from_ms: window.from_ms,
                     to_ms: window.to_ms,
@@ -192,6 +210,37 @@ impl Context {
                 state.loaded = false;
                 Ok(Outcome::AlreadyRead)
             }
+        }
+    }
+
+    /// The reader's alerts (idle GPUs, real usage unknown), judged on
+    /// what is known now; a failure is logged and judged again next time.
+    async fn judge(
+        &self,
+        h: &dyn History,
+        cfg: &RealUsageConfig,
+        quotas: &[quota::Quota],
+        idle: &[IdleNow],
+        now: i64,
+    ) {
+        let readings = match h.real_usage_state().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "real usage alerts not judged");
+                return;
+            }
+        };
+        let judged = crate::alert_engine::real_usage::Judged {
+            quotas,
+            idle,
+            readings: &readings,
+            now_ms: now,
+            alert_after_ms: cfg.alert_after_ms,
+            public_url: &cfg.public_url,
+            keys: &self.service.keys,
+        };
+        if let Err(e) = h.judge_real_usage(judged, super::idle::suspendable).await {
+            tracing::warn!(error = %e, "real usage alerts not stored; judged again at the next reading");
         }
     }
 
@@ -276,158 +325,4 @@ impl Context {
 
 fn ran(p: &Held, w: &Window) -> bool {
     p.start_ms < w.to_ms && p.end_ms.is_none_or(|e| e > w.from_ms)
-}
-
-/// The window cut at each hour (on the step's grid), so each part adds to
-/// one hourly row: a step that straddles an hour counts in the hour it
-/// starts in.
-pub fn hours_of(w: &Window) -> Vec<Window> {
-    let mut out = Vec::new();
-    let mut from = w.from_ms;
-    while from < w.to_ms {
-        let hour_end = (from.div_euclid(HOUR_MS) + 1) * HOUR_MS;
-        // The first grid point at or after the hour's end.
-        let steps = (hour_end - from + w.step_ms - 1)
-            .div_euclid(w.step_ms)
-            .max(1);
-        let to = (from + steps * w.step_ms).min(w.to_ms);
-        out.push(Window {
-            from_ms: from,
-            to_ms: to,
-            step_ms: w.step_ms,
-        });
-        from = to;
-    }
-    out
-}
-
-/// The pure part of a reading: the window measured hour by hour, each
-/// workload's row per hour (with its submitter), the streaks carried on,
-/// and the idle workloads.
-pub fn measure_window(
-    window: &Window,
-    held: &[(String, Held)],
-    answers: &BTreeMap<Metric, Answer>,
-    quotas: &HashMap<&str, &quota::Quota>,
-    mut streaks: HashMap<String, Streak>,
-) -> (Measured, HashMap<String, Streak>) {
-    let pods: Vec<Held> = held.iter().map(|(_, p)| p.clone()).collect();
-    let threshold = |q: &str| {
-        quotas
-            .get(q)
-            .map(|quota| policy_of(quota, |n| quotas.get(n).copied()).threshold())
-            .unwrap_or(quota::object::idle::DEFAULT_THRESHOLD)
-    };
-    let user_of = |q: &str, w: &str| {
-        quotas
-            .get(q)
-            .and_then(|quota| quota.status.users.get(w))
-            .cloned()
-            .unwrap_or_default()
-    };
-    let ans = Answers {
-        gpu_busy: answers.get(&Metric::GpuBusy),
-        gpu_memory: answers.get(&Metric::GpuMemory),
-        cpu: answers.get(&Metric::Cpu),
-        memory: answers.get(&Metric::Memory),
-    };
-    let mut rows = Vec::new();
-    let mut by_quota: BTreeMap<String, Figures> = BTreeMap::new();
-    let mut last: BTreeMap<String, Reading> = BTreeMap::new();
-    let mut alive: HashMap<String, Streak> = HashMap::new();
-    for part in hours_of(window) {
-        let readings = measure(&part, &pods, ans, threshold);
-        let mut next: HashMap<String, Streak> = HashMap::new();
-        for (wref, r) in &readings {
-            let before = alive.get(wref).or(streaks.get(wref));
-            if let Some(s) = advance(
-                before,
-                part.from_ms,
-                part.step_ms,
-                &r.steps,
-                threshold(&r.quota),
-            ) {
-                next.insert(wref.clone(), s);
-            }
-            if r.figures != Figures::default() {
-                rows.push(Row {
-                    quota: r.quota.clone(),
-                    hour_ms: part.from_ms.div_euclid(HOUR_MS) * HOUR_MS,
-                    workload: wref.clone(),
-                    namespace: r.namespace.clone(),
-                    username: user_of(&r.quota, wref),
-                    figures: r.figures,
-                });
-                by_quota.entry(r.quota.clone()).or_default().add(&r.figures);
-            }
-        }
-        alive = next;
-        streaks.clear();
-        last.extend(readings);
-    }
-    let idle = alive
-        .iter()
-        .filter_map(|(wref, s)| {
-            let r = last.get(wref)?;
-            Some(IdleNow {
-                workload: wref.clone(),
-                quota: r.quota.clone(),
-                namespace: r.namespace.clone(),
-                user: user_of(&r.quota, wref),
-                model: r.model.clone(),
-                streak: s.clone(),
-            })
-        })
-        .collect();
-    (
-        Measured {
-            rows,
-            idle,
-            by_quota,
-        },
-        alive,
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_window_is_cut_at_each_hour_on_its_grid() {
-        let t = 1_795_255_200_000; // on the hour
-        let w = Window {
-            from_ms: t - 30 * 60_000,
-            to_ms: t + 90 * 60_000,
-            step_ms: 60_000,
-        };
-        let parts = hours_of(&w);
-        assert_eq!(
-            parts
-                .iter()
-                .map(|p| (p.from_ms, p.to_ms))
-                .collect::<Vec<_>>(),
-            [
-                (t - 30 * 60_000, t),
-                (t, t + HOUR_MS),
-                (t + HOUR_MS, t + 90 * 60_000)
-            ]
-        );
-        // A step that does not divide the hour: its part ends at the first
-        // point past the hour.
-        let w = Window {
-            from_ms: t - 14 * 60_000,
-            to_ms: t + 21 * 60_000,
-            step_ms: 7 * 60_000,
-        };
-        let parts = hours_of(&w);
-        assert_eq!(parts[0].to_ms, t);
-        assert_eq!(parts.len(), 2);
-        let odd = Window {
-            from_ms: t - 10 * 60_000,
-            to_ms: t + 11 * 60_000,
-            step_ms: 7 * 60_000,
-        };
-        assert_eq!(hours_of(&odd)[0].to_ms, t + 4 * 60_000);
-    }
 }

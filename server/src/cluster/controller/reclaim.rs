@@ -30,6 +30,8 @@ impl Context {
         now: i64,
     ) -> Result<(), ServiceError> {
         let standings = Standing::of_all(kids.iter().map(|s| &s.quota));
+        // Idle borrowers give back first (real usage: idle for showAfter).
+        let idle = self.idle.lock().unwrap().clone();
         let (pending, borrowers) = {
             let v = self.view.lock().unwrap();
             let pending: BTreeMap<String, ResourceList> = kids
@@ -59,6 +61,7 @@ impl Context {
                             created_ms: info.created_ms.unwrap_or(0),
                             min_replicas: reclaim::min_replicas(&info.annotations),
                             marked: k.quota.status.reclaim.contains_key(wref),
+                            idle: idle.contains(wref),
                             pod_sets: pod_sets.to_vec(),
                             workload_ref: wref.clone(),
                         })

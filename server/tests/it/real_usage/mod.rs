@@ -4,15 +4,17 @@
 //! controller, on the wall clock, reads it with range queries over HTTP.
 //! Then Prometheus stopped and started again, and one that never answers.
 
+mod idle;
 mod prom;
 
 use crate::cluster::{pod, Cluster};
 use crate::fakeapi::FakeApi;
 use crate::support::{job, jobs_of, metric};
-use bizrq::store::real_usage::{By, State};
+use bizrq::store::real_usage::By;
 use bizrq::store::sql::SqlStore;
 use kube::api::PostParams;
 use prom::{Exporter, Hanging, PodLoad, Prom};
+use quota::real_usage::readings::Readings;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -36,7 +38,7 @@ macro_rules! on_both {
 
 /// bizrq reading `url` every second, one-second steps, two seconds after
 /// they end.
-fn reading(url: String) -> impl FnOnce(&mut bizrq::config::ServeArgs) {
+pub fn reading(url: String) -> impl FnOnce(&mut bizrq::config::ServeArgs) {
     move |a| {
         a.prometheus_url = Some(url);
         a.prometheus_every_seconds = 1;
@@ -48,7 +50,7 @@ fn reading(url: String) -> impl FnOnce(&mut bizrq::config::ServeArgs) {
     }
 }
 
-fn load(cards: Vec<u32>, cores: f64) -> PodLoad {
+pub fn load(cards: Vec<u32>, cores: f64) -> PodLoad {
     PodLoad {
         namespace: "ml".into(),
         cards,
@@ -58,7 +60,7 @@ fn load(cards: Vec<u32>, cores: f64) -> PodLoad {
     }
 }
 
-fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -93,7 +95,7 @@ async fn team_with_two_jobs(c: &Cluster) {
         .await;
 }
 
-async fn until<T>(what: &str, secs: u64, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+pub async fn until<T>(what: &str, secs: u64, mut f: impl AsyncFnMut() -> Option<T>) -> T {
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(secs) {
         if let Some(v) = f().await {
@@ -215,7 +217,7 @@ async fn prometheus_stopped_then_started_again_stops_nothing_else() {
 
     prom.stop().await;
     let stopped = now_ms();
-    let down: State = until("readings failing", 60, async || {
+    let down: Readings = until("readings failing", 60, async || {
         let s = store.real_usage_state().await.unwrap();
         s.down_since_ms.is_some().then_some(s)
     })
@@ -233,6 +235,21 @@ async fn prometheus_stopped_then_started_again_stops_nothing_else() {
         "unknown since the last window read"
     );
     assert_eq!(metric(&c.server, "bizrq_real_usage_up ").await, 0.0);
+    // Once it has lasted (3 s here), the admins are told.
+    let unknown = |open: Vec<bizrq::alerts::Alert>| {
+        open.into_iter()
+            .filter(|a| a.kind == bizrq::alerts::Kind::RealUsageUnknown)
+            .collect::<Vec<_>>()
+    };
+    let told = until("the admins' alert", 60, async || {
+        unknown(store.open_alerts().await.unwrap()).pop()
+    })
+    .await;
+    assert!(
+        told.message.starts_with("Real usage unknown since"),
+        "{}",
+        told.message
+    );
     // Nothing else waits: a Job is admitted and charged as usual.
     let started = Instant::now();
     jobs_of(&c, "alice", "ml")
@@ -255,6 +272,12 @@ async fn prometheus_stopped_then_started_again_stops_nothing_else() {
     })
     .await;
     assert_eq!(back.unknown_since(now_ms(), 60_000), None);
+    until("the admins' alert resolved", 30, async || {
+        unknown(store.open_alerts().await.unwrap())
+            .is_empty()
+            .then_some(())
+    })
+    .await;
     assert_eq!(metric(&c.server, "bizrq_real_usage_up ").await, 1.0);
     // The gap was read once Prometheus was back: the window after the
     // last one read before the stop is in (allocated, not measured).
