@@ -9,6 +9,7 @@ pub mod audit;
 pub mod budgets;
 pub mod chart_section;
 pub mod charts;
+pub mod efficiency;
 pub mod groups;
 pub mod layout;
 pub mod prices;

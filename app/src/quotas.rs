@@ -107,6 +107,9 @@ pub struct QuotaDetail {
     /// The queue (docs/queueing.md): the policy in words and the waiting
     /// workloads; None for a quota that refuses and holds none.
     pub queue: Option<(String, Vec<crate::queue::QueueRow>, usize)>,
+    /// Allocated against used (docs/real-usage.md); None where real usage
+    /// was never read.
+    pub efficiency: Option<crate::efficiency::Section>,
 }
 
 /// Rows a quota page lists at most of its children and of its workloads:
@@ -338,19 +341,40 @@ pub fn card_keys_html(strip: Vec<String>, keys: Vec<crate::KeyUsage>) -> String 
     Owner::new().with(|| view! { <CardKeys strip=strip keys=keys/> }.to_html())
 }
 
+/// What the overview lists above its cards: what asks for the viewer,
+/// what waits in queues, and GPUs held idle.
+#[derive(Clone, Debug, Default)]
+pub struct OverviewLists {
+    pub awaiting_me: usize,
+    pub attention: Vec<crate::attention::Item>,
+    /// The waiting workloads, and how many more.
+    pub queued: (Vec<crate::queue::WaitingRow>, usize),
+    /// Where real usage is read: the workloads idle now, and since when
+    /// real usage is unknown if it is (docs/real-usage.md).
+    pub idle: Option<(Vec<crate::efficiency::IdleRow>, Option<String>)>,
+}
+
 /// The overview: the viewer's quotas with usage, burn and forecasts.
 #[cfg(feature = "ssr")]
 pub fn render_overview_page(
     viewer: Viewer,
     cards: Vec<OverviewCard>,
     alerts: Vec<crate::alerts::AlertRow>,
-    awaiting_me: usize,
-    attention: Vec<crate::attention::Item>,
-    queued: (Vec<crate::queue::WaitingRow>, usize),
+    lists: OverviewLists,
     flash: Option<Flash>,
 ) -> String {
+    let OverviewLists {
+        awaiting_me,
+        attention,
+        queued,
+        idle,
+    } = lists;
     let title = "Overview".to_string();
     let queued = crate::queue::overview_section(queued.0, queued.1);
+    // Where real usage is read (docs/real-usage.md): GPUs held idle,
+    // what a tenant can give back; as loaded (the island redraws the
+    // sections it names only).
+    let idle = idle.map(|(rows, unknown)| crate::efficiency::idle_now_section(rows, unknown));
     let open_total = viewer.open_alerts;
     let body = if cards.is_empty() {
         view! { <p class="empty">"No quota is shared with you yet. An admin can give you a role on one on the Users page."</p> }.into_any()
@@ -387,6 +411,7 @@ pub fn render_overview_page(
                     // What waits comes before the bars: it is what a tenant
                     // acts on (the island redraws the parts it names only).
                     {queued}
+                    {idle}
                     <crate::BarLegend/>
                     <div class="overview">{body}</div>
                 </div>
@@ -623,6 +648,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
     let queue = d
         .queue
         .map(|(policy, rows, more)| crate::queue::section(policy, rows, more));
+    let efficiency = d.efficiency.map(crate::efficiency::section);
     let shares = format!("/quotas/{}/shares", crate::layout::encode_component(&name));
     let range = d.charts.range;
     let other_charts = other_charts_list(&name, range, d.other_charts);
@@ -643,6 +669,7 @@ pub fn render_detail_page(viewer: Viewer, d: QuotaDetail, flash: Option<Flash>) 
                 {crate::chart_section::view(charts, "No GPU or budget to chart: this quota has no hard or use of either yet.")}
                 {budgets}
                 {forecasts}
+                {efficiency}
                 {queue}
                 <p class="hint"><a href=shares>"Usage per submitter"</a>" (decayed, with each one's fair-share factor)"</p>
                 <h3 id="workloads">"Bound workloads"</h3>

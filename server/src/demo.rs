@@ -21,6 +21,8 @@ use quota::Quantity;
 use serde_json::json;
 use std::collections::BTreeMap;
 
+pub mod real_usage;
+
 /// Root of the demo tree.
 pub const ROOT: &str = "acme";
 /// How far back the seeded history goes.
@@ -596,6 +598,23 @@ fn bind(service: &Service, quota: &str, work: Work) -> Result<Bound, ServiceErro
     })
 }
 
+/// Every demo workload, read as the webhook reads it, at its size now.
+fn bound_all(service: &Service) -> Result<Vec<Bound>, ServiceError> {
+    let mut all_work: Vec<(String, Work)> = Vec::new();
+    for t in teams() {
+        for wk in &t.work {
+            all_work.push((t.name.to_string(), *wk));
+        }
+    }
+    for wk in platform_own_work() {
+        all_work.push(("platform".to_string(), wk));
+    }
+    all_work
+        .into_iter()
+        .map(|(quota, wk)| bind(service, &quota, wk))
+        .collect()
+}
+
 /// The pod sets of a workload at `count` replicas.
 fn scaled(pod_sets: &[PodSet], count: i64) -> Vec<PodSet> {
     pod_sets
@@ -773,18 +792,11 @@ pub async fn seed(
     let mut bound: Vec<Bound> = Vec::new();
     let mut team_specs: Vec<(&str, &str, QuotaSpec)> = Vec::new();
     let mut work_of: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    let mut all_work: Vec<(String, Work)> = Vec::new();
-    for t in &teams {
-        for wk in &t.work {
-            all_work.push((t.name.to_string(), *wk));
-        }
-    }
-    for wk in platform_own_work() {
-        all_work.push(("platform".to_string(), wk));
-    }
-    for (quota, wk) in all_work {
-        let b = bind(service, &quota, wk)?;
-        work_of.entry(quota).or_default().push(bound.len());
+    for b in bound_all(service)? {
+        work_of
+            .entry(b.quota.clone())
+            .or_default()
+            .push(bound.len());
         bound.push(b);
     }
 
@@ -1000,6 +1012,8 @@ pub async fn seed(
             })
             .await?;
     }
+    // Four weeks of real usage, invented as Prometheus would answer it.
+    real_usage::seed(service, sql, &bound).await?;
     // nlp's queue, before the latest sample: that sample is today's status.
     let queued = record_queue(service, now).await?;
     let latest = service.list().await?;

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod edge;
+pub mod efficiency;
 pub mod heavy;
 pub mod identity;
 pub mod listen;
@@ -604,6 +605,12 @@ impl Core {
                     path.clone(),
                     Duration::from_secs(args.price_list_poll_seconds),
                     self.service.clock(),
+                ));
+            }
+            if args.demo {
+                background.spawn(demo::real_usage::read_forever(
+                    self.service.clone(),
+                    self.sql.clone(),
                 ));
             }
             let resync = self.service.clone();

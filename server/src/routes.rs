@@ -23,6 +23,11 @@ pub fn http_router(app: AppState) -> Router {
         )
         .route("/api/v1/quotas/{name}/usage", get(quotas::usage))
         .route("/api/v1/quotas/{name}/budgets", get(api::budgets::get))
+        .route(
+            "/api/v1/quotas/{name}/efficiency",
+            get(api::efficiency::get),
+        )
+        .route("/api/v1/idle", get(api::efficiency::idle))
         .route("/api/v1/quotas/{name}/queue", get(api::queue::get))
         .route("/api/v1/quotas/{name}/shares", get(api::shares::get))
         .route("/api/v1/quotas/{name}/samples", get(api::samples::samples))

@@ -20,6 +20,7 @@
 mod burn_down;
 mod children;
 mod draw;
+mod efficiency;
 mod models;
 mod report;
 mod scale;
@@ -28,6 +29,7 @@ mod usage;
 pub use burn_down::burn_down_chart;
 pub use children::{children_chart, children_layers, layer_colour};
 use draw::*;
+pub use efficiency::efficiency_chart;
 pub use models::{model_breakdown_chart, model_breakdown_title};
 pub use report::report_chart;
 use scale::*;

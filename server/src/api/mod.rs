@@ -8,6 +8,7 @@
 pub mod alerts;
 pub mod budgets;
 pub mod check;
+pub mod efficiency;
 pub mod health;
 pub mod live;
 pub mod pkg;

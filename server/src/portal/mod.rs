@@ -24,6 +24,7 @@ pub mod alerts;
 pub mod audit;
 pub mod auth;
 pub mod budgets;
+pub mod efficiency;
 pub mod export;
 pub mod forms;
 pub mod frame;

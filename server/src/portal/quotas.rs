@@ -217,14 +217,32 @@ pub async fn overview(State(app): State<AppState>, viewer: Viewer) -> Result<Res
             .await
             .map_err(|e| ServiceError::Internal(e.to_string()))?
     };
+    // GPUs held idle on what the viewer may see, where real usage is read.
+    let idle = {
+        let readings = app.portal.sql.real_usage_state().await?;
+        let rows = crate::efficiency::idle_now(&app.portal.sql, &app.service, &all).await?;
+        let unknown = readings.unknown_since(w.now(), crate::efficiency::STALE_MS);
+        let read = readings.known_to_ms.is_some() || readings.down_since_ms.is_some();
+        (read || !rows.is_empty()).then(|| {
+            (
+                rows.iter()
+                    .map(|(i, pol)| super::efficiency::idle_row(i, pol))
+                    .collect(),
+                super::efficiency::unknown_words(&readings, unknown),
+            )
+        })
+    };
     let flash = viewer.take_flash().await;
     Ok(Html(app::quotas::render_overview_page(
         viewer.page(),
         cards,
         super::alerts::open_for(&app, p).await?,
-        data.awaiting_me,
-        data.attention,
-        queued,
+        app::quotas::OverviewLists {
+            awaiting_me: data.awaiting_me,
+            attention: data.attention,
+            queued,
+            idle,
+        },
         flash,
     ))
     .into_response())
@@ -597,6 +615,14 @@ pub async fn detail(
         .collect();
     let pricing = w.pricing();
     let budgets = super::budgets::lines(&app, &q, &in_use, &pricing).await?;
+    // Allocated against used in its subtree over the page's range, its
+    // ancestors read for the idle policy they pass down.
+    let efficiency = {
+        let above = crate::efficiency::ancestors_missing(&app.service, all.iter()).await?;
+        let quotas: Vec<Quota> = all.iter().cloned().chain(above).collect();
+        let e = crate::efficiency::gather(&app.portal.sql, &quotas, &name, range, now).await?;
+        super::efficiency::section(&e)
+    };
     let outlooks = quota::forecast::outlooks(&q, &pricing);
     // Its parent and siblings, for what it could borrow now.
     let family = app.service.family_of(&q).await?;
@@ -624,6 +650,7 @@ pub async fn detail(
         can_invite_owner: authz::can_grant(p, &name, Role::Owner, &tree),
         budgets,
         queue: None,
+        efficiency,
         children,
         children_more,
         name,

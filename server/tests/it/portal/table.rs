@@ -273,6 +273,12 @@ async fn each_route_answers_each_role_as_its_row_says(s: &Server) {
         (api_get("/api/v1/quotas/cv"), &[(MemberCv, OK), (OwnerNlp, NOT_FOUND), (AdminToken, OK)]),
         (api_get("/api/v1/quotas/nlp-a"), &[(OwnerNlp, OK)]),
         (api_get("/api/v1/quotas/ghost"), &[(OwnerNlp, NOT_FOUND)]),
+        // Real usage (docs/real-usage.md): likewise; "idle now" is each
+        // one's own view.
+        (api_get("/api/v1/quotas/nlp/efficiency"), &[(Anonymous, UNAUTH), (OwnerNlp, OK), (MemberCv, NOT_FOUND), (AdminToken, OK)]),
+        (api_get("/api/v1/quotas/cv/efficiency?range=30d"), &[(OwnerNlp, NOT_FOUND), (MemberCv, OK), (Admin, OK)]),
+        (api_get("/api/v1/quotas/nlp/efficiency?range=forever"), &[(OwnerNlp, BAD)]),
+        (api_get("/api/v1/idle"), &[(Anonymous, UNAUTH), (AdminToken, OK), (Admin, OK), (OwnerNlp, OK), (MemberCv, OK)]),
         // Creating: owners under their subtree, within its hard.
         (api_post(dry, child_of("nlp", "1")), &[(OwnerNlp, CREATED)]),
         (api_post(dry, child_of("nlp-a", "1")), &[(OwnerNlp, CREATED)]),

@@ -4,6 +4,7 @@
 //! controller, on the wall clock, reads it with range queries over HTTP.
 //! Then Prometheus stopped and started again, and one that never answers.
 
+mod api;
 mod idle;
 mod prom;
 
