@@ -47,6 +47,9 @@ pub struct ReportRow {
     pub amount: String,
     /// Exact, for sorting: resource-hours to the nano-unit.
     pub sort: String,
+    /// Where real usage is read (docs/real-usage.md): "2 of 8 GPU-hours
+    /// busy (25 %), 4 idle", or "no GPU held".
+    pub efficiency: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -116,15 +119,20 @@ pub fn render_reports_page(viewer: Viewer, page: ReportsPage, flash: Option<Flas
                 .iter()
                 .cloned()
                 .map(|r| {
+                    let efficiency = r.efficiency.map(|e| view! { <td data-label="GPUs used">{e}</td> });
                     view! {
                         <tr>
                             <td data-label="Bucket">{r.bucket}</td>
                             <td class="name" data-label="Group">{r.group}</td>
                             <td class="num" data-label="Amount" data-sort-value=r.sort>{r.amount}</td>
+                            {efficiency}
                         </tr>
                     }
                 })
                 .collect_view();
+            let with_usage = page.rows.iter().any(|r| r.efficiency.is_some());
+            let usage_head = with_usage.then(|| view! { <th>"GPUs used (real usage)"</th> });
+            let usage_foot = with_usage.then(|| view! { <th></th> });
             let chart = page.chart.clone();
             view! {
                 <h3>{page.title.clone()}</h3>
@@ -132,9 +140,9 @@ pub fn render_reports_page(viewer: Viewer, page: ReportsPage, flash: Option<Flas
                 <p class="report-total"><strong>{format!("Total: {}", page.total)}</strong></p>
                 <figure class="chart report-chart" inner_html=chart></figure>
                 <table class="report cards">
-                    <thead><tr><th>"Bucket"</th><th>"Group"</th><th class="num">"Amount"</th></tr></thead>
+                    <thead><tr><th>"Bucket"</th><th>"Group"</th><th class="num">"Amount"</th>{usage_head}</tr></thead>
                     <tbody>{rows}</tbody>
-                    <tfoot><tr><th>"Total"</th><th></th><th class="num">{page.total.clone()}</th></tr></tfoot>
+                    <tfoot><tr><th>"Total"</th><th></th><th class="num">{page.total.clone()}</th>{usage_foot}</tr></tfoot>
                 </table>
                 <p class="hint">{page.reconcile.clone()}</p>
             }

@@ -21,6 +21,8 @@ use quota::keys::cash_target;
 use quota::object::budgets::Reason;
 use quota::object::period::{Weekday, MS_PER_DAY};
 use quota::readable;
+use quota::real_usage::figures::{card_hours, GpuFigures};
+use quota::real_usage::report::{by_report_group, groups_real_usage, HourRow};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -372,6 +374,10 @@ pub struct Made {
     /// picked, a grouping that fits a leaf, dates moved to what the
     /// ledger keeps, where the ledger starts.
     pub notes: Vec<String>,
+    /// Where real usage is read (docs/real-usage.md) and the grouping is
+    /// one it knows: GPU figures by (bucket start, group), the report's
+    /// efficiency columns.
+    pub efficiency: Option<BTreeMap<(i64, String), GpuFigures>>,
 }
 
 /// Reads what the report `spec` asks for, over what `p` may see: a
@@ -473,13 +479,44 @@ pub async fn read(
         let copies = copies.into_iter().map(|s| s.quota).collect();
         (working, copies)
     });
+    let real_usage = real_usage_of(sql, &spec, names.as_deref(), &mut notes).await?;
     Ok(Read {
         spec,
         agg,
         parents,
         notes,
         unwritten,
+        real_usage,
     })
+}
+
+/// The hourly real usage a report shows beside its amounts: None where
+/// real usage was never read, for a grouping it does not know (model,
+/// QoS class, key, reason), or past `MAX_ENTRIES` rows (with a note).
+async fn real_usage_of(
+    sql: &SqlStore,
+    spec: &ReportSpec,
+    names: Option<&[String]>,
+    notes: &mut Vec<String>,
+) -> Result<Option<Vec<HourRow>>, ReportError> {
+    if !groups_real_usage(spec.by) {
+        return Ok(None);
+    }
+    let state = sql.real_usage_state().await.map_err(ServiceError::from)?;
+    if state.known_to_ms.is_none() && state.down_since_ms.is_none() {
+        return Ok(None);
+    }
+    let rows = sql
+        .real_usage_hours(names, spec.from_ms, spec.to_ms, MAX_ENTRIES)
+        .await
+        .map_err(ServiceError::from)?;
+    if rows.is_none() {
+        notes.push(format!(
+            "Real usage is left out: the range holds more than {MAX_ENTRIES} hourly rows of it; \
+             choose a shorter range or a subtree."
+        ));
+    }
+    Ok(rows)
 }
 
 /// Of `visible`, the quotas in the report's scope (`names`; None: all)
@@ -527,6 +564,8 @@ pub struct Read {
     /// Standalone: the copies of the budgeted quotas in scope, whose
     /// spending since their last write `make` adds (`Working::unwritten`).
     unwritten: Option<(crate::service::working::Working, Vec<quota::Quota>)>,
+    /// Real usage's hourly rows in scope (`real_usage_of`).
+    real_usage: Option<Vec<HourRow>>,
 }
 
 /// Reads and makes the report `spec` asks for (`read`, then `Read::make`).
@@ -548,6 +587,7 @@ impl Read {
             parents,
             notes,
             unwritten,
+            real_usage,
         } = self;
         if let Some((working, copies)) = unwritten {
             for q in copies.iter().filter(|q| written_before(q, spec.to_ms)) {
@@ -561,7 +601,10 @@ impl Read {
                     }));
             }
         }
-        finish(spec, agg, &parents, notes)
+        let efficiency = real_usage
+            .as_deref()
+            .and_then(|rows| by_report_group(rows, &spec, &parents));
+        finish(spec, agg, &parents, notes, efficiency)
     }
 }
 
@@ -570,6 +613,7 @@ fn finish(
     agg: crate::store::ledger::Aggregated,
     parents: &BTreeMap<String, String>,
     notes: Vec<String>,
+    efficiency: Option<BTreeMap<(i64, String), GpuFigures>>,
 ) -> Result<Made, ReportError> {
     let report =
         report::report(&agg.entries, &spec, parents).map_err(|e| invalid(e.to_string()))?;
@@ -596,6 +640,7 @@ fn finish(
         straddling: agg.straddling as usize,
         unit,
         notes,
+        efficiency,
     })
 }
 
@@ -675,49 +720,110 @@ pub fn to_json(m: &Made) -> Value {
         "entries": m.entries,
         "straddling": m.straddling,
         "notes": m.notes,
-        "rows": m.report.rows.iter().map(|r| json!({
-            "bucket": bucket_label(s, r.bucket_start_ms),
-            "bucketStart": quota::time::format_rfc3339(r.bucket_start_ms),
-            "group": r.group,
-            "amount": r.amount.to_string(),
-            "hours": hours(r.amount),
-        })).collect::<Vec<_>>(),
+        "realUsage": m.efficiency.is_some(),
+        "rows": m.report.rows.iter().map(|r| {
+            let mut row = json!({
+                "bucket": bucket_label(s, r.bucket_start_ms),
+                "bucketStart": quota::time::format_rfc3339(r.bucket_start_ms),
+                "group": r.group,
+                "amount": r.amount.to_string(),
+                "hours": hours(r.amount),
+            });
+            if let Some(f) = efficiency_of(m, r) {
+                row["gpuHoursAllocated"] = json!(readable::exact(card_hours(f.allocated)));
+                row["gpuHoursBusy"] = json!(readable::exact(card_hours(f.busy)));
+                row["idleCardHours"] = json!(readable::exact(card_hours(f.idle)));
+                row["efficiencyPermille"] = json!(f.efficiency_permille());
+            }
+            row
+        }).collect::<Vec<_>>(),
     })
+}
+
+/// A report row's GPU figures, where the report shows real usage (a
+/// group that held no GPU reads as zeros).
+pub fn efficiency_of(m: &Made, r: &report::Row) -> Option<GpuFigures> {
+    let e = m.efficiency.as_ref()?;
+    Some(
+        e.get(&(r.bucket_start_ms, r.group.clone()))
+            .copied()
+            .unwrap_or_default(),
+    )
 }
 
 /// The CSV answer: one line per row, then the total. Amounts in the
 /// report's unit as exact decimals (card-hours), then the same amount as
 /// the ledger's exact integer (acc, 10^-18 of a unit) for reconciling.
+///
+/// Where the report shows real usage (docs/real-usage.md), four columns
+/// follow: GPU-hours allocated and busy, efficiency in percent (empty
+/// when nothing was measured) and idle card-hours, exact.
 pub fn to_csv(m: &Made) -> String {
-    let line = |f: [&str; 5]| {
+    let with_usage = m.efficiency.is_some();
+    let line = |f: &[&str]| {
         let v: Vec<String> = f.iter().map(|x| crate::util::csv_field(x)).collect();
         v.join(",") + "\r\n"
     };
+    let usage_cols = |f: Option<GpuFigures>| -> Vec<String> {
+        match (with_usage, f) {
+            (false, _) => Vec::new(),
+            (true, None) => vec![String::new(); 4],
+            (true, Some(f)) => vec![
+                readable::exact(card_hours(f.allocated)),
+                readable::exact(card_hours(f.busy)),
+                f.efficiency_permille()
+                    .map(|p| format!("{}.{}", p / 10, p % 10))
+                    .unwrap_or_default(),
+                readable::exact(card_hours(f.idle)),
+            ],
+        }
+    };
     let unit_col = format!("amount_{}", m.unit.replace(' ', "_"));
-    let mut out = line([
+    let mut header = vec![
         "bucket",
         "bucket_start",
         by_name(m.spec.by),
         unit_col.as_str(),
         "amount_exact_acc",
-    ]);
-    for r in &m.report.rows {
-        out.push_str(&line([
-            bucket_label(&m.spec, r.bucket_start_ms).as_str(),
-            quota::time::format_rfc3339(r.bucket_start_ms).as_str(),
-            r.group.as_str(),
-            hours(r.amount).as_str(),
-            r.amount.to_string().as_str(),
-        ]));
+    ];
+    if with_usage {
+        header.extend([
+            "gpu_hours_allocated",
+            "gpu_hours_busy",
+            "efficiency_percent",
+            "idle_card_hours",
+        ]);
     }
-    let total = m.report.total.to_string();
-    out.push_str(&line([
-        "total",
-        "",
-        "",
-        hours(m.report.total).as_str(),
-        total.as_str(),
-    ]));
+    let mut out = line(&header);
+    let mut total_usage = GpuFigures::default();
+    for r in &m.report.rows {
+        let f = efficiency_of(m, r);
+        if let Some(f) = &f {
+            total_usage.add(f);
+        }
+        let mut fields = vec![
+            bucket_label(&m.spec, r.bucket_start_ms),
+            quota::time::format_rfc3339(r.bucket_start_ms),
+            r.group.clone(),
+            hours(r.amount),
+            r.amount.to_string(),
+        ];
+        fields.extend(usage_cols(f));
+        out.push_str(&line(
+            &fields.iter().map(String::as_str).collect::<Vec<_>>(),
+        ));
+    }
+    let mut fields = vec![
+        "total".to_string(),
+        String::new(),
+        String::new(),
+        hours(m.report.total),
+        m.report.total.to_string(),
+    ];
+    fields.extend(usage_cols(Some(total_usage)));
+    out.push_str(&line(
+        &fields.iter().map(String::as_str).collect::<Vec<_>>(),
+    ));
     out
 }
 
@@ -768,6 +874,92 @@ mod tests {
             q.status.last_reconcile_time = Some(since);
         }
         q
+    }
+
+    /// Where real usage is read, each row of a report grouped by what real
+    /// usage knows carries its group's GPU-hours allocated and busy,
+    /// efficiency and idle card-hours, in the JSON and as four CSV
+    /// columns; a group that held no GPU reads as zeros, a report without
+    /// real usage keeps its five columns.
+    #[test]
+    fn a_report_with_real_usage_has_efficiency_columns() {
+        const H: i64 = 3_600_000;
+        let spec = ReportSpec {
+            from_ms: 0,
+            to_ms: 24 * H,
+            by: Dimension::User,
+            bucket: Bucket::None,
+            utc_offset_minutes: 0,
+            subtree: None,
+            key: None,
+            reasons: vec![Reason::Accrual],
+        };
+        let row = |group: &str, hours: i128| report::Row {
+            bucket_start_ms: 0,
+            group: group.into(),
+            amount: hours * quota::budget::PRICE_ONE * quota::quantity::NANO * H as i128,
+        };
+        let mut m = Made {
+            spec: spec.clone(),
+            report: Report {
+                rows: vec![row("alice", 8), row("bob", 2)],
+                total: row("", 10).amount,
+            },
+            entries: 2,
+            straddling: 0,
+            unit: "card-hours",
+            notes: Vec::new(),
+            efficiency: None,
+        };
+        let plain = to_csv(&m);
+        assert!(
+            plain.starts_with("bucket,bucket_start,user,amount_card-hours,amount_exact_acc\r\n"),
+            "{plain}"
+        );
+        let rows = [HourRow {
+            quota: "nlp".into(),
+            hour_ms: 3 * H,
+            workload: "batch/Job/ml/a".into(),
+            namespace: "ml".into(),
+            user: "alice".into(),
+            gpu: GpuFigures {
+                allocated: 8 * H,
+                measured: 8 * H,
+                busy: 2 * H,
+                idle: 4 * H,
+            },
+        }];
+        m.efficiency = by_report_group(&rows, &spec, &BTreeMap::new());
+        let csv = to_csv(&m);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(
+            lines[0],
+            "bucket,bucket_start,user,amount_card-hours,amount_exact_acc,gpu_hours_allocated,gpu_hours_busy,efficiency_percent,idle_card_hours"
+        );
+        assert!(
+            lines[1].contains(",alice,8,") && lines[1].ends_with(",8,2,25.0,4"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].contains(",bob,2,") && lines[2].ends_with(",0,0,,0"),
+            "{}",
+            lines[2]
+        );
+        assert!(
+            lines[3].starts_with("total,") && lines[3].ends_with(",8,2,25.0,4"),
+            "{}",
+            lines[3]
+        );
+        let j = to_json(&m);
+        assert_eq!(j["realUsage"], true);
+        assert_eq!(j["rows"][0]["gpuHoursBusy"], "2");
+        assert_eq!(j["rows"][0]["efficiencyPermille"], 250);
+        assert_eq!(
+            j["rows"][1]["efficiencyPermille"],
+            Value::Null,
+            "nothing measured"
+        );
     }
 
     /// A report reads the budgeted quotas whose unwritten spending it adds

@@ -259,7 +259,7 @@ pub fn share(e: &Entry, a: i64, b: i64) -> i128 {
 
 /// Whether `quota` is `root` or below it, and if below, which child of
 /// `root` it descends from. `parents`: quota → parent ("" for a root).
-fn under<'a>(
+pub(crate) fn under<'a>(
     quota: &'a str,
     root: &str,
     parents: &'a BTreeMap<String, String>,

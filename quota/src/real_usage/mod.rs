@@ -10,6 +10,7 @@
 //! - `reading` — one reading whole: measured hour by hour, rows per
 //!   workload and hour, streaks carried, the idle at its end;
 //! - `readings` — where the readings stand ("unknown since …");
+//! - `report` — real usage grouped and bucketed as a budget report;
 //! - `idle` — idle streaks, "idle now", who is told, and its words;
 
 pub mod answer;
@@ -18,4 +19,5 @@ pub mod idle;
 pub mod measure;
 pub mod reading;
 pub mod readings;
+pub mod report;
 pub mod template;

@@ -46,6 +46,23 @@ fn query_of(p: &Params, format: &str) -> String {
 }
 
 /// The page's strings and chart for a report made.
+/// A report row's real usage in words: "2 of 8 GPU-hours busy (25 %),
+/// 4 idle".
+fn efficiency_words(f: &quota::real_usage::figures::GpuFigures) -> String {
+    use quota::real_usage::figures::card_hours;
+    if f.allocated == 0 {
+        return "no GPU held".into();
+    }
+    let h = |ms: i64| quota::readable::grouped(card_hours(ms));
+    format!(
+        "{} of {} GPU-hours busy ({}), {} idle",
+        h(f.busy),
+        h(f.allocated),
+        f.efficiency_words(),
+        h(f.idle)
+    )
+}
+
 pub fn page_of(m: &Made) -> (String, String, Vec<ReportRow>, String, String) {
     let s = &m.spec;
     let unit = m.unit;
@@ -123,6 +140,7 @@ pub fn page_of(m: &Made) -> (String, String, Vec<ReportRow>, String, String) {
             group: r.group.clone(),
             amount: with_unit(r.amount),
             sort: reports::hours(r.amount),
+            efficiency: reports::efficiency_of(m, r).map(|f| efficiency_words(&f)),
         })
         .collect();
     let reconcile = format!(

@@ -13,6 +13,7 @@ use quota::real_usage::figures::{Figures, GpuFigures, UseFigures};
 use quota::real_usage::idle::{IdleNow, Streak};
 use quota::real_usage::reading::Row;
 use quota::real_usage::readings::Readings;
+use quota::real_usage::report::HourRow;
 use sqlx::any::AnyRow;
 use sqlx::Row as _;
 use std::collections::BTreeMap;
@@ -328,6 +329,77 @@ impl SqlStore {
         Ok(out)
     }
 
+    /// The hourly GPU figures of the quotas named (all with None) whose
+    /// hour starts in `[from, to)`, for a report to group
+    /// (`quota::real_usage::report`); None when there are more than
+    /// `limit` rows (the report then goes without them).
+    pub async fn real_usage_hours(
+        &self,
+        quotas: Option<&[String]>,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Option<Vec<HourRow>>, StoreError> {
+        const COLS: &str = "quota, hour_ms, workload, namespace, username, \
+            gpu_allocated, gpu_measured, gpu_busy, gpu_idle";
+        let read = |row: &AnyRow| -> Result<HourRow, StoreError> {
+            Ok(HourRow {
+                quota: row.try_get(0)?,
+                hour_ms: row.try_get(1)?,
+                workload: row.try_get(2)?,
+                namespace: row.try_get(3)?,
+                user: row.try_get(4)?,
+                gpu: GpuFigures {
+                    allocated: row.try_get(5)?,
+                    measured: row.try_get(6)?,
+                    busy: row.try_get(7)?,
+                    idle: row.try_get(8)?,
+                },
+            })
+        };
+        let mut out = Vec::new();
+        let chunks: Vec<Option<&[String]>> = match quotas {
+            None => vec![None],
+            Some(names) => names.chunks(500).map(Some).collect(),
+        };
+        for chunk in chunks {
+            let cap = (limit - out.len().min(limit)) as i64 + 1;
+            let rows = match chunk {
+                None => {
+                    let sql = format!(
+                        "SELECT {COLS} FROM real_usage WHERE hour_ms >= $1 AND hour_ms < $2 LIMIT $3"
+                    );
+                    sqlx::query(&sql)
+                        .bind(from_ms)
+                        .bind(to_ms)
+                        .bind(cap)
+                        .fetch_all(&self.read)
+                        .await?
+                }
+                Some([]) => Vec::new(),
+                Some(names) => {
+                    let params = super::sql::query::params_list(4, names.len());
+                    let sql = format!(
+                        "SELECT {COLS} FROM real_usage WHERE hour_ms >= $1 AND hour_ms < $2 \
+                         AND quota IN ({params}) LIMIT $3"
+                    );
+                    let mut q = sqlx::query(&sql).bind(from_ms).bind(to_ms).bind(cap);
+                    for name in names {
+                        q = q.bind(name.as_str());
+                    }
+                    q.fetch_all(&self.read).await?
+                }
+            };
+            for row in &rows {
+                out.push(read(row)?);
+            }
+            if out.len() > limit {
+                return Ok(None);
+            }
+        }
+        Ok(Some(out))
+    }
+
     /// The workloads idle at the last reading, of the quotas named (all
     /// with None), longest idle first.
     pub async fn idle_now(&self, quotas: Option<&[String]>) -> Result<Vec<IdleNow>, StoreError> {
@@ -555,6 +627,34 @@ mod tests {
         assert_eq!(s.idle_now(None).await.unwrap().len(), 2);
         let only = s.idle_now(Some(&nlp)).await.unwrap();
         assert_eq!(only, vec![idle("batch/Job/ml/b", "nlp")]);
+        // The hourly rows a report groups: of the quotas named (all with
+        // None), and none past the limit.
+        let hours = s
+            .real_usage_hours(Some(&nlp), T, T + 2 * HOUR_MS, 10)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut seen: Vec<(i64, &str, i64)> = hours
+            .iter()
+            .map(|h| (h.hour_ms, h.workload.as_str(), h.gpu.busy))
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                (T, "batch/Job/ml/a", 120_000),
+                (T, "batch/Job/ml/b", 0),
+                (T + HOUR_MS, "batch/Job/ml/a", 30_000)
+            ]
+        );
+        let all = s.real_usage_hours(None, T, T + HOUR_MS, 10).await.unwrap();
+        assert_eq!(all.map(|h| h.len()), Some(3), "nlp's two and cv's one");
+        assert_eq!(
+            s.real_usage_hours(None, T, T + 2 * HOUR_MS, 3)
+                .await
+                .unwrap(),
+            None
+        );
         assert_eq!(s.forget_real_usage_before(T + HOUR_MS).await.unwrap(), 3);
     }
 
