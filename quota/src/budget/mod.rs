@@ -17,6 +17,7 @@ pub mod period;
 pub mod periods;
 pub mod price_list;
 pub mod price_list_doc;
+pub mod quality;
 pub mod refund;
 pub mod report;
 pub mod reservations;
