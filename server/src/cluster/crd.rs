@@ -297,7 +297,7 @@ impl JsonSchema for Status {
                 "loanFence": { "type": "integer", "minimum": 0, "description": "as a borrower: no charge rides a loan its parent granted at this generation or before (raised by a release that gave its loan back at once)" },
                 "lent": list("sum of the loans granted to children"),
                 "borrowed": list("used beyond hard on the keys of spec.max: on loan from the parent"),
-                "reclaim": ledger("workloads marked for reclaim, by group/Kind/namespace/name: action, frees, marked, due, and origin (preempt for the queue's preemption of lower-priority work; left out for the reclaim of a loan)"),
+                "reclaim": ledger("workloads marked for reclaim, by group/Kind/namespace/name: action, frees, marked, due, and origin (preempt for the queue's preemption of lower-priority work; idle for batch work idle past spec.idle.after under idle.action Suspend; left out for the reclaim of a loan)"),
                 "queue": {
                     "type": "array",
                     "maxItems": quota::object::queueing::MAX_QUEUE,
