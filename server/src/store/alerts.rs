@@ -439,10 +439,11 @@ impl SqlStore {
         Ok(out)
     }
 
-    /// The portal user named `username` (a workload's submitter as the
-    /// API server named it), as a recipient of an alert of `kind`: None
-    /// when no enabled user has that name, an email address, and the kind
-    /// unmuted.
+    /// The portal user a workload's submitter (`username`, as the API
+    /// server named it) is — the user linked to that Kubernetes username
+    /// (sign-in's `kube_username`, docs/oidc.md), else the user of that
+    /// name — as a recipient of an alert of `kind`: None when there is no
+    /// such enabled user with an email address and the kind unmuted.
     pub async fn alert_recipient_named(
         &self,
         username: &str,
@@ -455,7 +456,8 @@ impl SqlStore {
             "SELECT u.id AS id, u.email AS email, \
              (SELECT COUNT(*) FROM alert_prefs p WHERE p.user_id = u.id AND p.kind = $1 AND p.muted = 1) AS muted, \
              (SELECT COUNT(*) FROM alert_prefs p WHERE p.user_id = u.id AND p.kind = $1 AND p.digest = 1) AS digest \
-             FROM users u WHERE u.username = $2 AND u.disabled = 0",
+             FROM users u WHERE (u.kube_username = $2 OR u.username = $2) AND u.disabled = 0 \
+             ORDER BY CASE WHEN u.kube_username = $2 THEN 0 ELSE 1 END LIMIT 1",
         )
         .bind(kind.as_str())
         .bind(username)

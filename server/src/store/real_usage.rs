@@ -1,4 +1,4 @@
-//! Real usage in SQL (migration 0021, docs/real-usage.md): each reading's
+//! Real usage in SQL (migration 0023, docs/real-usage.md): each reading's
 //! figures added to the hourly rows of its workloads (`real_usage`), the
 //! window it covered (`real_usage_windows`, so a reading is written once),
 //! the workloads idle at that reading (`real_usage_idle`), and where the
