@@ -126,6 +126,7 @@ fn charge_and_release(wref: &str, w: &quota::Workload) {
             budgets: Default::default(),
             queueing: Default::default(),
             fair_sharing: Default::default(),
+            idle: None,
         },
     );
     let before = q.status.used.clone();
