@@ -45,7 +45,6 @@ fn query_of(p: &Params, format: &str) -> String {
     serde_urlencoded::to_string(pairs).unwrap_or_default()
 }
 
-/// The page's strings and chart for a report made.
 /// A report row's real usage in words: "2 of 8 GPU-hours busy (25 %),
 /// 4 idle".
 fn efficiency_words(f: &quota::real_usage::figures::GpuFigures) -> String {
@@ -63,6 +62,7 @@ fn efficiency_words(f: &quota::real_usage::figures::GpuFigures) -> String {
     )
 }
 
+/// The page's strings and chart for a report made.
 pub fn page_of(m: &Made) -> (String, String, Vec<ReportRow>, String, String) {
     let s = &m.spec;
     let unit = m.unit;
