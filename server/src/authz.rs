@@ -105,6 +105,11 @@ pub struct Principal {
 /// The audit actor of the admin token.
 pub const ADMIN_TOKEN_ACTOR: &str = "admin-token";
 
+/// The audit actor of bizrq's own work: transfers it carries out, the
+/// group mapping, sign-in and refresh, cleanup when a quota goes, the
+/// price list reloaded, the bootstrap admin.
+pub const SYSTEM_ACTOR: &str = "bizrq";
+
 impl Principal {
     /// The bootstrap admin token: an admin with no user behind it.
     pub fn admin_token() -> Principal {
@@ -126,11 +131,10 @@ impl Principal {
 /// The longest portal username.
 pub const MAX_USERNAME: usize = 64;
 
-/// Names the audit log gives to actors that are not people: bizrq's own
-/// background work (`service::transfers::SYSTEM_ACTOR`, the group mapping)
-/// and the bootstrap admin token. No account may take
-/// one, or its changes would read as the system's (docs/oidc.md).
-pub const RESERVED_USERNAMES: [&str; 2] = ["bizrq", ADMIN_TOKEN_ACTOR];
+/// Names the audit log gives to actors that are not people
+/// ([`SYSTEM_ACTOR`], [`ADMIN_TOKEN_ACTOR`]). No account may take one, or
+/// its changes would read as the system's (docs/oidc.md).
+pub const RESERVED_USERNAMES: [&str; 2] = [SYSTEM_ACTOR, ADMIN_TOKEN_ACTOR];
 
 /// Whether `name` is one of [`RESERVED_USERNAMES`].
 pub fn reserved_username(name: &str) -> bool {

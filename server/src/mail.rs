@@ -58,6 +58,13 @@ const SMTP_TIMEOUT: Duration = Duration::from_secs(15);
 /// A claimed row is sent only while this much of its lease is left.
 const SEND_MARGIN_MS: i64 = 45_000;
 
+/// Whether `email` is an address the sender will take (at most 254
+/// bytes, as lettre parses it): any other would wait in the outbox
+/// forever. The one check a typed or a provider's address passes.
+pub fn deliverable(email: &str) -> bool {
+    email.len() <= 254 && email.parse::<lettre::Address>().is_ok()
+}
+
 const BACKOFF_BASE_MS: i64 = 30_000;
 const BACKOFF_CAP_MS: i64 = 3_600_000;
 

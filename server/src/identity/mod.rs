@@ -470,18 +470,14 @@ impl Identities {
         let Some(email) = person.email.as_deref() else {
             return Ok(());
         };
-        // As the mailer reads it: an address it cannot parse would wait
-        // in the outbox forever.
-        if email.len() > 254 || email.parse::<lettre::Address>().is_err() {
+        if !crate::mail::deliverable(email) {
             return Ok(());
         }
         if self.sql.user_email(user.id).await?.is_some() {
             return Ok(());
         }
         self.sql.set_user_email(user.id, Some(email)).await?;
-        let e = entry(
-            self.service.now(),
-            "bizrq",
+        self.record(
             action::USER_EMAIL,
             &crate::service::audit::user_target(&user.username),
             Some(json!({"email": null})),
@@ -490,21 +486,32 @@ impl Identities {
                 "{}'s alert email is {email} (the identity provider's, at sign-in)",
                 user.username
             ),
-        );
-        if let Err(err) = self.sql.append_audit(&e).await {
-            tracing::error!(error = %err, "could not write an audit entry");
-        }
+        )
+        .await;
         Ok(())
     }
 
     async fn audit(&self, act: &str, target: &str, after: serde_json::Value, detail: &str) {
+        self.record(act, target, None, Some(after), detail).await;
+    }
+
+    /// Writes an audit entry by bizrq (the mapping, sign-in, the refresh);
+    /// a failure to write it is logged, never a failed sign-in.
+    pub async fn record(
+        &self,
+        act: &str,
+        target: &str,
+        before: Option<serde_json::Value>,
+        after: Option<serde_json::Value>,
+        detail: &str,
+    ) {
         let e = entry(
             self.service.now(),
-            "bizrq",
+            crate::authz::SYSTEM_ACTOR,
             act,
             target,
-            None,
-            Some(after),
+            before,
+            after,
             detail,
         );
         if let Err(err) = self.sql.append_audit(&e).await {
@@ -520,18 +527,14 @@ impl Identities {
         }
         match self.sql.set_kube_username(user.id, Some(kube)).await {
             Ok(()) => {
-                let e = entry(
-                    self.service.now(),
-                    "bizrq",
+                self.record(
                     action::USER_KUBE_USERNAME,
                     &crate::service::audit::user_target(&user.username),
                     Some(json!({"kubeUsername": user.kube_username})),
                     Some(json!({"kubeUsername": kube, "source": "sign-in"})),
                     &format!("{} is {kube} in Kubernetes ({why})", user.username),
-                );
-                if let Err(err) = self.sql.append_audit(&e).await {
-                    tracing::error!(error = %err, "could not write an audit entry");
-                }
+                )
+                .await;
             }
             Err(StoreError::AlreadyExists(_)) => tracing::warn!(
                 user = %user.username, kube_username = %kube,
@@ -590,13 +593,13 @@ impl Identities {
                 // Changed by hand meanwhile: the hand's stands.
                 continue;
             }
-            self.audit_change(user, &c, when, now).await;
+            self.audit_change(user, &c, when).await;
             made.push(c);
         }
         Ok(made)
     }
 
-    async fn audit_change(&self, user: &User, c: &Change, when: &str, now: i64) {
+    async fn audit_change(&self, user: &User, c: &Change, when: &str) {
         let name = &user.username;
         let mapping = Source::Mapping.as_str();
         let (act, target, before, after, detail) = match c {
@@ -634,10 +637,7 @@ impl Identities {
                 format!("{name} is no longer {role} of {quota}: no group gives it (group mapping, {when})"),
             ),
         };
-        let e = entry(now, "bizrq", act, &target, before, after, &detail);
-        if let Err(err) = self.sql.append_audit(&e).await {
-            tracing::error!(error = %err, "could not write an audit entry");
-        }
+        self.record(act, &target, before, after, &detail).await;
     }
 
     /// Applies the rules in force again to everyone linked, from the

@@ -15,7 +15,7 @@
 
 use super::Identities;
 use crate::oidc::claims;
-use crate::store::audit::{action, entry};
+use crate::store::audit::action;
 use crate::store::identity::Identity;
 use std::sync::Arc;
 
@@ -219,14 +219,18 @@ async fn unrefreshed(
         return Ok(Outcome::Skipped);
     }
     let ended = ids.sql.delete_sessions_of(user.id).await? > 0;
-    if !id.groups.is_empty() {
+    // Groups recorded empty: the mapping gave nothing since (a rule
+    // change applies the groups named last), so nothing is read again
+    // for a person whose API token keeps them due round after round.
+    let changes = if id.groups.is_empty() {
+        Vec::new()
+    } else {
         ids.sql
             .record_identity(&id.issuer, &id.subject, &[], None, false, now)
             .await?;
-    }
-    let changes = ids
-        .apply_roles(user, &[], "the sign-in that gave them is older than --oidc-unrefreshed-roles-seconds, and the provider gave no refresh token")
-        .await?;
+        ids.apply_roles(user, &[], "the sign-in that gave them is older than --oidc-unrefreshed-roles-seconds, and the provider gave no refresh token")
+            .await?
+    };
     if ended {
         signed_out(
             ids,
@@ -248,16 +252,12 @@ async fn unrefreshed(
 
 /// Audits that `user` was signed out by the refresh, and why.
 async fn signed_out(ids: &Identities, user: &crate::store::accounts::User, why: &str) {
-    let e = entry(
-        ids.service.now(),
-        "bizrq",
+    ids.record(
         action::USER_SIGNED_OUT,
         &crate::service::audit::user_target(&user.username),
         None,
         None,
         why,
-    );
-    if let Err(err) = ids.sql.append_audit(&e).await {
-        tracing::error!(error = %err, "could not write an audit entry");
-    }
+    )
+    .await;
 }

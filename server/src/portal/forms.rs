@@ -31,9 +31,7 @@ pub fn parse_email(typed: &str) -> Result<Option<&str>, PageError> {
     if email.is_empty() {
         return Ok(None);
     }
-    // As the mailer will read it (`mail.rs`): an address it cannot parse
-    // would wait in the outbox forever.
-    if email.len() > 254 || email.parse::<lettre::Address>().is_err() {
+    if !crate::mail::deliverable(email) {
         return Err(PageError::Invalid(format!(
             "'{email}' is not an email address"
         )));

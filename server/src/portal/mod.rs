@@ -180,7 +180,7 @@ pub async fn bootstrap_admin(
         Ok(user) => {
             let entry = crate::store::audit::entry(
                 now_ms,
-                "bizrq",
+                crate::authz::SYSTEM_ACTOR,
                 crate::store::audit::action::USER_CREATE,
                 &crate::service::audit::user_target(BOOTSTRAP_ADMIN),
                 None,

@@ -138,7 +138,7 @@ pub async fn reload(book: &PriceBook, sql: &SqlStore, path: &Path, now_ms: i64) 
     tracing::info!(%source, versions = list.versions.len(), "price list reloaded");
     let e = entry(
         now_ms,
-        "bizrq",
+        crate::authz::SYSTEM_ACTOR,
         audit::action::PRICES_RELOAD,
         "prices",
         Some(list_json(&before.list)),

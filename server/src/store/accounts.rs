@@ -410,7 +410,7 @@ impl SqlStore {
             let (user, role): (String, String) = (r.try_get("username")?, r.try_get("role")?);
             entries.push(super::audit::entry(
                 now_ms,
-                "bizrq",
+                crate::authz::SYSTEM_ACTOR,
                 super::audit::action::ROLE_REMOVE,
                 quota,
                 Some(serde_json::json!({"user": user, "quota": quota, "role": role})),
@@ -436,7 +436,7 @@ impl SqlStore {
             });
             entries.push(super::audit::entry(
                 now_ms,
-                "bizrq",
+                crate::authz::SYSTEM_ACTOR,
                 super::audit::action::ALERT_RULE,
                 quota,
                 Some(before),

@@ -21,9 +21,9 @@
 //! The decisions are `quota::budget::{enforce, refund}`'s; here is the I/O.
 
 use super::Context;
+use crate::authz::SYSTEM_ACTOR;
 use crate::cluster::events::quota_ref;
 use crate::service::notify::Notice;
-use crate::service::transfers::SYSTEM_ACTOR;
 use crate::store::audit::{action, entry};
 use quota::budget::enforce::{self, Running};
 use quota::budget::price_list::{accrue_priced, Holding};

@@ -68,7 +68,8 @@
 //! done, every carve-out equals its child's hard again and `used = selfUsed
 //! + Σ children's hard` holds everywhere.
 
-use super::{CrashPoint, LEASE_MS, SYSTEM_ACTOR};
+use super::{CrashPoint, LEASE_MS};
+use crate::authz::SYSTEM_ACTOR;
 use crate::service::audit;
 use crate::service::{Service, ServiceError};
 use crate::store::sql::SqlStore;

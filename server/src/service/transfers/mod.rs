@@ -38,6 +38,7 @@ mod executor;
 mod top_ups;
 
 use crate::alerts;
+use crate::authz::SYSTEM_ACTOR;
 use crate::service::audit;
 use crate::service::{Service, ServiceError};
 use crate::store::audit::action;
@@ -55,8 +56,6 @@ use std::sync::Arc;
 pub const LEASE_MS: i64 = 30_000;
 /// Requests expire after this by default (the caller may choose).
 pub const DEFAULT_TTL_MS: i64 = 7 * 24 * 3_600_000;
-/// Who approves the return of a loan.
-pub const SYSTEM_ACTOR: &str = "bizrq";
 /// The longest reason a transfer request may give.
 pub const MAX_REASON_CHARS: usize = 2_000;
 /// A top-up's expiry is at most this long after its request (366 days).

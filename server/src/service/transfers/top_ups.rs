@@ -5,8 +5,9 @@
 //! entries on both sides, not hard.
 
 use super::executor::{Executor, Halt};
-use super::{CrashPoint, TransferRequest, TransferService, MAX_TOP_UP_UNTIL_MS, SYSTEM_ACTOR};
+use super::{CrashPoint, TransferRequest, TransferService, MAX_TOP_UP_UNTIL_MS};
 use crate::alerts;
+use crate::authz::SYSTEM_ACTOR;
 use crate::service::audit;
 use crate::service::{Service, ServiceError};
 use crate::store::audit::action;
