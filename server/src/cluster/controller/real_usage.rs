@@ -16,7 +16,7 @@
 
 use super::history::History;
 use super::Context;
-use crate::real_usage::prometheus::{Prometheus, QueryError};
+use crate::real_usage::prometheus::Prometheus;
 use crate::real_usage::RealUsageConfig;
 use crate::store::real_usage::{Recorded, KEEP_MS};
 use quota::real_usage::answer::{self, Answer, Limits, PodName};
@@ -264,16 +264,10 @@ impl Context {
             };
             async move {
                 let started = Instant::now();
-                let body = prom.range(&query, grid).await;
-                let answer = match body {
-                    Ok(body) => {
-                        tokio::task::spawn_blocking(move || answer::read(&body, grid, &limits))
-                            .await
-                            .map_err(|e| QueryError::Down(e.to_string()))
-                            .map(|r| r.map_err(|e| (e.to_string(), e)))
-                    }
-                    Err(e) => Err(e),
-                };
+                let answer = prom
+                    .read(&query, grid, limits)
+                    .await
+                    .map(|r| r.map_err(|e| (e.to_string(), e)));
                 m.query_duration
                     .get_or_create(&crate::metrics::real_usage::MetricLabels {
                         metric: metric.name().into(),
