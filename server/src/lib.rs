@@ -13,6 +13,7 @@ pub mod demo;
 pub mod edge;
 pub mod efficiency;
 pub mod heavy;
+pub mod http_client;
 pub mod identity;
 pub mod listen;
 pub mod mail;

@@ -7,7 +7,7 @@
 use super::answer::Answer;
 use super::figures::Figures;
 use super::idle::{advance, policy_of, IdleNow, Streak};
-use super::measure::{measure, Answers, Held, Reading, Window};
+use super::measure::{measure, Answers, AsHeld, Reading, Window};
 use super::template::Metric;
 use crate::object::Quota;
 use std::collections::{BTreeMap, HashMap};
@@ -59,14 +59,13 @@ pub fn hours_of(w: &Window) -> Vec<Window> {
 /// The pure part of a reading: the window measured hour by hour, each
 /// workload's row per hour (with its submitter), the streaks carried on,
 /// and the idle workloads.
-pub fn measure_window(
+pub fn measure_window<H: AsHeld>(
     window: &Window,
-    held: &[(String, Held)],
+    held: &[H],
     answers: &BTreeMap<Metric, Answer>,
     quotas: &HashMap<&str, &Quota>,
     mut streaks: HashMap<String, Streak>,
 ) -> (Measured, HashMap<String, Streak>) {
-    let pods: Vec<Held> = held.iter().map(|(_, p)| p.clone()).collect();
     let threshold = |q: &str| {
         quotas
             .get(q)
@@ -91,7 +90,7 @@ pub fn measure_window(
     let mut last: BTreeMap<String, Reading> = BTreeMap::new();
     let mut alive: HashMap<String, Streak> = HashMap::new();
     for part in hours_of(window) {
-        let readings = measure(&part, &pods, ans, threshold);
+        let readings = measure(&part, held, ans, threshold);
         let mut next: HashMap<String, Streak> = HashMap::new();
         for (wref, r) in &readings {
             let before = alive.get(wref).or(streaks.get(wref));

@@ -254,7 +254,7 @@ impl Identities {
             ),
             None => None,
         };
-        let http = crate::oidc::http::Http::new(ca.as_deref(), settings.provider.timeout)?;
+        let http = crate::oidc::http::client(ca.as_deref(), settings.provider.timeout)?;
         let file_rules = match &settings.group_roles_file {
             Some(path) => {
                 let text = std::fs::read_to_string(path)

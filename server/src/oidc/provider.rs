@@ -10,7 +10,7 @@
 //! pages show and the log records.
 
 use super::claims::{self, ClaimError, Expected, IdToken};
-use super::http::{allowed_url, FetchError, Http};
+use super::http::{allowed_url, Auth, FetchError, Http};
 use super::jws::{self, KeySet, TokenError};
 use serde::Deserialize;
 use std::sync::{Arc, Mutex};
@@ -423,7 +423,12 @@ impl Provider {
         };
         let a = self
             .http
-            .post_form(&meta.token_endpoint, &form, basic, MAX_ANSWER)
+            .post_form(
+                &meta.token_endpoint,
+                &form,
+                basic.map_or(Auth::None, |(user, password)| Auth::Basic(user, password)),
+                MAX_ANSWER,
+            )
             .await
             .map_err(|e| fetch_error(what, e))?;
         if a.status == 200 {

@@ -1,11 +1,14 @@
-//! The Prometheus client of real usage: range queries over HTTP(S), with a
-//! bearer token read from a file for every query (a projected token
-//! rotates), a CA of our choosing, a timeout on the whole exchange and a
-//! bound on the answer's size. The answer's bytes go to
+//! The Prometheus client of real usage: range queries over HTTP(S)
+//! through bizrq's bounded client (`crate::http_client`), with a bearer
+//! token read from a file for every query (a projected token rotates), a
+//! CA of our choosing, a timeout on the whole exchange (the answer read)
+//! and a bound on the answer's size, enforced as it streams. The answer's bytes go to
 //! `quota::real_usage::answer::read`; nothing here decides.
 
 use super::RealUsageConfig;
-use quota::real_usage::answer::Grid;
+use crate::http_client::{add_pem, native_roots, Auth, FetchError, Http, Urls};
+use axum::body::Bytes;
+use quota::real_usage::answer::{self, Answer, AnswerError, Grid, Limits};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -40,7 +43,7 @@ impl QueryError {
 }
 
 pub struct Prometheus {
-    client: reqwest::Client,
+    http: Http,
     url: String,
     token_file: Option<PathBuf>,
     timeout: Duration,
@@ -51,49 +54,35 @@ pub struct Prometheus {
 const MAX_TOKEN: u64 = 16 * 1024;
 
 impl Prometheus {
+    /// The client of `cfg.url`: over https, trusting the CA file alone
+    /// when one is given, else the system's roots.
     pub fn new(cfg: &RealUsageConfig) -> anyhow::Result<Prometheus> {
-        let mut b = reqwest::Client::builder()
-            .timeout(cfg.timeout)
-            .connect_timeout(cfg.timeout.min(Duration::from_secs(5)))
-            .redirect(reqwest::redirect::Policy::none())
-            .tls_built_in_root_certs(false);
+        let mut roots = rustls::RootCertStore::empty();
         if cfg.url.starts_with("https://") {
             match &cfg.ca_file {
                 Some(path) => {
                     let pem = std::fs::read(path).map_err(|e| {
                         anyhow::anyhow!("cannot read --prometheus-ca-file {}: {e}", path.display())
                     })?;
-                    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-                        anyhow::anyhow!("--prometheus-ca-file {}: {e}", path.display())
-                    })?;
-                    if certs.is_empty() {
-                        anyhow::bail!(
-                            "--prometheus-ca-file {} holds no certificate",
-                            path.display()
-                        );
-                    }
-                    for c in certs {
-                        b = b.add_root_certificate(c);
-                    }
+                    add_pem(
+                        &mut roots,
+                        &pem,
+                        &format!("--prometheus-ca-file {}", path.display()),
+                    )?;
                 }
                 None => {
-                    let found = rustls_native_certs::load_native_certs();
-                    if found.certs.is_empty() {
+                    roots = native_roots();
+                    if roots.is_empty() {
                         anyhow::bail!(
                             "no system CA certificates to check {} against: give --prometheus-ca-file",
                             cfg.url
                         );
                     }
-                    for c in found.certs {
-                        if let Ok(c) = reqwest::Certificate::from_der(&c) {
-                            b = b.add_root_certificate(c);
-                        }
-                    }
                 }
             }
         }
         Ok(Prometheus {
-            client: b.build()?,
+            http: Http::new(roots, Urls::HttpOrHttps, cfg.timeout)?,
             url: format!("{}/api/v1/query_range", cfg.url.trim_end_matches('/')),
             token_file: cfg.token_file.clone(),
             timeout: cfg.timeout,
@@ -126,8 +115,9 @@ impl Prometheus {
     }
 
     /// One range query over `grid`: the answer's bytes (at most the
-    /// configured bound), whatever its status inside.
-    pub async fn range(&self, query: &str, grid: Grid) -> Result<Vec<u8>, QueryError> {
+    /// configured bound, a larger answer refused unread), whatever its
+    /// status inside.
+    pub async fn range(&self, query: &str, grid: Grid) -> Result<Bytes, QueryError> {
         let seconds = |ms: i64| format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000));
         let form = [
             ("query", query.to_string()),
@@ -137,67 +127,48 @@ impl Prometheus {
             // Prometheus stops evaluating when we stop waiting.
             ("timeout", format!("{}s", self.timeout.as_secs().max(1))),
         ];
-        let mut req = self.client.post(&self.url).form(&form);
-        if let Some(t) = self.token()? {
-            req = req.bearer_auth(t);
-        }
-        let mut resp = req
-            .send()
+        let token = self.token()?;
+        let auth = token.as_deref().map_or(Auth::None, Auth::Bearer);
+        let answer = self
+            .http
+            .post_form(&self.url, &form, auth, self.max_bytes)
             .await
-            .map_err(|e| QueryError::Down(describe(&e)))?;
-        let status = resp.status();
-        if resp
-            .content_length()
-            .is_some_and(|n| n > self.max_bytes as u64)
-        {
-            return Err(QueryError::TooLarge(self.max_bytes));
-        }
-        let mut body = Vec::new();
-        while let Some(chunk) = resp
-            .chunk()
-            .await
-            .map_err(|e| QueryError::Down(describe(&e)))?
-        {
-            if body.len() + chunk.len() > self.max_bytes {
-                return Err(QueryError::TooLarge(self.max_bytes));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        if status.is_server_error() {
+            .map_err(|e| match e {
+                FetchError::TooLarge(_) => QueryError::TooLarge(self.max_bytes),
+                e => QueryError::Down(e.to_string()),
+            })?;
+        let (status, body) = (answer.status, answer.body);
+        if status >= 500 {
             return Err(QueryError::Down(format!(
-                "HTTP {}: {}",
-                status.as_u16(),
+                "HTTP {status}: {}",
                 excerpt(&body)
             )));
         }
         // 400 (bad_data) and 422 (execution) carry the JSON of a refusal:
-        // the reader says why in Prometheus's words.
-        if status.is_client_error() && !matches!(status.as_u16(), 400 | 422) {
+        // the reader says why in Prometheus's words. Anything else but a
+        // success (a redirect, which is not followed, a 401) is refused.
+        if !(200..300).contains(&status) && !matches!(status, 400 | 422) {
             return Err(QueryError::Refused {
-                status: status.as_u16(),
+                status,
                 body: excerpt(&body),
             });
         }
         Ok(body)
     }
-}
 
-/// reqwest's error with its causes, without the URL's query.
-fn describe(e: &reqwest::Error) -> String {
-    let mut s = if e.is_timeout() {
-        "timed out".to_string()
-    } else if e.is_connect() {
-        "could not connect".to_string()
-    } else {
-        "request failed".to_string()
-    };
-    let mut source = std::error::Error::source(e);
-    while let Some(c) = source {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        source = c.source();
+    /// One range query over `grid`, its answer read (off the runtime's
+    /// threads): the reader's query of one metric.
+    pub async fn read(
+        &self,
+        query: &str,
+        grid: Grid,
+        limits: Limits,
+    ) -> Result<Result<Answer, AnswerError>, QueryError> {
+        let body = self.range(query, grid).await?;
+        tokio::task::spawn_blocking(move || answer::read(&body, grid, &limits))
+            .await
+            .map_err(|e| QueryError::Down(e.to_string()))
     }
-    s.chars().take(300).collect()
 }
 
 /// The start of a body, for a message: 200 characters, no controls.

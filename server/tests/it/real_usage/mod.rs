@@ -5,6 +5,7 @@
 //! Then Prometheus stopped and started again, and one that never answers.
 
 mod api;
+mod client;
 mod idle;
 mod prom;
 
@@ -36,6 +37,9 @@ macro_rules! on_both {
         }
     )*};
 }
+
+// After `on_both`, which it uses.
+mod kube_name;
 
 /// bizrq reading `url` every second, one-second steps, two seconds after
 /// they end.
