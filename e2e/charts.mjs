@@ -135,6 +135,74 @@ try {
           expect(/UTC · /.test(text), `the readout names a time and values: ${text}`);
         });
       }
+      // Allocated against used (docs/real-usage.md) on the demo: mlops's
+      // notebook pool was left open on Friday evening. Its chart is a panel
+      // of the page's grid, sized as the others, with figures in units; the
+      // overview lists the notebook under "Idle now" in human words.
+      await step(page, `real-usage-${tag}`, async () => {
+        await page.goto(`${base}/quotas/mlops`);
+        if (js) await page.waitForFunction(() => document.documentElement.dataset.islands === 'ready', null, { timeout: 30_000 });
+        const grid = await page.evaluate(() => {
+          const panels = [...document.querySelectorAll('.chart-panels > .chart-panel')];
+          const eff = panels.find((p) => p.dataset.chart === 'efficiency');
+          const width = (p) => p.getBoundingClientRect().width;
+          const shown = (p) => [...p.querySelectorAll('svg.chart')].find((s) => s.getBoundingClientRect().width > 0);
+          return eff && {
+            widths: panels.map(width),
+            eff: width(eff),
+            viewBox: shown(eff)?.getAttribute('viewBox'),
+            others: panels.filter((p) => p !== eff).map((p) => shown(p)?.getAttribute('viewBox')),
+            title: eff.querySelector('h4').innerText,
+            summary: eff.querySelector('.hint')?.innerText || '',
+            rows: [...eff.querySelectorAll('details.values tbody tr')].map((r) => [...r.cells].map((c) => c.textContent)),
+          };
+        });
+        expect(grid, 'the efficiency chart is a panel of the chart grid');
+        expect(grid.others.every((v) => v === grid.viewBox), `drawn in the others' frame: ${grid.viewBox} vs ${grid.others}`);
+        expect(grid.widths.every((w) => Math.abs(w - grid.eff) <= 1), `as wide as the other panels: ${grid.eff} vs ${grid.widths}`);
+        expect(/allocated against busy/.test(grid.title), `its heading: ${grid.title}`);
+        expect(/^[\d,.]+\scard-hours allocated, [\d,.]+\scard-hours busy: [\d.]+\s% efficiency, [\d,.]+\scard-hours idle/.test(grid.summary), `its figures with units: ${grid.summary}`);
+        expect(grid.rows.length > 0, 'its values table has rows');
+        const unitless = grid.rows.filter((r) => !(/card-hours$/.test(r[1]) && /card-hours$/.test(r[2]) && /%$|^unknown$/.test(r[3]) && /card-hours$/.test(r[4])));
+        expect(unitless.length === 0, `every value with its unit: ${JSON.stringify(unitless.slice(0, 3))}`);
+        const section = await page.innerText('section.real-usage');
+        expect(section.startsWith('Allocated against used'), `the section: ${section.slice(0, 80)}`);
+        expect(!(await page.$('section.real-usage figure')), 'no chart of its own outside the grid');
+        const totals = await page.$$eval('dl.efficiency-total dd', (d) => d.map((e) => e.textContent));
+        expect(totals.length === 4 && /card-hours$/.test(totals[0]) && /%$/.test(totals[2]), `totals with units: ${totals}`);
+        expect(/notebook-pool[^\n]*idle for [\d.]+ days: [\d,.]+ card-hours/.test(section), `the notebook idle for days: ${section}`);
+        expect(!/\d+d\d+h|\d+h\d+m/.test(section), `no compact durations: ${section}`);
+        expect(await smallestChartText(page) >= 11.95, 'no chart text under 12 px');
+        await readable(page, `mlops at ${w} px`);
+        if (js) {
+          // The island: the range switches the efficiency chart in place too,
+          // and the pointer reads out cards allocated and busy.
+          const t0 = () => page.$eval('.chart-panel[data-chart=efficiency] svg.chart', (s) => s.getAttribute('data-t0'));
+          const before = await t0();
+          await page.click('a[data-range="30d"]');
+          await page.waitForFunction((b) => {
+            const s = document.querySelector('.chart-panel[data-chart=efficiency] svg.chart');
+            return s && s.getAttribute('data-t0') !== b && !document.querySelector('.chart-panel[aria-busy]');
+          }, before, { timeout: 20_000 });
+          // The pointer is moved in the viewport: the panel is brought into it.
+          await page.$eval('.chart-panel[data-chart=efficiency]', (p) => p.scrollIntoView({ block: 'center' }));
+          const shown = await page.$$('.chart-panel[data-chart=efficiency] svg.chart');
+          let box;
+          for (const sv of shown) { const b = await sv.boundingBox(); if (b && b.width > 0) { box = b; break; } }
+          await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
+          await page.mouse.move(box.x + box.width * 0.52, box.y + box.height * 0.5);
+          await page.waitForFunction(() => /allocated .* cards?, busy/.test(document.querySelector('.chart-panel[data-chart=efficiency] .readout')?.textContent || ''), null, { timeout: 10_000 });
+        }
+        await page.screenshot({ path: join(ARTIFACTS, `real-usage-mlops-${tag}.png`), fullPage: true });
+        await page.goto(`${base}/`);
+        if (js) await page.waitForFunction(() => document.documentElement.dataset.islands === 'ready', null, { timeout: 30_000 });
+        const idle = await page.innerText('section.idle-now-section');
+        expect(/^Idle now/.test(idle), `the overview's Idle now: ${idle.slice(0, 80)}`);
+        expect(/notebook-pool in mlops[^\n]*: \d+ A30 GPUs idle for (2\.\d|3) days: [\d,.]+ card-hours/.test(idle), `the weekend notebook, in human words with its card-hours: ${idle}`);
+        expect(!/\d+d\d+h|\d+h\d+m/.test(idle), `no compact durations: ${idle}`);
+        await readable(page, `the overview at ${w} px`);
+        await page.screenshot({ path: join(ARTIFACTS, `real-usage-overview-${tag}.png`), fullPage: true });
+      });
       if (js && w === 1440) {
         await step(page, 'alerts-badge-updates-without-reload', async () => {
           await page.goto(`${base}/quotas/speech`);

@@ -33,6 +33,9 @@ pub enum Kind {
     Usage,
     BurnDown,
     Children,
+    /// GPUs allocated against busy (real usage, `crate::efficiency::panel`):
+    /// drawn from real usage, not from the samples.
+    Efficiency,
 }
 
 impl Kind {
@@ -41,6 +44,7 @@ impl Kind {
             Kind::Usage => "usage",
             Kind::BurnDown => "burn-down",
             Kind::Children => "children",
+            Kind::Efficiency => "efficiency",
         }
     }
 
@@ -51,8 +55,9 @@ impl Kind {
             "" | "usage" => Ok(Kind::Usage),
             "burn-down" => Err(format!("{key} is not a cash key: it has no burn-down")),
             "children" => Ok(Kind::Children),
+            "efficiency" => Ok(Kind::Efficiency),
             other => Err(format!(
-                "unknown chart '{other}': usage, burn-down or children"
+                "unknown chart '{other}': usage, burn-down, children or efficiency"
             )),
         }
     }
@@ -430,6 +435,8 @@ fn draw(inp: &Inputs<'_>, folded: &Folded, key: &str, kind: Kind) -> Option<Pane
                     .collect(),
             })
         }
+        // Drawn from real usage (`crate::efficiency::panel`), not samples.
+        Kind::Efficiency => None,
     }
 }
 
@@ -441,7 +448,7 @@ fn exact(values: &[(&str, Option<Quantity>)]) -> Vec<(String, String)> {
 }
 
 /// "hour", "6 hours", "day", "3 days", "7 days".
-fn span_words(ms: i64) -> String {
+pub(crate) fn span_words(ms: i64) -> String {
     const HOUR: i64 = 3_600_000;
     match ms {
         HOUR => "hour".into(),
@@ -453,9 +460,14 @@ fn span_words(ms: i64) -> String {
 
 /// The samples API's reply for one panel.
 pub fn reply(quota: &str, range: Range, now_ms: i64, p: Panel, cfg: &KeyConfig) -> SamplesReply {
+    let unit = match p.kind {
+        // Cards held and busy, whichever GPU resource the key names.
+        Kind::Efficiency => "cards",
+        _ => charts::unit_of(&p.key, cfg).1,
+    };
     SamplesReply {
         quota: quota.to_string(),
-        unit: charts::unit_of(&p.key, cfg).1.to_string(),
+        unit: unit.to_string(),
         key: p.key,
         chart: p.kind.as_str().to_string(),
         range: range.as_str().to_string(),

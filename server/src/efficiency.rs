@@ -9,6 +9,7 @@
 use crate::store::real_usage::{By, Group};
 use crate::store::sql::SqlStore;
 use crate::store::StoreError;
+use app::efficiency::Bucket;
 use quota::object::idle::IdlePolicy;
 use quota::real_usage::figures::{card_hours, percent, Figures, GpuFigures};
 use quota::real_usage::idle::{shown, IdleNow};
@@ -43,13 +44,37 @@ pub struct Efficiency {
     pub submitters: Vec<Group>,
     /// Each child's subtree (its own workloads as `(self)`).
     pub children: Vec<(String, Figures)>,
-    /// The chart: (bucket start, cards allocated, cards busy) on average.
-    pub points: Vec<(i64, f64, f64)>,
+    /// The chart's buckets (`Range::bucket_ms`, at least an hour) and its
+    /// values table's (`Range::table_bucket_ms`).
+    pub chart: Vec<Bucket>,
+    pub table: Vec<Bucket>,
     /// Idle for their quota's `showAfter` or longer, longest first.
     pub idle_now: Vec<(IdleNow, IdlePolicy)>,
 }
 
 impl Efficiency {
+    /// The chart of cards allocated against busy, as a panel of the
+    /// quota page's chart grid (and the samples API's `chart=efficiency`),
+    /// under the first GPU resource bizrq counts; None where real usage
+    /// was never read.
+    pub fn panel(&self, cfg: &quota::KeyConfig) -> Option<app::chart_section::Panel> {
+        if self.is_empty() {
+            return None;
+        }
+        let resource = cfg
+            .gpu_resources
+            .first()
+            .map_or("nvidia.com/gpu", String::as_str);
+        Some(app::efficiency::panel(
+            &format!("requests.{resource}"),
+            self.range,
+            &self.chart,
+            &self.table,
+            &self.total.gpu,
+            cfg,
+        ))
+    }
+
     /// Whether there is anything to show: figures, or readings at all.
     pub fn is_empty(&self) -> bool {
         self.total.gpu.is_empty()
@@ -117,7 +142,8 @@ pub async fn gather(
         children.entry(child).or_default().add(&g.figures);
     }
     let hourly = sql.real_usage_by(By::Hour, &names, from_ms, to_ms).await?;
-    let points = chart_points(&hourly, range, readings.known_to_ms);
+    let chart = buckets(&hourly, range.bucket_ms(), readings.known_to_ms);
+    let table = buckets(&hourly, range.table_bucket_ms(), readings.known_to_ms);
     let by_name: HashMap<&str, &Quota> = quotas.iter().map(|q| (q.name(), q)).collect();
     let mut idle_now = shown(sql.idle_now(Some(&names)).await?, |n| {
         by_name.get(n).copied()
@@ -134,7 +160,8 @@ pub async fn gather(
         workloads,
         submitters,
         children: children.into_iter().collect(),
-        points,
+        chart,
+        table,
         idle_now,
     })
 }
@@ -203,28 +230,29 @@ pub async fn ancestors_missing<'a>(
     Ok(out)
 }
 
-/// Hourly sums as the chart's points: cards on average over each bucket
-/// of the range (`Range::bucket_ms`, at least an hour), the last one over
-/// the part read so far.
-pub fn chart_points(hourly: &[Group], range: Range, known_to: Option<i64>) -> Vec<(i64, f64, f64)> {
-    let bucket = range.bucket_ms().max(HOUR_MS);
+/// Hourly sums folded into buckets of `width` (at least an hour), each
+/// covering its width, the last one only up to what was read: the
+/// chart's cards on average, the values table's card-hours.
+pub fn buckets(hourly: &[Group], width: i64, known_to: Option<i64>) -> Vec<Bucket> {
+    let width = width.max(HOUR_MS);
     let mut sums: BTreeMap<i64, GpuFigures> = BTreeMap::new();
     for g in hourly {
         let Ok(hour) = g.key.parse::<i64>() else {
             continue;
         };
-        sums.entry(hour.div_euclid(bucket) * bucket)
+        sums.entry(hour.div_euclid(width) * width)
             .or_default()
             .add(&g.figures.gpu);
     }
     sums.into_iter()
         .filter(|(_, f)| f.allocated > 0)
-        .map(|(at, f)| {
-            let span = match known_to {
-                Some(k) if k > at && k < at + bucket => k - at,
-                _ => bucket,
-            } as f64;
-            (at, f.allocated as f64 / span, f.busy as f64 / span)
+        .map(|(at, gpu)| Bucket {
+            at_ms: at,
+            span_ms: match known_to {
+                Some(k) if k > at && k < at + width => k - at,
+                _ => width,
+            },
+            gpu,
         })
         .collect()
 }
@@ -338,11 +366,21 @@ mod tests {
             hour(t, 8 * HOUR_MS, 2 * HOUR_MS),
             hour(t + HOUR_MS, 4 * HOUR_MS / 2, HOUR_MS / 2),
         ];
-        let p = chart_points(&rows, Range::Week, Some(t + HOUR_MS + HOUR_MS / 2));
-        assert_eq!(p, [(t, 8.0, 2.0), (t + HOUR_MS, 4.0, 1.0)]);
-        // A quarter folds three hours into one point.
-        let p = chart_points(&rows, Range::Quarter, None);
-        assert_eq!(p.len(), 1);
+        let known = Some(t + HOUR_MS + HOUR_MS / 2);
+        let p = buckets(&rows, Range::Week.bucket_ms(), known);
+        let spans: Vec<(i64, i64)> = p.iter().map(|b| (b.at_ms, b.span_ms)).collect();
+        assert_eq!(spans, [(t, HOUR_MS), (t + HOUR_MS, HOUR_MS / 2)]);
+        let avg = |b: &Bucket| {
+            let s = b.span_ms as f64;
+            (b.gpu.allocated as f64 / s, b.gpu.busy as f64 / s)
+        };
+        assert_eq!(avg(&p[0]), (8.0, 2.0));
+        assert_eq!(avg(&p[1]), (4.0, 1.0));
+        // A quarter folds three hours into one point; a week's table six.
+        assert_eq!(buckets(&rows, Range::Quarter.bucket_ms(), None).len(), 1);
+        let six = buckets(&rows, Range::Week.table_bucket_ms(), known);
+        assert_eq!(six.len(), 1);
+        assert_eq!(six[0].gpu.allocated, 10 * HOUR_MS);
     }
 
     #[test]

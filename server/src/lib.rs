@@ -612,6 +612,7 @@ impl Core {
                 background.spawn(demo::real_usage::read_forever(
                     self.service.clone(),
                     self.sql.clone(),
+                    args.public_url.clone(),
                 ));
             }
             let resync = self.service.clone();

@@ -161,7 +161,7 @@ pub fn shown<'a>(
 }
 
 impl IdleNow {
-    /// "8 A100 GPUs idle for 3h: 24 card-hours" (what the alert and the
+    /// "8 A100 GPUs idle for 3 hours: 24 card-hours" (what the alert and the
     /// overview say of it).
     pub fn words(&self) -> String {
         let cards = crate::readable::grouped(self.streak.cards());
@@ -176,7 +176,7 @@ impl IdleNow {
         };
         format!(
             "{cards} {what} idle for {}: {}",
-            crate::workload::runtime::format_duration(self.streak.idle_ms()),
+            crate::budget::runway::span(self.streak.idle_ms()),
             card_hours_words(self.streak.idle)
         )
     }
@@ -304,7 +304,22 @@ mod tests {
                 peak_permille: 10,
             },
         };
-        assert_eq!(now.words(), "8 A100 GPUs idle for 3h: 24 card-hours");
+        assert_eq!(now.words(), "8 A100 GPUs idle for 3 hours: 24 card-hours");
+        // Long streaks read in the portal's words, not `27d23h15m`.
+        let weekend = IdleNow {
+            streak: Streak {
+                until_ms: 60 * 3_600_000 + 15 * 60_000,
+                ..now.streak.clone()
+            },
+            ..now.clone()
+        };
+        assert!(
+            weekend
+                .words()
+                .starts_with("8 A100 GPUs idle for 2.5 days: "),
+            "{}",
+            weekend.words()
+        );
         assert_eq!(now.name(), "train");
     }
 }

@@ -146,7 +146,7 @@ mod tests {
         assert_eq!(c.len(), 2, "the young one is not told yet");
         assert_eq!(
             c[0].message,
-            "train in nlp, submitted by alice: 8 A100 GPUs idle for 3h: 24 card-hours; it is \
+            "train in nlp, submitted by alice: 8 A100 GPUs idle for 3 hours: 24 card-hours; it is \
              suspended after the reclaim grace unless it gets busy (idle.action Suspend)"
         );
         assert_eq!(

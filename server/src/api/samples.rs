@@ -22,7 +22,8 @@ pub struct Params {
     /// 24h, 7d (default), 30d, 90d or 1y.
     #[serde(default)]
     range: String,
-    /// usage, burn-down or children; default the key's own chart.
+    /// usage, burn-down, children or efficiency (GPUs allocated against
+    /// busy, from real usage; any GPU key); default the key's own chart.
     #[serde(default)]
     chart: String,
 }
@@ -44,6 +45,9 @@ pub async fn samples(
     // A heavy request (`crate::heavy`): a place before anything is read.
     let place = app.portal.heavy.enter(&p.username)?;
     quota_ops::require_view(&p, &name, &tree_for(&app.audited(), &p).await?)?;
+    if kind == Kind::Efficiency {
+        return efficiency(&app, &name, key, range).await;
+    }
     // The quota and its subtree (its children's charts), not the forest.
     // As of one `now` (`service::working`), as the quota page draws it:
     // the live point and the forecast from the same copies.
@@ -107,4 +111,39 @@ pub async fn samples(
         })
         .await??;
     Ok(Json(panel).into_response())
+}
+
+/// The quota page's chart of GPUs allocated against busy over `range`
+/// (`crate::efficiency`, as the page and `GET .../efficiency` read it);
+/// 404 where real usage was never read.
+async fn efficiency(
+    app: &AppState,
+    name: &str,
+    key: &str,
+    range: Range,
+) -> Result<Response, ApiError> {
+    let cfg = app.service.keys.clone();
+    if !quota::keys::is_gpu_key(key, &cfg) {
+        return Err(ApiError::BadRequest(format!(
+            "the efficiency chart is of GPUs: {key} is not a GPU key"
+        )));
+    }
+    let forest = app.service.forest().await?;
+    if !forest.quotas.iter().any(|q| q.name() == name) {
+        return Err(quota_ops::not_found(name).into());
+    }
+    let now = app.service.now();
+    let e = crate::efficiency::gather(&app.portal.sql, &forest.quotas, name, range, now)
+        .await
+        .map_err(crate::service::ServiceError::from)?;
+    let panel = e.panel(&cfg).ok_or_else(|| {
+        quota_ops::not_found(&format!("{name}: no real usage read (no efficiency chart)"))
+    })?;
+    // The page's panel stands under the first GPU resource; asked under
+    // another GPU key, the same figures answer under that key.
+    let panel = chart_section::Panel {
+        key: key.to_string(),
+        ..panel
+    };
+    Ok(Json(chart_section::reply(name, range, now, panel, &cfg)).into_response())
 }

@@ -138,6 +138,23 @@ impl RealUsageMetrics {
         }
     }
 
+    /// A reading of a window up to `to_ms`, written: where readings stand,
+    /// each quota's figures added, the workloads idle at its end.
+    pub fn written(&self, measured: &quota::real_usage::reading::Measured, to_ms: i64) {
+        self.count_reading("written");
+        self.known_to.set(to_ms / 1000);
+        for (q, f) in &measured.by_quota {
+            self.add_figures(q, &f.gpu);
+        }
+        let mut idle: std::collections::BTreeMap<String, (f64, i64)> = Default::default();
+        for i in &measured.idle {
+            let e = idle.entry(i.quota.clone()).or_default();
+            e.0 += i.streak.cards as f64 / 1e9;
+            e.1 += 1;
+        }
+        self.set_idle(&idle);
+    }
+
     /// A reading's figures of one quota's own workloads, added.
     pub fn add_figures(&self, quota: &str, f: &GpuFigures) {
         let quota = self.label(quota);

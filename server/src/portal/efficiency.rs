@@ -5,29 +5,22 @@
 use crate::efficiency::{Efficiency, ROWS_SHOWN};
 use crate::store::real_usage::Group;
 use app::efficiency::{FigureRow, IdleRow, Section};
+use quota::budget::runway::span;
 use quota::object::idle::{IdleAction, IdlePolicy};
 use quota::real_usage::figures::{card_hours_words, Figures};
 use quota::real_usage::idle::IdleNow;
 use quota::real_usage::readings::Readings;
-use quota::workload::runtime::format_duration;
-
-/// A card-hours amount without its unit (the column says it).
-fn hours(card_ms: i64) -> String {
-    card_hours_words(card_ms)
-        .trim_end_matches(" card-hours")
-        .to_string()
-}
 
 pub fn row(name: &str, detail: String, f: &Figures) -> FigureRow {
     let g = &f.gpu;
     FigureRow {
         name: name.to_string(),
         detail,
-        allocated: hours(g.allocated),
-        busy: hours(g.busy),
+        allocated: card_hours_words(g.allocated),
+        busy: card_hours_words(g.busy),
         efficiency: g.efficiency_words(),
         efficiency_permille: g.efficiency_permille(),
-        idle: hours(g.idle),
+        idle: card_hours_words(g.idle),
         allocated_ms: g.allocated,
         idle_ms: g.idle,
     }
@@ -69,11 +62,11 @@ pub fn idle_row(i: &IdleNow, p: &IdlePolicy) -> IdleRow {
             "told; batch work is suspended after the reclaim grace".into()
         }
         (false, IdleAction::Notify) => {
-            format!("told once idle for {}", format_duration(p.after_ms()))
+            format!("told once idle for {}", span(p.after_ms()))
         }
         (false, IdleAction::Suspend) => format!(
             "told, and batch work suspended, once idle for {}",
-            format_duration(p.after_ms())
+            span(p.after_ms())
         ),
     };
     IdleRow {
@@ -92,13 +85,10 @@ pub fn section(e: &Efficiency) -> Option<Section> {
     if e.is_empty() {
         return None;
     }
-    let points = e.points.clone();
-    let chart = app::charts::both(|frame| app::charts::efficiency_chart(&points, frame));
     Some(Section {
         range: e.range.words().to_string(),
         unknown: unknown_words(&e.readings, e.unknown_since),
         total: row("All", String::new(), &e.total),
-        chart,
         workloads: e
             .workloads
             .iter()

@@ -621,8 +621,9 @@ pub async fn detail(
         let above = crate::efficiency::ancestors_missing(&app.service, all.iter()).await?;
         let quotas: Vec<Quota> = all.iter().cloned().chain(above).collect();
         let e = crate::efficiency::gather(&app.portal.sql, &quotas, &name, range, now).await?;
-        super::efficiency::section(&e)
+        (super::efficiency::section(&e), e.panel(&cfg))
     };
+    let (efficiency, efficiency_panel) = efficiency;
     let outlooks = quota::forecast::outlooks(&q, &pricing);
     // Its parent and siblings, for what it could borrow now.
     let family = app.service.family_of(&q).await?;
@@ -699,12 +700,21 @@ pub async fn detail(
                     (k, name)
                 })
                 .collect();
+            let mut panels =
+                chart_section::panels_of(&inputs, |k, kind| chart_section::leads(k, kind, &cfg));
+            // Allocated against busy joins the grid after the GPUs' own
+            // charts, before the budgets'.
+            if let Some(p) = efficiency_panel {
+                let at = panels
+                    .iter()
+                    .position(|p| quota::keys::cash_target(&p.key).is_some())
+                    .unwrap_or(panels.len());
+                panels.insert(at, p);
+            }
             d.charts = Charts {
                 quota: q.name().to_string(),
                 range,
-                panels: chart_section::panels_of(&inputs, |k, kind| {
-                    chart_section::leads(k, kind, &cfg)
-                }),
+                panels,
                 query: String::new(),
             };
             app::quotas::render_detail_page(page, d, flash)

@@ -23,7 +23,7 @@ mod discovery;
 mod fair;
 mod gates;
 mod history;
-mod idle;
+pub(crate) mod idle;
 mod preempt;
 mod queue;
 mod raw;

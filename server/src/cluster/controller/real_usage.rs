@@ -173,18 +173,7 @@ impl Context {
             Recorded::Written => {
                 state.known_to = Some(window.to_ms);
                 state.streaks = streaks;
-                m.count_reading("written");
-                m.known_to.set(window.to_ms / 1000);
-                for (q, f) in &measured.by_quota {
-                    m.add_figures(q, &f.gpu);
-                }
-                let mut idle: BTreeMap<String, (f64, i64)> = BTreeMap::new();
-                for i in &measured.idle {
-                    let e = idle.entry(i.quota.clone()).or_default();
-                    e.0 += i.streak.cards as f64 / 1e9;
-                    e.1 += 1;
-                }
-                m.set_idle(&idle);
+                m.written(&measured, window.to_ms);
                 let by_name: HashMap<&str, &quota::Quota> =
                     forest.quotas.iter().map(|q| (q.name(), q)).collect();
                 *self.idle.lock().unwrap() = measured

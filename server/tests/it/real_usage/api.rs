@@ -214,7 +214,7 @@ async fn each_caller_sees_the_real_usage_of_what_they_may_see(s: &Server) {
     assert_eq!(names(&mine), ["batch/Job/ml/train"], "{mine}");
     assert_eq!(
         mine["idle"][0]["words"],
-        "2 A100 GPUs idle for 1h30m: 3 card-hours"
+        "2 A100 GPUs idle for 1.5 hours: 3 card-hours"
     );
     let (_, bobs) = api(s, "/api/v1/idle", Some(&bob_token)).await;
     assert_eq!(names(&bobs), ["batch/Job/vision/detect"], "{bobs}");
@@ -233,26 +233,29 @@ async fn each_caller_sees_the_real_usage_of_what_they_may_see(s: &Server) {
         "{}",
         page.body
     );
-    assert!(page.body.contains("16.6 %"));
+    assert!(
+        page.body.contains("16.6\u{a0}%"),
+        "a figure and its unit on one line"
+    );
     assert!(page.body.contains("ml/train") && page.body.contains("ml/sweep"));
     assert!(!page.body.contains("detect"));
     let home = alice.get("/").await;
     assert!(home.body.contains("Idle now"), "{}", home.body);
     assert!(home
         .body
-        .contains("2 A100 GPUs idle for 1h30m: 3 card-hours"));
+        .contains("2 A100 GPUs idle for 1.5 hours: 3 card-hours"));
     assert!(
         !home.body.contains("detect"),
         "cv's idle work is not alice's to see"
     );
     let home = bob.get("/").await;
     assert!(
-        home.body.contains("4 A100 GPUs idle for 40m"),
+        home.body.contains("4 A100 GPUs idle for 40 minutes"),
         "{}",
         home.body
     );
     assert!(!home.body.contains("train"));
-    assert!(bob.get("/quotas/cv").await.body.contains("75 %"));
+    assert!(bob.get("/quotas/cv").await.body.contains("75\u{a0}%"));
     store.close().await;
 }
 
