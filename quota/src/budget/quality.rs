@@ -1,10 +1,12 @@
-//! Billing by quality of service, the formula alone (docs/real-usage.md,
-//! "Not built yet"): what one pod's run in one window of real usage costs
-//! when Guaranteed pods pay for their request, Burstable pods for their
-//! request and, cheaper, for what they use above it, and BestEffort pods
-//! only for what they use. Exact: amounts are the ledger's acc (nano-units
-//! × ms × millionths), as `cash::cost` makes them. Nothing calls it yet: a
-//! price list does not accept `billing`, and accrual bills requests.
+//! Billing by quality of service, the formula (docs/real-usage.md,
+//! "Billing by quality"): what one pod's run in one window of real usage
+//! costs when Guaranteed pods pay for their request, Burstable pods for
+//! their request and, cheaper, for what they use above it, and BestEffort
+//! pods only for what they use. Exact: amounts are the ledger's acc
+//! (nano-units × ms × millionths), as `cash::cost` makes them. A price
+//! list version with `billing: ByQuality` carries the weights; requests
+//! are accrued at `on_request` (`price_list::request_price`), use above
+//! them is billed window by window (`real_usage::billing`).
 
 use super::price_list::Weight;
 use crate::usage::QosClass;
@@ -12,7 +14,8 @@ use crate::usage::QosClass;
 /// The weight of each quality (the design source's example: 1 for
 /// Guaranteed, 0.85 for a Burstable pod's request, 0.5 for its use above
 /// it, 0.1 for BestEffort use).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct QualityWeights {
     pub guaranteed: Weight,
     pub burstable_request: Weight,
@@ -27,6 +30,35 @@ impl Default for QualityWeights {
             burstable_request: Weight(850),
             above_request: Weight(500),
             best_effort: Weight(100),
+        }
+    }
+}
+
+impl QualityWeights {
+    /// Each weight with its name in the price list (`qualityWeights.<name>`).
+    pub fn named(&self) -> [(&'static str, Weight); 4] {
+        [
+            ("guaranteed", self.guaranteed),
+            ("burstableRequest", self.burstable_request),
+            ("aboveRequest", self.above_request),
+            ("bestEffort", self.best_effort),
+        ]
+    }
+
+    /// The weight of a request of `resource` (`cpu`, `nvidia.com/gpu`)
+    /// held by a pod of `class`. Only CPU and memory have quality of
+    /// service in Kubernetes; any other resource (a GPU, an extended
+    /// resource) is held whole, its limit its request, so it is billed as
+    /// guaranteed whatever the pod's class — a pod cannot get cards at
+    /// the BestEffort weight by asking no CPU.
+    pub fn on_request(&self, class: Option<QosClass>, resource: &str) -> Weight {
+        if !matches!(resource, "cpu" | "memory") {
+            return self.guaranteed;
+        }
+        match class {
+            Some(QosClass::Guaranteed) | None => self.guaranteed,
+            Some(QosClass::Burstable) => self.burstable_request,
+            Some(QosClass::BestEffort) => self.best_effort,
         }
     }
 }

@@ -350,7 +350,9 @@ impl BudgetState {
         for e in ordered {
             records.extend(self.advance_to(e.start_ms, period, carry, overspend));
             match e.reason {
-                Reason::Accrual | Reason::Refund => self.accrue(&e.workload, e.amount),
+                Reason::Accrual | Reason::Refund | Reason::Use => {
+                    self.accrue(&e.workload, e.amount)
+                }
                 Reason::TopUp => self.top_ups = self.top_ups.saturating_add(e.amount),
                 Reason::Carry => {}
             }

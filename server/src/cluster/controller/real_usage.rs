@@ -19,7 +19,10 @@ use super::Context;
 use crate::real_usage::prometheus::{Prometheus, QueryError};
 use crate::real_usage::RealUsageConfig;
 use crate::store::real_usage::{Recorded, KEEP_MS};
+use quota::budget::PriceList;
+use quota::object::budgets::Outbox;
 use quota::real_usage::answer::{self, Answer, Limits, PodName};
+use quota::real_usage::billing;
 use quota::real_usage::idle::{policy_of, standing, IdleNow, Standing, Streak};
 use quota::real_usage::measure::{Held, Window};
 use quota::real_usage::reading::measure_window;
@@ -149,18 +152,40 @@ impl Context {
         }
         m.up.set(1);
         let forest = self.service.forest().await?;
+        let list = self.service.price_list();
         let measured = {
             let forest = forest.clone();
             let streaks = std::mem::take(&mut state.streaks);
             let held = held.clone();
+            let list = list.clone();
             tokio::task::spawn_blocking(move || {
                 let quotas: HashMap<&str, &quota::Quota> =
                     forest.quotas.iter().map(|q| (q.name(), q)).collect();
-                measure_window(&window, &held, &answers, &quotas, streaks)
+                let pods: Vec<Held> = held.iter().map(|(_, p)| p.clone()).collect();
+                let parts = billing::measure_pieces(&window, &pods, &answers, &list);
+                let bills = billing::bills(
+                    &window,
+                    &parts,
+                    &list,
+                    forest
+                        .quotas
+                        .iter()
+                        .map(|q| (q.name(), &q.spec, &q.status.users)),
+                );
+                (
+                    measure_window(&window, &held, &answers, &quotas, streaks),
+                    bills,
+                )
             })
             .await?
         };
-        let (measured, streaks) = measured;
+        let ((measured, streaks), bills) = measured;
+        // Billed before the figures are written: a window billed and not
+        // written is read again and refused by each quota's mark, so it
+        // is billed once whichever write fails.
+        for bill in &bills {
+            self.bill_quality(bill, &list).await;
+        }
         let written = h
             .record_reading(window.from_ms, window.to_ms, &measured.rows, &measured.idle)
             .await?;
@@ -209,6 +234,44 @@ impl Context {
                 m.count_reading("already_read");
                 state.loaded = false;
                 Ok(Outcome::AlreadyRead)
+            }
+        }
+    }
+
+    /// Bills one quota's use of a window by quality (`billing::apply`):
+    /// one compare-and-swap of its status adds the amounts to its
+    /// spending, advances its mark and carries the entries in its ledger
+    /// outbox; they are appended after the write (idempotent). Refused by
+    /// the mark when already billed. A failure is logged: the stretch
+    /// stays billed on request, and the next bill marks it so.
+    async fn bill_quality(&self, bill: &billing::Bill, list: &PriceList) {
+        let has_ledger = self.history.is_some();
+        let now = self.now();
+        let written = self
+            .service
+            .update_status(&bill.quota, false, |q| {
+                Ok(match billing::apply(&mut q.status, &q.spec, bill, list) {
+                    None => (false, None),
+                    Some(entries) => {
+                        if has_ledger {
+                            Outbox::carry_extra(&mut q.status.ledger_outbox, now, entries.clone());
+                        }
+                        (true, Some(entries))
+                    }
+                })
+            })
+            .await;
+        match written {
+            Ok(Some(entries)) => {
+                if !entries.is_empty() {
+                    self.append_ledger_soon(entries);
+                }
+            }
+            Ok(None) => {
+                tracing::debug!(quota = %bill.quota, from_ms = bill.from_ms, "real usage already billed by quality")
+            }
+            Err(e) => {
+                tracing::warn!(quota = %bill.quota, from_ms = bill.from_ms, to_ms = bill.to_ms, error = %e, "use above requests not billed for this window: it stays billed on request")
             }
         }
     }
