@@ -7,6 +7,7 @@
 mod api;
 mod idle;
 mod prom;
+mod quality;
 
 use crate::cluster::{pod, Cluster};
 use crate::fakeapi::FakeApi;
