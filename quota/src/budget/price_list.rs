@@ -4,7 +4,6 @@
 //! is cut exactly at every price change and period boundary, so each piece
 //! is charged at the one price in force over all of it.
 
-use super::quality::QualityWeights;
 use super::PRICE_ONE;
 use crate::cash::QosMultipliers;
 use crate::keys::{cash_target, is_model_name};
@@ -133,6 +132,58 @@ impl PriceVersion {
         match self.quality {
             Some(_) => Billing::ByQuality,
             None => Billing::ByRequest,
+        }
+    }
+}
+
+/// The weight of each quality (the design source's example: 1 for
+/// Guaranteed, 0.85 for a Burstable pod's request, 0.5 for its use above
+/// it, 0.1 for BestEffort use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QualityWeights {
+    pub guaranteed: Weight,
+    pub burstable_request: Weight,
+    pub above_request: Weight,
+    pub best_effort: Weight,
+}
+
+impl Default for QualityWeights {
+    fn default() -> Self {
+        QualityWeights {
+            guaranteed: Weight(1000),
+            burstable_request: Weight(850),
+            above_request: Weight(500),
+            best_effort: Weight(100),
+        }
+    }
+}
+
+impl QualityWeights {
+    /// Each weight with its name in the price list (`qualityWeights.<name>`).
+    pub fn named(&self) -> [(&'static str, Weight); 4] {
+        [
+            ("guaranteed", self.guaranteed),
+            ("burstableRequest", self.burstable_request),
+            ("aboveRequest", self.above_request),
+            ("bestEffort", self.best_effort),
+        ]
+    }
+
+    /// The weight of a request of `resource` (`cpu`, `nvidia.com/gpu`)
+    /// held by a pod of `class`. Only CPU and memory have quality of
+    /// service in Kubernetes; any other resource (a GPU, an extended
+    /// resource) is held whole, its limit its request, so it is billed as
+    /// guaranteed whatever the pod's class — a pod cannot get cards at
+    /// the BestEffort weight by asking no CPU.
+    pub fn on_request(&self, class: Option<QosClass>, resource: &str) -> Weight {
+        if !matches!(resource, "cpu" | "memory") {
+            return self.guaranteed;
+        }
+        match class {
+            Some(QosClass::Guaranteed) | None => self.guaranteed,
+            Some(QosClass::Burstable) => self.burstable_request,
+            Some(QosClass::BestEffort) => self.best_effort,
         }
     }
 }

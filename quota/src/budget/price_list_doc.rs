@@ -20,9 +20,8 @@
 //! accrual reads. A document that does not compile changes nothing.
 
 use super::price_list::{
-    split_model, Billing, Currency, PriceError, PriceList, PriceVersion, Weight,
+    split_model, Billing, Currency, PriceError, PriceList, PriceVersion, QualityWeights, Weight,
 };
-use super::quality::QualityWeights;
 use crate::keys::is_model_name;
 use crate::quantity::Quantity;
 use serde::{Deserialize, Serialize};

@@ -8,60 +8,9 @@
 //! are accrued at `on_request` (`price_list::request_price`), use above
 //! them is billed window by window (`real_usage::billing`).
 
+pub use super::price_list::QualityWeights;
 use super::price_list::Weight;
 use crate::usage::QosClass;
-
-/// The weight of each quality (the design source's example: 1 for
-/// Guaranteed, 0.85 for a Burstable pod's request, 0.5 for its use above
-/// it, 0.1 for BestEffort use).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct QualityWeights {
-    pub guaranteed: Weight,
-    pub burstable_request: Weight,
-    pub above_request: Weight,
-    pub best_effort: Weight,
-}
-
-impl Default for QualityWeights {
-    fn default() -> Self {
-        QualityWeights {
-            guaranteed: Weight(1000),
-            burstable_request: Weight(850),
-            above_request: Weight(500),
-            best_effort: Weight(100),
-        }
-    }
-}
-
-impl QualityWeights {
-    /// Each weight with its name in the price list (`qualityWeights.<name>`).
-    pub fn named(&self) -> [(&'static str, Weight); 4] {
-        [
-            ("guaranteed", self.guaranteed),
-            ("burstableRequest", self.burstable_request),
-            ("aboveRequest", self.above_request),
-            ("bestEffort", self.best_effort),
-        ]
-    }
-
-    /// The weight of a request of `resource` (`cpu`, `nvidia.com/gpu`)
-    /// held by a pod of `class`. Only CPU and memory have quality of
-    /// service in Kubernetes; any other resource (a GPU, an extended
-    /// resource) is held whole, its limit its request, so it is billed as
-    /// guaranteed whatever the pod's class — a pod cannot get cards at
-    /// the BestEffort weight by asking no CPU.
-    pub fn on_request(&self, class: Option<QosClass>, resource: &str) -> Weight {
-        if !matches!(resource, "cpu" | "memory") {
-            return self.guaranteed;
-        }
-        match class {
-            Some(QosClass::Guaranteed) | None => self.guaranteed,
-            Some(QosClass::Burstable) => self.burstable_request,
-            Some(QosClass::BestEffort) => self.best_effort,
-        }
-    }
-}
 
 /// One pod's run of one resource in one window, as real usage read it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

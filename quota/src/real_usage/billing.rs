@@ -14,10 +14,12 @@
 //! advances it in the same write that adds the amount to the period's
 //! spending and carries the entries to the ledger (`ledgerOutbox`, whose
 //! appends are idempotent). A retry, a second replica or a new leader
-//! reading the same window is refused by the mark. A stretch no reading
-//! covered (Prometheus down past the catch-up, a write that failed) and a
-//! pod's run no point measured are billed on request only, and marked so
-//! in the ledger: entries of 0 with the note `ON_REQUEST`.
+//! reading the same window is refused by the mark. A quota with nothing
+//! to bill in a window is not written. A stretch no reading covered
+//! (Prometheus down past the catch-up: the reader's gap) or whose bill
+//! could not be written, and a pod's run no point measured, are billed on
+//! request only, and marked so in the ledger: entries of 0 with the note
+//! `ON_REQUEST`.
 
 use super::answer::Answer;
 use super::measure::{measure, Answers, Held, Quality, Reading, Window};
@@ -121,13 +123,15 @@ pub fn measure_pieces(
 }
 
 /// What one window adds to one quota's budgets: entries of reason `Use`
-/// (and markers of 0), per cash key, workload, QoS class and piece.
+/// (and markers of 0), per cash key, workload, QoS class and piece; and
+/// the stretches before it to mark as billed on request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Bill {
     pub quota: String,
     pub from_ms: i64,
     pub to_ms: i64,
     pub entries: Vec<Entry>,
+    pub on_request: Vec<(i64, i64)>,
 }
 
 impl Bill {
@@ -142,19 +146,21 @@ impl Bill {
     }
 }
 
-/// The bills of `window` (measured in `parts`, `measure_pieces`), one per
-/// quota that has a budget billed on use, whatever it used: its mark
-/// advances over the window even when nothing was above a request.
-/// `quotas` gives each quota's spec and who submitted each workload.
+/// The bills of `window` (measured in `parts`, `measure_pieces`): one per
+/// quota that has a budget billed on use and something to bill or mark.
+/// `quotas` gives each quota's spec and who submitted each workload;
+/// `gap`, a stretch before the window no reading covered (marked for
+/// every such quota); `unbilled`, per quota, stretches whose bill could
+/// not be written (marked in its next).
 pub fn bills<'a>(
     window: &Window,
     parts: &[(Window, BTreeMap<String, Reading>)],
     list: &PriceList,
     quotas: impl Iterator<Item = (&'a str, &'a QuotaSpec, &'a BTreeMap<String, String>)>,
+    gap: Option<(i64, i64)>,
+    unbilled: &BTreeMap<String, Vec<(i64, i64)>>,
 ) -> Vec<Bill> {
-    if parts.is_empty() {
-        return Vec::new();
-    }
+    let gap = gap.filter(|(a, b)| a < b && by_quality_within(list, *a, *b));
     let mut out = Vec::new();
     for (name, spec, users) in quotas {
         let keys = use_keys(spec);
@@ -211,11 +217,19 @@ pub fn bills<'a>(
                 }
             }
         }
+        let on_request: Vec<(i64, i64)> = gap
+            .into_iter()
+            .chain(unbilled.get(name).into_iter().flatten().copied())
+            .collect();
+        if entries.is_empty() && on_request.is_empty() {
+            continue;
+        }
         out.push(Bill {
             quota: name.to_string(),
             from_ms: window.from_ms,
             to_ms: window.to_ms,
             entries,
+            on_request,
         });
     }
     out
@@ -266,8 +280,8 @@ pub fn billed_to(status: &QuotaStatus) -> Option<i64> {
 /// spending in the current period (`cashAccrued`, rounded up to its
 /// per-mille unit as all accrual is), the mark moves to the window's end,
 /// and the entries to write are returned: the bill's, and a marker of 0
-/// for each stretch between the old mark and the window (no reading
-/// covered it, while `ByQuality` was in force: it was billed on request).
+/// per use key for each of its `on_request` stretches not already billed
+/// (the parts of it while `ByQuality` was in force).
 pub fn apply(
     status: &mut QuotaStatus,
     spec: &QuotaSpec,
@@ -279,8 +293,13 @@ pub fn apply(
         return None;
     }
     let mut entries = Vec::new();
-    if let Some(m) = mark.filter(|m| *m < bill.from_ms) {
-        for (a, b) in split(m, bill.from_ms, list.changes_within(m, bill.from_ms)) {
+    let stretches = bill
+        .on_request
+        .iter()
+        .map(|&(a, b)| (a.max(mark.unwrap_or(i64::MIN)), b.min(bill.from_ms)))
+        .filter(|(a, b)| a < b);
+    for (from, to) in stretches {
+        for (a, b) in split(from, to, list.changes_within(from, to)) {
             if quality_at(list, a).is_none() {
                 continue;
             }
@@ -413,11 +432,28 @@ mod tests {
         held: &[Held],
         ans: &BTreeMap<Metric, Answer>,
     ) -> Bill {
+        bill_after(list, w, held, ans, None)
+    }
+
+    fn bill_after(
+        list: &PriceList,
+        w: &Window,
+        held: &[Held],
+        ans: &BTreeMap<Metric, Answer>,
+        gap: Option<(i64, i64)>,
+    ) -> Bill {
         let parts = measure_pieces(w, held, ans, list);
         let spec = spec();
         let users: BTreeMap<String, String> =
             [("batch/Job/ml/b".to_string(), "alice".to_string())].into();
-        let mut b = bills(w, &parts, list, [("team", &spec, &users)].into_iter());
+        let mut b = bills(
+            w,
+            &parts,
+            list,
+            [("team", &spec, &users)].into_iter(),
+            gap,
+            &BTreeMap::new(),
+        );
         assert!(b.len() <= 1);
         b.pop().unwrap_or_default()
     }
@@ -491,18 +527,19 @@ mod tests {
         // nothing added.
         assert_eq!(apply(&mut status, &spec, &b1, &l), None);
         assert_eq!(status.accrued("cash/requests.cpu"), spent);
-        // The next window after a gap of 10 minutes nobody read: billed,
-        // and the gap marked as billed on request.
+        // The next window after a gap of 10 minutes the reader never
+        // read: billed, and the gap marked as billed on request.
         let w2 = Window {
             from_ms: T + 15 * MIN,
             to_ms: T + 20 * MIN,
             step_ms: MIN,
         };
-        let b2 = bill_of(
+        let b2 = bill_after(
             &l,
             &w2,
             &held,
             &cpu_answer(&["b"], T + 15 * MIN, T + 20 * MIN),
+            Some((T + 5 * MIN, T + 15 * MIN)),
         );
         let written = apply(&mut status, &spec, &b2, &l).unwrap();
         let marks: Vec<_> = written.iter().filter(|e| e.note == ON_REQUEST).collect();
@@ -513,6 +550,24 @@ mod tests {
         );
         assert_eq!(status.accrued("cash/requests.cpu"), spent * 2);
         assert_eq!(billed_to(&status), Some(T + 20 * MIN));
+        // A stretch to mark that a write thought lost had billed after
+        // all: not marked.
+        let mut late = b2.clone();
+        (late.from_ms, late.to_ms) = (T + 20 * MIN, T + 25 * MIN);
+        late.entries.clear();
+        late.on_request = vec![(T + 15 * MIN, T + 20 * MIN)];
+        assert_eq!(apply(&mut status, &spec, &late, &l), Some(Vec::new()));
+        // Nothing to bill and nothing to mark: no bill, no write.
+        let idle = Window {
+            from_ms: T + 25 * MIN,
+            to_ms: T + 30 * MIN,
+            step_ms: MIN,
+        };
+        let g = [pod("g", QosClass::Guaranteed)];
+        assert_eq!(
+            bill_of(&l, &idle, &g, &cpu_answer(&["g"], idle.from_ms, idle.to_ms)),
+            Bill::default()
+        );
     }
 
     #[test]

@@ -13,6 +13,14 @@
 //! next time — up to `--prometheus-catch-up-hours` back, beyond which the
 //! gap stays unknown. Prometheus down or slow stops only this loop's
 //! writes: admissions, reconciles and accrual never wait for it.
+//!
+//! Billing by quality (`quota::real_usage::billing`): while a price list
+//! version bills `ByQuality`, each window's use above requests is billed
+//! to its quotas before the window is written, one status write per quota
+//! with something to bill, refused below the quota's `qualityBilledTo`:
+//! a window read again (the figures' write failed, a second replica) is
+//! billed once. A gap before the window and a bill that failed are marked
+//! billed on request in the quota's next bill.
 
 use super::history::History;
 use super::Context;
@@ -46,7 +54,13 @@ pub struct ReaderState {
     /// The idle workloads of the last reading written.
     idle: Vec<IdleNow>,
     last_compaction: Option<i64>,
+    /// Per quota, stretches whose bill by quality could not be written:
+    /// marked billed on request in its next bill (`billing::bills`).
+    unbilled: BTreeMap<String, Vec<(i64, i64)>>,
 }
+
+/// Stretches kept per quota whose bill failed (the oldest go first).
+const KEEP_UNBILLED: usize = 64;
 
 /// What one reading did.
 #[derive(Debug, PartialEq, Eq)]
@@ -158,6 +172,13 @@ impl Context {
             let streaks = std::mem::take(&mut state.streaks);
             let held = held.clone();
             let list = list.clone();
+            // A stretch before the window no reading covered (beyond the
+            // catch-up): billed on request, marked in each quota's bill.
+            let gap = state
+                .known_to
+                .filter(|k| *k < window.from_ms)
+                .map(|k| (k, window.from_ms));
+            let unbilled = state.unbilled.clone();
             tokio::task::spawn_blocking(move || {
                 let quotas: HashMap<&str, &quota::Quota> =
                     forest.quotas.iter().map(|q| (q.name(), q)).collect();
@@ -171,6 +192,8 @@ impl Context {
                         .quotas
                         .iter()
                         .map(|q| (q.name(), &q.spec, &q.status.users)),
+                    gap,
+                    &unbilled,
                 );
                 (
                     measure_window(&window, &held, &answers, &quotas, streaks),
@@ -184,7 +207,17 @@ impl Context {
         // written is read again and refused by each quota's mark, so it
         // is billed once whichever write fails.
         for bill in &bills {
-            self.bill_quality(bill, &list).await;
+            let kept = state.unbilled.remove(&bill.quota);
+            if !self.bill_quality(bill, &list).await {
+                let mut stretches = kept.unwrap_or_default();
+                stretches.extend(bill.on_request.iter().copied());
+                stretches.push((bill.from_ms, bill.to_ms));
+                stretches.sort_unstable();
+                stretches.dedup();
+                let over = stretches.len().saturating_sub(KEEP_UNBILLED);
+                stretches.drain(..over);
+                state.unbilled.insert(bill.quota.clone(), stretches);
+            }
         }
         let written = h
             .record_reading(window.from_ms, window.to_ms, &measured.rows, &measured.idle)
@@ -242,9 +275,9 @@ impl Context {
     /// one compare-and-swap of its status adds the amounts to its
     /// spending, advances its mark and carries the entries in its ledger
     /// outbox; they are appended after the write (idempotent). Refused by
-    /// the mark when already billed. A failure is logged: the stretch
-    /// stays billed on request, and the next bill marks it so.
-    async fn bill_quality(&self, bill: &billing::Bill, list: &PriceList) {
+    /// the mark when already billed. False when it could not be written:
+    /// the stretch stays billed on request, and the next bill marks it so.
+    async fn bill_quality(&self, bill: &billing::Bill, list: &PriceList) -> bool {
         let has_ledger = self.history.is_some();
         let now = self.now();
         let written = self
@@ -266,12 +299,16 @@ impl Context {
                 if !entries.is_empty() {
                     self.append_ledger_soon(entries);
                 }
+                true
             }
             Ok(None) => {
-                tracing::debug!(quota = %bill.quota, from_ms = bill.from_ms, "real usage already billed by quality")
+                tracing::debug!(quota = %bill.quota, from_ms = bill.from_ms, "real usage already billed by quality");
+                true
             }
+            Err(crate::service::ServiceError::NotFound(_)) => true,
             Err(e) => {
-                tracing::warn!(quota = %bill.quota, from_ms = bill.from_ms, to_ms = bill.to_ms, error = %e, "use above requests not billed for this window: it stays billed on request")
+                tracing::warn!(quota = %bill.quota, from_ms = bill.from_ms, to_ms = bill.to_ms, error = %e, "use above requests not billed for this window: it stays billed on request");
+                false
             }
         }
     }
