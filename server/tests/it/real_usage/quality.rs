@@ -20,7 +20,7 @@ use bizrq::store::ledger::Selection;
 use bizrq::store::sql::SqlStore;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use quota::object::budgets::{Entry, Reason};
-use quota::real_usage::billing::ON_REQUEST;
+use quota::real_usage::billing::{self, ON_REQUEST};
 use quota::usage::QosClass;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -293,6 +293,40 @@ async fn billed_by_quality_from_a_real_prometheus(db: &str) {
     })
     .await;
     assert_eq!(spent, ledger);
+    // A second reader (another replica, a new leader) with a window
+    // already billed, through the reader's own compare-and-swap: refused
+    // by the quota's mark, nothing added.
+    let es = entries(&store).await;
+    let first = of(&es, "burst", Reason::Use)
+        .into_iter()
+        .find(|e| e.note.is_empty())
+        .unwrap()
+        .clone();
+    let again = billing::Bill {
+        quota: "team".into(),
+        from_ms: first.start_ms,
+        to_ms: first.end_ms,
+        entries: vec![first],
+        on_request: Vec::new(),
+    };
+    let list = c.running.service.price_list();
+    let billed_again = c
+        .running
+        .service
+        .update_status("team", false, |q| {
+            let applied = billing::apply(&mut q.status, &q.spec, &again, &list).is_some();
+            Ok((applied, applied))
+        })
+        .await
+        .unwrap();
+    assert!(!billed_again, "a window is billed once");
+    let status = quota_status(&c).await;
+    let per_mille: i128 = status["cashAccrued"][CASH]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(per_mille * 1000 >= spent, "nothing taken back either");
     let (st, r) = s
         .api(
             Method::GET,
