@@ -39,6 +39,9 @@ pub struct BudgetLine {
     /// This key's report (`/reports?subtree=…&key=…`): spending by model
     /// per day.
     pub report_href: String,
+    /// While the price list bills by quality of service: how, in words,
+    /// and the report by quality class.
+    pub billing: Option<(String, String)>,
 }
 
 /// One cash key's period and carry-over on the edit form, as shown or as
@@ -110,6 +113,7 @@ pub fn panel(lines: Vec<BudgetLine>) -> impl IntoView {
                         {b.reservations.map(|r| view! { <p class="budget-reservations">{r}</p> })}
                         {b.ask.map(|href| view! { <p class="budget-ask"><a href=href>"Ask for more budget"</a></p> })}
                         <p class="hint"><a href=b.report_href>"Report"</a>" — spending by day, model, user and child, from the ledger."</p>
+                        {b.billing.map(|(line, href)| view! { <p class="budget-billing">{line}" "<a href=href>"By quality class"</a></p> })}
                         {closed}
                     </div>
                 }

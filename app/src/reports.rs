@@ -12,7 +12,7 @@ use crate::layout::{document, Layout, Section};
 #[cfg(feature = "ssr")]
 use leptos::prelude::*;
 
-pub const BY: [&str; 9] = [
+pub const BY: [&str; 10] = [
     "quota",
     "child",
     "workload",
@@ -22,6 +22,7 @@ pub const BY: [&str; 9] = [
     "user",
     "key",
     "reason",
+    "quality",
 ];
 pub const BUCKETS: [&str; 4] = ["none", "day", "week", "month"];
 

@@ -1385,6 +1385,7 @@ mod tests {
                 )]
                 .into(),
                 default_weight: quota::budget::Weight::ONE,
+                quality: None,
             }],
             currency: None,
         };

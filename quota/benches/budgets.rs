@@ -63,11 +63,13 @@ fn main() {
                 effective_ms: 0,
                 weights: [("nvidia.com/gpu.H100".to_string(), Weight(2500))].into(),
                 default_weight: Weight::ONE,
+                quality: None,
             },
             PriceVersion {
                 effective_ms: T0 + 300_000,
                 weights: [("nvidia.com/gpu.H100".to_string(), Weight(2000))].into(),
                 default_weight: Weight::ONE,
+                quality: None,
             },
         ],
         currency: None,

@@ -705,6 +705,11 @@ pub struct QuotaStatus {
     /// until the next write (`budgets::Outbox`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger_outbox: Option<Outbox>,
+    /// Billing by quality (docs/real-usage.md): the end of the last window
+    /// of real usage billed here (RFC 3339), advanced in the write that
+    /// bills it, so no window is billed twice (`real_usage::billing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality_billed_to: Option<String>,
     /// For people: each cash key's balance in its unit, rounded
     /// (`0.42 of 1000 card-hours used, 999.58 left`;
     /// `summary::cash_balance_of`). The exact amounts

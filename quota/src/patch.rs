@@ -52,6 +52,7 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
         deleted,
         ledger: _,
         ledger_outbox,
+        quality_billed_to,
         readable: _,
         refunds,
         exhausted,
@@ -87,6 +88,7 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
     p.map("refunds", &old.refunds, refunds, IfAny);
     p.map("exhausted", &old.exhausted, exhausted, IfAny);
     p.whole("fairSharing", &old.fair_sharing, fair_sharing);
+    p.whole("qualityBilledTo", &old.quality_billed_to, quality_billed_to);
     // Every member of a window is always written: replaced whole.
     p.whole("ledgerOutbox", &old.ledger_outbox, ledger_outbox);
     p.0

@@ -137,6 +137,7 @@ pub fn parse_by(v: &str) -> Option<Dimension> {
         "user" => Dimension::User,
         "key" => Dimension::Key,
         "reason" => Dimension::Reason,
+        "quality" => Dimension::Quality,
         _ => return None,
     })
 }
@@ -152,6 +153,7 @@ pub fn by_name(d: Dimension) -> &'static str {
         Dimension::User => "user",
         Dimension::Key => "key",
         Dimension::Reason => "reason",
+        Dimension::Quality => "quality",
     }
 }
 
@@ -170,6 +172,7 @@ fn reason_name(r: Reason) -> &'static str {
         Reason::Refund => "refund",
         Reason::TopUp => "topUp",
         Reason::Carry => "carry",
+        Reason::Use => "use",
     }
 }
 
@@ -271,7 +274,7 @@ pub fn parse(p: &Params, now_ms: i64) -> Result<(ReportSpec, Format), ReportErro
         }
     };
     let reasons = match nonempty(&p.reasons) {
-        None => vec![Reason::Accrual, Reason::Refund],
+        None => vec![Reason::Accrual, Reason::Refund, Reason::Use],
         Some(v) => {
             let mut out = Vec::new();
             for r in v.split(',').map(str::trim) {
@@ -280,9 +283,10 @@ pub fn parse(p: &Params, now_ms: i64) -> Result<(ReportSpec, Format), ReportErro
                     "refund" => Reason::Refund,
                     "topUp" => Reason::TopUp,
                     "carry" => Reason::Carry,
+                    "use" => Reason::Use,
                     _ => {
                         return Err(invalid(format!(
-                            "reasons: '{r}' is not one of accrual, refund, topUp, carry"
+                            "reasons: '{r}' is not one of accrual, refund, use, topUp, carry"
                         )))
                     }
                 };
@@ -1044,7 +1048,10 @@ mod tests {
             (s.by, s.bucket, f, s.subtree),
             (Dimension::Child, Bucket::None, Format::Json, None)
         );
-        assert_eq!(s.reasons, vec![Reason::Accrual, Reason::Refund]);
+        assert_eq!(
+            s.reasons,
+            vec![Reason::Accrual, Reason::Refund, Reason::Use]
+        );
         // A month at an offset starts at that offset's midnight.
         let (s, _) = parse(&params(&[("utcOffsetMinutes", "480")]), NOW).unwrap();
         assert_eq!(

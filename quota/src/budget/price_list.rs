@@ -119,6 +119,92 @@ pub struct PriceVersion {
     /// For a resource and model named nowhere in `weights`.
     #[serde(default = "one")]
     pub default_weight: Weight,
+    /// `billing: ByQuality` (docs/real-usage.md, "Billing by quality"):
+    /// requests are billed at these weights instead of the QoS
+    /// multipliers, and real usage above requests at theirs. None:
+    /// `ByRequest`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<QualityWeights>,
+}
+
+impl PriceVersion {
+    pub fn billing(&self) -> Billing {
+        match self.quality {
+            Some(_) => Billing::ByQuality,
+            None => Billing::ByRequest,
+        }
+    }
+}
+
+/// The weight of each quality (the design source's example: 1 for
+/// Guaranteed, 0.85 for a Burstable pod's request, 0.5 for its use above
+/// it, 0.1 for BestEffort use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QualityWeights {
+    pub guaranteed: Weight,
+    pub burstable_request: Weight,
+    pub above_request: Weight,
+    pub best_effort: Weight,
+}
+
+impl Default for QualityWeights {
+    fn default() -> Self {
+        QualityWeights {
+            guaranteed: Weight(1000),
+            burstable_request: Weight(850),
+            above_request: Weight(500),
+            best_effort: Weight(100),
+        }
+    }
+}
+
+impl QualityWeights {
+    /// Each weight with its name in the price list (`qualityWeights.<name>`).
+    pub fn named(&self) -> [(&'static str, Weight); 4] {
+        [
+            ("guaranteed", self.guaranteed),
+            ("burstableRequest", self.burstable_request),
+            ("aboveRequest", self.above_request),
+            ("bestEffort", self.best_effort),
+        ]
+    }
+
+    /// The weight of a request of `resource` (`cpu`, `nvidia.com/gpu`)
+    /// held by a pod of `class`. Only CPU and memory have quality of
+    /// service in Kubernetes; any other resource (a GPU, an extended
+    /// resource) is held whole, its limit its request, so it is billed as
+    /// guaranteed whatever the pod's class — a pod cannot get cards at
+    /// the BestEffort weight by asking no CPU.
+    pub fn on_request(&self, class: Option<QosClass>, resource: &str) -> Weight {
+        if !matches!(resource, "cpu" | "memory") {
+            return self.guaranteed;
+        }
+        match class {
+            Some(QosClass::Guaranteed) | None => self.guaranteed,
+            Some(QosClass::Burstable) => self.burstable_request,
+            Some(QosClass::BestEffort) => self.best_effort,
+        }
+    }
+}
+
+/// How a price list version bills (its `billing`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Billing {
+    /// Requests, at the QoS multipliers (`--price-*`).
+    #[default]
+    ByRequest,
+    /// Requests at the quality weights, and real usage above them.
+    ByQuality,
+}
+
+impl fmt::Display for Billing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Billing::ByRequest => "ByRequest",
+            Billing::ByQuality => "ByQuality",
+        })
+    }
 }
 
 /// Budgets shown in money: `perCardHour` units of `unit` per weighted
@@ -201,6 +287,16 @@ impl PriceList {
                         key: k.to_string(),
                         weight: w,
                     });
+                }
+            }
+            if let Some(q) = &v.quality {
+                for (k, w) in q.named() {
+                    if !(Weight(0)..=Weight::MAX).contains(&w) {
+                        return Err(PriceError::KeyTooHeavy {
+                            key: format!("qualityWeights.{k}"),
+                            weight: w,
+                        });
+                    }
                 }
             }
             if let Some(k) = v.weights.keys().find(|k| !valid_price_key(k)) {
@@ -290,7 +386,7 @@ pub fn split_model(resource: &str) -> (&str, Option<&str>) {
 }
 
 /// `requests.nvidia.com/gpu` → `nvidia.com/gpu`.
-fn strip_kind(key: &str) -> &str {
+pub fn strip_kind(key: &str) -> &str {
     key.strip_prefix("requests.")
         .or_else(|| key.strip_prefix("limits."))
         .unwrap_or(key)
@@ -321,6 +417,29 @@ pub fn weight_for(prices: &PriceList, ms: i64, usage: &ResourceList, usage_key: 
 /// Price in millionths: weight (‰) × QoS multiplier (‰).
 pub fn price(weight: Weight, qos: &QosMultipliers, class: Option<QosClass>) -> i128 {
     weight.0.saturating_mul(qos.for_class(class))
+}
+
+/// The price of holding a request of `usage_key` (`requests.cpu`) at
+/// `weight`, for a pod of `class`, at `ms`: `price` (the QoS multiplier),
+/// or, while a `ByQuality` version is in force, the weight × the quality
+/// weight of its class's request (`QualityWeights::on_request`).
+pub fn request_price(
+    prices: &PriceList,
+    ms: i64,
+    weight: Weight,
+    usage_key: &str,
+    qos: &QosMultipliers,
+    class: Option<QosClass>,
+) -> i128 {
+    match prices.version_at(ms).and_then(|v| v.quality.as_ref()) {
+        Some(q) => {
+            let (resource, _) = split_model(strip_kind(usage_key));
+            weight
+                .0
+                .saturating_mul(q.on_request(class, resource).per_mille())
+        }
+        None => price(weight, qos, class),
+    }
 }
 
 /// Acc → the unit of `status.cashAccrued` (nano-units × ms × per mille),
@@ -359,7 +478,8 @@ pub fn accrue_weighted(
                     continue;
                 }
                 let w = weight_for(prices, a, iv.usage, uk);
-                let cost = crate::cash::cost(q, end - start, price(w, qos, iv.qos));
+                let p = request_price(prices, a, w, uk, qos, iv.qos);
+                let cost = crate::cash::cost(q, end - start, p);
                 let e = acc.entry(ck.as_str()).or_insert(0);
                 *e = e.saturating_add(cost);
             }
@@ -394,7 +514,8 @@ pub fn charge_cost_weighted(
         let q = q.saturating_mul(charge.charged_count(s) as i128);
         for &(a, b) in &pieces {
             let w = weight_for(prices, a, &s.per_pod, target);
-            total = total.saturating_add(crate::cash::cost(q, b - a, price(w, qos, s.qos)));
+            let p = request_price(prices, a, w, target, qos, s.qos);
+            total = total.saturating_add(crate::cash::cost(q, b - a, p));
         }
     }
     total
@@ -459,7 +580,8 @@ pub fn accrue_priced(
                     continue;
                 }
                 let w = weight_for(prices, a, h.usage, uk);
-                let amount = crate::cash::cost(q, end - start, price(w, qos, h.qos));
+                let p = request_price(prices, a, w, uk, qos, h.qos);
+                let amount = crate::cash::cost(q, end - start, p);
                 if amount == 0 {
                     continue;
                 }
@@ -585,6 +707,7 @@ mod tests {
             effective_ms: 0,
             weights: [("cpu".to_string(), Weight(-1))].into(),
             default_weight: Weight::ONE,
+            quality: None,
         });
         assert!(p.validate().unwrap_err().to_string().contains("cpu"));
         assert!(serde_json::from_str::<PriceList>(r#"{"versions":[],"bogus":1}"#).is_err());

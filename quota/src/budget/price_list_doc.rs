@@ -19,7 +19,9 @@
 //! lengths, times, order, weights) and turns it into the `PriceList` the
 //! accrual reads. A document that does not compile changes nothing.
 
-use super::price_list::{split_model, Currency, PriceError, PriceList, PriceVersion, Weight};
+use super::price_list::{
+    split_model, Billing, Currency, PriceError, PriceList, PriceVersion, QualityWeights, Weight,
+};
 use crate::keys::is_model_name;
 use crate::quantity::Quantity;
 use serde::{Deserialize, Serialize};
@@ -63,6 +65,86 @@ pub struct VersionSpec {
     /// model (`H100`, or `*` for the models not named) → weight.
     #[serde(default)]
     pub weights: BTreeMap<String, BTreeMap<String, Weight>>,
+    /// `ByRequest` (absent) or `ByQuality` (docs/real-usage.md, "Billing
+    /// by quality"); read as text so a wrong one is named in the error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub billing: Option<String>,
+    /// With `ByQuality` only: the weights of each quality (defaults 1,
+    /// 0.85, 0.5, 0.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality_weights: Option<QualityWeightsSpec>,
+}
+
+/// `qualityWeights` as written: each weight optional (its default), read
+/// as text so a bad one is refused naming its field.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QualityWeightsSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guaranteed: Option<WeightText>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burstable_request: Option<WeightText>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above_request: Option<WeightText>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_effort: Option<WeightText>,
+}
+
+/// A weight as written (a string or a number), checked by `compile`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightText(pub String);
+
+impl Serialize for WeightText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for WeightText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<WeightText, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = WeightText;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a weight such as 0.85")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<WeightText, E> {
+                Ok(WeightText(v.chars().take(64).collect()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<WeightText, E> {
+                Ok(WeightText(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<WeightText, E> {
+                Ok(WeightText(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<WeightText, E> {
+                Ok(WeightText(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl QualityWeightsSpec {
+    fn compile(&self, at: &str) -> Result<QualityWeights, PriceError> {
+        let d = QualityWeights::default();
+        let one = |name: &str, t: &Option<WeightText>, default: Weight| match t {
+            None => Ok(default),
+            Some(t) => t.0.parse::<Weight>().map_err(|e| {
+                PriceError::Document(format!("version {at}: qualityWeights.{name}: {e}"))
+            }),
+        };
+        Ok(QualityWeights {
+            guaranteed: one("guaranteed", &self.guaranteed, d.guaranteed)?,
+            burstable_request: one(
+                "burstableRequest",
+                &self.burstable_request,
+                d.burstable_request,
+            )?,
+            above_request: one("aboveRequest", &self.above_request, d.above_request)?,
+            best_effort: one("bestEffort", &self.best_effort, d.best_effort)?,
+        })
+    }
 }
 
 /// The whole object, as a file holds it and the API server stores it
@@ -201,10 +283,31 @@ impl VersionSpec {
                 }
             }
         }
+        let billing = match self.billing.as_deref() {
+            None | Some("ByRequest") => Billing::ByRequest,
+            Some("ByQuality") => Billing::ByQuality,
+            Some(other) => {
+                return Err(PriceError::Document(format!(
+                    "version {at}: billing '{}' is not ByRequest or ByQuality",
+                    short(other)
+                )))
+            }
+        };
+        let quality = match (billing, &self.quality_weights) {
+            (Billing::ByRequest, Some(_)) => {
+                return Err(PriceError::Document(format!(
+                    "version {at}: qualityWeights are read with billing: ByQuality only; set billing: ByQuality or leave qualityWeights out"
+                )))
+            }
+            (Billing::ByRequest, None) => None,
+            (Billing::ByQuality, None) => Some(QualityWeights::default()),
+            (Billing::ByQuality, Some(q)) => Some(q.compile(&at)?),
+        };
         Ok(PriceVersion {
             effective_ms,
             weights,
             default_weight: self.default_weight.unwrap_or(Weight::ONE),
+            quality,
         })
     }
 }
@@ -229,6 +332,13 @@ impl PriceList {
                         effective_from: crate::time::format_rfc3339(v.effective_ms),
                         default_weight: Some(v.default_weight),
                         weights,
+                        billing: v.quality.map(|_| Billing::ByQuality.to_string()),
+                        quality_weights: v.quality.map(|q| QualityWeightsSpec {
+                            guaranteed: Some(WeightText(q.guaranteed.to_string())),
+                            burstable_request: Some(WeightText(q.burstable_request.to_string())),
+                            above_request: Some(WeightText(q.above_request.to_string())),
+                            best_effort: Some(WeightText(q.best_effort.to_string())),
+                        }),
                     }
                 })
                 .collect(),
@@ -262,6 +372,30 @@ mod tests {
         assert_eq!(v.weights["nvidia.com/gpu"], Weight(1200));
         assert_eq!(v.weights["cpu"], Weight(10));
         assert_eq!(v.default_weight, Weight(500));
+        assert_eq!(l.to_spec().compile().unwrap(), l);
+        assert_eq!(v.billing(), Billing::ByRequest);
+    }
+
+    #[test]
+    fn billing_by_quality_takes_its_weights_or_the_defaults() {
+        let l = spec(serde_json::json!({"versions": [
+            {"effectiveFrom": "2026-01-01T00:00:00Z", "billing": "ByQuality"},
+            {"effectiveFrom": "2026-02-01T00:00:00Z", "billing": "ByQuality",
+             "qualityWeights": {"burstableRequest": "0.9", "bestEffort": 0.05}},
+            {"effectiveFrom": "2026-03-01T00:00:00Z", "billing": "ByRequest"}]}))
+        .unwrap();
+        assert_eq!(l.versions[0].quality, Some(QualityWeights::default()));
+        let q = l.versions[1].quality.unwrap();
+        assert_eq!(
+            (
+                q.guaranteed,
+                q.burstable_request,
+                q.above_request,
+                q.best_effort
+            ),
+            (Weight(1000), Weight(900), Weight(500), Weight(50))
+        );
+        assert_eq!(l.versions[2].billing(), Billing::ByRequest);
         assert_eq!(l.to_spec().compile().unwrap(), l);
     }
 
@@ -317,6 +451,34 @@ mod tests {
             spec: PriceListSpec::default(),
         };
         assert!(obj("default").compile().is_ok());
+        let billed = |b: serde_json::Value| {
+            spec(serde_json::json!({"versions": [
+                {"effectiveFrom": "2026-01-01T00:00:00Z", "billing": b["billing"], "qualityWeights": b["q"]}]}))
+        };
+        assert!(msg(billed(serde_json::json!({"billing": "ByUse"})))
+            .contains("billing 'ByUse' is not ByRequest or ByQuality"));
+        assert!(msg(billed(
+            serde_json::json!({"billing": "ByQuality", "q": {"aboveRequest": -0.5}})
+        ))
+        .contains("qualityWeights.aboveRequest: '-0.5' is not a weight"));
+        assert!(msg(billed(
+            serde_json::json!({"billing": "ByQuality", "q": {"bestEffort": "0.1x"}})
+        ))
+        .contains("qualityWeights.bestEffort"));
+        assert!(msg(billed(
+            serde_json::json!({"billing": "ByQuality", "q": {"guaranteed": 1001}})
+        ))
+        .contains("qualityWeights.guaranteed"));
+        assert!(msg(billed(serde_json::json!({"q": {"guaranteed": 1}})))
+            .contains("qualityWeights are read with billing: ByQuality only"));
+        assert!(msg(billed(
+            serde_json::json!({"billing": "ByRequest", "q": {"guaranteed": 1}})
+        ))
+        .contains("qualityWeights"));
+        assert!(msg(billed(
+            serde_json::json!({"billing": "ByQuality", "q": {"premium": 1}})
+        ))
+        .contains("premium"));
         assert!(obj("cheap")
             .compile()
             .unwrap_err()

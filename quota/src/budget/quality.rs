@@ -1,35 +1,16 @@
-//! Billing by quality of service, the formula alone (docs/real-usage.md,
-//! "Not built yet"): what one pod's run in one window of real usage costs
-//! when Guaranteed pods pay for their request, Burstable pods for their
-//! request and, cheaper, for what they use above it, and BestEffort pods
-//! only for what they use. Exact: amounts are the ledger's acc (nano-units
-//! × ms × millionths), as `cash::cost` makes them. Nothing calls it yet: a
-//! price list does not accept `billing`, and accrual bills requests.
+//! Billing by quality of service, the formula (docs/real-usage.md,
+//! "Billing by quality"): what one pod's run in one window of real usage
+//! costs when Guaranteed pods pay for their request, Burstable pods for
+//! their request and, cheaper, for what they use above it, and BestEffort
+//! pods only for what they use. Exact: amounts are the ledger's acc
+//! (nano-units × ms × millionths), as `cash::cost` makes them. A price
+//! list version with `billing: ByQuality` carries the weights; requests
+//! are accrued at `on_request` (`price_list::request_price`), use above
+//! them is billed window by window (`real_usage::billing`).
 
+pub use super::price_list::QualityWeights;
 use super::price_list::Weight;
 use crate::usage::QosClass;
-
-/// The weight of each quality (the design source's example: 1 for
-/// Guaranteed, 0.85 for a Burstable pod's request, 0.5 for its use above
-/// it, 0.1 for BestEffort use).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QualityWeights {
-    pub guaranteed: Weight,
-    pub burstable_request: Weight,
-    pub above_request: Weight,
-    pub best_effort: Weight,
-}
-
-impl Default for QualityWeights {
-    fn default() -> Self {
-        QualityWeights {
-            guaranteed: Weight(1000),
-            burstable_request: Weight(850),
-            above_request: Weight(500),
-            best_effort: Weight(100),
-        }
-    }
-}
 
 /// One pod's run of one resource in one window, as real usage read it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

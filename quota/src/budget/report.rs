@@ -15,7 +15,7 @@ impl Reason {
     /// Whether the amount counts as spending (accrual and refunds) rather
     /// than budget (top-ups and carry).
     pub fn is_spending(self) -> bool {
-        matches!(self, Reason::Accrual | Reason::Refund)
+        matches!(self, Reason::Accrual | Reason::Refund | Reason::Use)
     }
 }
 
@@ -60,6 +60,27 @@ pub enum Dimension {
     User,
     Key,
     Reason,
+    /// The quality of service it was billed as (`quality_class`): a
+    /// class's request, use above request, BestEffort use.
+    Quality,
+}
+
+/// What an entry was billed as, by quality of service
+/// (docs/real-usage.md, "Billing by quality"): `Guaranteed request`,
+/// `Burstable request`, `BestEffort request` (accrual by class),
+/// `above request` and `BestEffort use` (use), else the reason.
+pub fn quality_class(reason: Reason, qos: Option<crate::usage::QosClass>) -> &'static str {
+    use crate::usage::QosClass::*;
+    match (reason, qos) {
+        (Reason::Accrual, Some(Guaranteed) | None) => "Guaranteed request",
+        (Reason::Accrual, Some(Burstable)) => "Burstable request",
+        (Reason::Accrual, Some(BestEffort)) => "BestEffort request",
+        (Reason::Use, Some(BestEffort)) => "BestEffort use",
+        (Reason::Use, _) => "above request",
+        (Reason::Refund, _) => "refund",
+        (Reason::TopUp, _) => "top-up",
+        (Reason::Carry, _) => "carry",
+    }
 }
 
 /// The time buckets of a report, at local midnight of `utcOffsetMinutes`.
@@ -79,7 +100,7 @@ pub enum Bucket {
 }
 
 fn spending() -> Vec<Reason> {
-    vec![Reason::Accrual, Reason::Refund]
+    vec![Reason::Accrual, Reason::Refund, Reason::Use]
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -294,6 +315,7 @@ fn group_of(e: &Entry, by: Dimension, child: Option<&str>) -> String {
         Dimension::User => or(&e.user, "(unknown)"),
         Dimension::Key => e.key.clone(),
         Dimension::Reason => format!("{:?}", e.reason),
+        Dimension::Quality => quality_class(e.reason, e.qos).to_string(),
     }
 }
 

@@ -13,7 +13,7 @@
 //! outstanding to spent, settling only lowers outstanding.
 
 use super::period::{close, Closing};
-use super::price_list::{model_of, price, split_model, PriceList};
+use super::price_list::{model_of, request_price, split_model, PriceList};
 use super::to_quantity;
 use crate::cash::QosMultipliers;
 use crate::object::budgets::{Entry, Reason};
@@ -350,7 +350,9 @@ impl BudgetState {
         for e in ordered {
             records.extend(self.advance_to(e.start_ms, period, carry, overspend));
             match e.reason {
-                Reason::Accrual | Reason::Refund => self.accrue(&e.workload, e.amount),
+                Reason::Accrual | Reason::Refund | Reason::Use => {
+                    self.accrue(&e.workload, e.amount)
+                }
                 Reason::TopUp => self.top_ups = self.top_ups.saturating_add(e.amount),
                 Reason::Carry => {}
             }
@@ -412,8 +414,10 @@ impl BudgetState {
 }
 
 /// What `pod_sets` cost on `target` over `run_ms` from `now_ms`, each set
-/// at the highest weight of its model in force during the run and its
-/// QoS multiplier (acc).
+/// at the highest weight of its model in force during the run and the
+/// highest price of its class then (its QoS multiplier, or a `ByQuality`
+/// version's request weight) (acc). Use above requests, billed by quality
+/// from real usage, is not reserved: it is not known in advance.
 pub fn reservation_cost(
     pod_sets: &[PodSet],
     target: &str,
@@ -438,7 +442,14 @@ pub fn reservation_cost(
             resource,
             model_of(&s.per_pod, target),
         );
-        sum.saturating_add(crate::cash::cost(q, run_ms, price(w, qos, s.qos)))
+        let end = end.max(now_ms + 1);
+        let p = prices
+            .changes_within(now_ms, end)
+            .chain([now_ms])
+            .map(|t| request_price(prices, t, w, target, qos, s.qos))
+            .max()
+            .unwrap_or_default();
+        sum.saturating_add(crate::cash::cost(q, run_ms, p))
     })
 }
 

@@ -198,6 +198,12 @@ pub enum Reason {
     TopUp,
     /// Carried in from the period before at its start; < 0 for a debt.
     Carry,
+    /// Use measured by real usage and billed by quality of service
+    /// (`billing: ByQuality`): a Burstable pod's use above its request, a
+    /// BestEffort pod's use; `amount` ≥ 0. An entry of 0 with the note
+    /// `real_usage::billing::ON_REQUEST` marks a stretch billed on
+    /// request because no real usage covered it.
+    Use,
 }
 
 /// One change of one cash key's budget in one quota. `amount` in acc.

@@ -168,15 +168,20 @@ pub struct Reading {
 }
 
 /// Use beyond what was requested, by QoS class and resource, in
-/// nano-unit-milliseconds (cores, bytes): measured for pricing by
-/// quality of service, which is not built yet (docs/real-usage.md, "Not
-/// built yet"); nothing bills it.
+/// nano-unit-milliseconds (cores, bytes), for billing by quality of
+/// service (`real_usage::billing`); and the run of Burstable and
+/// BestEffort pods no point measured, in pod-milliseconds (billed on
+/// request, and marked so).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Quality {
     pub burstable_cpu: i128,
     pub burstable_memory: i128,
     pub best_effort_cpu: i128,
     pub best_effort_memory: i128,
+    pub burstable_cpu_unmeasured_ms: i64,
+    pub burstable_memory_unmeasured_ms: i64,
+    pub best_effort_cpu_unmeasured_ms: i64,
+    pub best_effort_memory_unmeasured_ms: i64,
 }
 
 /// Each pod's points by time, for a lookup per step.
@@ -275,6 +280,13 @@ pub fn measure<H: AsHeld>(
                         QosClass::BestEffort => r.above_request.best_effort_cpu += above * covered,
                         QosClass::Guaranteed => {}
                     }
+                } else {
+                    let q = &mut r.above_request;
+                    match pod.qos {
+                        QosClass::Burstable => q.burstable_cpu_unmeasured_ms += covered as i64,
+                        QosClass::BestEffort => q.best_effort_cpu_unmeasured_ms += covered as i64,
+                        QosClass::Guaranteed => {}
+                    }
                 }
                 if let Some(v) = at(mem, t) {
                     sums[6] += pod.memory_request * covered;
@@ -285,6 +297,15 @@ pub fn measure<H: AsHeld>(
                                 (v - pod.memory_request).max(0) * covered
                         }
                         QosClass::BestEffort => r.above_request.best_effort_memory += v * covered,
+                        QosClass::Guaranteed => {}
+                    }
+                } else {
+                    let q = &mut r.above_request;
+                    match pod.qos {
+                        QosClass::Burstable => q.burstable_memory_unmeasured_ms += covered as i64,
+                        QosClass::BestEffort => {
+                            q.best_effort_memory_unmeasured_ms += covered as i64
+                        }
                         QosClass::Guaranteed => {}
                     }
                 }

@@ -12,8 +12,11 @@
 //! - `readings` — where the readings stand ("unknown since …");
 //! - `report` — real usage grouped and bucketed as a budget report;
 //! - `idle` — idle streaks, "idle now", who is told, and its words;
+//! - `billing` — billing by quality of service: use above requests,
+//!   billed once per window;
 
 pub mod answer;
+pub mod billing;
 pub mod figures;
 pub mod idle;
 pub mod measure;

@@ -79,6 +79,7 @@ fn prices() -> impl Strategy<Value = PriceList> {
                         effective_ms: at,
                         weights: [("nvidia.com/gpu.A100".to_string(), Weight(a100))].into(),
                         default_weight: Weight(default),
+                        quality: None,
                     }
                 })
                 .collect(),

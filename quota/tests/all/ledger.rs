@@ -35,6 +35,7 @@ fn list() -> impl Strategy<Value = PriceList> {
                         effective_ms: at,
                         weights: [("nvidia.com/gpu.A100".to_string(), Weight(a100))].into(),
                         default_weight: Weight(1000),
+                        quality: None,
                     }
                 })
                 .collect(),

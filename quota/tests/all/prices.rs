@@ -35,6 +35,7 @@ fn list() -> impl Strategy<Value = PriceList> {
                         ]
                         .into(),
                         default_weight: Weight(default),
+                        quality: None,
                     }
                 })
                 .collect(),

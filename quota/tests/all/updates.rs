@@ -285,6 +285,7 @@ fn prices() -> (QosMultipliers, PriceList) {
             effective_ms: 0,
             weights: [("nvidia.com/gpu.H100".to_string(), Weight(2500))].into(),
             default_weight: Weight(1000),
+            quality: None,
         }],
         currency: None,
     };

@@ -289,6 +289,7 @@ impl JsonSchema for Status {
                 "used": list("selfUsed + the hard of every child (+ cash spent, in resource-hours), for the keys of hard; exact"),
                 "selfUsed": list("usage of the workloads bound directly to this quota; exact"),
                 "lastReconcileTime": { "type": "string", "format": "date-time", "description": "end of the last cash accrual window" },
+                "qualityBilledTo": { "type": "string", "format": "date-time", "description": "billing by quality: the end of the last window of real usage billed here (a window before it is never billed again)" },
                 "ledgerOutbox": ledger("the budget ledger entries of the last accrual window (from, to, entries) and of refunds taken since (extra), appended to the ledger after this write and again, as a no-op, by the next reconcile; kept until the next window"),
                 "children": ledger("carve-out of each child, by child name: hard, since, uid of the creating request"),
                 "workloads": ledger("charge of each bound workload (pod sets, HPA reservation), by group/Kind/namespace/name"),

@@ -59,6 +59,21 @@ fn versions(_: &mut SchemaGenerator) -> Schema {
             "properties": {
                 "effectiveFrom": { "type": "string", "maxLength": 64, "description": "RFC 3339, e.g. 2026-07-01T00:00:00Z" },
                 "defaultWeight": weight(),
+                "billing": {
+                    "type": "string",
+                    "enum": ["ByRequest", "ByQuality"],
+                    "description": "ByRequest (default): requests billed at the QoS multipliers. ByQuality: requests billed at qualityWeights by QoS class, and real usage above them (Burstable) and of BestEffort pods at theirs (docs/real-usage.md)"
+                },
+                "qualityWeights": {
+                    "type": "object",
+                    "description": "with billing ByQuality: the weight of each quality (defaults 1, 0.85, 0.5, 0.1)",
+                    "properties": {
+                        "guaranteed": weight(),
+                        "burstableRequest": weight(),
+                        "aboveRequest": weight(),
+                        "bestEffort": weight()
+                    }
+                },
                 "weights": {
                     "type": "object",
                     "maxProperties": MAX_WEIGHTS,
@@ -70,7 +85,11 @@ fn versions(_: &mut SchemaGenerator) -> Schema {
                     }
                 }
             },
-            "required": ["effectiveFrom"]
+            "required": ["effectiveFrom"],
+            "x-kubernetes-validations": [{
+                "rule": "!has(self.qualityWeights) || (has(self.billing) && self.billing == 'ByQuality')",
+                "message": "qualityWeights are read with billing: ByQuality only"
+            }]
         }
     })
 }

@@ -68,6 +68,18 @@ pub async fn lines(
                 ])
                 .unwrap_or_default()
             ),
+            billing: billing_line(&pricing.list, pricing.now_ms, &v.key).map(|line| {
+                let href = format!(
+                    "/reports?{}",
+                    serde_urlencoded::to_string([
+                        ("subtree", name),
+                        ("key", v.key.as_str()),
+                        ("by", "quality"),
+                    ])
+                    .unwrap_or_default()
+                );
+                (line, href)
+            }),
             line: v.line(),
             reservations: v.reservations_line(),
             closed: v
@@ -91,6 +103,25 @@ pub async fn lines(
             key: v.key,
         })
         .collect())
+}
+
+/// How `key` is billed now, when the version in force bills by quality
+/// (docs/real-usage.md, "Billing by quality"); None: by request.
+fn billing_line(list: &quota::budget::PriceList, now_ms: i64, key: &str) -> Option<String> {
+    let q = list.version_at(now_ms)?.quality?;
+    let target = cash_target(key)?;
+    let resource = quota::budget::price_list::strip_kind(target);
+    Some(if matches!(resource, "cpu" | "memory") {
+        format!(
+            "Billed by quality of service: requests at Guaranteed {} · Burstable {} · BestEffort {}; use above a Burstable request at {}, a BestEffort pod's use at {} (real usage).",
+            q.guaranteed, q.burstable_request, q.best_effort, q.above_request, q.best_effort
+        )
+    } else {
+        format!(
+            "Billed by quality of service: held whole, at the Guaranteed weight {}.",
+            q.guaranteed
+        )
+    })
 }
 
 /// The form's rows for the cash keys of `spec`, filled from its policies.

@@ -73,9 +73,16 @@ pub fn page_of(v: &PricesView) -> PricesPage {
                 })
                 .collect(),
             default_line: format!(
-                "Any other resource or model: {} ({} per hour).",
+                "Any other resource or model: {} ({} per hour).{}",
                 ver.default_weight,
-                v.per_hour(ver.default_weight)
+                v.per_hour(ver.default_weight),
+                match &ver.quality {
+                    None => String::new(),
+                    Some(q) => format!(
+                        " Billed by quality of service: requests at Guaranteed {} · Burstable {} · BestEffort {} (cards always as Guaranteed); CPU and memory used above a Burstable request at {}, a BestEffort pod's use at {} (real usage).",
+                        q.guaranteed, q.burstable_request, q.best_effort, q.above_request, q.best_effort
+                    ),
+                }
             ),
         })
         .collect();

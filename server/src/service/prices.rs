@@ -173,6 +173,8 @@ pub struct VersionView {
     pub default_weight: quota::budget::Weight,
     /// (resource, model or `*`, weight), by resource then model.
     pub weights: Vec<(String, String, quota::budget::Weight)>,
+    /// `billing: ByQuality`'s weights (None: `ByRequest`).
+    pub quality: Option<quota::budget::quality::QualityWeights>,
 }
 
 impl PricesView {
@@ -191,6 +193,7 @@ impl PricesView {
                     _ => "announced",
                 },
                 default_weight: v.default_weight,
+                quality: v.quality,
                 weights: v
                     .weights
                     .iter()
@@ -238,13 +241,18 @@ impl PricesView {
                 for (r, model, w) in &v.weights {
                     weights.entry(r).or_default().insert(model, w.to_string());
                 }
-                serde_json::json!({
+                let mut out = serde_json::json!({
                     "effectiveFrom": quota::time::format_rfc3339(v.effective_ms),
                     "inForce": v.in_force,
                     "state": v.state,
                     "defaultWeight": v.default_weight.to_string(),
                     "weights": weights,
-                })
+                    "billing": if v.quality.is_some() { "ByQuality" } else { "ByRequest" },
+                });
+                if let Some(q) = &v.quality {
+                    out["qualityWeights"] = serde_json::json!(q);
+                }
+                out
             }).collect::<Vec<_>>(),
         })
     }

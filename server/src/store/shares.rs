@@ -82,7 +82,7 @@ impl SqlStore {
                  MIN(start_ms) AS s, MAX(end_ms) AS e, CAST(SUM(amount_hi) AS BIGINT) AS hi, \
                  CAST(SUM(amount_mid) AS BIGINT) AS mid, CAST(SUM(amount_lo) AS BIGINT) AS lo \
                  FROM budget_ledger WHERE start_ms >= $1 AND start_ms < $2 \
-                 AND reason IN ('accrual', 'refund') AND quota IN ({}) \
+                 AND reason IN ('accrual', 'refund', 'use') AND quota IN ({}) \
                  GROUP BY 1, 2, 3",
                 params_list(3, names.len()),
             );

@@ -13,13 +13,24 @@
 //! next time — up to `--prometheus-catch-up-hours` back, beyond which the
 //! gap stays unknown. Prometheus down or slow stops only this loop's
 //! writes: admissions, reconciles and accrual never wait for it.
+//!
+//! Billing by quality (`quota::real_usage::billing`): while a price list
+//! version bills `ByQuality`, each window's use above requests is billed
+//! to its quotas before the window is written, one status write per quota
+//! with something to bill, refused below the quota's `qualityBilledTo`:
+//! a window read again (the figures' write failed, a second replica) is
+//! billed once. A gap before the window and a bill that failed are marked
+//! billed on request in the quota's next bill.
 
 use super::history::History;
 use super::Context;
 use crate::real_usage::prometheus::Prometheus;
 use crate::real_usage::RealUsageConfig;
 use crate::store::real_usage::{Recorded, KEEP_MS};
+use quota::budget::PriceList;
+use quota::object::budgets::Outbox;
 use quota::real_usage::answer::{self, Answer, Limits, PodName};
+use quota::real_usage::billing;
 use quota::real_usage::idle::{policy_of, standing, IdleNow, Standing, Streak};
 use quota::real_usage::measure::{Held, Window};
 use quota::real_usage::reading::measure_window;
@@ -43,7 +54,13 @@ pub struct ReaderState {
     /// The idle workloads of the last reading written.
     idle: Vec<IdleNow>,
     last_compaction: Option<i64>,
+    /// Per quota, stretches whose bill by quality could not be written:
+    /// marked billed on request in its next bill (`billing::bills`).
+    unbilled: BTreeMap<String, Vec<(i64, i64)>>,
 }
+
+/// Stretches kept per quota whose bill failed (the oldest go first).
+const KEEP_UNBILLED: usize = 64;
 
 /// What one reading did.
 #[derive(Debug, PartialEq, Eq)]
@@ -149,21 +166,66 @@ impl Context {
         }
         m.up.set(1);
         let forest = self.service.forest().await?;
+        let list = self.service.price_list();
         // The pods' list goes to the measuring and comes back: 50,000
-        // pods are 20 MiB, not copied (docs/benchmarks.md).
-        let (measured, streaks, held) = {
+        // pods are 20 MiB, not copied (docs/benchmarks.md); only a
+        // window a ByQuality version prices copies them for its bill.
+        let (measured, streaks, held, bills) = {
             let forest = forest.clone();
             let streaks = std::mem::take(&mut state.streaks);
+            let list = list.clone();
+            // A stretch before the window no reading covered (beyond the
+            // catch-up): billed on request, marked in each quota's bill.
+            let gap = state
+                .known_to
+                .filter(|k| *k < window.from_ms)
+                .map(|k| (k, window.from_ms));
+            let unbilled = state.unbilled.clone();
             tokio::task::spawn_blocking(move || {
                 let quotas: HashMap<&str, &quota::Quota> =
                     forest.quotas.iter().map(|q| (q.name(), q)).collect();
+                let pods: Vec<Held> =
+                    if billing::by_quality_within(&list, window.from_ms, window.to_ms) {
+                        held.iter().map(|(_, p)| p.clone()).collect()
+                    } else {
+                        Vec::new()
+                    };
+                let parts = billing::measure_pieces(&window, &pods, &answers, &list);
+                drop(pods);
+                let bills = billing::bills(
+                    &window,
+                    &parts,
+                    &list,
+                    forest
+                        .quotas
+                        .iter()
+                        .map(|q| (q.name(), &q.spec, &q.status.users)),
+                    gap,
+                    &unbilled,
+                );
                 let (measured, streaks) =
                     measure_window(&window, &held, &answers, &quotas, streaks);
                 drop(answers);
-                (measured, streaks, held)
+                (measured, streaks, held, bills)
             })
             .await?
         };
+        // Billed before the figures are written: a window billed and not
+        // written is read again and refused by each quota's mark, so it
+        // is billed once whichever write fails.
+        for bill in &bills {
+            let kept = state.unbilled.remove(&bill.quota);
+            if !self.bill_quality(bill, &list).await {
+                let mut stretches = kept.unwrap_or_default();
+                stretches.extend(bill.on_request.iter().copied());
+                stretches.push((bill.from_ms, bill.to_ms));
+                stretches.sort_unstable();
+                stretches.dedup();
+                let over = stretches.len().saturating_sub(KEEP_UNBILLED);
+                stretches.drain(..over);
+                state.unbilled.insert(bill.quota.clone(), stretches);
+            }
+        }
         let written = h
             .record_reading(window.from_ms, window.to_ms, &measured.rows, &measured.idle)
             .await?;
@@ -201,6 +263,48 @@ impl Context {
                 m.count_reading("already_read");
                 state.loaded = false;
                 Ok(Outcome::AlreadyRead)
+            }
+        }
+    }
+
+    /// Bills one quota's use of a window by quality (`billing::apply`):
+    /// one compare-and-swap of its status adds the amounts to its
+    /// spending, advances its mark and carries the entries in its ledger
+    /// outbox; they are appended after the write (idempotent). Refused by
+    /// the mark when already billed. False when it could not be written:
+    /// the stretch stays billed on request, and the next bill marks it so.
+    async fn bill_quality(&self, bill: &billing::Bill, list: &PriceList) -> bool {
+        let has_ledger = self.history.is_some();
+        let now = self.now();
+        let written = self
+            .service
+            .update_status(&bill.quota, false, |q| {
+                Ok(match billing::apply(&mut q.status, &q.spec, bill, list) {
+                    None => (false, None),
+                    Some(entries) => {
+                        if has_ledger {
+                            Outbox::carry_extra(&mut q.status.ledger_outbox, now, entries.clone());
+                        }
+                        (true, Some(entries))
+                    }
+                })
+            })
+            .await;
+        match written {
+            Ok(Some(entries)) => {
+                if !entries.is_empty() {
+                    self.append_ledger_soon(entries);
+                }
+                true
+            }
+            Ok(None) => {
+                tracing::debug!(quota = %bill.quota, from_ms = bill.from_ms, "real usage already billed by quality");
+                true
+            }
+            Err(crate::service::ServiceError::NotFound(_)) => true,
+            Err(e) => {
+                tracing::warn!(quota = %bill.quota, from_ms = bill.from_ms, to_ms = bill.to_ms, error = %e, "use above requests not billed for this window: it stays billed on request");
+                false
             }
         }
     }

@@ -40,6 +40,7 @@ fn reason_text(r: Reason) -> &'static str {
         Reason::Refund => "refund",
         Reason::TopUp => "topUp",
         Reason::Carry => "carry",
+        Reason::Use => "use",
     }
 }
 
@@ -49,6 +50,7 @@ fn reason_from_text(s: &str) -> Result<Reason, StoreError> {
         "refund" => Reason::Refund,
         "topUp" => Reason::TopUp,
         "carry" => Reason::Carry,
+        "use" => Reason::Use,
         other => {
             return Err(StoreError::Backend(format!(
                 "ledger: stored reason '{other}' is unknown"

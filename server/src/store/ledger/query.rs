@@ -243,6 +243,7 @@ impl SqlStore {
             Dimension::User => ("username", false),
             Dimension::Key => ("''", false),
             Dimension::Reason => ("reason", false),
+            Dimension::Quality => ("reason || ':' || COALESCE(qos, '')", false),
         };
         let (cell, next) = bucket_sql(spec);
         let reasons: Vec<&str> = spec.reasons.iter().map(|r| reason_text(*r)).collect();
@@ -323,6 +324,12 @@ impl SqlStore {
                     Dimension::User => entry.user = g,
                     Dimension::Reason => {
                         entry.reason = reason_from_text(g.as_deref().unwrap_or_default())?
+                    }
+                    Dimension::Quality => {
+                        let g = g.unwrap_or_default();
+                        let (reason, qos) = g.split_once(':').unwrap_or((&g, ""));
+                        entry.reason = reason_from_text(reason)?;
+                        entry.qos = (!qos.is_empty()).then(|| qos_from(qos)).transpose()?;
                     }
                     _ => {}
                 }

@@ -8,6 +8,7 @@ mod api;
 mod client;
 mod idle;
 mod prom;
+mod quality;
 
 use crate::cluster::{pod, Cluster};
 use crate::fakeapi::FakeApi;
