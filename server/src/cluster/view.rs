@@ -133,10 +133,6 @@ pub struct Snapshot {
     /// Of `finished`, each one's object uid: a charge that names its
     /// object is judged by it (`quota::reconcile::release_finished`).
     pub finished_uids: BTreeMap<String, String>,
-    /// The object uid of each of `observed`, as the watch shows it: a
-    /// released DELETE's object it still shows is not charged again
-    /// (`quota::reconcile::forget_deleted`).
-    pub object_uids: BTreeMap<String, String>,
 }
 
 impl Snapshot {
@@ -873,7 +869,6 @@ impl View {
         let mut finished = BTreeSet::new();
         let mut released = BTreeMap::new();
         let mut finished_uids = BTreeMap::new();
-        let mut object_uids = BTreeMap::new();
         for (wref, s) in seen {
             if s.finished {
                 finished.insert(wref.clone());
@@ -894,9 +889,6 @@ impl View {
                     hpa,
                 },
             );
-            if !s.info.uid.is_empty() {
-                object_uids.insert(wref.clone(), s.info.uid.clone());
-            }
         }
         Snapshot {
             observed,
@@ -906,7 +898,6 @@ impl View {
             finished,
             released,
             finished_uids,
-            object_uids,
         }
     }
 

@@ -23,7 +23,6 @@ mod group_commit;
 mod hostile;
 mod isolation;
 mod kueue_scenario;
-mod lagging_delete;
 mod ledger;
 mod mail;
 mod oidc;
