@@ -14,6 +14,7 @@ use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
 use crate::workload::PodSet;
 use budgets::{BudgetPolicy, Outbox, Pending, PeriodStatus, Reservations};
+use deleted::Deleted;
 use fair_sharing::{FairSharing, FairStatus};
 use loans::Loan;
 use marks::Mark;
@@ -26,6 +27,7 @@ use std::sync::{Arc, OnceLock};
 use transfers::Hold;
 
 pub mod budgets;
+pub mod deleted;
 pub mod fair_sharing;
 pub mod idle;
 pub mod loans;
@@ -687,6 +689,14 @@ pub struct QuotaStatus {
     /// charge.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub users: BTreeMap<String, String>,
+    /// Workloads whose DELETE a review released, by workload reference,
+    /// with the deleted object's uid: while the controller's watch still
+    /// shows that object, its reconcile and queue rounds do not charge it
+    /// again (the room was given back at the DELETE). An entry goes once
+    /// the watch shows that object no more, or after
+    /// `reconcile::DELETED_TTL_MS`; at most `reconcile::MAX_DELETED`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub deleted: BTreeMap<String, Deleted>,
     /// Ledger entries accrued on this copy and not yet written (never
     /// serialized, never compared: `budgets::Pending`).
     #[serde(skip)]

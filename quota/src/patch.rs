@@ -49,6 +49,7 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
         queue,
         queue_summary,
         users,
+        deleted,
         ledger: _,
         ledger_outbox,
         quality_billed_to,
@@ -83,6 +84,7 @@ pub fn status_merge_patch(old: &QuotaStatus, new: &QuotaStatus) -> Map<String, V
     p.list("queue", &old.queue, queue);
     p.whole("queueSummary", &old.queue_summary, queue_summary);
     p.map("users", &old.users, users, IfAny);
+    p.map("deleted", &old.deleted, deleted, IfAny);
     p.map("refunds", &old.refunds, refunds, IfAny);
     p.map("exhausted", &old.exhausted, exhausted, IfAny);
     p.whole("fairSharing", &old.fair_sharing, fair_sharing);

@@ -15,8 +15,9 @@ use crate::budget::periods;
 use crate::budget::PriceList;
 use crate::cash::{Interval, QosMultipliers};
 use crate::keys::cash_target;
+use crate::object::deleted::Deleted;
 use crate::object::period::PeriodRecord;
-use crate::object::{Charge, HpaCharge, Quota, Workloads};
+use crate::object::{Charge, HpaCharge, Quota, QuotaStatus, Workloads};
 use crate::resources::{self, ResourceList};
 use crate::time;
 use crate::workload::PodSet;
@@ -98,10 +99,18 @@ pub fn release_finished(
 /// is the extreme of one lowered: the reconcile charges it again from its
 /// cache (`reconcile`, an observed workload without a charge), so it is
 /// among them too, and `raise` charges it as observed.
+///
+/// Not a workload whose DELETE a review released (`status.deleted`) while
+/// the watch still shows that very object (`uids`: each observed
+/// workload's object uid): its room was given back at the DELETE, and
+/// charging it again would store the quota past hard once another
+/// admission took that room (`forget_deleted`).
 pub fn lowered_below_observed(
     workloads: &Workloads,
     observed: &BTreeMap<String, Observed>,
     released: &BTreeMap<String, i64>,
+    deleted: &BTreeMap<String, Deleted>,
+    uids: &BTreeMap<String, String>,
 ) -> Vec<(String, Observed)> {
     let lowered = workloads
         .iter()
@@ -113,6 +122,7 @@ pub fn lowered_below_observed(
     let taken = observed
         .iter()
         .filter(|(wref, _)| !released.contains_key(*wref) && !workloads.contains_key(wref))
+        .filter(|(wref, _)| !deleted_and_seen(deleted, uids, wref))
         .filter(|(_, obs)| runs_anything(obs))
         .map(|(wref, obs)| (wref.clone(), obs.clone()));
     lowered.chain(taken).collect()
@@ -146,6 +156,8 @@ pub fn raise(q: &mut Quota, raised: &[(String, Observed)], now_ms: i64) -> bool 
                     changed = true;
                 }
             }
+            // Released by a DELETE since the plan was read: not again.
+            None if q.status.deleted.contains_key(wref) => {}
             None => {
                 q.status.workloads.insert(
                     wref.clone(),
@@ -165,6 +177,92 @@ pub fn raise(q: &mut Quota, raised: &[(String, Observed)], now_ms: i64) -> bool 
         q.status.refresh(&q.spec);
     }
     changed
+}
+
+/// How long a released DELETE is remembered (`status.deleted`) when the
+/// watch still shows the object: a watch that lags this much is broken,
+/// and a DELETE another webhook refused after bizrq's review released
+/// it leaves its object running uncharged no longer than this.
+pub const DELETED_TTL_MS: i64 = 600_000;
+
+/// At most this many released DELETEs are remembered per quota (about
+/// 100 bytes each): the oldest goes first. One forgotten early is only
+/// the transient recharge `status.deleted` prevents, never a lost charge.
+pub const MAX_DELETED: usize = 256;
+
+/// A DELETE's review released `wref`'s charge, the object `uid`'s, at
+/// `now_ms`: remembered in `status.deleted` so that the controller does
+/// not charge it again from a watch that still shows it (an object
+/// without a uid, an unreadable old object, is not).
+pub fn note_deleted(status: &mut QuotaStatus, wref: &str, uid: &str, now_ms: i64) {
+    if uid.is_empty() {
+        return;
+    }
+    status
+        .deleted
+        .retain(|_, d| time::parse_rfc3339(&d.at).is_some_and(|t| now_ms - t < DELETED_TTL_MS));
+    status.deleted.insert(
+        wref.to_string(),
+        Deleted {
+            uid: uid.to_string(),
+            at: time::format_rfc3339(now_ms),
+        },
+    );
+    while status.deleted.len() > MAX_DELETED {
+        let oldest = status
+            .deleted
+            .iter()
+            .min_by_key(|(_, d)| time::parse_rfc3339(&d.at).unwrap_or(i64::MIN))
+            .map(|(w, _)| w.clone());
+        match oldest {
+            Some(w) => status.deleted.remove(&w),
+            None => break,
+        };
+    }
+}
+
+/// Whether `wref` is a released DELETE's object that the watch (`uids`)
+/// still shows.
+fn deleted_and_seen(
+    deleted: &BTreeMap<String, Deleted>,
+    uids: &BTreeMap<String, String>,
+    wref: &str,
+) -> bool {
+    deleted
+        .get(wref)
+        .is_some_and(|d| uids.get(wref) == Some(&d.uid))
+}
+
+/// Before a reconcile: an observed workload whose DELETE a review
+/// released (`status.deleted`), which the watch (`uids`: the object uid
+/// of each workload it shows) still shows as that object and which holds
+/// no charge, is taken out of `observed` — its room went back at the
+/// DELETE, and another admission may have taken it; charging it again
+/// from the lagging watch would store the quota past hard until the
+/// watch delivers the delete. The entries the watch no longer shows as
+/// their object (it delivered the delete, or shows a new object of the
+/// name) and those older than `DELETED_TTL_MS` are forgotten. Whether
+/// `status.deleted` changed.
+pub fn forget_deleted(
+    observed: &mut BTreeMap<String, Observed>,
+    status: &mut QuotaStatus,
+    uids: &BTreeMap<String, String>,
+    now_ms: i64,
+) -> bool {
+    if status.deleted.is_empty() {
+        return false;
+    }
+    let before = status.deleted.len();
+    status.deleted.retain(|wref, d| {
+        let young = time::parse_rfc3339(&d.at).is_some_and(|t| now_ms - t < DELETED_TTL_MS);
+        young && uids.get(wref) == Some(&d.uid)
+    });
+    for wref in status.deleted.keys() {
+        if !status.workloads.contains_key(wref) {
+            observed.remove(wref);
+        }
+    }
+    status.deleted.len() != before
 }
 
 /// Whether charge `c` holds less than `obs` shows running and nothing
@@ -524,7 +622,13 @@ mod tests {
         ]
         .into();
         let finished: BTreeMap<String, i64> = [("batch/Job/n/done".to_string(), T0)].into();
-        let raised = lowered_below_observed(&q.status.workloads, &observed, &finished);
+        let raised = lowered_below_observed(
+            &q.status.workloads,
+            &observed,
+            &finished,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        );
         let refs: Vec<&str> = raised.iter().map(|(w, _)| w.as_str()).collect();
         assert_eq!(refs, ["batch/Job/n/victim"]);
         assert!(raise(&mut q, &raised, T0));
@@ -541,7 +645,13 @@ mod tests {
         let mut observed = observed;
         observed.insert("batch/Job/n/gone".into(), obs(2));
         observed.insert("batch/Job/n/held".into(), obs(0));
-        let raised = lowered_below_observed(&q.status.workloads, &observed, &finished);
+        let raised = lowered_below_observed(
+            &q.status.workloads,
+            &observed,
+            &finished,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        );
         let refs: Vec<&str> = raised.iter().map(|(w, _)| w.as_str()).collect();
         assert_eq!(refs, ["batch/Job/n/gone"]);
         assert!(raise(&mut q, &raised, T0));
@@ -553,6 +663,134 @@ mod tests {
             q.status.workloads["batch/Job/n/gone"].since,
             crate::time::format_rfc3339(T0)
         );
+    }
+
+    /// `a` (4 GPUs) is deleted: the DELETE's review releases its charge
+    /// and remembers it (`note_deleted`), and a create takes its room
+    /// (`b`, 8 of 8). The watch still shows `a` running: the round does
+    /// not plan nor write it raised, the reconcile does not charge it
+    /// again (the quota would be stored at 12 of 8), and once the watch
+    /// delivers the delete — or shows a new object of the name — the
+    /// entry is forgotten. An unreadable old object (no uid) is not
+    /// remembered, and the oldest entries go beyond `MAX_DELETED`.
+    #[test]
+    fn a_released_delete_the_watch_still_shows_is_not_charged_again() {
+        let mut q = Quota::new(
+            "q",
+            QuotaSpec {
+                parent: String::new(),
+                hard: gpus(8),
+                max: Default::default(),
+                budgets: Default::default(),
+                queueing: Default::default(),
+                fair_sharing: Default::default(),
+                idle: None,
+            },
+        );
+        let charge = |count: i64| Charge {
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count,
+                per_pod: gpus(1),
+                qos: None,
+            }],
+            hpa: None,
+            since: crate::time::format_rfc3339(T0),
+            uid: "req".into(),
+            admitted: None,
+        };
+        let obs = |n: i64| Observed {
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: n,
+                per_pod: gpus(1),
+                qos: None,
+            }],
+            hpa: None,
+        };
+        let (a, b) = ("batch/Job/n/a", "batch/Job/n/b");
+        q.status.workloads.insert(b.into(), charge(8));
+        note_deleted(&mut q.status, a, "uid-a", T0);
+        note_deleted(&mut q.status, "batch/Job/n/unread", "", T0);
+        assert_eq!(q.status.deleted.len(), 1);
+        q.status.refresh(&q.spec.clone());
+        let mut observed: BTreeMap<String, Observed> =
+            [(a.to_string(), obs(4)), (b.to_string(), obs(8))].into();
+        let uids: BTreeMap<String, String> = [
+            (a.to_string(), "uid-a".to_string()),
+            (b.to_string(), "uid-b".to_string()),
+        ]
+        .into();
+        let none = BTreeMap::new();
+        let raised = lowered_below_observed(
+            &q.status.workloads,
+            &observed,
+            &none,
+            &q.status.deleted,
+            &uids,
+        );
+        assert!(raised.is_empty(), "{raised:?}");
+        // A round that read its plan before the DELETE's write: not again.
+        assert!(!raise(&mut q, &[(a.to_string(), obs(4))], T0));
+        assert!(!forget_deleted(
+            &mut observed,
+            &mut q.status,
+            &uids,
+            T0 + 1_000
+        ));
+        assert!(!observed.contains_key(a));
+        reconcile(
+            &mut q,
+            observed,
+            &[],
+            T0 + 1_000,
+            RESERVATION_TTL_MS,
+            &QosMultipliers::default(),
+        );
+        assert_eq!(
+            q.status.used["requests.nvidia.com/gpu"],
+            Quantity::from_units(8)
+        );
+        assert!(!q.status.workloads.contains_key(a));
+        // A new object of the name: forgotten, and charged as any.
+        let mut observed: BTreeMap<String, Observed> = [(a.to_string(), obs(1))].into();
+        let again: BTreeMap<String, String> = [(a.to_string(), "uid-a2".to_string())].into();
+        assert!(forget_deleted(
+            &mut observed,
+            &mut q.status,
+            &again,
+            T0 + 2_000
+        ));
+        assert!(q.status.deleted.is_empty() && observed.contains_key(a));
+        // The watch delivered the delete: forgotten too; and past the TTL.
+        note_deleted(&mut q.status, a, "uid-a", T0);
+        assert!(forget_deleted(
+            &mut BTreeMap::new(),
+            &mut q.status,
+            &BTreeMap::new(),
+            T0 + 1
+        ));
+        note_deleted(&mut q.status, a, "uid-a", T0);
+        let mut observed: BTreeMap<String, Observed> = [(a.to_string(), obs(4))].into();
+        assert!(forget_deleted(
+            &mut observed,
+            &mut q.status,
+            &uids,
+            T0 + DELETED_TTL_MS
+        ));
+        assert!(observed.contains_key(a));
+        // Bounded: the oldest go first.
+        for i in 0..MAX_DELETED + 5 {
+            note_deleted(
+                &mut q.status,
+                &format!("batch/Job/n/j{i:04}"),
+                "u",
+                T0 + i as i64,
+            );
+        }
+        assert_eq!(q.status.deleted.len(), MAX_DELETED);
+        assert!(!q.status.deleted.contains_key("batch/Job/n/j0004"));
+        assert!(q.status.deleted.contains_key("batch/Job/n/j0005"));
     }
 
     fn gpus(n: i64) -> ResourceList {

@@ -625,8 +625,8 @@ async fn release_deleted(svc: &Arc<Service>, adapter: &Adapter, req: &Request, w
         match tokio::time::timeout_at(deadline, svc.holder_of(wref, None)).await {
             Ok(Ok(Some(q))) if !holders.contains(&q) => holders.push(q),
             Ok(Ok(_)) => {}
-            Ok(Err(e)) if !dry => svc.defer_release(None, wref, None, deleted_at, &e),
-            Err(_) if !dry => svc.defer_release(None, wref, None, deleted_at, &timed_out()),
+            Ok(Err(e)) if !dry => svc.defer_release(None, wref, None, &uid, deleted_at, &e),
+            Err(_) if !dry => svc.defer_release(None, wref, None, &uid, deleted_at, &timed_out()),
             _ => {}
         }
     }
@@ -637,14 +637,14 @@ async fn release_deleted(svc: &Arc<Service>, adapter: &Adapter, req: &Request, w
     }
     for q in holders {
         let mut seen = None;
-        let release = svc.release_for_delete(&q, wref, dry, &mut seen);
+        let release = svc.release_for_delete(&q, wref, dry, &mut seen, &uid);
         let error = match tokio::time::timeout_at(deadline, release).await {
             Ok(Ok(())) => continue,
             Ok(Err(e)) => e,
             Err(_) => timed_out(),
         };
         if !dry {
-            svc.defer_release(Some(q), wref, seen, deleted_at, &error);
+            svc.defer_release(Some(q), wref, seen, &uid, deleted_at, &error);
         }
     }
 }

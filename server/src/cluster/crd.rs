@@ -296,6 +296,7 @@ impl JsonSchema for Status {
                 "loans": ledger("loans granted to children beyond their hard, by child name: amount, since, raised, generation"),
                 "loanGeneration": { "type": "integer", "minimum": 0, "description": "as a lender: the generation of the latest loan granted here (each grant takes the next; loans carry theirs)" },
                 "loanFence": { "type": "integer", "minimum": 0, "description": "as a borrower: no charge rides a loan its parent granted at this generation or before (raised by a release that gave its loan back at once)" },
+                "deleted": { "type": "object", "maxProperties": quota::reconcile::MAX_DELETED, "additionalProperties": { "type": "object", "properties": { "uid": text("the deleted object's uid"), "at": { "type": "string", "format": "date-time", "description": "when its charge was released" } } }, "description": "workloads whose DELETE a review released, by group/Kind/namespace/name: the controller does not charge them again while its watch still shows that object" },
                 "lent": list("sum of the loans granted to children"),
                 "borrowed": list("used beyond hard on the keys of spec.max: on loan from the parent"),
                 "reclaim": ledger("workloads marked for reclaim, by group/Kind/namespace/name: action, frees, marked, due, and origin (preempt for the queue's preemption of lower-priority work; idle for batch work idle past spec.idle.after under idle.action Suspend; left out for the reclaim of a loan)"),

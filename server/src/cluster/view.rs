@@ -133,6 +133,10 @@ pub struct Snapshot {
     /// Of `finished`, each one's object uid: a charge that names its
     /// object is judged by it (`quota::reconcile::release_finished`).
     pub finished_uids: BTreeMap<String, String>,
+    /// The object uid of each of `observed`, as the watch shows it: a
+    /// released DELETE's object it still shows is not charged again
+    /// (`quota::reconcile::forget_deleted`).
+    pub object_uids: BTreeMap<String, String>,
 }
 
 impl Snapshot {
@@ -869,6 +873,7 @@ impl View {
         let mut finished = BTreeSet::new();
         let mut released = BTreeMap::new();
         let mut finished_uids = BTreeMap::new();
+        let mut object_uids = BTreeMap::new();
         for (wref, s) in seen {
             if s.finished {
                 finished.insert(wref.clone());
@@ -889,6 +894,9 @@ impl View {
                     hpa,
                 },
             );
+            if !s.info.uid.is_empty() {
+                object_uids.insert(wref.clone(), s.info.uid.clone());
+            }
         }
         Snapshot {
             observed,
@@ -898,6 +906,7 @@ impl View {
             finished,
             released,
             finished_uids,
+            object_uids,
         }
     }
 

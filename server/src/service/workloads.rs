@@ -398,6 +398,23 @@ impl Service {
                         };
                         return Ok((fenced, Round::Done(nothing)));
                     };
+                    // A review of bizrq's own write (a queue's release)
+                    // of an object whose DELETE was already reviewed and
+                    // released here (`status.deleted` names that object):
+                    // the write lands before the DELETE is stored, and the
+                    // object goes with it. Charged, the room stayed held
+                    // until the reservation's TTL; nothing is charged.
+                    if old.is_none()
+                        && c.object_uid().is_some_and(|u| {
+                            q.status.deleted.get(&wref).is_some_and(|d| d.uid == u)
+                        })
+                    {
+                        let nothing = Admitted {
+                            held,
+                            ..Default::default()
+                        };
+                        return Ok((fenced, Round::Done(nothing)));
+                    }
                     // bizrq's own suspend (a preemption's, a reclaim's) of
                     // running work frees nothing yet: its pods run until
                     // the workload controller sees the suspend. The charge
@@ -782,6 +799,9 @@ impl Service {
     /// (the admission that last changed it) at its first read, so that
     /// when the write fails or is cut short a deferred release takes that
     /// charge and not the one of an object created again under the name.
+    /// The release remembers the deleted object (`object_uid`, the old
+    /// object's) in `status.deleted`, so the controller does not charge it
+    /// again while its watch still shows it (`reconcile::note_deleted`).
     #[tracing::instrument(level = "debug", skip_all, fields(quota = quota_name, workload = wref, dry_run = dry_run))]
     pub async fn release_for_delete(
         &self,
@@ -789,11 +809,16 @@ impl Service {
         wref: &str,
         dry_run: bool,
         seen: &mut Option<Seen>,
+        object_uid: &str,
     ) -> Result<(), ServiceError> {
         // What the loan gives back after this release, and to which
         // parent: right after its write.
         let loan_seen = self.loan_seen(quota_name);
         let mut loan_back = None;
+        let now = self.now();
+        // Only a controller's watch can show a deleted object (cluster
+        // mode): standalone, nothing would ever forget the entry.
+        let remember = !self.accrue_from_ledger;
         let result = self
             .update_status(quota_name, dry_run, |q| {
                 if seen.is_none() {
@@ -803,7 +828,11 @@ impl Service {
                 }
                 let before = q.status.used.clone();
                 let dequeued = quota::queue::entries::dequeue(q, wref);
-                let released = admission::release(q, wref) || dequeued;
+                let charged = admission::release(q, wref);
+                if charged && remember {
+                    quota::reconcile::note_deleted(&mut q.status, wref, object_uid, now);
+                }
+                let released = charged || dequeued;
                 loan_back = borrow::fence_release(q, &before, loan_seen)
                     .map(|g| (q.spec.parent.clone(), g));
                 Ok((released, released))
@@ -834,12 +863,14 @@ impl Service {
     /// and the quota is re-checked. One task per (quota, workload), at most
     /// `MAX_DEFERRED` at once; what is over the cap or still fails after
     /// the retries is left to the controller, whose reconcile drops charges
-    /// of objects that are gone (cluster mode).
+    /// of objects that are gone (cluster mode). The release remembers the
+    /// deleted object `object_uid` as `release_for_delete` does.
     pub fn defer_release(
         self: &Arc<Self>,
         quota: Option<String>,
         wref: &str,
         seen: Option<Seen>,
+        object_uid: &str,
         deleted_at: i64,
         error: &ServiceError,
     ) {
@@ -860,15 +891,20 @@ impl Service {
         self.metrics.deferred_releases.inc();
         tracing::warn!(workload = wref, quota = quota.as_deref().unwrap_or("(binding unknown)"), error = %error,
             "release deferred: the DELETE is allowed and the release retried in the background");
-        let (svc, wref) = (self.clone(), wref.to_string());
+        let (svc, wref, object_uid) = (self.clone(), wref.to_string(), object_uid.to_string());
         tokio::spawn(async move {
             let _pending = Pending(svc.deferred.clone(), key);
             let mut wait = RELEASE_FIRST_WAIT;
             for attempt in 1..=RELEASE_RETRIES {
                 let jitter = rand::random::<u64>() % (wait.as_millis() as u64 / 2 + 1);
                 tokio::time::sleep(wait + Duration::from_millis(jitter)).await;
-                let attempt_once =
-                    svc.release_deferred(quota.as_deref(), &wref, seen.as_ref(), deleted_at);
+                let attempt_once = svc.release_deferred(
+                    quota.as_deref(),
+                    &wref,
+                    seen.as_ref(),
+                    &object_uid,
+                    deleted_at,
+                );
                 // A hanging store must not hold the task (and its place
                 // under the cap) for ever.
                 match tokio::time::timeout(RELEASE_ATTEMPT_TIMEOUT, attempt_once)
@@ -895,8 +931,11 @@ impl Service {
         quota: Option<&str>,
         wref: &str,
         seen: Option<&Seen>,
+        object_uid: &str,
         deleted_at: i64,
     ) -> Result<(), ServiceError> {
+        let now = self.now();
+        let remember = !self.accrue_from_ledger;
         let holders: Vec<String> = match quota {
             Some(q) => vec![q.to_string()],
             None => self.holder_of(wref, None).await?.into_iter().collect(),
@@ -916,6 +955,9 @@ impl Service {
                             .is_some_and(|t| t > deleted_at),
                     };
                     let released = !other && admission::release(q, wref);
+                    if released && remember {
+                        quota::reconcile::note_deleted(&mut q.status, wref, object_uid, now);
+                    }
                     Ok((released, released))
                 })
                 .await;

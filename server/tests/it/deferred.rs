@@ -287,6 +287,7 @@ async fn deferred_releases_are_one_per_workload_and_capped() {
             Some("team".into()),
             &format!("apps/Deployment/x/w{i}"),
             None,
+            "",
             0,
             &error,
         );

@@ -23,6 +23,7 @@ mod group_commit;
 mod hostile;
 mod isolation;
 mod kueue_scenario;
+mod lagging_delete;
 mod ledger;
 mod mail;
 mod oidc;

@@ -75,6 +75,8 @@ impl Context {
             &q.status.workloads,
             &snap.observed,
             &snap.released,
+            &q.status.deleted,
+            &snap.object_uids,
         );
         let repairs: Vec<(String, String)> = {
             // An earlier round's release still in flight is not one that

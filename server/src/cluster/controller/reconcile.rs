@@ -191,6 +191,15 @@ impl Context {
                         });
                     }
                 }
+                // Released by a DELETE's review while the watch still
+                // shows the object: not charged again (its room may be
+                // another's now); forgotten once the watch catches up.
+                let forgot = quota::reconcile::forget_deleted(
+                    &mut observed,
+                    &mut q.status,
+                    &snap.object_uids,
+                    now,
+                );
                 let before = q.status.clone();
                 if let Some(o) = before.ledger_outbox.as_ref().filter(|_| has_ledger) {
                     let known = Some(o.key()) == replayed
@@ -288,7 +297,7 @@ impl Context {
                 // Spent `suspendBatch` budgets: since when, in this write.
                 plans = super::budgets::exhaustion_in(q, now, |q| self.candidates(q));
                 declared = self.declared_runs(q);
-                let changed = out.changed || q.status.differs_visibly(&before);
+                let changed = out.changed || forgot || q.status.differs_visibly(&before);
                 stamped = q.status.last_reconcile_time != before.last_reconcile_time;
                 if changed && has_ledger {
                     // The window rides in this write (crash-safe append).

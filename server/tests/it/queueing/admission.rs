@@ -196,6 +196,93 @@ async fn a_job_deleted_while_its_release_is_reviewed_leaves_no_charge() {
     assert!(q["status"]["users"].get("batch/Job/ml/w").is_none(), "{q}");
 }
 
+/// The other order of the test above: the DELETE's review comes first
+/// and releases the queue's charge of `w` (remembering the object in
+/// `status.deleted`), its store waits, and the round's release is
+/// reviewed and stored in between — so the release's write succeeds (the
+/// object is still there) and no 404 tells the controller to take its
+/// charge back. Before `status.deleted`, that review charged `w` again
+/// and the charge stayed until the reservation's TTL (for ever on the
+/// tests' frozen clock); now the review of bizrq's own write of a
+/// deleted object charges nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_reviewed_after_its_jobs_delete_charges_nothing() {
+    let c = queueing_cluster().await;
+    create(&c, &job("run").cpu("4").obj()).await.unwrap();
+    c.until("ml", "run charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    create(&c, &job("w").cpu("2").obj()).await.unwrap();
+    assert!(suspended(&c, "w"));
+    c.until("ml", "w queued and named", |q| {
+        queue_refs(q) == ["batch/Job/ml/w"]
+            && q["status"]["queue"][0]["uid"]
+                .as_str()
+                .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    let path = "/apis/batch/v1/namespaces/ml/jobs/w";
+    // The release's PATCH: held 2 s before its reviews.
+    c.fake
+        .pause_next_validation(path, std::time::Duration::from_secs(2));
+    jobs(&c)
+        .delete("run", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "w admitted by the round", |q| {
+        q["status"]["workloads"]["batch/Job/ml/w"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("queue:"))
+    })
+    .await;
+    c.until_requested("the release sent", |r| {
+        r.starts_with(&format!("PATCH {path}"))
+    })
+    .await;
+    // w's DELETE: reviewed now, stored 4 s later.
+    c.fake.slow_writes(path, std::time::Duration::from_secs(4));
+    let api = jobs(&c);
+    let deleting = tokio::spawn(async move { api.delete("w", &DeleteParams::default()).await });
+    let reviewed = |op: &str| {
+        let hook = match op {
+            "DELETE" => "workload-deletes.bizrq.io",
+            _ => "workloads.bizrq.io",
+        };
+        c.fake.reviews().iter().any(|r| {
+            r["request"]["name"] == "w" && r["request"]["operation"] == op && r["webhook"] == hook
+        })
+    };
+    for _ in 0..100 {
+        if reviewed("DELETE") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(reviewed("DELETE"), "the DELETE's review never came");
+    // (A review is logged when sent: its release is awaited.)
+    c.until("ml", "released by the DELETE's review", |q| {
+        used(q, "requests.cpu") == "0" && !q["status"]["deleted"]["batch/Job/ml/w"].is_null()
+    })
+    .await;
+    // The release is stored at once, before the DELETE.
+    c.fake.slow_writes(path, std::time::Duration::ZERO);
+    for _ in 0..150 {
+        if reviewed("UPDATE") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(reviewed("UPDATE"), "the release's review never came");
+    deleting.await.unwrap().unwrap();
+    assert!(c.fake.get("batch", "jobs", "ml", "w").is_none());
+    let q = c
+        .until("ml", "no charge left for the deleted Job", |q| {
+            used(q, "requests.cpu") == "0"
+                && q["status"]["workloads"].get("batch/Job/ml/w").is_none()
+        })
+        .await;
+    assert!(q["status"]["users"].get("batch/Job/ml/w").is_none(), "{q}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_jobs_are_admitted_by_priority_then_first_come_never_over() {
     let c = queueing_cluster().await;
