@@ -214,6 +214,17 @@ fn status() -> impl Strategy<Value = QuotaStatus> {
             (loans, reclaim, transfers, refunds, reservations),
             ledger_outbox,
         )| QuotaStatus {
+            // Released DELETEs drawn from the submitters: none, some, many.
+            deleted: users
+                .iter()
+                .map(|(w, u)| {
+                    let d = quota::object::deleted::Deleted {
+                        uid: format!("uid-{u}"),
+                        at: "2026-11-21T10:00:00.000Z".into(),
+                    };
+                    (w.clone(), d)
+                })
+                .collect(),
             // Counters drawn from what varies with them: zero and not.
             loan_generation: loans.values().map(|l| l.generation).max().unwrap_or(0),
             loan_fence: cash_accrued.len() as u64,
