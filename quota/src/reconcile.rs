@@ -186,9 +186,9 @@ pub fn raise(q: &mut Quota, raised: &[(String, Observed)], now_ms: i64) -> bool 
 pub const DELETED_TTL_MS: i64 = 600_000;
 
 /// At most this many released DELETEs are remembered per quota (about
-/// 100 bytes each): the oldest goes first. One forgotten early is only
+/// 115 bytes each, 15 KB of the status at most): the oldest goes first. One forgotten early is only
 /// the transient recharge `status.deleted` prevents, never a lost charge.
-pub const MAX_DELETED: usize = 256;
+pub const MAX_DELETED: usize = 128;
 
 /// A DELETE's review released `wref`'s charge, the object `uid`'s, at
 /// `now_ms`: remembered in `status.deleted` so that the controller does
