@@ -115,6 +115,9 @@ pub fn lowered_below_observed(
     let lowered = workloads
         .iter()
         .filter(|(wref, _)| !released.contains_key(*wref))
+        // A new object of the name charged while the watch still shows
+        // the deleted one: not raised to the deleted one's size.
+        .filter(|(wref, _)| !deleted_and_seen(deleted, uids, wref))
         .filter_map(|(wref, c)| {
             let obs = observed.get(wref)?;
             below(c, obs).then(|| (wref.clone(), obs.clone()))
@@ -235,18 +238,23 @@ fn deleted_and_seen(
 
 /// Before a reconcile: an observed workload whose DELETE a review
 /// released (`status.deleted`), which the watch (`uids`: the object uid
-/// of each workload it shows) still shows as that object and which holds
-/// no charge, is taken out of `observed` — its room went back at the
+/// of each workload it shows) still shows as that object is taken out of
+/// `observed`, whatever charge its name holds (a new object of the name
+/// created at once keeps its own charge) — its room went back at the
 /// DELETE, and another admission may have taken it; charging it again
 /// from the lagging watch would store the quota past hard until the
 /// watch delivers the delete. The entries the watch no longer shows as
 /// their object (it delivered the delete, or shows a new object of the
-/// name) and those older than `DELETED_TTL_MS` are forgotten. Whether
+/// name), those older than `DELETED_TTL_MS`, and those the API server
+/// was asked about and still holds (`alive`: the DELETE never happened —
+/// a forged review, or one another webhook refused — so the object is
+/// charged again like any running one) are forgotten. Whether
 /// `status.deleted` changed.
 pub fn forget_deleted(
     observed: &mut BTreeMap<String, Observed>,
     status: &mut QuotaStatus,
     uids: &BTreeMap<String, String>,
+    alive: &BTreeSet<String>,
     now_ms: i64,
 ) -> bool {
     if status.deleted.is_empty() {
@@ -255,12 +263,14 @@ pub fn forget_deleted(
     let before = status.deleted.len();
     status.deleted.retain(|wref, d| {
         let young = time::parse_rfc3339(&d.at).is_some_and(|t| now_ms - t < DELETED_TTL_MS);
-        young && uids.get(wref) == Some(&d.uid)
+        young && uids.get(wref) == Some(&d.uid) && !alive.contains(wref)
     });
+    // What the watch shows of each is the deleted object, even where a
+    // new object of the name holds a charge (created again at once): that
+    // charge is kept as any admission the watch does not show yet, never
+    // raised to the deleted object's size.
     for wref in status.deleted.keys() {
-        if !status.workloads.contains_key(wref) {
-            observed.remove(wref);
-        }
+        observed.remove(wref);
     }
     status.deleted.len() != before
 }
@@ -736,6 +746,7 @@ mod tests {
             &mut observed,
             &mut q.status,
             &uids,
+            &BTreeSet::new(),
             T0 + 1_000
         ));
         assert!(!observed.contains_key(a));
@@ -759,6 +770,7 @@ mod tests {
             &mut observed,
             &mut q.status,
             &again,
+            &BTreeSet::new(),
             T0 + 2_000
         ));
         assert!(q.status.deleted.is_empty() && observed.contains_key(a));
@@ -768,6 +780,7 @@ mod tests {
             &mut BTreeMap::new(),
             &mut q.status,
             &BTreeMap::new(),
+            &BTreeSet::new(),
             T0 + 1
         ));
         note_deleted(&mut q.status, a, "uid-a", T0);
@@ -776,9 +789,48 @@ mod tests {
             &mut observed,
             &mut q.status,
             &uids,
+            &BTreeSet::new(),
             T0 + DELETED_TTL_MS
         ));
         assert!(observed.contains_key(a));
+        // The API server still holds the very object (a forged DELETE, or
+        // one another webhook refused): forgotten at once, charged again.
+        note_deleted(&mut q.status, a, "uid-a", T0);
+        let mut observed: BTreeMap<String, Observed> = [(a.to_string(), obs(4))].into();
+        let alive: BTreeSet<String> = [a.to_string()].into();
+        assert!(forget_deleted(
+            &mut observed,
+            &mut q.status,
+            &uids,
+            &alive,
+            T0 + 1
+        ));
+        assert!(q.status.deleted.is_empty() && observed.contains_key(a));
+        // Created again at once, smaller (2): while the watch still shows
+        // the deleted object (4), the new charge is neither planned nor
+        // reconciled up to the deleted one's size.
+        note_deleted(&mut q.status, a, "uid-a", T0);
+        q.status.workloads.insert(a.into(), charge(2));
+        q.status.refresh(&q.spec.clone());
+        let raised = lowered_below_observed(
+            &q.status.workloads,
+            &[(a.to_string(), obs(4))].into(),
+            &none,
+            &q.status.deleted,
+            &uids,
+        );
+        assert!(raised.is_empty(), "{raised:?}");
+        let mut observed: BTreeMap<String, Observed> = [(a.to_string(), obs(4))].into();
+        forget_deleted(
+            &mut observed,
+            &mut q.status,
+            &uids,
+            &BTreeSet::new(),
+            T0 + 1,
+        );
+        assert!(!observed.contains_key(a));
+        q.status.workloads.remove(a);
+        q.status.deleted.clear();
         // Bounded: the oldest go first.
         for i in 0..MAX_DELETED + 5 {
             note_deleted(

@@ -69,6 +69,32 @@ async fn a_forged_delete_of_a_running_deployment_is_undone_within_10_s() {
         "{q}"
     );
     c.until_metric("bizrq_rechecks_total 1").await;
+    // The DELETE's memory went with the GET that found it running.
+    let q = c
+        .until("team", "the forged DELETE forgotten", |q| {
+            q["status"]["deleted"].is_null()
+        })
+        .await;
+    assert_eq!(used(&q, GPU), "24", "{q}");
+
+    // The same forged review sent again: undone again (asked at once,
+    // the object having been found running once).
+    let r = c
+        .server
+        .review("/validate/workloads", &forged_delete(&d, "forged-again"))
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let again_at = Instant::now();
+    c.until("team", "train charged again, twice", |q| {
+        used(q, GPU) == "24" && q["status"]["deleted"].is_null()
+    })
+    .await;
+    assert!(
+        again_at.elapsed() < Duration::from_secs(10),
+        "undone after {:?}",
+        again_at.elapsed()
+    );
+    c.until_metric("bizrq_rechecks_total 2").await;
 
     // A genuine DELETE (the API server removes the object after our
     // answer) stays released: the re-check finds nothing to restore.
@@ -78,7 +104,7 @@ async fn a_forged_delete_of_a_running_deployment_is_undone_within_10_s() {
         .await;
     assert_eq!(r["allowed"], true, "{r}");
     c.fake.remove("apps", "deployments", "nlp", "train");
-    c.until_metric("bizrq_rechecks_total 2").await;
+    c.until_metric("bizrq_rechecks_total 3").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(used(&c.fake.quota("team"), GPU), "0");
     c.running.shutdown().await;

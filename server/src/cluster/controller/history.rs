@@ -445,6 +445,7 @@ impl Context {
         // Its copy of the last round's queue goes too (a quota created
         // again under the name starts with none).
         self.service.forget_rounds(|q| q != name);
+        self.deleted_checks.forget(name);
         if let Some(h) = &self.history {
             if let Err(e) = h.forget_quota(name, self.now()).await {
                 tracing::warn!(quota = %name, error = %e, "could not remove the roles and alert rules of a deleted quota");

@@ -19,6 +19,7 @@
 //! shown their workload yet).
 
 mod budgets;
+mod deleted;
 mod discovery;
 mod fair;
 mod gates;
@@ -187,6 +188,9 @@ pub struct Context {
     scheduler: scheduler::Scheduler,
     /// When a quota whose round asked for a time of its own is touched.
     scheduler_timers: Mutex<HashMap<String, tokio::time::Instant>>,
+    /// Released DELETEs whose object the watch still shows: asked of the
+    /// API server once met for a while (`deleted`).
+    deleted_checks: deleted::DeleteChecks,
     /// Workloads a queue round is releasing now, without its quota held
     /// (`release_all`): the reconcile's repair of gated pods
     /// (`release_gated`) leaves their pods to that release, so a pod is
@@ -292,6 +296,7 @@ impl Context {
             suspended: Mutex::default(),
             scheduler: scheduler::Scheduler::default(),
             scheduler_timers: Mutex::default(),
+            deleted_checks: Default::default(),
             submitters: submitters::Cache::default(),
             releasing: Mutex::default(),
             bad_marks: Mutex::default(),

@@ -65,17 +65,22 @@ pub async fn reconcile(
             // A queue that needs a round at a time of its own (an alert
             // threshold, an orphan's grace) asks for it; at most a resync
             // away, at least a second.
-            let wake = ctx.wake.lock().unwrap().remove(&name);
-            Ok(match wake {
-                Some(at) => {
-                    let ms = at.saturating_sub(ctx.now()).max(1000) as u64;
-                    Action::requeue(Duration::from_millis(ms).min(ctx.cfg.resync))
-                }
+            let wake = ctx.wake.lock().unwrap().remove(&name).map(|at| {
+                let ms = at.saturating_sub(ctx.now()).max(1000) as u64;
+                Duration::from_millis(ms)
+            });
+            // A released DELETE whose object the watch still shows is
+            // asked of the API server a moment after it was met (`deleted`).
+            let ask = ctx.deleted_checks.take_again(&name);
+            Ok(match wake.into_iter().chain(ask).min() {
+                Some(d) => Action::requeue(d.min(ctx.cfg.resync)),
                 None => Action::await_change(),
             })
         }
         Err(source) => {
             m.count_reconcile("error");
+            // Retried with its own backoff: that reconcile asks.
+            ctx.deleted_checks.take_again(&name);
             Err(Error {
                 quota: name,
                 source,
@@ -173,6 +178,16 @@ impl Context {
             .filter(|s| !s.quota.spec.max.is_empty() && !s.quota.spec.parent.is_empty())
             .and_then(|s| self.service.cached_quota(&s.quota.spec.parent))
             .map(|p| quota::fair::lendable(&p.quota));
+        // Released DELETEs the watch still shows: the API server asked
+        // whether each really happened, once met for a while.
+        let deleted = self
+            .service
+            .cached_quota(name)
+            .map(|s| s.quota.status.deleted.clone())
+            .unwrap_or_default();
+        let checked = self.check_deleted(name, &deleted, &snap.object_uids).await;
+        // The released DELETEs the write honoured, as it read them.
+        let mut kept_deleted: Vec<(String, String)> = Vec::new();
         let result = self
             .service
             .update_status(name, false, |q| {
@@ -198,8 +213,15 @@ impl Context {
                     &mut observed,
                     &mut q.status,
                     &snap.object_uids,
+                    &checked.alive,
                     now,
                 );
+                kept_deleted = q
+                    .status
+                    .deleted
+                    .iter()
+                    .map(|(w, d)| (w.clone(), d.uid.clone()))
+                    .collect();
                 let before = q.status.clone();
                 if let Some(o) = before.ledger_outbox.as_ref().filter(|_| has_ledger) {
                     let known = Some(o.key()) == replayed
@@ -353,6 +375,7 @@ impl Context {
             }
             Err(e) => return Err(e),
         };
+        self.deleted_checks.met(name, &kept_deleted);
         if let (true, Some((from, entries))) = (written, window) {
             self.append_window(name, from, now, entries);
         }
