@@ -1186,6 +1186,181 @@ async fn every_figure_agrees(url: &str) {
         );
     }
 
+    // Allocated against used (docs/real-usage.md). This forest has no
+    // Prometheus, so real usage is seeded through the store: one reading
+    // of the three hours the work ran, measured by the controller's pure
+    // reading (`measure_window`) from answers made up here, written with
+    // `record_reading` and counted in bizrq's own metrics by the
+    // controller's `written`, as a controller's reading is. Each team's
+    // pod holds its cards, busy in steps of 20 % (some at 0 %: idle);
+    // every seventh team is never measured (efficiency unknown). Steps of
+    // 15 minutes and whole percents keep every card-hour exact and every
+    // card-second whole. Then, for every team, the efficiency API, its
+    // department's report CSV and the metrics agree exactly; on a sample
+    // of quota pages (the root, every department, three teams of each),
+    // the page's totals are the API's.
+    let (window, measured) = seeded_real_usage(&running.service, &teams, t0).await;
+    let written = sql
+        .record_reading(window.from_ms, window.to_ms, &measured.rows, &measured.idle)
+        .await
+        .unwrap();
+    assert_eq!(written, bizrq::store::real_usage::Recorded::Written);
+    running
+        .service
+        .metrics
+        .real_usage
+        .written(&measured, window.to_ms);
+    let (st, metrics) = s.get_text("/metrics").await;
+    assert_eq!(st, StatusCode::OK);
+    let card_seconds = card_seconds_of(&metrics);
+    let mut by_team: BTreeMap<String, Value> = BTreeMap::new();
+    // Two at a time: the efficiency API is a heavy request, two in flight
+    // per person (`heavy::Config`).
+    for chunk in teams.chunks(2) {
+        let reads = chunk.iter().map(|&(d, t)| {
+            let get = &get;
+            async move {
+                let name = team(d, t);
+                let e = get(format!("/api/v1/quotas/{name}/efficiency?range=24h")).await;
+                (name, e)
+            }
+        });
+        for (name, e) in futures::future::join_all(reads).await {
+            by_team.insert(name, e["total"].clone());
+        }
+    }
+    let exact = |v: &Value| -> i128 {
+        v.as_str()
+            .and_then(|s| s.parse::<Quantity>().ok())
+            .unwrap_or_else(|| panic!("not an exact amount: {v}"))
+            .nanos()
+    };
+    let (mut idle_teams, mut unknown_teams, mut named) = (0, 0, 0);
+    let mut other = [0f64; 4];
+    for (name, total) in &by_team {
+        let allocated = exact(&total["gpuHoursAllocated"]);
+        assert!(allocated > 0, "{name} held cards: {total}");
+        idle_teams += (exact(&total["idleCardHours"]) > 0) as usize;
+        unknown_teams += total["efficiencyPermille"].is_null() as usize;
+        // The metrics: card-seconds of each figure, the API's card-hours
+        // × 3600 exactly; quotas past the metrics' named ones sum in
+        // `_other`.
+        let figures = [
+            ("allocated", "gpuHoursAllocated"),
+            ("measured", "gpuHoursMeasured"),
+            ("busy", "gpuHoursBusy"),
+            ("idle", "idleCardHours"),
+        ];
+        for (i, (figure, field)) in figures.into_iter().enumerate() {
+            let seconds = exact(&total[field]) * 3600;
+            assert_eq!(seconds % quota::quantity::NANO, 0, "{name}: whole seconds");
+            let seconds = (seconds / quota::quantity::NANO) as f64;
+            match card_seconds.get(&(name.clone(), figure.to_string())) {
+                Some(v) => assert_eq!(*v, seconds, "{name}'s {figure} card-seconds"),
+                None => other[i] += seconds,
+            }
+        }
+        named += card_seconds.contains_key(&(name.clone(), "allocated".into())) as usize;
+    }
+    assert!(named >= 900, "{named} teams named in the metrics");
+    for (i, figure) in ["allocated", "measured", "busy", "idle"].iter().enumerate() {
+        assert_eq!(
+            card_seconds
+                .get(&("_other".to_string(), figure.to_string()))
+                .copied()
+                .unwrap_or(0.0),
+            other[i],
+            "the teams not named sum in _other's {figure}"
+        );
+    }
+    assert!(idle_teams > 100, "{idle_teams} teams idle");
+    assert!(unknown_teams > 100, "{unknown_teams} teams never measured");
+    // Each department's report CSV (by child, one row each): its four
+    // efficiency columns are the API's, exactly.
+    let mut in_csv = 0;
+    for d in 0..DEPTS {
+        let dept = format!("dept-{d:02}");
+        let csv = admin
+            .get(&format!(
+                "/reports.csv?from={from}&to={to}&subtree={dept}&key={CASH}"
+            ))
+            .await;
+        assert_eq!(csv.status, StatusCode::OK, "{}", csv.body);
+        let mut lines = csv.body.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let col = |n: &str| {
+            header
+                .iter()
+                .position(|h| *h == n)
+                .unwrap_or_else(|| panic!("{dept}'s CSV has no {n}: {header:?}"))
+        };
+        let (child, alloc, busy, eff, idle) = (
+            col("child"),
+            col("gpu_hours_allocated"),
+            col("gpu_hours_busy"),
+            col("efficiency_percent"),
+            col("idle_card_hours"),
+        );
+        for line in lines {
+            let f: Vec<&str> = line.split(',').collect();
+            if f[0] == "total" {
+                continue;
+            }
+            let total = &by_team[f[child]];
+            let same = |csv: &str, api: &Value| {
+                assert_eq!(
+                    Value::String(csv.to_string()),
+                    *api,
+                    "{}'s CSV against the API: {line} / {total}",
+                    f[child]
+                )
+            };
+            same(f[alloc], &total["gpuHoursAllocated"]);
+            same(f[busy], &total["gpuHoursBusy"]);
+            same(f[idle], &total["idleCardHours"]);
+            let permille = total["efficiencyPermille"]
+                .as_i64()
+                .map(|p| format!("{}.{}", p / 10, p % 10))
+                .unwrap_or_default();
+            assert_eq!(f[eff], permille, "{}'s efficiency: {line}", f[child]);
+            in_csv += 1;
+        }
+    }
+    assert_eq!(in_csv, by_team.len(), "every team in its department's CSV");
+    // The quota pages' totals: the API's figures, in the page's words.
+    let mut paged = 0;
+    let sampled = |n: &&String| {
+        !n.starts_with("team-") || n.ends_with("-00") || n.ends_with("-03") || n.ends_with("-07")
+    };
+    for name in names.iter().filter(sampled) {
+        let api = get(format!("/api/v1/quotas/{name}/efficiency?range=24h")).await;
+        let page = admin.get(&format!("/quotas/{name}?range=24h")).await;
+        assert_eq!(page.status, StatusCode::OK, "{name}");
+        let shown = efficiency_totals(&page.body);
+        let t = &api["total"];
+        let hours = |v: &Value| {
+            format!(
+                "{} card-hours",
+                quota::readable::grouped(v.as_str().unwrap().parse().unwrap())
+            )
+        };
+        let expect: BTreeMap<String, String> = [
+            ("Allocated", hours(&t["gpuHoursAllocated"])),
+            ("Busy", hours(&t["gpuHoursBusy"])),
+            (
+                "Efficiency",
+                t["efficiency"].as_str().unwrap_or("unknown").to_string(),
+            ),
+            ("Idle", hours(&t["idleCardHours"])),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(shown, expect, "{name}'s page against the API");
+        paged += 1;
+    }
+    assert!(paged > 150, "{paged} quota pages compared");
+
     // The alert emails. A sample, since every alert of the forest mailed
     // would be hundreds: olga, with an address, owns dept-01, so she hears
     // of its subtree's alerts (45 quotas). She and the rules below come
@@ -1260,6 +1435,133 @@ async fn every_figure_agrees(url: &str) {
         texts.len()
     );
     sql.close().await;
+}
+
+/// One reading of the three hours after `t0` for every team: its pod
+/// holding the cards its Deployment was admitted with, busy in steps of
+/// 20 %, every seventh team unmeasured; measured by the controller's
+/// pure reading.
+async fn seeded_real_usage(
+    service: &Service,
+    teams: &[(usize, usize)],
+    t0: i64,
+) -> (
+    quota::real_usage::measure::Window,
+    quota::real_usage::reading::Measured,
+) {
+    use quota::real_usage::answer::{Answer, PodName, Point};
+    use quota::real_usage::measure::{Held, Window};
+    use quota::real_usage::template::Metric;
+    const NANO: i128 = quota::quantity::NANO;
+    let window = Window {
+        from_ms: t0,
+        to_ms: t0 + 3 * HOUR_MS,
+        step_ms: 15 * 60_000,
+    };
+    let mut held = Vec::new();
+    let mut busy = Answer {
+        pods: BTreeMap::new(),
+        rejected: Default::default(),
+        series: 0,
+    };
+    for &(d, t) in teams {
+        let quota = team(d, t);
+        let cards = replicas(d, t) as i128;
+        // Each team's pod in a namespace of its own: a reading keys
+        // workloads by reference (the forest's Deployments all share
+        // `nlp/train`, which a cluster could not hold in 2,000 quotas).
+        let name = PodName {
+            namespace: quota.clone(),
+            pod: format!("train-{quota}"),
+        };
+        held.push((
+            format!("uid-{quota}"),
+            Held {
+                name: name.clone(),
+                workload: format!("apps/Deployment/{quota}/train"),
+                quota: quota.clone(),
+                cards: cards * NANO,
+                model: Some("A100".into()),
+                cpu_request: cards * 8 * NANO,
+                memory_request: cards * (64 << 30) * NANO,
+                qos: quota::usage::QosClass::Guaranteed,
+                start_ms: t0,
+                end_ms: None,
+            },
+        ));
+        if (d + t) % 7 == 0 {
+            continue;
+        }
+        let percent = ((d * 3 + t) % 6) as i128 * 20;
+        let grid = window.grid();
+        let points = (0..window.steps())
+            .map(|i| Point {
+                at_ms: grid.first_ms + i * grid.step_ms,
+                nanos: cards * NANO * percent / 100,
+            })
+            .collect();
+        busy.pods.insert(name, points);
+        busy.series += 1;
+    }
+    let quotas = service.list().await.unwrap();
+    let by_name: std::collections::HashMap<&str, &Quota> =
+        quotas.iter().map(|q| (q.name(), q)).collect();
+    let answers = BTreeMap::from([(Metric::GpuBusy, busy)]);
+    let (measured, _) = quota::real_usage::reading::measure_window(
+        &window,
+        &held,
+        &answers,
+        &by_name,
+        Default::default(),
+    );
+    (window, measured)
+}
+
+/// `bizrq_gpu_card_seconds` by (quota, figure), from the metrics' text.
+fn card_seconds_of(text: &str) -> BTreeMap<(String, String), f64> {
+    let label = |line: &str, name: &str| {
+        let at = line.find(&format!("{name}=\""))? + name.len() + 2;
+        Some(line[at..].split('"').next()?.to_string())
+    };
+    text.lines()
+        .filter(|l| l.starts_with("bizrq_gpu_card_seconds"))
+        .filter_map(|l| {
+            let v: f64 = l.rsplit(' ').next()?.parse().ok()?;
+            Some(((label(l, "quota")?, label(l, "figure")?), v))
+        })
+        .collect()
+}
+
+/// The quota page's "Allocated against used" totals, label → figure as
+/// a person reads it (`734.4 card-hours`, `10.6 %`).
+fn efficiency_totals(page: &str) -> BTreeMap<String, String> {
+    let text = |html: &str| {
+        let mut out = String::new();
+        let mut in_tag = false;
+        for c in html.chars() {
+            match c {
+                '<' => in_tag = true,
+                '>' => in_tag = false,
+                c if !in_tag => out.push(c),
+                _ => {}
+            }
+        }
+        out.replace('\u{a0}', " ").trim().to_string()
+    };
+    let Some(at) = page.find("class=\"efficiency-total\"") else {
+        return BTreeMap::new();
+    };
+    let dl = &page[at..];
+    let dl = &dl[..dl.find("</dl>").unwrap_or(dl.len())];
+    dl.split("<dt>")
+        .skip(1)
+        .map(|part| {
+            let (label, rest) = part.split_once("</dt>").unwrap_or((part, ""));
+            let dd = rest.split_once('>').map_or("", |(_, r)| r);
+            let dd = dd.split("</dd>").next().unwrap_or("");
+            (text(label), text(dd))
+        })
+        .collect()
 }
 
 /// Whether `name` is below `root` in `quotas`.
