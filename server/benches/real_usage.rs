@@ -39,12 +39,15 @@
 //! a catch-up of five steps (Prometheus was down five minutes), on SQLite
 //! and on PostgreSQL.
 //!
-//! Printed per cycle: the total, each metric's query (asked, answered and
+//! First the floor: Prometheus alone answering the same four queries at
+//! once through bizrq's client, the answers not read (what any reader
+//! of these series waits for on this machine). Printed per cycle: the total, each metric's query (asked, answered and
 //! read) and its reading alone, measuring, the store's write; and bizrq's
 //! memory: heap bytes held before, at the peak of and after the cycle
 //! (every allocation counted, jemalloc underneath as the shipped binary
 //! has it) and the process's resident set (its high-water mark reset
-//! before each cycle). Prometheus's and PostgreSQL's own memory are
+//! before each cycle); at the end, bizrq's own part of a cycle (the
+//! cycle less its wait for Prometheus) beside the floor. Prometheus's and PostgreSQL's own memory are
 //! theirs, not bizrq's. docs/benchmarks.md "Real usage read every
 //! minute" has the figures.
 
@@ -655,6 +658,35 @@ fn print(c: &Cycle) {
     );
 }
 
+/// The floor: Prometheus alone answering the four queries of a window
+/// of `steps` at once, through bizrq's client, the answers not read —
+/// what any reader of these series waits for on this machine.
+async fn floor(prom: &Prometheus, cfg: &RealUsageConfig, steps: i64) -> Duration {
+    let now = T0 + steps * cfg.step_ms + cfg.delay_ms;
+    let window = Window::next(
+        Some(T0),
+        now,
+        cfg.step_ms,
+        cfg.delay_ms,
+        cfg.max_steps,
+        cfg.catch_up_ms,
+    )
+    .expect("a window is ready");
+    let grid = window.grid();
+    let started = Instant::now();
+    let asked = cfg.queries.iter().map(|(_, template)| {
+        let query = template.render(cfg.rate_range_seconds);
+        async move {
+            prom.range(&query, grid)
+                .await
+                .expect("Prometheus answers")
+                .len()
+        }
+    });
+    futures::future::join_all(asked).await;
+    started.elapsed()
+}
+
 async fn run_on(
     label: &str,
     url: &str,
@@ -718,6 +750,21 @@ fn main() {
         let cfg = args.real_usage().unwrap().unwrap();
         let prom = Prometheus::new(&cfg).unwrap();
 
+        // Prometheus alone, the floor of every cycle below (its blocks
+        // warmed by the first ask).
+        let mut floors = Vec::new();
+        for (i, steps) in CYCLES.into_iter().enumerate() {
+            let f = floor(&prom, &cfg, steps).await;
+            println!(
+                "  the floor, Prometheus alone answering the four queries of {steps} step(s) at once: {:.0} ms{}",
+                ms(f),
+                if i == 0 { " (cold)" } else { "" }
+            );
+            if i > 0 {
+                floors.push((steps, f));
+            }
+        }
+
         let dir = tempfile::tempdir().unwrap();
         let sqlite = format!("sqlite://{}", dir.path().join("bizrq.db").display());
         let mut all = run_on("SQLite", &sqlite, &prom, &cfg, &view, &quotas).await;
@@ -752,6 +799,30 @@ fn main() {
         let extra = worst(&|c| (c.heap_peak - c.heap_before) as f64 / MIB);
         println!(
             "  worst warm cycle: {slowest:.0} ms (goal 2,000 ms), +{extra:.1} MiB of heap at its peak (goal 100 MiB)"
+        );
+        // bizrq's own part: the cycle less its wait for Prometheus.
+        let own = |steps: i64| {
+            warm.iter()
+                .filter(|c| c.steps == steps)
+                .map(|c| {
+                    let waited = c.queries.iter().map(|q| ms(q.1 - q.2)).fold(0.0, f64::max);
+                    ms(c.total) - waited
+                })
+                .fold(0.0, f64::max)
+        };
+        let floor_of = |steps: i64| {
+            floors
+                .iter()
+                .filter(|(s, _)| *s == steps)
+                .map(|(_, f)| ms(*f))
+                .fold(0.0, f64::max)
+        };
+        println!(
+            "  bizrq's own part of a warm cycle (the cycle less its wait for Prometheus): at most {:.0} ms at 1 step, {:.0} ms at 5; the floor (Prometheus alone, warm): {:.0} ms at 1 step, {:.0} ms at 5",
+            own(1),
+            own(5),
+            floor_of(1),
+            floor_of(5)
         );
         drop(served);
     });
