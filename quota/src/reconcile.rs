@@ -570,34 +570,9 @@ mod tests {
 
     #[test]
     fn a_charge_a_review_lowered_below_the_cache_is_raised_to_it() {
-        let mut q = Quota::new(
-            "q",
-            QuotaSpec {
-                parent: String::new(),
-                hard: [(
-                    "requests.nvidia.com/gpu".to_string(),
-                    Quantity::from_units(8),
-                )]
-                .into(),
-                max: Default::default(),
-                budgets: Default::default(),
-                queueing: Default::default(),
-                fair_sharing: Default::default(),
-                idle: None,
-            },
-        );
-        let charge = |count: i64| Charge {
-            pod_sets: vec![PodSet {
-                name: "main".into(),
-                count,
-                per_pod: gpus(1),
-                qos: None,
-            }],
-            hpa: None,
-            since: "2026-11-29T10:00:00Z".into(),
-            uid: "u".into(),
-            admitted: Some("2026-11-29T10:00:00Z".into()),
-        };
+        let mut q = gpu_quota(8);
+        let since = "2026-11-29T10:00:00Z";
+        let charge = |count: i64| gpu_charge(count, since, "u", Some(since));
         // Suspended by a review (0), the cache still shows 4 running.
         q.status
             .workloads
@@ -615,15 +590,7 @@ mod tests {
             .workloads
             .insert("batch/Job/n/done".into(), charge(0));
         q.status.refresh(&q.spec.clone());
-        let obs = |n: i64| Observed {
-            pod_sets: vec![PodSet {
-                name: "main".into(),
-                count: n,
-                per_pod: gpus(1),
-                qos: None,
-            }],
-            hpa: None,
-        };
+        let obs = gpu_obs;
         let observed: BTreeMap<String, Observed> = [
             ("batch/Job/n/victim".to_string(), obs(4)),
             ("batch/Job/n/even".to_string(), obs(2)),
@@ -685,39 +652,10 @@ mod tests {
     /// remembered, and the oldest entries go beyond `MAX_DELETED`.
     #[test]
     fn a_released_delete_the_watch_still_shows_is_not_charged_again() {
-        let mut q = Quota::new(
-            "q",
-            QuotaSpec {
-                parent: String::new(),
-                hard: gpus(8),
-                max: Default::default(),
-                budgets: Default::default(),
-                queueing: Default::default(),
-                fair_sharing: Default::default(),
-                idle: None,
-            },
-        );
-        let charge = |count: i64| Charge {
-            pod_sets: vec![PodSet {
-                name: "main".into(),
-                count,
-                per_pod: gpus(1),
-                qos: None,
-            }],
-            hpa: None,
-            since: crate::time::format_rfc3339(T0),
-            uid: "req".into(),
-            admitted: None,
-        };
-        let obs = |n: i64| Observed {
-            pod_sets: vec![PodSet {
-                name: "main".into(),
-                count: n,
-                per_pod: gpus(1),
-                qos: None,
-            }],
-            hpa: None,
-        };
+        let mut q = gpu_quota(8);
+        let since = crate::time::format_rfc3339(T0);
+        let charge = |count: i64| gpu_charge(count, &since, "req", None);
+        let obs = gpu_obs;
         let (a, b) = ("batch/Job/n/a", "batch/Job/n/b");
         q.status.workloads.insert(b.into(), charge(8));
         note_deleted(&mut q.status, a, "uid-a", T0);
@@ -843,6 +781,51 @@ mod tests {
         assert_eq!(q.status.deleted.len(), MAX_DELETED);
         assert!(!q.status.deleted.contains_key("batch/Job/n/j0004"));
         assert!(q.status.deleted.contains_key("batch/Job/n/j0005"));
+    }
+
+    /// A root quota of `hard` GPUs.
+    fn gpu_quota(hard: i64) -> Quota {
+        Quota::new(
+            "q",
+            QuotaSpec {
+                parent: String::new(),
+                hard: gpus(hard),
+                max: Default::default(),
+                budgets: Default::default(),
+                queueing: Default::default(),
+                fair_sharing: Default::default(),
+                idle: None,
+            },
+        )
+    }
+
+    /// A charge of `count` pods of one GPU each.
+    fn gpu_charge(count: i64, since: &str, uid: &str, admitted: Option<&str>) -> Charge {
+        Charge {
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count,
+                per_pod: gpus(1),
+                qos: None,
+            }],
+            hpa: None,
+            since: since.into(),
+            uid: uid.into(),
+            admitted: admitted.map(Into::into),
+        }
+    }
+
+    /// `n` pods of one GPU each, as the cache shows them.
+    fn gpu_obs(n: i64) -> Observed {
+        Observed {
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: n,
+                per_pod: gpus(1),
+                qos: None,
+            }],
+            hpa: None,
+        }
     }
 
     fn gpus(n: i64) -> ResourceList {

@@ -525,8 +525,6 @@ async fn cycle(
     steps: i64,
 ) -> Cycle {
     let from = carried.known_to.unwrap_or(T0);
-    // `now`: the window's last step ready, as the reader's clock has it.
-    let now = from + steps * cfg.step_ms + cfg.delay_ms;
     reset_hwm();
     let mut c = Cycle {
         steps,
@@ -536,15 +534,7 @@ async fn cycle(
     };
     PEAK.store(c.heap_before, Ordering::Relaxed);
     let started = Instant::now();
-    let window = Window::next(
-        Some(from),
-        now,
-        cfg.step_ms,
-        cfg.delay_ms,
-        cfg.max_steps,
-        cfg.catch_up_ms,
-    )
-    .expect("a window is ready");
+    let window = window_after(cfg, from, steps);
     assert_eq!(window.steps(), steps);
     let held: Vec<(String, Held)> = view.held(&carried.names);
     c.pods = held.len();
@@ -658,21 +648,26 @@ fn print(c: &Cycle) {
     );
 }
 
-/// The floor: Prometheus alone answering the four queries of a window
-/// of `steps` at once, through bizrq's client, the answers not read —
-/// what any reader of these series waits for on this machine.
-async fn floor(prom: &Prometheus, cfg: &RealUsageConfig, steps: i64) -> Duration {
-    let now = T0 + steps * cfg.step_ms + cfg.delay_ms;
-    let window = Window::next(
-        Some(T0),
+/// The reader's next window from `from` when `steps` steps are ready.
+fn window_after(cfg: &RealUsageConfig, from: i64, steps: i64) -> Window {
+    // `now`: the window's last step ready, as the reader's clock has it.
+    let now = from + steps * cfg.step_ms + cfg.delay_ms;
+    Window::next(
+        Some(from),
         now,
         cfg.step_ms,
         cfg.delay_ms,
         cfg.max_steps,
         cfg.catch_up_ms,
     )
-    .expect("a window is ready");
-    let grid = window.grid();
+    .expect("a window is ready")
+}
+
+/// The floor: Prometheus alone answering the four queries of a window
+/// of `steps` at once, through bizrq's client, the answers not read —
+/// what any reader of these series waits for on this machine.
+async fn floor(prom: &Prometheus, cfg: &RealUsageConfig, steps: i64) -> Duration {
+    let grid = window_after(cfg, T0, steps).grid();
     let started = Instant::now();
     let asked = cfg.queries.iter().map(|(_, template)| {
         let query = template.render(cfg.rate_range_seconds);
