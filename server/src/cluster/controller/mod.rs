@@ -164,8 +164,9 @@ pub struct Context {
     /// and how often each quota yielded to the same head of a sibling.
     fair: fair::Yields,
     /// When a quota's queue next needs a round although nothing changed
-    /// (an entry crosses its alert threshold, an orphan's grace ends), in
-    /// the service's clock: its reconcile asks to be run again then.
+    /// (an entry crosses its alert threshold, an orphan's grace ends), or
+    /// a released DELETE is to be asked about (`deleted`), in the
+    /// service's clock: its reconcile asks to be run again then.
     wake: Mutex<HashMap<String, i64>>,
     /// The ledger window of each quota known to be in the ledger (its
     /// outbox appended in this life): its next reconcile need not append

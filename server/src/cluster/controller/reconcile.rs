@@ -65,22 +65,17 @@ pub async fn reconcile(
             // A queue that needs a round at a time of its own (an alert
             // threshold, an orphan's grace) asks for it; at most a resync
             // away, at least a second.
-            let wake = ctx.wake.lock().unwrap().remove(&name).map(|at| {
-                let ms = at.saturating_sub(ctx.now()).max(1000) as u64;
-                Duration::from_millis(ms)
-            });
-            // A released DELETE whose object the watch still shows is
-            // asked of the API server a moment after it was met (`deleted`).
-            let ask = ctx.deleted_checks.take_again(&name);
-            Ok(match wake.into_iter().chain(ask).min() {
-                Some(d) => Action::requeue(d.min(ctx.cfg.resync)),
+            let wake = ctx.wake.lock().unwrap().remove(&name);
+            Ok(match wake {
+                Some(at) => {
+                    let ms = at.saturating_sub(ctx.now()).max(1000) as u64;
+                    Action::requeue(Duration::from_millis(ms).min(ctx.cfg.resync))
+                }
                 None => Action::await_change(),
             })
         }
         Err(source) => {
             m.count_reconcile("error");
-            // Retried with its own backoff: that reconcile asks.
-            ctx.deleted_checks.take_again(&name);
             Err(Error {
                 quota: name,
                 source,
@@ -179,13 +174,8 @@ impl Context {
             .and_then(|s| self.service.cached_quota(&s.quota.spec.parent))
             .map(|p| quota::fair::lendable(&p.quota));
         // Released DELETEs the watch still shows: the API server asked
-        // whether each really happened, once met for a while.
-        let deleted = self
-            .service
-            .cached_quota(name)
-            .map(|s| s.quota.status.deleted.clone())
-            .unwrap_or_default();
-        let checked = self.check_deleted(name, &deleted, &snap.object_uids).await;
+        // whether each really happened, once honoured for a while.
+        let alive = self.check_deleted(name, &snap.object_uids).await;
         // The released DELETEs the write honoured, as it read them.
         let mut kept_deleted: Vec<(String, String)> = Vec::new();
         let result = self
@@ -213,7 +203,7 @@ impl Context {
                     &mut observed,
                     &mut q.status,
                     &snap.object_uids,
-                    &checked.alive,
+                    &alive,
                     now,
                 );
                 kept_deleted = q
@@ -375,7 +365,7 @@ impl Context {
             }
             Err(e) => return Err(e),
         };
-        self.deleted_checks.met(name, &kept_deleted);
+        self.deleted_met(name, &kept_deleted);
         if let (true, Some((from, entries))) = (written, window) {
             self.append_window(name, from, now, entries);
         }
