@@ -193,12 +193,18 @@ pub const DELETED_TTL_MS: i64 = 600_000;
 /// the transient recharge `status.deleted` prevents, never a lost charge.
 pub const MAX_DELETED: usize = 128;
 
+/// The longest object uid a released DELETE is remembered by: the API
+/// server's are 36-character UUIDs.
+pub const MAX_DELETED_UID: usize = 128;
+
 /// A DELETE's review released `wref`'s charge, the object `uid`'s, at
 /// `now_ms`: remembered in `status.deleted` so that the controller does
 /// not charge it again from a watch that still shows it (an object
-/// without a uid, an unreadable old object, is not).
+/// without a uid, an unreadable old object, is not; nor one whose uid is
+/// longer than any the API server makes, `MAX_DELETED_UID`: the review
+/// is hostile, and the status stays small).
 pub fn note_deleted(status: &mut QuotaStatus, wref: &str, uid: &str, now_ms: i64) {
-    if uid.is_empty() {
+    if uid.is_empty() || uid.len() > MAX_DELETED_UID {
         return;
     }
     status
@@ -660,6 +666,8 @@ mod tests {
         q.status.workloads.insert(b.into(), charge(8));
         note_deleted(&mut q.status, a, "uid-a", T0);
         note_deleted(&mut q.status, "batch/Job/n/unread", "", T0);
+        let hostile = "u".repeat(MAX_DELETED_UID + 1);
+        note_deleted(&mut q.status, "batch/Job/n/hostile", &hostile, T0);
         assert_eq!(q.status.deleted.len(), 1);
         q.status.refresh(&q.spec.clone());
         let mut observed: BTreeMap<String, Observed> =
@@ -785,18 +793,11 @@ mod tests {
 
     /// A root quota of `hard` GPUs.
     fn gpu_quota(hard: i64) -> Quota {
-        Quota::new(
-            "q",
-            QuotaSpec {
-                parent: String::new(),
-                hard: gpus(hard),
-                max: Default::default(),
-                budgets: Default::default(),
-                queueing: Default::default(),
-                fair_sharing: Default::default(),
-                idle: None,
-            },
-        )
+        let spec = QuotaSpec {
+            hard: gpus(hard),
+            ..Default::default()
+        };
+        Quota::new("q", spec)
     }
 
     /// A charge of `count` pods of one GPU each.
