@@ -41,6 +41,23 @@ fn forged_delete(d: &serde_json::Value, uid: &str) -> serde_json::Value {
     review("deployment-delete.json", uid, None, Some(d.clone()))
 }
 
+/// `team` as `undone` says, within 10 s of `since` (a forged review's
+/// answer).
+async fn undone_within_10_s(
+    c: &Cluster,
+    what: &str,
+    since: Instant,
+    undone: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let q = c.until("team", what, undone).await;
+    assert!(
+        since.elapsed() < Duration::from_secs(10),
+        "{what}: undone after {:?}",
+        since.elapsed()
+    );
+    q
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_delete_of_a_running_deployment_is_undone_within_10_s() {
     let c = Cluster::start().await;
@@ -56,14 +73,10 @@ async fn a_forged_delete_of_a_running_deployment_is_undone_within_10_s() {
     // The release is written before the answer. (The controller's quota
     // watch may see it before this replica has noted the version as its
     // own, and reconcile at once; the re-check undoes it in any case.)
-    let q = c
-        .until("team", "train charged again", |q| used(q, GPU) == "24")
-        .await;
-    assert!(
-        forged_at.elapsed() < Duration::from_secs(10),
-        "undone after {:?}",
-        forged_at.elapsed()
-    );
+    let q = undone_within_10_s(&c, "train charged again", forged_at, |q| {
+        used(q, GPU) == "24"
+    })
+    .await;
     assert!(
         q["status"]["workloads"]["apps/Deployment/nlp/train"].is_object(),
         "{q}"
@@ -85,15 +98,10 @@ async fn a_forged_delete_of_a_running_deployment_is_undone_within_10_s() {
         .await;
     assert_eq!(r["allowed"], true, "{r}");
     let again_at = Instant::now();
-    c.until("team", "train charged again, twice", |q| {
+    undone_within_10_s(&c, "train charged again, twice", again_at, |q| {
         used(q, GPU) == "24" && q["status"]["deleted"].is_null()
     })
     .await;
-    assert!(
-        again_at.elapsed() < Duration::from_secs(10),
-        "undone after {:?}",
-        again_at.elapsed()
-    );
     c.until_metric("bizrq_rechecks_total 2").await;
 
     // A genuine DELETE (the API server removes the object after our
@@ -123,13 +131,10 @@ async fn a_forged_scale_down_of_a_running_deployment_is_undone_within_10_s() {
     let forged_at = Instant::now();
     // A reservation never frees what runs: the lowered charge, though
     // admitted a moment ago, yields to the 3 replicas the cluster shows.
-    c.until("team", "train charged again", |q| used(q, GPU) == "24")
-        .await;
-    assert!(
-        forged_at.elapsed() < Duration::from_secs(10),
-        "undone after {:?}",
-        forged_at.elapsed()
-    );
+    undone_within_10_s(&c, "train charged again", forged_at, |q| {
+        used(q, GPU) == "24"
+    })
+    .await;
     c.until_metric("bizrq_rechecks_total 1").await;
     c.running.shutdown().await;
 }
@@ -168,14 +173,10 @@ async fn a_forged_delete_sent_to_a_replica_that_does_not_lead_is_undone() {
         .await;
     assert_eq!(r["allowed"], true, "{r}");
     let forged_at = Instant::now();
-    leader
-        .until("team", "train charged again", |q| used(q, GPU) == "24")
-        .await;
-    assert!(
-        forged_at.elapsed() < Duration::from_secs(10),
-        "undone after {:?}",
-        forged_at.elapsed()
-    );
+    undone_within_10_s(&leader, "train charged again", forged_at, |q| {
+        used(q, GPU) == "24"
+    })
+    .await;
     let lease = fake
         .get(
             "coordination.k8s.io",
