@@ -113,6 +113,8 @@ struct HpaSeen {
 /// Everything one reconcile of one quota needs, copied out of the view.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
+    /// Each workload as the watch shows it, but those of `released`: a
+    /// finished one that runs nothing any more has no size to charge.
     pub observed: BTreeMap<String, Observed>,
     pub runs: Vec<PodRun>,
     /// The pod uid of each of `runs`, for `View::settle`.
@@ -875,11 +877,22 @@ impl View {
         let mut finished_uids = BTreeMap::new();
         let mut object_uids = BTreeMap::new();
         for (wref, s) in seen {
+            if !s.info.uid.is_empty() {
+                object_uids.insert(wref.clone(), s.info.uid.clone());
+            }
             if s.finished {
                 finished.insert(wref.clone());
                 finished_uids.insert(wref.clone(), s.info.uid.clone());
                 if let Some(at) = s.finished_at.filter(|_| !self.runs_pods(wref)) {
                     released.insert(wref.clone(), at);
+                    // Runs nothing for good: not a size to charge. Its
+                    // charge goes (`quota::reconcile::release_finished`),
+                    // or, a newer object's of the name, is held as that
+                    // object's own until the watch shows it. A quota keeps
+                    // hundreds of finished Jobs; copying each one's pod
+                    // sets on every reconcile to drop them was half of
+                    // its CPU (docs/benchmarks.md).
+                    continue;
                 }
             }
             let hpa = self
@@ -894,9 +907,6 @@ impl View {
                     hpa,
                 },
             );
-            if !s.info.uid.is_empty() {
-                object_uids.insert(wref.clone(), s.info.uid.clone());
-            }
         }
         Snapshot {
             observed,

@@ -449,6 +449,9 @@ mod tests {
         /// Whole reads of a quota (`get`) so far.
         gets: std::sync::atomic::AtomicUsize,
         fail: AtomicBool,
+        /// The store's feed, as a watch would show the quota (None: no
+        /// feed, as SQL has none).
+        feed: std::sync::Mutex<Option<Stored>>,
         /// Before the next status write: another replica charges this
         /// many cards to the same quota (so that write loses its swap).
         interfere: std::sync::Mutex<Option<i64>>,
@@ -462,6 +465,14 @@ mod tests {
         }
         async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
             self.inner.version(name).await
+        }
+        fn watched(&self, _name: &str, than: Option<i64>) -> crate::store::Watched {
+            use crate::store::Watched;
+            match self.feed.lock().unwrap().as_ref() {
+                None => Watched::NoFeed,
+                Some(s) if than.is_some_and(|t| s.version <= t) => Watched::NotNewer,
+                Some(s) => Watched::Newer(Box::new(s.clone())),
+            }
         }
         async fn list(&self) -> Result<Vec<Stored>, StoreError> {
             self.inner.list().await
@@ -545,6 +556,7 @@ mod tests {
             inner: store.clone(),
             gets: Default::default(),
             fail: AtomicBool::new(false),
+            feed: Default::default(),
             interfere: Default::default(),
         });
         let svc = Arc::new(Service::new(
@@ -687,6 +699,53 @@ mod tests {
         assert_eq!(stored.status.used[GPU], "1".parse().unwrap());
     }
 
+    /// The controller's reconcile (`update_status_watched`) decides on the
+    /// newest copy it knows, its own or its watch's, and one that writes
+    /// nothing stands without reading the quota; with no feed it is read.
+    async fn a_watched_decision_that_writes_nothing_reads_nothing(store: &SqlStore) {
+        let (rigged, svc) = rigged(store, "10").await;
+        let w0 = "apps/Deployment/ns/w0";
+        svc.charge(crate::service::ChargeRequest::new(
+            "team",
+            w0,
+            pod_sets(1),
+            "uid-0",
+        ))
+        .await
+        .unwrap();
+        let gets = || rigged.gets.load(Ordering::SeqCst);
+        let charged = |svc: Arc<Service>| async move {
+            svc.update_status_watched("team", |q| Ok((false, q.status.workloads.contains_key(w0))))
+                .await
+                .unwrap()
+        };
+        // No feed: nothing to write is proven on a fresh read.
+        let before = gets();
+        assert!(charged(svc.clone()).await);
+        assert_eq!(gets(), before + 1);
+        // The feed shows the version this replica holds: no read.
+        *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
+        let before = gets();
+        assert!(charged(svc.clone()).await);
+        assert_eq!(gets(), before);
+        // Another replica releases w0 and the feed shows it: decided on
+        // the feed's newer copy, still with no read.
+        let theirs = store.get("team").await.unwrap().unwrap();
+        let mut q = theirs.quota.clone();
+        assert!(quota::admission::release(&mut q, w0));
+        store.replace_status(&theirs, &q.status).await.unwrap();
+        *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
+        let before = gets();
+        assert!(!charged(svc.clone()).await);
+        assert_eq!(gets(), before);
+        // `update_status` still proves its copy with a read.
+        let before = gets();
+        svc.update_status("team", false, |_| Ok((false, ())))
+            .await
+            .unwrap();
+        assert!(gets() > before);
+    }
+
     async fn a_quota_another_replica_writes_goes_to_the_lock_at_once(store: &SqlStore) {
         let (rigged, svc) = rigged(store, "100").await;
         // The first write loses its swap to another replica's charge.
@@ -722,6 +781,7 @@ mod tests {
     on_both_databases!(
         a_quota_another_replica_writes_goes_to_the_lock_at_once,
         an_unchanged_batch_is_proven_by_the_version_alone,
+        a_watched_decision_that_writes_nothing_reads_nothing,
         a_failed_batch_write_tells_nobody_allowed,
         a_lost_swap_decides_the_whole_batch_again,
         a_panicking_decision_strands_nobody,

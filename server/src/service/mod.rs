@@ -384,6 +384,25 @@ impl Service {
         self.modify(name, dry_run, None, f).await
     }
 
+    /// `update_status` for a controller that acts on its watch, as a
+    /// Kubernetes controller acts on its informer's cache: the decision is
+    /// made on the newest copy this replica knows (its own writes, and the
+    /// store's feed of everyone's), and one that writes nothing stands
+    /// without a fresh read. That is safe where every version another
+    /// writer stores reaches the caller again through the same feed (the
+    /// controller reconciles each such version: a decision on a copy the
+    /// feed had not caught up with is made again on the newer one). A
+    /// store with no feed is read fresh, as `update_status` does. The
+    /// reconcile's "nothing to change" was a whole read of the quota on
+    /// most reconciles (docs/benchmarks.md, Kueue's baseline).
+    pub async fn update_status_watched<T>(
+        &self,
+        name: &str,
+        f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
+    ) -> Result<T, ServiceError> {
+        self.modify_as(name, false, None, true, f).await
+    }
+
     /// The one compare-and-swap loop. `f` may change spec (written with
     /// status) or only status (the status subresource). With
     /// `expected_version` the caller's version must still be current and a
@@ -393,12 +412,31 @@ impl Service {
         name: &str,
         dry_run: bool,
         expected_version: Option<i64>,
+        f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
+    ) -> Result<T, ServiceError> {
+        self.modify_as(name, dry_run, expected_version, false, f)
+            .await
+    }
+
+    /// `modify`; `watched`: decide on the newest copy this replica knows
+    /// and let a decision that writes nothing stand on it, when the store
+    /// has a feed (`update_status_watched`).
+    async fn modify_as<T>(
+        &self,
+        name: &str,
+        dry_run: bool,
+        expected_version: Option<i64>,
+        watched: bool,
         mut f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
         let _guard = self.lock(name).await;
         let mut use_cache = expected_version.is_none();
         for attempt in 1..=MAX_ATTEMPTS {
-            let cached = if use_cache { self.cached(name) } else { None };
+            let (cached, fed) = match use_cache {
+                false => (None, false),
+                true if watched => self.newest_known(name),
+                true => (self.cached(name), false),
+            };
             let from_cache = cached.is_some();
             let current = match cached {
                 Some(c) => c,
@@ -426,7 +464,7 @@ impl Service {
                 r => r?,
             };
             if !changed || dry_run {
-                if from_cache {
+                if from_cache && !(fed && !dry_run) {
                     use_cache = false;
                     continue;
                 }
@@ -499,6 +537,19 @@ impl Service {
 
     fn cached(&self, name: &str) -> Option<Arc<Stored>> {
         self.cache.get(name)
+    }
+
+    /// The newer of this process's copy of `name` and the store's feed's,
+    /// with no request, and whether the store has a feed that shows it.
+    /// The feed's copy is not kept as this process's: a write of the
+    /// group commit (not under `lock`) may have just stored a newer one.
+    fn newest_known(&self, name: &str) -> (Option<Arc<Stored>>, bool) {
+        let copy = self.cached(name);
+        match self.store.watched(name, copy.as_ref().map(|c| c.version)) {
+            Watched::Newer(s) => (Some(Arc::new(*s)), true),
+            Watched::NotNewer => (copy, true),
+            Watched::NoFeed | Watched::Missing => (copy, false),
+        }
     }
 
     fn remember(&self, stored: Arc<Stored>) {

@@ -70,7 +70,7 @@ impl Context {
             return Ok(());
         }
         let found = if wants {
-            self.preemption_plan(&q, now).await?.reclaim()
+            self.preemption_plan(&q, now, None).await?.reclaim()
         } else {
             None
         };
@@ -197,10 +197,15 @@ impl Context {
     /// entries whose object the watch has seen, each judged at the
     /// priority of its classes now, against the running work of the quota
     /// as the watch shows it.
+    ///
+    /// `pool`: the pool a round over this very `q` planned with (its
+    /// limits read its parent a moment ago), weighed again instead of
+    /// reading the parent and its children once more.
     pub(super) async fn preemption_plan(
         &self,
         q: &quota::Quota,
         now: i64,
+        pool: Option<&quota::queue::Pool>,
     ) -> Result<Weighed, ServiceError> {
         let classes = self.service.priorities.classes().await.ok();
         let resolve = |names: &[String], seen: i32| -> i32 {
@@ -252,10 +257,17 @@ impl Context {
         if known.is_empty() {
             return Ok(Weighed::Nothing);
         }
-        let limits = self.service.queue_limits(q).await?;
         // The same order as the round (`queue_pool`): by submitters' usage
         // where the policy asks, so the head planned for is the one admitted.
-        let pool = self.queue_pool(q, &limits).await;
+        let read;
+        let pool = match pool {
+            Some(p) => p,
+            None => {
+                let limits = self.service.queue_limits(q).await?;
+                read = self.queue_pool(q, &limits).await;
+                &read
+            }
+        };
         let budgets = queue::budgets::of(q);
         let price_list = self.service.price_list();
         let views: Vec<_> = budgets
@@ -264,7 +276,7 @@ impl Context {
             .collect();
         Ok(preempt::weigh(
             &known,
-            &pool,
+            pool,
             &views,
             &q.spec.queueing,
             now,

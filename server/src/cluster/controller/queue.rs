@@ -229,7 +229,7 @@ impl Context {
         // for (its budget, its turn): a person sees why nothing is taken.
         if q.spec.queueing.preemption == quota::object::queueing::Preemption::LowerPriority {
             if let queue::preempt::Weighed::Futile { head, after } =
-                self.preemption_plan(&q, now).await?
+                self.preemption_plan(&q, now, Some(&pool)).await?
             {
                 let n = queue::preempt::futile_words(&after);
                 notes

@@ -180,7 +180,7 @@ impl Context {
         let mut kept_deleted: Vec<(String, String)> = Vec::new();
         let result = self
             .service
-            .update_status(name, false, |q| {
+            .update_status_watched(name, |q| {
                 let mut observed = snap.observed.clone();
                 // A held, marked object with no charge waits for a round
                 // (docs/queueing.md §12): not a workload to record, or every
