@@ -261,9 +261,22 @@ pub fn charge_within(
 /// adapters refuse such objects first, with the field named; this holds
 /// for counts that arrive later (a scale, an HPA's maxReplicas) too.
 pub fn check_charge(wref: &str, charge: &Charge) -> Result<(), Denial> {
+    check_sized(wref, &charge.pod_sets, charge.hpa.as_ref(), &charge.usage())
+}
+
+/// `check_charge` of a charge's parts, its `usage` summed by the caller:
+/// a queue's round checks every entry it weighs, and building a whole
+/// charge for each (its pod sets copied, two times formatted) was most of
+/// a round's cost over a long queue.
+pub fn check_sized(
+    wref: &str,
+    pod_sets: &[crate::workload::PodSet],
+    hpa: Option<&crate::object::HpaCharge>,
+    usage: &ResourceList,
+) -> Result<(), Denial> {
     let bad = |problem: String| Err(Denial::Invalid(format!("bizrq: {wref}: {problem}")));
-    let counts = charge.pod_sets.iter().map(|s| (s.name.as_str(), s.count));
-    let hpa = charge.hpa.iter().map(|h| ("maxReplicas", h.max_replicas));
+    let counts = pod_sets.iter().map(|s| (s.name.as_str(), s.count));
+    let hpa = hpa.iter().map(|h| ("maxReplicas", h.max_replicas));
     for (name, n) in counts.chain(hpa) {
         if !(0..=MAX_REPLICAS).contains(&n) {
             return bad(format!(
@@ -271,7 +284,7 @@ pub fn check_charge(wref: &str, charge: &Charge) -> Result<(), Denial> {
             ));
         }
     }
-    for set in &charge.pod_sets {
+    for set in pod_sets {
         if let Some((k, v)) = set
             .per_pod
             .iter()
@@ -280,11 +293,7 @@ pub fn check_charge(wref: &str, charge: &Charge) -> Result<(), Denial> {
             return bad(format!("a {:?} pod asks {v} of {k}", set.name));
         }
     }
-    if let Some((k, v)) = charge
-        .usage()
-        .into_iter()
-        .find(|(_, v)| v.nanos() > MAX_NANOS)
-    {
+    if let Some((k, v)) = usage.iter().find(|(_, v)| v.nanos() > MAX_NANOS) {
         return bad(format!(
             "its pods come to {v} of {k}, more than a quota accounts"
         ));

@@ -171,7 +171,8 @@ impl Pool {
     /// give with all its own work gone (carve-outs of children stay) and —
     /// where it may borrow — everything up to max on loan.
     pub fn never(&self, q: &Queued) -> Option<String> {
-        if let Err(d) = admission::check_charge(&q.workload_ref, &q.charge(0)) {
+        let usage = q.usage();
+        if let Err(d) = admission::check_sized(&q.workload_ref, &q.pod_sets, None, &usage) {
             return Some(d.to_string());
         }
         let may_borrow = !self.quota.spec.max.is_empty() && !self.quota.spec.parent.is_empty();
@@ -180,7 +181,7 @@ impl Pool {
         } else {
             &self.limits
         };
-        for (k, d) in q.usage() {
+        for (k, d) in usage {
             let Some(c) = admission::ceiling(&self.quota, &k, widest) else {
                 continue;
             };

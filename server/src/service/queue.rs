@@ -171,10 +171,9 @@ impl Service {
             Err(ServiceError::NotFound(_)) => return Ok((ResourceList::new(), None)),
             Err(e) => return Err(e),
         };
-        let kids = self.store.children(&q.spec.parent).await?;
-        let standings = Standing::of_all(kids.iter().map(|s| &s.quota));
+        let kids = self.store.children_quotas(&q.spec.parent).await?;
+        let standings = Standing::of_all(kids.iter().map(|k| &**k));
         let limits = queue::borrow_limits(q, Some(&parent), &standings, self.now());
-        let kids = kids.into_iter().map(|s| s.quota).collect();
         Ok((limits, Some(queue::share::Family { parent, kids })))
     }
 
@@ -789,8 +788,13 @@ impl Service {
                     return Ok(done);
                 }
             };
-            let children =
-                Standing::of_all(self.store.children(&parent).await?.iter().map(|s| &s.quota));
+            let children = Standing::of_all(
+                self.store
+                    .children_quotas(&parent)
+                    .await?
+                    .iter()
+                    .map(|k| &**k),
+            );
             let lent = self
                 .update_status(&parent, false, |p| {
                     match borrow::lend(p, &req, &children, now_ms) {

@@ -169,6 +169,17 @@ pub trait QuotaStore: Send + Sync + 'static {
     }
     async fn list(&self) -> Result<Vec<Stored>, StoreError>;
     async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError>;
+    /// `children`' quotas, shared: for a plan that only reads them (a
+    /// queued create's review, a round's loan). A store with a feed keeps
+    /// each conversion until the quota's version moves.
+    async fn children_quotas(&self, name: &str) -> Result<Vec<std::sync::Arc<Quota>>, StoreError> {
+        Ok(self
+            .children(name)
+            .await?
+            .into_iter()
+            .map(|s| std::sync::Arc::new(s.quota))
+            .collect())
+    }
     /// The quotas of the subtrees under `roots` (the roots included, each
     /// once, by name), without reading the rest of the forest: what a
     /// viewer bound to a few quotas may see costs what those subtrees hold.

@@ -46,7 +46,14 @@ pub struct ClusterStore {
     lookup_lists: prometheus_client::metrics::counter::Counter,
     /// Lookups whose GET of the workload failed, answered by a LIST.
     lookup_read_failures: prometheus_client::metrics::counter::Counter,
+    /// Children converted from the watch's copy, by name, each with the
+    /// version it was converted at (`children_quotas`).
+    converted: std::sync::Mutex<HashMap<String, (i64, std::sync::Arc<Quota>)>>,
 }
+
+/// At most this many conversions are kept (`ClusterStore::converted`);
+/// past it they are dropped and made again as asked.
+const CONVERTED_KEPT: usize = 1024;
 
 impl ClusterStore {
     /// `cache` is fed by a reflector over the same resource (see
@@ -62,6 +69,7 @@ impl ClusterStore {
             reach: Default::default(),
             lookup_lists: Default::default(),
             lookup_read_failures: Default::default(),
+            converted: Default::default(),
         }
     }
 
@@ -861,6 +869,49 @@ impl QuotaStore for ClusterStore {
             .collect::<Result<Vec<_>, _>>()?;
         kids.sort_by(|a, b| a.quota.name().cmp(b.quota.name()));
         Ok(kids)
+    }
+
+    async fn children_quotas(&self, name: &str) -> Result<Vec<std::sync::Arc<Quota>>, StoreError> {
+        // The names from the feed's index by parent (not a pass over the
+        // whole forest), each conversion kept until its version moves.
+        let names: Vec<String> = self
+            .kids
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .of
+            .get(name)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(names.len());
+        for n in names {
+            let Some(k) = self.cache.get(&reflector::ObjectRef::new(&n)) else {
+                continue;
+            };
+            if k.spec.parent != name {
+                continue;
+            }
+            let version = version_of(&k)?;
+            let kept = {
+                let c = self.converted.lock().unwrap_or_else(|e| e.into_inner());
+                c.get(&n)
+                    .filter(|(v, _)| *v == version)
+                    .map(|(_, q)| q.clone())
+            };
+            let q = match kept {
+                Some(q) => q,
+                None => {
+                    let q = std::sync::Arc::new(to_stored(&k)?.quota);
+                    let mut c = self.converted.lock().unwrap_or_else(|e| e.into_inner());
+                    if c.len() >= CONVERTED_KEPT {
+                        c.clear();
+                    }
+                    c.insert(n, (version, q.clone()));
+                    q
+                }
+            };
+            out.push(q);
+        }
+        Ok(out)
     }
 
     async fn subtrees(&self, roots: &[String]) -> Result<Vec<Stored>, StoreError> {
