@@ -403,6 +403,16 @@ impl Service {
         self.modify_as(name, false, None, true, f).await
     }
 
+    /// `update_status_watched` when `watched`, else `update_status`.
+    pub async fn update_status_as<T>(
+        &self,
+        name: &str,
+        watched: bool,
+        f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
+    ) -> Result<T, ServiceError> {
+        self.modify_as(name, false, None, watched, f).await
+    }
+
     /// The one compare-and-swap loop. `f` may change spec (written with
     /// status) or only status (the status subresource). With
     /// `expected_version` the caller's version must still be current and a

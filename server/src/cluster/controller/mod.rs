@@ -223,11 +223,14 @@ impl Context {
     /// and siblings are read from the store's cache, a watch of its own
     /// that may lag it: a child's queue head or a sibling's release
     /// written just before would be missed, and nothing would ask again.
-    pub(super) async fn store_caught_up(&self, name: &str) {
+    /// Whether it did (within the bound).
+    pub(super) async fn store_caught_up(&self, name: &str) -> bool {
         let seen = self.quota_seen.load(std::sync::atomic::Ordering::SeqCst);
-        if !self.service.caught_up_to(seen).await {
+        let caught_up = self.service.caught_up_to(seen).await;
+        if !caught_up {
             tracing::debug!(quota = %name, version = seen, "the store's cache lags the controller's watch; going on with it");
         }
+        caught_up
     }
 
     /// An Event on a workload (`action`: the controller's part that acts,

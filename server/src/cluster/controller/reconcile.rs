@@ -101,7 +101,12 @@ impl Context {
     /// Bring one quota's status to what the cluster shows.
     pub async fn reconcile_quota(&self, name: &str) -> Result<Reconciled, ServiceError> {
         let _serial = self.one_at_a_time(name).await;
-        self.store_caught_up(name).await;
+        // The store's feed at least as new as every version of this quota
+        // the controller's watch delivered: a decision on it that writes
+        // nothing stands (`update_status_watched`), since another writer's
+        // later version comes back through the watch and reconciles again.
+        // Behind it (past the bound), nothing to write is proven by a read.
+        let caught_up = self.store_caught_up(name).await;
         let now = self.now();
         let (snap, waiting_marked) = {
             let v = self.view.lock().unwrap();
@@ -180,7 +185,7 @@ impl Context {
         let mut kept_deleted: Vec<(String, String)> = Vec::new();
         let result = self
             .service
-            .update_status_watched(name, |q| {
+            .update_status_as(name, caught_up, |q| {
                 let mut observed = snap.observed.clone();
                 // A held, marked object with no charge waits for a round
                 // (docs/queueing.md §12): not a workload to record, or every
