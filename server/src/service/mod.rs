@@ -496,6 +496,11 @@ impl Service {
                     if !from_cache {
                         backoff(attempt).await;
                     }
+                    // The feed's copy lost: it lags the store, and would
+                    // lose again. Decide again on a fresh read.
+                    if fed {
+                        use_cache = false;
+                    }
                 }
                 Err(e) => return Err(e.into()),
             }
