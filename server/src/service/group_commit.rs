@@ -744,6 +744,27 @@ mod tests {
             .await
             .unwrap();
         assert!(gets() > before);
+        // A feed that lags the store: a write on its copy loses the swap,
+        // and is decided again on a fresh read (not on the feed again).
+        let lagging = store.get("team").await.unwrap();
+        let theirs = store.get("team").await.unwrap().unwrap();
+        let mut q = theirs.quota.clone();
+        quota::admission::charge(&mut q, "apps/Deployment/ns/theirs", charge(2, "t")).unwrap();
+        store.replace_status(&theirs, &q.status).await.unwrap();
+        *rigged.feed.lock().unwrap() = lagging;
+        let before = gets();
+        let seen_theirs = svc
+            .update_status_watched("team", |q| {
+                let theirs = q.status.workloads.contains_key("apps/Deployment/ns/theirs");
+                quota::admission::charge(q, w0, charge(1, "uid-0"))?;
+                Ok((true, theirs))
+            })
+            .await
+            .unwrap();
+        assert!(seen_theirs, "written on the fresh read");
+        assert_eq!(gets(), before + 1);
+        let stored = store.get("team").await.unwrap().unwrap().quota;
+        assert_eq!(stored.status.used[GPU], "3".parse().unwrap());
     }
 
     async fn a_quota_another_replica_writes_goes_to_the_lock_at_once(store: &SqlStore) {
