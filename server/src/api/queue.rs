@@ -26,7 +26,10 @@ pub async fn get(
     let now = w.now();
     let mut q = w.copy(&app.service.get(&name).await?.quota);
     let (_, family) = app.service.queue_plan(&q).await?;
-    let siblings: Vec<&quota::Quota> = family.iter().flat_map(|f| f.kids.iter().map(|k| &**k)).collect();
+    let siblings: Vec<&quota::Quota> = family
+        .iter()
+        .flat_map(|f| f.kids.iter().map(|k| &**k))
+        .collect();
     let parent = family.as_ref().map(|f| &f.parent);
     w.restate_budget_reasons(&mut q, parent, &siblings);
     let items: Vec<_> = q
