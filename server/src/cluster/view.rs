@@ -1304,6 +1304,11 @@ mod tests {
             s.released.get(wref).copied(),
             quota::time::parse_rfc3339("2027-01-15T08:00:00Z")
         );
+        assert!(
+            !s.observed.contains_key(wref),
+            "it runs nothing for good: no size to charge, not copied"
+        );
+        assert_eq!(s.object_uids.get(wref).map(String::as_str), Some("j-1"));
 
         // A pod deleted while running ends it too.
         v.apply_pod(pod(running), BTreeMap::new(), 0, false, T);
