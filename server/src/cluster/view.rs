@@ -114,7 +114,9 @@ struct HpaSeen {
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     /// Each workload as the watch shows it, but those of `released`: a
-    /// finished one that runs nothing any more has no size to charge.
+    /// finished one that runs nothing any more is not copied, as its
+    /// charge goes (`View::observed_in` gives the few whose charge is a
+    /// newer object's of the name).
     pub observed: BTreeMap<String, Observed>,
     pub runs: Vec<PodRun>,
     /// The pod uid of each of `runs`, for `View::settle`.
@@ -865,6 +867,27 @@ impl View {
         )
     }
 
+    /// What a reconcile charges `wref` at, as the watch shows it.
+    fn observed_of(&self, wref: &str, s: &Seen) -> Observed {
+        let hpa = self
+            .hpa_targets
+            .get(wref)
+            .and_then(|keys| keys.iter().filter_map(|k| self.hpas.get(k)).next())
+            .map(|h| h.charge.clone());
+        Observed {
+            pod_sets: s.pod_sets.clone(),
+            hpa,
+        }
+    }
+
+    /// `wref` bound to `quota` as a reconcile charges it, whatever its
+    /// state: for the few workloads `snapshot` leaves out of `observed`
+    /// (finished, running nothing) whose charge is kept as a newer
+    /// object's of the name (`quota::reconcile::release_finished`).
+    pub fn observed_in(&self, quota: &str, wref: &str) -> Option<Observed> {
+        self.seen_in(quota, wref).map(|s| self.observed_of(wref, s))
+    }
+
     /// `wref` as the watch shows it, where it is bound to `quota`.
     fn seen_in(&self, quota: &str, wref: &str) -> Option<&Seen> {
         self.workloads.get(wref).filter(|s| s.quota == quota)
@@ -885,28 +908,16 @@ impl View {
                 finished_uids.insert(wref.clone(), s.info.uid.clone());
                 if let Some(at) = s.finished_at.filter(|_| !self.runs_pods(wref)) {
                     released.insert(wref.clone(), at);
-                    // Runs nothing for good: not a size to charge. Its
-                    // charge goes (`quota::reconcile::release_finished`),
-                    // or, a newer object's of the name, is held as that
-                    // object's own until the watch shows it. A quota keeps
+                    // Runs nothing for good: its charge goes
+                    // (`quota::reconcile::release_finished`). A quota keeps
                     // hundreds of finished Jobs; copying each one's pod
-                    // sets on every reconcile to drop them was half of
-                    // its CPU (docs/benchmarks.md).
+                    // sets on every reconcile to drop them was half of its
+                    // CPU (docs/benchmarks.md). The reconcile asks for the
+                    // few it keeps (`observed_in`).
                     continue;
                 }
             }
-            let hpa = self
-                .hpa_targets
-                .get(wref)
-                .and_then(|keys| keys.iter().filter_map(|k| self.hpas.get(k)).next())
-                .map(|h| h.charge.clone());
-            observed.insert(
-                wref.clone(),
-                Observed {
-                    pod_sets: s.pod_sets.clone(),
-                    hpa,
-                },
-            );
+            observed.insert(wref.clone(), self.observed_of(wref, s));
         }
         Snapshot {
             observed,

@@ -715,9 +715,13 @@ mod tests {
         .unwrap();
         let gets = || rigged.gets.load(Ordering::SeqCst);
         let charged = |svc: Arc<Service>| async move {
-            svc.update_status_watched("team", |q| Ok((false, q.status.workloads.contains_key(w0))))
-                .await
-                .unwrap()
+            svc.update_status_watched(
+                "team",
+                |_| true,
+                |q| Ok((false, q.status.workloads.contains_key(w0))),
+            )
+            .await
+            .unwrap()
         };
         // No feed: nothing to write is proven on a fresh read.
         let before = gets();
@@ -754,11 +758,15 @@ mod tests {
         *rigged.feed.lock().unwrap() = lagging;
         let before = gets();
         let seen_theirs = svc
-            .update_status_watched("team", |q| {
-                let theirs = q.status.workloads.contains_key("apps/Deployment/ns/theirs");
-                quota::admission::charge(q, w0, charge(1, "uid-0"))?;
-                Ok((true, theirs))
-            })
+            .update_status_watched(
+                "team",
+                |_| true,
+                |q| {
+                    let theirs = q.status.workloads.contains_key("apps/Deployment/ns/theirs");
+                    quota::admission::charge(q, w0, charge(1, "uid-0"))?;
+                    Ok((true, theirs))
+                },
+            )
             .await
             .unwrap();
         assert!(seen_theirs, "written on the fresh read");

@@ -395,22 +395,18 @@ impl Service {
     /// store with no feed is read fresh, as `update_status` does. The
     /// reconcile's "nothing to change" was a whole read of the quota on
     /// most reconciles (docs/benchmarks.md, Kueue's baseline).
+    ///
+    /// `stands(out)`: whether a decision that writes nothing may stand on
+    /// such a copy. One that acts beyond the status (suspends workloads,
+    /// weighs reclaim) is proven by a fresh read first, as before: a later
+    /// reconcile corrects a status, not a suspension.
     pub async fn update_status_watched<T>(
         &self,
         name: &str,
+        stands: impl Fn(&T) -> bool + Sync,
         f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
-        self.modify_as(name, false, None, true, f).await
-    }
-
-    /// `update_status_watched` when `watched`, else `update_status`.
-    pub async fn update_status_as<T>(
-        &self,
-        name: &str,
-        watched: bool,
-        f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
-    ) -> Result<T, ServiceError> {
-        self.modify_as(name, false, None, watched, f).await
+        self.modify_as(name, false, None, Some(&stands), f).await
     }
 
     /// The one compare-and-swap loop. `f` may change spec (written with
@@ -424,19 +420,20 @@ impl Service {
         expected_version: Option<i64>,
         f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
-        self.modify_as(name, dry_run, expected_version, false, f)
+        self.modify_as(name, dry_run, expected_version, None, f)
             .await
     }
 
-    /// `modify`; `watched`: decide on the newest copy this replica knows
-    /// and let a decision that writes nothing stand on it, when the store
-    /// has a feed (`update_status_watched`).
+    /// `modify`; with `watched`: decide on the newest copy this replica
+    /// knows and let a decision that writes nothing stand on it where
+    /// `watched(out)` says it may, when the store has a feed
+    /// (`update_status_watched`).
     async fn modify_as<T>(
         &self,
         name: &str,
         dry_run: bool,
         expected_version: Option<i64>,
-        watched: bool,
+        watched: Option<&(dyn Fn(&T) -> bool + Sync)>,
         mut f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
         let _guard = self.lock(name).await;
@@ -444,7 +441,7 @@ impl Service {
         for attempt in 1..=MAX_ATTEMPTS {
             let (cached, fed) = match use_cache {
                 false => (None, false),
-                true if watched => self.newest_known(name),
+                true if watched.is_some() => self.newest_known(name),
                 true => (self.cached(name), false),
             };
             let from_cache = cached.is_some();
@@ -474,7 +471,8 @@ impl Service {
                 r => r?,
             };
             if !changed || dry_run {
-                if from_cache && !(fed && !dry_run) {
+                let stands = fed && !dry_run && watched.is_some_and(|w| w(&out));
+                if from_cache && !stands {
                     use_cache = false;
                     continue;
                 }

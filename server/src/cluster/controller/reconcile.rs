@@ -183,9 +183,15 @@ impl Context {
         let alive = self.check_deleted(name, &snap.object_uids).await;
         // The released DELETEs the write honoured, as it read them.
         let mut kept_deleted: Vec<(String, String)> = Vec::new();
+        // A decision that writes nothing stands on the watch's copy only
+        // when it also does nothing else: no suspension (a spent budget's
+        // plan, a run time over) and no reclaim weighed; those are made
+        // on a proven copy, as before.
+        let stands =
+            |out: &(bool, bool, (String, bool, Option<quota::Quota>), bool)| caught_up && !out.3;
         let result = self
             .service
-            .update_status_as(name, caught_up, |q| {
+            .update_status_watched(name, stands, |q| {
                 let mut observed = snap.observed.clone();
                 // A held, marked object with no charge waits for a round
                 // (docs/queueing.md §12): not a workload to record, or every
@@ -245,6 +251,24 @@ impl Context {
                     &snap.released,
                     &snap.finished_uids,
                 );
+                // A charge it kept is a newer object's of a finished one's
+                // name: sized, as ever, by what the watch shows under the
+                // name (the snapshot did not copy finished ones), unless
+                // that is a released DELETE's object (`forget_deleted`).
+                let kept: Vec<&String> = snap
+                    .released
+                    .keys()
+                    .filter(|w| q.status.workloads.contains_key(*w))
+                    .filter(|w| !q.status.deleted.contains_key(*w))
+                    .collect();
+                if !kept.is_empty() {
+                    let v = self.view.lock().unwrap();
+                    for w in kept {
+                        if let Some(o) = v.observed_in(name, w) {
+                            observed.insert(w.clone(), o);
+                        }
+                    }
+                }
                 let out = quota::reconcile::reconcile_priced(
                     q,
                     observed,
@@ -352,17 +376,19 @@ impl Context {
                 let borrowing = !q.spec.max.is_empty() || !q.status.reclaim.is_empty();
                 // Reclaim among the children weighs this quota as written.
                 let weighed = reclaim_kids.then(|| q.clone());
+                let acts = !plans.is_empty() || !declared.is_empty() || weighed.is_some();
                 Ok((
                     changed,
                     (
                         changed,
                         has_cash,
                         (q.spec.parent.clone(), borrowing, weighed),
+                        acts,
                     ),
                 ))
             })
             .await;
-        let (written, has_cash, (parent, borrowing, weighed)) = match result {
+        let (written, has_cash, (parent, borrowing, weighed), _) = match result {
             Ok(r) => r,
             Err(ServiceError::NotFound(_)) => {
                 self.accrued_to.lock().unwrap().remove(name);
