@@ -258,7 +258,7 @@ impl Context {
                 let kept: Vec<&String> = snap
                     .released
                     .keys()
-                    .filter(|w| q.status.workloads.contains_key(*w))
+                    .filter(|w| q.status.workloads.contains_key(w))
                     .filter(|w| !q.status.deleted.contains_key(*w))
                     .collect();
                 if !kept.is_empty() {
