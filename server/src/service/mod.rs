@@ -305,13 +305,8 @@ impl Service {
     /// a create (the charge itself is a compare-and-swap that reads again
     /// when it loses; a queued create is admitted by the next round).
     pub async fn recent(&self, name: &str) -> Result<Arc<Stored>, ServiceError> {
-        let copy = self.cached(name);
-        match (
-            self.store.watched(name, copy.as_ref().map(|c| c.version)),
-            copy,
-        ) {
-            (Watched::Newer(s), _) => Ok(Arc::new(*s)),
-            (Watched::NotNewer, Some(c)) => Ok(c),
+        match self.newest_known(name) {
+            (Some(c), true) => Ok(c),
             _ => self.get(name).await.map(Arc::new),
         }
     }
@@ -553,9 +548,10 @@ impl Service {
     }
 
     /// The newer of this process's copy of `name` and the store's feed's,
-    /// with no request, and whether the store has a feed that shows it.
-    /// The feed's copy is not kept as this process's: a write of the
-    /// group commit (not under `lock`) may have just stored a newer one.
+    /// with no request, and whether the store has a feed that shows it
+    /// (`recent` and `update_status_watched` both decide on it). The
+    /// feed's copy is not kept as this process's: only what this process
+    /// read fresh or wrote is.
     fn newest_known(&self, name: &str) -> (Option<Arc<Stored>>, bool) {
         let copy = self.cached(name);
         match self.store.watched(name, copy.as_ref().map(|c| c.version)) {
