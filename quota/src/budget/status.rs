@@ -19,18 +19,7 @@ impl QuotaStatus {
     /// Loans do not enter `used`: a loan is lent out of idle guarantee that
     /// `used` already counts (a child's hard) or out of the uncarved rest.
     pub fn refresh(&mut self, spec: &QuotaSpec) {
-        let mut self_used = ResourceList::new();
-        let mut used = ResourceList::new();
-        for key in spec.hard.keys() {
-            let own = if cash_target(key).is_some() {
-                periods::own_used(self, spec, key)
-            } else {
-                self.held(key)
-            };
-            let carved = periods::carved(self, key);
-            self_used.insert(key.clone(), own);
-            used.insert(key.clone(), own.saturating_add(carved));
-        }
+        let (self_used, used) = self.usage_of(spec);
         if self.hard != spec.hard {
             self.hard = spec.hard.clone();
         }
@@ -45,6 +34,24 @@ impl QuotaStatus {
         if !(self.loans.is_empty() && self.lent.is_empty()) {
             self.lent = resources::sum(self.loans.values().map(|l| &l.amount));
         }
+    }
+
+    /// `selfUsed` and `used` as `refresh` derives them, key by key of
+    /// `spec.hard`, from the ledgers as they are; nothing is changed.
+    pub fn usage_of(&self, spec: &QuotaSpec) -> (ResourceList, ResourceList) {
+        let mut self_used = ResourceList::new();
+        let mut used = ResourceList::new();
+        for key in spec.hard.keys() {
+            let own = if cash_target(key).is_some() {
+                periods::own_used(self, spec, key)
+            } else {
+                self.held(key)
+            };
+            let carved = periods::carved(self, key);
+            self_used.insert(key.clone(), own);
+            used.insert(key.clone(), own.saturating_add(carved));
+        }
+        (self_used, used)
     }
 
     /// Standalone cash accrual: every charged workload held its usage since

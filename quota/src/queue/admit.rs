@@ -45,20 +45,27 @@ impl Pool {
     /// The pool of `quota` (its used derived from its ledgers) under
     /// `limits` (see above).
     pub fn new(quota: &Quota, limits: &ResourceList) -> Pool {
-        let mut quota = quota.clone();
-        let spec = quota.spec.clone();
-        quota.status.refresh(&spec);
+        // Admission reads the name, the spec and used only: the ledgers
+        // (charges, loans, the queue) stay behind, or every copy of the
+        // pool (one per round of an estimate, one per create's review)
+        // would cost their size.
+        let (self_used, used) = quota.status.usage_of(&quota.spec);
         let held = quota.status.self_usage();
-        // Admission reads spec and used only; the ledgers would make every
-        // copy of the pool (one per round of an estimate) cost their size.
-        let status = &mut quota.status;
-        status.workloads.clear();
-        status.children.clear();
-        status.loans.clear();
-        status.reclaim.clear();
-        status.transfers.clear();
+        let status = crate::object::QuotaStatus {
+            hard: quota.spec.hard.clone(),
+            borrowed: quota.spec.borrowed(&used),
+            self_used,
+            used,
+            ..Default::default()
+        };
         Pool {
-            quota,
+            quota: Quota {
+                api_version: quota.api_version.clone(),
+                kind: quota.kind.clone(),
+                metadata: quota.metadata.clone(),
+                spec: quota.spec.clone(),
+                status,
+            },
             limits: limits.clone(),
             held,
             submitters: None,
@@ -171,8 +178,12 @@ impl Pool {
     /// give with all its own work gone (carve-outs of children stay) and —
     /// where it may borrow — everything up to max on loan.
     pub fn never(&self, q: &Queued) -> Option<String> {
-        let usage = q.usage();
-        if let Err(d) = admission::check_sized(&q.workload_ref, &q.pod_sets, None, &usage) {
+        self.never_with(q, &q.usage())
+    }
+
+    /// `never`, for `q` whose usage the caller has (`q.usage()`).
+    pub fn never_with(&self, q: &Queued, usage: &ResourceList) -> Option<String> {
+        if let Err(d) = admission::check_sized(&q.workload_ref, &q.pod_sets, None, usage) {
             return Some(d.to_string());
         }
         let may_borrow = !self.quota.spec.max.is_empty() && !self.quota.spec.parent.is_empty();
@@ -181,20 +192,20 @@ impl Pool {
         } else {
             &self.limits
         };
-        for (k, d) in usage {
-            let Some(c) = admission::ceiling(&self.quota, &k, widest) else {
+        for (k, &d) in usage {
+            let Some(c) = admission::ceiling(&self.quota, k, widest) else {
                 continue;
             };
-            let others = resources::get(self.used(), &k)
-                .saturating_sub(resources::get(&self.held, &k))
+            let others = resources::get(self.used(), k)
+                .saturating_sub(resources::get(&self.held, k))
                 .max(Quantity::ZERO);
             if others.saturating_add(d) > c {
                 let room = c.saturating_sub(others).max(Quantity::ZERO);
                 return Some(format!(
                     "bizrq {}: {k} asks {}, more than the {} it can ever give",
                     self.quota.name(),
-                    crate::readable::amount(&k, d),
-                    crate::readable::amount(&k, room)
+                    crate::readable::amount(k, d),
+                    crate::readable::amount(k, room)
                 ));
             }
         }
@@ -303,7 +314,7 @@ pub fn round<Q: Borrow<Queued>>(
     now_ms: i64,
 ) -> (Vec<Decision>, Pool, Vec<BudgetState>) {
     let mut pool = pool.clone();
-    let mut states: Vec<BudgetState> = budgets.iter().map(|b| b.state.clone()).collect();
+    let mut states = states_of(budgets);
     let mut blocker: Option<&str> = None;
     let mut position = 0u32;
     let mut out = Vec::with_capacity(queue.len());
@@ -423,7 +434,7 @@ pub fn would_queue_at<Q: Borrow<Queued>>(
         return Check::Never(Reason::Never(why));
     }
     let usage = candidate.usage();
-    let mut states: Vec<BudgetState> = budgets.iter().map(|b| b.state.clone()).collect();
+    let mut states = states_of(budgets);
     if let Err(reason) = try_fit(pool, budgets, &mut states, candidate, &usage, now_ms) {
         if reason.waiting() == Waiting::Never {
             return Check::Never(reason);
@@ -448,18 +459,61 @@ pub fn would_queue_at<Q: Borrow<Queued>>(
         .filter(|q| q.workload_ref != candidate.workload_ref && q.priority >= candidate.priority)
         .collect();
     all.push(candidate);
-    let decisions = next_admissions(&all, pool, budgets, policy, now_ms);
-    match decisions
-        .into_iter()
-        .find(|d| d.workload_ref() == candidate.workload_ref)
-    {
-        Some(Decision::Wait(w)) if w.reason.waiting() == Waiting::Never => Check::Never(w.reason),
-        Some(Decision::Wait(w)) => Check::Queues {
-            position: w.position,
-            reason: w.reason,
-        },
-        _ => Check::AdmitsNow,
+    let me = all.len() - 1;
+    // The round's walk up to the candidate's turn, as `round` decides it
+    // (what comes after its turn changes neither its decision nor its
+    // place): no decision, charge or reason is built for the entries
+    // ahead, only whether each takes room, waits, or blocks.
+    let mut pool = pool.clone();
+    let mut states = states_of(budgets);
+    let mut blocker: Option<&str> = None;
+    let mut waiting = 0u32;
+    for Slot { index, blocks } in order::order_by(&all, policy, now_ms, pool.submitters()) {
+        let q = all[index];
+        if index == me {
+            let position = waiting.saturating_add(1);
+            return match (
+                try_fit(&pool, budgets, &mut states, q, &usage, now_ms),
+                blocker,
+            ) {
+                (Ok(_), None) => Check::AdmitsNow,
+                (Ok(_), Some(head)) => Check::Queues {
+                    position,
+                    reason: Reason::Turn {
+                        head: head.to_string(),
+                    },
+                },
+                (Err(reason), _) if reason.waiting() == Waiting::Never => Check::Never(reason),
+                (Err(reason), _) => Check::Queues { position, reason },
+            };
+        }
+        let usage = q.usage();
+        if pool.never_with(q, &usage).is_some() {
+            waiting += 1;
+            continue;
+        }
+        let mut trial = states.clone();
+        match try_fit(&pool, budgets, &mut trial, q, &usage, now_ms) {
+            Ok(_) if blocker.is_none() => {
+                pool.take(&usage);
+                states = trial;
+            }
+            Ok(_) => waiting += 1,
+            Err(reason) => {
+                waiting += 1;
+                if blocks && reason.waiting() != Waiting::Never && blocker.is_none() {
+                    blocker = Some(&q.workload_ref);
+                }
+            }
+        }
     }
+    // The candidate is always in the walk.
+    Check::AdmitsNow
+}
+
+/// A fresh copy of each budget's state, for a round's simulation.
+fn states_of(budgets: &[BudgetView<'_>]) -> Vec<BudgetState> {
+    budgets.iter().map(|b| b.state.clone()).collect()
 }
 
 /// `status.queue` after a round: the entries still waiting, in admission
@@ -803,5 +857,68 @@ mod tests {
         );
         let back: QueueEntry = serde_json::from_value(json).unwrap();
         assert_eq!(back, s[0]);
+    }
+
+    proptest::proptest! {
+        /// The review's walk up to the candidate's turn gives what a whole
+        /// round over the queue and the candidate gives for it: admitted,
+        /// or waiting at the same place for the same reason, under either
+        /// order, with entries that never fit, a blocked head and entries
+        /// of every priority around it.
+        #[test]
+        fn the_walk_to_the_candidate_decides_as_the_whole_round(
+            hard in 1i64..24,
+            used in 0i64..24,
+            entries in proptest::collection::vec((0i32..3, 0i64..40, 1i64..30), 0..24),
+            candidate in (0i32..3, 1i64..12),
+            strict in proptest::bool::ANY,
+            aged in proptest::bool::ANY,
+        ) {
+            let used = used.min(hard);
+            let pool = Pool::new(&quota(hard, used), &ResourceList::new());
+            let p = if strict {
+                QueuePolicy::queue()
+            } else {
+                QueuePolicy {
+                    order: Order::BestEffortFifo { aging_seconds: 600 },
+                    ..QueuePolicy::queue()
+                }
+            };
+            let now = T0 + 100 + if aged { 600_000 } else { 0 };
+            let q: Vec<Queued> = entries
+                .iter()
+                .enumerate()
+                .map(|(i, &(prio, at, cards))| job(&format!("e{i}"), prio, at, cards))
+                .collect();
+            let c = job("new", candidate.0, 100, candidate.1);
+            let mut all = q.clone();
+            all.push(c.clone());
+            let round = next_admissions(&all, &pool, &[], &p, now);
+            let want = match round.iter().find(|d| d.workload_ref() == c.workload_ref) {
+                Some(Decision::Wait(w)) if w.reason.waiting() == Waiting::Never => {
+                    Check::Never(w.reason.clone())
+                }
+                Some(Decision::Wait(w)) => Check::Queues {
+                    position: w.position,
+                    reason: w.reason.clone(),
+                },
+                _ => Check::AdmitsNow,
+            };
+            let got = would_queue_at(&q, &c, &pool, &[], &p, now);
+            // A candidate that does not fit now is judged alone: its place
+            // counts every entry ordered ahead (the next round restates
+            // it); its decision and reason are the round's.
+            let fits_now = pool.fits(&c.usage()).is_ok();
+            match (&got, &want) {
+                (
+                    Check::Queues { position: a, reason: r },
+                    Check::Queues { position: b, reason: s },
+                ) if !fits_now => {
+                    proptest::prop_assert!(a >= b);
+                    proptest::prop_assert_eq!(r.waiting(), s.waiting());
+                }
+                _ => proptest::prop_assert_eq!(got, want),
+            }
+        }
     }
 }

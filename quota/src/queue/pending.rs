@@ -19,6 +19,47 @@ use crate::object::queueing::MAX_QUEUE;
 use crate::object::Quota;
 use std::collections::{BTreeMap, HashSet};
 
+/// A quota's queue as the caps and a plan count it: `quota`'s status
+/// (the entries it lists, its charges, its spec and name), and `more`,
+/// entries a copy of the last round holds that the status neither lists
+/// nor has charged since, borrowed from where that copy is kept (the
+/// mutating webhook's review of every create counts hundreds of them and
+/// copies none). A bare `&Quota` is its status alone.
+#[derive(Clone, Copy, Debug)]
+pub struct Counted<'a> {
+    pub quota: &'a Quota,
+    pub more: &'a [&'a Queued],
+}
+
+impl<'a> From<&'a Quota> for Counted<'a> {
+    fn from(quota: &'a Quota) -> Counted<'a> {
+        Counted { quota, more: &[] }
+    }
+}
+
+impl<'a> Counted<'a> {
+    /// Every entry counted: the status's, then `more`.
+    pub fn entries(&self) -> impl Iterator<Item = &'a Queued> + 'a {
+        let more: &'a [&'a Queued] = self.more;
+        self.quota
+            .status
+            .queue
+            .iter()
+            .map(|e| &e.work)
+            .chain(more.iter().copied())
+    }
+
+    /// How many entries are counted.
+    pub fn len(&self) -> usize {
+        self.quota.status.queue.len() + self.more.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// One quota's entries marked and not yet folded, and its tombstones.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pending {
@@ -41,17 +82,19 @@ impl Pending {
 
     /// The queue as the caps and a plan must see it: `q`'s status entries,
     /// then the pending entries it does not show, in the order they came.
-    pub fn queue(&self, q: &Quota) -> Vec<Queued> {
+    pub fn queue<'a>(&'a self, q: impl Into<Counted<'a>>) -> Vec<Queued> {
         self.queue_refs(q).into_iter().cloned().collect()
     }
 
     /// `queue`, borrowed where the entries are kept: a webhook review
     /// builds this for every create, with hundreds of entries on each
     /// side, and copies none of them.
-    pub fn queue_refs<'a>(&'a self, q: &'a Quota) -> Vec<&'a Queued> {
-        let mut out: Vec<&Queued> = q.status.queue.iter().map(|e| &e.work).collect();
+    pub fn queue_refs<'a>(&'a self, q: impl Into<Counted<'a>>) -> Vec<&'a Queued> {
+        let q = q.into();
+        let mut out: Vec<&Queued> = Vec::with_capacity(q.len() + self.entries.len());
+        out.extend(q.entries());
         // By reference, once.
-        let listed = super::entries::listed(q);
+        let listed: HashSet<&str> = out.iter().map(|e| e.workload_ref.as_str()).collect();
         let mut more: Vec<&Queued> = self
             .entries
             .values()
@@ -83,7 +126,7 @@ impl Pending {
     /// is added. An entry already queued or pending under its reference is
     /// a refresh, never refused (it keeps its place).
     pub fn join(&mut self, q: &Quota, work: Queued) -> Result<(), Full> {
-        self.join_within(q, work, MAX_QUEUE, 0)
+        self.join_within(q.into(), work, MAX_QUEUE, 0)
     }
 
     /// `join`, where a status that shows only the top of its queue
@@ -92,13 +135,18 @@ impl Pending {
     /// pending entries, towards `MAX_QUEUE` (the pending ones may be among
     /// `whole` already: never counted twice). The unlisted entries'
     /// submitters are not known, so they count towards no share.
-    pub fn join_beyond(&mut self, q: &Quota, work: Queued, whole: usize) -> Result<(), Full> {
-        self.join_within(q, work, MAX_QUEUE, whole)
+    pub fn join_beyond<'a>(
+        &mut self,
+        q: impl Into<Counted<'a>>,
+        work: Queued,
+        whole: usize,
+    ) -> Result<(), Full> {
+        self.join_within(q.into(), work, MAX_QUEUE, whole)
     }
 
     fn join_within(
         &mut self,
-        q: &Quota,
+        q: Counted<'_>,
         mut work: Queued,
         max: usize,
         whole: usize,
@@ -124,11 +172,11 @@ impl Pending {
         }
         if queue.len().max(whole) >= max {
             return Err(Full::Queue {
-                quota: q.name().to_string(),
+                quota: q.quota.name().to_string(),
                 workload_ref: work.workload_ref,
             });
         }
-        super::entries::within_share(q, &work, queue.iter().copied())?;
+        super::entries::within_share(q.quota, &work, queue.iter().copied())?;
         self.unbury(&work);
         self.entries.insert(work.workload_ref.clone(), work);
         Ok(())
@@ -154,17 +202,20 @@ impl Pending {
     /// and admits in one write, so the status may never show it waiting;
     /// an older object's charge of the name was made before the place).
     /// How many.
-    pub fn seen(&mut self, q: &Quota) -> usize {
+    pub fn seen<'a>(&mut self, q: impl Into<Counted<'a>>) -> usize {
+        let q = q.into();
         let before = self.entries.len();
+        if before == 0 {
+            return 0;
+        }
         let listed: HashSet<(&str, i64)> = q
-            .status
-            .queue
-            .iter()
-            .map(|e| (e.work.workload_ref.as_str(), e.work.submitted_ms))
+            .entries()
+            .map(|e| (e.workload_ref.as_str(), e.submitted_ms))
             .collect();
+        let workloads = &q.quota.status.workloads;
         self.entries.retain(|r, p| {
             let waiting = listed.contains(&(r.as_str(), p.submitted_ms));
-            let admitted = q.status.workloads.get(r).is_some_and(|c| {
+            let admitted = workloads.get(r).is_some_and(|c| {
                 c.uid.starts_with(crate::object::QUEUE_CHARGE)
                     && crate::time::parse_rfc3339(&c.since).is_some_and(|s| s >= p.submitted_ms)
             });
@@ -452,7 +503,7 @@ mod tests {
             for (t, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Join(w, u) => {
-                        let _ = p.join_within(&q, work(&format!("j{w}"), &format!("u{u}"), t as i64), cap, 0);
+                        let _ = p.join_within((&q).into(), work(&format!("j{w}"), &format!("u{u}"), t as i64), cap, 0);
                     }
                     Op::Fold => {
                         for w in p.queue(&q).into_iter().skip(q.status.queue.len()) {

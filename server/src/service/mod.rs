@@ -88,7 +88,12 @@ pub struct Service {
     pub mark_drain: bool,
     /// Per quota, the entries this replica marked that no status it read
     /// shows yet, checked and added under the lock (`quota::queue::pending`).
-    pub marked: Arc<std::sync::Mutex<HashMap<String, quota::queue::pending::Pending>>>,
+    /// Each quota's under its own lock, so reviews for one quota do not
+    /// hold up another's.
+    #[allow(clippy::type_complexity)]
+    pub marked: Arc<
+        std::sync::Mutex<HashMap<String, Arc<std::sync::Mutex<quota::queue::pending::Pending>>>>,
+    >,
     /// When this replica's controller last judged its pending marks by its
     /// watch (`forget_marked`); long ago on a replica that runs no rounds,
     /// whose webhook then forgets them by time alone.

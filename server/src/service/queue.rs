@@ -104,6 +104,46 @@ pub enum Queueing {
     Never(String),
 }
 
+/// What the webhook's caps and positions count of `current`'s queue with
+/// marks on, beyond the entries its status lists (`Counted::more`): those
+/// this replica's last round of it found (`copy`, `rounds_queue`: held
+/// objects whose marks the fold accepted) that the status neither lists
+/// nor has charged since, that did not leave since (a DELETE, an
+/// opt-out: `pending` skips them), and that `keep` keeps. Borrowed from
+/// the copy, never copied. The count over-counts an entry gone since the
+/// last round, never under-counts one that waits. A replica that runs no
+/// rounds has no copy and sees only the top; the summary's count holds
+/// `MAX_QUEUE` there (`Pending::join_beyond`), though not a submitter's
+/// share, which the leader's fold holds again.
+fn whole_queue<'a>(
+    current: &Quota,
+    copy: Option<&'a [quota::object::queue::QueueEntry]>,
+    pending: &queue::pending::Pending,
+    keep: impl Fn(&Queued) -> bool,
+) -> Vec<&'a Queued> {
+    let Some(copy) = copy else {
+        return Vec::new();
+    };
+    // What the status lists, by reference (`entries::holds` on each entry
+    // of the copy walked the growing queue: quadratic in its length on
+    // every create's review).
+    let mut listed = entries::listed(current);
+    let mut more = Vec::with_capacity(copy.len());
+    for e in copy {
+        let r = e.work.workload_ref.as_str();
+        if listed.contains(r)
+            || current.status.workloads.contains_key(r)
+            || pending.skips(r, &e.work.uid)
+            || !keep(&e.work)
+        {
+            continue;
+        }
+        listed.insert(r);
+        more.push(&e.work);
+    }
+    more
+}
+
 /// Whether `work`, which fits `judged` now, should leave the idle room to
 /// siblings that fair sharing puts first (`fair::allot`); weighed only
 /// when it would borrow.
@@ -336,12 +376,13 @@ impl Service {
         // compare-and-swap then refuses (judged again, fresh). An update
         // of a held object may be bizrq's own release of it, which only
         // the stored status tells from a release by hand.
-        let current = if create {
-            self.recent(quota_name).await?.quota.clone()
+        let stored = if create {
+            self.recent(quota_name).await?
         } else {
-            self.get(quota_name).await?.quota
+            Arc::new(self.get(quota_name).await?)
         };
-        if entries::holds(&current, &work.workload_ref) {
+        let current = &stored.quota;
+        if entries::holds(current, &work.workload_ref) {
             let out = self
                 .queue_workload(quota_name, work, create, dry_run)
                 .await?;
@@ -353,33 +394,48 @@ impl Service {
             Some(n) => format!("{reason}; {n}"),
             None => reason,
         };
-        let (limits, family) = self.plan_on(&current, create).await?;
+        let (limits, family) = self.plan_on(current, create).await?;
         let now = self.now();
-        let budgets = queue::budgets::of(&current);
+        let budgets = queue::budgets::of(current);
         let price_list = self.price_list();
         let views: Vec<_> = budgets
             .iter()
             .map(|b| b.view(&self.prices, &price_list))
             .collect();
-        let mut judged = current.clone();
-        admission::release(&mut judged, &work.workload_ref);
-        let pool = Pool::new(&judged, &limits);
+        // A create holds no charge under its name: the copy is judged as
+        // it is, not copied.
+        let released;
+        let judged = if current.status.workloads.contains_key(&work.workload_ref) {
+            let mut q = current.clone();
+            admission::release(&mut q, &work.workload_ref);
+            released = q;
+            &released
+        } else {
+            current
+        };
+        let pool = Pool::new(judged, &limits);
         // The caps count the whole queue: the status's top, the marked
-        // objects this replica's last round folded, and its pending marks.
-        let (mut counted, whole) = self.whole_queue(&current);
+        // objects this replica's last round folded, and its pending marks
+        // (one lock per quota: creates for other quotas are not held up).
+        let copy = self.rounds_copy(quota_name);
+        let shared = self.pending_of(quota_name);
+        let mut pending = shared.lock().unwrap_or_else(|e| e.into_inner());
         // An entry of this name the copy of the last round holds is this
         // object's only if its uid says so: a CREATE (no uid yet) or an
         // object re-created under the name never takes an older object's
         // place (its mark's place would then be older than the object, and
         // the fold refuses it). The status lists no entry of the name here
         // (`holds` above), so only the copy's can be dropped.
-        counted.status.queue.retain(|e| {
-            e.work.workload_ref != work.workload_ref
-                || (!work.uid.is_empty() && e.work.uid == work.uid)
+        let more = whole_queue(current, copy.as_deref().map(Vec::as_slice), &pending, |e| {
+            e.workload_ref != work.workload_ref || (!work.uid.is_empty() && e.uid == work.uid)
         });
-        let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
-        let pending = all.entry(quota_name.to_string()).or_default();
-        pending.seen(&counted);
+        let counted = queue::pending::Counted {
+            quota: current,
+            more: &more,
+        };
+        let whole =
+            queue::summary::waiting(&current.status.queue, current.status.queue_summary.as_ref());
+        pending.seen(counted);
         // A replica running no rounds (not the leader) has no watch to
         // tell a create never stored from one waiting: what it marked
         // stops counting once the API server can no longer store it. The
@@ -391,7 +447,7 @@ impl Service {
             pending.expire(now.saturating_sub(MARK_STORE_MS));
         }
         // A mark of this object not folded yet keeps its place.
-        let waiting = pending.queue_refs(&counted);
+        let waiting = pending.queue_refs(counted);
         if let Some(p) = waiting.iter().find(|e| {
             e.workload_ref == work.workload_ref
                 && !work.uid.is_empty()
@@ -404,7 +460,7 @@ impl Service {
         let waiting = waiting.len();
         let (position, reason) = match check {
             Check::Never(r) => return Ok((Queueing::Never(r.to_string()), None)),
-            Check::AdmitsNow => match family.as_ref().and_then(|f| fair_turn(f, &judged, &work)) {
+            Check::AdmitsNow => match family.as_ref().and_then(|f| fair_turn(f, judged, &work)) {
                 Some(turn) => (
                     u32::try_from(waiting + 1).unwrap_or(u32::MAX),
                     queue::Reason::Fair(turn),
@@ -414,9 +470,9 @@ impl Service {
             Check::Queues { position, reason } => (position, reason),
         };
         let joined = if dry_run {
-            pending.clone().join_beyond(&counted, work.clone(), whole)
+            pending.clone().join_beyond(counted, work.clone(), whole)
         } else {
-            pending.join_beyond(&counted, work.clone(), whole)
+            pending.join_beyond(counted, work.clone(), whole)
         };
         if let Err(full) = joined {
             if !dry_run {
@@ -424,7 +480,7 @@ impl Service {
             }
             return Err(ServiceError::Denied(Denial::from(full)));
         }
-        drop(all);
+        drop(pending);
         // A dry run is counted nowhere (its join above was on a copy): a
         // mark signed for it would be a place no cap counted, which a real
         // write could carry. It is answered held, unmarked.
@@ -459,13 +515,8 @@ impl Service {
         if objects.is_empty() {
             return Folding::default();
         }
-        let pending = self
-            .marked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(q.name())
-            .cloned()
-            .unwrap_or_default();
+        let pending = self.pending_of(q.name());
+        let pending = pending.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let name = q.name().to_string();
         // An object charged already (admitted, its release not yet seen by
         // the watch, or charged by hand) is never folded again: the mark
@@ -551,49 +602,20 @@ impl Service {
         whole
     }
 
-    /// `current` as the webhook's caps and positions must count its queue
-    /// with marks on: the entries its status lists, then those this
-    /// replica's last round of it found (`rounds_queue`: held objects
-    /// whose marks the fold accepted) that the status neither lists nor
-    /// has charged since; and how many the status's summary counts waiting
-    /// in all (a replica that runs no rounds sees only the top: the
-    /// summary's count holds `MAX_QUEUE` there, `Pending::join_beyond`,
-    /// though not a submitter's share, which the leader's fold holds
-    /// again). The copy over-counts an entry gone since the last round,
-    /// never under-counts one that waits.
-    pub fn whole_queue(&self, current: &Quota) -> (Quota, usize) {
-        let copy = self
-            .rounds_queue
+    /// This replica's copy of the last round's whole queue of
+    /// `quota_name` (`rounds_queue`), shared.
+    fn rounds_copy(&self, quota_name: &str) -> Option<Arc<Vec<quota::object::queue::QueueEntry>>> {
+        self.rounds_queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(current.name())
-            .cloned();
-        let mut q = current.clone();
-        if let Some(copy) = copy {
-            // What left since the round (a DELETE, an opt-out) is not
-            // counted again from the copy.
-            let marked = self.marked.lock().unwrap_or_else(|e| e.into_inner());
-            let left =
-                |r: &str, uid: &str| marked.get(current.name()).is_some_and(|p| p.skips(r, uid));
-            // What the status lists, by reference (`entries::holds` on each
-            // entry of the copy walked the growing queue: quadratic in
-            // its length on every create's review).
-            let mut listed = entries::listed(current);
-            for e in copy.iter() {
-                let r = &e.work.workload_ref;
-                if listed.contains(r.as_str())
-                    || current.status.workloads.contains_key(r)
-                    || left(r, &e.work.uid)
-                {
-                    continue;
-                }
-                listed.insert(r);
-                q.status.queue.push(e.clone());
-            }
-        }
-        let whole =
-            queue::summary::waiting(&current.status.queue, current.status.queue_summary.as_ref());
-        (q, whole)
+            .get(quota_name)
+            .cloned()
+    }
+
+    /// `quota_name`'s pending marks, under their own lock (`marked`).
+    fn pending_of(&self, quota_name: &str) -> Arc<std::sync::Mutex<queue::pending::Pending>> {
+        let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(all.entry(quota_name.to_string()).or_default())
     }
 
     /// Forget what this replica marked for `quota_name` and the watch no
@@ -607,9 +629,10 @@ impl Service {
         self.marks_judged_at
             .store(now, std::sync::atomic::Ordering::Relaxed);
         let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(p) = all.get_mut(quota_name) else {
+        let Some(shared) = all.get(quota_name).cloned() else {
             return;
         };
+        let mut p = shared.lock().unwrap_or_else(|e| e.into_inner());
         for (r, since) in p.refs() {
             let go = match shown(&r) {
                 Some(marked) => !marked && since.saturating_add(MARK_STORE_MS) < now,
@@ -624,7 +647,12 @@ impl Service {
                 p.gone(&r);
             }
         }
-        if p.is_empty() && p.tombstones().is_empty() {
+        // Dropped only when no review holds it (the map's lock keeps any
+        // from taking it meanwhile): a join into a dropped one would be
+        // counted nowhere.
+        let unused = p.is_empty() && p.tombstones().is_empty();
+        drop(p);
+        if unused && Arc::strong_count(&shared) == 2 {
             all.remove(quota_name);
         }
     }
@@ -648,11 +676,10 @@ impl Service {
         if self.marks.is_none() {
             return;
         }
-        let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
-        all.entry(quota_name.to_string())
-            .or_default()
+        self.pending_of(quota_name)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .leave(wref, uid);
-        drop(all);
         // Nor does the copy of the last round's queue count it any more.
         let mut kept = self.rounds_queue.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(copy) = kept.get_mut(quota_name) {
