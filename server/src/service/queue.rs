@@ -515,8 +515,17 @@ impl Service {
         if objects.is_empty() {
             return Folding::default();
         }
-        let pending = self.pending_of(q.name());
-        let pending = pending.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Read without adding a set for the quota: an empty one left in
+        // the map would ask its reconcile for a round.
+        let shared = self
+            .marked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(q.name())
+            .cloned();
+        let pending = shared
+            .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .unwrap_or_default();
         let name = q.name().to_string();
         // An object charged already (admitted, its release not yet seen by
         // the watch, or charged by hand) is never folded again: the mark
@@ -628,8 +637,15 @@ impl Service {
     pub fn forget_marked(&self, quota_name: &str, now: i64, shown: impl Fn(&str) -> Option<bool>) {
         self.marks_judged_at
             .store(now, std::sync::atomic::Ordering::Relaxed);
-        let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(shared) = all.get(quota_name).cloned() else {
+        // The map's lock only to find the quota's set: a review of another
+        // quota never waits while this one's is judged.
+        let Some(shared) = self
+            .marked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(quota_name)
+            .cloned()
+        else {
             return;
         };
         let mut p = shared.lock().unwrap_or_else(|e| e.into_inner());
@@ -647,13 +663,17 @@ impl Service {
                 p.gone(&r);
             }
         }
-        // Dropped only when no review holds it (the map's lock keeps any
-        // from taking it meanwhile): a join into a dropped one would be
-        // counted nowhere.
-        let unused = p.is_empty() && p.tombstones().is_empty();
-        drop(p);
-        if unused && Arc::strong_count(&shared) == 2 {
-            all.remove(quota_name);
+        // Dropped only when empty and no one else holds it, judged with
+        // both locks held (this set's, then the map's; nothing takes them
+        // the other way round): a join or a leave into a dropped set
+        // would be counted nowhere, and with the map's lock held no one
+        // can take it meanwhile.
+        if p.is_empty() && p.tombstones().is_empty() {
+            let mut all = self.marked.lock().unwrap_or_else(|e| e.into_inner());
+            let ours = all.get(quota_name).is_some_and(|a| Arc::ptr_eq(a, &shared));
+            if ours && Arc::strong_count(&shared) == 2 {
+                all.remove(quota_name);
+            }
         }
     }
 
