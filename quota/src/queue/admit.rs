@@ -713,21 +713,9 @@ mod tests {
 
     #[test]
     fn budgets_wait_like_quota_and_say_so() {
-        use crate::budget::from_quantity;
-        let state = BudgetState {
-            quota: "nlp".into(),
-            key: "cash/requests.nvidia.com/gpu.A100".into(),
-            budget: from_quantity(Quantity::from_units(20)),
-            ..Default::default()
-        };
+        let state = gpu_budget(20);
         let (qos, prices) = (QosMultipliers::default(), PriceList::default());
-        let view = BudgetView {
-            state: &state,
-            target: GPU,
-            without_run_time: WithoutRunTime::Refuse,
-            qos: &qos,
-            prices: &prices,
-        };
+        let view = gpu_view(&state, &qos, &prices);
         let pool = Pool::new(&quota(16, 0), &ResourceList::new());
         let mut a = job("a", 0, 0, 4);
         a.run_ms = Some(3 * 3_600_000); // 12 card-hours
@@ -861,6 +849,49 @@ mod tests {
         assert_eq!(back, s[0]);
     }
 
+    /// A card-hour budget of `units` on the A100s.
+    fn gpu_budget(units: i64) -> BudgetState {
+        BudgetState {
+            quota: "nlp".into(),
+            key: "cash/requests.nvidia.com/gpu.A100".into(),
+            budget: crate::budget::from_quantity(Quantity::from_units(units)),
+            ..Default::default()
+        }
+    }
+
+    /// `state` as admission reads it, refusing work without a run time.
+    fn gpu_view<'a>(
+        state: &'a BudgetState,
+        qos: &'a QosMultipliers,
+        prices: &'a PriceList,
+    ) -> BudgetView<'a> {
+        BudgetView {
+            state,
+            target: GPU,
+            without_run_time: WithoutRunTime::Refuse,
+            qos,
+            prices,
+        }
+    }
+
+    /// What a whole round's `decisions` say of `c`, as `would_queue_at`
+    /// answers.
+    fn round_says(decisions: &[Decision], c: &Queued) -> Check {
+        match decisions
+            .iter()
+            .find(|d| d.workload_ref() == c.workload_ref)
+        {
+            Some(Decision::Wait(w)) if w.reason.waiting() == Waiting::Never => {
+                Check::Never(w.reason.clone())
+            }
+            Some(Decision::Wait(w)) => Check::Queues {
+                position: w.position,
+                reason: w.reason.clone(),
+            },
+            _ => Check::AdmitsNow,
+        }
+    }
+
     proptest::proptest! {
         /// The review's walk up to the candidate's turn gives what a whole
         /// round over the queue and the candidate gives for it: admitted,
@@ -895,17 +926,7 @@ mod tests {
             let c = job("new", candidate.0, 100, candidate.1);
             let mut all = q.clone();
             all.push(c.clone());
-            let round = next_admissions(&all, &pool, &[], &p, now);
-            let want = match round.iter().find(|d| d.workload_ref() == c.workload_ref) {
-                Some(Decision::Wait(w)) if w.reason.waiting() == Waiting::Never => {
-                    Check::Never(w.reason.clone())
-                }
-                Some(Decision::Wait(w)) => Check::Queues {
-                    position: w.position,
-                    reason: w.reason.clone(),
-                },
-                _ => Check::AdmitsNow,
-            };
+            let want = round_says(&next_admissions(&all, &pool, &[], &p, now), &c);
             let got = would_queue_at(&q, &c, &pool, &[], &p, now);
             // A candidate that does not fit now is judged alone: its place
             // counts every entry ordered ahead (the next round restates
@@ -939,21 +960,9 @@ mod tests {
             usage in proptest::collection::vec(0u128..1_000, 3),
             aged in proptest::bool::ANY,
         ) {
-            use crate::budget::from_quantity;
-            let state = BudgetState {
-                quota: "nlp".into(),
-                key: "cash/requests.nvidia.com/gpu.A100".into(),
-                budget: from_quantity(Quantity::from_units(budget)),
-                ..Default::default()
-            };
+            let state = gpu_budget(budget);
             let (qos, prices) = (QosMultipliers::default(), PriceList::default());
-            let view = BudgetView {
-                state: &state,
-                target: GPU,
-                without_run_time: WithoutRunTime::Refuse,
-                qos: &qos,
-                prices: &prices,
-            };
+            let view = gpu_view(&state, &qos, &prices);
             let users = ["ann", "bob", "cy"];
             let raw = users
                 .iter()
@@ -985,17 +994,7 @@ mod tests {
             let budgets = std::slice::from_ref(&view);
             let mut all = q.clone();
             all.push(c.clone());
-            let round = next_admissions(&all, &pool, budgets, &p, now);
-            let want = match round.iter().find(|d| d.workload_ref() == c.workload_ref) {
-                Some(Decision::Wait(w)) if w.reason.waiting() == Waiting::Never => {
-                    Check::Never(w.reason.clone())
-                }
-                Some(Decision::Wait(w)) => Check::Queues {
-                    position: w.position,
-                    reason: w.reason.clone(),
-                },
-                _ => Check::AdmitsNow,
-            };
+            let want = round_says(&next_admissions(&all, &pool, budgets, &p, now), &c);
             let got = would_queue_at(&q, &c, &pool, budgets, &p, now);
             let mut states = states_of(budgets);
             let fits_now = try_fit(&pool, budgets, &mut states, &c, &c.usage(), now).is_ok();
