@@ -222,24 +222,46 @@ pub async fn mutate(
             .get(&wref)
             .is_some_and(|c| c.usage().values().any(|v| v.nanos() > 0))
     };
-    let mut read = if create {
-        svc.recent(&quota_name).await.map(|s| s.quota.clone())
-    } else {
-        svc.get(&quota_name).await.map(|s| s.quota)
+    // bizrq's own release of a workload its round admitted (the controller
+    // unsuspends what it charged, one update per admission): this
+    // replica's newest copy shows the charge the round wrote, so it is
+    // passed on without a read. Were that copy stale (the charge gone
+    // since), the validating webhook charges the update against the stored
+    // status in its compare-and-swap, as for any running workload. Anyone
+    // else's release, and an own one the copy does not show charged, is
+    // judged on a fresh read.
+    let own_release = !create
+        && old_held
+        && !held
+        && !svc.service_account.is_empty()
+        && req.user_info.username == svc.service_account;
+    let shown_charged = |s: &std::sync::Arc<crate::store::Stored>| {
+        charged_in(&s.quota) && !queue::entries::holds(&s.quota, &wref)
     };
-    if create && read.as_ref().is_ok_and(charged_in) {
-        read = svc.get(&quota_name).await.map(|s| s.quota);
+    let mut read = if create || own_release {
+        svc.recent(&quota_name).await
+    } else {
+        svc.get(&quota_name).await.map(std::sync::Arc::new)
+    };
+    let fresh = if create {
+        read.as_ref().is_ok_and(|s| charged_in(&s.quota))
+    } else {
+        own_release && !read.as_ref().is_ok_and(shown_charged)
+    };
+    if fresh {
+        read = svc.get(&quota_name).await.map(std::sync::Arc::new);
     }
-    let q = match read {
-        Ok(q) => q,
+    let stored = match read {
+        Ok(s) => s,
         // The validating webhook refuses a missing quota with its message.
         Err(ServiceError::NotFound(_)) => return pass,
         Err(e) => return Err(e),
     };
-    let queued = queue::entries::holds(&q, &wref);
+    let q = &stored.quota;
+    let queued = queue::entries::holds(q, &wref);
     // Admitted already (charged and being unsuspended by the controller):
     // the validating webhook's business, as for any running workload.
-    let charged = charged_in(&q);
+    let charged = charged_in(q);
     if charged && !queued {
         return pass;
     }

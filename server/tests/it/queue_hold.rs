@@ -172,3 +172,68 @@ async fn a_mutating_hold_whose_create_never_comes_is_released() {
         "{q}"
     );
 }
+
+/// The quota GETs of `ml` the fake API server has served (not its watch).
+fn quota_gets(c: &Cluster) -> usize {
+    c.fake
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.strip_prefix("GET /apis/bizrq.io/v1/bizgroupresourcequotas/ml")
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('?'))
+        })
+        .count()
+}
+
+/// The controller's unsuspend of a workload its round admitted (one per
+/// admission from a queue) is passed on by the mutating webhook on the
+/// replica's newest copy, which shows the charge: no quota read. The same
+/// release by anyone else is judged on a fresh read, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_own_release_is_passed_on_without_a_quota_read() {
+    let c = queueing_cluster("4").await;
+    let a: DynamicObject = serde_json::from_value(job("a").cpu("4").obj()).unwrap();
+    jobs_of(&c, "alice", "ml")
+        .create(&PostParams::default(), &a)
+        .await
+        .unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    let stored = c.fake.get("batch", "jobs", "ml", "a").unwrap();
+    let mut held = stored.clone();
+    held["spec"]["suspend"] = true.into();
+    let release = |user: &str| {
+        Review::update("release-a", stored.clone(), held.clone())
+            .of_job()
+            .ns("ml")
+            .name("a")
+            .user(user)
+            .obj()
+    };
+    let own = crate::fakeapi::BIZRQ_USER;
+    // A reconcile may read the quota meanwhile: a round with no read of
+    // its own is what is looked for (every one of them reads, were the
+    // review to read).
+    let mut unread = false;
+    for _ in 0..5 {
+        let before = quota_gets(&c);
+        let m = c.server.review("/mutate/workloads", &release(own)).await;
+        assert_eq!(m["response"]["allowed"], true, "{m}");
+        assert!(m["response"]["patch"].is_null(), "passed on as it is: {m}");
+        if quota_gets(&c) == before {
+            unread = true;
+            break;
+        }
+    }
+    assert!(unread, "the own release read the quota every time");
+    let before = quota_gets(&c);
+    let m = c
+        .server
+        .review("/mutate/workloads", &release("alice"))
+        .await;
+    assert_eq!(m["response"]["allowed"], true, "{m}");
+    assert!(
+        quota_gets(&c) > before,
+        "anyone else's release is judged on a fresh read"
+    );
+}
