@@ -223,32 +223,43 @@ pub async fn mutate(
             .is_some_and(|c| c.usage().values().any(|v| v.nanos() > 0))
     };
     // bizrq's own release of a workload its round admitted (the controller
-    // unsuspends what it charged, one update per admission): this
-    // replica's newest copy shows the charge the round wrote, so it is
-    // passed on without a read. Were that copy stale (the charge gone
-    // since), the validating webhook charges the update against the stored
-    // status in its compare-and-swap, as for any running workload. Anyone
-    // else's release, and an own one the copy does not show charged, is
-    // judged on a fresh read.
+    // unsuspends what it charged, one update per admission from a queue):
+    // where this replica's newest copy shows this very object charged by
+    // a round (`queue:<uid>`) and not queued, the copy is proven the
+    // stored one by its version alone (the object's metadata, not its
+    // whole status) and decided on, as a fresh read would be. Anyone
+    // else's release, and an own one the copy does not show so charged
+    // or whose version moved, is read whole, fresh.
     let own_release = !create
         && old_held
         && !held
         && !svc.service_account.is_empty()
         && req.user_info.username == svc.service_account;
-    let shown_charged = |s: &std::sync::Arc<crate::store::Stored>| {
-        charged_in(&s.quota) && !queue::entries::holds(&s.quota, &wref)
+    let round_charge = format!("{}{}", quota::object::QUEUE_CHARGE, w.meta.uid);
+    let admitted_here = |s: &std::sync::Arc<crate::store::Stored>| {
+        !w.meta.uid.is_empty()
+            && s.quota
+                .status
+                .workloads
+                .get(&wref)
+                .is_some_and(|c| c.uid == round_charge)
+            && charged_in(&s.quota)
+            && !queue::entries::holds(&s.quota, &wref)
     };
-    let mut read = if create || own_release {
+    let mut read = if create {
         svc.recent(&quota_name).await
+    } else if own_release {
+        match svc.recent(&quota_name).await {
+            Ok(s) if admitted_here(&s) => match svc.store.version(&quota_name).await {
+                Ok(Some(v)) if v == s.version => Ok(s),
+                _ => svc.get(&quota_name).await.map(std::sync::Arc::new),
+            },
+            _ => svc.get(&quota_name).await.map(std::sync::Arc::new),
+        }
     } else {
         svc.get(&quota_name).await.map(std::sync::Arc::new)
     };
-    let fresh = if create {
-        read.as_ref().is_ok_and(|s| charged_in(&s.quota))
-    } else {
-        own_release && !read.as_ref().is_ok_and(shown_charged)
-    };
-    if fresh {
+    if create && read.as_ref().is_ok_and(|s| charged_in(&s.quota)) {
         read = svc.get(&quota_name).await.map(std::sync::Arc::new);
     }
     let stored = match read {

@@ -80,6 +80,9 @@ struct State {
     rv: u64,
     colls: HashMap<String, Coll>,
     requests: Vec<String>,
+    /// The paths of the GETs answered with the metadata alone
+    /// (`as=PartialObjectMetadata`), which `requests` lists as any GET.
+    metadata_gets: Vec<String>,
     /// How many requests of each verb and resource were served, whatever
     /// `history` keeps (`tally`): "get bizgroupresourcequotas",
     /// "patch jobs", "put bizgroupresourcequotas/status", "list …", "watch …";
@@ -454,6 +457,12 @@ impl FakeApi {
 
     pub fn requests(&self) -> Vec<String> {
         self.state.lock().unwrap().requests.clone()
+    }
+
+    /// The paths of the GETs answered with the object's metadata alone.
+    #[allow(dead_code)] // not every test binary reads it
+    pub fn metadata_gets(&self) -> Vec<String> {
+        self.state.lock().unwrap().metadata_gets.clone()
     }
 
     /// How many requests of each verb and resource were served since the

@@ -636,6 +636,12 @@ impl tower::Service<Request<Body>> for FakeApi {
             let body =
                 (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap_or(Value::Null));
             me.record(&method, &path, &query);
+            if metadata_only && method == Method::GET {
+                let mut g = me.state.lock().unwrap();
+                g.metadata_gets.push(path.clone());
+                let keep = g.history;
+                trim(&mut g.metadata_gets, keep);
+            }
             if path.starts_with("/apis/coordination.k8s.io/") {
                 // A stalled connection: no answer, and no error either.
                 while me.leases_hang.load(std::sync::atomic::Ordering::SeqCst) {
