@@ -304,6 +304,75 @@ fn try_fit(
     Ok(reserves)
 }
 
+/// A round's walk through a queue in admission order: the pool and the
+/// budgets' states as the admissions so far leave them, and the entry
+/// that blocks everything behind it. `round` and `would_queue_at` both
+/// take each entry with `step`, so the rule that decides an entry lives
+/// here alone.
+struct Walk<'q> {
+    pool: Pool,
+    states: Vec<BudgetState>,
+    blocker: Option<&'q str>,
+}
+
+/// What `Walk::step` decided for one entry.
+enum Step<'q> {
+    /// Taken: the reservations made, and what of it lies beyond hard.
+    Admit {
+        reserves: BTreeMap<String, Option<i128>>,
+        borrows: ResourceList,
+    },
+    /// It fits, but waits its turn behind this blocked head.
+    Turn(&'q str),
+    /// It does not fit (or never can): why.
+    Wait(Reason),
+}
+
+impl<'q> Walk<'q> {
+    fn new(pool: &Pool, budgets: &[BudgetView<'_>]) -> Walk<'q> {
+        Walk {
+            pool: pool.clone(),
+            states: states_of(budgets),
+            blocker: None,
+        }
+    }
+
+    /// Take `q` (whose usage is `usage`) at its turn: admitted when it
+    /// fits whole and no head blocks, which takes its room and its
+    /// budgets' reservations; else it waits, and — where `blocks` and it
+    /// could fit some day — blocks everything behind it.
+    fn step(
+        &mut self,
+        q: &'q Queued,
+        usage: &ResourceList,
+        blocks: bool,
+        budgets: &[BudgetView<'_>],
+        now_ms: i64,
+    ) -> Step<'q> {
+        if let Some(why) = self.pool.never_with(q, usage) {
+            return Step::Wait(Reason::Never(why));
+        }
+        let mut trial = self.states.clone();
+        match try_fit(&self.pool, budgets, &mut trial, q, usage, now_ms) {
+            Ok(reserves) => match self.blocker {
+                None => {
+                    let borrows = beyond_hard(&self.pool, usage);
+                    self.pool.take(usage);
+                    self.states = trial;
+                    Step::Admit { reserves, borrows }
+                }
+                Some(head) => Step::Turn(head),
+            },
+            Err(reason) => {
+                if blocks && reason.waiting() != Waiting::Never && self.blocker.is_none() {
+                    self.blocker = Some(&q.workload_ref);
+                }
+                Step::Wait(reason)
+            }
+        }
+    }
+}
+
 /// One round: the decisions in admission order, and the pool and budget
 /// states as they would be once the admissions are written.
 pub fn round<Q: Borrow<Queued>>(
@@ -313,58 +382,36 @@ pub fn round<Q: Borrow<Queued>>(
     policy: &QueuePolicy,
     now_ms: i64,
 ) -> (Vec<Decision>, Pool, Vec<BudgetState>) {
-    let mut pool = pool.clone();
-    let mut states = states_of(budgets);
-    let mut blocker: Option<&str> = None;
+    let mut walk = Walk::new(pool, budgets);
     let mut position = 0u32;
     let mut out = Vec::with_capacity(queue.len());
     for Slot { index, blocks } in order::order_by(queue, policy, now_ms, pool.submitters()) {
         let q = queue[index].borrow();
-        let mut wait = |reason: Reason, out: &mut Vec<Decision>| {
-            position += 1;
-            out.push(Decision::Wait(Wait {
-                workload_ref: q.workload_ref.clone(),
-                position,
-                reason,
-            }));
-        };
-        if let Some(why) = pool.never(q) {
-            wait(Reason::Never(why), &mut out);
-            continue;
-        }
         let usage = q.usage();
-        let mut trial = states.clone();
-        match try_fit(&pool, budgets, &mut trial, q, &usage, now_ms) {
-            Ok(reserves) => match blocker {
-                None => {
-                    let borrows = beyond_hard(&pool, &usage);
-                    pool.take(&usage);
-                    states = trial;
-                    out.push(Decision::Admit(Admission {
-                        workload_ref: q.workload_ref.clone(),
-                        charge: q.charge(now_ms),
-                        usage,
-                        borrows,
-                        reserves,
-                    }));
-                }
-                Some(head) => wait(
-                    Reason::Turn {
-                        head: head.to_string(),
-                    },
-                    &mut out,
-                ),
-            },
-            Err(reason) => {
-                let never = reason.waiting() == Waiting::Never;
-                wait(reason, &mut out);
-                if blocks && !never && blocker.is_none() {
-                    blocker = Some(&q.workload_ref);
-                }
+        let reason = match walk.step(q, &usage, blocks, budgets, now_ms) {
+            Step::Admit { reserves, borrows } => {
+                out.push(Decision::Admit(Admission {
+                    workload_ref: q.workload_ref.clone(),
+                    charge: q.charge(now_ms),
+                    usage,
+                    borrows,
+                    reserves,
+                }));
+                continue;
             }
-        }
+            Step::Turn(head) => Reason::Turn {
+                head: head.to_string(),
+            },
+            Step::Wait(reason) => reason,
+        };
+        position += 1;
+        out.push(Decision::Wait(Wait {
+            workload_ref: q.workload_ref.clone(),
+            position,
+            reason,
+        }));
     }
-    (out, pool, states)
+    (out, walk.pool, walk.states)
 }
 
 /// What of `usage`, added to the pool's used, lies beyond hard, per key.
@@ -462,52 +509,34 @@ pub fn would_queue_at<Q: Borrow<Queued>>(
         .collect();
     all.push(candidate);
     let me = all.len() - 1;
-    // The round's walk up to the candidate's turn, as `round` decides it
-    // (what comes after its turn changes neither its decision nor its
-    // place): no decision, charge or reason is built for the entries
-    // ahead, only whether each takes room, waits, or blocks.
-    let mut pool = pool.clone();
-    let mut states = states_of(budgets);
-    let mut blocker: Option<&str> = None;
+    // The round's walk up to the candidate's turn (what comes after its
+    // turn changes neither its decision nor its place): no decision or
+    // charge is built for the entries ahead, only whether each is taken.
+    let mut walk = Walk::new(pool, budgets);
     let mut waiting = 0u32;
     for Slot { index, blocks } in order::order_by(&all, policy, now_ms, pool.submitters()) {
         let q = all[index];
-        if index == me {
-            let position = waiting.saturating_add(1);
-            return match (
-                try_fit(&pool, budgets, &mut states, q, &usage, now_ms),
-                blocker,
+        if index != me {
+            if !matches!(
+                walk.step(q, &q.usage(), blocks, budgets, now_ms),
+                Step::Admit { .. }
             ) {
-                (Ok(_), None) => Check::AdmitsNow,
-                (Ok(_), Some(head)) => Check::Queues {
-                    position,
-                    reason: Reason::Turn {
-                        head: head.to_string(),
-                    },
-                },
-                (Err(reason), _) if reason.waiting() == Waiting::Never => Check::Never(reason),
-                (Err(reason), _) => Check::Queues { position, reason },
-            };
-        }
-        let usage = q.usage();
-        if pool.never_with(q, &usage).is_some() {
-            waiting += 1;
+                waiting += 1;
+            }
             continue;
         }
-        let mut trial = states.clone();
-        match try_fit(&pool, budgets, &mut trial, q, &usage, now_ms) {
-            Ok(_) if blocker.is_none() => {
-                pool.take(&usage);
-                states = trial;
-            }
-            Ok(_) => waiting += 1,
-            Err(reason) => {
-                waiting += 1;
-                if blocks && reason.waiting() != Waiting::Never && blocker.is_none() {
-                    blocker = Some(&q.workload_ref);
-                }
-            }
-        }
+        let position = waiting.saturating_add(1);
+        return match walk.step(q, &usage, blocks, budgets, now_ms) {
+            Step::Admit { .. } => Check::AdmitsNow,
+            Step::Turn(head) => Check::Queues {
+                position,
+                reason: Reason::Turn {
+                    head: head.to_string(),
+                },
+            },
+            Step::Wait(reason) if reason.waiting() == Waiting::Never => Check::Never(reason),
+            Step::Wait(reason) => Check::Queues { position, reason },
+        };
     }
     // The candidate is always in the walk.
     Check::AdmitsNow
