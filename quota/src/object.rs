@@ -168,6 +168,13 @@ impl Charge {
             .filter(|u| !u.is_empty())
     }
 
+    /// Whether a queue round admitted this charge for the object of
+    /// `object_uid` (`QUEUE_CHARGE`, then that uid; never for an unnamed
+    /// object).
+    pub fn admitted_by_round(&self, object_uid: &str) -> bool {
+        !object_uid.is_empty() && self.uid.strip_prefix(QUEUE_CHARGE) == Some(object_uid)
+    }
+
     /// Count of a pod set as charged: an HPA's maxReplicas reserves room for
     /// the single scalable set.
     pub fn charged_count(&self, set: &PodSet) -> i64 {

@@ -107,6 +107,37 @@ impl Pending {
         out
     }
 
+    /// What the caps count of a copy of the last round's whole queue
+    /// (`copy`: the status lists only its top) beyond `q`'s status: the
+    /// entries the status neither lists nor has charged since, that did
+    /// not leave since (a DELETE, an opt-out: `skips`), and that `keep`
+    /// keeps, each name once, borrowed from the copy. It over-counts an
+    /// entry gone since the round, never under-counts one that waits.
+    pub fn copy_entries<'a>(
+        &self,
+        q: &Quota,
+        copy: &'a [crate::object::queue::QueueEntry],
+        keep: impl Fn(&Queued) -> bool,
+    ) -> Vec<&'a Queued> {
+        // What the status lists, by reference (a walk of the status per
+        // entry of the copy was quadratic in the queue's length).
+        let mut listed = super::entries::listed(q);
+        let mut more = Vec::with_capacity(copy.len());
+        for e in copy {
+            let r = e.work.workload_ref.as_str();
+            if listed.contains(r)
+                || q.status.workloads.contains_key(r)
+                || self.skips(r, &e.work.uid)
+                || !keep(&e.work)
+            {
+                continue;
+            }
+            listed.insert(r);
+            more.push(&e.work);
+        }
+        more
+    }
+
     /// The pending entries' references and places.
     pub fn refs(&self) -> Vec<(String, i64)> {
         self.entries
@@ -308,6 +339,34 @@ mod tests {
             reason: String::new(),
             estimated_start: None,
         });
+    }
+
+    #[test]
+    fn a_rounds_copy_counts_only_what_the_status_neither_lists_nor_charges() {
+        let mut q = quota(None);
+        fold(&mut q, work("listed", "alice", 1));
+        crate::admission::charge(
+            &mut q,
+            "batch/Job/ml/charged",
+            work("charged", "bob", 0).charge(5),
+        )
+        .unwrap();
+        let entry = |name: &str| QueueEntry {
+            work: work(name, "bob", 2),
+            position: 0,
+            waiting: Waiting::Quota,
+            reason: String::new(),
+            estimated_start: None,
+        };
+        let copy: Vec<QueueEntry> = ["listed", "charged", "left", "other", "waits", "waits"]
+            .iter()
+            .map(|n| entry(n))
+            .collect();
+        let mut p = Pending::default();
+        assert!(p.leave("batch/Job/ml/left", ""));
+        let more = p.copy_entries(&q, &copy, |e| e.workload_ref != "batch/Job/ml/other");
+        let names: Vec<&str> = more.iter().map(|e| e.workload_ref.as_str()).collect();
+        assert_eq!(names, ["batch/Job/ml/waits"]);
     }
 
     #[test]

@@ -101,8 +101,8 @@ pub struct Service {
     /// Per quota, with marks on: the whole queue as this replica's last
     /// round wrote it (its status lists only the top,
     /// `quota::queue::summary`), so the webhook's caps and positions count
-    /// the marked objects the watch showed then (`whole_queue` in
-    /// `service/queue.rs`).
+    /// the marked objects the watch showed then
+    /// (`quota::queue::pending::Pending::copy_entries`).
     /// Only on the replica that runs the rounds.
     pub rounds_queue:
         Arc<std::sync::Mutex<HashMap<String, Arc<Vec<quota::object::queue::QueueEntry>>>>>,

@@ -104,46 +104,6 @@ pub enum Queueing {
     Never(String),
 }
 
-/// What the webhook's caps and positions count of `current`'s queue with
-/// marks on, beyond the entries its status lists (`Counted::more`): those
-/// this replica's last round of it found (`copy`, `rounds_queue`: held
-/// objects whose marks the fold accepted) that the status neither lists
-/// nor has charged since, that did not leave since (a DELETE, an
-/// opt-out: `pending` skips them), and that `keep` keeps. Borrowed from
-/// the copy, never copied. The count over-counts an entry gone since the
-/// last round, never under-counts one that waits. A replica that runs no
-/// rounds has no copy and sees only the top; the summary's count holds
-/// `MAX_QUEUE` there (`Pending::join_beyond`), though not a submitter's
-/// share, which the leader's fold holds again.
-fn whole_queue<'a>(
-    current: &Quota,
-    copy: Option<&'a [quota::object::queue::QueueEntry]>,
-    pending: &queue::pending::Pending,
-    keep: impl Fn(&Queued) -> bool,
-) -> Vec<&'a Queued> {
-    let Some(copy) = copy else {
-        return Vec::new();
-    };
-    // What the status lists, by reference (`entries::holds` on each entry
-    // of the copy walked the growing queue: quadratic in its length on
-    // every create's review).
-    let mut listed = entries::listed(current);
-    let mut more = Vec::with_capacity(copy.len());
-    for e in copy {
-        let r = e.work.workload_ref.as_str();
-        if listed.contains(r)
-            || current.status.workloads.contains_key(r)
-            || pending.skips(r, &e.work.uid)
-            || !keep(&e.work)
-        {
-            continue;
-        }
-        listed.insert(r);
-        more.push(&e.work);
-    }
-    more
-}
-
 /// Whether `work`, which fits `judged` now, should leave the idle room to
 /// siblings that fair sharing puts first (`fair::allot`); weighed only
 /// when it would borrow.
@@ -349,19 +309,24 @@ impl Service {
 
     /// `queue_workload` with queue marks on (docs/queueing.md §12): a
     /// workload that must wait is checked against the whole queue
-    /// (`whole_queue`: the status's top, the marked objects the last round
-    /// folded) plus the entries this replica marked and none shows yet, and added
+    /// (`Pending::copy_entries`: the status's top, the marked objects the
+    /// last round folded) plus the entries this replica marked and none shows yet, and added
     /// to those, under one lock (`quota::queue::pending`), with no write
     /// of the quota; the caller holds the object back and writes the
     /// signed mark this returns in its annotation. An entry the status
     /// holds already is judged as `queue_workload` does (in the quota's
     /// compare-and-swap).
+    ///
+    /// `read`: the copy of the quota the caller has just judged the
+    /// workload on (as fresh as this would read it), used instead of a
+    /// second read; None reads it here.
     pub async fn mark_workload(
         &self,
         quota_name: &str,
         mut work: Queued,
         create: bool,
         dry_run: bool,
+        read: Option<Arc<super::Stored>>,
     ) -> Result<(Queueing, Option<queue::mark::Mark>), ServiceError> {
         // Draining marks: queued in the status, no mark signed.
         let Some(keys) = self.signing_keys() else {
@@ -376,10 +341,10 @@ impl Service {
         // compare-and-swap then refuses (judged again, fresh). An update
         // of a held object may be bizrq's own release of it, which only
         // the stored status tells from a release by hand.
-        let stored = if create {
-            self.recent(quota_name).await?
-        } else {
-            Arc::new(self.get(quota_name).await?)
+        let stored = match read {
+            Some(s) => s,
+            None if create => self.recent(quota_name).await?,
+            None => Arc::new(self.get(quota_name).await?),
         };
         let current = &stored.quota;
         if entries::holds(current, &work.workload_ref) {
@@ -426,8 +391,14 @@ impl Service {
         // place (its mark's place would then be older than the object, and
         // the fold refuses it). The status lists no entry of the name here
         // (`holds` above), so only the copy's can be dropped.
-        let more = whole_queue(current, copy.as_deref().map(Vec::as_slice), &pending, |e| {
-            e.workload_ref != work.workload_ref || (!work.uid.is_empty() && e.uid == work.uid)
+        // A replica that runs no rounds has no copy and counts the top
+        // alone; the summary's count holds `MAX_QUEUE` there
+        // (`Pending::join_beyond`), though not a submitter's share, which
+        // the leader's fold holds again.
+        let more = copy.as_deref().map_or_else(Vec::new, |copy| {
+            pending.copy_entries(current, copy, |e| {
+                e.workload_ref != work.workload_ref || (!work.uid.is_empty() && e.uid == work.uid)
+            })
         });
         let counted = queue::pending::Counted {
             quota: current,
@@ -750,7 +721,10 @@ impl Service {
         work: Queued,
     ) -> Result<Queueing, ServiceError> {
         // With marks, against the whole queue (the status lists its top).
-        Ok(self.mark_workload(quota_name, work, true, true).await?.0)
+        Ok(self
+            .mark_workload(quota_name, work, true, true, None)
+            .await?
+            .0)
     }
 
     /// The scheduler's admission of a whole round of `quota_name`

@@ -230,19 +230,13 @@ pub async fn mutate(
     // whole status) and decided on, as a fresh read would be. Anyone
     // else's release, and an own one the copy does not show so charged
     // or whose version moved, is read whole, fresh.
-    let own_release = !create
-        && old_held
-        && !held
-        && !svc.service_account.is_empty()
-        && req.user_info.username == svc.service_account;
-    let round_charge = format!("{}{}", quota::object::QUEUE_CHARGE, w.meta.uid);
+    let own_release = !create && old_held && !held && req.sent_by(&svc.service_account);
     let admitted_here = |s: &std::sync::Arc<crate::store::Stored>| {
-        !w.meta.uid.is_empty()
-            && s.quota
-                .status
-                .workloads
-                .get(&wref)
-                .is_some_and(|c| c.uid == round_charge)
+        s.quota
+            .status
+            .workloads
+            .get(&wref)
+            .is_some_and(|c| c.admitted_by_round(&w.meta.uid))
             && charged_in(&s.quota)
             && !queue::entries::holds(&s.quota, &wref)
     };
@@ -360,8 +354,15 @@ pub async fn mutate(
     // With queue marks (docs/queueing.md §12) a workload that must wait
     // and is not queued in the status yet is marked, not written into the
     // quota: `mark` is its signed entry.
+    // Judged on the copy just read (no second read of the quota).
     let (mut answer, mut mark) = svc
-        .mark_workload(&quota_name, work.clone(), create, req.dry())
+        .mark_workload(
+            &quota_name,
+            work.clone(),
+            create,
+            req.dry(),
+            Some(stored.clone()),
+        )
         .await?;
     // A create that fits now is charged here, so the room it saw is its own
     // when the validating webhook comes: that review finds the charge and
@@ -387,7 +388,7 @@ pub async fn mutate(
                 Ok(()) => return pass,
                 Err(ServiceError::Denied(_)) => {
                     (answer, mark) = svc
-                        .mark_workload(&quota_name, work.clone(), create, false)
+                        .mark_workload(&quota_name, work.clone(), create, false, None)
                         .await?;
                 }
                 Err(e) => return Err(e),
