@@ -229,6 +229,34 @@ impl Cluster {
         );
     }
 
+    /// Wait (as `until`) until `quota` shows `wref` charged by a queue
+    /// round (its charge's uid `queue:<object uid>`).
+    pub async fn until_round_charged(&self, quota: &str, wref: &str, what: &str) -> Value {
+        self.until(quota, what, |q| {
+            q["status"]["workloads"][wref]["uid"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("queue:"))
+        })
+        .await
+    }
+
+    /// The stored Job `ml/name` once it is no longer suspended, or as it
+    /// is after 5 s (the caller asserts what it needs).
+    pub async fn until_job_released(&self, name: &str) -> Value {
+        let mut stored = Value::Null;
+        for _ in 0..100 {
+            stored = self
+                .fake
+                .get("batch", "jobs", "ml", name)
+                .unwrap_or_default();
+            if stored["spec"]["suspend"] != true {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stored
+    }
+
     /// Wait until a line of `/metrics` starts with `line`.
     pub async fn until_metric(&self, line: &str) {
         for _ in 0..400 {

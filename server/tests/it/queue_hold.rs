@@ -216,20 +216,9 @@ async fn the_controllers_own_release_is_decided_without_a_whole_quota_read() {
     jobs.delete("a", &kube::api::DeleteParams::default())
         .await
         .unwrap();
-    c.until("ml", "b admitted by a round", |q| {
-        q["status"]["workloads"]["batch/Job/ml/b"]["uid"]
-            .as_str()
-            .is_some_and(|u| u.starts_with("queue:"))
-    })
-    .await;
-    let mut stored = Value::Null;
-    for _ in 0..200 {
-        stored = c.fake.get("batch", "jobs", "ml", "b").unwrap();
-        if stored["spec"]["suspend"] != true {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    c.until_round_charged("ml", "batch/Job/ml/b", "b admitted by a round")
+        .await;
+    let stored = c.until_job_released("b").await;
     assert_ne!(stored["spec"]["suspend"], true, "b released: {stored}");
     let mut held = stored.clone();
     held["spec"]["suspend"] = true.into();

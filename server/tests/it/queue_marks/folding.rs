@@ -189,12 +189,8 @@ async fn an_admitted_marked_job_is_never_folded_again_before_its_release_shows()
         .delete("a", &DeleteParams::default())
         .await
         .unwrap();
-    c.until("ml", "b charged", |q| {
-        q["status"]["workloads"]["batch/Job/ml/b"]["uid"]
-            .as_str()
-            .is_some_and(|u| u.starts_with("queue:"))
-    })
-    .await;
+    c.until_round_charged("ml", "batch/Job/ml/b", "b charged")
+        .await;
     // Rounds while the release is in flight.
     for n in 1..=5 {
         c.touch("ml", n);

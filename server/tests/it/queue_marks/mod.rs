@@ -47,12 +47,7 @@ fn suspended(c: &Cluster, name: &str) -> bool {
 /// Waits (5 s at most) for the round's release of `name` to show on the
 /// stored object; the caller asserts it.
 async fn until_released(c: &Cluster, name: &str) {
-    for _ in 0..100 {
-        if !suspended(c, name) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    c.until_job_released(name).await;
 }
 
 fn mark_of(c: &Cluster, name: &str) -> Option<Value> {

@@ -156,12 +156,8 @@ async fn a_job_deleted_while_its_release_is_reviewed_leaves_no_charge() {
         .delete("run", &DeleteParams::default())
         .await
         .unwrap();
-    c.until("ml", "w admitted by the round", |q| {
-        q["status"]["workloads"]["batch/Job/ml/w"]["uid"]
-            .as_str()
-            .is_some_and(|u| u.starts_with("queue:"))
-    })
-    .await;
+    c.until_round_charged("ml", "batch/Job/ml/w", "w admitted by the round")
+        .await;
     c.until_requested("the release sent", |r| {
         r.starts_with("PATCH /apis/batch/v1/namespaces/ml/jobs/w")
     })
@@ -228,12 +224,8 @@ async fn a_release_reviewed_after_its_jobs_delete_charges_nothing() {
         .delete("run", &DeleteParams::default())
         .await
         .unwrap();
-    c.until("ml", "w admitted by the round", |q| {
-        q["status"]["workloads"]["batch/Job/ml/w"]["uid"]
-            .as_str()
-            .is_some_and(|u| u.starts_with("queue:"))
-    })
-    .await;
+    c.until_round_charged("ml", "batch/Job/ml/w", "w admitted by the round")
+        .await;
     c.until_requested("the release sent", |r| {
         r.starts_with(&format!("PATCH {path}"))
     })
