@@ -141,6 +141,13 @@ pub struct Snapshot {
     /// released DELETE's object it still shows is not charged again
     /// (`quota::reconcile::forget_deleted`).
     pub object_uids: BTreeMap<String, String>,
+    /// Held objects carrying a queue mark (`View::set_released`), left out
+    /// of `observed` by `View::snapshot`: each waits for a round and is
+    /// no workload to record (docs/queueing.md §12). A quota holds
+    /// hundreds while its queue is long; copying what each runs on every
+    /// reconcile was most of the reconcile's CPU (docs/benchmarks.md).
+    /// The few a status charges are asked for (`View::observed_in`).
+    pub waiting: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -832,9 +839,10 @@ impl View {
     }
 
     /// What one reconcile of `quota` needs: its workloads as observed (with
-    /// the reservation of an HPA on each) and its pods' runs.
+    /// the reservation of an HPA on each) and its pods' runs; held, marked
+    /// objects named only (`Snapshot::waiting`).
     pub fn snapshot(&self, quota: &str) -> Snapshot {
-        let mut snap = self.observe(self.workloads_in(quota));
+        let mut snap = self.observe(self.workloads_in(quota), true);
         for (uid, run) in self.pod_runs.runs_with_uids(quota) {
             snap.unbilled.push(self.pod_runs.is_unbilled(uid));
             snap.uids.push(uid.clone());
@@ -864,6 +872,7 @@ impl View {
             charged
                 .filter_map(|w| Some((w, self.seen_in(quota, w)?)))
                 .chain(uncharged),
+            false,
         )
     }
 
@@ -893,8 +902,15 @@ impl View {
         self.workloads.get(wref).filter(|s| s.quota == quota)
     }
 
-    fn observe<'k, 's>(&'s self, seen: impl Iterator<Item = (&'k String, &'s Seen)>) -> Snapshot {
+    /// `seen` as a reconcile reads it; `name_waiting`: a held, marked one
+    /// is named in `waiting` instead of copied into `observed`.
+    fn observe<'k, 's>(
+        &'s self,
+        seen: impl Iterator<Item = (&'k String, &'s Seen)>,
+        name_waiting: bool,
+    ) -> Snapshot {
         let mut observed = BTreeMap::new();
+        let mut waiting = BTreeSet::new();
         let mut finished = BTreeSet::new();
         let mut released = BTreeMap::new();
         let mut finished_uids = BTreeMap::new();
@@ -917,10 +933,15 @@ impl View {
                     continue;
                 }
             }
+            if name_waiting && s.info.released.is_some() {
+                waiting.insert(wref.clone());
+                continue;
+            }
             observed.insert(wref.clone(), self.observed_of(wref, s));
         }
         Snapshot {
             observed,
+            waiting,
             runs: Vec::new(),
             uids: Vec::new(),
             unbilled: Vec::new(),
@@ -1076,15 +1097,6 @@ impl View {
         self.workloads
             .get(wref)
             .map(|s| (s.quota.as_str(), s.info.released.is_some()))
-    }
-
-    /// The workloads bound to `quota` the watch shows held with a queue
-    /// mark (`set_released`).
-    pub fn marked_waiting(&self, quota: &str) -> BTreeSet<String> {
-        self.workloads_in(quota)
-            .filter(|(_, s)| s.info.released.is_some())
-            .map(|(r, _)| r.clone())
-            .collect()
     }
 
     /// Record what the held, marked `wref` runs once released (None: not
@@ -1358,6 +1370,32 @@ mod tests {
         assert_eq!(s.observed["apps/Deployment/nlp/train"].pod_sets[0].count, 2);
         assert_eq!(v.delete_workload(a, "nlp", "train", T), set(&["cv-team"]));
         assert!(v.snapshot("cv-team").observed.is_empty());
+    }
+
+    /// A held, marked object waits for a round: a reconcile's snapshot
+    /// names it without copying what it runs, and the few a status
+    /// charges are read one by one.
+    #[test]
+    fn a_held_marked_object_is_named_not_copied() {
+        let mut v = View::default();
+        let (a, w) = deployment("train", "nlp-team", 2, 1);
+        v.apply_workload(a, w, None, T);
+        let (a, w) = deployment("serve", "nlp-team", 3, 1);
+        v.apply_workload(a, w, None, T);
+        let held = "apps/Deployment/nlp/serve";
+        let runs = v.snapshot("nlp-team").observed[held].pod_sets.clone();
+        v.set_released(held, Some(runs.clone()));
+        let s = v.snapshot("nlp-team");
+        assert!(s.waiting.contains(held) && !s.observed.contains_key(held));
+        assert!(s.observed.contains_key("apps/Deployment/nlp/train"));
+        assert_eq!(s.object_uids.len(), 2, "its uid still known: {s:?}");
+        assert_eq!(v.observed_in("nlp-team", held).unwrap().pod_sets, runs);
+        // A queue round reads it whole where the status charges it.
+        let charged = [held.to_string()];
+        let r = v.round_seen("nlp-team", charged.iter());
+        assert!(r.observed.contains_key(held) && r.waiting.is_empty());
+        v.set_released(held, None);
+        assert!(v.snapshot("nlp-team").observed.contains_key(held));
     }
 
     #[test]

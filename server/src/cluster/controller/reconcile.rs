@@ -108,10 +108,7 @@ impl Context {
         // Behind it (past the bound), nothing to write is proven by a read.
         let caught_up = self.store_caught_up(name).await;
         let now = self.now();
-        let (snap, waiting_marked) = {
-            let v = self.view.lock().unwrap();
-            (v.snapshot(name), v.marked_waiting(name))
-        };
+        let snap = self.view.lock().unwrap().snapshot(name);
         let authoritative = self.authoritative();
         let listed = self.service.children(name).await?;
         let (kids, confirmed) = self.service.confirm_children(name, listed).await?;
@@ -195,10 +192,23 @@ impl Context {
                 let mut observed = snap.observed.clone();
                 // A held, marked object with no charge waits for a round
                 // (docs/queueing.md §12): not a workload to record, or every
-                // create that waits would write the quota.
-                observed.retain(|w, _| {
-                    !waiting_marked.contains(w) || q.status.workloads.contains_key(w)
-                });
+                // create that waits would write the quota. One charged
+                // (admitted, its release not yet seen) is read as the watch
+                // shows it, as the snapshot would have copied it.
+                let charged_waiting: Vec<&String> = q
+                    .status
+                    .workloads
+                    .keys()
+                    .filter(|w| snap.waiting.contains(*w))
+                    .collect();
+                if !charged_waiting.is_empty() {
+                    let v = self.view.lock().unwrap();
+                    for w in charged_waiting {
+                        if let Some(o) = v.observed_in(name, w) {
+                            observed.insert(w.clone(), o);
+                        }
+                    }
+                }
                 for (wref, c) in &q.status.workloads {
                     if !authoritative(kind_of_ref(wref)) {
                         observed.entry(wref.clone()).or_insert_with(|| Observed {
