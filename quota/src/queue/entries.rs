@@ -342,23 +342,31 @@ pub fn admit(
 /// Positions and reasons rewritten from a round's `status` (entries no
 /// longer queued are not brought back). Whether anything changed.
 pub fn restate(q: &mut Quota, fresh: Vec<QueueEntry>) -> bool {
-    let fresh: Vec<QueueEntry> = fresh
-        .into_iter()
-        .filter(|f| {
-            q.status
-                .queue
-                .iter()
-                .any(|e| e.work.workload_ref == f.work.workload_ref && e.work.uid == f.work.uid)
-        })
-        .collect();
+    use std::collections::{HashMap, HashSet};
+    // By reference and uid, not a walk of the queue per entry: a round
+    // restates hundreds, and the walks were quadratic in the queue.
+    let mut uids: HashMap<&str, Vec<&str>> = HashMap::with_capacity(q.status.queue.len());
+    for e in &q.status.queue {
+        uids.entry(e.work.workload_ref.as_str())
+            .or_default()
+            .push(e.work.uid.as_str());
+    }
+    let mut named: HashSet<&str> = HashSet::with_capacity(q.status.queue.len());
+    let mut next = Vec::with_capacity(q.status.queue.len());
+    for f in fresh {
+        let hit = uids
+            .get_key_value(f.work.workload_ref.as_str())
+            .filter(|(_, us)| us.iter().any(|u| *u == f.work.uid))
+            .map(|(r, _)| *r);
+        if let Some(r) = hit {
+            named.insert(r);
+            next.push(f);
+        }
+    }
     // Entries that joined after the round was computed keep their place
     // at the end until the next round.
-    let mut next = fresh;
     for e in &q.status.queue {
-        if !next
-            .iter()
-            .any(|f| f.work.workload_ref == e.work.workload_ref)
-        {
+        if named.insert(e.work.workload_ref.as_str()) {
             next.push(e.clone());
         }
     }
@@ -736,6 +744,43 @@ mod tests {
             let got = join_all(&mut all, works, Waiting::Quota, "r");
             proptest::prop_assert_eq!(got, want);
             proptest::prop_assert_eq!(&all.status.queue, &one.status.queue);
+        }
+
+        /// `restate` by lookups decides as its definition by walks: the
+        /// round's entries still queued (same reference and uid), in the
+        /// round's order, then each reference queued since, once.
+        #[test]
+        fn restate_equals_its_definition_by_walks(
+            queued in proptest::collection::vec((0u8..8, 0u8..3), 0..14),
+            fresh in proptest::collection::vec((0u8..10, 0u8..3, 0u32..20), 0..14),
+        ) {
+            let entry = |n: u8, uid: u8, position: u32| QueueEntry {
+                work: job(&format!("j{n}"), &format!("u{uid}"), 1, 0),
+                position,
+                waiting: Waiting::Quota,
+                reason: format!("at {position}"),
+                estimated_start: None,
+            };
+            let mut q = quota(8);
+            q.status.queue = queued.iter().map(|(n, u)| entry(*n, *u, 0)).collect();
+            let fresh: Vec<QueueEntry> = fresh.iter().map(|(n, u, p)| entry(*n, *u, *p)).collect();
+            let mut want = fresh
+                .iter()
+                .filter(|f| {
+                    q.status.queue.iter().any(|e| {
+                        e.work.workload_ref == f.work.workload_ref && e.work.uid == f.work.uid
+                    })
+                })
+                .cloned()
+                .collect::<Vec<_>>();
+            for e in &q.status.queue {
+                if !want.iter().any(|f| f.work.workload_ref == e.work.workload_ref) {
+                    want.push(e.clone());
+                }
+            }
+            let changed = want != q.status.queue;
+            proptest::prop_assert_eq!(restate(&mut q, fresh), changed);
+            proptest::prop_assert_eq!(&q.status.queue, &want);
         }
     }
 }
