@@ -62,7 +62,19 @@ pub fn admit(
     let may_borrow = !q.spec.max.is_empty() && !q.spec.parent.is_empty();
     if loan.is_none() && may_borrow {
         // Try it on a copy: if anything needs a loan, ask for the round's.
+        // The copy's queue holds only the round's own entries: the rest
+        // decides nothing here, and a queue of hundreds was most of the
+        // copy.
+        let queue = std::mem::take(&mut q.status.queue);
         let mut trial = q.clone();
+        let named: std::collections::HashSet<&str> =
+            items.iter().map(|a| a.workload_ref.as_str()).collect();
+        trial.status.queue = queue
+            .iter()
+            .filter(|e| named.contains(e.work.workload_ref.as_str()))
+            .cloned()
+            .collect();
+        q.status.queue = queue;
         if let Batch::Done { left, .. } = charge_all(&mut trial, items, None, now_ms, qos, prices) {
             if !left.is_empty() {
                 // What the budget refuses is never charged: no loan for it.
@@ -456,5 +468,55 @@ mod tests {
             .saturating_add(Quantity::from_units(4))
             .saturating_add(resources::get(&loan, CPU));
         assert!(claimed <= Quantity::from_units(10));
+    }
+
+    proptest::proptest! {
+        /// The trial of a borrowing round decides as a trial on the whole
+        /// quota: the entries it leaves out of its copy decide nothing.
+        #[test]
+        fn the_trial_on_the_rounds_entries_decides_as_on_the_whole_queue(
+            queue in proptest::collection::vec(1i64..30, 0..16),
+            picked in proptest::collection::vec(0usize..20, 0..10),
+            gone in proptest::collection::vec(0usize..20, 0..3),
+            hard in 0i64..40,
+        ) {
+            let mut q = child(hard, Some(100));
+            let ws: Vec<Queued> =
+                queue.iter().enumerate().map(|(i, c)| work(&format!("j{i}"), *c)).collect();
+            for w in &ws {
+                queued(&mut q, w);
+            }
+            let mut items: Vec<Admit> =
+                picked.iter().filter_map(|i| ws.get(*i)).map(item).collect();
+            // Items no longer queued (gone), too.
+            items.extend(gone.iter().map(|i| item(&work(&format!("gone{i}"), 1))));
+            let mut whole = q.clone();
+            let want = charge_all(
+                &mut whole,
+                &items,
+                None,
+                2_000,
+                &QosMultipliers::default(),
+                &PriceList::default(),
+            );
+            let mut real = q.clone();
+            let got = run(&mut real, &items, None);
+            let left_whole = match &want {
+                Batch::Done { left, .. } => left,
+                Batch::Borrow(_) => unreachable!("no loan asked on a trial"),
+            };
+            let needs_loan = left_whole.iter().any(|(_, d)| !matches!(d, Denial::Budget(_)));
+            let expect = if needs_loan { round_request(&q, &items, &[]) } else { None };
+            match got {
+                Batch::Borrow(req) => {
+                    proptest::prop_assert_eq!(Some(*req), expect);
+                    proptest::prop_assert_eq!(&real, &q, "a request changes nothing");
+                }
+                Batch::Done { .. } => {
+                    proptest::prop_assert!(expect.is_none());
+                    proptest::prop_assert_eq!(&real, &whole, "charged as without a trial");
+                }
+            }
+        }
     }
 }
