@@ -63,13 +63,15 @@ fn count(n: usize) -> u32 {
 /// admission order) cut to its first `TOP_ENTRIES` entries, plus every
 /// entry beyond them that `marked` does not name (no mark backs it, so the
 /// status is its only home). Positions and reasons are kept as given.
-pub fn bound(queue: Vec<QueueEntry>, marked: &BTreeSet<String>) -> (Vec<QueueEntry>, Summary) {
-    let summary = Summary::of(&queue);
+/// Borrowed: only what the status keeps is copied (the caller keeps the
+/// whole, for the replica's own copy).
+pub fn bound(queue: &[QueueEntry], marked: &BTreeSet<String>) -> (Vec<QueueEntry>, Summary) {
+    let summary = Summary::of(queue);
     let kept = queue
-        .into_iter()
+        .iter()
         .enumerate()
         .filter(|(i, e)| *i < TOP_ENTRIES || !marked.contains(&e.work.workload_ref))
-        .map(|(_, e)| e)
+        .map(|(_, e)| e.clone())
         .collect();
     (kept, summary)
 }
@@ -180,7 +182,7 @@ mod tests {
     fn the_status_lists_the_top_and_counts_the_rest() {
         let q = queue(600);
         let marked = all_marked(&q);
-        let (kept, s) = bound(q.clone(), &marked);
+        let (kept, s) = bound(&q, &marked);
         assert_eq!(kept.len(), TOP_ENTRIES);
         assert_eq!(kept[..], q[..TOP_ENTRIES], "the top, in order, unchanged");
         assert_eq!(s.total, 600);
@@ -213,7 +215,7 @@ mod tests {
         let q = queue(100);
         let mut marked = all_marked(&q);
         marked.remove("batch/Job/ml/job-00070");
-        let (kept, s) = bound(q, &marked);
+        let (kept, s) = bound(&q, &marked);
         assert_eq!(kept.len(), TOP_ENTRIES + 1);
         assert_eq!(
             kept[TOP_ENTRIES].work.workload_ref,
@@ -226,7 +228,7 @@ mod tests {
     fn the_oldest_is_named_even_beyond_the_top() {
         let mut q = queue(50);
         q[40].work.submitted_ms = 1;
-        let (kept, s) = bound(q.clone(), &all_marked(&q));
+        let (kept, s) = bound(&q, &all_marked(&q));
         assert!(kept.iter().all(|e| e.work.submitted_ms != 1));
         assert_eq!(s.oldest.as_deref(), Some("batch/Job/ml/job-00040"));
         assert_eq!(s.oldest_ms(), Some(1));
@@ -235,7 +237,7 @@ mod tests {
     #[test]
     fn a_short_queue_is_listed_whole() {
         let q = queue(3);
-        let (kept, s) = bound(q.clone(), &all_marked(&q));
+        let (kept, s) = bound(&q, &all_marked(&q));
         assert_eq!(kept, q);
         assert_eq!(s.total, 3);
         assert_eq!(waiting(&[], None), 0);
@@ -245,7 +247,7 @@ mod tests {
     #[test]
     fn with_marks_off_only_held_objects_nothing_lists_or_charges_are_stranded() {
         let q = queue(25);
-        let (kept, _) = bound(q.clone(), &all_marked(&q));
+        let (kept, _) = bound(&q, &all_marked(&q));
         let mut status = crate::object::QuotaStatus {
             queue: kept,
             ..Default::default()
@@ -295,7 +297,7 @@ mod tests {
         #[test]
         fn the_stored_queue_is_bounded_whatever_its_length(n in 0usize..=crate::object::queueing::MAX_QUEUE) {
             let q = queue(n);
-            let (kept, s) = bound(q.clone(), &all_marked(&q));
+            let (kept, s) = bound(&q, &all_marked(&q));
             prop_assert_eq!(kept.len(), n.min(TOP_ENTRIES));
             prop_assert_eq!(s.total as usize, n);
             let bytes = serde_json::to_vec(&kept).unwrap().len()

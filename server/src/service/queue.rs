@@ -518,7 +518,7 @@ impl Service {
                     now_ms: now,
                 },
                 uid: &o.uid,
-                work: o.work.clone(),
+                work: &o.work,
             })
             .collect();
         let folded = queue::fold::fold(q, &marked, &pending, |b, m| keys.verify(b, m));
@@ -527,9 +527,8 @@ impl Service {
             folded.added.iter().map(String::as_str).collect();
         let works: Vec<Queued> = folded
             .queue
-            .iter()
+            .into_iter()
             .filter(|e| added.contains(e.workload_ref.as_str()))
-            .cloned()
             .collect();
         let changed = entries::join_all(
             q,
@@ -576,7 +575,7 @@ impl Service {
             return Vec::new();
         }
         let whole = std::mem::take(&mut q.status.queue);
-        let (kept, summary) = queue::summary::bound(whole.clone(), backed);
+        let (kept, summary) = queue::summary::bound(&whole, backed);
         q.status.queue = kept;
         q.status.queue_summary = (summary.total > 0).then_some(summary);
         whole

@@ -162,7 +162,7 @@ fn a_queued_workload_waiting_past_the_threshold_alerts_once_and_resolves_when_it
     );
     let whole: Vec<_> = listed.iter().cloned().chain([far]).collect();
     let (kept, summary) = quota::queue::summary::bound(
-        whole.clone(),
+        &whole,
         &whole.iter().map(|e| e.work.workload_ref.clone()).collect(),
     );
     quota.status.queue = kept;
