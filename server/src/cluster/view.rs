@@ -111,11 +111,6 @@ struct HpaSeen {
 }
 
 /// Everything one reconcile of one quota needs, copied out of the view.
-/// Read for the status a reconcile decides on (`View::snapshot_for`),
-/// `finished`, `released`, `finished_uids` and `object_uids` hold only
-/// the workloads that status names (a charge, a reservation, a released
-/// DELETE), and `observed` a held, marked workload only where it is
-/// charged; `View::snapshot` records every workload.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     /// Each workload as the watch shows it, but those of `released`: a
@@ -142,7 +137,7 @@ pub struct Snapshot {
     /// Of `finished`, each one's object uid: a charge that names its
     /// object is judged by it (`quota::reconcile::release_finished`).
     pub finished_uids: BTreeMap<String, String>,
-    /// The object uid of each workload, as the watch shows it: a
+    /// The object uid of each of `observed`, as the watch shows it: a
     /// released DELETE's object it still shows is not charged again
     /// (`quota::reconcile::forget_deleted`).
     pub object_uids: BTreeMap<String, String>,
@@ -293,15 +288,14 @@ impl View {
     }
 
     /// Whether some pod of `wref` has not ended (neither terminated nor
-    /// deleted) — by `at`, where given — or the pods are not all known yet.
-    fn runs_pods(&self, wref: &str, at: Option<i64>) -> bool {
-        let ended = |t: Option<i64>| t.is_some_and(|t| at.is_none_or(|at| t <= at));
+    /// deleted), or the pods are not all known yet.
+    fn runs_pods(&self, wref: &str) -> bool {
         !self.pods_listed
             || self.by_workload.get(wref).is_some_and(|uids| {
                 uids.iter().any(|u| {
                     self.pods
                         .get(u)
-                        .is_some_and(|p| !ended(p.facts.finished_ms) && !ended(p.deleted_ms))
+                        .is_some_and(|p| p.facts.finished_ms.is_none() && p.deleted_ms.is_none())
                 })
             })
     }
@@ -841,7 +835,7 @@ impl View {
     /// reads them (with the reservation of an HPA on each), and its pods'
     /// runs: `snapshot_for` with every name recorded.
     pub fn snapshot(&self, quota: &str) -> Snapshot {
-        self.with_runs(quota, self.observe(self.workloads_in(quota), None, None))
+        self.with_runs(quota, self.observe(self.workloads_in(quota), None))
     }
 
     /// What one reconcile of `quota` deciding on `status` needs, read in
@@ -852,13 +846,9 @@ impl View {
     /// what `status` names (a charge, a reservation, a released DELETE) —
     /// the rest decides nothing, and a quota keeps hundreds of each
     /// (docs/benchmarks.md, "a reconcile names what waits"); and its
-    /// pods' runs. A finished workload whose last pod ended after
-    /// `now_ms` (the reconcile's instant) still counts as running.
-    pub fn snapshot_for(&self, quota: &str, status: &QuotaStatus, now_ms: i64) -> Snapshot {
-        self.with_runs(
-            quota,
-            self.observe(self.workloads_in(quota), Some(status), Some(now_ms)),
-        )
+    /// pods' runs.
+    pub fn snapshot_for(&self, quota: &str, status: &QuotaStatus) -> Snapshot {
+        self.with_runs(quota, self.observe(self.workloads_in(quota), Some(status)))
     }
 
     fn with_runs(&self, quota: &str, mut snap: Snapshot) -> Snapshot {
@@ -891,7 +881,6 @@ impl View {
             charged
                 .filter_map(|w| Some((w, self.seen_in(quota, w)?)))
                 .chain(uncharged),
-            None,
             None,
         )
     }
@@ -940,15 +929,11 @@ impl View {
     /// `seen` as a reconcile reads it. `status`: the one it decides on —
     /// a held, marked workload is observed only where it charges it, and
     /// finished workloads and object uids are recorded only for what it
-    /// names; None: everything. `ended_by`: a finished workload runs
-    /// nothing for good only if its pods had all ended by then (the
-    /// reconcile's `now`: the window it bills must hold the last of its
-    /// runs, `quota::reconcile::release_finished`); None: by now.
+    /// names; None: everything.
     fn observe<'k, 's>(
         &'s self,
         seen: impl Iterator<Item = (&'k String, &'s Seen)>,
         status: Option<&QuotaStatus>,
-        ended_by: Option<i64>,
     ) -> Snapshot {
         let mut observed = BTreeMap::new();
         let mut finished = BTreeSet::new();
@@ -976,7 +961,7 @@ impl View {
                     finished.insert(wref.clone());
                     finished_uids.insert(wref.clone(), s.info.uid.clone());
                 }
-                if let Some(at) = s.finished_at.filter(|_| !self.runs_pods(wref, ended_by)) {
+                if let Some(at) = s.finished_at.filter(|_| !self.runs_pods(wref)) {
                     if named {
                         released.insert(wref.clone(), at);
                     }
@@ -1389,18 +1374,13 @@ mod tests {
         // A reconcile reads it only where its status names it: nothing to
         // release, settle or forget otherwise.
         let mut status = QuotaStatus::default();
-        let s = v.snapshot_for("nlp-team", &status, i64::MAX);
+        let s = v.snapshot_for("nlp-team", &status);
         assert!(s.released.is_empty() && s.finished.is_empty() && s.object_uids.is_empty());
         status.deleted.insert(wref.to_string(), Default::default());
-        let s = v.snapshot_for("nlp-team", &status, i64::MAX);
+        let s = v.snapshot_for("nlp-team", &status);
         assert!(s.released.contains_key(wref) && s.finished.contains(wref));
         assert_eq!(s.finished_uids.get(wref).map(String::as_str), Some("j-1"));
         assert_eq!(s.object_uids.get(wref).map(String::as_str), Some("j-1"));
-        // Read after the reconcile's instant: a pod that ended since still
-        // ran then, and the window that instant closes must bill it.
-        let before_end = quota::time::parse_rfc3339("2027-01-15T07:59:59Z").unwrap();
-        let s = v.snapshot_for("nlp-team", &status, before_end);
-        assert!(s.released.is_empty() && s.finished.contains(wref), "{s:?}");
 
         // A pod deleted while running ends it too.
         v.apply_pod(pod(running), BTreeMap::new(), 0, false, T);
@@ -1455,7 +1435,7 @@ mod tests {
         let runs = v.snapshot("nlp-team").observed[held].pod_sets.clone();
         v.set_released(held, Some(runs.clone()));
         let mut status = QuotaStatus::default();
-        let s = v.snapshot_for("nlp-team", &status, i64::MAX);
+        let s = v.snapshot_for("nlp-team", &status);
         assert!(!s.observed.contains_key(held), "uncharged, it waits: {s:?}");
         assert!(s.observed.contains_key("apps/Deployment/nlp/train"));
         assert!(s.object_uids.is_empty(), "nothing named: {s:?}");
@@ -1469,7 +1449,7 @@ mod tests {
                 admitted: None,
             },
         );
-        let s = v.snapshot_for("nlp-team", &status, i64::MAX);
+        let s = v.snapshot_for("nlp-team", &status);
         assert_eq!(s.observed[held].pod_sets, runs, "charged, it is read");
         assert_eq!(s.object_uids.keys().collect::<Vec<_>>(), [held]);
         // Without a status (a round's reads, tests), everything.
@@ -1477,7 +1457,7 @@ mod tests {
         assert!(s.observed.contains_key(held) && s.object_uids.len() == 2);
         v.set_released(held, None);
         assert!(v
-            .snapshot_for("nlp-team", &QuotaStatus::default(), i64::MAX)
+            .snapshot_for("nlp-team", &QuotaStatus::default())
             .observed
             .contains_key(held));
     }

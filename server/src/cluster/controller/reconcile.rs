@@ -203,7 +203,7 @@ impl Context {
                 // object with no charge waits for a round (docs/queueing.md
                 // §12) and is not a workload to record, or every create
                 // that waits would write the quota.
-                let mut snap = self.view.lock().unwrap().snapshot_for(name, &q.status, now);
+                let mut snap = self.view.lock().unwrap().snapshot_for(name, &q.status);
                 let mut observed = std::mem::take(&mut snap.observed);
                 for (wref, c) in &q.status.workloads {
                     if !authoritative(kind_of_ref(wref)) {
