@@ -6,7 +6,7 @@
 use quota::cash::Interval;
 use quota::hold::GatedPod;
 use quota::keys::{CPU_TYPE_LABEL, GPU_TYPE_LABEL, MEMORY_TYPE_LABEL};
-use quota::object::{HpaCharge, QuotaStatus};
+use quota::object::HpaCharge;
 use quota::pods::{owning_workload, Owner, PodFacts, PodRun, PodRuns};
 use quota::reconcile::Observed;
 use quota::usage::Models;
@@ -141,6 +141,13 @@ pub struct Snapshot {
     /// released DELETE's object it still shows is not charged again
     /// (`quota::reconcile::forget_deleted`).
     pub object_uids: BTreeMap<String, String>,
+    /// Held objects carrying a queue mark (`View::set_released`), left out
+    /// of `observed` by `View::snapshot`: each waits for a round and is
+    /// no workload to record (docs/queueing.md §12). A quota holds
+    /// hundreds while its queue is long; copying what each runs on every
+    /// reconcile was most of the reconcile's CPU (docs/benchmarks.md).
+    /// The few a status charges are asked for (`View::observed_in`).
+    pub waiting: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -831,27 +838,11 @@ impl View {
         self.hpas.keys().cloned().collect()
     }
 
-    /// Everything the view shows of `quota`'s workloads as a reconcile
-    /// reads them (with the reservation of an HPA on each), and its pods'
-    /// runs: `snapshot_for` with every name recorded.
+    /// What one reconcile of `quota` needs: its workloads as observed (with
+    /// the reservation of an HPA on each) and its pods' runs; held, marked
+    /// objects named only (`Snapshot::waiting`).
     pub fn snapshot(&self, quota: &str) -> Snapshot {
-        self.with_runs(quota, self.observe(self.workloads_in(quota), None))
-    }
-
-    /// What one reconcile of `quota` deciding on `status` needs, read in
-    /// its write (one instant for all of it): the workloads as observed,
-    /// but a held, marked one only where `status` charges it (one with no
-    /// charge waits for a round and is no workload to record,
-    /// docs/queueing.md §12); of finished workloads and object uids, only
-    /// what `status` names (a charge, a reservation, a released DELETE) —
-    /// the rest decides nothing, and a quota keeps hundreds of each
-    /// (docs/benchmarks.md, "a reconcile names what waits"); and its
-    /// pods' runs.
-    pub fn snapshot_for(&self, quota: &str, status: &QuotaStatus) -> Snapshot {
-        self.with_runs(quota, self.observe(self.workloads_in(quota), Some(status)))
-    }
-
-    fn with_runs(&self, quota: &str, mut snap: Snapshot) -> Snapshot {
+        let mut snap = self.observe(self.workloads_in(quota), true);
         for (uid, run) in self.pod_runs.runs_with_uids(quota) {
             snap.unbilled.push(self.pod_runs.is_unbilled(uid));
             snap.uids.push(uid.clone());
@@ -881,7 +872,7 @@ impl View {
             charged
                 .filter_map(|w| Some((w, self.seen_in(quota, w)?)))
                 .chain(uncharged),
-            None,
+            false,
         )
     }
 
@@ -911,60 +902,28 @@ impl View {
         self.workloads.get(wref).filter(|s| s.quota == quota)
     }
 
-    /// The object uid of each of `names` the view shows bound to `quota`.
-    pub fn object_uids_in<'a>(
-        &self,
-        quota: &str,
-        names: impl IntoIterator<Item = &'a str>,
-    ) -> BTreeMap<String, String> {
-        names
-            .into_iter()
-            .filter_map(|w| {
-                let s = self.seen_in(quota, w)?;
-                (!s.info.uid.is_empty()).then(|| (w.to_string(), s.info.uid.clone()))
-            })
-            .collect()
-    }
-
-    /// `seen` as a reconcile reads it. `status`: the one it decides on —
-    /// a held, marked workload is observed only where it charges it, and
-    /// finished workloads and object uids are recorded only for what it
-    /// names; None: everything.
+    /// `seen` as a reconcile reads it; `name_waiting`: a held, marked one
+    /// is named in `waiting` instead of copied into `observed`.
     fn observe<'k, 's>(
         &'s self,
         seen: impl Iterator<Item = (&'k String, &'s Seen)>,
-        status: Option<&QuotaStatus>,
+        name_waiting: bool,
     ) -> Snapshot {
         let mut observed = BTreeMap::new();
+        let mut waiting = BTreeSet::new();
         let mut finished = BTreeSet::new();
         let mut released = BTreeMap::new();
         let mut finished_uids = BTreeMap::new();
         let mut object_uids = BTreeMap::new();
-        let reserved: HashSet<&str> = status
-            .into_iter()
-            .flat_map(|s| s.reservations.values())
-            .flat_map(|m| m.keys().map(String::as_str))
-            .collect();
-        let charged = |w: &str| status.is_none_or(|s| s.workloads.contains_key(w));
-        let named = |w: &str| {
-            status.is_none_or(|s| {
-                s.workloads.contains_key(w) || s.deleted.contains_key(w) || reserved.contains(w)
-            })
-        };
         for (wref, s) in seen {
-            let named = named(wref);
-            if named && !s.info.uid.is_empty() {
+            if !s.info.uid.is_empty() {
                 object_uids.insert(wref.clone(), s.info.uid.clone());
             }
             if s.finished {
-                if named {
-                    finished.insert(wref.clone());
-                    finished_uids.insert(wref.clone(), s.info.uid.clone());
-                }
+                finished.insert(wref.clone());
+                finished_uids.insert(wref.clone(), s.info.uid.clone());
                 if let Some(at) = s.finished_at.filter(|_| !self.runs_pods(wref)) {
-                    if named {
-                        released.insert(wref.clone(), at);
-                    }
+                    released.insert(wref.clone(), at);
                     // Runs nothing for good: its charge goes
                     // (`quota::reconcile::release_finished`). A quota keeps
                     // hundreds of finished Jobs; copying each one's pod
@@ -974,13 +933,15 @@ impl View {
                     continue;
                 }
             }
-            if s.info.released.is_some() && !charged(wref) {
+            if name_waiting && s.info.released.is_some() {
+                waiting.insert(wref.clone());
                 continue;
             }
             observed.insert(wref.clone(), self.observed_of(wref, s));
         }
         Snapshot {
             observed,
+            waiting,
             runs: Vec::new(),
             uids: Vec::new(),
             unbilled: Vec::new(),
@@ -1371,16 +1332,6 @@ mod tests {
             "it runs nothing for good: no size to charge, not copied"
         );
         assert_eq!(s.object_uids.get(wref).map(String::as_str), Some("j-1"));
-        // A reconcile reads it only where its status names it: nothing to
-        // release, settle or forget otherwise.
-        let mut status = QuotaStatus::default();
-        let s = v.snapshot_for("nlp-team", &status);
-        assert!(s.released.is_empty() && s.finished.is_empty() && s.object_uids.is_empty());
-        status.deleted.insert(wref.to_string(), Default::default());
-        let s = v.snapshot_for("nlp-team", &status);
-        assert!(s.released.contains_key(wref) && s.finished.contains(wref));
-        assert_eq!(s.finished_uids.get(wref).map(String::as_str), Some("j-1"));
-        assert_eq!(s.object_uids.get(wref).map(String::as_str), Some("j-1"));
 
         // A pod deleted while running ends it too.
         v.apply_pod(pod(running), BTreeMap::new(), 0, false, T);
@@ -1422,10 +1373,10 @@ mod tests {
     }
 
     /// A held, marked object waits for a round: a reconcile's snapshot
-    /// observes it only where the status it decides on charges it, and
-    /// records object uids only for what that status names.
+    /// names it without copying what it runs, and the few a status
+    /// charges are read one by one.
     #[test]
-    fn a_reconcile_reads_a_held_marked_object_only_where_its_status_charges_it() {
+    fn a_held_marked_object_is_named_not_copied() {
         let mut v = View::default();
         let (a, w) = deployment("train", "nlp-team", 2, 1);
         v.apply_workload(a, w, None, T);
@@ -1434,32 +1385,17 @@ mod tests {
         let held = "apps/Deployment/nlp/serve";
         let runs = v.snapshot("nlp-team").observed[held].pod_sets.clone();
         v.set_released(held, Some(runs.clone()));
-        let mut status = QuotaStatus::default();
-        let s = v.snapshot_for("nlp-team", &status);
-        assert!(!s.observed.contains_key(held), "uncharged, it waits: {s:?}");
-        assert!(s.observed.contains_key("apps/Deployment/nlp/train"));
-        assert!(s.object_uids.is_empty(), "nothing named: {s:?}");
-        status.workloads.insert(
-            held.to_string(),
-            quota::object::Charge {
-                pod_sets: runs.clone(),
-                hpa: None,
-                since: "2027-01-15T07:00:00Z".into(),
-                uid: "queue:d-serve".into(),
-                admitted: None,
-            },
-        );
-        let s = v.snapshot_for("nlp-team", &status);
-        assert_eq!(s.observed[held].pod_sets, runs, "charged, it is read");
-        assert_eq!(s.object_uids.keys().collect::<Vec<_>>(), [held]);
-        // Without a status (a round's reads, tests), everything.
         let s = v.snapshot("nlp-team");
-        assert!(s.observed.contains_key(held) && s.object_uids.len() == 2);
+        assert!(s.waiting.contains(held) && !s.observed.contains_key(held));
+        assert!(s.observed.contains_key("apps/Deployment/nlp/train"));
+        assert_eq!(s.object_uids.len(), 2, "its uid still known: {s:?}");
+        assert_eq!(v.observed_in("nlp-team", held).unwrap().pod_sets, runs);
+        // A queue round reads it whole where the status charges it.
+        let charged = [held.to_string()];
+        let r = v.round_seen("nlp-team", charged.iter());
+        assert!(r.observed.contains_key(held) && r.waiting.is_empty());
         v.set_released(held, None);
-        assert!(v
-            .snapshot_for("nlp-team", &QuotaStatus::default())
-            .observed
-            .contains_key(held));
+        assert!(v.snapshot("nlp-team").observed.contains_key(held));
     }
 
     #[test]

@@ -87,24 +87,10 @@ impl DeleteChecks {
 }
 
 impl Context {
-    /// The released DELETEs of `quota` being checked (`check_deleted`
-    /// reads the watch's uids of these alone). Only the quota's reconcile,
-    /// one at a time, adds to them (`deleted_met`).
-    pub(super) fn deleted_checked(&self, quota: &str) -> Vec<String> {
-        self.deleted_checks
-            .0
-            .lock()
-            .unwrap()
-            .get(quota)
-            .map(|of| of.keys().cloned().collect())
-            .unwrap_or_default()
-    }
-
     /// Before a reconcile's write: of the released DELETEs the quota's
     /// last write honoured, those due are asked of the API server while
     /// the watch (`uids`: the object uid of each workload it shows bound
-    /// to the quota, of those at least `deleted_checked` names) still
-    /// shows their object. The workloads whose object
+    /// to the quota) still shows their object. The workloads whose object
     /// it still holds: their DELETE never happened.
     pub(super) async fn check_deleted(
         &self,

@@ -108,6 +108,7 @@ impl Context {
         // Behind it (past the bound), nothing to write is proven by a read.
         let caught_up = self.store_caught_up(name).await;
         let now = self.now();
+        let snap = self.view.lock().unwrap().snapshot(name);
         let authoritative = self.authoritative();
         let listed = self.service.children(name).await?;
         let (kids, confirmed) = self.service.confirm_children(name, listed).await?;
@@ -176,17 +177,7 @@ impl Context {
             .map(|p| quota::fair::lendable(&p.quota));
         // Released DELETEs the watch still shows: the API server asked
         // whether each really happened, once honoured for a while.
-        let alive = {
-            let names = self.deleted_checked(name);
-            let uids = self
-                .view
-                .lock()
-                .unwrap()
-                .object_uids_in(name, names.iter().map(String::as_str));
-            self.check_deleted(name, &uids).await
-        };
-        // The pods' runs the write accrued (`View::settle` after it).
-        let mut accrued_runs: Vec<String> = Vec::new();
+        let alive = self.check_deleted(name, &snap.object_uids).await;
         // The released DELETEs the write honoured, as it read them.
         let mut kept_deleted: Vec<(String, String)> = Vec::new();
         // A decision that writes nothing stands on the watch's copy only
@@ -198,13 +189,26 @@ impl Context {
         let result = self
             .service
             .update_status_watched(name, stands, |q| {
-                // What the watch shows, read now for the status this
-                // attempt decides on (`View::snapshot_for`): a held, marked
-                // object with no charge waits for a round (docs/queueing.md
-                // §12) and is not a workload to record, or every create
-                // that waits would write the quota.
-                let mut snap = self.view.lock().unwrap().snapshot_for(name, &q.status);
-                let mut observed = std::mem::take(&mut snap.observed);
+                let mut observed = snap.observed.clone();
+                // A held, marked object with no charge waits for a round
+                // (docs/queueing.md §12): not a workload to record, or every
+                // create that waits would write the quota. One charged
+                // (admitted, its release not yet seen) is read as the watch
+                // shows it, as the snapshot would have copied it.
+                let charged_waiting: Vec<&String> = q
+                    .status
+                    .workloads
+                    .keys()
+                    .filter(|w| snap.waiting.contains(*w))
+                    .collect();
+                if !charged_waiting.is_empty() {
+                    let v = self.view.lock().unwrap();
+                    for w in charged_waiting {
+                        if let Some(o) = v.observed_in(name, w) {
+                            observed.insert(w.clone(), o);
+                        }
+                    }
+                }
                 for (wref, c) in &q.status.workloads {
                     if !authoritative(kind_of_ref(wref)) {
                         observed.entry(wref.clone()).or_insert_with(|| Observed {
@@ -383,7 +387,6 @@ impl Context {
                 // Reclaim among the children weighs this quota as written.
                 let weighed = reclaim_kids.then(|| q.clone());
                 let acts = !plans.is_empty() || !declared.is_empty() || weighed.is_some();
-                accrued_runs = std::mem::take(&mut snap.uids);
                 Ok((
                     changed,
                     (
@@ -426,7 +429,7 @@ impl Context {
             self.view
                 .lock()
                 .unwrap()
-                .settle(name, now, Some(&accrued_runs));
+                .settle(name, now, Some(&snap.uids));
         } else if let Some(paid_to) = paid_to {
             // Nothing written: runs that ended by the window's stored start
             // were paid by an earlier write.
