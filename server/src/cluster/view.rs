@@ -897,6 +897,22 @@ impl View {
         self.seen_in(quota, wref).map(|s| self.observed_of(wref, s))
     }
 
+    /// Adds to `observed` each of `names` bound to `quota`, as a reconcile
+    /// charges it (`observed_in`): the few a snapshot left out that the
+    /// status it decides on charges.
+    pub fn observe_into<'a>(
+        &self,
+        quota: &str,
+        names: impl IntoIterator<Item = &'a String>,
+        observed: &mut BTreeMap<String, Observed>,
+    ) {
+        for w in names {
+            if let Some(o) = self.observed_in(quota, w) {
+                observed.insert(w.clone(), o);
+            }
+        }
+    }
+
     /// `wref` as the watch shows it, where it is bound to `quota`.
     fn seen_in(&self, quota: &str, wref: &str) -> Option<&Seen> {
         self.workloads.get(wref).filter(|s| s.quota == quota)

@@ -203,11 +203,7 @@ impl Context {
                     .collect();
                 if !charged_waiting.is_empty() {
                     let v = self.view.lock().unwrap();
-                    for w in charged_waiting {
-                        if let Some(o) = v.observed_in(name, w) {
-                            observed.insert(w.clone(), o);
-                        }
-                    }
+                    v.observe_into(name, charged_waiting, &mut observed);
                 }
                 for (wref, c) in &q.status.workloads {
                     if !authoritative(kind_of_ref(wref)) {
@@ -273,11 +269,7 @@ impl Context {
                     .collect();
                 if !kept.is_empty() {
                     let v = self.view.lock().unwrap();
-                    for w in kept {
-                        if let Some(o) = v.observed_in(name, w) {
-                            observed.insert(w.clone(), o);
-                        }
-                    }
+                    v.observe_into(name, kept, &mut observed);
                 }
                 let out = quota::reconcile::reconcile_priced(
                     q,
