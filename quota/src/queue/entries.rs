@@ -342,24 +342,22 @@ pub fn admit(
 /// Positions and reasons rewritten from a round's `status` (entries no
 /// longer queued are not brought back). Whether anything changed.
 pub fn restate(q: &mut Quota, fresh: Vec<QueueEntry>) -> bool {
-    use std::collections::{HashMap, HashSet};
+    use std::collections::HashSet;
     // By reference and uid, not a walk of the queue per entry: a round
     // restates hundreds, and the walks were quadratic in the queue.
-    let mut uids: HashMap<&str, Vec<&str>> = HashMap::with_capacity(q.status.queue.len());
-    for e in &q.status.queue {
-        uids.entry(e.work.workload_ref.as_str())
-            .or_default()
-            .push(e.work.uid.as_str());
-    }
-    let mut named: HashSet<&str> = HashSet::with_capacity(q.status.queue.len());
+    let queued: HashSet<(&str, &str)> = q
+        .status
+        .queue
+        .iter()
+        .map(|e| (e.work.workload_ref.as_str(), e.work.uid.as_str()))
+        .collect();
+    let refs: HashSet<&str> = queued.iter().map(|(r, _)| *r).collect();
+    let mut named: HashSet<&str> = HashSet::with_capacity(refs.len());
     let mut next = Vec::with_capacity(q.status.queue.len());
     for f in fresh {
-        let hit = uids
-            .get_key_value(f.work.workload_ref.as_str())
-            .filter(|(_, us)| us.iter().any(|u| *u == f.work.uid))
-            .map(|(r, _)| *r);
-        if let Some(r) = hit {
-            named.insert(r);
+        let key = (f.work.workload_ref.as_str(), f.work.uid.as_str());
+        if queued.contains(&key) {
+            named.extend(refs.get(key.0).copied());
             next.push(f);
         }
     }

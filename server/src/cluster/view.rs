@@ -146,7 +146,7 @@ pub struct Snapshot {
     /// no workload to record (docs/queueing.md §12). A quota holds
     /// hundreds while its queue is long; copying what each runs on every
     /// reconcile was most of the reconcile's CPU (docs/benchmarks.md).
-    /// The few a status charges are asked for (`View::observed_in`).
+    /// The few a status charges are read in its write (`View::observe_into`).
     pub waiting: BTreeSet<String>,
 }
 
