@@ -11,7 +11,10 @@
 //! share of each class's Jobs created; `--smoke` is 1 cohort at 0.1),
 //! `--marks-off` (queues in the quota's status; by default queue marks
 //! are on, their key in a Secret bizrq makes, as the shipped deployment
-//! runs: docs/queueing.md §12).
+//! runs: docs/queueing.md §12), `--one-runtime` (bizrq served on the
+//! bench's own runtime, beside its generator, kubelet and recorders, as
+//! this bench ran until 2026-12-02; by default bizrq has a runtime of its
+//! own, as its binary has).
 //!
 //! What Kueue runs (kubernetes-sigs/kueue, `test/performance/scheduler`,
 //! configuration `baseline`): 5 cohorts × 6 ClusterQueues of nominal 20
@@ -164,6 +167,7 @@ struct Opts {
     pods: bool,
     delete_finished: bool,
     marks: bool,
+    one_runtime: bool,
 }
 
 fn opts() -> Opts {
@@ -203,6 +207,7 @@ fn opts() -> Opts {
         pods: !flag("--no-pods"),
         delete_finished: flag("--delete-finished"),
         marks: !flag("--marks-off"),
+        one_runtime: flag("--one-runtime"),
     }
 }
 
@@ -1043,10 +1048,25 @@ fn cpu_seconds() -> f64 {
 
 fn main() {
     let o = opts();
+    // The bench's own part — the generator, the job controller and kubelet,
+    // the recorders and their invariants — on threads of its own, as
+    // Kueue's runner and the cluster's controllers are processes of their
+    // own: they share the two CPUs with bizrq, not bizrq's runtime.
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("kbench")
         .enable_all()
         .build()
         .unwrap();
+    // bizrq's runtime, as its binary's `#[tokio::main]` builds it (one
+    // worker per CPU); `--one-runtime` serves bizrq on the bench's own
+    // runtime instead, as this bench did until 2026-12-02.
+    let server = (!o.one_runtime).then(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .thread_name("bizrq-main")
+            .enable_all()
+            .build()
+            .unwrap()
+    });
     // The API server on threads of its own, as kube-apiserver is a process
     // of its own: it shares the two CPUs with bizrq, not bizrq's runtime.
     let api = tokio::runtime::Builder::new_multi_thread()
@@ -1054,9 +1074,13 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let failed = rt.block_on(run(o, api.handle().clone()));
+    let on = server.as_ref().map(|s| s.handle().clone());
+    let failed = rt.block_on(run(o, api.handle().clone(), on));
     api.shutdown_timeout(Duration::from_secs(1));
     // The server's background tasks are not awaited: the process ends here.
+    if let Some(s) = server {
+        s.shutdown_timeout(Duration::from_secs(1));
+    }
     rt.shutdown_timeout(Duration::from_secs(1));
     if failed {
         std::process::exit(1);
@@ -1065,7 +1089,7 @@ fn main() {
 
 /// The whole run; true when an invariant was broken (or, in a smoke run,
 /// nothing at all was admitted).
-async fn run(o: Opts, api: tokio::runtime::Handle) -> bool {
+async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime::Handle>) -> bool {
     let fake = FakeApi::new();
     fake.serve_on(api);
     // A bounded history, as kube-apiserver's watch cache and etcd's
@@ -1075,15 +1099,19 @@ async fn run(o: Opts, api: tokio::runtime::Handle) -> bool {
     let dir = tempfile::tempdir().unwrap();
     let workers = o.workers;
     let marks = o.marks;
-    let c = Cluster::on_wall_clock(fake.clone(), dir, |args| {
+    let start = Cluster::on_wall_clock(fake.clone(), dir, move |args| {
         // The shipped defaults, not the test harness's.
         args.resync_seconds = 300;
         args.discovery_seconds = 60;
         args.workers = workers;
         args.queue_mark_key_file = None;
         args.queue_mark_key_secret = marks.then(|| "bizrq-queue-mark-keys".to_string());
-    })
-    .await;
+    });
+    // Started on its runtime, the server serves and spawns there.
+    let c = match server {
+        Some(server) => server.spawn(start).await.expect("the server starts"),
+        None => start.await,
+    };
     c.until_requested("job watch", |r| {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
