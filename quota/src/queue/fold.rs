@@ -72,13 +72,36 @@ pub fn fold(
     pending: &Pending,
     verify: impl Fn(&[u8], &str) -> bool,
 ) -> Folded {
-    fold_within(q, marked, pending, verify, MAX_QUEUE)
+    fold_within(
+        q,
+        marked,
+        pending,
+        &mut mark::Memo::default(),
+        verify,
+        MAX_QUEUE,
+    )
+}
+
+/// `fold`, the marks read and verified through `memo` (kept by the
+/// caller from one fold of `q` to the next: a text accepted once is not
+/// read or verified again; `mark::Memo`), which it turns at the end.
+pub fn fold_remembering(
+    q: &Quota,
+    marked: &[Marked<'_>],
+    pending: &Pending,
+    memo: &mut mark::Memo,
+    verify: impl Fn(&[u8], &str) -> bool,
+) -> Folded {
+    let out = fold_within(q, marked, pending, memo, verify, MAX_QUEUE);
+    memo.turn();
+    out
 }
 
 fn fold_within(
     q: &Quota,
     marked: &[Marked<'_>],
     pending: &Pending,
+    memo: &mut mark::Memo,
     verify: impl Fn(&[u8], &str) -> bool,
     max: usize,
 ) -> Folded {
@@ -91,14 +114,14 @@ fn fold_within(
     // of their places (the mark's `since`, then the name): first come
     // first, so a cap refuses the latest marks, never an older one. The
     // object's own `submitted_ms` says nothing of its place.
-    let mut accepted: Vec<(&Marked<'_>, mark::Mark)> = Vec::new();
+    let mut accepted: Vec<(&Marked<'_>, std::sync::Arc<mark::Mark>)> = Vec::new();
     for m in marked {
         let r = m.at.workload_ref.to_string();
         if pending.skips(&r, m.uid) {
             out.refused.push((r, NotFolded::Left));
             continue;
         }
-        match mark::accept(m.annotation, &m.at, &verify) {
+        match memo.accept(m.annotation, &m.at, &verify) {
             Ok(a) => accepted.push((m, a)),
             Err(e) => out.refused.push((r, NotFolded::Mark(e))),
         }
@@ -122,30 +145,30 @@ fn fold_within(
     }
     let mut live = queue.len();
     for (m, accepted) in accepted {
-        let r = m.at.workload_ref.to_string();
+        let r = m.at.workload_ref;
+        let first = by_ref.get(r).and_then(|at| at.first().copied());
+        if let Some(e) = first.and_then(|i| queue[i].as_mut()) {
+            if e.uid.is_empty() || e.uid == m.uid {
+                // Already queued: what it runs is read again from the
+                // object (copied only where it changed: most rounds fold
+                // the same hundreds of objects again); its place and
+                // submitter stay as queued. Backed by its mark only where
+                // the mark holds that very place (a preempted entry's
+                // place is its charge's, not a mark's).
+                let backed = !e.preempted && e.submitted_ms == accepted.since;
+                refresh(e, m.work, m.uid);
+                if backed {
+                    out.marked.insert(r.to_string());
+                }
+                continue;
+            }
+        }
+        let r = r.to_string();
         let mut work = m.work.clone();
         work.workload_ref.clone_from(&r);
         work.uid = m.uid.to_string();
         work.submitted_ms = accepted.since;
         work.submitted_by = (!accepted.by.is_empty()).then(|| accepted.by.clone());
-        let first = by_ref.get(&r).and_then(|at| at.first().copied());
-        if let Some(e) = first.and_then(|i| queue[i].as_mut()) {
-            if e.uid.is_empty() || e.uid == work.uid {
-                // Already queued: what it runs is read again from the
-                // object; its place and submitter stay as queued. Backed
-                // by its mark only where the mark holds that very place
-                // (a preempted entry's place is its charge's, not a mark's).
-                let backed = !e.preempted && e.submitted_ms == accepted.since;
-                work.submitted_ms = e.submitted_ms;
-                work.submitted_by.clone_from(&e.submitted_by);
-                work.preempted |= e.preempted;
-                *e = work;
-                if backed {
-                    out.marked.insert(r);
-                }
-                continue;
-            }
-        }
         // An entry of the name under another uid is an earlier object's,
         // gone (two objects never hold one name at once): the new one
         // takes its own place, never the old one's.
@@ -189,6 +212,36 @@ fn fold_within(
     }
     out.queue = queue.into_iter().flatten().collect();
     out
+}
+
+/// A queued entry `e` read again from its marked object's `work` (uid
+/// `uid`): what it runs, its priority and uid are the object's; its
+/// reference, place and submitter stay the entry's; preempted if either
+/// says so. Copies only what differs.
+fn refresh(e: &mut Queued, work: &Queued, uid: &str) {
+    let Queued {
+        workload_ref: _,
+        uid: _,
+        priority,
+        priority_classes,
+        submitted_ms: _,
+        pod_sets,
+        run_ms,
+        submitted_by: _,
+        preempted,
+    } = work;
+    if e.uid != uid {
+        e.uid = uid.to_string();
+    }
+    e.priority = *priority;
+    if e.priority_classes != *priority_classes {
+        e.priority_classes.clone_from(priority_classes);
+    }
+    if e.pod_sets != *pod_sets {
+        e.pod_sets.clone_from(pod_sets);
+    }
+    e.run_ms = *run_ms;
+    e.preempted |= *preempted;
 }
 
 #[cfg(test)]
@@ -436,6 +489,7 @@ mod tests {
                 marked("e", signed("e", T + 5, "bob"), T),
             ],
             &Pending::default(),
+            &mut mark::Memo::default(),
             verify,
             3,
         );
@@ -529,7 +583,14 @@ mod tests {
             let mut q = quota(share);
             let users = ["", "alice", "bob", "system:serviceaccount:ml:ci"];
             for (n, uid, by, preempted, at) in &listed {
-                let mut work = object(&format!("o{n}"), 1, None);
+                // Half of them listed with other pods, some with other
+                // priority classes and priority than their objects now
+                // carry: a refresh copies what differs.
+                let mut work = object(&format!("o{n}"), 1 + i64::from(*n % 2), None);
+                if *at == 2 {
+                    work.priority_classes = vec!["high".into()];
+                    work.priority = 7;
+                }
                 work.uid = if *uid == 0 { String::new() } else { format!("uid-o{n}-{uid}") };
                 work.submitted_by = (*by > 0).then(|| users[*by as usize].to_string());
                 work.preempted = *preempted;
@@ -556,7 +617,15 @@ mod tests {
                 m.uid = Box::leak(format!("uid-{name}-{uid}").into_boxed_str());
                 all.push(m);
             }
-            let got = fold_within(&q, &all, &Pending::default(), verify, max);
+            let mut memo = mark::Memo::default();
+            let got = fold_within(&q, &all, &Pending::default(), &mut memo, verify, max);
+            // Folded again through the memo, with no key at all: every
+            // mark is taken from it, and the fold is the same.
+            memo.turn();
+            let again = fold_within(&q, &all, &Pending::default(), &mut memo, |_, _| false, max);
+            proptest::prop_assert_eq!(&again.queue, &got.queue);
+            proptest::prop_assert_eq!(&again.added, &got.added);
+            proptest::prop_assert_eq!(format!("{:?}", again.refused), format!("{:?}", got.refused));
             // The reference takes the accepted marks in the same order.
             let mut accepted: Vec<(Queued, i64, &str)> = all
                 .iter()

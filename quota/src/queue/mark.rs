@@ -158,6 +158,16 @@ pub fn accept(
             return Err(Refused::Text(name));
         }
     }
+    bound_to(&m, at)?;
+    if !verify(&signed_bytes(&m), &m.mac) {
+        return Err(Refused::Mac);
+    }
+    Ok(m)
+}
+
+/// Whether a readable mark binds the object `at`: its quota, its
+/// reference, and a place neither before the object nor in the future.
+fn bound_to(m: &Mark, at: &Binding<'_>) -> Result<(), Refused> {
     if m.quota != at.quota {
         return Err(Refused::OtherQuota);
     }
@@ -169,10 +179,69 @@ pub fn accept(
     {
         return Err(Refused::Since);
     }
-    if !verify(&signed_bytes(&m), &m.mac) {
-        return Err(Refused::Mac);
+    Ok(())
+}
+
+/// The marks accepted by the last fold of one quota and the one running,
+/// by the annotation's text, so that a round reads and verifies each
+/// held object's mark once, not once a round (a quota holds hundreds,
+/// and their parse and MAC were a tenth of a round's CPU). What a text
+/// says and whether its MAC is one of ours cannot change while the keys
+/// stay (the server reads them once, at start); what can — the object it
+/// is read on, the quota it is bound to, the object's creation and the
+/// fold's now — is checked again at every use. So `Memo::accept` answers
+/// exactly as `accept` does.
+///
+/// Bounded: `turn`, at the end of each fold, forgets every mark that
+/// fold did not accept. Only accepted marks are kept; a refused text is
+/// judged again each time (refusals are remembered by the server per
+/// object, `bad_marks`). The texts are looked up in a map with a hasher
+/// keyed at random per process, and a hit only returns a mark the
+/// caller's own object carries.
+#[derive(Debug, Default)]
+pub struct Memo {
+    last: std::collections::HashMap<String, std::sync::Arc<Mark>>,
+    this: std::collections::HashMap<String, std::sync::Arc<Mark>>,
+}
+
+impl Memo {
+    /// `accept`, the text read and verified only if no fold since the
+    /// last `turn` but one accepted it.
+    pub fn accept(
+        &mut self,
+        annotation: &str,
+        at: &Binding<'_>,
+        verify: impl Fn(&[u8], &str) -> bool,
+    ) -> Result<std::sync::Arc<Mark>, Refused> {
+        if let Some(m) = self.this.get(annotation) {
+            bound_to(m, at)?;
+            return Ok(m.clone());
+        }
+        if let Some((text, m)) = self.last.remove_entry(annotation) {
+            let bound = bound_to(&m, at);
+            self.this.insert(text, m.clone());
+            bound?;
+            return Ok(m);
+        }
+        let m = std::sync::Arc::new(accept(annotation, at, verify)?);
+        self.this.insert(annotation.to_string(), m.clone());
+        Ok(m)
     }
-    Ok(m)
+
+    /// The end of a fold: what it did not use is forgotten.
+    pub fn turn(&mut self) {
+        self.last = std::mem::take(&mut self.this);
+    }
+
+    /// How many texts it keeps.
+    pub fn len(&self) -> usize {
+        self.last.len() + self.this.len()
+    }
+
+    /// Whether it keeps none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]
@@ -327,5 +396,81 @@ mod tests {
             let (ma, mb) = (mark(&a), mark(&b));
             prop_assert_eq!(signed_bytes(&ma) == signed_bytes(&mb), ma == mb);
         }
+
+        /// The memo answers every mark, bound to every object at every
+        /// instant, exactly as `accept` does, over several folds; past a
+        /// fold it keeps only texts that fold used and once accepted.
+        #[test]
+        fn the_memo_accepts_exactly_as_accept(
+            folds in proptest::collection::vec(
+                proptest::collection::vec(
+                    (0usize..6, 0usize..2, 0usize..2, -8_000i64..70_000, 0i64..20_000),
+                    0..12,
+                ),
+                1..6,
+            ),
+        ) {
+            let quotas = ["ml", "web"];
+            let refs = [REF, "batch/Job/ml/other"];
+            // Marks of ours, for both quotas and objects and two places, a
+            // forged one (another key), and text that is no mark.
+            let mut texts: Vec<String> = Vec::new();
+            for (q, r, since) in [("ml", REF, T + 10), ("web", REF, T + 30_000), ("ml", refs[1], T - 6_000)] {
+                texts.push(json(&sign(q, r, since, 1, "alice", toy_mac(7))));
+            }
+            texts.push(json(&sign("ml", REF, T + 10, 1, "mallory", toy_mac(8))));
+            texts.push("{not a mark".to_string());
+            texts.push(json(&sign("web", refs[1], T, 2, "bob", toy_mac(7))));
+            let mut memo = Memo::default();
+            for fold in folds {
+                let mut used = std::collections::HashSet::new();
+                for (t, q, r, created, later) in fold {
+                    used.insert(t);
+                    let b = Binding {
+                        quota: quotas[q],
+                        workload_ref: refs[r],
+                        created_ms: T + created,
+                        now_ms: T + created + later,
+                    };
+                    let want = accept(&texts[t], &b, verify_with(7));
+                    let got = memo.accept(&texts[t], &b, verify_with(7)).map(|m| (*m).clone());
+                    prop_assert_eq!(&got, &want);
+                }
+                memo.turn();
+                // Kept past a fold: only texts it used, and never one
+                // refused by its MAC or unreadable.
+                for k in memo.last.keys() {
+                    let i = texts.iter().position(|t| t == k).unwrap();
+                    prop_assert!(used.contains(&i) && i != 3 && i != 4, "kept {}", k);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_memo_forgets_what_a_fold_did_not_use() {
+        let m = json(&sign("ml", REF, T + 10, 100, "alice", toy_mac(7)));
+        let mut memo = Memo::default();
+        assert!(memo.accept(&m, &at("ml"), verify_with(7)).is_ok());
+        // A forged mark is never kept.
+        let f = json(&sign("ml", REF, T + 10, 100, "alice", toy_mac(8)));
+        assert_eq!(
+            memo.accept(&f, &at("ml"), verify_with(7)),
+            Err(Refused::Mac)
+        );
+        assert_eq!(memo.len(), 1);
+        memo.turn();
+        // Used again: kept by this fold; its MAC is not checked again.
+        assert!(memo.accept(&m, &at("ml"), |_, _| false).is_ok());
+        // Bound elsewhere: refused as `accept` refuses it.
+        assert_eq!(
+            memo.accept(&m, &at("web"), |_, _| false),
+            Err(Refused::OtherQuota)
+        );
+        memo.turn();
+        assert_eq!(memo.len(), 1);
+        memo.turn();
+        memo.turn();
+        assert!(memo.is_empty());
     }
 }

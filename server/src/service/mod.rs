@@ -94,6 +94,11 @@ pub struct Service {
     pub marked: Arc<
         std::sync::Mutex<HashMap<String, Arc<std::sync::Mutex<quota::queue::pending::Pending>>>>,
     >,
+    /// Per quota, with marks on: the marks its folds accepted lately, by
+    /// their text (`quota::queue::mark::Memo`), so a round reads and
+    /// verifies a held object's mark once, not every round. Taken out
+    /// while a fold uses it; dropped with the quota's last marked object.
+    pub mark_memo: Arc<std::sync::Mutex<HashMap<String, quota::queue::mark::Memo>>>,
     /// When this replica's controller last judged its pending marks by its
     /// watch (`forget_marked`); long ago on a replica that runs no rounds,
     /// whose webhook then forgets them by time alone.
@@ -159,6 +164,7 @@ impl Service {
             marks: None,
             mark_drain: false,
             marked: Default::default(),
+            mark_memo: Default::default(),
             marks_judged_at: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
             rounds_queue: Default::default(),
             deferred: Default::default(),

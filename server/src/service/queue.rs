@@ -484,6 +484,10 @@ impl Service {
             return Folding::default();
         };
         if objects.is_empty() {
+            self.mark_memo
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(q.name());
             return Folding::default();
         }
         // Read without adding a set for the quota: an empty one left in
@@ -521,7 +525,21 @@ impl Service {
                 work: &o.work,
             })
             .collect();
-        let folded = queue::fold::fold(q, &marked, &pending, |b, m| keys.verify(b, m));
+        // Taken out while this fold uses it: a fold of the same quota at
+        // the same time (a round retried beside another) starts afresh.
+        let mut memo = self
+            .mark_memo
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&name)
+            .unwrap_or_default();
+        let folded = queue::fold::fold_remembering(q, &marked, &pending, &mut memo, |b, m| {
+            keys.verify(b, m)
+        });
+        self.mark_memo
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.clone(), memo);
         // The fold held the caps; one refused here stays held, marked.
         let added: std::collections::HashSet<&str> =
             folded.added.iter().map(String::as_str).collect();
