@@ -237,11 +237,28 @@ fn refresh(e: &mut Queued, work: &Queued, uid: &str) {
     if e.priority_classes != *priority_classes {
         e.priority_classes.clone_from(priority_classes);
     }
-    if e.pod_sets != *pod_sets {
+    if !same_pods(&e.pod_sets, pod_sets) {
         e.pod_sets.clone_from(pod_sets);
     }
     e.run_ms = *run_ms;
     e.preempted |= *preempted;
+}
+
+/// Pod sets equal as the status would write them: a quantity's `==`
+/// compares values only, and one written in another format (`1Gi`,
+/// `1073741824`) is copied as the object now writes it.
+fn same_pods(a: &[crate::workload::PodSet], b: &[crate::workload::PodSet]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.name == y.name
+                && x.count == y.count
+                && x.qos == y.qos
+                && x.per_pod.len() == y.per_pod.len()
+                && x.per_pod
+                    .iter()
+                    .zip(&y.per_pod)
+                    .all(|((k, v), (l, w))| k == l && v == w && v.format() == w.format())
+        })
 }
 
 #[cfg(test)]
@@ -443,6 +460,27 @@ mod tests {
         assert_eq!(f.queue[0].run_ms, Some(90_000));
         assert_eq!(f.queue[0].submitted_ms, T + 1);
         assert!(f.marked.contains(r("a")), "its mark holds its place");
+        // The same pods, written by the object in another format: the
+        // entry takes the object's.
+        let mut m = marked("a", signed("a", T + 1, "alice"), T);
+        let mut w = object("a", 3, Some(90_000));
+        let mut listed = w.clone();
+        let mem: crate::quantity::Quantity = "1Gi".parse().unwrap();
+        w.pod_sets[0].per_pod.insert(
+            "memory".into(),
+            mem.clone().with_format(crate::quantity::Format::DecimalSi),
+        );
+        listed.pod_sets[0].per_pod.insert("memory".into(), mem);
+        listed.uid = "uid-a".into();
+        listed.submitted_ms = T + 1;
+        let mut q2 = q.clone();
+        q2.status.queue[0].work = listed;
+        m.work = leak(w.clone());
+        let f = fold(&q2, &[m], &Pending::default(), verify);
+        assert_eq!(
+            serde_json::to_value(&f.queue[0].pod_sets).unwrap(),
+            serde_json::to_value(&w.pod_sets).unwrap()
+        );
         // Queued by preemption (its place is its charge's): no mark backs
         // it, so a status must keep it.
         q.status.queue[0].work.preempted = true;

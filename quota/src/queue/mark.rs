@@ -187,7 +187,8 @@ fn bound_to(m: &Mark, at: &Binding<'_>) -> Result<(), Refused> {
 /// held object's mark once, not once a round (a quota holds hundreds,
 /// and their parse and MAC were a tenth of a round's CPU). What a text
 /// says and whether its MAC is one of ours cannot change while the keys
-/// stay (the server reads them once, at start); what can — the object it
+/// stay (the server reads them once, at start, and must drop its memos
+/// if it ever reads them again); what can — the object it
 /// is read on, the quota it is bound to, the object's creation and the
 /// fold's now — is checked again at every use. So `Memo::accept` answers
 /// exactly as `accept` does.
@@ -213,6 +214,10 @@ impl Memo {
         at: &Binding<'_>,
         verify: impl Fn(&[u8], &str) -> bool,
     ) -> Result<std::sync::Arc<Mark>, Refused> {
+        // Refused before it is hashed, as `accept` refuses it first.
+        if annotation.len() > 4 * MAX_FIELD {
+            return Err(Refused::Unreadable);
+        }
         if let Some(m) = self.this.get(annotation) {
             bound_to(m, at)?;
             return Ok(m.clone());

@@ -675,6 +675,12 @@ impl Service {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|name, _| keep(name));
+        // Nor are their marks remembered (memory only: a memo is never
+        // wrong while the keys stay).
+        self.mark_memo
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|name, _| keep(name));
     }
 
     /// A DELETE or an opt-out took `wref` (of `uid`) out of `quota_name`'s
