@@ -468,7 +468,7 @@ mod tests {
         let mem: crate::quantity::Quantity = "1Gi".parse().unwrap();
         w.pod_sets[0].per_pod.insert(
             "memory".into(),
-            mem.clone().with_format(crate::quantity::Format::DecimalSi),
+            mem.with_format(crate::quantity::Format::DecimalSi),
         );
         listed.pod_sets[0].per_pod.insert("memory".into(), mem);
         listed.uid = "uid-a".into();

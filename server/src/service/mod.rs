@@ -109,8 +109,7 @@ pub struct Service {
     /// the marked objects the watch showed then
     /// (`quota::queue::pending::Pending::copy_entries`).
     /// Only on the replica that runs the rounds.
-    pub rounds_queue:
-        Arc<std::sync::Mutex<HashMap<String, Arc<Vec<quota::object::queue::QueueEntry>>>>>,
+    pub rounds_queue: Arc<std::sync::Mutex<HashMap<String, Arc<queue::RoundCopy>>>>,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,

@@ -396,7 +396,7 @@ impl Service {
         // (`Pending::join_beyond`), though not a submitter's share, which
         // the leader's fold holds again.
         let more = copy.as_deref().map_or_else(Vec::new, |copy| {
-            pending.copy_entries(current, copy, |e| {
+            pending.copy_entries(current, &copy.entries, |e| {
                 e.workload_ref != work.workload_ref || (!work.uid.is_empty() && e.uid == work.uid)
             })
         });
@@ -426,8 +426,17 @@ impl Service {
         }) {
             work.submitted_ms = p.submitted_ms;
         }
-        let check =
-            queue::would_queue_at(&waiting, &work, &pool, &views, &current.spec.queueing, now);
+        // What each entry of the round's copy asks was computed once, by
+        // that round, for every review until the next.
+        let check = queue::would_queue_at_with(
+            &waiting,
+            &work,
+            &pool,
+            &views,
+            &current.spec.queueing,
+            now,
+            |e| copy.as_deref().and_then(|c| c.usage_of(e)),
+        );
         let waiting = waiting.len();
         let (position, reason) = match check {
             Check::Never(r) => return Ok((Queueing::Never(r.to_string()), None)),
@@ -601,7 +610,7 @@ impl Service {
 
     /// This replica's copy of the last round's whole queue of
     /// `quota_name` (`rounds_queue`), shared.
-    fn rounds_copy(&self, quota_name: &str) -> Option<Arc<Vec<quota::object::queue::QueueEntry>>> {
+    fn rounds_copy(&self, quota_name: &str) -> Option<Arc<RoundCopy>> {
         self.rounds_queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -700,9 +709,8 @@ impl Service {
             let stays = |e: &quota::object::queue::QueueEntry| {
                 e.work.workload_ref != wref || !(uid.is_empty() || e.work.uid == uid)
             };
-            if !copy.iter().all(stays) {
-                let rest: Vec<_> = copy.iter().filter(|e| stays(e)).cloned().collect();
-                *copy = Arc::new(rest);
+            if !copy.entries.iter().all(stays) {
+                *copy = Arc::new(copy.keeping(stays));
             }
         }
     }
@@ -826,7 +834,7 @@ impl Service {
                         if whole.is_empty() {
                             kept.remove(quota_name);
                         } else {
-                            kept.insert(quota_name.to_string(), Arc::new(whole));
+                            kept.insert(quota_name.to_string(), Arc::new(RoundCopy::new(whole)));
                         }
                     }
                     return Ok(done);
@@ -1129,6 +1137,54 @@ pub fn estimate_words(queue: &[quota::object::queue::QueueEntry], i: usize) -> S
     "no estimate: running work declares no deadline, or has outlived it".into()
 }
 
+/// This replica's copy of the whole queue its last round of a quota
+/// wrote (with marks on the status lists only the top), and what each
+/// entry asks (`Queued::usage`), computed once here, by the round, for
+/// every review of a create until the next round: a review walks the
+/// entries ahead of its create (`quota::queue::would_queue_at_with`), and
+/// rebuilding each one's usage on every review was most of that walk.
+#[derive(Debug)]
+pub struct RoundCopy {
+    pub entries: Vec<quota::object::queue::QueueEntry>,
+    usage: Vec<quota::resources::ResourceList>,
+}
+
+impl RoundCopy {
+    pub fn new(entries: Vec<quota::object::queue::QueueEntry>) -> RoundCopy {
+        let usage = entries.iter().map(|e| e.work.usage()).collect();
+        RoundCopy { entries, usage }
+    }
+
+    /// The copy without the entries `stays` says no to.
+    pub fn keeping(&self, stays: impl Fn(&quota::object::queue::QueueEntry) -> bool) -> RoundCopy {
+        let (entries, usage) = self
+            .entries
+            .iter()
+            .zip(&self.usage)
+            .filter(|(e, _)| stays(e))
+            .map(|(e, u)| (e.clone(), u.clone()))
+            .unzip();
+        RoundCopy { entries, usage }
+    }
+
+    /// What `work` asks, if it is one of this copy's own entries (lent
+    /// by `Pending::copy_entries`): found by its address, so an equal
+    /// entry held elsewhere (the status's, a pending mark) is not taken
+    /// for it.
+    pub fn usage_of(&self, work: &Queued) -> Option<&quota::resources::ResourceList> {
+        let size = std::mem::size_of::<quota::object::queue::QueueEntry>();
+        let first = self.entries.as_ptr() as usize
+            + std::mem::offset_of!(quota::object::queue::QueueEntry, work);
+        let at = (work as *const Queued as usize).checked_sub(first)?;
+        if size == 0 || at % size != 0 {
+            return None;
+        }
+        let i = at / size;
+        let e = self.entries.get(i)?;
+        std::ptr::eq(&e.work, work).then(|| &self.usage[i])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::metrics::Metrics;
@@ -1177,6 +1233,43 @@ mod tests {
             .await
             .unwrap();
         svc
+    }
+
+    /// A round's copy answers each of its own entries' usage, found by
+    /// address, and nothing for an equal entry held elsewhere; kept
+    /// entries keep their usage.
+    #[test]
+    fn a_rounds_copy_knows_its_own_entries_usage() {
+        use quota::object::queue::{QueueEntry, Waiting};
+        let entry = |name: &str, cpus: i64| QueueEntry {
+            work: Queued {
+                workload_ref: format!("batch/Job/ml/{name}"),
+                uid: String::new(),
+                priority: 0,
+                priority_classes: Vec::new(),
+                submitted_ms: T0,
+                pod_sets: sets(cpus),
+                run_ms: None,
+                submitted_by: None,
+                preempted: false,
+            },
+            position: 1,
+            waiting: Waiting::Quota,
+            reason: String::new(),
+            estimated_start: None,
+        };
+        let copy = super::RoundCopy::new(vec![entry("a", 1), entry("b", 2), entry("c", 3)]);
+        for e in &copy.entries {
+            assert_eq!(copy.usage_of(&e.work), Some(&e.work.usage()));
+        }
+        let elsewhere = entry("b", 2);
+        assert_eq!(copy.usage_of(&elsewhere.work), None);
+        let kept = copy.keeping(|e| !e.work.workload_ref.ends_with("/b"));
+        assert_eq!(kept.entries.len(), 2);
+        for e in &kept.entries {
+            assert_eq!(kept.usage_of(&e.work), Some(&e.work.usage()));
+        }
+        assert_eq!(kept.usage_of(&copy.entries[2].work), None);
     }
 
     on_both_databases!(a_hand_unsuspend_that_fits_counts_its_wait);

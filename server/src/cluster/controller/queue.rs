@@ -219,7 +219,7 @@ impl Context {
         let last = self.service.rounds_queue.lock().unwrap().get(name).cloned();
         let before: BTreeMap<String, (u32, quota::object::queue::Waiting)> = last
             .as_deref()
-            .unwrap_or(&q.status.queue)
+            .map_or(&q.status.queue, |c| &c.entries)
             .iter()
             .map(|e| (e.work.workload_ref.clone(), (e.position, e.waiting)))
             .collect();
