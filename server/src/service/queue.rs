@@ -396,7 +396,7 @@ impl Service {
         // (`Pending::join_beyond`), though not a submitter's share, which
         // the leader's fold holds again.
         let more = copy.as_deref().map_or_else(Vec::new, |copy| {
-            pending.copy_entries(current, &copy.entries, |e| {
+            pending.copy_entries(current, copy.entries(), |e| {
                 e.workload_ref != work.workload_ref || (!work.uid.is_empty() && e.uid == work.uid)
             })
         });
@@ -703,14 +703,31 @@ impl Service {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .leave(wref, uid);
-        // Nor does the copy of the last round's queue count it any more.
-        let mut kept = self.rounds_queue.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(copy) = kept.get_mut(quota_name) {
-            let stays = |e: &quota::object::queue::QueueEntry| {
-                e.work.workload_ref != wref || !(uid.is_empty() || e.work.uid == uid)
+        // Nor does the copy of the last round's queue count it any more:
+        // the copy without it is built outside the lock every review
+        // takes, and put in only over the copy it was built from (one a
+        // round put in meanwhile is filtered in turn).
+        let stays = |e: &quota::object::queue::QueueEntry| {
+            e.work.workload_ref != wref || !(uid.is_empty() || e.work.uid == uid)
+        };
+        loop {
+            let Some(copy) = self.rounds_copy(quota_name) else {
+                return;
             };
-            if !copy.entries.iter().all(stays) {
-                *copy = Arc::new(copy.keeping(stays));
+            if copy.entries().iter().all(stays) {
+                return;
+            }
+            let rest = Arc::new(copy.keeping(stays));
+            let mut kept = self.rounds_queue.lock().unwrap_or_else(|e| e.into_inner());
+            match kept.get_mut(quota_name) {
+                Some(now) if Arc::ptr_eq(now, &copy) => {
+                    let old = std::mem::replace(now, rest);
+                    drop(kept);
+                    drop(old);
+                    return;
+                }
+                None => return,
+                Some(_) => continue,
             }
         }
     }
@@ -830,12 +847,18 @@ impl Service {
                     if self.marks.is_some() {
                         let whole =
                             std::mem::take(&mut *whole.lock().unwrap_or_else(|e| e.into_inner()));
-                        let mut kept = self.rounds_queue.lock().unwrap_or_else(|e| e.into_inner());
-                        if whole.is_empty() {
-                            kept.remove(quota_name);
-                        } else {
-                            kept.insert(quota_name.to_string(), Arc::new(RoundCopy::new(whole)));
-                        }
+                        // Built, and the old copy dropped, outside the lock
+                        // every review of every quota takes.
+                        let copy = (!whole.is_empty()).then(|| Arc::new(RoundCopy::new(whole)));
+                        let old = {
+                            let mut kept =
+                                self.rounds_queue.lock().unwrap_or_else(|e| e.into_inner());
+                            match copy {
+                                Some(copy) => kept.insert(quota_name.to_string(), copy),
+                                None => kept.remove(quota_name),
+                            }
+                        };
+                        drop(old);
                     }
                     return Ok(done);
                 }
@@ -1145,11 +1168,17 @@ pub fn estimate_words(queue: &[quota::object::queue::QueueEntry], i: usize) -> S
 /// rebuilding each one's usage on every review was most of that walk.
 #[derive(Debug)]
 pub struct RoundCopy {
-    pub entries: Vec<quota::object::queue::QueueEntry>,
+    entries: Vec<quota::object::queue::QueueEntry>,
+    /// `entries[i]`'s usage at `i`: built together, never changed.
     usage: Vec<quota::resources::ResourceList>,
 }
 
 impl RoundCopy {
+    /// The entries, in the round's order.
+    pub fn entries(&self) -> &[quota::object::queue::QueueEntry] {
+        &self.entries
+    }
+
     pub fn new(entries: Vec<quota::object::queue::QueueEntry>) -> RoundCopy {
         let usage = entries.iter().map(|e| e.work.usage()).collect();
         RoundCopy { entries, usage }
@@ -1181,7 +1210,11 @@ impl RoundCopy {
         }
         let i = at / size;
         let e = self.entries.get(i)?;
-        std::ptr::eq(&e.work, work).then(|| &self.usage[i])
+        if std::ptr::eq(&e.work, work) {
+            self.usage.get(i)
+        } else {
+            None
+        }
     }
 }
 
@@ -1259,17 +1292,17 @@ mod tests {
             estimated_start: None,
         };
         let copy = super::RoundCopy::new(vec![entry("a", 1), entry("b", 2), entry("c", 3)]);
-        for e in &copy.entries {
+        for e in copy.entries() {
             assert_eq!(copy.usage_of(&e.work), Some(&e.work.usage()));
         }
         let elsewhere = entry("b", 2);
         assert_eq!(copy.usage_of(&elsewhere.work), None);
         let kept = copy.keeping(|e| !e.work.workload_ref.ends_with("/b"));
-        assert_eq!(kept.entries.len(), 2);
-        for e in &kept.entries {
+        assert_eq!(kept.entries().len(), 2);
+        for e in kept.entries() {
             assert_eq!(kept.usage_of(&e.work), Some(&e.work.usage()));
         }
-        assert_eq!(kept.usage_of(&copy.entries[2].work), None);
+        assert_eq!(kept.usage_of(&copy.entries()[2].work), None);
     }
 
     on_both_databases!(a_hand_unsuspend_that_fits_counts_its_wait);
