@@ -42,6 +42,7 @@ use crate::store::{QuotaStore, StoreError, Stored, Watched};
 use crate::util::now_ms;
 use quota::cash::QosMultipliers;
 use quota::object::Quota;
+use quota::queue::pending::RoundCopy;
 use quota::resources::ResourceList;
 use quota::KeyConfig;
 use std::collections::{BTreeSet, HashMap};
@@ -109,7 +110,7 @@ pub struct Service {
     /// the marked objects the watch showed then
     /// (`quota::queue::pending::Pending::copy_entries`).
     /// Only on the replica that runs the rounds.
-    pub rounds_queue: Arc<std::sync::Mutex<HashMap<String, Arc<queue::RoundCopy>>>>,
+    pub rounds_queue: Arc<std::sync::Mutex<HashMap<String, Arc<RoundCopy>>>>,
     /// Releases a DELETE left to the background, one per (quota, workload).
     deferred: Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
     clock: Clock,

@@ -26,6 +26,7 @@ use quota::admission::{self, Denial};
 use quota::borrow::{self, Standing};
 use quota::object::queue::Queued;
 use quota::object::Quota;
+use quota::queue::pending::RoundCopy;
 use quota::queue::priority::Classes;
 use quota::queue::{self, entries, Check, Pool};
 use quota::ResourceList;
@@ -1160,64 +1161,6 @@ pub fn estimate_words(queue: &[quota::object::queue::QueueEntry], i: usize) -> S
     "no estimate: running work declares no deadline, or has outlived it".into()
 }
 
-/// This replica's copy of the whole queue its last round of a quota
-/// wrote (with marks on the status lists only the top), and what each
-/// entry asks (`Queued::usage`), computed once here, by the round, for
-/// every review of a create until the next round: a review walks the
-/// entries ahead of its create (`quota::queue::would_queue_at_with`), and
-/// rebuilding each one's usage on every review was most of that walk.
-#[derive(Debug)]
-pub struct RoundCopy {
-    entries: Vec<quota::object::queue::QueueEntry>,
-    /// `entries[i]`'s usage at `i`: built together, never changed.
-    usage: Vec<quota::resources::ResourceList>,
-}
-
-impl RoundCopy {
-    /// The entries, in the round's order.
-    pub fn entries(&self) -> &[quota::object::queue::QueueEntry] {
-        &self.entries
-    }
-
-    pub fn new(entries: Vec<quota::object::queue::QueueEntry>) -> RoundCopy {
-        let usage = entries.iter().map(|e| e.work.usage()).collect();
-        RoundCopy { entries, usage }
-    }
-
-    /// The copy without the entries `stays` says no to.
-    pub fn keeping(&self, stays: impl Fn(&quota::object::queue::QueueEntry) -> bool) -> RoundCopy {
-        let (entries, usage) = self
-            .entries
-            .iter()
-            .zip(&self.usage)
-            .filter(|(e, _)| stays(e))
-            .map(|(e, u)| (e.clone(), u.clone()))
-            .unzip();
-        RoundCopy { entries, usage }
-    }
-
-    /// What `work` asks, if it is one of this copy's own entries (lent
-    /// by `Pending::copy_entries`): found by its address, so an equal
-    /// entry held elsewhere (the status's, a pending mark) is not taken
-    /// for it.
-    pub fn usage_of(&self, work: &Queued) -> Option<&quota::resources::ResourceList> {
-        let size = std::mem::size_of::<quota::object::queue::QueueEntry>();
-        let first = self.entries.as_ptr() as usize
-            + std::mem::offset_of!(quota::object::queue::QueueEntry, work);
-        let at = (work as *const Queued as usize).checked_sub(first)?;
-        if size == 0 || at % size != 0 {
-            return None;
-        }
-        let i = at / size;
-        let e = self.entries.get(i)?;
-        if std::ptr::eq(&e.work, work) {
-            self.usage.get(i)
-        } else {
-            None
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use crate::metrics::Metrics;
@@ -1266,43 +1209,6 @@ mod tests {
             .await
             .unwrap();
         svc
-    }
-
-    /// A round's copy answers each of its own entries' usage, found by
-    /// address, and nothing for an equal entry held elsewhere; kept
-    /// entries keep their usage.
-    #[test]
-    fn a_rounds_copy_knows_its_own_entries_usage() {
-        use quota::object::queue::{QueueEntry, Waiting};
-        let entry = |name: &str, cpus: i64| QueueEntry {
-            work: Queued {
-                workload_ref: format!("batch/Job/ml/{name}"),
-                uid: String::new(),
-                priority: 0,
-                priority_classes: Vec::new(),
-                submitted_ms: T0,
-                pod_sets: sets(cpus),
-                run_ms: None,
-                submitted_by: None,
-                preempted: false,
-            },
-            position: 1,
-            waiting: Waiting::Quota,
-            reason: String::new(),
-            estimated_start: None,
-        };
-        let copy = super::RoundCopy::new(vec![entry("a", 1), entry("b", 2), entry("c", 3)]);
-        for e in copy.entries() {
-            assert_eq!(copy.usage_of(&e.work), Some(&e.work.usage()));
-        }
-        let elsewhere = entry("b", 2);
-        assert_eq!(copy.usage_of(&elsewhere.work), None);
-        let kept = copy.keeping(|e| !e.work.workload_ref.ends_with("/b"));
-        assert_eq!(kept.entries().len(), 2);
-        for e in kept.entries() {
-            assert_eq!(kept.usage_of(&e.work), Some(&e.work.usage()));
-        }
-        assert_eq!(kept.usage_of(&copy.entries()[2].work), None);
     }
 
     on_both_databases!(a_hand_unsuspend_that_fits_counts_its_wait);
