@@ -611,7 +611,7 @@ impl Service {
 
     /// This replica's copy of the last round's whole queue of
     /// `quota_name` (`rounds_queue`), shared.
-    fn rounds_copy(&self, quota_name: &str) -> Option<Arc<RoundCopy>> {
+    pub(crate) fn rounds_copy(&self, quota_name: &str) -> Option<Arc<RoundCopy>> {
         self.rounds_queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -216,13 +216,7 @@ impl Context {
         let decisions = self.yield_to_fairer(name, &known, decisions, field);
         // As the last round left them: with marks, the whole queue that
         // round wrote the top of.
-        let last = self
-            .service
-            .rounds_queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned();
+        let last = self.service.rounds_copy(name);
         let before: BTreeMap<String, (u32, quota::object::queue::Waiting)> = last
             .as_deref()
             .map_or(q.status.queue.as_slice(), |c| c.entries())
