@@ -6,7 +6,7 @@
 use quota::cash::Interval;
 use quota::hold::GatedPod;
 use quota::keys::{CPU_TYPE_LABEL, GPU_TYPE_LABEL, MEMORY_TYPE_LABEL};
-use quota::object::HpaCharge;
+use quota::object::{HpaCharge, QuotaStatus};
 use quota::pods::{owning_workload, Owner, PodFacts, PodRun, PodRuns};
 use quota::reconcile::Observed;
 use quota::usage::Models;
@@ -110,13 +110,17 @@ struct HpaSeen {
     charge: HpaCharge,
 }
 
-/// Everything one reconcile of one quota needs, copied out of the view.
+/// Everything one reconcile of one quota needs, copied out of the view
+/// (`View::snapshot`): what the watch shows of the names the status being
+/// decided on holds, and every workload to record.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
-    /// Each workload as the watch shows it, but those of `released`: a
-    /// finished one that runs nothing any more is not copied, as its
-    /// charge goes (`View::observed_in` gives the few whose charge is a
-    /// newer object's of the name).
+    /// Each workload as the watch shows it, but those of `released` (a
+    /// finished one that runs nothing any more has no size to charge;
+    /// `View::observed_in` gives the few whose charge is a newer object's
+    /// of the name) and held, marked objects the status does not charge
+    /// (each waits for a round and is no workload to record,
+    /// docs/queueing.md §12).
     pub observed: BTreeMap<String, Observed>,
     pub runs: Vec<PodRun>,
     /// The pod uid of each of `runs`, for `View::settle`.
@@ -125,7 +129,8 @@ pub struct Snapshot {
     /// accrued it yet (`PodRuns`): the next write bills it back from its
     /// start.
     pub unbilled: Vec<bool>,
-    /// Workloads whose status says they finished.
+    /// Of the names the status holds, the workloads whose status says
+    /// they finished.
     pub finished: BTreeSet<String>,
     /// Of `finished`, those that run nothing any more — the pod list is
     /// complete and no pod of theirs is left that has not ended — with
@@ -137,17 +142,10 @@ pub struct Snapshot {
     /// Of `finished`, each one's object uid: a charge that names its
     /// object is judged by it (`quota::reconcile::release_finished`).
     pub finished_uids: BTreeMap<String, String>,
-    /// The object uid of each of `observed`, as the watch shows it: a
-    /// released DELETE's object it still shows is not charged again
-    /// (`quota::reconcile::forget_deleted`).
+    /// Of the names the status holds, each one's object uid as the watch
+    /// shows it: a released DELETE's object it still shows is not charged
+    /// again (`quota::reconcile::forget_deleted`).
     pub object_uids: BTreeMap<String, String>,
-    /// Held objects carrying a queue mark (`View::set_released`), left out
-    /// of `observed` by `View::snapshot`: each waits for a round and is
-    /// no workload to record (docs/queueing.md §12). A quota holds
-    /// hundreds while its queue is long; copying what each runs on every
-    /// reconcile was most of the reconcile's CPU (docs/benchmarks.md).
-    /// The few a status charges are read in its write (`View::observe_into`).
-    pub waiting: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -838,11 +836,12 @@ impl View {
         self.hpas.keys().cloned().collect()
     }
 
-    /// What one reconcile of `quota` needs: its workloads as observed (with
-    /// the reservation of an HPA on each) and its pods' runs; held, marked
-    /// objects named only (`Snapshot::waiting`).
-    pub fn snapshot(&self, quota: &str) -> Snapshot {
-        let mut snap = self.observe(self.workloads_in(quota), true);
+    /// What one reconcile of `quota` needs to decide on `status`, taken in
+    /// its write with its instant: its workloads as observed (with the
+    /// reservation of an HPA on each), its pods' runs, and what the watch
+    /// shows of the finished and deleted ones `status` names (`observe`).
+    pub fn snapshot(&self, quota: &str, status: &QuotaStatus) -> Snapshot {
+        let mut snap = self.observe(self.workloads_in(quota), Some(status));
         for (uid, run) in self.pod_runs.runs_with_uids(quota) {
             snap.unbilled.push(self.pod_runs.is_unbilled(uid));
             snap.uids.push(uid.clone());
@@ -872,7 +871,7 @@ impl View {
             charged
                 .filter_map(|w| Some((w, self.seen_in(quota, w)?)))
                 .chain(uncharged),
-            false,
+            None,
         )
     }
 
@@ -918,46 +917,68 @@ impl View {
         self.workloads.get(wref).filter(|s| s.quota == quota)
     }
 
-    /// `seen` as a reconcile reads it; `name_waiting`: a held, marked one
-    /// is named in `waiting` instead of copied into `observed`.
+    /// `seen` as a reconcile reads it. With `status` (the reconcile's, the
+    /// one its write decides on), only what that status can use is
+    /// copied: a quota keeps hundreds of finished Jobs and of held, marked
+    /// objects, and copying each one's name, uid and finish on every
+    /// reconcile was most of its CPU (docs/benchmarks.md). Every reader of
+    /// those fields asks only of names the status holds: a finished one's
+    /// charge goes (`quota::reconcile::release_finished`, by the names it
+    /// charges), a finished one's reservation settles
+    /// (`settle_finished`, by the names it reserves for), a released
+    /// DELETE is judged by the object the watch shows
+    /// (`forget_deleted`, by the names it lists). A held, marked object
+    /// waits for a round (docs/queueing.md §12) and is no workload to
+    /// record, unless the status charges it (admitted by a round, its
+    /// release not seen yet): then it is read as the watch shows it.
+    /// Without `status` (a round's few), everything given is copied.
     fn observe<'k, 's>(
         &'s self,
         seen: impl Iterator<Item = (&'k String, &'s Seen)>,
-        name_waiting: bool,
+        status: Option<&QuotaStatus>,
     ) -> Snapshot {
         let mut observed = BTreeMap::new();
-        let mut waiting = BTreeSet::new();
         let mut finished = BTreeSet::new();
         let mut released = BTreeMap::new();
         let mut finished_uids = BTreeMap::new();
         let mut object_uids = BTreeMap::new();
+        let charged = |w: &str| status.is_none_or(|st| st.workloads.contains_key(w));
+        let named = |w: &str| {
+            status.is_none_or(|st| {
+                st.workloads.contains_key(w)
+                    || st.deleted.contains_key(w)
+                    || st.reservations.values().any(|m| m.contains_key(w))
+            })
+        };
         for (wref, s) in seen {
-            if !s.info.uid.is_empty() {
+            let named = named(wref);
+            if named && !s.info.uid.is_empty() {
                 object_uids.insert(wref.clone(), s.info.uid.clone());
             }
             if s.finished {
-                finished.insert(wref.clone());
-                finished_uids.insert(wref.clone(), s.info.uid.clone());
-                if let Some(at) = s.finished_at.filter(|_| !self.runs_pods(wref)) {
-                    released.insert(wref.clone(), at);
-                    // Runs nothing for good: its charge goes
-                    // (`quota::reconcile::release_finished`). A quota keeps
-                    // hundreds of finished Jobs; copying each one's pod
-                    // sets on every reconcile to drop them was half of its
-                    // CPU (docs/benchmarks.md). The reconcile asks for the
-                    // few it keeps (`observed_in`).
+                // Runs nothing for good: its charge goes
+                // (`quota::reconcile::release_finished`), so it has no size
+                // to copy. The reconcile asks for the few whose charge is a
+                // newer object's of the name (`observed_in`).
+                let gone = s.finished_at.filter(|_| !self.runs_pods(wref));
+                if named {
+                    finished.insert(wref.clone());
+                    finished_uids.insert(wref.clone(), s.info.uid.clone());
+                    if let Some(at) = gone {
+                        released.insert(wref.clone(), at);
+                    }
+                }
+                if gone.is_some() {
                     continue;
                 }
             }
-            if name_waiting && s.info.released.is_some() {
-                waiting.insert(wref.clone());
+            if status.is_some() && s.info.released.is_some() && !charged(wref) {
                 continue;
             }
             observed.insert(wref.clone(), self.observed_of(wref, s));
         }
         Snapshot {
             observed,
-            waiting,
             runs: Vec::new(),
             uids: Vec::new(),
             unbilled: Vec::new(),
@@ -966,6 +987,14 @@ impl View {
             finished_uids,
             object_uids,
         }
+    }
+
+    /// The object uid of `wref` as the watch shows it, where it is bound
+    /// to `quota` (none while the watch has not read it).
+    pub fn object_uid_in(&self, quota: &str, wref: &str) -> Option<String> {
+        self.seen_in(quota, wref)
+            .map(|s| s.info.uid.clone())
+            .filter(|u| !u.is_empty())
     }
 
     fn workloads_in<'a>(
@@ -1292,6 +1321,25 @@ mod tests {
     /// A finished Job is `released` (its charge may go) only once the pod
     /// list is complete and none of its pods is left running; the end of
     /// its last pod touches its quota, so the release follows at once.
+    /// A status charging `names` (what a reconcile's snapshot copies the
+    /// finished and deleted ones of).
+    fn charging(names: &[&str]) -> QuotaStatus {
+        let mut st = QuotaStatus::default();
+        for w in names {
+            st.workloads.insert(
+                w.to_string(),
+                quota::object::Charge {
+                    pod_sets: Vec::new(),
+                    hpa: None,
+                    since: "2027-01-15T06:00:00Z".into(),
+                    uid: String::new(),
+                    admitted: None,
+                },
+            );
+        }
+        st
+    }
+
     #[test]
     fn a_finished_job_is_released_only_when_no_pod_of_it_runs() {
         let a = adapter_for_kind("batch", "Job").unwrap();
@@ -1315,7 +1363,7 @@ mod tests {
         let wref = "batch/Job/nlp/j";
         let mut v = View::default();
         v.apply_workload(a, job, None, T);
-        let s = v.snapshot("nlp-team");
+        let s = v.snapshot("nlp-team", &charging(&[wref]));
         assert!(s.finished.contains(wref));
         assert!(s.released.is_empty(), "no pod list yet: {s:?}");
         assert_eq!(s.observed[wref].pod_sets[0].count, 2, "read as declared");
@@ -1327,7 +1375,7 @@ mod tests {
         );
         v.mark_pods_listed();
         assert!(
-            v.snapshot("nlp-team").released.is_empty(),
+            v.snapshot("nlp-team", &charging(&[wref])).released.is_empty(),
             "its pod still runs"
         );
 
@@ -1338,7 +1386,7 @@ mod tests {
             set(&["nlp-team"]),
             "its last pod's end touches its quota"
         );
-        let s = v.snapshot("nlp-team");
+        let s = v.snapshot("nlp-team", &charging(&[wref]));
         assert_eq!(
             s.released.get(wref).copied(),
             quota::time::parse_rfc3339("2027-01-15T08:00:00Z")
@@ -1348,12 +1396,50 @@ mod tests {
             "it runs nothing for good: no size to charge, not copied"
         );
         assert_eq!(s.object_uids.get(wref).map(String::as_str), Some("j-1"));
+        // A status that does not name it has no use for it: nothing of it
+        // is copied (a quota keeps hundreds of finished Jobs).
+        let s = v.snapshot("nlp-team", &QuotaStatus::default());
+        assert!(
+            s.finished.is_empty()
+                && s.released.is_empty()
+                && s.finished_uids.is_empty()
+                && s.object_uids.is_empty()
+                && s.observed.is_empty(),
+            "{s:?}"
+        );
+        // Named by a released DELETE or a reservation, it is read.
+        let mut st = QuotaStatus::default();
+        st.deleted.insert(
+            wref.to_string(),
+            quota::object::deleted::Deleted {
+                uid: "j-1".into(),
+                at: "2027-01-15T08:00:01Z".into(),
+            },
+        );
+        assert_eq!(
+            v.snapshot("nlp-team", &st).object_uids.get(wref).map(String::as_str),
+            Some("j-1")
+        );
+        let mut st = QuotaStatus::default();
+        st.reservations
+            .entry("nvidia.com/gpu-hours".into())
+            .or_default()
+            .insert(
+                wref.to_string(),
+                quota::object::budgets::Reservation {
+                    reserved: 1,
+                    used: 0,
+                    at_ms: T,
+                    run_ms: 1,
+                },
+            );
+        assert!(v.snapshot("nlp-team", &st).finished.contains(wref));
 
         // A pod deleted while running ends it too.
         v.apply_pod(pod(running), BTreeMap::new(), 0, false, T);
-        assert!(v.snapshot("nlp-team").released.is_empty());
+        assert!(v.snapshot("nlp-team", &charging(&[wref])).released.is_empty());
         assert_eq!(v.delete_pod("p-0", T), set(&["nlp-team"]));
-        assert!(v.snapshot("nlp-team").released.contains_key(wref));
+        assert!(v.snapshot("nlp-team", &charging(&[wref])).released.contains_key(wref));
     }
 
     /// Events about a workload carry its uid (`kubectl describe` matches
@@ -1381,37 +1467,42 @@ mod tests {
             set(&["cv-team", "nlp-team"]),
             "a move reconciles both"
         );
-        assert_eq!(v.snapshot("nlp-team").observed.len(), 0);
-        let s = v.snapshot("cv-team");
+        assert_eq!(v.snapshot("nlp-team", &QuotaStatus::default()).observed.len(), 0);
+        let s = v.snapshot("cv-team", &QuotaStatus::default());
         assert_eq!(s.observed["apps/Deployment/nlp/train"].pod_sets[0].count, 2);
         assert_eq!(v.delete_workload(a, "nlp", "train", T), set(&["cv-team"]));
-        assert!(v.snapshot("cv-team").observed.is_empty());
+        assert!(v.snapshot("cv-team", &QuotaStatus::default()).observed.is_empty());
     }
 
     /// A held, marked object waits for a round: a reconcile's snapshot
-    /// names it without copying what it runs, and the few a status
-    /// charges are read one by one.
+    /// leaves it out unless the status it decides on charges it (admitted
+    /// by a round, its release not seen yet); then it is read as the watch
+    /// shows it. A queue round reads it whole where the status charges it.
     #[test]
-    fn a_held_marked_object_is_named_not_copied() {
+    fn a_held_marked_object_is_read_only_where_charged() {
         let mut v = View::default();
+        let none = QuotaStatus::default();
         let (a, w) = deployment("train", "nlp-team", 2, 1);
         v.apply_workload(a, w, None, T);
         let (a, w) = deployment("serve", "nlp-team", 3, 1);
         v.apply_workload(a, w, None, T);
         let held = "apps/Deployment/nlp/serve";
-        let runs = v.snapshot("nlp-team").observed[held].pod_sets.clone();
+        let runs = v.snapshot("nlp-team", &none).observed[held]
+            .pod_sets
+            .clone();
         v.set_released(held, Some(runs.clone()));
-        let s = v.snapshot("nlp-team");
-        assert!(s.waiting.contains(held) && !s.observed.contains_key(held));
+        let s = v.snapshot("nlp-team", &none);
+        assert!(!s.observed.contains_key(held), "{s:?}");
         assert!(s.observed.contains_key("apps/Deployment/nlp/train"));
-        assert_eq!(s.object_uids.len(), 2, "its uid still known: {s:?}");
+        let s = v.snapshot("nlp-team", &charging(&[held]));
+        assert_eq!(s.observed[held].pod_sets, runs);
+        assert_eq!(s.object_uids.len(), 1, "the charged one's uid: {s:?}");
         assert_eq!(v.observed_in("nlp-team", held).unwrap().pod_sets, runs);
-        // A queue round reads it whole where the status charges it.
         let charged = [held.to_string()];
         let r = v.round_seen("nlp-team", charged.iter());
-        assert!(r.observed.contains_key(held) && r.waiting.is_empty());
+        assert!(r.observed.contains_key(held));
         v.set_released(held, None);
-        assert!(v.snapshot("nlp-team").observed.contains_key(held));
+        assert!(v.snapshot("nlp-team", &none).observed.contains_key(held));
     }
 
     #[test]
@@ -1444,7 +1535,7 @@ mod tests {
         v.apply_workload(a, w, None, T);
         let (a, w) = deployment("train", "nlp-team", 1, 2);
         assert_eq!(v.apply_workload(a, w, None, T), set(&["nlp-team"]));
-        let s = v.snapshot("nlp-team");
+        let s = v.snapshot("nlp-team", &QuotaStatus::default());
         assert_eq!(
             s.runs.len(),
             1,
@@ -1468,9 +1559,9 @@ mod tests {
             .is_empty());
         // Deleted: its quota accrues the last stretch.
         assert_eq!(v.delete_pod("p1", T + 5), set(&["nlp-team"]));
-        assert_eq!(v.snapshot("nlp-team").runs[0].end_ms, Some(T + 5));
+        assert_eq!(v.snapshot("nlp-team", &QuotaStatus::default()).runs[0].end_ms, Some(T + 5));
         v.settle("nlp-team", T + 10, None);
-        assert!(v.snapshot("nlp-team").runs.is_empty());
+        assert!(v.snapshot("nlp-team", &QuotaStatus::default()).runs.is_empty());
         let (up, del) = v.take_dirty_runs();
         assert!(
             up.is_empty() && del == vec!["p1".to_string()],
@@ -1495,7 +1586,7 @@ mod tests {
         let mut w = deployment("train", "x", 1, 2).1;
         w.meta.labels.remove(quota::keys::QUOTA_LABEL);
         assert_eq!(v.apply_workload(a, w, None, T + 7), set(&["nlp-team"]));
-        assert_eq!(v.snapshot("nlp-team").runs[0].end_ms, Some(T + 7));
+        assert_eq!(v.snapshot("nlp-team", &QuotaStatus::default()).runs[0].end_ms, Some(T + 7));
     }
 
     #[test]
@@ -1508,7 +1599,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v.apply_hpa(h), set(&["nlp-team"]));
-        let s = v.snapshot("nlp-team");
+        let s = v.snapshot("nlp-team", &QuotaStatus::default());
         assert_eq!(
             s.observed["apps/Deployment/nlp/web"]
                 .hpa
@@ -1518,7 +1609,7 @@ mod tests {
             6
         );
         assert_eq!(v.delete_hpa("nlp", "web"), set(&["nlp-team"]));
-        assert!(v.snapshot("nlp-team").observed["apps/Deployment/nlp/web"]
+        assert!(v.snapshot("nlp-team", &QuotaStatus::default()).observed["apps/Deployment/nlp/web"]
             .hpa
             .is_none());
     }
@@ -1537,7 +1628,7 @@ mod tests {
         v.restore_runs(vec![("gone".into(), run.clone()), ("alive".into(), run)]);
         let listed: HashSet<String> = ["alive".to_string()].into();
         assert_eq!(v.end_missing_pods(&listed, T + 60_000), set(&["nlp-team"]));
-        let s = v.snapshot("nlp-team");
+        let s = v.snapshot("nlp-team", &QuotaStatus::default());
         let ends: Vec<_> = s.runs.iter().map(|r| r.end_ms).collect();
         assert!(ends.contains(&Some(T + 60_000)) && ends.contains(&None));
     }
@@ -1598,7 +1689,7 @@ mod order_tests {
                     }
                 }
             }
-            assert_eq!(v.snapshot("q").runs.len(), 2, "order {order:?}");
+            assert_eq!(v.snapshot("q", &QuotaStatus::default()).runs.len(), 2, "order {order:?}");
         }
     }
 
@@ -1614,7 +1705,7 @@ mod order_tests {
             v.apply_workload(a, w, None, 3_800_000),
             ["q".to_string()].into()
         );
-        let runs = v.snapshot("q").runs;
+        let runs = v.snapshot("q", &QuotaStatus::default()).runs;
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].end_ms, Some(3_600_000), "ends when it was deleted");
         assert_eq!(
@@ -1670,7 +1761,7 @@ mod order_tests {
                 }
                 assert!(touched.is_empty(), "{ns}: {touched:?}");
                 assert_eq!(v.quota_of(&format!("apps/Deployment/{ns}/train")), None);
-                let s = v.snapshot("q");
+                let s = v.snapshot("q", &QuotaStatus::default());
                 assert!(s.observed.is_empty() && s.runs.is_empty(), "{ns}: {s:?}");
             }
         }

@@ -89,15 +89,25 @@ impl DeleteChecks {
 impl Context {
     /// Before a reconcile's write: of the released DELETEs the quota's
     /// last write honoured, those due are asked of the API server while
-    /// the watch (`uids`: the object uid of each workload it shows bound
-    /// to the quota) still shows their object. The workloads whose object
-    /// it still holds: their DELETE never happened.
-    pub(super) async fn check_deleted(
-        &self,
-        quota: &str,
-        uids: &BTreeMap<String, String>,
-    ) -> BTreeSet<String> {
+    /// the watch still shows their object (bound to the quota, with the
+    /// uid the DELETE released). The workloads whose object it still
+    /// holds: their DELETE never happened.
+    pub(super) async fn check_deleted(&self, quota: &str) -> BTreeSet<String> {
         let now = Instant::now();
+        let names: Vec<String> = match self.deleted_checks.0.lock().unwrap().get(quota) {
+            Some(of) => of.keys().cloned().collect(),
+            None => return BTreeSet::new(),
+        };
+        // The object uid of each as the watch shows it, read apart from
+        // the checks' lock (one lock at a time).
+        let uids: BTreeMap<String, String> = {
+            let v = self.view.lock().unwrap();
+            names
+                .into_iter()
+                .filter_map(|w| Some((v.object_uid_in(quota, &w)?, w)))
+                .map(|(uid, w)| (w, uid))
+                .collect()
+        };
         let (ask, more) = {
             let mut all = self.deleted_checks.0.lock().unwrap();
             let Some(of) = all.get_mut(quota) else {

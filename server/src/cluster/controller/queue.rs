@@ -394,6 +394,20 @@ impl Context {
         objects
     }
 
+    /// Whether `marked_objects` would name any, without copying what each
+    /// runs (a reconcile asks after every write whether a round is due; a
+    /// quota holds hundreds while its queue is long). Where refusals are
+    /// remembered (rare), `marked_objects` itself answers, so they are
+    /// dropped as before once their object or mark is gone.
+    pub(super) fn has_marked_objects(&self, name: &str) -> bool {
+        if self.service.marks.is_some() && self.bad_marks.lock().unwrap().contains_key(name) {
+            return !self.marked_objects(name).is_empty();
+        }
+        self.view.lock().unwrap().workloads_of(name).any(|(_, _, info)| {
+            info.released.is_some() && info.annotations.contains_key(queue::mark::ANNOTATION)
+        })
+    }
+
     fn held_marked(&self, name: &str) -> Vec<crate::service::queue::MarkedObject> {
         let v = self.view.lock().unwrap();
         v.workloads_of(name)

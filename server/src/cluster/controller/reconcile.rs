@@ -7,7 +7,7 @@
 use super::{Context, Error};
 use crate::cluster::crd::BizGroupResourceQuota;
 use crate::cluster::events::quota_ref;
-use crate::cluster::view::kind_of_ref;
+use crate::cluster::view::{kind_of_ref, Snapshot};
 use crate::service::notify::Notice;
 use crate::service::ServiceError;
 use kube::runtime::controller::Action;
@@ -107,8 +107,12 @@ impl Context {
         // later version comes back through the watch and reconciles again.
         // Behind it (past the bound), nothing to write is proven by a read.
         let caught_up = self.store_caught_up(name).await;
-        let now = self.now();
-        let snap = self.view.lock().unwrap().snapshot(name);
+        // The reconcile's instant and what the watch shows then, both
+        // taken in its write, for the status that write decides on (each
+        // attempt its own): a Job read as finished has finished by then,
+        // and the window billed ends then.
+        let mut now = self.now();
+        let mut snap = Snapshot::default();
         let authoritative = self.authoritative();
         let listed = self.service.children(name).await?;
         let (kids, confirmed) = self.service.confirm_children(name, listed).await?;
@@ -177,7 +181,7 @@ impl Context {
             .map(|p| quota::fair::lendable(&p.quota));
         // Released DELETEs the watch still shows: the API server asked
         // whether each really happened, once honoured for a while.
-        let alive = self.check_deleted(name, &snap.object_uids).await;
+        let alive = self.check_deleted(name).await;
         // The released DELETEs the write honoured, as it read them.
         let mut kept_deleted: Vec<(String, String)> = Vec::new();
         // A decision that writes nothing stands on the watch's copy only
@@ -189,22 +193,12 @@ impl Context {
         let result = self
             .service
             .update_status_watched(name, stands, |q| {
-                let mut observed = snap.observed.clone();
+                now = self.now();
                 // A held, marked object with no charge waits for a round
                 // (docs/queueing.md §12): not a workload to record, or every
-                // create that waits would write the quota. One charged
-                // (admitted, its release not yet seen) is read as the watch
-                // shows it, as the snapshot would have copied it.
-                let charged_waiting: Vec<&String> = q
-                    .status
-                    .workloads
-                    .keys()
-                    .filter(|w| snap.waiting.contains(*w))
-                    .collect();
-                if !charged_waiting.is_empty() {
-                    let v = self.view.lock().unwrap();
-                    v.observe_into(name, charged_waiting, &mut observed);
-                }
+                // create that waits would write the quota (`View::snapshot`).
+                snap = self.view.lock().unwrap().snapshot(name, &q.status);
+                let mut observed = std::mem::take(&mut snap.observed);
                 for (wref, c) in &q.status.workloads {
                     if !authoritative(kind_of_ref(wref)) {
                         observed.entry(wref.clone()).or_insert_with(|| Observed {
@@ -492,11 +486,10 @@ impl Context {
         // status lists them) and a summary still counting such objects ask
         // for a round, which restates the summary the alert reads.
         let queued = queued
-            || (self.service.marks.is_none()
-                && (summarized || !self.marked_objects(name).is_empty()));
+            || (self.service.marks.is_none() && (summarized || self.has_marked_objects(name)));
         let queued = queued
             || (self.service.marks.is_some()
-                && (!self.marked_objects(name).is_empty()
+                && (self.has_marked_objects(name)
                     || self
                         .service
                         .marked
