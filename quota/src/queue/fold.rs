@@ -18,6 +18,24 @@ use crate::object::queueing::MAX_QUEUE;
 use crate::object::Quota;
 use std::collections::HashMap;
 
+/// A held object carrying a queue mark, as the controller's watch shows
+/// it, owned: the watch's copy keeps one per held, marked object, built
+/// when the object changes, and a round reads them shared instead of
+/// copying what each runs every round (a quota holds hundreds while its
+/// queue is long).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MarkedObject {
+    pub workload_ref: String,
+    /// The annotation's value (`mark::ANNOTATION`).
+    pub annotation: String,
+    pub uid: String,
+    /// Its `creationTimestamp` (ms; `i64::MAX` while unknown: no mark may
+    /// claim a place before now).
+    pub created_ms: i64,
+    /// What it runs once released, read from the object.
+    pub work: Queued,
+}
+
 /// A held object carrying a mark, as the controller's watch shows it.
 #[derive(Clone, Debug)]
 pub struct Marked<'a> {

@@ -6,8 +6,10 @@
 use quota::cash::Interval;
 use quota::hold::GatedPod;
 use quota::keys::{CPU_TYPE_LABEL, GPU_TYPE_LABEL, MEMORY_TYPE_LABEL};
+use quota::object::queue::Queued;
 use quota::object::{HpaCharge, QuotaStatus};
 use quota::pods::{owning_workload, Owner, PodFacts, PodRun, PodRuns};
+use quota::queue::fold::MarkedObject;
 use quota::reconcile::Observed;
 use quota::usage::Models;
 use quota::usage::PodSpec;
@@ -59,6 +61,37 @@ struct Seen {
     finished_at: Option<i64>,
     models: Models,
     info: WorkloadInfo,
+    /// Held (`info.released`) and carrying a queue mark: what a round
+    /// folds, built when the object changes (`Seen::remark`), shared with
+    /// every round until then.
+    marked: Option<Arc<MarkedObject>>,
+}
+
+impl Seen {
+    /// `marked` again, after `info` changed.
+    fn remark(&mut self, wref: &str) {
+        self.marked = self.info.released.as_ref().and_then(|pod_sets| {
+            let annotation = self.info.annotations.get(quota::queue::mark::ANNOTATION)?;
+            Some(Arc::new(MarkedObject {
+                work: Queued {
+                    workload_ref: wref.to_string(),
+                    uid: self.info.uid.clone(),
+                    priority: 0,
+                    priority_classes: self.info.priority_classes.clone(),
+                    submitted_ms: 0,
+                    pod_sets: pod_sets.clone(),
+                    run_ms: self.info.run_ms,
+                    submitted_by: None,
+                    preempted: false,
+                },
+                workload_ref: wref.to_string(),
+                annotation: annotation.clone(),
+                uid: self.info.uid.clone(),
+                // No creation time: no mark may claim a place before now.
+                created_ms: self.info.created_ms.unwrap_or(i64::MAX),
+            }))
+        });
+    }
 }
 
 /// What the controller keeps of a pod, compactly (half a million of them
@@ -407,6 +440,7 @@ impl View {
                         priority_classes: Vec::new(),
                         released: None,
                     },
+                    marked: None,
                 },
             );
         }
@@ -1149,6 +1183,7 @@ impl View {
     pub fn set_released(&mut self, wref: &str, released: Option<Vec<PodSet>>) {
         if let Some(s) = self.workloads.get_mut(wref) {
             s.info.released = released;
+            s.remark(wref);
         }
     }
 
@@ -1156,6 +1191,7 @@ impl View {
     pub fn set_priority_classes(&mut self, wref: &str, classes: Vec<String>) {
         if let Some(s) = self.workloads.get_mut(wref) {
             s.info.priority_classes = classes;
+            s.remark(wref);
         }
     }
 
@@ -1168,6 +1204,14 @@ impl View {
     ) -> impl Iterator<Item = (&'a String, &'a [PodSet], &'a WorkloadInfo)> + 'a {
         self.workloads_in(quota)
             .map(|(r, s)| (r, s.pod_sets.as_slice(), &s.info))
+    }
+
+    /// The held objects bound to `quota` that carry a queue mark, as the
+    /// watch shows them, shared (`Seen::marked`).
+    pub fn marked_of(&self, quota: &str) -> Vec<Arc<MarkedObject>> {
+        self.workloads_in(quota)
+            .filter_map(|(_, s)| s.marked.clone())
+            .collect()
     }
 
     /// `workloads_of`, without those whose status says they finished: what
@@ -1375,7 +1419,9 @@ mod tests {
         );
         v.mark_pods_listed();
         assert!(
-            v.snapshot("nlp-team", &charging(&[wref])).released.is_empty(),
+            v.snapshot("nlp-team", &charging(&[wref]))
+                .released
+                .is_empty(),
             "its pod still runs"
         );
 
@@ -1417,7 +1463,10 @@ mod tests {
             },
         );
         assert_eq!(
-            v.snapshot("nlp-team", &st).object_uids.get(wref).map(String::as_str),
+            v.snapshot("nlp-team", &st)
+                .object_uids
+                .get(wref)
+                .map(String::as_str),
             Some("j-1")
         );
         let mut st = QuotaStatus::default();
@@ -1437,9 +1486,15 @@ mod tests {
 
         // A pod deleted while running ends it too.
         v.apply_pod(pod(running), BTreeMap::new(), 0, false, T);
-        assert!(v.snapshot("nlp-team", &charging(&[wref])).released.is_empty());
+        assert!(v
+            .snapshot("nlp-team", &charging(&[wref]))
+            .released
+            .is_empty());
         assert_eq!(v.delete_pod("p-0", T), set(&["nlp-team"]));
-        assert!(v.snapshot("nlp-team", &charging(&[wref])).released.contains_key(wref));
+        assert!(v
+            .snapshot("nlp-team", &charging(&[wref]))
+            .released
+            .contains_key(wref));
     }
 
     /// Events about a workload carry its uid (`kubectl describe` matches
@@ -1467,11 +1522,19 @@ mod tests {
             set(&["cv-team", "nlp-team"]),
             "a move reconciles both"
         );
-        assert_eq!(v.snapshot("nlp-team", &QuotaStatus::default()).observed.len(), 0);
+        assert_eq!(
+            v.snapshot("nlp-team", &QuotaStatus::default())
+                .observed
+                .len(),
+            0
+        );
         let s = v.snapshot("cv-team", &QuotaStatus::default());
         assert_eq!(s.observed["apps/Deployment/nlp/train"].pod_sets[0].count, 2);
         assert_eq!(v.delete_workload(a, "nlp", "train", T), set(&["cv-team"]));
-        assert!(v.snapshot("cv-team", &QuotaStatus::default()).observed.is_empty());
+        assert!(v
+            .snapshot("cv-team", &QuotaStatus::default())
+            .observed
+            .is_empty());
     }
 
     /// A held, marked object waits for a round: a reconcile's snapshot
@@ -1503,6 +1566,58 @@ mod tests {
         assert!(r.observed.contains_key(held));
         v.set_released(held, None);
         assert!(v.snapshot("nlp-team", &none).observed.contains_key(held));
+    }
+
+    /// What a round folds of a held, marked object is built when the
+    /// object changes and shared by every round until then: the same
+    /// copy twice, a new one once its priority classes or release change,
+    /// none once it is released or carries no mark.
+    #[test]
+    fn a_held_marked_objects_fold_input_is_built_once_per_change() {
+        let mut v = View::default();
+        let (a, mut w) = deployment("serve", "nlp-team", 3, 1);
+        w.meta
+            .annotations
+            .insert(quota::queue::mark::ANNOTATION.to_string(), "m".into());
+        v.apply_workload(a, w.clone(), None, T);
+        let held = "apps/Deployment/nlp/serve";
+        assert!(
+            v.marked_of("nlp-team").is_empty(),
+            "not held: nothing to fold"
+        );
+        let runs = v.snapshot("nlp-team", &QuotaStatus::default()).observed[held]
+            .pod_sets
+            .clone();
+        v.set_released(held, Some(runs.clone()));
+        let one = v.marked_of("nlp-team");
+        assert_eq!(one.len(), 1);
+        assert!(Arc::ptr_eq(&one[0], &v.marked_of("nlp-team")[0]), "shared");
+        assert_eq!(
+            (
+                one[0].workload_ref.as_str(),
+                one[0].annotation.as_str(),
+                one[0].uid.as_str()
+            ),
+            (held, "m", "d-serve")
+        );
+        assert_eq!(one[0].work.pod_sets, runs);
+        v.set_priority_classes(held, vec!["high".into()]);
+        let two = v.marked_of("nlp-team");
+        assert!(!Arc::ptr_eq(&one[0], &two[0]));
+        assert_eq!(two[0].work.priority_classes, vec!["high".to_string()]);
+        v.set_released(held, None);
+        assert!(
+            v.marked_of("nlp-team").is_empty(),
+            "released: nothing to fold"
+        );
+        // A new version of the object is read afresh, held again later.
+        w.meta.annotations.clear();
+        v.apply_workload(a, w, None, T);
+        v.set_released(held, Some(runs));
+        assert!(
+            v.marked_of("nlp-team").is_empty(),
+            "no mark: nothing to fold"
+        );
     }
 
     #[test]
@@ -1559,9 +1674,15 @@ mod tests {
             .is_empty());
         // Deleted: its quota accrues the last stretch.
         assert_eq!(v.delete_pod("p1", T + 5), set(&["nlp-team"]));
-        assert_eq!(v.snapshot("nlp-team", &QuotaStatus::default()).runs[0].end_ms, Some(T + 5));
+        assert_eq!(
+            v.snapshot("nlp-team", &QuotaStatus::default()).runs[0].end_ms,
+            Some(T + 5)
+        );
         v.settle("nlp-team", T + 10, None);
-        assert!(v.snapshot("nlp-team", &QuotaStatus::default()).runs.is_empty());
+        assert!(v
+            .snapshot("nlp-team", &QuotaStatus::default())
+            .runs
+            .is_empty());
         let (up, del) = v.take_dirty_runs();
         assert!(
             up.is_empty() && del == vec!["p1".to_string()],
@@ -1586,7 +1707,10 @@ mod tests {
         let mut w = deployment("train", "x", 1, 2).1;
         w.meta.labels.remove(quota::keys::QUOTA_LABEL);
         assert_eq!(v.apply_workload(a, w, None, T + 7), set(&["nlp-team"]));
-        assert_eq!(v.snapshot("nlp-team", &QuotaStatus::default()).runs[0].end_ms, Some(T + 7));
+        assert_eq!(
+            v.snapshot("nlp-team", &QuotaStatus::default()).runs[0].end_ms,
+            Some(T + 7)
+        );
     }
 
     #[test]
@@ -1609,7 +1733,8 @@ mod tests {
             6
         );
         assert_eq!(v.delete_hpa("nlp", "web"), set(&["nlp-team"]));
-        assert!(v.snapshot("nlp-team", &QuotaStatus::default()).observed["apps/Deployment/nlp/web"]
+        assert!(v.snapshot("nlp-team", &QuotaStatus::default()).observed
+            ["apps/Deployment/nlp/web"]
             .hpa
             .is_none());
     }
@@ -1689,7 +1814,11 @@ mod order_tests {
                     }
                 }
             }
-            assert_eq!(v.snapshot("q", &QuotaStatus::default()).runs.len(), 2, "order {order:?}");
+            assert_eq!(
+                v.snapshot("q", &QuotaStatus::default()).runs.len(),
+                2,
+                "order {order:?}"
+            );
         }
     }
 

@@ -67,19 +67,7 @@ impl PriorityLookup for NoClasses {
 /// which a create reviewed then can no longer be stored.
 pub const MARK_STORE_MS: i64 = 60_000;
 
-/// A held object carrying a queue mark, as the controller's watch shows
-/// it (`Service::fold_marks`).
-#[derive(Clone, Debug)]
-pub struct MarkedObject {
-    pub workload_ref: String,
-    /// The annotation's value (`quota::queue::mark::ANNOTATION`).
-    pub annotation: String,
-    pub uid: String,
-    /// Its `creationTimestamp` (ms).
-    pub created_ms: i64,
-    /// What it runs once released, read from the object.
-    pub work: Queued,
-}
+pub use quota::queue::fold::MarkedObject;
 
 /// What a fold of marked objects did to a quota's queue
 /// (`Service::fold_marks`).
@@ -489,7 +477,7 @@ impl Service {
     /// this replica's queue skipped, the caps held again), in memory: the
     /// caller plans over `q` and writes it in the round's one
     /// compare-and-swap. Whether the queue changed, and what was refused.
-    pub fn fold_marks(&self, q: &mut Quota, objects: &[MarkedObject], now: i64) -> Folding {
+    pub fn fold_marks(&self, q: &mut Quota, objects: &[Arc<MarkedObject>], now: i64) -> Folding {
         let Some(keys) = self.marks.as_ref() else {
             return Folding::default();
         };
@@ -589,7 +577,7 @@ impl Service {
         &self,
         q: &mut Quota,
         backed: &std::collections::BTreeSet<String>,
-        marked: &[MarkedObject],
+        marked: &[Arc<MarkedObject>],
     ) -> Vec<quota::object::queue::QueueEntry> {
         if self.marks.is_none() {
             let stranded =
@@ -791,7 +779,7 @@ impl Service {
         quota_name: &str,
         items: &[queue::batch::Admit],
         fresh: Option<Vec<quota::object::queue::QueueEntry>>,
-        marked: &[MarkedObject],
+        marked: &[Arc<MarkedObject>],
         raised: &[(String, quota::reconcile::Observed)],
     ) -> Result<queue::batch::Batch, ServiceError> {
         let now_ms = self.now();

@@ -33,6 +33,7 @@ use quota::object::queue::Queued;
 use quota::queue::{self, Decision, Pool};
 use quota::workload::{adapter_for_kind, WorkloadRef};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What a round leaves to release once the quota is no longer held.
 #[derive(Default)]
@@ -364,7 +365,10 @@ impl Context {
     /// once and then ask for no round. With marks off, every held object
     /// carrying a mark: none is folded, and those the status neither lists
     /// nor charges are counted as stranded (`Service::bound_queue`).
-    pub(super) fn marked_objects(&self, name: &str) -> Vec<crate::service::queue::MarkedObject> {
+    pub(super) fn marked_objects(
+        &self,
+        name: &str,
+    ) -> Vec<Arc<crate::service::queue::MarkedObject>> {
         if self.service.marks.is_none() {
             return self.held_marked(name);
         }
@@ -403,37 +407,17 @@ impl Context {
         if self.service.marks.is_some() && self.bad_marks.lock().unwrap().contains_key(name) {
             return !self.marked_objects(name).is_empty();
         }
-        self.view.lock().unwrap().workloads_of(name).any(|(_, _, info)| {
-            info.released.is_some() && info.annotations.contains_key(queue::mark::ANNOTATION)
-        })
+        self.view
+            .lock()
+            .unwrap()
+            .workloads_of(name)
+            .any(|(_, _, info)| {
+                info.released.is_some() && info.annotations.contains_key(queue::mark::ANNOTATION)
+            })
     }
 
-    fn held_marked(&self, name: &str) -> Vec<crate::service::queue::MarkedObject> {
-        let v = self.view.lock().unwrap();
-        v.workloads_of(name)
-            .filter_map(|(wref, _, info)| {
-                let annotation = info.annotations.get(queue::mark::ANNOTATION)?.clone();
-                let pod_sets = info.released.clone()?;
-                Some(crate::service::queue::MarkedObject {
-                    work: Queued {
-                        workload_ref: wref.clone(),
-                        uid: info.uid.clone(),
-                        priority: 0,
-                        priority_classes: info.priority_classes.clone(),
-                        submitted_ms: 0,
-                        pod_sets,
-                        run_ms: info.run_ms,
-                        submitted_by: None,
-                        preempted: false,
-                    },
-                    workload_ref: wref.clone(),
-                    annotation,
-                    uid: info.uid.clone(),
-                    // No creation time: no mark may claim a place before now.
-                    created_ms: info.created_ms.unwrap_or(i64::MAX),
-                })
-            })
-            .collect()
+    fn held_marked(&self, name: &str) -> Vec<Arc<crate::service::queue::MarkedObject>> {
+        self.view.lock().unwrap().marked_of(name)
     }
 
     /// A marked, held object left out of the queue: said on the object
@@ -446,7 +430,7 @@ impl Context {
         name: &str,
         wref: &str,
         why: &queue::fold::NotFolded,
-        marked: &[crate::service::queue::MarkedObject],
+        marked: &[Arc<crate::service::queue::MarkedObject>],
     ) {
         use queue::fold::NotFolded;
         let text = match why {
