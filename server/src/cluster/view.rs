@@ -162,22 +162,25 @@ pub struct Snapshot {
     /// accrued it yet (`PodRuns`): the next write bills it back from its
     /// start.
     pub unbilled: Vec<bool>,
-    /// Of the names the status holds, the workloads whose status says
-    /// they finished.
+    /// Of the names the status reserves for, the workloads whose status
+    /// says they finished: their reservations settle
+    /// (`quota::budget::reservations::settle_finished`).
     pub finished: BTreeSet<String>,
-    /// Of `finished`, those that run nothing any more — the pod list is
-    /// complete and no pod of theirs is left that has not ended — with
-    /// when each finished: their charges may go
+    /// Of the names the status charges, the finished ones that run
+    /// nothing any more — the pod list is complete and no pod of theirs
+    /// is left that has not ended — with when each finished: their
+    /// charges may go
     /// (`quota::reconcile::release_finished`). A finished one whose pods
     /// still run (a Kubeflow job's `cleanPodPolicy: None`, a pod in a long
     /// grace period, a forged status) is charged as declared.
     pub released: BTreeMap<String, i64>,
-    /// Of `finished`, each one's object uid: a charge that names its
-    /// object is judged by it (`quota::reconcile::release_finished`).
+    /// Of the names the status charges, each finished one's object uid: a
+    /// charge that names its object is judged by it
+    /// (`quota::reconcile::release_finished`).
     pub finished_uids: BTreeMap<String, String>,
-    /// Of the names the status holds, each one's object uid as the watch
-    /// shows it: a released DELETE's object it still shows is not charged
-    /// again (`quota::reconcile::forget_deleted`).
+    /// Of the names the status lists as released DELETEs, each one's
+    /// object uid as the watch shows it: a released DELETE's object it
+    /// still shows is not charged again (`quota::reconcile::forget_deleted`).
     pub object_uids: BTreeMap<String, String>,
 }
 
@@ -976,17 +979,15 @@ impl View {
         let mut released = BTreeMap::new();
         let mut finished_uids = BTreeMap::new();
         let mut object_uids = BTreeMap::new();
+        // Each asked only where its answer is used: most quotas have no
+        // released DELETE and no reservation, and a lookup per workload
+        // of a quota's hundreds is itself a cost.
         let charged = |w: &str| status.is_none_or(|st| st.workloads.contains_key(w));
-        let named = |w: &str| {
-            status.is_none_or(|st| {
-                st.workloads.contains_key(w)
-                    || st.deleted.contains_key(w)
-                    || st.reservations.values().any(|m| m.contains_key(w))
-            })
-        };
+        let deleted = |w: &str| status.is_none_or(|st| st.deleted.contains_key(w));
+        let reserved =
+            |w: &str| status.is_none_or(|st| st.reservations.values().any(|m| m.contains_key(w)));
         for (wref, s) in seen {
-            let named = named(wref);
-            if named && !s.info.uid.is_empty() {
+            if !s.info.uid.is_empty() && deleted(wref) {
                 object_uids.insert(wref.clone(), s.info.uid.clone());
             }
             if s.finished {
@@ -995,8 +996,10 @@ impl View {
                 // to copy. The reconcile asks for the few whose charge is a
                 // newer object's of the name (`observed_in`).
                 let gone = s.finished_at.filter(|_| !self.runs_pods(wref));
-                if named {
+                if reserved(wref) {
                     finished.insert(wref.clone());
+                }
+                if charged(wref) {
                     finished_uids.insert(wref.clone(), s.info.uid.clone());
                     if let Some(at) = gone {
                         released.insert(wref.clone(), at);
@@ -1384,6 +1387,32 @@ mod tests {
         st
     }
 
+    /// A status naming `wref` every way a reconcile reads a finished or
+    /// deleted one: charged, reserved for, and released by a DELETE.
+    fn naming(wref: &str) -> QuotaStatus {
+        let mut st = charging(&[wref]);
+        st.reservations
+            .entry("nvidia.com/gpu-hours".into())
+            .or_default()
+            .insert(
+                wref.to_string(),
+                quota::object::budgets::Reservation {
+                    reserved: 1,
+                    used: 0,
+                    at_ms: T,
+                    run_ms: 1,
+                },
+            );
+        st.deleted.insert(
+            wref.to_string(),
+            quota::object::deleted::Deleted {
+                uid: "j-1".into(),
+                at: "2027-01-15T08:00:01Z".into(),
+            },
+        );
+        st
+    }
+
     #[test]
     fn a_finished_job_is_released_only_when_no_pod_of_it_runs() {
         let a = adapter_for_kind("batch", "Job").unwrap();
@@ -1407,7 +1436,7 @@ mod tests {
         let wref = "batch/Job/nlp/j";
         let mut v = View::default();
         v.apply_workload(a, job, None, T);
-        let s = v.snapshot("nlp-team", &charging(&[wref]));
+        let s = v.snapshot("nlp-team", &naming(wref));
         assert!(s.finished.contains(wref));
         assert!(s.released.is_empty(), "no pod list yet: {s:?}");
         assert_eq!(s.observed[wref].pod_sets[0].count, 2, "read as declared");
@@ -1419,9 +1448,7 @@ mod tests {
         );
         v.mark_pods_listed();
         assert!(
-            v.snapshot("nlp-team", &charging(&[wref]))
-                .released
-                .is_empty(),
+            v.snapshot("nlp-team", &naming(wref)).released.is_empty(),
             "its pod still runs"
         );
 
@@ -1432,7 +1459,7 @@ mod tests {
             set(&["nlp-team"]),
             "its last pod's end touches its quota"
         );
-        let s = v.snapshot("nlp-team", &charging(&[wref]));
+        let s = v.snapshot("nlp-team", &naming(wref));
         assert_eq!(
             s.released.get(wref).copied(),
             quota::time::parse_rfc3339("2027-01-15T08:00:00Z")
@@ -1453,36 +1480,23 @@ mod tests {
                 && s.observed.is_empty(),
             "{s:?}"
         );
-        // Named by a released DELETE or a reservation, it is read.
-        let mut st = QuotaStatus::default();
-        st.deleted.insert(
-            wref.to_string(),
-            quota::object::deleted::Deleted {
-                uid: "j-1".into(),
-                at: "2027-01-15T08:00:01Z".into(),
-            },
-        );
-        assert_eq!(
-            v.snapshot("nlp-team", &st)
-                .object_uids
-                .get(wref)
-                .map(String::as_str),
-            Some("j-1")
-        );
-        let mut st = QuotaStatus::default();
-        st.reservations
-            .entry("nvidia.com/gpu-hours".into())
-            .or_default()
-            .insert(
-                wref.to_string(),
-                quota::object::budgets::Reservation {
-                    reserved: 1,
-                    used: 0,
-                    at_ms: T,
-                    run_ms: 1,
-                },
-            );
-        assert!(v.snapshot("nlp-team", &st).finished.contains(wref));
+        // Each is read where the status names it the way it is used:
+        // charged, its release and uid; reserved for, its finish; released
+        // by a DELETE, its object's uid.
+        let s = v.snapshot("nlp-team", &charging(&[wref]));
+        assert!(s.released.contains_key(wref) && s.finished_uids[wref] == "j-1");
+        assert!(s.finished.is_empty() && s.object_uids.is_empty(), "{s:?}");
+        let mut st = naming(wref);
+        st.workloads.clear();
+        st.deleted.clear();
+        let s = v.snapshot("nlp-team", &st);
+        assert!(s.finished.contains(wref) && s.released.is_empty(), "{s:?}");
+        let mut st = naming(wref);
+        st.workloads.clear();
+        st.reservations.clear();
+        let s = v.snapshot("nlp-team", &st);
+        assert_eq!(s.object_uids.get(wref).map(String::as_str), Some("j-1"));
+        assert!(s.finished.is_empty() && s.released.is_empty(), "{s:?}");
 
         // A pod deleted while running ends it too.
         v.apply_pod(pod(running), BTreeMap::new(), 0, false, T);
@@ -1559,7 +1573,6 @@ mod tests {
         assert!(s.observed.contains_key("apps/Deployment/nlp/train"));
         let s = v.snapshot("nlp-team", &charging(&[held]));
         assert_eq!(s.observed[held].pod_sets, runs);
-        assert_eq!(s.object_uids.len(), 1, "the charged one's uid: {s:?}");
         assert_eq!(v.observed_in("nlp-team", held).unwrap().pod_sets, runs);
         let charged = [held.to_string()];
         let r = v.round_seen("nlp-team", charged.iter());
