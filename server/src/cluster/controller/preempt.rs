@@ -231,8 +231,10 @@ impl Context {
                 .collect();
             let running: Vec<Candidate> = v
                 .unfinished_of(q.name())
+                // Running something first: a quota holds hundreds of
+                // suspended, queued objects, and `holds` walks the queue.
                 .filter(|(wref, sets, _)| {
-                    !queue::entries::holds(q, wref) && sets.iter().any(|s| s.count > 0)
+                    sets.iter().any(|s| s.count > 0) && !queue::entries::holds(q, wref)
                 })
                 .map(|(wref, pod_sets, info)| Candidate {
                     stop: adapter_of(wref).map_or(Stop::Never, Stop::of),
