@@ -211,7 +211,7 @@ fn main() {
     let mut card_hours = Quantity::ZERO;
     for q in &mut quotas {
         let name = q.name().to_string();
-        let snap = view.snapshot(&name);
+        let snap = view.snapshot(&name, &q.status);
         // A third of the charges were admitted moments ago at another size.
         for (i, (wref, obs)) in snap.observed.iter().enumerate() {
             let mut sets = obs.pod_sets.clone();

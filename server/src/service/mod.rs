@@ -559,6 +559,12 @@ impl Service {
         self.cache.get(name)
     }
 
+    /// The copy of `name` that `update_status_watched` decides on first
+    /// (`newest_known`), if any: possibly stale.
+    pub(crate) fn newest_quota(&self, name: &str) -> Option<Arc<Stored>> {
+        self.newest_known(name).0
+    }
+
     /// The newer of this process's copy of `name` and the store's feed's,
     /// with no request, and whether the store has a feed that shows it
     /// (`recent` and `update_status_watched` both decide on it). The

@@ -107,11 +107,22 @@ impl Context {
         // later version comes back through the watch and reconciles again.
         // Behind it (past the bound), nothing to write is proven by a read.
         let caught_up = self.store_caught_up(name).await;
-        // The reconcile's instant and what the watch shows then, both
-        // taken in its write, for the status that write decides on (each
-        // attempt its own): a Job read as finished has finished by then,
-        // and the window billed ends then.
-        let mut now = self.now();
+        // The reconcile's instant and what the watch shows then, taken
+        // together, for the status the write decides on (`View::snapshot`
+        // copies only what that status names): taken here for the newest
+        // copy this replica knows, which the write decides on first; an
+        // attempt on any other version takes its own, in the write (so a
+        // Job read as finished has finished by its instant, and the window
+        // billed ends then). Here, not in the write, where possible: the
+        // write holds the quota's lock that admissions wait for.
+        let basis = self.service.newest_quota(name).map(|s| {
+            let m = &s.quota.metadata;
+            let now = self.now();
+            let snap = self.view.lock().unwrap().snapshot(name, &s.quota.status);
+            ((m.uid.clone(), m.resource_version.clone()), now, snap)
+        });
+        let mut basis = basis.filter(|((uid, rv), _, _)| uid.is_some() && rv.is_some());
+        let mut now = 0;
         let mut snap = Snapshot::default();
         let authoritative = self.authoritative();
         let listed = self.service.children(name).await?;
@@ -193,11 +204,17 @@ impl Context {
         let result = self
             .service
             .update_status_watched(name, stands, |q| {
-                now = self.now();
                 // A held, marked object with no charge waits for a round
                 // (docs/queueing.md §12): not a workload to record, or every
                 // create that waits would write the quota (`View::snapshot`).
-                snap = self.view.lock().unwrap().snapshot(name, &q.status);
+                let version = (q.metadata.uid.clone(), q.metadata.resource_version.clone());
+                (now, snap) = match basis.take().filter(|(v, _, _)| *v == version) {
+                    Some((_, at, taken)) => (at, taken),
+                    None => {
+                        let at = self.now();
+                        (at, self.view.lock().unwrap().snapshot(name, &q.status))
+                    }
+                };
                 let mut observed = std::mem::take(&mut snap.observed);
                 for (wref, c) in &q.status.workloads {
                     if !authoritative(kind_of_ref(wref)) {
