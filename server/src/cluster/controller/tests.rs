@@ -425,3 +425,37 @@ async fn triggers_coalesce_and_a_quota_touched_while_it_runs_runs_again_after() 
     assert!(metrics(&ctx).contains("bizrq_reconciles_total{result=\"unchanged\"} 1"));
     controller.abort();
 }
+
+/// Whether a round is due for held, marked objects is told without
+/// copying them, and always as `marked_objects` tells it: none while the
+/// object runs or carries no mark, one once it is held with a mark.
+#[tokio::test]
+async fn a_round_is_asked_for_held_marked_objects_as_marked_objects_says() {
+    let (ctx, _rx, _api) = context();
+    let adapter = quota::workload::adapter_for_kind("apps", "Deployment").unwrap();
+    let agree = |ctx: &Context| {
+        let has = ctx.has_marked_objects("nlp");
+        assert_eq!(has, !ctx.marked_objects("nlp").is_empty());
+        has
+    };
+    ctx.apply_workload(adapter, &deployment(2), T0);
+    assert!(!agree(&ctx), "running, no mark");
+    let wref = "apps/Deployment/ml/train";
+    let runs = ctx.view.lock().unwrap().observed_in("nlp", wref).unwrap();
+    ctx.view
+        .lock()
+        .unwrap()
+        .set_released(wref, Some(runs.pod_sets.clone()));
+    assert!(!agree(&ctx), "held, no mark");
+    let mut marked = deployment(2).json;
+    marked["metadata"]["annotations"] = json!({quota::queue::mark::ANNOTATION: "m"});
+    ctx.apply_workload(adapter, &serde_json::from_value(marked).unwrap(), T0);
+    assert!(!agree(&ctx), "marked, running");
+    ctx.view
+        .lock()
+        .unwrap()
+        .set_released(wref, Some(runs.pod_sets));
+    assert!(agree(&ctx), "held, marked");
+    ctx.view.lock().unwrap().set_released(wref, None);
+    assert!(!agree(&ctx), "released");
+}
