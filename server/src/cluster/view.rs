@@ -1217,6 +1217,12 @@ impl View {
             .collect()
     }
 
+    /// Whether any held object bound to `quota` carries a queue mark
+    /// (`marked_of` would name one), without copying.
+    pub fn has_marked(&self, quota: &str) -> bool {
+        self.workloads_in(quota).any(|(_, s)| s.marked.is_some())
+    }
+
     /// `workloads_of`, without those whose status says they finished: what
     /// reclaim and preemption may stop. A finished workload runs nothing
     /// and its charge goes by itself (docs/queueing.md §9), so suspending
@@ -1604,6 +1610,7 @@ mod tests {
         v.set_released(held, Some(runs.clone()));
         let one = v.marked_of("nlp-team");
         assert_eq!(one.len(), 1);
+        assert!(v.has_marked("nlp-team"));
         assert!(Arc::ptr_eq(&one[0], &v.marked_of("nlp-team")[0]), "shared");
         assert_eq!(
             (

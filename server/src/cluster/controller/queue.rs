@@ -407,13 +407,7 @@ impl Context {
         if self.service.marks.is_some() && self.bad_marks.lock().unwrap().contains_key(name) {
             return !self.marked_objects(name).is_empty();
         }
-        self.view
-            .lock()
-            .unwrap()
-            .workloads_of(name)
-            .any(|(_, _, info)| {
-                info.released.is_some() && info.annotations.contains_key(queue::mark::ANNOTATION)
-            })
+        self.view.lock().unwrap().has_marked(name)
     }
 
     fn held_marked(&self, name: &str) -> Vec<Arc<crate::service::queue::MarkedObject>> {

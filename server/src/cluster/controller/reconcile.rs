@@ -115,13 +115,13 @@ impl Context {
         // Job read as finished has finished by its instant, and the window
         // billed ends then). Here, not in the write, where possible: the
         // write holds the quota's lock that admissions wait for.
-        let basis = self.service.newest_quota(name).map(|s| {
+        let mut basis = self.service.newest_quota(name).and_then(|s| {
             let m = &s.quota.metadata;
+            let version = (Some(m.uid.clone()?), Some(m.resource_version.clone()?));
             let now = self.now();
             let snap = self.view.lock().unwrap().snapshot(name, &s.quota.status);
-            ((m.uid.clone(), m.resource_version.clone()), now, snap)
+            Some((version, now, snap))
         });
-        let mut basis = basis.filter(|((uid, rv), _, _)| uid.is_some() && rv.is_some());
         let mut now = 0;
         let mut snap = Snapshot::default();
         let authoritative = self.authoritative();
