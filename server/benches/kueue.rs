@@ -1229,6 +1229,16 @@ async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime
         "controller: {reconciles:.0} quota reconciles, {:.0} ms each on average",
         reconcile_s / reconciles.max(1.0) * 1000.0
     );
+    let rounds = metric(
+        &metrics,
+        "bizrq_admission_queue_round_duration_seconds_count",
+    );
+    let round_s = metric(&metrics, "bizrq_admission_queue_round_duration_seconds_sum");
+    println!(
+        "scheduler: {rounds:.0} queue rounds, {:.1} ms each on average, {:.0} of them admitting nothing",
+        round_s / rounds.max(1.0) * 1000.0,
+        metric(&metrics, "bizrq_admission_queue_rounds_idle_total"),
+    );
     {
         qrec.lock().unwrap().advance(start + end);
     }

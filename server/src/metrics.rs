@@ -203,6 +203,10 @@ pub struct Metrics {
     pub queue_refused: Family<CauseLabels, Counter>,
     /// Queue rounds the scheduler ran, every quota together.
     pub queue_rounds: Counter,
+    /// Of those, the rounds that admitted nothing.
+    pub queue_rounds_idle: Counter,
+    /// One queue round, from its reads to its write (not the releases).
+    pub queue_round_duration: Histogram,
     /// Heavy requests (pages with charts, charts, reports, exports)
     /// answered 429 by a cap, by scope (`heavy::Refused::scope`).
     pub heavy_refused: Family<ScopeLabels, Counter>,
@@ -470,6 +474,18 @@ impl Default for Metrics {
             "Queue rounds the controller's scheduler ran (each asked for by a reconcile of a quota with a queue, held marked objects or preemption marks, or by room freed)",
             queue_rounds.clone(),
         );
+        let queue_rounds_idle = Counter::default();
+        registry.register(
+            "admission_queue_rounds_idle",
+            "Queue rounds that admitted nothing (the quota full, its queue's heads waiting for room, or nothing new since the last round)",
+            queue_rounds_idle.clone(),
+        );
+        let queue_round_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        registry.register(
+            "admission_queue_round_duration_seconds",
+            "Duration of one quota's queue round, from its reads to its one write (the releases of what it admitted after it are not counted)",
+            queue_round_duration.clone(),
+        );
         let heavy_refused = Family::<ScopeLabels, Counter>::default();
         registry.register(
             "heavy_refused",
@@ -490,6 +506,8 @@ impl Default for Metrics {
             requests_refused,
             queue_preemptions,
             queue_rounds,
+            queue_rounds_idle,
+            queue_round_duration,
             queue_length,
             queue_oldest_wait,
             queue_wait,

@@ -45,6 +45,13 @@ pub(super) struct ToRelease {
     admitted: Vec<(String, String)>,
 }
 
+impl ToRelease {
+    /// Whether the round admitted nothing.
+    pub(super) fn admitted_none(&self) -> bool {
+        self.admitted.is_empty()
+    }
+}
+
 impl Context {
     /// One round of admissions from `name`'s queue, the crash repair, and
     /// the restated positions. Errors are the next reconcile's to retry.

@@ -160,8 +160,14 @@ impl Context {
         {
             let _serial = self.one_at_a_time(name).await;
             let now = self.now();
+            let t0 = std::time::Instant::now();
             if let Err(e) = self.admit_from_queue(name, now, &mut release).await {
                 tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
+            }
+            let m = &self.service.metrics;
+            m.queue_round_duration.observe(t0.elapsed().as_secs_f64());
+            if release.admitted_none() {
+                m.queue_rounds_idle.inc();
             }
             // Marked as being released before the quota is let go: a
             // reconcile in between would otherwise ungate their pods
