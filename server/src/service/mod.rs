@@ -413,7 +413,9 @@ impl Service {
         stands: impl Fn(&T) -> bool + Sync,
         f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
-        self.modify_as(name, false, None, Some(&stands), f).await
+        let mut f = f;
+        self.modify_as(name, false, None, Some(&stands), |_, q| f(q))
+            .await
     }
 
     /// The one compare-and-swap loop. `f` may change spec (written with
@@ -425,10 +427,22 @@ impl Service {
         name: &str,
         dry_run: bool,
         expected_version: Option<i64>,
-        f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
+        mut f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
-        self.modify_as(name, dry_run, expected_version, None, f)
+        self.modify_as(name, dry_run, expected_version, None, |_, q| f(q))
             .await
+    }
+
+    /// `update_status`, `f` also given the stored copy its working copy was
+    /// made from (a caller that computed part of the change on that very
+    /// version outside the write may use it there instead of computing it
+    /// again: `Service::admit_round`).
+    pub(crate) async fn update_status_stamped<T>(
+        &self,
+        name: &str,
+        f: impl FnMut(&Stored, &mut Quota) -> Result<(bool, T), ServiceError>,
+    ) -> Result<T, ServiceError> {
+        self.modify_as(name, false, None, None, f).await
     }
 
     /// `modify`; with `watched`: decide on the newest copy this replica
@@ -441,7 +455,7 @@ impl Service {
         dry_run: bool,
         expected_version: Option<i64>,
         watched: Option<&(dyn Fn(&T) -> bool + Sync)>,
-        mut f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
+        mut f: impl FnMut(&Stored, &mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
         let _guard = self.lock(name).await;
         let mut use_cache = expected_version.is_none();
@@ -470,7 +484,7 @@ impl Service {
             );
             // A refusal, or a decision that writes nothing, has no swap to
             // prove the cached copy current: decide again on a fresh read.
-            let (changed, out) = match f(&mut q) {
+            let (changed, out) = match f(&current, &mut q) {
                 Err(_) if from_cache => {
                     use_cache = false;
                     continue;

@@ -81,6 +81,22 @@ pub struct Folding {
     pub backed: std::collections::BTreeSet<String>,
 }
 
+/// A quota's queue as a fold of its marked objects left it on one stored
+/// version of the quota (`Service::fold_marks`): the round plans on it,
+/// and its write uses it as it is while the quota is still that version,
+/// instead of folding the same objects again (the fold copies what
+/// hundreds of held objects run: with a loan to ask for, a round folded
+/// three times).
+#[derive(Debug)]
+pub struct FoldedQueue {
+    /// The stored version the fold read.
+    pub stamp: crate::store::Stamp,
+    /// `status.queue` after the fold (before any admission).
+    pub queue: Vec<quota::object::queue::QueueEntry>,
+    /// `Folding::backed` of that fold.
+    pub backed: std::collections::BTreeSet<String>,
+}
+
 /// What the mutating webhook does with a queueable workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Queueing {
@@ -778,9 +794,10 @@ impl Service {
         &self,
         quota_name: &str,
         items: &[queue::batch::Admit],
-        fresh: Option<Vec<quota::object::queue::QueueEntry>>,
+        fresh: Option<&[quota::object::queue::QueueEntry]>,
         marked: &[Arc<MarkedObject>],
         raised: &[(String, quota::reconcile::Observed)],
+        folded: Option<FoldedQueue>,
     ) -> Result<queue::batch::Batch, ServiceError> {
         let now_ms = self.now();
         let prices = self.price_list();
@@ -792,9 +809,13 @@ impl Service {
         let mut rounds = super::BorrowRounds::default();
         // The whole queue the written status was cut from (marks on).
         let whole = std::sync::Mutex::new(Vec::new());
+        // The fold the round planned on, then the one a write that asked
+        // for a loan (and wrote nothing) made: used as it is by the next
+        // attempt on the same stored version.
+        let carried = std::sync::Mutex::new(folded);
         while rounds.more() {
             let out = self
-                .update_status(quota_name, false, |q| {
+                .update_status_stamped(quota_name, |stored, q| {
                     parent.clone_from(&q.spec.parent);
                     let listed = (q.status.queue.clone(), q.status.queue_summary.clone());
                     let was = q.status.loan_fence;
@@ -803,8 +824,22 @@ impl Service {
                     }
                     let fenced = q.status.loan_fence != was;
                     // The marked objects folded first, in this write: the
-                    // round plans over what this fold accepts.
-                    let folding = self.fold_marks(q, marked, now_ms);
+                    // round plans over what this fold accepts. On the
+                    // version the round planned on (or an attempt before
+                    // this one wrote nothing on) the fold is that one's:
+                    // the same objects, the same status.
+                    let carry = carried
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take()
+                        .filter(|c| c.stamp == crate::store::Stamp::of(stored));
+                    let backed = match carry {
+                        Some(c) => {
+                            q.status.queue = c.queue;
+                            c.backed
+                        }
+                        None => self.fold_marks(q, marked, now_ms).backed,
+                    };
                     // Charges a review lowered below what the controller's
                     // cache still shows are charged as the cache shows
                     // first, as its reconcile would: the room they seem
@@ -812,21 +847,35 @@ impl Service {
                     quota::reconcile::raise(q, raised, now_ms);
                     let b =
                         queue::batch::admit(q, items, loan.as_ref(), now_ms, &self.prices, &prices);
-                    if let (queue::batch::Batch::Done { .. }, Some(f)) = (&b, fresh.clone()) {
-                        entries::restate(q, f);
+                    if let (queue::batch::Batch::Done { .. }, Some(f)) = (&b, fresh) {
+                        entries::restate(q, f.to_vec());
                     }
                     // With marks, the status keeps the top and a summary;
                     // the rest waits on its marked objects, folded back by
                     // the next round at the same places.
-                    *whole.lock().unwrap_or_else(|e| e.into_inner()) =
-                        self.bound_queue(q, &folding.backed, marked);
+                    let all = self.bound_queue(q, &backed, marked);
                     let restated =
                         (&q.status.queue, &q.status.queue_summary) != (&listed.0, &listed.1);
                     match &b {
                         queue::batch::Batch::Done { admitted, .. } => {
+                            *whole.lock().unwrap_or_else(|e| e.into_inner()) = all;
                             Ok((!admitted.is_empty() || restated || fenced, b))
                         }
-                        queue::batch::Batch::Borrow(_) => Ok((fenced, b)),
+                        // Nothing admitted nor restated yet (`batch::admit`
+                        // leaves the queue as it was when it asks for a
+                        // loan): the whole queue is the fold's, kept for
+                        // the attempt with the loan if nothing is written.
+                        queue::batch::Batch::Borrow(_) => {
+                            if !fenced && self.marks.is_some() && !self.mark_drain {
+                                *carried.lock().unwrap_or_else(|e| e.into_inner()) =
+                                    Some(FoldedQueue {
+                                        stamp: crate::store::Stamp::of(stored),
+                                        queue: all,
+                                        backed,
+                                    });
+                            }
+                            Ok((fenced, b))
+                        }
                     }
                 })
                 .await?;

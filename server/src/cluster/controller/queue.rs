@@ -69,7 +69,9 @@ impl Context {
         self.service.metrics.queue_rounds.inc();
         // The parent and siblings the plan reads, as new as what asked.
         self.store_caught_up(name).await;
-        let q = self.service.get(name).await?.quota;
+        let stored = self.service.get(name).await?;
+        let mut stamp = crate::store::Stamp::of(&stored);
+        let q = stored.quota;
         let snap = self
             .view
             .lock()
@@ -152,18 +154,28 @@ impl Context {
         if !unnamed.is_empty() {
             self.service.name_queued(name, &unnamed).await?;
         }
+        let reread = |stored: crate::store::Stored, stamp: &mut crate::store::Stamp| {
+            *stamp = crate::store::Stamp::of(&stored);
+            stored.quota
+        };
         let q = if unnamed.is_empty() {
             q
         } else {
-            self.service.get(name).await?.quota
+            reread(self.service.get(name).await?, &mut stamp)
         };
         let mut q = match self.prune_orphans(name, &q, now).await? {
-            true => self.service.get(name).await?.quota,
+            true => reread(self.service.get(name).await?, &mut stamp),
             false => q,
         };
-        let refused = self.service.fold_marks(&mut q, &marked, now).refused;
+        let folding = self.service.fold_marks(&mut q, &marked, now);
+        // The write uses this fold while the quota is still this version.
+        let folded_at = self
+            .service
+            .marks
+            .is_some()
+            .then(|| (stamp, folding.backed));
         quota::reconcile::raise(&mut q, &raised, now);
-        for (wref, why) in refused {
+        for (wref, why) in folding.refused {
             self.not_folded(name, &wref, &why, &marked);
         }
         // Only entries whose object the watch has seen (with its uid) are
@@ -275,9 +287,16 @@ impl Context {
             })
             .collect();
         let t_plan = t0.elapsed();
+        // Before the write, which takes the fold's queue from `q`.
+        self.export(name, &q, &known, &fresh, now);
+        let folded = folded_at.map(|(stamp, backed)| crate::service::queue::FoldedQueue {
+            stamp,
+            queue: std::mem::take(&mut q.status.queue),
+            backed,
+        });
         let admitted = match self
             .service
-            .admit_round(name, &items, Some(fresh.clone()), &marked, &raised)
+            .admit_round(name, &items, Some(&fresh), &marked, &raised, folded)
             .await?
         {
             queue::batch::Batch::Done { admitted, left, .. } => {
@@ -350,7 +369,6 @@ impl Context {
                 )
             })
             .min();
-        self.export(name, &q, &known, &fresh, now);
         self.note_borrower(&q, waits);
         self.after_round(name);
         if overdue {
