@@ -1201,6 +1201,7 @@ pub fn estimate_words(queue: &[quota::object::queue::QueueEntry], i: usize) -> S
 #[cfg(test)]
 mod tests {
     use crate::metrics::Metrics;
+    use crate::service::queue_mark::MarkKeys;
     use crate::service::{Persist, Service};
     use crate::store::sql::SqlStore;
     use crate::store::testdb::on_both_databases;
@@ -1249,6 +1250,115 @@ mod tests {
     }
 
     on_both_databases!(a_hand_unsuspend_that_fits_counts_its_wait);
+    on_both_databases!(a_rounds_write_uses_its_planned_fold_only_on_that_version);
+
+    /// Three held objects of `ml` marked in order, 1 cpu each.
+    fn three_marked(keys: &MarkKeys) -> Vec<Arc<super::MarkedObject>> {
+        ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let wref = format!("batch/Job/ml/{n}");
+                let m = quota::queue::mark::sign("ml", &wref, T0 - 900 + i as i64, 0, "", |b| {
+                    keys.sign(b)
+                });
+                Arc::new(super::MarkedObject {
+                    workload_ref: wref.clone(),
+                    annotation: serde_json::to_string(&m).unwrap(),
+                    uid: format!("uid-{n}"),
+                    created_ms: T0 - 1000,
+                    work: Queued {
+                        workload_ref: wref,
+                        uid: format!("uid-{n}"),
+                        priority: 0,
+                        priority_classes: Vec::new(),
+                        submitted_ms: T0 - 1000,
+                        pod_sets: sets(1),
+                        run_ms: None,
+                        submitted_by: None,
+                        preempted: false,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// A round's plan on `ml` as it is stored now: the fold of `marked`
+    /// (its references `expect`), then the last entry left out, which no
+    /// fold does: seen only where a write uses this plan's fold.
+    async fn planned(
+        svc: &Service,
+        marked: &[Arc<super::MarkedObject>],
+        expect: &[&str],
+    ) -> super::FoldedQueue {
+        let stored = svc.get("ml").await.unwrap();
+        let stamp = crate::store::Stamp::of(&stored);
+        let mut q = stored.quota;
+        let folding = svc.fold_marks(&mut q, marked, T0);
+        let names: Vec<&str> = q
+            .status
+            .queue
+            .iter()
+            .map(|e| e.work.workload_ref.as_str())
+            .collect();
+        assert_eq!(names, expect);
+        q.status.queue.pop();
+        super::FoldedQueue {
+            stamp,
+            queue: q.status.queue,
+            backed: folding.backed,
+        }
+    }
+
+    /// The round's write of `planned`, admitting its head; how many wait
+    /// after it (the status's summary).
+    async fn admit_head(
+        svc: &Service,
+        marked: &[Arc<super::MarkedObject>],
+        planned: super::FoldedQueue,
+    ) -> usize {
+        let head = planned.queue[0].work.clone();
+        let items = vec![quota::queue::batch::Admit {
+            workload_ref: head.workload_ref.clone(),
+            uid: head.uid.clone(),
+            charge: head.charge(T0),
+        }];
+        svc.admit_round("ml", &items, None, marked, &[], Some(planned))
+            .await
+            .unwrap();
+        let q = svc.get("ml").await.unwrap().quota;
+        assert!(q.status.workloads.contains_key(&head.workload_ref), "{q:?}");
+        q.status.queue_summary.map_or(0, |s| s.total as usize)
+    }
+
+    /// A round's write folds the marked objects again only where the quota
+    /// is no longer the version the round planned on: on that version it
+    /// uses the planned fold as it is (here one that, unlike a fold, left
+    /// the last entry out); once anything else wrote the quota, it folds.
+    async fn a_rounds_write_uses_its_planned_fold_only_on_that_version(store: &SqlStore) {
+        let keys = Arc::new(MarkKeys::parse(&"ab".repeat(32)).unwrap());
+        let svc = with_ml(store, Arc::new(|| T0))
+            .await
+            .with_queue_marks(Some(keys.clone()));
+        let marked = three_marked(&keys);
+        let (a, b, c) = ("batch/Job/ml/a", "batch/Job/ml/b", "batch/Job/ml/c");
+        // On the version it planned on: `b` waits, not `c` (a fold: both).
+        let plan = planned(&svc, &marked, &[a, b, c]).await;
+        assert_eq!(admit_head(&svc, &marked, plan).await, 1, "the planned fold");
+        // Planned, then another write of the quota before the round's:
+        // folded again, `c` waits (the plan's fold: none).
+        let plan = planned(&svc, &marked, &[b, c]).await;
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/other",
+            sets(1),
+            "review-other",
+        ))
+        .await
+        .unwrap();
+        assert_eq!(admit_head(&svc, &marked, plan).await, 1, "folded again");
+    }
+
     on_both_databases!(standalone_resync_expires_entries_never_seen);
     on_both_databases!(taking_back_a_deleted_objects_charge_takes_only_that_one);
     on_both_databases!(bizrqs_own_suspend_keeps_the_charge_for_the_reconcile);
