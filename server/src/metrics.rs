@@ -477,7 +477,7 @@ impl Default for Metrics {
         let queue_rounds_idle = Counter::default();
         registry.register(
             "admission_queue_rounds_idle",
-            "Queue rounds that admitted nothing (the quota full, its queue's heads waiting for room, or nothing new since the last round)",
+            "Queue rounds that ended without error and admitted nothing (the quota full, its queue's heads waiting for room, or nothing new since the last round)",
             queue_rounds_idle.clone(),
         );
         let queue_round_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));

@@ -287,6 +287,13 @@ impl Pending {
         true
     }
 
+    /// Whether `other` holds the same tombstones: a fold, which reads
+    /// nothing else of a `Pending` (`skips`), skips the same objects under
+    /// either.
+    pub fn same_tombstones(&self, other: &Pending) -> bool {
+        self.tombs == other.tombs
+    }
+
     /// Whether a fold must skip the marked object `workload_ref` of `uid`:
     /// it left the queue, and this copy of it is older than its leaving.
     pub fn skips(&self, workload_ref: &str, uid: &str) -> bool {

@@ -79,6 +79,9 @@ pub struct Folding {
     pub refused: Vec<(String, queue::fold::NotFolded)>,
     /// The entries an accepted mark backs (`quota::queue::fold::Folded::marked`).
     pub backed: std::collections::BTreeSet<String>,
+    /// The quota's pending marks the fold read (None: it read none, having
+    /// no marked object to fold).
+    pub pending: Option<quota::queue::pending::Pending>,
 }
 
 /// A quota's queue as a fold of its marked objects left it on one stored
@@ -95,6 +98,11 @@ pub struct FoldedQueue {
     pub queue: Vec<quota::object::queue::QueueEntry>,
     /// `Folding::backed` of that fold.
     pub backed: std::collections::BTreeSet<String>,
+    /// `Folding::pending` of that fold: its tombstones are the only other
+    /// thing it read (`Pending::skips`), and they change without a write
+    /// of the quota (a DELETE or an opt-out of an object the status does
+    /// not list); used only while they are the same.
+    pub pending: Option<quota::queue::pending::Pending>,
 }
 
 /// What the mutating webhook does with a queueable workload.
@@ -572,6 +580,24 @@ impl Service {
             changed,
             refused: folded.refused,
             backed: folded.marked,
+            pending: Some(pending),
+        }
+    }
+
+    /// Whether `name`'s pending marks hold the tombstones `since` holds.
+    fn tombstones_unchanged(&self, name: &str, since: &quota::queue::pending::Pending) -> bool {
+        let shared = self
+            .marked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned();
+        match shared {
+            Some(p) => p
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .same_tombstones(since),
+            None => since.same_tombstones(&Default::default()),
         }
     }
 
@@ -826,19 +852,30 @@ impl Service {
                     // The marked objects folded first, in this write: the
                     // round plans over what this fold accepts. On the
                     // version the round planned on (or an attempt before
-                    // this one wrote nothing on) the fold is that one's:
-                    // the same objects, the same status.
+                    // this one wrote nothing on), with the same
+                    // tombstones, the fold is that one's: the same
+                    // objects, status and tombstones; marks are judged at
+                    // the plan's instant, so the write admits from the
+                    // very queue the round planned over.
                     let carry = carried
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .take()
-                        .filter(|c| c.stamp == crate::store::Stamp::of(stored));
-                    let backed = match carry {
+                        .filter(|c| {
+                            c.stamp == crate::store::Stamp::of(stored)
+                                && c.pending
+                                    .as_ref()
+                                    .is_none_or(|p| self.tombstones_unchanged(quota_name, p))
+                        });
+                    let (backed, pending) = match carry {
                         Some(c) => {
                             q.status.queue = c.queue;
-                            c.backed
+                            (c.backed, c.pending)
                         }
-                        None => self.fold_marks(q, marked, now_ms).backed,
+                        None => {
+                            let f = self.fold_marks(q, marked, now_ms);
+                            (f.backed, f.pending)
+                        }
                     };
                     // Charges a review lowered below what the controller's
                     // cache still shows are charged as the cache shows
@@ -872,6 +909,7 @@ impl Service {
                                         stamp: crate::store::Stamp::of(stored),
                                         queue: all,
                                         backed,
+                                        pending,
                                     });
                             }
                             Ok((fenced, b))
@@ -1251,6 +1289,7 @@ mod tests {
 
     on_both_databases!(a_hand_unsuspend_that_fits_counts_its_wait);
     on_both_databases!(a_rounds_write_uses_its_planned_fold_only_on_that_version);
+    on_both_databases!(a_rounds_write_folds_again_once_a_marked_object_left);
 
     /// Three held objects of `ml` marked in order, 1 cpu each.
     fn three_marked(keys: &MarkKeys) -> Vec<Arc<super::MarkedObject>> {
@@ -1307,16 +1346,18 @@ mod tests {
             stamp,
             queue: q.status.queue,
             backed: folding.backed,
+            pending: folding.pending,
         }
     }
 
-    /// The round's write of `planned`, admitting its head; how many wait
-    /// after it (the status's summary).
+    /// The round's write of `planned`, admitting its head; the entries
+    /// waiting after it, as the status lists them (all of them: fewer
+    /// than the top it lists), and how many its summary counts.
     async fn admit_head(
         svc: &Service,
         marked: &[Arc<super::MarkedObject>],
         planned: super::FoldedQueue,
-    ) -> usize {
+    ) -> (Vec<String>, u32) {
         let head = planned.queue[0].work.clone();
         let items = vec![quota::queue::batch::Admit {
             workload_ref: head.workload_ref.clone(),
@@ -1328,7 +1369,13 @@ mod tests {
             .unwrap();
         let q = svc.get("ml").await.unwrap().quota;
         assert!(q.status.workloads.contains_key(&head.workload_ref), "{q:?}");
-        q.status.queue_summary.map_or(0, |s| s.total as usize)
+        let listed = q
+            .status
+            .queue
+            .iter()
+            .map(|e| e.work.workload_ref.clone())
+            .collect();
+        (listed, q.status.queue_summary.map_or(0, |s| s.total))
     }
 
     /// A round's write folds the marked objects again only where the quota
@@ -1344,7 +1391,11 @@ mod tests {
         let (a, b, c) = ("batch/Job/ml/a", "batch/Job/ml/b", "batch/Job/ml/c");
         // On the version it planned on: `b` waits, not `c` (a fold: both).
         let plan = planned(&svc, &marked, &[a, b, c]).await;
-        assert_eq!(admit_head(&svc, &marked, plan).await, 1, "the planned fold");
+        assert_eq!(
+            admit_head(&svc, &marked, plan).await,
+            (vec![b.into()], 1),
+            "the planned fold"
+        );
         // Planned, then another write of the quota before the round's:
         // folded again, `c` waits (the plan's fold: none).
         let plan = planned(&svc, &marked, &[b, c]).await;
@@ -1356,7 +1407,31 @@ mod tests {
         ))
         .await
         .unwrap();
-        assert_eq!(admit_head(&svc, &marked, plan).await, 1, "folded again");
+        assert_eq!(
+            admit_head(&svc, &marked, plan).await,
+            (vec![c.into()], 1),
+            "folded again"
+        );
+    }
+
+    /// A marked object that left the queue between a round's plan and its
+    /// write (a DELETE or an opt-out of an object the status does not
+    /// list: a tombstone, no write of the quota) is not admitted from the
+    /// plan's fold: the write folds again and skips it.
+    async fn a_rounds_write_folds_again_once_a_marked_object_left(store: &SqlStore) {
+        let keys = Arc::new(MarkKeys::parse(&"ab".repeat(32)).unwrap());
+        let svc = with_ml(store, Arc::new(|| T0))
+            .await
+            .with_queue_marks(Some(keys.clone()));
+        let marked = three_marked(&keys);
+        let (a, b, c) = ("batch/Job/ml/a", "batch/Job/ml/b", "batch/Job/ml/c");
+        let version = svc.get("ml").await.unwrap().version;
+        // The plan's fold: `a`, `b` (the last, `c`, left out by `planned`).
+        let plan = planned(&svc, &marked, &[a, b, c]).await;
+        svc.left_marked("ml", b, "uid-b");
+        assert_eq!(svc.get("ml").await.unwrap().version, version, "no write");
+        // Folded again: `b` skipped, `c` waits (the plan's: `b`).
+        assert_eq!(admit_head(&svc, &marked, plan).await, (vec![c.into()], 1));
     }
 
     on_both_databases!(standalone_resync_expires_entries_never_seen);

@@ -173,7 +173,7 @@ impl Context {
             .service
             .marks
             .is_some()
-            .then(|| (stamp, folding.backed));
+            .then(|| (stamp, folding.backed, folding.pending));
         quota::reconcile::raise(&mut q, &raised, now);
         for (wref, why) in folding.refused {
             self.not_folded(name, &wref, &why, &marked);
@@ -289,11 +289,14 @@ impl Context {
         let t_plan = t0.elapsed();
         // Before the write, which takes the fold's queue from `q`.
         self.export(name, &q, &known, &fresh, now);
-        let folded = folded_at.map(|(stamp, backed)| crate::service::queue::FoldedQueue {
-            stamp,
-            queue: std::mem::take(&mut q.status.queue),
-            backed,
-        });
+        let folded = folded_at.map(
+            |(stamp, backed, pending)| crate::service::queue::FoldedQueue {
+                stamp,
+                queue: std::mem::take(&mut q.status.queue),
+                backed,
+                pending,
+            },
+        );
         let admitted = match self
             .service
             .admit_round(name, &items, Some(&fresh), &marked, &raised, folded)

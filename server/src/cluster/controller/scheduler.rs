@@ -161,12 +161,13 @@ impl Context {
             let _serial = self.one_at_a_time(name).await;
             let now = self.now();
             let t0 = std::time::Instant::now();
-            if let Err(e) = self.admit_from_queue(name, now, &mut release).await {
+            let done = self.admit_from_queue(name, now, &mut release).await;
+            if let Err(e) = &done {
                 tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
             }
             let m = &self.service.metrics;
             m.queue_round_duration.observe(t0.elapsed().as_secs_f64());
-            if release.admitted_none() {
+            if done.is_ok() && release.admitted_none() {
                 m.queue_rounds_idle.inc();
             }
             // Marked as being released before the quota is let go: a
