@@ -1290,6 +1290,7 @@ mod tests {
     on_both_databases!(a_hand_unsuspend_that_fits_counts_its_wait);
     on_both_databases!(a_rounds_write_uses_its_planned_fold_only_on_that_version);
     on_both_databases!(a_rounds_write_folds_again_once_a_marked_object_left);
+    on_both_databases!(a_borrowing_rounds_attempt_with_the_loan_uses_the_fold_that_asked);
 
     /// Three held objects of `ml` marked in order, 1 cpu each.
     fn three_marked(keys: &MarkKeys) -> Vec<Arc<super::MarkedObject>> {
@@ -1432,6 +1433,58 @@ mod tests {
         assert_eq!(svc.get("ml").await.unwrap().version, version, "no write");
         // Folded again: `b` skipped, `c` waits (the plan's: `b`).
         assert_eq!(admit_head(&svc, &marked, plan).await, (vec![c.into()], 1));
+    }
+
+    /// A round of a quota that borrows: its write's first attempt asks the
+    /// parent for the loan and writes nothing, and the attempt with the
+    /// loan admits from that attempt's fold (the plan's, here one no fold
+    /// makes), not from a fold of its own.
+    async fn a_borrowing_rounds_attempt_with_the_loan_uses_the_fold_that_asked(store: &SqlStore) {
+        let keys = Arc::new(MarkKeys::parse(&"ab".repeat(32)).unwrap());
+        let svc = Service::new(
+            Arc::new(store.clone()),
+            Default::default(),
+            Default::default(),
+            Arc::new(Metrics::default()),
+        )
+        .with_clock(Arc::new(|| T0))
+        .with_queue_marks(Some(keys.clone()));
+        let cpus = |n| [(CPU.to_string(), quota::Quantity::from_units(n))].into();
+        let spec = |parent: &str, hard, max: Option<i64>| QuotaSpec {
+            parent: parent.into(),
+            hard: cpus(hard),
+            max: max.map(cpus).unwrap_or_default(),
+            budgets: Default::default(),
+            queueing: QueuePolicy::queue(),
+            fair_sharing: Default::default(),
+            idle: None,
+        };
+        svc.create_quota("org", spec("", 4, None), Persist::Here, "", false)
+            .await
+            .unwrap();
+        svc.create_quota("ml", spec("org", 1, Some(4)), Persist::Here, "", false)
+            .await
+            .unwrap();
+        // `ml` full: what it admits next needs a loan.
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/other",
+            sets(1),
+            "review-other",
+        ))
+        .await
+        .unwrap();
+        let marked = three_marked(&keys);
+        let (a, b, c) = ("batch/Job/ml/a", "batch/Job/ml/b", "batch/Job/ml/c");
+        let plan = planned(&svc, &marked, &[a, b, c]).await;
+        // `b` waits, not `c`: the fold the asking attempt used (a fold
+        // of its own: both).
+        assert_eq!(admit_head(&svc, &marked, plan).await, (vec![b.into()], 1));
+        let org = svc.get("org").await.unwrap().quota;
+        assert!(
+            org.status.loans.contains_key("ml"),
+            "admitted on a loan: {org:?}"
+        );
     }
 
     on_both_databases!(standalone_resync_expires_entries_never_seen);
