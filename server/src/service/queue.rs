@@ -1323,6 +1323,28 @@ mod tests {
             .collect()
     }
 
+    /// `ml` (`with_ml`) with queue marks on, and three held objects of it
+    /// marked (`three_marked`).
+    async fn marked_ml(store: &SqlStore) -> (Service, Vec<Arc<super::MarkedObject>>) {
+        let keys = Arc::new(MarkKeys::parse(&"ab".repeat(32)).unwrap());
+        let svc = with_ml(store, Arc::new(|| T0))
+            .await
+            .with_queue_marks(Some(keys.clone()));
+        (svc, three_marked(&keys))
+    }
+
+    /// `ml` charged 1 cpu by a review, for another workload.
+    async fn charge_other(svc: &Service) {
+        svc.charge(crate::service::ChargeRequest::new(
+            "ml",
+            "batch/Job/ml/other",
+            sets(1),
+            "review-other",
+        ))
+        .await
+        .unwrap();
+    }
+
     /// A round's plan on `ml` as it is stored now: the fold of `marked`
     /// (its references `expect`), then the last entry left out, which no
     /// fold does: seen only where a write uses this plan's fold.
@@ -1384,11 +1406,7 @@ mod tests {
     /// uses the planned fold as it is (here one that, unlike a fold, left
     /// the last entry out); once anything else wrote the quota, it folds.
     async fn a_rounds_write_uses_its_planned_fold_only_on_that_version(store: &SqlStore) {
-        let keys = Arc::new(MarkKeys::parse(&"ab".repeat(32)).unwrap());
-        let svc = with_ml(store, Arc::new(|| T0))
-            .await
-            .with_queue_marks(Some(keys.clone()));
-        let marked = three_marked(&keys);
+        let (svc, marked) = marked_ml(store).await;
         let (a, b, c) = ("batch/Job/ml/a", "batch/Job/ml/b", "batch/Job/ml/c");
         // On the version it planned on: `b` waits, not `c` (a fold: both).
         let plan = planned(&svc, &marked, &[a, b, c]).await;
@@ -1400,14 +1418,7 @@ mod tests {
         // Planned, then another write of the quota before the round's:
         // folded again, `c` waits (the plan's fold: none).
         let plan = planned(&svc, &marked, &[b, c]).await;
-        svc.charge(crate::service::ChargeRequest::new(
-            "ml",
-            "batch/Job/ml/other",
-            sets(1),
-            "review-other",
-        ))
-        .await
-        .unwrap();
+        charge_other(&svc).await;
         assert_eq!(
             admit_head(&svc, &marked, plan).await,
             (vec![c.into()], 1),
@@ -1420,11 +1431,7 @@ mod tests {
     /// list: a tombstone, no write of the quota) is not admitted from the
     /// plan's fold: the write folds again and skips it.
     async fn a_rounds_write_folds_again_once_a_marked_object_left(store: &SqlStore) {
-        let keys = Arc::new(MarkKeys::parse(&"ab".repeat(32)).unwrap());
-        let svc = with_ml(store, Arc::new(|| T0))
-            .await
-            .with_queue_marks(Some(keys.clone()));
-        let marked = three_marked(&keys);
+        let (svc, marked) = marked_ml(store).await;
         let (a, b, c) = ("batch/Job/ml/a", "batch/Job/ml/b", "batch/Job/ml/c");
         let version = svc.get("ml").await.unwrap().version;
         // The plan's fold: `a`, `b` (the last, `c`, left out by `planned`).
@@ -1466,14 +1473,7 @@ mod tests {
             .await
             .unwrap();
         // `ml` full: what it admits next needs a loan.
-        svc.charge(crate::service::ChargeRequest::new(
-            "ml",
-            "batch/Job/ml/other",
-            sets(1),
-            "review-other",
-        ))
-        .await
-        .unwrap();
+        charge_other(&svc).await;
         let marked = three_marked(&keys);
         let (a, b, c) = ("batch/Job/ml/a", "batch/Job/ml/b", "batch/Job/ml/c");
         let plan = planned(&svc, &marked, &[a, b, c]).await;
