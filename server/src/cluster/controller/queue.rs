@@ -169,11 +169,11 @@ impl Context {
         };
         let folding = self.service.fold_marks(&mut q, &marked, now);
         // The write uses this fold while the quota is still this version.
-        let folded_at = self
-            .service
-            .marks
-            .is_some()
-            .then(|| (stamp, folding.backed, folding.pending));
+        let folded_at =
+            self.service
+                .marks
+                .is_some()
+                .then_some((stamp, folding.backed, folding.pending));
         quota::reconcile::raise(&mut q, &raised, now);
         for (wref, why) in folding.refused {
             self.not_folded(name, &wref, &why, &marked);
