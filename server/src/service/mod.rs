@@ -411,9 +411,8 @@ impl Service {
         &self,
         name: &str,
         stands: impl Fn(&T) -> bool + Sync,
-        f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
+        mut f: impl FnMut(&mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
-        let mut f = f;
         self.modify_as(name, false, None, Some(&stands), |_, q| f(q))
             .await
     }

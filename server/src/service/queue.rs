@@ -512,15 +512,8 @@ impl Service {
                 .remove(q.name());
             return Folding::default();
         }
-        // Read without adding a set for the quota: an empty one left in
-        // the map would ask its reconcile for a round.
-        let shared = self
-            .marked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(q.name())
-            .cloned();
-        let pending = shared
+        let pending = self
+            .pending_if_any(q.name())
             .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).clone())
             .unwrap_or_default();
         let name = q.name().to_string();
@@ -584,15 +577,19 @@ impl Service {
         }
     }
 
-    /// Whether `name`'s pending marks hold the tombstones `since` holds.
-    fn tombstones_unchanged(&self, name: &str, since: &quota::queue::pending::Pending) -> bool {
-        let shared = self
-            .marked
+    /// `name`'s pending marks, read without adding a set for the quota (an
+    /// empty one left in the map would ask its reconcile for a round).
+    fn pending_if_any(&self, name: &str) -> Option<Arc<std::sync::Mutex<queue::pending::Pending>>> {
+        self.marked
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(name)
-            .cloned();
-        match shared {
+            .cloned()
+    }
+
+    /// Whether `name`'s pending marks hold the tombstones `since` holds.
+    fn tombstones_unchanged(&self, name: &str, since: &quota::queue::pending::Pending) -> bool {
+        match self.pending_if_any(name) {
             Some(p) => p
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -606,7 +603,7 @@ impl Service {
     /// (`quota::queue::summary::bound`); `backed` are the entries a mark
     /// on their held object backs (the round's fold). Without marks the
     /// status keeps every entry and no summary. The whole queue, as it was
-    /// before the cut.
+    /// before the cut (None where nothing is cut: marks off, or draining).
     ///
     /// Draining marks (`--queue-mark-drain`): every entry is kept, folded
     /// ones too, and no summary, so one round lists the whole queue and
@@ -620,23 +617,23 @@ impl Service {
         q: &mut Quota,
         backed: &std::collections::BTreeSet<String>,
         marked: &[Arc<MarkedObject>],
-    ) -> Vec<quota::object::queue::QueueEntry> {
+    ) -> Option<Vec<quota::object::queue::QueueEntry>> {
         if self.marks.is_none() {
             let stranded =
                 queue::summary::stranded(&q.status, marked.iter().map(|o| o.workload_ref.as_str()))
                     .len();
             q.status.queue_summary = queue::summary::unfolded(&q.status.queue, stranded);
-            return Vec::new();
+            return None;
         }
         if self.mark_drain {
             q.status.queue_summary = None;
-            return Vec::new();
+            return None;
         }
         let whole = std::mem::take(&mut q.status.queue);
         let (kept, summary) = queue::summary::bound(&whole, backed);
         q.status.queue = kept;
         q.status.queue_summary = (summary.total > 0).then_some(summary);
-        whole
+        Some(whole)
     }
 
     /// This replica's copy of the last round's whole queue of
@@ -895,7 +892,8 @@ impl Service {
                         (&q.status.queue, &q.status.queue_summary) != (&listed.0, &listed.1);
                     match &b {
                         queue::batch::Batch::Done { admitted, .. } => {
-                            *whole.lock().unwrap_or_else(|e| e.into_inner()) = all;
+                            *whole.lock().unwrap_or_else(|e| e.into_inner()) =
+                                all.unwrap_or_default();
                             Ok((!admitted.is_empty() || restated || fenced, b))
                         }
                         // Nothing admitted nor restated yet (`batch::admit`
@@ -903,11 +901,11 @@ impl Service {
                         // loan): the whole queue is the fold's, kept for
                         // the attempt with the loan if nothing is written.
                         queue::batch::Batch::Borrow(_) => {
-                            if !fenced && self.marks.is_some() && !self.mark_drain {
+                            if let (false, Some(queue)) = (fenced, all) {
                                 *carried.lock().unwrap_or_else(|e| e.into_inner()) =
                                     Some(FoldedQueue {
                                         stamp: crate::store::Stamp::of(stored),
-                                        queue: all,
+                                        queue,
                                         backed,
                                         pending,
                                     });
