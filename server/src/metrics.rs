@@ -205,6 +205,9 @@ pub struct Metrics {
     pub queue_rounds: Counter,
     /// Of those, the rounds that admitted nothing.
     pub queue_rounds_idle: Counter,
+    /// Rounds asked for and not run: nothing they read had changed since
+    /// the quota's last round that planned no admission.
+    pub queue_rounds_skipped: Counter,
     /// One queue round, from its reads to its write (not the releases).
     pub queue_round_duration: Histogram,
     /// Heavy requests (pages with charts, charts, reports, exports)
@@ -480,6 +483,12 @@ impl Default for Metrics {
             "Queue rounds that ended without error and admitted nothing (the quota full, its queue's heads waiting for room, or nothing new since the last round)",
             queue_rounds_idle.clone(),
         );
+        let queue_rounds_skipped = Counter::default();
+        registry.register(
+            "admission_queue_rounds_skipped",
+            "Queue rounds asked for and not run, because nothing they read had changed since the quota's last round that planned no admission (its version, the room its parent could lend it, its held objects, the PriorityClasses); such a quota still gets a round within 10 s of being asked",
+            queue_rounds_skipped.clone(),
+        );
         let queue_round_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         registry.register(
             "admission_queue_round_duration_seconds",
@@ -507,6 +516,7 @@ impl Default for Metrics {
             queue_preemptions,
             queue_rounds,
             queue_rounds_idle,
+            queue_rounds_skipped,
             queue_round_duration,
             queue_length,
             queue_oldest_wait,

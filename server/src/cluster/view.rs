@@ -224,6 +224,53 @@ pub struct View {
     usages: HashSet<Arc<ResourceList>>,
     strs: HashSet<Arc<str>>,
     owner_refs: HashSet<Arc<Owner>>,
+    /// By quota: how often what its queue round reads of its workload
+    /// objects changed (`workload_changed`), so the scheduler can tell a
+    /// round that would read what its last idle one read (docs/queueing.md
+    /// §12, "Rounds that would change nothing").
+    queue_inputs: HashMap<String, u64>,
+}
+
+/// What a queue round reads of one workload object: the quota it is bound
+/// to, its uid (an entry is admitted only once the watch shows it), its
+/// held, marked copy (what a fold takes) and whether bizrq preempted it.
+#[derive(Clone, Debug)]
+pub struct RoundFacts {
+    quota: String,
+    uid: String,
+    marked: Option<Arc<MarkedObject>>,
+    preempted: bool,
+}
+
+impl RoundFacts {
+    fn same(&self, other: &RoundFacts) -> bool {
+        self.quota == other.quota
+            && self.uid == other.uid
+            && self.preempted == other.preempted
+            && match (&self.marked, &other.marked) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+}
+
+/// Whether a change of one workload object from `before` to `after` (None:
+/// not governed, or gone) changes what its quota's queue round reads. Not
+/// when nothing it reads changed (a running Job's status), nor when the
+/// only change is its hold released: an admitted object's release, which
+/// adds no entry and frees no room (its charge was written before it).
+pub fn changes_round(before: Option<&RoundFacts>, after: Option<&RoundFacts>) -> bool {
+    match (before, after) {
+        (None, None) => false,
+        (Some(b), Some(a)) if b.same(a) => false,
+        (Some(b), Some(a)) => {
+            let released = b.marked.is_some() && a.marked.is_none();
+            let rest = b.quota == a.quota && b.uid == a.uid && b.preempted == a.preempted;
+            !(released && rest)
+        }
+        _ => true,
+    }
 }
 
 /// Gated pods in a stable order (namespace, name): the patches go out so.
@@ -285,6 +332,37 @@ impl View {
             .or_default()
             .insert(wref.clone());
         self.workloads.insert(wref, seen);
+    }
+
+    /// What a queue round reads of `wref` (None: not a governed workload).
+    pub fn round_facts(&self, wref: &str) -> Option<RoundFacts> {
+        self.workloads.get(wref).map(|s| RoundFacts {
+            quota: s.quota.clone(),
+            uid: s.info.uid.clone(),
+            marked: s.marked.clone(),
+            preempted: s
+                .info
+                .annotations
+                .contains_key(quota::queue::PREEMPTED_ANNOTATION),
+        })
+    }
+
+    /// `wref` changed from `before` (its `round_facts` then): the queue
+    /// inputs of the quotas it was and is bound to changed, where
+    /// `changes_round` says so.
+    pub fn workload_changed(&mut self, wref: &str, before: Option<RoundFacts>) {
+        let after = self.round_facts(wref);
+        if changes_round(before.as_ref(), after.as_ref()) {
+            for f in before.iter().chain(after.iter()) {
+                *self.queue_inputs.entry(f.quota.clone()).or_default() += 1;
+            }
+        }
+    }
+
+    /// How often what `quota`'s queue round reads of its workload objects
+    /// changed (an opaque count: compare for equality).
+    pub fn queue_inputs(&self, quota: &str) -> u64 {
+        self.queue_inputs.get(quota).copied().unwrap_or(0)
     }
 
     fn take_workload(&mut self, wref: &str) -> Option<Seen> {
@@ -470,9 +548,11 @@ impl View {
         self.owners.remove(&key);
         let wref: String = adapter.workload_ref(namespace, name).into();
         let mut touched = BTreeSet::new();
+        let before = self.round_facts(&wref);
         if let Some(old) = self.take_workload(&wref) {
             touched.insert(old.quota);
         }
+        self.workload_changed(&wref, before);
         touched.extend(self.reresolve(&wref, now_ms));
         touched
     }

@@ -164,6 +164,13 @@ impl Service {
         self.plan_on(q, false).await
     }
 
+    /// `queue_plan`'s limits, the parent and its children as this replica
+    /// knows them with no request (`Service::recent`): what tells the
+    /// scheduler whether a round could plan more than its last one.
+    pub async fn queue_limits_recent(&self, q: &Quota) -> Result<ResourceList, ServiceError> {
+        Ok(self.plan_on(q, true).await?.0)
+    }
+
     /// `queue_plan`, the parent read fresh, or with `recent` as this
     /// replica knows it with no request (`Service::recent`).
     async fn plan_on(

@@ -43,12 +43,21 @@ pub(super) struct ToRelease {
     repairs: Vec<(String, String)>,
     /// Admitted by this round: reference and the uid it was admitted under.
     admitted: Vec<(String, String)>,
+    /// How many admissions the round planned (before any was left to a
+    /// fairer sibling, or not granted its loan).
+    planned: usize,
 }
 
 impl ToRelease {
     /// Whether the round admitted nothing.
     pub(super) fn admitted_none(&self) -> bool {
         self.admitted.is_empty()
+    }
+
+    /// Whether the round planned no admission and found nothing to repair:
+    /// another on the same inputs would do the same (`scheduler`).
+    pub(super) fn idle(&self) -> bool {
+        self.planned == 0 && self.admitted.is_empty() && self.repairs.is_empty()
     }
 }
 
@@ -227,6 +236,10 @@ impl Context {
             .map(|b| b.view(&self.service.prices, &price_list))
             .collect();
         let decisions = queue::next_admissions(&known, &pool, &views, &q.spec.queueing, now);
+        out.planned = decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Admit(_)))
+            .count();
         // Idle room a sibling with a smaller share waits for is left to it
         // (fair sharing, `fair`).
         let borrows = decisions

@@ -32,11 +32,63 @@
 //! Crash safety is the round's own (`queue.rs`): an entry leaves the queue
 //! only in the write that charges it, and a charge `queue:<uid>` on a held
 //! object is released by the next round.
+//!
+//! **A round that would change nothing is not run** (docs/queueing.md §12,
+//! "Rounds that would change nothing"): a quota is asked for a round by
+//! every reconcile while it has a queue, and most of those come from
+//! changes a round does not read (its siblings' admissions, its running
+//! pods). Where everything a round reads is as it was at the quota's last
+//! round that planned no admission (`RoundInputs`: the quota's version, the
+//! room its parent could lend it, its held objects as the watch shows them,
+//! the PriorityClasses), the round would plan nothing again, and is not
+//! run. Time is not among those inputs: a quota asked for meanwhile gets a
+//! round at the latest `UNCHANGED_AT_MOST` after its idle one.
 
 use super::Context;
-use std::collections::BTreeSet;
+use quota::queue::priority::Classes;
+use quota::resources::{self, ResourceList};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The longest a quota asked for a round goes without one because nothing
+/// it reads changed: what depends on time alone (a mark placed in the
+/// future reaching its place, a budget's new period) is seen by then.
+pub(super) const UNCHANGED_AT_MOST: Duration = Duration::from_secs(10);
+
+/// What a queue round plans from, as this process knows it before the
+/// round reads (so a change that lands meanwhile makes the next one
+/// differ, never the reverse).
+#[derive(Clone, Debug)]
+pub(super) struct RoundInputs {
+    /// The quota's version: its spec, charges and listed queue.
+    pub stamp: crate::store::Stamp,
+    /// What it may fill up to with what its parent could lend it now
+    /// (`quota::queue::borrow_limits`; empty: it cannot borrow).
+    pub limits: ResourceList,
+    /// Its workload objects as a round reads them (`View::queue_inputs`).
+    pub held: u64,
+    /// The PriorityClasses as the watch has them (None: no watch).
+    pub classes: Option<Arc<Classes>>,
+}
+
+impl RoundInputs {
+    /// Whether a round reading `now` plans what the round that read `self`
+    /// planned, when that one planned no admission: the same quota, held
+    /// objects and classes, and on no key more room to borrow (a sibling's
+    /// admission only takes room; its release gives some, and is a change).
+    pub fn unchanged(&self, now: &RoundInputs) -> bool {
+        let room = match (self.limits.is_empty(), now.limits.is_empty()) {
+            (true, true) => true,
+            (false, false) => now
+                .limits
+                .iter()
+                .all(|(k, v)| *v <= resources::get(&self.limits, k)),
+            _ => false,
+        };
+        self.stamp == now.stamp && self.held == now.held && room && self.classes == now.classes
+    }
+}
 
 #[derive(Default)]
 struct Rounds {
@@ -55,6 +107,30 @@ pub(super) struct Scheduler {
     /// another must not miss the mark.)
     rounds: Mutex<Rounds>,
     wake: tokio::sync::Notify,
+    /// By quota: what its last round read, when that round planned no
+    /// admission, and when it started.
+    idle: Mutex<HashMap<String, (RoundInputs, Instant)>>,
+}
+
+impl Scheduler {
+    /// How long to put off `name`'s round, reading `now`, for its last
+    /// round was idle on the same inputs (None: run it).
+    fn unchanged_for(&self, name: &str, now: &RoundInputs) -> Option<Duration> {
+        let idle = self.idle.lock().unwrap();
+        let (then, at) = idle.get(name)?;
+        let left = UNCHANGED_AT_MOST.checked_sub(at.elapsed())?;
+        (then.unchanged(now) && !left.is_zero()).then_some(left)
+    }
+
+    /// `name`'s round that read `inputs` ended: idle (it planned and
+    /// repaired nothing and preempted no one) or not.
+    fn ended(&self, name: &str, inputs: Option<RoundInputs>, at: Instant) {
+        let mut idle = self.idle.lock().unwrap();
+        match inputs {
+            Some(i) => idle.insert(name.to_string(), (i, at)),
+            None => idle.remove(name),
+        };
+    }
 }
 
 impl Context {
@@ -157,8 +233,22 @@ impl Context {
     /// Errors are logged: the next reconcile of the quota asks again.
     pub async fn queue_round(&self, name: &str) {
         let mut release = super::queue::ToRelease::default();
-        {
+        let started = Instant::now();
+        let (inputs, idle) = {
             let _serial = self.one_at_a_time(name).await;
+            // What the round would read, as new as what asked for it.
+            self.store_caught_up(name).await;
+            let inputs = self.round_inputs(name).await;
+            if let Some(left) = inputs
+                .as_ref()
+                .and_then(|i| self.scheduler.unchanged_for(name, i))
+            {
+                // It would plan nothing again: asked for once more when
+                // the idle round is `UNCHANGED_AT_MOST` old.
+                self.service.metrics.queue_rounds_skipped.inc();
+                self.schedule_after(name, left);
+                return;
+            }
             let now = self.now();
             let t0 = std::time::Instant::now();
             let done = self.admit_from_queue(name, now, &mut release).await;
@@ -170,22 +260,28 @@ impl Context {
             if done.is_ok() && release.admitted_none() {
                 m.queue_rounds_idle.inc();
             }
+            let idle = done.is_ok() && release.idle();
             // Marked as being released before the quota is let go: a
             // reconcile in between would otherwise ungate their pods
             // (`release_gated`) before the round releases the workloads.
             self.mark_releasing(&release);
-        }
+            (inputs, idle)
+        };
         // The releases are writes through the webhooks: the quota is not
         // held meanwhile, so its reconcile never waits for them.
         self.release_all(name, release).await;
         let mut due = Vec::new();
-        {
+        let preempted = {
             let _serial = self.one_at_a_time(name).await;
             let now = self.now();
-            if let Err(e) = self.preempt_for_queue(name, now, &mut due).await {
+            let step = self.preempt_for_queue(name, now, &mut due).await;
+            if let Err(e) = &step {
                 tracing::warn!(quota = %name, error = %e, "preemption step failed; next reconcile retries");
             }
-        }
+            step.is_err() || !due.is_empty()
+        };
+        self.scheduler
+            .ended(name, inputs.filter(|_| idle && !preempted), started);
         // The suspends likewise.
         self.carry_out_all(name, due).await;
         // A time of its own (an alert threshold, an orphan's grace): the
@@ -195,6 +291,19 @@ impl Context {
             let ms = at.saturating_sub(self.now()).max(1000) as u64;
             self.schedule_after(name, Duration::from_millis(ms).min(self.cfg.resync));
         }
+    }
+
+    /// What `name`'s round would plan from, as this process knows it now
+    /// (`RoundInputs`); None when it cannot say (the quota unread).
+    async fn round_inputs(&self, name: &str) -> Option<RoundInputs> {
+        let stored = self.service.recent(name).await.ok()?;
+        let limits = self.service.queue_limits_recent(&stored.quota).await.ok()?;
+        Some(RoundInputs {
+            stamp: crate::store::Stamp::of(&stored),
+            limits,
+            held: self.view.lock().unwrap().queue_inputs(name),
+            classes: self.service.priorities.watched(),
+        })
     }
 
     /// Quotas whose round asked for a time of its own are touched then.

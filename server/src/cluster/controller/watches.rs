@@ -373,9 +373,11 @@ impl Context {
                     .map(|r| r.pod_sets);
                 let touched = {
                     let mut v = self.view.lock().unwrap();
+                    let before = v.round_facts(&wref);
                     let touched = v.apply_workload(adapter, w, created, now);
                     v.set_priority_classes(&wref, classes);
                     v.set_released(&wref, released);
+                    v.workload_changed(&wref, before);
                     touched
                 };
                 self.touch(touched);
