@@ -1720,6 +1720,55 @@ mod tests {
         );
     }
 
+    /// What a queue round reads of its quota's objects changes when an
+    /// object is held with a mark (an entry to fold), changes while held,
+    /// or goes; not when a running object's status changes, nor when the
+    /// only change is the hold released (what a round admitted).
+    #[test]
+    fn a_rounds_inputs_change_with_held_objects_and_not_with_releases() {
+        let mut v = View::default();
+        let (a, mut w) = deployment("serve", "nlp-team", 3, 1);
+        let held = "apps/Deployment/nlp/serve";
+        w.meta
+            .annotations
+            .insert(quota::queue::mark::ANNOTATION.to_string(), "m".into());
+        let apply = |v: &mut View, w: &Workload, released: Option<Vec<PodSet>>| {
+            let before = v.round_facts(held);
+            v.apply_workload(a, w.clone(), None, T);
+            v.set_released(held, released);
+            v.workload_changed(held, before);
+            v.queue_inputs("nlp-team")
+        };
+        let runs = vec![PodSet {
+            name: "main".into(),
+            count: 3,
+            per_pod: Default::default(),
+            qos: None,
+        }];
+        let first = apply(&mut v, &w, Some(runs.clone()));
+        assert_ne!(first, 0, "a held, marked object appeared");
+        let again = apply(&mut v, &w, Some(runs.clone()));
+        assert_ne!(again, first, "changed while held (a new copy to fold)");
+        let released = apply(&mut v, &w, None);
+        assert_eq!(released, again, "its hold released: admitted already");
+        let running = apply(&mut v, &w, None);
+        assert_eq!(running, released, "a running object's update");
+        w.meta.annotations.insert(
+            quota::queue::PREEMPTED_ANNOTATION.to_string(),
+            "2026-11-21T10:00:00Z".into(),
+        );
+        let preempted = apply(&mut v, &w, None);
+        assert_ne!(preempted, running, "preempted by bizrq");
+        let before = v.round_facts(held);
+        assert!(before.is_some());
+        v.delete_workload(a, "nlp", "serve", T);
+        assert_ne!(v.queue_inputs("nlp-team"), preempted, "gone");
+        assert_eq!(v.queue_inputs("cv-team"), 0, "another quota's are its own");
+        assert!(!changes_round(None, None));
+        assert!(changes_round(before.as_ref(), None));
+        assert!(changes_round(None, before.as_ref()));
+    }
+
     #[test]
     fn owned_replicasets_are_owner_links_not_workloads() {
         let mut v = View::default();

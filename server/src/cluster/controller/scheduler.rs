@@ -122,6 +122,11 @@ impl Scheduler {
         (then.unchanged(now) && !left.is_zero()).then_some(left)
     }
 
+    /// The idle rounds of quotas `keep` does not keep (deleted) go.
+    pub(super) fn forget(&self, keep: impl Fn(&str) -> bool) {
+        self.idle.lock().unwrap().retain(|q, _| keep(q));
+    }
+
     /// `name`'s round that read `inputs` ended: idle (it planned and
     /// repaired nothing and preempted no one) or not.
     fn ended(&self, name: &str, inputs: Option<RoundInputs>, at: Instant) {
@@ -325,8 +330,84 @@ impl Context {
                 due
             };
             if !due.is_empty() {
+                // A time the round asked for (a preemption falling due, an
+                // orphan's grace, a loan to ask again, a round put off) is
+                // a change of its own: the next round runs.
+                self.scheduler.forget(|q| !due.iter().any(|d| d == q));
                 self.touch(due);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(version: i64, held: u64, cpu: Option<&str>) -> RoundInputs {
+        RoundInputs {
+            stamp: crate::store::Stamp {
+                name: "a".into(),
+                version,
+                uid: "u".into(),
+            },
+            limits: cpu
+                .map(|c| ResourceList::from([("requests.cpu".to_string(), c.parse().unwrap())]))
+                .unwrap_or_default(),
+            held,
+            classes: None,
+        }
+    }
+
+    /// A round plans what the last idle one planned only where nothing it
+    /// reads changed and no key has more room to borrow.
+    #[test]
+    fn a_round_is_unchanged_only_on_the_same_inputs_and_no_more_room() {
+        let idle = inputs(7, 3, Some("6"));
+        assert!(idle.unchanged(&inputs(7, 3, Some("6"))));
+        assert!(
+            idle.unchanged(&inputs(7, 3, Some("5"))),
+            "a sibling's admission only takes room"
+        );
+        assert!(!idle.unchanged(&inputs(7, 3, Some("6.5"))), "room freed");
+        assert!(!idle.unchanged(&inputs(8, 3, Some("6"))), "a new version");
+        assert!(!idle.unchanged(&inputs(7, 4, Some("6"))), "held objects");
+        assert!(
+            !idle.unchanged(&inputs(7, 3, None)),
+            "no longer borrowing: judged again"
+        );
+        assert!(!inputs(7, 3, None).unchanged(&inputs(7, 3, Some("1"))));
+        assert!(inputs(7, 3, None).unchanged(&inputs(7, 3, None)));
+        let mut more = inputs(7, 3, Some("6"));
+        more.limits
+            .insert("requests.memory".into(), "1Gi".parse().unwrap());
+        assert!(!idle.unchanged(&more), "a key with room it had none of");
+        let mut classes = inputs(7, 3, Some("6"));
+        classes.classes = Some(Arc::new(Classes::default()));
+        assert!(!idle.unchanged(&classes), "PriorityClasses changed");
+    }
+
+    /// An unchanged round is put off until its idle one is
+    /// `UNCHANGED_AT_MOST` old, no longer; a round that was not idle
+    /// forgets the record.
+    #[test]
+    fn an_unchanged_round_is_put_off_at_most_so_long() {
+        let s = Scheduler::default();
+        let i = inputs(7, 3, Some("6"));
+        assert_eq!(s.unchanged_for("a", &i), None, "no idle round yet");
+        s.ended("a", Some(i.clone()), Instant::now());
+        let left = s.unchanged_for("a", &i).expect("put off");
+        assert!(left <= UNCHANGED_AT_MOST && left > UNCHANGED_AT_MOST / 2);
+        assert_eq!(s.unchanged_for("a", &inputs(8, 3, Some("6"))), None);
+        assert_eq!(s.unchanged_for("b", &i), None, "another quota's");
+        s.ended(
+            "a",
+            Some(i.clone()),
+            Instant::now() - UNCHANGED_AT_MOST - Duration::from_millis(1),
+        );
+        assert_eq!(s.unchanged_for("a", &i), None, "old enough: run it");
+        s.ended("a", Some(i.clone()), Instant::now());
+        s.ended("a", None, Instant::now());
+        assert_eq!(s.unchanged_for("a", &i), None, "a round that did something");
     }
 }

@@ -528,3 +528,98 @@ async fn finished_jobs_give_their_room_back_while_a_round_still_releases() {
         );
     }
 }
+
+/// The value of counter `name` in the server's `/metrics`.
+async fn counter(c: &Cluster, name: &str) -> f64 {
+    let (_, text) = c.server.get_text("/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A round that would read what the quota's last idle round read is not
+/// run (docs/queueing.md §12, "Rounds that would change nothing"): a
+/// borrower whose head waits for room, asked for rounds by the updates of
+/// a Job that runs (its status, which no round reads), gets none; the
+/// moment a sibling's room goes idle (what its parent could lend it grows)
+/// it gets one and admits, long before a round put off would be due
+/// (`UNCHANGED_AT_MOST`, 10 s after its idle round).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_that_would_read_what_its_idle_one_read_is_not_run_until_room_frees() {
+    const SKIPPED: &str = "bizrq_admission_queue_rounds_skipped_total";
+    let c = Cluster::start().await;
+    for (name, parent, spec) in [
+        ("org", "", json!({"hard": {"requests.cpu": "8"}})),
+        (
+            "a",
+            "org",
+            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "8"}, "queueing": "Queue"}),
+        ),
+        ("b", "org", json!({"hard": {"requests.cpu": "4"}})),
+    ] {
+        c.server.create_quota_spec(name, parent, spec).await;
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    create_in(&c, "web", &job("b1").ns("web").quota("b").cpu("4").obj())
+        .await
+        .unwrap();
+    until_listed(&c, "b", |q| used(q, "requests.cpu") == "4").await;
+    create_in(&c, "ml", &job("a1").quota("a").cpu("4").obj())
+        .await
+        .unwrap();
+    c.until("a", "a1 charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    create_in(&c, "ml", &job("a2").quota("a").cpu("2").obj())
+        .await
+        .unwrap();
+    assert!(suspended(&c, "a2"));
+    c.until("a", "a2 queued and named", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    // The quota's idle round has run by now (a2 named is its write's).
+    let idle_at = std::time::Instant::now();
+
+    // a1 runs: its status changes ask for reconciles and rounds of a, but
+    // nothing a round reads changed.
+    let skipped = counter(&c, SKIPPED).await;
+    for active in 1..=5 {
+        let mut a1 = c.fake.get("batch", "jobs", "ml", "a1").unwrap();
+        a1["status"] = json!({"active": active % 2 + 1, "ready": active % 2});
+        c.fake.put(a1);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for _ in 0..100 {
+        if counter(&c, SKIPPED).await > skipped {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        counter(&c, SKIPPED).await > skipped,
+        "rounds that would read what the idle one read were run"
+    );
+    assert!(suspended(&c, "a2"));
+
+    // b1 is deleted: b's 4 are idle, a may borrow them: a round at once.
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    Api::<DynamicObject>::namespaced_with(c.kubectl("alice"), "web", &ar)
+        .delete("b1", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("a", "a2 admitted on a loan", |q| {
+        queue_refs(q).is_empty() && used(q, "requests.cpu") == "6"
+    })
+    .await;
+    assert!(
+        idle_at.elapsed() < std::time::Duration::from_secs(9),
+        "admitted by a round the freed room asked for, not by one put off: {:?}",
+        idle_at.elapsed()
+    );
+}
