@@ -249,9 +249,11 @@ impl Context {
                 .and_then(|i| self.scheduler.unchanged_for(name, i))
             {
                 // It would plan nothing again: asked for once more when
-                // the idle round is `UNCHANGED_AT_MOST` old.
+                // the idle round is `UNCHANGED_AT_MOST` old. Siblings that
+                // left it room get their rounds, as after one that ran.
                 self.service.metrics.queue_rounds_skipped.inc();
                 self.schedule_after(name, left);
+                self.after_round(name);
                 return;
             }
             let now = self.now();
