@@ -186,9 +186,7 @@ impl Context {
             .filter_map(|m| quota::time::parse_rfc3339(&m.due))
             .min();
         if let Some(at) = next_due {
-            let mut w = self.wake.lock().unwrap();
-            let e = w.entry(name.to_string()).or_insert(at);
-            *e = (*e).min(at);
+            self.wake_at(name, at);
         }
         Ok(())
     }

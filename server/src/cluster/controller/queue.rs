@@ -46,6 +46,8 @@ pub(super) struct ToRelease {
     /// How many admissions the round planned (before any was left to a
     /// fairer sibling, or not granted its loan).
     planned: usize,
+    /// The limits it planned within (`Service::queue_plan`), once read.
+    pub(super) limits: Option<quota::resources::ResourceList>,
 }
 
 impl ToRelease {
@@ -225,6 +227,7 @@ impl Context {
         // borrowing path does, so the plan is never more than is granted.
         let t_read = t0.elapsed();
         let (limits, family) = self.service.queue_plan(&q).await?;
+        out.limits = Some(limits.clone());
         // Equals by their submitters' decayed usage, where the policy asks
         // (`submitters`, docs/queueing.md §11).
         let pool = self.queue_pool(&q, &limits).await;
@@ -679,9 +682,13 @@ impl Context {
     /// Run `name`'s queue again at `at` (the service's clock), or earlier
     /// if already asked.
     pub(super) fn wake_at(&self, name: &str, at: i64) {
-        let mut w = self.wake.lock().unwrap();
-        let e = w.entry(name.to_string()).or_insert(at);
-        *e = (*e).min(at);
+        {
+            let mut w = self.wake.lock().unwrap();
+            let e = w.entry(name.to_string()).or_insert(at);
+            *e = (*e).min(at);
+        }
+        // The round that asked sees the time: none put off past it.
+        self.scheduler.due_at(name, at);
     }
 
     /// Keep `q` among the borrowers with a queue under its parent while

@@ -108,8 +108,14 @@ pub(super) struct Scheduler {
     rounds: Mutex<Rounds>,
     wake: tokio::sync::Notify,
     /// By quota: what its last round read, when that round planned no
-    /// admission, and when it started.
+    /// admission, and until when a round on the same inputs is put off.
     idle: Mutex<HashMap<String, (RoundInputs, Instant)>>,
+    /// By quota: the earliest time (ms) a round asked to be woken at
+    /// (`Context::wake_at`) since its last round ended.
+    due: Mutex<HashMap<String, i64>>,
+    /// Rounds put off, asked for again directly (not through a
+    /// reconcile) when their idle round's record runs out.
+    later: Mutex<HashMap<String, Instant>>,
 }
 
 impl Scheduler {
@@ -117,9 +123,38 @@ impl Scheduler {
     /// round was idle on the same inputs (None: run it).
     fn unchanged_for(&self, name: &str, now: &RoundInputs) -> Option<Duration> {
         let idle = self.idle.lock().unwrap();
-        let (then, at) = idle.get(name)?;
-        let left = UNCHANGED_AT_MOST.checked_sub(at.elapsed())?;
+        let (then, until) = idle.get(name)?;
+        let left = until.checked_duration_since(Instant::now())?;
         (then.unchanged(now) && !left.is_zero()).then_some(left)
+    }
+
+    /// A round of `name` asked to be woken at `at_ms`.
+    pub(super) fn due_at(&self, name: &str, at_ms: i64) {
+        let mut due = self.due.lock().unwrap();
+        let e = due.entry(name.to_string()).or_insert(at_ms);
+        *e = (*e).min(at_ms);
+    }
+
+    /// Ask for `name`'s round again at `at`, directly.
+    fn again_at(&self, name: &str, at: Instant) {
+        let mut later = self.later.lock().unwrap();
+        let e = later.entry(name.to_string()).or_insert(at);
+        *e = (*e).min(at);
+    }
+
+    /// The rounds put off whose time came.
+    fn due_again(&self) -> Vec<String> {
+        let now = Instant::now();
+        let mut later = self.later.lock().unwrap();
+        let due: Vec<String> = later
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in &due {
+            later.remove(n);
+        }
+        due
     }
 
     /// The idle rounds of quotas `keep` does not keep (deleted) go.
@@ -127,12 +162,21 @@ impl Scheduler {
         self.idle.lock().unwrap().retain(|q, _| keep(q));
     }
 
-    /// `name`'s round that read `inputs` ended: idle (it planned and
-    /// repaired nothing and preempted no one) or not.
-    fn ended(&self, name: &str, inputs: Option<RoundInputs>, at: Instant) {
+    /// `name`'s round that read `inputs` ended, having started at
+    /// `started` (now `now_ms` by the controller's clock): idle (it planned
+    /// and repaired nothing and preempted no one) or not. A round on the
+    /// same inputs is put off until `UNCHANGED_AT_MOST` after this one
+    /// started, and never past a time this one asked to be woken at.
+    fn ended(&self, name: &str, inputs: Option<RoundInputs>, started: Instant, now_ms: i64) {
+        let due = self.due.lock().unwrap().remove(name);
+        let mut until = started + UNCHANGED_AT_MOST;
+        if let Some(at) = due {
+            let ms = u64::try_from(at.saturating_sub(now_ms)).unwrap_or(0);
+            until = until.min(Instant::now() + Duration::from_millis(ms));
+        }
         let mut idle = self.idle.lock().unwrap();
         match inputs {
-            Some(i) => idle.insert(name.to_string(), (i, at)),
+            Some(i) => idle.insert(name.to_string(), (i, until)),
             None => idle.remove(name),
         };
     }
@@ -239,7 +283,7 @@ impl Context {
     pub async fn queue_round(&self, name: &str) {
         let mut release = super::queue::ToRelease::default();
         let started = Instant::now();
-        let (inputs, idle) = {
+        let (inputs, idle, limits) = {
             let _serial = self.one_at_a_time(name).await;
             // What the round would read, as new as what asked for it.
             self.store_caught_up(name).await;
@@ -252,7 +296,7 @@ impl Context {
                 // the idle round is `UNCHANGED_AT_MOST` old. Siblings that
                 // left it room get their rounds, as after one that ran.
                 self.service.metrics.queue_rounds_skipped.inc();
-                self.schedule_after(name, left);
+                self.scheduler.again_at(name, Instant::now() + left);
                 self.after_round(name);
                 return;
             }
@@ -268,11 +312,12 @@ impl Context {
                 m.queue_rounds_idle.inc();
             }
             let idle = done.is_ok() && release.idle();
+            let limits = release.limits.take();
             // Marked as being released before the quota is let go: a
             // reconcile in between would otherwise ungate their pods
             // (`release_gated`) before the round releases the workloads.
             self.mark_releasing(&release);
-            (inputs, idle)
+            (inputs, idle, limits)
         };
         // The releases are writes through the webhooks: the quota is not
         // held meanwhile, so its reconcile never waits for them.
@@ -287,8 +332,21 @@ impl Context {
             }
             step.is_err() || !due.is_empty()
         };
-        self.scheduler
-            .ended(name, inputs.filter(|_| idle && !preempted), started);
+        // Where the room it planned within was less than it was told
+        // (another replica's loan, a sibling's admission in between), the
+        // less: a round is put off only while the room is no more than
+        // that.
+        let inputs = inputs.filter(|_| idle && !preempted).and_then(|mut i| {
+            let planned = limits.unwrap_or_default();
+            if i.limits.is_empty() != planned.is_empty() {
+                return None;
+            }
+            for (k, v) in i.limits.iter_mut() {
+                *v = (*v).min(resources::get(&planned, k));
+            }
+            Some(i)
+        });
+        self.scheduler.ended(name, inputs, started, self.now());
         // The suspends likewise.
         self.carry_out_all(name, due).await;
         // A time of its own (an alert threshold, an orphan's grace): the
@@ -331,6 +389,9 @@ impl Context {
                 }
                 due
             };
+            for name in self.scheduler.due_again() {
+                self.schedule(&name);
+            }
             if !due.is_empty() {
                 // A time the round asked for (a preemption falling due, an
                 // orphan's grace, a loan to ask again, a round put off) is
@@ -345,6 +406,9 @@ impl Context {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 2026-11-21T10:00:00Z
+    const T0: i64 = 1_795_255_200_000;
 
     fn inputs(version: i64, held: u64, cpu: Option<&str>) -> RoundInputs {
         RoundInputs {
@@ -397,19 +461,38 @@ mod tests {
         let s = Scheduler::default();
         let i = inputs(7, 3, Some("6"));
         assert_eq!(s.unchanged_for("a", &i), None, "no idle round yet");
-        s.ended("a", Some(i.clone()), Instant::now());
+        s.ended("a", Some(i.clone()), Instant::now(), T0);
         let left = s.unchanged_for("a", &i).expect("put off");
         assert!(left <= UNCHANGED_AT_MOST && left > UNCHANGED_AT_MOST / 2);
         assert_eq!(s.unchanged_for("a", &inputs(8, 3, Some("6"))), None);
         assert_eq!(s.unchanged_for("b", &i), None, "another quota's");
-        s.ended(
-            "a",
-            Some(i.clone()),
-            Instant::now() - UNCHANGED_AT_MOST - Duration::from_millis(1),
-        );
+        let long_ago = Instant::now()
+            .checked_sub(UNCHANGED_AT_MOST + Duration::from_millis(1))
+            .unwrap_or_else(Instant::now);
+        s.ended("a", Some(i.clone()), long_ago, T0);
         assert_eq!(s.unchanged_for("a", &i), None, "old enough: run it");
-        s.ended("a", Some(i.clone()), Instant::now());
-        s.ended("a", None, Instant::now());
+        // A time the round asked to be woken at comes first.
+        s.due_at("a", T0 + 2_000);
+        s.due_at("a", T0 + 1_000);
+        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        let left = s.unchanged_for("a", &i).expect("put off");
+        assert!(left <= Duration::from_secs(1), "{left:?}");
+        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        assert!(
+            s.unchanged_for("a", &i).unwrap() > Duration::from_secs(5),
+            "a wake is the next round's only"
+        );
+        s.due_at("a", T0 - 1);
+        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        assert_eq!(s.unchanged_for("a", &i), None, "a time already past");
+        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        s.ended("a", None, Instant::now(), T0);
         assert_eq!(s.unchanged_for("a", &i), None, "a round that did something");
+        // Put off rounds are asked for again when their time comes.
+        s.again_at("a", Instant::now() + Duration::from_secs(5));
+        s.again_at("a", long_ago);
+        s.again_at("b", Instant::now() + Duration::from_secs(5));
+        assert_eq!(s.due_again(), vec!["a".to_string()]);
+        assert!(s.due_again().is_empty());
     }
 }

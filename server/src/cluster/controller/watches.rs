@@ -161,12 +161,16 @@ impl QuotaWatch {
                 self.listed.clear();
                 None
             }
+            // Seen before the borrowers are asked for rounds: theirs
+            // wait for the store to show this version (`store_caught_up`).
             Ok(Event::InitApply(q)) => {
                 self.listed.insert(q.name_any());
+                self.ctx.saw_quota(&q);
                 self.room_back(&q);
                 self.ctx.quota_applied(q, true)
             }
             Ok(Event::Apply(q)) => {
+                self.ctx.saw_quota(&q);
                 self.room_back(&q);
                 self.ctx.quota_applied(q, false)
             }
@@ -192,6 +196,21 @@ impl QuotaWatch {
 }
 
 impl Context {
+    /// The newest quota version the watch has shown (what a round waits
+    /// for the store to show: `store_caught_up`); `q`'s version.
+    fn saw_quota(&self, q: &BizGroupResourceQuota) -> Option<i64> {
+        let rv = q
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<i64>().ok());
+        if let Some(v) = rv {
+            self.quota_seen
+                .fetch_max(v, std::sync::atomic::Ordering::SeqCst);
+        }
+        rv
+    }
+
     /// A quota as the watch shows it: its parent is touched; the quota
     /// itself is returned to be reconciled unless this is a write of this
     /// process coming back (an admission or a reconcile). A (re)list's
@@ -203,15 +222,7 @@ impl Context {
         relist: bool,
     ) -> Option<BizGroupResourceQuota> {
         let name = q.name_any();
-        let rv = q
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<i64>().ok());
-        if let Some(v) = rv {
-            self.quota_seen
-                .fetch_max(v, std::sync::atomic::Ordering::SeqCst);
-        }
+        let rv = self.saw_quota(&q);
         let missed = self.missed.lock().unwrap().remove(&name);
         let ours = !relist && !missed && rv.is_some_and(|v| self.service.wrote(&name, v));
         if !q.spec.parent.is_empty() {
