@@ -91,6 +91,17 @@ impl Context {
         }
     }
 
+    /// `name` gets a round once `sibling`'s is done (`after_round`).
+    pub(super) fn after_round_of(&self, sibling: String, name: &str) {
+        self.fair
+            .waiting
+            .lock()
+            .unwrap()
+            .entry(sibling)
+            .or_default()
+            .insert(name.to_string());
+    }
+
     /// `name`'s round is done: the siblings that left it room get theirs.
     pub(super) fn after_round(&self, name: &str) {
         let yielders = self.fair.waiting.lock().unwrap().remove(name);

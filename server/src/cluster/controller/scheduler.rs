@@ -70,6 +70,21 @@ pub(super) struct RoundInputs {
     pub held: u64,
     /// The PriorityClasses as the watch has them (None: no watch).
     pub classes: Option<Arc<Classes>>,
+    /// Its parent's name (not compared: the stamp holds the spec).
+    pub parent: String,
+}
+
+/// What to do with a round asked for, against the quota's last idle one
+/// (`Scheduler::judge`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Judged {
+    /// Something it reads changed, or there is no idle round to go by.
+    Run,
+    /// Nothing it reads changed: put off for this long at most.
+    PutOff(Duration),
+    /// Only the room its parent could lend it grew: a sibling's round in
+    /// progress may take it back first (for this long at most).
+    RoomGrew(Duration),
 }
 
 impl RoundInputs {
@@ -86,7 +101,15 @@ impl RoundInputs {
                 .all(|(k, v)| *v <= resources::get(&self.limits, k)),
             _ => false,
         };
-        self.stamp == now.stamp && self.held == now.held && room && self.classes == now.classes
+        self.same_but_room(now) && room
+    }
+
+    /// Whether everything but the room to borrow is as in `self`.
+    pub fn same_but_room(&self, now: &RoundInputs) -> bool {
+        self.stamp == now.stamp
+            && self.held == now.held
+            && self.classes == now.classes
+            && self.limits.is_empty() == now.limits.is_empty()
     }
 }
 
@@ -109,7 +132,7 @@ pub(super) struct Scheduler {
     wake: tokio::sync::Notify,
     /// By quota: what its last round read, when that round planned no
     /// admission, and until when a round on the same inputs is put off.
-    idle: Mutex<HashMap<String, (RoundInputs, Instant)>>,
+    idle: Mutex<HashMap<String, Idle>>,
     /// By quota: the earliest time (ms) a round asked to be woken at
     /// (`Context::wake_at`) since its last round ended.
     due: Mutex<HashMap<String, i64>>,
@@ -118,14 +141,74 @@ pub(super) struct Scheduler {
     later: Mutex<HashMap<String, Instant>>,
 }
 
+/// A quota's last round that planned no admission.
+struct Idle {
+    inputs: RoundInputs,
+    /// Rounds on the same inputs are put off until then.
+    until: Instant,
+    /// A round asked for since was put off behind a sibling's round for
+    /// room that grew; the next such one runs.
+    waited: bool,
+}
+
 impl Scheduler {
-    /// How long to put off `name`'s round, reading `now`, for its last
-    /// round was idle on the same inputs (None: run it).
-    fn unchanged_for(&self, name: &str, now: &RoundInputs) -> Option<Duration> {
-        let idle = self.idle.lock().unwrap();
-        let (then, until) = idle.get(name)?;
-        let left = until.checked_duration_since(Instant::now())?;
-        (then.unchanged(now) && !left.is_zero()).then_some(left)
+    /// What to do with `name`'s round, reading `now`, against its last
+    /// idle round (`Judged`). A round put off behind a sibling's
+    /// (`waited`) is not put off so again until one finds nothing changed.
+    fn judge(&self, name: &str, now: &RoundInputs) -> Judged {
+        let mut idle = self.idle.lock().unwrap();
+        let Some(i) = idle.get_mut(name) else {
+            return Judged::Run;
+        };
+        let Some(left) = i
+            .until
+            .checked_duration_since(Instant::now())
+            .filter(|l| !l.is_zero())
+        else {
+            return Judged::Run;
+        };
+        if i.inputs.unchanged(now) {
+            i.waited = false;
+            Judged::PutOff(left)
+        } else if i.inputs.same_but_room(now) && !i.waited {
+            Judged::RoomGrew(left)
+        } else {
+            Judged::Run
+        }
+    }
+
+    /// `name`'s round is put off behind a sibling's (`Judged::RoomGrew`).
+    fn waits(&self, name: &str) {
+        if let Some(i) = self.idle.lock().unwrap().get_mut(name) {
+            i.waited = true;
+        }
+    }
+
+    /// A quota other than `name` under `parent` whose round runs or is
+    /// asked for (by this process's copies).
+    fn sibling_in_round(
+        &self,
+        name: &str,
+        parent: &str,
+        parent_of: impl Fn(&str) -> Option<String>,
+    ) -> Option<String> {
+        if parent.is_empty() {
+            return None;
+        }
+        let running: Vec<String> = self
+            .rounds
+            .lock()
+            .unwrap()
+            .running
+            .iter()
+            .cloned()
+            .collect();
+        let dirty: Vec<String> = self.dirty.lock().unwrap().iter().cloned().collect();
+        running
+            .into_iter()
+            .chain(dirty)
+            .filter(|q| q != name)
+            .find(|q| parent_of(q).as_deref() == Some(parent))
     }
 
     /// A round of `name` asked to be woken at `at_ms`.
@@ -176,7 +259,14 @@ impl Scheduler {
         }
         let mut idle = self.idle.lock().unwrap();
         match inputs {
-            Some(i) => idle.insert(name.to_string(), (i, until)),
+            Some(inputs) => idle.insert(
+                name.to_string(),
+                Idle {
+                    inputs,
+                    until,
+                    waited: false,
+                },
+            ),
             None => idle.remove(name),
         };
     }
@@ -288,12 +378,34 @@ impl Context {
             // What the round would read, as new as what asked for it.
             self.store_caught_up(name).await;
             let inputs = self.round_inputs(name).await;
-            if let Some(left) = inputs
+            let judged = inputs
                 .as_ref()
-                .and_then(|i| self.scheduler.unchanged_for(name, i))
-            {
-                // It would plan nothing again: asked for once more when
-                // the idle round is `UNCHANGED_AT_MOST` old. Siblings that
+                .map_or(Judged::Run, |i| self.scheduler.judge(name, i));
+            let put_off = match judged {
+                Judged::Run => None,
+                // It would plan nothing again.
+                Judged::PutOff(left) => Some(left),
+                // Room freed under the parent is first its owner's: a
+                // sibling whose round runs or is asked for takes back
+                // what its own queue needs, and this round follows it
+                // (`after_round`), once.
+                Judged::RoomGrew(left) => {
+                    let parent = inputs.as_ref().map_or("", |i| i.parent.as_str());
+                    let lender = self.scheduler.sibling_in_round(name, parent, |q| {
+                        self.service
+                            .cached_quota(q)
+                            .map(|s| s.quota.spec.parent.clone())
+                    });
+                    lender.map(|l| {
+                        self.scheduler.waits(name);
+                        self.after_round_of(l, name);
+                        left
+                    })
+                }
+            };
+            if let Some(left) = put_off {
+                // Asked for once more when the idle round is
+                // `UNCHANGED_AT_MOST` old, at the latest. Siblings that
                 // left it room get their rounds, as after one that ran.
                 self.service.metrics.queue_rounds_skipped.inc();
                 self.scheduler.again_at(name, Instant::now() + left);
@@ -368,6 +480,7 @@ impl Context {
             limits,
             held: self.view.lock().unwrap().queue_inputs(name),
             classes: self.service.priorities.watched(),
+            parent: stored.quota.spec.parent.clone(),
         })
     }
 
@@ -422,6 +535,14 @@ mod tests {
                 .unwrap_or_default(),
             held,
             classes: None,
+            parent: "org".into(),
+        }
+    }
+
+    fn put_off(s: &Scheduler, name: &str, i: &RoundInputs) -> Option<Duration> {
+        match s.judge(name, i) {
+            Judged::PutOff(left) => Some(left),
+            _ => None,
         }
     }
 
@@ -460,39 +581,73 @@ mod tests {
     fn an_unchanged_round_is_put_off_at_most_so_long() {
         let s = Scheduler::default();
         let i = inputs(7, 3, Some("6"));
-        assert_eq!(s.unchanged_for("a", &i), None, "no idle round yet");
+        assert_eq!(put_off(&s, "a", &i), None, "no idle round yet");
         s.ended("a", Some(i.clone()), Instant::now(), T0);
-        let left = s.unchanged_for("a", &i).expect("put off");
+        let left = put_off(&s, "a", &i).expect("put off");
         assert!(left <= UNCHANGED_AT_MOST && left > UNCHANGED_AT_MOST / 2);
-        assert_eq!(s.unchanged_for("a", &inputs(8, 3, Some("6"))), None);
-        assert_eq!(s.unchanged_for("b", &i), None, "another quota's");
+        assert_eq!(put_off(&s, "a", &inputs(8, 3, Some("6"))), None);
+        assert_eq!(put_off(&s, "b", &i), None, "another quota's");
         let long_ago = Instant::now()
             .checked_sub(UNCHANGED_AT_MOST + Duration::from_millis(1))
             .unwrap_or_else(Instant::now);
         s.ended("a", Some(i.clone()), long_ago, T0);
-        assert_eq!(s.unchanged_for("a", &i), None, "old enough: run it");
+        assert_eq!(put_off(&s, "a", &i), None, "old enough: run it");
         // A time the round asked to be woken at comes first.
         s.due_at("a", T0 + 2_000);
         s.due_at("a", T0 + 1_000);
         s.ended("a", Some(i.clone()), Instant::now(), T0);
-        let left = s.unchanged_for("a", &i).expect("put off");
+        let left = put_off(&s, "a", &i).expect("put off");
         assert!(left <= Duration::from_secs(1), "{left:?}");
         s.ended("a", Some(i.clone()), Instant::now(), T0);
         assert!(
-            s.unchanged_for("a", &i).unwrap() > Duration::from_secs(5),
+            put_off(&s, "a", &i).unwrap() > Duration::from_secs(5),
             "a wake is the next round's only"
         );
         s.due_at("a", T0 - 1);
         s.ended("a", Some(i.clone()), Instant::now(), T0);
-        assert_eq!(s.unchanged_for("a", &i), None, "a time already past");
+        assert_eq!(put_off(&s, "a", &i), None, "a time already past");
         s.ended("a", Some(i.clone()), Instant::now(), T0);
         s.ended("a", None, Instant::now(), T0);
-        assert_eq!(s.unchanged_for("a", &i), None, "a round that did something");
+        assert_eq!(put_off(&s, "a", &i), None, "a round that did something");
         // Put off rounds are asked for again when their time comes.
         s.again_at("a", Instant::now() + Duration::from_secs(5));
         s.again_at("a", long_ago);
         s.again_at("b", Instant::now() + Duration::from_secs(5));
         assert_eq!(s.due_again(), vec!["a".to_string()]);
         assert!(s.due_again().is_empty());
+    }
+
+    /// Room that grew alone puts a round off behind a sibling's once; the
+    /// next such round runs, unless one in between found nothing changed.
+    #[test]
+    fn room_that_grew_puts_a_round_off_behind_a_siblings_once() {
+        let s = Scheduler::default();
+        let i = inputs(7, 3, Some("6"));
+        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        let more = inputs(7, 3, Some("8"));
+        assert!(matches!(s.judge("a", &more), Judged::RoomGrew(_)));
+        s.waits("a");
+        assert_eq!(s.judge("a", &more), Judged::Run, "once");
+        assert!(matches!(s.judge("a", &i), Judged::PutOff(_)), "taken back");
+        assert!(
+            matches!(s.judge("a", &more), Judged::RoomGrew(_)),
+            "after a round that found nothing changed, again"
+        );
+        assert_eq!(
+            s.judge("a", &inputs(8, 3, Some("8"))),
+            Judged::Run,
+            "room and more changed"
+        );
+        assert_eq!(s.judge("a", &inputs(7, 3, None)), Judged::Run);
+        // Siblings in a round, by their parent.
+        s.rounds.lock().unwrap().running.insert("a".into());
+        s.rounds.lock().unwrap().running.insert("x".into());
+        s.dirty.lock().unwrap().insert("b".into());
+        let parent = |q: &str| Some(if q == "x" { "other" } else { "org" }.to_string());
+        assert_eq!(s.sibling_in_round("a", "org", parent), Some("b".into()));
+        assert_eq!(s.sibling_in_round("b", "org", parent), Some("a".into()));
+        assert_eq!(s.sibling_in_round("a", "", parent), None, "no parent");
+        s.dirty.lock().unwrap().clear();
+        assert_eq!(s.sibling_in_round("a", "org", parent), None, "itself only");
     }
 }
