@@ -486,7 +486,7 @@ impl Default for Metrics {
         let queue_rounds_skipped = Counter::default();
         registry.register(
             "admission_queue_rounds_skipped",
-            "Queue rounds asked for and not run, because nothing they read had changed since the quota's last round that planned no admission (its version, the room its parent could lend it, its held objects, the PriorityClasses); such a quota still gets a round within 10 s of being asked",
+            "Queue rounds asked for and not run, because nothing they read had changed since the quota's last round that planned no admission (its version, the room its parent could lend it, its held objects, the PriorityClasses), or only the room to borrow grew while a sibling's round may take it back first; such a quota still gets a round within 10 s of being asked",
             queue_rounds_skipped.clone(),
         );
         let queue_round_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
