@@ -110,7 +110,7 @@ pub(super) async fn write_over(
     before_write: i64,
     current: &Stored,
     mut q: Quota,
-) -> Result<(), StoreError> {
+) -> Result<i64, StoreError> {
     let name = q.name().to_string();
     let written = if q.spec != current.quota.spec {
         store.replace(current, &q).await
@@ -123,12 +123,12 @@ pub(super) async fn write_over(
         Ok(version) if version == current.version => {
             q.status.ledger = Default::default();
             cache.remember(Arc::new(Stored { quota: q, version }));
-            Ok(())
+            Ok(version)
         }
         Ok(version) => {
             q.metadata.resource_version = Some(version.to_string());
             remember_written(cache, changed, before_write, Stored { quota: q, version });
-            Ok(())
+            Ok(version)
         }
         Err(e) => {
             cache.forget(&name);

@@ -290,7 +290,7 @@ impl Leader {
             )
             .await;
             match written {
-                Ok(()) => {
+                Ok(_) => {
                     self.metrics.admission_batch_size.observe(jobs.len() as f64);
                     return answer(jobs, decided, Ok(()));
                 }

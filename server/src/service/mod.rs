@@ -436,26 +436,41 @@ impl Service {
     /// made from (a caller that computed part of the change on that very
     /// version outside the write may use it there instead of computing it
     /// again: `Service::admit_round`).
+    /// The write, if it wrote: the version it was made on and the one it
+    /// stored.
     pub(crate) async fn update_status_stamped<T>(
         &self,
         name: &str,
         f: impl FnMut(&Stored, &mut Quota) -> Result<(bool, T), ServiceError>,
-    ) -> Result<T, ServiceError> {
-        self.modify_as(name, false, None, None, f).await
+    ) -> Result<(T, Option<Written>), ServiceError> {
+        self.modify_written(name, false, None, None, f).await
     }
 
-    /// `modify`; with `watched`: decide on the newest copy this replica
-    /// knows and let a decision that writes nothing stand on it where
-    /// `watched(out)` says it may, when the store has a feed
-    /// (`update_status_watched`).
     async fn modify_as<T>(
         &self,
         name: &str,
         dry_run: bool,
         expected_version: Option<i64>,
         watched: Option<&(dyn Fn(&T) -> bool + Sync)>,
-        mut f: impl FnMut(&Stored, &mut Quota) -> Result<(bool, T), ServiceError>,
+        f: impl FnMut(&Stored, &mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
+        self.modify_written(name, dry_run, expected_version, watched, f)
+            .await
+            .map(|(out, _)| out)
+    }
+
+    /// `modify`; with `watched`: decide on the newest copy this replica
+    /// knows and let a decision that writes nothing stand on it where
+    /// `watched(out)` says it may, when the store has a feed
+    /// (`update_status_watched`).
+    async fn modify_written<T>(
+        &self,
+        name: &str,
+        dry_run: bool,
+        expected_version: Option<i64>,
+        watched: Option<&(dyn Fn(&T) -> bool + Sync)>,
+        mut f: impl FnMut(&Stored, &mut Quota) -> Result<(bool, T), ServiceError>,
+    ) -> Result<(T, Option<Written>), ServiceError> {
         let _guard = self.lock(name).await;
         let mut use_cache = expected_version.is_none();
         for attempt in 1..=MAX_ATTEMPTS {
@@ -496,8 +511,9 @@ impl Service {
                     use_cache = false;
                     continue;
                 }
-                return Ok(out);
+                return Ok((out, None));
             }
+            let on = crate::store::Stamp::of(&current);
             let written = write_over(
                 &*self.store,
                 &self.cache,
@@ -508,7 +524,14 @@ impl Service {
             )
             .await;
             match written {
-                Ok(()) => return Ok(out),
+                Ok(version) if version == on.version => return Ok((out, None)),
+                Ok(version) => {
+                    let now = crate::store::Stamp {
+                        version,
+                        ..on.clone()
+                    };
+                    return Ok((out, Some(Written { on, now })));
+                }
                 Err(StoreError::Conflict(_)) if expected_version.is_none() => {
                     self.metrics.cas_conflicts.inc();
                     if !from_cache {
@@ -607,6 +630,29 @@ impl Service {
     // ---- resync --------------------------------------------------------
 }
 
+/// A write of a quota: the version it was made on and the one it stored
+/// (`Service::update_status_stamped`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub on: crate::store::Stamp,
+    pub now: crate::store::Stamp,
+}
+
+impl Written {
+    /// `self` then `next`: one write from the first's version to the
+    /// last's where each was made on the one before, else the last alone.
+    pub fn then(self, next: Option<Written>) -> Written {
+        match next {
+            Some(n) if n.on == self.now => Written {
+                on: self.on,
+                now: n.now,
+            },
+            Some(n) => n,
+            None => self,
+        }
+    }
+}
+
 /// A caller that named a version must be looking at the current one.
 fn check_version(name: &str, expected: Option<i64>, current: i64) -> Result<(), ServiceError> {
     match expected {
@@ -675,6 +721,29 @@ mod tests {
         assert!(!c.wrote("ai", 4));
         c.forget("ai");
         assert!(!c.wrote("ai", 6));
+    }
+
+    /// A round's writes (a fence, then its admissions) are one write from
+    /// the first's version to the last's only where each was made on the
+    /// one before.
+    #[test]
+    fn writes_made_one_on_another_are_one_write() {
+        let s = |version| crate::store::Stamp {
+            name: "ai".into(),
+            version,
+            uid: "u".into(),
+        };
+        let w = |on, now| super::Written {
+            on: s(on),
+            now: s(now),
+        };
+        assert_eq!(w(3, 4).then(Some(w(4, 5))), w(3, 5));
+        assert_eq!(w(3, 4).then(None), w(3, 4));
+        assert_eq!(
+            w(3, 4).then(Some(w(6, 7))),
+            w(6, 7),
+            "another wrote between"
+        );
     }
 }
 

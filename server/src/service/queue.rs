@@ -819,7 +819,8 @@ impl Service {
     /// parent's compare-and-swap) before that write; a parent that cannot
     /// lend it all answers with the loan it holds, and the round admits,
     /// in order, what fits within hard + that loan. What does not fit stays
-    /// queued for the next round, never admitted past the limits.
+    /// queued for the next round, never admitted past the limits. With the
+    /// round's writes of the quota, as one (`Written::then`), if any.
     pub async fn admit_round(
         &self,
         quota_name: &str,
@@ -828,7 +829,7 @@ impl Service {
         marked: &[Arc<MarkedObject>],
         raised: &[(String, quota::reconcile::Observed)],
         folded: Option<FoldedQueue>,
-    ) -> Result<queue::batch::Batch, ServiceError> {
+    ) -> Result<(queue::batch::Batch, Option<super::Written>), ServiceError> {
         let now_ms = self.now();
         let prices = self.price_list();
         let mut loan: Option<borrow::Lent> = None;
@@ -843,8 +844,10 @@ impl Service {
         // for a loan (and wrote nothing) made: used as it is by the next
         // attempt on the same stored version.
         let carried = std::sync::Mutex::new(folded);
+        // What the round wrote of the quota, from the version it read.
+        let mut wrote: Option<super::Written> = None;
         while rounds.more() {
-            let out = self
+            let (out, written) = self
                 .update_status_stamped(quota_name, |stored, q| {
                     parent.clone_from(&q.spec.parent);
                     let listed = (q.status.queue.clone(), q.status.queue_summary.clone());
@@ -922,6 +925,10 @@ impl Service {
                     }
                 })
                 .await?;
+            wrote = match wrote {
+                Some(w) => Some(w.then(written)),
+                None => written,
+            };
             let req = match out {
                 queue::batch::Batch::Borrow(req) => req,
                 done => {
@@ -941,7 +948,7 @@ impl Service {
                         };
                         drop(old);
                     }
-                    return Ok(done);
+                    return Ok((done, wrote));
                 }
             };
             let children = Standing::of_all(
@@ -1392,10 +1399,20 @@ mod tests {
             uid: head.uid.clone(),
             charge: head.charge(T0),
         }];
-        svc.admit_round("ml", &items, None, marked, &[], Some(planned))
+        let stamp = planned.stamp.clone();
+        let (_, written) = svc
+            .admit_round("ml", &items, None, marked, &[], Some(planned))
             .await
             .unwrap();
-        let q = svc.get("ml").await.unwrap().quota;
+        let written = written.expect("an admission is written");
+        let q = svc.get("ml").await.unwrap();
+        assert_eq!(
+            written.now,
+            crate::store::Stamp::of(&q),
+            "the round's write is the version stored"
+        );
+        assert_eq!(written.now.uid, stamp.uid);
+        let q = q.quota;
         assert!(q.status.workloads.contains_key(&head.workload_ref), "{q:?}");
         let listed = q
             .status

@@ -48,6 +48,8 @@ pub(super) struct ToRelease {
     planned: usize,
     /// The limits it planned within (`Service::queue_plan`), once read.
     pub(super) limits: Option<quota::resources::ResourceList>,
+    /// Its write of the quota, if it wrote (`Service::admit_round`).
+    pub(super) written: Option<crate::service::Written>,
 }
 
 impl ToRelease {
@@ -313,11 +315,12 @@ impl Context {
                 pending,
             },
         );
-        let admitted = match self
+        let (batch, written) = self
             .service
             .admit_round(name, &items, Some(&fresh), &marked, &raised, folded)
-            .await?
-        {
+            .await?;
+        out.written = written;
+        let admitted = match batch {
             queue::batch::Batch::Done { admitted, left, .. } => {
                 // Planned as fitting but not admitted for want of a loan (a
                 // sibling took the parent's room first): another round

@@ -373,7 +373,7 @@ impl Context {
     pub async fn queue_round(&self, name: &str) {
         let mut release = super::queue::ToRelease::default();
         let started = Instant::now();
-        let (inputs, idle, limits) = {
+        let (inputs, idle, limits, written) = {
             let _serial = self.one_at_a_time(name).await;
             // What the round would read, as new as what asked for it.
             self.store_caught_up(name).await;
@@ -425,11 +425,12 @@ impl Context {
             }
             let idle = done.is_ok() && release.idle();
             let limits = release.limits.take();
+            let written = release.written.take();
             // Marked as being released before the quota is let go: a
             // reconcile in between would otherwise ungate their pods
             // (`release_gated`) before the round releases the workloads.
             self.mark_releasing(&release);
-            (inputs, idle, limits)
+            (inputs, idle, limits, written)
         };
         // The releases are writes through the webhooks: the quota is not
         // held meanwhile, so its reconcile never waits for them.
@@ -455,6 +456,11 @@ impl Context {
             }
             for (k, v) in i.limits.iter_mut() {
                 *v = (*v).min(resources::get(&planned, k));
+            }
+            // Its own write (the restated queue) on the version it read
+            // is what it planned: the next round reads that one.
+            if let Some(w) = written.filter(|w| w.on == i.stamp) {
+                i.stamp = w.now;
             }
             Some(i)
         });
