@@ -141,6 +141,19 @@ pub(super) struct Scheduler {
     later: Mutex<HashMap<String, Instant>>,
 }
 
+/// The names in `timers` whose time is `now` or before, taken out.
+fn take_due<T: PartialOrd + Copy>(timers: &mut HashMap<String, T>, now: T) -> Vec<String> {
+    let due: Vec<String> = timers
+        .iter()
+        .filter(|(_, at)| **at <= now)
+        .map(|(n, _)| n.clone())
+        .collect();
+    for n in &due {
+        timers.remove(n);
+    }
+    due
+}
+
 /// A quota's last round that planned no admission.
 struct Idle {
     inputs: RoundInputs,
@@ -227,17 +240,7 @@ impl Scheduler {
 
     /// The rounds put off whose time came.
     fn due_again(&self) -> Vec<String> {
-        let now = Instant::now();
-        let mut later = self.later.lock().unwrap();
-        let due: Vec<String> = later
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for n in &due {
-            later.remove(n);
-        }
-        due
+        take_due(&mut self.later.lock().unwrap(), Instant::now())
     }
 
     /// The idle rounds of quotas `keep` does not keep (deleted) go.
@@ -496,18 +499,7 @@ impl Context {
         loop {
             tick.tick().await;
             let now = tokio::time::Instant::now();
-            let due: Vec<String> = {
-                let mut t = self.scheduler_timers.lock().unwrap();
-                let due: Vec<String> = t
-                    .iter()
-                    .filter(|(_, at)| **at <= now)
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                for n in &due {
-                    t.remove(n);
-                }
-                due
-            };
+            let due = take_due(&mut self.scheduler_timers.lock().unwrap(), now);
             for name in self.scheduler.due_again() {
                 self.schedule(&name);
             }
