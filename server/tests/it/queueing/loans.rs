@@ -34,19 +34,16 @@ async fn create_in(c: &Cluster, ns: &str, obj: &Value) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// A quota that may borrow (`max`) admits from its queue on a loan from
-/// its parent once a sibling's room is idle: the loan is granted in the
-/// parent's status and the charge made within hard + loan, as the
-/// webhook's borrowing path does; never past max nor past what is idle.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
+/// A cluster with `org` (8 CPUs) over `a` (4, may borrow up to `max`,
+/// queueing) and `b` (4, no queue), its Job watch running.
+async fn borrower_beside_a_lender(max: &str) -> Cluster {
     let c = Cluster::start().await;
     for (name, parent, spec) in [
         ("org", "", json!({"hard": {"requests.cpu": "8"}})),
         (
             "a",
             "org",
-            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "7"}, "queueing": "Queue"}),
+            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": max}, "queueing": "Queue"}),
         ),
         ("b", "org", json!({"hard": {"requests.cpu": "4"}})),
     ] {
@@ -56,6 +53,16 @@ async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
     })
     .await;
+    c
+}
+
+/// A quota that may borrow (`max`) admits from its queue on a loan from
+/// its parent once a sibling's room is idle: the loan is granted in the
+/// parent's status and the charge made within hard + loan, as the
+/// webhook's borrowing path does; never past max nor past what is idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
+    let c = borrower_beside_a_lender("7").await;
     create_in(&c, "ml", &job("a1").quota("a").cpu("4").obj())
         .await
         .unwrap();
@@ -342,22 +349,7 @@ fn finish(c: &Cluster, quota: &str, ns: &str, name: &str, condition: &str) {
 /// its charge and the loan it rides on; once that pod ends, both go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_job_keeps_its_charge_while_a_pod_of_it_still_runs() {
-    let c = Cluster::start().await;
-    for (name, parent, spec) in [
-        ("org", "", json!({"hard": {"requests.cpu": "8"}})),
-        (
-            "a",
-            "org",
-            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "8"}, "queueing": "Queue"}),
-        ),
-        ("b", "org", json!({"hard": {"requests.cpu": "4"}})),
-    ] {
-        c.server.create_quota_spec(name, parent, spec).await;
-    }
-    c.until_requested("job watch", |r| {
-        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
-    })
-    .await;
+    let c = borrower_beside_a_lender("8").await;
     c.until_requested("pod watch", |r| {
         r.starts_with("GET /api/v1/pods?") && r.contains("watch=true")
     })
@@ -547,22 +539,7 @@ async fn counter(c: &Cluster, name: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_that_would_read_what_its_idle_one_read_is_not_run_until_room_frees() {
     const SKIPPED: &str = "bizrq_admission_queue_rounds_skipped_total";
-    let c = Cluster::start().await;
-    for (name, parent, spec) in [
-        ("org", "", json!({"hard": {"requests.cpu": "8"}})),
-        (
-            "a",
-            "org",
-            json!({"hard": {"requests.cpu": "4"}, "max": {"requests.cpu": "8"}, "queueing": "Queue"}),
-        ),
-        ("b", "org", json!({"hard": {"requests.cpu": "4"}})),
-    ] {
-        c.server.create_quota_spec(name, parent, spec).await;
-    }
-    c.until_requested("job watch", |r| {
-        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
-    })
-    .await;
+    let c = borrower_beside_a_lender("8").await;
     create_in(&c, "web", &job("b1").ns("web").quota("b").cpu("4").obj())
         .await
         .unwrap();
