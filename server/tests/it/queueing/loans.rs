@@ -34,6 +34,15 @@ async fn create_in(c: &Cluster, ns: &str, obj: &Value) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+async fn delete_in(c: &Cluster, ns: &str, name: &str) {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
+    Api::<DynamicObject>::namespaced_with(c.kubectl("alice"), ns, &ar)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
 /// A cluster with `org` (8 CPUs) over `a` (4, may borrow up to `max`,
 /// queueing) and `b` (4, no queue), its Job watch running.
 async fn borrower_beside_a_lender(max: &str) -> Cluster {
@@ -100,12 +109,7 @@ async fn a_borrower_admits_from_its_queue_on_a_loan_when_a_sibling_goes_idle() {
     );
     // b1 ends: 4 idle in org, but a may borrow only up to max 7: a2 (2)
     // rides a loan, a3 (2 more: 8 > 7) keeps waiting.
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    Api::<DynamicObject>::namespaced_with(c.kubectl("alice"), "web", &ar)
-        .delete("b1", &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_in(&c, "web", "b1").await;
     c.until("a", "a2 admitted on a loan", |q| {
         queue_refs(q) == ["batch/Job/ml/a3"] && used(q, "requests.cpu") == "6"
     })
@@ -584,12 +588,7 @@ async fn a_round_that_would_read_what_its_idle_one_read_is_not_run_until_room_fr
     assert!(suspended(&c, "a2"));
 
     // b1 is deleted: b's 4 are idle, a may borrow them: a round at once.
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs");
-    Api::<DynamicObject>::namespaced_with(c.kubectl("alice"), "web", &ar)
-        .delete("b1", &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_in(&c, "web", "b1").await;
     c.until("a", "a2 admitted on a loan", |q| {
         queue_refs(q).is_empty() && used(q, "requests.cpu") == "6"
     })
