@@ -107,6 +107,22 @@ impl Pace {
     }
 }
 
+/// The names in `timers` whose time is `now` or before, taken out.
+pub fn take_due<T: PartialOrd + Copy>(
+    timers: &mut std::collections::HashMap<String, T>,
+    now: T,
+) -> Vec<String> {
+    let due: Vec<String> = timers
+        .iter()
+        .filter(|(_, at)| **at <= now)
+        .map(|(n, _)| n.clone())
+        .collect();
+    for n in &due {
+        timers.remove(n);
+    }
+    due
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -435,15 +435,14 @@ impl Service {
     /// `update_status`, `f` also given the stored copy its working copy was
     /// made from (a caller that computed part of the change on that very
     /// version outside the write may use it there instead of computing it
-    /// again: `Service::admit_round`).
-    /// The write, if it wrote: the version it was made on and the one it
-    /// stored.
+    /// again: `Service::admit_round`). With the write, if it wrote: the
+    /// version it was made on and the one it stored.
     pub(crate) async fn update_status_stamped<T>(
         &self,
         name: &str,
         f: impl FnMut(&Stored, &mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<(T, Option<Written>), ServiceError> {
-        self.modify_written(name, false, None, None, f).await
+        self.modify_written(name, false, None, None, true, f).await
     }
 
     async fn modify_as<T>(
@@ -454,7 +453,7 @@ impl Service {
         watched: Option<&(dyn Fn(&T) -> bool + Sync)>,
         f: impl FnMut(&Stored, &mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<T, ServiceError> {
-        self.modify_written(name, dry_run, expected_version, watched, f)
+        self.modify_written(name, dry_run, expected_version, watched, false, f)
             .await
             .map(|(out, _)| out)
     }
@@ -469,6 +468,7 @@ impl Service {
         dry_run: bool,
         expected_version: Option<i64>,
         watched: Option<&(dyn Fn(&T) -> bool + Sync)>,
+        stamped: bool,
         mut f: impl FnMut(&Stored, &mut Quota) -> Result<(bool, T), ServiceError>,
     ) -> Result<(T, Option<Written>), ServiceError> {
         let _guard = self.lock(name).await;
@@ -513,7 +513,6 @@ impl Service {
                 }
                 return Ok((out, None));
             }
-            let on = crate::store::Stamp::of(&current);
             let written = write_over(
                 &*self.store,
                 &self.cache,
@@ -524,8 +523,11 @@ impl Service {
             )
             .await;
             match written {
-                Ok(version) if version == on.version => return Ok((out, None)),
+                // Only a caller that asks is told (no copy of the name and
+                // uid on every admission's write).
+                Ok(version) if !stamped || version == current.version => return Ok((out, None)),
                 Ok(version) => {
+                    let on = crate::store::Stamp::of(&current);
                     let now = crate::store::Stamp {
                         version,
                         ..on.clone()

@@ -51,14 +51,7 @@ impl Recheck {
             let Ok(mut due) = self.due.lock() else {
                 continue;
             };
-            let ready: Vec<String> = due
-                .iter()
-                .filter(|(_, at)| **at <= now)
-                .map(|(n, _)| n.clone())
-                .collect();
-            for n in &ready {
-                due.remove(n);
-            }
+            let ready = crate::util::take_due(&mut due, now);
             if !ready.is_empty() {
                 return ready;
             }

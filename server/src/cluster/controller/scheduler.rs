@@ -141,19 +141,6 @@ pub(super) struct Scheduler {
     later: Mutex<HashMap<String, Instant>>,
 }
 
-/// The names in `timers` whose time is `now` or before, taken out.
-fn take_due<T: PartialOrd + Copy>(timers: &mut HashMap<String, T>, now: T) -> Vec<String> {
-    let due: Vec<String> = timers
-        .iter()
-        .filter(|(_, at)| **at <= now)
-        .map(|(n, _)| n.clone())
-        .collect();
-    for n in &due {
-        timers.remove(n);
-    }
-    due
-}
-
 /// A quota's last round that planned no admission.
 struct Idle {
     inputs: RoundInputs,
@@ -240,7 +227,7 @@ impl Scheduler {
 
     /// The rounds put off whose time came.
     fn due_again(&self) -> Vec<String> {
-        take_due(&mut self.later.lock().unwrap(), Instant::now())
+        crate::util::take_due(&mut self.later.lock().unwrap(), Instant::now())
     }
 
     /// The idle rounds of quotas `keep` does not keep (deleted) go.
@@ -499,7 +486,7 @@ impl Context {
         loop {
             tick.tick().await;
             let now = tokio::time::Instant::now();
-            let due = take_due(&mut self.scheduler_timers.lock().unwrap(), now);
+            let due = crate::util::take_due(&mut self.scheduler_timers.lock().unwrap(), now);
             for name in self.scheduler.due_again() {
                 self.schedule(&name);
             }
