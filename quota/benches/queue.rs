@@ -73,7 +73,7 @@ fn main() {
                 priority: [0, 0, 100, 1000][(i % 4) as usize],
                 priority_classes: Vec::new(),
                 submitted_ms: T0 + i * 1000,
-                pod_sets: sets([1, 2, 4, 8][(i % 4) as usize]),
+                pod_sets: sets([1, 2, 4, 8][(i % 4) as usize]).into(),
                 run_ms: Some((10 + i % 50) * 60_000),
                 submitted_by: None,
                 preempted: false,

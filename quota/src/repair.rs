@@ -57,7 +57,11 @@ pub fn repair(status: &mut QuotaStatus, spec: &QuotaSpec) -> Vec<String> {
     }
     for e in &mut status.queue {
         let w = &mut e.work;
-        let mut changed = clean_pod_sets(&mut w.pod_sets);
+        let mut sets = w.pod_sets.to_vec();
+        let mut changed = clean_pod_sets(&mut sets);
+        if changed {
+            w.pod_sets = sets.into();
+        }
         changed |= scrub_in_place(&mut w.uid);
         if let Some(by) = &mut w.submitted_by {
             changed |= scrub_in_place(by);

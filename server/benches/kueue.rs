@@ -1521,6 +1521,23 @@ fn report(
         "",
         "p99 < 10 ms",
     );
+    // Split by what the API server was writing: the tenants' creates, and
+    // the updates (bizrq's own releases of what a round admitted, its
+    // preemptions' suspends).
+    for op in ["CREATE", "UPDATE"] {
+        let v = ms(fake.webhook_latencies(&format!("queue.bizrq.io/{op}")));
+        row(
+            &format!("  of {op}s ({}) p50 / p99 / max", v.len()),
+            format!(
+                "{:.1} / {:.1} / {:.0} ms",
+                pct(&v, 0.5),
+                pct(&v, 0.99),
+                v.last().copied().unwrap_or(f64::NAN)
+            ),
+            "",
+            "",
+        );
+    }
     // The same calls as the server timed them, from the handler's start
     // (`bizrq_admission_duration_seconds`): what the webhook itself took,
     // apart from the connection, TLS and the wait for a runtime thread.

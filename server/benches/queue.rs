@@ -214,7 +214,8 @@ async fn run(quotas: usize, per: usize) {
                     count: 1,
                     per_pod: [(CPU.to_string(), Quantity::from_units(cpus))].into(),
                     qos: None,
-                }],
+                }]
+                .into(),
                 run_ms: Some(3_600_000),
                 submitted_by: Some("bench".into()),
                 preempted: false,

@@ -699,7 +699,7 @@ async fn record_queue(service: &Service, now: i64) -> anyhow::Result<usize> {
             priority: 0,
             priority_classes: Vec::new(),
             submitted_ms: now - ago_min * 60_000,
-            pod_sets: read.pod_sets,
+            pod_sets: read.pod_sets.into(),
             run_ms: Some(run_h * HOUR_MS),
             submitted_by: quota::submitters::submitter(by),
             preempted: false,

@@ -33,7 +33,11 @@ pub struct Queued {
     #[serde(rename = "since", with = "crate::time::serde_stamp")]
     pub submitted_ms: i64,
     /// What it runs once admitted, as the adapter read it unsuspended.
-    pub pod_sets: Vec<PodSet>,
+    /// Shared, never copied: a round folds, orders, plans and restates
+    /// every entry of its queue, and the pod sets (names and resource
+    /// maps) were most of what each copy of an entry cost.
+    #[serde(with = "shared_pod_sets")]
+    pub pod_sets: std::sync::Arc<[PodSet]>,
     /// Its declared maximum run time (`workload::runtime::max_runtime`), for
     /// budget reservations and start estimates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -63,7 +67,7 @@ impl Queued {
     /// What it would be charged, over all its pod sets.
     pub fn usage(&self) -> ResourceList {
         let mut out = ResourceList::new();
-        for s in &self.pod_sets {
+        for s in self.pod_sets.iter() {
             resources::add_into(&mut out, &s.usage(s.count));
         }
         out
@@ -137,4 +141,20 @@ pub struct Summary {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// `Queued::pod_sets` written and read as the list it is (serde's `rc`
+/// feature is not asked for: it would rebuild every crate that uses serde).
+mod shared_pod_sets {
+    use crate::workload::PodSet;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::sync::Arc;
+
+    pub fn serialize<S: Serializer>(sets: &Arc<[PodSet]>, s: S) -> Result<S::Ok, S::Error> {
+        sets[..].serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<[PodSet]>, D::Error> {
+        Vec::<PodSet>::deserialize(d).map(Arc::from)
+    }
 }

@@ -657,7 +657,8 @@ mod tests {
                 count: cards,
                 per_pod: gpus(1),
                 qos: None,
-            }],
+            }]
+            .into(),
             run_ms: None,
             submitted_by: None,
             preempted: false,

@@ -227,7 +227,8 @@ mod tests {
                 count: 1,
                 per_pod: [(CPU.to_string(), Quantity::from_units(cpu))].into(),
                 qos: None,
-            }],
+            }]
+            .into(),
             run_ms: None,
             submitted_by: Some("alice".into()),
             preempted: false,
@@ -244,7 +245,7 @@ mod tests {
             uid: w.uid.clone(),
             charge: Charge {
                 uid: crate::queue::request_uid(w),
-                pod_sets: w.pod_sets.clone(),
+                pod_sets: w.pod_sets.to_vec(),
                 hpa: None,
                 since: "2027-01-01T00:00:00.000Z".into(),
                 admitted: Some("2027-01-01T00:00:01.000Z".into()),
@@ -414,7 +415,7 @@ mod tests {
             &mut sib,
             "batch/Job/web/s",
             Charge {
-                pod_sets: work("s", 4).pod_sets,
+                pod_sets: work("s", 4).pod_sets.to_vec(),
                 hpa: None,
                 since: "2027-01-01T00:00:00.000Z".into(),
                 uid: String::new(),

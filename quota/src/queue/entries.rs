@@ -404,7 +404,8 @@ mod tests {
                 count: 1,
                 per_pod: [(GPU.to_string(), Quantity::from_units(gpus))].into(),
                 qos: Default::default(),
-            }],
+            }]
+            .into(),
             run_ms: None,
             submitted_by: None,
             preempted: false,
@@ -664,7 +665,7 @@ mod tests {
         );
         // The suspend went through the webhook: a charge of nothing.
         let mut zero = w.clone();
-        zero.pod_sets[0].count = 0;
+        std::sync::Arc::make_mut(&mut zero.pod_sets)[0].count = 0;
         admission::charge(&mut q, &w.workload_ref, zero.charge(200)).unwrap();
         assert!(suspending(&q).is_empty());
         assert!(admissible(&q, &q.status.queue[0].work));

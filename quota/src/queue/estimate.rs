@@ -180,7 +180,8 @@ mod tests {
                 count: n,
                 per_pod: gpus(1),
                 qos: None,
-            }],
+            }]
+            .into(),
             run_ms: run_h.map(|h| h * H),
             submitted_by: None,
             preempted: false,

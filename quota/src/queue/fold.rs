@@ -168,8 +168,8 @@ fn fold_within(
         if let Some(e) = first.and_then(|i| queue[i].as_mut()) {
             if e.uid.is_empty() || e.uid == m.uid {
                 // Already queued: what it runs is read again from the
-                // object (copied only where it changed: most rounds fold
-                // the same hundreds of objects again); its place and
+                // object (its pod sets shared, not copied: most rounds
+                // fold the same hundreds of objects again); its place and
                 // submitter stay as queued. Backed by its mark only where
                 // the mark holds that very place (a preempted entry's
                 // place is its charge's, not a mark's).
@@ -235,7 +235,7 @@ fn fold_within(
 /// A queued entry `e` read again from its marked object's `work` (uid
 /// `uid`): what it runs, its priority and uid are the object's; its
 /// reference, place and submitter stay the entry's; preempted if either
-/// says so. Copies only what differs.
+/// says so. Copies only what differs; the pod sets are shared.
 fn refresh(e: &mut Queued, work: &Queued, uid: &str) {
     let Queued {
         workload_ref: _,
@@ -255,28 +255,14 @@ fn refresh(e: &mut Queued, work: &Queued, uid: &str) {
     if e.priority_classes != *priority_classes {
         e.priority_classes.clone_from(priority_classes);
     }
-    if !same_pods(&e.pod_sets, pod_sets) {
-        e.pod_sets.clone_from(pod_sets);
+    // Shared with the object's read (its copy, not the entry's, so a
+    // quantity written in another format — `1Gi`, `1073741824` — is
+    // written as the object now writes it).
+    if !std::sync::Arc::ptr_eq(&e.pod_sets, pod_sets) {
+        e.pod_sets = std::sync::Arc::clone(pod_sets);
     }
     e.run_ms = *run_ms;
     e.preempted |= *preempted;
-}
-
-/// Pod sets equal as the status would write them: a quantity's `==`
-/// compares values only, and one written in another format (`1Gi`,
-/// `1073741824`) is copied as the object now writes it.
-fn same_pods(a: &[crate::workload::PodSet], b: &[crate::workload::PodSet]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            x.name == y.name
-                && x.count == y.count
-                && x.qos == y.qos
-                && x.per_pod.len() == y.per_pod.len()
-                && x.per_pod
-                    .iter()
-                    .zip(&y.per_pod)
-                    .all(|((k, v), (l, w))| k == l && v == w && v.format() == w.format())
-        })
 }
 
 #[cfg(test)]
@@ -324,7 +310,8 @@ mod tests {
                 count: pods,
                 per_pod: Default::default(),
                 qos: None,
-            }],
+            }]
+            .into(),
             run_ms,
             submitted_by: None,
             preempted: false,
@@ -484,11 +471,13 @@ mod tests {
         let mut w = object("a", 3, Some(90_000));
         let mut listed = w.clone();
         let mem: crate::quantity::Quantity = "1Gi".parse().unwrap();
-        w.pod_sets[0].per_pod.insert(
+        std::sync::Arc::make_mut(&mut w.pod_sets)[0].per_pod.insert(
             "memory".into(),
             mem.with_format(crate::quantity::Format::DecimalSi),
         );
-        listed.pod_sets[0].per_pod.insert("memory".into(), mem);
+        std::sync::Arc::make_mut(&mut listed.pod_sets)[0]
+            .per_pod
+            .insert("memory".into(), mem);
         listed.uid = "uid-a".into();
         listed.submitted_ms = T + 1;
         let mut q2 = q.clone();
@@ -496,8 +485,8 @@ mod tests {
         m.work = leak(w.clone());
         let f = fold(&q2, &[m], &Pending::default(), verify);
         assert_eq!(
-            serde_json::to_value(&f.queue[0].pod_sets).unwrap(),
-            serde_json::to_value(&w.pod_sets).unwrap()
+            serde_json::to_value(&f.queue[0].pod_sets[..]).unwrap(),
+            serde_json::to_value(&w.pod_sets[..]).unwrap()
         );
         // Queued by preemption (its place is its charge's): no mark backs
         // it, so a status must keep it.

@@ -73,7 +73,7 @@ impl Queued {
     pub fn charge(&self, now_ms: i64) -> Charge {
         let now = crate::time::format_rfc3339(now_ms);
         Charge {
-            pod_sets: self.pod_sets.clone(),
+            pod_sets: self.pod_sets.to_vec(),
             hpa: None,
             since: now.clone(),
             uid: request_uid(self),
@@ -168,7 +168,7 @@ mod tests {
             priority: 5,
             priority_classes: Vec::new(),
             submitted_ms: 1_800_000_000_000,
-            pod_sets: vec![],
+            pod_sets: vec![].into(),
             run_ms: Some(3_600_000),
             submitted_by: None,
             preempted: false,

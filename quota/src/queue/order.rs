@@ -118,7 +118,7 @@ mod tests {
             priority,
             priority_classes: Vec::new(),
             submitted_ms: at,
-            pod_sets: vec![],
+            pod_sets: vec![].into(),
             run_ms: None,
             submitted_by: None,
             preempted: false,

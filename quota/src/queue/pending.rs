@@ -397,7 +397,8 @@ mod tests {
                     )]
                     .into(),
                     qos: None,
-                }],
+                }]
+                .into(),
                 run_ms: None,
                 submitted_by: None,
                 preempted: false,
@@ -436,7 +437,7 @@ mod tests {
             priority: 0,
             priority_classes: Vec::new(),
             submitted_ms: at,
-            pod_sets: Vec::new(),
+            pod_sets: Vec::new().into(),
             run_ms: None,
             submitted_by: Some(by.to_string()),
             preempted: false,

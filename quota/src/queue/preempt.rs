@@ -266,7 +266,7 @@ mod tests {
             priority,
             priority_classes: Vec::new(),
             submitted_ms: T0,
-            pod_sets: sets(n),
+            pod_sets: sets(n).into(),
             run_ms: None,
             submitted_by: None,
             preempted: false,

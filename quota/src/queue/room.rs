@@ -151,7 +151,7 @@ mod tests {
             priority: 0,
             priority_classes: Vec::new(),
             submitted_ms: T0,
-            pod_sets: pods(n),
+            pod_sets: pods(n).into(),
             run_ms: None,
             submitted_by: None,
             preempted: false,

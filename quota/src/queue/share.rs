@@ -232,7 +232,8 @@ mod tests {
                 count: n,
                 per_pod: cpu(1),
                 qos: None,
-            }],
+            }]
+            .into(),
             run_ms: None,
             submitted_by: None,
             preempted: false,

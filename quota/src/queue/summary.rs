@@ -148,7 +148,8 @@ mod tests {
                     ]
                     .into(),
                     qos: None,
-                }],
+                }]
+                .into(),
                 run_ms: Some(3_600_000),
                 submitted_by: Some("system:serviceaccount:ml:submitter".into()),
                 preempted: false,

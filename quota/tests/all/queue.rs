@@ -63,7 +63,8 @@ fn job(name: &str, priority: i32, at: i64, count: i64, per: (i64, i64)) -> Queue
             count,
             per_pod: list(per.0, per.1),
             qos: None,
-        }],
+        }]
+        .into(),
         run_ms: None,
         submitted_by: None,
         preempted: false,
@@ -150,7 +151,7 @@ proptest! {
         for a in admitted(&d) {
             let e = entries.iter().find(|e| e.workload_ref == a.workload_ref).unwrap();
             prop_assert_eq!(&a.usage, &e.usage(), "admitted whole");
-            prop_assert_eq!(&a.charge.pod_sets, &e.pod_sets);
+            prop_assert_eq!(&a.charge.pod_sets[..], &e.pod_sets[..]);
             resources::add_into(&mut total, &a.usage);
         }
         for key in [GPU, CPU] {
@@ -222,7 +223,7 @@ proptest! {
                 priority: *p,
                 online: false,
                 created_ms: j.submitted_ms,
-                pod_sets: j.pod_sets.clone(),
+                pod_sets: j.pod_sets.to_vec(),
                 min_replicas: None,
                 marked: false, idle: false,
             });
@@ -575,7 +576,7 @@ fn day() -> BTreeMap<&'static str, Vec<(String, i64)>> {
                     priority: j.priority,
                     online: false,
                     created_ms: j.submitted_ms,
-                    pod_sets: j.pod_sets.clone(),
+                    pod_sets: j.pod_sets.to_vec(),
                     min_replicas: None,
                     marked: false,
                     idle: false,

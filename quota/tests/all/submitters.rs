@@ -20,7 +20,7 @@ fn entry(i: usize, user: usize, priority: i32, at: i64) -> Queued {
         priority,
         priority_classes: Vec::new(),
         submitted_ms: at,
-        pod_sets: vec![],
+        pod_sets: vec![].into(),
         run_ms: None,
         submitted_by: (user < USERS.len()).then(|| USERS[user].to_string()),
         preempted: false,

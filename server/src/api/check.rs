@@ -140,7 +140,7 @@ async fn would_queue(
         priority: 0,
         priority_classes: quota::queue::priority::class_names(&obj),
         submitted_ms: svc.now(),
-        pod_sets: w.pod_sets.clone(),
+        pod_sets: w.pod_sets.clone().into(),
         run_ms: quota::workload::runtime::max_runtime(&obj)
             .ok()
             .flatten()

@@ -79,7 +79,7 @@ impl Seen {
                     priority: 0,
                     priority_classes: self.info.priority_classes.clone(),
                     submitted_ms: 0,
-                    pod_sets: pod_sets.clone(),
+                    pod_sets: pod_sets.clone().into(),
                     run_ms: self.info.run_ms,
                     submitted_by: None,
                     preempted: false,
@@ -1700,7 +1700,7 @@ mod tests {
             ),
             (held, "m", "d-serve")
         );
-        assert_eq!(one[0].work.pod_sets, runs);
+        assert_eq!(one[0].work.pod_sets[..], runs[..]);
         v.set_priority_classes(held, vec!["high".into()]);
         let two = v.marked_of("nlp-team");
         assert!(!Arc::ptr_eq(&one[0], &two[0]));

@@ -343,7 +343,7 @@ pub async fn mutate(
         priority: 0,
         priority_classes: queue::priority::class_names(&obj),
         submitted_ms: svc.now(),
-        pod_sets: w.pod_sets.clone(),
+        pod_sets: w.pod_sets.clone().into(),
         run_ms: quota::workload::runtime::max_runtime(&running)
             .ok()
             .flatten()

@@ -123,7 +123,7 @@ fn a_queued_workload_waiting_past_the_threshold_alerts_once_and_resolves_when_it
             priority: 0,
             priority_classes: Vec::new(),
             submitted_ms: NOW - waited_ms,
-            pod_sets: Vec::new(),
+            pod_sets: Vec::new().into(),
             run_ms: None,
             submitted_by: None,
             preempted: false,

@@ -98,7 +98,7 @@ impl Context {
                         priority: info.priority,
                         priority_classes: info.priority_classes.clone(),
                         submitted_ms: info.created_ms.unwrap_or(now),
-                        pod_sets: pod_sets.to_vec(),
+                        pod_sets: pod_sets.to_vec().into(),
                         run_ms: info.run_ms,
                         submitted_by: None,
                         preempted: true,
@@ -458,7 +458,7 @@ impl Context {
             priority: info.priority,
             priority_classes: queue::priority::class_names(&json),
             submitted_ms: since.or(info.created_ms).unwrap_or_else(|| self.now()),
-            pod_sets: w.pod_sets,
+            pod_sets: w.pod_sets.into(),
             run_ms: quota::workload::runtime::max_runtime(&json)
                 .ok()
                 .flatten()

@@ -90,7 +90,7 @@ impl FakeApi {
             );
             let sent = std::time::Instant::now();
             let answer = h.call(&r).await;
-            self.observe_webhook(&h.name, sent.elapsed());
+            self.observe_webhook(&h.name, a.operation, sent.elapsed());
             match answer {
                 Ok(resp) => {
                     if let Some(w) = resp["warnings"].as_array() {
@@ -250,7 +250,7 @@ impl FakeApi {
             futures::future::join_all(matched.iter().zip(&reviews).map(|(h, r)| async move {
                 let sent = std::time::Instant::now();
                 let answer = h.call(r).await;
-                self.observe_webhook(&h.name, sent.elapsed());
+                self.observe_webhook(&h.name, a.operation, sent.elapsed());
                 answer
             }))
             .await;

@@ -401,9 +401,15 @@ impl FakeApi {
         self.state.lock().unwrap().runtime = Some(rt);
     }
 
-    pub(super) fn observe_webhook(&self, name: &str, took: std::time::Duration) {
+    /// Kept under the webhook's name and again under `name/OPERATION`,
+    /// so a bench can tell the creates' latency from the updates'.
+    pub(super) fn observe_webhook(&self, name: &str, operation: &str, took: std::time::Duration) {
         let mut g = self.state.lock().unwrap();
         g.latencies.entry(name.to_string()).or_default().push(took);
+        g.latencies
+            .entry(format!("{name}/{operation}"))
+            .or_default()
+            .push(took);
     }
 
     /// Stamp each created object's `creationTimestamp` with the wall clock,
