@@ -225,11 +225,15 @@ pub async fn mutate(
     // bizrq's own release of a workload its round admitted (the controller
     // unsuspends what it charged, one update per admission from a queue):
     // where this replica's newest copy shows this very object charged by
-    // a round (`queue:<uid>`) and not queued, the copy is proven the
-    // stored one by its version alone (the object's metadata, not its
-    // whole status) and decided on, as a fresh read would be. Anyone
-    // else's release, and an own one the copy does not show so charged
-    // or whose version moved, is read whole, fresh.
+    // a round (`queue:<uid>`) and not queued, it is passed on with no
+    // request to the API server. The copy can be behind only where someone
+    // else took this very charge back since (a new leader's repair, a
+    // delete racing the release): the validating webhook that follows
+    // charges on the stored quota in its compare-and-swap, so such a
+    // release is charged if it fits or refused — never run uncharged — and
+    // the object, held and marked still, is folded back into the queue.
+    // Anyone else's release, and an own one the copy does not show so
+    // charged, is read whole, fresh.
     let own_release = !create && old_held && !held && req.sent_by(&svc.service_account);
     let admitted_here = |s: &std::sync::Arc<crate::store::Stored>| {
         s.quota
@@ -244,10 +248,7 @@ pub async fn mutate(
         svc.recent(&quota_name).await
     } else if own_release {
         match svc.recent(&quota_name).await {
-            Ok(s) if admitted_here(&s) => match svc.store.version(&quota_name).await {
-                Ok(Some(v)) if v == s.version => Ok(s),
-                _ => svc.get(&quota_name).await.map(std::sync::Arc::new),
-            },
+            Ok(s) if admitted_here(&s) => Ok(s),
             _ => svc.get(&quota_name).await.map(std::sync::Arc::new),
         }
     } else {
