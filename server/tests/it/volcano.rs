@@ -396,6 +396,71 @@ async fn a_volcano_job_that_does_not_fit_is_gated_queued_and_released_when_room_
     );
 }
 
+/// A release the API server does not store (refused by a webhook, or
+/// failed) releases nothing: the pods of a gated kind stay gated until a
+/// release of the job itself is stored (here the next reconcile's), never
+/// before it, so they never run while their job is not released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_not_stored_leaves_the_pods_gated() {
+    let c = volcano_cluster().await;
+    create(&c, &vcjob("fits", &[("w", 3)])).await.unwrap();
+    create(&c, &vcjob("big", &[("ps", 1), ("worker", 2)]))
+        .await
+        .unwrap();
+    let mut made = Vec::new();
+    for (t, i) in [(0, 0), (1, 0), (1, 1)] {
+        made.push(volcano_makes_pod(&c, "big", t, i).await);
+    }
+    c.until("ml", "big's entry named", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    // The controller's first release of big answers 500, writing nothing.
+    let job = "/apis/batch.volcano.sh/v1alpha1/namespaces/ml/jobs/big";
+    c.fake.fail_next(job, 1);
+    let patched = || {
+        c.fake
+            .requests()
+            .iter()
+            .filter(|r| r.starts_with(&format!("PATCH {job}")))
+            .count()
+    };
+    vcjobs(&c)
+        .delete("fits", &DeleteParams::default())
+        .await
+        .unwrap();
+    until("the release tried", || patched() >= 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    if patched() == 1 {
+        for p in &made {
+            assert!(gated(&pod_of(&c, p)), "{p} ungated by a release not stored");
+        }
+        // The next reconcile releases it again.
+        c.touch("ml", 1);
+    }
+    // Whenever a pod is seen ungated, its job's release is stored (the
+    // pods are read first; a job released is never held again here).
+    until("big's pods ungated", || {
+        let ungated = made.iter().filter(|p| !gated(&pod_of(&c, p))).count();
+        if ungated > 0 {
+            let job = stored(&c, "big");
+            assert!(
+                job["metadata"]["annotations"].get(GATE).is_none(),
+                "a pod ungated before its job's release was stored: {job}"
+            );
+        }
+        ungated == made.len()
+    })
+    .await;
+    assert_eq!(
+        used(&c.fake.quota("ml"), "requests.cpu"),
+        "3",
+        "charged once"
+    );
+}
+
 /// A crash between the queue's charge and the release leaves a charged
 /// job still annotated and its pods gated: the next reconcile removes the
 /// annotation and ungates the pods, and charges nothing twice.

@@ -899,8 +899,15 @@ impl Context {
                 self.gone_after_release(quota, wref, uid).await;
                 return;
             }
+            // Refused (the validating webhook found no room: the charge
+            // was taken back since the round wrote it) or failed: nothing
+            // is released, not even a gated kind's pods, which would run
+            // uncharged. The object stays held and marked; the next
+            // reconcile releases it again while it is charged, and the
+            // fold queues it again once it is not.
             Err(e) => {
-                tracing::warn!(workload = %wref, error = %e, "release failed; the next reconcile repairs it")
+                tracing::warn!(workload = %wref, error = %e, "release failed; the next reconcile repairs it");
+                return;
             }
         }
         let pods = self.view.lock().unwrap().gated_pods_of(wref);
