@@ -344,7 +344,21 @@ impl Context {
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => {
+                // The write may have been made and only its answer lost:
+                // seen suspended now, it is not suspended again by the
+                // repair while the watch has yet to show it (a second
+                // suspend would tell its owner and count it twice).
+                if let Ok(Some(o)) = api.get_opt(r.name).await {
+                    let held = serde_json::to_value(&o)
+                        .is_ok_and(|v| quota::hold::is_held(adapter.hold(), &v));
+                    if held {
+                        let mut done = self.suspended.lock().unwrap();
+                        done.insert(wref.to_string(), Instant::now());
+                    }
+                }
+                Err(e)
+            }
         }
     }
 
