@@ -338,9 +338,7 @@ impl Context {
             .await
         {
             Ok(_) => {
-                let mut done = self.suspended.lock().unwrap();
-                done.retain(|_, at| at.elapsed() < SUSPEND_SEEN_WITHIN);
-                done.insert(wref.to_string(), Instant::now());
+                self.just_suspended(wref);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
@@ -353,13 +351,20 @@ impl Context {
                     let held = serde_json::to_value(&o)
                         .is_ok_and(|v| quota::hold::is_held(adapter.hold(), &v));
                     if held {
-                        let mut done = self.suspended.lock().unwrap();
-                        done.insert(wref.to_string(), Instant::now());
+                        self.just_suspended(wref);
                     }
                 }
                 Err(e)
             }
         }
+    }
+
+    /// `wref` suspended by this controller now: the repair leaves it alone
+    /// for `SUSPEND_SEEN_WITHIN`, while the watch catches up.
+    fn just_suspended(&self, wref: &str) {
+        let mut done = self.suspended.lock().unwrap();
+        done.retain(|_, at| at.elapsed() < SUSPEND_SEEN_WITHIN);
+        done.insert(wref.to_string(), Instant::now());
     }
 
     /// The repairs of a preemption interrupted between its two writes

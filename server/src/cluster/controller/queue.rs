@@ -881,34 +881,34 @@ impl Context {
                 }
             }
         }
-        match api
+        // Only a release the API server stored releases the pods of a
+        // gated kind: refused (the validating webhook found no room, the
+        // charge taken back since the round wrote it), failed or gone, its
+        // pods would run uncharged. The object stays held and marked; the
+        // next reconcile releases it again while it is charged, and the
+        // fold queues it again once it is not.
+        if let Err(e) = api
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_not_found() => {
-                self.gone_after_release(quota, wref, uid).await;
+            match e {
+                kube::Error::Api(s) if s.is_not_found() => {
+                    self.gone_after_release(quota, wref, uid).await;
+                }
+                // 409 as a uid precondition's failure; 422 as the immutable
+                // field's, should an API server word it so.
+                kube::Error::Api(s)
+                    if s.message.contains("UID in precondition")
+                        || (s.code == 422 && s.message.contains("metadata.uid")) =>
+                {
+                    tracing::info!(workload = %wref, %uid, error = %s.message, "not released: the name holds another object now");
+                    self.gone_after_release(quota, wref, uid).await;
+                }
+                e => {
+                    tracing::warn!(workload = %wref, error = %e, "release failed; the next reconcile repairs it");
+                }
             }
-            // 409 as a uid precondition's failure; 422 as the immutable
-            // field's, should an API server word it so.
-            Err(kube::Error::Api(s))
-                if s.message.contains("UID in precondition")
-                    || (s.code == 422 && s.message.contains("metadata.uid")) =>
-            {
-                tracing::info!(workload = %wref, %uid, error = %s.message, "not released: the name holds another object now");
-                self.gone_after_release(quota, wref, uid).await;
-                return;
-            }
-            // Refused (the validating webhook found no room: the charge
-            // was taken back since the round wrote it) or failed: nothing
-            // is released, not even a gated kind's pods, which would run
-            // uncharged. The object stays held and marked; the next
-            // reconcile releases it again while it is charged, and the
-            // fold queues it again once it is not.
-            Err(e) => {
-                tracing::warn!(workload = %wref, error = %e, "release failed; the next reconcile repairs it");
-                return;
-            }
+            return;
         }
         let pods = self.view.lock().unwrap().gated_pods_of(wref);
         self.ungate(&pods).await;
