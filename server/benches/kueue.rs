@@ -1604,6 +1604,34 @@ fn report(
         "",
         "",
     );
+    // bizrq's own count of the whole reads its status writes made, by
+    // cause (the API server's count above has every GET).
+    let reread = |cause: &str| {
+        metric(
+            metrics,
+            &format!("bizrq_quota_rereads_total{{cause=\"{cause}\"}}"),
+        )
+    };
+    let per = |cause: &str| {
+        let x = reread(cause);
+        if x.is_nan() {
+            0.0
+        } else {
+            x / n.created.max(1) as f64
+        }
+    };
+    row(
+        "  writes' whole reads: lost swap / unproven / uncached",
+        format!(
+            "{:.2} / {:.2} / {:.2} (swaps lost {:.2})",
+            per("conflict"),
+            per("unproven"),
+            per("uncached"),
+            metric(metrics, "bizrq_cas_conflicts_total") / n.created.max(1) as f64
+        ),
+        "",
+        "",
+    );
     row(
         "largest stored quota object (sampled each 1 s)",
         format!("{} B ({})", q.largest, q.largest_name),

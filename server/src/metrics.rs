@@ -137,6 +137,9 @@ pub struct Metrics {
     pub store_write_batch_size: Histogram,
     pub cas_conflicts: Counter,
     pub cas_exhausted: Counter,
+    /// Whole reads of a quota a read-modify-write made, by why
+    /// (`count_quota_reread`).
+    pub quota_rereads: Family<CauseLabels, Counter>,
     pub reconcile_duration: Histogram,
     /// One quota's reconcile (controller).
     pub quota_reconcile_duration: Histogram,
@@ -284,6 +287,12 @@ impl Default for Metrics {
             "cas_conflicts",
             "Status writes that lost a compare-and-swap and were retried",
             cas_conflicts.clone(),
+        );
+        let quota_rereads = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "quota_rereads",
+            "Whole reads of a quota a status write made before deciding, by cause: uncached (no copy kept), versioned (a change asked on a given version), unproven (a decision that writes nothing or refuses, made on a kept copy, proven on a fresh one), conflict (a compare-and-swap lost, and the watch did not bring the newer version within 100 ms)",
+            quota_rereads.clone(),
         );
         registry.register(
             "cas_retries_exhausted",
@@ -556,12 +565,22 @@ impl Default for Metrics {
             store_write_batch_size,
             cas_conflicts,
             cas_exhausted,
+            quota_rereads,
             reconcile_duration,
         }
     }
 }
 
 impl Metrics {
+    /// A whole read of a quota by a status write, counted by why.
+    pub fn count_quota_reread(&self, cause: &'static str) {
+        self.quota_rereads
+            .get_or_create(&CauseLabels {
+                cause: cause.to_string(),
+            })
+            .inc();
+    }
+
     /// A new queue entry refused by a bound (`ledger::Full::cause`).
     pub fn count_queue_refused(&self, cause: &str) {
         self.queue_refused

@@ -19,7 +19,7 @@
 use super::cache::{Cache, NameLocks};
 use super::{backoff, Clock, ServiceError, MAX_ATTEMPTS};
 use crate::metrics::Metrics;
-use crate::store::{QuotaStore, StoreError, Stored};
+use crate::store::{QuotaStore, StoreError, Stored, Watched};
 use quota::batch;
 use quota::cash::QosMultipliers;
 use quota::object::Quota;
@@ -218,6 +218,11 @@ impl Leader {
             }
         }
         let mut use_cache = true;
+        // After a lost compare-and-swap, the newer version as the feed
+        // brought it (`Service::modify`'s way): decided on with no read.
+        let mut newer: Option<Arc<Stored>> = None;
+        // Why the next attempt reads the quota whole, if it does.
+        let mut why = "uncached";
         for attempt in 1..=MAX_ATTEMPTS {
             // A caller that went away is not decided for (its review was
             // abandoned; nothing must be charged in its name).
@@ -229,15 +234,20 @@ impl Leader {
             if jobs.is_empty() {
                 return;
             }
-            let cached = if use_cache {
-                self.cache.get(name)
-            } else {
-                None
+            let cached = match newer.take() {
+                Some(n) => Some(n),
+                None if use_cache => self.cache.get(name),
+                None => None,
             };
             let from_cache = cached.is_some();
             let current = match cached {
                 Some(c) => c,
-                None => match self.store.get(name).await {
+                None => match self
+                    .store
+                    .get(name)
+                    .await
+                    .inspect(|_| self.metrics.count_quota_reread(why))
+                {
                     Ok(Some(s)) => {
                         let s = Arc::new(s);
                         self.cache.remember(s.clone());
@@ -273,6 +283,7 @@ impl Leader {
                         Ok(Some(v)) if v == current.version => {}
                         _ => {
                             use_cache = false;
+                            why = "unproven";
                             continue;
                         }
                     }
@@ -303,6 +314,15 @@ impl Leader {
                     if let Some(done) = self.run_locked(name, &mut jobs).await {
                         return done;
                     }
+                    if let Watched::Newer(s) = self
+                        .store
+                        .watched_newer(name, current.version, super::FEED_AFTER_CONFLICT)
+                        .await
+                    {
+                        newer = Some(Arc::new(*s));
+                        continue;
+                    }
+                    why = "conflict";
                     if !from_cache {
                         backoff(attempt).await;
                     }

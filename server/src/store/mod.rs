@@ -161,6 +161,14 @@ pub trait QuotaStore: Send + Sync + 'static {
     fn watched(&self, _name: &str, _than: Option<i64>) -> Watched {
         Watched::NoFeed
     }
+    /// `watched`, waiting up to `bound` for the feed to show a version of
+    /// `name` newer than `than`: after a compare-and-swap lost to a newer
+    /// version, the copy to decide again on comes through the feed with no
+    /// request (woken by the feed, never polling). `NotNewer` once the
+    /// bound passes; `NoFeed` and `Missing` at once.
+    async fn watched_newer(&self, name: &str, than: i64, _bound: std::time::Duration) -> Watched {
+        self.watched(name, Some(than))
+    }
     /// The version `name` is at now (None: gone), read fresh: what proves
     /// a kept copy current without reading and parsing the whole quota.
     /// By default a whole read.

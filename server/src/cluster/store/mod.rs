@@ -805,6 +805,24 @@ impl QuotaStore for ClusterStore {
         }
     }
 
+    async fn watched_newer(&self, name: &str, than: i64, bound: std::time::Duration) -> Watched {
+        // Subscribed before the first look: a version applied after it
+        // wakes the wait (the cache holds an event before the feed says
+        // it has seen it).
+        let mut seen = self.reach.seen.subscribe();
+        let until = tokio::time::Instant::now() + bound;
+        loop {
+            match self.watched(name, Some(than)) {
+                Watched::NotNewer => {}
+                other => return other,
+            }
+            match tokio::time::timeout_at(until, seen.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return Watched::NotNewer,
+            }
+        }
+    }
+
     async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
         // The object's metadata alone, fresh from the API server (not the
         // watch's copy, which may not have seen another replica's write
