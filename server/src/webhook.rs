@@ -323,20 +323,33 @@ pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Ve
 /// refused: one whose object is named so is let through touching nothing
 /// (its CREATE was refused, so nothing is charged under that name; a
 /// charge an older version stored is removed by `bizrq repair`).
+///
+/// A review uid longer than `MAX_REVIEW_UID` is refused likewise: a
+/// tenant's charge is stored under it, so one of a megabyte would fill
+/// its quota's status (the API server's are 36 bytes).
 pub(crate) fn refuse_hostile(req: &Request) -> Option<Verdict> {
     if req.operation == "DELETE" {
         let h = req.hostile_target()?;
         return Some(Verdict::allow().warn([h.let_through()]));
     }
-    let h = req.hostile_field()?;
+    let message = match req.uid.len() {
+        n if n > MAX_REVIEW_UID => format!(
+            "bizrq: request.uid is {n} bytes long, more than the {MAX_REVIEW_UID} a review's \
+             uid may be (the API server's are 36); refused before anything is stored"
+        ),
+        _ => req.hostile_field()?.refusal(),
+    };
     Some(Verdict {
         allowed: false,
         code: StatusCode::BAD_REQUEST.as_u16(),
-        message: h.refusal(),
+        message,
         reason: Some("BadRequest"),
         ..Verdict::default()
     })
 }
+
+/// The longest review uid accepted (`refuse_hostile`), in bytes.
+pub const MAX_REVIEW_UID: usize = 128;
 
 /// What a reviewed object's status may say. An UPDATE carries the status
 /// the API server keeps (it restores the stored one before admission), so

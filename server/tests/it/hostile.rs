@@ -65,6 +65,9 @@ fn hostile_reviews() -> Vec<(Value, &'static str)> {
         ["example.com/f\u{0}o"] = "1".into();
     out.push((r, "a key in request.object.spec.template.spec.containers[0].resources.requests contains a control character (U+0000)"));
     let mut r = create("web");
+    r["request"]["uid"] = "u".repeat(4096).into();
+    out.push((r, "request.uid is 4096 bytes long"));
+    let mut r = create("web");
     r["request"]["userInfo"]["groups"][0] = "devs\u{1b}[2J".into();
     out.push((
         r,
