@@ -795,6 +795,71 @@ mod tests {
         assert_eq!(stored.status.used[GPU], "3".parse().unwrap());
     }
 
+    /// A write that loses its compare-and-swap decides again on the newer
+    /// version the feed shows (a watch brings it within milliseconds), not
+    /// on a whole read; with no newer copy in the feed, it reads.
+    async fn a_lost_swap_decides_again_on_the_feeds_newer_copy(store: &SqlStore) {
+        let (rigged, svc) = rigged(store, "10").await;
+        let w0 = "apps/Deployment/ns/w0";
+        svc.charge(crate::service::ChargeRequest::new(
+            "team",
+            w0,
+            pod_sets(1),
+            "uid-0",
+        ))
+        .await
+        .unwrap();
+        let gets = || rigged.gets.load(Ordering::SeqCst);
+        // Another replica charges 2 cards; the feed shows its version.
+        let theirs = store.get("team").await.unwrap().unwrap();
+        let mut q = theirs.quota.clone();
+        quota::admission::charge(&mut q, "apps/Deployment/ns/theirs", charge(2, "t")).unwrap();
+        store.replace_status(&theirs, &q.status).await.unwrap();
+        *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
+        let before = (gets(), svc.metrics.cas_conflicts.get());
+        // A plain write on this replica's own (stale) copy loses the swap
+        // and is decided again on the feed's copy: no read.
+        let seen_theirs = svc
+            .update_status("team", false, |q| {
+                let theirs = q.status.workloads.contains_key("apps/Deployment/ns/theirs");
+                quota::admission::charge(q, "apps/Deployment/ns/w1", charge(1, "uid-1"))?;
+                Ok((true, theirs))
+            })
+            .await
+            .unwrap();
+        assert!(seen_theirs, "decided again on the newer version");
+        assert_eq!(gets(), before.0, "no whole read");
+        assert_eq!(svc.metrics.cas_conflicts.get(), before.1 + 1);
+        // So does a batch of the group commit.
+        let theirs = store.get("team").await.unwrap().unwrap();
+        let mut q = theirs.quota.clone();
+        quota::admission::charge(&mut q, "apps/Deployment/ns/theirs2", charge(1, "t2")).unwrap();
+        store.replace_status(&theirs, &q.status).await.unwrap();
+        *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
+        let before = gets();
+        svc.charge(crate::service::ChargeRequest::new(
+            "team",
+            "apps/Deployment/ns/w2",
+            pod_sets(1),
+            "uid-2",
+        ))
+        .await
+        .unwrap();
+        if svc.metrics.admission_batches_locked.get() == 0 {
+            // (Where the store has a row lock, the batch that lost goes
+            // under it, as `a_quota_another_replica_…` shows.)
+            assert_eq!(gets(), before, "no whole read");
+        }
+        // Nothing lost or doubled: w0, w1, w2 (1 each), theirs (2),
+        // theirs2 (1).
+        let stored = store.get("team").await.unwrap().unwrap().quota;
+        assert_eq!(stored.status.used[GPU], "6".parse().unwrap());
+        let m = svc.metrics.quota_rereads.get_or_create(&crate::metrics::CauseLabels {
+            cause: "conflict".into(),
+        });
+        assert_eq!(m.get(), 0, "no read counted for a lost swap");
+    }
+
     async fn a_quota_another_replica_writes_goes_to_the_lock_at_once(store: &SqlStore) {
         let (rigged, svc) = rigged(store, "100").await;
         // The first write loses its swap to another replica's charge.
@@ -828,6 +893,7 @@ mod tests {
     }
 
     on_both_databases!(
+        a_lost_swap_decides_again_on_the_feeds_newer_copy,
         a_quota_another_replica_writes_goes_to_the_lock_at_once,
         an_unchanged_batch_is_proven_by_the_version_alone,
         a_watched_decision_that_writes_nothing_reads_nothing,
