@@ -854,12 +854,9 @@ mod tests {
         // theirs2 (1).
         let stored = store.get("team").await.unwrap().unwrap().quota;
         assert_eq!(stored.status.used[GPU], "6".parse().unwrap());
-        let m = svc
-            .metrics
-            .quota_rereads
-            .get_or_create(&crate::metrics::CauseLabels {
-                cause: "conflict".into(),
-            });
+        let m = svc.metrics.quota_rereads.get_or_create(&crate::metrics::CauseLabels {
+            cause: "conflict".into(),
+        });
         assert_eq!(m.get(), 0, "no read counted for a lost swap");
     }
 

@@ -58,16 +58,7 @@ impl Context {
         now: i64,
         due: &mut Vec<(String, Victim)>,
     ) -> Result<(), ServiceError> {
-        // The newest copy this replica knows, with no read: the round's
-        // own write just before, or a newer one the watch brought. Only
-        // this controller marks, queues a preempted entry and admits from
-        // the queue, so the copy holds all of those; what it may miss is
-        // another replica's review of the last moments (room a DELETE
-        // freed), as a fresh read misses one made just after it. The
-        // marks are reconciled with the stored ones in the write's
-        // compare-and-swap (docs/queueing.md §6).
-        let stored = self.service.recent(name).await?;
-        let q = &stored.quota;
+        let q = self.service.get(name).await?.quota;
         let ours = q
             .status
             .reclaim
@@ -79,7 +70,7 @@ impl Context {
             return Ok(());
         }
         let found = if wants {
-            self.preemption_plan(q, now, None).await?.reclaim()
+            self.preemption_plan(&q, now, None).await?.reclaim()
         } else {
             None
         };
@@ -125,39 +116,35 @@ impl Context {
         // and suspends only in a write (`update_status_watched`).
         let (outcome, queued) = self
             .service
-            .update_status_watched(
-                name,
-                |_| true,
-                |q| {
-                    let o = reclaim::reconcile_marks_of(
-                        Origin::Preempt,
-                        name,
-                        &q.status.reclaim,
-                        &plan,
-                        now,
-                        grace,
-                    );
-                    let mut changed = o.changed;
-                    if o.changed {
-                        q.status.reclaim = o.marks.clone();
+            .update_status_watched(name, |_| true, |q| {
+                let o = reclaim::reconcile_marks_of(
+                    Origin::Preempt,
+                    name,
+                    &q.status.reclaim,
+                    &plan,
+                    now,
+                    grace,
+                );
+                let mut changed = o.changed;
+                if o.changed {
+                    q.status.reclaim = o.marks.clone();
+                }
+                // Queued in the write that spends the mark, before the
+                // suspend: a crash after this write leaves an entry to
+                // repair, never a suspended job outside the queue.
+                let mut queued = Vec::new();
+                for v in &o.due {
+                    let Some(work) = works.get(&v.workload_ref) else {
+                        continue; // gone, or already stopped: nothing to take
+                    };
+                    // Past MAX_QUEUE it is not queued, so not suspended.
+                    if let Ok(c) = queue::entries::preempt(q, work.clone(), reason.clone()) {
+                        changed |= c;
+                        queued.push(v.workload_ref.clone());
                     }
-                    // Queued in the write that spends the mark, before the
-                    // suspend: a crash after this write leaves an entry to
-                    // repair, never a suspended job outside the queue.
-                    let mut queued = Vec::new();
-                    for v in &o.due {
-                        let Some(work) = works.get(&v.workload_ref) else {
-                            continue; // gone, or already stopped: nothing to take
-                        };
-                        // Past MAX_QUEUE it is not queued, so not suspended.
-                        if let Ok(c) = queue::entries::preempt(q, work.clone(), reason.clone()) {
-                            changed |= c;
-                            queued.push(v.workload_ref.clone());
-                        }
-                    }
-                    Ok((changed, (o, queued)))
-                },
-            )
+                }
+                Ok((changed, (o, queued)))
+            })
             .await?;
         let metrics = &self.service.metrics;
         for v in &outcome.marked {

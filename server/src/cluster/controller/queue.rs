@@ -66,18 +66,25 @@ impl ToRelease {
 }
 
 impl Context {
-    /// What a round of `name` raises and repairs, over the copy `q` and
-    /// the watch's view of its workloads: the charges a review lowered
-    /// that the round raises again, and the held objects charged by an
-    /// admission whose release did not happen (reference, uid).
-    fn round_basis(
+    /// One round of admissions from `name`'s queue, the crash repair, and
+    /// the restated positions. Errors are the next reconcile's to retry.
+    /// What the round charged and the crash repair found charged but held
+    /// is left in `out` to be released (`release_all`) once the caller no
+    /// longer holds the quota (`one_at_a_time`), even when the round
+    /// failed after the repair.
+    pub(super) async fn admit_from_queue(
         &self,
         name: &str,
-        q: &quota::Quota,
-    ) -> (
-        Vec<(String, quota::reconcile::Observed)>,
-        Vec<(String, String)>,
-    ) {
+        now: i64,
+        out: &mut ToRelease,
+    ) -> Result<(), ServiceError> {
+        let t0 = std::time::Instant::now();
+        self.service.metrics.queue_rounds.inc();
+        // The parent and siblings the plan reads, as new as what asked.
+        self.store_caught_up(name).await;
+        let stored = self.service.get(name).await?;
+        let mut stamp = crate::store::Stamp::of(&stored);
+        let q = stored.quota;
         let snap = self
             .view
             .lock()
@@ -122,47 +129,6 @@ impl Context {
                 })
                 .collect()
         };
-        (raised, repairs)
-    }
-
-    /// One round of admissions from `name`'s queue, the crash repair, and
-    /// the restated positions. Errors are the next reconcile's to retry.
-    /// What the round charged and the crash repair found charged but held
-    /// is left in `out` to be released (`release_all`) once the caller no
-    /// longer holds the quota (`one_at_a_time`), even when the round
-    /// failed after the repair.
-    pub(super) async fn admit_from_queue(
-        &self,
-        name: &str,
-        now: i64,
-        out: &mut ToRelease,
-    ) -> Result<(), ServiceError> {
-        let t0 = std::time::Instant::now();
-        self.service.metrics.queue_rounds.inc();
-        // The parent and siblings the plan reads, as new as what asked.
-        self.store_caught_up(name).await;
-        // The newest copy this replica knows, with no read (its own
-        // writes, the watch's of everyone's): the round's one write
-        // decides again on the version it writes (`admit_round`), and only
-        // this controller admits from the queue, so the copy holds every
-        // admission before. A crash repair (below) releases held objects
-        // on the charges it reads, so where there is one to make, it is
-        // decided on a fresh read, as before (docs/benchmarks.md: a repair
-        // decided on an old copy once released a Job whose charge had
-        // gone).
-        let recent = self.service.recent(name).await?;
-        let (mut raised, mut repairs) = self.round_basis(name, &recent.quota);
-        let stored = match repairs.is_empty() {
-            true => recent,
-            false => {
-                let fresh = Arc::new(self.service.get(name).await?);
-                (raised, repairs) = self.round_basis(name, &fresh.quota);
-                fresh
-            }
-        };
-        let mut stamp = crate::store::Stamp::of(&stored);
-        let q = stored.quota.clone();
-        drop(stored);
         // Charged by an admission whose release did not happen.
         out.repairs = repairs;
         // A preemption stopped between its entry and its suspend.
