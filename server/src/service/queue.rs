@@ -168,20 +168,7 @@ impl Service {
     /// knows them with no request (`Service::recent`): what tells the
     /// scheduler whether a round could plan more than its last one.
     pub async fn queue_limits_recent(&self, q: &Quota) -> Result<ResourceList, ServiceError> {
-        Ok(self.queue_plan_recent(q).await?.0)
-    }
-
-    /// `queue_plan` on the parent as this replica knows it, with no
-    /// request (`Service::recent`), as its children already are (the
-    /// store's feed): a controller's round. The loans it plans are asked
-    /// of the parent in its compare-and-swap (`admit_round`), which grants
-    /// what the stored parent can lend; what is not granted waits for the
-    /// next round.
-    pub async fn queue_plan_recent(
-        &self,
-        q: &Quota,
-    ) -> Result<(ResourceList, Option<queue::share::Family>), ServiceError> {
-        self.plan_on(q, true).await
+        Ok(self.plan_on(q, true).await?.0)
     }
 
     /// `queue_plan`, the parent read fresh, or with `recent` as this

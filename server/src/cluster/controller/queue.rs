@@ -224,12 +224,11 @@ impl Context {
             })
             .collect();
         // Hard, or for a quota that may borrow, hard + what its parent
-        // could lend now (`queue::borrow_limits`), the parent as the watch
-        // shows it: each admission then asks for its loan in the parent's
-        // compare-and-swap, as the webhook's borrowing path does, so what
-        // is admitted is never more than is granted.
+        // could lend now (`queue::borrow_limits`): each admission then asks
+        // for its loan in the parent's compare-and-swap, as the webhook's
+        // borrowing path does, so the plan is never more than is granted.
         let t_read = t0.elapsed();
-        let (limits, family) = self.service.queue_plan_recent(&q).await?;
+        let (limits, family) = self.service.queue_plan(&q).await?;
         out.limits = Some(limits.clone());
         // Equals by their submitters' decayed usage, where the policy asks
         // (`submitters`, docs/queueing.md §11).
