@@ -110,13 +110,9 @@ impl Context {
         let reason = format!(
             "preempted for {head}, of higher priority; waits to be admitted again when it fits"
         );
-        // Nothing to change (the usual step, after every round) stands on
-        // the newest copy this replica knows, as a reconcile's does: the
-        // step runs again after the next round and reconcile, and marks
-        // and suspends only in a write (`update_status_watched`).
         let (outcome, queued) = self
             .service
-            .update_status_watched(name, |_| true, |q| {
+            .update_status(name, false, |q| {
                 let o = reclaim::reconcile_marks_of(
                     Origin::Preempt,
                     name,
