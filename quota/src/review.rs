@@ -177,7 +177,8 @@ impl Request {
 
     /// `hostile_field` of what names the object under review only: its
     /// name and namespace, and the objects. A DELETE's username or review
-    /// uid is never stored, so only these decide whether it is read.
+    /// uid is never stored (an HPA's DELETE leaves the lowered charge its
+    /// own uid), so only these decide whether it is read.
     pub fn hostile_target(&self) -> Option<Hostile> {
         let fields = [
             ("request.name", self.name.as_ref()),

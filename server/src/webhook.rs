@@ -196,7 +196,9 @@ async fn handle(app: &AppState, endpoint: Endpoint, body: &[u8]) -> Response {
     let verdict = decide(&app.service, endpoint, &req).await;
     if !verdict.allowed {
         // Escaped: a refused review's strings may hold control characters.
-        tracing::info!(uid = %req.uid.escape_debug(), endpoint = endpoint.name(), op = %req.operation.escape_debug(),
+        // The uid cut to its bound: a refused one may be as long as a body.
+        let uid: String = req.uid.chars().take(MAX_REVIEW_UID).collect();
+        tracing::info!(uid = %uid.escape_debug(), endpoint = endpoint.name(), op = %req.operation.escape_debug(),
             kind = %req.kind.kind.escape_debug(),
             name = %req.name.as_deref().unwrap_or("").escape_debug(),
             namespace = %req.namespace.as_deref().unwrap_or("").escape_debug(),
@@ -760,8 +762,15 @@ async fn review_hpa(svc: &Service, req: &Request) -> Result<Verdict, ServiceErro
             .await?;
     }
     if let Some((wref, at)) = old_target.filter(|(r, _)| Some(r) != new_ref) {
+        // A DELETE's review uid is not checked (`refuse_hostile`: a
+        // DELETE is never refused), so it is not stored: the lowered
+        // charge keeps its own.
+        let uid = match req.operation.as_str() {
+            "DELETE" => "",
+            _ => req.uid.as_str(),
+        };
         let lifted = svc
-            .set_hpa(&wref, Some(&at), None, &name, &req.uid, req.dry())
+            .set_hpa(&wref, Some(&at), None, &name, uid, req.dry())
             .await;
         match lifted {
             Ok(_) => {}

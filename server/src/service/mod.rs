@@ -479,8 +479,11 @@ impl Service {
             None => "uncached",
         };
         // After a lost compare-and-swap, the newer version as the feed
-        // brought it: the next attempt decides on it with no read.
+        // brought it: the next attempt decides on it with no read. Once
+        // per call: a quota another replica keeps writing is read fresh
+        // after that, with backoff, as before.
         let mut newer: Option<Arc<Stored>> = None;
+        let mut fed_once = false;
         for attempt in 1..=MAX_ATTEMPTS {
             let (cached, fed) = match (newer.take(), use_cache) {
                 (Some(n), _) => (Some(n), true),
@@ -549,17 +552,18 @@ impl Service {
                 Err(StoreError::Conflict(_)) if expected_version.is_none() => {
                     self.metrics.cas_conflicts.inc();
                     // Another writer stored a newer version: a store with a
-                    // feed brings it within milliseconds, with no request
-                    // (the whole read it saves was the most frequent read
-                    // of a quota in Kueue's baseline, docs/benchmarks.md).
+                    // feed brings it within milliseconds, with no request.
                     // Decided on it, the write is again a compare-and-swap.
-                    if let Watched::Newer(s) = self
-                        .store
-                        .watched_newer(name, current.version, FEED_AFTER_CONFLICT)
-                        .await
-                    {
-                        newer = Some(Arc::new(*s));
-                        continue;
+                    if !fed_once {
+                        fed_once = true;
+                        if let Watched::Newer(s) = self
+                            .store
+                            .watched_newer(name, current.version, FEED_AFTER_CONFLICT)
+                            .await
+                        {
+                            newer = Some(Arc::new(*s));
+                            continue;
+                        }
                     }
                     why = "conflict";
                     if !from_cache {

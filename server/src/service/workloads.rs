@@ -994,7 +994,9 @@ impl Service {
     /// cache misses to reading it, `QuotaStore::workload_quota_at`) and
     /// charge the difference. `change` returns false when it does not
     /// apply. Returns false when the workload holds no charge (not
-    /// governed).
+    /// governed). The changed charge takes `uid` (the review's); an empty
+    /// one keeps the charge's own (a DELETE's review, whose uid is never
+    /// checked, since a DELETE is never refused).
     pub(super) async fn change_held(
         &self,
         wref: &str,
@@ -1019,7 +1021,9 @@ impl Service {
                     if !change(&mut c) {
                         return None;
                     }
-                    c.uid = uid.clone();
+                    if !uid.is_empty() {
+                        c.uid = uid.clone();
+                    }
                     c.admitted = Some(now.to_string());
                     Some(c)
                 }),

@@ -172,6 +172,42 @@ async fn hostile_review_strings_are_refused_naming_the_field_on_postgres() {
     refuses_hostile_reviews(&fresh_postgres().await).await;
 }
 
+/// A DELETE is never refused, so its review uid is never checked: an
+/// HPA's DELETE lifts the reservation and stores none of a hostile uid
+/// (the lowered charge keeps its own).
+#[tokio::test]
+async fn an_hpa_delete_stores_none_of_its_review_uid() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&fresh_sqlite(&dir)).await;
+    s.create_quota("nlp-team", "", json!({GPU: "16", "requests.cpu": "64"}))
+        .await;
+    let mut d = deployment("train-a100", "nlp-team", 1, 2);
+    d["metadata"]["namespace"] = "nlp".into();
+    let v = s
+        .review(
+            "/validate/workloads",
+            &review("deployment-create.json", "c-train", Some(d), None),
+        )
+        .await;
+    assert_eq!(v["allowed"], true, "{v}");
+    let mut h = fixture("hpa-create.json");
+    h["request"]["object"]["spec"]["maxReplicas"] = 4.into();
+    let v = s.review("/validate/hpa", &h).await;
+    assert_eq!(v["allowed"], true, "{v}");
+    assert_eq!(s.used("nlp-team", GPU).await, "8", "4 replicas reserved");
+    let long = "u".repeat(4096);
+    let mut del = h.clone();
+    del["request"]["operation"] = "DELETE".into();
+    del["request"]["oldObject"] = h["request"]["object"].clone();
+    del["request"]["object"] = Value::Null;
+    del["request"]["uid"] = long.clone().into();
+    let v = s.review("/validate/hpa", &del).await;
+    assert_eq!(v["allowed"], true, "{v}");
+    assert_eq!(s.used("nlp-team", GPU).await, "2", "the reservation lifted");
+    let q = s.quota("nlp-team").await;
+    assert!(!q.to_string().contains(&long[..200]), "{q}");
+}
+
 const CASH: &str = "cash/requests.nvidia.com/gpu";
 const T0: i64 = 1_795_255_200_000; // 2026-11-21T10:00:00Z
 const HOUR: i64 = 3_600_000;
