@@ -725,16 +725,7 @@ mod tests {
     /// newest copy it knows, its own or its watch's, and one that writes
     /// nothing stands without reading the quota; with no feed it is read.
     async fn a_watched_decision_that_writes_nothing_reads_nothing(store: &SqlStore) {
-        let (rigged, svc) = rigged(store, "10").await;
-        let w0 = "apps/Deployment/ns/w0";
-        svc.charge(crate::service::ChargeRequest::new(
-            "team",
-            w0,
-            pod_sets(1),
-            "uid-0",
-        ))
-        .await
-        .unwrap();
+        let (rigged, svc, w0) = rigged_with_w0(store).await;
         let gets = || rigged.gets.load(Ordering::SeqCst);
         let charged = |svc: Arc<Service>| async move {
             svc.update_status_watched(
@@ -797,10 +788,8 @@ mod tests {
         assert_eq!(stored.status.used[GPU], "3".parse().unwrap());
     }
 
-    /// A write that loses its compare-and-swap decides again on the newer
-    /// version the feed shows (a watch brings it within milliseconds), not
-    /// on a whole read; with no newer copy in the feed, it reads.
-    async fn a_lost_swap_decides_again_on_the_feeds_newer_copy(store: &SqlStore) {
+    /// `rigged` with a quota of 10 cards, 1 of them charged to `w0`.
+    async fn rigged_with_w0(store: &SqlStore) -> (Arc<Rigged>, Arc<Service>, &'static str) {
         let (rigged, svc) = rigged(store, "10").await;
         let w0 = "apps/Deployment/ns/w0";
         svc.charge(crate::service::ChargeRequest::new(
@@ -811,6 +800,15 @@ mod tests {
         ))
         .await
         .unwrap();
+        (rigged, svc, w0)
+    }
+
+    /// A write that loses its compare-and-swap decides again on the newer
+    /// version the feed shows (a watch brings it within milliseconds), not
+    /// on a whole read (with no newer copy in the feed it reads:
+    /// `a_watched_decision_that_writes_nothing_reads_nothing`).
+    async fn a_lost_swap_decides_again_on_the_feeds_newer_copy(store: &SqlStore) {
+        let (rigged, svc, _) = rigged_with_w0(store).await;
         let gets = || rigged.gets.load(Ordering::SeqCst);
         // Another replica charges 2 cards; the feed shows its version.
         let theirs = store.get("team").await.unwrap().unwrap();
