@@ -241,12 +241,12 @@ impl Leader {
                 None => None,
             };
             let from_cache = cached.is_some();
+            if !from_cache {
+                self.metrics.count_quota_reread(why);
+            }
             let current = match cached {
                 Some(c) => c,
-                None => match {
-                    self.metrics.count_quota_reread(why);
-                    self.store.get(name).await
-                } {
+                None => match self.store.get(name).await {
                     Ok(Some(s)) => {
                         let s = Arc::new(s);
                         self.cache.remember(s.clone());
