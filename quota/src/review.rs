@@ -122,6 +122,9 @@ impl Request {
     }
 }
 
+/// The longest review uid accepted (`Request::oversized_uid`), in bytes.
+pub const MAX_UID: usize = 128;
+
 /// Fields of an object whose string values are identifiers: names, uids,
 /// kinds (a Deployment's, a container's, an owner's, a scale target's),
 /// and the PriorityClass a queue entry keeps.
@@ -173,6 +176,29 @@ impl Request {
             }
         }
         self.hostile_in_objects()
+    }
+
+    /// The refusal of a review uid longer than `MAX_UID` bytes, if it is:
+    /// a tenant's charge is stored under the review's uid, so one the size
+    /// of a request body would fill its quota's status (the API server's
+    /// are 36). A DELETE's uid is never stored, so never asked about.
+    pub fn oversized_uid(&self) -> Option<String> {
+        let n = self.uid.len();
+        (n > MAX_UID).then(|| {
+            format!(
+                "bizrq: request.uid is {n} bytes long, more than the {MAX_UID} a review's \
+                 uid may be (the API server's are 36); refused before anything is stored"
+            )
+        })
+    }
+
+    /// The review uid as a log line may carry it: cut to `MAX_UID`.
+    pub fn uid_for_log(&self) -> &str {
+        let mut end = self.uid.len().min(MAX_UID);
+        while !self.uid.is_char_boundary(end) {
+            end -= 1;
+        }
+        &self.uid[..end]
     }
 
     /// `hostile_field` of what names the object under review only: its
@@ -494,6 +520,21 @@ mod tests {
         assert!(r.sent_by("system:serviceaccount:bizrq-system:bizrq"));
         assert!(!r.sent_by("system:serviceaccount:bizrq-system:other"));
         assert!(!r.sent_by(""));
+    }
+
+    #[test]
+    fn a_uid_past_its_bound_is_refused_and_logged_cut() {
+        let mut r = review(serde_json::json!({"uid": "u", "operation": "CREATE"}));
+        assert_eq!(r.oversized_uid(), None);
+        r.uid = "é".repeat(MAX_UID / 2);
+        assert_eq!(r.oversized_uid(), None, "exactly the bound");
+        r.uid.push('x');
+        let m = r.oversized_uid().unwrap();
+        assert!(m.contains("request.uid is 129 bytes long"), "{m}");
+        // Cut on a character boundary, never past the bound.
+        r.uid = format!("x{}", "é".repeat(MAX_UID));
+        assert!(r.uid_for_log().len() <= MAX_UID);
+        assert!(r.uid_for_log().starts_with("xé"));
     }
 
     fn review(request: serde_json::Value) -> Request {

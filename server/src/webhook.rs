@@ -197,8 +197,7 @@ async fn handle(app: &AppState, endpoint: Endpoint, body: &[u8]) -> Response {
     if !verdict.allowed {
         // Escaped: a refused review's strings may hold control characters.
         // The uid cut to its bound: a refused one may be as long as a body.
-        let uid: String = req.uid.chars().take(MAX_REVIEW_UID).collect();
-        tracing::info!(uid = %uid.escape_debug(), endpoint = endpoint.name(), op = %req.operation.escape_debug(),
+        tracing::info!(uid = %req.uid_for_log().escape_debug(), endpoint = endpoint.name(), op = %req.operation.escape_debug(),
             kind = %req.kind.kind.escape_debug(),
             name = %req.name.as_deref().unwrap_or("").escape_debug(),
             namespace = %req.namespace.as_deref().unwrap_or("").escape_debug(),
@@ -326,20 +325,16 @@ pub async fn decide(svc: &Arc<Service>, endpoint: Endpoint, req: &Request) -> Ve
 /// (its CREATE was refused, so nothing is charged under that name; a
 /// charge an older version stored is removed by `bizrq repair`).
 ///
-/// A review uid longer than `MAX_REVIEW_UID` is refused likewise: a
-/// tenant's charge is stored under it, so one of a megabyte would fill
-/// its quota's status (the API server's are 36 bytes).
+/// A review uid past its bound is refused likewise
+/// (`Request::oversized_uid`).
 pub(crate) fn refuse_hostile(req: &Request) -> Option<Verdict> {
     if req.operation == "DELETE" {
         let h = req.hostile_target()?;
         return Some(Verdict::allow().warn([h.let_through()]));
     }
-    let message = match req.uid.len() {
-        n if n > MAX_REVIEW_UID => format!(
-            "bizrq: request.uid is {n} bytes long, more than the {MAX_REVIEW_UID} a review's \
-             uid may be (the API server's are 36); refused before anything is stored"
-        ),
-        _ => req.hostile_field()?.refusal(),
+    let message = match req.oversized_uid() {
+        Some(m) => m,
+        None => req.hostile_field()?.refusal(),
     };
     Some(Verdict {
         allowed: false,
@@ -349,9 +344,6 @@ pub(crate) fn refuse_hostile(req: &Request) -> Option<Verdict> {
         ..Verdict::default()
     })
 }
-
-/// The longest review uid accepted (`refuse_hostile`), in bytes.
-pub const MAX_REVIEW_UID: usize = 128;
 
 /// What a reviewed object's status may say. An UPDATE carries the status
 /// the API server keeps (it restores the stored one before admission), so
