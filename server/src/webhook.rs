@@ -750,17 +750,21 @@ async fn review_hpa(svc: &Service, req: &Request) -> Result<Verdict, ServiceErro
             name: name.clone(),
             max_replicas: h.max_replicas,
         };
-        svc.set_hpa(wref, Some(at), Some(charge), &name, &req.uid, req.dry())
-            .await?;
+        svc.set_hpa(
+            wref,
+            Some(at),
+            Some(charge),
+            &name,
+            Some(&req.uid),
+            req.dry(),
+        )
+        .await?;
     }
     if let Some((wref, at)) = old_target.filter(|(r, _)| Some(r) != new_ref) {
         // A DELETE's review uid is not checked (`refuse_hostile`: a
         // DELETE is never refused), so it is not stored: the lowered
         // charge keeps its own.
-        let uid = match req.operation.as_str() {
-            "DELETE" => "",
-            _ => req.uid.as_str(),
-        };
+        let uid = (req.operation != "DELETE").then_some(req.uid.as_str());
         let lifted = svc
             .set_hpa(&wref, Some(&at), None, &name, uid, req.dry())
             .await;

@@ -994,21 +994,21 @@ impl Service {
     /// cache misses to reading it, `QuotaStore::workload_quota_at`) and
     /// charge the difference. `change` returns false when it does not
     /// apply. Returns false when the workload holds no charge (not
-    /// governed). The changed charge takes `uid` (the review's); an empty
-    /// one keeps the charge's own (a DELETE's review, whose uid is never
+    /// governed). The changed charge takes `uid` (the review's); `None`
+    /// keeps the charge's own (a DELETE's review, whose uid is never
     /// checked, since a DELETE is never refused).
     pub(super) async fn change_held(
         &self,
         wref: &str,
         at: Option<&WorkloadAt<'_>>,
-        uid: &str,
+        uid: Option<&str>,
         dry_run: bool,
         change: impl Fn(&mut Charge) -> bool + Send + Sync + 'static,
     ) -> Result<bool, ServiceError> {
         let Some(quota_name) = self.holder_of(wref, at).await? else {
             return Ok(false);
         };
-        let uid = uid.to_string();
+        let uid = uid.map(str::to_string);
         let admitted = self
             .admit(
                 &quota_name,
@@ -1021,7 +1021,7 @@ impl Service {
                     if !change(&mut c) {
                         return None;
                     }
-                    if !uid.is_empty() {
+                    if let Some(uid) = &uid {
                         c.uid = uid.clone();
                     }
                     c.admitted = Some(now.to_string());
@@ -1050,7 +1050,7 @@ impl Service {
         uid: &str,
         dry_run: bool,
     ) -> Result<bool, ServiceError> {
-        self.change_held(wref, Some(at), uid, dry_run, move |c| {
+        self.change_held(wref, Some(at), Some(uid), dry_run, move |c| {
             if c.pod_sets.len() != 1 {
                 return false;
             }
@@ -1062,7 +1062,8 @@ impl Service {
 
     /// An HPA targeting a held workload (stored `at`, when the HPA names
     /// where) reserves `maxReplicas` (or stops reserving, with `None`).
-    /// Returns false when the target is not governed.
+    /// Returns false when the target is not governed. `uid`: the review's,
+    /// as `change_held` takes it.
     #[tracing::instrument(level = "debug", skip_all, fields(workload = wref, hpa = hpa_name, dry_run = dry_run))]
     pub async fn set_hpa(
         &self,
@@ -1070,7 +1071,7 @@ impl Service {
         at: Option<&WorkloadAt<'_>>,
         hpa: Option<HpaCharge>,
         hpa_name: &str,
-        uid: &str,
+        uid: Option<&str>,
         dry_run: bool,
     ) -> Result<bool, ServiceError> {
         let hpa_name = hpa_name.to_string();
