@@ -69,6 +69,33 @@ pub struct RefusedLabels {
     pub code: String,
 }
 
+/// Why a status write read its quota whole (`quota_rereads`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reread {
+    /// No copy kept.
+    Uncached,
+    /// A change asked on a given version.
+    Versioned,
+    /// A decision that writes nothing or refuses, made on a kept copy,
+    /// proven on a fresh one.
+    Unproven,
+    /// A compare-and-swap lost, and the watch did not bring the newer
+    /// version in time.
+    Conflict,
+}
+
+impl Reread {
+    /// Its label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Reread::Uncached => "uncached",
+            Reread::Versioned => "versioned",
+            Reread::Unproven => "unproven",
+            Reread::Conflict => "conflict",
+        }
+    }
+}
+
 /// Which bound of a queue refused a new entry (`ledger::Full::cause`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CauseLabels {
@@ -573,10 +600,10 @@ impl Default for Metrics {
 
 impl Metrics {
     /// A whole read of a quota by a status write, counted by why.
-    pub fn count_quota_reread(&self, cause: &'static str) {
+    pub fn count_quota_reread(&self, why: Reread) {
         self.quota_rereads
             .get_or_create(&CauseLabels {
-                cause: cause.to_string(),
+                cause: why.label().to_string(),
             })
             .inc();
     }

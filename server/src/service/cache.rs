@@ -3,7 +3,7 @@
 //! quota so that its writers in this process queue instead of racing.
 
 use super::changed;
-use crate::store::{QuotaStore, StoreError, Stored};
+use crate::store::{QuotaStore, StoreError, Stored, Watched};
 use quota::cash::QosMultipliers;
 use quota::object::Quota;
 use std::collections::HashMap;
@@ -96,6 +96,31 @@ pub(super) fn remember_written(
     let name = stored.quota.name().to_string();
     cache.remember_written(stored.clone());
     changed.mark(&name, before_write, Some(stored));
+}
+
+/// How long a write that lost its compare-and-swap waits for the store's
+/// feed to bring the newer version before it reads the quota whole.
+pub(super) const FEED_AFTER_CONFLICT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// After a compare-and-swap lost on version `lost`: the newer version as
+/// the store's feed brings it (`QuotaStore::watched_newer`, no request),
+/// to decide again on. Asked once per write (`asked`): a quota another
+/// replica keeps writing is read fresh after that, with backoff. None:
+/// read it. `Service::modify` and the group commit's batches both ask
+/// here.
+pub(super) async fn newer_after_conflict(
+    store: &dyn QuotaStore,
+    name: &str,
+    lost: i64,
+    asked: &mut bool,
+) -> Option<Arc<Stored>> {
+    if std::mem::replace(asked, true) {
+        return None;
+    }
+    match store.watched_newer(name, lost, FEED_AFTER_CONFLICT).await {
+        Watched::Newer(s) => Some(Arc::new(*s)),
+        _ => None,
+    }
 }
 
 /// The one write of a read-modify-write: `q` over `current` (its spec too

@@ -18,8 +18,8 @@
 
 use super::cache::{Cache, NameLocks};
 use super::{backoff, Clock, ServiceError, MAX_ATTEMPTS};
-use crate::metrics::Metrics;
-use crate::store::{QuotaStore, StoreError, Stored, Watched};
+use crate::metrics::{Metrics, Reread};
+use crate::store::{QuotaStore, StoreError, Stored};
 use quota::batch;
 use quota::cash::QosMultipliers;
 use quota::object::Quota;
@@ -219,11 +219,12 @@ impl Leader {
         }
         let mut use_cache = true;
         // After a lost compare-and-swap, the newer version as the feed
-        // brought it (`Service::modify`'s way): decided on with no read.
+        // brought it (`cache::newer_after_conflict`): decided on with no
+        // read.
         let mut newer: Option<Arc<Stored>> = None;
-        let mut fed_once = false;
+        let mut asked_feed = false;
         // Why the next attempt reads the quota whole, if it does.
-        let mut why = "uncached";
+        let mut why = Reread::Uncached;
         for attempt in 1..=MAX_ATTEMPTS {
             // A caller that went away is not decided for (its review was
             // abandoned; nothing must be charged in its name).
@@ -282,7 +283,7 @@ impl Leader {
                         Ok(Some(v)) if v == current.version => {}
                         _ => {
                             use_cache = false;
-                            why = "unproven";
+                            why = Reread::Unproven;
                             continue;
                         }
                     }
@@ -313,18 +314,17 @@ impl Leader {
                     if let Some(done) = self.run_locked(name, &mut jobs).await {
                         return done;
                     }
-                    if !fed_once {
-                        fed_once = true;
-                        if let Watched::Newer(s) = self
-                            .store
-                            .watched_newer(name, current.version, super::FEED_AFTER_CONFLICT)
-                            .await
-                        {
-                            newer = Some(Arc::new(*s));
-                            continue;
-                        }
+                    newer = super::cache::newer_after_conflict(
+                        &*self.store,
+                        name,
+                        current.version,
+                        &mut asked_feed,
+                    )
+                    .await;
+                    if newer.is_some() {
+                        continue;
                     }
-                    why = "conflict";
+                    why = Reread::Conflict;
                     if !from_cache {
                         backoff(attempt).await;
                     }
@@ -868,7 +868,7 @@ mod tests {
             .metrics
             .quota_rereads
             .get_or_create(&crate::metrics::CauseLabels {
-                cause: "conflict".into(),
+                cause: crate::metrics::Reread::Conflict.label().into(),
             });
         assert_eq!(m.get(), 0, "no read counted for a lost swap");
     }

@@ -37,7 +37,7 @@ pub use recheck::{Recheck, RECHECK_DELAY};
 pub(crate) use workloads::BorrowRounds;
 pub use workloads::{ChargeRequest, Seen, MAX_DEFERRED};
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Reread};
 use crate::store::{QuotaStore, StoreError, Stored, Watched};
 use crate::util::now_ms;
 use quota::cash::QosMultipliers;
@@ -475,15 +475,14 @@ impl Service {
         let mut use_cache = expected_version.is_none();
         // Why the next attempt reads the quota whole, if it does.
         let mut why = match expected_version {
-            Some(_) => "versioned",
-            None => "uncached",
+            Some(_) => Reread::Versioned,
+            None => Reread::Uncached,
         };
         // After a lost compare-and-swap, the newer version as the feed
-        // brought it: the next attempt decides on it with no read. Once
-        // per call: a quota another replica keeps writing is read fresh
-        // after that, with backoff, as before.
+        // brought it: the next attempt decides on it with no read
+        // (`cache::newer_after_conflict`, once per call).
         let mut newer: Option<Arc<Stored>> = None;
-        let mut fed_once = false;
+        let mut asked_feed = false;
         for attempt in 1..=MAX_ATTEMPTS {
             let (cached, fed) = match (newer.take(), use_cache) {
                 (Some(n), _) => (Some(n), true),
@@ -514,7 +513,7 @@ impl Service {
             let (changed, out) = match f(&current, &mut q) {
                 Err(_) if from_cache => {
                     use_cache = false;
-                    why = "unproven";
+                    why = Reread::Unproven;
                     continue;
                 }
                 r => r?,
@@ -523,7 +522,7 @@ impl Service {
                 let stands = fed && !dry_run && watched.is_some_and(|w| w(&out));
                 if from_cache && !stands {
                     use_cache = false;
-                    why = "unproven";
+                    why = Reread::Unproven;
                     continue;
                 }
                 return Ok((out, None));
@@ -551,21 +550,20 @@ impl Service {
                 }
                 Err(StoreError::Conflict(_)) if expected_version.is_none() => {
                     self.metrics.cas_conflicts.inc();
-                    // Another writer stored a newer version: a store with a
-                    // feed brings it within milliseconds, with no request.
-                    // Decided on it, the write is again a compare-and-swap.
-                    if !fed_once {
-                        fed_once = true;
-                        if let Watched::Newer(s) = self
-                            .store
-                            .watched_newer(name, current.version, FEED_AFTER_CONFLICT)
-                            .await
-                        {
-                            newer = Some(Arc::new(*s));
-                            continue;
-                        }
+                    // Another writer stored a newer version: decided on it
+                    // as the feed brings it, the write is again a
+                    // compare-and-swap.
+                    newer = cache::newer_after_conflict(
+                        &*self.store,
+                        name,
+                        current.version,
+                        &mut asked_feed,
+                    )
+                    .await;
+                    if newer.is_some() {
+                        continue;
                     }
-                    why = "conflict";
+                    why = Reread::Conflict;
                     if !from_cache {
                         backoff(attempt).await;
                     }
@@ -694,10 +692,6 @@ fn check_version(name: &str, expected: Option<i64>, current: i64) -> Result<(), 
         _ => Ok(()),
     }
 }
-
-/// How long a write that lost its compare-and-swap waits for the store's
-/// feed to bring the newer version before it reads the quota whole.
-pub(crate) const FEED_AFTER_CONFLICT: Duration = Duration::from_millis(100);
 
 async fn backoff(attempt: u32) {
     let base = 1u64 << attempt.min(6);
