@@ -462,5 +462,19 @@ async fn control(
         .await;
 }
 
+/// `name` read fresh through `api`, and whether it is held back by `hold`
+/// (None: gone). What the release's repair and a suspend whose answer was
+/// lost ask before they go on.
+pub(super) async fn read_held(
+    api: &kube::Api<kube::api::DynamicObject>,
+    name: &str,
+    hold: quota::hold::Hold,
+) -> kube::Result<Option<bool>> {
+    Ok(api
+        .get_opt(name)
+        .await?
+        .map(|o| serde_json::to_value(&o).is_ok_and(|v| quota::hold::is_held(hold, &v))))
+}
+
 #[cfg(test)]
 mod tests;

@@ -347,12 +347,8 @@ impl Context {
                 // seen suspended now, it is not suspended again by the
                 // repair while the watch has yet to show it (a second
                 // suspend would tell its owner and count it twice).
-                if let Ok(Some(o)) = api.get_opt(r.name).await {
-                    let held = serde_json::to_value(&o)
-                        .is_ok_and(|v| quota::hold::is_held(adapter.hold(), &v));
-                    if held {
-                        self.just_suspended(wref);
-                    }
+                if let Ok(Some(true)) = super::read_held(&api, r.name, adapter.hold()).await {
+                    self.just_suspended(wref);
                 }
                 Err(e)
             }

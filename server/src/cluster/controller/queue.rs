@@ -866,15 +866,9 @@ impl Context {
         }
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &ar);
         if repair {
-            match api.get_opt(name).await {
-                Ok(Some(o)) => {
-                    let held = serde_json::to_value(&o)
-                        .is_ok_and(|v| quota::hold::is_held(adapter.hold(), &v));
-                    if !held {
-                        return;
-                    }
-                }
-                Ok(None) => return,
+            match super::read_held(&api, name, adapter.hold()).await {
+                Ok(Some(true)) => {}
+                Ok(Some(false) | None) => return,
                 // Unread: the patch's own preconditions decide.
                 Err(e) => {
                     tracing::debug!(workload = %wref, error = %e, "repair: the object could not be read first")
