@@ -1169,6 +1169,8 @@ async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime
     let mut next_report = Duration::from_secs(10);
     let mut next_size = Duration::ZERO;
     let mut all_admitted: Option<Duration> = None;
+    // What the last progress line read: CPU seconds, rounds, idle rounds.
+    let mut last_line = (cpu0, 0.0, 0.0);
     let end = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let el = start.elapsed();
@@ -1201,9 +1203,18 @@ async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime
             let used = qrec.lock().unwrap().total_used();
             let metrics = metrics_text(&c).await;
             let depth = metric(&metrics, "bizrq_queue_depth");
+            // Over the last 10 s: the process's CPU (of the machine's
+            // cores, 200 % on two), queue rounds run and those that
+            // admitted nothing.
+            let now = (
+                cpu_seconds(),
+                metric(&metrics, "bizrq_admission_queue_round_duration_seconds_count"),
+                metric(&metrics, "bizrq_admission_queue_rounds_idle_total"),
+            );
             println!(
                 "  {:>4} s: created {:>5}/{total}, refused {}, admitted {:>5}, finished {:>5}, running {:>4}, \
-                 charged {:>5.0} CPUs, quotas awaiting a reconcile {depth:.0}, load {}",
+                 charged {:>5.0} CPUs, quotas awaiting a reconcile {depth:.0}, load {}, \
+                 CPU {:.0} %, rounds {:.0} ({:.0} idle)",
                 el.as_secs(),
                 n.created,
                 n.refused,
@@ -1211,8 +1222,12 @@ async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime
                 n.finished,
                 n.running,
                 used as f64 / 1000.0,
-                load()
+                load(),
+                (now.0 - last_line.0) * 10.0,
+                now.1 - last_line.1,
+                now.2 - last_line.2,
             );
+            last_line = now;
         }
         if n.created == total && n.finished + n.refused == total {
             break el;
