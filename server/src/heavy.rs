@@ -418,19 +418,6 @@ pub fn lower_priority() {
 #[cfg(not(target_os = "linux"))]
 pub fn lower_priority() {}
 
-#[cfg(target_os = "linux")]
-pub fn batch_policy() {
-    let p = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 is the calling thread; `p` is ours, read only.
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &p) };
-    if r != 0 {
-        tracing::debug!("could not set SCHED_BATCH");
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn batch_policy() {}
-
 #[cfg(test)]
 mod tests {
     use super::*;

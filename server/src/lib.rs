@@ -154,8 +154,6 @@ impl SideRuntime {
         if niced {
             // Its blocking threads too.
             b.on_thread_start(heavy::lower_priority);
-        } else if std::env::var_os("BIZRQ_EXPERIMENT_BATCH").is_some() {
-            b.on_thread_start(heavy::batch_policy);
         }
         let rt = b
             .worker_threads(threads.max(1))
