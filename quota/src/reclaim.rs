@@ -593,7 +593,7 @@ pub fn for_fair_share(parent: &Quota, kids: &[&Quota], borrowers: &[Borrower]) -
         takers.push((
             Sibling::of(k),
             Head {
-                usage: head.work.usage(),
+                usage: head.work.usage().clone(),
                 priority: head.work.priority,
                 since_ms: head.work.submitted_ms,
             },

@@ -1208,7 +1208,10 @@ async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime
             // admitted nothing.
             let now = (
                 cpu_seconds(),
-                metric(&metrics, "bizrq_admission_queue_round_duration_seconds_count"),
+                metric(
+                    &metrics,
+                    "bizrq_admission_queue_round_duration_seconds_count",
+                ),
                 metric(&metrics, "bizrq_admission_queue_rounds_idle_total"),
             );
             println!(

@@ -393,7 +393,7 @@ pub fn round<Q: Borrow<Queued>>(
                 out.push(Decision::Admit(Admission {
                     workload_ref: q.workload_ref.clone(),
                     charge: q.charge(now_ms),
-                    usage,
+                    usage: usage.clone(),
                     borrows,
                     reserves,
                 }));
@@ -479,22 +479,6 @@ pub fn would_queue_at<Q: Borrow<Queued>>(
     policy: &QueuePolicy,
     now_ms: i64,
 ) -> Check {
-    would_queue_at_with(queue, candidate, pool, budgets, policy, now_ms, |_| None)
-}
-
-/// `would_queue_at`, with what an entry ahead asks (`Queued::usage`) read
-/// from `usage_of` where it knows it (a copy of the queue that kept each
-/// entry's usage, computed once for every review until the next round),
-/// and computed otherwise. `usage_of` must answer an entry's own usage.
-pub fn would_queue_at_with<'u, Q: Borrow<Queued>>(
-    queue: &[Q],
-    candidate: &Queued,
-    pool: &Pool,
-    budgets: &[BudgetView<'_>],
-    policy: &QueuePolicy,
-    now_ms: i64,
-    usage_of: impl Fn(&Queued) -> Option<&'u ResourceList>,
-) -> Check {
     if let Some(why) = pool.never(candidate) {
         return Check::Never(Reason::Never(why));
     }
@@ -533,16 +517,8 @@ pub fn would_queue_at_with<'u, Q: Borrow<Queued>>(
     for Slot { index, blocks } in order::order_by(&all, policy, now_ms, pool.submitters()) {
         let q = all[index];
         if index != me {
-            let computed;
-            let asks = match usage_of(q) {
-                Some(u) => u,
-                None => {
-                    computed = q.usage();
-                    &computed
-                }
-            };
             if !matches!(
-                walk.step(q, asks, blocks, budgets, now_ms),
+                walk.step(q, q.usage(), blocks, budgets, now_ms),
                 Step::Admit { .. }
             ) {
                 waiting += 1;
@@ -982,13 +958,6 @@ mod tests {
             all.push(c.clone());
             let want = round_says(&next_admissions(&all, &pool, &[], &p, now), &c);
             let got = would_queue_at(&q, &c, &pool, &[], &p, now);
-            // With the entries' usage known beforehand (a round's copy),
-            // the same answer.
-            let asks: Vec<ResourceList> = q.iter().map(Queued::usage).collect();
-            let known = would_queue_at_with(&q, &c, &pool, &[], &p, now, |e| {
-                q.iter().position(|x| std::ptr::eq(x, e)).map(|i| &asks[i])
-            });
-            proptest::prop_assert_eq!(&known, &got);
             // A candidate that does not fit now is judged alone: its place
             // counts every entry ordered ahead (the next round restates
             // it); its decision and reason are the round's.

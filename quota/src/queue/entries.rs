@@ -665,7 +665,9 @@ mod tests {
         );
         // The suspend went through the webhook: a charge of nothing.
         let mut zero = w.clone();
-        std::sync::Arc::make_mut(&mut zero.pod_sets)[0].count = 0;
+        let mut sets = zero.pod_sets.to_vec();
+        sets[0].count = 0;
+        zero.pod_sets = sets.into();
         admission::charge(&mut q, &w.workload_ref, zero.charge(200)).unwrap();
         assert!(suspending(&q).is_empty());
         assert!(admissible(&q, &q.status.queue[0].work));

@@ -70,7 +70,7 @@ pub fn estimate(
             if let Some(run) = q.run_ms {
                 let end = t.saturating_add(run.max(0));
                 let at = ends.partition_point(|e| e.0 <= end);
-                ends.insert(at, (end, q.usage()));
+                ends.insert(at, (end, q.usage().clone()));
             }
         }
         if waiting.is_empty() {

@@ -258,8 +258,8 @@ fn refresh(e: &mut Queued, work: &Queued, uid: &str) {
     // Shared with the object's read (its copy, not the entry's, so a
     // quantity written in another format — `1Gi`, `1073741824` — is
     // written as the object now writes it).
-    if !std::sync::Arc::ptr_eq(&e.pod_sets, pod_sets) {
-        e.pod_sets = std::sync::Arc::clone(pod_sets);
+    if !e.pod_sets.same(pod_sets) {
+        e.pod_sets = pod_sets.clone();
     }
     e.run_ms = *run_ms;
     e.preempted |= *preempted;
@@ -471,13 +471,15 @@ mod tests {
         let mut w = object("a", 3, Some(90_000));
         let mut listed = w.clone();
         let mem: crate::quantity::Quantity = "1Gi".parse().unwrap();
-        std::sync::Arc::make_mut(&mut w.pod_sets)[0].per_pod.insert(
+        let mut sets = w.pod_sets.to_vec();
+        sets[0].per_pod.insert(
             "memory".into(),
             mem.with_format(crate::quantity::Format::DecimalSi),
         );
-        std::sync::Arc::make_mut(&mut listed.pod_sets)[0]
-            .per_pod
-            .insert("memory".into(), mem);
+        w.pod_sets = sets.into();
+        let mut sets = listed.pod_sets.to_vec();
+        sets[0].per_pod.insert("memory".into(), mem);
+        listed.pod_sets = sets.into();
         listed.uid = "uid-a".into();
         listed.submitted_ms = T + 1;
         let mut q2 = q.clone();

@@ -40,8 +40,7 @@ pub mod share;
 pub mod summary;
 
 pub use admit::{
-    next_admissions, status, would_queue_at, would_queue_at_with, Admission, BudgetView, Check,
-    Decision, Pool, Wait,
+    next_admissions, status, would_queue_at, Admission, BudgetView, Check, Decision, Pool, Wait,
 };
 pub use estimate::{estimate, Running};
 pub use order::order;

@@ -17,7 +17,6 @@ use super::entries::Full;
 use crate::object::queue::{QueueEntry, Queued};
 use crate::object::queueing::MAX_QUEUE;
 use crate::object::Quota;
-use crate::resources::ResourceList;
 use std::collections::{BTreeMap, HashSet};
 
 /// A quota's queue as the caps and a plan count it: `quota`'s status
@@ -312,16 +311,13 @@ fn same_object(entry: &Queued, work: &Queued) -> bool {
 
 /// A replica's copy of the whole queue its last round of a quota wrote
 /// (with marks on, the status lists only the top; `copy_entries` counts
-/// the rest), and what each entry asks (`Queued::usage`), computed once,
-/// by the round, for every review of a create until the next round: a
+/// the rest), for every review of a create until the next round: a
 /// review walks the entries ahead of its create
-/// (`admit::would_queue_at_with`), and rebuilding each one's usage on
-/// every review was most of that walk.
+/// (`admit::would_queue_at`). What each entry asks is its own, computed
+/// once with its pod sets (`PodSets::usage`).
 #[derive(Debug)]
 pub struct RoundCopy {
     entries: Vec<QueueEntry>,
-    /// `entries[i]`'s usage at `i`: built together, never changed.
-    usage: Vec<ResourceList>,
 }
 
 impl RoundCopy {
@@ -331,39 +327,13 @@ impl RoundCopy {
     }
 
     pub fn new(entries: Vec<QueueEntry>) -> RoundCopy {
-        let usage = entries.iter().map(|e| e.work.usage()).collect();
-        RoundCopy { entries, usage }
+        RoundCopy { entries }
     }
 
     /// The copy without the entries `stays` says no to.
     pub fn keeping(&self, stays: impl Fn(&QueueEntry) -> bool) -> RoundCopy {
-        let (entries, usage) = self
-            .entries
-            .iter()
-            .zip(&self.usage)
-            .filter(|(e, _)| stays(e))
-            .map(|(e, u)| (e.clone(), u.clone()))
-            .unzip();
-        RoundCopy { entries, usage }
-    }
-
-    /// What `work` asks, if it is one of this copy's own entries (lent
-    /// by `Pending::copy_entries`): found by its address, so an equal
-    /// entry held elsewhere (the status's, a pending mark) is not taken
-    /// for it.
-    pub fn usage_of(&self, work: &Queued) -> Option<&ResourceList> {
-        let size = std::mem::size_of::<QueueEntry>();
-        let first = self.entries.as_ptr() as usize + std::mem::offset_of!(QueueEntry, work);
-        let at = (work as *const Queued as usize).checked_sub(first)?;
-        if size == 0 || at % size != 0 {
-            return None;
-        }
-        let i = at / size;
-        let e = self.entries.get(i)?;
-        if std::ptr::eq(&e.work, work) {
-            self.usage.get(i)
-        } else {
-            None
+        RoundCopy {
+            entries: self.entries.iter().filter(|e| stays(e)).cloned().collect(),
         }
     }
 }
@@ -374,53 +344,6 @@ mod tests {
     use crate::object::queue::{QueueEntry, Waiting};
     use crate::object::QuotaSpec;
     use proptest::prelude::*;
-
-    /// A round's copy answers each of its own entries' usage, found by
-    /// address, and nothing for an equal entry held elsewhere; kept
-    /// entries keep their usage.
-    #[test]
-    fn a_rounds_copy_knows_its_own_entries_usage() {
-        use crate::object::queue::Waiting;
-        let entry = |name: &str, cpus: i64| QueueEntry {
-            work: Queued {
-                workload_ref: format!("batch/Job/ml/{name}"),
-                uid: String::new(),
-                priority: 0,
-                priority_classes: Vec::new(),
-                submitted_ms: 0,
-                pod_sets: vec![crate::workload::PodSet {
-                    name: "main".into(),
-                    count: 1,
-                    per_pod: [(
-                        "requests.cpu".to_string(),
-                        crate::Quantity::from_units(cpus),
-                    )]
-                    .into(),
-                    qos: None,
-                }]
-                .into(),
-                run_ms: None,
-                submitted_by: None,
-                preempted: false,
-            },
-            position: 1,
-            waiting: Waiting::Quota,
-            reason: String::new(),
-            estimated_start: None,
-        };
-        let copy = RoundCopy::new(vec![entry("a", 1), entry("b", 2), entry("c", 3)]);
-        for e in copy.entries() {
-            assert_eq!(copy.usage_of(&e.work), Some(&e.work.usage()));
-        }
-        let elsewhere = entry("b", 2);
-        assert_eq!(copy.usage_of(&elsewhere.work), None);
-        let kept = copy.keeping(|e| !e.work.workload_ref.ends_with("/b"));
-        assert_eq!(kept.entries().len(), 2);
-        for e in kept.entries() {
-            assert_eq!(kept.usage_of(&e.work), Some(&e.work.usage()));
-        }
-        assert_eq!(kept.usage_of(&copy.entries()[2].work), None);
-    }
 
     fn quota(per_submitter: Option<u32>) -> Quota {
         let mut spec = QuotaSpec::default();

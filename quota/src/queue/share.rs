@@ -80,7 +80,7 @@ pub fn field(parent: &Quota, me: &Quota, kids: &[&Quota]) -> Field {
             .filter(|e| matches!(e.waiting, Waiting::Quota | Waiting::Turn))
             .take(MAX_RIVAL_ENTRIES)
             .map(|e| Head {
-                usage: e.work.usage(),
+                usage: e.work.usage().clone(),
                 priority: e.work.priority,
                 since_ms: e.work.submitted_ms,
             })

@@ -150,7 +150,7 @@ proptest! {
         let mut total = q.status.used.clone();
         for a in admitted(&d) {
             let e = entries.iter().find(|e| e.workload_ref == a.workload_ref).unwrap();
-            prop_assert_eq!(&a.usage, &e.usage(), "admitted whole");
+            prop_assert_eq!(&a.usage, e.usage(), "admitted whole");
             prop_assert_eq!(&a.charge.pod_sets[..], &e.pod_sets[..]);
             resources::add_into(&mut total, &a.usage);
         }

@@ -125,7 +125,7 @@ fn fair_turn(
     judged: &Quota,
     work: &Queued,
 ) -> Option<queue::FairTurn> {
-    let usage = work.usage();
+    let usage = work.usage().clone();
     if !queue::share::borrows(judged, &usage) {
         return None;
     }
@@ -446,17 +446,8 @@ impl Service {
         }) {
             work.submitted_ms = p.submitted_ms;
         }
-        // What each entry of the round's copy asks was computed once, by
-        // that round, for every review until the next.
-        let check = queue::would_queue_at_with(
-            &waiting,
-            &work,
-            &pool,
-            &views,
-            &current.spec.queueing,
-            now,
-            |e| copy.as_deref().and_then(|c| c.usage_of(e)),
-        );
+        let check =
+            queue::would_queue_at(&waiting, &work, &pool, &views, &current.spec.queueing, now);
         let waiting = waiting.len();
         let (position, reason) = match check {
             Check::Never(r) => return Ok((Queueing::Never(r.to_string()), None)),
