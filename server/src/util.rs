@@ -123,9 +123,33 @@ pub fn take_due<T: PartialOrd + Copy>(
     due
 }
 
+/// Two ascending iterators as one ascending iterator (an item in both
+/// comes twice).
+pub fn merge_sorted<T: Ord, A, B>(a: A, b: B) -> impl Iterator<Item = T>
+where
+    A: Iterator<Item = T>,
+    B: Iterator<Item = T>,
+{
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if y < x => b.next(),
+        (Some(_), _) => a.next(),
+        (None, _) => b.next(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_sorted_lists_merge_in_order() {
+        let merged: Vec<i32> =
+            merge_sorted([1, 4, 6].into_iter(), [2, 3, 7, 9].into_iter()).collect();
+        assert_eq!(merged, vec![1, 2, 3, 4, 6, 7, 9]);
+        assert_eq!(merge_sorted(0..0, 0..3).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(merge_sorted(0..3, 0..0).collect::<Vec<_>>(), vec![0, 1, 2]);
+    }
 
     /// A chunk of work earns a rest `RATIO` times as long (a lower bound:
     /// a sleep never ends early), capped at `MAX_REST`.

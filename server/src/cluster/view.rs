@@ -211,7 +211,15 @@ pub struct View {
     dirty_runs: HashMap<String, Option<PodRun>>,
     /// Indexes, so a reconcile of one quota never scans the cluster:
     /// governed workloads by quota, HPAs by target, unschedulable pods.
+    /// A quota's workloads are in one of two: `done_by_quota` holds those
+    /// that finished and run nothing any more (`View::is_done`), which a
+    /// reconcile reads only where its status names them; `by_quota` holds
+    /// all the others. A cluster keeps its finished Jobs (Kueue's runner
+    /// leaves them; a Job's TTL is often hours), and a reconcile that
+    /// walked every one of them cost in proportion to the quota's history,
+    /// not to what runs (docs/benchmarks.md).
     by_quota: HashMap<String, BTreeSet<String>>,
+    done_by_quota: HashMap<String, BTreeSet<String>>,
     hpa_targets: HashMap<String, BTreeSet<(String, String)>>,
     unschedulable: HashSet<String>,
     /// Pods carrying bizrq's scheduling gate (`quota::hold`), by uid, with
@@ -331,7 +339,48 @@ impl View {
             .entry(seen.quota.clone())
             .or_default()
             .insert(wref.clone());
-        self.workloads.insert(wref, seen);
+        self.workloads.insert(wref.clone(), seen);
+        self.refile(&wref);
+    }
+
+    /// Whether `wref`'s status says it finished and no pod of it is left
+    /// that has not ended (the pod list complete): it runs nothing for
+    /// good, and its charge goes (`quota::reconcile::release_finished`).
+    fn is_done(&self, wref: &str) -> bool {
+        self.workloads
+            .get(wref)
+            .is_some_and(|s| s.finished && s.finished_at.is_some())
+            && !self.runs_pods(wref)
+    }
+
+    /// File `wref` in its quota's index, `done_by_quota` or `by_quota`,
+    /// as it stands now: asked after every change of the workload, of a
+    /// pod of it, or of whether the pod list is complete.
+    fn refile(&mut self, wref: &str) {
+        let Some(quota) = self.workloads.get(wref).map(|s| s.quota.clone()) else {
+            return;
+        };
+        let (from, to) = if self.is_done(wref) {
+            (&mut self.by_quota, &mut self.done_by_quota)
+        } else {
+            (&mut self.done_by_quota, &mut self.by_quota)
+        };
+        let key = wref.to_string();
+        unindex(from, &quota, &key);
+        to.entry(quota).or_default().insert(key);
+    }
+
+    /// Every index agrees with `is_done` for `quota`'s workloads (checked
+    /// in debug builds on every snapshot: a change that forgot to refile a
+    /// workload would let a finished one whose pods run go uncharged).
+    fn filed_right(&self, quota: &str) -> bool {
+        let live = self.by_quota.get(quota).into_iter().flatten();
+        let done = self.done_by_quota.get(quota).into_iter().flatten();
+        live.clone().all(|w| !self.is_done(w))
+            && done.clone().all(|w| self.is_done(w))
+            && live
+                .chain(done)
+                .all(|w| self.workloads.get(w).is_some_and(|s| s.quota == quota))
     }
 
     /// What a queue round reads of `wref` (None: not a governed workload).
@@ -368,6 +417,7 @@ impl View {
     fn take_workload(&mut self, wref: &str) -> Option<Seen> {
         let seen = self.workloads.remove(wref)?;
         unindex(&mut self.by_quota, &seen.quota, &wref.to_string());
+        unindex(&mut self.done_by_quota, &seen.quota, &wref.to_string());
         Some(seen)
     }
 
@@ -404,6 +454,10 @@ impl View {
     /// left running can be told from one whose pods are not seen yet.
     pub fn mark_pods_listed(&mut self) {
         self.pods_listed = true;
+        let all: Vec<String> = self.workloads.keys().cloned().collect();
+        for w in all {
+            self.refile(&w);
+        }
     }
 
     /// Whether some pod of `wref` has not ended (neither terminated nor
@@ -583,6 +637,8 @@ impl View {
             }
             touched.extend(self.place_pod(uid, p, now_ms));
         }
+        // Pods it had may be another's now.
+        self.refile(wref);
         touched
     }
 
@@ -640,6 +696,7 @@ impl View {
             if let Some(s) = self.by_workload.get_mut(&old.workload) {
                 s.remove(&uid);
             }
+            self.refile(&old.workload);
         }
         let Some(workload) = owning_workload(&facts.namespace, facts.owner.as_deref(), |o| {
             self.controller_of(&facts.namespace, o)
@@ -736,25 +793,37 @@ impl View {
                 touched.insert(r.quota.clone());
             }
         }
+        let workload = p.workload.clone();
         if p.deleted_ms.is_some() && self.pod_runs.get(&uid).is_some() {
             // A tombstone whose run is recorded has served its purpose.
             if let Some(s) = self.by_workload.get_mut(&p.workload) {
                 s.remove(&uid);
             }
-            return touched;
-        }
-        if p.unschedulable {
-            self.unschedulable.insert(uid.clone());
         } else {
-            self.unschedulable.remove(&uid);
+            if p.unschedulable {
+                self.unschedulable.insert(uid.clone());
+            } else {
+                self.unschedulable.remove(&uid);
+            }
+            self.pods.insert(uid, p);
         }
-        self.pods.insert(uid, p);
+        self.refile(&workload);
         touched
     }
 
     /// A pod is gone at `now_ms`: its run ends then (unless it ended
     /// earlier), and its quota must accrue the last stretch.
     pub fn delete_pod(&mut self, uid: &str, now_ms: i64) -> BTreeSet<String> {
+        let workload = self.pods.get(uid).map(|p| p.workload.clone());
+        let touched = self.drop_pod(uid, now_ms);
+        if let Some(w) = workload {
+            self.refile(&w);
+        }
+        touched
+    }
+
+    /// `delete_pod` but for filing its workload again.
+    fn drop_pod(&mut self, uid: &str, now_ms: i64) -> BTreeSet<String> {
         let mut touched = BTreeSet::new();
         self.unschedulable.remove(uid);
         self.gated.remove(uid);
@@ -958,7 +1027,22 @@ impl View {
     /// reservation of an HPA on each), its pods' runs, and what the watch
     /// shows of the finished and deleted ones `status` names (`observe`).
     pub fn snapshot(&self, quota: &str, status: &QuotaStatus) -> Snapshot {
-        let mut snap = self.observe(self.workloads_in(quota), Some(status));
+        debug_assert!(self.filed_right(quota), "{quota}: a workload filed wrong");
+        // Of those that finished and run nothing, only the names the
+        // status holds matter (`observe`): each is looked up, never the
+        // quota's whole history walked.
+        let named: BTreeSet<&String> = status
+            .workloads
+            .keys()
+            .chain(status.deleted.keys())
+            .chain(status.reservations.values().flat_map(|m| m.keys()))
+            .collect();
+        let done = self.done_by_quota.get(quota);
+        let named_done = named
+            .into_iter()
+            .filter(|w| done.is_some_and(|d| d.contains(*w)))
+            .filter_map(|w| self.workloads.get_key_value(w));
+        let mut snap = self.observe(self.live_in(quota).chain(named_done), Some(status));
         for (uid, run) in self.pod_runs.runs_with_uids(quota) {
             snap.unbilled.push(self.pod_runs.is_unbilled(uid));
             snap.uids.push(uid.clone());
@@ -978,7 +1062,7 @@ impl View {
         charged: impl Iterator<Item = &'a String> + Clone,
     ) -> Snapshot {
         let listed: HashSet<&str> = charged.clone().map(String::as_str).collect();
-        let uncharged = self.workloads_in(quota).filter(|(w, s)| {
+        let uncharged = self.live_in(quota).filter(|(w, s)| {
             !s.finished
                 && s.info.released.is_none()
                 && s.pod_sets.iter().any(|p| p.count > 0)
@@ -1114,10 +1198,19 @@ impl View {
             .filter(|u| !u.is_empty())
     }
 
+    /// Every workload bound to `quota`, in the order of their names.
     fn workloads_in<'a>(
         &'a self,
         quota: &str,
     ) -> impl Iterator<Item = (&'a String, &'a Seen)> + 'a {
+        let live = self.by_quota.get(quota).into_iter().flatten();
+        let done = self.done_by_quota.get(quota).into_iter().flatten();
+        crate::util::merge_sorted(live, done).filter_map(|w| self.workloads.get_key_value(w))
+    }
+
+    /// The workloads bound to `quota` but those that finished and run
+    /// nothing any more (`is_done`).
+    fn live_in<'a>(&'a self, quota: &str) -> impl Iterator<Item = (&'a String, &'a Seen)> + 'a {
         self.by_quota
             .get(quota)
             .into_iter()
@@ -1125,7 +1218,6 @@ impl View {
             .filter_map(|w| self.workloads.get_key_value(w))
     }
 
-    /// The governed workloads bound to `quota`, for reclaim.
     /// Record whether the pod `uid` (applied just before) carries bizrq's
     /// gate: its name and the patch that removes it (None: it does not).
     /// The quota to reconcile, which releases it if its workload is
@@ -1586,6 +1678,12 @@ mod tests {
 
         // A pod deleted while running ends it too.
         v.apply_pod(pod(running), BTreeMap::new(), 0, false, T);
+        assert!(
+            v.snapshot("nlp-team", &QuotaStatus::default())
+                .observed
+                .contains_key(wref),
+            "a finished Job whose pod runs again is read as declared, named or not"
+        );
         assert!(v
             .snapshot("nlp-team", &charging(&[wref]))
             .released
