@@ -1128,8 +1128,9 @@ pub fn needs(q: &Quota, work: &Queued) -> ResourceList {
         return limited;
     }
     usage
-        .into_iter()
+        .iter()
         .filter(|(k, v)| v.nanos() > 0 && k.starts_with("requests."))
+        .map(|(k, v)| (k.clone(), *v))
         .collect()
 }
 
