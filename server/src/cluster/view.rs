@@ -357,14 +357,45 @@ impl View {
     /// as it stands now: asked after every change of the workload, of a
     /// pod of it, or of whether the pod list is complete.
     fn refile(&mut self, wref: &str) {
+        let done = self.is_done(wref);
+        self.file(wref, done);
+    }
+
+    /// `refile` after a change of one pod of `wref`, which leaves that pod
+    /// running or not: a pod that runs files it with the live ones at
+    /// once, and one that ends or goes can only make a live workload
+    /// done, so a done one stays as it is — neither asks `runs_pods`,
+    /// which reads every pod of the workload (a finished Job's thousands
+    /// of pods relisted or deleted one by one would otherwise read them
+    /// all at each).
+    fn refile_for_pod(&mut self, wref: &str, running: bool) {
+        let Some(quota) = self.workloads.get(wref).map(|s| s.quota.as_str()) else {
+            return;
+        };
+        let filed_done = self
+            .done_by_quota
+            .get(quota)
+            .is_some_and(|d| d.contains(wref));
+        match (running, filed_done) {
+            (true, _) => self.file(wref, false),
+            (false, true) => {}
+            (false, false) => self.refile(wref),
+        }
+    }
+
+    /// File `wref` with its quota's done workloads or its live ones.
+    fn file(&mut self, wref: &str, done: bool) {
         let Some(quota) = self.workloads.get(wref).map(|s| s.quota.clone()) else {
             return;
         };
-        let (from, to) = if self.is_done(wref) {
+        let (from, to) = if done {
             (&mut self.by_quota, &mut self.done_by_quota)
         } else {
             (&mut self.done_by_quota, &mut self.by_quota)
         };
+        if to.get(&quota).is_some_and(|set| set.contains(wref)) {
+            return;
+        }
         let key = wref.to_string();
         unindex(from, &quota, &key);
         to.entry(quota).or_default().insert(key);
@@ -696,7 +727,7 @@ impl View {
             if let Some(s) = self.by_workload.get_mut(&old.workload) {
                 s.remove(&uid);
             }
-            self.refile(&old.workload);
+            self.refile_for_pod(&old.workload, false);
         }
         let Some(workload) = owning_workload(&facts.namespace, facts.owner.as_deref(), |o| {
             self.controller_of(&facts.namespace, o)
@@ -794,6 +825,7 @@ impl View {
             }
         }
         let workload = p.workload.clone();
+        let running = p.facts.finished_ms.is_none() && p.deleted_ms.is_none();
         if p.deleted_ms.is_some() && self.pod_runs.get(&uid).is_some() {
             // A tombstone whose run is recorded has served its purpose.
             if let Some(s) = self.by_workload.get_mut(&p.workload) {
@@ -807,7 +839,7 @@ impl View {
             }
             self.pods.insert(uid, p);
         }
-        self.refile(&workload);
+        self.refile_for_pod(&workload, running);
         touched
     }
 
@@ -817,7 +849,7 @@ impl View {
         let workload = self.pods.get(uid).map(|p| p.workload.clone());
         let touched = self.drop_pod(uid, now_ms);
         if let Some(w) = workload {
-            self.refile(&w);
+            self.refile_for_pod(&w, false);
         }
         touched
     }
