@@ -289,9 +289,15 @@ impl Context {
     }
 
     /// Workloads of `quota` that declared their run time with the
-    /// annotation, with when their run started: their reservation's start
-    /// if they hold one, else when they were charged. Only charged,
-    /// suspendable workloads count (a suspended Job holds no charge).
+    /// annotation, with when their run started and how long it may run:
+    /// their reservation's start if they hold one, else when they were
+    /// charged; the annotation's run time as the watch shows it, or the
+    /// run time their reservation holds where that is longer (what
+    /// admission judged, written before the object it judged is stored:
+    /// the watch's copy lags a `kubectl annotate` that lengthened it, and
+    /// the Job must not be suspended at the end it no longer declares).
+    /// Only charged, suspendable workloads count (a suspended Job holds
+    /// no charge).
     pub(super) fn declared_runs(&self, q: &Quota) -> Vec<(String, i64, i64)> {
         // Only charged ones count: looked up one by one, never the
         // hundreds of finished objects a quota may keep.
@@ -314,10 +320,19 @@ impl Context {
                     .reservations
                     .values()
                     .filter_map(|m| m.get(wref))
-                    .map(|r| r.at_ms)
-                    .min();
-                let start = reserved.or_else(|| quota::time::parse_rfc3339(&charge.since))?;
-                Some((wref.clone(), start, run))
+                    .min_by_key(|r| r.at_ms);
+                match reserved {
+                    // The longer of the two: a stale annotation never
+                    // cuts short what admission reserved for, and a
+                    // reservation bounded by activeDeadlineSeconds (the
+                    // API server ends the Job then) never moves the
+                    // suspension ahead of the annotation's end.
+                    Some(r) => Some((wref.clone(), r.at_ms, run.max(r.run_ms))),
+                    None => {
+                        let start = quota::time::parse_rfc3339(&charge.since)?;
+                        Some((wref.clone(), start, run))
+                    }
+                }
             })
             .collect()
     }
