@@ -178,7 +178,7 @@ impl Pool {
     /// give with all its own work gone (carve-outs of children stay) and —
     /// where it may borrow — everything up to max on loan.
     pub fn never(&self, q: &Queued) -> Option<String> {
-        self.never_with(q, &q.usage())
+        self.never_with(q, q.usage())
     }
 
     /// `never`, for `q` whose usage the caller has (`q.usage()`).
@@ -388,7 +388,7 @@ pub fn round<Q: Borrow<Queued>>(
     for Slot { index, blocks } in order::order_by(queue, policy, now_ms, pool.submitters()) {
         let q = queue[index].borrow();
         let usage = q.usage();
-        let reason = match walk.step(q, &usage, blocks, budgets, now_ms) {
+        let reason = match walk.step(q, usage, blocks, budgets, now_ms) {
             Step::Admit { reserves, borrows } => {
                 out.push(Decision::Admit(Admission {
                     workload_ref: q.workload_ref.clone(),
@@ -484,7 +484,7 @@ pub fn would_queue_at<Q: Borrow<Queued>>(
     }
     let usage = candidate.usage();
     let mut states = states_of(budgets);
-    if let Err(reason) = try_fit(pool, budgets, &mut states, candidate, &usage, now_ms) {
+    if let Err(reason) = try_fit(pool, budgets, &mut states, candidate, usage, now_ms) {
         if reason.waiting() == Waiting::Never {
             return Check::Never(reason);
         }
@@ -526,7 +526,7 @@ pub fn would_queue_at<Q: Borrow<Queued>>(
             continue;
         }
         let position = waiting.saturating_add(1);
-        return match walk.step(q, &usage, blocks, budgets, now_ms) {
+        return match walk.step(q, usage, blocks, budgets, now_ms) {
             Step::Admit { .. } => Check::AdmitsNow,
             Step::Turn(head) => Check::Queues {
                 position,
@@ -961,7 +961,7 @@ mod tests {
             // A candidate that does not fit now is judged alone: its place
             // counts every entry ordered ahead (the next round restates
             // it); its decision and reason are the round's.
-            let fits_now = pool.fits(&c.usage()).is_ok();
+            let fits_now = pool.fits(c.usage()).is_ok();
             match (&got, &want) {
                 (
                     Check::Queues { position: a, reason: r },
@@ -1027,7 +1027,7 @@ mod tests {
             let want = round_says(&next_admissions(&all, &pool, budgets, &p, now), &c);
             let got = would_queue_at(&q, &c, &pool, budgets, &p, now);
             let mut states = states_of(budgets);
-            let fits_now = try_fit(&pool, budgets, &mut states, &c, &c.usage(), now).is_ok();
+            let fits_now = try_fit(&pool, budgets, &mut states, &c, c.usage(), now).is_ok();
             // One that does not fit now is judged alone, before any walk
             // (a budget that can never take it says so at once, where the
             // round would first name the room it waits for): only the

@@ -49,10 +49,10 @@ fn covers(short: &ResourceList, frees: &ResourceList) -> bool {
 /// and cannot help a spent cash key).
 pub fn plan(entry: &Queued, pool: &Pool, running: &[Candidate]) -> Preempt {
     let need = entry.usage();
-    if pool.fits(&need).is_ok() {
+    if pool.fits(need).is_ok() {
         return Preempt::Fits;
     }
-    let short = pool.short(&need);
+    let short = pool.short(need);
     if short.is_empty() {
         return Preempt::Cannot; // short of something freeing pods cannot give
     }
