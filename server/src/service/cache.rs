@@ -102,25 +102,31 @@ pub(super) fn remember_written(
 /// feed to bring the newer version before it reads the quota whole.
 pub(super) const FEED_AFTER_CONFLICT: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// After a compare-and-swap lost on version `lost`: the newer version as
-/// the store's feed brings it (`QuotaStore::watched_newer`, no request),
-/// to decide again on. Asked once per write (`asked`): a quota another
-/// replica keeps writing is read fresh after that, with backoff. None:
-/// read it. `Service::modify` and the group commit's batches both ask
-/// here.
+/// After a compare-and-swap lost on version `lost` (the `attempt`th): the
+/// newer version as the store's feed brings it (`QuotaStore::watched_newer`,
+/// no request), to decide again on. Asked once per write (`asked`): a
+/// quota another replica keeps writing is read fresh after that. None:
+/// read it — after a backoff where the copy that lost was itself read
+/// fresh (`from_cache` false; a kept copy that lost is only behind, and
+/// is read again at once). `Service::modify` and the group commit's
+/// batches both ask here.
 pub(super) async fn newer_after_conflict(
     store: &dyn QuotaStore,
     name: &str,
     lost: i64,
     asked: &mut bool,
+    from_cache: bool,
+    attempt: u32,
 ) -> Option<Arc<Stored>> {
-    if std::mem::replace(asked, true) {
-        return None;
+    if !std::mem::replace(asked, true) {
+        if let Watched::Newer(s) = store.watched_newer(name, lost, FEED_AFTER_CONFLICT).await {
+            return Some(Arc::new(*s));
+        }
     }
-    match store.watched_newer(name, lost, FEED_AFTER_CONFLICT).await {
-        Watched::Newer(s) => Some(Arc::new(*s)),
-        _ => None,
+    if !from_cache {
+        super::backoff(attempt).await;
     }
+    None
 }
 
 /// The one write of a read-modify-write: `q` over `current` (its spec too

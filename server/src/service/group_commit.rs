@@ -17,7 +17,7 @@
 //! the next batch, until none is queued.
 
 use super::cache::{Cache, NameLocks};
-use super::{backoff, Clock, ServiceError, MAX_ATTEMPTS};
+use super::{Clock, ServiceError, MAX_ATTEMPTS};
 use crate::metrics::{Metrics, Reread};
 use crate::store::{QuotaStore, StoreError, Stored};
 use quota::batch;
@@ -319,15 +319,14 @@ impl Leader {
                         name,
                         current.version,
                         &mut asked_feed,
+                        from_cache,
+                        attempt,
                     )
                     .await;
                     if newer.is_some() {
                         continue;
                     }
                     why = Reread::Conflict;
-                    if !from_cache {
-                        backoff(attempt).await;
-                    }
                 }
                 Err(e) => {
                     self.metrics.admission_batches_failed.inc();

@@ -558,15 +558,14 @@ impl Service {
                         name,
                         current.version,
                         &mut asked_feed,
+                        from_cache,
+                        attempt,
                     )
                     .await;
                     if newer.is_some() {
                         continue;
                     }
                     why = Reread::Conflict;
-                    if !from_cache {
-                        backoff(attempt).await;
-                    }
                     // The feed's copy lost: it lags the store, and would
                     // lose again. Decide again on a fresh read.
                     if fed {
