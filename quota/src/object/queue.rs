@@ -75,20 +75,20 @@ impl Queued {
 /// A queued workload's pod sets, shared between every copy of its entry
 /// (a round folds, orders, plans and restates every entry of its queue,
 /// and the pod sets' names and resource maps were most of what each copy
-/// cost), with what they charge together, computed once when they are
-/// made. Read as the slice they are; written and read in the status as
+/// cost), with what they charge together, computed the first time it is
+/// asked and then shared too (a status read on the admission path asks
+/// none). Read as the slice they are; written and read in the status as
 /// the plain list (serde's `rc` feature is not asked for: it would
 /// rebuild every crate that uses serde).
 #[derive(Clone, Debug)]
-pub struct PodSets(std::sync::Arc<(Box<[PodSet]>, ResourceList)>);
+pub struct PodSets(std::sync::Arc<(Box<[PodSet]>, std::sync::OnceLock<ResourceList>)>);
 
 impl PodSets {
     pub fn new(sets: Vec<PodSet>) -> PodSets {
-        let mut usage = ResourceList::new();
-        for s in &sets {
-            resources::add_into(&mut usage, &s.usage(s.count));
-        }
-        PodSets(std::sync::Arc::new((sets.into_boxed_slice(), usage)))
+        PodSets(std::sync::Arc::new((
+            sets.into_boxed_slice(),
+            std::sync::OnceLock::new(),
+        )))
     }
 
     /// The very same sets (one shared value), not merely equal ones.
@@ -99,7 +99,13 @@ impl PodSets {
     /// What they charge together: each set's per-pod amounts times its
     /// count, summed.
     pub fn usage(&self) -> &ResourceList {
-        &self.0 .1
+        self.0 .1.get_or_init(|| {
+            let mut usage = ResourceList::new();
+            for s in self.iter() {
+                resources::add_into(&mut usage, &s.usage(s.count));
+            }
+            usage
+        })
     }
 }
 
@@ -204,4 +210,43 @@ pub struct Summary {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Quantity;
+
+    fn set(name: &str, count: i64, cpu: i64) -> PodSet {
+        PodSet {
+            name: name.into(),
+            count,
+            per_pod: [("requests.cpu".to_string(), Quantity::from_units(cpu))].into(),
+            qos: None,
+        }
+    }
+
+    /// What the pod sets charge together is each set's per-pod amounts
+    /// times its count, summed; copies share the sets and that sum; the
+    /// status holds the plain list.
+    #[test]
+    fn pod_sets_charge_their_sum_and_are_shared_by_copies() {
+        let sets = PodSets::new(vec![set("a", 2, 3), set("b", 4, 1)]);
+        assert_eq!(sets.usage()["requests.cpu"], Quantity::from_units(10));
+        let copy = sets.clone();
+        assert!(copy.same(&sets));
+        assert!(std::ptr::eq(copy.usage(), sets.usage()), "computed once");
+        let equal = PodSets::new(vec![set("a", 2, 3), set("b", 4, 1)]);
+        assert!(!equal.same(&sets) && equal == sets);
+        assert_ne!(PodSets::new(vec![set("a", 2, 3)]), sets);
+        let json = serde_json::to_value(&sets).unwrap();
+        assert!(
+            json.is_array() && json.as_array().unwrap().len() == 2,
+            "{json}"
+        );
+        let back: PodSets = serde_json::from_value(json).unwrap();
+        assert_eq!(back, sets);
+        assert_eq!(back.usage(), sets.usage());
+        assert!(PodSets::new(Vec::new()).usage().is_empty());
+    }
 }
