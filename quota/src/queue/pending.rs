@@ -345,6 +345,55 @@ mod tests {
     use crate::object::QuotaSpec;
     use proptest::prelude::*;
 
+    /// A round's copy without the entries it is told to drop keeps the
+    /// others, in order, each still asking what it asked.
+    #[test]
+    fn a_rounds_copy_keeps_what_it_is_told_to() {
+        let entry = |name: &str, cpus: i64| QueueEntry {
+            work: Queued {
+                workload_ref: format!("batch/Job/ml/{name}"),
+                uid: String::new(),
+                priority: 0,
+                priority_classes: Vec::new(),
+                submitted_ms: 0,
+                pod_sets: vec![crate::workload::PodSet {
+                    name: "main".into(),
+                    count: 1,
+                    per_pod: [(
+                        "requests.cpu".to_string(),
+                        crate::Quantity::from_units(cpus),
+                    )]
+                    .into(),
+                    qos: None,
+                }]
+                .into(),
+                run_ms: None,
+                submitted_by: None,
+                preempted: false,
+            },
+            position: 1,
+            waiting: Waiting::Quota,
+            reason: String::new(),
+            estimated_start: None,
+        };
+        let copy = RoundCopy::new(vec![entry("a", 1), entry("b", 2), entry("c", 3)]);
+        let kept = copy.keeping(|e| !e.work.workload_ref.ends_with("/b"));
+        assert_eq!(kept.entries().len(), 2);
+        let names: Vec<&str> = kept
+            .entries()
+            .iter()
+            .map(|e| e.work.workload_ref.as_str())
+            .collect();
+        assert_eq!(names, ["batch/Job/ml/a", "batch/Job/ml/c"]);
+        for (k, e) in kept
+            .entries()
+            .iter()
+            .zip([&copy.entries()[0], &copy.entries()[2]])
+        {
+            assert_eq!(k.work.usage(), e.work.usage());
+        }
+    }
+
     fn quota(per_submitter: Option<u32>) -> Quota {
         let mut spec = QuotaSpec::default();
         if let Some(n) = per_submitter {
