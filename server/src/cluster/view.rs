@@ -1191,7 +1191,7 @@ impl View {
                 // (`quota::reconcile::release_finished`), so it has no size
                 // to copy. The reconcile asks for the few whose charge is a
                 // newer object's of the name (`observed_in`).
-                let gone = s.finished_at.filter(|_| !self.runs_pods(wref));
+                let gone = s.finished_at.filter(|_| self.is_done(wref));
                 if reserved(wref) {
                     finished.insert(wref.clone());
                 }
