@@ -37,7 +37,35 @@ pub struct Running<'a> {
     pub run_ms: i64,
 }
 
-impl Running<'_> {
+impl<'a> Running<'a> {
+    /// `workload`, charged since `charged_ms` (None: not known), declaring `declared_ms` by
+    /// its annotation (as the controller's watch shows it), holding
+    /// `reserved` (the earliest of its reservations, if any). Its run
+    /// starts at the reservation's `atMs`, else when it was charged, and
+    /// lasts the declared run time or the reservation's `runMs`, whichever
+    /// is longer: the reservation is what admission judged, written before
+    /// the object it judged is stored, so a watch lagging a `kubectl
+    /// annotate` that lengthened the run never has it stopped at the end
+    /// it no longer declares; a reservation bounded by
+    /// `activeDeadlineSeconds` (which the API server enforces itself) never
+    /// brings the stop ahead of the annotation's end.
+    pub fn declared(
+        workload: &'a str,
+        declared_ms: i64,
+        reserved: Option<&crate::object::budgets::Reservation>,
+        charged_ms: Option<i64>,
+    ) -> Option<Running<'a>> {
+        let (start_ms, run_ms) = match reserved {
+            Some(r) => (r.at_ms, declared_ms.max(r.run_ms)),
+            None => (charged_ms?, declared_ms),
+        };
+        Some(Running {
+            workload,
+            start_ms,
+            run_ms,
+        })
+    }
+
     /// When its declared run time ends.
     pub fn deadline_ms(&self) -> i64 {
         self.start_ms.saturating_add(self.run_ms.max(0))
@@ -466,6 +494,34 @@ mod tests {
         assert_eq!(OwnWindows::bill_back_from(mine, 40), None);
         assert_eq!(OwnWindows::after_write(mine, false, Some(40), 41), None);
         assert_eq!(OwnWindows::after_write(mine, true, Some(40), 50), w(40, 50));
+    }
+
+    #[test]
+    fn a_declared_run_starts_and_lasts_as_admission_reserved_it() {
+        let reservation = |at_ms: i64, run_ms: i64| crate::object::budgets::Reservation {
+            reserved: 0,
+            used: 0,
+            at_ms,
+            run_ms,
+        };
+        // No reservation: from the charge, for the annotation's time.
+        assert_eq!(
+            Running::declared("w", H, None, Some(5)).map(|r| r.deadline_ms()),
+            Some(5 + H)
+        );
+        assert_eq!(Running::declared("w", H, None, None), None, "start unknown");
+        // Reserved: from its start. The watch still shows the minute the
+        // annotation declared before it was lengthened to an hour, which
+        // admission judged and reserved: the hour.
+        let r = reservation(10, H);
+        let run = Running::declared("w", 60_000, Some(&r), Some(500)).unwrap();
+        assert_eq!((run.start_ms, run.run_ms), (10, H));
+        // A reservation shorter than the annotation (bounded by
+        // activeDeadlineSeconds, which the API server enforces): the
+        // annotation's end, as before.
+        let r = reservation(10, 60_000);
+        let run = Running::declared("w", H, Some(&r), Some(500)).unwrap();
+        assert_eq!(run.deadline_ms(), 10 + H);
     }
 
     #[test]

@@ -289,15 +289,10 @@ impl Context {
     }
 
     /// Workloads of `quota` that declared their run time with the
-    /// annotation, with when their run started and how long it may run:
-    /// their reservation's start if they hold one, else when they were
-    /// charged; the annotation's run time as the watch shows it, or the
-    /// run time their reservation holds where that is longer (what
-    /// admission judged, written before the object it judged is stored:
-    /// the watch's copy lags a `kubectl annotate` that lengthened it, and
-    /// the Job must not be suspended at the end it no longer declares).
-    /// Only charged, suspendable workloads count (a suspended Job holds
-    /// no charge).
+    /// annotation, with when their run started and how long it may run
+    /// (`enforce::Running::declared`: as their reservation says, if they
+    /// hold one, else from their charge). Only charged, suspendable
+    /// workloads count (a suspended Job holds no charge).
     pub(super) fn declared_runs(&self, q: &Quota) -> Vec<(String, i64, i64)> {
         // Only charged ones count: looked up one by one, never the
         // hundreds of finished objects a quota may keep.
@@ -321,18 +316,9 @@ impl Context {
                     .values()
                     .filter_map(|m| m.get(wref))
                     .min_by_key(|r| r.at_ms);
-                match reserved {
-                    // The longer of the two: a stale annotation never
-                    // cuts short what admission reserved for, and a
-                    // reservation bounded by activeDeadlineSeconds (the
-                    // API server ends the Job then) never moves the
-                    // suspension ahead of the annotation's end.
-                    Some(r) => Some((wref.clone(), r.at_ms, run.max(r.run_ms))),
-                    None => {
-                        let start = quota::time::parse_rfc3339(&charge.since)?;
-                        Some((wref.clone(), start, run))
-                    }
-                }
+                let charged = quota::time::parse_rfc3339(&charge.since);
+                let r = Running::declared(wref, run, reserved, charged)?;
+                Some((wref.clone(), r.start_ms, r.run_ms))
             })
             .collect()
     }
