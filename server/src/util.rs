@@ -138,9 +138,60 @@ where
     })
 }
 
+/// Run `work` in one of `places`' places, held for `at_most`: past it,
+/// `work` goes on without its place, so one that stalls holds the others
+/// back `at_most` at most. Never cancelled: work dropped midway could
+/// leave a write it started to land later.
+pub async fn in_place<F: std::future::Future>(
+    places: &tokio::sync::Semaphore,
+    at_most: std::time::Duration,
+    work: F,
+) -> F::Output {
+    let place = places.acquire().await;
+    tokio::pin!(work);
+    tokio::select! {
+        out = &mut work => return out,
+        _ = tokio::time::sleep(at_most) => {}
+    }
+    drop(place);
+    work.await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stalled work gives up its place after `at_most` and still ends
+    /// with its own result; work that ends gives its place back at once.
+    #[tokio::test]
+    async fn a_stalled_work_holds_its_place_for_a_while_and_is_never_dropped() {
+        use std::time::{Duration, Instant};
+        let places = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+        let at_most = Duration::from_millis(100);
+        // Quick works, one after the other in the one place.
+        let t = Instant::now();
+        for i in 0..3 {
+            assert_eq!(in_place(&places, at_most, async { i }).await, i);
+        }
+        assert!(t.elapsed() < at_most);
+        // A work that stalls until told.
+        let (go, wait) = tokio::sync::oneshot::channel::<u32>();
+        let stalled = tokio::spawn({
+            let places = places.clone();
+            async move { in_place(&places, at_most, async { wait.await.unwrap() + 1 }).await }
+        });
+        tokio::task::yield_now().await;
+        let t = Instant::now();
+        assert_eq!(in_place(&places, at_most, async { 7 }).await, 7);
+        let waited = t.elapsed();
+        assert!(
+            waited >= at_most / 2 && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        go.send(41).unwrap();
+        assert_eq!(stalled.await.unwrap(), 42);
+        assert_eq!(places.available_permits(), 1);
+    }
 
     #[test]
     fn two_sorted_lists_merge_in_order() {

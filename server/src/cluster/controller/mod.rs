@@ -197,6 +197,11 @@ pub struct Context {
     /// (`release_gated`) leaves their pods to that release, so a pod is
     /// never ungated twice.
     releasing: Mutex<HashSet<String>>,
+    /// Places for the rounds' releases in flight at once, over every
+    /// round (`queue::RELEASES_IN_FLIGHT`): each is a write through the
+    /// API server and both webhooks, and rounds that released all they
+    /// admitted at once sent the webhooks bursts of a hundred reviews.
+    release_slots: tokio::sync::Semaphore,
     /// Per quota, by workload: the uid and the mark of each held object
     /// whose queue mark the fold refused (forged, misbound, unreadable).
     /// Told once (one Event), then left out of the rounds and of what asks
@@ -303,6 +308,7 @@ impl Context {
             deleted_checks: Default::default(),
             submitters: submitters::Cache::default(),
             releasing: Mutex::default(),
+            release_slots: tokio::sync::Semaphore::new(queue::RELEASES_IN_FLIGHT),
             bad_marks: Mutex::default(),
             serial: Mutex::default(),
             idle: Mutex::default(),

@@ -26,6 +26,16 @@ use super::Context;
 /// queued (`quota::queue::entries::UNSEEN_GRACE_MS`).
 pub const ORPHAN_GRACE_MS: i64 = queue::entries::UNSEEN_GRACE_MS;
 
+/// How many of the rounds' releases (`Context::release_all`) are in
+/// flight at once, over every round: enough to overlap the API server's
+/// writes, few enough that the webhooks never see a round's whole batch
+/// at once.
+pub const RELEASES_IN_FLIGHT: usize = 8;
+
+/// How long one release holds its place (`RELEASES_IN_FLIGHT`) at most;
+/// past it the release goes on without one.
+pub const RELEASE_PLACE_HELD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(5);
+
 use crate::cluster::view::kind_of_ref;
 use crate::service::ServiceError;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -284,7 +294,7 @@ impl Context {
         // The whole round in one write of the quota (and one loan asked of
         // its parent): every admission charged and dequeued together with
         // the restated positions (`Service::admit_round`); the holds are
-        // released right after, all at once.
+        // released right after (`release_all`).
         let uids: BTreeMap<&str, &str> = known
             .iter()
             .map(|e| (e.workload_ref.as_str(), e.uid.as_str()))
@@ -754,8 +764,9 @@ impl Context {
     }
 
     /// Release what a round left in `out`: the crash repair's and the
-    /// round's admissions, all at once, each "Admitted" event after its
-    /// release. Called without the quota held: each release is a write
+    /// round's admissions, each in one of the places every round's
+    /// releases share (`RELEASES_IN_FLIGHT`), each "Admitted" event after
+    /// its release. Called without the quota held: each release is a write
     /// through the API server and both admission webhooks, which may take
     /// seconds under load, and the quota's reconcile (a finished
     /// workload's charge released, docs/queueing.md §9) must not wait for
@@ -771,18 +782,22 @@ impl Context {
             .map(|(w, _)| w.clone())
             .collect();
         self.releasing.lock().unwrap().extend(all.iter().cloned());
-        futures::future::join_all(
-            out.repairs
-                .iter()
-                .map(|(w, u)| self.release(name, w, u, true)),
-        )
-        .await;
-        futures::future::join_all(
-            out.admitted
-                .iter()
-                .map(|(w, u)| self.release(name, w, u, false)),
-        )
-        .await;
+        // Each in one of the places shared by every round's releases, for
+        // `RELEASE_PLACE_HELD_AT_MOST` at most: a write the API server
+        // holds up (the client has no read timeout) goes on without its
+        // place rather than hold every other quota's releases behind it.
+        // Never cancelled: a release dropped midway could still land,
+        // after the repair's second one (`util::in_place`).
+        for (list, repair) in [(&out.repairs, true), (&out.admitted, false)] {
+            futures::future::join_all(list.iter().map(|(w, u)| {
+                crate::util::in_place(
+                    &self.release_slots,
+                    RELEASE_PLACE_HELD_AT_MOST,
+                    self.release(name, w, u, repair),
+                )
+            }))
+            .await;
+        }
         {
             let mut releasing = self.releasing.lock().unwrap();
             for w in &all {
