@@ -136,6 +136,12 @@ impl Weighed {
 /// (budgets, reservation caps and the order weighed exactly as the next
 /// real round will). One head at a time, so two entries never count on
 /// the same victims.
+///
+/// `made`: the round (`admit::round`) of these very `queue`, `pool`,
+/// `budgets`, `policy` and `now_ms` — its decisions and the pool it
+/// leaves — when the caller has just made it (a queue round), so the
+/// queue is not walked once more for the same answer; None, and it is
+/// made here.
 pub fn weigh(
     queue: &[Queued],
     pool: &Pool,
@@ -143,11 +149,19 @@ pub fn weigh(
     policy: &QueuePolicy,
     now_ms: i64,
     running: &[Candidate],
+    made: Option<(&[Decision], &Pool)>,
 ) -> Weighed {
     if policy.preemption == Preemption::Never {
         return Weighed::Nothing;
     }
-    let (decisions, after, _) = admit::round(queue, pool, budgets, policy, now_ms);
+    let own;
+    let (decisions, after) = match made {
+        Some(m) => m,
+        None => {
+            own = admit::round(queue, pool, budgets, policy, now_ms);
+            (own.0.as_slice(), &own.1)
+        }
+    };
     let Some(head) = decisions.iter().find_map(|d| match d {
         Decision::Wait(w) if w.reason.waiting() == Waiting::Quota => Some(&w.workload_ref),
         _ => None,
@@ -157,7 +171,7 @@ pub fn weigh(
     let Some(entry) = queue.iter().find(|q| &q.workload_ref == head) else {
         return Weighed::Nothing;
     };
-    let victims = match plan(entry, &after, running) {
+    let victims = match plan(entry, after, running) {
         Preempt::Reclaim(v) if !v.is_empty() => v,
         _ => return Weighed::Nothing,
     };
@@ -189,7 +203,7 @@ pub fn for_queue(
     now_ms: i64,
     running: &[Candidate],
 ) -> Option<(String, Vec<Victim>)> {
-    weigh(queue, pool, budgets, policy, now_ms, running).reclaim()
+    weigh(queue, pool, budgets, policy, now_ms, running, None).reclaim()
 }
 
 /// What the head's reason adds when preemption would not help it
@@ -408,7 +422,8 @@ mod tests {
         let mut e = entry(10, 2);
         e.run_ms = Some(3_600_000);
         let q = [e.clone()];
-        let w = weigh(&q, &pool, std::slice::from_ref(&view), &p, T0, &run);
+        let w = weigh(&q, &pool, std::slice::from_ref(&view), &p, T0, &run, None);
+        assert_eq!(given_its_round(&q, &pool, &view, &p, &run), w);
         let Weighed::Futile { head, after } = &w else {
             panic!("{w:?}")
         };
@@ -428,9 +443,22 @@ mod tests {
             state: &topped,
             ..view
         };
-        assert!(matches!(
-            weigh(&q, &pool, std::slice::from_ref(&view), &p, T0, &run),
-            Weighed::Reclaim { .. }
-        ));
+        let w = weigh(&q, &pool, std::slice::from_ref(&view), &p, T0, &run, None);
+        assert!(matches!(w, Weighed::Reclaim { .. }));
+        assert_eq!(given_its_round(&q, &pool, &view, &p, &run), w);
+    }
+
+    /// `weigh` given the round a queue round made of the same inputs:
+    /// what it says when it makes that round itself.
+    fn given_its_round(
+        q: &[Queued],
+        pool: &Pool,
+        view: &BudgetView<'_>,
+        p: &QueuePolicy,
+        run: &[Candidate],
+    ) -> Weighed {
+        let views = std::slice::from_ref(view);
+        let (decisions, after, _) = admit::round(q, pool, views, p, T0);
+        weigh(q, pool, views, p, T0, run, Some((&decisions, &after)))
     }
 }

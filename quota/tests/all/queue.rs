@@ -255,7 +255,7 @@ proptest! {
         };
         let none = ResourceList::new();
         let now = T0 + 400_000;
-        match preempt::weigh(&queued, &Pool::new(&q, &none), &views, &policy, now, &cands) {
+        match preempt::weigh(&queued, &Pool::new(&q, &none), &views, &policy, now, &cands, None) {
             preempt::Weighed::Reclaim { head, victims } => {
                 let h = queued.iter().find(|e| e.workload_ref == head).unwrap();
                 prop_assert!(!victims.is_empty());

@@ -1342,6 +1342,12 @@ impl View {
             .filter(|u| !u.is_empty())
     }
 
+    /// Whether the watch shows `wref` as the object of uid `uid` (a round
+    /// asks this of every entry of its queue: nothing is copied).
+    pub fn is_workload(&self, wref: &str, uid: &str) -> bool {
+        !uid.is_empty() && self.workloads.get(wref).is_some_and(|s| s.info.uid == uid)
+    }
+
     /// Whether a workload bound to `quota` carries the annotation `key`.
     pub fn any_annotated(&self, quota: &str, key: &str) -> bool {
         self.workloads_in(quota)
@@ -1739,6 +1745,10 @@ mod tests {
             Some("d-train")
         );
         assert_eq!(v.workload_uid("apps/Deployment/nlp/other"), None);
+        assert!(v.is_workload("apps/Deployment/nlp/train", "d-train"));
+        assert!(!v.is_workload("apps/Deployment/nlp/train", "d-other"));
+        assert!(!v.is_workload("apps/Deployment/nlp/train", ""));
+        assert!(!v.is_workload("apps/Deployment/nlp/other", "d-train"));
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl Context {
             return Ok(());
         }
         let found = if wants {
-            self.preemption_plan(&q, now, None).await?.reclaim()
+            self.preemption_plan(&q, now).await?.reclaim()
         } else {
             None
         };
@@ -191,83 +191,63 @@ impl Context {
         Ok(())
     }
 
+    /// The running work of quota `q` a queue's preemption may weigh, as
+    /// the watch shows it, each at its pods' priority or its templates'
+    /// classes (as `classes` has them) where no pod shows one yet: never
+    /// judged lower than either.
+    pub(super) fn preemptible(
+        &self,
+        q: &quota::Quota,
+        classes: Option<&quota::queue::priority::Classes>,
+    ) -> Vec<Candidate> {
+        let resolve = |names: &[String], seen: i32| -> i32 {
+            classes.map_or(seen, |c| c.resolve(names).value.max(seen))
+        };
+        let v = self.view.lock().unwrap();
+        v.unfinished_of(q.name())
+            // Running something first: a quota holds hundreds of
+            // suspended, queued objects, and `holds` walks the queue.
+            .filter(|(wref, sets, _)| {
+                sets.iter().any(|s| s.count > 0) && !queue::entries::holds(q, wref)
+            })
+            .map(|(wref, pod_sets, info)| Candidate {
+                stop: adapter_of(wref).map_or(Stop::Never, Stop::of),
+                priority: resolve(&info.priority_classes, info.priority),
+                online: reclaim::is_online(&info.labels, &info.annotations),
+                created_ms: info.created_ms.unwrap_or(0),
+                min_replicas: None,
+                marked: q
+                    .status
+                    .reclaim
+                    .get(wref)
+                    .is_some_and(|m| m.origin == Origin::Preempt),
+                idle: false,
+                pod_sets: pod_sets.to_vec(),
+                workload_ref: wref.clone(),
+            })
+            .collect()
+    }
+
     /// The head and its victims this round (`preempt::for_queue`), over the
     /// entries whose object the watch has seen, each judged at the
     /// priority of its classes now, against the running work of the quota
-    /// as the watch shows it.
-    ///
-    /// `pool`: the pool a round over this very `q` planned with (its
-    /// limits read its parent a moment ago), weighed again instead of
-    /// reading the parent and its children once more.
+    /// as the watch shows it. A queue round weighs its own round instead
+    /// (`Context::futile_preemption`).
     pub(super) async fn preemption_plan(
         &self,
         q: &quota::Quota,
         now: i64,
-        pool: Option<&quota::queue::Pool>,
     ) -> Result<Weighed, ServiceError> {
         let classes = self.service.priorities.classes().await.ok();
-        let resolve = |names: &[String], seen: i32| -> i32 {
-            classes
-                .as_ref()
-                .map_or(seen, |c| c.resolve(names).value.max(seen))
-        };
-        let (known, running) = {
-            let v = self.view.lock().unwrap();
-            let known: Vec<Queued> = queue::entries::entries(q)
-                .into_iter()
-                .filter(|e| {
-                    !e.uid.is_empty()
-                        && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
-                        && queue::entries::admissible(q, e)
-                })
-                .map(|mut e| {
-                    if let Some(c) = &classes {
-                        e.priority = c.resolve(&e.priority_classes).value;
-                    }
-                    e
-                })
-                .collect();
-            let running: Vec<Candidate> = v
-                .unfinished_of(q.name())
-                // Running something first: a quota holds hundreds of
-                // suspended, queued objects, and `holds` walks the queue.
-                .filter(|(wref, sets, _)| {
-                    sets.iter().any(|s| s.count > 0) && !queue::entries::holds(q, wref)
-                })
-                .map(|(wref, pod_sets, info)| Candidate {
-                    stop: adapter_of(wref).map_or(Stop::Never, Stop::of),
-                    // Its pods' priority, or its templates' classes where
-                    // no pod shows one yet: never judged lower than either.
-                    priority: resolve(&info.priority_classes, info.priority),
-                    online: reclaim::is_online(&info.labels, &info.annotations),
-                    created_ms: info.created_ms.unwrap_or(0),
-                    min_replicas: None,
-                    marked: q
-                        .status
-                        .reclaim
-                        .get(wref)
-                        .is_some_and(|m| m.origin == Origin::Preempt),
-                    idle: false,
-                    pod_sets: pod_sets.to_vec(),
-                    workload_ref: wref.clone(),
-                })
-                .collect();
-            (known, running)
-        };
+        let (known, _) = self.known_entries(q, classes.as_deref());
         if known.is_empty() {
             return Ok(Weighed::Nothing);
         }
+        let running = self.preemptible(q, classes.as_deref());
         // The same order as the round (`queue_pool`): by submitters' usage
         // where the policy asks, so the head planned for is the one admitted.
-        let read;
-        let pool = match pool {
-            Some(p) => p,
-            None => {
-                let limits = self.service.queue_limits(q).await?;
-                read = self.queue_pool(q, &limits).await;
-                &read
-            }
-        };
+        let limits = self.service.queue_limits(q).await?;
+        let pool = self.queue_pool(q, &limits).await;
         let budgets = queue::budgets::of(q);
         let price_list = self.service.price_list();
         let views: Vec<_> = budgets
@@ -276,11 +256,12 @@ impl Context {
             .collect();
         Ok(preempt::weigh(
             &known,
-            pool,
+            &pool,
             &views,
             &q.spec.queueing,
             now,
             &running,
+            None,
         ))
     }
 
@@ -377,7 +358,7 @@ impl Context {
             // has had its suspend; the release follows it).
             let suspend: Vec<String> = queue::entries::suspending(q)
                 .into_iter()
-                .filter(|e| v.workload_uid(&e.work.workload_ref).as_deref() == Some(&e.work.uid))
+                .filter(|e| v.is_workload(&e.work.workload_ref, &e.work.uid))
                 // Suspended by this controller a moment ago: the view lags.
                 .filter(|e| {
                     just_suspended

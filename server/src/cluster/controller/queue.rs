@@ -204,35 +204,11 @@ impl Context {
         // Only entries whose object the watch has seen (with its uid) are
         // admitted: the unsuspend needs the object. A preempted entry whose
         // workload still runs waits for its suspend (preempt.rs).
-        let known: Vec<Queued> = {
-            let v = self.view.lock().unwrap();
-            queue::entries::entries(&q)
-                .into_iter()
-                .filter(|e| {
-                    !e.uid.is_empty()
-                        && v.workload_uid(&e.workload_ref).as_deref() == Some(&e.uid)
-                        && queue::entries::admissible(&q, e)
-                })
-                .collect()
-        };
         // Priorities from the PriorityClasses as the watch has them now (a
         // class created or changed since an entry queued counts); a number
         // written in a template never does (`quota::queue::priority`).
         let classes = self.service.priorities.classes().await.ok();
-        let mut notes: BTreeMap<String, String> = BTreeMap::new();
-        let known: Vec<Queued> = known
-            .into_iter()
-            .map(|mut e| {
-                if let Some(c) = &classes {
-                    let r = c.resolve(&e.priority_classes);
-                    e.priority = r.value;
-                    if let Some(n) = r.note() {
-                        notes.insert(e.workload_ref.clone(), n);
-                    }
-                }
-                e
-            })
-            .collect();
+        let (known, mut notes) = self.known_entries(&q, classes.as_deref());
         // Hard, or for a quota that may borrow, hard + what its parent
         // could lend now (`queue::borrow_limits`): each admission then asks
         // for its loan in the parent's compare-and-swap, as the webhook's
@@ -250,7 +226,25 @@ impl Context {
             .iter()
             .map(|b| b.view(&self.service.prices, &price_list))
             .collect();
-        let decisions = queue::next_admissions(&known, &pool, &views, &q.spec.queueing, now);
+        let (decisions, after, _) =
+            queue::admit::round(&known, &pool, &views, &q.spec.queueing, now);
+        // A head that preemption would not admit says what else it waits
+        // for (its budget, its turn): a person sees why nothing is taken.
+        // Weighed on this very round, not on another walk of the queue.
+        if let Some((head, n)) = self.futile_preemption(
+            &q,
+            classes.as_deref(),
+            &known,
+            &pool,
+            &views,
+            now,
+            (&decisions, &after),
+        ) {
+            notes
+                .entry(head)
+                .and_modify(|o| *o = format!("{o}; {n}"))
+                .or_insert(n);
+        }
         out.planned = decisions
             .iter()
             .filter(|d| matches!(d, Decision::Admit(_)))
@@ -273,19 +267,6 @@ impl Context {
             .collect();
         let estimates = self.estimates(&q, &known, &decisions, &pool, now);
         let mut fresh = queue::status(&known, &decisions, &estimates);
-        // A head that preemption would not admit says what else it waits
-        // for (its budget, its turn): a person sees why nothing is taken.
-        if q.spec.queueing.preemption == quota::object::queueing::Preemption::LowerPriority {
-            if let queue::preempt::Weighed::Futile { head, after } =
-                self.preemption_plan(&q, now, Some(&pool)).await?
-            {
-                let n = queue::preempt::futile_words(&after);
-                notes
-                    .entry(head)
-                    .and_modify(|o| *o = format!("{o}; {n}"))
-                    .or_insert(n);
-            }
-        }
         for e in fresh.iter_mut() {
             if let Some(n) = notes.get(&e.work.workload_ref) {
                 e.reason = format!("{}; {n}", e.reason);
@@ -414,6 +395,71 @@ impl Context {
             self.wake_at(name, at);
         }
         Ok(())
+    }
+
+    /// The entries of `q`'s queue a round may admit — those whose object
+    /// the watch has seen under the entry's uid — each at the priority of
+    /// its classes as `classes` has them, and what an entry's reason adds
+    /// where its classes could not all be resolved.
+    pub(super) fn known_entries(
+        &self,
+        q: &quota::Quota,
+        classes: Option<&quota::queue::priority::Classes>,
+    ) -> (Vec<Queued>, BTreeMap<String, String>) {
+        let mut notes = BTreeMap::new();
+        let v = self.view.lock().unwrap();
+        let known = queue::entries::entries(q)
+            .into_iter()
+            .filter(|e| v.is_workload(&e.workload_ref, &e.uid) && queue::entries::admissible(q, e))
+            .map(|mut e| {
+                if let Some(c) = classes {
+                    let r = c.resolve(&e.priority_classes);
+                    e.priority = r.value;
+                    if let Some(n) = r.note() {
+                        notes.insert(e.workload_ref.clone(), n);
+                    }
+                }
+                e
+            })
+            .collect();
+        (known, notes)
+    }
+
+    /// Under `LowerPriority` preemption, the head and what its reason adds
+    /// when preempting for it would not admit it (`Weighed::Futile`):
+    /// weighed on `round`, the round just made of `known` in `pool` with
+    /// `views` (`queue::preempt::weigh`, given it).
+    #[allow(clippy::too_many_arguments)]
+    fn futile_preemption(
+        &self,
+        q: &quota::Quota,
+        classes: Option<&quota::queue::priority::Classes>,
+        known: &[Queued],
+        pool: &Pool,
+        views: &[queue::BudgetView<'_>],
+        now: i64,
+        round: (&[Decision], &Pool),
+    ) -> Option<(String, String)> {
+        if q.spec.queueing.preemption != quota::object::queueing::Preemption::LowerPriority
+            || known.is_empty()
+        {
+            return None;
+        }
+        let running = self.preemptible(q, classes);
+        match queue::preempt::weigh(
+            known,
+            pool,
+            views,
+            &q.spec.queueing,
+            now,
+            &running,
+            Some(round),
+        ) {
+            queue::preempt::Weighed::Futile { head, after } => {
+                Some((head, queue::preempt::futile_words(&after)))
+            }
+            _ => None,
+        }
     }
 
     /// The held objects bound to `name` that carry a queue mark, as the
