@@ -306,9 +306,9 @@ fn try_fit(
 
 /// A round's walk through a queue in admission order: the pool and the
 /// budgets' states as the admissions so far leave them, and the entry
-/// that blocks everything behind it. `round` and `would_queue_at` both
-/// take each entry with `step`, so the rule that decides an entry lives
-/// here alone.
+/// that blocks everything behind it. `round`, `admitted` and
+/// `would_queue_at` all take each entry with `step`, so the rule that
+/// decides an entry lives here alone.
 struct Walk<'q> {
     pool: Pool,
     states: Vec<BudgetState>,
@@ -412,6 +412,32 @@ pub fn round<Q: Borrow<Queued>>(
         }));
     }
     (out, walk.pool, walk.states)
+}
+
+/// Which entries of `queue` one round admits — their indices, in
+/// admission order — and the pool it leaves: `round`'s walk, without its
+/// decisions (no charge, reason or position is built). An estimate's
+/// simulation asks only this, once per event.
+pub fn admitted<Q: Borrow<Queued>>(
+    queue: &[Q],
+    pool: &Pool,
+    budgets: &[BudgetView<'_>],
+    policy: &QueuePolicy,
+    now_ms: i64,
+) -> (Vec<usize>, Pool) {
+    let mut walk = Walk::new(pool, budgets);
+    let taken = order::order_by(queue, policy, now_ms, pool.submitters())
+        .into_iter()
+        .filter(|Slot { index, blocks }| {
+            let q = queue[*index].borrow();
+            matches!(
+                walk.step(q, q.usage(), *blocks, budgets, now_ms),
+                Step::Admit { .. }
+            )
+        })
+        .map(|s| s.index)
+        .collect();
+    (taken, walk.pool)
 }
 
 /// What of `usage`, added to the pool's used, lies beyond hard, per key.
@@ -1024,6 +1050,18 @@ mod tests {
             let budgets = std::slice::from_ref(&view);
             let mut all = q.clone();
             all.push(c.clone());
+            // An estimate's walk without decisions takes what the round
+            // admits, in its order, and leaves the same pool.
+            let (decisions, after, _) = round(&all, &pool, budgets, &p, now);
+            let (taken, left) = admitted(&all, &pool, budgets, &p, now);
+            let admits: Vec<&str> = decisions
+                .iter()
+                .filter(|d| matches!(d, Decision::Admit(_)))
+                .map(Decision::workload_ref)
+                .collect();
+            let took: Vec<&str> = taken.iter().map(|&i| all[i].workload_ref.as_str()).collect();
+            proptest::prop_assert_eq!(took, admits);
+            proptest::prop_assert_eq!(left.used(), after.used());
             let want = round_says(&next_admissions(&all, &pool, budgets, &p, now), &c);
             let got = would_queue_at(&q, &c, &pool, budgets, &p, now);
             let mut states = states_of(budgets);

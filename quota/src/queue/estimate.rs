@@ -13,7 +13,8 @@ use super::admit::{self, Decision, Pool};
 use crate::object::queue::Queued;
 use crate::object::queueing::QueuePolicy;
 use crate::resources::ResourceList;
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
 
 /// Work that holds part of the pool now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,15 +29,16 @@ pub struct Running {
 
 /// Estimated start (epoch ms) per workload reference, for the entries
 /// that get one; `now_ms` for those that would be admitted at once.
-pub fn estimate(
-    queue: &[Queued],
+pub fn estimate<Q: Borrow<Queued>>(
+    queue: &[Q],
     pool: &Pool,
     running: &[Running],
     policy: &QueuePolicy,
     now_ms: i64,
 ) -> BTreeMap<String, i64> {
     let mut pool = pool.clone();
-    let mut waiting: Vec<Queued> = queue.to_vec();
+    // Borrowed: each event's round walks what still waits, never a copy.
+    let mut waiting: Vec<&Queued> = queue.iter().map(Borrow::borrow).collect();
     // Ends to come, as (time, usage); kept sorted by time, then insertion.
     let mut ends: Vec<(i64, ResourceList)> = running
         .iter()
@@ -51,20 +53,17 @@ pub fn estimate(
         for (_, usage) in ends.drain(..split) {
             pool.release(&usage);
         }
-        let (decisions, after, _) = admit::round(&waiting, &pool, &[], policy, t);
+        let (taken, after) = admit::admitted(&waiting, &pool, &[], policy, t);
         pool = after;
-        let mut admitted = BTreeSet::new();
-        for d in decisions {
-            if let Decision::Admit(a) = d {
-                admitted.insert(a.workload_ref);
-            }
+        let mut admitted = vec![false; waiting.len()];
+        for i in taken {
+            admitted[i] = true;
+            starts.insert(waiting[i].workload_ref.clone(), t);
         }
-        for w in &admitted {
-            starts.insert(w.clone(), t);
-        }
-        let (gone, rest): (Vec<Queued>, Vec<Queued>) = waiting
+        let mut taken = admitted.into_iter();
+        let (gone, rest): (Vec<&Queued>, Vec<&Queued>) = waiting
             .into_iter()
-            .partition(|q| admitted.contains(&q.workload_ref));
+            .partition(|_| taken.next() == Some(true));
         waiting = rest;
         for q in gone {
             if let Some(run) = q.run_ms {
@@ -117,7 +116,7 @@ pub fn for_status(
     use crate::object::queue::Waiting;
     let by_ref: BTreeMap<&str, &Queued> =
         queue.iter().map(|q| (q.workload_ref.as_str(), q)).collect();
-    let mut simulated: Vec<Queued> = Vec::new();
+    let mut simulated: Vec<&Queued> = Vec::new();
     let mut waiting: Vec<&str> = Vec::new();
     for d in decisions.iter().take(head) {
         let Some(q) = by_ref.get(d.workload_ref()) else {
@@ -130,7 +129,7 @@ pub fn for_status(
                 Waiting::Quota | Waiting::Turn => waiting.push(&w.workload_ref),
             }
         }
-        simulated.push((*q).clone());
+        simulated.push(q);
     }
     if waiting.is_empty() {
         return BTreeMap::new();
