@@ -51,13 +51,18 @@ use tokio::sync::broadcast;
 
 type RespBody = UnsyncBoxBody<Bytes, Infallible>;
 
+/// A watch event as stored and sent to every watcher: the object is
+/// shared, as kube-apiserver's watch cache shares one decoded object
+/// between its watchers (each serializes it; none copies it).
+type Event = (u64, &'static str, Arc<Value>);
+
 struct Coll {
     def: KindDef,
     objects: BTreeMap<(String, String), Value>,
     /// The events watches are served from: bounded, as kube-apiserver's
     /// watch cache and etcd's compaction bound them (`WATCH_HISTORY`, or
     /// `bound_history`).
-    log: Vec<(u64, &'static str, Value)>,
+    log: Vec<Event>,
     /// The newest resourceVersion dropped from `log`: a watch from an
     /// older version cannot be served.
     compacted: u64,
@@ -65,10 +70,10 @@ struct Coll {
     keep: Option<usize>,
     /// Every version stored, for the tests that read them all
     /// (`quota_versions`): unbounded unless `bound_history` bounds it.
-    versions: Vec<(u64, Value)>,
+    versions: Vec<(u64, Arc<Value>)>,
     /// How many `versions` keeps (None: all).
     versions_keep: Option<usize>,
-    tx: broadcast::Sender<(u64, &'static str, Value)>,
+    tx: broadcast::Sender<Event>,
     /// Bumped by `end_watches`: every watch open on the kind ends.
     ends: tokio::sync::watch::Sender<u64>,
 }
@@ -642,6 +647,7 @@ impl FakeApi {
     }
 
     fn emit(coll: &mut Coll, rv: u64, kind: &'static str, obj: Value) {
+        let obj = Arc::new(obj);
         coll.log.push((rv, kind, obj.clone()));
         if let Some((last, _, _)) = trim(&mut coll.log, coll.keep).last() {
             coll.compacted = *last;
@@ -739,7 +745,7 @@ impl FakeApi {
             .versions
             .iter()
             .filter(|(rv, o)| *rv > after && o["metadata"]["name"] == name)
-            .map(|(_, o)| o.clone())
+            .map(|(_, o)| Value::clone(o))
             .collect()
     }
 

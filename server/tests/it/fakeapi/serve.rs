@@ -190,15 +190,16 @@ impl FakeApi {
                         .as_ref()
                         .is_none_or(|n| o["metadata"]["namespace"] == n.as_str())
                 };
-                let backlog: Vec<(u64, &'static str, Value)> = coll
+                let backlog: Vec<super::Event> = coll
                     .log
                     .iter()
                     .filter(|(r, _, o)| *r > from && keep(o))
                     .cloned()
                     .collect();
-                let line = |(_, kind, obj): (u64, &'static str, Value)| {
-                    let mut b = serde_json::to_vec(&json!({"type": kind, "object": obj})).unwrap();
-                    b.push(b'\n');
+                let line = |(_, kind, obj): super::Event| {
+                    let mut b = format!("{{\"type\":\"{kind}\",\"object\":").into_bytes();
+                    serde_json::to_writer(&mut b, &*obj).unwrap();
+                    b.extend_from_slice(b"}\n");
                     Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(b)))
                 };
                 // A watcher too slow for the events (`Lagged`) has its
