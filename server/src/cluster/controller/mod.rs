@@ -201,7 +201,7 @@ pub struct Context {
     /// round (`queue::RELEASES_IN_FLIGHT`): each is a write through the
     /// API server and both webhooks, and rounds that released all they
     /// admitted at once sent the webhooks bursts of a hundred reviews.
-    release_slots: tokio::sync::Semaphore,
+    release_places: tokio::sync::Semaphore,
     /// Per quota, by workload: the uid and the mark of each held object
     /// whose queue mark the fold refused (forged, misbound, unreadable).
     /// Told once (one Event), then left out of the rounds and of what asks
@@ -308,7 +308,7 @@ impl Context {
             deleted_checks: Default::default(),
             submitters: submitters::Cache::default(),
             releasing: Mutex::default(),
-            release_slots: tokio::sync::Semaphore::new(queue::RELEASES_IN_FLIGHT),
+            release_places: tokio::sync::Semaphore::new(queue::RELEASES_IN_FLIGHT),
             bad_marks: Mutex::default(),
             serial: Mutex::default(),
             idle: Mutex::default(),

@@ -232,7 +232,7 @@ impl Context {
     /// entries whose object the watch has seen, each judged at the
     /// priority of its classes now, against the running work of the quota
     /// as the watch shows it. A queue round weighs its own round instead
-    /// (`Context::futile_preemption`).
+    /// (`admit_from_queue`).
     pub(super) async fn preemption_plan(
         &self,
         q: &quota::Quota,

@@ -230,20 +230,22 @@ impl Context {
             queue::admit::round(&known, &pool, &views, &q.spec.queueing, now);
         // A head that preemption would not admit says what else it waits
         // for (its budget, its turn): a person sees why nothing is taken.
-        // Weighed on this very round, not on another walk of the queue.
-        if let Some((head, n)) = self.futile_preemption(
-            &q,
-            classes.as_deref(),
-            &known,
-            &pool,
-            &views,
-            now,
-            (&decisions, &after),
-        ) {
-            notes
-                .entry(head)
-                .and_modify(|o| *o = format!("{o}; {n}"))
-                .or_insert(n);
+        // Weighed on this very round, not on another walk of the queue; the
+        // running work is read only where the policy preempts.
+        if q.spec.queueing.preemption == quota::object::queueing::Preemption::LowerPriority
+            && !known.is_empty()
+        {
+            let running = self.preemptible(&q, classes.as_deref());
+            let made = Some((decisions.as_slice(), &after));
+            if let queue::preempt::Weighed::Futile { head, after } =
+                queue::preempt::weigh(&known, &pool, &views, &q.spec.queueing, now, &running, made)
+            {
+                let n = queue::preempt::futile_words(&after);
+                notes
+                    .entry(head)
+                    .and_modify(|o| *o = format!("{o}; {n}"))
+                    .or_insert(n);
+            }
         }
         out.planned = decisions
             .iter()
@@ -423,43 +425,6 @@ impl Context {
             })
             .collect();
         (known, notes)
-    }
-
-    /// Under `LowerPriority` preemption, the head and what its reason adds
-    /// when preempting for it would not admit it (`Weighed::Futile`):
-    /// weighed on `round`, the round just made of `known` in `pool` with
-    /// `views` (`queue::preempt::weigh`, given it).
-    #[allow(clippy::too_many_arguments)]
-    fn futile_preemption(
-        &self,
-        q: &quota::Quota,
-        classes: Option<&quota::queue::priority::Classes>,
-        known: &[Queued],
-        pool: &Pool,
-        views: &[queue::BudgetView<'_>],
-        now: i64,
-        round: (&[Decision], &Pool),
-    ) -> Option<(String, String)> {
-        if q.spec.queueing.preemption != quota::object::queueing::Preemption::LowerPriority
-            || known.is_empty()
-        {
-            return None;
-        }
-        let running = self.preemptible(q, classes);
-        match queue::preempt::weigh(
-            known,
-            pool,
-            views,
-            &q.spec.queueing,
-            now,
-            &running,
-            Some(round),
-        ) {
-            queue::preempt::Weighed::Futile { head, after } => {
-                Some((head, queue::preempt::futile_words(&after)))
-            }
-            _ => None,
-        }
     }
 
     /// The held objects bound to `name` that carry a queue mark, as the
@@ -837,7 +802,7 @@ impl Context {
         for (list, repair) in [(&out.repairs, true), (&out.admitted, false)] {
             futures::future::join_all(list.iter().map(|(w, u)| {
                 crate::util::in_place(
-                    &self.release_slots,
+                    &self.release_places,
                     RELEASE_PLACE_HELD_AT_MOST,
                     self.release(name, w, u, repair),
                 )
