@@ -20,6 +20,23 @@ use crate::object::queueing::{Preemption, QueuePolicy};
 use crate::reclaim::{self, Candidate, Stop, Victim};
 use crate::resources::{self, ResourceList};
 
+/// Whether `running` holds anything preemption could ever take for an
+/// entry of `queue`: a workload it may suspend (`Stop::Suspend`, not an
+/// online service) of a priority below the highest queued. When not,
+/// every entry's `plan` is `Fits` or `Cannot`, and `weigh` is `Nothing`
+/// whatever the round: asked first, in time linear in the two lists, so a
+/// queue whose running work is all of its own priority or above (a
+/// backlog of equals behind work that outranks it) is never walked for a
+/// preemption that cannot be.
+pub fn may_take<Q: std::borrow::Borrow<Queued>>(queue: &[Q], running: &[Candidate]) -> bool {
+    let Some(top) = queue.iter().map(|q| q.borrow().priority).max() else {
+        return false;
+    };
+    running
+        .iter()
+        .any(|c| c.priority < top && !c.online && c.stop == Stop::Suspend)
+}
+
 /// What preemption would do for one queued entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Preempt {
@@ -151,7 +168,7 @@ pub fn weigh(
     running: &[Candidate],
     made: Option<(&[Decision], &Pool)>,
 ) -> Weighed {
-    if policy.preemption == Preemption::Never {
+    if policy.preemption == Preemption::Never || !may_take(queue, running) {
         return Weighed::Nothing;
     }
     let own;
@@ -446,6 +463,70 @@ mod tests {
         let w = weigh(&q, &pool, std::slice::from_ref(&view), &p, T0, &run, None);
         assert!(matches!(w, Weighed::Reclaim { .. }));
         assert_eq!(given_its_round(&q, &pool, &view, &p, &run), w);
+    }
+
+    #[test]
+    fn only_suspendable_batch_work_below_the_highest_queued_can_be_taken() {
+        let q = [entry(50, 1), entry(100, 1)];
+        // All running work at the top priority or above: nothing to take.
+        let equals = [running("a", 100, 0, 1), running("b", 200, 0, 1)];
+        assert!(!may_take(&q, &equals));
+        // Below it, but an online service, or work that cannot be suspended.
+        let mut online = running("svc", 50, 0, 1);
+        online.online = true;
+        let mut fixed = running("fixed", 50, 0, 1);
+        fixed.stop = Stop::Never;
+        assert!(!may_take(&q, &[online.clone(), fixed.clone()]));
+        // Suspendable batch work below the highest queued: it may be taken.
+        assert!(may_take(&q, &[online, fixed, running("low", 99, 0, 1)]));
+        // An empty queue takes nothing.
+        assert!(!may_take::<Queued>(&[], &[running("low", 0, 0, 1)]));
+    }
+
+    proptest::proptest! {
+        /// Where `may_take` says no, no entry's plan takes anything and
+        /// `weigh` is `Nothing`: the check only skips work whose answer
+        /// is known.
+        #[test]
+        fn nothing_is_taken_where_may_take_says_no(
+            hard in 1i64..8,
+            run in proptest::collection::vec((0i32..4, 1i64..4, proptest::bool::ANY, proptest::bool::ANY), 0..5),
+            queued in proptest::collection::vec((0i32..4, 1i64..6), 1..5),
+        ) {
+            let run: Vec<Candidate> = run
+                .iter()
+                .enumerate()
+                .map(|(i, (p, n, online, stops))| {
+                    let mut c = running(&format!("r{i}"), *p, i as i64, *n);
+                    c.online = *online;
+                    if !*stops {
+                        c.stop = Stop::Never;
+                    }
+                    c
+                })
+                .collect();
+            let total: i64 = run.iter().map(|c| c.pod_sets[0].count).sum();
+            let pool = setup(hard.max(total), &run);
+            let q: Vec<Queued> = queued
+                .iter()
+                .enumerate()
+                .map(|(i, (p, n))| Queued {
+                    workload_ref: format!("batch/Job/ns/q{i}"),
+                    submitted_ms: T0 + i as i64,
+                    ..entry(*p, *n)
+                })
+                .collect();
+            let policy = QueuePolicy {
+                preemption: Preemption::LowerPriority,
+                ..QueuePolicy::queue()
+            };
+            if !may_take(&q, &run) {
+                for e in &q {
+                    proptest::prop_assert!(!matches!(plan(e, &pool, &run), Preempt::Reclaim(_)));
+                }
+                proptest::prop_assert_eq!(weigh(&q, &pool, &[], &policy, T0, &run, None), Weighed::Nothing);
+            }
+        }
     }
 
     /// `weigh` given the round a queue round made of the same inputs:

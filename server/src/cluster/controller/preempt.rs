@@ -244,6 +244,11 @@ impl Context {
             return Ok(Weighed::Nothing);
         }
         let running = self.preemptible(q, classes.as_deref());
+        // Nothing below the queue's highest priority runs (a backlog of
+        // equals): no plan can take anything, so no round is walked.
+        if !preempt::may_take(&known, &running) {
+            return Ok(Weighed::Nothing);
+        }
         // The same order as the round (`queue_pool`): by submitters' usage
         // where the policy asks, so the head planned for is the one admitted.
         let limits = self.service.queue_limits(q).await?;
