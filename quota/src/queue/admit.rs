@@ -582,6 +582,9 @@ pub fn status(
 ) -> Vec<QueueEntry> {
     let by_ref: BTreeMap<&str, &Queued> =
         queue.iter().map(|q| (q.workload_ref.as_str(), q)).collect();
+    // A long queue behind a full pool waits for the same reason entry
+    // after entry (a backlog of equal jobs): said once, copied after.
+    let mut said: Option<(&Reason, String)> = None;
     decisions
         .iter()
         .filter_map(|d| match d {
@@ -590,6 +593,14 @@ pub fn status(
         })
         .filter_map(|w| {
             let work = (*by_ref.get(w.workload_ref.as_str())?).clone();
+            let reason = match &said {
+                Some((r, text)) if **r == w.reason => text.clone(),
+                _ => {
+                    let text = w.reason.to_string();
+                    said = Some((&w.reason, text.clone()));
+                    text
+                }
+            };
             Some(QueueEntry {
                 estimated_start: estimates
                     .get(&w.workload_ref)
@@ -597,7 +608,7 @@ pub fn status(
                 work,
                 position: w.position,
                 waiting: w.reason.waiting(),
-                reason: w.reason.to_string(),
+                reason,
             })
         })
         .collect()
@@ -903,6 +914,32 @@ mod tests {
         );
         let back: QueueEntry = serde_json::from_value(json).unwrap();
         assert_eq!(back, s[0]);
+    }
+
+    #[test]
+    fn status_states_each_reason_as_its_own_even_when_said_once_for_a_run() {
+        // A full pool: every entry waits; equal ones in a run, then a
+        // larger one, then an equal one again.
+        let pool = Pool::new(&quota(4, 4), &ResourceList::new());
+        let q = [
+            job("a", 0, 0, 1),
+            job("b", 0, 1, 1),
+            job("c", 0, 2, 1),
+            job("big", 0, 3, 3),
+            job("d", 0, 4, 1),
+        ];
+        let d = next_admissions(&q, &pool, &[], &QueuePolicy::queue(), T0 + 10);
+        let s = status(&q, &d, &BTreeMap::new());
+        assert_eq!(s.len(), 5);
+        for (e, d) in s.iter().zip(d.iter()) {
+            let Decision::Wait(w) = d else {
+                panic!("{d:?}")
+            };
+            assert_eq!(e.reason, w.reason.to_string(), "{}", e.work.workload_ref);
+        }
+        assert_eq!(s[0].reason, s[1].reason);
+        assert_ne!(s[2].reason, s[3].reason);
+        assert_eq!(s[4].reason, s[0].reason);
     }
 
     /// A card-hour budget of `units` on the A100s.
