@@ -133,27 +133,55 @@ impl Running {
 ///   SQLite connection threads inherit their priority, and on PostgreSQL
 ///   their sockets are this runtime's, used by it alone: no connection is
 ///   shared between the runtimes' reactors (docs/limits.md).
-/// - **The controller's** (cluster mode, while this replica leads), at the
-///   normal priority (niced, it starved whenever the CPUs were full):
-///   reconciles, queue rounds, preemption plans and the watches' caches.
+/// - **The controller's** (cluster mode, while this replica leads), niced
+///   but on every CPU (`heavy::lower_priority_unpinned`): reconciles,
+///   queue rounds, preemption plans and the watches' caches. A review the
+///   API server waits on gets a CPU first (nice ranks bizrq's own
+///   threads; in the Kueue bench the API server's too, as it shares the
+///   process); the controller takes what the webhooks leave, which on a
+///   busy node is most of it. (On 2026-12-01
+///   it was tried niced as the portal's runtime is — `heavy::lower_priority`,
+///   which also pins it off the CPU kept for admissions, one of two there
+///   — when a Job cost it several times the CPU it does now, and it
+///   starved; on 2026-12-04, niced on both CPUs, it finished the Kueue
+///   baseline sooner: docs/benchmarks.md, "the controller yields the
+///   CPU".)
 ///   A round over a queue of hundreds of entries is milliseconds of CPU
 ///   without an await; on the admissions' runtime every review that
 ///   arrived meanwhile waited behind it (docs/queueing.md §12, "Reviews
 ///   never wait behind a round"). Its history and samples go to the
-///   background connections (`SqlStore::background`); its Kubernetes
-///   requests leave through the client's own connection tasks, which stay
-///   on the admissions' runtime. Its charges and queue writes go through
+///   background connections (`SqlStore::background`). Its Kubernetes
+///   requests go through the client the webhooks use too: a connection
+///   one of them opens is driven by the runtime that opened it, so a
+///   webhook's quota write may ride on a connection this runtime drives
+///   (docs/queueing.md §12 says what is left of that). A group commit's
+///   leader it starts runs on the admissions' runtime all the same
+///   (`Service::leaders_on`). Its charges and queue writes go through
 ///   the service's store as the webhooks' do: on PostgreSQL a connection
 ///   the controller opens first is registered with this runtime's reactor,
 ///   which lives as long as the server.
 struct SideRuntime(Option<tokio::runtime::Runtime>);
 
+/// How a side runtime's threads are scheduled against the admissions'.
+#[derive(Clone, Copy)]
+enum Niced {
+    /// Niced and kept off the CPUs kept for admissions (the portal).
+    Pinned,
+    /// Niced, on every CPU (the controller).
+    Unpinned,
+}
+
 impl SideRuntime {
-    fn start(name: &str, threads: usize, niced: bool) -> anyhow::Result<SideRuntime> {
+    fn start(name: &str, threads: usize, niced: Niced) -> anyhow::Result<SideRuntime> {
         let mut b = tokio::runtime::Builder::new_multi_thread();
-        if niced {
-            // Its blocking threads too.
-            b.on_thread_start(heavy::lower_priority);
+        // Its blocking threads too.
+        match niced {
+            Niced::Pinned => {
+                b.on_thread_start(heavy::lower_priority);
+            }
+            Niced::Unpinned => {
+                b.on_thread_start(heavy::lower_priority_unpinned);
+            }
         }
         let rt = b
             .worker_threads(threads.max(1))
@@ -263,7 +291,7 @@ pub async fn start_with(
     let (tls_config, self_signed_cert) = webhook_tls(args, &mut background).await?;
     let bound = Bound::bind(args).await?;
     let (http_addr, webhook_addr, probe_addr) = (bound.http, bound.webhook, bound.probe);
-    let portal_runtime = SideRuntime::start("bizrq-portal", portal_threads(), true)?;
+    let portal_runtime = SideRuntime::start("bizrq-portal", portal_threads(), Niced::Pinned)?;
     let (http_shutdown, listeners) = bound.serve(
         args,
         core.app_state(args),
@@ -275,7 +303,7 @@ pub async fn start_with(
         Some(_) => Some(SideRuntime::start(
             "bizrq-control",
             portal_threads(),
-            false,
+            Niced::Unpinned,
         )?),
         None => None,
     };
@@ -1126,7 +1154,7 @@ mod tests {
         let url = format!("sqlite://{}", dir.path().join("p.db").display());
         let sql = SqlStore::connect(&url).await.unwrap();
         let portal = sql.portal().unwrap();
-        let rt = SideRuntime::start("bizrq-portal", 2, true).unwrap();
+        let rt = SideRuntime::start("bizrq-portal", 2, Niced::Pinned).unwrap();
         let before = niced_sqlite_threads();
         // A clone goes to the task: the last handle's drop would close the
         // pool, and its connection's thread could end before it is looked
@@ -1152,6 +1180,38 @@ mod tests {
         // The writer is shared, and still the admissions' own thread.
         sql.set_setting("y", "1").await.unwrap();
         assert_eq!(sql.setting("y").await.unwrap().as_deref(), Some("1"));
+        drop(rt);
+    }
+
+    /// The controller's runtime runs niced, and never narrower than the
+    /// CPUs this process may use (the portal's is pinned off the ones
+    /// kept for admissions once a server has chosen them).
+    #[tokio::test]
+    async fn the_controller_runs_niced_on_every_cpu() {
+        fn cpus() -> usize {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set; pid 0 is
+            // the calling thread; the set is read only after the call.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                assert_eq!(
+                    libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+                    0
+                );
+                libc::CPU_COUNT(&set) as usize
+            }
+        }
+        let mine = cpus();
+        let rt = SideRuntime::start("bizrq-control", 2, Niced::Unpinned).unwrap();
+        let (nice, theirs) = rt
+            .handle()
+            .spawn(async move {
+                // SAFETY: plain integers; `who` 0 is the calling thread.
+                (unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }, cpus())
+            })
+            .await
+            .unwrap();
+        assert_eq!(nice, 10, "the controller's threads are niced");
+        assert_eq!(theirs, mine, "and free to run on every CPU");
         drop(rt);
     }
 }

@@ -165,7 +165,13 @@ impl super::Service {
         };
         if self.queues.push(name, job) {
             let (leader, name) = (self.leader(), name.to_string());
-            tokio::spawn(async move { leader.lead(&name).await });
+            let lead = async move { leader.lead(&name).await };
+            // On the admissions' runtime whoever arrived first (the
+            // controller's runtime is niced: `Service::leaders_on`).
+            match &self.leaders_on {
+                Some(rt) => drop(rt.spawn(lead)),
+                None => drop(tokio::spawn(lead)),
+            }
         }
         let out = answer.await.map_err(|_| {
             ServiceError::Internal("the group commit of this quota stopped before answering".into())

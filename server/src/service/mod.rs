@@ -121,6 +121,12 @@ pub struct Service {
     cache: Arc<Cache>,
     /// Admissions waiting for their quota's next group commit (`group`).
     queues: Arc<group_commit::Queues>,
+    /// The runtime the service was made on (the admissions'), where every
+    /// group commit's leader runs, whoever started it: a leader the
+    /// controller's niced runtime started would otherwise serve the
+    /// webhooks' admissions to that quota from a niced thread
+    /// (`lib::SideRuntime`). None outside a runtime: the caller's.
+    leaders_on: Option<tokio::runtime::Handle>,
     /// Quotas another replica writes too (`group_commit::Contended`).
     contended: Arc<group_commit::Contended>,
     /// The forest the pages read, refreshed by what changed (`forest`).
@@ -172,6 +178,7 @@ impl Service {
             locks: Default::default(),
             cache: Default::default(),
             queues: Default::default(),
+            leaders_on: tokio::runtime::Handle::try_current().ok(),
             contended: Default::default(),
             forest: Default::default(),
             bulk: None,
