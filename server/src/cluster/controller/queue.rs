@@ -29,8 +29,13 @@ pub const ORPHAN_GRACE_MS: i64 = queue::entries::UNSEEN_GRACE_MS;
 /// How many of the rounds' releases (`Context::release_all`) are in
 /// flight at once, over every round: enough to overlap the API server's
 /// writes, few enough that the webhooks never see a round's whole batch
-/// at once.
-pub const RELEASES_IN_FLIGHT: usize = 8;
+/// at once. A release is a PATCH through both webhooks and the API
+/// server's write, ~20 ms on a busy node, so this bounds the rate at
+/// which queued work can start: 8 held the Kueue baseline's tail of
+/// small Jobs to ~400 a second, 16 lets it reach ~530 with the
+/// webhooks' p99 within a few milliseconds of 8's (docs/benchmarks.md,
+/// "the controller yields the CPU").
+pub const RELEASES_IN_FLIGHT: usize = 16;
 
 /// How long one release holds its place (`RELEASES_IN_FLIGHT`) at most;
 /// past it the release goes on without one.
