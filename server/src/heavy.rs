@@ -399,12 +399,7 @@ pub fn keep_cpus_for_admissions(_reserved: usize) -> Option<Vec<usize>> {
 /// hashing threads and the portal's runtime call it.
 #[cfg(target_os = "linux")]
 pub fn lower_priority() {
-    // SAFETY: setpriority takes plain integers and touches no memory of ours;
-    // `who` 0 is the calling thread on Linux.
-    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, RENDER_NICE) };
-    if r != 0 {
-        tracing::debug!("could not lower the thread's priority");
-    }
+    lower_priority_unpinned();
     if let Some(Some(set)) = PORTAL_CPUS.get() {
         // SAFETY: `set` is a valid cpu_set_t of ours, read only; pid 0 is
         // the calling thread.
@@ -431,7 +426,8 @@ pub fn lower_priority() {}
 /// webhooks are idle.
 #[cfg(target_os = "linux")]
 pub fn lower_priority_unpinned() {
-    // SAFETY: as in `lower_priority`.
+    // SAFETY: setpriority takes plain integers and touches no memory of ours;
+    // `who` 0 is the calling thread on Linux.
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, RENDER_NICE) };
     if r != 0 {
         tracing::debug!("could not lower the thread's priority");
