@@ -1769,8 +1769,14 @@ fn report(
         let all = json!({"quotas": fake.list("bizrq.io", "bizgroupresourcequotas"),
             "jobs": fake.list("batch", "jobs"), "pods": fake.list("", "pods")});
         let path = std::path::Path::new(&dir).join("kbench-end.json");
-        std::fs::write(&path, serde_json::to_vec_pretty(&all).unwrap()).unwrap();
-        println!("stored objects written to {}", path.display());
+        // Said, never a panic: the figures above are the run's, and a
+        // dump that cannot be written must not end it with a backtrace.
+        let written = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&path, serde_json::to_vec_pretty(&all).unwrap()));
+        match written {
+            Ok(()) => println!("stored objects written to {}", path.display()),
+            Err(e) => println!("stored objects not written to {}: {e}", path.display()),
+        }
     }
     // A child past its max, or borrowing more than its parent lent it,
     // is never allowed. A cohort's children above its hard together,
