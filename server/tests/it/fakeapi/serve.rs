@@ -579,18 +579,20 @@ pub(super) fn updated(
             // The status subresource takes only the status of the patched
             // object; everything else stays as stored (a CRD's status
             // strategy).
-            Some("status") => {
-                let mut patched = current.clone();
-                merge(&mut patched, body);
-                match patched.get("status") {
-                    Some(s) => next["status"] = s.clone(),
-                    None => {
-                        if let Some(o) = next.as_object_mut() {
-                            o.remove("status");
-                        }
+            // Merged into the status alone, which is what the whole
+            // merge leaves there (RFC 7386 merges key by key), without a
+            // second copy of the stored object.
+            Some("status") => match body.get("status") {
+                Some(s) if !s.is_null() => merge(&mut next["status"], s),
+                None if body.is_object() => {}
+                // `"status": null`, or a patch that is no object (it
+                // replaces the whole, which then has no status).
+                _ => {
+                    if let Some(o) = next.as_object_mut() {
+                        o.remove("status");
                     }
                 }
-            }
+            },
             _ => merge(&mut next, body),
         }
     }
