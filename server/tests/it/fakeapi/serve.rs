@@ -787,3 +787,50 @@ fn sub_of(segs: &[&str], at: usize) -> String {
         .map(|s| format!("/{s}"))
         .unwrap_or_default()
 }
+
+/// A merge patch of the status subresource leaves the status the whole
+/// merge leaves (what `updated` did before it merged into the status
+/// alone), and everything else as stored: fields set, replaced, removed
+/// by null, a status made where there was none, the status removed, a
+/// patch that names no status, and one that is no object.
+#[test]
+fn a_status_merge_patch_leaves_what_merging_the_whole_object_leaves() {
+    let def = KINDS
+        .iter()
+        .find(|k| k.plural == "bizgroupresourcequotas")
+        .expect("the quota kind");
+    let whole = |current: &Value, body: &Value| {
+        let mut next = current.clone();
+        let mut patched = current.clone();
+        merge(&mut patched, body);
+        match patched.get("status") {
+            Some(s) => next["status"] = s.clone(),
+            None => {
+                next.as_object_mut().unwrap().remove("status");
+            }
+        }
+        next
+    };
+    let stored = json!({"metadata": {"name": "q", "resourceVersion": "7"},
+        "spec": {"hard": {"cpu": "4"}},
+        "status": {"used": {"cpu": "1", "memory": "2Gi"}, "queue": [{"a": 1}], "note": "x"}});
+    let bare = json!({"metadata": {"name": "q"}, "spec": {"hard": {"cpu": "4"}}});
+    let bodies = [
+        json!({"status": {"used": {"cpu": "2"}}}),
+        json!({"status": {"used": {"memory": null}, "queue": [], "note": null}}),
+        json!({"status": {"queue": [{"b": 2}], "new": {"deep": {"x": 1}}}}),
+        json!({"status": null}),
+        json!({"status": "flat"}),
+        json!({"metadata": {"labels": {"x": "y"}}, "spec": {"hard": null}}),
+        json!({}),
+        json!("not an object"),
+    ];
+    for current in [&stored, &bare] {
+        for body in &bodies {
+            let got = updated(def, current, &Method::PATCH, Some("status"), body).unwrap();
+            assert_eq!(got, whole(current, body), "{current} patched with {body}");
+            assert_eq!(got["spec"], current["spec"], "only the status changes");
+            assert_eq!(got["metadata"], current["metadata"]);
+        }
+    }
+}
