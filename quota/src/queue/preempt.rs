@@ -37,6 +37,28 @@ pub fn may_take<Q: std::borrow::Borrow<Queued>>(queue: &[Q], running: &[Candidat
         .any(|c| c.priority < top && !c.online && c.stop == Stop::Suspend)
 }
 
+/// Whether a round would admit none of `arrivals` — entries queued since
+/// a round that admitted nothing, on `pool` with no more room than that
+/// round had (its quota unchanged, its room to borrow no larger) — so that
+/// a round run for them alone would admit nothing too (docs/queueing.md
+/// §12, "Rounds that would change nothing"): each needs more than is free
+/// now, and none could take anything from `running`, the quota's running
+/// work where its policy preempts (`None`: it never does). What was
+/// queued before waited on that round's room, which has not grown, and an
+/// arrival that does not fit alone is admitted by no round; one that fits
+/// now or may preempt is not judged here: its round runs.
+pub fn arrivals_wait<Q: std::borrow::Borrow<Queued>>(
+    arrivals: &[Q],
+    pool: &Pool,
+    running: Option<&[Candidate]>,
+) -> bool {
+    arrivals.iter().all(|a| {
+        let a = a.borrow();
+        pool.fits(a.usage()).is_err()
+            && running.is_none_or(|r| !may_take(std::slice::from_ref(a), r))
+    })
+}
+
 /// What preemption would do for one queued entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Preempt {
@@ -327,6 +349,49 @@ mod tests {
         // Equal priority is never taken, nor online services: 6 at most.
         assert_eq!(plan(&entry(10, 7), &pool, &run), Preempt::Cannot);
         assert_eq!(plan(&entry(0, 1), &pool, &run), Preempt::Cannot);
+    }
+
+    /// Arrivals after an idle round wait only where none fits now and
+    /// none outranks suspendable running work (where the policy preempts).
+    #[test]
+    fn arrivals_wait_only_where_none_fits_and_none_may_preempt() {
+        let mut online = running("online", 1, 9, 2);
+        online.online = true;
+        let run = [running("low", 5, 0, 4), running("peer", 10, 1, 4), online];
+        let pool = setup(12, &run);
+        // 10 used of 12: 2 free.
+        assert!(!arrivals_wait(&[entry(0, 2)], &pool, None), "fits now");
+        assert!(arrivals_wait(&[entry(0, 3)], &pool, None), "never preempts");
+        assert!(arrivals_wait(&[entry(5, 3)], &pool, Some(&run)), "an equal");
+        assert!(
+            !arrivals_wait(&[entry(6, 3)], &pool, Some(&run)),
+            "outranks low"
+        );
+        assert!(
+            arrivals_wait(&[entry(0, 3), entry(5, 9)], &pool, Some(&run)),
+            "no arrival fits or outranks a suspendable one"
+        );
+        assert!(
+            !arrivals_wait(&[entry(0, 3), entry(0, 1)], &pool, Some(&run)),
+            "one of them fits"
+        );
+        let empty: [Queued; 0] = [];
+        assert!(arrivals_wait(&empty, &pool, Some(&run)));
+        // Online services and work that cannot be suspended are never taken.
+        let mut stays = running("stays", 0, 0, 4);
+        stays.stop = Stop::Never;
+        let kept = [online_only(), stays];
+        assert!(arrivals_wait(
+            &[entry(9, 3)],
+            &setup(12, &kept),
+            Some(&kept)
+        ));
+    }
+
+    fn online_only() -> Candidate {
+        let mut c = running("svc", 0, 0, 6);
+        c.online = true;
+        c
     }
 
     #[test]
