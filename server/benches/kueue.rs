@@ -1253,7 +1253,7 @@ async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime
     );
     let round_s = metric(&metrics, "bizrq_admission_queue_round_duration_seconds_sum");
     println!(
-        "scheduler: {rounds:.0} queue rounds, {:.1} ms each on average, {:.0} of them admitting nothing; {:.0} asked for and not run (nothing they read had changed)",
+        "scheduler: {rounds:.0} queue rounds, {:.1} ms each on average, {:.0} of them admitting nothing; {:.0} asked for and not run (nothing they read had changed, or only arrivals none of which could be admitted)",
         round_s / rounds.max(1.0) * 1000.0,
         metric(&metrics, "bizrq_admission_queue_rounds_idle_total"),
         metric(&metrics, "bizrq_admission_queue_rounds_skipped_total"),

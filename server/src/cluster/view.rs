@@ -237,6 +237,25 @@ pub struct View {
     /// round that would read what its last idle one read (docs/queueing.md
     /// §12, "Rounds that would change nothing").
     queue_inputs: HashMap<String, u64>,
+    /// By quota: its held, marked objects that arrived (appeared held and
+    /// marked: a create queued by the webhook), counted apart from
+    /// `queue_inputs`, with the latest of them, so the scheduler can tell
+    /// a round asked for by arrivals alone none of which it could admit
+    /// (docs/queueing.md §12, "Rounds that would change nothing").
+    arrivals: HashMap<String, Arrivals>,
+}
+
+/// How many of a quota's latest arrivals are kept (`View::arrivals_since`)
+/// between two of its rounds that run: past that, the next round runs.
+pub const ARRIVALS_KEPT: usize = 256;
+
+/// A quota's arrivals (`View::arrivals`): how many there were, and the
+/// latest of them since its last round that ran, the last one numbered
+/// `count` (shared with the objects' own copies).
+#[derive(Default)]
+struct Arrivals {
+    count: u64,
+    latest: std::collections::VecDeque<Arc<MarkedObject>>,
 }
 
 /// What a queue round reads of one workload object: the quota it is bound
@@ -430,19 +449,67 @@ impl View {
     /// `wref` changed from `before` (its `round_facts` then): the queue
     /// inputs of the quotas it was and is bound to changed, where
     /// `changes_round` says so.
+    /// An object that appears held and marked (and not preempted) is an
+    /// arrival (`arrivals`), counted apart.
     pub fn workload_changed(&mut self, wref: &str, before: Option<RoundFacts>) {
         let after = self.round_facts(wref);
-        if changes_round(before.as_ref(), after.as_ref()) {
-            for f in before.iter().chain(after.iter()) {
-                *self.queue_inputs.entry(f.quota.clone()).or_default() += 1;
+        if !changes_round(before.as_ref(), after.as_ref()) {
+            return;
+        }
+        if let (None, Some(a)) = (&before, &after) {
+            if let Some(m) = a.marked.as_ref().filter(|_| !a.preempted) {
+                let arrivals = self.arrivals.entry(a.quota.clone()).or_default();
+                arrivals.count += 1;
+                if arrivals.latest.len() == ARRIVALS_KEPT {
+                    arrivals.latest.pop_front();
+                }
+                arrivals.latest.push_back(m.clone());
+                return;
             }
+        }
+        for f in before.iter().chain(after.iter()) {
+            *self.queue_inputs.entry(f.quota.clone()).or_default() += 1;
         }
     }
 
     /// How often what `quota`'s queue round reads of its workload objects
-    /// changed (an opaque count: compare for equality).
+    /// changed, arrivals apart (an opaque count: compare for equality).
     pub fn queue_inputs(&self, quota: &str) -> u64 {
         self.queue_inputs.get(quota).copied().unwrap_or(0)
+    }
+
+    /// How many held, marked objects arrived for `quota` (numbers them:
+    /// `arrivals_since`).
+    pub fn arrived(&self, quota: &str) -> u64 {
+        self.arrivals.get(quota).map_or(0, |a| a.count)
+    }
+
+    /// The objects that arrived for `quota` after the `since`-th, oldest
+    /// first; None when they are not all kept (`ARRIVALS_KEPT`, or a round
+    /// ran since: `round_runs`).
+    pub fn arrivals_since(&self, quota: &str, since: u64) -> Option<Vec<Arc<MarkedObject>>> {
+        let a = self.arrivals.get(quota);
+        let count = a.map_or(0, |a| a.count);
+        let n = usize::try_from(count.checked_sub(since)?).ok()?;
+        let latest = a.map(|a| &a.latest);
+        let kept = latest.map_or(0, |l| l.len());
+        (n <= kept).then(|| {
+            latest
+                .into_iter()
+                .flatten()
+                .skip(kept - n)
+                .cloned()
+                .collect()
+        })
+    }
+
+    /// `quota`'s round runs, having read `arrived(quota)`: the arrivals
+    /// kept so far are its to fold, and a later round is judged only
+    /// against arrivals after it.
+    pub fn round_runs(&mut self, quota: &str) {
+        if let Some(a) = self.arrivals.get_mut(quota) {
+            a.latest.clear();
+        }
     }
 
     fn take_workload(&mut self, wref: &str) -> Option<Seen> {
@@ -1886,7 +1953,12 @@ mod tests {
             qos: None,
         }];
         let first = apply(&mut v, &w, Some(runs.clone()));
-        assert_ne!(first, 0, "a held, marked object appeared");
+        assert_eq!(first, 0, "a held, marked object appeared: an arrival");
+        assert_eq!(v.arrived("nlp-team"), 1);
+        let arrived = v.arrivals_since("nlp-team", 0).expect("kept");
+        assert_eq!(arrived.len(), 1);
+        assert_eq!(arrived[0].workload_ref, held);
+        assert_eq!(v.arrivals_since("nlp-team", 1).map(|a| a.len()), Some(0));
         let again = apply(&mut v, &w, Some(runs.clone()));
         assert_ne!(again, first, "changed while held (a new copy to fold)");
         let released = apply(&mut v, &w, None);
@@ -1904,6 +1976,22 @@ mod tests {
         v.delete_workload(a, "nlp", "serve", T);
         assert_ne!(v.queue_inputs("nlp-team"), preempted, "gone");
         assert_eq!(v.queue_inputs("cv-team"), 0, "another quota's are its own");
+        assert_eq!(v.arrived("nlp-team"), 1, "changes that are no arrival");
+        // Appearing again, held and marked (not preempted): another
+        // arrival; a round that runs takes those kept.
+        w.meta
+            .annotations
+            .remove(quota::queue::PREEMPTED_ANNOTATION);
+        apply(&mut v, &w, Some(runs.clone()));
+        assert_eq!(v.arrived("nlp-team"), 2);
+        assert_eq!(v.arrivals_since("nlp-team", 0).map(|a| a.len()), Some(2));
+        v.round_runs("nlp-team");
+        assert_eq!(v.arrivals_since("nlp-team", 2).map(|a| a.len()), Some(0));
+        assert!(
+            v.arrivals_since("nlp-team", 1).is_none(),
+            "taken by a round"
+        );
+        assert!(v.arrivals_since("nlp-team", 3).is_none(), "none so far");
         assert!(!changes_round(None, None));
         assert!(changes_round(before.as_ref(), None));
         assert!(changes_round(None, before.as_ref()));

@@ -56,6 +56,12 @@ use std::time::{Duration, Instant};
 /// future reaching its place, a budget's new period) is seen by then.
 pub(super) const UNCHANGED_AT_MOST: Duration = Duration::from_secs(10);
 
+/// The longest a quota asked for a round goes without one because only
+/// held, marked objects arrived that it could not admit (`Judged::Arrived`):
+/// their folding into the queue (their places in the status, their
+/// Events) waits this long at most.
+pub(super) const ARRIVED_AT_MOST: Duration = Duration::from_secs(2);
+
 /// What a queue round plans from, as this process knows it before the
 /// round reads (so a change that lands meanwhile makes the next one
 /// differ, never the reverse).
@@ -66,8 +72,11 @@ pub(super) struct RoundInputs {
     /// What it may fill up to with what its parent could lend it now
     /// (`quota::queue::borrow_limits`; empty: it cannot borrow).
     pub limits: ResourceList,
-    /// Its workload objects as a round reads them (`View::queue_inputs`).
+    /// Its workload objects as a round reads them (`View::queue_inputs`),
+    /// arrivals apart.
     pub held: u64,
+    /// How many held, marked objects had arrived (`View::arrived`).
+    pub arrived: u64,
     /// The PriorityClasses as the watch has them (None: no watch).
     pub classes: Option<Arc<Classes>>,
     /// Its parent's name (not compared: the stamp holds the spec).
@@ -85,6 +94,10 @@ pub(super) enum Judged {
     /// Only the room its parent could lend it grew: a sibling's round in
     /// progress may take it back first (for this long at most).
     RoomGrew(Duration),
+    /// Only held, marked objects arrived, after the `since`-th: put off
+    /// for this long at most where none of them could be admitted
+    /// (`Context::arrivals_wait`).
+    Arrived { since: u64, left: Duration },
 }
 
 impl RoundInputs {
@@ -93,18 +106,29 @@ impl RoundInputs {
     /// objects and classes, and on no key more room to borrow (a sibling's
     /// admission only takes room; its release gives some, and is a change).
     pub fn unchanged(&self, now: &RoundInputs) -> bool {
-        let room = match (self.limits.is_empty(), now.limits.is_empty()) {
+        self.arrived == now.arrived && self.same_but_room(now) && self.no_more_room(now)
+    }
+
+    /// Whether only held, marked objects arrived since `self`: everything
+    /// else as `unchanged` asks.
+    pub fn only_arrived(&self, now: &RoundInputs) -> bool {
+        now.arrived > self.arrived && self.same_but_room(now) && self.no_more_room(now)
+    }
+
+    /// Whether no key has more room to borrow in `now` than in `self`.
+    fn no_more_room(&self, now: &RoundInputs) -> bool {
+        match (self.limits.is_empty(), now.limits.is_empty()) {
             (true, true) => true,
             (false, false) => now
                 .limits
                 .iter()
                 .all(|(k, v)| *v <= resources::get(&self.limits, k)),
             _ => false,
-        };
-        self.same_but_room(now) && room
+        }
     }
 
-    /// Whether everything but the room to borrow is as in `self`.
+    /// Whether everything but the room to borrow (and the arrivals) is as
+    /// in `self`.
     pub fn same_but_room(&self, now: &RoundInputs) -> bool {
         self.stamp == now.stamp
             && self.held == now.held
@@ -146,6 +170,8 @@ struct Idle {
     inputs: RoundInputs,
     /// Rounds on the same inputs are put off until then.
     until: Instant,
+    /// When it started.
+    started: Instant,
     /// A round asked for since was put off behind a sibling's round for
     /// room that grew; the next such one runs.
     waited: bool,
@@ -170,7 +196,19 @@ impl Scheduler {
         if i.inputs.unchanged(now) {
             i.waited = false;
             Judged::PutOff(left)
-        } else if i.inputs.same_but_room(now) && !i.waited {
+        } else if i.inputs.only_arrived(now) {
+            // The arrivals' own, shorter bound: their places are told then.
+            match (i.started + ARRIVED_AT_MOST)
+                .checked_duration_since(Instant::now())
+                .filter(|l| !l.is_zero())
+            {
+                Some(a) => Judged::Arrived {
+                    since: i.inputs.arrived,
+                    left: left.min(a),
+                },
+                None => Judged::Run,
+            }
+        } else if i.inputs.same_but_room(now) && i.inputs.arrived == now.arrived && !i.waited {
             Judged::RoomGrew(left)
         } else {
             Judged::Run
@@ -254,6 +292,7 @@ impl Scheduler {
                 Idle {
                     inputs,
                     until,
+                    started,
                     waited: false,
                 },
             ),
@@ -392,6 +431,12 @@ impl Context {
                         left
                     })
                 }
+                // None of them could be admitted: a round would plan
+                // nothing again (their places are told at the latest
+                // `ARRIVED_AT_MOST` after the idle round).
+                Judged::Arrived { since, left } => {
+                    self.arrivals_wait(name, since).await.then_some(left)
+                }
             };
             if let Some(left) = put_off {
                 // Asked for once more when the idle round is
@@ -402,6 +447,8 @@ impl Context {
                 self.after_round(name);
                 return;
             }
+            // This round folds the arrivals kept so far.
+            self.view.lock().unwrap().round_runs(name);
             let now = self.now();
             let t0 = std::time::Instant::now();
             let done = self.admit_from_queue(name, now, &mut release).await;
@@ -471,13 +518,64 @@ impl Context {
     async fn round_inputs(&self, name: &str) -> Option<RoundInputs> {
         let stored = self.service.recent(name).await.ok()?;
         let limits = self.service.queue_limits_recent(&stored.quota).await.ok()?;
+        let (held, arrived) = {
+            let v = self.view.lock().unwrap();
+            (v.queue_inputs(name), v.arrived(name))
+        };
         Some(RoundInputs {
             stamp: crate::store::Stamp::of(&stored),
             limits,
-            held: self.view.lock().unwrap().queue_inputs(name),
+            held,
+            arrived,
             classes: self.service.priorities.watched(),
             parent: stored.quota.spec.parent.clone(),
         })
+    }
+
+    /// Whether none of the held, marked objects that arrived for `name`
+    /// after the `since`-th could be admitted by a round now
+    /// (`quota::queue::preempt::arrivals_wait`), on the quota and the room
+    /// its last idle round planned on (`Judged::Arrived`: neither changed
+    /// nor grew since): each needs more than is free, and — where its
+    /// policy preempts — none outranks running work it could suspend, nor
+    /// are preemptions under way that a new head could change. False
+    /// whenever it cannot say (arrivals not kept, the quota unread).
+    async fn arrivals_wait(&self, name: &str, since: u64) -> bool {
+        let Some(arrivals) = self.view.lock().unwrap().arrivals_since(name, since) else {
+            return false;
+        };
+        let Ok(stored) = self.service.recent(name).await else {
+            return false;
+        };
+        let q = &stored.quota;
+        let Ok(limits) = self.service.queue_limits_recent(q).await else {
+            return false;
+        };
+        let classes = self.service.priorities.watched();
+        let preempts =
+            q.spec.queueing.preemption == quota::object::queueing::Preemption::LowerPriority;
+        if preempts
+            && q.status
+                .reclaim
+                .values()
+                .any(|m| m.origin == quota::object::marks::Origin::Preempt)
+        {
+            return false;
+        }
+        let works: Vec<quota::object::queue::Queued> = arrivals
+            .iter()
+            .map(|m| {
+                let mut w = m.work.clone();
+                // Unknown classes: as if it outranked everything.
+                w.priority = classes
+                    .as_deref()
+                    .map_or(i32::MAX, |c| c.resolve(&w.priority_classes).value);
+                w
+            })
+            .collect();
+        let running = preempts.then(|| self.preemptible(q, classes.as_deref()));
+        let pool = quota::queue::Pool::new(q, &limits);
+        quota::queue::preempt::arrivals_wait(&works, &pool, running.as_deref())
     }
 
     /// Quotas whose round asked for a time of its own are touched then.
@@ -519,6 +617,7 @@ mod tests {
                 .map(|c| ResourceList::from([("requests.cpu".to_string(), c.parse().unwrap())]))
                 .unwrap_or_default(),
             held,
+            arrived: 0,
             classes: None,
             parent: "org".into(),
         }
@@ -600,6 +699,53 @@ mod tests {
         s.again_at("b", Instant::now() + Duration::from_secs(5));
         assert_eq!(s.due_again(), vec!["a".to_string()]);
         assert!(s.due_again().is_empty());
+    }
+
+    /// Arrivals alone are judged apart (`Context::arrivals_wait`), and put
+    /// off for `ARRIVED_AT_MOST` after the idle round at most; with any
+    /// other change, or more room, the round runs.
+    #[test]
+    fn arrivals_alone_are_judged_apart_for_a_shorter_while() {
+        let s = Scheduler::default();
+        let i = inputs(7, 3, Some("6"));
+        let with = |mut n: RoundInputs, arrived: u64| {
+            n.arrived = arrived;
+            n
+        };
+        assert!(i.only_arrived(&with(i.clone(), 2)));
+        assert!(!i.unchanged(&with(i.clone(), 2)));
+        assert!(!with(i.clone(), 2).only_arrived(&i), "fewer: no arrival");
+        assert!(!i.only_arrived(&i), "none arrived");
+        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        match s.judge("a", &with(i.clone(), 2)) {
+            Judged::Arrived { since, left } => {
+                assert_eq!(since, 0);
+                assert!(left <= ARRIVED_AT_MOST && left > ARRIVED_AT_MOST / 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(
+                s.judge("a", &with(inputs(7, 3, Some("5")), 2)),
+                Judged::Arrived { .. }
+            ),
+            "less room"
+        );
+        assert_eq!(
+            s.judge("a", &with(inputs(7, 3, Some("7")), 2)),
+            Judged::Run,
+            "more room too"
+        );
+        assert_eq!(s.judge("a", &with(inputs(7, 4, Some("6")), 2)), Judged::Run);
+        assert_eq!(s.judge("a", &with(inputs(8, 3, Some("6")), 2)), Judged::Run);
+        // An idle round older than the arrivals' bound: they run it; the
+        // same inputs without arrivals are still put off.
+        let a_while_ago = Instant::now()
+            .checked_sub(ARRIVED_AT_MOST + Duration::from_millis(1))
+            .unwrap_or_else(Instant::now);
+        s.ended("a", Some(i.clone()), a_while_ago, T0);
+        assert_eq!(s.judge("a", &with(i.clone(), 2)), Judged::Run);
+        assert!(matches!(s.judge("a", &i), Judged::PutOff(_)));
     }
 
     /// Room that grew alone puts a round off behind a sibling's once; the

@@ -502,3 +502,66 @@ async fn a_forged_mark_is_refused_once_and_asks_for_no_more_rounds() {
     })
     .await;
 }
+
+/// Creates queued behind a full quota after its idle round, none of which
+/// a round could admit (each needs more than is free, none may preempt),
+/// ask for no round of their own (docs/queueing.md §12, "Rounds that would
+/// change nothing"): their rounds are put off, and one round folds them
+/// together within `ARRIVED_AT_MOST` (2 s) of the idle one, in their
+/// order. Room that frees admits them at once, in that order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arrivals_none_of_which_fit_are_folded_together_not_one_round_each() {
+    const SKIPPED: &str = "bizrq_admission_queue_rounds_skipped_total";
+    const ROUNDS: &str = "bizrq_admission_queue_rounds_total";
+    let c = marked_cluster(None).await;
+    create(&c, "alice", job("a").cpu("4").obj()).await.unwrap();
+    c.until("ml", "a charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    create(&c, "alice", job("b").cpu("2").obj()).await.unwrap();
+    c.until("ml", "b folded", |q| {
+        queue_refs(q) == ["batch/Job/ml/b"] && q["status"]["queue"][0]["uid"].is_string()
+    })
+    .await;
+    // b's round was idle (nothing free); what it set off settles.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let skipped = metric(&c.server, SKIPPED).await;
+    let rounds = metric(&c.server, ROUNDS).await;
+    let started = std::time::Instant::now();
+    for n in 1..=4 {
+        create(&c, "alice", job(&format!("c{n}")).cpu("1").obj())
+            .await
+            .unwrap();
+        assert!(suspended(&c, &format!("c{n}")));
+    }
+    let all = [
+        "batch/Job/ml/b",
+        "batch/Job/ml/c1",
+        "batch/Job/ml/c2",
+        "batch/Job/ml/c3",
+        "batch/Job/ml/c4",
+    ];
+    c.until("ml", "every arrival folded", |q| queue_refs(q) == all)
+        .await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(8),
+        "folded by the arrivals' bound, not the 10 s one: {:?}",
+        started.elapsed()
+    );
+    let ran = metric(&c.server, ROUNDS).await - rounds;
+    assert!(
+        metric(&c.server, SKIPPED).await > skipped,
+        "a round was run for each arrival ({ran} rounds)"
+    );
+    assert!(ran < 4.0, "{ran} rounds for 4 arrivals that could not fit");
+    assert_eq!(used(&c.fake.quota("ml"), "requests.cpu"), "4");
+
+    // a goes: b, c1 and c2 fill the 4 freed; c3 and c4 wait.
+    jobs(&c, "alice")
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.until("ml", "b, c1 and c2 admitted", |q| {
+        queue_refs(q) == ["batch/Job/ml/c3", "batch/Job/ml/c4"] && used(q, "requests.cpu") == "4"
+    })
+    .await;
+}
