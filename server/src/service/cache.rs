@@ -129,6 +129,40 @@ pub(super) async fn newer_after_conflict(
     None
 }
 
+/// What proves a decision that writes nothing (or refuses), made on a kept
+/// copy of a quota at `version` (`prove`).
+pub(super) enum Proof {
+    /// The stored version is `version`: the decision stands.
+    Current,
+    /// A newer version is stored, and the store's feed brought it (no
+    /// request): decide again on it. It needs no proof of its own: it was
+    /// the stored version at some instant after the fresh read of `.1`,
+    /// while the decision was being made, as a whole read would have been.
+    Newer(Arc<Stored>, i64),
+    /// Neither: read the quota whole.
+    Read,
+}
+
+/// `Proof` for a decision on a kept copy of `name` at `version`: its
+/// version read fresh (`QuotaStore::version`, the metadata alone), and
+/// where it moved on, the newer copy as the store's feed brings it within
+/// `FEED_AFTER_CONFLICT` (`QuotaStore::watched_newer`), instead of a read
+/// and parse of the whole quota — most often the version the controller
+/// or another admission just wrote, which the feed already holds.
+/// `Service::modify` and the group commit's batches both prove here.
+pub(super) async fn prove(store: &dyn QuotaStore, name: &str, version: i64) -> Proof {
+    match store.version(name).await {
+        Ok(Some(v)) if v == version => Proof::Current,
+        Ok(Some(v)) if v > version => {
+            match store.watched_newer(name, v - 1, FEED_AFTER_CONFLICT).await {
+                Watched::Newer(s) if s.version >= v => Proof::Newer(Arc::new(*s), v),
+                _ => Proof::Read,
+            }
+        }
+        _ => Proof::Read,
+    }
+}
+
 /// The one write of a read-modify-write: `q` over `current` (its spec too
 /// when that changed). Written, it is remembered and marked for the alert
 /// engine (`before_write`: when the write started); failed, the cached copy

@@ -16,7 +16,7 @@
 //! the version still decides and nothing is over-admitted. Then it takes
 //! the next batch, until none is queued.
 
-use super::cache::{Cache, NameLocks};
+use super::cache::{Cache, NameLocks, Proof};
 use super::{Clock, ServiceError, MAX_ATTEMPTS};
 use crate::metrics::{Metrics, Reread};
 use crate::store::{QuotaStore, StoreError, Stored};
@@ -231,6 +231,8 @@ impl Leader {
         let mut asked_feed = false;
         // Why the next attempt reads the quota whole, if it does.
         let mut why = Reread::Uncached;
+        // A copy of at least this version is proven current (`Proof`).
+        let mut proven_from: Option<i64> = None;
         for attempt in 1..=MAX_ATTEMPTS {
             // A caller that went away is not decided for (its review was
             // abandoned; nothing must be charged in its name).
@@ -283,11 +285,18 @@ impl Leader {
                 // Nothing to write proves a cached copy current: its
                 // version, read fresh, still the stored one (one short
                 // column, not the quota parsed again); else decide again
-                // on a fresh read (as `modify` does).
-                if from_cache {
-                    match self.store.version(name).await {
-                        Ok(Some(v)) if v == current.version => {}
-                        _ => {
+                // on the newer one as the feed brings it, or on a fresh
+                // read (as `modify` does).
+                if from_cache && !proven_from.is_some_and(|v| current.version >= v) {
+                    match super::cache::prove(&*self.store, name, current.version).await {
+                        Proof::Current => {}
+                        Proof::Newer(s, v) => {
+                            self.cache.remember(s.clone());
+                            newer = Some(s);
+                            proven_from = Some(v);
+                            continue;
+                        }
+                        Proof::Read => {
                             use_cache = false;
                             why = Reread::Unproven;
                             continue;
@@ -724,11 +733,55 @@ mod tests {
         let stored = store.get("team").await.unwrap().unwrap().quota;
         assert!(stored.status.workloads.contains_key(w0));
         assert_eq!(stored.status.used[GPU], "1".parse().unwrap());
+
+        // Another replica charges w1, and the feed shows its version: the
+        // same charge of w0, nothing to write, is decided again on the
+        // feed's copy (proven by the version read fresh), not on a whole
+        // read; so is `modify`'s decision that writes nothing.
+        let theirs_charge = |n: usize| async move {
+            let theirs = store.get("team").await.unwrap().unwrap();
+            let mut q = theirs.quota.clone();
+            let wref = format!("apps/Deployment/ns/w{n}");
+            quota::admission::charge(&mut q, &wref, charge(1, "theirs")).unwrap();
+            store.replace_status(&theirs, &q.status).await.unwrap();
+        };
+        theirs_charge(1).await;
+        *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
+        let gets = rigged.gets.load(Ordering::SeqCst);
+        again().await.unwrap();
+        assert_eq!(rigged.gets.load(Ordering::SeqCst), gets, "no whole read");
+        theirs_charge(2).await;
+        *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
+        let seen = svc
+            .update_status("team", false, |q| {
+                Ok((
+                    false,
+                    q.status.workloads.contains_key("apps/Deployment/ns/w2"),
+                ))
+            })
+            .await
+            .unwrap();
+        assert!(seen, "decided on the newer copy");
+        assert_eq!(rigged.gets.load(Ordering::SeqCst), gets, "no whole read");
+        // A feed that has not caught up: read whole, as before.
+        theirs_charge(3).await;
+        let seen = svc
+            .update_status("team", false, |q| {
+                Ok((
+                    false,
+                    q.status.workloads.contains_key("apps/Deployment/ns/w3"),
+                ))
+            })
+            .await
+            .unwrap();
+        assert!(seen, "decided on the fresh read");
+        assert_eq!(rigged.gets.load(Ordering::SeqCst), gets + 1);
     }
 
     /// The controller's reconcile (`update_status_watched`) decides on the
     /// newest copy it knows, its own or its watch's, and one that writes
-    /// nothing stands without reading the quota; with no feed it is read.
+    /// nothing stands without reading the quota; with no feed it is
+    /// proven by its version (`cache::prove`).
     async fn a_watched_decision_that_writes_nothing_reads_nothing(store: &SqlStore) {
         let (rigged, svc, w0) = rigged_with_w0(store).await;
         let gets = || rigged.gets.load(Ordering::SeqCst);
@@ -741,10 +794,11 @@ mod tests {
             .await
             .unwrap()
         };
-        // No feed: nothing to write is proven on a fresh read.
+        // No feed: nothing to write is proven by the version read fresh
+        // (the copy kept is the stored one), not by a whole read.
         let before = gets();
         assert!(charged(svc.clone()).await);
-        assert_eq!(gets(), before + 1);
+        assert_eq!(gets(), before);
         // The feed shows the version this replica holds: no read.
         *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
         let before = gets();
@@ -760,12 +814,17 @@ mod tests {
         let before = gets();
         assert!(!charged(svc.clone()).await);
         assert_eq!(gets(), before);
-        // `update_status` still proves its copy with a read.
+        // `update_status` proves its copy by the version too: it moved on,
+        // and the feed's newer copy is decided on with no read.
         let before = gets();
-        svc.update_status("team", false, |_| Ok((false, ())))
+        let released = svc
+            .update_status("team", false, |q| {
+                Ok((false, !q.status.workloads.contains_key(w0)))
+            })
             .await
             .unwrap();
-        assert!(gets() > before);
+        assert!(released, "decided on the newer copy");
+        assert_eq!(gets(), before);
         // A feed that lags the store: a write on its copy loses the swap,
         // and is decided again on a fresh read (not on the feed again).
         let lagging = store.get("team").await.unwrap();

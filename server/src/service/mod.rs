@@ -490,6 +490,9 @@ impl Service {
         // (`cache::newer_after_conflict`, once per call).
         let mut newer: Option<Arc<Stored>> = None;
         let mut asked_feed = false;
+        // A copy of at least this version is proven current
+        // (`cache::Proof`).
+        let mut proven_from: Option<i64> = None;
         for attempt in 1..=MAX_ATTEMPTS {
             let (cached, fed) = match (newer.take(), use_cache) {
                 (Some(n), _) => (Some(n), true),
@@ -516,22 +519,33 @@ impl Service {
                 &self.price_list(),
             );
             // A refusal, or a decision that writes nothing, has no swap to
-            // prove the cached copy current: decide again on a fresh read.
-            let (changed, out) = match f(&current, &mut q) {
-                Err(_) if from_cache => {
-                    use_cache = false;
-                    why = Reread::Unproven;
-                    continue;
+            // prove the cached copy current: its version read fresh proves
+            // it, or the decision is made again on the newer copy the feed
+            // brings, or on a fresh read (`cache::prove`).
+            let decided = f(&current, &mut q);
+            let writes = !dry_run && matches!(decided, Ok((true, _)));
+            if !writes && from_cache && !proven_from.is_some_and(|v| current.version >= v) {
+                let stands = matches!(&decided, Ok((_, out))
+                    if fed && !dry_run && watched.is_some_and(|w| w(out)));
+                if !stands {
+                    match cache::prove(&*self.store, name, current.version).await {
+                        cache::Proof::Current => {}
+                        cache::Proof::Newer(s, v) => {
+                            self.remember(s.clone());
+                            newer = Some(s);
+                            proven_from = Some(v);
+                            continue;
+                        }
+                        cache::Proof::Read => {
+                            use_cache = false;
+                            why = Reread::Unproven;
+                            continue;
+                        }
+                    }
                 }
-                r => r?,
-            };
+            }
+            let (changed, out) = decided?;
             if !changed || dry_run {
-                let stands = fed && !dry_run && watched.is_some_and(|w| w(&out));
-                if from_cache && !stands {
-                    use_cache = false;
-                    why = Reread::Unproven;
-                    continue;
-                }
                 return Ok((out, None));
             }
             let written = write_over(
