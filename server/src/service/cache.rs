@@ -143,19 +143,26 @@ pub(super) enum Proof {
     Read,
 }
 
-/// `Proof` for a decision on a kept copy of `name` at `version`: its
-/// version read fresh (`QuotaStore::version`, the metadata alone), and
+/// `Proof` for a decision on `kept`, a kept copy of `name`: its version
+/// and uid read fresh (`QuotaStore::stamp`, the metadata alone), and
 /// where it moved on, the newer copy as the store's feed brings it within
 /// `FEED_AFTER_CONFLICT` (`QuotaStore::watched_newer`), instead of a read
 /// and parse of the whole quota — most often the version the controller
 /// or another admission just wrote, which the feed already holds.
 /// `Service::modify` and the group commit's batches both prove here.
-pub(super) async fn prove(store: &dyn QuotaStore, name: &str, version: i64) -> Proof {
-    match store.version(name).await {
-        Ok(Some(v)) if v == version => Proof::Current,
-        Ok(Some(v)) if v > version => {
+pub(super) async fn prove(store: &dyn QuotaStore, name: &str, kept: &Stored) -> Proof {
+    let uid = kept.quota.metadata.uid.as_deref().unwrap_or_default();
+    match store.stamp(name).await {
+        Ok(Some(s)) if s.uid != uid => Proof::Read,
+        Ok(Some(s)) if s.version == kept.version => Proof::Current,
+        Ok(Some(s)) if s.version > kept.version => {
+            let v = s.version;
             match store.watched_newer(name, v - 1, FEED_AFTER_CONFLICT).await {
-                Watched::Newer(s) if s.version >= v => Proof::Newer(Arc::new(*s), v),
+                Watched::Newer(n)
+                    if n.version >= v && n.quota.metadata.uid.as_deref() == Some(uid) =>
+                {
+                    Proof::Newer(Arc::new(*n), v)
+                }
                 _ => Proof::Read,
             }
         }

@@ -239,7 +239,14 @@ impl Leader {
             jobs.retain(|j| !j.done.is_closed());
             if attempt > 1 && jobs.len() < MAX_BATCH {
                 let more = MAX_BATCH - jobs.len();
+                let before = jobs.len();
                 jobs.extend(self.queues.take(name, more, false));
+                // A copy is proven for the reviews that were waiting
+                // when its version was read, not for those that came
+                // after: another writer may have moved on since.
+                if jobs.len() > before {
+                    proven_from = None;
+                }
             }
             if jobs.is_empty() {
                 return;
@@ -288,7 +295,7 @@ impl Leader {
                 // on the newer one as the feed brings it, or on a fresh
                 // read (as `modify` does).
                 if from_cache && !proven_from.is_some_and(|v| current.version >= v) {
-                    match super::cache::prove(&*self.store, name, current.version).await {
+                    match super::cache::prove(&*self.store, name, &current).await {
                         Proof::Current => {}
                         Proof::Newer(s, v) => {
                             self.cache.remember(s.clone());
@@ -499,8 +506,8 @@ mod tests {
             self.gets.fetch_add(1, Ordering::SeqCst);
             self.inner.get(name).await
         }
-        async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
-            self.inner.version(name).await
+        async fn stamp(&self, name: &str) -> Result<Option<crate::store::Stamp>, StoreError> {
+            self.inner.stamp(name).await
         }
         fn watched(&self, _name: &str, than: Option<i64>) -> crate::store::Watched {
             use crate::store::Watched;
@@ -778,6 +785,51 @@ mod tests {
         assert_eq!(rigged.gets.load(Ordering::SeqCst), gets + 1);
     }
 
+    /// A quota deleted and made again (another replica's doing) that
+    /// reaches the version of this replica's kept copy is not taken for
+    /// it: the uid read with the version tells them apart, and the charge
+    /// the old copy held is made again in the new quota, not answered as
+    /// already there.
+    async fn a_quota_made_again_at_the_same_version_is_not_the_kept_one(store: &SqlStore) {
+        let (rigged, svc) = rigged(store, "10").await;
+        let w0 = "apps/Deployment/ns/w0";
+        let again = || {
+            svc.charge(crate::service::ChargeRequest::new(
+                "team",
+                w0,
+                pod_sets(1),
+                "uid-0",
+            ))
+        };
+        again().await.unwrap();
+        let kept = store.get("team").await.unwrap().unwrap();
+        store.delete(&kept).await.unwrap();
+        let mut fresh = kept.quota.clone();
+        fresh.metadata.uid = None;
+        fresh.metadata.resource_version = None;
+        fresh.status = Default::default();
+        let mut made = store.create(&fresh).await.unwrap();
+        assert_ne!(made.quota.metadata.uid, kept.quota.metadata.uid);
+        while made.version < kept.version {
+            let v = store
+                .replace_status(&made, &made.quota.status)
+                .await
+                .unwrap();
+            made = store.get("team").await.unwrap().unwrap();
+            assert_eq!(made.version, v);
+        }
+        assert_eq!(
+            made.version, kept.version,
+            "the same version, another quota"
+        );
+        let gets = rigged.gets.load(Ordering::SeqCst);
+        again().await.unwrap();
+        assert!(rigged.gets.load(Ordering::SeqCst) > gets, "read whole");
+        let stored = store.get("team").await.unwrap().unwrap().quota;
+        assert!(stored.status.workloads.contains_key(w0), "charged again");
+        assert_eq!(stored.status.used[GPU], "1".parse().unwrap());
+    }
+
     /// The controller's reconcile (`update_status_watched`) decides on the
     /// newest copy it knows, its own or its watch's, and one that writes
     /// nothing stands without reading the quota; with no feed it is
@@ -973,6 +1025,7 @@ mod tests {
         a_lost_swap_decides_again_on_the_feeds_newer_copy,
         a_quota_another_replica_writes_goes_to_the_lock_at_once,
         an_unchanged_batch_is_proven_by_the_version_alone,
+        a_quota_made_again_at_the_same_version_is_not_the_kept_one,
         a_watched_decision_that_writes_nothing_reads_nothing,
         a_failed_batch_write_tells_nobody_allowed,
         a_lost_swap_decides_the_whole_batch_again,

@@ -528,7 +528,7 @@ impl Service {
                 let stands = matches!(&decided, Ok((_, out))
                     if fed && !dry_run && watched.is_some_and(|w| w(out)));
                 if !stands {
-                    match cache::prove(&*self.store, name, current.version).await {
+                    match cache::prove(&*self.store, name, &current).await {
                         cache::Proof::Current => {}
                         cache::Proof::Newer(s, v) => {
                             self.remember(s.clone());

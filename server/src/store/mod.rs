@@ -169,11 +169,13 @@ pub trait QuotaStore: Send + Sync + 'static {
     async fn watched_newer(&self, name: &str, than: i64, _bound: std::time::Duration) -> Watched {
         self.watched(name, Some(than))
     }
-    /// The version `name` is at now (None: gone), read fresh: what proves
-    /// a kept copy current without reading and parsing the whole quota.
-    /// By default a whole read.
-    async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
-        Ok(self.get(name).await?.map(|s| s.version))
+    /// The version `name` is at now, with its uid (None: gone), read
+    /// fresh: what proves a kept copy current without reading and parsing
+    /// the whole quota (the uid too: a quota deleted and made again may
+    /// reach the same version, SQL's restart at 1). By default a whole
+    /// read.
+    async fn stamp(&self, name: &str) -> Result<Option<Stamp>, StoreError> {
+        Ok(self.get(name).await?.map(|s| Stamp::of(&s)))
     }
     async fn list(&self) -> Result<Vec<Stored>, StoreError>;
     async fn children(&self, name: &str) -> Result<Vec<Stored>, StoreError>;

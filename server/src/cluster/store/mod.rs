@@ -668,6 +668,8 @@ struct Versioned {
 struct VersionedMeta {
     #[serde(default, rename = "resourceVersion")]
     resource_version: Option<String>,
+    #[serde(default)]
+    uid: Option<String>,
 }
 
 impl Versioned {
@@ -823,7 +825,7 @@ impl QuotaStore for ClusterStore {
         }
     }
 
-    async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
+    async fn stamp(&self, name: &str) -> Result<Option<Stamp>, StoreError> {
         // The object's metadata alone, fresh from the API server (not the
         // watch's copy, which may not have seen another replica's write
         // yet): what proves a kept copy current.
@@ -831,7 +833,11 @@ impl QuotaStore for ClusterStore {
             .get_metadata(name, &GetParams::default())
             .map_err(|e| StoreError::Backend(format!("bizrq {name}: {e}")))?;
         match self.client.request::<Versioned>(req).await {
-            Ok(v) => v.version(name).map(Some),
+            Ok(v) => Ok(Some(Stamp {
+                name: name.to_string(),
+                version: v.version(name)?,
+                uid: v.metadata.uid.unwrap_or_default(),
+            })),
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
             Err(e) => Err(map_err(name, e)),
         }

@@ -309,7 +309,7 @@ async fn version_reads_metadata_only() {
         assert!(accept.contains("as=PartialObjectMetadata"), "{accept}");
         send.send_response(ok(
             &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": {"name": "nlp", "resourceVersion": "12"}}),
+            "metadata": {"name": "nlp", "resourceVersion": "12", "uid": "u-nlp"}}),
         ));
         let (_, send) = handle.next_request().await.expect("a request");
         send.send_response(
@@ -325,8 +325,9 @@ async fn version_reads_metadata_only() {
                 .unwrap(),
         );
     });
-    assert_eq!(store.version("nlp").await.unwrap(), Some(12));
-    assert_eq!(store.version("gone").await.unwrap(), None);
+    let s = store.stamp("nlp").await.unwrap().unwrap();
+    assert_eq!((s.version, s.uid.as_str()), (12, "u-nlp"));
+    assert!(store.stamp("gone").await.unwrap().is_none());
     server.await.unwrap();
 }
 

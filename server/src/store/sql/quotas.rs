@@ -181,13 +181,20 @@ impl QuotaStore for SqlStore {
         Ok(from_rows(&rows, None)?.pop())
     }
 
-    async fn version(&self, name: &str) -> Result<Option<i64>, StoreError> {
-        // One short column, on the writer as `get`: no spec or status parsed.
-        let row = sqlx::query("SELECT version FROM quotas WHERE name = $1")
+    async fn stamp(&self, name: &str) -> Result<Option<Stamp>, StoreError> {
+        // Two short columns, on the writer as `get`: no spec or status parsed.
+        let row = sqlx::query("SELECT version, uid FROM quotas WHERE name = $1")
             .bind(name)
             .fetch_optional(&self.fresh)
             .await?;
-        Ok(row.map(|r| r.try_get::<i64, _>("version")).transpose()?)
+        row.map(|r| -> Result<Stamp, StoreError> {
+            Ok(Stamp {
+                name: name.to_string(),
+                version: r.try_get("version")?,
+                uid: r.try_get("uid")?,
+            })
+        })
+        .transpose()
     }
 
     async fn list(&self) -> Result<Vec<Stored>, StoreError> {
