@@ -1258,6 +1258,20 @@ async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime
         metric(&metrics, "bizrq_admission_queue_rounds_idle_total"),
         metric(&metrics, "bizrq_admission_queue_rounds_skipped_total"),
     );
+    println!(
+        "  rounds run, by what set them apart from the quota's last idle one: {}",
+        ["first", "due", "version", "objects", "classes", "room", "arrivals"]
+            .iter()
+            .map(|c| {
+                let n = metric(
+                    &metrics,
+                    &format!("bizrq_admission_queue_rounds_run_total{{cause=\"{c}\"}}"),
+                );
+                format!("{c} {:.0}", if n.is_nan() { 0.0 } else { n })
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     {
         qrec.lock().unwrap().advance(start + end);
     }

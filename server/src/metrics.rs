@@ -238,6 +238,9 @@ pub struct Metrics {
     /// Rounds asked for and not run: nothing they read had changed since
     /// the quota's last round that planned no admission.
     pub queue_rounds_skipped: Counter,
+    /// Rounds run, by what made them differ from the quota's last idle
+    /// round (`Scheduler::why_run`).
+    pub queue_rounds_run: Family<CauseLabels, Counter>,
     /// One queue round, from its reads to its write (not the releases).
     pub queue_round_duration: Histogram,
     /// Heavy requests (pages with charts, charts, reports, exports)
@@ -522,8 +525,14 @@ impl Default for Metrics {
         let queue_rounds_skipped = Counter::default();
         registry.register(
             "admission_queue_rounds_skipped",
-            "Queue rounds asked for and not run, because nothing they read had changed since the quota's last round that planned no admission (its version, the room its parent could lend it, its held objects, the PriorityClasses), or only the room to borrow grew while a sibling's round may take it back first; such a quota still gets a round within 10 s of being asked",
+            "Queue rounds asked for and not run, because nothing they read had changed since the quota's last round that planned no admission (its version, the room its parent could lend it, its held objects, the PriorityClasses), or only the room to borrow grew while a sibling's round may take it back first; such a quota still gets a round within 10 s of being asked. Also rounds asked for by queued creates alone, none of which could be admitted (folded by a round within 2 s)",
             queue_rounds_skipped.clone(),
+        );
+        let queue_rounds_run = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "admission_queue_rounds_run",
+            "Queue rounds run, by what set each apart from the quota's last round that planned no admission: first (no such round kept: the last one admitted, repaired, preempted or failed), due (its record ran out: 10 s, or a time a round asked to be woken at), version (the quota's version), objects (its held objects), classes (the PriorityClasses), room (more room to borrow), arrivals (queued creates one of which could be admitted, or kept no longer)",
+            queue_rounds_run.clone(),
         );
         let queue_round_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         registry.register(
@@ -553,6 +562,7 @@ impl Default for Metrics {
             queue_rounds,
             queue_rounds_idle,
             queue_rounds_skipped,
+            queue_rounds_run,
             queue_round_duration,
             queue_length,
             queue_oldest_wait,

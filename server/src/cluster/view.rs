@@ -503,6 +503,12 @@ impl View {
         })
     }
 
+    /// The arrivals of quotas `keep` does not keep (deleted) go, with the
+    /// scheduler's idle rounds they are judged against.
+    pub fn forget_arrivals(&mut self, keep: impl Fn(&str) -> bool) {
+        self.arrivals.retain(|q, _| keep(q));
+    }
+
     /// `quota`'s round runs, having read `arrived(quota)`: the arrivals
     /// kept so far are its to fold, and a later round is judged only
     /// against arrivals after it.

@@ -446,6 +446,7 @@ impl Context {
         // again under the name starts with none).
         self.service.forget_rounds(|q| q != name);
         self.scheduler.forget(|q| q != name);
+        self.view.lock().unwrap().forget_arrivals(|q| q != name);
         self.deleted_checks.forget(name);
         if let Some(h) = &self.history {
             if let Err(e) = h.forget_quota(name, self.now()).await {
@@ -459,6 +460,10 @@ impl Context {
     pub(super) async fn forget_quotas_not_in(&self, live: &BTreeSet<String>) {
         self.service.forget_rounds(|q| live.contains(q));
         self.scheduler.forget(|q| live.contains(q));
+        self.view
+            .lock()
+            .unwrap()
+            .forget_arrivals(|q| live.contains(q));
         if let Some(h) = &self.history {
             if let Err(e) = h.forget_quotas_not_in(live, self.now()).await {
                 tracing::warn!(error = %e, "could not remove the roles and alert rules of deleted quotas");

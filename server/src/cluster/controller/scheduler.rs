@@ -215,6 +215,29 @@ impl Scheduler {
         }
     }
 
+    /// What sets `now` apart from `name`'s last idle round, for a round
+    /// judged to run (`bizrq_admission_queue_rounds_run_total{cause}`).
+    fn why_run(&self, name: &str, now: &RoundInputs) -> &'static str {
+        let idle = self.idle.lock().unwrap();
+        let Some(i) = idle.get(name) else {
+            return "first";
+        };
+        let was = &i.inputs;
+        if i.until <= Instant::now() {
+            "due"
+        } else if was.stamp != now.stamp {
+            "version"
+        } else if was.held != now.held {
+            "objects"
+        } else if was.classes != now.classes {
+            "classes"
+        } else if was.arrived != now.arrived && was.no_more_room(now) {
+            "arrivals"
+        } else {
+            "room"
+        }
+    }
+
     /// `name`'s round is put off behind a sibling's (`Judged::RoomGrew`).
     fn waits(&self, name: &str) {
         if let Some(i) = self.idle.lock().unwrap().get_mut(name) {
@@ -449,6 +472,16 @@ impl Context {
             }
             // This round folds the arrivals kept so far.
             self.view.lock().unwrap().round_runs(name);
+            let why = inputs
+                .as_ref()
+                .map_or("first", |i| self.scheduler.why_run(name, i));
+            self.service
+                .metrics
+                .queue_rounds_run
+                .get_or_create(&crate::metrics::CauseLabels {
+                    cause: why.to_string(),
+                })
+                .inc();
             let now = self.now();
             let t0 = std::time::Instant::now();
             let done = self.admit_from_queue(name, now, &mut release).await;
@@ -717,6 +750,12 @@ mod tests {
         assert!(!with(i.clone(), 2).only_arrived(&i), "fewer: no arrival");
         assert!(!i.only_arrived(&i), "none arrived");
         s.ended("a", Some(i.clone()), Instant::now(), T0);
+        // What sets a round apart, said for those that run.
+        assert_eq!(s.why_run("a", &with(i.clone(), 2)), "arrivals");
+        assert_eq!(s.why_run("a", &inputs(8, 3, Some("6"))), "version");
+        assert_eq!(s.why_run("a", &inputs(7, 4, Some("6"))), "objects");
+        assert_eq!(s.why_run("a", &with(inputs(7, 3, Some("7")), 2)), "room");
+        assert_eq!(s.why_run("b", &i), "first");
         match s.judge("a", &with(i.clone(), 2)) {
             Judged::Arrived { since, left } => {
                 assert_eq!(since, 0);
