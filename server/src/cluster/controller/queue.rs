@@ -73,10 +73,13 @@ impl ToRelease {
         self.admitted.is_empty()
     }
 
-    /// Whether the round planned no admission and found nothing to repair:
-    /// another on the same inputs would do the same (`scheduler`).
-    pub(super) fn idle(&self) -> bool {
-        self.planned == 0 && self.admitted.is_empty() && self.repairs.is_empty()
+    /// Whether the round admitted every admission it planned and found
+    /// nothing to repair (a round that planned nothing too): once its own
+    /// write is the quota's version and its releases went through, a round
+    /// on the same inputs would plan no admission — what fit was taken
+    /// (`scheduler`).
+    pub(super) fn settled(&self) -> bool {
+        self.repairs.is_empty() && self.admitted.len() == self.planned
     }
 }
 
@@ -790,7 +793,9 @@ impl Context {
     /// meanwhile is what it sees right after the round's write when the
     /// watch has not caught up yet (a fresh admission kept as a
     /// reservation).
-    pub(super) async fn release_all(&self, name: &str, out: ToRelease) {
+    /// Whether every release went through (a failed one is the next
+    /// round's to repair).
+    pub(super) async fn release_all(&self, name: &str, out: ToRelease) -> bool {
         let all: Vec<String> = out
             .repairs
             .iter()
@@ -804,8 +809,9 @@ impl Context {
         // place rather than hold every other quota's releases behind it.
         // Never cancelled: a release dropped midway could still land,
         // after the repair's second one (`util::in_place`).
+        let mut all_released = true;
         for (list, repair) in [(&out.repairs, true), (&out.admitted, false)] {
-            futures::future::join_all(list.iter().map(|(w, u)| {
+            let done = futures::future::join_all(list.iter().map(|(w, u)| {
                 crate::util::in_place(
                     &self.release_places,
                     RELEASE_PLACE_HELD_AT_MOST,
@@ -813,6 +819,7 @@ impl Context {
                 )
             }))
             .await;
+            all_released &= done.into_iter().all(|released| released);
         }
         {
             let mut releasing = self.releasing.lock().unwrap();
@@ -829,6 +836,7 @@ impl Context {
                 format!("bizrq {name}: admitted from the queue; released"),
             );
         }
+        all_released
     }
 
     /// The object `uid` a release wrote to is gone: its charge, if the
@@ -866,25 +874,28 @@ impl Context {
     /// a newer object) takes back the charge of that object
     /// (`Service::release_charge_of`): the patch's review may have charged
     /// it again after the DELETE's review released it.
-    async fn release(&self, quota: &str, wref: &str, uid: &str, repair: bool) {
+    ///
+    /// Whether the object was released (or left alone by a repair that
+    /// found it released already).
+    async fn release(&self, quota: &str, wref: &str, uid: &str, repair: bool) -> bool {
         let kind = kind_of_ref(wref).to_string();
         let Some(ar) = self.installed.lock().unwrap().get(&kind).cloned() else {
-            return;
+            return false;
         };
         let Some(WorkloadRef {
             namespace, name, ..
         }) = WorkloadRef::parse(wref)
         else {
-            return;
+            return false;
         };
         let Some(adapter) = kind
             .split_once('/')
             .and_then(|(g, k)| adapter_for_kind(g, k))
         else {
-            return;
+            return false;
         };
         let Some(mut patch) = quota::hold::release_patch(adapter.hold()) else {
-            return;
+            return false;
         };
         // Admitted again: no longer preempted, and no longer waiting by a
         // mark (docs/queueing.md §12): a later suspend by hand must not be
@@ -899,7 +910,7 @@ impl Context {
         if repair {
             match super::read_held(&api, name, adapter.hold()).await {
                 Ok(Some(true)) => {}
-                Ok(Some(false) | None) => return,
+                Ok(Some(false) | None) => return true,
                 // Unread: the patch's own preconditions decide.
                 Err(e) => {
                     tracing::debug!(workload = %wref, error = %e, "repair: the object could not be read first")
@@ -933,9 +944,36 @@ impl Context {
                     tracing::warn!(workload = %wref, error = %e, "release failed; the next reconcile repairs it");
                 }
             }
-            return;
+            return false;
         }
         let pods = self.view.lock().unwrap().gated_pods_of(wref);
         self.ungate(&pods).await;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ToRelease;
+
+    fn round(planned: usize, admitted: usize, repairs: usize) -> ToRelease {
+        let item = |i: usize| (format!("batch/Job/ml/j{i}"), format!("u{i}"));
+        ToRelease {
+            planned,
+            admitted: (0..admitted).map(item).collect(),
+            repairs: (0..repairs).map(item).collect(),
+            ..ToRelease::default()
+        }
+    }
+
+    /// A round is the base of a skip (`scheduler`) only when it admitted
+    /// every admission it planned and repaired nothing; idle is one such.
+    #[test]
+    fn a_round_settles_only_when_it_admitted_all_it_planned_and_repaired_nothing() {
+        assert!(round(0, 0, 0).settled(), "nothing planned");
+        assert!(round(3, 3, 0).settled(), "all it planned");
+        assert!(!round(3, 2, 0).settled(), "one left to a sibling or unlent");
+        assert!(!round(0, 0, 1).settled(), "a charge repaired");
+        assert!(!round(2, 2, 1).settled());
     }
 }

@@ -297,8 +297,9 @@ impl Scheduler {
     }
 
     /// `name`'s round that read `inputs` ended, having started at
-    /// `started` (now `now_ms` by the controller's clock): idle (it planned
-    /// and repaired nothing and preempted no one) or not. A round on the
+    /// `started` (now `now_ms` by the controller's clock): settled (it
+    /// admitted all it planned, repaired nothing, released all it
+    /// admitted and preempted no one: `inputs` given) or not. A round on the
     /// same inputs is put off until `UNCHANGED_AT_MOST` after this one
     /// started, and never past a time this one asked to be woken at.
     fn ended(&self, name: &str, inputs: Option<RoundInputs>, started: Instant, now_ms: i64) {
@@ -493,7 +494,10 @@ impl Context {
             if done.is_ok() && release.admitted_none() {
                 m.queue_rounds_idle.inc();
             }
-            let idle = done.is_ok() && release.idle();
+            // A round that admitted all it planned is kept as one that
+            // planned nothing (`ToRelease::settled`): its own write,
+            // adopted below, is what the next round would read.
+            let idle = done.is_ok() && release.settled();
             let limits = release.limits.take();
             let written = release.written.take();
             // Marked as being released before the quota is let go: a
@@ -504,7 +508,7 @@ impl Context {
         };
         // The releases are writes through the webhooks: the quota is not
         // held meanwhile, so its reconcile never waits for them.
-        self.release_all(name, release).await;
+        let released = self.release_all(name, release).await;
         let mut due = Vec::new();
         let preempted = {
             let _serial = self.one_at_a_time(name).await;
@@ -519,21 +523,23 @@ impl Context {
         // (another replica's loan, a sibling's admission in between), the
         // less: a round is put off only while the room is no more than
         // that.
-        let inputs = inputs.filter(|_| idle && !preempted).and_then(|mut i| {
-            let planned = limits.unwrap_or_default();
-            if i.limits.is_empty() != planned.is_empty() {
-                return None;
-            }
-            for (k, v) in i.limits.iter_mut() {
-                *v = (*v).min(resources::get(&planned, k));
-            }
-            // Its own write (the restated queue) on the version it read
-            // is what it planned: the next round reads that one.
-            if let Some(w) = written.filter(|w| w.on == i.stamp) {
-                i.stamp = w.now;
-            }
-            Some(i)
-        });
+        let inputs = inputs
+            .filter(|_| idle && released && !preempted)
+            .and_then(|mut i| {
+                let planned = limits.unwrap_or_default();
+                if i.limits.is_empty() != planned.is_empty() {
+                    return None;
+                }
+                for (k, v) in i.limits.iter_mut() {
+                    *v = (*v).min(resources::get(&planned, k));
+                }
+                // Its own write (the restated queue) on the version it read
+                // is what it planned: the next round reads that one.
+                if let Some(w) = written.filter(|w| w.on == i.stamp) {
+                    i.stamp = w.now;
+                }
+                Some(i)
+            });
         self.scheduler.ended(name, inputs, started, self.now());
         // The suspends likewise.
         self.carry_out_all(name, due).await;
