@@ -61,6 +61,9 @@ pub(super) struct ToRelease {
     /// How many admissions the round planned (before any was left to a
     /// fairer sibling, or not granted its loan).
     planned: usize,
+    /// Marked objects its fold left out because the queue or a
+    /// submitter's share was full: an admission makes room for them.
+    fold_full: bool,
     /// The limits it planned within (`Service::queue_plan`), once read.
     pub(super) limits: Option<quota::resources::ResourceList>,
     /// Its write of the quota, if it wrote (`Service::admit_round`).
@@ -78,8 +81,12 @@ impl ToRelease {
     /// write is the quota's version and its releases went through, a round
     /// on the same inputs would plan no admission — what fit was taken
     /// (`scheduler`).
+    /// Not one that admitted while its fold left marked objects out for a
+    /// full queue or share: the next round has room to fold them.
     pub(super) fn settled(&self) -> bool {
-        self.repairs.is_empty() && self.admitted.len() == self.planned
+        self.repairs.is_empty()
+            && self.admitted.len() == self.planned
+            && !(self.fold_full && !self.admitted.is_empty())
     }
 }
 
@@ -206,6 +213,10 @@ impl Context {
                 .is_some()
                 .then_some((stamp, folding.backed, folding.pending));
         quota::reconcile::raise(&mut q, &raised, now);
+        out.fold_full = folding
+            .refused
+            .iter()
+            .any(|(_, why)| matches!(why, queue::fold::NotFolded::Full(_)));
         for (wref, why) in folding.refused {
             self.not_folded(name, &wref, &why, &marked);
         }
@@ -975,5 +986,14 @@ mod tests {
         assert!(!round(3, 2, 0).settled(), "one left to a sibling or unlent");
         assert!(!round(0, 0, 1).settled(), "a charge repaired");
         assert!(!round(2, 2, 1).settled());
+        let mut full = round(2, 2, 0);
+        full.fold_full = true;
+        assert!(
+            !full.settled(),
+            "its admissions make room to fold what waited"
+        );
+        let mut full = round(0, 0, 0);
+        full.fold_full = true;
+        assert!(full.settled(), "nothing admitted: the queue is as full");
     }
 }
