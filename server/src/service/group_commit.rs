@@ -294,7 +294,7 @@ impl Leader {
                 // column, not the quota parsed again); else decide again
                 // on the newer one as the feed brings it, or on a fresh
                 // read (as `modify` does).
-                if from_cache && !proven_from.is_some_and(|v| current.version >= v) {
+                if from_cache && proven_from.is_none_or(|v| current.version < v) {
                     match super::cache::prove(&*self.store, name, &current).await {
                         Proof::Current => {}
                         Proof::Newer(s, v) => {
@@ -752,6 +752,18 @@ mod tests {
             quota::admission::charge(&mut q, &wref, charge(1, "theirs")).unwrap();
             store.replace_status(&theirs, &q.status).await.unwrap();
         };
+        // `modify`'s decision that writes nothing, on whether it sees wN.
+        let sees = |n: usize| {
+            let wref = format!("apps/Deployment/ns/w{n}");
+            let svc = svc.clone();
+            async move {
+                svc.update_status("team", false, |q| {
+                    Ok((false, q.status.workloads.contains_key(&wref)))
+                })
+                .await
+                .unwrap()
+            }
+        };
         theirs_charge(1).await;
         *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
         let gets = rigged.gets.load(Ordering::SeqCst);
@@ -759,29 +771,11 @@ mod tests {
         assert_eq!(rigged.gets.load(Ordering::SeqCst), gets, "no whole read");
         theirs_charge(2).await;
         *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
-        let seen = svc
-            .update_status("team", false, |q| {
-                Ok((
-                    false,
-                    q.status.workloads.contains_key("apps/Deployment/ns/w2"),
-                ))
-            })
-            .await
-            .unwrap();
-        assert!(seen, "decided on the newer copy");
+        assert!(sees(2).await, "decided on the newer copy");
         assert_eq!(rigged.gets.load(Ordering::SeqCst), gets, "no whole read");
         // A feed that has not caught up: read whole, as before.
         theirs_charge(3).await;
-        let seen = svc
-            .update_status("team", false, |q| {
-                Ok((
-                    false,
-                    q.status.workloads.contains_key("apps/Deployment/ns/w3"),
-                ))
-            })
-            .await
-            .unwrap();
-        assert!(seen, "decided on the fresh read");
+        assert!(sees(3).await, "decided on the fresh read");
         assert_eq!(rigged.gets.load(Ordering::SeqCst), gets + 1);
     }
 

@@ -524,7 +524,7 @@ impl Service {
             // brings, or on a fresh read (`cache::prove`).
             let decided = f(&current, &mut q);
             let writes = !dry_run && matches!(decided, Ok((true, _)));
-            if !writes && from_cache && !proven_from.is_some_and(|v| current.version >= v) {
+            if !writes && from_cache && proven_from.is_none_or(|v| current.version < v) {
                 let stands = matches!(&decided, Ok((_, out))
                     if fed && !dry_run && watched.is_some_and(|w| w(out)));
                 if !stands {

@@ -86,7 +86,7 @@ impl ToRelease {
     pub(super) fn settled(&self) -> bool {
         self.repairs.is_empty()
             && self.admitted.len() == self.planned
-            && !(self.fold_full && !self.admitted.is_empty())
+            && (self.admitted.is_empty() || !self.fold_full)
     }
 }
 
