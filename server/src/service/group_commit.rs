@@ -712,17 +712,21 @@ mod tests {
         assert!(answers.iter().all(Result::is_ok), "{answers:?}");
     }
 
+    /// One card charged to `team` for w0 (uid-0), through its group commit.
+    async fn charge_w0(svc: &Service) -> Result<(), ServiceError> {
+        svc.charge(crate::service::ChargeRequest::new(
+            "team",
+            "apps/Deployment/ns/w0",
+            pod_sets(1),
+            "uid-0",
+        ))
+        .await
+    }
+
     async fn an_unchanged_batch_is_proven_by_the_version_alone(store: &SqlStore) {
         let (rigged, svc) = rigged(store, "10").await;
         let w0 = "apps/Deployment/ns/w0";
-        let again = || {
-            svc.charge(crate::service::ChargeRequest::new(
-                "team",
-                w0,
-                pod_sets(1),
-                "uid-0",
-            ))
-        };
+        let again = || charge_w0(&svc);
         again().await.unwrap();
         let gets = rigged.gets.load(Ordering::SeqCst);
         // The same charge again changes nothing: the copy it was decided
@@ -787,14 +791,7 @@ mod tests {
     async fn a_quota_made_again_at_the_same_version_is_not_the_kept_one(store: &SqlStore) {
         let (rigged, svc) = rigged(store, "10").await;
         let w0 = "apps/Deployment/ns/w0";
-        let again = || {
-            svc.charge(crate::service::ChargeRequest::new(
-                "team",
-                w0,
-                pod_sets(1),
-                "uid-0",
-            ))
-        };
+        let again = || charge_w0(&svc);
         again().await.unwrap();
         let kept = store.get("team").await.unwrap().unwrap();
         store.delete(&kept).await.unwrap();
