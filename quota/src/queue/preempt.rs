@@ -37,6 +37,16 @@ pub fn may_take<Q: std::borrow::Borrow<Queued>>(queue: &[Q], running: &[Candidat
         .any(|c| c.priority < top && !c.online && c.stop == Stop::Suspend)
 }
 
+/// Whether preemptions for `q`'s queue are under way: a reclaim mark of
+/// its own (`Origin::Preempt`) waits its grace or its suspend. The step
+/// after each round makes, cancels or carries them out.
+pub fn under_way(q: &crate::object::Quota) -> bool {
+    q.status
+        .reclaim
+        .values()
+        .any(|m| m.origin == crate::object::marks::Origin::Preempt)
+}
+
 /// Whether a round would admit none of `arrivals` — entries queued since
 /// a round that admitted nothing, on `pool` with no more room than that
 /// round had (its quota unchanged, its room to borrow no larger) — so that

@@ -59,11 +59,7 @@ impl Context {
         due: &mut Vec<(String, Victim)>,
     ) -> Result<(), ServiceError> {
         let q = self.service.get(name).await?.quota;
-        let ours = q
-            .status
-            .reclaim
-            .values()
-            .any(|m| m.origin == Origin::Preempt);
+        let ours = preempt::under_way(&q);
         let wants =
             q.spec.queueing.preemption == Preemption::LowerPriority && !q.status.queue.is_empty();
         if !wants && !ours {

@@ -430,7 +430,10 @@ impl Context {
             let _serial = self.one_at_a_time(name).await;
             // What the round would read, as new as what asked for it.
             self.store_caught_up(name).await;
-            let inputs = self.round_inputs(name).await;
+            let (inputs, read) = match self.round_inputs(name).await {
+                Some((i, stored)) => (Some(i), Some(stored)),
+                None => (None, None),
+            };
             let judged = inputs
                 .as_ref()
                 .map_or(Judged::Run, |i| self.scheduler.judge(name, i));
@@ -458,9 +461,11 @@ impl Context {
                 // None of them could be admitted: a round would plan
                 // nothing again (their places are told at the latest
                 // `ARRIVED_AT_MOST` after the idle round).
-                Judged::Arrived { since, left } => {
-                    self.arrivals_wait(name, since).await.then_some(left)
-                }
+                Judged::Arrived { since, left } => inputs
+                    .as_ref()
+                    .zip(read.as_deref())
+                    .filter(|(i, stored)| self.arrivals_wait(name, since, stored, &i.limits))
+                    .map(|_| left),
             };
             if let Some(left) = put_off {
                 // Asked for once more when the idle round is
@@ -553,52 +558,50 @@ impl Context {
     }
 
     /// What `name`'s round would plan from, as this process knows it now
-    /// (`RoundInputs`); None when it cannot say (the quota unread).
-    async fn round_inputs(&self, name: &str) -> Option<RoundInputs> {
+    /// (`RoundInputs`), with the copy of the quota they were read from;
+    /// None when it cannot say (the quota unread).
+    async fn round_inputs(&self, name: &str) -> Option<(RoundInputs, Arc<crate::store::Stored>)> {
         let stored = self.service.recent(name).await.ok()?;
         let limits = self.service.queue_limits_recent(&stored.quota).await.ok()?;
         let (held, arrived) = {
             let v = self.view.lock().unwrap();
             (v.queue_inputs(name), v.arrived(name))
         };
-        Some(RoundInputs {
+        let inputs = RoundInputs {
             stamp: crate::store::Stamp::of(&stored),
             limits,
             held,
             arrived,
             classes: self.service.priorities.watched(),
             parent: stored.quota.spec.parent.clone(),
-        })
+        };
+        Some((inputs, stored))
     }
 
     /// Whether none of the held, marked objects that arrived for `name`
     /// after the `since`-th could be admitted by a round now
-    /// (`quota::queue::preempt::arrivals_wait`), on the quota and the room
-    /// its last idle round planned on (`Judged::Arrived`: neither changed
-    /// nor grew since): each needs more than is free, and — where its
-    /// policy preempts — none outranks running work it could suspend, nor
-    /// are preemptions under way that a new head could change. False
-    /// whenever it cannot say (arrivals not kept, the quota unread).
-    async fn arrivals_wait(&self, name: &str, since: u64) -> bool {
+    /// (`quota::queue::preempt::arrivals_wait`), on `stored` and `limits`,
+    /// the quota and room the round's inputs were read from (the idle
+    /// round's version, no more room: `Judged::Arrived`): each needs more
+    /// than is free, and — where its policy preempts — none outranks
+    /// running work it could suspend, nor are preemptions under way that
+    /// a new head could change (`preempt::under_way`). False when the
+    /// arrivals were not all kept.
+    fn arrivals_wait(
+        &self,
+        name: &str,
+        since: u64,
+        stored: &crate::store::Stored,
+        limits: &ResourceList,
+    ) -> bool {
         let Some(arrivals) = self.view.lock().unwrap().arrivals_since(name, since) else {
             return false;
         };
-        let Ok(stored) = self.service.recent(name).await else {
-            return false;
-        };
         let q = &stored.quota;
-        let Ok(limits) = self.service.queue_limits_recent(q).await else {
-            return false;
-        };
         let classes = self.service.priorities.watched();
         let preempts =
             q.spec.queueing.preemption == quota::object::queueing::Preemption::LowerPriority;
-        if preempts
-            && q.status
-                .reclaim
-                .values()
-                .any(|m| m.origin == quota::object::marks::Origin::Preempt)
-        {
+        if preempts && quota::queue::preempt::under_way(q) {
             return false;
         }
         let works: Vec<quota::object::queue::Queued> = arrivals
@@ -613,7 +616,7 @@ impl Context {
             })
             .collect();
         let running = preempts.then(|| self.preemptible(q, classes.as_deref()));
-        let pool = quota::queue::Pool::new(q, &limits);
+        let pool = quota::queue::Pool::new(q, limits);
         quota::queue::preempt::arrivals_wait(&works, &pool, running.as_deref())
     }
 
