@@ -145,10 +145,12 @@ pub(super) enum Proof {
 
 /// `Proof` for a decision on `kept`, a kept copy of `name`: its version
 /// and uid read fresh (`QuotaStore::stamp`, the metadata alone), and
-/// where it moved on, the newer copy as the store's feed brings it within
-/// `FEED_AFTER_CONFLICT` (`QuotaStore::watched_newer`), instead of a read
-/// and parse of the whole quota — most often the version the controller
-/// or another admission just wrote, which the feed already holds.
+/// where it moved on, the newer copy the store's feed already holds
+/// (`QuotaStore::watched`), instead of a read and parse of the whole
+/// quota — most often the version the controller or another admission
+/// just wrote. Not waited for: the caller holds the quota's name lock,
+/// which an admission may be waiting on, and a whole read is quicker than
+/// a feed that lags.
 /// `Service::modify` and the group commit's batches both prove here.
 pub(super) async fn prove(store: &dyn QuotaStore, name: &str, kept: &Stored) -> Proof {
     let uid = kept.quota.metadata.uid.as_deref().unwrap_or_default();
@@ -157,7 +159,7 @@ pub(super) async fn prove(store: &dyn QuotaStore, name: &str, kept: &Stored) -> 
         Ok(Some(s)) if s.version == kept.version => Proof::Current,
         Ok(Some(s)) if s.version > kept.version => {
             let v = s.version;
-            match store.watched_newer(name, v - 1, FEED_AFTER_CONFLICT).await {
+            match store.watched(name, Some(v - 1)) {
                 Watched::Newer(n)
                     if n.version >= v && n.quota.metadata.uid.as_deref() == Some(uid) =>
                 {

@@ -292,7 +292,7 @@ impl Leader {
                 // Nothing to write proves a cached copy current: its
                 // version, read fresh, still the stored one (one short
                 // column, not the quota parsed again); else decide again
-                // on the newer one as the feed brings it, or on a fresh
+                // on the newer one the feed already holds, or on a fresh
                 // read (as `modify` does).
                 if from_cache && proven_from.is_none_or(|v| current.version < v) {
                     match super::cache::prove(&*self.store, name, &current).await {
