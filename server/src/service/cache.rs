@@ -130,14 +130,15 @@ pub(super) async fn newer_after_conflict(
 }
 
 /// What proves a decision that writes nothing (or refuses), made on a kept
-/// copy of a quota at `version` (`prove`).
+/// copy of a quota (`prove`).
 pub(super) enum Proof {
-    /// The stored version is `version`: the decision stands.
+    /// The stored version and uid are the kept copy's: the decision stands.
     Current,
-    /// A newer version is stored, and the store's feed brought it (no
-    /// request): decide again on it. It needs no proof of its own: it was
-    /// the stored version at some instant after the fresh read of `.1`,
-    /// while the decision was being made, as a whole read would have been.
+    /// A newer version (`.1`, read fresh) is stored, and the store's feed
+    /// holds it or a later one (no request): decide again on that. It
+    /// needs no proof of its own: it was the stored version at some
+    /// instant after the fresh read, while the decision was being made,
+    /// as a whole read's copy would have been.
     Newer(Arc<Stored>, i64),
     /// Neither: read the quota whole.
     Read,

@@ -521,7 +521,7 @@ impl Service {
             // A refusal, or a decision that writes nothing, has no swap to
             // prove the cached copy current: its version read fresh proves
             // it, or the decision is made again on the newer copy the feed
-            // brings, or on a fresh read (`cache::prove`).
+            // already holds, or on a fresh read (`cache::prove`).
             let decided = f(&current, &mut q);
             let writes = !dry_run && matches!(decided, Ok((true, _)));
             if !writes && from_cache && proven_from.is_none_or(|v| current.version < v) {
