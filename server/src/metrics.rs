@@ -82,6 +82,9 @@ pub enum Reread {
     /// A compare-and-swap lost, and the watch did not bring the newer
     /// version in time.
     Conflict,
+    /// A queue round's read, its kept copy not proven current
+    /// (`Service::proven`).
+    Round,
 }
 
 impl Reread {
@@ -92,6 +95,7 @@ impl Reread {
             Reread::Versioned => "versioned",
             Reread::Unproven => "unproven",
             Reread::Conflict => "conflict",
+            Reread::Round => "round",
         }
     }
 }
@@ -321,7 +325,7 @@ impl Default for Metrics {
         let quota_rereads = Family::<CauseLabels, Counter>::default();
         registry.register(
             "quota_rereads",
-            "Whole reads of a quota a status write made before deciding, by cause: uncached (no copy kept), versioned (a change asked on a given version), unproven (a decision that writes nothing or refuses, made on a kept copy, proven on a fresh one), conflict (a compare-and-swap lost, and the watch did not bring the newer version within 100 ms)",
+            "Whole reads of a quota a status write made before deciding, by cause: uncached (no copy kept), versioned (a change asked on a given version), unproven (a decision that writes nothing or refuses, made on a kept copy, proven on a fresh one), conflict (a compare-and-swap lost, and the watch did not bring the newer version within 100 ms), round (a queue round's read whose kept copy was not proven current)",
             quota_rereads.clone(),
         );
         registry.register(

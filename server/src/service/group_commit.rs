@@ -821,6 +821,83 @@ mod tests {
         assert_eq!(stored.status.used[GPU], "1".parse().unwrap());
     }
 
+    /// A queue round reads its quota as a whole read gives it
+    /// (`Service::proven`): the copy this replica keeps, proven by the
+    /// version and uid read fresh; the feed's copy where the version moved
+    /// and the feed holds it; a whole read (counted `round`) where the
+    /// feed has not caught up, where the quota was made again, and
+    /// always with no feed.
+    async fn a_rounds_read_is_proven_by_the_version_alone(store: &SqlStore) {
+        let (rigged, svc) = rigged(store, "10").await;
+        let gets = || rigged.gets.load(Ordering::SeqCst);
+        let round_reads = || {
+            svc.metrics
+                .quota_rereads
+                .get_or_create(&crate::metrics::CauseLabels {
+                    cause: "round".into(),
+                })
+                .get()
+        };
+        let w0 = "apps/Deployment/ns/w0";
+        charge_w0(&svc).await.unwrap();
+        // No feed (SQL alone): read whole, as a fresh read must be.
+        let before = gets();
+        let read = svc.proven("team").await.unwrap();
+        assert_eq!(gets(), before + 1);
+        assert!(read.quota.status.workloads.contains_key(w0));
+        assert_eq!(round_reads(), 0, "no kept copy to prove");
+        // A feed at the stored version: proven, no whole read.
+        *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
+        let before = gets();
+        let read = svc.proven("team").await.unwrap();
+        assert_eq!(gets(), before, "no whole read");
+        assert_eq!(read.version, store.get("team").await.unwrap().unwrap().version);
+        // Another replica charges w1: the version moved; the feed holds it.
+        let theirs = store.get("team").await.unwrap().unwrap();
+        let mut q = theirs.quota.clone();
+        quota::admission::charge(&mut q, "apps/Deployment/ns/w1", charge(2, "theirs")).unwrap();
+        store.replace_status(&theirs, &q.status).await.unwrap();
+        *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
+        let before = gets();
+        let read = svc.proven("team").await.unwrap();
+        assert_eq!(gets(), before, "the feed's newer copy, no whole read");
+        assert!(read.quota.status.workloads.contains_key("apps/Deployment/ns/w1"));
+        // Again, and the feed has not caught up: read whole, counted.
+        let theirs = store.get("team").await.unwrap().unwrap();
+        let mut q = theirs.quota.clone();
+        assert!(quota::admission::release(&mut q, "apps/Deployment/ns/w1"));
+        store.replace_status(&theirs, &q.status).await.unwrap();
+        let before = gets();
+        let read = svc.proven("team").await.unwrap();
+        assert_eq!(gets(), before + 1, "read whole");
+        assert_eq!(round_reads(), 1);
+        assert!(!read.quota.status.workloads.contains_key("apps/Deployment/ns/w1"));
+        assert_eq!(read.version, store.get("team").await.unwrap().unwrap().version);
+        // Deleted and made again, and made to reach the kept copy's version:
+        // the uid tells them apart.
+        let kept = store.get("team").await.unwrap().unwrap();
+        *rigged.feed.lock().unwrap() = Some(kept.clone());
+        store.delete(&kept).await.unwrap();
+        let mut fresh = kept.quota.clone();
+        fresh.metadata.uid = None;
+        fresh.metadata.resource_version = None;
+        fresh.status = Default::default();
+        let mut made = store.create(&fresh).await.unwrap();
+        while made.version < kept.version {
+            store
+                .replace_status(&made, &made.quota.status)
+                .await
+                .unwrap();
+            made = store.get("team").await.unwrap().unwrap();
+        }
+        assert_eq!(made.version, kept.version);
+        let before = gets();
+        let read = svc.proven("team").await.unwrap();
+        assert_eq!(gets(), before + 1, "another quota: read whole");
+        assert_eq!(read.quota.metadata.uid, made.quota.metadata.uid);
+        assert!(read.quota.status.workloads.is_empty());
+    }
+
     /// The controller's reconcile (`update_status_watched`) decides on the
     /// newest copy it knows, its own or its watch's, and one that writes
     /// nothing stands without reading the quota; with no feed it is
@@ -1017,6 +1094,7 @@ mod tests {
         a_quota_another_replica_writes_goes_to_the_lock_at_once,
         an_unchanged_batch_is_proven_by_the_version_alone,
         a_quota_made_again_at_the_same_version_is_not_the_kept_one,
+        a_rounds_read_is_proven_by_the_version_alone,
         a_watched_decision_that_writes_nothing_reads_nothing,
         a_failed_batch_write_tells_nobody_allowed,
         a_lost_swap_decides_the_whole_batch_again,

@@ -330,6 +330,26 @@ impl Service {
         }
     }
 
+    /// `name` as stored now, as a whole read would give it, for a queue
+    /// round that plans on it and writes over it: the newest copy this
+    /// process holds (its own, or the store's feed), proven current by the
+    /// version and uid read fresh with the metadata alone
+    /// (`cache::prove`), or the newer copy the feed already holds for the
+    /// version read; else read whole (counted as `round`). A round read
+    /// every quota it ran for whole, and most copies it read were the one
+    /// the feed held.
+    pub async fn proven(&self, name: &str) -> Result<Stored, ServiceError> {
+        if let (Some(kept), true) = self.newest_known(name) {
+            match cache::prove(&*self.store, name, &kept).await {
+                cache::Proof::Current => return Ok(Arc::unwrap_or_clone(kept)),
+                cache::Proof::Newer(n, _) => return Ok(Arc::unwrap_or_clone(n)),
+                cache::Proof::Read => {}
+            }
+            self.metrics.count_quota_reread(Reread::Round);
+        }
+        self.get(name).await
+    }
+
     /// `name` as stored, for a page that shows it (`with_view_store`): a
     /// committed snapshot, never a version to write on.
     pub async fn get_for_view(&self, name: &str) -> Result<Stored, ServiceError> {

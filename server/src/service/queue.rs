@@ -171,8 +171,9 @@ impl Service {
         Ok(self.plan_on(q, true).await?.0)
     }
 
-    /// `queue_plan`, the parent read fresh, or with `recent` as this
-    /// replica knows it with no request (`Service::recent`).
+    /// `queue_plan`, the parent as stored now (`Service::proven`: proven
+    /// by its version, or read fresh), or with `recent` as this replica
+    /// knows it with no request (`Service::recent`).
     async fn plan_on(
         &self,
         q: &Quota,
@@ -184,7 +185,7 @@ impl Service {
         let read = if recent {
             self.recent(&q.spec.parent).await.map(|s| s.quota.clone())
         } else {
-            self.get(&q.spec.parent).await.map(|s| s.quota)
+            self.proven(&q.spec.parent).await.map(|s| s.quota)
         };
         let parent = match read {
             Ok(p) => p,

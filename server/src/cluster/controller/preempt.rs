@@ -58,7 +58,8 @@ impl Context {
         now: i64,
         due: &mut Vec<(String, Victim)>,
     ) -> Result<(), ServiceError> {
-        let q = self.service.get(name).await?.quota;
+        // As a whole read gives it (`Service::proven`).
+        let q = self.service.proven(name).await?.quota;
         let ours = preempt::under_way(&q);
         let wants =
             q.spec.queueing.preemption == Preemption::LowerPriority && !q.status.queue.is_empty();

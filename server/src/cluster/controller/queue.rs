@@ -107,7 +107,9 @@ impl Context {
         self.service.metrics.queue_rounds.inc();
         // The parent and siblings the plan reads, as new as what asked.
         self.store_caught_up(name).await;
-        let stored = self.service.get(name).await?;
+        // As a whole read gives it, most often without one: the copy the
+        // feed holds, proven current by its version (`Service::proven`).
+        let stored = self.service.proven(name).await?;
         let mut stamp = crate::store::Stamp::of(&stored);
         let q = stored.quota;
         let snap = self
@@ -199,10 +201,10 @@ impl Context {
         let q = if unnamed.is_empty() {
             q
         } else {
-            reread(self.service.get(name).await?, &mut stamp)
+            reread(self.service.proven(name).await?, &mut stamp)
         };
         let mut q = match self.prune_orphans(name, &q, now).await? {
-            true => reread(self.service.get(name).await?, &mut stamp),
+            true => reread(self.service.proven(name).await?, &mut stamp),
             false => q,
         };
         let folding = self.service.fold_marks(&mut q, &marked, now);
