@@ -53,8 +53,21 @@ type RespBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// A watch event as stored and sent to every watcher: the object is
 /// shared, as kube-apiserver's watch cache shares one decoded object
-/// between its watchers (each serializes it; none copies it).
-type Event = (u64, &'static str, Arc<Value>);
+/// between its watchers, and serialized once for all of them (`Encoded`),
+/// as kube-apiserver encodes a watched object once per format, not once
+/// per watcher (its `cachingObject`, since 1.18).
+type Event = (u64, &'static str, Arc<Value>, Arc<Encoded>);
+
+/// An event's object as JSON, made by the first watcher that sends it.
+#[derive(Default)]
+struct Encoded(std::sync::OnceLock<Bytes>);
+
+impl Encoded {
+    fn of(&self, o: &Value) -> &Bytes {
+        self.0
+            .get_or_init(|| Bytes::from(serde_json::to_vec(o).unwrap()))
+    }
+}
 
 struct Coll {
     def: KindDef,
@@ -91,6 +104,7 @@ struct State {
     /// How many requests of each verb and resource were served, whatever
     /// `history` keeps (`tally`): "get bizgroupresourcequotas",
     /// "patch jobs", "put bizgroupresourcequotas/status", "list …", "watch …";
+    /// "metadata get …", the GETs of those answered with the metadata alone;
     /// and "expired …", the watches answered 410 Expired.
     tally: HashMap<String, u64>,
     /// Answer the next N writes to these paths with 409.
@@ -648,13 +662,14 @@ impl FakeApi {
 
     fn emit(coll: &mut Coll, rv: u64, kind: &'static str, obj: Value) {
         let obj = Arc::new(obj);
-        coll.log.push((rv, kind, obj.clone()));
-        if let Some((last, _, _)) = trim(&mut coll.log, coll.keep).last() {
+        let encoded = Arc::new(Encoded::default());
+        coll.log.push((rv, kind, obj.clone(), encoded.clone()));
+        if let Some((last, _, _, _)) = trim(&mut coll.log, coll.keep).last() {
             coll.compacted = *last;
         }
         coll.versions.push((rv, obj.clone()));
         trim(&mut coll.versions, coll.versions_keep);
-        let _ = coll.tx.send((rv, kind, obj));
+        let _ = coll.tx.send((rv, kind, obj, encoded));
     }
 
     fn find_def(obj: &Value) -> KindDef {

@@ -193,12 +193,12 @@ impl FakeApi {
                 let backlog: Vec<super::Event> = coll
                     .log
                     .iter()
-                    .filter(|(r, _, o)| *r > from && keep(o))
+                    .filter(|(r, _, o, _)| *r > from && keep(o))
                     .cloned()
                     .collect();
-                let line = |(_, kind, obj): super::Event| {
+                let line = |(_, kind, obj, encoded): super::Event| {
                     let mut b = format!("{{\"type\":\"{kind}\",\"object\":").into_bytes();
-                    serde_json::to_writer(&mut b, &*obj).unwrap();
+                    b.extend_from_slice(encoded.of(&obj));
                     b.extend_from_slice(b"}\n");
                     Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(b)))
                 };
@@ -245,7 +245,7 @@ impl FakeApi {
                 // `end_watches` ends it.
                 let mut ends = coll.ends.subscribe();
                 let stream = futures::stream::iter(backlog)
-                    .chain(live.filter(move |(r, _, o)| std::future::ready(*r > from && keep2(o))))
+                    .chain(live.filter(move |(r, _, o, _)| std::future::ready(*r > from && keep2(o))))
                     .map(line)
                     .take_until(async move {
                         let _ = ends.changed().await;
@@ -642,6 +642,11 @@ impl tower::Service<Request<Body>> for FakeApi {
             if metadata_only && method == Method::GET {
                 let mut g = me.state.lock().unwrap();
                 g.metadata_gets.push(path.clone());
+                // Counted apart too: "metadata get <plural>" (the GET is
+                // also in "get <plural>").
+                *g.tally
+                    .entry(format!("metadata {}", tally_key(&method, &path, &query)))
+                    .or_default() += 1;
                 let keep = g.history;
                 trim(&mut g.metadata_gets, keep);
             }
