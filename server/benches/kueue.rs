@@ -244,10 +244,21 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 /// for `endpoint` holding the `q` quantile of its observations (seconds;
 /// NaN when it observed none).
 fn bucket_quantile(metrics: &str, endpoint: &str, q: f64) -> f64 {
-    let label = format!("endpoint=\"{endpoint}\"");
+    histogram_quantile(
+        metrics,
+        "bizrq_admission_duration_seconds",
+        &format!("endpoint=\"{endpoint}\""),
+        q,
+    )
+}
+
+/// The `q` quantile of histogram `name`'s series labelled `label`, as the
+/// upper bound of the bucket it falls in (NaN: no observation).
+fn histogram_quantile(metrics: &str, name: &str, label: &str, q: f64) -> f64 {
+    let bucket = format!("{name}_bucket{{");
     let buckets: Vec<(f64, f64)> = metrics
         .lines()
-        .filter(|l| l.starts_with("bizrq_admission_duration_seconds_bucket") && l.contains(&label))
+        .filter(|l| l.starts_with(&bucket) && l.contains(label))
         .filter_map(|l| {
             let le = l.split("le=\"").nth(1)?.split('"').next()?;
             let le = if le == "+Inf" {
@@ -1583,6 +1594,46 @@ fn report(
         "",
         "",
     );
+    // What the mutating webhook answered, by decision.
+    let mut decided: Vec<String> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("bizrq_admission_decisions_total{")
+                && l.contains("endpoint=\"mutate-workloads\"")
+        })
+        .filter_map(|l| {
+            let d = l.split("decision=\"").nth(1)?.split('"').next()?;
+            Some(format!("{d} {}", l.rsplit(' ').next()?))
+        })
+        .collect();
+    decided.sort();
+    row("  its answers", decided.join(", "), "", "");
+    // The admissions that charge at once (the group commit's paths,
+    // `bizrq_admission_commit_duration_seconds`): what a review that
+    // writes the quota waits, apart from the reviews that queue.
+    let commits = "bizrq_admission_commit_duration_seconds";
+    let mut paths: Vec<(String, f64)> = metrics
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(&format!("{commits}_count{{path=\""))?;
+            let (path, n) = rest.split_once("\"} ")?;
+            Some((path.to_string(), n.trim().parse().ok()?))
+        })
+        .collect();
+    paths.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (path, n) in paths {
+        let label = format!("path=\"{path}\"");
+        row(
+            &format!("  charges by path {path} ({n:.0}) p50 / p99 (≤ bucket)"),
+            format!(
+                "{:.1} / {:.1} ms",
+                histogram_quantile(metrics, commits, &label, 0.5) * 1000.0,
+                histogram_quantile(metrics, commits, &label, 0.99) * 1000.0
+            ),
+            "",
+            "",
+        );
+    }
     row(
         "validating webhook p50 / p99",
         format!(
@@ -1627,6 +1678,16 @@ fn report(
         "",
     );
     row(
+        "  quota GETs whole / of the metadata alone",
+        format!(
+            "{:.2} / {:.2}",
+            per_job(count("get", QUOTAS) - count("metadata get", QUOTAS)),
+            per_job(count("metadata get", QUOTAS))
+        ),
+        "",
+        "",
+    );
+    row(
         "  Job writes / quota LISTs (whole run)",
         format!(
             "{:.2} / {}",
@@ -1636,8 +1697,8 @@ fn report(
         "",
         "",
     );
-    // bizrq's own count of the whole reads its status writes made, by
-    // cause (the API server's count above has every GET).
+    // bizrq's own count of the whole reads its status writes and queue
+    // rounds made, by cause (the API server's count above has every GET).
     let reread = |cause: &str| {
         metric(
             metrics,
@@ -1653,12 +1714,13 @@ fn report(
         }
     };
     row(
-        "  writes' whole reads: lost swap / unproven / uncached",
+        "  whole reads: lost swap / unproven / uncached / round",
         format!(
-            "{:.2} / {:.2} / {:.2} (swaps lost {:.2})",
+            "{:.2} / {:.2} / {:.2} / {:.2} (swaps lost {:.2})",
             per("conflict"),
             per("unproven"),
             per("uncached"),
+            per("round"),
             metric(metrics, "bizrq_cas_conflicts_total") / n.created.max(1) as f64
         ),
         "",
