@@ -498,6 +498,9 @@ mod tests {
         /// Before the next status write: another replica charges this
         /// many cards to the same quota (so that write loses its swap).
         interfere: std::sync::Mutex<Option<i64>>,
+        /// The feed catches up with the store during the next version
+        /// read (it answers the version, then the feed holds it).
+        feed_during_stamp: AtomicBool,
     }
 
     #[async_trait]
@@ -507,7 +510,11 @@ mod tests {
             self.inner.get(name).await
         }
         async fn stamp(&self, name: &str) -> Result<Option<crate::store::Stamp>, StoreError> {
-            self.inner.stamp(name).await
+            let s = self.inner.stamp(name).await;
+            if self.feed_during_stamp.swap(false, Ordering::SeqCst) {
+                *self.feed.lock().unwrap() = self.inner.get(name).await?;
+            }
+            s
         }
         fn watched(&self, _name: &str, than: Option<i64>) -> crate::store::Watched {
             use crate::store::Watched;
@@ -601,6 +608,7 @@ mod tests {
             fail: AtomicBool::new(false),
             feed: Default::default(),
             interfere: Default::default(),
+            feed_during_stamp: AtomicBool::new(false),
         });
         let svc = Arc::new(Service::new(
             rigged.clone(),
@@ -845,7 +853,7 @@ mod tests {
         let read = svc.proven("team").await.unwrap();
         assert_eq!(gets(), before + 1);
         assert!(read.quota.status.workloads.contains_key(w0));
-        assert_eq!(round_reads(), 0, "no kept copy to prove");
+        assert_eq!(round_reads(), 0, "no feed: nothing proven, nothing counted");
         // A feed at the stored version: proven, no whole read.
         *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
         let before = gets();
@@ -862,6 +870,19 @@ mod tests {
         let read = svc.proven("team").await.unwrap();
         assert_eq!(gets(), before, "the feed's newer copy, no whole read");
         assert!(read.quota.status.workloads.contains_key("apps/Deployment/ns/w1"));
+        // Another replica writes while the version is read: the feed
+        // brings that version before the proof looks (`Proof::Newer`).
+        let theirs = store.get("team").await.unwrap().unwrap();
+        let mut q = theirs.quota.clone();
+        quota::admission::charge(&mut q, "apps/Deployment/ns/w2", charge(1, "theirs")).unwrap();
+        store.replace_status(&theirs, &q.status).await.unwrap();
+        rigged.feed_during_stamp.store(true, Ordering::SeqCst);
+        let before = gets();
+        let read = svc.proven("team").await.unwrap();
+        assert_eq!(gets(), before, "the feed's copy of the version read");
+        assert!(read.quota.status.workloads.contains_key("apps/Deployment/ns/w2"));
+        assert_eq!(read.version, store.get("team").await.unwrap().unwrap().version);
+        assert_eq!(round_reads(), 0);
         // Again, and the feed has not caught up: read whole, counted.
         let theirs = store.get("team").await.unwrap().unwrap();
         let mut q = theirs.quota.clone();

@@ -146,6 +146,30 @@ fn fair_turn(
     Some(queue::share::turn(&field.me, &field, &head.usage, rival))
 }
 
+/// How a queue's plan reads the quota's parent (`Service::plan_on`).
+#[derive(Clone, Copy)]
+enum ParentRead {
+    /// Whole, fresh from the store.
+    Fresh,
+    /// As stored now, proven by its version where this replica holds it
+    /// (`Service::proven`).
+    Proven,
+    /// As this replica knows it, with no request (`Service::recent`).
+    Recent,
+}
+
+impl ParentRead {
+    /// A create's plan reads recent copies (as the mutating webhook
+    /// judged it); any other, fresh.
+    fn of(create: bool) -> ParentRead {
+        if create {
+            ParentRead::Recent
+        } else {
+            ParentRead::Fresh
+        }
+    }
+}
+
 impl Service {
     /// What a queue of `q` plans against: hard, or for a quota that may
     /// borrow, hard + what its parent could lend it now
@@ -161,31 +185,39 @@ impl Service {
         &self,
         q: &Quota,
     ) -> Result<(ResourceList, Option<queue::share::Family>), ServiceError> {
-        self.plan_on(q, false).await
+        self.plan_on(q, ParentRead::Fresh).await
+    }
+
+    /// `queue_plan` for a queue round and its preemption step: the parent
+    /// as stored now, proven by its version where this replica holds it
+    /// (`Service::proven`) instead of read whole.
+    pub async fn round_plan(
+        &self,
+        q: &Quota,
+    ) -> Result<(ResourceList, Option<queue::share::Family>), ServiceError> {
+        self.plan_on(q, ParentRead::Proven).await
     }
 
     /// `queue_plan`'s limits, the parent and its children as this replica
     /// knows them with no request (`Service::recent`): what tells the
     /// scheduler whether a round could plan more than its last one.
     pub async fn queue_limits_recent(&self, q: &Quota) -> Result<ResourceList, ServiceError> {
-        Ok(self.plan_on(q, true).await?.0)
+        Ok(self.plan_on(q, ParentRead::Recent).await?.0)
     }
 
-    /// `queue_plan`, the parent as stored now (`Service::proven`: proven
-    /// by its version, or read fresh), or with `recent` as this replica
-    /// knows it with no request (`Service::recent`).
+    /// `queue_plan`, the parent read as `how` says.
     async fn plan_on(
         &self,
         q: &Quota,
-        recent: bool,
+        how: ParentRead,
     ) -> Result<(ResourceList, Option<queue::share::Family>), ServiceError> {
         if q.spec.max.is_empty() || q.spec.parent.is_empty() {
             return Ok((ResourceList::new(), None));
         }
-        let read = if recent {
-            self.recent(&q.spec.parent).await.map(|s| s.quota.clone())
-        } else {
-            self.proven(&q.spec.parent).await.map(|s| s.quota)
+        let read = match how {
+            ParentRead::Recent => self.recent(&q.spec.parent).await.map(|s| s.quota.clone()),
+            ParentRead::Proven => self.proven(&q.spec.parent).await.map(|s| s.quota),
+            ParentRead::Fresh => self.get(&q.spec.parent).await.map(|s| s.quota),
         };
         let parent = match read {
             Ok(p) => p,
@@ -229,7 +261,7 @@ impl Service {
         } else {
             self.get(quota_name).await?.quota
         };
-        let (limits, family) = self.plan_on(&current, create).await?;
+        let (limits, family) = self.plan_on(&current, ParentRead::of(create)).await?;
         let now = self.now();
         // The bound that refused it, counted once whatever copies the
         // compare-and-swap judged it on.
@@ -380,7 +412,7 @@ impl Service {
             Some(n) => format!("{reason}; {n}"),
             None => reason,
         };
-        let (limits, family) = self.plan_on(current, create).await?;
+        let (limits, family) = self.plan_on(current, ParentRead::of(create)).await?;
         let now = self.now();
         let budgets = queue::budgets::of(current);
         let price_list = self.price_list();

@@ -248,7 +248,7 @@ impl Context {
         }
         // The same order as the round (`queue_pool`): by submitters' usage
         // where the policy asks, so the head planned for is the one admitted.
-        let limits = self.service.queue_limits(q).await?;
+        let limits = self.service.round_plan(q).await?.0;
         let pool = self.queue_pool(q, &limits).await;
         let budgets = queue::budgets::of(q);
         let price_list = self.service.price_list();

@@ -64,7 +64,7 @@ pub(super) struct ToRelease {
     /// Marked objects its fold left out because the queue or a
     /// submitter's share was full: an admission makes room for them.
     fold_full: bool,
-    /// The limits it planned within (`Service::queue_plan`), once read.
+    /// The limits it planned within (`Service::round_plan`), once read.
     pub(super) limits: Option<quota::resources::ResourceList>,
     /// Its write of the quota, if it wrote (`Service::admit_round`).
     pub(super) written: Option<crate::service::Written>,
@@ -235,7 +235,7 @@ impl Context {
         // for its loan in the parent's compare-and-swap, as the webhook's
         // borrowing path does, so the plan is never more than is granted.
         let t_read = t0.elapsed();
-        let (limits, family) = self.service.queue_plan(&q).await?;
+        let (limits, family) = self.service.round_plan(&q).await?;
         out.limits = Some(limits.clone());
         // Equals by their submitters' decayed usage, where the policy asks
         // (`submitters`, docs/queueing.md §11).
