@@ -859,7 +859,10 @@ mod tests {
         let before = gets();
         let read = svc.proven("team").await.unwrap();
         assert_eq!(gets(), before, "no whole read");
-        assert_eq!(read.version, store.get("team").await.unwrap().unwrap().version);
+        assert_eq!(
+            read.version,
+            store.get("team").await.unwrap().unwrap().version
+        );
         // Another replica charges w1: the version moved; the feed holds it.
         let theirs = store.get("team").await.unwrap().unwrap();
         let mut q = theirs.quota.clone();
@@ -869,7 +872,11 @@ mod tests {
         let before = gets();
         let read = svc.proven("team").await.unwrap();
         assert_eq!(gets(), before, "the feed's newer copy, no whole read");
-        assert!(read.quota.status.workloads.contains_key("apps/Deployment/ns/w1"));
+        assert!(read
+            .quota
+            .status
+            .workloads
+            .contains_key("apps/Deployment/ns/w1"));
         // Another replica writes while the version is read: the feed
         // brings that version before the proof looks (`Proof::Newer`).
         let theirs = store.get("team").await.unwrap().unwrap();
@@ -880,8 +887,15 @@ mod tests {
         let before = gets();
         let read = svc.proven("team").await.unwrap();
         assert_eq!(gets(), before, "the feed's copy of the version read");
-        assert!(read.quota.status.workloads.contains_key("apps/Deployment/ns/w2"));
-        assert_eq!(read.version, store.get("team").await.unwrap().unwrap().version);
+        assert!(read
+            .quota
+            .status
+            .workloads
+            .contains_key("apps/Deployment/ns/w2"));
+        assert_eq!(
+            read.version,
+            store.get("team").await.unwrap().unwrap().version
+        );
         assert_eq!(round_reads(), 0);
         // Again, and the feed has not caught up: read whole, counted.
         let theirs = store.get("team").await.unwrap().unwrap();
@@ -892,8 +906,15 @@ mod tests {
         let read = svc.proven("team").await.unwrap();
         assert_eq!(gets(), before + 1, "read whole");
         assert_eq!(round_reads(), 1);
-        assert!(!read.quota.status.workloads.contains_key("apps/Deployment/ns/w1"));
-        assert_eq!(read.version, store.get("team").await.unwrap().unwrap().version);
+        assert!(!read
+            .quota
+            .status
+            .workloads
+            .contains_key("apps/Deployment/ns/w1"));
+        assert_eq!(
+            read.version,
+            store.get("team").await.unwrap().unwrap().version
+        );
         // Deleted and made again, and made to reach the kept copy's version:
         // the uid tells them apart.
         let kept = store.get("team").await.unwrap().unwrap();

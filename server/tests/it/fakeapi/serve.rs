@@ -245,7 +245,9 @@ impl FakeApi {
                 // `end_watches` ends it.
                 let mut ends = coll.ends.subscribe();
                 let stream = futures::stream::iter(backlog)
-                    .chain(live.filter(move |(r, _, o, _)| std::future::ready(*r > from && keep2(o))))
+                    .chain(
+                        live.filter(move |(r, _, o, _)| std::future::ready(*r > from && keep2(o))),
+                    )
                     .map(line)
                     .take_until(async move {
                         let _ = ends.changed().await;
