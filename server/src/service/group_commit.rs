@@ -791,18 +791,11 @@ mod tests {
         assert_eq!(rigged.gets.load(Ordering::SeqCst), gets + 1);
     }
 
-    /// A quota deleted and made again (another replica's doing) that
-    /// reaches the version of this replica's kept copy is not taken for
-    /// it: the uid read with the version tells them apart, and the charge
-    /// the old copy held is made again in the new quota, not answered as
-    /// already there.
-    async fn a_quota_made_again_at_the_same_version_is_not_the_kept_one(store: &SqlStore) {
-        let (rigged, svc) = rigged(store, "10").await;
-        let w0 = "apps/Deployment/ns/w0";
-        let again = || charge_w0(&svc);
-        again().await.unwrap();
-        let kept = store.get("team").await.unwrap().unwrap();
-        store.delete(&kept).await.unwrap();
+    /// "team" deleted (as `kept`) and made again with nothing charged, by
+    /// another replica, then written until it reaches `kept`'s version
+    /// under another uid.
+    async fn made_again(store: &SqlStore, kept: &Stored) -> Stored {
+        store.delete(kept).await.unwrap();
         let mut fresh = kept.quota.clone();
         fresh.metadata.uid = None;
         fresh.metadata.resource_version = None;
@@ -821,12 +814,39 @@ mod tests {
             made.version, kept.version,
             "the same version, another quota"
         );
+        made
+    }
+
+    /// A quota deleted and made again (another replica's doing) that
+    /// reaches the version of this replica's kept copy is not taken for
+    /// it: the uid read with the version tells them apart, and the charge
+    /// the old copy held is made again in the new quota, not answered as
+    /// already there.
+    async fn a_quota_made_again_at_the_same_version_is_not_the_kept_one(store: &SqlStore) {
+        let (rigged, svc) = rigged(store, "10").await;
+        let w0 = "apps/Deployment/ns/w0";
+        let again = || charge_w0(&svc);
+        again().await.unwrap();
+        let kept = store.get("team").await.unwrap().unwrap();
+        made_again(store, &kept).await;
         let gets = rigged.gets.load(Ordering::SeqCst);
         again().await.unwrap();
         assert!(rigged.gets.load(Ordering::SeqCst) > gets, "read whole");
         let stored = store.get("team").await.unwrap().unwrap().quota;
         assert!(stored.status.workloads.contains_key(w0), "charged again");
         assert_eq!(stored.status.used[GPU], "1".parse().unwrap());
+    }
+
+    /// Another replica charges `wref` `cards` cards in "team".
+    async fn theirs_charge(store: &SqlStore, wref: &str, cards: i64) {
+        let theirs = store.get("team").await.unwrap().unwrap();
+        let mut q = theirs.quota.clone();
+        quota::admission::charge(&mut q, wref, charge(cards, "theirs")).unwrap();
+        store.replace_status(&theirs, &q.status).await.unwrap();
+    }
+
+    async fn stored_version(store: &SqlStore) -> i64 {
+        store.get("team").await.unwrap().unwrap().version
     }
 
     /// A queue round reads its quota as a whole read gives it
@@ -846,96 +866,55 @@ mod tests {
                 })
                 .get()
         };
+        // `proven`, asserting how many whole reads it made.
+        let proven = |whole: usize, why: &'static str| {
+            let svc = svc.clone();
+            async move {
+                let before = gets();
+                let read = svc.proven("team").await.unwrap();
+                assert_eq!(gets(), before + whole, "{why}");
+                read
+            }
+        };
+        let holds = |s: &Stored, wref: &str| s.quota.status.workloads.contains_key(wref);
         let w0 = "apps/Deployment/ns/w0";
         charge_w0(&svc).await.unwrap();
         // No feed (SQL alone): read whole, as a fresh read must be.
-        let before = gets();
-        let read = svc.proven("team").await.unwrap();
-        assert_eq!(gets(), before + 1);
-        assert!(read.quota.status.workloads.contains_key(w0));
+        let read = proven(1, "no feed: read whole").await;
+        assert!(holds(&read, w0));
         assert_eq!(round_reads(), 0, "no feed: nothing proven, nothing counted");
         // A feed at the stored version: proven, no whole read.
         *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
-        let before = gets();
-        let read = svc.proven("team").await.unwrap();
-        assert_eq!(gets(), before, "no whole read");
-        assert_eq!(
-            read.version,
-            store.get("team").await.unwrap().unwrap().version
-        );
+        let read = proven(0, "no whole read").await;
+        assert_eq!(read.version, stored_version(store).await);
         // Another replica charges w1: the version moved; the feed holds it.
-        let theirs = store.get("team").await.unwrap().unwrap();
-        let mut q = theirs.quota.clone();
-        quota::admission::charge(&mut q, "apps/Deployment/ns/w1", charge(2, "theirs")).unwrap();
-        store.replace_status(&theirs, &q.status).await.unwrap();
+        theirs_charge(store, "apps/Deployment/ns/w1", 2).await;
         *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
-        let before = gets();
-        let read = svc.proven("team").await.unwrap();
-        assert_eq!(gets(), before, "the feed's newer copy, no whole read");
-        assert!(read
-            .quota
-            .status
-            .workloads
-            .contains_key("apps/Deployment/ns/w1"));
+        let read = proven(0, "the feed's newer copy, no whole read").await;
+        assert!(holds(&read, "apps/Deployment/ns/w1"));
         // Another replica writes while the version is read: the feed
         // brings that version before the proof looks (`Proof::Newer`).
-        let theirs = store.get("team").await.unwrap().unwrap();
-        let mut q = theirs.quota.clone();
-        quota::admission::charge(&mut q, "apps/Deployment/ns/w2", charge(1, "theirs")).unwrap();
-        store.replace_status(&theirs, &q.status).await.unwrap();
+        theirs_charge(store, "apps/Deployment/ns/w2", 1).await;
         rigged.feed_during_stamp.store(true, Ordering::SeqCst);
-        let before = gets();
-        let read = svc.proven("team").await.unwrap();
-        assert_eq!(gets(), before, "the feed's copy of the version read");
-        assert!(read
-            .quota
-            .status
-            .workloads
-            .contains_key("apps/Deployment/ns/w2"));
-        assert_eq!(
-            read.version,
-            store.get("team").await.unwrap().unwrap().version
-        );
+        let read = proven(0, "the feed's copy of the version read").await;
+        assert!(holds(&read, "apps/Deployment/ns/w2"));
+        assert_eq!(read.version, stored_version(store).await);
         assert_eq!(round_reads(), 0);
         // Again, and the feed has not caught up: read whole, counted.
         let theirs = store.get("team").await.unwrap().unwrap();
         let mut q = theirs.quota.clone();
         assert!(quota::admission::release(&mut q, "apps/Deployment/ns/w1"));
         store.replace_status(&theirs, &q.status).await.unwrap();
-        let before = gets();
-        let read = svc.proven("team").await.unwrap();
-        assert_eq!(gets(), before + 1, "read whole");
+        let read = proven(1, "read whole").await;
         assert_eq!(round_reads(), 1);
-        assert!(!read
-            .quota
-            .status
-            .workloads
-            .contains_key("apps/Deployment/ns/w1"));
-        assert_eq!(
-            read.version,
-            store.get("team").await.unwrap().unwrap().version
-        );
+        assert!(!holds(&read, "apps/Deployment/ns/w1"));
+        assert_eq!(read.version, stored_version(store).await);
         // Deleted and made again, and made to reach the kept copy's version:
         // the uid tells them apart.
         let kept = store.get("team").await.unwrap().unwrap();
         *rigged.feed.lock().unwrap() = Some(kept.clone());
-        store.delete(&kept).await.unwrap();
-        let mut fresh = kept.quota.clone();
-        fresh.metadata.uid = None;
-        fresh.metadata.resource_version = None;
-        fresh.status = Default::default();
-        let mut made = store.create(&fresh).await.unwrap();
-        while made.version < kept.version {
-            store
-                .replace_status(&made, &made.quota.status)
-                .await
-                .unwrap();
-            made = store.get("team").await.unwrap().unwrap();
-        }
-        assert_eq!(made.version, kept.version);
-        let before = gets();
-        let read = svc.proven("team").await.unwrap();
-        assert_eq!(gets(), before + 1, "another quota: read whole");
+        let made = made_again(store, &kept).await;
+        let read = proven(1, "another quota: read whole").await;
         assert_eq!(read.quota.metadata.uid, made.quota.metadata.uid);
         assert!(read.quota.status.workloads.is_empty());
     }
