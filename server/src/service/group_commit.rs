@@ -757,12 +757,8 @@ mod tests {
         // same charge of w0, nothing to write, is decided again on the
         // feed's copy (proven by the version read fresh), not on a whole
         // read; so is `modify`'s decision that writes nothing.
-        let theirs_charge = |n: usize| async move {
-            let theirs = store.get("team").await.unwrap().unwrap();
-            let mut q = theirs.quota.clone();
-            let wref = format!("apps/Deployment/ns/w{n}");
-            quota::admission::charge(&mut q, &wref, charge(1, "theirs")).unwrap();
-            store.replace_status(&theirs, &q.status).await.unwrap();
+        let theirs_charge_w = |n: usize| async move {
+            theirs_charge(store, &format!("apps/Deployment/ns/w{n}"), 1).await
         };
         // `modify`'s decision that writes nothing, on whether it sees wN.
         let sees = |n: usize| {
@@ -776,17 +772,17 @@ mod tests {
                 .unwrap()
             }
         };
-        theirs_charge(1).await;
+        theirs_charge_w(1).await;
         *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
         let gets = rigged.gets.load(Ordering::SeqCst);
         again().await.unwrap();
         assert_eq!(rigged.gets.load(Ordering::SeqCst), gets, "no whole read");
-        theirs_charge(2).await;
+        theirs_charge_w(2).await;
         *rigged.feed.lock().unwrap() = store.get("team").await.unwrap();
         assert!(sees(2).await, "decided on the newer copy");
         assert_eq!(rigged.gets.load(Ordering::SeqCst), gets, "no whole read");
         // A feed that has not caught up: read whole, as before.
-        theirs_charge(3).await;
+        theirs_charge_w(3).await;
         assert!(sees(3).await, "decided on the fresh read");
         assert_eq!(rigged.gets.load(Ordering::SeqCst), gets + 1);
     }
