@@ -339,7 +339,21 @@ impl Service {
     /// every quota it ran for whole, and most copies it read were the one
     /// the feed held.
     pub async fn proven(&self, name: &str) -> Result<Stored, ServiceError> {
-        if let (Some(kept), true) = self.newest_known(name) {
+        let kept = match self.newest_known(name) {
+            (Some(kept), true) => Some(kept),
+            _ => None,
+        };
+        self.proven_from(name, kept).await
+    }
+
+    /// `proven`, on `kept`, the newest copy the caller already took (its
+    /// `Service::recent`); None: read whole.
+    pub async fn proven_from(
+        &self,
+        name: &str,
+        kept: Option<Arc<Stored>>,
+    ) -> Result<Stored, ServiceError> {
+        if let Some(kept) = kept {
             match cache::prove(&*self.store, name, &kept).await {
                 cache::Proof::Current => return Ok(Arc::unwrap_or_clone(kept)),
                 cache::Proof::Newer(n, _) => return Ok(Arc::unwrap_or_clone(n)),

@@ -97,19 +97,23 @@ impl Context {
     /// is left in `out` to be released (`release_all`) once the caller no
     /// longer holds the quota (`one_at_a_time`), even when the round
     /// failed after the repair.
+    ///
+    /// `recent` is the copy of the quota the round's inputs were read from
+    /// (`Service::recent`, after the store caught up with the watch: the
+    /// caller's `store_caught_up`), proven current here rather than taken
+    /// and converted again.
     pub(super) async fn admit_from_queue(
         &self,
         name: &str,
         now: i64,
         out: &mut ToRelease,
+        recent: Option<Arc<crate::store::Stored>>,
     ) -> Result<(), ServiceError> {
         let t0 = std::time::Instant::now();
         self.service.metrics.queue_rounds.inc();
-        // The parent and siblings the plan reads, as new as what asked.
-        self.store_caught_up(name).await;
         // As a whole read gives it, most often without one: the copy the
-        // feed holds, proven current by its version (`Service::proven`).
-        let stored = self.service.proven(name).await?;
+        // feed held, proven current by its version (`Service::proven_from`).
+        let stored = self.service.proven_from(name, recent).await?;
         let mut stamp = crate::store::Stamp::of(&stored);
         let q = stored.quota;
         let snap = self

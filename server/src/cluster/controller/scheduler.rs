@@ -490,7 +490,7 @@ impl Context {
                 .inc();
             let now = self.now();
             let t0 = std::time::Instant::now();
-            let done = self.admit_from_queue(name, now, &mut release).await;
+            let done = self.admit_from_queue(name, now, &mut release, read).await;
             if let Err(e) = &done {
                 tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
             }
