@@ -1269,19 +1269,45 @@ async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime
         metric(&metrics, "bizrq_admission_queue_rounds_idle_total"),
         metric(&metrics, "bizrq_admission_queue_rounds_skipped_total"),
     );
+    // By cause, each with how many of them admitted nothing.
     println!(
-        "  rounds run, by what set them apart from the quota's last idle one: {}",
-        ["first", "due", "version", "objects", "classes", "room", "arrivals"]
-            .iter()
-            .map(|c| {
-                let n = metric(
-                    &metrics,
-                    &format!("bizrq_admission_queue_rounds_run_total{{cause=\"{c}\"}}"),
-                );
-                format!("{c} {:.0}", if n.is_nan() { 0.0 } else { n })
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+        "  rounds run (admitting nothing), by what set them apart from the quota's last idle one: {}",
+        [
+            "first",
+            "after-partial",
+            "after-fold-full",
+            "after-repair",
+            "after-preempt",
+            "after-release-failed",
+            "after-error",
+            "after-limits",
+            "timer",
+            "due",
+            "version",
+            "objects",
+            "classes",
+            "left-room",
+            "room",
+            "arrivals"
+        ]
+        .iter()
+        .map(|c| {
+            let n = |family: &str| {
+                let n = metric(&metrics, &format!("{family}{{cause=\"{c}\"}}"));
+                if n.is_nan() {
+                    0.0
+                } else {
+                    n
+                }
+            };
+            format!(
+                "{c} {:.0} ({:.0})",
+                n("bizrq_admission_queue_rounds_run_total"),
+                n("bizrq_admission_queue_rounds_run_idle_total")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
     );
     {
         qrec.lock().unwrap().advance(start + end);

@@ -245,6 +245,8 @@ pub struct Metrics {
     /// Rounds run, by what made them differ from the quota's last idle
     /// round (`Scheduler::why_run`).
     pub queue_rounds_run: Family<CauseLabels, Counter>,
+    /// Of the rounds run, those that admitted nothing, by the same cause.
+    pub queue_rounds_run_idle: Family<CauseLabels, Counter>,
     /// One queue round, from its reads to its write (not the releases).
     pub queue_round_duration: Histogram,
     /// Heavy requests (pages with charts, charts, reports, exports)
@@ -535,8 +537,14 @@ impl Default for Metrics {
         let queue_rounds_run = Family::<CauseLabels, Counter>::default();
         registry.register(
             "admission_queue_rounds_run",
-            "Queue rounds run, by what set each apart from the quota's last round that planned no admission: first (no such round kept: the last one admitted, repaired, preempted or failed), due (its record ran out: 10 s, or a time a round asked to be woken at), version (the quota's version), objects (its held objects), classes (the PriorityClasses), room (more room to borrow), arrivals (queued creates one of which could be admitted, or kept no longer)",
+            "Queue rounds run, by what set each apart from the quota's last round that planned no admission: first (no round of it yet), after-partial, after-fold-full, after-repair, after-preempt, after-release-failed, after-error, after-limits (its last round was kept as no such round: it admitted fewer than it planned, or admitted while its fold left marked objects out, repaired a crash, preempted, saw a release fail, failed, or started or stopped borrowing), timer (a time a round asked for came), due (its record ran out: 10 s, or a time a round asked to be woken at), version (the quota's version), objects (its held objects), classes (the PriorityClasses), left-room (room its last round left to a fairer sibling is still there for what it queues), room (more room to borrow), arrivals (queued creates one of which could be admitted, or kept no longer)",
             queue_rounds_run.clone(),
+        );
+        let queue_rounds_run_idle = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "admission_queue_rounds_run_idle",
+            "Of the queue rounds run, those that ended without error and admitted nothing, by the same cause as bizrq_admission_queue_rounds_run_total",
+            queue_rounds_run_idle.clone(),
         );
         let queue_round_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         registry.register(
@@ -567,6 +575,7 @@ impl Default for Metrics {
             queue_rounds_idle,
             queue_rounds_skipped,
             queue_rounds_run,
+            queue_rounds_run_idle,
             queue_round_duration,
             queue_length,
             queue_oldest_wait,

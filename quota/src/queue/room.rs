@@ -69,6 +69,72 @@ pub fn borrow_limits(
         .collect()
 }
 
+/// The least `limits` (as `borrow_limits` gives them) on which work of
+/// `usage` fits `quota` with `used` charged: per key it needs beyond hard,
+/// `used + usage` (`admission::ceiling` is hard, or the limit capped by
+/// max, whichever is more). Empty: it fits within hard, whatever the
+/// limits. None: it never fits this spec (beyond max, or beyond a hard it
+/// may not borrow past). Keys hard does not name are not limited.
+///
+/// A queue round that left room to a fairer sibling keeps this for the
+/// least of what still waits (`least`): a round on the same quota
+/// version plans an admission again only where the room it could borrow
+/// reaches it (`fits_on`), so the rounds asked for after the sibling's
+/// need not run (docs/queueing.md §12).
+pub fn limits_to_fit(
+    quota: &Quota,
+    used: &ResourceList,
+    usage: &ResourceList,
+) -> Option<ResourceList> {
+    let mut need = ResourceList::new();
+    for (k, d) in usage {
+        if d.nanos() <= 0 {
+            continue;
+        }
+        let Some(hard) = quota.spec.hard.get(k) else {
+            continue;
+        };
+        let n = resources::get(used, k).saturating_add(*d);
+        if n <= *hard {
+            continue;
+        }
+        match quota.spec.max.get(k) {
+            Some(m) if n <= *m => {
+                need.insert(k.clone(), n);
+            }
+            _ => return None,
+        }
+    }
+    Some(need)
+}
+
+/// Whether `limits` reach `need` (`limits_to_fit`) on every key it names.
+pub fn fits_on(need: &ResourceList, limits: &ResourceList) -> bool {
+    need.iter()
+        .all(|(k, v)| limits.get(k).is_some_and(|l| l >= v))
+}
+
+/// Per key, the least of `usages` (zero on a key one of them does not
+/// name): what every one of them asks at least, so work that this does
+/// not fit, none of them fits. Empty for no usages.
+pub fn least<'a>(usages: impl IntoIterator<Item = &'a ResourceList>) -> ResourceList {
+    let mut it = usages.into_iter();
+    let Some(first) = it.next() else {
+        return ResourceList::new();
+    };
+    let mut least = first.clone();
+    for u in it {
+        least.retain(|k, v| match u.get(k) {
+            Some(x) => {
+                *v = (*v).min(*x);
+                true
+            }
+            None => false,
+        });
+    }
+    least
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +238,79 @@ mod tests {
         borrow::lend(&mut p, &req, &kids, T0).unwrap();
         let l = borrow::limits(&a, &borrow::loan_of(&p, "a"));
         admission::charge_within(&mut a, &x.workload_ref, x.charge.clone(), &l).unwrap();
+    }
+
+    /// `limits_to_fit` and `fits_on` say what `admission::ceiling` says:
+    /// work fits on limits exactly where they reach its need.
+    #[test]
+    fn the_limits_to_fit_are_where_the_ceiling_admits() {
+        let q = node("a", "p", 4, Some(8));
+        let fits = |used: i64, ask: i64, limits: &ResourceList| {
+            let u = resources::get(&cpu(used), CPU).saturating_add(Quantity::from_units(ask));
+            u <= admission::ceiling(&q, CPU, limits).unwrap()
+        };
+        for used in 0..10 {
+            for ask in 1..10 {
+                let need = limits_to_fit(&q, &cpu(used), &cpu(ask));
+                for l in 0..12 {
+                    let limits = cpu(l);
+                    let said = need.as_ref().is_some_and(|n| fits_on(n, &limits));
+                    assert_eq!(
+                        said,
+                        fits(used, ask, &limits),
+                        "used {used}, ask {ask}, limits {l}"
+                    );
+                }
+                let said = need
+                    .as_ref()
+                    .is_some_and(|n| fits_on(n, &ResourceList::new()));
+                assert_eq!(said, fits(used, ask, &ResourceList::new()), "no limits");
+            }
+        }
+        // Within hard: nothing needed; past max: never.
+        assert_eq!(
+            limits_to_fit(&q, &cpu(1), &cpu(3)),
+            Some(ResourceList::new())
+        );
+        assert_eq!(limits_to_fit(&q, &cpu(1), &cpu(8)), None);
+        assert_eq!(limits_to_fit(&q, &cpu(1), &cpu(5)), Some(cpu(6)));
+        // A key hard does not name is not limited.
+        let gpu: ResourceList = [(
+            "requests.nvidia.com/gpu".to_string(),
+            Quantity::from_units(3),
+        )]
+        .into();
+        assert_eq!(limits_to_fit(&q, &cpu(0), &gpu), Some(ResourceList::new()));
+        // A quota that may not borrow: past hard, never.
+        let b = node("b", "p", 4, None);
+        assert_eq!(limits_to_fit(&b, &cpu(3), &cpu(2)), None);
+    }
+
+    /// `least` is a lower bound of every usage: what it does not fit,
+    /// none of them fits.
+    #[test]
+    fn the_least_usage_is_below_every_one() {
+        let mem = |n: i64| ("requests.memory".to_string(), Quantity::from_units(n));
+        let a: ResourceList = [(CPU.to_string(), Quantity::from_units(5)), mem(2)].into();
+        let b: ResourceList = [(CPU.to_string(), Quantity::from_units(1)), mem(7)].into();
+        let c = cpu(3);
+        assert_eq!(
+            least([&a, &b]),
+            [(CPU.to_string(), Quantity::from_units(1)), mem(2)].into()
+        );
+        assert_eq!(least([&a, &b, &c]), cpu(1), "c asks no memory");
+        assert_eq!(least(std::iter::empty()), ResourceList::new());
+        let q = node("a", "p", 4, Some(8));
+        for limits in 0..12 {
+            let limits = cpu(limits);
+            let floor = limits_to_fit(&q, &cpu(4), &least([&a, &b, &c]));
+            for u in [&a, &b, &c] {
+                let one = limits_to_fit(&q, &cpu(4), u).is_some_and(|n| fits_on(&n, &limits));
+                assert!(
+                    !one || floor.as_ref().is_some_and(|f| fits_on(f, &limits)),
+                    "one fits where the least does not"
+                );
+            }
+        }
     }
 }

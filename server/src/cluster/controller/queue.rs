@@ -66,6 +66,12 @@ pub(super) struct ToRelease {
     fold_full: bool,
     /// The limits it planned within (`Service::round_plan`), once read.
     pub(super) limits: Option<quota::resources::ResourceList>,
+    /// Where it left room to a fairer sibling and admitted the rest: the
+    /// least limits on which a round on its write could admit anything
+    /// still queued (`floor`; None too where nothing could be, on this
+    /// spec). Judged by the scheduler on the rounds asked for after the
+    /// sibling's (`RoundInputs::floor`).
+    pub(super) floor: Option<quota::resources::ResourceList>,
     /// Its write of the quota, if it wrote (`Service::admit_round`).
     pub(super) written: Option<crate::service::Written>,
 }
@@ -76,17 +82,30 @@ impl ToRelease {
         self.admitted.is_empty()
     }
 
-    /// Whether the round admitted every admission it planned and found
+    /// Why the round is not settled, if it is not. Settled: it admitted
+    /// every admission it planned and found
     /// nothing to repair (a round that planned nothing too): once its own
     /// write is the quota's version and its releases went through, a round
     /// on the same inputs would plan no admission — what fit was taken
     /// (`scheduler`).
     /// Not one that admitted while its fold left marked objects out for a
     /// full queue or share: the next round has room to fold them.
-    pub(super) fn settled(&self) -> bool {
-        self.repairs.is_empty()
-            && self.admitted.len() == self.planned
-            && (self.admitted.is_empty() || !self.fold_full)
+    ///
+    /// The answer is the cause its next round runs for
+    /// (`bizrq_admission_queue_rounds_run_total{cause}`): it repaired
+    /// a crash, admitted fewer than it planned (a loan not granted, room
+    /// left to a fairer sibling), or admitted while its fold left marked
+    /// objects out.
+    pub(super) fn unsettled(&self) -> Option<&'static str> {
+        if !self.repairs.is_empty() {
+            Some("after-repair")
+        } else if self.admitted.len() != self.planned {
+            Some("after-partial")
+        } else if !self.admitted.is_empty() && self.fold_full {
+            Some("after-fold-full")
+        } else {
+            None
+        }
     }
 }
 
@@ -272,17 +291,21 @@ impl Context {
                     .or_insert(n);
             }
         }
-        out.planned = decisions
-            .iter()
-            .filter(|d| matches!(d, Decision::Admit(_)))
-            .count();
+        let admits =
+            |d: &Vec<Decision>| d.iter().filter(|d| matches!(d, Decision::Admit(_))).count();
         // Idle room a sibling with a smaller share waits for is left to it
         // (fair sharing, `fair`).
         let borrows = decisions
             .iter()
             .any(|d| matches!(d, Decision::Admit(a) if !a.borrows.is_empty()));
         let field = family.filter(|_| borrows).map(|f| f.field(&q));
+        let before_yield = admits(&decisions);
         let decisions = self.yield_to_fairer(name, &known, decisions, field);
+        // What it planned is what it means to admit: room left to a
+        // fairer sibling is not (the round is kept with the least it could
+        // still admit: `ToRelease::floor`).
+        out.planned = admits(&decisions);
+        let yielded = out.planned < before_yield;
         // As the last round left them: with marks, the whole queue that
         // round wrote the top of.
         let last = self.service.rounds_copy(name);
@@ -363,6 +386,9 @@ impl Context {
             }
         }
         tracing::debug!(quota = %name, waiting = known.len(), planned = items.len(), admitted = admitted.len(), read = ?t_read, planned_at = ?t_plan, written_at = ?t0.elapsed(), "queue round");
+        if yielded && admitted.len() == out.planned {
+            out.floor = floor(&q, &pool, &known, &decisions, &admitted);
+        }
         out.admitted = admitted
             .into_iter()
             .map(|w| {
@@ -969,6 +995,36 @@ impl Context {
     }
 }
 
+/// The least limits on which a round on `q` as the round that planned
+/// `decisions` wrote it (its `admitted` charged on top of `pool`'s used)
+/// could admit any of `known` it did not admit
+/// (`quota::queue::room::limits_to_fit` of their least usage): below
+/// them, on the same version, nothing still queued fits.
+fn floor(
+    q: &quota::Quota,
+    pool: &Pool,
+    known: &[Queued],
+    decisions: &[Decision],
+    admitted: &[String],
+) -> Option<quota::resources::ResourceList> {
+    let taken = |w: &str| admitted.iter().any(|a| a == w);
+    let mut used = pool.used().clone();
+    for d in decisions {
+        if let Decision::Admit(a) = d {
+            if taken(&a.workload_ref) {
+                quota::resources::add_into(&mut used, &a.usage);
+            }
+        }
+    }
+    let least = queue::room::least(
+        known
+            .iter()
+            .filter(|e| !taken(&e.workload_ref))
+            .map(|e| e.usage()),
+    );
+    queue::room::limits_to_fit(q, &used, &least)
+}
+
 #[cfg(test)]
 mod tests {
     use super::ToRelease;
@@ -985,21 +1041,35 @@ mod tests {
 
     /// A round is the base of a skip (`scheduler`) only when it admitted
     /// every admission it planned and repaired nothing; idle is one such.
+    /// Else it says why not: the cause its next round runs for.
     #[test]
     fn a_round_settles_only_when_it_admitted_all_it_planned_and_repaired_nothing() {
-        assert!(round(0, 0, 0).settled(), "nothing planned");
-        assert!(round(3, 3, 0).settled(), "all it planned");
-        assert!(!round(3, 2, 0).settled(), "one left to a sibling or unlent");
-        assert!(!round(0, 0, 1).settled(), "a charge repaired");
-        assert!(!round(2, 2, 1).settled());
+        assert_eq!(round(0, 0, 0).unsettled(), None, "nothing planned");
+        assert_eq!(round(3, 3, 0).unsettled(), None, "all it planned");
+        assert_eq!(
+            round(3, 2, 0).unsettled(),
+            Some("after-partial"),
+            "one left to a sibling or unlent"
+        );
+        assert_eq!(
+            round(0, 0, 1).unsettled(),
+            Some("after-repair"),
+            "a charge repaired"
+        );
+        assert_eq!(round(2, 2, 1).unsettled(), Some("after-repair"));
         let mut full = round(2, 2, 0);
         full.fold_full = true;
-        assert!(
-            !full.settled(),
+        assert_eq!(
+            full.unsettled(),
+            Some("after-fold-full"),
             "its admissions make room to fold what waited"
         );
         let mut full = round(0, 0, 0);
         full.fold_full = true;
-        assert!(full.settled(), "nothing admitted: the queue is as full");
+        assert_eq!(
+            full.unsettled(),
+            None,
+            "nothing admitted: the queue is as full"
+        );
     }
 }

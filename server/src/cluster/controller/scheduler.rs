@@ -81,6 +81,12 @@ pub(super) struct RoundInputs {
     pub classes: Option<Arc<Classes>>,
     /// Its parent's name (not compared: the stamp holds the spec).
     pub parent: String,
+    /// Set on a round kept after it left room to a fairer sibling
+    /// (`ToRelease::floor`): the least limits on which it could admit
+    /// anything still queued. A round on the same inputs runs where the
+    /// limits reach it, whether or not the room grew: the sibling did not
+    /// take all it was left.
+    pub floor: Option<ResourceList>,
 }
 
 /// What to do with a round asked for, against the quota's last idle one
@@ -106,13 +112,27 @@ impl RoundInputs {
     /// objects and classes, and on no key more room to borrow (a sibling's
     /// admission only takes room; its release gives some, and is a change).
     pub fn unchanged(&self, now: &RoundInputs) -> bool {
-        self.arrived == now.arrived && self.same_but_room(now) && self.no_more_room(now)
+        self.arrived == now.arrived
+            && self.same_but_room(now)
+            && self.no_more_room(now)
+            && !self.left_room_fits(now)
     }
 
     /// Whether only held, marked objects arrived since `self`: everything
     /// else as `unchanged` asks.
     pub fn only_arrived(&self, now: &RoundInputs) -> bool {
-        now.arrived > self.arrived && self.same_but_room(now) && self.no_more_room(now)
+        now.arrived > self.arrived
+            && self.same_but_room(now)
+            && self.no_more_room(now)
+            && !self.left_room_fits(now)
+    }
+
+    /// Whether `self` left room to a fairer sibling and the limits in
+    /// `now` still reach what it could admit (`floor`).
+    fn left_room_fits(&self, now: &RoundInputs) -> bool {
+        self.floor
+            .as_ref()
+            .is_some_and(|f| quota::queue::room::fits_on(f, &now.limits))
     }
 
     /// Whether no key has more room to borrow in `now` than in `self`.
@@ -163,6 +183,9 @@ pub(super) struct Scheduler {
     /// Rounds put off, asked for again directly (not through a
     /// reconcile) when their idle round's record runs out.
     later: Mutex<HashMap<String, Instant>>,
+    /// By quota: why its last round was kept as no idle round (the cause
+    /// its next round runs for: `why_run`).
+    unkept: Mutex<HashMap<String, &'static str>>,
 }
 
 /// A quota's last round that planned no admission.
@@ -208,7 +231,11 @@ impl Scheduler {
                 },
                 None => Judged::Run,
             }
-        } else if i.inputs.same_but_room(now) && i.inputs.arrived == now.arrived && !i.waited {
+        } else if i.inputs.same_but_room(now)
+            && i.inputs.arrived == now.arrived
+            && !i.waited
+            && !i.inputs.left_room_fits(now)
+        {
             Judged::RoomGrew(left)
         } else {
             Judged::Run
@@ -220,7 +247,13 @@ impl Scheduler {
     fn why_run(&self, name: &str, now: &RoundInputs) -> &'static str {
         let idle = self.idle.lock().unwrap();
         let Some(i) = idle.get(name) else {
-            return "first";
+            return self
+                .unkept
+                .lock()
+                .unwrap()
+                .get(name)
+                .copied()
+                .unwrap_or("first");
         };
         let was = &i.inputs;
         if i.until <= Instant::now() {
@@ -231,6 +264,8 @@ impl Scheduler {
             "objects"
         } else if was.classes != now.classes {
             "classes"
+        } else if was.no_more_room(now) && was.left_room_fits(now) {
+            "left-room"
         } else if was.arrived != now.arrived && was.no_more_room(now) {
             "arrivals"
         } else {
@@ -294,15 +329,35 @@ impl Scheduler {
     /// The idle rounds of quotas `keep` does not keep (deleted) go.
     pub(super) fn forget(&self, keep: impl Fn(&str) -> bool) {
         self.idle.lock().unwrap().retain(|q, _| keep(q));
+        self.unkept.lock().unwrap().retain(|q, _| keep(q));
+    }
+
+    /// The idle rounds of `names` go, for `why` (a time a round asked for
+    /// came: `timer_loop`).
+    fn drop_idle(&self, names: &[String], why: &'static str) {
+        let mut idle = self.idle.lock().unwrap();
+        let mut unkept = self.unkept.lock().unwrap();
+        for n in names {
+            if idle.remove(n).is_some() {
+                unkept.insert(n.clone(), why);
+            }
+        }
     }
 
     /// `name`'s round that read `inputs` ended, having started at
     /// `started` (now `now_ms` by the controller's clock): settled (it
     /// admitted all it planned, repaired nothing, released all it
-    /// admitted and preempted no one: `inputs` given) or not. A round on the
+    /// admitted and preempted no one: `inputs` given) or not (why: the
+    /// cause the next round runs for). A round on the
     /// same inputs is put off until `UNCHANGED_AT_MOST` after this one
     /// started, and never past a time this one asked to be woken at.
-    fn ended(&self, name: &str, inputs: Option<RoundInputs>, started: Instant, now_ms: i64) {
+    fn ended(
+        &self,
+        name: &str,
+        inputs: Result<RoundInputs, &'static str>,
+        started: Instant,
+        now_ms: i64,
+    ) {
         let due = self.due.lock().unwrap().remove(name);
         let mut until = started + UNCHANGED_AT_MOST;
         if let Some(at) = due {
@@ -310,18 +365,25 @@ impl Scheduler {
             until = until.min(Instant::now() + Duration::from_millis(ms));
         }
         let mut idle = self.idle.lock().unwrap();
+        let mut unkept = self.unkept.lock().unwrap();
         match inputs {
-            Some(inputs) => idle.insert(
-                name.to_string(),
-                Idle {
-                    inputs,
-                    until,
-                    started,
-                    waited: false,
-                },
-            ),
-            None => idle.remove(name),
-        };
+            Ok(inputs) => {
+                unkept.remove(name);
+                idle.insert(
+                    name.to_string(),
+                    Idle {
+                        inputs,
+                        until,
+                        started,
+                        waited: false,
+                    },
+                );
+            }
+            Err(why) => {
+                unkept.insert(name.to_string(), why);
+                idle.remove(name);
+            }
+        }
     }
 }
 
@@ -426,7 +488,7 @@ impl Context {
     pub async fn queue_round(&self, name: &str) {
         let mut release = super::queue::ToRelease::default();
         let started = Instant::now();
-        let (inputs, idle, limits, written) = {
+        let (inputs, unsettled, limits, written, floor) = {
             let _serial = self.one_at_a_time(name).await;
             // What the round would read, as new as what asked for it.
             self.store_caught_up(name).await;
@@ -498,18 +560,27 @@ impl Context {
             m.queue_round_duration.observe(t0.elapsed().as_secs_f64());
             if done.is_ok() && release.admitted_none() {
                 m.queue_rounds_idle.inc();
+                m.queue_rounds_run_idle
+                    .get_or_create(&crate::metrics::CauseLabels {
+                        cause: why.to_string(),
+                    })
+                    .inc();
             }
             // A round that admitted all it planned is kept as one that
-            // planned nothing (`ToRelease::settled`): its own write,
+            // planned nothing (`ToRelease::unsettled` says none): its own write,
             // adopted below, is what the next round would read.
-            let idle = done.is_ok() && release.settled();
+            let unsettled = match &done {
+                Err(_) => Some("after-error"),
+                Ok(()) => release.unsettled(),
+            };
             let limits = release.limits.take();
             let written = release.written.take();
+            let floor = release.floor.take();
             // Marked as being released before the quota is let go: a
             // reconcile in between would otherwise ungate their pods
             // (`release_gated`) before the round releases the workloads.
             self.mark_releasing(&release);
-            (inputs, idle, limits, written)
+            (inputs, unsettled, limits, written, floor)
         };
         // The releases are writes through the webhooks: the quota is not
         // held meanwhile, so its reconcile never waits for them.
@@ -528,23 +599,33 @@ impl Context {
         // (another replica's loan, a sibling's admission in between), the
         // less: a round is put off only while the room is no more than
         // that.
-        let inputs = inputs
-            .filter(|_| idle && released && !preempted)
-            .and_then(|mut i| {
-                let planned = limits.unwrap_or_default();
+        let inputs = match inputs {
+            None => Err("first"),
+            Some(_) if unsettled.is_some() => Err(unsettled.unwrap_or_default()),
+            Some(_) if !released => Err("after-release-failed"),
+            Some(_) if preempted => Err("after-preempt"),
+            Some(i) => Ok(i),
+        }
+        .and_then(|mut i| {
+            // None: it planned nothing (its queue was empty), and the
+            // room as read is what a round on the same inputs would find
+            // nothing to plan in.
+            if let Some(planned) = limits {
                 if i.limits.is_empty() != planned.is_empty() {
-                    return None;
+                    return Err("after-limits");
                 }
                 for (k, v) in i.limits.iter_mut() {
                     *v = (*v).min(resources::get(&planned, k));
                 }
-                // Its own write (the restated queue) on the version it read
-                // is what it planned: the next round reads that one.
-                if let Some(w) = written.filter(|w| w.on == i.stamp) {
-                    i.stamp = w.now;
-                }
-                Some(i)
-            });
+            }
+            // Its own write (the restated queue) on the version it read
+            // is what it planned: the next round reads that one.
+            if let Some(w) = written.filter(|w| w.on == i.stamp) {
+                i.stamp = w.now;
+            }
+            i.floor = floor;
+            Ok(i)
+        });
         self.scheduler.ended(name, inputs, started, self.now());
         // The suspends likewise.
         self.carry_out_all(name, due).await;
@@ -574,6 +655,7 @@ impl Context {
             arrived,
             classes: self.service.priorities.watched(),
             parent: stored.quota.spec.parent.clone(),
+            floor: None,
         };
         Some((inputs, stored))
     }
@@ -634,7 +716,7 @@ impl Context {
                 // A time the round asked for (a preemption falling due, an
                 // orphan's grace, a loan to ask again, a round put off) is
                 // a change of its own: the next round runs.
-                self.scheduler.forget(|q| !due.iter().any(|d| d == q));
+                self.scheduler.drop_idle(&due, "timer");
                 self.touch(due);
             }
         }
@@ -662,6 +744,7 @@ mod tests {
             arrived: 0,
             classes: None,
             parent: "org".into(),
+            floor: None,
         }
     }
 
@@ -708,7 +791,7 @@ mod tests {
         let s = Scheduler::default();
         let i = inputs(7, 3, Some("6"));
         assert_eq!(put_off(&s, "a", &i), None, "no idle round yet");
-        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        s.ended("a", Ok(i.clone()), Instant::now(), T0);
         let left = put_off(&s, "a", &i).expect("put off");
         assert!(left <= UNCHANGED_AT_MOST && left > UNCHANGED_AT_MOST / 2);
         assert_eq!(put_off(&s, "a", &inputs(8, 3, Some("6"))), None);
@@ -716,25 +799,36 @@ mod tests {
         let long_ago = Instant::now()
             .checked_sub(UNCHANGED_AT_MOST + Duration::from_millis(1))
             .unwrap_or_else(Instant::now);
-        s.ended("a", Some(i.clone()), long_ago, T0);
+        s.ended("a", Ok(i.clone()), long_ago, T0);
         assert_eq!(put_off(&s, "a", &i), None, "old enough: run it");
         // A time the round asked to be woken at comes first.
         s.due_at("a", T0 + 2_000);
         s.due_at("a", T0 + 1_000);
-        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        s.ended("a", Ok(i.clone()), Instant::now(), T0);
         let left = put_off(&s, "a", &i).expect("put off");
         assert!(left <= Duration::from_secs(1), "{left:?}");
-        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        s.ended("a", Ok(i.clone()), Instant::now(), T0);
         assert!(
             put_off(&s, "a", &i).unwrap() > Duration::from_secs(5),
             "a wake is the next round's only"
         );
         s.due_at("a", T0 - 1);
-        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        s.ended("a", Ok(i.clone()), Instant::now(), T0);
         assert_eq!(put_off(&s, "a", &i), None, "a time already past");
-        s.ended("a", Some(i.clone()), Instant::now(), T0);
-        s.ended("a", None, Instant::now(), T0);
+        s.ended("a", Ok(i.clone()), Instant::now(), T0);
+        s.ended("a", Err("after-partial"), Instant::now(), T0);
         assert_eq!(put_off(&s, "a", &i), None, "a round that did something");
+        // The next round runs for what kept the last one from being kept.
+        assert_eq!(s.why_run("a", &i), "after-partial");
+        assert_eq!(s.why_run("b", &i), "first", "no round yet");
+        s.ended("a", Ok(i.clone()), Instant::now(), T0);
+        assert_eq!(s.why_run("a", &inputs(8, 3, Some("6"))), "version");
+        s.drop_idle(&["a".to_string(), "b".to_string()], "timer");
+        assert_eq!(put_off(&s, "a", &i), None, "a time it asked for came");
+        assert_eq!(s.why_run("a", &i), "timer");
+        assert_eq!(s.why_run("b", &i), "first", "none was kept for b");
+        s.forget(|q| q != "a");
+        assert_eq!(s.why_run("a", &i), "first", "a quota made again");
         // Put off rounds are asked for again when their time comes.
         s.again_at("a", Instant::now() + Duration::from_secs(5));
         s.again_at("a", long_ago);
@@ -758,7 +852,7 @@ mod tests {
         assert!(!i.unchanged(&with(i.clone(), 2)));
         assert!(!with(i.clone(), 2).only_arrived(&i), "fewer: no arrival");
         assert!(!i.only_arrived(&i), "none arrived");
-        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        s.ended("a", Ok(i.clone()), Instant::now(), T0);
         // What sets a round apart, said for those that run.
         assert_eq!(s.why_run("a", &with(i.clone(), 2)), "arrivals");
         assert_eq!(s.why_run("a", &inputs(8, 3, Some("6"))), "version");
@@ -791,9 +885,59 @@ mod tests {
         let a_while_ago = Instant::now()
             .checked_sub(ARRIVED_AT_MOST + Duration::from_millis(1))
             .unwrap_or_else(Instant::now);
-        s.ended("a", Some(i.clone()), a_while_ago, T0);
+        s.ended("a", Ok(i.clone()), a_while_ago, T0);
         assert_eq!(s.judge("a", &with(i.clone(), 2)), Judged::Run);
         assert!(matches!(s.judge("a", &i), Judged::PutOff(_)));
+    }
+
+    /// A round kept after it left room to a fairer sibling is the base of
+    /// a skip only while the room it could borrow no longer reaches what
+    /// it could still admit (`RoundInputs::floor`): the sibling took it.
+    /// Where the limits still reach it, the round runs, room grown or not.
+    #[test]
+    fn a_round_that_left_room_runs_again_only_where_the_room_is_still_there() {
+        let s = Scheduler::default();
+        let mut left = inputs(7, 3, Some("26"));
+        // Used 20 after its write; the least still queued asks 1: 21.
+        left.floor = Some(ResourceList::from([(
+            "requests.cpu".to_string(),
+            "21".parse().unwrap(),
+        )]));
+        s.ended("a", Ok(left.clone()), Instant::now(), T0);
+        assert!(
+            matches!(s.judge("a", &inputs(7, 3, Some("20"))), Judged::PutOff(_)),
+            "the sibling took it all"
+        );
+        assert!(
+            matches!(s.judge("a", &inputs(7, 3, Some("20.5"))), Judged::PutOff(_)),
+            "less than the least still queued is left"
+        );
+        assert_eq!(s.judge("a", &inputs(7, 3, Some("21"))), Judged::Run, "left");
+        assert_eq!(s.why_run("a", &inputs(7, 3, Some("24"))), "left-room");
+        assert_eq!(
+            s.judge("a", &inputs(7, 3, Some("26"))),
+            Judged::Run,
+            "the sibling took none of it"
+        );
+        assert_eq!(
+            s.judge("a", &inputs(7, 3, Some("30"))),
+            Judged::Run,
+            "grown, and reaching it: not put off behind a sibling"
+        );
+        // Without the floor, the same inputs were put off.
+        s.ended("a", Ok(inputs(7, 3, Some("26"))), Instant::now(), T0);
+        assert!(matches!(
+            s.judge("a", &inputs(7, 3, Some("21"))),
+            Judged::PutOff(_)
+        ));
+        // Arrivals alone, with the room still there: run.
+        s.ended("a", Ok(left.clone()), Instant::now(), T0);
+        let mut arrived = inputs(7, 3, Some("26"));
+        arrived.arrived = 2;
+        assert_eq!(s.judge("a", &arrived), Judged::Run);
+        let mut arrived = inputs(7, 3, Some("20"));
+        arrived.arrived = 2;
+        assert!(matches!(s.judge("a", &arrived), Judged::Arrived { .. }));
     }
 
     /// Room that grew alone puts a round off behind a sibling's once; the
@@ -802,7 +946,7 @@ mod tests {
     fn room_that_grew_puts_a_round_off_behind_a_siblings_once() {
         let s = Scheduler::default();
         let i = inputs(7, 3, Some("6"));
-        s.ended("a", Some(i.clone()), Instant::now(), T0);
+        s.ended("a", Ok(i.clone()), Instant::now(), T0);
         let more = inputs(7, 3, Some("8"));
         assert!(matches!(s.judge("a", &more), Judged::RoomGrew(_)));
         s.waits("a");
