@@ -1269,6 +1269,22 @@ async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime
         metric(&metrics, "bizrq_admission_queue_rounds_idle_total"),
         metric(&metrics, "bizrq_admission_queue_rounds_skipped_total"),
     );
+    let yielded = |what: &str| {
+        let n = metric(
+            &metrics,
+            &format!("bizrq_admission_queue_rounds_yielded_total{{cause=\"{what}\"}}"),
+        );
+        if n.is_nan() {
+            0.0
+        } else {
+            n
+        }
+    };
+    println!(
+        "  rounds that left room to a fairer sibling: {:.0} admitting nothing, {:.0} admitting the rest",
+        yielded("nothing"),
+        yielded("admitted")
+    );
     // By cause, each with how many of them admitted nothing.
     println!(
         "  rounds run (admitting nothing), by what set them apart from the quota's last idle one: {}",

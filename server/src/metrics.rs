@@ -239,6 +239,9 @@ pub struct Metrics {
     pub queue_rounds: Counter,
     /// Of those, the rounds that admitted nothing.
     pub queue_rounds_idle: Counter,
+    /// Queue rounds that left room to a fairer sibling (fair sharing),
+    /// and of those, the ones that admitted nothing.
+    pub queue_rounds_yielded: Family<CauseLabels, Counter>,
     /// Rounds asked for and not run: nothing they read had changed since
     /// the quota's last round that planned no admission.
     pub queue_rounds_skipped: Counter,
@@ -528,6 +531,12 @@ impl Default for Metrics {
             "Queue rounds that ended without error and admitted nothing (the quota full, its queue's heads waiting for room, or nothing new since the last round)",
             queue_rounds_idle.clone(),
         );
+        let queue_rounds_yielded = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "admission_queue_rounds_yielded",
+            "Queue rounds that held back admissions a fairer sibling goes before (fair sharing), by what else they did: admitted (some, within what they kept) or nothing",
+            queue_rounds_yielded.clone(),
+        );
         let queue_rounds_skipped = Counter::default();
         registry.register(
             "admission_queue_rounds_skipped",
@@ -537,7 +546,7 @@ impl Default for Metrics {
         let queue_rounds_run = Family::<CauseLabels, Counter>::default();
         registry.register(
             "admission_queue_rounds_run",
-            "Queue rounds run, by what set each apart from the quota's last round that planned no admission: first (no round of it yet), after-partial, after-fold-full, after-repair, after-preempt, after-release-failed, after-error, after-limits (its last round was kept as no such round: it admitted fewer than it planned, or admitted while its fold left marked objects out, repaired a crash, preempted, saw a release fail, failed, or started or stopped borrowing), timer (a time a round asked for came), due (its record ran out: 10 s, or a time a round asked to be woken at), version (the quota's version), objects (its held objects), classes (the PriorityClasses), left-room (room its last round left to a fairer sibling is still there for what it queues), room (more room to borrow), arrivals (queued creates one of which could be admitted, or kept no longer)",
+            "Queue rounds run, by what set each apart from the quota's last round that planned no admission: first (the quota's first round this process runs, or its inputs unread), after-partial, after-fold-full, after-repair, after-preempt, after-release-failed, after-error, after-limits (its last round was kept as no such round: it admitted fewer than it planned, or admitted while its fold left marked objects out, repaired a crash, preempted, saw a release fail, failed, or started or stopped borrowing), timer (a time a round asked for came), due (its record ran out: 10 s, or a time a round asked to be woken at), version (the quota's version), objects (its held objects), classes (the PriorityClasses), left-room (room its last round left to a fairer sibling is still there for what it queues), room (more room to borrow), arrivals (queued creates one of which could be admitted, or kept no longer)",
             queue_rounds_run.clone(),
         );
         let queue_rounds_run_idle = Family::<CauseLabels, Counter>::default();
@@ -573,6 +582,7 @@ impl Default for Metrics {
             queue_preemptions,
             queue_rounds,
             queue_rounds_idle,
+            queue_rounds_yielded,
             queue_rounds_skipped,
             queue_rounds_run,
             queue_rounds_run_idle,

@@ -90,7 +90,7 @@ fn usage(c: &Candidate) -> ResourceList {
 
 /// Whether freeing `frees` from `pool` leaves nothing of `short` short.
 fn covers(short: &ResourceList, frees: &ResourceList) -> bool {
-    short.iter().all(|(k, s)| resources::get(frees, k) >= *s)
+    super::room::fits_on(short, frees)
 }
 
 /// The minimal set of `running` workloads of this quota to suspend so that

@@ -108,10 +108,10 @@ pub fn limits_to_fit(
     Some(need)
 }
 
-/// Whether `limits` reach `need` (`limits_to_fit`) on every key it names.
+/// Whether `limits` reach `need` (`limits_to_fit`) on every key it names
+/// (a key `limits` does not name is zero there).
 pub fn fits_on(need: &ResourceList, limits: &ResourceList) -> bool {
-    need.iter()
-        .all(|(k, v)| limits.get(k).is_some_and(|l| l >= v))
+    need.iter().all(|(k, v)| resources::get(limits, k) >= *v)
 }
 
 /// Per key, the least of `usages` (zero on a key one of them does not
@@ -284,6 +284,38 @@ mod tests {
         // A quota that may not borrow: past hard, never.
         let b = node("b", "p", 4, None);
         assert_eq!(limits_to_fit(&b, &cpu(3), &cpu(2)), None);
+    }
+
+    /// On two keys, one within hard and one beyond: only the one beyond
+    /// is needed, and limits must reach it there.
+    #[test]
+    fn the_limits_to_fit_name_only_the_keys_beyond_hard() {
+        let mem = |n: i64| ("requests.memory".to_string(), Quantity::from_units(n));
+        let mut q = node("a", "p", 4, Some(8));
+        q.spec.hard.extend([mem(10)]);
+        q.spec.max.extend([mem(16)]);
+        let used: ResourceList = [(CPU.to_string(), Quantity::from_units(4)), mem(2)].into();
+        let ask: ResourceList = [(CPU.to_string(), Quantity::from_units(2)), mem(3)].into();
+        let need = limits_to_fit(&q, &used, &ask).unwrap();
+        assert_eq!(need, cpu(6), "memory fits within hard");
+        let limits = |c: i64, m: i64| -> ResourceList {
+            [(CPU.to_string(), Quantity::from_units(c)), mem(m)].into()
+        };
+        for (c, m) in [(5, 16), (6, 10), (8, 16), (6, 0)] {
+            let l = limits(c, m);
+            let ceiling_fits = ask.iter().all(|(k, d)| {
+                resources::get(&used, k).saturating_add(*d)
+                    <= admission::ceiling(&q, k, &l).unwrap()
+            });
+            assert_eq!(
+                fits_on(&need, &l),
+                ceiling_fits,
+                "limits cpu {c}, memory {m}"
+            );
+        }
+        // Beyond hard on memory too, past its max: never.
+        let big: ResourceList = [(CPU.to_string(), Quantity::from_units(2)), mem(15)].into();
+        assert_eq!(limits_to_fit(&q, &used, &big), None);
     }
 
     /// `least` is a lower bound of every usage: what it does not fit,

@@ -74,6 +74,10 @@ pub(super) struct ToRelease {
     pub(super) floor: Option<quota::resources::ResourceList>,
     /// Its write of the quota, if it wrote (`Service::admit_round`).
     pub(super) written: Option<crate::service::Written>,
+    /// It left room to a fairer sibling while its queue may preempt its
+    /// own running work: never the base of a skip (the next round's
+    /// preemption step weighs the room the sibling took).
+    pub(super) unkept_yield: bool,
 }
 
 impl ToRelease {
@@ -93,13 +97,14 @@ impl ToRelease {
     ///
     /// The answer is the cause its next round runs for
     /// (`bizrq_admission_queue_rounds_run_total{cause}`): it repaired
-    /// a crash, admitted fewer than it planned (a loan not granted, room
-    /// left to a fairer sibling), or admitted while its fold left marked
-    /// objects out.
+    /// a crash, admitted fewer than it planned (a loan not granted; room
+    /// left to a fairer sibling is not planned, but such a round whose
+    /// queue may preempt is not settled either: `unkept_yield`), or
+    /// admitted while its fold left marked objects out.
     pub(super) fn unsettled(&self) -> Option<&'static str> {
         if !self.repairs.is_empty() {
             Some("after-repair")
-        } else if self.admitted.len() != self.planned {
+        } else if self.admitted.len() != self.planned || self.unkept_yield {
             Some("after-partial")
         } else if !self.admitted.is_empty() && self.fold_full {
             Some("after-fold-full")
@@ -276,13 +281,14 @@ impl Context {
         // for (its budget, its turn): a person sees why nothing is taken.
         // Weighed on this very round, not on another walk of the queue; the
         // running work is read only where the policy preempts.
-        if q.spec.queueing.preemption == quota::object::queueing::Preemption::LowerPriority
-            && !known.is_empty()
-        {
-            let running = self.preemptible(&q, classes.as_deref());
+        let running = (q.spec.queueing.preemption
+            == quota::object::queueing::Preemption::LowerPriority
+            && !known.is_empty())
+        .then(|| self.preemptible(&q, classes.as_deref()));
+        if let Some(running) = &running {
             let made = Some((decisions.as_slice(), &after));
             if let queue::preempt::Weighed::Futile { head, after } =
-                queue::preempt::weigh(&known, &pool, &views, &q.spec.queueing, now, &running, made)
+                queue::preempt::weigh(&known, &pool, &views, &q.spec.queueing, now, running, made)
             {
                 let n = queue::preempt::futile_words(&after);
                 notes
@@ -306,6 +312,20 @@ impl Context {
         // still admit: `ToRelease::floor`).
         out.planned = admits(&decisions);
         let yielded = out.planned < before_yield;
+        if yielded {
+            let what = if out.planned == 0 {
+                "nothing"
+            } else {
+                "admitted"
+            };
+            self.service
+                .metrics
+                .queue_rounds_yielded
+                .get_or_create(&crate::metrics::CauseLabels {
+                    cause: what.to_string(),
+                })
+                .inc();
+        }
         // As the last round left them: with marks, the whole queue that
         // round wrote the top of.
         let last = self.service.rounds_copy(name);
@@ -386,8 +406,18 @@ impl Context {
             }
         }
         tracing::debug!(quota = %name, waiting = known.len(), planned = items.len(), admitted = admitted.len(), read = ?t_read, planned_at = ?t_plan, written_at = ?t0.elapsed(), "queue round");
+        // Not where its queue may preempt its own running work: its
+        // preemption step weighed the room it left as free, and once the
+        // sibling takes it the next round's step may plan one.
+        let may_preempt = running
+            .as_deref()
+            .is_some_and(|r| queue::preempt::may_take(&known, r));
         if yielded && admitted.len() == out.planned {
-            out.floor = floor(&q, &pool, &known, &decisions, &admitted);
+            if may_preempt {
+                out.unkept_yield = true;
+            } else {
+                out.floor = floor(&q, &pool, &known, &decisions, &admitted);
+            }
         }
         out.admitted = admitted
             .into_iter()
@@ -1008,11 +1038,11 @@ fn floor(
     admitted: &[String],
 ) -> Option<quota::resources::ResourceList> {
     let taken = |w: &str| admitted.iter().any(|a| a == w);
-    let mut used = pool.used().clone();
+    let mut after = pool.clone();
     for d in decisions {
         if let Decision::Admit(a) = d {
             if taken(&a.workload_ref) {
-                quota::resources::add_into(&mut used, &a.usage);
+                after.take(&a.usage);
             }
         }
     }
@@ -1022,7 +1052,7 @@ fn floor(
             .filter(|e| !taken(&e.workload_ref))
             .map(|e| e.usage()),
     );
-    queue::room::limits_to_fit(q, &used, &least)
+    queue::room::limits_to_fit(q, after.used(), &least)
 }
 
 #[cfg(test)]
@@ -1049,7 +1079,7 @@ mod tests {
         assert_eq!(
             round(3, 2, 0).unsettled(),
             Some("after-partial"),
-            "one left to a sibling or unlent"
+            "one not granted its loan"
         );
         assert_eq!(
             round(0, 0, 1).unsettled(),
@@ -1057,6 +1087,13 @@ mod tests {
             "a charge repaired"
         );
         assert_eq!(round(2, 2, 1).unsettled(), Some("after-repair"));
+        let mut preempts = round(2, 2, 0);
+        preempts.unkept_yield = true;
+        assert_eq!(
+            preempts.unsettled(),
+            Some("after-partial"),
+            "left room while its queue may preempt"
+        );
         let mut full = round(2, 2, 0);
         full.fold_full = true;
         assert_eq!(

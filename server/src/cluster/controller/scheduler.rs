@@ -108,9 +108,12 @@ pub(super) enum Judged {
 
 impl RoundInputs {
     /// Whether a round reading `now` plans what the round that read `self`
-    /// planned, when that one planned no admission: the same quota, held
+    /// planned, when that one planned no admission (or admitted all it
+    /// planned): the same quota, held
     /// objects and classes, and on no key more room to borrow (a sibling's
-    /// admission only takes room; its release gives some, and is a change).
+    /// admission only takes room; its release gives some, and is a change),
+    /// nor, where `self` left room to a fairer sibling, room still reaching
+    /// its `floor`.
     pub fn unchanged(&self, now: &RoundInputs) -> bool {
         self.arrived == now.arrived
             && self.same_but_room(now)
