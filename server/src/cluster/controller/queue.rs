@@ -1058,6 +1058,83 @@ fn floor(
 #[cfg(test)]
 mod tests {
     use super::ToRelease;
+    use quota::object::queue::Queued;
+    use quota::object::{Quota, QuotaSpec};
+    use quota::quantity::Quantity;
+    use quota::queue::{Decision, Pool};
+    use quota::resources::ResourceList;
+
+    const CPU: &str = "requests.cpu";
+
+    fn cpu(n: i64) -> ResourceList {
+        [(CPU.to_string(), Quantity::from_units(n))].into()
+    }
+
+    fn work(name: &str, n: i64) -> Queued {
+        Queued {
+            workload_ref: format!("batch/Job/ml/{name}"),
+            uid: format!("u-{name}"),
+            priority: 0,
+            priority_classes: Vec::new(),
+            submitted_ms: 1_000,
+            pod_sets: vec![quota::workload::PodSet {
+                name: "main".into(),
+                count: 1,
+                per_pod: cpu(n),
+                qos: None,
+            }]
+            .into(),
+            run_ms: None,
+            submitted_by: None,
+            preempted: false,
+        }
+    }
+
+    /// The floor is taken over what the round did not admit (the
+    /// entries it left to a sibling and those that waited), on its used
+    /// with what it admitted charged: 3 admitted of hard 4, the least
+    /// still queued 2, so limits of 5 at least.
+    #[test]
+    fn the_floor_is_the_least_still_queued_on_what_was_admitted() {
+        let q = Quota::new(
+            "kid",
+            QuotaSpec {
+                parent: "org".into(),
+                hard: cpu(4),
+                max: cpu(8),
+                ..Default::default()
+            },
+        );
+        let pool = Pool::new(&q, &cpu(8));
+        let known = vec![work("a", 3), work("b", 4), work("c", 2)];
+        let (decisions, _, _) =
+            quota::queue::admit::round(&known, &pool, &[], &Default::default(), 1_000);
+        let admits = |d: &[Decision]| {
+            d.iter()
+                .filter_map(|d| match d {
+                    Decision::Admit(a) => Some(a.workload_ref.clone()),
+                    Decision::Wait(_) => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(admits(&decisions), ["batch/Job/ml/a", "batch/Job/ml/b"]);
+        // b left to a sibling: a alone admitted.
+        let a = vec!["batch/Job/ml/a".to_string()];
+        assert_eq!(
+            super::floor(&q, &pool, &known, &decisions, &a),
+            Some(cpu(5))
+        );
+        // Nothing admitted: the least, 2, fits within hard whatever the
+        // room.
+        assert_eq!(
+            super::floor(&q, &pool, &known, &decisions, &[]),
+            Some(ResourceList::new())
+        );
+        // Past max: nothing still queued could ever fit.
+        let mut small = q.clone();
+        small.spec.max = cpu(4);
+        assert_eq!(super::floor(&small, &pool, &known, &decisions, &a), None);
+    }
 
     fn round(planned: usize, admitted: usize, repairs: usize) -> ToRelease {
         let item = |i: usize| (format!("batch/Job/ml/j{i}"), format!("u{i}"));
