@@ -5,8 +5,10 @@
 //! answer how much it would lend — so the queue and the real borrowing
 //! admission can never disagree about what is idle.
 
+use super::admit::{Decision, Pool};
 use crate::admission::Denial;
 use crate::borrow::{self, LoanRequest, Standing};
+use crate::object::queue::Queued;
 use crate::object::Quota;
 use crate::resources::{self, ResourceList};
 use std::collections::BTreeMap;
@@ -135,6 +137,38 @@ pub fn least<'a>(usages: impl IntoIterator<Item = &'a ResourceList>) -> Resource
     least
 }
 
+/// The floor a queue round that left room to a fairer sibling is kept
+/// with (docs/queueing.md §12): the least limits on which a round on `q`
+/// as that round wrote it — `pool`'s used with `admitted` (of
+/// `decisions`) charged — could admit any of `known` it did not admit
+/// (`limits_to_fit` of their `least` usage). Below them, on the same
+/// version, nothing still queued fits. None: nothing still queued could
+/// ever fit this spec.
+pub fn floor(
+    q: &Quota,
+    pool: &Pool,
+    known: &[Queued],
+    decisions: &[Decision],
+    admitted: &[String],
+) -> Option<ResourceList> {
+    let taken = |w: &str| admitted.iter().any(|a| a == w);
+    let mut after = pool.clone();
+    for d in decisions {
+        if let Decision::Admit(a) = d {
+            if taken(&a.workload_ref) {
+                after.take(&a.usage);
+            }
+        }
+    }
+    let least = least(
+        known
+            .iter()
+            .filter(|e| !taken(&e.workload_ref))
+            .map(|e| e.usage()),
+    );
+    limits_to_fit(q, after.used(), &least)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +208,20 @@ mod tests {
             qos: None,
         }]
     }
+    /// A queued Job of `n` pods of one CPU.
+    fn job(name: &str, n: i64) -> Queued {
+        Queued {
+            workload_ref: format!("batch/Job/ns/{name}"),
+            uid: name.into(),
+            priority: 0,
+            priority_classes: Vec::new(),
+            submitted_ms: T0,
+            pod_sets: pods(n).into(),
+            run_ms: None,
+            submitted_by: None,
+            preempted: false,
+        }
+    }
     fn run(q: &mut Quota, w: &str, n: i64) {
         let c = Charge {
             pod_sets: pods(n),
@@ -211,17 +259,6 @@ mod tests {
         assert!(borrow_limits(&a, None, &kids, T0).is_empty());
         assert!(borrow_limits(&b, Some(&p), &kids, T0).is_empty());
         // The queue then admits 3 and no more, and the real path agrees.
-        let job = |name: &str, n: i64| Queued {
-            workload_ref: format!("batch/Job/ns/{name}"),
-            uid: name.into(),
-            priority: 0,
-            priority_classes: Vec::new(),
-            submitted_ms: T0,
-            pod_sets: pods(n).into(),
-            run_ms: None,
-            submitted_by: None,
-            preempted: false,
-        };
         let d = next_admissions(
             &[job("x", 3), job("y", 1)],
             &Pool::new(&a, &limits),
@@ -344,5 +381,40 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The floor is taken over what the round did not admit (the
+    /// entries it left to a sibling and those that waited), on its used
+    /// with what it admitted charged: 3 admitted of hard 4, the least
+    /// still queued 2, so limits of 5 at least.
+    #[test]
+    fn the_floor_is_the_least_still_queued_on_what_was_admitted() {
+        let q = node("kid", "org", 4, Some(8));
+        let pool = Pool::new(&q, &cpu(8));
+        let known = vec![job("a", 3), job("b", 4), job("c", 2)];
+        let (decisions, _, _) =
+            crate::queue::admit::round(&known, &pool, &[], &Default::default(), 1_000);
+        let admits = |d: &[Decision]| {
+            d.iter()
+                .filter_map(|d| match d {
+                    Decision::Admit(a) => Some(a.workload_ref.clone()),
+                    Decision::Wait(_) => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(admits(&decisions), ["batch/Job/ns/a", "batch/Job/ns/b"]);
+        // b left to a sibling: a alone admitted.
+        let a = vec!["batch/Job/ns/a".to_string()];
+        assert_eq!(floor(&q, &pool, &known, &decisions, &a), Some(cpu(5)));
+        // Nothing admitted: the least, 2, fits within hard whatever the
+        // room.
+        assert_eq!(
+            floor(&q, &pool, &known, &decisions, &[]),
+            Some(ResourceList::new())
+        );
+        // Past max: nothing still queued could ever fit.
+        let mut small = q.clone();
+        small.spec.max = cpu(4);
+        assert_eq!(floor(&small, &pool, &known, &decisions, &a), None);
     }
 }

@@ -34,16 +34,17 @@ pub(super) struct Yields {
 
 impl Context {
     /// `decisions` with the borrowing admissions a sibling goes before
-    /// held back (`share::yield_to_fairer`), and the siblings triggered.
+    /// held back (`share::yield_to_fairer`), and the siblings triggered;
+    /// whether any was held back.
     pub(super) fn yield_to_fairer(
         &self,
         name: &str,
         known: &[Queued],
         decisions: Vec<Decision>,
         field: Option<Field>,
-    ) -> Vec<Decision> {
+    ) -> (Vec<Decision>, bool) {
         let Some(mut field) = field else {
-            return decisions;
+            return (decisions, false);
         };
         loop {
             let y = share::yield_to_fairer(decisions.clone(), known, &field);
@@ -53,7 +54,7 @@ impl Context {
                     .lock()
                     .unwrap()
                     .retain(|(q, _), _| q != name);
-                return y.decisions;
+                return (y.decisions, false);
             };
             let since = field
                 .rivals
@@ -87,7 +88,7 @@ impl Context {
                 .or_default()
                 .insert(name.to_string());
             self.schedule(&rival);
-            return y.decisions;
+            return (y.decisions, true);
         }
     }
 

@@ -68,7 +68,7 @@ pub(super) struct ToRelease {
     pub(super) limits: Option<quota::resources::ResourceList>,
     /// Where it left room to a fairer sibling and admitted the rest: the
     /// least limits on which a round on its write could admit anything
-    /// still queued (`floor`; None too where nothing could be, on this
+    /// still queued (`quota::queue::room::floor`; None too where nothing could be, on this
     /// spec). Judged by the scheduler on the rounds asked for after the
     /// sibling's (`RoundInputs::floor`).
     pub(super) floor: Option<quota::resources::ResourceList>,
@@ -297,21 +297,20 @@ impl Context {
                     .or_insert(n);
             }
         }
-        let admits =
-            |d: &Vec<Decision>| d.iter().filter(|d| matches!(d, Decision::Admit(_))).count();
         // Idle room a sibling with a smaller share waits for is left to it
         // (fair sharing, `fair`).
         let borrows = decisions
             .iter()
             .any(|d| matches!(d, Decision::Admit(a) if !a.borrows.is_empty()));
         let field = family.filter(|_| borrows).map(|f| f.field(&q));
-        let before_yield = admits(&decisions);
-        let decisions = self.yield_to_fairer(name, &known, decisions, field);
+        let (decisions, yielded) = self.yield_to_fairer(name, &known, decisions, field);
         // What it planned is what it means to admit: room left to a
         // fairer sibling is not (the round is kept with the least it could
         // still admit: `ToRelease::floor`).
-        out.planned = admits(&decisions);
-        let yielded = out.planned < before_yield;
+        out.planned = decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Admit(_)))
+            .count();
         if yielded {
             let what = if out.planned == 0 {
                 "nothing"
@@ -416,7 +415,7 @@ impl Context {
             if may_preempt {
                 out.unkept_yield = true;
             } else {
-                out.floor = floor(&q, &pool, &known, &decisions, &admitted);
+                out.floor = queue::room::floor(&q, &pool, &known, &decisions, &admitted);
             }
         }
         out.admitted = admitted
@@ -1025,116 +1024,9 @@ impl Context {
     }
 }
 
-/// The least limits on which a round on `q` as the round that planned
-/// `decisions` wrote it (its `admitted` charged on top of `pool`'s used)
-/// could admit any of `known` it did not admit
-/// (`quota::queue::room::limits_to_fit` of their least usage): below
-/// them, on the same version, nothing still queued fits.
-fn floor(
-    q: &quota::Quota,
-    pool: &Pool,
-    known: &[Queued],
-    decisions: &[Decision],
-    admitted: &[String],
-) -> Option<quota::resources::ResourceList> {
-    let taken = |w: &str| admitted.iter().any(|a| a == w);
-    let mut after = pool.clone();
-    for d in decisions {
-        if let Decision::Admit(a) = d {
-            if taken(&a.workload_ref) {
-                after.take(&a.usage);
-            }
-        }
-    }
-    let least = queue::room::least(
-        known
-            .iter()
-            .filter(|e| !taken(&e.workload_ref))
-            .map(|e| e.usage()),
-    );
-    queue::room::limits_to_fit(q, after.used(), &least)
-}
-
 #[cfg(test)]
 mod tests {
     use super::ToRelease;
-    use quota::object::queue::Queued;
-    use quota::object::{Quota, QuotaSpec};
-    use quota::quantity::Quantity;
-    use quota::queue::{Decision, Pool};
-    use quota::resources::ResourceList;
-
-    const CPU: &str = "requests.cpu";
-
-    fn cpu(n: i64) -> ResourceList {
-        [(CPU.to_string(), Quantity::from_units(n))].into()
-    }
-
-    fn work(name: &str, n: i64) -> Queued {
-        Queued {
-            workload_ref: format!("batch/Job/ml/{name}"),
-            uid: format!("u-{name}"),
-            priority: 0,
-            priority_classes: Vec::new(),
-            submitted_ms: 1_000,
-            pod_sets: vec![quota::workload::PodSet {
-                name: "main".into(),
-                count: 1,
-                per_pod: cpu(n),
-                qos: None,
-            }]
-            .into(),
-            run_ms: None,
-            submitted_by: None,
-            preempted: false,
-        }
-    }
-
-    /// The floor is taken over what the round did not admit (the
-    /// entries it left to a sibling and those that waited), on its used
-    /// with what it admitted charged: 3 admitted of hard 4, the least
-    /// still queued 2, so limits of 5 at least.
-    #[test]
-    fn the_floor_is_the_least_still_queued_on_what_was_admitted() {
-        let q = Quota::new(
-            "kid",
-            QuotaSpec {
-                parent: "org".into(),
-                hard: cpu(4),
-                max: cpu(8),
-                ..Default::default()
-            },
-        );
-        let pool = Pool::new(&q, &cpu(8));
-        let known = vec![work("a", 3), work("b", 4), work("c", 2)];
-        let (decisions, _, _) =
-            quota::queue::admit::round(&known, &pool, &[], &Default::default(), 1_000);
-        let admits = |d: &[Decision]| {
-            d.iter()
-                .filter_map(|d| match d {
-                    Decision::Admit(a) => Some(a.workload_ref.clone()),
-                    Decision::Wait(_) => None,
-                })
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(admits(&decisions), ["batch/Job/ml/a", "batch/Job/ml/b"]);
-        // b left to a sibling: a alone admitted.
-        let a = vec!["batch/Job/ml/a".to_string()];
-        assert_eq!(
-            super::floor(&q, &pool, &known, &decisions, &a),
-            Some(cpu(5))
-        );
-        // Nothing admitted: the least, 2, fits within hard whatever the
-        // room.
-        assert_eq!(
-            super::floor(&q, &pool, &known, &decisions, &[]),
-            Some(ResourceList::new())
-        );
-        // Past max: nothing still queued could ever fit.
-        let mut small = q.clone();
-        small.spec.max = cpu(4);
-        assert_eq!(super::floor(&small, &pool, &known, &decisions, &a), None);
-    }
 
     fn round(planned: usize, admitted: usize, repairs: usize) -> ToRelease {
         let item = |i: usize| (format!("batch/Job/ml/j{i}"), format!("u{i}"));
