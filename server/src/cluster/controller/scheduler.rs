@@ -178,17 +178,24 @@ pub(super) struct Scheduler {
     rounds: Mutex<Rounds>,
     wake: tokio::sync::Notify,
     /// By quota: what its last round read, when that round planned no
-    /// admission, and until when a round on the same inputs is put off.
-    idle: Mutex<HashMap<String, Idle>>,
+    /// admission, and until when a round on the same inputs is put off;
+    /// or why it was not kept so (the cause its next round runs for:
+    /// `why_run`).
+    idle: Mutex<HashMap<String, Last>>,
     /// By quota: the earliest time (ms) a round asked to be woken at
     /// (`Context::wake_at`) since its last round ended.
     due: Mutex<HashMap<String, i64>>,
     /// Rounds put off, asked for again directly (not through a
     /// reconcile) when their idle round's record runs out.
     later: Mutex<HashMap<String, Instant>>,
-    /// By quota: why its last round was kept as no idle round (the cause
-    /// its next round runs for: `why_run`).
-    unkept: Mutex<HashMap<String, &'static str>>,
+}
+
+/// A quota's last round, as the scheduler keeps it.
+enum Last {
+    /// Kept as the base of a skip.
+    Kept(Idle),
+    /// Not kept, for this cause.
+    Not(&'static str),
 }
 
 /// A quota's last round that planned no admission.
@@ -209,7 +216,7 @@ impl Scheduler {
     /// (`waited`) is not put off so again until one finds nothing changed.
     fn judge(&self, name: &str, now: &RoundInputs) -> Judged {
         let mut idle = self.idle.lock().unwrap();
-        let Some(i) = idle.get_mut(name) else {
+        let Some(Last::Kept(i)) = idle.get_mut(name) else {
             return Judged::Run;
         };
         let Some(left) = i
@@ -249,14 +256,10 @@ impl Scheduler {
     /// judged to run (`bizrq_admission_queue_rounds_run_total{cause}`).
     fn why_run(&self, name: &str, now: &RoundInputs) -> &'static str {
         let idle = self.idle.lock().unwrap();
-        let Some(i) = idle.get(name) else {
-            return self
-                .unkept
-                .lock()
-                .unwrap()
-                .get(name)
-                .copied()
-                .unwrap_or("first");
+        let i = match idle.get(name) {
+            Some(Last::Kept(i)) => i,
+            Some(Last::Not(why)) => return why,
+            None => return "first",
         };
         let was = &i.inputs;
         if i.until <= Instant::now() {
@@ -278,7 +281,7 @@ impl Scheduler {
 
     /// `name`'s round is put off behind a sibling's (`Judged::RoomGrew`).
     fn waits(&self, name: &str) {
-        if let Some(i) = self.idle.lock().unwrap().get_mut(name) {
+        if let Some(Last::Kept(i)) = self.idle.lock().unwrap().get_mut(name) {
             i.waited = true;
         }
     }
@@ -332,17 +335,15 @@ impl Scheduler {
     /// The idle rounds of quotas `keep` does not keep (deleted) go.
     pub(super) fn forget(&self, keep: impl Fn(&str) -> bool) {
         self.idle.lock().unwrap().retain(|q, _| keep(q));
-        self.unkept.lock().unwrap().retain(|q, _| keep(q));
     }
 
     /// The idle rounds of `names` go, for `why` (a time a round asked for
     /// came: `timer_loop`).
     fn drop_idle(&self, names: &[String], why: &'static str) {
         let mut idle = self.idle.lock().unwrap();
-        let mut unkept = self.unkept.lock().unwrap();
         for n in names {
-            if idle.remove(n).is_some() {
-                unkept.insert(n.clone(), why);
+            if let Some(last @ Last::Kept(_)) = idle.get_mut(n) {
+                *last = Last::Not(why);
             }
         }
     }
@@ -367,26 +368,16 @@ impl Scheduler {
             let ms = u64::try_from(at.saturating_sub(now_ms)).unwrap_or(0);
             until = until.min(Instant::now() + Duration::from_millis(ms));
         }
-        let mut idle = self.idle.lock().unwrap();
-        let mut unkept = self.unkept.lock().unwrap();
-        match inputs {
-            Ok(inputs) => {
-                unkept.remove(name);
-                idle.insert(
-                    name.to_string(),
-                    Idle {
-                        inputs,
-                        until,
-                        started,
-                        waited: false,
-                    },
-                );
-            }
-            Err(why) => {
-                unkept.insert(name.to_string(), why);
-                idle.remove(name);
-            }
-        }
+        let last = match inputs {
+            Ok(inputs) => Last::Kept(Idle {
+                inputs,
+                until,
+                started,
+                waited: false,
+            }),
+            Err(why) => Last::Not(why),
+        };
+        self.idle.lock().unwrap().insert(name.to_string(), last);
     }
 }
 
