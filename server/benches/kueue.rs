@@ -1032,6 +1032,16 @@ async fn metrics_text(c: &Cluster) -> String {
 }
 
 /// The value of an unlabelled metric in Prometheus' text format.
+/// The counter `family{cause="cause"}`, 0 when it was never counted.
+fn counted(text: &str, family: &str, cause: &str) -> f64 {
+    let n = metric(text, &format!("{family}{{cause=\"{cause}\"}}"));
+    if n.is_nan() {
+        0.0
+    } else {
+        n
+    }
+}
+
 fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
@@ -1269,17 +1279,8 @@ async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime
         metric(&metrics, "bizrq_admission_queue_rounds_idle_total"),
         metric(&metrics, "bizrq_admission_queue_rounds_skipped_total"),
     );
-    let yielded = |what: &str| {
-        let n = metric(
-            &metrics,
-            &format!("bizrq_admission_queue_rounds_yielded_total{{cause=\"{what}\"}}"),
-        );
-        if n.is_nan() {
-            0.0
-        } else {
-            n
-        }
-    };
+    let yielded =
+        |what: &str| counted(&metrics, "bizrq_admission_queue_rounds_yielded_total", what);
     println!(
         "  rounds that left room to a fairer sibling: {:.0} admitting nothing, {:.0} admitting the rest",
         yielded("nothing"),
@@ -1308,14 +1309,7 @@ async fn run(o: Opts, api: tokio::runtime::Handle, server: Option<tokio::runtime
         ]
         .iter()
         .map(|c| {
-            let n = |family: &str| {
-                let n = metric(&metrics, &format!("{family}{{cause=\"{c}\"}}"));
-                if n.is_nan() {
-                    0.0
-                } else {
-                    n
-                }
-            };
+            let n = |family: &str| counted(&metrics, family, c);
             format!(
                 "{c} {:.0} ({:.0})",
                 n("bizrq_admission_queue_rounds_run_total"),
